@@ -1,0 +1,31 @@
+# Two commands do all set-up on a fresh machine: `make demo` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test test-all lint bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/vdla matmul --size 256 256 256 --vthreads 2 --trace out/matmul_trace.json
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+test-all: $(STAMP)
+	$(PY) -m pytest -q -m ''
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check vdla tests benchmarks
+
+bench: $(STAMP)
+	$(PY) benchmarks/sim_speed.py --json out/sim_speed.json
+
+clean:
+	rm -rf out .pytest_cache

@@ -1,0 +1,144 @@
+"""The ``vdla`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+from vdla.config import ConfigError, load_config, preset_names
+
+console = Console()
+
+
+def _add_config(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", default="pynq", help=f"preset ({', '.join(preset_names())}) or JSON file")
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    cfg = load_config(args.config)
+    if args.json:
+        print(json.dumps({"config": cfg.to_dict(), "derived": cfg.derived()}, indent=2))
+        return 0
+    table = Table(title=f"vdla hardware configuration '{cfg.name}'", show_header=False)
+    table.add_column(style="bold")
+    table.add_column()
+    for k, v in cfg.to_dict().items():
+        if k != "timing":
+            table.add_row(k, f"{v:#x}" if k == "dram_base_addr" else str(v))
+    for k, v in cfg.derived().items():
+        table.add_row(k, str(v), style="cyan")
+    console.print(table)
+    console.print("timing: " + ", ".join(f"{k}={v}" for k, v in cfg.to_dict()["timing"].items()))
+    return 0
+
+
+def cmd_asm(args: argparse.Namespace) -> int:
+    from vdla.isa import assemble, encode_program, validate_program
+
+    cfg = load_config(args.config)
+    insns = assemble(Path(args.source).read_text(), args.source)
+    if not args.no_validate:
+        validate_program(insns, cfg)
+    out = Path(args.output or Path(args.source).with_suffix(".bin"))
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_bytes(encode_program(insns))
+    tmp.replace(out)
+    console.print(f"assembled {len(insns)} instructions -> {out}")
+    return 0
+
+
+def cmd_disasm(args: argparse.Namespace) -> int:
+    from vdla.isa import decode_program, disassemble
+
+    sys.stdout.write(disassemble(decode_program(Path(args.binary).read_bytes()), numbered=args.numbered))
+    return 0
+
+
+def counters_table(counters, cfg, title: str) -> Table:
+    """A rich table of one run's counters."""
+    t = Table(title=title)
+    for col in ("stage", "busy", "stall", "idle", "insns"):
+        t.add_column(col, justify="right")
+    for name in ("load", "compute", "store"):
+        s = counters.stage(name)
+        t.add_row(name, f"{s.busy:,}", f"{s.stall:,}", f"{s.idle:,}", f"{s.insns:,}")
+    t.caption = (f"{counters.cycles:,} cycles ({counters.cycles / cfg.clock_mhz:,.1f} us at {cfg.clock_mhz:g} MHz), "
+                 f"GEMM utilization {counters.utilization:.1%}, {counters.gemm_iters:,} GEMM + "
+                 f"{counters.alu_iters:,} ALU uop-iterations, {counters.dram_bytes:,} DRAM bytes")
+    return t
+
+
+def cmd_matmul(args: argparse.Namespace) -> int:
+    from vdla.runtime import Device, write_chrome_trace
+    from vdla.runtime.tiled_matmul import reference_matmul, tiled_matmul
+
+    dev = Device(args.config, backend=args.backend)
+    rng = np.random.default_rng(args.seed)
+    m, k, n = args.size
+    a = rng.integers(-128, 128, (m, k), dtype=np.int8)
+    b = rng.integers(-128, 128, (n, k), dtype=np.int8)
+    res = tiled_matmul(dev, a, b, shift=args.shift, vthreads=args.vthreads, timeline=bool(args.trace))
+    correct = bool(np.array_equal(res.out, reference_matmul(a, b, args.shift)))
+    c = res.run.counters
+    console.print(counters_table(c, dev.cfg, f"int8 matmul {m}x{k}x{n}, {res.tiles} tiles, "
+                                             f"{args.vthreads} virtual threads, backend {args.backend}"))
+    console.print(f"result matches numpy: [{'green' if correct else 'red'}]{correct}[/]")
+    if args.trace:
+        write_chrome_trace(res.run.timeline, args.trace, dev.cfg.clock_mhz)
+        console.print(f"trace written to {args.trace} (open in https://ui.perfetto.dev)")
+    if args.json:
+        Path(args.json).write_text(json.dumps({**c.to_dict(), "correct": correct}, indent=2))
+    return 0 if correct else 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="vdla", description="Toolchain for a VDLA/VTA-class accelerator")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("info", help="print a hardware configuration and its peaks")
+    _add_config(p)
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_info)
+
+    p = sub.add_parser("asm", help="assemble a text program into machine code")
+    p.add_argument("source")
+    p.add_argument("-o", "--output", help="output file (default: SOURCE with .bin)")
+    p.add_argument("--no-validate", action="store_true", help="skip whole-program validation")
+    _add_config(p)
+    p.set_defaults(func=cmd_asm)
+
+    p = sub.add_parser("disasm", help="disassemble machine code")
+    p.add_argument("binary")
+    p.add_argument("-n", "--numbered", action="store_true", help="number the instructions")
+    p.set_defaults(func=cmd_disasm)
+
+    p = sub.add_parser("matmul", help="run a tiled int8 matrix multiply and check it against numpy")
+    _add_config(p)
+    p.add_argument("--backend", default="sim", help="sim, rtl or pynq")
+    p.add_argument("--size", type=int, nargs=3, default=(256, 256, 256), metavar=("M", "K", "N"))
+    p.add_argument("--vthreads", type=int, default=2)
+    p.add_argument("--shift", type=int, default=10)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--trace", help="write a Chrome/Perfetto trace JSON of the run")
+    p.add_argument("--json", help="write the counters as JSON")
+    p.set_defaults(func=cmd_matmul)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (ConfigError, ValueError, RuntimeError, OSError) as e:
+        console.print(f"[red]error:[/] {e}")
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

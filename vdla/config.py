@@ -1,0 +1,234 @@
+"""The hardware configuration: the single source of truth for every part of vdla.
+
+A :class:`HwConfig` is loaded from a JSON preset shipped in ``vdla/presets`` (or from any JSON file
+of the same shape). The compiler, the simulator, the RTL parameter header and the driver all read it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import asdict, dataclass, field, fields, replace
+from functools import cached_property
+from importlib import resources
+from pathlib import Path
+from typing import ClassVar
+
+DEFAULT_PRESET = "pynq"
+
+
+class ConfigError(ValueError):
+    """A hardware configuration that is malformed or cannot be built."""
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Named parameters of the cycle model, shared by the simulator and the RTL (all in cycles).
+
+    The RTL implements exactly this timing; ``benchmarks/calibration.py`` checks the agreement.
+    """
+
+    dram_read_latency: int = 32  # AR accepted -> first R beat
+    dram_write_latency: int = 16  # last W beat -> B response
+    insn_fetch_latency: int = 8  # start -> first instruction dispatched
+    insn_fetch_cycles: int = 2  # per 128-bit instruction on the read channel
+    cmd_queue_depth: int = 32  # per-stage command queue
+    token_queue_depth: int = 128  # per dependency-token queue
+    dma_setup: int = 4  # per LOAD/STORE instruction that moves data
+    dma_row_overhead: int = 1  # per row of a 2-D transfer
+    dma_pad_cycles: int = 1  # per padding element written
+    gemm_setup: int = 2  # per GEMM instruction
+    gemm_pipeline: int = 4  # GEMM pipeline drain at the end of an instruction
+    alu_setup: int = 2
+    alu_pipeline: int = 3
+    alu_ii: int = 1  # ALU initiation interval, cycles per uop-iteration
+    nop_cycles: int = 1  # a LOAD/STORE with x_size 0, or FINISH
+    max_burst_beats: int = 256  # AXI4 burst limit; bursts also split at 4 KiB boundaries
+
+
+@dataclass(frozen=True)
+class HwConfig:
+    """One VDLA hardware configuration plus the values derived from it."""
+
+    name: str
+    batch: int
+    block_in: int
+    block_out: int
+    inp_width: int
+    wgt_width: int
+    acc_width: int
+    out_width: int
+    inp_buff_bytes: int
+    wgt_buff_bytes: int
+    acc_buff_bytes: int
+    uop_buff_bytes: int
+    bus_width_bits: int
+    clock_mhz: float
+    dram_bytes: int
+    dram_base_addr: int
+    description: str = ""
+    timing: Timing = field(default_factory=Timing)
+
+    def __post_init__(self) -> None:
+        for f in ("batch", "block_in", "block_out", "inp_buff_bytes", "wgt_buff_bytes", "acc_buff_bytes",
+                  "uop_buff_bytes", "bus_width_bits", "dram_bytes"):
+            v = getattr(self, f)
+            if not isinstance(v, int) or v <= 0 or v & (v - 1):
+                raise ConfigError(f"config {self.name!r}: {f} must be a positive power of two, got {v!r}")
+        if (self.inp_width, self.wgt_width, self.acc_width, self.out_width) != (8, 8, 32, 8):
+            raise ConfigError(f"config {self.name!r}: only int8 inputs/weights/outputs with int32 "
+                              "accumulators are supported")
+        if self.bus_width_bits < 32:
+            raise ConfigError(f"config {self.name!r}: bus_width_bits must be >= 32")
+        for buf in ("inp", "wgt", "acc"):
+            if getattr(self, f"{buf}_depth") < 1:
+                raise ConfigError(f"config {self.name!r}: {buf} buffer smaller than one element")
+        if self.uop_dst_bits + self.uop_src_bits + self.uop_wgt_bits > 32:
+            raise ConfigError(f"config {self.name!r}: buffer depths need "
+                              f"{self.uop_dst_bits}+{self.uop_src_bits}+{self.uop_wgt_bits} micro-op bits > 32")
+        if self.dram_base_addr % 4096 or self.dram_base_addr + self.dram_bytes > 1 << 40:
+            raise ConfigError(f"config {self.name!r}: dram_base_addr must be 4 KiB aligned and in range")
+
+    # ---- element sizes (bytes) of each memory type ------------------------------------------
+    @property
+    def inp_elem_bytes(self) -> int:
+        return self.batch * self.block_in * self.inp_width // 8
+
+    @property
+    def wgt_elem_bytes(self) -> int:
+        return self.block_out * self.block_in * self.wgt_width // 8
+
+    @property
+    def acc_elem_bytes(self) -> int:
+        return self.batch * self.block_out * self.acc_width // 8
+
+    @property
+    def out_elem_bytes(self) -> int:
+        return self.batch * self.block_out * self.out_width // 8
+
+    uop_elem_bytes: ClassVar[int] = 4
+    insn_bytes: ClassVar[int] = 16
+
+    # ---- buffer depths (elements) and index widths ------------------------------------------
+    @property
+    def inp_depth(self) -> int:
+        return self.inp_buff_bytes // self.inp_elem_bytes
+
+    @property
+    def wgt_depth(self) -> int:
+        return self.wgt_buff_bytes // self.wgt_elem_bytes
+
+    @property
+    def acc_depth(self) -> int:
+        return self.acc_buff_bytes // self.acc_elem_bytes
+
+    @property
+    def uop_depth(self) -> int:
+        return self.uop_buff_bytes // self.uop_elem_bytes
+
+    @property
+    def uop_dst_bits(self) -> int:
+        return _log2(self.acc_depth)
+
+    @property
+    def uop_src_bits(self) -> int:
+        return max(_log2(self.inp_depth), _log2(self.acc_depth))  # ALU uops index ACC with src
+
+    @property
+    def uop_wgt_bits(self) -> int:
+        return _log2(self.wgt_depth)
+
+    # ---- performance peaks ------------------------------------------------------------------
+    @property
+    def macs_per_cycle(self) -> int:
+        return self.batch * self.block_in * self.block_out
+
+    @property
+    def peak_gops(self) -> float:
+        """Peak throughput in GOPS (1 MAC = 2 ops) at the configured clock."""
+        return 2 * self.macs_per_cycle * self.clock_mhz / 1e3
+
+    @property
+    def bus_bytes(self) -> int:
+        """DRAM bus bytes per cycle (one AXI beat)."""
+        return self.bus_width_bits // 8
+
+    @property
+    def peak_bandwidth_gbs(self) -> float:
+        return self.bus_bytes * self.clock_mhz / 1e3
+
+    @property
+    def ridge_intensity(self) -> float:
+        """Arithmetic intensity (ops/byte) at which the roofline's two roofs meet."""
+        return self.peak_gops / self.peak_bandwidth_gbs
+
+    @cached_property
+    def hash(self) -> int:
+        """32-bit hash of every parameter: identifies a bitstream built for this configuration."""
+        blob = json.dumps(self.to_dict(), sort_keys=True).encode()
+        return int.from_bytes(hashlib.sha256(blob).digest()[:4], "little")
+
+    def to_dict(self) -> dict:
+        d = {f.name: getattr(self, f.name) for f in fields(self) if f.init}
+        d["timing"] = asdict(self.timing)
+        return d
+
+    def derived(self) -> dict:
+        """Derived values, for `vdla info` and the docs."""
+        return {
+            "inp_elem_bytes": self.inp_elem_bytes, "wgt_elem_bytes": self.wgt_elem_bytes,
+            "acc_elem_bytes": self.acc_elem_bytes, "out_elem_bytes": self.out_elem_bytes,
+            "inp_depth": self.inp_depth, "wgt_depth": self.wgt_depth, "acc_depth": self.acc_depth,
+            "uop_depth": self.uop_depth, "uop_bits (dst/src/wgt)":
+                f"{self.uop_dst_bits}/{self.uop_src_bits}/{self.uop_wgt_bits}",
+            "macs_per_cycle": self.macs_per_cycle, "peak_gops": round(self.peak_gops, 3),
+            "bus_bytes_per_cycle": self.bus_bytes, "peak_bandwidth_gbs": round(self.peak_bandwidth_gbs, 3),
+            "ridge_ops_per_byte": round(self.ridge_intensity, 3), "config_hash": f"0x{self.hash:08x}",
+        }
+
+    def with_timing(self, **changes) -> HwConfig:
+        """A copy with some cycle-model parameters changed."""
+        return replace(self, timing=replace(self.timing, **changes))
+
+
+def _log2(n: int) -> int:
+    return max(1, math.ceil(math.log2(n)))
+
+
+def preset_names() -> list[str]:
+    return sorted(p.name[:-5] for p in resources.files("vdla.presets").iterdir() if p.name.endswith(".json"))
+
+
+def from_dict(d: dict) -> HwConfig:
+    """Build a config from a dict (a parsed preset), naming any unknown or missing key."""
+    d = dict(d)
+    timing = d.pop("timing", {}) or {}
+    known = {f.name for f in fields(HwConfig) if f.init} - {"timing"}
+    unknown = set(d) - known
+    if unknown:
+        raise ConfigError(f"unknown config keys: {sorted(unknown)}")
+    missing = {m for m in known - set(d) if m != "description"}
+    if missing:
+        raise ConfigError(f"missing config keys: {sorted(missing)}")
+    tknown = {f.name for f in fields(Timing)}
+    if set(timing) - tknown:
+        raise ConfigError(f"unknown timing keys: {sorted(set(timing) - tknown)}")
+    return HwConfig(**d, timing=Timing(**timing))
+
+
+def load_config(name_or_path: str | Path | HwConfig | None = None) -> HwConfig:
+    """Load a preset by name (``pynq``, ``osdi18``, ...) or a JSON file by path."""
+    if isinstance(name_or_path, HwConfig):
+        return name_or_path
+    name = str(name_or_path or DEFAULT_PRESET)
+    if name in preset_names():
+        text = resources.files("vdla.presets").joinpath(f"{name}.json").read_text()
+    elif Path(name).is_file():
+        text = Path(name).read_text()
+    else:
+        raise ConfigError(f"no preset or file named {name!r}; presets: {', '.join(preset_names())}")
+    try:
+        return from_dict(json.loads(text))
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"config {name!r} is not valid JSON: {e}") from e

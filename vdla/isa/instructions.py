@@ -1,0 +1,269 @@
+"""Typed VDLA instructions and their 128-bit encoding (the VTA instruction layout).
+
+Each instruction kind has a field table ``(name, lsb, width)``; encode and decode are driven by it,
+so the layout exists in exactly one place (docs/isa.md documents the same table).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from enum import IntEnum
+
+INSN_BITS = 128
+INSN_BYTES = 16
+
+
+class IsaError(ValueError):
+    """An instruction or program that is not valid VDLA machine code."""
+
+
+class Opcode(IntEnum):
+    LOAD = 0
+    STORE = 1
+    GEMM = 2
+    FINISH = 3
+    ALU = 4
+
+
+class MemType(IntEnum):
+    UOP = 0
+    WGT = 1
+    INP = 2
+    ACC = 3
+    OUT = 4
+    ACC_8BIT = 5
+
+
+class AluOp(IntEnum):
+    MIN = 0
+    MAX = 1
+    ADD = 2
+    SHR = 3  # arithmetic shift right; a negative amount shifts left
+    MUL = 4  # low 32 bits of the product
+    RSHR = 5  # rounding shift right (round half up); a negative amount shifts left
+    CLIP = 6  # clamp to [sext8(v[7:0]), sext8(v[15:8])]
+
+
+class Stage(IntEnum):
+    LOAD = 0
+    COMPUTE = 1
+    STORE = 2
+
+
+class Queue(IntEnum):
+    """The four dependency-token queues, named producer->consumer."""
+
+    L2C = 0  # load -> compute
+    C2L = 1  # compute -> load
+    C2S = 2  # compute -> store
+    S2C = 3  # store -> compute
+
+
+# (name, lsb, width). Opcode [2:0] and the four dependency flags [6:3] are common to all kinds.
+COMMON_FIELDS = (("opcode", 0, 3), ("pop_prev", 3, 1), ("pop_next", 4, 1), ("push_prev", 5, 1),
+                 ("push_next", 6, 1))
+MEM_FIELDS = (("mem_type", 7, 3), ("sram_base", 10, 16), ("dram_base", 26, 32), ("y_size", 64, 16),
+              ("x_size", 80, 16), ("x_stride", 96, 16), ("y_pad_0", 112, 4), ("y_pad_1", 116, 4),
+              ("x_pad_0", 120, 4), ("x_pad_1", 124, 4))
+LOOP_FIELDS = (("reset", 7, 1), ("uop_bgn", 8, 13), ("uop_end", 21, 14), ("iter_out", 35, 14),
+               ("iter_in", 49, 14), ("dst_factor_out", 64, 11), ("dst_factor_in", 75, 11),
+               ("src_factor_out", 86, 11), ("src_factor_in", 97, 11))
+GEMM_FIELDS = LOOP_FIELDS + (("wgt_factor_out", 108, 10), ("wgt_factor_in", 118, 10))
+ALU_FIELDS = LOOP_FIELDS + (("alu_opcode", 108, 3), ("use_imm", 111, 1), ("imm", 112, 16))
+SIGNED_FIELDS = {"imm"}
+
+
+@dataclass(kw_only=True)
+class Insn:
+    """Common part of every instruction: the four dependency-token flags."""
+
+    pop_prev: bool = False
+    pop_next: bool = False
+    push_prev: bool = False
+    push_next: bool = False
+
+    OPCODE = None  # set by subclasses
+    FIELDS = ()
+
+    @property
+    def opcode(self) -> Opcode:
+        return self.OPCODE
+
+    @property
+    def stage(self) -> Stage:
+        """The stage this instruction is routed to."""
+        return Stage.COMPUTE
+
+    def deps(self) -> str:
+        return " ".join(f for f in ("pop_prev", "pop_next", "push_prev", "push_next") if getattr(self, f))
+
+
+@dataclass(kw_only=True)
+class MemInsn(Insn):
+    """LOAD or STORE of a 2-D tile with zero padding (x_size 0 is a token-only no-op)."""
+
+    store: bool = False
+    mem_type: MemType = MemType.INP
+    sram_base: int = 0
+    dram_base: int = 0
+    y_size: int = 1
+    x_size: int = 1
+    x_stride: int = 1
+    y_pad_0: int = 0
+    y_pad_1: int = 0
+    x_pad_0: int = 0
+    x_pad_1: int = 0
+
+    FIELDS = MEM_FIELDS
+
+    @property
+    def opcode(self) -> Opcode:
+        return Opcode.STORE if self.store else Opcode.LOAD
+
+    @property
+    def stage(self) -> Stage:
+        if self.store:
+            return Stage.STORE
+        return Stage.LOAD if self.mem_type in (MemType.INP, MemType.WGT) else Stage.COMPUTE
+
+    @property
+    def is_nop(self) -> bool:
+        return self.x_size == 0
+
+    @property
+    def rows(self) -> int:
+        """Rows the tile occupies in SRAM, padding included."""
+        return self.y_pad_0 + self.y_size + self.y_pad_1
+
+    @property
+    def cols(self) -> int:
+        return self.x_pad_0 + self.x_size + self.x_pad_1
+
+    @property
+    def sram_elems(self) -> int:
+        return 0 if self.is_nop else self.rows * self.cols
+
+
+@dataclass(kw_only=True)
+class LoopInsn(Insn):
+    """The two-level micro-op loop shared by GEMM and ALU."""
+
+    reset: bool = False
+    uop_bgn: int = 0
+    uop_end: int = 1
+    iter_out: int = 1
+    iter_in: int = 1
+    dst_factor_out: int = 0
+    dst_factor_in: int = 0
+    src_factor_out: int = 0
+    src_factor_in: int = 0
+
+    @property
+    def iterations(self) -> int:
+        """uop-iterations executed: iter_out * iter_in * (uop_end - uop_bgn)."""
+        return self.iter_out * self.iter_in * (self.uop_end - self.uop_bgn)
+
+
+@dataclass(kw_only=True)
+class GemmInsn(LoopInsn):
+    wgt_factor_out: int = 0
+    wgt_factor_in: int = 0
+
+    OPCODE = Opcode.GEMM
+    FIELDS = GEMM_FIELDS
+
+
+@dataclass(kw_only=True)
+class AluInsn(LoopInsn):
+    alu_opcode: AluOp = AluOp.ADD
+    use_imm: bool = False
+    imm: int = 0
+
+    OPCODE = Opcode.ALU
+    FIELDS = ALU_FIELDS
+
+
+@dataclass(kw_only=True)
+class FinishInsn(Insn):
+    OPCODE = Opcode.FINISH
+
+
+def _field_values(insn: Insn) -> dict[str, int]:
+    vals = {f.name: getattr(insn, f.name) for f in fields(insn)}
+    vals["opcode"] = int(insn.opcode)
+    return vals
+
+
+def encode(insn: Insn) -> int:
+    """Encode one instruction as a 128-bit integer; an out-of-range field raises IsaError."""
+    vals = _field_values(insn)
+    word = 0
+    for name, lsb, width in COMMON_FIELDS + insn.FIELDS:
+        v = int(vals[name])
+        if name in SIGNED_FIELDS:
+            lo, hi = -(1 << (width - 1)), (1 << (width - 1)) - 1
+        else:
+            lo, hi = 0, (1 << width) - 1
+        if not lo <= v <= hi:
+            raise IsaError(f"{insn.opcode.name}: field {name}={v} out of range [{lo}, {hi}] ({width} bits)")
+        word |= (v & ((1 << width) - 1)) << lsb
+    return word
+
+
+def _get(word: int, lsb: int, width: int, signed: bool = False) -> int:
+    v = (word >> lsb) & ((1 << width) - 1)
+    return v - (1 << width) if signed and v >> (width - 1) else v
+
+
+def decode(word: int) -> Insn:
+    """Decode a 128-bit integer into a typed instruction; an unknown opcode or type raises IsaError."""
+    if not 0 <= word < 1 << INSN_BITS:
+        raise IsaError(f"instruction word {word:#x} is not a 128-bit value")
+    op = _get(word, 0, 3)
+    flags = {name: bool(_get(word, lsb, w)) for name, lsb, w in COMMON_FIELDS[1:]}
+    if op in (Opcode.LOAD, Opcode.STORE):
+        vals = {name: _get(word, lsb, w) for name, lsb, w in MEM_FIELDS}
+        try:
+            vals["mem_type"] = MemType(vals["mem_type"])
+        except ValueError:
+            raise IsaError(f"{Opcode(op).name}: unknown memory type {vals['mem_type']}") from None
+        return MemInsn(store=op == Opcode.STORE, **vals, **flags)
+    if op == Opcode.GEMM:
+        vals = {name: _get(word, lsb, w) for name, lsb, w in GEMM_FIELDS}
+        vals["reset"] = bool(vals["reset"])
+        return GemmInsn(**vals, **flags)
+    if op == Opcode.ALU:
+        vals = {name: _get(word, lsb, w, name in SIGNED_FIELDS) for name, lsb, w in ALU_FIELDS}
+        try:
+            vals["alu_opcode"] = AluOp(vals["alu_opcode"])
+        except ValueError:
+            raise IsaError(f"ALU: unknown ALU opcode {vals['alu_opcode']}") from None
+        vals["reset"], vals["use_imm"] = bool(vals["reset"]), bool(vals["use_imm"])
+        return AluInsn(**vals, **flags)
+    if op == Opcode.FINISH:
+        return FinishInsn(**flags)
+    raise IsaError(f"unknown opcode {op} in instruction word {word:#034x}")
+
+
+def encode_program(insns: list[Insn]) -> bytes:
+    """Encode instructions as the little-endian byte stream the fetch unit reads."""
+    out = bytearray()
+    for i, insn in enumerate(insns):
+        try:
+            out += encode(insn).to_bytes(INSN_BYTES, "little")
+        except IsaError as e:
+            raise IsaError(f"instruction {i}: {e}") from None
+    return bytes(out)
+
+
+def decode_program(data: bytes) -> list[Insn]:
+    """Decode a little-endian instruction byte stream."""
+    if len(data) % INSN_BYTES:
+        raise IsaError(f"instruction stream of {len(data)} bytes is not a multiple of {INSN_BYTES}")
+    insns = []
+    for i in range(0, len(data), INSN_BYTES):
+        try:
+            insns.append(decode(int.from_bytes(data[i:i + INSN_BYTES], "little")))
+        except IsaError as e:
+            raise IsaError(f"instruction {i // INSN_BYTES}: {e}") from None
+    return insns

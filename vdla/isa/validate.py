@@ -1,0 +1,126 @@
+"""Static validation of a whole program against a hardware configuration."""
+
+from __future__ import annotations
+
+from vdla.config import HwConfig
+from vdla.isa.instructions import (
+    AluInsn,
+    FinishInsn,
+    Insn,
+    IsaError,
+    LoopInsn,
+    MemInsn,
+    MemType,
+    Queue,
+    Stage,
+    encode,
+)
+
+# For each stage, which flag pops or pushes which queue (None: flag not valid on that stage).
+POPS = {Stage.LOAD: {"pop_next": Queue.C2L},
+        Stage.COMPUTE: {"pop_prev": Queue.L2C, "pop_next": Queue.S2C},
+        Stage.STORE: {"pop_prev": Queue.C2S}}
+PUSHES = {Stage.LOAD: {"push_next": Queue.L2C},
+          Stage.COMPUTE: {"push_prev": Queue.C2L, "push_next": Queue.C2S},
+          Stage.STORE: {"push_prev": Queue.S2C}}
+
+
+def pops_of(insn: Insn) -> list[Queue]:
+    return [q for f, q in POPS[insn.stage].items() if getattr(insn, f)]
+
+
+def pushes_of(insn: Insn) -> list[Queue]:
+    return [q for f, q in PUSHES[insn.stage].items() if getattr(insn, f)]
+
+
+def buffer_depth(cfg: HwConfig, mem: MemType) -> int:
+    return {MemType.UOP: cfg.uop_depth, MemType.WGT: cfg.wgt_depth, MemType.INP: cfg.inp_depth,
+            MemType.ACC: cfg.acc_depth, MemType.ACC_8BIT: cfg.acc_depth, MemType.OUT: cfg.acc_depth}[mem]
+
+
+def elem_bytes(cfg: HwConfig, mem: MemType) -> int:
+    """Bytes of one element of a memory type in DRAM (dram_base is in these units)."""
+    return {MemType.UOP: cfg.uop_elem_bytes, MemType.WGT: cfg.wgt_elem_bytes, MemType.INP: cfg.inp_elem_bytes,
+            MemType.ACC: cfg.acc_elem_bytes, MemType.ACC_8BIT: cfg.out_elem_bytes,
+            MemType.OUT: cfg.out_elem_bytes}[mem]
+
+
+def dram_span(insn: MemInsn, cfg: HwConfig) -> tuple[int, int]:
+    """[first, last) physical byte addresses a LOAD/STORE touches in DRAM."""
+    eb = elem_bytes(cfg, insn.mem_type)
+    first = insn.dram_base * eb
+    return first, first + ((insn.y_size - 1) * insn.x_stride + insn.x_size) * eb
+
+
+def check_insn(insn: Insn, cfg: HwConfig, dram: tuple[int, int] | None = None) -> list[str]:
+    """Problems with one instruction on its own (field ranges, buffer bounds, flags of its stage)."""
+    problems = []
+    try:
+        encode(insn)
+    except IsaError as e:
+        problems.append(str(e))
+    for flag in ("pop_prev", "pop_next"):
+        if getattr(insn, flag) and flag not in POPS[insn.stage]:
+            problems.append(f"{flag} is not valid on the {insn.stage.name.lower()} stage")
+    for flag in ("push_prev", "push_next"):
+        if getattr(insn, flag) and flag not in PUSHES[insn.stage]:
+            problems.append(f"{flag} is not valid on the {insn.stage.name.lower()} stage")
+    if isinstance(insn, MemInsn):
+        kind = "STORE" if insn.store else "LOAD"
+        if insn.store and insn.mem_type != MemType.OUT:
+            problems.append(f"STORE must use memory type OUT, not {insn.mem_type.name}")
+        if not insn.store and insn.mem_type == MemType.OUT:
+            problems.append("LOAD cannot use memory type OUT")
+        if insn.is_nop:
+            return problems
+        pads = (insn.y_pad_0, insn.y_pad_1, insn.x_pad_0, insn.x_pad_1)
+        if any(pads) and (insn.store or insn.mem_type == MemType.UOP):
+            problems.append(f"{kind} {insn.mem_type.name} cannot have padding {pads}")
+        if insn.y_size == 0:
+            problems.append(f"{kind} {insn.mem_type.name}: y_size is 0 with x_size {insn.x_size}")
+        if insn.y_size > 1 and insn.x_stride < insn.x_size and insn.store:
+            problems.append(f"STORE rows overlap: x_stride {insn.x_stride} < x_size {insn.x_size}")
+        depth = buffer_depth(cfg, insn.mem_type)
+        if insn.sram_base + insn.sram_elems > depth:
+            problems.append(f"{kind} {insn.mem_type.name}: SRAM tile [{insn.sram_base}, "
+                            f"{insn.sram_base + insn.sram_elems}) exceeds the buffer depth {depth}")
+        if dram is not None:
+            lo, hi = dram_span(insn, cfg)
+            if lo < dram[0] or hi > dram[1]:
+                problems.append(f"{kind} {insn.mem_type.name}: DRAM bytes [{lo:#x}, {hi:#x}) outside the "
+                                f"DRAM region [{dram[0]:#x}, {dram[1]:#x})")
+    elif isinstance(insn, LoopInsn):
+        if insn.uop_bgn >= insn.uop_end:
+            problems.append(f"empty micro-op range uop_bgn={insn.uop_bgn} uop_end={insn.uop_end}")
+        if insn.uop_end > cfg.uop_depth:
+            problems.append(f"uop_end={insn.uop_end} exceeds the UOP buffer depth {cfg.uop_depth}")
+        if insn.iter_out == 0 or insn.iter_in == 0:
+            problems.append(f"zero loop extent iter_out={insn.iter_out} iter_in={insn.iter_in}")
+        if isinstance(insn, AluInsn) and insn.use_imm and not -(1 << 15) <= insn.imm < 1 << 15:
+            problems.append(f"imm={insn.imm} does not fit in 16 signed bits")
+    return problems
+
+
+def validate_program(insns: list[Insn], cfg: HwConfig, dram: tuple[int, int] | None = None) -> None:
+    """Raise IsaError listing every problem: bad fields, out-of-buffer tiles, flags invalid on the stage,
+    unbalanced token queues, FINISH not last. ``dram`` is the [lo, hi) physical byte range."""
+    problems = []
+    for i, insn in enumerate(insns):
+        problems += [f"instruction {i}: {p}" for p in check_insn(insn, cfg, dram)]
+        if isinstance(insn, FinishInsn) and i != len(insns) - 1:
+            problems.append(f"instruction {i}: FINISH before the end of the program")
+    if not insns or not isinstance(insns[-1], FinishInsn):
+        problems.append("the program does not end with FINISH")
+    balance = dict.fromkeys(Queue, 0)
+    for insn in insns:
+        for q in pops_of(insn):
+            balance[q] -= 1
+        for q in pushes_of(insn):
+            balance[q] += 1
+    for q, b in balance.items():
+        if b:
+            problems.append(f"token queue {q.name}: {'pushes' if b > 0 else 'pops'} exceed "
+                            f"{'pops' if b > 0 else 'pushes'} by {abs(b)}")
+    if problems:
+        shown = problems[:20] + ([f"... and {len(problems) - 20} more"] if len(problems) > 20 else [])
+        raise IsaError("invalid program:\n  " + "\n  ".join(shown))

@@ -1,0 +1,259 @@
+"""The command builder: the runtime API that programs the accelerator (modelled on the VTA runtime).
+
+It emits 2-D loads and stores, GEMM and ALU micro-kernels (with a micro-op kernel cache), and
+dependency pushes and pops between stages; :meth:`CommandBuilder.synchronize` appends FINISH, runs
+the program on the device's backend and returns the counters. Bad requests raise before anything runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from vdla.isa import (
+    AluInsn,
+    AluOp,
+    FinishInsn,
+    GemmInsn,
+    Insn,
+    IsaError,
+    MemInsn,
+    MemType,
+    Queue,
+    Stage,
+    elem_bytes,
+    encode_program,
+    encode_uops,
+    validate_program,
+)
+from vdla.isa.validate import check_insn
+from vdla.runtime.dram import Buffer
+from vdla.runtime.sim import RunResult
+
+if TYPE_CHECKING:
+    from vdla.runtime.device import Device
+
+QUEUE_OF = {(Stage.LOAD, Stage.COMPUTE): Queue.L2C, (Stage.COMPUTE, Stage.LOAD): Queue.C2L,
+            (Stage.COMPUTE, Stage.STORE): Queue.C2S, (Stage.STORE, Stage.COMPUTE): Queue.S2C}
+PUSH_FLAG = {Queue.L2C: "push_next", Queue.C2L: "push_prev", Queue.C2S: "push_next", Queue.S2C: "push_prev"}
+POP_FLAG = {Queue.L2C: "pop_prev", Queue.C2L: "pop_next", Queue.C2S: "pop_prev", Queue.S2C: "pop_next"}
+UOP_POOL_BYTES = 1 << 16
+
+UopSpec = Sequence[tuple[int, int, int]] | np.ndarray
+
+
+class CommandError(ValueError):
+    """A request the accelerator cannot carry out, caught before the program runs."""
+
+
+def _nop(stage: Stage) -> MemInsn:
+    """A token-only instruction for a stage (a LOAD/STORE with x_size 0)."""
+    return {Stage.LOAD: lambda: MemInsn(mem_type=MemType.INP, x_size=0),
+            Stage.COMPUTE: lambda: MemInsn(mem_type=MemType.UOP, x_size=0),
+            Stage.STORE: lambda: MemInsn(store=True, mem_type=MemType.OUT, x_size=0)}[stage]()
+
+
+class CommandBuilder:
+    """Builds one instruction stream for a device."""
+
+    def __init__(self, device: Device):
+        self.device, self.cfg = device, device.cfg
+        self.insns: list[Insn] = []
+        self._last: dict[Stage, int] = {}  # index of the last instruction of each stage
+        self._pending_pops: dict[Stage, list[Queue]] = {s: [] for s in Stage}
+        self._uop_dram: dict[bytes, int] = {}  # kernel bytes -> uop index in DRAM
+        self._uop_sram: dict[bytes, int] = {}  # kernel bytes -> UOP buffer offset (resident kernels)
+        self._uop_sram_top = 0
+        self._pools: list[Buffer] = []
+        self._pool_used = 0
+
+    # ---- emission ---------------------------------------------------------------------------
+    def emit(self, insn: Insn) -> int:
+        """Append an instruction (checked now), attaching pending pops of its stage; returns its index."""
+        problems = check_insn(insn, self.cfg, self.device.dram.range)
+        if problems:
+            raise CommandError("; ".join(problems))
+        stage = insn.stage
+        pending = self._pending_pops[stage]
+        while pending:
+            queue = pending.pop(0)
+            flag = POP_FLAG[queue]
+            if getattr(insn, flag):
+                pending.insert(0, queue)  # the same queue twice: carry the earlier pop on a no-op
+                self._append(self._with_flag(_nop(stage), flag))
+            else:
+                setattr(insn, flag, True)
+        return self._append(insn)
+
+    @staticmethod
+    def _with_flag(insn: Insn, flag: str) -> Insn:
+        setattr(insn, flag, True)
+        return insn
+
+    def _append(self, insn: Insn) -> int:
+        self.insns.append(insn)
+        self._last[insn.stage] = len(self.insns) - 1
+        return len(self.insns) - 1
+
+    def dep_push(self, src: Stage, dst: Stage) -> None:
+        """Signal ``dst`` once everything issued so far to ``src`` has completed."""
+        queue = self._queue(src, dst)
+        flag = PUSH_FLAG[queue]
+        last = self._last.get(src)
+        if last is None or getattr(self.insns[last], flag):
+            self._append(self._with_flag(_nop(src), flag))
+        else:
+            setattr(self.insns[last], flag, True)
+
+    def dep_pop(self, src: Stage, dst: Stage) -> None:
+        """Make the next instruction of ``dst`` wait for a token pushed by ``src``."""
+        self._pending_pops[dst].append(self._queue(src, dst))
+
+    @staticmethod
+    def _queue(src: Stage, dst: Stage) -> Queue:
+        try:
+            return QUEUE_OF[(Stage(src), Stage(dst))]
+        except KeyError:
+            raise CommandError(f"no dependency queue from the {Stage(src).name.lower()} stage to the "
+                               f"{Stage(dst).name.lower()} stage") from None
+
+    # ---- data movement ----------------------------------------------------------------------
+    def load(self, mem: MemType, sram_base: int, buf: Buffer, offset: int, y_size: int, x_size: int,
+             x_stride: int, pad: tuple[int, int, int, int] = (0, 0, 0, 0)) -> int:
+        """Load a y_size x x_size tile (rows x_stride elements apart) from ``buf`` starting ``offset``
+        elements in, padded by (y0, y1, x0, x1) zero elements, to ``sram_base``."""
+        mem = MemType(mem)
+        if mem == MemType.OUT:
+            raise CommandError("cannot load into memory type OUT")
+        dram_base = buf.elem(elem_bytes(self.cfg, mem)) + offset
+        self._check_in_buffer(buf, mem, offset, y_size, x_size, x_stride)
+        y0, y1, x0, x1 = pad
+        return self.emit(MemInsn(mem_type=mem, sram_base=sram_base, dram_base=dram_base, y_size=y_size,
+                                 x_size=x_size, x_stride=x_stride, y_pad_0=y0, y_pad_1=y1, x_pad_0=x0,
+                                 x_pad_1=x1))
+
+    def store(self, sram_base: int, buf: Buffer, offset: int, y_size: int, x_size: int, x_stride: int) -> int:
+        """Store y_size x x_size accumulator entries (truncated to int8) into ``buf``."""
+        dram_base = buf.elem(self.cfg.out_elem_bytes) + offset
+        self._check_in_buffer(buf, MemType.OUT, offset, y_size, x_size, x_stride)
+        return self.emit(MemInsn(store=True, mem_type=MemType.OUT, sram_base=sram_base, dram_base=dram_base,
+                                 y_size=y_size, x_size=x_size, x_stride=x_stride))
+
+    def _check_in_buffer(self, buf: Buffer, mem: MemType, offset: int, y: int, x: int, stride: int) -> None:
+        eb = elem_bytes(self.cfg, mem)
+        if x and (offset < 0 or (offset + (y - 1) * stride + x) * eb > buf.nbytes):
+            raise CommandError(f"{mem.name} tile of {y}x{x} elements (stride {stride}) at element {offset} "
+                               f"overruns its {buf.nbytes}-byte buffer at {buf.addr:#x}")
+
+    # ---- micro-kernels ----------------------------------------------------------------------
+    def _kernel(self, uops: UopSpec) -> tuple[int, int]:
+        """Make a micro-op kernel resident in the UOP buffer (loading it if needed): (bgn, end)."""
+        words = encode_uops(np.asarray(uops, dtype=np.int64).reshape(-1, 3), self.cfg)
+        if words.size == 0:
+            raise CommandError("a micro-kernel needs at least one micro-op")
+        if words.size > self.cfg.uop_depth:
+            raise CommandError(f"micro-kernel of {words.size} micro-ops exceeds the UOP buffer "
+                               f"({self.cfg.uop_depth})")
+        key = words.tobytes()
+        if key in self._uop_sram:
+            bgn = self._uop_sram[key]
+            return bgn, bgn + words.size
+        if key not in self._uop_dram:
+            self._uop_dram[key] = self._stash_uops(words)
+        if self._uop_sram_top + words.size > self.cfg.uop_depth:
+            self._uop_sram.clear()  # evict everything; later kernels reload on demand
+            self._uop_sram_top = 0
+        bgn = self._uop_sram_top
+        pool, index = self._uop_dram[key]
+        self.emit(MemInsn(mem_type=MemType.UOP, sram_base=bgn, dram_base=pool.elem(4) + index, y_size=1,
+                          x_size=words.size, x_stride=words.size))
+        self._uop_sram[key] = bgn
+        self._uop_sram_top += words.size
+        return bgn, bgn + words.size
+
+    def _stash_uops(self, words: np.ndarray) -> tuple[Buffer, int]:
+        nbytes = words.size * 4
+        if not self._pools or self._pool_used + nbytes > self._pools[-1].nbytes:
+            self._pools.append(self.device.alloc(max(UOP_POOL_BYTES, nbytes)))
+            self._pool_used = 0
+        pool = self._pools[-1]
+        pool.write(words, self._pool_used)
+        index = self._pool_used // 4
+        self._pool_used += nbytes
+        return pool, index
+
+    def _loop_check(self, kind: str, uops: np.ndarray, iters: tuple[int, int],
+                    factors: dict[str, tuple[int, int]], depths: dict[str, int]) -> None:
+        for col, name in enumerate(("dst", "src", "wgt")):
+            if name not in factors:
+                continue
+            fo, fi = factors[name]
+            hi = int(uops[:, col].max()) + (iters[0] - 1) * fo + (iters[1] - 1) * fi
+            if hi >= depths[name]:
+                raise CommandError(f"{kind}: {name} index reaches {hi}, outside its buffer (depth {depths[name]})")
+
+    def gemm(self, uops: UopSpec, iter_out: int = 1, iter_in: int = 1, dst_factor: tuple[int, int] = (0, 0),
+             src_factor: tuple[int, int] = (0, 0), wgt_factor: tuple[int, int] = (0, 0),
+             reset: bool = False) -> int:
+        """GEMM micro-kernel: for o, i, (dst, src, wgt) in uops: ACC[dst'] += INP[src'] x WGT[wgt']^T,
+        with x' = x + o * x_factor[0] + i * x_factor[1] (ACC[dst'] = 0 when ``reset``)."""
+        arr = np.asarray(uops, dtype=np.int64).reshape(-1, 3)
+        cfg = self.cfg
+        factors = {"dst": dst_factor}
+        if not reset:
+            factors.update(src=src_factor, wgt=wgt_factor)
+        self._loop_check("GEMM", arr, (iter_out, iter_in), factors,
+                         {"dst": cfg.acc_depth, "src": cfg.inp_depth, "wgt": cfg.wgt_depth})
+        bgn, end = self._kernel(arr)
+        return self.emit(GemmInsn(reset=reset, uop_bgn=bgn, uop_end=end, iter_out=iter_out, iter_in=iter_in,
+                                  dst_factor_out=dst_factor[0], dst_factor_in=dst_factor[1],
+                                  src_factor_out=src_factor[0], src_factor_in=src_factor[1],
+                                  wgt_factor_out=wgt_factor[0], wgt_factor_in=wgt_factor[1]))
+
+    def alu(self, op: AluOp, uops: UopSpec, iter_out: int = 1, iter_in: int = 1,
+            dst_factor: tuple[int, int] = (0, 0), src_factor: tuple[int, int] = (0, 0),
+            imm: int | None = None, reset: bool = False) -> int:
+        """ALU micro-kernel: ACC[dst'] = op(ACC[dst'], imm if given else ACC[src']); uops are (dst, src)
+        or (dst, src, 0) triples."""
+        arr = np.asarray(uops, dtype=np.int64)
+        if arr.ndim == 2 and arr.shape[1] == 2:
+            arr = np.concatenate([arr, np.zeros((len(arr), 1), np.int64)], axis=1)
+        arr = arr.reshape(-1, 3)
+        factors = {"dst": dst_factor} if imm is not None or reset else {"dst": dst_factor, "src": src_factor}
+        self._loop_check(f"ALU {AluOp(op).name}", arr, (iter_out, iter_in), factors,
+                         {"dst": self.cfg.acc_depth, "src": self.cfg.acc_depth})
+        if imm is not None and not -(1 << 15) <= imm < 1 << 15:
+            raise CommandError(f"ALU {AluOp(op).name}: immediate {imm} does not fit in 16 signed bits")
+        bgn, end = self._kernel(arr)
+        return self.emit(AluInsn(alu_opcode=AluOp(op), use_imm=imm is not None, imm=imm or 0, reset=reset,
+                                 uop_bgn=bgn, uop_end=end, iter_out=iter_out, iter_in=iter_in,
+                                 dst_factor_out=dst_factor[0], dst_factor_in=dst_factor[1],
+                                 src_factor_out=src_factor[0], src_factor_in=src_factor[1]))
+
+    # ---- finishing --------------------------------------------------------------------------
+    def finish(self) -> list[Insn]:
+        """Close the stream: flush pending pops, drain the store stage into FINISH. Returns the program."""
+        if self.insns and isinstance(self.insns[-1], FinishInsn):
+            return self.insns
+        for stage in Stage:
+            while self._pending_pops[stage]:
+                self.emit(_nop(stage))
+        if Stage.STORE in self._last:
+            self.dep_push(Stage.STORE, Stage.COMPUTE)
+            self.dep_pop(Stage.STORE, Stage.COMPUTE)
+        self.emit(FinishInsn())
+        try:
+            validate_program(self.insns, self.cfg, self.device.dram.range)
+        except IsaError as e:
+            raise CommandError(str(e)) from None
+        return self.insns
+
+    def encode(self) -> bytes:
+        """The finished program as machine code."""
+        return encode_program(self.finish())
+
+    def synchronize(self, max_cycles: int | None = None, timeline: bool = False) -> RunResult:
+        """Append FINISH, run the program on the device and return the counters (and timeline)."""
+        return self.device.run_program(self.finish(), max_cycles=max_cycles, timeline=timeline)

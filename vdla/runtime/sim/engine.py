@@ -1,0 +1,220 @@
+"""The decoupled access-execute simulator: three stages running as concurrent agents.
+
+Instructions are fetched in order into per-stage command queues; each stage starts its next
+instruction when the tokens it pops are available and the queues it pushes have room. Among the
+stages that can start, the one that can start earliest goes first, so DRAM bus time is handed out in
+time order. A state where no stage can proceed is a deadlock and raises :class:`DeadlockError`.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from vdla.config import HwConfig
+from vdla.isa import (
+    AluInsn,
+    FinishInsn,
+    GemmInsn,
+    Insn,
+    IsaError,
+    MemInsn,
+    Queue,
+    Stage,
+    decode_program,
+    pops_of,
+    pushes_of,
+)
+from vdla.isa.asm import disassemble_insn
+from vdla.isa.validate import check_insn
+from vdla.runtime.counters import STAGES, Counters, TimelineEntry
+from vdla.runtime.dram import Dram
+from vdla.runtime.sim import semantics
+from vdla.runtime.sim.cycles import CycleModel
+
+QUEUE_NAMES = {Queue.L2C: "load->compute", Queue.C2L: "compute->load", Queue.C2S: "compute->store",
+               Queue.S2C: "store->compute"}
+
+
+class SimError(RuntimeError):
+    """A program that cannot run to completion: invalid code, a deadlock, a timeout, a bad access."""
+
+
+class DeadlockError(SimError):
+    """Every unfinished stage waits for something no other stage will provide."""
+
+
+class CycleLimitError(SimError):
+    """The program did not finish within the cycle limit."""
+
+
+@dataclass
+class RunResult:
+    counters: Counters
+    timeline: list[TimelineEntry] = field(default_factory=list)
+
+
+class Simulator:
+    """Runs an instruction stream held in DRAM against the on-chip buffers of one configuration."""
+
+    def __init__(self, cfg: HwConfig):
+        self.cfg = cfg
+        self.sram = semantics.Sram(cfg)
+
+    def run(self, dram: Dram, insn_addr: int, insn_count: int, max_cycles: int | None = None,
+            timeline: bool = False) -> RunResult:
+        """Execute ``insn_count`` instructions at physical address ``insn_addr``; return the counters."""
+        try:
+            insns = decode_program(bytes(dram.view(insn_addr, insn_count * self.cfg.insn_bytes)))
+        except (IsaError, ValueError) as e:
+            raise SimError(f"cannot fetch the program: {e}") from None
+        for i, insn in enumerate(insns):
+            problems = check_insn(insn, self.cfg, dram.range)
+            if isinstance(insn, FinishInsn) and i != len(insns) - 1:
+                problems.append("FINISH before the end of the program")
+            if problems:
+                raise SimError(f"instruction {i} ({disassemble_insn(insn)}): {'; '.join(problems)}")
+        if not insns or not isinstance(insns[-1], FinishInsn):
+            raise SimError("the program does not end with FINISH")
+        return _Run(self, dram, insns, max_cycles, timeline).execute()
+
+
+class _Run:
+    """State of one execution: stage cursors, command and token queues, clocks."""
+
+    def __init__(self, sim: Simulator, dram: Dram, insns: list[Insn], max_cycles: int | None, timeline: bool):
+        self.sim, self.cfg, self.dram, self.insns = sim, sim.cfg, dram, insns
+        self.max_cycles, self.want_timeline = max_cycles, timeline
+        t = self.cfg.timing
+        self.by_stage: list[list[int]] = [[], [], []]
+        self.pos_in_stage = []
+        for i, insn in enumerate(insns):
+            self.pos_in_stage.append(len(self.by_stage[insn.stage]))
+            self.by_stage[insn.stage].append(i)
+        self.cursor = [0, 0, 0]  # next position in each stage's list
+        self.started_at: list[list[int]] = [[], [], []]  # start cycle of each started instruction
+        self.free_at = [0, 0, 0]
+        self.fetched = 0
+        self.fetch_time = t.insn_fetch_latency - t.insn_fetch_cycles
+        self.arrival: list[int] = []
+        self.tokens = {q: deque() for q in Queue}
+        self.model = CycleModel(self.cfg)
+        self.counters = Counters(insn_bytes=len(insns) * self.cfg.insn_bytes)
+        self.timeline: list[TimelineEntry] = []
+
+    def _fetch_until(self, index: int) -> bool:
+        """Advance in-order fetch up to instruction ``index``; False if a full command queue blocks it."""
+        t = self.cfg.timing
+        while self.fetched <= index:
+            insn = self.insns[self.fetched]
+            s, k = insn.stage, self.pos_in_stage[self.fetched]
+            slot_time = 0
+            if k >= t.cmd_queue_depth:  # needs the instruction `depth` places ahead to have left the queue
+                if k - t.cmd_queue_depth >= len(self.started_at[s]):
+                    return False
+                slot_time = self.started_at[s][k - t.cmd_queue_depth] + 1
+            self.fetch_time = max(self.fetch_time + t.insn_fetch_cycles, slot_time)
+            self.arrival.append(self.fetch_time)
+            self.fetched += 1
+        return True
+
+    def _blocker(self, s: int) -> str | None:
+        """Why stage ``s`` cannot start its next instruction now (None if it can)."""
+        index = self.by_stage[s][self.cursor[s]]
+        if not self._fetch_until(index):
+            blocking = self.insns[self.fetched].stage
+            return (f"waiting for instruction fetch, which is blocked by the full "
+                    f"{blocking.name.lower()} command queue (depth {self.cfg.timing.cmd_queue_depth})")
+        insn = self.insns[index]
+        for q in pops_of(insn):
+            if not self.tokens[q]:
+                return f"waiting for a token on queue {QUEUE_NAMES[q]}"
+        for q in pushes_of(insn):
+            if len(self.tokens[q]) >= self.cfg.timing.token_queue_depth:
+                return f"waiting for room in the full token queue {QUEUE_NAMES[q]}"
+        return None
+
+    def execute(self) -> RunResult:
+        while True:
+            best = None
+            for s in (Stage.LOAD, Stage.COMPUTE, Stage.STORE):
+                if self.cursor[s] == len(self.by_stage[s]) or self._blocker(s) is not None:
+                    continue
+                index = self.by_stage[s][self.cursor[s]]
+                ready = max([self.free_at[s], self.arrival[index]] +
+                            [self.tokens[q][0] for q in pops_of(self.insns[index])])
+                if best is None or ready < best[0]:
+                    best = (ready, s, index)
+            if best is None:
+                break
+            self._step(*best)
+        unfinished = [s for s in Stage if self.cursor[s] < len(self.by_stage[s])]
+        if unfinished:
+            raise DeadlockError("deadlock: no stage can proceed\n" + self._describe())
+        leftover = {QUEUE_NAMES[q]: len(d) for q, d in self.tokens.items() if d}
+        if leftover:
+            raise SimError(f"the program ended with tokens left in queues: {leftover}")
+        c = self.counters
+        c.cycles = max(self.free_at)
+        for s, name in enumerate(STAGES):
+            st = c.stage(name)
+            st.idle += c.cycles - self.free_at[s]
+        return RunResult(c, self.timeline)
+
+    def _describe(self) -> str:
+        lines = []
+        for s in Stage:
+            name = s.name.lower()
+            if self.cursor[s] == len(self.by_stage[s]):
+                lines.append(f"  {name} stage: finished")
+                continue
+            index = self.by_stage[s][self.cursor[s]]
+            lines.append(f"  {name} stage: stuck at instruction {index} "
+                         f"({disassemble_insn(self.insns[index])}), {self._blocker(s)}")
+        queued = ", ".join(f"{QUEUE_NAMES[q]}={len(d)}" for q, d in self.tokens.items())
+        return "\n".join(lines) + f"\n  tokens in queues: {queued}"
+
+    def _step(self, start: int, s: int, index: int) -> None:
+        insn = self.insns[index]
+        for q in pops_of(insn):
+            self.tokens[q].popleft()
+        try:
+            self._exec(insn)
+        except (semantics.ExecError, ValueError) as e:
+            raise SimError(f"instruction {index} ({disassemble_insn(insn)}): {e}") from None
+        end = start + self.model.duration(insn, start)
+        if self.max_cycles is not None and end > self.max_cycles:
+            raise CycleLimitError(f"cycle limit {self.max_cycles} reached at instruction {index} "
+                                  f"({disassemble_insn(insn)}) on the {Stage(s).name.lower()} stage")
+        for q in pushes_of(insn):
+            self.tokens[q].append(end)
+        st = self.counters.stage(STAGES[s])
+        avail = max(self.free_at[s], self.arrival[index])
+        st.idle += avail - self.free_at[s]
+        st.stall += start - avail
+        st.busy += end - start
+        st.insns += 1
+        self.counters.insn_counts[insn.opcode.name] += 1
+        self.free_at[s] = end
+        self.started_at[s].append(start)
+        self.cursor[s] += 1
+        if self.want_timeline:
+            self.timeline.append(TimelineEntry(index, STAGES[s], start, end, disassemble_insn(insn)))
+
+    def _exec(self, insn: Insn) -> None:
+        sram, c = self.sim.sram, self.counters
+        if isinstance(insn, MemInsn):
+            if insn.store:
+                c.bytes_stored += semantics.exec_store(sram, insn, self.dram)
+            else:
+                c.bytes_loaded[insn.mem_type.name] += semantics.exec_load(sram, insn, self.dram)
+        elif isinstance(insn, GemmInsn):
+            n = semantics.exec_gemm(sram, insn)
+            if insn.reset:
+                c.gemm_reset_iters += n
+            else:
+                c.gemm_iters += n
+        elif isinstance(insn, AluInsn):
+            c.alu_iters += semantics.exec_alu(sram, insn)
+
+

@@ -1,0 +1,205 @@
+"""Bit-exact functional semantics of every instruction, vectorized with numpy.
+
+The on-chip buffers live in :class:`Sram`; each ``exec_*`` function applies one instruction to them
+(and to DRAM). A GEMM or ALU instruction is executed as whole-array operations, never a Python loop
+over its micro-op iterations.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from vdla.config import HwConfig
+from vdla.isa import AluInsn, AluOp, GemmInsn, MemInsn, MemType, decode_uops, elem_bytes
+from vdla.runtime.dram import Dram
+
+
+class ExecError(RuntimeError):
+    """An instruction that cannot execute (an index outside a buffer, a DRAM access outside the region)."""
+
+
+class Sram:
+    """The accelerator's on-chip buffers."""
+
+    def __init__(self, cfg: HwConfig):
+        self.cfg = cfg
+        self.inp = np.zeros((cfg.inp_depth, cfg.batch, cfg.block_in), np.int8)
+        self.wgt = np.zeros((cfg.wgt_depth, cfg.block_out, cfg.block_in), np.int8)
+        self.acc = np.zeros((cfg.acc_depth, cfg.batch, cfg.block_out), np.int32)
+        self.uop = np.zeros(cfg.uop_depth, np.uint32)
+
+
+def _row_index(insn: MemInsn) -> np.ndarray:
+    """Element offsets (from dram_base) of the y_size x x_size tile."""
+    return (np.arange(insn.y_size)[:, None] * insn.x_stride + np.arange(insn.x_size)[None, :]).reshape(-1)
+
+
+def _dram_elems(dram: Dram, insn: MemInsn, eb: int) -> tuple[np.ndarray, np.ndarray]:
+    """DRAM viewed as elements of ``eb`` bytes, and the element indices the tile touches."""
+    first = insn.dram_base * eb - dram.base
+    idx = first // eb + _row_index(insn)
+    if first < 0 or idx[-1] >= dram.size // eb:
+        lo = insn.dram_base * eb
+        hi = lo + (int(idx[-1]) - first // eb + 1) * eb
+        raise ExecError(f"DRAM access [{lo:#x}, {hi:#x}) outside the region "
+                        f"[{dram.base:#x}, {dram.base + dram.size:#x})")
+    return dram.mem.reshape(-1, eb), idx
+
+
+def exec_load(sram: Sram, insn: MemInsn, dram: Dram) -> int:
+    """LOAD a padded 2-D tile into SRAM; returns the DRAM bytes read."""
+    if insn.is_nop:
+        return 0
+    cfg, mem = sram.cfg, insn.mem_type
+    eb = elem_bytes(cfg, mem)
+    elems, idx = _dram_elems(dram, insn, eb)
+    data = elems[idx]  # (y*x, eb) uint8, a copy
+    target, dtype = {MemType.INP: (sram.inp, np.int8), MemType.WGT: (sram.wgt, np.int8),
+                     MemType.ACC: (sram.acc, np.int32), MemType.ACC_8BIT: (sram.acc, np.int8),
+                     MemType.UOP: (sram.uop, np.uint32)}[mem]
+    values = data.view(dtype).reshape((insn.y_size, insn.x_size) + target.shape[1:])
+    tile = np.zeros((insn.rows, insn.cols) + target.shape[1:], target.dtype)
+    tile[insn.y_pad_0:insn.y_pad_0 + insn.y_size, insn.x_pad_0:insn.x_pad_0 + insn.x_size] = values
+    n = insn.rows * insn.cols
+    if insn.sram_base + n > len(target):
+        raise ExecError(f"SRAM tile [{insn.sram_base}, {insn.sram_base + n}) exceeds the "
+                        f"{mem.name} buffer depth {len(target)}")
+    target[insn.sram_base:insn.sram_base + n] = tile.reshape((n,) + target.shape[1:])
+    return idx.size * eb
+
+
+def exec_store(sram: Sram, insn: MemInsn, dram: Dram) -> int:
+    """STORE y_size x x_size accumulator rows, truncated to 8 bits; returns the DRAM bytes written."""
+    if insn.is_nop:
+        return 0
+    n = insn.y_size * insn.x_size
+    if insn.sram_base + n > len(sram.acc):
+        raise ExecError(f"STORE reads ACC [{insn.sram_base}, {insn.sram_base + n}) beyond depth {len(sram.acc)}")
+    eb = sram.cfg.out_elem_bytes
+    elems, idx = _dram_elems(dram, insn, eb)
+    elems[idx] = sram.acc[insn.sram_base:insn.sram_base + n].astype(np.int8).reshape(n, -1).view(np.uint8)
+    return idx.size * eb
+
+
+def _loop_indices(sram: Sram, insn: GemmInsn | AluInsn, names: tuple[str, ...]) -> list[np.ndarray]:
+    """Flattened per-iteration indices, in execution order (outer, inner, uop)."""
+    uops = decode_uops(sram.uop[insn.uop_bgn:insn.uop_end], sram.cfg)
+    o = np.arange(insn.iter_out)[:, None, None]
+    i = np.arange(insn.iter_in)[None, :, None]
+    out = []
+    for base, name in zip(uops, names):
+        fo, fi = getattr(insn, f"{name}_factor_out"), getattr(insn, f"{name}_factor_in")
+        out.append((base[None, None, :] + o * fo + i * fi).reshape(-1))
+    return out
+
+
+def _check_range(idx: np.ndarray, depth: int, what: str) -> None:
+    hi = int(idx.max())
+    if hi >= depth:
+        raise ExecError(f"{what} index {hi} outside the buffer (depth {depth})")
+
+
+def exec_gemm(sram: Sram, insn: GemmInsn) -> int:
+    """ACC[dst] (+)= INP[src] x WGT[wgt]^T over the micro-op loop; returns the uop-iterations."""
+    cfg = sram.cfg
+    dst, src, wgt = _loop_indices(sram, insn, ("dst", "src", "wgt"))
+    _check_range(dst, cfg.acc_depth, "GEMM ACC (dst)")
+    if insn.reset:
+        sram.acc[dst] = 0
+        return dst.size
+    _check_range(src, cfg.inp_depth, "GEMM INP (src)")
+    _check_range(wgt, cfg.wgt_depth, "GEMM WGT (wgt)")
+    products = _products(sram, src, wgt)  # (n, batch, block_out) float32, exact
+    lanes = cfg.batch * cfg.block_out
+    flat = (dst[:, None] * lanes + np.arange(lanes)).reshape(-1)
+    sums = np.bincount(flat, weights=products.reshape(-1), minlength=cfg.acc_depth * lanes)
+    acc = sram.acc.reshape(-1)
+    touched = np.unique(dst)
+    t = (touched[:, None] * lanes + np.arange(lanes)).reshape(-1)
+    acc[t] = (acc[t].astype(np.int64) + sums[t].astype(np.int64)).astype(np.int32)
+    return dst.size
+
+
+def _products(sram: Sram, src: np.ndarray, wgt: np.ndarray) -> np.ndarray:
+    """INP[src[n]] @ WGT[wgt[n]]^T for every n, computed in float32 BLAS (exact: |sum| < 2^24).
+
+    Iterations are grouped by weight block so that each group is one matrix product.
+    """
+    cfg = sram.cfg
+    n = src.size
+    order = np.argsort(wgt, kind="stable")
+    blocks, counts = np.unique(wgt[order], return_counts=True)
+    width = int(counts.max())
+    w = sram.wgt[blocks].astype(np.float32).transpose(0, 2, 1)  # (k, block_in, block_out)
+    if blocks.size * width <= 2 * n:
+        starts = np.repeat(np.cumsum(counts) - counts, counts)
+        slot = np.arange(n) - starts
+        group = np.repeat(np.arange(blocks.size), counts)
+        a = np.zeros((blocks.size, width, cfg.batch, cfg.block_in), np.float32)
+        a[group, slot] = sram.inp[src[order]]
+        p = np.matmul(a.reshape(blocks.size, width * cfg.batch, cfg.block_in), w)
+        p = p.reshape(blocks.size, width, cfg.batch, cfg.block_out)[group, slot]
+    else:  # very uneven groups: one product per iteration
+        group = np.searchsorted(blocks, wgt[order])
+        p = np.einsum("nbi,nio->nbo", sram.inp[src[order]].astype(np.float32), w[group])
+    out = np.empty_like(p)
+    out[order] = p
+    return out
+
+
+def _alu_apply(op: AluOp, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """One ALU operation lane-wise on int64 copies of int32 values; returns int32."""
+    if op == AluOp.MIN:
+        r = np.minimum(a, b)
+    elif op == AluOp.MAX:
+        r = np.maximum(a, b)
+    elif op == AluOp.ADD:
+        r = a + b
+    elif op == AluOp.MUL:
+        r = a * b
+    elif op in (AluOp.SHR, AluOp.RSHR):
+        s = np.clip(b, -31, 31)
+        right = np.maximum(s, 0)
+        if op == AluOp.RSHR:
+            a = a + np.where(right > 0, np.left_shift(1, np.maximum(right - 1, 0)), 0)
+        r = np.where(s >= 0, a >> right, a << np.maximum(-s, 0))
+    elif op == AluOp.CLIP:
+        lo = ((b & 0xFF) ^ 0x80) - 0x80
+        hi = (((b >> 8) & 0xFF) ^ 0x80) - 0x80
+        r = np.minimum(np.maximum(a, lo), hi)
+    else:
+        raise ExecError(f"unknown ALU opcode {op}")
+    return (r & 0xFFFFFFFF).astype(np.uint32).view(np.int32)
+
+
+def exec_alu(sram: Sram, insn: AluInsn) -> int:
+    """ACC[dst] = op(ACC[dst], imm or ACC[src]) over the micro-op loop, with sequential semantics."""
+    cfg = sram.cfg
+    dst, src = _loop_indices(sram, insn, ("dst", "src"))
+    _check_range(dst, cfg.acc_depth, "ALU ACC (dst)")
+    acc = sram.acc
+    if insn.reset:
+        acc[dst] = 0
+        return dst.size
+    if not insn.use_imm:
+        _check_range(src, cfg.acc_depth, "ALU ACC (src)")
+    # Occurrence number of each dst: iterations with equal rank touch distinct entries.
+    order = np.argsort(dst, kind="stable")
+    sd = dst[order]
+    first = np.r_[True, sd[1:] != sd[:-1]]
+    rank = np.empty(dst.size, np.int64)
+    rank[order] = np.arange(dst.size) - np.maximum.accumulate(np.where(first, np.arange(dst.size), 0))
+    owner = np.full(cfg.acc_depth, -1, np.int64)
+    owner[dst] = np.arange(dst.size)  # with duplicates, some writer of each entry
+    reads_written = not insn.use_imm and bool(np.any((owner[src] >= 0) & (src != dst)))
+    if reads_written or (not insn.use_imm and rank.max() > 0 and np.any(owner[src] >= 0)):
+        for n in range(dst.size):  # a source is also a destination: only a sequential order is exact
+            acc[dst[n]] = _alu_apply(insn.alu_opcode, acc[dst[n]].astype(np.int64), acc[src[n]].astype(np.int64))
+        return dst.size
+    imm = np.int64(insn.imm)
+    for r in range(int(rank.max()) + 1):
+        sel = rank == r if rank.max() else slice(None)
+        d = dst[sel]
+        b = imm if insn.use_imm else acc[src[sel]].astype(np.int64)
+        acc[d] = _alu_apply(insn.alu_opcode, acc[d].astype(np.int64), b)
+    return dst.size
