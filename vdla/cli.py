@@ -97,6 +97,14 @@ def cmd_matmul(args: argparse.Namespace) -> int:
     return 0 if correct else 1
 
 
+def cmd_gen_header(args: argparse.Namespace) -> int:
+    from vdla.hw_header import HEADER_PATH, write_config_header
+
+    path = write_config_header(load_config(args.config), args.output or HEADER_PATH)
+    console.print(f"wrote {path}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="vdla", description="Toolchain for a VDLA/VTA-class accelerator")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -117,6 +125,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("binary")
     p.add_argument("-n", "--numbered", action="store_true", help="number the instructions")
     p.set_defaults(func=cmd_disasm)
+
+    p = sub.add_parser("gen-header", help="generate the RTL parameter header from a configuration")
+    _add_config(p)
+    p.add_argument("-o", "--output", help="output file (default: hw/rtl/include/vdla_config.svh)")
+    p.set_defaults(func=cmd_gen_header)
 
     p = sub.add_parser("matmul", help="run a tiled int8 matrix multiply and check it against numpy")
     _add_config(p)

@@ -22,6 +22,7 @@ from vdla.isa import (
     Queue,
     Stage,
     decode_program,
+    elem_bytes,
     pops_of,
     pushes_of,
 )
@@ -62,8 +63,11 @@ class Simulator:
         self.sram = semantics.Sram(cfg)
 
     def run(self, dram: Dram, insn_addr: int, insn_count: int, max_cycles: int | None = None,
-            timeline: bool = False) -> RunResult:
-        """Execute ``insn_count`` instructions at physical address ``insn_addr``; return the counters."""
+            timeline: bool = False, functional: bool = True) -> RunResult:
+        """Execute ``insn_count`` instructions at physical address ``insn_addr``; return the counters.
+
+        With ``functional=False`` only the cycle model runs (buffers and DRAM are left untouched): the
+        compiler's cost model."""
         try:
             insns = decode_program(bytes(dram.view(insn_addr, insn_count * self.cfg.insn_bytes)))
         except (IsaError, ValueError) as e:
@@ -76,14 +80,15 @@ class Simulator:
                 raise SimError(f"instruction {i} ({disassemble_insn(insn)}): {'; '.join(problems)}")
         if not insns or not isinstance(insns[-1], FinishInsn):
             raise SimError("the program does not end with FINISH")
-        return _Run(self, dram, insns, max_cycles, timeline).execute()
+        return _Run(self, dram, insns, max_cycles, timeline, functional).execute()
 
 
 class _Run:
     """State of one execution: stage cursors, command and token queues, clocks."""
 
-    def __init__(self, sim: Simulator, dram: Dram, insns: list[Insn], max_cycles: int | None, timeline: bool):
-        self.sim, self.cfg, self.dram, self.insns = sim, sim.cfg, dram, insns
+    def __init__(self, sim: Simulator, dram: Dram, insns: list[Insn], max_cycles: int | None, timeline: bool,
+                 functional: bool):
+        self.sim, self.cfg, self.dram, self.insns, self.functional = sim, sim.cfg, dram, insns, functional
         self.max_cycles, self.want_timeline = max_cycles, timeline
         t = self.cfg.timing
         self.by_stage: list[list[int]] = [[], [], []]
@@ -202,19 +207,20 @@ class _Run:
             self.timeline.append(TimelineEntry(index, STAGES[s], start, end, disassemble_insn(insn)))
 
     def _exec(self, insn: Insn) -> None:
-        sram, c = self.sim.sram, self.counters
+        """Count what the instruction does and, unless timing only, execute it."""
+        c = self.counters
         if isinstance(insn, MemInsn):
+            nbytes = 0 if insn.is_nop else insn.y_size * insn.x_size * elem_bytes(self.cfg, insn.mem_type)
             if insn.store:
-                c.bytes_stored += semantics.exec_store(sram, insn, self.dram)
+                c.bytes_stored += nbytes
             else:
-                c.bytes_loaded[insn.mem_type.name] += semantics.exec_load(sram, insn, self.dram)
+                c.bytes_loaded[insn.mem_type.name] += nbytes
         elif isinstance(insn, GemmInsn):
-            n = semantics.exec_gemm(sram, insn)
             if insn.reset:
-                c.gemm_reset_iters += n
+                c.gemm_reset_iters += insn.iterations
             else:
-                c.gemm_iters += n
+                c.gemm_iters += insn.iterations
         elif isinstance(insn, AluInsn):
-            c.alu_iters += semantics.exec_alu(sram, insn)
-
-
+            c.alu_iters += insn.iterations
+        if self.functional:
+            semantics.execute(self.sim.sram, insn, self.dram)

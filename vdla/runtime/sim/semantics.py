@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from vdla.config import HwConfig
-from vdla.isa import AluInsn, AluOp, GemmInsn, MemInsn, MemType, decode_uops, elem_bytes
+from vdla.isa import AluInsn, AluOp, GemmInsn, Insn, MemInsn, MemType, decode_uops, elem_bytes
 from vdla.runtime.dram import Dram
 
 
@@ -46,10 +46,10 @@ def _dram_elems(dram: Dram, insn: MemInsn, eb: int) -> tuple[np.ndarray, np.ndar
     return dram.mem.reshape(-1, eb), idx
 
 
-def exec_load(sram: Sram, insn: MemInsn, dram: Dram) -> int:
-    """LOAD a padded 2-D tile into SRAM; returns the DRAM bytes read."""
+def exec_load(sram: Sram, insn: MemInsn, dram: Dram) -> None:
+    """LOAD a padded 2-D tile into SRAM."""
     if insn.is_nop:
-        return 0
+        return
     cfg, mem = sram.cfg, insn.mem_type
     eb = elem_bytes(cfg, mem)
     elems, idx = _dram_elems(dram, insn, eb)
@@ -65,20 +65,18 @@ def exec_load(sram: Sram, insn: MemInsn, dram: Dram) -> int:
         raise ExecError(f"SRAM tile [{insn.sram_base}, {insn.sram_base + n}) exceeds the "
                         f"{mem.name} buffer depth {len(target)}")
     target[insn.sram_base:insn.sram_base + n] = tile.reshape((n,) + target.shape[1:])
-    return idx.size * eb
 
 
-def exec_store(sram: Sram, insn: MemInsn, dram: Dram) -> int:
-    """STORE y_size x x_size accumulator rows, truncated to 8 bits; returns the DRAM bytes written."""
+def exec_store(sram: Sram, insn: MemInsn, dram: Dram) -> None:
+    """STORE y_size x x_size accumulator rows, truncated to 8 bits."""
     if insn.is_nop:
-        return 0
+        return
     n = insn.y_size * insn.x_size
     if insn.sram_base + n > len(sram.acc):
         raise ExecError(f"STORE reads ACC [{insn.sram_base}, {insn.sram_base + n}) beyond depth {len(sram.acc)}")
     eb = sram.cfg.out_elem_bytes
     elems, idx = _dram_elems(dram, insn, eb)
     elems[idx] = sram.acc[insn.sram_base:insn.sram_base + n].astype(np.int8).reshape(n, -1).view(np.uint8)
-    return idx.size * eb
 
 
 def _loop_indices(sram: Sram, insn: GemmInsn | AluInsn, names: tuple[str, ...]) -> list[np.ndarray]:
@@ -99,14 +97,14 @@ def _check_range(idx: np.ndarray, depth: int, what: str) -> None:
         raise ExecError(f"{what} index {hi} outside the buffer (depth {depth})")
 
 
-def exec_gemm(sram: Sram, insn: GemmInsn) -> int:
-    """ACC[dst] (+)= INP[src] x WGT[wgt]^T over the micro-op loop; returns the uop-iterations."""
+def exec_gemm(sram: Sram, insn: GemmInsn) -> None:
+    """ACC[dst] (+)= INP[src] x WGT[wgt]^T over the micro-op loop."""
     cfg = sram.cfg
     dst, src, wgt = _loop_indices(sram, insn, ("dst", "src", "wgt"))
     _check_range(dst, cfg.acc_depth, "GEMM ACC (dst)")
     if insn.reset:
         sram.acc[dst] = 0
-        return dst.size
+        return
     _check_range(src, cfg.inp_depth, "GEMM INP (src)")
     _check_range(wgt, cfg.wgt_depth, "GEMM WGT (wgt)")
     products = _products(sram, src, wgt)  # (n, batch, block_out) float32, exact
@@ -117,7 +115,6 @@ def exec_gemm(sram: Sram, insn: GemmInsn) -> int:
     touched = np.unique(dst)
     t = (touched[:, None] * lanes + np.arange(lanes)).reshape(-1)
     acc[t] = (acc[t].astype(np.int64) + sums[t].astype(np.int64)).astype(np.int32)
-    return dst.size
 
 
 def _products(sram: Sram, src: np.ndarray, wgt: np.ndarray) -> np.ndarray:
@@ -172,7 +169,7 @@ def _alu_apply(op: AluOp, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return (r & 0xFFFFFFFF).astype(np.uint32).view(np.int32)
 
 
-def exec_alu(sram: Sram, insn: AluInsn) -> int:
+def exec_alu(sram: Sram, insn: AluInsn) -> None:
     """ACC[dst] = op(ACC[dst], imm or ACC[src]) over the micro-op loop, with sequential semantics."""
     cfg = sram.cfg
     dst, src = _loop_indices(sram, insn, ("dst", "src"))
@@ -180,7 +177,7 @@ def exec_alu(sram: Sram, insn: AluInsn) -> int:
     acc = sram.acc
     if insn.reset:
         acc[dst] = 0
-        return dst.size
+        return
     if not insn.use_imm:
         _check_range(src, cfg.acc_depth, "ALU ACC (src)")
     # Occurrence number of each dst: iterations with equal rank touch distinct entries.
@@ -194,12 +191,22 @@ def exec_alu(sram: Sram, insn: AluInsn) -> int:
     reads_written = not insn.use_imm and bool(np.any((owner[src] >= 0) & (src != dst)))
     if reads_written or (not insn.use_imm and rank.max() > 0 and np.any(owner[src] >= 0)):
         for n in range(dst.size):  # a source is also a destination: only a sequential order is exact
-            acc[dst[n]] = _alu_apply(insn.alu_opcode, acc[dst[n]].astype(np.int64), acc[src[n]].astype(np.int64))
-        return dst.size
+            a, b = acc[dst[n]].astype(np.int64), acc[src[n]].astype(np.int64)
+            acc[dst[n]] = _alu_apply(insn.alu_opcode, a, b)
+        return
     imm = np.int64(insn.imm)
     for r in range(int(rank.max()) + 1):
         sel = rank == r if rank.max() else slice(None)
         d = dst[sel]
         b = imm if insn.use_imm else acc[src[sel]].astype(np.int64)
         acc[d] = _alu_apply(insn.alu_opcode, acc[d].astype(np.int64), b)
-    return dst.size
+
+
+def execute(sram: Sram, insn: Insn, dram: Dram) -> None:
+    """Apply one instruction to the buffers and DRAM (FINISH and no-ops change nothing)."""
+    if isinstance(insn, MemInsn):
+        (exec_store if insn.store else exec_load)(sram, insn, dram)
+    elif isinstance(insn, GemmInsn):
+        exec_gemm(sram, insn)
+    elif isinstance(insn, AluInsn):
+        exec_alu(sram, insn)
