@@ -6,7 +6,7 @@ so the layout exists in exactly one place (docs/isa.md documents the same table)
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from enum import IntEnum
 
 INSN_BITS = 128
@@ -189,7 +189,7 @@ class FinishInsn(Insn):
 
 
 def _field_values(insn: Insn) -> dict[str, int]:
-    vals = {f.name: getattr(insn, f.name) for f in fields(insn)}
+    vals = dict(vars(insn))
     vals["opcode"] = int(insn.opcode)
     return vals
 

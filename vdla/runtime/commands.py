@@ -80,8 +80,7 @@ class CommandBuilder:
         while pending:
             queue = pending.pop(0)
             flag = POP_FLAG[queue]
-            if getattr(insn, flag):
-                pending.insert(0, queue)  # the same queue twice: carry the earlier pop on a no-op
+            if getattr(insn, flag):  # the same queue twice: a no-op ahead of insn carries one pop
                 self._append(self._with_flag(_nop(stage), flag))
             else:
                 setattr(insn, flag, True)
@@ -148,11 +147,19 @@ class CommandBuilder:
                                f"overruns its {buf.nbytes}-byte buffer at {buf.addr:#x}")
 
     # ---- micro-kernels ----------------------------------------------------------------------
-    def _kernel(self, uops: UopSpec) -> tuple[int, int]:
-        """Make a micro-op kernel resident in the UOP buffer (loading it if needed): (bgn, end)."""
-        words = encode_uops(np.asarray(uops, dtype=np.int64).reshape(-1, 3), self.cfg)
-        if words.size == 0:
+    @staticmethod
+    def _uop_array(uops: UopSpec) -> np.ndarray:
+        """Micro-ops as an (n, 3) array; (dst, src) pairs get a zero wgt index."""
+        arr = np.asarray(uops, dtype=np.int64)
+        if arr.size == 0:
             raise CommandError("a micro-kernel needs at least one micro-op")
+        if arr.ndim == 2 and arr.shape[1] == 2:
+            arr = np.concatenate([arr, np.zeros((len(arr), 1), np.int64)], axis=1)
+        return arr.reshape(-1, 3)
+
+    def _kernel(self, uops: np.ndarray) -> tuple[int, int]:
+        """Make a micro-op kernel resident in the UOP buffer (loading it if needed): (bgn, end)."""
+        words = encode_uops(uops, self.cfg)
         if words.size > self.cfg.uop_depth:
             raise CommandError(f"micro-kernel of {words.size} micro-ops exceeds the UOP buffer "
                                f"({self.cfg.uop_depth})")
@@ -199,7 +206,7 @@ class CommandBuilder:
              reset: bool = False) -> int:
         """GEMM micro-kernel: for o, i, (dst, src, wgt) in uops: ACC[dst'] += INP[src'] x WGT[wgt']^T,
         with x' = x + o * x_factor[0] + i * x_factor[1] (ACC[dst'] = 0 when ``reset``)."""
-        arr = np.asarray(uops, dtype=np.int64).reshape(-1, 3)
+        arr = self._uop_array(uops)
         cfg = self.cfg
         factors = {"dst": dst_factor}
         if not reset:
@@ -217,10 +224,7 @@ class CommandBuilder:
             imm: int | None = None, reset: bool = False) -> int:
         """ALU micro-kernel: ACC[dst'] = op(ACC[dst'], imm if given else ACC[src']); uops are (dst, src)
         or (dst, src, 0) triples."""
-        arr = np.asarray(uops, dtype=np.int64)
-        if arr.ndim == 2 and arr.shape[1] == 2:
-            arr = np.concatenate([arr, np.zeros((len(arr), 1), np.int64)], axis=1)
-        arr = arr.reshape(-1, 3)
+        arr = self._uop_array(uops)
         factors = {"dst": dst_factor} if imm is not None or reset else {"dst": dst_factor, "src": src_factor}
         self._loop_check(f"ALU {AluOp(op).name}", arr, (iter_out, iter_in), factors,
                          {"dst": self.cfg.acc_depth, "src": self.cfg.acc_depth})

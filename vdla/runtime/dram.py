@@ -57,7 +57,7 @@ class Dram:
         self.size, self.base = size, base
         self.mem = np.zeros(size, dtype=np.uint8) if mem is None else mem
         self._free: list[tuple[int, int]] = [(0, size)]  # (offset, length), sorted
-        self._live: dict[int, int] = {}
+        self._live: dict[int, Buffer] = {}
 
     @property
     def range(self) -> tuple[int, int]:
@@ -72,15 +72,16 @@ class Dram:
             if start + nbytes <= off + length:
                 pieces = [(off, start - off), (start + nbytes, off + length - start - nbytes)]
                 self._free[i:i + 1] = [p for p in pieces if p[1] > 0]
-                self._live[start] = nbytes
-                return Buffer(self, self.base + start, nbytes)
+                buf = self._live[start] = Buffer(self, self.base + start, nbytes)
+                return buf
         raise DramError(f"out of DRAM: no free block of {nbytes} bytes (region {self.size} bytes, "
                         f"{sum(n for _, n in self._free)} free)")
 
     def free(self, buf: Buffer) -> None:
         off = buf.addr - self.base
-        if self._live.pop(off, None) is None:
+        if self._live.get(off) is not buf:
             raise DramError(f"buffer at {buf.addr:#x} is not allocated")
+        del self._live[off]
         blocks = sorted(self._free + [(off, buf.nbytes)])
         merged = [blocks[0]]
         for o, n in blocks[1:]:

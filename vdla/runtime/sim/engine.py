@@ -8,6 +8,7 @@ time order. A state where no stage can proceed is a deadlock and raises :class:`
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -53,6 +54,7 @@ class CycleLimitError(SimError):
 class RunResult:
     counters: Counters
     timeline: list[TimelineEntry] = field(default_factory=list)
+    wall_s: float = 0.0  # host time the backend took to run the program
 
 
 class Simulator:
@@ -68,6 +70,7 @@ class Simulator:
 
         With ``functional=False`` only the cycle model runs (buffers and DRAM are left untouched): the
         compiler's cost model."""
+        t0 = time.perf_counter()
         try:
             insns = decode_program(bytes(dram.view(insn_addr, insn_count * self.cfg.insn_bytes)))
         except (IsaError, ValueError) as e:
@@ -80,7 +83,9 @@ class Simulator:
                 raise SimError(f"instruction {i} ({disassemble_insn(insn)}): {'; '.join(problems)}")
         if not insns or not isinstance(insns[-1], FinishInsn):
             raise SimError("the program does not end with FINISH")
-        return _Run(self, dram, insns, max_cycles, timeline, functional).execute()
+        result = _Run(self, dram, insns, max_cycles, timeline, functional).execute()
+        result.wall_s = time.perf_counter() - t0
+        return result
 
 
 class _Run:

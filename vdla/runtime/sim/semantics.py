@@ -13,18 +13,24 @@ from vdla.config import HwConfig
 from vdla.isa import AluInsn, AluOp, GemmInsn, Insn, MemInsn, MemType, decode_uops, elem_bytes
 from vdla.runtime.dram import Dram
 
+EXACT_TERMS = 1 << 10  # int8 x int8 products whose float32 sum is exact: 1024 * 2^14 = 2^24
+
 
 class ExecError(RuntimeError):
     """An instruction that cannot execute (an index outside a buffer, a DRAM access outside the region)."""
 
 
 class Sram:
-    """The accelerator's on-chip buffers."""
+    """The accelerator's on-chip buffers.
+
+    INP and WGT hold int8 values in float32 arrays: GEMMs run as float32 BLAS products, which are exact
+    for integer sums below 2^24 (up to 1024 int8 x int8 terms; longer sums are split).
+    """
 
     def __init__(self, cfg: HwConfig):
         self.cfg = cfg
-        self.inp = np.zeros((cfg.inp_depth, cfg.batch, cfg.block_in), np.int8)
-        self.wgt = np.zeros((cfg.wgt_depth, cfg.block_out, cfg.block_in), np.int8)
+        self.inp = np.zeros((cfg.inp_depth, cfg.batch, cfg.block_in), np.float32)
+        self.wgt = np.zeros((cfg.wgt_depth, cfg.block_out, cfg.block_in), np.float32)
         self.acc = np.zeros((cfg.acc_depth, cfg.batch, cfg.block_out), np.int32)
         self.uop = np.zeros(cfg.uop_depth, np.uint32)
 
@@ -80,14 +86,14 @@ def exec_store(sram: Sram, insn: MemInsn, dram: Dram) -> None:
 
 
 def _loop_indices(sram: Sram, insn: GemmInsn | AluInsn, names: tuple[str, ...]) -> list[np.ndarray]:
-    """Flattened per-iteration indices, in execution order (outer, inner, uop)."""
+    """Per-iteration indices shaped (iter_out, iter_in, uops): row-major order is execution order."""
     uops = decode_uops(sram.uop[insn.uop_bgn:insn.uop_end], sram.cfg)
     o = np.arange(insn.iter_out)[:, None, None]
     i = np.arange(insn.iter_in)[None, :, None]
     out = []
     for base, name in zip(uops, names):
         fo, fi = getattr(insn, f"{name}_factor_out"), getattr(insn, f"{name}_factor_in")
-        out.append((base[None, None, :] + o * fo + i * fi).reshape(-1))
+        out.append(base[None, None, :] + o * fo + i * fi)
     return out
 
 
@@ -100,21 +106,58 @@ def _check_range(idx: np.ndarray, depth: int, what: str) -> None:
 def exec_gemm(sram: Sram, insn: GemmInsn) -> None:
     """ACC[dst] (+)= INP[src] x WGT[wgt]^T over the micro-op loop."""
     cfg = sram.cfg
-    dst, src, wgt = _loop_indices(sram, insn, ("dst", "src", "wgt"))
+    dst, src, wgt = _loop_indices(sram, insn, ("dst", "src", "wgt"))  # each (iter_out, iter_in, uops)
     _check_range(dst, cfg.acc_depth, "GEMM ACC (dst)")
     if insn.reset:
-        sram.acc[dst] = 0
+        sram.acc[dst.reshape(-1)] = 0
         return
     _check_range(src, cfg.inp_depth, "GEMM INP (src)")
     _check_range(wgt, cfg.wgt_depth, "GEMM WGT (wgt)")
-    products = _products(sram, src, wgt)  # (n, batch, block_out) float32, exact
-    lanes = cfg.batch * cfg.block_out
-    flat = (dst[:, None] * lanes + np.arange(lanes)).reshape(-1)
-    sums = np.bincount(flat, weights=products.reshape(-1), minlength=cfg.acc_depth * lanes)
-    acc = sram.acc.reshape(-1)
-    touched = np.unique(dst)
+    if np.all(wgt == wgt[:, :, :1]):
+        rows, sums = _loop_products(sram, insn, dst, src, wgt[:, :, 0])
+    else:
+        rows, sums = dst.reshape(-1), _products(sram, src.reshape(-1), wgt.reshape(-1))
+    _accumulate(sram.acc, rows, sums)
+
+
+def _loop_products(sram: Sram, insn: GemmInsn, dst: np.ndarray, src: np.ndarray, wgt: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """Products when every micro-op of an iteration uses the same weight block (convolutions, matmuls).
+
+    Loop levels that do not move ``dst`` are reductions: they are folded into the inner dimension of
+    one matrix product per remaining iteration, so BLAS does the accumulation.
+    """
+    cfg = sram.cfg
+    n_out, n_in, n_uop = dst.shape
+    keep = [ax for ax, (f, n) in enumerate(((insn.dst_factor_out, n_out), (insn.dst_factor_in, n_in)))
+            if f and n > 1]
+    red = [ax for ax in (0, 1) if ax not in keep]
+    groups = int(np.prod([dst.shape[ax] for ax in keep]))
+    depth = int(np.prod([dst.shape[ax] for ax in red])) * cfg.block_in
+    a = sram.inp[src].transpose(keep + [2, 3] + red + [4]).reshape(groups, n_uop * cfg.batch, depth)
+    w = sram.wgt[wgt].transpose(keep + red + [3, 2]).reshape(groups, depth, cfg.block_out)
+    if depth <= EXACT_TERMS:
+        sums = np.matmul(a, w)
+    else:
+        sums = sum(np.matmul(a[..., k:k + EXACT_TERMS], w[:, k:k + EXACT_TERMS]).astype(np.float64)
+                   for k in range(0, depth, EXACT_TERMS))
+    sums = sums.reshape(groups * n_uop, cfg.batch, cfg.block_out)
+    rows = dst[tuple(slice(None) if ax in keep else 0 for ax in (0, 1))].reshape(-1)
+    return rows, sums
+
+
+def _accumulate(acc: np.ndarray, rows: np.ndarray, sums: np.ndarray) -> None:
+    """ACC[rows[n]] += sums[n] with int32 wrap-around; repeated rows add up."""
+    if np.bincount(rows).max() == 1:
+        acc[rows] = (acc[rows].astype(np.int64) + sums.astype(np.int64)).astype(np.int32)
+        return
+    lanes = acc.shape[1] * acc.shape[2]
+    flat = (rows[:, None] * lanes + np.arange(lanes)).reshape(-1)
+    total = np.bincount(flat, weights=sums.reshape(-1), minlength=acc.size)
+    touched = np.unique(rows)
     t = (touched[:, None] * lanes + np.arange(lanes)).reshape(-1)
-    acc[t] = (acc[t].astype(np.int64) + sums[t].astype(np.int64)).astype(np.int32)
+    a = acc.reshape(-1)
+    a[t] = (a[t].astype(np.int64) + total[t].astype(np.int64)).astype(np.int32)
 
 
 def _products(sram: Sram, src: np.ndarray, wgt: np.ndarray) -> np.ndarray:
@@ -127,7 +170,7 @@ def _products(sram: Sram, src: np.ndarray, wgt: np.ndarray) -> np.ndarray:
     order = np.argsort(wgt, kind="stable")
     blocks, counts = np.unique(wgt[order], return_counts=True)
     width = int(counts.max())
-    w = sram.wgt[blocks].astype(np.float32).transpose(0, 2, 1)  # (k, block_in, block_out)
+    w = sram.wgt[blocks].transpose(0, 2, 1)  # (k, block_in, block_out)
     if blocks.size * width <= 2 * n:
         starts = np.repeat(np.cumsum(counts) - counts, counts)
         slot = np.arange(n) - starts
@@ -138,7 +181,7 @@ def _products(sram: Sram, src: np.ndarray, wgt: np.ndarray) -> np.ndarray:
         p = p.reshape(blocks.size, width, cfg.batch, cfg.block_out)[group, slot]
     else:  # very uneven groups: one product per iteration
         group = np.searchsorted(blocks, wgt[order])
-        p = np.einsum("nbi,nio->nbo", sram.inp[src[order]].astype(np.float32), w[group])
+        p = np.einsum("nbi,nio->nbo", sram.inp[src[order]], w[group])
     out = np.empty_like(p)
     out[order] = p
     return out
@@ -172,7 +215,7 @@ def _alu_apply(op: AluOp, a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def exec_alu(sram: Sram, insn: AluInsn) -> None:
     """ACC[dst] = op(ACC[dst], imm or ACC[src]) over the micro-op loop, with sequential semantics."""
     cfg = sram.cfg
-    dst, src = _loop_indices(sram, insn, ("dst", "src"))
+    dst, src = (x.reshape(-1) for x in _loop_indices(sram, insn, ("dst", "src")))
     _check_range(dst, cfg.acc_depth, "ALU ACC (dst)")
     acc = sram.acc
     if insn.reset:

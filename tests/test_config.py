@@ -1,0 +1,52 @@
+import json
+
+import pytest
+
+from vdla.config import ConfigError, from_dict, load_config, preset_names
+from vdla.hw_header import HEADER_PATH, config_header
+
+
+def test_presets_and_peaks():
+    assert {"pynq", "osdi18"} <= set(preset_names())
+    pynq = load_config()
+    assert pynq.name == "pynq"
+    assert (pynq.batch, pynq.block_in, pynq.block_out) == (1, 16, 16)
+    assert (pynq.inp_buff_bytes, pynq.wgt_buff_bytes, pynq.acc_buff_bytes, pynq.uop_buff_bytes) == (
+        32 << 10, 256 << 10, 128 << 10, 32 << 10)
+    assert pynq.macs_per_cycle == 256 and pynq.peak_gops == pytest.approx(51.2)
+    assert (pynq.inp_depth, pynq.wgt_depth, pynq.acc_depth, pynq.uop_depth) == (2048, 1024, 2048, 8192)
+    assert (pynq.uop_dst_bits, pynq.uop_src_bits, pynq.uop_wgt_bits) == (11, 11, 10)
+    assert pynq.bus_bytes == 8
+    osdi = load_config("osdi18")
+    assert osdi.clock_mhz == 200 and osdi.peak_gops == pytest.approx(102.4) and osdi.wgt_depth == 128
+    assert pynq.hash != osdi.hash
+
+
+def test_config_from_file_and_errors(tmp_path):
+    d = load_config("pynq").to_dict()
+    d["name"], d["block_in"] = "b8", 8
+    path = tmp_path / "b8.json"
+    path.write_text(json.dumps(d))
+    with pytest.raises(ConfigError, match="buffer depths need 11\\+12\\+11 micro-op bits > 32"):
+        load_config(str(path))
+    d["inp_buff_bytes"], d["wgt_buff_bytes"] = 16 << 10, 128 << 10
+    path.write_text(json.dumps(d))
+    assert load_config(str(path)).inp_elem_bytes == 8
+    with pytest.raises(ConfigError, match="no preset or file named 'nope'"):
+        load_config("nope")
+    with pytest.raises(ConfigError, match="block_out must be a positive power of two"):
+        from_dict({**d, "block_out": 12})
+    with pytest.raises(ConfigError, match="unknown config keys: \\['extra'\\]"):
+        from_dict({**d, "extra": 1})
+    with pytest.raises(ConfigError, match="unknown timing keys"):
+        from_dict({**d, "timing": {"warp": 9}})
+    bad = tmp_path / "bad.json"
+    bad.write_text("{")
+    with pytest.raises(ConfigError, match="not valid JSON"):
+        load_config(str(bad))
+
+
+def test_generated_header_is_up_to_date():
+    assert HEADER_PATH.read_text() == config_header(load_config()), (
+        "hw/rtl/include/vdla_config.svh is stale: run `vdla gen-header`")
+    assert f"`define VDLA_CONFIG_HASH 32'h{load_config().hash:08x}" in HEADER_PATH.read_text()

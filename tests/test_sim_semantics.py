@@ -1,0 +1,189 @@
+"""ISA semantics on small hand-built programs, checked against plain Python/numpy integer math.
+
+Every test runs on each backend (see conftest.py) and must be bit-exact on all of them.
+"""
+
+import numpy as np
+import pytest
+from acc_readback import read_acc
+
+from vdla.isa import AluOp, MemType, Stage
+
+RNG = np.random.default_rng(1234)
+INT32 = (-(1 << 31), (1 << 31) - 1)
+
+
+def rand_acc(n, lanes=16):
+    vals = RNG.integers(-(1 << 31), 1 << 31, (n, 1, lanes), dtype=np.int64)
+    vals[0, 0, :4] = [INT32[0], INT32[1], 0, -1]  # extremes
+    return vals.astype(np.int32)
+
+
+def wrap32(x):
+    return ((int(x) + (1 << 31)) % (1 << 32)) - (1 << 31)
+
+
+def test_padded_strided_acc_load_and_store(device):
+    cfg = device.cfg
+    src = rand_acc(6 * 5)  # 6 rows of 5 elements in DRAM
+    buf = device.array(src)
+    cmd = device.commands()
+    # 3 rows of 2 elements from row 1, column 2, rows 5 apart; pad 1 row above, 2 below, 1 left, 0 right
+    cmd.load(MemType.ACC, 10, buf, 1 * 5 + 2, 3, 2, 5, pad=(1, 2, 1, 0))
+    got = read_acc(device, cmd, 10, 6 * 3)
+    cmd.synchronize()
+    expect = np.zeros((6, 3, 1, 16), np.int32)
+    expect[1:4, 1:3] = src.reshape(6, 5, 1, 16)[1:4, 2:4]
+    np.testing.assert_array_equal(got().reshape(6, 3, 1, 16), expect)
+    assert cfg.acc_elem_bytes == 64
+
+
+def test_acc_8bit_load_sign_extends(device):
+    src = RNG.integers(-128, 128, (4, 1, 16), dtype=np.int8)
+    buf = device.array(src)
+    cmd = device.commands()
+    cmd.load(MemType.ACC_8BIT, 0, buf, 0, 2, 2, 2, pad=(0, 0, 0, 1))
+    got = read_acc(device, cmd, 0, 6)
+    cmd.synchronize()
+    expect = np.zeros((2, 3, 1, 16), np.int32)
+    expect[:, :2] = src.reshape(2, 2, 1, 16)
+    np.testing.assert_array_equal(got().reshape(2, 3, 1, 16), expect)
+
+
+def test_store_truncates_to_low_8_bits_with_stride(device):
+    vals = rand_acc(4)
+    buf = device.array(vals)
+    out = device.array(np.full((3, 3, 16), 0x55, np.uint8))
+    cmd = device.commands()
+    cmd.load(MemType.ACC, 0, buf, 0, 1, 4, 4)
+    cmd.dep_push(Stage.COMPUTE, Stage.STORE)
+    cmd.dep_pop(Stage.COMPUTE, Stage.STORE)
+    cmd.store(0, out, 1, 2, 2, 3)  # rows of 2 elements, 3 apart, starting at element 1
+    cmd.synchronize()
+    got = out.read(np.uint8, (3, 3, 16))
+    expect = np.full((3, 3, 16), 0x55, np.uint8)
+    low = (vals.astype(np.int64) & 0xFF).astype(np.uint8).reshape(4, 16)
+    expect.reshape(9, 16)[[1, 2, 4, 5]] = low
+    np.testing.assert_array_equal(got, expect)
+
+
+def gemm_reference(inp, wgt, uops, iter_out, iter_in, factors, acc):
+    acc = acc.astype(np.int64).copy()
+    (dfo, dfi), (sfo, sfi), (wfo, wfi) = factors
+    for o in range(iter_out):
+        for i in range(iter_in):
+            for d, s, w in uops:
+                a = d + o * dfo + i * dfi
+                acc[a] += inp[s + o * sfo + i * sfi].astype(np.int64) @ wgt[w + o * wfo + i * wfi].astype(np.int64).T
+    return ((acc + (1 << 31)) % (1 << 32) - (1 << 31)).astype(np.int32)
+
+
+def test_padded_inp_load_and_gemm_with_both_loop_levels(device):
+    cfg = device.cfg
+    inp = RNG.integers(-128, 128, (4, 6, 1, 16), dtype=np.int8)  # 4 rows x 6 elements in DRAM
+    wgt = RNG.integers(-128, 128, (6, 16, 16), dtype=np.int8)
+    init = rand_acc(8, 16) // 4
+    inp_buf, wgt_buf, acc_buf = device.array(inp), device.array(wgt), device.array(init)
+    cmd = device.commands()
+    # INP tile: rows 1..3, columns 1..4 (stride 6), padded by 1 on every side -> 5 x 6 = 30 elements
+    cmd.load(MemType.INP, 2, inp_buf, 1 * 6 + 1, 3, 4, 6, pad=(1, 1, 1, 1))
+    cmd.load(MemType.WGT, 1, wgt_buf, 0, 1, 6, 6)
+    cmd.dep_push(Stage.LOAD, Stage.COMPUTE)
+    cmd.dep_pop(Stage.LOAD, Stage.COMPUTE)
+    cmd.load(MemType.ACC, 0, acc_buf, 0, 1, 8, 8)
+    uops = [(0, 2, 1), (1, 9, 2), (0, 14, 3)]
+    factors = ((2, 1), (3, 1), (1, 1))
+    cmd.gemm(uops, iter_out=3, iter_in=2, dst_factor=factors[0], src_factor=factors[1], wgt_factor=factors[2])
+    cmd.gemm([(7, 0, 0)], reset=True)
+    got = read_acc(device, cmd, 0, 8)
+    cmd.synchronize()
+    sram_inp = np.zeros((2 + 30, 1, 16), np.int8)
+    tile = np.zeros((5, 6, 1, 16), np.int8)
+    tile[1:4, 1:5] = inp[1:4, 1:5]
+    sram_inp[2:] = tile.reshape(30, 1, 16)
+    sram_wgt = np.zeros((7, 16, 16), np.int8)
+    sram_wgt[1:] = wgt
+    expect = gemm_reference(sram_inp, sram_wgt, uops, 3, 2, factors, init)
+    expect[7] = 0
+    np.testing.assert_array_equal(got(), expect)
+    assert cfg.inp_depth >= 32
+
+
+def alu_reference(op, a, b):
+    a, b = int(a), int(b)
+    if op == AluOp.MIN:
+        return min(a, b)
+    if op == AluOp.MAX:
+        return max(a, b)
+    if op == AluOp.ADD:
+        return wrap32(a + b)
+    if op == AluOp.MUL:
+        return wrap32(a * b)
+    if op in (AluOp.SHR, AluOp.RSHR):
+        s = max(-31, min(31, b))
+        if s < 0:
+            return wrap32(a * 2 ** -s)
+        if op == AluOp.RSHR and s > 0:
+            a += 2 ** (s - 1)
+        return wrap32(a // 2 ** s)
+    if op == AluOp.CLIP:
+        lo = ((b & 0xFF) ^ 0x80) - 0x80
+        hi = (((b >> 8) & 0xFF) ^ 0x80) - 0x80
+        return min(max(a, lo), hi)
+    raise AssertionError(op)
+
+
+@pytest.mark.parametrize("op", list(AluOp))
+@pytest.mark.parametrize("use_imm", [True, False])
+def test_alu_ops(device, op, use_imm):
+    n = 6
+    a = rand_acc(n)
+    b = rand_acc(n)
+    if op in (AluOp.SHR, AluOp.RSHR):  # shift amounts around the interesting range, including clamping
+        b = RNG.integers(-40, 40, b.shape).astype(np.int32)
+    imm = {AluOp.SHR: 5, AluOp.RSHR: 3, AluOp.CLIP: (100 << 8) | (-20 & 0xFF)}.get(op, -12345)
+    buf = device.array(np.concatenate([a, b]))
+    cmd = device.commands()
+    cmd.load(MemType.ACC, 0, buf, 0, 1, 2 * n, 2 * n)
+    # uop loop: dst walks rows 0..5 (outer 3 x inner 2), src walks rows 6..11
+    cmd.alu(op, [(0, n)], iter_out=3, iter_in=2, dst_factor=(2, 1), src_factor=(2, 1),
+            imm=imm if use_imm else None)
+    got = read_acc(device, cmd, 0, n)
+    cmd.synchronize()
+    expect = np.array([[alu_reference(op, x, imm if use_imm else y) for x, y in zip(ra, rb)]
+                       for ra, rb in zip(a.reshape(n, 16), b.reshape(n, 16))], np.int64)
+    np.testing.assert_array_equal(got().reshape(n, 16), expect.astype(np.int32))
+
+
+def test_alu_sequential_semantics_with_overlapping_indices(device):
+    """A reduction (dst repeated) and a chain that reads what it just wrote."""
+    vals = rand_acc(8) // 8
+    buf = device.array(vals)
+    cmd = device.commands()
+    cmd.load(MemType.ACC, 0, buf, 0, 1, 8, 8)
+    cmd.alu(AluOp.MAX, [(0, 1)], iter_out=3, src_factor=(1, 0))  # ACC0 = max(ACC0..ACC3)
+    cmd.alu(AluOp.ADD, [(5, 4)], iter_out=3, dst_factor=(1, 0), src_factor=(1, 0))  # prefix sums 4..7
+    cmd.alu(AluOp.ADD, [(7, 7)])  # doubles ACC7
+    got = read_acc(device, cmd, 0, 8)
+    cmd.synchronize()
+    v = vals.astype(np.int64).reshape(8, 16)
+    expect = v.copy()
+    expect[0] = v[:4].max(axis=0)
+    for k in range(5, 8):
+        expect[k] = expect[k] + expect[k - 1]
+    expect[7] *= 2
+    np.testing.assert_array_equal(got().reshape(8, 16), expect.astype(np.int32))
+
+
+def test_alu_reset_and_gemm_reset(device):
+    vals = rand_acc(4)
+    buf = device.array(vals)
+    cmd = device.commands()
+    cmd.load(MemType.ACC, 0, buf, 0, 1, 4, 4)
+    cmd.alu(AluOp.ADD, [(1, 0)], reset=True)
+    cmd.gemm([(3, 0, 0)], reset=True)
+    got = read_acc(device, cmd, 0, 4)
+    cmd.synchronize()
+    expect = vals.copy()
+    expect[1] = expect[3] = 0
+    np.testing.assert_array_equal(got(), expect)
