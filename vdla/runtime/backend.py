@@ -8,7 +8,7 @@ from vdla.config import HwConfig
 from vdla.runtime.dram import Dram
 from vdla.runtime.sim import RunResult, Simulator
 
-BACKENDS = ("sim", "rtl", "pynq")
+BACKENDS = ("sim", "rtl")
 
 
 class Backend(Protocol):
@@ -49,8 +49,4 @@ def make_backend(name: str, cfg: HwConfig, **options) -> Backend:
         from vdla.runtime.rtl import RtlBackend
 
         return RtlBackend(cfg, **options)
-    if name == "pynq":
-        from vdla.runtime.pynq import PynqBackend
-
-        return PynqBackend(cfg, **options)
     raise ValueError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
