@@ -141,6 +141,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--trace", help="write a Chrome/Perfetto trace JSON of the run")
     p.add_argument("--json", help="write the counters as JSON")
     p.set_defaults(func=cmd_matmul)
+
+    from vdla.cpu_fallback.cli import add_commands as add_cpu_fallback_commands
+
+    add_cpu_fallback_commands(sub)
     return parser
 
 

@@ -1,0 +1,226 @@
+"""Elementwise kernels and stacked chains against their numpy references (property-based)."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from vdla.cpu_fallback import UnsupportedError, compile_chain, ew, ops, set_disk_cache
+from vdla.cpu_fallback.reference import reference
+
+set_disk_cache(None)
+SETTINGS = settings(max_examples=15, deadline=None)
+
+shapes = hnp.array_shapes(min_dims=1, max_dims=4, min_side=1, max_side=11)
+int8s = st.integers(-128, 127)
+
+
+def f32_arrays(shape, lo=-50.0, hi=50.0):
+    return hnp.arrays(np.float32, shape, elements=st.floats(lo, hi, width=32))
+
+
+def check_chain(x, steps, *, exact=True, rtol=2e-6, atol=0.0):
+    """Compile the chain, run it on the arrays given in the steps, compare with the numpy reference."""
+    kernel = compile_chain(x, steps)
+    got = ops.elementwise(x, steps)
+    operands = [o for s in steps for o in s.operands if isinstance(o, np.ndarray) and o is not x]
+    unique = list({id(o): o for o in operands}.values())
+    want = reference(kernel.spec, x, *unique)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    if exact:
+        np.testing.assert_array_equal(got, want)
+    else:
+        np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
+    return got
+
+
+@st.composite
+def broadcast_pair(draw, dtype_a=np.float32, dtype_b=np.float32):
+    shape = draw(shapes)
+    bshape = draw(hnp.broadcastable_shapes(shape, min_side=1, max_side=11))
+    elems = {
+        np.float32: st.floats(-50, 50, width=32),
+        np.int8: int8s,
+        np.int32: st.integers(-(2**31), 2**31 - 1),
+    }
+    a = draw(hnp.arrays(dtype_a, shape, elements=elems[dtype_a]))
+    b = draw(hnp.arrays(dtype_b, bshape, elements=elems[dtype_b]))
+    return a, b
+
+
+@pytest.mark.parametrize("op", [ew.add, ew.sub, ew.mul, ew.maximum, ew.minimum])
+@SETTINGS
+@given(pair=broadcast_pair())
+def test_float_binary_broadcast(op, pair):
+    a, b = pair
+    check_chain(a, [op(b)])
+
+
+@pytest.mark.parametrize("op", [ew.add, ew.sub, ew.mul, ew.maximum, ew.minimum])
+@SETTINGS
+@given(
+    pair=st.one_of(
+        broadcast_pair(np.int8, np.int8),
+        broadcast_pair(np.int32, np.int8),
+        broadcast_pair(np.int32, np.int32),
+    )
+)
+def test_int_binary_widen_to_int32_and_wrap(op, pair):
+    a, b = pair
+    got = check_chain(a, [op(b)])
+    assert got.dtype == np.int32
+
+
+@SETTINGS
+@given(x=shapes.flatmap(f32_arrays), lo=st.floats(-10, 0, width=32), width=st.floats(0, 20, width=32))
+def test_relu_and_clip_float(x, lo, width):
+    check_chain(x, [ew.relu()])
+    check_chain(x, [ew.clip(float(lo), float(lo + width))])
+
+
+@SETTINGS
+@given(x=shapes.flatmap(lambda s: hnp.arrays(np.int8, s, elements=int8s)), lo=int8s, hi=int8s)
+def test_clip_int8_keeps_dtype_when_bounds_fit(x, lo, hi):
+    lo, hi = min(lo, hi), max(lo, hi)
+    assert check_chain(x, [ew.clip(lo, hi)]).dtype == np.int8
+    assert check_chain(x, [ew.clip(lo - 300, hi)]).dtype == np.int32
+
+
+@SETTINGS
+@given(x=shapes.flatmap(lambda s: f32_arrays(s, -110.0, 100.0)))
+def test_exp_sigmoid_tanh_accuracy(x):
+    check_chain(x, [ew.exp()], exact=False, rtol=3e-7 * 8, atol=1e-37)
+    check_chain(x, [ew.sigmoid()], exact=False, rtol=2e-6, atol=1e-37)
+    check_chain(x, [ew.tanh()], exact=False, rtol=1e-6, atol=1e-30)
+
+
+def test_transcendental_special_values():
+    x = np.array(
+        [0.0, -0.0, np.inf, -np.inf, np.nan, 88.7, 89.5, -87.5, -103.0, -200.0, 1e-30, -1e-30], np.float32
+    )
+    with np.errstate(over="ignore"):
+        np.testing.assert_allclose(ops.exp(x), np.exp(x), rtol=1e-6, atol=1e-44)
+        np.testing.assert_allclose(ops.sigmoid(x), 1 / (1 + np.exp(-x)), rtol=1e-6, atol=1e-44)
+    np.testing.assert_allclose(ops.tanh(x), np.tanh(x), rtol=1e-6)
+
+
+@SETTINGS
+@given(
+    x=shapes.flatmap(lambda s: f32_arrays(s, -1e4, 1e4)), scale=st.floats(1e-3, 10.0), zp=st.integers(-20, 20)
+)
+def test_quantize_matches_quantizelinear(x, scale, zp):
+    got = check_chain(x, [ew.quantize(scale, zp)])
+    assert got.dtype == np.int8
+
+
+def test_quantize_rounds_half_to_even_and_saturates():
+    x = np.array([0.5, 1.5, 2.5, -0.5, -1.5, 126.5, 127.5, 1e9, -1e9, -128.5], np.float32)
+    np.testing.assert_array_equal(ops.quantize(x, 1.0), [0, 2, 2, 0, -2, 126, 127, 127, -128, -128])
+
+
+@SETTINGS
+@given(
+    x=shapes.flatmap(lambda s: hnp.arrays(np.int8, s, elements=int8s)),
+    scale=st.floats(1e-3, 10.0),
+    zp=st.integers(-128, 127),
+)
+def test_dequantize(x, scale, zp):
+    check_chain(x, [ew.dequantize(scale, zp)])
+
+
+@SETTINGS
+@given(
+    x=shapes.flatmap(lambda s: hnp.arrays(np.int32, s, elements=st.integers(-(2**31), 2**31 - 1))),
+    m=st.integers(-(2**31), 2**31 - 1),
+    s=st.integers(0, 62),
+    lo=int8s,
+    hi=int8s,
+)
+def test_requantize_full_range(x, m, s, lo, hi):
+    lo, hi = min(lo, hi), max(lo, hi)
+    got = check_chain(x, [ew.requantize(m, s, lo, hi)])
+    assert got.min() >= lo and got.max() <= hi
+
+
+def test_requantize_rounds_half_up_and_saturates():
+    x = np.array([3, 5, -3, -5, 2**31 - 1, -(2**31), 1, -1], np.int32)
+    # (x + 2) >> 2: 3 -> 1 (0.75), 5 -> 1 (1.25), -3 -> -1, -5 -> -1; halves round up: 2 -> 1, -2 -> 0
+    np.testing.assert_array_equal(ops.requantize(x, 1, 2), [1, 1, -1, -1, 127, -128, 0, 0])
+    np.testing.assert_array_equal(ops.requantize(np.array([2, -2, 6, -6], np.int32), 1, 2), [1, 0, 2, -1])
+
+
+@SETTINGS
+@given(data=st.data())
+def test_per_channel_requantize_tensors(data):
+    c = data.draw(st.integers(1, 9))
+    x = data.draw(hnp.arrays(np.int32, (2, c, 3, 5), elements=st.integers(-(2**24), 2**24)))
+    m = data.draw(hnp.arrays(np.int32, (1, c, 1, 1), elements=st.integers(0, 2**31 - 1)))
+    s = data.draw(hnp.arrays(np.int32, (1, c, 1, 1), elements=st.integers(-3, 70)))  # clamped to [0, 62]
+    check_chain(x, [ew.requantize(m, s)])
+
+
+@SETTINGS
+@given(
+    x=shapes.flatmap(lambda s: f32_arrays(s, -300.0, 300.0)), to=st.sampled_from(["int8", "int32", "float32"])
+)
+def test_cast_saturates(x, to):
+    check_chain(x, [ew.cast(to)])
+    check_chain(np.rint(x).astype(np.int32), [ew.cast(to)])
+
+
+@SETTINGS
+@given(data=st.data())
+def test_stacked_residual_chain(data):
+    """requantize + residual add (broadcast) + relu + clip + cast: one kernel, exact."""
+    shape = data.draw(hnp.array_shapes(min_dims=2, max_dims=4, min_side=1, max_side=13))
+    acc = data.draw(hnp.arrays(np.int32, shape, elements=st.integers(-(2**30), 2**30)))
+    rshape = data.draw(hnp.broadcastable_shapes(shape, min_side=1, max_side=13))
+    res = data.draw(hnp.arrays(np.int8, rshape, elements=int8s))
+    m, s = data.draw(st.integers(1, 2**31 - 1)), data.draw(st.integers(0, 40))
+    steps = [ew.requantize(m, s), ew.add(res), ew.relu(), ew.clip(0, 127), ew.cast("int8")]
+    got = check_chain(acc, steps)
+    assert got.dtype == np.int8
+
+
+@SETTINGS
+@given(x=shapes.flatmap(f32_arrays))
+def test_chain_reusing_its_input_swish(x):
+    """x * sigmoid(x): the primary input used again as an operand is passed once."""
+    kernel = compile_chain(x, [ew.sigmoid(), ew.mul(x)])
+    assert len(kernel.inputs) == 1
+    with np.errstate(over="ignore"):
+        np.testing.assert_allclose(kernel(x), x / (1 + np.exp(-x)), rtol=3e-6, atol=1e-30)
+
+
+def test_float_dequantize_chain_on_odd_sizes():
+    rng = np.random.default_rng(1)
+    for n in (1, 7, 15, 17, 31, 33, 63, 65, 1023):
+        q = rng.integers(-128, 128, n, dtype=np.int8)
+        bias = rng.standard_normal(n).astype(np.float32)
+        check_chain(q, [ew.dequantize(0.1, 3), ew.add(bias), ew.tanh(), ew.quantize(0.01)])
+
+
+@pytest.mark.parametrize(
+    ("x", "steps", "op"),
+    [
+        (np.zeros(4, np.int8), [ew.sigmoid()], "sigmoid"),
+        (np.zeros(4, np.float32), [ew.add(np.zeros(4, np.int8))], "add"),
+        (np.zeros(4, np.int32), [ew.clip(0.5, 2)], "clip"),
+        (np.zeros(4, np.float32), [ew.requantize(1, 2)], "requantize"),
+        (np.zeros(4, np.int32), [ew.requantize(1, 63)], "requantize"),
+        (np.zeros(4, np.int32), [ew.requantize(1, 2, -200, 0)], "requantize"),
+        (np.zeros(4, np.int8), [ew.quantize(0.1)], "quantize"),
+        (np.zeros(4, np.float32), [ew.quantize(-1.0)], "quantize"),
+        (np.zeros(4, np.float32), [ew.mul(np.zeros(3, np.float32))], "chain"),
+        (np.zeros(4, np.float64), [ew.relu()], "chain"),
+        (np.zeros(4, np.uint8), [ew.relu()], "chain"),
+        (np.zeros(4, np.float32), [ew.add(np.zeros(4, np.float16))], "add"),
+        (np.zeros(4, np.float32), [ew.cast("int16")], "cast"),
+        (np.zeros(4, np.float32), [ew.add(float("nan"))], "add"),
+        (np.zeros(4, np.float32), [], "chain"),
+    ],
+)
+def test_unsupported_combinations_name_the_operator(x, steps, op):
+    with pytest.raises(UnsupportedError, match=f"^{op}: "):
+        ops.elementwise(x, steps)

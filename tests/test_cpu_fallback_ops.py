@@ -1,0 +1,284 @@
+"""Pooling, softmax, layout, concat, pad, dense and conv2d kernels against their numpy references."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from vdla.cpu_fallback import TensorType, UnsupportedError, ew, get_kernel, ops, set_disk_cache
+from vdla.cpu_fallback.ir import (
+    make_concat,
+    make_conv2d,
+    make_dense,
+    make_global_avg_pool,
+    make_pack,
+    make_pad,
+    make_pool2d,
+    make_softmax,
+    make_transpose,
+)
+from vdla.cpu_fallback.reference import reference
+from vdla.cpu_fallback.stacking import resolve_steps
+
+set_disk_cache(None)
+SETTINGS = settings(max_examples=12, deadline=None)
+
+
+def tensors(dtype, shape):
+    if dtype == "int8":
+        return hnp.arrays(np.int8, shape, elements=st.integers(-128, 127))
+    return hnp.arrays(np.float32, shape, elements=st.floats(-100, 100, width=32))
+
+
+def run_spec(spec, *arrays):
+    """Kernel output and reference for a spec (the kernel is compiled for exactly these arrays)."""
+    return get_kernel(spec)(*arrays), reference(spec, *arrays)
+
+
+@st.composite
+def pool_case(draw):
+    k = (draw(st.integers(1, 4)), draw(st.integers(1, 4)))
+    s = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
+    pads = tuple(draw(st.integers(0, k[i % 2] - 1)) for i in range(4))
+    h = draw(st.integers(max(1, k[0] - pads[0] - pads[2]), 13))
+    w = draw(st.integers(max(1, k[1] - pads[1] - pads[3]), 13))
+    shape = (draw(st.integers(1, 2)), draw(st.integers(1, 5)), h, w)
+    dtype = draw(st.sampled_from(["int8", "float32"]))
+    return draw(tensors(dtype, shape)), k, s, pads
+
+
+@pytest.mark.parametrize("kind", ["max", "avg"])
+@SETTINGS
+@given(case=pool_case(), include_pad=st.booleans())
+def test_pool2d(kind, case, include_pad):
+    x, k, s, pads = case
+    spec = make_pool2d(TensorType.of(x, "pool"), kind, k, s, pads, include_pad)
+    got, want = run_spec(spec, x)
+    if kind == "avg" and x.dtype == np.float32:
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    else:
+        np.testing.assert_array_equal(got, want)
+
+
+def test_int8_avg_pool_rounds_half_up():
+    x = np.array([[[[1, 2], [-1, -2]]]], np.int8)  # row means 1.5 and -1.5
+    np.testing.assert_array_equal(ops.avg_pool2d(x, (1, 2))[..., 0], [[[2, -1]]])
+
+
+@SETTINGS
+@given(
+    x=st.sampled_from(["int8", "float32"]).flatmap(
+        lambda d: hnp.array_shapes(min_dims=4, max_dims=4, max_side=9).flatmap(lambda s: tensors(d, s))
+    )
+)
+def test_global_avg_pool(x):
+    got, want = run_spec(make_global_avg_pool(TensorType.of(x, "gap")), x)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 if x.dtype == np.float32 else 0)
+
+
+@SETTINGS
+@given(data=st.data())
+def test_softmax_any_axis(data):
+    x = data.draw(
+        hnp.array_shapes(min_dims=1, max_dims=3, max_side=40).flatmap(lambda s: tensors("float32", s))
+    )
+    axis = data.draw(st.integers(-x.ndim, x.ndim - 1))
+    got, want = run_spec(make_softmax(TensorType.of(x, "softmax"), axis), x)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(got.sum(axis=axis), 1.0, rtol=1e-5)
+
+
+@SETTINGS
+@given(
+    dtype=st.sampled_from(["int8", "int32", "float32"]),
+    shape=hnp.array_shapes(min_dims=4, max_dims=4, max_side=13),
+    block=st.sampled_from([1, 3, 4, 8, 16, 32]),
+)
+def test_pack_unpack_blocked_layout(dtype, shape, block):
+    x = np.arange(np.prod(shape)).reshape(shape).astype(dtype)
+    packed = ops.pack_blocked(x, block)
+    n, c, h, w = shape
+    cb = -(-c // block)
+    assert packed.shape == (n, cb, h, w, 1, block)
+    for ci in range(cb * block):  # blocked[n, cb, h, w, 0, c] = x[n, cb*B + c, h, w], zero padding
+        want = x[:, ci] if ci < c else 0
+        np.testing.assert_array_equal(packed[:, ci // block, :, :, 0, ci % block], want)
+    np.testing.assert_array_equal(packed, reference(make_pack(TensorType.of(x, "p"), block), x))
+    np.testing.assert_array_equal(ops.unpack_blocked(packed, c), x)
+
+
+@SETTINGS
+@given(data=st.data())
+def test_transpose(data):
+    x = data.draw(hnp.array_shapes(min_dims=1, max_dims=5, max_side=7).flatmap(lambda s: tensors("int8", s)))
+    perm = tuple(data.draw(st.permutations(range(x.ndim))))
+    got, want = run_spec(make_transpose(TensorType.of(x, "t"), perm), x)
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize(
+    ("shape", "perm"),
+    [
+        ((2, 20, 33), (0, 2, 1)),
+        ((1, 35, 9, 17), (0, 2, 3, 1)),
+        ((1, 17, 6, 48), (0, 3, 1, 2)),
+        ((32, 16), (1, 0)),
+    ],
+)
+@pytest.mark.parametrize("dtype", ["int8", "float32"])
+def test_transpose_register_tiles_and_remainders(shape, perm, dtype):
+    x = np.arange(np.prod(shape)).reshape(shape).astype(dtype)
+    np.testing.assert_array_equal(ops.transpose(x, perm), x.transpose(perm))
+
+
+@SETTINGS
+@given(data=st.data())
+def test_concat(data):
+    base = data.draw(hnp.array_shapes(min_dims=1, max_dims=4, max_side=6))
+    axis = data.draw(st.integers(0, len(base) - 1))
+    arrays = []
+    for _ in range(data.draw(st.integers(1, 4))):
+        shape = list(base)
+        shape[axis] = data.draw(st.integers(1, 5))
+        arrays.append(data.draw(tensors("float32", tuple(shape))))
+    got, want = run_spec(make_concat(tuple(TensorType.of(a, "c") for a in arrays), axis), *arrays)
+    np.testing.assert_array_equal(got, want)
+
+
+@SETTINGS
+@given(data=st.data())
+def test_pad(data):
+    dtype = data.draw(st.sampled_from(["int8", "float32"]))
+    x = data.draw(hnp.array_shapes(min_dims=1, max_dims=4, max_side=6).flatmap(lambda s: tensors(dtype, s)))
+    pads = [(data.draw(st.integers(0, 3)), data.draw(st.integers(0, 3))) for _ in x.shape]
+    value = data.draw(st.integers(-128, 127))
+    got, want = run_spec(make_pad(TensorType.of(x, "pad"), pads, value), x)
+    np.testing.assert_array_equal(got, want)
+
+
+@SETTINGS
+@given(
+    dtype=st.sampled_from(["int8", "float32"]),
+    m=st.integers(1, 5),
+    k=st.integers(1, 70),
+    n=st.integers(1, 20),
+)
+def test_dense(dtype, m, k, n):
+    rng = np.random.default_rng(m * 1000 + k * 10 + n)
+    if dtype == "int8":
+        x, w = (rng.integers(-128, 128, s, dtype=np.int8) for s in ((m, k), (n, k)))
+    else:
+        x, w = (rng.standard_normal(s).astype(np.float32) for s in ((m, k), (n, k)))
+    got, want = run_spec(make_dense(TensorType.of(x, "d"), TensorType.of(w, "d")), x, w)
+    if dtype == "int8":
+        np.testing.assert_array_equal(got, want)
+    else:
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_dense_int8_saturated_inputs_and_fused_epilogue():
+    x = np.full((2, 300), -128, np.int8)
+    w = np.full((5, 300), -128, np.int8)
+    bias = np.array([0, 32767, 32768, -(2**23), 2**23], np.int32)
+    got = ops.dense(x, w, bias, epilogue=[ew.requantize(1, 16), ew.relu()])
+    # acc = 4915200 + bias; (acc + 2^15) >> 16 = 75, 75, 76, -53 -> relu 0, 203 -> 127
+    np.testing.assert_array_equal(got, np.broadcast_to(np.array([75, 75, 76, 0, 127], np.int8), (2, 5)))
+
+
+@st.composite
+def conv_case(draw):
+    groups = draw(st.sampled_from([1, 2, 3]))
+    cin = groups * draw(st.integers(1, 3))
+    cout = groups * draw(st.integers(1, 5))
+    k = (draw(st.integers(1, 4)), draw(st.integers(1, 4)))
+    stride = (draw(st.integers(1, 3)), draw(st.integers(1, 2)))
+    dil = (draw(st.integers(1, 2)), draw(st.integers(1, 2)))
+    pads = tuple(draw(st.integers(0, 3)) for _ in range(4))
+    h = draw(st.integers(max(1, dil[0] * (k[0] - 1) + 1 - pads[0] - pads[2]), 12))
+    w = draw(st.integers(max(1, dil[1] * (k[1] - 1) + 1 - pads[1] - pads[3]), 12))
+    dtype = draw(st.sampled_from(["int8", "float32"]))
+    x = draw(tensors(dtype, (draw(st.integers(1, 2)), cin, h, w)))
+    wt = draw(tensors(dtype, (cout, cin // groups, *k)))
+    return x, wt, stride, pads, dil, groups
+
+
+@settings(max_examples=25, deadline=None)
+@given(case=conv_case())
+def test_conv2d_grouped_strided_dilated(case):
+    x, w, stride, pads, dil, groups = case
+    spec = make_conv2d(TensorType.of(x, "c"), TensorType.of(w, "c"), stride, pads, dil, groups)
+    got, want = run_spec(spec, x, w)
+    if x.dtype == np.int8:
+        np.testing.assert_array_equal(got, want)
+    else:
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-2)
+
+
+@pytest.mark.parametrize("fill", [-128, 127])
+def test_conv2d_int8_long_reduction_stays_exact(fill):
+    """300 channels x 3x3 = 2700 terms of up to 2^14: float32 partial sums would round without chunking."""
+    x = np.full((1, 300, 5, 17), fill, np.int8)
+    x[0, ::7, 2, 3] = 1  # break the symmetry a little
+    w = np.full((9, 300, 3, 3), -128, np.int8)
+    w[:, ::5] = 127
+    got, want = run_spec(make_conv2d(TensorType.of(x, "c"), TensorType.of(w, "c"), 1, 1), x, w)
+    np.testing.assert_array_equal(got, want)
+    assert np.abs(want).max() > 2**24
+
+
+def test_depthwise_conv_int8_with_per_channel_requantize_epilogue():
+    rng = np.random.default_rng(3)
+    x = rng.integers(-128, 128, (1, 8, 9, 10), dtype=np.int8)
+    w = rng.integers(-128, 128, (8, 1, 3, 3), dtype=np.int8)
+    bias = rng.integers(-5000, 5000, 8, dtype=np.int32)
+    m = rng.integers(2**29, 2**30, (1, 8, 1, 1), dtype=np.int32)
+    s = np.full((1, 8, 1, 1), 40, np.int32)
+    steps = [ew.requantize(m, s), ew.relu()]
+    got = ops.conv2d(x, w, bias, padding=1, groups=8, epilogue=steps)
+    r = resolve_steps(None, [ew.add(bias.reshape(1, -1, 1, 1)), *steps])
+    spec = make_conv2d(TensorType.of(x, "c"), TensorType.of(w, "c"), 1, 1, 1, 8, r.operand_types, r.steps)
+    np.testing.assert_array_equal(got, reference(spec, x, w, *r.operands))
+    assert got.dtype == np.int8 and got.min() >= 0
+
+
+@pytest.mark.parametrize(
+    ("call", "op"),
+    [
+        (lambda: ops.conv2d(np.zeros((1, 4, 5, 5), np.int8), np.zeros((4, 4, 3, 3), np.float32)), "conv2d"),
+        (lambda: ops.conv2d(np.zeros((1, 4, 5, 5), np.int8), np.zeros((4, 3, 3, 3), np.int8)), "conv2d"),
+        (
+            lambda: ops.conv2d(np.zeros((1, 4, 5, 5), np.int8), np.zeros((4, 2, 3, 3), np.int8), groups=3),
+            "conv2d",
+        ),
+        (
+            lambda: ops.conv2d(np.zeros((1, 4, 2, 2), np.float32), np.zeros((4, 4, 3, 3), np.float32)),
+            "conv2d",
+        ),
+        (lambda: ops.conv2d(np.zeros((1, 4, 5, 5), np.int32), np.zeros((4, 4, 3, 3), np.int32)), "conv2d"),
+        (
+            lambda: ops.conv2d(
+                np.zeros((1, 4, 5, 5), np.int8),
+                np.zeros((4, 4, 3, 3), np.int8),
+                epilogue=[ew.add(np.zeros((2, 4, 3, 3), np.int32))],
+            ),
+            "conv2d",
+        ),
+        (lambda: ops.dense(np.zeros((2, 3), np.float32), np.zeros((4, 5), np.float32)), "dense"),
+        (lambda: ops.max_pool2d(np.zeros((1, 2, 5, 5), np.int32), 2), "max_pool2d"),
+        (lambda: ops.avg_pool2d(np.zeros((1, 2, 5, 5), np.float32), 2, 1, 2), "avg_pool2d"),
+        (lambda: ops.max_pool2d(np.zeros((2, 5, 5), np.float32), 2), "max_pool2d"),
+        (lambda: ops.softmax(np.zeros((2, 5), np.int8)), "softmax"),
+        (lambda: ops.softmax(np.zeros((2, 5), np.float32), axis=2), "softmax"),
+        (lambda: ops.unpack_blocked(np.zeros((1, 2, 3, 3, 1, 16), np.int8), 40), "unpack_blocked"),
+        (lambda: ops.concat([np.zeros((2, 3), np.int8), np.zeros((2, 3), np.float32)]), "concat"),
+        (lambda: ops.concat([np.zeros((2, 3), np.int8), np.zeros((3, 3), np.int8)], axis=1), "concat"),
+        (lambda: ops.pad(np.zeros((2, 3), np.int8), [(1, 1), (0, 0)], 300), "pad"),
+        (lambda: ops.transpose(np.zeros((2, 3), np.int8), (0, 0)), "transpose"),
+        (lambda: ops.global_avg_pool(np.zeros((2, 3, 4, 4), np.float64)), "global_avg_pool"),
+        (lambda: ops.relu([1.0, 2.0]), "chain"),
+    ],
+)
+def test_bad_input_names_the_operator(call, op):
+    with pytest.raises(UnsupportedError, match=f"^{op}: "):
+        call()

@@ -1,0 +1,475 @@
+"""LLVM IR emission: kernel skeleton, loops, vector-friendly math and the elementwise step library.
+
+Kernels are written as scalar loop nests over exact (compile-time) shapes; LLVM's loop and SLP vectorizers
+widen them. Everything here avoids libm calls so that the vectorizer can widen the math too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from llvmlite import ir
+
+from .abi import C_CONTIGUOUS, NDARRAY_TYPE, WRITEABLE, ArrayLayout, descr_global
+from .ir import INT_RANGE, Arg, ChainSpec, Const, EwStep, TensorType, is_float, step_result_dtype
+
+I8 = ir.IntType(8)
+I32 = ir.IntType(32)
+I64 = ir.IntType(64)
+F32 = ir.FloatType()
+PTR = ir.PointerType()
+LL_TYPES = {"int8": I8, "int32": I32, "float32": F32}
+LL_SIZES = {"int8": 1, "int32": 4, "float32": 4}
+# flags allowing LLVM to reorder float reductions (needed to vectorize sums and dot products)
+REASSOC = ("reassoc", "contract")
+
+LOG2E = 1.4426950408889634
+LN2_HI = 0.693359375  # few significant bits: n * LN2_HI is exact for the n used here
+LN2_LO = -2.12194440e-4
+EXPM1_POLY = (1 / 2, 1 / 6, 1 / 24, 1 / 120, 1 / 720, 1 / 5040)  # Taylor terms of (expm1(r) - r) / r^2
+# tanh(x) = x P(x^2) / Q(x^2) on [-9, 9]: relative-error least-squares fit reweighted by 1/Q (Loeffler)
+TANH_CLAMP = 9.0
+TANH_P = (1.0, 1.29339427e-01, 2.93640071e-03, 9.40645623e-06, -1.31823255e-08, 1.92423143e-11)
+TANH_Q = (1.0, 4.6267250e-01, 2.3827681e-02, 2.3023735e-04)
+
+
+def i64(v: int) -> ir.Constant:
+    return ir.Constant(I64, v)
+
+
+class KernelBuilder:
+    """One kernel: an exported entry taking ndarray objects, and a body taking their noalias data pointers
+    (the inputs, the output, then an optional scratch buffer).
+
+    The entry checks every array object against the compiled signature (type, ndim, shape, dtype object,
+    C-contiguity, writeable output, no overlap of output and inputs) using the struct ``layout`` found by
+    :mod:`vdla.cpu_fallback.abi`, and returns a status: 0 after running the body, ``i + 1`` when array
+    ``i`` (inputs, then output) does not match, -1 when the output overlaps an input. LLVM inlines the
+    body into it with the aliasing facts intact.
+    """
+
+    def __init__(
+        self,
+        module: ir.Module,
+        name: str,
+        inputs: tuple[TensorType, ...],
+        out: TensorType,
+        layout: ArrayLayout,
+        scratch: bool = False,
+    ) -> None:
+        self.module = module
+        n_args = len(inputs) + 1 + scratch
+        self.fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR] * n_args), name=f"{name}_body")
+        self.fn.linkage = "internal"
+        for a in self.fn.args:
+            a.add_attribute("noalias")
+        self._emit_entry(name, [*inputs, out], n_args, layout)
+        self._allocas = ir.IRBuilder(self.fn.append_basic_block("allocas"))
+        self.b = ir.IRBuilder(self.fn.append_basic_block("entry"))
+        args = list(self.fn.args)
+        self.inputs: list[ir.Argument] = args[: len(inputs)]
+        self.out: ir.Argument = args[len(inputs)]
+        self.scratch: ir.Argument | None = args[len(inputs) + 1] if scratch else None
+
+    def _emit_entry(self, name: str, types: list[TensorType], n_args: int, layout: ArrayLayout) -> None:
+        entry = ir.Function(self.module, ir.FunctionType(I32, [PTR] * n_args), name=name)
+        b = ir.IRBuilder(entry.append_basic_block("check"))
+
+        def field(obj: ir.Value, off: int, ty: ir.Type) -> ir.Value:
+            return b.load(b.gep(obj, [i64(off)], source_etype=I8), typ=ty)
+
+        def require(cond: ir.Value, status: int) -> None:
+            ok, bad = entry.append_basic_block("ok"), entry.append_basic_block("bad")
+            b.cbranch(cond, ok, bad)
+            b.position_at_end(bad)
+            b.ret(ir.Constant(I32, status))
+            b.position_at_end(ok)
+
+        def runtime_global(name: str) -> ir.Value:
+            g = self.module.globals.get(name) or ir.GlobalVariable(self.module, I64, name=name)
+            g.initializer = ir.Constant(I64, 0)  # set after loading (see jit._Engine.load)
+            return b.load(g, typ=I64)
+
+        data = []
+        for i, (obj, t) in enumerate(zip(entry.args, types, strict=False)):
+            # read nothing past the object header before knowing it is an ndarray of the right rank
+            require(
+                b.icmp_unsigned("==", field(obj, layout.ob_type, I64), runtime_global(NDARRAY_TYPE)), i + 1
+            )
+            require(b.icmp_signed("==", field(obj, layout.nd, I32), ir.Constant(I32, len(t.shape))), i + 1)
+            mask = C_CONTIGUOUS | (WRITEABLE if i == len(types) - 1 else 0)
+            flags = b.and_(field(obj, layout.flags, I32), ir.Constant(I32, mask))
+            ok = b.and_(
+                b.icmp_unsigned("==", flags, ir.Constant(I32, mask)),
+                b.icmp_unsigned("==", field(obj, layout.descr, I64), runtime_global(descr_global(t.dtype))),
+            )
+            dims = field(obj, layout.dims, PTR)
+            for j, d in enumerate(t.shape):
+                dim = b.load(b.gep(dims, [i64(j)], source_etype=I64), typ=I64)
+                ok = b.and_(ok, b.icmp_signed("==", dim, i64(d)))
+            require(ok, i + 1)
+            data.append(field(obj, layout.data, PTR))
+        out_lo = b.ptrtoint(data[-1], I64)
+        out_hi = b.add(out_lo, i64(types[-1].size * LL_SIZES[types[-1].dtype]))
+        for ptr, t in zip(data[:-1], types[:-1], strict=True):
+            lo = b.ptrtoint(ptr, I64)
+            hi = b.add(lo, i64(t.size * LL_SIZES[t.dtype]))
+            require(b.not_(b.and_(b.icmp_unsigned("<", out_lo, hi), b.icmp_unsigned("<", lo, out_hi))), -1)
+        b.call(self.fn, data + [field(obj, layout.data, PTR) for obj in entry.args[len(types) :]])
+        b.ret(ir.Constant(I32, 0))
+
+    def finish(self) -> None:
+        self.b.ret_void()
+        self._allocas.branch(self.fn.blocks[1])
+
+    # -- memory ------------------------------------------------------------------------------------------
+    def alloca(self, dtype: str, count: int) -> ir.Value:
+        """A stack buffer allocated in the first block (so LLVM can promote it to registers)."""
+        return self._allocas.alloca(LL_TYPES[dtype], size=count)
+
+    def alloca_of(self, ty: ir.Type) -> ir.Value:
+        """One stack slot of type ``ty`` (e.g. a vector accumulator that LLVM keeps in a register)."""
+        return self._allocas.alloca(ty)
+
+    def gep(self, dtype: str, ptr: ir.Value, index: ir.Value | int) -> ir.Value:
+        idx = i64(index) if isinstance(index, int) else index
+        return self.b.gep(ptr, [idx], source_etype=LL_TYPES[dtype], inbounds=True)
+
+    def load(self, dtype: str, ptr: ir.Value, index: ir.Value | int) -> ir.Value:
+        return self.b.load(self.gep(dtype, ptr, index), typ=LL_TYPES[dtype])
+
+    def store(self, value: ir.Value, dtype: str, ptr: ir.Value, index: ir.Value | int) -> None:
+        self.b.store(value, self.gep(dtype, ptr, index))
+
+    def load_vec(self, dtype: str, ptr: ir.Value, index: ir.Value, n: int) -> ir.Value:
+        """Load ``n`` consecutive elements as one vector (unaligned)."""
+        ty = ir.VectorType(LL_TYPES[dtype], n)
+        return self.b.load(self.gep(dtype, ptr, index), typ=ty, align=LL_SIZES[dtype])
+
+    def store_vec(self, value: ir.Value, dtype: str, ptr: ir.Value, index: ir.Value) -> None:
+        self.b.store(value, self.gep(dtype, ptr, index), align=LL_SIZES[dtype])
+
+    def splat(self, v: ir.Value, n: int) -> ir.Value:
+        """Vector of ``n`` copies of scalar ``v``."""
+        vec = self.b.insert_element(ir.Constant(ir.VectorType(v.type, n), None), v, ir.Constant(I32, 0))
+        return self.b.shuffle_vector(vec, vec, ir.Constant(ir.VectorType(I32, n), [0] * n))
+
+    def range_mask(self, start: ir.Value, n: int, size: int) -> ir.Value:
+        """<n x i1> mask of the lanes i with 0 <= start + i < size."""
+        lanes = self.b.add(self.splat(start, n), ir.Constant(ir.VectorType(I64, n), list(range(n))))
+        lo = self.b.icmp_signed(">=", lanes, ir.Constant(ir.VectorType(I64, n), [0] * n))
+        return self.b.and_(lo, self.b.icmp_signed("<", lanes, ir.Constant(ir.VectorType(I64, n), [size] * n)))
+
+    def masked_load(self, dtype: str, ptr: ir.Value, index: ir.Value, mask: ir.Value) -> ir.Value:
+        """Vector load of the lanes set in ``mask`` (others read as zero and touch no memory, so the
+        address may lie outside the buffer: the pointer arithmetic is not marked inbounds)."""
+        n = mask.type.count
+        ty = ir.VectorType(LL_TYPES[dtype], n)
+        addr = self.b.gep(ptr, [index], source_etype=LL_TYPES[dtype])
+        suffix = f"v{n}{'f32' if is_float(dtype) else 'i' + str(LL_TYPES[dtype].width)}"
+        zero = ir.Constant(ty, [0.0 if is_float(dtype) else 0] * n)
+        align = ir.Constant(I32, LL_SIZES[dtype])
+        return self.call(f"llvm.masked.load.{suffix}.p0", ty, addr, align, mask, zero)
+
+    def transpose(self, rows: list[ir.Value]) -> list[ir.Value]:
+        """Transpose an n x n tile held as n vectors (n a power of two) in log2(n) perfect-shuffle rounds.
+
+        Each round pairs rows i and i + n/2 and interleaves their low halves (row 2i) and high halves
+        (row 2i + 1); after log2(n) rounds row j holds column j.
+        """
+        n = len(rows)
+        lo = ir.Constant(ir.VectorType(I32, n), [k // 2 + (n if k % 2 else 0) for k in range(n)])
+        hi = ir.Constant(ir.VectorType(I32, n), [n // 2 + k // 2 + (n if k % 2 else 0) for k in range(n)])
+        for _ in range(n.bit_length() - 1):
+            nxt = []
+            for i in range(n // 2):
+                a, c = rows[i], rows[i + n // 2]
+                nxt += [self.b.shuffle_vector(a, c, lo), self.b.shuffle_vector(a, c, hi)]
+            rows = nxt
+        return rows
+
+    # -- control flow ------------------------------------------------------------------------------------
+    @contextmanager
+    def loop(self, start: ir.Value | int, stop: ir.Value | int, step: int = 1) -> Iterator[ir.Value]:
+        """``for i in range(start, stop, step)`` over i64; yields ``i`` and leaves the builder after it."""
+        b = self.b
+        if isinstance(start, int) and isinstance(stop, int) and start < stop <= start + step:
+            yield i64(start)  # a single iteration needs no loop
+            return
+        start = i64(start) if isinstance(start, int) else start
+        stop = i64(stop) if isinstance(stop, int) else stop
+        pre = b.block
+        head = self.fn.append_basic_block("loop")
+        body = self.fn.append_basic_block("body")
+        done = self.fn.append_basic_block("done")
+        b.branch(head)
+        b.position_at_end(head)
+        i = b.phi(I64)
+        i.add_incoming(start, pre)
+        b.cbranch(b.icmp_signed("<", i, stop), body, done)
+        b.position_at_end(body)
+        yield i
+        nxt = b.add(i, i64(step), flags=("nsw",))
+        i.add_incoming(nxt, b.block)
+        b.branch(head)
+        b.position_at_end(done)
+
+    def loops(self, extents: list[int]) -> _Nest:
+        return _Nest(self, extents)
+
+    def table(self, values: list[int]) -> Callable[[ir.Value], ir.Value]:
+        """A constant i64 lookup table; returns a function loading entry ``i``."""
+        ty = ir.ArrayType(I64, len(values))
+        g = ir.GlobalVariable(self.module, ty, name=f"{self.fn.name}_table{len(self.module.globals)}")
+        g.global_constant = True
+        g.linkage = "internal"
+        g.initializer = ir.Constant(ty, values)
+        return lambda i: self.b.load(self.b.gep(g, [i64(0), i], source_etype=ty, inbounds=True), typ=I64)
+
+    def linear(self, coords: list[ir.Value], strides: list[int], base: ir.Value | int = 0) -> ir.Value:
+        """``base + sum(c * s)``, outer coordinates first so loop-invariant partial sums get hoisted."""
+        off = i64(base) if isinstance(base, int) else base
+        for c, s in zip(coords, strides, strict=True):
+            if s:
+                off = self.b.add(off, c if s == 1 else self.b.mul(c, i64(s)))
+        return off
+
+    # -- intrinsics --------------------------------------------------------------------------------------
+    def intrinsic(self, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
+        fn = self.module.globals.get(name)
+        if fn is None:
+            fn = ir.Function(self.module, ir.FunctionType(ret, args), name=name)
+        return fn
+
+    def call(self, name: str, ret: ir.Type, *args: ir.Value, fastmath: tuple[str, ...] = ()) -> ir.Value:
+        return self.b.call(self.intrinsic(name, ret, [a.type for a in args]), list(args), fastmath=fastmath)
+
+    # -- scalar helpers (vectorizable) -------------------------------------------------------------------
+    def smax(self, a: ir.Value, b: ir.Value) -> ir.Value:
+        return self.b.select(self.b.icmp_signed(">", a, b), a, b)
+
+    def smin(self, a: ir.Value, b: ir.Value) -> ir.Value:
+        return self.b.select(self.b.icmp_signed("<", a, b), a, b)
+
+    def clamp_int(self, v: ir.Value, lo: int, hi: int) -> ir.Value:
+        return self.smin(self.smax(v, ir.Constant(v.type, lo)), ir.Constant(v.type, hi))
+
+    def fmax(self, a: ir.Value, b: ir.Value) -> ir.Value:
+        """IEEE maximum: propagates NaN like numpy.maximum (the sign of a zero result is unspecified)."""
+        return self.call("llvm.maximum.f32", F32, a, b, fastmath=("nsz",))
+
+    def fmin(self, a: ir.Value, b: ir.Value) -> ir.Value:
+        return self.call("llvm.minimum.f32", F32, a, b, fastmath=("nsz",))
+
+    def fma(self, a: ir.Value, b: ir.Value, c: ir.Value) -> ir.Value:
+        return self.call("llvm.fmuladd.f32", F32, a, b, c)
+
+    def rint(self, v: ir.Value) -> ir.Value:
+        """Round half to even (the default floating-point environment)."""
+        return self.call("llvm.rint.f32", F32, v)
+
+    def widen(self, v: ir.Value, dtype: str, to: ir.IntType) -> ir.Value:
+        """Sign-extend an integer value of ``dtype`` to ``to`` (no-op if already that wide)."""
+        return v if LL_TYPES[dtype] == to else self.b.sext(v, to)
+
+    def to_dtype(self, v: ir.Value, from_dtype: str, dtype: str) -> ir.Value:
+        """Saturating conversion between dtypes (float -> int rounds half to even)."""
+        b = self.b
+        if from_dtype == dtype:
+            return v
+        if is_float(dtype):
+            return b.sitofp(v, F32)
+        if is_float(from_dtype):
+            lo, hi = INT_RANGE[dtype]
+            if dtype == "int32":  # bounds not representable in float32: saturating conversion
+                return self.call("llvm.fptosi.sat.i32.f32", I32, self.rint(v))
+            # maxnum/minnum send NaN to a bound, so the conversion below is always defined
+            v = self.call("llvm.maxnum.f32", F32, self.rint(v), ir.Constant(F32, float(lo)))
+            v = self.call("llvm.minnum.f32", F32, v, ir.Constant(F32, float(hi)))
+            return b.fptosi(v, LL_TYPES[dtype])
+        v = self.widen(v, from_dtype, I32)
+        if dtype == "int32":
+            return v
+        return b.trunc(self.clamp_int(v, *INT_RANGE[dtype]), LL_TYPES[dtype])
+
+    # -- transcendental functions --------------------------------------------------------------------
+    def exp(self, x: ir.Value) -> ir.Value:
+        """exp(x) by Cody-Waite reduction x = n ln2 + r and a polynomial for expm1(r).
+
+        2^n is applied as two factors, so that overflow gives inf and underflow is gradual.
+        """
+        b = self.b
+        f = lambda v: ir.Constant(F32, v)  # noqa: E731
+        xc = b.select(b.fcmp_ordered("<", x, f(-104.0)), f(-104.0), x)
+        xc = b.select(b.fcmp_ordered(">", xc, f(89.0)), f(89.0), xc)
+        n = self.rint(b.fmul(xc, f(LOG2E)))
+        r = self.fma(n, f(-LN2_HI), xc)
+        r = self.fma(n, f(-LN2_LO), r)
+        q = f(EXPM1_POLY[-1])
+        for c in reversed(EXPM1_POLY[:-1]):
+            q = self.fma(q, r, f(c))
+        p = self.fma(b.fmul(r, r), q, r)  # expm1(r)
+        ni = b.fptosi(n, I32)
+        half = b.ashr(ni, ir.Constant(I32, 1))
+        pow2 = lambda k: b.bitcast(b.shl(b.add(k, ir.Constant(I32, 127)), ir.Constant(I32, 23)), F32)  # noqa: E731
+        y = b.fmul(b.fmul(b.fadd(p, f(1.0)), pow2(half)), pow2(b.sub(ni, half)))
+        return b.select(b.fcmp_unordered("uno", x, x), x, y)
+
+    def sigmoid(self, x: ir.Value) -> ir.Value:
+        one = ir.Constant(F32, 1.0)
+        return self.b.fdiv(one, self.b.fadd(one, self.exp(self.b.fneg(x))))
+
+    def tanh(self, x: ir.Value) -> ir.Value:
+        """tanh(x) ~ x P(x^2) / Q(x^2) on |x| <= 9 (beyond, tanh rounds to +-1): at most ~6 ulp off."""
+        b = self.b
+        f = lambda v: ir.Constant(F32, v)  # noqa: E731
+        xc = self.fmin(self.fmax(x, f(-TANH_CLAMP)), f(TANH_CLAMP))
+        z = b.fmul(xc, xc)
+        num, den = f(TANH_P[-1]), f(TANH_Q[-1])
+        for c in reversed(TANH_P[:-1]):
+            num = self.fma(num, z, f(c))
+        for c in reversed(TANH_Q[:-1]):
+            den = self.fma(den, z, f(c))
+        y = b.fdiv(b.fmul(xc, num), den)
+        return self.fmin(self.fmax(y, f(-1.0)), f(1.0))
+
+
+class _Nest:
+    """Context manager opening one loop per extent; yields the list of indices."""
+
+    def __init__(self, kb: KernelBuilder, extents: list[int]) -> None:
+        self.kb, self.extents, self._stack = kb, extents, []
+
+    def __enter__(self) -> list[ir.Value]:
+        idx = []
+        for e in self.extents:
+            cm = self.kb.loop(0, e)
+            idx.append(cm.__enter__())
+            self._stack.append(cm)
+        return idx
+
+    def __exit__(self, *exc) -> None:
+        while self._stack:
+            self._stack.pop().__exit__(None, None, None)
+
+
+# -------------------------------------------------------------------------------------------------------
+# Elementwise steps
+
+
+def broadcast_strides(shape: tuple[int, ...], out_shape: tuple[int, ...]) -> list[int]:
+    """Element strides of a C-contiguous ``shape`` viewed as broadcast to ``out_shape`` (0 on broadcast)."""
+    pad = (1,) * (len(out_shape) - len(shape)) + tuple(shape)
+    strides, s = [], 1
+    for d in reversed(pad):
+        strides.append(s if d > 1 else 0)
+        s *= d
+    return strides[::-1]
+
+
+Operand = tuple[ir.Value, str] | int | float  # a loaded tensor value with its dtype, or a constant
+
+
+class ChainEmitter:
+    """Emits the steps of a :class:`ChainSpec` on one element.
+
+    ``ptrs[i]`` is the data pointer of chain input ``i`` (None for an accumulator supplied by the caller).
+    """
+
+    def __init__(self, kb: KernelBuilder, spec: ChainSpec, ptrs: list[ir.Value | None]) -> None:
+        self.kb, self.spec, self.ptrs = kb, spec, ptrs
+        self.strides = [broadcast_strides(t.shape, spec.out.shape) for t in spec.inputs]
+
+    def offsets_at(self, coords: list[ir.Value]) -> list[ir.Value]:
+        """Element offsets of every input at output coordinates ``coords``."""
+        return [self.kb.linear(coords, strides) for strides in self.strides]
+
+    def apply(self, primary: ir.Value, offsets: list[ir.Value | None]) -> ir.Value:
+        """Run all steps on ``primary`` (input 0's value), loading tensor operands at ``offsets``."""
+        loaded: dict[int, ir.Value] = {0: primary}
+
+        def operand(o: Const | Arg) -> Operand:
+            if isinstance(o, Const):
+                return o.value
+            if o.index not in loaded:
+                t = self.spec.inputs[o.index]
+                loaded[o.index] = self.kb.load(t.dtype, self.ptrs[o.index], offsets[o.index])
+            return loaded[o.index], self.spec.inputs[o.index].dtype
+
+        value, dtype = primary, self.spec.inputs[0].dtype
+        for step in self.spec.steps:
+            out = step_result_dtype(step, dtype, self.spec.inputs)
+            value = emit_step(self.kb, step, value, dtype, out, [operand(o) for o in step.operands])
+            dtype = out
+        return value
+
+
+def _as_int(kb: KernelBuilder, o: Operand, to: ir.IntType) -> ir.Value:
+    if isinstance(o, tuple):
+        return kb.widen(o[0], o[1], to)
+    return ir.Constant(to, int(o))
+
+
+def _as_float(kb: KernelBuilder, o: Operand) -> ir.Value:
+    if isinstance(o, tuple):
+        return o[0] if is_float(o[1]) else kb.b.sitofp(o[0], F32)
+    return ir.Constant(F32, float(o))
+
+
+_INT_BINARY: dict[str, Callable] = {
+    "add": lambda kb, a, b: kb.b.add(a, b),
+    "sub": lambda kb, a, b: kb.b.sub(a, b),
+    "mul": lambda kb, a, b: kb.b.mul(a, b),
+    "max": KernelBuilder.smax,
+    "min": KernelBuilder.smin,
+}
+_FLOAT_BINARY: dict[str, Callable] = {
+    "add": lambda kb, a, b: kb.b.fadd(a, b),
+    "sub": lambda kb, a, b: kb.b.fsub(a, b),
+    "mul": lambda kb, a, b: kb.b.fmul(a, b),
+    "max": KernelBuilder.fmax,
+    "min": KernelBuilder.fmin,
+}
+_UNARY_FLOAT = {"sigmoid": KernelBuilder.sigmoid, "tanh": KernelBuilder.tanh, "exp": KernelBuilder.exp}
+
+
+def emit_step(
+    kb: KernelBuilder, step: EwStep, v: ir.Value, dtype: str, out: str, operands: list[Operand]
+) -> ir.Value:
+    """Emit one step taking ``v`` of ``dtype`` to ``out`` (as inferred by :func:`ir.step_result_dtype`)."""
+    b, op = kb.b, step.op
+    fl = is_float(dtype)
+    if op in _INT_BINARY:
+        if fl:
+            return _FLOAT_BINARY[op](kb, v, _as_float(kb, operands[0]))
+        return _INT_BINARY[op](kb, kb.widen(v, dtype, I32), _as_int(kb, operands[0], I32))
+    if op == "relu":
+        return kb.fmax(v, ir.Constant(F32, 0.0)) if fl else kb.smax(v, ir.Constant(v.type, 0))
+    if op == "clip":
+        lo, hi = operands
+        if fl:
+            return kb.fmin(kb.fmax(v, _as_float(kb, lo)), _as_float(kb, hi))
+        r = kb.smin(kb.smax(kb.widen(v, dtype, I32), _as_int(kb, lo, I32)), _as_int(kb, hi, I32))
+        return b.trunc(r, LL_TYPES[out]) if out != "int32" else r
+    if op in _UNARY_FLOAT:
+        return _UNARY_FLOAT[op](kb, v)
+    if op == "quantize":
+        scale, zp = operands
+        q = b.fadd(kb.rint(b.fdiv(v, _as_float(kb, scale))), _as_float(kb, zp))
+        return kb.to_dtype(q, "float32", "int8")
+    if op == "dequantize":
+        scale, zp = operands
+        centered = b.sub(kb.widen(v, dtype, I32), _as_int(kb, zp, I32))
+        return b.fmul(b.sitofp(centered, F32), _as_float(kb, scale))
+    if op == "requantize":
+        m, s = operands
+        acc = b.mul(kb.widen(v, dtype, I64), _as_int(kb, m, I64))
+        if isinstance(s, tuple):
+            sh = kb.clamp_int(_as_int(kb, s, I64), 0, 62)
+            rnd = b.ashr(b.shl(i64(1), sh), i64(1))
+            acc = b.ashr(b.add(acc, rnd), sh)
+        elif s > 0:
+            acc = b.ashr(b.add(acc, i64(1 << (s - 1))), i64(s))
+        return b.trunc(kb.clamp_int(acc, int(step.attr("lo")), int(step.attr("hi"))), I8)
+    return kb.to_dtype(v, dtype, out)  # cast

@@ -1,0 +1,237 @@
+"""JIT engine: host target machine, -O3 pipeline with loop/SLP vectorization, kernel caches, kernel calls.
+
+Calling convention: a kernel takes the ndarray *objects* (ctypes ``py_object``), checks them against its
+signature in generated code and reads the data pointers from the array struct (see :mod:`abi`); Python
+only allocates the output and turns a nonzero status into a precise error.
+
+Caches: compiled kernels are kept in memory by signature (the frozen spec); object code is also stored
+on disk under ``$VDLA_CACHE_DIR/cpu`` (default ``~/.cache/vdla/cpu``) unless ``VDLA_CPU_DISK_CACHE=0``
+or :func:`set_disk_cache` disables it. The disk key covers the spec, the host CPU and its features,
+llvmlite's version and a hash of the code generator's sources.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import llvmlite
+import llvmlite.binding as llvm
+import numpy as np
+from llvmlite import ir
+
+from . import abi, kernels
+from .ir import Spec, TensorType, UnsupportedError, spec_inputs, spec_op
+
+
+def _source_fingerprint() -> str:
+    """Hash of the code generator's sources: any change to them invalidates the disk cache."""
+    from . import abi, codegen, ir
+
+    h = hashlib.sha256()
+    for mod in (abi, codegen, ir, kernels):
+        h.update(Path(mod.__file__).read_bytes())
+    return h.hexdigest()[:16]
+
+
+class _Engine:
+    """Process-wide LLVM state: host target machine and optimization pipeline settings."""
+
+    def __init__(self) -> None:
+        llvm.initialize_native_target()
+        llvm.initialize_native_asmprinter()
+        self.cpu = llvm.get_host_cpu_name()
+        self.features = llvm.get_host_cpu_features().flatten()
+        self.tm = self._target_machine()
+        self.layout = abi.probe()
+        self.fingerprint = "|".join(
+            (_source_fingerprint(), llvmlite.__version__, self.cpu, self.features, repr(self.layout))
+        )
+
+    def _target_machine(self) -> llvm.TargetMachine:
+        target = llvm.Target.from_triple(llvm.get_process_triple())
+        return target.create_target_machine(cpu=self.cpu, features=self.features, opt=3, jit=True)
+
+    def compile(self, module: ir.Module) -> bytes:
+        """Optimize at -O3 (loop + SLP vectorization) for the host CPU and emit object code."""
+        tm = self.tm
+        module.triple = tm.triple
+        module.data_layout = str(tm.target_data)
+        mod = llvm.parse_assembly(str(module))
+        mod.verify()
+        pto = llvm.create_pipeline_tuning_options(speed_level=3)
+        pto.loop_vectorization = True
+        pto.slp_vectorization = True
+        pto.loop_unrolling = True
+        pb = llvm.create_pass_builder(tm, pto)
+        pb.getModulePassManager().run(mod, pb)
+        return tm.emit_object(mod)
+
+    def load(self, obj: bytes, name: str) -> tuple[llvm.ExecutionEngine, int]:
+        """Load object code into a new engine (which owns and frees its own target machine)."""
+        ee = llvm.create_mcjit_compiler(llvm.parse_assembly(""), self._target_machine())
+        ee.add_object_file(llvm.ObjectFileRef.from_data(obj))
+        ee.finalize_object()
+        for symbol, value in abi.runtime_values().items():
+            addr = ee.get_global_value_address(symbol)
+            if addr:
+                ctypes.c_uint64.from_address(addr).value = value
+        return ee, ee.get_function_address(name)
+
+
+class Kernel:
+    """A compiled kernel. Call it with C-contiguous arrays of exactly the compiled shapes and dtypes.
+
+    ``kernel(*inputs, out=None)`` returns the output array (allocated unless ``out`` is given; ``out`` must
+    not overlap the inputs). ``compile_s`` is the time it took to build (or load from disk).
+    """
+
+    def __init__(
+        self,
+        spec: Spec,
+        name: str,
+        engine: llvm.ExecutionEngine,
+        addr: int,
+        compile_s: float,
+        from_disk: bool,
+    ) -> None:
+        self.spec, self.name, self.compile_s, self.from_disk = spec, name, compile_s, from_disk
+        self.op = spec_op(spec)
+        self.inputs: tuple[TensorType, ...] = spec_inputs(spec)
+        self.out: TensorType = spec.out
+        self._engine = engine  # keeps the code alive
+        self._sig = [(t.shape, t.np_dtype) for t in self.inputs]
+        self._n_inputs = len(self._sig)
+        self._out_shape, self._out_dtype = self.out.shape, self.out.np_dtype
+        self._scratch = kernels.scratch_elements(spec)
+        n_args = len(self.inputs) + 1 + (1 if self._scratch else 0)
+        self._fn = ctypes.CFUNCTYPE(ctypes.c_int32, *[ctypes.py_object] * n_args)(addr)
+
+    def _run(self, arrays: tuple[np.ndarray, ...], out: np.ndarray) -> int:
+        if self._scratch:
+            return self._fn(*arrays, out, np.empty(self._scratch, np.float32))
+        return self._fn(*arrays, out)
+
+    def __call__(self, *arrays: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        if len(arrays) != self._n_inputs:
+            raise UnsupportedError(self.op, f"expected {self._n_inputs} input arrays, got {len(arrays)}")
+        if out is None:
+            out = np.empty(self._out_shape, self._out_dtype)
+        if self._run(arrays, out):
+            self._retry(arrays, out)
+        return out
+
+    def _check(self, what: str, a: object, shape: tuple[int, ...], dtype: np.dtype) -> None:
+        if not isinstance(a, np.ndarray):
+            raise UnsupportedError(self.op, f"{what} must be a numpy array, got {type(a).__name__}")
+        if a.shape != shape or a.dtype != dtype:
+            raise UnsupportedError(
+                self.op, f"{what} has {a.dtype}{a.shape}, kernel compiled for {dtype}{shape}"
+            )
+        if not a.flags.c_contiguous:
+            raise UnsupportedError(self.op, f"{what} must be C-contiguous (use np.ascontiguousarray)")
+        if what == "out" and not a.flags.writeable:
+            raise UnsupportedError(self.op, "out is read-only")
+
+    def _retry(self, arrays: tuple[np.ndarray, ...], out: np.ndarray) -> None:
+        """The generated checks refused an argument: name the problem, or, for arrays that are valid but
+        not plain (subclasses, equal but non-canonical dtype objects), run on plain views of them."""
+        for i, (a, (shape, dtype)) in enumerate(zip(arrays, self._sig, strict=True)):
+            self._check(f"input {i}", a, shape, dtype)
+        self._check("out", out, self._out_shape, self._out_dtype)
+        if any(np.may_share_memory(out, a) for a in arrays):
+            raise UnsupportedError(self.op, "out must not overlap an input")
+        plain = tuple(np.asarray(a).view(dtype) for a, (_, dtype) in zip(arrays, self._sig, strict=True))
+        if self._run(plain, np.asarray(out).view(self._out_dtype)):
+            raise RuntimeError(f"{self.op}: kernel refused validated arrays")
+
+    def __repr__(self) -> str:
+        return f"Kernel({self.op}, {self.name}, out={self.out})"
+
+
+def contiguous(a: np.ndarray) -> np.ndarray:
+    """``a`` itself if C-contiguous, else a C-contiguous copy (unlike ascontiguousarray, keeps 0-d arrays)."""
+    return a if a.flags.c_contiguous else np.ascontiguousarray(a)
+
+
+_lock = threading.RLock()
+_engine: _Engine | None = None
+_kernels: dict[Spec, Kernel] = {}
+_disk_override: list[Path | None] = []
+
+
+def engine() -> _Engine:
+    global _engine
+    with _lock:
+        if _engine is None:
+            _engine = _Engine()
+        return _engine
+
+
+def set_disk_cache(path: Path | str | None) -> None:
+    """Use ``path`` for the object-code cache (``None`` disables it), overriding the environment."""
+    _disk_override[:] = [None if path is None else Path(path)]
+
+
+def disk_cache_dir() -> Path | None:
+    """Directory of the on-disk object cache, or None if disabled."""
+    if _disk_override:
+        return _disk_override[0]
+    if os.environ.get("VDLA_CPU_DISK_CACHE", "1") == "0":
+        return None
+    return Path(os.environ.get("VDLA_CACHE_DIR") or Path.home() / ".cache" / "vdla") / "cpu"
+
+
+def clear_cache() -> None:
+    """Forget compiled kernels kept in memory (the disk cache is untouched)."""
+    with _lock:
+        _kernels.clear()
+
+
+def _read_disk(path: Path | None) -> bytes | None:
+    try:
+        return path.read_bytes() if path is not None else None
+    except OSError:
+        return None
+
+
+def _write_disk(path: Path | None, obj: bytes) -> None:
+    if path is None:
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path.parent, delete=False) as f:
+            f.write(obj)
+        os.replace(f.name, path)
+    except OSError:
+        pass  # the disk cache is an optimization: an unwritable directory only costs a recompile
+
+
+def get_kernel(spec: Spec) -> Kernel:
+    """The kernel for ``spec``: from the memory cache, else the disk cache, else JIT-compiled."""
+    with _lock:
+        kernel = _kernels.get(spec)
+        if kernel is not None:
+            return kernel
+        eng = engine()
+        t0 = time.perf_counter()
+        key = hashlib.sha256(f"{eng.fingerprint}|{spec!r}".encode()).hexdigest()
+        name = f"vdla_{spec_op(spec)}_{key[:20]}"
+        cache_dir = disk_cache_dir()
+        path = cache_dir / f"{key}.o" if cache_dir is not None else None
+        obj = _read_disk(path)
+        from_disk = obj is not None
+        if obj is None:
+            module = ir.Module(name=name)
+            kernels.emit(spec, module, name, eng.layout)
+            obj = eng.compile(module)
+            _write_disk(path, obj)
+        ee, addr = eng.load(obj, name)
+        kernel = Kernel(spec, name, ee, addr, time.perf_counter() - t0, from_disk)
+        _kernels[spec] = kernel
+        return kernel

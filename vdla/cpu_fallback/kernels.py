@@ -1,0 +1,563 @@
+"""Operator library: LLVM IR emitters for every kernel spec, for exact shapes and dtypes.
+
+Most emitters write scalar loop nests whose innermost loop walks contiguous output elements, with window
+taps unrolled at compile time, for LLVM's vectorizer to widen. The layout conversions and the convolution
+emit explicit vector code (register transposes, register-tiled accumulators, masked loads) where the
+vectorizer cannot find the good schedule by itself.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import singledispatch
+
+from llvmlite import ir
+
+from .abi import ArrayLayout
+from .codegen import F32, I32, LL_TYPES, REASSOC, ChainEmitter, KernelBuilder, broadcast_strides, i64
+from .ir import (
+    ChainSpec,
+    ConcatSpec,
+    Conv2dSpec,
+    DenseSpec,
+    GlobalAvgPoolSpec,
+    PackSpec,
+    PadSpec,
+    Pool2dSpec,
+    SoftmaxSpec,
+    Spec,
+    TransposeSpec,
+    UnpackSpec,
+    Window,
+    is_float,
+    spec_inputs,
+)
+
+
+def scratch_elements(spec: Spec) -> int:
+    """float32 scratch elements a kernel needs (passed after the output; 0: no scratch argument)."""
+    return spec.w.size if isinstance(spec, Conv2dSpec) and spec.x.dtype == "int8" else 0
+
+
+def emit(spec: Spec, module: ir.Module, name: str, layout: ArrayLayout) -> None:
+    """Add the kernel ``name`` for ``spec`` to ``module``: args are the inputs, the output, then the scratch
+    buffer if :func:`scratch_elements` asks for one."""
+    kb = KernelBuilder(module, name, spec_inputs(spec), spec.out, layout, scratch_elements(spec) > 0)
+    _emit(spec, kb)
+    kb.finish()
+
+
+@singledispatch
+def _emit(spec: Spec, kb: KernelBuilder) -> None:
+    raise TypeError(f"no emitter for {type(spec).__name__}")
+
+
+def contiguous_strides(shape: tuple[int, ...]) -> list[int]:
+    return [math.prod(shape[i + 1 :]) for i in range(len(shape))]
+
+
+def coalesce(shape: tuple[int, ...], strides: list[list[int]]) -> tuple[list[int], list[list[int]]]:
+    """Merge adjacent dims that every stride list walks linearly, and drop unit dims (fewer, longer loops)."""
+    dims: list[int] = []
+    out: list[list[int]] = [[] for _ in strides]
+    for d, extent in enumerate(shape):
+        if extent == 1:
+            continue
+        if dims and all(s[-1] == st[d] * extent for s, st in zip(out, strides, strict=True)):
+            dims[-1] *= extent
+            for s, st in zip(out, strides, strict=True):
+                s[-1] = st[d]
+            continue
+        dims.append(extent)
+        for s, st in zip(out, strides, strict=True):
+            s.append(st[d])
+    return dims or [1], [s or [0] for s in out]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Elementwise chains
+
+
+@_emit.register
+def _chain(spec: ChainSpec, kb: KernelBuilder) -> None:
+    out = spec.out
+    strides = [broadcast_strides(t.shape, out.shape) for t in spec.inputs] + [contiguous_strides(out.shape)]
+    dims, strides = coalesce(out.shape, strides)
+    chain = ChainEmitter(kb, spec, kb.inputs)
+    with kb.loops(dims) as idx:
+        offs = [kb.linear(idx, s) for s in strides]
+        x = kb.load(spec.inputs[0].dtype, kb.inputs[0], offs[0])
+        kb.store(chain.apply(x, offs), out.dtype, kb.out, offs[-1])
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Sliding windows (pooling and convolution)
+
+
+def _valid_taps(o: int, size: int, win: Window, axis: int) -> tuple[int, ...]:
+    """Kernel taps along ``axis`` (0 rows, 1 columns) that fall inside the input for output index ``o``."""
+    k, s, d, pad = win.kernel[axis], win.stride[axis], win.dilation[axis], win.pads[axis]
+    return tuple(t for t in range(k) if 0 <= o * s + t * d - pad < size)
+
+
+def _tap_classes(win: Window, axis: int, size: int, n_out: int) -> list[tuple[int, int, tuple[int, ...]]]:
+    """Runs of output indices along ``axis`` sharing the same valid taps: (start, stop, taps)."""
+    classes: list[tuple[int, int, tuple[int, ...]]] = []
+    for o in range(n_out):
+        taps = _valid_taps(o, size, win, axis)
+        if classes and classes[-1][2] == taps:
+            classes[-1] = (classes[-1][0], o + 1, taps)
+        else:
+            classes.append((o, o + 1, taps))
+    return classes
+
+
+def _row_bounds(kb: KernelBuilder, win: Window, h: int, oh_n: int, oh: ir.Value) -> tuple[ir.Value, ir.Value]:
+    """Valid kernel-row range [lo, hi) of output row ``oh`` (tables computed at compile time; a row that
+    lies entirely in the padding has an empty range)."""
+    taps = [_valid_taps(o, h, win, 0) for o in range(oh_n)]
+    return kb.table([t[0] if t else 0 for t in taps])(oh), kb.table([t[-1] + 1 if t else 0 for t in taps])(oh)
+
+
+def _input_row(
+    kb: KernelBuilder, win: Window, oh: ir.Value, kh: ir.Value, plane: ir.Value, w: int
+) -> ir.Value:
+    """Element offset of input row ``oh * s + kh * d - pad`` in the plane starting at ``plane``."""
+    b = kb.b
+    ih = b.sub(b.add(b.mul(oh, i64(win.stride[0])), b.mul(kh, i64(win.dilation[0]))), i64(win.pads[0]))
+    return b.add(plane, b.mul(ih, i64(w)))
+
+
+def _col_offset(kb: KernelBuilder, win: Window, row: ir.Value, ow: ir.Value, tap: int) -> ir.Value:
+    return kb.b.add(row, kb.b.add(kb.b.mul(ow, i64(win.stride[1])), i64(tap * win.dilation[1] - win.pads[1])))
+
+
+@_emit.register
+def _pool2d(spec: Pool2dSpec, kb: KernelBuilder) -> None:
+    """Every (row class, column class) region gets its own loop with all valid taps unrolled."""
+    b = kb.b
+    n, c, h, w = spec.x.shape
+    oh_n, ow_n = spec.out.shape[2:]
+    win, dt = spec.window, spec.x.dtype
+    fl = is_float(dt)
+    is_max = spec.kind == "max"
+    (x,), y = kb.inputs, kb.out
+    for r0, r1, khs in _tap_classes(win, 0, h, oh_n):
+        for c0, c1, kws in _tap_classes(win, 1, w, ow_n):
+            with kb.loop(0, n * c) as nc, kb.loop(r0, r1) as oh, kb.loop(c0, c1) as ow:
+                plane = b.mul(nc, i64(h * w))
+                vals = []
+                for kh in khs:
+                    row = _input_row(kb, win, oh, i64(kh), plane, w)
+                    vals += [kb.load(dt, x, _col_offset(kb, win, row, ow, kw)) for kw in kws]
+                if is_max:
+                    v = vals[0]
+                    for u in vals[1:]:
+                        v = kb.fmax(v, u) if fl else kb.smax(v, u)
+                else:
+                    v = vals[0] if fl else b.sext(vals[0], I32)
+                    for u in vals[1:]:
+                        v = b.fadd(v, u) if fl else b.add(v, b.sext(u, I32))
+                    count = win.kernel[0] * win.kernel[1] if spec.count_include_pad else len(khs) * len(kws)
+                    v = b.fdiv(v, ir.Constant(F32, float(count))) if fl else _round_div_int8(kb, v, count)
+                kb.store(v, dt, y, kb.linear([nc, oh, ow], [oh_n * ow_n, ow_n, 1]))
+
+
+def _round_div_int8(kb: KernelBuilder, total: ir.Value, count: int) -> ir.Value:
+    """int8 of floor(total / count + 1/2) (round half up) for an int32 sum of ``count`` int8 values.
+
+    Shifting the numerator by 128 * 2count keeps it positive, so an unsigned division by a constant
+    (which LLVM turns into a vectorizable multiply) gives the floor.
+    """
+    b = kb.b
+    num = b.add(b.mul(total, ir.Constant(I32, 2)), ir.Constant(I32, 257 * count))
+    q = b.udiv(num, ir.Constant(I32, 2 * count))
+    return b.trunc(b.sub(q, ir.Constant(I32, 128)), LL_TYPES["int8"])
+
+
+GAP_LANES = 16
+
+
+@_emit.register
+def _global_avg_pool(spec: GlobalAvgPoolSpec, kb: KernelBuilder) -> None:
+    """Per plane: vector partial sums over full vectors plus one masked tail (the plane size is known),
+    then one horizontal reduction."""
+    b = kb.b
+    n, c, h, w = spec.x.shape
+    hw, dt, lanes = h * w, spec.x.dtype, GAP_LANES
+    fl = is_float(dt)
+    acc_ty = ir.VectorType(F32 if fl else I32, lanes)
+    acc = kb.alloca_of(acc_ty)
+    tail = ir.Constant(ir.VectorType(ir.IntType(1), lanes), [i < hw % lanes for i in range(lanes)])
+    (x,), y = kb.inputs, kb.out
+
+    def accumulate(v: ir.Value) -> None:
+        total = b.load(acc)
+        b.store(b.fadd(total, v, flags=REASSOC) if fl else b.add(total, b.sext(v, acc_ty)), acc)
+
+    with kb.loop(0, n * c) as nc:
+        b.store(ir.Constant(acc_ty, [0.0 if fl else 0] * lanes), acc)
+        base = b.mul(nc, i64(hw))
+        with kb.loop(0, hw // lanes) as i:
+            accumulate(kb.load_vec(dt, x, b.add(base, b.mul(i, i64(lanes))), lanes))
+        if hw % lanes:
+            accumulate(kb.masked_load(dt, x, b.add(base, i64(hw - hw % lanes)), tail))
+        if fl:
+            total = kb.call(
+                f"llvm.vector.reduce.fadd.v{lanes}f32",
+                F32,
+                ir.Constant(F32, 0.0),
+                b.load(acc),
+                fastmath=REASSOC,
+            )
+            v = b.fdiv(total, ir.Constant(F32, float(hw)))
+        else:
+            v = _round_div_int8(kb, kb.call(f"llvm.vector.reduce.add.v{lanes}i32", I32, b.load(acc)), hw)
+        kb.store(v, dt, y, nc)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Softmax
+
+
+@_emit.register
+def _softmax(spec: SoftmaxSpec, kb: KernelBuilder) -> None:
+    b = kb.b
+    shape, axis = spec.x.shape, spec.axis
+    outer, n, inner = math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1 :])
+    mx, sm = kb.alloca("float32", inner), kb.alloca("float32", inner)
+    (x,), y = kb.inputs, kb.out
+
+    def over_axis(o: ir.Value, body) -> None:
+        with kb.loop(0, n) as a, kb.loop(0, inner) as i:
+            body(i, kb.linear([o, a, i], [n * inner, inner, 1]))
+
+    with kb.loop(0, outer) as o:
+        with kb.loop(0, inner) as i:
+            kb.store(ir.Constant(F32, float("-inf")), "float32", mx, i)
+            kb.store(ir.Constant(F32, 0.0), "float32", sm, i)
+        over_axis(
+            o,
+            lambda i, off: kb.store(
+                kb.fmax(kb.load("float32", mx, i), kb.load("float32", x, off)), "float32", mx, i
+            ),
+        )
+
+        def exp_and_sum(i: ir.Value, off: ir.Value) -> None:
+            e = kb.exp(b.fsub(kb.load("float32", x, off), kb.load("float32", mx, i)))
+            kb.store(e, "float32", y, off)
+            kb.store(b.fadd(kb.load("float32", sm, i), e, flags=REASSOC), "float32", sm, i)
+
+        over_axis(o, exp_and_sum)
+        with kb.loop(0, inner) as i:
+            kb.store(b.fdiv(ir.Constant(F32, 1.0), kb.load("float32", sm, i)), "float32", sm, i)
+        over_axis(
+            o,
+            lambda i, off: kb.store(
+                b.fmul(kb.load("float32", y, off), kb.load("float32", sm, i)), "float32", y, off
+            ),
+        )
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Layout
+
+
+TRANSPOSE_TILE = 16
+
+
+@_emit.register
+def _transpose(spec: TransposeSpec, kb: KernelBuilder) -> None:
+    """Copy in output order. When the output's innermost dim is strided in the input, (input-contiguous
+    dim q) x (output-contiguous last dim) is walked in 16 x 16 tiles transposed in registers."""
+    b, dt, t = kb.b, spec.x.dtype, TRANSPOSE_TILE
+    (x,), y = kb.inputs, kb.out
+    src = contiguous_strides(spec.x.shape)
+    dims, (ss, ds) = coalesce(
+        spec.out.shape, [[src[p] for p in spec.perm], contiguous_strides(spec.out.shape)]
+    )
+    last = len(dims) - 1
+    if ss[last] <= 1 or 1 not in ss:  # rows already contiguous on both sides (or nothing to tile)
+        with kb.loops(dims) as idx:
+            kb.store(kb.load(dt, x, kb.linear(idx, ss)), dt, y, kb.linear(idx, ds))
+        return
+    q = ss.index(1)
+    others = [d for d in range(len(dims)) if d not in (q, last)]
+    q_full, l_full = dims[q] - dims[q] % t, dims[last] - dims[last] % t
+
+    def region(q_range: tuple[int, int], l_range: tuple[int, int], tiled: bool) -> None:
+        with kb.loops([dims[d] for d in others]) as idx:
+            s0 = kb.linear(idx, [ss[d] for d in others])
+            d0 = kb.linear(idx, [ds[d] for d in others])
+            if not tiled:
+                with kb.loop(*q_range) as qi, kb.loop(*l_range) as li:
+                    v = kb.load(dt, x, kb.linear([qi, li], [1, ss[last]], s0))
+                    kb.store(v, dt, y, kb.linear([qi, li], [ds[q], 1], d0))
+                return
+            with kb.loop(0, q_full // t) as tq, kb.loop(0, l_full // t) as tl:
+                q0, l0 = b.mul(tq, i64(t)), b.mul(tl, i64(t))
+                s_tile, d_tile = kb.linear([q0, l0], [1, ss[last]], s0), kb.linear([q0, l0], [ds[q], 1], d0)
+                rows = [kb.load_vec(dt, x, b.add(s_tile, i64(r * ss[last])), t) for r in range(t)]
+                for j, col in enumerate(kb.transpose(rows)):
+                    kb.store_vec(col, dt, y, b.add(d_tile, i64(j * ds[q])))
+
+    region((0, q_full), (0, l_full), tiled=True)
+    region((0, q_full), (l_full, dims[last]), tiled=False)
+    region((q_full, dims[q]), (0, dims[last]), tiled=False)
+
+
+def _block_copy(kb: KernelBuilder, dt: str, n: int, c: int, hw: int, block: int, pack: bool) -> None:
+    """Copy between NCHW (c channels) and (N, ceil(c/B), HW, B).
+
+    Pixels go in tiles of B, each a B x B transpose done in registers (B a power of two); the remaining
+    pixels (and other block sizes) are copied one channel lane at a time.
+    """
+    b = kb.b
+    cb_n = -(-c // block)
+    (x,), y = kb.inputs, kb.out
+    full = c // block
+    tiles = hw // block if block >= 2 and block & (block - 1) == 0 else 0
+    zero = ir.Constant(LL_TYPES[dt], 0.0 if is_float(dt) else 0)
+    zeros = ir.Constant(ir.VectorType(LL_TYPES[dt], block), [zero.constant] * block)
+    for start, stop, lanes in ((0, full, block), (full, cb_n, c - full * block)):
+        if start == stop:
+            continue
+        with kb.loop(0, n) as ni, kb.loop(start, stop) as cb:
+            blocked = kb.linear([ni, cb], [cb_n * hw * block, hw * block])
+            plain = kb.linear([ni, cb], [c * hw, block * hw])
+            with kb.loop(0, tiles) as t:
+                p0 = b.mul(t, i64(block))
+                b_tile = b.add(blocked, b.mul(p0, i64(block)))
+                if pack:
+                    rows = [
+                        kb.load_vec(dt, x, b.add(plain, b.add(p0, i64(lane * hw))), block)
+                        if lane < lanes
+                        else zeros
+                        for lane in range(block)
+                    ]
+                    for j, col in enumerate(kb.transpose(rows)):
+                        kb.store_vec(col, dt, y, b.add(b_tile, i64(j * block)))
+                else:
+                    rows = [kb.load_vec(dt, x, b.add(b_tile, i64(j * block)), block) for j in range(block)]
+                    for lane, col in enumerate(kb.transpose(rows)[:lanes]):
+                        kb.store_vec(col, dt, y, b.add(plain, b.add(p0, i64(lane * hw))))
+            with kb.loop(tiles * block, hw) as p:
+                for lane in range(block if pack else lanes):
+                    b_off = b.add(blocked, b.add(b.mul(p, i64(block)), i64(lane)))
+                    p_off = b.add(plain, b.add(p, i64(lane * hw)))
+                    if not pack:
+                        kb.store(kb.load(dt, x, b_off), dt, y, p_off)
+                    else:
+                        kb.store(kb.load(dt, x, p_off) if lane < lanes else zero, dt, y, b_off)
+
+
+@_emit.register
+def _pack(spec: PackSpec, kb: KernelBuilder) -> None:
+    n, c, h, w = spec.x.shape
+    _block_copy(kb, spec.x.dtype, n, c, h * w, spec.block, pack=True)
+
+
+@_emit.register
+def _unpack(spec: UnpackSpec, kb: KernelBuilder) -> None:
+    n, _, h, w, _, block = spec.x.shape
+    _block_copy(kb, spec.x.dtype, n, spec.channels, h * w, block, pack=False)
+
+
+@_emit.register
+def _concat(spec: ConcatSpec, kb: KernelBuilder) -> None:
+    axis, out = spec.axis, spec.out
+    outer = math.prod(out.shape[:axis])
+    row = math.prod(out.shape[axis:])
+    offset = 0
+    for t, src in zip(spec.inputs, kb.inputs, strict=True):
+        chunk = math.prod(t.shape[axis:])
+        with kb.loop(0, outer) as o, kb.loop(0, chunk) as j:
+            v = kb.load(t.dtype, src, kb.linear([o, j], [chunk, 1]))
+            kb.store(v, t.dtype, kb.out, kb.linear([o, j], [row, 1], offset))
+        offset += chunk
+
+
+@_emit.register
+def _pad(spec: PadSpec, kb: KernelBuilder) -> None:
+    b = kb.b
+    shape, pads = list(spec.x.shape), list(spec.pads)
+    while len(shape) > 1 and pads[-1] == (0, 0):  # fold unpadded trailing dims into longer rows
+        inner = shape.pop()
+        pads.pop()
+        shape[-1] *= inner
+        pads[-1] = (pads[-1][0] * inner, pads[-1][1] * inner)
+    out_shape = [d + p0 + p1 for d, (p0, p1) in zip(shape, pads, strict=True)]
+    dt, (x,), y = spec.x.dtype, kb.inputs, kb.out
+    value = ir.Constant(LL_TYPES[dt], spec.value)
+    width, (left, _) = out_shape[-1], pads[-1]
+
+    def fill(row: ir.Value, start: int, stop: int) -> None:
+        with kb.loop(start, stop) as j:
+            kb.store(value, dt, y, b.add(row, j))
+
+    with kb.loops(out_shape[:-1]) as idx:
+        row = kb.linear(idx, contiguous_strides(tuple(out_shape))[:-1])
+        inside = ir.Constant(ir.IntType(1), 1)
+        for i, (p0, _), d in zip(idx, pads[:-1], shape[:-1], strict=True):
+            inside = b.and_(
+                inside, b.and_(b.icmp_signed(">=", i, i64(p0)), b.icmp_signed("<", i, i64(p0 + d)))
+            )
+        with b.if_else(inside) as (then, otherwise):
+            with then:
+                src = kb.linear(
+                    [b.sub(i, i64(p0)) for i, (p0, _) in zip(idx, pads[:-1], strict=True)],
+                    contiguous_strides(tuple(shape))[:-1],
+                )
+                fill(row, 0, left)
+                with kb.loop(0, shape[-1]) as j:
+                    kb.store(kb.load(dt, x, b.add(src, j)), dt, y, b.add(row, b.add(j, i64(left))))
+                fill(row, left + shape[-1], width)
+            with otherwise:
+                fill(row, 0, width)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Dense and convolution
+
+
+def _mac(kb: KernelBuilder, acc: ir.Value, a: ir.Value, w: ir.Value, fl: bool) -> ir.Value:
+    """acc + a * w (operands widened by :func:`_widened`); float sums may be reassociated."""
+    b = kb.b
+    if fl:
+        return b.fadd(acc, b.fmul(a, w, flags=REASSOC), flags=REASSOC)
+    return b.add(acc, b.mul(a, w))
+
+
+def _widened(kb: KernelBuilder, dt: str, ptr: ir.Value, off: ir.Value) -> ir.Value:
+    """Load one element; int8 is sign-extended to i32 (LLVM turns such dot products into pmaddwd)."""
+    v = kb.load(dt, ptr, off)
+    return v if is_float(dt) else kb.b.sext(v, I32)
+
+
+def _epilogue_store(
+    kb: KernelBuilder,
+    spec: DenseSpec | Conv2dSpec,
+    chain: ChainEmitter | None,
+    acc: ir.Value,
+    coords: list[ir.Value],
+    out_off: ir.Value,
+) -> None:
+    value = chain.apply(acc, chain.offsets_at(coords)) if chain else acc
+    kb.store(value, spec.out.dtype, kb.out, out_off)
+
+
+def _epilogue_emitter(kb: KernelBuilder, spec: DenseSpec | Conv2dSpec) -> ChainEmitter | None:
+    return ChainEmitter(kb, spec.epilogue, [None, *kb.inputs[2:]]) if spec.epilogue else None
+
+
+@_emit.register
+def _dense(spec: DenseSpec, kb: KernelBuilder) -> None:
+    b = kb.b
+    m_n, k_n = spec.x.shape
+    n_n = spec.w.shape[0]
+    dt, acc_dt = spec.x.dtype, spec.acc.dtype
+    fl = is_float(dt)
+    x, w = kb.inputs[:2]
+    acc = kb.alloca(acc_dt, 1)
+    chain = _epilogue_emitter(kb, spec)
+    with kb.loop(0, n_n) as n, kb.loop(0, m_n) as m:
+        b.store(ir.Constant(LL_TYPES[acc_dt], 0.0 if fl else 0), acc)
+        with kb.loop(0, k_n) as k:
+            xv = _widened(kb, dt, x, kb.linear([m, k], [k_n, 1]))
+            wv = _widened(kb, dt, w, kb.linear([n, k], [k_n, 1]))
+            b.store(_mac(kb, b.load(acc), xv, wv, fl), acc)
+        _epilogue_store(kb, spec, chain, b.load(acc), [m, n], kb.linear([m, n], [n_n, 1]))
+
+
+CONV_LANES = 16  # output columns per register tile (one 512-bit vector of float32 accumulators)
+# int8 x int8 products are summed in float32 (FMA throughput) in chunks of at most this many terms, which
+# keeps every partial sum an integer below 2^24 = 1024 * 128 * 128, hence exact; chunks add up in int32
+EXACT_INT8_TERMS = 1024
+
+
+def _out_channel_block(ocg: int) -> int:
+    return next(ob for ob in (8, 4, 2, 1) if ocg % ob == 0)
+
+
+@_emit.register
+def _conv2d(spec: Conv2dSpec, kb: KernelBuilder) -> None:
+    """Register-tiled direct convolution.
+
+    Each tile holds ``ob`` output channels x 16 output columns of one output row in vector accumulators
+    across the reduction (input channels of the group x valid kernel rows x kernel columns). Input columns
+    are read with masked vector loads (stride > 1: one wide load, then every stride-th lane), so padding and
+    the last partial tile need no scalar code: masked-off lanes read as zero. int8 runs on float32 FMAs
+    (weights converted once per call into the scratch buffer) with exact chunked sums, see above.
+    """
+    b = kb.b
+    n_n, c, h, w = spec.x.shape
+    oc, icg, kh_n, kw_n = spec.w.shape
+    oh_n, ow_n = spec.acc.shape[2:]
+    win, g_n = spec.window, spec.groups
+    ocg = oc // g_n
+    ob_n = _out_channel_block(ocg)
+    dt = spec.x.dtype
+    fl = is_float(dt)
+    lanes, sw = CONV_LANES, win.stride[1]
+    wide = lanes * sw
+    vec_f = ir.VectorType(F32, lanes)
+    vec_i = ir.VectorType(I32, lanes)
+    chunk = icg if fl else max(1, min(icg, EXACT_INT8_TERMS // (kh_n * kw_n)))
+    x, wt = kb.inputs[:2]
+    if not fl:  # float32 copy of the weights
+        wf = kb.scratch
+        with kb.loop(0, spec.w.size) as i:
+            kb.store(b.sitofp(kb.load(dt, wt, i), F32), "float32", wf, i)
+        wt = wf
+    fslots = [kb.alloca_of(vec_f) for _ in range(ob_n)]  # accumulators, promoted to registers
+    islots = [kb.alloca_of(vec_i) for _ in range(ob_n)]
+    spills = [kb.alloca_of(vec_f if fl else vec_i) for _ in range(ob_n)]  # read lane by lane by the epilogue
+    chain = _epilogue_emitter(kb, spec)
+    with (
+        kb.loop(0, n_n) as n,
+        kb.loop(0, g_n) as g,
+        kb.loop(0, ocg // ob_n) as ocb,
+        kb.loop(0, oh_n) as oh,
+        kb.loop(0, -(-ow_n // lanes)) as tile,
+    ):
+        oc0 = kb.linear([g, ocb], [ocg, ob_n])
+        ow0 = b.mul(tile, i64(lanes))
+        lo, hi = _row_bounds(kb, win, h, oh_n, oh)
+        cols = [b.add(b.mul(ow0, i64(sw)), i64(t * win.dilation[1] - win.pads[1])) for t in range(kw_n)]
+        masks = [kb.range_mask(col, wide, w) for col in cols]
+        for slot in islots:
+            b.store(ir.Constant(vec_i, [0] * lanes), slot)
+        with kb.loop(0, -(-icg // chunk)) as part:
+            for slot in fslots:
+                b.store(ir.Constant(vec_f, [0.0] * lanes), slot)
+            ic0 = b.mul(part, i64(chunk))
+            with kb.loop(ic0, kb.smin(b.add(ic0, i64(chunk)), i64(icg))) as ic, kb.loop(lo, hi) as kh:
+                row = _input_row(kb, win, oh, kh, b.mul(kb.linear([n, g, ic], [c, icg, 1]), i64(h * w)), w)
+                xs = []
+                for col, mask in zip(cols, masks, strict=True):
+                    v = kb.masked_load(dt, x, b.add(row, col), mask)
+                    if sw > 1:
+                        pick = ir.Constant(ir.VectorType(I32, lanes), list(range(0, wide, sw)))
+                        v = b.shuffle_vector(v, v, pick)
+                    xs.append(v if fl else b.sitofp(v, vec_f))
+                wbase = kb.linear([oc0, ic, kh], [icg * kh_n * kw_n, kh_n * kw_n, kw_n])
+                for ob, slot in enumerate(fslots):
+                    acc = b.load(slot)
+                    for t, xv in enumerate(xs):
+                        wv = kb.splat(
+                            kb.load("float32", wt, b.add(wbase, i64(ob * icg * kh_n * kw_n + t))), lanes
+                        )
+                        acc = kb.call(f"llvm.fmuladd.v{lanes}f32", vec_f, xv, wv, acc)
+                    b.store(acc, slot)
+            for fslot, islot in zip(fslots, islots, strict=True):
+                b.store(b.add(b.load(islot), b.fptosi(b.load(fslot), vec_i)), islot)
+        valid = kb.smin(b.sub(i64(ow_n), ow0), i64(lanes))
+        for ob, spill in enumerate(spills):
+            b.store(b.load(fslots[ob] if fl else islots[ob]), spill)
+            o_c = b.add(oc0, i64(ob))
+            obase = b.add(kb.linear([n, o_c, oh], [oc * oh_n * ow_n, oh_n * ow_n, ow_n]), ow0)
+            with kb.loop(0, valid) as j:
+                acc = b.load(
+                    b.gep(spill, [i64(0), j], source_etype=spill.type.pointee), typ=LL_TYPES[spec.acc.dtype]
+                )
+                _epilogue_store(kb, spec, chain, acc, [n, o_c, oh, b.add(ow0, j)], b.add(obase, j))

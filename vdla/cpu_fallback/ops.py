@@ -1,0 +1,229 @@
+"""One function per CPU operator: JIT-compile (cached by signature) for the arguments, then run.
+
+Inputs go through ``np.ascontiguousarray`` (free for contiguous arrays; a copy otherwise). Every function
+takes ``out=`` to write into a preallocated C-contiguous array that does not overlap the inputs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from . import ew
+from .ew import Step
+from .ir import (
+    Spec,
+    TensorType,
+    UnsupportedError,
+    make_concat,
+    make_conv2d,
+    make_dense,
+    make_global_avg_pool,
+    make_pack,
+    make_pad,
+    make_pool2d,
+    make_softmax,
+    make_transpose,
+    make_unpack,
+)
+from .jit import contiguous, get_kernel
+from .stacking import resolve_steps, run_chain
+
+Out = np.ndarray | None
+
+
+def _arr(op: str, x: object) -> np.ndarray:
+    if not isinstance(x, np.ndarray):
+        raise UnsupportedError(op, f"expected a numpy array, got {type(x).__name__}")
+    return contiguous(x)
+
+
+def _run(spec: Spec, arrays: Sequence[np.ndarray], out: Out) -> np.ndarray:
+    return get_kernel(spec)(*arrays, out=out)
+
+
+# -- elementwise ------------------------------------------------------------------------------------------
+
+
+def elementwise(x: np.ndarray, steps: Sequence[Step], out: Out = None) -> np.ndarray:
+    """Run a chain of :mod:`ew` steps on ``x`` as one fused kernel."""
+    return run_chain(_arr("chain", x), steps, out)
+
+
+def add(a: np.ndarray, b: np.ndarray | float, out: Out = None) -> np.ndarray:
+    return elementwise(a, [ew.add(b)], out)
+
+
+def sub(a: np.ndarray, b: np.ndarray | float, out: Out = None) -> np.ndarray:
+    return elementwise(a, [ew.sub(b)], out)
+
+
+def mul(a: np.ndarray, b: np.ndarray | float, out: Out = None) -> np.ndarray:
+    return elementwise(a, [ew.mul(b)], out)
+
+
+def maximum(a: np.ndarray, b: np.ndarray | float, out: Out = None) -> np.ndarray:
+    return elementwise(a, [ew.maximum(b)], out)
+
+
+def minimum(a: np.ndarray, b: np.ndarray | float, out: Out = None) -> np.ndarray:
+    return elementwise(a, [ew.minimum(b)], out)
+
+
+def relu(x: np.ndarray, out: Out = None) -> np.ndarray:
+    return elementwise(x, [ew.relu()], out)
+
+
+def clip(x: np.ndarray, lo: np.ndarray | float, hi: np.ndarray | float, out: Out = None) -> np.ndarray:
+    return elementwise(x, [ew.clip(lo, hi)], out)
+
+
+def sigmoid(x: np.ndarray, out: Out = None) -> np.ndarray:
+    return elementwise(x, [ew.sigmoid()], out)
+
+
+def tanh(x: np.ndarray, out: Out = None) -> np.ndarray:
+    return elementwise(x, [ew.tanh()], out)
+
+
+def exp(x: np.ndarray, out: Out = None) -> np.ndarray:
+    return elementwise(x, [ew.exp()], out)
+
+
+def quantize(x: np.ndarray, scale: np.ndarray | float, zero_point: np.ndarray | int = 0, out: Out = None):
+    return elementwise(x, [ew.quantize(scale, zero_point)], out)
+
+
+def dequantize(x: np.ndarray, scale: np.ndarray | float, zero_point: np.ndarray | int = 0, out: Out = None):
+    return elementwise(x, [ew.dequantize(scale, zero_point)], out)
+
+
+def requantize(
+    x: np.ndarray,
+    multiplier: np.ndarray | int,
+    shift: np.ndarray | int,
+    lo: int = -128,
+    hi: int = 127,
+    out: Out = None,
+) -> np.ndarray:
+    return elementwise(x, [ew.requantize(multiplier, shift, lo, hi)], out)
+
+
+def cast(x: np.ndarray, dtype: str | np.dtype | type, out: Out = None) -> np.ndarray:
+    return elementwise(x, [ew.cast(dtype)], out)
+
+
+# -- dense and convolution --------------------------------------------------------------------------------
+
+
+def _epilogue(op: str, bias: np.ndarray | None, shape: tuple[int, ...], epilogue: Sequence[Step]):
+    steps = ([ew.add(_arr(op, bias).reshape(shape))] if bias is not None else []) + list(epilogue)
+    return resolve_steps(None, steps)
+
+
+def dense(
+    x: np.ndarray,
+    w: np.ndarray,
+    bias: np.ndarray | None = None,
+    *,
+    epilogue: Sequence[Step] = (),
+    out: Out = None,
+) -> np.ndarray:
+    """``x (M, K) @ w (N, K)^T (+ bias (N,))`` then ``epilogue`` steps, fused (int8 accumulates in int32)."""
+    x, w = _arr("dense", x), _arr("dense", w)
+    r = _epilogue("dense", bias, (1, -1), epilogue)
+    spec = make_dense(TensorType.of(x, "dense"), TensorType.of(w, "dense"), r.operand_types, r.steps)
+    return _run(spec, [x, w, *(contiguous(a) for a in r.operands)], out)
+
+
+def conv2d(
+    x: np.ndarray,
+    w: np.ndarray,
+    bias: np.ndarray | None = None,
+    *,
+    stride=1,
+    padding=0,
+    dilation=1,
+    groups: int = 1,
+    epilogue: Sequence[Step] = (),
+    out: Out = None,
+) -> np.ndarray:
+    """Direct NCHW conv with OIHW weights (grouped/depthwise), + bias (O,), then fused ``epilogue`` steps.
+
+    int8 x int8 accumulates in int32 (symmetric quantization: no zero points; requantize in the epilogue).
+    ``padding`` is an int, (ph, pw) or (top, left, bottom, right).
+    """
+    x, w = _arr("conv2d", x), _arr("conv2d", w)
+    r = _epilogue("conv2d", bias, (1, -1, 1, 1), epilogue)
+    spec = make_conv2d(
+        TensorType.of(x, "conv2d"),
+        TensorType.of(w, "conv2d"),
+        stride,
+        padding,
+        dilation,
+        groups,
+        r.operand_types,
+        r.steps,
+    )
+    return _run(spec, [x, w, *(contiguous(a) for a in r.operands)], out)
+
+
+# -- pooling and softmax ----------------------------------------------------------------------------------
+
+
+def max_pool2d(x: np.ndarray, kernel, stride=None, padding=0, *, out: Out = None) -> np.ndarray:
+    x = _arr("max_pool2d", x)
+    return _run(make_pool2d(TensorType.of(x, "max_pool2d"), "max", kernel, stride, padding), [x], out)
+
+
+def avg_pool2d(
+    x: np.ndarray, kernel, stride=None, padding=0, count_include_pad: bool = False, *, out: Out = None
+) -> np.ndarray:
+    """Average pooling; int8 results round half up."""
+    x = _arr("avg_pool2d", x)
+    spec = make_pool2d(TensorType.of(x, "avg_pool2d"), "avg", kernel, stride, padding, count_include_pad)
+    return _run(spec, [x], out)
+
+
+def global_avg_pool(x: np.ndarray, *, out: Out = None) -> np.ndarray:
+    x = _arr("global_avg_pool", x)
+    return _run(make_global_avg_pool(TensorType.of(x, "global_avg_pool")), [x], out)
+
+
+def softmax(x: np.ndarray, axis: int = -1, *, out: Out = None) -> np.ndarray:
+    x = _arr("softmax", x)
+    return _run(make_softmax(TensorType.of(x, "softmax"), axis), [x], out)
+
+
+# -- layout -----------------------------------------------------------------------------------------------
+
+
+def transpose(x: np.ndarray, perm: Sequence[int], *, out: Out = None) -> np.ndarray:
+    x = _arr("transpose", x)
+    return _run(make_transpose(TensorType.of(x, "transpose"), tuple(perm)), [x], out)
+
+
+def pack_blocked(x: np.ndarray, block: int = 16, *, out: Out = None) -> np.ndarray:
+    """NCHW -> (N, C/B, H, W, 1, B) with channels zero-padded to a multiple of ``block``."""
+    x = _arr("pack_blocked", x)
+    return _run(make_pack(TensorType.of(x, "pack_blocked"), block), [x], out)
+
+
+def unpack_blocked(x: np.ndarray, channels: int, *, out: Out = None) -> np.ndarray:
+    """(N, C/B, H, W, 1, B) -> NCHW keeping the first ``channels`` channels."""
+    x = _arr("unpack_blocked", x)
+    return _run(make_unpack(TensorType.of(x, "unpack_blocked"), channels), [x], out)
+
+
+def concat(arrays: Sequence[np.ndarray], axis: int = 0, *, out: Out = None) -> np.ndarray:
+    arrays = [_arr("concat", a) for a in arrays]
+    return _run(make_concat(tuple(TensorType.of(a, "concat") for a in arrays), axis), arrays, out)
+
+
+def pad(
+    x: np.ndarray, pads: Sequence[tuple[int, int]], value: int | float = 0, *, out: Out = None
+) -> np.ndarray:
+    """Constant padding, ``pads[i] = (before, after)`` per axis."""
+    x = _arr("pad", x)
+    return _run(make_pad(TensorType.of(x, "pad"), pads, value), [x], out)

@@ -1,0 +1,266 @@
+"""Operator stacking: elementwise chains become one loop nest, and graphs are cut into fused groups.
+
+A chain of elementwise steps (with broadcast operands) is compiled into a single kernel that reads every
+input once and writes the output once. In a graph, a run of elementwise nodes is fused into one group,
+and a run that directly follows a conv2d or dense node becomes that kernel's epilogue, applied to the
+accumulator before it is stored.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .ew import Step
+from .ir import (
+    EW_ATTRS,
+    EW_OPERANDS,
+    Arg,
+    Const,
+    EwStep,
+    Graph,
+    Node,
+    Spec,
+    TensorType,
+    UnsupportedError,
+    make_chain,
+    make_concat,
+    make_conv2d,
+    make_dense,
+    make_global_avg_pool,
+    make_pack,
+    make_pad,
+    make_pool2d,
+    make_softmax,
+    make_transpose,
+    make_unpack,
+)
+from .jit import Kernel, contiguous, get_kernel
+from .reference import reference
+
+
+@dataclass
+class Resolved:
+    """Steps with tensor operands replaced by input indices (input 0 is the primary value)."""
+
+    steps: tuple[EwStep, ...]
+    operand_types: tuple[TensorType, ...]
+    operands: list[np.ndarray | TensorType]  # sources of inputs 1.. in order
+
+
+def resolve_steps(primary: object, steps: Sequence[Step]) -> Resolved:
+    """Turn requested steps into :class:`EwStep` s, numbering distinct tensor operands from 1."""
+    sources: list[object] = [primary]
+    types: list[TensorType] = []
+    out: list[EwStep] = []
+    for step in steps:
+        if not isinstance(step, Step):
+            raise UnsupportedError(
+                "chain", f"expected steps from vdla.cpu_fallback.ew, got {type(step).__name__}"
+            )
+        operands: list[Const | Arg] = []
+        for o in step.operands:
+            if isinstance(o, np.ndarray | TensorType):
+                index = next((i for i, s in enumerate(sources) if s is o), None)
+                if index is None:
+                    types.append(TensorType.of(o, step.op))
+                    sources.append(o)
+                    index = len(sources) - 1
+                operands.append(Arg(index))
+            else:
+                operands.append(Const(o.item() if isinstance(o, np.generic) else o))
+        out.append(EwStep(step.op, tuple(operands), tuple(sorted(step.attrs.items()))))
+    return Resolved(tuple(out), tuple(types), sources[1:])
+
+
+def compile_chain(x: np.ndarray | TensorType, steps: Sequence[Step]) -> Kernel:
+    """Compile ``steps`` applied to ``x`` as one kernel; call it as ``kernel(x, *operand_arrays)``.
+
+    Operand arrays are taken in order of first appearance (an operand that is ``x`` itself is not repeated).
+    """
+    r = resolve_steps(x, steps)
+    return get_kernel(make_chain((TensorType.of(x, "chain"), *r.operand_types), r.steps))
+
+
+def run_chain(x: np.ndarray, steps: Sequence[Step], out: np.ndarray | None = None) -> np.ndarray:
+    """Compile (cached) and run a chain whose tensor operands are given as arrays in ``steps``."""
+    r = resolve_steps(x, steps)
+    if not all(isinstance(a, np.ndarray) for a in r.operands):
+        raise UnsupportedError("chain", "run_chain needs arrays as operands; use compile_chain for types")
+    arrays = [contiguous(a) for a in (x, *r.operands)]
+    kernel = get_kernel(make_chain((TensorType.of(x, "chain"), *r.operand_types), r.steps))
+    return kernel(*arrays, out=out)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Graphs
+
+
+def is_elementwise(node: Node) -> bool:
+    return node.op in EW_OPERANDS
+
+
+EPILOGUE_ANCHORS = ("conv2d", "dense")
+
+
+def fuse(graph: Graph) -> list[list[Node]]:
+    """Cut the graph into groups run as one kernel each.
+
+    A node joins the previous node's group when it is elementwise, its running value is that group's
+    output, and nothing else (no other node, no graph output) reads that value.
+    """
+    readers = Counter(name for node in graph.nodes for name in node.inputs)
+    readers.update(graph.outputs)
+    groups: list[list[Node]] = []
+    for node in graph.nodes:
+        if groups and is_elementwise(node):
+            last = groups[-1]
+            anchor_ok = is_elementwise(last[0]) or last[0].op in EPILOGUE_ANCHORS
+            if anchor_ok and node.inputs[0] == last[-1].output and readers[last[-1].output] == 1:
+                last.append(node)
+                continue
+        groups.append([node])
+    return groups
+
+
+def _ew_steps(nodes: list[Node], names: list[str]) -> tuple[EwStep, ...]:
+    """EwSteps of elementwise nodes; tensor operands are numbered by their position in ``names``."""
+    steps = []
+    for node in nodes:
+        tensors = iter(node.inputs[1:])
+        operands: list[Const | Arg] = []
+        for opname in EW_OPERANDS[node.op]:
+            if opname in node.attrs:
+                operands.append(Const(node.attrs[opname]))
+                continue
+            name = next(tensors, None)
+            if name is None:
+                raise UnsupportedError(node.op, f"node {node.output!r} misses operand {opname}")
+            if name not in names:
+                names.append(name)
+            operands.append(Arg(names.index(name)))
+        defaults = {k: v for k, v in EW_ATTRS.get(node.op, {}).items() if v is not None}
+        attrs = defaults | {k: v for k, v in node.attrs.items() if k not in EW_OPERANDS[node.op]}
+        steps.append(EwStep(node.op, tuple(operands), tuple(sorted(attrs.items()))))
+    return tuple(steps)
+
+
+_Factory = Callable[[list[TensorType], dict[str, Any]], Spec]
+SPEC_FACTORIES: dict[str, _Factory] = {
+    "max_pool2d": lambda t, a: make_pool2d(t[0], "max", **a),
+    "avg_pool2d": lambda t, a: make_pool2d(t[0], "avg", **a),
+    "global_avg_pool": lambda t, a: make_global_avg_pool(t[0]),
+    "softmax": lambda t, a: make_softmax(t[0], **a),
+    "transpose": lambda t, a: make_transpose(t[0], **a),
+    "pack_blocked": lambda t, a: make_pack(t[0], **a),
+    "unpack_blocked": lambda t, a: make_unpack(t[0], **a),
+    "concat": lambda t, a: make_concat(tuple(t), **a),
+    "pad": lambda t, a: make_pad(t[0], **a),
+}
+
+
+@dataclass
+class Stage:
+    """One step of a compiled graph: a kernel (or, for ``reshape``, a free view) with its argument names."""
+
+    kernel: Kernel | None
+    args: tuple[str, ...]
+    output: str
+    nodes: tuple[str, ...]
+    out: TensorType
+
+    def __call__(self, *arrays: np.ndarray) -> np.ndarray:
+        return self.kernel(*arrays) if self.kernel else arrays[0].reshape(self.out.shape)
+
+    def reference(self, *arrays: np.ndarray) -> np.ndarray:
+        """The numpy reference of this step."""
+        return reference(self.kernel.spec, *arrays) if self.kernel else arrays[0].reshape(self.out.shape)
+
+
+class CompiledGraph:
+    """A graph compiled to one kernel per fused group; call with input arrays by name."""
+
+    def __init__(self, graph: Graph, stages: list[Stage], params: dict[str, np.ndarray]) -> None:
+        self.graph, self.stages, self.params = graph, stages, params
+
+    def __call__(self, **feeds: np.ndarray) -> dict[str, np.ndarray]:
+        missing = set(self.graph.inputs) - set(feeds)
+        if missing:
+            raise UnsupportedError("graph", f"missing inputs {sorted(missing)}")
+        env: dict[str, np.ndarray] = dict(self.params)
+        env.update({k: contiguous(v) for k, v in feeds.items()})
+        for stage in self.stages:
+            env[stage.output] = stage(*(env[a] for a in stage.args))
+        return {name: env[name] for name in self.graph.outputs}
+
+
+def _anchored_spec(
+    anchor: Node, chain: list[Node], types: Mapping[str, TensorType], params: dict[str, np.ndarray]
+) -> tuple[Spec, list[str]]:
+    """Spec of a conv2d/dense node with its bias and the chain fused into the epilogue."""
+    x, w, *bias = anchor.inputs
+    names = [anchor.output]  # epilogue input 0 is the accumulator
+    steps: tuple[EwStep, ...] = ()
+    if bias:
+        if bias[0] not in params:
+            raise UnsupportedError(anchor.op, "bias must be a graph parameter")
+        shaped = f"{bias[0]}@{anchor.output}"
+        shape = (1, -1, 1, 1) if anchor.op == "conv2d" else (1, -1)
+        params[shaped] = contiguous(params[bias[0]].reshape(shape))
+        steps = _ew_steps([Node("add", (anchor.output, shaped), anchor.output)], names)
+    steps += _ew_steps(chain, names)
+    epi_types = tuple(TensorType.of(params[n], anchor.op) if n in params else types[n] for n in names[1:])
+    make = make_conv2d if anchor.op == "conv2d" else make_dense
+    spec = make(types[x], types[w], epilogue_inputs=epi_types, epilogue=steps, **anchor.attrs)
+    return spec, [x, w, *names[1:]]
+
+
+def _reshaped(shape: tuple[int, ...], target: Sequence[int]) -> tuple[int, ...]:
+    """``target`` with a -1 entry resolved, checked to keep the element count of ``shape``."""
+    bad = UnsupportedError("reshape", f"cannot reshape {shape} to {tuple(target)}")
+    if list(target).count(-1) > 1 or any(d == 0 or d < -1 for d in target):
+        raise bad
+    size, known = math.prod(shape), math.prod(d for d in target if d != -1)
+    out = tuple(size // known if d == -1 else d for d in target)
+    if math.prod(out) != size:
+        raise bad
+    return out
+
+
+def compile_graph(graph: Graph) -> CompiledGraph:
+    """Fuse, type and JIT-compile every group of ``graph`` (kernels come from the caches when possible)."""
+    params = dict(graph.params)
+    types: dict[str, TensorType] = dict(graph.inputs)
+    types.update({k: TensorType.of(v, "graph") for k, v in params.items()})
+    stages = []
+    for group in fuse(graph):
+        anchor = group[0]
+        if anchor.op == "reshape":
+            src = types[anchor.inputs[0]]
+            types[anchor.output] = TensorType(_reshaped(src.shape, anchor.attrs["shape"]), src.dtype)
+            stages.append(Stage(None, anchor.inputs, anchor.output, (anchor.output,), types[anchor.output]))
+            continue
+        try:
+            if is_elementwise(anchor):
+                names = [anchor.inputs[0]]
+                steps = _ew_steps(group, names)
+                spec: Spec = make_chain(tuple(types[n] for n in names), steps)
+            elif anchor.op in EPILOGUE_ANCHORS:
+                spec, names = _anchored_spec(anchor, group[1:], types, params)
+            elif anchor.op in SPEC_FACTORIES:
+                names = list(anchor.inputs)
+                spec = SPEC_FACTORIES[anchor.op]([types[n] for n in names], dict(anchor.attrs))
+            else:
+                raise UnsupportedError(anchor.op, "no CPU kernel for this operator")
+        except TypeError as e:  # attributes that the operator does not take
+            raise UnsupportedError(anchor.op, f"bad attributes {anchor.attrs}: {e}") from None
+        types[group[-1].output] = spec.out
+        stages.append(
+            Stage(get_kernel(spec), tuple(names), group[-1].output, tuple(n.output for n in group), spec.out)
+        )
+    return CompiledGraph(graph, stages, params)
