@@ -56,3 +56,34 @@ def test_matmul_demo_job(tmp_path, capsys, config):
     assert counters["correct"] is True and counters["gemm_iters"] > 0
     assert json.loads(trace.read_text())["traceEvents"]
     assert "result matches numpy: True" in capsys.readouterr().out
+
+
+def test_run_program_with_data(tmp_path, capsys):
+    import numpy as np
+
+    acc = np.arange(2 * 16, dtype=np.int32).reshape(2, 16) * 1000
+    np.save(tmp_path / "acc.npy", acc)
+    src = tmp_path / "p.s"
+    # ACC elements are 64 bytes: physical 0x10100000 is element 0x404000; OUT elements are 16 bytes
+    src.write_text("""
+        load acc sram=0 dram=0x404000 y=1 x=2 stride=2
+        load uop sram=0 dram=0x4080000 y=1 x=1 stride=1
+        alu shr uop=0:1 iter=2,1 dst=1,0 src=0,0 imm=4 push_next
+        store out sram=0 dram=0x1020000 y=1 x=2 stride=2 pop_prev
+        finish
+    """)
+    # the ALU's micro-op (dst 0, src 0) is the zero word at 0x10200000 (UOP element 0x4080000)
+    out = tmp_path / "out.bin"
+    counters = tmp_path / "c.json"
+    assert main(["run", str(src), "--load", f"0x10100000={tmp_path / 'acc.npy'}",
+                 "--dump", f"0x10200000:32={out}", "--json", str(counters), "--trace", str(tmp_path / "t.json")]) == 0
+    np.testing.assert_array_equal(np.frombuffer(out.read_bytes(), np.int8).reshape(2, 16),
+                                  ((acc >> 4) & 0xFF).astype(np.uint8).view(np.int8))
+    assert json.loads(counters.read_text())["alu_iters"] == 2
+    capsys.readouterr()
+    bad = tmp_path / "dead.s"
+    bad.write_text("load inp x=0 pop_next\nfinish\n")
+    assert main(["run", str(bad)]) == 2
+    assert "deadlock" in capsys.readouterr().out
+    assert main(["run", str(bad), "--dump", "0x10000000=x"]) == 2
+    assert "expected ADDR:NBYTES=FILE" in capsys.readouterr().out

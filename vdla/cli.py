@@ -97,6 +97,42 @@ def cmd_matmul(args: argparse.Namespace) -> int:
     return 0 if correct else 1
 
 
+def _split_spec(spec: str, form: str) -> list[str]:
+    """Split 'ADDR=FILE' or 'ADDR:NBYTES=FILE' into its parts, naming the expected form on error."""
+    where, eq, path = spec.partition("=")
+    parts = where.split(":") + [path]
+    if not eq or len(parts) != form.count(":") + 2:
+        raise ValueError(f"expected {form}, got {spec!r}")
+    return parts
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from vdla.isa import assemble, decode_program
+    from vdla.runtime import Device, write_chrome_trace
+
+    path = Path(args.program)
+    insns = assemble(path.read_text(), str(path)) if path.suffix == ".s" else decode_program(path.read_bytes())
+    dev = Device(args.config, backend=args.backend)
+    for spec in args.load:
+        addr, file = _split_spec(spec, "ADDR=FILE")
+        data = np.load(file) if file.endswith(".npy") else np.fromfile(file, np.uint8)
+        dev.dram.reserve(int(addr, 0), data.nbytes).write(data)
+    dumps = []
+    for spec in args.dump:
+        addr, nbytes, file = _split_spec(spec, "ADDR:NBYTES=FILE")
+        dumps.append((dev.dram.view(int(addr, 0), int(nbytes, 0)), file))
+    res = dev.run_program(insns, max_cycles=args.max_cycles, timeline=bool(args.trace))
+    console.print(counters_table(res.counters, dev.cfg, f"{path.name}: {len(insns)} instructions, "
+                                                        f"backend {args.backend}"))
+    for view, file in dumps:
+        Path(file).write_bytes(view.tobytes())
+    if args.trace:
+        write_chrome_trace(res.timeline, args.trace, dev.cfg.clock_mhz)
+    if args.json:
+        Path(args.json).write_text(res.counters.to_json())
+    return 0
+
+
 def cmd_gen_header(args: argparse.Namespace) -> int:
     from vdla.hw_header import HEADER_PATH, write_config_header
 
@@ -125,6 +161,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("binary")
     p.add_argument("-n", "--numbered", action="store_true", help="number the instructions")
     p.set_defaults(func=cmd_disasm)
+
+    p = sub.add_parser("run", help="run an assembled (.s) or binary program and report its counters")
+    p.add_argument("program")
+    _add_config(p)
+    p.add_argument("--backend", default="sim", help="sim or rtl")
+    p.add_argument("--load", action="append", default=[], metavar="ADDR=FILE",
+                   help="place a .npy array or raw file in DRAM at a physical address (repeatable)")
+    p.add_argument("--dump", action="append", default=[], metavar="ADDR:NBYTES=FILE",
+                   help="write DRAM bytes to a file after the run (repeatable)")
+    p.add_argument("--max-cycles", type=int, help="stop with an error after this many cycles")
+    p.add_argument("--trace", help="write a Chrome/Perfetto trace JSON of the run")
+    p.add_argument("--json", help="write the counters as JSON")
+    p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("gen-header", help="generate the RTL parameter header from a configuration")
     _add_config(p)

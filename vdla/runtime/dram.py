@@ -70,12 +70,26 @@ class Dram:
         for i, (off, length) in enumerate(self._free):
             start = -(-(self.base + off) // align) * align - self.base
             if start + nbytes <= off + length:
-                pieces = [(off, start - off), (start + nbytes, off + length - start - nbytes)]
-                self._free[i:i + 1] = [p for p in pieces if p[1] > 0]
-                buf = self._live[start] = Buffer(self, self.base + start, nbytes)
-                return buf
+                return self._take(i, start, nbytes)
         raise DramError(f"out of DRAM: no free block of {nbytes} bytes (region {self.size} bytes, "
                         f"{sum(n for _, n in self._free)} free)")
+
+    def reserve(self, addr: int, nbytes: int) -> Buffer:
+        """Allocate the buffer at exactly [addr, addr + nbytes), which must be free."""
+        off = addr - self.base
+        for i, (start, length) in enumerate(self._free):
+            if start <= off and off + nbytes <= start + length and nbytes > 0:
+                return self._take(i, off, nbytes)
+        raise DramError(f"cannot reserve [{addr:#x}, {addr + nbytes:#x}): not inside one free block of the region "
+                        f"[{self.base:#x}, {self.base + self.size:#x})")
+
+    def _take(self, i: int, start: int, nbytes: int) -> Buffer:
+        """Carve [start, start + nbytes) (region offsets) out of free block ``i``."""
+        off, length = self._free[i]
+        pieces = [(off, start - off), (start + nbytes, off + length - start - nbytes)]
+        self._free[i:i + 1] = [p for p in pieces if p[1] > 0]
+        buf = self._live[start] = Buffer(self, self.base + start, nbytes)
+        return buf
 
     def free(self, buf: Buffer) -> None:
         off = buf.addr - self.base
