@@ -130,6 +130,10 @@ def alu_reference(op, a, b):
         lo = ((b & 0xFF) ^ 0x80) - 0x80
         hi = (((b >> 8) & 0xFF) ^ 0x80) - 0x80
         return min(max(a, lo), hi)
+    if op == AluOp.REQ:
+        s = b & 31
+        q = (a + (2 ** (s - 1) if s else 0)) // 2 ** s
+        return min(max(q, 0 if b & 32 else -128), 127)
     raise AssertionError(op)
 
 
@@ -141,7 +145,7 @@ def test_alu_ops(device, op, use_imm):
     b = rand_acc(n)
     if op in (AluOp.SHR, AluOp.RSHR):  # shift amounts around the interesting range, including clamping
         b = RNG.integers(-40, 40, b.shape).astype(np.int32)
-    imm = {AluOp.SHR: 5, AluOp.RSHR: 3, AluOp.CLIP: (100 << 8) | (-20 & 0xFF)}.get(op, -12345)
+    imm = {AluOp.SHR: 5, AluOp.RSHR: 3, AluOp.CLIP: (100 << 8) | (-20 & 0xFF), AluOp.REQ: 0x20 | 9}.get(op, -12345)
     buf = device.array(np.concatenate([a, b]))
     cmd = device.commands()
     cmd.load(MemType.ACC, 0, buf, 0, 1, 2 * n, 2 * n)
@@ -175,15 +179,20 @@ def test_alu_sequential_semantics_with_overlapping_indices(device):
     np.testing.assert_array_equal(got().reshape(8, 16), expect.astype(np.int32))
 
 
-def test_alu_reset_and_gemm_reset(device):
-    vals = rand_acc(4)
+def test_alu_reset_reads_dst_as_zero_and_gemm_reset(device):
+    vals = rand_acc(6)
     buf = device.array(vals)
     cmd = device.commands()
-    cmd.load(MemType.ACC, 0, buf, 0, 1, 4, 4)
-    cmd.alu(AluOp.ADD, [(1, 0)], reset=True)
+    cmd.load(MemType.ACC, 0, buf, 0, 1, 6, 6)
+    cmd.alu(AluOp.ADD, [(1, 0)], reset=True)  # copy
+    cmd.alu(AluOp.MAX, [(2, 0)], reset=True)  # ReLU copy
+    cmd.alu(AluOp.ADD, [(4, 0)], reset=True, imm=0)  # clear
+    cmd.alu(AluOp.SHR, [(5, 0)], reset=True, imm=3)  # 0 >> 3
     cmd.gemm([(3, 0, 0)], reset=True)
-    got = read_acc(device, cmd, 0, 4)
+    got = read_acc(device, cmd, 0, 6)
     cmd.synchronize()
     expect = vals.copy()
-    expect[1] = expect[3] = 0
+    expect[1] = vals[0]
+    expect[2] = np.maximum(vals[0], 0)
+    expect[3] = expect[4] = expect[5] = 0
     np.testing.assert_array_equal(got(), expect)

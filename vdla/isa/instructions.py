@@ -42,6 +42,7 @@ class AluOp(IntEnum):
     MUL = 4  # low 32 bits of the product
     RSHR = 5  # rounding shift right (round half up); a negative amount shifts left
     CLIP = 6  # clamp to [sext8(v[7:0]), sext8(v[15:8])]
+    REQ = 7  # requantize to int8: RSHR by v[4:0], then clamp to [0 if v[5] else -128, 127]
 
 
 class Stage(IntEnum):

@@ -207,20 +207,24 @@ def _alu_apply(op: AluOp, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         lo = ((b & 0xFF) ^ 0x80) - 0x80
         hi = (((b >> 8) & 0xFF) ^ 0x80) - 0x80
         r = np.minimum(np.maximum(a, lo), hi)
+    elif op == AluOp.REQ:
+        s = b & 0x1F
+        shifted = (a + np.where(s > 0, np.left_shift(1, np.maximum(s - 1, 0)), 0)) >> s
+        r = np.minimum(np.maximum(shifted, np.where(b & 0x20, 0, -128)), 127)
     else:
         raise ExecError(f"unknown ALU opcode {op}")
     return (r & 0xFFFFFFFF).astype(np.uint32).view(np.int32)
 
 
 def exec_alu(sram: Sram, insn: AluInsn) -> None:
-    """ACC[dst] = op(ACC[dst], imm or ACC[src]) over the micro-op loop, with sequential semantics."""
+    """ACC[dst] = op(ACC[dst], imm or ACC[src]) over the micro-op loop, with sequential semantics.
+
+    With reset, ACC[dst] reads as zero: ACC[dst] = op(0, imm or ACC[src]) (ADD copies, ADD imm 0 clears).
+    """
     cfg = sram.cfg
     dst, src = (x.reshape(-1) for x in _loop_indices(sram, insn, ("dst", "src")))
     _check_range(dst, cfg.acc_depth, "ALU ACC (dst)")
     acc = sram.acc
-    if insn.reset:
-        acc[dst] = 0
-        return
     if not insn.use_imm:
         _check_range(src, cfg.acc_depth, "ALU ACC (src)")
     # Occurrence number of each dst: iterations with equal rank touch distinct entries.
@@ -234,15 +238,16 @@ def exec_alu(sram: Sram, insn: AluInsn) -> None:
     reads_written = not insn.use_imm and bool(np.any((owner[src] >= 0) & (src != dst)))
     if reads_written or (not insn.use_imm and rank.max() > 0 and np.any(owner[src] >= 0)):
         for n in range(dst.size):  # a source is also a destination: only a sequential order is exact
-            a, b = acc[dst[n]].astype(np.int64), acc[src[n]].astype(np.int64)
-            acc[dst[n]] = _alu_apply(insn.alu_opcode, a, b)
+            a = np.int64(0) if insn.reset else acc[dst[n]].astype(np.int64)
+            acc[dst[n]] = _alu_apply(insn.alu_opcode, a, acc[src[n]].astype(np.int64))
         return
     imm = np.int64(insn.imm)
     for r in range(int(rank.max()) + 1):
         sel = rank == r if rank.max() else slice(None)
         d = dst[sel]
         b = imm if insn.use_imm else acc[src[sel]].astype(np.int64)
-        acc[d] = _alu_apply(insn.alu_opcode, acc[d].astype(np.int64), b)
+        a = np.zeros(acc[d].shape, np.int64) if insn.reset else acc[d].astype(np.int64)
+        acc[d] = _alu_apply(insn.alu_opcode, a, b)
 
 
 def execute(sram: Sram, insn: Insn, dram: Dram) -> None:
