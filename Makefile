@@ -13,7 +13,8 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(VENV)/bin/vdla matmul --size 256 256 256 --vthreads 2 --trace out/matmul_trace.json
+	$(VENV)/bin/vdla layers --model resnet18 --backend sim --vthreads auto --json out/resnet18_layers.json
+	$(VENV)/bin/vdla roofline --backend sim --out out
 
 test: $(STAMP)
 	$(PY) -m pytest -q

@@ -191,8 +191,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", help="write the counters as JSON")
     p.set_defaults(func=cmd_matmul)
 
+    from vdla.compiler.cli import add_commands as add_compiler_commands
     from vdla.cpu_fallback.cli import add_commands as add_cpu_fallback_commands
 
+    add_compiler_commands(sub)
     add_cpu_fallback_commands(sub)
     return parser
 

@@ -1,0 +1,71 @@
+"""Schedule search: the cost model tracks the simulator, the search picks fast schedules, the cache."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from vdla.compiler import ScheduleCache, compile_conv2d
+from vdla.compiler.cache import default_cache_dir
+from vdla.compiler.costmodel import CostModel
+from vdla.compiler.schedule import ConvLowering
+from vdla.compiler.search import build_stream, search, timed
+from vdla.compiler.spec import Conv2dSpec, EpilogueSpec
+from vdla.compiler.tiling import candidate_tiles
+from vdla.config import load_config
+
+EPI = EpilogueSpec(bias=True, shift=8, relu=True)
+
+
+def lowering(shape=(1, 64, 14, 14), oc=64, k=3, s=1, cfg="pynq") -> ConvLowering:
+    return ConvLowering(Conv2dSpec.make(shape, oc, k, s, "same"), EPI, load_config(cfg))
+
+
+@pytest.mark.parametrize("args", [((1, 64, 14, 14), 64, 3, 1), ((1, 64, 28, 28), 128, 1, 2),
+                                  ((1, 3, 32, 32), 16, 7, 2)])
+def test_cost_model_tracks_the_simulator(args):
+    low = lowering(*args)
+    model = CostModel(low)
+    cands = [s for v in (1, 2, 4) for s in candidate_tiles(low, v)]
+    for s in cands[:: max(1, len(cands) // 6)]:
+        est = model.estimate(s)
+        assert model.bound(s) <= est.cycles
+        assert est.cycles == pytest.approx(timed(low, build_stream(low, s)).cycles, rel=0.05)
+
+
+def test_search_confirms_with_the_simulator_and_beats_one_thread():
+    low = lowering((1, 64, 28, 28), 64, 1, 1)
+    auto, one = search(low, "auto"), search(low, 1)
+    assert auto.simulated >= 2 and auto.candidates > auto.simulated and auto.seconds > 0
+    assert auto.cycles == timed(low, build_stream(low, auto.schedule)).cycles
+    assert one.schedule.vthreads == 1
+    assert auto.cycles < 0.95 * one.cycles
+
+
+def test_schedule_cache(tmp_path):
+    cache = ScheduleCache(tmp_path / "s.json")
+    w = np.ones((32, 32, 3, 3), np.int8)
+    first = compile_conv2d((1, 32, 10, 10), w, padding=1, shift=4, cache=cache)
+    assert not first.search.cached
+    entries = json.loads((tmp_path / "s.json").read_text())
+    assert len(entries) == 1 and next(iter(entries.values()))["schedule"] == first.schedule.to_dict()
+    again = compile_conv2d((1, 32, 10, 10), w, padding=1, shift=4, cache=cache)
+    assert again.search.cached and again.schedule == first.schedule
+    other = compile_conv2d((1, 32, 10, 10), w, padding=1, shift=4, cache=cache, config="block8")
+    fixed = compile_conv2d((1, 32, 10, 10), w, padding=1, shift=4, cache=cache, vthreads=1)
+    assert not other.search.cached and not fixed.search.cached  # keyed by config hash and thread request
+    assert len(json.loads((tmp_path / "s.json").read_text())) == 3
+
+
+def test_corrupt_cache_file_is_replaced(tmp_path):
+    (tmp_path / "s.json").write_text("{not json")
+    cache = ScheduleCache(tmp_path / "s.json")
+    layer = compile_conv2d((1, 16, 6, 6), np.ones((16, 16, 1, 1), np.int8), cache=cache)
+    assert not layer.search.cached and len(json.loads((tmp_path / "s.json").read_text())) == 1
+
+
+def test_cache_dir_from_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("VDLA_CACHE_DIR", str(tmp_path))
+    assert default_cache_dir() == tmp_path and ScheduleCache().path == tmp_path / "schedules.json"

@@ -1,0 +1,54 @@
+"""The schedule cache: the search's choice per (layer shape, epilogue, thread request, hardware config).
+
+A JSON file, ``$VDLA_CACHE_DIR/schedules.json`` (default ``~/.cache/vdla``), updated atomically and
+merged with concurrent writers' entries. Entries carry a schema version so a compiler change that
+alters schedules can invalidate them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from vdla.compiler.spec import Conv2dSpec, EpilogueSpec
+from vdla.config import HwConfig
+
+SCHEMA = 1
+
+
+def default_cache_dir() -> Path:
+    """$VDLA_CACHE_DIR, else ~/.cache/vdla."""
+    return Path(os.environ.get("VDLA_CACHE_DIR") or Path.home() / ".cache" / "vdla")
+
+
+def cache_key(cfg: HwConfig, spec: Conv2dSpec, epi: EpilogueSpec, vthreads: int | str) -> str:
+    """The entry of a layer: schema, config name and hash, shape, epilogue structure, thread request."""
+    return f"v{SCHEMA}:{cfg.name}:{cfg.hash:08x}:{spec.key()}:{epi.key()}:vt{vthreads}"
+
+
+class ScheduleCache:
+    """Read-through cache of chosen schedules in one JSON file."""
+
+    def __init__(self, path: str | Path | None = None):
+        self.path = Path(path) if path else default_cache_dir() / "schedules.json"
+
+    def _read(self) -> dict:
+        try:
+            data = json.loads(self.path.read_text())
+        except (OSError, json.JSONDecodeError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    def get(self, key: str) -> dict | None:
+        """The cached record, or None (a missing or unreadable file counts as empty)."""
+        return self._read().get(key)
+
+    def put(self, key: str, record: dict) -> None:
+        """Add a record, merged with the file's current entries and written atomically."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        data = self._read()
+        data[key] = record
+        tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
+        tmp.replace(self.path)

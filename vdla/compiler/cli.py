@@ -1,0 +1,115 @@
+"""The compiler's experiments on the ``vdla`` command line: ``vdla layers`` and ``vdla roofline``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from vdla.compiler.cache import ScheduleCache
+from vdla.compiler.experiments import LayerRecord, roofline, run_model, write_json
+from vdla.compiler.resnet import MODELS
+from vdla.config import load_config, preset_names
+
+console = Console(width=None if sys.stdout.isatty() else 150)
+
+
+def _vthreads(text: str) -> int | str:
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--vthreads takes a positive integer or 'auto', got {text!r}") from None
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default="resnet18", choices=sorted(MODELS))
+    p.add_argument("--config", default="pynq", help=f"preset ({', '.join(preset_names())}) or JSON file")
+    p.add_argument("--backend", default="sim", help="sim or rtl")
+    p.add_argument("--layers", nargs="+", metavar="NAME", help="run only these layers (e.g. C1 C12)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random data and weights")
+    p.add_argument("--no-cache", action="store_true", help="search every schedule again (nothing is cached)")
+
+
+@contextmanager
+def _progress(total: int) -> Iterator:
+    """A transient progress bar; yields the callback the experiments call before each layer run."""
+    with Progress(TextColumn("{task.description:<32}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console, transient=True) as prog:
+        task = prog.add_task("compiling", total=total)
+        started = []
+
+        def tick(what: str) -> None:
+            prog.update(task, description=what, completed=len(started))
+            started.append(what)
+
+        yield tick
+
+
+def layer_table(records: list[LayerRecord], title: str) -> Table:
+    """The layer table: MACs, cycles, GEMM utilization, GOPS, DRAM bytes, intensity, correctness."""
+    t = Table(title=title)
+    for col in ("layer", "schedule", "MACs", "cycles", "GEMM util", "GOPS", "DRAM bytes", "ops/byte", "correct"):
+        t.add_column(col, justify="left" if col in ("layer", "schedule") else "right")
+    for r in records:
+        t.add_row(r.name, r.schedule, f"{r.macs:,}", f"{r.cycles:,}", f"{r.utilization:.1%}", f"{r.gops:.2f}",
+                  f"{r.dram_bytes:,}", f"{r.intensity:.1f}", "[green]yes[/]" if r.correct else "[red]NO[/]")
+    return t
+
+
+def cmd_layers(args: argparse.Namespace) -> int:
+    """`vdla layers`: the layer table (exit status 1 if any layer is wrong)."""
+    cfg = load_config(args.config)
+    cache = None if args.no_cache else ScheduleCache()
+    with _progress(len(args.layers or MODELS[args.model])) as tick:
+        records = run_model(args.model, cfg, args.backend, args.vthreads, cache, args.seed, args.layers, tick)
+    console.print(layer_table(records, f"{args.model} conv layers, config '{cfg.name}', backend {args.backend}, "
+                                       f"vthreads {args.vthreads}"))
+    compile_s = sum(r.compile_seconds for r in records)
+    search_s = sum(r.search_seconds for r in records)
+    console.print(f"compile time {compile_s:.2f} s (schedule search {search_s:.2f} s; cached schedules cost none); "
+                  f"peak {cfg.peak_gops:g} GOPS, ridge {cfg.ridge_intensity:g} ops/byte")
+    if args.json:
+        write_json(records, args.json, backend=args.backend, model=args.model, vthreads=str(args.vthreads),
+                   compile_seconds=round(compile_s, 3), search_seconds=round(search_s, 3))
+        console.print(f"wrote {args.json}")
+    return 0 if all(r.correct for r in records) else 1
+
+
+def cmd_roofline(args: argparse.Namespace) -> int:
+    """`vdla roofline`: latency hiding off vs on, roofline.csv and roofline.png."""
+    cfg = load_config(args.config)
+    cache = None if args.no_cache else ScheduleCache()
+    with _progress(2 * len(args.layers or MODELS[args.model])) as tick:
+        result = roofline(args.out, args.model, cfg, args.backend, cache, args.seed, args.layers, tick)
+    t = Table(title=f"latency hiding on config '{cfg.name}' (backend {args.backend})")
+    for col in ("layer", "util off", "util on", "GOPS off", "GOPS on", "speed-up", "ops/byte on", "correct"):
+        t.add_column(col, justify="left" if col == "layer" else "right")
+    for a, b in zip(result.off, result.on):
+        t.add_row(a.name, f"{a.utilization:.1%}", f"{b.utilization:.1%}", f"{a.gops:.2f}", f"{b.gops:.2f}",
+                  f"{a.cycles / b.cycles:.2f}x", f"{b.intensity:.1f}",
+                  "[green]yes[/]" if a.correct and b.correct else "[red]NO[/]")
+    console.print(t)
+    console.print(f"wrote {result.csv} and {result.png}")
+    return 0 if all(r.correct for r in result.off + result.on) else 1
+
+
+def add_commands(subparsers: argparse._SubParsersAction) -> None:
+    """Register ``layers`` and ``roofline`` on the ``vdla`` command line."""
+    p = subparsers.add_parser("layers", help="run a model's conv layers on the accelerator, checked against numpy")
+    _common(p)
+    p.add_argument("--vthreads", type=_vthreads, default="auto", help="virtual threads: a number or auto (searched)")
+    p.add_argument("--json", help="write one record per layer to this JSON file")
+    p.set_defaults(func=cmd_layers)
+
+    p = subparsers.add_parser("roofline", help="latency hiding off vs on for every layer: roofline.csv and .png")
+    _common(p)
+    p.add_argument("--out", default="out", help="output directory (default: out)")
+    p.set_defaults(func=cmd_roofline)
+

@@ -1,0 +1,173 @@
+"""Compiled operators: conv2d and dense (matmul) with a fused epilogue, ready to run on any backend.
+
+Compiling validates the layer, packs the weights and per-channel constants once, picks a schedule
+(searched and cached, or given) and lowers it to the interleaved, synchronised block stream. Running
+binds that stream to DRAM buffers on a device, executes it and unpacks the int8 result.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from vdla.compiler.cache import ScheduleCache
+from vdla.compiler.epilogue import multiplier_kind
+from vdla.compiler.layout import pack_activation, pack_channels, pack_weights, unpack_activation
+from vdla.compiler.schedule import ConvLowering, Schedule
+from vdla.compiler.search import SearchResult, build_stream, emit_program, search
+from vdla.compiler.spec import CompileError, Conv2dSpec, EpilogueSpec
+from vdla.config import HwConfig, load_config
+from vdla.isa import Insn
+from vdla.runtime.counters import Counters
+from vdla.runtime.device import Device
+from vdla.runtime.sim import RunResult
+
+RESIDUAL_DTYPES = {"int8": np.int8, "int32": np.int32}
+
+
+@dataclass
+class LayerRun:
+    """The unpacked int8 output of one run and the backend's counters."""
+
+    out: np.ndarray
+    result: RunResult
+
+    @property
+    def counters(self) -> Counters:
+        return self.result.counters
+
+
+def _int_array(name: str, v, shape: tuple[int, ...]) -> np.ndarray:
+    a = np.asarray(v)
+    if a.dtype.kind not in "iu":
+        raise CompileError(f"{name} must be integer, got dtype {a.dtype}")
+    if a.shape != shape:
+        raise CompileError(f"{name} has shape {a.shape}, expected {shape}")
+    if a.size and (a.min() < np.iinfo(np.int32).min or a.max() > np.iinfo(np.int32).max):
+        raise CompileError(f"{name} must fit in int32")
+    return a.astype(np.int32)
+
+
+class CompiledConv2d:
+    """A conv2d layer compiled for one hardware config."""
+
+    def __init__(self, spec: Conv2dSpec, weights: np.ndarray, cfg: HwConfig, bias=None, multiplier=1, shift: int = 0,
+                 relu: bool = False, clip: tuple[int, int] = (-128, 127), residual: str | None = None,
+                 vthreads: int | str = "auto", schedule: Schedule | None = None, cache: ScheduleCache | None = None):
+        t0 = time.perf_counter()
+        if weights.dtype != np.int8 or weights.shape != spec.weight_shape:
+            raise CompileError(f"weights must be int8 of shape {spec.weight_shape} (OIHW), got {weights.dtype} "
+                               f"{weights.shape}")
+        mkind = multiplier_kind(multiplier)
+        self.epilogue = EpilogueSpec(bias=bias is not None, multiplier=mkind, shift=shift, relu=relu,
+                                     clip=tuple(clip), residual=residual)
+        self.spec, self.cfg = spec, cfg
+        self.lowering = ConvLowering(spec, self.epilogue, cfg, int(multiplier) if mkind == "imm" else 1)
+        self.constants = {"wgt": pack_weights(weights, cfg.block_out, cfg.block_in)}
+        if bias is not None:
+            self.constants["bias"] = pack_channels(_int_array("bias", bias, (spec.oc,)), cfg.batch, cfg.block_out)
+        if mkind == "row":
+            m = np.asarray(multiplier)
+            m = np.full(spec.oc, m) if m.ndim == 0 else m
+            self.constants["mult"] = pack_channels(_int_array("multiplier", m, (spec.oc,)), cfg.batch, cfg.block_out)
+        need = sum(self.lowering.tensor_bytes().values())
+        if need > cfg.dram_bytes:
+            raise CompileError(f"the layer's tensors need {need} bytes of DRAM, config {cfg.name!r} has "
+                               f"{cfg.dram_bytes}")
+        if schedule is None:
+            self.search: SearchResult | None = search(self.lowering, vthreads, cache)
+            schedule = self.search.schedule
+        else:
+            self.lowering.check_minimal(schedule.vthreads)
+            self.search = None
+        self.schedule = schedule
+        self.stream = build_stream(self.lowering, schedule)
+        self.compile_seconds = time.perf_counter() - t0
+
+    def run(self, dev: Device, x: np.ndarray, residual: np.ndarray | None = None, max_cycles: int | None = None,
+            timeline: bool = False) -> LayerRun:
+        """Run on ``dev``: x is (N, C, H, W) int8; ``residual`` (N, OC, OH, OW) if the layer adds one."""
+        sp, cfg = self.spec, self.cfg
+        if dev.cfg != cfg:
+            raise CompileError(f"compiled for config {cfg.name!r}, the device runs {dev.cfg.name!r}")
+        if x.dtype != np.int8 or x.shape != (sp.n, sp.c, sp.h, sp.w):
+            raise CompileError(f"input must be int8 of shape {(sp.n, sp.c, sp.h, sp.w)}, got {x.dtype} {x.shape}")
+        arrays = dict(self.constants, inp=pack_activation(x, cfg.batch, cfg.block_in))
+        if self.epilogue.residual:
+            want = RESIDUAL_DTYPES[self.epilogue.residual]
+            if residual is None or residual.dtype != want or residual.shape != sp.out_shape:
+                got = None if residual is None else (residual.dtype, residual.shape)
+                raise CompileError(f"the layer adds a {self.epilogue.residual} residual of shape {sp.out_shape}, "
+                                   f"got {got}")
+            arrays["res"] = pack_activation(residual, cfg.batch, cfg.block_out)
+        elif residual is not None:
+            raise CompileError("the layer was compiled without a residual input")
+        buffers = {name: dev.array(a) for name, a in arrays.items()}
+        buffers["out"] = dev.alloc(self.lowering.tensor_bytes()["out"])
+        try:
+            insns = emit_program(self.lowering, self.stream, dev, buffers)
+            result = dev.run_program(insns, max_cycles=max_cycles, timeline=timeline)
+            low = self.lowering
+            packed = buffers["out"].read(np.int8, (low.ng, low.ob, sp.oh, sp.ow, cfg.batch, cfg.block_out))
+        finally:
+            for buf in buffers.values():
+                buf.free()
+        return LayerRun(unpack_activation(packed, sp.n, sp.oc), result)
+
+    def program(self, dev: Device | None = None) -> list[Insn]:
+        """The instruction stream (against scratch buffers), e.g. for disassembly."""
+        return emit_program(self.lowering, self.stream, dev or Device(self.cfg))
+
+
+def compile_conv2d(input_shape: tuple[int, int, int, int], weights: np.ndarray, *, stride=1, padding=0, dilation=1,
+                   groups: int = 1, bias=None, multiplier=1, shift: int = 0, relu: bool = False,
+                   clip: tuple[int, int] = (-128, 127), residual: str | None = None, config="pynq",
+                   vthreads: int | str = "auto", schedule: Schedule | None = None,
+                   cache: ScheduleCache | None = None) -> CompiledConv2d:
+    """Compile conv2d(x, weights) + epilogue for inputs of ``input_shape`` (NCHW) on ``config``.
+
+    out = clip(rshr((conv + bias) * multiplier, shift) + residual, clip), ReLU folded into the clip;
+    ``residual`` is the dtype ("int8"/"int32") of the tensor passed to :meth:`CompiledConv2d.run`.
+    """
+    spec = Conv2dSpec.make(input_shape, weights.shape[0], weights.shape[2:], stride, padding, dilation, groups)
+    if weights.ndim != 4 or weights.shape[1] != spec.c:
+        raise CompileError(f"weights {weights.shape} do not match {spec.c} input channels (OIHW)")
+    return CompiledConv2d(spec, weights, load_config(config), bias, multiplier, shift, relu, clip, residual,
+                          vthreads, schedule, cache)
+
+
+class CompiledDense:
+    """dense(x, w) = x @ w.T for x (M, K), w (N, K), as a 1x1 conv2d over M/batch pixels per batch lane."""
+
+    def __init__(self, m: int, conv: CompiledConv2d):
+        self.m, self.conv = m, conv
+
+    def _to_nchw(self, a: np.ndarray) -> np.ndarray:
+        b, width = self.conv.cfg.batch, self.conv.spec.w
+        padded = np.zeros((b * width, a.shape[1]), a.dtype)
+        padded[:self.m] = a
+        return np.ascontiguousarray(padded.reshape(b, width, -1).transpose(0, 2, 1)[:, :, None, :])
+
+    def run(self, dev: Device, x: np.ndarray, residual: np.ndarray | None = None, max_cycles: int | None = None,
+            timeline: bool = False) -> LayerRun:
+        """x is (M, K) int8; ``residual`` (M, N) if the layer adds one. Returns (M, N) int8."""
+        if x.ndim != 2 or x.shape[0] != self.m:
+            raise CompileError(f"dense input must be ({self.m}, K), got {x.shape}")
+        res = None if residual is None else self._to_nchw(residual)
+        run = self.conv.run(dev, self._to_nchw(x), res, max_cycles, timeline)
+        out = run.out[:, :, 0, :].transpose(0, 2, 1).reshape(-1, run.out.shape[1])[:self.m]
+        return LayerRun(np.ascontiguousarray(out), run.result)
+
+
+def compile_dense(m: int, weights: np.ndarray, *, config="pynq", **kwargs) -> CompiledDense:
+    """Compile x (m, K) @ weights (N, K).T + epilogue (keyword arguments of :func:`compile_conv2d`)."""
+    cfg = load_config(config)
+    if weights.ndim != 2:
+        raise CompileError(f"dense weights must be (N, K), got {weights.shape}")
+    if m < 1:
+        raise CompileError(f"dense needs at least one row, got m={m}")
+    width = -(-m // cfg.batch)
+    conv = compile_conv2d((cfg.batch, weights.shape[1], 1, width), weights[:, :, None, None], config=cfg, **kwargs)
+    return CompiledDense(m, conv)

@@ -1,0 +1,92 @@
+"""The schedule IR: per-thread blocks of load, compute and store operations on named DRAM tensors.
+
+A :class:`Block` is what one virtual thread does in one step of its loop nest: the operations of
+each stage, with DRAM addresses given as (tensor name, element offset) so the same program can be
+bound to any buffers. :mod:`vdla.compiler.vthreads` adds the dependency tokens and interleaves the
+threads; :func:`emit_op` turns one operation into a command of the runtime's builder.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from vdla.compiler.microcode import MicroKernel
+from vdla.isa import AluOp, MemType
+from vdla.runtime.commands import CommandBuilder
+from vdla.runtime.dram import Buffer
+
+
+@dataclass(frozen=True)
+class Load:
+    """A 2-D LOAD of ``y`` rows of ``x`` elements, ``stride`` apart, zero padded by (y0, y1, x0, x1)."""
+
+    mem: MemType
+    sram: int
+    tensor: str
+    offset: int
+    y: int
+    x: int
+    stride: int
+    pad: tuple[int, int, int, int] = (0, 0, 0, 0)
+
+
+@dataclass(frozen=True)
+class Store:
+    """A 2-D STORE of accumulator entries (truncated to int8) to ``tensor``."""
+
+    sram: int
+    tensor: str
+    offset: int
+    y: int
+    x: int
+    stride: int
+
+
+@dataclass(frozen=True, eq=False)
+class Gemm:
+    """A GEMM instruction running ``kernel`` (``reset``: zero the accumulators it addresses)."""
+
+    kernel: MicroKernel
+    reset: bool = False
+
+
+@dataclass(frozen=True, eq=False)
+class Alu:
+    """An ALU instruction running ``kernel``, with an immediate operand or the kernel's src."""
+
+    op: AluOp
+    kernel: MicroKernel
+    imm: int | None = None
+
+
+Op = Load | Store | Gemm | Alu
+
+
+@dataclass(frozen=True)
+class Block:
+    """One step of one virtual thread.
+
+    ``loads`` run on the load stage (they overwrite the thread's INP/WGT share), ``compute`` on the
+    compute stage (it reads that share and updates the thread's accumulators), ``stores`` on the store
+    stage (they read the thread's accumulators).
+    """
+
+    thread: int
+    loads: tuple[Load, ...]
+    compute: tuple[Op, ...]
+    stores: tuple[Store, ...]
+
+
+def emit_op(op: Op, cmd: CommandBuilder, buffers: Mapping[str, Buffer]) -> None:
+    """Append one operation to a command builder, binding tensor names to buffers."""
+    if isinstance(op, Load):
+        cmd.load(op.mem, op.sram, buffers[op.tensor], op.offset, op.y, op.x, op.stride, op.pad)
+    elif isinstance(op, Store):
+        cmd.store(op.sram, buffers[op.tensor], op.offset, op.y, op.x, op.stride)
+    elif isinstance(op, Gemm):
+        k = op.kernel
+        cmd.gemm(k.uops, k.iter_out, k.iter_in, k.factors(0), k.factors(1), k.factors(2), reset=op.reset)
+    else:
+        k = op.kernel
+        cmd.alu(op.op, k.uops, k.iter_out, k.iter_in, k.factors(0), k.factors(1), imm=op.imm)

@@ -1,0 +1,371 @@
+"""Tiling a tensorized conv2d onto the on-chip buffers and building each virtual thread's blocks.
+
+A :class:`Schedule` fixes the tile (output-channel blocks ``toc``, output rows ``toh``, output
+columns ``tow``), the input-channel blocks reduced per step (``tic``), the number of virtual threads
+and the tile order. :class:`ConvLowering` checks that a schedule fits the buffers and builds, per
+thread, one :class:`~vdla.compiler.ir.Block` per (tile, reduction step):
+
+* loads: the input window of the step (one LOAD per input-channel block, borders zero filled by the
+  LOAD pad fields, or one merged LOAD when unpadded) and the weights, each skipped when the thread's
+  buffer share still holds them (weights of all input channels stay resident when they fit);
+* compute: the accumulator reset on the first step, one GEMM per step, the epilogue passes on the
+  last step;
+* stores: the output tile on the last step.
+
+Tiles are dealt to the threads round-robin; each thread owns ``1/vthreads`` of every buffer, except the
+per-channel rows (bias, multipliers) of all output channels, which a prologue loads once into the top of
+the accumulator buffer for every thread to read.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from vdla.compiler.epilogue import AluPass, alu_passes
+from vdla.compiler.intrinsic import GemmIntrinsic, conv2d_contraction, tensorize
+from vdla.compiler.ir import Alu, Block, Gemm, Load, Op, Store
+from vdla.compiler.microcode import Limits, MicroKernel, lower_nest, uop_count
+from vdla.compiler.spec import CompileError, Conv2dSpec, EpilogueSpec
+from vdla.compiler.transfer import MAX_STRIDE, plan_transfers
+from vdla.compiler.vthreads import interleave
+from vdla.config import HwConfig
+from vdla.isa import MemType
+
+ORDERS = ("oc", "spatial")
+GEMM_ORDER = ("oc", "oh", "ow", "ic", "ky", "kx")
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Tile sizes (in blocks of the intrinsic for channels, in pixels for rows/columns), threads, order.
+
+    ``order`` "oc" walks output-channel tiles outermost (weights stay resident across pixels);
+    "spatial" walks pixel tiles outermost (inputs stay resident across output-channel tiles).
+    """
+
+    toc: int
+    toh: int
+    tow: int
+    tic: int
+    vthreads: int
+    order: str = "oc"
+
+    def __post_init__(self) -> None:
+        if min(self.toc, self.toh, self.tow, self.tic, self.vthreads) < 1:
+            raise CompileError(f"schedule {self} has a tile size or thread count below 1")
+        if self.order not in ORDERS:
+            raise CompileError(f"schedule order must be one of {ORDERS}, got {self.order!r}")
+
+    def describe(self) -> str:
+        """Short text form, e.g. ``oc4 oh7 ow7 ic1 vt2 oc``."""
+        return f"oc{self.toc} oh{self.toh} ow{self.tow} ic{self.tic} vt{self.vthreads} {self.order}"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Schedule:
+        return cls(**d)
+
+
+@dataclass(frozen=True)
+class Tile:
+    """An output tile: batch group, output-channel blocks [ob, ob+noc), rows [oy, oy+noh), cols [ox, ox+now)."""
+
+    ng: int
+    ob: int
+    noc: int
+    oy: int
+    noh: int
+    ox: int
+    now: int
+
+
+def _ranges(total: int, size: int) -> list[tuple[int, int]]:
+    return [(start, min(size, total - start)) for start in range(0, total, size)]
+
+
+def _changed(*keys: np.ndarray) -> np.ndarray:
+    """True at the first position and wherever any key differs from the previous position."""
+    diff = np.zeros(len(keys[0]), bool)
+    if len(diff):
+        diff[0] = True
+    for a in keys:
+        diff[1:] |= a[1:] != a[:-1]
+    return diff
+
+
+class ConvLowering:
+    """A conv2d layer with its epilogue, tensorized for one hardware config."""
+
+    def __init__(self, spec: Conv2dSpec, epi: EpilogueSpec, cfg: HwConfig, mul_imm: int = 1):
+        self.spec, self.epi, self.cfg = spec, epi, cfg
+        self.intrinsic = GemmIntrinsic.from_config(cfg)
+        top, _, left, _ = spec.pad
+        self.tensorized = tensorize(conv2d_contraction(spec.n, spec.c, spec.oc, spec.oh, spec.ow, spec.kh, spec.kw,
+                                                       spec.sh, spec.sw, top, left), self.intrinsic)
+        ext = self.tensorized.blocked_extents
+        self.ng, self.ib, self.ob = ext["b"], ext["ic"], ext["oc"]
+        self.taps = spec.kh * spec.kw
+        self.limits = Limits.of(cfg)
+        self.passes: tuple[AluPass, ...] = alu_passes(epi, mul_imm)
+        self.rows = [name for name in ("bias", "mult") if any(p.operand == name for p in self.passes)]
+        self.subsample = spec.kh == 1 and spec.sh > 1  # 1xN kernels with row stride: load every sh-th row only
+        self.row_step = spec.sh if self.subsample else 1
+        self._nests: dict[tuple, tuple] = {}
+        if self.row_step * spec.w > MAX_STRIDE:
+            raise CompileError(f"input rows of {spec.w} elements (row stride {self.row_step * spec.w}) exceed the "
+                               f"16-bit LOAD x_stride field: widths up to {MAX_STRIDE // self.row_step} fit")
+
+    # ---- geometry -------------------------------------------------------------------------------
+    def in_rows(self, noh: int) -> int:
+        """Input rows (padding included) held for ``noh`` output rows."""
+        return noh if self.subsample else (noh - 1) * self.spec.sh + self.spec.kh
+
+    def in_cols(self, now: int) -> int:
+        """Input columns (padding included) held for ``now`` output columns."""
+        return (now - 1) * self.spec.sw + self.spec.kw
+
+    @property
+    def rows_base(self) -> int:
+        """Start of the per-channel rows (bias, multipliers) of every output-channel block, shared by all
+        threads at the top of the accumulator buffer."""
+        return self.cfg.acc_depth - self.ob * len(self.rows)
+
+    def shares(self, vthreads: int) -> tuple[int, int, int]:
+        """(INP, WGT, ACC) elements of one thread's buffer share."""
+        c = self.cfg
+        return c.inp_depth // vthreads, c.wgt_depth // vthreads, max(self.rows_base, 0) // vthreads
+
+    def weights_resident(self, s: Schedule) -> bool:
+        """Whether the thread keeps the weights of all input channels of its output-channel tile."""
+        return s.toc * self.ib * self.taps <= self.shares(s.vthreads)[1]
+
+    def footprint(self, s: Schedule) -> tuple[int, int, int]:
+        """(INP, WGT, ACC) elements one thread needs for the schedule's full-size tile."""
+        wic = self.ib if self.weights_resident(s) else s.tic
+        tile = s.toc * s.toh * s.tow
+        acc = tile * (2 if self.epi.residual else 1)
+        return s.tic * self.in_rows(s.toh) * self.in_cols(s.tow), s.toc * wic * self.taps, acc
+
+    def gemm_nest(self, toc: int, toh: int, tow: int, tic: int, wic: int) -> tuple:
+        """The GEMM loop nest of one reduction step of a (toc, toh, tow) tile over ``tic`` input blocks."""
+        key = (toc, toh, tow, tic, wic)
+        if key not in self._nests:
+            self._nests[key] = self._gemm_nest(*key)
+        return self._nests[key]
+
+    def _gemm_nest(self, toc: int, toh: int, tow: int, tic: int, wic: int) -> tuple:
+        rows, cols = self.in_rows(toh), self.in_cols(tow)
+        tile = {"oc": toc, "oh": toh, "ow": tow, "ic": tic, "ky": self.spec.kh, "kx": self.spec.kw}
+        layouts = {"out": ((0, 1), (toh * tow, 1), (tow, 1), (1, 1)),
+                   "lhs": ((0, 1), (rows * cols, 1), (cols, self.row_step), (1, 1)),
+                   "rhs": ((wic * self.taps, 1), (self.taps, 1), (self.spec.kw, 1), (1, 1))}
+        return self.tensorized.nest(tile, layouts, GEMM_ORDER)
+
+    def buffer_problems(self, s: Schedule) -> list[str]:
+        """Buffers the schedule's tile overflows (empty if it fits)."""
+        return [f"{buf} needs {need} elements per thread, the share holds {have}"
+                for buf, need, have in zip(("INP", "WGT", "ACC"), self.footprint(s), self.shares(s.vthreads))
+                if need > have]
+
+    def problems(self, s: Schedule) -> list[str]:
+        """Why a schedule does not fit (empty if it does)."""
+        if s.toc > self.ob or s.tic > self.ib or s.toh > self.spec.oh or s.tow > self.spec.ow:
+            return [f"tile {s.describe()} exceeds the layer ({self.ob} output / {self.ib} input channel blocks, "
+                    f"{self.spec.oh}x{self.spec.ow} pixels)"]
+        out = self.buffer_problems(s)
+        if not out:
+            wic = self.ib if self.weights_resident(s) else s.tic
+            n = uop_count(self.gemm_nest(s.toc, s.toh, s.tow, s.tic, wic), self.limits)
+            if n > self.cfg.uop_depth:
+                out.append(f"the GEMM micro-kernel needs {n} micro-ops, the UOP buffer holds {self.cfg.uop_depth}")
+        return out
+
+    def check_minimal(self, vthreads: int) -> None:
+        """Raise CompileError, naming the limit, if even the smallest tile does not fit ``vthreads`` threads."""
+        need = (self.in_rows(1) * self.in_cols(1), self.taps, 2 if self.epi.residual else 1)  # one block of each
+        what = {"INP": f"a {self.in_rows(1)}x{self.in_cols(1)} input window",
+                "WGT": f"a {self.spec.kh}x{self.spec.kw} kernel",
+                "ACC": "one output element with its epilogue operands"}
+        if self.rows_base < need[2]:
+            raise CompileError(f"{self.ob} output-channel blocks need {self.ob * len(self.rows)} accumulator rows "
+                               f"for {' and '.join(self.rows)}, leaving {max(self.rows_base, 0)} of the "
+                               f"{self.cfg.acc_depth} ACC elements for tiles (at least {need[2]} needed): at most "
+                               f"{(self.cfg.acc_depth - need[2]) // len(self.rows) * self.cfg.block_out} output "
+                               "channels fit")
+        depths = (self.cfg.inp_depth, self.cfg.wgt_depth, self.rows_base)
+        for buf, n, depth in zip(("INP", "WGT", "ACC"), need, depths):
+            if n > depth:
+                raise CompileError(f"{what[buf]} needs {n} {buf} elements even in the smallest tile, but the {buf} "
+                                   f"buffer of config {self.cfg.name!r} holds {depth}: at most {depth} fit")
+        most = min(d // n for n, d in zip(need, depths))
+        if vthreads > most:
+            raise CompileError(f"vthreads={vthreads} splits the buffers into shares of {self.shares(vthreads)} "
+                               f"(INP, WGT, ACC) elements, too small for the smallest tile {need}: at most "
+                               f"vthreads={most} fits")
+
+    # ---- tiles and blocks -----------------------------------------------------------------------
+    def tile_order(self, s: Schedule) -> tuple[np.ndarray, np.ndarray]:
+        """(output-channel tile index, spatial tile index) of every tile in execution order."""
+        n_oc = -(-self.ob // s.toc)
+        n_sp = self.ng * -(-self.spec.oh // s.toh) * -(-self.spec.ow // s.tow)
+        if s.order == "oc":
+            return np.repeat(np.arange(n_oc), n_sp), np.tile(np.arange(n_sp), n_oc)
+        return np.tile(np.arange(n_oc), n_sp), np.repeat(np.arange(n_sp), n_oc)
+
+    def tile_sizes(self, s: Schedule) -> tuple[np.ndarray, np.ndarray]:
+        """Output-channel blocks of each output-channel tile, pixels of each spatial tile (by tile index)."""
+        rows, cols = _ranges(self.spec.oh, s.toh), _ranges(self.spec.ow, s.tow)
+        pixels = [h * w for _, (_, h), (_, w) in itertools.product(range(self.ng), rows, cols)]
+        return np.array([n for _, n in _ranges(self.ob, s.toc)]), np.array(pixels)
+
+    def tiles(self, s: Schedule) -> list[Tile]:
+        """Every output tile, in execution order."""
+        ocs = _ranges(self.ob, s.toc)
+        sps = list(itertools.product(range(self.ng), _ranges(self.spec.oh, s.toh), _ranges(self.spec.ow, s.tow)))
+        return [Tile(sps[p][0], *ocs[o], *sps[p][1], *sps[p][2]) for o, p in zip(*self.tile_order(s))]
+
+    def steps(self, s: Schedule) -> list[tuple[int, int]]:
+        """The reduction steps: (first input-channel block, blocks)."""
+        return _ranges(self.ib, s.tic)
+
+    def residency(self, s: Schedule) -> list[np.ndarray]:
+        """Per thread, per block (tile-major, step-minor): must it load its input window, its weights?
+        Each is skipped when the thread's share still holds it from the thread's previous block."""
+        oc, sp = self.tile_order(s)
+        n = len(self.steps(s))
+        out = []
+        for t in range(s.vthreads):
+            o, p = np.repeat(oc[t::s.vthreads], n), np.repeat(sp[t::s.vthreads], n)
+            k = np.tile(np.arange(n), len(oc[t::s.vthreads]))
+            wgt = _changed(o) if self.weights_resident(s) else _changed(o, k)
+            out.append(np.stack([_changed(p, k), wgt], axis=1))
+        return out
+
+    def threads(self, s: Schedule) -> list[list[Block]]:
+        """Every thread's blocks, tiles dealt round-robin."""
+        problems = self.problems(s)
+        if problems:
+            raise CompileError(f"schedule {s.describe()} does not fit: {'; '.join(problems)}")
+        tiles, steps, fresh = self.tiles(s), self.steps(s), self.residency(s)
+        return [ThreadBuilder(self, s, t).blocks(tiles[t::s.vthreads], steps, fresh[t]) for t in range(s.vthreads)]
+
+    def prologue(self, threads: list[list[Block]]) -> Block:
+        """Compute-stage work ahead of every thread: load the rows of all output-channel blocks, and make the
+        program's micro-kernels resident (in first-use order, as many as the UOP buffer holds) by running
+        each once as a reset of the accumulators it addresses. Later, no row or kernel LOAD on the compute
+        stage has to wait for the read channel behind a long input or weight transfer."""
+        ops: list[Op] = [Load(MemType.ACC, self.rows_base + i * self.ob + tr.sram, name, tr.offset, tr.y, tr.x,
+                              tr.stride)
+                         for i, name in enumerate(self.rows) for tr in plan_transfers(0, 0, [(self.ob, 1)])]
+        seen, room = set(), self.cfg.uop_depth
+        for t, i in interleave([len(b) for b in threads]):
+            for op in threads[t][i].compute:
+                if isinstance(op, Gemm | Alu) and op.kernel.uops.tobytes() not in seen:
+                    seen.add(op.kernel.uops.tobytes())
+                    room -= len(op.kernel.uops)
+                    if room < 0:
+                        return Block(-1, (), tuple(ops), ())
+                    ops.append(Gemm(MicroKernel(op.kernel.uops, 1, 1, (0, 0, 0), (0, 0, 0)), reset=True))
+        return Block(-1, (), tuple(ops), ())
+
+    def tensor_bytes(self) -> dict[str, int]:
+        """DRAM bytes of every tensor the program touches."""
+        c, sp = self.cfg, self.spec
+        pixels_out = self.ng * self.ob * sp.oh * sp.ow
+        out = {"inp": self.ng * self.ib * sp.h * sp.w * c.inp_elem_bytes,
+               "wgt": self.ob * self.ib * self.taps * c.wgt_elem_bytes,
+               "out": pixels_out * c.out_elem_bytes}
+        for name in self.rows:
+            out[name] = self.ob * c.acc_elem_bytes
+        if self.epi.residual:
+            out["res"] = pixels_out * (c.out_elem_bytes if self.epi.residual == "int8" else c.acc_elem_bytes)
+        return out
+
+
+class ThreadBuilder:
+    """Builds one thread's blocks in its share of the buffers."""
+
+    def __init__(self, low: ConvLowering, s: Schedule, thread: int):
+        self.low, self.s, self.thread = low, s, thread
+        inp, wgt, acc = low.shares(s.vthreads)
+        self.inp0, self.wgt0 = thread * inp, thread * wgt
+        self.resident = low.weights_resident(s)
+        self.acc = {"tile": thread * acc, "res": thread * acc + s.toc * s.toh * s.tow}
+
+    def blocks(self, tiles: list[Tile], steps: list[tuple[int, int]], fresh: np.ndarray) -> list[Block]:
+        """The blocks of ``tiles``; ``fresh`` (from :meth:`ConvLowering.residency`) says which loads each needs."""
+        pairs = [(tile, k) for tile in tiles for k in range(len(steps))]
+        return [self.block(tile, k, steps[k], len(steps), *f) for (tile, k), f in zip(pairs, fresh.tolist())]
+
+    def block(self, t: Tile, k: int, step: tuple[int, int], nsteps: int, inp: bool = True,
+              wgt: bool = True) -> Block:
+        """One step of a tile; ``inp``/``wgt`` say whether its input window and weights must be loaded."""
+        ib0, nic = step
+        low = self.low
+        first, last = k == 0, k == nsteps - 1
+        loads: list[Load] = []
+        if inp:
+            loads += self.input_loads(t, ib0, nic)
+        wic, w_ic0 = (low.ib, 0) if self.resident else (nic, ib0)
+        if wgt:
+            loads += [Load(MemType.WGT, self.wgt0 + tr.sram, "wgt", tr.offset, tr.y, tr.x, tr.stride)
+                      for tr in plan_transfers(0, (t.ob * low.ib + w_ic0) * low.taps,
+                                               [(t.noc, low.ib * low.taps), (wic, low.taps), (low.taps, 1)])]
+        compute: list[Op] = []
+        if first:
+            compute.append(Gemm(self.elementwise(t, None), reset=True))
+        nest = low.gemm_nest(t.noc, t.noh, t.now, nic, wic)
+        base = (self.acc["tile"], self.inp0, self.wgt0 + (ib0 - w_ic0) * low.taps)
+        compute.append(Gemm(lower_nest(nest, base, low.limits)))
+        stores: list[Store] = []
+        if last:
+            if low.epi.residual:
+                mem = MemType.ACC_8BIT if low.epi.residual == "int8" else MemType.ACC
+                compute += [Load(mem, self.acc["res"] + tr.sram, "res", tr.offset, tr.y, tr.x, tr.stride)
+                            for tr in self.output_transfers(t)]
+            compute += [Alu(p.op, self.elementwise(t, p.operand), p.imm) for p in low.passes]
+            stores = [Store(self.acc["tile"] + tr.sram, "out", tr.offset, tr.y, tr.x, tr.stride)
+                      for tr in self.output_transfers(t)]
+        return Block(self.thread, tuple(loads), tuple(compute), tuple(stores))
+
+    def elementwise(self, t: Tile, operand: str | None) -> MicroKernel:
+        """A kernel over the tile's accumulators reading ``operand`` alongside: its channel blocks' rows (bias,
+        multipliers) or the residual tile. Passes with an immediate and the reset read nothing, so they share
+        the bias kernel: the whole epilogue runs from one or two micro-kernels."""
+        pixels = t.noh * t.now
+        if operand == "res":
+            nest, src = ((t.noc * pixels, (1, 1, 0)),), self.acc["res"]
+        else:
+            nest = ((t.noc, (pixels, 1, 0)), (pixels, (1, 0, 0)))
+            name = operand or (self.low.rows[0] if self.low.rows else None)
+            src = self.low.rows_base + self.low.rows.index(name) * self.low.ob + t.ob if name else 0
+        return lower_nest(nest, (self.acc["tile"], src, 0), self.low.limits)
+
+    def output_transfers(self, t: Tile) -> list:
+        """The 2-D transfers between the tile's accumulators and an output-shaped tensor."""
+        sp, low = self.low.spec, self.low
+        offset = ((t.ng * low.ob + t.ob) * sp.oh + t.oy) * sp.ow + t.ox
+        return plan_transfers(0, offset, [(t.noc, sp.oh * sp.ow), (t.noh, sp.ow), (t.now, 1)])
+
+    def input_loads(self, t: Tile, ib0: int, nic: int) -> list[Load]:
+        """The input window of a tile for input-channel blocks [ib0, ib0+nic), borders zero padded."""
+        low, sp = self.low, self.low.spec
+        top, _, left, _ = sp.pad
+        rows, cols, step = low.in_rows(t.noh), low.in_cols(t.now), low.row_step
+        r_first, c_first = t.oy * sp.sh - top, t.ox * sp.sw - left
+        r_lo = max(0, -(r_first // step) if r_first < 0 else 0)
+        r_hi = min(rows, -(-(sp.h - r_first) // step))
+        c_lo, c_hi = max(0, -c_first), min(cols, sp.w - c_first)
+        y, x = r_hi - r_lo, c_hi - c_lo
+        pad = (r_lo, rows - r_hi, c_lo, cols - c_hi)
+        offset = ((t.ng * low.ib + ib0) * sp.h + r_first + r_lo * step) * sp.w + c_first + c_lo
+        if any(pad):
+            return [Load(MemType.INP, self.inp0 + j * rows * cols, "inp", offset + j * sp.h * sp.w, y, x,
+                         step * sp.w, pad) for j in range(nic)]
+        return [Load(MemType.INP, self.inp0 + tr.sram, "inp", tr.offset, tr.y, tr.x, tr.stride)
+                for tr in plan_transfers(0, offset, [(nic, sp.h * sp.w), (y, step * sp.w), (x, 1)])]

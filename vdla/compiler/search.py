@@ -1,0 +1,124 @@
+"""Schedule search: enumerate the tilings and thread counts that fit, rank them with the analytical
+model, confirm the best few with the timing-only simulator on the emitted programs, cache the winner.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from vdla.compiler.cache import ScheduleCache, cache_key
+from vdla.compiler.costmodel import CostModel, Estimate
+from vdla.compiler.schedule import ConvLowering, Schedule
+from vdla.compiler.spec import CompileError
+from vdla.compiler.tiling import candidate_tiles
+from vdla.compiler.vthreads import Stream, emit_stream, lower_vthreads
+from vdla.isa import Insn, encode_program
+from vdla.runtime.counters import Counters
+from vdla.runtime.device import Device
+from vdla.runtime.sim import Simulator
+
+MAX_AUTO_VTHREADS = 4
+CONFIRM = 6  # at most this many best-estimated candidates are confirmed with the timing-only simulator,
+CONFIRM_INSNS = 4000  # as long as their programs total this many instructions (the best two always are)
+SLACK = 0.005  # skip candidates whose lower bound is within this fraction of the second-best estimate
+TIE = 0.003  # among confirmed schedules this close to the fastest, take the one moving the fewest DRAM bytes
+
+
+@dataclass
+class SearchResult:
+    """The chosen schedule and what choosing it took."""
+
+    schedule: Schedule
+    cycles: int  # timing-only simulation of the chosen program
+    candidates: int  # schedules that fit (all bounded by the cost model, the promising ones estimated)
+    simulated: int  # of which confirmed with the simulator
+    seconds: float
+    cached: bool = False
+
+
+def build_stream(low: ConvLowering, s: Schedule) -> Stream:
+    """The interleaved, synchronised blocks of a schedule, after its prologue."""
+    threads = low.threads(s)
+    return lower_vthreads(threads, low.prologue(threads))
+
+
+def emit_program(low: ConvLowering, stream: Stream, dev: Device, buffers: dict | None = None) -> list[Insn]:
+    """The finished instruction stream on ``dev`` (scratch buffers when none are given)."""
+    cmd = dev.commands()
+    owned = buffers is None
+    buffers = buffers or {name: dev.alloc(n) for name, n in low.tensor_bytes().items()}
+    try:
+        emit_stream(stream, cmd, buffers)
+        return cmd.finish()
+    finally:
+        if owned:
+            for buf in buffers.values():
+                buf.free()
+
+
+def timed(low: ConvLowering, stream: Stream) -> Counters:
+    """Counters of a program under the timing-only simulator."""
+    dev = Device(low.cfg)
+    code = encode_program(emit_program(low, stream, dev))
+    buf = dev.alloc(len(code))
+    buf.write(np.frombuffer(code, np.uint8))
+    return Simulator(low.cfg).run(dev.dram, buf.addr, len(code) // low.cfg.insn_bytes, functional=False).counters
+
+
+def thread_counts(low: ConvLowering, vthreads: int | str) -> list[int]:
+    """Thread counts to search: the requested one (checked), or every count up to 4 that fits."""
+    if vthreads == "auto":
+        counts = []
+        for v in range(1, MAX_AUTO_VTHREADS + 1):
+            try:
+                low.check_minimal(v)
+            except CompileError:
+                if v == 1:
+                    raise
+                break
+            counts.append(v)
+        return counts
+    if not isinstance(vthreads, int) or vthreads < 1:
+        raise CompileError(f"vthreads must be a positive integer or 'auto', got {vthreads!r}")
+    low.check_minimal(vthreads)
+    return [vthreads]
+
+
+def search(low: ConvLowering, vthreads: int | str = "auto", cache: ScheduleCache | None = None,
+           confirm: int = CONFIRM) -> SearchResult:
+    """The fastest schedule found for a layer (from the cache when it has one)."""
+    t0 = time.perf_counter()
+    key = cache_key(low.cfg, low.spec, low.epi, vthreads)
+    hit = cache.get(key) if cache else None
+    if hit:
+        return SearchResult(Schedule.from_dict(hit["schedule"]), hit["cycles"], hit["candidates"], hit["simulated"],
+                            time.perf_counter() - t0, cached=True)
+    auto = vthreads == "auto"
+    cands = [s for v in thread_counts(low, vthreads) for s in candidate_tiles(low, v, skip_idle=auto and v > 1)]
+    if not cands:
+        raise CompileError(f"no tiling of {low.spec.key()} fits config {low.cfg.name!r}: "
+                           f"{'; '.join(low.problems(Schedule(1, 1, 1, 1, 1)))}")
+    model = CostModel(low)
+    best: list[tuple[Estimate, Schedule]] = []  # estimated candidates, best first
+    for bound, s in sorted(((model.bound(s), s) for s in cands), key=lambda bs: bs[0]):
+        if len(best) >= 2 and bound >= best[1][0].cycles * (1 - SLACK):
+            break  # estimates are never below their bound: later candidates are at most SLACK better
+        best = sorted(best + [(model.estimate(s), s)], key=lambda es: (es[0].cycles, es[0].load))
+    measured, insns = [], 0
+    for k, (_, s) in enumerate(best[:confirm]):
+        stream = build_stream(low, s)
+        insns += sum(len(b.loads) + len(b.compute) + len(b.stores) for b in stream.blocks)
+        if k >= 2 and insns > CONFIRM_INSNS:
+            break
+        c = timed(low, stream)
+        measured.append((c.cycles, c.dram_bytes, s))
+    fastest = min(m[0] for m in measured)
+    cycles, _, best_schedule = min((m for m in measured if m[0] <= fastest * (1 + TIE)), key=lambda m: m[1])
+    result = SearchResult(best_schedule, cycles, len(cands), len(measured), time.perf_counter() - t0)
+    if cache:
+        cache.put(key, {"schedule": best_schedule.to_dict(), "cycles": cycles, "candidates": result.candidates,
+                        "simulated": result.simulated, "search_seconds": round(result.seconds, 3)})
+    return result

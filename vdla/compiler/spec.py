@@ -1,0 +1,161 @@
+"""What the compiler is asked to compute: a conv2d layer shape and its fused epilogue.
+
+Both are validated on construction; anything the accelerator cannot express raises
+:class:`CompileError` naming the limit that was hit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from vdla.isa.instructions import MEM_FIELDS
+
+
+class CompileError(ValueError):
+    """A layer the accelerator cannot run as requested; the message names the limit and what would fit."""
+
+
+MAX_PAD = (1 << dict((n, w) for n, _, w in MEM_FIELDS)["y_pad_0"]) - 1  # 4-bit LOAD pad fields
+MAX_SHIFT = 31
+CLIP_MIN, CLIP_MAX = -128, 127
+
+
+def _pair(name: str, v: int | tuple[int, int]) -> tuple[int, int]:
+    t = (v, v) if isinstance(v, int) else tuple(v)
+    if len(t) != 2 or not all(isinstance(i, int) for i in t):
+        raise CompileError(f"{name} must be an int or a pair of ints, got {v!r}")
+    return t[0], t[1]
+
+
+@dataclass(frozen=True)
+class Conv2dSpec:
+    """A 2-D convolution on NCHW int8 activations and OIHW int8 weights.
+
+    ``pad`` is (top, bottom, left, right). Dilation and groups are accepted only to be rejected
+    with a clear message: the accelerator's addressing supports neither.
+    """
+
+    n: int
+    c: int
+    h: int
+    w: int
+    oc: int
+    kh: int
+    kw: int
+    sh: int = 1
+    sw: int = 1
+    pad: tuple[int, int, int, int] = (0, 0, 0, 0)
+
+    @classmethod
+    def make(cls, input_shape: tuple[int, int, int, int], oc: int, kernel: int | tuple[int, int],
+             stride: int | tuple[int, int] = 1, padding: int | str | tuple[int, ...] = 0,
+             dilation: int | tuple[int, int] = 1, groups: int = 1) -> Conv2dSpec:
+        """Build from PyTorch-style arguments; ``padding="same"`` pads by kernel // 2 (odd kernels)."""
+        if _pair("dilation", dilation) != (1, 1):
+            raise CompileError(f"dilation {dilation} is not supported: the accelerator's LOAD and GEMM "
+                               "addressing only expresses dilation 1")
+        if groups != 1:
+            raise CompileError(f"groups={groups} is not supported: the GEMM intrinsic reduces over all "
+                               "input channels; only groups=1 fits")
+        if len(input_shape) != 4:
+            raise CompileError(f"input shape must be NCHW (4 dims), got {input_shape}")
+        kh, kw = _pair("kernel", kernel)
+        sh, sw = _pair("stride", stride)
+        if padding == "same":
+            if kh % 2 == 0 or kw % 2 == 0:
+                raise CompileError(f"padding='same' needs an odd kernel, got {kh}x{kw}")
+            pad = (kh // 2, kh // 2, kw // 2, kw // 2)
+        elif isinstance(padding, int):
+            pad = (padding,) * 4
+        else:
+            p = tuple(padding)
+            pad = (p[0], p[0], p[1], p[1]) if len(p) == 2 else p
+        if len(pad) != 4 or not all(isinstance(v, int) for v in pad):
+            raise CompileError(f"padding must be an int, 'same', (ph, pw) or (top, bottom, left, right), "
+                               f"got {padding!r}")
+        n, c, h, w = (int(v) for v in input_shape)
+        return cls(n, c, h, w, int(oc), kh, kw, sh, sw, tuple(int(v) for v in pad))
+
+    def __post_init__(self) -> None:
+        for name in ("n", "c", "h", "w", "oc", "kh", "kw", "sh", "sw"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v < 1:
+                raise CompileError(f"conv2d {name} must be a positive integer, got {v!r}")
+        top, bottom, left, right = self.pad
+        if min(self.pad) < 0:
+            raise CompileError(f"padding {self.pad} must be non-negative")
+        if max(self.pad) > MAX_PAD:
+            raise CompileError(f"padding {self.pad} exceeds the 4-bit LOAD pad fields: at most {MAX_PAD} "
+                               "per side fits")
+        if max(top, bottom) >= self.kh or max(left, right) >= self.kw:
+            raise CompileError(f"padding {self.pad} must be smaller than the kernel {self.kh}x{self.kw} on "
+                               f"each side (outputs that see only padding are not supported): at most "
+                               f"{self.kh - 1} rows and {self.kw - 1} columns fit")
+        if self.oh < 1 or self.ow < 1:
+            raise CompileError(f"kernel {self.kh}x{self.kw} does not fit the padded {self.h}x{self.w} input")
+
+    @property
+    def oh(self) -> int:
+        return (self.h + self.pad[0] + self.pad[1] - self.kh) // self.sh + 1
+
+    @property
+    def ow(self) -> int:
+        return (self.w + self.pad[2] + self.pad[3] - self.kw) // self.sw + 1
+
+    @property
+    def out_shape(self) -> tuple[int, int, int, int]:
+        return (self.n, self.oc, self.oh, self.ow)
+
+    @property
+    def weight_shape(self) -> tuple[int, int, int, int]:
+        return (self.oc, self.c, self.kh, self.kw)
+
+    @property
+    def macs(self) -> int:
+        """Multiply-accumulates of the unpadded layer."""
+        return self.n * self.oc * self.oh * self.ow * self.c * self.kh * self.kw
+
+    def key(self) -> str:
+        """A stable text key of the shape (schedule cache)."""
+        return (f"n{self.n}c{self.c}h{self.h}w{self.w}o{self.oc}k{self.kh}x{self.kw}"
+                f"s{self.sh}x{self.sw}p{'_'.join(map(str, self.pad))}")
+
+
+@dataclass(frozen=True)
+class EpilogueSpec:
+    """The structure of the fused epilogue run on the ALU after the GEMMs (constants are held elsewhere).
+
+    out = clip(rshr((acc + bias) * multiplier, shift) + residual, lo, hi), with ``relu`` raising lo
+    to 0. ``multiplier`` is "none", "imm" (one integer fitting the 16-bit immediate) or "row" (per
+    channel, or a scalar too large for the immediate, held in the accumulator buffer like the bias).
+    """
+
+    bias: bool = False
+    multiplier: str = "none"
+    shift: int = 0
+    relu: bool = False
+    clip: tuple[int, int] = (CLIP_MIN, CLIP_MAX)
+    residual: str | None = None  # None, "int8" or "int32"
+
+    def __post_init__(self) -> None:
+        if self.multiplier not in ("none", "imm", "row"):
+            raise CompileError(f"multiplier kind must be none, imm or row, got {self.multiplier!r}")
+        if not isinstance(self.shift, int) or not 0 <= self.shift <= MAX_SHIFT:
+            raise CompileError(f"shift {self.shift!r} outside the ALU shift range [0, {MAX_SHIFT}]")
+        lo, hi = self.clip
+        if not CLIP_MIN <= lo <= hi <= CLIP_MAX:
+            raise CompileError(f"clip range {self.clip} must satisfy {CLIP_MIN} <= lo <= hi <= {CLIP_MAX}: "
+                               "the STORE writes int8")
+        if self.residual not in (None, "int8", "int32"):
+            raise CompileError(f"residual dtype must be int8 or int32, got {self.residual!r}")
+
+    @property
+    def bounds(self) -> tuple[int, int]:
+        """The final clamp, ReLU folded in."""
+        lo, hi = self.clip
+        return (max(lo, 0), max(hi, 0)) if self.relu else (lo, hi)
+
+    def key(self) -> str:
+        """A stable text key of the epilogue's structure (schedule cache)."""
+        lo, hi = self.bounds
+        return f"b{int(self.bias)}m{self.multiplier}s{self.shift}c{lo}_{hi}r{self.residual or '-'}"

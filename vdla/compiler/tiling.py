@@ -1,0 +1,43 @@
+"""The tilings the schedule search considers: a coarse grid of near-balanced tile sizes per thread count,
+each with the most output rows that fit the buffers."""
+
+from __future__ import annotations
+
+import itertools
+
+from vdla.compiler.schedule import ORDERS, ConvLowering, Schedule
+
+MAX_PARTS = 8  # output channels and columns are split into at most about this many tiles
+
+
+def halvings(total: int, parts: int | None = None) -> list[int]:
+    """Tile sizes ceil(total / 2^j), largest first, down to 1 or to ``parts`` tiles: a coarse grid of
+    near-balanced tilings."""
+    out = {total}
+    while min(out) > 1 and (parts is None or -(-total // min(out)) < parts):
+        out.add(-(-min(out) // 2))
+    return sorted(out, reverse=True)
+
+
+def balanced(total: int) -> list[int]:
+    """Distinct tile sizes ceil(total / k) for k = 1..total, largest first: the tilings with the least raggedness."""
+    return sorted({-(-total // k) for k in range(1, total + 1)}, reverse=True)
+
+
+def candidate_tiles(low: ConvLowering, vthreads: int, skip_idle: bool = False) -> list[Schedule]:
+    """The tilings of the coarse grid that fit ``vthreads`` threads, each with the most output rows that fit
+    (``skip_idle``: not those leaving a thread without tiles, which the same tiling on fewer threads matches)."""
+    out = []
+    grid = itertools.product(halvings(low.ib), halvings(low.ob, MAX_PARTS), halvings(low.spec.ow, MAX_PARTS))
+    for tic, toc, tow in grid:
+        for toh in balanced(low.spec.oh):
+            if low.problems(Schedule(toc, toh, tow, tic, vthreads)):
+                continue
+            spatial_tiles = low.ng * -(-low.spec.oh // toh) * -(-low.spec.ow // tow)
+            if skip_idle and vthreads > spatial_tiles * -(-low.ob // toc):
+                break
+            # walking pixels outermost only pays when inputs can stay resident: one step, several oc tiles
+            orders = ORDERS if tic == low.ib and toc < low.ob and spatial_tiles > 1 else ("oc",)
+            out += [Schedule(toc, toh, tow, tic, vthreads, order) for order in orders]
+            break
+    return out

@@ -1,0 +1,143 @@
+"""Virtual threads lowered to dependency tokens, and interleaved into one instruction stream.
+
+Each virtual thread is a sequence of :class:`~vdla.compiler.ir.Block` working on a private share of
+the INP, WGT and ACC buffers. Within a thread, four kinds of dependency need a token (see
+docs/compiler.md for a worked example):
+
+* ``L2C``  RAW on INP/WGT: the compute of a block waits for that block's loads.
+* ``C2L``  WAR on INP/WGT (loop-carried): the loads of a block wait for the compute of the thread's
+  previous block, the last to read the data they overwrite.
+* ``C2S``  RAW on ACC: the stores of a block wait for that block's compute.
+* ``S2C``  WAR on ACC (loop-carried): the compute of the block after a storing block waits for those
+  stores, which read the accumulators it overwrites.
+
+Entry and exit are balanced by construction: a thread's first loads and first compute find their
+buffers free and pop nothing (VTA's pre-pushed tokens), and its last compute and last store have no
+later consumer and push nothing (VTA's drain pops), so every queue ends empty.
+
+The threads are then interleaved round-robin, one block at a time. Every token of a thread goes from
+a block to the same block or to the thread's next one, so round-robin keeps the k-th push of each
+queue matched with the k-th pop (the queues are FIFO counters, not tagged) and every token goes
+forward in the stream. :func:`check_tokens` verifies both properties: together with in-order stages
+they make the stream deadlock-free and the synchronisation exact.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from vdla.compiler.ir import Block, emit_op
+from vdla.isa import Queue, Stage
+from vdla.runtime.commands import CommandBuilder
+from vdla.runtime.dram import Buffer
+
+# producer and consumer stage of each queue
+ENDS = {Queue.L2C: (Stage.LOAD, Stage.COMPUTE), Queue.C2L: (Stage.COMPUTE, Stage.LOAD),
+        Queue.C2S: (Stage.COMPUTE, Stage.STORE), Queue.S2C: (Stage.STORE, Stage.COMPUTE)}
+
+
+class LoweringError(RuntimeError):
+    """The token lowering produced a stream whose synchronisation would be wrong (a compiler bug)."""
+
+
+@dataclass(frozen=True)
+class Dep:
+    """A token on ``queue`` pushed after block ``src``'s producer stage, popped before ``dst``'s consumer stage."""
+
+    queue: Queue
+    src: int
+    dst: int
+
+
+@dataclass
+class Stream:
+    """Interleaved blocks and the tokens between them (block positions in ``blocks``)."""
+
+    blocks: list[Block]
+    deps: list[Dep]
+
+    def __post_init__(self) -> None:
+        self._push: dict[tuple[int, Stage], list[Queue]] = {}
+        self._pop: dict[tuple[int, Stage], list[Queue]] = {}
+        for d in self.deps:
+            src_stage, dst_stage = ENDS[d.queue]
+            self._push.setdefault((d.src, src_stage), []).append(d.queue)
+            self._pop.setdefault((d.dst, dst_stage), []).append(d.queue)
+
+    def pushes(self, pos: int, stage: Stage) -> list[Queue]:
+        """Queues pushed after block ``pos``'s instructions on ``stage``."""
+        return self._push.get((pos, stage), [])
+
+    def pops(self, pos: int, stage: Stage) -> list[Queue]:
+        """Queues popped before block ``pos``'s instructions on ``stage``."""
+        return self._pop.get((pos, stage), [])
+
+
+def thread_deps(loads: Sequence[bool], stores: Sequence[bool]) -> list[Dep]:
+    """The tokens one thread needs, given per block whether it loads and whether it stores
+    (block indices local to the thread)."""
+    deps = []
+    for i, (ld, st) in enumerate(zip(loads, stores)):
+        if ld:
+            deps.append(Dep(Queue.L2C, i, i))
+            if i > 0:
+                deps.append(Dep(Queue.C2L, i - 1, i))
+        if st:
+            deps.append(Dep(Queue.C2S, i, i))
+            if i + 1 < len(loads):
+                deps.append(Dep(Queue.S2C, i, i + 1))
+    return deps
+
+
+def interleave(lengths: Sequence[int]) -> list[tuple[int, int]]:
+    """Round-robin order of (thread, block index) over threads with the given block counts."""
+    return [(t, i) for i in range(max(lengths, default=0)) for t, n in enumerate(lengths) if i < n]
+
+
+def lower_vthreads(threads: Sequence[Sequence[Block]], prologue: Block | None = None) -> Stream:
+    """Insert each thread's tokens, interleave the threads and check the result.
+
+    A ``prologue`` (compute-stage work on no thread's buffers) goes first; the stream's first loads wait
+    for it, so that its LOADs have the read channel to themselves.
+    """
+    order = interleave([len(t) for t in threads])
+    head = [prologue] if prologue is not None else []
+    pos = {key: p + len(head) for p, key in enumerate(order)}
+    deps = [Dep(d.queue, pos[(t, d.src)], pos[(t, d.dst)])
+            for t, blocks in enumerate(threads)
+            for d in thread_deps([bool(b.loads) for b in blocks], [bool(b.stores) for b in blocks])]
+    blocks = head + [threads[t][i] for t, i in order]
+    first_load = next((p for p, b in enumerate(blocks) if b.loads), None)
+    waits = any(d.queue == Queue.C2L and d.dst == first_load for d in deps)  # then after a later compute
+    if head and prologue.compute and first_load is not None and not waits:
+        deps.append(Dep(Queue.C2L, 0, first_load))
+    stream = Stream(blocks, sorted(deps, key=lambda d: (d.src, d.dst)))
+    check_tokens(stream)
+    return stream
+
+
+def check_tokens(stream: Stream) -> None:
+    """Raise LoweringError unless every token goes forward and each queue pairs pushes and pops in order."""
+    for q, (src_stage, dst_stage) in ENDS.items():
+        deps = [d for d in stream.deps if d.queue == q]
+        for d in deps:
+            if (d.src, src_stage) >= (d.dst, dst_stage):
+                raise LoweringError(f"{q.name} token from block {d.src} to block {d.dst} does not go forward")
+        if len({d.src for d in deps}) < len(deps) or len({d.dst for d in deps}) < len(deps):
+            raise LoweringError(f"{q.name}: a block pushes or pops the queue twice")
+        by_push = sorted(deps, key=lambda d: d.src)
+        if [d.dst for d in by_push] != sorted(d.dst for d in deps):
+            raise LoweringError(f"{q.name}: pushes and pops are not paired in FIFO order")
+
+
+def emit_stream(stream: Stream, cmd: CommandBuilder, buffers: Mapping[str, Buffer]) -> None:
+    """Emit the interleaved blocks with their tokens into a command builder."""
+    for pos, block in enumerate(stream.blocks):
+        for stage, ops in ((Stage.LOAD, block.loads), (Stage.COMPUTE, block.compute), (Stage.STORE, block.stores)):
+            for q in stream.pops(pos, stage):
+                cmd.dep_pop(ENDS[q][0], stage)
+            for op in ops:
+                emit_op(op, cmd, buffers)
+            for q in stream.pushes(pos, stage):
+                cmd.dep_push(stage, ENDS[q][1])
