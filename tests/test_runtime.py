@@ -141,3 +141,12 @@ def test_matmul_shape_errors():
         tiled_matmul(dev, np.zeros((16, 32), np.int8), np.zeros((16, 48), np.int8))
     with pytest.raises(CommandError, match="weight blocks per output block"):
         tiled_matmul(dev, np.zeros((16, 16 * 1024), np.int8), np.zeros((16, 16 * 1024), np.int8))
+
+
+def test_load_kernel_preloads_once():
+    dev = Device()
+    cmd = dev.commands()
+    bgn, end = cmd.load_kernel([(0, 0, 0), (1, 1, 1)])
+    n = len(cmd.insns)
+    cmd.gemm([(0, 0, 0), (1, 1, 1)], reset=True)
+    assert (bgn, end) == (cmd.insns[-1].uop_bgn, cmd.insns[-1].uop_end) and len(cmd.insns) == n + 1

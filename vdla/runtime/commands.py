@@ -157,6 +157,11 @@ class CommandBuilder:
             arr = np.concatenate([arr, np.zeros((len(arr), 1), np.int64)], axis=1)
         return arr.reshape(-1, 3)
 
+    def load_kernel(self, uops: UopSpec) -> tuple[int, int]:
+        """Make a micro-kernel resident in the UOP buffer now (a LOAD UOP unless it already is), so that a
+        later GEMM or ALU with the same micro-ops does not wait for it; returns its (uop_bgn, uop_end)."""
+        return self._kernel(self._uop_array(uops))
+
     def _kernel(self, uops: np.ndarray) -> tuple[int, int]:
         """Make a micro-op kernel resident in the UOP buffer (loading it if needed): (bgn, end)."""
         words = encode_uops(uops, self.cfg)
