@@ -114,3 +114,41 @@ def test_non_square_kernels_strides_and_pads(devices, cache, cfg, kernel, stride
     layer = compile_conv2d(x.shape, wt, stride=stride, padding=pad, shift=7, config=cfg, vthreads=2, cache=cache)
     out = layer.run(devices[cfg], x).out
     np.testing.assert_array_equal(out, conv2d_reference(x, wt, layer.spec, shift=7))
+
+
+@pytest.mark.parametrize("relu", [False, True])
+def test_two_pass_epilogue_bias_copy_and_req(devices, cache, relu):
+    """Bias + rounding shift + int8/ReLU clip: the bias rows are copied into the accumulators before the GEMMs
+    (ALU ADD with reset) and one REQ does the shift and the clip; no GEMM reset, RSHR or CLIP is left."""
+    from vdla.compiler.epilogue import cycles_per_element
+    from vdla.config import load_config
+    from vdla.isa import AluInsn, AluOp, GemmInsn
+
+    rng = np.random.default_rng(5)
+    x, wt, b = rand(rng, (1, 40, 7, 9)), rand(rng, (36, 40, 3, 3)), rng.integers(-300000, 300000, 36)
+    layer = compile_conv2d(x.shape, wt, padding=1, bias=b, shift=11, relu=relu, vthreads=2, cache=cache)
+    out = layer.run(devices["pynq"], x).out
+    bounds = (0, 127) if relu else (-128, 127)
+    np.testing.assert_array_equal(out, conv2d_reference(x, wt, layer.spec, bias=b, shift=11, bounds=bounds))
+    prog = layer.program()
+    alu = [(i.alu_opcode, i.reset, i.use_imm, i.imm) for i in prog if isinstance(i, AluInsn)]
+    assert {a[:3] for a in alu} == {(AluOp.ADD, True, False), (AluOp.REQ, False, True)}
+    assert {a[3] for a in alu if a[0] == AluOp.REQ} == {11 | (0x20 if relu else 0)}
+    assert not any(isinstance(i, GemmInsn) and i.reset for i in prog)
+    assert cycles_per_element(layer.epilogue, load_config("pynq").timing) == 2
+
+
+def test_epilogue_without_bias_keeps_a_reset_and_multiplier_rows_stay_a_pass(devices, cache):
+    from vdla.isa import AluInsn, AluOp, GemmInsn
+
+    rng = np.random.default_rng(6)
+    x, wt, m = rand(rng, (1, 20, 6, 6)), rand(rng, (18, 20, 1, 1)), rng.integers(-300, 300, 18)
+    for bias in (None, rng.integers(-5000, 5000, 18)):
+        layer = compile_conv2d(x.shape, wt, bias=bias, multiplier=m, shift=13, relu=True, cache=cache)
+        out = layer.run(devices["pynq"], x).out
+        ref = conv2d_reference(x, wt, layer.spec, bias=bias, multiplier=m, shift=13, bounds=(0, 127))
+        np.testing.assert_array_equal(out, ref)
+        prog = layer.program()
+        ops = [i.alu_opcode for i in prog if isinstance(i, AluInsn) and not i.reset]
+        assert set(ops) == {AluOp.MUL, AluOp.REQ}
+        assert any(isinstance(i, GemmInsn) and i.reset for i in prog) == (bias is None)

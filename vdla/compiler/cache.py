@@ -14,7 +14,7 @@ from pathlib import Path
 from vdla.compiler.spec import Conv2dSpec, EpilogueSpec
 from vdla.config import HwConfig
 
-SCHEMA = 1
+SCHEMA = 2
 
 
 def default_cache_dir() -> Path:

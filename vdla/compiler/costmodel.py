@@ -18,7 +18,6 @@ from functools import lru_cache
 import numpy as np
 
 from vdla.compiler.ir import Alu, Gemm, Load, Op, Store
-from vdla.compiler.microcode import MicroKernel
 from vdla.compiler.schedule import ConvLowering, Schedule, ThreadBuilder, Tile
 from vdla.compiler.vthreads import ENDS, interleave, thread_deps
 from vdla.config import HwConfig
@@ -39,7 +38,7 @@ def op_insn(op: Op) -> Insn:
     loop = {"uop_end": len(k.uops), "iter_out": k.iter_out, "iter_in": k.iter_in}
     if isinstance(op, Gemm):
         return GemmInsn(reset=op.reset, **loop)
-    return AluInsn(alu_opcode=op.op, use_imm=op.imm is not None, imm=op.imm or 0, **loop)
+    return AluInsn(alu_opcode=op.op, use_imm=op.imm is not None, imm=op.imm or 0, reset=op.reset, **loop)
 
 
 def op_cycles(op: Op, cfg: HwConfig) -> int:
@@ -62,7 +61,7 @@ class StepCosts:
     inp: tuple[int, ...]
     wgt: tuple[int, ...]
     gemm: tuple[int, ...]
-    reset: int
+    reset: int  # accumulator init: bias copy or reset
     tail: int  # residual load and epilogue passes
     store: int
     warmup: int  # prologue cycles making one thread's micro-kernels of such a tile resident
@@ -118,8 +117,8 @@ class CostModel:
                 inp=tuple(total(k, tensor("inp")) for k in rep),
                 wgt=tuple(total(k, tensor("wgt")) for k in rep),
                 gemm=tuple(gemm),
-                reset=total(0, lambda op: isinstance(op, Gemm) and op.reset),
-                tail=total(n - 1, lambda op: isinstance(op, Alu) or tensor("res")(op)),
+                reset=total(0, lambda op: isinstance(op, Gemm | Alu) and op.reset),
+                tail=total(n - 1, lambda op: isinstance(op, Alu) and not op.reset or tensor("res")(op)),
                 store=total(n - 1, lambda op: isinstance(op, Store)),
                 warmup=sum(self.warmup_cycles(u) for u in kernels.values()) + unbuilt * self.warmup_cycles(
                     max(kernels.values())),
@@ -129,9 +128,8 @@ class CostModel:
         return self._steps[key]
 
     def warmup_cycles(self, uops: int) -> int:
-        """Prologue cycles of one kernel: its UOP load and one reset pass over its micro-ops."""
-        return op_cycles(Load(MemType.UOP, 0, "uop", 0, 1, uops, uops), self.cfg) + op_cycles(
-            Gemm(MicroKernel(np.zeros((uops, 3), np.int64), 1, 1, (0, 0, 0), (0, 0, 0)), reset=True), self.cfg)
+        """Prologue cycles of one kernel: its UOP load."""
+        return op_cycles(Load(MemType.UOP, 0, "uop", 0, 1, uops, uops), self.cfg)
 
     def prologue(self, s: Schedule) -> int:
         """Cycles of the prologue: the rows of all output channels, every thread's kernels (one more

@@ -53,14 +53,23 @@ class Gemm:
 
 @dataclass(frozen=True, eq=False)
 class Alu:
-    """An ALU instruction running ``kernel``, with an immediate operand or the kernel's src."""
+    """An ALU instruction running ``kernel``, with an immediate operand or the kernel's src (``reset``: the
+    destination reads as zero, so ADD with a src copies it)."""
 
     op: AluOp
     kernel: MicroKernel
     imm: int | None = None
+    reset: bool = False
 
 
-Op = Load | Store | Gemm | Alu
+@dataclass(frozen=True, eq=False)
+class Kernel:
+    """Make ``kernel``'s micro-ops resident in the UOP buffer (a compute-stage LOAD UOP, nothing runs)."""
+
+    kernel: MicroKernel
+
+
+Op = Load | Store | Gemm | Alu | Kernel
 
 
 @dataclass(frozen=True)
@@ -87,6 +96,8 @@ def emit_op(op: Op, cmd: CommandBuilder, buffers: Mapping[str, Buffer]) -> None:
     elif isinstance(op, Gemm):
         k = op.kernel
         cmd.gemm(k.uops, k.iter_out, k.iter_in, k.factors(0), k.factors(1), k.factors(2), reset=op.reset)
+    elif isinstance(op, Kernel):
+        cmd.load_kernel(op.kernel.uops)
     else:
         k = op.kernel
-        cmd.alu(op.op, k.uops, k.iter_out, k.iter_in, k.factors(0), k.factors(1), imm=op.imm)
+        cmd.alu(op.op, k.uops, k.iter_out, k.iter_in, k.factors(0), k.factors(1), imm=op.imm, reset=op.reset)

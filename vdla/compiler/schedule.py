@@ -8,8 +8,8 @@ thread, one :class:`~vdla.compiler.ir.Block` per (tile, reduction step):
 * loads: the input window of the step (one LOAD per input-channel block, borders zero filled by the
   LOAD pad fields, or one merged LOAD when unpadded) and the weights, each skipped when the thread's
   buffer share still holds them (weights of all input channels stay resident when they fit);
-* compute: the accumulator reset on the first step, one GEMM per step, the epilogue passes on the
-  last step;
+* compute: the accumulator init on the first step (the bias rows copied in, or a reset), one GEMM
+  per step, the epilogue passes on the last step;
 * stores: the output tile on the last step.
 
 Tiles are dealt to the threads round-robin; each thread owns ``1/vthreads`` of every buffer, except the
@@ -26,7 +26,7 @@ import numpy as np
 
 from vdla.compiler.epilogue import AluPass, alu_passes
 from vdla.compiler.intrinsic import GemmIntrinsic, conv2d_contraction, tensorize
-from vdla.compiler.ir import Alu, Block, Gemm, Load, Op, Store
+from vdla.compiler.ir import Alu, Block, Gemm, Kernel, Load, Op, Store
 from vdla.compiler.microcode import Limits, MicroKernel, lower_nest, uop_count
 from vdla.compiler.spec import CompileError, Conv2dSpec, EpilogueSpec
 from vdla.compiler.transfer import MAX_STRIDE, plan_transfers
@@ -111,8 +111,10 @@ class ConvLowering:
         self.ng, self.ib, self.ob = ext["b"], ext["ic"], ext["oc"]
         self.taps = spec.kh * spec.kw
         self.limits = Limits.of(cfg)
-        self.passes: tuple[AluPass, ...] = alu_passes(epi, mul_imm)
-        self.rows = [name for name in ("bias", "mult") if any(p.operand == name for p in self.passes)]
+        passes = alu_passes(epi, mul_imm)
+        self.init: AluPass | None = passes[0] if passes and passes[0].reset else None  # else a GEMM reset
+        self.passes: tuple[AluPass, ...] = passes[1:] if self.init else passes  # after the last GEMM
+        self.rows = [name for name in ("bias", "mult") if any(p.operand == name for p in passes)]
         self.subsample = spec.kh == 1 and spec.sh > 1  # 1xN kernels with row stride: load every sh-th row only
         self.row_step = spec.sh if self.subsample else 1
         self._nests: dict[tuple, tuple] = {}
@@ -256,9 +258,9 @@ class ConvLowering:
 
     def prologue(self, threads: list[list[Block]]) -> Block:
         """Compute-stage work ahead of every thread: load the rows of all output-channel blocks, and make the
-        program's micro-kernels resident (in first-use order, as many as the UOP buffer holds) by running
-        each once as a reset of the accumulators it addresses. Later, no row or kernel LOAD on the compute
-        stage has to wait for the read channel behind a long input or weight transfer."""
+        program's micro-kernels resident (in first-use order, as many as the UOP buffer holds). Later, no
+        row or kernel LOAD on the compute stage has to wait for the read channel behind a long input or
+        weight transfer."""
         ops: list[Op] = [Load(MemType.ACC, self.rows_base + i * self.ob + tr.sram, name, tr.offset, tr.y, tr.x,
                               tr.stride)
                          for i, name in enumerate(self.rows) for tr in plan_transfers(0, 0, [(self.ob, 1)])]
@@ -270,7 +272,7 @@ class ConvLowering:
                     room -= len(op.kernel.uops)
                     if room < 0:
                         return Block(-1, (), tuple(ops), ())
-                    ops.append(Gemm(MicroKernel(op.kernel.uops, 1, 1, (0, 0, 0), (0, 0, 0)), reset=True))
+                    ops.append(Kernel(op.kernel))
         return Block(-1, (), tuple(ops), ())
 
     def tensor_bytes(self) -> dict[str, int]:
@@ -318,7 +320,9 @@ class ThreadBuilder:
                                                [(t.noc, low.ib * low.taps), (wic, low.taps), (low.taps, 1)])]
         compute: list[Op] = []
         if first:
-            compute.append(Gemm(self.elementwise(t, None), reset=True))
+            init = low.init
+            compute.append(Alu(init.op, self.elementwise(t, init.operand), init.imm, reset=True) if init else
+                           Gemm(self.elementwise(t, None), reset=True))
         nest = low.gemm_nest(t.noc, t.noh, t.now, nic, wic)
         base = (self.acc["tile"], self.inp0, self.wgt0 + (ib0 - w_ic0) * low.taps)
         compute.append(Gemm(lower_nest(nest, base, low.limits)))
@@ -335,8 +339,8 @@ class ThreadBuilder:
 
     def elementwise(self, t: Tile, operand: str | None) -> MicroKernel:
         """A kernel over the tile's accumulators reading ``operand`` alongside: its channel blocks' rows (bias,
-        multipliers) or the residual tile. Passes with an immediate and the reset read nothing, so they share
-        the bias kernel: the whole epilogue runs from one or two micro-kernels."""
+        multipliers) or the residual tile. Passes with an immediate and the GEMM reset read nothing, so they
+        share the first row's kernel: the whole epilogue runs from one or two micro-kernels."""
         pixels = t.noh * t.now
         if operand == "res":
             nest, src = ((t.noc * pixels, (1, 1, 0)),), self.acc["res"]
