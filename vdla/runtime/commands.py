@@ -227,10 +227,10 @@ class CommandBuilder:
     def alu(self, op: AluOp, uops: UopSpec, iter_out: int = 1, iter_in: int = 1,
             dst_factor: tuple[int, int] = (0, 0), src_factor: tuple[int, int] = (0, 0),
             imm: int | None = None, reset: bool = False) -> int:
-        """ALU micro-kernel: ACC[dst'] = op(ACC[dst'], imm if given else ACC[src']); uops are (dst, src)
-        or (dst, src, 0) triples."""
+        """ALU micro-kernel: ACC[dst'] = op(ACC[dst'], imm if given else ACC[src']); with ``reset`` ACC[dst']
+        reads as zero (ADD copies). Uops are (dst, src) or (dst, src, 0) triples."""
         arr = self._uop_array(uops)
-        factors = {"dst": dst_factor} if imm is not None or reset else {"dst": dst_factor, "src": src_factor}
+        factors = {"dst": dst_factor} if imm is not None else {"dst": dst_factor, "src": src_factor}
         self._loop_check(f"ALU {AluOp(op).name}", arr, (iter_out, iter_in), factors,
                          {"dst": self.cfg.acc_depth, "src": self.cfg.acc_depth})
         if imm is not None and not -(1 << 15) <= imm < 1 << 15:
