@@ -201,6 +201,39 @@ def test_float_dequantize_chain_on_odd_sizes():
         check_chain(q, [ew.dequantize(0.1, 3), ew.add(bias), ew.tanh(), ew.quantize(0.01)])
 
 
+def at_offset(a: np.ndarray, offset: int) -> np.ndarray:
+    """A C-contiguous copy of ``a`` whose data starts ``offset`` bytes past a cache-line boundary."""
+    buf = np.empty(a.nbytes + 128, np.uint8)
+    start = -buf.ctypes.data % 64 + offset
+    view = buf[start : start + a.nbytes].view(a.dtype).reshape(a.shape)
+    view[...] = a
+    return view
+
+
+@pytest.mark.parametrize("offsets", [(0, 0, 0), (16, 16, 16), (4, 32, 60), (48, 0, 8), (1, 2, 3)])
+def test_chains_on_arrays_at_any_alignment(offsets):
+    """Streaming chains first run up to the cache-line boundary of their output: any start address
+    works, one not even aligned to the element size too, and each row of a broadcast gets its own peel."""
+    rng = np.random.default_rng(2)
+    f = lambda *s: rng.standard_normal(s).astype(np.float32)  # noqa: E731
+    i = lambda lo, hi, dtype, *s: rng.integers(lo, hi, s, dtype=dtype)  # noqa: E731
+    cases = [  # x, its steps with their tensor operand (or None), and an exact numpy equivalent
+        (f(3, 300), lambda y: [ew.add(y)], f(3, 300), np.add),
+        (f(2, 5, 67), lambda y: [ew.mul(y), ew.relu()], f(1, 5, 1), lambda x, y: np.maximum(x * y, 0)),
+        (f(2, 3, 70), lambda y: [ew.maximum(y)], f(2, 1, 70), np.maximum),
+        (i(-999, 999, np.int32, 4, 129), lambda y: [ew.add(y), ew.clip(-128, 127), ew.cast("int8")],
+         i(-128, 128, np.int8, 4, 129), lambda x, y: np.clip(x + y, -128, 127).astype(np.int8)),
+        (i(-128, 128, np.int8, 5, 301), lambda y: [ew.dequantize(0.5, 0), ew.add(y)], f(5, 301),
+         lambda x, y: x.astype(np.float32) * np.float32(0.5) + y),
+    ]
+    for x, steps, y, want in cases:
+        kernel = compile_chain(x, steps(y))
+        xs, ys = at_offset(x, offsets[0]), at_offset(y, offsets[1])
+        out = at_offset(np.zeros(kernel.out.shape, kernel.out.np_dtype), offsets[2])
+        assert kernel(xs, ys, out=out) is out
+        np.testing.assert_array_equal(out, want(x, y))
+
+
 @pytest.mark.parametrize(
     ("x", "steps", "op"),
     [

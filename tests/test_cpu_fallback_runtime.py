@@ -2,6 +2,8 @@
 
 import argparse
 import json
+import sys
+import threading
 
 import numpy as np
 import pytest
@@ -96,6 +98,27 @@ def test_kernel_rejects_bad_out():
         kernel(x, out=ro)
 
 
+def test_kernel_calls_keep_reference_counts_and_run_from_threads():
+    """A kernel call returns a new reference to ``out`` (or refuses), leaks none, and works from threads."""
+    x = np.ones((4, 512, 64), np.float32)  # 1 MiB of arrays: runs without the GIL
+    out = np.empty_like(x)
+    kernel = compile_chain(x, [ew.add(1.0)])
+    counts = sys.getrefcount(x), sys.getrefcount(out)
+    for _ in range(50):
+        assert kernel(x, out=out) is out
+        with pytest.raises(UnsupportedError, match="out has"):
+            kernel(x, out=np.empty((4, 64, 512), np.float32))
+    assert (sys.getrefcount(x), sys.getrefcount(out)) == counts
+    outs = [np.empty_like(x) for _ in range(4)]
+    threads = [threading.Thread(target=lambda o=o: [kernel(x, out=o) for _ in range(20)]) for o in outs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for o in outs:
+        np.testing.assert_array_equal(o, 2.0)
+
+
 class Tagged(np.ndarray):
     """An ndarray subclass: valid input, though not a plain ndarray for the generated checks."""
 
@@ -104,6 +127,12 @@ def test_kernel_accepts_subclasses_and_partial_overlap_is_refused():
     x = np.arange(12, dtype=np.float32).reshape(3, 4)
     kernel = compile_chain(x, [ew.add(1.0)])
     np.testing.assert_array_equal(kernel(x.view(Tagged)), x + 1)
+    out = np.zeros((3, 4), np.float32).view(Tagged)
+    assert kernel(x.view(Tagged), out=out) is out
+    np.testing.assert_array_equal(out, x + 1)
+    np.testing.assert_array_equal(kernel(x, out=None), x + 1)
+    with pytest.raises(TypeError, match="outt"):
+        kernel(x, outt=out)
     buf = np.zeros(24, np.float32)
     with pytest.raises(UnsupportedError, match="overlap"):
         kernel(buf[:12].reshape(3, 4), out=buf[6:18].reshape(3, 4))

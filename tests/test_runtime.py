@@ -93,7 +93,8 @@ def test_uop_buffer_eviction_reloads_kernels():
     (lambda cmd, buf: cmd.gemm([(2047, 0, 0)], iter_out=2, dst_factor=(1, 0)), "dst index reaches 2048"),
     (lambda cmd, buf: cmd.gemm([(0, 0, 1024)]), "wgt index reaches 1024"),
     (lambda cmd, buf: cmd.alu(AluOp.ADD, [(0, 0)], imm=40000), "immediate 40000 does not fit"),
-    (lambda cmd, buf: cmd.alu(AluOp.ADD, [(0, 2047)], iter_out=2, src_factor=(1, 0), reset=True), "src index reaches 2048"),
+    (lambda cmd, buf: cmd.alu(AluOp.ADD, [(0, 2047)], iter_out=2, src_factor=(1, 0), reset=True),
+     "src index reaches 2048"),
     (lambda cmd, buf: cmd.gemm(np.zeros((0, 3))), "at least one micro-op"),
 ])
 def test_bad_requests_raise_before_running(call, message):

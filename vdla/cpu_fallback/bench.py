@@ -635,17 +635,23 @@ def limit_blas_threads() -> None:
                 break
 
 
-def run(repeat: int = 21, suites: Sequence[str] = tuple(SUITES) + ("resnet18",)) -> list[Record]:
-    """Run the selected suites with the disk cache off (so compile times are real), BLAS on one thread."""
+def run(
+    repeat: int = 21, suites: Sequence[str] = tuple(SUITES) + ("resnet18",), only: Sequence[str] = ()
+) -> list[Record]:
+    """Run the selected suites with the disk cache off (so compile times are real), BLAS on one thread.
+
+    ``only``: measure just the kernels of these names (``resnet18`` for the ResNet-18 record).
+    """
     jit.set_disk_cache(None)
     limit_blas_threads()
     rng = np.random.default_rng(RNG_SEED)
     records = []
     for suite in suites:
         if suite == "resnet18":
-            records.append(resnet18_compile_record(rng, repeat))
+            if not only or "resnet18" in only:
+                records.append(resnet18_compile_record(rng, repeat))
             continue
-        records += [case.run(repeat) for case in SUITES[suite](rng)]
+        records += [case.run(repeat) for case in SUITES[suite](rng) if not only or case.name in only]
     return records
 
 
@@ -685,10 +691,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--suite", action="append", choices=[*SUITES, "resnet18"], help="run only these suites (repeatable)"
     )
+    parser.add_argument(
+        "--only",
+        action="append",
+        metavar="NAME",
+        help="measure only the kernel of this name, e.g. add_f32, or resnet18 (repeatable)",
+    )
 
 
 def main_from_args(args: argparse.Namespace) -> int:
-    records = run(args.repeat, args.suite or (*SUITES, "resnet18"))
+    records = run(args.repeat, args.suite or (*SUITES, "resnet18"), args.only or ())
     print_table(records)
     if args.json:
         with open(args.json, "w") as f:

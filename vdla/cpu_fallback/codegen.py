@@ -11,7 +11,18 @@ from contextlib import contextmanager
 
 from llvmlite import ir
 
-from .abi import C_CONTIGUOUS, NDARRAY_TYPE, WRITEABLE, ArrayLayout, descr_global
+from .abi import (
+    C_CONTIGUOUS,
+    INCREF,
+    NDARRAY_TYPE,
+    OUT_NAME,
+    RESTORE_THREAD,
+    SAVE_THREAD,
+    VECTORCALL,
+    WRITEABLE,
+    ObjectLayout,
+    descr_global,
+)
 from .ir import INT_RANGE, Arg, ChainSpec, Const, EwStep, TensorType, is_float, step_result_dtype
 
 I8 = ir.IntType(8)
@@ -21,6 +32,8 @@ F32 = ir.FloatType()
 PTR = ir.PointerType()
 LL_TYPES = {"int8": I8, "int32": I32, "float32": F32}
 LL_SIZES = {"int8": 1, "int32": 4, "float32": 4}
+# kernels touching at least this many bytes of arrays run without the GIL (releasing it costs ~0.1 us)
+GIL_RELEASE_BYTES = 1 << 18
 # flags allowing LLVM to reorder float reductions (needed to vectorize sums and dot products)
 REASSOC = ("reassoc", "contract")
 
@@ -39,14 +52,21 @@ def i64(v: int) -> ir.Constant:
 
 
 class KernelBuilder:
-    """One kernel: an exported entry taking ndarray objects, and a body taking their noalias data pointers
+    """One kernel: exported entries taking ndarray objects, and a body taking their noalias data pointers
     (the inputs, the output, then an optional scratch buffer).
 
-    The entry checks every array object against the compiled signature (type, ndim, shape, dtype object,
-    C-contiguity, writeable output, no overlap of output and inputs) using the struct ``layout`` found by
-    :mod:`vdla.cpu_fallback.abi`, and returns a status: 0 after running the body, ``i + 1`` when array
-    ``i`` (inputs, then output) does not match, -1 when the output overlaps an input. LLVM inlines the
-    body into it with the aliasing facts intact.
+    The entries are CPython vectorcall functions, so that a call from Python costs what a builtin's does:
+
+    - ``name(self, args, nargs)`` (``METH_FASTCALL``) takes the inputs, the output and the scratch buffer
+      if any, and returns a new reference to the output, or to ``self`` when it refuses the arguments;
+    - ``name_call(self, args, nargs, kwnames)`` (``METH_FASTCALL | METH_KEYWORDS``, kernels without
+      scratch) takes ``(*inputs, out=out)``, returns a new reference to ``out``, and hands any call it
+      does not take (no ``out``, refused arguments) to ``self``, the Python implementation of the call.
+
+    Both check the argument count and every array object against the compiled signature (type, ndim,
+    shape, dtype object, C-contiguity, writeable output, no overlap of output and inputs) using the
+    struct offsets in ``layout`` (found by :mod:`vdla.cpu_fallback.abi`), then run the body, without the
+    GIL when it touches at least ``GIL_RELEASE_BYTES``.
     """
 
     def __init__(
@@ -55,7 +75,7 @@ class KernelBuilder:
         name: str,
         inputs: tuple[TensorType, ...],
         out: TensorType,
-        layout: ArrayLayout,
+        layout: ObjectLayout,
         scratch: bool = False,
     ) -> None:
         self.module = module
@@ -64,7 +84,7 @@ class KernelBuilder:
         self.fn.linkage = "internal"
         for a in self.fn.args:
             a.add_attribute("noalias")
-        self._emit_entry(name, [*inputs, out], n_args, layout)
+        self._emit_entries(name, [*inputs, out], n_args, layout)
         self._allocas = ir.IRBuilder(self.fn.append_basic_block("allocas"))
         self.b = ir.IRBuilder(self.fn.append_basic_block("entry"))
         args = list(self.fn.args)
@@ -72,52 +92,73 @@ class KernelBuilder:
         self.out: ir.Argument = args[len(inputs)]
         self.scratch: ir.Argument | None = args[len(inputs) + 1] if scratch else None
 
-    def _emit_entry(self, name: str, types: list[TensorType], n_args: int, layout: ArrayLayout) -> None:
-        entry = ir.Function(self.module, ir.FunctionType(I32, [PTR] * n_args), name=name)
-        b = ir.IRBuilder(entry.append_basic_block("check"))
+    def _emit_entries(self, name: str, types: list[TensorType], n_args: int, layout: ObjectLayout) -> None:
+        run = self._emit_run(name, types, n_args, layout)
+        n_in = len(types) - 1
 
-        def field(obj: ir.Value, off: int, ty: ir.Type) -> ir.Value:
-            return b.load(b.gep(obj, [i64(off)], source_etype=I8), typ=ty)
+        entry = ir.Function(self.module, ir.FunctionType(PTR, [PTR, PTR, I64]), name=name)
+        self_obj, argv, nargs = entry.args
+        b = _EntryBuilder(self, entry, "refuse")
+        b.require(b.icmp_signed("==", nargs, i64(n_args)))
+        b.require(b.call(run, [argv]))
+        b.ret(b.incref(b.arg(argv, n_in)))
+        b.position_at_end(b.fail)
+        b.ret(b.incref(self_obj))
 
-        def require(cond: ir.Value, status: int) -> None:
-            ok, bad = entry.append_basic_block("ok"), entry.append_basic_block("bad")
-            b.cbranch(cond, ok, bad)
-            b.position_at_end(bad)
-            b.ret(ir.Constant(I32, status))
-            b.position_at_end(ok)
+        if n_args > len(types):
+            return  # the scratch buffer comes from Python: no keyword entry
+        call = ir.Function(self.module, ir.FunctionType(PTR, [PTR, PTR, I64, PTR]), name=f"{name}_call")
+        self_obj, argv, nargs, kwnames = call.args
+        b = _EntryBuilder(self, call, "python")
+        b.require(b.icmp_unsigned("!=", kwnames, ir.Constant(PTR, None)))
+        b.require(b.icmp_signed("==", nargs, i64(n_in)))
+        b.require(b.icmp_signed("==", b.field(kwnames, layout.tuple_size, I64), i64(1)))
+        b.require(b.icmp_unsigned("==", b.field(kwnames, layout.tuple_items, I64), b.runtime_global(OUT_NAME)))
+        b.require(b.call(run, [argv]))  # args holds the positional arguments, then the keyword values
+        b.ret(b.incref(b.arg(argv, n_in)))
+        b.position_at_end(b.fail)
+        b.ret(b.py_call(VECTORCALL, PTR, self_obj, argv, nargs, kwnames))
 
-        def runtime_global(name: str) -> ir.Value:
-            g = self.module.globals.get(name) or ir.GlobalVariable(self.module, I64, name=name)
-            g.initializer = ir.Constant(I64, 0)  # set after loading (see jit._Engine.load)
-            return b.load(g, typ=I64)
-
+    def _emit_run(self, name: str, types: list[TensorType], n_args: int, layout: ObjectLayout) -> ir.Function:
+        """``i1 run(args)``: check the array objects ``args[:n_args]`` and run the body (true), or refuse."""
+        run = ir.Function(self.module, ir.FunctionType(ir.IntType(1), [PTR]), name=f"{name}_run")
+        run.linkage = "internal"
+        b = _EntryBuilder(self, run, "refuse")
+        objs = [b.arg(run.args[0], i) for i in range(n_args)]
         data = []
-        for i, (obj, t) in enumerate(zip(entry.args, types, strict=False)):
+        for i, (obj, t) in enumerate(zip(objs, types, strict=False)):
             # read nothing past the object header before knowing it is an ndarray of the right rank
-            require(
-                b.icmp_unsigned("==", field(obj, layout.ob_type, I64), runtime_global(NDARRAY_TYPE)), i + 1
-            )
-            require(b.icmp_signed("==", field(obj, layout.nd, I32), ir.Constant(I32, len(t.shape))), i + 1)
+            b.require(b.icmp_unsigned("==", b.field(obj, layout.ob_type, I64), b.runtime_global(NDARRAY_TYPE)))
+            b.require(b.icmp_signed("==", b.field(obj, layout.nd, I32), ir.Constant(I32, len(t.shape))))
             mask = C_CONTIGUOUS | (WRITEABLE if i == len(types) - 1 else 0)
-            flags = b.and_(field(obj, layout.flags, I32), ir.Constant(I32, mask))
+            flags = b.and_(b.field(obj, layout.flags, I32), ir.Constant(I32, mask))
             ok = b.and_(
                 b.icmp_unsigned("==", flags, ir.Constant(I32, mask)),
-                b.icmp_unsigned("==", field(obj, layout.descr, I64), runtime_global(descr_global(t.dtype))),
+                b.icmp_unsigned("==", b.field(obj, layout.descr, I64), b.runtime_global(descr_global(t.dtype))),
             )
-            dims = field(obj, layout.dims, PTR)
+            dims = b.field(obj, layout.dims, PTR)
             for j, d in enumerate(t.shape):
                 dim = b.load(b.gep(dims, [i64(j)], source_etype=I64), typ=I64)
                 ok = b.and_(ok, b.icmp_signed("==", dim, i64(d)))
-            require(ok, i + 1)
-            data.append(field(obj, layout.data, PTR))
+            b.require(ok)
+            data.append(b.field(obj, layout.data, PTR))
         out_lo = b.ptrtoint(data[-1], I64)
         out_hi = b.add(out_lo, i64(types[-1].size * LL_SIZES[types[-1].dtype]))
         for ptr, t in zip(data[:-1], types[:-1], strict=True):
             lo = b.ptrtoint(ptr, I64)
             hi = b.add(lo, i64(t.size * LL_SIZES[t.dtype]))
-            require(b.not_(b.and_(b.icmp_unsigned("<", out_lo, hi), b.icmp_unsigned("<", lo, out_hi))), -1)
-        b.call(self.fn, data + [field(obj, layout.data, PTR) for obj in entry.args[len(types) :]])
-        b.ret(ir.Constant(I32, 0))
+            b.require(b.not_(b.and_(b.icmp_unsigned("<", out_lo, hi), b.icmp_unsigned("<", lo, out_hi))))
+        args = data + [b.field(obj, layout.data, PTR) for obj in objs[len(types) :]]
+        if sum(t.size * LL_SIZES[t.dtype] for t in types) >= GIL_RELEASE_BYTES:
+            state = b.py_call(SAVE_THREAD, PTR)
+            b.call(self.fn, args)
+            b.py_call(RESTORE_THREAD, ir.VoidType(), state)
+        else:
+            b.call(self.fn, args)
+        b.ret(ir.Constant(ir.IntType(1), 1))
+        b.position_at_end(b.fail)
+        b.ret(ir.Constant(ir.IntType(1), 0))
+        return run
 
     def finish(self) -> None:
         self.b.ret_void()
@@ -191,8 +232,13 @@ class KernelBuilder:
 
     # -- control flow ------------------------------------------------------------------------------------
     @contextmanager
-    def loop(self, start: ir.Value | int, stop: ir.Value | int, step: int = 1) -> Iterator[ir.Value]:
-        """``for i in range(start, stop, step)`` over i64; yields ``i`` and leaves the builder after it."""
+    def loop(
+        self, start: ir.Value | int, stop: ir.Value | int, step: int = 1, vector_width: int = 0
+    ) -> Iterator[ir.Value]:
+        """``for i in range(start, stop, step)`` over i64; yields ``i`` and leaves the builder after it.
+
+        ``vector_width`` (elements) overrides the vectorizer's choice for this loop.
+        """
         b = self.b
         if isinstance(start, int) and isinstance(stop, int) and start < stop <= start + step:
             yield i64(start)  # a single iteration needs no loop
@@ -212,8 +258,17 @@ class KernelBuilder:
         yield i
         nxt = b.add(i, i64(step), flags=("nsw",))
         i.add_incoming(nxt, b.block)
-        b.branch(head)
+        latch = b.branch(head)
+        if vector_width:
+            latch.set_metadata("llvm.loop", self._loop_id(("llvm.loop.vectorize.width", vector_width)))
         b.position_at_end(done)
+
+    def _loop_id(self, *hints: tuple[str, int]) -> ir.MDValue:
+        """A loop's metadata: a new node that lists itself first (as LLVM requires), then ``hints``."""
+        ops = [self.module.add_metadata([name, ir.Constant(I32, v)]) for name, v in hints]
+        node = ir.MDValue(self.module, [], name=str(len(self.module.metadata)))
+        node.operands = (node, *ops)
+        return node
 
     def loops(self, extents: list[int]) -> _Nest:
         return _Nest(self, extents)
@@ -333,6 +388,40 @@ class KernelBuilder:
             den = self.fma(den, z, f(c))
         y = b.fdiv(b.fmul(xc, num), den)
         return self.fmin(self.fmax(y, f(-1.0)), f(1.0))
+
+
+class _EntryBuilder(ir.IRBuilder):
+    """Builder of an entry function: object fields, runtime globals, C API calls, and ``require``, which
+    branches to the ``fail`` block (positioned at by the caller once the success path is done)."""
+
+    def __init__(self, kb: KernelBuilder, fn: ir.Function, fail: str) -> None:
+        super().__init__(fn.append_basic_block("entry"))
+        self.kb, self.fail = kb, fn.append_basic_block(fail)
+
+    def require(self, cond: ir.Value) -> None:
+        ok = self.function.append_basic_block("ok")
+        self.cbranch(cond, ok, self.fail)
+        self.position_at_end(ok)
+
+    def field(self, obj: ir.Value, off: int, ty: ir.Type) -> ir.Value:
+        return self.load(self.gep(obj, [i64(off)], source_etype=I8), typ=ty)
+
+    def arg(self, argv: ir.Value, i: int) -> ir.Value:
+        return self.load(self.gep(argv, [i64(i)], source_etype=PTR), typ=PTR)
+
+    def runtime_global(self, name: str) -> ir.Value:
+        module = self.kb.module
+        g = module.globals.get(name) or ir.GlobalVariable(module, I64, name=name)
+        g.initializer = ir.Constant(I64, 0)  # set after loading (see jit._Engine.load)
+        return self.load(g, typ=I64)
+
+    def py_call(self, symbol: str, ret: ir.Type, *args: ir.Value) -> ir.Value:
+        """Call a C API function of this Python (resolved when the code is loaded, abi.PYTHON_API)."""
+        return self.call(self.kb.intrinsic(symbol, ret, [a.type for a in args]), list(args))
+
+    def incref(self, obj: ir.Value) -> ir.Value:
+        self.py_call(INCREF, ir.VoidType(), obj)
+        return obj
 
 
 class _Nest:

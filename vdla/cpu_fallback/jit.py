@@ -1,8 +1,9 @@
 """JIT engine: host target machine, -O3 pipeline with loop/SLP vectorization, kernel caches, kernel calls.
 
-Calling convention: a kernel takes the ndarray *objects* (ctypes ``py_object``), checks them against its
-signature in generated code and reads the data pointers from the array struct (see :mod:`abi`); Python
-only allocates the output and turns a nonzero status into a precise error.
+Calling convention: a kernel's entries are C functions called like builtins (CPython's vectorcall), with
+the ndarray *objects*; they check them against the signature in generated code and read the data pointers
+from the array struct (see :mod:`abi`). ``kernel(*inputs, out=out)`` runs no Python at all; Python only
+allocates a missing output and turns a refusal into a precise error.
 
 Caches: compiled kernels are kept in memory by signature (the frozen spec); object code is also stored
 on disk under ``$VDLA_CACHE_DIR/cpu`` (default ``~/.cache/vdla/cpu``) unless ``VDLA_CPU_DISK_CACHE=0``
@@ -18,6 +19,7 @@ import os
 import tempfile
 import threading
 import time
+import types
 from pathlib import Path
 
 import llvmlite
@@ -49,6 +51,8 @@ class _Engine:
         self.features = llvm.get_host_cpu_features().flatten()
         self.tm = self._target_machine()
         self.layout = abi.probe()
+        for symbol, address in abi.python_api().items():
+            llvm.add_symbol(symbol, address)
         self.fingerprint = "|".join(
             (_source_fingerprint(), llvmlite.__version__, self.cpu, self.features, repr(self.layout))
         )
@@ -72,8 +76,9 @@ class _Engine:
         pb.getModulePassManager().run(mod, pb)
         return tm.emit_object(mod)
 
-    def load(self, obj: bytes, name: str) -> tuple[llvm.ExecutionEngine, int]:
-        """Load object code into a new engine (which owns and frees its own target machine)."""
+    def load(self, obj: bytes, name: str) -> tuple[llvm.ExecutionEngine, tuple[int, int]]:
+        """Load object code into a new engine (which owns and frees its own target machine); returns the
+        engine and the addresses of the kernel's two entries (the keyword one is 0 if there is none)."""
         ee = llvm.create_mcjit_compiler(llvm.parse_assembly(""), self._target_machine())
         ee.add_object_file(llvm.ObjectFileRef.from_data(obj))
         ee.finalize_object()
@@ -81,7 +86,24 @@ class _Engine:
             addr = ee.get_global_value_address(symbol)
             if addr:
                 ctypes.c_uint64.from_address(addr).value = value
-        return ee, ee.get_function_address(name)
+        return ee, (ee.get_function_address(name), ee.get_function_address(f"{name}_call"))
+
+
+class _MethodDef(ctypes.Structure):
+    """CPython's ``PyMethodDef``."""
+
+    _fields_ = [
+        ("ml_name", ctypes.c_char_p),
+        ("ml_meth", ctypes.c_void_p),
+        ("ml_flags", ctypes.c_int),
+        ("ml_doc", ctypes.c_char_p),
+    ]
+
+
+METH_KEYWORDS, METH_FASTCALL = 0x0002, 0x0080
+_new_builtin = ctypes.pythonapi.PyCFunction_New
+_new_builtin.restype = ctypes.py_object
+_new_builtin.argtypes = [ctypes.c_void_p, ctypes.py_object]
 
 
 class Kernel:
@@ -96,7 +118,7 @@ class Kernel:
         spec: Spec,
         name: str,
         engine: llvm.ExecutionEngine,
-        addr: int,
+        addrs: tuple[int, int],
         compile_s: float,
         from_disk: bool,
     ) -> None:
@@ -108,21 +130,25 @@ class Kernel:
         self._sig = [(t.shape, t.np_dtype) for t in self.inputs]
         self._n_inputs = len(self._sig)
         self._out_shape, self._out_dtype = self.out.shape, self.out.np_dtype
-        self._scratch = kernels.scratch_elements(spec)
-        n_args = len(self.inputs) + 1 + (1 if self._scratch else 0)
-        self._fn = ctypes.CFUNCTYPE(ctypes.c_int32, *[ctypes.py_object] * n_args)(addr)
-
-    def _run(self, arrays: tuple[np.ndarray, ...], out: np.ndarray) -> int:
-        if self._scratch:
-            return self._fn(*arrays, out, np.empty(self._scratch, np.float32))
-        return self._fn(*arrays, out)
+        # The entries are C functions wrapped as builtins (see codegen.KernelBuilder). ``_fn(*inputs, out)``
+        # returns ``out`` after running, anything else when it refuses the arrays.
+        entry, call = addrs
+        self._methods = [_MethodDef(name.encode(), entry, METH_FASTCALL, None)]
+        entry = _new_builtin(ctypes.byref(self._methods[0]), None)
+        scratch = kernels.scratch_elements(spec)
+        self._fn = (lambda *args: entry(*args, np.empty(scratch, np.float32))) if scratch else entry
+        if call:
+            # ``kernel(*inputs, out=out)`` calls the keyword entry without running any Python; it hands every
+            # other call to the Python ``Kernel.__call__``. Only a class attribute can serve calls, hence
+            # a subclass of this one kernel.
+            self._methods.append(_MethodDef(name.encode(), call, METH_FASTCALL | METH_KEYWORDS, None))
+            call = _new_builtin(ctypes.byref(self._methods[1]), types.MethodType(Kernel.__call__, self))
+            self.__class__ = type("Kernel", (Kernel,), {"__call__": staticmethod(call)})
 
     def __call__(self, *arrays: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-        if len(arrays) != self._n_inputs:
-            raise UnsupportedError(self.op, f"expected {self._n_inputs} input arrays, got {len(arrays)}")
         if out is None:
             out = np.empty(self._out_shape, self._out_dtype)
-        if self._run(arrays, out):
+        if self._fn(*arrays, out) is not out:
             self._retry(arrays, out)
         return out
 
@@ -141,13 +167,16 @@ class Kernel:
     def _retry(self, arrays: tuple[np.ndarray, ...], out: np.ndarray) -> None:
         """The generated checks refused an argument: name the problem, or, for arrays that are valid but
         not plain (subclasses, equal but non-canonical dtype objects), run on plain views of them."""
+        if len(arrays) != self._n_inputs:
+            raise UnsupportedError(self.op, f"expected {self._n_inputs} input arrays, got {len(arrays)}")
         for i, (a, (shape, dtype)) in enumerate(zip(arrays, self._sig, strict=True)):
             self._check(f"input {i}", a, shape, dtype)
         self._check("out", out, self._out_shape, self._out_dtype)
         if any(np.may_share_memory(out, a) for a in arrays):
             raise UnsupportedError(self.op, "out must not overlap an input")
         plain = tuple(np.asarray(a).view(dtype) for a, (_, dtype) in zip(arrays, self._sig, strict=True))
-        if self._run(plain, np.asarray(out).view(self._out_dtype)):
+        view = np.asarray(out).view(self._out_dtype)
+        if self._fn(*plain, view) is not view:
             raise RuntimeError(f"{self.op}: kernel refused validated arrays")
 
     def __repr__(self) -> str:
@@ -231,7 +260,7 @@ def get_kernel(spec: Spec) -> Kernel:
             kernels.emit(spec, module, name, eng.layout)
             obj = eng.compile(module)
             _write_disk(path, obj)
-        ee, addr = eng.load(obj, name)
-        kernel = Kernel(spec, name, ee, addr, time.perf_counter() - t0, from_disk)
+        ee, addrs = eng.load(obj, name)
+        kernel = Kernel(spec, name, ee, addrs, time.perf_counter() - t0, from_disk)
         _kernels[spec] = kernel
         return kernel
