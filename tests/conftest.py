@@ -2,19 +2,25 @@
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 
+from vdla.config import load_config
 from vdla.runtime import Device
 
-RTL_AVAILABLE = importlib.util.find_spec("vdla.runtime.rtl") is not None
+
+@pytest.fixture(scope="session")
+def rtl_library():
+    """The Verilated accelerator for the pynq preset, built once per session (cached across sessions)."""
+    from vdla.runtime.rtl import build
+
+    return build(load_config("pynq")).library
 
 
-@pytest.fixture(params=["sim", pytest.param("rtl", marks=pytest.mark.skipif(
-    not RTL_AVAILABLE, reason="the rtl backend is not built in this checkout"))])
+@pytest.fixture(params=["sim", "rtl"])
 def backend(request) -> str:
     """The name of a backend; semantics tests run on each."""
+    if request.param == "rtl":
+        request.getfixturevalue("rtl_library")
     return request.param
 
 

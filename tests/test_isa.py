@@ -116,8 +116,7 @@ def test_decode_errors():
         decode(7)
     with pytest.raises(IsaError, match="unknown memory type 6"):
         decode(6 << 7)
-    with pytest.raises(IsaError, match="unknown ALU opcode 7"):
-        decode(4 | 7 << 108)
+    assert decode(4 | 7 << 108).alu_opcode == AluOp.REQ  # every 3-bit ALU opcode is defined
     with pytest.raises(IsaError, match="instruction 1: unknown opcode 5"):
         decode_program(encode_program([FinishInsn()]) + (5).to_bytes(16, "little"))
     with pytest.raises(IsaError, match="not a multiple of 16"):

@@ -74,11 +74,22 @@ def counters_table(counters, cfg, title: str) -> Table:
     return t
 
 
+def _add_backend(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--backend", default="sim", help="sim (default) or rtl")
+    p.add_argument("--wave", help="rtl backend: dump an FST waveform of the run to this file")
+
+
+def _backend_options(args: argparse.Namespace) -> dict:
+    if args.wave and args.backend != "rtl":
+        raise ValueError("--wave needs --backend rtl")
+    return {"wave": args.wave} if args.wave else {}
+
+
 def cmd_matmul(args: argparse.Namespace) -> int:
     from vdla.runtime import Device, write_chrome_trace
     from vdla.runtime.tiled_matmul import reference_matmul, tiled_matmul
 
-    dev = Device(args.config, backend=args.backend)
+    dev = Device(args.config, backend=args.backend, **_backend_options(args))
     rng = np.random.default_rng(args.seed)
     m, k, n = args.size
     a = rng.integers(-128, 128, (m, k), dtype=np.int8)
@@ -112,7 +123,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     path = Path(args.program)
     insns = assemble(path.read_text(), str(path)) if path.suffix == ".s" else decode_program(path.read_bytes())
-    dev = Device(args.config, backend=args.backend)
+    dev = Device(args.config, backend=args.backend, **_backend_options(args))
     for spec in args.load:
         addr, file = _split_spec(spec, "ADDR=FILE")
         data = np.load(file) if file.endswith(".npy") else np.fromfile(file, np.uint8)
@@ -165,7 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", help="run an assembled (.s) or binary program and report its counters")
     p.add_argument("program")
     _add_config(p)
-    p.add_argument("--backend", default="sim", help="sim or rtl")
+    _add_backend(p)
     p.add_argument("--load", action="append", default=[], metavar="ADDR=FILE",
                    help="place a .npy array or raw file in DRAM at a physical address (repeatable)")
     p.add_argument("--dump", action="append", default=[], metavar="ADDR:NBYTES=FILE",
@@ -182,7 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("matmul", help="run a tiled int8 matrix multiply and check it against numpy")
     _add_config(p)
-    p.add_argument("--backend", default="sim", help="sim, rtl or pynq")
+    _add_backend(p)
     p.add_argument("--size", type=int, nargs=3, default=(256, 256, 256), metavar=("M", "K", "N"))
     p.add_argument("--vthreads", type=int, default=2)
     p.add_argument("--shift", type=int, default=10)
@@ -193,9 +204,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     from vdla.compiler.cli import add_commands as add_compiler_commands
     from vdla.cpu_fallback.cli import add_commands as add_cpu_fallback_commands
+    from vdla.runtime.rtl.cli import add_commands as add_rtl_commands
 
     add_compiler_commands(sub)
     add_cpu_fallback_commands(sub)
+    add_rtl_commands(sub)
     return parser
 
 

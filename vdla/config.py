@@ -31,18 +31,18 @@ class Timing:
 
     dram_read_latency: int = 32  # AR accepted -> first R beat
     dram_write_latency: int = 16  # last W beat -> B response
-    insn_fetch_latency: int = 8  # start -> first instruction dispatched
+    insn_fetch_latency: int = 3  # start -> first instruction can start, on top of dram_read_latency
     insn_fetch_cycles: int = 2  # per 128-bit instruction on the read channel
     cmd_queue_depth: int = 32  # per-stage command queue
     token_queue_depth: int = 128  # per dependency-token queue
-    dma_setup: int = 4  # per LOAD/STORE instruction that moves data
-    dma_row_overhead: int = 1  # per row of a 2-D transfer
+    dma_setup: int = 1  # per LOAD/STORE instruction that moves data: start -> first DRAM request
+    dma_row_overhead: int = 1  # per AXI burst: idle cycles of the DRAM channel after it
     dma_pad_cycles: int = 1  # per padding element written
     gemm_setup: int = 2  # per GEMM instruction
     gemm_pipeline: int = 4  # GEMM pipeline drain at the end of an instruction
     alu_setup: int = 2
-    alu_pipeline: int = 3
-    alu_ii: int = 1  # ALU initiation interval, cycles per uop-iteration
+    alu_pipeline: int = 2
+    alu_ii: int = 2  # cycles per uop-iteration of a two-operand ALU instruction (immediate or reset: 1)
     nop_cycles: int = 1  # a LOAD/STORE with x_size 0, or FINISH
     max_burst_beats: int = 256  # AXI4 burst limit; bursts also split at 4 KiB boundaries
 

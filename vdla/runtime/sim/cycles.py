@@ -47,8 +47,8 @@ class CycleModel:
         t = self.t
         if isinstance(insn, GemmInsn):
             return t.gemm_setup + insn.iterations + t.gemm_pipeline
-        if isinstance(insn, AluInsn):
-            ii = 1 if insn.reset else t.alu_ii
+        if isinstance(insn, AluInsn):  # one ACC read port: a second operand costs alu_ii cycles per iteration
+            ii = 1 if insn.reset or insn.use_imm else t.alu_ii
             return t.alu_setup + insn.iterations * ii + t.alu_pipeline
         if isinstance(insn, FinishInsn) or (isinstance(insn, MemInsn) and insn.is_nop):
             return t.nop_cycles

@@ -105,7 +105,7 @@ class _Run:
         self.started_at: list[list[int]] = [[], [], []]  # start cycle of each started instruction
         self.free_at = [0, 0, 0]
         self.fetched = 0
-        self.fetch_time = t.insn_fetch_latency - t.insn_fetch_cycles
+        self.fetch_time = t.insn_fetch_latency + t.dram_read_latency - t.insn_fetch_cycles  # first one's arrival
         self.arrival: list[int] = []
         self.tokens = {q: deque() for q in Queue}
         self.model = CycleModel(self.cfg)

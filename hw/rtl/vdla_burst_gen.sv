@@ -1,0 +1,68 @@
+// Splits a 2-D transfer (`rows` rows of `row_bytes` bytes, `stride` bytes apart) into AXI4 INCR
+// bursts: at row ends, at 4 KiB boundaries and at MAX_BEATS beats. One burst per cycle.
+module vdla_burst_gen #(
+  parameter int ADDR_W    = 64,
+  parameter int BUS_W     = 64,
+  parameter int MAX_BEATS = 256,
+  parameter int LEN_W     = 25
+) (
+  input  logic              clk_i,
+  input  logic              rst_ni,
+  input  logic              halt_i,
+  input  logic              start_i,
+  input  logic [ADDR_W-1:0] addr_i,
+  input  logic [ADDR_W-1:0] stride_i,
+  input  logic [LEN_W-1:0]  row_bytes_i,  // > 0
+  input  logic [15:0]       rows_i,       // > 0
+  input  logic              hold_i,       // do not request yet
+  output logic              active_o,     // bursts left to request
+  output logic              valid_o,
+  output logic [ADDR_W-1:0] addr_o,       // bus-aligned
+  output logic [7:0]        len_o,        // beats - 1
+  input  logic              ready_i
+);
+  localparam int B  = BUS_W / 8;
+  localparam int LB = $clog2(B);
+
+  logic              active_q;
+  logic [15:0]       rows_q;
+  logic [ADDR_W-1:0] row_q, cur_q, stride_q;
+  logic [LEN_W-1:0]  row_bytes_q;
+
+  logic [ADDR_W-1:0] row_end, next_4k, max_end, limit;
+  always_comb begin
+    row_end = row_q + ADDR_W'(row_bytes_q);
+    next_4k = (cur_q | ADDR_W'(4095)) + 1'b1;
+    max_end = {cur_q[ADDR_W-1:LB], {LB{1'b0}}} + ADDR_W'(MAX_BEATS * B);
+    limit   = row_end;
+    if (next_4k < limit) limit = next_4k;
+    if (max_end < limit) limit = max_end;
+  end
+
+  assign active_o = active_q;
+  assign valid_o  = active_q && !halt_i && !hold_i;
+  assign addr_o   = {cur_q[ADDR_W-1:LB], {LB{1'b0}}};
+  assign len_o    = 8'(((limit - 1'b1) >> LB) - (cur_q >> LB));
+
+  always_ff @(posedge clk_i) begin
+    if (!rst_ni || halt_i) begin
+      active_q <= 1'b0;
+    end else if (start_i) begin
+      active_q    <= 1'b1;
+      rows_q      <= rows_i;
+      row_q       <= addr_i;
+      cur_q       <= addr_i;
+      stride_q    <= stride_i;
+      row_bytes_q <= row_bytes_i;
+    end else if (valid_o && ready_i) begin
+      if (limit == row_end) begin
+        row_q  <= row_q + stride_q;
+        cur_q  <= row_q + stride_q;
+        rows_q <= rows_q - 1'b1;
+        if (rows_q == 16'd1) active_q <= 1'b0;
+      end else begin
+        cur_q <= limit;
+      end
+    end
+  end
+endmodule

@@ -1,0 +1,84 @@
+// 2-D read DMA: requests the bursts of a transfer (vdla_burst_gen) and labels each returned beat
+// with its row and its byte offset from the row start (negative for the part of a first beat that
+// lies before an unaligned row).
+module vdla_dma_rd #(
+  parameter int ADDR_W    = 64,
+  parameter int BUS_W     = 64,
+  parameter int MAX_BEATS = 256,
+  parameter int OFF_W     = 26
+) (
+  input  logic               clk_i,
+  input  logic               rst_ni,
+  input  logic               halt_i,
+  input  logic               start_i,
+  input  logic [ADDR_W-1:0]  addr_i,       // byte address of row 0
+  input  logic [ADDR_W-1:0]  stride_i,     // bytes from one row to the next
+  input  logic [OFF_W-2:0]   row_bytes_i,  // > 0
+  input  logic [15:0]        rows_i,       // > 0
+  input  logic               hold_i,       // delay the requests
+  // AXI AR
+  output logic               arvalid_o,
+  output logic [ADDR_W-1:0]  araddr_o,
+  output logic [7:0]         arlen_o,
+  input  logic               arready_i,
+  // AXI R (beats of this requester only)
+  input  logic               rvalid_i,
+  input  logic [1:0]         rresp_i,
+  // labels of the current beat
+  output logic signed [OFF_W-1:0] beat_off_o,
+  output logic               beat_row_end_o,  // the row's last beat
+  output logic               beat_last_o,     // the transfer's last beat
+  output logic               err_o            // the beat carries an error response
+);
+  localparam int B  = BUS_W / 8;
+  localparam int LB = $clog2(B);
+
+  logic ar_active;
+  vdla_burst_gen #(.ADDR_W(ADDR_W), .BUS_W(BUS_W), .MAX_BEATS(MAX_BEATS), .LEN_W(OFF_W-1)) u_bursts (
+    .clk_i, .rst_ni, .halt_i, .start_i, .addr_i, .stride_i, .row_bytes_i, .rows_i, .hold_i,
+    .active_o (ar_active),
+    .valid_o  (arvalid_o),
+    .addr_o   (araddr_o),
+    .len_o    (arlen_o),
+    .ready_i  (arready_i)
+  );
+
+  logic [15:0]             row_q, rows_q;
+  logic signed [OFF_W-1:0] off_q;
+  logic [LB-1:0]           lo_q;  // low address bits of the current row start
+  logic [LB-1:0]           stride_lo_q;
+  logic [OFF_W-2:0]        row_bytes_q;
+  logic signed [OFF_W-1:0] off_next;
+  logic [LB-1:0]           lo_next;
+  logic                    row_done;
+
+  assign off_next       = off_q + OFF_W'(B);
+  assign row_done       = off_next >= $signed({1'b0, row_bytes_q});
+  assign lo_next        = lo_q + stride_lo_q;
+  assign beat_off_o     = off_q;
+  assign beat_row_end_o = row_done;
+  assign beat_last_o    = row_done && (row_q == rows_q - 1'b1);
+  assign err_o          = rvalid_i && rresp_i != 2'b00;
+
+  always_ff @(posedge clk_i) begin
+    if (start_i) begin
+      row_q       <= '0;
+      rows_q      <= rows_i;
+      row_bytes_q <= row_bytes_i;
+      stride_lo_q <= stride_i[LB-1:0];
+      lo_q        <= addr_i[LB-1:0];
+      off_q       <= -$signed(OFF_W'(addr_i[LB-1:0]));
+    end else if (rvalid_i) begin
+      if (row_done) begin
+        row_q <= row_q + 1'b1;
+        lo_q  <= lo_next;
+        off_q <= -$signed(OFF_W'(lo_next));
+      end else begin
+        off_q <= off_next;
+      end
+    end
+  end
+
+  logic unused;
+  assign unused = ar_active;
+endmodule

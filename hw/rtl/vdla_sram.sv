@@ -1,0 +1,33 @@
+// Simple dual-port RAM: one write port with per-lane enables, one registered read port.
+// Infers block RAM (the lane enables map to BRAM byte-write enables); contents are not reset.
+module vdla_sram #(
+  parameter int WIDTH = 64,
+  parameter int DEPTH = 1024,
+  parameter int LANE  = 64  // write-enable granularity in bits; WIDTH is a multiple
+) (
+  input  logic                     clk_i,
+  input  logic [WIDTH/LANE-1:0]    we_i,
+  input  logic [$clog2(DEPTH)-1:0] waddr_i,
+  input  logic [WIDTH-1:0]         wdata_i,
+  input  logic                     re_i,
+  input  logic [$clog2(DEPTH)-1:0] raddr_i,
+  output logic [WIDTH-1:0]         rdata_o
+);
+  localparam int LANES = WIDTH / LANE;
+
+  logic [WIDTH-1:0] mem [DEPTH];
+
+  always_ff @(posedge clk_i) begin
+    if (&we_i) begin  // a whole row (the common case, cheaper to simulate)
+      mem[waddr_i] <= wdata_i;
+    end else begin
+      for (int l = 0; l < LANES; l++) begin
+        if (we_i[l]) mem[waddr_i][l*LANE +: LANE] <= wdata_i[l*LANE +: LANE];
+      end
+    end
+  end
+
+  always_ff @(posedge clk_i) begin
+    if (re_i) rdata_o <= mem[raddr_i];
+  end
+endmodule

@@ -1,0 +1,333 @@
+`include "vdla_config.svh"
+`include "vdla_isa.svh"
+`include "vdla_regs.svh"
+
+// The VDLA accelerator: fetch, three decoupled stages (load, compute, store) with their command
+// queues and four dependency-token queues, the on-chip buffers, one AXI4 master shared through an
+// arbiter and an AXI4-Lite register file. Every parameter comes from vdla_config.svh.
+module vdla_top #(
+  parameter int ADDR_W = 64,
+  parameter int IDW    = 2
+) (
+  input  logic                   clk_i,
+  input  logic                   rst_ni,
+  // AXI4-Lite slave: registers
+  input  logic [`VDLA_REG_ADDR_BITS-1:0] s_axil_awaddr,
+  input  logic                   s_axil_awvalid,
+  output logic                   s_axil_awready,
+  input  logic [31:0]            s_axil_wdata,
+  input  logic [3:0]             s_axil_wstrb,
+  input  logic                   s_axil_wvalid,
+  output logic                   s_axil_wready,
+  output logic [1:0]             s_axil_bresp,
+  output logic                   s_axil_bvalid,
+  input  logic                   s_axil_bready,
+  input  logic [`VDLA_REG_ADDR_BITS-1:0] s_axil_araddr,
+  input  logic                   s_axil_arvalid,
+  output logic                   s_axil_arready,
+  output logic [31:0]            s_axil_rdata,
+  output logic [1:0]             s_axil_rresp,
+  output logic                   s_axil_rvalid,
+  input  logic                   s_axil_rready,
+  // AXI4 master: DRAM
+  output logic [IDW-1:0]         m_axi_arid,
+  output logic [ADDR_W-1:0]      m_axi_araddr,
+  output logic [7:0]             m_axi_arlen,
+  output logic [2:0]             m_axi_arsize,
+  output logic [1:0]             m_axi_arburst,
+  output logic                   m_axi_arvalid,
+  input  logic                   m_axi_arready,
+  input  logic [IDW-1:0]         m_axi_rid,
+  input  logic [`VDLA_BUS_WIDTH-1:0] m_axi_rdata,
+  input  logic [1:0]             m_axi_rresp,
+  input  logic                   m_axi_rlast,
+  input  logic                   m_axi_rvalid,
+  output logic                   m_axi_rready,
+  output logic [IDW-1:0]         m_axi_awid,
+  output logic [ADDR_W-1:0]      m_axi_awaddr,
+  output logic [7:0]             m_axi_awlen,
+  output logic [2:0]             m_axi_awsize,
+  output logic [1:0]             m_axi_awburst,
+  output logic                   m_axi_awvalid,
+  input  logic                   m_axi_awready,
+  output logic [`VDLA_BUS_WIDTH-1:0] m_axi_wdata,
+  output logic [`VDLA_BUS_WIDTH/8-1:0] m_axi_wstrb,
+  output logic                   m_axi_wlast,
+  output logic                   m_axi_wvalid,
+  input  logic                   m_axi_wready,
+  input  logic [IDW-1:0]         m_axi_bid,
+  input  logic [1:0]             m_axi_bresp,
+  input  logic                   m_axi_bvalid,
+  output logic                   m_axi_bready,
+  // interrupt and instruction trace (per stage: started [2:0], completed [5:3])
+  output logic                   irq_o,
+  output logic [5:0]             trace_o
+);
+  localparam int BUS_W  = `VDLA_BUS_WIDTH;
+  localparam int INP_W  = `VDLA_BATCH * `VDLA_BLOCK_IN * 8;
+  localparam int WGT_W  = `VDLA_BLOCK_OUT * `VDLA_BLOCK_IN * 8;
+  localparam int LANES  = `VDLA_BATCH * `VDLA_BLOCK_OUT;
+  localparam int ACC_W  = LANES * 32;
+  localparam int OUT_W  = LANES * 8;
+  localparam int INP_AW = $clog2(`VDLA_INP_DEPTH);
+  localparam int WGT_AW = $clog2(`VDLA_WGT_DEPTH);
+  localparam int ACC_AW = $clog2(`VDLA_ACC_DEPTH);
+  localparam int QD     = `VDLA_CMD_QUEUE_DEPTH;
+  localparam int TD     = `VDLA_TOKEN_QUEUE_DEPTH;
+  localparam int ISA_W  = `VDLA_INSN_BITS;
+
+  // ---- control ------------------------------------------------------------------------------
+  logic        start, running_q, done_q, error_q, finish_q, end_pulse;
+  logic [3:0]  err_code_q;
+  logic [1:0]  err_unit_q;
+  logic [31:0] err_insn_q;
+  logic [63:0] insn_addr;
+  logic [31:0] insn_count;
+  logic        halt;
+  logic [4:0]  quiet_q;
+  assign halt = error_q;
+
+  // ---- units' signals -----------------------------------------------------------------------
+  logic [ISA_W-1:0] fetch_insn, q_head [3];
+  logic [2:0]       q_push, q_full, q_valid, q_pop;
+  logic [$clog2(QD):0] q_count [3];
+  logic [31:0]      fetched;
+  logic             fetch_done, fetch_active, fetch_err;
+  logic [3:0]       fetch_err_code;
+  logic [2:0]       fire, busy, stall, sdone, serr;
+  logic [3:0]       serr_code [3];
+  logic             finish;
+
+  // token queues: L2C, C2L, C2S, S2C
+  logic [3:0] t_push, t_pop, t_avail, t_room;
+  logic [$clog2(TD+1)-1:0] t_count [4];
+  for (genvar q = 0; q < 4; q++) begin : g_tokens
+    vdla_token_queue #(.DEPTH(TD)) u_queue (
+      .clk_i, .rst_ni (rst_ni && !start), .push_i (t_push[q]), .pop_i (t_pop[q]),
+      .avail_o (t_avail[q]), .room_o (t_room[q]), .count_o (t_count[q])
+    );
+  end
+
+  // ---- AXI read arbiter: load 0, compute 1, fetch 2 (lower index wins a tie) ---------------
+  logic [2:0]          ar_valid, ar_ready, r_valid;
+  logic [3*ADDR_W-1:0] ar_addr;
+  logic [3*8-1:0]      ar_len;
+  vdla_axi_rd_arb #(.N(3), .ADDR_W(ADDR_W), .IDW(IDW)) u_arb (
+    .clk_i, .rst_ni,
+    .req_valid_i (ar_valid), .req_addr_i (ar_addr), .req_len_i (ar_len), .req_ready_o (ar_ready),
+    .arvalid_o (m_axi_arvalid), .arid_o (m_axi_arid), .araddr_o (m_axi_araddr), .arlen_o (m_axi_arlen),
+    .arready_i (m_axi_arready), .rid_i (m_axi_rid), .rvalid_i (m_axi_rvalid), .rvalid_o (r_valid)
+  );
+  assign m_axi_arsize  = 3'($clog2(BUS_W / 8));
+  assign m_axi_arburst = 2'b01;
+  assign m_axi_rready  = 1'b1;
+
+  // ---- fetch and command queues -------------------------------------------------------------
+  vdla_fetch #(.ADDR_W(ADDR_W), .BUS_W(BUS_W)) u_fetch (
+    .clk_i, .rst_ni, .halt_i (halt), .start_i (start), .insn_addr_i (insn_addr), .insn_count_i (insn_count),
+    .arvalid_o (ar_valid[2]), .araddr_o (ar_addr[2*ADDR_W +: ADDR_W]), .arlen_o (ar_len[16 +: 8]),
+    .arready_i (ar_ready[2]), .rvalid_i (r_valid[2]), .rresp_i (m_axi_rresp), .rdata_i (m_axi_rdata),
+    .insn_o (fetch_insn), .push_o (q_push), .full_i (q_full), .fetched_o (fetched), .done_o (fetch_done),
+    .active_o (fetch_active), .err_o (fetch_err), .err_code_o (fetch_err_code)
+  );
+
+  for (genvar s = 0; s < 3; s++) begin : g_cmdq
+    vdla_fifo #(.WIDTH(ISA_W), .DEPTH(QD)) u_queue (
+      .clk_i, .rst_ni, .clear_i (start),  // kept on an error, for the diagnosis
+      .push_i (q_push[s]), .push_data_i (fetch_insn), .full_o (q_full[s]),
+      .pop_i (q_pop[s]), .valid_o (q_valid[s]), .data_o (q_head[s]), .count_o (q_count[s])
+    );
+  end
+
+  // ---- buffers ------------------------------------------------------------------------------
+  logic [INP_W/BUS_W-1:0] inp_we;
+  logic [INP_AW-1:0]      inp_waddr, inp_raddr;
+  logic [INP_W-1:0]       inp_wdata, inp_rdata;
+  logic                   inp_re;
+  logic [WGT_W/BUS_W-1:0] wgt_we;
+  logic [WGT_AW-1:0]      wgt_waddr, wgt_raddr;
+  logic [WGT_W-1:0]       wgt_wdata, wgt_rdata;
+  logic                   wgt_re;
+  logic [LANES-1:0]       acc_we;
+  logic [ACC_AW-1:0]      acc_waddr, acc_raddr, out_raddr;
+  logic [ACC_W-1:0]       acc_wdata, acc_rdata;
+  logic [OUT_W-1:0]       out_wdata, out_rdata;
+  logic                   acc_re, out_re;
+
+  vdla_sram #(.WIDTH(INP_W), .DEPTH(`VDLA_INP_DEPTH), .LANE(BUS_W)) u_inp (
+    .clk_i, .we_i (inp_we), .waddr_i (inp_waddr), .wdata_i (inp_wdata),
+    .re_i (inp_re), .raddr_i (inp_raddr), .rdata_o (inp_rdata));
+  vdla_sram #(.WIDTH(WGT_W), .DEPTH(`VDLA_WGT_DEPTH), .LANE(BUS_W)) u_wgt (
+    .clk_i, .we_i (wgt_we), .waddr_i (wgt_waddr), .wdata_i (wgt_wdata),
+    .re_i (wgt_re), .raddr_i (wgt_raddr), .rdata_o (wgt_rdata));
+  vdla_sram #(.WIDTH(ACC_W), .DEPTH(`VDLA_ACC_DEPTH), .LANE(32)) u_acc (
+    .clk_i, .we_i (acc_we), .waddr_i (acc_waddr), .wdata_i (acc_wdata),
+    .re_i (acc_re), .raddr_i (acc_raddr), .rdata_o (acc_rdata));
+  vdla_sram #(.WIDTH(OUT_W), .DEPTH(`VDLA_ACC_DEPTH), .LANE(8)) u_out (
+    .clk_i, .we_i (acc_we), .waddr_i (acc_waddr), .wdata_i (out_wdata),
+    .re_i (out_re), .raddr_i (out_raddr), .rdata_o (out_rdata));
+
+  // ---- stages -------------------------------------------------------------------------------
+  vdla_load #(
+    .ADDR_W(ADDR_W), .BUS_W(BUS_W), .MAX_BEATS(`VDLA_MAX_BURST_BEATS), .INP_W(INP_W), .WGT_W(WGT_W),
+    .INP_DEPTH(`VDLA_INP_DEPTH), .WGT_DEPTH(`VDLA_WGT_DEPTH), .SETUP(`VDLA_DMA_SETUP),
+    .PAD_CYCLES(`VDLA_DMA_PAD_CYCLES), .NOP_EXTRA(`VDLA_NOP_CYCLES - 1)
+  ) u_load (
+    .clk_i, .rst_ni, .halt_i (halt),
+    .cmd_valid_i (q_valid[0]), .cmd_i (q_head[0]), .cmd_pop_o (q_pop[0]),
+    .c2l_avail_i (t_avail[1]), .c2l_pop_o (t_pop[1]), .l2c_room_i (t_room[0]), .l2c_push_o (t_push[0]),
+    .arvalid_o (ar_valid[0]), .araddr_o (ar_addr[0 +: ADDR_W]), .arlen_o (ar_len[0 +: 8]),
+    .arready_i (ar_ready[0]), .rvalid_i (r_valid[0]), .rresp_i (m_axi_rresp), .rdata_i (m_axi_rdata),
+    .inp_we_o (inp_we), .inp_waddr_o (inp_waddr), .inp_wdata_o (inp_wdata),
+    .wgt_we_o (wgt_we), .wgt_waddr_o (wgt_waddr), .wgt_wdata_o (wgt_wdata),
+    .fire_o (fire[0]), .busy_o (busy[0]), .stall_o (stall[0]), .done_o (sdone[0]),
+    .err_o (serr[0]), .err_code_o (serr_code[0])
+  );
+
+  vdla_compute #(
+    .ADDR_W(ADDR_W), .BUS_W(BUS_W), .MAX_BEATS(`VDLA_MAX_BURST_BEATS), .BATCH(`VDLA_BATCH),
+    .BLOCK_IN(`VDLA_BLOCK_IN), .BLOCK_OUT(`VDLA_BLOCK_OUT), .INP_DEPTH(`VDLA_INP_DEPTH),
+    .WGT_DEPTH(`VDLA_WGT_DEPTH), .ACC_DEPTH(`VDLA_ACC_DEPTH), .UOP_DEPTH(`VDLA_UOP_DEPTH),
+    .DST_BITS(`VDLA_UOP_DST_BITS), .SRC_BITS(`VDLA_UOP_SRC_BITS), .WGT_BITS(`VDLA_UOP_WGT_BITS),
+    .DMA_SETUP(`VDLA_DMA_SETUP), .PAD_CYCLES(`VDLA_DMA_PAD_CYCLES), .NOP_EXTRA(`VDLA_NOP_CYCLES - 1),
+    .GEMM_SETUP(`VDLA_GEMM_SETUP), .GEMM_PIPE(`VDLA_GEMM_PIPELINE), .ALU_SETUP(`VDLA_ALU_SETUP),
+    .ALU_PIPE(`VDLA_ALU_PIPELINE), .ALU_II(`VDLA_ALU_II)
+  ) u_compute (
+    .clk_i, .rst_ni, .halt_i (halt),
+    .cmd_valid_i (q_valid[1]), .cmd_i (q_head[1]), .cmd_pop_o (q_pop[1]),
+    .l2c_avail_i (t_avail[0]), .l2c_pop_o (t_pop[0]), .s2c_avail_i (t_avail[3]), .s2c_pop_o (t_pop[3]),
+    .c2l_room_i (t_room[1]), .c2l_push_o (t_push[1]), .c2s_room_i (t_room[2]), .c2s_push_o (t_push[2]),
+    .arvalid_o (ar_valid[1]), .araddr_o (ar_addr[ADDR_W +: ADDR_W]), .arlen_o (ar_len[8 +: 8]),
+    .arready_i (ar_ready[1]), .rvalid_i (r_valid[1]), .rresp_i (m_axi_rresp), .rdata_i (m_axi_rdata),
+    .inp_re_o (inp_re), .inp_raddr_o (inp_raddr), .inp_rdata_i (inp_rdata),
+    .wgt_re_o (wgt_re), .wgt_raddr_o (wgt_raddr), .wgt_rdata_i (wgt_rdata),
+    .acc_re_o (acc_re), .acc_raddr_o (acc_raddr), .acc_rdata_i (acc_rdata),
+    .acc_we_o (acc_we), .acc_waddr_o (acc_waddr), .acc_wdata_o (acc_wdata), .out_wdata_o (out_wdata),
+    .fire_o (fire[1]), .busy_o (busy[1]), .stall_o (stall[1]), .done_o (sdone[1]), .finish_o (finish),
+    .err_o (serr[1]), .err_code_o (serr_code[1])
+  );
+
+  vdla_store #(
+    .ADDR_W(ADDR_W), .BUS_W(BUS_W), .MAX_BEATS(`VDLA_MAX_BURST_BEATS), .OUT_W(OUT_W),
+    .ACC_DEPTH(`VDLA_ACC_DEPTH), .SETUP_EXTRA(`VDLA_DMA_SETUP - 1), .NOP_EXTRA(`VDLA_NOP_CYCLES - 1)
+  ) u_store (
+    .clk_i, .rst_ni, .halt_i (halt),
+    .cmd_valid_i (q_valid[2]), .cmd_i (q_head[2]), .cmd_pop_o (q_pop[2]),
+    .c2s_avail_i (t_avail[2]), .c2s_pop_o (t_pop[2]), .s2c_room_i (t_room[3]), .s2c_push_o (t_push[3]),
+    .awvalid_o (m_axi_awvalid), .awaddr_o (m_axi_awaddr), .awlen_o (m_axi_awlen), .awready_i (m_axi_awready),
+    .wvalid_o (m_axi_wvalid), .wdata_o (m_axi_wdata), .wlast_o (m_axi_wlast), .wready_i (m_axi_wready),
+    .bvalid_i (m_axi_bvalid), .bresp_i (m_axi_bresp),
+    .out_re_o (out_re), .out_raddr_o (out_raddr), .out_rdata_i (out_rdata),
+    .fire_o (fire[2]), .busy_o (busy[2]), .stall_o (stall[2]), .done_o (sdone[2]),
+    .err_o (serr[2]), .err_code_o (serr_code[2])
+  );
+  assign m_axi_awid    = '0;
+  assign m_axi_awsize  = 3'($clog2(BUS_W / 8));
+  assign m_axi_awburst = 2'b01;
+  assign m_axi_wstrb   = '1;
+  assign m_axi_bready  = 1'b1;
+  assign trace_o       = {sdone, fire};
+
+  // ---- performance counters and registers ---------------------------------------------------
+  logic [64*`VDLA_NUM_COUNTERS-1:0] counters;
+  logic [32*3-1:0] stage_insns;
+  logic [32*5-1:0] opcode_insns;
+  logic            done_cond, deadlock;
+
+  vdla_perf #(
+    .INP_EB(`VDLA_INP_ELEM_BYTES), .WGT_EB(`VDLA_WGT_ELEM_BYTES), .ACC_EB(`VDLA_ACC_ELEM_BYTES),
+    .OUT_EB(`VDLA_OUT_ELEM_BYTES)
+  ) u_perf (
+    .clk_i, .rst_ni, .clear_i (start), .count_i (running_q && !done_cond), .busy_i (busy), .stall_i (stall),
+    .fire_i (fire), .load_cmd_i (q_head[0]), .compute_cmd_i (q_head[1]), .store_cmd_i (q_head[2]),
+    .counters_o (counters), .stage_insns_o (stage_insns), .opcode_insns_o (opcode_insns)
+  );
+
+  vdla_regfile #(.ISA_VERSION(16'(`VDLA_ISA_VERSION)), .CONFIG_HASH(`VDLA_CONFIG_HASH)) u_regs (
+    .clk_i, .rst_ni,
+    .awaddr_i (s_axil_awaddr), .awvalid_i (s_axil_awvalid), .awready_o (s_axil_awready),
+    .wdata_i (s_axil_wdata), .wstrb_i (s_axil_wstrb), .wvalid_i (s_axil_wvalid), .wready_o (s_axil_wready),
+    .bresp_o (s_axil_bresp), .bvalid_o (s_axil_bvalid), .bready_i (s_axil_bready),
+    .araddr_i (s_axil_araddr), .arvalid_i (s_axil_arvalid), .arready_o (s_axil_arready),
+    .rdata_o (s_axil_rdata), .rresp_o (s_axil_rresp), .rvalid_o (s_axil_rvalid), .rready_i (s_axil_rready),
+    .start_o (start), .insn_addr_o (insn_addr), .insn_count_o (insn_count), .irq_o,
+    .busy_i (running_q), .done_i (done_q), .error_i (error_q), .error_code_i (err_code_q),
+    .error_unit_i (err_unit_q), .error_insn_i (err_insn_q), .end_i (end_pulse),
+    .tokens_i ({8'(t_count[3]), 8'(t_count[2]), 8'(t_count[1]), 8'(t_count[0])}),
+    .cmd_queues_i ({8'd0, 8'(q_count[2]), 8'(q_count[1]), 8'(q_count[0])}),
+    .fetched_i (fetched), .stage_insns_i (stage_insns), .opcode_insns_i (opcode_insns),
+    .stage_state_i ({25'd0, stall, 1'b0, busy}), .counters_i (counters)
+  );
+
+  // ---- run control: done, first error, deadlock ---------------------------------------------
+  // Done: FINISH has run and every unit is idle with nothing left to do.
+  assign done_cond = running_q && finish_q && busy == '0 && q_valid == '0 && fetch_done && !error_q;
+  // Deadlock: nothing executes, nothing is in flight and no stage can start, for 16 cycles.
+  assign deadlock  = quiet_q == 5'd16;
+  assign end_pulse = done_cond || (running_q && !error_q && (|serr || fetch_err || deadlock));
+
+  logic [31:0] unit_insns;
+  logic [3:0]  unit_code;
+  always_ff @(posedge clk_i) begin
+    if (!rst_ni) begin
+      running_q <= 1'b0;
+      done_q    <= 1'b0;
+      error_q   <= 1'b0;
+      finish_q  <= 1'b0;
+      quiet_q   <= '0;
+    end else if (start) begin
+      running_q  <= 1'b1;
+      done_q     <= 1'b0;
+      error_q    <= 1'b0;
+      finish_q   <= 1'b0;
+      quiet_q    <= '0;
+      err_code_q <= '0;
+      err_unit_q <= '0;
+      err_insn_q <= '0;
+    end else if (running_q) begin
+      if (finish) finish_q <= 1'b1;
+      if (busy == '0 && fire == '0 && !fetch_active && (q_valid & ~stall) == '0 && !done_cond)
+        quiet_q <= quiet_q + 1'b1;
+      else
+        quiet_q <= '0;
+      if (done_cond) begin
+        running_q <= 1'b0;
+        done_q    <= 1'b1;
+      end
+      if (!error_q && (fetch_err || |serr || deadlock)) begin
+        error_q   <= 1'b1;
+        running_q <= 1'b0;
+        if (fetch_err) begin
+          err_unit_q <= 2'd0;
+          err_code_q <= fetch_err_code;
+          err_insn_q <= fetched;
+        end else if (deadlock) begin
+          err_unit_q <= 2'd0;
+          err_code_q <= `VDLA_ERR_DEADLOCK;
+          err_insn_q <= fetched;
+        end else begin
+          err_unit_q <= serr[0] ? 2'd1 : serr[1] ? 2'd2 : 2'd3;
+          err_code_q <= unit_code;
+          // errors found at dispatch name the next instruction, later ones the running one
+          err_insn_q <= unit_code == `VDLA_ERR_INSN ? unit_insns : unit_insns - 1'b1;
+        end
+      end
+    end
+  end
+
+  always_comb begin
+    if (serr[0]) begin
+      unit_code  = serr_code[0];
+      unit_insns = stage_insns[0 +: 32];
+    end else if (serr[1]) begin
+      unit_code  = serr_code[1];
+      unit_insns = stage_insns[32 +: 32];
+    end else begin
+      unit_code  = serr_code[2];
+      unit_insns = stage_insns[64 +: 32];
+    end
+  end
+
+  logic unused;
+  assign unused = m_axi_rlast ^ (|m_axi_bid);
+endmodule

@@ -1,0 +1,133 @@
+"""Bad programs on the RTL: the hardware stops with an error status (or the harness with its cycle limit),
+the backend raises the simulator's exception classes with the same kind of message, nothing outside the
+program's own stores changes in DRAM, and the backend runs the next program normally."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from vdla.isa import FinishInsn, MemInsn, MemType, assemble, encode_program
+from vdla.runtime import CycleLimitError, DeadlockError, Device, SimError
+
+
+@pytest.fixture(scope="module")
+def dev(rtl_library) -> Device:
+    return Device("pynq", backend="rtl")
+
+
+def run_asm(dev: Device, text: str, **kw):
+    return dev.run_program(assemble(text), **kw)
+
+
+@pytest.fixture(autouse=True)
+def still_works_and_nothing_lost(dev, monkeypatch):
+    """Around every run of a bad program: DRAM outside STORE_ZONE (where the programs below store) is left
+    as it was when the run started; afterwards a good program runs."""
+    real_run = dev.backend.run
+    checked = []
+
+    def run(dram, *args, **kw):
+        before = dram.mem.copy()
+        try:
+            return real_run(dram, *args, **kw)
+        finally:
+            changed = np.nonzero(before != dram.mem)[0]
+            checked.append(changed.size == 0 or dram.base + changed.min() >= STORE_ZONE)
+
+    monkeypatch.setattr(dev.backend, "run", run)
+    yield
+    monkeypatch.undo()
+    assert checked and all(checked)
+    assert run_asm(dev, "finish").counters.insn_counts["FINISH"] == 1
+
+
+STORE_ZONE = 0x1F000000  # the only place the programs below store to
+
+
+def test_unknown_opcode(dev):
+    buf = dev.alloc(32)
+    buf.write(np.frombuffer(encode_program([FinishInsn()]) * 2, np.uint8))
+    buf.view()[0] = 7
+    with pytest.raises(SimError, match="cannot fetch the program: instruction 0: unknown opcode 7"):
+        dev.backend.run(dev.dram, buf.addr, 2)
+    buf.free()
+
+
+def test_unknown_memory_type(dev):
+    buf = dev.alloc(32)
+    code = bytearray(encode_program([FinishInsn(), FinishInsn()]))
+    code[0], code[1] = 0x80, 0x03  # LOAD (opcode 0) with memory type 7 in bits 9:7
+    buf.write(np.frombuffer(bytes(code), np.uint8))
+    with pytest.raises(SimError, match="instruction 0: LOAD: unknown memory type 7"):
+        dev.backend.run(dev.dram, buf.addr, 2)
+    buf.free()
+
+
+def test_deadlock_names_each_stage(dev):
+    with pytest.raises(DeadlockError) as info:
+        run_asm(dev, """
+            load inp sram=0 dram=0x1000000 y=1 x=1 stride=1 pop_next push_next
+            gemm uop=0:1 iter=1,1 dst=0,0 src=0,0 wgt=0,0 pop_prev push_prev
+            finish
+        """)
+    text = str(info.value)
+    assert "load stage: stuck at instruction 0" in text and "waiting for a token on queue compute->load" in text
+    assert "compute stage: stuck at instruction 1" in text and "load->compute" in text
+    assert "store stage: finished" in text
+
+
+def test_full_command_queue_deadlock(dev):
+    depth = dev.cfg.timing.cmd_queue_depth
+    insns = [MemInsn(mem_type=MemType.INP, x_size=0, pop_next=True)]
+    insns += [MemInsn(mem_type=MemType.INP, x_size=0) for _ in range(depth)]
+    insns += [MemInsn(mem_type=MemType.UOP, x_size=0, push_prev=True), FinishInsn()]
+    with pytest.raises(DeadlockError, match="blocked by the full load command queue"):
+        dev.run_program(insns)
+
+
+def test_dma_outside_the_dram_region(dev):
+    with pytest.raises(SimError, match="instruction 0 \\(load inp .*\\): LOAD INP: DRAM bytes .* outside"):
+        run_asm(dev, "load inp sram=0 dram=0 y=1 x=1 stride=1\nfinish")
+    last = (dev.dram.base + dev.dram.size) // 16 - 1  # a STORE that runs past the end of the region
+    with pytest.raises(SimError, match="instruction 0 \\(store out .*\\): STORE OUT: DRAM bytes .* outside"):
+        run_asm(dev, f"store out sram=0 dram={last} y=1 x=2 stride=2\nfinish")
+    with pytest.raises(SimError, match="cannot fetch the program: its 32 bytes at 0x1000 lie outside"):
+        dev.backend.run(dev.dram, 0x1000, 2)
+
+
+def test_index_outside_a_buffer(dev):
+    uop = dev.array(np.array([2047], np.uint32))  # dst=2047, the last ACC row
+    with pytest.raises(SimError, match="instruction 1 \\(gemm .*\\): a micro-op index lies outside its buffer"):
+        run_asm(dev, f"load uop sram=0 dram={uop.elem(4)} y=1 x=1 stride=1\n"
+                     "gemm uop=0:1 iter=2,1 dst=1,0 src=0,0 wgt=0,0\nfinish")
+    uop.free()
+
+
+def test_instruction_invalid_on_its_stage(dev):
+    with pytest.raises(SimError, match="instruction 0 .*: pop_prev is not valid on the load stage"):
+        run_asm(dev, "load inp sram=0 dram=0x1000000 y=1 x=1 stride=1 pop_prev\nfinish")
+    with pytest.raises(SimError, match="SRAM tile \\[2040, 2056\\) exceeds the buffer depth 2048"):
+        run_asm(dev, "load inp sram=2040 dram=0x1000000 y=4 x=4 stride=4\nfinish")
+    with pytest.raises(SimError, match="empty micro-op range"):
+        run_asm(dev, "gemm uop=3:3 iter=1,1 dst=0,0 src=0,0 wgt=0,0\nfinish")
+
+
+def test_program_structure_errors(dev):
+    with pytest.raises(SimError, match="the program does not end with FINISH"):
+        run_asm(dev, "load inp x=0")
+    buf = dev.array(np.frombuffer(encode_program([FinishInsn(), FinishInsn()]), np.uint8))
+    with pytest.raises(SimError, match="instruction 0: FINISH before the end of the program"):
+        dev.backend.run(dev.dram, buf.addr, 2)
+    with pytest.raises(SimError, match="is not 16-byte aligned"):
+        dev.backend.run(dev.dram, buf.addr + 8, 1)
+    with pytest.raises(SimError, match="ended with tokens left in queues: \\{'load->compute': 1\\}"):
+        run_asm(dev, "load inp x=0 push_next\nfinish")
+    buf.free()
+
+
+def test_cycle_limit_names_the_running_instruction(dev):
+    with pytest.raises(CycleLimitError, match="cycle limit 500 reached at instruction 1 \\(alu add .*\\) on the "
+                                              "compute stage"):
+        run_asm(dev, "load uop sram=0 dram=0x4000000 y=1 x=1 stride=1\n"
+                     "alu add uop=0:1 iter=1000,1 dst=0,0 src=0,0 imm=1\nfinish", max_cycles=500)

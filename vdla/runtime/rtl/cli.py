@@ -1,0 +1,60 @@
+"""``vdla`` sub-commands of the RTL: build the simulation model, calibrate the cycle model, report the fit.
+
+``vdla/cli.py`` registers them with :func:`add_commands`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from vdla.config import load_config
+
+
+def cmd_rtl_build(args: argparse.Namespace) -> int:
+    from vdla.runtime.rtl.build import build
+
+    result = build(load_config(args.config), trace=args.wave, verbose=args.verbose)
+    state = "cached" if result.cached else f"built in {result.seconds:.1f} s"
+    print(f"{result.library} ({state})")
+    return 0
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from vdla.runtime.rtl.workloads import calibrate, calibration_table
+
+    records = calibrate(args.config)
+    print(calibration_table(records), end="")
+    if args.json:
+        Path(args.json).write_text(json.dumps(records, indent=2) + "\n")
+    return 0
+
+
+def cmd_fit(args: argparse.Namespace) -> int:
+    from vdla.runtime.rtl.fit import fit_table, run_fit
+
+    report = run_fit(args.config)
+    print(fit_table(report), end="")
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
+    return 0 if report["fits"] else 1
+
+
+def add_commands(subparsers: argparse._SubParsersAction) -> None:
+    """Register ``rtl-build``, ``calibrate`` and ``fit``."""
+    p = subparsers.add_parser("rtl-build", help="build (or find cached) the Verilator model of the RTL")
+    p.add_argument("--config", default="pynq", help="preset or JSON file")
+    p.add_argument("--wave", action="store_true", help="the variant that writes FST waveforms")
+    p.add_argument("-v", "--verbose", action="store_true", help="show the Verilator and compiler output")
+    p.set_defaults(func=cmd_rtl_build)
+
+    p = subparsers.add_parser("calibrate", help="compare the cycle model with the RTL on the calibration suite")
+    p.add_argument("--config", default="pynq", help="preset or JSON file")
+    p.add_argument("--json", help="write the records as JSON")
+    p.set_defaults(func=cmd_calibrate)
+
+    p = subparsers.add_parser("fit", help="synthesize for the PYNQ-Z1 part with Yosys and report the resources")
+    p.add_argument("--config", default="pynq", help="preset or JSON file")
+    p.add_argument("--json", help="write the report as JSON")
+    p.set_defaults(func=cmd_fit)
