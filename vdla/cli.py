@@ -16,6 +16,13 @@ from vdla.config import ConfigError, load_config, preset_names
 console = Console()
 
 
+def _write(path: str, data: str | bytes) -> None:
+    """Write an output file, creating its folder."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_bytes(data) if isinstance(data, bytes) else p.write_text(data)
+
+
 def _add_config(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", default="pynq", help=f"preset ({', '.join(preset_names())}) or JSON file")
 
@@ -104,7 +111,7 @@ def cmd_matmul(args: argparse.Namespace) -> int:
         write_chrome_trace(res.run.timeline, args.trace, dev.cfg.clock_mhz)
         console.print(f"trace written to {args.trace} (open in https://ui.perfetto.dev)")
     if args.json:
-        Path(args.json).write_text(json.dumps({**c.to_dict(), "correct": correct}, indent=2))
+        _write(args.json, json.dumps({**c.to_dict(), "correct": correct}, indent=2))
     return 0 if correct else 1
 
 
@@ -136,11 +143,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     console.print(counters_table(res.counters, dev.cfg, f"{path.name}: {len(insns)} instructions, "
                                                         f"backend {args.backend}"))
     for view, file in dumps:
-        Path(file).write_bytes(view.tobytes())
+        _write(file, view.tobytes())
     if args.trace:
         write_chrome_trace(res.timeline, args.trace, dev.cfg.clock_mhz)
     if args.json:
-        Path(args.json).write_text(res.counters.to_json())
+        _write(args.json, res.counters.to_json())
     return 0
 
 

@@ -88,6 +88,7 @@ def run_model(model: str = "resnet18", config: str | HwConfig = "pynq", backend:
 def write_json(records: list[LayerRecord], path: str | Path, **meta) -> None:
     """The layer records as JSON: {"config", ..., "layers": [record, ...]}."""
     config = records[0].config if records else None
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text(json.dumps({"config": config, **meta, "layers": [asdict(r) for r in records]},
                                      indent=2))
 

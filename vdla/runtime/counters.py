@@ -81,4 +81,5 @@ def write_chrome_trace(timeline: list[TimelineEntry], path: str | Path, clock_mh
                        "ph": "X", "pid": 0, "tid": STAGES.index(e.stage), "ts": e.start / clock_mhz,
                        "dur": max(e.end - e.start, 1) / clock_mhz,
                        "args": {"insn": e.index, "asm": e.label, "start_cycle": e.start, "end_cycle": e.end}})
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text(json.dumps({"traceEvents": events, "displayTimeUnit": "ns"}))
