@@ -16,34 +16,39 @@ def _ceil(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def _pack(x: np.ndarray, b0: int, b1: int) -> np.ndarray:
+    """(D0, D1, H, W) -> (ceil(D0/b0), ceil(D1/b1), H, W, b0, b1), zero padded."""
+    d0, d1, h, w = x.shape
+    g0, g1 = _ceil(d0, b0), _ceil(d1, b1)
+    padded = np.zeros((g0 * b0, g1 * b1, h, w), x.dtype)
+    padded[:d0, :d1] = x
+    return np.ascontiguousarray(padded.reshape(g0, b0, g1, b1, h, w).transpose(0, 2, 4, 5, 1, 3))
+
+
+def _unpack(packed: np.ndarray, d0: int, d1: int) -> np.ndarray:
+    """Inverse of :func:`_pack`, dropping the padding: -> (d0, d1, H, W)."""
+    g0, g1, h, w, b0, b1 = packed.shape
+    return np.ascontiguousarray(packed.transpose(0, 4, 1, 5, 2, 3).reshape(g0 * b0, g1 * b1, h, w)[:d0, :d1])
+
+
 def pack_activation(x: np.ndarray, batch: int, block: int) -> np.ndarray:
     """(N, C, H, W) -> (ceil(N/batch), ceil(C/block), H, W, batch, block), zero padded."""
-    n, c, h, w = x.shape
-    ng, cb = _ceil(n, batch), _ceil(c, block)
-    padded = np.zeros((ng * batch, cb * block, h, w), x.dtype)
-    padded[:n, :c] = x
-    return np.ascontiguousarray(padded.reshape(ng, batch, cb, block, h, w).transpose(0, 2, 4, 5, 1, 3))
+    return _pack(x, batch, block)
 
 
 def unpack_activation(packed: np.ndarray, n: int, c: int) -> np.ndarray:
     """Inverse of :func:`pack_activation`: (N/b, C/c, H, W, b, c) -> (n, c, H, W)."""
-    ng, cb, h, w, batch, block = packed.shape
-    return np.ascontiguousarray(packed.transpose(0, 4, 1, 5, 2, 3).reshape(ng * batch, cb * block, h, w)[:n, :c])
+    return _unpack(packed, n, c)
 
 
 def pack_weights(w: np.ndarray, block_out: int, block_in: int) -> np.ndarray:
     """(O, I, KH, KW) -> (ceil(O/block_out), ceil(I/block_in), KH, KW, block_out, block_in), zero padded."""
-    o, i, kh, kw = w.shape
-    ob, ib = _ceil(o, block_out), _ceil(i, block_in)
-    padded = np.zeros((ob * block_out, ib * block_in, kh, kw), w.dtype)
-    padded[:o, :i] = w
-    return np.ascontiguousarray(padded.reshape(ob, block_out, ib, block_in, kh, kw).transpose(0, 2, 4, 5, 1, 3))
+    return _pack(w, block_out, block_in)
 
 
 def unpack_weights(packed: np.ndarray, o: int, i: int) -> np.ndarray:
     """Inverse of :func:`pack_weights`."""
-    ob, ib, kh, kw, bo, bi = packed.shape
-    return np.ascontiguousarray(packed.transpose(0, 4, 1, 5, 2, 3).reshape(ob * bo, ib * bi, kh, kw)[:o, :i])
+    return _unpack(packed, o, i)
 
 
 def pack_channels(v: np.ndarray, batch: int, block: int) -> np.ndarray:
