@@ -99,3 +99,19 @@ def test_transfers_cover_a_box_exactly(ext, gaps):
     assert sorted(got) == sorted(want)
     if not any(gaps[:len(ext) - 1]):
         assert len(plan_transfers(0, 0, axes_)) == 1  # a contiguous box is one transfer
+
+
+@settings(max_examples=40, deadline=None)
+@given(nest=axes, base=st.tuples(*[st.integers(0, 50)] * 3))
+def test_pinned_outer_axis_drives_the_outer_loop(nest, base):
+    """An init GEMM steps its bias rows with the outer loop: with pin_outer the first axis is the outer loop
+    (a unit axis leaves iter_out at 1) and the kernel still visits every point once."""
+    nest = tuple((e, (s[0] % 2000, s[1] % 2000, s[2] % 1000)) if k == 0 else (e, s) for k, (e, s) in enumerate(nest))
+    limits = Limits.of(load_config("pynq"))
+    kernel = lower_nest(nest, base, limits, pin_outer=True)
+    ext, strides = nest[0]
+    assert kernel.iter_out == ext and (ext == 1 or kernel.factor_out == strides)
+    want = [tuple(base[f] + sum(i * s[f] for i, (_, s) in zip(idx, nest)) for f in range(3))
+            for idx in itertools.product(*(range(e) for e, _ in nest))]
+    assert sorted(expand(kernel)) == sorted(want)
+    assert len(kernel.uops) == uop_count(nest, limits, pin_outer=True)

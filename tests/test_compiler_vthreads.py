@@ -32,7 +32,7 @@ def test_any_block_structure_runs_to_completion(shape, prologue):
     balances every queue and the simulator runs it without deadlock."""
     v = len(shape)
     threads = [[tiny_block(t, ld, st, v) for ld, st in blocks] for t, blocks in enumerate(shape)]
-    head = Block(-1, (), (Gemm(MicroKernel(np.array([[0, 0, 0]]), 1, 1, (0, 0, 0), (0, 0, 0)), reset=True),), ())
+    head = Block(-1, (), (Gemm(MicroKernel(np.array([[0, 0, 0]]), 1, 1, (0, 0, 0), (0, 0, 0)), init=True),), ())
     stream = lower_vthreads(threads, head if prologue else None)
     dev = Device("block8")
     cmd = dev.commands()
@@ -60,12 +60,12 @@ def test_lowering_emits_the_four_dependencies():
     assert not any(d.queue == Queue.S2C and d.src in (4, 5) for d in stream.deps)  # last blocks push nothing
 
 
-def test_prologue_goes_first_and_gates_the_first_loads():
+def test_prologue_goes_first_and_gates_nothing():
     threads = [[tiny_block(t, True, True, 2)] for t in range(2)]
-    prologue = Block(-1, (), (Gemm(MicroKernel(np.array([[0, 0, 0]]), 1, 1, (0, 0, 0), (0, 0, 0)), reset=True),), ())
+    prologue = Block(-1, (), (Gemm(MicroKernel(np.array([[0, 0, 0]]), 1, 1, (0, 0, 0), (0, 0, 0)), init=True),), ())
     stream = lower_vthreads(threads, prologue)
     assert stream.blocks[0] is prologue
-    assert Dep(Queue.C2L, 0, 1) in stream.deps
+    assert not any(d.src == 0 for d in stream.deps)  # the first loads overlap the prologue
 
 
 @pytest.mark.parametrize("deps, message", [
@@ -121,3 +121,48 @@ def test_timing_only_run_matches_functional_cycles():
     buf.write(np.frombuffer(encode_program(insns), np.uint8))
     timing = Simulator(dev.cfg).run(dev.dram, buf.addr, len(insns), functional=False).counters.cycles
     assert timing == functional
+
+
+def test_shared_weights_and_resident_inputs_are_loaded_once():
+    """All weights fit the WGT buffer: every thread reads one copy, each step's chunk loaded by its first user;
+    all input windows of a spatial tile fit a thread's INP share: loaded once, not once per output-channel tile."""
+    rng = np.random.default_rng(3)
+    x = rng.integers(-128, 128, (1, 48, 8, 8), dtype=np.int8)
+    w = rng.integers(-128, 128, (64, 48, 3, 3), dtype=np.int8)
+    for vthreads in (1, 2, 3):
+        s = Schedule(toc=1, toh=8, tow=8, tic=1, vthreads=vthreads)
+        layer = compile_conv2d(x.shape, w, padding=1, shift=10, schedule=s)
+        assert layer.lowering.weights_shared and layer.lowering.inputs_resident(s)
+        run = layer.run(Device("pynq"), x)
+        np.testing.assert_array_equal(run.out, conv2d_reference(x, w, layer.spec, shift=10))
+        loaded = run.counters.bytes_loaded
+        assert loaded["WGT"] == w.size
+        assert loaded["INP"] == x.size * min(vthreads, 4)  # each thread holding the one spatial tile loads it once
+
+
+@pytest.mark.parametrize("vthreads", [1, 2])
+def test_weights_in_thread_shares_when_they_do_not_all_fit(vthreads):
+    rng = np.random.default_rng(4)
+    x = rng.integers(-128, 128, (1, 40, 9, 9), dtype=np.int8)
+    w = rng.integers(-128, 128, (40, 40, 5, 5), dtype=np.int8)
+    s = Schedule(toc=2, toh=3, tow=9, tic=2, vthreads=vthreads)
+    layer = compile_conv2d(x.shape, w, padding=2, shift=12, relu=True, config="block8", schedule=s)
+    assert not layer.lowering.weights_shared
+    run = layer.run(Device("block8"), x)
+    np.testing.assert_array_equal(run.out, conv2d_reference(x, w, layer.spec, shift=12, bounds=(0, 127)))
+
+
+def test_last_block_hands_its_parts_to_the_store_stage():
+    """One tile on one thread: without parts every STORE would wait for the last GEMM; the last block is
+    split per output-channel group, so the first STOREs run while later GEMMs still compute."""
+    rng = np.random.default_rng(5)
+    x = rng.integers(-128, 128, (1, 32, 8, 8), dtype=np.int8)
+    w = rng.integers(-128, 128, (64, 32, 1, 1), dtype=np.int8)
+    layer = compile_conv2d(x.shape, w, shift=8, schedule=Schedule(toc=4, toh=8, tow=8, tic=2, vthreads=1))
+    run = layer.run(Device("pynq"), x, timeline=True)
+    np.testing.assert_array_equal(run.out, conv2d_reference(x, w, layer.spec, shift=8))
+    tl = run.result.timeline
+    gemms = [e for e in tl if e.label.startswith("gemm")]
+    stores = [e for e in tl if e.label.startswith("store")]
+    assert len(stores) == 4 and stores[0].start < gemms[-1].end
+    assert all(s.start >= g.end for s, g in zip(stores, gemms[-4:]))  # each part only after its GEMM

@@ -7,6 +7,7 @@ from vdla.config import load_config
 from vdla.isa import (
     AluInsn,
     AluOp,
+    EpiInsn,
     FinishInsn,
     GemmInsn,
     IsaError,
@@ -36,10 +37,12 @@ mem_insns = st.builds(MemInsn, store=st.booleans(), mem_type=st.sampled_from(lis
                       y_pad_1=bits(4), x_pad_0=bits(4), x_pad_1=bits(4))
 loop = dict(reset=st.booleans(), uop_bgn=bits(13), uop_end=bits(14), iter_out=bits(14), iter_in=bits(14),
             dst_factor_out=bits(11), dst_factor_in=bits(11), src_factor_out=bits(11), src_factor_in=bits(11))
-gemm_insns = st.builds(GemmInsn, wgt_factor_out=bits(10), wgt_factor_in=bits(10), **loop)
+gemm_insns = st.builds(GemmInsn, wgt_factor_out=bits(10), wgt_factor_in=bits(10), init=st.booleans(), **loop)
 alu_insns = st.builds(AluInsn, alu_opcode=st.sampled_from(list(AluOp)), use_imm=st.booleans(),
                       imm=st.integers(-(1 << 15), (1 << 15) - 1), **loop)
-any_insn = st.one_of(mem_insns, gemm_insns, alu_insns, st.builds(FinishInsn))
+epi_insns = st.builds(EpiInsn, req=st.booleans(), relu=st.booleans(), shift=bits(5), bias=st.booleans(),
+                      bias_base=bits(16))
+any_insn = st.one_of(mem_insns, gemm_insns, alu_insns, epi_insns, st.builds(FinishInsn))
 
 
 @st.composite
@@ -93,11 +96,15 @@ def test_documented_bit_layout():
     assert encode(alu) == pack({(2, 0): 4, (5, 5): 1, (20, 8): 1, (34, 21): 2, (48, 35): 1, (62, 49): 1,
                                 (110, 108): 3, (111, 111): 1, (127, 112): 0xFFFE})
     assert encode(FinishInsn()) == 3
+    epi = EpiInsn(req=True, relu=True, shift=21, bias=True, bias_base=0xBEEF, pop_next=True)
+    assert encode(epi) == pack({(2, 0): 5, (4, 4): 1, (7, 7): 1, (8, 8): 1, (13, 9): 21, (14, 14): 1,
+                                (31, 16): 0xBEEF})
+    assert encode(GemmInsn(init=True)) == pack({(2, 0): 2, (34, 21): 1, (48, 35): 1, (62, 49): 1, (63, 63): 1})
     store = MemInsn(store=True, mem_type=MemType.OUT, push_prev=True)
     assert encode(store) & 0x7F == 1 | 1 << 5 and (encode(store) >> 7) & 7 == 4
     assert store.stage == Stage.STORE and load.stage == Stage.LOAD
     assert MemInsn(mem_type=MemType.UOP).stage == Stage.COMPUTE == MemInsn(mem_type=MemType.ACC).stage
-    assert gemm.stage == alu.stage == FinishInsn().stage == Stage.COMPUTE
+    assert gemm.stage == alu.stage == FinishInsn().stage == epi.stage == Stage.COMPUTE
 
 
 @pytest.mark.parametrize("insn, message", [
@@ -117,8 +124,8 @@ def test_decode_errors():
     with pytest.raises(IsaError, match="unknown memory type 6"):
         decode(6 << 7)
     assert decode(4 | 7 << 108).alu_opcode == AluOp.REQ  # every 3-bit ALU opcode is defined
-    with pytest.raises(IsaError, match="instruction 1: unknown opcode 5"):
-        decode_program(encode_program([FinishInsn()]) + (5).to_bytes(16, "little"))
+    with pytest.raises(IsaError, match="instruction 1: unknown opcode 6"):
+        decode_program(encode_program([FinishInsn()]) + (6).to_bytes(16, "little"))
     with pytest.raises(IsaError, match="not a multiple of 16"):
         decode_program(b"\0" * 17)
 
@@ -170,6 +177,8 @@ def test_validate_program():
         store acc sram=0 dram=0 y=1 x=1 stride=1 pad=1,0,0,0
         finish
         gemm uop=0:1 iter=0,1 dst=0,0 src=0,0 wgt=0,0 pop_prev
+        gemm reset init uop=0:1 iter=1,1 dst=0,0 src=0,0 wgt=0,0
+        epi req shift=3 bias=2048
     """)
     with pytest.raises(IsaError) as info:
         validate_program(bad, CFG)
@@ -181,6 +190,8 @@ def test_validate_program():
                      "instruction 3: STORE ACC cannot have padding (1, 0, 0, 0)",
                      "instruction 4: FINISH before the end of the program",
                      "instruction 5: zero loop extent iter_out=0 iter_in=1",
+                     "instruction 6: GEMM cannot have both reset and init",
+                     "instruction 7: EPI bias_base=2048 is outside the ACC buffer (depth 2048)",
                      "the program does not end with FINISH"):
         assert expected in text, expected
     with pytest.raises(IsaError, match="token queue C2S: pushes exceed pops by 1"):

@@ -104,6 +104,20 @@ def test_index_outside_a_buffer(dev):
     uop.free()
 
 
+def test_bias_row_outside_the_acc_buffer(dev):
+    """On both backends: an init GEMM whose bias row bias_base + o lies beyond ACC stops with an index error;
+    an EPI whose bias_base does is rejected."""
+    for target, index in ((Device("pynq"), "GEMM init bias row index 2048"),
+                          (dev, "a micro-op index lies outside its buffer")):
+        uop = target.array(np.array([0], np.uint32))
+        with pytest.raises(SimError, match=f"instruction 2 \\(gemm init .*\\): {index}"):
+            run_asm(target, f"load uop sram=0 dram={uop.elem(4)} y=1 x=1 stride=1\nepi bias=2047\n"
+                            "gemm init uop=0:1 iter=2,1 dst=1,0 src=0,0 wgt=0,0\nfinish")
+        with pytest.raises(SimError, match="instruction 0 \\(epi .*\\): EPI bias_base=2048 is outside the ACC"):
+            run_asm(target, "epi bias=2048\nfinish")
+        uop.free()
+
+
 def test_instruction_invalid_on_its_stage(dev):
     with pytest.raises(SimError, match="instruction 0 .*: pop_prev is not valid on the load stage"):
         run_asm(dev, "load inp sram=0 dram=0x1000000 y=1 x=1 stride=1 pop_prev\nfinish")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from vdla.config import load_config
+from vdla.hw_header import ISA_VERSION
 from vdla.runtime import registers as R
 from vdla.runtime.rtl import RtlBackend, RtlBuildError, build
 from vdla.runtime.rtl.build import build_dir, check_config
@@ -50,7 +51,7 @@ def test_builds_are_cached_and_keyed_by_the_configuration(rtl_library):
 def test_model_identifies_its_configuration(rtl_library):
     backend = RtlBackend(load_config())
     ident = backend.harness.read(R.offset("ID"))
-    assert ident >> 16 == R.ID_MAGIC and ident & 0xFFFF == 1
+    assert ident >> 16 == R.ID_MAGIC and ident & 0xFFFF == ISA_VERSION
     assert backend.harness.read(R.offset("CONFIG_HASH")) == load_config().hash
     backend.close()
 

@@ -1,10 +1,12 @@
 """Differential test: random valid programs leave identical DRAM on the simulator and the RTL.
 
 The programs draw random tiles (sizes, strides, offsets, padding), random micro-op kernels and loop
-factors, every ALU opcode with immediates or overlapping second operands, ACC and ACC_8BIT loads, and one
-or two virtual threads (double-buffered loads) whose token pattern orders every producer before its
-consumer (so the result does not depend on timing). Every accumulator region is stored back, 8 bits at a
-time, at the end.
+factors, every ALU opcode with immediates or overlapping second operands, ACC and ACC_8BIT loads, EPI
+states (OUT requantization, bias rows in the thread's share, among its destinations or in a shared area)
+with GEMMs that initialise their accumulators, and one or two virtual threads (double-buffered loads)
+whose token pattern orders every producer before its consumer (so the result does not depend on timing).
+Every accumulator region is stored back, 8 bits at a time, at the end, through truncating or
+requantizing OUT writes.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from vdla.isa import AluOp, MemType, Stage
 from vdla.runtime import Device
 
 INP_SHARE, WGT_SHARE, ACC_SHARE = 96, 16, 48
+BIAS_AREA, BIAS_ROWS = 2 * ACC_SHARE, 16  # ACC rows both threads may read bias rows from
 
 
 def _span(rng, size: int, iters: int) -> tuple[int, int]:
@@ -38,6 +41,15 @@ def _loop(rng, sizes: dict[str, int]) -> tuple[int, int, dict[str, tuple[int, in
     return io, ii, factors, uops
 
 
+def _epi(cmd, rng, a0: int, dst: int) -> None:
+    """A random EPI; its bias rows (up to 3, one per iter_out) lie in the thread's share, start at one of
+    its GEMM destinations ``dst``, or lie in the shared bias area."""
+    where = rng.choice(["none", "share", "dst", "area"], p=[0.2, 0.2, 0.4, 0.2])
+    base = {"none": None, "share": a0 + int(rng.integers(0, ACC_SHARE - 2)), "dst": min(dst, a0 + ACC_SHARE - 3),
+            "area": BIAS_AREA + int(rng.integers(0, BIAS_ROWS - 2))}[where]
+    cmd.epi(req=rng.random() < 0.5, relu=rng.random() < 0.5, shift=int(rng.integers(0, 32)), bias_base=base)
+
+
 def random_program(dev: Device, seed: int) -> None:
     """Build and run one random program on ``dev`` (deterministic in ``seed``)."""
     cfg = dev.cfg
@@ -51,6 +63,7 @@ def random_program(dev: Device, seed: int) -> None:
     acc8 = dev.array(rng.integers(-128, 128, (256, cfg.batch, cfg.block_out), dtype=np.int8))
     out = dev.array(rng.integers(0, 256, (tiles * 4 * ACC_SHARE, cfg.out_elem_bytes), dtype=np.uint8))
     cmd = dev.commands()
+    cmd.load(MemType.ACC, BIAS_AREA, acc, 200, 1, BIAS_ROWS, BIAS_ROWS)
     for j in range(tiles):
         t = j % vt
         i0, w0, a0 = t * INP_SHARE, t * WGT_SHARE, t * ACC_SHARE
@@ -81,8 +94,11 @@ def random_program(dev: Device, seed: int) -> None:
         for _ in range(int(rng.integers(1, 4))):
             io, ii, f, uops = _loop(rng, {"dst": ACC_SHARE, "src": INP_SHARE, "wgt": WGT_SHARE})
             uops = [(a0 + d, i0 + s, w0 + w) for d, s, w in uops]
+            if rng.random() < 0.5:
+                _epi(cmd, rng, a0, uops[0][0])
+            reset = rng.random() < 0.15
             cmd.gemm(uops, iter_out=io, iter_in=ii, dst_factor=f["dst"], src_factor=f["src"],
-                     wgt_factor=f["wgt"], reset=rng.random() < 0.15)
+                     wgt_factor=f["wgt"], reset=reset, init=not reset and rng.random() < 0.6)
         for _ in range(int(rng.integers(1, 5))):
             op = AluOp(int(rng.integers(0, len(AluOp))))
             io, ii, f, uops = _loop(rng, {"dst": ACC_SHARE, "src": ACC_SHARE})
@@ -93,9 +109,11 @@ def random_program(dev: Device, seed: int) -> None:
                     imm=imm if rng.random() < 0.5 else None, reset=rng.random() < 0.05)
         if j + vt < tiles:
             cmd.dep_push(Stage.COMPUTE, Stage.LOAD)
-        for k in range(4):  # all 32 bits of the thread's accumulators, 8 at a time
+        for k in range(4):  # all 32 bits of the thread's accumulators, 8 at a time (truncated or requantized)
             if k:
                 cmd.dep_pop(Stage.STORE, Stage.COMPUTE)
+                if rng.random() < 0.5:
+                    _epi(cmd, rng, a0, a0)
                 cmd.alu(AluOp.SHR, [(a0, 0)], iter_out=ACC_SHARE, dst_factor=(1, 0), imm=8)
             cmd.dep_push(Stage.COMPUTE, Stage.STORE)
             cmd.dep_pop(Stage.COMPUTE, Stage.STORE)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from vdla.isa import MemType, Stage, assemble
+from vdla.isa import AluOp, MemType, Stage, assemble
 from vdla.runtime import Device
 from vdla.runtime.rtl.workloads import SUITE, alu_chain, matmul, padded_conv, store_stream
 from vdla.runtime.tiled_matmul import reference_matmul, tiled_matmul
@@ -86,3 +86,58 @@ def test_sram_persists_across_runs(devices):
         cmd.store(5, out, 0, 1, 1, 1)
         cmd.synchronize()
         assert out.read(np.int8).tolist() == list(range(16))
+
+
+def test_epilogue_and_init_gemm(devices):
+    """EPI and GEMMs with init (from bias rows, then from zero) over accumulators holding garbage, stored
+    requantized; then a new program's writes are truncated again (START clears the EPI state). Both backends
+    match numpy, in equal cycles."""
+    cfg = devices[0].cfg
+    bi, bo = cfg.block_in, cfg.block_out
+    m, kb, nb = 4, 2, 3
+    rows, bias_base = m * nb, 2 * m * nb
+    rng = np.random.default_rng(7)
+    a = rng.integers(-128, 128, (m, kb * bi), dtype=np.int8)
+    b = rng.integers(-128, 128, (nb * bo, kb * bi), dtype=np.int8)
+    acc = rng.integers(-(1 << 31), 1 << 31, (bias_base + nb, 1, bo), dtype=np.int64).astype(np.int32)
+    acc[bias_base:] = rng.integers(-5000, 5000, (nb, 1, bo))
+    prod = a.astype(np.int32) @ b.astype(np.int32).T  # (m, nb * bo): row r of ACC is (r // nb, r % nb)
+    biased = prod + acc[bias_base:].reshape(-1)
+
+    def req(v, shift, relu):
+        return np.clip((v + (1 << (shift - 1))) >> shift, 0 if relu else -128, 127).astype(np.int8)
+
+    runs = []
+    for dev in devices:
+        a_d = dev.array(a.reshape(m, kb, 1, bi))
+        b_d = dev.array(b.reshape(nb, bo, kb, bi).transpose(0, 2, 1, 3))
+        acc_d = dev.array(acc)
+        out = dev.alloc(3 * rows * bo)
+        cmd = dev.commands()
+        cmd.load(MemType.INP, 0, a_d, 0, 1, m * kb, m * kb)
+        cmd.load(MemType.WGT, 0, b_d, 0, 1, nb * kb, nb * kb)
+        cmd.dep_push(Stage.LOAD, Stage.COMPUTE)
+        cmd.dep_pop(Stage.LOAD, Stage.COMPUTE)
+        cmd.load(MemType.ACC, 0, acc_d, 0, 1, bias_base + nb, bias_base + nb)
+        loop = dict(iter_out=nb, iter_in=m, dst_factor=(1, nb), src_factor=(0, kb), wgt_factor=(kb, 0), init=True)
+        cmd.epi(req=True, relu=True, shift=6, bias_base=bias_base)
+        cmd.gemm([(0, k, k) for k in range(kb)], **loop)
+        cmd.epi(req=True, shift=3)
+        cmd.gemm([(rows, k, k) for k in range(kb)], **loop)
+        cmd.dep_push(Stage.COMPUTE, Stage.STORE)
+        cmd.dep_pop(Stage.COMPUTE, Stage.STORE)
+        cmd.store(0, out, 0, 1, 2 * rows, 2 * rows)
+        runs.append(cmd.synchronize().counters)
+        cmd = dev.commands()
+        cmd.alu(AluOp.ADD, [(0, 0)], iter_out=rows, dst_factor=(1, 0), imm=0)
+        cmd.dep_push(Stage.COMPUTE, Stage.STORE)
+        cmd.dep_pop(Stage.COMPUTE, Stage.STORE)
+        cmd.store(0, out, 2 * rows, 1, rows, rows)
+        cmd.synchronize()
+        got = out.read(np.int8).reshape(3, m, nb * bo)
+        np.testing.assert_array_equal(got[0], req(biased, 6, True))
+        np.testing.assert_array_equal(got[1], req(prod, 3, False))
+        np.testing.assert_array_equal(got[2], biased.astype(np.int8))
+    sim, rtl = runs
+    assert sim.insn_counts == rtl.insn_counts and rtl.insn_counts["EPI"] == 2
+    assert sim.cycles == rtl.cycles

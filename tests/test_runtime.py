@@ -152,3 +152,14 @@ def test_load_kernel_preloads_once():
     n = len(cmd.insns)
     cmd.gemm([(0, 0, 0), (1, 1, 1)], reset=True)
     assert (bgn, end) == (cmd.insns[-1].uop_bgn, cmd.insns[-1].uop_end) and len(cmd.insns) == n + 1
+
+
+def test_kernels_loaded_back_to_back_share_one_load():
+    dev = Device()
+    cmd = dev.commands()
+    spans = [cmd.load_kernel([(k, k, k)] * (k + 1)) for k in range(4)]
+    cmd.gemm([(1, 2, 3)])  # its kernel joins the load; the GEMM ends the run of loads
+    cmd.load_kernel([(9, 9, 9)])
+    uop_loads = [i for i in cmd.finish() if isinstance(i, MemInsn) and i.mem_type == MemType.UOP]
+    assert [(i.sram_base, i.x_size) for i in uop_loads] == [(0, 11), (11, 1)]
+    assert spans == [(0, 1), (1, 3), (3, 6), (6, 10)]

@@ -97,7 +97,7 @@ def test_gemm_cycle_model_and_counters():
     """)
     c = res.counters
     assert c.gemm_iters == 60 and c.bytes_loaded["UOP"] == 8 and c.insn_counts == {
-        "LOAD": 1, "STORE": 0, "GEMM": 1, "ALU": 0, "FINISH": 1}
+        "LOAD": 1, "STORE": 0, "GEMM": 1, "ALU": 0, "FINISH": 1, "EPI": 0}
     gemm_cycles = t.gemm_setup + 60 + t.gemm_pipeline
     assert c.compute.busy >= gemm_cycles
     for stage in ("load", "compute", "store"):

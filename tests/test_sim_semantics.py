@@ -196,3 +196,70 @@ def test_alu_reset_reads_dst_as_zero_and_gemm_reset(device):
     expect[2] = np.maximum(vals[0], 0)
     expect[3] = expect[4] = expect[5] = 0
     np.testing.assert_array_equal(got(), expect)
+
+
+def test_gemm_init_starts_from_bias_rows_or_zero(device):
+    """GEMM init: the first update of each accumulator starts from ACC[bias_base + o] (EPI bias) or zero;
+    later updates in the same instruction accumulate; a bias row that is also a destination is read as the
+    sequential order leaves it."""
+    inp = RNG.integers(-128, 128, (6, 1, 16), dtype=np.int8)
+    wgt = RNG.integers(-128, 128, (4, 16, 16), dtype=np.int8)
+    acc = rand_acc(24) // 8
+    inp_buf, wgt_buf, acc_buf = device.array(inp), device.array(wgt), device.array(acc)
+    cmd = device.commands()
+    cmd.load(MemType.INP, 0, inp_buf, 0, 1, 6, 6)
+    cmd.load(MemType.WGT, 0, wgt_buf, 0, 1, 4, 4)
+    cmd.dep_push(Stage.LOAD, Stage.COMPUTE)
+    cmd.dep_pop(Stage.LOAD, Stage.COMPUTE)
+    cmd.load(MemType.ACC, 0, acc_buf, 0, 1, 24, 24)
+    # rows 0..5: o steps the bias row (20 + o) and the weight block; i accumulates two inputs into each row
+    uops = [(0, 0, 0), (1, 1, 0), (2, 2, 0)]
+    cmd.epi(bias_base=20)
+    cmd.gemm(uops, iter_out=2, iter_in=2, dst_factor=(3, 0), src_factor=(0, 3), wgt_factor=(1, 0), init=True)
+    cmd.epi()
+    cmd.gemm([(8, 0, 2), (8, 1, 3)], init=True)  # no bias: starts from zero, then accumulates
+    cmd.epi(bias_base=10)
+    cmd.gemm([(10, 2, 0), (11, 3, 1)], init=True)  # row 11 starts from row 10 as just updated
+    got = read_acc(device, cmd, 0, 24)
+    cmd.synchronize()
+    a = acc.astype(np.int64)
+    x, w = inp.astype(np.int64)[:, 0], wgt.astype(np.int64)
+    expect = a.copy()
+    for o in range(2):
+        for r in range(3):
+            expect[3 * o + r, 0] = a[20 + o, 0] + x[r] @ w[o].T + x[r + 3] @ w[o].T
+    expect[8, 0] = x[0] @ w[2].T + x[1] @ w[3].T
+    expect[10, 0] = a[10, 0] + x[2] @ w[0].T
+    expect[11, 0] = expect[10, 0] + x[3] @ w[1].T
+    np.testing.assert_array_equal(got(), ((expect + (1 << 31)) % (1 << 32) - (1 << 31)).astype(np.int32))
+
+
+@pytest.mark.parametrize("relu", [False, True])
+def test_epi_req_requantizes_the_out_mirror(device, relu):
+    """With EPI req every ACC write stores its OUT row as clamp(rshr(v, shift)); STOREs read OUT, so the
+    requantization costs no ALU pass. The ACC itself keeps the int32 values; a later EPI changes only
+    later writes, and START resets the state."""
+    vals = rand_acc(8)
+    buf = device.array(vals)
+    out = device.array(np.zeros((16, 16), np.int8))
+    cmd = device.commands()
+    cmd.epi(req=True, relu=relu, shift=9)
+    cmd.load(MemType.ACC, 0, buf, 0, 1, 8, 8)
+    cmd.epi(req=True, shift=0)
+    cmd.alu(AluOp.ADD, [(7, 0)], imm=1)  # ACC[7] + 1, saturated to int8 without a shift
+    cmd.dep_push(Stage.COMPUTE, Stage.STORE)
+    cmd.dep_pop(Stage.COMPUTE, Stage.STORE)
+    cmd.store(0, out, 0, 1, 8, 8)
+    cmd.synchronize()
+    v = vals[:, 0].astype(np.int64)
+    shifted = (v + (1 << 8)) >> 9
+    expect = np.clip(shifted, 0 if relu else -128, 127)
+    expect[7] = np.clip(v[7] + 1, -128, 127)
+    np.testing.assert_array_equal(out.read(np.int8, (16, 16))[:8], expect)
+    cmd = device.commands()  # a new run: truncation again
+    cmd.load(MemType.ACC, 0, buf, 0, 1, 8, 8)
+    cmd.dep_push(Stage.COMPUTE, Stage.STORE)
+    cmd.dep_pop(Stage.COMPUTE, Stage.STORE)
+    cmd.store(0, out, 8, 1, 8, 8)
+    cmd.synchronize()
+    np.testing.assert_array_equal(out.read(np.int8, (16, 16))[8:], vals[:, 0].astype(np.int8))

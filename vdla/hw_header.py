@@ -11,7 +11,7 @@ from pathlib import Path
 
 from vdla.config import HwConfig
 
-ISA_VERSION = 1
+ISA_VERSION = 2
 HEADER_PATH = Path(__file__).resolve().parent.parent / "hw" / "rtl" / "include" / "vdla_config.svh"
 
 

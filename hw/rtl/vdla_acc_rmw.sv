@@ -6,8 +6,9 @@
 // one row see each other, as the sequential semantics requires.
 // Slot kinds: SRC reads the second ALU operand (kept for the next slot), ALU applies the ALU
 // operation, GEMM adds the GEMM core's sums, ZERO writes zeros. A slot reads r_addr and writes
-// r_waddr. With a_zero_i (an ALU reset) the destination reads as zero: op(0, imm), or op(0, row
-// read) when the operand is ACC[src].
+// r_waddr; with r_zero it reads nothing and sees zeros (an init GEMM's first update without bias).
+// With a_zero_i (an ALU reset) the destination reads as zero: op(0, imm), or op(0, row read) when
+// the operand is ACC[src].
 module vdla_acc_rmw #(
   parameter int LANES = 16,
   parameter int AW    = 11
@@ -16,6 +17,7 @@ module vdla_acc_rmw #(
   input  logic                rst_ni,
   input  logic                r_valid_i,
   input  logic [1:0]          r_kind_i,
+  input  logic                r_zero_i,
   input  logic [AW-1:0]       r_addr_i,
   input  logic [AW-1:0]       r_waddr_i,
   input  logic [2:0]          alu_op_i,   // held for the whole instruction
@@ -35,12 +37,12 @@ module vdla_acc_rmw #(
 );
   localparam logic [1:0] K_SRC = 2'd0, K_ALU = 2'd1, K_GEMM = 2'd2, K_ZERO = 2'd3;
 
-  logic                c_valid_q, w_valid_q, f_valid_q;
+  logic                c_valid_q, w_valid_q, f_valid_q, c_zero_q;
   logic [1:0]          c_kind_q;
   logic [AW-1:0]       c_addr_q, c_waddr_q, w_addr_q, f_addr_q;
   logic [LANES*32-1:0] w_data, f_data_q, b_q, rd, a, b;
 
-  assign acc_re_o    = r_valid_i && r_kind_i != K_ZERO && !(r_kind_i == K_ALU && a_zero_i && use_imm_i);
+  assign acc_re_o    = r_valid_i && r_kind_i != K_ZERO && !r_zero_i && !(r_kind_i == K_ALU && a_zero_i && use_imm_i);
   assign acc_raddr_o = r_addr_i;
 
   // The row read, at its freshest (W stage, then the row written last cycle, then the RAM).
@@ -48,7 +50,7 @@ module vdla_acc_rmw #(
     if (w_valid_q && w_addr_q == c_addr_q) rd = w_data;
     else if (f_valid_q && f_addr_q == c_addr_q) rd = f_data_q;
     else rd = acc_rdata_i;
-    a = (a_zero_i && c_kind_q == K_ALU) ? '0 : rd;
+    a = ((a_zero_i && c_kind_q == K_ALU) || c_zero_q) ? '0 : rd;
     if (c_kind_q == K_GEMM) b = sum_i;
     else if (use_imm_i) b = {LANES{{16{imm_i[15]}}, imm_i}};
     else if (a_zero_i) b = rd;
@@ -84,6 +86,7 @@ module vdla_acc_rmw #(
 
   always_ff @(posedge clk_i) begin
     c_kind_q  <= r_kind_i;
+    c_zero_q  <= r_zero_i;
     c_addr_q  <= r_addr_i;
     c_waddr_q <= r_waddr_i;
     w_addr_q  <= c_waddr_q;

@@ -16,12 +16,13 @@ module vdla_alu #(
   input  logic [LANES*32-1:0] b_i,
   output logic [LANES*32-1:0] res_o
 );
+`include "vdla_req.svh"
+
   function automatic logic [31:0] lane_op(logic [2:0] op, logic signed [31:0] a, logic signed [31:0] b);
     logic signed [5:0]  s;
     logic signed [32:0] rounded;
     logic signed [31:0] lo, hi;
     logic [63:0]        prod;
-    logic [4:0]         rs;
     begin
       s = (b > 32'sd31) ? 6'sd31 : (b < -32'sd31) ? -6'sd31 : 6'(b);
       lane_op = a;
@@ -49,14 +50,7 @@ module vdla_alu #(
           lane_op = (a < lo) ? lo : a;
           if (signed'(lane_op) > hi) lane_op = hi;
         end
-        `VDLA_ALU_REQ: begin
-          rs      = b[4:0];
-          rounded = (rs == 5'd0) ? 33'(a) : (33'(a) + (33'sd1 <<< (rs - 5'd1))) >>> rs;
-          lo      = b[5] ? 32'sd0 : -32'sd128;
-          if (rounded < 33'(lo)) lane_op = lo;
-          else if (rounded > 33'sd127) lane_op = 32'sd127;
-          else lane_op = rounded[31:0];
-        end
+        `VDLA_ALU_REQ: lane_op = 32'(signed'(vdla_req(a, b[4:0], b[5])));
         default: lane_op = a;
       endcase
     end

@@ -1,9 +1,14 @@
 `include "vdla_isa.svh"
 `include "vdla_regs.svh"
 
-// The compute stage: LOADs of micro-ops and accumulators, GEMM and ALU micro-op loops, FINISH.
+// The compute stage: LOADs of micro-ops and accumulators, GEMM and ALU micro-op loops, EPI, FINISH.
 // Pops load->compute (pop_prev) and store->compute (pop_next) tokens; pushes compute->load
 // (push_prev) and compute->store (push_next) tokens.
+//
+// EPI sets the epilogue state (cleared by reset and START): with `req`, every ACC write writes its OUT
+// mirror requantized instead of truncated; `bias`/`bias_base` give the init rows of GEMMs with `init`.
+// An init GEMM's first update of each row (tracked in `touched_q`, cleared at dispatch) reads the bias
+// row ACC[bias_base + o] (o: the iter_out index) instead of the row itself, or zero without bias.
 //
 // Loop pipeline (one uop-iteration per cycle; two-operand ALU every ALU_II cycles):
 //   S0 read the micro-op | S1 form indices, read INP/WGT | S2 multiply | S3 sum, read ACC (R)
@@ -34,6 +39,7 @@ module vdla_compute #(
   input  logic                          clk_i,
   input  logic                          rst_ni,
   input  logic                          halt_i,
+  input  logic                          start_i,
   // command queue
   input  logic                          cmd_valid_i,
   input  logic [`VDLA_INSN_BITS-1:0]    cmd_i,
@@ -88,15 +94,18 @@ module vdla_compute #(
   localparam int UAW    = $clog2(UOP_DEPTH / U);
   localparam int ACC_AW = $clog2(ACC_DEPTH);
   localparam logic [1:0] K_SRC = 2'd0, K_ALU = 2'd1, K_GEMM = 2'd2, K_ZERO = 2'd3;
+`include "vdla_req.svh"
 
   // ---- decode -------------------------------------------------------------------------------
   logic [2:0]  opcode, mem_type;
   logic [15:0] sram_base, y_size, x_size;
   logic [3:0]  yp0, yp1, xp0, xp1;
-  logic        is_load, is_loop, is_finish, is_nop, is_uop, is_acc8, bad;
+  logic        is_load, is_loop, is_finish, is_epi, is_nop, is_uop, is_acc8, bad;
   logic [33:0] tile_end;
   logic [12:0] uop_bgn;
   logic [13:0] uop_end, iter_out, iter_in;
+  logic        bias;
+  logic [15:0] bias_base;
 
   assign opcode    = cmd_i[`VDLA_F_OPCODE_LSB +: `VDLA_F_OPCODE_W];
   assign mem_type  = cmd_i[`VDLA_F_MEM_TYPE_LSB +: `VDLA_F_MEM_TYPE_W];
@@ -111,11 +120,14 @@ module vdla_compute #(
   assign uop_end   = cmd_i[`VDLA_F_UOP_END_LSB +: `VDLA_F_UOP_END_W];
   assign iter_out  = cmd_i[`VDLA_F_ITER_OUT_LSB +: `VDLA_F_ITER_OUT_W];
   assign iter_in   = cmd_i[`VDLA_F_ITER_IN_LSB +: `VDLA_F_ITER_IN_W];
+  assign bias      = cmd_i[`VDLA_F_BIAS_LSB];
+  assign bias_base = cmd_i[`VDLA_F_BIAS_BASE_LSB +: `VDLA_F_BIAS_BASE_W];
 
   assign is_load   = opcode == `VDLA_OP_LOAD;
   assign is_loop   = opcode == `VDLA_OP_GEMM || opcode == `VDLA_OP_ALU;
   assign is_finish = opcode == `VDLA_OP_FINISH;
-  assign is_nop    = is_finish || (is_load && x_size == '0);
+  assign is_epi    = opcode == `VDLA_OP_EPI;
+  assign is_nop    = is_finish || is_epi || (is_load && x_size == '0);
   assign is_uop    = mem_type == `VDLA_MEM_UOP;
   assign is_acc8   = mem_type == `VDLA_MEM_ACC_8BIT;
   assign tile_end  = 34'(sram_base) + (34'(yp0) + 34'(y_size) + 34'(yp1)) * (34'(xp0) + 34'(x_size) + 34'(xp1));
@@ -129,6 +141,8 @@ module vdla_compute #(
       end
     end else if (is_loop) begin
       bad = 14'(uop_bgn) >= uop_end || uop_end > 14'(UOP_DEPTH) || iter_out == '0 || iter_in == '0;
+    end else if (is_epi) begin
+      bad = bias && 17'(bias_base) >= 17'(ACC_DEPTH);
     end else begin
       bad = !is_finish;
     end
@@ -164,6 +178,27 @@ module vdla_compute #(
                || (state_q == NOP && wait_q == '0) || (fire_o && is_nop && NOP_EXTRA == 0);
   assign c2l_push_o = done_o && (state_q == IDLE ? push_prev : push_prev_q);
   assign c2s_push_o = done_o && (state_q == IDLE ? push_next : push_next_q);
+
+  // ---- epilogue state ----------------------------------------------------------------------
+  logic        epi_req_q, epi_relu_q, epi_bias_q;
+  logic [4:0]  epi_shift_q;
+  logic [15:0] epi_base_q;
+
+  always_ff @(posedge clk_i) begin
+    if (!rst_ni || start_i) begin
+      epi_req_q   <= 1'b0;
+      epi_relu_q  <= 1'b0;
+      epi_shift_q <= '0;
+      epi_bias_q  <= 1'b0;
+      epi_base_q  <= '0;
+    end else if (fire_o && is_epi) begin
+      epi_req_q   <= cmd_i[`VDLA_F_REQ_LSB];
+      epi_relu_q  <= cmd_i[`VDLA_F_RELU_LSB];
+      epi_shift_q <= cmd_i[`VDLA_F_SHIFT_LSB +: `VDLA_F_SHIFT_W];
+      epi_bias_q  <= bias;
+      epi_base_q  <= bias_base;
+    end
+  end
 
   // ---- LOAD UOP / ACC / ACC_8BIT ------------------------------------------------------------
   logic                eng_valid, eng_pad;
@@ -255,7 +290,7 @@ module vdla_compute #(
   end
 
   // ---- loop sequencer (S0) ------------------------------------------------------------------
-  logic        gemm_q, reset_q, use_imm_q, two_op_q;
+  logic        gemm_q, reset_q, init_q, use_imm_q, two_op_q;
   logic [2:0]  alu_op_q;
   logic [15:0] imm_q;
   logic [12:0] u_bgn_q, u_q;
@@ -282,6 +317,7 @@ module vdla_compute #(
           ld_type_q   <= mem_type;
           gemm_q      <= opcode == `VDLA_OP_GEMM;
           reset_q     <= cmd_i[`VDLA_F_RESET_LSB];
+          init_q      <= cmd_i[`VDLA_F_INIT_LSB];
           alu_op_q    <= cmd_i[`VDLA_F_ALU_OPCODE_LSB +: `VDLA_F_ALU_OPCODE_W];
           use_imm_q   <= cmd_i[`VDLA_F_USE_IMM_LSB];
           imm_q       <= cmd_i[`VDLA_F_IMM_LSB +: `VDLA_F_IMM_W];
@@ -363,6 +399,7 @@ module vdla_compute #(
   logic        s1_valid_q;
   logic [LU:0] s1_bank_q;
   logic [31:0] s1_dst_off_q, s1_src_off_q, s1_wgt_off_q;
+  logic [16:0] s1_bias_q;  // the iteration's bias row, bias_base + o
   logic [31:0] uop_word, dst, src, wgt;
   logic        s1_gemm;
 
@@ -372,6 +409,7 @@ module vdla_compute #(
     s1_dst_off_q <= dst_off_q;
     s1_src_off_q <= src_off_q;
     s1_wgt_off_q <= wgt_off_q;
+    s1_bias_q    <= 17'(epi_base_q) + 17'(o_q);
   end
 
   assign uop_word = uop_rdata[s1_bank_q[LU-1:0]];
@@ -381,7 +419,8 @@ module vdla_compute #(
   assign s1_gemm  = s1_valid_q && gemm_q;
 
   assign index_err = s1_valid_q && !halt_i && (dst >= 32'(ACC_DEPTH)
-      || (gemm_q && !reset_q && (src >= 32'(INP_DEPTH) || wgt >= 32'(WGT_DEPTH)))
+      || (gemm_q && !reset_q && (src >= 32'(INP_DEPTH) || wgt >= 32'(WGT_DEPTH)
+                                 || (init_q && epi_bias_q && s1_bias_q >= 17'(ACC_DEPTH))))
       || (!gemm_q && !use_imm_q && src >= 32'(ACC_DEPTH)));
 
   assign inp_re_o    = s1_gemm && !reset_q;
@@ -391,7 +430,7 @@ module vdla_compute #(
 
   // ---- S2, S3: GEMM core --------------------------------------------------------------------
   logic              s2_valid_q, s3_valid_q;
-  logic [ACC_AW-1:0] s2_dst_q, s3_dst_q;
+  logic [ACC_AW-1:0] s2_dst_q, s3_dst_q, s2_bias_q, s3_bias_q;
   logic [LANES*32-1:0] sums;
 
   always_ff @(posedge clk_i) begin
@@ -399,6 +438,8 @@ module vdla_compute #(
     s3_valid_q <= s2_valid_q;
     s2_dst_q   <= dst[ACC_AW-1:0];
     s3_dst_q   <= s2_dst_q;
+    s2_bias_q  <= s1_bias_q[ACC_AW-1:0];
+    s3_bias_q  <= s2_bias_q;
   end
 
   vdla_gemm_core #(.BATCH(BATCH), .BLOCK_IN(BLOCK_IN), .BLOCK_OUT(BLOCK_OUT)) u_core (
@@ -408,23 +449,27 @@ module vdla_compute #(
   // ---- accumulator read-modify-write --------------------------------------------------------
   logic              alu_pend_q;   // the ALU slot following a SRC slot
   logic [ACC_AW-1:0] alu_dst_q;
-  logic              r_valid;
+  logic              r_valid, r_zero, fresh;  // fresh: an init GEMM's first update of the row
   logic [1:0]        r_kind;
   logic [ACC_AW-1:0] r_addr, r_waddr;
   logic              s1_alu;
 
   // GEMM slots come from S3. An ALU iteration is one slot from S1 (reading its destination, or its
   // source when a reset makes the destination read as zero) or two: SRC from S1, then the
-  // destination in the next cycle.
+  // destination in the next cycle. An init GEMM's first update of a row reads the bias row or zero.
+  logic [ACC_DEPTH-1:0] touched_q;  // rows the running GEMM has updated
   assign s1_alu = s1_valid_q && !gemm_q && !index_err;
+  assign fresh  = init_q && !touched_q[s3_dst_q];
   always_comb begin
     r_valid = 1'b0;
+    r_zero  = 1'b0;
     r_kind  = gemm_q ? (reset_q ? K_ZERO : K_GEMM) : K_ALU;
     r_addr  = (reset_q && !use_imm_q) ? src[ACC_AW-1:0] : dst[ACC_AW-1:0];
     r_waddr = dst[ACC_AW-1:0];
     if (s3_valid_q) begin
       r_valid = 1'b1;
-      r_addr  = s3_dst_q;
+      r_addr  = (fresh && epi_bias_q) ? s3_bias_q : s3_dst_q;
+      r_zero  = fresh && !epi_bias_q;
       r_waddr = s3_dst_q;
     end else if (alu_pend_q) begin
       r_valid = 1'b1;
@@ -442,6 +487,9 @@ module vdla_compute #(
   always_ff @(posedge clk_i) begin
     alu_pend_q <= s1_alu && two_op_q && !halt_i;
     alu_dst_q  <= dst[ACC_AW-1:0];
+    // only init GEMMs touch the vector (a 2048-bit update every cycle slows the Verilated model)
+    if (fire_o && opcode == `VDLA_OP_GEMM && cmd_i[`VDLA_F_INIT_LSB]) touched_q <= '0;
+    else if (s3_valid_q && init_q) touched_q[s3_dst_q] <= 1'b1;
   end
 
   logic              rmw_valid, rmw_busy;
@@ -452,6 +500,7 @@ module vdla_compute #(
     .clk_i, .rst_ni,
     .r_valid_i   (r_valid && !halt_i),
     .r_kind_i    (r_kind),
+    .r_zero_i    (r_zero),
     .r_addr_i    (r_addr),
     .r_waddr_i   (r_waddr),
     .alu_op_i    (alu_op_q),
@@ -468,7 +517,7 @@ module vdla_compute #(
     .busy_o      (rmw_busy)
   );
 
-  // ACC and OUT writes: the loop's results, or the LOAD's beats.
+  // ACC and OUT writes: the loop's results, or the LOAD's beats; OUT truncated or (EPI req) requantized.
   always_comb begin
     if (rmw_valid) begin
       acc_we_o    = '1;
@@ -479,7 +528,10 @@ module vdla_compute #(
       acc_waddr_o = eng_idx[ACC_AW-1:0];
       acc_wdata_o = ld_acc_data;
     end
-    for (int l = 0; l < LANES; l++) out_wdata_o[l*8 +: 8] = acc_wdata_o[l*32 +: 8];
+    for (int l = 0; l < LANES; l++) begin
+      if (epi_req_q) out_wdata_o[l*8 +: 8] = vdla_req(acc_wdata_o[l*32 +: 32], epi_shift_q, epi_relu_q);
+      else out_wdata_o[l*8 +: 8] = acc_wdata_o[l*32 +: 8];
+    end
   end
 
   logic unused;

@@ -85,7 +85,7 @@ module vdla_fetch #(
   logic [1:0] target;
   assign op = head[`VDLA_F_OPCODE_LSB +: `VDLA_F_OPCODE_W];
   assign mt = head[`VDLA_F_MEM_TYPE_LSB +: `VDLA_F_MEM_TYPE_W];
-  assign unknown = op > `VDLA_OP_ALU
+  assign unknown = op > `VDLA_OP_EPI
                 || ((op == `VDLA_OP_LOAD || op == `VDLA_OP_STORE) && mt > `VDLA_MEM_ACC_8BIT);
   assign early_finish = op == `VDLA_OP_FINISH && fetched_q + 1'b1 != count_q;
   always_comb begin

@@ -22,11 +22,11 @@ module vdla_perf #(
   input  logic [`VDLA_INSN_BITS-1:0] store_cmd_i,
   output logic [64*`VDLA_NUM_COUNTERS-1:0] counters_o,
   output logic [32*3-1:0]            stage_insns_o,
-  output logic [32*5-1:0]            opcode_insns_o  // LOAD, STORE, GEMM, ALU, FINISH
+  output logic [32*6-1:0]            opcode_insns_o  // LOAD, STORE, GEMM, ALU, FINISH, EPI
 );
   logic [63:0] cnt_q [`VDLA_NUM_COUNTERS];
   logic [31:0] stage_q [3];
-  logic [31:0] op_q [5];
+  logic [31:0] op_q [6];
 
   function automatic logic [63:0] tile_bytes(logic [`VDLA_INSN_BITS-1:0] c, int eb);
     tile_bytes = 64'(c[`VDLA_F_Y_SIZE_LSB +: 16]) * 64'(c[`VDLA_F_X_SIZE_LSB +: 16]) * 64'(eb);
@@ -41,7 +41,7 @@ module vdla_perf #(
     if (!rst_ni || clear_i) begin
       for (int k = 0; k < `VDLA_NUM_COUNTERS; k++) cnt_q[k] <= '0;
       for (int k = 0; k < 3; k++) stage_q[k] <= '0;
-      for (int k = 0; k < 5; k++) op_q[k] <= '0;
+      for (int k = 0; k < 6; k++) op_q[k] <= '0;
     end else begin
       if (count_i) begin
         cnt_q[`VDLA_CNT_CYCLES] <= cnt_q[`VDLA_CNT_CYCLES] + 1'b1;
@@ -82,6 +82,7 @@ module vdla_perf #(
             op_q[3] <= op_q[3] + 1'b1;
             cnt_q[`VDLA_CNT_ALU_ITERS] <= cnt_q[`VDLA_CNT_ALU_ITERS] + iterations(compute_cmd_i);
           end
+          `VDLA_OP_EPI: op_q[5] <= op_q[5] + 1'b1;
           default: op_q[4] <= op_q[4] + 1'b1;
         endcase
       end
@@ -95,6 +96,6 @@ module vdla_perf #(
   always_comb begin
     for (int k = 0; k < `VDLA_NUM_COUNTERS; k++) counters_o[k*64 +: 64] = cnt_q[k];
     for (int k = 0; k < 3; k++) stage_insns_o[k*32 +: 32] = stage_q[k];
-    for (int k = 0; k < 5; k++) opcode_insns_o[k*32 +: 32] = op_q[k];
+    for (int k = 0; k < 6; k++) opcode_insns_o[k*32 +: 32] = op_q[k];
   end
 endmodule

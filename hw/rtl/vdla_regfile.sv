@@ -44,7 +44,7 @@ module vdla_regfile #(
   input  logic [31:0]             cmd_queues_i,
   input  logic [31:0]             fetched_i,
   input  logic [32*3-1:0]         stage_insns_i,
-  input  logic [32*5-1:0]         opcode_insns_i,
+  input  logic [32*6-1:0]         opcode_insns_i,
   input  logic [31:0]             stage_state_i,
   input  logic [64*NUM_CNT-1:0]   counters_i
 );
@@ -134,6 +134,7 @@ module vdla_regfile #(
       `VDLA_REG_OPCODE_ALU:    value = opcode_insns_i[96 +: 32];
       `VDLA_REG_OPCODE_FINISH: value = opcode_insns_i[128 +: 32];
       `VDLA_REG_STAGE_STATE:   value = stage_state_i;
+      `VDLA_REG_OPCODE_EPI:    value = opcode_insns_i[160 +: 32];
       default: begin
         if (addr >= `VDLA_COUNTER_BASE && int'(cidx) < NUM_CNT) begin
           value = addr[2] ? hi_q : counters_i[int'(cidx)*64 +: 32];

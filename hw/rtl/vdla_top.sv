@@ -193,7 +193,7 @@ module vdla_top #(
     .GEMM_SETUP(`VDLA_GEMM_SETUP), .GEMM_PIPE(`VDLA_GEMM_PIPELINE), .ALU_SETUP(`VDLA_ALU_SETUP),
     .ALU_PIPE(`VDLA_ALU_PIPELINE), .ALU_II(`VDLA_ALU_II)
   ) u_compute (
-    .clk_i, .rst_ni, .halt_i (halt),
+    .clk_i, .rst_ni, .halt_i (halt), .start_i (start),
     .cmd_valid_i (q_valid[1]), .cmd_i (q_head[1]), .cmd_pop_o (q_pop[1]),
     .l2c_avail_i (t_avail[0]), .l2c_pop_o (t_pop[0]), .s2c_avail_i (t_avail[3]), .s2c_pop_o (t_pop[3]),
     .c2l_room_i (t_room[1]), .c2l_push_o (t_push[1]), .c2s_room_i (t_room[2]), .c2s_push_o (t_push[2]),
@@ -231,7 +231,7 @@ module vdla_top #(
   // ---- performance counters and registers ---------------------------------------------------
   logic [64*`VDLA_NUM_COUNTERS-1:0] counters;
   logic [32*3-1:0] stage_insns;
-  logic [32*5-1:0] opcode_insns;
+  logic [32*6-1:0] opcode_insns;
   logic            done_cond, deadlock;
 
   vdla_perf #(

@@ -14,7 +14,7 @@ from pathlib import Path
 from vdla.compiler.spec import Conv2dSpec, EpilogueSpec
 from vdla.config import HwConfig
 
-SCHEMA = 2
+SCHEMA = 3
 
 
 def default_cache_dir() -> Path:

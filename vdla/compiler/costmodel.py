@@ -17,11 +17,11 @@ from functools import lru_cache
 
 import numpy as np
 
-from vdla.compiler.ir import Alu, Gemm, Load, Op, Store
-from vdla.compiler.schedule import ConvLowering, Schedule, ThreadBuilder, Tile
+from vdla.compiler.ir import Alu, Epi, Gemm, Load, Op, Store
+from vdla.compiler.schedule import TAIL_PARTS, ConvLowering, Schedule, ThreadBuilder, Tile
 from vdla.compiler.vthreads import ENDS, interleave, thread_deps
 from vdla.config import HwConfig
-from vdla.isa import AluInsn, GemmInsn, Insn, MemInsn, MemType, elem_bytes
+from vdla.isa import AluInsn, EpiInsn, GemmInsn, Insn, MemInsn, MemType, elem_bytes
 from vdla.runtime.sim.cycles import CycleModel
 
 PAGE = 4096  # AXI bursts split at 4 KiB boundaries
@@ -34,11 +34,13 @@ def op_insn(op: Op) -> Insn:
         return MemInsn(store=isinstance(op, Store), mem_type=op.mem if isinstance(op, Load) else MemType.OUT,
                        sram_base=op.sram, dram_base=op.offset, y_size=op.y, x_size=op.x, x_stride=op.stride,
                        y_pad_0=y0, y_pad_1=y1, x_pad_0=x0, x_pad_1=x1)
+    if isinstance(op, Epi):
+        return EpiInsn()
     k = op.kernel
     loop = {"uop_end": len(k.uops), "iter_out": k.iter_out, "iter_in": k.iter_in}
     if isinstance(op, Gemm):
-        return GemmInsn(reset=op.reset, **loop)
-    return AluInsn(alu_opcode=op.op, use_imm=op.imm is not None, imm=op.imm or 0, reset=op.reset, **loop)
+        return GemmInsn(init=op.init, **loop)
+    return AluInsn(alu_opcode=op.op, use_imm=op.imm is not None, imm=op.imm or 0, **loop)
 
 
 def op_cycles(op: Op, cfg: HwConfig) -> int:
@@ -61,10 +63,10 @@ class StepCosts:
     inp: tuple[int, ...]
     wgt: tuple[int, ...]
     gemm: tuple[int, ...]
-    reset: int  # accumulator init: bias copy or reset
+    epi: int  # the EPI instruction(s) of the first step
     tail: int  # residual load and epilogue passes
     store: int
-    warmup: int  # prologue cycles making one thread's micro-kernels of such a tile resident
+    kernel_uops: int  # micro-ops of the distinct micro-kernels of such a tile
     size: tuple[int, int]  # the tile's output-channel blocks and pixels
     longest_load: int  # the longest load-stage instruction: what a compute-stage load may wait for
 
@@ -111,34 +113,35 @@ class CostModel:
 
             kernels = {op.kernel.uops.tobytes(): len(op.kernel.uops) for k in built for op, _ in cost[k]
                        if isinstance(op, Gemm | Alu)}
-            unbuilt = n - len(built) if low.weights_resident(s) else 0  # each step has its own GEMM kernel
-            gemm = [total(k, lambda op: isinstance(op, Gemm) and not op.reset) for k in rep]
+            own = low.weights_resident(s) or low.weights_shared or low.inputs_resident(s)
+            unbuilt = n - len(built) if own else 0  # each step has its own GEMM kernel
+            gemm = [total(k, lambda op: isinstance(op, Gemm)) for k in rep]
             self._steps[key] = StepCosts(
                 inp=tuple(total(k, tensor("inp")) for k in rep),
                 wgt=tuple(total(k, tensor("wgt")) for k in rep),
                 gemm=tuple(gemm),
-                reset=total(0, lambda op: isinstance(op, Gemm | Alu) and op.reset),
-                tail=total(n - 1, lambda op: isinstance(op, Alu) and not op.reset or tensor("res")(op)),
+                epi=total(0, lambda op: isinstance(op, Epi)),
+                tail=total(n - 1, lambda op: isinstance(op, Alu) or tensor("res")(op)),
                 store=total(n - 1, lambda op: isinstance(op, Store)),
-                warmup=sum(self.warmup_cycles(u) for u in kernels.values()) + unbuilt * self.warmup_cycles(
-                    max(kernels.values())),
+                kernel_uops=sum(kernels.values()) + unbuilt * max(kernels.values()),
                 size=(tile.noc, tile.noh * tile.now),
                 longest_load=max((c for k in built for op, c in cost[k] if isinstance(op, Load) and op.mem in
                                   (MemType.INP, MemType.WGT)), default=0))
         return self._steps[key]
 
-    def warmup_cycles(self, uops: int) -> int:
-        """Prologue cycles of one kernel: its UOP load."""
-        return op_cycles(Load(MemType.UOP, 0, "uop", 0, 1, uops, uops), self.cfg)
-
     def prologue(self, s: Schedule) -> int:
-        """Cycles of the prologue: the rows of all output channels, every thread's kernels (one more
-        elementwise kernel per extra output-channel tile a thread visits, when the epilogue reads rows)."""
+        """Cycles of the prologue: the rows of all output channels, then one UOP load of the kernels of every
+        thread (of every thread and output-channel tile with shared weights, whose GEMM kernels address the
+        tile's weights; one more one-uop elementwise kernel per extra output-channel tile when a pass reads
+        rows), as many as the UOP buffer holds."""
         low = self.low
         rows = sum(op_cycles(Load(MemType.ACC, 0, name, 0, 1, low.ob, low.ob), self.cfg) for name in low.rows)
         oc = low.tile_order(s)[0]
-        extra = sum(len(np.unique(oc[t::s.vthreads])) - 1 for t in range(s.vthreads)) if low.rows else 0
-        return rows + s.vthreads * self.step_costs(s).warmup + extra * self.warmup_cycles(1)
+        visits = sum(len(np.unique(oc[t::s.vthreads])) for t in range(s.vthreads))
+        sets = visits if low.weights_shared else s.vthreads
+        extra = visits - s.vthreads if any(p.operand for p in low.passes) else 0
+        uops = min(sets * self.step_costs(s).kernel_uops + extra, self.cfg.uop_depth)
+        return rows + op_cycles(Load(MemType.UOP, 0, "uop", 0, 1, uops, uops), self.cfg)
 
     def stage_work(self, s: Schedule) -> list[tuple[np.ndarray, ...]]:
         """Per thread: (load, compute, store cycles) of every block, the representative tile's costs scaled
@@ -148,7 +151,7 @@ class CostModel:
         oc, sp = self.low.tile_order(s)
         nocs, pixels = self.low.tile_sizes(s)
         inp, wgt = np.array(sc.inp), np.array(sc.wgt)
-        comp = np.array(sc.gemm) + np.r_[sc.reset, np.zeros(n - 1)] + np.r_[np.zeros(n - 1), sc.tail]
+        comp = np.array(sc.gemm) + np.r_[sc.epi, np.zeros(n - 1)] + np.r_[np.zeros(n - 1), sc.tail]
         store = np.r_[np.zeros(n - 1), sc.store]
         out = []
         for t, fresh in enumerate(self.low.residency(s)):
@@ -161,21 +164,36 @@ class CostModel:
 
     def bound(self, s: Schedule) -> int:
         """A lower bound of :meth:`estimate`: the prologue, then the busiest stage's total work, the compute
-        stage's with the first block's loads before it and the last block's store after it."""
+        stage's with the first block's loads before it and what the last block's store adds after it."""
         work = self.stage_work(s)
         load, comp, store = (int(sum(w[i].sum() for w in work)) for i in range(3))
         longest = max(len(w[0]) for w in work)
         last = [w for w in work if len(w[0]) == longest][-1]  # round-robin ends with the last longest thread
-        return self.prologue(s) + max(load, store, int(work[0][0][0]) + comp + int(last[2][-1]))
+        # the last block's store starts after the first part of its compute
+        tail = max(0, int(last[2][-1]) - int(last[1][-1]) + int(last[1][-1]) // self.tail_parts(s))
+        return self.prologue(s) + max(load, store, int(work[0][0][0]) + comp + tail)
+
+    def tail_parts(self, s: Schedule) -> int:
+        """Parts a thread's last block is split in (see :meth:`ThreadBuilder.blocks`)."""
+        noc = self.step_costs(s).size[0]
+        return -(-noc // -(-noc // TAIL_PARTS))
 
     def estimate(self, s: Schedule) -> Estimate:
         """Event simulation of the interleaved blocks on the three stages, each stage taking its blocks in
-        stream order and starting each once its tokens are in, the earliest-ready stage first."""
+        stream order and starting each once its tokens are in, the earliest-ready stage first. A thread's last
+        block hands its first part to the store stage after its share of the compute."""
         longest = self.step_costs(s).longest_load
+        parts = self.tail_parts(s)
         work = self.stage_work(s)
         order = interleave([len(w[0]) for w in work])
+        split = {(t, len(w[0]) - 1) for t, w in enumerate(work)}
         pos = {key: p for p, key in enumerate(order)}
         dur = [[int(work[t][j][i]) for t, i in order] for j in range(3)]
+        t_ = self.cfg.timing
+        one_step = len(self.low.steps(s)) == 1  # then every part also has its own EPI
+        for p in (p for p, key in enumerate(order) if key in split):  # each extra part: a GEMM and a STORE more
+            dur[1][p] += (parts - 1) * (t_.gemm_setup + t_.gemm_pipeline + one_step * t_.nop_cycles)
+            dur[2][p] += (parts - 1) * (t_.dma_setup + t_.dram_write_latency)
         bus = [bool(self.low.epi.residual) and bool(dur[2][p]) for p in range(len(order))]  # residual LOADs
         waits: list[dict[int, list[tuple[int, int]]]] = [{}, {}, {}]  # stage -> position -> (stage, position)
         for t, w in enumerate(work):
@@ -185,7 +203,8 @@ class CostModel:
         lists = [[p for p in range(len(order)) if dur[0][p]], list(range(len(order))),
                  [p for p in range(len(order)) if dur[2][p]]]
         end: list[dict[int, int]] = [{}, {}, {}]
-        start_at = self.prologue(s)  # the first loads wait for the prologue
+        handoff: dict[int, int] = {}  # compute of a split block: when its first part reaches the store stage
+        start_at = self.prologue(s)  # the first loads share the read channel with the prologue
         cursor, free = [0, 0, 0], [start_at, start_at, 0]
         loading = (0, 0)  # interval of the load-stage block last started
         while True:
@@ -196,7 +215,7 @@ class CostModel:
                 p = lists[stage][cursor[stage]]
                 ready = free[stage]
                 for st, q in waits[stage].get(p, ()):
-                    e = end[st].get(q)
+                    e = handoff.get(q, end[st].get(q)) if (st, stage) == (1, 2) else end[st].get(q)
                     if e is None:
                         break
                     ready = max(ready, e)
@@ -209,6 +228,10 @@ class CostModel:
             if stage == 1 and bus[p] and loading[0] <= start < loading[1]:
                 start += min(loading[1] - start, longest)  # its compute-stage LOADs wait for the read channel
             end[stage][p] = free[stage] = start + dur[stage][p]
+            if stage == 2 and p in handoff:  # the last part's store follows the end of the compute
+                end[2][p] = free[2] = max(free[2], end[1][p] + -(-dur[2][p] // parts))
+            if stage == 1 and order[p] in split:
+                handoff[p] = start + -(-dur[1][p] // parts)
             cursor[stage] += 1
             if stage == 0:
                 loading = (start, free[0])

@@ -1,20 +1,21 @@
-"""The fused epilogue as ALU passes over the accumulator tile.
+"""The fused epilogue: accumulator init, ALU passes and the requantizing OUT mirror.
 
-Every pass is one pipelined ALU instruction over the whole tile, so the epilogue costs a fixed number
-of compute-stage cycles per accumulator element (:func:`cycles_per_element`): one per pass with an
-immediate or with reset (the destination reads as zero: one accumulator read), ``alu_ii`` per pass
-reading both the destination and a second accumulator operand. The passes are, in order, only those
-the layer needs:
+Only the ALU passes cost compute-stage cycles (:func:`cycles_per_element`): one per accumulator element
+for a pass with an immediate, ``alu_ii`` for a pass reading a second accumulator operand.
 
-    init  ->  GEMMs  ->  MUL multiplier  ->  REQ shift (+ReLU)                   (no residual, int8/ReLU bounds)
-                     ->  MUL multiplier  ->  RSHR shift -> ADD residual -> CLIP  (otherwise)
+* init: the first GEMM of each tile carries ``init``, so every accumulator starts from its bias row (the
+  EPI ``bias_base`` plus the output-channel loop index) or from zero in the cycle of its first
+  multiply-accumulate. Integer addition wraps modulo 2^32, so adding the bias first gives the same
+  int32 as adding it last.
+* passes, only those the layer needs, after the last GEMM::
 
-``init`` copies the bias rows into the accumulators (ALU ADD with reset: ACC = 0 + bias) before the
-first GEMM, or resets them (GEMM reset) without a bias; integer addition wraps modulo 2^32, so adding
-the bias first gives the same int32 as adding it last. REQ is the rounding shift and the clip to
-[-128, 127] or (ReLU) [0, 127] in one pass; other bounds use RSHR + CLIP, with ReLU folded into the
-CLIP bounds. Per-channel constants (bias, multipliers) are read from rows kept in the accumulator
-buffer.
+      MUL multiplier                                  (EPI req: the OUT mirror requantizes)
+      MUL multiplier -> RSHR shift -> ADD residual -> CLIP   (otherwise: the OUT mirror truncates)
+
+  With EPI ``req`` every accumulator write also writes its OUT row as the rounding right shift clamped
+  to [-128, 127], or [0, 127] with ReLU, so the usual requantization costs no pass at all; other bounds
+  and residual adds use the ALU. Per-channel constants (bias, multipliers) are rows kept in the
+  accumulator buffer.
 """
 
 from __future__ import annotations
@@ -37,7 +38,15 @@ class AluPass:
     op: AluOp
     operand: str | None = None
     imm: int | None = None
-    reset: bool = False  # the destination reads as zero: ACC = op(0, operand)
+
+
+@dataclass(frozen=True)
+class OutMode:
+    """How accumulator writes fill the OUT mirror that STOREs read: requantized (``req``) or truncated."""
+
+    req: bool = False
+    relu: bool = False
+    shift: int = 0
 
 
 def clip_imm(lo: int, hi: int) -> int:
@@ -58,26 +67,23 @@ def multiplier_kind(multiplier: int | np.ndarray) -> str:
     return "row"
 
 
-def req_imm(shift: int, bounds: tuple[int, int]) -> int | None:
-    """The REQ immediate (shift in bits [4:0], ReLU in bit 5) for these clip bounds, None if REQ cannot
-    produce them (REQ clamps to [-128, 127], or [0, 127] with ReLU)."""
-    relu = {(-128, 127): 0, (0, 127): 0x20}.get(tuple(bounds))
-    return None if relu is None else shift | relu
+def out_mode(epi: EpilogueSpec) -> OutMode:
+    """Requantize in the OUT mirror when the final clamp is int8's, or ReLU's [0, 127], and no residual is
+    added after the shift."""
+    relu = {(-128, 127): False, (0, 127): True}.get(tuple(epi.bounds))
+    if relu is None or epi.residual:
+        return OutMode()
+    return OutMode(req=True, relu=relu, shift=epi.shift)
 
 
 def alu_passes(epi: EpilogueSpec, mul_imm: int = 1) -> tuple[AluPass, ...]:
-    """The ALU instructions of the epilogue, in execution order; a leading pass with ``reset`` is the
-    accumulator init before the GEMMs (otherwise a GEMM reset initialises them)."""
+    """The ALU instructions after the last GEMM, in execution order."""
     passes = []
-    if epi.bias:
-        passes.append(AluPass(AluOp.ADD, "bias", reset=True))
     if epi.multiplier == "imm":
         passes.append(AluPass(AluOp.MUL, imm=mul_imm))
     elif epi.multiplier == "row":
         passes.append(AluPass(AluOp.MUL, "mult"))
-    req = None if epi.residual else req_imm(epi.shift, epi.bounds)
-    if req is not None:
-        passes.append(AluPass(AluOp.REQ, imm=req))
+    if out_mode(epi).req:
         return tuple(passes)
     if epi.shift:
         passes.append(AluPass(AluOp.RSHR, imm=epi.shift))
@@ -88,9 +94,6 @@ def alu_passes(epi: EpilogueSpec, mul_imm: int = 1) -> tuple[AluPass, ...]:
 
 
 def cycles_per_element(epi: EpilogueSpec, timing: Timing, mul_imm: int = 1) -> int:
-    """Compute-stage cycles the accumulator init and the ALU passes take per accumulator element: one for
-    a GEMM reset (without an init pass), one per pass with an immediate or a reset, ``alu_ii`` per pass
-    reading the destination and a second operand from the accumulator buffer."""
-    passes = alu_passes(epi, mul_imm)
-    gemm_reset = 0 if passes and passes[0].reset else 1
-    return gemm_reset + sum(1 if p.imm is not None or p.reset else timing.alu_ii for p in passes)
+    """Compute-stage cycles the epilogue's ALU passes take per accumulator element: one per pass with an
+    immediate, ``alu_ii`` per pass reading a second accumulator operand (init and requantization are free)."""
+    return sum(1 if p.imm is not None else timing.alu_ii for p in alu_passes(epi, mul_imm))

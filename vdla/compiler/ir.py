@@ -33,7 +33,7 @@ class Load:
 
 @dataclass(frozen=True)
 class Store:
-    """A 2-D STORE of accumulator entries (truncated to int8) to ``tensor``."""
+    """A 2-D STORE of accumulator entries (their int8 OUT mirror) to ``tensor``."""
 
     sram: int
     tensor: str
@@ -45,21 +45,30 @@ class Store:
 
 @dataclass(frozen=True, eq=False)
 class Gemm:
-    """A GEMM instruction running ``kernel`` (``reset``: zero the accumulators it addresses)."""
+    """A GEMM instruction running ``kernel`` (``init``: each accumulator starts from its bias row, the
+    kernel's outer loop stepping through them, or from zero)."""
 
     kernel: MicroKernel
-    reset: bool = False
+    init: bool = False
+
+
+@dataclass(frozen=True)
+class Epi:
+    """An EPI instruction: the OUT mirror mode and the first bias row of ``init`` GEMMs (None: no bias)."""
+
+    req: bool
+    relu: bool
+    shift: int
+    bias_base: int | None
 
 
 @dataclass(frozen=True, eq=False)
 class Alu:
-    """An ALU instruction running ``kernel``, with an immediate operand or the kernel's src (``reset``: the
-    destination reads as zero, so ADD with a src copies it)."""
+    """An ALU instruction running ``kernel``, with an immediate operand or the kernel's src."""
 
     op: AluOp
     kernel: MicroKernel
     imm: int | None = None
-    reset: bool = False
 
 
 @dataclass(frozen=True, eq=False)
@@ -69,7 +78,7 @@ class Kernel:
     kernel: MicroKernel
 
 
-Op = Load | Store | Gemm | Alu | Kernel
+Op = Load | Store | Gemm | Alu | Kernel | Epi
 
 
 @dataclass(frozen=True)
@@ -78,13 +87,15 @@ class Block:
 
     ``loads`` run on the load stage (they overwrite the thread's INP/WGT share), ``compute`` on the
     compute stage (it reads that share and updates the thread's accumulators), ``stores`` on the store
-    stage (they read the thread's accumulators).
+    stage (they read the thread's accumulators). A block in ``parts`` hands each part's accumulators to
+    the store stage as soon as that part's compute is done, one compute->store token per part.
     """
 
     thread: int
     loads: tuple[Load, ...]
     compute: tuple[Op, ...]
     stores: tuple[Store, ...]
+    parts: tuple[tuple[int, int], ...] = ()  # (compute ops, stores) done by the end of each part, if split
 
 
 def emit_op(op: Op, cmd: CommandBuilder, buffers: Mapping[str, Buffer]) -> None:
@@ -95,9 +106,11 @@ def emit_op(op: Op, cmd: CommandBuilder, buffers: Mapping[str, Buffer]) -> None:
         cmd.store(op.sram, buffers[op.tensor], op.offset, op.y, op.x, op.stride)
     elif isinstance(op, Gemm):
         k = op.kernel
-        cmd.gemm(k.uops, k.iter_out, k.iter_in, k.factors(0), k.factors(1), k.factors(2), reset=op.reset)
+        cmd.gemm(k.uops, k.iter_out, k.iter_in, k.factors(0), k.factors(1), k.factors(2), init=op.init)
+    elif isinstance(op, Epi):
+        cmd.epi(op.req, op.relu, op.shift, op.bias_base)
     elif isinstance(op, Kernel):
         cmd.load_kernel(op.kernel.uops)
     else:
         k = op.kernel
-        cmd.alu(op.op, k.uops, k.iter_out, k.iter_in, k.factors(0), k.factors(1), imm=op.imm, reset=op.reset)
+        cmd.alu(op.op, k.uops, k.iter_out, k.iter_in, k.factors(0), k.factors(1), imm=op.imm)

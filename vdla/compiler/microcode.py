@@ -4,7 +4,9 @@ A GEMM or ALU instruction runs ``for o < iter_out: for i < iter_in: for uop in k
 index advanced by per-loop factors. Given a nest of axes, each with an extent and a (dst, src, wgt)
 stride, :func:`lower_nest` merges axes that are contiguous in every operand, puts the two axes with
 the largest extents (whose strides fit the factor fields) on the hardware loops and enumerates the
-rest as micro-ops, so that one instruction covers the whole nest with the fewest micro-ops.
+rest as micro-ops, so that one instruction covers the whole nest with the fewest micro-ops. With
+``pin_outer`` the first axis goes on the outer loop whatever its extent (an ``init`` GEMM steps through
+the bias rows with the outer loop index).
 """
 
 from __future__ import annotations
@@ -73,10 +75,15 @@ def merge_axes(nest: Nest, max_extent: int) -> Nest:
     return tuple(out)
 
 
+def fits_loop(axis: tuple[int, tuple[int, int, int]], limits: Limits) -> bool:
+    """Whether an axis' extent and strides fit a hardware loop level."""
+    ext, strides = axis
+    return ext <= limits.max_iter and all(s <= m for s, m in zip(strides, limits.max_factor))
+
+
 def plan_loops(nest: Nest, limits: Limits) -> tuple[int | None, int | None]:
     """Indices (outer, inner) of the axes put on the hardware loops (None: unused level)."""
-    ok = [k for k, (ext, strides) in enumerate(nest)
-          if ext <= limits.max_iter and all(s <= m for s, m in zip(strides, limits.max_factor))]
+    ok = [k for k, axis in enumerate(nest) if fits_loop(axis, limits)]
     best: tuple[int | None, int | None] = (None, None)
     best_size = 1
     for pair in itertools.combinations(ok, 2):
@@ -88,19 +95,33 @@ def plan_loops(nest: Nest, limits: Limits) -> tuple[int | None, int | None]:
     return best
 
 
-def uop_count(nest: Nest, limits: Limits) -> int:
-    """Micro-ops :func:`lower_nest` would emit for this nest."""
+def _plan(nest: Nest, limits: Limits, pin_outer: bool) -> tuple[Nest, tuple, tuple, Nest]:
+    """(outer level, inner level, micro-op axes) of a nest; a level is (extent, strides)."""
+    unused = (1, (0, 0, 0))
+    if pin_outer:
+        first, nest = nest[0], merge_axes(nest[1:], limits.max_iter)
+        if not fits_loop(first, limits):
+            raise CompileError(f"the pinned outer axis {first} does not fit a hardware loop")
+        ok = [k for k, axis in enumerate(nest) if fits_loop(axis, limits)]
+        inner = max(ok, key=lambda k: nest[k][0]) if ok else None
+        outer_level = first if first[0] > 1 else unused
+        return outer_level, nest[inner] if inner is not None else unused, tuple(
+            ax for k, ax in enumerate(nest) if k != inner)
     nest = merge_axes(nest, limits.max_iter)
-    loops = plan_loops(nest, limits)
-    return int(np.prod([e for k, (e, _) in enumerate(nest) if k not in loops], dtype=np.int64))
+    outer, inner = plan_loops(nest, limits)
+    return (nest[outer] if outer is not None else unused, nest[inner] if inner is not None else unused,
+            tuple(ax for k, ax in enumerate(nest) if k not in (outer, inner)))
+
+
+def uop_count(nest: Nest, limits: Limits, pin_outer: bool = False) -> int:
+    """Micro-ops :func:`lower_nest` would emit for this nest."""
+    return int(np.prod([e for e, _ in _plan(nest, limits, pin_outer)[2]], dtype=np.int64))
 
 
 @lru_cache(maxsize=4096)
-def lower_nest(nest: Nest, base: tuple[int, int, int], limits: Limits) -> MicroKernel:
+def lower_nest(nest: Nest, base: tuple[int, int, int], limits: Limits, pin_outer: bool = False) -> MicroKernel:
     """One micro-kernel executing every point of ``nest`` (offset by ``base``)."""
-    nest = merge_axes(nest, limits.max_iter)
-    outer, inner = plan_loops(nest, limits)
-    rest = [(e, s) for k, (e, s) in enumerate(nest) if k not in (outer, inner)]
+    (no, fo), (ni, fi), rest = _plan(nest, limits, pin_outer)
     uops = np.array([base], np.int64)
     for ext, strides in rest:
         uops = (uops[:, None, :] + np.arange(ext)[None, :, None] * np.array(strides)[None, None, :]).reshape(-1, 3)
@@ -108,9 +129,4 @@ def lower_nest(nest: Nest, base: tuple[int, int, int], limits: Limits) -> MicroK
         raise CompileError(f"a micro-kernel of {len(uops)} micro-ops exceeds the UOP buffer ({limits.max_uops}); "
                            "use a smaller tile")
     uops.setflags(write=False)
-
-    def level(k: int | None) -> tuple[int, tuple[int, int, int]]:
-        return (1, (0, 0, 0)) if k is None else nest[k]
-
-    (no, fo), (ni, fi) = level(outer), level(inner)
     return MicroKernel(uops, no, ni, tuple(fo), tuple(fi))

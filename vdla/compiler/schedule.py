@@ -8,8 +8,9 @@ thread, one :class:`~vdla.compiler.ir.Block` per (tile, reduction step):
 * loads: the input window of the step (one LOAD per input-channel block, borders zero filled by the
   LOAD pad fields, or one merged LOAD when unpadded) and the weights, each skipped when the thread's
   buffer share still holds them (weights of all input channels stay resident when they fit);
-* compute: the accumulator init on the first step (the bias rows copied in, or a reset), one GEMM
-  per step, the epilogue passes on the last step;
+* compute: on the first step an EPI (OUT mirror mode, the tile's first bias row) and the step's GEMM
+  with ``init`` (the accumulators start from their bias rows, or zero), a plain GEMM on the other
+  steps, the epilogue's ALU passes (if any) on the last step;
 * stores: the output tile on the last step.
 
 Tiles are dealt to the threads round-robin; each thread owns ``1/vthreads`` of every buffer, except the
@@ -20,14 +21,14 @@ the accumulator buffer for every thread to read.
 from __future__ import annotations
 
 import itertools
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
-from vdla.compiler.epilogue import AluPass, alu_passes
+from vdla.compiler.epilogue import AluPass, alu_passes, out_mode
 from vdla.compiler.intrinsic import GemmIntrinsic, conv2d_contraction, tensorize
-from vdla.compiler.ir import Alu, Block, Gemm, Kernel, Load, Op, Store
-from vdla.compiler.microcode import Limits, MicroKernel, lower_nest, uop_count
+from vdla.compiler.ir import Alu, Block, Epi, Gemm, Kernel, Load, Op, Store
+from vdla.compiler.microcode import Limits, MicroKernel, fits_loop, lower_nest, uop_count
 from vdla.compiler.spec import CompileError, Conv2dSpec, EpilogueSpec
 from vdla.compiler.transfer import MAX_STRIDE, plan_transfers
 from vdla.compiler.vthreads import interleave
@@ -36,6 +37,8 @@ from vdla.isa import MemType
 
 ORDERS = ("oc", "spatial")
 GEMM_ORDER = ("oc", "oh", "ow", "ic", "ky", "kx")
+UNIT_AXIS = (1, (0, 0, 0))
+TAIL_PARTS = 8  # a thread's last block hands its output channels to the store stage in up to this many parts
 
 
 @dataclass(frozen=True)
@@ -111,10 +114,9 @@ class ConvLowering:
         self.ng, self.ib, self.ob = ext["b"], ext["ic"], ext["oc"]
         self.taps = spec.kh * spec.kw
         self.limits = Limits.of(cfg)
-        passes = alu_passes(epi, mul_imm)
-        self.init: AluPass | None = passes[0] if passes and passes[0].reset else None  # else a GEMM reset
-        self.passes: tuple[AluPass, ...] = passes[1:] if self.init else passes  # after the last GEMM
-        self.rows = [name for name in ("bias", "mult") if any(p.operand == name for p in passes)]
+        self.passes: tuple[AluPass, ...] = alu_passes(epi, mul_imm)  # after the last GEMM
+        self.out_mode = out_mode(epi)
+        self.rows = ["bias"] * epi.bias + ["mult"] * (epi.multiplier == "row")
         self.subsample = spec.kh == 1 and spec.sh > 1  # 1xN kernels with row stride: load every sh-th row only
         self.row_step = spec.sh if self.subsample else 1
         self._nests: dict[tuple, tuple] = {}
@@ -142,16 +144,31 @@ class ConvLowering:
         c = self.cfg
         return c.inp_depth // vthreads, c.wgt_depth // vthreads, max(self.rows_base, 0) // vthreads
 
+    @property
+    def weights_shared(self) -> bool:
+        """Whether all the layer's weights fit the WGT buffer: then they are shared by every thread, step-major
+        (the blocks of reduction step k, output-channel-major, from ``ob * ib0(k) * taps``), and each step's
+        weights of an output-channel tile are loaded once, by the first block of any thread using them."""
+        return self.ob * self.ib * self.taps <= self.cfg.wgt_depth
+
     def weights_resident(self, s: Schedule) -> bool:
-        """Whether the thread keeps the weights of all input channels of its output-channel tile."""
-        return s.toc * self.ib * self.taps <= self.shares(s.vthreads)[1]
+        """Whether the thread keeps the weights of all input channels of its output-channel tile in its share."""
+        return not self.weights_shared and s.toc * self.ib * self.taps <= self.shares(s.vthreads)[1]
+
+    def inputs_resident(self, s: Schedule) -> bool:
+        """Whether the thread keeps the input windows of all reduction steps of its spatial tile, each step's
+        at its own place, so that they are loaded once per spatial tile."""
+        return s.tic < self.ib and self.ib * self.in_rows(s.toh) * self.in_cols(s.tow) <= self.shares(s.vthreads)[0]
 
     def footprint(self, s: Schedule) -> tuple[int, int, int]:
-        """(INP, WGT, ACC) elements one thread needs for the schedule's full-size tile."""
+        """(INP, WGT, ACC) elements one thread needs for the schedule's full-size tile (no WGT share when the
+        weights are shared)."""
         wic = self.ib if self.weights_resident(s) else s.tic
         tile = s.toc * s.toh * s.tow
         acc = tile * (2 if self.epi.residual else 1)
-        return s.tic * self.in_rows(s.toh) * self.in_cols(s.tow), s.toc * wic * self.taps, acc
+        wgt = 0 if self.weights_shared else s.toc * wic * self.taps
+        inp = (self.ib if self.inputs_resident(s) else s.tic) * self.in_rows(s.toh) * self.in_cols(s.tow)
+        return inp, wgt, acc
 
     def gemm_nest(self, toc: int, toh: int, tow: int, tic: int, wic: int) -> tuple:
         """The GEMM loop nest of one reduction step of a (toc, toh, tow) tile over ``tic`` input blocks."""
@@ -168,6 +185,11 @@ class ConvLowering:
                    "rhs": ((wic * self.taps, 1), (self.taps, 1), (self.spec.kw, 1), (1, 1))}
         return self.tensorized.nest(tile, layouts, GEMM_ORDER)
 
+    @staticmethod
+    def oc_axis(nest: tuple, noc: int) -> tuple[tuple, tuple]:
+        """(output-channel axis, the other axes) of a GEMM nest; the nest omits unit axes."""
+        return (nest[0], nest[1:]) if noc > 1 else (UNIT_AXIS, nest)
+
     def buffer_problems(self, s: Schedule) -> list[str]:
         """Buffers the schedule's tile overflows (empty if it fits)."""
         return [f"{buf} needs {need} elements per thread, the share holds {have}"
@@ -182,7 +204,8 @@ class ConvLowering:
         out = self.buffer_problems(s)
         if not out:
             wic = self.ib if self.weights_resident(s) else s.tic
-            n = uop_count(self.gemm_nest(s.toc, s.toh, s.tow, s.tic, wic), self.limits)
+            oc, rest = self.oc_axis(self.gemm_nest(s.toc, s.toh, s.tow, s.tic, wic), s.toc)
+            n = uop_count((oc if fits_loop(oc, self.limits) else UNIT_AXIS,) + rest, self.limits, pin_outer=True)
             if n > self.cfg.uop_depth:
                 out.append(f"the GEMM micro-kernel needs {n} micro-ops, the UOP buffer holds {self.cfg.uop_depth}")
         return out
@@ -237,15 +260,23 @@ class ConvLowering:
 
     def residency(self, s: Schedule) -> list[np.ndarray]:
         """Per thread, per block (tile-major, step-minor): must it load its input window, its weights?
-        Each is skipped when the thread's share still holds it from the thread's previous block."""
+        Each is skipped when the thread's share still holds it from the thread's previous block; shared
+        weights are loaded by the first block in stream order that uses them."""
         oc, sp = self.tile_order(s)
         n = len(self.steps(s))
-        out = []
+        out, chunks = [], []
         for t in range(s.vthreads):
             o, p = np.repeat(oc[t::s.vthreads], n), np.repeat(sp[t::s.vthreads], n)
             k = np.tile(np.arange(n), len(oc[t::s.vthreads]))
             wgt = _changed(o) if self.weights_resident(s) else _changed(o, k)
-            out.append(np.stack([_changed(p, k), wgt], axis=1))
+            inp = np.repeat(_changed(p[::n]), n) if self.inputs_resident(s) else _changed(p, k)
+            out.append(np.stack([inp, wgt], axis=1))
+            chunks.append((o * n + k).tolist())
+        if self.weights_shared:
+            seen: set[int] = set()
+            for t, i in interleave([len(c) for c in chunks]):
+                out[t][i, 1] = chunks[t][i] not in seen
+                seen.add(chunks[t][i])
         return out
 
     def threads(self, s: Schedule) -> list[list[Block]]:
@@ -295,60 +326,107 @@ class ThreadBuilder:
     def __init__(self, low: ConvLowering, s: Schedule, thread: int):
         self.low, self.s, self.thread = low, s, thread
         inp, wgt, acc = low.shares(s.vthreads)
-        self.inp0, self.wgt0 = thread * inp, thread * wgt
+        self.inp0, self.wgt0 = thread * inp, 0 if low.weights_shared else thread * wgt
         self.resident = low.weights_resident(s)
         self.acc = {"tile": thread * acc, "res": thread * acc + s.toc * s.toh * s.tow}
 
     def blocks(self, tiles: list[Tile], steps: list[tuple[int, int]], fresh: np.ndarray) -> list[Block]:
-        """The blocks of ``tiles``; ``fresh`` (from :meth:`ConvLowering.residency`) says which loads each needs."""
+        """The blocks of ``tiles``; ``fresh`` (from :meth:`ConvLowering.residency`) says which loads each needs.
+        The thread's last block is split in up to TAIL_PARTS parts: the stream ends with every thread's last
+        stores, which then overlap the last GEMMs instead of queueing behind them."""
         pairs = [(tile, k) for tile in tiles for k in range(len(steps))]
-        return [self.block(tile, k, steps[k], len(steps), *f) for (tile, k), f in zip(pairs, fresh.tolist())]
+        return [self.block(tile, k, steps[k], len(steps), *f, parts=TAIL_PARTS if j == len(pairs) - 1 else 1)
+                for j, ((tile, k), f) in enumerate(zip(pairs, fresh.tolist()))]
 
     def block(self, t: Tile, k: int, step: tuple[int, int], nsteps: int, inp: bool = True,
-              wgt: bool = True) -> Block:
-        """One step of a tile; ``inp``/``wgt`` say whether its input window and weights must be loaded."""
+              wgt: bool = True, parts: int = 1) -> Block:
+        """One step of a tile; ``inp``/``wgt`` say whether its input window and weights must be loaded. The
+        last step of a tile split in ``parts`` hands each group of output channels to the store stage as
+        soon as its GEMM is done."""
         ib0, nic = step
         low = self.low
-        first, last = k == 0, k == nsteps - 1
         loads: list[Load] = []
         if inp:
             loads += self.input_loads(t, ib0, nic)
         wic, w_ic0 = (low.ib, 0) if self.resident else (nic, ib0)
         if wgt:
-            loads += [Load(MemType.WGT, self.wgt0 + tr.sram, "wgt", tr.offset, tr.y, tr.x, tr.stride)
+            loads += [Load(MemType.WGT, self.wgt_base(t, ib0, nic) + tr.sram, "wgt", tr.offset, tr.y, tr.x,
+                           tr.stride)
                       for tr in plan_transfers(0, (t.ob * low.ib + w_ic0) * low.taps,
                                                [(t.noc, low.ib * low.taps), (wic, low.taps), (low.taps, 1)])]
+        groups = _ranges(t.noc, -(-t.noc // parts)) if k == nsteps - 1 else [(0, t.noc)]
         compute: list[Op] = []
-        if first:
-            init = low.init
-            compute.append(Alu(init.op, self.elementwise(t, init.operand), init.imm, reset=True) if init else
-                           Gemm(self.elementwise(t, None), reset=True))
-        nest = low.gemm_nest(t.noc, t.noh, t.now, nic, wic)
-        base = (self.acc["tile"], self.inp0, self.wgt0 + (ib0 - w_ic0) * low.taps)
-        compute.append(Gemm(lower_nest(nest, base, low.limits)))
         stores: list[Store] = []
-        if last:
-            if low.epi.residual:
-                mem = MemType.ACC_8BIT if low.epi.residual == "int8" else MemType.ACC
-                compute += [Load(mem, self.acc["res"] + tr.sram, "res", tr.offset, tr.y, tr.x, tr.stride)
-                            for tr in self.output_transfers(t)]
-            compute += [Alu(p.op, self.elementwise(t, p.operand), p.imm) for p in low.passes]
-            stores = [Store(self.acc["tile"] + tr.sram, "out", tr.offset, tr.y, tr.x, tr.stride)
-                      for tr in self.output_transfers(t)]
-        return Block(self.thread, tuple(loads), tuple(compute), tuple(stores))
+        cuts = []
+        for o0, noc in groups:
+            c, st = self.step_ops(t, k, step, nsteps, o0, noc)
+            compute += c
+            stores += st
+            cuts.append((len(compute), len(stores)))
+        return Block(self.thread, tuple(loads), tuple(compute), tuple(stores), tuple(cuts) if len(cuts) > 1 else ())
 
-    def elementwise(self, t: Tile, operand: str | None) -> MicroKernel:
-        """A kernel over the tile's accumulators reading ``operand`` alongside: its channel blocks' rows (bias,
-        multipliers) or the residual tile. Passes with an immediate and the GEMM reset read nothing, so they
-        share the first row's kernel: the whole epilogue runs from one or two micro-kernels."""
+    def wgt_base(self, t: Tile, ib0: int, nic: int) -> int:
+        """Where the weights of the tile's output channels for the step starting at ``ib0`` begin."""
+        low = self.low
+        return low.ob * ib0 * low.taps + t.ob * nic * low.taps if low.weights_shared else self.wgt0
+
+    def step_ops(self, t: Tile, k: int, step: tuple[int, int], nsteps: int, o0: int, noc: int
+                 ) -> tuple[list[Op], list[Store]]:
+        """Compute and store operations of the step for the tile's output-channel blocks [o0, o0 + noc)."""
+        ib0, nic = step
+        low = self.low
+        sub = replace(t, ob=t.ob + o0, noc=noc)
+        acc = self.acc["tile"] + o0 * t.noh * t.now
+        wic, w_ic0 = (low.ib, 0) if self.resident else (nic, ib0)
+        wgt0 = self.wgt_base(sub, ib0, nic) + (0 if low.weights_shared else o0 * wic * low.taps)
+        nest = low.gemm_nest(noc, t.noh, t.now, nic, wic)
+        base = (acc, self.step_inp0(ib0), wgt0 + (ib0 - w_ic0) * low.taps)
+        compute = self.init_gemms(sub, nest, base) if k == 0 else [Gemm(lower_nest(nest, base, low.limits))]
+        if k < nsteps - 1:
+            return compute, []
+        res = self.acc["res"] + o0 * t.noh * t.now
+        if low.epi.residual:
+            mem = MemType.ACC_8BIT if low.epi.residual == "int8" else MemType.ACC
+            compute += [Load(mem, res + tr.sram, "res", tr.offset, tr.y, tr.x, tr.stride)
+                        for tr in self.output_transfers(sub)]
+        compute += [Alu(p.op, self.elementwise(sub, p.operand, acc, res), p.imm) for p in low.passes]
+        return compute, [Store(acc + tr.sram, "out", tr.offset, tr.y, tr.x, tr.stride)
+                         for tr in self.output_transfers(sub)]
+
+    def step_inp0(self, ib0: int) -> int:
+        """Where the input window of the step starting at input-channel block ``ib0`` sits."""
+        if not self.low.inputs_resident(self.s):
+            return self.inp0
+        return self.inp0 + ib0 * self.low.in_rows(self.s.toh) * self.low.in_cols(self.s.tow)
+
+    def init_gemms(self, t: Tile, nest: tuple, base: tuple[int, int, int]) -> list[Op]:
+        """The first step's EPI and GEMM with ``init``, its outer loop stepping through the tile's bias rows
+        (one pair per output-channel block when that axis does not fit a loop level)."""
+        low, m = self.low, self.low.out_mode
+        bias = low.rows_base + low.rows.index("bias") * low.ob + t.ob if low.epi.bias else None
+        oc, rest = low.oc_axis(nest, t.noc)
+        if fits_loop(oc, low.limits):
+            return [Epi(m.req, m.relu, m.shift, bias),
+                    Gemm(lower_nest((oc,) + rest, base, low.limits, pin_outer=True), init=True)]
+        ops: list[Op] = []
+        for j in range(t.noc):
+            at = tuple(b + j * s for b, s in zip(base, oc[1]))
+            ops += [Epi(m.req, m.relu, m.shift, None if bias is None else bias + j),
+                    Gemm(lower_nest((UNIT_AXIS,) + rest, at, low.limits, pin_outer=True), init=True)]
+        return ops
+
+    def elementwise(self, t: Tile, operand: str | None, acc: int, res: int) -> MicroKernel:
+        """A kernel over the tile's accumulators (from ``acc``) reading ``operand`` alongside: its channel
+        blocks' rows (multipliers) or the residual tile (from ``res``). Passes with an immediate read nothing,
+        so they share the first row's kernel: the whole epilogue runs from one or two micro-kernels."""
         pixels = t.noh * t.now
         if operand == "res":
-            nest, src = ((t.noc * pixels, (1, 1, 0)),), self.acc["res"]
+            nest, src = ((t.noc * pixels, (1, 1, 0)),), res
         else:
             nest = ((t.noc, (pixels, 1, 0)), (pixels, (1, 0, 0)))
             name = operand or (self.low.rows[0] if self.low.rows else None)
             src = self.low.rows_base + self.low.rows.index(name) * self.low.ob + t.ob if name else 0
-        return lower_nest(nest, (self.acc["tile"], src, 0), self.low.limits)
+        return lower_nest(nest, (acc, src, 0), self.low.limits)
 
     def output_transfers(self, t: Tile) -> list:
         """The 2-D transfers between the tile's accumulators and an output-shaped tensor."""
@@ -369,7 +447,7 @@ class ThreadBuilder:
         pad = (r_lo, rows - r_hi, c_lo, cols - c_hi)
         offset = ((t.ng * low.ib + ib0) * sp.h + r_first + r_lo * step) * sp.w + c_first + c_lo
         if any(pad):
-            return [Load(MemType.INP, self.inp0 + j * rows * cols, "inp", offset + j * sp.h * sp.w, y, x,
+            return [Load(MemType.INP, self.step_inp0(ib0) + j * rows * cols, "inp", offset + j * sp.h * sp.w, y, x,
                          step * sp.w, pad) for j in range(nic)]
-        return [Load(MemType.INP, self.inp0 + tr.sram, "inp", tr.offset, tr.y, tr.x, tr.stride)
+        return [Load(MemType.INP, self.step_inp0(ib0) + tr.sram, "inp", tr.offset, tr.y, tr.x, tr.stride)
                 for tr in plan_transfers(0, offset, [(nic, sp.h * sp.w), (y, step * sp.w), (x, 1)])]

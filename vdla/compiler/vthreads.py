@@ -43,11 +43,13 @@ class LoweringError(RuntimeError):
 
 @dataclass(frozen=True)
 class Dep:
-    """A token on ``queue`` pushed after block ``src``'s producer stage, popped before ``dst``'s consumer stage."""
+    """A token on ``queue`` pushed after block ``src``'s producer stage, popped before ``dst``'s consumer stage
+    (``part``: after/before that part of a block split in parts, see :class:`~vdla.compiler.ir.Block`)."""
 
     queue: Queue
     src: int
     dst: int
+    part: int = 0
 
 
 @dataclass
@@ -58,25 +60,25 @@ class Stream:
     deps: list[Dep]
 
     def __post_init__(self) -> None:
-        self._push: dict[tuple[int, Stage], list[Queue]] = {}
-        self._pop: dict[tuple[int, Stage], list[Queue]] = {}
+        self._push: dict[tuple[int, Stage], list[Dep]] = {}
+        self._pop: dict[tuple[int, Stage], list[Dep]] = {}
         for d in self.deps:
             src_stage, dst_stage = ENDS[d.queue]
-            self._push.setdefault((d.src, src_stage), []).append(d.queue)
-            self._pop.setdefault((d.dst, dst_stage), []).append(d.queue)
+            self._push.setdefault((d.src, src_stage), []).append(d)
+            self._pop.setdefault((d.dst, dst_stage), []).append(d)
 
-    def pushes(self, pos: int, stage: Stage) -> list[Queue]:
-        """Queues pushed after block ``pos``'s instructions on ``stage``."""
+    def pushes(self, pos: int, stage: Stage) -> list[Dep]:
+        """Tokens pushed by block ``pos``'s instructions on ``stage``."""
         return self._push.get((pos, stage), [])
 
-    def pops(self, pos: int, stage: Stage) -> list[Queue]:
-        """Queues popped before block ``pos``'s instructions on ``stage``."""
+    def pops(self, pos: int, stage: Stage) -> list[Dep]:
+        """Tokens popped by block ``pos``'s instructions on ``stage``."""
         return self._pop.get((pos, stage), [])
 
 
-def thread_deps(loads: Sequence[bool], stores: Sequence[bool]) -> list[Dep]:
-    """The tokens one thread needs, given per block whether it loads and whether it stores
-    (block indices local to the thread)."""
+def thread_deps(loads: Sequence[bool], stores: Sequence[bool], parts: Sequence[int] | None = None) -> list[Dep]:
+    """The tokens one thread needs, given per block whether it loads, whether it stores and in how many
+    parts it hands its accumulators to the store stage (block indices local to the thread)."""
     deps = []
     for i, (ld, st) in enumerate(zip(loads, stores)):
         if ld:
@@ -84,7 +86,7 @@ def thread_deps(loads: Sequence[bool], stores: Sequence[bool]) -> list[Dep]:
             if i > 0:
                 deps.append(Dep(Queue.C2L, i - 1, i))
         if st:
-            deps.append(Dep(Queue.C2S, i, i))
+            deps += [Dep(Queue.C2S, i, i, j) for j in range(parts[i] if parts else 1)]
             if i + 1 < len(loads):
                 deps.append(Dep(Queue.S2C, i, i + 1))
     return deps
@@ -98,20 +100,16 @@ def interleave(lengths: Sequence[int]) -> list[tuple[int, int]]:
 def lower_vthreads(threads: Sequence[Sequence[Block]], prologue: Block | None = None) -> Stream:
     """Insert each thread's tokens, interleave the threads and check the result.
 
-    A ``prologue`` (compute-stage work on no thread's buffers) goes first; the stream's first loads wait
-    for it, so that its LOADs have the read channel to themselves.
+    A ``prologue`` (compute-stage work on no thread's buffers) goes first; the loads do not wait for it.
     """
     order = interleave([len(t) for t in threads])
     head = [prologue] if prologue is not None else []
     pos = {key: p + len(head) for p, key in enumerate(order)}
-    deps = [Dep(d.queue, pos[(t, d.src)], pos[(t, d.dst)])
+    deps = [Dep(d.queue, pos[(t, d.src)], pos[(t, d.dst)], d.part)
             for t, blocks in enumerate(threads)
-            for d in thread_deps([bool(b.loads) for b in blocks], [bool(b.stores) for b in blocks])]
+            for d in thread_deps([bool(b.loads) for b in blocks], [bool(b.stores) for b in blocks],
+                                 [len(b.parts) or 1 for b in blocks])]
     blocks = head + [threads[t][i] for t, i in order]
-    first_load = next((p for p, b in enumerate(blocks) if b.loads), None)
-    waits = any(d.queue == Queue.C2L and d.dst == first_load for d in deps)  # then after a later compute
-    if head and prologue.compute and first_load is not None and not waits:
-        deps.append(Dep(Queue.C2L, 0, first_load))
     stream = Stream(blocks, sorted(deps, key=lambda d: (d.src, d.dst)))
     check_tokens(stream)
     return stream
@@ -124,20 +122,29 @@ def check_tokens(stream: Stream) -> None:
         for d in deps:
             if (d.src, src_stage) >= (d.dst, dst_stage):
                 raise LoweringError(f"{q.name} token from block {d.src} to block {d.dst} does not go forward")
-        if len({d.src for d in deps}) < len(deps) or len({d.dst for d in deps}) < len(deps):
+        if len({(d.src, d.part) for d in deps}) < len(deps) or len({(d.dst, d.part) for d in deps}) < len(deps):
             raise LoweringError(f"{q.name}: a block pushes or pops the queue twice")
-        by_push = sorted(deps, key=lambda d: d.src)
-        if [d.dst for d in by_push] != sorted(d.dst for d in deps):
+        by_push = sorted(deps, key=lambda d: (d.src, d.part))
+        if [(d.dst, d.part) for d in by_push] != sorted((d.dst, d.part) for d in deps):
             raise LoweringError(f"{q.name}: pushes and pops are not paired in FIFO order")
 
 
 def emit_stream(stream: Stream, cmd: CommandBuilder, buffers: Mapping[str, Buffer]) -> None:
-    """Emit the interleaved blocks with their tokens into a command builder."""
+    """Emit the interleaved blocks with their tokens into a command builder. The compute->store token of
+    part j of a block in parts is pushed after the part's last compute op and popped before its first store;
+    every other token is popped before the stage's first op and pushed after its last."""
     for pos, block in enumerate(stream.blocks):
+        ends = ((0, 0),) + (block.parts or ((len(block.compute), len(block.stores)),))
         for stage, ops in ((Stage.LOAD, block.loads), (Stage.COMPUTE, block.compute), (Stage.STORE, block.stores)):
-            for q in stream.pops(pos, stage):
-                cmd.dep_pop(ENDS[q][0], stage)
-            for op in ops:
+            pops: dict[int, list[Queue]] = {}
+            for d in stream.pops(pos, stage):
+                pops.setdefault(ends[d.part][1] if d.queue == Queue.C2S else 0, []).append(d.queue)
+            pushes: dict[int, list[Queue]] = {}
+            for d in stream.pushes(pos, stage):
+                pushes.setdefault(ends[d.part + 1][0] if d.queue == Queue.C2S else len(ops), []).append(d.queue)
+            for k, op in enumerate(ops):
+                for q in pops.get(k, ()):
+                    cmd.dep_pop(ENDS[q][0], stage)
                 emit_op(op, cmd, buffers)
-            for q in stream.pushes(pos, stage):
-                cmd.dep_push(stage, ENDS[q][1])
+                for q in pushes.get(k + 1, ()):
+                    cmd.dep_push(stage, ENDS[q][1])

@@ -5,6 +5,7 @@ from vdla.isa.instructions import (
     INSN_BYTES,
     AluInsn,
     AluOp,
+    EpiInsn,
     FinishInsn,
     GemmInsn,
     Insn,
@@ -23,7 +24,7 @@ from vdla.isa.uop import Uop, decode_uops, encode_uops
 from vdla.isa.validate import elem_bytes, pops_of, pushes_of, validate_program
 
 __all__ = [
-    "INSN_BYTES", "AluInsn", "AluOp", "FinishInsn", "GemmInsn", "Insn", "IsaError", "MemInsn", "MemType",
+    "INSN_BYTES", "AluInsn", "AluOp", "EpiInsn", "FinishInsn", "GemmInsn", "Insn", "IsaError", "MemInsn", "MemType",
     "Opcode", "Queue", "Stage", "Uop", "assemble", "decode", "decode_program", "decode_uops", "disassemble",
     "elem_bytes", "encode", "encode_program", "encode_uops", "pops_of", "pushes_of", "validate_program",
 ]

@@ -5,6 +5,8 @@ One instruction per line; ``#`` starts a comment. Examples::
     load inp sram=0 dram=0x1000 y=4 x=16 stride=16 pad=1,1,0,0 pop_next push_next
     load uop sram=0 dram=0x40000 y=1 x=8 stride=8
     gemm reset uop=0:8 iter=2,3 dst=16,1 src=0,1 wgt=0,16
+    epi req relu shift=7 bias=2000
+    gemm init uop=0:8 iter=2,3 dst=16,1 src=0,1 wgt=0,16
     alu shr uop=0:8 iter=1,1 dst=1,0 src=0,0 imm=8 push_next
     store out sram=0 dram=0x2000 y=4 x=16 stride=16 pop_prev push_prev
     finish
@@ -15,6 +17,7 @@ from __future__ import annotations
 from vdla.isa.instructions import (
     AluInsn,
     AluOp,
+    EpiInsn,
     FinishInsn,
     GemmInsn,
     Insn,
@@ -41,10 +44,13 @@ def disassemble_insn(insn: Insn) -> str:
             words.append("pad=" + ",".join(map(str, pads)))
     elif isinstance(insn, FinishInsn):
         words = ["finish"]
+    elif isinstance(insn, EpiInsn):
+        words = ["epi"] + [f for f in ("req", "relu") if getattr(insn, f)] + [f"shift={insn.shift}"]
+        if insn.bias or insn.bias_base:  # base= keeps a base the disabled bias ignores
+            words.append(f"{'bias' if insn.bias else 'base'}={insn.bias_base}")
     else:
         words = ["gemm"] if isinstance(insn, GemmInsn) else ["alu", insn.alu_opcode.name.lower()]
-        if insn.reset:
-            words.append("reset")
+        words += [f for f in ("reset", "init") if getattr(insn, f, False)]
         words.append(f"uop={insn.uop_bgn}:{insn.uop_end}")
         for key, (fo, fi) in PAIRS.items():
             if hasattr(insn, fo):
@@ -95,12 +101,15 @@ def assemble_line(line: str, where: str = "line") -> Insn | None:
         cls, keys, kw["alu_opcode"], rest = AluInsn, {}, ops[rest[0]], rest[1:]
     elif mnemonic == "finish":
         cls, keys = FinishInsn, {}
+    elif mnemonic == "epi":
+        cls, keys = EpiInsn, {"shift": "shift", "base": "bias_base"}
     else:
         raise IsaError(f"{where}: unknown mnemonic {mnemonic!r}")
     for word in rest:
         key, eq, value = word.partition("=")
         if not eq:
-            if key in FLAGS or (key == "reset" and cls in (GemmInsn, AluInsn)):
+            if (key in FLAGS or (key == "reset" and cls in (GemmInsn, AluInsn)) or (key == "init" and cls is GemmInsn)
+                    or (key in ("req", "relu") and cls is EpiInsn)):
                 kw[key] = True
                 continue
             raise IsaError(f"{where}: unknown flag {key!r}")
@@ -123,6 +132,8 @@ def assemble_line(line: str, where: str = "line") -> Insn | None:
             kw.update(zip(PAIRS[key], (_int(p, where) for p in parts)))
         elif cls is AluInsn and key == "imm":
             kw.update(use_imm=True, imm=_int(value, where))
+        elif cls is EpiInsn and key == "bias":
+            kw.update(bias=True, bias_base=_int(value, where))
         else:
             raise IsaError(f"{where}: unknown field {key!r} for {mnemonic}")
     return cls(**kw)

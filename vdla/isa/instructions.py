@@ -23,6 +23,7 @@ class Opcode(IntEnum):
     GEMM = 2
     FINISH = 3
     ALU = 4
+    EPI = 5
 
 
 class MemType(IntEnum):
@@ -69,9 +70,11 @@ MEM_FIELDS = (("mem_type", 7, 3), ("sram_base", 10, 16), ("dram_base", 26, 32), 
 LOOP_FIELDS = (("reset", 7, 1), ("uop_bgn", 8, 13), ("uop_end", 21, 14), ("iter_out", 35, 14),
                ("iter_in", 49, 14), ("dst_factor_out", 64, 11), ("dst_factor_in", 75, 11),
                ("src_factor_out", 86, 11), ("src_factor_in", 97, 11))
-GEMM_FIELDS = LOOP_FIELDS + (("wgt_factor_out", 108, 10), ("wgt_factor_in", 118, 10))
+GEMM_FIELDS = LOOP_FIELDS + (("wgt_factor_out", 108, 10), ("wgt_factor_in", 118, 10), ("init", 63, 1))
 ALU_FIELDS = LOOP_FIELDS + (("alu_opcode", 108, 3), ("use_imm", 111, 1), ("imm", 112, 16))
+EPI_FIELDS = (("req", 7, 1), ("relu", 8, 1), ("shift", 9, 5), ("bias", 14, 1), ("bias_base", 16, 16))
 SIGNED_FIELDS = {"imm"}
+BOOL_FIELDS = {"reset", "use_imm", "init", "req", "relu", "bias"}
 
 
 @dataclass(kw_only=True)
@@ -167,8 +170,13 @@ class LoopInsn(Insn):
 
 @dataclass(kw_only=True)
 class GemmInsn(LoopInsn):
+    """ACC[dst] += INP[src] x WGT[wgt]^T over the loop (``reset``: ACC[dst] = 0 instead). With ``init``, the
+    first update of each accumulator in the instruction starts from its init value (the bias row
+    ACC[bias_base + iter_out index] when the last EPI enabled bias, else zero) instead of its old value."""
+
     wgt_factor_out: int = 0
     wgt_factor_in: int = 0
+    init: bool = False
 
     OPCODE = Opcode.GEMM
     FIELDS = GEMM_FIELDS
@@ -182,6 +190,22 @@ class AluInsn(LoopInsn):
 
     OPCODE = Opcode.ALU
     FIELDS = ALU_FIELDS
+
+
+@dataclass(kw_only=True)
+class EpiInsn(Insn):
+    """Sets the compute stage's epilogue state. ``req``: every later ACC write also writes its OUT mirror
+    requantized, clamp((v + 2^(shift-1)) >> shift, 0 if relu else -128, 127), instead of v[7:0];
+    ``bias``/``bias_base``: the init value of GEMMs with ``init`` (see :class:`GemmInsn`)."""
+
+    req: bool = False
+    relu: bool = False
+    shift: int = 0
+    bias: bool = False
+    bias_base: int = 0
+
+    OPCODE = Opcode.EPI
+    FIELDS = EPI_FIELDS
 
 
 @dataclass(kw_only=True)
@@ -229,18 +253,17 @@ def decode(word: int) -> Insn:
         except ValueError:
             raise IsaError(f"{Opcode(op).name}: unknown memory type {vals['mem_type']}") from None
         return MemInsn(store=op == Opcode.STORE, **vals, **flags)
-    if op == Opcode.GEMM:
-        vals = {name: _get(word, lsb, w) for name, lsb, w in GEMM_FIELDS}
-        vals["reset"] = bool(vals["reset"])
-        return GemmInsn(**vals, **flags)
-    if op == Opcode.ALU:
-        vals = {name: _get(word, lsb, w, name in SIGNED_FIELDS) for name, lsb, w in ALU_FIELDS}
-        try:
-            vals["alu_opcode"] = AluOp(vals["alu_opcode"])
-        except ValueError:
-            raise IsaError(f"ALU: unknown ALU opcode {vals['alu_opcode']}") from None
-        vals["reset"], vals["use_imm"] = bool(vals["reset"]), bool(vals["use_imm"])
-        return AluInsn(**vals, **flags)
+    kinds = {Opcode.GEMM: GemmInsn, Opcode.ALU: AluInsn, Opcode.EPI: EpiInsn}
+    if op in kinds:
+        cls = kinds[Opcode(op)]
+        vals = {name: _get(word, lsb, w, name in SIGNED_FIELDS) for name, lsb, w in cls.FIELDS}
+        vals.update({name: bool(vals[name]) for name in BOOL_FIELDS & vals.keys()})
+        if cls is AluInsn:
+            try:
+                vals["alu_opcode"] = AluOp(vals["alu_opcode"])
+            except ValueError:
+                raise IsaError(f"ALU: unknown ALU opcode {vals['alu_opcode']}") from None
+        return cls(**vals, **flags)
     if op == Opcode.FINISH:
         return FinishInsn(**flags)
     raise IsaError(f"unknown opcode {op} in instruction word {word:#034x}")

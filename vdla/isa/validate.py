@@ -5,7 +5,9 @@ from __future__ import annotations
 from vdla.config import HwConfig
 from vdla.isa.instructions import (
     AluInsn,
+    EpiInsn,
     FinishInsn,
+    GemmInsn,
     Insn,
     IsaError,
     LoopInsn,
@@ -98,6 +100,10 @@ def check_insn(insn: Insn, cfg: HwConfig, dram: tuple[int, int] | None = None) -
             problems.append(f"zero loop extent iter_out={insn.iter_out} iter_in={insn.iter_in}")
         if isinstance(insn, AluInsn) and insn.use_imm and not -(1 << 15) <= insn.imm < 1 << 15:
             problems.append(f"imm={insn.imm} does not fit in 16 signed bits")
+        if isinstance(insn, GemmInsn) and insn.reset and insn.init:
+            problems.append("GEMM cannot have both reset and init")
+    elif isinstance(insn, EpiInsn) and insn.bias and insn.bias_base >= cfg.acc_depth:
+        problems.append(f"EPI bias_base={insn.bias_base} is outside the ACC buffer (depth {cfg.acc_depth})")
     return problems
 
 

@@ -15,6 +15,7 @@ import numpy as np
 from vdla.isa import (
     AluInsn,
     AluOp,
+    EpiInsn,
     FinishInsn,
     GemmInsn,
     Insn,
@@ -179,8 +180,16 @@ class CommandBuilder:
             self._uop_sram_top = 0
         bgn = self._uop_sram_top
         pool, index = self._uop_dram[key]
-        self.emit(MemInsn(mem_type=MemType.UOP, sram_base=bgn, dram_base=pool.elem(4) + index, y_size=1,
-                          x_size=words.size, x_stride=words.size))
+        dram = pool.elem(4) + index
+        last = self.insns[-1] if self.insns else None
+        if (isinstance(last, MemInsn) and last.mem_type == MemType.UOP and not self._pending_pops[Stage.COMPUTE]
+                and not (last.push_prev or last.push_next) and last.sram_base + last.x_size == bgn
+                and last.dram_base + last.x_size == dram and last.y_size == 1):
+            last.x_size += words.size  # one LOAD for kernels contiguous in DRAM and in the buffer
+            last.x_stride = last.x_size
+        else:
+            self.emit(MemInsn(mem_type=MemType.UOP, sram_base=bgn, dram_base=dram, y_size=1, x_size=words.size,
+                              x_stride=words.size))
         self._uop_sram[key] = bgn
         self._uop_sram_top += words.size
         return bgn, bgn + words.size
@@ -208,9 +217,12 @@ class CommandBuilder:
 
     def gemm(self, uops: UopSpec, iter_out: int = 1, iter_in: int = 1, dst_factor: tuple[int, int] = (0, 0),
              src_factor: tuple[int, int] = (0, 0), wgt_factor: tuple[int, int] = (0, 0),
-             reset: bool = False) -> int:
+             reset: bool = False, init: bool = False) -> int:
         """GEMM micro-kernel: for o, i, (dst, src, wgt) in uops: ACC[dst'] += INP[src'] x WGT[wgt']^T,
-        with x' = x + o * x_factor[0] + i * x_factor[1] (ACC[dst'] = 0 when ``reset``)."""
+        with x' = x + o * x_factor[0] + i * x_factor[1] (ACC[dst'] = 0 when ``reset``). With ``init`` the
+        first update of each accumulator starts from the EPI bias row ACC[bias_base + o], or zero."""
+        if reset and init:
+            raise CommandError("GEMM: reset and init exclude each other")
         arr = self._uop_array(uops)
         cfg = self.cfg
         factors = {"dst": dst_factor}
@@ -219,7 +231,7 @@ class CommandBuilder:
         self._loop_check("GEMM", arr, (iter_out, iter_in), factors,
                          {"dst": cfg.acc_depth, "src": cfg.inp_depth, "wgt": cfg.wgt_depth})
         bgn, end = self._kernel(arr)
-        return self.emit(GemmInsn(reset=reset, uop_bgn=bgn, uop_end=end, iter_out=iter_out, iter_in=iter_in,
+        return self.emit(GemmInsn(reset=reset, init=init, uop_bgn=bgn, uop_end=end, iter_out=iter_out, iter_in=iter_in,
                                   dst_factor_out=dst_factor[0], dst_factor_in=dst_factor[1],
                                   src_factor_out=src_factor[0], src_factor_in=src_factor[1],
                                   wgt_factor_out=wgt_factor[0], wgt_factor_in=wgt_factor[1]))
@@ -240,6 +252,17 @@ class CommandBuilder:
                                  uop_bgn=bgn, uop_end=end, iter_out=iter_out, iter_in=iter_in,
                                  dst_factor_out=dst_factor[0], dst_factor_in=dst_factor[1],
                                  src_factor_out=src_factor[0], src_factor_in=src_factor[1]))
+
+    def epi(self, req: bool = False, relu: bool = False, shift: int = 0, bias_base: int | None = None) -> int:
+        """Set the epilogue state: with ``req`` later ACC writes store their OUT rows requantized (rounding
+        right shift by ``shift``, clamp to [0 if ``relu`` else -128, 127]); ``bias_base`` (None: no bias)
+        is the first bias row of GEMMs with ``init``."""
+        if not 0 <= shift < 32:
+            raise CommandError(f"EPI: shift {shift} is outside [0, 31]")
+        if bias_base is not None and not 0 <= bias_base < self.cfg.acc_depth:
+            raise CommandError(f"EPI: bias row {bias_base} is outside the ACC buffer (depth {self.cfg.acc_depth})")
+        return self.emit(EpiInsn(req=req, relu=relu, shift=shift, bias=bias_base is not None,
+                                 bias_base=bias_base or 0))
 
     # ---- finishing --------------------------------------------------------------------------
     def finish(self) -> list[Insn]:

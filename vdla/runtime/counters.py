@@ -35,7 +35,7 @@ class Counters:
     gemm_reset_iters: int = 0
     alu_iters: int = 0
     insn_counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(
-        ("LOAD", "STORE", "GEMM", "ALU", "FINISH"), 0))
+        ("LOAD", "STORE", "GEMM", "ALU", "FINISH", "EPI"), 0))
 
     @property
     def dram_bytes(self) -> int:

@@ -63,6 +63,7 @@ REGS = (
     Reg("OPCODE_ALU", 0x4C, "RO", "ALU instructions started"),
     Reg("OPCODE_FINISH", 0x50, "RO", "FINISH instructions started"),
     Reg("STAGE_STATE", 0x54, "RO", "per stage (load 0, compute 1, store 2): bit s busy, bit 4+s waiting on tokens"),
+    Reg("OPCODE_EPI", 0x58, "RO", "EPI instructions started"),
 )
 
 FIELDS = (
@@ -109,7 +110,7 @@ COUNTER_BASE = 0x80
 
 STAGE_INSN_REGS = {"load": "LOAD_INSNS", "compute": "COMPUTE_INSNS", "store": "STORE_INSNS"}
 OPCODE_REGS = {"LOAD": "OPCODE_LOAD", "STORE": "OPCODE_STORE", "GEMM": "OPCODE_GEMM", "ALU": "OPCODE_ALU",
-               "FINISH": "OPCODE_FINISH"}
+               "FINISH": "OPCODE_FINISH", "EPI": "OPCODE_EPI"}
 
 
 def offset(name: str) -> int:

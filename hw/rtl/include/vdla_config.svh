@@ -2,7 +2,7 @@
 // Regenerate: vdla gen-header --config NAME -o FILE
 `ifndef VDLA_CONFIG_SVH
 `define VDLA_CONFIG_SVH
-`define VDLA_ISA_VERSION 1
+`define VDLA_ISA_VERSION 2
 `define VDLA_CONFIG_HASH 32'he5355027
 `define VDLA_BATCH 1
 `define VDLA_BLOCK_IN 16

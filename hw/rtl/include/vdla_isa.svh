@@ -8,6 +8,7 @@
 `define VDLA_OP_GEMM 3'd2
 `define VDLA_OP_FINISH 3'd3
 `define VDLA_OP_ALU 3'd4
+`define VDLA_OP_EPI 3'd5
 `define VDLA_MEM_UOP 3'd0
 `define VDLA_MEM_WGT 3'd1
 `define VDLA_MEM_INP 3'd2
@@ -74,10 +75,22 @@
 `define VDLA_F_WGT_FACTOR_OUT_W 10
 `define VDLA_F_WGT_FACTOR_IN_LSB 118
 `define VDLA_F_WGT_FACTOR_IN_W 10
+`define VDLA_F_INIT_LSB 63
+`define VDLA_F_INIT_W 1
 `define VDLA_F_ALU_OPCODE_LSB 108
 `define VDLA_F_ALU_OPCODE_W 3
 `define VDLA_F_USE_IMM_LSB 111
 `define VDLA_F_USE_IMM_W 1
 `define VDLA_F_IMM_LSB 112
 `define VDLA_F_IMM_W 16
+`define VDLA_F_REQ_LSB 7
+`define VDLA_F_REQ_W 1
+`define VDLA_F_RELU_LSB 8
+`define VDLA_F_RELU_W 1
+`define VDLA_F_SHIFT_LSB 9
+`define VDLA_F_SHIFT_W 5
+`define VDLA_F_BIAS_LSB 14
+`define VDLA_F_BIAS_W 1
+`define VDLA_F_BIAS_BASE_LSB 16
+`define VDLA_F_BIAS_BASE_W 16
 `endif

@@ -13,6 +13,7 @@ from pathlib import Path
 from vdla.isa.instructions import (
     ALU_FIELDS,
     COMMON_FIELDS,
+    EPI_FIELDS,
     GEMM_FIELDS,
     INSN_BITS,
     MEM_FIELDS,
@@ -36,7 +37,7 @@ def isa_header() -> str:
     lines += [f"`define VDLA_MEM_{m.name} 3'd{m.value}" for m in MemType]
     lines += [f"`define VDLA_ALU_{a.name} 3'd{a.value}" for a in AluOp]
     seen: dict[str, tuple[int, int]] = {}
-    for name, lsb, width in COMMON_FIELDS + MEM_FIELDS + GEMM_FIELDS + ALU_FIELDS:
+    for name, lsb, width in COMMON_FIELDS + MEM_FIELDS + GEMM_FIELDS + ALU_FIELDS + EPI_FIELDS:
         if seen.setdefault(name, (lsb, width)) != (lsb, width):
             raise ValueError(f"field {name} has two layouts")
     for name, (lsb, width) in seen.items():

@@ -7,7 +7,7 @@ Every parameter comes from :class:`vdla.config.Timing`; the RTL implements the s
 from __future__ import annotations
 
 from vdla.config import HwConfig
-from vdla.isa import AluInsn, FinishInsn, GemmInsn, Insn, MemInsn, MemType, elem_bytes
+from vdla.isa import AluInsn, EpiInsn, FinishInsn, GemmInsn, Insn, MemInsn, MemType, elem_bytes
 
 
 def burst_beats(addr: int, nbytes: int, bus_bytes: int, max_beats: int) -> tuple[int, int]:
@@ -50,7 +50,7 @@ class CycleModel:
         if isinstance(insn, AluInsn):  # one ACC read port: a second operand costs alu_ii cycles per iteration
             ii = 1 if insn.reset or insn.use_imm else t.alu_ii
             return t.alu_setup + insn.iterations * ii + t.alu_pipeline
-        if isinstance(insn, FinishInsn) or (isinstance(insn, MemInsn) and insn.is_nop):
+        if isinstance(insn, FinishInsn | EpiInsn) or (isinstance(insn, MemInsn) and insn.is_nop):
             return t.nop_cycles
         beats, bursts = transfer_shape(insn, self.cfg)
         data = beats + bursts * t.dma_row_overhead

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from vdla.config import HwConfig
 from vdla.isa import (
     AluInsn,
+    EpiInsn,
     FinishInsn,
     GemmInsn,
     Insn,
@@ -94,6 +95,7 @@ class _Run:
     def __init__(self, sim: Simulator, dram: Dram, insns: list[Insn], max_cycles: int | None, timeline: bool,
                  functional: bool):
         self.sim, self.cfg, self.dram, self.insns, self.functional = sim, sim.cfg, dram, insns, functional
+        sim.sram.epi = EpiInsn()  # START resets the epilogue state; the buffers keep their contents
         self.max_cycles, self.want_timeline = max_cycles, timeline
         t = self.cfg.timing
         self.by_stage: list[list[int]] = [[], [], []]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from vdla.config import HwConfig
-from vdla.isa import AluInsn, AluOp, GemmInsn, Insn, MemInsn, MemType, decode_uops, elem_bytes
+from vdla.isa import AluInsn, AluOp, EpiInsn, GemmInsn, Insn, MemInsn, MemType, decode_uops, elem_bytes
 from vdla.runtime.dram import Dram
 
 EXACT_TERMS = 1 << 10  # int8 x int8 products whose float32 sum is exact: 1024 * 2^14 = 2^24
@@ -21,10 +21,11 @@ class ExecError(RuntimeError):
 
 
 class Sram:
-    """The accelerator's on-chip buffers.
+    """The accelerator's on-chip buffers and the compute stage's epilogue state.
 
     INP and WGT hold int8 values in float32 arrays: GEMMs run as float32 BLAS products, which are exact
-    for integer sums below 2^24 (up to 1024 int8 x int8 terms; longer sums are split).
+    for integer sums below 2^24 (up to 1024 int8 x int8 terms; longer sums are split). OUT mirrors ACC
+    as int8: every ACC write also writes its OUT row, truncated or (after an EPI with ``req``) requantized.
     """
 
     def __init__(self, cfg: HwConfig):
@@ -32,7 +33,16 @@ class Sram:
         self.inp = np.zeros((cfg.inp_depth, cfg.batch, cfg.block_in), np.float32)
         self.wgt = np.zeros((cfg.wgt_depth, cfg.block_out, cfg.block_in), np.float32)
         self.acc = np.zeros((cfg.acc_depth, cfg.batch, cfg.block_out), np.int32)
+        self.out = np.zeros((cfg.acc_depth, cfg.batch, cfg.block_out), np.int8)
         self.uop = np.zeros(cfg.uop_depth, np.uint32)
+        self.epi = EpiInsn()
+
+    def mirror(self, rows: np.ndarray | slice) -> None:
+        """Write the OUT rows of freshly written ACC rows."""
+        v = self.acc[rows]
+        if self.epi.req:
+            v = _alu_apply(AluOp.REQ, v.astype(np.int64), np.int64(self.epi.shift | self.epi.relu << 5))
+        self.out[rows] = v.astype(np.int8)
 
 
 def _row_index(insn: MemInsn) -> np.ndarray:
@@ -71,10 +81,12 @@ def exec_load(sram: Sram, insn: MemInsn, dram: Dram) -> None:
         raise ExecError(f"SRAM tile [{insn.sram_base}, {insn.sram_base + n}) exceeds the "
                         f"{mem.name} buffer depth {len(target)}")
     target[insn.sram_base:insn.sram_base + n] = tile.reshape((n,) + target.shape[1:])
+    if target is sram.acc:
+        sram.mirror(slice(insn.sram_base, insn.sram_base + n))
 
 
 def exec_store(sram: Sram, insn: MemInsn, dram: Dram) -> None:
-    """STORE y_size x x_size accumulator rows, truncated to 8 bits."""
+    """STORE y_size x x_size rows of the OUT mirror (int8) of the accumulators."""
     if insn.is_nop:
         return
     n = insn.y_size * insn.x_size
@@ -82,7 +94,7 @@ def exec_store(sram: Sram, insn: MemInsn, dram: Dram) -> None:
         raise ExecError(f"STORE reads ACC [{insn.sram_base}, {insn.sram_base + n}) beyond depth {len(sram.acc)}")
     eb = sram.cfg.out_elem_bytes
     elems, idx = _dram_elems(dram, insn, eb)
-    elems[idx] = sram.acc[insn.sram_base:insn.sram_base + n].astype(np.int8).reshape(n, -1).view(np.uint8)
+    elems[idx] = sram.out[insn.sram_base:insn.sram_base + n].reshape(n, -1).view(np.uint8)
 
 
 def _loop_indices(sram: Sram, insn: GemmInsn | AluInsn, names: tuple[str, ...]) -> list[np.ndarray]:
@@ -97,6 +109,13 @@ def _loop_indices(sram: Sram, insn: GemmInsn | AluInsn, names: tuple[str, ...]) 
     return out
 
 
+def _distinct(idx: np.ndarray, depth: int) -> np.ndarray:
+    """The distinct indices, ascending (a mask pass: cheaper than sorting the iterations)."""
+    mask = np.zeros(depth, bool)
+    mask[idx.reshape(-1)] = True
+    return np.flatnonzero(mask)
+
+
 def _check_range(idx: np.ndarray, depth: int, what: str) -> None:
     hi = int(idx.max())
     if hi >= depth:
@@ -104,20 +123,53 @@ def _check_range(idx: np.ndarray, depth: int, what: str) -> None:
 
 
 def exec_gemm(sram: Sram, insn: GemmInsn) -> None:
-    """ACC[dst] (+)= INP[src] x WGT[wgt]^T over the micro-op loop."""
+    """ACC[dst] (+)= INP[src] x WGT[wgt]^T over the micro-op loop (see :class:`GemmInsn` for ``init``)."""
     cfg = sram.cfg
     dst, src, wgt = _loop_indices(sram, insn, ("dst", "src", "wgt"))  # each (iter_out, iter_in, uops)
     _check_range(dst, cfg.acc_depth, "GEMM ACC (dst)")
+    touched = _distinct(dst, cfg.acc_depth)
     if insn.reset:
-        sram.acc[dst.reshape(-1)] = 0
+        sram.acc[touched] = 0
+        sram.mirror(touched)
         return
     _check_range(src, cfg.inp_depth, "GEMM INP (src)")
     _check_range(wgt, cfg.wgt_depth, "GEMM WGT (wgt)")
-    if np.all(wgt == wgt[:, :, :1]):
-        rows, sums = _loop_products(sram, insn, dst, src, wgt[:, :, 0])
+    if insn.init and not _init_accumulators(sram, insn, dst):
+        _gemm_sequential(sram, dst, src, wgt)
     else:
-        rows, sums = dst.reshape(-1), _products(sram, src.reshape(-1), wgt.reshape(-1))
-    _accumulate(sram.acc, rows, sums)
+        if np.all(wgt == wgt[:, :, :1]):
+            rows, sums = _loop_products(sram, insn, dst, src, wgt[:, :, 0])
+        else:
+            rows, sums = dst.reshape(-1), _products(sram, src.reshape(-1), wgt.reshape(-1))
+        _accumulate(sram.acc, rows, sums)
+    sram.mirror(touched)
+
+
+def _init_accumulators(sram: Sram, insn: GemmInsn, dst: np.ndarray) -> bool:
+    """Set every accumulator of an ``init`` GEMM to its init value (the bias row of the iteration that
+    first touches it, or zero). False, changing nothing, when a bias row is itself a destination: then
+    only a sequential execution is exact."""
+    if not sram.epi.bias:
+        sram.acc[_distinct(dst, sram.cfg.acc_depth)] = 0
+        return True
+    _check_range(np.array([sram.epi.bias_base + insn.iter_out - 1]), sram.cfg.acc_depth, "GEMM init bias row")
+    rows, first = np.unique(dst.reshape(-1), return_index=True)
+    bias = sram.epi.bias_base + first // (dst.shape[1] * dst.shape[2])
+    if np.isin(bias, rows).any():
+        return False
+    sram.acc[rows] = sram.acc[bias]
+    return True
+
+
+def _gemm_sequential(sram: Sram, dst: np.ndarray, src: np.ndarray, wgt: np.ndarray) -> None:
+    """An ``init`` GEMM one iteration at a time, in execution order."""
+    seen: set[int] = set()
+    for (o, i, u), d in np.ndenumerate(dst):
+        d = int(d)
+        base = sram.acc[d] if d in seen else sram.acc[sram.epi.bias_base + o]
+        seen.add(d)
+        prod = sram.inp[src[o, i, u]] @ sram.wgt[wgt[o, i, u]].T
+        sram.acc[d] = (base.astype(np.int64) + prod.astype(np.int64)).astype(np.int32)
 
 
 def _loop_products(sram: Sram, insn: GemmInsn, dst: np.ndarray, src: np.ndarray, wgt: np.ndarray
@@ -213,7 +265,7 @@ def _alu_apply(op: AluOp, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         r = np.minimum(np.maximum(shifted, np.where(b & 0x20, 0, -128)), 127)
     else:
         raise ExecError(f"unknown ALU opcode {op}")
-    return (r & 0xFFFFFFFF).astype(np.uint32).view(np.int32)
+    return (np.asarray(r) & 0xFFFFFFFF).astype(np.uint32).view(np.int32)
 
 
 def exec_alu(sram: Sram, insn: AluInsn) -> None:
@@ -240,6 +292,7 @@ def exec_alu(sram: Sram, insn: AluInsn) -> None:
         for n in range(dst.size):  # a source is also a destination: only a sequential order is exact
             a = np.int64(0) if insn.reset else acc[dst[n]].astype(np.int64)
             acc[dst[n]] = _alu_apply(insn.alu_opcode, a, acc[src[n]].astype(np.int64))
+        sram.mirror(_distinct(dst, cfg.acc_depth))
         return
     imm = np.int64(insn.imm)
     for r in range(int(rank.max()) + 1):
@@ -248,13 +301,16 @@ def exec_alu(sram: Sram, insn: AluInsn) -> None:
         b = imm if insn.use_imm else acc[src[sel]].astype(np.int64)
         a = np.zeros(acc[d].shape, np.int64) if insn.reset else acc[d].astype(np.int64)
         acc[d] = _alu_apply(insn.alu_opcode, a, b)
+    sram.mirror(_distinct(dst, cfg.acc_depth))
 
 
 def execute(sram: Sram, insn: Insn, dram: Dram) -> None:
-    """Apply one instruction to the buffers and DRAM (FINISH and no-ops change nothing)."""
+    """Apply one instruction to the buffers and DRAM (FINISH and no-ops change nothing; EPI sets state)."""
     if isinstance(insn, MemInsn):
         (exec_store if insn.store else exec_load)(sram, insn, dram)
     elif isinstance(insn, GemmInsn):
         exec_gemm(sram, insn)
     elif isinstance(insn, AluInsn):
         exec_alu(sram, insn)
+    elif isinstance(insn, EpiInsn):
+        sram.epi = insn
