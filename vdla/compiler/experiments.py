@@ -142,7 +142,8 @@ def plot_roofline(off: list[LayerRecord], on: list[LayerRecord], cfg: HwConfig, 
     x = np.geomspace(min(xs + [cfg.ridge_intensity]) / 2, max(xs + [cfg.ridge_intensity]) * 2, 200)
     ax.plot(x, np.minimum(cfg.peak_gops, cfg.peak_bandwidth_gbs * x), color="black", lw=2, label="roofline")
     ax.axvline(cfg.ridge_intensity, color="gray", ls=":", lw=1)
-    ax.annotate(f"compute roof {cfg.peak_gops:g} GOPS", (x[-1], cfg.peak_gops), ha="right", va="bottom")
+    ax.annotate(f"compute roof {cfg.peak_gops:g} GOPS", (x[-1], cfg.peak_gops), textcoords="offset points",
+                xytext=(0, 14), ha="right", va="bottom")
     ax.annotate(f"bandwidth roof {cfg.peak_bandwidth_gbs:g} GB/s", (x[2], cfg.peak_bandwidth_gbs * x[2]),
                 textcoords="offset points", xytext=(12, -4), ha="left", va="top")
     ax.annotate(f"ridge {cfg.ridge_intensity:g} ops/byte", (cfg.ridge_intensity, min(r.gops for r in off + on)),
@@ -158,6 +159,7 @@ def plot_roofline(off: list[LayerRecord], on: list[LayerRecord], cfg: HwConfig, 
         ax.annotate(b.name, (b.intensity, b.gops), textcoords="offset points", xytext=(4, 4), fontsize=8)
     ax.set_xscale("log")
     ax.set_yscale("log")
+    ax.set_ylim(top=cfg.peak_gops * 1.25)  # room for the compute roof's label above the layers near it
     for axis in (ax.xaxis, ax.yaxis):
         axis.set_major_locator(ticker.LogLocator(subs=(1, 2, 5)))
         axis.set_major_formatter(ticker.FormatStrFormatter("%g"))
