@@ -348,7 +348,7 @@ class ThreadBuilder:
         loads: list[Load] = []
         if inp:
             loads += self.input_loads(t, ib0, nic)
-        wic, w_ic0 = (low.ib, 0) if self.resident else (nic, ib0)
+        wic, w_ic0 = self.wgt_span(ib0, nic)
         if wgt:
             loads += [Load(MemType.WGT, self.wgt_base(t, ib0, nic) + tr.sram, "wgt", tr.offset, tr.y, tr.x,
                            tr.stride)
@@ -365,6 +365,10 @@ class ThreadBuilder:
             cuts.append((len(compute), len(stores)))
         return Block(self.thread, tuple(loads), tuple(compute), tuple(stores), tuple(cuts) if len(cuts) > 1 else ())
 
+    def wgt_span(self, ib0: int, nic: int) -> tuple[int, int]:
+        """(input-channel blocks, first block) of the weights the thread's WGT layout holds for a step."""
+        return (self.low.ib, 0) if self.resident else (nic, ib0)
+
     def wgt_base(self, t: Tile, ib0: int, nic: int) -> int:
         """Where the weights of the tile's output channels for the step starting at ``ib0`` begin."""
         low = self.low
@@ -377,7 +381,7 @@ class ThreadBuilder:
         low = self.low
         sub = replace(t, ob=t.ob + o0, noc=noc)
         acc = self.acc["tile"] + o0 * t.noh * t.now
-        wic, w_ic0 = (low.ib, 0) if self.resident else (nic, ib0)
+        wic, w_ic0 = self.wgt_span(ib0, nic)
         wgt0 = self.wgt_base(sub, ib0, nic) + (0 if low.weights_shared else o0 * wic * low.taps)
         nest = low.gemm_nest(noc, t.noh, t.now, nic, wic)
         base = (acc, self.step_inp0(ib0), wgt0 + (ib0 - w_ic0) * low.taps)
