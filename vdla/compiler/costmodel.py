@@ -18,7 +18,7 @@ from functools import lru_cache
 import numpy as np
 
 from vdla.compiler.ir import Alu, Epi, Gemm, Load, Op, Store
-from vdla.compiler.schedule import TAIL_PARTS, ConvLowering, Schedule, ThreadBuilder, Tile
+from vdla.compiler.schedule import ConvLowering, Schedule, ThreadBuilder, Tile, tail_groups
 from vdla.compiler.vthreads import ENDS, interleave, thread_deps
 from vdla.config import HwConfig
 from vdla.isa import AluInsn, EpiInsn, GemmInsn, Insn, MemInsn, MemType, elem_bytes
@@ -175,8 +175,7 @@ class CostModel:
 
     def tail_parts(self, s: Schedule) -> int:
         """Parts a thread's last block is split in (see :meth:`ThreadBuilder.blocks`)."""
-        noc = self.step_costs(s).size[0]
-        return -(-noc // -(-noc // TAIL_PARTS))
+        return len(tail_groups(self.step_costs(s).size[0]))
 
     def estimate(self, s: Schedule) -> Estimate:
         """Event simulation of the interleaved blocks on the three stages, each stage taking its blocks in

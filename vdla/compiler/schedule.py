@@ -91,6 +91,11 @@ def _ranges(total: int, size: int) -> list[tuple[int, int]]:
     return [(start, min(size, total - start)) for start in range(0, total, size)]
 
 
+def tail_groups(noc: int) -> list[tuple[int, int]]:
+    """The output-channel groups (first block, blocks) a split block hands to the store stage one by one."""
+    return _ranges(noc, -(-noc // TAIL_PARTS))
+
+
 def _changed(*keys: np.ndarray) -> np.ndarray:
     """True at the first position and wherever any key differs from the previous position."""
     diff = np.zeros(len(keys[0]), bool)
@@ -205,8 +210,11 @@ class ConvLowering:
         if not out:
             wic = self.ib if self.weights_resident(s) else s.tic
             oc, rest = self.oc_axis(self.gemm_nest(s.toc, s.toh, s.tow, s.tic, wic), s.toc)
-            n = uop_count((oc if fits_loop(oc, self.limits) else UNIT_AXIS,) + rest, self.limits, pin_outer=True)
-            if n > self.cfg.uop_depth:
+            n = uop_count((oc,) + rest, self.limits, pin_outer=True) if fits_loop(oc, self.limits) else 0
+            if not n:
+                out.append(f"the tile's output-channel loop (strides {oc[1]}) does not fit the GEMM loop fields "
+                           f"{self.limits.max_factor} that step the bias rows")
+            elif n > self.cfg.uop_depth:
                 out.append(f"the GEMM micro-kernel needs {n} micro-ops, the UOP buffer holds {self.cfg.uop_depth}")
         return out
 
@@ -335,14 +343,14 @@ class ThreadBuilder:
         The thread's last block is split in up to TAIL_PARTS parts: the stream ends with every thread's last
         stores, which then overlap the last GEMMs instead of queueing behind them."""
         pairs = [(tile, k) for tile in tiles for k in range(len(steps))]
-        return [self.block(tile, k, steps[k], len(steps), *f, parts=TAIL_PARTS if j == len(pairs) - 1 else 1)
+        return [self.block(tile, k, steps[k], len(steps), *f, split=j == len(pairs) - 1)
                 for j, ((tile, k), f) in enumerate(zip(pairs, fresh.tolist()))]
 
     def block(self, t: Tile, k: int, step: tuple[int, int], nsteps: int, inp: bool = True,
-              wgt: bool = True, parts: int = 1) -> Block:
-        """One step of a tile; ``inp``/``wgt`` say whether its input window and weights must be loaded. The
-        last step of a tile split in ``parts`` hands each group of output channels to the store stage as
-        soon as its GEMM is done."""
+              wgt: bool = True, split: bool = False) -> Block:
+        """One step of a tile; ``inp``/``wgt`` say whether its input window and weights must be loaded. With
+        ``split``, the tile's last step hands each output-channel group (:func:`tail_groups`) to the store
+        stage as soon as its GEMM is done."""
         ib0, nic = step
         low = self.low
         loads: list[Load] = []
@@ -354,7 +362,7 @@ class ThreadBuilder:
                            tr.stride)
                       for tr in plan_transfers(0, (t.ob * low.ib + w_ic0) * low.taps,
                                                [(t.noc, low.ib * low.taps), (wic, low.taps), (low.taps, 1)])]
-        groups = _ranges(t.noc, -(-t.noc // parts)) if k == nsteps - 1 else [(0, t.noc)]
+        groups = tail_groups(t.noc) if split and k == nsteps - 1 else [(0, t.noc)]
         compute: list[Op] = []
         stores: list[Store] = []
         cuts = []
@@ -404,20 +412,12 @@ class ThreadBuilder:
         return self.inp0 + ib0 * self.low.in_rows(self.s.toh) * self.low.in_cols(self.s.tow)
 
     def init_gemms(self, t: Tile, nest: tuple, base: tuple[int, int, int]) -> list[Op]:
-        """The first step's EPI and GEMM with ``init``, its outer loop stepping through the tile's bias rows
-        (one pair per output-channel block when that axis does not fit a loop level)."""
+        """The first step's EPI and GEMM with ``init``, its outer loop stepping through the tile's bias rows."""
         low, m = self.low, self.low.out_mode
         bias = low.rows_base + low.rows.index("bias") * low.ob + t.ob if low.epi.bias else None
         oc, rest = low.oc_axis(nest, t.noc)
-        if fits_loop(oc, low.limits):
-            return [Epi(m.req, m.relu, m.shift, bias),
-                    Gemm(lower_nest((oc,) + rest, base, low.limits, pin_outer=True), init=True)]
-        ops: list[Op] = []
-        for j in range(t.noc):
-            at = tuple(b + j * s for b, s in zip(base, oc[1]))
-            ops += [Epi(m.req, m.relu, m.shift, None if bias is None else bias + j),
-                    Gemm(lower_nest((UNIT_AXIS,) + rest, at, low.limits, pin_outer=True), init=True)]
-        return ops
+        return [Epi(m.req, m.relu, m.shift, bias),
+                Gemm(lower_nest((oc,) + rest, base, low.limits, pin_outer=True), init=True)]
 
     def elementwise(self, t: Tile, operand: str | None, acc: int, res: int) -> MicroKernel:
         """A kernel over the tile's accumulators (from ``acc``) reading ``operand`` alongside: its channel
