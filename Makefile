@@ -23,7 +23,8 @@ test-all: $(STAMP)
 	$(PY) -m pytest -q -m ''
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check vdla tests benchmarks
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 bench: $(STAMP)
 	$(PY) benchmarks/sim_speed.py --json out/sim_speed.json

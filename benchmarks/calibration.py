@@ -33,8 +33,9 @@ def main(argv: list[str] | None = None) -> int:
     worst = max(abs(r["error"]) for r in records)
     worst_gemm = max(abs(r["error"]) for r in records if r["kind"] == "gemm")
     met = worst <= 0.05 and worst_gemm <= 0.02
-    print(f"worst error {worst:.2%} (target 5%), GEMM-bound {worst_gemm:.2%} (target 2%): "
-          f"{'met' if met else 'NOT met'}")
+    print(
+        f"worst error {worst:.2%} (target 5%), GEMM-bound {worst_gemm:.2%} (target 2%): {'met' if met else 'NOT met'}"
+    )
     return 0 if met else 1
 
 

@@ -59,10 +59,18 @@ def main(argv: list[str] | None = None) -> int:
             cycles, correct = 0, False
             break
     best, median = min(walls), statistics.median(walls)
-    result = {"cycles": cycles, "runs": len(walls), "wall_s_best": round(best, 4), "wall_s_median": round(median, 4),
-              "cycles_per_s": round(cycles / best), "cycles_per_s_median": round(cycles / median),
-              "correct": correct, "build_s": round(built.seconds, 2), "build_cached": built.cached,
-              "config": cfg.name}
+    result = {
+        "cycles": cycles,
+        "runs": len(walls),
+        "wall_s_best": round(best, 4),
+        "wall_s_median": round(median, 4),
+        "cycles_per_s": round(cycles / best),
+        "cycles_per_s_median": round(cycles / median),
+        "correct": correct,
+        "build_s": round(built.seconds, 2),
+        "build_cached": built.cached,
+        "config": cfg.name,
+    }
     print(json.dumps(result, indent=2))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2) + "\n")

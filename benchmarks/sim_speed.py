@@ -38,11 +38,19 @@ def measure(config: str, size: tuple[int, int, int], vthreads: int, repeats: int
     c = res.run.counters
     iters = c.gemm_iters + c.gemm_reset_iters + c.alu_iters
     wall = statistics.median(sim_walls)
-    return {"config": config, "size": list(size), "vthreads": vthreads, "uop_iters": iters, "wall_s": wall,
-            "end_to_end_s": statistics.median(walls), "uop_iters_per_s": iters / wall, "cycles": c.cycles,
-            "utilization": c.utilization,
-            "instructions": sum(c.insn_counts.values()),
-            "correct": bool(np.array_equal(res.out, reference_matmul(a, b, 12)))}
+    return {
+        "config": config,
+        "size": list(size),
+        "vthreads": vthreads,
+        "uop_iters": iters,
+        "wall_s": wall,
+        "end_to_end_s": statistics.median(walls),
+        "uop_iters_per_s": iters / wall,
+        "cycles": c.cycles,
+        "utilization": c.utilization,
+        "instructions": sum(c.insn_counts.values()),
+        "correct": bool(np.array_equal(res.out, reference_matmul(a, b, 12))),
+    }
 
 
 def main() -> int:
@@ -53,16 +61,35 @@ def main() -> int:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--json", help="write the headline record here")
     args = p.parse_args()
-    rows = [measure(args.config, (256, 256, 256), args.vthreads, args.repeats),
-            measure(args.config, tuple(args.size), args.vthreads, args.repeats)]
+    rows = [
+        measure(args.config, (256, 256, 256), args.vthreads, args.repeats),
+        measure(args.config, tuple(args.size), args.vthreads, args.repeats),
+    ]
     table = Table(title="vdla simulator speed (tiled int8 matmul, median wall time)")
-    for col in ("M x K x N", "uop-iters", "instructions", "cycles", "utilization", "sim s", "M uop-iters/s",
-                "end-to-end s", "correct"):
+    for col in (
+        "M x K x N",
+        "uop-iters",
+        "instructions",
+        "cycles",
+        "utilization",
+        "sim s",
+        "M uop-iters/s",
+        "end-to-end s",
+        "correct",
+    ):
         table.add_column(col, justify="right")
     for r in rows:
-        table.add_row("x".join(map(str, r["size"])), f"{r['uop_iters']:,}", f"{r['instructions']:,}",
-                      f"{r['cycles']:,}", f"{r['utilization']:.1%}", f"{r['wall_s']:.3f}",
-                      f"{r['uop_iters_per_s'] / 1e6:.1f}", f"{r['end_to_end_s']:.3f}", str(r["correct"]))
+        table.add_row(
+            "x".join(map(str, r["size"])),
+            f"{r['uop_iters']:,}",
+            f"{r['instructions']:,}",
+            f"{r['cycles']:,}",
+            f"{r['utilization']:.1%}",
+            f"{r['wall_s']:.3f}",
+            f"{r['uop_iters_per_s'] / 1e6:.1f}",
+            f"{r['end_to_end_s']:.3f}",
+            str(r["correct"]),
+        )
     Console(width=140).print(table)
     headline = rows[-1]
     if args.json:

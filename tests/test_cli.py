@@ -50,8 +50,9 @@ def test_asm_errors_are_reported_and_leave_no_output(tmp_path, capsys):
 def test_matmul_demo_job(tmp_path, capsys, config):
     out = tmp_path / "c.json"
     trace = tmp_path / "t.json"
-    assert main(["matmul", "--config", config, "--size", "64", "64", "64", "--json", str(out),
-                 "--trace", str(trace)]) == 0
+    assert (
+        main(["matmul", "--config", config, "--size", "64", "64", "64", "--json", str(out), "--trace", str(trace)]) == 0
+    )
     counters = json.loads(out.read_text())
     assert counters["correct"] is True and counters["gemm_iters"] > 0
     assert json.loads(trace.read_text())["traceEvents"]
@@ -75,10 +76,26 @@ def test_run_program_with_data(tmp_path, capsys):
     # the ALU's micro-op (dst 0, src 0) is the zero word at 0x10200000 (UOP element 0x4080000)
     out = tmp_path / "out.bin"
     counters = tmp_path / "c.json"
-    assert main(["run", str(src), "--load", f"0x10100000={tmp_path / 'acc.npy'}",
-                 "--dump", f"0x10200000:32={out}", "--json", str(counters), "--trace", str(tmp_path / "t.json")]) == 0
-    np.testing.assert_array_equal(np.frombuffer(out.read_bytes(), np.int8).reshape(2, 16),
-                                  ((acc >> 4) & 0xFF).astype(np.uint8).view(np.int8))
+    assert (
+        main(
+            [
+                "run",
+                str(src),
+                "--load",
+                f"0x10100000={tmp_path / 'acc.npy'}",
+                "--dump",
+                f"0x10200000:32={out}",
+                "--json",
+                str(counters),
+                "--trace",
+                str(tmp_path / "t.json"),
+            ]
+        )
+        == 0
+    )
+    np.testing.assert_array_equal(
+        np.frombuffer(out.read_bytes(), np.int8).reshape(2, 16), ((acc >> 4) & 0xFF).astype(np.uint8).view(np.int8)
+    )
     assert json.loads(counters.read_text())["alu_iters"] == 2
     capsys.readouterr()
     bad = tmp_path / "dead.s"

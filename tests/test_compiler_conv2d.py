@@ -30,18 +30,31 @@ def rand(rng, shape, lo=-128, hi=128, dtype=np.int8):
 
 
 @settings(max_examples=30, deadline=None)
-@given(cfg=st.sampled_from(CONFIGS), n=st.integers(1, 2), c=st.integers(1, 40), oc=st.integers(1, 40),
-       h=st.integers(1, 12), w=st.integers(1, 12), k=st.sampled_from([1, 3, 5, 7]), s=st.integers(1, 2),
-       pads=st.tuples(*[st.integers(0, 6)] * 4), vthreads=st.sampled_from([1, 2, 3, 4, "auto"]),
-       relu=st.booleans(), bias=st.booleans(), shift=st.integers(0, 12), seed=st.integers(0, 2**16))
+@given(
+    cfg=st.sampled_from(CONFIGS),
+    n=st.integers(1, 2),
+    c=st.integers(1, 40),
+    oc=st.integers(1, 40),
+    h=st.integers(1, 12),
+    w=st.integers(1, 12),
+    k=st.sampled_from([1, 3, 5, 7]),
+    s=st.integers(1, 2),
+    pads=st.tuples(*[st.integers(0, 6)] * 4),
+    vthreads=st.sampled_from([1, 2, 3, 4, "auto"]),
+    relu=st.booleans(),
+    bias=st.booleans(),
+    shift=st.integers(0, 12),
+    seed=st.integers(0, 2**16),
+)
 def test_conv2d_bit_exact(devices, cache, cfg, n, c, oc, h, w, k, s, pads, vthreads, relu, bias, shift, seed):
     pad = tuple(min(p, k - 1) for p in pads)
     assume(h + pad[0] + pad[1] >= k and w + pad[2] + pad[3] >= k)
     rng = np.random.default_rng(seed)
     x, wt = rand(rng, (n, c, h, w)), rand(rng, (oc, c, k, k))
     b = rng.integers(-50000, 50000, oc) if bias else None
-    layer = compile_conv2d(x.shape, wt, stride=s, padding=pad, bias=b, shift=shift, relu=relu, config=cfg,
-                           vthreads=vthreads, cache=cache)
+    layer = compile_conv2d(
+        x.shape, wt, stride=s, padding=pad, bias=b, shift=shift, relu=relu, config=cfg, vthreads=vthreads, cache=cache
+    )
     out = layer.run(devices[cfg], x).out
     ref = conv2d_reference(x, wt, layer.spec, bias=b, shift=shift, bounds=layer.epilogue.bounds)
     np.testing.assert_array_equal(out, ref)
@@ -105,8 +118,15 @@ def test_resnet_c1_with_padded_channels_is_exact(devices, cache):
     assert run.counters.utilization > 0.85
 
 
-@pytest.mark.parametrize("kernel, stride, pad", [((1, 3), (2, 1), (0, 0, 1, 1)), ((3, 1), (1, 2), (1, 1, 0, 0)),
-                                                 ((2, 5), (2, 3), (1, 0, 2, 1)), ((1, 1), (3, 2), (0, 0, 0, 0))])
+@pytest.mark.parametrize(
+    "kernel, stride, pad",
+    [
+        ((1, 3), (2, 1), (0, 0, 1, 1)),
+        ((3, 1), (1, 2), (1, 1, 0, 0)),
+        ((2, 5), (2, 3), (1, 0, 2, 1)),
+        ((1, 1), (3, 2), (0, 0, 0, 0)),
+    ],
+)
 @pytest.mark.parametrize("cfg", ["pynq", "batch2"])
 def test_non_square_kernels_strides_and_pads(devices, cache, cfg, kernel, stride, pad):
     rng = np.random.default_rng(11)

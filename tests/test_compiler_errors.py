@@ -13,23 +13,26 @@ def w8(*shape):
     return np.ones(shape, np.int8)
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    ({"dilation": 2}, "dilation"),
-    ({"groups": 2}, "groups=2"),
-    ({"padding": 16, "kernel": 17}, "4-bit LOAD pad fields: at most 15"),
-    ({"padding": 3}, r"smaller than the kernel 3x3 .* at most 2 rows"),
-    ({"padding": "same", "kernel": 4}, "odd kernel"),
-    ({"stride": 0}, "sh must be a positive integer"),
-    ({"shift": 40}, r"shift 40 outside the ALU shift range \[0, 31\]"),
-    ({"clip": (0, 300)}, "STORE writes int8"),
-    ({"residual": "int16"}, "residual dtype"),
-    ({"multiplier": 2.5}, "multiplier must be integer"),
-    ({"multiplier": 1 << 40}, "multiplier must fit in int32"),
-    ({"bias": np.zeros(5)}, "bias must be integer"),
-    ({"bias": np.zeros(5, np.int64)}, r"bias has shape \(5,\), expected \(8,\)"),
-    ({"multiplier": np.ones(3, np.int32)}, r"multiplier has shape \(3,\), expected \(8,\)"),
-    ({"vthreads": 0}, "vthreads must be a positive integer"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"dilation": 2}, "dilation"),
+        ({"groups": 2}, "groups=2"),
+        ({"padding": 16, "kernel": 17}, "4-bit LOAD pad fields: at most 15"),
+        ({"padding": 3}, r"smaller than the kernel 3x3 .* at most 2 rows"),
+        ({"padding": "same", "kernel": 4}, "odd kernel"),
+        ({"stride": 0}, "sh must be a positive integer"),
+        ({"shift": 40}, r"shift 40 outside the ALU shift range \[0, 31\]"),
+        ({"clip": (0, 300)}, "STORE writes int8"),
+        ({"residual": "int16"}, "residual dtype"),
+        ({"multiplier": 2.5}, "multiplier must be integer"),
+        ({"multiplier": 1 << 40}, "multiplier must fit in int32"),
+        ({"bias": np.zeros(5)}, "bias must be integer"),
+        ({"bias": np.zeros(5, np.int64)}, r"bias has shape \(5,\), expected \(8,\)"),
+        ({"multiplier": np.ones(3, np.int32)}, r"multiplier has shape \(3,\), expected \(8,\)"),
+        ({"vthreads": 0}, "vthreads must be a positive integer"),
+    ],
+)
 def test_bad_layer_arguments(kwargs, match):
     k = kwargs.pop("kernel", 3)
     with pytest.raises(CompileError, match=match):

@@ -29,20 +29,31 @@ def test_conv2d_tensorizes_on_every_config(cfg, lanes):
 
 def test_nest_strides_follow_the_buffer_layouts():
     t = tensorize(conv2d_contraction(1, 32, 32, 4, 6, 3, 3, 2, 2, 1, 1), GemmIntrinsic.from_config(load_config("pynq")))
-    layouts = {"out": ((0, 1), (24, 1), (6, 1), (1, 1)), "lhs": ((0, 1), (117, 1), (13, 1), (1, 1)),
-               "rhs": ((18, 1), (9, 1), (3, 1), (1, 1))}
-    nest = dict(zip(("oc", "oh", "ow", "ic", "ky", "kx"),
-                    t.nest({"oc": 2, "oh": 4, "ow": 6, "ic": 2, "ky": 3, "kx": 3}, layouts,
-                           ("oc", "oh", "ow", "ic", "ky", "kx"))))
+    layouts = {
+        "out": ((0, 1), (24, 1), (6, 1), (1, 1)),
+        "lhs": ((0, 1), (117, 1), (13, 1), (1, 1)),
+        "rhs": ((18, 1), (9, 1), (3, 1), (1, 1)),
+    }
+    nest = dict(
+        zip(
+            ("oc", "oh", "ow", "ic", "ky", "kx"),
+            t.nest(
+                {"oc": 2, "oh": 4, "ow": 6, "ic": 2, "ky": 3, "kx": 3}, layouts, ("oc", "oh", "ow", "ic", "ky", "kx")
+            ),
+        )
+    )
     assert nest["oh"] == (4, (6, 26, 0))  # stride 2 rows of a 13-wide window
     assert nest["ow"] == (6, (1, 2, 0)) and nest["ic"] == (2, (0, 117, 9)) and nest["oc"] == (2, (24, 0, 18))
 
 
 def test_tensorize_rejects_a_computation_without_the_intrinsic_roles():
-    c = Contraction(extents=(("b", 1), ("oc", 4), ("ic", 4), ("j", 4)),
-                    out=Access("out", (dim("b"), dim("oc"))),
-                    lhs=Access("inp", (dim("b"), dim("ic"), dim("j"))),
-                    rhs=Access("wgt", (dim("oc"), dim("ic"), dim("j"))), reduce=("ic", "j"))
+    c = Contraction(
+        extents=(("b", 1), ("oc", 4), ("ic", 4), ("j", 4)),
+        out=Access("out", (dim("b"), dim("oc"))),
+        lhs=Access("inp", (dim("b"), dim("ic"), dim("j"))),
+        rhs=Access("wgt", (dim("oc"), dim("ic"), dim("j"))),
+        reduce=("ic", "j"),
+    )
     with pytest.raises(CompileError, match="lane 'i'.* matches axes \\['ic', 'j'\\]"):
         tensorize(c, GemmIntrinsic.from_config(load_config("pynq")))
 
@@ -65,8 +76,10 @@ def test_micro_kernel_visits_every_point_of_the_nest_once(nest, base):
     nest = tuple(nest)
     limits = Limits.of(load_config("pynq"))
     kernel = lower_nest(nest, base, limits)
-    want = [tuple(base[f] + sum(i * s[f] for i, (_, s) in zip(idx, nest)) for f in range(3))
-            for idx in itertools.product(*(range(e) for e, _ in nest))]
+    want = [
+        tuple(base[f] + sum(i * s[f] for i, (_, s) in zip(idx, nest)) for f in range(3))
+        for idx in itertools.product(*(range(e) for e, _ in nest))
+    ]
     assert sorted(expand(kernel)) == sorted(want)
     assert len(kernel.uops) == uop_count(nest, limits)
     assert all(max(kernel.factor_out[f], kernel.factor_in[f]) <= limits.max_factor[f] for f in range(3))
@@ -80,8 +93,9 @@ def test_contiguous_axes_merge_and_large_strides_stay_in_micro_ops():
 
 
 @settings(max_examples=80, deadline=None)
-@given(ext=st.lists(st.integers(1, 5), min_size=1, max_size=4), gaps=st.lists(st.integers(0, 3), min_size=4,
-                                                                                max_size=4))
+@given(
+    ext=st.lists(st.integers(1, 5), min_size=1, max_size=4), gaps=st.lists(st.integers(0, 3), min_size=4, max_size=4)
+)
 def test_transfers_cover_a_box_exactly(ext, gaps):
     strides, s = [], 1
     for e, g in zip(reversed(ext), gaps):  # each axis's DRAM stride is at least the inner box, maybe more
@@ -94,10 +108,12 @@ def test_transfers_cover_a_box_exactly(ext, gaps):
         for r, c in itertools.product(range(tr.y), range(tr.x)):
             got.append((tr.sram + r * tr.x + c, tr.offset + r * tr.stride + c))
     dense = np.arange(int(np.prod(ext))).reshape(ext)
-    want = [(100 + int(dense[idx]), 7 + sum(i * st_ for i, st_ in zip(idx, strides)))
-            for idx in itertools.product(*(range(e) for e in ext))]
+    want = [
+        (100 + int(dense[idx]), 7 + sum(i * st_ for i, st_ in zip(idx, strides)))
+        for idx in itertools.product(*(range(e) for e in ext))
+    ]
     assert sorted(got) == sorted(want)
-    if not any(gaps[:len(ext) - 1]):
+    if not any(gaps[: len(ext) - 1]):
         assert len(plan_transfers(0, 0, axes_)) == 1  # a contiguous box is one transfer
 
 
@@ -111,7 +127,9 @@ def test_pinned_outer_axis_drives_the_outer_loop(nest, base):
     kernel = lower_nest(nest, base, limits, pin_outer=True)
     ext, strides = nest[0]
     assert kernel.iter_out == ext and (ext == 1 or kernel.factor_out == strides)
-    want = [tuple(base[f] + sum(i * s[f] for i, (_, s) in zip(idx, nest)) for f in range(3))
-            for idx in itertools.product(*(range(e) for e, _ in nest))]
+    want = [
+        tuple(base[f] + sum(i * s[f] for i, (_, s) in zip(idx, nest)) for f in range(3))
+        for idx in itertools.product(*(range(e) for e, _ in nest))
+    ]
     assert sorted(expand(kernel)) == sorted(want)
     assert len(kernel.uops) == uop_count(nest, limits, pin_outer=True)

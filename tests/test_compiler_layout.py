@@ -31,8 +31,13 @@ def test_activation_round_trip(n, c, h, w, bb, seed):
 
 
 @settings(max_examples=40, deadline=None)
-@given(o=st.integers(1, 40), i=st.integers(1, 40), k=st.sampled_from([1, 3, 5, 7]), blk=st.sampled_from([8, 16]),
-       seed=st.integers(0, 2**16))
+@given(
+    o=st.integers(1, 40),
+    i=st.integers(1, 40),
+    k=st.sampled_from([1, 3, 5, 7]),
+    blk=st.sampled_from([8, 16]),
+    seed=st.integers(0, 2**16),
+)
 def test_weight_round_trip(o, i, k, blk, seed):
     w = np.random.default_rng(seed).integers(-128, 128, (o, i, k, k), dtype=np.int8)
     p = pack_weights(w, blk, blk)

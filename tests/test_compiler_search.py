@@ -23,8 +23,9 @@ def lowering(shape=(1, 64, 14, 14), oc=64, k=3, s=1, cfg="pynq") -> ConvLowering
     return ConvLowering(Conv2dSpec.make(shape, oc, k, s, "same"), EPI, load_config(cfg))
 
 
-@pytest.mark.parametrize("args", [((1, 64, 14, 14), 64, 3, 1), ((1, 64, 28, 28), 128, 1, 2),
-                                  ((1, 3, 32, 32), 16, 7, 2)])
+@pytest.mark.parametrize(
+    "args", [((1, 64, 14, 14), 64, 3, 1), ((1, 64, 28, 28), 128, 1, 2), ((1, 3, 32, 32), 16, 7, 2)]
+)
 def test_cost_model_tracks_the_simulator(args):
     low = lowering(*args)
     model = CostModel(low)

@@ -20,13 +20,19 @@ def tiny_block(thread: int, loads: bool, stores: bool, vthreads: int) -> Block:
     """A block of real instructions on the thread's share of the block8 buffers."""
     inp0, acc0 = thread * (1024 // vthreads), thread * (1024 // vthreads)
     kernel = MicroKernel(np.array([[acc0, inp0, 0]]), 4, 1, (1, 1, 0), (0, 0, 0))
-    return Block(thread, (Load(MemType.INP, inp0, "a", 4 * thread, 1, 4, 4),) if loads else (),
-                 (Gemm(kernel),), (Store(acc0, "out", 4 * thread, 1, 4, 4),) if stores else ())
+    return Block(
+        thread,
+        (Load(MemType.INP, inp0, "a", 4 * thread, 1, 4, 4),) if loads else (),
+        (Gemm(kernel),),
+        (Store(acc0, "out", 4 * thread, 1, 4, 4),) if stores else (),
+    )
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.lists(st.tuples(st.booleans(), st.booleans()), min_size=1, max_size=6), min_size=1, max_size=4),
-       st.booleans())
+@given(
+    st.lists(st.lists(st.tuples(st.booleans(), st.booleans()), min_size=1, max_size=6), min_size=1, max_size=4),
+    st.booleans(),
+)
 def test_any_block_structure_runs_to_completion(shape, prologue):
     """Whatever loads and stores the threads' blocks have, with or without a prologue, the lowered stream
     balances every queue and the simulator runs it without deadlock."""
@@ -68,11 +74,14 @@ def test_prologue_goes_first_and_gates_nothing():
     assert not any(d.src == 0 for d in stream.deps)  # the first loads overlap the prologue
 
 
-@pytest.mark.parametrize("deps, message", [
-    ([Dep(Queue.C2L, 2, 1)], "does not go forward"),
-    ([Dep(Queue.L2C, 1, 1), Dep(Queue.L2C, 1, 2)], "twice"),
-    ([Dep(Queue.S2C, 0, 3), Dep(Queue.S2C, 1, 2)], "FIFO"),
-])
+@pytest.mark.parametrize(
+    "deps, message",
+    [
+        ([Dep(Queue.C2L, 2, 1)], "does not go forward"),
+        ([Dep(Queue.L2C, 1, 1), Dep(Queue.L2C, 1, 2)], "twice"),
+        ([Dep(Queue.S2C, 0, 3), Dep(Queue.S2C, 1, 2)], "FIFO"),
+    ],
+)
 def test_check_tokens_rejects_bad_streams(deps, message):
     blocks = [tiny_block(0, True, True, 1) for _ in range(4)]
     with pytest.raises(LoweringError, match=message):
@@ -106,8 +115,10 @@ def test_virtual_threads_hide_latency():
     rng = np.random.default_rng(1)
     x = rng.integers(-128, 128, (1, 64, 16, 16), dtype=np.int8)
     w = rng.integers(-128, 128, (64, 64, 1, 1), dtype=np.int8)
-    cycles = {v: compile_conv2d(x.shape, w, shift=9, schedule=Schedule(4, 2, 16, 4, v)).run(Device("pynq"), x)
-              .counters.cycles for v in (1, 2)}
+    cycles = {
+        v: compile_conv2d(x.shape, w, shift=9, schedule=Schedule(4, 2, 16, 4, v)).run(Device("pynq"), x).counters.cycles
+        for v in (1, 2)
+    }
     assert cycles[2] < 0.9 * cycles[1]
 
 

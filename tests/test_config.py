@@ -12,7 +12,11 @@ def test_presets_and_peaks():
     assert pynq.name == "pynq"
     assert (pynq.batch, pynq.block_in, pynq.block_out) == (1, 16, 16)
     assert (pynq.inp_buff_bytes, pynq.wgt_buff_bytes, pynq.acc_buff_bytes, pynq.uop_buff_bytes) == (
-        32 << 10, 256 << 10, 128 << 10, 32 << 10)
+        32 << 10,
+        256 << 10,
+        128 << 10,
+        32 << 10,
+    )
     assert pynq.macs_per_cycle == 256 and pynq.peak_gops == pytest.approx(51.2)
     assert (pynq.inp_depth, pynq.wgt_depth, pynq.acc_depth, pynq.uop_depth) == (2048, 1024, 2048, 8192)
     assert (pynq.uop_dst_bits, pynq.uop_src_bits, pynq.uop_wgt_bits) == (11, 11, 10)
@@ -48,5 +52,6 @@ def test_config_from_file_and_errors(tmp_path):
 
 def test_generated_header_is_up_to_date():
     assert HEADER_PATH.read_text() == config_header(load_config()), (
-        "hw/rtl/include/vdla_config.svh is stale: run `vdla gen-header`")
+        "hw/rtl/include/vdla_config.svh is stale: run `vdla gen-header`"
+    )
     assert f"`define VDLA_CONFIG_HASH 32'h{load_config().hash:08x}" in HEADER_PATH.read_text()

@@ -96,9 +96,7 @@ def test_exp_sigmoid_tanh_accuracy(x):
 
 
 def test_transcendental_special_values():
-    x = np.array(
-        [0.0, -0.0, np.inf, -np.inf, np.nan, 88.7, 89.5, -87.5, -103.0, -200.0, 1e-30, -1e-30], np.float32
-    )
+    x = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 88.7, 89.5, -87.5, -103.0, -200.0, 1e-30, -1e-30], np.float32)
     with np.errstate(over="ignore"):
         np.testing.assert_allclose(ops.exp(x), np.exp(x), rtol=1e-6, atol=1e-44)
         np.testing.assert_allclose(ops.sigmoid(x), 1 / (1 + np.exp(-x)), rtol=1e-6, atol=1e-44)
@@ -106,9 +104,7 @@ def test_transcendental_special_values():
 
 
 @SETTINGS
-@given(
-    x=shapes.flatmap(lambda s: f32_arrays(s, -1e4, 1e4)), scale=st.floats(1e-3, 10.0), zp=st.integers(-20, 20)
-)
+@given(x=shapes.flatmap(lambda s: f32_arrays(s, -1e4, 1e4)), scale=st.floats(1e-3, 10.0), zp=st.integers(-20, 20))
 def test_quantize_matches_quantizelinear(x, scale, zp):
     got = check_chain(x, [ew.quantize(scale, zp)])
     assert got.dtype == np.int8
@@ -161,9 +157,7 @@ def test_per_channel_requantize_tensors(data):
 
 
 @SETTINGS
-@given(
-    x=shapes.flatmap(lambda s: f32_arrays(s, -300.0, 300.0)), to=st.sampled_from(["int8", "int32", "float32"])
-)
+@given(x=shapes.flatmap(lambda s: f32_arrays(s, -300.0, 300.0)), to=st.sampled_from(["int8", "int32", "float32"]))
 def test_cast_saturates(x, to):
     check_chain(x, [ew.cast(to)])
     check_chain(np.rint(x).astype(np.int32), [ew.cast(to)])
@@ -221,10 +215,18 @@ def test_chains_on_arrays_at_any_alignment(offsets):
         (f(3, 300), lambda y: [ew.add(y)], f(3, 300), np.add),
         (f(2, 5, 67), lambda y: [ew.mul(y), ew.relu()], f(1, 5, 1), lambda x, y: np.maximum(x * y, 0)),
         (f(2, 3, 70), lambda y: [ew.maximum(y)], f(2, 1, 70), np.maximum),
-        (i(-999, 999, np.int32, 4, 129), lambda y: [ew.add(y), ew.clip(-128, 127), ew.cast("int8")],
-         i(-128, 128, np.int8, 4, 129), lambda x, y: np.clip(x + y, -128, 127).astype(np.int8)),
-        (i(-128, 128, np.int8, 5, 301), lambda y: [ew.dequantize(0.5, 0), ew.add(y)], f(5, 301),
-         lambda x, y: x.astype(np.float32) * np.float32(0.5) + y),
+        (
+            i(-999, 999, np.int32, 4, 129),
+            lambda y: [ew.add(y), ew.clip(-128, 127), ew.cast("int8")],
+            i(-128, 128, np.int8, 4, 129),
+            lambda x, y: np.clip(x + y, -128, 127).astype(np.int8),
+        ),
+        (
+            i(-128, 128, np.int8, 5, 301),
+            lambda y: [ew.dequantize(0.5, 0), ew.add(y)],
+            f(5, 301),
+            lambda x, y: x.astype(np.float32) * np.float32(0.5) + y,
+        ),
     ]
     for x, steps, y, want in cases:
         kernel = compile_chain(x, steps(y))

@@ -80,9 +80,7 @@ def test_global_avg_pool(x):
 @SETTINGS
 @given(data=st.data())
 def test_softmax_any_axis(data):
-    x = data.draw(
-        hnp.array_shapes(min_dims=1, max_dims=3, max_side=40).flatmap(lambda s: tensors("float32", s))
-    )
+    x = data.draw(hnp.array_shapes(min_dims=1, max_dims=3, max_side=40).flatmap(lambda s: tensors("float32", s)))
     axis = data.draw(st.integers(-x.ndim, x.ndim - 1))
     got, want = run_spec(make_softmax(TensorType.of(x, "softmax"), axis), x)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)

@@ -32,16 +32,42 @@ def bits(width):
     return st.integers(0, (1 << width) - 1)
 
 
-mem_insns = st.builds(MemInsn, store=st.booleans(), mem_type=st.sampled_from(list(MemType)), sram_base=bits(16),
-                      dram_base=bits(32), y_size=bits(16), x_size=bits(16), x_stride=bits(16), y_pad_0=bits(4),
-                      y_pad_1=bits(4), x_pad_0=bits(4), x_pad_1=bits(4))
-loop = dict(reset=st.booleans(), uop_bgn=bits(13), uop_end=bits(14), iter_out=bits(14), iter_in=bits(14),
-            dst_factor_out=bits(11), dst_factor_in=bits(11), src_factor_out=bits(11), src_factor_in=bits(11))
+mem_insns = st.builds(
+    MemInsn,
+    store=st.booleans(),
+    mem_type=st.sampled_from(list(MemType)),
+    sram_base=bits(16),
+    dram_base=bits(32),
+    y_size=bits(16),
+    x_size=bits(16),
+    x_stride=bits(16),
+    y_pad_0=bits(4),
+    y_pad_1=bits(4),
+    x_pad_0=bits(4),
+    x_pad_1=bits(4),
+)
+loop = dict(
+    reset=st.booleans(),
+    uop_bgn=bits(13),
+    uop_end=bits(14),
+    iter_out=bits(14),
+    iter_in=bits(14),
+    dst_factor_out=bits(11),
+    dst_factor_in=bits(11),
+    src_factor_out=bits(11),
+    src_factor_in=bits(11),
+)
 gemm_insns = st.builds(GemmInsn, wgt_factor_out=bits(10), wgt_factor_in=bits(10), init=st.booleans(), **loop)
-alu_insns = st.builds(AluInsn, alu_opcode=st.sampled_from(list(AluOp)), use_imm=st.booleans(),
-                      imm=st.integers(-(1 << 15), (1 << 15) - 1), **loop)
-epi_insns = st.builds(EpiInsn, req=st.booleans(), relu=st.booleans(), shift=bits(5), bias=st.booleans(),
-                      bias_base=bits(16))
+alu_insns = st.builds(
+    AluInsn,
+    alu_opcode=st.sampled_from(list(AluOp)),
+    use_imm=st.booleans(),
+    imm=st.integers(-(1 << 15), (1 << 15) - 1),
+    **loop,
+)
+epi_insns = st.builds(
+    EpiInsn, req=st.booleans(), relu=st.booleans(), shift=bits(5), bias=st.booleans(), bias_base=bits(16)
+)
 any_insn = st.one_of(mem_insns, gemm_insns, alu_insns, epi_insns, st.builds(FinishInsn))
 
 
@@ -81,24 +107,87 @@ def pack(fields):
 
 
 def test_documented_bit_layout():
-    load = MemInsn(mem_type=MemType.WGT, sram_base=0x1234, dram_base=0xDEADBEEF, y_size=0x0102, x_size=0x0304,
-                   x_stride=0x0506, y_pad_0=1, y_pad_1=2, x_pad_0=3, x_pad_1=4, pop_next=True, push_next=True)
-    assert encode(load) == pack({(2, 0): 0, (4, 4): 1, (6, 6): 1, (9, 7): 1, (25, 10): 0x1234,
-                                 (57, 26): 0xDEADBEEF, (79, 64): 0x0102, (95, 80): 0x0304, (111, 96): 0x0506,
-                                 (115, 112): 1, (119, 116): 2, (123, 120): 3, (127, 124): 4})
-    gemm = GemmInsn(reset=True, uop_bgn=5, uop_end=9, iter_out=7, iter_in=11, dst_factor_out=13, dst_factor_in=17,
-                    src_factor_out=19, src_factor_in=23, wgt_factor_out=29, wgt_factor_in=31, pop_prev=True)
-    assert encode(gemm) == pack({(2, 0): 2, (3, 3): 1, (7, 7): 1, (20, 8): 5, (34, 21): 9, (48, 35): 7,
-                                 (62, 49): 11, (74, 64): 13, (85, 75): 17, (96, 86): 19, (107, 97): 23,
-                                 (117, 108): 29, (127, 118): 31})
-    alu = AluInsn(alu_opcode=AluOp.SHR, use_imm=True, imm=-2, uop_bgn=1, uop_end=2, iter_out=1, iter_in=1,
-                  push_prev=True)
-    assert encode(alu) == pack({(2, 0): 4, (5, 5): 1, (20, 8): 1, (34, 21): 2, (48, 35): 1, (62, 49): 1,
-                                (110, 108): 3, (111, 111): 1, (127, 112): 0xFFFE})
+    load = MemInsn(
+        mem_type=MemType.WGT,
+        sram_base=0x1234,
+        dram_base=0xDEADBEEF,
+        y_size=0x0102,
+        x_size=0x0304,
+        x_stride=0x0506,
+        y_pad_0=1,
+        y_pad_1=2,
+        x_pad_0=3,
+        x_pad_1=4,
+        pop_next=True,
+        push_next=True,
+    )
+    assert encode(load) == pack(
+        {
+            (2, 0): 0,
+            (4, 4): 1,
+            (6, 6): 1,
+            (9, 7): 1,
+            (25, 10): 0x1234,
+            (57, 26): 0xDEADBEEF,
+            (79, 64): 0x0102,
+            (95, 80): 0x0304,
+            (111, 96): 0x0506,
+            (115, 112): 1,
+            (119, 116): 2,
+            (123, 120): 3,
+            (127, 124): 4,
+        }
+    )
+    gemm = GemmInsn(
+        reset=True,
+        uop_bgn=5,
+        uop_end=9,
+        iter_out=7,
+        iter_in=11,
+        dst_factor_out=13,
+        dst_factor_in=17,
+        src_factor_out=19,
+        src_factor_in=23,
+        wgt_factor_out=29,
+        wgt_factor_in=31,
+        pop_prev=True,
+    )
+    assert encode(gemm) == pack(
+        {
+            (2, 0): 2,
+            (3, 3): 1,
+            (7, 7): 1,
+            (20, 8): 5,
+            (34, 21): 9,
+            (48, 35): 7,
+            (62, 49): 11,
+            (74, 64): 13,
+            (85, 75): 17,
+            (96, 86): 19,
+            (107, 97): 23,
+            (117, 108): 29,
+            (127, 118): 31,
+        }
+    )
+    alu = AluInsn(
+        alu_opcode=AluOp.SHR, use_imm=True, imm=-2, uop_bgn=1, uop_end=2, iter_out=1, iter_in=1, push_prev=True
+    )
+    assert encode(alu) == pack(
+        {
+            (2, 0): 4,
+            (5, 5): 1,
+            (20, 8): 1,
+            (34, 21): 2,
+            (48, 35): 1,
+            (62, 49): 1,
+            (110, 108): 3,
+            (111, 111): 1,
+            (127, 112): 0xFFFE,
+        }
+    )
     assert encode(FinishInsn()) == 3
     epi = EpiInsn(req=True, relu=True, shift=21, bias=True, bias_base=0xBEEF, pop_next=True)
-    assert encode(epi) == pack({(2, 0): 5, (4, 4): 1, (7, 7): 1, (8, 8): 1, (13, 9): 21, (14, 14): 1,
-                                (31, 16): 0xBEEF})
+    assert encode(epi) == pack({(2, 0): 5, (4, 4): 1, (7, 7): 1, (8, 8): 1, (13, 9): 21, (14, 14): 1, (31, 16): 0xBEEF})
     assert encode(GemmInsn(init=True)) == pack({(2, 0): 2, (34, 21): 1, (48, 35): 1, (62, 49): 1, (63, 63): 1})
     store = MemInsn(store=True, mem_type=MemType.OUT, push_prev=True)
     assert encode(store) & 0x7F == 1 | 1 << 5 and (encode(store) >> 7) & 7 == 4
@@ -107,12 +196,15 @@ def test_documented_bit_layout():
     assert gemm.stage == alu.stage == FinishInsn().stage == epi.stage == Stage.COMPUTE
 
 
-@pytest.mark.parametrize("insn, message", [
-    (GemmInsn(iter_out=1 << 14), "GEMM: field iter_out=16384 out of range \\[0, 16383\\] \\(14 bits\\)"),
-    (MemInsn(sram_base=-1), "LOAD: field sram_base=-1 out of range"),
-    (AluInsn(imm=1 << 15), "ALU: field imm=32768 out of range \\[-32768, 32767\\]"),
-    (MemInsn(y_pad_0=16), "field y_pad_0=16"),
-])
+@pytest.mark.parametrize(
+    "insn, message",
+    [
+        (GemmInsn(iter_out=1 << 14), "GEMM: field iter_out=16384 out of range \\[0, 16383\\] \\(14 bits\\)"),
+        (MemInsn(sram_base=-1), "LOAD: field sram_base=-1 out of range"),
+        (AluInsn(imm=1 << 15), "ALU: field imm=32768 out of range \\[-32768, 32767\\]"),
+        (MemInsn(y_pad_0=16), "field y_pad_0=16"),
+    ],
+)
 def test_out_of_range_fields_are_named(insn, message):
     with pytest.raises(IsaError, match=message):
         encode(insn)
@@ -183,16 +275,18 @@ def test_validate_program():
     with pytest.raises(IsaError) as info:
         validate_program(bad, CFG)
     text = str(info.value)
-    for expected in ("instruction 0: LOAD INP: SRAM tile [2047, 2049) exceeds the buffer depth 2048",
-                     "instruction 1: push_prev is not valid on the load stage",
-                     "instruction 2: empty micro-op range uop_bgn=3 uop_end=3",
-                     "instruction 3: STORE must use memory type OUT, not ACC",
-                     "instruction 3: STORE ACC cannot have padding (1, 0, 0, 0)",
-                     "instruction 4: FINISH before the end of the program",
-                     "instruction 5: zero loop extent iter_out=0 iter_in=1",
-                     "instruction 6: GEMM cannot have both reset and init",
-                     "instruction 7: EPI bias_base=2048 is outside the ACC buffer (depth 2048)",
-                     "the program does not end with FINISH"):
+    for expected in (
+        "instruction 0: LOAD INP: SRAM tile [2047, 2049) exceeds the buffer depth 2048",
+        "instruction 1: push_prev is not valid on the load stage",
+        "instruction 2: empty micro-op range uop_bgn=3 uop_end=3",
+        "instruction 3: STORE must use memory type OUT, not ACC",
+        "instruction 3: STORE ACC cannot have padding (1, 0, 0, 0)",
+        "instruction 4: FINISH before the end of the program",
+        "instruction 5: zero loop extent iter_out=0 iter_in=1",
+        "instruction 6: GEMM cannot have both reset and init",
+        "instruction 7: EPI bias_base=2048 is outside the ACC buffer (depth 2048)",
+        "the program does not end with FINISH",
+    ):
         assert expected in text, expected
     with pytest.raises(IsaError, match="token queue C2S: pushes exceed pops by 1"):
         validate_program(assemble("gemm uop=0:1 iter=1,1 dst=0,0 src=0,0 wgt=0,0 push_next\nfinish"), CFG)

@@ -66,11 +66,14 @@ def test_unknown_memory_type(dev):
 
 def test_deadlock_names_each_stage(dev):
     with pytest.raises(DeadlockError) as info:
-        run_asm(dev, """
+        run_asm(
+            dev,
+            """
             load inp sram=0 dram=0x1000000 y=1 x=1 stride=1 pop_next push_next
             gemm uop=0:1 iter=1,1 dst=0,0 src=0,0 wgt=0,0 pop_prev push_prev
             finish
-        """)
+        """,
+        )
     text = str(info.value)
     assert "load stage: stuck at instruction 0" in text and "waiting for a token on queue compute->load" in text
     assert "compute stage: stuck at instruction 1" in text and "load->compute" in text
@@ -99,20 +102,28 @@ def test_dma_outside_the_dram_region(dev):
 def test_index_outside_a_buffer(dev):
     uop = dev.array(np.array([2047], np.uint32))  # dst=2047, the last ACC row
     with pytest.raises(SimError, match="instruction 1 \\(gemm .*\\): a micro-op index lies outside its buffer"):
-        run_asm(dev, f"load uop sram=0 dram={uop.elem(4)} y=1 x=1 stride=1\n"
-                     "gemm uop=0:1 iter=2,1 dst=1,0 src=0,0 wgt=0,0\nfinish")
+        run_asm(
+            dev,
+            f"load uop sram=0 dram={uop.elem(4)} y=1 x=1 stride=1\n"
+            "gemm uop=0:1 iter=2,1 dst=1,0 src=0,0 wgt=0,0\nfinish",
+        )
     uop.free()
 
 
 def test_bias_row_outside_the_acc_buffer(dev):
     """On both backends: an init GEMM whose bias row bias_base + o lies beyond ACC stops with an index error;
     an EPI whose bias_base does is rejected."""
-    for target, index in ((Device("pynq"), "GEMM init bias row index 2048"),
-                          (dev, "a micro-op index lies outside its buffer")):
+    for target, index in (
+        (Device("pynq"), "GEMM init bias row index 2048"),
+        (dev, "a micro-op index lies outside its buffer"),
+    ):
         uop = target.array(np.array([0], np.uint32))
         with pytest.raises(SimError, match=f"instruction 2 \\(gemm init .*\\): {index}"):
-            run_asm(target, f"load uop sram=0 dram={uop.elem(4)} y=1 x=1 stride=1\nepi bias=2047\n"
-                            "gemm init uop=0:1 iter=2,1 dst=1,0 src=0,0 wgt=0,0\nfinish")
+            run_asm(
+                target,
+                f"load uop sram=0 dram={uop.elem(4)} y=1 x=1 stride=1\nepi bias=2047\n"
+                "gemm init uop=0:1 iter=2,1 dst=1,0 src=0,0 wgt=0,0\nfinish",
+            )
         with pytest.raises(SimError, match="instruction 0 \\(epi .*\\): EPI bias_base=2048 is outside the ACC"):
             run_asm(target, "epi bias=2048\nfinish")
         uop.free()
@@ -141,7 +152,12 @@ def test_program_structure_errors(dev):
 
 
 def test_cycle_limit_names_the_running_instruction(dev):
-    with pytest.raises(CycleLimitError, match="cycle limit 500 reached at instruction 1 \\(alu add .*\\) on the "
-                                              "compute stage"):
-        run_asm(dev, "load uop sram=0 dram=0x4000000 y=1 x=1 stride=1\n"
-                     "alu add uop=0:1 iter=1000,1 dst=0,0 src=0,0 imm=1\nfinish", max_cycles=500)
+    with pytest.raises(
+        CycleLimitError, match="cycle limit 500 reached at instruction 1 \\(alu add .*\\) on the compute stage"
+    ):
+        run_asm(
+            dev,
+            "load uop sram=0 dram=0x4000000 y=1 x=1 stride=1\n"
+            "alu add uop=0:1 iter=1000,1 dst=0,0 src=0,0 imm=1\nfinish",
+            max_cycles=500,
+        )

@@ -45,8 +45,12 @@ def _epi(cmd, rng, a0: int, dst: int) -> None:
     """A random EPI; its bias rows (up to 3, one per iter_out) lie in the thread's share, start at one of
     its GEMM destinations ``dst``, or lie in the shared bias area."""
     where = rng.choice(["none", "share", "dst", "area"], p=[0.2, 0.2, 0.4, 0.2])
-    base = {"none": None, "share": a0 + int(rng.integers(0, ACC_SHARE - 2)), "dst": min(dst, a0 + ACC_SHARE - 3),
-            "area": BIAS_AREA + int(rng.integers(0, BIAS_ROWS - 2))}[where]
+    base = {
+        "none": None,
+        "share": a0 + int(rng.integers(0, ACC_SHARE - 2)),
+        "dst": min(dst, a0 + ACC_SHARE - 3),
+        "area": BIAS_AREA + int(rng.integers(0, BIAS_ROWS - 2)),
+    }[where]
     cmd.epi(req=rng.random() < 0.5, relu=rng.random() < 0.5, shift=int(rng.integers(0, 32)), bias_base=base)
 
 
@@ -58,8 +62,7 @@ def random_program(dev: Device, seed: int) -> None:
     tiles = int(rng.integers(2, 5))
     inp = dev.array(rng.integers(-128, 128, (512, cfg.batch, cfg.block_in), dtype=np.int8))
     wgt = dev.array(rng.integers(-128, 128, (64, cfg.block_out, cfg.block_in), dtype=np.int8))
-    acc = dev.array(rng.integers(-(1 << 31), 1 << 31, (256, cfg.batch, cfg.block_out), dtype=np.int64)
-                    .astype(np.int32))
+    acc = dev.array(rng.integers(-(1 << 31), 1 << 31, (256, cfg.batch, cfg.block_out), dtype=np.int64).astype(np.int32))
     acc8 = dev.array(rng.integers(-128, 128, (256, cfg.batch, cfg.block_out), dtype=np.int8))
     out = dev.array(rng.integers(0, 256, (tiles * 4 * ACC_SHARE, cfg.out_elem_bytes), dtype=np.uint8))
     cmd = dev.commands()
@@ -76,11 +79,26 @@ def random_program(dev: Device, seed: int) -> None:
                 y, x = max(1, y - 1), max(1, x - 1)
             n = (pads[0] + y + pads[1]) * (pads[2] + x + pads[3])
             stride = x + int(rng.integers(0, 4))
-            cmd.load(MemType.INP, i0 + int(rng.integers(0, INP_SHARE - n + 1)), inp,
-                     int(rng.integers(0, 512 - (y - 1) * stride - x)), y, x, stride, pad=pads)
+            cmd.load(
+                MemType.INP,
+                i0 + int(rng.integers(0, INP_SHARE - n + 1)),
+                inp,
+                int(rng.integers(0, 512 - (y - 1) * stride - x)),
+                y,
+                x,
+                stride,
+                pad=pads,
+            )
         y, x = int(rng.integers(1, 3)), int(rng.integers(1, 8))
-        cmd.load(MemType.WGT, w0 + int(rng.integers(0, WGT_SHARE - y * x + 1)), wgt,
-                 int(rng.integers(0, 64 - y * x)), y, x, x)
+        cmd.load(
+            MemType.WGT,
+            w0 + int(rng.integers(0, WGT_SHARE - y * x + 1)),
+            wgt,
+            int(rng.integers(0, 64 - y * x)),
+            y,
+            x,
+            x,
+        )
         cmd.dep_push(Stage.LOAD, Stage.COMPUTE)
         cmd.dep_pop(Stage.LOAD, Stage.COMPUTE)
         if j:  # the stores of the previous tile are done (one store->compute queue: keep pushes and pops paired)
@@ -89,24 +107,48 @@ def random_program(dev: Device, seed: int) -> None:
         pads = (int(rng.integers(0, 2)), 0, int(rng.integers(0, 2)), int(rng.integers(0, 2)))
         y, x = int(rng.integers(1, 4)), int(rng.integers(1, 6))
         n = (pads[0] + y + pads[1]) * (pads[2] + x + pads[3])
-        cmd.load(mem, a0 + int(rng.integers(0, ACC_SHARE - n + 1)), acc if mem == MemType.ACC else acc8,
-                 int(rng.integers(0, 200)), y, x, x + int(rng.integers(0, 3)), pad=pads)
+        cmd.load(
+            mem,
+            a0 + int(rng.integers(0, ACC_SHARE - n + 1)),
+            acc if mem == MemType.ACC else acc8,
+            int(rng.integers(0, 200)),
+            y,
+            x,
+            x + int(rng.integers(0, 3)),
+            pad=pads,
+        )
         for _ in range(int(rng.integers(1, 4))):
             io, ii, f, uops = _loop(rng, {"dst": ACC_SHARE, "src": INP_SHARE, "wgt": WGT_SHARE})
             uops = [(a0 + d, i0 + s, w0 + w) for d, s, w in uops]
             if rng.random() < 0.5:
                 _epi(cmd, rng, a0, uops[0][0])
             reset = rng.random() < 0.15
-            cmd.gemm(uops, iter_out=io, iter_in=ii, dst_factor=f["dst"], src_factor=f["src"],
-                     wgt_factor=f["wgt"], reset=reset, init=not reset and rng.random() < 0.6)
+            cmd.gemm(
+                uops,
+                iter_out=io,
+                iter_in=ii,
+                dst_factor=f["dst"],
+                src_factor=f["src"],
+                wgt_factor=f["wgt"],
+                reset=reset,
+                init=not reset and rng.random() < 0.6,
+            )
         for _ in range(int(rng.integers(1, 5))):
             op = AluOp(int(rng.integers(0, len(AluOp))))
             io, ii, f, uops = _loop(rng, {"dst": ACC_SHARE, "src": ACC_SHARE})
             uops = [(a0 + d, a0 + s) for d, s in uops]
             shift = op in (AluOp.SHR, AluOp.RSHR)
             imm = int(rng.integers(-40, 40) if shift else rng.integers(-(1 << 15), 1 << 15))
-            cmd.alu(op, uops, iter_out=io, iter_in=ii, dst_factor=f["dst"], src_factor=f["src"],
-                    imm=imm if rng.random() < 0.5 else None, reset=rng.random() < 0.05)
+            cmd.alu(
+                op,
+                uops,
+                iter_out=io,
+                iter_in=ii,
+                dst_factor=f["dst"],
+                src_factor=f["src"],
+                imm=imm if rng.random() < 0.5 else None,
+                reset=rng.random() < 0.05,
+            )
         if j + vt < tiles:
             cmd.dep_push(Stage.COMPUTE, Stage.LOAD)
         for k in range(4):  # all 32 bits of the thread's accumulators, 8 at a time (truncated or requantized)

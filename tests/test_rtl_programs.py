@@ -12,8 +12,15 @@ from vdla.runtime import Device
 from vdla.runtime.rtl.workloads import SUITE, alu_chain, matmul, padded_conv, store_stream
 from vdla.runtime.tiled_matmul import reference_matmul, tiled_matmul
 
-FUNCTIONAL = ("bytes_loaded", "bytes_stored", "insn_bytes", "gemm_iters", "gemm_reset_iters", "alu_iters",
-              "insn_counts")
+FUNCTIONAL = (
+    "bytes_loaded",
+    "bytes_stored",
+    "insn_bytes",
+    "gemm_iters",
+    "gemm_reset_iters",
+    "alu_iters",
+    "insn_counts",
+)
 
 
 @pytest.fixture(scope="module")
@@ -56,16 +63,21 @@ def test_timeline_matches_the_counters(devices):
 def test_other_presets(preset):
     """The RTL is generic in the configuration: a different GEMM shape and batch build and agree."""
     sim, rtl = Device(preset), Device(preset, backend="rtl")
-    for run in (lambda d: matmul(d, 32, 64, 32, 2), lambda d: padded_conv(d, 2, tiles=2),
-                lambda d: alu_chain(d, 1, tiles=2, n=16), lambda d: store_stream(d, 2, tiles=3)):
+    for run in (
+        lambda d: matmul(d, 32, 64, 32, 2),
+        lambda d: padded_conv(d, 2, tiles=2),
+        lambda d: alu_chain(d, 1, tiles=2, n=16),
+        lambda d: store_stream(d, 2, tiles=3),
+    ):
         assert run(sim).counters.gemm_iters == run(rtl).counters.gemm_iters
 
 
 def test_waveform_dump(tmp_path):
     path = tmp_path / "run.fst"
     dev = Device("pynq", backend="rtl", wave=path)
-    dev.run_program(assemble("load inp sram=0 dram=0x1000000 y=1 x=2 stride=2 push_next\n"
-                             "load uop x=0 pop_prev\nfinish"))
+    dev.run_program(
+        assemble("load inp sram=0 dram=0x1000000 y=1 x=2 stride=2 push_next\nload uop x=0 pop_prev\nfinish")
+    )
     dev.backend.close()
     data = path.read_bytes()
     assert len(data) > 1000 and data[0] == 0  # an FST header block

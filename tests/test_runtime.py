@@ -85,18 +85,23 @@ def test_uop_buffer_eviction_reloads_kernels():
     cmd.synchronize()
 
 
-@pytest.mark.parametrize("call, message", [
-    (lambda cmd, buf: cmd.load(MemType.INP, 2000, buf, 0, 1, 64, 64), "SRAM tile \\[2000, 2064\\) exceeds"),
-    (lambda cmd, buf: cmd.load(MemType.INP, 0, buf, 1, 2, 64, 64), "overruns its 2048-byte buffer"),
-    (lambda cmd, buf: cmd.load(MemType.OUT, 0, buf, 0, 1, 1, 1), "cannot load into memory type OUT"),
-    (lambda cmd, buf: cmd.load(MemType.INP, 0, buf, 0, 1, 1, 1, pad=(16, 0, 0, 0)), "y_pad_0=16 out of range"),
-    (lambda cmd, buf: cmd.gemm([(2047, 0, 0)], iter_out=2, dst_factor=(1, 0)), "dst index reaches 2048"),
-    (lambda cmd, buf: cmd.gemm([(0, 0, 1024)]), "wgt index reaches 1024"),
-    (lambda cmd, buf: cmd.alu(AluOp.ADD, [(0, 0)], imm=40000), "immediate 40000 does not fit"),
-    (lambda cmd, buf: cmd.alu(AluOp.ADD, [(0, 2047)], iter_out=2, src_factor=(1, 0), reset=True),
-     "src index reaches 2048"),
-    (lambda cmd, buf: cmd.gemm(np.zeros((0, 3))), "at least one micro-op"),
-])
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda cmd, buf: cmd.load(MemType.INP, 2000, buf, 0, 1, 64, 64), "SRAM tile \\[2000, 2064\\) exceeds"),
+        (lambda cmd, buf: cmd.load(MemType.INP, 0, buf, 1, 2, 64, 64), "overruns its 2048-byte buffer"),
+        (lambda cmd, buf: cmd.load(MemType.OUT, 0, buf, 0, 1, 1, 1), "cannot load into memory type OUT"),
+        (lambda cmd, buf: cmd.load(MemType.INP, 0, buf, 0, 1, 1, 1, pad=(16, 0, 0, 0)), "y_pad_0=16 out of range"),
+        (lambda cmd, buf: cmd.gemm([(2047, 0, 0)], iter_out=2, dst_factor=(1, 0)), "dst index reaches 2048"),
+        (lambda cmd, buf: cmd.gemm([(0, 0, 1024)]), "wgt index reaches 1024"),
+        (lambda cmd, buf: cmd.alu(AluOp.ADD, [(0, 0)], imm=40000), "immediate 40000 does not fit"),
+        (
+            lambda cmd, buf: cmd.alu(AluOp.ADD, [(0, 2047)], iter_out=2, src_factor=(1, 0), reset=True),
+            "src index reaches 2048",
+        ),
+        (lambda cmd, buf: cmd.gemm(np.zeros((0, 3))), "at least one micro-op"),
+    ],
+)
 def test_bad_requests_raise_before_running(call, message):
     dev = Device()
     buf = dev.array(np.zeros((128, 16), np.int8))

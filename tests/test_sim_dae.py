@@ -17,11 +17,14 @@ def run_asm(dev, text, **kw):
 
 def test_deadlock_raises_and_names_each_stage(device):
     with pytest.raises(DeadlockError) as info:
-        run_asm(device, """
+        run_asm(
+            device,
+            """
             load inp sram=0 dram=0x1000000 y=1 x=1 stride=1 pop_next push_next
             gemm uop=0:1 iter=1,1 dst=0,0 src=0,0 wgt=0,0 pop_prev push_prev
             finish
-        """)
+        """,
+        )
     if device.backend.name == "sim":
         text = str(info.value)
         assert "load stage: stuck at instruction 0" in text and "waiting for a token on queue compute->load" in text
@@ -38,12 +41,16 @@ def test_leftover_tokens_are_an_error():
 def test_tokens_order_the_stages():
     """The store waits for the compute stage's token although it could start at once."""
     dev = Device()
-    res = run_asm(dev, """
+    res = run_asm(
+        dev,
+        """
         load uop sram=0 dram=0x4000000 y=1 x=1 stride=1
         alu add uop=0:1 iter=1000,1 dst=0,0 src=0,0 imm=1 push_next
         store out sram=0 dram=0x1000100 y=1 x=1 stride=1 pop_prev
         finish
-    """, timeline=True)
+    """,
+        timeline=True,
+    )
     by_stage = {e.stage: e for e in res.timeline if e.label.startswith(("alu", "store"))}
     assert by_stage["store"].start >= by_stage["compute"].end
     assert res.counters.store.stall >= 1000
@@ -64,16 +71,23 @@ def test_full_command_queue_deadlock_is_detected():
 def test_cycle_limit():
     dev = Device()
     with pytest.raises(CycleLimitError, match="cycle limit 500 reached at instruction 1"):
-        run_asm(dev, "load uop sram=0 dram=0x4000000 y=1 x=1 stride=1\n"
-                     "alu add uop=0:1 iter=1000,1 dst=0,0 src=0,0 imm=1\nfinish", max_cycles=500)
+        run_asm(
+            dev,
+            "load uop sram=0 dram=0x4000000 y=1 x=1 stride=1\n"
+            "alu add uop=0:1 iter=1000,1 dst=0,0 src=0,0 imm=1\nfinish",
+            max_cycles=500,
+        )
 
 
 def test_runtime_faults_name_the_instruction():
     dev = Device()
     uop = dev.array(np.array([2047], np.uint32))  # dst=2047
     with pytest.raises(SimError, match="instruction 1 \\(gemm .*\\): GEMM ACC \\(dst\\) index 2048 outside"):
-        run_asm(dev, f"load uop sram=0 dram={uop.elem(4)} y=1 x=1 stride=1\n"
-                     "gemm uop=0:1 iter=2,1 dst=1,0 src=0,0 wgt=0,0\nfinish")
+        run_asm(
+            dev,
+            f"load uop sram=0 dram={uop.elem(4)} y=1 x=1 stride=1\n"
+            "gemm uop=0:1 iter=2,1 dst=1,0 src=0,0 wgt=0,0\nfinish",
+        )
     with pytest.raises(SimError, match="instruction 0 \\(load inp .*\\): LOAD INP: DRAM bytes .* outside"):
         run_asm(dev, "load inp sram=0 dram=0 y=1 x=1 stride=1\nfinish")
 
@@ -90,14 +104,20 @@ def test_unknown_opcode_in_stream():
 def test_gemm_cycle_model_and_counters():
     dev = Device()
     t = dev.cfg.timing
-    res = run_asm(dev, """
+    res = run_asm(
+        dev,
+        """
         load uop sram=0 dram=0x4000000 y=1 x=2 stride=2
         gemm uop=0:2 iter=10,3 dst=0,0 src=0,0 wgt=0,0
         finish
-    """)
+    """,
+    )
     c = res.counters
-    assert c.gemm_iters == 60 and c.bytes_loaded["UOP"] == 8 and c.insn_counts == {
-        "LOAD": 1, "STORE": 0, "GEMM": 1, "ALU": 0, "FINISH": 1, "EPI": 0}
+    assert (
+        c.gemm_iters == 60
+        and c.bytes_loaded["UOP"] == 8
+        and c.insn_counts == {"LOAD": 1, "STORE": 0, "GEMM": 1, "ALU": 0, "FINISH": 1, "EPI": 0}
+    )
     gemm_cycles = t.gemm_setup + 60 + t.gemm_pipeline
     assert c.compute.busy >= gemm_cycles
     for stage in ("load", "compute", "store"):
@@ -109,16 +129,21 @@ def test_gemm_cycle_model_and_counters():
 def test_dma_cycle_model_counts_beats_latency_and_padding():
     dev = Device()
     t = dev.cfg.timing
-    res = run_asm(dev, """
+    res = run_asm(
+        dev,
+        """
         load inp sram=0 dram=0x1000000 y=4 x=8 stride=8 pad=1,1,2,2 push_next
         load uop x=0 pop_prev
         finish
-    """, timeline=True)
+    """,
+        timeline=True,
+    )
     load = res.timeline[0]
     beats = 4 * 8 * 16 // 8  # 4 rows of 8 16-byte elements on a 64-bit bus
     pads = 6 * 12 - 32
-    assert load.end - load.start == (t.dma_setup + t.dram_read_latency + beats + 4 * t.dma_row_overhead
-                                     + pads * t.dma_pad_cycles)
+    assert load.end - load.start == (
+        t.dma_setup + t.dram_read_latency + beats + 4 * t.dma_row_overhead + pads * t.dma_pad_cycles
+    )
     assert res.counters.bytes_loaded["INP"] == 512
 
 

@@ -122,17 +122,17 @@ def alu_reference(op, a, b):
     if op in (AluOp.SHR, AluOp.RSHR):
         s = max(-31, min(31, b))
         if s < 0:
-            return wrap32(a * 2 ** -s)
+            return wrap32(a * 2**-s)
         if op == AluOp.RSHR and s > 0:
             a += 2 ** (s - 1)
-        return wrap32(a // 2 ** s)
+        return wrap32(a // 2**s)
     if op == AluOp.CLIP:
         lo = ((b & 0xFF) ^ 0x80) - 0x80
         hi = (((b >> 8) & 0xFF) ^ 0x80) - 0x80
         return min(max(a, lo), hi)
     if op == AluOp.REQ:
         s = b & 31
-        q = (a + (2 ** (s - 1) if s else 0)) // 2 ** s
+        q = (a + (2 ** (s - 1) if s else 0)) // 2**s
         return min(max(q, 0 if b & 32 else -128), 127)
     raise AssertionError(op)
 
@@ -150,12 +150,16 @@ def test_alu_ops(device, op, use_imm):
     cmd = device.commands()
     cmd.load(MemType.ACC, 0, buf, 0, 1, 2 * n, 2 * n)
     # uop loop: dst walks rows 0..5 (outer 3 x inner 2), src walks rows 6..11
-    cmd.alu(op, [(0, n)], iter_out=3, iter_in=2, dst_factor=(2, 1), src_factor=(2, 1),
-            imm=imm if use_imm else None)
+    cmd.alu(op, [(0, n)], iter_out=3, iter_in=2, dst_factor=(2, 1), src_factor=(2, 1), imm=imm if use_imm else None)
     got = read_acc(device, cmd, 0, n)
     cmd.synchronize()
-    expect = np.array([[alu_reference(op, x, imm if use_imm else y) for x, y in zip(ra, rb)]
-                       for ra, rb in zip(a.reshape(n, 16), b.reshape(n, 16))], np.int64)
+    expect = np.array(
+        [
+            [alu_reference(op, x, imm if use_imm else y) for x, y in zip(ra, rb)]
+            for ra, rb in zip(a.reshape(n, 16), b.reshape(n, 16))
+        ],
+        np.int64,
+    )
     np.testing.assert_array_equal(got().reshape(n, 16), expect.astype(np.int32))
 
 

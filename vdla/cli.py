@@ -75,9 +75,11 @@ def counters_table(counters, cfg, title: str) -> Table:
     for name in ("load", "compute", "store"):
         s = counters.stage(name)
         t.add_row(name, f"{s.busy:,}", f"{s.stall:,}", f"{s.idle:,}", f"{s.insns:,}")
-    t.caption = (f"{counters.cycles:,} cycles ({counters.cycles / cfg.clock_mhz:,.1f} us at {cfg.clock_mhz:g} MHz), "
-                 f"GEMM utilization {counters.utilization:.1%}, {counters.gemm_iters:,} GEMM + "
-                 f"{counters.alu_iters:,} ALU uop-iterations, {counters.dram_bytes:,} DRAM bytes")
+    t.caption = (
+        f"{counters.cycles:,} cycles ({counters.cycles / cfg.clock_mhz:,.1f} us at {cfg.clock_mhz:g} MHz), "
+        f"GEMM utilization {counters.utilization:.1%}, {counters.gemm_iters:,} GEMM + "
+        f"{counters.alu_iters:,} ALU uop-iterations, {counters.dram_bytes:,} DRAM bytes"
+    )
     return t
 
 
@@ -104,8 +106,13 @@ def cmd_matmul(args: argparse.Namespace) -> int:
     res = tiled_matmul(dev, a, b, shift=args.shift, vthreads=args.vthreads, timeline=bool(args.trace))
     correct = bool(np.array_equal(res.out, reference_matmul(a, b, args.shift)))
     c = res.run.counters
-    console.print(counters_table(c, dev.cfg, f"int8 matmul {m}x{k}x{n}, {res.tiles} tiles, "
-                                             f"{args.vthreads} virtual threads, backend {args.backend}"))
+    console.print(
+        counters_table(
+            c,
+            dev.cfg,
+            f"int8 matmul {m}x{k}x{n}, {res.tiles} tiles, {args.vthreads} virtual threads, backend {args.backend}",
+        )
+    )
     console.print(f"result matches numpy: [{'green' if correct else 'red'}]{correct}[/]")
     if args.trace:
         write_chrome_trace(res.run.timeline, args.trace, dev.cfg.clock_mhz)
@@ -140,8 +147,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         addr, nbytes, file = _split_spec(spec, "ADDR:NBYTES=FILE")
         dumps.append((dev.dram.view(int(addr, 0), int(nbytes, 0)), file))
     res = dev.run_program(insns, max_cycles=args.max_cycles, timeline=bool(args.trace))
-    console.print(counters_table(res.counters, dev.cfg, f"{path.name}: {len(insns)} instructions, "
-                                                        f"backend {args.backend}"))
+    console.print(
+        counters_table(res.counters, dev.cfg, f"{path.name}: {len(insns)} instructions, backend {args.backend}")
+    )
     for view, file in dumps:
         _write(file, view.tobytes())
     if args.trace:
@@ -184,10 +192,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("program")
     _add_config(p)
     _add_backend(p)
-    p.add_argument("--load", action="append", default=[], metavar="ADDR=FILE",
-                   help="place a .npy array or raw file in DRAM at a physical address (repeatable)")
-    p.add_argument("--dump", action="append", default=[], metavar="ADDR:NBYTES=FILE",
-                   help="write DRAM bytes to a file after the run (repeatable)")
+    p.add_argument(
+        "--load",
+        action="append",
+        default=[],
+        metavar="ADDR=FILE",
+        help="place a .npy array or raw file in DRAM at a physical address (repeatable)",
+    )
+    p.add_argument(
+        "--dump",
+        action="append",
+        default=[],
+        metavar="ADDR:NBYTES=FILE",
+        help="write DRAM bytes to a file after the run (repeatable)",
+    )
     p.add_argument("--max-cycles", type=int, help="stop with an error after this many cycles")
     p.add_argument("--trace", help="write a Chrome/Perfetto trace JSON of the run")
     p.add_argument("--json", help="write the counters as JSON")

@@ -71,22 +71,34 @@ class HwConfig:
     timing: Timing = field(default_factory=Timing)
 
     def __post_init__(self) -> None:
-        for f in ("batch", "block_in", "block_out", "inp_buff_bytes", "wgt_buff_bytes", "acc_buff_bytes",
-                  "uop_buff_bytes", "bus_width_bits", "dram_bytes"):
+        for f in (
+            "batch",
+            "block_in",
+            "block_out",
+            "inp_buff_bytes",
+            "wgt_buff_bytes",
+            "acc_buff_bytes",
+            "uop_buff_bytes",
+            "bus_width_bits",
+            "dram_bytes",
+        ):
             v = getattr(self, f)
             if not isinstance(v, int) or v <= 0 or v & (v - 1):
                 raise ConfigError(f"config {self.name!r}: {f} must be a positive power of two, got {v!r}")
         if (self.inp_width, self.wgt_width, self.acc_width, self.out_width) != (8, 8, 32, 8):
-            raise ConfigError(f"config {self.name!r}: only int8 inputs/weights/outputs with int32 "
-                              "accumulators are supported")
+            raise ConfigError(
+                f"config {self.name!r}: only int8 inputs/weights/outputs with int32 accumulators are supported"
+            )
         if self.bus_width_bits < 32:
             raise ConfigError(f"config {self.name!r}: bus_width_bits must be >= 32")
         for buf in ("inp", "wgt", "acc"):
             if getattr(self, f"{buf}_depth") < 1:
                 raise ConfigError(f"config {self.name!r}: {buf} buffer smaller than one element")
         if self.uop_dst_bits + self.uop_src_bits + self.uop_wgt_bits > 32:
-            raise ConfigError(f"config {self.name!r}: buffer depths need "
-                              f"{self.uop_dst_bits}+{self.uop_src_bits}+{self.uop_wgt_bits} micro-op bits > 32")
+            raise ConfigError(
+                f"config {self.name!r}: buffer depths need "
+                f"{self.uop_dst_bits}+{self.uop_src_bits}+{self.uop_wgt_bits} micro-op bits > 32"
+            )
         if self.dram_base_addr % 4096 or self.dram_base_addr + self.dram_bytes > 1 << 40:
             raise ConfigError(f"config {self.name!r}: dram_base_addr must be 4 KiB aligned and in range")
 
@@ -177,14 +189,21 @@ class HwConfig:
     def derived(self) -> dict:
         """Derived values, for `vdla info` and the docs."""
         return {
-            "inp_elem_bytes": self.inp_elem_bytes, "wgt_elem_bytes": self.wgt_elem_bytes,
-            "acc_elem_bytes": self.acc_elem_bytes, "out_elem_bytes": self.out_elem_bytes,
-            "inp_depth": self.inp_depth, "wgt_depth": self.wgt_depth, "acc_depth": self.acc_depth,
-            "uop_depth": self.uop_depth, "uop_bits (dst/src/wgt)":
-                f"{self.uop_dst_bits}/{self.uop_src_bits}/{self.uop_wgt_bits}",
-            "macs_per_cycle": self.macs_per_cycle, "peak_gops": round(self.peak_gops, 3),
-            "bus_bytes_per_cycle": self.bus_bytes, "peak_bandwidth_gbs": round(self.peak_bandwidth_gbs, 3),
-            "ridge_ops_per_byte": round(self.ridge_intensity, 3), "config_hash": f"0x{self.hash:08x}",
+            "inp_elem_bytes": self.inp_elem_bytes,
+            "wgt_elem_bytes": self.wgt_elem_bytes,
+            "acc_elem_bytes": self.acc_elem_bytes,
+            "out_elem_bytes": self.out_elem_bytes,
+            "inp_depth": self.inp_depth,
+            "wgt_depth": self.wgt_depth,
+            "acc_depth": self.acc_depth,
+            "uop_depth": self.uop_depth,
+            "uop_bits (dst/src/wgt)": f"{self.uop_dst_bits}/{self.uop_src_bits}/{self.uop_wgt_bits}",
+            "macs_per_cycle": self.macs_per_cycle,
+            "peak_gops": round(self.peak_gops, 3),
+            "bus_bytes_per_cycle": self.bus_bytes,
+            "peak_bandwidth_gbs": round(self.peak_bandwidth_gbs, 3),
+            "ridge_ops_per_byte": round(self.ridge_intensity, 3),
+            "config_hash": f"0x{self.hash:08x}",
         }
 
     def with_timing(self, **changes) -> HwConfig:

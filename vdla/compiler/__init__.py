@@ -8,7 +8,19 @@ from vdla.compiler.schedule import Schedule
 from vdla.compiler.spec import CompileError, Conv2dSpec, EpilogueSpec
 
 __all__ = [
-    "CompileError", "CompiledConv2d", "CompiledDense", "Conv2dSpec", "EpilogueSpec", "LayerRun", "Schedule",
-    "ScheduleCache", "compile_conv2d", "compile_dense", "pack_activation", "pack_channels", "pack_weights",
-    "unpack_activation", "unpack_weights",
+    "CompileError",
+    "CompiledConv2d",
+    "CompiledDense",
+    "Conv2dSpec",
+    "EpilogueSpec",
+    "LayerRun",
+    "Schedule",
+    "ScheduleCache",
+    "compile_conv2d",
+    "compile_dense",
+    "pack_activation",
+    "pack_channels",
+    "pack_weights",
+    "unpack_activation",
+    "unpack_weights",
 ]

@@ -40,8 +40,14 @@ def _common(p: argparse.ArgumentParser) -> None:
 @contextmanager
 def _progress(total: int) -> Iterator:
     """A transient progress bar; yields the callback the experiments call before each layer run."""
-    with Progress(TextColumn("{task.description:<32}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console, transient=True) as prog:
+    with Progress(
+        TextColumn("{task.description:<32}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    ) as prog:
         task = prog.add_task("compiling", total=total)
         started = []
 
@@ -58,8 +64,17 @@ def layer_table(records: list[LayerRecord], title: str) -> Table:
     for col in ("layer", "schedule", "MACs", "cycles", "GEMM util", "GOPS", "DRAM bytes", "ops/byte", "correct"):
         t.add_column(col, justify="left" if col in ("layer", "schedule") else "right")
     for r in records:
-        t.add_row(r.name, r.schedule, f"{r.macs:,}", f"{r.cycles:,}", f"{r.utilization:.1%}", f"{r.gops:.2f}",
-                  f"{r.dram_bytes:,}", f"{r.intensity:.1f}", "[green]yes[/]" if r.correct else "[red]NO[/]")
+        t.add_row(
+            r.name,
+            r.schedule,
+            f"{r.macs:,}",
+            f"{r.cycles:,}",
+            f"{r.utilization:.1%}",
+            f"{r.gops:.2f}",
+            f"{r.dram_bytes:,}",
+            f"{r.intensity:.1f}",
+            "[green]yes[/]" if r.correct else "[red]NO[/]",
+        )
     return t
 
 
@@ -69,15 +84,27 @@ def cmd_layers(args: argparse.Namespace) -> int:
     cache = None if args.no_cache else ScheduleCache()
     with _progress(len(args.layers or MODELS[args.model])) as tick:
         records = run_model(args.model, cfg, args.backend, args.vthreads, cache, args.seed, args.layers, tick)
-    console.print(layer_table(records, f"{args.model} conv layers, config '{cfg.name}', backend {args.backend}, "
-                                       f"vthreads {args.vthreads}"))
+    console.print(
+        layer_table(
+            records, f"{args.model} conv layers, config '{cfg.name}', backend {args.backend}, vthreads {args.vthreads}"
+        )
+    )
     compile_s = sum(r.compile_seconds for r in records)
     search_s = sum(r.search_seconds for r in records)
-    console.print(f"compile time {compile_s:.2f} s (schedule search {search_s:.2f} s; cached schedules cost none); "
-                  f"peak {cfg.peak_gops:g} GOPS, ridge {cfg.ridge_intensity:g} ops/byte")
+    console.print(
+        f"compile time {compile_s:.2f} s (schedule search {search_s:.2f} s; cached schedules cost none); "
+        f"peak {cfg.peak_gops:g} GOPS, ridge {cfg.ridge_intensity:g} ops/byte"
+    )
     if args.json:
-        write_json(records, args.json, backend=args.backend, model=args.model, vthreads=str(args.vthreads),
-                   compile_seconds=round(compile_s, 3), search_seconds=round(search_s, 3))
+        write_json(
+            records,
+            args.json,
+            backend=args.backend,
+            model=args.model,
+            vthreads=str(args.vthreads),
+            compile_seconds=round(compile_s, 3),
+            search_seconds=round(search_s, 3),
+        )
         console.print(f"wrote {args.json}")
     return 0 if all(r.correct for r in records) else 1
 
@@ -92,9 +119,16 @@ def cmd_roofline(args: argparse.Namespace) -> int:
     for col in ("layer", "util off", "util on", "GOPS off", "GOPS on", "speed-up", "ops/byte on", "correct"):
         t.add_column(col, justify="left" if col == "layer" else "right")
     for a, b in zip(result.off, result.on):
-        t.add_row(a.name, f"{a.utilization:.1%}", f"{b.utilization:.1%}", f"{a.gops:.2f}", f"{b.gops:.2f}",
-                  f"{a.cycles / b.cycles:.2f}x", f"{b.intensity:.1f}",
-                  "[green]yes[/]" if a.correct and b.correct else "[red]NO[/]")
+        t.add_row(
+            a.name,
+            f"{a.utilization:.1%}",
+            f"{b.utilization:.1%}",
+            f"{a.gops:.2f}",
+            f"{b.gops:.2f}",
+            f"{a.cycles / b.cycles:.2f}x",
+            f"{b.intensity:.1f}",
+            "[green]yes[/]" if a.correct and b.correct else "[red]NO[/]",
+        )
     console.print(t)
     console.print(f"wrote {result.csv} and {result.png}")
     return 0 if all(r.correct for r in result.off + result.on) else 1
@@ -112,4 +146,3 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     _common(p)
     p.add_argument("--out", default="out", help="output directory (default: out)")
     p.set_defaults(func=cmd_roofline)
-

@@ -53,16 +53,30 @@ def _int_array(name: str, v, shape: tuple[int, ...]) -> np.ndarray:
 class CompiledConv2d:
     """A conv2d layer compiled for one hardware config."""
 
-    def __init__(self, spec: Conv2dSpec, weights: np.ndarray, cfg: HwConfig, bias=None, multiplier=1, shift: int = 0,
-                 relu: bool = False, clip: tuple[int, int] = (-128, 127), residual: str | None = None,
-                 vthreads: int | str = "auto", schedule: Schedule | None = None, cache: ScheduleCache | None = None):
+    def __init__(
+        self,
+        spec: Conv2dSpec,
+        weights: np.ndarray,
+        cfg: HwConfig,
+        bias=None,
+        multiplier=1,
+        shift: int = 0,
+        relu: bool = False,
+        clip: tuple[int, int] = (-128, 127),
+        residual: str | None = None,
+        vthreads: int | str = "auto",
+        schedule: Schedule | None = None,
+        cache: ScheduleCache | None = None,
+    ):
         t0 = time.perf_counter()
         if weights.dtype != np.int8 or weights.shape != spec.weight_shape:
-            raise CompileError(f"weights must be int8 of shape {spec.weight_shape} (OIHW), got {weights.dtype} "
-                               f"{weights.shape}")
+            raise CompileError(
+                f"weights must be int8 of shape {spec.weight_shape} (OIHW), got {weights.dtype} {weights.shape}"
+            )
         mkind = multiplier_kind(multiplier)
-        self.epilogue = EpilogueSpec(bias=bias is not None, multiplier=mkind, shift=shift, relu=relu,
-                                     clip=tuple(clip), residual=residual)
+        self.epilogue = EpilogueSpec(
+            bias=bias is not None, multiplier=mkind, shift=shift, relu=relu, clip=tuple(clip), residual=residual
+        )
         self.spec, self.cfg = spec, cfg
         self.lowering = ConvLowering(spec, self.epilogue, cfg, int(multiplier) if mkind == "imm" else 1)
         self.constants = {"wgt": pack_weights(weights, cfg.block_out, cfg.block_in)}
@@ -74,8 +88,9 @@ class CompiledConv2d:
             self.constants["mult"] = pack_channels(_int_array("multiplier", m, (spec.oc,)), cfg.batch, cfg.block_out)
         need = sum(self.lowering.tensor_bytes().values())
         if need > cfg.dram_bytes:
-            raise CompileError(f"the layer's tensors need {need} bytes of DRAM, config {cfg.name!r} has "
-                               f"{cfg.dram_bytes}")
+            raise CompileError(
+                f"the layer's tensors need {need} bytes of DRAM, config {cfg.name!r} has {cfg.dram_bytes}"
+            )
         if schedule is None:
             self.search: SearchResult | None = search(self.lowering, vthreads, cache)
             schedule = self.search.schedule
@@ -86,8 +101,14 @@ class CompiledConv2d:
         self.stream = build_stream(self.lowering, schedule)
         self.compile_seconds = time.perf_counter() - t0
 
-    def run(self, dev: Device, x: np.ndarray, residual: np.ndarray | None = None, max_cycles: int | None = None,
-            timeline: bool = False) -> LayerRun:
+    def run(
+        self,
+        dev: Device,
+        x: np.ndarray,
+        residual: np.ndarray | None = None,
+        max_cycles: int | None = None,
+        timeline: bool = False,
+    ) -> LayerRun:
         """Run on ``dev``: x is (N, C, H, W) int8; ``residual`` (N, OC, OH, OW) if the layer adds one."""
         sp, cfg = self.spec, self.cfg
         if dev.cfg != cfg:
@@ -99,8 +120,9 @@ class CompiledConv2d:
             want = RESIDUAL_DTYPES[self.epilogue.residual]
             if residual is None or residual.dtype != want or residual.shape != sp.out_shape:
                 got = None if residual is None else (residual.dtype, residual.shape)
-                raise CompileError(f"the layer adds a {self.epilogue.residual} residual of shape {sp.out_shape}, "
-                                   f"got {got}")
+                raise CompileError(
+                    f"the layer adds a {self.epilogue.residual} residual of shape {sp.out_shape}, got {got}"
+                )
             arrays["res"] = pack_activation(residual, cfg.batch, cfg.block_out)
         elif residual is not None:
             raise CompileError("the layer was compiled without a residual input")
@@ -121,11 +143,25 @@ class CompiledConv2d:
         return emit_program(self.lowering, self.stream, dev or Device(self.cfg))
 
 
-def compile_conv2d(input_shape: tuple[int, int, int, int], weights: np.ndarray, *, stride=1, padding=0, dilation=1,
-                   groups: int = 1, bias=None, multiplier=1, shift: int = 0, relu: bool = False,
-                   clip: tuple[int, int] = (-128, 127), residual: str | None = None, config="pynq",
-                   vthreads: int | str = "auto", schedule: Schedule | None = None,
-                   cache: ScheduleCache | None = None) -> CompiledConv2d:
+def compile_conv2d(
+    input_shape: tuple[int, int, int, int],
+    weights: np.ndarray,
+    *,
+    stride=1,
+    padding=0,
+    dilation=1,
+    groups: int = 1,
+    bias=None,
+    multiplier=1,
+    shift: int = 0,
+    relu: bool = False,
+    clip: tuple[int, int] = (-128, 127),
+    residual: str | None = None,
+    config="pynq",
+    vthreads: int | str = "auto",
+    schedule: Schedule | None = None,
+    cache: ScheduleCache | None = None,
+) -> CompiledConv2d:
     """Compile conv2d(x, weights) + epilogue for inputs of ``input_shape`` (NCHW) on ``config``.
 
     out = clip(rshr((conv + bias) * multiplier, shift) + residual, clip), ReLU folded into the clip;
@@ -134,8 +170,9 @@ def compile_conv2d(input_shape: tuple[int, int, int, int], weights: np.ndarray, 
     spec = Conv2dSpec.make(input_shape, weights.shape[0], weights.shape[2:], stride, padding, dilation, groups)
     if weights.ndim != 4 or weights.shape[1] != spec.c:
         raise CompileError(f"weights {weights.shape} do not match {spec.c} input channels (OIHW)")
-    return CompiledConv2d(spec, weights, load_config(config), bias, multiplier, shift, relu, clip, residual,
-                          vthreads, schedule, cache)
+    return CompiledConv2d(
+        spec, weights, load_config(config), bias, multiplier, shift, relu, clip, residual, vthreads, schedule, cache
+    )
 
 
 class CompiledDense:
@@ -147,17 +184,23 @@ class CompiledDense:
     def _to_nchw(self, a: np.ndarray) -> np.ndarray:
         b, width = self.conv.cfg.batch, self.conv.spec.w
         padded = np.zeros((b * width, a.shape[1]), a.dtype)
-        padded[:self.m] = a
+        padded[: self.m] = a
         return np.ascontiguousarray(padded.reshape(b, width, -1).transpose(0, 2, 1)[:, :, None, :])
 
-    def run(self, dev: Device, x: np.ndarray, residual: np.ndarray | None = None, max_cycles: int | None = None,
-            timeline: bool = False) -> LayerRun:
+    def run(
+        self,
+        dev: Device,
+        x: np.ndarray,
+        residual: np.ndarray | None = None,
+        max_cycles: int | None = None,
+        timeline: bool = False,
+    ) -> LayerRun:
         """x is (M, K) int8; ``residual`` (M, N) if the layer adds one. Returns (M, N) int8."""
         if x.ndim != 2 or x.shape[0] != self.m:
             raise CompileError(f"dense input must be ({self.m}, K), got {x.shape}")
         res = None if residual is None else self._to_nchw(residual)
         run = self.conv.run(dev, self._to_nchw(x), res, max_cycles, timeline)
-        out = run.out[:, :, 0, :].transpose(0, 2, 1).reshape(-1, run.out.shape[1])[:self.m]
+        out = run.out[:, :, 0, :].transpose(0, 2, 1).reshape(-1, run.out.shape[1])[: self.m]
         return LayerRun(np.ascontiguousarray(out), run.result)
 
 

@@ -31,9 +31,19 @@ def op_insn(op: Op) -> Insn:
     """The instruction an operation becomes (DRAM addresses relative to a page-aligned tensor)."""
     if isinstance(op, Load | Store):
         y0, y1, x0, x1 = op.pad if isinstance(op, Load) else (0, 0, 0, 0)
-        return MemInsn(store=isinstance(op, Store), mem_type=op.mem if isinstance(op, Load) else MemType.OUT,
-                       sram_base=op.sram, dram_base=op.offset, y_size=op.y, x_size=op.x, x_stride=op.stride,
-                       y_pad_0=y0, y_pad_1=y1, x_pad_0=x0, x_pad_1=x1)
+        return MemInsn(
+            store=isinstance(op, Store),
+            mem_type=op.mem if isinstance(op, Load) else MemType.OUT,
+            sram_base=op.sram,
+            dram_base=op.offset,
+            y_size=op.y,
+            x_size=op.x,
+            x_stride=op.stride,
+            y_pad_0=y0,
+            y_pad_1=y1,
+            x_pad_0=x0,
+            x_pad_1=x1,
+        )
     if isinstance(op, Epi):
         return EpiInsn()
     k = op.kernel
@@ -101,8 +111,11 @@ class CostModel:
             n = len(steps)
             built = sorted({0, min(1, n - 1), n - 1})
             builder = ThreadBuilder(low, s, 0)
-            cost = {k: [(op, op_cycles(op, self.cfg)) for op in sum(map(tuple, (b.loads, b.compute, b.stores)), ())]
-                    for k in built for b in [builder.block(tile, k, steps[k], n)]}
+            cost = {
+                k: [(op, op_cycles(op, self.cfg)) for op in sum(map(tuple, (b.loads, b.compute, b.stores)), ())]
+                for k in built
+                for b in [builder.block(tile, k, steps[k], n)]
+            }
             rep = [0 if k == 0 else n - 1 if k == n - 1 else 1 for k in range(n)]
 
             def total(k: int, pred) -> int:
@@ -111,8 +124,12 @@ class CostModel:
             def tensor(name: str):
                 return lambda op: isinstance(op, Load) and op.tensor == name
 
-            kernels = {op.kernel.uops.tobytes(): len(op.kernel.uops) for k in built for op, _ in cost[k]
-                       if isinstance(op, Gemm | Alu)}
+            kernels = {
+                op.kernel.uops.tobytes(): len(op.kernel.uops)
+                for k in built
+                for op, _ in cost[k]
+                if isinstance(op, Gemm | Alu)
+            }
             own = low.weights_resident(s) or low.weights_shared or low.inputs_resident(s)
             unbuilt = n - len(built) if own else 0  # each step has its own GEMM kernel
             gemm = [total(k, lambda op: isinstance(op, Gemm)) for k in rep]
@@ -125,8 +142,16 @@ class CostModel:
                 store=total(n - 1, lambda op: isinstance(op, Store)),
                 kernel_uops=sum(kernels.values()) + unbuilt * max(kernels.values()),
                 size=(tile.noc, tile.noh * tile.now),
-                longest_load=max((c for k in built for op, c in cost[k] if isinstance(op, Load) and op.mem in
-                                  (MemType.INP, MemType.WGT)), default=0))
+                longest_load=max(
+                    (
+                        c
+                        for k in built
+                        for op, c in cost[k]
+                        if isinstance(op, Load) and op.mem in (MemType.INP, MemType.WGT)
+                    ),
+                    default=0,
+                ),
+            )
         return self._steps[key]
 
     def prologue(self, s: Schedule) -> int:
@@ -137,7 +162,7 @@ class CostModel:
         low = self.low
         rows = sum(op_cycles(Load(MemType.ACC, 0, name, 0, 1, low.ob, low.ob), self.cfg) for name in low.rows)
         oc = low.tile_order(s)[0]
-        visits = sum(len(np.unique(oc[t::s.vthreads])) for t in range(s.vthreads))
+        visits = sum(len(np.unique(oc[t :: s.vthreads])) for t in range(s.vthreads))
         sets = visits if low.weights_shared else s.vthreads
         extra = visits - s.vthreads if any(p.operand for p in low.passes) else 0
         uops = min(sets * self.step_costs(s).kernel_uops + extra, self.cfg.uop_depth)
@@ -155,8 +180,8 @@ class CostModel:
         store = np.r_[np.zeros(n - 1), sc.store]
         out = []
         for t, fresh in enumerate(self.low.residency(s)):
-            f_oc = (nocs[oc[t::s.vthreads]] / sc.size[0])[:, None]
-            f_px = (pixels[sp[t::s.vthreads]] / sc.size[1])[:, None]
+            f_oc = (nocs[oc[t :: s.vthreads]] / sc.size[0])[:, None]
+            f_px = (pixels[sp[t :: s.vthreads]] / sc.size[1])[:, None]
             fresh = fresh.reshape(-1, n, 2)
             work = (fresh[..., 0] * inp * f_px + fresh[..., 1] * wgt * f_oc, comp * f_oc * f_px, store * f_oc * f_px)
             out.append(tuple(np.rint(a).reshape(-1).astype(np.int64) for a in work))
@@ -199,8 +224,11 @@ class CostModel:
             for d in thread_deps(w[0] > 0, w[2] > 0):
                 src, dst = ENDS[d.queue]
                 waits[dst].setdefault(pos[(t, d.dst)], []).append((src, pos[(t, d.src)]))
-        lists = [[p for p in range(len(order)) if dur[0][p]], list(range(len(order))),
-                 [p for p in range(len(order)) if dur[2][p]]]
+        lists = [
+            [p for p in range(len(order)) if dur[0][p]],
+            list(range(len(order))),
+            [p for p in range(len(order)) if dur[2][p]],
+        ]
         end: list[dict[int, int]] = [{}, {}, {}]
         handoff: dict[int, int] = {}  # compute of a split block: when its first part reaches the store stage
         start_at = self.prologue(s)  # the first loads share the read channel with the prologue

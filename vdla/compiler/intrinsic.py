@@ -122,8 +122,9 @@ class Tensorized:
             ext[axis] = -(-ext[axis] // lane_size[lane])
         return ext
 
-    def nest(self, tile: dict[str, int], layouts: dict[str, tuple[tuple[int, int], ...]],
-             order: tuple[str, ...]) -> tuple[tuple[int, tuple[int, ...]], ...]:
+    def nest(
+        self, tile: dict[str, int], layouts: dict[str, tuple[tuple[int, int], ...]], order: tuple[str, ...]
+    ) -> tuple[tuple[int, tuple[int, ...]], ...]:
         """The loop nest of a tile: (extent, (dst, src, wgt) stride) per axis of ``order`` with extent > 1.
 
         ``tile`` gives each axis's extent in the tile (in blocks for bound axes); ``layouts`` gives,
@@ -167,14 +168,17 @@ def tensorize(contraction: Contraction, intrinsic: GemmIntrinsic) -> Tensorized:
             if used == plain == roles_of[lane] and (axis in contraction.reduce) == want_reduce:
                 candidates.append(axis)
         if len(candidates) != 1:
-            raise CompileError(f"cannot tensorize: intrinsic lane {lane!r} (operands {sorted(roles_of[lane])}"
-                               f"{', reduced' if want_reduce else ''}) matches axes {candidates}")
+            raise CompileError(
+                f"cannot tensorize: intrinsic lane {lane!r} (operands {sorted(roles_of[lane])}"
+                f"{', reduced' if want_reduce else ''}) matches axes {candidates}"
+            )
         binding.append((lane, candidates[0]))
     return Tensorized(contraction, intrinsic, tuple(binding))
 
 
-def conv2d_contraction(n: int, c: int, oc: int, oh: int, ow: int, kh: int, kw: int, sh: int, sw: int,
-                       top: int, left: int) -> Contraction:
+def conv2d_contraction(
+    n: int, c: int, oc: int, oh: int, ow: int, kh: int, kw: int, sh: int, sw: int, top: int, left: int
+) -> Contraction:
     """out[b, oc, oh, ow] += inp[b, ic, sh*oh + ky - top, sw*ow + kx - left] * wgt[oc, ic, ky, kx]."""
     return Contraction(
         extents=(("b", n), ("oc", oc), ("oh", oh), ("ow", ow), ("ic", c), ("ky", kh), ("kx", kw)),

@@ -36,9 +36,11 @@ class Limits:
     @classmethod
     def of(cls, cfg: HwConfig) -> Limits:
         """The ISA's loop-field widths and the config's UOP buffer depth."""
-        return cls(max_iter=(1 << _WIDTH["iter_out"]) - 1,
-                   max_factor=tuple((1 << _WIDTH[f"{f}_factor_out"]) - 1 for f in ("dst", "src", "wgt")),
-                   max_uops=cfg.uop_depth)
+        return cls(
+            max_iter=(1 << _WIDTH["iter_out"]) - 1,
+            max_factor=tuple((1 << _WIDTH[f"{f}_factor_out"]) - 1 for f in ("dst", "src", "wgt")),
+            max_uops=cfg.uop_depth,
+        )
 
 
 @dataclass(frozen=True, eq=False)
@@ -105,12 +107,18 @@ def _plan(nest: Nest, limits: Limits, pin_outer: bool) -> tuple[Nest, tuple, tup
         ok = [k for k, axis in enumerate(nest) if fits_loop(axis, limits)]
         inner = max(ok, key=lambda k: nest[k][0]) if ok else None
         outer_level = first if first[0] > 1 else unused
-        return outer_level, nest[inner] if inner is not None else unused, tuple(
-            ax for k, ax in enumerate(nest) if k != inner)
+        return (
+            outer_level,
+            nest[inner] if inner is not None else unused,
+            tuple(ax for k, ax in enumerate(nest) if k != inner),
+        )
     nest = merge_axes(nest, limits.max_iter)
     outer, inner = plan_loops(nest, limits)
-    return (nest[outer] if outer is not None else unused, nest[inner] if inner is not None else unused,
-            tuple(ax for k, ax in enumerate(nest) if k not in (outer, inner)))
+    return (
+        nest[outer] if outer is not None else unused,
+        nest[inner] if inner is not None else unused,
+        tuple(ax for k, ax in enumerate(nest) if k not in (outer, inner)),
+    )
 
 
 def uop_count(nest: Nest, limits: Limits, pin_outer: bool = False) -> int:
@@ -126,7 +134,8 @@ def lower_nest(nest: Nest, base: tuple[int, int, int], limits: Limits, pin_outer
     for ext, strides in rest:
         uops = (uops[:, None, :] + np.arange(ext)[None, :, None] * np.array(strides)[None, None, :]).reshape(-1, 3)
     if len(uops) > limits.max_uops:
-        raise CompileError(f"a micro-kernel of {len(uops)} micro-ops exceeds the UOP buffer ({limits.max_uops}); "
-                           "use a smaller tile")
+        raise CompileError(
+            f"a micro-kernel of {len(uops)} micro-ops exceeds the UOP buffer ({limits.max_uops}); use a smaller tile"
+        )
     uops.setflags(write=False)
     return MicroKernel(uops, no, ni, tuple(fo), tuple(fi))

@@ -22,14 +22,22 @@ def conv2d_acc(x: np.ndarray, w: np.ndarray, spec: Conv2dSpec) -> np.ndarray:
     """The int32 accumulators of conv2d (N, OC, OH, OW), as int64."""
     top, bottom, left, right = spec.pad
     xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (top, bottom), (left, right)))
-    win = sliding_window_view(xp, (spec.kh, spec.kw), axis=(2, 3))[:, :, ::spec.sh, ::spec.sw][:, :, :spec.oh, :spec.ow]
+    win = sliding_window_view(xp, (spec.kh, spec.kw), axis=(2, 3))[:, :, :: spec.sh, :: spec.sw][
+        :, :, : spec.oh, : spec.ow
+    ]
     acc = np.tensordot(win, w.astype(np.float64), axes=([1, 4, 5], [1, 2, 3]))  # (N, OH, OW, OC), exact
     return wrap32(acc.transpose(0, 3, 1, 2).astype(np.int64))
 
 
-def epilogue(acc: np.ndarray, bias: np.ndarray | None = None, multiplier: int | np.ndarray = 1, shift: int = 0,
-             bounds: tuple[int, int] = (-128, 127), residual: np.ndarray | None = None,
-             channel_axis: int = 1) -> np.ndarray:
+def epilogue(
+    acc: np.ndarray,
+    bias: np.ndarray | None = None,
+    multiplier: int | np.ndarray = 1,
+    shift: int = 0,
+    bounds: tuple[int, int] = (-128, 127),
+    residual: np.ndarray | None = None,
+    channel_axis: int = 1,
+) -> np.ndarray:
     """clip(rshr(wrap32((acc + bias) * multiplier), shift) + residual, *bounds) as int8."""
     shape = [1] * acc.ndim
     shape[channel_axis] = -1

@@ -12,9 +12,18 @@ from vdla.compiler.spec import Conv2dSpec
 
 # name: (H=W, in channels, out channels, kernel, stride), "same" padding
 RESNET18 = {
-    "C1": (224, 3, 64, 7, 2), "C2": (56, 64, 64, 3, 1), "C3": (56, 64, 64, 1, 1), "C4": (56, 64, 128, 3, 2),
-    "C5": (56, 64, 128, 1, 2), "C6": (28, 128, 128, 3, 1), "C7": (28, 128, 256, 3, 2), "C8": (28, 128, 256, 1, 2),
-    "C9": (14, 256, 256, 3, 1), "C10": (14, 256, 512, 3, 2), "C11": (14, 256, 512, 1, 2), "C12": (7, 512, 512, 3, 1),
+    "C1": (224, 3, 64, 7, 2),
+    "C2": (56, 64, 64, 3, 1),
+    "C3": (56, 64, 64, 1, 1),
+    "C4": (56, 64, 128, 3, 2),
+    "C5": (56, 64, 128, 1, 2),
+    "C6": (28, 128, 128, 3, 1),
+    "C7": (28, 128, 256, 3, 2),
+    "C8": (28, 128, 256, 1, 2),
+    "C9": (14, 256, 256, 3, 1),
+    "C10": (14, 256, 512, 3, 2),
+    "C11": (14, 256, 512, 1, 2),
+    "C12": (7, 512, 512, 3, 1),
 }
 MODELS = {"resnet18": RESNET18}
 
@@ -40,8 +49,10 @@ def layer_specs(model: str = "resnet18", batch: int = 1) -> dict[str, Conv2dSpec
     """The model's conv layers by name, with "same" padding."""
     if model not in MODELS:
         raise ValueError(f"unknown model {model!r}; choose one of {', '.join(MODELS)}")
-    return {name: Conv2dSpec.make((batch, ic, hw, hw), oc, k, s, "same")
-            for name, (hw, ic, oc, k, s) in MODELS[model].items()}
+    return {
+        name: Conv2dSpec.make((batch, ic, hw, hw), oc, k, s, "same")
+        for name, (hw, ic, oc, k, s) in MODELS[model].items()
+    }
 
 
 def layer_case(name: str, spec: Conv2dSpec, seed: int = 0) -> LayerCase:

@@ -113,8 +113,12 @@ class ConvLowering:
         self.spec, self.epi, self.cfg = spec, epi, cfg
         self.intrinsic = GemmIntrinsic.from_config(cfg)
         top, _, left, _ = spec.pad
-        self.tensorized = tensorize(conv2d_contraction(spec.n, spec.c, spec.oc, spec.oh, spec.ow, spec.kh, spec.kw,
-                                                       spec.sh, spec.sw, top, left), self.intrinsic)
+        self.tensorized = tensorize(
+            conv2d_contraction(
+                spec.n, spec.c, spec.oc, spec.oh, spec.ow, spec.kh, spec.kw, spec.sh, spec.sw, top, left
+            ),
+            self.intrinsic,
+        )
         ext = self.tensorized.blocked_extents
         self.ng, self.ib, self.ob = ext["b"], ext["ic"], ext["oc"]
         self.taps = spec.kh * spec.kw
@@ -126,8 +130,10 @@ class ConvLowering:
         self.row_step = spec.sh if self.subsample else 1
         self._nests: dict[tuple, tuple] = {}
         if self.row_step * spec.w > MAX_STRIDE:
-            raise CompileError(f"input rows of {spec.w} elements (row stride {self.row_step * spec.w}) exceed the "
-                               f"16-bit LOAD x_stride field: widths up to {MAX_STRIDE // self.row_step} fit")
+            raise CompileError(
+                f"input rows of {spec.w} elements (row stride {self.row_step * spec.w}) exceed the "
+                f"16-bit LOAD x_stride field: widths up to {MAX_STRIDE // self.row_step} fit"
+            )
 
     # ---- geometry -------------------------------------------------------------------------------
     def in_rows(self, noh: int) -> int:
@@ -185,9 +191,11 @@ class ConvLowering:
     def _gemm_nest(self, toc: int, toh: int, tow: int, tic: int, wic: int) -> tuple:
         rows, cols = self.in_rows(toh), self.in_cols(tow)
         tile = {"oc": toc, "oh": toh, "ow": tow, "ic": tic, "ky": self.spec.kh, "kx": self.spec.kw}
-        layouts = {"out": ((0, 1), (toh * tow, 1), (tow, 1), (1, 1)),
-                   "lhs": ((0, 1), (rows * cols, 1), (cols, self.row_step), (1, 1)),
-                   "rhs": ((wic * self.taps, 1), (self.taps, 1), (self.spec.kw, 1), (1, 1))}
+        layouts = {
+            "out": ((0, 1), (toh * tow, 1), (tow, 1), (1, 1)),
+            "lhs": ((0, 1), (rows * cols, 1), (cols, self.row_step), (1, 1)),
+            "rhs": ((wic * self.taps, 1), (self.taps, 1), (self.spec.kw, 1), (1, 1)),
+        }
         return self.tensorized.nest(tile, layouts, GEMM_ORDER)
 
     @staticmethod
@@ -197,23 +205,29 @@ class ConvLowering:
 
     def buffer_problems(self, s: Schedule) -> list[str]:
         """Buffers the schedule's tile overflows (empty if it fits)."""
-        return [f"{buf} needs {need} elements per thread, the share holds {have}"
-                for buf, need, have in zip(("INP", "WGT", "ACC"), self.footprint(s), self.shares(s.vthreads))
-                if need > have]
+        return [
+            f"{buf} needs {need} elements per thread, the share holds {have}"
+            for buf, need, have in zip(("INP", "WGT", "ACC"), self.footprint(s), self.shares(s.vthreads))
+            if need > have
+        ]
 
     def problems(self, s: Schedule) -> list[str]:
         """Why a schedule does not fit (empty if it does)."""
         if s.toc > self.ob or s.tic > self.ib or s.toh > self.spec.oh or s.tow > self.spec.ow:
-            return [f"tile {s.describe()} exceeds the layer ({self.ob} output / {self.ib} input channel blocks, "
-                    f"{self.spec.oh}x{self.spec.ow} pixels)"]
+            return [
+                f"tile {s.describe()} exceeds the layer ({self.ob} output / {self.ib} input channel blocks, "
+                f"{self.spec.oh}x{self.spec.ow} pixels)"
+            ]
         out = self.buffer_problems(s)
         if not out:
             wic = self.ib if self.weights_resident(s) else s.tic
             oc, rest = self.oc_axis(self.gemm_nest(s.toc, s.toh, s.tow, s.tic, wic), s.toc)
             n = uop_count((oc,) + rest, self.limits, pin_outer=True) if fits_loop(oc, self.limits) else 0
             if not n:
-                out.append(f"the tile's output-channel loop (strides {oc[1]}) does not fit the GEMM loop fields "
-                           f"{self.limits.max_factor} that step the bias rows")
+                out.append(
+                    f"the tile's output-channel loop (strides {oc[1]}) does not fit the GEMM loop fields "
+                    f"{self.limits.max_factor} that step the bias rows"
+                )
             elif n > self.cfg.uop_depth:
                 out.append(f"the GEMM micro-kernel needs {n} micro-ops, the UOP buffer holds {self.cfg.uop_depth}")
         return out
@@ -221,25 +235,33 @@ class ConvLowering:
     def check_minimal(self, vthreads: int) -> None:
         """Raise CompileError, naming the limit, if even the smallest tile does not fit ``vthreads`` threads."""
         need = (self.in_rows(1) * self.in_cols(1), self.taps, 2 if self.epi.residual else 1)  # one block of each
-        what = {"INP": f"a {self.in_rows(1)}x{self.in_cols(1)} input window",
-                "WGT": f"a {self.spec.kh}x{self.spec.kw} kernel",
-                "ACC": "one output element with its epilogue operands"}
+        what = {
+            "INP": f"a {self.in_rows(1)}x{self.in_cols(1)} input window",
+            "WGT": f"a {self.spec.kh}x{self.spec.kw} kernel",
+            "ACC": "one output element with its epilogue operands",
+        }
         if self.rows_base < need[2]:
-            raise CompileError(f"{self.ob} output-channel blocks need {self.ob * len(self.rows)} accumulator rows "
-                               f"for {' and '.join(self.rows)}, leaving {max(self.rows_base, 0)} of the "
-                               f"{self.cfg.acc_depth} ACC elements for tiles (at least {need[2]} needed): at most "
-                               f"{(self.cfg.acc_depth - need[2]) // len(self.rows) * self.cfg.block_out} output "
-                               "channels fit")
+            raise CompileError(
+                f"{self.ob} output-channel blocks need {self.ob * len(self.rows)} accumulator rows "
+                f"for {' and '.join(self.rows)}, leaving {max(self.rows_base, 0)} of the "
+                f"{self.cfg.acc_depth} ACC elements for tiles (at least {need[2]} needed): at most "
+                f"{(self.cfg.acc_depth - need[2]) // len(self.rows) * self.cfg.block_out} output "
+                "channels fit"
+            )
         depths = (self.cfg.inp_depth, self.cfg.wgt_depth, self.rows_base)
         for buf, n, depth in zip(("INP", "WGT", "ACC"), need, depths):
             if n > depth:
-                raise CompileError(f"{what[buf]} needs {n} {buf} elements even in the smallest tile, but the {buf} "
-                                   f"buffer of config {self.cfg.name!r} holds {depth}: at most {depth} fit")
+                raise CompileError(
+                    f"{what[buf]} needs {n} {buf} elements even in the smallest tile, but the {buf} "
+                    f"buffer of config {self.cfg.name!r} holds {depth}: at most {depth} fit"
+                )
         most = min(d // n for n, d in zip(need, depths))
         if vthreads > most:
-            raise CompileError(f"vthreads={vthreads} splits the buffers into shares of {self.shares(vthreads)} "
-                               f"(INP, WGT, ACC) elements, too small for the smallest tile {need}: at most "
-                               f"vthreads={most} fits")
+            raise CompileError(
+                f"vthreads={vthreads} splits the buffers into shares of {self.shares(vthreads)} "
+                f"(INP, WGT, ACC) elements, too small for the smallest tile {need}: at most "
+                f"vthreads={most} fits"
+            )
 
     # ---- tiles and blocks -----------------------------------------------------------------------
     def tile_order(self, s: Schedule) -> tuple[np.ndarray, np.ndarray]:
@@ -274,8 +296,8 @@ class ConvLowering:
         n = len(self.steps(s))
         out, chunks = [], []
         for t in range(s.vthreads):
-            o, p = np.repeat(oc[t::s.vthreads], n), np.repeat(sp[t::s.vthreads], n)
-            k = np.tile(np.arange(n), len(oc[t::s.vthreads]))
+            o, p = np.repeat(oc[t :: s.vthreads], n), np.repeat(sp[t :: s.vthreads], n)
+            k = np.tile(np.arange(n), len(oc[t :: s.vthreads]))
             wgt = _changed(o) if self.weights_resident(s) else _changed(o, k)
             inp = np.repeat(_changed(p[::n]), n) if self.inputs_resident(s) else _changed(p, k)
             out.append(np.stack([inp, wgt], axis=1))
@@ -293,16 +315,18 @@ class ConvLowering:
         if problems:
             raise CompileError(f"schedule {s.describe()} does not fit: {'; '.join(problems)}")
         tiles, steps, fresh = self.tiles(s), self.steps(s), self.residency(s)
-        return [ThreadBuilder(self, s, t).blocks(tiles[t::s.vthreads], steps, fresh[t]) for t in range(s.vthreads)]
+        return [ThreadBuilder(self, s, t).blocks(tiles[t :: s.vthreads], steps, fresh[t]) for t in range(s.vthreads)]
 
     def prologue(self, threads: list[list[Block]]) -> Block:
         """Compute-stage work ahead of every thread: load the rows of all output-channel blocks, and make the
         program's micro-kernels resident (in first-use order, as many as the UOP buffer holds). Later, no
         row or kernel LOAD on the compute stage has to wait for the read channel behind a long input or
         weight transfer."""
-        ops: list[Op] = [Load(MemType.ACC, self.rows_base + i * self.ob + tr.sram, name, tr.offset, tr.y, tr.x,
-                              tr.stride)
-                         for i, name in enumerate(self.rows) for tr in plan_transfers(0, 0, [(self.ob, 1)])]
+        ops: list[Op] = [
+            Load(MemType.ACC, self.rows_base + i * self.ob + tr.sram, name, tr.offset, tr.y, tr.x, tr.stride)
+            for i, name in enumerate(self.rows)
+            for tr in plan_transfers(0, 0, [(self.ob, 1)])
+        ]
         seen, room = set(), self.cfg.uop_depth
         for t, i in interleave([len(b) for b in threads]):
             for op in threads[t][i].compute:
@@ -318,9 +342,11 @@ class ConvLowering:
         """DRAM bytes of every tensor the program touches."""
         c, sp = self.cfg, self.spec
         pixels_out = self.ng * self.ob * sp.oh * sp.ow
-        out = {"inp": self.ng * self.ib * sp.h * sp.w * c.inp_elem_bytes,
-               "wgt": self.ob * self.ib * self.taps * c.wgt_elem_bytes,
-               "out": pixels_out * c.out_elem_bytes}
+        out = {
+            "inp": self.ng * self.ib * sp.h * sp.w * c.inp_elem_bytes,
+            "wgt": self.ob * self.ib * self.taps * c.wgt_elem_bytes,
+            "out": pixels_out * c.out_elem_bytes,
+        }
         for name in self.rows:
             out[name] = self.ob * c.acc_elem_bytes
         if self.epi.residual:
@@ -343,11 +369,21 @@ class ThreadBuilder:
         The thread's last block is split in up to TAIL_PARTS parts: the stream ends with every thread's last
         stores, which then overlap the last GEMMs instead of queueing behind them."""
         pairs = [(tile, k) for tile in tiles for k in range(len(steps))]
-        return [self.block(tile, k, steps[k], len(steps), *f, split=j == len(pairs) - 1)
-                for j, ((tile, k), f) in enumerate(zip(pairs, fresh.tolist()))]
+        return [
+            self.block(tile, k, steps[k], len(steps), *f, split=j == len(pairs) - 1)
+            for j, ((tile, k), f) in enumerate(zip(pairs, fresh.tolist()))
+        ]
 
-    def block(self, t: Tile, k: int, step: tuple[int, int], nsteps: int, inp: bool = True,
-              wgt: bool = True, split: bool = False) -> Block:
+    def block(
+        self,
+        t: Tile,
+        k: int,
+        step: tuple[int, int],
+        nsteps: int,
+        inp: bool = True,
+        wgt: bool = True,
+        split: bool = False,
+    ) -> Block:
         """One step of a tile; ``inp``/``wgt`` say whether its input window and weights must be loaded. With
         ``split``, the tile's last step hands each output-channel group (:func:`tail_groups`) to the store
         stage as soon as its GEMM is done."""
@@ -358,10 +394,12 @@ class ThreadBuilder:
             loads += self.input_loads(t, ib0, nic)
         wic, w_ic0 = self.wgt_span(ib0, nic)
         if wgt:
-            loads += [Load(MemType.WGT, self.wgt_base(t, ib0, nic) + tr.sram, "wgt", tr.offset, tr.y, tr.x,
-                           tr.stride)
-                      for tr in plan_transfers(0, (t.ob * low.ib + w_ic0) * low.taps,
-                                               [(t.noc, low.ib * low.taps), (wic, low.taps), (low.taps, 1)])]
+            loads += [
+                Load(MemType.WGT, self.wgt_base(t, ib0, nic) + tr.sram, "wgt", tr.offset, tr.y, tr.x, tr.stride)
+                for tr in plan_transfers(
+                    0, (t.ob * low.ib + w_ic0) * low.taps, [(t.noc, low.ib * low.taps), (wic, low.taps), (low.taps, 1)]
+                )
+            ]
         groups = tail_groups(t.noc) if split and k == nsteps - 1 else [(0, t.noc)]
         compute: list[Op] = []
         stores: list[Store] = []
@@ -382,8 +420,9 @@ class ThreadBuilder:
         low = self.low
         return low.ob * ib0 * low.taps + t.ob * nic * low.taps if low.weights_shared else self.wgt0
 
-    def step_ops(self, t: Tile, k: int, step: tuple[int, int], nsteps: int, o0: int, noc: int
-                 ) -> tuple[list[Op], list[Store]]:
+    def step_ops(
+        self, t: Tile, k: int, step: tuple[int, int], nsteps: int, o0: int, noc: int
+    ) -> tuple[list[Op], list[Store]]:
         """Compute and store operations of the step for the tile's output-channel blocks [o0, o0 + noc)."""
         ib0, nic = step
         low = self.low
@@ -399,11 +438,13 @@ class ThreadBuilder:
         res = self.acc["res"] + o0 * t.noh * t.now
         if low.epi.residual:
             mem = MemType.ACC_8BIT if low.epi.residual == "int8" else MemType.ACC
-            compute += [Load(mem, res + tr.sram, "res", tr.offset, tr.y, tr.x, tr.stride)
-                        for tr in self.output_transfers(sub)]
+            compute += [
+                Load(mem, res + tr.sram, "res", tr.offset, tr.y, tr.x, tr.stride) for tr in self.output_transfers(sub)
+            ]
         compute += [Alu(p.op, self.elementwise(sub, p.operand, acc, res), p.imm) for p in low.passes]
-        return compute, [Store(acc + tr.sram, "out", tr.offset, tr.y, tr.x, tr.stride)
-                         for tr in self.output_transfers(sub)]
+        return compute, [
+            Store(acc + tr.sram, "out", tr.offset, tr.y, tr.x, tr.stride) for tr in self.output_transfers(sub)
+        ]
 
     def step_inp0(self, ib0: int) -> int:
         """Where the input window of the step starting at input-channel block ``ib0`` sits."""
@@ -416,8 +457,10 @@ class ThreadBuilder:
         low, m = self.low, self.low.out_mode
         bias = low.rows_base + low.rows.index("bias") * low.ob + t.ob if low.epi.bias else None
         oc, rest = low.oc_axis(nest, t.noc)
-        return [Epi(m.req, m.relu, m.shift, bias),
-                Gemm(lower_nest((oc,) + rest, base, low.limits, pin_outer=True), init=True)]
+        return [
+            Epi(m.req, m.relu, m.shift, bias),
+            Gemm(lower_nest((oc,) + rest, base, low.limits, pin_outer=True), init=True),
+        ]
 
     def elementwise(self, t: Tile, operand: str | None, acc: int, res: int) -> MicroKernel:
         """A kernel over the tile's accumulators (from ``acc``) reading ``operand`` alongside: its channel
@@ -451,7 +494,20 @@ class ThreadBuilder:
         pad = (r_lo, rows - r_hi, c_lo, cols - c_hi)
         offset = ((t.ng * low.ib + ib0) * sp.h + r_first + r_lo * step) * sp.w + c_first + c_lo
         if any(pad):
-            return [Load(MemType.INP, self.step_inp0(ib0) + j * rows * cols, "inp", offset + j * sp.h * sp.w, y, x,
-                         step * sp.w, pad) for j in range(nic)]
-        return [Load(MemType.INP, self.step_inp0(ib0) + tr.sram, "inp", tr.offset, tr.y, tr.x, tr.stride)
-                for tr in plan_transfers(0, offset, [(nic, sp.h * sp.w), (y, step * sp.w), (x, 1)])]
+            return [
+                Load(
+                    MemType.INP,
+                    self.step_inp0(ib0) + j * rows * cols,
+                    "inp",
+                    offset + j * sp.h * sp.w,
+                    y,
+                    x,
+                    step * sp.w,
+                    pad,
+                )
+                for j in range(nic)
+            ]
+        return [
+            Load(MemType.INP, self.step_inp0(ib0) + tr.sram, "inp", tr.offset, tr.y, tr.x, tr.stride)
+            for tr in plan_transfers(0, offset, [(nic, sp.h * sp.w), (y, step * sp.w), (x, 1)])
+        ]

@@ -87,20 +87,29 @@ def thread_counts(low: ConvLowering, vthreads: int | str) -> list[int]:
     return [vthreads]
 
 
-def search(low: ConvLowering, vthreads: int | str = "auto", cache: ScheduleCache | None = None,
-           confirm: int = CONFIRM) -> SearchResult:
+def search(
+    low: ConvLowering, vthreads: int | str = "auto", cache: ScheduleCache | None = None, confirm: int = CONFIRM
+) -> SearchResult:
     """The fastest schedule found for a layer (from the cache when it has one)."""
     t0 = time.perf_counter()
     key = cache_key(low.cfg, low.spec, low.epi, vthreads)
     hit = cache.get(key) if cache else None
     if hit:
-        return SearchResult(Schedule.from_dict(hit["schedule"]), hit["cycles"], hit["candidates"], hit["simulated"],
-                            time.perf_counter() - t0, cached=True)
+        return SearchResult(
+            Schedule.from_dict(hit["schedule"]),
+            hit["cycles"],
+            hit["candidates"],
+            hit["simulated"],
+            time.perf_counter() - t0,
+            cached=True,
+        )
     auto = vthreads == "auto"
     cands = [s for v in thread_counts(low, vthreads) for s in candidate_tiles(low, v, skip_idle=auto and v > 1)]
     if not cands:
-        raise CompileError(f"no tiling of {low.spec.key()} fits config {low.cfg.name!r}: "
-                           f"{'; '.join(low.problems(Schedule(1, 1, 1, 1, 1)))}")
+        raise CompileError(
+            f"no tiling of {low.spec.key()} fits config {low.cfg.name!r}: "
+            f"{'; '.join(low.problems(Schedule(1, 1, 1, 1, 1)))}"
+        )
     model = CostModel(low)
     best: list[tuple[Estimate, Schedule]] = []  # estimated candidates, best first
     for bound, s in sorted(((model.bound(s), s) for s in cands), key=lambda bs: bs[0]):
@@ -119,6 +128,14 @@ def search(low: ConvLowering, vthreads: int | str = "auto", cache: ScheduleCache
     cycles, _, best_schedule = min((m for m in measured if m[0] <= fastest * (1 + TIE)), key=lambda m: m[1])
     result = SearchResult(best_schedule, cycles, len(cands), len(measured), time.perf_counter() - t0)
     if cache:
-        cache.put(key, {"schedule": best_schedule.to_dict(), "cycles": cycles, "candidates": result.candidates,
-                        "simulated": result.simulated, "search_seconds": round(result.seconds, 3)})
+        cache.put(
+            key,
+            {
+                "schedule": best_schedule.to_dict(),
+                "cycles": cycles,
+                "candidates": result.candidates,
+                "simulated": result.simulated,
+                "search_seconds": round(result.seconds, 3),
+            },
+        )
     return result

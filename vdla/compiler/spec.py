@@ -47,16 +47,27 @@ class Conv2dSpec:
     pad: tuple[int, int, int, int] = (0, 0, 0, 0)
 
     @classmethod
-    def make(cls, input_shape: tuple[int, int, int, int], oc: int, kernel: int | tuple[int, int],
-             stride: int | tuple[int, int] = 1, padding: int | str | tuple[int, ...] = 0,
-             dilation: int | tuple[int, int] = 1, groups: int = 1) -> Conv2dSpec:
+    def make(
+        cls,
+        input_shape: tuple[int, int, int, int],
+        oc: int,
+        kernel: int | tuple[int, int],
+        stride: int | tuple[int, int] = 1,
+        padding: int | str | tuple[int, ...] = 0,
+        dilation: int | tuple[int, int] = 1,
+        groups: int = 1,
+    ) -> Conv2dSpec:
         """Build from PyTorch-style arguments; ``padding="same"`` pads by kernel // 2 (odd kernels)."""
         if _pair("dilation", dilation) != (1, 1):
-            raise CompileError(f"dilation {dilation} is not supported: the accelerator's LOAD and GEMM "
-                               "addressing only expresses dilation 1")
+            raise CompileError(
+                f"dilation {dilation} is not supported: the accelerator's LOAD and GEMM "
+                "addressing only expresses dilation 1"
+            )
         if groups != 1:
-            raise CompileError(f"groups={groups} is not supported: the GEMM intrinsic reduces over all "
-                               "input channels; only groups=1 fits")
+            raise CompileError(
+                f"groups={groups} is not supported: the GEMM intrinsic reduces over all "
+                "input channels; only groups=1 fits"
+            )
         if len(input_shape) != 4:
             raise CompileError(f"input shape must be NCHW (4 dims), got {input_shape}")
         kh, kw = _pair("kernel", kernel)
@@ -71,8 +82,9 @@ class Conv2dSpec:
             p = tuple(padding)
             pad = (p[0], p[0], p[1], p[1]) if len(p) == 2 else p
         if len(pad) != 4 or not all(isinstance(v, int) for v in pad):
-            raise CompileError(f"padding must be an int, 'same', (ph, pw) or (top, bottom, left, right), "
-                               f"got {padding!r}")
+            raise CompileError(
+                f"padding must be an int, 'same', (ph, pw) or (top, bottom, left, right), got {padding!r}"
+            )
         n, c, h, w = (int(v) for v in input_shape)
         return cls(n, c, h, w, int(oc), kh, kw, sh, sw, tuple(int(v) for v in pad))
 
@@ -85,12 +97,13 @@ class Conv2dSpec:
         if min(self.pad) < 0:
             raise CompileError(f"padding {self.pad} must be non-negative")
         if max(self.pad) > MAX_PAD:
-            raise CompileError(f"padding {self.pad} exceeds the 4-bit LOAD pad fields: at most {MAX_PAD} "
-                               "per side fits")
+            raise CompileError(f"padding {self.pad} exceeds the 4-bit LOAD pad fields: at most {MAX_PAD} per side fits")
         if max(top, bottom) >= self.kh or max(left, right) >= self.kw:
-            raise CompileError(f"padding {self.pad} must be smaller than the kernel {self.kh}x{self.kw} on "
-                               f"each side (outputs that see only padding are not supported): at most "
-                               f"{self.kh - 1} rows and {self.kw - 1} columns fit")
+            raise CompileError(
+                f"padding {self.pad} must be smaller than the kernel {self.kh}x{self.kw} on "
+                f"each side (outputs that see only padding are not supported): at most "
+                f"{self.kh - 1} rows and {self.kw - 1} columns fit"
+            )
         if self.oh < 1 or self.ow < 1:
             raise CompileError(f"kernel {self.kh}x{self.kw} does not fit the padded {self.h}x{self.w} input")
 
@@ -117,8 +130,10 @@ class Conv2dSpec:
 
     def key(self) -> str:
         """A stable text key of the shape (schedule cache)."""
-        return (f"n{self.n}c{self.c}h{self.h}w{self.w}o{self.oc}k{self.kh}x{self.kw}"
-                f"s{self.sh}x{self.sw}p{'_'.join(map(str, self.pad))}")
+        return (
+            f"n{self.n}c{self.c}h{self.h}w{self.w}o{self.oc}k{self.kh}x{self.kw}"
+            f"s{self.sh}x{self.sw}p{'_'.join(map(str, self.pad))}"
+        )
 
 
 @dataclass(frozen=True)
@@ -144,8 +159,9 @@ class EpilogueSpec:
             raise CompileError(f"shift {self.shift!r} outside the ALU shift range [0, {MAX_SHIFT}]")
         lo, hi = self.clip
         if not CLIP_MIN <= lo <= hi <= CLIP_MAX:
-            raise CompileError(f"clip range {self.clip} must satisfy {CLIP_MIN} <= lo <= hi <= {CLIP_MAX}: "
-                               "the STORE writes int8")
+            raise CompileError(
+                f"clip range {self.clip} must satisfy {CLIP_MIN} <= lo <= hi <= {CLIP_MAX}: the STORE writes int8"
+            )
         if self.residual not in (None, "int8", "int32"):
             raise CompileError(f"residual dtype must be int8 or int32, got {self.residual!r}")
 

@@ -33,8 +33,12 @@ from vdla.runtime.commands import CommandBuilder
 from vdla.runtime.dram import Buffer
 
 # producer and consumer stage of each queue
-ENDS = {Queue.L2C: (Stage.LOAD, Stage.COMPUTE), Queue.C2L: (Stage.COMPUTE, Stage.LOAD),
-        Queue.C2S: (Stage.COMPUTE, Stage.STORE), Queue.S2C: (Stage.STORE, Stage.COMPUTE)}
+ENDS = {
+    Queue.L2C: (Stage.LOAD, Stage.COMPUTE),
+    Queue.C2L: (Stage.COMPUTE, Stage.LOAD),
+    Queue.C2S: (Stage.COMPUTE, Stage.STORE),
+    Queue.S2C: (Stage.STORE, Stage.COMPUTE),
+}
 
 
 class LoweringError(RuntimeError):
@@ -105,10 +109,13 @@ def lower_vthreads(threads: Sequence[Sequence[Block]], prologue: Block | None = 
     order = interleave([len(t) for t in threads])
     head = [prologue] if prologue is not None else []
     pos = {key: p + len(head) for p, key in enumerate(order)}
-    deps = [Dep(d.queue, pos[(t, d.src)], pos[(t, d.dst)], d.part)
-            for t, blocks in enumerate(threads)
-            for d in thread_deps([bool(b.loads) for b in blocks], [bool(b.stores) for b in blocks],
-                                 [len(b.parts) or 1 for b in blocks])]
+    deps = [
+        Dep(d.queue, pos[(t, d.src)], pos[(t, d.dst)], d.part)
+        for t, blocks in enumerate(threads)
+        for d in thread_deps(
+            [bool(b.loads) for b in blocks], [bool(b.stores) for b in blocks], [len(b.parts) or 1 for b in blocks]
+        )
+    ]
     blocks = head + [threads[t][i] for t, i in order]
     stream = Stream(blocks, sorted(deps, key=lambda d: (d.src, d.dst)))
     check_tokens(stream)

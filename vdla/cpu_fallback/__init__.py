@@ -10,10 +10,10 @@ Quick use from numpy::
 See docs/cpu_fallback.md for the design (operator stacking, caches) and measured performance.
 """
 
-from . import ew, ops, reference
-from .ir import Graph, Node, TensorType, UnsupportedError
-from .jit import Kernel, clear_cache, disk_cache_dir, get_kernel, set_disk_cache
-from .stacking import CompiledGraph, compile_chain, compile_graph, fuse, run_chain
+from vdla.cpu_fallback import ew, ops, reference
+from vdla.cpu_fallback.ir import Graph, Node, TensorType, UnsupportedError
+from vdla.cpu_fallback.jit import Kernel, clear_cache, disk_cache_dir, get_kernel, set_disk_cache
+from vdla.cpu_fallback.stacking import CompiledGraph, compile_chain, compile_graph, fuse, run_chain
 
 __all__ = [
     "CompiledGraph",

@@ -18,8 +18,8 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from . import ew, jit
-from .ir import (
+from vdla.cpu_fallback import ew, jit
+from vdla.cpu_fallback.ir import (
     Graph,
     Node,
     TensorType,
@@ -33,8 +33,8 @@ from .ir import (
     make_transpose,
     make_unpack,
 )
-from .reference import reference, requantize
-from .stacking import compile_graph, resolve_steps
+from vdla.cpu_fallback.reference import reference, requantize
+from vdla.cpu_fallback.stacking import compile_graph, resolve_steps
 
 RNG_SEED = 0
 
@@ -123,9 +123,7 @@ def _chain_case(name: str, x: np.ndarray, steps: list[ew.Step], baselines, exact
     r = resolve_steps(x, steps)
     spec = make_chain((TensorType.of(x, name), *r.operand_types), r.steps)
     args = (x, *r.operands)
-    return Case(
-        name, "x".join(map(str, spec.out.shape)), _fresh(spec), args, reference(spec, *args), baselines, exact
-    )
+    return Case(name, "x".join(map(str, spec.out.shape)), _fresh(spec), args, reference(spec, *args), baselines, exact)
 
 
 def elementwise_cases(rng: np.random.Generator) -> list[Case]:
@@ -376,9 +374,7 @@ def _multiplier_shift(real: float) -> tuple[int, int]:
     return int(round(real * 2.0**shift)), shift
 
 
-def _im2col_numpy(
-    x: np.ndarray, w: np.ndarray, stride: int, pad: int, m: int, s: int
-) -> Callable[[], object]:
+def _im2col_numpy(x: np.ndarray, w: np.ndarray, stride: int, pad: int, m: int, s: int) -> Callable[[], object]:
     """im2col + float32 BLAS (exact while |sums| < 2^24, true here), then the integer requantize."""
     oc, _, k, _ = w.shape
     wf = w.reshape(oc, -1).astype(np.float32)
@@ -446,9 +442,7 @@ def conv_cases(rng: np.random.Generator) -> list[Case]:
                 reference(spec, x, w),
                 [baseline],
                 others={
-                    "onnxruntime": [
-                        _qlinearconv_session(x, w, stride, pad, groups, scales, u) for u in (False, True)
-                    ]
+                    "onnxruntime": [_qlinearconv_session(x, w, stride, pad, groups, scales, u) for u in (False, True)]
                 },
             )
         )
@@ -685,9 +679,7 @@ def print_table(records: Sequence[Record]) -> None:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", metavar="PATH", help="write the records as a JSON list")
-    parser.add_argument(
-        "--repeat", type=int, default=21, help="timed batches per kernel (the median is reported)"
-    )
+    parser.add_argument("--repeat", type=int, default=21, help="timed batches per kernel (the median is reported)")
     parser.add_argument(
         "--suite", action="append", choices=[*SUITES, "resnet18"], help="run only these suites (repeatable)"
     )

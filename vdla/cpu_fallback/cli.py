@@ -6,17 +6,15 @@ import argparse
 
 
 def _run(args: argparse.Namespace) -> int:
-    from . import bench
+    from vdla.cpu_fallback import bench
 
     return bench.main_from_args(args)
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
     """Register the ``cpu-bench`` subcommand; its handler is stored as ``func`` on the parsed namespace."""
-    from . import bench
+    from vdla.cpu_fallback import bench
 
-    parser = subparsers.add_parser(
-        "cpu-bench", help="benchmark the LLVM-JIT CPU fallback kernels against numpy"
-    )
+    parser = subparsers.add_parser("cpu-bench", help="benchmark the LLVM-JIT CPU fallback kernels against numpy")
     bench.add_arguments(parser)
     parser.set_defaults(func=_run)

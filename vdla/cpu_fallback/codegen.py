@@ -11,7 +11,7 @@ from contextlib import contextmanager
 
 from llvmlite import ir
 
-from .abi import (
+from vdla.cpu_fallback.abi import (
     C_CONTIGUOUS,
     INCREF,
     NDARRAY_TYPE,
@@ -23,7 +23,7 @@ from .abi import (
     ObjectLayout,
     descr_global,
 )
-from .ir import INT_RANGE, Arg, ChainSpec, Const, EwStep, TensorType, is_float, step_result_dtype
+from vdla.cpu_fallback.ir import INT_RANGE, Arg, ChainSpec, Const, EwStep, TensorType, is_float, step_result_dtype
 
 I8 = ir.IntType(8)
 I32 = ir.IntType(32)
@@ -523,9 +523,7 @@ _FLOAT_BINARY: dict[str, Callable] = {
 _UNARY_FLOAT = {"sigmoid": KernelBuilder.sigmoid, "tanh": KernelBuilder.tanh, "exp": KernelBuilder.exp}
 
 
-def emit_step(
-    kb: KernelBuilder, step: EwStep, v: ir.Value, dtype: str, out: str, operands: list[Operand]
-) -> ir.Value:
+def emit_step(kb: KernelBuilder, step: EwStep, v: ir.Value, dtype: str, out: str, operands: list[Operand]) -> ir.Value:
     """Emit one step taking ``v`` of ``dtype`` to ``out`` (as inferred by :func:`ir.step_result_dtype`)."""
     b, op = kb.b, step.op
     fl = is_float(dtype)

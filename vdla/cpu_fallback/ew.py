@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .ir import TensorType
+from vdla.cpu_fallback.ir import TensorType
 
 Operand = int | float | np.ndarray | TensorType
 

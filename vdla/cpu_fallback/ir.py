@@ -164,12 +164,8 @@ def step_result_dtype(step: EwStep, value: str, inputs: tuple[TensorType, ...]) 
     if op in BINARY_OPS or op == "clip":
         for n, k in kinds.items():
             # an int constant is accepted for a float value; anything else must match the value's kind
-            ok = k == ("float" if vfloat else "int") or (
-                vfloat and isinstance(operands[n], Const) and k == "int"
-            )
-            _need(
-                op, ok, f"cannot combine a {value} value with a {k} operand {n}; (de)quantize or cast first"
-            )
+            ok = k == ("float" if vfloat else "int") or (vfloat and isinstance(operands[n], Const) and k == "int")
+            _need(op, ok, f"cannot combine a {value} value with a {k} operand {n}; (de)quantize or cast first")
         if vfloat:
             return "float32"
         if op == "clip":
@@ -199,9 +195,7 @@ def step_result_dtype(step: EwStep, value: str, inputs: tuple[TensorType, ...]) 
         _need(op, kinds["zero_point"] == "int", "zero_point must be an integer")
         return "float32"
     # requantize
-    _need(
-        op, kinds["multiplier"] == "int" and kinds["shift"] == "int", "multiplier and shift must be integers"
-    )
+    _need(op, kinds["multiplier"] == "int" and kinds["shift"] == "int", "multiplier and shift must be integers")
     m, s = operands["multiplier"], operands["shift"]
     _need(op, _fits(m, "int32", inputs), "multiplier must fit in int32")
     if isinstance(s, Const):
@@ -265,16 +259,12 @@ def _pair(op: str, name: str, v: int | tuple[int, ...], minimum: int) -> tuple[i
     return t[0], t[1]
 
 
-def make_window(
-    op: str, hw: tuple[int, int], kernel, stride, dilation, padding
-) -> tuple[Window, tuple[int, int]]:
+def make_window(op: str, hw: tuple[int, int], kernel, stride, dilation, padding) -> tuple[Window, tuple[int, int]]:
     """Window from int-or-tuple attributes (padding: int, (ph, pw) or (top, left, bottom, right))."""
     p = (padding,) * 4 if isinstance(padding, int) else tuple(padding)
     p = p * 2 if len(p) == 2 else p
     _need(op, len(p) == 4 and all(isinstance(i, int) and i >= 0 for i in p), f"bad padding {padding}")
-    win = Window(
-        _pair(op, "kernel", kernel, 1), _pair(op, "stride", stride, 1), _pair(op, "dilation", dilation, 1), p
-    )
+    win = Window(_pair(op, "kernel", kernel, 1), _pair(op, "stride", stride, 1), _pair(op, "dilation", dilation, 1), p)
     oh, ow = win.out_size(*hw)
     _need(op, oh >= 1 and ow >= 1, f"window {win.kernel} with padding {p} does not fit input {hw}")
     return win, (oh, ow)
@@ -300,9 +290,7 @@ def make_pool2d(
     _need(op, x.dtype in ("int8", "float32"), f"dtype {x.dtype} is not supported (int8, float32)")
     win, (oh, ow) = make_window(op, x.shape[2:], kernel, kernel if stride is None else stride, 1, padding)
     pt, pl, pb, pr = win.pads
-    _need(
-        op, max(pt, pb) < win.kernel[0] and max(pl, pr) < win.kernel[1], "padding must be smaller than kernel"
-    )
+    _need(op, max(pt, pb) < win.kernel[0] and max(pl, pr) < win.kernel[1], "padding must be smaller than kernel")
     return Pool2dSpec(x, kind, win, count_include_pad, TensorType((*x.shape[:2], oh, ow), x.dtype))
 
 
@@ -469,9 +457,7 @@ def _acc_dtype(op: str, x: TensorType, w: TensorType) -> str:
     return "int32" if x.dtype == "int8" else "float32"
 
 
-def make_dense(
-    x: TensorType, w: TensorType, epilogue_inputs: tuple[TensorType, ...] = (), epilogue=()
-) -> DenseSpec:
+def make_dense(x: TensorType, w: TensorType, epilogue_inputs: tuple[TensorType, ...] = (), epilogue=()) -> DenseSpec:
     op = "dense"
     acc_dtype = _acc_dtype(op, x, w)
     ok = len(x.shape) == 2 and len(w.shape) == 2 and x.shape[1] == w.shape[1]

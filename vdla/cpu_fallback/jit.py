@@ -27,13 +27,13 @@ import llvmlite.binding as llvm
 import numpy as np
 from llvmlite import ir
 
-from . import abi, kernels
-from .ir import Spec, TensorType, UnsupportedError, spec_inputs, spec_op
+from vdla.cpu_fallback import abi, kernels
+from vdla.cpu_fallback.ir import Spec, TensorType, UnsupportedError, spec_inputs, spec_op
 
 
 def _source_fingerprint() -> str:
     """Hash of the code generator's sources: any change to them invalidates the disk cache."""
-    from . import abi, codegen, ir
+    from vdla.cpu_fallback import abi, codegen, ir
 
     h = hashlib.sha256()
     for mod in (abi, codegen, ir, kernels):
@@ -156,9 +156,7 @@ class Kernel:
         if not isinstance(a, np.ndarray):
             raise UnsupportedError(self.op, f"{what} must be a numpy array, got {type(a).__name__}")
         if a.shape != shape or a.dtype != dtype:
-            raise UnsupportedError(
-                self.op, f"{what} has {a.dtype}{a.shape}, kernel compiled for {dtype}{shape}"
-            )
+            raise UnsupportedError(self.op, f"{what} has {a.dtype}{a.shape}, kernel compiled for {dtype}{shape}")
         if not a.flags.c_contiguous:
             raise UnsupportedError(self.op, f"{what} must be C-contiguous (use np.ascontiguousarray)")
         if what == "out" and not a.flags.writeable:

@@ -13,9 +13,20 @@ from functools import singledispatch
 
 from llvmlite import ir
 
-from .abi import ObjectLayout
-from .codegen import F32, I32, I64, LL_SIZES, LL_TYPES, REASSOC, ChainEmitter, KernelBuilder, broadcast_strides, i64
-from .ir import (
+from vdla.cpu_fallback.abi import ObjectLayout
+from vdla.cpu_fallback.codegen import (
+    F32,
+    I32,
+    I64,
+    LL_SIZES,
+    LL_TYPES,
+    REASSOC,
+    ChainEmitter,
+    KernelBuilder,
+    broadcast_strides,
+    i64,
+)
+from vdla.cpu_fallback.ir import (
     ChainSpec,
     ConcatSpec,
     Conv2dSpec,
@@ -152,9 +163,7 @@ def _row_bounds(kb: KernelBuilder, win: Window, h: int, oh_n: int, oh: ir.Value)
     return kb.table([t[0] if t else 0 for t in taps])(oh), kb.table([t[-1] + 1 if t else 0 for t in taps])(oh)
 
 
-def _input_row(
-    kb: KernelBuilder, win: Window, oh: ir.Value, kh: ir.Value, plane: ir.Value, w: int
-) -> ir.Value:
+def _input_row(kb: KernelBuilder, win: Window, oh: ir.Value, kh: ir.Value, plane: ir.Value, w: int) -> ir.Value:
     """Element offset of input row ``oh * s + kh * d - pad`` in the plane starting at ``plane``."""
     b = kb.b
     ih = b.sub(b.add(b.mul(oh, i64(win.stride[0])), b.mul(kh, i64(win.dilation[0]))), i64(win.pads[0]))
@@ -271,9 +280,7 @@ def _softmax(spec: SoftmaxSpec, kb: KernelBuilder) -> None:
             kb.store(ir.Constant(F32, 0.0), "float32", sm, i)
         over_axis(
             o,
-            lambda i, off: kb.store(
-                kb.fmax(kb.load("float32", mx, i), kb.load("float32", x, off)), "float32", mx, i
-            ),
+            lambda i, off: kb.store(kb.fmax(kb.load("float32", mx, i), kb.load("float32", x, off)), "float32", mx, i),
         )
 
         def exp_and_sum(i: ir.Value, off: ir.Value) -> None:
@@ -286,9 +293,7 @@ def _softmax(spec: SoftmaxSpec, kb: KernelBuilder) -> None:
             kb.store(b.fdiv(ir.Constant(F32, 1.0), kb.load("float32", sm, i)), "float32", sm, i)
         over_axis(
             o,
-            lambda i, off: kb.store(
-                b.fmul(kb.load("float32", y, off), kb.load("float32", sm, i)), "float32", y, off
-            ),
+            lambda i, off: kb.store(b.fmul(kb.load("float32", y, off), kb.load("float32", sm, i)), "float32", y, off),
         )
 
 
@@ -306,9 +311,7 @@ def _transpose(spec: TransposeSpec, kb: KernelBuilder) -> None:
     b, dt, t = kb.b, spec.x.dtype, TRANSPOSE_TILE
     (x,), y = kb.inputs, kb.out
     src = contiguous_strides(spec.x.shape)
-    dims, (ss, ds) = coalesce(
-        spec.out.shape, [[src[p] for p in spec.perm], contiguous_strides(spec.out.shape)]
-    )
+    dims, (ss, ds) = coalesce(spec.out.shape, [[src[p] for p in spec.perm], contiguous_strides(spec.out.shape)])
     last = len(dims) - 1
     if ss[last] <= 1 or 1 not in ss:  # rows already contiguous on both sides (or nothing to tile)
         with kb.loops(dims) as idx:
@@ -363,9 +366,7 @@ def _block_copy(kb: KernelBuilder, dt: str, n: int, c: int, hw: int, block: int,
                 b_tile = b.add(blocked, b.mul(p0, i64(block)))
                 if pack:
                     rows = [
-                        kb.load_vec(dt, x, b.add(plain, b.add(p0, i64(lane * hw))), block)
-                        if lane < lanes
-                        else zeros
+                        kb.load_vec(dt, x, b.add(plain, b.add(p0, i64(lane * hw))), block) if lane < lanes else zeros
                         for lane in range(block)
                     ]
                     for j, col in enumerate(kb.transpose(rows)):
@@ -432,9 +433,7 @@ def _pad(spec: PadSpec, kb: KernelBuilder) -> None:
         row = kb.linear(idx, contiguous_strides(tuple(out_shape))[:-1])
         inside = ir.Constant(ir.IntType(1), 1)
         for i, (p0, _), d in zip(idx, pads[:-1], shape[:-1], strict=True):
-            inside = b.and_(
-                inside, b.and_(b.icmp_signed(">=", i, i64(p0)), b.icmp_signed("<", i, i64(p0 + d)))
-            )
+            inside = b.and_(inside, b.and_(b.icmp_signed(">=", i, i64(p0)), b.icmp_signed("<", i, i64(p0 + d))))
         with b.if_else(inside) as (then, otherwise):
             with then:
                 src = kb.linear(
@@ -577,9 +576,7 @@ def _conv2d(spec: Conv2dSpec, kb: KernelBuilder) -> None:
                 for ob, slot in enumerate(fslots):
                     acc = b.load(slot)
                     for t, xv in enumerate(xs):
-                        wv = kb.splat(
-                            kb.load("float32", wt, b.add(wbase, i64(ob * icg * kh_n * kw_n + t))), lanes
-                        )
+                        wv = kb.splat(kb.load("float32", wt, b.add(wbase, i64(ob * icg * kh_n * kw_n + t))), lanes)
                         acc = kb.call(f"llvm.fmuladd.v{lanes}f32", vec_f, xv, wv, acc)
                     b.store(acc, slot)
             for fslot, islot in zip(fslots, islots, strict=True):
@@ -590,7 +587,5 @@ def _conv2d(spec: Conv2dSpec, kb: KernelBuilder) -> None:
             o_c = b.add(oc0, i64(ob))
             obase = b.add(kb.linear([n, o_c, oh], [oc * oh_n * ow_n, oh_n * ow_n, ow_n]), ow0)
             with kb.loop(0, valid) as j:
-                acc = b.load(
-                    b.gep(spill, [i64(0), j], source_etype=spill.type.pointee), typ=LL_TYPES[spec.acc.dtype]
-                )
+                acc = b.load(b.gep(spill, [i64(0), j], source_etype=spill.type.pointee), typ=LL_TYPES[spec.acc.dtype])
                 _epilogue_store(kb, spec, chain, acc, [n, o_c, oh, b.add(ow0, j)], b.add(obase, j))

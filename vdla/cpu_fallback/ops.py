@@ -10,9 +10,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from . import ew
-from .ew import Step
-from .ir import (
+from vdla.cpu_fallback import ew
+from vdla.cpu_fallback.ew import Step
+from vdla.cpu_fallback.ir import (
     Spec,
     TensorType,
     UnsupportedError,
@@ -27,8 +27,8 @@ from .ir import (
     make_transpose,
     make_unpack,
 )
-from .jit import contiguous, get_kernel
-from .stacking import resolve_steps, run_chain
+from vdla.cpu_fallback.jit import contiguous, get_kernel
+from vdla.cpu_fallback.stacking import resolve_steps, run_chain
 
 Out = np.ndarray | None
 
@@ -221,9 +221,7 @@ def concat(arrays: Sequence[np.ndarray], axis: int = 0, *, out: Out = None) -> n
     return _run(make_concat(tuple(TensorType.of(a, "concat") for a in arrays), axis), arrays, out)
 
 
-def pad(
-    x: np.ndarray, pads: Sequence[tuple[int, int]], value: int | float = 0, *, out: Out = None
-) -> np.ndarray:
+def pad(x: np.ndarray, pads: Sequence[tuple[int, int]], value: int | float = 0, *, out: Out = None) -> np.ndarray:
     """Constant padding, ``pads[i] = (before, after)`` per axis."""
     x = _arr("pad", x)
     return _run(make_pad(TensorType.of(x, "pad"), pads, value), [x], out)

@@ -10,7 +10,7 @@ from functools import singledispatch
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from .ir import (
+from vdla.cpu_fallback.ir import (
     INT_RANGE,
     Arg,
     ChainSpec,
@@ -50,9 +50,7 @@ def quantize(x: np.ndarray, scale, zero_point) -> np.ndarray:
 
 
 def dequantize(x: np.ndarray, scale, zero_point) -> np.ndarray:
-    return (x.astype(np.int32) - np.asarray(zero_point, np.int32)).astype(np.float32) * np.asarray(
-        scale, np.float32
-    )
+    return (x.astype(np.int32) - np.asarray(zero_point, np.int32)).astype(np.float32) * np.asarray(scale, np.float32)
 
 
 def cast(x: np.ndarray, dtype: str) -> np.ndarray:
@@ -67,9 +65,7 @@ def _step(step: EwStep, v: np.ndarray, dtype: str, ops: list, out: str) -> np.nd
     op = step.op
     fl = is_float(dtype)
     if op in ("add", "sub", "mul", "max", "min"):
-        a, b = (
-            (v, np.asarray(ops[0], np.float32)) if fl else (v.astype(np.int32), np.asarray(ops[0], np.int32))
-        )
+        a, b = (v, np.asarray(ops[0], np.float32)) if fl else (v.astype(np.int32), np.asarray(ops[0], np.int32))
         fn = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "max": np.maximum, "min": np.minimum}[op]
         return fn(a, b)
     if op == "relu":
@@ -130,15 +126,11 @@ def _(spec: Pool2dSpec, x: np.ndarray) -> np.ndarray:
     if spec.kind == "max":
         fill = -np.inf if fl else INT_RANGE[x.dtype.name][0]
         return _windows(x, spec.window, fill).max(axis=(4, 5))[:, :, :oh, :ow].astype(x.dtype)
-    total = _windows(x.astype(np.float64 if fl else np.int64), spec.window, 0).sum(axis=(4, 5))[
-        :, :, :oh, :ow
-    ]
+    total = _windows(x.astype(np.float64 if fl else np.int64), spec.window, 0).sum(axis=(4, 5))[:, :, :oh, :ow]
     if spec.count_include_pad:
         count = np.full((oh, ow), spec.window.kernel[0] * spec.window.kernel[1])
     else:
-        count = _windows(np.ones((1, 1, *x.shape[2:]), np.int64), spec.window, 0).sum(axis=(4, 5))[
-            0, 0, :oh, :ow
-        ]
+        count = _windows(np.ones((1, 1, *x.shape[2:]), np.int64), spec.window, 0).sum(axis=(4, 5))[0, 0, :oh, :ow]
     return (total / count).astype(np.float32) if fl else round_half_up_div(total, count).astype(np.int8)
 
 
@@ -192,9 +184,7 @@ def _accumulate(acc: np.ndarray, fl: bool) -> np.ndarray:
     return acc.astype(np.float32) if fl else acc.astype(np.int64).astype(np.int32)
 
 
-def _with_epilogue(
-    spec: DenseSpec | Conv2dSpec, acc: np.ndarray, operands: tuple[np.ndarray, ...]
-) -> np.ndarray:
+def _with_epilogue(spec: DenseSpec | Conv2dSpec, acc: np.ndarray, operands: tuple[np.ndarray, ...]) -> np.ndarray:
     return chain(spec.epilogue, [acc, *operands]) if spec.epilogue else acc
 
 

@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from .ew import Step
-from .ir import (
+from vdla.cpu_fallback.ew import Step
+from vdla.cpu_fallback.ir import (
     EW_ATTRS,
     EW_OPERANDS,
     Arg,
@@ -40,8 +40,8 @@ from .ir import (
     make_transpose,
     make_unpack,
 )
-from .jit import Kernel, contiguous, get_kernel
-from .reference import reference
+from vdla.cpu_fallback.jit import Kernel, contiguous, get_kernel
+from vdla.cpu_fallback.reference import reference
 
 
 @dataclass
@@ -60,9 +60,7 @@ def resolve_steps(primary: object, steps: Sequence[Step]) -> Resolved:
     out: list[EwStep] = []
     for step in steps:
         if not isinstance(step, Step):
-            raise UnsupportedError(
-                "chain", f"expected steps from vdla.cpu_fallback.ew, got {type(step).__name__}"
-            )
+            raise UnsupportedError("chain", f"expected steps from vdla.cpu_fallback.ew, got {type(step).__name__}")
         operands: list[Const | Arg] = []
         for o in step.operands:
             if isinstance(o, np.ndarray | TensorType):
@@ -260,7 +258,5 @@ def compile_graph(graph: Graph) -> CompiledGraph:
         except TypeError as e:  # attributes that the operator does not take
             raise UnsupportedError(anchor.op, f"bad attributes {anchor.attrs}: {e}") from None
         types[group[-1].output] = spec.out
-        stages.append(
-            Stage(get_kernel(spec), tuple(names), group[-1].output, tuple(n.output for n in group), spec.out)
-        )
+        stages.append(Stage(get_kernel(spec), tuple(names), group[-1].output, tuple(n.output for n in group), spec.out))
     return CompiledGraph(graph, stages, params)

@@ -27,18 +27,35 @@ from vdla.isa.instructions import (
 )
 
 FLAGS = ("pop_prev", "pop_next", "push_prev", "push_next")
-MEM_NAMES = {MemType.UOP: "uop", MemType.WGT: "wgt", MemType.INP: "inp", MemType.ACC: "acc",
-             MemType.OUT: "out", MemType.ACC_8BIT: "acc8"}
-PAIRS = {"iter": ("iter_out", "iter_in"), "dst": ("dst_factor_out", "dst_factor_in"),
-         "src": ("src_factor_out", "src_factor_in"), "wgt": ("wgt_factor_out", "wgt_factor_in")}
+MEM_NAMES = {
+    MemType.UOP: "uop",
+    MemType.WGT: "wgt",
+    MemType.INP: "inp",
+    MemType.ACC: "acc",
+    MemType.OUT: "out",
+    MemType.ACC_8BIT: "acc8",
+}
+PAIRS = {
+    "iter": ("iter_out", "iter_in"),
+    "dst": ("dst_factor_out", "dst_factor_in"),
+    "src": ("src_factor_out", "src_factor_in"),
+    "wgt": ("wgt_factor_out", "wgt_factor_in"),
+}
 
 
 def disassemble_insn(insn: Insn) -> str:
     """One instruction as a line of assembly."""
     deps = [f for f in FLAGS if getattr(insn, f)]
     if isinstance(insn, MemInsn):
-        words = ["store" if insn.store else "load", MEM_NAMES[insn.mem_type], f"sram={insn.sram_base}",
-                 f"dram={insn.dram_base:#x}", f"y={insn.y_size}", f"x={insn.x_size}", f"stride={insn.x_stride}"]
+        words = [
+            "store" if insn.store else "load",
+            MEM_NAMES[insn.mem_type],
+            f"sram={insn.sram_base}",
+            f"dram={insn.dram_base:#x}",
+            f"y={insn.y_size}",
+            f"x={insn.x_size}",
+            f"stride={insn.x_stride}",
+        ]
         pads = (insn.y_pad_0, insn.y_pad_1, insn.x_pad_0, insn.x_pad_1)
         if any(pads):
             words.append("pad=" + ",".join(map(str, pads)))
@@ -108,8 +125,12 @@ def assemble_line(line: str, where: str = "line") -> Insn | None:
     for word in rest:
         key, eq, value = word.partition("=")
         if not eq:
-            if (key in FLAGS or (key == "reset" and cls in (GemmInsn, AluInsn)) or (key == "init" and cls is GemmInsn)
-                    or (key in ("req", "relu") and cls is EpiInsn)):
+            if (
+                key in FLAGS
+                or (key == "reset" and cls in (GemmInsn, AluInsn))
+                or (key == "init" and cls is GemmInsn)
+                or (key in ("req", "relu") and cls is EpiInsn)
+            ):
                 kw[key] = True
                 continue
             raise IsaError(f"{where}: unknown flag {key!r}")

@@ -62,14 +62,30 @@ class Queue(IntEnum):
 
 
 # (name, lsb, width). Opcode [2:0] and the four dependency flags [6:3] are common to all kinds.
-COMMON_FIELDS = (("opcode", 0, 3), ("pop_prev", 3, 1), ("pop_next", 4, 1), ("push_prev", 5, 1),
-                 ("push_next", 6, 1))
-MEM_FIELDS = (("mem_type", 7, 3), ("sram_base", 10, 16), ("dram_base", 26, 32), ("y_size", 64, 16),
-              ("x_size", 80, 16), ("x_stride", 96, 16), ("y_pad_0", 112, 4), ("y_pad_1", 116, 4),
-              ("x_pad_0", 120, 4), ("x_pad_1", 124, 4))
-LOOP_FIELDS = (("reset", 7, 1), ("uop_bgn", 8, 13), ("uop_end", 21, 14), ("iter_out", 35, 14),
-               ("iter_in", 49, 14), ("dst_factor_out", 64, 11), ("dst_factor_in", 75, 11),
-               ("src_factor_out", 86, 11), ("src_factor_in", 97, 11))
+COMMON_FIELDS = (("opcode", 0, 3), ("pop_prev", 3, 1), ("pop_next", 4, 1), ("push_prev", 5, 1), ("push_next", 6, 1))
+MEM_FIELDS = (
+    ("mem_type", 7, 3),
+    ("sram_base", 10, 16),
+    ("dram_base", 26, 32),
+    ("y_size", 64, 16),
+    ("x_size", 80, 16),
+    ("x_stride", 96, 16),
+    ("y_pad_0", 112, 4),
+    ("y_pad_1", 116, 4),
+    ("x_pad_0", 120, 4),
+    ("x_pad_1", 124, 4),
+)
+LOOP_FIELDS = (
+    ("reset", 7, 1),
+    ("uop_bgn", 8, 13),
+    ("uop_end", 21, 14),
+    ("iter_out", 35, 14),
+    ("iter_in", 49, 14),
+    ("dst_factor_out", 64, 11),
+    ("dst_factor_in", 75, 11),
+    ("src_factor_out", 86, 11),
+    ("src_factor_in", 97, 11),
+)
 GEMM_FIELDS = LOOP_FIELDS + (("wgt_factor_out", 108, 10), ("wgt_factor_in", 118, 10), ("init", 63, 1))
 ALU_FIELDS = LOOP_FIELDS + (("alu_opcode", 108, 3), ("use_imm", 111, 1), ("imm", 112, 16))
 EPI_FIELDS = (("req", 7, 1), ("relu", 8, 1), ("shift", 9, 5), ("bias", 14, 1), ("bias_base", 16, 16))
@@ -287,7 +303,7 @@ def decode_program(data: bytes) -> list[Insn]:
     insns = []
     for i in range(0, len(data), INSN_BYTES):
         try:
-            insns.append(decode(int.from_bytes(data[i:i + INSN_BYTES], "little")))
+            insns.append(decode(int.from_bytes(data[i : i + INSN_BYTES], "little")))
         except IsaError as e:
             raise IsaError(f"instruction {i // INSN_BYTES}: {e}") from None
     return insns

@@ -27,8 +27,9 @@ def uop_layout(cfg: HwConfig) -> tuple[tuple[str, int, int], ...]:
 
 def encode_uops(uops: list[Uop] | np.ndarray, cfg: HwConfig) -> np.ndarray:
     """Encode micro-ops (Uop records or an (n, 3) int array) as uint32 words."""
-    arr = np.asarray([(u.dst, u.src, u.wgt) for u in uops] if isinstance(uops, list) else uops,
-                     dtype=np.int64).reshape(-1, 3)
+    arr = np.asarray([(u.dst, u.src, u.wgt) for u in uops] if isinstance(uops, list) else uops, dtype=np.int64).reshape(
+        -1, 3
+    )
     word = np.zeros(len(arr), dtype=np.uint64)
     for col, (name, lsb, width) in enumerate(uop_layout(cfg)):
         v = arr[:, col]

@@ -19,12 +19,16 @@ from vdla.isa.instructions import (
 )
 
 # For each stage, which flag pops or pushes which queue (None: flag not valid on that stage).
-POPS = {Stage.LOAD: {"pop_next": Queue.C2L},
-        Stage.COMPUTE: {"pop_prev": Queue.L2C, "pop_next": Queue.S2C},
-        Stage.STORE: {"pop_prev": Queue.C2S}}
-PUSHES = {Stage.LOAD: {"push_next": Queue.L2C},
-          Stage.COMPUTE: {"push_prev": Queue.C2L, "push_next": Queue.C2S},
-          Stage.STORE: {"push_prev": Queue.S2C}}
+POPS = {
+    Stage.LOAD: {"pop_next": Queue.C2L},
+    Stage.COMPUTE: {"pop_prev": Queue.L2C, "pop_next": Queue.S2C},
+    Stage.STORE: {"pop_prev": Queue.C2S},
+}
+PUSHES = {
+    Stage.LOAD: {"push_next": Queue.L2C},
+    Stage.COMPUTE: {"push_prev": Queue.C2L, "push_next": Queue.C2S},
+    Stage.STORE: {"push_prev": Queue.S2C},
+}
 
 
 def pops_of(insn: Insn) -> list[Queue]:
@@ -36,15 +40,26 @@ def pushes_of(insn: Insn) -> list[Queue]:
 
 
 def buffer_depth(cfg: HwConfig, mem: MemType) -> int:
-    return {MemType.UOP: cfg.uop_depth, MemType.WGT: cfg.wgt_depth, MemType.INP: cfg.inp_depth,
-            MemType.ACC: cfg.acc_depth, MemType.ACC_8BIT: cfg.acc_depth, MemType.OUT: cfg.acc_depth}[mem]
+    return {
+        MemType.UOP: cfg.uop_depth,
+        MemType.WGT: cfg.wgt_depth,
+        MemType.INP: cfg.inp_depth,
+        MemType.ACC: cfg.acc_depth,
+        MemType.ACC_8BIT: cfg.acc_depth,
+        MemType.OUT: cfg.acc_depth,
+    }[mem]
 
 
 def elem_bytes(cfg: HwConfig, mem: MemType) -> int:
     """Bytes of one element of a memory type in DRAM (dram_base is in these units)."""
-    return {MemType.UOP: cfg.uop_elem_bytes, MemType.WGT: cfg.wgt_elem_bytes, MemType.INP: cfg.inp_elem_bytes,
-            MemType.ACC: cfg.acc_elem_bytes, MemType.ACC_8BIT: cfg.out_elem_bytes,
-            MemType.OUT: cfg.out_elem_bytes}[mem]
+    return {
+        MemType.UOP: cfg.uop_elem_bytes,
+        MemType.WGT: cfg.wgt_elem_bytes,
+        MemType.INP: cfg.inp_elem_bytes,
+        MemType.ACC: cfg.acc_elem_bytes,
+        MemType.ACC_8BIT: cfg.out_elem_bytes,
+        MemType.OUT: cfg.out_elem_bytes,
+    }[mem]
 
 
 def dram_span(insn: MemInsn, cfg: HwConfig) -> tuple[int, int]:
@@ -84,13 +99,17 @@ def check_insn(insn: Insn, cfg: HwConfig, dram: tuple[int, int] | None = None) -
             problems.append(f"STORE rows overlap: x_stride {insn.x_stride} < x_size {insn.x_size}")
         depth = buffer_depth(cfg, insn.mem_type)
         if insn.sram_base + insn.sram_elems > depth:
-            problems.append(f"{kind} {insn.mem_type.name}: SRAM tile [{insn.sram_base}, "
-                            f"{insn.sram_base + insn.sram_elems}) exceeds the buffer depth {depth}")
+            problems.append(
+                f"{kind} {insn.mem_type.name}: SRAM tile [{insn.sram_base}, "
+                f"{insn.sram_base + insn.sram_elems}) exceeds the buffer depth {depth}"
+            )
         if dram is not None:
             lo, hi = dram_span(insn, cfg)
             if lo < dram[0] or hi > dram[1]:
-                problems.append(f"{kind} {insn.mem_type.name}: DRAM bytes [{lo:#x}, {hi:#x}) outside the "
-                                f"DRAM region [{dram[0]:#x}, {dram[1]:#x})")
+                problems.append(
+                    f"{kind} {insn.mem_type.name}: DRAM bytes [{lo:#x}, {hi:#x}) outside the "
+                    f"DRAM region [{dram[0]:#x}, {dram[1]:#x})"
+                )
     elif isinstance(insn, LoopInsn):
         if insn.uop_bgn >= insn.uop_end:
             problems.append(f"empty micro-op range uop_bgn={insn.uop_bgn} uop_end={insn.uop_end}")
@@ -125,8 +144,10 @@ def validate_program(insns: list[Insn], cfg: HwConfig, dram: tuple[int, int] | N
             balance[q] += 1
     for q, b in balance.items():
         if b:
-            problems.append(f"token queue {q.name}: {'pushes' if b > 0 else 'pops'} exceed "
-                            f"{'pops' if b > 0 else 'pushes'} by {abs(b)}")
+            problems.append(
+                f"token queue {q.name}: {'pushes' if b > 0 else 'pops'} exceed "
+                f"{'pops' if b > 0 else 'pushes'} by {abs(b)}"
+            )
     if problems:
         shown = problems[:20] + ([f"... and {len(problems) - 20} more"] if len(problems) > 20 else [])
         raise IsaError("invalid program:\n  " + "\n  ".join(shown))

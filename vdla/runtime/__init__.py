@@ -7,6 +7,19 @@ from vdla.runtime.dram import Buffer, Dram, DramError
 from vdla.runtime.sim import CycleLimitError, DeadlockError, RunResult, SimError, Simulator
 
 __all__ = [
-    "Buffer", "CommandBuilder", "CommandError", "Counters", "CycleLimitError", "DeadlockError", "Device", "Dram",
-    "DramError", "RunResult", "SimError", "Simulator", "StageCounters", "TimelineEntry", "write_chrome_trace",
+    "Buffer",
+    "CommandBuilder",
+    "CommandError",
+    "Counters",
+    "CycleLimitError",
+    "DeadlockError",
+    "Device",
+    "Dram",
+    "DramError",
+    "RunResult",
+    "SimError",
+    "Simulator",
+    "StageCounters",
+    "TimelineEntry",
+    "write_chrome_trace",
 ]

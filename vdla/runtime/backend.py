@@ -19,8 +19,9 @@ class Backend(Protocol):
     def make_dram(self) -> Dram:
         """The DRAM region programs of this backend live in."""
 
-    def run(self, dram: Dram, insn_addr: int, insn_count: int, max_cycles: int | None = None,
-            timeline: bool = False) -> RunResult:
+    def run(
+        self, dram: Dram, insn_addr: int, insn_count: int, max_cycles: int | None = None, timeline: bool = False
+    ) -> RunResult:
         """Execute ``insn_count`` instructions at ``insn_addr``; raise on deadlock, timeout or fault."""
 
 
@@ -36,8 +37,9 @@ class SimBackend:
     def make_dram(self) -> Dram:
         return Dram(self.cfg.dram_bytes, self.cfg.dram_base_addr)
 
-    def run(self, dram: Dram, insn_addr: int, insn_count: int, max_cycles: int | None = None,
-            timeline: bool = False) -> RunResult:
+    def run(
+        self, dram: Dram, insn_addr: int, insn_count: int, max_cycles: int | None = None, timeline: bool = False
+    ) -> RunResult:
         return self.sim.run(dram, insn_addr, insn_count, max_cycles, timeline)
 
 

@@ -36,8 +36,12 @@ from vdla.runtime.sim import RunResult
 if TYPE_CHECKING:
     from vdla.runtime.device import Device
 
-QUEUE_OF = {(Stage.LOAD, Stage.COMPUTE): Queue.L2C, (Stage.COMPUTE, Stage.LOAD): Queue.C2L,
-            (Stage.COMPUTE, Stage.STORE): Queue.C2S, (Stage.STORE, Stage.COMPUTE): Queue.S2C}
+QUEUE_OF = {
+    (Stage.LOAD, Stage.COMPUTE): Queue.L2C,
+    (Stage.COMPUTE, Stage.LOAD): Queue.C2L,
+    (Stage.COMPUTE, Stage.STORE): Queue.C2S,
+    (Stage.STORE, Stage.COMPUTE): Queue.S2C,
+}
 PUSH_FLAG = {Queue.L2C: "push_next", Queue.C2L: "push_prev", Queue.C2S: "push_next", Queue.S2C: "push_prev"}
 POP_FLAG = {Queue.L2C: "pop_prev", Queue.C2L: "pop_next", Queue.C2S: "pop_prev", Queue.S2C: "pop_next"}
 UOP_POOL_BYTES = 1 << 16
@@ -51,9 +55,11 @@ class CommandError(ValueError):
 
 def _nop(stage: Stage) -> MemInsn:
     """A token-only instruction for a stage (a LOAD/STORE with x_size 0)."""
-    return {Stage.LOAD: lambda: MemInsn(mem_type=MemType.INP, x_size=0),
-            Stage.COMPUTE: lambda: MemInsn(mem_type=MemType.UOP, x_size=0),
-            Stage.STORE: lambda: MemInsn(store=True, mem_type=MemType.OUT, x_size=0)}[stage]()
+    return {
+        Stage.LOAD: lambda: MemInsn(mem_type=MemType.INP, x_size=0),
+        Stage.COMPUTE: lambda: MemInsn(mem_type=MemType.UOP, x_size=0),
+        Stage.STORE: lambda: MemInsn(store=True, mem_type=MemType.OUT, x_size=0),
+    }[stage]()
 
 
 class CommandBuilder:
@@ -116,12 +122,22 @@ class CommandBuilder:
         try:
             return QUEUE_OF[(Stage(src), Stage(dst))]
         except KeyError:
-            raise CommandError(f"no dependency queue from the {Stage(src).name.lower()} stage to the "
-                               f"{Stage(dst).name.lower()} stage") from None
+            raise CommandError(
+                f"no dependency queue from the {Stage(src).name.lower()} stage to the {Stage(dst).name.lower()} stage"
+            ) from None
 
     # ---- data movement ----------------------------------------------------------------------
-    def load(self, mem: MemType, sram_base: int, buf: Buffer, offset: int, y_size: int, x_size: int,
-             x_stride: int, pad: tuple[int, int, int, int] = (0, 0, 0, 0)) -> int:
+    def load(
+        self,
+        mem: MemType,
+        sram_base: int,
+        buf: Buffer,
+        offset: int,
+        y_size: int,
+        x_size: int,
+        x_stride: int,
+        pad: tuple[int, int, int, int] = (0, 0, 0, 0),
+    ) -> int:
         """Load a y_size x x_size tile (rows x_stride elements apart) from ``buf`` starting ``offset``
         elements in, padded by (y0, y1, x0, x1) zero elements, to ``sram_base``."""
         mem = MemType(mem)
@@ -130,22 +146,44 @@ class CommandBuilder:
         dram_base = buf.elem(elem_bytes(self.cfg, mem)) + offset
         self._check_in_buffer(buf, mem, offset, y_size, x_size, x_stride)
         y0, y1, x0, x1 = pad
-        return self.emit(MemInsn(mem_type=mem, sram_base=sram_base, dram_base=dram_base, y_size=y_size,
-                                 x_size=x_size, x_stride=x_stride, y_pad_0=y0, y_pad_1=y1, x_pad_0=x0,
-                                 x_pad_1=x1))
+        return self.emit(
+            MemInsn(
+                mem_type=mem,
+                sram_base=sram_base,
+                dram_base=dram_base,
+                y_size=y_size,
+                x_size=x_size,
+                x_stride=x_stride,
+                y_pad_0=y0,
+                y_pad_1=y1,
+                x_pad_0=x0,
+                x_pad_1=x1,
+            )
+        )
 
     def store(self, sram_base: int, buf: Buffer, offset: int, y_size: int, x_size: int, x_stride: int) -> int:
         """Store y_size x x_size accumulator entries (truncated to int8) into ``buf``."""
         dram_base = buf.elem(self.cfg.out_elem_bytes) + offset
         self._check_in_buffer(buf, MemType.OUT, offset, y_size, x_size, x_stride)
-        return self.emit(MemInsn(store=True, mem_type=MemType.OUT, sram_base=sram_base, dram_base=dram_base,
-                                 y_size=y_size, x_size=x_size, x_stride=x_stride))
+        return self.emit(
+            MemInsn(
+                store=True,
+                mem_type=MemType.OUT,
+                sram_base=sram_base,
+                dram_base=dram_base,
+                y_size=y_size,
+                x_size=x_size,
+                x_stride=x_stride,
+            )
+        )
 
     def _check_in_buffer(self, buf: Buffer, mem: MemType, offset: int, y: int, x: int, stride: int) -> None:
         eb = elem_bytes(self.cfg, mem)
         if x and (offset < 0 or (offset + (y - 1) * stride + x) * eb > buf.nbytes):
-            raise CommandError(f"{mem.name} tile of {y}x{x} elements (stride {stride}) at element {offset} "
-                               f"overruns its {buf.nbytes}-byte buffer at {buf.addr:#x}")
+            raise CommandError(
+                f"{mem.name} tile of {y}x{x} elements (stride {stride}) at element {offset} "
+                f"overruns its {buf.nbytes}-byte buffer at {buf.addr:#x}"
+            )
 
     # ---- micro-kernels ----------------------------------------------------------------------
     @staticmethod
@@ -167,8 +205,7 @@ class CommandBuilder:
         """Make a micro-op kernel resident in the UOP buffer (loading it if needed): (bgn, end)."""
         words = encode_uops(uops, self.cfg)
         if words.size > self.cfg.uop_depth:
-            raise CommandError(f"micro-kernel of {words.size} micro-ops exceeds the UOP buffer "
-                               f"({self.cfg.uop_depth})")
+            raise CommandError(f"micro-kernel of {words.size} micro-ops exceeds the UOP buffer ({self.cfg.uop_depth})")
         key = words.tobytes()
         if key in self._uop_sram:
             bgn = self._uop_sram[key]
@@ -182,14 +219,28 @@ class CommandBuilder:
         pool, index = self._uop_dram[key]
         dram = pool.elem(4) + index
         last = self.insns[-1] if self.insns else None
-        if (isinstance(last, MemInsn) and last.mem_type == MemType.UOP and not self._pending_pops[Stage.COMPUTE]
-                and not (last.push_prev or last.push_next) and last.sram_base + last.x_size == bgn
-                and last.dram_base + last.x_size == dram and last.y_size == 1):
+        if (
+            isinstance(last, MemInsn)
+            and last.mem_type == MemType.UOP
+            and not self._pending_pops[Stage.COMPUTE]
+            and not (last.push_prev or last.push_next)
+            and last.sram_base + last.x_size == bgn
+            and last.dram_base + last.x_size == dram
+            and last.y_size == 1
+        ):
             last.x_size += words.size  # one LOAD for kernels contiguous in DRAM and in the buffer
             last.x_stride = last.x_size
         else:
-            self.emit(MemInsn(mem_type=MemType.UOP, sram_base=bgn, dram_base=dram, y_size=1, x_size=words.size,
-                              x_stride=words.size))
+            self.emit(
+                MemInsn(
+                    mem_type=MemType.UOP,
+                    sram_base=bgn,
+                    dram_base=dram,
+                    y_size=1,
+                    x_size=words.size,
+                    x_stride=words.size,
+                )
+            )
         self._uop_sram[key] = bgn
         self._uop_sram_top += words.size
         return bgn, bgn + words.size
@@ -205,8 +256,14 @@ class CommandBuilder:
         self._pool_used += nbytes
         return pool, index
 
-    def _loop_check(self, kind: str, uops: np.ndarray, iters: tuple[int, int],
-                    factors: dict[str, tuple[int, int]], depths: dict[str, int]) -> None:
+    def _loop_check(
+        self,
+        kind: str,
+        uops: np.ndarray,
+        iters: tuple[int, int],
+        factors: dict[str, tuple[int, int]],
+        depths: dict[str, int],
+    ) -> None:
         for col, name in enumerate(("dst", "src", "wgt")):
             if name not in factors:
                 continue
@@ -215,9 +272,17 @@ class CommandBuilder:
             if hi >= depths[name]:
                 raise CommandError(f"{kind}: {name} index reaches {hi}, outside its buffer (depth {depths[name]})")
 
-    def gemm(self, uops: UopSpec, iter_out: int = 1, iter_in: int = 1, dst_factor: tuple[int, int] = (0, 0),
-             src_factor: tuple[int, int] = (0, 0), wgt_factor: tuple[int, int] = (0, 0),
-             reset: bool = False, init: bool = False) -> int:
+    def gemm(
+        self,
+        uops: UopSpec,
+        iter_out: int = 1,
+        iter_in: int = 1,
+        dst_factor: tuple[int, int] = (0, 0),
+        src_factor: tuple[int, int] = (0, 0),
+        wgt_factor: tuple[int, int] = (0, 0),
+        reset: bool = False,
+        init: bool = False,
+    ) -> int:
         """GEMM micro-kernel: for o, i, (dst, src, wgt) in uops: ACC[dst'] += INP[src'] x WGT[wgt']^T,
         with x' = x + o * x_factor[0] + i * x_factor[1] (ACC[dst'] = 0 when ``reset``). With ``init`` the
         first update of each accumulator starts from the EPI bias row ACC[bias_base + o], or zero."""
@@ -228,30 +293,72 @@ class CommandBuilder:
         factors = {"dst": dst_factor}
         if not reset:
             factors.update(src=src_factor, wgt=wgt_factor)
-        self._loop_check("GEMM", arr, (iter_out, iter_in), factors,
-                         {"dst": cfg.acc_depth, "src": cfg.inp_depth, "wgt": cfg.wgt_depth})
+        self._loop_check(
+            "GEMM",
+            arr,
+            (iter_out, iter_in),
+            factors,
+            {"dst": cfg.acc_depth, "src": cfg.inp_depth, "wgt": cfg.wgt_depth},
+        )
         bgn, end = self._kernel(arr)
-        return self.emit(GemmInsn(reset=reset, init=init, uop_bgn=bgn, uop_end=end, iter_out=iter_out, iter_in=iter_in,
-                                  dst_factor_out=dst_factor[0], dst_factor_in=dst_factor[1],
-                                  src_factor_out=src_factor[0], src_factor_in=src_factor[1],
-                                  wgt_factor_out=wgt_factor[0], wgt_factor_in=wgt_factor[1]))
+        return self.emit(
+            GemmInsn(
+                reset=reset,
+                init=init,
+                uop_bgn=bgn,
+                uop_end=end,
+                iter_out=iter_out,
+                iter_in=iter_in,
+                dst_factor_out=dst_factor[0],
+                dst_factor_in=dst_factor[1],
+                src_factor_out=src_factor[0],
+                src_factor_in=src_factor[1],
+                wgt_factor_out=wgt_factor[0],
+                wgt_factor_in=wgt_factor[1],
+            )
+        )
 
-    def alu(self, op: AluOp, uops: UopSpec, iter_out: int = 1, iter_in: int = 1,
-            dst_factor: tuple[int, int] = (0, 0), src_factor: tuple[int, int] = (0, 0),
-            imm: int | None = None, reset: bool = False) -> int:
+    def alu(
+        self,
+        op: AluOp,
+        uops: UopSpec,
+        iter_out: int = 1,
+        iter_in: int = 1,
+        dst_factor: tuple[int, int] = (0, 0),
+        src_factor: tuple[int, int] = (0, 0),
+        imm: int | None = None,
+        reset: bool = False,
+    ) -> int:
         """ALU micro-kernel: ACC[dst'] = op(ACC[dst'], imm if given else ACC[src']); with ``reset`` ACC[dst']
         reads as zero (ADD copies). Uops are (dst, src) or (dst, src, 0) triples."""
         arr = self._uop_array(uops)
         factors = {"dst": dst_factor} if imm is not None else {"dst": dst_factor, "src": src_factor}
-        self._loop_check(f"ALU {AluOp(op).name}", arr, (iter_out, iter_in), factors,
-                         {"dst": self.cfg.acc_depth, "src": self.cfg.acc_depth})
+        self._loop_check(
+            f"ALU {AluOp(op).name}",
+            arr,
+            (iter_out, iter_in),
+            factors,
+            {"dst": self.cfg.acc_depth, "src": self.cfg.acc_depth},
+        )
         if imm is not None and not -(1 << 15) <= imm < 1 << 15:
             raise CommandError(f"ALU {AluOp(op).name}: immediate {imm} does not fit in 16 signed bits")
         bgn, end = self._kernel(arr)
-        return self.emit(AluInsn(alu_opcode=AluOp(op), use_imm=imm is not None, imm=imm or 0, reset=reset,
-                                 uop_bgn=bgn, uop_end=end, iter_out=iter_out, iter_in=iter_in,
-                                 dst_factor_out=dst_factor[0], dst_factor_in=dst_factor[1],
-                                 src_factor_out=src_factor[0], src_factor_in=src_factor[1]))
+        return self.emit(
+            AluInsn(
+                alu_opcode=AluOp(op),
+                use_imm=imm is not None,
+                imm=imm or 0,
+                reset=reset,
+                uop_bgn=bgn,
+                uop_end=end,
+                iter_out=iter_out,
+                iter_in=iter_in,
+                dst_factor_out=dst_factor[0],
+                dst_factor_in=dst_factor[1],
+                src_factor_out=src_factor[0],
+                src_factor_in=src_factor[1],
+            )
+        )
 
     def epi(self, req: bool = False, relu: bool = False, shift: int = 0, bias_base: int | None = None) -> int:
         """Set the epilogue state: with ``req`` later ACC writes store their OUT rows requantized (rounding
@@ -261,8 +368,7 @@ class CommandBuilder:
             raise CommandError(f"EPI: shift {shift} is outside [0, 31]")
         if bias_base is not None and not 0 <= bias_base < self.cfg.acc_depth:
             raise CommandError(f"EPI: bias row {bias_base} is outside the ACC buffer (depth {self.cfg.acc_depth})")
-        return self.emit(EpiInsn(req=req, relu=relu, shift=shift, bias=bias_base is not None,
-                                 bias_base=bias_base or 0))
+        return self.emit(EpiInsn(req=req, relu=relu, shift=shift, bias=bias_base is not None, bias_base=bias_base or 0))
 
     # ---- finishing --------------------------------------------------------------------------
     def finish(self) -> list[Insn]:

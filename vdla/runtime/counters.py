@@ -27,15 +27,17 @@ class Counters:
     load: StageCounters = field(default_factory=StageCounters)
     compute: StageCounters = field(default_factory=StageCounters)
     store: StageCounters = field(default_factory=StageCounters)
-    bytes_loaded: dict[str, int] = field(default_factory=lambda: dict.fromkeys(
-        ("INP", "WGT", "UOP", "ACC", "ACC_8BIT"), 0))
+    bytes_loaded: dict[str, int] = field(
+        default_factory=lambda: dict.fromkeys(("INP", "WGT", "UOP", "ACC", "ACC_8BIT"), 0)
+    )
     bytes_stored: int = 0
     insn_bytes: int = 0
     gemm_iters: int = 0  # multiply-accumulate uop-iterations
     gemm_reset_iters: int = 0
     alu_iters: int = 0
-    insn_counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(
-        ("LOAD", "STORE", "GEMM", "ALU", "FINISH", "EPI"), 0))
+    insn_counts: dict[str, int] = field(
+        default_factory=lambda: dict.fromkeys(("LOAD", "STORE", "GEMM", "ALU", "FINISH", "EPI"), 0)
+    )
 
     @property
     def dram_bytes(self) -> int:
@@ -73,13 +75,21 @@ class TimelineEntry:
 def write_chrome_trace(timeline: list[TimelineEntry], path: str | Path, clock_mhz: float) -> None:
     """Write the timeline as Chrome/Perfetto trace JSON (one track per stage, times in microseconds)."""
     events = [{"name": "process_name", "ph": "M", "pid": 0, "args": {"name": "vdla"}}]
-    events += [{"name": "thread_name", "ph": "M", "pid": 0, "tid": i, "args": {"name": s}}
-               for i, s in enumerate(STAGES)]
+    events += [
+        {"name": "thread_name", "ph": "M", "pid": 0, "tid": i, "args": {"name": s}} for i, s in enumerate(STAGES)
+    ]
     for e in timeline:
         words = e.label.split()
-        events.append({"name": " ".join(words[:2] if words[0] in ("load", "store", "alu") else words[:1]),
-                       "ph": "X", "pid": 0, "tid": STAGES.index(e.stage), "ts": e.start / clock_mhz,
-                       "dur": max(e.end - e.start, 1) / clock_mhz,
-                       "args": {"insn": e.index, "asm": e.label, "start_cycle": e.start, "end_cycle": e.end}})
+        events.append(
+            {
+                "name": " ".join(words[:2] if words[0] in ("load", "store", "alu") else words[:1]),
+                "ph": "X",
+                "pid": 0,
+                "tid": STAGES.index(e.stage),
+                "ts": e.start / clock_mhz,
+                "dur": max(e.end - e.start, 1) / clock_mhz,
+                "args": {"insn": e.index, "asm": e.label, "start_cycle": e.start, "end_cycle": e.end},
+            }
+        )
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text(json.dumps({"traceEvents": events, "displayTimeUnit": "ns"}))

@@ -71,8 +71,10 @@ class Dram:
             start = -(-(self.base + off) // align) * align - self.base
             if start + nbytes <= off + length:
                 return self._take(i, start, nbytes)
-        raise DramError(f"out of DRAM: no free block of {nbytes} bytes (region {self.size} bytes, "
-                        f"{sum(n for _, n in self._free)} free)")
+        raise DramError(
+            f"out of DRAM: no free block of {nbytes} bytes (region {self.size} bytes, "
+            f"{sum(n for _, n in self._free)} free)"
+        )
 
     def reserve(self, addr: int, nbytes: int) -> Buffer:
         """Allocate the buffer at exactly [addr, addr + nbytes), which must be free."""
@@ -80,14 +82,16 @@ class Dram:
         for i, (start, length) in enumerate(self._free):
             if start <= off and off + nbytes <= start + length and nbytes > 0:
                 return self._take(i, off, nbytes)
-        raise DramError(f"cannot reserve [{addr:#x}, {addr + nbytes:#x}): not inside one free block of the region "
-                        f"[{self.base:#x}, {self.base + self.size:#x})")
+        raise DramError(
+            f"cannot reserve [{addr:#x}, {addr + nbytes:#x}): not inside one free block of the region "
+            f"[{self.base:#x}, {self.base + self.size:#x})"
+        )
 
     def _take(self, i: int, start: int, nbytes: int) -> Buffer:
         """Carve [start, start + nbytes) (region offsets) out of free block ``i``."""
         off, length = self._free[i]
         pieces = [(off, start - off), (start + nbytes, off + length - start - nbytes)]
-        self._free[i:i + 1] = [p for p in pieces if p[1] > 0]
+        self._free[i : i + 1] = [p for p in pieces if p[1] > 0]
         buf = self._live[start] = Buffer(self, self.base + start, nbytes)
         return buf
 
@@ -109,6 +113,8 @@ class Dram:
         """A view of ``nbytes`` bytes at physical address ``addr``, bounds-checked."""
         off = addr - self.base
         if off < 0 or nbytes < 0 or off + nbytes > self.size:
-            raise DramError(f"DRAM access [{addr:#x}, {addr + nbytes:#x}) outside the region "
-                            f"[{self.base:#x}, {self.base + self.size:#x})")
-        return self.mem[off:off + nbytes]
+            raise DramError(
+                f"DRAM access [{addr:#x}, {addr + nbytes:#x}) outside the region "
+                f"[{self.base:#x}, {self.base + self.size:#x})"
+            )
+        return self.mem[off : off + nbytes]

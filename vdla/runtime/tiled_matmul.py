@@ -30,22 +30,30 @@ def reference_matmul(a: np.ndarray, b: np.ndarray, shift: int) -> np.ndarray:
     return np.clip(acc >> shift, -128, 127).astype(np.int8)
 
 
-def tiled_matmul(dev: Device, a: np.ndarray, b: np.ndarray, shift: int = 8, vthreads: int = 2,
-                 tile_rows: int | None = None, max_cycles: int | None = None, timeline: bool = False
-                 ) -> MatmulResult:
+def tiled_matmul(
+    dev: Device,
+    a: np.ndarray,
+    b: np.ndarray,
+    shift: int = 8,
+    vthreads: int = 2,
+    tile_rows: int | None = None,
+    max_cycles: int | None = None,
+    timeline: bool = False,
+) -> MatmulResult:
     """Run C = clip((A @ B^T) >> shift) on the device; M must be a multiple of the batch, K and N of the block."""
     cfg = dev.cfg
     bs, bi, bo = cfg.batch, cfg.block_in, cfg.block_out
     (m, k), (n, k2) = a.shape, b.shape
     if k != k2 or m % bs or k % bi or n % bo:
-        raise CommandError(f"matmul shapes {a.shape} x {b.shape}^T must agree in K and be multiples of "
-                           f"batch {bs} (M), block {bi} (K) and block {bo} (N)")
+        raise CommandError(
+            f"matmul shapes {a.shape} x {b.shape}^T must agree in K and be multiples of "
+            f"batch {bs} (M), block {bi} (K) and block {bo} (N)"
+        )
     rows, kb, nb = m // bs, k // bi, n // bo
     wgt_share, inp_share, acc_share = cfg.wgt_depth // vthreads, cfg.inp_depth // vthreads, cfg.acc_depth // vthreads
     tn = min(nb, wgt_share // kb)
     if tn == 0:
-        raise CommandError(f"K={k} needs {kb} weight blocks per output block; a thread's WGT share holds "
-                           f"{wgt_share}")
+        raise CommandError(f"K={k} needs {kb} weight blocks per output block; a thread's WGT share holds {wgt_share}")
     tm = min(rows, inp_share // kb, acc_share // tn, tile_rows or rows)
     if tm == 0:
         raise CommandError(f"K={k} needs {kb} input elements per row; a thread's INP share holds {inp_share}")

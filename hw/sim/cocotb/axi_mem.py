@@ -10,8 +10,17 @@ BUS = 8  # bytes per beat
 
 
 class AxiMemory:
-    def __init__(self, dut, mem: bytearray, base: int, latency: int = 6, max_beats: int = 256,
-                 prefix: str = "", write: bool = True, names: dict[str, str] | None = None):
+    def __init__(
+        self,
+        dut,
+        mem: bytearray,
+        base: int,
+        latency: int = 6,
+        max_beats: int = 256,
+        prefix: str = "",
+        write: bool = True,
+        names: dict[str, str] | None = None,
+    ):
         self.dut, self.mem, self.base, self.latency, self.max_beats = dut, mem, base, latency, max_beats
         self.p = prefix
         self.names = names or {}
@@ -51,7 +60,7 @@ class AxiMemory:
         if ok:
             _, addr, beats, ident = self.reads[0]
             a = addr + self.beat * BUS - self.base
-            self.sig("rdata").value = int.from_bytes(self.mem[a:a + BUS], "little")
+            self.sig("rdata").value = int.from_bytes(self.mem[a : a + BUS], "little")
             self.sig("rresp").value = 0
             if self.has("rid"):
                 self.sig("rid").value = ident
@@ -84,7 +93,7 @@ class AxiMemory:
         if int(self.sig("wvalid").value) and int(self.sig("wready").value):
             addr, beats = self.writes[0]
             a = addr + self.wbeat * BUS - self.base
-            self.mem[a:a + BUS] = int(self.sig("wdata").value).to_bytes(BUS, "little")
+            self.mem[a : a + BUS] = int(self.sig("wdata").value).to_bytes(BUS, "little")
             self.wbeat += 1
             assert int(self.sig("wlast").value) == (self.wbeat == beats), "WLAST in the wrong place"
             if self.wbeat == beats:

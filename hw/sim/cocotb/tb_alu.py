@@ -32,10 +32,14 @@ async def every_opcode_matches_the_golden_model(dut):
     await FallingEdge(dut.clk_i)
     for op in AluOp:
         for _ in range(40):
-            a = [rng.choice(EDGES) if rng.random() < 0.3 else rng.randint(-(1 << 31), (1 << 31) - 1)
-                 for _ in range(LANES)]
-            b = [rng.choice(EDGES) if rng.random() < 0.5 else rng.randint(-(1 << 31), (1 << 31) - 1)
-                 for _ in range(LANES)]
+            a = [
+                rng.choice(EDGES) if rng.random() < 0.3 else rng.randint(-(1 << 31), (1 << 31) - 1)
+                for _ in range(LANES)
+            ]
+            b = [
+                rng.choice(EDGES) if rng.random() < 0.5 else rng.randint(-(1 << 31), (1 << 31) - 1)
+                for _ in range(LANES)
+            ]
             dut.op_i.value, dut.a_i.value, dut.b_i.value, dut.en_i.value = int(op), pack(a), pack(b), 1
             await FallingEdge(dut.clk_i)
             expect = _alu_apply(op, np.array(a, np.int64), np.array(b, np.int64)).tolist()

@@ -21,10 +21,14 @@ def unpack_sums(word):
 async def back_to_back_products(dut):
     cocotb.start_soon(Clock(dut.clk_i, 10, unit="ns").start())
     rng = np.random.default_rng(5)
-    cases = [(np.full(BI, -128, np.int8), np.full((BO, BI), -128, np.int8)),  # the largest sum
-             (np.full(BI, -128, np.int8), np.full((BO, BI), 127, np.int8))]
-    cases += [(rng.integers(-128, 128, BI, dtype=np.int8), rng.integers(-128, 128, (BO, BI), dtype=np.int8))
-              for _ in range(30)]
+    cases = [
+        (np.full(BI, -128, np.int8), np.full((BO, BI), -128, np.int8)),  # the largest sum
+        (np.full(BI, -128, np.int8), np.full((BO, BI), 127, np.int8)),
+    ]
+    cases += [
+        (rng.integers(-128, 128, BI, dtype=np.int8), rng.integers(-128, 128, (BO, BI), dtype=np.int8))
+        for _ in range(30)
+    ]
     dut.valid_i.value = 0
     await FallingEdge(dut.clk_i)
     expected = []

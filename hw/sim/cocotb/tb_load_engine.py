@@ -31,7 +31,7 @@ async def load(dut, mem, eb, sram_base, dram_base, y, x, stride, pads):
             writes += 1
             idx = int(dut.wr_idx_o.value)
             if int(dut.wr_pad_o.value):
-                sram[idx * eb:(idx + 1) * eb] = bytes(eb)
+                sram[idx * eb : (idx + 1) * eb] = bytes(eb)
             else:
                 off = dut.wr_off_o.value.to_signed()
                 data = int(dut.wr_data_o.value).to_bytes(8, "little")
@@ -55,9 +55,9 @@ def expected(mem, eb, sram_base, dram_base, y, x, stride, pads):
             i = sram_base + r * cols + c
             if yp0 <= r < yp0 + y and xp0 <= c < xp0 + x:
                 a = (dram_base + (r - yp0) * stride + (c - xp0)) * eb - BASE
-                sram[i * eb:(i + 1) * eb] = mem[a:a + eb]
+                sram[i * eb : (i + 1) * eb] = mem[a : a + eb]
             else:
-                sram[i * eb:(i + 1) * eb] = bytes(eb)
+                sram[i * eb : (i + 1) * eb] = bytes(eb)
     return sram, rows * cols - x * y
 
 
@@ -72,17 +72,26 @@ async def padded_strided_tiles(dut):
     await FallingEdge(dut.clk_i)
     rng = random.Random(3)
     mem = bytearray(rng.randbytes(1 << 16))
-    names = {"arready": "arready_i", "arvalid": "arvalid_o", "araddr": "araddr_o", "arlen": "arlen_o",
-             "rvalid": "rvalid_i", "rdata": "rdata_i", "rresp": "rresp_i"}
+    names = {
+        "arready": "arready_i",
+        "arvalid": "arvalid_o",
+        "araddr": "araddr_o",
+        "arlen": "arlen_o",
+        "rvalid": "rvalid_i",
+        "rdata": "rdata_i",
+        "rresp": "rresp_i",
+    }
     axi = AxiMemory(dut, mem, BASE, latency=5, max_beats=4, write=False, names=names)
     cocotb.start_soon(axi.run())
-    cases = [(16, 0, BASE // 16, 1, 1, 1, (0, 0, 0, 0)),
-             (16, 3, BASE // 16 + 5, 3, 4, 7, (1, 2, 1, 0)),       # 2 beats per element, padding all round
-             (16, 0, BASE // 16 + 250, 2, 12, 12, (0, 0, 0, 0)),   # rows across a 4 KiB boundary
-             (64, 7, BASE // 64 + 3, 2, 3, 5, (2, 0, 0, 3)),       # 8 beats per element: 2 bursts each
-             (4, 9, BASE // 4 + 3, 3, 5, 9, (0, 0, 0, 0)),         # sub-beat elements at odd addresses
-             (16, 0, BASE // 16, 2, 2, 2, (0, 0, 2, 1)),           # left padding only in data rows
-             (16, 0, BASE // 16, 3, 1, 1, (4, 4, 0, 0))]           # padding rows only
+    cases = [
+        (16, 0, BASE // 16, 1, 1, 1, (0, 0, 0, 0)),
+        (16, 3, BASE // 16 + 5, 3, 4, 7, (1, 2, 1, 0)),  # 2 beats per element, padding all round
+        (16, 0, BASE // 16 + 250, 2, 12, 12, (0, 0, 0, 0)),  # rows across a 4 KiB boundary
+        (64, 7, BASE // 64 + 3, 2, 3, 5, (2, 0, 0, 3)),  # 8 beats per element: 2 bursts each
+        (4, 9, BASE // 4 + 3, 3, 5, 9, (0, 0, 0, 0)),  # sub-beat elements at odd addresses
+        (16, 0, BASE // 16, 2, 2, 2, (0, 0, 2, 1)),  # left padding only in data rows
+        (16, 0, BASE // 16, 3, 1, 1, (4, 4, 0, 0)),
+    ]  # padding rows only
     for eb, sram_base, dram_base, y, x, stride, pads in cases:
         axi.bursts.clear()
         got, writes, dones = await load(dut, mem, eb, sram_base, dram_base, y, x, stride, pads)
@@ -92,6 +101,7 @@ async def padded_strided_tiles(dut):
         beats = sum(b for _, b in axi.bursts)
         assert writes == beats + npads  # one write per beat, one per padding element
         row = x * eb
-        per_row = [(((dram_base + r * stride) * eb + row - 1) // 8 - (dram_base + r * stride) * eb // 8 + 1)
-                   for r in range(y)]
+        per_row = [
+            (((dram_base + r * stride) * eb + row - 1) // 8 - (dram_base + r * stride) * eb // 8 + 1) for r in range(y)
+        ]
         assert beats == sum(per_row)

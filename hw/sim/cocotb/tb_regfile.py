@@ -9,9 +9,25 @@ from vdla.runtime import registers as R
 
 async def setup(dut):
     cocotb.start_soon(Clock(dut.clk_i, 10, unit="ns").start())
-    for sig in ("awvalid_i", "wvalid_i", "arvalid_i", "busy_i", "done_i", "error_i", "end_i", "error_code_i",
-                "error_unit_i", "error_insn_i", "tokens_i", "cmd_queues_i", "fetched_i", "stage_insns_i",
-                "opcode_insns_i", "stage_state_i", "counters_i"):
+    for sig in (
+        "awvalid_i",
+        "wvalid_i",
+        "arvalid_i",
+        "busy_i",
+        "done_i",
+        "error_i",
+        "end_i",
+        "error_code_i",
+        "error_unit_i",
+        "error_insn_i",
+        "tokens_i",
+        "cmd_queues_i",
+        "fetched_i",
+        "stage_insns_i",
+        "opcode_insns_i",
+        "stage_state_i",
+        "counters_i",
+    ):
         getattr(dut, sig).value = 0
     dut.bready_i.value = 1
     dut.rready_i.value = 1

@@ -100,7 +100,7 @@ async def matmul_tile_matches_the_simulator(dut):
     status = await lite.read(R.offset("STATUS"))
     assert R.get_field(status, "STATUS", "DONE") == 1 and R.get_field(status, "STATUS", "ERROR") == 0
     lo = out.addr - dev.dram.base
-    assert mem[lo:lo + out.nbytes] == dev.dram.mem[lo:lo + out.nbytes].tobytes()
+    assert mem[lo : lo + out.nbytes] == dev.dram.mem[lo : lo + out.nbytes].tobytes()
     assert mem == bytearray(dev.dram.mem[:WINDOW].tobytes())  # and nothing else changed
     for name, path, _ in R.COUNTERS:
         if not name.startswith(("BYTES", "GEMM", "ALU")):

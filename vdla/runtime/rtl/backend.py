@@ -48,8 +48,9 @@ class RtlBackend:
         """Free the model (and finish its waveform file, if one is written)."""
         self.harness.close()
 
-    def run(self, dram: Dram, insn_addr: int, insn_count: int, max_cycles: int | None = None,
-            timeline: bool = False) -> RunResult:
+    def run(
+        self, dram: Dram, insn_addr: int, insn_count: int, max_cycles: int | None = None, timeline: bool = False
+    ) -> RunResult:
         """Execute ``insn_count`` instructions at ``insn_addr`` on the RTL; raise like the simulator."""
         t0 = time.perf_counter()
         h = self.harness
@@ -71,8 +72,9 @@ class RtlBackend:
         if R.get_field(status, "STATUS", "ERROR"):
             raise self._error(status, program, dram)
         if not ended or counters.cycles > limit:
-            raise CycleLimitError(f"cycle limit {limit} reached at {self._running(program, counters)}"
-                                  + "\n" + self._describe(program))
+            raise CycleLimitError(
+                f"cycle limit {limit} reached at {self._running(program, counters)}" + "\n" + self._describe(program)
+            )
         tokens = h.read(R.offset("TOKENS"))
         leftover = {QUEUE_NAMES[q]: (tokens >> 8 * b) & 0xFF for q, b in TOKEN_BYTE.items() if (tokens >> 8 * b) & 0xFF}
         if leftover:
@@ -94,8 +96,10 @@ class RtlBackend:
             if code == "OPCODE":
                 return SimError(f"cannot fetch the program: {program.decode_error(index)}")
             if code == "BUS":
-                return SimError(f"cannot fetch the program: its {program.count * 16} bytes at {program.addr:#x} lie "
-                                f"outside the DRAM region [{dram.base:#x}, {dram.base + dram.size:#x})")
+                return SimError(
+                    f"cannot fetch the program: its {program.count * 16} bytes at {program.addr:#x} lie "
+                    f"outside the DRAM region [{dram.base:#x}, {dram.base + dram.size:#x})"
+                )
             return SimError(f"instruction {index}: FINISH before the end of the program")
         i = program.global_index(Stage[unit.upper()], index)
         insn = program.insns[i]
@@ -104,16 +108,22 @@ class RtlBackend:
         if code == "INDEX":
             return SimError(f"{where}: a micro-op index lies outside its buffer (stopped by the hardware)")
         if code == "BUS" and not problems:
-            problems = [f"DRAM access at {self.harness.bad_access() or 0:#x} outside the region "
-                        f"[{dram.base:#x}, {dram.base + dram.size:#x})"]
+            problems = [
+                f"DRAM access at {self.harness.bad_access() or 0:#x} outside the region "
+                f"[{dram.base:#x}, {dram.base + dram.size:#x})"
+            ]
         return SimError(f"{where}: {'; '.join(problems) or 'rejected by the hardware (' + code + ')'}")
 
     def _stage_state(self) -> tuple[list[int], list[int], int, int]:
         h = self.harness
         done = [h.read(R.offset(R.STAGE_INSN_REGS[s])) for s in STAGES]
         queued = h.read(R.offset("CMD_QUEUES"))
-        return done, [(queued >> 8 * s) & 0xFF for s in range(3)], h.read(R.offset("TOKENS")), \
-            h.read(R.offset("STAGE_STATE"))
+        return (
+            done,
+            [(queued >> 8 * s) & 0xFF for s in range(3)],
+            h.read(R.offset("TOKENS")),
+            h.read(R.offset("STAGE_STATE")),
+        )
 
     def _running(self, program: _Program, counters: Counters) -> str:
         """The earliest instruction (in program order) that a stage is executing or waiting to start."""
@@ -146,13 +156,23 @@ class RtlBackend:
             insn = program.insns[i]
             if not queued[s]:
                 blocking = [t.name.lower() for t in Stage if queued[t] >= self.cfg.timing.cmd_queue_depth]
-                why = (f"waiting for instruction fetch, which is blocked by the full {blocking[0]} command queue "
-                       f"(depth {self.cfg.timing.cmd_queue_depth})" if blocking else "waiting for instruction fetch")
+                why = (
+                    f"waiting for instruction fetch, which is blocked by the full {blocking[0]} command queue "
+                    f"(depth {self.cfg.timing.cmd_queue_depth})"
+                    if blocking
+                    else "waiting for instruction fetch"
+                )
             else:
-                why = next((f"waiting for a token on queue {QUEUE_NAMES[q]}" for q in pops_of(insn) if not count[q]),
-                           None) or next((f"waiting for room in the full token queue {QUEUE_NAMES[q]}"
-                                          for q in pushes_of(insn)
-                                          if count[q] >= self.cfg.timing.token_queue_depth), "ready")
+                why = next(
+                    (f"waiting for a token on queue {QUEUE_NAMES[q]}" for q in pops_of(insn) if not count[q]), None
+                ) or next(
+                    (
+                        f"waiting for room in the full token queue {QUEUE_NAMES[q]}"
+                        for q in pushes_of(insn)
+                        if count[q] >= self.cfg.timing.token_queue_depth
+                    ),
+                    "ready",
+                )
             lines.append(f"  {name} stage: stuck at instruction {i} ({disassemble_insn(insn)}), {why}")
         queued_tokens = ", ".join(f"{QUEUE_NAMES[q]}={count[q]}" for q in Queue)
         return "\n".join(lines) + f"\n  tokens in queues: {queued_tokens}"
@@ -167,9 +187,13 @@ class RtlBackend:
                     starts[s].append(cycle)
                 if bits >> (3 + s) & 1:
                     ends[s].append(cycle + 1)
-        out = [TimelineEntry(program.by_stage[s][k], STAGES[s], start, end,
-                             disassemble_insn(program.insns[program.by_stage[s][k]]))
-               for s in range(3) for k, (start, end) in enumerate(zip(starts[s], ends[s]))]
+        out = [
+            TimelineEntry(
+                program.by_stage[s][k], STAGES[s], start, end, disassemble_insn(program.insns[program.by_stage[s][k]])
+            )
+            for s in range(3)
+            for k, (start, end) in enumerate(zip(starts[s], ends[s]))
+        ]
         return sorted(out, key=lambda e: (e.start, e.index))
 
 
@@ -186,7 +210,7 @@ class _Program:
         except ValueError:
             return
         for i in range(count):
-            word = int.from_bytes(raw[16 * i:16 * i + 16], "little")
+            word = int.from_bytes(raw[16 * i : 16 * i + 16], "little")
             self.words.append(word)
             try:
                 insn = decode(word)

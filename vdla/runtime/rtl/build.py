@@ -29,8 +29,18 @@ BUILD_ROOT = REPO / "hw" / "sim" / "build"
 LIB_NAME = "libvdla_rtl.so"
 TOP = "vdla_top"
 # Verilator options of the harness build: single-threaded, X as zero, no assertions, lint off.
-VERILATOR_FLAGS = ("-O3", "--x-assign", "fast", "--x-initial", "fast", "--noassert", "-Wno-fatal", "-Wno-lint",
-                   "-Wno-style", "-Wno-UNOPTFLAT")
+VERILATOR_FLAGS = (
+    "-O3",
+    "--x-assign",
+    "fast",
+    "--x-initial",
+    "fast",
+    "--noassert",
+    "-Wno-fatal",
+    "-Wno-lint",
+    "-Wno-style",
+    "-Wno-UNOPTFLAT",
+)
 CXX_OPT = "-O3"  # OPT_FAST of the model (the C++ of the Verilated design)
 # The model is built where it runs (hw/sim/build is local and keyed by the host CPU): use its vector units.
 CPU_FLAGS = "-march=native"
@@ -85,8 +95,18 @@ def check_config(cfg: HwConfig) -> None:
     for name in ("inp", "wgt", "acc", "out"):
         if getattr(cfg, f"{name}_elem_bytes") % cfg.bus_bytes:
             problems.append(f"{name} elements of {getattr(cfg, f'{name}_elem_bytes')} bytes are not whole bus beats")
-    minimum = {"dma_setup": 1, "dma_pad_cycles": 1, "nop_cycles": 1, "gemm_setup": 2, "gemm_pipeline": 4,
-               "alu_setup": 2, "alu_pipeline": 2, "alu_ii": 2, "cmd_queue_depth": 2, "max_burst_beats": 1}
+    minimum = {
+        "dma_setup": 1,
+        "dma_pad_cycles": 1,
+        "nop_cycles": 1,
+        "gemm_setup": 2,
+        "gemm_pipeline": 4,
+        "alu_setup": 2,
+        "alu_pipeline": 2,
+        "alu_ii": 2,
+        "cmd_queue_depth": 2,
+        "max_burst_beats": 1,
+    }
     for name, low in minimum.items():
         if getattr(t, name) < low:
             problems.append(f"timing {name}={getattr(t, name)} is below the RTL's minimum {low}")
@@ -113,8 +133,13 @@ def _host_cpu() -> str:
 
 @cache
 def _verilator_version() -> str:
-    out = subprocess.run([str(verilator_root() / "bin" / "verilator"), "--version"], capture_output=True, text=True,
-                         env=verilator_env(), check=False)
+    out = subprocess.run(
+        [str(verilator_root() / "bin" / "verilator"), "--version"],
+        capture_output=True,
+        text=True,
+        env=verilator_env(),
+        check=False,
+    )
     return out.stdout.strip()
 
 
@@ -132,8 +157,9 @@ def build_dir(cfg: HwConfig, trace: bool = False, root: Path = BUILD_ROOT) -> Pa
     return root / f"{cfg.name}-{build_key(cfg, trace)}{'-fst' if trace else ''}"
 
 
-def build(cfg: HwConfig, trace: bool = False, jobs: int = 2, verbose: bool = False,
-          root: Path = BUILD_ROOT) -> BuildResult:
+def build(
+    cfg: HwConfig, trace: bool = False, jobs: int = 2, verbose: bool = False, root: Path = BUILD_ROOT
+) -> BuildResult:
     """Build (or reuse) the harness library for ``cfg`` under ``root``; ``trace`` adds FST waveform support."""
     check_config(cfg)
     out = build_dir(cfg, trace, root)
@@ -156,11 +182,31 @@ def build(cfg: HwConfig, trace: bool = False, jobs: int = 2, verbose: bool = Fal
             (work / "lib").mkdir()
             (work / "lib" / "liblz4.a").write_bytes(b"!<arch>\n")
             ldflags += f" -L{work / 'lib'}"
-        cmd = [str(verilator_root() / "bin" / "verilator"), "--cc", "--exe", "--build", "-j", str(jobs),
-               *VERILATOR_FLAGS, *(["--trace-fst"] if trace else []), "--top-module", TOP,
-               f"-I{work / 'include'}", f"-I{INCLUDE_DIR}", "-CFLAGS", defines, "-LDFLAGS", ldflags,
-               *(x for flag in MAKE_VARS for x in ("-MAKEFLAGS", flag)), "--Mdir", str(work / "obj"), "-o", LIB_NAME,
-               *map(str, rtl_sources()), str(HARNESS)]
+        cmd = [
+            str(verilator_root() / "bin" / "verilator"),
+            "--cc",
+            "--exe",
+            "--build",
+            "-j",
+            str(jobs),
+            *VERILATOR_FLAGS,
+            *(["--trace-fst"] if trace else []),
+            "--top-module",
+            TOP,
+            f"-I{work / 'include'}",
+            f"-I{INCLUDE_DIR}",
+            "-CFLAGS",
+            defines,
+            "-LDFLAGS",
+            ldflags,
+            *(x for flag in MAKE_VARS for x in ("-MAKEFLAGS", flag)),
+            "--Mdir",
+            str(work / "obj"),
+            "-o",
+            LIB_NAME,
+            *map(str, rtl_sources()),
+            str(HARNESS),
+        ]
         proc = subprocess.run(cmd, capture_output=not verbose, text=True, env=verilator_env(), check=False)
         if proc.returncode:
             log = (proc.stdout or "") + (proc.stderr or "")

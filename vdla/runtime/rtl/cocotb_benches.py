@@ -28,15 +28,22 @@ class Bench:
     parameters: dict[str, int] = field(default_factory=dict)
 
 
-BENCHES = {b.name: b for b in (
-    Bench("token_queue", "vdla_token_queue", ("vdla_token_queue.sv",), {"DEPTH": 4}),
-    Bench("load_engine", "vdla_load_engine",
-          ("vdla_load_engine.sv", "vdla_dma_rd.sv", "vdla_burst_gen.sv"), {"MAX_BEATS": 4, "SETUP": 1}),
-    Bench("gemm_core", "vdla_gemm_core", ("vdla_gemm_core.sv",), {"BATCH": 1, "BLOCK_IN": 16, "BLOCK_OUT": 16}),
-    Bench("alu", "vdla_alu", ("vdla_alu.sv",), {"LANES": 4}),
-    Bench("regfile", "vdla_regfile", ("vdla_regfile.sv",), {"CONFIG_HASH": 0x12345678}),
-    Bench("top", "vdla_top", tuple(p.name for p in sorted(RTL_DIR.glob("*.sv")))),
-)}
+BENCHES = {
+    b.name: b
+    for b in (
+        Bench("token_queue", "vdla_token_queue", ("vdla_token_queue.sv",), {"DEPTH": 4}),
+        Bench(
+            "load_engine",
+            "vdla_load_engine",
+            ("vdla_load_engine.sv", "vdla_dma_rd.sv", "vdla_burst_gen.sv"),
+            {"MAX_BEATS": 4, "SETUP": 1},
+        ),
+        Bench("gemm_core", "vdla_gemm_core", ("vdla_gemm_core.sv",), {"BATCH": 1, "BLOCK_IN": 16, "BLOCK_OUT": 16}),
+        Bench("alu", "vdla_alu", ("vdla_alu.sv",), {"LANES": 4}),
+        Bench("regfile", "vdla_regfile", ("vdla_regfile.sv",), {"CONFIG_HASH": 0x12345678}),
+        Bench("top", "vdla_top", tuple(p.name for p in sorted(RTL_DIR.glob("*.sv")))),
+    )
+}
 
 
 @dataclass(frozen=True)
@@ -59,13 +66,24 @@ def run_bench(name: str, cfg: HwConfig | None = None) -> BenchResult:
     os.environ["MAKEFLAGS"] = f"{flags} CFG_CXXFLAGS_PCH_I=-include".strip()
     try:
         runner = get_runner("verilator")
-        runner.build(sources=[RTL_DIR / s for s in bench.sources], hdl_toplevel=bench.toplevel,
-                     includes=[build_dir / "include", INCLUDE_DIR], parameters=bench.parameters,
-                     build_dir=build_dir, build_args=["-Wno-fatal", "-Wno-lint", "-Wno-style"],
-                     always=False, log_file=build_dir / "build.log")
-        xml = runner.test(hdl_toplevel=bench.toplevel, test_module=f"tb_{name}", test_dir=BENCH_DIR,
-                          build_dir=build_dir, results_xml=str(build_dir / "results.xml"),
-                          log_file=build_dir / "test.log")
+        runner.build(
+            sources=[RTL_DIR / s for s in bench.sources],
+            hdl_toplevel=bench.toplevel,
+            includes=[build_dir / "include", INCLUDE_DIR],
+            parameters=bench.parameters,
+            build_dir=build_dir,
+            build_args=["-Wno-fatal", "-Wno-lint", "-Wno-style"],
+            always=False,
+            log_file=build_dir / "build.log",
+        )
+        xml = runner.test(
+            hdl_toplevel=bench.toplevel,
+            test_module=f"tb_{name}",
+            test_dir=BENCH_DIR,
+            build_dir=build_dir,
+            results_xml=str(build_dir / "results.xml"),
+            log_file=build_dir / "test.log",
+        )
     finally:
         os.environ["MAKEFLAGS"] = flags
         if not flags:

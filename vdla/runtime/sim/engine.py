@@ -35,8 +35,12 @@ from vdla.runtime.dram import Dram
 from vdla.runtime.sim import semantics
 from vdla.runtime.sim.cycles import CycleModel
 
-QUEUE_NAMES = {Queue.L2C: "load->compute", Queue.C2L: "compute->load", Queue.C2S: "compute->store",
-               Queue.S2C: "store->compute"}
+QUEUE_NAMES = {
+    Queue.L2C: "load->compute",
+    Queue.C2L: "compute->load",
+    Queue.C2S: "compute->store",
+    Queue.S2C: "store->compute",
+}
 
 
 class SimError(RuntimeError):
@@ -65,8 +69,15 @@ class Simulator:
         self.cfg = cfg
         self.sram = semantics.Sram(cfg)
 
-    def run(self, dram: Dram, insn_addr: int, insn_count: int, max_cycles: int | None = None,
-            timeline: bool = False, functional: bool = True) -> RunResult:
+    def run(
+        self,
+        dram: Dram,
+        insn_addr: int,
+        insn_count: int,
+        max_cycles: int | None = None,
+        timeline: bool = False,
+        functional: bool = True,
+    ) -> RunResult:
         """Execute ``insn_count`` instructions at physical address ``insn_addr``; return the counters.
 
         With ``functional=False`` only the cycle model runs (buffers and DRAM are left untouched): the
@@ -92,8 +103,9 @@ class Simulator:
 class _Run:
     """State of one execution: stage cursors, command and token queues, clocks."""
 
-    def __init__(self, sim: Simulator, dram: Dram, insns: list[Insn], max_cycles: int | None, timeline: bool,
-                 functional: bool):
+    def __init__(
+        self, sim: Simulator, dram: Dram, insns: list[Insn], max_cycles: int | None, timeline: bool, functional: bool
+    ):
         self.sim, self.cfg, self.dram, self.insns, self.functional = sim, sim.cfg, dram, insns, functional
         sim.sram.epi = EpiInsn()  # START resets the epilogue state; the buffers keep their contents
         self.max_cycles, self.want_timeline = max_cycles, timeline
@@ -135,8 +147,10 @@ class _Run:
         index = self.by_stage[s][self.cursor[s]]
         if not self._fetch_until(index):
             blocking = self.insns[self.fetched].stage
-            return (f"waiting for instruction fetch, which is blocked by the full "
-                    f"{blocking.name.lower()} command queue (depth {self.cfg.timing.cmd_queue_depth})")
+            return (
+                f"waiting for instruction fetch, which is blocked by the full "
+                f"{blocking.name.lower()} command queue (depth {self.cfg.timing.cmd_queue_depth})"
+            )
         insn = self.insns[index]
         for q in pops_of(insn):
             if not self.tokens[q]:
@@ -153,8 +167,9 @@ class _Run:
                 if self.cursor[s] == len(self.by_stage[s]) or self._blocker(s) is not None:
                     continue
                 index = self.by_stage[s][self.cursor[s]]
-                ready = max([self.free_at[s], self.arrival[index]] +
-                            [self.tokens[q][0] for q in pops_of(self.insns[index])])
+                ready = max(
+                    [self.free_at[s], self.arrival[index]] + [self.tokens[q][0] for q in pops_of(self.insns[index])]
+                )
                 if best is None or ready < best[0]:
                     best = (ready, s, index)
             if best is None:
@@ -181,8 +196,10 @@ class _Run:
                 lines.append(f"  {name} stage: finished")
                 continue
             index = self.by_stage[s][self.cursor[s]]
-            lines.append(f"  {name} stage: stuck at instruction {index} "
-                         f"({disassemble_insn(self.insns[index])}), {self._blocker(s)}")
+            lines.append(
+                f"  {name} stage: stuck at instruction {index} "
+                f"({disassemble_insn(self.insns[index])}), {self._blocker(s)}"
+            )
         queued = ", ".join(f"{QUEUE_NAMES[q]}={len(d)}" for q, d in self.tokens.items())
         return "\n".join(lines) + f"\n  tokens in queues: {queued}"
 
@@ -196,8 +213,10 @@ class _Run:
             raise SimError(f"instruction {index} ({disassemble_insn(insn)}): {e}") from None
         end = start + self.model.duration(insn, start)
         if self.max_cycles is not None and end > self.max_cycles:
-            raise CycleLimitError(f"cycle limit {self.max_cycles} reached at instruction {index} "
-                                  f"({disassemble_insn(insn)}) on the {Stage(s).name.lower()} stage")
+            raise CycleLimitError(
+                f"cycle limit {self.max_cycles} reached at instruction {index} "
+                f"({disassemble_insn(insn)}) on the {Stage(s).name.lower()} stage"
+            )
         for q in pushes_of(insn):
             self.tokens[q].append(end)
         st = self.counters.stage(STAGES[s])

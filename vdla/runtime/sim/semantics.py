@@ -57,8 +57,9 @@ def _dram_elems(dram: Dram, insn: MemInsn, eb: int) -> tuple[np.ndarray, np.ndar
     if first < 0 or idx[-1] >= dram.size // eb:
         lo = insn.dram_base * eb
         hi = lo + (int(idx[-1]) - first // eb + 1) * eb
-        raise ExecError(f"DRAM access [{lo:#x}, {hi:#x}) outside the region "
-                        f"[{dram.base:#x}, {dram.base + dram.size:#x})")
+        raise ExecError(
+            f"DRAM access [{lo:#x}, {hi:#x}) outside the region [{dram.base:#x}, {dram.base + dram.size:#x})"
+        )
     return dram.mem.reshape(-1, eb), idx
 
 
@@ -70,17 +71,22 @@ def exec_load(sram: Sram, insn: MemInsn, dram: Dram) -> None:
     eb = elem_bytes(cfg, mem)
     elems, idx = _dram_elems(dram, insn, eb)
     data = elems[idx]  # (y*x, eb) uint8, a copy
-    target, dtype = {MemType.INP: (sram.inp, np.int8), MemType.WGT: (sram.wgt, np.int8),
-                     MemType.ACC: (sram.acc, np.int32), MemType.ACC_8BIT: (sram.acc, np.int8),
-                     MemType.UOP: (sram.uop, np.uint32)}[mem]
+    target, dtype = {
+        MemType.INP: (sram.inp, np.int8),
+        MemType.WGT: (sram.wgt, np.int8),
+        MemType.ACC: (sram.acc, np.int32),
+        MemType.ACC_8BIT: (sram.acc, np.int8),
+        MemType.UOP: (sram.uop, np.uint32),
+    }[mem]
     values = data.view(dtype).reshape((insn.y_size, insn.x_size) + target.shape[1:])
     tile = np.zeros((insn.rows, insn.cols) + target.shape[1:], target.dtype)
-    tile[insn.y_pad_0:insn.y_pad_0 + insn.y_size, insn.x_pad_0:insn.x_pad_0 + insn.x_size] = values
+    tile[insn.y_pad_0 : insn.y_pad_0 + insn.y_size, insn.x_pad_0 : insn.x_pad_0 + insn.x_size] = values
     n = insn.rows * insn.cols
     if insn.sram_base + n > len(target):
-        raise ExecError(f"SRAM tile [{insn.sram_base}, {insn.sram_base + n}) exceeds the "
-                        f"{mem.name} buffer depth {len(target)}")
-    target[insn.sram_base:insn.sram_base + n] = tile.reshape((n,) + target.shape[1:])
+        raise ExecError(
+            f"SRAM tile [{insn.sram_base}, {insn.sram_base + n}) exceeds the {mem.name} buffer depth {len(target)}"
+        )
+    target[insn.sram_base : insn.sram_base + n] = tile.reshape((n,) + target.shape[1:])
     if target is sram.acc:
         sram.mirror(slice(insn.sram_base, insn.sram_base + n))
 
@@ -94,12 +100,12 @@ def exec_store(sram: Sram, insn: MemInsn, dram: Dram) -> None:
         raise ExecError(f"STORE reads ACC [{insn.sram_base}, {insn.sram_base + n}) beyond depth {len(sram.acc)}")
     eb = sram.cfg.out_elem_bytes
     elems, idx = _dram_elems(dram, insn, eb)
-    elems[idx] = sram.out[insn.sram_base:insn.sram_base + n].reshape(n, -1).view(np.uint8)
+    elems[idx] = sram.out[insn.sram_base : insn.sram_base + n].reshape(n, -1).view(np.uint8)
 
 
 def _loop_indices(sram: Sram, insn: GemmInsn | AluInsn, names: tuple[str, ...]) -> list[np.ndarray]:
     """Per-iteration indices shaped (iter_out, iter_in, uops): row-major order is execution order."""
-    uops = decode_uops(sram.uop[insn.uop_bgn:insn.uop_end], sram.cfg)
+    uops = decode_uops(sram.uop[insn.uop_bgn : insn.uop_end], sram.cfg)
     o = np.arange(insn.iter_out)[:, None, None]
     i = np.arange(insn.iter_in)[None, :, None]
     out = []
@@ -172,8 +178,9 @@ def _gemm_sequential(sram: Sram, dst: np.ndarray, src: np.ndarray, wgt: np.ndarr
         sram.acc[d] = (base.astype(np.int64) + prod.astype(np.int64)).astype(np.int32)
 
 
-def _loop_products(sram: Sram, insn: GemmInsn, dst: np.ndarray, src: np.ndarray, wgt: np.ndarray
-                   ) -> tuple[np.ndarray, np.ndarray]:
+def _loop_products(
+    sram: Sram, insn: GemmInsn, dst: np.ndarray, src: np.ndarray, wgt: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """Products when every micro-op of an iteration uses the same weight block (convolutions, matmuls).
 
     Loop levels that do not move ``dst`` are reductions: they are folded into the inner dimension of
@@ -181,8 +188,7 @@ def _loop_products(sram: Sram, insn: GemmInsn, dst: np.ndarray, src: np.ndarray,
     """
     cfg = sram.cfg
     n_out, n_in, n_uop = dst.shape
-    keep = [ax for ax, (f, n) in enumerate(((insn.dst_factor_out, n_out), (insn.dst_factor_in, n_in)))
-            if f and n > 1]
+    keep = [ax for ax, (f, n) in enumerate(((insn.dst_factor_out, n_out), (insn.dst_factor_in, n_in))) if f and n > 1]
     red = [ax for ax in (0, 1) if ax not in keep]
     groups = int(np.prod([dst.shape[ax] for ax in keep]))
     depth = int(np.prod([dst.shape[ax] for ax in red])) * cfg.block_in
@@ -191,8 +197,10 @@ def _loop_products(sram: Sram, insn: GemmInsn, dst: np.ndarray, src: np.ndarray,
     if depth <= EXACT_TERMS:
         sums = np.matmul(a, w)
     else:
-        sums = sum(np.matmul(a[..., k:k + EXACT_TERMS], w[:, k:k + EXACT_TERMS]).astype(np.float64)
-                   for k in range(0, depth, EXACT_TERMS))
+        sums = sum(
+            np.matmul(a[..., k : k + EXACT_TERMS], w[:, k : k + EXACT_TERMS]).astype(np.float64)
+            for k in range(0, depth, EXACT_TERMS)
+        )
     sums = sums.reshape(groups * n_uop, cfg.batch, cfg.block_out)
     rows = dst[tuple(slice(None) if ax in keep else 0 for ax in (0, 1))].reshape(-1)
     return rows, sums
