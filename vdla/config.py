@@ -15,10 +15,12 @@ from importlib import resources
 from pathlib import Path
 from typing import ClassVar
 
+from vdla.errors import VdlaError
+
 DEFAULT_PRESET = "pynq"
 
 
-class ConfigError(ValueError):
+class ConfigError(VdlaError, ValueError):
     """A hardware configuration that is malformed or cannot be built."""
 
 

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from vdla.errors import VdlaError
 from vdla.isa.instructions import MEM_FIELDS
 
 
-class CompileError(ValueError):
+class CompileError(VdlaError, ValueError):
     """A layer the accelerator cannot run as requested; the message names the limit and what would fit."""
 
 

@@ -13,11 +13,13 @@ from typing import Any
 
 import numpy as np
 
+from vdla.errors import VdlaError
+
 DTYPES = ("int8", "int32", "float32")
 INT_RANGE = {"int8": (-128, 127), "int32": (-(2**31), 2**31 - 1)}
 
 
-class UnsupportedError(ValueError):
+class UnsupportedError(VdlaError, ValueError):
     """An operator was asked for a dtype, shape or attribute combination it does not support."""
 
     def __init__(self, op: str, message: str) -> None:

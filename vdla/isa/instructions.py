@@ -9,11 +9,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import IntEnum
 
+from vdla.errors import VdlaError
+
 INSN_BITS = 128
 INSN_BYTES = 16
 
 
-class IsaError(ValueError):
+class IsaError(VdlaError, ValueError):
     """An instruction or program that is not valid VDLA machine code."""
 
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from vdla.errors import VdlaError
 from vdla.isa import (
     AluInsn,
     AluOp,
@@ -49,7 +50,7 @@ UOP_POOL_BYTES = 1 << 16
 UopSpec = Sequence[tuple[int, int, int]] | np.ndarray
 
 
-class CommandError(ValueError):
+class CommandError(VdlaError, ValueError):
     """A request the accelerator cannot carry out, caught before the program runs."""
 
 

@@ -10,8 +10,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from vdla.errors import VdlaError
 
-class DramError(ValueError):
+
+class DramError(VdlaError, ValueError):
     """A DRAM request outside the region, an allocation that does not fit, or a misaligned buffer."""
 
 
