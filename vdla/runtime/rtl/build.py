@@ -18,6 +18,7 @@ from functools import cache
 from pathlib import Path
 
 from vdla.config import HwConfig
+from vdla.errors import VdlaError
 from vdla.hw_header import config_header
 
 REPO = Path(__file__).resolve().parents[3]
@@ -48,7 +49,7 @@ CPU_FLAGS = "-march=native"
 MAKE_VARS = (f"OPT_FAST={CXX_OPT}", "CFG_CXXFLAGS_PCH_I=-include")
 
 
-class RtlBuildError(RuntimeError):
+class RtlBuildError(VdlaError, RuntimeError):
     """The RTL cannot be built for this configuration, or Verilator/the compiler failed."""
 
 
