@@ -8,7 +8,7 @@ Writes a list of records {"name", "shape", "jit_s", "numpy_s", "speedup_vs_numpy
 
 import sys
 
-from vdla.cpu_fallback.bench import main
+from vdla.experiments.cpu_bench import main
 
 if __name__ == "__main__":
     sys.exit(main())

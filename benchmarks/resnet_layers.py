@@ -19,8 +19,8 @@ from rich.console import Console
 from rich.table import Table
 
 from vdla.compiler import ScheduleCache
-from vdla.compiler.experiments import run_model
 from vdla.config import load_config
+from vdla.experiments.layers import run_model
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,8 +8,8 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from vdla.compiler import ScheduleCache, compile_conv2d, compile_dense
-from vdla.compiler.reference import conv2d_reference, dense_reference
-from vdla.compiler.resnet import layer_case, layer_specs
+from vdla.experiments.resnet import layer_case, layer_specs
+from vdla.graph.oracle import conv2d_reference, dense_reference
 from vdla.runtime import Device
 
 CONFIGS = ("pynq", "block8", "batch2")

@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from vdla.compiler.cli import add_commands
-from vdla.compiler.experiments import run_model
-from vdla.compiler.resnet import layer_case, layer_specs
+from vdla.experiments.cli import add_commands
+from vdla.experiments.layers import run_model
+from vdla.experiments.resnet import layer_case, layer_specs
 
 
 @pytest.fixture(autouse=True)

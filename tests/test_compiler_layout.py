@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vdla.compiler.layout import (
+from vdla.graph.layout import (
     pack_activation,
     pack_channels,
     pack_weights,

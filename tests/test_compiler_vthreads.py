@@ -8,10 +8,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from vdla.compiler import Schedule, compile_conv2d
-from vdla.compiler.ir import Block, Gemm, Load, Store
+from vdla.compiler.blocks import Block, Gemm, Load, Store
 from vdla.compiler.microcode import MicroKernel
-from vdla.compiler.reference import conv2d_reference
 from vdla.compiler.vthreads import Dep, LoweringError, Stream, check_tokens, emit_stream, interleave, lower_vthreads
+from vdla.graph.oracle import conv2d_reference
 from vdla.isa import MemType, Queue, encode_program, validate_program
 from vdla.runtime import Device, Simulator
 

@@ -7,7 +7,8 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from vdla.cpu_fallback import TensorType, UnsupportedError, ew, get_kernel, ops, set_disk_cache
-from vdla.cpu_fallback.ir import (
+from vdla.cpu_fallback.reference import reference
+from vdla.cpu_fallback.specs import (
     make_concat,
     make_conv2d,
     make_dense,
@@ -18,7 +19,6 @@ from vdla.cpu_fallback.ir import (
     make_softmax,
     make_transpose,
 )
-from vdla.cpu_fallback.reference import reference
 from vdla.cpu_fallback.stacking import resolve_steps
 
 set_disk_cache(None)
@@ -40,9 +40,9 @@ def run_spec(spec, *arrays):
 def pool_case(draw):
     k = (draw(st.integers(1, 4)), draw(st.integers(1, 4)))
     s = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
-    pads = tuple(draw(st.integers(0, k[i % 2] - 1)) for i in range(4))
-    h = draw(st.integers(max(1, k[0] - pads[0] - pads[2]), 13))
-    w = draw(st.integers(max(1, k[1] - pads[1] - pads[3]), 13))
+    pads = tuple(draw(st.integers(0, k[i // 2] - 1)) for i in range(4))  # (top, bottom, left, right)
+    h = draw(st.integers(max(1, k[0] - pads[0] - pads[1]), 13))
+    w = draw(st.integers(max(1, k[1] - pads[2] - pads[3]), 13))
     shape = (draw(st.integers(1, 2)), draw(st.integers(1, 5)), h, w)
     dtype = draw(st.sampled_from(["int8", "float32"]))
     return draw(tensors(dtype, shape)), k, s, pads
@@ -91,19 +91,21 @@ def test_softmax_any_axis(data):
 @given(
     dtype=st.sampled_from(["int8", "int32", "float32"]),
     shape=hnp.array_shapes(min_dims=4, max_dims=4, max_side=13),
+    batch=st.sampled_from([1, 2, 4]),
     block=st.sampled_from([1, 3, 4, 8, 16, 32]),
 )
-def test_pack_unpack_blocked_layout(dtype, shape, block):
+def test_pack_unpack_blocked_layout(dtype, shape, batch, block):
     x = np.arange(np.prod(shape)).reshape(shape).astype(dtype)
-    packed = ops.pack_blocked(x, block)
+    packed = ops.pack_blocked(x, batch, block)
     n, c, h, w = shape
-    cb = -(-c // block)
-    assert packed.shape == (n, cb, h, w, 1, block)
-    for ci in range(cb * block):  # blocked[n, cb, h, w, 0, c] = x[n, cb*B + c, h, w], zero padding
-        want = x[:, ci] if ci < c else 0
-        np.testing.assert_array_equal(packed[:, ci // block, :, :, 0, ci % block], want)
-    np.testing.assert_array_equal(packed, reference(make_pack(TensorType.of(x, "p"), block), x))
-    np.testing.assert_array_equal(ops.unpack_blocked(packed, c), x)
+    nb, cb = -(-n // batch), -(-c // block)
+    assert packed.shape == (nb, cb, h, w, batch, block)
+    for ni in range(nb * batch):  # blocked[n/bn, c/B, h, w, n%bn, c%B] = x[n, c, h, w], zero padding
+        for ci in range(cb * block):
+            want = x[ni, ci] if ni < n and ci < c else 0
+            np.testing.assert_array_equal(packed[ni // batch, ci // block, :, :, ni % batch, ci % block], want)
+    np.testing.assert_array_equal(packed, reference(make_pack(TensorType.of(x, "p"), batch, block), x))
+    np.testing.assert_array_equal(ops.unpack_blocked(packed, c, n), x)
 
 
 @SETTINGS
@@ -193,8 +195,8 @@ def conv_case(draw):
     stride = (draw(st.integers(1, 3)), draw(st.integers(1, 2)))
     dil = (draw(st.integers(1, 2)), draw(st.integers(1, 2)))
     pads = tuple(draw(st.integers(0, 3)) for _ in range(4))
-    h = draw(st.integers(max(1, dil[0] * (k[0] - 1) + 1 - pads[0] - pads[2]), 12))
-    w = draw(st.integers(max(1, dil[1] * (k[1] - 1) + 1 - pads[1] - pads[3]), 12))
+    h = draw(st.integers(max(1, dil[0] * (k[0] - 1) + 1 - pads[0] - pads[1]), 12))  # (top, bottom, left, right)
+    w = draw(st.integers(max(1, dil[1] * (k[1] - 1) + 1 - pads[2] - pads[3]), 12))
     dtype = draw(st.sampled_from(["int8", "float32"]))
     x = draw(tensors(dtype, (draw(st.integers(1, 2)), cin, h, w)))
     wt = draw(tensors(dtype, (cout, cin // groups, *k)))

@@ -13,7 +13,6 @@ from vdla.cpu_fallback import (
     Node,
     TensorType,
     UnsupportedError,
-    bench,
     clear_cache,
     compile_chain,
     compile_graph,
@@ -24,8 +23,9 @@ from vdla.cpu_fallback import (
     ops,
     set_disk_cache,
 )
-from vdla.cpu_fallback.cli import add_commands
-from vdla.cpu_fallback.ir import make_pool2d
+from vdla.cpu_fallback.specs import make_pool2d
+from vdla.experiments import cpu_bench as bench
+from vdla.experiments.cli import add_commands
 
 set_disk_cache(None)
 
@@ -147,13 +147,13 @@ def small_graph():
     rng = np.random.default_rng(0)
     nodes = [
         Node("conv2d", ("x", "w", "b"), "acc", {"padding": 1}),
-        Node("requantize", ("acc",), "q", {"multiplier": 1 << 30, "shift": 38, "lo": -128, "hi": 127}),
+        Node("requantize", ("acc",), "q", {"multiplier": 1 << 2, "shift": 10, "lo": -128, "hi": 127}),
         Node("relu", ("q",), "r"),
         Node("max_pool2d", ("r",), "p", {"kernel": 2}),
         Node("add", ("p", "skip"), "s"),  # reads graph input "skip"
         Node("clip", ("s",), "c", {"lo": -100, "hi": 100}),
         Node("cast", ("c",), "y", {"dtype": "int8"}),
-        Node("pack_blocked", ("y",), "yb", {"block": 4}),
+        Node("pack_blocked", ("y",), "yb", {"batch": 1, "block": 4}),
         Node("unpack_blocked", ("yb",), "u", {"channels": 6}),
         Node("reshape", ("u",), "flat", {"shape": (1, -1)}),
         Node("dequantize", ("flat",), "f", {"scale": 0.5, "zero_point": 0}),
@@ -194,11 +194,11 @@ def test_compiled_graph_matches_stage_references():
     }
     outs = compiled(**feeds)
     env = dict(compiled.params) | feeds
-    for stage in compiled.stages:
+    for stage in compiled.groups:
         env[stage.output] = stage.reference(*(env[a] for a in stage.args))
     np.testing.assert_array_equal(outs["r"], env["r"])
     np.testing.assert_allclose(outs["swish"], env["swish"], rtol=3e-6)
-    assert len(compiled.stages) == 8
+    assert len(compiled.groups) == 8
 
 
 @pytest.mark.parametrize(

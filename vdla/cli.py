@@ -11,9 +11,14 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from vdla.config import ConfigError, load_config, preset_names
+from vdla.config import load_config, preset_names
+from vdla.errors import VdlaError
 
 console = Console()
+
+
+class UsageError(VdlaError, ValueError):
+    """Command-line arguments that do not fit together or do not parse."""
 
 
 def _write(path: str, data: str | bytes) -> None:
@@ -90,13 +95,13 @@ def _add_backend(p: argparse.ArgumentParser) -> None:
 
 def _backend_options(args: argparse.Namespace) -> dict:
     if args.wave and args.backend != "rtl":
-        raise ValueError("--wave needs --backend rtl")
+        raise UsageError("--wave needs --backend rtl")
     return {"wave": args.wave} if args.wave else {}
 
 
 def cmd_matmul(args: argparse.Namespace) -> int:
+    from vdla.experiments.tiled_matmul import reference_matmul, tiled_matmul
     from vdla.runtime import Device, write_chrome_trace
-    from vdla.runtime.tiled_matmul import reference_matmul, tiled_matmul
 
     dev = Device(args.config, backend=args.backend, **_backend_options(args))
     rng = np.random.default_rng(args.seed)
@@ -123,11 +128,16 @@ def cmd_matmul(args: argparse.Namespace) -> int:
 
 
 def _split_spec(spec: str, form: str) -> list[str]:
-    """Split 'ADDR=FILE' or 'ADDR:NBYTES=FILE' into its parts, naming the expected form on error."""
+    """Split 'ADDR=FILE' or 'ADDR:NBYTES=FILE' into its parts (the numbers checked to parse with ``int(x, 0)``),
+    naming the expected form on error."""
     where, eq, path = spec.partition("=")
     parts = where.split(":") + [path]
     if not eq or len(parts) != form.count(":") + 2:
-        raise ValueError(f"expected {form}, got {spec!r}")
+        raise UsageError(f"expected {form}, got {spec!r}")
+    try:
+        [int(x, 0) for x in parts[:-1]]
+    except ValueError as e:
+        raise UsageError(f"expected {form} with integer {form.split('=')[0]}, got {spec!r}") from e
     return parts
 
 
@@ -227,12 +237,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", help="write the counters as JSON")
     p.set_defaults(func=cmd_matmul)
 
-    from vdla.compiler.cli import add_commands as add_compiler_commands
-    from vdla.cpu_fallback.cli import add_commands as add_cpu_fallback_commands
+    from vdla.experiments.cli import add_commands as add_experiment_commands
     from vdla.runtime.rtl.cli import add_commands as add_rtl_commands
 
-    add_compiler_commands(sub)
-    add_cpu_fallback_commands(sub)
+    add_experiment_commands(sub)
     add_rtl_commands(sub)
     return parser
 
@@ -241,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (ConfigError, ValueError, RuntimeError, OSError) as e:
+    except (VdlaError, OSError) as e:  # anything else is a bug: let its traceback show
         console.print(f"[red]error:[/] {e}")
         return 2
 

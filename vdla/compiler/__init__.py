@@ -3,9 +3,9 @@ with virtual threads lowered to dependency tokens and a cached schedule search (
 
 from vdla.compiler.cache import ScheduleCache
 from vdla.compiler.conv2d import CompiledConv2d, CompiledDense, LayerRun, compile_conv2d, compile_dense
-from vdla.compiler.layout import pack_activation, pack_channels, pack_weights, unpack_activation, unpack_weights
 from vdla.compiler.schedule import Schedule
 from vdla.compiler.spec import CompileError, Conv2dSpec, EpilogueSpec
+from vdla.graph.layout import pack_activation, pack_channels, pack_weights, unpack_activation, unpack_weights
 
 __all__ = [
     "CompileError",

@@ -3,7 +3,7 @@
 A :class:`Schedule` fixes the tile (output-channel blocks ``toc``, output rows ``toh``, output
 columns ``tow``), the input-channel blocks reduced per step (``tic``), the number of virtual threads
 and the tile order. :class:`ConvLowering` checks that a schedule fits the buffers and builds, per
-thread, one :class:`~vdla.compiler.ir.Block` per (tile, reduction step):
+thread, one :class:`~vdla.compiler.blocks.Block` per (tile, reduction step):
 
 * loads: the input window of the step (one LOAD per input-channel block, borders zero filled by the
   LOAD pad fields, or one merged LOAD when unpadded) and the weights, each skipped when the thread's
@@ -25,9 +25,9 @@ from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
+from vdla.compiler.blocks import Alu, Block, Epi, Gemm, Load, Op, PreloadKernel, Store
 from vdla.compiler.epilogue import AluPass, alu_passes, out_mode
 from vdla.compiler.intrinsic import GemmIntrinsic, conv2d_contraction, tensorize
-from vdla.compiler.ir import Alu, Block, Epi, Gemm, Kernel, Load, Op, Store
 from vdla.compiler.microcode import Limits, MicroKernel, fits_loop, lower_nest, uop_count
 from vdla.compiler.spec import CompileError, Conv2dSpec, EpilogueSpec
 from vdla.compiler.transfer import MAX_STRIDE, plan_transfers
@@ -335,7 +335,7 @@ class ConvLowering:
                     room -= len(op.kernel.uops)
                     if room < 0:
                         return Block(-1, (), tuple(ops), ())
-                    ops.append(Kernel(op.kernel))
+                    ops.append(PreloadKernel(op.kernel))
         return Block(-1, (), tuple(ops), ())
 
     def tensor_bytes(self) -> dict[str, int]:

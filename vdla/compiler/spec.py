@@ -9,6 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from vdla.errors import VdlaError
+from vdla.graph.types import UnsupportedError
+from vdla.graph.window import Window, normalize_padding
+from vdla.isa.arith import INT8_MAX, INT8_MIN, MAX_SHIFT
 from vdla.isa.instructions import MEM_FIELDS
 
 
@@ -17,8 +20,7 @@ class CompileError(VdlaError, ValueError):
 
 
 MAX_PAD = (1 << dict((n, w) for n, _, w in MEM_FIELDS)["y_pad_0"]) - 1  # 4-bit LOAD pad fields
-MAX_SHIFT = 31
-CLIP_MIN, CLIP_MAX = -128, 127
+CLIP_MIN, CLIP_MAX = INT8_MIN, INT8_MAX
 
 
 def _pair(name: str, v: int | tuple[int, int]) -> tuple[int, int]:
@@ -73,19 +75,10 @@ class Conv2dSpec:
             raise CompileError(f"input shape must be NCHW (4 dims), got {input_shape}")
         kh, kw = _pair("kernel", kernel)
         sh, sw = _pair("stride", stride)
-        if padding == "same":
-            if kh % 2 == 0 or kw % 2 == 0:
-                raise CompileError(f"padding='same' needs an odd kernel, got {kh}x{kw}")
-            pad = (kh // 2, kh // 2, kw // 2, kw // 2)
-        elif isinstance(padding, int):
-            pad = (padding,) * 4
-        else:
-            p = tuple(padding)
-            pad = (p[0], p[0], p[1], p[1]) if len(p) == 2 else p
-        if len(pad) != 4 or not all(isinstance(v, int) for v in pad):
-            raise CompileError(
-                f"padding must be an int, 'same', (ph, pw) or (top, bottom, left, right), got {padding!r}"
-            )
+        try:
+            pad = normalize_padding(padding, (kh, kw))
+        except UnsupportedError as e:
+            raise CompileError(str(e)) from e
         n, c, h, w = (int(v) for v in input_shape)
         return cls(n, c, h, w, int(oc), kh, kw, sh, sw, tuple(int(v) for v in pad))
 
@@ -109,12 +102,17 @@ class Conv2dSpec:
             raise CompileError(f"kernel {self.kh}x{self.kw} does not fit the padded {self.h}x{self.w} input")
 
     @property
+    def window(self) -> Window:
+        """The layer's window geometry (dilation 1)."""
+        return Window((self.kh, self.kw), (self.sh, self.sw), (1, 1), self.pad)
+
+    @property
     def oh(self) -> int:
-        return (self.h + self.pad[0] + self.pad[1] - self.kh) // self.sh + 1
+        return self.window.out_size(self.h, self.w)[0]
 
     @property
     def ow(self) -> int:
-        return (self.w + self.pad[2] + self.pad[3] - self.kw) // self.sw + 1
+        return self.window.out_size(self.h, self.w)[1]
 
     @property
     def out_shape(self) -> tuple[int, int, int, int]:

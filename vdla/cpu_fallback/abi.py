@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from vdla.cpu_fallback.ir import DTYPES
+from vdla.graph.types import DTYPES
 
 C_CONTIGUOUS = 0x0001  # NPY_ARRAY_C_CONTIGUOUS
 WRITEABLE = 0x0400  # NPY_ARRAY_WRITEABLE

@@ -23,7 +23,10 @@ from vdla.cpu_fallback.abi import (
     ObjectLayout,
     descr_global,
 )
-from vdla.cpu_fallback.ir import INT_RANGE, Arg, ChainSpec, Const, EwStep, TensorType, is_float, step_result_dtype
+from vdla.cpu_fallback.specs import ChainSpec
+from vdla.graph.ew import Arg, Const, EwStep, step_result_dtype
+from vdla.graph.types import INT_RANGE, TensorType, is_float
+from vdla.isa.arith import MAX_SHIFT
 
 I8 = ir.IntType(8)
 I32 = ir.IntType(32)
@@ -551,9 +554,11 @@ def emit_step(kb: KernelBuilder, step: EwStep, v: ir.Value, dtype: str, out: str
         return b.fmul(b.sitofp(centered, F32), _as_float(kb, scale))
     if op == "requantize":
         m, s = operands
-        acc = b.mul(kb.widen(v, dtype, I64), _as_int(kb, m, I64))
+        # vdla.isa.arith.requantize: the product wraps to int32 (the accelerator's 32-bit MUL), then a
+        # rounding shift in [0, 31] computed in 64 bits, then the clamp
+        acc = b.sext(b.mul(kb.widen(v, dtype, I32), _as_int(kb, m, I32)), I64)
         if isinstance(s, tuple):
-            sh = kb.clamp_int(_as_int(kb, s, I64), 0, 62)
+            sh = kb.clamp_int(_as_int(kb, s, I64), 0, MAX_SHIFT)
             rnd = b.ashr(b.shl(i64(1), sh), i64(1))
             acc = b.ashr(b.add(acc, rnd), sh)
         elif s > 0:

@@ -28,15 +28,18 @@ import numpy as np
 from llvmlite import ir
 
 from vdla.cpu_fallback import abi, kernels
-from vdla.cpu_fallback.ir import Spec, TensorType, UnsupportedError, spec_inputs, spec_op
+from vdla.cpu_fallback.specs import Spec, spec_inputs, spec_op
+from vdla.graph.types import TensorType, UnsupportedError
 
 
 def _source_fingerprint() -> str:
     """Hash of the code generator's sources: any change to them invalidates the disk cache."""
-    from vdla.cpu_fallback import abi, codegen, ir
+    from vdla.cpu_fallback import codegen, specs
+    from vdla.graph import ew, types, window
+    from vdla.isa import arith
 
     h = hashlib.sha256()
-    for mod in (abi, codegen, ir, kernels):
+    for mod in (abi, codegen, specs, kernels, ew, types, window, arith):
         h.update(Path(mod.__file__).read_bytes())
     return h.hexdigest()[:16]
 

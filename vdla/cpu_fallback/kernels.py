@@ -26,11 +26,11 @@ from vdla.cpu_fallback.codegen import (
     broadcast_strides,
     i64,
 )
-from vdla.cpu_fallback.ir import (
+from vdla.cpu_fallback.specs import (
     ChainSpec,
     ConcatSpec,
-    Conv2dSpec,
-    DenseSpec,
+    CpuConv2dSpec,
+    CpuDenseSpec,
     GlobalAvgPoolSpec,
     PackSpec,
     PadSpec,
@@ -39,15 +39,15 @@ from vdla.cpu_fallback.ir import (
     Spec,
     TransposeSpec,
     UnpackSpec,
-    Window,
-    is_float,
     spec_inputs,
 )
+from vdla.graph.types import is_float
+from vdla.graph.window import Window
 
 
 def scratch_elements(spec: Spec) -> int:
     """float32 scratch elements a kernel needs (passed after the output; 0: no scratch argument)."""
-    return spec.w.size if isinstance(spec, Conv2dSpec) and spec.x.dtype == "int8" else 0
+    return spec.w.size if isinstance(spec, CpuConv2dSpec) and spec.x.dtype == "int8" else 0
 
 
 def emit(spec: Spec, module: ir.Module, name: str, layout: ObjectLayout) -> None:
@@ -140,7 +140,7 @@ def _chain(spec: ChainSpec, kb: KernelBuilder) -> None:
 
 def _valid_taps(o: int, size: int, win: Window, axis: int) -> tuple[int, ...]:
     """Kernel taps along ``axis`` (0 rows, 1 columns) that fall inside the input for output index ``o``."""
-    k, s, d, pad = win.kernel[axis], win.stride[axis], win.dilation[axis], win.pads[axis]
+    k, s, d, pad = win.kernel[axis], win.stride[axis], win.dilation[axis], win.pad_before(axis)
     return tuple(t for t in range(k) if 0 <= o * s + t * d - pad < size)
 
 
@@ -166,12 +166,12 @@ def _row_bounds(kb: KernelBuilder, win: Window, h: int, oh_n: int, oh: ir.Value)
 def _input_row(kb: KernelBuilder, win: Window, oh: ir.Value, kh: ir.Value, plane: ir.Value, w: int) -> ir.Value:
     """Element offset of input row ``oh * s + kh * d - pad`` in the plane starting at ``plane``."""
     b = kb.b
-    ih = b.sub(b.add(b.mul(oh, i64(win.stride[0])), b.mul(kh, i64(win.dilation[0]))), i64(win.pads[0]))
+    ih = b.sub(b.add(b.mul(oh, i64(win.stride[0])), b.mul(kh, i64(win.dilation[0]))), i64(win.pad_before(0)))
     return b.add(plane, b.mul(ih, i64(w)))
 
 
 def _col_offset(kb: KernelBuilder, win: Window, row: ir.Value, ow: ir.Value, tap: int) -> ir.Value:
-    return kb.b.add(row, kb.b.add(kb.b.mul(ow, i64(win.stride[1])), i64(tap * win.dilation[1] - win.pads[1])))
+    return kb.b.add(row, kb.b.add(kb.b.mul(ow, i64(win.stride[1])), i64(tap * win.dilation[1] - win.pad_before(1))))
 
 
 @_emit.register
@@ -342,16 +342,19 @@ def _transpose(spec: TransposeSpec, kb: KernelBuilder) -> None:
     region((q_full, dims[q]), (0, dims[last]), tiled=False)
 
 
-def _block_copy(kb: KernelBuilder, dt: str, n: int, c: int, hw: int, block: int, pack: bool) -> None:
-    """Copy between NCHW (c channels) and (N, ceil(c/B), HW, B).
+def _block_copy(kb: KernelBuilder, dt: str, n: int, c: int, hw: int, batch: int, block: int, pack: bool) -> None:
+    """Copy between NCHW (n images, c channels) and the blocked (ceil(n/bn), ceil(c/B), HW, bn, B).
 
-    Pixels go in tiles of B, each a B x B transpose done in registers (B a power of two); the remaining
-    pixels (and other block sizes) are copied one channel lane at a time.
+    Image ``i`` sits in batch lane ``i % bn`` of image block ``i // bn``, so a pixel's B channels of one
+    image are contiguous and consecutive pixels are ``bn * B`` apart. Pixels go in tiles of B, each a
+    B x B transpose done in registers (B a power of two); the remaining pixels (and other block sizes)
+    are copied one channel lane at a time. Packing zero-fills padded channels and padded images.
     """
     b = kb.b
     cb_n = -(-c // block)
     (x,), y = kb.inputs, kb.out
     full = c // block
+    pix = batch * block  # elements from one pixel to the next in the blocked layout
     tiles = hw // block if block >= 2 and block & (block - 1) == 0 else 0
     zero = ir.Constant(LL_TYPES[dt], 0.0 if is_float(dt) else 0)
     zeros = ir.Constant(ir.VectorType(LL_TYPES[dt], block), [zero.constant] * block)
@@ -359,42 +362,48 @@ def _block_copy(kb: KernelBuilder, dt: str, n: int, c: int, hw: int, block: int,
         if start == stop:
             continue
         with kb.loop(0, n) as ni, kb.loop(start, stop) as cb:
-            blocked = kb.linear([ni, cb], [cb_n * hw * block, hw * block])
+            group, lane0 = b.udiv(ni, i64(batch)), b.urem(ni, i64(batch))
+            blocked = b.add(kb.linear([group, cb], [cb_n * hw * pix, hw * pix]), b.mul(lane0, i64(block)))
             plain = kb.linear([ni, cb], [c * hw, block * hw])
             with kb.loop(0, tiles) as t:
                 p0 = b.mul(t, i64(block))
-                b_tile = b.add(blocked, b.mul(p0, i64(block)))
+                b_tile = b.add(blocked, b.mul(p0, i64(pix)))
                 if pack:
                     rows = [
                         kb.load_vec(dt, x, b.add(plain, b.add(p0, i64(lane * hw))), block) if lane < lanes else zeros
                         for lane in range(block)
                     ]
                     for j, col in enumerate(kb.transpose(rows)):
-                        kb.store_vec(col, dt, y, b.add(b_tile, i64(j * block)))
+                        kb.store_vec(col, dt, y, b.add(b_tile, i64(j * pix)))
                 else:
-                    rows = [kb.load_vec(dt, x, b.add(b_tile, i64(j * block)), block) for j in range(block)]
+                    rows = [kb.load_vec(dt, x, b.add(b_tile, i64(j * pix)), block) for j in range(block)]
                     for lane, col in enumerate(kb.transpose(rows)[:lanes]):
                         kb.store_vec(col, dt, y, b.add(plain, b.add(p0, i64(lane * hw))))
             with kb.loop(tiles * block, hw) as p:
                 for lane in range(block if pack else lanes):
-                    b_off = b.add(blocked, b.add(b.mul(p, i64(block)), i64(lane)))
+                    b_off = b.add(blocked, b.add(b.mul(p, i64(pix)), i64(lane)))
                     p_off = b.add(plain, b.add(p, i64(lane * hw)))
                     if not pack:
                         kb.store(kb.load(dt, x, b_off), dt, y, p_off)
                     else:
                         kb.store(kb.load(dt, x, p_off) if lane < lanes else zero, dt, y, b_off)
+    if pack and n % batch:  # zero the lanes of the padded images in the last image block
+        with kb.loop(n, -(-n // batch) * batch) as ni, kb.loop(0, cb_n * hw) as q:
+            lane0 = b.mul(b.urem(ni, i64(batch)), i64(block))
+            base = kb.linear([q], [pix], b.add(i64((n // batch) * cb_n * hw * pix), lane0))
+            kb.store_vec(zeros, dt, y, base)
 
 
 @_emit.register
 def _pack(spec: PackSpec, kb: KernelBuilder) -> None:
     n, c, h, w = spec.x.shape
-    _block_copy(kb, spec.x.dtype, n, c, h * w, spec.block, pack=True)
+    _block_copy(kb, spec.x.dtype, n, c, h * w, spec.batch, spec.block, pack=True)
 
 
 @_emit.register
 def _unpack(spec: UnpackSpec, kb: KernelBuilder) -> None:
-    n, _, h, w, _, block = spec.x.shape
-    _block_copy(kb, spec.x.dtype, n, spec.channels, h * w, block, pack=False)
+    _, _, h, w, batch, block = spec.x.shape
+    _block_copy(kb, spec.x.dtype, spec.images, spec.channels, h * w, batch, block, pack=False)
 
 
 @_emit.register
@@ -468,7 +477,7 @@ def _widened(kb: KernelBuilder, dt: str, ptr: ir.Value, off: ir.Value) -> ir.Val
 
 def _epilogue_store(
     kb: KernelBuilder,
-    spec: DenseSpec | Conv2dSpec,
+    spec: CpuDenseSpec | CpuConv2dSpec,
     chain: ChainEmitter | None,
     acc: ir.Value,
     coords: list[ir.Value],
@@ -478,12 +487,12 @@ def _epilogue_store(
     kb.store(value, spec.out.dtype, kb.out, out_off)
 
 
-def _epilogue_emitter(kb: KernelBuilder, spec: DenseSpec | Conv2dSpec) -> ChainEmitter | None:
+def _epilogue_emitter(kb: KernelBuilder, spec: CpuDenseSpec | CpuConv2dSpec) -> ChainEmitter | None:
     return ChainEmitter(kb, spec.epilogue, [None, *kb.inputs[2:]]) if spec.epilogue else None
 
 
 @_emit.register
-def _dense(spec: DenseSpec, kb: KernelBuilder) -> None:
+def _dense(spec: CpuDenseSpec, kb: KernelBuilder) -> None:
     b = kb.b
     m_n, k_n = spec.x.shape
     n_n = spec.w.shape[0]
@@ -512,7 +521,7 @@ def _out_channel_block(ocg: int) -> int:
 
 
 @_emit.register
-def _conv2d(spec: Conv2dSpec, kb: KernelBuilder) -> None:
+def _conv2d(spec: CpuConv2dSpec, kb: KernelBuilder) -> None:
     """Register-tiled direct convolution.
 
     Each tile holds ``ob`` output channels x 16 output columns of one output row in vector accumulators
@@ -555,7 +564,7 @@ def _conv2d(spec: Conv2dSpec, kb: KernelBuilder) -> None:
         oc0 = kb.linear([g, ocb], [ocg, ob_n])
         ow0 = b.mul(tile, i64(lanes))
         lo, hi = _row_bounds(kb, win, h, oh_n, oh)
-        cols = [b.add(b.mul(ow0, i64(sw)), i64(t * win.dilation[1] - win.pads[1])) for t in range(kw_n)]
+        cols = [b.add(b.mul(ow0, i64(sw)), i64(t * win.dilation[1] - win.pad_before(1))) for t in range(kw_n)]
         masks = [kb.range_mask(col, wide, w) for col in cols]
         for slot in islots:
             b.store(ir.Constant(vec_i, [0] * lanes), slot)

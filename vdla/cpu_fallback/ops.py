@@ -10,12 +10,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from vdla.cpu_fallback import ew
-from vdla.cpu_fallback.ew import Step
-from vdla.cpu_fallback.ir import (
+from vdla.cpu_fallback.jit import contiguous, get_kernel
+from vdla.cpu_fallback.specs import (
     Spec,
-    TensorType,
-    UnsupportedError,
     make_concat,
     make_conv2d,
     make_dense,
@@ -27,8 +24,10 @@ from vdla.cpu_fallback.ir import (
     make_transpose,
     make_unpack,
 )
-from vdla.cpu_fallback.jit import contiguous, get_kernel
 from vdla.cpu_fallback.stacking import resolve_steps, run_chain
+from vdla.graph import ew
+from vdla.graph.ew import Step
+from vdla.graph.types import TensorType, UnsupportedError
 
 Out = np.ndarray | None
 
@@ -204,16 +203,17 @@ def transpose(x: np.ndarray, perm: Sequence[int], *, out: Out = None) -> np.ndar
     return _run(make_transpose(TensorType.of(x, "transpose"), tuple(perm)), [x], out)
 
 
-def pack_blocked(x: np.ndarray, block: int = 16, *, out: Out = None) -> np.ndarray:
-    """NCHW -> (N, C/B, H, W, 1, B) with channels zero-padded to a multiple of ``block``."""
+def pack_blocked(x: np.ndarray, batch: int, block: int, *, out: Out = None) -> np.ndarray:
+    """NCHW -> the accelerator's blocked layout (N/batch, C/block, H, W, batch, block), zero padded;
+    ``batch`` and ``block`` are the config's (:func:`vdla.graph.layout.activation_blocks`)."""
     x = _arr("pack_blocked", x)
-    return _run(make_pack(TensorType.of(x, "pack_blocked"), block), [x], out)
+    return _run(make_pack(TensorType.of(x, "pack_blocked"), batch, block), [x], out)
 
 
-def unpack_blocked(x: np.ndarray, channels: int, *, out: Out = None) -> np.ndarray:
-    """(N, C/B, H, W, 1, B) -> NCHW keeping the first ``channels`` channels."""
+def unpack_blocked(x: np.ndarray, channels: int, images: int | None = None, *, out: Out = None) -> np.ndarray:
+    """The blocked layout -> NCHW with ``channels`` channels and ``images`` images (default: all slots)."""
     x = _arr("unpack_blocked", x)
-    return _run(make_unpack(TensorType.of(x, "unpack_blocked"), channels), [x], out)
+    return _run(make_unpack(TensorType.of(x, "unpack_blocked"), channels, images), [x], out)
 
 
 def concat(arrays: Sequence[np.ndarray], axis: int = 0, *, out: Out = None) -> np.ndarray:

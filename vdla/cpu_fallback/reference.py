@@ -8,16 +8,12 @@ from __future__ import annotations
 from functools import singledispatch
 
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
 
-from vdla.cpu_fallback.ir import (
-    INT_RANGE,
-    Arg,
+from vdla.cpu_fallback.specs import (
     ChainSpec,
     ConcatSpec,
-    Conv2dSpec,
-    DenseSpec,
-    EwStep,
+    CpuConv2dSpec,
+    CpuDenseSpec,
     GlobalAvgPoolSpec,
     PackSpec,
     PadSpec,
@@ -26,21 +22,16 @@ from vdla.cpu_fallback.ir import (
     Spec,
     TransposeSpec,
     UnpackSpec,
-    is_float,
-    step_result_dtype,
 )
+from vdla.graph import layout, oracle
+from vdla.graph.ew import Arg, EwStep, step_result_dtype
+from vdla.graph.types import INT_RANGE, is_float
+from vdla.isa.arith import MAX_SHIFT, requantize
 
 
 def round_half_up_div(total: np.ndarray, count: np.ndarray | int) -> np.ndarray:
     """floor(total / count + 1/2) on integers."""
     return (2 * total.astype(np.int64) + count) // (2 * np.asarray(count, np.int64))
-
-
-def requantize(x: np.ndarray, multiplier, shift, lo: int = -128, hi: int = 127) -> np.ndarray:
-    """saturate(round_half_up((x * m) >> s)) to [lo, hi] as int8, computed in int64."""
-    s = np.clip(np.asarray(shift, np.int64), 0, 62)
-    v = x.astype(np.int64) * np.asarray(multiplier, np.int64)
-    return np.clip((v + ((1 << s) >> 1)) >> s, lo, hi).astype(np.int8)
 
 
 def quantize(x: np.ndarray, scale, zero_point) -> np.ndarray:
@@ -85,7 +76,10 @@ def _step(step: EwStep, v: np.ndarray, dtype: str, ops: list, out: str) -> np.nd
     if op == "dequantize":
         return dequantize(v, *ops)
     if op == "requantize":
-        return requantize(v, *ops, int(step.attr("lo")), int(step.attr("hi")))
+        m, shift = ops
+        return requantize(
+            v, m, np.clip(np.asarray(shift, np.int64), 0, MAX_SHIFT), int(step.attr("lo")), int(step.attr("hi"))
+        )
     return cast(v, out)
 
 
@@ -110,27 +104,18 @@ def _(spec: ChainSpec, *arrays: np.ndarray) -> np.ndarray:
     return chain(spec, list(arrays))
 
 
-def _windows(x: np.ndarray, spec_window, fill) -> np.ndarray:
-    """(N, C, OH, OW, KH, KW) view of the padded input under every window position."""
-    (kh, kw), (sh, sw), (dh, dw) = spec_window.kernel, spec_window.stride, spec_window.dilation
-    pt, pl, pb, pr = spec_window.pads
-    xp = np.pad(x, ((0, 0), (0, 0), (pt, pb), (pl, pr)), constant_values=fill)
-    win = sliding_window_view(xp, ((kh - 1) * dh + 1, (kw - 1) * dw + 1), axis=(2, 3))[..., ::dh, ::dw]
-    return win[:, :, ::sh, ::sw]
-
-
 @reference.register
 def _(spec: Pool2dSpec, x: np.ndarray) -> np.ndarray:
     oh, ow = spec.out.shape[2:]
     fl = is_float(x.dtype.name)
     if spec.kind == "max":
         fill = -np.inf if fl else INT_RANGE[x.dtype.name][0]
-        return _windows(x, spec.window, fill).max(axis=(4, 5))[:, :, :oh, :ow].astype(x.dtype)
-    total = _windows(x.astype(np.float64 if fl else np.int64), spec.window, 0).sum(axis=(4, 5))[:, :, :oh, :ow]
+        return oracle.windows(x, spec.window, fill).max(axis=(4, 5))[:, :, :oh, :ow].astype(x.dtype)
+    total = oracle.windows(x.astype(np.float64 if fl else np.int64), spec.window, 0).sum(axis=(4, 5))[:, :, :oh, :ow]
     if spec.count_include_pad:
         count = np.full((oh, ow), spec.window.kernel[0] * spec.window.kernel[1])
     else:
-        count = _windows(np.ones((1, 1, *x.shape[2:]), np.int64), spec.window, 0).sum(axis=(4, 5))[0, 0, :oh, :ow]
+        count = oracle.windows(np.ones((1, 1, *x.shape[2:]), np.int64), spec.window, 0).sum(axis=(4, 5))[0, 0, :oh, :ow]
     return (total / count).astype(np.float32) if fl else round_half_up_div(total, count).astype(np.int8)
 
 
@@ -155,18 +140,12 @@ def _(spec: TransposeSpec, x: np.ndarray) -> np.ndarray:
 
 @reference.register
 def _(spec: PackSpec, x: np.ndarray) -> np.ndarray:
-    n, cb, h, w, _, b = spec.out.shape
-    padded = np.zeros((n, cb * b, h, w), x.dtype)
-    padded[:, : x.shape[1]] = x
-    return np.ascontiguousarray(padded.reshape(n, cb, b, h, w).transpose(0, 1, 3, 4, 2)[:, :, :, :, None, :])
+    return layout.pack_activation(x, spec.batch, spec.block)
 
 
 @reference.register
 def _(spec: UnpackSpec, x: np.ndarray) -> np.ndarray:
-    n, cb, h, w, _, b = x.shape
-    return np.ascontiguousarray(
-        x[:, :, :, :, 0, :].transpose(0, 1, 4, 2, 3).reshape(n, cb * b, h, w)[:, : spec.channels]
-    )
+    return layout.unpack_activation(x, spec.images, spec.channels)
 
 
 @reference.register
@@ -179,32 +158,15 @@ def _(spec: PadSpec, x: np.ndarray) -> np.ndarray:
     return np.pad(x, spec.pads, constant_values=spec.value)
 
 
-def _accumulate(acc: np.ndarray, fl: bool) -> np.ndarray:
-    """float64 -> float32, or int64 -> int32 wrapping like an int32 accumulator."""
-    return acc.astype(np.float32) if fl else acc.astype(np.int64).astype(np.int32)
-
-
-def _with_epilogue(spec: DenseSpec | Conv2dSpec, acc: np.ndarray, operands: tuple[np.ndarray, ...]) -> np.ndarray:
+def _with_epilogue(spec: CpuDenseSpec | CpuConv2dSpec, acc: np.ndarray, operands: tuple[np.ndarray, ...]) -> np.ndarray:
     return chain(spec.epilogue, [acc, *operands]) if spec.epilogue else acc
 
 
 @reference.register
-def _(spec: DenseSpec, x: np.ndarray, w: np.ndarray, *operands: np.ndarray) -> np.ndarray:
-    fl = is_float(x.dtype.name)
-    wide = np.float64 if fl else np.int64
-    acc = _accumulate(x.astype(wide) @ w.astype(wide).T, fl)
-    return _with_epilogue(spec, acc, operands)
+def _(spec: CpuDenseSpec, x: np.ndarray, w: np.ndarray, *operands: np.ndarray) -> np.ndarray:
+    return _with_epilogue(spec, oracle.dense(x, w), operands)
 
 
 @reference.register
-def _(spec: Conv2dSpec, x: np.ndarray, w: np.ndarray, *operands: np.ndarray) -> np.ndarray:
-    fl = is_float(x.dtype.name)
-    wide = np.float64 if fl else np.int64
-    n, c = x.shape[:2]
-    oc, icg, kh, kw = w.shape
-    g = spec.groups
-    oh, ow = spec.acc.shape[2:]
-    win = _windows(x.astype(wide), spec.window, 0)[:, :, :oh, :ow]
-    win = win.reshape(n, g, icg, oh, ow, kh, kw)
-    acc = np.einsum("ngcyxhw,gochw->ngoyx", win, w.astype(wide).reshape(g, oc // g, icg, kh, kw))
-    return _with_epilogue(spec, _accumulate(acc.reshape(n, oc, oh, ow), fl), operands)
+def _(spec: CpuConv2dSpec, x: np.ndarray, w: np.ndarray, *operands: np.ndarray) -> np.ndarray:
+    return _with_epilogue(spec, oracle.conv2d(x, w, spec.window, spec.groups), operands)

@@ -9,25 +9,16 @@ accumulator before it is stored.
 from __future__ import annotations
 
 import math
-from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from vdla.cpu_fallback.ew import Step
-from vdla.cpu_fallback.ir import (
-    EW_ATTRS,
-    EW_OPERANDS,
-    Arg,
-    Const,
-    EwStep,
-    Graph,
-    Node,
+from vdla.cpu_fallback.jit import Kernel, contiguous, get_kernel
+from vdla.cpu_fallback.reference import reference
+from vdla.cpu_fallback.specs import (
     Spec,
-    TensorType,
-    UnsupportedError,
     make_chain,
     make_concat,
     make_conv2d,
@@ -40,8 +31,10 @@ from vdla.cpu_fallback.ir import (
     make_transpose,
     make_unpack,
 )
-from vdla.cpu_fallback.jit import Kernel, contiguous, get_kernel
-from vdla.cpu_fallback.reference import reference
+from vdla.graph.ew import EW_ATTRS, EW_OPERANDS, Arg, Const, EwStep, Step
+from vdla.graph.fusion import EPILOGUE_ANCHORS, fuse, is_elementwise
+from vdla.graph.graph import Graph, Node
+from vdla.graph.types import TensorType, UnsupportedError
 
 
 @dataclass
@@ -60,7 +53,7 @@ def resolve_steps(primary: object, steps: Sequence[Step]) -> Resolved:
     out: list[EwStep] = []
     for step in steps:
         if not isinstance(step, Step):
-            raise UnsupportedError("chain", f"expected steps from vdla.cpu_fallback.ew, got {type(step).__name__}")
+            raise UnsupportedError("chain", f"expected steps from vdla.graph.ew, got {type(step).__name__}")
         operands: list[Const | Arg] = []
         for o in step.operands:
             if isinstance(o, np.ndarray | TensorType):
@@ -97,33 +90,6 @@ def run_chain(x: np.ndarray, steps: Sequence[Step], out: np.ndarray | None = Non
 
 # ---------------------------------------------------------------------------------------------------------
 # Graphs
-
-
-def is_elementwise(node: Node) -> bool:
-    return node.op in EW_OPERANDS
-
-
-EPILOGUE_ANCHORS = ("conv2d", "dense")
-
-
-def fuse(graph: Graph) -> list[list[Node]]:
-    """Cut the graph into groups run as one kernel each.
-
-    A node joins the previous node's group when it is elementwise, its running value is that group's
-    output, and nothing else (no other node, no graph output) reads that value.
-    """
-    readers = Counter(name for node in graph.nodes for name in node.inputs)
-    readers.update(graph.outputs)
-    groups: list[list[Node]] = []
-    for node in graph.nodes:
-        if groups and is_elementwise(node):
-            last = groups[-1]
-            anchor_ok = is_elementwise(last[0]) or last[0].op in EPILOGUE_ANCHORS
-            if anchor_ok and node.inputs[0] == last[-1].output and readers[last[-1].output] == 1:
-                last.append(node)
-                continue
-        groups.append([node])
-    return groups
 
 
 def _ew_steps(nodes: list[Node], names: list[str]) -> tuple[EwStep, ...]:
@@ -163,7 +129,7 @@ SPEC_FACTORIES: dict[str, _Factory] = {
 
 
 @dataclass
-class Stage:
+class CompiledGroup:
     """One step of a compiled graph: a kernel (or, for ``reshape``, a free view) with its argument names."""
 
     kernel: Kernel | None
@@ -183,8 +149,8 @@ class Stage:
 class CompiledGraph:
     """A graph compiled to one kernel per fused group; call with input arrays by name."""
 
-    def __init__(self, graph: Graph, stages: list[Stage], params: dict[str, np.ndarray]) -> None:
-        self.graph, self.stages, self.params = graph, stages, params
+    def __init__(self, graph: Graph, groups: list[CompiledGroup], params: dict[str, np.ndarray]) -> None:
+        self.graph, self.groups, self.params = graph, groups, params
 
     def __call__(self, **feeds: np.ndarray) -> dict[str, np.ndarray]:
         missing = set(self.graph.inputs) - set(feeds)
@@ -192,7 +158,7 @@ class CompiledGraph:
             raise UnsupportedError("graph", f"missing inputs {sorted(missing)}")
         env: dict[str, np.ndarray] = dict(self.params)
         env.update({k: contiguous(v) for k, v in feeds.items()})
-        for stage in self.stages:
+        for stage in self.groups:
             env[stage.output] = stage(*(env[a] for a in stage.args))
         return {name: env[name] for name in self.graph.outputs}
 
@@ -241,7 +207,7 @@ def compile_graph(graph: Graph) -> CompiledGraph:
         if anchor.op == "reshape":
             src = types[anchor.inputs[0]]
             types[anchor.output] = TensorType(_reshaped(src.shape, anchor.attrs["shape"]), src.dtype)
-            stages.append(Stage(None, anchor.inputs, anchor.output, (anchor.output,), types[anchor.output]))
+            stages.append(CompiledGroup(None, anchor.inputs, anchor.output, (anchor.output,), types[anchor.output]))
             continue
         try:
             if is_elementwise(anchor):
@@ -258,5 +224,7 @@ def compile_graph(graph: Graph) -> CompiledGraph:
         except TypeError as e:  # attributes that the operator does not take
             raise UnsupportedError(anchor.op, f"bad attributes {anchor.attrs}: {e}") from None
         types[group[-1].output] = spec.out
-        stages.append(Stage(get_kernel(spec), tuple(names), group[-1].output, tuple(n.output for n in group), spec.out))
+        stages.append(
+            CompiledGroup(get_kernel(spec), tuple(names), group[-1].output, tuple(n.output for n in group), spec.out)
+        )
     return CompiledGraph(graph, stages, params)

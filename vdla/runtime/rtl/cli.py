@@ -1,4 +1,4 @@
-"""``vdla`` sub-commands of the RTL: build the simulation model, calibrate the cycle model, report the fit.
+"""``vdla`` sub-commands of the RTL: build the simulation model, report the fit.
 
 ``vdla/cli.py`` registers them with :func:`add_commands`.
 """
@@ -21,16 +21,6 @@ def cmd_rtl_build(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_calibrate(args: argparse.Namespace) -> int:
-    from vdla.runtime.rtl.workloads import calibrate, calibration_table
-
-    records = calibrate(args.config)
-    print(calibration_table(records), end="")
-    if args.json:
-        Path(args.json).write_text(json.dumps(records, indent=2) + "\n")
-    return 0
-
-
 def cmd_fit(args: argparse.Namespace) -> int:
     from vdla.runtime.rtl.fit import fit_table, run_fit
 
@@ -42,17 +32,12 @@ def cmd_fit(args: argparse.Namespace) -> int:
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
-    """Register ``rtl-build``, ``calibrate`` and ``fit``."""
+    """Register ``rtl-build`` and ``fit``."""
     p = subparsers.add_parser("rtl-build", help="build (or find cached) the Verilator model of the RTL")
     p.add_argument("--config", default="pynq", help="preset or JSON file")
     p.add_argument("--wave", action="store_true", help="the variant that writes FST waveforms")
     p.add_argument("-v", "--verbose", action="store_true", help="show the Verilator and compiler output")
     p.set_defaults(func=cmd_rtl_build)
-
-    p = subparsers.add_parser("calibrate", help="compare the cycle model with the RTL on the calibration suite")
-    p.add_argument("--config", default="pynq", help="preset or JSON file")
-    p.add_argument("--json", help="write the records as JSON")
-    p.set_defaults(func=cmd_calibrate)
 
     p = subparsers.add_parser("fit", help="synthesize for the PYNQ-Z1 part with Yosys and report the resources")
     p.add_argument("--config", default="pynq", help="preset or JSON file")

@@ -1,4 +1,4 @@
-"""The schedule IR: per-thread blocks of load, compute and store operations on named DRAM tensors.
+"""The compiler's block IR: per-thread blocks of load, compute and store operations on named DRAM tensors.
 
 A :class:`Block` is what one virtual thread does in one step of its loop nest: the operations of
 each stage, with DRAM addresses given as (tensor name, element offset) so the same program can be
@@ -72,13 +72,13 @@ class Alu:
 
 
 @dataclass(frozen=True, eq=False)
-class Kernel:
+class PreloadKernel:
     """Make ``kernel``'s micro-ops resident in the UOP buffer (a compute-stage LOAD UOP, nothing runs)."""
 
     kernel: MicroKernel
 
 
-Op = Load | Store | Gemm | Alu | Kernel | Epi
+Op = Load | Store | Gemm | Alu | PreloadKernel | Epi
 
 
 @dataclass(frozen=True)
@@ -109,7 +109,7 @@ def emit_op(op: Op, cmd: CommandBuilder, buffers: Mapping[str, Buffer]) -> None:
         cmd.gemm(k.uops, k.iter_out, k.iter_in, k.factors(0), k.factors(1), k.factors(2), init=op.init)
     elif isinstance(op, Epi):
         cmd.epi(op.req, op.relu, op.shift, op.bias_base)
-    elif isinstance(op, Kernel):
+    elif isinstance(op, PreloadKernel):
         cmd.load_kernel(op.kernel.uops)
     else:
         k = op.kernel

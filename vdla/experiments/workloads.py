@@ -12,14 +12,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from vdla.experiments.tiled_matmul import reference_matmul, tiled_matmul
 from vdla.isa import AluOp, MemType, Stage
+from vdla.runtime.backend import RunError, RunResult
 from vdla.runtime.device import Device
-from vdla.runtime.sim import RunResult
-from vdla.runtime.tiled_matmul import reference_matmul, tiled_matmul
 
 
-class WorkloadError(AssertionError):
-    """A workload computed a wrong result."""
+class WorkloadError(RunError):
+    """A workload computed a wrong result on a backend."""
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,7 @@ class Workload:
 def matmul(
     dev: Device, m: int, k: int, n: int, vthreads: int, tile_rows: int | None = None, seed: int = 0
 ) -> RunResult:
-    """A tiled int8 matrix multiply (vdla.runtime.tiled_matmul), checked against numpy."""
+    """A tiled int8 matrix multiply (vdla.experiments.tiled_matmul), checked against numpy."""
     rng = np.random.default_rng(seed)
     a = rng.integers(-128, 128, (m, k), dtype=np.int8)
     b = rng.integers(-128, 128, (n, k), dtype=np.int8)

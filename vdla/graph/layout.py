@@ -1,4 +1,8 @@
-"""Tensor layouts of the accelerator and the packing functions between them and NCHW/OIHW.
+"""The blocked tensor layouts of the accelerator and the numpy packing between them and NCHW/OIHW.
+
+The one definition of the layout, used by the compiler, the CPU fallback's pack/unpack kernels and
+their references; the block sizes always come from the hardware config (``cfg.batch``,
+``cfg.block_in``, ``cfg.block_out``: see :func:`activation_blocks`).
 
 * activations NCHW -> ``(N/b, C/c, H, W, b, c)`` ("NCHW1n16c" on the default 16x16 core): one INP
   element holds ``b`` images x ``c`` channels of one pixel; N and C are zero padded up to the blocks.
@@ -11,15 +15,28 @@ from __future__ import annotations
 
 import numpy as np
 
+from vdla.config import HwConfig
+
 
 def _ceil(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def activation_blocks(cfg: HwConfig) -> tuple[int, int]:
+    """(batch, channel) block sizes of the activation layout under ``cfg``."""
+    return cfg.batch, cfg.block_in
+
+
+def blocked_shape(shape: tuple[int, int, int, int], b0: int, b1: int) -> tuple[int, int, int, int, int, int]:
+    """(D0, D1, H, W) -> (ceil(D0/b0), ceil(D1/b1), H, W, b0, b1): the shape of the blocked tensor."""
+    d0, d1, h, w = shape
+    return _ceil(d0, b0), _ceil(d1, b1), h, w, b0, b1
+
+
 def _pack(x: np.ndarray, b0: int, b1: int) -> np.ndarray:
     """(D0, D1, H, W) -> (ceil(D0/b0), ceil(D1/b1), H, W, b0, b1), zero padded."""
     d0, d1, h, w = x.shape
-    g0, g1 = _ceil(d0, b0), _ceil(d1, b1)
+    g0, g1 = blocked_shape(x.shape, b0, b1)[:2]
     padded = np.zeros((g0 * b0, g1 * b1, h, w), x.dtype)
     padded[:d0, :d1] = x
     return np.ascontiguousarray(padded.reshape(g0, b0, g1, b1, h, w).transpose(0, 2, 4, 5, 1, 3))

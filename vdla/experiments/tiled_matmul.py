@@ -12,9 +12,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from vdla.isa import AluOp, MemType, Stage
+from vdla.runtime.backend import RunResult
 from vdla.runtime.commands import CommandError
 from vdla.runtime.device import Device
-from vdla.runtime.sim import RunResult
 
 
 @dataclass

@@ -14,9 +14,9 @@ import numpy as np
 from vdla.compiler.cache import ScheduleCache
 from vdla.compiler.conv2d import compile_conv2d
 from vdla.compiler.epilogue import cycles_per_element
-from vdla.compiler.reference import conv2d_reference
-from vdla.compiler.resnet import LayerCase, layer_case, layer_specs
 from vdla.config import HwConfig, load_config
+from vdla.experiments.resnet import LayerCase, layer_case, layer_specs
+from vdla.graph.oracle import conv2d_reference
 from vdla.runtime.device import Device
 
 

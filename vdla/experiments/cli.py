@@ -1,20 +1,23 @@
-"""The compiler's experiments on the ``vdla`` command line: ``vdla layers`` and ``vdla roofline``."""
+"""The experiments on the ``vdla`` command line: ``vdla layers``, ``vdla roofline``, ``vdla calibrate`` and
+``vdla cpu-bench``."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from vdla.compiler.cache import ScheduleCache
-from vdla.compiler.experiments import LayerRecord, roofline, run_model, write_json
-from vdla.compiler.resnet import MODELS
 from vdla.config import load_config, preset_names
+from vdla.experiments.layers import LayerRecord, roofline, run_model, write_json
+from vdla.experiments.resnet import MODELS
 
 console = Console(width=None if sys.stdout.isatty() else 150)
 
@@ -134,6 +137,22 @@ def cmd_roofline(args: argparse.Namespace) -> int:
     return 0 if all(r.correct for r in result.off + result.on) else 1
 
 
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from vdla.experiments.workloads import calibrate, calibration_table
+
+    records = calibrate(args.config)
+    print(calibration_table(records), end="")
+    if args.json:
+        Path(args.json).write_text(json.dumps(records, indent=2) + "\n")
+    return 0
+
+
+def cmd_cpu_bench(args: argparse.Namespace) -> int:
+    from vdla.experiments import cpu_bench
+
+    return cpu_bench.main_from_args(args)
+
+
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
     """Register ``layers`` and ``roofline`` on the ``vdla`` command line."""
     p = subparsers.add_parser("layers", help="run a model's conv layers on the accelerator, checked against numpy")
@@ -146,3 +165,14 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     _common(p)
     p.add_argument("--out", default="out", help="output directory (default: out)")
     p.set_defaults(func=cmd_roofline)
+
+    p = subparsers.add_parser("calibrate", help="compare the cycle model with the RTL on the calibration suite")
+    p.add_argument("--config", default="pynq", help="preset or JSON file")
+    p.add_argument("--json", help="write the records as JSON")
+    p.set_defaults(func=cmd_calibrate)
+
+    from vdla.experiments import cpu_bench
+
+    p = subparsers.add_parser("cpu-bench", help="benchmark the LLVM-JIT CPU fallback kernels against numpy")
+    cpu_bench.add_arguments(p)
+    p.set_defaults(func=cmd_cpu_bench)

@@ -18,11 +18,9 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from vdla.cpu_fallback import ew, jit
-from vdla.cpu_fallback.ir import (
-    Graph,
-    Node,
-    TensorType,
+from vdla.cpu_fallback import jit
+from vdla.cpu_fallback.reference import reference, requantize
+from vdla.cpu_fallback.specs import (
     make_chain,
     make_conv2d,
     make_dense,
@@ -33,8 +31,11 @@ from vdla.cpu_fallback.ir import (
     make_transpose,
     make_unpack,
 )
-from vdla.cpu_fallback.reference import reference, requantize
 from vdla.cpu_fallback.stacking import compile_graph, resolve_steps
+from vdla.experiments.resnet import layer_specs
+from vdla.graph import ew
+from vdla.graph.graph import Graph, Node
+from vdla.graph.types import TensorType
 
 RNG_SEED = 0
 
@@ -138,7 +139,7 @@ def elementwise_cases(rng: np.random.Generator) -> list[Case]:
     io = np.empty(shape, np.int8)
     t64 = np.empty(shape, np.int64)
     t32 = np.empty(shape, np.float32)
-    m, s, scale = 1_518_500_250, 31, np.float32(0.05)
+    m, s, scale = 181, 16, np.float32(0.05)  # |acc * m| < 2^31: requantize's int32 product does not wrap
 
     def np_requant(v: np.ndarray) -> np.ndarray:
         np.multiply(v, np.int64(m), out=t64)
@@ -288,7 +289,7 @@ def pooling_cases(rng: np.random.Generator) -> list[Case]:
 
 def layout_cases(rng: np.random.Generator) -> list[Case]:
     x = rng.integers(-128, 128, (1, 64, 56, 56), dtype=np.int8)
-    pack = make_pack(TensorType.of(x, "pack_blocked"), 16)
+    pack = make_pack(TensorType.of(x, "pack_blocked"), 1, 16)
     xb = reference(pack, x)
     unpack = make_unpack(TensorType.of(xb, "unpack_blocked"), 64)
     po, uo = np.empty(xb.shape, np.int8), np.empty(x.shape, np.int8)
@@ -368,10 +369,12 @@ def _qlinearconv_session(
     return lambda: sess.run(None, {"x": feed})
 
 
-def _multiplier_shift(real: float) -> tuple[int, int]:
-    """Integer multiplier (< 2^31) and shift approximating a positive real scale factor."""
-    shift = 31 - int(np.ceil(np.log2(real)))
-    return int(round(real * 2.0**shift)), shift
+def _multiplier_shift(real: float, acc_max: int) -> tuple[int, int]:
+    """Integer multiplier and shift (<= 31) approximating a positive real scale factor as m / 2^s, the
+    most precise pair whose products with accumulators up to ``acc_max`` stay within int32."""
+    m_max = (2**31 - 1) // acc_max
+    shift = min(31, int(np.floor(np.log2(m_max / real))))
+    return min(int(round(real * 2.0**shift)), m_max), shift
 
 
 def _im2col_numpy(x: np.ndarray, w: np.ndarray, stride: int, pad: int, m: int, s: int) -> Callable[[], object]:
@@ -421,7 +424,7 @@ def conv_cases(rng: np.random.Generator) -> list[Case]:
         x = rng.integers(-128, 128, xs, dtype=np.int8)
         w = rng.integers(-128, 128, wsh, dtype=np.int8)
         scales = (0.02, 0.01, 0.02 * 0.01 * wsh[1] * wsh[2] * wsh[3] * 8)
-        m, s = _multiplier_shift(scales[0] * scales[1] / scales[2])
+        m, s = _multiplier_shift(scales[0] * scales[1] / scales[2], 128 * 128 * wsh[1] * wsh[2] * wsh[3])
         spec = make_conv2d(
             TensorType.of(x, name),
             TensorType.of(w, name),
@@ -517,15 +520,16 @@ def resnet18_cpu_graph(rng: np.random.Generator, block: int = 16) -> Graph:
             "requantize",
             ("stem",),
             "stem_q",
-            {"multiplier": 1_380_000_000, "shift": 40, "lo": -128, "hi": 127},
+            {"multiplier": 658, "shift": 19, "lo": -128, "hi": 127},
         ),
         Node("relu", ("stem_q",), "stem_r"),
         Node("max_pool2d", ("stem_r",), "pool", {"kernel": 3, "stride": 2, "padding": 1}),
-        Node("pack_blocked", ("pool",), "packed", {"block": block}),
+        Node("pack_blocked", ("pool",), "packed", {"batch": 1, "block": block}),
     ]
     inputs = {"image": TensorType((1, 3, 224, 224), "float32")}
     outputs = ["packed"]
-    stages = [(64, 56), (64, 56), (128, 28), (128, 28), (256, 14), (256, 14), (512, 7), (512, 7)]
+    specs = layer_specs("resnet18")  # the basic blocks' outputs: two per stage, shaped like its 3x3 conv
+    stages = [(specs[n].oc, specs[n].oh) for n in ("C2", "C2", "C6", "C6", "C9", "C9", "C12", "C12")]
     for i, (c, hw) in enumerate(stages):
         shape = (1, c // block, hw, hw, 1, block)
         inputs[f"acc{i}"] = TensorType(shape, "int32")
@@ -535,7 +539,7 @@ def resnet18_cpu_graph(rng: np.random.Generator, block: int = 16) -> Graph:
                 "requantize",
                 (f"acc{i}",),
                 f"rq{i}",
-                {"multiplier": 1_100_000_000 + 7_919 * i, "shift": 38, "lo": -128, "hi": 127},
+                {"multiplier": 66 + i, "shift": 14, "lo": -128, "hi": 127},
             ),
             Node("add", (f"rq{i}", f"skip{i}"), f"sum{i}"),
             Node("relu", (f"sum{i}",), f"relu{i}"),
@@ -582,12 +586,12 @@ def resnet18_compile_record(rng: np.random.Generator, repeat: int) -> Record:
     }
     outs = compiled(**feeds)
     env = dict(compiled.params) | feeds
-    for stage in compiled.stages:
+    for stage in compiled.groups:
         env[stage.output] = stage.reference(*(env[a] for a in stage.args))
     correct = all(np.allclose(outs[n], env[n], rtol=1e-5, atol=1e-6) for n in graph.outputs)
     (jit_s,) = measure([lambda: compiled(**feeds)], repeat)
     return Record(
-        f"resnet18_cpu_kernels_compile ({sum(s.kernel is not None for s in compiled.stages)} kernels)",
+        f"resnet18_cpu_kernels_compile ({sum(s.kernel is not None for s in compiled.groups)} kernels)",
         "batch 1",
         jit_s,
         None,

@@ -1,0 +1,342 @@
+"""Kernel signatures of the CPU fallback: one frozen, hashable ``*Spec`` per operator kernel.
+
+A signature holds only shapes, dtypes and compile-time attributes: it is the key of the kernel cache
+and the input of the code generator. Factories (``make_*``) validate a request and raise
+:class:`~vdla.graph.types.UnsupportedError` naming the operator. Value types, elementwise steps and
+window geometry come from :mod:`vdla.graph`; the blocked layout from :mod:`vdla.graph.layout`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from vdla.graph.ew import Arg, Const, EwStep, operand_fits, step_result_dtype
+from vdla.graph.layout import blocked_shape
+from vdla.graph.types import TensorType, UnsupportedError, is_float
+from vdla.graph.window import Window, make_window
+
+
+def _need(op: str, cond: bool, message: str) -> None:
+    if not cond:
+        raise UnsupportedError(op, message)
+
+
+@dataclass(frozen=True)
+class ChainSpec:
+    """A stack of elementwise steps run as one loop nest over the broadcast shape of all inputs."""
+
+    inputs: tuple[TensorType, ...]
+    steps: tuple[EwStep, ...]
+    out: TensorType
+
+
+def broadcast_shape(op: str, shapes: list[tuple[int, ...]]) -> tuple[int, ...]:
+    try:
+        return tuple(int(d) for d in np.broadcast_shapes(*shapes))
+    except ValueError:
+        raise UnsupportedError(op, f"shapes {shapes} do not broadcast together") from None
+
+
+def make_chain(inputs: tuple[TensorType, ...], steps: tuple[EwStep, ...], op: str = "chain") -> ChainSpec:
+    """Validate a chain (dtype rules, broadcasting) and derive its output type."""
+    _need(op, len(steps) > 0, "a chain needs at least one step")
+    shape = broadcast_shape(op, [t.shape for t in inputs])
+    dtype = inputs[0].dtype
+    for step in steps:
+        for o in step.operands:
+            if isinstance(o, Arg):
+                _need(step.op, 0 <= o.index < len(inputs), f"operand refers to missing input {o.index}")
+        dtype = step_result_dtype(step, dtype, inputs)
+    return ChainSpec(inputs, steps, TensorType(shape, dtype))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Other operators
+
+
+@dataclass(frozen=True)
+class Pool2dSpec:
+    """Max or average pooling of an NCHW tensor (average excludes padding unless count_include_pad)."""
+
+    x: TensorType
+    kind: str
+    window: Window
+    count_include_pad: bool
+    out: TensorType
+
+
+def make_pool2d(
+    x: TensorType, kind: str, kernel, stride=None, padding=0, count_include_pad: bool = False
+) -> Pool2dSpec:
+    op = f"{kind}_pool2d"
+    _need(op, kind in ("max", "avg"), "kind must be 'max' or 'avg'")
+    _need(op, len(x.shape) == 4, f"expects an NCHW tensor, got shape {x.shape}")
+    _need(op, x.dtype in ("int8", "float32"), f"dtype {x.dtype} is not supported (int8, float32)")
+    win, (oh, ow) = make_window(op, x.shape[2:], kernel, kernel if stride is None else stride, 1, padding)
+    pt, pb, pl, pr = win.pads
+    _need(op, max(pt, pb) < win.kernel[0] and max(pl, pr) < win.kernel[1], "padding must be smaller than kernel")
+    return Pool2dSpec(x, kind, win, count_include_pad, TensorType((*x.shape[:2], oh, ow), x.dtype))
+
+
+@dataclass(frozen=True)
+class GlobalAvgPoolSpec:
+    """Mean over H and W of an NCHW tensor, output (N, C, 1, 1); int8 rounds half up."""
+
+    x: TensorType
+    out: TensorType
+
+
+def make_global_avg_pool(x: TensorType) -> GlobalAvgPoolSpec:
+    op = "global_avg_pool"
+    _need(op, len(x.shape) == 4, f"expects an NCHW tensor, got shape {x.shape}")
+    _need(op, x.dtype in ("int8", "float32"), f"dtype {x.dtype} is not supported (int8, float32)")
+    return GlobalAvgPoolSpec(x, TensorType((*x.shape[:2], 1, 1), x.dtype))
+
+
+@dataclass(frozen=True)
+class SoftmaxSpec:
+    """Softmax along one axis of a float32 tensor."""
+
+    x: TensorType
+    axis: int
+
+    @property
+    def out(self) -> TensorType:
+        return self.x
+
+
+def make_softmax(x: TensorType, axis: int = -1) -> SoftmaxSpec:
+    _need("softmax", x.dtype == "float32", f"requires float32, got {x.dtype}")
+    _need("softmax", -len(x.shape) <= axis < len(x.shape), f"axis {axis} out of range for {x.shape}")
+    return SoftmaxSpec(x, axis % len(x.shape))
+
+
+@dataclass(frozen=True)
+class TransposeSpec:
+    """Generic axis permutation (out.shape[i] = x.shape[perm[i]])."""
+
+    x: TensorType
+    perm: tuple[int, ...]
+    out: TensorType
+
+
+def make_transpose(x: TensorType, perm: tuple[int, ...]) -> TransposeSpec:
+    perm = tuple(int(p) for p in perm)
+    _need("transpose", sorted(perm) == list(range(len(x.shape))), f"bad permutation {perm} for {x.shape}")
+    return TransposeSpec(x, perm, TensorType(tuple(x.shape[p] for p in perm), x.dtype))
+
+
+@dataclass(frozen=True)
+class PackSpec:
+    """NCHW -> the blocked layout (N/bn, C/B, H, W, bn, B) of :mod:`vdla.graph.layout`, zero padding
+    images up to a multiple of ``batch`` and channels up to a multiple of ``block``."""
+
+    x: TensorType
+    batch: int
+    block: int
+    out: TensorType
+
+
+@dataclass(frozen=True)
+class UnpackSpec:
+    """The blocked layout (N/bn, C/B, H, W, bn, B) -> NCHW with ``images`` images and ``channels``
+    channels (padding dropped)."""
+
+    x: TensorType
+    images: int
+    channels: int
+    out: TensorType
+
+
+def make_pack(x: TensorType, batch: int, block: int) -> PackSpec:
+    """Pack signature; ``batch`` and ``block`` come from the hardware config (``activation_blocks``)."""
+    op = "pack_blocked"
+    _need(op, len(x.shape) == 4, f"expects an NCHW tensor, got shape {x.shape}")
+    _need(op, batch >= 1 and block >= 1, f"batch and block must be positive, got {batch} and {block}")
+    return PackSpec(x, batch, block, TensorType(blocked_shape(x.shape, batch, block), x.dtype))
+
+
+def make_unpack(x: TensorType, channels: int, images: int | None = None) -> UnpackSpec:
+    """Unpack signature; ``images`` defaults to every image slot (N/bn * bn)."""
+    op = "unpack_blocked"
+    _need(op, len(x.shape) == 6, f"expects (N/bn, C/B, H, W, bn, B), got shape {x.shape}")
+    nb, cb, h, w, bn, b = x.shape
+    images = nb * bn if images is None else images
+    _need(op, (cb - 1) * b < channels <= cb * b, f"{channels} channels do not match {cb} blocks of {b}")
+    _need(op, (nb - 1) * bn < images <= nb * bn, f"{images} images do not match {nb} blocks of {bn}")
+    return UnpackSpec(x, images, channels, TensorType((images, channels, h, w), x.dtype))
+
+
+@dataclass(frozen=True)
+class ConcatSpec:
+    inputs: tuple[TensorType, ...]
+    axis: int
+    out: TensorType
+
+
+def make_concat(inputs: tuple[TensorType, ...], axis: int) -> ConcatSpec:
+    op = "concat"
+    _need(op, len(inputs) >= 1, "needs at least one input")
+    rank, dtype = len(inputs[0].shape), inputs[0].dtype
+    _need(op, -rank <= axis < rank, f"axis {axis} out of range")
+    axis %= rank
+    for t in inputs:
+        _need(op, t.dtype == dtype, f"mixed dtypes {dtype} and {t.dtype}")
+        same = len(t.shape) == rank and all(
+            a == b for i, (a, b) in enumerate(zip(t.shape, inputs[0].shape, strict=True)) if i != axis
+        )
+        _need(op, same, f"shape {t.shape} does not match {inputs[0].shape} outside axis {axis}")
+    shape = list(inputs[0].shape)
+    shape[axis] = sum(t.shape[axis] for t in inputs)
+    return ConcatSpec(inputs, axis, TensorType(tuple(shape), dtype))
+
+
+@dataclass(frozen=True)
+class PadSpec:
+    """Constant padding: ``pads[i] = (before, after)`` for each axis."""
+
+    x: TensorType
+    pads: tuple[tuple[int, int], ...]
+    value: int | float
+    out: TensorType
+
+
+def make_pad(x: TensorType, pads, value: int | float = 0) -> PadSpec:
+    op = "pad"
+    pads = tuple((int(a), int(b)) for a, b in pads)
+    _need(op, len(pads) == len(x.shape) and all(a >= 0 and b >= 0 for a, b in pads), f"bad pads {pads}")
+    if is_float(x.dtype):
+        _need(op, math.isfinite(value), f"pad value must be finite, got {value}")
+        value = float(value)
+    else:
+        _need(op, float(value).is_integer() and operand_fits(Const(int(value)), x.dtype, ()), f"bad value {value}")
+        value = int(value)
+    shape = tuple(d + a + b for d, (a, b) in zip(x.shape, pads, strict=True))
+    return PadSpec(x, pads, value, TensorType(shape, x.dtype))
+
+
+def _epilogue(op: str, acc: TensorType, inputs: tuple[TensorType, ...], steps: tuple[EwStep, ...]):
+    if not steps:
+        return None
+    chain = make_chain((acc, *inputs), steps, op)
+    _need(op, chain.out.shape == acc.shape, f"epilogue operands broadcast the output beyond {acc.shape}")
+    return chain
+
+
+@dataclass(frozen=True)
+class CpuDenseSpec:
+    """``out[m, n] = sum_k x[m, k] * w[n, k]`` (int8 -> int32 or float32), then an optional epilogue chain.
+
+    The epilogue's input 0 is the accumulator; its other inputs follow ``x`` and ``w`` in the kernel call.
+    """
+
+    x: TensorType
+    w: TensorType
+    acc: TensorType
+    epilogue: ChainSpec | None
+
+    @property
+    def out(self) -> TensorType:
+        return self.epilogue.out if self.epilogue else self.acc
+
+
+def _acc_dtype(op: str, x: TensorType, w: TensorType) -> str:
+    _need(
+        op,
+        x.dtype == w.dtype and x.dtype in ("int8", "float32"),
+        f"unsupported dtypes x={x.dtype}, w={w.dtype}",
+    )
+    return "int32" if x.dtype == "int8" else "float32"
+
+
+def make_dense(x: TensorType, w: TensorType, epilogue_inputs: tuple[TensorType, ...] = (), epilogue=()) -> CpuDenseSpec:
+    op = "dense"
+    acc_dtype = _acc_dtype(op, x, w)
+    ok = len(x.shape) == 2 and len(w.shape) == 2 and x.shape[1] == w.shape[1]
+    _need(op, ok, f"expects x (M, K) and w (N, K), got {x.shape} and {w.shape}")
+    acc = TensorType((x.shape[0], w.shape[0]), acc_dtype)
+    return CpuDenseSpec(x, w, acc, _epilogue(op, acc, epilogue_inputs, tuple(epilogue)))
+
+
+@dataclass(frozen=True)
+class CpuConv2dSpec:
+    """Direct NCHW x OIHW convolution with groups (depthwise when groups == C), then an optional epilogue."""
+
+    x: TensorType
+    w: TensorType
+    window: Window
+    groups: int
+    acc: TensorType
+    epilogue: ChainSpec | None
+
+    @property
+    def out(self) -> TensorType:
+        return self.epilogue.out if self.epilogue else self.acc
+
+
+def make_conv2d(
+    x: TensorType,
+    w: TensorType,
+    stride=1,
+    padding=0,
+    dilation=1,
+    groups: int = 1,
+    epilogue_inputs: tuple[TensorType, ...] = (),
+    epilogue=(),
+) -> CpuConv2dSpec:
+    op = "conv2d"
+    acc_dtype = _acc_dtype(op, x, w)
+    _need(op, len(x.shape) == 4 and len(w.shape) == 4, f"expects NCHW x and OIHW w, got {x.shape}, {w.shape}")
+    n, c, h, wd = x.shape
+    oc, icg, kh, kw = w.shape
+    _need(op, groups >= 1 and c % groups == 0 and oc % groups == 0, f"groups={groups} must divide C and O")
+    _need(op, icg == c // groups, f"weight has {icg} input channels per group, expected {c // groups}")
+    win, (oh, ow) = make_window(op, (h, wd), (kh, kw), stride, dilation, padding)
+    acc = TensorType((n, oc, oh, ow), acc_dtype)
+    return CpuConv2dSpec(x, w, win, groups, acc, _epilogue(op, acc, epilogue_inputs, tuple(epilogue)))
+
+
+Spec = (
+    ChainSpec
+    | Pool2dSpec
+    | GlobalAvgPoolSpec
+    | SoftmaxSpec
+    | TransposeSpec
+    | PackSpec
+    | UnpackSpec
+    | ConcatSpec
+    | PadSpec
+    | CpuDenseSpec
+    | CpuConv2dSpec
+)
+
+
+def spec_inputs(spec: Spec) -> tuple[TensorType, ...]:
+    """Types of the arrays a kernel for ``spec`` takes, in call order (the output comes last)."""
+    if isinstance(spec, ChainSpec | ConcatSpec):
+        return spec.inputs
+    if isinstance(spec, CpuDenseSpec | CpuConv2dSpec):
+        return (spec.x, spec.w, *(spec.epilogue.inputs[1:] if spec.epilogue else ()))
+    return (spec.x,)
+
+
+_OP_NAMES = {
+    ChainSpec: "chain",
+    GlobalAvgPoolSpec: "global_avg_pool",
+    SoftmaxSpec: "softmax",
+    TransposeSpec: "transpose",
+    PackSpec: "pack_blocked",
+    UnpackSpec: "unpack_blocked",
+    ConcatSpec: "concat",
+    PadSpec: "pad",
+    CpuDenseSpec: "dense",
+    CpuConv2dSpec: "conv2d",
+}
+
+
+def spec_op(spec: Spec) -> str:
+    """Operator name of a spec, used in kernel names and error messages."""
+    return f"{spec.kind}_pool2d" if isinstance(spec, Pool2dSpec) else _OP_NAMES[type(spec)]

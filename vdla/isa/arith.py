@@ -1,0 +1,52 @@
+"""The accelerator's integer arithmetic, defined once: 32-bit wrap-around and requantization.
+
+These are the semantics of the ALU's MUL/RSHR/REQ operations and of the EPI ``req`` OUT path, and
+the numpy definition every other place uses: the simulator, the compiler's reference of its fused
+epilogue, the CPU fallback's ``requantize`` kernel (its JIT code and its numpy reference) and the
+quantizer that chooses multipliers and shifts. A CPU group and an accelerator epilogue therefore
+agree bit for bit on the same tensor.
+
+Range (the one documented range): values and multipliers are int32; their product wraps to int32
+as the 32-bit ALU's does (a quantizer picks multiplier and shift so that it does not); shifts lie in
+``[0, MAX_SHIFT]`` and round half up, ``(v + 2^(s-1)) >> s``, computed without overflow; the clamp
+bounds lie within int8.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+MAX_SHIFT = 31  # the REQ/EPI shift field is 5 bits
+INT8_MIN, INT8_MAX = -128, 127
+
+
+def wrap32(v: np.ndarray | int) -> np.ndarray:
+    """Two's-complement wrap of integer values to the int32 range (returned as int64)."""
+    return (np.asarray(v, np.int64) + (1 << 31)) % (1 << 32) - (1 << 31)
+
+
+def rounding_shift(v: np.ndarray | int, shift: np.ndarray | int) -> np.ndarray:
+    """``(v + 2^(shift-1)) >> shift`` (round half up; ``shift`` 0 leaves ``v``), exact in int64.
+
+    ``shift`` (scalar or per element) must lie in [0, MAX_SHIFT]; ``v`` in the int32 range.
+    """
+    s = np.asarray(shift, np.int64)
+    if np.any((s < 0) | (s > MAX_SHIFT)):
+        raise ValueError(f"shift {shift} outside [0, {MAX_SHIFT}]")
+    v = np.asarray(v, np.int64)
+    return (v + np.where(s > 0, np.left_shift(np.int64(1), np.maximum(s - 1, 0)), 0)) >> s
+
+
+def requantize(
+    x: np.ndarray,
+    multiplier: np.ndarray | int = 1,
+    shift: np.ndarray | int = 0,
+    lo: np.ndarray | int = INT8_MIN,
+    hi: np.ndarray | int = INT8_MAX,
+) -> np.ndarray:
+    """``clamp(rounding_shift(wrap32(x * multiplier), shift), lo, hi)`` as int8.
+
+    Operands broadcast like numpy; ``lo <= hi`` within int8 (ReLU folded in is ``lo = 0``).
+    """
+    v = wrap32(np.asarray(x, np.int64) * np.asarray(multiplier, np.int64))
+    return np.clip(rounding_shift(v, shift), lo, hi).astype(np.int8)
