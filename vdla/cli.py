@@ -8,8 +8,12 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from rich.console import Console
-from rich.table import Table
+
+try:
+    from rich.console import Console
+    from rich.table import Table
+except ImportError as e:  # a board installs the runtime alone
+    raise SystemExit("error: the vdla command line needs the 'cli' extra: pip install 'vdla[cli]'") from e
 
 from vdla.config import load_config, preset_names
 from vdla.errors import VdlaError

