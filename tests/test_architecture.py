@@ -1,0 +1,91 @@
+"""The architecture's rules, checked on the source: one name per public class, and imports that flow
+one way (config -> isa -> graph -> compiler / cpu_fallback -> runtime backends; experiments on top)."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+import pkgutil
+from collections import defaultdict
+from pathlib import Path
+
+import vdla
+
+ROOT = Path(vdla.__file__).parent
+
+# package -> packages it must never import (directly, at any depth of its modules)
+FORBIDDEN = {
+    "vdla.config": ("vdla.isa", "vdla.graph", "vdla.compiler", "vdla.cpu_fallback", "vdla.runtime"),
+    "vdla.isa": ("vdla.graph", "vdla.compiler", "vdla.cpu_fallback", "vdla.runtime"),
+    "vdla.graph": ("vdla.compiler", "vdla.cpu_fallback", "vdla.runtime"),
+    "vdla.cpu_fallback": ("vdla.compiler", "vdla.runtime"),
+    "vdla.compiler": ("vdla.cpu_fallback", "vdla.runtime.sim", "vdla.runtime.rtl"),
+    "vdla.runtime": ("vdla.compiler", "vdla.cpu_fallback", "vdla.graph"),
+}
+LIBRARY = ("vdla.config", "vdla.cycles", "vdla.isa", "vdla.graph", "vdla.compiler", "vdla.cpu_fallback", "vdla.runtime")
+
+
+def _modules() -> dict[str, Path]:
+    mods = {}
+    for path in ROOT.rglob("*.py"):
+        rel = path.relative_to(ROOT.parent).with_suffix("")
+        name = ".".join(rel.parts[:-1] if rel.name == "__init__" else rel.parts)
+        mods[name] = path
+    return mods
+
+
+def _imports(path: Path) -> set[str]:
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+            found.update(f"{node.module}.{a.name}" for a in node.names)
+    return {f for f in found if f.startswith("vdla")}
+
+
+def _under(name: str, package: str) -> bool:
+    return name == package or name.startswith(package + ".")
+
+
+def test_imports_flow_one_way():
+    bad = []
+    for mod, path in _modules().items():
+        imported = _imports(path)
+        for pkg, forbidden in FORBIDDEN.items():
+            if _under(mod, pkg):
+                bad += [f"{mod} imports {i}" for i in imported for f in forbidden if _under(i, f)]
+        if any(_under(mod, lib) for lib in LIBRARY):
+            bad += [f"{mod} imports {i}" for i in imported if _under(i, "vdla.experiments")]
+    assert not bad, "\n".join(sorted(bad))
+
+
+def test_public_class_names_are_unique():
+    homes = defaultdict(set)
+    for info in pkgutil.walk_packages(vdla.__path__, "vdla."):
+        if info.name in ("vdla.__main__",):
+            continue
+        try:
+            mod = importlib.import_module(info.name)
+        except ImportError:  # an optional extra that is not installed
+            continue
+        for name, obj in vars(mod).items():
+            if inspect.isclass(obj) and not name.startswith("_") and obj.__module__ == mod.__name__:
+                homes[name].add(mod.__name__)
+    twice = {name: sorted(mods) for name, mods in homes.items() if len(mods) > 1}
+    assert not twice, twice
+
+
+def test_no_error_derives_from_assertion_error():
+    bad = []
+    for info in pkgutil.walk_packages(vdla.__path__, "vdla."):
+        try:
+            mod = importlib.import_module(info.name)
+        except ImportError:
+            continue
+        for name, obj in vars(mod).items():
+            if inspect.isclass(obj) and issubclass(obj, AssertionError) and obj.__module__ == mod.__name__:
+                bad.append(f"{mod.__name__}.{name}")
+    assert not bad, bad
