@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from vdla.config import load_config
 from vdla.cpu_fallback import jit
 from vdla.cpu_fallback.reference import reference, requantize
 from vdla.cpu_fallback.specs import (
@@ -35,6 +36,7 @@ from vdla.cpu_fallback.stacking import compile_graph, resolve_steps
 from vdla.experiments.resnet import layer_specs
 from vdla.graph import ew
 from vdla.graph.graph import Graph, Node
+from vdla.graph.layout import activation_blocks, blocked_shape
 from vdla.graph.types import TensorType
 
 RNG_SEED = 0
@@ -507,12 +509,13 @@ def dense_softmax_cases(rng: np.random.Generator) -> list[Case]:
 # ResNet-18: the kernels left on the CPU
 
 
-def resnet18_cpu_graph(rng: np.random.Generator, block: int = 16) -> Graph:
+def resnet18_cpu_graph(rng: np.random.Generator, config: str = "pynq") -> Graph:
     """CPU side of an int8 ResNet-18 (batch 1): input quantize, the 3-channel stem conv (not accelerated),
     max pool, packing into the blocked layout, the residual epilogue of each of the 8 basic blocks (the
     accelerator's int32 output requantized, added to the skip path, relu, clip), unpacking, global average
-    pool, the classifier and softmax.
+    pool, the classifier and softmax. The blocked layout is the ``config``'s.
     """
+    batch, block = activation_blocks(load_config(config))
     nodes = [
         Node("quantize", ("image",), "q0", {"scale": 1 / 64, "zero_point": 0}),
         Node("conv2d", ("q0", "stem_w", "stem_b"), "stem", {"stride": 2, "padding": 3}),
@@ -524,14 +527,14 @@ def resnet18_cpu_graph(rng: np.random.Generator, block: int = 16) -> Graph:
         ),
         Node("relu", ("stem_q",), "stem_r"),
         Node("max_pool2d", ("stem_r",), "pool", {"kernel": 3, "stride": 2, "padding": 1}),
-        Node("pack_blocked", ("pool",), "packed", {"batch": 1, "block": block}),
+        Node("pack_blocked", ("pool",), "packed", {"batch": batch, "block": block}),
     ]
     inputs = {"image": TensorType((1, 3, 224, 224), "float32")}
     outputs = ["packed"]
     specs = layer_specs("resnet18")  # the basic blocks' outputs: two per stage, shaped like its 3x3 conv
     stages = [(specs[n].oc, specs[n].oh) for n in ("C2", "C2", "C6", "C6", "C9", "C9", "C12", "C12")]
     for i, (c, hw) in enumerate(stages):
-        shape = (1, c // block, hw, hw, 1, block)
+        shape = blocked_shape((1, c, hw, hw), batch, block)
         inputs[f"acc{i}"] = TensorType(shape, "int32")
         inputs[f"skip{i}"] = TensorType(shape, "int8")
         nodes += [
