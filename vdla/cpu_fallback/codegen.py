@@ -1,7 +1,9 @@
-"""LLVM IR emission: kernel skeleton, loops, vector-friendly math and the elementwise step library.
+"""LLVM IR emission: kernel skeleton, loops, memory and vector helpers, vector-friendly math.
 
 Kernels are written as scalar loop nests over exact (compile-time) shapes; LLVM's loop and SLP vectorizers
-widen them. Everything here avoids libm calls so that the vectorizer can widen the math too.
+widen them. Everything here avoids libm calls so that the vectorizer can widen the math too. A kernel's
+CPython entry points are emitted by :mod:`vdla.cpu_fallback.entry`, the elementwise steps by
+:mod:`vdla.cpu_fallback.ew_emit`; the LLVM types live in :mod:`vdla.cpu_fallback.lltypes`.
 """
 
 from __future__ import annotations
@@ -11,32 +13,11 @@ from contextlib import contextmanager
 
 from llvmlite import ir
 
-from vdla.cpu_fallback.abi import (
-    C_CONTIGUOUS,
-    INCREF,
-    NDARRAY_TYPE,
-    OUT_NAME,
-    RESTORE_THREAD,
-    SAVE_THREAD,
-    VECTORCALL,
-    WRITEABLE,
-    ObjectLayout,
-    descr_global,
-)
-from vdla.cpu_fallback.specs import ChainSpec
-from vdla.graph.ew import Arg, Const, EwStep, step_result_dtype
+from vdla.cpu_fallback.abi import ObjectLayout
+from vdla.cpu_fallback.entry import emit_entries
+from vdla.cpu_fallback.lltypes import F32, I32, I64, LL_SIZES, LL_TYPES, PTR, declare, i64
 from vdla.graph.types import INT_RANGE, TensorType, is_float
-from vdla.isa.arith import MAX_SHIFT
 
-I8 = ir.IntType(8)
-I32 = ir.IntType(32)
-I64 = ir.IntType(64)
-F32 = ir.FloatType()
-PTR = ir.PointerType()
-LL_TYPES = {"int8": I8, "int32": I32, "float32": F32}
-LL_SIZES = {"int8": 1, "int32": 4, "float32": 4}
-# kernels touching at least this many bytes of arrays run without the GIL (releasing it costs ~0.1 us)
-GIL_RELEASE_BYTES = 1 << 18
 # flags allowing LLVM to reorder float reductions (needed to vectorize sums and dot products)
 REASSOC = ("reassoc", "contract")
 
@@ -50,26 +31,12 @@ TANH_P = (1.0, 1.29339427e-01, 2.93640071e-03, 9.40645623e-06, -1.31823255e-08, 
 TANH_Q = (1.0, 4.6267250e-01, 2.3827681e-02, 2.3023735e-04)
 
 
-def i64(v: int) -> ir.Constant:
-    return ir.Constant(I64, v)
-
-
 class KernelBuilder:
     """One kernel: exported entries taking ndarray objects, and a body taking their noalias data pointers
     (the inputs, the output, then an optional scratch buffer).
 
-    The entries are CPython vectorcall functions, so that a call from Python costs what a builtin's does:
-
-    - ``name(self, args, nargs)`` (``METH_FASTCALL``) takes the inputs, the output and the scratch buffer
-      if any, and returns a new reference to the output, or to ``self`` when it refuses the arguments;
-    - ``name_call(self, args, nargs, kwnames)`` (``METH_FASTCALL | METH_KEYWORDS``, kernels without
-      scratch) takes ``(*inputs, out=out)``, returns a new reference to ``out``, and hands any call it
-      does not take (no ``out``, refused arguments) to ``self``, the Python implementation of the call.
-
-    Both check the argument count and every array object against the compiled signature (type, ndim,
-    shape, dtype object, C-contiguity, writeable output, no overlap of output and inputs) using the
-    struct offsets in ``layout`` (found by :mod:`vdla.cpu_fallback.abi`), then run the body, without the
-    GIL when it touches at least ``GIL_RELEASE_BYTES``.
+    The entries are CPython vectorcall functions that check every array object against the compiled
+    signature before running the body (see :func:`vdla.cpu_fallback.entry.emit_entries`).
     """
 
     def __init__(
@@ -87,81 +54,13 @@ class KernelBuilder:
         self.fn.linkage = "internal"
         for a in self.fn.args:
             a.add_attribute("noalias")
-        self._emit_entries(name, [*inputs, out], n_args, layout)
+        emit_entries(module, self.fn, name, [*inputs, out], n_args, layout)
         self._allocas = ir.IRBuilder(self.fn.append_basic_block("allocas"))
         self.b = ir.IRBuilder(self.fn.append_basic_block("entry"))
         args = list(self.fn.args)
         self.inputs: list[ir.Argument] = args[: len(inputs)]
         self.out: ir.Argument = args[len(inputs)]
         self.scratch: ir.Argument | None = args[len(inputs) + 1] if scratch else None
-
-    def _emit_entries(self, name: str, types: list[TensorType], n_args: int, layout: ObjectLayout) -> None:
-        run = self._emit_run(name, types, n_args, layout)
-        n_in = len(types) - 1
-
-        entry = ir.Function(self.module, ir.FunctionType(PTR, [PTR, PTR, I64]), name=name)
-        self_obj, argv, nargs = entry.args
-        b = _EntryBuilder(self, entry, "refuse")
-        b.require(b.icmp_signed("==", nargs, i64(n_args)))
-        b.require(b.call(run, [argv]))
-        b.ret(b.incref(b.arg(argv, n_in)))
-        b.position_at_end(b.fail)
-        b.ret(b.incref(self_obj))
-
-        if n_args > len(types):
-            return  # the scratch buffer comes from Python: no keyword entry
-        call = ir.Function(self.module, ir.FunctionType(PTR, [PTR, PTR, I64, PTR]), name=f"{name}_call")
-        self_obj, argv, nargs, kwnames = call.args
-        b = _EntryBuilder(self, call, "python")
-        b.require(b.icmp_unsigned("!=", kwnames, ir.Constant(PTR, None)))
-        b.require(b.icmp_signed("==", nargs, i64(n_in)))
-        b.require(b.icmp_signed("==", b.field(kwnames, layout.tuple_size, I64), i64(1)))
-        b.require(b.icmp_unsigned("==", b.field(kwnames, layout.tuple_items, I64), b.runtime_global(OUT_NAME)))
-        b.require(b.call(run, [argv]))  # args holds the positional arguments, then the keyword values
-        b.ret(b.incref(b.arg(argv, n_in)))
-        b.position_at_end(b.fail)
-        b.ret(b.py_call(VECTORCALL, PTR, self_obj, argv, nargs, kwnames))
-
-    def _emit_run(self, name: str, types: list[TensorType], n_args: int, layout: ObjectLayout) -> ir.Function:
-        """``i1 run(args)``: check the array objects ``args[:n_args]`` and run the body (true), or refuse."""
-        run = ir.Function(self.module, ir.FunctionType(ir.IntType(1), [PTR]), name=f"{name}_run")
-        run.linkage = "internal"
-        b = _EntryBuilder(self, run, "refuse")
-        objs = [b.arg(run.args[0], i) for i in range(n_args)]
-        data = []
-        for i, (obj, t) in enumerate(zip(objs, types, strict=False)):
-            # read nothing past the object header before knowing it is an ndarray of the right rank
-            b.require(b.icmp_unsigned("==", b.field(obj, layout.ob_type, I64), b.runtime_global(NDARRAY_TYPE)))
-            b.require(b.icmp_signed("==", b.field(obj, layout.nd, I32), ir.Constant(I32, len(t.shape))))
-            mask = C_CONTIGUOUS | (WRITEABLE if i == len(types) - 1 else 0)
-            flags = b.and_(b.field(obj, layout.flags, I32), ir.Constant(I32, mask))
-            ok = b.and_(
-                b.icmp_unsigned("==", flags, ir.Constant(I32, mask)),
-                b.icmp_unsigned("==", b.field(obj, layout.descr, I64), b.runtime_global(descr_global(t.dtype))),
-            )
-            dims = b.field(obj, layout.dims, PTR)
-            for j, d in enumerate(t.shape):
-                dim = b.load(b.gep(dims, [i64(j)], source_etype=I64), typ=I64)
-                ok = b.and_(ok, b.icmp_signed("==", dim, i64(d)))
-            b.require(ok)
-            data.append(b.field(obj, layout.data, PTR))
-        out_lo = b.ptrtoint(data[-1], I64)
-        out_hi = b.add(out_lo, i64(types[-1].size * LL_SIZES[types[-1].dtype]))
-        for ptr, t in zip(data[:-1], types[:-1], strict=True):
-            lo = b.ptrtoint(ptr, I64)
-            hi = b.add(lo, i64(t.size * LL_SIZES[t.dtype]))
-            b.require(b.not_(b.and_(b.icmp_unsigned("<", out_lo, hi), b.icmp_unsigned("<", lo, out_hi))))
-        args = data + [b.field(obj, layout.data, PTR) for obj in objs[len(types) :]]
-        if sum(t.size * LL_SIZES[t.dtype] for t in types) >= GIL_RELEASE_BYTES:
-            state = b.py_call(SAVE_THREAD, PTR)
-            b.call(self.fn, args)
-            b.py_call(RESTORE_THREAD, ir.VoidType(), state)
-        else:
-            b.call(self.fn, args)
-        b.ret(ir.Constant(ir.IntType(1), 1))
-        b.position_at_end(b.fail)
-        b.ret(ir.Constant(ir.IntType(1), 0))
-        return run
 
     def finish(self) -> None:
         self.b.ret_void()
@@ -295,10 +194,7 @@ class KernelBuilder:
 
     # -- intrinsics --------------------------------------------------------------------------------------
     def intrinsic(self, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
-        fn = self.module.globals.get(name)
-        if fn is None:
-            fn = ir.Function(self.module, ir.FunctionType(ret, args), name=name)
-        return fn
+        return declare(self.module, name, ret, args)
 
     def call(self, name: str, ret: ir.Type, *args: ir.Value, fastmath: tuple[str, ...] = ()) -> ir.Value:
         return self.b.call(self.intrinsic(name, ret, [a.type for a in args]), list(args), fastmath=fastmath)
@@ -393,40 +289,6 @@ class KernelBuilder:
         return self.fmin(self.fmax(y, f(-1.0)), f(1.0))
 
 
-class _EntryBuilder(ir.IRBuilder):
-    """Builder of an entry function: object fields, runtime globals, C API calls, and ``require``, which
-    branches to the ``fail`` block (positioned at by the caller once the success path is done)."""
-
-    def __init__(self, kb: KernelBuilder, fn: ir.Function, fail: str) -> None:
-        super().__init__(fn.append_basic_block("entry"))
-        self.kb, self.fail = kb, fn.append_basic_block(fail)
-
-    def require(self, cond: ir.Value) -> None:
-        ok = self.function.append_basic_block("ok")
-        self.cbranch(cond, ok, self.fail)
-        self.position_at_end(ok)
-
-    def field(self, obj: ir.Value, off: int, ty: ir.Type) -> ir.Value:
-        return self.load(self.gep(obj, [i64(off)], source_etype=I8), typ=ty)
-
-    def arg(self, argv: ir.Value, i: int) -> ir.Value:
-        return self.load(self.gep(argv, [i64(i)], source_etype=PTR), typ=PTR)
-
-    def runtime_global(self, name: str) -> ir.Value:
-        module = self.kb.module
-        g = module.globals.get(name) or ir.GlobalVariable(module, I64, name=name)
-        g.initializer = ir.Constant(I64, 0)  # set after loading (see jit._Engine.load)
-        return self.load(g, typ=I64)
-
-    def py_call(self, symbol: str, ret: ir.Type, *args: ir.Value) -> ir.Value:
-        """Call a C API function of this Python (resolved when the code is loaded, abi.PYTHON_API)."""
-        return self.call(self.kb.intrinsic(symbol, ret, [a.type for a in args]), list(args))
-
-    def incref(self, obj: ir.Value) -> ir.Value:
-        self.py_call(INCREF, ir.VoidType(), obj)
-        return obj
-
-
 class _Nest:
     """Context manager opening one loop per extent; yields the list of indices."""
 
@@ -444,124 +306,3 @@ class _Nest:
     def __exit__(self, *exc) -> None:
         while self._stack:
             self._stack.pop().__exit__(None, None, None)
-
-
-# -------------------------------------------------------------------------------------------------------
-# Elementwise steps
-
-
-def broadcast_strides(shape: tuple[int, ...], out_shape: tuple[int, ...]) -> list[int]:
-    """Element strides of a C-contiguous ``shape`` viewed as broadcast to ``out_shape`` (0 on broadcast)."""
-    pad = (1,) * (len(out_shape) - len(shape)) + tuple(shape)
-    strides, s = [], 1
-    for d in reversed(pad):
-        strides.append(s if d > 1 else 0)
-        s *= d
-    return strides[::-1]
-
-
-Operand = tuple[ir.Value, str] | int | float  # a loaded tensor value with its dtype, or a constant
-
-
-class ChainEmitter:
-    """Emits the steps of a :class:`ChainSpec` on one element.
-
-    ``ptrs[i]`` is the data pointer of chain input ``i`` (None for an accumulator supplied by the caller).
-    """
-
-    def __init__(self, kb: KernelBuilder, spec: ChainSpec, ptrs: list[ir.Value | None]) -> None:
-        self.kb, self.spec, self.ptrs = kb, spec, ptrs
-        self.strides = [broadcast_strides(t.shape, spec.out.shape) for t in spec.inputs]
-
-    def offsets_at(self, coords: list[ir.Value]) -> list[ir.Value]:
-        """Element offsets of every input at output coordinates ``coords``."""
-        return [self.kb.linear(coords, strides) for strides in self.strides]
-
-    def apply(self, primary: ir.Value, offsets: list[ir.Value | None]) -> ir.Value:
-        """Run all steps on ``primary`` (input 0's value), loading tensor operands at ``offsets``."""
-        loaded: dict[int, ir.Value] = {0: primary}
-
-        def operand(o: Const | Arg) -> Operand:
-            if isinstance(o, Const):
-                return o.value
-            if o.index not in loaded:
-                t = self.spec.inputs[o.index]
-                loaded[o.index] = self.kb.load(t.dtype, self.ptrs[o.index], offsets[o.index])
-            return loaded[o.index], self.spec.inputs[o.index].dtype
-
-        value, dtype = primary, self.spec.inputs[0].dtype
-        for step in self.spec.steps:
-            out = step_result_dtype(step, dtype, self.spec.inputs)
-            value = emit_step(self.kb, step, value, dtype, out, [operand(o) for o in step.operands])
-            dtype = out
-        return value
-
-
-def _as_int(kb: KernelBuilder, o: Operand, to: ir.IntType) -> ir.Value:
-    if isinstance(o, tuple):
-        return kb.widen(o[0], o[1], to)
-    return ir.Constant(to, int(o))
-
-
-def _as_float(kb: KernelBuilder, o: Operand) -> ir.Value:
-    if isinstance(o, tuple):
-        return o[0] if is_float(o[1]) else kb.b.sitofp(o[0], F32)
-    return ir.Constant(F32, float(o))
-
-
-_INT_BINARY: dict[str, Callable] = {
-    "add": lambda kb, a, b: kb.b.add(a, b),
-    "sub": lambda kb, a, b: kb.b.sub(a, b),
-    "mul": lambda kb, a, b: kb.b.mul(a, b),
-    "max": KernelBuilder.smax,
-    "min": KernelBuilder.smin,
-}
-_FLOAT_BINARY: dict[str, Callable] = {
-    "add": lambda kb, a, b: kb.b.fadd(a, b),
-    "sub": lambda kb, a, b: kb.b.fsub(a, b),
-    "mul": lambda kb, a, b: kb.b.fmul(a, b),
-    "max": KernelBuilder.fmax,
-    "min": KernelBuilder.fmin,
-}
-_UNARY_FLOAT = {"sigmoid": KernelBuilder.sigmoid, "tanh": KernelBuilder.tanh, "exp": KernelBuilder.exp}
-
-
-def emit_step(kb: KernelBuilder, step: EwStep, v: ir.Value, dtype: str, out: str, operands: list[Operand]) -> ir.Value:
-    """Emit one step taking ``v`` of ``dtype`` to ``out`` (as inferred by :func:`ir.step_result_dtype`)."""
-    b, op = kb.b, step.op
-    fl = is_float(dtype)
-    if op in _INT_BINARY:
-        if fl:
-            return _FLOAT_BINARY[op](kb, v, _as_float(kb, operands[0]))
-        return _INT_BINARY[op](kb, kb.widen(v, dtype, I32), _as_int(kb, operands[0], I32))
-    if op == "relu":
-        return kb.fmax(v, ir.Constant(F32, 0.0)) if fl else kb.smax(v, ir.Constant(v.type, 0))
-    if op == "clip":
-        lo, hi = operands
-        if fl:
-            return kb.fmin(kb.fmax(v, _as_float(kb, lo)), _as_float(kb, hi))
-        r = kb.smin(kb.smax(kb.widen(v, dtype, I32), _as_int(kb, lo, I32)), _as_int(kb, hi, I32))
-        return b.trunc(r, LL_TYPES[out]) if out != "int32" else r
-    if op in _UNARY_FLOAT:
-        return _UNARY_FLOAT[op](kb, v)
-    if op == "quantize":
-        scale, zp = operands
-        q = b.fadd(kb.rint(b.fdiv(v, _as_float(kb, scale))), _as_float(kb, zp))
-        return kb.to_dtype(q, "float32", "int8")
-    if op == "dequantize":
-        scale, zp = operands
-        centered = b.sub(kb.widen(v, dtype, I32), _as_int(kb, zp, I32))
-        return b.fmul(b.sitofp(centered, F32), _as_float(kb, scale))
-    if op == "requantize":
-        m, s = operands
-        # vdla.isa.arith.requantize: the product wraps to int32 (the accelerator's 32-bit MUL), then a
-        # rounding shift in [0, 31] computed in 64 bits, then the clamp
-        acc = b.sext(b.mul(kb.widen(v, dtype, I32), _as_int(kb, m, I32)), I64)
-        if isinstance(s, tuple):
-            sh = kb.clamp_int(_as_int(kb, s, I64), 0, MAX_SHIFT)
-            rnd = b.ashr(b.shl(i64(1), sh), i64(1))
-            acc = b.ashr(b.add(acc, rnd), sh)
-        elif s > 0:
-            acc = b.ashr(b.add(acc, i64(1 << (s - 1))), i64(s))
-        return b.trunc(kb.clamp_int(acc, int(step.attr("lo")), int(step.attr("hi"))), I8)
-    return kb.to_dtype(v, dtype, out)  # cast

@@ -34,12 +34,12 @@ from vdla.graph.types import TensorType, UnsupportedError
 
 def _source_fingerprint() -> str:
     """Hash of the code generator's sources: any change to them invalidates the disk cache."""
-    from vdla.cpu_fallback import codegen, specs
+    from vdla.cpu_fallback import codegen, entry, ew_emit, lltypes, specs
     from vdla.graph import ew, types, window
     from vdla.isa import arith
 
     h = hashlib.sha256()
-    for mod in (abi, codegen, specs, kernels, ew, types, window, arith):
+    for mod in (abi, lltypes, entry, codegen, ew_emit, specs, kernels, ew, types, window, arith):
         h.update(Path(mod.__file__).read_bytes())
     return h.hexdigest()[:16]
 
@@ -133,7 +133,7 @@ class Kernel:
         self._sig = [(t.shape, t.np_dtype) for t in self.inputs]
         self._n_inputs = len(self._sig)
         self._out_shape, self._out_dtype = self.out.shape, self.out.np_dtype
-        # The entries are C functions wrapped as builtins (see codegen.KernelBuilder). ``_fn(*inputs, out)``
+        # The entries are C functions wrapped as builtins (see entry.emit_entries). ``_fn(*inputs, out)``
         # returns ``out`` after running, anything else when it refuses the arrays.
         entry, call = addrs
         self._methods = [_MethodDef(name.encode(), entry, METH_FASTCALL, None)]

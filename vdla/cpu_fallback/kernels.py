@@ -14,18 +14,9 @@ from functools import singledispatch
 from llvmlite import ir
 
 from vdla.cpu_fallback.abi import ObjectLayout
-from vdla.cpu_fallback.codegen import (
-    F32,
-    I32,
-    I64,
-    LL_SIZES,
-    LL_TYPES,
-    REASSOC,
-    ChainEmitter,
-    KernelBuilder,
-    broadcast_strides,
-    i64,
-)
+from vdla.cpu_fallback.codegen import REASSOC, KernelBuilder
+from vdla.cpu_fallback.ew_emit import ChainEmitter, broadcast_strides
+from vdla.cpu_fallback.lltypes import F32, I32, I64, LL_SIZES, LL_TYPES, i64
 from vdla.cpu_fallback.specs import (
     ChainSpec,
     ConcatSpec,
