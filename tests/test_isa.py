@@ -13,6 +13,7 @@ from vdla.isa import (
     IsaError,
     MemInsn,
     MemType,
+    Queue,
     Stage,
     assemble,
     decode,
@@ -22,6 +23,8 @@ from vdla.isa import (
     encode,
     encode_program,
     encode_uops,
+    pops_of,
+    pushes_of,
     validate_program,
 )
 
@@ -288,7 +291,29 @@ def test_validate_program():
         "the program does not end with FINISH",
     ):
         assert expected in text, expected
-    with pytest.raises(IsaError, match="token queue C2S: pushes exceed pops by 1"):
+    with pytest.raises(IsaError, match="token queue compute->store: pushes exceed pops by 1"):
         validate_program(assemble("gemm uop=0:1 iter=1,1 dst=0,0 src=0,0 wgt=0,0 push_next\nfinish"), CFG)
     with pytest.raises(IsaError, match="DRAM bytes \\[0x0, 0x10\\) outside the DRAM region"):
         validate_program(good, CFG, dram=(0x1000, 0x2000))
+
+
+def test_queue_topology():
+    """Each queue's ends, flags and name come from one definition on Queue; every flag of every stage maps to
+    at most one queue, and flags without a queue are invalid on that stage."""
+    expected = {
+        Queue.L2C: (Stage.LOAD, Stage.COMPUTE, "push_next", "pop_prev", "load->compute"),
+        Queue.C2L: (Stage.COMPUTE, Stage.LOAD, "push_prev", "pop_next", "compute->load"),
+        Queue.C2S: (Stage.COMPUTE, Stage.STORE, "push_next", "pop_prev", "compute->store"),
+        Queue.S2C: (Stage.STORE, Stage.COMPUTE, "push_prev", "pop_next", "store->compute"),
+    }
+    for q, (src, dst, push, pop, label) in expected.items():
+        assert (q.src, q.dst, q.push_flag, q.pop_flag, q.label) == (src, dst, push, pop, label)
+        assert Queue.between(src, dst) is q and Queue(int(q)) is q
+    assert Queue.popped_by(Stage.COMPUTE) == (Queue.L2C, Queue.S2C)
+    assert Queue.pushed_by(Stage.COMPUTE) == (Queue.C2L, Queue.C2S)
+    with pytest.raises(IsaError, match="no dependency queue from the load stage to the store stage"):
+        Queue.between(Stage.LOAD, Stage.STORE)
+    gemm = GemmInsn(pop_prev=True, pop_next=True, push_prev=True, push_next=True)
+    assert pops_of(gemm) == [Queue.L2C, Queue.S2C] and pushes_of(gemm) == [Queue.C2L, Queue.C2S]
+    load = MemInsn(pop_next=True, push_next=True, pop_prev=True)
+    assert pops_of(load) == [Queue.C2L] and pushes_of(load) == [Queue.L2C]

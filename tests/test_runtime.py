@@ -126,7 +126,7 @@ def test_misaligned_buffer_is_rejected():
 def test_unbalanced_program_is_rejected_at_finish():
     cmd = Device().commands()
     cmd.dep_push(Stage.COMPUTE, Stage.STORE)
-    with pytest.raises(CommandError, match="token queue C2S: pushes exceed pops by 1"):
+    with pytest.raises(CommandError, match="token queue compute->store: pushes exceed pops by 1"):
         cmd.finish()
 
 

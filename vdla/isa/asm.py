@@ -89,8 +89,8 @@ def disassemble(insns: list[Insn], numbered: bool = False) -> str:
 def _int(text: str, where: str) -> int:
     try:
         return int(text, 0)
-    except ValueError:
-        raise IsaError(f"{where}: {text!r} is not an integer") from None
+    except ValueError as e:
+        raise IsaError(f"{where}: {text!r} is not an integer") from e
 
 
 def assemble_line(line: str, where: str = "line") -> Insn | None:

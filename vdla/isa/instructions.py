@@ -55,12 +55,68 @@ class Stage(IntEnum):
 
 
 class Queue(IntEnum):
-    """The four dependency-token queues, named producer->consumer."""
+    """The four dependency-token queues between adjacent stages: the one definition of their topology.
 
-    L2C = 0  # load -> compute
-    C2L = 1  # compute -> load
-    C2S = 2  # compute -> store
-    S2C = 3  # store -> compute
+    Each queue carries tokens from its ``src`` stage to its ``dst`` stage. The source pushes it with the
+    flag towards the destination (``push_next`` when the destination is the next stage, ``push_prev``
+    otherwise); the destination pops it with the flag towards the source (``pop_prev`` when the source is
+    the previous stage, ``pop_next`` otherwise). So each stage has at most one queue per flag, and a flag
+    with no queue on a stage is invalid there. A queue's value is the byte holding its token count in the
+    RTL's TOKENS register (``vdla/runtime/registers.py``).
+    """
+
+    src: Stage
+    dst: Stage
+
+    def __new__(cls, value: int, src: Stage, dst: Stage) -> Queue:
+        member = int.__new__(cls, value)
+        member._value_ = value
+        member.src, member.dst = src, dst
+        return member
+
+    L2C = (0, Stage.LOAD, Stage.COMPUTE)
+    C2L = (1, Stage.COMPUTE, Stage.LOAD)
+    C2S = (2, Stage.COMPUTE, Stage.STORE)
+    S2C = (3, Stage.STORE, Stage.COMPUTE)
+
+    @property
+    def label(self) -> str:
+        """The queue as messages name it: ``load->compute``."""
+        return f"{self.src.name.lower()}->{self.dst.name.lower()}"
+
+    @property
+    def push_flag(self) -> str:
+        """The flag with which an instruction of ``src`` pushes a token on this queue."""
+        return "push_next" if self.dst > self.src else "push_prev"
+
+    @property
+    def pop_flag(self) -> str:
+        """The flag with which an instruction of ``dst`` pops a token from this queue."""
+        return "pop_prev" if self.src < self.dst else "pop_next"
+
+    @property
+    def token_byte(self) -> int:
+        """The byte of the RTL's TOKENS register that counts this queue's tokens."""
+        return int(self)
+
+    @classmethod
+    def between(cls, src: Stage | int, dst: Stage | int) -> Queue:
+        """The queue from stage ``src`` to stage ``dst``; IsaError if the two stages share none."""
+        src, dst = Stage(src), Stage(dst)
+        for q in cls:
+            if (q.src, q.dst) == (src, dst):
+                return q
+        raise IsaError(f"no dependency queue from the {src.name.lower()} stage to the {dst.name.lower()} stage")
+
+    @classmethod
+    def popped_by(cls, stage: Stage) -> tuple[Queue, ...]:
+        """The queues instructions of ``stage`` pop (in queue order)."""
+        return tuple(q for q in cls if q.dst == stage)
+
+    @classmethod
+    def pushed_by(cls, stage: Stage) -> tuple[Queue, ...]:
+        """The queues instructions of ``stage`` push (in queue order)."""
+        return tuple(q for q in cls if q.src == stage)
 
 
 # (name, lsb, width). Opcode [2:0] and the four dependency flags [6:3] are common to all kinds.
@@ -268,8 +324,8 @@ def decode(word: int) -> Insn:
         vals = {name: _get(word, lsb, w) for name, lsb, w in MEM_FIELDS}
         try:
             vals["mem_type"] = MemType(vals["mem_type"])
-        except ValueError:
-            raise IsaError(f"{Opcode(op).name}: unknown memory type {vals['mem_type']}") from None
+        except ValueError as e:
+            raise IsaError(f"{Opcode(op).name}: unknown memory type {vals['mem_type']}") from e
         return MemInsn(store=op == Opcode.STORE, **vals, **flags)
     kinds = {Opcode.GEMM: GemmInsn, Opcode.ALU: AluInsn, Opcode.EPI: EpiInsn}
     if op in kinds:
@@ -279,8 +335,8 @@ def decode(word: int) -> Insn:
         if cls is AluInsn:
             try:
                 vals["alu_opcode"] = AluOp(vals["alu_opcode"])
-            except ValueError:
-                raise IsaError(f"ALU: unknown ALU opcode {vals['alu_opcode']}") from None
+            except ValueError as e:
+                raise IsaError(f"ALU: unknown ALU opcode {vals['alu_opcode']}") from e
         return cls(**vals, **flags)
     if op == Opcode.FINISH:
         return FinishInsn(**flags)
@@ -294,7 +350,7 @@ def encode_program(insns: list[Insn]) -> bytes:
         try:
             out += encode(insn).to_bytes(INSN_BYTES, "little")
         except IsaError as e:
-            raise IsaError(f"instruction {i}: {e}") from None
+            raise IsaError(f"instruction {i}: {e}") from e
     return bytes(out)
 
 
@@ -307,5 +363,5 @@ def decode_program(data: bytes) -> list[Insn]:
         try:
             insns.append(decode(int.from_bytes(data[i : i + INSN_BYTES], "little")))
         except IsaError as e:
-            raise IsaError(f"instruction {i // INSN_BYTES}: {e}") from None
+            raise IsaError(f"instruction {i // INSN_BYTES}: {e}") from e
     return insns

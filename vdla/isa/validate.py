@@ -14,29 +14,27 @@ from vdla.isa.instructions import (
     MemInsn,
     MemType,
     Queue,
-    Stage,
     encode,
 )
 
-# For each stage, which flag pops or pushes which queue (None: flag not valid on that stage).
-POPS = {
-    Stage.LOAD: {"pop_next": Queue.C2L},
-    Stage.COMPUTE: {"pop_prev": Queue.L2C, "pop_next": Queue.S2C},
-    Stage.STORE: {"pop_prev": Queue.C2S},
-}
-PUSHES = {
-    Stage.LOAD: {"push_next": Queue.L2C},
-    Stage.COMPUTE: {"push_prev": Queue.C2L, "push_next": Queue.C2S},
-    Stage.STORE: {"push_prev": Queue.S2C},
-}
-
 
 def pops_of(insn: Insn) -> list[Queue]:
-    return [q for f, q in POPS[insn.stage].items() if getattr(insn, f)]
+    """The queues an instruction pops a token from (in queue order)."""
+    return [q for q in Queue.popped_by(insn.stage) if getattr(insn, q.pop_flag)]
 
 
 def pushes_of(insn: Insn) -> list[Queue]:
-    return [q for f, q in PUSHES[insn.stage].items() if getattr(insn, f)]
+    """The queues an instruction pushes a token on (in queue order)."""
+    return [q for q in Queue.pushed_by(insn.stage) if getattr(insn, q.push_flag)]
+
+
+def _invalid_flags(insn: Insn) -> list[str]:
+    """Dependency flags set on an instruction whose stage has no queue for them."""
+    valid = {q.pop_flag for q in Queue.popped_by(insn.stage)} | {q.push_flag for q in Queue.pushed_by(insn.stage)}
+    flags = ("pop_prev", "pop_next", "push_prev", "push_next")
+    return [
+        f"{f} is not valid on the {insn.stage.name.lower()} stage" for f in flags if getattr(insn, f) and f not in valid
+    ]
 
 
 def buffer_depth(cfg: HwConfig, mem: MemType) -> int:
@@ -76,12 +74,7 @@ def check_insn(insn: Insn, cfg: HwConfig, dram: tuple[int, int] | None = None) -
         encode(insn)
     except IsaError as e:
         problems.append(str(e))
-    for flag in ("pop_prev", "pop_next"):
-        if getattr(insn, flag) and flag not in POPS[insn.stage]:
-            problems.append(f"{flag} is not valid on the {insn.stage.name.lower()} stage")
-    for flag in ("push_prev", "push_next"):
-        if getattr(insn, flag) and flag not in PUSHES[insn.stage]:
-            problems.append(f"{flag} is not valid on the {insn.stage.name.lower()} stage")
+    problems += _invalid_flags(insn)
     if isinstance(insn, MemInsn):
         kind = "STORE" if insn.store else "LOAD"
         if insn.store and insn.mem_type != MemType.OUT:
@@ -145,7 +138,7 @@ def validate_program(insns: list[Insn], cfg: HwConfig, dram: tuple[int, int] | N
     for q, b in balance.items():
         if b:
             problems.append(
-                f"token queue {q.name}: {'pushes' if b > 0 else 'pops'} exceed "
+                f"token queue {q.label}: {'pushes' if b > 0 else 'pops'} exceed "
                 f"{'pops' if b > 0 else 'pushes'} by {abs(b)}"
             )
     if problems:
