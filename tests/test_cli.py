@@ -4,8 +4,10 @@ import json
 
 import pytest
 
+from vdla import cli
 from vdla.cli import main
 from vdla.isa import decode_program
+from vdla.runtime import FaultError
 
 
 def test_info(capsys):
@@ -104,3 +106,47 @@ def test_run_program_with_data(tmp_path, capsys):
     assert "deadlock" in capsys.readouterr().out
     assert main(["run", str(bad), "--dump", "0x10000000=x"]) == 2
     assert "expected ADDR:NBYTES=FILE" in capsys.readouterr().out
+    assert main(["run", str(bad), "--load", "start=x"]) == 2
+    assert "expected ADDR=FILE with integer ADDR" in capsys.readouterr().out
+
+
+def test_vdla_errors_are_reported_and_bugs_are_not_swallowed(monkeypatch, capsys):
+    """main prints any VdlaError as one line and exits 2; any other exception is a bug and propagates."""
+
+    def raising(exc):
+        def cmd(args):
+            raise exc
+
+        return cmd
+
+    monkeypatch.setattr(cli, "cmd_info", raising(FaultError("instruction 3 (gemm): boom")))
+    assert main(["info"]) == 2
+    assert "error: instruction 3 (gemm): boom" in capsys.readouterr().out
+    monkeypatch.setattr(cli, "cmd_info", raising(TypeError("a bug")))
+    with pytest.raises(TypeError, match="a bug"):
+        main(["info"])
+
+
+def test_every_error_class_reaches_the_cli():
+    """Every exception class defined in vdla derives from VdlaError (so main reports it) and none from
+    AssertionError (which ``python -O`` and test runners treat specially)."""
+    import ast
+    from pathlib import Path
+
+    import vdla
+
+    bases: dict[str, set[str]] = {}
+    for path in Path(vdla.__file__).parent.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                names = {b.id if isinstance(b, ast.Name) else getattr(b, "attr", "") for b in node.bases}
+                bases.setdefault(node.name, set()).update(names)
+
+    def reaches_root(name: str, seen: frozenset = frozenset()) -> bool:
+        own = bases.get(name, set())
+        return name == "VdlaError" or any(b not in seen and reaches_root(b, seen | {name}) for b in own)
+
+    errors = {n for n, b in bases.items() if n.endswith("Error") or b & {"Exception", "RuntimeError", "ValueError"}}
+    assert errors - {"VdlaError"}, "no error classes found"
+    assert not [n for n in errors if not reaches_root(n)]
+    assert not [n for n in errors if "AssertionError" in bases[n]]

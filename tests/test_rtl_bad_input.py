@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from vdla.isa import FinishInsn, MemInsn, MemType, assemble, encode_program
-from vdla.runtime import CycleLimitError, DeadlockError, Device, SimError
+from vdla.runtime import CycleLimitError, DeadlockError, Device, FaultError, TokenError
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +49,7 @@ def test_unknown_opcode(dev):
     buf = dev.alloc(32)
     buf.write(np.frombuffer(encode_program([FinishInsn()]) * 2, np.uint8))
     buf.view()[0] = 7
-    with pytest.raises(SimError, match="cannot fetch the program: instruction 0: unknown opcode 7"):
+    with pytest.raises(FaultError, match="cannot fetch the program: instruction 0: unknown opcode 7"):
         dev.backend.run(dev.dram, buf.addr, 2)
     buf.free()
 
@@ -59,7 +59,7 @@ def test_unknown_memory_type(dev):
     code = bytearray(encode_program([FinishInsn(), FinishInsn()]))
     code[0], code[1] = 0x80, 0x03  # LOAD (opcode 0) with memory type 7 in bits 9:7
     buf.write(np.frombuffer(bytes(code), np.uint8))
-    with pytest.raises(SimError, match="instruction 0: LOAD: unknown memory type 7"):
+    with pytest.raises(FaultError, match="instruction 0: LOAD: unknown memory type 7"):
         dev.backend.run(dev.dram, buf.addr, 2)
     buf.free()
 
@@ -90,18 +90,18 @@ def test_full_command_queue_deadlock(dev):
 
 
 def test_dma_outside_the_dram_region(dev):
-    with pytest.raises(SimError, match="instruction 0 \\(load inp .*\\): LOAD INP: DRAM bytes .* outside"):
+    with pytest.raises(FaultError, match="instruction 0 \\(load inp .*\\): LOAD INP: DRAM bytes .* outside"):
         run_asm(dev, "load inp sram=0 dram=0 y=1 x=1 stride=1\nfinish")
     last = (dev.dram.base + dev.dram.size) // 16 - 1  # a STORE that runs past the end of the region
-    with pytest.raises(SimError, match="instruction 0 \\(store out .*\\): STORE OUT: DRAM bytes .* outside"):
+    with pytest.raises(FaultError, match="instruction 0 \\(store out .*\\): STORE OUT: DRAM bytes .* outside"):
         run_asm(dev, f"store out sram=0 dram={last} y=1 x=2 stride=2\nfinish")
-    with pytest.raises(SimError, match="cannot fetch the program: its 32 bytes at 0x1000 lie outside"):
+    with pytest.raises(FaultError, match="cannot fetch the program: its 32 bytes at 0x1000 lie outside"):
         dev.backend.run(dev.dram, 0x1000, 2)
 
 
 def test_index_outside_a_buffer(dev):
     uop = dev.array(np.array([2047], np.uint32))  # dst=2047, the last ACC row
-    with pytest.raises(SimError, match="instruction 1 \\(gemm .*\\): a micro-op index lies outside its buffer"):
+    with pytest.raises(FaultError, match="instruction 1 \\(gemm .*\\): a micro-op index lies outside its buffer"):
         run_asm(
             dev,
             f"load uop sram=0 dram={uop.elem(4)} y=1 x=1 stride=1\n"
@@ -118,35 +118,35 @@ def test_bias_row_outside_the_acc_buffer(dev):
         (dev, "a micro-op index lies outside its buffer"),
     ):
         uop = target.array(np.array([0], np.uint32))
-        with pytest.raises(SimError, match=f"instruction 2 \\(gemm init .*\\): {index}"):
+        with pytest.raises(FaultError, match=f"instruction 2 \\(gemm init .*\\): {index}"):
             run_asm(
                 target,
                 f"load uop sram=0 dram={uop.elem(4)} y=1 x=1 stride=1\nepi bias=2047\n"
                 "gemm init uop=0:1 iter=2,1 dst=1,0 src=0,0 wgt=0,0\nfinish",
             )
-        with pytest.raises(SimError, match="instruction 0 \\(epi .*\\): EPI bias_base=2048 is outside the ACC"):
+        with pytest.raises(FaultError, match="instruction 0 \\(epi .*\\): EPI bias_base=2048 is outside the ACC"):
             run_asm(target, "epi bias=2048\nfinish")
         uop.free()
 
 
 def test_instruction_invalid_on_its_stage(dev):
-    with pytest.raises(SimError, match="instruction 0 .*: pop_prev is not valid on the load stage"):
+    with pytest.raises(FaultError, match="instruction 0 .*: pop_prev is not valid on the load stage"):
         run_asm(dev, "load inp sram=0 dram=0x1000000 y=1 x=1 stride=1 pop_prev\nfinish")
-    with pytest.raises(SimError, match="SRAM tile \\[2040, 2056\\) exceeds the buffer depth 2048"):
+    with pytest.raises(FaultError, match="SRAM tile \\[2040, 2056\\) exceeds the buffer depth 2048"):
         run_asm(dev, "load inp sram=2040 dram=0x1000000 y=4 x=4 stride=4\nfinish")
-    with pytest.raises(SimError, match="empty micro-op range"):
+    with pytest.raises(FaultError, match="empty micro-op range"):
         run_asm(dev, "gemm uop=3:3 iter=1,1 dst=0,0 src=0,0 wgt=0,0\nfinish")
 
 
 def test_program_structure_errors(dev):
-    with pytest.raises(SimError, match="the program does not end with FINISH"):
+    with pytest.raises(FaultError, match="the program does not end with FINISH"):
         run_asm(dev, "load inp x=0")
     buf = dev.array(np.frombuffer(encode_program([FinishInsn(), FinishInsn()]), np.uint8))
-    with pytest.raises(SimError, match="instruction 0: FINISH before the end of the program"):
+    with pytest.raises(FaultError, match="instruction 0: FINISH before the end of the program"):
         dev.backend.run(dev.dram, buf.addr, 2)
-    with pytest.raises(SimError, match="is not 16-byte aligned"):
+    with pytest.raises(FaultError, match="is not 16-byte aligned"):
         dev.backend.run(dev.dram, buf.addr + 8, 1)
-    with pytest.raises(SimError, match="ended with tokens left in queues: \\{'load->compute': 1\\}"):
+    with pytest.raises(TokenError, match="ended with tokens left in queues: \\{'load->compute': 1\\}"):
         run_asm(dev, "load inp x=0 push_next\nfinish")
     buf.free()
 

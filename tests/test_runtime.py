@@ -3,9 +3,22 @@
 import numpy as np
 import pytest
 
-from vdla.isa import AluOp, MemInsn, MemType, Stage
-from vdla.runtime import CommandError, Device, Dram, DramError
-from vdla.runtime.tiled_matmul import reference_matmul, tiled_matmul
+from vdla.errors import VdlaError
+from vdla.experiments.tiled_matmul import reference_matmul, tiled_matmul
+from vdla.isa import AluOp, MemInsn, MemType, Queue, Stage
+from vdla.runtime import (
+    BackendError,
+    CommandError,
+    CycleLimitError,
+    DeadlockError,
+    Device,
+    Dram,
+    DramError,
+    FaultError,
+    RunError,
+    TokenError,
+)
+from vdla.runtime import registers as R
 
 
 def test_dram_allocator_alignment_reuse_and_errors():
@@ -168,3 +181,18 @@ def test_kernels_loaded_back_to_back_share_one_load():
     uop_loads = [i for i in cmd.finish() if isinstance(i, MemInsn) and i.mem_type == MemType.UOP]
     assert [(i.sram_base, i.x_size) for i in uop_loads] == [(0, 11), (11, 1)]
     assert spans == [(0, 1), (1, 3), (3, 6), (6, 10)]
+
+
+def test_run_errors_are_one_backend_neutral_hierarchy():
+    """Every backend raises these; the CLI and callers catch them as RunError or VdlaError."""
+    assert issubclass(RunError, VdlaError) and issubclass(RunError, RuntimeError)
+    for cls in (FaultError, DeadlockError, CycleLimitError, TokenError, BackendError):
+        assert issubclass(cls, RunError)
+
+
+def test_queue_token_bytes_follow_the_tokens_register():
+    """The RTL's TOKENS register counts each queue in the byte given by Queue.token_byte."""
+    doc = next(r.doc for r in R.REGS if r.name == "TOKENS")
+    for q in Queue:
+        b = q.token_byte
+        assert f"{q.name} {8 * b + 7}:{8 * b}" in doc

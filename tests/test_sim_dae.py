@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from vdla.config import load_config
+from vdla.experiments.tiled_matmul import reference_matmul, tiled_matmul
 from vdla.isa import AluOp, FinishInsn, MemInsn, MemType, assemble, encode_program
-from vdla.runtime import CycleLimitError, DeadlockError, Device, SimError, write_chrome_trace
-from vdla.runtime.tiled_matmul import reference_matmul, tiled_matmul
+from vdla.runtime import CycleLimitError, DeadlockError, Device, FaultError, TokenError, write_chrome_trace
 
 
 def run_asm(dev, text, **kw):
@@ -34,7 +34,7 @@ def test_deadlock_raises_and_names_each_stage(device):
 
 def test_leftover_tokens_are_an_error():
     dev = Device()
-    with pytest.raises(SimError, match="ended with tokens left in queues: \\{'load->compute': 1\\}"):
+    with pytest.raises(TokenError, match="ended with tokens left in queues: \\{'load->compute': 1\\}"):
         run_asm(dev, "load inp x=0 push_next\nfinish")
 
 
@@ -82,13 +82,13 @@ def test_cycle_limit():
 def test_runtime_faults_name_the_instruction():
     dev = Device()
     uop = dev.array(np.array([2047], np.uint32))  # dst=2047
-    with pytest.raises(SimError, match="instruction 1 \\(gemm .*\\): GEMM ACC \\(dst\\) index 2048 outside"):
+    with pytest.raises(FaultError, match="instruction 1 \\(gemm .*\\): GEMM ACC \\(dst\\) index 2048 outside"):
         run_asm(
             dev,
             f"load uop sram=0 dram={uop.elem(4)} y=1 x=1 stride=1\n"
             "gemm uop=0:1 iter=2,1 dst=1,0 src=0,0 wgt=0,0\nfinish",
         )
-    with pytest.raises(SimError, match="instruction 0 \\(load inp .*\\): LOAD INP: DRAM bytes .* outside"):
+    with pytest.raises(FaultError, match="instruction 0 \\(load inp .*\\): LOAD INP: DRAM bytes .* outside"):
         run_asm(dev, "load inp sram=0 dram=0 y=1 x=1 stride=1\nfinish")
 
 
@@ -97,7 +97,7 @@ def test_unknown_opcode_in_stream():
     buf = dev.alloc(32)
     buf.write(np.frombuffer(encode_program([FinishInsn()]) * 2, np.uint8))
     buf.view()[0] = 7
-    with pytest.raises(SimError, match="instruction 0: unknown opcode 7"):
+    with pytest.raises(FaultError, match="instruction 0: unknown opcode 7"):
         dev.backend.run(dev.dram, buf.addr, 2)
 
 
@@ -184,9 +184,9 @@ def test_timing_only_mode_matches_cycles_without_touching_data():
     cmd.alu(AluOp.ADD, [(0, 0)], iter_out=4, dst_factor=(1, 0), imm=5)
     insns = cmd.finish()
     code = dev.array(np.frombuffer(encode_program(insns), np.uint8))
-    full = dev.backend.sim.run(dev.dram, code.addr, len(insns))
-    before = dev.backend.sim.sram.acc.copy()
-    timing = dev.backend.sim.run(dev.dram, code.addr, len(insns), functional=False)
+    full = dev.backend.run(dev.dram, code.addr, len(insns))
+    before = dev.backend.sram.acc.copy()
+    timing = dev.backend.run(dev.dram, code.addr, len(insns), functional=False)
     assert timing.counters == full.counters
-    np.testing.assert_array_equal(dev.backend.sim.sram.acc, before)
+    np.testing.assert_array_equal(dev.backend.sram.acc, before)
     assert cmd_runs.run.counters.cycles > 0

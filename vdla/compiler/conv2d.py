@@ -14,15 +14,15 @@ import numpy as np
 
 from vdla.compiler.cache import ScheduleCache
 from vdla.compiler.epilogue import multiplier_kind
-from vdla.compiler.layout import pack_activation, pack_channels, pack_weights, unpack_activation
 from vdla.compiler.schedule import ConvLowering, Schedule
 from vdla.compiler.search import SearchResult, build_stream, emit_program, search
 from vdla.compiler.spec import CompileError, Conv2dSpec, EpilogueSpec
 from vdla.config import HwConfig, load_config
+from vdla.graph.layout import pack_activation, pack_channels, pack_weights, unpack_activation
 from vdla.isa import Insn
+from vdla.runtime.backend import RunResult
 from vdla.runtime.counters import Counters
 from vdla.runtime.device import Device
-from vdla.runtime.sim import RunResult
 
 RESIDUAL_DTYPES = {"int8": np.int8, "int32": np.int32}
 

@@ -1,13 +1,14 @@
 """Analytical cost model for the schedule search, built on the simulator's own cycle model.
 
 The cost of every operation of one representative (interior) tile comes from
-:class:`vdla.runtime.sim.cycles.CycleModel`, the per-instruction timing the simulator and the RTL
-implement. Each thread's blocks are reduced to (load, compute, store) durations, with loads skipped
-exactly where the program skips them (:meth:`ConvLowering.residency`), and run after the prologue
-through the real token structure (:func:`vdla.compiler.vthreads.thread_deps`) and round-robin
-interleaving in a block-level event simulation. The DRAM read channel is modelled only where it
-matters most: a compute-stage load (a residual tile) waits for the load-stage transfer in flight.
-Instruction fetch is ignored; the search confirms its best candidates with the timing-only simulator.
+:class:`vdla.cycles.CycleModel`, the per-instruction timing the simulator and the RTL implement (it
+depends only on the configuration and the ISA). Each thread's blocks are reduced to (load, compute,
+store) durations, with loads skipped exactly where the program skips them
+(:meth:`ConvLowering.residency`), and run after the prologue through the real token structure
+(:func:`vdla.compiler.vthreads.thread_deps`) and round-robin interleaving in a block-level event
+simulation. The DRAM read channel is modelled only where it matters most: a compute-stage load (a
+residual tile) waits for the load-stage transfer in flight. Instruction fetch is ignored; the search
+confirms its best candidates with the timing-only simulator.
 """
 
 from __future__ import annotations
@@ -17,12 +18,12 @@ from functools import lru_cache
 
 import numpy as np
 
-from vdla.compiler.ir import Alu, Epi, Gemm, Load, Op, Store
+from vdla.compiler.blocks import Alu, Epi, Gemm, Load, Op, Store
 from vdla.compiler.schedule import ConvLowering, Schedule, ThreadBuilder, Tile, tail_groups
-from vdla.compiler.vthreads import ENDS, interleave, thread_deps
+from vdla.compiler.vthreads import interleave, thread_deps
 from vdla.config import HwConfig
+from vdla.cycles import CycleModel
 from vdla.isa import AluInsn, EpiInsn, GemmInsn, Insn, MemInsn, MemType, elem_bytes
-from vdla.runtime.sim.cycles import CycleModel
 
 PAGE = 4096  # AXI bursts split at 4 KiB boundaries
 
@@ -222,7 +223,7 @@ class CostModel:
         waits: list[dict[int, list[tuple[int, int]]]] = [{}, {}, {}]  # stage -> position -> (stage, position)
         for t, w in enumerate(work):
             for d in thread_deps(w[0] > 0, w[2] > 0):
-                src, dst = ENDS[d.queue]
+                src, dst = d.queue.src, d.queue.dst
                 waits[dst].setdefault(pos[(t, d.dst)], []).append((src, pos[(t, d.src)]))
         lists = [
             [p for p in range(len(order)) if dur[0][p]],

@@ -1,5 +1,8 @@
 """Schedule search: enumerate the tilings and thread counts that fit, rank them with the analytical
 model, confirm the best few with the timing-only simulator on the emitted programs, cache the winner.
+
+The search reaches the simulator only through the runtime's public interface: a ``sim`` :class:`Device`
+running the program with ``functional=False``.
 """
 
 from __future__ import annotations
@@ -7,18 +10,15 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-import numpy as np
-
 from vdla.compiler.cache import ScheduleCache, cache_key
 from vdla.compiler.costmodel import CostModel, Estimate
 from vdla.compiler.schedule import ConvLowering, Schedule
 from vdla.compiler.spec import CompileError
 from vdla.compiler.tiling import candidate_tiles
 from vdla.compiler.vthreads import Stream, emit_stream, lower_vthreads
-from vdla.isa import Insn, encode_program
+from vdla.isa import Insn
 from vdla.runtime.counters import Counters
 from vdla.runtime.device import Device
-from vdla.runtime.sim import Simulator
 
 MAX_AUTO_VTHREADS = 4
 CONFIRM = 6  # at most this many best-estimated candidates are confirmed with the timing-only simulator,
@@ -61,11 +61,8 @@ def emit_program(low: ConvLowering, stream: Stream, dev: Device, buffers: dict |
 
 def timed(low: ConvLowering, stream: Stream) -> Counters:
     """Counters of a program under the timing-only simulator."""
-    dev = Device(low.cfg)
-    code = encode_program(emit_program(low, stream, dev))
-    buf = dev.alloc(len(code))
-    buf.write(np.frombuffer(code, np.uint8))
-    return Simulator(low.cfg).run(dev.dram, buf.addr, len(code) // low.cfg.insn_bytes, functional=False).counters
+    dev = Device(low.cfg, backend="sim")
+    return dev.run_program(emit_program(low, stream, dev), functional=False).counters
 
 
 def thread_counts(low: ConvLowering, vthreads: int | str) -> list[int]:

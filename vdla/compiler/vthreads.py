@@ -1,6 +1,6 @@
 """Virtual threads lowered to dependency tokens, and interleaved into one instruction stream.
 
-Each virtual thread is a sequence of :class:`~vdla.compiler.ir.Block` working on a private share of
+Each virtual thread is a sequence of :class:`~vdla.compiler.blocks.Block` working on a private share of
 the INP, WGT and ACC buffers. Within a thread, four kinds of dependency need a token (see
 docs/compiler.md for a worked example):
 
@@ -27,28 +27,21 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from vdla.compiler.ir import Block, emit_op
+from vdla.compiler.blocks import Block, emit_op
+from vdla.errors import VdlaError
 from vdla.isa import Queue, Stage
 from vdla.runtime.commands import CommandBuilder
 from vdla.runtime.dram import Buffer
 
-# producer and consumer stage of each queue
-ENDS = {
-    Queue.L2C: (Stage.LOAD, Stage.COMPUTE),
-    Queue.C2L: (Stage.COMPUTE, Stage.LOAD),
-    Queue.C2S: (Stage.COMPUTE, Stage.STORE),
-    Queue.S2C: (Stage.STORE, Stage.COMPUTE),
-}
 
-
-class LoweringError(RuntimeError):
+class LoweringError(VdlaError, RuntimeError):
     """The token lowering produced a stream whose synchronisation would be wrong (a compiler bug)."""
 
 
 @dataclass(frozen=True)
 class Dep:
     """A token on ``queue`` pushed after block ``src``'s producer stage, popped before ``dst``'s consumer stage
-    (``part``: after/before that part of a block split in parts, see :class:`~vdla.compiler.ir.Block`)."""
+    (``part``: after/before that part of a block split in parts, see :class:`~vdla.compiler.blocks.Block`)."""
 
     queue: Queue
     src: int
@@ -67,9 +60,8 @@ class Stream:
         self._push: dict[tuple[int, Stage], list[Dep]] = {}
         self._pop: dict[tuple[int, Stage], list[Dep]] = {}
         for d in self.deps:
-            src_stage, dst_stage = ENDS[d.queue]
-            self._push.setdefault((d.src, src_stage), []).append(d)
-            self._pop.setdefault((d.dst, dst_stage), []).append(d)
+            self._push.setdefault((d.src, d.queue.src), []).append(d)
+            self._pop.setdefault((d.dst, d.queue.dst), []).append(d)
 
     def pushes(self, pos: int, stage: Stage) -> list[Dep]:
         """Tokens pushed by block ``pos``'s instructions on ``stage``."""
@@ -124,16 +116,16 @@ def lower_vthreads(threads: Sequence[Sequence[Block]], prologue: Block | None = 
 
 def check_tokens(stream: Stream) -> None:
     """Raise LoweringError unless every token goes forward and each queue pairs pushes and pops in order."""
-    for q, (src_stage, dst_stage) in ENDS.items():
+    for q in Queue:
         deps = [d for d in stream.deps if d.queue == q]
         for d in deps:
-            if (d.src, src_stage) >= (d.dst, dst_stage):
-                raise LoweringError(f"{q.name} token from block {d.src} to block {d.dst} does not go forward")
+            if (d.src, q.src) >= (d.dst, q.dst):
+                raise LoweringError(f"{q.label} token from block {d.src} to block {d.dst} does not go forward")
         if len({(d.src, d.part) for d in deps}) < len(deps) or len({(d.dst, d.part) for d in deps}) < len(deps):
-            raise LoweringError(f"{q.name}: a block pushes or pops the queue twice")
+            raise LoweringError(f"{q.label}: a block pushes or pops the queue twice")
         by_push = sorted(deps, key=lambda d: (d.src, d.part))
         if [(d.dst, d.part) for d in by_push] != sorted((d.dst, d.part) for d in deps):
-            raise LoweringError(f"{q.name}: pushes and pops are not paired in FIFO order")
+            raise LoweringError(f"{q.label}: pushes and pops are not paired in FIFO order")
 
 
 def emit_stream(stream: Stream, cmd: CommandBuilder, buffers: Mapping[str, Buffer]) -> None:
@@ -151,7 +143,7 @@ def emit_stream(stream: Stream, cmd: CommandBuilder, buffers: Mapping[str, Buffe
                 pushes.setdefault(ends[d.part + 1][0] if d.queue == Queue.C2S else len(ops), []).append(d.queue)
             for k, op in enumerate(ops):
                 for q in pops.get(k, ()):
-                    cmd.dep_pop(ENDS[q][0], stage)
+                    cmd.dep_pop(q.src, stage)
                 emit_op(op, cmd, buffers)
                 for q in pushes.get(k + 1, ()):
-                    cmd.dep_push(stage, ENDS[q][1])
+                    cmd.dep_push(stage, q.dst)

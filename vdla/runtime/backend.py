@@ -1,18 +1,66 @@
-"""The backend interface: every way of running a program (simulator, RTL, board) looks like this."""
+"""The backend interface: every way of running a program (simulator, RTL, board) looks like this.
+
+This module is the backend-neutral part of the runtime: the :class:`Backend` protocol, the
+:class:`RunResult` a run returns (its counters live in :mod:`vdla.runtime.counters`) and the one error
+hierarchy every backend raises, rooted at :class:`RunError`. Messages name the instruction (index and
+disassembly) and the stage, the same on every backend, so a failing program reads alike on each.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Protocol
 
-from vdla.config import HwConfig
+from vdla.config import ConfigError, HwConfig
+from vdla.errors import VdlaError
+from vdla.runtime.counters import Counters, TimelineEntry
 from vdla.runtime.dram import Dram
-from vdla.runtime.sim import RunResult, Simulator
 
 BACKENDS = ("sim", "rtl")
 
 
+class RunError(VdlaError, RuntimeError):
+    """A program that could not run to completion on a backend."""
+
+
+class FaultError(RunError):
+    """The accelerator stopped on an error: an instruction it cannot fetch, decode or execute (a field or
+    micro-op index outside its buffer, a DRAM access outside the region, a misplaced or missing FINISH,
+    a misaligned program). The RTL reports these in STATUS.ERROR; the simulator checks the same conditions."""
+
+
+class DeadlockError(RunError):
+    """Every unfinished stage waits for something no other stage will provide."""
+
+
+class CycleLimitError(RunError):
+    """The program did not finish within the cycle limit."""
+
+
+class TokenError(RunError):
+    """The program finished with tokens left in a dependency queue: its pushes and pops do not pair up."""
+
+
+class BackendError(RunError):
+    """The backend cannot run programs of this configuration (e.g. an RTL model built for another one)."""
+
+
+@dataclass
+class RunResult:
+    """What a backend reports about one run."""
+
+    counters: Counters
+    timeline: list[TimelineEntry] = field(default_factory=list)  # empty unless asked for
+    wall_s: float = 0.0  # host time the backend took to run the program
+
+
 class Backend(Protocol):
-    """Runs an instruction stream that is already in DRAM and reports the counters."""
+    """Runs an instruction stream that is already in DRAM and reports the counters.
+
+    ``run`` raises a :class:`RunError` (never returns) when the program does not complete. With
+    ``functional=False`` a backend may skip the data path and model only the timing: the counters are
+    the same, but DRAM and the on-chip buffers may be left as they were.
+    """
 
     name: str
 
@@ -20,35 +68,25 @@ class Backend(Protocol):
         """The DRAM region programs of this backend live in."""
 
     def run(
-        self, dram: Dram, insn_addr: int, insn_count: int, max_cycles: int | None = None, timeline: bool = False
+        self,
+        dram: Dram,
+        insn_addr: int,
+        insn_count: int,
+        max_cycles: int | None = None,
+        timeline: bool = False,
+        functional: bool = True,
     ) -> RunResult:
         """Execute ``insn_count`` instructions at ``insn_addr``; raise on deadlock, timeout or fault."""
 
 
-class SimBackend:
-    """The default backend: the bit-exact, cycle-modelled simulator in numpy."""
-
-    name = "sim"
-
-    def __init__(self, cfg: HwConfig):
-        self.cfg = cfg
-        self.sim = Simulator(cfg)
-
-    def make_dram(self) -> Dram:
-        return Dram(self.cfg.dram_bytes, self.cfg.dram_base_addr)
-
-    def run(
-        self, dram: Dram, insn_addr: int, insn_count: int, max_cycles: int | None = None, timeline: bool = False
-    ) -> RunResult:
-        return self.sim.run(dram, insn_addr, insn_count, max_cycles, timeline)
-
-
 def make_backend(name: str, cfg: HwConfig, **options) -> Backend:
-    """Create a backend by name; hardware backends are imported only when asked for."""
+    """Create a backend by name; each backend's module is imported only when asked for."""
     if name == "sim":
-        return SimBackend(cfg, **options)
+        from vdla.runtime.sim import Simulator
+
+        return Simulator(cfg, **options)
     if name == "rtl":
         from vdla.runtime.rtl import RtlBackend
 
         return RtlBackend(cfg, **options)
-    raise ValueError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
+    raise ConfigError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")

@@ -2,16 +2,18 @@
 
 It emits 2-D loads and stores, GEMM and ALU micro-kernels (with a micro-op kernel cache), and
 dependency pushes and pops between stages; :meth:`CommandBuilder.synchronize` appends FINISH, runs
-the program on the device's backend and returns the counters. Bad requests raise before anything runs.
+the program on its target (a :class:`~vdla.runtime.device.Device`, or anything with the
+:class:`CommandTarget` members) and returns the counters. Bad requests raise before anything runs.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
+from vdla.config import HwConfig
 from vdla.errors import VdlaError
 from vdla.isa import (
     AluInsn,
@@ -31,20 +33,9 @@ from vdla.isa import (
     validate_program,
 )
 from vdla.isa.validate import check_insn
-from vdla.runtime.dram import Buffer
-from vdla.runtime.sim import RunResult
+from vdla.runtime.backend import RunResult
+from vdla.runtime.dram import Buffer, Dram
 
-if TYPE_CHECKING:
-    from vdla.runtime.device import Device
-
-QUEUE_OF = {
-    (Stage.LOAD, Stage.COMPUTE): Queue.L2C,
-    (Stage.COMPUTE, Stage.LOAD): Queue.C2L,
-    (Stage.COMPUTE, Stage.STORE): Queue.C2S,
-    (Stage.STORE, Stage.COMPUTE): Queue.S2C,
-}
-PUSH_FLAG = {Queue.L2C: "push_next", Queue.C2L: "push_prev", Queue.C2S: "push_next", Queue.S2C: "push_prev"}
-POP_FLAG = {Queue.L2C: "pop_prev", Queue.C2L: "pop_next", Queue.C2S: "pop_prev", Queue.S2C: "pop_next"}
 UOP_POOL_BYTES = 1 << 16
 
 UopSpec = Sequence[tuple[int, int, int]] | np.ndarray
@@ -52,6 +43,17 @@ UopSpec = Sequence[tuple[int, int, int]] | np.ndarray
 
 class CommandError(VdlaError, ValueError):
     """A request the accelerator cannot carry out, caught before the program runs."""
+
+
+class CommandTarget(Protocol):
+    """What a command builder needs from a device: its configuration, the DRAM the program's buffers (and
+    micro-op kernels) live in, and a way to run a finished program."""
+
+    cfg: HwConfig
+    dram: Dram
+
+    def run_program(self, insns: list[Insn], max_cycles: int | None = None, timeline: bool = False) -> RunResult:
+        """Place the program in DRAM and run it."""
 
 
 def _nop(stage: Stage) -> MemInsn:
@@ -64,9 +66,9 @@ def _nop(stage: Stage) -> MemInsn:
 
 
 class CommandBuilder:
-    """Builds one instruction stream for a device."""
+    """Builds one instruction stream for a device (see :class:`CommandTarget`)."""
 
-    def __init__(self, device: Device):
+    def __init__(self, device: CommandTarget):
         self.device, self.cfg = device, device.cfg
         self.insns: list[Insn] = []
         self._last: dict[Stage, int] = {}  # index of the last instruction of each stage
@@ -87,7 +89,7 @@ class CommandBuilder:
         pending = self._pending_pops[stage]
         while pending:
             queue = pending.pop(0)
-            flag = POP_FLAG[queue]
+            flag = queue.pop_flag
             if getattr(insn, flag):  # the same queue twice: a no-op ahead of insn carries one pop
                 self._append(self._with_flag(_nop(stage), flag))
             else:
@@ -107,7 +109,7 @@ class CommandBuilder:
     def dep_push(self, src: Stage, dst: Stage) -> None:
         """Signal ``dst`` once everything issued so far to ``src`` has completed."""
         queue = self._queue(src, dst)
-        flag = PUSH_FLAG[queue]
+        flag = queue.push_flag
         last = self._last.get(src)
         if last is None or getattr(self.insns[last], flag):
             self._append(self._with_flag(_nop(src), flag))
@@ -121,11 +123,9 @@ class CommandBuilder:
     @staticmethod
     def _queue(src: Stage, dst: Stage) -> Queue:
         try:
-            return QUEUE_OF[(Stage(src), Stage(dst))]
-        except KeyError:
-            raise CommandError(
-                f"no dependency queue from the {Stage(src).name.lower()} stage to the {Stage(dst).name.lower()} stage"
-            ) from None
+            return Queue.between(src, dst)
+        except IsaError as e:
+            raise CommandError(str(e)) from e
 
     # ---- data movement ----------------------------------------------------------------------
     def load(
@@ -249,7 +249,7 @@ class CommandBuilder:
     def _stash_uops(self, words: np.ndarray) -> tuple[Buffer, int]:
         nbytes = words.size * 4
         if not self._pools or self._pool_used + nbytes > self._pools[-1].nbytes:
-            self._pools.append(self.device.alloc(max(UOP_POOL_BYTES, nbytes)))
+            self._pools.append(self.device.dram.alloc(max(UOP_POOL_BYTES, nbytes)))
             self._pool_used = 0
         pool = self._pools[-1]
         pool.write(words, self._pool_used)
@@ -386,7 +386,7 @@ class CommandBuilder:
         try:
             validate_program(self.insns, self.cfg, self.device.dram.range)
         except IsaError as e:
-            raise CommandError(str(e)) from None
+            raise CommandError(str(e)) from e
         return self.insns
 
     def encode(self) -> bytes:

@@ -6,10 +6,9 @@ import numpy as np
 
 from vdla.config import HwConfig, load_config
 from vdla.isa import Insn, encode_program
-from vdla.runtime.backend import Backend, make_backend
+from vdla.runtime.backend import Backend, RunResult, make_backend
 from vdla.runtime.commands import CommandBuilder
 from vdla.runtime.dram import Buffer
-from vdla.runtime.sim import RunResult
 
 
 class Device:
@@ -40,12 +39,17 @@ class Device:
         """A fresh command builder for one program."""
         return CommandBuilder(self)
 
-    def run_program(self, insns: list[Insn], max_cycles: int | None = None, timeline: bool = False) -> RunResult:
-        """Place a finished program in DRAM and run it on the backend."""
+    def run_program(
+        self, insns: list[Insn], max_cycles: int | None = None, timeline: bool = False, functional: bool = True
+    ) -> RunResult:
+        """Place a finished program in DRAM and run it on the backend (``functional=False``: timing only, see
+        :class:`~vdla.runtime.backend.Backend`); the program's buffer is freed afterwards."""
         code = encode_program(insns)
         buf = self.alloc(len(code))
         try:
             buf.write(np.frombuffer(code, np.uint8))
-            return self.backend.run(self.dram, buf.addr, len(insns), max_cycles=max_cycles, timeline=timeline)
+            return self.backend.run(
+                self.dram, buf.addr, len(insns), max_cycles=max_cycles, timeline=timeline, functional=functional
+            )
         finally:
             buf.free()

@@ -2,7 +2,8 @@
 
 The driver side of a run is what a board driver does: write INSN_ADDR/INSN_COUNT, START, wait for the
 interrupt, read STATUS and the counters. Errors the hardware reports (and the harness's cycle limit) are
-raised as the simulator's exception classes, with messages naming the instruction and the stage.
+raised as the runtime's backend-neutral errors (:mod:`vdla.runtime.backend`), with the simulator's
+messages naming the instruction and the stage.
 """
 
 from __future__ import annotations
@@ -15,16 +16,22 @@ from vdla.isa import FinishInsn, Insn, IsaError, Queue, Stage, decode, pops_of, 
 from vdla.isa.asm import disassemble_insn
 from vdla.isa.validate import check_insn
 from vdla.runtime import registers as R
+from vdla.runtime.backend import (
+    BackendError,
+    CycleLimitError,
+    DeadlockError,
+    FaultError,
+    RunError,
+    RunResult,
+    TokenError,
+)
 from vdla.runtime.counters import STAGES, Counters, TimelineEntry
-from vdla.runtime.dram import Dram
+from vdla.runtime.dram import Dram, DramError
 from vdla.runtime.rtl.build import BUILD_ROOT, build
 from vdla.runtime.rtl.harness import Harness
-from vdla.runtime.sim import CycleLimitError, DeadlockError, RunResult, SimError
-from vdla.runtime.sim.engine import QUEUE_NAMES
 
 DEFAULT_MAX_CYCLES = 2_000_000_000  # the harness never runs unbounded
 CHUNK = 1 << 20  # cycles per harness call (Ctrl-C is seen between chunks)
-TOKEN_BYTE = {Queue.L2C: 0, Queue.C2L: 1, Queue.C2S: 2, Queue.S2C: 3}
 
 
 class RtlBackend:
@@ -39,7 +46,7 @@ class RtlBackend:
         self.harness = Harness(self.library, cfg, wave)
         ident = self.harness.read(R.offset("ID"))
         if ident >> 16 != R.ID_MAGIC or self.harness.read(R.offset("CONFIG_HASH")) != cfg.hash:
-            raise SimError(f"the RTL model does not identify as the {cfg.name!r} configuration")
+            raise BackendError(f"the RTL model does not identify as the {cfg.name!r} configuration")
 
     def make_dram(self) -> Dram:
         return Dram(self.cfg.dram_bytes, self.cfg.dram_base_addr)
@@ -49,9 +56,16 @@ class RtlBackend:
         self.harness.close()
 
     def run(
-        self, dram: Dram, insn_addr: int, insn_count: int, max_cycles: int | None = None, timeline: bool = False
+        self,
+        dram: Dram,
+        insn_addr: int,
+        insn_count: int,
+        max_cycles: int | None = None,
+        timeline: bool = False,
+        functional: bool = True,
     ) -> RunResult:
-        """Execute ``insn_count`` instructions at ``insn_addr`` on the RTL; raise like the simulator."""
+        """Execute ``insn_count`` instructions at ``insn_addr`` on the RTL; raise like the simulator. The RTL
+        always executes the data path, so ``functional`` changes nothing."""
         t0 = time.perf_counter()
         h = self.harness
         h.set_memory(dram.mem, dram.base)
@@ -75,44 +89,44 @@ class RtlBackend:
             raise CycleLimitError(
                 f"cycle limit {limit} reached at {self._running(program, counters)}" + "\n" + self._describe(program)
             )
-        tokens = h.read(R.offset("TOKENS"))
-        leftover = {QUEUE_NAMES[q]: (tokens >> 8 * b) & 0xFF for q, b in TOKEN_BYTE.items() if (tokens >> 8 * b) & 0xFF}
+        count = _token_counts(h.read(R.offset("TOKENS")))
+        leftover = {q.label: n for q, n in count.items() if n}
         if leftover:
-            raise SimError(f"the program ended with tokens left in queues: {leftover}")
+            raise TokenError(f"the program ended with tokens left in queues: {leftover}")
         return RunResult(counters, self._timeline(program) if timeline else [], time.perf_counter() - t0)
 
     # ---- reporting ------------------------------------------------------------------------------
-    def _error(self, status: int, program: _Program, dram: Dram) -> SimError:
+    def _error(self, status: int, program: _Program, dram: Dram) -> RunError:
         code = R.error_name(R.get_field(status, "STATUS", "ERROR_CODE"))
         unit = R.ERROR_UNITS[R.get_field(status, "STATUS", "ERROR_UNIT")]
         index = self.harness.read(R.offset("ERROR_INSN"))
         if code == "DEADLOCK":
             if not program.insns or not isinstance(program.insns[-1], FinishInsn):
-                return SimError("the program does not end with FINISH")
+                return FaultError("the program does not end with FINISH")
             return DeadlockError("deadlock: no stage can proceed\n" + self._describe(program))
         if code == "ALIGN":
-            return SimError(f"cannot fetch the program: address {program.addr:#x} is not 16-byte aligned")
+            return FaultError(f"cannot fetch the program: address {program.addr:#x} is not 16-byte aligned")
         if unit == "fetch":
             if code == "OPCODE":
-                return SimError(f"cannot fetch the program: {program.decode_error(index)}")
+                return FaultError(f"cannot fetch the program: {program.decode_error(index)}")
             if code == "BUS":
-                return SimError(
+                return FaultError(
                     f"cannot fetch the program: its {program.count * 16} bytes at {program.addr:#x} lie "
                     f"outside the DRAM region [{dram.base:#x}, {dram.base + dram.size:#x})"
                 )
-            return SimError(f"instruction {index}: FINISH before the end of the program")
+            return FaultError(f"instruction {index}: FINISH before the end of the program")
         i = program.global_index(Stage[unit.upper()], index)
         insn = program.insns[i]
         where = f"instruction {i} ({disassemble_insn(insn)})"
         problems = check_insn(insn, self.cfg, dram.range)
         if code == "INDEX":
-            return SimError(f"{where}: a micro-op index lies outside its buffer (stopped by the hardware)")
+            return FaultError(f"{where}: a micro-op index lies outside its buffer (stopped by the hardware)")
         if code == "BUS" and not problems:
             problems = [
                 f"DRAM access at {self.harness.bad_access() or 0:#x} outside the region "
                 f"[{dram.base:#x}, {dram.base + dram.size:#x})"
             ]
-        return SimError(f"{where}: {'; '.join(problems) or 'rejected by the hardware (' + code + ')'}")
+        return FaultError(f"{where}: {'; '.join(problems) or 'rejected by the hardware (' + code + ')'}")
 
     def _stage_state(self) -> tuple[list[int], list[int], int, int]:
         h = self.harness
@@ -141,7 +155,7 @@ class RtlBackend:
     def _describe(self, program: _Program) -> str:
         """Each stage's state, like the simulator's deadlock report."""
         started, queued, tokens, state = self._stage_state()
-        count = {q: (tokens >> 8 * b) & 0xFF for q, b in TOKEN_BYTE.items()}
+        count = _token_counts(tokens)
         lines = []
         for s in Stage:
             name, todo = s.name.lower(), program.by_stage[s]
@@ -164,17 +178,17 @@ class RtlBackend:
                 )
             else:
                 why = next(
-                    (f"waiting for a token on queue {QUEUE_NAMES[q]}" for q in pops_of(insn) if not count[q]), None
+                    (f"waiting for a token on queue {q.label}" for q in pops_of(insn) if not count[q]), None
                 ) or next(
                     (
-                        f"waiting for room in the full token queue {QUEUE_NAMES[q]}"
+                        f"waiting for room in the full token queue {q.label}"
                         for q in pushes_of(insn)
                         if count[q] >= self.cfg.timing.token_queue_depth
                     ),
                     "ready",
                 )
             lines.append(f"  {name} stage: stuck at instruction {i} ({disassemble_insn(insn)}), {why}")
-        queued_tokens = ", ".join(f"{QUEUE_NAMES[q]}={count[q]}" for q in Queue)
+        queued_tokens = ", ".join(f"{q.label}={count[q]}" for q in Queue)
         return "\n".join(lines) + f"\n  tokens in queues: {queued_tokens}"
 
     def _timeline(self, program: _Program) -> list[TimelineEntry]:
@@ -197,6 +211,11 @@ class RtlBackend:
         return sorted(out, key=lambda e: (e.start, e.index))
 
 
+def _token_counts(tokens: int) -> dict[Queue, int]:
+    """Each queue's token count, from the TOKENS register."""
+    return {q: (tokens >> 8 * q.token_byte) & 0xFF for q in Queue}
+
+
 class _Program:
     """The instruction stream of a run, decoded as far as it decodes, and its routing to the stages."""
 
@@ -207,7 +226,7 @@ class _Program:
         self.by_stage: list[list[int]] = [[], [], []]
         try:
             raw = bytes(dram.view(addr, count * cfg.insn_bytes))
-        except ValueError:
+        except DramError:
             return
         for i in range(count):
             word = int.from_bytes(raw[16 * i : 16 * i + 16], "little")

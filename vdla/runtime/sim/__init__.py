@@ -1,5 +1,5 @@
-"""The bit-exact, cycle-modelled simulator (the default backend)."""
+"""The bit-exact, cycle-modelled simulator: the default backend (``make_backend("sim", cfg)``)."""
 
-from vdla.runtime.sim.engine import CycleLimitError, DeadlockError, RunResult, SimError, Simulator
+from vdla.runtime.sim.engine import Simulator
 
-__all__ = ["CycleLimitError", "DeadlockError", "RunResult", "SimError", "Simulator"]
+__all__ = ["Simulator"]

@@ -4,15 +4,16 @@ Instructions are fetched in order into per-stage command queues; each stage star
 instruction when the tokens it pops are available and the queues it pushes have room. Among the
 stages that can start, the one that can start earliest goes first, so DRAM bus time is handed out in
 time order. A state where no stage can proceed is a deadlock and raises :class:`DeadlockError`.
+Every failure raises the runtime's backend-neutral errors (:mod:`vdla.runtime.backend`).
 """
 
 from __future__ import annotations
 
 import time
 from collections import deque
-from dataclasses import dataclass, field
 
 from vdla.config import HwConfig
+from vdla.cycles import CycleModel
 from vdla.isa import (
     AluInsn,
     EpiInsn,
@@ -30,44 +31,25 @@ from vdla.isa import (
 )
 from vdla.isa.asm import disassemble_insn
 from vdla.isa.validate import check_insn
+from vdla.runtime.backend import CycleLimitError, DeadlockError, FaultError, RunResult, TokenError
 from vdla.runtime.counters import STAGES, Counters, TimelineEntry
-from vdla.runtime.dram import Dram
+from vdla.runtime.dram import Dram, DramError
 from vdla.runtime.sim import semantics
-from vdla.runtime.sim.cycles import CycleModel
-
-QUEUE_NAMES = {
-    Queue.L2C: "load->compute",
-    Queue.C2L: "compute->load",
-    Queue.C2S: "compute->store",
-    Queue.S2C: "store->compute",
-}
-
-
-class SimError(RuntimeError):
-    """A program that cannot run to completion: invalid code, a deadlock, a timeout, a bad access."""
-
-
-class DeadlockError(SimError):
-    """Every unfinished stage waits for something no other stage will provide."""
-
-
-class CycleLimitError(SimError):
-    """The program did not finish within the cycle limit."""
-
-
-@dataclass
-class RunResult:
-    counters: Counters
-    timeline: list[TimelineEntry] = field(default_factory=list)
-    wall_s: float = 0.0  # host time the backend took to run the program
 
 
 class Simulator:
-    """Runs an instruction stream held in DRAM against the on-chip buffers of one configuration."""
+    """The ``sim`` backend: runs an instruction stream held in DRAM against the on-chip buffers of one
+    configuration (which persist from run to run; START resets only the epilogue state)."""
+
+    name = "sim"
 
     def __init__(self, cfg: HwConfig):
         self.cfg = cfg
         self.sram = semantics.Sram(cfg)
+
+    def make_dram(self) -> Dram:
+        """The DRAM region of the configuration."""
+        return Dram(self.cfg.dram_bytes, self.cfg.dram_base_addr)
 
     def run(
         self,
@@ -80,21 +62,21 @@ class Simulator:
     ) -> RunResult:
         """Execute ``insn_count`` instructions at physical address ``insn_addr``; return the counters.
 
-        With ``functional=False`` only the cycle model runs (buffers and DRAM are left untouched): the
-        compiler's cost model."""
+        With ``functional=False`` only the cycle model runs (buffers and DRAM are left untouched; the
+        counters are the same): how the schedule search times its candidates."""
         t0 = time.perf_counter()
         try:
             insns = decode_program(bytes(dram.view(insn_addr, insn_count * self.cfg.insn_bytes)))
-        except (IsaError, ValueError) as e:
-            raise SimError(f"cannot fetch the program: {e}") from None
+        except (IsaError, DramError) as e:
+            raise FaultError(f"cannot fetch the program: {e}") from e
         for i, insn in enumerate(insns):
             problems = check_insn(insn, self.cfg, dram.range)
             if isinstance(insn, FinishInsn) and i != len(insns) - 1:
                 problems.append("FINISH before the end of the program")
             if problems:
-                raise SimError(f"instruction {i} ({disassemble_insn(insn)}): {'; '.join(problems)}")
+                raise FaultError(f"instruction {i} ({disassemble_insn(insn)}): {'; '.join(problems)}")
         if not insns or not isinstance(insns[-1], FinishInsn):
-            raise SimError("the program does not end with FINISH")
+            raise FaultError("the program does not end with FINISH")
         result = _Run(self, dram, insns, max_cycles, timeline, functional).execute()
         result.wall_s = time.perf_counter() - t0
         return result
@@ -154,10 +136,10 @@ class _Run:
         insn = self.insns[index]
         for q in pops_of(insn):
             if not self.tokens[q]:
-                return f"waiting for a token on queue {QUEUE_NAMES[q]}"
+                return f"waiting for a token on queue {q.label}"
         for q in pushes_of(insn):
             if len(self.tokens[q]) >= self.cfg.timing.token_queue_depth:
-                return f"waiting for room in the full token queue {QUEUE_NAMES[q]}"
+                return f"waiting for room in the full token queue {q.label}"
         return None
 
     def execute(self) -> RunResult:
@@ -178,9 +160,9 @@ class _Run:
         unfinished = [s for s in Stage if self.cursor[s] < len(self.by_stage[s])]
         if unfinished:
             raise DeadlockError("deadlock: no stage can proceed\n" + self._describe())
-        leftover = {QUEUE_NAMES[q]: len(d) for q, d in self.tokens.items() if d}
+        leftover = {q.label: len(d) for q, d in self.tokens.items() if d}
         if leftover:
-            raise SimError(f"the program ended with tokens left in queues: {leftover}")
+            raise TokenError(f"the program ended with tokens left in queues: {leftover}")
         c = self.counters
         c.cycles = max(self.free_at)
         for s, name in enumerate(STAGES):
@@ -200,7 +182,7 @@ class _Run:
                 f"  {name} stage: stuck at instruction {index} "
                 f"({disassemble_insn(self.insns[index])}), {self._blocker(s)}"
             )
-        queued = ", ".join(f"{QUEUE_NAMES[q]}={len(d)}" for q, d in self.tokens.items())
+        queued = ", ".join(f"{q.label}={len(d)}" for q, d in self.tokens.items())
         return "\n".join(lines) + f"\n  tokens in queues: {queued}"
 
     def _step(self, start: int, s: int, index: int) -> None:
@@ -209,8 +191,8 @@ class _Run:
             self.tokens[q].popleft()
         try:
             self._exec(insn)
-        except (semantics.ExecError, ValueError) as e:
-            raise SimError(f"instruction {index} ({disassemble_insn(insn)}): {e}") from None
+        except (FaultError, IsaError, DramError) as e:
+            raise FaultError(f"instruction {index} ({disassemble_insn(insn)}): {e}") from e
         end = start + self.model.duration(insn, start)
         if self.max_cycles is not None and end > self.max_cycles:
             raise CycleLimitError(

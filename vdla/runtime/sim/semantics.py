@@ -2,7 +2,8 @@
 
 The on-chip buffers live in :class:`Sram`; each ``exec_*`` function applies one instruction to them
 (and to DRAM). A GEMM or ALU instruction is executed as whole-array operations, never a Python loop
-over its micro-op iterations.
+over its micro-op iterations. An instruction that cannot execute (an index outside a buffer, a DRAM access
+outside the region) raises the runtime's :class:`~vdla.runtime.backend.FaultError`.
 """
 
 from __future__ import annotations
@@ -11,13 +12,10 @@ import numpy as np
 
 from vdla.config import HwConfig
 from vdla.isa import AluInsn, AluOp, EpiInsn, GemmInsn, Insn, MemInsn, MemType, decode_uops, elem_bytes
+from vdla.runtime.backend import FaultError
 from vdla.runtime.dram import Dram
 
 EXACT_TERMS = 1 << 10  # int8 x int8 products whose float32 sum is exact: 1024 * 2^14 = 2^24
-
-
-class ExecError(RuntimeError):
-    """An instruction that cannot execute (an index outside a buffer, a DRAM access outside the region)."""
 
 
 class Sram:
@@ -57,7 +55,7 @@ def _dram_elems(dram: Dram, insn: MemInsn, eb: int) -> tuple[np.ndarray, np.ndar
     if first < 0 or idx[-1] >= dram.size // eb:
         lo = insn.dram_base * eb
         hi = lo + (int(idx[-1]) - first // eb + 1) * eb
-        raise ExecError(
+        raise FaultError(
             f"DRAM access [{lo:#x}, {hi:#x}) outside the region [{dram.base:#x}, {dram.base + dram.size:#x})"
         )
     return dram.mem.reshape(-1, eb), idx
@@ -83,7 +81,7 @@ def exec_load(sram: Sram, insn: MemInsn, dram: Dram) -> None:
     tile[insn.y_pad_0 : insn.y_pad_0 + insn.y_size, insn.x_pad_0 : insn.x_pad_0 + insn.x_size] = values
     n = insn.rows * insn.cols
     if insn.sram_base + n > len(target):
-        raise ExecError(
+        raise FaultError(
             f"SRAM tile [{insn.sram_base}, {insn.sram_base + n}) exceeds the {mem.name} buffer depth {len(target)}"
         )
     target[insn.sram_base : insn.sram_base + n] = tile.reshape((n,) + target.shape[1:])
@@ -97,7 +95,7 @@ def exec_store(sram: Sram, insn: MemInsn, dram: Dram) -> None:
         return
     n = insn.y_size * insn.x_size
     if insn.sram_base + n > len(sram.acc):
-        raise ExecError(f"STORE reads ACC [{insn.sram_base}, {insn.sram_base + n}) beyond depth {len(sram.acc)}")
+        raise FaultError(f"STORE reads ACC [{insn.sram_base}, {insn.sram_base + n}) beyond depth {len(sram.acc)}")
     eb = sram.cfg.out_elem_bytes
     elems, idx = _dram_elems(dram, insn, eb)
     elems[idx] = sram.out[insn.sram_base : insn.sram_base + n].reshape(n, -1).view(np.uint8)
@@ -125,7 +123,7 @@ def _distinct(idx: np.ndarray, depth: int) -> np.ndarray:
 def _check_range(idx: np.ndarray, depth: int, what: str) -> None:
     hi = int(idx.max())
     if hi >= depth:
-        raise ExecError(f"{what} index {hi} outside the buffer (depth {depth})")
+        raise FaultError(f"{what} index {hi} outside the buffer (depth {depth})")
 
 
 def exec_gemm(sram: Sram, insn: GemmInsn) -> None:
@@ -272,7 +270,7 @@ def _alu_apply(op: AluOp, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         shifted = (a + np.where(s > 0, np.left_shift(1, np.maximum(s - 1, 0)), 0)) >> s
         r = np.minimum(np.maximum(shifted, np.where(b & 0x20, 0, -128)), 127)
     else:
-        raise ExecError(f"unknown ALU opcode {op}")
+        raise FaultError(f"unknown ALU opcode {op}")
     return (np.asarray(r) & 0xFFFFFFFF).astype(np.uint32).view(np.int32)
 
 

@@ -1,7 +1,9 @@
 """The cycle model: how long each instruction occupies its stage, and the two DRAM bus channels.
 
-Every parameter comes from :class:`vdla.config.Timing`; the RTL implements the same timing and
-``benchmarks/calibration.py`` measures the agreement.
+It depends only on the configuration and the ISA: every parameter comes from
+:class:`vdla.config.Timing`. The simulator (``vdla/runtime/sim``) runs it instruction by instruction,
+the compiler's cost model (``vdla/compiler/costmodel.py``) uses it per operation, and the RTL
+implements the same timing (``benchmarks/calibration.py`` measures the agreement).
 """
 
 from __future__ import annotations
