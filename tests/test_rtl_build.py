@@ -57,12 +57,9 @@ def test_model_identifies_its_configuration(rtl_library):
 
 
 def test_cli_commands(rtl_library, capsys):
-    import argparse
+    from vdla.cli import build_parser
 
-    from vdla.runtime.rtl.cli import add_commands
-
-    parser = argparse.ArgumentParser(prog="vdla")
-    add_commands(parser.add_subparsers(dest="command", required=True))
+    parser = build_parser()  # rtl-build and fit from vdla.runtime.rtl.cli, calibrate from vdla.experiments
     args = parser.parse_args(["rtl-build", "--config", "pynq"])
     assert args.func(args) == 0
     assert f"{rtl_library} (cached)" in capsys.readouterr().out

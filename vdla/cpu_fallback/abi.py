@@ -16,7 +16,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from vdla.errors import VdlaError
 from vdla.graph.types import DTYPES
+
+
+class AbiError(VdlaError, RuntimeError):
+    """This CPython or numpy lays out its objects in a way the kernels' entry checks cannot find."""
+
 
 C_CONTIGUOUS = 0x0001  # NPY_ARRAY_C_CONTIGUOUS
 WRITEABLE = 0x0400  # NPY_ARRAY_WRITEABLE
@@ -57,7 +63,7 @@ def _find(probes: list, ctype, expected, what: str, start: int = 0) -> int:
     for off in range(start, 160, ctypes.sizeof(ctype)):
         if all(_word(a, off, ctype) == expected(a) for a in probes):
             return off
-    raise RuntimeError(f"cannot locate the {what} field in the object struct")
+    raise AbiError(f"cannot locate the {what} field in the object struct")
 
 
 def probe() -> ObjectLayout:
@@ -68,7 +74,7 @@ def probe() -> ObjectLayout:
     dims = nd + 8  # the dimensions pointer follows ndim; checked by reading the shapes through it
     for a in probes:
         if tuple((ctypes.c_int64 * a.ndim).from_address(_word(a, dims))) != a.shape:
-            raise RuntimeError("cannot locate the dimensions field in numpy's array struct")
+            raise AbiError("cannot locate the dimensions field in numpy's array struct")
     tuples = [tuple(probes[:n]) for n in (1, 2, 3)]
     tuple_size = _find(tuples, ctypes.c_int64, len, "tuple size", 8)
     return ObjectLayout(

@@ -36,8 +36,8 @@ class ChainSpec:
 def broadcast_shape(op: str, shapes: list[tuple[int, ...]]) -> tuple[int, ...]:
     try:
         return tuple(int(d) for d in np.broadcast_shapes(*shapes))
-    except ValueError:
-        raise UnsupportedError(op, f"shapes {shapes} do not broadcast together") from None
+    except ValueError as e:
+        raise UnsupportedError(op, f"shapes {shapes} do not broadcast together") from e
 
 
 def make_chain(inputs: tuple[TensorType, ...], steps: tuple[EwStep, ...], op: str = "chain") -> ChainSpec:

@@ -222,7 +222,7 @@ def compile_graph(graph: Graph) -> CompiledGraph:
             else:
                 raise UnsupportedError(anchor.op, "no CPU kernel for this operator")
         except TypeError as e:  # attributes that the operator does not take
-            raise UnsupportedError(anchor.op, f"bad attributes {anchor.attrs}: {e}") from None
+            raise UnsupportedError(anchor.op, f"bad attributes {anchor.attrs}: {e}") from e
         types[group[-1].output] = spec.out
         stages.append(
             CompiledGroup(get_kernel(spec), tuple(names), group[-1].output, tuple(n.output for n in group), spec.out)

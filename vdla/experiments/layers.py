@@ -15,7 +15,7 @@ from vdla.compiler.cache import ScheduleCache
 from vdla.compiler.conv2d import compile_conv2d
 from vdla.compiler.epilogue import cycles_per_element
 from vdla.config import HwConfig, load_config
-from vdla.experiments.resnet import LayerCase, layer_case, layer_specs
+from vdla.experiments.resnet import ExperimentError, LayerCase, layer_case, layer_specs
 from vdla.graph.oracle import conv2d_reference
 from vdla.runtime.device import Device
 
@@ -98,7 +98,7 @@ def run_model(
     specs = layer_specs(model)
     unknown = set(layers or ()) - set(specs)
     if unknown:
-        raise ValueError(f"unknown layers {sorted(unknown)}; {model} has {', '.join(specs)}")
+        raise ExperimentError(f"unknown layers {sorted(unknown)}; {model} has {', '.join(specs)}")
     records = []
     for name, spec in specs.items():
         if layers and name not in layers:

@@ -9,6 +9,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from vdla.compiler.spec import Conv2dSpec
+from vdla.errors import VdlaError
+
+
+class ExperimentError(VdlaError, ValueError):
+    """An experiment asked for something that does not exist (a model, a layer)."""
+
 
 # name: (H=W, in channels, out channels, kernel, stride), "same" padding
 RESNET18 = {
@@ -48,7 +54,7 @@ class LayerCase:
 def layer_specs(model: str = "resnet18", batch: int = 1) -> dict[str, Conv2dSpec]:
     """The model's conv layers by name, with "same" padding."""
     if model not in MODELS:
-        raise ValueError(f"unknown model {model!r}; choose one of {', '.join(MODELS)}")
+        raise ExperimentError(f"unknown model {model!r}; choose one of {', '.join(MODELS)}")
     return {
         name: Conv2dSpec.make((batch, ic, hw, hw), oc, k, s, "same")
         for name, (hw, ic, oc, k, s) in MODELS[model].items()

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from vdla.isa.instructions import IsaError
+
 MAX_SHIFT = 31  # the REQ/EPI shift field is 5 bits
 INT8_MIN, INT8_MAX = -128, 127
 
@@ -32,7 +34,7 @@ def rounding_shift(v: np.ndarray | int, shift: np.ndarray | int) -> np.ndarray:
     """
     s = np.asarray(shift, np.int64)
     if np.any((s < 0) | (s > MAX_SHIFT)):
-        raise ValueError(f"shift {shift} outside [0, {MAX_SHIFT}]")
+        raise IsaError(f"shift {shift} outside [0, {MAX_SHIFT}]")
     v = np.asarray(v, np.int64)
     return (v + np.where(s > 0, np.left_shift(np.int64(1), np.maximum(s - 1, 0)), 0)) >> s
 
