@@ -12,6 +12,7 @@ import numpy as np
 
 from vdla.config import HwConfig
 from vdla.isa import AluInsn, AluOp, EpiInsn, GemmInsn, Insn, MemInsn, MemType, decode_uops, elem_bytes
+from vdla.isa.arith import INT8_MAX, INT8_MIN, requantize
 from vdla.runtime.backend import FaultError
 from vdla.runtime.dram import Dram
 
@@ -266,9 +267,7 @@ def _alu_apply(op: AluOp, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         hi = (((b >> 8) & 0xFF) ^ 0x80) - 0x80
         r = np.minimum(np.maximum(a, lo), hi)
     elif op == AluOp.REQ:
-        s = b & 0x1F
-        shifted = (a + np.where(s > 0, np.left_shift(1, np.maximum(s - 1, 0)), 0)) >> s
-        r = np.minimum(np.maximum(shifted, np.where(b & 0x20, 0, -128)), 127)
+        r = requantize(a, 1, b & 0x1F, np.where(b & 0x20, 0, INT8_MIN), INT8_MAX).astype(np.int64)  # b: shift | relu<<5
     else:
         raise FaultError(f"unknown ALU opcode {op}")
     return (np.asarray(r) & 0xFFFFFFFF).astype(np.uint32).view(np.int32)
