@@ -8,7 +8,6 @@ accumulator before it is stored.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -31,9 +30,9 @@ from vdla.cpu_fallback.specs import (
     make_transpose,
     make_unpack,
 )
-from vdla.graph.ew import EW_ATTRS, EW_OPERANDS, Arg, Const, EwStep, Step
+from vdla.graph.ew import Arg, Const, EwStep, Step, node_steps
 from vdla.graph.fusion import EPILOGUE_ANCHORS, fuse, is_elementwise
-from vdla.graph.graph import Graph, Node
+from vdla.graph.graph import Graph, Node, reshaped
 from vdla.graph.types import TensorType, UnsupportedError
 
 
@@ -90,28 +89,6 @@ def run_chain(x: np.ndarray, steps: Sequence[Step], out: np.ndarray | None = Non
 
 # ---------------------------------------------------------------------------------------------------------
 # Graphs
-
-
-def _ew_steps(nodes: list[Node], names: list[str]) -> tuple[EwStep, ...]:
-    """EwSteps of elementwise nodes; tensor operands are numbered by their position in ``names``."""
-    steps = []
-    for node in nodes:
-        tensors = iter(node.inputs[1:])
-        operands: list[Const | Arg] = []
-        for opname in EW_OPERANDS[node.op]:
-            if opname in node.attrs:
-                operands.append(Const(node.attrs[opname]))
-                continue
-            name = next(tensors, None)
-            if name is None:
-                raise UnsupportedError(node.op, f"node {node.output!r} misses operand {opname}")
-            if name not in names:
-                names.append(name)
-            operands.append(Arg(names.index(name)))
-        defaults = {k: v for k, v in EW_ATTRS.get(node.op, {}).items() if v is not None}
-        attrs = defaults | {k: v for k, v in node.attrs.items() if k not in EW_OPERANDS[node.op]}
-        steps.append(EwStep(node.op, tuple(operands), tuple(sorted(attrs.items()))))
-    return tuple(steps)
 
 
 _Factory = Callable[[list[TensorType], dict[str, Any]], Spec]
@@ -176,24 +153,12 @@ def _anchored_spec(
         shaped = f"{bias[0]}@{anchor.output}"
         shape = (1, -1, 1, 1) if anchor.op == "conv2d" else (1, -1)
         params[shaped] = contiguous(params[bias[0]].reshape(shape))
-        steps = _ew_steps([Node("add", (anchor.output, shaped), anchor.output)], names)
-    steps += _ew_steps(chain, names)
+        steps = node_steps([Node("add", (anchor.output, shaped), anchor.output)], names)
+    steps += node_steps(chain, names)
     epi_types = tuple(TensorType.of(params[n], anchor.op) if n in params else types[n] for n in names[1:])
     make = make_conv2d if anchor.op == "conv2d" else make_dense
     spec = make(types[x], types[w], epilogue_inputs=epi_types, epilogue=steps, **anchor.attrs)
     return spec, [x, w, *names[1:]]
-
-
-def _reshaped(shape: tuple[int, ...], target: Sequence[int]) -> tuple[int, ...]:
-    """``target`` with a -1 entry resolved, checked to keep the element count of ``shape``."""
-    bad = UnsupportedError("reshape", f"cannot reshape {shape} to {tuple(target)}")
-    if list(target).count(-1) > 1 or any(d == 0 or d < -1 for d in target):
-        raise bad
-    size, known = math.prod(shape), math.prod(d for d in target if d != -1)
-    out = tuple(size // known if d == -1 else d for d in target)
-    if math.prod(out) != size:
-        raise bad
-    return out
 
 
 def compile_graph(graph: Graph) -> CompiledGraph:
@@ -206,13 +171,13 @@ def compile_graph(graph: Graph) -> CompiledGraph:
         anchor = group[0]
         if anchor.op == "reshape":
             src = types[anchor.inputs[0]]
-            types[anchor.output] = TensorType(_reshaped(src.shape, anchor.attrs["shape"]), src.dtype)
+            types[anchor.output] = TensorType(reshaped(src.shape, anchor.attrs["shape"]), src.dtype)
             stages.append(CompiledGroup(None, anchor.inputs, anchor.output, (anchor.output,), types[anchor.output]))
             continue
         try:
             if is_elementwise(anchor):
                 names = [anchor.inputs[0]]
-                steps = _ew_steps(group, names)
+                steps = node_steps(group, names)
                 spec: Spec = make_chain(tuple(types[n] for n in names), steps)
             elif anchor.op in EPILOGUE_ANCHORS:
                 spec, names = _anchored_spec(anchor, group[1:], types, params)

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from vdla.graph.graph import Node
 from vdla.graph.types import DTYPES, INT_RANGE, TensorType, UnsupportedError, is_float
 from vdla.isa.arith import MAX_SHIFT
 
@@ -172,6 +173,30 @@ def step_result_dtype(step: EwStep, value: str, inputs: tuple[TensorType, ...]) 
     lo, hi = int(step.attr("lo")), int(step.attr("hi"))
     _need(op, -128 <= lo <= hi <= 127, f"clamp range [{lo}, {hi}] must lie within int8")
     return "int8"
+
+
+def node_steps(nodes: list[Node], names: list[str]) -> tuple[EwStep, ...]:
+    """EwSteps of elementwise graph nodes; tensor operands are numbered by their position in ``names``
+    (new names are appended). Each operand of :data:`EW_OPERANDS` is the node's scalar attribute of that
+    name, or else its next tensor input after ``inputs[0]`` (the running value)."""
+    steps = []
+    for node in nodes:
+        tensors = iter(node.inputs[1:])
+        operands: list[Const | Arg] = []
+        for opname in EW_OPERANDS[node.op]:
+            if opname in node.attrs:
+                operands.append(Const(node.attrs[opname]))
+                continue
+            name = next(tensors, None)
+            if name is None:
+                raise UnsupportedError(node.op, f"node {node.output!r} misses operand {opname}")
+            if name not in names:
+                names.append(name)
+            operands.append(Arg(names.index(name)))
+        defaults = {k: v for k, v in EW_ATTRS.get(node.op, {}).items() if v is not None}
+        attrs = defaults | {k: v for k, v in node.attrs.items() if k not in EW_OPERANDS[node.op]}
+        steps.append(EwStep(node.op, tuple(operands), tuple(sorted(attrs.items()))))
+    return tuple(steps)
 
 
 # ---------------------------------------------------------------------------------------------------------

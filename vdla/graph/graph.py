@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from vdla.graph.types import TensorType
+from vdla.graph.types import TensorType, UnsupportedError
 
 
 @dataclass(frozen=True)
@@ -26,9 +28,53 @@ class Node:
 
 @dataclass
 class Graph:
-    """Topologically ordered nodes over named inputs and constant parameters."""
+    """Topologically ordered nodes over named inputs and constant parameters.
+
+    Every value has a name: a graph input, a parameter (a constant array, with an optional type in
+    ``param_types`` where it carries quantization) or the output of exactly one node. ``name`` names
+    the model in dumps and errors.
+    """
 
     inputs: dict[str, TensorType]
     nodes: list[Node]
     outputs: list[str]
     params: dict[str, np.ndarray] = field(default_factory=dict)
+    param_types: dict[str, TensorType] = field(default_factory=dict)
+    name: str = "graph"
+
+    def producers(self) -> dict[str, Node]:
+        """The node producing each node output."""
+        return {n.output: n for n in self.nodes}
+
+    def consumers(self) -> dict[str, list[Node]]:
+        """The nodes reading each value, in graph order."""
+        readers: dict[str, list[Node]] = {}
+        for n in self.nodes:
+            for i in dict.fromkeys(n.inputs):
+                readers.setdefault(i, []).append(n)
+        return readers
+
+    def copy(self, nodes: list[Node] | None = None, **changes: Any) -> Graph:
+        """A shallow copy (arrays shared) with other nodes or fields."""
+        fields_ = dict(
+            inputs=dict(self.inputs),
+            nodes=list(self.nodes if nodes is None else nodes),
+            outputs=list(self.outputs),
+            params=dict(self.params),
+            param_types=dict(self.param_types),
+            name=self.name,
+        )
+        fields_.update(changes)
+        return Graph(**fields_)
+
+
+def reshaped(shape: tuple[int, ...], target: Sequence[int]) -> tuple[int, ...]:
+    """``target`` with a -1 entry resolved, checked to keep the element count of ``shape``."""
+    bad = UnsupportedError("reshape", f"cannot reshape {shape} to {tuple(target)}")
+    if list(target).count(-1) > 1 or any(d == 0 or d < -1 for d in target):
+        raise bad
+    size, known = math.prod(shape), math.prod(d for d in target if d != -1)
+    out = tuple(size // known if d == -1 else d for d in target)
+    if math.prod(out) != size:
+        raise bad
+    return out

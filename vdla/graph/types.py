@@ -25,11 +25,60 @@ class UnsupportedError(VdlaError, ValueError):
 
 
 @dataclass(frozen=True)
+class Quant:
+    """Quantization of an integer tensor: ``real = (q - zero_point) * scale``.
+
+    ``scale`` has one entry (per tensor) or one per slice along ``axis`` (per channel); every scale is
+    positive and finite. vdla's accelerator path uses symmetric int8 (zero point 0).
+    """
+
+    scale: tuple[float, ...]
+    zero_point: int = 0
+    axis: int | None = None
+
+    def __post_init__(self) -> None:
+        if not self.scale or not all(math.isfinite(s) and s > 0 for s in self.scale):
+            raise UnsupportedError("quant", f"scales must be positive and finite, got {self.scale}")
+        if len(self.scale) > 1 and self.axis is None:
+            raise UnsupportedError("quant", f"{len(self.scale)} scales need an axis")
+
+    @staticmethod
+    def of(scale, zero_point=0, axis: int | None = None) -> Quant:
+        """From a scalar or 1-D scale (numpy or Python) and an integer zero point."""
+        s = tuple(float(v) for v in np.atleast_1d(np.asarray(scale, np.float64)).ravel())
+        zp = np.asarray(zero_point).ravel()
+        if zp.size and np.any(zp != zp[0]):
+            raise UnsupportedError("quant", f"per-channel zero points are not supported, got {zp.tolist()}")
+        return Quant(s, int(zp[0]) if zp.size else 0, axis if len(s) > 1 else None)
+
+    @property
+    def per_channel(self) -> bool:
+        return len(self.scale) > 1
+
+    def scales(self) -> np.ndarray:
+        return np.asarray(self.scale, np.float64)
+
+
+@dataclass(frozen=True)
 class TensorType:
-    """Shape and dtype name (one of :data:`DTYPES`) of a dense C-contiguous tensor."""
+    """Shape and dtype name (one of :data:`DTYPES`) of a dense C-contiguous tensor, and, for a quantized
+    integer tensor, its :class:`Quant` (``None`` for float tensors and plain integers)."""
 
     shape: tuple[int, ...]
     dtype: str
+    quant: Quant | None = None
+
+    @property
+    def plain(self) -> TensorType:
+        """The type without its quantization (what a kernel signature holds)."""
+        return self if self.quant is None else TensorType(self.shape, self.dtype)
+
+    def __str__(self) -> str:
+        q = ""
+        if self.quant is not None:
+            s = self.quant.scale
+            q = f" q(scale={s[0]:.4g}{'..' if len(s) > 1 else ''}, zp={self.quant.zero_point})"
+        return f"{self.dtype}[{'x'.join(map(str, self.shape))}]{q}"
 
     @staticmethod
     def of(value: np.ndarray | TensorType, op: str) -> TensorType:

@@ -1,0 +1,332 @@
+"""The operator vocabulary of the graph: each operator's pattern kind and its type rule.
+
+Every node of a :class:`~vdla.graph.graph.Graph` names one of these operators. The pattern kind is
+TVM's, used by the fusion pass: ``injective`` (each output element depends on one input element:
+elementwise ops, reshapes, layout changes), ``reduction`` (pooling), ``complex`` (complex-out-fusable:
+conv2d and dense, which take injective consumers into their epilogue) and ``opaque`` (nothing fuses
+across it). The type rule maps the input types and attributes to the output type, quantization
+included; it raises :class:`~vdla.graph.types.UnsupportedError` naming the operator and the problem.
+
+Invariants: conv2d/dense on int8 accumulate into int32 (no quantization on the accumulator); a
+quantized int8 tensor carries its :class:`~vdla.graph.types.Quant`; max pooling, ReLU, clip, reshape,
+transpose and layout changes keep the quantization of their input.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from vdla.graph.ew import EW_OPERANDS, node_steps, step_result_dtype
+from vdla.graph.graph import Graph, Node, reshaped
+from vdla.graph.layout import blocked_shape
+from vdla.graph.types import Quant, TensorType, UnsupportedError
+from vdla.graph.window import make_window
+
+INJECTIVE, REDUCTION, COMPLEX, OPAQUE = "injective", "reduction", "complex", "opaque"
+KINDS = (INJECTIVE, REDUCTION, COMPLEX, OPAQUE)
+
+Infer = Callable[[Node, list[TensorType], Mapping[str, np.ndarray]], TensorType]
+
+
+@dataclass(frozen=True)
+class OpDef:
+    """One operator: its pattern kind, the number of tensor inputs it takes and its type rule."""
+
+    name: str
+    kind: str
+    min_inputs: int
+    max_inputs: int
+    infer: Infer
+
+
+OPS: dict[str, OpDef] = {}
+
+
+def _need(op: str, cond: bool, message: str) -> None:
+    if not cond:
+        raise UnsupportedError(op, message)
+
+
+def register(name: str, kind: str, min_inputs: int, max_inputs: int | None = None) -> Callable[[Infer], Infer]:
+    """Decorator adding an operator with its type rule to :data:`OPS`."""
+
+    def deco(fn: Infer) -> Infer:
+        OPS[name] = OpDef(name, kind, min_inputs, min_inputs if max_inputs is None else max_inputs, fn)
+        return fn
+
+    return deco
+
+
+def infer(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarray]) -> TensorType:
+    """The output type of ``node`` given its input types (``params`` holds the constant inputs)."""
+    opdef = OPS.get(node.op)
+    _need(node.op, opdef is not None, f"unknown operator (node {node.output!r})")
+    n = len(inputs)
+    _need(
+        node.op,
+        opdef.min_inputs <= n <= opdef.max_inputs,
+        f"node {node.output!r} takes {opdef.min_inputs}..{opdef.max_inputs} inputs, got {n}",
+    )
+    return opdef.infer(node, inputs, params)
+
+
+def infer_types(graph: Graph) -> dict[str, TensorType]:
+    """The type of every value of ``graph``: its inputs, its parameters and every node's output."""
+    types: dict[str, TensorType] = dict(graph.inputs)
+    for name, value in graph.params.items():
+        types[name] = graph.param_types.get(name) or TensorType.of(value, name)
+    for node in graph.nodes:
+        missing = [i for i in node.inputs if i not in types]
+        _need(node.op, not missing, f"node {node.output!r} reads undefined values {missing}")
+        types[node.output] = infer(node, [types[i] for i in node.inputs], graph.params)
+    return types
+
+
+def kind(op: str) -> str:
+    """The pattern kind of ``op`` (opaque for an operator the registry does not know)."""
+    return OPS[op].kind if op in OPS else OPAQUE
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Elementwise
+
+
+def _scalar_attr(node: Node, name: str, params: Mapping[str, np.ndarray]) -> np.ndarray | None:
+    """An elementwise operand given as an attribute, or as a constant tensor input."""
+    if name in node.attrs:
+        return np.asarray(node.attrs[name])
+    names = EW_OPERANDS[node.op]
+    tensors = list(node.inputs[1:])
+    for opname in names:
+        if opname in node.attrs:
+            continue
+        if not tensors:
+            return None
+        t = tensors.pop(0)
+        if opname == name:
+            return params.get(t)
+    return None
+
+
+def _ew_quant(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarray], dtype: str) -> Quant | None:
+    if node.op == "quantize":
+        scale = _scalar_attr(node, "scale", params)
+        zp = _scalar_attr(node, "zero_point", params)
+        if scale is None:
+            return None
+        axis = node.attrs.get("axis", 1 if np.asarray(scale).size > 1 else None)
+        return Quant.of(scale, 0 if zp is None else zp, axis)
+    if dtype == "int8" and node.op in ("relu", "clip", "max", "min", "cast") and inputs[0].dtype == "int8":
+        return inputs[0].quant
+    return None
+
+
+def _elementwise(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarray]) -> TensorType:
+    names = [node.inputs[0]]
+    (step,) = node_steps([node], names)
+    by_name = dict(zip(node.inputs, inputs, strict=True))
+    types = tuple(by_name[n].plain for n in names)
+    dtype = step_result_dtype(step, types[0].dtype, types)
+    try:
+        shape = tuple(int(d) for d in np.broadcast_shapes(*(t.shape for t in types)))
+    except ValueError as e:
+        raise UnsupportedError(node.op, f"shapes {[t.shape for t in types]} do not broadcast together") from e
+    return TensorType(shape, dtype, _ew_quant(node, inputs, params, dtype))
+
+
+for _op, _operands in EW_OPERANDS.items():
+    register(_op, INJECTIVE, 1, 1 + len(_operands))(_elementwise)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Compute
+
+
+def _acc_dtype(op: str, x: TensorType, w: TensorType) -> str:
+    ok = x.dtype == w.dtype and x.dtype in ("int8", "float32")
+    _need(op, ok, f"unsupported dtypes x={x.dtype}, w={w.dtype} (int8 x int8 or float32 x float32)")
+    return "int32" if x.dtype == "int8" else "float32"
+
+
+def _check_bias(op: str, bias: list[TensorType], channels: int, acc: str) -> None:
+    if bias:
+        b = bias[0]
+        _need(op, b.shape == (channels,), f"bias must have shape ({channels},), got {b.shape}")
+        _need(op, b.dtype == acc, f"bias must be {acc} like the accumulator, got {b.dtype}")
+
+
+@register("conv2d", COMPLEX, 2, 3)
+def _conv2d(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarray]) -> TensorType:
+    x, w, *bias = inputs
+    a = node.attrs
+    _need("conv2d", len(x.shape) == 4 and len(w.shape) == 4, f"expects NCHW x and OIHW w, got {x.shape}, {w.shape}")
+    acc = _acc_dtype("conv2d", x, w)
+    n, c, h, wd = x.shape
+    oc, icg, kh, kw = w.shape
+    groups = int(a.get("groups", 1))
+    _need("conv2d", groups >= 1 and c % groups == 0 and oc % groups == 0, f"groups={groups} must divide C and O")
+    _need("conv2d", icg == c // groups, f"weight has {icg} input channels per group, expected {c // groups}")
+    _, (oh, ow) = make_window(
+        "conv2d", (h, wd), (kh, kw), a.get("stride", 1), a.get("dilation", 1), a.get("padding", 0)
+    )
+    _check_bias("conv2d", bias, oc, acc)
+    return TensorType((n, oc, oh, ow), acc)
+
+
+@register("dense", COMPLEX, 2, 3)
+def _dense(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarray]) -> TensorType:
+    x, w, *bias = inputs
+    ok = len(x.shape) == 2 and len(w.shape) == 2 and x.shape[1] == w.shape[1]
+    _need("dense", ok, f"expects x (M, K) and w (N, K), got {x.shape} and {w.shape}")
+    acc = _acc_dtype("dense", x, w)
+    _check_bias("dense", bias, w.shape[0], acc)
+    return TensorType((x.shape[0], w.shape[0]), acc)
+
+
+@register("matmul", COMPLEX, 2)
+def _matmul(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarray]) -> TensorType:
+    a, b = inputs
+    _need("matmul", a.dtype == b.dtype == "float32", f"float32 operands only, got {a.dtype}, {b.dtype}")
+    _need("matmul", len(a.shape) >= 2 and len(b.shape) == 2, f"expects (..., M, K) x (K, N), got {a.shape}, {b.shape}")
+    _need("matmul", a.shape[-1] == b.shape[0], f"inner dimensions differ: {a.shape} x {b.shape}")
+    return TensorType((*a.shape[:-1], b.shape[1]), "float32")
+
+
+@register("batch_norm", INJECTIVE, 5)
+def _batch_norm(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarray]) -> TensorType:
+    x, *stats = inputs
+    _need("batch_norm", x.dtype == "float32" and len(x.shape) >= 2, f"expects a float32 (N, C, ...) x, got {x}")
+    for t in stats:
+        _need("batch_norm", t.shape == (x.shape[1],), f"statistics must have shape ({x.shape[1]},), got {t.shape}")
+    return x
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Pooling and reductions
+
+
+def _pool(kind_: str) -> Infer:
+    op = f"{kind_}_pool2d"
+
+    def rule(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarray]) -> TensorType:
+        (x,) = inputs
+        a = node.attrs
+        _need(op, len(x.shape) == 4, f"expects an NCHW tensor, got shape {x.shape}")
+        _need(op, x.dtype in ("int8", "float32"), f"dtype {x.dtype} is not supported (int8, float32)")
+        kernel = a.get("kernel")
+        _need(op, kernel is not None, "needs a kernel attribute")
+        stride = a.get("stride") or kernel
+        win, (oh, ow) = make_window(op, x.shape[2:], kernel, stride, 1, a.get("padding", 0))
+        top, bottom, left, right = win.pads
+        ok = max(top, bottom) < win.kernel[0] and max(left, right) < win.kernel[1]
+        _need(op, ok, f"padding {win.pads} must be smaller than the kernel {win.kernel}")
+        return TensorType((*x.shape[:2], oh, ow), x.dtype, x.quant)
+
+    return rule
+
+
+register("max_pool2d", REDUCTION, 1)(_pool("max"))
+register("avg_pool2d", REDUCTION, 1)(_pool("avg"))
+
+
+@register("global_avg_pool", REDUCTION, 1)
+def _global_avg_pool(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarray]) -> TensorType:
+    (x,) = inputs
+    _need("global_avg_pool", len(x.shape) == 4, f"expects an NCHW tensor, got shape {x.shape}")
+    _need("global_avg_pool", x.dtype in ("int8", "float32"), f"dtype {x.dtype} is not supported (int8, float32)")
+    return TensorType((*x.shape[:2], 1, 1), x.dtype, x.quant)
+
+
+@register("softmax", OPAQUE, 1)
+def _softmax(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarray]) -> TensorType:
+    (x,) = inputs
+    axis = int(node.attrs.get("axis", -1))
+    _need("softmax", x.dtype == "float32", f"requires float32, got {x.dtype}")
+    _need("softmax", -len(x.shape) <= axis < len(x.shape), f"axis {axis} out of range for {x.shape}")
+    return x
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Shapes and layouts
+
+
+@register("reshape", INJECTIVE, 1)
+def _reshape(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarray]) -> TensorType:
+    (x,) = inputs
+    return TensorType(reshaped(x.shape, node.attrs["shape"]), x.dtype, x.quant)
+
+
+@register("transpose", INJECTIVE, 1)
+def _transpose(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarray]) -> TensorType:
+    (x,) = inputs
+    perm = tuple(int(p) for p in node.attrs["perm"])
+    _need("transpose", sorted(perm) == list(range(len(x.shape))), f"bad permutation {perm} for {x.shape}")
+    q = x.quant
+    if q is not None and q.axis is not None:
+        q = Quant(q.scale, q.zero_point, perm.index(q.axis))
+    return TensorType(tuple(x.shape[p] for p in perm), x.dtype, q)
+
+
+@register("concat", INJECTIVE, 1, 1 << 16)
+def _concat(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarray]) -> TensorType:
+    rank, dtype = len(inputs[0].shape), inputs[0].dtype
+    axis = int(node.attrs.get("axis", 0))
+    _need("concat", -rank <= axis < rank, f"axis {axis} out of range")
+    axis %= rank
+    for t in inputs:
+        _need("concat", t.dtype == dtype, f"mixed dtypes {dtype} and {t.dtype}")
+        same = len(t.shape) == rank and all(
+            a == b for i, (a, b) in enumerate(zip(t.shape, inputs[0].shape, strict=True)) if i != axis
+        )
+        _need("concat", same, f"shape {t.shape} does not match {inputs[0].shape} outside axis {axis}")
+    shape = list(inputs[0].shape)
+    shape[axis] = sum(t.shape[axis] for t in inputs)
+    quants = {t.quant for t in inputs}
+    return TensorType(tuple(shape), dtype, quants.pop() if len(quants) == 1 else None)
+
+
+@register("pad", INJECTIVE, 1)
+def _pad(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarray]) -> TensorType:
+    (x,) = inputs
+    pads = tuple((int(a), int(b)) for a, b in node.attrs["pads"])
+    ok = len(pads) == len(x.shape) and all(a >= 0 and b >= 0 for a, b in pads)
+    _need("pad", ok, f"pads {pads} must be one non-negative (before, after) pair per axis of {x.shape}")
+    shape = tuple(d + a + b for d, (a, b) in zip(x.shape, pads, strict=True))
+    return TensorType(shape, x.dtype, x.quant)
+
+
+@register("pack_blocked", INJECTIVE, 1)
+def _pack(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarray]) -> TensorType:
+    (x,) = inputs
+    _need("pack_blocked", len(x.shape) == 4, f"expects an NCHW tensor, got shape {x.shape}")
+    return TensorType(blocked_shape(x.shape, node.attrs["batch"], node.attrs["block"]), x.dtype, x.quant)
+
+
+@register("unpack_blocked", INJECTIVE, 1)
+def _unpack(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarray]) -> TensorType:
+    (x,) = inputs
+    _need("unpack_blocked", len(x.shape) == 6, f"expects (N/bn, C/B, H, W, bn, B), got shape {x.shape}")
+    nb, _, h, w, bn, _ = x.shape
+    images = int(node.attrs.get("images", nb * bn))
+    return TensorType((images, int(node.attrs["channels"]), h, w), x.dtype, x.quant)
+
+
+def shape_size(t: TensorType) -> int:
+    """Bytes of a dense tensor of type ``t``."""
+    return math.prod(t.shape) * np.dtype(t.dtype).itemsize
+
+
+def attrs_text(attrs: Mapping[str, Any]) -> str:
+    """Attributes as ``name=value`` pairs (arrays abbreviated), for dumps and error messages."""
+
+    def short(v: Any) -> str:
+        if isinstance(v, np.ndarray):
+            return f"array{tuple(v.shape)}"
+        return repr(v)
+
+    return ", ".join(f"{k}={short(v)}" for k, v in sorted(attrs.items()))
