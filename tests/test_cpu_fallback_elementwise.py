@@ -8,6 +8,7 @@ from hypothesis.extra import numpy as hnp
 
 from vdla.cpu_fallback import UnsupportedError, compile_chain, ew, ops, set_disk_cache
 from vdla.cpu_fallback.reference import reference
+from vdla.graph.oracle import epilogue
 from vdla.isa.arith import requantize
 
 set_disk_cache(None)
@@ -151,6 +152,24 @@ def test_requantize_is_the_accelerators_integer_function():
     np.testing.assert_array_equal(ops.requantize(np.array([2**20], np.int32), 2**12, 0), [0])
 
 
+@SETTINGS
+@given(data=st.data())
+def test_rshift_and_the_accelerator_epilogue_as_a_chain(data):
+    """mul, rshift, add, clip, cast is the accelerator's conv epilogue (vdla.graph.oracle.epilogue)."""
+    c = data.draw(st.integers(1, 9))
+    acc = data.draw(hnp.arrays(np.int32, (2, c, 3, 5), elements=st.integers(-(2**24), 2**24)))
+    m = data.draw(hnp.arrays(np.int32, (1, c, 1, 1), elements=st.integers(0, 2**6)))
+    s = data.draw(st.integers(0, 31))
+    res = data.draw(hnp.arrays(np.int8, (2, c, 3, 5), elements=int8s))
+    lo = data.draw(st.sampled_from([-128, 0]))
+    steps = [ew.mul(m), ew.rshift(s), ew.add(res), ew.clip(lo, 127), ew.cast("int8")]
+    got = check_chain(acc, steps)
+    want = epilogue(acc, multiplier=m.ravel(), shift=s, bounds=(lo, 127), residual=res)
+    np.testing.assert_array_equal(got, want)
+    tensor_shift = data.draw(hnp.arrays(np.int32, (1, c, 1, 1), elements=st.integers(-2, 35)))
+    check_chain(acc, [ew.rshift(tensor_shift)])
+
+
 def test_requantize_rounds_half_up_and_saturates():
     x = np.array([3, 5, -3, -5, 2**31 - 1, -(2**31), 1, -1], np.int32)
     # (x + 2) >> 2: 3 -> 1 (0.75), 5 -> 1 (1.25), -3 -> -1, -5 -> -1; halves round up: 2 -> 1, -2 -> 0
@@ -256,6 +275,8 @@ def test_chains_on_arrays_at_any_alignment(offsets):
         (np.zeros(4, np.int32), [ew.clip(0.5, 2)], "clip"),
         (np.zeros(4, np.float32), [ew.requantize(1, 2)], "requantize"),
         (np.zeros(4, np.int32), [ew.requantize(1, 32)], "requantize"),
+        (np.zeros(4, np.int32), [ew.rshift(32)], "rshift"),
+        (np.zeros(4, np.float32), [ew.rshift(1)], "rshift"),
         (np.zeros(4, np.int32), [ew.requantize(1, 2, -200, 0)], "requantize"),
         (np.zeros(4, np.int8), [ew.quantize(0.1)], "quantize"),
         (np.zeros(4, np.float32), [ew.quantize(-1.0)], "quantize"),

@@ -97,6 +97,15 @@ _FLOAT_BINARY: dict[str, Callable] = {
 _UNARY_FLOAT = {"sigmoid": KernelBuilder.sigmoid, "tanh": KernelBuilder.tanh, "exp": KernelBuilder.exp}
 
 
+def _rounding_shift(kb: KernelBuilder, acc: ir.Value, s: Operand) -> ir.Value:
+    """``(acc + 2^(s-1)) >> s`` on i64 (``vdla.isa.arith.rounding_shift``); tensor shifts clamped to [0, 31]."""
+    b = kb.b
+    if isinstance(s, tuple):
+        sh = kb.clamp_int(_as_int(kb, s, I64), 0, MAX_SHIFT)
+        return b.ashr(b.add(acc, b.ashr(b.shl(i64(1), sh), i64(1))), sh)
+    return b.ashr(b.add(acc, i64(1 << (s - 1))), i64(s)) if s > 0 else acc
+
+
 def emit_step(kb: KernelBuilder, step: EwStep, v: ir.Value, dtype: str, out: str, operands: list[Operand]) -> ir.Value:
     """Emit one step taking ``v`` of ``dtype`` to ``out`` (as inferred by :func:`ir.step_result_dtype`)."""
     b, op = kb.b, step.op
@@ -123,16 +132,13 @@ def emit_step(kb: KernelBuilder, step: EwStep, v: ir.Value, dtype: str, out: str
         scale, zp = operands
         centered = b.sub(kb.widen(v, dtype, I32), _as_int(kb, zp, I32))
         return b.fmul(b.sitofp(centered, F32), _as_float(kb, scale))
+    if op == "rshift":
+        (s,) = operands
+        return b.trunc(_rounding_shift(kb, b.sext(kb.widen(v, dtype, I32), I64), s), I32)
     if op == "requantize":
         m, s = operands
         # vdla.isa.arith.requantize: the product wraps to int32 (the accelerator's 32-bit MUL), then a
         # rounding shift in [0, 31] computed in 64 bits, then the clamp
-        acc = b.sext(b.mul(kb.widen(v, dtype, I32), _as_int(kb, m, I32)), I64)
-        if isinstance(s, tuple):
-            sh = kb.clamp_int(_as_int(kb, s, I64), 0, MAX_SHIFT)
-            rnd = b.ashr(b.shl(i64(1), sh), i64(1))
-            acc = b.ashr(b.add(acc, rnd), sh)
-        elif s > 0:
-            acc = b.ashr(b.add(acc, i64(1 << (s - 1))), i64(s))
+        acc = _rounding_shift(kb, b.sext(b.mul(kb.widen(v, dtype, I32), _as_int(kb, m, I32)), I64), s)
         return b.trunc(kb.clamp_int(acc, int(step.attr("lo")), int(step.attr("hi"))), I8)
     return kb.to_dtype(v, dtype, out)  # cast

@@ -26,7 +26,7 @@ from vdla.cpu_fallback.specs import (
 from vdla.graph import layout, oracle
 from vdla.graph.ew import Arg, EwStep, step_result_dtype
 from vdla.graph.types import INT_RANGE, is_float
-from vdla.isa.arith import MAX_SHIFT, requantize
+from vdla.isa.arith import MAX_SHIFT, requantize, rounding_shift, wrap32
 
 
 def round_half_up_div(total: np.ndarray, count: np.ndarray | int) -> np.ndarray:
@@ -75,6 +75,8 @@ def _step(step: EwStep, v: np.ndarray, dtype: str, ops: list, out: str) -> np.nd
         return quantize(v, *ops)
     if op == "dequantize":
         return dequantize(v, *ops)
+    if op == "rshift":
+        return wrap32(rounding_shift(v, np.clip(np.asarray(ops[0], np.int64), 0, MAX_SHIFT))).astype(np.int32)
     if op == "requantize":
         m, shift = ops
         return requantize(

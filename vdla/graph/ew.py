@@ -64,6 +64,7 @@ EW_OPERANDS: dict[str, tuple[str, ...]] = {
     "quantize": ("scale", "zero_point"),
     "dequantize": ("scale", "zero_point"),
     "requantize": ("multiplier", "shift"),
+    "rshift": ("shift",),
     "cast": (),
 }
 BINARY_OPS = ("add", "sub", "mul", "max", "min")
@@ -161,6 +162,12 @@ def step_result_dtype(step: EwStep, value: str, inputs: tuple[TensorType, ...]) 
         _need(op, kinds["zero_point"] == "int", "zero_point must be an integer")
         return "int8"
     _need(op, not vfloat, f"requires an int8 or int32 input, got {value}")
+    if op == "rshift":
+        _need(op, kinds["shift"] == "int", "shift must be an integer")
+        s = operands["shift"]
+        if isinstance(s, Const):
+            _need(op, 0 <= s.value <= MAX_SHIFT, f"shift must be in [0, {MAX_SHIFT}], got {s.value}")
+        return "int32"
     if op == "dequantize":
         _need(op, kinds["zero_point"] == "int", "zero_point must be an integer")
         return "float32"
@@ -270,6 +277,14 @@ def requantize(multiplier: StepOperand, shift: StepOperand, lo: int = -128, hi: 
     Tensor shifts are clamped to [0, 31]; a scalar shift outside that range is an error.
     """
     return Step("requantize", (multiplier, shift), {"lo": lo, "hi": hi})
+
+
+def rshift(shift: StepOperand) -> Step:
+    """int -> int32: :func:`vdla.isa.arith.rounding_shift`, ``(x + 2^(s-1)) >> s`` (the ALU's RSHR).
+
+    Tensor shifts are clamped to [0, 31]; a scalar shift outside that range is an error.
+    """
+    return Step("rshift", (shift,))
 
 
 def cast(dtype: str | np.dtype | type) -> Step:

@@ -114,6 +114,10 @@ def _scalar_attr(node: Node, name: str, params: Mapping[str, np.ndarray]) -> np.
 
 
 def _ew_quant(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarray], dtype: str) -> Quant | None:
+    if "quant" in node.attrs:  # (scale, zero_point): the node's int8 result is quantized so
+        _need(node.op, dtype == "int8", f"only an int8 result can carry quantization, this one is {dtype}")
+        scale, zp = node.attrs["quant"]
+        return Quant.of(scale, zp)
     if node.op == "quantize":
         scale = _scalar_attr(node, "scale", params)
         zp = _scalar_attr(node, "zero_point", params)
