@@ -20,7 +20,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from vdla.config import load_config
 from vdla.cpu_fallback import jit
-from vdla.cpu_fallback.reference import reference, requantize
+from vdla.cpu_fallback.reference import reference
 from vdla.cpu_fallback.specs import (
     make_chain,
     make_conv2d,
@@ -38,6 +38,7 @@ from vdla.graph import ew
 from vdla.graph.graph import Graph, Node
 from vdla.graph.layout import activation_blocks, blocked_shape
 from vdla.graph.types import TensorType
+from vdla.isa.arith import requantize
 
 RNG_SEED = 0
 
