@@ -24,6 +24,7 @@ Example::
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -68,6 +69,8 @@ EW_OPERANDS: dict[str, tuple[str, ...]] = {
     "cast": (),
 }
 BINARY_OPS = ("add", "sub", "mul", "max", "min")
+# node attributes that annotate the result's type (quantization axis, quantization) rather than the computation
+ANNOTATIONS = ("axis", "quant")
 # operator -> its attributes with their defaults (None: required)
 EW_ATTRS: dict[str, dict[str, int | str | None]] = {
     "requantize": {"lo": -128, "hi": 127},
@@ -182,6 +185,27 @@ def step_result_dtype(step: EwStep, value: str, inputs: tuple[TensorType, ...]) 
     return "int8"
 
 
+def operand_input(node: Node, name: str) -> str | None:
+    """The tensor input an elementwise node takes for operand ``name`` (None: an attribute or absent)."""
+    tensors = iter(node.inputs[1:])
+    for opname in EW_OPERANDS[node.op]:
+        if opname in node.attrs:
+            continue
+        value = next(tensors, None)
+        if opname == name:
+            return value
+    return None
+
+
+def operand_value(node: Node, name: str, params: Mapping[str, np.ndarray]) -> np.ndarray | None:
+    """The constant value of operand ``name`` of an elementwise node: its attribute, or its tensor input
+    when that is a parameter; None when the operand is a computed tensor."""
+    if name in node.attrs:
+        return np.asarray(node.attrs[name])
+    source = operand_input(node, name)
+    return None if source is None else params.get(source)
+
+
 def node_steps(nodes: list[Node], names: list[str]) -> tuple[EwStep, ...]:
     """EwSteps of elementwise graph nodes; tensor operands are numbered by their position in ``names``
     (new names are appended). Each operand of :data:`EW_OPERANDS` is the node's scalar attribute of that
@@ -201,7 +225,9 @@ def node_steps(nodes: list[Node], names: list[str]) -> tuple[EwStep, ...]:
                 names.append(name)
             operands.append(Arg(names.index(name)))
         defaults = {k: v for k, v in EW_ATTRS.get(node.op, {}).items() if v is not None}
-        attrs = defaults | {k: v for k, v in node.attrs.items() if k not in EW_OPERANDS[node.op]}
+        attrs = defaults | {
+            k: v for k, v in node.attrs.items() if k not in EW_OPERANDS[node.op] and k not in ANNOTATIONS
+        }
         steps.append(EwStep(node.op, tuple(operands), tuple(sorted(attrs.items()))))
     return tuple(steps)
 

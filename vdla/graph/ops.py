@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from vdla.graph.ew import EW_OPERANDS, node_steps, step_result_dtype
+from vdla.graph.ew import EW_OPERANDS, node_steps, operand_value, step_result_dtype
 from vdla.graph.graph import Graph, Node, reshaped
 from vdla.graph.layout import blocked_shape
 from vdla.graph.types import Quant, TensorType, UnsupportedError
@@ -96,31 +96,14 @@ def kind(op: str) -> str:
 # Elementwise
 
 
-def _scalar_attr(node: Node, name: str, params: Mapping[str, np.ndarray]) -> np.ndarray | None:
-    """An elementwise operand given as an attribute, or as a constant tensor input."""
-    if name in node.attrs:
-        return np.asarray(node.attrs[name])
-    names = EW_OPERANDS[node.op]
-    tensors = list(node.inputs[1:])
-    for opname in names:
-        if opname in node.attrs:
-            continue
-        if not tensors:
-            return None
-        t = tensors.pop(0)
-        if opname == name:
-            return params.get(t)
-    return None
-
-
 def _ew_quant(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarray], dtype: str) -> Quant | None:
     if "quant" in node.attrs:  # (scale, zero_point): the node's int8 result is quantized so
         _need(node.op, dtype == "int8", f"only an int8 result can carry quantization, this one is {dtype}")
         scale, zp = node.attrs["quant"]
         return Quant.of(scale, zp)
     if node.op == "quantize":
-        scale = _scalar_attr(node, "scale", params)
-        zp = _scalar_attr(node, "zero_point", params)
+        scale = operand_value(node, "scale", params)
+        zp = operand_value(node, "zero_point", params)
         if scale is None:
             return None
         axis = node.attrs.get("axis", 1 if np.asarray(scale).size > 1 else None)

@@ -52,3 +52,22 @@ def requantize(
     """
     v = wrap32(np.asarray(x, np.int64) * np.asarray(multiplier, np.int64))
     return np.clip(rounding_shift(v, shift), lo, hi).astype(np.int8)
+
+
+def choose_multipliers(real: np.ndarray | float, acc_bound: np.ndarray | int) -> tuple[np.ndarray, int]:
+    """Integer multipliers and one common shift with ``m / 2^shift`` closest to each positive ``real``
+    scale, such that ``acc * m`` stays within int32 for every ``|acc| <= acc_bound`` (per entry).
+
+    This is how a real-valued requantization scale becomes the accelerator's MUL + rounding shift
+    (the shift is per layer, the multipliers per channel): the largest shift in [0, MAX_SHIFT] whose
+    rounded multipliers all fit, which minimises the relative error of every scale.
+    """
+    r = np.atleast_1d(np.asarray(real, np.float64))
+    if np.any(~np.isfinite(r)) or np.any(r <= 0):
+        raise IsaError(f"requantization scales must be positive and finite, got {r}")
+    m_max = np.maximum((2**31 - 1) // np.maximum(np.broadcast_to(np.asarray(acc_bound, np.int64), r.shape), 1), 1)
+    for shift in range(MAX_SHIFT, -1, -1):
+        m = np.rint(r * 2.0**shift).astype(np.int64)
+        if np.all(m <= m_max):
+            return m, shift
+    raise IsaError(f"a requantization scale of {r.max():.4g} does not fit: at most {m_max.min()} (shift 0)")

@@ -1,0 +1,308 @@
+"""QDQ lowering: rewrite quantize/dequantize patterns around convolutions and dense layers into the
+integer operators the accelerator runs.
+
+A QDQ model (as ``onnxruntime.quantization`` writes it) computes each layer in float between a
+DequantizeLinear of its int8 inputs and a QuantizeLinear of its output. This pass replaces
+
+    dequantize(x_q) , dequantize(w_q) [, dequantize(b_q)] -> conv2d -> [relu | clip] -> quantize(s_y)
+
+with the accelerator's epilogue written as graph operators
+
+    conv2d(x_q, w_q) -> add(b_q) -> mul(m) -> rshift(s) -> clip(lo, hi) -> cast(int8, quant s_y)
+
+where ``m / 2^s`` approximates ``s_x * s_w[c] / s_y`` per output channel (:func:`choose_multipliers`),
+and a residual block ``quantize(add(dequantize(y_q), dequantize(skip_q)))`` after such a layer with
+``add(rshift(mul(skip_q, m_k), s_k))`` before the clip (the skip rescaled to the output scale; used as
+it is when the scales agree). The same for dense. A ``quantize(op(dequantize(x)))`` with one scale
+around a max pool, reshape, transpose or ReLU becomes ``op(x)`` on int8, and ``quantize(dequantize(x))``
+with the same scale becomes ``x``. Everything else stays in float with its quantize/dequantize nodes (the
+CPU fallback runs it exactly as written). Only symmetric int8 (zero point 0) is lowered.
+
+Invariant: the rewritten graph computes every kept value with at most one quantization step of
+difference from the float-between-QDQ semantics at each rewritten layer (requantization rounding with
+an integer multiplier instead of a real scale); with equal scales it is exact.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from vdla.graph.ew import operand_input, operand_value
+from vdla.graph.graph import Graph, Node
+from vdla.graph.ops import infer_types
+from vdla.isa.arith import INT8_MAX, INT8_MIN, choose_multipliers
+
+COMMUTING = ("max_pool2d", "reshape", "transpose", "relu")
+REL_TOL = 1e-5
+
+
+@dataclass(frozen=True)
+class QParams:
+    """Constant quantization parameters of a quantize/dequantize node."""
+
+    scale: np.ndarray  # flattened, one entry or one per channel
+    zero_point: int
+    axis: int | None
+
+    @property
+    def per_tensor(self) -> bool:
+        return self.scale.size == 1
+
+    def same(self, other: QParams) -> bool:
+        return (
+            self.per_tensor
+            and other.per_tensor
+            and self.zero_point == other.zero_point
+            and abs(float(self.scale[0]) - float(other.scale[0])) <= REL_TOL * float(self.scale[0])
+        )
+
+
+def qparams(node: Node, params) -> QParams | None:
+    """The constant scale and zero point of a quantize/dequantize node (None if computed or not one)."""
+    if node.op not in ("quantize", "dequantize"):
+        return None
+    scale = operand_value(node, "scale", params)
+    zp = operand_value(node, "zero_point", params)
+    if scale is None or (zp is None and operand_input(node, "zero_point") is not None):
+        return None
+    z = np.zeros(1) if zp is None else np.asarray(zp).ravel()
+    if z.size and np.any(z != z[0]):
+        return None
+    return QParams(np.asarray(scale, np.float64).ravel(), int(z[0]) if z.size else 0, node.attrs.get("axis"))
+
+
+class _Rewriter:
+    """Finds the patterns on the original graph and rebuilds the node list once."""
+
+    def __init__(self, graph: Graph):
+        self.g = graph
+        self.params = dict(graph.params)
+        self.types = infer_types(graph)
+        self.prod = graph.producers()
+        self.cons = graph.consumers()
+        self.removed: set[str] = set()
+        self.replace: dict[str, list[Node]] = {}  # output of the last node of a pattern -> its new nodes
+        self.alias: dict[str, str] = {}
+        self.outputs = set(graph.outputs)
+
+    # -- helpers ----------------------------------------------------------------------------------------
+    def only_consumer(self, value: str) -> Node | None:
+        readers = self.cons.get(value, [])
+        return readers[0] if len(readers) == 1 and value not in self.outputs else None
+
+    def dq_of(self, value: str) -> tuple[str, QParams] | None:
+        """(int8 source, params) when ``value`` is a symmetric dequantize of an int8 tensor."""
+        node = self.prod.get(value)
+        q = qparams(node, self.params) if node is not None else None
+        if q is None or node.op != "dequantize" or q.zero_point != 0:
+            return None
+        src = node.inputs[0]
+        return (src, q) if self.types[src].dtype in ("int8", "int32") else None
+
+    def param(self, name: str, value: np.ndarray) -> str:
+        key = name
+        i = 0
+        while key in self.params or key in self.types:
+            i += 1
+            key = f"{name}_{i}"
+        self.params[key] = value
+        return key
+
+    # -- patterns ---------------------------------------------------------------------------------------
+    def activation_tail(self, value: str) -> tuple[list[Node], float, float] | None:
+        """The chain ``[relu | clip] -> quantize`` reading ``value``: (nodes, float lo, float hi)."""
+        nodes, lo, hi = [], -np.inf, np.inf
+        node = self.only_consumer(value)
+        if node is not None and node.op in ("relu", "clip") and node.inputs[0] == value:
+            if node.op == "relu":
+                lo = 0.0
+            else:
+                lo_v, hi_v = operand_value(node, "lo", self.params), operand_value(node, "hi", self.params)
+                if lo_v is None or hi_v is None:
+                    return None
+                lo, hi = float(lo_v), float(hi_v)
+            nodes.append(node)
+            node = self.only_consumer(node.output)
+        if node is None or node.op != "quantize" or node.inputs[0] != (nodes[-1].output if nodes else value):
+            return None
+        q = qparams(node, self.params)
+        if q is None or not q.per_tensor or q.zero_point != 0:
+            return None
+        nodes.append(node)
+        return nodes, lo, hi
+
+    @staticmethod
+    def int_bounds(lo: float, hi: float, scale: float) -> tuple[int, int]:
+        qlo = INT8_MIN if lo == -np.inf else max(INT8_MIN, int(np.rint(lo / scale)))
+        qhi = INT8_MAX if hi == np.inf else min(INT8_MAX, int(np.rint(hi / scale)))
+        return qlo, qhi
+
+    def residual_tail(self, y_q: str, s_y: float) -> tuple[list[Node], str, float, float, float] | None:
+        """``dequantize(y_q) + dequantize(skip_q) -> [relu|clip] -> quantize``: (nodes, skip_q, s_k, lo, hi)."""
+        dq = self.only_consumer(y_q)
+        if dq is None or dq.op != "dequantize" or not (q := qparams(dq, self.params)) or not q.per_tensor:
+            return None
+        add = self.only_consumer(dq.output)
+        if add is None or add.op != "add" or len(add.inputs) != 2 or "b" in add.attrs:
+            return None
+        other = add.inputs[1] if add.inputs[0] == dq.output else add.inputs[0]
+        skip = self.dq_of(other)
+        if skip is None or not skip[1].per_tensor or self.types[skip[0]].dtype != "int8":
+            return None
+        if self.types[skip[0]].shape != self.types[y_q].shape:
+            return None
+        tail = self.activation_tail(add.output)
+        if tail is None:
+            return None
+        nodes, lo, hi = tail
+        return [dq, add, *nodes], skip[0], float(skip[1].scale[0]), lo, hi
+
+    def lower_anchor(self, c: Node) -> None:
+        """Rewrite one conv2d/dense with QDQ inputs and a quantized output, if it matches."""
+        conv = c.op == "conv2d"
+        if conv and (int(c.attrs.get("groups", 1)) != 1 or c.attrs.get("dilation", 1) not in (1, (1, 1), [1, 1])):
+            return
+        x, w = self.dq_of(c.inputs[0]), self.dq_of(c.inputs[1])
+        if x is None or w is None or not x[1].per_tensor or self.types[x[0]].dtype != "int8":
+            return
+        (x_q, qx), (w_q, qw) = x, w
+        if w_q not in self.params or self.params[w_q].dtype != np.int8 or qw.axis not in (None, 0):
+            return
+        tail = self.activation_tail(c.output)
+        if tail is None:
+            return
+        t_nodes, lo, hi = tail
+        s_y = float(self.qparam_of(t_nodes[-1]).scale[0])
+        channels = self.params[w_q].shape[0]
+        s_acc = float(qx.scale[0]) * np.broadcast_to(qw.scale, (channels,))
+        bias = self.bias_q(c, s_acc, channels) if len(c.inputs) > 2 else None
+        if len(c.inputs) > 2 and bias is None:
+            return
+        res = self.residual_tail(t_nodes[-1].output, s_y)
+        if res is not None:
+            r_nodes, skip_q, s_k, lo, hi = res
+            s_out = float(self.qparam_of(r_nodes[-1]).scale[0])
+            last = r_nodes[-1]
+        else:
+            r_nodes, skip_q, s_out, last = [], None, s_y, t_nodes[-1]
+        w_int = self.params[w_q].reshape(channels, -1).astype(np.int64)
+        bound = 128 * np.abs(w_int).sum(axis=1) + (0 if bias is None else np.abs(bias))
+        m, shift = choose_multipliers(s_acc / s_out, bound)
+        new = self.epilogue_nodes(c, x_q, w_q, bias, m, shift, conv, skip_q, s_k if res else 0.0, s_out, lo, hi, last)
+        self.removed.update(n.output for n in [c, *t_nodes, *r_nodes])
+        self.replace[last.output] = new
+
+    def qparam_of(self, node: Node) -> QParams:
+        q = qparams(node, self.params)
+        assert q is not None  # checked by the matchers
+        return q
+
+    def bias_q(self, c: Node, s_acc: np.ndarray, channels: int) -> np.ndarray | None:
+        """The int32 bias at the accumulator's scale (from a dequantized int32 or a float constant)."""
+        b = c.inputs[2]
+        dq = self.dq_of(b)
+        if dq is not None and dq[0] in self.params:
+            raw = self.params[dq[0]].astype(np.float64).ravel() * np.broadcast_to(dq[1].scale, (channels,))
+        elif b in self.params:
+            raw = self.params[b].astype(np.float64).ravel()
+        else:
+            return None
+        q = np.rint(raw / s_acc)
+        if np.any(np.abs(q) >= 2**31):
+            return None
+        return q.astype(np.int64)
+
+    def epilogue_nodes(self, c, x_q, w_q, bias, m, shift, conv, skip_q, s_k, s_out, lo, hi, last) -> list[Node]:
+        """conv2d/dense -> add(bias) -> mul(m) -> rshift -> [add(skip)] -> clip -> cast, named after ``last``."""
+        base, shape = last.output, ((1, -1, 1, 1) if conv else (1, -1))
+        acc = f"{base}:acc"
+        nodes = [Node(c.op, (x_q, w_q), acc, {k: v for k, v in c.attrs.items() if k not in ("groups", "dilation")})]
+        if bias is not None:
+            b = self.param(f"{base}:bias", bias.astype(np.int32).reshape(shape))
+            nodes.append(Node("add", (nodes[-1].output, b), f"{base}:biased"))
+        mult = self.param(f"{base}:mult", m.astype(np.int32).reshape(shape))
+        nodes.append(Node("mul", (nodes[-1].output, mult), f"{base}:scaled"))
+        nodes.append(Node("rshift", (nodes[-1].output,), f"{base}:shifted", {"shift": int(shift)}))
+        if skip_q is not None:
+            shifted = nodes[-1].output
+            skip = skip_q
+            if abs(s_k - s_out) > REL_TOL * s_out:  # rescale the skip to the output scale (int32)
+                nodes += self.rescaled_skip(skip_q, s_k, s_out, base)
+                skip = nodes[-1].output
+            nodes.append(Node("add", (shifted, skip), f"{base}:sum"))
+        qlo, qhi = self.int_bounds(lo, hi, s_out)
+        nodes.append(Node("clip", (nodes[-1].output,), f"{base}:clipped", {"lo": qlo, "hi": qhi}))
+        nodes.append(Node("cast", (nodes[-1].output,), base, {"dtype": "int8", "quant": (s_out, 0)}))
+        return nodes
+
+    def rescaled_skip(self, skip_q: str, s_k: float, s_out: float, base: str) -> list[Node]:
+        """``rshift(mul(skip_q, m_k), s_k)``: the int8 skip at the output scale, as int32."""
+        (mk,), sk = choose_multipliers(s_k / s_out, 128)
+        return [
+            Node("mul", (skip_q,), f"{base}:skip_scaled", {"b": int(mk)}),
+            Node("rshift", (f"{base}:skip_scaled",), f"{base}:skip", {"shift": int(sk)}),
+        ]
+
+    def lower_commuting(self, q: Node) -> None:
+        """``quantize(op(dequantize(x)))`` with one scale -> ``op(x)``; ``quantize(dequantize(x))`` -> x."""
+        qq = qparams(q, self.params)
+        if qq is None or not qq.per_tensor or q.output in self.replace or q.output in self.removed:
+            return
+        inner = self.prod.get(q.inputs[0])
+        if inner is None or self.only_consumer(inner.output) is not q:
+            return
+        if inner.op == "dequantize":
+            dq = self.dq_of(inner.output)
+            if dq and self.types[dq[0]].dtype == "int8" and dq[1].same(qq) and q.output not in self.outputs:
+                self.alias[q.output] = dq[0]
+                self.removed.add(q.output)
+            return
+        if inner.op not in COMMUTING or len(inner.inputs) != 1:
+            return
+        dq = self.dq_of(inner.inputs[0])
+        if dq is None or self.types[dq[0]].dtype != "int8" or not dq[1].same(qq):
+            return
+        self.removed.update((inner.output, q.output))
+        self.replace[q.output] = [Node(inner.op, (dq[0],), q.output, dict(inner.attrs))]
+
+    def run(self) -> Graph:
+        for node in self.g.nodes:
+            if node.op in ("conv2d", "dense") and node.output not in self.removed:
+                self.lower_anchor(node)
+        for node in self.g.nodes:
+            if node.op == "quantize":
+                self.lower_commuting(node)
+        nodes: list[Node] = []
+        for node in self.g.nodes:
+            if node.output in self.replace:
+                nodes += self.replace[node.output]
+            elif node.output not in self.removed:
+                nodes.append(node)
+        nodes = [Node(n.op, tuple(self.resolve(i) for i in n.inputs), n.output, n.attrs) for n in nodes]
+        outputs = [self.resolve(o) for o in self.g.outputs]
+        return _dead_code(self.g.copy(nodes=nodes, outputs=outputs, params=self.params))
+
+    def resolve(self, name: str) -> str:
+        while name in self.alias:
+            name = self.alias[name]
+        return name
+
+
+def _dead_code(graph: Graph) -> Graph:
+    """Drop nodes and parameters that no graph output depends on."""
+    live = set(graph.outputs)
+    kept: list[Node] = []
+    for node in reversed(graph.nodes):
+        if node.output in live:
+            kept.append(node)
+            live.update(node.inputs)
+    params = {k: v for k, v in graph.params.items() if k in live}
+    types = {k: v for k, v in graph.param_types.items() if k in live}
+    return graph.copy(nodes=kept[::-1], params=params, param_types=types)
+
+
+def lower_qdq(graph: Graph) -> Graph:
+    """Rewrite the QDQ patterns of ``graph`` into integer operators (see the module docstring)."""
+    return _Rewriter(graph).run()
