@@ -25,6 +25,7 @@ test-all: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(PY) -m vdla.runtime.rtl.lint
 
 bench: $(STAMP)
 	$(PY) benchmarks/sim_speed.py --json out/sim_speed.json

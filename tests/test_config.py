@@ -3,7 +3,7 @@ import json
 import pytest
 
 from vdla.config import ConfigError, from_dict, load_config, preset_names
-from vdla.hw_header import HEADER_PATH, config_header
+from vdla.hw_header import PACKAGE_PATH, generated_files
 
 
 def test_presets_and_peaks():
@@ -50,8 +50,12 @@ def test_config_from_file_and_errors(tmp_path):
         load_config(str(bad))
 
 
-def test_generated_header_is_up_to_date():
-    assert HEADER_PATH.read_text() == config_header(load_config()), (
-        "hw/rtl/include/vdla_config.svh is stale: run `vdla gen-header`"
-    )
-    assert f"`define VDLA_CONFIG_HASH 32'h{load_config().hash:08x}" in HEADER_PATH.read_text()
+@pytest.mark.parametrize("path", list(generated_files()), ids=lambda p: p.name)
+def test_generated_files_are_up_to_date(path):
+    """Every checked-in generated file (the RTL package, docs/registers.md) is what `vdla gen-rtl` writes."""
+    assert path.read_text() == generated_files()[path], f"{path} is stale: run `vdla gen-rtl`"
+
+
+def test_generated_package_is_the_default_configuration():
+    text = PACKAGE_PATH.read_text()
+    assert f"CONFIG_HASH = 32'h{load_config().hash:08x};" in " ".join(text.split())

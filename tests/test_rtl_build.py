@@ -1,21 +1,29 @@
-"""The RTL build: generated headers are fresh, the register map is consistent, unsupported configurations
-are refused with a reason, builds are cached, and the built model identifies its configuration."""
+"""The RTL build: the generated package, the register map is consistent, unsupported configurations are
+refused with a reason, builds are cached (with and without assertions), and the built model identifies its
+configuration. (tests/test_config.py checks that the generated files are fresh.)"""
 
 from __future__ import annotations
 
 import pytest
 
-from vdla.config import load_config
-from vdla.hw_header import ISA_VERSION
+from vdla.config import ConfigError, load_config
+from vdla.hw_header import ISA_VERSION, PACKAGE_PATH, generate, package_source
 from vdla.runtime import registers as R
 from vdla.runtime.rtl import RtlBackend, RtlBuildError, build
-from vdla.runtime.rtl.build import build_dir, check_config
-from vdla.runtime.rtl.headers import GENERATED
+from vdla.runtime.rtl.build import build_dir, check_config, rtl_sources
 
 
-@pytest.mark.parametrize("path", list(GENERATED), ids=lambda p: p.name)
-def test_generated_files_are_up_to_date(path):
-    assert path.read_text() == GENERATED[path](), f"{path} is stale: run `python -m vdla.runtime.rtl.headers`"
+def test_package_per_configuration(tmp_path):
+    """`vdla gen-rtl -o` writes another preset's package; the checked-in one is only the default's; no
+    module includes a header any more (the package is the one place for widths and codes)."""
+    [path] = generate("block8", tmp_path / "vdla_pkg.sv")
+    text = path.read_text()
+    assert text == package_source(load_config("block8")) and "localparam int BLOCK_IN = 8;" in " ".join(text.split())
+    with pytest.raises(ConfigError, match="checked-in package is the 'pynq' preset's"):
+        generate("block8")
+    assert PACKAGE_PATH not in rtl_sources()
+    for src in rtl_sources():
+        assert "`include" not in src.read_text() and "`define" not in src.read_text(), src.name
 
 
 def test_register_map_is_consistent():
@@ -46,10 +54,12 @@ def test_builds_are_cached_and_keyed_by_the_configuration(rtl_library):
     assert again.cached and again.library == rtl_library
     assert build_dir(cfg.with_timing(dram_read_latency=40)) != build_dir(cfg)
     assert build_dir(cfg, trace=True) != build_dir(cfg)
+    assert build_dir(cfg, assertions=False) != build_dir(cfg)
 
 
 def test_model_identifies_its_configuration(rtl_library):
     backend = RtlBackend(load_config())
+    assert backend.harness.assertions  # the tests' model checks the RTL's assertions
     ident = backend.harness.read(R.offset("ID"))
     assert ident >> 16 == R.ID_MAGIC and ident & 0xFFFF == ISA_VERSION
     assert backend.harness.read(R.offset("CONFIG_HASH")) == load_config().hash

@@ -173,11 +173,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_gen_header(args: argparse.Namespace) -> int:
-    from vdla.hw_header import HEADER_PATH, write_config_header
+def cmd_gen_rtl(args: argparse.Namespace) -> int:
+    from vdla.hw_header import generate
 
-    path = write_config_header(load_config(args.config), args.output or HEADER_PATH)
-    console.print(f"wrote {path}")
+    for path in generate(args.config, args.output):
+        console.print(f"wrote {path}")
     return 0
 
 
@@ -225,10 +225,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", help="write the counters as JSON")
     p.set_defaults(func=cmd_run)
 
-    p = sub.add_parser("gen-header", help="generate the RTL parameter header from a configuration")
-    _add_config(p)
-    p.add_argument("-o", "--output", help="output file (default: hw/rtl/include/vdla_config.svh)")
-    p.set_defaults(func=cmd_gen_header)
+    p = sub.add_parser(
+        "gen-rtl",
+        aliases=["gen-header"],
+        help="generate every RTL artefact (hw/rtl/vdla_pkg.sv, docs/registers.md) from the Python sources",
+    )
+    p.add_argument("--config", help="with -o: the preset (or JSON file) whose package to write")
+    p.add_argument("-o", "--output", help="write only the package of --config to this file")
+    p.set_defaults(func=cmd_gen_rtl)
 
     p = sub.add_parser("matmul", help="run a tiled int8 matrix multiply and check it against numpy")
     _add_config(p)

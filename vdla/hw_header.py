@@ -1,64 +1,316 @@
-"""The RTL parameter header, generated from the hardware configuration.
+"""Every generated RTL artefact, from the Python sources of truth.
 
-``hw/rtl/include/vdla_config.svh`` is this file for the default preset; a test fails when it is out
-of date. RTL builds for other presets generate their own copy in the build directory.
+* ``hw/rtl/vdla_pkg.sv``: the SystemVerilog package every RTL module uses (lowRISC ``ibex_pkg`` style):
+  the configuration's parameters and derived widths and depths (:mod:`vdla.config`), the instruction
+  formats as packed structs with their enums (the field tables of :mod:`vdla.isa.instructions`), the
+  register map (:mod:`vdla.runtime.registers`) and the functions the stages share (memory-instruction
+  decode, requantization). The checked-in copy is the default preset's; an RTL build, a cocotb bench or
+  a fit for another preset writes that preset's package into its own build directory instead.
+* ``docs/registers.md``: the register map's documentation.
+
+``vdla gen-rtl`` (alias ``vdla gen-header``) rewrites both through :func:`write_generated`; a test fails
+when either is stale. Invariants: the package's instruction structs are exactly ``INSN_BITS`` wide, their
+fields sit at the bit positions of the Python tables (gaps become ``rsvd_*`` members), every enum has the
+width of the field that holds it, and the output depends only on the configuration and those tables.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict
 from pathlib import Path
 
-from vdla.config import HwConfig
+from vdla.config import DEFAULT_PRESET, ConfigError, HwConfig, load_config
+from vdla.isa.instructions import (
+    ALU_FIELDS,
+    COMMON_FIELDS,
+    EPI_FIELDS,
+    GEMM_FIELDS,
+    INSN_BITS,
+    MEM_FIELDS,
+    AluOp,
+    MemType,
+    Opcode,
+)
+from vdla.runtime import registers as R
 
 ISA_VERSION = 2
-HEADER_PATH = Path(__file__).resolve().parent.parent / "hw" / "rtl" / "include" / "vdla_config.svh"
+REPO = Path(__file__).resolve().parent.parent
+PACKAGE_PATH = REPO / "hw" / "rtl" / "vdla_pkg.sv"
+REGS_DOC_PATH = REPO / "docs" / "registers.md"
+HEADER_PATH = PACKAGE_PATH  # the old name of the checked-in generated RTL file
+REGENERATE = "vdla gen-rtl"
+
+# Constants of the RTL itself (not of a configuration): the AXI address and ID widths.
+AXI_ADDR_W = 64
+AXI_ID_W = 2
+
+# Enum-typed instruction fields: field name -> (SV type, Python enum, value prefix).
+_ENUM_FIELDS = {
+    "opcode": ("opcode_e", Opcode, "OP_"),
+    "mem_type": ("mem_type_e", MemType, "MEM_"),
+    "alu_opcode": ("alu_op_e", AluOp, "ALU_"),
+}
+_HDR_BITS = sum(w for _, _, w in COMMON_FIELDS)
+
+# The functions the stages share, verbatim (Yosys' SystemVerilog frontend: no `return`, assign the name).
+# Types of the RTL's internal interfaces, verbatim.
+_RTL_TYPES = """\
+  // Slots of the accumulator read-modify-write (vdla_acc_rmw): SRC reads the second ALU operand (kept for
+  // the next slot), ALU applies the ALU operation, GEMM adds the GEMM core's sums, ZERO writes zeros.
+  typedef enum logic [1:0] {SLOT_SRC = 2'd0, SLOT_ALU = 2'd1, SLOT_GEMM = 2'd2, SLOT_ZERO = 2'd3} slot_e;
+"""
+
+_FUNCTIONS = """\
+  // One past the last SRAM element a LOAD/STORE tile covers: sram_base + padded rows * padded columns.
+  function automatic logic [33:0] mem_tile_end(mem_insn_t insn);
+    mem_tile_end = 34'(insn.sram_base)
+                 + (34'(insn.y_pad_0) + 34'(insn.y_size) + 34'(insn.y_pad_1))
+                 * (34'(insn.x_pad_0) + 34'(insn.x_size) + 34'(insn.x_pad_1));
+  endfunction
+
+  // A tile that moves data (x_size != 0) but has no rows, or ends beyond a buffer of `depth` elements.
+  function automatic logic mem_tile_bad(mem_insn_t insn, logic [33:0] depth);
+    mem_tile_bad = insn.x_size != '0 && (insn.y_size == '0 || mem_tile_end(insn) > depth);
+  endfunction
+
+  // Any of the four padding fields is non-zero.
+  function automatic logic mem_has_pad(mem_insn_t insn);
+    mem_has_pad = {insn.y_pad_0, insn.y_pad_1, insn.x_pad_0, insn.x_pad_1} != '0;
+  endfunction
+
+  // Requantization of one int32 lane (the ALU's REQ and the OUT mirror after an EPI with req): `v`
+  // shifted right by `shift` rounding half up (in 33 bits, no overflow), clamped to [relu ? 0 : -128, 127].
+  function automatic logic [7:0] requantize(logic signed [31:0] v, logic [4:0] shift, logic relu);
+    logic signed [32:0] rounded;
+    rounded = (shift == 5'd0) ? 33'(v) : (33'(v) + (33'sd1 <<< (shift - 5'd1))) >>> shift;
+    if (rounded > 33'sd127) requantize = 8'd127;
+    else if (relu && rounded < 33'sd0) requantize = 8'd0;
+    else if (rounded < -33'sd128) requantize = 8'h80;
+    else requantize = rounded[7:0];
+  endfunction
+"""
 
 
-def config_header(cfg: HwConfig) -> str:
-    """Verilog `define macros for every parameter the RTL needs."""
-    values = {
-        "ISA_VERSION": ISA_VERSION,
-        "CONFIG_HASH": f"32'h{cfg.hash:08x}",
-        "BATCH": cfg.batch,
-        "BLOCK_IN": cfg.block_in,
-        "BLOCK_OUT": cfg.block_out,
-        "INP_WIDTH": cfg.inp_width,
-        "WGT_WIDTH": cfg.wgt_width,
-        "ACC_WIDTH": cfg.acc_width,
-        "OUT_WIDTH": cfg.out_width,
-        "INP_DEPTH": cfg.inp_depth,
-        "WGT_DEPTH": cfg.wgt_depth,
-        "ACC_DEPTH": cfg.acc_depth,
-        "UOP_DEPTH": cfg.uop_depth,
-        "INP_ELEM_BYTES": cfg.inp_elem_bytes,
-        "WGT_ELEM_BYTES": cfg.wgt_elem_bytes,
-        "ACC_ELEM_BYTES": cfg.acc_elem_bytes,
-        "OUT_ELEM_BYTES": cfg.out_elem_bytes,
-        "UOP_DST_BITS": cfg.uop_dst_bits,
-        "UOP_SRC_BITS": cfg.uop_src_bits,
-        "UOP_WGT_BITS": cfg.uop_wgt_bits,
-        "BUS_WIDTH": cfg.bus_width_bits,
-        "DRAM_BASE": f"64'h{cfg.dram_base_addr:016x}",
-        "DRAM_BYTES": f"64'h{cfg.dram_bytes:016x}",
-    }
-    values.update({k.upper(): v for k, v in asdict(cfg.timing).items()})
-    lines = [
-        f"// Generated by vdla.hw_header from the '{cfg.name}' configuration. Do not edit.",
-        "// Regenerate: vdla gen-header --config NAME -o FILE",
-        "`ifndef VDLA_CONFIG_SVH",
-        "`define VDLA_CONFIG_SVH",
+def _clog2(n: int) -> int:
+    return max(0, (n - 1).bit_length())
+
+
+def _section(title: str) -> list[str]:
+    return ["", f"  // ---- {title} " + "-" * max(4, 92 - len(title))]
+
+
+def _enum(sv_type: str, width: int, values: list[str]) -> list[str]:
+    """``typedef enum logic [W-1:0] {...} sv_type;`` with the values wrapped at 100 columns."""
+    lines, line = [], "   "
+    for v in values:
+        if len(line) + len(v) + 2 > 100:
+            lines.append(line.rstrip())
+            line = "   "
+        line += f" {v},"
+    lines.append(line.rstrip(","))
+    return [f"  typedef enum logic [{width - 1}:0] {{", *lines, f"  }} {sv_type};"]
+
+
+def _params(rows: list[tuple[str, str, object, str]]) -> list[str]:
+    """``localparam TYPE NAME = VALUE;  // comment`` lines, aligned."""
+    decl = [f"  localparam {t} {n}" for t, n, _, _ in rows]
+    width = max(len(d) for d in decl)
+    out = []
+    for d, (_, _, v, c) in zip(decl, rows, strict=True):
+        line = f"{d.ljust(width)} = {v};"
+        out.append(f"{line}  // {c}" if c else line)
+    return out
+
+
+def _config_params(cfg: HwConfig) -> list[str]:
+    i = "int"
+    rows: list[tuple[str, str, object, str]] = [
+        (i, "ISA_VERSION", ISA_VERSION, "ID[15:0]"),
+        ("logic [31:0]", "CONFIG_HASH", f"32'h{cfg.hash:08x}", "CONFIG_HASH register"),
     ]
-    lines += [f"`define VDLA_{k} {v}" for k, v in values.items()]
-    lines.append("`endif")
+    for name in ("batch", "block_in", "block_out", "inp_width", "wgt_width", "acc_width", "out_width"):
+        rows.append((i, name.upper(), getattr(cfg, name), ""))
+    for buf in ("inp", "wgt", "acc", "uop"):
+        rows.append((i, f"{buf.upper()}_DEPTH", getattr(cfg, f"{buf}_depth"), f"{buf.upper()} buffer elements"))
+    for buf in ("inp", "wgt", "acc", "out"):
+        rows.append((i, f"{buf.upper()}_ELEM_BYTES", getattr(cfg, f"{buf}_elem_bytes"), ""))
+    rows += [
+        (i, "UOP_DST_BITS", cfg.uop_dst_bits, "micro-op fields: dst [DST-1:0]"),
+        (i, "UOP_SRC_BITS", cfg.uop_src_bits, "src above dst"),
+        (i, "UOP_WGT_BITS", cfg.uop_wgt_bits, "wgt above src"),
+        (i, "BUS_WIDTH", cfg.bus_width_bits, "AXI data bits"),
+        ("logic [63:0]", "DRAM_BASE", f"64'h{cfg.dram_base_addr:016x}", ""),
+        ("logic [63:0]", "DRAM_BYTES", f"64'h{cfg.dram_bytes:016x}", ""),
+    ]
+    rows += [(i, k.upper(), v, "") for k, v in asdict(cfg.timing).items()]
+    lanes = cfg.batch * cfg.block_out
+    rows += [
+        (i, "LANES", lanes, "ACC/OUT lanes: BATCH * BLOCK_OUT"),
+        (i, "INP_BITS", cfg.inp_elem_bytes * 8, "bits of one INP element"),
+        (i, "WGT_BITS", cfg.wgt_elem_bytes * 8, "bits of one WGT element"),
+        (i, "ACC_BITS", cfg.acc_elem_bytes * 8, "bits of one ACC element (LANES int32)"),
+        (i, "OUT_BITS", cfg.out_elem_bytes * 8, "bits of one OUT element (LANES int8)"),
+        (i, "INP_AW", _clog2(cfg.inp_depth), "$clog2(INP_DEPTH)"),
+        (i, "WGT_AW", _clog2(cfg.wgt_depth), "$clog2(WGT_DEPTH)"),
+        (i, "ACC_AW", _clog2(cfg.acc_depth), "$clog2(ACC_DEPTH)"),
+        (i, "UOP_AW", _clog2(cfg.uop_depth), "$clog2(UOP_DEPTH)"),
+        (i, "BUS_BYTES", cfg.bus_bytes, "bytes per AXI beat"),
+        (i, "UOP_BANKS", cfg.bus_bytes // cfg.uop_elem_bytes, "micro-ops per AXI beat = UOP buffer banks"),
+        (i, "UOP_BANK_AW", _clog2(cfg.uop_depth * cfg.uop_elem_bytes // cfg.bus_bytes), "bank address bits"),
+    ]
+    return _section(f"Configuration '{cfg.name}' (vdla/config.py)") + _params(rows)
+
+
+def _field_type(name: str, width: int) -> str:
+    if name in _ENUM_FIELDS:
+        return _ENUM_FIELDS[name][0]
+    return "logic" if width == 1 else f"logic [{width - 1}:0]"
+
+
+def _struct(name: str, fields: tuple[tuple[str, int, int], ...], lsb0: int, doc: str) -> list[str]:
+    """A packed struct of ``fields`` covering bits [INSN_BITS-1:lsb0] (or [_HDR_BITS-1:0] for the header),
+    gaps filled with ``rsvd_<msb>_<lsb>``; members are declared from the MSB down."""
+    top = _HDR_BITS if lsb0 == 0 else INSN_BITS
+    rows: list[tuple[str, str, str]] = []
+    pos = top
+    for fname, lsb, width in sorted(fields, key=lambda f: -f[1]):
+        if lsb + width > pos:
+            raise ValueError(f"{name}: field {fname} overlaps another")
+        if lsb + width < pos:
+            rows.append((_field_type("", pos - lsb - width), f"rsvd_{pos - 1}_{lsb + width}", "reserved"))
+        rows.append((_field_type(fname, width), fname, f"[{lsb + width - 1}:{lsb}]" if width > 1 else f"[{lsb}]"))
+        pos = lsb
+    if pos < lsb0:
+        raise ValueError(f"{name}: a field lies below bit {lsb0}")
+    if pos > lsb0:
+        rows.append((_field_type("", pos - lsb0), f"rsvd_{pos - 1}_{lsb0}", "reserved"))
+    if lsb0:
+        rows.append(("insn_hdr_t", "hdr", f"[{lsb0 - 1}:0]"))
+    tw = max(len(t) for t, _, _ in rows)
+    nw = max(len(n) for _, n, _ in rows) + 1
+    out = [f"  // {doc}", "  typedef struct packed {"]
+    out += [f"    {t.ljust(tw)} {(n + ';').ljust(nw)}  // {c}" for t, n, c in rows]
+    out.append(f"  }} {name};")
+    return out
+
+
+def _isa() -> list[str]:
+    out = _section("Instructions (vdla/isa/instructions.py)")
+    out += [f"  localparam int INSN_BITS = {INSN_BITS};", ""]
+    widths = {n: w for n, _, w in COMMON_FIELDS + MEM_FIELDS + GEMM_FIELDS + ALU_FIELDS + EPI_FIELDS}
+    for field, (sv_type, enum, prefix) in _ENUM_FIELDS.items():
+        w = widths[field]
+        if max(enum) >= 1 << w:
+            raise ValueError(f"{enum.__name__} does not fit the {w}-bit field {field}")
+        out += _enum(sv_type, w, [f"{prefix}{m.name} = {w}'d{m.value}" for m in enum])
+    out.append("")
+    out += _struct("insn_hdr_t", COMMON_FIELDS, 0, "Common to every instruction: opcode and dependency flags.")
+    formats = (
+        ("mem_insn_t", MEM_FIELDS, "LOAD / STORE: a 2-D tile with zero padding (x_size 0: a token-only no-op)."),
+        ("gemm_insn_t", GEMM_FIELDS, "GEMM: the two-level micro-op loop, ACC[dst] += INP[src] x WGT[wgt]^T."),
+        ("alu_insn_t", ALU_FIELDS, "ALU: the two-level micro-op loop, ACC[dst] = op(ACC[dst], ACC[src] or imm)."),
+        ("epi_insn_t", EPI_FIELDS, "EPI: the compute stage's epilogue state (requantization, bias rows)."),
+        ("finish_insn_t", (), "FINISH: only the header."),
+    )
+    for name, fields, doc in formats:
+        out.append("")
+        out += _struct(name, fields, _HDR_BITS, doc)
+    out += [
+        "",
+        "  // A 128-bit instruction word, viewed as any of the formats.",
+        "  typedef union packed {",
+        *(f"    {name.ljust(13)} {name.removesuffix('_insn_t')};" for name, _, _ in formats),
+        "  } insn_t;",
+    ]
+    return out
+
+
+def _registers() -> list[str]:
+    ab = R.ADDR_BITS
+    out = _section("Registers (vdla/runtime/registers.py)")
+    rows: list[tuple[str, str, object, str]] = [
+        ("int", "REG_ADDR_BITS", ab, "byte address bits of the AXI4-Lite slave"),
+        ("logic [15:0]", "ID_MAGIC", f"16'h{R.ID_MAGIC:04x}", "ID[31:16]"),
+    ]
+    rows += [(f"logic [{ab - 1}:0]", f"REG_{r.name}", f"{ab}'h{r.offset:02x}", r.access) for r in R.REGS]
+    rows += [("int", f"{f.reg}_{f.name}_LSB", f.lsb, f"{f.width} bit(s)") for f in R.FIELDS]
+    rows += [
+        (f"logic [{ab - 1}:0]", "COUNTER_BASE", f"{ab}'h{R.COUNTER_BASE:02x}", "counter i: LO at +8i, HI at +8i+4"),
+        ("int", "NUM_COUNTERS", len(R.COUNTERS), ""),
+    ]
+    rows += [("int", f"CNT_{name}", i, doc) for i, (name, _, doc) in enumerate(R.COUNTERS)]
+    out += _params(rows)
+    code = R.field("STATUS", "ERROR_CODE")
+    values = [f"ERR_NONE = {code.width}'d0"] + [f"ERR_{n} = {code.width}'d{c}" for n, (c, _) in R.ERRORS.items()]
+    out += ["", "  // STATUS.ERROR_CODE (ERR_NONE: no error)"] + _enum("err_code_e", code.width, values)
+    return out
+
+
+def package_source(cfg: HwConfig) -> str:
+    """The text of ``vdla_pkg.sv`` for ``cfg``."""
+    lines = [
+        f"// Generated by vdla.hw_header for the '{cfg.name}' configuration. Do not edit.",
+        f"// Regenerate: {REGENERATE} (the checked-in copy is the default preset's).",
+        "//",
+        "// Modules refer to it by qualified names (vdla_pkg::X): Yosys' SystemVerilog frontend accepts",
+        "// neither `import` in a module header or body nor types imported at file scope.",
+        "package vdla_pkg;",
+    ]
+    lines += _config_params(cfg)
+    lines += _section("RTL constants and internal types") + _params(
+        [
+            ("int", "AXI_ADDR_W", AXI_ADDR_W, "AXI4 address bits"),
+            ("int", "AXI_ID_W", AXI_ID_W, "AXI4 ID bits (read requesters: load, compute, fetch)"),
+        ]
+    )
+    lines += [""] + _RTL_TYPES.splitlines()
+    lines += _isa()
+    lines += _registers()
+    lines += _section("Shared functions") + _FUNCTIONS.splitlines()
+    lines.append("endpackage")
     return "\n".join(lines) + "\n"
 
 
-def write_config_header(cfg: HwConfig, path: str | Path) -> Path:
-    """Write the header (atomically) and return its path."""
-    path = Path(path)
+def _write(path: Path, text: str) -> Path:
+    """Write atomically (a concurrent reader sees the old or the new file, never a partial one); an
+    unchanged file is left alone, so incremental builds that go by modification time stay valid."""
+    if path.exists() and path.read_text() == text:
+        return path
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(config_header(cfg))
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
     tmp.replace(path)
     return path
+
+
+def write_package(cfg: HwConfig, path: str | Path) -> Path:
+    """Write the package of ``cfg`` to ``path`` (a build directory's copy) and return the path."""
+    return _write(Path(path), package_source(cfg))
+
+
+def generated_files() -> dict[Path, str]:
+    """Every checked-in generated file and the text it must have."""
+    return {PACKAGE_PATH: package_source(load_config(DEFAULT_PRESET)), REGS_DOC_PATH: R.regs_markdown()}
+
+
+def stale_files() -> list[Path]:
+    """The checked-in generated files whose contents differ from what :func:`generated_files` produces."""
+    return [p for p, text in generated_files().items() if not p.exists() or p.read_text() != text]
+
+
+def write_generated() -> list[Path]:
+    """(Re)write every checked-in generated file; returns their paths."""
+    return [_write(p, text) for p, text in generated_files().items()]
+
+
+def generate(config: str | None = None, output: str | Path | None = None) -> list[Path]:
+    """``vdla gen-rtl``: with ``output``, write the package of ``config`` (default: the default preset)
+    there; without, rewrite every checked-in generated file (which are the default preset's)."""
+    if output is not None:
+        return [write_package(load_config(config or DEFAULT_PRESET), output)]
+    if config not in (None, DEFAULT_PRESET):
+        raise ConfigError(
+            f"the checked-in package is the {DEFAULT_PRESET!r} preset's: write {config!r}'s elsewhere with -o FILE"
+        )
+    return write_generated()

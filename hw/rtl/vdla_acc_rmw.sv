@@ -1,26 +1,24 @@
-`include "vdla_isa.svh"
-
 // Read-modify-write of accumulator rows, one per cycle, in three stages: R reads a row, C combines
 // it with its operand in the ALU, W writes the result. Results still in flight (in W, or written
 // in the cycle before) are forwarded to a later read of the same row, so back-to-back updates of
 // one row see each other, as the sequential semantics requires.
-// Slot kinds: SRC reads the second ALU operand (kept for the next slot), ALU applies the ALU
-// operation, GEMM adds the GEMM core's sums, ZERO writes zeros. A slot reads r_addr and writes
+// Slot kinds (vdla_pkg::slot_e): SRC reads the second ALU operand (kept for the next slot), ALU applies
+// the ALU operation, GEMM adds the GEMM core's sums, ZERO writes zeros. A slot reads r_addr and writes
 // r_waddr; with r_zero it reads nothing and sees zeros (an init GEMM's first update without bias).
 // With a_zero_i (an ALU reset) the destination reads as zero: op(0, imm), or op(0, row read) when
 // the operand is ACC[src].
 module vdla_acc_rmw #(
-  parameter int LANES = 16,
-  parameter int AW    = 11
+  parameter int LANES = vdla_pkg::LANES,
+  parameter int AW    = vdla_pkg::ACC_AW
 ) (
   input  logic                clk_i,
   input  logic                rst_ni,
   input  logic                r_valid_i,
-  input  logic [1:0]          r_kind_i,
+  input  vdla_pkg::slot_e     r_kind_i,
   input  logic                r_zero_i,
   input  logic [AW-1:0]       r_addr_i,
   input  logic [AW-1:0]       r_waddr_i,
-  input  logic [2:0]          alu_op_i,   // held for the whole instruction
+  input  vdla_pkg::alu_op_e   alu_op_i,   // held for the whole instruction
   input  logic                use_imm_i,
   input  logic                a_zero_i,
   input  logic [15:0]         imm_i,
@@ -35,14 +33,14 @@ module vdla_acc_rmw #(
   output logic [LANES*32-1:0] wr_data_o,
   output logic                busy_o      // a slot in C or W
 );
-  localparam logic [1:0] K_SRC = 2'd0, K_ALU = 2'd1, K_GEMM = 2'd2, K_ZERO = 2'd3;
-
   logic                c_valid_q, w_valid_q, f_valid_q, c_zero_q;
-  logic [1:0]          c_kind_q;
+  vdla_pkg::slot_e     c_kind_q;
   logic [AW-1:0]       c_addr_q, c_waddr_q, w_addr_q, f_addr_q;
   logic [LANES*32-1:0] w_data, f_data_q, b_q, rd, a, b;
 
-  assign acc_re_o    = r_valid_i && r_kind_i != K_ZERO && !r_zero_i && !(r_kind_i == K_ALU && a_zero_i && use_imm_i);
+  // no read for a ZERO slot, a slot that sees zeros, or op(0, imm)
+  assign acc_re_o    = r_valid_i && r_kind_i != vdla_pkg::SLOT_ZERO && !r_zero_i
+                    && !(r_kind_i == vdla_pkg::SLOT_ALU && a_zero_i && use_imm_i);
   assign acc_raddr_o = r_addr_i;
 
   // The row read, at its freshest (W stage, then the row written last cycle, then the RAM).
@@ -50,8 +48,8 @@ module vdla_acc_rmw #(
     if (w_valid_q && w_addr_q == c_addr_q) rd = w_data;
     else if (f_valid_q && f_addr_q == c_addr_q) rd = f_data_q;
     else rd = acc_rdata_i;
-    a = ((a_zero_i && c_kind_q == K_ALU) || c_zero_q) ? '0 : rd;
-    if (c_kind_q == K_GEMM) b = sum_i;
+    a = ((a_zero_i && c_kind_q == vdla_pkg::SLOT_ALU) || c_zero_q) ? '0 : rd;
+    if (c_kind_q == vdla_pkg::SLOT_GEMM) b = sum_i;
     else if (use_imm_i) b = {LANES{{16{imm_i[15]}}, imm_i}};
     else if (a_zero_i) b = rd;
     else b = b_q;
@@ -59,9 +57,9 @@ module vdla_acc_rmw #(
 
   vdla_alu #(.LANES(LANES)) u_alu (
     .clk_i,
-    .en_i   (c_valid_q && c_kind_q != K_SRC),
-    .zero_i (c_kind_q == K_ZERO),
-    .op_i   (c_kind_q == K_GEMM ? `VDLA_ALU_ADD : alu_op_i),  // GEMM accumulates
+    .en_i   (c_valid_q && c_kind_q != vdla_pkg::SLOT_SRC),
+    .zero_i (c_kind_q == vdla_pkg::SLOT_ZERO),
+    .op_i   (c_kind_q == vdla_pkg::SLOT_GEMM ? vdla_pkg::ALU_ADD : alu_op_i),  // GEMM accumulates
     .a_i    (a),
     .b_i    (b),
     .res_o  (w_data)
@@ -72,14 +70,14 @@ module vdla_acc_rmw #(
   assign wr_data_o  = w_data;
   assign busy_o     = c_valid_q || w_valid_q;
 
-  always_ff @(posedge clk_i) begin
+  always_ff @(posedge clk_i or negedge rst_ni) begin
     if (!rst_ni) begin
       c_valid_q <= 1'b0;
       w_valid_q <= 1'b0;
       f_valid_q <= 1'b0;
     end else begin
       c_valid_q <= r_valid_i;
-      w_valid_q <= c_valid_q && c_kind_q != K_SRC;
+      w_valid_q <= c_valid_q && c_kind_q != vdla_pkg::SLOT_SRC;
       f_valid_q <= w_valid_q;
     end
   end
@@ -92,6 +90,6 @@ module vdla_acc_rmw #(
     w_addr_q  <= c_waddr_q;
     f_addr_q  <= w_addr_q;
     if (w_valid_q) f_data_q <= w_data;
-    if (c_valid_q && c_kind_q == K_SRC) b_q <= rd;
+    if (c_valid_q && c_kind_q == vdla_pkg::SLOT_SRC) b_q <= rd;
   end
 endmodule

@@ -1,56 +1,46 @@
-`include "vdla_isa.svh"
-
 // The vector ALU: LANES int32 lanes, one operation per cycle, result registered.
 // MIN, MAX, ADD and MUL (low 32 bits) wrap like int32; SHR/RSHR clamp the shift to [-31, 31] and
 // shift left for negative amounts (RSHR rounds half up); CLIP clamps to [sext8(b[7:0]), sext8(b[15:8])];
-// REQ shifts right by b[4:0] rounding half up and clamps to [b[5] ? 0 : -128, 127].
+// REQ shifts right by b[4:0] rounding half up and clamps to [b[5] ? 0 : -128, 127] (vdla_pkg::requantize).
 // `zero_i` writes zeros (the reset of a GEMM).
 module vdla_alu #(
-  parameter int LANES = 16
+  parameter int LANES = vdla_pkg::LANES
 ) (
   input  logic                clk_i,
   input  logic                en_i,
   input  logic                zero_i,
-  input  logic [2:0]          op_i,
+  input  vdla_pkg::alu_op_e   op_i,
   input  logic [LANES*32-1:0] a_i,
   input  logic [LANES*32-1:0] b_i,
   output logic [LANES*32-1:0] res_o
 );
-`include "vdla_req.svh"
-
-  function automatic logic [31:0] lane_op(logic [2:0] op, logic signed [31:0] a, logic signed [31:0] b);
+  function automatic logic [31:0] lane_op(vdla_pkg::alu_op_e op, logic signed [31:0] a, logic signed [31:0] b);
     logic signed [5:0]  s;
-    logic signed [32:0] rounded;
     logic signed [31:0] lo, hi;
-    logic [63:0]        prod;
     begin
       s = (b > 32'sd31) ? 6'sd31 : (b < -32'sd31) ? -6'sd31 : 6'(b);
       lane_op = a;
       case (op)
-        `VDLA_ALU_MIN: lane_op = (a < b) ? a : b;
-        `VDLA_ALU_MAX: lane_op = (a > b) ? a : b;
-        `VDLA_ALU_ADD: lane_op = a + b;
-        `VDLA_ALU_MUL: begin
-          prod    = 64'(a) * 64'(b);
-          lane_op = prod[31:0];
-        end
-        `VDLA_ALU_SHR, `VDLA_ALU_RSHR: begin
+        vdla_pkg::ALU_MIN: lane_op = (a < b) ? a : b;
+        vdla_pkg::ALU_MAX: lane_op = (a > b) ? a : b;
+        vdla_pkg::ALU_ADD: lane_op = a + b;
+        vdla_pkg::ALU_MUL: lane_op = 32'(64'(a) * 64'(b));  // the product's low 32 bits
+        vdla_pkg::ALU_SHR, vdla_pkg::ALU_RSHR: begin
           if (s < 0) begin
             lane_op = a << (-s);
-          end else if (op == `VDLA_ALU_RSHR && s != 0) begin
-            rounded = (33'(a) + (33'sd1 <<< (s - 1))) >>> s;
-            lane_op = rounded[31:0];
+          end else if (op == vdla_pkg::ALU_RSHR && s != 0) begin
+            lane_op = 32'((33'(a) + (33'sd1 <<< (s - 1))) >>> s);  // in 33 bits: no overflow
           end else begin
             lane_op = a >>> s;
           end
         end
-        `VDLA_ALU_CLIP: begin
+        vdla_pkg::ALU_CLIP: begin
           lo = 32'(signed'(b[7:0]));
           hi = 32'(signed'(b[15:8]));
           lane_op = (a < lo) ? lo : a;
           if (signed'(lane_op) > hi) lane_op = hi;
         end
-        `VDLA_ALU_REQ: lane_op = 32'(signed'(vdla_req(a, b[4:0], b[5])));
+        vdla_pkg::ALU_REQ: lane_op = 32'(signed'(vdla_pkg::requantize(a, b[4:0], b[5])));
         default: lane_op = a;
       endcase
     end

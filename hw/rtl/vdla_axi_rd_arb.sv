@@ -4,8 +4,8 @@
 // is routed back by RID.
 module vdla_axi_rd_arb #(
   parameter int N      = 3,
-  parameter int ADDR_W = 64,
-  parameter int IDW    = 2
+  parameter int ADDR_W = vdla_pkg::AXI_ADDR_W,
+  parameter int IDW    = vdla_pkg::AXI_ID_W
 ) (
   input  logic                clk_i,
   input  logic                rst_ni,
@@ -49,7 +49,7 @@ module vdla_axi_rd_arb #(
     rvalid_o[rid_i] = rvalid_i;
   end
 
-  always_ff @(posedge clk_i) begin
+  always_ff @(posedge clk_i or negedge rst_ni) begin
     if (!rst_ni) begin
       last_q <= '0;
     end else if (arvalid_o) begin

@@ -2,9 +2,9 @@
 // with its row and its byte offset from the row start (negative for the part of a first beat that
 // lies before an unaligned row).
 module vdla_dma_rd #(
-  parameter int ADDR_W    = 64,
-  parameter int BUS_W     = 64,
-  parameter int MAX_BEATS = 256,
+  parameter int ADDR_W    = vdla_pkg::AXI_ADDR_W,
+  parameter int BUS_W     = vdla_pkg::BUS_WIDTH,
+  parameter int MAX_BEATS = vdla_pkg::MAX_BURST_BEATS,
   parameter int OFF_W     = 26
 ) (
   input  logic               clk_i,

@@ -1,17 +1,18 @@
 // Synchronous first-word-fall-through FIFO (distributed RAM, combinational read of the head).
+// Users push only when not full and pop only when valid (asserted below); a clear empties it.
 module vdla_fifo #(
   parameter int WIDTH = 8,
   parameter int DEPTH = 4  // power of two
 ) (
-  input  logic             clk_i,
-  input  logic             rst_ni,
-  input  logic             clear_i,
-  input  logic             push_i,
-  input  logic [WIDTH-1:0] push_data_i,
-  output logic             full_o,
-  input  logic             pop_i,
-  output logic             valid_o,
-  output logic [WIDTH-1:0] data_o,
+  input  logic                   clk_i,
+  input  logic                   rst_ni,
+  input  logic                   clear_i,
+  input  logic                   push_i,
+  input  logic [WIDTH-1:0]       push_data_i,
+  output logic                   full_o,
+  input  logic                   pop_i,
+  output logic                   valid_o,
+  output logic [WIDTH-1:0]       data_o,
   output logic [$clog2(DEPTH):0] count_o
 );
   localparam int PW = $clog2(DEPTH);
@@ -32,8 +33,12 @@ module vdla_fifo #(
     if (do_push) mem_q[wptr_q] <= push_data_i;
   end
 
-  always_ff @(posedge clk_i) begin
-    if (!rst_ni || clear_i) begin
+  always_ff @(posedge clk_i or negedge rst_ni) begin
+    if (!rst_ni) begin
+      wptr_q  <= '0;
+      rptr_q  <= '0;
+      count_q <= '0;
+    end else if (clear_i) begin
       wptr_q  <= '0;
       rptr_q  <= '0;
       count_q <= '0;
@@ -43,4 +48,11 @@ module vdla_fifo #(
       count_q <= count_q + (PW+1)'(do_push) - (PW+1)'(do_pop);
     end
   end
+
+`ifndef SYNTHESIS
+  a_no_overflow: assert property (@(posedge clk_i) disable iff (!rst_ni) push_i && !clear_i |-> !full_o)
+    else $error("FIFO overflow: push into a full FIFO");
+  a_no_underflow: assert property (@(posedge clk_i) disable iff (!rst_ni) pop_i && !clear_i |-> valid_o)
+    else $error("FIFO underflow: pop of an empty FIFO");
+`endif
 endmodule

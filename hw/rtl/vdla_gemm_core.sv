@@ -6,9 +6,9 @@
 // (w1*a + 2^15), where 0 <= w1*a + 2^15 < 2^16 (|w1*a| <= 2^14): w2*a = P >> 16 and
 // w1*a = P[15:0] - 2^15.
 module vdla_gemm_core #(
-  parameter int BATCH     = 1,
-  parameter int BLOCK_IN  = 16,
-  parameter int BLOCK_OUT = 16  // even
+  parameter int BATCH     = vdla_pkg::BATCH,
+  parameter int BLOCK_IN  = vdla_pkg::BLOCK_IN,
+  parameter int BLOCK_OUT = vdla_pkg::BLOCK_OUT  // even
 ) (
   input  logic                              clk_i,
   input  logic                              valid_i,

@@ -2,12 +2,13 @@
 // Each cycle it offers at most one SRAM write: a DRAM beat (labelled with the element index and the
 // beat's byte offset) or one whole padding element. `done_o` marks the last write of the instruction.
 module vdla_load_engine #(
-  parameter int ADDR_W      = 64,
-  parameter int BUS_W       = 64,
-  parameter int MAX_BEATS   = 256,
+  parameter int ADDR_W      = vdla_pkg::AXI_ADDR_W,
+  parameter int BUS_W       = vdla_pkg::BUS_WIDTH,
+  parameter int MAX_BEATS   = vdla_pkg::MAX_BURST_BEATS,
   parameter int IDX_W       = 16,  // SRAM element index width
-  parameter int SETUP       = 1,   // cycles from start to the first burst request, minus one
-  parameter int PAD_CYCLES  = 1    // cycles per padding element
+  // cycles from start to the first burst request, minus one; cycles per padding element
+  parameter int SETUP       = vdla_pkg::DMA_SETUP,
+  parameter int PAD_CYCLES  = vdla_pkg::DMA_PAD_CYCLES
 ) (
   input  logic               clk_i,
   input  logic               rst_ni,
@@ -54,7 +55,7 @@ module vdla_load_engine #(
   logic [IDX_W+1:0]  pidx_q;
   logic [15:0]       y_q, x_q;
   logic [3:0]        yp0_q, xp0_q;
-  logic [31:0]       ycols_q;       // y_size * cols
+  logic [IDX_W+1:0]  ycols_q;       // y_size * cols (the index arithmetic's width)
 
   logic beat_row_end, beat_last;
   logic signed [25:0] beat_off;
@@ -98,7 +99,7 @@ module vdla_load_engine #(
     in_data_row = npr >= 17'(yp0_q) && npr < 17'(yp0_q) + 17'(y_q);
     if (in_data_row && cols_q == 17'(x_q)) begin
       npr   = 17'(yp0_q) + 17'(y_q);  // rows without side padding: jump over the whole block
-      npidx = npidx + (IDX_W+2)'(ycols_q);
+      npidx = npidx + ycols_q;
     end else if (in_data_row && npc == 17'(xp0_q)) begin
       npc   = 17'(xp0_q) + 17'(x_q);
       npidx = npidx + (IDX_W+2)'(x_q);
@@ -130,9 +131,12 @@ module vdla_load_engine #(
     end
   end
 
-  always_ff @(posedge clk_i) begin
+  // control: the state, the wait counter and the padding elements left
+  always_ff @(posedge clk_i or negedge rst_ni) begin
     if (!rst_ni) begin
-      state_q <= IDLE;
+      state_q     <= IDLE;
+      wait_q      <= '0;
+      pads_left_q <= '0;
     end else if (halt_i) begin
       state_q <= IDLE;
     end else begin
@@ -140,14 +144,40 @@ module vdla_load_engine #(
         IDLE: if (start_i) begin
           state_q     <= DATA;
           wait_q      <= 8'(SETUP);
+          pads_left_q <= pads_total;
+        end
+        DATA: if (wait_q != '0) begin
+          wait_q <= wait_q - 1'b1;
+        end else if (rvalid_i && beat_last) begin
+          state_q <= pads_left_q == '0 ? IDLE : PAD;
+          wait_q  <= 8'(PAD_CYCLES - 1);
+        end
+        PAD: begin
+          if (wait_q != '0) begin
+            wait_q <= wait_q - 1'b1;
+          end else begin
+            wait_q      <= 8'(PAD_CYCLES - 1);
+            pads_left_q <= pads_left_q - 1'b1;
+            if (pads_left_q == 32'd1) state_q <= IDLE;
+          end
+        end
+        default: state_q <= IDLE;
+      endcase
+    end
+  end
+
+  // data: the tile's geometry, the current row's base index and the padding walk
+  always_ff @(posedge clk_i) begin
+    if (!halt_i) begin
+      case (state_q)
+        IDLE: if (start_i) begin
           log_eb_q    <= log_eb_i;
           y_q         <= y_size_i;
           x_q         <= x_size_i;
           yp0_q       <= y_pad_0_i;
           xp0_q       <= x_pad_0_i;
           cols_q      <= cols;
-          ycols_q     <= 32'(y_size_i) * 32'(cols);
-          pads_left_q <= pads_total;
+          ycols_q     <= (IDX_W+2)'(32'(y_size_i) * 32'(cols));
           row_base_q  <= (IDX_W+2)'(sram_base_i) + (IDX_W+2)'(32'(y_pad_0_i) * 32'(cols))
                          + (IDX_W+2)'(x_pad_0_i);
           // first padding position: (0, 0) unless it lies in the data block
@@ -162,28 +192,13 @@ module vdla_load_engine #(
             pidx_q <= (IDX_W+2)'(sram_base_i) + (IDX_W+2)'(x_size_i);
           end
         end
-        DATA: if (wait_q != '0) begin
-          wait_q <= wait_q - 1'b1;
-        end else if (rvalid_i) begin
-          if (beat_row_end) row_base_q <= row_base_q + (IDX_W+2)'(cols_q);
-          if (beat_last) begin
-            state_q <= pads_left_q == '0 ? IDLE : PAD;
-            wait_q  <= 8'(PAD_CYCLES - 1);
-          end
+        DATA: if (wait_q == '0 && rvalid_i && beat_row_end) row_base_q <= row_base_q + (IDX_W+2)'(cols_q);
+        PAD: if (wait_q == '0) begin
+          pr_q   <= npr;
+          pc_q   <= npc;
+          pidx_q <= npidx;
         end
-        PAD: begin
-          if (wait_q != '0) begin
-            wait_q <= wait_q - 1'b1;
-          end else begin
-            wait_q      <= 8'(PAD_CYCLES - 1);
-            pads_left_q <= pads_left_q - 1'b1;
-            pr_q        <= npr;
-            pc_q        <= npc;
-            pidx_q      <= npidx;
-            if (pads_left_q == 32'd1) state_q <= IDLE;
-          end
-        end
-        default: state_q <= IDLE;
+        default: ;
       endcase
     end
   end

@@ -1,16 +1,14 @@
-`include "vdla_regs.svh"
-
 // AXI4-Lite register file (map: vdla/runtime/registers.py, docs/registers.md). One outstanding
 // write and one outstanding read; writes take address and data together.
 module vdla_regfile #(
-  parameter int          NUM_CNT = `VDLA_NUM_COUNTERS,
-  parameter logic [15:0] ISA_VERSION = 16'd1,
-  parameter logic [31:0] CONFIG_HASH = 32'h0
+  parameter int          NUM_CNT     = vdla_pkg::NUM_COUNTERS,
+  parameter logic [15:0] ISA_VERSION = 16'(vdla_pkg::ISA_VERSION),
+  parameter logic [31:0] CONFIG_HASH = vdla_pkg::CONFIG_HASH
 ) (
   input  logic                    clk_i,
   input  logic                    rst_ni,
   // AXI4-Lite slave
-  input  logic [`VDLA_REG_ADDR_BITS-1:0] awaddr_i,
+  input  logic [vdla_pkg::REG_ADDR_BITS-1:0] awaddr_i,
   input  logic                    awvalid_i,
   output logic                    awready_o,
   input  logic [31:0]             wdata_i,
@@ -20,7 +18,7 @@ module vdla_regfile #(
   output logic [1:0]              bresp_o,
   output logic                    bvalid_o,
   input  logic                    bready_i,
-  input  logic [`VDLA_REG_ADDR_BITS-1:0] araddr_i,
+  input  logic [vdla_pkg::REG_ADDR_BITS-1:0] araddr_i,
   input  logic                    arvalid_i,
   output logic                    arready_o,
   output logic [31:0]             rdata_o,
@@ -36,7 +34,7 @@ module vdla_regfile #(
   input  logic                    busy_i,
   input  logic                    done_i,
   input  logic                    error_i,
-  input  logic [3:0]              error_code_i,
+  input  vdla_pkg::err_code_e     error_code_i,
   input  logic [1:0]              error_unit_i,
   input  logic [31:0]             error_insn_i,
   input  logic                    end_i,        // pulse: the run ended (done or error)
@@ -48,7 +46,7 @@ module vdla_regfile #(
   input  logic [31:0]             stage_state_i,
   input  logic [64*NUM_CNT-1:0]   counters_i
 );
-  localparam int AB = `VDLA_REG_ADDR_BITS;
+  localparam int AB = vdla_pkg::REG_ADDR_BITS;
 
   logic        irq_pending_q, irq_en_q, bvalid_q, rvalid_q;
   logic [31:0] rdata_q, hi_q;
@@ -62,7 +60,7 @@ module vdla_regfile #(
   assign wready_o  = wr;
   assign bvalid_o  = bvalid_q;
   assign bresp_o   = 2'b00;
-  assign start_o   = wr && awaddr_i == `VDLA_REG_CONTROL && wdata_i[`VDLA_CONTROL_START_LSB] && !busy_i;
+  assign start_o   = wr && awaddr_i == vdla_pkg::REG_CONTROL && wdata_i[vdla_pkg::CONTROL_START_LSB] && !busy_i;
 
   function automatic logic [31:0] merge(input logic [31:0] old, input logic [31:0] data, input logic [3:0] strb);
     logic [31:0] r;
@@ -73,7 +71,7 @@ module vdla_regfile #(
     merge = r;
   endfunction
 
-  always_ff @(posedge clk_i) begin
+  always_ff @(posedge clk_i or negedge rst_ni) begin
     if (!rst_ni) begin
       bvalid_q      <= 1'b0;
       irq_pending_q <= 1'b0;
@@ -86,11 +84,11 @@ module vdla_regfile #(
       if (wr) begin
         bvalid_q <= 1'b1;
         case (awaddr_i)
-          `VDLA_REG_IRQ:          if (wstrb_i[0] && wdata_i[`VDLA_IRQ_PENDING_LSB] && !end_i) irq_pending_q <= 1'b0;
-          `VDLA_REG_IRQ_ENABLE:   if (wstrb_i[0]) irq_en_q <= wdata_i[`VDLA_IRQ_ENABLE_ENABLE_LSB];
-          `VDLA_REG_INSN_COUNT:   insn_count_q <= merge(insn_count_q, wdata_i, wstrb_i);
-          `VDLA_REG_INSN_ADDR_LO: insn_addr_q[31:0] <= merge(insn_addr_q[31:0], wdata_i, wstrb_i);
-          `VDLA_REG_INSN_ADDR_HI: insn_addr_q[63:32] <= merge(insn_addr_q[63:32], wdata_i, wstrb_i);
+          vdla_pkg::REG_IRQ:          if (wstrb_i[0] && wdata_i[vdla_pkg::IRQ_PENDING_LSB] && !end_i) irq_pending_q <= 1'b0;
+          vdla_pkg::REG_IRQ_ENABLE:   if (wstrb_i[0]) irq_en_q <= wdata_i[vdla_pkg::IRQ_ENABLE_ENABLE_LSB];
+          vdla_pkg::REG_INSN_COUNT:   insn_count_q <= merge(insn_count_q, wdata_i, wstrb_i);
+          vdla_pkg::REG_INSN_ADDR_LO: insn_addr_q[31:0] <= merge(insn_addr_q[31:0], wdata_i, wstrb_i);
+          vdla_pkg::REG_INSN_ADDR_HI: insn_addr_q[63:32] <= merge(insn_addr_q[63:32], wdata_i, wstrb_i);
           default: ;
         endcase
         if (start_o) irq_pending_q <= 1'b0;
@@ -107,36 +105,36 @@ module vdla_regfile #(
   function automatic logic [31:0] read_value(input logic [AB-1:0] addr);
     logic [31:0]   value;
     logic [AB-1:0] cidx;
-    cidx  = (addr - `VDLA_COUNTER_BASE) >> 3;
+    cidx  = (addr - vdla_pkg::COUNTER_BASE) >> 3;
     value = '0;
     case (addr)
-      `VDLA_REG_CONTROL:       value = 32'(busy_i);
-      `VDLA_REG_STATUS:        value = 32'(done_i) << `VDLA_STATUS_DONE_LSB | 32'(error_i) << `VDLA_STATUS_ERROR_LSB
-                                     | 32'(error_code_i) << `VDLA_STATUS_ERROR_CODE_LSB
-                                     | 32'(error_unit_i) << `VDLA_STATUS_ERROR_UNIT_LSB;
-      `VDLA_REG_IRQ:           value = 32'(irq_pending_q);
-      `VDLA_REG_IRQ_ENABLE:    value = 32'(irq_en_q);
-      `VDLA_REG_INSN_COUNT:    value = insn_count_q;
-      `VDLA_REG_INSN_ADDR_LO:  value = insn_addr_q[31:0];
-      `VDLA_REG_INSN_ADDR_HI:  value = insn_addr_q[63:32];
-      `VDLA_REG_ID:            value = {`VDLA_ID_MAGIC, ISA_VERSION};
-      `VDLA_REG_CONFIG_HASH:   value = CONFIG_HASH;
-      `VDLA_REG_ERROR_INSN:    value = error_insn_i;
-      `VDLA_REG_TOKENS:        value = tokens_i;
-      `VDLA_REG_CMD_QUEUES:    value = cmd_queues_i;
-      `VDLA_REG_FETCHED:       value = fetched_i;
-      `VDLA_REG_LOAD_INSNS:    value = stage_insns_i[0 +: 32];
-      `VDLA_REG_COMPUTE_INSNS: value = stage_insns_i[32 +: 32];
-      `VDLA_REG_STORE_INSNS:   value = stage_insns_i[64 +: 32];
-      `VDLA_REG_OPCODE_LOAD:   value = opcode_insns_i[0 +: 32];
-      `VDLA_REG_OPCODE_STORE:  value = opcode_insns_i[32 +: 32];
-      `VDLA_REG_OPCODE_GEMM:   value = opcode_insns_i[64 +: 32];
-      `VDLA_REG_OPCODE_ALU:    value = opcode_insns_i[96 +: 32];
-      `VDLA_REG_OPCODE_FINISH: value = opcode_insns_i[128 +: 32];
-      `VDLA_REG_STAGE_STATE:   value = stage_state_i;
-      `VDLA_REG_OPCODE_EPI:    value = opcode_insns_i[160 +: 32];
+      vdla_pkg::REG_CONTROL:       value = 32'(busy_i);
+      vdla_pkg::REG_STATUS:        value = 32'(done_i) << vdla_pkg::STATUS_DONE_LSB | 32'(error_i) << vdla_pkg::STATUS_ERROR_LSB
+                                     | 32'(error_code_i) << vdla_pkg::STATUS_ERROR_CODE_LSB
+                                     | 32'(error_unit_i) << vdla_pkg::STATUS_ERROR_UNIT_LSB;
+      vdla_pkg::REG_IRQ:           value = 32'(irq_pending_q);
+      vdla_pkg::REG_IRQ_ENABLE:    value = 32'(irq_en_q);
+      vdla_pkg::REG_INSN_COUNT:    value = insn_count_q;
+      vdla_pkg::REG_INSN_ADDR_LO:  value = insn_addr_q[31:0];
+      vdla_pkg::REG_INSN_ADDR_HI:  value = insn_addr_q[63:32];
+      vdla_pkg::REG_ID:            value = {vdla_pkg::ID_MAGIC, ISA_VERSION};
+      vdla_pkg::REG_CONFIG_HASH:   value = CONFIG_HASH;
+      vdla_pkg::REG_ERROR_INSN:    value = error_insn_i;
+      vdla_pkg::REG_TOKENS:        value = tokens_i;
+      vdla_pkg::REG_CMD_QUEUES:    value = cmd_queues_i;
+      vdla_pkg::REG_FETCHED:       value = fetched_i;
+      vdla_pkg::REG_LOAD_INSNS:    value = stage_insns_i[0 +: 32];
+      vdla_pkg::REG_COMPUTE_INSNS: value = stage_insns_i[32 +: 32];
+      vdla_pkg::REG_STORE_INSNS:   value = stage_insns_i[64 +: 32];
+      vdla_pkg::REG_OPCODE_LOAD:   value = opcode_insns_i[0 +: 32];
+      vdla_pkg::REG_OPCODE_STORE:  value = opcode_insns_i[32 +: 32];
+      vdla_pkg::REG_OPCODE_GEMM:   value = opcode_insns_i[64 +: 32];
+      vdla_pkg::REG_OPCODE_ALU:    value = opcode_insns_i[96 +: 32];
+      vdla_pkg::REG_OPCODE_FINISH: value = opcode_insns_i[128 +: 32];
+      vdla_pkg::REG_STAGE_STATE:   value = stage_state_i;
+      vdla_pkg::REG_OPCODE_EPI:    value = opcode_insns_i[160 +: 32];
       default: begin
-        if (addr >= `VDLA_COUNTER_BASE && int'(cidx) < NUM_CNT) begin
+        if (addr >= vdla_pkg::COUNTER_BASE && int'(cidx) < NUM_CNT) begin
           value = addr[2] ? hi_q : counters_i[int'(cidx)*64 +: 32];
         end
       end
@@ -145,25 +143,38 @@ module vdla_regfile #(
   endfunction
 
   logic [AB-1:0] cidx;
-  assign cidx = (araddr_i - `VDLA_COUNTER_BASE) >> 3;
+  assign cidx = (araddr_i - vdla_pkg::COUNTER_BASE) >> 3;
 
   assign arready_o = !rvalid_q;
   assign rvalid_o  = rvalid_q;
   assign rdata_o   = rdata_q;
   assign rresp_o   = 2'b00;
 
-  always_ff @(posedge clk_i) begin
+  always_ff @(posedge clk_i or negedge rst_ni) begin
     if (!rst_ni) begin
       rvalid_q <= 1'b0;
     end else begin
       if (rvalid_q && rready_i) rvalid_q <= 1'b0;
-      if (arvalid_i && arready_o) begin
-        rvalid_q <= 1'b1;
-        rdata_q  <= read_value(araddr_i);
-        // reading a counter's LO word latches its HI word
-        if (araddr_i >= `VDLA_COUNTER_BASE && !araddr_i[2] && int'(cidx) < NUM_CNT)
-          hi_q <= counters_i[int'(cidx)*64 + 32 +: 32];
-      end
+      if (arvalid_i && arready_o) rvalid_q <= 1'b1;
     end
   end
+
+  // the read data, and the HI word latched by reading a counter's LO word
+  always_ff @(posedge clk_i) begin
+    if (arvalid_i && arready_o) begin
+      rdata_q <= read_value(araddr_i);
+      if (araddr_i >= vdla_pkg::COUNTER_BASE && !araddr_i[2] && int'(cidx) < NUM_CNT)
+        hi_q <= counters_i[int'(cidx)*64 + 32 +: 32];
+    end
+  end
+
+`ifndef SYNTHESIS
+  // AXI4-Lite: a response, once valid, stays valid and unchanged until accepted.
+  a_r_stable: assert property (@(posedge clk_i) disable iff (!rst_ni)
+                               rvalid_o && !rready_i |=> rvalid_o && $stable(rdata_o) && $stable(rresp_o))
+    else $error("AXI4-Lite R changed before it was accepted");
+  a_b_stable: assert property (@(posedge clk_i) disable iff (!rst_ni)
+                               bvalid_o && !bready_i |=> bvalid_o && $stable(bresp_o))
+    else $error("AXI4-Lite B changed before it was accepted");
+`endif
 endmodule

@@ -1,77 +1,65 @@
-`include "vdla_isa.svh"
-`include "vdla_regs.svh"
-
 // The store stage: STOREs of accumulator rows, truncated to 8 bits (read from the OUT mirror of the
 // ACC buffer), as a 2-D DMA write. Pops compute->store tokens (pop_prev) and pushes store->compute
 // tokens (push_prev). Completes when every burst's write response has arrived.
-module vdla_store #(
-  parameter int ADDR_W      = 64,
-  parameter int BUS_W       = 64,
-  parameter int MAX_BEATS   = 256,
-  parameter int OUT_W       = 128,  // bits of one OUT element
-  parameter int ACC_DEPTH   = 2048,
-  parameter int SETUP_EXTRA = 0,
-  parameter int NOP_EXTRA   = 0
-) (
-  input  logic                         clk_i,
-  input  logic                         rst_ni,
-  input  logic                         halt_i,
+module vdla_store (
+  input  logic                            clk_i,
+  input  logic                            rst_ni,
+  input  logic                            halt_i,
   // command queue
-  input  logic                         cmd_valid_i,
-  input  logic [`VDLA_INSN_BITS-1:0]   cmd_i,
-  output logic                         cmd_pop_o,
+  input  logic                            cmd_valid_i,
+  input  vdla_pkg::insn_t                 cmd_i,
+  output logic                            cmd_pop_o,
   // dependency tokens
-  input  logic                         c2s_avail_i,
-  output logic                         c2s_pop_o,
-  input  logic                         s2c_room_i,
-  output logic                         s2c_push_o,
+  input  logic                            c2s_avail_i,
+  output logic                            c2s_pop_o,
+  input  logic                            s2c_room_i,
+  output logic                            s2c_push_o,
   // AXI write
-  output logic                         awvalid_o,
-  output logic [ADDR_W-1:0]            awaddr_o,
-  output logic [7:0]                   awlen_o,
-  input  logic                         awready_i,
-  output logic                         wvalid_o,
-  output logic [BUS_W-1:0]             wdata_o,
-  output logic                         wlast_o,
-  input  logic                         wready_i,
-  input  logic                         bvalid_i,
-  input  logic [1:0]                   bresp_i,
+  output logic                            awvalid_o,
+  output logic [vdla_pkg::AXI_ADDR_W-1:0] awaddr_o,
+  output logic [7:0]                      awlen_o,
+  input  logic                            awready_i,
+  output logic                            wvalid_o,
+  output logic [vdla_pkg::BUS_WIDTH-1:0]  wdata_o,
+  output logic                            wlast_o,
+  input  logic                            wready_i,
+  input  logic                            bvalid_i,
+  input  logic [1:0]                      bresp_i,
   // OUT buffer read port
-  output logic                         out_re_o,
-  output logic [$clog2(ACC_DEPTH)-1:0] out_raddr_o,
-  input  logic [OUT_W-1:0]             out_rdata_i,
+  output logic                            out_re_o,
+  output logic [vdla_pkg::ACC_AW-1:0]     out_raddr_o,
+  input  logic [vdla_pkg::OUT_BITS-1:0]   out_rdata_i,
   // status
-  output logic                         fire_o,
-  output logic                         busy_o,
-  output logic                         stall_o,
-  output logic                         done_o,
-  output logic                         err_o,
-  output logic [3:0]                   err_code_o
+  output logic                            fire_o,
+  output logic                            busy_o,
+  output logic                            stall_o,
+  output logic                            done_o,
+  output logic                            err_o,
+  output vdla_pkg::err_code_e             err_code_o
 );
-  localparam int B     = BUS_W / 8;
-  localparam int E     = OUT_W / BUS_W;  // beats per element
-  localparam int AW_IX = $clog2(ACC_DEPTH);
+  localparam int ADDR_W      = vdla_pkg::AXI_ADDR_W;
+  localparam int BUS_W       = vdla_pkg::BUS_WIDTH;
+  localparam int OUT_W       = vdla_pkg::OUT_BITS;
+  localparam int E           = OUT_W / BUS_W;  // beats per element
+  localparam int EW          = $clog2(E + 1);
+  localparam int AW_IX       = vdla_pkg::ACC_AW;
+  localparam int SETUP_EXTRA = vdla_pkg::DMA_SETUP - 1;
+  localparam int NOP_EXTRA   = vdla_pkg::NOP_CYCLES - 1;
 
   // ---- decode and dispatch ------------------------------------------------------------------
-  logic [15:0] sram_base, y_size, x_size, x_stride;
-  logic [31:0] dram_base;
-  logic        pop_prev, push_prev, is_nop, bad;
+  vdla_pkg::mem_insn_t mem;
+  logic        is_nop, bad;
   logic [32:0] elems;
 
-  assign sram_base = cmd_i[`VDLA_F_SRAM_BASE_LSB +: `VDLA_F_SRAM_BASE_W];
-  assign dram_base = cmd_i[`VDLA_F_DRAM_BASE_LSB +: `VDLA_F_DRAM_BASE_W];
-  assign y_size    = cmd_i[`VDLA_F_Y_SIZE_LSB +: `VDLA_F_Y_SIZE_W];
-  assign x_size    = cmd_i[`VDLA_F_X_SIZE_LSB +: `VDLA_F_X_SIZE_W];
-  assign x_stride  = cmd_i[`VDLA_F_X_STRIDE_LSB +: `VDLA_F_X_STRIDE_W];
-  assign pop_prev  = cmd_i[`VDLA_F_POP_PREV_LSB];
-  assign push_prev = cmd_i[`VDLA_F_PUSH_PREV_LSB];
-  assign is_nop    = x_size == '0;
-  assign elems     = 33'(y_size) * 33'(x_size);
-  assign bad = cmd_i[`VDLA_F_POP_NEXT_LSB] || cmd_i[`VDLA_F_PUSH_NEXT_LSB]
-            || cmd_i[`VDLA_F_MEM_TYPE_LSB +: `VDLA_F_MEM_TYPE_W] != `VDLA_MEM_OUT
-            || (!is_nop && (cmd_i[`VDLA_F_Y_PAD_0_LSB +: 16] != '0 || y_size == '0
-                            || (y_size > 16'd1 && x_stride < x_size)
-                            || 33'(sram_base) + elems > 33'(ACC_DEPTH)));
+  assign mem    = cmd_i.mem;
+  assign is_nop = mem.x_size == '0;
+  assign elems  = 33'(mem.y_size) * 33'(mem.x_size);
+  // no padding, rows that do not overlap in DRAM, within ACC (the tile's end from elems, which the
+  // store needs anyway: one multiplier)
+  assign bad    = mem.hdr.pop_next || mem.hdr.push_next || mem.mem_type != vdla_pkg::MEM_OUT
+               || (!is_nop && (vdla_pkg::mem_has_pad(mem) || mem.y_size == '0
+                               || (mem.y_size > 16'd1 && mem.x_stride < mem.x_size)
+                               || 33'(mem.sram_base) + elems > 33'(vdla_pkg::ACC_DEPTH)));
 
   typedef enum logic [1:0] {IDLE, BUSY, NOP} state_e;
   state_e     state_q;
@@ -80,15 +68,15 @@ module vdla_store #(
   logic       tokens_ok, idle, bus_err;
 
   assign idle       = state_q == IDLE && !halt_i;
-  assign tokens_ok  = (!pop_prev || c2s_avail_i) && (!push_prev || s2c_room_i);
+  assign tokens_ok  = (!mem.hdr.pop_prev || c2s_avail_i) && (!mem.hdr.push_prev || s2c_room_i);
   assign fire_o     = idle && cmd_valid_i && !bad && tokens_ok;
   assign bus_err    = state_q == BUSY && bvalid_i && bresp_i != 2'b00;
   assign err_o      = (idle && cmd_valid_i && bad) || bus_err;
-  assign err_code_o = bus_err ? `VDLA_ERR_BUS : `VDLA_ERR_INSN;
+  assign err_code_o = bus_err ? vdla_pkg::ERR_BUS : vdla_pkg::ERR_INSN;
   assign stall_o    = idle && cmd_valid_i && !bad && !tokens_ok;
   assign busy_o     = fire_o || state_q != IDLE;
   assign cmd_pop_o  = fire_o;
-  assign c2s_pop_o  = fire_o && pop_prev;
+  assign c2s_pop_o  = fire_o && mem.hdr.pop_prev;
 
   logic start;
   assign start = fire_o && !is_nop;
@@ -96,13 +84,13 @@ module vdla_store #(
   // ---- write addresses ----------------------------------------------------------------------
   logic [7:0] hold_q;
   logic       aw_active, len_full;
-  vdla_burst_gen #(.ADDR_W(ADDR_W), .BUS_W(BUS_W), .MAX_BEATS(MAX_BEATS), .LEN_W(25)) u_bursts (
+  vdla_burst_gen #(.LEN_W(25)) u_bursts (
     .clk_i, .rst_ni, .halt_i,
     .start_i     (start),
-    .addr_i      (ADDR_W'(dram_base) * ADDR_W'(OUT_W / 8)),
-    .stride_i    (ADDR_W'(x_stride) * ADDR_W'(OUT_W / 8)),
-    .row_bytes_i (25'(x_size) * 25'(OUT_W / 8)),
-    .rows_i      (y_size),
+    .addr_i      (ADDR_W'(mem.dram_base) * ADDR_W'(OUT_W / 8)),
+    .stride_i    (ADDR_W'(mem.x_stride) * ADDR_W'(OUT_W / 8)),
+    .row_bytes_i (25'(mem.x_size) * 25'(OUT_W / 8)),
+    .rows_i      (mem.y_size),
     .hold_i      (hold_q != '0 || len_full),
     .active_o    (aw_active),
     .valid_o     (awvalid_o),
@@ -112,28 +100,29 @@ module vdla_store #(
   );
 
   // burst lengths for the W channel, outstanding write responses
-  logic       len_valid;
-  logic [7:0] len_head;
-  logic [7:0] beat_q;  // beat within the burst
+  logic        len_valid;
+  logic [7:0]  len_head;
+  logic [7:0]  beat_q;  // beat within the burst
   logic [15:0] outstanding_q;
-  logic       w_fire, aw_fire;
+  logic        w_fire, aw_fire;
+  logic [3:0]  unused_len_count;
   assign aw_fire = awvalid_o && awready_i;
   assign w_fire  = wvalid_o && wready_i;
 
   vdla_fifo #(.WIDTH(8), .DEPTH(8)) u_lens (
     .clk_i, .rst_ni, .clear_i (halt_i),
     .push_i (aw_fire), .push_data_i (awlen_o), .full_o (len_full),
-    .pop_i (w_fire && wlast_o), .valid_o (len_valid), .data_o (len_head), .count_o ()
+    .pop_i (w_fire && wlast_o), .valid_o (len_valid), .data_o (len_head), .count_o (unused_len_count)
   );
 
   // ---- data: read OUT elements ahead into a small FIFO, send them beat by beat ----------------
   logic [32:0]      rd_left_q;      // elements still to read
   logic [AW_IX-1:0] rd_addr_q;
   logic             rd_pending_q;   // a read issued last cycle, data arriving now
-  logic             el_valid;
+  logic             el_valid, unused_el_full;
   logic [OUT_W-1:0] el_head;
   logic [2:0]       el_count;
-  logic [$clog2(E+1)-1:0] ebeat_q;  // beat within the element
+  logic [EW-1:0]    ebeat_q;        // beat within the element
   logic             rd_issue;
   logic [32:0]      w_left_q;       // beats still to send
 
@@ -141,12 +130,12 @@ module vdla_store #(
   assign rd_issue = start || (state_q == BUSY && rd_left_q != '0
                               && (el_count + 3'(rd_pending_q)) < 3'd3);
   assign out_re_o    = rd_issue;
-  assign out_raddr_o = start ? AW_IX'(sram_base) : rd_addr_q;
+  assign out_raddr_o = start ? AW_IX'(mem.sram_base) : rd_addr_q;
 
   vdla_fifo #(.WIDTH(OUT_W), .DEPTH(4)) u_elems (
     .clk_i, .rst_ni, .clear_i (halt_i),
-    .push_i (rd_pending_q), .push_data_i (out_rdata_i), .full_o (),
-    .pop_i (w_fire && ebeat_q == ($clog2(E+1))'(E - 1)), .valid_o (el_valid), .data_o (el_head),
+    .push_i (rd_pending_q), .push_data_i (out_rdata_i), .full_o (unused_el_full),
+    .pop_i (w_fire && ebeat_q == EW'(E - 1)), .valid_o (el_valid), .data_o (el_head),
     .count_o (el_count)
   );
 
@@ -159,10 +148,21 @@ module vdla_store #(
   assign last_b = state_q == BUSY && bvalid_i && outstanding_q == 16'd1 && !aw_active && w_left_q == '0;
   assign done_o = (state_q == BUSY && last_b) || (state_q == NOP && nop_q == '0)
                || (fire_o && is_nop && NOP_EXTRA == 0);
-  assign s2c_push_o = done_o && (state_q == IDLE ? push_prev : push_q);
+  assign s2c_push_o = done_o && (state_q == IDLE ? mem.hdr.push_prev : push_q);
 
-  always_ff @(posedge clk_i) begin
-    if (!rst_ni || halt_i) begin
+  // control: the state, the read-ahead, the setup wait and the counts of elements, beats and responses
+  always_ff @(posedge clk_i or negedge rst_ni) begin
+    if (!rst_ni) begin
+      state_q       <= IDLE;
+      rd_pending_q  <= 1'b0;
+      hold_q        <= '0;
+      nop_q         <= '0;
+      rd_left_q     <= '0;
+      w_left_q      <= '0;
+      beat_q        <= '0;
+      ebeat_q       <= '0;
+      outstanding_q <= '0;
+    end else if (halt_i) begin
       state_q      <= IDLE;
       rd_pending_q <= 1'b0;
       hold_q       <= '0;
@@ -171,13 +171,11 @@ module vdla_store #(
       if (hold_q != '0) hold_q <= hold_q - 1'b1;
       case (state_q)
         IDLE: if (fire_o) begin
-          push_q <= push_prev;
-          nop_q  <= 8'(NOP_EXTRA - 1);
+          nop_q <= 8'(NOP_EXTRA - 1);
           if (!is_nop) begin
             state_q       <= BUSY;
             hold_q        <= 8'(SETUP_EXTRA);
             rd_left_q     <= elems - 1'b1;
-            rd_addr_q     <= AW_IX'(sram_base) + 1'b1;
             w_left_q      <= elems * 33'(E);
             beat_q        <= '0;
             ebeat_q       <= '0;
@@ -187,14 +185,11 @@ module vdla_store #(
           end
         end
         BUSY: begin
-          if (rd_issue) begin
-            rd_left_q <= rd_left_q - 1'b1;
-            rd_addr_q <= rd_addr_q + 1'b1;
-          end
+          if (rd_issue) rd_left_q <= rd_left_q - 1'b1;
           if (w_fire) begin
             w_left_q <= w_left_q - 1'b1;
             beat_q   <= wlast_o ? '0 : beat_q + 1'b1;
-            ebeat_q  <= ebeat_q == ($clog2(E+1))'(E - 1) ? '0 : ebeat_q + 1'b1;
+            ebeat_q  <= ebeat_q == EW'(E - 1) ? '0 : ebeat_q + 1'b1;
           end
           outstanding_q <= outstanding_q + 16'(aw_fire) - 16'(bvalid_i);
           if (last_b) state_q <= IDLE;
@@ -208,6 +203,19 @@ module vdla_store #(
     end
   end
 
-  logic unused;
-  assign unused = B[0];
+  // data: the running instruction's push flag and the next OUT read address
+  always_ff @(posedge clk_i) begin
+    if (fire_o) push_q <= mem.hdr.push_prev;
+    if (start) rd_addr_q <= AW_IX'(mem.sram_base) + 1'b1;
+    else if (state_q == BUSY && rd_issue && !halt_i) rd_addr_q <= rd_addr_q + 1'b1;
+  end
+
+  logic unused_cmd;
+  assign unused_cmd = ^{mem.rsvd_63_58, mem.hdr.opcode, unused_len_count, unused_el_full};
+
+`ifndef SYNTHESIS
+  // Every write response belongs to a burst that was issued.
+  a_b_expected: assert property (@(posedge clk_i) disable iff (!rst_ni) state_q == BUSY && bvalid_i |-> outstanding_q != '0)
+    else $error("store: write response without an outstanding burst");
+`endif
 endmodule

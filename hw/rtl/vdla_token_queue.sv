@@ -1,13 +1,16 @@
 // A dependency-token queue: tokens carry no data, so the queue is an occupancy counter.
+// The producer pushes only with room (it checks room_o when it dispatches the instruction that pushes)
+// and the consumer pops only an available token; the assertions below hold them to it.
 module vdla_token_queue #(
-  parameter int DEPTH = 128
+  parameter int DEPTH = vdla_pkg::TOKEN_QUEUE_DEPTH
 ) (
-  input  logic                   clk_i,
-  input  logic                   rst_ni,
-  input  logic                   push_i,   // the producer completed an instruction with the push flag
-  input  logic                   pop_i,    // the consumer started an instruction with the pop flag
-  output logic                   avail_o,  // at least one token
-  output logic                   room_o,   // not full
+  input  logic                       clk_i,
+  input  logic                       rst_ni,
+  input  logic                       clear_i,  // empty the queue (START)
+  input  logic                       push_i,   // the producer completed an instruction with the push flag
+  input  logic                       pop_i,    // the consumer started an instruction with the pop flag
+  output logic                       avail_o,  // at least one token
+  output logic                       room_o,   // not full
   output logic [$clog2(DEPTH+1)-1:0] count_o
 );
   localparam int CW = $clog2(DEPTH + 1);
@@ -18,11 +21,21 @@ module vdla_token_queue #(
   assign room_o  = count_q != CW'(DEPTH);
   assign count_o = count_q;
 
-  always_ff @(posedge clk_i) begin
+  always_ff @(posedge clk_i or negedge rst_ni) begin
     if (!rst_ni) begin
+      count_q <= '0;
+    end else if (clear_i) begin
       count_q <= '0;
     end else begin
       count_q <= count_q + CW'(push_i && room_o) - CW'(pop_i && avail_o);
     end
   end
+
+`ifndef SYNTHESIS
+  // No token is lost or invented: a push meets room, a pop meets a token.
+  a_no_overflow: assert property (@(posedge clk_i) disable iff (!rst_ni) push_i && !clear_i |-> room_o)
+    else $error("token queue overflow: push into a full queue");
+  a_no_underflow: assert property (@(posedge clk_i) disable iff (!rst_ni) pop_i && !clear_i |-> avail_o)
+    else $error("token queue underflow: pop of an empty queue");
+`endif
 endmodule

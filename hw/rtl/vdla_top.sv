@@ -1,18 +1,14 @@
-`include "vdla_config.svh"
-`include "vdla_isa.svh"
-`include "vdla_regs.svh"
-
 // The VDLA accelerator: fetch, three decoupled stages (load, compute, store) with their command
 // queues and four dependency-token queues, the on-chip buffers, one AXI4 master shared through an
-// arbiter and an AXI4-Lite register file. Every parameter comes from vdla_config.svh.
+// arbiter and an AXI4-Lite register file. Every parameter comes from the generated package vdla_pkg.
 module vdla_top #(
-  parameter int ADDR_W = 64,
-  parameter int IDW    = 2
+  parameter int ADDR_W = vdla_pkg::AXI_ADDR_W,
+  parameter int IDW    = vdla_pkg::AXI_ID_W
 ) (
   input  logic                   clk_i,
   input  logic                   rst_ni,
   // AXI4-Lite slave: registers
-  input  logic [`VDLA_REG_ADDR_BITS-1:0] s_axil_awaddr,
+  input  logic [vdla_pkg::REG_ADDR_BITS-1:0] s_axil_awaddr,
   input  logic                   s_axil_awvalid,
   output logic                   s_axil_awready,
   input  logic [31:0]            s_axil_wdata,
@@ -22,7 +18,7 @@ module vdla_top #(
   output logic [1:0]             s_axil_bresp,
   output logic                   s_axil_bvalid,
   input  logic                   s_axil_bready,
-  input  logic [`VDLA_REG_ADDR_BITS-1:0] s_axil_araddr,
+  input  logic [vdla_pkg::REG_ADDR_BITS-1:0] s_axil_araddr,
   input  logic                   s_axil_arvalid,
   output logic                   s_axil_arready,
   output logic [31:0]            s_axil_rdata,
@@ -38,7 +34,7 @@ module vdla_top #(
   output logic                   m_axi_arvalid,
   input  logic                   m_axi_arready,
   input  logic [IDW-1:0]         m_axi_rid,
-  input  logic [`VDLA_BUS_WIDTH-1:0] m_axi_rdata,
+  input  logic [vdla_pkg::BUS_WIDTH-1:0] m_axi_rdata,
   input  logic [1:0]             m_axi_rresp,
   input  logic                   m_axi_rlast,
   input  logic                   m_axi_rvalid,
@@ -50,8 +46,8 @@ module vdla_top #(
   output logic [1:0]             m_axi_awburst,
   output logic                   m_axi_awvalid,
   input  logic                   m_axi_awready,
-  output logic [`VDLA_BUS_WIDTH-1:0] m_axi_wdata,
-  output logic [`VDLA_BUS_WIDTH/8-1:0] m_axi_wstrb,
+  output logic [vdla_pkg::BUS_WIDTH-1:0] m_axi_wdata,
+  output logic [vdla_pkg::BUS_WIDTH/8-1:0] m_axi_wstrb,
   output logic                   m_axi_wlast,
   output logic                   m_axi_wvalid,
   input  logic                   m_axi_wready,
@@ -63,22 +59,22 @@ module vdla_top #(
   output logic                   irq_o,
   output logic [5:0]             trace_o
 );
-  localparam int BUS_W  = `VDLA_BUS_WIDTH;
-  localparam int INP_W  = `VDLA_BATCH * `VDLA_BLOCK_IN * 8;
-  localparam int WGT_W  = `VDLA_BLOCK_OUT * `VDLA_BLOCK_IN * 8;
-  localparam int LANES  = `VDLA_BATCH * `VDLA_BLOCK_OUT;
-  localparam int ACC_W  = LANES * 32;
-  localparam int OUT_W  = LANES * 8;
-  localparam int INP_AW = $clog2(`VDLA_INP_DEPTH);
-  localparam int WGT_AW = $clog2(`VDLA_WGT_DEPTH);
-  localparam int ACC_AW = $clog2(`VDLA_ACC_DEPTH);
-  localparam int QD     = `VDLA_CMD_QUEUE_DEPTH;
-  localparam int TD     = `VDLA_TOKEN_QUEUE_DEPTH;
-  localparam int ISA_W  = `VDLA_INSN_BITS;
+  localparam int BUS_W  = vdla_pkg::BUS_WIDTH;
+  localparam int INP_W  = vdla_pkg::INP_BITS;
+  localparam int WGT_W  = vdla_pkg::WGT_BITS;
+  localparam int LANES  = vdla_pkg::LANES;
+  localparam int ACC_W  = vdla_pkg::ACC_BITS;
+  localparam int OUT_W  = vdla_pkg::OUT_BITS;
+  localparam int INP_AW = vdla_pkg::INP_AW;
+  localparam int WGT_AW = vdla_pkg::WGT_AW;
+  localparam int ACC_AW = vdla_pkg::ACC_AW;
+  localparam int QD     = vdla_pkg::CMD_QUEUE_DEPTH;
+  localparam int TD     = vdla_pkg::TOKEN_QUEUE_DEPTH;
+  localparam int ISA_W  = vdla_pkg::INSN_BITS;
 
   // ---- control ------------------------------------------------------------------------------
   logic        start, running_q, done_q, error_q, finish_q, end_pulse;
-  logic [3:0]  err_code_q;
+  vdla_pkg::err_code_e err_code_q;
   logic [1:0]  err_unit_q;
   logic [31:0] err_insn_q;
   logic [63:0] insn_addr;
@@ -88,14 +84,16 @@ module vdla_top #(
   assign halt = error_q;
 
   // ---- units' signals -----------------------------------------------------------------------
-  logic [ISA_W-1:0] fetch_insn, q_head [3];
+  // (an unpacked array of a packed struct or union type reads as 1-bit elements in Yosys: plain vectors)
+  vdla_pkg::insn_t  fetch_insn;
+  logic [ISA_W-1:0] q_head [3];
   logic [2:0]       q_push, q_full, q_valid, q_pop;
   logic [$clog2(QD):0] q_count [3];
   logic [31:0]      fetched;
   logic             fetch_done, fetch_active, fetch_err;
-  logic [3:0]       fetch_err_code;
+  vdla_pkg::err_code_e fetch_err_code;
   logic [2:0]       fire, busy, stall, sdone, serr;
-  logic [3:0]       serr_code [3];
+  vdla_pkg::err_code_e serr_code [3];
   logic             finish;
 
   // token queues: L2C, C2L, C2S, S2C
@@ -103,7 +101,7 @@ module vdla_top #(
   logic [$clog2(TD+1)-1:0] t_count [4];
   for (genvar q = 0; q < 4; q++) begin : g_tokens
     vdla_token_queue #(.DEPTH(TD)) u_queue (
-      .clk_i, .rst_ni (rst_ni && !start), .push_i (t_push[q]), .pop_i (t_pop[q]),
+      .clk_i, .rst_ni, .clear_i (start), .push_i (t_push[q]), .pop_i (t_pop[q]),
       .avail_o (t_avail[q]), .room_o (t_room[q]), .count_o (t_count[q])
     );
   end
@@ -123,7 +121,7 @@ module vdla_top #(
   assign m_axi_rready  = 1'b1;
 
   // ---- fetch and command queues -------------------------------------------------------------
-  vdla_fetch #(.ADDR_W(ADDR_W), .BUS_W(BUS_W)) u_fetch (
+  vdla_fetch #(.ADDR_W(ADDR_W)) u_fetch (
     .clk_i, .rst_ni, .halt_i (halt), .start_i (start), .insn_addr_i (insn_addr), .insn_count_i (insn_count),
     .arvalid_o (ar_valid[2]), .araddr_o (ar_addr[2*ADDR_W +: ADDR_W]), .arlen_o (ar_len[16 +: 8]),
     .arready_i (ar_ready[2]), .rvalid_i (r_valid[2]), .rresp_i (m_axi_rresp), .rdata_i (m_axi_rdata),
@@ -154,25 +152,21 @@ module vdla_top #(
   logic [OUT_W-1:0]       out_wdata, out_rdata;
   logic                   acc_re, out_re;
 
-  vdla_sram #(.WIDTH(INP_W), .DEPTH(`VDLA_INP_DEPTH), .LANE(BUS_W)) u_inp (
+  vdla_sram #(.WIDTH(INP_W), .DEPTH(vdla_pkg::INP_DEPTH), .LANE(BUS_W)) u_inp (
     .clk_i, .we_i (inp_we), .waddr_i (inp_waddr), .wdata_i (inp_wdata),
     .re_i (inp_re), .raddr_i (inp_raddr), .rdata_o (inp_rdata));
-  vdla_sram #(.WIDTH(WGT_W), .DEPTH(`VDLA_WGT_DEPTH), .LANE(BUS_W)) u_wgt (
+  vdla_sram #(.WIDTH(WGT_W), .DEPTH(vdla_pkg::WGT_DEPTH), .LANE(BUS_W)) u_wgt (
     .clk_i, .we_i (wgt_we), .waddr_i (wgt_waddr), .wdata_i (wgt_wdata),
     .re_i (wgt_re), .raddr_i (wgt_raddr), .rdata_o (wgt_rdata));
-  vdla_sram #(.WIDTH(ACC_W), .DEPTH(`VDLA_ACC_DEPTH), .LANE(32)) u_acc (
+  vdla_sram #(.WIDTH(ACC_W), .DEPTH(vdla_pkg::ACC_DEPTH), .LANE(32)) u_acc (
     .clk_i, .we_i (acc_we), .waddr_i (acc_waddr), .wdata_i (acc_wdata),
     .re_i (acc_re), .raddr_i (acc_raddr), .rdata_o (acc_rdata));
-  vdla_sram #(.WIDTH(OUT_W), .DEPTH(`VDLA_ACC_DEPTH), .LANE(8)) u_out (
+  vdla_sram #(.WIDTH(OUT_W), .DEPTH(vdla_pkg::ACC_DEPTH), .LANE(8)) u_out (
     .clk_i, .we_i (acc_we), .waddr_i (acc_waddr), .wdata_i (out_wdata),
     .re_i (out_re), .raddr_i (out_raddr), .rdata_o (out_rdata));
 
   // ---- stages -------------------------------------------------------------------------------
-  vdla_load #(
-    .ADDR_W(ADDR_W), .BUS_W(BUS_W), .MAX_BEATS(`VDLA_MAX_BURST_BEATS), .INP_W(INP_W), .WGT_W(WGT_W),
-    .INP_DEPTH(`VDLA_INP_DEPTH), .WGT_DEPTH(`VDLA_WGT_DEPTH), .SETUP(`VDLA_DMA_SETUP),
-    .PAD_CYCLES(`VDLA_DMA_PAD_CYCLES), .NOP_EXTRA(`VDLA_NOP_CYCLES - 1)
-  ) u_load (
+  vdla_load u_load (
     .clk_i, .rst_ni, .halt_i (halt),
     .cmd_valid_i (q_valid[0]), .cmd_i (q_head[0]), .cmd_pop_o (q_pop[0]),
     .c2l_avail_i (t_avail[1]), .c2l_pop_o (t_pop[1]), .l2c_room_i (t_room[0]), .l2c_push_o (t_push[0]),
@@ -184,15 +178,7 @@ module vdla_top #(
     .err_o (serr[0]), .err_code_o (serr_code[0])
   );
 
-  vdla_compute #(
-    .ADDR_W(ADDR_W), .BUS_W(BUS_W), .MAX_BEATS(`VDLA_MAX_BURST_BEATS), .BATCH(`VDLA_BATCH),
-    .BLOCK_IN(`VDLA_BLOCK_IN), .BLOCK_OUT(`VDLA_BLOCK_OUT), .INP_DEPTH(`VDLA_INP_DEPTH),
-    .WGT_DEPTH(`VDLA_WGT_DEPTH), .ACC_DEPTH(`VDLA_ACC_DEPTH), .UOP_DEPTH(`VDLA_UOP_DEPTH),
-    .DST_BITS(`VDLA_UOP_DST_BITS), .SRC_BITS(`VDLA_UOP_SRC_BITS), .WGT_BITS(`VDLA_UOP_WGT_BITS),
-    .DMA_SETUP(`VDLA_DMA_SETUP), .PAD_CYCLES(`VDLA_DMA_PAD_CYCLES), .NOP_EXTRA(`VDLA_NOP_CYCLES - 1),
-    .GEMM_SETUP(`VDLA_GEMM_SETUP), .GEMM_PIPE(`VDLA_GEMM_PIPELINE), .ALU_SETUP(`VDLA_ALU_SETUP),
-    .ALU_PIPE(`VDLA_ALU_PIPELINE), .ALU_II(`VDLA_ALU_II)
-  ) u_compute (
+  vdla_compute u_compute (
     .clk_i, .rst_ni, .halt_i (halt), .start_i (start),
     .cmd_valid_i (q_valid[1]), .cmd_i (q_head[1]), .cmd_pop_o (q_pop[1]),
     .l2c_avail_i (t_avail[0]), .l2c_pop_o (t_pop[0]), .s2c_avail_i (t_avail[3]), .s2c_pop_o (t_pop[3]),
@@ -207,10 +193,7 @@ module vdla_top #(
     .err_o (serr[1]), .err_code_o (serr_code[1])
   );
 
-  vdla_store #(
-    .ADDR_W(ADDR_W), .BUS_W(BUS_W), .MAX_BEATS(`VDLA_MAX_BURST_BEATS), .OUT_W(OUT_W),
-    .ACC_DEPTH(`VDLA_ACC_DEPTH), .SETUP_EXTRA(`VDLA_DMA_SETUP - 1), .NOP_EXTRA(`VDLA_NOP_CYCLES - 1)
-  ) u_store (
+  vdla_store u_store (
     .clk_i, .rst_ni, .halt_i (halt),
     .cmd_valid_i (q_valid[2]), .cmd_i (q_head[2]), .cmd_pop_o (q_pop[2]),
     .c2s_avail_i (t_avail[2]), .c2s_pop_o (t_pop[2]), .s2c_room_i (t_room[3]), .s2c_push_o (t_push[3]),
@@ -229,21 +212,18 @@ module vdla_top #(
   assign trace_o       = {sdone, fire};
 
   // ---- performance counters and registers ---------------------------------------------------
-  logic [64*`VDLA_NUM_COUNTERS-1:0] counters;
+  logic [64*vdla_pkg::NUM_COUNTERS-1:0] counters;
   logic [32*3-1:0] stage_insns;
   logic [32*6-1:0] opcode_insns;
   logic            done_cond, deadlock;
 
-  vdla_perf #(
-    .INP_EB(`VDLA_INP_ELEM_BYTES), .WGT_EB(`VDLA_WGT_ELEM_BYTES), .ACC_EB(`VDLA_ACC_ELEM_BYTES),
-    .OUT_EB(`VDLA_OUT_ELEM_BYTES)
-  ) u_perf (
+  vdla_perf u_perf (
     .clk_i, .rst_ni, .clear_i (start), .count_i (running_q && !done_cond), .busy_i (busy), .stall_i (stall),
     .fire_i (fire), .load_cmd_i (q_head[0]), .compute_cmd_i (q_head[1]), .store_cmd_i (q_head[2]),
     .counters_o (counters), .stage_insns_o (stage_insns), .opcode_insns_o (opcode_insns)
   );
 
-  vdla_regfile #(.ISA_VERSION(16'(`VDLA_ISA_VERSION)), .CONFIG_HASH(`VDLA_CONFIG_HASH)) u_regs (
+  vdla_regfile u_regs (
     .clk_i, .rst_ni,
     .awaddr_i (s_axil_awaddr), .awvalid_i (s_axil_awvalid), .awready_o (s_axil_awready),
     .wdata_i (s_axil_wdata), .wstrb_i (s_axil_wstrb), .wvalid_i (s_axil_wvalid), .wready_o (s_axil_wready),
@@ -266,9 +246,12 @@ module vdla_top #(
   assign deadlock  = quiet_q == 5'd16;
   assign end_pulse = done_cond || (running_q && !error_q && (|serr || fetch_err || deadlock));
 
-  logic [31:0] unit_insns;
-  logic [3:0]  unit_code;
-  always_ff @(posedge clk_i) begin
+  logic [31:0]         unit_insns;
+  vdla_pkg::err_code_e unit_code;
+  logic                new_error;
+  assign new_error = running_q && !error_q && (fetch_err || |serr || deadlock);
+
+  always_ff @(posedge clk_i or negedge rst_ni) begin
     if (!rst_ni) begin
       running_q <= 1'b0;
       done_q    <= 1'b0;
@@ -276,14 +259,11 @@ module vdla_top #(
       finish_q  <= 1'b0;
       quiet_q   <= '0;
     end else if (start) begin
-      running_q  <= 1'b1;
-      done_q     <= 1'b0;
-      error_q    <= 1'b0;
-      finish_q   <= 1'b0;
-      quiet_q    <= '0;
-      err_code_q <= '0;
-      err_unit_q <= '0;
-      err_insn_q <= '0;
+      running_q <= 1'b1;
+      done_q    <= 1'b0;
+      error_q   <= 1'b0;
+      finish_q  <= 1'b0;
+      quiet_q   <= '0;
     end else if (running_q) begin
       if (finish) finish_q <= 1'b1;
       if (busy == '0 && fire == '0 && !fetch_active && (q_valid & ~stall) == '0 && !done_cond)
@@ -294,23 +274,33 @@ module vdla_top #(
         running_q <= 1'b0;
         done_q    <= 1'b1;
       end
-      if (!error_q && (fetch_err || |serr || deadlock)) begin
+      if (new_error) begin
         error_q   <= 1'b1;
         running_q <= 1'b0;
-        if (fetch_err) begin
-          err_unit_q <= 2'd0;
-          err_code_q <= fetch_err_code;
-          err_insn_q <= fetched;
-        end else if (deadlock) begin
-          err_unit_q <= 2'd0;
-          err_code_q <= `VDLA_ERR_DEADLOCK;
-          err_insn_q <= fetched;
-        end else begin
-          err_unit_q <= serr[0] ? 2'd1 : serr[1] ? 2'd2 : 2'd3;
-          err_code_q <= unit_code;
-          // errors found at dispatch name the next instruction, later ones the running one
-          err_insn_q <= unit_code == `VDLA_ERR_INSN ? unit_insns : unit_insns - 1'b1;
-        end
+      end
+    end
+  end
+
+  // The first error's unit, cause and instruction (STATUS, ERROR_INSN): cleared by START.
+  always_ff @(posedge clk_i) begin
+    if (start) begin
+      err_code_q <= vdla_pkg::ERR_NONE;
+      err_unit_q <= '0;
+      err_insn_q <= '0;
+    end else if (new_error) begin
+      if (fetch_err) begin
+        err_unit_q <= 2'd0;
+        err_code_q <= fetch_err_code;
+        err_insn_q <= fetched;
+      end else if (deadlock) begin
+        err_unit_q <= 2'd0;
+        err_code_q <= vdla_pkg::ERR_DEADLOCK;
+        err_insn_q <= fetched;
+      end else begin
+        err_unit_q <= serr[0] ? 2'd1 : serr[1] ? 2'd2 : 2'd3;
+        err_code_q <= unit_code;
+        // errors found at dispatch name the next instruction, later ones the running one
+        err_insn_q <= unit_code == vdla_pkg::ERR_INSN ? unit_insns : unit_insns - 1'b1;
       end
     end
   end
@@ -328,6 +318,30 @@ module vdla_top #(
     end
   end
 
-  logic unused;
-  assign unused = m_axi_rlast ^ (|m_axi_bid);
+  logic unused_axi;
+  assign unused_axi = m_axi_rlast ^ (|m_axi_bid);
+
+`ifndef SYNTHESIS
+  // ---- assertions ---------------------------------------------------------------------------
+  // AXI4 master: a request or write beat, once valid, stays valid and unchanged until accepted. The
+  // one exception is an error: halt withdraws every request at once (the run is over).
+  a_ar_stable: assert property (@(posedge clk_i) disable iff (!rst_ni)
+      m_axi_arvalid && !m_axi_arready
+      |=> halt || (m_axi_arvalid && $stable({m_axi_arid, m_axi_araddr, m_axi_arlen, m_axi_arsize, m_axi_arburst})))
+    else $error("AXI AR withdrawn or changed before it was accepted");
+  a_aw_stable: assert property (@(posedge clk_i) disable iff (!rst_ni)
+      m_axi_awvalid && !m_axi_awready
+      |=> halt || (m_axi_awvalid && $stable({m_axi_awid, m_axi_awaddr, m_axi_awlen, m_axi_awsize, m_axi_awburst})))
+    else $error("AXI AW withdrawn or changed before it was accepted");
+  a_w_stable: assert property (@(posedge clk_i) disable iff (!rst_ni)
+      m_axi_wvalid && !m_axi_wready |=> halt || (m_axi_wvalid && $stable({m_axi_wdata, m_axi_wstrb, m_axi_wlast})))
+    else $error("AXI W withdrawn or changed before it was accepted");
+  // Once an error is flagged, no DRAM write is requested or sent.
+  a_no_write_after_error: assert property (@(posedge clk_i) disable iff (!rst_ni)
+      error_q |-> !m_axi_awvalid && !m_axi_wvalid)
+    else $error("DRAM write after an error");
+  // Only one command queue takes each fetched instruction; a stage starts only what it was given.
+  a_one_route: assert property (@(posedge clk_i) disable iff (!rst_ni) $onehot0(q_push))
+    else $error("an instruction routed to two command queues");
+`endif
 endmodule

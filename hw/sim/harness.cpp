@@ -5,9 +5,14 @@
 // accepted AR to the first beat, one beat per cycle on the read and on the write channel, an idle
 // gap after every burst, and a write response a fixed latency after the last beat of a burst.
 // Accesses outside the region get SLVERR: reads return zeros, writes are dropped.
+//
+// Built with VL_USER_STOP defined: a failed RTL assertion (the model is built with --assert) or a $stop
+// does not abort the process. vl_stop below records where it happened and stops the clock; the Python
+// side (vdla.runtime.rtl.harness) reads it with vh_stopped and raises.
 #include <cstdint>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -16,6 +21,21 @@
 #include "verilated.h"
 #ifdef VH_TRACE
 #include "verilated_fst_c.h"
+#endif
+
+namespace {
+// Per model (context): "file:line" of its first $stop or failed assertion since its last reset.
+std::map<const VerilatedContext*, std::string> g_stops;
+}  // namespace
+
+#ifdef VL_USER_STOP
+void vl_stop(const char* filename, int linenum, const char* hier) {
+  (void)hier;
+  VerilatedContext* ctx = Verilated::threadContextp();
+  ctx->gotError(true);
+  ctx->gotFinish(true);
+  g_stops.emplace(ctx, std::string(filename) + ":" + std::to_string(linenum));  // keeps the first
+}
 #endif
 
 namespace {
@@ -117,6 +137,8 @@ struct Harness {
     if (t.m_axi_bvalid) resps.pop_front();
   }
 
+  bool stopped() const { return ctx->gotFinish(); }
+
   void tick() {
     top->clk_i = 0;
     drive();
@@ -135,6 +157,9 @@ struct Harness {
   }
 
   void reset() {
+    ctx->gotError(false);
+    ctx->gotFinish(false);
+    g_stops.erase(ctx.get());
     reads.clear();
     writes.clear();
     resps.clear();
@@ -163,11 +188,11 @@ struct Harness {
       top->clk_i = 1;
       top->eval();
       ++cycle;
-      if (done) break;
+      if (done || stopped()) break;
     }
     t.s_axil_awvalid = t.s_axil_wvalid = 0;
     start_cycle = cycle;  // the cycle after the write's edge: when a START takes effect
-    while (!t.s_axil_bvalid) tick();
+    while (!t.s_axil_bvalid && !stopped()) tick();
     tick();
   }
 
@@ -184,10 +209,10 @@ struct Harness {
       top->clk_i = 1;
       top->eval();
       ++cycle;
-      if (done) break;
+      if (done || stopped()) break;
     }
     t.s_axil_arvalid = 0;
-    while (!t.s_axil_rvalid) tick();
+    while (!t.s_axil_rvalid && !stopped()) tick();
     uint32_t v = t.s_axil_rdata;
     tick();
     return v;
@@ -225,8 +250,12 @@ void vh_destroy(void* p) {
   if (h->fst) h->fst->close();
 #endif
   h->top->final();
+  g_stops.erase(h->ctx.get());
   delete h;
 }
+
+// Whether the model was built with the RTL's assertions (--assert).
+int vh_assertions() { return VH_ASSERTIONS; }
 
 int vh_traced() {
 #ifdef VH_TRACE
@@ -250,14 +279,29 @@ void vh_write(void* p, uint32_t addr, uint32_t data) { static_cast<Harness*>(p)-
 
 uint32_t vh_read(void* p, uint32_t addr) { return static_cast<Harness*>(p)->read_reg(addr); }
 
-// Clock until the interrupt line rises or `max_cycles` cycles pass; returns 1 on the interrupt.
+// Clock until the interrupt line rises or `max_cycles` cycles pass; returns 1 on the interrupt, 2 when
+// the model stopped (a failed assertion: see vh_stopped), 0 otherwise.
 int vh_run(void* p, uint64_t max_cycles) {
   auto* h = static_cast<Harness*>(p);
   for (uint64_t i = 0; i < max_cycles; ++i) {
     h->tick();
     if (h->top->irq_o) return 1;
+    if (h->stopped()) return 2;
   }
   return 0;
+}
+
+// Whether the model has stopped on a failed assertion or $stop; copies "file:line" of the first one
+// (NUL-terminated, truncated to `size`) into `where`.
+int vh_stopped(void* p, char* where, uint64_t size) {
+  auto* h = static_cast<Harness*>(p);
+  if (!h->stopped()) return 0;
+  if (size) {
+    auto it = g_stops.find(h->ctx.get());
+    std::strncpy(where, it == g_stops.end() ? "" : it->second.c_str(), size - 1);
+    where[size - 1] = 0;
+  }
+  return 1;
 }
 
 uint64_t vh_cycle(void* p) { return static_cast<Harness*>(p)->cycle - static_cast<Harness*>(p)->start_cycle; }

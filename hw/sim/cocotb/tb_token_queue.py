@@ -15,6 +15,7 @@ async def reset(dut):
     cocotb.start_soon(Clock(dut.clk_i, 10, unit="ns").start())
     dut.push_i.value = 0
     dut.pop_i.value = 0
+    dut.clear_i.value = 0
     dut.rst_ni.value = 0
     await ClockCycles(dut.clk_i, 2)
     dut.rst_ni.value = 1
@@ -57,3 +58,17 @@ async def random_traffic_matches_a_counter(dut):
         await step(dut, int(push), int(pop))
         assert int(dut.count_o.value) == model
         assert int(dut.avail_o.value) == (model > 0) and int(dut.room_o.value) == (model < DEPTH)
+
+
+@cocotb.test()
+async def clear_empties_the_queue(dut):
+    await reset(dut)
+    for _ in range(3):
+        await step(dut, 1, 0)
+    assert int(dut.count_o.value) == 3
+    dut.clear_i.value = 1
+    dut.push_i.value = 1  # a push in the clearing cycle is lost with the rest
+    await FallingEdge(dut.clk_i)
+    dut.clear_i.value = 0
+    dut.push_i.value = 0
+    assert int(dut.count_o.value) == 0 and dut.avail_o.value == 0 and dut.room_o.value == 1

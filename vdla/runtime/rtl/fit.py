@@ -15,8 +15,7 @@ import time
 from pathlib import Path
 
 from vdla.config import load_config
-from vdla.hw_header import write_config_header
-from vdla.runtime.rtl.build import INCLUDE_DIR, TOP, rtl_sources
+from vdla.runtime.rtl.build import TOP, package_for, rtl_sources
 
 PART = "xc7z020 (PYNQ-Z1)"
 CAPACITY = {"LUT": 53_200, "FF": 106_400, "DSP48": 220, "BRAM36": 140}
@@ -87,8 +86,10 @@ def run_fit(config: str = "pynq", workdir: str | Path | None = None) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(workdir or tmp)
         work.mkdir(parents=True, exist_ok=True)
-        write_config_header(cfg, work / "include" / "vdla_config.svh")
-        read = f"read_verilog -sv -I{work / 'include'} -I{INCLUDE_DIR} " + " ".join(str(p) for p in rtl_sources())
+        # Yosys defines SYNTHESIS: the assertions (`ifndef SYNTHESIS) are not read. The package is named
+        # relative to Yosys' working directory (yowasp's sandbox has its own /tmp).
+        package = package_for(cfg, work).relative_to(work)
+        read = "read_verilog -sv " + " ".join(str(p) for p in [package, *rtl_sources()])
         t0 = time.perf_counter()
         _yosys(f"{read}\nsynth_xilinx -family xc7 -top {TOP} -flatten\ntee -o stat.txt stat\n", work)
         seconds = time.perf_counter() - t0

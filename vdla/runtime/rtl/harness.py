@@ -1,4 +1,8 @@
-"""ctypes binding of the C++ simulation harness (hw/sim/harness.cpp)."""
+"""ctypes binding of the C++ simulation harness (hw/sim/harness.cpp).
+
+A model built with assertions (the default build) stops on the first failed assertion; every call that
+clocks the model then raises :class:`RtlAssertionError` naming the assertion, instead of returning.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ _SIGNATURES = {
     "vh_create": (ctypes.c_void_p, [ctypes.c_uint32, ctypes.c_uint32, ctypes.c_uint32, ctypes.c_char_p]),
     "vh_destroy": (None, [ctypes.c_void_p]),
     "vh_traced": (ctypes.c_int, []),
+    "vh_assertions": (ctypes.c_int, []),
     "vh_set_memory": (None, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64]),
     "vh_reset": (None, [ctypes.c_void_p]),
     "vh_write": (None, [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_uint32]),
@@ -23,7 +28,29 @@ _SIGNATURES = {
     "vh_trace_len": (ctypes.c_uint64, [ctypes.c_void_p]),
     "vh_trace_copy": (None, [ctypes.c_void_p, ctypes.c_void_p]),
     "vh_bad_access": (ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint64)]),
+    "vh_stopped": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_uint64]),
 }
+
+
+class RtlAssertionError(AssertionError):
+    """An assertion of the RTL failed: the model broke one of its own invariants (a bug in the RTL or in
+    the harness driving it, never a property of the program). ``where`` is the assertion's file:line."""
+
+    def __init__(self, where: str):
+        self.where = where
+        super().__init__(f"RTL assertion failed at {where}: {_assertion_text(where)}")
+
+
+def _assertion_text(where: str) -> str:
+    """The assertion's label and message, read from its source line (best effort)."""
+    path, _, line = where.rpartition(":")
+    try:
+        lines = Path(path).read_text().splitlines()
+        n = int(line) - 1
+    except (OSError, ValueError):
+        return "(source not found)"
+    text = " ".join(x.strip() for x in lines[max(0, n - 1) : n + 3])
+    return text[:300]
 
 
 class Harness:
@@ -58,17 +85,41 @@ class Harness:
         self.lib.vh_set_memory(self.handle, mem.ctypes.data, base, mem.size)
 
     def reset(self) -> None:
+        """Reset the model (and forget a failed assertion: the model runs again)."""
         self.lib.vh_reset(self.handle)
 
     def write(self, offset: int, value: int) -> None:
         self.lib.vh_write(self.handle, offset, value & 0xFFFFFFFF)
+        self._check()
 
     def read(self, offset: int) -> int:
-        return self.lib.vh_read(self.handle, offset)
+        value = self.lib.vh_read(self.handle, offset)
+        self._check()
+        return value
 
     def run(self, cycles: int) -> bool:
         """Clock up to ``cycles`` cycles; True once the interrupt line rises."""
-        return bool(self.lib.vh_run(self.handle, cycles))
+        rc = self.lib.vh_run(self.handle, cycles)
+        if rc == 2:
+            self._check()
+        return rc == 1
+
+    @property
+    def assertions(self) -> bool:
+        """Whether the model checks the RTL's assertions (the default build) or not (the speed flavour)."""
+        return bool(self.lib.vh_assertions())
+
+    def stopped(self) -> str | None:
+        """file:line of the assertion that stopped the model since its last reset, if one did."""
+        where = ctypes.create_string_buffer(1024)
+        if not self.lib.vh_stopped(self.handle, where, len(where)):
+            return None
+        return where.value.decode() or "(unknown location)"
+
+    def _check(self) -> None:
+        where = self.stopped()
+        if where is not None:
+            raise RtlAssertionError(where)
 
     @property
     def cycle(self) -> int:

@@ -1,0 +1,119 @@
+// The compute stage's LOADs (UOP, ACC, ACC_8BIT): the load engine's DMA beats and padding elements,
+// turned into micro-op bank writes and ACC lane writes.
+//   UOP: micro-op j of a beat has index wr_idx + j and goes to bank (index mod U), U = BUS_WIDTH / 32.
+//   ACC: the beat fills its 32-bit lanes; ACC_8BIT: its bytes, sign-extended, fill as many lanes.
+// Padding zeroes whole elements. The memory type is latched when the load starts.
+module vdla_compute_load (
+  input  logic                              clk_i,
+  input  logic                              rst_ni,
+  input  logic                              halt_i,
+  input  logic                              start_i,  // a LOAD that moves data starts
+  input  vdla_pkg::mem_insn_t               insn_i,
+  // AXI read
+  output logic                              arvalid_o,
+  output logic [vdla_pkg::AXI_ADDR_W-1:0]   araddr_o,
+  output logic [7:0]                        arlen_o,
+  input  logic                              arready_i,
+  input  logic                              rvalid_i,
+  input  logic [1:0]                        rresp_i,
+  input  logic [vdla_pkg::BUS_WIDTH-1:0]    rdata_i,
+  // micro-op banks
+  output logic [vdla_pkg::UOP_BANKS-1:0]    uop_we_o,
+  output logic [vdla_pkg::UOP_BANKS-1:0][vdla_pkg::UOP_BANK_AW-1:0] uop_waddr_o,
+  output logic [vdla_pkg::UOP_BANKS-1:0][31:0] uop_wdata_o,
+  // ACC lanes
+  output logic [vdla_pkg::LANES-1:0]        acc_we_o,
+  output logic [vdla_pkg::ACC_AW-1:0]       acc_waddr_o,
+  output logic [vdla_pkg::ACC_BITS-1:0]     acc_wdata_o,
+  output logic                              done_o,   // the load's last write
+  output logic                              err_o     // an AXI error response
+);
+  localparam int U     = vdla_pkg::UOP_BANKS;
+  localparam int UAW   = vdla_pkg::UOP_BANK_AW;
+  localparam int BUS_W = vdla_pkg::BUS_WIDTH;
+  localparam int LB    = $clog2(BUS_W / 8);
+  localparam int LU    = $clog2(U);
+  localparam int LANES = vdla_pkg::LANES;
+
+  logic                eng_valid, eng_pad;
+  logic [17:0]         eng_idx;
+  logic signed [25:0]  eng_off;
+  logic [BUS_W-1:0]    eng_data;
+  logic [24:0]         eng_row_bytes;
+  vdla_pkg::mem_type_e type_q;
+  logic                is_uop, is_acc8;
+
+  assign is_uop  = insn_i.mem_type == vdla_pkg::MEM_UOP;
+  assign is_acc8 = insn_i.mem_type == vdla_pkg::MEM_ACC_8BIT;
+
+  vdla_load_engine #(.IDX_W(16)) u_engine (
+    .clk_i, .rst_ni, .halt_i,
+    .start_i,
+    .log_eb_i    (is_uop ? 4'd2 : is_acc8 ? 4'($clog2(vdla_pkg::OUT_ELEM_BYTES))
+                                          : 4'($clog2(vdla_pkg::ACC_ELEM_BYTES))),
+    .sram_base_i (insn_i.sram_base),
+    .dram_base_i (insn_i.dram_base),
+    .y_size_i    (insn_i.y_size),
+    .x_size_i    (insn_i.x_size),
+    .x_stride_i  (insn_i.x_stride),
+    .y_pad_0_i   (insn_i.y_pad_0),
+    .y_pad_1_i   (insn_i.y_pad_1),
+    .x_pad_0_i   (insn_i.x_pad_0),
+    .x_pad_1_i   (insn_i.x_pad_1),
+    .arvalid_o, .araddr_o, .arlen_o, .arready_i, .rvalid_i, .rresp_i, .rdata_i,
+    .wr_valid_o  (eng_valid),
+    .wr_pad_o    (eng_pad),
+    .wr_idx_o    (eng_idx),
+    .wr_off_o    (eng_off),
+    .wr_data_o   (eng_data),
+    .row_bytes_o (eng_row_bytes),
+    .done_o,
+    .err_o
+  );
+
+  logic unused_insn;  // the stage decodes the header; the reserved bits are not read
+  assign unused_insn = ^{insn_i.rsvd_63_58, insn_i.hdr};
+
+  // the running load's memory type (start_i implies an unhalted, idle stage)
+  always_ff @(posedge clk_i) begin
+    if (start_i) type_q <= insn_i.mem_type;
+  end
+
+  // UOP beats: only the micro-ops inside the DRAM row (a row may start or end inside a beat).
+  always_comb begin
+    for (int k = 0; k < U; k++) begin
+      logic [LU:0]        j;
+      logic signed [26:0] pos;
+      j   = (LU+1)'((k - int'(eng_idx[LU:0])) & (U - 1));
+      pos = 27'(eng_off) + 27'(int'(j) * 4);
+      uop_we_o[k]    = eng_valid && type_q == vdla_pkg::MEM_UOP && pos >= 0
+                    && pos < $signed({2'b0, eng_row_bytes});
+      uop_waddr_o[k] = UAW'((eng_idx + 18'(j)) >> LU);
+      uop_wdata_o[k] = eng_data[j[LU-1:0]*32 +: 32];
+    end
+  end
+
+  // ACC beats: 32-bit lanes (ACC) or sign-extended bytes (ACC_8BIT); padding zeroes the element.
+  logic [7:0] beat;
+  assign beat        = 8'(eng_off >>> LB);
+  assign acc_waddr_o = eng_idx[vdla_pkg::ACC_AW-1:0];
+  always_comb begin
+    acc_we_o = '0;
+    if (type_q == vdla_pkg::MEM_ACC_8BIT) begin
+      for (int l = 0; l < LANES; l++) begin
+        acc_wdata_o[l*32 +: 32] = 32'($signed(eng_data[(l*8) % BUS_W +: 8]));
+        acc_we_o[l] = (l / (BUS_W / 8)) == int'(beat) % (vdla_pkg::OUT_BITS / BUS_W);
+      end
+    end else begin
+      for (int l = 0; l < LANES; l++) begin
+        acc_wdata_o[l*32 +: 32] = eng_data[(l*32) % BUS_W +: 32];
+        acc_we_o[l] = (l / (BUS_W / 32)) == int'(beat) % (vdla_pkg::ACC_BITS / BUS_W);
+      end
+    end
+    if (eng_pad) begin
+      acc_wdata_o = '0;
+      acc_we_o    = '1;
+    end
+    if (!eng_valid || type_q == vdla_pkg::MEM_UOP) acc_we_o = '0;
+  end
+endmodule

@@ -1,0 +1,210 @@
+// The GEMM and ALU micro-op loops: the sequencer (vdla_loop_seq), then one uop-iteration per cycle
+// through the pipeline
+//   S0 read the micro-op | S1 form indices, read INP/WGT | S2 multiply | S3 sum, read ACC (R)
+//   | S4 add (C) | S5 write ACC (W).
+// The ALU enters R at S1. See vdla_acc_rmw for the read-modify-write and its forwarding.
+// Micro-op indices are range-checked in S1 (index_err_o). An init GEMM's first update of each row
+// (tracked in `touched_q`, cleared when the GEMM starts) reads the bias row ACC[epi_base + o]
+// (o: the iter_out index) instead of the row itself, or zero without bias.
+module vdla_compute_loop (
+  input  logic                                       clk_i,
+  input  logic                                       rst_ni,
+  input  logic                                       halt_i,
+  input  logic                                       start_i,  // a GEMM or ALU instruction starts
+  input  vdla_pkg::insn_t                            insn_i,
+  // micro-op banks: one read address for all
+  output logic                                       uop_re_o,
+  output logic [vdla_pkg::UOP_BANK_AW-1:0]           uop_raddr_o,
+  input  logic [vdla_pkg::UOP_BANKS-1:0][31:0]       uop_rdata_i,
+  // the epilogue's bias rows
+  input  logic                                       epi_bias_i,
+  input  logic [15:0]                                epi_base_i,
+  // INP and WGT read ports
+  output logic                                       inp_re_o,
+  output logic [vdla_pkg::INP_AW-1:0]                inp_raddr_o,
+  input  logic [vdla_pkg::INP_BITS-1:0]              inp_rdata_i,
+  output logic                                       wgt_re_o,
+  output logic [vdla_pkg::WGT_AW-1:0]                wgt_raddr_o,
+  input  logic [vdla_pkg::WGT_BITS-1:0]              wgt_rdata_i,
+  // ACC read port and the loop's ACC writes
+  output logic                                       acc_re_o,
+  output logic [vdla_pkg::ACC_AW-1:0]                acc_raddr_o,
+  input  logic [vdla_pkg::ACC_BITS-1:0]              acc_rdata_i,
+  output logic                                       wr_valid_o,
+  output logic [vdla_pkg::ACC_AW-1:0]                wr_addr_o,
+  output logic [vdla_pkg::ACC_BITS-1:0]              wr_data_o,
+  output logic                                       done_o,
+  output logic                                       index_err_o
+);
+  localparam int LU        = $clog2(vdla_pkg::UOP_BANKS);
+  localparam int ACC_AW    = vdla_pkg::ACC_AW;
+  localparam int ACC_DEPTH = vdla_pkg::ACC_DEPTH;
+  localparam int DST_BITS  = vdla_pkg::UOP_DST_BITS;
+  localparam int SRC_BITS  = vdla_pkg::UOP_SRC_BITS;
+  localparam int WGT_BITS  = vdla_pkg::UOP_WGT_BITS;
+
+  // ---- S0: the sequencer --------------------------------------------------------------------
+  logic              issue, gemm_q, reset_q, init_q, use_imm_q, two_op_q;
+  logic [12:0]       u;
+  logic [13:0]       o;
+  logic [31:0]       dst_off, src_off, wgt_off;
+  vdla_pkg::alu_op_e alu_op_q;
+  logic [15:0]       imm_q;
+
+  vdla_loop_seq u_seq (
+    .clk_i, .rst_ni, .halt_i, .start_i, .insn_i,
+    .issue_o (issue), .u_o (u), .o_o (o), .dst_off_o (dst_off), .src_off_o (src_off), .wgt_off_o (wgt_off),
+    .gemm_o (gemm_q), .reset_o (reset_q), .init_o (init_q), .alu_op_o (alu_op_q), .use_imm_o (use_imm_q),
+    .imm_o (imm_q), .two_op_o (two_op_q), .done_o
+  );
+
+  assign uop_re_o    = issue;
+  assign uop_raddr_o = u[LU +: vdla_pkg::UOP_BANK_AW];
+
+  // ---- S1: form the indices -----------------------------------------------------------------
+  logic              s1_valid_q;
+  logic [LU-1:0]     s1_bank_q;
+  logic [31:0]       s1_dst_off_q, s1_src_off_q, s1_wgt_off_q;
+  logic [16:0]       s1_bias_q;  // the iteration's bias row, epi_base + o
+  logic [31:0]       uop_word, dst, src, wgt;
+  logic              s1_gemm, index_err;
+
+  always_ff @(posedge clk_i or negedge rst_ni) begin
+    if (!rst_ni) s1_valid_q <= 1'b0;
+    else s1_valid_q <= issue;
+  end
+
+  always_ff @(posedge clk_i) begin
+    s1_bank_q    <= u[LU-1:0];
+    s1_dst_off_q <= dst_off;
+    s1_src_off_q <= src_off;
+    s1_wgt_off_q <= wgt_off;
+    s1_bias_q    <= 17'(epi_base_i) + 17'(o);
+  end
+
+  assign uop_word = uop_rdata_i[s1_bank_q];
+  assign dst      = 32'(uop_word[DST_BITS-1:0]) + s1_dst_off_q;
+  assign src      = 32'(uop_word[DST_BITS +: SRC_BITS]) + s1_src_off_q;
+  assign wgt      = 32'(uop_word[DST_BITS + SRC_BITS +: WGT_BITS]) + s1_wgt_off_q;
+  assign s1_gemm  = s1_valid_q && gemm_q;
+
+  // Configurations with fewer micro-ops or narrower micro-op fields leave the top bits unread.
+  localparam int UOP_USED = DST_BITS + SRC_BITS + WGT_BITS;
+  if (UOP_USED < 32) begin : g_unused_uop_word
+    logic unused_uop_word;
+    assign unused_uop_word = ^uop_word[31:UOP_USED];
+  end
+  if (vdla_pkg::UOP_AW < 13) begin : g_unused_u
+    logic unused_u;  // micro-op indices beyond UOP_DEPTH are refused at dispatch
+    assign unused_u = ^u[12:vdla_pkg::UOP_AW];
+  end
+
+  assign index_err = s1_valid_q && !halt_i && (dst >= 32'(ACC_DEPTH)
+      || (gemm_q && !reset_q && (src >= 32'(vdla_pkg::INP_DEPTH) || wgt >= 32'(vdla_pkg::WGT_DEPTH)
+                                 || (init_q && epi_bias_i && s1_bias_q >= 17'(ACC_DEPTH))))
+      || (!gemm_q && !use_imm_q && src >= 32'(ACC_DEPTH)));
+  assign index_err_o = index_err;
+
+  assign inp_re_o    = s1_gemm && !reset_q;
+  assign inp_raddr_o = src[vdla_pkg::INP_AW-1:0];
+  assign wgt_re_o    = s1_gemm && !reset_q;
+  assign wgt_raddr_o = wgt[vdla_pkg::WGT_AW-1:0];
+
+  // ---- S2, S3: GEMM core --------------------------------------------------------------------
+  logic                          s2_valid_q, s3_valid_q;
+  logic [ACC_AW-1:0]             s2_dst_q, s3_dst_q, s2_bias_q, s3_bias_q;
+  logic [vdla_pkg::ACC_BITS-1:0] sums;
+
+  always_ff @(posedge clk_i or negedge rst_ni) begin
+    if (!rst_ni) begin
+      s2_valid_q <= 1'b0;
+      s3_valid_q <= 1'b0;
+    end else begin
+      s2_valid_q <= s1_gemm && !index_err;
+      s3_valid_q <= s2_valid_q;
+    end
+  end
+
+  always_ff @(posedge clk_i) begin
+    s2_dst_q  <= dst[ACC_AW-1:0];
+    s3_dst_q  <= s2_dst_q;
+    s2_bias_q <= s1_bias_q[ACC_AW-1:0];
+    s3_bias_q <= s2_bias_q;
+  end
+
+  vdla_gemm_core u_core (
+    .clk_i, .valid_i (s2_valid_q && !reset_q), .inp_i (inp_rdata_i), .wgt_i (wgt_rdata_i), .sum_o (sums)
+  );
+
+  // ---- accumulator read-modify-write --------------------------------------------------------
+  // GEMM slots come from S3. An ALU iteration is one slot from S1 (reading its destination, or its
+  // source when a reset makes the destination read as zero) or two: SRC from S1, then the
+  // destination in the next cycle. An init GEMM's first update of a row reads the bias row or zero.
+  logic              alu_pend_q;   // the ALU slot following a SRC slot
+  logic [ACC_AW-1:0] alu_dst_q;
+  logic              r_valid, r_zero, fresh;  // fresh: an init GEMM's first update of the row
+  vdla_pkg::slot_e   r_kind;
+  logic [ACC_AW-1:0] r_addr, r_waddr;
+  logic              s1_alu;
+  logic [ACC_DEPTH-1:0] touched_q;  // rows the running GEMM has updated
+
+  assign s1_alu = s1_valid_q && !gemm_q && !index_err;
+  assign fresh  = init_q && !touched_q[s3_dst_q];
+  always_comb begin
+    r_valid = 1'b0;
+    r_zero  = 1'b0;
+    r_kind  = gemm_q ? (reset_q ? vdla_pkg::SLOT_ZERO : vdla_pkg::SLOT_GEMM) : vdla_pkg::SLOT_ALU;
+    r_addr  = (reset_q && !use_imm_q) ? src[ACC_AW-1:0] : dst[ACC_AW-1:0];
+    r_waddr = dst[ACC_AW-1:0];
+    if (s3_valid_q) begin
+      r_valid = 1'b1;
+      r_addr  = (fresh && epi_bias_i) ? s3_bias_q : s3_dst_q;
+      r_zero  = fresh && !epi_bias_i;
+      r_waddr = s3_dst_q;
+    end else if (alu_pend_q) begin
+      r_valid = 1'b1;
+      r_addr  = alu_dst_q;
+      r_waddr = alu_dst_q;
+    end else if (s1_alu) begin
+      r_valid = 1'b1;
+      if (two_op_q) begin
+        r_kind = vdla_pkg::SLOT_SRC;
+        r_addr = src[ACC_AW-1:0];
+      end
+    end
+  end
+
+  always_ff @(posedge clk_i or negedge rst_ni) begin
+    if (!rst_ni) alu_pend_q <= 1'b0;
+    else alu_pend_q <= s1_alu && two_op_q && !halt_i;
+  end
+
+  always_ff @(posedge clk_i) begin
+    alu_dst_q <= dst[ACC_AW-1:0];
+    // only init GEMMs touch the vector (a 2048-bit update every cycle slows the Verilated model)
+    if (start_i && insn_i.gemm.hdr.opcode == vdla_pkg::OP_GEMM && insn_i.gemm.init) touched_q <= '0;
+    else if (s3_valid_q && init_q) touched_q[s3_dst_q] <= 1'b1;
+  end
+
+  logic unused_rmw_busy;
+  vdla_acc_rmw u_rmw (
+    .clk_i, .rst_ni,
+    .r_valid_i   (r_valid && !halt_i),
+    .r_kind_i    (r_kind),
+    .r_zero_i    (r_zero),
+    .r_addr_i    (r_addr),
+    .r_waddr_i   (r_waddr),
+    .alu_op_i    (alu_op_q),
+    .use_imm_i   (use_imm_q),
+    .a_zero_i    (!gemm_q && reset_q),
+    .imm_i       (imm_q),
+    .sum_i       (sums),
+    .acc_re_o,
+    .acc_raddr_o,
+    .acc_rdata_i,
+    .wr_valid_o,
+    .wr_addr_o,
+    .wr_data_o,
+    .busy_o      (unused_rmw_busy)
+  );
+endmodule

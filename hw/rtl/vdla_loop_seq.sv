@@ -1,0 +1,170 @@
+// The micro-op loop sequencer (S0) of GEMM and ALU instructions: latches the instruction, waits its
+// setup, then issues one micro-op read per cycle (a two-operand ALU instruction every ALU_II cycles)
+// over uop_bgn..uop_end-1 inside iter_in inside iter_out, with the outer and inner index offsets
+//   dst_off = o * dst_factor_out + i * dst_factor_in   (likewise src and wgt).
+// After the last issue it drains the pipeline: done_o rises GEMM_PIPELINE + 1 cycles after the last
+// micro-op read (ALU: ALU_PIPELINE + 1, plus ALU_II - 1 for two operands). A halt stops it at once.
+module vdla_loop_seq (
+  input  logic                        clk_i,
+  input  logic                        rst_ni,
+  input  logic                        halt_i,
+  input  logic                        start_i,   // a GEMM or ALU instruction starts
+  input  vdla_pkg::insn_t             insn_i,
+  // S0: the micro-op read
+  output logic                        issue_o,   // read micro-op u_o this cycle
+  output logic [12:0]                 u_o,
+  output logic [13:0]                 o_o,       // the iter_out index
+  output logic [31:0]                 dst_off_o,
+  output logic [31:0]                 src_off_o,
+  output logic [31:0]                 wgt_off_o,
+  // the running instruction
+  output logic                        gemm_o,
+  output logic                        reset_o,
+  output logic                        init_o,
+  output vdla_pkg::alu_op_e           alu_op_o,
+  output logic                        use_imm_o,
+  output logic [15:0]                 imm_o,
+  output logic                        two_op_o,  // an ALU instruction reading ACC[src]: ALU_II cycles apart
+  output logic                        done_o
+);
+  typedef enum logic [1:0] {IDLE, RUN, DRAIN} state_e;
+
+  // GEMM and ALU share the loop fields (insn_i.gemm); the ALU's own fields overlay the weight factors
+  vdla_pkg::gemm_insn_t gemm;
+  assign gemm = insn_i.gemm;
+  logic unused_flags;  // the dependency flags are the stage's business
+  assign unused_flags = ^{gemm.hdr.pop_prev, gemm.hdr.pop_next, gemm.hdr.push_prev, gemm.hdr.push_next};
+
+  // control: state, wait and issue-phase counters, loop indices
+  state_e      state_q;
+  logic [15:0] wait_q;
+  logic [7:0]  phase_q;  // cycles until the next issue (two-operand ALU)
+  logic [12:0] u_q;
+  logic [13:0] o_q, i_q;
+  // data: the instruction's loop bounds and factors, and the index offsets
+  logic        gemm_q, reset_q, init_q, use_imm_q, two_op_q;
+  vdla_pkg::alu_op_e alu_op_q;
+  logic [15:0] imm_q;
+  logic [12:0] u_bgn_q;
+  logic [13:0] u_end_q, n_out_q, n_in_q;
+  logic [10:0] dfo_q, dfi_q, sfo_q, sfi_q;
+  logic [9:0]  wfo_q, wfi_q;
+  logic [31:0] dst_out_q, src_out_q, wgt_out_q, dst_off_q, src_off_q, wgt_off_q;
+
+  logic issue, u_last, i_last, last_iter;
+  assign issue     = state_q == RUN && wait_q == '0 && phase_q == '0 && !halt_i;
+  assign u_last    = 14'(u_q) + 1'b1 == u_end_q;
+  assign i_last    = i_q + 1'b1 == n_in_q;
+  assign last_iter = u_last && i_last && o_q + 1'b1 == n_out_q;
+
+  always_ff @(posedge clk_i or negedge rst_ni) begin
+    if (!rst_ni) begin
+      state_q <= IDLE;
+      wait_q  <= '0;
+      phase_q <= '0;
+      u_q     <= '0;
+      o_q     <= '0;
+      i_q     <= '0;
+    end else if (halt_i) begin
+      state_q <= IDLE;
+    end else begin
+      case (state_q)
+        IDLE: if (start_i) begin
+          state_q <= RUN;
+          wait_q  <= 16'(gemm.hdr.opcode == vdla_pkg::OP_GEMM ? vdla_pkg::GEMM_SETUP - 2
+                                                              : vdla_pkg::ALU_SETUP - 2);
+          phase_q <= '0;
+          u_q     <= gemm.uop_bgn;
+          o_q     <= '0;
+          i_q     <= '0;
+        end
+        RUN: begin
+          if (wait_q != '0) wait_q <= wait_q - 1'b1;
+          if (phase_q != '0) phase_q <= phase_q - 1'b1;
+          if (issue) begin
+            if (two_op_q) phase_q <= 8'(vdla_pkg::ALU_II - 1);
+            if (!u_last) begin
+              u_q <= u_q + 1'b1;
+            end else begin
+              u_q <= u_bgn_q;
+              if (!i_last) begin
+                i_q <= i_q + 1'b1;
+              end else begin
+                i_q <= '0;
+                o_q <= o_q + 1'b1;
+              end
+            end
+            if (last_iter) begin
+              state_q <= DRAIN;
+              // the pipeline needs 5 cycles after the read (GEMM), 3 or 4 (ALU)
+              wait_q  <= 16'(gemm_q ? vdla_pkg::GEMM_PIPELINE
+                           : two_op_q ? vdla_pkg::ALU_PIPELINE + vdla_pkg::ALU_II - 1 : vdla_pkg::ALU_PIPELINE);
+            end
+          end
+        end
+        DRAIN: begin
+          wait_q <= wait_q - 1'b1;
+          if (wait_q == '0) state_q <= IDLE;
+        end
+        default: state_q <= IDLE;
+      endcase
+    end
+  end
+
+  // start_i and issue both imply !halt_i
+  always_ff @(posedge clk_i) begin
+    if (start_i) begin
+      gemm_q    <= gemm.hdr.opcode == vdla_pkg::OP_GEMM;
+      reset_q   <= gemm.reset;
+      init_q    <= gemm.init;
+      alu_op_q  <= insn_i.alu.alu_opcode;
+      use_imm_q <= insn_i.alu.use_imm;
+      imm_q     <= insn_i.alu.imm;
+      two_op_q  <= gemm.hdr.opcode == vdla_pkg::OP_ALU && !gemm.reset && !insn_i.alu.use_imm;
+      u_bgn_q   <= gemm.uop_bgn;
+      u_end_q   <= gemm.uop_end;
+      n_out_q   <= gemm.iter_out;
+      n_in_q    <= gemm.iter_in;
+      dfo_q     <= gemm.dst_factor_out;
+      dfi_q     <= gemm.dst_factor_in;
+      sfo_q     <= gemm.src_factor_out;
+      sfi_q     <= gemm.src_factor_in;
+      wfo_q     <= gemm.wgt_factor_out;
+      wfi_q     <= gemm.wgt_factor_in;
+      dst_out_q <= '0;
+      src_out_q <= '0;
+      wgt_out_q <= '0;
+      dst_off_q <= '0;
+      src_off_q <= '0;
+      wgt_off_q <= '0;
+    end else if (issue && u_last) begin
+      if (!i_last) begin
+        dst_off_q <= dst_off_q + 32'(dfi_q);
+        src_off_q <= src_off_q + 32'(sfi_q);
+        wgt_off_q <= wgt_off_q + 32'(wfi_q);
+      end else begin
+        dst_out_q <= dst_out_q + 32'(dfo_q);
+        src_out_q <= src_out_q + 32'(sfo_q);
+        wgt_out_q <= wgt_out_q + 32'(wfo_q);
+        dst_off_q <= dst_out_q + 32'(dfo_q);
+        src_off_q <= src_out_q + 32'(sfo_q);
+        wgt_off_q <= wgt_out_q + 32'(wfo_q);
+      end
+    end
+  end
+
+  assign issue_o   = issue;
+  assign u_o       = u_q;
+  assign o_o       = o_q;
+  assign dst_off_o = dst_off_q;
+  assign src_off_o = src_off_q;
+  assign wgt_off_o = wgt_off_q;
+  assign gemm_o    = gemm_q;
+  assign reset_o   = reset_q;
+  assign init_o    = init_q;
+  assign alu_op_o  = alu_op_q;
+  assign use_imm_o = use_imm_q;
+  assign imm_o     = imm_q;
+  assign two_op_o  = two_op_q;
+  assign done_o    = state_q == DRAIN && wait_q == '0;
+endmodule
