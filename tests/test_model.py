@@ -1,0 +1,112 @@
+"""Whole models: compile a quantized graph, save and load the artifact, run it on sim and rtl, bit-exact
+against the numpy interpreter of the same graph; memory plan; bad artifacts."""
+
+from __future__ import annotations
+
+import json
+import sys
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_graph_qdq import residual_graph  # noqa: E402
+
+from vdla.graph.interp import evaluate  # noqa: E402
+from vdla.graph.qdq import lower_qdq  # noqa: E402
+from vdla.model import ArtifactError, ModelInputError, Module, load, load_artifact  # noqa: E402
+from vdla.model.build import compile_graph_model  # noqa: E402
+from vdla.model.memplan import Lifetime, PlanError, plan_memory  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    artifact, report = compile_graph_model(residual_graph(), "pynq")
+    return artifact, report
+
+
+def _inputs(seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).normal(0, 1.5, (1, 8, 6, 6)).astype(np.float32)
+
+
+def test_partition_puts_both_convolutions_and_their_epilogues_on_the_accelerator(compiled):
+    artifact, report = compiled
+    kinds = [s.kind for s in artifact.steps]
+    assert kinds.count("accel") == 2
+    assert artifact.accel_macs == artifact.total_macs > 0
+    accel_values = {v for v, where in report.placement.items() if where == "accel"}
+    assert {"aq", "yq", "yq:sum"} <= accel_values  # the residual add runs in the epilogue
+    assert artifact.memory["dram_arena_bytes"] <= artifact.memory["dram_arena_no_reuse_bytes"]
+
+
+def test_bit_exact_against_the_interpreter_twice_without_leaking_dram(compiled, backend):
+    artifact, _ = compiled
+    module = Module(artifact, backend)
+    free_before = list(module.device.dram._free)
+    ref = lower_qdq(residual_graph())
+    first = None
+    for seed in (0, 1):
+        x = _inputs(seed)
+        y = module.run(x)
+        np.testing.assert_array_equal(y, evaluate(ref, {"x": x})["y"])
+        first = y if first is None else first
+    np.testing.assert_array_equal(module.run(_inputs(0)), first)
+    assert module.device.dram._free == free_before
+    report = module.last_report
+    assert report.accel_cycles > 0 and report.accel_mac_share == 1.0
+    module.close()
+
+
+def test_artifact_round_trip_and_refusals(compiled, tmp_path):
+    artifact, _ = compiled
+    path = artifact.save(tmp_path / "m.vdla")
+    assert [p.name for p in tmp_path.iterdir()] == ["m.vdla"]  # no temporary file left behind
+    module = load(path)
+    x = _inputs(3)
+    np.testing.assert_array_equal(module.run(x), Module(artifact).run(x))
+    with pytest.raises(ArtifactError, match="compiled for config 'pynq'"):
+        load_artifact(path, config=__import__("vdla.config").config.load_config("osdi18"))
+    with zipfile.ZipFile(path) as z:
+        files = {n: z.read(n) for n in z.namelist()}
+    manifest = json.loads(files["manifest.json"])
+    manifest["format_version"] = 99
+    bad = tmp_path / "old.vdla"
+    with zipfile.ZipFile(bad, "w") as z:
+        for n, data in files.items():
+            z.writestr(n, json.dumps(manifest) if n == "manifest.json" else data)
+    with pytest.raises(ArtifactError, match="version 99.*compile the model again"):
+        load_artifact(bad)
+    truncated = tmp_path / "cut.vdla"
+    truncated.write_bytes(path.read_bytes()[:1000])
+    with pytest.raises(ArtifactError, match="cut.vdla: not a readable"):
+        load_artifact(truncated)
+
+
+def test_wrong_inputs_are_named(compiled):
+    module = Module(compiled[0])
+    with pytest.raises(ModelInputError, match=r"input 'x' must have shape \(1, 8, 6, 6\)"):
+        module.run(np.zeros((1, 8, 6, 7), np.float32))
+    with pytest.raises(ModelInputError, match="missing \\['x'\\], unknown \\['y'\\]"):
+        module.run({"y": np.zeros((1, 8, 6, 6), np.float32)})
+    with pytest.raises(ModelInputError, match="must be float32, got int8"):
+        module.run(np.zeros((1, 8, 6, 6), np.int8))
+
+
+def test_memory_plan_reuses_and_never_overlaps_live_tensors():
+    rng = np.random.default_rng(0)
+    tensors = []
+    for i in range(60):
+        first = int(rng.integers(0, 40))
+        tensors.append(Lifetime(f"t{i}", int(rng.integers(1, 50_000)), first, first + int(rng.integers(0, 6))))
+    plan = plan_memory(tensors)
+    plan.check(tensors)  # raises on overlap
+    for a in tensors:
+        for b in tensors:
+            if a is not b and a.overlaps(b):
+                oa, ob = plan.offsets[a.name], plan.offsets[b.name]
+                assert oa + a.nbytes <= ob or ob + b.nbytes <= oa
+    assert plan.total < plan.no_reuse
+    with pytest.raises(PlanError, match="t0"):
+        plan_memory([Lifetime("t0", 10, 3, 2)])

@@ -1,0 +1,228 @@
+"""The deployable model artifact (``.vdla``): everything needed to run a compiled model, and nothing
+that needs the compiler or ONNX to read.
+
+A ``.vdla`` file is a zip archive:
+
+* ``manifest.json``: format version, vdla version, the hardware config and its hash, the model's
+  inputs and outputs (types with quantization), the steps in execution order, the DRAM tensors
+  (address, packed shape, dtype), the memory plan and the per-layer descriptions;
+* ``image.bin``: the DRAM image from the config's base address: packed weights and per-channel
+  constants, micro-op kernels and the accelerator instruction streams (activations are planned in
+  an arena inside it and need no initial contents);
+* ``cpu.npz``: the parameters of the CPU steps' graphs.
+
+An accelerator step is one instruction stream already in the image (address and length). A CPU step
+is a graph of CPU operators (JIT-compiled at load, or interpreted with numpy where llvmlite is
+missing) whose ``@dram`` inputs and outputs are packed tensors read from and written to DRAM.
+Writing is atomic (a temporary file renamed into place): no partial artifact is ever left behind.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import tempfile
+import zipfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+import vdla
+from vdla.config import HwConfig, from_dict
+from vdla.errors import VdlaError
+from vdla.graph.graph import Graph
+from vdla.graph.serialize import graph_from_json, graph_to_json, type_from_json, type_to_json
+from vdla.graph.types import TensorType
+
+FORMAT = "vdla-model"
+FORMAT_VERSION = 1
+
+
+class ArtifactError(VdlaError, ValueError):
+    """A model artifact that cannot be used: unreadable, from another format version or config."""
+
+
+@dataclass(frozen=True)
+class DramTensor:
+    """A packed tensor in DRAM at physical address ``addr``."""
+
+    addr: int
+    shape: tuple[int, ...]
+    dtype: str
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape)) * np.dtype(self.dtype).itemsize
+
+
+@dataclass
+class AccelStep:
+    """One accelerator layer: the instruction stream at ``insn_addr`` and what it reads and writes."""
+
+    name: str
+    insn_addr: int
+    insn_count: int
+    macs: int
+    reads: list[str]
+    writes: list[str]
+    layer: dict = field(default_factory=dict)  # op, shapes, schedule, epilogue (for tables)
+
+    kind = "accel"
+
+
+@dataclass
+class CpuStep:
+    """A CPU region: a graph whose ``dram_inputs``/``dram_outputs`` (graph value -> DRAM tensor) are
+    read from and written to DRAM; its other inputs and outputs are host values."""
+
+    name: str
+    graph: Graph
+    dram_inputs: dict[str, str]
+    dram_outputs: dict[str, str]
+    macs: int = 0
+    note: str = ""
+
+    kind = "cpu"
+
+
+Step = AccelStep | CpuStep
+
+
+@dataclass
+class Artifact:
+    """A compiled model (see the module docstring)."""
+
+    config: HwConfig
+    inputs: dict[str, TensorType]
+    outputs: dict[str, TensorType]
+    steps: list[Step]
+    dram: dict[str, DramTensor]
+    image: np.ndarray  # uint8, placed at config.dram_base_addr
+    memory: dict = field(default_factory=dict)
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def accel_macs(self) -> int:
+        return sum(s.macs for s in self.steps if isinstance(s, AccelStep))
+
+    @property
+    def total_macs(self) -> int:
+        return sum(s.macs for s in self.steps)
+
+    def save(self, path: str | Path) -> Path:
+        """Write the artifact atomically to ``path``."""
+        path = Path(path)
+        manifest, arrays = self._manifest()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        os.close(fd)
+        try:
+            with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as z:
+                z.writestr("manifest.json", json.dumps(manifest, indent=1))
+                z.writestr("image.bin", self.image.tobytes())
+                buf = io.BytesIO()
+                np.savez(buf, **arrays)
+                z.writestr("cpu.npz", buf.getvalue())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return path
+
+    def _manifest(self) -> tuple[dict, dict[str, np.ndarray]]:
+        arrays: dict[str, np.ndarray] = {}
+        steps = []
+        for i, s in enumerate(self.steps):
+            if isinstance(s, AccelStep):
+                steps.append({"kind": "accel", **{k: v for k, v in asdict(s).items()}})
+                continue
+            desc, params = graph_to_json(s.graph)
+            for k, v in params.items():
+                arrays[f"{i}/{k}"] = v
+            steps.append(
+                {
+                    "kind": "cpu",
+                    "name": s.name,
+                    "graph": desc,
+                    "dram_inputs": s.dram_inputs,
+                    "dram_outputs": s.dram_outputs,
+                    "macs": s.macs,
+                    "note": s.note,
+                }
+            )
+        manifest = {
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "vdla_version": vdla.__version__,
+            "config": self.config.to_dict(),
+            "config_hash": self.config.hash,
+            "inputs": {k: type_to_json(t) for k, t in self.inputs.items()},
+            "outputs": {k: type_to_json(t) for k, t in self.outputs.items()},
+            "steps": steps,
+            "dram": {k: {"addr": t.addr, "shape": list(t.shape), "dtype": t.dtype} for k, t in self.dram.items()},
+            "image_bytes": int(self.image.size),
+            "memory": self.memory,
+            "meta": self.meta,
+        }
+        return manifest, arrays
+
+
+def _read(path: Path) -> tuple[dict, np.ndarray, dict[str, np.ndarray]]:
+    try:
+        with zipfile.ZipFile(path) as z:
+            manifest = json.loads(z.read("manifest.json"))
+            image = np.frombuffer(z.read("image.bin"), np.uint8).copy()
+            with np.load(io.BytesIO(z.read("cpu.npz"))) as npz:
+                arrays = {k: npz[k] for k in npz.files}
+    except FileNotFoundError:
+        raise
+    except (zipfile.BadZipFile, KeyError, json.JSONDecodeError, ValueError, OSError) as e:
+        raise ArtifactError(f"{path}: not a readable vdla model artifact ({e})") from e
+    return manifest, image, arrays
+
+
+def load_artifact(path: str | Path, config: HwConfig | None = None) -> Artifact:
+    """Read an artifact, refusing another format version, a corrupt file, or (when ``config`` is given)
+    an artifact compiled for another hardware configuration."""
+    path = Path(path)
+    manifest, image, arrays = _read(path)
+    if manifest.get("format") != FORMAT or manifest.get("format_version") != FORMAT_VERSION:
+        raise ArtifactError(
+            f"{path}: format {manifest.get('format')!r} version {manifest.get('format_version')!r}; this vdla "
+            f"({vdla.__version__}) reads {FORMAT!r} version {FORMAT_VERSION}: compile the model again"
+        )
+    cfg = from_dict(manifest["config"])
+    if cfg.hash != manifest["config_hash"]:
+        raise ArtifactError(
+            f"{path}: the stored config hashes to {cfg.hash:#010x}, not {manifest['config_hash']:#010x}"
+        )
+    if config is not None and config.hash != cfg.hash:
+        raise ArtifactError(
+            f"{path}: compiled for config {cfg.name!r} (hash {cfg.hash:#010x}), the device is {config.name!r} "
+            f"(hash {config.hash:#010x})"
+        )
+    if image.size != manifest["image_bytes"]:
+        raise ArtifactError(
+            f"{path}: the DRAM image has {image.size} bytes, the manifest says {manifest['image_bytes']}"
+        )
+    steps: list[Step] = []
+    for i, s in enumerate(manifest["steps"]):
+        if s["kind"] == "accel":
+            steps.append(AccelStep(**{k: v for k, v in s.items() if k != "kind"}))
+        else:
+            prefix = f"{i}/"
+            params = {k[len(prefix) :]: v for k, v in arrays.items() if k.startswith(prefix)}
+            graph = graph_from_json(s["graph"], params)
+            steps.append(CpuStep(s["name"], graph, s["dram_inputs"], s["dram_outputs"], s["macs"], s["note"]))
+    return Artifact(
+        config=cfg,
+        inputs={k: type_from_json(t) for k, t in manifest["inputs"].items()},
+        outputs={k: type_from_json(t) for k, t in manifest["outputs"].items()},
+        steps=steps,
+        dram={k: DramTensor(d["addr"], tuple(d["shape"]), d["dtype"]) for k, d in manifest["dram"].items()},
+        image=image,
+        memory=manifest["memory"],
+        meta=manifest["meta"],
+    )

@@ -1,0 +1,494 @@
+"""The model compiler: ONNX in, a deployable :class:`~vdla.model.artifact.Artifact` out.
+
+Pipeline (each pass verified in debug mode, dumped with ``dump=DIR``):
+
+1. import (``vdla.frontend.onnx``) and simplification (identities, batch-norm folding, constants, dead
+   code);
+2. QDQ lowering (``vdla.graph.qdq``): quantized layers become the accelerator's integer epilogue;
+3. partitioning: every conv2d/dense whose epilogue chain the accelerator expresses becomes an
+   accelerator layer; everything else runs on the CPU, consecutive CPU nodes stacked into one region;
+4. layout: tensors an accelerator layer reads or writes live packed (NCHW1n16c) in DRAM; a CPU region
+   converts at its boundary with the JIT pack/unpack kernels; consecutive accelerator layers pass the
+   packed tensor on with no conversion;
+5. memory planning of the DRAM activations (liveness-based reuse) and compilation of each accelerator
+   layer (tensorizing compiler, schedule search) against the planned addresses;
+6. the artifact: DRAM image, instruction streams, CPU region graphs, manifest.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from vdla.compiler import CompileError, ScheduleCache, compile_conv2d
+from vdla.compiler.search import emit_program
+from vdla.compiler.spec import Conv2dSpec
+from vdla.config import HwConfig, load_config
+from vdla.graph import dump as gdump
+from vdla.graph.graph import Graph, Node
+from vdla.graph.layout import blocked_shape
+from vdla.graph.ops import infer_types
+from vdla.graph.qdq import lower_qdq
+from vdla.graph.types import TensorType
+from vdla.graph.verify import verify
+from vdla.isa import encode_program
+from vdla.model.artifact import AccelStep, Artifact, CpuStep, DramTensor
+from vdla.model.memplan import Lifetime, plan_memory
+from vdla.runtime.device import Device
+from vdla.runtime.dram import Buffer
+
+Log = Callable[[str], None]
+
+
+@dataclass
+class AccelLayer:
+    """A conv2d/dense with the epilogue chain the accelerator runs: which graph values it reads and
+    writes and the arguments of :func:`vdla.compiler.compile_conv2d`."""
+
+    op: str
+    nodes: list[str]  # outputs of the chain's nodes, anchor first
+    x: str
+    out: str
+    in_shape: tuple[int, int, int, int]  # NCHW the compiler sees (dense: (M, K, 1, 1))
+    weights: np.ndarray  # OIHW int8
+    kwargs: dict = field(default_factory=dict)
+    residual: str | None = None
+
+
+def _chain_next(value: str, consumers: dict[str, list[Node]], outputs: set[str]) -> Node | None:
+    readers = consumers.get(value, [])
+    return readers[0] if len(readers) == 1 and value not in outputs else None
+
+
+def match_accel(anchor: Node, graph: Graph, types: dict[str, TensorType], consumers, cfg: HwConfig) -> AccelLayer | str:
+    """The accelerator layer anchored at ``anchor``, or the reason it stays on the CPU."""
+    x, w = anchor.inputs[0], anchor.inputs[1]
+    if len(anchor.inputs) > 2:
+        return "a float bias (the accelerator adds an int32 bias after quantization)"
+    if types[x].dtype != "int8" or w not in graph.params or graph.params[w].dtype != np.int8:
+        return "not quantized to int8 (run a QDQ model, or quantize with --calib)"
+    conv = anchor.op == "conv2d"
+    a = anchor.attrs
+    if conv and (int(a.get("groups", 1)) != 1):
+        return f"groups={a.get('groups')} (the GEMM intrinsic reduces over all input channels)"
+    kwargs: dict = {"stride": a.get("stride", 1), "padding": a.get("padding", 0), "dilation": a.get("dilation", 1)}
+    weights = graph.params[w] if conv else graph.params[w][:, :, None, None]
+    in_shape = types[x].shape if conv else (*types[x].shape, 1, 1)
+    chain, residual, stage, lo, hi = [anchor.output], None, 0, -128, 127
+    outputs = set(graph.outputs)
+    node = _chain_next(anchor.output, consumers, outputs)
+    while node is not None and node.inputs[0] == chain[-1]:
+        other = node.inputs[1] if len(node.inputs) > 1 else None
+        if node.op == "add" and stage < 1 and other in graph.params and "b" not in node.attrs:
+            kwargs["bias"] = graph.params[other].ravel().astype(np.int64)
+            stage = 1
+        elif node.op == "mul" and stage < 2 and (other in graph.params or "b" in node.attrs):
+            m = graph.params[other].ravel() if other else np.asarray(node.attrs["b"])
+            kwargs["multiplier"] = int(m[0]) if m.size > 1 and np.all(m == m[0]) else (int(m) if m.ndim == 0 else m)
+            stage = 2
+        elif node.op == "rshift" and stage < 3 and "shift" in node.attrs:
+            kwargs["shift"] = int(node.attrs["shift"])
+            stage = 3
+        elif node.op == "add" and stage < 4 and other is not None and other not in graph.params and other != chain[-1]:
+            if types[other].dtype not in ("int8", "int32") or types[other].shape != types[chain[-1]].shape:
+                return f"a residual of type {types[other]} (int8 or int32 of the output's shape fits)"
+            residual, stage = other, 4
+        elif node.op in ("clip", "relu") and stage < 6:
+            if node.op == "relu":
+                lo = max(lo, 0)
+            elif isinstance(node.attrs.get("lo"), int) and isinstance(node.attrs.get("hi"), int):
+                lo, hi = max(lo, node.attrs["lo"]), min(hi, node.attrs["hi"])
+            else:
+                break
+            stage = 5
+        elif node.op == "cast" and node.attrs.get("dtype") == "int8":
+            chain.append(node.output)
+            kwargs["clip"] = (lo, hi)
+            if residual is not None:
+                kwargs["residual"] = types[residual].dtype
+            return AccelLayer(anchor.op, chain, x, node.output, tuple(in_shape), weights, kwargs, residual)
+        else:
+            break
+        chain.append(node.output)
+        node = _chain_next(node.output, consumers, outputs)
+    return "its epilogue is not bias -> multiplier -> shift -> residual -> clip -> int8"
+
+
+@dataclass
+class _Plan:
+    """The partitioned, ordered program before compilation."""
+
+    units: list[tuple[str, object]]  # ("accel", AccelLayer) | ("cpu", list[Node])
+    notes: dict[str, str]
+
+
+def partition(graph: Graph, types: dict[str, TensorType], cfg: HwConfig) -> _Plan:
+    """Accelerator layers where they match, CPU regions of consecutive other nodes, in a topological order
+    in which each accelerator layer stands at the position of its last node."""
+    consumers = graph.consumers()
+    layers: dict[str, AccelLayer] = {}
+    owner: dict[str, AccelLayer] = {}
+    notes: dict[str, str] = {}
+    for node in graph.nodes:
+        if node.op in ("conv2d", "dense") and node.output not in owner:
+            m = match_accel(node, graph, types, consumers, cfg)
+            if isinstance(m, str):
+                notes[node.output] = m
+                continue
+            try:
+                Conv2dSpec.make(
+                    m.in_shape,
+                    m.weights.shape[0],
+                    m.weights.shape[2:],
+                    m.kwargs["stride"],
+                    m.kwargs["padding"],
+                    m.kwargs["dilation"],
+                )
+            except CompileError as e:
+                notes[node.output] = str(e)
+                continue
+            layers[m.out] = m
+            owner.update({n: m for n in m.nodes})
+    units: list[tuple[str, object]] = []
+    for node in graph.nodes:
+        layer = owner.get(node.output)
+        if layer is None:
+            if units and units[-1][0] == "cpu":
+                units[-1][1].append(node)
+            else:
+                units.append(("cpu", [node]))
+        elif node.output == layer.out:
+            units.append(("accel", layer))
+    return _Plan(units, notes)
+
+
+def _packed(t: TensorType, cfg: HwConfig, block: int) -> tuple[tuple[int, ...], tuple[int, int, int, int]]:
+    """(packed shape, NCHW shape) of an activation tensor of graph type ``t`` in the blocked layout."""
+    nchw = t.shape if len(t.shape) == 4 else (*t.shape, 1, 1)
+    return blocked_shape(nchw, cfg.batch, block), nchw
+
+
+class ModelBuilder:
+    """Turns a partitioned graph into steps, DRAM tensors and an image (one use)."""
+
+    def __init__(self, graph: Graph, cfg: HwConfig, cache: ScheduleCache | None, log: Log):
+        self.g, self.cfg, self.cache, self.log = graph, cfg, cache, log
+        self.types = infer_types(graph)
+        self.dram: dict[str, tuple[tuple[int, ...], str]] = {}  # DRAM tensor -> (packed shape, dtype)
+        self.steps: list = []
+
+    def dram_tensor(self, value: str, block: int) -> str:
+        t = self.types[value]
+        name = f"{value}@{block}"
+        self.dram.setdefault(name, (_packed(t, self.cfg, block)[0], t.dtype))
+        return name
+
+    def build_steps(self, plan: _Plan) -> None:
+        """CPU steps with their boundary conversions, accelerator steps, in order."""
+        produced_by: dict[str, int] = {}
+        for i, (kind, unit) in enumerate(plan.units):
+            for v in [unit.out] if kind == "accel" else [n.output for n in unit]:
+                produced_by[v] = i
+        accel_needs: dict[str, set[int]] = {}  # value -> blocks an accelerator layer reads it in
+        for kind, unit in plan.units:
+            if kind == "accel":
+                accel_needs.setdefault(unit.x, set()).add(self.cfg.block_in)
+                if unit.residual:
+                    accel_needs.setdefault(unit.residual, set()).add(self.cfg.block_out)
+        cpu_readers: dict[str, set[str]] = {}  # value -> CPU nodes reading it
+        for k, unit in plan.units:
+            if k == "cpu":
+                for n in unit:
+                    for i in n.inputs:
+                        cpu_readers.setdefault(i, set()).add(n.output)
+        graph_outputs = set(self.g.outputs)
+
+        def host_needs(region: set[str]) -> set[str]:
+            """Values a CPU node outside ``region`` or the caller of the model reads."""
+            return {v for v, readers in cpu_readers.items() if readers - region} | graph_outputs
+
+        accel_out = {unit.out for kind, unit in plan.units if kind == "accel"}
+        self.pending: dict[str, str] = {}  # accel output -> its DRAM tensor (block_out)
+        for kind, unit in plan.units:
+            if kind == "accel":
+                self.steps.append(("accel", unit))
+                self.pending[unit.out] = self.dram_tensor(unit.out, self.cfg.block_out)
+            else:
+                self.steps.append(("cpu", self.cpu_region(unit, accel_needs, host_needs, accel_out, plan.notes)))
+        # graph outputs the accelerator produced: unpack them on the host
+        tail = [o for o in self.g.outputs if o in accel_out]
+        if tail:
+            self.steps.append(("cpu", self.cpu_region([], accel_needs, host_needs, accel_out, {}, extra_outputs=tail)))
+        # values produced on the host (graph inputs or CPU regions) that an accelerator reads directly
+        # were packed by their CPU region; graph inputs read by the accelerator need a packing step
+        direct = [v for v in accel_needs if v in self.g.inputs]
+        if direct:
+            step = self.cpu_region([], accel_needs, host_needs, accel_out, {}, extra_outputs=direct)
+            self.steps.insert(0, ("cpu", step))
+
+    def accel_reads(self, layer: AccelLayer) -> list[str]:
+        reads = [self.dram_tensor(layer.x, self.cfg.block_in)]
+        if layer.residual:
+            reads.append(self.dram_tensor(layer.residual, self.cfg.block_out))
+        return reads
+
+    def lifetimes(self) -> list[Lifetime]:
+        """Each DRAM tensor from the step writing it to the last step reading it."""
+        first: dict[str, int] = {}
+        last: dict[str, int] = {}
+        for i, (kind, s) in enumerate(self.steps):
+            if kind == "accel":
+                reads, writes = self.accel_reads(s), [self.pending[s.out]]
+            else:
+                reads, writes = list(s.dram_inputs.values()), list(s.dram_outputs.values())
+            for t in writes:
+                if t in first:
+                    raise CompileError(f"DRAM tensor {t!r} is written twice (steps {first[t]} and {i})")
+                first[t], last[t] = i, max(last.get(t, i), i)
+            for t in reads:
+                if t not in first:
+                    raise CompileError(f"step {i} reads DRAM tensor {t!r} before any step writes it")
+                last[t] = max(last[t], i)
+        return [
+            Lifetime(t, int(np.prod(shape)) * np.dtype(dtype).itemsize, first[t], last[t])
+            for t, (shape, dtype) in self.dram.items()
+        ]
+
+    def finish(self, progress: Callable[[str], None] | None = None) -> Artifact:
+        """Plan DRAM, compile every accelerator layer against its addresses, and collect the image."""
+        cfg = self.cfg
+        lifetimes = self.lifetimes()
+        plan = plan_memory(lifetimes)
+        dev = Device(cfg, "sim")
+        arena = dev.alloc(max(plan.total, 1))
+        addr = {t: arena.addr + off for t, off in plan.offsets.items()}
+        steps = []
+        for kind, s in self.steps:
+            if kind == "cpu":
+                steps.append(s)
+                continue
+            if progress:
+                progress(s.out)
+            steps.append(self.compile_layer(s, dev, addr))
+        live = dev.dram._live.values()
+        high = max(b.addr + b.nbytes for b in live) - dev.dram.base
+        image = dev.dram.mem[:high].copy()
+        tensors = {t: DramTensor(addr[t], tuple(shape), dtype) for t, (shape, dtype) in self.dram.items()}
+        host = sum(t.size * np.dtype(t.dtype).itemsize for t in self.types.values())
+        memory = {
+            "dram_arena_bytes": plan.total,
+            "dram_arena_no_reuse_bytes": plan.no_reuse,
+            "image_bytes": int(image.size),
+            "constants_and_code_bytes": int(image.size) - plan.total,
+            "host_values_bytes": int(host),
+        }
+        inputs = {k: t for k, t in self.g.inputs.items()}
+        outputs = {o: self.types[o] for o in self.g.outputs}
+        return Artifact(cfg, inputs, outputs, steps, tensors, image, memory, {"model": self.g.name})
+
+    def compile_layer(self, layer: AccelLayer, dev: Device, addr: dict[str, int]) -> AccelStep:
+        """Compile one accelerator layer and emit its instruction stream against the planned tensors."""
+        compiled = compile_conv2d(layer.in_shape, layer.weights, config=self.cfg, cache=self.cache, **layer.kwargs)
+        low = compiled.lowering
+        need = low.tensor_bytes()
+        tensors = {"inp": self.dram_tensor(layer.x, self.cfg.block_in), "out": self.pending[layer.out]}
+        if layer.residual:
+            tensors["res"] = self.dram_tensor(layer.residual, self.cfg.block_out)
+        buffers: dict[str, Buffer] = {}
+        for role, t in tensors.items():
+            shape, dtype = self.dram[t]
+            nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
+            if nbytes != need[role]:
+                raise CompileError(
+                    f"layer {layer.out!r}: {role} is {nbytes} bytes packed, the program expects {need[role]}"
+                )
+            buffers[role] = Buffer(dev.dram, addr[t], nbytes)
+        for name, data in compiled.constants.items():
+            buffers[name] = dev.array(data)
+        insns = emit_program(low, compiled.stream, dev, buffers)
+        code = dev.array(np.frombuffer(encode_program(insns), np.uint8))
+        sp = compiled.spec
+        desc = {
+            "op": layer.op,
+            "input": list(sp.out_shape[:1]) + [sp.c, sp.h, sp.w],
+            "output": list(sp.out_shape),
+            "kernel": [sp.kh, sp.kw],
+            "stride": [sp.sh, sp.sw],
+            "schedule": compiled.schedule.describe(),
+            "epilogue": compiled.epilogue.key(),
+        }
+        return AccelStep(layer.out, code.addr, len(insns), sp.macs, self.accel_reads(layer), [tensors["out"]], desc)
+
+    def cpu_region(self, nodes, accel_needs, host_needs, accel_out, notes, extra_outputs=()) -> CpuStep:
+        """A CPU step: ``nodes`` with unpacking of the accelerator outputs it reads and packing of the values
+        an accelerator layer reads; ``extra_outputs`` are values to convert only (an accelerator output a
+        graph output needs, a graph input an accelerator reads)."""
+        cfg = self.cfg
+        defined = {n.output for n in nodes}
+        reads = [i for n in nodes for i in n.inputs if i not in defined and i not in self.g.params]
+        reads = list(dict.fromkeys([*reads, *extra_outputs]))
+        g_inputs: dict[str, TensorType] = {}
+        pre: list[Node] = []
+        dram_inputs: dict[str, str] = {}
+        for v in reads:
+            t = self.types[v]
+            if v not in accel_out:
+                g_inputs[v] = t
+                continue
+            dname = self.pending[v]  # read the packed accelerator output and unpack it
+            shape, dtype = self.dram[dname]
+            g_inputs[f"{v}@in"] = TensorType(shape, dtype)
+            dram_inputs[f"{v}@in"] = dname
+            nchw = _packed(t, cfg, cfg.block_out)[1]
+            target = v if len(t.shape) == 4 else f"{v}@nchw"
+            pre.append(Node("unpack_blocked", (f"{v}@in",), target, {"channels": nchw[1], "images": nchw[0]}))
+            if len(t.shape) != 4:
+                pre.append(Node("reshape", (target,), v, {"shape": list(t.shape)}))
+        post: list[Node] = []
+        outputs: list[str] = []
+        dram_outputs: dict[str, str] = {}
+        for v in dict.fromkeys([*(n.output for n in nodes), *extra_outputs]):
+            if v in host_needs(defined) or (v in extra_outputs and v in accel_out):
+                outputs.append(v)
+            if v in accel_out:
+                continue
+            for block in sorted(accel_needs.get(v, ())):
+                nchw = _packed(self.types[v], cfg, block)[1]
+                src = v
+                if len(self.types[v].shape) != 4:
+                    src = f"{v}@nchw{block}"
+                    post.append(Node("reshape", (v,), src, {"shape": list(nchw)}))
+                out = f"{v}@out{block}"
+                post.append(Node("pack_blocked", (src,), out, {"batch": cfg.batch, "block": block}))
+                outputs.append(out)
+                dram_outputs[out] = self.dram_tensor(v, block)
+        params = {p: self.g.params[p] for n in nodes for p in n.inputs if p in self.g.params}
+        ptypes = {p: t for p, t in self.g.param_types.items() if p in params}
+        graph = Graph(g_inputs, [*pre, *nodes, *post], outputs, params, ptypes, name=f"cpu{len(self.steps)}")
+        verify(graph, after="partitioning (CPU region)")
+        note = "; ".join(f"{k}: {v}" for k, v in notes.items() if k in defined)
+        name = nodes[-1].output if nodes else f"convert {','.join(extra_outputs)}"
+        return CpuStep(name, graph, dram_inputs, dram_outputs, sum(_node_macs(n, self.types) for n in nodes), note)
+
+
+def _node_macs(node: Node, types: dict[str, TensorType]) -> int:
+    if node.op == "conv2d":
+        n, oc, oh, ow = types[node.output].shape
+        _, icg, kh, kw = types[node.inputs[1]].shape
+        return n * oc * oh * ow * icg * kh * kw
+    if node.op == "dense":
+        m, n = types[node.output].shape
+        return m * n * types[node.inputs[1]].shape[1]
+    if node.op == "matmul":
+        return int(np.prod(types[node.output].shape)) * types[node.inputs[1]].shape[0]
+    return 0
+
+
+@dataclass
+class CompileReport:
+    """What compilation did: pass timings, placement notes, the artifact's memory figures."""
+
+    seconds: dict[str, float] = field(default_factory=dict)
+    notes: dict[str, str] = field(default_factory=dict)
+    placement: dict[str, str] = field(default_factory=dict)
+
+
+def compile_graph_model(
+    graph: Graph,
+    config: str | HwConfig = "pynq",
+    cache: ScheduleCache | None = None,
+    dump: str | Path | None = None,
+    log: Log | None = None,
+    passes: list[tuple[str, Callable[[Graph], Graph]]] | None = None,
+) -> tuple[Artifact, CompileReport]:
+    """Compile a graph (already imported) to an artifact: ``passes`` (name, function) run first, then QDQ
+    lowering, partitioning, layout, memory planning and the accelerator layers."""
+    cfg = load_config(config)
+    if cfg.block_in != cfg.block_out:
+        raise CompileError(
+            f"config {cfg.name!r} has block_in={cfg.block_in} != block_out={cfg.block_out}: the model compiler "
+            "passes packed activations from layer to layer and needs square blocks"
+        )
+    report = CompileReport()
+    log = log or (lambda msg: None)
+    step = 0
+
+    def after(name: str, g: Graph, t0: float, placement: dict | None = None) -> Graph:
+        nonlocal step
+        report.seconds[name] = time.perf_counter() - t0
+        types = verify(g, after=name)
+        if dump is not None:
+            gdump.write(dump, step, name, g, types, placement)
+        step += 1
+        return g
+
+    graph = after("input", graph, time.perf_counter())
+    for name, fn in [*(passes or []), ("lower_qdq", lower_qdq)]:
+        t0 = time.perf_counter()
+        graph = after(name, fn(graph), t0)
+    t0 = time.perf_counter()
+    types = infer_types(graph)
+    plan = partition(graph, types, cfg)
+    for kind, unit in plan.units:
+        for v in unit.nodes if kind == "accel" else [n.output for n in unit]:
+            report.placement[v] = kind
+    report.notes = plan.notes
+    after("partition", graph, t0, report.placement)
+    t0 = time.perf_counter()
+    builder = ModelBuilder(graph, cfg, cache, log)
+    builder.build_steps(plan)
+    n_accel = sum(k == "accel" for k, _ in builder.steps)
+    artifact = builder.finish(progress=lambda name: log(f"compiling accelerator layer {name} ({n_accel} in all)"))
+    report.seconds["accelerator layers"] = time.perf_counter() - t0
+    artifact.meta["compile_seconds"] = sum(report.seconds.values())
+    return artifact, report
+
+
+def _load_calib(calib) -> dict:
+    if isinstance(calib, str | Path):
+        try:
+            with np.load(calib) as npz:
+                return {k: npz[k] for k in npz.files}
+        except (OSError, ValueError) as e:
+            raise CompileError(f"{calib}: not a readable .npz of calibration arrays ({e})") from e
+    return dict(calib)
+
+
+def compile_model(
+    model,
+    calib=None,
+    config: str | HwConfig = "pynq",
+    input_shapes: dict[str, tuple[int, ...]] | None = None,
+    dump: str | Path | None = None,
+    cache: ScheduleCache | None = None,
+    log: Log | None = None,
+) -> tuple[Artifact, CompileReport]:
+    """Compile an ONNX model (path or ``onnx.ModelProto``) or a :class:`Graph` to an artifact."""
+    from vdla.graph.passes import simplify
+
+    t0 = time.perf_counter()
+    if isinstance(model, Graph):
+        graph = model
+    else:
+        from vdla.frontend.onnx import import_onnx
+
+        graph = import_onnx(model, input_shapes)
+    import_s = time.perf_counter() - t0
+    quantized = any(n.op in ("quantize", "dequantize") for n in graph.nodes)
+    if calib is not None:
+        arrays = _load_calib(calib)
+        if quantized:
+            raise CompileError("the model is already quantized (QDQ): it keeps its own scales, drop --calib")
+        raise CompileError(
+            f"calibration of float models ({len(arrays)} arrays given) is not available in this version of vdla; "
+            "quantize the model with onnxruntime.quantization.quantize_static (QDQ format) and compile that"
+        )
+    artifact, report = compile_graph_model(graph, config, cache, dump, log, passes=[("simplify", simplify)])
+    report.seconds = {"import": import_s, **report.seconds}
+    artifact.meta["compile_seconds"] = sum(report.seconds.values())
+    artifact.meta["quantized"] = quantized
+    return artifact, report

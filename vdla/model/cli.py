@@ -1,0 +1,188 @@
+"""``vdla compile`` and ``vdla run MODEL.vdla``: the model compiler and executor on the command line.
+
+``vdla/cli.py`` registers :func:`add_commands` and hands ``vdla run`` of a ``.vdla`` file to :func:`run`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from vdla.errors import VdlaError
+
+console = Console(width=None if sys.stdout.isatty() else 160)
+
+
+class ModelCliError(VdlaError, ValueError):
+    """A bad model command line argument (named)."""
+
+
+def _shapes(specs: list[str]) -> dict[str, tuple[int, ...]]:
+    out = {}
+    for spec in specs:
+        name, sep, dims = spec.partition("=")
+        try:
+            if not sep or not name:
+                raise ValueError
+            out[name] = tuple(int(d) for d in dims.lower().split("x"))
+        except ValueError:
+            raise ModelCliError(f"--input-shape takes NAME=1x3x224x224, got {spec!r}") from None
+    return out
+
+
+def _placement_table(artifact, report) -> Table:
+    t = Table(
+        title=f"{artifact.meta.get('model', 'model')}: {len(artifact.steps)} steps, config {artifact.config.name!r}"
+    )
+    for c in ("step", "where", "op", "shape / schedule", "MACs", "note"):
+        t.add_column(c, justify="right" if c == "MACs" else "left")
+    for s in artifact.steps:
+        if s.kind == "accel":
+            shape = f"{s.layer['input']} -> {s.layer['output']} k{s.layer['kernel'][0]} s{s.layer['stride'][0]}"
+            t.add_row(s.name, "[cyan]accel[/]", s.layer["op"], f"{shape}  {s.layer['schedule']}", f"{s.macs:,}", "")
+        else:
+            ops = sorted({n.op for n in s.graph.nodes})
+            t.add_row(s.name, "[yellow]cpu[/]", "+".join(ops), "", f"{s.macs:,}", s.note)
+    return t
+
+
+def cmd_compile(args: argparse.Namespace) -> int:
+    from vdla.compiler import ScheduleCache
+    from vdla.model.build import compile_model
+
+    out = Path(args.output or Path(args.model).with_suffix(".vdla"))
+    cache = None if args.no_cache else ScheduleCache()
+    with console.status("compiling") as status:
+        artifact, report = compile_model(
+            args.model,
+            calib=args.calib,
+            config=args.config,
+            input_shapes=_shapes(args.input_shape),
+            dump=args.dump,
+            cache=cache,
+            log=lambda msg: status.update(msg),
+        )
+    artifact.save(out)
+    console.print(_placement_table(artifact, report))
+    m = artifact.memory
+    share = artifact.accel_macs / artifact.total_macs if artifact.total_macs else 0.0
+    console.print(
+        f"MACs on the accelerator: {share:.2%} of {artifact.total_macs:,}; DRAM arena {m['dram_arena_bytes']:,} bytes "
+        f"(no reuse: {m['dram_arena_no_reuse_bytes']:,}), image {m['image_bytes']:,} bytes; "
+        f"compiled in {sum(report.seconds.values()):.2f} s"
+    )
+    if args.dump:
+        console.print(f"graph dumps (text and DOT, one per pass) in {args.dump}")
+    console.print(f"wrote {out}")
+    if args.json:
+        Path(args.json).write_text(
+            json.dumps({"seconds": report.seconds, "notes": report.notes, "memory": m}, indent=2)
+        )
+    return 0
+
+
+def _inputs(specs: list[str], names: list[str]) -> dict[str, np.ndarray]:
+    feeds = {}
+    for spec in specs:
+        name, sep, file = spec.rpartition("=")
+        if not sep:
+            if len(names) != 1:
+                raise ModelCliError(f"the model has inputs {names}: give --input NAME=FILE for each")
+            name, file = names[0], spec
+        try:
+            feeds[name] = np.load(file)
+        except (OSError, ValueError) as e:
+            raise ModelCliError(f"--input {spec!r}: cannot read {file} as a .npy array ({e})") from e
+    return feeds
+
+
+def _run_table(report, artifact) -> Table:
+    t = Table(title=f"run on {artifact.config.name!r} at {artifact.config.clock_mhz:g} MHz")
+    for c in ("step", "op", "where", "cycles", "CPU ms", "GEMM util", "MACs"):
+        t.add_column(c, justify="left" if c in ("step", "op", "where") else "right")
+    for s in report.steps:
+        accel = s.where == "accel"
+        t.add_row(
+            s.name,
+            s.op,
+            "[cyan]accel[/]" if accel else "[yellow]cpu[/]",
+            f"{s.cycles:,}" if accel else "",
+            "" if accel else f"{s.cpu_ms:.3f}",
+            f"{s.utilization:.1%}" if accel else "",
+            f"{s.macs:,}",
+        )
+    return t
+
+
+def run(args: argparse.Namespace) -> int:
+    """``vdla run MODEL.vdla --input x.npy``."""
+    from vdla.model.artifact import load_artifact
+    from vdla.model.executor import Module, write_profile
+
+    artifact = load_artifact(args.program)
+    options = {"trace": True} if getattr(args, "wave", False) else {}
+    module = Module(artifact, args.backend, **options)
+    feeds = _inputs(args.input, list(artifact.inputs))
+    steps = len(artifact.steps)
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+        disable=args.backend == "sim",
+    ) as bar:
+        task = bar.add_task(f"running on {args.backend}", total=steps)
+        outputs = module.run(
+            feeds,
+            progress=lambda done, total, name: bar.update(task, completed=done),
+            timeline=bool(args.profile),
+            max_cycles=args.max_cycles,
+        )
+    report = module.last_report
+    console.print(_run_table(report, artifact))
+    console.print(
+        f"accelerator: {report.accel_cycles:,} cycles = {report.accel_ms:.3f} ms at {artifact.config.clock_mhz:g} MHz; "
+        f"CPU: {report.cpu_ms:.3f} ms; MACs on the accelerator: {report.accel_mac_share:.2%}"
+    )
+    if args.output:
+        if isinstance(outputs, dict):
+            np.savez(args.output, **outputs)
+        else:
+            np.save(args.output, outputs)
+        console.print(f"wrote {args.output}")
+    if args.profile:
+        write_profile(report, args.profile)
+        console.print(f"profile written to {args.profile} (open in https://ui.perfetto.dev)")
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(report.to_dict(), indent=2))
+    return 0
+
+
+def add_commands(subparsers: argparse._SubParsersAction) -> None:
+    """Register ``compile`` (``run`` of a .vdla file shares the ``run`` subcommand)."""
+    p = subparsers.add_parser("compile", help="compile an ONNX model into a deployable .vdla artifact")
+    p.add_argument("model", help="an .onnx file (float, or QDQ-quantized by onnxruntime.quantization)")
+    p.add_argument("-o", "--output", help="the artifact (default: MODEL with .vdla)")
+    p.add_argument("--config", default="pynq", help="preset or JSON file")
+    p.add_argument("--calib", help=".npz with one array per model input, samples along the first axis")
+    p.add_argument(
+        "--input-shape",
+        action="append",
+        default=[],
+        metavar="NAME=1x3x224x224",
+        help="fix a dynamic input shape (repeatable)",
+    )
+    p.add_argument("--dump", metavar="DIR", help="write the graph as text and DOT after every pass")
+    p.add_argument("--no-cache", action="store_true", help="search every schedule again")
+    p.add_argument("--json", help="write the compile report as JSON")
+    p.set_defaults(func=cmd_compile)

@@ -1,0 +1,272 @@
+"""Running a model artifact on a device: accelerator steps on the backend, CPU steps on the host.
+
+Loading places the artifact's DRAM image at the config's base address once; a run allocates no DRAM
+(every tensor has its planned address), so running twice gives identical results and leaves the
+allocator where it was. CPU steps are JIT-compiled by the CPU fallback where llvmlite is installed and
+interpreted with the numpy oracle where it is not (a one-line warning says so). Nothing here imports
+the compiler or ONNX.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from vdla.errors import VdlaError
+from vdla.graph.interp import evaluate
+from vdla.model.artifact import AccelStep, Artifact, CpuStep, load_artifact
+from vdla.runtime.backend import RunResult
+from vdla.runtime.counters import STAGES
+from vdla.runtime.device import Device
+
+
+class ModelInputError(VdlaError, ValueError):
+    """A model input of the wrong name, shape or dtype."""
+
+
+@dataclass
+class StepReport:
+    """What one step did in one run."""
+
+    name: str
+    op: str
+    where: str  # "accel" or "cpu"
+    macs: int
+    cycles: int = 0
+    utilization: float = 0.0
+    cpu_ms: float = 0.0
+    note: str = ""
+    result: RunResult | None = field(default=None, repr=False)
+
+
+@dataclass
+class RunReport:
+    """A whole run: per-step reports and the totals a user asks for."""
+
+    steps: list[StepReport]
+    clock_mhz: float
+
+    @property
+    def accel_cycles(self) -> int:
+        return sum(s.cycles for s in self.steps)
+
+    @property
+    def accel_ms(self) -> float:
+        return self.accel_cycles / self.clock_mhz / 1e3
+
+    @property
+    def cpu_ms(self) -> float:
+        return sum(s.cpu_ms for s in self.steps)
+
+    @property
+    def accel_mac_share(self) -> float:
+        total = sum(s.macs for s in self.steps)
+        return sum(s.macs for s in self.steps if s.where == "accel") / total if total else 0.0
+
+    def to_dict(self) -> dict:
+        return {
+            "accel_cycles": self.accel_cycles,
+            "accel_ms": self.accel_ms,
+            "cpu_ms": self.cpu_ms,
+            "accel_mac_share": self.accel_mac_share,
+            "steps": [{k: v for k, v in s.__dict__.items() if k != "result"} for s in self.steps],
+        }
+
+
+def _cpu_runner(step: CpuStep, warn: Callable[[str], None]) -> Callable[[dict], dict]:
+    """The CPU step as a function of its input arrays: JIT kernels, or the numpy interpreter."""
+    try:
+        from vdla.cpu_fallback import compile_graph
+    except ImportError:
+        warn("llvmlite is not installed: CPU steps run on numpy reference kernels (pip install 'vdla[jit]')")
+        return lambda feeds: evaluate(step.graph, feeds)
+    compiled = compile_graph(step.graph)
+    return lambda feeds: compiled(**feeds)
+
+
+class Module:
+    """A compiled model bound to a device (``sim``, ``rtl`` or ``pynq``).
+
+    ``run(x)`` takes an array for a single-input model or a dict by input name, and returns an array for a
+    single-output model or a dict; ``last_report`` describes the last run.
+    """
+
+    def __init__(self, artifact: Artifact, backend: str = "sim", device: Device | None = None, **options):
+        self.artifact = artifact
+        self.device = device or Device(artifact.config, backend, **options)
+        cfg = self.device.cfg
+        if cfg.hash != artifact.config.hash:
+            raise VdlaError(
+                f"the model was compiled for config {artifact.config.name!r} (hash {artifact.config.hash:#010x}), "
+                f"the device runs {cfg.name!r} (hash {cfg.hash:#010x})"
+            )
+        self._image = self.device.dram.reserve(cfg.dram_base_addr, max(artifact.image.size, 1))
+        self._image.write(artifact.image)
+        self._warned: set[str] = set()
+        self._cpu = {i: _cpu_runner(s, self._warn) for i, s in enumerate(artifact.steps) if isinstance(s, CpuStep)}
+        self.last_report: RunReport | None = None
+
+    def _warn(self, message: str) -> None:
+        if message not in self._warned:
+            self._warned.add(message)
+            print(f"warning: {message}", file=sys.stderr)
+
+    # -- inputs and outputs -----------------------------------------------------------------------------
+    def _feeds(self, inputs: np.ndarray | Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        specs = self.artifact.inputs
+        if not isinstance(inputs, Mapping):
+            if len(specs) != 1:
+                raise ModelInputError(f"the model has inputs {list(specs)}: pass a dict by input name")
+            inputs = {next(iter(specs)): inputs}
+        unknown = set(inputs) - set(specs)
+        missing = set(specs) - set(inputs)
+        if unknown or missing:
+            raise ModelInputError(
+                f"inputs: missing {sorted(missing)}, unknown {sorted(unknown)}; expected {list(specs)}"
+            )
+        feeds = {}
+        for name, t in specs.items():
+            a = np.asarray(inputs[name])
+            if a.shape != t.shape:
+                raise ModelInputError(f"input {name!r} must have shape {t.shape}, got {a.shape}")
+            if a.dtype.name != t.dtype:
+                if not (a.dtype.kind == "f" and t.dtype == "float32"):
+                    raise ModelInputError(f"input {name!r} must be {t.dtype}, got {a.dtype.name}")
+                a = a.astype(np.float32)
+            feeds[name] = np.ascontiguousarray(a)
+        return feeds
+
+    def _dram_read(self, name: str) -> np.ndarray:
+        t = self.artifact.dram[name]
+        return self.device.dram.view(t.addr, t.nbytes).view(t.dtype).reshape(t.shape).copy()
+
+    def _dram_write(self, name: str, value: np.ndarray) -> None:
+        t = self.artifact.dram[name]
+        if value.shape != t.shape or value.dtype.name != t.dtype:
+            raise VdlaError(
+                f"DRAM tensor {name!r} is {t.dtype}{list(t.shape)}, got {value.dtype.name}{list(value.shape)}"
+            )
+        self.device.dram.view(t.addr, t.nbytes)[:] = np.ascontiguousarray(value).view(np.uint8).reshape(-1)
+
+    # -- running ----------------------------------------------------------------------------------------
+    def run(
+        self,
+        inputs: np.ndarray | Mapping[str, np.ndarray],
+        progress: Callable[[int, int, str], None] | None = None,
+        timeline: bool = False,
+        max_cycles: int | None = None,
+    ) -> np.ndarray | dict[str, np.ndarray]:
+        """Run the model once; ``progress(done, total, step_name)`` is called after each step."""
+        env: dict[str, np.ndarray] = self._feeds(inputs)
+        reports = []
+        steps = self.artifact.steps
+        for i, step in enumerate(steps):
+            if isinstance(step, AccelStep):
+                reports.append(self._run_accel(step, timeline, max_cycles))
+            else:
+                reports.append(self._run_cpu(i, step, env))
+            if progress:
+                progress(i + 1, len(steps), step.name)
+        self.last_report = RunReport(reports, self.artifact.config.clock_mhz)
+        outs = {name: env[name] for name in self.artifact.outputs}
+        return next(iter(outs.values())) if len(outs) == 1 else outs
+
+    def _run_accel(self, step: AccelStep, timeline: bool, max_cycles: int | None) -> StepReport:
+        result = self.device.backend.run(
+            self.device.dram, step.insn_addr, step.insn_count, max_cycles=max_cycles, timeline=timeline
+        )
+        c = result.counters
+        return StepReport(
+            step.name, step.layer.get("op", "conv2d"), "accel", step.macs, c.cycles, c.utilization, result=result
+        )
+
+    def _run_cpu(self, i: int, step: CpuStep, env: dict[str, np.ndarray]) -> StepReport:
+        feeds = {}
+        for name in step.graph.inputs:
+            feeds[name] = self._dram_read(step.dram_inputs[name]) if name in step.dram_inputs else env[name]
+        t0 = time.perf_counter()
+        outs = self._cpu[i](feeds)
+        ms = (time.perf_counter() - t0) * 1e3
+        for name, value in outs.items():
+            if name in step.dram_outputs:
+                self._dram_write(step.dram_outputs[name], value)
+            else:
+                env[name] = value
+        ops = sorted({n.op for n in step.graph.nodes} - {"reshape"})
+        return StepReport(
+            step.name, "+".join(ops[:4]) + ("+..." if len(ops) > 4 else ""), "cpu", step.macs, cpu_ms=ms, note=step.note
+        )
+
+    def close(self) -> None:
+        """Give the image's DRAM back (the module cannot run afterwards)."""
+        if self._image is not None:
+            self._image.free()
+            self._image = None
+
+    def save(self, path: str | Path) -> Path:
+        """Write the artifact (``vdla.load`` reads it back)."""
+        return self.artifact.save(path)
+
+
+def load(path: str | Path, backend: str = "sim", **options) -> Module:
+    """Load a ``.vdla`` artifact and bind it to a device of ``backend``."""
+    return Module(load_artifact(path), backend, **options)
+
+
+def write_profile(report: RunReport, path: str | Path) -> None:
+    """One Perfetto/Chrome trace of a run: the accelerator's stages and the CPU on separate tracks, the
+    steps laid end to end (accelerator time at the config's clock, CPU time as measured)."""
+    events = [{"name": "process_name", "ph": "M", "pid": 0, "args": {"name": "vdla model"}}]
+    tracks = [*STAGES, "accelerator layers", "cpu"]
+    events += [
+        {"name": "thread_name", "ph": "M", "pid": 0, "tid": i, "args": {"name": t}} for i, t in enumerate(tracks)
+    ]
+    now = 0.0
+    for s in report.steps:
+        if s.where == "accel":
+            dur = s.cycles / report.clock_mhz
+            events.append(
+                {
+                    "name": s.name,
+                    "ph": "X",
+                    "pid": 0,
+                    "tid": len(STAGES),
+                    "ts": now,
+                    "dur": dur,
+                    "args": {"op": s.op, "cycles": s.cycles, "utilization": s.utilization},
+                }
+            )
+            for e in s.result.timeline if s.result and s.result.timeline else []:
+                events.append(
+                    {
+                        "name": e.label.split()[0],
+                        "ph": "X",
+                        "pid": 0,
+                        "tid": STAGES.index(e.stage),
+                        "ts": now + e.start / report.clock_mhz,
+                        "dur": max(e.end - e.start, 1) / report.clock_mhz,
+                        "args": {"asm": e.label},
+                    }
+                )
+        else:
+            dur = s.cpu_ms * 1e3
+            events.append(
+                {
+                    "name": s.name,
+                    "ph": "X",
+                    "pid": 0,
+                    "tid": len(STAGES) + 1,
+                    "ts": now,
+                    "dur": dur,
+                    "args": {"op": s.op},
+                }
+            )
+        now += dur
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps({"traceEvents": events, "displayTimeUnit": "ns"}))
