@@ -25,7 +25,7 @@ an integer multiplier instead of a real scale); with equal scales it is exact.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -73,6 +73,20 @@ def qparams(node: Node, params) -> QParams | None:
     return QParams(np.asarray(scale, np.float64).ravel(), int(z[0]) if z.size else 0, node.attrs.get("axis"))
 
 
+@dataclass
+class _Tail:
+    """What follows a float conv/dense up to the quantize the fused epilogue replaces."""
+
+    nodes: list[Node] = field(default_factory=list)
+    lo: float = -np.inf
+    hi: float = np.inf
+    activated: bool = False
+    skip: str | None = None
+    s_skip: float = 0.0
+    last: Node | None = None
+    scale: float = 0.0
+
+
 class _Rewriter:
     """Finds the patterns on the original graph and rebuilds the node list once."""
 
@@ -111,53 +125,66 @@ class _Rewriter:
         return key
 
     # -- patterns ---------------------------------------------------------------------------------------
-    def activation_tail(self, value: str) -> tuple[list[Node], float, float] | None:
-        """The chain ``[relu | clip] -> quantize`` reading ``value``: (nodes, float lo, float hi)."""
-        nodes, lo, hi = [], -np.inf, np.inf
-        node = self.only_consumer(value)
-        if node is not None and node.op in ("relu", "clip") and node.inputs[0] == value:
-            if node.op == "relu":
-                lo = 0.0
+    def tail(self, value: str) -> _Tail | None:
+        """The chain after a float conv/dense output ``value`` that one integer epilogue computes: ReLU or
+        clip, at most one residual add of a dequantized int8 skip (before any ReLU), and quantizations in
+        between (``quantize -> dequantize`` hops, whose intermediate rounding the fused epilogue skips),
+        ending at the last quantize whose result is used otherwise than by such a chain."""
+        t = _Tail()
+        last_q: Node | None = None
+        while True:
+            node = self.only_consumer(value)
+            if node is None or node.inputs[0] != value and node.op != "add":
+                break
+            if node.op in ("relu", "clip") and node.inputs[0] == value:
+                if node.op == "relu":
+                    t.lo = max(t.lo, 0.0)
+                else:
+                    lo, hi = operand_value(node, "lo", self.params), operand_value(node, "hi", self.params)
+                    if lo is None or hi is None:
+                        break
+                    t.lo, t.hi = max(t.lo, float(lo)), min(t.hi, float(hi))
+                t.activated = True
+            elif node.op == "add" and t.skip is None and not t.activated and len(node.inputs) == 2:
+                other = node.inputs[1] if node.inputs[0] == value else node.inputs[0]
+                skip = self.dq_of(other)
+                if skip is None or not skip[1].per_tensor or self.types[skip[0]].dtype != "int8":
+                    break
+                if self.types[skip[0]].shape != self.types[value].shape:
+                    break
+                t.skip, t.s_skip = skip[0], float(skip[1].scale[0])
+            elif node.op == "quantize":
+                q = qparams(node, self.params)
+                if q is None or not q.per_tensor or q.zero_point != 0:
+                    break
+                t.nodes.append(node)
+                last_q = node
+                snap = (t.lo, t.hi, t.skip, t.s_skip, len(t.nodes))
+                dq = self.only_consumer(node.output)
+                hop = dq is not None and dq.op == "dequantize" and (dqp := qparams(dq, self.params)) and dqp.same(q)
+                after = self.only_consumer(dq.output) if hop else None
+                if not hop or after is None or after.op not in ("relu", "clip", "add"):
+                    break
+                t.nodes.append(dq)
+                value = dq.output
+                continue
             else:
-                lo_v, hi_v = operand_value(node, "lo", self.params), operand_value(node, "hi", self.params)
-                if lo_v is None or hi_v is None:
-                    return None
-                lo, hi = float(lo_v), float(hi_v)
-            nodes.append(node)
-            node = self.only_consumer(node.output)
-        if node is None or node.op != "quantize" or node.inputs[0] != (nodes[-1].output if nodes else value):
+                break
+            t.nodes.append(node)
+            value = node.output
+        if last_q is None:
             return None
-        q = qparams(node, self.params)
-        if q is None or not q.per_tensor or q.zero_point != 0:
-            return None
-        nodes.append(node)
-        return nodes, lo, hi
+        t.lo, t.hi, t.skip, t.s_skip, n = snap  # the state when the last quantize was reached
+        t.nodes = t.nodes[:n]
+        t.last = last_q
+        t.scale = float(self.qparam_of(last_q).scale[0])
+        return t
 
     @staticmethod
     def int_bounds(lo: float, hi: float, scale: float) -> tuple[int, int]:
         qlo = INT8_MIN if lo == -np.inf else max(INT8_MIN, int(np.rint(lo / scale)))
         qhi = INT8_MAX if hi == np.inf else min(INT8_MAX, int(np.rint(hi / scale)))
         return qlo, qhi
-
-    def residual_tail(self, y_q: str, s_y: float) -> tuple[list[Node], str, float, float, float] | None:
-        """``dequantize(y_q) + dequantize(skip_q) -> [relu|clip] -> quantize``: (nodes, skip_q, s_k, lo, hi)."""
-        dq = self.only_consumer(y_q)
-        if dq is None or dq.op != "dequantize" or not (q := qparams(dq, self.params)) or not q.per_tensor:
-            return None
-        add = self.only_consumer(dq.output)
-        if add is None or add.op != "add" or len(add.inputs) != 2 or "b" in add.attrs:
-            return None
-        other = add.inputs[1] if add.inputs[0] == dq.output else add.inputs[0]
-        skip = self.dq_of(other)
-        if skip is None or not skip[1].per_tensor or self.types[skip[0]].dtype != "int8":
-            return None
-        if self.types[skip[0]].shape != self.types[y_q].shape:
-            return None
-        tail = self.activation_tail(add.output)
-        if tail is None:
-            return None
-        nodes, lo, hi = tail
-        return [dq, add, *nodes], skip[0], float(skip[1].scale[0]), lo, hi
 
     def lower_anchor(self, c: Node) -> None:
         """Rewrite one conv2d/dense with QDQ inputs and a quantized output, if it matches."""
@@ -170,28 +197,21 @@ class _Rewriter:
         (x_q, qx), (w_q, qw) = x, w
         if w_q not in self.params or self.params[w_q].dtype != np.int8 or qw.axis not in (None, 0):
             return
-        tail = self.activation_tail(c.output)
+        tail = self.tail(c.output)
         if tail is None:
             return
-        t_nodes, lo, hi = tail
-        s_y = float(self.qparam_of(t_nodes[-1]).scale[0])
         channels = self.params[w_q].shape[0]
         s_acc = float(qx.scale[0]) * np.broadcast_to(qw.scale, (channels,))
         bias = self.bias_q(c, s_acc, channels) if len(c.inputs) > 2 else None
         if len(c.inputs) > 2 and bias is None:
             return
-        res = self.residual_tail(t_nodes[-1].output, s_y)
-        if res is not None:
-            r_nodes, skip_q, s_k, lo, hi = res
-            s_out = float(self.qparam_of(r_nodes[-1]).scale[0])
-            last = r_nodes[-1]
-        else:
-            r_nodes, skip_q, s_out, last = [], None, s_y, t_nodes[-1]
+        s_out, lo, hi, last = tail.scale, tail.lo, tail.hi, tail.last
+        skip_q, s_k = tail.skip, tail.s_skip
         w_int = self.params[w_q].reshape(channels, -1).astype(np.int64)
         bound = 128 * np.abs(w_int).sum(axis=1) + (0 if bias is None else np.abs(bias))
         m, shift = choose_multipliers(s_acc / s_out, bound)
-        new = self.epilogue_nodes(c, x_q, w_q, bias, m, shift, conv, skip_q, s_k if res else 0.0, s_out, lo, hi, last)
-        self.removed.update(n.output for n in [c, *t_nodes, *r_nodes])
+        new = self.epilogue_nodes(c, x_q, w_q, bias, m, shift, conv, skip_q, s_k, s_out, lo, hi, last)
+        self.removed.update(n.output for n in [c, *tail.nodes])
         self.replace[last.output] = new
 
     def qparam_of(self, node: Node) -> QParams:

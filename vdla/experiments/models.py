@@ -1,0 +1,181 @@
+"""Model builders for experiments and tests: ResNets written to ONNX with the project's own builder
+(onnx.helper), seeded weights with BatchNorm, and static QDQ quantization with onnxruntime.
+
+``resnet(...)`` builds the standard torchvision ResNet layout (7x7/2 stem, 3x3/2 max pool, basic
+blocks with strided 1x1 projections, global average pool, dense) at any width, depth and input size;
+``resnet18()`` is the real thing at 224x224. ``quantize_qdq`` is the independent int8 reference:
+onnxruntime's static quantizer in QDQ format, per-channel symmetric int8 weights and symmetric int8
+activations (zero point 0, what the accelerator computes with).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+
+def _helpers():
+    try:
+        import onnx
+        from onnx import TensorProto, helper, numpy_helper
+    except ImportError as e:  # pragma: no cover - the onnx extra
+        raise ImportError("building ONNX models needs the onnx extra: pip install 'vdla[onnx]'") from e
+    return onnx, TensorProto, helper, numpy_helper
+
+
+class _Builder:
+    """Accumulates nodes and seeded initializers of one ONNX graph."""
+
+    def __init__(self, seed: int):
+        self.onnx, self.TensorProto, self.helper, self.numpy_helper = _helpers()
+        self.rng = np.random.default_rng(seed)
+        self.nodes: list = []
+        self.inits: list = []
+        self.count = 0
+
+    def name(self, prefix: str) -> str:
+        self.count += 1
+        return f"{prefix}{self.count}"
+
+    def init(self, prefix: str, value: np.ndarray) -> str:
+        n = self.name(prefix)
+        self.inits.append(self.numpy_helper.from_array(value.astype(np.float32), n))
+        return n
+
+    def conv_bn(self, x: str, c_in: int, c_out: int, k: int, stride: int, relu: bool) -> str:
+        w = self.rng.normal(0, np.sqrt(2.0 / (c_in * k * k)), (c_out, c_in, k, k))
+        conv = self.name("conv")
+        self.nodes.append(
+            self.helper.make_node(
+                "Conv", [x, self.init("w", w)], [conv], kernel_shape=[k, k], strides=[stride] * 2, pads=[k // 2] * 4
+            )
+        )
+        bn = self.name("bn")
+        stats = [
+            self.init("gamma", self.rng.uniform(0.5, 1.5, c_out)),
+            self.init("beta", self.rng.normal(0, 0.1, c_out)),
+            self.init("mean", self.rng.normal(0, 0.1, c_out)),
+            self.init("var", self.rng.uniform(0.5, 1.5, c_out)),
+        ]
+        self.nodes.append(self.helper.make_node("BatchNormalization", [conv, *stats], [bn], epsilon=1e-5))
+        if not relu:
+            return bn
+        out = self.name("relu")
+        self.nodes.append(self.helper.make_node("Relu", [bn], [out]))
+        return out
+
+    def basic_block(self, x: str, c_in: int, c_out: int, stride: int) -> str:
+        a = self.conv_bn(x, c_in, c_out, 3, stride, True)
+        b = self.conv_bn(a, c_out, c_out, 3, 1, False)
+        skip = x if stride == 1 and c_in == c_out else self.conv_bn(x, c_in, c_out, 1, stride, False)
+        s, out = self.name("add"), self.name("relu")
+        self.nodes += [self.helper.make_node("Add", [b, skip], [s]), self.helper.make_node("Relu", [s], [out])]
+        return out
+
+
+def resnet(
+    widths: Sequence[int] = (64, 128, 256, 512),
+    blocks: Sequence[int] = (2, 2, 2, 2),
+    image: int = 224,
+    in_channels: int = 3,
+    classes: int = 1000,
+    seed: int = 0,
+    stem: bool = True,
+    name: str = "resnet",
+):
+    """A ResNet with basic blocks as an ``onnx.ModelProto`` (opset 13): input ``image`` (1, C, H, W),
+    outputs ``logits`` (1, classes) and ``probs`` (softmax)."""
+    b = _Builder(seed)
+    onnx, TensorProto, helper = b.onnx, b.TensorProto, b.helper
+    x, c = "image", in_channels
+    if stem:
+        x = b.conv_bn(x, c, widths[0], 7, 2, True)
+        pool = b.name("pool")
+        b.nodes.append(helper.make_node("MaxPool", [x], [pool], kernel_shape=[3, 3], strides=[2, 2], pads=[1] * 4))
+        x, c = pool, widths[0]
+    for stage, (width, n) in enumerate(zip(widths, blocks, strict=True)):
+        for i in range(n):
+            x = b.basic_block(x, c, width, 2 if i == 0 and stage > 0 else 1)
+            c = width
+    gap, flat = b.name("gap"), b.name("flat")
+    fc_w = b.init("fc_w", b.rng.normal(0, np.sqrt(1.0 / c), (classes, c)))
+    fc_b = b.init("fc_b", b.rng.normal(0, 0.01, classes))
+    b.nodes += [
+        helper.make_node("GlobalAveragePool", [x], [gap]),
+        helper.make_node("Flatten", [gap], [flat], axis=1),
+        helper.make_node("Gemm", [flat, fc_w, fc_b], ["logits"], transB=1),
+        helper.make_node("Softmax", ["logits"], ["probs"], axis=1),
+    ]
+    graph = helper.make_graph(
+        b.nodes,
+        name,
+        [helper.make_tensor_value_info("image", TensorProto.FLOAT, [1, in_channels, image, image])],
+        [
+            helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, classes]),
+            helper.make_tensor_value_info("probs", TensorProto.FLOAT, [1, classes]),
+        ],
+        b.inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    onnx.checker.check_model(model)
+    return model
+
+
+def resnet18(seed: int = 0, image: int = 224):
+    """ResNet-18 (torchvision layout, 1000 classes) with seeded weights and BatchNorm."""
+    return resnet(image=image, seed=seed, name="resnet18")
+
+
+def small_resnet(seed: int = 0):
+    """A small ResNet for tests: conv-bn-relu stem with max pool, two residual blocks (the second with a
+    strided 1x1 projection), global average pool, dense, softmax; 3x32x32 input, 10 classes."""
+    return resnet(widths=(16, 32), blocks=(1, 1), image=32, classes=10, seed=seed, name="small_resnet")
+
+
+def calibration_images(shape: Sequence[int], count: int, seed: int = 0) -> np.ndarray:
+    """Seeded images (count, C, H, W): smooth random fields with per-image contrast, like natural images
+    after normalization (a plain Gaussian would make every activation range the same)."""
+    rng = np.random.default_rng(seed)
+    c, h, w = shape[-3:]
+    low = rng.normal(0, 1, (count, c, max(h // 4, 1), max(w // 4, 1)))
+    up = np.repeat(np.repeat(low, 4, axis=2), 4, axis=3)[:, :, :h, :w]
+    noise = rng.normal(0, 0.3, (count, c, h, w))
+    return ((up + noise) * rng.uniform(0.5, 1.5, (count, 1, 1, 1))).astype(np.float32)
+
+
+def quantize_qdq(model, calib: np.ndarray, input_name: str = "image", path: str | Path | None = None):
+    """The QDQ model onnxruntime's static quantizer writes after its recommended pre-processing (BatchNorm
+    folded into the convolutions): per-channel symmetric int8 weights, symmetric int8 activations,
+    MinMax calibration on ``calib``; returned as an ``onnx.ModelProto``."""
+    import tempfile
+
+    onnx = _helpers()[0]
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.it = iter(calib[i : i + 1] for i in range(len(calib)))
+
+        def get_next(self):
+            a = next(self.it, None)
+            return None if a is None else {input_name: a}
+
+    with tempfile.TemporaryDirectory() as d:
+        src, pre = Path(d) / "float.onnx", Path(d) / "pre.onnx"
+        dst = Path(path) if path else Path(d) / "qdq.onnx"
+        onnx.save(model, src)
+        quant_pre_process(str(src), str(pre), skip_symbolic_shape=True)  # folds BatchNorm into the convs
+        quantize_static(
+            str(pre),
+            str(dst),
+            Reader(),
+            quant_format=QuantFormat.QDQ,
+            per_channel=True,
+            activation_type=QuantType.QInt8,
+            weight_type=QuantType.QInt8,
+            extra_options={"ActivationSymmetric": True, "WeightSymmetric": True},
+        )
+        return onnx.load(str(dst))
