@@ -110,3 +110,24 @@ def test_memory_plan_reuses_and_never_overlaps_live_tensors():
     assert plan.total < plan.no_reuse
     with pytest.raises(PlanError, match="t0"):
         plan_memory([Lifetime("t0", 10, 3, 2)])
+
+
+def test_cli_runs_an_artifact(compiled, tmp_path, capsys):
+    from vdla.cli import main
+
+    artifact, _ = compiled
+    path = artifact.save(tmp_path / "m.vdla")
+    x = _inputs(4)
+    np.save(tmp_path / "x.npy", x)
+    args = ["run", str(path), "--input", str(tmp_path / "x.npy"), "--output", str(tmp_path / "y.npy")]
+    args += ["--profile", str(tmp_path / "t.json"), "--json", str(tmp_path / "r.json")]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "accel" in out and "MACs on the accelerator: 100.00%" in out
+    np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), Module(artifact).run(x))
+    trace = json.loads((tmp_path / "t.json").read_text())
+    tracks = {e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "thread_name"}
+    assert {"load", "compute", "store", "cpu"} <= tracks
+    assert json.loads((tmp_path / "r.json").read_text())["accel_cycles"] > 0
+    assert main(["run", str(path), "--input", str(tmp_path / "missing.npy")]) == 2
+    assert "cannot read" in " ".join(capsys.readouterr().out.split())

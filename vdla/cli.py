@@ -150,6 +150,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     from vdla.runtime import Device, write_chrome_trace
 
     path = Path(args.program)
+    if path.suffix == ".vdla":
+        from vdla.model.cli import run
+
+        return run(args)
+    if args.input or args.output or args.profile:
+        raise UsageError("--input, --output and --profile are for model artifacts (.vdla)")
     insns = assemble(path.read_text(), str(path)) if path.suffix == ".s" else decode_program(path.read_bytes())
     dev = Device(args.config, backend=args.backend, **_backend_options(args))
     for spec in args.load:
@@ -202,8 +208,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-n", "--numbered", action="store_true", help="number the instructions")
     p.set_defaults(func=cmd_disasm)
 
-    p = sub.add_parser("run", help="run an assembled (.s) or binary program and report its counters")
-    p.add_argument("program")
+    p = sub.add_parser(
+        "run", help="run a model artifact (.vdla), or an assembled (.s) or binary program, and report its counters"
+    )
+    p.add_argument("program", help="MODEL.vdla, PROGRAM.s or PROGRAM.bin")
+    p.add_argument("--input", action="append", default=[], metavar="[NAME=]FILE.npy", help="a model input")
+    p.add_argument("--output", help="write the model output (.npy; .npz for several outputs)")
+    p.add_argument("--profile", metavar="TRACE.json", help="one Perfetto trace of the model run (accelerator and CPU)")
     _add_config(p)
     _add_backend(p)
     p.add_argument(
@@ -246,8 +257,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_matmul)
 
     from vdla.experiments.cli import add_commands as add_experiment_commands
+    from vdla.model.cli import add_commands as add_model_commands
     from vdla.runtime.rtl.cli import add_commands as add_rtl_commands
 
+    add_model_commands(sub)
     add_experiment_commands(sub)
     add_rtl_commands(sub)
     return parser
