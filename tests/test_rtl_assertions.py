@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from vdla.runtime.backend import RunError
 from vdla.runtime.rtl.build import (
     ASSERT_FLAGS,
     MAKE_VARS,
@@ -87,4 +88,4 @@ def test_assertion_error_names_the_assertion():
     line = next(i for i, text in enumerate(fifo.read_text().splitlines(), 1) if "a_no_overflow" in text)
     err = RtlAssertionError(f"{fifo}:{line}")
     assert err.where.endswith(f"vdla_fifo.sv:{line}") and "a_no_overflow" in str(err)
-    assert isinstance(err, AssertionError)  # an RTL bug, not an error of the program
+    assert isinstance(err, RunError) and not isinstance(err, AssertionError)  # reported like any failed run

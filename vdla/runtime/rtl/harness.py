@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from vdla.config import HwConfig
+from vdla.runtime.backend import RunError
 
 _SIGNATURES = {
     "vh_create": (ctypes.c_void_p, [ctypes.c_uint32, ctypes.c_uint32, ctypes.c_uint32, ctypes.c_char_p]),
@@ -32,9 +33,10 @@ _SIGNATURES = {
 }
 
 
-class RtlAssertionError(AssertionError):
+class RtlAssertionError(RunError):
     """An assertion of the RTL failed: the model broke one of its own invariants (a bug in the RTL or in
-    the harness driving it, never a property of the program). ``where`` is the assertion's file:line."""
+    the harness driving it, never a property of the program). ``where`` is the assertion's file:line.
+    A run error like the others (vdla derives no error from AssertionError), so the CLI reports it."""
 
     def __init__(self, where: str):
         self.where = where
