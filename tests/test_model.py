@@ -131,3 +131,15 @@ def test_cli_runs_an_artifact(compiled, tmp_path, capsys):
     assert json.loads((tmp_path / "r.json").read_text())["accel_cycles"] > 0
     assert main(["run", str(path), "--input", str(tmp_path / "missing.npy")]) == 2
     assert "cannot read" in " ".join(capsys.readouterr().out.split())
+
+
+def test_host_tensors_are_preallocated_and_reused(compiled):
+    module = Module(compiled[0])
+    plan = module.host_plan
+    assert plan is not None and 0 < plan.total <= plan.no_reuse
+    arena = module._host
+    x = _inputs(5)
+    y = module.run(x)
+    assert not np.shares_memory(y, arena)  # outputs are copies: the arena is reused by the next run
+    packed = next(b for bufs in module._buffers.values() for b in bufs.values())
+    assert np.shares_memory(packed, arena)

@@ -115,8 +115,9 @@ class CompiledGroup:
     nodes: tuple[str, ...]
     out: TensorType
 
-    def __call__(self, *arrays: np.ndarray) -> np.ndarray:
-        return self.kernel(*arrays) if self.kernel else arrays[0].reshape(self.out.shape)
+    def __call__(self, *arrays: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """Run the group; ``out`` (a preallocated array of the output's type) receives a kernel's result."""
+        return self.kernel(*arrays, out=out) if self.kernel else arrays[0].reshape(self.out.shape)
 
     def reference(self, *arrays: np.ndarray) -> np.ndarray:
         """The numpy reference of this step."""
@@ -130,13 +131,21 @@ class CompiledGraph:
         self.graph, self.groups, self.params = graph, groups, params
 
     def __call__(self, **feeds: np.ndarray) -> dict[str, np.ndarray]:
+        return self.run(feeds)
+
+    def run(
+        self, feeds: Mapping[str, np.ndarray], buffers: Mapping[str, np.ndarray] | None = None
+    ) -> dict[str, np.ndarray]:
+        """The graph's outputs on ``feeds``; a group whose output has an array in ``buffers`` writes it there
+        (preallocated host memory), the others allocate theirs."""
         missing = set(self.graph.inputs) - set(feeds)
         if missing:
             raise UnsupportedError("graph", f"missing inputs {sorted(missing)}")
+        buffers = buffers or {}
         env: dict[str, np.ndarray] = dict(self.params)
         env.update({k: contiguous(v) for k, v in feeds.items()})
         for stage in self.groups:
-            env[stage.output] = stage(*(env[a] for a in stage.args))
+            env[stage.output] = stage(*(env[a] for a in stage.args), out=buffers.get(stage.output))
         return {name: env[name] for name in self.graph.outputs}
 
 

@@ -21,6 +21,7 @@ import numpy as np
 from vdla.errors import VdlaError
 from vdla.graph.interp import evaluate
 from vdla.model.artifact import AccelStep, Artifact, CpuStep, load_artifact
+from vdla.model.memplan import Lifetime, MemoryPlan, plan_memory
 from vdla.runtime.backend import RunResult
 from vdla.runtime.counters import STAGES
 from vdla.runtime.device import Device
@@ -79,15 +80,62 @@ class RunReport:
         }
 
 
-def _cpu_runner(step: CpuStep, warn: Callable[[str], None]) -> Callable[[dict], dict]:
-    """The CPU step as a function of its input arrays: JIT kernels, or the numpy interpreter."""
+def _compile_cpu(step: CpuStep, warn: Callable[[str], None]):
+    """The CPU step's JIT-compiled graph, or None where llvmlite is missing (numpy interpreter then)."""
     try:
         from vdla.cpu_fallback import compile_graph
     except ImportError:
         warn("llvmlite is not installed: CPU steps run on numpy reference kernels (pip install 'vdla[jit]')")
-        return lambda feeds: evaluate(step.graph, feeds)
-    compiled = compile_graph(step.graph)
-    return lambda feeds: compiled(**feeds)
+        return None
+    return compile_graph(step.graph)
+
+
+def plan_host(artifact: Artifact, compiled: Mapping[int, object]) -> tuple[MemoryPlan | None, dict]:
+    """Host buffers for every tensor a JIT kernel of a CPU step writes, reused by liveness.
+
+    Events are the groups of all CPU steps in order; a tensor lives from the group writing it to the last
+    group reading it, a step output read by a later step until the end of that step, a graph output to the
+    end. A reshape is a view: it extends the life of its source. Returns the plan and the tensors'
+    (step, value) -> (type shape, dtype).
+    """
+    lifetimes: dict[tuple[int, str], list] = {}  # (step, value) -> [nbytes, first, last, shape, dtype]
+    producer: dict[str, tuple[int, str]] = {}  # host value -> (step, its buffer's value)
+    event, end = 0, 1 << 30
+    for i, step in enumerate(artifact.steps):
+        if i not in compiled or compiled[i] is None:
+            continue
+        for g in compiled[i].groups:
+            for a in g.args:
+                key = producer.get(a) if a not in step.graph.params else None
+                if key is not None:
+                    lifetimes[key][2] = max(lifetimes[key][2], event)
+            if g.kernel is None:  # a reshape view of its source
+                src = producer.get(g.args[0])
+                if src is not None:
+                    producer[g.output] = src
+            else:
+                t = g.out
+                key = (i, g.output)
+                lifetimes[key] = [int(np.prod(t.shape)) * np.dtype(t.dtype).itemsize, event, event, t.shape, t.dtype]
+                producer[g.output] = key
+            event += 1
+        for out in step.graph.outputs:  # written to DRAM or handed on at the end of the step
+            key = producer.get(out)
+            if key is not None:
+                lifetimes[key][2] = max(lifetimes[key][2], event - 1)
+        for name in step.graph.inputs:  # a host value of an earlier step read here
+            key = producer.get(name)
+            if key is not None and key[0] != i:
+                lifetimes[key][2] = max(lifetimes[key][2], event - 1)
+    for o in artifact.outputs:
+        key = producer.get(o)
+        if key is not None:
+            lifetimes[key][2] = end
+    if not lifetimes:
+        return None, {}
+    names = {key: f"{key[0]}:{key[1]}" for key in lifetimes}
+    plan = plan_memory([Lifetime(names[k], v[0], v[1], v[2]) for k, v in lifetimes.items()], align=64)
+    return plan, {k: (names[k], v[3], v[4]) for k, v in lifetimes.items()}
 
 
 class Module:
@@ -109,7 +157,13 @@ class Module:
         self._image = self.device.dram.reserve(cfg.dram_base_addr, max(artifact.image.size, 1))
         self._image.write(artifact.image)
         self._warned: set[str] = set()
-        self._cpu = {i: _cpu_runner(s, self._warn) for i, s in enumerate(artifact.steps) if isinstance(s, CpuStep)}
+        self._cpu = {i: _compile_cpu(s, self._warn) for i, s in enumerate(artifact.steps) if isinstance(s, CpuStep)}
+        self.host_plan, tensors = plan_host(artifact, self._cpu)
+        self._host = np.zeros(self.host_plan.total if self.host_plan else 0, np.uint8)
+        self._buffers: dict[int, dict[str, np.ndarray]] = {}
+        for (i, value), (name, shape, dtype) in tensors.items():
+            off, nbytes = self.host_plan.offsets[name], self.host_plan.sizes[name]
+            self._buffers.setdefault(i, {})[value] = self._host[off : off + nbytes].view(dtype).reshape(shape)
         self.last_report: RunReport | None = None
 
     def _warn(self, message: str) -> None:
@@ -174,7 +228,7 @@ class Module:
             if progress:
                 progress(i + 1, len(steps), step.name)
         self.last_report = RunReport(reports, self.artifact.config.clock_mhz)
-        outs = {name: env[name] for name in self.artifact.outputs}
+        outs = {name: env[name].copy() for name in self.artifact.outputs}  # the arena is reused next run
         return next(iter(outs.values())) if len(outs) == 1 else outs
 
     def _run_accel(self, step: AccelStep, timeline: bool, max_cycles: int | None) -> StepReport:
@@ -191,7 +245,8 @@ class Module:
         for name in step.graph.inputs:
             feeds[name] = self._dram_read(step.dram_inputs[name]) if name in step.dram_inputs else env[name]
         t0 = time.perf_counter()
-        outs = self._cpu[i](feeds)
+        compiled = self._cpu[i]
+        outs = evaluate(step.graph, feeds) if compiled is None else compiled.run(feeds, self._buffers.get(i))
         ms = (time.perf_counter() - t0) * 1e3
         for name, value in outs.items():
             if name in step.dram_outputs:
