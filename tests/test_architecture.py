@@ -7,6 +7,8 @@ import ast
 import importlib
 import inspect
 import pkgutil
+import subprocess
+import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -22,8 +24,19 @@ FORBIDDEN = {
     "vdla.cpu_fallback": ("vdla.compiler", "vdla.runtime"),
     "vdla.compiler": ("vdla.cpu_fallback", "vdla.runtime.sim", "vdla.runtime.rtl"),
     "vdla.runtime": ("vdla.compiler", "vdla.cpu_fallback", "vdla.graph"),
+    # the frontend builds graphs: it may import vdla.graph, vdla.isa, vdla.config and vdla.errors only
+    "vdla.frontend": ("vdla.compiler", "vdla.cpu_fallback", "vdla.runtime", "vdla.model"),
 }
-LIBRARY = ("vdla.config", "vdla.cycles", "vdla.isa", "vdla.graph", "vdla.compiler", "vdla.cpu_fallback", "vdla.runtime")
+LIBRARY = (
+    "vdla.config",
+    "vdla.cycles",
+    "vdla.isa",
+    "vdla.graph",
+    "vdla.compiler",
+    "vdla.cpu_fallback",
+    "vdla.runtime",
+    "vdla.frontend",
+)
 
 
 def _modules() -> dict[str, Path]:
@@ -89,3 +102,15 @@ def test_no_error_derives_from_assertion_error():
             if inspect.isclass(obj) and issubclass(obj, AssertionError) and obj.__module__ == mod.__name__:
                 bad.append(f"{mod.__name__}.{name}")
     assert not bad, bad
+
+
+def test_graph_and_frontend_import_without_onnx():
+    """onnx is imported by vdla.frontend.onnx alone, on first use: the graph package, its passes and the
+    frontend package itself stay numpy-only."""
+    code = (
+        "import sys, vdla.graph, vdla.graph.passes, vdla.graph.interp, vdla.frontend; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('onnx', 'onnxruntime')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]", out.stdout

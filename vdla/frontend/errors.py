@@ -1,0 +1,15 @@
+"""The frontend's error: a model file or model that cannot be read as asked.
+
+Operators, attribute values and dtypes vdla cannot run are :class:`vdla.graph.types.UnsupportedError`
+(naming the node, its op type and attributes); everything wrong with the input itself (a malformed or
+truncated file, an opset outside the supported range, a dynamic dimension without a fixed size, a
+model the ONNX checker rejects) is a :class:`FrontendError` naming the file or model.
+"""
+
+from __future__ import annotations
+
+from vdla.errors import VdlaError
+
+
+class FrontendError(VdlaError, ValueError):
+    """A model that cannot be imported as given: the message names the file (or model) and what is wrong."""

@@ -1,0 +1,394 @@
+"""The ONNX importer: an ONNX model (file or ``onnx.ModelProto``) -> a verified :class:`vdla.graph.Graph`.
+
+Steps, each failing with an error that names the file (or model) or the node:
+
+1. read the model (a malformed or truncated file is a :class:`FrontendError` naming the file), check the
+   opset of the default domain is between 11 and the newest the installed ``onnx`` knows, run
+   ``onnx.checker``;
+2. fix the input shapes: every dimension must be static or given in ``input_shapes`` (a dynamic one
+   without it is an error naming the input and the dimension), then run ONNX shape inference;
+3. convert node by node (:mod:`vdla.frontend.onnx_ops`): initializers and ``Constant`` nodes are
+   constants; a node whose inputs are all constants (shape arithmetic, folded weights) is evaluated
+   now with ``onnx.reference`` (except ``DequantizeLinear``, kept so quantized weights stay int8);
+   every other node must have a converter, attributes and dtypes it accepts, else an
+   :class:`~vdla.graph.types.UnsupportedError` names the node, its op type and attributes. Every node
+   vdla cannot run is reported together, before anything runs;
+4. check every converted value against ONNX's inferred shape and element type, name the graph outputs
+   as in the model, and verify the graph (:func:`vdla.graph.verify.verify`, ``after="onnx import"``).
+
+Values keep their ONNX names (made unique and printable). A uint8 tensor is held as int8 ``value - 128``;
+a uint8 graph input is fed, and a uint8 graph output returned, as int32 holding the uint8 values.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vdla.frontend.builder import Builder, OnnxNode, Value, unsupported, valid_name
+from vdla.frontend.errors import FrontendError
+from vdla.frontend.onnx_ops import ATTRS, CONVERTERS, SUPPORTED
+from vdla.graph.graph import Graph, Node
+from vdla.graph.types import DTYPES, TensorType, UnsupportedError
+from vdla.graph.verify import verify
+
+try:
+    import onnx
+    from onnx import numpy_helper
+except ModuleNotFoundError as e:  # pragma: no cover - the onnx extra
+    if e.name is None or not e.name.startswith("onnx"):
+        raise
+    raise ImportError("importing ONNX models needs the onnx package: pip install 'vdla[onnx]'") from e
+
+MIN_OPSET = 11
+# attributes holding an element type (TensorProto enum), given to the converters as a dtype name
+_DTYPE_ATTRS = ("to", "output_dtype", "dtype")
+# never evaluated at import even on constant inputs: a dequantized int8 weight stays int8 in the graph
+_KEEP = ("DequantizeLinear",)
+
+
+def max_opset() -> int:
+    """The newest default-domain opset the installed ``onnx`` package knows."""
+    return int(onnx.defs.onnx_opset_version())
+
+
+def _dtype_name(elem_type: int) -> str:
+    try:
+        return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type)).name
+    except (KeyError, TypeError, ValueError):
+        return onnx.TensorProto.DataType.Name(elem_type).lower() if elem_type else "undefined"
+
+
+def _load(model: str | os.PathLike | onnx.ModelProto) -> tuple[onnx.ModelProto, str]:
+    """The model and how errors name it (the file path, or the graph name of a ModelProto)."""
+    if isinstance(model, onnx.ModelProto):
+        return model, f"ONNX model {model.graph.name or '(unnamed)'!r}"
+    if not isinstance(model, str | os.PathLike):
+        raise FrontendError(f"expected an ONNX file path or an onnx.ModelProto, got {type(model).__name__}")
+    path = Path(model)
+    where = str(path)
+    if not path.is_file():
+        raise FrontendError(f"{where}: no such ONNX file")
+    try:
+        proto = onnx.load(str(path))
+    except Exception as e:  # protobuf DecodeError, external-data OSError, ...
+        raise FrontendError(f"{where}: not a readable ONNX model (malformed or truncated file?): {e}") from e
+    if not proto.graph.node and not proto.graph.output:
+        raise FrontendError(f"{where}: not a readable ONNX model: it has no graph (empty or truncated file?)")
+    return proto, where
+
+
+def model_opset(proto: onnx.ModelProto, where: str) -> int:
+    """The model's default-domain opset, checked to lie in [11, :func:`max_opset`]."""
+    versions = [int(o.version) for o in proto.opset_import if o.domain in ("", "ai.onnx")]
+    if not versions:
+        raise FrontendError(f"{where}: the model imports no default-domain (ai.onnx) opset")
+    opset = max(versions)
+    if not MIN_OPSET <= opset <= max_opset():
+        raise FrontendError(
+            f"{where}: opset {opset} is not supported: vdla imports opsets {MIN_OPSET} to {max_opset()} "
+            f"(onnx {onnx.__version__}); convert the model with onnx.version_converter"
+        )
+    return opset
+
+
+def _static_inputs(
+    proto: onnx.ModelProto, where: str, input_shapes: Mapping[str, tuple[int, ...]] | None
+) -> onnx.ModelProto:
+    """A copy of the model with every graph input dimension fixed (from the model or ``input_shapes``)."""
+    given = {k: tuple(int(d) for d in v) for k, v in (input_shapes or {}).items()}
+    inits = {t.name for t in proto.graph.initializer}
+    inputs = [i for i in proto.graph.input if i.name not in inits]
+    unknown = sorted(set(given) - {i.name for i in inputs})
+    if unknown:
+        names = ", ".join(repr(i.name) for i in inputs)
+        raise FrontendError(f"{where}: input_shapes names {unknown}, which are not graph inputs (inputs: {names})")
+    fixed = onnx.ModelProto()
+    fixed.CopyFrom(proto)
+    for vi in fixed.graph.input:
+        if vi.name in inits:
+            continue
+        if not vi.type.HasField("tensor_type"):
+            raise FrontendError(f"{where}: input {vi.name!r} is not a tensor")
+        tt = vi.type.tensor_type
+        if not tt.HasField("shape"):
+            if vi.name not in given:
+                raise FrontendError(f"{where}: input {vi.name!r} has no shape; give it with input_shapes")
+            tt.shape.dim.extend(onnx.TensorShapeProto.Dimension() for _ in given[vi.name])
+        dims = tt.shape.dim
+        shape = given.get(vi.name)
+        if shape is not None and len(shape) != len(dims):
+            raise FrontendError(f"{where}: input {vi.name!r} has rank {len(dims)}, input_shapes gives {shape}")
+        for k, d in enumerate(dims):
+            if shape is not None:
+                if d.HasField("dim_value") and d.dim_value != shape[k]:
+                    raise FrontendError(
+                        f"{where}: input {vi.name!r} dimension {k} is {d.dim_value} in the model, "
+                        f"input_shapes gives {shape[k]}"
+                    )
+                if shape[k] < 1:
+                    raise FrontendError(f"{where}: input {vi.name!r} dimension {k}: size {shape[k]} must be >= 1")
+                d.dim_value = shape[k]
+            elif not d.HasField("dim_value") or d.dim_value < 1:
+                what = f" ({d.dim_param!r})" if d.HasField("dim_param") else ""
+                raise FrontendError(
+                    f"{where}: input {vi.name!r} dimension {k}{what} is dynamic; fix it with "
+                    f"input_shapes={{{vi.name!r}: (...)}} (CLI: --input-shape {vi.name}=1x3x224x224)"
+                )
+    return fixed
+
+
+def _attrs(node: onnx.NodeProto, where: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for a in node.attribute:
+        if a.type == onnx.AttributeProto.GRAPH or a.type == onnx.AttributeProto.GRAPHS:
+            out[a.name] = "<subgraph>"
+            continue
+        if a.type == onnx.AttributeProto.SPARSE_TENSOR:
+            out[a.name] = "<sparse tensor>"
+            continue
+        v = onnx.helper.get_attribute_value(a)
+        if isinstance(v, onnx.TensorProto):
+            v = numpy_helper.to_array(v)
+        elif isinstance(v, bytes):
+            v = v.decode("utf-8", "replace")
+        elif isinstance(v, list):
+            v = [i.decode("utf-8", "replace") if isinstance(i, bytes) else i for i in v]
+        if a.name in _DTYPE_ATTRS and isinstance(v, int):
+            v = _dtype_name(v)
+        out[a.name] = v
+    return out
+
+
+def _fold(proto: onnx.NodeProto, opset: int, arrays: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """Evaluate one node on constant inputs with the ONNX reference implementation."""
+    from onnx.reference import ReferenceEvaluator
+
+    inits = [numpy_helper.from_array(np.asarray(a), name) for name, a in arrays.items()]
+    outputs = [onnx.ValueInfoProto(name=o) for o in proto.output if o]
+    graph = onnx.helper.make_graph([proto], "fold", [], outputs, initializer=inits)
+    results = ReferenceEvaluator(graph, opsets={"": opset}).run(None, {})
+    return [np.asarray(r) for r in results]
+
+
+class _Importer:
+    def __init__(self, proto: onnx.ModelProto, where: str, opset: int) -> None:
+        self.proto, self.where, self.opset = proto, where, opset
+        self.b = Builder(opset)
+        self.errors: list[UnsupportedError] = []
+        self.poisoned: set[str] = set()
+        self.inferred: dict[str, tuple[str, tuple[int | None, ...] | None]] = {}
+
+    def infer_shapes(self) -> None:
+        try:
+            inferred = onnx.shape_inference.infer_shapes(self.proto, check_type=True, strict_mode=True, data_prop=True)
+        except Exception as e:  # onnx.shape_inference.InferenceError and friends
+            raise FrontendError(f"{self.where}: ONNX shape inference fails: {e}") from e
+        g = inferred.graph
+        for vi in [*g.value_info, *g.output]:
+            if not vi.type.HasField("tensor_type"):
+                continue
+            tt = vi.type.tensor_type
+            shape = (
+                tuple(d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim)
+                if tt.HasField("shape")
+                else None
+            )
+            self.inferred[vi.name] = (_dtype_name(tt.elem_type), shape)
+
+    def run(self) -> Graph:
+        g, b = self.proto.graph, self.b
+        inits = {t.name: t for t in g.initializer}
+        names = [*inits, *(i.name for i in g.input), *(o for n in g.node for o in n.output)]
+        b.reserve(names)
+        for name, t in inits.items():
+            b.bind_const(name, numpy_helper.to_array(t))
+        if g.sparse_initializer:
+            raise FrontendError(f"{self.where}: sparse initializers are not supported")
+        for vi in g.input:
+            if vi.name in inits:
+                continue
+            tt = vi.type.tensor_type
+            dtype = _dtype_name(tt.elem_type)
+            shape = tuple(int(d.dim_value) for d in tt.shape.dim)
+            vname = b.preferred[vi.name]
+            if dtype in DTYPES:
+                t = TensorType(shape, dtype)
+                b.inputs[vname] = b.types[vname] = t
+                b.values[vi.name] = Value(name=vname, type=t)
+            elif dtype == "uint8":  # fed as int32 holding the uint8 values, held as int8 value - 128
+                b.inputs[vname] = b.types[vname] = TensorType(shape, "int32")
+                node = OnnxNode(f"input {vi.name}", "Input", (vi.name,), (vi.name,))
+                shifted = b.emit(node, "add", (vname,), {"b": -128}, suffix="shifted")
+                held = b.emit(node, "cast", (shifted,), {"dtype": "int8"}, suffix="int8")
+                b.values[vi.name] = Value(name=held, type=b.types[held], uint8=True)
+            else:
+                b.values[vi.name] = Value(bad_dtype=dtype, const=None)
+                b.values[vi.name].type = TensorType(shape, "float32")  # the shape, for error messages
+        node_names: set[str] = set()
+        for index, proto in enumerate(g.node):
+            name = valid_name(proto.name, f"{proto.op_type}_{index}")
+            base, k = name, 0
+            while name in node_names:
+                k += 1
+                name = f"{base}_{k}"
+            node_names.add(name)
+            node = OnnxNode(
+                name, proto.op_type, tuple(proto.input), tuple(proto.output), _attrs(proto, self.where), self.opset,
+                proto.domain,
+            )  # fmt: skip
+            if any(i in self.poisoned for i in node.inputs if i):
+                self.poisoned.update(o for o in node.outputs if o)
+                continue
+            try:
+                self.convert(node, proto)
+                self.check(node)
+            except UnsupportedError as e:
+                self.errors.append(e)
+                self.poisoned.update(o for o in node.outputs if o)
+        outputs = self.outputs()
+        if self.errors:
+            if len(self.errors) == 1:
+                raise self.errors[0]
+            lines = "\n".join(f"  - {e}" for e in self.errors)
+            raise UnsupportedError(
+                self.errors[0].op, f"{self.where}: {len(self.errors)} nodes cannot be imported:\n{lines}"
+            )
+        used = {i for n in b.nodes for i in n.inputs} | set(outputs)
+        params = {k: v for k, v in b.params.items() if k in used}
+        stem = Path(self.where).stem if Path(self.where).suffix == ".onnx" else ""
+        graph = Graph(dict(b.inputs), list(b.nodes), outputs, params, name=valid_name(g.name or stem, "onnx"))
+        verify(graph, after="onnx import")
+        return graph
+
+    def convert(self, node: OnnxNode, proto: onnx.NodeProto) -> None:
+        b = self.b
+        if node.domain not in ("", "ai.onnx"):
+            raise unsupported(node, f"operator domain {node.domain!r} is not supported (only the default ai.onnx)")
+        present = [i for i in node.inputs if i]
+        missing = [i for i in present if i not in b.values]
+        if missing:
+            raise unsupported(node, f"reads {missing}, which are not defined before it")
+        if node.op_type == "Constant":
+            CONVERTERS["Constant"](b, node)
+            return
+        if present and node.op_type not in _KEEP and all(b.values[i].const is not None for i in present):
+            try:
+                results = _fold(proto, self.opset, {i: b.values[i].const for i in present})
+            except Exception as e:
+                raise unsupported(node, f"evaluating it on its constant inputs failed: {e}") from e
+            for o, r in zip([o for o in node.outputs if o], results, strict=False):
+                b.bind_const(o, r)
+            return
+        if node.op_type not in CONVERTERS:
+            raise unsupported(node, f"operator {node.op_type} is not supported (vdla imports: {', '.join(SUPPORTED)})")
+        unknown = sorted(set(node.attrs) - ATTRS[node.op_type])
+        if unknown:
+            raise unsupported(node, "vdla does not support this attribute here", unknown[0])
+        CONVERTERS[node.op_type](b, node)
+
+    def check(self, node: OnnxNode) -> None:
+        """Every output a later node or the graph reads is defined, with ONNX's inferred shape and type."""
+        b = self.b
+        for k, o in enumerate(node.outputs):
+            if not o:
+                continue
+            v = b.values.get(o)
+            if v is None:
+                raise unsupported(node, f"output {k} {o!r} is not supported")
+            want = self.inferred.get(o)
+            if want is None:
+                continue
+            dtype, shape = want
+            if shape is not None and all(d is not None for d in shape) and tuple(shape) != v.shape:
+                raise FrontendError(
+                    f"{self.where}: importing {node.op_type} {node.describe()} gave output {o!r} shape {v.shape}, "
+                    f"ONNX shape inference says {tuple(shape)} (a bug in vdla's importer)"
+                )
+            got = v.onnx_dtype
+            if dtype != "undefined" and got != dtype and not (v.const is not None and v.const.dtype == bool):
+                raise FrontendError(
+                    f"{self.where}: importing {node.op_type} {node.describe()} gave output {o!r} dtype {got}, "
+                    f"ONNX says {dtype} (a bug in vdla's importer)"
+                )
+
+    def outputs(self) -> list[str]:
+        """The graph outputs, named as in the model."""
+        b = self.b
+        out_node = OnnxNode("graph outputs", "Output", (), ())
+        names: list[str] = []
+        produced = {n.output for n in b.nodes}
+        shared = Counter(b.values[o.name].name for o in self.proto.graph.output if o.name in b.values)
+        for o in self.proto.graph.output:
+            if o.name in self.poisoned:
+                continue
+            v = b.values.get(o.name)
+            if v is None:
+                self.errors.append(unsupported(out_node, f"graph output {o.name!r} is not defined"))
+                continue
+            want = b.preferred.get(o.name) or b.fresh(valid_name(o.name, "output"))
+            if v.const is not None:
+                try:
+                    arr = b.param_array(OnnxNode(f"output {o.name}", "Output", (o.name,), ()), 0, v.const)
+                except UnsupportedError as e:
+                    self.errors.append(e)
+                    continue
+                if v.const.dtype == np.uint8:
+                    arr = v.const.astype(np.int32)
+                b.params[want] = arr
+                b.types[want] = TensorType.of(arr, want)
+                names.append(want)
+            elif v.uint8:  # held as value - 128: returned as int32 holding the uint8 values
+                node = OnnxNode(f"output {o.name}", "Output", (o.name,), (o.name,))
+                held = v.name
+                if held == want:  # the output's name goes to the int32 result
+                    held = b.fresh(f"{want}:uint8")
+                    self.rename(v.name, held)
+                wide = b.emit(node, "cast", (held,), {"dtype": "int32"}, suffix="int32")
+                names.append(b.emit(node, "add", (wide,), {"b": 128}, out=o.name))
+            elif v.name == want:
+                names.append(want)
+            elif v.name in produced and shared[v.name] == 1:  # an alias (Identity, Dropout): take the name
+                self.rename(v.name, want)
+                names.append(want)
+            else:
+                names.append(self.identity(out_node, v.name, o.name))
+        return names
+
+    def identity(self, node: OnnxNode, vname: str, onnx_name: str) -> str:
+        return self.b.emit(node, "reshape", (vname,), {"shape": self.b.types[vname].shape}, out=onnx_name)
+
+    def rename(self, old: str, new: str) -> None:
+        b = self.b
+        b.nodes = [
+            Node(n.op, tuple(new if i == old else i for i in n.inputs), new if n.output == old else n.output, n.attrs)
+            for n in b.nodes
+        ]
+        b.types[new] = b.types.pop(old)
+
+
+def import_onnx(
+    model: str | os.PathLike | onnx.ModelProto, input_shapes: dict[str, tuple[int, ...]] | None = None
+) -> Graph:
+    """Import an ONNX model (a file path or an ``onnx.ModelProto``) as a verified vdla :class:`Graph`.
+
+    ``input_shapes`` fixes dynamic input dimensions (``{"input": (1, 3, 224, 224)}``). Raises
+    :class:`FrontendError` for a file or model that cannot be read as given (naming the file) and
+    :class:`~vdla.graph.types.UnsupportedError` naming every node vdla cannot run (its name, op type,
+    attributes and the attribute or dtype at fault).
+    """
+    proto, where = _load(model)
+    opset = model_opset(proto, where)
+    try:
+        onnx.checker.check_model(proto)
+    except Exception as e:  # onnx.checker.ValidationError
+        raise FrontendError(f"{where}: the ONNX checker rejects the model: {e}") from e
+    fixed = _static_inputs(proto, where, input_shapes)
+    importer = _Importer(fixed, where, opset)
+    importer.infer_shapes()
+    return importer.run()

@@ -1,0 +1,1004 @@
+"""ONNX operators -> vdla graph operators: one converter per ONNX op type (no ``onnx`` import here).
+
+Each converter reads its node's inputs from the :class:`~vdla.frontend.builder.Builder`, checks every
+attribute value and dtype it is given against what vdla runs, and emits graph nodes whose semantics are
+the ONNX operator's (float32 results within the rounding of a reordered float sum; integer results
+exact). Anything else is refused with :func:`~vdla.frontend.builder.unsupported` naming the node, its
+op type, its attributes and the one at fault. :data:`ATTRS` lists the attributes each converter
+understands: an attribute outside it is refused by the importer before the converter runs.
+
+Padding inside vdla is (top, bottom, left, right); ONNX's (top, left, bottom, right) goes through
+:func:`vdla.graph.window.pads_from_onnx` exactly once, in :func:`_conv_pool_geometry`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from vdla.frontend.builder import Builder, OnnxNode, broadcast_to_axis, size, unsupported
+from vdla.graph.window import pads_from_onnx
+
+Converter = Callable[[Builder, OnnxNode], None]
+CONVERTERS: dict[str, Converter] = {}
+ATTRS: dict[str, frozenset[str]] = {}
+
+FLOAT = ("float32",)
+ARITH = ("float32", "int32")  # ONNX integer Add/Sub/Mul wrap in their own width: vdla's int math is int32
+ANY = ("float32", "int8", "int32", "uint8")
+
+
+def converter(*op_types: str, attrs: Sequence[str] = ()) -> Callable[[Converter], Converter]:
+    """Register a converter for ``op_types`` understanding ``attrs``."""
+
+    def deco(fn: Converter) -> Converter:
+        for t in op_types:
+            CONVERTERS[t] = fn
+            ATTRS[t] = frozenset(attrs)
+        return fn
+
+    return deco
+
+
+def attr(node: OnnxNode, name: str, default: Any = None) -> Any:
+    return node.attrs.get(name, default)
+
+
+def ints(node: OnnxNode, name: str, default: Sequence[int] | None = None) -> list[int] | None:
+    v = node.attrs.get(name)
+    return None if v is None and default is None else [int(i) for i in (default if v is None else v)]
+
+
+def _axis(node: OnnxNode, axis: int, rank: int, what: str = "axis", name: str | None = "axis") -> int:
+    if not -rank <= axis < max(rank, 1):
+        raise unsupported(node, f"{what} {axis} is out of range for rank {rank}", name if name in node.attrs else None)
+    return axis % max(rank, 1)
+
+
+def _scalar(dtype: str, value: np.ndarray) -> int | float:
+    v = np.asarray(value).reshape(())
+    return float(v) if dtype == "float32" else int(v)
+
+
+def _compact(values: Sequence[int]) -> int | tuple[int, ...]:
+    """An int when every entry is the same (the form vdla's window attributes take), else a tuple."""
+    t = tuple(int(v) for v in values)
+    return t[0] if len(set(t)) == 1 else t
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Elementwise
+
+
+COMMUTATIVE = ("add", "mul", "max", "min")
+
+
+def _binary(b: Builder, node: OnnxNode, op: str, i: int, j: int, out: str | None, allowed=ARITH) -> str:
+    """``op(input i, input j)`` as one elementwise node; a constant scalar operand becomes its attribute."""
+    dt = b.require_dtype(node, i, allowed)
+    b.require_dtype(node, j, allowed)
+    if b.is_uint8(node, i) or b.is_uint8(node, j):
+        raise unsupported(node, "uint8 operands are supported by quantize/dequantize, pooling and reshapes only")
+    if b.is_const(node, i) and not b.is_const(node, j) and op in COMMUTATIVE:
+        i, j = j, i
+    x = b.tensor(node, i)
+    rank = len(b.type_of(x).shape)
+    if b.is_const(node, j):
+        c = b.const(node, j, "operand")
+        if c.size == 1 and c.ndim <= rank:
+            return b.emit(node, op, (x,), {"b": _scalar(dt, c)}, out=out, suffix=op)
+    return b.emit(node, op, (x, b.tensor(node, j)), out=out, suffix=op)
+
+
+@converter("Add", "Mul")
+def _add_mul(b: Builder, node: OnnxNode) -> None:
+    _binary(b, node, node.op_type.lower(), 0, 1, node.outputs[0])
+
+
+@converter("Sub")
+def _sub(b: Builder, node: OnnxNode) -> None:
+    if b.is_const(node, 0) and not b.is_const(node, 1):  # c - x = (-x) + c, exact in float and int32
+        b.require_dtype(node, 1, ARITH)
+        neg = b.emit(node, "mul", (b.tensor(node, 1),), {"b": -1}, suffix="neg")
+        swapped = OnnxNode(node.name, node.op_type, (b.temp(neg), node.inputs[0]), node.outputs, node.attrs)
+        _binary(b, swapped, "add", 0, 1, node.outputs[0])
+        return
+    _binary(b, node, "sub", 0, 1, node.outputs[0])
+
+
+@converter("Div")
+def _div(b: Builder, node: OnnxNode) -> None:
+    b.require_dtype(node, 0, FLOAT)
+    c = b.const(node, 1, "the divisor (vdla divides by constants only, as a multiplication by the reciprocal)")
+    c = np.asarray(c, np.float32)
+    if np.any(c == 0) or not np.all(np.isfinite(c)):
+        raise unsupported(node, "the divisor must be finite and non-zero")
+    recip = (np.float32(1) / c).astype(np.float32)
+    x = b.tensor(node, 0)
+    if recip.size == 1 and recip.ndim <= len(b.type_of(x).shape):
+        b.emit(node, "mul", (x,), {"b": float(recip.reshape(()))}, out=node.outputs[0])
+    else:
+        b.emit(node, "mul", (x, b.add_param(node.input(1) + ":reciprocal", recip)), out=node.outputs[0])
+
+
+@converter("Max", "Min", "Sum")
+def _variadic(b: Builder, node: OnnxNode) -> None:
+    op = {"Max": "max", "Min": "min", "Sum": "add"}[node.op_type]
+    allowed = ("float32", "int32", "int8") if op != "add" else ARITH
+    present = [i for i in range(len(node.inputs)) if b.has(node, i)]
+    dt = b.require_dtype(node, present[0], allowed)
+    for i in present:
+        b.require_dtype(node, i, (dt,))
+    if len(present) == 1:
+        b.alias(node.outputs[0], b.tensor(node, present[0]))
+        return
+    acc = node.inputs[present[0]]
+    for j in present[1:]:
+        step = OnnxNode(node.name, node.op_type, (acc, node.inputs[j]), node.outputs, node.attrs)
+        acc = b.temp(_binary(b, step, op, 0, 1, None, allowed + ("int32",)))
+    b.finish(node, b.values[acc].name, dt)
+
+
+def _unary(op: str, allowed: Sequence[str]) -> Converter:
+    def convert(b: Builder, node: OnnxNode) -> None:
+        b.require_dtype(node, 0, allowed)
+        b.emit(node, op, (b.tensor(node, 0),), out=node.outputs[0])
+
+    return convert
+
+
+converter("Relu")(_unary("relu", ("float32", "int8", "int32")))
+converter("Sigmoid")(_unary("sigmoid", FLOAT))
+converter("Tanh")(_unary("tanh", FLOAT))
+converter("Exp")(_unary("exp", FLOAT))
+
+
+@converter("Neg")
+def _neg(b: Builder, node: OnnxNode) -> None:
+    b.require_dtype(node, 0, ARITH)
+    b.emit(node, "mul", (b.tensor(node, 0),), {"b": -1}, out=node.outputs[0])
+
+
+@converter("Abs")
+def _abs(b: Builder, node: OnnxNode) -> None:
+    b.require_dtype(node, 0, ARITH)
+    x = b.tensor(node, 0)
+    neg = b.emit(node, "mul", (x,), {"b": -1}, suffix="neg")
+    b.emit(node, "max", (x, neg), out=node.outputs[0])
+
+
+@converter("LeakyRelu", attrs=("alpha",))
+def _leaky_relu(b: Builder, node: OnnxNode) -> None:
+    b.require_dtype(node, 0, FLOAT)
+    alpha = float(attr(node, "alpha", 0.01))
+    if not math.isfinite(alpha):
+        raise unsupported(node, "alpha must be finite", "alpha")
+    x = b.tensor(node, 0)
+    scaled = b.emit(node, "mul", (x,), {"b": alpha}, suffix="scaled")
+    # x > 0 -> x, else alpha * x: the larger of the two when alpha <= 1, the smaller when alpha > 1
+    b.emit(node, "max" if alpha <= 1 else "min", (x, scaled), out=node.outputs[0])
+
+
+def _hard_sigmoid(b: Builder, node: OnnxNode, x: str, alpha: float, beta: float, out: str | None) -> str:
+    y = b.emit(node, "mul", (x,), {"b": alpha}, suffix="alpha")
+    y = b.emit(node, "add", (y,), {"b": beta}, suffix="beta")
+    return b.emit(node, "clip", (y,), {"lo": 0.0, "hi": 1.0}, out=out, suffix="hard_sigmoid")
+
+
+@converter("HardSigmoid", attrs=("alpha", "beta"))
+def _hardsigmoid(b: Builder, node: OnnxNode) -> None:
+    b.require_dtype(node, 0, FLOAT)
+    alpha, beta = float(attr(node, "alpha", 0.2)), float(attr(node, "beta", 0.5))
+    _hard_sigmoid(b, node, b.tensor(node, 0), alpha, beta, node.outputs[0])
+
+
+@converter("HardSwish")
+def _hardswish(b: Builder, node: OnnxNode) -> None:
+    b.require_dtype(node, 0, FLOAT)
+    x = b.tensor(node, 0)
+    gate = _hard_sigmoid(b, node, x, 1.0 / 6.0, 0.5, None)
+    b.emit(node, "mul", (x, gate), out=node.outputs[0])
+
+
+@converter("Clip", attrs=("min", "max"))
+def _clip(b: Builder, node: OnnxNode) -> None:
+    dt = b.require_dtype(node, 0, ("float32", "int8", "int32"))
+    x = b.tensor(node, 0)
+    bounds: list[Any] = []
+    for i, name in ((1, "min"), (2, "max")):
+        if name in node.attrs:  # opset < 11
+            bounds.append(float(node.attrs[name]))
+        elif b.has(node, i):
+            b.require_dtype(node, i, (dt,))
+            v = b.value(node, i)
+            if size(v.shape) != 1:
+                raise unsupported(node, f"{name} must be a scalar, got shape {v.shape}")
+            bounds.append(_scalar(dt, v.const) if v.const is not None else b.reshape(node, b.tensor(node, i), ()))
+        else:
+            bounds.append(None)
+    lo, hi = bounds
+    if lo is None and hi is None:
+        b.alias(node.outputs[0], x)
+        return
+    if all(isinstance(v, int | float) for v in bounds):
+        if lo > hi:
+            raise unsupported(node, f"min={lo} is greater than max={hi}")
+        b.finish(node, b.emit(node, "clip", (x,), {"lo": lo, "hi": hi}, suffix="clip"), dt)
+        return
+    value = x  # np.clip(x, lo, hi) = minimum(maximum(x, lo), hi)
+    for op, v in (("max", lo), ("min", hi)):
+        if isinstance(v, str):
+            value = b.emit(node, op, (value, v), suffix=op)
+        elif v is not None:
+            value = b.emit(node, op, (value,), {"b": v}, suffix=op)
+    b.finish(node, value, dt)
+
+
+@converter("Cast", attrs=("to", "saturate", "round_mode"))
+def _cast(b: Builder, node: OnnxNode) -> None:
+    src, to = b.dtype(node, 0), str(attr(node, "to"))
+    exact = {("int8", "int32"), ("int8", "float32"), ("int32", "float32"), ("uint8", "int32"), ("uint8", "float32")}
+    if src == to:
+        v = b.value(node, 0)
+        b.alias(node.outputs[0], b.tensor(node, 0), uint8=v.uint8)
+        return
+    if (src, to) not in exact:
+        raise unsupported(
+            node,
+            f"cast from {src} to {to}: vdla casts saturate and round half to even, ONNX truncates or wraps; only "
+            "the exact widenings int8/uint8 -> int32 -> float32 are imported",
+            "to",
+        )
+    x = b.tensor(node, 0)
+    if src == "uint8":  # int8 holds value - 128
+        y = b.emit(node, "cast", (x,), {"dtype": to}, suffix="widen")
+        b.emit(node, "add", (y,), {"b": 128}, out=node.outputs[0])
+        return
+    b.emit(node, "cast", (x,), {"dtype": to}, out=node.outputs[0])
+
+
+@converter("Identity")
+def _identity(b: Builder, node: OnnxNode) -> None:
+    v = b.value(node, 0)
+    b.alias(node.outputs[0], b.tensor(node, 0), uint8=v.uint8)
+
+
+@converter("Dropout", attrs=("seed", "ratio", "is_test"))
+def _dropout(b: Builder, node: OnnxNode) -> None:
+    training = b.const(node, 2, "training_mode")
+    if training is not None and bool(np.asarray(training).reshape(())):
+        raise unsupported(node, "training_mode=True: vdla runs inference only (Dropout is the identity there)")
+    v = b.value(node, 0)
+    b.alias(node.outputs[0], b.tensor(node, 0), uint8=v.uint8)
+    if len(node.outputs) > 1 and node.outputs[1]:
+        b.bind_const(node.outputs[1], np.ones(v.shape, bool))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Convolution and pooling
+
+
+def _auto_pads(node: OnnxNode, mode: str, sizes, kernel, strides, dilations) -> list[int]:
+    """ONNX-ordered pads (begins..., ends...) for auto_pad SAME_UPPER / SAME_LOWER / VALID."""
+    if mode == "VALID":
+        return [0] * (2 * len(sizes))
+    if mode not in ("SAME_UPPER", "SAME_LOWER"):
+        raise unsupported(node, "auto_pad must be NOTSET, SAME_UPPER, SAME_LOWER or VALID", "auto_pad")
+    begins, ends = [], []
+    for n, k, s, d in zip(sizes, kernel, strides, dilations, strict=True):
+        out = -(-n // s)
+        total = max(0, (out - 1) * s + (k - 1) * d + 1 - n)
+        small, big = total // 2, total - total // 2
+        begins.append(small if mode == "SAME_UPPER" else big)
+        ends.append(big if mode == "SAME_UPPER" else small)
+    return begins + ends
+
+
+def _conv_pool_geometry(b: Builder, node: OnnxNode, x_shape, kernel: Sequence[int]) -> dict[str, Any]:
+    """Kernel, strides, dilations and pads of a 1-D or 2-D Conv/Pool node as 2-D vdla attributes
+    (1-D lifted to a height-1 image), checking each attribute."""
+    rank = len(x_shape)
+    if rank not in (3, 4):
+        raise unsupported(node, f"only 1-D and 2-D windows are supported (input rank 3 or 4), got shape {x_shape}")
+    spatial = rank - 2
+    kernel = [int(k) for k in kernel]
+    for name in ("strides", "dilations"):
+        v = ints(node, name)
+        if v is not None and (len(v) != spatial or any(i < 1 for i in v)):
+            raise unsupported(node, f"{name} must be {spatial} positive integers", name)
+    strides = ints(node, "strides", [1] * spatial)
+    dilations = ints(node, "dilations", [1] * spatial)
+    mode = str(attr(node, "auto_pad", "NOTSET"))
+    if mode == "NOTSET":
+        pads = ints(node, "pads", [0] * (2 * spatial))
+        if len(pads) != 2 * spatial or any(p < 0 for p in pads):
+            raise unsupported(node, f"pads must be {2 * spatial} non-negative integers", "pads")
+    else:
+        if "pads" in node.attrs and any(int(p) for p in node.attrs["pads"]):
+            raise unsupported(node, "explicit pads together with auto_pad", "pads")
+        pads = _auto_pads(node, mode, x_shape[2:], kernel, strides, dilations)
+    if spatial == 1:
+        kernel, strides, dilations = [1, *kernel], [1, *strides], [1, *dilations]
+        pads4 = (0, 0, pads[0], pads[1])
+    else:
+        pads4 = pads_from_onnx(pads)
+    return {"kernel": tuple(kernel), "stride": strides, "dilation": dilations, "pads": pads4, "onnx_pads": pads}
+
+
+def _lift(b: Builder, node: OnnxNode, x: str) -> str:
+    """A rank-3 (N, C, L) value as (N, C, 1, L)."""
+    shape = b.type_of(x).shape
+    return x if len(shape) == 4 else b.reshape(node, x, (shape[0], shape[1], 1, shape[2]))
+
+
+def _lower(b: Builder, node: OnnxNode, y: str, rank: int, out: str, uint8: bool = False) -> str:
+    """Undo :func:`_lift` on the result (or bind it when no lift happened)."""
+    shape = b.type_of(y).shape
+    if rank == 4:
+        b.alias(out, y, uint8=uint8)
+        return y
+    return b.reshape(node, y, (shape[0], shape[1], shape[3]), out=out, uint8=uint8)
+
+
+def _conv_core(b: Builder, node: OnnxNode, x: str, w: str, bias: str | None, out: str | None) -> str:
+    """conv2d of vdla values ``x`` and ``w`` (rank 3 or 4) with the node's Conv attributes."""
+    xs, ws = b.type_of(x).shape, b.type_of(w).shape
+    if len(ws) != len(xs):
+        raise unsupported(node, f"weight shape {ws} does not match input shape {xs}")
+    ks = ints(node, "kernel_shape")
+    if ks is not None and tuple(ks) != tuple(ws[2:]):
+        raise unsupported(node, f"kernel_shape does not match the weight's kernel {ws[2:]}", "kernel_shape")
+    geo = _conv_pool_geometry(b, node, xs, ws[2:])
+    group = int(attr(node, "group", 1))
+    if group < 1 or xs[1] % group or ws[0] % group or ws[1] != xs[1] // group:
+        raise unsupported(node, f"group={group} does not fit input channels {xs[1]} and weight {ws}", "group")
+    attrs = {
+        "stride": _compact(geo["stride"]),
+        "padding": _compact(geo["pads"]),
+        "dilation": _compact(geo["dilation"]),
+        "groups": group,
+    }
+    inputs = [_lift(b, node, x), _lift(b, node, w)] + ([bias] if bias is not None else [])
+    if len(xs) == 4:
+        return b.emit(node, "conv2d", inputs, attrs, out=out, suffix="conv")
+    y = b.emit(node, "conv2d", inputs, attrs, suffix="conv")
+    shape = b.type_of(y).shape
+    if out is None:
+        return b.reshape(node, y, (shape[0], shape[1], shape[3]))
+    return b.reshape(node, y, (shape[0], shape[1], shape[3]), out=out)
+
+
+@converter("Conv", attrs=("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"))
+def _conv(b: Builder, node: OnnxNode) -> None:
+    for i in (0, 1, 2):
+        if b.has(node, i):
+            b.require_dtype(node, i, FLOAT)
+    bias = b.tensor(node, 2) if b.has(node, 2) else None
+    _conv_core(b, node, b.tensor(node, 0), b.tensor(node, 1), bias, node.outputs[0])
+
+
+def _ceil_size(n: int, k: int, s: int, p0: int, p1: int) -> int:
+    """ONNX's ceil_mode output size (the last window must start inside the input or its leading pad)."""
+    out = -(-(n + p0 + p1 - k) // s) + 1
+    if (out - 1) * s >= n + p0:
+        out -= 1
+    return out
+
+
+@converter("MaxPool", "AveragePool", attrs=("auto_pad", "ceil_mode", "dilations", "kernel_shape", "pads", "strides",
+                                            "storage_order", "count_include_pad"))  # fmt: skip
+def _pool(b: Builder, node: OnnxNode) -> None:
+    is_max = node.op_type == "MaxPool"
+    dt = b.require_dtype(node, 0, ("float32", "int8", "uint8") if is_max else FLOAT)
+    if len(node.outputs) > 1 and node.outputs[1]:
+        raise unsupported(node, "the Indices output of MaxPool is not supported")
+    xs = b.shape(node, 0)
+    kernel = ints(node, "kernel_shape")
+    if kernel is None or len(kernel) != len(xs) - 2 or any(k < 1 for k in kernel):
+        raise unsupported(node, f"kernel_shape must give {len(xs) - 2} positive sizes", "kernel_shape")
+    geo = _conv_pool_geometry(b, node, xs, kernel)
+    if any(d != 1 for d in geo["dilation"]):
+        raise unsupported(node, "dilated pooling is not supported (vdla pools with dilation 1)", "dilations")
+    if int(attr(node, "ceil_mode", 0)):
+        spatial = len(xs) - 2
+        pads = geo["onnx_pads"]
+        for i in range(spatial):
+            n, k, s = xs[2 + i], kernel[i], geo["stride"][-spatial + i]
+            floor = (n + pads[i] + pads[spatial + i] - k) // s + 1
+            ceil = _ceil_size(n, k, s, pads[i], pads[spatial + i])
+            if ceil != floor:
+                raise unsupported(
+                    node, f"ceil_mode=1 gives {ceil} outputs along axis {2 + i} where vdla's floor gives {floor}",
+                    "ceil_mode",
+                )  # fmt: skip
+    attrs: dict[str, Any] = {
+        "kernel": geo["kernel"],
+        "stride": _compact(geo["stride"]),
+        "padding": _compact(geo["pads"]),
+    }
+    if not is_max:
+        attrs["count_include_pad"] = bool(int(attr(node, "count_include_pad", 0)))
+    x = _lift(b, node, b.tensor(node, 0))
+    uint8 = dt == "uint8"
+    out = node.outputs[0] if len(xs) == 4 else None
+    y = b.emit(node, "max_pool2d" if is_max else "avg_pool2d", (x,), attrs, out=out, suffix="pool", uint8=uint8)
+    if len(xs) == 3:
+        _lower(b, node, y, 3, node.outputs[0], uint8)
+
+
+def _global_pool(b: Builder, node: OnnxNode, x: str, out: str, is_max: bool, keep_rank: bool = True) -> str:
+    """Mean or max over every axis after the first two, as global_avg_pool / max_pool2d of a 4-D view."""
+    xs = b.type_of(x).shape
+    if len(xs) < 3:
+        raise unsupported(node, f"needs an (N, C, ...) input with spatial axes, got shape {xs}")
+    four = xs if len(xs) == 4 else (xs[0], xs[1], 1, size(xs[2:]))
+    x4 = b.reshape(node, x, four)
+    final = (*xs[:2], *([1] * (len(xs) - 2))) if keep_rank else xs[:2]
+    direct = final == (*four[:2], 1, 1)
+    if is_max:
+        attrs = {"kernel": tuple(four[2:]), "stride": 1, "padding": 0}
+        y = b.emit(node, "max_pool2d", (x4,), attrs, out=out if direct else None, suffix="pool")
+    else:
+        y = b.emit(node, "global_avg_pool", (x4,), out=out if direct else None, suffix="pool")
+    return y if direct else b.reshape(node, y, final, out=out)
+
+
+@converter("GlobalAveragePool", "GlobalMaxPool")
+def _global(b: Builder, node: OnnxNode) -> None:
+    b.require_dtype(node, 0, FLOAT)
+    _global_pool(b, node, b.tensor(node, 0), node.outputs[0], node.op_type == "GlobalMaxPool")
+
+
+@converter("ReduceMean", "ReduceMax", "ReduceMin", "ReduceSum", attrs=("axes", "keepdims", "noop_with_empty_axes"))
+def _reduce(b: Builder, node: OnnxNode) -> None:
+    """A reduction over any axes: the kept axes moved first and flattened to C, the reduced ones last and
+    flattened to W, then global_avg_pool (mean; sum = mean x count) or a (1, W) max pool (min = -max(-x))
+    of the (1, C, 1, W) view."""
+    b.require_dtype(node, 0, FLOAT)
+    xs = b.shape(node, 0)
+    rank = len(xs)
+    axes = b.const(node, 1, "axes") if b.has(node, 1) else attr(node, "axes")
+    where = "axes" if "axes" in node.attrs else None
+    x = b.tensor(node, 0)
+    if axes is None or np.asarray(axes).size == 0:
+        if int(attr(node, "noop_with_empty_axes", 0)):
+            b.alias(node.outputs[0], x)
+            return
+        axes = list(range(rank))
+    red = sorted({_axis(node, int(a), rank, "axis", where) for a in np.asarray(axes).ravel()})
+    kept = [i for i in range(rank) if i not in red]
+    keep = bool(int(attr(node, "keepdims", 1)))
+    final = tuple(1 if i in red else d for i, d in enumerate(xs)) if keep else tuple(xs[i] for i in kept)
+    if not final:
+        final = ()
+    if kept + red != list(range(rank)):
+        x = b.emit(node, "transpose", (x,), {"perm": tuple(kept + red)}, suffix="reduce_order")
+    c, w = size(xs[i] for i in kept), size(xs[i] for i in red)
+    x4 = b.reshape(node, x, (1, c, 1, w))
+    op = node.op_type
+    if op in ("ReduceMean", "ReduceSum"):
+        y = b.emit(node, "global_avg_pool", (x4,), suffix="mean")
+        if op == "ReduceSum" and w != 1:
+            y = b.emit(node, "mul", (y,), {"b": float(w)}, suffix="sum")
+    else:
+        if op == "ReduceMin":
+            x4 = b.emit(node, "mul", (x4,), {"b": -1.0}, suffix="neg")
+        y = b.emit(node, "max_pool2d", (x4,), {"kernel": (1, w), "stride": 1, "padding": 0}, suffix="max")
+        if op == "ReduceMin":
+            y = b.emit(node, "mul", (y,), {"b": -1.0}, suffix="min")
+    b.reshape(node, y, final, out=node.outputs[0])
+
+
+@converter("PRelu")
+def _prelu(b: Builder, node: OnnxNode) -> None:
+    """``x if x >= 0 else slope * x`` as ``relu(x) + slope * min(x, 0)`` (exact: one term is zero)."""
+    b.require_dtype(node, 0, FLOAT)
+    b.require_dtype(node, 1, FLOAT)
+    x = b.tensor(node, 0)
+    pos = b.emit(node, "relu", (x,), suffix="pos")
+    neg = b.emit(node, "min", (x,), {"b": 0.0}, suffix="neg")
+    if b.is_const(node, 1) and b.const(node, 1, "slope").size == 1:
+        scaled = b.emit(node, "mul", (neg,), {"b": _scalar("float32", b.const(node, 1, "slope"))}, suffix="scaled")
+    else:
+        scaled = b.emit(node, "mul", (neg, b.tensor(node, 1)), suffix="scaled")
+    b.emit(node, "add", (pos, scaled), out=node.outputs[0])
+
+
+@converter("Mean")
+def _mean(b: Builder, node: OnnxNode) -> None:
+    present = [i for i in range(len(node.inputs)) if b.has(node, i)]
+    for i in present:
+        b.require_dtype(node, i, FLOAT)
+    acc = node.inputs[present[0]]
+    for j in present[1:]:
+        step = OnnxNode(node.name, node.op_type, (acc, node.inputs[j]), node.outputs, node.attrs)
+        acc = b.temp(_binary(b, step, "add", 0, 1, None, FLOAT))
+    b.emit(node, "mul", (b.values[acc].name,), {"b": 1.0 / len(present)}, out=node.outputs[0])
+
+
+@converter("ConstantOfShape", "Range", attrs=("value",))
+def _fold_only(b: Builder, node: OnnxNode) -> None:
+    """Operators vdla imports only when their inputs are constants (the importer evaluates those)."""
+    raise unsupported(node, "needs constant inputs (vdla compiles for fixed shapes)")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Dense layers
+
+
+@converter("Gemm", attrs=("alpha", "beta", "transA", "transB"))
+def _gemm(b: Builder, node: OnnxNode) -> None:
+    for i in (0, 1, 2):
+        if b.has(node, i):
+            b.require_dtype(node, i, FLOAT)
+    alpha, beta = float(attr(node, "alpha", 1.0)), float(attr(node, "beta", 1.0))
+    trans_a, trans_b = int(attr(node, "transA", 0)), int(attr(node, "transB", 0))
+    a = b.tensor(node, 0)
+    if len(b.type_of(a).shape) != 2 or len(b.shape(node, 1)) != 2:
+        raise unsupported(node, f"A and B must be 2-D, got {b.type_of(a).shape} and {b.shape(node, 1)}")
+    if trans_a:
+        a = b.emit(node, "transpose", (a,), {"perm": (1, 0)}, suffix="A_T")
+    out = node.outputs[0]
+    has_c = b.has(node, 2) and beta != 0.0
+    n = b.shape(node, 1)[0 if trans_b else 1]
+    c = b.const(node, 2, "C") if has_c and b.is_const(node, 2) else None
+    bias_fits = c is not None and c.shape in ((n,), (1, n))
+    if b.is_const(node, 1):
+        w = np.asarray(b.const(node, 1, "B"), np.float32)
+        w = w if trans_b else w.T
+        if alpha != 1.0:
+            w = (w * np.float32(alpha)).astype(np.float32)
+        wname = b.add_param(node.input(1) + ("" if trans_b else ":T"), np.ascontiguousarray(w))
+        inputs = [a, wname]
+        if bias_fits:
+            inputs.append(b.add_param(node.input(2) + ":bias", (np.float32(beta) * c.reshape(n)).astype(np.float32)))
+        y = b.emit(node, "dense", inputs, out=out if bias_fits or not has_c else None, suffix="dense")
+        if bias_fits or not has_c:
+            return
+    else:
+        w = b.tensor(node, 1)
+        if not trans_b:
+            w = b.emit(node, "transpose", (w,), {"perm": (1, 0)}, suffix="B_T")
+        y = b.emit(node, "dense", (a, w), out=out if not has_c and alpha == 1.0 else None, suffix="dense")
+        if alpha != 1.0:
+            y = b.emit(node, "mul", (y,), {"b": alpha}, out=out if not has_c else None, suffix="alpha")
+        if not has_c:
+            return
+    if c is not None:
+        cs = (np.float32(beta) * c).astype(np.float32)
+        if cs.size == 1 and cs.ndim <= 2:
+            b.emit(node, "add", (y,), {"b": float(cs.reshape(()))}, out=out)
+        else:
+            b.emit(node, "add", (y, b.add_param(node.input(2) + ":beta", cs)), out=out)
+        return
+    cv = b.tensor(node, 2)
+    if beta != 1.0:
+        cv = b.emit(node, "mul", (cv,), {"b": beta}, suffix="beta")
+    b.emit(node, "add", (y, cv), out=out)
+
+
+def _dense_on(b: Builder, node: OnnxNode, a: str, w: str, k: int, out: str, bias: str | None = None) -> None:
+    """``a (..., K) @ w.T`` for a (N, K) weight value ``w``, flattening the leading axes of ``a``."""
+    shape = b.type_of(a).shape
+    n = b.type_of(w).shape[0]
+    final = (*shape[:-1], n)
+    a2 = b.reshape(node, a, (size(shape[:-1]), k))
+    inputs = [a2, w] + ([bias] if bias else [])
+    if final == (size(shape[:-1]), n):
+        b.emit(node, "dense", inputs, out=out)
+    else:
+        y = b.emit(node, "dense", inputs, suffix="dense")
+        b.reshape(node, y, final, out=out)
+
+
+@converter("MatMul")
+def _matmul(b: Builder, node: OnnxNode) -> None:
+    b.require_dtype(node, 0, FLOAT)
+    b.require_dtype(node, 1, FLOAT)
+    sa, sb = b.shape(node, 0), b.shape(node, 1)
+    if not sa or not sb:
+        raise unsupported(node, f"MatMul of a scalar (shapes {sa} and {sb})")
+    a = b.tensor(node, 0)
+    out = node.outputs[0]
+    if len(sa) == 1:  # (K,) @ B: a row vector, squeezed afterwards
+        a = b.reshape(node, a, (1, sa[0]))
+    if len(sb) > 2:
+        raise unsupported(node, f"a batched right operand (shape {sb}) is not supported")
+    k = sb[0]
+    if b.is_const(node, 1):
+        bm = np.asarray(b.const(node, 1, "B"), np.float32)
+        w = np.ascontiguousarray(bm.reshape(k, -1).T)  # (N, K)
+        wname = b.add_param(node.input(1) + ":T", w)
+        if len(sa) == 1 or len(sb) == 1:
+            tmp = node.outputs[0] + ":mm"
+            _dense_on(b, node, a, wname, k, tmp)
+            y = b.values[tmp].name
+            final = (*sa[:-1], *sb[1:])
+            b.reshape(node, y, final, out=out)
+        else:
+            _dense_on(b, node, a, wname, k, out)
+        return
+    if len(sb) != 2 or len(sa) == 1:
+        raise unsupported(node, f"MatMul of computed operands with shapes {sa} and {sb}: only (..., M, K) x (K, N)")
+    b.emit(node, "matmul", (a, b.tensor(node, 1)), out=out)
+
+
+@converter("BatchNormalization", attrs=("epsilon", "momentum", "training_mode", "spatial"))
+def _batch_norm(b: Builder, node: OnnxNode) -> None:
+    if int(attr(node, "training_mode", 0)):
+        raise unsupported(node, "training mode is not supported (vdla runs inference)", "training_mode")
+    if not int(attr(node, "spatial", 1)):
+        raise unsupported(node, "spatial=0 (per-element statistics) is not supported", "spatial")
+    if any(o for o in node.outputs[1:]):
+        raise unsupported(node, "the running mean/variance outputs (training) are not supported")
+    for i in range(5):
+        b.require_dtype(node, i, FLOAT)
+    eps = float(attr(node, "epsilon", 1e-5))
+    inputs = [b.tensor(node, i) for i in range(5)]
+    b.emit(node, "batch_norm", inputs, {"epsilon": eps}, out=node.outputs[0])
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Shapes and layouts
+
+
+def _reshape_to(b: Builder, node: OnnxNode, shape: Sequence[int]) -> None:
+    v = b.value(node, 0)
+    if any(int(d) < 1 for d in shape):
+        raise unsupported(node, f"the result shape {tuple(shape)} is empty")
+    b.reshape(node, b.tensor(node, 0), shape, out=node.outputs[0], uint8=v.uint8)
+
+
+@converter("Flatten", attrs=("axis",))
+def _flatten(b: Builder, node: OnnxNode) -> None:
+    xs = b.shape(node, 0)
+    axis = int(attr(node, "axis", 1))
+    if not -len(xs) <= axis <= len(xs):
+        raise unsupported(node, f"axis out of range for rank {len(xs)}", "axis")
+    axis %= len(xs) + 1 if axis >= 0 else len(xs)
+    _reshape_to(b, node, (size(xs[:axis]), size(xs[axis:])))
+
+
+@converter("Reshape", attrs=("allowzero",))
+def _reshape(b: Builder, node: OnnxNode) -> None:
+    xs = b.shape(node, 0)
+    target = [int(d) for d in np.asarray(b.const(node, 1, "shape")).ravel()]
+    allowzero = int(attr(node, "allowzero", 0))
+    if allowzero and 0 in target:
+        raise unsupported(node, f"allowzero=1 with a 0 in shape {target} makes an empty tensor", "allowzero")
+    out = [xs[i] if d == 0 else d for i, d in enumerate(target)]
+    if out.count(-1) > 1 or any(d < -1 for d in out):
+        raise unsupported(node, f"bad target shape {target} for input {xs}")
+    if -1 in out:
+        known = size(d for d in out if d != -1)
+        if known == 0 or size(xs) % known:
+            raise unsupported(node, f"cannot reshape {xs} to {target}")
+        out[out.index(-1)] = size(xs) // known
+    if size(out) != size(xs):
+        raise unsupported(node, f"cannot reshape {xs} ({size(xs)} elements) to {target}")
+    _reshape_to(b, node, out)
+
+
+def _axes(b: Builder, node: OnnxNode) -> list[int] | None:
+    if "axes" in node.attrs:
+        return [int(a) for a in node.attrs["axes"]]
+    if b.has(node, 1):
+        return [int(a) for a in np.asarray(b.const(node, 1, "axes")).ravel()]
+    return None
+
+
+@converter("Squeeze", attrs=("axes",))
+def _squeeze(b: Builder, node: OnnxNode) -> None:
+    xs = b.shape(node, 0)
+    axes = _axes(b, node)
+    where = "axes" if "axes" in node.attrs else None
+    if axes is None:
+        drop = {i for i, d in enumerate(xs) if d == 1}
+    else:
+        drop = {_axis(node, a, len(xs), "axis", where) for a in axes}
+        if any(xs[i] != 1 for i in drop):
+            raise unsupported(node, f"cannot squeeze axes {sorted(drop)} of shape {xs}: not all of size 1", where)
+    _reshape_to(b, node, [d for i, d in enumerate(xs) if i not in drop])
+
+
+@converter("Unsqueeze", attrs=("axes",))
+def _unsqueeze(b: Builder, node: OnnxNode) -> None:
+    xs = b.shape(node, 0)
+    axes = _axes(b, node)
+    where = "axes" if "axes" in node.attrs else None
+    if axes is None:
+        raise unsupported(node, "Unsqueeze needs axes")
+    rank = len(xs) + len(axes)
+    norm = {_axis(node, a, rank, "axis", where) for a in axes}
+    if len(norm) != len(axes):
+        raise unsupported(node, f"repeated axes {axes}", where)
+    it = iter(xs)
+    _reshape_to(b, node, [1 if i in norm else next(it) for i in range(rank)])
+
+
+@converter("Transpose", attrs=("perm",))
+def _transpose(b: Builder, node: OnnxNode) -> None:
+    v = b.value(node, 0)
+    rank = len(v.shape)
+    perm = ints(node, "perm", list(range(rank))[::-1])
+    if sorted(perm) != list(range(rank)):
+        raise unsupported(node, f"not a permutation of {rank} axes", "perm")
+    x = b.tensor(node, 0)
+    if perm == list(range(rank)):
+        b.alias(node.outputs[0], x, uint8=v.uint8)
+        return
+    b.emit(node, "transpose", (x,), {"perm": tuple(perm)}, out=node.outputs[0], uint8=v.uint8)
+
+
+@converter("Concat", attrs=("axis",))
+def _concat(b: Builder, node: OnnxNode) -> None:
+    present = [i for i in range(len(node.inputs)) if b.has(node, i)]
+    dtypes = {b.dtype(node, i) for i in present}
+    if len(dtypes) != 1 or not dtypes <= set(ANY):
+        raise unsupported(node, f"input dtypes {sorted(dtypes)}: vdla concatenates float32, int8, int32 or uint8")
+    rank = len(b.shape(node, present[0]))
+    axis = _axis(node, int(attr(node, "axis", 0)), rank)
+    uint8 = dtypes == {"uint8"}
+    inputs = [b.tensor(node, i) for i in present if size(b.shape(node, i)) > 0]
+    if len(inputs) == 1:
+        b.alias(node.outputs[0], inputs[0], uint8=uint8)
+        return
+    b.emit(node, "concat", inputs, {"axis": axis}, out=node.outputs[0], uint8=uint8)
+
+
+@converter("Softmax", attrs=("axis",))
+def _softmax(b: Builder, node: OnnxNode) -> None:
+    b.require_dtype(node, 0, FLOAT)
+    xs = b.shape(node, 0)
+    rank = len(xs)
+    if rank == 0:
+        raise unsupported(node, "softmax of a scalar")
+    x = b.tensor(node, 0)
+    if node.opset >= 13:
+        axis = _axis(node, int(attr(node, "axis", -1)), rank)
+        b.emit(node, "softmax", (x,), {"axis": axis}, out=node.outputs[0])
+        return
+    # opset < 13: the input is coerced to 2-D (prod(shape[:axis]), prod(shape[axis:])) and normalized per row
+    axis = int(attr(node, "axis", 1))
+    if not -rank <= axis <= rank:
+        raise unsupported(node, f"axis out of range for rank {rank}", "axis")
+    axis %= rank + 1 if axis >= 0 else rank
+    if axis == rank - 1:
+        b.emit(node, "softmax", (x,), {"axis": -1}, out=node.outputs[0])
+        return
+    x2 = b.reshape(node, x, (size(xs[:axis]), size(xs[axis:])))
+    y = b.emit(node, "softmax", (x2,), {"axis": -1}, suffix="softmax")
+    b.reshape(node, y, xs, out=node.outputs[0])
+
+
+@converter("Pad", attrs=("mode", "pads", "value"))
+def _pad(b: Builder, node: OnnxNode) -> None:
+    dt = b.require_dtype(node, 0, ANY)
+    mode = str(attr(node, "mode", "constant"))
+    if mode != "constant":
+        raise unsupported(node, "only constant padding is supported", "mode")
+    xs = b.shape(node, 0)
+    rank = len(xs)
+    if "pads" in node.attrs:
+        pads = [int(p) for p in node.attrs["pads"]]
+        value = attr(node, "value", 0.0)
+    else:
+        pads = [int(p) for p in np.asarray(b.const(node, 1, "pads")).ravel()]
+        cv = b.const(node, 2, "constant_value")
+        value = 0 if cv is None or cv.size == 0 else np.asarray(cv).reshape(-1)[0]
+    axes = list(range(rank))
+    if b.has(node, 3):
+        axes = [_axis(node, int(a), rank, "axis", None) for a in np.asarray(b.const(node, 3, "axes")).ravel()]
+    if len(pads) != 2 * len(axes):
+        raise unsupported(node, f"{len(pads)} pads for {len(axes)} axes")
+    if any(p < 0 for p in pads):
+        raise unsupported(node, f"negative pads {pads} (cropping) are not supported")
+    pairs = [[0, 0] for _ in range(rank)]
+    for k, a in enumerate(axes):
+        pairs[a] = [pads[k], pads[len(axes) + k]]
+    if dt == "float32":
+        value = float(value)
+        if not math.isfinite(value):
+            raise unsupported(node, f"the pad value {value} must be finite")
+    else:
+        value = int(value) - (128 if dt == "uint8" else 0)
+    x = b.tensor(node, 0)
+    if not any(any(p) for p in pairs):
+        b.alias(node.outputs[0], x, uint8=dt == "uint8")
+        return
+    attrs = {"pads": tuple(tuple(p) for p in pairs), "value": value}
+    b.emit(node, "pad", (x,), attrs, out=node.outputs[0], uint8=dt == "uint8")
+
+
+@converter("Shape", attrs=("start", "end"))
+def _shape(b: Builder, node: OnnxNode) -> None:
+    xs = b.shape(node, 0)
+    start, end = int(attr(node, "start", 0)), attr(node, "end")
+    b.bind_const(node.outputs[0], np.array(xs[start : None if end is None else int(end)], np.int64))
+
+
+@converter("Size")
+def _size(b: Builder, node: OnnxNode) -> None:
+    b.bind_const(node.outputs[0], np.array(size(b.shape(node, 0)), np.int64))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Quantization
+
+
+def _qoperands(
+    b: Builder, node: OnnxNode, x: str, scale_i: int, zp_i: int, axis: int | None, q_dtype: str
+) -> tuple[list[str], dict[str, Any]]:
+    """Tensor inputs and attributes of a quantize/dequantize node: the scale and zero point as scalar
+    attributes when constant per tensor, else as tensors shaped to broadcast along ``axis``; a uint8 zero
+    point shifted by -128 (the int8 encoding of uint8)."""
+    xs = b.type_of(x).shape
+    b.require_dtype(node, scale_i, FLOAT)
+    s_shape = b.shape(node, scale_i)
+    rank = len(xs)
+    if size(s_shape) == 1 and len(s_shape) <= 1:
+        per_axis = False
+    elif len(s_shape) == 1 and axis is not None and s_shape[0] == xs[axis]:
+        per_axis = True
+    else:
+        raise unsupported(node, f"scale of shape {s_shape} for input {xs}: one scale, or one per slice along axis")
+    attrs: dict[str, Any] = {"axis": axis} if per_axis else {}
+    inputs: list[str] = []
+    shift = 128 if q_dtype == "uint8" else 0
+    for name, i in (("scale", scale_i), ("zero_point", zp_i)):
+        v = b.value(node, i) if b.has(node, i) else None
+        if v is None:  # absent zero point: 0 of the quantized type
+            attrs[name] = -shift
+            continue
+        if name == "zero_point":
+            b.require_dtype(node, i, (q_dtype,))
+            if size(v.shape) != (xs[axis] if per_axis else 1):
+                raise unsupported(node, f"zero point shape {v.shape} does not match the scale's {s_shape}")
+        if v.const is not None:
+            c = np.asarray(v.const).ravel()
+            if name == "scale":
+                if not np.all(np.isfinite(c)) or np.any(c <= 0):
+                    raise unsupported(node, f"scales must be positive and finite, got {c[:8].tolist()}")
+                c = c.astype(np.float32)
+            else:
+                c = c.astype(np.int64) - shift
+            if c.size == 1 or (name == "zero_point" and np.all(c == c[0])):
+                attrs[name] = float(c[0]) if name == "scale" else int(c[0])
+                continue
+            arr = broadcast_to_axis(c.astype(np.float32 if name == "scale" else np.int8), rank, axis)
+            inputs.append(b.add_param(f"{node.input(i)}:axis{axis}", arr))
+            continue
+        t = b.tensor(node, i)  # a computed uint8 zero point is already held as value - 128
+        if per_axis:
+            t = b.reshape(node, t, broadcast_to_axis(np.zeros(xs[axis]), rank, axis).shape)
+        elif rank < len(b.type_of(t).shape):
+            t = b.reshape(node, t, ())
+        inputs.append(t)
+    return inputs, attrs
+
+
+def _q_axis(b: Builder, node: OnnxNode, rank: int, axis_attr: int | None = None) -> int | None:
+    """The normalized quantization axis, None when out of range (it only matters for per-axis scales)."""
+    axis = int(attr(node, "axis", 1) if axis_attr is None else axis_attr)
+    return axis % rank if -rank <= axis < rank else None
+
+
+def _check_block(node: OnnxNode) -> None:
+    if int(attr(node, "block_size", 0)):
+        raise unsupported(node, "blocked quantization is not supported", "block_size")
+
+
+_ONNX_INT = {"int8", "uint8"}
+
+
+def _quantize(
+    b: Builder, node: OnnxNode, x: str, scale_i: int, zp_i: int, out: str | None, axis_attr: int | None = None
+) -> str:
+    _check_block(node)
+    if b.has(node, zp_i):
+        q_dtype = b.dtype(node, zp_i)
+    else:
+        q_dtype = str(attr(node, "output_dtype", "uint8") or "uint8")
+    if q_dtype not in _ONNX_INT:
+        where = "output_dtype" if "output_dtype" in node.attrs else None
+        raise unsupported(node, f"quantization to {q_dtype}: vdla quantizes to int8 (and uint8 as int8)", where)
+    axis = _q_axis(b, node, len(b.type_of(x).shape), axis_attr)
+    inputs, attrs = _qoperands(b, node, x, scale_i, zp_i, axis, q_dtype)
+    return b.emit(node, "quantize", (x, *inputs), attrs, out=out, suffix="quantize", uint8=q_dtype == "uint8")
+
+
+def _dequantize(
+    b: Builder, node: OnnxNode, x_i: int, scale_i: int, zp_i: int, out: str | None, axis_attr: int | None = None
+) -> str:
+    _check_block(node)
+    if str(attr(node, "output_dtype", "float32") or "float32") != "float32":
+        raise unsupported(node, "vdla dequantizes to float32", "output_dtype")
+    dt = b.require_dtype(node, x_i, ("int8", "uint8", "int32"))
+    x = b.tensor(node, x_i)
+    if dt == "int32" and b.has(node, zp_i):
+        zp = b.value(node, zp_i).const
+        if zp is None or np.any(zp != 0):
+            raise unsupported(node, "an int32 input needs a zero point of 0")
+    axis = _q_axis(b, node, len(b.type_of(x).shape), axis_attr)
+    inputs, attrs = _qoperands(b, node, x, scale_i, zp_i if dt != "int32" else 99, axis, dt)
+    if dt == "int32":
+        attrs["zero_point"] = 0
+    return b.emit(node, "dequantize", (x, *inputs), attrs, out=out, suffix="dequantize")
+
+
+@converter("QuantizeLinear", attrs=("axis", "saturate", "block_size", "output_dtype", "precision"))
+def _quantize_linear(b: Builder, node: OnnxNode) -> None:
+    b.require_dtype(node, 0, FLOAT)
+    _quantize(b, node, b.tensor(node, 0), 1, 2, node.outputs[0])
+
+
+@converter("DequantizeLinear", attrs=("axis", "block_size", "output_dtype"))
+def _dequantize_linear(b: Builder, node: OnnxNode) -> None:
+    _dequantize(b, node, 0, 1, 2, node.outputs[0])
+
+
+@converter("QLinearConv", attrs=("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"))
+def _qlinear_conv(b: Builder, node: OnnxNode) -> None:
+    # inputs: x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp, B
+    x = _dequantize(b, node, 0, 1, 2, None, axis_attr=1)
+    w = _dequantize(b, node, 3, 4, 5, None, axis_attr=0)
+    bias = None
+    if b.has(node, 8):
+        b.require_dtype(node, 8, ("int32",))
+        sx = b.const(node, 1, "x_scale (with a bias)")
+        sw = b.const(node, 4, "w_scale (with a bias)")
+        scale = (np.asarray(sx, np.float32).ravel() * np.asarray(sw, np.float32).ravel()).astype(np.float32)
+        bname = b.tensor(node, 8)
+        sname = b.add_param(node.input(8) + ":scale", scale) if scale.size > 1 else None
+        attrs = {"zero_point": 0, **({"axis": 0} if sname else {"scale": float(scale[0])})}
+        bias = b.emit(node, "dequantize", (bname, *([sname] if sname else [])), attrs, suffix="bias")
+    y = _conv_core(b, node, x, w, bias, None)
+    _quantize(b, node, y, 6, 7, node.outputs[0], axis_attr=1)
+
+
+@converter("QLinearMatMul")
+def _qlinear_matmul(b: Builder, node: OnnxNode) -> None:
+    # inputs: a, a_scale, a_zp, b, b_scale, b_zp, y_scale, y_zp; b's scales are per column (axis 1)
+    a = _dequantize(b, node, 0, 1, 2, None, axis_attr=-1)
+    sa, sb = b.type_of(a).shape, b.shape(node, 3)
+    if len(sb) != 2 or not sa:
+        raise unsupported(node, f"QLinearMatMul needs a 2-D right operand and a non-scalar left, got {sa}, {sb}")
+    if b.is_const(node, 3):  # (K, N) constant -> a (N, K) weight with per-row scales, like a dense layer
+        bq = b.const(node, 3, "b")
+        shifted = b.param_array(node, 3, np.ascontiguousarray(bq.T))
+        wq = b.add_param(node.input(3) + ":T", shifted)
+        wt = b.temp(wq, uint8=b.is_uint8(node, 3))
+        tnode = OnnxNode(node.name, node.op_type, (*node.inputs[:3], wt, *node.inputs[4:]), node.outputs, node.attrs)
+        w = _dequantize(b, tnode, 3, 4, 5, None, axis_attr=0)
+        tmp = node.outputs[0] + ":mm"
+        _dense_on(b, node, a, w, sb[0], tmp)
+        y = b.values[tmp].name
+    else:
+        bf = _dequantize(b, node, 3, 4, 5, None, axis_attr=1)
+        y = b.emit(node, "matmul", (a, bf), suffix="matmul")
+    _quantize(b, node, y, 6, 7, node.outputs[0], axis_attr=-1)
+
+
+@converter("Constant", attrs=("value", "value_float", "value_floats", "value_int", "value_ints", "value_string",
+                              "value_strings", "sparse_value"))  # fmt: skip
+def _constant(b: Builder, node: OnnxNode) -> None:
+    a = node.attrs
+    if "value" in a:
+        v = np.asarray(a["value"])
+    elif "value_float" in a:
+        v = np.array(a["value_float"], np.float32)
+    elif "value_floats" in a:
+        v = np.array(a["value_floats"], np.float32)
+    elif "value_int" in a:
+        v = np.array(a["value_int"], np.int64)
+    elif "value_ints" in a:
+        v = np.array(a["value_ints"], np.int64)
+    else:
+        raise unsupported(node, "only tensor, float and int constants are supported", next(iter(a), None))
+    b.bind_const(node.outputs[0], v)
+
+
+SUPPORTED = tuple(sorted(CONVERTERS))

@@ -1,0 +1,222 @@
+"""Graph simplification passes: each takes a :class:`Graph` and returns a new one computing the same
+outputs (under the same names), which :func:`vdla.graph.verify.verify` accepts.
+
+* :func:`remove_identities`: nodes that compute their input unchanged (a reshape to the same shape, the
+  identity permutation, zero padding, a one-input concatenation, a cast to the same type) are dropped;
+  their readers read the input instead;
+* :func:`fold_batch_norm`: a ``batch_norm`` right after a float conv2d or dense whose output nothing
+  else reads, with constant weights and statistics, is folded into the weights and bias; any other
+  ``batch_norm`` with constant statistics becomes a per-channel ``mul`` and ``add`` with (1, C, 1, ...)
+  parameters (one with computed statistics stays: the CPU path refuses it, there is no sqrt operator);
+* :func:`fold_constants`: a node whose inputs are all parameters is evaluated (:mod:`vdla.graph.interp`)
+  and becomes a parameter, except a ``dequantize`` producing the weight of a conv2d/dense/matmul: that
+  int8 weight is what the quantized lowering (:mod:`vdla.graph.qdq`) consumes;
+* :func:`eliminate_dead_code`: nodes and parameters no graph output depends on are dropped;
+* :func:`simplify`: the four in that order, each verified when asked (or with ``VDLA_VERIFY=1``).
+
+Graph inputs and graph output names never change.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+
+import numpy as np
+
+from vdla.graph.graph import Graph, Node
+from vdla.graph.interp import evaluate_node
+from vdla.graph.ops import infer_types
+from vdla.graph.types import TensorType
+from vdla.graph.verify import maybe_verify
+
+Pass = Callable[[Graph], Graph]
+
+
+def _rename_inputs(nodes: list[Node], alias: dict[str, str]) -> list[Node]:
+    def resolve(name: str) -> str:
+        while name in alias:
+            name = alias[name]
+        return name
+
+    return [Node(n.op, tuple(resolve(i) for i in n.inputs), n.output, n.attrs) for n in nodes]
+
+
+def is_identity(node: Node, types: dict[str, TensorType]) -> bool:
+    """Whether ``node`` returns its first input unchanged (same shape, dtype and values)."""
+    x = types[node.inputs[0]] if node.inputs else None
+    out = types.get(node.output)
+    if x is None or out is None or x != out:
+        return False
+    a = node.attrs
+    if node.op == "reshape":
+        return True
+    if node.op == "transpose":
+        return tuple(a["perm"]) == tuple(range(len(x.shape)))
+    if node.op == "pad":
+        return all(int(p) == 0 for pair in a["pads"] for p in pair)
+    if node.op == "concat":
+        return len(node.inputs) == 1
+    if node.op == "cast":
+        return a.get("dtype") == x.dtype and "quant" not in a
+    return False
+
+
+def remove_identities(graph: Graph) -> Graph:
+    """Drop identity nodes (see :func:`is_identity`). One defining a graph output is kept unless its
+    input comes from a node that can take the output's name (no graph input, parameter or other output)."""
+    types = infer_types(graph)
+    outputs = set(graph.outputs)
+    producers = graph.producers()
+    alias: dict[str, str] = {}  # removed output -> its input
+    rename: dict[str, str] = {}  # node output -> the graph output name it takes
+    for node in graph.nodes:
+        if not is_identity(node, types):
+            continue
+        src = node.inputs[0]
+        while src in alias:
+            src = alias[src]
+        if node.output not in outputs:
+            alias[node.output] = src
+        elif src in producers and src not in outputs and src not in rename:
+            rename[src] = node.output
+            alias[node.output] = src
+    nodes = [n for n in graph.nodes if n.output not in alias]
+    nodes = _rename_inputs(nodes, alias)
+    nodes = [
+        Node(n.op, tuple(rename.get(i, i) for i in n.inputs), rename.get(n.output, n.output), n.attrs) for n in nodes
+    ]
+    return graph.copy(nodes=nodes)
+
+
+def _channel_shape(rank: int) -> tuple[int, ...]:
+    return (1, -1) + (1,) * (rank - 2)
+
+
+def _bn_factors(node: Node, params: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray] | None:
+    """Per-channel (k, shift) of ``y = x * k + shift`` in float64, or None if a statistic is computed."""
+    stats = node.inputs[1:]
+    if not all(s in params for s in stats):
+        return None
+    scale, bias, mean, var = (params[s].astype(np.float64) for s in stats)
+    k = scale / np.sqrt(var + float(node.attrs.get("epsilon", 1e-5)))
+    return k, bias - mean * k
+
+
+def _fresh(base: str, taken: set[str]) -> str:
+    name, i = base, 0
+    while name in taken:
+        i += 1
+        name = f"{base}_{i}"
+    taken.add(name)
+    return name
+
+
+def fold_batch_norm(graph: Graph) -> Graph:
+    """Fold inference batch norms into the preceding float conv2d/dense, or rewrite them as mul + add."""
+    types = infer_types(graph)
+    producers = graph.producers()
+    readers = Counter(i for n in graph.nodes for i in n.inputs)
+    readers.update(graph.outputs)
+    params = dict(graph.params)
+    taken = set(types) | set(graph.params)
+    replaced: dict[str, list[Node]] = {}  # output of a node -> the nodes that take its place
+    dropped: set[str] = set()
+    for bn in graph.nodes:
+        if bn.op != "batch_norm":
+            continue
+        factors = _bn_factors(bn, params)
+        x = bn.inputs[0]
+        rank = len(types[x].shape)
+        prev = producers.get(x)
+        foldable = (
+            factors is not None
+            and prev is not None
+            and prev.op in ("conv2d", "dense")
+            and readers[x] == 1
+            and types[x].dtype == "float32"
+            and prev.inputs[1] in params
+            and (len(prev.inputs) < 3 or prev.inputs[2] in params)
+            and prev.output not in dropped
+        )
+        if foldable:
+            k, shift = factors
+            w = params[prev.inputs[1]].astype(np.float64)
+            w = w * k.reshape((-1,) + (1,) * (w.ndim - 1))
+            b = params[prev.inputs[2]].astype(np.float64) if len(prev.inputs) > 2 else 0.0
+            wname = _fresh(f"{bn.output}:weight", taken)
+            bname = _fresh(f"{bn.output}:bias", taken)
+            params[wname] = w.astype(np.float32)
+            params[bname] = (b * k + shift).astype(np.float32)
+            dropped.add(prev.output)
+            replaced[bn.output] = [Node(prev.op, (prev.inputs[0], wname, bname), bn.output, dict(prev.attrs))]
+            continue
+        if factors is None:  # computed statistics: no sqrt operator to rewrite with, left as it is
+            continue
+        k, shift = factors
+        kname = _fresh(f"{bn.output}:scale", taken)
+        sname = _fresh(f"{bn.output}:shift", taken)
+        params[kname] = k.astype(np.float32).reshape(_channel_shape(rank))
+        params[sname] = shift.astype(np.float32).reshape(_channel_shape(rank))
+        scaled = _fresh(f"{bn.output}:scaled", taken)
+        replaced[bn.output] = [Node("mul", (x, kname), scaled), Node("add", (scaled, sname), bn.output)]
+    nodes: list[Node] = []
+    for n in graph.nodes:
+        if n.output in dropped:
+            continue
+        nodes += replaced.get(n.output, [n])
+    return graph.copy(nodes=nodes, params=params)
+
+
+def fold_constants(graph: Graph) -> Graph:
+    """Evaluate every node whose inputs are all parameters into a parameter (see the module docstring
+    for the quantized weights kept as nodes)."""
+    keep: set[str] = set()
+    for n in graph.nodes:
+        if n.op in ("conv2d", "dense", "matmul") and len(n.inputs) > 1:
+            keep.add(n.inputs[1])
+    producers = graph.producers()
+    keep = {v for v in keep if v in producers and producers[v].op == "dequantize"}
+    types = infer_types(graph)
+    params = dict(graph.params)
+    param_types = dict(graph.param_types)
+    nodes: list[Node] = []
+    for n in graph.nodes:
+        if n.inputs and n.output not in keep and all(i in params for i in n.inputs):
+            value = evaluate_node(n, [params[i] for i in n.inputs], [types[i] for i in n.inputs], types[n.output])
+            params[n.output] = np.ascontiguousarray(value)
+            if types[n.output].quant is not None:
+                param_types[n.output] = types[n.output]
+            continue
+        nodes.append(n)
+    return graph.copy(nodes=nodes, params=params, param_types=param_types)
+
+
+def eliminate_dead_code(graph: Graph) -> Graph:
+    """Drop nodes and parameters that no graph output depends on (graph inputs stay: they are the
+    interface)."""
+    live = set(graph.outputs)
+    kept: list[Node] = []
+    for node in reversed(graph.nodes):
+        if node.output in live:
+            kept.append(node)
+            live.update(node.inputs)
+    params = {k: v for k, v in graph.params.items() if k in live}
+    param_types = {k: v for k, v in graph.param_types.items() if k in live}
+    return graph.copy(nodes=kept[::-1], params=params, param_types=param_types)
+
+
+PASSES: tuple[tuple[str, Pass], ...] = (
+    ("remove_identities", remove_identities),
+    ("fold_batch_norm", fold_batch_norm),
+    ("fold_constants", fold_constants),
+    ("eliminate_dead_code", eliminate_dead_code),
+)
+
+
+def simplify(graph: Graph, verify: bool | None = None) -> Graph:
+    """Run :data:`PASSES` in order; with ``verify`` (default: ``VDLA_VERIFY=1``) the graph is verified
+    after each, an error naming the pass that broke an invariant."""
+    for name, fn in PASSES:
+        graph = maybe_verify(fn(graph), name, verify)
+    return graph
