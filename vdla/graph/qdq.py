@@ -59,6 +59,10 @@ class QParams:
         )
 
 
+def _close(a: float, b: float) -> bool:
+    return abs(a - b) <= REL_TOL * max(a, b)
+
+
 def qparams(node: Node, params) -> QParams | None:
     """The constant scale and zero point of a quantize/dequantize node (None if computed or not one)."""
     if node.op not in ("quantize", "dequantize"):
@@ -83,6 +87,8 @@ class _Tail:
     activated: bool = False
     skip: str | None = None
     s_skip: float = 0.0
+    bias: np.ndarray | None = None  # a float bias added by a separate node
+    hop: float | None = None  # the scale of the last quantize -> dequantize hop passed
     last: Node | None = None
     scale: float = 0.0
 
@@ -100,6 +106,8 @@ class _Rewriter:
         self.replace: dict[str, list[Node]] = {}  # output of the last node of a pattern -> its new nodes
         self.alias: dict[str, str] = {}
         self.outputs = set(graph.outputs)
+        self.index = {n.output: i for i, n in enumerate(graph.nodes)}
+        self.ranges: dict[str, tuple[int, int]] = {}  # int8 value -> bounds its producer guarantees
 
     # -- helpers ----------------------------------------------------------------------------------------
     def only_consumer(self, value: str) -> Node | None:
@@ -125,11 +133,12 @@ class _Rewriter:
         return key
 
     # -- patterns ---------------------------------------------------------------------------------------
-    def tail(self, value: str) -> _Tail | None:
+    def tail(self, value: str, anchor: int) -> _Tail | None:
         """The chain after a float conv/dense output ``value`` that one integer epilogue computes: ReLU or
         clip, at most one residual add of a dequantized int8 skip (before any ReLU), and quantizations in
-        between (``quantize -> dequantize`` hops, whose intermediate rounding the fused epilogue skips),
-        ending at the last quantize whose result is used otherwise than by such a chain."""
+        between (``quantize -> dequantize`` hops) where they keep the scale, so that fusing them changes no
+        rounding; the chain ends at the last such quantize. An add joins the
+        epilogue of the layer computed last (node index ``anchor`` here), whose skip is then ready."""
         t = _Tail()
         last_q: Node | None = None
         while True:
@@ -145,6 +154,8 @@ class _Rewriter:
                         break
                     t.lo, t.hi = max(t.lo, float(lo)), min(t.hi, float(hi))
                 t.activated = True
+            elif node.op == "add" and not t.nodes and t.bias is None and self.float_param(node, value) is not None:
+                t.bias = self.float_param(node, value)  # a separate bias add right after the layer
             elif node.op == "add" and t.skip is None and not t.activated and len(node.inputs) == 2:
                 other = node.inputs[1] if node.inputs[0] == value else node.inputs[0]
                 skip = self.dq_of(other)
@@ -152,6 +163,10 @@ class _Rewriter:
                     break
                 if self.types[skip[0]].shape != self.types[value].shape:
                     break
+                if self.index.get(skip[0], -1) > anchor:  # the skip is computed after this layer: the add
+                    break  # belongs to the epilogue of the layer computing the other operand
+                if t.hop is not None and not (_close(t.hop, float(skip[1].scale[0])) and self.add_keeps(node, t.hop)):
+                    break  # the model rounds the layer's output before the add: exact only at one scale
                 t.skip, t.s_skip = skip[0], float(skip[1].scale[0])
             elif node.op == "quantize":
                 q = qparams(node, self.params)
@@ -165,7 +180,10 @@ class _Rewriter:
                 after = self.only_consumer(dq.output) if hop else None
                 if not hop or after is None or after.op not in ("relu", "clip", "add"):
                     break
+                if after.op in ("relu", "clip") and not self.add_keeps(after, float(q.scale[0])):
+                    break  # the model rounds at this scale, then again at another after the ReLU: stop here
                 t.nodes.append(dq)
+                t.hop = float(q.scale[0])
                 value = dq.output
                 continue
             else:
@@ -197,7 +215,7 @@ class _Rewriter:
         (x_q, qx), (w_q, qw) = x, w
         if w_q not in self.params or self.params[w_q].dtype != np.int8 or qw.axis not in (None, 0):
             return
-        tail = self.tail(c.output)
+        tail = self.tail(c.output, self.index[c.output])
         if tail is None:
             return
         channels = self.params[w_q].shape[0]
@@ -205,14 +223,65 @@ class _Rewriter:
         bias = self.bias_q(c, s_acc, channels) if len(c.inputs) > 2 else None
         if len(c.inputs) > 2 and bias is None:
             return
+        if tail.bias is not None:
+            extra = np.rint(tail.bias / s_acc).astype(np.int64)
+            bias = extra if bias is None else bias + extra
         s_out, lo, hi, last = tail.scale, tail.lo, tail.hi, tail.last
         skip_q, s_k = tail.skip, tail.s_skip
         w_int = self.params[w_q].reshape(channels, -1).astype(np.int64)
-        bound = 128 * np.abs(w_int).sum(axis=1) + (0 if bias is None else np.abs(bias))
+        x_lo, x_hi = self.int_range(x_q)
+        pos, neg = np.maximum(w_int, 0).sum(axis=1), np.minimum(w_int, 0).sum(axis=1)
+        reach = np.maximum(np.abs(pos * x_lo + neg * x_hi), np.abs(pos * x_hi + neg * x_lo))
+        bound = reach + (0 if bias is None else np.abs(bias))  # |acc + bias| for every input in range
         m, shift = choose_multipliers(s_acc / s_out, bound)
+        self.ranges[last.output] = self.int_bounds(lo, hi, s_out)
         new = self.epilogue_nodes(c, x_q, w_q, bias, m, shift, conv, skip_q, s_k, s_out, lo, hi, last)
         self.removed.update(n.output for n in [c, *tail.nodes])
         self.replace[last.output] = new
+
+    def add_keeps(self, add: Node, scale: float) -> bool:
+        """Whether the quantize after ``add`` (or a ReLU) uses ``scale``: then fusing it into the integer
+        epilogue is exact (one rounding, as the model has)."""
+        q = self.only_consumer(add.output)
+        qp = qparams(q, self.params) if q is not None else None
+        return qp is not None and q.op == "quantize" and qp.per_tensor and _close(float(qp.scale[0]), scale)
+
+    def int_range(self, value: str) -> tuple[int, int]:
+        """Bounds of an int8 value: an epilogue's clip, through max pools, reshapes and ReLUs that keep the
+        scale, else the int8 range."""
+        if value in self.ranges:
+            return self.ranges[value]
+        q = self.prod.get(value)
+        inner = self.prod.get(q.inputs[0]) if q is not None and q.op == "quantize" else None
+        if inner is not None and inner.op in COMMUTING and len(inner.inputs) == 1:
+            dq = self.dq_of(inner.inputs[0])
+            qq = qparams(q, self.params)
+            if dq is not None and qq is not None and dq[1].same(qq):
+                lo, hi = self.int_range(dq[0])
+                return (max(lo, 0), hi) if inner.op == "relu" else (lo, hi)
+        return INT8_MIN, INT8_MAX
+
+    def float_param(self, node: Node, value: str) -> np.ndarray | None:
+        """The constant ``node`` adds to ``value`` when it is one float per channel (a bias): a float
+        parameter, or the dequantization of an integer one."""
+        if len(node.inputs) != 2:
+            return None
+        other = node.inputs[1] if node.inputs[0] == value else node.inputs[0]
+        shape = self.types[value].shape
+        dq = self.dq_of(other)
+        if dq is not None and dq[0] in self.params:
+            raw, scale = self.params[dq[0]].astype(np.float64), dq[1].scale
+            p = raw * (scale.reshape(raw.shape) if scale.size == raw.size else scale)
+        elif other in self.params and self.params[other].dtype == np.float32:
+            p = self.params[other].astype(np.float64)
+        else:
+            return None
+        if p.ndim > len(shape):
+            return None
+        aligned = (1,) * (len(shape) - p.ndim) + p.shape
+        if aligned[1] != shape[1] or any(d != 1 for i, d in enumerate(aligned) if i != 1):
+            return None
+        return p.ravel()
 
     def qparam_of(self, node: Node) -> QParams:
         q = qparams(node, self.params)
