@@ -12,7 +12,9 @@ outputs (under the same names), which :func:`vdla.graph.verify.verify` accepts.
   and becomes a parameter, except a ``dequantize`` producing the weight of a conv2d/dense/matmul: that
   int8 weight is what the quantized lowering (:mod:`vdla.graph.qdq`) consumes;
 * :func:`eliminate_dead_code`: nodes and parameters no graph output depends on are dropped;
-* :func:`simplify`: the four in that order, each verified when asked (or with ``VDLA_VERIFY=1``).
+* :func:`simplify`: identities, constants, batch norms, dead code (constants before batch norms: their
+  statistics may be constant expressions, e.g. dequantized in a QDQ model), each verified when asked
+  (or with ``VDLA_VERIFY=1``).
 
 Graph inputs and graph output names never change.
 """
@@ -208,8 +210,8 @@ def eliminate_dead_code(graph: Graph) -> Graph:
 
 PASSES: tuple[tuple[str, Pass], ...] = (
     ("remove_identities", remove_identities),
+    ("fold_constants", fold_constants),  # first: batch-norm statistics may be computed from constants
     ("fold_batch_norm", fold_batch_norm),
-    ("fold_constants", fold_constants),
     ("eliminate_dead_code", eliminate_dead_code),
 )
 
@@ -217,6 +219,7 @@ PASSES: tuple[tuple[str, Pass], ...] = (
 def simplify(graph: Graph, verify: bool | None = None) -> Graph:
     """Run :data:`PASSES` in order; with ``verify`` (default: ``VDLA_VERIFY=1``) the graph is verified
     after each, an error naming the pass that broke an invariant."""
+    graph = maybe_verify(graph, "the input of simplify", verify)
     for name, fn in PASSES:
         graph = maybe_verify(fn(graph), name, verify)
     return graph

@@ -1,0 +1,382 @@
+"""The ONNX frontend on hand-built models: import, simplify and the float CPU path against onnxruntime;
+clear errors for dynamic shapes, unsupported operators and attributes, bad files; QDQ models from
+onnxruntime's static quantizer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+pytest.importorskip("llvmlite")
+
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+from vdla.cpu_fallback import compile_graph  # noqa: E402
+from vdla.frontend import FrontendError, import_onnx  # noqa: E402
+from vdla.graph import Graph  # noqa: E402
+from vdla.graph.interp import evaluate  # noqa: E402
+from vdla.graph.passes import simplify  # noqa: E402
+from vdla.graph.types import UnsupportedError  # noqa: E402
+from vdla.graph.verify import verify  # noqa: E402
+
+
+def run_float_cpu(graph: Graph, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The float CPU path: simplify (verified after every pass), then the CPU JIT."""
+    return compile_graph(simplify(graph, verify=True))(**feeds)
+
+
+def run_ort(model, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    names = [o.name for o in sess.get_outputs()]
+    return dict(zip(names, sess.run(names, feeds), strict=True))
+
+
+class Model:
+    """A tiny onnx.helper model builder with seeded initializers."""
+
+    def __init__(self, seed: int = 0) -> None:
+        self.rng = np.random.default_rng(seed)
+        self.nodes: list = []
+        self.inits: list = []
+
+    def init(self, name: str, value: np.ndarray) -> str:
+        self.inits.append(numpy_helper.from_array(np.asarray(value), name))
+        return name
+
+    def weight(self, name: str, shape, scale: float | None = None) -> str:
+        fan_in = int(np.prod(shape[1:])) or 1
+        s = scale if scale is not None else np.sqrt(2.0 / fan_in)
+        return self.init(name, self.rng.normal(0, s, shape).astype(np.float32))
+
+    def node(self, op: str, inputs, outputs, name: str | None = None, **attrs) -> str:
+        outputs = [outputs] if isinstance(outputs, str) else outputs
+        self.nodes.append(helper.make_node(op, list(inputs), outputs, name=name or outputs[0], **attrs))
+        return outputs[0]
+
+    def conv_bn_relu(self, x: str, cin: int, cout: int, k: int, stride: int, name: str, relu: bool = True) -> str:
+        w = self.weight(f"{name}_w", (cout, cin, k, k))
+        y = self.node("Conv", [x, w], f"{name}_conv", pads=[k // 2] * 4, strides=[stride] * 2, kernel_shape=[k, k])
+        bn = [
+            self.init(f"{name}_gamma", self.rng.uniform(0.5, 1.5, cout).astype(np.float32)),
+            self.init(f"{name}_beta", self.rng.normal(0, 0.1, cout).astype(np.float32)),
+            self.init(f"{name}_mean", self.rng.normal(0, 0.1, cout).astype(np.float32)),
+            self.init(f"{name}_var", self.rng.uniform(0.5, 1.5, cout).astype(np.float32)),
+        ]
+        y = self.node("BatchNormalization", [y, *bn], f"{name}_bn", epsilon=1e-5)
+        return self.node("Relu", [y], f"{name}_relu") if relu else y
+
+    def build(self, inputs, outputs, opset: int = 13, name: str = "model"):
+        vi = [helper.make_tensor_value_info(n, dt, s) for n, dt, s in inputs]
+        vo = [helper.make_tensor_value_info(n, dt, s) for n, dt, s in outputs]
+        graph = helper.make_graph(self.nodes, name, vi, vo, self.inits)
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
+        onnx.checker.check_model(model)
+        return model
+
+
+F = TensorProto.FLOAT
+
+
+def mlp(batch=4, seed=0):
+    m = Model(seed)
+    h = m.node("Gemm", ["x", m.weight("w1", (32, 20)), m.weight("b1", (32,), 0.1)], "h", transB=1)
+    h = m.node("Relu", [h], "h_relu")
+    y = m.node("Gemm", [h, m.weight("w2", (32, 10)), m.weight("b2", (10,), 0.1)], "logits", alpha=0.5, beta=2.0)
+    m.node("Softmax", [y], "probs", axis=-1)
+    return m.build([("x", F, [batch, 20])], [("logits", F, [batch, 10]), ("probs", F, [batch, 10])])
+
+
+def small_cnn(seed=0, batch=1, dynamic=False):
+    """Conv+BN+ReLU stem, max pool, a residual block, global average pool, flatten, dense, softmax."""
+    m = Model(seed)
+    x = m.conv_bn_relu("image", 3, 8, 3, 1, "stem")
+    x = m.node("MaxPool", [x], "pool", kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    y = m.conv_bn_relu(x, 8, 8, 3, 1, "block_a")
+    y = m.conv_bn_relu(y, 8, 8, 3, 1, "block_b", relu=False)
+    y = m.node("Add", [y, x], "residual")
+    y = m.node("Relu", [y], "block_out")
+    y = m.node("GlobalAveragePool", [y], "gap")
+    y = m.node("Flatten", [y], "flat", axis=1)
+    y = m.node("Gemm", [y, m.weight("fc_w", (10, 8)), m.weight("fc_b", (10,), 0.1)], "logits", transB=1)
+    m.node("Softmax", [y], "probs", axis=1)
+    n = "N" if dynamic else batch
+    return m.build([("image", F, [n, 3, 16, 16])], [("logits", F, [n, 10]), ("probs", F, [n, 10])])
+
+
+def _close(got: np.ndarray, want: np.ndarray, rtol: float = 1e-4) -> None:
+    np.testing.assert_allclose(got, want, rtol=rtol, atol=rtol * max(1.0, float(np.abs(want).max())))
+
+
+def test_mlp_matches_onnxruntime():
+    model = mlp()
+    graph = import_onnx(model)
+    assert list(graph.inputs) == ["x"] and graph.outputs == ["logits", "probs"]
+    assert [n.op for n in graph.nodes].count("dense") == 2
+    x = np.random.default_rng(1).normal(0, 1, (4, 20)).astype(np.float32)
+    got, want = run_float_cpu(graph, {"x": x}), run_ort(model, {"x": x})
+    for name in ("logits", "probs"):
+        _close(got[name], want[name])
+
+
+def test_small_cnn_matches_onnxruntime_with_batch_norm_folded():
+    model = small_cnn()
+    graph = import_onnx(model)
+    assert {"conv2d", "batch_norm", "max_pool2d", "global_avg_pool", "dense", "softmax"} <= {n.op for n in graph.nodes}
+    simple = simplify(graph, verify=True)
+    assert "batch_norm" not in {n.op for n in simple.nodes}  # folded into the convolutions
+    assert sum(n.op == "conv2d" for n in simple.nodes) == 3
+    x = np.random.default_rng(2).normal(0, 1, (1, 3, 16, 16)).astype(np.float32)
+    got, want = compile_graph(simple)(image=x), run_ort(model, {"image": x})
+    for name in ("logits", "probs"):
+        _close(got[name], want[name])
+    np.testing.assert_allclose(evaluate(graph, {"image": x})["logits"], want["logits"], rtol=1e-4, atol=1e-4)
+
+
+def test_dynamic_batch_needs_input_shapes():
+    model = small_cnn(dynamic=True)
+    with pytest.raises(FrontendError) as e:
+        import_onnx(model)
+    msg = str(e.value)
+    assert "'image'" in msg and "dimension 0" in msg and "'N'" in msg and "input_shapes" in msg
+    graph = import_onnx(model, input_shapes={"image": (2, 3, 16, 16)})
+    assert graph.inputs["image"].shape == (2, 3, 16, 16)
+    x = np.random.default_rng(3).normal(0, 1, (2, 3, 16, 16)).astype(np.float32)
+    _close(run_float_cpu(graph, {"image": x})["probs"], run_ort(model, {"image": x})["probs"])
+    with pytest.raises(FrontendError, match="'image' dimension 1 is 3 in the model, input_shapes gives 4"):
+        import_onnx(model, input_shapes={"image": (2, 4, 16, 16)})
+    with pytest.raises(FrontendError, match="'img'.*not graph inputs"):
+        import_onnx(model, input_shapes={"img": (2, 3, 16, 16)})
+
+
+def test_unsupported_operator_names_node_op_type_and_attributes():
+    m = Model()
+    m.node("Relu", ["x"], "r")
+    m.node("LpNormalization", ["r"], "y", name="normalize_me", axis=1, p=2)
+    model = m.build([("x", F, [2, 8])], [("y", F, [2, 8])])
+    with pytest.raises(UnsupportedError) as e:
+        import_onnx(model)
+    msg = str(e.value)
+    assert "'normalize_me'" in msg and "LpNormalization" in msg and "axis=1" in msg and "p=2" in msg
+
+
+def test_unsupported_attribute_value_is_named():
+    m = Model()
+    pads = m.init("pads", np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64))
+    m.node("Pad", ["x", pads], "y", name="mirror", mode="reflect")
+    model = m.build([("x", F, [1, 2, 4, 4])], [("y", F, [1, 2, 6, 6])])
+    with pytest.raises(UnsupportedError, match=r"'mirror'.*attribute mode='reflect': only constant padding"):
+        import_onnx(model)
+    m = Model()
+    m.node("MaxPool", ["x"], "y", name="dilated", kernel_shape=[2, 2], dilations=[2, 2])
+    model = m.build([("x", F, [1, 2, 8, 8])], [("y", F, [1, 2, 6, 6])])
+    with pytest.raises(UnsupportedError, match=r"MaxPool: node 'dilated'.*attribute dilations=\[2, 2\]"):
+        import_onnx(model)
+
+
+def test_unsupported_dtype_is_named_and_every_bad_node_is_reported_before_running():
+    m = Model()
+    m.node("Add", ["a", "b"], "s", name="int8_add")
+    m.node("Cast", ["s"], "f", name="to_float", to=TensorProto.FLOAT)
+    m.node("Relu", ["f"], "y")
+    m.node("Erf", ["x"], "z", name="erf")
+    i8 = TensorProto.INT8
+    model = m.build([("a", i8, [4]), ("b", i8, [4]), ("x", F, [4])], [("y", F, [4]), ("z", F, [4])], opset=14)
+    with pytest.raises(UnsupportedError) as e:
+        import_onnx(model)
+    msg = str(e.value)
+    assert "2 nodes cannot be imported" in msg  # the Cast and Relu after the bad Add are not blamed
+    assert "'int8_add'" in msg and "dtype int8" in msg and "'erf'" in msg and "Erf" in msg
+
+
+def test_truncated_and_malformed_files_name_the_file(tmp_path: Path):
+    data = small_cnn().SerializeToString()
+    for name, blob in (("truncated.onnx", data[: len(data) // 2]), ("garbage.onnx", b"\xff\x00 not a model")):
+        path = tmp_path / name
+        path.write_bytes(blob)
+        with pytest.raises(FrontendError) as e:
+            import_onnx(path)
+        assert str(path) in str(e.value)
+    with pytest.raises(FrontendError, match="no such ONNX file"):
+        import_onnx(tmp_path / "missing.onnx")
+    empty = tmp_path / "empty.onnx"
+    empty.write_bytes(b"")
+    with pytest.raises(FrontendError, match=str(empty)):
+        import_onnx(str(empty))
+
+
+def test_opsets_outside_the_supported_range_are_refused_naming_the_file(tmp_path: Path):
+    m = Model()
+    m.node("Relu", ["x"], "y")
+    model = m.build([("x", F, [2])], [("y", F, [2])], opset=9)
+    path = tmp_path / "old.onnx"
+    onnx.save(model, path)
+    with pytest.raises(FrontendError, match=rf"{path}: opset 9 is not supported: vdla imports opsets 11 to \d+"):
+        import_onnx(path)
+    model.opset_import[0].version = 11  # the oldest supported one imports
+    assert [n.op for n in import_onnx(model).nodes] == ["relu"]
+
+
+def test_identity_and_dropout_are_removed_and_output_names_kept():
+    m = Model()
+    a = m.node("Identity", ["x"], "a")
+    b = m.node("Relu", [a], "b")
+    c = m.node("Dropout", [b], "c")
+    m.node("Identity", [c], "y")
+    model = m.build([("x", F, [3, 4])], [("y", F, [3, 4])], opset=13)
+    graph = import_onnx(model)
+    assert [(n.op, n.inputs, n.output) for n in graph.nodes] == [("relu", ("x",), "y")]
+    x = np.random.default_rng(0).normal(0, 1, (3, 4)).astype(np.float32)
+    np.testing.assert_array_equal(run_float_cpu(graph, {"x": x})["y"], np.maximum(x, 0))
+
+
+@pytest.mark.parametrize(
+    "attrs",
+    [
+        {"pads": [1, 0, 2, 1]},  # asymmetric: (top, left, bottom, right) in ONNX
+        {"auto_pad": "SAME_UPPER", "strides": [2, 2]},
+        {"auto_pad": "SAME_LOWER", "strides": [2, 2]},
+        {"auto_pad": "VALID", "dilations": [2, 1]},
+        {"group": 4, "pads": [1, 1, 1, 1]},  # depthwise
+    ],
+)
+def test_conv_attributes_match_onnxruntime(attrs):
+    m = Model(7)
+    cin = 4
+    cout = 4 if attrs.get("group") else 6
+    w = m.weight("w", (cout, cin // attrs.get("group", 1), 3, 3))
+    b = m.weight("b", (cout,), 0.1)
+    m.node("Conv", ["x", w, b], "y", kernel_shape=[3, 3], **attrs)
+    model = m.build([("x", F, [1, cin, 9, 10])], [("y", F, ["n", "c", "h", "w"])])
+    graph = import_onnx(model)
+    conv = next(n for n in graph.nodes if n.op == "conv2d")
+    if attrs.get("pads") == [1, 0, 2, 1]:
+        assert conv.attrs["padding"] == (1, 2, 0, 1)  # vdla: (top, bottom, left, right)
+    x = np.random.default_rng(8).normal(0, 1, (1, cin, 9, 10)).astype(np.float32)
+    _close(run_float_cpu(graph, {"x": x})["y"], run_ort(model, {"x": x})["y"])
+
+
+def test_mobilenet_v2_block_with_relu6_clip_matches_onnxruntime():
+    m = Model(3)
+    six = [m.init("zero", np.array(0.0, np.float32)), m.init("six", np.array(6.0, np.float32))]
+    x = m.conv_bn_relu("x", 8, 8, 1, 1, "head", relu=False)
+    x = m.node("Clip", [x, *six], "head_relu6")
+    y = m.conv_bn_relu(x, 8, 32, 1, 1, "expand", relu=False)
+    y = m.node("Clip", [y, *six], "expand_relu6")
+    dw = m.weight("dw_w", (32, 1, 3, 3))
+    y = m.node("Conv", [y, dw], "dw", group=32, pads=[1, 1, 1, 1], kernel_shape=[3, 3])
+    y = m.node("Clip", [y, *six], "dw_relu6")
+    y = m.conv_bn_relu(y, 32, 8, 1, 1, "project", relu=False)
+    y = m.node("Add", [x, y], "sum")
+    y = m.node("ReduceMean", [y], "pooled", axes=[2, 3], keepdims=0)
+    m.node("MatMul", [y, m.weight("fc", (8, 5))], "out")
+    model = m.build([("x", F, [1, 8, 12, 12])], [("out", F, [1, 5])], opset=13)
+    graph = import_onnx(model)
+    clips = [n for n in graph.nodes if n.op == "clip"]
+    assert len(clips) == 3 and all(n.attrs == {"lo": 0.0, "hi": 6.0} for n in clips)
+    xin = np.random.default_rng(4).normal(0, 1, (1, 8, 12, 12)).astype(np.float32)
+    _close(run_float_cpu(graph, {"x": xin})["out"], run_ort(model, {"x": xin})["out"])
+
+
+def test_shape_ops_softmax_coercion_and_constant_folding_match_onnxruntime():
+    """Opset 11 semantics: Squeeze/Unsqueeze axes as attributes, Softmax over the coerced 2-D view;
+    Shape -> Gather -> Unsqueeze -> Concat -> Reshape folds to a constant shape at import."""
+    m = Model(5)
+    t = m.node("Transpose", ["x"], "t", perm=[0, 2, 1, 3])  # (2, 4, 3, 5)
+    u = m.node("Unsqueeze", [t], "u", axes=[0])  # (1, 2, 4, 3, 5)
+    s = m.node("Squeeze", [u], "s", axes=[0])
+    shape = m.node("Shape", [s], "shape")
+    batch = m.node("Gather", [shape, m.init("zero", np.array(0, np.int64))], "batch", axis=0)
+    batch = m.node("Unsqueeze", [batch], "batch_1d", axes=[0])
+    target = m.node("Concat", [batch, m.init("rest", np.array([-1], np.int64))], "target", axis=0)
+    flat = m.node("Reshape", [s, target], "flat")  # (2, 60)
+    r = m.node("Reshape", [flat, m.init("shape3", np.array([0, 4, -1], np.int64))], "r")  # (2, 4, 15)
+    m.node("Softmax", [r], "y", axis=1)  # opset 11: normalize over the last 4 * 15 elements of each row
+    model = m.build([("x", F, [2, 3, 4, 5])], [("y", F, [2, 4, 15])], opset=11)
+    graph = import_onnx(model)
+    assert {n.op for n in graph.nodes} <= {"transpose", "reshape", "softmax"}
+    x = np.random.default_rng(6).normal(0, 2, (2, 3, 4, 5)).astype(np.float32)
+    _close(run_float_cpu(graph, {"x": x})["y"], run_ort(model, {"x": x})["y"])
+
+
+def test_a_matmul_of_computed_operands_is_refused_when_compiled_for_the_cpu():
+    m = Model()
+    m.node("MatMul", ["a", "b"], "y")
+    model = m.build([("a", F, [2, 3]), ("b", F, [3, 4])], [("y", F, [2, 4])])
+    graph = import_onnx(model)
+    assert [n.op for n in graph.nodes] == ["matmul"]
+    with pytest.raises(UnsupportedError, match="matmul: no CPU kernel"):
+        compile_graph(simplify(graph))
+
+
+def test_uint8_quantize_dequantize_are_exact():
+    """uint8 tensors are held as int8 (value - 128); a uint8 graph output is returned as int32."""
+    m = Model()
+    s, zp = m.init("s", np.array(0.05, np.float32)), m.init("zp", np.array(120, np.uint8))
+    q = m.node("QuantizeLinear", ["x", s, zp], "q")
+    p = m.node("MaxPool", [q], "p", kernel_shape=[2, 2], strides=[2, 2])
+    m.node("DequantizeLinear", [p, s, zp], "y")
+    model = m.build(
+        [("x", F, [1, 2, 6, 6])], [("y", F, [1, 2, 3, 3]), ("p", TensorProto.UINT8, [1, 2, 3, 3])], opset=13
+    )
+    graph = import_onnx(model)
+    types = verify(graph)
+    assert types["q"].dtype == "int8" and types["p_1" if "p_1" in types else "p"].dtype in ("int8", "int32")
+    x = np.random.default_rng(9).normal(0, 4, (1, 2, 6, 6)).astype(np.float32)
+    got, want = run_float_cpu(graph, {"x": x}), run_ort(model, {"x": x})
+    np.testing.assert_array_equal(got["y"], want["y"])
+    assert got["p"].dtype == np.int32
+    np.testing.assert_array_equal(got["p"], want["p"].astype(np.int32))
+
+
+def _qdq_model(tmp_path: Path):
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            rng = np.random.default_rng(11)
+            self.batches = iter([{"image": rng.normal(0, 1, (1, 3, 16, 16)).astype(np.float32)} for _ in range(8)])
+
+        def get_next(self):
+            return next(self.batches, None)
+
+    src, dst = tmp_path / "float.onnx", tmp_path / "qdq.onnx"
+    onnx.save(small_cnn(seed=12), src)
+    quantize_static(
+        str(src),
+        str(dst),
+        Reader(),
+        quant_format=QuantFormat.QDQ,
+        per_channel=True,
+        activation_type=QuantType.QInt8,
+        weight_type=QuantType.QInt8,
+    )
+    return onnx.load(str(dst))
+
+
+def test_qdq_model_from_onnxruntime_runs_on_the_float_cpu_path_within_one_step(tmp_path: Path):
+    model = _qdq_model(tmp_path)
+    assert any(n.op_type == "QuantizeLinear" for n in model.graph.node)
+    graph = import_onnx(model)
+    ops = [n.op for n in graph.nodes]
+    assert "quantize" in ops and "dequantize" in ops
+    simple = simplify(graph, verify=True)
+    # the int8 weights stay int8 behind their dequantize (what the QDQ lowering consumes)
+    conv = next(n for n in simple.nodes if n.op == "conv2d")
+    w = next(n for n in simple.nodes if n.output == conv.inputs[1])
+    assert w.op == "dequantize" and simple.params[w.inputs[0]].dtype == np.int8 and w.attrs.get("axis") == 0
+    compiled = compile_graph(simple)
+    rng = np.random.default_rng(13)
+    for _ in range(3):
+        x = rng.normal(0, 1, (1, 3, 16, 16)).astype(np.float32)
+        got, want = compiled(image=x), run_ort(model, {"image": x})
+        for name in graph.outputs:
+            dq = next(n for n in simple.nodes if n.output == name)
+            assert dq.op == "dequantize"  # each output is quantized: one step is its scale
+            step = float(dq.attrs["scale"])
+            assert np.abs(got[name] - want[name]).max() <= step * 1.0001, name
