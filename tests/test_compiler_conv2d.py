@@ -71,6 +71,7 @@ EPILOGUES = {
     "residual-int8": {"residual": "int8", "shift": 9},
     "residual-int32": {"residual": "int32", "shift": 9},
     "everything": {"bias": True, "multiplier": "per-channel", "shift": 14, "relu": True, "residual": "int8"},
+    "pre-shift": {"bias": True, "pre_shift": 5, "multiplier": "per-channel", "shift": 9, "residual": "int32"},
 }
 
 
@@ -91,7 +92,7 @@ def test_epilogue_options(devices, cache, cfg, name):
         res = rand(rng, (1, 20, 9, 10), -400, 400, np.int32)  # beyond int8: only an int32 residual holds it
     layer = compile_conv2d(x.shape, wt, padding=1, config=cfg, vthreads=2, cache=cache, **opts)
     out = layer.run(devices[cfg], x, residual=res).out
-    ref_opts = {k: v for k, v in opts.items() if k in ("bias", "multiplier", "shift")}
+    ref_opts = {k: v for k, v in opts.items() if k in ("bias", "multiplier", "shift", "pre_shift")}
     ref = conv2d_reference(x, wt, layer.spec, bounds=layer.epilogue.bounds, residual=res, **ref_opts)
     np.testing.assert_array_equal(out, ref)
     assert len(np.unique(out)) > 10  # the epilogue keeps a spread of values, not one saturated constant

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_graph_qdq import residual_graph  # noqa: E402
+from test_graph_qdq import S_A, residual_graph  # noqa: E402
 
 from vdla.graph.interp import evaluate  # noqa: E402
 from vdla.graph.qdq import lower_qdq  # noqa: E402
@@ -23,7 +23,7 @@ from vdla.model.memplan import Lifetime, PlanError, plan_memory  # noqa: E402
 
 @pytest.fixture(scope="module")
 def compiled():
-    artifact, report = compile_graph_model(residual_graph(), "pynq")
+    artifact, report = compile_graph_model(residual_graph(s_b=S_A, s_out=S_A), "pynq")
     return artifact, report
 
 
@@ -45,7 +45,7 @@ def test_bit_exact_against_the_interpreter_twice_without_leaking_dram(compiled, 
     artifact, _ = compiled
     module = Module(artifact, backend)
     free_before = list(module.device.dram._free)
-    ref = lower_qdq(residual_graph())
+    ref = lower_qdq(residual_graph(s_b=S_A, s_out=S_A))
     first = None
     for seed in (0, 1):
         x = _inputs(seed)

@@ -67,6 +67,7 @@ class CompiledConv2d:
         vthreads: int | str = "auto",
         schedule: Schedule | None = None,
         cache: ScheduleCache | None = None,
+        pre_shift: int = 0,
     ):
         t0 = time.perf_counter()
         if weights.dtype != np.int8 or weights.shape != spec.weight_shape:
@@ -75,7 +76,13 @@ class CompiledConv2d:
             )
         mkind = multiplier_kind(multiplier)
         self.epilogue = EpilogueSpec(
-            bias=bias is not None, multiplier=mkind, shift=shift, relu=relu, clip=tuple(clip), residual=residual
+            bias=bias is not None,
+            multiplier=mkind,
+            shift=shift,
+            relu=relu,
+            clip=tuple(clip),
+            residual=residual,
+            pre_shift=pre_shift,
         )
         self.spec, self.cfg = spec, cfg
         self.lowering = ConvLowering(spec, self.epilogue, cfg, int(multiplier) if mkind == "imm" else 1)
@@ -157,6 +164,7 @@ def compile_conv2d(
     relu: bool = False,
     clip: tuple[int, int] = (-128, 127),
     residual: str | None = None,
+    pre_shift: int = 0,
     config="pynq",
     vthreads: int | str = "auto",
     schedule: Schedule | None = None,
@@ -164,14 +172,26 @@ def compile_conv2d(
 ) -> CompiledConv2d:
     """Compile conv2d(x, weights) + epilogue for inputs of ``input_shape`` (NCHW) on ``config``.
 
-    out = clip(rshr((conv + bias) * multiplier, shift) + residual, clip), ReLU folded into the clip;
+    out = clip(rshr(rshr(conv + bias, pre_shift) * multiplier, shift) + residual, clip), ReLU folded into the clip;
     ``residual`` is the dtype ("int8"/"int32") of the tensor passed to :meth:`CompiledConv2d.run`.
     """
     spec = Conv2dSpec.make(input_shape, weights.shape[0], weights.shape[2:], stride, padding, dilation, groups)
     if weights.ndim != 4 or weights.shape[1] != spec.c:
         raise CompileError(f"weights {weights.shape} do not match {spec.c} input channels (OIHW)")
     return CompiledConv2d(
-        spec, weights, load_config(config), bias, multiplier, shift, relu, clip, residual, vthreads, schedule, cache
+        spec,
+        weights,
+        load_config(config),
+        bias,
+        multiplier,
+        shift,
+        relu,
+        clip,
+        residual,
+        vthreads,
+        schedule,
+        cache,
+        pre_shift,
     )
 
 

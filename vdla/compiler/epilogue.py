@@ -9,8 +9,11 @@ for a pass with an immediate, ``alu_ii`` for a pass reading a second accumulator
   int32 as adding it last.
 * passes, only those the layer needs, after the last GEMM::
 
-      MUL multiplier                                  (EPI req: the OUT mirror requantizes)
-      MUL multiplier -> RSHR shift -> ADD residual -> CLIP   (otherwise: the OUT mirror truncates)
+      [RSHR pre_shift ->] MUL multiplier                                  (EPI req: the OUT mirror requantizes)
+      [RSHR pre_shift ->] MUL multiplier -> RSHR shift -> ADD residual -> CLIP   (otherwise: truncates)
+
+  The optional pre-shift rounds (acc + bias) right before the multiply, so that a larger (more precise)
+  multiplier keeps the product within 32 bits.
 
   With EPI ``req`` every accumulator write also writes its OUT row as the rounding right shift clamped
   to [-128, 127], or [0, 127] with ReLU, so the usual requantization costs no pass at all; other bounds
@@ -79,6 +82,8 @@ def out_mode(epi: EpilogueSpec) -> OutMode:
 def alu_passes(epi: EpilogueSpec, mul_imm: int = 1) -> tuple[AluPass, ...]:
     """The ALU instructions after the last GEMM, in execution order."""
     passes = []
+    if epi.pre_shift:
+        passes.append(AluPass(AluOp.RSHR, imm=epi.pre_shift))
     if epi.multiplier == "imm":
         passes.append(AluPass(AluOp.MUL, imm=mul_imm))
     elif epi.multiplier == "row":

@@ -150,6 +150,7 @@ class EpilogueSpec:
     relu: bool = False
     clip: tuple[int, int] = (CLIP_MIN, CLIP_MAX)
     residual: str | None = None  # None, "int8" or "int32"
+    pre_shift: int = 0  # a rounding shift of (acc + bias) before the multiplier (precision of large products)
 
     def __post_init__(self) -> None:
         if self.multiplier not in ("none", "imm", "row"):
@@ -161,6 +162,8 @@ class EpilogueSpec:
             raise CompileError(
                 f"clip range {self.clip} must satisfy {CLIP_MIN} <= lo <= hi <= {CLIP_MAX}: the STORE writes int8"
             )
+        if not isinstance(self.pre_shift, int) or not 0 <= self.pre_shift <= MAX_SHIFT:
+            raise CompileError(f"pre-shift {self.pre_shift!r} outside the ALU shift range [0, {MAX_SHIFT}]")
         if self.residual not in (None, "int8", "int32"):
             raise CompileError(f"residual dtype must be int8 or int32, got {self.residual!r}")
 
@@ -173,4 +176,5 @@ class EpilogueSpec:
     def key(self) -> str:
         """A stable text key of the epilogue's structure (schedule cache)."""
         lo, hi = self.bounds
-        return f"b{int(self.bias)}m{self.multiplier}s{self.shift}c{lo}_{hi}r{self.residual or '-'}"
+        pre = f"p{self.pre_shift}" if self.pre_shift else ""
+        return f"b{int(self.bias)}m{self.multiplier}{pre}s{self.shift}c{lo}_{hi}r{self.residual or '-'}"

@@ -1,15 +1,18 @@
 """The graph: one home for the tensor type, nodes and graphs, elementwise steps, window geometry,
-the blocked layout and the fusion pass, shared by the CPU fallback and the model compiler.
+the blocked layout, the fusion passes and partitioning, shared by the CPU fallback and the model compiler.
 
 Conventions defined here and nowhere else: padding order (:mod:`vdla.graph.window`), the blocked
 layout of activations and weights (:mod:`vdla.graph.layout`, always from the hardware config), and
 elementwise semantics (:mod:`vdla.graph.ew`; requantization is :func:`vdla.isa.arith.requantize`).
+The partitioning function is :func:`vdla.graph.partition.partition` (``vdla.graph.partition`` stays the
+module).
 """
 
 from vdla.graph import ew, layout
 from vdla.graph.ew import Arg, Const, EwStep, Step
-from vdla.graph.fusion import fuse, is_elementwise
+from vdla.graph.fusion import Fusion, Group, check_fusion, fuse, fuse_ops, is_elementwise, post_dominators
 from vdla.graph.graph import Graph, Node
+from vdla.graph.partition import Partition, Region, region_graph
 from vdla.graph.types import DTYPES, TensorType, UnsupportedError
 from vdla.graph.window import Window, make_window, normalize_padding, pads_from_onnx
 
@@ -18,17 +21,25 @@ __all__ = [
     "Arg",
     "Const",
     "EwStep",
+    "Fusion",
     "Graph",
+    "Group",
     "Node",
+    "Partition",
+    "Region",
     "Step",
     "TensorType",
     "UnsupportedError",
     "Window",
+    "check_fusion",
     "ew",
     "fuse",
+    "fuse_ops",
     "is_elementwise",
     "layout",
     "make_window",
     "normalize_padding",
     "pads_from_onnx",
+    "post_dominators",
+    "region_graph",
 ]

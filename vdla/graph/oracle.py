@@ -58,9 +58,11 @@ def epilogue(
     bounds: tuple[int, int] = (INT8_MIN, INT8_MAX),
     residual: np.ndarray | None = None,
     channel_axis: int = 1,
+    pre_shift: int = 0,
 ) -> np.ndarray:
     """The accelerator's fused epilogue on int32 accumulators, every step wrapping to int32 like its ALU:
-    ``clip(rounding_shift(wrap32((acc + bias) * multiplier), shift) + residual, *bounds)`` as int8.
+    ``clip(rounding_shift(wrap32(rounding_shift(acc + bias, pre_shift) * multiplier), shift) + residual,
+    *bounds)`` as int8.
 
     ``bias`` and an array ``multiplier`` are per channel along ``channel_axis``.
     """
@@ -69,6 +71,7 @@ def epilogue(
     v = acc.astype(np.int64)
     if bias is not None:
         v = wrap32(v + np.asarray(bias, np.int64).reshape(shape))
+    v = wrap32(rounding_shift(v, pre_shift))
     m = np.asarray(multiplier, np.int64)
     v = wrap32(v * (m.reshape(shape) if m.ndim else m))
     v = wrap32(rounding_shift(v, shift))

@@ -32,7 +32,7 @@ import numpy as np
 from vdla.graph.ew import operand_input, operand_value
 from vdla.graph.graph import Graph, Node
 from vdla.graph.ops import infer_types
-from vdla.isa.arith import INT8_MAX, INT8_MIN, choose_multipliers
+from vdla.isa.arith import INT8_MAX, INT8_MIN, choose_multipliers, choose_requantization
 
 COMMUTING = ("max_pool2d", "reshape", "transpose", "relu")
 REL_TOL = 1e-5
@@ -233,9 +233,9 @@ class _Rewriter:
         pos, neg = np.maximum(w_int, 0).sum(axis=1), np.minimum(w_int, 0).sum(axis=1)
         reach = np.maximum(np.abs(pos * x_lo + neg * x_hi), np.abs(pos * x_hi + neg * x_lo))
         bound = reach + (0 if bias is None else np.abs(bias))  # |acc + bias| for every input in range
-        m, shift = choose_multipliers(s_acc / s_out, bound)
+        pre, m, shift = choose_requantization(s_acc / s_out, bound)
         self.ranges[last.output] = self.int_bounds(lo, hi, s_out)
-        new = self.epilogue_nodes(c, x_q, w_q, bias, m, shift, conv, skip_q, s_k, s_out, lo, hi, last)
+        new = self.epilogue_nodes(c, x_q, w_q, bias, (pre, m, shift), conv, skip_q, s_k, s_out, lo, hi, last)
         self.removed.update(n.output for n in [c, *tail.nodes])
         self.replace[last.output] = new
 
@@ -303,14 +303,18 @@ class _Rewriter:
             return None
         return q.astype(np.int64)
 
-    def epilogue_nodes(self, c, x_q, w_q, bias, m, shift, conv, skip_q, s_k, s_out, lo, hi, last) -> list[Node]:
-        """conv2d/dense -> add(bias) -> mul(m) -> rshift -> [add(skip)] -> clip -> cast, named after ``last``."""
+    def epilogue_nodes(self, c, x_q, w_q, bias, requant, conv, skip_q, s_k, s_out, lo, hi, last) -> list[Node]:
+        """conv2d/dense -> add(bias) -> [rshift(pre)] -> mul(m) -> rshift -> [add(skip)] -> clip -> cast, named
+        after ``last``."""
+        pre, m, shift = requant
         base, shape = last.output, ((1, -1, 1, 1) if conv else (1, -1))
         acc = f"{base}:acc"
         nodes = [Node(c.op, (x_q, w_q), acc, {k: v for k, v in c.attrs.items() if k not in ("groups", "dilation")})]
         if bias is not None:
             b = self.param(f"{base}:bias", bias.astype(np.int32).reshape(shape))
             nodes.append(Node("add", (nodes[-1].output, b), f"{base}:biased"))
+        if pre:
+            nodes.append(Node("rshift", (nodes[-1].output,), f"{base}:pre", {"shift": int(pre)}))
         mult = self.param(f"{base}:mult", m.astype(np.int32).reshape(shape))
         nodes.append(Node("mul", (nodes[-1].output, mult), f"{base}:scaled"))
         nodes.append(Node("rshift", (nodes[-1].output,), f"{base}:shifted", {"shift": int(shift)}))

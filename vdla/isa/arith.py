@@ -54,6 +54,33 @@ def requantize(
     return np.clip(rounding_shift(v, shift), lo, hi).astype(np.int8)
 
 
+def choose_requantization(
+    real: np.ndarray | float, acc_bound: np.ndarray | int, out_max: int = 127
+) -> tuple[int, np.ndarray, int]:
+    """``(pre_shift, multipliers, shift)`` with ``rounding_shift(rounding_shift(acc, pre) * m, shift)`` closest
+    to ``acc * real`` for every ``|acc| <= acc_bound``, within int32 at every step.
+
+    Dropping ``pre`` low bits of the accumulator first costs at most ``real * 2^(pre-1)`` output steps but
+    lets the multiplier grow ``2^pre``-fold; the pre-shift minimising the worst estimated error over the
+    channels (rounding of the pre-shift plus the multiplier's relative error at ``out_max``) is chosen.
+    """
+    r = np.atleast_1d(np.asarray(real, np.float64))
+    bound = np.broadcast_to(np.asarray(acc_bound, np.int64), r.shape)
+    best = None
+    for pre in range(0, 16):
+        try:
+            m, shift = choose_multipliers(r * 2.0**pre, -(-bound // (1 << pre)) + 1)
+        except IsaError:
+            continue
+        rel = np.abs(m / 2.0**shift / (r * 2.0**pre) - 1.0)
+        err = float(np.max(rel * out_max + (r * 2.0 ** (pre - 1) if pre else 0.0)))
+        if best is None or err < best[0]:
+            best = (err, pre, m, shift)
+    if best is None:
+        raise IsaError(f"no requantization of scale {r.max():.4g} fits 32 bits")
+    return best[1], best[2], best[3]
+
+
 def choose_multipliers(real: np.ndarray | float, acc_bound: np.ndarray | int) -> tuple[np.ndarray, int]:
     """Integer multipliers and one common shift with ``m / 2^shift`` closest to each positive ``real``
     scale, such that ``acc * m`` stays within int32 for every ``|acc| <= acc_bound`` (per entry).

@@ -86,6 +86,9 @@ def match_accel(anchor: Node, graph: Graph, types: dict[str, TensorType], consum
         if node.op == "add" and stage < 1 and other in graph.params and "b" not in node.attrs:
             kwargs["bias"] = graph.params[other].ravel().astype(np.int64)
             stage = 1
+        elif node.op == "rshift" and stage < 2 and "shift" in node.attrs and "pre_shift" not in kwargs:
+            kwargs["pre_shift"] = int(node.attrs["shift"])  # before the multiplier
+            stage = 1
         elif node.op == "mul" and stage < 2 and (other in graph.params or "b" in node.attrs):
             m = graph.params[other].ravel() if other else np.asarray(node.attrs["b"])
             kwargs["multiplier"] = int(m[0]) if m.size > 1 and np.all(m == m[0]) else (int(m) if m.ndim == 0 else m)
