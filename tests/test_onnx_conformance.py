@@ -5,7 +5,6 @@ UnsupportedError / FrontendError; a wrong answer, a crash or a refusal while run
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -19,21 +18,19 @@ import onnx_conformance as conformance  # noqa: E402
 
 @pytest.fixture(scope="module")
 def results():
-    t0 = time.perf_counter()
     res, total = conformance.run_all()
-    return res, total, time.perf_counter() - t0
+    return res, total
 
 
 def test_every_considered_node_case_passes_or_is_refused_before_running(results):
-    res, total, seconds = results
+    res, total = results
     failed = [f"{r.name} [{r.stage}]: {r.message}" for r in res if r.status == "fail"]
     assert not failed, "\n".join(failed)
     assert total > 1000 and len(res) > 300  # the onnx package's cases were found and most are considered
-    assert seconds < 60
 
 
 def test_conformance_covers_the_operators_models_need(results):
-    res, _, _ = results
+    res, _ = results
     table = conformance.per_operator(res)
     for op in (
         "Conv", "Gemm", "MatMul", "Relu", "Clip", "MaxPool", "AveragePool", "GlobalAveragePool", "Add", "Mul",
@@ -47,7 +44,7 @@ def test_conformance_covers_the_operators_models_need(results):
 
 
 def test_unsupported_cases_are_refused_with_a_reason_naming_the_node_or_model(results):
-    res, _, _ = results
+    res, _ = results
     for r in res:
         if r.status == "unsupported":
             assert r.stage in ("import", "simplify", "compile"), r

@@ -380,3 +380,151 @@ def test_qdq_model_from_onnxruntime_runs_on_the_float_cpu_path_within_one_step(t
             assert dq.op == "dequantize"  # each output is quantized: one step is its scale
             step = float(dq.attrs["scale"])
             assert np.abs(got[name] - want[name]).max() <= step * 1.0001, name
+
+
+def _c(m: Model, name: str, value) -> str:
+    return m.init(name, np.asarray(value))
+
+
+def _variant_models():
+    """(id, model, feeds): operator forms the node tests do not reach (constant operands folded into
+    attributes and parameters, opset-dependent attributes, 1-D windows, reductions, int8/uint8 paths)."""
+    rng = np.random.default_rng(21)
+    x4 = rng.normal(0, 1, (2, 3, 6, 7)).astype(np.float32)
+    x2 = rng.normal(0, 1, (4, 5)).astype(np.float32)
+    x3 = rng.normal(0, 1, (2, 3, 9)).astype(np.float32)
+    i8 = rng.integers(-128, 128, (2, 3, 4), dtype=np.int8)
+    cases = []
+
+    def add(name, build, feeds, opset=13):
+        m = Model(hash(name) % 1000)
+        ins, outs = build(m)
+        cases.append((name, m.build(ins, outs, opset=opset), feeds))
+
+    add("sub_const_first", lambda m: (
+        m.node("Sub", [_c(m, "c", rng.normal(0, 1, (1, 3, 1, 1)).astype(np.float32)), "x"], "y"),
+        ([("x", F, x4.shape)], [("y", F, x4.shape)]))[1], {"x": x4})  # fmt: skip
+    add("div_by_constants", lambda m: (
+        m.node("Div", ["x", _c(m, "d", np.float32(4.0))], "a"),
+        m.node("Div", ["a", _c(m, "v", rng.uniform(1, 2, (1, 3, 1, 7)).astype(np.float32))], "y"),
+        ([("x", F, x4.shape)], [("y", F, x4.shape)]))[2], {"x": x4})  # fmt: skip
+    add("gemm_transA_constB_noT_alpha_beta_matrixC", lambda m: (
+        m.node("Gemm", ["x", _c(m, "b", rng.normal(0, 1, (4, 6)).astype(np.float32)),
+                        _c(m, "cc", rng.normal(0, 1, (5, 6)).astype(np.float32))], "y",
+               transA=1, alpha=0.7, beta=-1.5),
+        ([("x", F, x2.shape)], [("y", F, (5, 6))]))[1], {"x": x2})  # fmt: skip
+    add("gemm_scalar_C_computed_B", lambda m: (
+        m.node("Gemm", ["x", "b", _c(m, "cc", np.array([0.25], np.float32))], "y", alpha=2.0),
+        ([("x", F, x2.shape), ("b", F, (5, 3))], [("y", F, (4, 3))]))[1],
+        {"x": x2, "b": rng.normal(0, 1, (5, 3)).astype(np.float32)})  # fmt: skip
+    add("matmul_3d_by_constant_then_bias", lambda m: (
+        m.node("MatMul", ["x", _c(m, "w", rng.normal(0, 1, (9, 4)).astype(np.float32))], "h"),
+        m.node("Add", ["h", _c(m, "bias", rng.normal(0, 1, (4,)).astype(np.float32))], "y"),
+        ([("x", F, x3.shape)], [("y", F, (2, 3, 4))]))[2], {"x": x3})  # fmt: skip
+    add("matmul_vector_by_constant", lambda m: (
+        m.node("MatMul", ["x", _c(m, "w", rng.normal(0, 1, (9,)).astype(np.float32))], "y"),
+        ([("x", F, x3.shape)], [("y", F, (2, 3))]))[1], {"x": x3})  # fmt: skip
+    add("conv1d_maxpool1d_avgpool1d", lambda m: (
+        m.node("Conv", ["x", _c(m, "w", rng.normal(0, 1, (4, 3, 3)).astype(np.float32))], "c",
+               pads=[2, 0], strides=[2], kernel_shape=[3]),
+        m.node("MaxPool", ["c"], "p", kernel_shape=[2], strides=[1], pads=[0, 1]),
+        m.node("AveragePool", ["p"], "y", kernel_shape=[3], pads=[1, 1], count_include_pad=1),
+        ([("x", F, x3.shape)], [("y", F, (2, 4, 5))]))[3], {"x": x3})  # fmt: skip
+    add("avgpool_excluding_pads_and_ceil_that_keeps_the_size", lambda m: (
+        m.node("AveragePool", ["x"], "a", kernel_shape=[3, 3], pads=[1, 1, 0, 1], strides=[2, 2], ceil_mode=1),
+        m.node("GlobalMaxPool", ["a"], "y"),
+        ([("x", F, x4.shape)], [("y", F, (2, 3, 1, 1))]))[2], {"x": x4})  # fmt: skip
+    add("reductions_keepdims", lambda m: (
+        m.node("ReduceMean", ["x"], "a", axes=[1, 3], keepdims=0),
+        m.node("ReduceMax", ["x"], "b", axes=[-1], keepdims=1),
+        m.node("ReduceSum", ["x", _c(m, "ax", np.array([0, 2], np.int64))], "c", keepdims=1),
+        ([("x", F, x4.shape)], [("a", F, (2, 6)), ("b", F, (2, 3, 6, 1)), ("c", F, (1, 3, 1, 7))]))[3],
+        {"x": x4}, 13)  # fmt: skip
+    add("reduce_sum_opset13_axes_input_and_min_opset18", lambda m: (
+        m.node("ReduceMin", ["x", _c(m, "ax", np.array([1], np.int64))], "y", keepdims=0),
+        ([("x", F, x4.shape)], [("y", F, (2, 6, 7))]))[1], {"x": x4}, 18)  # fmt: skip
+    add("clip_only_min_only_max_and_relu6", lambda m: (
+        m.node("Clip", ["x", _c(m, "lo", np.float32(-0.5))], "a"),
+        m.node("Clip", ["a", "", _c(m, "hi", np.float32(0.7))], "b"),
+        m.node("Clip", ["b", _c(m, "z", np.float32(0)), _c(m, "six", np.float32(6))], "y"),
+        ([("x", F, x4.shape)], [("y", F, x4.shape)]))[3], {"x": x4})  # fmt: skip
+    add("pad_opset18_axes_and_value", lambda m: (
+        m.node("Pad", ["x", _c(m, "p", np.array([1, 2, 0, 3], np.int64)), _c(m, "v", np.float32(-2.5)),
+                       _c(m, "ax", np.array([1, -1], np.int64))], "y"),
+        ([("x", F, x4.shape)], [("y", F, (2, 4, 6, 12))]))[1], {"x": x4}, 18)  # fmt: skip
+    add("softmax_opset11_axis0_and_opset13_axis1", lambda m: (
+        m.node("Softmax", ["x"], "y", axis=0),
+        ([("x", F, x4.shape)], [("y", F, x4.shape)]))[1], {"x": x4}, 11)  # fmt: skip
+    add("softmax_opset13_middle_axis", lambda m: (
+        m.node("Softmax", ["x"], "y", axis=1),
+        ([("x", F, x4.shape)], [("y", F, x4.shape)]))[1], {"x": x4}, 13)  # fmt: skip
+    add("leaky_relu_prelu_hardswish", lambda m: (
+        m.node("LeakyRelu", ["x"], "a", alpha=1.5),
+        m.node("PRelu", ["a", _c(m, "slope", rng.uniform(0, 1, (3, 1, 1)).astype(np.float32))], "b"),
+        m.node("HardSwish", ["b"], "y"),
+        ([("x", F, x4.shape)], [("y", F, x4.shape)]))[3], {"x": x4}, 14)  # fmt: skip
+    add("concat_with_constant_and_flatten_axis0", lambda m: (
+        m.node("Concat", ["x", _c(m, "k", rng.normal(0, 1, (2, 1, 6, 7)).astype(np.float32))], "a", axis=-3),
+        m.node("Flatten", ["a"], "y", axis=0),
+        ([("x", F, x4.shape)], [("y", F, (1, 2 * 4 * 42))]))[2], {"x": x4})  # fmt: skip
+    add("int8_max_min_relu_cast", lambda m: (
+        m.node("Max", ["x", _c(m, "lo", np.int8(-100))], "a"),
+        m.node("Min", ["a", "x"], "b"),
+        m.node("Relu", ["b"], "r"),
+        m.node("Cast", ["r"], "y", to=TensorProto.INT32),
+        ([("x", TensorProto.INT8, i8.shape)], [("y", TensorProto.INT32, i8.shape)]))[4], {"x": i8}, 14)  # fmt: skip
+    add("int32_arithmetic_wraps_like_onnx", lambda m: (
+        m.node("Mul", ["x", _c(m, "big", np.int32(2**30 + 7))], "a"),
+        m.node("Sub", ["a", "x"], "b"),
+        m.node("Neg", ["b"], "c"),
+        m.node("Abs", ["c"], "y"),
+        ([("x", TensorProto.INT32, (6,))], [("y", TensorProto.INT32, (6,))]))[4],
+        {"x": np.array([0, 1, -3, 2**20, -(2**31), 2**31 - 1], np.int32)})  # fmt: skip
+    add("quantize_per_axis_constants_int8", lambda m: (
+        m.node("QuantizeLinear", ["x", _c(m, "s", rng.uniform(0.01, 0.03, 3).astype(np.float32)),
+                                  _c(m, "zp", np.full(3, 5, np.int8))], "q", axis=1),
+        m.node("DequantizeLinear", ["q", _c(m, "s2", np.float32(0.02)), _c(m, "zp2", np.int8(-3))], "y"),
+        ([("x", F, x4.shape)], [("y", F, x4.shape), ("q", TensorProto.INT8, x4.shape)]))[2], {"x": x4})  # fmt: skip
+    add("qlinear_matmul_constant_int8_weight", lambda m: (
+        m.node("QuantizeLinear", ["x", _c(m, "sx", np.float32(0.02)), _c(m, "zx", np.int8(0))], "xq"),
+        m.node("QLinearMatMul", ["xq", "sx", "zx", _c(m, "w", rng.integers(-127, 128, (5, 3), dtype=np.int8)),
+                                 _c(m, "sw", np.float32(0.01)), _c(m, "zw", np.int8(0)),
+                                 _c(m, "sy", np.float32(0.004)), _c(m, "zy", np.int8(0))], "yq"),
+        m.node("DequantizeLinear", ["yq", "sy", "zy"], "y"),
+        ([("x", F, x2.shape)], [("y", F, (4, 3))]))[3], {"x": x2})  # fmt: skip
+    add("qlinear_conv_uint8", lambda m: (
+        m.node("QuantizeLinear", ["x", _c(m, "sx", np.float32(0.02)), _c(m, "zx", np.uint8(128))], "xq"),
+        m.node("QLinearConv", ["xq", "sx", "zx", _c(m, "w", rng.integers(0, 256, (4, 3, 3, 3), dtype=np.uint8)),
+                               _c(m, "sw", rng.uniform(0.001, 0.002, 4).astype(np.float32)),
+                               _c(m, "zw", np.full(4, 128, np.uint8)), _c(m, "sy", np.float32(0.05)),
+                               _c(m, "zy", np.uint8(100)), _c(m, "b", rng.integers(-500, 500, 4).astype(np.int32))],
+               "yq", pads=[1, 1, 1, 1]),
+        m.node("DequantizeLinear", ["yq", "sy", "zy"], "y"),
+        ([("x", F, x4.shape)], [("y", F, (2, 4, 6, 7))]))[3], {"x": x4})  # fmt: skip
+    add("output_is_an_input_and_shared_outputs", lambda m: (
+        m.node("Identity", ["x"], "same"),
+        m.node("Relu", ["x"], "r"),
+        m.node("Identity", ["r"], "r2"),
+        ([("x", F, x2.shape)], [("same", F, x2.shape), ("r", F, x2.shape), ("r2", F, x2.shape)]))[3],
+        {"x": x2})  # fmt: skip
+    return cases
+
+
+VARIANTS = _variant_models()
+
+
+@pytest.mark.parametrize("name, model, feeds", VARIANTS, ids=[c[0] for c in VARIANTS])
+def test_operator_variants_match_onnxruntime(name, model, feeds):
+    graph = import_onnx(model)
+    got = run_float_cpu(graph, feeds)
+    want = run_ort(model, feeds)
+    assert graph.outputs == list(want)
+    for k, w in want.items():
+        if w.dtype.kind == "f":
+            if "qlinear" in name:  # float emulation of the integer pipeline: within one output step
+                step = next(numpy_helper.to_array(t) for t in model.graph.initializer if t.name == "sy")
+                np.testing.assert_allclose(got[k], w, rtol=0, atol=float(step) * 1.0001)
+            else:
+                _close(got[k], w)
+        else:
+            np.testing.assert_array_equal(got[k].astype(np.int64), w.astype(np.int64))

@@ -126,6 +126,7 @@ class Builder:
         self.inputs: dict[str, TensorType] = {}
         self.taken: set[str] = set()
         self.preferred: dict[str, str] = {}  # ONNX value name -> its vdla name
+        self.used: set[str] = set()  # ONNX values some node or the graph output reads
 
     # -- names ------------------------------------------------------------------------------------------
     def reserve(self, onnx_names: Iterable[str]) -> None:

@@ -134,7 +134,9 @@ def _static_inputs(
                 if shape[k] < 1:
                     raise FrontendError(f"{where}: input {vi.name!r} dimension {k}: size {shape[k]} must be >= 1")
                 d.dim_value = shape[k]
-            elif not d.HasField("dim_value") or d.dim_value < 1:
+            elif d.HasField("dim_value") and d.dim_value < 1:
+                raise FrontendError(f"{where}: input {vi.name!r} dimension {k} has size {d.dim_value}: empty tensors")
+            elif not d.HasField("dim_value"):
                 what = f" ({d.dim_param!r})" if d.HasField("dim_param") else ""
                 raise FrontendError(
                     f"{where}: input {vi.name!r} dimension {k}{what} is dynamic; fix it with "
@@ -206,8 +208,12 @@ class _Importer:
         inits = {t.name: t for t in g.initializer}
         names = [*inits, *(i.name for i in g.input), *(o for n in g.node for o in n.output)]
         b.reserve(names)
+        b.used = {i for n in g.node for i in n.input if i} | {o.name for o in g.output}
         for name, t in inits.items():
-            b.bind_const(name, numpy_helper.to_array(t))
+            try:
+                b.bind_const(name, numpy_helper.to_array(t))
+            except Exception as e:  # external data not found, unknown element type, ...
+                raise FrontendError(f"{self.where}: initializer {name!r} cannot be read: {e}") from e
         if g.sparse_initializer:
             raise FrontendError(f"{self.where}: sparse initializers are not supported")
         for vi in g.input:
@@ -300,7 +306,9 @@ class _Importer:
                 continue
             v = b.values.get(o)
             if v is None:
-                raise unsupported(node, f"output {k} {o!r} is not supported")
+                if o not in b.used:
+                    continue  # an optional output nothing reads
+                raise unsupported(node, f"output {k} {o!r} is read but not supported")
             want = self.inferred.get(o)
             if want is None:
                 continue

@@ -393,7 +393,7 @@ def _ceil_size(n: int, k: int, s: int, p0: int, p1: int) -> int:
 def _pool(b: Builder, node: OnnxNode) -> None:
     is_max = node.op_type == "MaxPool"
     dt = b.require_dtype(node, 0, ("float32", "int8", "uint8") if is_max else FLOAT)
-    if len(node.outputs) > 1 and node.outputs[1]:
+    if len(node.outputs) > 1 and node.outputs[1] in b.used:
         raise unsupported(node, "the Indices output of MaxPool is not supported")
     xs = b.shape(node, 0)
     kernel = ints(node, "kernel_shape")
@@ -632,7 +632,7 @@ def _batch_norm(b: Builder, node: OnnxNode) -> None:
         raise unsupported(node, "training mode is not supported (vdla runs inference)", "training_mode")
     if not int(attr(node, "spatial", 1)):
         raise unsupported(node, "spatial=0 (per-element statistics) is not supported", "spatial")
-    if any(o for o in node.outputs[1:]):
+    if any(o in b.used for o in node.outputs[1:] if o):
         raise unsupported(node, "the running mean/variance outputs (training) are not supported")
     for i in range(5):
         b.require_dtype(node, i, FLOAT)
