@@ -334,15 +334,6 @@ def _lift(b: Builder, node: OnnxNode, x: str) -> str:
     return x if len(shape) == 4 else b.reshape(node, x, (shape[0], shape[1], 1, shape[2]))
 
 
-def _lower(b: Builder, node: OnnxNode, y: str, rank: int, out: str, uint8: bool = False) -> str:
-    """Undo :func:`_lift` on the result (or bind it when no lift happened)."""
-    shape = b.type_of(y).shape
-    if rank == 4:
-        b.alias(out, y, uint8=uint8)
-        return y
-    return b.reshape(node, y, (shape[0], shape[1], shape[3]), out=out, uint8=uint8)
-
-
 def _conv_core(b: Builder, node: OnnxNode, x: str, w: str, bias: str | None, out: str | None) -> str:
     """conv2d of vdla values ``x`` and ``w`` (rank 3 or 4) with the node's Conv attributes."""
     xs, ws = b.type_of(x).shape, b.type_of(w).shape
@@ -366,9 +357,7 @@ def _conv_core(b: Builder, node: OnnxNode, x: str, w: str, bias: str | None, out
         return b.emit(node, "conv2d", inputs, attrs, out=out, suffix="conv")
     y = b.emit(node, "conv2d", inputs, attrs, suffix="conv")
     shape = b.type_of(y).shape
-    if out is None:
-        return b.reshape(node, y, (shape[0], shape[1], shape[3]))
-    return b.reshape(node, y, (shape[0], shape[1], shape[3]), out=out)
+    return b.reshape(node, y, (shape[0], shape[1], shape[3]), out=out)  # back to (N, C, L)
 
 
 @converter("Conv", attrs=("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"))
@@ -425,8 +414,9 @@ def _pool(b: Builder, node: OnnxNode) -> None:
     uint8 = dt == "uint8"
     out = node.outputs[0] if len(xs) == 4 else None
     y = b.emit(node, "max_pool2d" if is_max else "avg_pool2d", (x,), attrs, out=out, suffix="pool", uint8=uint8)
-    if len(xs) == 3:
-        _lower(b, node, y, 3, node.outputs[0], uint8)
+    if len(xs) == 3:  # back to (N, C, L)
+        shape = b.type_of(y).shape
+        b.reshape(node, y, (shape[0], shape[1], shape[3]), out=node.outputs[0], uint8=uint8)
 
 
 def _global_pool(b: Builder, node: OnnxNode, x: str, out: str, is_max: bool, keep_rank: bool = True) -> str:
