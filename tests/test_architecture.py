@@ -26,6 +26,10 @@ FORBIDDEN = {
     "vdla.runtime": ("vdla.compiler", "vdla.cpu_fallback", "vdla.graph"),
     # the frontend builds graphs: it may import vdla.graph, vdla.isa, vdla.config and vdla.errors only
     "vdla.frontend": ("vdla.compiler", "vdla.cpu_fallback", "vdla.runtime", "vdla.model"),
+    # loading and running an artifact needs neither the compiler nor ONNX
+    "vdla.model.artifact": ("vdla.compiler", "vdla.frontend", "vdla.model.build"),
+    "vdla.model.executor": ("vdla.compiler", "vdla.frontend", "vdla.model.build"),
+    "vdla.model.memplan": ("vdla.compiler", "vdla.frontend", "vdla.model.build"),
 }
 LIBRARY = (
     "vdla.config",

@@ -143,3 +143,30 @@ def test_host_tensors_are_preallocated_and_reused(compiled):
     assert not np.shares_memory(y, arena)  # outputs are copies: the arena is reused by the next run
     packed = next(b for bufs in module._buffers.values() for b in bufs.values())
     assert np.shares_memory(packed, arena)
+
+
+def test_loading_and_running_an_artifact_imports_neither_onnx_nor_the_compiler(compiled, tmp_path):
+    import subprocess
+
+    artifact, _ = compiled
+    path = artifact.save(tmp_path / "m.vdla")
+    x = _inputs(6)
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "want.npy", Module(artifact).run(x))
+    code = f"""
+import importlib.abc, sys
+BLOCKED = ("onnx", "onnxruntime", "vdla.compiler", "vdla.frontend", "vdla.model.build")
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if any(name == b or name.startswith(b + ".") for b in BLOCKED):
+            raise ModuleNotFoundError(f"No module named {{name!r}} (blocked by the test)", name=name)
+sys.meta_path.insert(0, Block())
+import numpy as np
+import vdla
+module = vdla.load({str(path)!r})
+y = module.run(np.load({str(tmp_path / "x.npy")!r}))
+assert (y == np.load({str(tmp_path / "want.npy")!r})).all()
+print("ok")
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stderr
