@@ -252,6 +252,9 @@ def markdown(results: list[Result], total: int, seconds: float) -> str:
         f"**{counts['pass']} passed, {counts['unsupported']} unsupported, {counts['fail']} failed** of "
         f"{len(results)} considered cases ({seconds:.1f} s).",
         "",
+        f"Operators the importer maps ({len(SUPPORTED)}): {', '.join(SUPPORTED)}. Any node whose inputs are all",
+        "constants is evaluated at import (ONNX reference implementation), whatever its operator.",
+        "",
         "| operator | passed | unsupported | failed |",
         "|---|---|---|---|",
     ]
