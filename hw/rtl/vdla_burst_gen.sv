@@ -25,10 +25,10 @@ module vdla_burst_gen #(
   localparam int B  = BUS_W / 8;
   localparam int LB = $clog2(B);
 
-  // control: bursts left, rows left
+  // control: bursts left to request
   logic              active_q;
+  // loaded at start: rows left, the transfer's geometry and the next burst's address
   logic [15:0]       rows_q;
-  // data: the transfer's geometry and the next burst's address
   logic [ADDR_W-1:0] row_q, cur_q, stride_q;
   logic [LEN_W-1:0]  row_bytes_q;
 
@@ -53,29 +53,29 @@ module vdla_burst_gen #(
   always_ff @(posedge clk_i or negedge rst_ni) begin
     if (!rst_ni) begin
       active_q <= 1'b0;
-      rows_q   <= '0;
     end else if (halt_i) begin
       active_q <= 1'b0;
     end else if (start_i) begin
       active_q <= 1'b1;
-      rows_q   <= rows_i;
-    end else if (accept && row_last) begin
-      rows_q <= rows_q - 1'b1;
-      if (rows_q == 16'd1) active_q <= 1'b0;
+    end else if (accept && row_last && rows_q == 16'd1) begin
+      active_q <= 1'b0;
     end
   end
 
-  // start_i and accept never coincide with halt_i (both need a running, unhalted unit)
+  // Loaded at start_i, used while active (start_i and accept never coincide with halt_i: both need a
+  // running, unhalted unit).
   always_ff @(posedge clk_i) begin
     if (start_i) begin
+      rows_q      <= rows_i;
       row_q       <= addr_i;
       cur_q       <= addr_i;
       stride_q    <= stride_i;
       row_bytes_q <= row_bytes_i;
     end else if (accept) begin
       if (row_last) begin
-        row_q <= row_q + stride_q;
-        cur_q <= row_q + stride_q;
+        rows_q <= rows_q - 1'b1;
+        row_q  <= row_q + stride_q;
+        cur_q  <= row_q + stride_q;
       end else begin
         cur_q <= limit;
       end

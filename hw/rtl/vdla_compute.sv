@@ -118,37 +118,31 @@ module vdla_compute (
   always_ff @(posedge clk_i or negedge rst_ni) begin
     if (!rst_ni) begin
       state_q <= IDLE;
-      nop_q   <= '0;
     end else if (halt_i) begin
       state_q <= IDLE;
     end else begin
       case (state_q)
         IDLE: if (fire_o) begin
-          if (is_load && !is_nop) begin
-            state_q <= LOAD;
-          end else if (is_loop) begin
-            state_q <= LOOP;
-          end else if (NOP_EXTRA != 0) begin
-            state_q <= NOP;
-            nop_q   <= 16'(NOP_EXTRA - 1);
-          end
+          if (is_load && !is_nop) state_q <= LOAD;
+          else if (is_loop) state_q <= LOOP;
+          else if (NOP_EXTRA != 0) state_q <= NOP;
         end
         LOAD: if (ld_done) state_q <= IDLE;
         LOOP: if (loop_done) state_q <= IDLE;
-        NOP: begin
-          nop_q <= nop_q - 1'b1;
-          if (nop_q == '0) state_q <= IDLE;
-        end
+        NOP: if (nop_q == '0) state_q <= IDLE;
         default: state_q <= IDLE;
       endcase
     end
   end
 
-  // the running instruction's push flags (fire_o implies !halt_i)
+  // the running instruction's push flags and NOP wait: loaded at dispatch (fire_o implies !halt_i)
   always_ff @(posedge clk_i) begin
     if (fire_o) begin
       push_prev_q <= mem.hdr.push_prev;
       push_next_q <= mem.hdr.push_next;
+      nop_q       <= 16'(NOP_EXTRA - 1);
+    end else if (state_q == NOP && !halt_i) begin
+      nop_q <= nop_q - 1'b1;
     end
   end
 

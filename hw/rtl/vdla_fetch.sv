@@ -114,35 +114,41 @@ module vdla_fetch #(
   assign done_o     = fetched_q == count_q;
   assign active_o   = arvalid_o || inflight_q != '0 || route;
 
+  // control: running, and the instruction counts that decide done_o
   always_ff @(posedge clk_i or negedge rst_ni) begin
     if (!rst_ni) begin
       running_q    <= 1'b0;
       misaligned_q <= 1'b0;
-      addr_q       <= '0;
       count_q      <= '0;
-      requested_q  <= '0;
       fetched_q    <= '0;
-      inflight_q   <= '0;
-      beat_q       <= '0;
     end else if (start_i) begin
       running_q    <= 1'b1;
       misaligned_q <= insn_addr_i[3:0] != '0;
-      addr_q       <= insn_addr_i;
       count_q      <= insn_count_i;
-      requested_q  <= '0;
       fetched_q    <= '0;
-      inflight_q   <= '0;
-      beat_q       <= '0;
     end else if (halt_i) begin
       running_q <= 1'b0;
-    end else begin
+    end else if (route) begin
+      fetched_q <= fetched_q + 1'b1;
+    end
+  end
+
+  // The request address and the counts of requested, in-flight and assembled beats: initialized by
+  // START and used only while running, so they need no reset (and START's initialization stays a
+  // synchronous reset of the flip-flops, not a LUT in front of them).
+  always_ff @(posedge clk_i) begin
+    if (start_i) begin
+      addr_q      <= insn_addr_i;
+      requested_q <= '0;
+      inflight_q  <= '0;
+      beat_q      <= '0;
+    end else if (!halt_i) begin
       if (arvalid_o && arready_i) begin
         addr_q      <= addr_q + ADDR_W'(n << 4);
         requested_q <= requested_q + n;
       end
       inflight_q <= inflight_q + (arvalid_o && arready_i ? CW'(n) : '0) - CW'(insn_done);
       if (rvalid_i) beat_q <= insn_done ? '0 : beat_q + 1'b1;
-      if (route) fetched_q <= fetched_q + 1'b1;
     end
   end
 

@@ -129,21 +129,16 @@ module vdla_load (
   always_ff @(posedge clk_i or negedge rst_ni) begin
     if (!rst_ni) begin
       state_q <= IDLE;
-      nop_q   <= '0;
     end else if (halt_i) begin
       state_q <= IDLE;
     end else begin
       case (state_q)
         IDLE: if (fire_o) begin
-          nop_q <= 8'(NOP_EXTRA - 1);
           if (!is_nop) state_q <= BUSY;
           else if (NOP_EXTRA != 0) state_q <= NOP;
         end
         BUSY: if (eng_done) state_q <= IDLE;
-        NOP: begin
-          nop_q <= nop_q - 1'b1;
-          if (nop_q == '0) state_q <= IDLE;
-        end
+        NOP: if (nop_q == '0) state_q <= IDLE;
         default: state_q <= IDLE;
       endcase
     end
@@ -152,11 +147,15 @@ module vdla_load (
   logic unused_idx;
   assign unused_idx = ^eng_idx[IDX_W+1:IDX_USED];  // beyond both buffers' index widths
 
-  // the running instruction's buffer and push flag (fire_o implies !halt_i)
+  // the running instruction's buffer, push flag and NOP wait: loaded at dispatch (fire_o implies
+  // !halt_i), no reset
   always_ff @(posedge clk_i) begin
     if (fire_o) begin
       wgt_q  <= is_wgt;
       push_q <= mem.hdr.push_next;
+      nop_q  <= 8'(NOP_EXTRA - 1);
+    end else if (state_q == NOP && !halt_i) begin
+      nop_q <= nop_q - 1'b1;
     end
   end
 endmodule

@@ -131,46 +131,30 @@ module vdla_load_engine #(
     end
   end
 
-  // control: the state, the wait counter and the padding elements left
   always_ff @(posedge clk_i or negedge rst_ni) begin
     if (!rst_ni) begin
-      state_q     <= IDLE;
-      wait_q      <= '0;
-      pads_left_q <= '0;
+      state_q <= IDLE;
     end else if (halt_i) begin
       state_q <= IDLE;
     end else begin
       case (state_q)
-        IDLE: if (start_i) begin
-          state_q     <= DATA;
-          wait_q      <= 8'(SETUP);
-          pads_left_q <= pads_total;
-        end
-        DATA: if (wait_q != '0) begin
-          wait_q <= wait_q - 1'b1;
-        end else if (rvalid_i && beat_last) begin
-          state_q <= pads_left_q == '0 ? IDLE : PAD;
-          wait_q  <= 8'(PAD_CYCLES - 1);
-        end
-        PAD: begin
-          if (wait_q != '0) begin
-            wait_q <= wait_q - 1'b1;
-          end else begin
-            wait_q      <= 8'(PAD_CYCLES - 1);
-            pads_left_q <= pads_left_q - 1'b1;
-            if (pads_left_q == 32'd1) state_q <= IDLE;
-          end
-        end
+        IDLE: if (start_i) state_q <= DATA;
+        DATA: if (wait_q == '0 && rvalid_i && beat_last) state_q <= pads_left_q == '0 ? IDLE : PAD;
+        PAD: if (wait_q == '0 && pads_left_q == 32'd1) state_q <= IDLE;
         default: state_q <= IDLE;
       endcase
     end
   end
 
-  // data: the tile's geometry, the current row's base index and the padding walk
+  // Loaded when the load starts and used while it runs (no reset; a halt freezes them): the wait
+  // counter, the padding elements left, the tile's geometry, the current row's base index and the
+  // padding walk.
   always_ff @(posedge clk_i) begin
     if (!halt_i) begin
       case (state_q)
         IDLE: if (start_i) begin
+          wait_q      <= 8'(SETUP);
+          pads_left_q <= pads_total;
           log_eb_q    <= log_eb_i;
           y_q         <= y_size_i;
           x_q         <= x_size_i;
@@ -192,11 +176,20 @@ module vdla_load_engine #(
             pidx_q <= (IDX_W+2)'(sram_base_i) + (IDX_W+2)'(x_size_i);
           end
         end
-        DATA: if (wait_q == '0 && rvalid_i && beat_row_end) row_base_q <= row_base_q + (IDX_W+2)'(cols_q);
-        PAD: if (wait_q == '0) begin
-          pr_q   <= npr;
-          pc_q   <= npc;
-          pidx_q <= npidx;
+        DATA: if (wait_q != '0) begin
+          wait_q <= wait_q - 1'b1;
+        end else if (rvalid_i) begin
+          if (beat_row_end) row_base_q <= row_base_q + (IDX_W+2)'(cols_q);
+          if (beat_last) wait_q <= 8'(PAD_CYCLES - 1);
+        end
+        PAD: if (wait_q != '0) begin
+          wait_q <= wait_q - 1'b1;
+        end else begin
+          wait_q      <= 8'(PAD_CYCLES - 1);
+          pads_left_q <= pads_left_q - 1'b1;
+          pr_q        <= npr;
+          pc_q        <= npc;
+          pidx_q      <= npidx;
         end
         default: ;
       endcase

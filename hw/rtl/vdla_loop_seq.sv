@@ -35,7 +35,7 @@ module vdla_loop_seq (
   logic unused_flags;  // the dependency flags are the stage's business
   assign unused_flags = ^{gemm.hdr.pop_prev, gemm.hdr.pop_next, gemm.hdr.push_prev, gemm.hdr.push_next};
 
-  // control: state, wait and issue-phase counters, loop indices
+  // control: the state; the wait and issue-phase counters and the loop indices
   state_e      state_q;
   logic [15:0] wait_q;
   logic [7:0]  phase_q;  // cycles until the next issue (two-operand ALU)
@@ -60,17 +60,24 @@ module vdla_loop_seq (
   always_ff @(posedge clk_i or negedge rst_ni) begin
     if (!rst_ni) begin
       state_q <= IDLE;
-      wait_q  <= '0;
-      phase_q <= '0;
-      u_q     <= '0;
-      o_q     <= '0;
-      i_q     <= '0;
     end else if (halt_i) begin
       state_q <= IDLE;
     end else begin
       case (state_q)
+        IDLE: if (start_i) state_q <= RUN;
+        RUN: if (issue && last_iter) state_q <= DRAIN;
+        DRAIN: if (wait_q == '0) state_q <= IDLE;
+        default: state_q <= IDLE;
+      endcase
+    end
+  end
+
+  // The wait and phase counters and the loop indices are loaded when the instruction starts and used
+  // only while it runs: no reset. A halt freezes them with the state.
+  always_ff @(posedge clk_i) begin
+    if (!halt_i) begin
+      case (state_q)
         IDLE: if (start_i) begin
-          state_q <= RUN;
           wait_q  <= 16'(gemm.hdr.opcode == vdla_pkg::OP_GEMM ? vdla_pkg::GEMM_SETUP - 2
                                                               : vdla_pkg::ALU_SETUP - 2);
           phase_q <= '0;
@@ -94,19 +101,15 @@ module vdla_loop_seq (
                 o_q <= o_q + 1'b1;
               end
             end
+            // drain: the pipeline needs 5 cycles after the last read (GEMM), 3 or 4 (ALU)
             if (last_iter) begin
-              state_q <= DRAIN;
-              // the pipeline needs 5 cycles after the read (GEMM), 3 or 4 (ALU)
-              wait_q  <= 16'(gemm_q ? vdla_pkg::GEMM_PIPELINE
-                           : two_op_q ? vdla_pkg::ALU_PIPELINE + vdla_pkg::ALU_II - 1 : vdla_pkg::ALU_PIPELINE);
+              wait_q <= 16'(gemm_q ? vdla_pkg::GEMM_PIPELINE
+                          : two_op_q ? vdla_pkg::ALU_PIPELINE + vdla_pkg::ALU_II - 1 : vdla_pkg::ALU_PIPELINE);
             end
           end
         end
-        DRAIN: begin
-          wait_q <= wait_q - 1'b1;
-          if (wait_q == '0) state_q <= IDLE;
-        end
-        default: state_q <= IDLE;
+        DRAIN: wait_q <= wait_q - 1'b1;
+        default: ;
       endcase
     end
   end

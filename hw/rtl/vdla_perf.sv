@@ -1,6 +1,10 @@
 // Performance counters (64-bit, cleared by start): cycles, per-stage busy and stall cycles, GEMM
 // and ALU uop-iterations and bytes moved per memory type, plus 32-bit instruction counts. The work
 // of an instruction is counted when it starts, from its command word.
+//
+// The one synchronous reset of the design: the counters clear on reset and on START alike. On the
+// xc7z020 a flip-flop has either an asynchronous clear or a synchronous reset, not both, so an
+// asynchronous reset plus START's clear would cost a LUT per counter bit (1.2 k LUT, measured).
 module vdla_perf #(
   parameter int INP_EB = vdla_pkg::INP_ELEM_BYTES,
   parameter int WGT_EB = vdla_pkg::WGT_ELEM_BYTES,
@@ -44,12 +48,8 @@ module vdla_perf #(
   logic unused_cmd;
   assign unused_cmd = ^{ld, cm, st};
 
-  always_ff @(posedge clk_i or negedge rst_ni) begin
-    if (!rst_ni) begin
-      for (int k = 0; k < NC; k++) cnt_q[k] <= '0;
-      for (int k = 0; k < 3; k++) stage_q[k] <= '0;
-      for (int k = 0; k < 6; k++) op_q[k] <= '0;
-    end else if (clear_i) begin
+  always_ff @(posedge clk_i) begin
+    if (!rst_ni || clear_i) begin
       for (int k = 0; k < NC; k++) cnt_q[k] <= '0;
       for (int k = 0; k < 3; k++) stage_q[k] <= '0;
       for (int k = 0; k < 6; k++) op_q[k] <= '0;
@@ -87,7 +87,8 @@ module vdla_perf #(
           vdla_pkg::OP_GEMM: begin
             op_q[2] <= op_q[2] + 1'b1;
             if (compute_cmd_i.gemm.reset)
-              cnt_q[vdla_pkg::CNT_GEMM_RESET_ITERS] <= cnt_q[vdla_pkg::CNT_GEMM_RESET_ITERS] + iterations(compute_cmd_i);
+              cnt_q[vdla_pkg::CNT_GEMM_RESET_ITERS] <= cnt_q[vdla_pkg::CNT_GEMM_RESET_ITERS]
+                                                       + iterations(compute_cmd_i);
             else
               cnt_q[vdla_pkg::CNT_GEMM_ITERS] <= cnt_q[vdla_pkg::CNT_GEMM_ITERS] + iterations(compute_cmd_i);
           end
@@ -101,7 +102,8 @@ module vdla_perf #(
       end
       if (fire_i[2]) begin
         op_q[1] <= op_q[1] + 1'b1;
-        cnt_q[vdla_pkg::CNT_BYTES_STORED] <= cnt_q[vdla_pkg::CNT_BYTES_STORED] + tile_bytes(st.y_size, st.x_size, OUT_EB);
+        cnt_q[vdla_pkg::CNT_BYTES_STORED] <= cnt_q[vdla_pkg::CNT_BYTES_STORED]
+                                             + tile_bytes(st.y_size, st.x_size, OUT_EB);
       end
     end
   end

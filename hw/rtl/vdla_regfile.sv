@@ -84,7 +84,8 @@ module vdla_regfile #(
       if (wr) begin
         bvalid_q <= 1'b1;
         case (awaddr_i)
-          vdla_pkg::REG_IRQ:          if (wstrb_i[0] && wdata_i[vdla_pkg::IRQ_PENDING_LSB] && !end_i) irq_pending_q <= 1'b0;
+          vdla_pkg::REG_IRQ:          if (wstrb_i[0] && wdata_i[vdla_pkg::IRQ_PENDING_LSB] && !end_i)
+                                        irq_pending_q <= 1'b0;
           vdla_pkg::REG_IRQ_ENABLE:   if (wstrb_i[0]) irq_en_q <= wdata_i[vdla_pkg::IRQ_ENABLE_ENABLE_LSB];
           vdla_pkg::REG_INSN_COUNT:   insn_count_q <= merge(insn_count_q, wdata_i, wstrb_i);
           vdla_pkg::REG_INSN_ADDR_LO: insn_addr_q[31:0] <= merge(insn_addr_q[31:0], wdata_i, wstrb_i);
@@ -109,7 +110,8 @@ module vdla_regfile #(
     value = '0;
     case (addr)
       vdla_pkg::REG_CONTROL:       value = 32'(busy_i);
-      vdla_pkg::REG_STATUS:        value = 32'(done_i) << vdla_pkg::STATUS_DONE_LSB | 32'(error_i) << vdla_pkg::STATUS_ERROR_LSB
+      vdla_pkg::REG_STATUS:        value = 32'(done_i) << vdla_pkg::STATUS_DONE_LSB
+                                     | 32'(error_i) << vdla_pkg::STATUS_ERROR_LSB
                                      | 32'(error_code_i) << vdla_pkg::STATUS_ERROR_CODE_LSB
                                      | 32'(error_unit_i) << vdla_pkg::STATUS_ERROR_UNIT_LSB;
       vdla_pkg::REG_IRQ:           value = 32'(irq_pending_q);

@@ -150,18 +150,12 @@ module vdla_store (
                || (fire_o && is_nop && NOP_EXTRA == 0);
   assign s2c_push_o = done_o && (state_q == IDLE ? mem.hdr.push_prev : push_q);
 
-  // control: the state, the read-ahead, the setup wait and the counts of elements, beats and responses
+  // control: the state, the read issued last cycle and the setup wait
   always_ff @(posedge clk_i or negedge rst_ni) begin
     if (!rst_ni) begin
-      state_q       <= IDLE;
-      rd_pending_q  <= 1'b0;
-      hold_q        <= '0;
-      nop_q         <= '0;
-      rd_left_q     <= '0;
-      w_left_q      <= '0;
-      beat_q        <= '0;
-      ebeat_q       <= '0;
-      outstanding_q <= '0;
+      state_q      <= IDLE;
+      rd_pending_q <= 1'b0;
+      hold_q       <= '0;
     end else if (halt_i) begin
       state_q      <= IDLE;
       rd_pending_q <= 1'b0;
@@ -171,43 +165,52 @@ module vdla_store (
       if (hold_q != '0) hold_q <= hold_q - 1'b1;
       case (state_q)
         IDLE: if (fire_o) begin
-          nop_q <= 8'(NOP_EXTRA - 1);
           if (!is_nop) begin
-            state_q       <= BUSY;
-            hold_q        <= 8'(SETUP_EXTRA);
-            rd_left_q     <= elems - 1'b1;
-            w_left_q      <= elems * 33'(E);
-            beat_q        <= '0;
-            ebeat_q       <= '0;
-            outstanding_q <= '0;
+            state_q <= BUSY;
+            hold_q  <= 8'(SETUP_EXTRA);
           end else if (NOP_EXTRA != 0) begin
             state_q <= NOP;
           end
         end
+        BUSY: if (last_b) state_q <= IDLE;
+        NOP: if (nop_q == '0) state_q <= IDLE;
+        default: state_q <= IDLE;
+      endcase
+    end
+  end
+
+  // The running instruction's push flag, the next OUT read address and the counts of elements, beats
+  // and responses: loaded at dispatch (fire_o and start imply !halt_i), used while it runs, no reset.
+  always_ff @(posedge clk_i) begin
+    if (fire_o) begin
+      push_q <= mem.hdr.push_prev;
+      nop_q  <= 8'(NOP_EXTRA - 1);
+    end
+    if (start) begin
+      rd_left_q     <= elems - 1'b1;
+      rd_addr_q     <= AW_IX'(mem.sram_base) + 1'b1;
+      w_left_q      <= elems * 33'(E);
+      beat_q        <= '0;
+      ebeat_q       <= '0;
+      outstanding_q <= '0;
+    end else if (!halt_i) begin
+      case (state_q)
         BUSY: begin
-          if (rd_issue) rd_left_q <= rd_left_q - 1'b1;
+          if (rd_issue) begin
+            rd_left_q <= rd_left_q - 1'b1;
+            rd_addr_q <= rd_addr_q + 1'b1;
+          end
           if (w_fire) begin
             w_left_q <= w_left_q - 1'b1;
             beat_q   <= wlast_o ? '0 : beat_q + 1'b1;
             ebeat_q  <= ebeat_q == EW'(E - 1) ? '0 : ebeat_q + 1'b1;
           end
           outstanding_q <= outstanding_q + 16'(aw_fire) - 16'(bvalid_i);
-          if (last_b) state_q <= IDLE;
         end
-        NOP: begin
-          nop_q <= nop_q - 1'b1;
-          if (nop_q == '0) state_q <= IDLE;
-        end
-        default: state_q <= IDLE;
+        NOP: nop_q <= nop_q - 1'b1;
+        default: ;
       endcase
     end
-  end
-
-  // data: the running instruction's push flag and the next OUT read address
-  always_ff @(posedge clk_i) begin
-    if (fire_o) push_q <= mem.hdr.push_prev;
-    if (start) rd_addr_q <= AW_IX'(mem.sram_base) + 1'b1;
-    else if (state_q == BUSY && rd_issue && !halt_i) rd_addr_q <= rd_addr_q + 1'b1;
   end
 
   logic unused_cmd;
@@ -215,7 +218,8 @@ module vdla_store (
 
 `ifndef SYNTHESIS
   // Every write response belongs to a burst that was issued.
-  a_b_expected: assert property (@(posedge clk_i) disable iff (!rst_ni) state_q == BUSY && bvalid_i |-> outstanding_q != '0)
+  a_b_expected: assert property (@(posedge clk_i) disable iff (!rst_ni)
+                                state_q == BUSY && bvalid_i |-> outstanding_q != '0)
     else $error("store: write response without an outstanding burst");
 `endif
 endmodule
