@@ -32,6 +32,7 @@ import numpy as np
 from vdla.graph.ew import operand_input, operand_value
 from vdla.graph.graph import Graph, Node
 from vdla.graph.ops import infer_types
+from vdla.graph.passes import eliminate_dead_code
 from vdla.isa.arith import INT8_MAX, INT8_MIN, choose_multipliers, choose_requantization
 
 COMMUTING = ("max_pool2d", "reshape", "transpose", "relu")
@@ -375,25 +376,12 @@ class _Rewriter:
                 nodes.append(node)
         nodes = [Node(n.op, tuple(self.resolve(i) for i in n.inputs), n.output, n.attrs) for n in nodes]
         outputs = [self.resolve(o) for o in self.g.outputs]
-        return _dead_code(self.g.copy(nodes=nodes, outputs=outputs, params=self.params))
+        return eliminate_dead_code(self.g.copy(nodes=nodes, outputs=outputs, params=self.params))
 
     def resolve(self, name: str) -> str:
         while name in self.alias:
             name = self.alias[name]
         return name
-
-
-def _dead_code(graph: Graph) -> Graph:
-    """Drop nodes and parameters that no graph output depends on."""
-    live = set(graph.outputs)
-    kept: list[Node] = []
-    for node in reversed(graph.nodes):
-        if node.output in live:
-            kept.append(node)
-            live.update(node.inputs)
-    params = {k: v for k, v in graph.params.items() if k in live}
-    types = {k: v for k, v in graph.param_types.items() if k in live}
-    return graph.copy(nodes=kept[::-1], params=params, param_types=types)
 
 
 def lower_qdq(graph: Graph) -> Graph:
