@@ -57,6 +57,13 @@ def test_builds_are_cached_and_keyed_by_the_configuration(rtl_library):
     assert build_dir(cfg, assertions=False) != build_dir(cfg)
 
 
+def test_speed_flavour_has_no_assertions(rtl_library):
+    backend = RtlBackend(load_config(), assertions=False)
+    assert not backend.harness.assertions and backend.library != rtl_library
+    assert backend.harness.read(R.offset("CONFIG_HASH")) == load_config().hash
+    backend.close()
+
+
 def test_model_identifies_its_configuration(rtl_library):
     backend = RtlBackend(load_config())
     assert backend.harness.assertions  # the tests' model checks the RTL's assertions

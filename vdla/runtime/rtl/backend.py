@@ -39,10 +39,18 @@ class RtlBackend:
 
     name = "rtl"
 
-    def __init__(self, cfg: HwConfig, wave: str | Path | None = None, jobs: int = 2, build_root: Path = BUILD_ROOT):
-        """``wave``: write an FST waveform of every run to this path; ``build_root``: where builds are cached."""
+    def __init__(
+        self,
+        cfg: HwConfig,
+        wave: str | Path | None = None,
+        jobs: int = 2,
+        build_root: Path = BUILD_ROOT,
+        assertions: bool = True,
+    ):
+        """``wave``: write an FST waveform of every run to this path; ``build_root``: where builds are cached;
+        ``assertions=False``: the model without the RTL's assertions (faster; same behaviour)."""
         self.cfg = cfg
-        self.library = build(cfg, trace=wave is not None, jobs=jobs, root=build_root).library
+        self.library = build(cfg, trace=wave is not None, jobs=jobs, root=build_root, assertions=assertions).library
         self.harness = Harness(self.library, cfg, wave)
         ident = self.harness.read(R.offset("ID"))
         if ident >> 16 != R.ID_MAGIC or self.harness.read(R.offset("CONFIG_HASH")) != cfg.hash:
