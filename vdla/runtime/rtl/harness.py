@@ -51,8 +51,12 @@ def _assertion_text(where: str) -> str:
         n = int(line) - 1
     except (OSError, ValueError):
         return "(source not found)"
-    text = " ".join(x.strip() for x in lines[max(0, n - 1) : n + 3])
-    return text[:300]
+    statement = []
+    for text in lines[n : n + 4]:  # the assertion, up to its message
+        statement.append(text.strip())
+        if text.rstrip().endswith(";"):
+            break
+    return " ".join(statement)[:300]
 
 
 class Harness:
