@@ -15,6 +15,7 @@ import numpy as np
 
 from vdla.graph.ew import Arg, Const, EwStep, operand_fits, step_result_dtype
 from vdla.graph.layout import blocked_shape
+from vdla.graph.ops import concat_type, pad_type, pool_window, transpose_type
 from vdla.graph.types import TensorType, UnsupportedError, is_float
 from vdla.graph.window import Window, make_window
 
@@ -73,12 +74,8 @@ def make_pool2d(
 ) -> Pool2dSpec:
     op = f"{kind}_pool2d"
     _need(op, kind in ("max", "avg"), "kind must be 'max' or 'avg'")
-    _need(op, len(x.shape) == 4, f"expects an NCHW tensor, got shape {x.shape}")
-    _need(op, x.dtype in ("int8", "float32"), f"dtype {x.dtype} is not supported (int8, float32)")
-    win, (oh, ow) = make_window(op, x.shape[2:], kernel, kernel if stride is None else stride, 1, padding)
-    pt, pb, pl, pr = win.pads
-    _need(op, max(pt, pb) < win.kernel[0] and max(pl, pr) < win.kernel[1], "padding must be smaller than kernel")
-    return Pool2dSpec(x, kind, win, count_include_pad, TensorType((*x.shape[:2], oh, ow), x.dtype))
+    win, out = pool_window(op, x, kernel, stride, padding)
+    return Pool2dSpec(x, kind, win, count_include_pad, out.plain)
 
 
 @dataclass(frozen=True)
@@ -124,9 +121,8 @@ class TransposeSpec:
 
 
 def make_transpose(x: TensorType, perm: tuple[int, ...]) -> TransposeSpec:
-    perm = tuple(int(p) for p in perm)
-    _need("transpose", sorted(perm) == list(range(len(x.shape))), f"bad permutation {perm} for {x.shape}")
-    return TransposeSpec(x, perm, TensorType(tuple(x.shape[p] for p in perm), x.dtype))
+    perm, out = transpose_type(x, perm)
+    return TransposeSpec(x, perm, out.plain)
 
 
 @dataclass(frozen=True)
@@ -178,20 +174,8 @@ class ConcatSpec:
 
 
 def make_concat(inputs: tuple[TensorType, ...], axis: int) -> ConcatSpec:
-    op = "concat"
-    _need(op, len(inputs) >= 1, "needs at least one input")
-    rank, dtype = len(inputs[0].shape), inputs[0].dtype
-    _need(op, -rank <= axis < rank, f"axis {axis} out of range")
-    axis %= rank
-    for t in inputs:
-        _need(op, t.dtype == dtype, f"mixed dtypes {dtype} and {t.dtype}")
-        same = len(t.shape) == rank and all(
-            a == b for i, (a, b) in enumerate(zip(t.shape, inputs[0].shape, strict=True)) if i != axis
-        )
-        _need(op, same, f"shape {t.shape} does not match {inputs[0].shape} outside axis {axis}")
-    shape = list(inputs[0].shape)
-    shape[axis] = sum(t.shape[axis] for t in inputs)
-    return ConcatSpec(inputs, axis, TensorType(tuple(shape), dtype))
+    axis, out = concat_type(inputs, axis)
+    return ConcatSpec(inputs, axis, out.plain)
 
 
 @dataclass(frozen=True)
@@ -206,16 +190,14 @@ class PadSpec:
 
 def make_pad(x: TensorType, pads, value: int | float = 0) -> PadSpec:
     op = "pad"
-    pads = tuple((int(a), int(b)) for a, b in pads)
-    _need(op, len(pads) == len(x.shape) and all(a >= 0 and b >= 0 for a, b in pads), f"bad pads {pads}")
+    pads, out = pad_type(x, pads)
     if is_float(x.dtype):
         _need(op, math.isfinite(value), f"pad value must be finite, got {value}")
         value = float(value)
     else:
         _need(op, float(value).is_integer() and operand_fits(Const(int(value)), x.dtype, ()), f"bad value {value}")
         value = int(value)
-    shape = tuple(d + a + b for d, (a, b) in zip(x.shape, pads, strict=True))
-    return PadSpec(x, pads, value, TensorType(shape, x.dtype))
+    return PadSpec(x, pads, value, out.plain)
 
 
 def _epilogue(op: str, acc: TensorType, inputs: tuple[TensorType, ...], steps: tuple[EwStep, ...]):

@@ -25,7 +25,7 @@ from vdla.graph.ew import EW_OPERANDS, node_steps, operand_value, step_result_dt
 from vdla.graph.graph import Graph, Node, reshaped
 from vdla.graph.layout import blocked_shape
 from vdla.graph.types import Quant, TensorType, UnsupportedError
-from vdla.graph.window import make_window
+from vdla.graph.window import Window, make_window
 
 INJECTIVE, REDUCTION, COMPLEX, OPAQUE = "injective", "reduction", "complex", "opaque"
 KINDS = (INJECTIVE, REDUCTION, COMPLEX, OPAQUE)
@@ -197,22 +197,23 @@ def _batch_norm(node: Node, inputs: list[TensorType], params: Mapping[str, np.nd
 # Pooling and reductions
 
 
-def _pool(kind_: str) -> Infer:
-    op = f"{kind_}_pool2d"
+def pool_window(op: str, x: TensorType, kernel, stride=None, padding=0) -> tuple[Window, TensorType]:
+    """The window and output type of a 2-D pooling of NCHW ``x`` (stride defaults to the kernel; padding
+    smaller than the kernel on each side)."""
+    _need(op, len(x.shape) == 4, f"expects an NCHW tensor, got shape {x.shape}")
+    _need(op, x.dtype in ("int8", "float32"), f"dtype {x.dtype} is not supported (int8, float32)")
+    _need(op, kernel is not None, "needs a kernel attribute")
+    win, (oh, ow) = make_window(op, x.shape[2:], kernel, stride or kernel, 1, padding)
+    top, bottom, left, right = win.pads
+    ok = max(top, bottom) < win.kernel[0] and max(left, right) < win.kernel[1]
+    _need(op, ok, f"padding {win.pads} must be smaller than the kernel {win.kernel}")
+    return win, TensorType((*x.shape[:2], oh, ow), x.dtype, x.quant)
 
+
+def _pool(kind_: str) -> Infer:
     def rule(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarray]) -> TensorType:
-        (x,) = inputs
         a = node.attrs
-        _need(op, len(x.shape) == 4, f"expects an NCHW tensor, got shape {x.shape}")
-        _need(op, x.dtype in ("int8", "float32"), f"dtype {x.dtype} is not supported (int8, float32)")
-        kernel = a.get("kernel")
-        _need(op, kernel is not None, "needs a kernel attribute")
-        stride = a.get("stride") or kernel
-        win, (oh, ow) = make_window(op, x.shape[2:], kernel, stride, 1, a.get("padding", 0))
-        top, bottom, left, right = win.pads
-        ok = max(top, bottom) < win.kernel[0] and max(left, right) < win.kernel[1]
-        _need(op, ok, f"padding {win.pads} must be smaller than the kernel {win.kernel}")
-        return TensorType((*x.shape[:2], oh, ow), x.dtype, x.quant)
+        return pool_window(f"{kind_}_pool2d", inputs[0], a.get("kernel"), a.get("stride"), a.get("padding", 0))[1]
 
     return rule
 
@@ -248,21 +249,26 @@ def _reshape(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarr
     return TensorType(reshaped(x.shape, node.attrs["shape"]), x.dtype, x.quant)
 
 
-@register("transpose", INJECTIVE, 1)
-def _transpose(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarray]) -> TensorType:
-    (x,) = inputs
-    perm = tuple(int(p) for p in node.attrs["perm"])
+def transpose_type(x: TensorType, perm) -> tuple[tuple[int, ...], TensorType]:
+    """The checked permutation and the output type of ``x`` transposed (a per-axis quantization follows)."""
+    perm = tuple(int(p) for p in perm)
     _need("transpose", sorted(perm) == list(range(len(x.shape))), f"bad permutation {perm} for {x.shape}")
     q = x.quant
     if q is not None and q.axis is not None:
         q = Quant(q.scale, q.zero_point, perm.index(q.axis))
-    return TensorType(tuple(x.shape[p] for p in perm), x.dtype, q)
+    return perm, TensorType(tuple(x.shape[p] for p in perm), x.dtype, q)
 
 
-@register("concat", INJECTIVE, 1, 1 << 16)
-def _concat(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarray]) -> TensorType:
+@register("transpose", INJECTIVE, 1)
+def _transpose(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarray]) -> TensorType:
+    return transpose_type(inputs[0], node.attrs["perm"])[1]
+
+
+def concat_type(inputs: list[TensorType] | tuple[TensorType, ...], axis: int) -> tuple[int, TensorType]:
+    """The normalised axis and the output type of concatenating ``inputs`` (one dtype, equal shapes outside
+    ``axis``; the quantization kept where all inputs share it)."""
+    _need("concat", len(inputs) >= 1, "needs at least one input")
     rank, dtype = len(inputs[0].shape), inputs[0].dtype
-    axis = int(node.attrs.get("axis", 0))
     _need("concat", -rank <= axis < rank, f"axis {axis} out of range")
     axis %= rank
     for t in inputs:
@@ -274,17 +280,26 @@ def _concat(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarra
     shape = list(inputs[0].shape)
     shape[axis] = sum(t.shape[axis] for t in inputs)
     quants = {t.quant for t in inputs}
-    return TensorType(tuple(shape), dtype, quants.pop() if len(quants) == 1 else None)
+    return axis, TensorType(tuple(shape), dtype, quants.pop() if len(quants) == 1 else None)
+
+
+@register("concat", INJECTIVE, 1, 1 << 16)
+def _concat(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarray]) -> TensorType:
+    return concat_type(inputs, int(node.attrs.get("axis", 0)))[1]
+
+
+def pad_type(x: TensorType, pads) -> tuple[tuple[tuple[int, int], ...], TensorType]:
+    """The checked ``(before, after)`` pairs (one per axis) and the output type of padding ``x``."""
+    pads = tuple((int(a), int(b)) for a, b in pads)
+    ok = len(pads) == len(x.shape) and all(a >= 0 and b >= 0 for a, b in pads)
+    _need("pad", ok, f"pads {pads} must be one non-negative (before, after) pair per axis of {x.shape}")
+    shape = tuple(d + a + b for d, (a, b) in zip(x.shape, pads, strict=True))
+    return pads, TensorType(shape, x.dtype, x.quant)
 
 
 @register("pad", INJECTIVE, 1)
 def _pad(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarray]) -> TensorType:
-    (x,) = inputs
-    pads = tuple((int(a), int(b)) for a, b in node.attrs["pads"])
-    ok = len(pads) == len(x.shape) and all(a >= 0 and b >= 0 for a, b in pads)
-    _need("pad", ok, f"pads {pads} must be one non-negative (before, after) pair per axis of {x.shape}")
-    shape = tuple(d + a + b for d, (a, b) in zip(x.shape, pads, strict=True))
-    return TensorType(shape, x.dtype, x.quant)
+    return pad_type(inputs[0], node.attrs["pads"])[1]
 
 
 @register("pack_blocked", INJECTIVE, 1)
