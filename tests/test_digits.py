@@ -1,0 +1,157 @@
+"""A trained model on real data: the digits CNN of ``examples/digits`` (scikit-learn's 8x8 handwritten
+digits, trained with torch, committed as ``digits.onnx`` with its seeded split in ``digits_data.npz``).
+
+Issue 11, section 3: the model quantized by onnxruntime (static QDQ, per-channel, calibrated on the
+committed calibration subset), compiled by vdla and run over the whole held-out split on sim and rtl,
+against onnxruntime running the same QDQ model: top-1 agrees on every image and at least 99% of the logits
+are within one output quantization step.
+
+Issue 11, section 2: vdla's int8 top-1 accuracy on the held-out split is within one percentage point of
+the float model's accuracy computed by onnxruntime, for the QDQ model and for the float model quantized
+by vdla itself (``compile_model(float_model, calib=...)``; skipped while that is not available).
+
+Needs onnx and onnxruntime (dev extras), not torch or scikit-learn.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+
+from vdla.compiler import CompileError  # noqa: E402
+from vdla.experiments.models import quantize_qdq  # noqa: E402
+from vdla.model import Module  # noqa: E402
+from vdla.model.artifact import Artifact  # noqa: E402
+from vdla.model.build import compile_model  # noqa: E402
+
+HERE = Path(__file__).resolve().parent.parent / "examples" / "digits"
+MODEL, DATA = HERE / "digits.onnx", HERE / "digits_data.npz"
+ACCURACY_MARGIN = 0.01  # issue 11: int8 top-1 within one percentage point of the float model's
+
+
+@pytest.fixture(scope="module")
+def data() -> dict[str, np.ndarray]:
+    """The committed split: standardized test images and labels, the calibration subset."""
+    with np.load(DATA) as npz:
+        return {k: npz[k] for k in npz.files}
+
+
+@pytest.fixture(scope="module")
+def float_model():
+    """The trained float model as committed."""
+    return onnx.load(str(MODEL))
+
+
+def _ort_logits(model, images: np.ndarray) -> np.ndarray:
+    """onnxruntime's logits of ``model`` for every image (one at a time: the model's batch is 1)."""
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return np.concatenate([session.run(["logits"], {"image": x[None]})[0] for x in images])
+
+
+def _vdla_logits(artifact: Artifact, backend: str, images: np.ndarray) -> np.ndarray:
+    """vdla's logits of the compiled model for every image on ``backend``; checks ``probs`` on the way."""
+    module = Module(artifact, backend)
+    rows = []
+    for x in images:
+        out = module.run(x[None])
+        assert out["probs"].shape == (1, 10) and out["probs"].argmax() == out["logits"].argmax()
+        rows.append(out["logits"])
+    return np.concatenate(rows)
+
+
+def _top1(logits: np.ndarray, labels: np.ndarray) -> float:
+    return float((logits.argmax(axis=1) == labels).mean())
+
+
+@pytest.fixture(scope="module")
+def float_accuracy(float_model, data) -> float:
+    """The float model's top-1 accuracy on the held-out split, computed by onnxruntime."""
+    return _top1(_ort_logits(float_model, data["x_test"]), data["y_test"])
+
+
+@pytest.fixture(scope="module")
+def qdq_model(float_model, data):
+    """The model quantized by onnxruntime (static QDQ, per-channel symmetric) on the calibration subset."""
+    return quantize_qdq(float_model, data["x_calib"], input_name="image")
+
+
+@pytest.fixture(scope="module")
+def qdq_artifact(qdq_model) -> Artifact:
+    return compile_model(qdq_model, config="pynq")[0]
+
+
+@pytest.fixture(scope="module")
+def qdq_reference(qdq_model, data) -> np.ndarray:
+    """onnxruntime's logits of the QDQ model on the held-out split."""
+    return _ort_logits(qdq_model, data["x_test"])
+
+
+def _logit_scale(model) -> float:
+    init = {i.name: i for i in model.graph.initializer}
+    for node in model.graph.node:
+        if node.op_type == "DequantizeLinear" and node.output[0] == "logits":
+            return float(onnx.numpy_helper.to_array(init[node.input[1]]))
+    raise AssertionError("no DequantizeLinear produces the logits")
+
+
+def test_committed_split(data, float_model):
+    x, y, calib = data["x_test"], data["y_test"], data["x_calib"]
+    assert x.dtype == np.float32 and x.shape[1:] == (1, 8, 8) and y.dtype == np.int64 and len(x) == len(y)
+    assert len(x) == 360 and np.array_equal(np.bincount(y, minlength=10) >= 35, np.ones(10, bool))  # stratified
+    assert calib.dtype == np.float32 and calib.shape == (200, 1, 8, 8)
+    # no calibration image is a test image
+    assert not (calib.reshape(len(calib), 1, -1) == x.reshape(1, len(x), -1)).all(axis=2).any()
+    inputs = {i.name: [d.dim_value for d in i.type.tensor_type.shape.dim] for i in float_model.graph.input}
+    assert inputs == {"image": [1, 1, 8, 8]}
+    assert [o.name for o in float_model.graph.output] == ["logits", "probs"]
+    assert DATA.stat().st_size < 1 << 20
+
+
+def test_float_model_is_trained(float_accuracy):
+    assert float_accuracy >= 0.97, float_accuracy
+
+
+def test_qdq_model_runs_every_layer_on_the_accelerator(qdq_artifact):
+    accel = [s for s in qdq_artifact.steps if s.kind == "accel"]
+    assert len(accel) == 5  # four convolutions (stem two, residual block two) and the dense layer
+    assert qdq_artifact.accel_macs == qdq_artifact.total_macs
+
+
+def test_qdq_matches_onnxruntime(qdq_model, qdq_artifact, qdq_reference, data, float_accuracy, backend):
+    """The whole held-out split: top-1 agreement with onnxruntime on every image, 99% of the logits within
+    one quantization step, and the int8 accuracy within one percentage point of the float accuracy."""
+    got = _vdla_logits(qdq_artifact, backend, data["x_test"])
+    scale = _logit_scale(qdq_model)
+    steps = np.abs(np.rint(got / scale) - np.rint(qdq_reference / scale)).astype(np.int64).ravel()
+    histogram = np.bincount(steps)
+    assert (steps <= 1).mean() >= 0.99, histogram
+    disagree = np.flatnonzero(got.argmax(axis=1) != qdq_reference.argmax(axis=1))
+    assert disagree.size == 0, f"top-1 differs from onnxruntime on images {disagree.tolist()}"
+    assert abs(_top1(got, data["y_test"]) - float_accuracy) <= ACCURACY_MARGIN
+
+
+def _vdla_quantized(float_model, data) -> Artifact:
+    """The float model quantized by vdla on the calibration subset, or a skip while vdla cannot."""
+    try:
+        return compile_model(float_model, calib={"image": data["x_calib"]}, config="pynq")[0]
+    except CompileError as e:
+        if "not available" in str(e):
+            pytest.skip(f"vdla's own quantization of float models has not landed: {e}")
+        raise
+
+
+@pytest.fixture(scope="module")
+def vdla_artifact(float_model, data) -> Artifact:
+    return _vdla_quantized(float_model, data)
+
+
+def test_vdla_quantization_accuracy(vdla_artifact, data, float_accuracy, backend):
+    """Issue 11, section 2: vdla's own int8 on the held-out split within one point of the float model."""
+    got = _vdla_logits(vdla_artifact, backend, data["x_test"])
+    accuracy = _top1(got, data["y_test"])
+    assert abs(accuracy - float_accuracy) <= ACCURACY_MARGIN, (accuracy, float_accuracy)
