@@ -1,0 +1,100 @@
+"""Measure the committed digits model on its held-out split: float accuracy (onnxruntime), the model
+quantized by onnxruntime (static QDQ, per-channel) run by onnxruntime and by vdla, and the float model
+quantized by vdla itself where that is available; agreement with onnxruntime's QDQ in output
+quantization steps. The figures of docs/digits.md come from this script.
+
+    python examples/digits/evaluate.py [--backend sim rtl] [--json out.json]
+
+Needs the onnx extra and onnxruntime (dev), not torch or scikit-learn.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+from vdla.compiler import CompileError
+from vdla.experiments.models import quantize_qdq
+from vdla.model import Module
+from vdla.model.artifact import Artifact
+from vdla.model.build import compile_model
+
+HERE = Path(__file__).resolve().parent
+
+
+def ort_logits(model: onnx.ModelProto, images: np.ndarray) -> np.ndarray:
+    """onnxruntime's logits for every image (batch 1)."""
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return np.concatenate([session.run(["logits"], {"image": x[None]})[0] for x in images])
+
+
+def vdla_logits(artifact: Artifact, backend: str, images: np.ndarray) -> tuple[np.ndarray, int]:
+    """vdla's logits for every image on ``backend`` and the accelerator cycles of one inference."""
+    module = Module(artifact, backend)
+    logits = np.concatenate([module.run(x[None])["logits"] for x in images])
+    return logits, int(module.last_report.accel_cycles)
+
+
+def logit_scale(model: onnx.ModelProto) -> float:
+    """The scale of the QDQ model's logits (the DequantizeLinear that writes them)."""
+    init = {i.name: i for i in model.graph.initializer}
+    for node in model.graph.node:
+        if node.op_type == "DequantizeLinear" and node.output[0] == "logits":
+            return float(onnx.numpy_helper.to_array(init[node.input[1]]))
+    raise ValueError("no DequantizeLinear writes the logits")
+
+
+def main() -> None:
+    """Print one record per (quantizer, backend) and optionally write them as JSON."""
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--backend", nargs="+", default=["sim", "rtl"], choices=["sim", "rtl"])
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    with np.load(HERE / "digits_data.npz") as npz:
+        x, y, calib = npz["x_test"], npz["y_test"], npz["x_calib"]
+    model = onnx.load(str(HERE / "digits.onnx"))
+    float_top1 = float((ort_logits(model, x).argmax(1) == y).mean())
+    print(f"float model (onnxruntime): top-1 {float_top1:.4f} on {len(x)} test images")
+    qdq = quantize_qdq(model, calib, input_name="image")
+    ref = ort_logits(qdq, x)
+    scale = logit_scale(qdq)
+    print(f"QDQ model (onnxruntime):   top-1 {(ref.argmax(1) == y).mean():.4f}")
+    records = []
+    artifacts = {"onnxruntime QDQ": compile_model(qdq, config="pynq")[0]}
+    try:
+        artifacts["vdla calibration"] = compile_model(model, calib={"image": calib}, config="pynq")[0]
+    except CompileError as e:
+        print(f"vdla's own quantization: not run ({e})")
+    for quantizer, artifact in artifacts.items():
+        for backend in args.backend:
+            t0 = time.perf_counter()
+            got, cycles = vdla_logits(artifact, backend, x)
+            seconds = time.perf_counter() - t0
+            rec = {
+                "model": "digits",
+                "quantizer": quantizer,
+                "backend": backend,
+                "float_top1": float_top1,
+                "int8_top1": float((got.argmax(1) == y).mean()),
+                "top1_agreement_vs_ort_qdq": float((got.argmax(1) == ref.argmax(1)).mean()),
+                "accel_cycles_per_image": cycles,
+                "wall_seconds": round(seconds, 2),
+            }
+            if quantizer == "onnxruntime QDQ":
+                steps = np.abs(np.rint(got / scale) - np.rint(ref / scale)).astype(np.int64).ravel()
+                rec["step_histogram"] = np.bincount(steps).tolist()
+                rec["within_one_step"] = float((steps <= 1).mean())
+            records.append(rec)
+            print(json.dumps(rec))
+    if args.json:
+        args.json.write_text(json.dumps(records, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
