@@ -16,7 +16,7 @@ from vdla.errors import VdlaError
 from vdla.runtime.counters import Counters, TimelineEntry
 from vdla.runtime.dram import Dram
 
-BACKENDS = ("sim", "rtl")
+BACKENDS = ("sim", "rtl", "pynq")
 
 
 class RunError(VdlaError, RuntimeError):
@@ -89,4 +89,8 @@ def make_backend(name: str, cfg: HwConfig, **options) -> Backend:
         from vdla.runtime.rtl import RtlBackend
 
         return RtlBackend(cfg, **options)
+    if name == "pynq":
+        from vdla.runtime.pynq_backend import PynqBackend
+
+        return PynqBackend(cfg, **options)
     raise ConfigError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")

@@ -1,0 +1,412 @@
+"""The ``pynq`` backend: the accelerator on a PYNQ board (PYNQ-Z1/Z2), driven through the PYNQ library.
+
+Written as a PYNQ user writes a driver: the accelerator's AXI4-Lite slave is a ``pynq.MMIO`` (found in a
+``pynq.Overlay``'s ``ip_dict``, or at a given base address on ``pynq.Device.active_device``), its registers
+are those of :mod:`vdla.runtime.registers`, and all memory it reaches is ``pynq.allocate`` buffers:
+
+* the DRAM region programs run against (:meth:`PynqBackend.make_dram`) is one ``pynq.allocate`` buffer;
+  vdla's :class:`~vdla.runtime.dram.Dram` allocator places weights, micro-op kernels, activations and
+  whole artifact images in it at vdla addresses (from the config's ``dram_base_addr``, as on every
+  backend), so programs and artifacts built anywhere run here unchanged;
+* before a run the driver copies the instruction stream into an instruction ``pynq.allocate`` buffer,
+  rewriting each LOAD/STORE's DRAM address to the region's ``physical_address`` (after checking that
+  every transfer lies inside the region: a bad program never reaches memory the region does not own);
+* ``flush()`` covers what the accelerator reads and writes before START, ``invalidate()`` what it wrote
+  after the run, so the CPU's cache and the accelerator's view of DRAM agree (PYNQ's buffers are cached
+  and the Zynq-7000's HP ports are not coherent).
+
+A run writes INSN_ADDR/INSN_COUNT, START, and polls IRQ.PENDING until it is set, the cycle limit passes or
+``timeout_s`` seconds pass. Errors are the runtime's backend-neutral ones (:mod:`vdla.runtime.backend`),
+explained from the registers by :mod:`vdla.runtime.diagnosis` exactly as on the ``rtl`` backend. After a
+timeout the driver resets the programmable logic through the Zynq's SLCR (FPGA_RST_CTRL), so the next run
+starts on an idle accelerator. One process at a time owns the accelerator (a lock file).
+
+``pynq`` is imported when the backend is created, never by ``import vdla.runtime``.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from vdla.config import HwConfig
+from vdla.hw_header import ISA_VERSION
+from vdla.isa import MemType, Opcode, decode
+from vdla.isa.asm import disassemble_insn
+from vdla.isa.validate import check_insn, elem_bytes
+from vdla.runtime import registers as R
+from vdla.runtime.backend import BackendError, CycleLimitError, FaultError, RunError, RunResult, TokenError
+from vdla.runtime.diagnosis import Diagnosis, Program, token_counts
+from vdla.runtime.dram import Dram
+
+DEFAULT_BASE_ADDR = 0x43C0_0000  # the first AXI4-Lite slave on M_AXI_GP0 (hw/fpga's block design puts it here)
+REGISTER_SPAN = 0x1_0000  # the address window the block design gives the slave (it decodes 8 bits)
+DEFAULT_DRAM_BYTES = 64 << 20  # the DRAM region: part of the board's CMA pool
+DEFAULT_TIMEOUT_S = 30.0
+PAGE = 4096
+
+# The Zynq-7000 System Level Control Registers (UG585, appendix B.28): the PL reset FCLK_RESET0_N.
+SLCR_BASE = 0xF800_0000
+SLCR_SPAN = 0x1000
+SLCR_LOCK, SLCR_UNLOCK, SLCR_LOCK_KEY, SLCR_UNLOCK_KEY = 0x004, 0x008, 0x767B, 0xDF0D
+FPGA_RST_CTRL = 0x240  # bit 0: FPGA0_OUT_RST (1 holds FCLK_RESET0_N low)
+
+_LOAD_TYPES = (MemType.UOP, MemType.WGT, MemType.INP, MemType.ACC, MemType.ACC_8BIT)
+
+
+class BoardTimeoutError(RunError):
+    """The board did not end the run (IRQ.PENDING) within the driver's timeout."""
+
+
+def import_pynq():
+    """The ``pynq`` package, or a BackendError saying how to get it."""
+    try:
+        import pynq
+    except ImportError as e:
+        raise BackendError(
+            f"the pynq backend needs the pynq package ({e}): on a PYNQ board it is installed with the image; "
+            "elsewhere `make test-pynq` builds a second environment (.venv-pynq) with it. pynq is not a "
+            "dependency of vdla and never goes into the main environment (it pins numpy<2)."
+        ) from e
+    return pynq
+
+
+@dataclass
+class _Stream:
+    """An instruction stream checked and relocated for the board."""
+
+    words: np.ndarray  # (n, 2) uint64: the relocated instructions
+    flush: tuple[int, int] | None  # [lo, hi) region offsets the accelerator reads or writes
+    invalidate: tuple[int, int] | None  # [lo, hi) region offsets it writes
+
+
+class _BoardLock:
+    """One process at a time per accelerator: an exclusive ``flock`` on a file named after the device and
+    the register base address, holding the owner's process id."""
+
+    def __init__(self, tag: str, base: int):
+        name = re.sub(r"[^A-Za-z0-9_.-]", "_", tag)
+        self.path = Path(tempfile.gettempdir()) / f"vdla-pynq-{name}-{base:x}.lock"
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(self.fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            os.close(self.fd)
+            self.fd = -1
+            raise BackendError(
+                f"the accelerator at {base:#x} on {tag!r} is in use by process {holder} (lock {self.path}); "
+                "close that process's device first"
+            ) from None
+        os.ftruncate(self.fd, 0)
+        os.pwrite(self.fd, f"{os.getpid()}\n".encode(), 0)
+
+    def release(self) -> None:
+        if self.fd >= 0:
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
+            os.close(self.fd)
+            self.fd = -1
+
+
+class PynqBackend:
+    """Runs programs on the accelerator of a PYNQ board (or of any ``pynq.Device``, such as the simulated
+    board of :mod:`vdla.runtime.pynq_sim`).
+
+    ``overlay``: a ``pynq.Overlay`` or the path of its ``.bit`` (loaded with ``pynq.Overlay``); the
+    accelerator is the IP whose name or VLNV contains ``ip_name``. Without an overlay, the registers are at
+    ``base_addr`` on ``pynq.Device.active_device`` (the bitstream already loaded). ``dram_bytes``: size of
+    the DRAM region allocated from the board's CMA pool; ``timeout_s``: how long a run may take before the
+    board is declared stuck; ``poll_s``: sleep between polls of IRQ.PENDING.
+    """
+
+    name = "pynq"
+
+    def __init__(
+        self,
+        cfg: HwConfig,
+        overlay: object | str | Path | None = None,
+        base_addr: int | None = None,
+        ip_name: str = "vdla",
+        dram_bytes: int = DEFAULT_DRAM_BYTES,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        poll_s: float = 0.0,
+    ):
+        self.pynq = import_pynq()
+        self.cfg, self.timeout_s, self.poll_s = cfg, timeout_s, poll_s
+        self.dram_bytes = min(dram_bytes, cfg.dram_bytes)
+        if overlay is not None:
+            if isinstance(overlay, str | Path):
+                overlay = self.pynq.Overlay(str(overlay))
+            self.overlay = overlay
+            self.device = overlay.device
+            base, span = self._find_ip(overlay.ip_dict, ip_name)
+        else:
+            self.overlay = None
+            self.device = self.pynq.Device.active_device
+            base, span = (DEFAULT_BASE_ADDR if base_addr is None else base_addr), REGISTER_SPAN
+        self.base_addr = base
+        self._lock = _BoardLock(getattr(self.device, "tag", type(self.device).__name__), base)
+        self._running = threading.Lock()
+        self._regions: list[tuple[Dram, object]] = []  # (vdla DRAM, its pynq buffer)
+        self._insn = None  # the instruction buffer, grown as programs need
+        self._slcr = None
+        try:
+            self.mmio = self.pynq.MMIO(base, span, device=self.device)
+            self.diagnosis = Diagnosis(cfg, self._read)
+            self._check_identity()
+        except BaseException:
+            self._lock.release()
+            raise
+
+    # ---- opening ------------------------------------------------------------------------------
+    @staticmethod
+    def _find_ip(ip_dict: dict, ip_name: str) -> tuple[int, int]:
+        found = [(name, ip) for name, ip in ip_dict.items() if ip_name in name or ip_name in str(ip.get("type", ""))]
+        if len(found) != 1:
+            raise BackendError(
+                f"the overlay has {len(found)} IPs matching {ip_name!r} (it has {', '.join(ip_dict) or 'none'}): "
+                "pass ip_name= to choose the accelerator"
+            )
+        _, ip = found[0]
+        return int(ip["phys_addr"]), int(ip["addr_range"])
+
+    def _read(self, offset: int) -> int:
+        return int(self.mmio.read(offset))
+
+    def _write(self, offset: int, value: int) -> None:
+        self.mmio.write(offset, int(value) & 0xFFFFFFFF)
+
+    def _check_identity(self) -> None:
+        """Refuse a bitstream of another ISA version or hardware configuration, naming both."""
+        ident, got_hash = self._read(R.offset("ID")), self._read(R.offset("CONFIG_HASH"))
+        where = f"at {self.base_addr:#x} on {getattr(self.device, 'tag', self.device)!r}"
+        if ident >> 16 != R.ID_MAGIC:
+            raise BackendError(
+                f"no vdla accelerator {where}: ID reads {ident:#010x}, not the magic {R.ID_MAGIC:#06x} in bits "
+                "31:16 (is the overlay loaded, and is this the accelerator's base address?)"
+            )
+        version = ident & 0xFFFF
+        if version != ISA_VERSION or got_hash != self.cfg.hash:
+            raise BackendError(
+                f"the bitstream {where} was built for ISA version {version}, config hash {got_hash:#010x}; the "
+                f"device's config {self.cfg.name!r} needs ISA version {ISA_VERSION}, config hash "
+                f"{self.cfg.hash:#010x}: load the overlay built from this config (hw/fpga), or compile for the "
+                "bitstream's config"
+            )
+
+    # ---- memory -------------------------------------------------------------------------------
+    def make_dram(self) -> Dram:
+        """The DRAM region: one ``pynq.allocate`` buffer, addressed from the config's ``dram_base_addr``."""
+        buf = self.pynq.allocate((self.dram_bytes,), np.uint8, target=self.device)
+        delta = int(buf.physical_address) - self.cfg.dram_base_addr
+        if delta % PAGE:
+            raise BackendError(f"pynq.allocate returned a buffer at {buf.physical_address:#x}, not page aligned")
+        dram = Dram(self.dram_bytes, self.cfg.dram_base_addr, mem=buf)
+        self._regions.append((dram, buf))
+        return dram
+
+    def _region(self, dram: Dram):
+        for d, buf in self._regions:
+            if d is dram:
+                return buf
+        raise BackendError(
+            "the DRAM passed to the pynq backend is not one of its pynq.allocate regions: create it with "
+            "backend.make_dram() (a Device does), so that the accelerator can reach it"
+        )
+
+    def _insn_buffer(self, nbytes: int):
+        if self._insn is None or self._insn.nbytes < nbytes:
+            cap = PAGE
+            while cap < nbytes:
+                cap *= 2
+            if self._insn is not None:
+                self._insn.freebuffer()
+            self._insn = self.pynq.allocate((cap,), np.uint8, target=self.device)
+        return self._insn
+
+    def _relocate(self, dram: Dram, phys: int, insn_addr: int, count: int) -> _Stream:
+        """Check the stream's fetch and every LOAD/STORE against the region, and move their DRAM addresses
+        from vdla addresses to the region's physical address. Instructions the fetch unit will reject (an
+        unknown opcode or memory type) and everything after them are left for the hardware to report."""
+        nbytes = count * self.cfg.insn_bytes
+        if insn_addr % 16:
+            raise FaultError(f"cannot fetch the program: address {insn_addr:#x} is not 16-byte aligned")
+        lo_r, hi_r = dram.range
+        if insn_addr < lo_r or insn_addr + nbytes > hi_r:
+            raise FaultError(
+                f"cannot fetch the program: its {nbytes} bytes at {insn_addr:#x} lie outside the DRAM region "
+                f"[{lo_r:#x}, {hi_r:#x})"
+            )
+        words = np.frombuffer(bytes(dram.view(insn_addr, nbytes)), dtype="<u8").reshape(count, 2).copy()
+        lo, hi = words[:, 0], words[:, 1]
+        op = (lo & 7).astype(np.int64)
+        mem = ((lo >> 7) & 7).astype(np.int64)
+        is_mem = op <= Opcode.STORE
+        rejected = (op > max(Opcode)) | (is_mem & (mem > max(MemType)))
+        reached = np.arange(count) < (int(np.argmax(rejected)) if rejected.any() else count)
+        y, x, stride = (hi & 0xFFFF).astype(np.int64), ((hi >> 16) & 0xFFFF).astype(np.int64), (hi >> 32) & 0xFFFF
+        loads = (op == Opcode.LOAD) & np.isin(mem, _LOAD_TYPES)
+        stores = (op == Opcode.STORE) & (mem == MemType.OUT)
+        dma = (loads | stores) & (x > 0) & (y > 0) & reached
+        eb = np.zeros(8, np.int64)
+        for m in MemType:
+            eb[m] = elem_bytes(self.cfg, m)
+        ebs = eb[mem]
+        base = ((lo >> 26) & 0xFFFFFFFF).astype(np.int64)
+        first = base * ebs
+        last = first + ((y - 1) * stride.astype(np.int64) + x) * ebs
+        outside = dma & ((first < lo_r) | (last > hi_r))
+        if outside.any():
+            i = int(np.argmax(outside))
+            insn = decode(int(lo[i]) | int(hi[i]) << 64)
+            problems = check_insn(insn, self.cfg, dram.range)
+            raise FaultError(f"instruction {i} ({disassemble_insn(insn)}): {'; '.join(problems)}")
+        delta = phys - lo_r
+        new_base = base + np.where(dma, delta // np.maximum(ebs, 1), 0)
+        field = np.uint64(0xFFFFFFFF << 26)
+        words[:, 0] = (lo & ~field) | ((new_base.astype(np.uint64) << np.uint64(26)) & field)
+
+        def cover(sel: np.ndarray) -> tuple[int, int] | None:
+            return (int(first[sel].min()) - lo_r, int(last[sel].max()) - lo_r) if sel.any() else None
+
+        return _Stream(words, cover(dma), cover(dma & stores))
+
+    # ---- running ------------------------------------------------------------------------------
+    def run(
+        self,
+        dram: Dram,
+        insn_addr: int,
+        insn_count: int,
+        max_cycles: int | None = None,
+        timeline: bool = False,
+        functional: bool = True,
+    ) -> RunResult:
+        """Execute ``insn_count`` instructions at ``insn_addr`` on the board; raise like the other backends.
+        The board always executes the data path (``functional`` changes nothing) and records no timeline."""
+        if not self._running.acquire(blocking=False):
+            raise BackendError("a run is already in flight on this pynq backend (one run at a time)")
+        try:
+            return self._run(dram, insn_addr, insn_count, max_cycles)
+        finally:
+            self._running.release()
+
+    def _run(self, dram: Dram, insn_addr: int, insn_count: int, max_cycles: int | None) -> RunResult:
+        t0 = time.perf_counter()
+        region = self._region(dram)
+        phys = int(region.physical_address)
+        stream = self._relocate(dram, phys, insn_addr, insn_count)
+        self._wait_idle()
+        code = self._insn_buffer(max(stream.words.nbytes, 16))
+        code[: stream.words.nbytes] = stream.words.view(np.uint8).reshape(-1)
+        code[: stream.words.nbytes].flush()
+        if stream.flush:
+            region[stream.flush[0] : stream.flush[1]].flush()
+        self._write(R.offset("IRQ"), 1)
+        self._write(R.offset("IRQ_ENABLE"), 1)
+        addr = int(code.physical_address)
+        self._write(R.offset("INSN_ADDR_LO"), addr)
+        self._write(R.offset("INSN_ADDR_HI"), addr >> 32)
+        self._write(R.offset("INSN_COUNT"), insn_count)
+        self._write(R.offset("CONTROL"), 1)
+        ended, timed_out = self._poll(max_cycles)
+        program = Program(dram, insn_addr, insn_count, self.cfg)
+        counters = R.read_counters(self._read, insn_bytes=insn_count * self.cfg.insn_bytes)
+        status = self._read(R.offset("STATUS"))
+        if not ended:
+            where = self.diagnosis.running(program, counters) + "\n" + self.diagnosis.describe(program)
+            self._reset_logic()
+        else:
+            self._write(R.offset("IRQ"), 1)
+        if stream.invalidate:
+            region[stream.invalidate[0] : stream.invalidate[1]].invalidate()
+        if ended and R.get_field(status, "STATUS", "ERROR"):
+            raise self.diagnosis.error(status, program, dram)
+        if timed_out:
+            raise BoardTimeoutError(
+                f"the board did not end the run within {self.timeout_s:g} s ({counters.cycles} cycles) at {where}; "
+                "the programmable logic was reset and is ready for the next run"
+            )
+        if not ended or (max_cycles is not None and counters.cycles > max_cycles):
+            raise CycleLimitError(
+                f"cycle limit {max_cycles} reached at "
+                + (where if not ended else self.diagnosis.running(program, counters))
+                + ("" if not ended else "\n" + self.diagnosis.describe(program))
+            )
+        leftover = {q.label: n for q, n in token_counts(self._read(R.offset("TOKENS"))).items() if n}
+        if leftover:
+            raise TokenError(f"the program ended with tokens left in queues: {leftover}")
+        return RunResult(counters, [], time.perf_counter() - t0)
+
+    def _cycles(self) -> int:
+        lo = self._read(R.offset("CYCLES"))
+        return lo | self._read(R.offset("CYCLES") + 4) << 32
+
+    def _poll(self, max_cycles: int | None) -> tuple[bool, bool]:
+        """Wait for IRQ.PENDING: (ended, timed out). Stops early once the CYCLES counter passes
+        ``max_cycles``."""
+        deadline = time.monotonic() + self.timeout_s
+        irq = R.offset("IRQ")
+        while True:
+            if R.get_field(self._read(irq), "IRQ", "PENDING"):
+                return True, False
+            if max_cycles is not None and self._cycles() > max_cycles + 1:
+                return False, False
+            if time.monotonic() > deadline:
+                return False, True
+            if self.poll_s:
+                time.sleep(self.poll_s)
+
+    def _busy(self) -> bool:
+        return bool(R.get_field(self._read(R.offset("CONTROL")), "CONTROL", "START"))
+
+    def _wait_idle(self) -> None:
+        """A run can start only on an idle accelerator (START is ignored while busy): wait for one that is
+        still busy (started outside this driver), then reset the logic."""
+        deadline = time.monotonic() + self.timeout_s
+        while self._busy():
+            if time.monotonic() > deadline:
+                self._reset_logic()
+                return
+            if self.poll_s:
+                time.sleep(self.poll_s)
+
+    def _reset_logic(self) -> None:
+        """Reset the programmable logic (FCLK_RESET0_N through the SLCR's FPGA_RST_CTRL), then check that
+        the accelerator is back, idle and the same bitstream."""
+        if self._slcr is None:
+            self._slcr = self.pynq.MMIO(SLCR_BASE, SLCR_SPAN, device=self.device)
+        slcr = self._slcr
+        slcr.write(SLCR_UNLOCK, SLCR_UNLOCK_KEY)
+        value = int(slcr.read(FPGA_RST_CTRL))
+        slcr.write(FPGA_RST_CTRL, value | 1)
+        slcr.write(FPGA_RST_CTRL, value & ~1 & 0xFFFFFFFF)
+        slcr.write(SLCR_LOCK, SLCR_LOCK_KEY)
+        if self._busy():
+            raise BackendError(
+                f"the accelerator at {self.base_addr:#x} is still busy after a reset of the programmable logic: "
+                "reload the overlay"
+            )
+        self._check_identity()
+
+    def close(self) -> None:
+        """Free the buffers and let another process open the accelerator."""
+        for _, buf in self._regions:
+            buf.freebuffer()
+        self._regions.clear()
+        if self._insn is not None:
+            self._insn.freebuffer()
+            self._insn = None
+        self._lock.release()
+
+    def __del__(self) -> None:
+        lock = getattr(self, "_lock", None)
+        if lock is not None:
+            lock.release()

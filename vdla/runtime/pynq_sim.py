@@ -1,0 +1,202 @@
+"""A simulated PYNQ board for the ``pynq`` backend: the accelerator's RTL behind the real ``pynq`` API.
+
+:class:`SimulatedBoard` is a ``pynq.Device`` subclass. PYNQ 4 discovers devices through each subclass's
+``_probe_``; this one answers when the environment variable ``VDLA_PYNQ_SIM`` names a configuration (a
+preset or a JSON file), so ``pynq.Device.active_device``, ``pynq.MMIO`` and ``pynq.allocate`` reach it with
+no board and no change to the driver. The board it models is a Zynq-7000 with the accelerator's bitstream
+loaded:
+
+* **Registers** (capability ``REGISTER_RW``: ``MMIO`` calls ``read_registers``/``write_registers``): the
+  accelerator's AXI4-Lite slave at :data:`~vdla.runtime.pynq_backend.DEFAULT_BASE_ADDR` is the register
+  file of the Verilated RTL (:class:`~vdla.runtime.rtl.harness.Harness`); the SLCR page models the
+  lock/unlock keys and FPGA_RST_CTRL, whose FPGA0 reset resets the RTL. Any other address is a bus error.
+* **Time**: the RTL advances only when the board is looked at. While a run is in flight, each register
+  read first lets the logic run up to :data:`CYCLES_PER_READ` cycles (stopping at the interrupt), as real
+  time passes between two polls of a driver; register accesses themselves take their AXI4-Lite cycles.
+* **Memory** (``allocate``/``flush``/``invalidate``): buffers live in the harness's DRAM (the board's CMA
+  pool at :data:`CMA_BASE`), and the CPU sees them through a write-back cache that is not coherent with
+  the accelerator's port. The cache is modelled at its worst: every line of a buffer is cached. A CPU write
+  reaches DRAM only when ``flush`` covers its line (only dirty lines are written back, 32-byte lines as on
+  the Cortex-A9); the CPU sees an accelerator write only after ``invalidate`` covers its line (which
+  discards the CPU's lines, writing back dirty lines only at an unaligned edge, as Linux does on ARMv7).
+  ``allocate(..., cacheable=False)`` gives a coherent (uncached) buffer instead.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pynq
+from pynq.buffer import PynqBuffer
+
+from vdla.config import HwConfig, load_config
+from vdla.errors import VdlaError
+from vdla.runtime import registers as R
+from vdla.runtime.dram import Buffer, Dram
+from vdla.runtime.pynq_backend import (
+    DEFAULT_BASE_ADDR,
+    FPGA_RST_CTRL,
+    REGISTER_SPAN,
+    SLCR_BASE,
+    SLCR_LOCK,
+    SLCR_LOCK_KEY,
+    SLCR_SPAN,
+    SLCR_UNLOCK,
+    SLCR_UNLOCK_KEY,
+)
+from vdla.runtime.rtl.build import build
+from vdla.runtime.rtl.harness import Harness
+
+ENV = "VDLA_PYNQ_SIM"
+CMA_BASE = 0x1700_0000  # not the config's dram_base_addr: the driver's relocation is exercised
+CMA_BYTES = 128 << 20
+LINE = 32  # Cortex-A9 L1 / PL310 L2 cache line
+CYCLES_PER_READ = 1 << 16
+SLCR_LOCKSTA = 0x00C
+
+
+class BusError(VdlaError, RuntimeError):
+    """An access to an address where the simulated board has no slave (a real board would hang or fault)."""
+
+
+class _Bo:
+    """A buffer object: its CMA block, the CPU's cached view of it and the cache's clean copy."""
+
+    def __init__(self, board: SimulatedBoard, nbytes: int, cacheable: bool):
+        self.board = board
+        self.block: Buffer | None = board.cma.alloc(-(-max(nbytes, 1) // 4096) * 4096, 4096)
+        self.phys = self.block.addr
+        self.dram = board.cma.view(self.phys, self.block.nbytes)  # what the accelerator sees
+        self.dram[:] = 0
+        if cacheable:
+            self.host = np.zeros(self.block.nbytes, np.uint8)  # what the CPU sees (its cache, every line)
+            self.clean = np.zeros(self.block.nbytes, np.uint8)  # the lines as last written back or filled
+        else:
+            self.host = self.dram
+
+    def __del__(self) -> None:
+        if self.block is not None:
+            try:
+                self.board.cma.free(self.block)
+            except Exception:  # the board may be gone at interpreter exit
+                pass
+            self.block = None
+
+    def _lines(self, offset: int, size: int) -> tuple[int, int]:
+        return offset // LINE * LINE, min(-(-(offset + size) // LINE) * LINE, self.host.size)
+
+    def _write_back(self, a: int, b: int) -> None:
+        """Write the dirty lines of [a, b) (line aligned) back to DRAM."""
+        host, clean = self.host[a:b], self.clean[a:b]
+        dirty = np.repeat((host != clean).reshape(-1, LINE).any(axis=1), LINE)
+        self.dram[a:b][dirty] = host[dirty]
+        clean[dirty] = host[dirty]
+
+    def flush(self, offset: int, size: int) -> None:
+        a, b = self._lines(offset, size)
+        self._write_back(a, b)
+
+    def invalidate(self, offset: int, size: int) -> None:
+        a, b = self._lines(offset, size)
+        if offset % LINE:
+            self._write_back(a, a + LINE)
+        if (offset + size) % LINE:
+            self._write_back(b - LINE, b)
+        self.host[a:b] = self.dram[a:b]
+        self.clean[a:b] = self.dram[a:b]
+
+
+class SimulatedBoard(pynq.Device):
+    """A PYNQ board whose programmable logic is the accelerator's RTL in Verilator (see the module doc)."""
+
+    _probe_priority_ = 900
+
+    @classmethod
+    def _probe_(cls) -> list[SimulatedBoard]:
+        config = os.environ.get(ENV)
+        return [cls(config)] if config else []
+
+    def __init__(self, config: str | HwConfig = "pynq", assertions: bool = True):
+        self.cfg = load_config(config)
+        super().__init__(f"vdla-sim-{self.cfg.name}")
+        self.capabilities = {"REGISTER_RW": True}
+        self.mem = np.zeros(CMA_BYTES, np.uint8)
+        self.cma = Dram(CMA_BYTES, CMA_BASE, mem=self.mem)
+        self.harness = Harness(build(self.cfg, assertions=assertions).library, self.cfg)
+        self.harness.set_memory(self.mem, CMA_BASE)
+        self._running = False
+        self._slcr = {SLCR_LOCKSTA: 1, FPGA_RST_CTRL: 0}
+        self.resets = 0  # how many times the logic was reset through the SLCR
+
+    # ---- pynq.Device: memory --------------------------------------------------------------------
+    def allocate(self, shape, dtype, cacheable: bool = True, **kwargs) -> PynqBuffer:
+        """A buffer in the CMA pool, cached (flush/invalidate needed) unless ``cacheable=False``."""
+        nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+        bo = _Bo(self, nbytes, cacheable)
+        return PynqBuffer(
+            shape, dtype, buffer=bo.host, device=self, device_address=bo.phys, bo=bo, coherent=not cacheable
+        )
+
+    def flush(self, bo: _Bo, offset: int, ptr: int, size: int) -> None:
+        """Write the CPU's dirty lines of ``size`` bytes at ``offset`` in the buffer back to DRAM."""
+        bo.flush(offset, size)
+
+    def invalidate(self, bo: _Bo, offset: int, ptr: int, size: int) -> None:
+        """Drop the CPU's lines of ``size`` bytes at ``offset``, so that it reads DRAM again."""
+        bo.invalidate(offset, size)
+
+    # ---- pynq.Device: registers -----------------------------------------------------------------
+    def read_registers(self, address: int, length: int) -> bytes:
+        words = [self._read32(address + i) for i in range(0, length, 4)]
+        return b"".join(w.to_bytes(4, "little") for w in words)[:length]
+
+    def write_registers(self, address: int, data: bytes) -> None:
+        data = bytes(data) + b"\0" * (-len(data) % 4)
+        for i in range(0, len(data), 4):
+            self._write32(address + i, int.from_bytes(data[i : i + 4], "little"))
+
+    def _slave(self, address: int) -> tuple[str, int]:
+        if DEFAULT_BASE_ADDR <= address < DEFAULT_BASE_ADDR + REGISTER_SPAN:
+            return "accel", address - DEFAULT_BASE_ADDR
+        if SLCR_BASE <= address < SLCR_BASE + SLCR_SPAN:
+            return "slcr", address - SLCR_BASE
+        raise BusError(
+            f"no slave at {address:#x} on the simulated board (the accelerator's registers are at "
+            f"[{DEFAULT_BASE_ADDR:#x}, {DEFAULT_BASE_ADDR + REGISTER_SPAN:#x}), the SLCR at {SLCR_BASE:#x})"
+        )
+
+    def _read32(self, address: int) -> int:
+        slave, offset = self._slave(address)
+        if slave == "slcr":
+            return self._slcr.get(offset, 0)
+        if self._running:  # time passes between two looks at the board
+            if self.harness.run(CYCLES_PER_READ) or not self.harness.read(R.offset("CONTROL")) & 1:
+                self._running = False
+        return self.harness.read(offset)
+
+    def _write32(self, address: int, value: int) -> None:
+        slave, offset = self._slave(address)
+        if slave == "slcr":
+            self._write_slcr(offset, value)
+            return
+        self.harness.write(offset, value)
+        if offset == R.offset("CONTROL") and R.get_field(value, "CONTROL", "START"):
+            self._running = True
+
+    def _write_slcr(self, offset: int, value: int) -> None:
+        if offset == SLCR_UNLOCK and value == SLCR_UNLOCK_KEY:
+            self._slcr[SLCR_LOCKSTA] = 0
+        elif offset == SLCR_LOCK and value == SLCR_LOCK_KEY:
+            self._slcr[SLCR_LOCKSTA] = 1
+        elif not self._slcr[SLCR_LOCKSTA]:  # writes to a locked SLCR are ignored
+            was = self._slcr.get(offset, 0)
+            self._slcr[offset] = value
+            if offset == FPGA_RST_CTRL and was & 1 and not value & 1:  # FCLK_RESET0_N released
+                self.harness.reset()
+                self._running = False
+                self.resets += 1
+
+    def close(self) -> None:
+        """Free the RTL model."""
+        self.harness.close()
