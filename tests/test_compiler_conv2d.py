@@ -71,7 +71,8 @@ EPILOGUES = {
     "residual-int8": {"residual": "int8", "shift": 9},
     "residual-int32": {"residual": "int32", "shift": 9},
     "everything": {"bias": True, "multiplier": "per-channel", "shift": 14, "relu": True, "residual": "int8"},
-    "pre-shift": {"bias": True, "pre_shift": 5, "multiplier": "per-channel", "shift": 9, "residual": "int32"},
+    # 31-bit multipliers: the 64-bit product (acc ~2^17 x m ~2^30), rounded once by a shift beyond 31
+    "multiplier-wide": {"bias": True, "multiplier": "wide", "shift": 40, "residual": "int32"},
 }
 
 
@@ -83,7 +84,9 @@ def test_epilogue_options(devices, cache, cfg, name):
     x, wt = rand(rng, (1, 24, 9, 10)), rand(rng, (20, 24, 3, 3))
     if opts.pop("bias", False):
         opts["bias"] = rng.integers(-100000, 100000, 20)
-    if isinstance(opts.get("multiplier"), str):
+    if opts.get("multiplier") == "wide":
+        opts["multiplier"] = rng.integers(1 << 29, (1 << 31) - 1, 20)
+    elif isinstance(opts.get("multiplier"), str):
         opts["multiplier"] = rng.integers(-300, 300, 20)
     res = None
     if opts.get("residual") == "int8":
@@ -92,7 +95,7 @@ def test_epilogue_options(devices, cache, cfg, name):
         res = rand(rng, (1, 20, 9, 10), -400, 400, np.int32)  # beyond int8: only an int32 residual holds it
     layer = compile_conv2d(x.shape, wt, padding=1, config=cfg, vthreads=2, cache=cache, **opts)
     out = layer.run(devices[cfg], x, residual=res).out
-    ref_opts = {k: v for k, v in opts.items() if k in ("bias", "multiplier", "shift", "pre_shift")}
+    ref_opts = {k: v for k, v in opts.items() if k in ("bias", "multiplier", "shift")}
     ref = conv2d_reference(x, wt, layer.spec, bounds=layer.epilogue.bounds, residual=res, **ref_opts)
     np.testing.assert_array_equal(out, ref)
     assert len(np.unique(out)) > 10  # the epilogue keeps a spread of values, not one saturated constant

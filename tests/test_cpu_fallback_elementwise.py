@@ -131,7 +131,7 @@ def test_dequantize(x, scale, zp):
 @given(
     x=shapes.flatmap(lambda s: hnp.arrays(np.int32, s, elements=st.integers(-(2**31), 2**31 - 1))),
     m=st.integers(-(2**31), 2**31 - 1),
-    s=st.integers(0, 31),
+    s=st.integers(0, 63),
     lo=int8s,
     hi=int8s,
 )
@@ -142,14 +142,18 @@ def test_requantize_full_range(x, m, s, lo, hi):
 
 
 def test_requantize_is_the_accelerators_integer_function():
-    """The JIT kernel computes vdla.isa.arith.requantize: the product wraps to int32 like the ALU's MUL."""
+    """The JIT kernel computes vdla.isa.arith.requantize: the exact 64-bit product rounded once, then
+    wrapped to int32 like the ALU's MUL."""
     rng = np.random.default_rng(7)
     x = rng.integers(-(2**31), 2**31, 4096, dtype=np.int64).astype(np.int32)
-    for m, s in ((1, 0), (3, 1), (2**20 + 7, 17), (-(2**30), 31), (2**31 - 1, 24)):
+    for m, s in ((1, 0), (3, 1), (2**20 + 7, 17), (-(2**30), 31), (2**31 - 1, 24), (2**31 - 1, 55), (-(2**31), 63)):
         want = requantize(x, m, s)
         np.testing.assert_array_equal(ops.requantize(x, m, s), want)
-    # 2^20 * 2^12 = 2^32 wraps to 0 (an exact 64-bit product would saturate to 127)
+    # 2^20 * 2^12 = 2^32: with no shift its low 32 bits are 0; shifted by 10 the exact product is 2^22
     np.testing.assert_array_equal(ops.requantize(np.array([2**20], np.int32), 2**12, 0), [0])
+    np.testing.assert_array_equal(ops.requantize(np.array([2**20], np.int32), 2**12, 10), [127])
+    # -2^31 * -2^31 = 2^62, the largest product: rounded by 63 it is 1 (half up), with no overflow
+    np.testing.assert_array_equal(ops.requantize(np.array([-(2**31)], np.int32), -(2**31), 63), [1])
 
 
 @SETTINGS
@@ -274,7 +278,9 @@ def test_chains_on_arrays_at_any_alignment(offsets):
         (np.zeros(4, np.float32), [ew.add(np.zeros(4, np.int8))], "add"),
         (np.zeros(4, np.int32), [ew.clip(0.5, 2)], "clip"),
         (np.zeros(4, np.float32), [ew.requantize(1, 2)], "requantize"),
-        (np.zeros(4, np.int32), [ew.requantize(1, 32)], "requantize"),
+        (np.zeros(4, np.int32), [ew.requantize(1, 64)], "requantize"),
+        (np.zeros(4, np.float32), [ew.mul(3, shift=2)], "mul"),
+        (np.zeros(4, np.int32), [ew.mul(3, shift=64)], "mul"),
         (np.zeros(4, np.int32), [ew.rshift(32)], "rshift"),
         (np.zeros(4, np.float32), [ew.rshift(1)], "rshift"),
         (np.zeros(4, np.int32), [ew.requantize(1, 2, -200, 0)], "requantize"),

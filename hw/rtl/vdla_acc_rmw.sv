@@ -60,6 +60,7 @@ module vdla_acc_rmw #(
     .en_i   (c_valid_q && c_kind_q != vdla_pkg::SLOT_SRC),
     .zero_i (c_kind_q == vdla_pkg::SLOT_ZERO),
     .op_i   (c_kind_q == vdla_pkg::SLOT_GEMM ? vdla_pkg::ALU_ADD : alu_op_i),  // GEMM accumulates
+    .mul_shift_i (use_imm_i ? 6'd0 : imm_i[5:0]),  // a MUL reading ACC[src] carries its shift in imm
     .a_i    (a),
     .b_i    (b),
     .res_o  (w_data)

@@ -69,6 +69,7 @@ class Alu:
     op: AluOp
     kernel: MicroKernel
     imm: int | None = None
+    shift: int = 0  # a MUL reading the kernel's src rounds its 64-bit product right by this
 
 
 @dataclass(frozen=True, eq=False)
@@ -113,4 +114,4 @@ def emit_op(op: Op, cmd: CommandBuilder, buffers: Mapping[str, Buffer]) -> None:
         cmd.load_kernel(op.kernel.uops)
     else:
         k = op.kernel
-        cmd.alu(op.op, k.uops, k.iter_out, k.iter_in, k.factors(0), k.factors(1), imm=op.imm)
+        cmd.alu(op.op, k.uops, k.iter_out, k.iter_in, k.factors(0), k.factors(1), imm=op.imm, shift=op.shift)

@@ -67,14 +67,13 @@ class CompiledConv2d:
         vthreads: int | str = "auto",
         schedule: Schedule | None = None,
         cache: ScheduleCache | None = None,
-        pre_shift: int = 0,
     ):
         t0 = time.perf_counter()
         if weights.dtype != np.int8 or weights.shape != spec.weight_shape:
             raise CompileError(
                 f"weights must be int8 of shape {spec.weight_shape} (OIHW), got {weights.dtype} {weights.shape}"
             )
-        mkind = multiplier_kind(multiplier)
+        mkind = multiplier_kind(multiplier, shift)
         self.epilogue = EpilogueSpec(
             bias=bias is not None,
             multiplier=mkind,
@@ -82,7 +81,6 @@ class CompiledConv2d:
             relu=relu,
             clip=tuple(clip),
             residual=residual,
-            pre_shift=pre_shift,
         )
         self.spec, self.cfg = spec, cfg
         self.lowering = ConvLowering(spec, self.epilogue, cfg, int(multiplier) if mkind == "imm" else 1)
@@ -164,7 +162,6 @@ def compile_conv2d(
     relu: bool = False,
     clip: tuple[int, int] = (-128, 127),
     residual: str | None = None,
-    pre_shift: int = 0,
     config="pynq",
     vthreads: int | str = "auto",
     schedule: Schedule | None = None,
@@ -172,7 +169,8 @@ def compile_conv2d(
 ) -> CompiledConv2d:
     """Compile conv2d(x, weights) + epilogue for inputs of ``input_shape`` (NCHW) on ``config``.
 
-    out = clip(rshr(rshr(conv + bias, pre_shift) * multiplier, shift) + residual, clip), ReLU folded into the clip;
+    out = clip(rshr((conv + bias) * multiplier, shift) + residual, clip), ReLU folded into the clip, the product
+    exact and rounded once (:func:`vdla.isa.arith.mul_shift`);
     ``residual`` is the dtype ("int8"/"int32") of the tensor passed to :meth:`CompiledConv2d.run`.
     """
     spec = Conv2dSpec.make(input_shape, weights.shape[0], weights.shape[2:], stride, padding, dilation, groups)
@@ -191,7 +189,6 @@ def compile_conv2d(
         vthreads,
         schedule,
         cache,
-        pre_shift,
     )
 
 

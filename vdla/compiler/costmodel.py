@@ -51,7 +51,7 @@ def op_insn(op: Op) -> Insn:
     loop = {"uop_end": len(k.uops), "iter_out": k.iter_out, "iter_in": k.iter_in}
     if isinstance(op, Gemm):
         return GemmInsn(init=op.init, **loop)
-    return AluInsn(alu_opcode=op.op, use_imm=op.imm is not None, imm=op.imm or 0, **loop)
+    return AluInsn(alu_opcode=op.op, use_imm=op.imm is not None, imm=op.shift if op.imm is None else op.imm, **loop)
 
 
 def op_cycles(op: Op, cfg: HwConfig) -> int:

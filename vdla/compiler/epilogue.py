@@ -9,11 +9,13 @@ for a pass with an immediate, ``alu_ii`` for a pass reading a second accumulator
   int32 as adding it last.
 * passes, only those the layer needs, after the last GEMM::
 
-      [RSHR pre_shift ->] MUL multiplier                                  (EPI req: the OUT mirror requantizes)
-      [RSHR pre_shift ->] MUL multiplier -> RSHR shift -> ADD residual -> CLIP   (otherwise: truncates)
+      MUL row multiplier, shift                     (EPI req: the OUT mirror clamps)
+      MUL row multiplier, shift -> ADD residual -> CLIP     (otherwise: truncates)
+      [MUL imm multiplier] [-> RSHR shift] [-> ADD residual -> CLIP]
 
-  The optional pre-shift rounds (acc + bias) right before the multiply, so that a larger (more precise)
-  multiplier keeps the product within 32 bits.
+  A row multiplier's MUL forms the exact 64-bit product and rounds it right by the layer's shift in the
+  same pass, so a requantization keeps a 31-bit multiplier whatever the accumulator's size; an
+  immediate multiplier (16 bits, no shift) keeps the product's low 32 bits.
 
   With EPI ``req`` every accumulator write also writes its OUT row as the rounding right shift clamped
   to [-128, 127], or [0, 127] with ReLU, so the usual requantization costs no pass at all; other bounds
@@ -36,11 +38,13 @@ IMM_MIN, IMM_MAX = -(1 << 15), (1 << 15) - 1
 
 @dataclass(frozen=True)
 class AluPass:
-    """One ALU instruction of the epilogue: ``operand`` names an accumulator region, else ``imm`` is used."""
+    """One ALU instruction of the epilogue: ``operand`` names an accumulator region, else ``imm`` is used;
+    ``shift`` rounds a MUL's product (with an operand region only)."""
 
     op: AluOp
     operand: str | None = None
     imm: int | None = None
+    shift: int = 0
 
 
 @dataclass(frozen=True)
@@ -57,8 +61,9 @@ def clip_imm(lo: int, hi: int) -> int:
     return hi * 256 + (lo & 0xFF)
 
 
-def multiplier_kind(multiplier: int | np.ndarray) -> str:
-    """How a multiplier is applied: "none" (1), "imm" (a scalar fitting the immediate) or "row"."""
+def multiplier_kind(multiplier: int | np.ndarray, shift: int = 0) -> str:
+    """How a multiplier is applied: "none" (1), "imm" (a scalar fitting the immediate, with no shift: the
+    immediate MUL cannot round its product) or "row"."""
     m = np.asarray(multiplier)
     if m.dtype.kind not in "iu":
         raise CompileError(f"the multiplier must be integer, got dtype {m.dtype}")
@@ -66,31 +71,29 @@ def multiplier_kind(multiplier: int | np.ndarray) -> str:
         raise CompileError("the multiplier must fit in int32 (the ALU multiplies 32-bit accumulators)")
     if m.ndim == 0:
         v = int(m)
-        return "none" if v == 1 else "imm" if IMM_MIN <= v <= IMM_MAX else "row"
+        return "none" if v == 1 else "imm" if IMM_MIN <= v <= IMM_MAX and not shift else "row"
     return "row"
 
 
 def out_mode(epi: EpilogueSpec) -> OutMode:
     """Requantize in the OUT mirror when the final clamp is int8's, or ReLU's [0, 127], and no residual is
-    added after the shift."""
+    added after the shift (a row multiplier's MUL has already shifted)."""
     relu = {(-128, 127): False, (0, 127): True}.get(tuple(epi.bounds))
     if relu is None or epi.residual:
         return OutMode()
-    return OutMode(req=True, relu=relu, shift=epi.shift)
+    return OutMode(req=True, relu=relu, shift=0 if epi.multiplier == "row" else epi.shift)
 
 
 def alu_passes(epi: EpilogueSpec, mul_imm: int = 1) -> tuple[AluPass, ...]:
     """The ALU instructions after the last GEMM, in execution order."""
     passes = []
-    if epi.pre_shift:
-        passes.append(AluPass(AluOp.RSHR, imm=epi.pre_shift))
     if epi.multiplier == "imm":
         passes.append(AluPass(AluOp.MUL, imm=mul_imm))
     elif epi.multiplier == "row":
-        passes.append(AluPass(AluOp.MUL, "mult"))
+        passes.append(AluPass(AluOp.MUL, "mult", shift=epi.shift))
     if out_mode(epi).req:
         return tuple(passes)
-    if epi.shift:
+    if epi.shift and epi.multiplier != "row":
         passes.append(AluPass(AluOp.RSHR, imm=epi.shift))
     if epi.residual:
         passes.append(AluPass(AluOp.ADD, "res"))

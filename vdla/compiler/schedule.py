@@ -441,7 +441,7 @@ class ThreadBuilder:
             compute += [
                 Load(mem, res + tr.sram, "res", tr.offset, tr.y, tr.x, tr.stride) for tr in self.output_transfers(sub)
             ]
-        compute += [Alu(p.op, self.elementwise(sub, p.operand, acc, res), p.imm) for p in low.passes]
+        compute += [Alu(p.op, self.elementwise(sub, p.operand, acc, res), p.imm, p.shift) for p in low.passes]
         return compute, [
             Store(acc + tr.sram, "out", tr.offset, tr.y, tr.x, tr.stride) for tr in self.output_transfers(sub)
         ]

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from vdla.errors import VdlaError
 from vdla.graph.types import UnsupportedError
 from vdla.graph.window import Window, normalize_padding
-from vdla.isa.arith import INT8_MAX, INT8_MIN, MAX_SHIFT
+from vdla.isa.arith import INT8_MAX, INT8_MIN, MAX_SHIFT, MUL_MAX_SHIFT
 from vdla.isa.instructions import MEM_FIELDS
 
 
@@ -140,8 +140,10 @@ class EpilogueSpec:
     """The structure of the fused epilogue run on the ALU after the GEMMs (constants are held elsewhere).
 
     out = clip(rshr((acc + bias) * multiplier, shift) + residual, lo, hi), with ``relu`` raising lo
-    to 0. ``multiplier`` is "none", "imm" (one integer fitting the 16-bit immediate) or "row" (per
-    channel, or a scalar too large for the immediate, held in the accumulator buffer like the bias).
+    to 0, the product exact (64 bits) and rounded once (:func:`vdla.isa.arith.mul_shift`).
+    ``multiplier`` is "none", "imm" (one integer fitting the 16-bit immediate, with no shift) or "row"
+    (per channel, or a scalar that needs a shift or does not fit the immediate, held in the accumulator
+    buffer like the bias; its MUL carries the shift).
     """
 
     bias: bool = False
@@ -150,20 +152,20 @@ class EpilogueSpec:
     relu: bool = False
     clip: tuple[int, int] = (CLIP_MIN, CLIP_MAX)
     residual: str | None = None  # None, "int8" or "int32"
-    pre_shift: int = 0  # a rounding shift of (acc + bias) before the multiplier (precision of large products)
 
     def __post_init__(self) -> None:
         if self.multiplier not in ("none", "imm", "row"):
             raise CompileError(f"multiplier kind must be none, imm or row, got {self.multiplier!r}")
-        if not isinstance(self.shift, int) or not 0 <= self.shift <= MAX_SHIFT:
-            raise CompileError(f"shift {self.shift!r} outside the ALU shift range [0, {MAX_SHIFT}]")
+        limit = MUL_MAX_SHIFT if self.multiplier == "row" else MAX_SHIFT
+        if not isinstance(self.shift, int) or not 0 <= self.shift <= limit:
+            raise CompileError(f"shift {self.shift!r} outside the range [0, {limit}] of a {self.multiplier} multiplier")
+        if self.multiplier == "imm" and self.shift:
+            raise CompileError("an immediate multiplier takes no shift (a shifted product needs a row multiplier)")
         lo, hi = self.clip
         if not CLIP_MIN <= lo <= hi <= CLIP_MAX:
             raise CompileError(
                 f"clip range {self.clip} must satisfy {CLIP_MIN} <= lo <= hi <= {CLIP_MAX}: the STORE writes int8"
             )
-        if not isinstance(self.pre_shift, int) or not 0 <= self.pre_shift <= MAX_SHIFT:
-            raise CompileError(f"pre-shift {self.pre_shift!r} outside the ALU shift range [0, {MAX_SHIFT}]")
         if self.residual not in (None, "int8", "int32"):
             raise CompileError(f"residual dtype must be int8 or int32, got {self.residual!r}")
 
@@ -176,5 +178,4 @@ class EpilogueSpec:
     def key(self) -> str:
         """A stable text key of the epilogue's structure (schedule cache)."""
         lo, hi = self.bounds
-        pre = f"p{self.pre_shift}" if self.pre_shift else ""
-        return f"b{int(self.bias)}m{self.multiplier}{pre}s{self.shift}c{lo}_{hi}r{self.residual or '-'}"
+        return f"b{int(self.bias)}m{self.multiplier}s{self.shift}c{lo}_{hi}r{self.residual or '-'}"

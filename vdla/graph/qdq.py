@@ -8,19 +8,20 @@ DequantizeLinear of its int8 inputs and a QuantizeLinear of its output. This pas
 
 with the accelerator's epilogue written as graph operators
 
-    conv2d(x_q, w_q) -> add(b_q) -> mul(m) -> rshift(s) -> clip(lo, hi) -> cast(int8, quant s_y)
+    conv2d(x_q, w_q) -> add(b_q) -> mul(m, shift=s) -> clip(lo, hi) -> cast(int8, quant s_y)
 
-where ``m / 2^s`` approximates ``s_x * s_w[c] / s_y`` per output channel (:func:`choose_multipliers`),
-and a residual block ``quantize(add(dequantize(y_q), dequantize(skip_q)))`` after such a layer with
-``add(rshift(mul(skip_q, m_k), s_k))`` before the clip (the skip rescaled to the output scale; used as
-it is when the scales agree). The same for dense. A ``quantize(op(dequantize(x)))`` with one scale
+where ``m / 2^s`` approximates ``s_x * s_w[c] / s_y`` per output channel with 31-bit multipliers
+(:func:`choose_requantization`; the product is exact and rounded once, as the ALU's MUL does), and a
+residual block ``quantize(add(dequantize(y_q), dequantize(skip_q)))`` after such a layer with
+``add(mul(skip_q, m_k, shift=s_k))`` before the clip (the skip rescaled to the output scale; used as it
+is when the scales agree). The same for dense. A ``quantize(op(dequantize(x)))`` with one scale
 around a max pool, reshape, transpose or ReLU becomes ``op(x)`` on int8, and ``quantize(dequantize(x))``
 with the same scale becomes ``x``. Everything else stays in float with its quantize/dequantize nodes (the
 CPU fallback runs it exactly as written). Only symmetric int8 (zero point 0) is lowered.
 
-Invariant: the rewritten graph computes every kept value with at most one quantization step of
-difference from the float-between-QDQ semantics at each rewritten layer (requantization rounding with
-an integer multiplier instead of a real scale); with equal scales it is exact.
+Invariant: the rewritten graph computes every kept value as the float-between-QDQ semantics does up to
+the multiplier's relative error of 2^-31 (a value within that of a rounding boundary may round the other
+way; ties round half up where QuantizeLinear rounds half to even); with equal scales it is exact.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from vdla.graph.ew import operand_input, operand_value
 from vdla.graph.graph import Graph, Node
 from vdla.graph.ops import infer_types
 from vdla.graph.passes import eliminate_dead_code
-from vdla.isa.arith import INT8_MAX, INT8_MIN, choose_multipliers, choose_requantization
+from vdla.isa.arith import INT8_MAX, INT8_MIN, choose_requantization
 
 COMMUTING = ("max_pool2d", "reshape", "transpose", "relu")
 REL_TOL = 1e-5
@@ -108,7 +109,6 @@ class _Rewriter:
         self.alias: dict[str, str] = {}
         self.outputs = set(graph.outputs)
         self.index = {n.output: i for i, n in enumerate(graph.nodes)}
-        self.ranges: dict[str, tuple[int, int]] = {}  # int8 value -> bounds its producer guarantees
 
     # -- helpers ----------------------------------------------------------------------------------------
     def only_consumer(self, value: str) -> Node | None:
@@ -229,14 +229,8 @@ class _Rewriter:
             bias = extra if bias is None else bias + extra
         s_out, lo, hi, last = tail.scale, tail.lo, tail.hi, tail.last
         skip_q, s_k = tail.skip, tail.s_skip
-        w_int = self.params[w_q].reshape(channels, -1).astype(np.int64)
-        x_lo, x_hi = self.int_range(x_q)
-        pos, neg = np.maximum(w_int, 0).sum(axis=1), np.minimum(w_int, 0).sum(axis=1)
-        reach = np.maximum(np.abs(pos * x_lo + neg * x_hi), np.abs(pos * x_hi + neg * x_lo))
-        bound = reach + (0 if bias is None else np.abs(bias))  # |acc + bias| for every input in range
-        pre, m, shift = choose_requantization(s_acc / s_out, bound)
-        self.ranges[last.output] = self.int_bounds(lo, hi, s_out)
-        new = self.epilogue_nodes(c, x_q, w_q, bias, (pre, m, shift), conv, skip_q, s_k, s_out, lo, hi, last)
+        m, shift = choose_requantization(s_acc / s_out)
+        new = self.epilogue_nodes(c, x_q, w_q, bias, (m, shift), conv, skip_q, s_k, s_out, lo, hi, last)
         self.removed.update(n.output for n in [c, *tail.nodes])
         self.replace[last.output] = new
 
@@ -246,21 +240,6 @@ class _Rewriter:
         q = self.only_consumer(add.output)
         qp = qparams(q, self.params) if q is not None else None
         return qp is not None and q.op == "quantize" and qp.per_tensor and _close(float(qp.scale[0]), scale)
-
-    def int_range(self, value: str) -> tuple[int, int]:
-        """Bounds of an int8 value: an epilogue's clip, through max pools, reshapes and ReLUs that keep the
-        scale, else the int8 range."""
-        if value in self.ranges:
-            return self.ranges[value]
-        q = self.prod.get(value)
-        inner = self.prod.get(q.inputs[0]) if q is not None and q.op == "quantize" else None
-        if inner is not None and inner.op in COMMUTING and len(inner.inputs) == 1:
-            dq = self.dq_of(inner.inputs[0])
-            qq = qparams(q, self.params)
-            if dq is not None and qq is not None and dq[1].same(qq):
-                lo, hi = self.int_range(dq[0])
-                return (max(lo, 0), hi) if inner.op == "relu" else (lo, hi)
-        return INT8_MIN, INT8_MAX
 
     def float_param(self, node: Node, value: str) -> np.ndarray | None:
         """The constant ``node`` adds to ``value`` when it is one float per channel (a bias): a float
@@ -305,20 +284,16 @@ class _Rewriter:
         return q.astype(np.int64)
 
     def epilogue_nodes(self, c, x_q, w_q, bias, requant, conv, skip_q, s_k, s_out, lo, hi, last) -> list[Node]:
-        """conv2d/dense -> add(bias) -> [rshift(pre)] -> mul(m) -> rshift -> [add(skip)] -> clip -> cast, named
-        after ``last``."""
-        pre, m, shift = requant
+        """conv2d/dense -> add(bias) -> mul(m, shift) -> [add(skip)] -> clip -> cast, named after ``last``."""
+        m, shift = requant
         base, shape = last.output, ((1, -1, 1, 1) if conv else (1, -1))
         acc = f"{base}:acc"
         nodes = [Node(c.op, (x_q, w_q), acc, {k: v for k, v in c.attrs.items() if k not in ("groups", "dilation")})]
         if bias is not None:
             b = self.param(f"{base}:bias", bias.astype(np.int32).reshape(shape))
             nodes.append(Node("add", (nodes[-1].output, b), f"{base}:biased"))
-        if pre:
-            nodes.append(Node("rshift", (nodes[-1].output,), f"{base}:pre", {"shift": int(pre)}))
         mult = self.param(f"{base}:mult", m.astype(np.int32).reshape(shape))
-        nodes.append(Node("mul", (nodes[-1].output, mult), f"{base}:scaled"))
-        nodes.append(Node("rshift", (nodes[-1].output,), f"{base}:shifted", {"shift": int(shift)}))
+        nodes.append(Node("mul", (nodes[-1].output, mult), f"{base}:shifted", {"shift": int(shift)}))
         if skip_q is not None:
             shifted = nodes[-1].output
             skip = skip_q
@@ -332,12 +307,9 @@ class _Rewriter:
         return nodes
 
     def rescaled_skip(self, skip_q: str, s_k: float, s_out: float, base: str) -> list[Node]:
-        """``rshift(mul(skip_q, m_k), s_k)``: the int8 skip at the output scale, as int32."""
-        (mk,), sk = choose_multipliers(s_k / s_out, 128)
-        return [
-            Node("mul", (skip_q,), f"{base}:skip_scaled", {"b": int(mk)}),
-            Node("rshift", (f"{base}:skip_scaled",), f"{base}:skip", {"shift": int(sk)}),
-        ]
+        """``mul(skip_q, m_k, shift=s_k)``: the int8 skip at the output scale, as int32."""
+        (mk,), sk = choose_requantization(s_k / s_out)
+        return [Node("mul", (skip_q,), f"{base}:skip", {"b": int(mk), "shift": int(sk)})]
 
     def lower_commuting(self, q: Node) -> None:
         """``quantize(op(dequantize(x)))`` with one scale -> ``op(x)``; ``quantize(dequantize(x))`` -> x."""

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from vdla.config import HwConfig
+from vdla.isa.arith import MUL_MAX_SHIFT
 from vdla.isa.instructions import (
     AluInsn,
+    AluOp,
     EpiInsn,
     FinishInsn,
     GemmInsn,
@@ -112,6 +114,11 @@ def check_insn(insn: Insn, cfg: HwConfig, dram: tuple[int, int] | None = None) -
             problems.append(f"zero loop extent iter_out={insn.iter_out} iter_in={insn.iter_in}")
         if isinstance(insn, AluInsn) and insn.use_imm and not -(1 << 15) <= insn.imm < 1 << 15:
             problems.append(f"imm={insn.imm} does not fit in 16 signed bits")
+        if isinstance(insn, AluInsn) and not insn.use_imm and insn.imm:
+            if insn.alu_opcode != AluOp.MUL:
+                problems.append(f"imm={insn.imm} without use_imm (only MUL reads it, as its shift)")
+            elif not 0 <= insn.imm <= MUL_MAX_SHIFT:
+                problems.append(f"MUL shift={insn.imm} outside [0, {MUL_MAX_SHIFT}]")
         if isinstance(insn, GemmInsn) and insn.reset and insn.init:
             problems.append("GEMM cannot have both reset and init")
     elif isinstance(insn, EpiInsn) and insn.bias and insn.bias_base >= cfg.acc_depth:

@@ -32,6 +32,7 @@ from vdla.isa import (
     encode_uops,
     validate_program,
 )
+from vdla.isa.arith import MUL_MAX_SHIFT
 from vdla.isa.validate import check_insn
 from vdla.runtime.backend import RunResult
 from vdla.runtime.dram import Buffer, Dram
@@ -329,9 +330,11 @@ class CommandBuilder:
         src_factor: tuple[int, int] = (0, 0),
         imm: int | None = None,
         reset: bool = False,
+        shift: int = 0,
     ) -> int:
         """ALU micro-kernel: ACC[dst'] = op(ACC[dst'], imm if given else ACC[src']); with ``reset`` ACC[dst']
-        reads as zero (ADD copies). Uops are (dst, src) or (dst, src, 0) triples."""
+        reads as zero (ADD copies). ``shift``: a MUL reading ACC[src'] rounds its 64-bit product right by it
+        (:func:`vdla.isa.arith.mul_shift`). Uops are (dst, src) or (dst, src, 0) triples."""
         arr = self._uop_array(uops)
         factors = {"dst": dst_factor} if imm is not None else {"dst": dst_factor, "src": src_factor}
         self._loop_check(
@@ -343,12 +346,16 @@ class CommandBuilder:
         )
         if imm is not None and not -(1 << 15) <= imm < 1 << 15:
             raise CommandError(f"ALU {AluOp(op).name}: immediate {imm} does not fit in 16 signed bits")
+        if shift and (AluOp(op) != AluOp.MUL or imm is not None or not 0 <= shift <= MUL_MAX_SHIFT):
+            raise CommandError(
+                f"ALU {AluOp(op).name}: shift={shift} needs MUL reading ACC[src] and lies in [0, {MUL_MAX_SHIFT}]"
+            )
         bgn, end = self._kernel(arr)
         return self.emit(
             AluInsn(
                 alu_opcode=AluOp(op),
                 use_imm=imm is not None,
-                imm=imm or 0,
+                imm=shift if imm is None else imm,
                 reset=reset,
                 uop_bgn=bgn,
                 uop_end=end,

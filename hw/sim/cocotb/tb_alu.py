@@ -29,6 +29,7 @@ async def every_opcode_matches_the_golden_model(dut):
     rng = random.Random(11)
     dut.en_i.value = 0
     dut.zero_i.value = 0
+    dut.mul_shift_i.value = 0
     await FallingEdge(dut.clk_i)
     for op in AluOp:
         for _ in range(40):
@@ -40,10 +41,12 @@ async def every_opcode_matches_the_golden_model(dut):
                 rng.choice(EDGES) if rng.random() < 0.5 else rng.randint(-(1 << 31), (1 << 31) - 1)
                 for _ in range(LANES)
             ]
+            shift = rng.choice([0, 1, 31, 32, 62, 63, rng.randint(0, 63)])
             dut.op_i.value, dut.a_i.value, dut.b_i.value, dut.en_i.value = int(op), pack(a), pack(b), 1
+            dut.mul_shift_i.value = shift
             await FallingEdge(dut.clk_i)
-            expect = _alu_apply(op, np.array(a, np.int64), np.array(b, np.int64)).tolist()
-            assert unpack(int(dut.res_o.value)) == expect, (op.name, a, b)
+            expect = _alu_apply(op, np.array(a, np.int64), np.array(b, np.int64), shift).tolist()
+            assert unpack(int(dut.res_o.value)) == expect, (op.name, a, b, shift)
 
 
 @cocotb.test()
@@ -51,7 +54,7 @@ async def zero_and_hold(dut):
     cocotb.start_soon(Clock(dut.clk_i, 10, unit="ns").start())
     await FallingEdge(dut.clk_i)
     dut.op_i.value, dut.a_i.value, dut.b_i.value, dut.en_i.value = int(AluOp.ADD), pack([1, 2, 3, 4]), 0, 1
-    dut.zero_i.value = 0
+    dut.zero_i.value, dut.mul_shift_i.value = 0, 0
     await FallingEdge(dut.clk_i)
     assert unpack(int(dut.res_o.value)) == [1, 2, 3, 4]
     dut.en_i.value = 0  # disabled: the result holds

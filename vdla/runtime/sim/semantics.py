@@ -12,7 +12,7 @@ import numpy as np
 
 from vdla.config import HwConfig
 from vdla.isa import AluInsn, AluOp, EpiInsn, GemmInsn, Insn, MemInsn, MemType, decode_uops, elem_bytes
-from vdla.isa.arith import INT8_MAX, INT8_MIN, requantize
+from vdla.isa.arith import INT8_MAX, INT8_MIN, mul_shift, requantize
 from vdla.runtime.backend import FaultError
 from vdla.runtime.dram import Dram
 
@@ -246,8 +246,9 @@ def _products(sram: Sram, src: np.ndarray, wgt: np.ndarray) -> np.ndarray:
     return out
 
 
-def _alu_apply(op: AluOp, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """One ALU operation lane-wise on int64 copies of int32 values; returns int32."""
+def _alu_apply(op: AluOp, a: np.ndarray, b: np.ndarray, shift: int = 0) -> np.ndarray:
+    """One ALU operation lane-wise on int64 copies of int32 values; returns int32. ``shift``: MUL's
+    rounding shift of the 64-bit product (the imm of a MUL reading ACC[src])."""
     if op == AluOp.MIN:
         r = np.minimum(a, b)
     elif op == AluOp.MAX:
@@ -255,7 +256,7 @@ def _alu_apply(op: AluOp, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     elif op == AluOp.ADD:
         r = a + b
     elif op == AluOp.MUL:
-        r = a * b
+        r = mul_shift(a, b, shift)
     elif op in (AluOp.SHR, AluOp.RSHR):
         s = np.clip(b, -31, 31)
         right = np.maximum(s, 0)
@@ -292,11 +293,12 @@ def exec_alu(sram: Sram, insn: AluInsn) -> None:
     rank[order] = np.arange(dst.size) - np.maximum.accumulate(np.where(first, np.arange(dst.size), 0))
     owner = np.full(cfg.acc_depth, -1, np.int64)
     owner[dst] = np.arange(dst.size)  # with duplicates, some writer of each entry
+    mul_sh = 0 if insn.use_imm else insn.imm  # MUL reading ACC[src]: imm is the product's shift
     reads_written = not insn.use_imm and bool(np.any((owner[src] >= 0) & (src != dst)))
     if reads_written or (not insn.use_imm and rank.max() > 0 and np.any(owner[src] >= 0)):
         for n in range(dst.size):  # a source is also a destination: only a sequential order is exact
             a = np.int64(0) if insn.reset else acc[dst[n]].astype(np.int64)
-            acc[dst[n]] = _alu_apply(insn.alu_opcode, a, acc[src[n]].astype(np.int64))
+            acc[dst[n]] = _alu_apply(insn.alu_opcode, a, acc[src[n]].astype(np.int64), mul_sh)
         sram.mirror(_distinct(dst, cfg.acc_depth))
         return
     imm = np.int64(insn.imm)
@@ -305,7 +307,7 @@ def exec_alu(sram: Sram, insn: AluInsn) -> None:
         d = dst[sel]
         b = imm if insn.use_imm else acc[src[sel]].astype(np.int64)
         a = np.zeros(acc[d].shape, np.int64) if insn.reset else acc[d].astype(np.int64)
-        acc[d] = _alu_apply(insn.alu_opcode, a, b)
+        acc[d] = _alu_apply(insn.alu_opcode, a, b, mul_sh)
     sram.mirror(_distinct(dst, cfg.acc_depth))
 
 
