@@ -10,7 +10,8 @@ by ``onnx.backend.test.case.node.collect_testcases`` (model, inputs and expected
 rtol 1e-4 and atol 1e-4 x the largest expected magnitude, integer outputs exact) or is *unsupported*:
 the importer, the simplification passes or the CPU JIT refused it before anything ran, with
 ``UnsupportedError`` or ``FrontendError``. Two conventions of vdla apply: int64 inputs (shapes, axes,
-pads) are bound as constants with the test's values, since vdla compiles for fixed shapes; uint8
+pads) and Resize's roi/scales/sizes inputs are bound as constants with the test's values, since vdla
+compiles for fixed shapes; uint8
 inputs and outputs are passed as int32 holding the same values. Anything else (a wrong answer, a crash, a refusal while
 running) *fails*. tests/test_onnx_conformance.py runs the same check.
 
@@ -119,13 +120,24 @@ def node_cases() -> list[Case]:
     return cases or list(_generated())
 
 
-def freeze_int64_inputs(case: Case) -> Case:
-    """The case with its int64 graph inputs (shapes, axes, pads: never a vdla runtime value, vdla compiles
-    for fixed shapes) turned into initializers holding the test's values; float and int8/int32 inputs stay
-    inputs."""
+# operator -> the input positions that fix shapes (vdla compiles for fixed shapes: the test's values are bound)
+SHAPE_INPUTS = {"Resize": (1, 2, 3)}
+
+
+def freeze_shape_inputs(case: Case) -> Case:
+    """The case with its graph inputs that fix shapes turned into initializers holding the test's values:
+    int64 inputs (shapes, axes, pads: never a vdla runtime value) and the inputs in :data:`SHAPE_INPUTS`
+    positions (Resize's roi, scales and sizes); other float and int8/int32 inputs stay inputs."""
     inits = {t.name for t in case.model.graph.initializer}
     graph_inputs = [i for i in case.model.graph.input if i.name not in inits]
-    frozen = [k for k, vi in enumerate(graph_inputs) if vi.type.tensor_type.elem_type == onnx.TensorProto.INT64]
+    shape_names = {
+        n.input[i] for n in case.model.graph.node for i in SHAPE_INPUTS.get(n.op_type, ()) if i < len(n.input)
+    }
+    frozen = [
+        k
+        for k, vi in enumerate(graph_inputs)
+        if vi.type.tensor_type.elem_type == onnx.TensorProto.INT64 or vi.name in shape_names
+    ]
     if not frozen or len(graph_inputs) != len(case.inputs):
         return case
     model = onnx.ModelProto()
@@ -173,7 +185,7 @@ def run_case(case: Case) -> Result:
     t0 = time.perf_counter()
     stage = "import"
     try:
-        graph = import_onnx(freeze_int64_inputs(case).model)
+        graph = import_onnx(freeze_shape_inputs(case).model)
         stage = "simplify"
         graph = simplify(graph, verify=True)
         stage = "compile"
@@ -192,7 +204,7 @@ def run_case(case: Case) -> Result:
     try:
         feeds = {  # vdla takes a uint8 input as int32 holding the same values
             name: a.astype(np.int32) if a.dtype == np.uint8 else a
-            for name, a in zip(graph.inputs, freeze_int64_inputs(case).inputs, strict=True)
+            for name, a in zip(graph.inputs, freeze_shape_inputs(case).inputs, strict=True)
         }
         outs = compiled(**feeds)
         errs = []
@@ -245,9 +257,10 @@ def markdown(results: list[Result], total: int, seconds: float) -> str:
         "",
         "The cases come from `<onnx>/backend/test/data/node` when the onnx wheel ships those files, else",
         "they are generated in memory by `onnx.backend.test.case.node.collect_testcases` (same models, inputs",
-        "and expected outputs). vdla compiles for fixed shapes, so int64 inputs (shapes, axes, pads) are",
-        "bound as constants holding the test's values; uint8 inputs and outputs are passed as int32 holding",
-        "the same values (inside the graph a uint8 tensor is int8 `value - 128`, exactly).",
+        "and expected outputs). vdla compiles for fixed shapes, so int64 inputs (shapes, axes, pads) and",
+        "Resize's roi/scales/sizes inputs are bound as constants holding the test's values; uint8 inputs and",
+        "outputs are passed as int32 holding the same values (inside the graph a uint8 tensor is int8",
+        "`value - 128`, exactly).",
         "",
         f"**{counts['pass']} passed, {counts['unsupported']} unsupported, {counts['fail']} failed** of "
         f"{len(results)} considered cases ({seconds:.1f} s).",

@@ -304,14 +304,128 @@ def test_shape_ops_softmax_coercion_and_constant_folding_match_onnxruntime():
     _close(run_float_cpu(graph, {"x": x})["y"], run_ort(model, {"x": x})["y"])
 
 
-def test_a_matmul_of_computed_operands_is_refused_when_compiled_for_the_cpu():
+def test_attention_block_matches_onnxruntime():
+    """Batched matmuls of computed operands (Q K^T, then weights V), a division by a computed tensor and a
+    square root, on the CPU JIT against onnxruntime."""
+    m = Model(11)
+    heads, seq, dim = 2, 5, 8
+    q = m.node("MatMul", ["x", m.weight("wq", (16, 16))], "q")
+    k = m.node("MatMul", ["x", m.weight("wk", (16, 16))], "k")
+    v = m.node("MatMul", ["x", m.weight("wv", (16, 16))], "v")
+    split = m.init("split_shape", np.array([1, seq, heads, dim], np.int64))
+    qh, kh, vh = (
+        m.node("Transpose", [m.node("Reshape", [t, split], f"{t}_r")], f"{t}_h", perm=[0, 2, 1, 3]) for t in (q, k, v)
+    )
+    kt = m.node("Transpose", [kh], "kt", perm=[0, 1, 3, 2])
+    scores = m.node("MatMul", [qh, kt], "scores")  # (1, heads, seq, seq): both operands computed
+    norm = m.node("Sqrt", [m.node("Abs", [scores], "abs")], "norm")
+    scaled = m.node("Div", [scores, m.node("Add", [norm, m.init("one", np.array(1.0, np.float32))], "den")], "scaled")
+    probs = m.node("Softmax", [scaled], "probs", axis=-1)
+    ctx = m.node("MatMul", [probs, vh], "ctx")  # (1, heads, seq, dim)
+    ctx_t = m.node("Transpose", [ctx], "ctx_t", perm=[0, 2, 1, 3])
+    m.node("Reshape", [ctx_t, m.init("out_shape", np.array([1, seq, 16], np.int64))], "y")
+    model = m.build([("x", F, [1, seq, 16])], [("y", F, [1, seq, 16])])
+    graph = import_onnx(model)
+    ops = [n.op for n in graph.nodes]
+    assert ops.count("matmul") == 2 and "div" in ops and "sqrt" in ops
+    x = np.random.default_rng(12).normal(0, 1, (1, seq, 16)).astype(np.float32)
+    _close(run_float_cpu(graph, {"x": x})["y"], run_ort(model, {"x": x})["y"])
+
+
+@pytest.mark.parametrize(
+    ("sa", "sb"), [((3, 4), (4,)), ((4,), (2, 4, 3)), ((2, 1, 3, 4), (5, 4, 2)), ((4,), (4,)), ((2, 3, 4), (4, 6))]
+)
+def test_matmul_shapes_match_onnxruntime(sa, sb):
+    """numpy's broadcasting and 1-D rules for two computed operands (and the dense path for the 2-D one)."""
     m = Model()
     m.node("MatMul", ["a", "b"], "y")
-    model = m.build([("a", F, [2, 3]), ("b", F, [3, 4])], [("y", F, [2, 4])])
+    out = np.matmul(np.zeros(sa), np.zeros(sb)).shape
+    model = m.build([("a", F, list(sa)), ("b", F, list(sb))], [("y", F, list(out))])
+    rng = np.random.default_rng(13)
+    feeds = {"a": rng.normal(0, 1, sa).astype(np.float32), "b": rng.normal(0, 1, sb).astype(np.float32)}
+    got = run_float_cpu(import_onnx(model), feeds)["y"]
+    assert got.shape == out
+    _close(got, run_ort(model, feeds)["y"])
+
+
+def test_slice_split_match_onnxruntime():
+    m = Model()
+    starts, ends = m.init("starts", np.array([1, -1, 0], np.int64)), m.init("ends", np.array([3, -100, 9], np.int64))
+    axes, steps = m.init("axes", np.array([1, 2, 3], np.int64)), m.init("steps", np.array([1, -2, 3], np.int64))
+    m.node("Slice", ["x", starts, ends, axes, steps], "s")
+    m.node("Split", ["x", m.init("parts", np.array([1, 3], np.int64))], ["p0", "p1"], axis=1)
+    model = m.build(
+        [("x", F, [2, 4, 5, 9])], [("s", F, [2, 2, 3, 3]), ("p0", F, [2, 1, 5, 9]), ("p1", F, [2, 3, 5, 9])]
+    )
     graph = import_onnx(model)
-    assert [n.op for n in graph.nodes] == ["matmul"]
-    with pytest.raises(UnsupportedError, match="matmul: no CPU kernel"):
-        compile_graph(simplify(graph))
+    assert [n.op for n in graph.nodes] == ["slice"] * 3
+    x = np.random.default_rng(14).normal(0, 1, (2, 4, 5, 9)).astype(np.float32)
+    got, want = run_float_cpu(graph, {"x": x}), run_ort(model, {"x": x})
+    for name in ("s", "p0", "p1"):
+        np.testing.assert_array_equal(got[name], want[name])
+
+
+@pytest.mark.parametrize(
+    ("mode", "coord", "nearest", "out"),
+    [
+        ("nearest", "asymmetric", "floor", (1, 3, 10, 14)),
+        ("nearest", "half_pixel", "round_prefer_floor", (1, 3, 7, 5)),
+        ("nearest", "align_corners", "round_prefer_ceil", (1, 3, 9, 11)),
+        ("nearest", "tf_half_pixel_for_nn", "ceil", (1, 3, 8, 12)),
+        ("linear", "half_pixel", "round_prefer_floor", (1, 3, 10, 14)),
+        ("linear", "pytorch_half_pixel", "round_prefer_floor", (1, 3, 3, 1)),
+        ("linear", "align_corners", "round_prefer_floor", (1, 3, 9, 11)),
+        ("linear", "asymmetric", "round_prefer_floor", (1, 3, 4, 4)),
+    ],
+)
+def test_resize_matches_onnxruntime(mode, coord, nearest, out):
+    """Resize given output sizes (scales = sizes / input): up and down, every coordinate mode."""
+    m = Model()
+    sizes = m.init("sizes", np.array(out, np.int64))
+    attrs = {"mode": mode, "coordinate_transformation_mode": coord, "nearest_mode": nearest}
+    m.node("Resize", ["x", "", "", sizes], "y", **attrs)
+    model = m.build([("x", F, [1, 3, 5, 7])], [("y", F, list(out))])
+    graph = import_onnx(model)
+    assert [n.op for n in graph.nodes] == ["resize"]
+    x = np.random.default_rng(15).normal(0, 1, (1, 3, 5, 7)).astype(np.float32)
+    _close(run_float_cpu(graph, {"x": x})["y"], run_ort(model, {"x": x})["y"], rtol=1e-5)
+
+
+def test_resize_by_scales_and_unsupported_modes():
+    m = Model()
+    scales = m.init("scales", np.array([1, 1, 2, 0.5], np.float32))
+    m.node("Resize", ["x", "", scales], "y", mode="linear")
+    model = m.build([("x", F, [1, 2, 4, 6])], [("y", F, [1, 2, 8, 3])])
+    x = np.random.default_rng(16).normal(0, 1, (1, 2, 4, 6)).astype(np.float32)
+    _close(run_float_cpu(import_onnx(model), {"x": x})["y"], run_ort(model, {"x": x})["y"], rtol=1e-5)
+    for attrs, what in (({"mode": "cubic"}, "mode='cubic'"), ({"antialias": 1, "mode": "linear"}, "antialias=1")):
+        m = Model()
+        m.node("Resize", ["x", "", m.init("scales", np.array([1, 1, 0.5, 0.5], np.float32))], "y", **attrs)
+        model = m.build([("x", F, [1, 2, 4, 6])], [("y", F, [1, 2, 2, 3])], opset=18)
+        with pytest.raises(UnsupportedError, match=f"node 'y'.*attribute {what}"):
+            import_onnx(model)
+
+
+def test_batch_norm_with_computed_statistics_matches_onnxruntime():
+    m = Model()
+    m.node("BatchNormalization", ["x", "scale", "bias", "mean", "var"], "y", epsilon=1e-3)
+    c = [("scale", F, [3]), ("bias", F, [3]), ("mean", F, [3]), ("var", F, [3])]
+    model = m.build([("x", F, [2, 3, 4, 4]), *c], [("y", F, [2, 3, 4, 4])])
+    rng = np.random.default_rng(17)
+    feeds = {k: rng.normal(0, 1, s).astype(np.float32) for k, _, s in [("x", F, [2, 3, 4, 4]), *c]}
+    feeds["var"] = np.abs(feeds["var"])
+    _close(run_float_cpu(import_onnx(model), feeds)["y"], run_ort(model, feeds)["y"])
+
+
+def test_depthwise_convolution_matches_onnxruntime():
+    m = Model()
+    w = m.weight("w", (6, 1, 3, 3))
+    m.node("Conv", ["x", w, m.weight("b", (6,), 0.1)], "y", group=6, pads=[1, 1, 1, 1], strides=[2, 2])
+    model = m.build([("x", F, [1, 6, 9, 9])], [("y", F, [1, 6, 5, 5])])
+    graph = import_onnx(model)
+    assert graph.nodes[0].attrs["groups"] == 6
+    x = np.random.default_rng(18).normal(0, 1, (1, 6, 9, 9)).astype(np.float32)
+    _close(run_float_cpu(graph, {"x": x})["y"], run_ort(model, {"x": x})["y"])
 
 
 def test_uint8_quantize_dequantize_are_exact():

@@ -175,14 +175,15 @@ class KernelBuilder:
     def loops(self, extents: list[int]) -> _Nest:
         return _Nest(self, extents)
 
-    def table(self, values: list[int]) -> Callable[[ir.Value], ir.Value]:
-        """A constant i64 lookup table; returns a function loading entry ``i``."""
-        ty = ir.ArrayType(I64, len(values))
+    def table(self, values: list[int] | list[float], element: ir.Type = I64) -> Callable[[ir.Value], ir.Value]:
+        """A constant lookup table of ``element`` s (i64 by default, or F32); returns a function loading
+        entry ``i``."""
+        ty = ir.ArrayType(element, len(values))
         g = ir.GlobalVariable(self.module, ty, name=f"{self.fn.name}_table{len(self.module.globals)}")
         g.global_constant = True
         g.linkage = "internal"
         g.initializer = ir.Constant(ty, values)
-        return lambda i: self.b.load(self.b.gep(g, [i64(0), i], source_etype=ty, inbounds=True), typ=I64)
+        return lambda i: self.b.load(self.b.gep(g, [i64(0), i], source_etype=ty, inbounds=True), typ=element)
 
     def linear(self, coords: list[ir.Value], strides: list[int], base: ir.Value | int = 0) -> ir.Value:
         """``base + sum(c * s)``, outer coordinates first so loop-invariant partial sums get hoisted."""
@@ -218,6 +219,10 @@ class KernelBuilder:
 
     def fma(self, a: ir.Value, b: ir.Value, c: ir.Value) -> ir.Value:
         return self.call("llvm.fmuladd.f32", F32, a, b, c)
+
+    def sqrt(self, v: ir.Value) -> ir.Value:
+        """IEEE square root (correctly rounded, NaN below zero), vectorizable like numpy's."""
+        return self.call("llvm.sqrt.f32", F32, v)
 
     def rint(self, v: ir.Value) -> ir.Value:
         """Round half to even (the default floating-point environment)."""

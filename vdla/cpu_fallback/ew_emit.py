@@ -18,7 +18,7 @@ from vdla.cpu_fallback.lltypes import F32, I8, I32, I64, LL_TYPES, i64
 from vdla.cpu_fallback.specs import ChainSpec
 from vdla.graph.ew import Arg, Const, EwStep, step_result_dtype
 from vdla.graph.types import is_float
-from vdla.isa.arith import MAX_SHIFT
+from vdla.isa.arith import MAX_SHIFT, MUL_MAX_SHIFT
 
 
 def broadcast_strides(shape: tuple[int, ...], out_shape: tuple[int, ...]) -> list[int]:
@@ -94,16 +94,29 @@ _FLOAT_BINARY: dict[str, Callable] = {
     "max": KernelBuilder.fmax,
     "min": KernelBuilder.fmin,
 }
-_UNARY_FLOAT = {"sigmoid": KernelBuilder.sigmoid, "tanh": KernelBuilder.tanh, "exp": KernelBuilder.exp}
+_UNARY_FLOAT = {
+    "sigmoid": KernelBuilder.sigmoid,
+    "tanh": KernelBuilder.tanh,
+    "exp": KernelBuilder.exp,
+    "sqrt": KernelBuilder.sqrt,
+}
 
 
-def _rounding_shift(kb: KernelBuilder, acc: ir.Value, s: Operand) -> ir.Value:
-    """``(acc + 2^(s-1)) >> s`` on i64 (``vdla.isa.arith.rounding_shift``); tensor shifts clamped to [0, 31]."""
+def _rounding_shift(kb: KernelBuilder, acc: ir.Value, s: Operand, limit: int = MAX_SHIFT) -> ir.Value:
+    """``(acc >> s) + ((acc >> (s-1)) & 1)`` on i64, round half up with no overflow for any i64 ``acc``
+    (``vdla.isa.arith.rounding_shift``); tensor shifts clamped to [0, ``limit``]."""
     b = kb.b
     if isinstance(s, tuple):
-        sh = kb.clamp_int(_as_int(kb, s, I64), 0, MAX_SHIFT)
-        return b.ashr(b.add(acc, b.ashr(b.shl(i64(1), sh), i64(1))), sh)
-    return b.ashr(b.add(acc, i64(1 << (s - 1))), i64(s)) if s > 0 else acc
+        sh = kb.clamp_int(_as_int(kb, s, I64), 0, limit)
+        bit = b.and_(b.ashr(acc, b.sub(kb.smax(sh, i64(1)), i64(1))), i64(1))
+        return b.select(b.icmp_signed("==", sh, i64(0)), acc, b.add(b.ashr(acc, sh), bit))
+    return b.add(b.ashr(acc, i64(s)), b.and_(b.ashr(acc, i64(s - 1)), i64(1))) if s > 0 else acc
+
+
+def _mul_shift(kb: KernelBuilder, v: ir.Value, dtype: str, m: Operand, s: Operand) -> ir.Value:
+    """``vdla.isa.arith.mul_shift`` before its wrap: the exact i64 product rounded right by ``s``."""
+    b = kb.b
+    return _rounding_shift(kb, b.mul(b.sext(kb.widen(v, dtype, I32), I64), _as_int(kb, m, I64)), s, MUL_MAX_SHIFT)
 
 
 def emit_step(kb: KernelBuilder, step: EwStep, v: ir.Value, dtype: str, out: str, operands: list[Operand]) -> ir.Value:
@@ -113,7 +126,11 @@ def emit_step(kb: KernelBuilder, step: EwStep, v: ir.Value, dtype: str, out: str
     if op in _INT_BINARY:
         if fl:
             return _FLOAT_BINARY[op](kb, v, _as_float(kb, operands[0]))
+        if op == "mul" and step.attr("shift"):
+            return b.trunc(_mul_shift(kb, v, dtype, operands[0], int(step.attr("shift"))), I32)
         return _INT_BINARY[op](kb, kb.widen(v, dtype, I32), _as_int(kb, operands[0], I32))
+    if op == "div":  # float only (step_result_dtype): IEEE division, as numpy's
+        return b.fdiv(v, _as_float(kb, operands[0]))
     if op == "relu":
         return kb.fmax(v, ir.Constant(F32, 0.0)) if fl else kb.smax(v, ir.Constant(v.type, 0))
     if op == "clip":
@@ -137,8 +154,8 @@ def emit_step(kb: KernelBuilder, step: EwStep, v: ir.Value, dtype: str, out: str
         return b.trunc(_rounding_shift(kb, b.sext(kb.widen(v, dtype, I32), I64), s), I32)
     if op == "requantize":
         m, s = operands
-        # vdla.isa.arith.requantize: the product wraps to int32 (the accelerator's 32-bit MUL), then a
-        # rounding shift in [0, 31] computed in 64 bits, then the clamp
-        acc = _rounding_shift(kb, b.sext(b.mul(kb.widen(v, dtype, I32), _as_int(kb, m, I32)), I64), s)
+        # vdla.isa.arith.requantize: the exact 64-bit product rounded once (shift in [0, 63]), wrapped to
+        # int32 like the ALU's MUL, then the clamp
+        acc = b.sext(b.trunc(_mul_shift(kb, v, dtype, m, s), I32), I64)
         return b.trunc(kb.clamp_int(acc, int(step.attr("lo")), int(step.attr("hi"))), I8)
     return kb.to_dtype(v, dtype, out)  # cast

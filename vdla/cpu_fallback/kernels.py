@@ -8,9 +8,11 @@ vectorizer cannot find the good schedule by itself.
 
 from __future__ import annotations
 
+import itertools
 import math
 from functools import singledispatch
 
+import numpy as np
 from llvmlite import ir
 
 from vdla.cpu_fallback.abi import ObjectLayout
@@ -23,15 +25,19 @@ from vdla.cpu_fallback.specs import (
     CpuConv2dSpec,
     CpuDenseSpec,
     GlobalAvgPoolSpec,
+    MatMulSpec,
     PackSpec,
     PadSpec,
     Pool2dSpec,
+    ResizeSpec,
+    SliceSpec,
     SoftmaxSpec,
     Spec,
     TransposeSpec,
     UnpackSpec,
     spec_inputs,
 )
+from vdla.graph.oracle import resize_taps
 from vdla.graph.types import is_float
 from vdla.graph.window import Window
 
@@ -446,6 +452,93 @@ def _pad(spec: PadSpec, kb: KernelBuilder) -> None:
                 fill(row, left + shape[-1], width)
             with otherwise:
                 fill(row, 0, width)
+
+
+@_emit.register
+def _slice(spec: SliceSpec, kb: KernelBuilder) -> None:
+    """A strided copy: output index ``o`` of axis ``i`` reads ``starts[i] + o * steps[i]``, dims that both
+    sides walk linearly coalesced into one loop (a slice along the outer axes copies whole rows)."""
+    dt, (x,), y = spec.x.dtype, kb.inputs, kb.out
+    src = contiguous_strides(spec.x.shape)
+    base = sum(a * s for a, s in zip(spec.starts, src, strict=True))
+    walk = [st * s for st, s in zip(spec.steps, src, strict=True)]
+    dims, (ss, ds) = coalesce(spec.out.shape, [walk, contiguous_strides(spec.out.shape)])
+    with kb.loops(dims) as idx:
+        kb.store(kb.load(dt, x, kb.linear(idx, ss, base)), dt, y, kb.linear(idx, ds))
+
+
+@_emit.register
+def _resize(spec: ResizeSpec, kb: KernelBuilder) -> None:
+    """Per output element: the input offsets of its taps come from compile-time tables (one per resized
+    axis, offsets premultiplied by the axis stride), linear mode blends the 2^r taps of its r interpolated
+    axes with float32 weights from tables too. The leading axes the resize leaves alone form one loop."""
+    b, dt, (x,), y = kb.b, spec.x.dtype, kb.inputs, kb.out
+    xs, ys = spec.x.shape, spec.out.shape
+    src = contiguous_strides(xs)
+    taps = [
+        resize_taps(n, m, s, spec.mode, spec.coordinate_mode, spec.nearest_mode)
+        for n, m, s in zip(xs, ys, spec.scales, strict=True)
+    ]
+    moved = [
+        ax for ax, (i0, _, w1) in enumerate(taps) if xs[ax] != ys[ax] or np.any(i0 != np.arange(ys[ax])) or w1.any()
+    ]
+    first = moved[0] if moved else len(xs)
+    blended = [ax for ax in moved if taps[ax][2].any()]
+    tables = {}
+    for ax in moved:
+        i0, i1, w1 = taps[ax]
+        tables[ax] = (kb.table([int(i) * src[ax] for i in i0]), kb.table([int(i) * src[ax] for i in i1]))
+        if ax in blended:
+            tables[ax] += (kb.table([float(1 - w) for w in w1], F32), kb.table([float(w) for w in w1], F32))
+    in_block, out_block = math.prod(xs[first:]), math.prod(ys[first:])
+    with kb.loop(0, math.prod(ys[:first])) as o, kb.loops(list(ys[first:])) as idx:
+        coords = dict(zip(range(first, len(ys)), idx, strict=True))
+        fixed = [b.mul(coords[ax], i64(src[ax])) for ax in coords if ax not in moved]
+        fixed += [tables[ax][0](coords[ax]) for ax in moved if ax not in blended]
+        base = b.mul(o, i64(in_block))
+        for term in fixed:
+            base = b.add(base, term)
+        value = None
+        for pick in itertools.product((0, 1), repeat=len(blended)):
+            off, weight = base, None
+            for ax, k in zip(blended, pick, strict=True):
+                off = b.add(off, tables[ax][k](coords[ax]))
+                w = tables[ax][2 + k](coords[ax])
+                weight = w if weight is None else b.fmul(weight, w)
+            v = kb.load(dt, x, off)
+            if weight is not None:
+                v = b.fmul(v, weight)
+            value = v if value is None else b.fadd(value, v)
+        kb.store(value, dt, y, kb.linear(idx, contiguous_strides(ys)[first:], b.mul(o, i64(out_block))))
+
+
+@_emit.register
+def _matmul(spec: MatMulSpec, kb: KernelBuilder) -> None:
+    """Per batch and output row: the row is zeroed, then for each k the row of ``b`` scaled by ``a[m, k]``
+    is added with FMAs, the inner loop walking contiguous columns of ``b`` and of the output (vectorized).
+    Batch dimensions broadcast (stride 0 where an operand has size 1)."""
+    b = kb.b
+    *batch, m_n, n_n = spec.out.shape
+    k_n = spec.a.shape[-1]
+    a, bm = kb.inputs
+    y = kb.out
+    a_strides = [s * m_n * k_n for s in broadcast_strides(spec.a.shape[:-2], tuple(batch))]
+    b_strides = [s * k_n * n_n for s in broadcast_strides(spec.b.shape[:-2], tuple(batch))]
+    y_strides = [s * m_n * n_n for s in contiguous_strides(tuple(batch))]
+    zero = ir.Constant(F32, 0.0)
+    with kb.loops(batch) as bidx, kb.loop(0, m_n) as m:
+        a_row = kb.linear([*bidx, m], [*a_strides, k_n])
+        b0 = kb.linear(bidx, b_strides)
+        y_row = kb.linear([*bidx, m], [*y_strides, n_n])
+        with kb.loop(0, n_n) as n:
+            kb.store(zero, "float32", y, b.add(y_row, n))
+        with kb.loop(0, k_n) as k:
+            av = kb.load("float32", a, b.add(a_row, k))
+            b_row = b.add(b0, b.mul(k, i64(n_n)))
+            with kb.loop(0, n_n) as n:
+                out_off = b.add(y_row, n)
+                acc = kb.fma(av, kb.load("float32", bm, b.add(b_row, n)), kb.load("float32", y, out_off))
+                kb.store(acc, "float32", y, out_off)
 
 
 # ---------------------------------------------------------------------------------------------------------

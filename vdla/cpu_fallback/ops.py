@@ -17,9 +17,12 @@ from vdla.cpu_fallback.specs import (
     make_conv2d,
     make_dense,
     make_global_avg_pool,
+    make_matmul,
     make_pack,
     make_pad,
     make_pool2d,
+    make_resize,
+    make_slice,
     make_softmax,
     make_transpose,
     make_unpack,
@@ -68,6 +71,15 @@ def maximum(a: np.ndarray, b: np.ndarray | float, out: Out = None) -> np.ndarray
 
 def minimum(a: np.ndarray, b: np.ndarray | float, out: Out = None) -> np.ndarray:
     return elementwise(a, [ew.minimum(b)], out)
+
+
+def div(a: np.ndarray, b: np.ndarray | float, out: Out = None) -> np.ndarray:
+    """float32 ``a / b`` (IEEE, like numpy)."""
+    return elementwise(a, [ew.div(b)], out)
+
+
+def sqrt(x: np.ndarray, out: Out = None) -> np.ndarray:
+    return elementwise(x, [ew.sqrt()], out)
 
 
 def relu(x: np.ndarray, out: Out = None) -> np.ndarray:
@@ -168,6 +180,12 @@ def conv2d(
     return _run(spec, [x, w, *(contiguous(a) for a in r.operands)], out)
 
 
+def matmul(a: np.ndarray, b: np.ndarray, *, out: Out = None) -> np.ndarray:
+    """float32 ``a @ b`` of two tensors of rank >= 2, batch dimensions broadcast like numpy's."""
+    a, b = _arr("matmul", a), _arr("matmul", b)
+    return _run(make_matmul(TensorType.of(a, "matmul"), TensorType.of(b, "matmul")), [a, b], out)
+
+
 # -- pooling and softmax ----------------------------------------------------------------------------------
 
 
@@ -225,3 +243,31 @@ def pad(x: np.ndarray, pads: Sequence[tuple[int, int]], value: int | float = 0, 
     """Constant padding, ``pads[i] = (before, after)`` per axis."""
     x = _arr("pad", x)
     return _run(make_pad(TensorType.of(x, "pad"), pads, value), [x], out)
+
+
+def strided_slice(
+    x: np.ndarray, starts: Sequence[int], stops: Sequence[int], steps: Sequence[int], *, out: Out = None
+) -> np.ndarray:
+    """``x[start:stop:step, ...]`` with one ``range(start, stop, step)`` per axis, each selecting at least one
+    index inside the axis (a negative step walks backwards; stop -1 then ends at index 0)."""
+    x = _arr("slice", x)
+    return _run(make_slice(TensorType.of(x, "slice"), starts, stops, steps), [x], out)
+
+
+def resize(
+    x: np.ndarray,
+    sizes: Sequence[int],
+    scales: Sequence[float] | None = None,
+    mode: str = "nearest",
+    coordinate_mode: str = "half_pixel",
+    nearest_mode: str = "round_prefer_floor",
+    *,
+    out: Out = None,
+) -> np.ndarray:
+    """ONNX Resize of ``x`` to shape ``sizes``: ``mode`` nearest (any dtype) or linear (float32), the
+    coordinate transformation and nearest rounding of ONNX; ``scales`` default to ``sizes / x.shape``."""
+    x = _arr("resize", x)
+    if scales is None:
+        scales = [n / d for n, d in zip(sizes, x.shape, strict=False)]  # a length mismatch is named below
+    spec = make_resize(TensorType.of(x, "resize"), mode, coordinate_mode, nearest_mode, scales, sizes)
+    return _run(spec, [x], out)

@@ -15,9 +15,12 @@ from vdla.cpu_fallback.specs import (
     CpuConv2dSpec,
     CpuDenseSpec,
     GlobalAvgPoolSpec,
+    MatMulSpec,
     PackSpec,
     PadSpec,
     Pool2dSpec,
+    ResizeSpec,
+    SliceSpec,
     SoftmaxSpec,
     Spec,
     TransposeSpec,
@@ -80,6 +83,25 @@ def _(spec: ConcatSpec, *arrays: np.ndarray) -> np.ndarray:
 @reference.register
 def _(spec: PadSpec, x: np.ndarray) -> np.ndarray:
     return np.pad(x, spec.pads, constant_values=spec.value)
+
+
+@reference.register
+def _(spec: SliceSpec, x: np.ndarray) -> np.ndarray:
+    index = tuple(
+        slice(a, a + n * s if a + n * s >= 0 else None, s)
+        for a, s, n in zip(spec.starts, spec.steps, spec.out.shape, strict=True)
+    )
+    return np.ascontiguousarray(x[index])
+
+
+@reference.register
+def _(spec: ResizeSpec, x: np.ndarray) -> np.ndarray:
+    return oracle.resize(x, spec.mode, spec.coordinate_mode, spec.nearest_mode, spec.scales, spec.out.shape)
+
+
+@reference.register
+def _(spec: MatMulSpec, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return oracle.matmul(a, b)
 
 
 def _with_epilogue(spec: CpuDenseSpec | CpuConv2dSpec, acc: np.ndarray, operands: tuple[np.ndarray, ...]) -> np.ndarray:

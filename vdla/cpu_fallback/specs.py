@@ -15,7 +15,15 @@ import numpy as np
 
 from vdla.graph.ew import Arg, Const, EwStep, operand_fits, step_result_dtype
 from vdla.graph.layout import blocked_shape
-from vdla.graph.ops import concat_type, pad_type, pool_window, transpose_type
+from vdla.graph.ops import (
+    concat_type,
+    matmul_type,
+    pad_type,
+    pool_window,
+    resize_type,
+    slice_type,
+    transpose_type,
+)
 from vdla.graph.types import TensorType, UnsupportedError, is_float
 from vdla.graph.window import Window, make_window
 
@@ -200,6 +208,54 @@ def make_pad(x: TensorType, pads, value: int | float = 0) -> PadSpec:
     return PadSpec(x, pads, value, out.plain)
 
 
+@dataclass(frozen=True)
+class SliceSpec:
+    """Strided slicing: output index ``o`` along axis ``i`` reads input index ``starts[i] + o * steps[i]``
+    (steps may be negative; every index lies inside the input, see :func:`vdla.graph.ops.slice_type`)."""
+
+    x: TensorType
+    starts: tuple[int, ...]
+    steps: tuple[int, ...]
+    out: TensorType
+
+
+def make_slice(x: TensorType, starts, stops, steps) -> SliceSpec:
+    ranges, out = slice_type(x, starts, stops, steps)
+    return SliceSpec(x, tuple(r.start for r in ranges), tuple(r.step for r in ranges), out.plain)
+
+
+@dataclass(frozen=True)
+class ResizeSpec:
+    """ONNX Resize, nearest (any dtype) or linear (float32), to ``out.shape``; ``scales`` are the
+    coordinate transformation's per-axis factors (:func:`vdla.graph.oracle.resize_taps`)."""
+
+    x: TensorType
+    mode: str
+    coordinate_mode: str
+    nearest_mode: str
+    scales: tuple[float, ...]
+    out: TensorType
+
+
+def make_resize(x: TensorType, mode: str, coordinate_mode: str, nearest_mode: str, scales, sizes) -> ResizeSpec:
+    scales = tuple(float(s) for s in scales)
+    out = resize_type(x, mode, coordinate_mode, nearest_mode, scales, sizes)
+    return ResizeSpec(x, mode, coordinate_mode, nearest_mode, scales, out.plain)
+
+
+@dataclass(frozen=True)
+class MatMulSpec:
+    """float32 ``a @ b`` with numpy's batch broadcasting: ``(..., M, K) x (..., K, N) -> (..., M, N)``."""
+
+    a: TensorType
+    b: TensorType
+    out: TensorType
+
+
+def make_matmul(a: TensorType, b: TensorType) -> MatMulSpec:
+    return MatMulSpec(a, b, matmul_type(a, b))
+
+
 def _epilogue(op: str, acc: TensorType, inputs: tuple[TensorType, ...], steps: tuple[EwStep, ...]):
     if not steps:
         return None
@@ -291,6 +347,9 @@ Spec = (
     | UnpackSpec
     | ConcatSpec
     | PadSpec
+    | SliceSpec
+    | ResizeSpec
+    | MatMulSpec
     | CpuDenseSpec
     | CpuConv2dSpec
 )
@@ -302,6 +361,8 @@ def spec_inputs(spec: Spec) -> tuple[TensorType, ...]:
         return spec.inputs
     if isinstance(spec, CpuDenseSpec | CpuConv2dSpec):
         return (spec.x, spec.w, *(spec.epilogue.inputs[1:] if spec.epilogue else ()))
+    if isinstance(spec, MatMulSpec):
+        return (spec.a, spec.b)
     return (spec.x,)
 
 
@@ -314,6 +375,9 @@ _OP_NAMES = {
     UnpackSpec: "unpack_blocked",
     ConcatSpec: "concat",
     PadSpec: "pad",
+    SliceSpec: "slice",
+    ResizeSpec: "resize",
+    MatMulSpec: "matmul",
     CpuDenseSpec: "dense",
     CpuConv2dSpec: "conv2d",
 }

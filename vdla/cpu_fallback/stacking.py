@@ -23,9 +23,12 @@ from vdla.cpu_fallback.specs import (
     make_conv2d,
     make_dense,
     make_global_avg_pool,
+    make_matmul,
     make_pack,
     make_pad,
     make_pool2d,
+    make_resize,
+    make_slice,
     make_softmax,
     make_transpose,
     make_unpack,
@@ -33,6 +36,7 @@ from vdla.cpu_fallback.specs import (
 from vdla.graph.ew import Arg, Const, EwStep, Step, node_steps
 from vdla.graph.fusion import EPILOGUE_ANCHORS, fuse, is_elementwise
 from vdla.graph.graph import Graph, Node, reshaped
+from vdla.graph.passes import fresh_name
 from vdla.graph.types import TensorType, UnsupportedError
 
 
@@ -102,6 +106,9 @@ SPEC_FACTORIES: dict[str, _Factory] = {
     "unpack_blocked": lambda t, a: make_unpack(t[0], **a),
     "concat": lambda t, a: make_concat(tuple(t), **a),
     "pad": lambda t, a: make_pad(t[0], **a),
+    "slice": lambda t, a: make_slice(t[0], **a),
+    "resize": lambda t, a: make_resize(t[0], **a),
+    "matmul": lambda t, a: make_matmul(*t, **a),
 }
 
 
@@ -170,8 +177,28 @@ def _anchored_spec(
     return spec, [x, w, *names[1:]]
 
 
+def split_computed_bias(graph: Graph) -> Graph:
+    """A conv2d/dense whose bias is computed (not a parameter) as the layer without bias followed by an add
+    of the bias reshaped to broadcast along the channel axis (the add then fuses as the epilogue)."""
+    taken = {*graph.inputs, *graph.params, *(n.output for n in graph.nodes)}
+    nodes: list[Node] = []
+    for node in graph.nodes:
+        if node.op not in EPILOGUE_ANCHORS or len(node.inputs) < 3 or node.inputs[2] in graph.params:
+            nodes.append(node)
+            continue
+        acc, rows = (fresh_name(f"{node.output}:{what}", taken) for what in ("acc", "bias_rows"))
+        shape = (1, -1, 1, 1) if node.op == "conv2d" else (1, -1)
+        nodes += [
+            Node("reshape", (node.inputs[2],), rows, {"shape": shape}),
+            Node(node.op, node.inputs[:2], acc, node.attrs),
+            Node("add", (acc, rows), node.output),
+        ]
+    return graph.copy(nodes=nodes)
+
+
 def compile_graph(graph: Graph) -> CompiledGraph:
     """Fuse, type and JIT-compile every group of ``graph`` (kernels come from the caches when possible)."""
+    graph = split_computed_bias(graph)
     params = dict(graph.params)
     types: dict[str, TensorType] = dict(graph.inputs)
     types.update({k: TensorType.of(v, "graph") for k, v in params.items()})

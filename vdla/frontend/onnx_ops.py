@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from vdla.frontend.builder import Builder, OnnxNode, broadcast_to_axis, size, unsupported
+from vdla.graph.ops import matmul_type
 from vdla.graph.window import pads_from_onnx
 
 Converter = Callable[[Builder, OnnxNode], None]
@@ -111,11 +112,17 @@ def _sub(b: Builder, node: OnnxNode) -> None:
 
 @converter("Div")
 def _div(b: Builder, node: OnnxNode) -> None:
+    """A constant divisor becomes a multiplication by its float32 reciprocal (one rounding more than a
+    division, well within float32 tolerances, and it fuses as a multiplier); a computed one a float32
+    division (IEEE, as onnxruntime's)."""
     b.require_dtype(node, 0, FLOAT)
-    c = b.const(node, 1, "the divisor (vdla divides by constants only, as a multiplication by the reciprocal)")
-    c = np.asarray(c, np.float32)
+    b.require_dtype(node, 1, FLOAT)
+    if not b.is_const(node, 1):
+        _binary(b, node, "div", 0, 1, node.outputs[0], FLOAT)
+        return
+    c = np.asarray(b.const(node, 1, "the divisor"), np.float32)
     if np.any(c == 0) or not np.all(np.isfinite(c)):
-        raise unsupported(node, "the divisor must be finite and non-zero")
+        raise unsupported(node, "a constant divisor must be finite and non-zero")
     recip = (np.float32(1) / c).astype(np.float32)
     x = b.tensor(node, 0)
     if recip.size == 1 and recip.ndim <= len(b.type_of(x).shape):
@@ -154,6 +161,7 @@ converter("Relu")(_unary("relu", ("float32", "int8", "int32")))
 converter("Sigmoid")(_unary("sigmoid", FLOAT))
 converter("Tanh")(_unary("tanh", FLOAT))
 converter("Exp")(_unary("exp", FLOAT))
+converter("Sqrt")(_unary("sqrt", FLOAT))
 
 
 @converter("Neg")
@@ -584,36 +592,52 @@ def _dense_on(b: Builder, node: OnnxNode, a: str, w: str, k: int, out: str, bias
         b.reshape(node, y, final, out=out)
 
 
+def _matmul_shape(node: OnnxNode, sa: tuple[int, ...], sb: tuple[int, ...]) -> tuple[int, ...]:
+    """numpy's (and ONNX's) result shape of ``a @ b``: batch dimensions broadcast, a 1-D operand's axis
+    dropped."""
+    try:
+        batch = tuple(int(d) for d in np.broadcast_shapes(sa[:-2], sb[:-2]))
+    except ValueError as e:
+        raise unsupported(node, f"batch dimensions of {sa} and {sb} do not broadcast") from e
+    return (*batch, *sa[-2:-1], *(sb[-1:] if len(sb) > 1 else ()))
+
+
 @converter("MatMul")
 def _matmul(b: Builder, node: OnnxNode) -> None:
+    """A constant 1-D or 2-D right operand makes a dense layer (the accelerator's GEMM); anything else (two
+    computed operands, batched as in attention, or a batched constant) the float32 matmul operator."""
     b.require_dtype(node, 0, FLOAT)
     b.require_dtype(node, 1, FLOAT)
     sa, sb = b.shape(node, 0), b.shape(node, 1)
     if not sa or not sb:
         raise unsupported(node, f"MatMul of a scalar (shapes {sa} and {sb})")
+    if sa[-1] != sb[0 if len(sb) == 1 else -2]:
+        raise unsupported(node, f"inner dimensions of {sa} and {sb} differ")
+    final = _matmul_shape(node, sa, sb)
     a = b.tensor(node, 0)
-    out = node.outputs[0]
-    if len(sa) == 1:  # (K,) @ B: a row vector, squeezed afterwards
+    if len(sa) == 1:  # (K,): a row vector, its axis dropped afterwards
         a = b.reshape(node, a, (1, sa[0]))
-    if len(sb) > 2:
-        raise unsupported(node, f"a batched right operand (shape {sb}) is not supported")
-    k = sb[0]
-    if b.is_const(node, 1):
+    out = node.outputs[0]
+    if b.is_const(node, 1) and len(sb) <= 2:
+        k = sb[0]
         bm = np.asarray(b.const(node, 1, "B"), np.float32)
-        w = np.ascontiguousarray(bm.reshape(k, -1).T)  # (N, K)
-        wname = b.add_param(node.input(1) + ":T", w)
-        if len(sa) == 1 or len(sb) == 1:
-            tmp = node.outputs[0] + ":mm"
-            _dense_on(b, node, a, wname, k, tmp)
-            y = b.values[tmp].name
-            final = (*sa[:-1], *sb[1:])
-            b.reshape(node, y, final, out=out)
-        else:
+        wname = b.add_param(node.input(1) + ":T", np.ascontiguousarray(bm.reshape(k, -1).T))  # (N, K)
+        if len(sa) > 1 and len(sb) == 2:  # the dense layer's own result shape
             _dense_on(b, node, a, wname, k, out)
+            return
+        tmp = out + ":mm"
+        _dense_on(b, node, a, wname, k, tmp)
+        b.reshape(node, b.values[tmp].name, final, out=out)
         return
-    if len(sb) != 2 or len(sa) == 1:
-        raise unsupported(node, f"MatMul of computed operands with shapes {sa} and {sb}: only (..., M, K) x (K, N)")
-    b.emit(node, "matmul", (a, b.tensor(node, 1)), out=out)
+    bt = b.tensor(node, 1)
+    if len(sb) == 1:  # (K,): a column vector
+        bt = b.reshape(node, bt, (sb[0], 1))
+    y_shape = matmul_type(b.type_of(a), b.type_of(bt)).shape if len(sa) > 1 and len(sb) > 1 else None
+    if y_shape == final:
+        b.emit(node, "matmul", (a, bt), out=out)
+        return
+    y = b.emit(node, "matmul", (a, bt), suffix="matmul")
+    b.reshape(node, y, final, out=out)
 
 
 @converter("BatchNormalization", attrs=("epsilon", "momentum", "training_mode", "spatial"))
@@ -628,7 +652,21 @@ def _batch_norm(b: Builder, node: OnnxNode) -> None:
         b.require_dtype(node, i, FLOAT)
     eps = float(attr(node, "epsilon", 1e-5))
     inputs = [b.tensor(node, i) for i in range(5)]
-    b.emit(node, "batch_norm", inputs, {"epsilon": eps}, out=node.outputs[0])
+    if all(b.is_const(node, i) for i in range(1, 5)):  # folded into the weights or a multiply-add later
+        b.emit(node, "batch_norm", inputs, {"epsilon": eps}, out=node.outputs[0])
+        return
+    # computed statistics: ONNX's (x - mean) / sqrt(var + epsilon) * scale + bias, statistics along axis 1
+    x, scale, bias, mean, var = inputs
+    rank = len(b.type_of(x).shape)
+    if rank < 2:
+        raise unsupported(node, f"needs an (N, C, ...) input, got shape {b.type_of(x).shape}")
+    channels = (1, b.type_of(x).shape[1]) + (1,) * (rank - 2)
+    scale, bias, mean, var = (b.reshape(node, v, channels) for v in (scale, bias, mean, var))
+    centered = b.emit(node, "sub", (x, mean), suffix="centered")
+    std = b.emit(node, "sqrt", (b.emit(node, "add", (var,), {"b": eps}, suffix="var_eps"),), suffix="std")
+    normed = b.emit(node, "div", (centered, std), suffix="normalized")
+    scaled = b.emit(node, "mul", (normed, scale), suffix="scaled")
+    b.emit(node, "add", (scaled, bias), out=node.outputs[0])
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -737,6 +775,158 @@ def _concat(b: Builder, node: OnnxNode) -> None:
         b.alias(node.outputs[0], inputs[0], uint8=uint8)
         return
     b.emit(node, "concat", inputs, {"axis": axis}, out=node.outputs[0], uint8=uint8)
+
+
+def _const_ints(b: Builder, node: OnnxNode, i: int, what: str) -> list[int] | None:
+    """The integers of constant input ``i`` (None when absent or empty)."""
+    if not b.has(node, i):
+        return None
+    v = np.asarray(b.const(node, i, what)).ravel()
+    return [int(a) for a in v] if v.size else None
+
+
+def _slice_onnx(b: Builder, node: OnnxNode, x: str, starts: dict[int, int], out: str, ends: dict[int, int],
+                steps: dict[int, int], uint8: bool) -> None:  # fmt: skip
+    """Emit vdla ``slice`` for ONNX-style per-axis bounds (negative counted from the end, then clamped as
+    ONNX Slice clamps); axes not given are kept whole."""
+    xs = b.type_of(x).shape
+    full = ([0] * len(xs), list(xs), [1] * len(xs))
+    for axis, step in steps.items():
+        d = xs[axis]
+        lo, hi = (0, d) if step > 0 else (0, d - 1)
+        start = starts[axis] + d if starts[axis] < 0 else starts[axis]
+        end = ends[axis] + d if ends[axis] < 0 else ends[axis]
+        full[0][axis] = min(max(start, lo), hi)
+        full[1][axis] = min(max(end, lo if step > 0 else -1), hi)
+        full[2][axis] = step
+        if not range(full[0][axis], full[1][axis], step):
+            raise unsupported(node, f"the slice of axis {axis} (size {d}) is empty: vdla has no empty tensors")
+    if full == ([0] * len(xs), list(xs), [1] * len(xs)):
+        b.alias(out, x, uint8=uint8)
+        return
+    b.emit(node, "slice", (x,), {"starts": full[0], "stops": full[1], "steps": full[2]}, out=out, uint8=uint8)
+
+
+@converter("Slice")
+def _slice(b: Builder, node: OnnxNode) -> None:
+    dt = b.require_dtype(node, 0, ANY)
+    rank = len(b.shape(node, 0))
+    starts = _const_ints(b, node, 1, "starts") or []
+    ends = _const_ints(b, node, 2, "ends") or []
+    axes = _const_ints(b, node, 3, "axes")
+    axes = list(range(len(starts))) if axes is None else [_axis(node, a, rank, "axis", None) for a in axes]
+    steps = _const_ints(b, node, 4, "steps") or [1] * len(starts)
+    if not len(starts) == len(ends) == len(axes) == len(steps) or len(set(axes)) != len(axes):
+        raise unsupported(node, f"starts {starts}, ends {ends}, axes {axes}, steps {steps}: one of each per axis")
+    if 0 in steps:
+        raise unsupported(node, f"steps {steps}: a step of 0")
+    _slice_onnx(
+        b, node, b.tensor(node, 0), dict(zip(axes, starts, strict=True)), node.outputs[0],
+        dict(zip(axes, ends, strict=True)), dict(zip(axes, steps, strict=True)), dt == "uint8",
+    )  # fmt: skip
+
+
+def _split_sizes(b: Builder, node: OnnxNode, d: int) -> list[int]:
+    """The part sizes of a Split along an axis of size ``d``: given (attribute or input), else equal parts
+    (opset 18's num_outputs: the last part smaller when ``d`` does not divide)."""
+    given = ints(node, "split") if "split" in node.attrs else _const_ints(b, node, 1, "split")
+    n = len(node.outputs)
+    if given is not None:
+        parts = given
+    elif "num_outputs" in node.attrs:
+        n = int(node.attrs["num_outputs"])
+        chunk = -(-d // max(n, 1))
+        parts = [min(chunk, max(d - k * chunk, 0)) for k in range(n)]
+    elif d % n:
+        raise unsupported(node, f"an axis of size {d} does not split into {n} equal parts")
+    else:
+        parts = [d // n] * n
+    if len(parts) != len(node.outputs) or sum(parts) != d or any(p < 0 for p in parts):
+        raise unsupported(node, f"parts {parts} do not split an axis of size {d} into {len(node.outputs)} outputs")
+    return parts
+
+
+@converter("Split", attrs=("axis", "split", "num_outputs"))
+def _split(b: Builder, node: OnnxNode) -> None:
+    """Each output is a slice of the input along the axis."""
+    dt = b.require_dtype(node, 0, ANY)
+    xs = b.shape(node, 0)
+    axis = _axis(node, int(attr(node, "axis", 0)), len(xs))
+    parts = _split_sizes(b, node, xs[axis])
+    x = b.tensor(node, 0)
+    offset = 0
+    for part, out in zip(parts, node.outputs, strict=True):
+        if out and (out in b.used or part > 0):
+            if part == 0:
+                raise unsupported(node, f"output {out!r} is an empty part (vdla has no empty tensors)")
+            _slice_onnx(b, node, x, {axis: offset}, out, {axis: offset + part}, {axis: 1}, dt == "uint8")
+        offset += part
+
+
+_RESIZE_ATTRS = ("antialias", "axes", "coordinate_transformation_mode", "cubic_coeff_a", "exclude_outside",
+                 "extrapolation_value", "keep_aspect_ratio_policy", "mode", "nearest_mode")  # fmt: skip
+
+
+def _resize_geometry(b: Builder, node: OnnxNode, xs: tuple[int, ...]) -> tuple[list[float], list[int]]:
+    """Per-axis scales (what the coordinate transformation divides by) and output sizes, as ONNX's
+    reference computes them from the ``scales`` or ``sizes`` input, ``axes`` and the aspect-ratio policy."""
+    rank = len(xs)
+    axes = [_axis(node, a, rank, "axis", "axes") for a in ints(node, "axes", list(range(rank)))]
+    scales = np.asarray(b.const(node, 2, "scales"), np.float32).ravel() if b.has(node, 2) else np.zeros(0)
+    sizes = np.asarray(b.const(node, 3, "sizes"), np.int64).ravel() if b.has(node, 3) else np.zeros(0, np.int64)
+    if (scales.size == 0) == (sizes.size == 0):
+        raise unsupported(node, "needs exactly one of the scales and sizes inputs")
+    given = scales if scales.size else sizes
+    if given.size != len(axes) or len(set(axes)) != len(axes):
+        raise unsupported(node, f"{given.size} scales/sizes for axes {axes}")
+    full_scales, full_sizes = [1.0] * rank, list(xs)
+    policy = str(attr(node, "keep_aspect_ratio_policy", "stretch"))
+    if scales.size:
+        for a, s in zip(axes, scales.astype(np.float64), strict=True):
+            if not (math.isfinite(s) and s > 0):
+                raise unsupported(node, f"scale {s} must be positive and finite")
+            full_scales[a], full_sizes[a] = float(s), int(s * xs[a])
+    elif policy == "stretch":
+        for a, n in zip(axes, sizes, strict=True):
+            full_scales[a], full_sizes[a] = int(n) / xs[a], int(n)
+    elif policy in ("not_larger", "not_smaller"):
+        ratios = [int(n) / xs[a] for a, n in zip(axes, sizes, strict=True)]
+        scale = min(ratios) if policy == "not_larger" else max(ratios)
+        for a in axes:
+            full_scales[a], full_sizes[a] = scale, int(scale * xs[a] + 0.5)
+    else:
+        raise unsupported(node, "unknown policy", "keep_aspect_ratio_policy")
+    if any(n < 1 for n in full_sizes):
+        raise unsupported(node, f"output shape {tuple(full_sizes)} is empty: vdla has no empty tensors")
+    return full_scales, full_sizes
+
+
+@converter("Resize", attrs=_RESIZE_ATTRS)
+def _resize(b: Builder, node: OnnxNode) -> None:
+    """Nearest (any dtype, a gather) and linear (float32) resizing in every coordinate transformation but
+    tf_crop_and_resize; cubic interpolation and antialiased downsampling are refused."""
+    dt = b.require_dtype(node, 0, ANY)
+    xs = b.shape(node, 0)
+    mode = str(attr(node, "mode", "nearest"))
+    if mode not in ("nearest", "linear"):
+        raise unsupported(node, "only nearest and linear interpolation are supported", "mode")
+    coord = str(attr(node, "coordinate_transformation_mode", "half_pixel"))
+    if coord == "tf_crop_and_resize":
+        raise unsupported(node, "tf_crop_and_resize (a region of interest) is not supported",
+                          "coordinate_transformation_mode")  # fmt: skip
+    if mode == "nearest" and int(attr(node, "exclude_outside", 0)):
+        raise unsupported(node, "exclude_outside=1 with nearest interpolation is not supported", "exclude_outside")
+    scales, sizes = _resize_geometry(b, node, xs)
+    if int(attr(node, "antialias", 0)) and mode == "linear" and any(s < 1 for s in scales):
+        raise unsupported(node, "antialiased downsampling is not supported", "antialias")
+    attrs = {
+        "mode": mode,
+        "coordinate_mode": coord,
+        "nearest_mode": str(attr(node, "nearest_mode", "round_prefer_floor")),
+        "scales": tuple(scales),
+        "sizes": tuple(sizes),
+    }
+    b.emit(node, "resize", (b.tensor(node, 0),), attrs, out=node.outputs[0], uint8=dt == "uint8")
 
 
 @converter("Softmax", attrs=("axis",))

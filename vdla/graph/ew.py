@@ -8,7 +8,8 @@ Two forms of a step:
   compile-time :class:`Const` or an :class:`Arg` index into the chain's inputs.
 
 Integer arithmetic (add, sub, mul, max, min) produces int32 (numpy int32 wrap-around); a float value
-never mixes silently with an int operand: dequantize, quantize or cast between the two.
+never mixes silently with an int operand: dequantize, quantize or cast between the two. Division and
+square root are float32 only (IEEE, correctly rounded, like numpy's).
 Requantization is :func:`vdla.isa.arith.requantize`, the accelerator's own (int32 product, rounding
 shift in [0, 31]), so a CPU group and an accelerator epilogue agree bit for bit.
 
@@ -31,7 +32,7 @@ import numpy as np
 
 from vdla.graph.graph import Node
 from vdla.graph.types import DTYPES, INT_RANGE, TensorType, UnsupportedError, is_float
-from vdla.isa.arith import MAX_SHIFT
+from vdla.isa.arith import MAX_SHIFT, MUL_MAX_SHIFT
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,8 @@ EW_OPERANDS: dict[str, tuple[str, ...]] = {
     "sigmoid": (),
     "tanh": (),
     "exp": (),
+    "div": ("b",),
+    "sqrt": (),
     "quantize": ("scale", "zero_point"),
     "dequantize": ("scale", "zero_point"),
     "requantize": ("multiplier", "shift"),
@@ -73,6 +76,7 @@ BINARY_OPS = ("add", "sub", "mul", "max", "min")
 ANNOTATIONS = ("axis", "quant")
 # operator -> its attributes with their defaults (None: required)
 EW_ATTRS: dict[str, dict[str, int | str | None]] = {
+    "mul": {"shift": 0},  # integer mul: the exact product rounded right by it (vdla.isa.arith.mul_shift)
     "requantize": {"lo": -128, "hi": 127},
     "cast": {"dtype": None},
 }
@@ -90,7 +94,14 @@ class EwStep:
     attrs: tuple[tuple[str, int | str], ...] = ()
 
     def attr(self, name: str) -> int | str:
-        return dict(self.attrs)[name]
+        """The attribute's value, else its default in :data:`EW_ATTRS`."""
+        given = dict(self.attrs)
+        if name in given:
+            return given[name]
+        default = EW_ATTRS.get(self.op, {}).get(name)
+        if default is None:
+            raise KeyError(f"{self.op} step has no attribute {name!r}")
+        return default
 
 
 def _operand_kind(op: str, name: str, operand: Operand, inputs: tuple[TensorType, ...]) -> str:
@@ -135,7 +146,12 @@ def step_result_dtype(step: EwStep, value: str, inputs: tuple[TensorType, ...]) 
     kinds = {n: _operand_kind(op, n, o, inputs) for n, o in zip(names, step.operands, strict=True)}
     operands = dict(zip(names, step.operands, strict=True))
     vfloat = is_float(value)
-    if op in BINARY_OPS or op == "clip":
+    if op == "mul" and step.attr("shift"):
+        sh = step.attr("shift")
+        _need(op, not vfloat and kinds["b"] == "int", "a shifted product needs integer operands")
+        _need(op, isinstance(sh, int) and 0 <= sh <= MUL_MAX_SHIFT, f"shift must be in [0, {MUL_MAX_SHIFT}], got {sh}")
+    if op in BINARY_OPS or op in ("clip", "div"):
+        _need(op, vfloat or op != "div", f"requires a float32 value, got {value} (vdla divides floats only)")
         for n, k in kinds.items():
             # an int constant is accepted for a float value; anything else must match the value's kind
             ok = k == ("float" if vfloat else "int") or (vfloat and isinstance(operands[n], Const) and k == "int")
@@ -153,7 +169,7 @@ def step_result_dtype(step: EwStep, value: str, inputs: tuple[TensorType, ...]) 
             _need(op, step.attr("dtype") in DTYPES, f"cannot cast to {step.attr('dtype')}")
             return str(step.attr("dtype"))
         return value
-    if op in ("sigmoid", "tanh", "exp"):
+    if op in ("sigmoid", "tanh", "exp", "sqrt"):
         _need(op, vfloat, f"requires a float32 input, got {value}")
         return "float32"
     _need(op, kinds.get("scale", "float") == "float", "scale must be a float")
@@ -179,7 +195,7 @@ def step_result_dtype(step: EwStep, value: str, inputs: tuple[TensorType, ...]) 
     m, s = operands["multiplier"], operands["shift"]
     _need(op, operand_fits(m, "int32", inputs), "multiplier must fit in int32")
     if isinstance(s, Const):
-        _need(op, 0 <= s.value <= MAX_SHIFT, f"shift must be in [0, {MAX_SHIFT}], got {s.value}")
+        _need(op, 0 <= s.value <= MUL_MAX_SHIFT, f"shift must be in [0, {MUL_MAX_SHIFT}], got {s.value}")
     lo, hi = int(step.attr("lo")), int(step.attr("hi"))
     _need(op, -128 <= lo <= hi <= 127, f"clamp range [{lo}, {hi}] must lie within int8")
     return "int8"
@@ -255,8 +271,10 @@ def sub(b: StepOperand) -> Step:
     return Step("sub", (b,))
 
 
-def mul(b: StepOperand) -> Step:
-    return Step("mul", (b,))
+def mul(b: StepOperand, shift: int = 0) -> Step:
+    """``x * b``; with integers and a ``shift``, the exact product rounded right by it and wrapped to int32
+    (:func:`vdla.isa.arith.mul_shift`, the ALU's MUL reading a row)."""
+    return Step("mul", (b,), {"shift": shift} if shift else {})
 
 
 def maximum(b: StepOperand) -> Step:
@@ -265,6 +283,11 @@ def maximum(b: StepOperand) -> Step:
 
 def minimum(b: StepOperand) -> Step:
     return Step("min", (b,))
+
+
+def div(b: StepOperand) -> Step:
+    """float32 division ``x / b`` (IEEE: x / 0 is +-inf or NaN, like numpy)."""
+    return Step("div", (b,))
 
 
 def relu() -> Step:
@@ -285,6 +308,11 @@ def tanh() -> Step:
 
 def exp() -> Step:
     return Step("exp")
+
+
+def sqrt() -> Step:
+    """float32 square root (IEEE, correctly rounded; NaN for negative inputs, like numpy)."""
+    return Step("sqrt")
 
 
 def quantize(scale: StepOperand, zero_point: StepOperand = 0) -> Step:

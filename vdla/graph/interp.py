@@ -15,7 +15,7 @@ import numpy as np
 from vdla.graph import layout, oracle
 from vdla.graph.ew import EW_OPERANDS, node_steps
 from vdla.graph.graph import Graph, Node
-from vdla.graph.ops import infer_types
+from vdla.graph.ops import infer_types, slice_type
 from vdla.graph.types import TensorType, UnsupportedError
 from vdla.graph.window import make_window
 
@@ -90,10 +90,11 @@ def _dense(node: Node, args: list[np.ndarray], out: TensorType) -> np.ndarray:
     return _accumulate_bias(oracle.dense(x, w), bias, (1, -1))
 
 
-@_register("matmul")
-def _matmul(node: Node, args: list[np.ndarray], out: TensorType) -> np.ndarray:
-    a, b = args
-    return (a.astype(np.float64) @ b.astype(np.float64)).astype(np.float32)
+def _slice_attrs(node: Node) -> tuple:
+    return node.attrs["starts"], node.attrs["stops"], node.attrs["steps"]
+
+
+EVAL["matmul"] = lambda node, args, out: oracle.matmul(*args)
 
 
 @_register("batch_norm")
@@ -124,6 +125,12 @@ EVAL["softmax"] = lambda node, args, out: oracle.softmax(args[0], int(node.attrs
 EVAL["reshape"] = lambda node, args, out: args[0].reshape(out.shape)
 EVAL["transpose"] = lambda node, args, out: np.ascontiguousarray(args[0].transpose(node.attrs["perm"]))
 EVAL["concat"] = lambda node, args, out: np.concatenate(args, axis=int(node.attrs.get("axis", 0)))
+EVAL["slice"] = lambda node, args, out: np.ascontiguousarray(
+    args[0][np.ix_(*slice_type(TensorType.of(args[0], "slice"), *_slice_attrs(node))[0])]
+)
+EVAL["resize"] = lambda node, args, out: oracle.resize(
+    args[0], *(node.attrs[k] for k in ("mode", "coordinate_mode", "nearest_mode", "scales")), out.shape
+)
 EVAL["pack_blocked"] = lambda node, args, out: layout.pack_activation(args[0], node.attrs["batch"], node.attrs["block"])
 EVAL["unpack_blocked"] = lambda node, args, out: layout.unpack_activation(args[0], out.shape[0], out.shape[1])
 

@@ -9,7 +9,7 @@ included; it raises :class:`~vdla.graph.types.UnsupportedError` naming the opera
 
 Invariants: conv2d/dense on int8 accumulate into int32 (no quantization on the accumulator); a
 quantized int8 tensor carries its :class:`~vdla.graph.types.Quant`; max pooling, ReLU, clip, reshape,
-transpose and layout changes keep the quantization of their input.
+transpose, slice, nearest resize and layout changes keep the quantization of their input.
 """
 
 from __future__ import annotations
@@ -175,13 +175,23 @@ def _dense(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarray
     return TensorType((x.shape[0], w.shape[0]), acc)
 
 
+def matmul_type(a: TensorType, b: TensorType) -> TensorType:
+    """The output type of numpy's ``a @ b`` on float32 operands of rank >= 2: ``(..., M, K) x (..., K, N)``
+    with the batch dimensions broadcast (a 1-D operand is reshaped by the frontend)."""
+    _need("matmul", a.dtype == b.dtype == "float32", f"float32 operands only, got {a.dtype}, {b.dtype}")
+    ok = len(a.shape) >= 2 and len(b.shape) >= 2
+    _need("matmul", ok, f"expects (..., M, K) x (..., K, N), got {a.shape}, {b.shape}")
+    _need("matmul", a.shape[-1] == b.shape[-2], f"inner dimensions differ: {a.shape} x {b.shape}")
+    try:
+        batch = tuple(int(d) for d in np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
+    except ValueError as e:
+        raise UnsupportedError("matmul", f"batch dimensions of {a.shape} and {b.shape} do not broadcast") from e
+    return TensorType((*batch, a.shape[-2], b.shape[-1]), "float32")
+
+
 @register("matmul", COMPLEX, 2)
 def _matmul(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarray]) -> TensorType:
-    a, b = inputs
-    _need("matmul", a.dtype == b.dtype == "float32", f"float32 operands only, got {a.dtype}, {b.dtype}")
-    _need("matmul", len(a.shape) >= 2 and len(b.shape) == 2, f"expects (..., M, K) x (K, N), got {a.shape}, {b.shape}")
-    _need("matmul", a.shape[-1] == b.shape[0], f"inner dimensions differ: {a.shape} x {b.shape}")
-    return TensorType((*a.shape[:-1], b.shape[1]), "float32")
+    return matmul_type(*inputs)
 
 
 @register("batch_norm", INJECTIVE, 5)
@@ -300,6 +310,67 @@ def pad_type(x: TensorType, pads) -> tuple[tuple[tuple[int, int], ...], TensorTy
 @register("pad", INJECTIVE, 1)
 def _pad(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarray]) -> TensorType:
     return pad_type(inputs[0], node.attrs["pads"])[1]
+
+
+def slice_type(x: TensorType, starts, stops, steps) -> tuple[tuple[range, ...], TensorType]:
+    """The element indices along each axis (``range(start, stop, step)``, every index inside the axis, at
+    least one) and the output type of slicing ``x``; a per-axis quantization keeps the sliced scales."""
+    starts, stops, steps = (tuple(int(v) for v in t) for t in (starts, stops, steps))
+    rank = len(x.shape)
+    ok = len(starts) == len(stops) == len(steps) == rank
+    _need("slice", ok, f"needs one start, stop and step per axis of {x.shape}, got {starts}, {stops}, {steps}")
+    ranges = []
+    for axis, (d, a, b, s) in enumerate(zip(x.shape, starts, stops, steps, strict=True)):
+        _need("slice", s != 0, f"step 0 along axis {axis}")
+        r = range(a, b, s)
+        inside = len(r) >= 1 and 0 <= r[0] < d and 0 <= r[-1] < d
+        _need("slice", inside, f"range({a}, {b}, {s}) along axis {axis} of size {d} must select 1 or more elements")
+        ranges.append(r)
+    q = x.quant
+    if q is not None and q.axis is not None:
+        q = Quant(tuple(q.scale[i] for i in ranges[q.axis]), q.zero_point, q.axis)
+    return tuple(ranges), TensorType(tuple(len(r) for r in ranges), x.dtype, q)
+
+
+@register("slice", INJECTIVE, 1)
+def _slice(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarray]) -> TensorType:
+    a = node.attrs
+    return slice_type(inputs[0], a["starts"], a["stops"], a["steps"])[1]
+
+
+RESIZE_MODES = ("nearest", "linear")
+COORDINATE_MODES = (
+    "half_pixel",
+    "half_pixel_symmetric",
+    "pytorch_half_pixel",
+    "align_corners",
+    "asymmetric",
+    "tf_half_pixel_for_nn",
+)
+NEAREST_MODES = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
+
+
+def resize_type(x: TensorType, mode: str, coordinate_mode: str, nearest_mode: str, scales, sizes) -> TensorType:
+    """The output type (shape ``sizes``) of resizing ``x``; ``scales`` are the per-axis factors the
+    coordinate transformation divides by (ONNX's, which need not equal ``sizes / shape``). Nearest keeps
+    the dtype and quantization of any tensor; linear interpolates float32."""
+    rank = len(x.shape)
+    _need("resize", mode in RESIZE_MODES, f"mode {mode!r} is not supported ({', '.join(RESIZE_MODES)})")
+    _need("resize", coordinate_mode in COORDINATE_MODES, f"coordinate transformation {coordinate_mode!r} unknown")
+    _need("resize", nearest_mode in NEAREST_MODES, f"nearest mode {nearest_mode!r} unknown")
+    _need("resize", mode == "nearest" or x.dtype == "float32", f"linear resize needs float32, got {x.dtype}")
+    ok = len(scales) == len(sizes) == rank
+    _need("resize", ok, f"needs one scale and one size per axis of {x.shape}, got {scales}, {sizes}")
+    ok = all(math.isfinite(float(s)) and float(s) > 0 for s in scales) and all(int(n) >= 1 for n in sizes)
+    _need("resize", ok, f"scales {scales} must be positive and finite, sizes {sizes} at least 1")
+    q = x.quant if mode == "nearest" and (x.quant is None or x.quant.axis is None) else None
+    return TensorType(tuple(int(n) for n in sizes), x.dtype, q)
+
+
+@register("resize", INJECTIVE, 1)
+def _resize(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarray]) -> TensorType:
+    a = node.attrs
+    return resize_type(inputs[0], a["mode"], a["coordinate_mode"], a["nearest_mode"], a["scales"], a["sizes"])
 
 
 @register("pack_blocked", INJECTIVE, 1)

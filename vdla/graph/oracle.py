@@ -1,4 +1,5 @@
-"""Numpy oracle of the graph's compute operators: convolution, dense and the fused integer epilogue.
+"""Numpy oracle of the graph's operators: convolution, dense, the fused integer epilogue, elementwise
+steps, pooling, softmax and resize.
 
 The one reference of these semantics, written from the operator definitions (not from any generated
 code): the accelerator's compiled layers, the CPU fallback's kernels and the simulator are all
@@ -8,13 +9,15 @@ accumulate in float64 and round to float32 once.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from vdla.graph.ew import Arg, EwStep, step_result_dtype
-from vdla.graph.types import INT_RANGE, is_float
+from vdla.graph.types import INT_RANGE, UnsupportedError, is_float
 from vdla.graph.window import Window
-from vdla.isa.arith import INT8_MAX, INT8_MIN, MAX_SHIFT, requantize, rounding_shift, wrap32
+from vdla.isa.arith import INT8_MAX, INT8_MIN, MAX_SHIFT, MUL_MAX_SHIFT, mul_shift, requantize, rounding_shift, wrap32
 
 
 def windows(x: np.ndarray, window: Window, fill: float | int = 0) -> np.ndarray:
@@ -50,6 +53,11 @@ def dense(x: np.ndarray, w: np.ndarray) -> np.ndarray:
     return _accumulated(x.astype(np.float64) @ w.astype(np.float64).T, x.dtype.kind in "iu")
 
 
+def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """numpy's ``a @ b`` of float operands (batch dimensions broadcast), summed in float64 -> float32."""
+    return (a.astype(np.float64) @ b.astype(np.float64)).astype(np.float32)
+
+
 def epilogue(
     acc: np.ndarray,
     bias: np.ndarray | None = None,
@@ -58,11 +66,10 @@ def epilogue(
     bounds: tuple[int, int] = (INT8_MIN, INT8_MAX),
     residual: np.ndarray | None = None,
     channel_axis: int = 1,
-    pre_shift: int = 0,
 ) -> np.ndarray:
     """The accelerator's fused epilogue on int32 accumulators, every step wrapping to int32 like its ALU:
-    ``clip(rounding_shift(wrap32(rounding_shift(acc + bias, pre_shift) * multiplier), shift) + residual,
-    *bounds)`` as int8.
+    ``clip(mul_shift(acc + bias, multiplier, shift) + residual, *bounds)`` as int8 (the product exact,
+    rounded once).
 
     ``bias`` and an array ``multiplier`` are per channel along ``channel_axis``.
     """
@@ -71,10 +78,8 @@ def epilogue(
     v = acc.astype(np.int64)
     if bias is not None:
         v = wrap32(v + np.asarray(bias, np.int64).reshape(shape))
-    v = wrap32(rounding_shift(v, pre_shift))
     m = np.asarray(multiplier, np.int64)
-    v = wrap32(v * (m.reshape(shape) if m.ndim else m))
-    v = wrap32(rounding_shift(v, shift))
+    v = mul_shift(v, m.reshape(shape) if m.ndim else m, shift)
     if residual is not None:
         v = wrap32(v + residual.astype(np.int64))
     return np.clip(v, *bounds).astype(np.int8)
@@ -122,6 +127,8 @@ def ew_step(step: EwStep, v: np.ndarray, dtype: str, ops: list, out: str) -> np.
     has dtype ``out`` (:func:`vdla.graph.ew.step_result_dtype`)."""
     op = step.op
     fl = is_float(dtype)
+    if op == "mul" and not fl and step.attr("shift"):
+        return mul_shift(v, np.asarray(ops[0], np.int64), int(step.attr("shift"))).astype(np.int32)
     if op in ("add", "sub", "mul", "max", "min"):
         a, b = (v, np.asarray(ops[0], np.float32)) if fl else (v.astype(np.int32), np.asarray(ops[0], np.int32))
         fn = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "max": np.maximum, "min": np.minimum}[op]
@@ -138,6 +145,12 @@ def ew_step(step: EwStep, v: np.ndarray, dtype: str, ops: list, out: str) -> np.
     if op in ("tanh", "exp"):
         with np.errstate(over="ignore"):
             return getattr(np, op)(v)
+    if op == "div":
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            return np.divide(v, np.asarray(ops[0], np.float32))
+    if op == "sqrt":
+        with np.errstate(invalid="ignore"):
+            return np.sqrt(v)
     if op == "quantize":
         return quantize(v, *ops)
     if op == "dequantize":
@@ -147,7 +160,7 @@ def ew_step(step: EwStep, v: np.ndarray, dtype: str, ops: list, out: str) -> np.
     if op == "requantize":
         m, shift = ops
         return requantize(
-            v, m, np.clip(np.asarray(shift, np.int64), 0, MAX_SHIFT), int(step.attr("lo")), int(step.attr("hi"))
+            v, m, np.clip(np.asarray(shift, np.int64), 0, MUL_MAX_SHIFT), int(step.attr("lo")), int(step.attr("hi"))
         )
     return cast(v, out)
 
@@ -194,3 +207,73 @@ def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
     """Softmax of float ``x`` along ``axis``, computed in float64."""
     e = np.exp(x.astype(np.float64) - x.max(axis=axis, keepdims=True))
     return (e / e.sum(axis=axis, keepdims=True)).astype(np.float32)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Resize
+
+
+def resize_coordinates(n_in: int, n_out: int, scale: float, coordinate_mode: str) -> np.ndarray:
+    """Input coordinate (float64) of every output index along one axis, ONNX Resize's
+    ``coordinate_transformation_mode``; ``scale`` is the axis's factor, and ``scale * n_in`` the resized
+    length before flooring (what ONNX's align_corners, pytorch_half_pixel and half_pixel_symmetric use)."""
+    x = np.arange(n_out, dtype=np.float64)
+    length = float(scale) * n_in
+    if coordinate_mode == "align_corners":
+        return np.zeros(n_out) if length == 1 else x * (n_in - 1) / (length - 1)
+    if coordinate_mode == "asymmetric":
+        return x / scale
+    if coordinate_mode == "pytorch_half_pixel":
+        return np.full(n_out, -0.5) if length == 1 else (x + 0.5) / scale - 0.5
+    if coordinate_mode == "half_pixel":
+        return (x + 0.5) / scale - 0.5
+    if coordinate_mode == "half_pixel_symmetric":
+        offset = n_in / 2 * (1 - n_out / length)
+        return offset + (x + 0.5) / scale - 0.5
+    if coordinate_mode == "tf_half_pixel_for_nn":
+        return (x + 0.5) / scale
+    raise UnsupportedError("resize", f"coordinate transformation {coordinate_mode!r} unknown")
+
+
+_ROUND_UP = {  # nearest mode -> whether a fractional coordinate with this fraction goes to the next index
+    "round_prefer_floor": lambda f: f > 0.5,
+    "round_prefer_ceil": lambda f: f >= 0.5,
+    "floor": lambda f: np.zeros_like(f, bool),
+    "ceil": lambda f: f > 0,
+}
+
+
+def resize_taps(
+    n_in: int, n_out: int, scale: float, mode: str, coordinate_mode: str, nearest_mode: str = "round_prefer_floor"
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The taps of one axis: output index ``o`` reads input indices ``i0[o]`` and ``i1[o]`` (clamped to the
+    axis, as ONNX's edge padding does) with weights ``1 - w1[o]`` and ``w1[o]`` (float64). Nearest mode has
+    one tap (``i1 = i0``, ``w1 = 0``). An axis of unchanged size with a scale of 1 is left alone whatever
+    the coordinate transformation (as ONNX's reference and onnxruntime do; tf_half_pixel_for_nn would shift
+    it by half a pixel)."""
+    if n_out == n_in and math.isclose(scale, 1.0):
+        return np.arange(n_in), np.arange(n_in), np.zeros(n_in)
+    xo = resize_coordinates(n_in, n_out, scale, coordinate_mode)
+    fl = np.floor(xo)
+    frac = xo - fl
+    base = fl.astype(np.int64)
+    if mode == "nearest":
+        i0 = np.clip(base + _ROUND_UP[nearest_mode](frac), 0, n_in - 1)
+        return i0, i0, np.zeros(n_out)
+    return np.clip(base, 0, n_in - 1), np.clip(base + 1, 0, n_in - 1), frac
+
+
+def resize(x: np.ndarray, mode: str, coordinate_mode: str, nearest_mode: str, scales, sizes) -> np.ndarray:
+    """ONNX Resize (nearest or linear) of ``x`` to shape ``sizes``, one axis at a time (separable, as the
+    ONNX reference); linear interpolates in float64 and rounds to float32 once."""
+    v = x if mode == "nearest" else x.astype(np.float64)
+    for axis, (n_in, n_out, scale) in enumerate(zip(x.shape, sizes, scales, strict=True)):
+        i0, i1, w1 = resize_taps(n_in, int(n_out), float(scale), mode, coordinate_mode, nearest_mode)
+        if mode == "nearest":
+            v = np.take(v, i0, axis)
+            continue
+        shape = [1] * x.ndim
+        shape[axis] = -1
+        w = w1.reshape(shape)
+        v = np.take(v, i0, axis) * (1 - w) + np.take(v, i1, axis) * w
+    return np.ascontiguousarray(v.astype(x.dtype))

@@ -7,7 +7,8 @@ outputs (under the same names), which :func:`vdla.graph.verify.verify` accepts.
 * :func:`fold_batch_norm`: a ``batch_norm`` right after a float conv2d or dense whose output nothing
   else reads, with constant weights and statistics, is folded into the weights and bias; any other
   ``batch_norm`` with constant statistics becomes a per-channel ``mul`` and ``add`` with (1, C, 1, ...)
-  parameters (one with computed statistics stays: the CPU path refuses it, there is no sqrt operator);
+  parameters (one with computed statistics stays: the CPU path refuses it; the ONNX frontend writes those
+  out with sqrt and div);
 * :func:`fold_constants`: a node whose inputs are all parameters is evaluated (:mod:`vdla.graph.interp`)
   and becomes a parameter, except a ``dequantize`` producing the weight of a conv2d/dense/matmul: that
   int8 weight is what the quantized lowering (:mod:`vdla.graph.qdq`) consumes;
@@ -105,7 +106,8 @@ def _bn_factors(node: Node, params: dict[str, np.ndarray]) -> tuple[np.ndarray, 
     return k, bias - mean * k
 
 
-def _fresh(base: str, taken: set[str]) -> str:
+def fresh_name(base: str, taken: set[str]) -> str:
+    """``base``, or ``base_1``, ``base_2``, ... : the first name not in ``taken`` (which it joins)."""
     name, i = base, 0
     while name in taken:
         i += 1
@@ -146,21 +148,21 @@ def fold_batch_norm(graph: Graph) -> Graph:
             w = params[prev.inputs[1]].astype(np.float64)
             w = w * k.reshape((-1,) + (1,) * (w.ndim - 1))
             b = params[prev.inputs[2]].astype(np.float64) if len(prev.inputs) > 2 else 0.0
-            wname = _fresh(f"{bn.output}:weight", taken)
-            bname = _fresh(f"{bn.output}:bias", taken)
+            wname = fresh_name(f"{bn.output}:weight", taken)
+            bname = fresh_name(f"{bn.output}:bias", taken)
             params[wname] = w.astype(np.float32)
             params[bname] = (b * k + shift).astype(np.float32)
             dropped.add(prev.output)
             replaced[bn.output] = [Node(prev.op, (prev.inputs[0], wname, bname), bn.output, dict(prev.attrs))]
             continue
-        if factors is None:  # computed statistics: no sqrt operator to rewrite with, left as it is
+        if factors is None:  # computed statistics (the ONNX frontend writes those out itself): left as it is
             continue
         k, shift = factors
-        kname = _fresh(f"{bn.output}:scale", taken)
-        sname = _fresh(f"{bn.output}:shift", taken)
+        kname = fresh_name(f"{bn.output}:scale", taken)
+        sname = fresh_name(f"{bn.output}:shift", taken)
         params[kname] = k.astype(np.float32).reshape(_channel_shape(rank))
         params[sname] = shift.astype(np.float32).reshape(_channel_shape(rank))
-        scaled = _fresh(f"{bn.output}:scaled", taken)
+        scaled = fresh_name(f"{bn.output}:scaled", taken)
         replaced[bn.output] = [Node("mul", (x, kname), scaled), Node("add", (scaled, sname), bn.output)]
     nodes: list[Node] = []
     for n in graph.nodes:
