@@ -17,8 +17,9 @@ Pipeline (each pass verified in debug mode, dumped with ``dump=DIR``):
 
 from __future__ import annotations
 
+import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,10 +30,12 @@ from vdla.compiler.search import emit_program
 from vdla.compiler.spec import Conv2dSpec
 from vdla.config import HwConfig, load_config
 from vdla.graph import dump as gdump
+from vdla.graph.calibrate import DEFAULT_PERCENTILE
 from vdla.graph.graph import Graph, Node
 from vdla.graph.layout import blocked_shape
 from vdla.graph.ops import infer_types
 from vdla.graph.qdq import lower_qdq
+from vdla.graph.quantize import QuantReport, quantize_model
 from vdla.graph.types import TensorType
 from vdla.graph.verify import verify
 from vdla.isa import encode_program
@@ -398,6 +401,7 @@ class CompileReport:
     seconds: dict[str, float] = field(default_factory=dict)
     notes: dict[str, str] = field(default_factory=dict)
     placement: dict[str, str] = field(default_factory=dict)
+    quantization: QuantReport | None = None  # profile-guided quantization of a float model (``calib``)
 
 
 def compile_graph_model(
@@ -451,26 +455,53 @@ def compile_graph_model(
     return artifact, report
 
 
-def _load_calib(calib) -> dict:
+def _load_calib(calib: str | Path | Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Calibration arrays by input name: an .npz path or a mapping (checked against the model later)."""
     if isinstance(calib, str | Path):
         try:
             with np.load(calib) as npz:
                 return {k: npz[k] for k in npz.files}
-        except (OSError, ValueError) as e:
+        except (OSError, ValueError, AttributeError) as e:
             raise CompileError(f"{calib}: not a readable .npz of calibration arrays ({e})") from e
+    if not isinstance(calib, Mapping):
+        raise CompileError(f"calib must be an .npz path or a dict of arrays by input name, got {type(calib).__name__}")
     return dict(calib)
+
+
+def _calibration_runner(log: Log) -> Callable[[Graph], Callable] | None:
+    """The CPU fallback's JIT as the calibration runner (None: the numpy interpreter, where llvmlite is
+    missing)."""
+    try:
+        from vdla.cpu_fallback import compile_graph
+    except ImportError:
+        log("llvmlite is not installed: calibration runs on the numpy interpreter (pip install 'vdla[jit]')")
+        return None
+    return lambda graph: compile_graph(graph).run
 
 
 def compile_model(
     model,
-    calib=None,
+    calib: str | Path | Mapping[str, np.ndarray] | None = None,
     config: str | HwConfig = "pynq",
     input_shapes: dict[str, tuple[int, ...]] | None = None,
     dump: str | Path | None = None,
     cache: ScheduleCache | None = None,
     log: Log | None = None,
+    calibration: str = "percentile",
+    percentile: float = DEFAULT_PERCENTILE,
+    keep_float: Iterable[str] = (),
+    quant_report: str | Path | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> tuple[Artifact, CompileReport]:
-    """Compile an ONNX model (path or ``onnx.ModelProto``) or a :class:`Graph` to an artifact."""
+    """Compile an ONNX model (path or ``onnx.ModelProto``) or a :class:`Graph` to an artifact.
+
+    A float model with ``calib`` (an .npz path or a dict: one float array per model input, samples along
+    the first axis) is quantized to int8 first (:func:`vdla.graph.quantize.quantize_model`): scales by
+    ``calibration`` (``minmax``, ``percentile`` at ``percentile``, or ``entropy``), the nodes named in
+    ``keep_float`` left in float32, ``progress(done, total)`` called per calibration batch, the report in
+    ``CompileReport.quantization`` and, with ``quant_report``, written there as JSON. A QDQ model keeps
+    its own scales: ``calib`` for one is refused. Without ``calib`` a float model runs in float on the CPU.
+    """
     from vdla.graph.passes import simplify
 
     t0 = time.perf_counter()
@@ -482,16 +513,29 @@ def compile_model(
         graph = import_onnx(model, input_shapes)
     import_s = time.perf_counter() - t0
     quantized = any(n.op in ("quantize", "dequantize") for n in graph.nodes)
+    passes: list[tuple[str, Callable[[Graph], Graph]]] = [("simplify", simplify)]
+    found: list[QuantReport] = []
     if calib is not None:
-        arrays = _load_calib(calib)
         if quantized:
-            raise CompileError("the model is already quantized (QDQ): it keeps its own scales, drop --calib")
-        raise CompileError(
-            f"calibration of float models ({len(arrays)} arrays given) is not available in this version of vdla; "
-            "quantize the model with onnxruntime.quantization.quantize_static (QDQ format) and compile that"
-        )
-    artifact, report = compile_graph_model(graph, config, cache, dump, log, passes=[("simplify", simplify)])
+            raise CompileError(
+                "the model is already quantized (QDQ): it keeps the scales it carries; drop the calibration data"
+            )
+        arrays = _load_calib(calib)
+        runner = _calibration_runner(log or (lambda msg: None))
+
+        def quantize(g: Graph) -> Graph:
+            qgraph, qreport = quantize_model(g, arrays, calibration, percentile, keep_float, runner, progress)
+            found.append(qreport)
+            return qgraph
+
+        passes.append(("quantize", quantize))
+    elif tuple(keep_float):
+        raise CompileError("keep_float needs calibration data (calib): without it a float model runs all in float")
+    artifact, report = compile_graph_model(graph, config, cache, dump, log, passes=passes)
     report.seconds = {"import": import_s, **report.seconds}
+    report.quantization = found[0] if found else None
+    if report.quantization is not None and quant_report is not None:
+        Path(quant_report).write_text(json.dumps(report.quantization.to_dict(), indent=2))
     artifact.meta["compile_seconds"] = sum(report.seconds.values())
-    artifact.meta["quantized"] = quantized
+    artifact.meta["quantized"] = quantized or report.quantization is not None
     return artifact, report

@@ -12,10 +12,11 @@ from pathlib import Path
 
 import numpy as np
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from vdla.errors import VdlaError
+from vdla.graph.calibrate import DEFAULT_PERCENTILE, METHODS
 
 console = Console(width=None if sys.stdout.isatty() else 160)
 
@@ -53,13 +54,39 @@ def _placement_table(artifact, report) -> Table:
     return t
 
 
+def _quant_table(q) -> Table:
+    """The int8 values of a float model quantized with calibration data: range, threshold, scale, clipping."""
+    how = f"percentile {q.percentile:g}" if q.method == "percentile" else q.method
+    t = Table(title=f"int8 quantization: {how}, {q.samples} calibration samples")
+    for c in ("tensor", "range", "threshold", "scale", "clipped", "scale of"):
+        t.add_column(c, justify="left" if c in ("tensor", "scale of") else "right")
+    for v in q.tensors:
+        shared = "" if v.scale_of == v.name else v.scale_of
+        rng = f"[{v.min:.4g}, {v.max:.4g}]"
+        t.add_row(v.name, rng, f"{v.threshold:.4g}", f"{v.scale:.4g}", f"{v.clipped:.4%}", shared)
+    return t
+
+
+def _keep_float(specs: list[str]) -> tuple[str, ...]:
+    return tuple(name.strip() for spec in specs for name in spec.split(",") if name.strip())
+
+
 def cmd_compile(args: argparse.Namespace) -> int:
     from vdla.compiler import ScheduleCache
     from vdla.model.build import compile_model
 
     out = Path(args.output or Path(args.model).with_suffix(".vdla"))
     cache = None if args.no_cache else ScheduleCache()
-    with console.status("compiling") as status:
+    columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
+    with Progress(*columns, TimeElapsedColumn(), console=console, transient=True) as bar:
+        status = bar.add_task("compiling", total=None)
+        calib_task: list = []
+
+        def progress(done: int, total: int) -> None:
+            if not calib_task:
+                calib_task.append(bar.add_task("calibrating", total=total))
+            bar.update(calib_task[0], completed=done)
+
         artifact, report = compile_model(
             args.model,
             calib=args.calib,
@@ -67,9 +94,20 @@ def cmd_compile(args: argparse.Namespace) -> int:
             input_shapes=_shapes(args.input_shape),
             dump=args.dump,
             cache=cache,
-            log=lambda msg: status.update(msg),
+            log=lambda msg: bar.update(status, description=msg),
+            calibration=args.calibration,
+            percentile=args.percentile,
+            keep_float=_keep_float(args.keep_float),
+            quant_report=args.report,
+            progress=progress,
         )
     artifact.save(out)
+    if report.quantization is not None:
+        console.print(_quant_table(report.quantization))
+        for w in report.quantization.warnings:
+            console.print(f"[yellow]warning:[/] {w}")
+        if args.report:
+            console.print(f"quantization report written to {args.report}")
     console.print(_placement_table(artifact, report))
     m = artifact.memory
     share = artifact.accel_macs / artifact.total_macs if artifact.total_macs else 0.0
@@ -174,7 +212,21 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("model", help="an .onnx file (float, or QDQ-quantized by onnxruntime.quantization)")
     p.add_argument("-o", "--output", help="the artifact (default: MODEL with .vdla)")
     p.add_argument("--config", default="pynq", help="preset or JSON file")
-    p.add_argument("--calib", help=".npz with one array per model input, samples along the first axis")
+    p.add_argument(
+        "--calib", help="quantize a float model to int8: .npz with one array per model input, samples on the first axis"
+    )
+    p.add_argument(
+        "--calibration", choices=METHODS, default="percentile", help="how each tensor's scale is chosen (with --calib)"
+    )
+    p.add_argument("--percentile", type=float, default=DEFAULT_PERCENTILE, help="of |x|, for --calibration percentile")
+    p.add_argument(
+        "--keep-float",
+        action="append",
+        default=[],
+        metavar="NODE,...",
+        help="nodes (named by their output) left in float32 on the CPU (with --calib; repeatable)",
+    )
+    p.add_argument("--report", metavar="quant.json", help="write the quantization report as JSON (with --calib)")
     p.add_argument(
         "--input-shape",
         action="append",

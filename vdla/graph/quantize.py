@@ -1,0 +1,384 @@
+"""Profile-guided int8 quantization of a float graph: calibrate (:mod:`vdla.graph.calibrate`), choose
+scales, and rewrite the graph into the QDQ form an ``onnxruntime.quantization`` QDQ model imports as, so
+that the one QDQ lowering (:func:`vdla.graph.qdq.lower_qdq`) turns it into the accelerator's integer
+epilogue.
+
+Which values become int8 (the plan, :func:`plan_quantization`; structure only, no data):
+
+* every conv2d/dense the lowering handles (groups 1, no dilation, constant float weights and bias, not
+  kept in float) is an *anchor*: its input is quantized per tensor, its weights per output channel
+  (symmetric int8 in [-127, 127], scale ``max|w[c]| / 127``), its bias to int32 at ``s_x * s_w[c]``;
+* an anchor's *epilogue chain* (the nodes that read only the previous one: a constant bias add, at most
+  one residual add of a value computed before the anchor, then ReLU or a constant clip) ends in a value
+  quantized at its own calibrated scale: ReLU/clip fold into the epilogue's clamp, and the residual
+  add's other operand is quantized at its own scale and aligned to the output scale in the epilogue;
+* a max pool, reshape, transpose or ReLU (:data:`vdla.graph.qdq.COMMUTING`) of an int8 value keeps its
+  scale (exact on int8: the lowering runs it on int8 directly);
+* everything else (and every node named in ``keep_float``) stays float32 on the CPU, reading dequantized
+  values; a float value an anchor reads is quantized at its boundary.
+
+Each quantized value ``v`` becomes ``quantize(v:float) -> v:q -> dequantize -> v`` (graph inputs:
+``v -> v:q -> v:dq``), so every reader and the graph's outputs keep their names; weights and biases
+become ``dequantize(int8/int32 parameter, per-channel scale)`` feeding the anchor.
+
+Invariants: the rewritten graph, evaluated in float, is the fake-quantized model (every quantized value
+rounded to its scale); activation scales are float32 values ``threshold / 127`` with zero point 0; only
+QDQ patterns :func:`~vdla.graph.qdq.lower_qdq` lowers are produced, so the lowered graph differs from
+the fake-quantized one by the requantization multiplier's rounding (at most one step per layer).
+"""
+
+from __future__ import annotations
+
+import difflib
+import warnings
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from vdla.graph.calibrate import (
+    DEFAULT_PERCENTILE,
+    METHODS,
+    Progress,
+    QuantizationError,
+    Runner,
+    TensorStats,
+    calibrate,
+    check_calibration,
+    choose_threshold,
+)
+from vdla.graph.graph import Graph, Node
+from vdla.graph.ops import infer_types
+from vdla.graph.qdq import COMMUTING
+from vdla.isa.arith import INT8_MAX
+
+ANCHORS = ("conv2d", "dense")
+WEIGHT_MAX = INT8_MAX  # weights use the symmetric range [-127, 127]
+
+
+class QuantizationWarning(UserWarning):
+    """A tensor that calibration cannot scale meaningfully (zero on every sample), named."""
+
+
+@dataclass(frozen=True)
+class QuantPlan:
+    """Which values of a float graph become int8 and how.
+
+    ``points`` maps each quantized value to the value whose calibrated scale it uses (itself, or for a
+    max pool/reshape/transpose/ReLU of an int8 value, that value's source); ``chains`` maps each anchor
+    to the value its epilogue ends at.
+    """
+
+    anchors: tuple[str, ...]
+    chains: Mapping[str, str] = field(hash=False)
+    points: Mapping[str, str] = field(hash=False)
+    kept: tuple[str, ...] = ()
+
+    @property
+    def calibrated(self) -> tuple[str, ...]:
+        """The values whose scale calibration chooses."""
+        return tuple(v for v, src in self.points.items() if v == src)
+
+
+@dataclass(frozen=True)
+class TensorQuant:
+    """One int8 value: its calibration range, the clipping threshold and scale, the fraction of calibration
+    elements beyond the threshold, and the value whose calibration chose the scale."""
+
+    name: str
+    min: float
+    max: float
+    threshold: float
+    scale: float
+    clipped: float
+    scale_of: str
+
+
+@dataclass(frozen=True)
+class LayerQuant:
+    """One anchor: its input and output values and the range of its per-channel weight scales."""
+
+    name: str
+    op: str
+    input: str
+    output: str
+    weight_scale_min: float
+    weight_scale_max: float
+
+
+@dataclass(frozen=True)
+class QuantReport:
+    """What profile-guided quantization did (``to_dict`` is the JSON report)."""
+
+    method: str
+    percentile: float
+    samples: int
+    tensors: tuple[TensorQuant, ...]
+    layers: tuple[LayerQuant, ...]
+    kept_float: tuple[str, ...]
+    warnings: tuple[str, ...]
+
+    def to_dict(self) -> dict:
+        return {
+            "method": self.method,
+            "percentile": self.percentile if self.method == "percentile" else None,
+            "samples": self.samples,
+            "tensors": [asdict(t) for t in self.tensors],
+            "layers": [asdict(layer) for layer in self.layers],
+            "kept_float": list(self.kept_float),
+            "warnings": list(self.warnings),
+        }
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The plan
+
+
+def check_keep_float(graph: Graph, names: Iterable[str]) -> tuple[str, ...]:
+    """``names`` checked to be node outputs of ``graph`` (a node is named by its output value)."""
+    names = tuple(dict.fromkeys(names))
+    known = [n.output for n in graph.nodes]
+    for name in names:
+        if name not in known:
+            close = difflib.get_close_matches(name, known, n=5, cutoff=0.5)
+            hint = f"; close names: {', '.join(close)}" if close else f"; nodes: {', '.join(known[:12])}"
+            raise QuantizationError(
+                f"keep_float: graph {graph.name!r} has no node {name!r} (a node is named by its output; a "
+                f"batch norm folded into a convolution gives it the batch norm's output name){hint}"
+            )
+    return names
+
+
+class _Planner:
+    """Builds a :class:`QuantPlan` over one float graph."""
+
+    def __init__(self, graph: Graph, kept: tuple[str, ...]):
+        self.g, self.kept = graph, set(kept)
+        self.types = infer_types(graph)
+        self.prod, self.cons = graph.producers(), graph.consumers()
+        self.index = {n.output: i for i, n in enumerate(graph.nodes)}
+        self.outputs = set(graph.outputs)
+
+    def is_anchor(self, node: Node) -> bool:
+        """A conv2d/dense the QDQ lowering turns into an accelerator epilogue, not kept in float."""
+        if node.op not in ANCHORS or node.output in self.kept or self.types[node.inputs[0]].dtype != "float32":
+            return False
+        a = node.attrs
+        if node.op == "conv2d" and (int(a.get("groups", 1)) != 1 or a.get("dilation", 1) not in (1, (1, 1), [1, 1])):
+            return False
+        return all(self.is_float_param(p) for p in node.inputs[1:])
+
+    def is_float_param(self, name: str) -> bool:
+        return name in self.g.params and self.g.params[name].dtype == np.float32
+
+    def next_in_chain(self, value: str) -> Node | None:
+        readers = self.cons.get(value, [])
+        if len(readers) != 1 or value in self.outputs or readers[0].output in self.kept:
+            return None
+        return readers[0]
+
+    def chain(self, anchor: Node) -> tuple[str, list[str]]:
+        """The value an anchor's epilogue ends at, and the residual operand it adds (if any)."""
+        value, first, skip, activated = anchor.output, True, None, False
+        while (node := self.next_in_chain(value)) is not None:
+            other = [i for i in node.inputs if i != value]
+            if node.op in ("relu", "clip") and node.inputs[0] == value and not other:
+                activated = True
+            elif node.op == "add" and first and len(other) == 1 and self.is_float_param(other[0]):
+                pass  # a bias added by a separate node
+            elif node.op == "add" and skip is None and not activated and len(node.inputs) == 2 and len(other) == 1:
+                if not self.skip_ok(other[0], anchor, value):
+                    break
+                skip = other[0]
+            else:
+                break
+            first, value = False, node.output
+        return value, [] if skip is None else [skip]
+
+    def skip_ok(self, other: str, anchor: Node, value: str) -> bool:
+        """A residual operand computed before the anchor (so its int8 value is ready), of the same shape."""
+        t, mine = self.types[other], self.types[value]
+        before = other in self.g.inputs or self.index.get(other, len(self.index)) < self.index[anchor.output]
+        return t.dtype == "float32" and t.shape == mine.shape and other not in self.g.params and before
+
+    def plan(self) -> QuantPlan:
+        anchors = [n for n in self.g.nodes if self.is_anchor(n)]
+        chains: dict[str, str] = {}
+        needed: set[str] = set()
+        for a in anchors:
+            end, skips = self.chain(a)
+            chains[a.output] = end
+            needed.update([a.inputs[0], end, *skips])
+        points: dict[str, str] = {v: v for v in self.g.inputs if v in needed}
+        for node in self.g.nodes:
+            src = node.inputs[0] if node.inputs else None
+            commutes = node.op in COMMUTING and len(node.inputs) == 1 and node.output not in self.kept
+            if commutes and src in points and node.output not in chains.values():
+                points[node.output] = points[src]
+            elif node.output in needed:
+                points[node.output] = node.output
+        return QuantPlan(tuple(a.output for a in anchors), chains, points, tuple(sorted(self.kept)))
+
+
+def plan_quantization(graph: Graph, keep_float: Iterable[str] = ()) -> QuantPlan:
+    """The values of the float ``graph`` to quantize (see the module docstring); ``keep_float`` names nodes
+    (by their output) to leave in float32."""
+    return _Planner(graph, check_keep_float(graph, keep_float)).plan()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The rewrite
+
+
+def weight_scales(w: np.ndarray, where: str) -> np.ndarray:
+    """Per-output-channel symmetric scales ``max|w[c]| / 127`` (float32); an all-zero channel takes the
+    largest scale of the others (any scale represents it)."""
+    if not np.all(np.isfinite(w)):
+        raise QuantizationError(f"{where}: the weights have NaN or infinite values")
+    absmax = np.abs(w.reshape(w.shape[0], -1)).max(axis=1).astype(np.float64)
+    fallback = absmax.max() if absmax.max() > 0 else 1.0
+    return (np.where(absmax > 0, absmax, fallback) / WEIGHT_MAX).astype(np.float32)
+
+
+class _Rewriter:
+    """Rebuilds the node list once with quantize/dequantize nodes (see the module docstring)."""
+
+    def __init__(self, graph: Graph, plan: QuantPlan, scales: Mapping[str, float]):
+        self.g, self.plan = graph, plan
+        self.scale = {v: float(np.float32(scales[src])) for v, src in plan.points.items()}
+        self.params = dict(graph.params)
+        self.taken = set(graph.inputs) | set(graph.params) | {n.output for n in graph.nodes}
+        self.layers: list[LayerQuant] = []
+
+    def fresh(self, name: str) -> str:
+        key, i = name, 0
+        while key in self.taken:
+            i += 1
+            key = f"{name}_{i}"
+        self.taken.add(key)
+        return key
+
+    def qdq(self, src: str, value: str, dst: str) -> list[Node]:
+        attrs = {"scale": self.scale[value], "zero_point": 0}
+        q = self.fresh(f"{value}:q")
+        return [Node("quantize", (src,), q, dict(attrs)), Node("dequantize", (q,), dst, dict(attrs))]
+
+    def param(self, name: str, value: np.ndarray) -> str:
+        key = self.fresh(name)
+        self.params[key] = value
+        return key
+
+    def anchor_inputs(self, node: Node, x: str) -> tuple[list[Node], tuple[str, ...]]:
+        """Dequantize nodes of the int8 weights and int32 bias, and the anchor's new inputs."""
+        w = self.g.params[node.inputs[1]]
+        where = f"{node.op} {node.output!r} (weights {node.inputs[1]!r})"
+        s_w = weight_scales(w, where)
+        shaped = s_w.reshape((-1,) + (1,) * (w.ndim - 1))
+        w_q = np.clip(np.rint(w / shaped), -WEIGHT_MAX, WEIGHT_MAX).astype(np.int8)
+        base = node.output
+        wq, ws = self.param(f"{base}:w_q", w_q), self.param(f"{base}:w_scale", shaped)
+        w_dq = self.fresh(f"{base}:w")
+        nodes = [Node("dequantize", (wq, ws), w_dq, {"axis": 0, "zero_point": 0})]
+        inputs = [x, w_dq]
+        if len(node.inputs) > 2:
+            nodes.append(self.bias(node, s_w, self.scale[x]))
+            inputs.append(nodes[-1].output)
+        self.layers.append(
+            LayerQuant(base, node.op, node.inputs[0], self.plan.chains[base], float(s_w.min()), float(s_w.max()))
+        )
+        return nodes, tuple(inputs)
+
+    def bias(self, node: Node, s_w: np.ndarray, s_x: float) -> Node:
+        """``dequantize(b_q int32, s_x * s_w)``: the bias at the accumulator's scale."""
+        b = self.g.params[node.inputs[2]].astype(np.float64).ravel()
+        if not np.all(np.isfinite(b)):
+            raise QuantizationError(f"{node.op} {node.output!r}: bias {node.inputs[2]!r} has NaN or infinite values")
+        s_acc = s_x * s_w.astype(np.float64)
+        b_q = np.rint(b / s_acc)
+        if np.any(np.abs(b_q) >= 2**31):
+            raise QuantizationError(
+                f"{node.op} {node.output!r}: bias {node.inputs[2]!r} does not fit int32 at the accumulator scale "
+                f"(|b| up to {np.abs(b).max():.4g}, scale down to {s_acc.min():.3g})"
+            )
+        base = node.output
+        bq = self.param(f"{base}:b_q", b_q.astype(np.int32))
+        bs = self.param(f"{base}:b_scale", s_acc.astype(np.float32))
+        return Node("dequantize", (bq, bs), self.fresh(f"{base}:b"), {"axis": 0, "zero_point": 0})
+
+    def run(self) -> Graph:
+        points, anchors = self.plan.points, set(self.plan.anchors)
+        read = {v: self.fresh(f"{v}:dq") for v in self.g.inputs if v in points}
+        nodes: list[Node] = []
+        for v, dst in read.items():
+            nodes += self.qdq(v, v, dst)
+        for node in self.g.nodes:
+            inputs = tuple(read.get(i, i) for i in node.inputs)
+            if node.output in anchors:
+                extra, inputs = self.anchor_inputs(node, node.inputs[0])
+                inputs = (read.get(inputs[0], inputs[0]), *inputs[1:])
+                nodes += extra
+            if node.output in points:
+                renamed = self.fresh(f"{node.output}:float")
+                nodes.append(Node(node.op, inputs, renamed, node.attrs))
+                nodes += self.qdq(renamed, node.output, node.output)
+            else:
+                nodes.append(Node(node.op, inputs, node.output, node.attrs))
+        return self.g.copy(nodes=nodes, params=self.params)
+
+
+def quantize_graph(graph: Graph, plan: QuantPlan, scales: Mapping[str, float]) -> tuple[Graph, list[LayerQuant]]:
+    """The QDQ form of the float ``graph`` under ``plan`` with ``scales`` (one positive scale per value in
+    ``plan.calibrated``), and a summary of each anchor's weights."""
+    bad = {v: scales.get(v) for v in plan.calibrated if not (scales.get(v) or 0) > 0}
+    if bad:
+        raise QuantizationError(f"scales must be positive for every calibrated value, got {bad}")
+    rw = _Rewriter(graph, plan, scales)
+    return rw.run(), rw.layers
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Calibration, scales and the rewrite in one call
+
+
+def quantize_model(
+    graph: Graph,
+    data: Mapping[str, np.ndarray],
+    method: str = "percentile",
+    percentile: float = DEFAULT_PERCENTILE,
+    keep_float: Iterable[str] = (),
+    runner: Runner | None = None,
+    progress: Progress | None = None,
+) -> tuple[Graph, QuantReport]:
+    """Profile-guided quantization of a float ``graph`` (simplified: batch norms folded): calibrate on
+    ``data`` (one float array per graph input, samples on the first axis), choose each value's scale by
+    ``method`` (``minmax``, ``percentile`` or ``entropy``) and rewrite into QDQ form.
+
+    Returns the QDQ graph (for :func:`vdla.graph.qdq.lower_qdq`) and the report. A value that is zero on
+    every calibration sample gets scale ``1/127`` and a :class:`QuantizationWarning` naming it.
+    """
+    if method not in METHODS:
+        raise QuantizationError(f"unknown calibration method {method!r} (one of {', '.join(METHODS)})")
+    if any(n.op in ("quantize", "dequantize") for n in graph.nodes):
+        raise QuantizationError(f"graph {graph.name!r} is already quantized (QDQ): it keeps its own scales")
+    plan = plan_quantization(graph, keep_float)
+    data = check_calibration(graph.inputs, data)
+    samples = next(iter(data.values())).shape[0]
+    stats = calibrate(graph, data, plan.points, runner, progress)
+    thresholds = {v: choose_threshold(stats[v], method, percentile) for v in plan.calibrated}
+    notes = [
+        f"{v!r} is zero on every calibration sample: scale 1/127 (values at inference beyond +-1 saturate)"
+        for v, t in thresholds.items()
+        if t == 0.0
+    ]
+    for note in notes:
+        warnings.warn(note, QuantizationWarning, stacklevel=2)
+    scales = {v: (t if t > 0 else 1.0) / INT8_MAX for v, t in thresholds.items()}
+    qgraph, layers = quantize_graph(graph, plan, scales)
+    tensors = tuple(_tensor_quant(v, src, stats[v], thresholds[src], scales[src]) for v, src in plan.points.items())
+    report = QuantReport(method, percentile, samples, tensors, tuple(layers), plan.kept, tuple(notes))
+    return qgraph, report
+
+
+def _tensor_quant(value: str, src: str, st: TensorStats, threshold: float, scale: float) -> TensorQuant:
+    t = threshold if threshold > 0 else 1.0
+    return TensorQuant(value, st.min, st.max, t, float(np.float32(scale)), st.clipped_fraction(t), src)
