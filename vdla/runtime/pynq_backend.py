@@ -140,6 +140,8 @@ class PynqBackend:
         poll_s: float = 0.0,
     ):
         self.pynq = import_pynq()
+        if os.environ.get("VDLA_PYNQ_SIM"):  # the simulated board registers itself with pynq's discovery
+            import vdla.runtime.pynq_sim  # noqa: F401
         self.cfg, self.timeout_s, self.poll_s = cfg, timeout_s, poll_s
         self.dram_bytes = min(dram_bytes, cfg.dram_bytes)
         if overlay is not None:
@@ -150,7 +152,13 @@ class PynqBackend:
             base, span = self._find_ip(overlay.ip_dict, ip_name)
         else:
             self.overlay = None
-            self.device = self.pynq.Device.active_device
+            try:
+                self.device = self.pynq.Device.active_device
+            except RuntimeError as e:  # pynq's "No Devices Found"
+                raise BackendError(
+                    f"pynq finds no device ({e}): run on a PYNQ board with the accelerator's overlay loaded, or set "
+                    "VDLA_PYNQ_SIM=<config> for the simulated board (vdla.runtime.pynq_sim)"
+                ) from e
             base, span = (DEFAULT_BASE_ADDR if base_addr is None else base_addr), REGISTER_SPAN
         self.base_addr = base
         self._lock = _BoardLock(getattr(self.device, "tag", type(self.device).__name__), base)

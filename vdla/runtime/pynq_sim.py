@@ -63,6 +63,8 @@ class BusError(VdlaError, RuntimeError):
 class _Bo:
     """A buffer object: its CMA block, the CPU's cached view of it and the cache's clean copy."""
 
+    block: Buffer | None = None
+
     def __init__(self, board: SimulatedBoard, nbytes: int, cacheable: bool):
         self.board = board
         self.block: Buffer | None = board.cma.alloc(-(-max(nbytes, 1) // 4096) * 4096, 4096)
@@ -75,13 +77,14 @@ class _Bo:
         else:
             self.host = self.dram
 
-    def __del__(self) -> None:
+    def free(self) -> None:
+        """Give the CMA block back (PynqBuffer.freebuffer, or the last reference gone)."""
         if self.block is not None:
-            try:
-                self.board.cma.free(self.block)
-            except Exception:  # the board may be gone at interpreter exit
-                pass
+            self.board.cma.free(self.block)
             self.block = None
+
+    def __del__(self) -> None:
+        self.free()
 
     def _lines(self, offset: int, size: int) -> tuple[int, int]:
         return offset // LINE * LINE, min(-(-(offset + size) // LINE) * LINE, self.host.size)
@@ -134,9 +137,17 @@ class SimulatedBoard(pynq.Device):
         """A buffer in the CMA pool, cached (flush/invalidate needed) unless ``cacheable=False``."""
         nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
         bo = _Bo(self, nbytes, cacheable)
-        return PynqBuffer(
+        buf = PynqBuffer(
             shape, dtype, buffer=bo.host, device=self, device_address=bo.phys, bo=bo, coherent=not cacheable
         )
+        # PynqBuffer.freebuffer hands a pooled buffer's pointer back to its allocator: that frees the block
+        # (there is no mapping to unmap: ``freed`` stops freebuffer's munmap branch)
+        buf.memory, buf.pointer, buf.return_to, buf.freed = self, bo, self, True
+        return buf
+
+    def return_pointer(self, bo: _Bo) -> None:
+        """``PynqBuffer.freebuffer``'s call: the buffer's CMA block is free again."""
+        bo.free()
 
     def flush(self, bo: _Bo, offset: int, ptr: int, size: int) -> None:
         """Write the CPU's dirty lines of ``size`` bytes at ``offset`` in the buffer back to DRAM."""

@@ -1,0 +1,3 @@
+from pynq.pl_server.device import Device
+
+__all__ = ["Device"]
