@@ -1,11 +1,14 @@
-"""Model builders for experiments and tests: ResNets written to ONNX with the project's own builder
-(onnx.helper), seeded weights with BatchNorm, and static QDQ quantization with onnxruntime.
+"""Model builders for experiments and tests: ResNets, MobileNet-v1/v2 and an MLP written to ONNX with the
+project's own builder (onnx.helper), seeded weights with BatchNorm, and static QDQ quantization with
+onnxruntime.
 
 ``resnet(...)`` builds the standard torchvision ResNet layout (7x7/2 stem, 3x3/2 max pool, basic
 blocks with strided 1x1 projections, global average pool, dense) at any width, depth and input size;
-``resnet18()`` is the real thing at 224x224. ``quantize_qdq`` is the independent int8 reference:
-onnxruntime's static quantizer in QDQ format, per-channel symmetric int8 weights and symmetric int8
-activations (zero point 0, what the accelerator computes with).
+``resnet18()`` is the real thing at 224x224. ``mobilenet_v1`` and ``mobilenet_v2`` are the standard layouts
+(depthwise separable convolutions; inverted residuals with linear bottlenecks and ReLU6) at any width
+multiplier, input size and class count; ``mlp`` a Gemm/MatMul+Add stack with ReLU. ``quantize_qdq`` is
+the independent int8 reference: onnxruntime's static quantizer in QDQ format, per-channel symmetric int8
+weights and symmetric int8 activations (zero point 0, what the accelerator computes with).
 """
 
 from __future__ import annotations
@@ -44,12 +47,22 @@ class _Builder:
         self.inits.append(self.numpy_helper.from_array(value.astype(np.float32), n))
         return n
 
-    def conv_bn(self, x: str, c_in: int, c_out: int, k: int, stride: int, relu: bool) -> str:
-        w = self.rng.normal(0, np.sqrt(2.0 / (c_in * k * k)), (c_out, c_in, k, k))
+    def conv_bn(
+        self, x: str, c_in: int, c_out: int, k: int, stride: int, relu: bool, groups: int = 1, relu6: bool = False
+    ) -> str:
+        """Conv (``groups``: grouped/depthwise), BatchNorm, then ReLU (``relu``) or ReLU6 as Clip(0, 6)."""
+        w = self.rng.normal(0, np.sqrt(2.0 / (c_in // groups * k * k)), (c_out, c_in // groups, k, k))
         conv = self.name("conv")
+        grouped = {"group": groups} if groups != 1 else {}
         self.nodes.append(
             self.helper.make_node(
-                "Conv", [x, self.init("w", w)], [conv], kernel_shape=[k, k], strides=[stride] * 2, pads=[k // 2] * 4
+                "Conv",
+                [x, self.init("w", w)],
+                [conv],
+                kernel_shape=[k, k],
+                strides=[stride] * 2,
+                pads=[k // 2] * 4,
+                **grouped,
             )
         )
         bn = self.name("bn")
@@ -60,6 +73,11 @@ class _Builder:
             self.init("var", self.rng.uniform(0.5, 1.5, c_out)),
         ]
         self.nodes.append(self.helper.make_node("BatchNormalization", [conv, *stats], [bn], epsilon=1e-5))
+        if relu6:
+            out = self.name("relu6")
+            bounds = [self.init("lo", np.array(0.0)), self.init("hi", np.array(6.0))]
+            self.nodes.append(self.helper.make_node("Clip", [bn, *bounds], [out]))
+            return out
         if not relu:
             return bn
         out = self.name("relu")
@@ -132,6 +150,154 @@ def small_resnet(seed: int = 0):
     """A small ResNet for tests: conv-bn-relu stem with max pool, two residual blocks (the second with a
     strided 1x1 projection), global average pool, dense, softmax; 3x32x32 input, 10 classes."""
     return resnet(widths=(16, 32), blocks=(1, 1), image=32, classes=10, seed=seed, name="small_resnet")
+
+
+def _classifier(b: _Builder, x: str, c: int, classes: int, name: str, image_shape: Sequence[int]):
+    """Global average pool, flatten, dense (Gemm), softmax after ``x`` (``c`` channels); the checked
+    ``onnx.ModelProto`` (opset 13) with input ``image`` and outputs ``logits`` and ``probs``."""
+    helper, TensorProto = b.helper, b.TensorProto
+    gap, flat = b.name("gap"), b.name("flat")
+    fc_w = b.init("fc_w", b.rng.normal(0, np.sqrt(1.0 / c), (classes, c)))
+    fc_b = b.init("fc_b", b.rng.normal(0, 0.01, classes))
+    b.nodes += [
+        helper.make_node("GlobalAveragePool", [x], [gap]),
+        helper.make_node("Flatten", [gap], [flat], axis=1),
+        helper.make_node("Gemm", [flat, fc_w, fc_b], ["logits"], transB=1),
+        helper.make_node("Softmax", ["logits"], ["probs"], axis=1),
+    ]
+    graph = helper.make_graph(
+        b.nodes,
+        name,
+        [helper.make_tensor_value_info("image", TensorProto.FLOAT, list(image_shape))],
+        [
+            helper.make_tensor_value_info("logits", TensorProto.FLOAT, [image_shape[0], classes]),
+            helper.make_tensor_value_info("probs", TensorProto.FLOAT, [image_shape[0], classes]),
+        ],
+        b.inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    b.onnx.checker.check_model(model)
+    return model
+
+
+def make_divisible(v: float, divisor: int = 8) -> int:
+    """MobileNet's channel rounding: the nearest multiple of ``divisor`` (at least ``divisor``), never more
+    than 10% below ``v``."""
+    rounded = max(divisor, int(v + divisor / 2) // divisor * divisor)
+    return rounded + divisor if rounded < 0.9 * v else rounded
+
+
+# MobileNet-v1's depthwise separable blocks (output channels, stride of the depthwise conv)
+MOBILENET_V1_BLOCKS = (
+    (64, 1),
+    (128, 2),
+    (128, 1),
+    (256, 2),
+    (256, 1),
+    (512, 2),
+    *((512, 1),) * 5,
+    (1024, 2),
+    (1024, 1),
+)
+# MobileNet-v2's inverted residual stages (expansion t, output channels c, repeats n, first stride s)
+MOBILENET_V2_STAGES = ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2),
+                       (6, 320, 1, 1))  # fmt: skip
+
+
+def mobilenet_v1(
+    width: float = 1.0,
+    image: int = 224,
+    classes: int = 1000,
+    seed: int = 0,
+    blocks: Sequence[tuple[int, int]] = MOBILENET_V1_BLOCKS,
+    name: str = "mobilenet_v1",
+):
+    """MobileNet-v1 (Howard et al. 2017) as an ``onnx.ModelProto`` (opset 13): a 3x3/2 conv stem of 32
+    channels, depthwise separable blocks (3x3 depthwise conv + BN + ReLU, 1x1 pointwise conv + BN + ReLU),
+    global average pool, dense, softmax; channels scaled by ``width`` (rounded to multiples of 8); input
+    ``image`` (1, 3, image, image), outputs ``logits`` and ``probs``."""
+    b = _Builder(seed)
+    c = make_divisible(32 * width)
+    x = b.conv_bn("image", 3, c, 3, 2, True)
+    for channels, stride in blocks:
+        x = b.conv_bn(x, c, c, 3, stride, True, groups=c)  # depthwise
+        out = make_divisible(channels * width)
+        x = b.conv_bn(x, c, out, 1, 1, True)  # pointwise
+        c = out
+    return _classifier(b, x, c, classes, name, (1, 3, image, image))
+
+
+def mobilenet_v2(
+    width: float = 1.0,
+    image: int = 224,
+    classes: int = 1000,
+    seed: int = 0,
+    stages: Sequence[tuple[int, int, int, int]] = MOBILENET_V2_STAGES,
+    name: str = "mobilenet_v2",
+):
+    """MobileNet-v2 (Sandler et al. 2018) as an ``onnx.ModelProto`` (opset 13): a 3x3/2 conv stem of 32
+    channels, inverted residual blocks (1x1 expansion + BN + ReLU6 unless the expansion is 1, 3x3 depthwise
+    conv + BN + ReLU6, linear 1x1 projection + BN, a residual add where stride 1 keeps the channels), a
+    1x1 conv to 1280 channels + BN + ReLU6, global average pool, dense, softmax. ReLU6 is Clip(0, 6);
+    channels are scaled by ``width`` (multiples of 8; the last conv keeps 1280 below width 1)."""
+    b = _Builder(seed)
+    c = make_divisible(32 * width)
+    x = b.conv_bn("image", 3, c, 3, 2, False, relu6=True)
+    for t, channels, n, s in stages:
+        out = make_divisible(channels * width)
+        for i in range(n):
+            stride = s if i == 0 else 1
+            hidden = c * t
+            y = x if t == 1 else b.conv_bn(x, c, hidden, 1, 1, False, relu6=True)
+            y = b.conv_bn(y, hidden, hidden, 3, stride, False, groups=hidden, relu6=True)
+            y = b.conv_bn(y, hidden, out, 1, 1, False)  # linear bottleneck
+            if stride == 1 and c == out:
+                s_ = b.name("add")
+                b.nodes.append(b.helper.make_node("Add", [x, y], [s_]))
+                y = s_
+            x, c = y, out
+    last = make_divisible(1280 * max(1.0, width))
+    x = b.conv_bn(x, c, last, 1, 1, False, relu6=True)
+    return _classifier(b, x, last, classes, name, (1, 3, image, image))
+
+
+def mlp(features: int = 64, hidden: Sequence[int] = (128, 64), classes: int = 10, batch: int = 1, seed: int = 0):
+    """A multilayer perceptron as an ``onnx.ModelProto`` (opset 13): input ``x`` (batch, features), dense
+    layers with ReLU (alternately a Gemm with its bias and a MatMul followed by an Add of the bias), a
+    last dense layer to ``logits`` (batch, classes) and ``probs`` (softmax)."""
+    b = _Builder(seed)
+    helper, TensorProto = b.helper, b.TensorProto
+    x, width = "x", features
+    for i, out in enumerate([*hidden, classes]):
+        w = b.rng.normal(0, np.sqrt(2.0 / width), (width, out))
+        bias = b.init("bias", b.rng.normal(0, 0.1, out))
+        y = "logits" if i == len(hidden) else b.name("dense")
+        if i % 2 == 0:
+            b.nodes.append(helper.make_node("Gemm", [x, b.init("w", w), bias], [y]))
+        else:
+            mm = b.name("matmul")
+            b.nodes += [
+                helper.make_node("MatMul", [x, b.init("w", w)], [mm]),
+                helper.make_node("Add", [mm, bias], [y]),
+            ]
+        if i < len(hidden):
+            x = b.name("relu")
+            b.nodes.append(helper.make_node("Relu", [y], [x]))
+        width = out
+    b.nodes.append(helper.make_node("Softmax", ["logits"], ["probs"], axis=1))
+    graph = helper.make_graph(
+        b.nodes,
+        "mlp",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, features])],
+        [
+            helper.make_tensor_value_info("logits", TensorProto.FLOAT, [batch, classes]),
+            helper.make_tensor_value_info("probs", TensorProto.FLOAT, [batch, classes]),
+        ],
+        b.inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    b.onnx.checker.check_model(model)
+    return model
 
 
 def calibration_images(shape: Sequence[int], count: int, seed: int = 0) -> np.ndarray:

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from vdla.frontend.builder import Builder, OnnxNode, broadcast_to_axis, size, unsupported
+from vdla.graph.graph import Node
 from vdla.graph.ops import matmul_type
 from vdla.graph.window import pads_from_onnx
 
@@ -559,7 +560,7 @@ def _gemm(b: Builder, node: OnnxNode) -> None:
     else:
         w = b.tensor(node, 1)
         if not trans_b:
-            w = b.emit(node, "transpose", (w,), {"perm": (1, 0)}, suffix="B_T")
+            w = _dense_weight(b, node, w)
         y = b.emit(node, "dense", (a, w), out=out if not has_c and alpha == 1.0 else None, suffix="dense")
         if alpha != 1.0:
             y = b.emit(node, "mul", (y,), {"b": alpha}, out=out if not has_c else None, suffix="alpha")
@@ -576,6 +577,37 @@ def _gemm(b: Builder, node: OnnxNode) -> None:
     if beta != 1.0:
         cv = b.emit(node, "mul", (cv,), {"b": beta}, suffix="beta")
     b.emit(node, "add", (y, cv), out=out)
+
+
+def _dequantized_const(b: Builder, w: str) -> Node | None:
+    """The ``dequantize`` node computing ``w`` from constants only (a QDQ model's weight), else None."""
+    dq = next((n for n in reversed(b.nodes) if n.output == w), None)
+    return dq if dq is not None and dq.op == "dequantize" and all(i in b.params for i in dq.inputs) else None
+
+
+def _dense_weight(b: Builder, node: OnnxNode, w: str) -> str:
+    """The (N, K) dense weight of a computed (K, N) right operand ``w``: where ``w`` dequantizes a constant,
+    the dequantization of the transposed int8 constant (so that the quantized lowering sees an int8
+    weight); otherwise a transpose of ``w``."""
+    dq = _dequantized_const(b, w)
+    if dq is None:
+        return b.emit(node, "transpose", (w,), {"perm": (1, 0)}, suffix="B_T")
+    transposed = [b.add_param(f"{i}:T", np.ascontiguousarray(b.params[i].T)) for i in dq.inputs]
+    attrs = dict(dq.attrs)
+    if attrs.get("axis") is not None:
+        attrs["axis"] = 1 - int(attrs["axis"])
+    return b.emit(node, "dequantize", transposed, attrs, suffix="B_T")
+
+
+def _matmul_weight(b: Builder, node: OnnxNode, sb: tuple[int, ...]) -> str | None:
+    """The (N, K) dense weight of MatMul's right operand when it is a constant of rank 1 or 2 or a
+    dequantized 2-D constant (a QDQ model's weight); None otherwise."""
+    if b.is_const(node, 1) and len(sb) <= 2:
+        bm = np.asarray(b.const(node, 1, "B"), np.float32)
+        return b.add_param(node.input(1) + ":T", np.ascontiguousarray(bm.reshape(sb[0], -1).T))
+    if len(sb) == 2 and _dequantized_const(b, b.tensor(node, 1)) is not None:
+        return _dense_weight(b, node, b.tensor(node, 1))
+    return None
 
 
 def _dense_on(b: Builder, node: OnnxNode, a: str, w: str, k: int, out: str, bias: str | None = None) -> None:
@@ -604,8 +636,9 @@ def _matmul_shape(node: OnnxNode, sa: tuple[int, ...], sb: tuple[int, ...]) -> t
 
 @converter("MatMul")
 def _matmul(b: Builder, node: OnnxNode) -> None:
-    """A constant 1-D or 2-D right operand makes a dense layer (the accelerator's GEMM); anything else (two
-    computed operands, batched as in attention, or a batched constant) the float32 matmul operator."""
+    """A constant 1-D or 2-D right operand (or a dequantized 2-D constant) makes a dense layer (the
+    accelerator's GEMM); anything else (two computed operands, batched as in attention, or a batched
+    constant) the float32 matmul operator."""
     b.require_dtype(node, 0, FLOAT)
     b.require_dtype(node, 1, FLOAT)
     sa, sb = b.shape(node, 0), b.shape(node, 1)
@@ -618,15 +651,13 @@ def _matmul(b: Builder, node: OnnxNode) -> None:
     if len(sa) == 1:  # (K,): a row vector, its axis dropped afterwards
         a = b.reshape(node, a, (1, sa[0]))
     out = node.outputs[0]
-    if b.is_const(node, 1) and len(sb) <= 2:
-        k = sb[0]
-        bm = np.asarray(b.const(node, 1, "B"), np.float32)
-        wname = b.add_param(node.input(1) + ":T", np.ascontiguousarray(bm.reshape(k, -1).T))  # (N, K)
+    weight = _matmul_weight(b, node, sb)
+    if weight is not None:
         if len(sa) > 1 and len(sb) == 2:  # the dense layer's own result shape
-            _dense_on(b, node, a, wname, k, out)
+            _dense_on(b, node, a, weight, sb[0], out)
             return
         tmp = out + ":mm"
-        _dense_on(b, node, a, wname, k, tmp)
+        _dense_on(b, node, a, weight, sb[0], tmp)
         b.reshape(node, b.values[tmp].name, final, out=out)
         return
     bt = b.tensor(node, 1)

@@ -66,10 +66,15 @@ def epilogue(
     bounds: tuple[int, int] = (INT8_MIN, INT8_MAX),
     residual: np.ndarray | None = None,
     channel_axis: int = 1,
+    rescale: tuple[int, int, int, int, int] | None = None,
+    rescale_multipliers: tuple = (1, 1),
 ) -> np.ndarray:
     """The accelerator's fused epilogue on int32 accumulators, every step wrapping to int32 like its ALU:
     ``clip(mul_shift(acc + bias, multiplier, shift) + residual, *bounds)`` as int8 (the product exact,
-    rounded once).
+    rounded once). With ``rescale`` = (lo, hi, shift_y, shift_k, frac) and ``rescale_multipliers`` =
+    (m_y, m_k) the residual add of a quantized model: ``y = clip(mul_shift(acc + bias, m, shift), lo, hi)``,
+    then ``clip(rounding_shift(mul_shift(y, m_y, shift_y) + mul_shift(residual, m_k, shift_k), frac),
+    *bounds)``.
 
     ``bias`` and an array ``multiplier`` are per channel along ``channel_axis``.
     """
@@ -78,8 +83,17 @@ def epilogue(
     v = acc.astype(np.int64)
     if bias is not None:
         v = wrap32(v + np.asarray(bias, np.int64).reshape(shape))
-    m = np.asarray(multiplier, np.int64)
-    v = mul_shift(v, m.reshape(shape) if m.ndim else m, shift)
+    def per_channel(m):
+        m = np.asarray(m, np.int64)
+        return m.reshape(shape) if m.ndim else m
+
+    v = mul_shift(v, per_channel(multiplier), shift)
+    if rescale is not None:
+        lo, hi, shift_y, shift_k, frac = rescale
+        m_y, m_k = rescale_multipliers
+        v = mul_shift(np.clip(v, lo, hi), per_channel(m_y), shift_y)
+        v = wrap32(v + mul_shift(residual, per_channel(m_k), shift_k))
+        return np.clip(rounding_shift(v, frac), *bounds).astype(np.int8)
     if residual is not None:
         v = wrap32(v + residual.astype(np.int64))
     return np.clip(v, *bounds).astype(np.int8)
