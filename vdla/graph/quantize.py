@@ -230,6 +230,16 @@ def plan_quantization(graph: Graph, keep_float: Iterable[str] = ()) -> QuantPlan
 # The rewrite
 
 
+def check_params(graph: Graph) -> None:
+    """Refuse a float parameter with NaN or infinite values, naming it and the node reading it."""
+    for node in graph.nodes:
+        for i, name in enumerate(node.inputs):
+            p = graph.params.get(name)
+            if p is not None and p.dtype == np.float32 and not np.all(np.isfinite(p)):
+                role = {1: "weights", 2: "bias"}.get(i, "parameter") if node.op in ANCHORS else "parameter"
+                raise QuantizationError(f"{node.op} {node.output!r} ({role} {name!r}): NaN or infinite values")
+
+
 def weight_scales(w: np.ndarray, where: str) -> np.ndarray:
     """Per-output-channel symmetric scales ``max|w[c]| / 127`` (float32); an all-zero channel takes the
     largest scale of the others (any scale represents it)."""
@@ -360,6 +370,7 @@ def quantize_model(
         raise QuantizationError(f"unknown calibration method {method!r} (one of {', '.join(METHODS)})")
     if any(n.op in ("quantize", "dequantize") for n in graph.nodes):
         raise QuantizationError(f"graph {graph.name!r} is already quantized (QDQ): it keeps its own scales")
+    check_params(graph)
     plan = plan_quantization(graph, keep_float)
     data = check_calibration(graph.inputs, data)
     samples = next(iter(data.values())).shape[0]
