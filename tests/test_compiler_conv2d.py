@@ -73,6 +73,24 @@ EPILOGUES = {
     "everything": {"bias": True, "multiplier": "per-channel", "shift": 14, "relu": True, "residual": "int8"},
     # 31-bit multipliers: the 64-bit product (acc ~2^17 x m ~2^30), rounded once by a shift beyond 31
     "multiplier-wide": {"bias": True, "multiplier": "wide", "shift": 40, "residual": "int32"},
+    # a quantized model's residual add: the layer rounds to int8 at its scale, the sum at another
+    "rescaled-residual": {
+        "multiplier": "wide",
+        "shift": 43,
+        "residual": "int8",
+        "relu": True,
+        "rescale": (-128, 127, 11, 10, 20),
+        "rescale_multipliers": "wide",
+    },
+    "rescaled-residual-clip": {
+        "bias": True,
+        "multiplier": "wide",
+        "shift": 42,
+        "residual": "int8",
+        "clip": (-100, 90),
+        "rescale": (-120, 110, 13, 13, 18),
+        "rescale_multipliers": "wide",
+    },
 }
 
 
@@ -88,6 +106,8 @@ def test_epilogue_options(devices, cache, cfg, name):
         opts["multiplier"] = rng.integers(1 << 29, (1 << 31) - 1, 20)
     elif isinstance(opts.get("multiplier"), str):
         opts["multiplier"] = rng.integers(-300, 300, 20)
+    if opts.get("rescale_multipliers") == "wide":  # m_y per channel, m_k one scalar
+        opts["rescale_multipliers"] = (rng.integers(1 << 29, (1 << 31) - 1, 20), int(rng.integers(1 << 29, 1 << 31)))
     res = None
     if opts.get("residual") == "int8":
         res = rand(rng, (1, 20, 9, 10))
@@ -95,7 +115,7 @@ def test_epilogue_options(devices, cache, cfg, name):
         res = rand(rng, (1, 20, 9, 10), -400, 400, np.int32)  # beyond int8: only an int32 residual holds it
     layer = compile_conv2d(x.shape, wt, padding=1, config=cfg, vthreads=2, cache=cache, **opts)
     out = layer.run(devices[cfg], x, residual=res).out
-    ref_opts = {k: v for k, v in opts.items() if k in ("bias", "multiplier", "shift")}
+    ref_opts = {k: v for k, v in opts.items() if k in ("bias", "multiplier", "shift", "rescale", "rescale_multipliers")}
     ref = conv2d_reference(x, wt, layer.spec, bounds=layer.epilogue.bounds, residual=res, **ref_opts)
     np.testing.assert_array_equal(out, ref)
     assert len(np.unique(out)) > 10  # the epilogue keeps a spread of values, not one saturated constant

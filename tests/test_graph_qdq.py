@@ -92,13 +92,25 @@ def test_residual_adds_fuse_where_one_rounding_reproduces_the_model(case):
     assert _steps(g, low) <= 1
 
 
-def test_a_residual_add_after_rounding_at_another_scale_stays_in_float():
-    g = residual_graph()  # conv -> quantize(S_B) -> add at S_OUT: the model rounds twice
+def test_a_residual_add_after_rounding_at_another_scale_rounds_twice_in_the_epilogue():
+    s_b, s_out = 0.04371, 0.07913  # calibrated scales are arbitrary floats: no sum is an exact tie
+    g = residual_graph(s_b=s_b, s_out=s_out)  # conv -> quantize(s_b) -> add at s_out: the model rounds twice
     low = lower_qdq(g)
     verify(low, after="lower_qdq")
-    assert not any(n.output.endswith(":sum") for n in low.nodes)
-    assert sum(n.op == "add" and types_float(low, n) for n in low.nodes) == 1
-    assert _steps(g, low) <= 1
+    ops = [n.op for n in low.nodes]
+    assert ops.count("dequantize") == 1 and not any(n.op == "add" and types_float(low, n) for n in low.nodes)
+    names = {n.output.rsplit(":", 1)[-1] for n in low.nodes}
+    assert {"y", "y_scaled", "skip", "sum", "rounded"} <= names  # y rounded and clamped, then the sum
+    # both roundings reproduced (an exact tie would differ: the epilogue rounds half up where
+    # QuantizeLinear rounds half to even; scales with a small rational ratio make many)
+    rng, off = np.random.default_rng(3), []
+    for _ in range(20):
+        x = rng.normal(0, 1.5, (1, 8, 6, 6)).astype(np.float32)
+        want, got = evaluate(g, {"x": x})["y"] / s_out, evaluate(low, {"x": x})["y"] / s_out
+        off.append(np.abs(np.rint(got) - np.rint(want)).ravel())
+    off = np.concatenate(off)
+    # the float model's own float32 sums put a value within 1e-7 of a boundary now and then
+    assert off.max() <= 1 and (off == 0).mean() >= 0.999, np.bincount(off.astype(int))
 
 
 def types_float(g: Graph, node: Node) -> bool:

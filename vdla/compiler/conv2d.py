@@ -67,6 +67,8 @@ class CompiledConv2d:
         vthreads: int | str = "auto",
         schedule: Schedule | None = None,
         cache: ScheduleCache | None = None,
+        rescale: tuple[int, int, int, int, int] | None = None,
+        rescale_multipliers: tuple = (1, 1),
     ):
         t0 = time.perf_counter()
         if weights.dtype != np.int8 or weights.shape != spec.weight_shape:
@@ -81,6 +83,7 @@ class CompiledConv2d:
             relu=relu,
             clip=tuple(clip),
             residual=residual,
+            rescale=None if rescale is None else tuple(int(v) for v in rescale),
         )
         self.spec, self.cfg = spec, cfg
         self.lowering = ConvLowering(spec, self.epilogue, cfg, int(multiplier) if mkind == "imm" else 1)
@@ -91,6 +94,11 @@ class CompiledConv2d:
             m = np.asarray(multiplier)
             m = np.full(spec.oc, m) if m.ndim == 0 else m
             self.constants["mult"] = pack_channels(_int_array("multiplier", m, (spec.oc,)), cfg.batch, cfg.block_out)
+        if rescale is not None:
+            for name, m in zip(("mult_y", "mult_k"), rescale_multipliers, strict=True):
+                m = np.asarray(m)
+                m = np.full(spec.oc, m) if m.ndim == 0 else m
+                self.constants[name] = pack_channels(_int_array(name, m, (spec.oc,)), cfg.batch, cfg.block_out)
         need = sum(self.lowering.tensor_bytes().values())
         if need > cfg.dram_bytes:
             raise CompileError(
@@ -162,6 +170,8 @@ def compile_conv2d(
     relu: bool = False,
     clip: tuple[int, int] = (-128, 127),
     residual: str | None = None,
+    rescale: tuple[int, int, int, int, int] | None = None,
+    rescale_multipliers: tuple = (1, 1),
     config="pynq",
     vthreads: int | str = "auto",
     schedule: Schedule | None = None,
@@ -170,7 +180,9 @@ def compile_conv2d(
     """Compile conv2d(x, weights) + epilogue for inputs of ``input_shape`` (NCHW) on ``config``.
 
     out = clip(rshr((conv + bias) * multiplier, shift) + residual, clip), ReLU folded into the clip, the product
-    exact and rounded once (:func:`vdla.isa.arith.mul_shift`);
+    exact and rounded once (:func:`vdla.isa.arith.mul_shift`); ``rescale`` = (lo, hi, shift_y, shift_k, frac)
+    with ``rescale_multipliers`` = (m_y, m_k) rounds the layer's output and the residual sum separately, as a
+    quantized model's residual add does (:class:`~vdla.compiler.spec.EpilogueSpec`);
     ``residual`` is the dtype ("int8"/"int32") of the tensor passed to :meth:`CompiledConv2d.run`.
     """
     spec = Conv2dSpec.make(input_shape, weights.shape[0], weights.shape[2:], stride, padding, dilation, groups)
@@ -189,6 +201,8 @@ def compile_conv2d(
         vthreads,
         schedule,
         cache,
+        rescale,
+        rescale_multipliers,
     )
 
 

@@ -11,6 +11,8 @@ for a pass with an immediate, ``alu_ii`` for a pass reading a second accumulator
 
       MUL row multiplier, shift                     (EPI req: the OUT mirror clamps)
       MUL row multiplier, shift -> ADD residual -> CLIP     (otherwise: truncates)
+      MUL row multiplier, shift -> CLIP -> MUL row m_y, shift_y -> MUL residual by row m_k, shift_k
+          -> ADD residual [-> RSHR frac -> CLIP]             (a rescaled residual; EPI req: shift frac)
       [MUL imm multiplier] [-> RSHR shift] [-> ADD residual -> CLIP]
 
   A row multiplier's MUL forms the exact 64-bit product and rounds it right by the layer's shift in the
@@ -45,6 +47,7 @@ class AluPass:
     operand: str | None = None
     imm: int | None = None
     shift: int = 0
+    dst: str = "acc"  # "res": the pass updates the residual tile
 
 
 @dataclass(frozen=True)
@@ -79,13 +82,17 @@ def out_mode(epi: EpilogueSpec) -> OutMode:
     """Requantize in the OUT mirror when the final clamp is int8's, or ReLU's [0, 127], and no residual is
     added after the shift (a row multiplier's MUL has already shifted)."""
     relu = {(-128, 127): False, (0, 127): True}.get(tuple(epi.bounds))
-    if relu is None or epi.residual:
+    if relu is None or (epi.residual and not epi.rescale):
         return OutMode()
+    if epi.rescale:
+        return OutMode(req=True, relu=relu, shift=epi.rescale[4])
     return OutMode(req=True, relu=relu, shift=0 if epi.multiplier == "row" else epi.shift)
 
 
 def alu_passes(epi: EpilogueSpec, mul_imm: int = 1) -> tuple[AluPass, ...]:
     """The ALU instructions after the last GEMM, in execution order."""
+    if epi.rescale:
+        return _rescale_passes(epi)
     passes = []
     if epi.multiplier == "imm":
         passes.append(AluPass(AluOp.MUL, imm=mul_imm))
@@ -98,6 +105,20 @@ def alu_passes(epi: EpilogueSpec, mul_imm: int = 1) -> tuple[AluPass, ...]:
     if epi.residual:
         passes.append(AluPass(AluOp.ADD, "res"))
     passes.append(AluPass(AluOp.CLIP, imm=clip_imm(*epi.bounds)))
+    return tuple(passes)
+
+
+def _rescale_passes(epi: EpilogueSpec) -> tuple[AluPass, ...]:
+    lo, hi, shift_y, shift_k, frac = epi.rescale
+    passes = [
+        AluPass(AluOp.MUL, "mult", shift=epi.shift),
+        AluPass(AluOp.CLIP, imm=clip_imm(lo, hi)),
+        AluPass(AluOp.MUL, "mult_y", shift=shift_y),
+        AluPass(AluOp.MUL, "mult_k", shift=shift_k, dst="res"),
+        AluPass(AluOp.ADD, "res"),
+    ]
+    if not out_mode(epi).req:
+        passes += [AluPass(AluOp.RSHR, imm=frac)] * bool(frac) + [AluPass(AluOp.CLIP, imm=clip_imm(*epi.bounds))]
     return tuple(passes)
 
 

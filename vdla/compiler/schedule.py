@@ -126,6 +126,7 @@ class ConvLowering:
         self.passes: tuple[AluPass, ...] = alu_passes(epi, mul_imm)  # after the last GEMM
         self.out_mode = out_mode(epi)
         self.rows = ["bias"] * epi.bias + ["mult"] * (epi.multiplier == "row")
+        self.rows += ["mult_y", "mult_k"] * bool(epi.rescale)
         self.subsample = spec.kh == 1 and spec.sh > 1  # 1xN kernels with row stride: load every sh-th row only
         self.row_step = spec.sh if self.subsample else 1
         self._nests: dict[tuple, tuple] = {}
@@ -441,7 +442,10 @@ class ThreadBuilder:
             compute += [
                 Load(mem, res + tr.sram, "res", tr.offset, tr.y, tr.x, tr.stride) for tr in self.output_transfers(sub)
             ]
-        compute += [Alu(p.op, self.elementwise(sub, p.operand, acc, res), p.imm, p.shift) for p in low.passes]
+        compute += [
+            Alu(p.op, self.elementwise(sub, p.operand, res if p.dst == "res" else acc, res), p.imm, p.shift)
+            for p in low.passes
+        ]
         return compute, [
             Store(acc + tr.sram, "out", tr.offset, tr.y, tr.x, tr.stride) for tr in self.output_transfers(sub)
         ]

@@ -144,6 +144,11 @@ class EpilogueSpec:
     ``multiplier`` is "none", "imm" (one integer fitting the 16-bit immediate, with no shift) or "row"
     (per channel, or a scalar that needs a shift or does not fit the immediate, held in the accumulator
     buffer like the bias; its MUL carries the shift).
+
+    ``rescale`` = (lo, hi, shift_y, shift_k, frac) is the residual add of a quantized model, which rounds
+    the layer's output before the add and the sum at another scale:
+    out = clip(rshr(mul(clip(rshr((acc + bias) * m, shift), lo, hi), m_y, shift_y)
+    + mul(residual, m_k, shift_k), frac), bounds), the multipliers ``m_y``/``m_k`` held as rows.
     """
 
     bias: bool = False
@@ -152,6 +157,7 @@ class EpilogueSpec:
     relu: bool = False
     clip: tuple[int, int] = (CLIP_MIN, CLIP_MAX)
     residual: str | None = None  # None, "int8" or "int32"
+    rescale: tuple[int, int, int, int, int] | None = None  # (lo, hi, shift_y, shift_k, frac)
 
     def __post_init__(self) -> None:
         if self.multiplier not in ("none", "imm", "row"):
@@ -168,6 +174,20 @@ class EpilogueSpec:
             )
         if self.residual not in (None, "int8", "int32"):
             raise CompileError(f"residual dtype must be int8 or int32, got {self.residual!r}")
+        if self.rescale is not None:
+            self._check_rescale()
+
+    def _check_rescale(self) -> None:
+        lo, hi, shift_y, shift_k, frac = self.rescale
+        if self.residual is None or self.multiplier != "row":
+            raise CompileError("a rescaled residual needs a residual input and a row multiplier")
+        if not CLIP_MIN <= lo <= hi <= CLIP_MAX:
+            raise CompileError(f"the layer's own clamp {(lo, hi)} must lie within int8")
+        for name, v, limit in (("shift_y", shift_y, MUL_MAX_SHIFT), ("shift_k", shift_k, MUL_MAX_SHIFT)):
+            if not 0 <= v <= limit:
+                raise CompileError(f"rescale {name}={v} outside [0, {limit}]")
+        if not 0 <= frac <= MAX_SHIFT:
+            raise CompileError(f"rescale frac={frac} outside the RSHR/EPI shift range [0, {MAX_SHIFT}]")
 
     @property
     def bounds(self) -> tuple[int, int]:
@@ -178,4 +198,5 @@ class EpilogueSpec:
     def key(self) -> str:
         """A stable text key of the epilogue's structure (schedule cache)."""
         lo, hi = self.bounds
-        return f"b{int(self.bias)}m{self.multiplier}s{self.shift}c{lo}_{hi}r{self.residual or '-'}"
+        rescale = "x" + "_".join(map(str, self.rescale)) if self.rescale else ""
+        return f"b{int(self.bias)}m{self.multiplier}s{self.shift}c{lo}_{hi}r{self.residual or '-'}{rescale}"

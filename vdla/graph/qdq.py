@@ -93,6 +93,7 @@ class _Tail:
     hop: float | None = None  # the scale of the last quantize -> dequantize hop passed
     last: Node | None = None
     scale: float = 0.0
+    rounded: tuple[float, float, float] | None = None  # (scale, lo, hi) of the rounding before a rescaled add
 
 
 class _Rewriter:
@@ -167,7 +168,9 @@ class _Rewriter:
                 if self.index.get(skip[0], -1) > anchor:  # the skip is computed after this layer: the add
                     break  # belongs to the epilogue of the layer computing the other operand
                 if t.hop is not None and not (_close(t.hop, float(skip[1].scale[0])) and self.add_keeps(node, t.hop)):
-                    break  # the model rounds the layer's output before the add: exact only at one scale
+                    # the model rounds the layer's output at the hop's scale, then the sum at the add's:
+                    # the epilogue does both roundings (a rescaled residual)
+                    t.rounded, t.lo, t.hi = (t.hop, t.lo, t.hi), -np.inf, np.inf
                 t.skip, t.s_skip = skip[0], float(skip[1].scale[0])
             elif node.op == "quantize":
                 q = qparams(node, self.params)
@@ -175,7 +178,7 @@ class _Rewriter:
                     break
                 t.nodes.append(node)
                 last_q = node
-                snap = (t.lo, t.hi, t.skip, t.s_skip, len(t.nodes))
+                snap = (t.lo, t.hi, t.skip, t.s_skip, t.rounded, len(t.nodes))
                 dq = self.only_consumer(node.output)
                 hop = dq is not None and dq.op == "dequantize" and (dqp := qparams(dq, self.params)) and dqp.same(q)
                 after = self.only_consumer(dq.output) if hop else None
@@ -193,7 +196,7 @@ class _Rewriter:
             value = node.output
         if last_q is None:
             return None
-        t.lo, t.hi, t.skip, t.s_skip, n = snap  # the state when the last quantize was reached
+        t.lo, t.hi, t.skip, t.s_skip, t.rounded, n = snap  # the state when the last quantize was reached
         t.nodes = t.nodes[:n]
         t.last = last_q
         t.scale = float(self.qparam_of(last_q).scale[0])
@@ -229,8 +232,11 @@ class _Rewriter:
             bias = extra if bias is None else bias + extra
         s_out, lo, hi, last = tail.scale, tail.lo, tail.hi, tail.last
         skip_q, s_k = tail.skip, tail.s_skip
-        m, shift = choose_requantization(s_acc / s_out)
-        new = self.epilogue_nodes(c, x_q, w_q, bias, (m, shift), conv, skip_q, s_k, s_out, lo, hi, last)
+        if tail.rounded is not None:
+            new = self.rescaled_nodes(c, x_q, w_q, bias, s_acc, conv, tail)
+        else:
+            m, shift = choose_requantization(s_acc / s_out)
+            new = self.epilogue_nodes(c, x_q, w_q, bias, (m, shift), conv, skip_q, s_k, s_out, lo, hi, last)
         self.removed.update(n.output for n in [c, *tail.nodes])
         self.replace[last.output] = new
 
@@ -305,6 +311,31 @@ class _Rewriter:
         nodes.append(Node("clip", (nodes[-1].output,), f"{base}:clipped", {"lo": qlo, "hi": qhi}))
         nodes.append(Node("cast", (nodes[-1].output,), base, {"dtype": "int8", "quant": (s_out, 0)}))
         return nodes
+
+    def rescaled_nodes(self, c: Node, x_q: str, w_q: str, bias, s_acc: np.ndarray, conv: bool, t: _Tail) -> list[Node]:
+        """The residual add of a QDQ model that rounds the layer's output y at its scale s_y before adding the
+        skip k at s_k and rounding the sum at s_out: y as usual (clamped to its bounds), then
+        ``rshift(mul(y, m_y, shift=j_y) + mul(k, m_k, shift=j_k), F)`` with ``F`` fractional bits, so each
+        term's rounding error stays below 2^-F of an output step."""
+        s_y, lo_y, hi_y = t.rounded
+        m, shift = choose_requantization(s_acc / s_y)
+        nodes = self.epilogue_nodes(c, x_q, w_q, bias, (m, shift), conv, None, 0.0, s_y, lo_y, hi_y, t.last)[:-2]
+        base = t.last.output
+        ylo, yhi = self.int_bounds(lo_y, hi_y, s_y)
+        nodes.append(Node("clip", (nodes[-1].output,), f"{base}:y", {"lo": ylo, "hi": yhi}))
+        r_y, r_k = s_y / t.scale, t.s_skip / t.scale
+        frac = int(np.clip(29 - np.ceil(np.log2(128 * (r_y + r_k))), 0, 20))  # |sum| * 2^F stays below 2^29
+        (m_y,), j_y = choose_requantization(r_y * 2.0**frac)
+        (m_k,), j_k = choose_requantization(r_k * 2.0**frac)
+        qlo, qhi = self.int_bounds(t.lo, t.hi, t.scale)
+        return nodes + [
+            Node("mul", (nodes[-1].output,), f"{base}:y_scaled", {"b": int(m_y), "shift": int(j_y)}),
+            Node("mul", (t.skip,), f"{base}:skip", {"b": int(m_k), "shift": int(j_k)}),
+            Node("add", (f"{base}:y_scaled", f"{base}:skip"), f"{base}:sum"),
+            Node("rshift", (f"{base}:sum",), f"{base}:rounded", {"shift": frac}),
+            Node("clip", (f"{base}:rounded",), f"{base}:clipped", {"lo": qlo, "hi": qhi}),
+            Node("cast", (f"{base}:clipped",), base, {"dtype": "int8", "quant": (t.scale, 0)}),
+        ]
 
     def rescaled_skip(self, skip_q: str, s_k: float, s_out: float, base: str) -> list[Node]:
         """``mul(skip_q, m_k, shift=s_k)``: the int8 skip at the output scale, as int32."""

@@ -88,8 +88,9 @@ def choose_multipliers(
         raise IsaError(f"requantization scales must be positive and finite, got {r}")
     m_max = np.maximum((2**31 - 1) // np.maximum(np.broadcast_to(np.asarray(acc_bound, np.int64), r.shape), 1), 1)
     for shift in range(max_shift, -1, -1):
-        m = np.rint(r * 2.0**shift).astype(np.int64)
-        if np.all(m <= m_max):
+        m_f = np.rint(r * 2.0**shift)  # compared in float: a large shift would overflow int64
+        if np.all(m_f <= m_max):
+            m = m_f.astype(np.int64)
             if np.any(m == 0):
                 raise IsaError(f"a requantization scale of {r.min():.4g} is below the multiplier's resolution")
             return m, shift
