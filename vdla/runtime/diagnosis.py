@@ -20,6 +20,8 @@ from vdla.runtime.backend import DeadlockError, FaultError, RunError
 from vdla.runtime.counters import STAGES, Counters
 from vdla.runtime.dram import Dram, DramError
 
+State = tuple[list[int], list[int], int, int]  # started per stage, command queues, TOKENS, STAGE_STATE
+
 
 def token_counts(tokens: int) -> dict[Queue, int]:
     """Each queue's token count, from the TOKENS register."""
@@ -103,7 +105,7 @@ class Diagnosis:
             ]
         return FaultError(f"{where}: {'; '.join(problems) or 'rejected by the hardware (' + code + ')'}")
 
-    def stage_state(self) -> tuple[list[int], list[int], int, int]:
+    def stage_state(self) -> State:
         """Instructions each stage has started, command-queue occupancy, TOKENS and STAGE_STATE."""
         done = [self.read32(R.offset(R.STAGE_INSN_REGS[s])) for s in STAGES]
         queued = self.read32(R.offset("CMD_QUEUES"))
@@ -114,22 +116,25 @@ class Diagnosis:
             self.read32(R.offset("STAGE_STATE")),
         )
 
-    def running(self, program: Program, counters: Counters) -> str:
-        """The earliest instruction (in program order) that a stage is executing or waiting to start."""
-        started, _, _, state = self.stage_state()
+    def running(self, program: Program, counters: Counters | None, snapshot: State | None = None) -> str:
+        """The earliest instruction (in program order) that a stage is executing or waiting to start
+        (``counters``: the run's, for the cycle when every stage has finished, read now when None;
+        ``snapshot``: a :meth:`stage_state` taken earlier, read now when None)."""
+        started, _, _, state = snapshot or self.stage_state()
         candidates = []
         for s in Stage:
             k = started[s] - 1 if state >> s & 1 else started[s]
             if k < len(program.by_stage[s]):
                 candidates.append((program.by_stage[s][k], s))
         if not candidates:
-            return f"cycle {counters.cycles}"
+            cycles = counters.cycles if counters is not None else R.read_counters(self.read32).cycles
+            return f"cycle {cycles}"
         i, s = min(candidates)
         return f"instruction {i} ({disassemble_insn(program.insns[i])}) on the {s.name.lower()} stage"
 
-    def describe(self, program: Program) -> str:
-        """Each stage's state, like the simulator's deadlock report."""
-        started, queued, tokens, state = self.stage_state()
+    def describe(self, program: Program, snapshot: State | None = None) -> str:
+        """Each stage's state, like the simulator's deadlock report (from ``snapshot``, or read now)."""
+        started, queued, tokens, state = snapshot or self.stage_state()
         count = token_counts(tokens)
         depth, token_depth = self.cfg.timing.cmd_queue_depth, self.cfg.timing.token_queue_depth
         lines = []

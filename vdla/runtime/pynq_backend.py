@@ -326,10 +326,12 @@ class PynqBackend:
         self._write(R.offset("CONTROL"), 1)
         ended, timed_out = self._poll(max_cycles)
         program = Program(dram, insn_addr, insn_count, self.cfg)
+        if not ended:  # one snapshot of the stages first: the accelerator runs on while the driver reads
+            snap = self.diagnosis.stage_state()
+            where = self.diagnosis.running(program, None, snap) + "\n" + self.diagnosis.describe(program, snap)
         counters = R.read_counters(self._read, insn_bytes=insn_count * self.cfg.insn_bytes)
         status = self._read(R.offset("STATUS"))
         if not ended:
-            where = self.diagnosis.running(program, counters) + "\n" + self.diagnosis.describe(program)
             self._reset_logic()
         else:
             self._write(R.offset("IRQ"), 1)
@@ -366,7 +368,7 @@ class PynqBackend:
             if R.get_field(self._read(irq), "IRQ", "PENDING"):
                 return True, False
             if max_cycles is not None and self._cycles() > max_cycles + 1:
-                return False, False
+                return bool(R.get_field(self._read(irq), "IRQ", "PENDING")), False
             if time.monotonic() > deadline:
                 return False, True
             if self.poll_s:

@@ -52,7 +52,7 @@ ENV = "VDLA_PYNQ_SIM"
 CMA_BASE = 0x1700_0000  # not the config's dram_base_addr: the driver's relocation is exercised
 CMA_BYTES = 128 << 20
 LINE = 32  # Cortex-A9 L1 / PL310 L2 cache line
-CYCLES_PER_READ = 1 << 16
+CYCLES_PER_READ = 1024  # about 10 us at 100 MHz: a poll of a Python loop on the Cortex-A9
 SLCR_LOCKSTA = 0x00C
 
 
