@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import heapq
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 
@@ -423,6 +423,64 @@ def fuse_ops(graph: Graph, types: Mapping[str, TensorType] | None = None) -> Fus
     fusion = _result(graph, dag, tree, uf)
     check_fusion(graph, fusion)
     return fusion
+
+
+def _claim_masks(graph: Graph, claim_of: Mapping[str, int]) -> dict[str, int]:
+    """Each node output -> the bitset of the claims it depends on (a path from a claimed node to it)."""
+    deps: dict[str, int] = {}
+    for node in graph.nodes:
+        mask = 0
+        for v in node.inputs:
+            if v in deps:
+                mask |= deps[v] | (1 << claim_of[v] if v in claim_of else 0)
+        deps[node.output] = mask
+    return deps
+
+
+def _pieces(graph: Graph, fusion: Fusion, claims: Sequence[Collection[str]]) -> list[list[Node]]:
+    """The node lists of the split groups: each claim, then the unclaimed nodes of each group cut by the
+    set of claims they depend on (one piece per group and set), each in graph order."""
+    claim_of = {v: k for k, claim in enumerate(claims) for v in claim}
+    deps = _claim_masks(graph, claim_of)
+    pieces: dict[tuple[int, int], list[Node]] = {}
+    for node in graph.nodes:
+        v = node.output
+        key = (-1, claim_of[v]) if v in claim_of else (fusion.group_of[v], deps[v])
+        pieces.setdefault(key, []).append(node)
+    return list(pieces.values())
+
+
+def split_groups(
+    graph: Graph, fusion: Fusion, claims: Sequence[Collection[str]], types: Mapping[str, TensorType] | None = None
+) -> Fusion:
+    """``fusion`` with each claim (a set of node outputs, e.g. the part of a group the accelerator runs)
+    made a group of its own and the rest of every group it cut split by the claims its nodes depend on:
+    a conv group whose tail the accelerator's epilogue cannot run becomes the claimed head, the nodes
+    before it (feeding it) and the nodes after it.
+
+    Claims are disjoint and non-empty. A claim inside one group always leaves convex groups in a DAG (the
+    part of a convex group before a convex claim, the claim, the part after it); a claim spanning groups
+    may not, and then :class:`~vdla.graph.verify.GraphError` is raised (the result is checked with
+    :func:`check_fusion`). Groups are numbered anew, in a topological order, the earliest first node
+    first; ``ipdom`` is kept.
+    """
+    types = infer_types(graph) if types is None else types
+    position = {n.output: i for i, n in enumerate(graph.nodes)}
+    pieces = _pieces(graph, fusion, claims)
+    owner = {n.output: k for k, nodes in enumerate(pieces) for n in nodes}
+    edges = ((owner[v], owner[n.output]) for n in graph.nodes for v in n.inputs if v in owner)
+    first = sorted(range(len(pieces)), key=lambda k: position[pieces[k][0].output])
+    rank = {k: r for r, k in enumerate(first)}
+    order = topological(list(range(len(pieces))), ((rank[a], rank[b]) for a, b in edges))
+    readers = readers_of(graph)
+    groups = []
+    for g, r in enumerate(order):
+        nodes = tuple(pieces[first[r]])
+        anchor = max(reversed(nodes), key=lambda n: node_pattern(n, types))
+        groups.append(Group(g, nodes, anchor, *boundary(graph, nodes, readers)))
+    result = Fusion(tuple(groups), {n.output: g.index for g in groups for n in g.nodes}, fusion.ipdom)
+    check_fusion(graph, result)
+    return result
 
 
 def reach_masks(preds: Sequence[Iterable[int]]) -> tuple[list[int], list[int]]:

@@ -1,8 +1,15 @@
 """Partitioning: each fused group runs on the accelerator or the CPU, and CPU groups merge into regions.
 
-A group goes to the accelerator when the capability hook accepts it (returns ``None``) and the cost
-hook, if any, does not move it back; otherwise it runs on the CPU and the reason is kept for placement
-tables and notes. Default (no cost hook): everything the accelerator can run, it runs.
+A group goes to the accelerator when the capability hook accepts it and the cost hook, if any, does not
+move it back; otherwise it runs on the CPU and the reason is kept for placement tables and notes.
+Default (no cost hook): everything the accelerator can run, it runs.
+
+The capability hook may accept only part of a group: it returns the node outputs the accelerator runs
+(e.g. a conv and the epilogue chain it expresses, where fusion also took ops the epilogue cannot do).
+The group is then split (:func:`~vdla.graph.fusion.split_groups`): the claimed part becomes an
+accelerator group, the nodes before it and after it CPU groups. A claim may reach into another group (a
+residual add fusion gave to the other branch's conv) as long as the groups stay convex and acyclic;
+otherwise, or where it overlaps an earlier claim, the whole group stays on the CPU with the reason.
 
 Every accelerator group is a region of its own. CPU groups connected through each other merge into one
 CPU region, compiled by the CPU fallback as one graph, as long as the region stays convex: two CPU groups
@@ -21,18 +28,21 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
-from vdla.graph.fusion import Fusion, Group, boundary, convex, reach_masks, readers_of, topological
+from vdla.graph.fusion import Fusion, Group, boundary, convex, reach_masks, readers_of, split_groups, topological
 from vdla.graph.graph import Graph, Node
 from vdla.graph.ops import infer_types
 from vdla.graph.types import TensorType
+from vdla.graph.verify import GraphError
 
 ACCEL, CPU = "accel", "cpu"
 
-Capability = Callable[[Group], str | None]
-"""Whether the accelerator can run a group: ``None`` if it can, else the reason it cannot."""
+Capability = Callable[[Group], str | Collection[str] | None]
+"""Whether the accelerator can run a group: ``None`` if it runs all of it; a collection (not a ``str``) of
+the node outputs it runs if only those (the group is split around them); a ``str``: the reason it runs
+none of it."""
 CostHook = Callable[[Group], str | None]
 """For a group the accelerator can run: a reason to run it on the CPU instead (e.g. a cost model finds
 the CPU faster), or ``None`` to keep it on the accelerator."""
@@ -65,10 +75,12 @@ class Region:
 class Partition:
     """Where each group runs and the regions compiled as units.
 
-    Invariants: ``targets[i]`` is the target of group ``i``; ``reasons`` holds a reason for every CPU
-    group and only for them; ``regions`` are in a topological order (a region reads only graph inputs,
-    parameters and outputs of earlier regions) and cover every group once; ``placement`` and
-    ``region_of`` map every node output to its target and its region's index.
+    Invariants: ``fusion`` is the fusion partitioned, its groups split where the capability hook claimed
+    part of a group (the fusion given otherwise); ``targets[i]`` is the target of its group ``i``;
+    ``reasons`` holds a reason for every CPU group and only for them; ``regions`` are in a topological
+    order (a region reads only graph inputs, parameters and outputs of earlier regions) and cover every
+    group once; ``placement`` and ``region_of`` map every node output to its target and its region's
+    index.
     """
 
     fusion: Fusion
@@ -87,17 +99,84 @@ class Partition:
         return {self.fusion.groups[g].anchor.output: why for g, why in self.reasons.items()}
 
 
-def _place(fusion: Fusion, can_accelerate: Capability, cost: CostHook | None) -> tuple[list[str], dict[int, str]]:
+def _claims(graph: Graph, fusion: Fusion, can_accelerate: Capability) -> tuple[list[frozenset[str]], dict[int, str]]:
+    """Ask the capability hook about every group: the accepted claims (node outputs the accelerator runs)
+    and the reasons of the groups it runs none of (by index in ``fusion``)."""
+    claims: list[frozenset[str]] = []
+    reasons: dict[int, str] = {}
+    types: dict[str, TensorType] = {}
+    for g in fusion.groups:
+        answer = can_accelerate(g)
+        if isinstance(answer, str):
+            reasons[g.index] = answer
+            continue
+        claim = frozenset(g.names if answer is None else answer)
+        unknown = sorted(claim - set(fusion.group_of))
+        if not claim or unknown:
+            raise ValueError(f"group {g.index}: the capability hook claimed no node or unknown nodes {unknown}")
+        why = _refusal(graph, fusion, g, claim, claims, types)
+        if why is None:
+            claims.append(claim)
+        else:
+            reasons[g.index] = why
+    return claims, reasons
+
+
+def _refusal(
+    graph: Graph,
+    fusion: Fusion,
+    group: Group,
+    claim: frozenset[str],
+    claims: Sequence[frozenset[str]],
+    types: dict[str, TensorType],
+) -> str | None:
+    """Why ``claim`` (made for ``group``) cannot be taken after ``claims``, or ``None``. A claim inside its
+    group always can (see :func:`~vdla.graph.fusion.split_groups`); once a claim reaches into other
+    groups, the split with it is tried (``types`` is filled on first use)."""
+    taken = next((v for v in sorted(claim) if any(v in c for c in claims)), None)
+    if taken is not None:
+        return f"{taken} is already part of another accelerator group"
+    within = [c <= set(fusion.groups[fusion.group_of[min(c)]].names) for c in [*claims, claim]]
+    if all(within):
+        return None
+    if not types:
+        types.update(infer_types(graph))
+    try:
+        split_groups(graph, fusion, [*claims, claim], types)
+    except GraphError:
+        outside = sorted(claim - set(group.names))
+        return f"its accelerator part reaches {outside} in other fused groups and cannot be cut out"
+    return None
+
+
+def _place(
+    graph: Graph, fusion: Fusion, can_accelerate: Capability, cost: CostHook | None
+) -> tuple[Fusion, list[str], dict[int, str]]:
+    """The split fusion, each of its groups' target and the reasons of its CPU groups."""
+    claims, refused = _claims(graph, fusion, can_accelerate)
+    whole = all(c == frozenset(fusion.groups[fusion.group_of[min(c)]].names) for c in claims)
+    split = fusion if whole else split_groups(graph, fusion, claims)
+    claimed = set(claims)
     targets: list[str] = []
     reasons: dict[int, str] = {}
-    for g in fusion.groups:
-        reason = can_accelerate(g)
-        if reason is None and cost is not None:
-            reason = cost(g)
+    for g in split.groups:
+        if frozenset(g.names) in claimed:
+            reason = cost(g) if cost is not None else None
+        else:
+            reason = _split_reason(fusion, g, refused)
         targets.append(ACCEL if reason is None else CPU)
         if reason is not None:
             reasons[g.index] = reason
-    return targets, reasons
+    return split, targets, reasons
+
+
+def _split_reason(fusion: Fusion, piece: Group, refused: Mapping[int, str]) -> str:
+    """Why an unclaimed piece runs on the CPU: its group's reason, or that it lies outside the part of its
+    group the accelerator runs."""
+    origin = fusion.groups[fusion.group_of[piece.nodes[0].output]]
+    if origin.index in refused:
+        return refused[origin.index]
+    return f"fused with {origin.anchor.output} outside the part the accelerator runs"
 
 
 def _group_preds(graph: Graph, fusion: Fusion) -> list[list[int]]:
@@ -134,9 +213,10 @@ def _order(regions: list[list[int]], preds: Sequence[Sequence[int]]) -> list[lis
 
 
 def partition(graph: Graph, fusion: Fusion, can_accelerate: Capability, cost: CostHook | None = None) -> Partition:
-    """Place every group of ``fusion`` (from :func:`~vdla.graph.fusion.fuse_ops` on ``graph``) and merge
-    the CPU groups into regions (see the module docstring for the rules)."""
-    targets, reasons = _place(fusion, can_accelerate, cost)
+    """Place every group of ``fusion`` (from :func:`~vdla.graph.fusion.fuse_ops` on ``graph``), splitting
+    the groups the accelerator runs only part of, and merge the CPU groups into regions (see the module
+    docstring for the rules)."""
+    fusion, targets, reasons = _place(graph, fusion, can_accelerate, cost)
     preds = _group_preds(graph, fusion)
     position = {n.output: i for i, n in enumerate(graph.nodes)}
     readers = readers_of(graph)

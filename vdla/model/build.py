@@ -5,8 +5,10 @@ Pipeline (each pass verified in debug mode, dumped with ``dump=DIR``):
 1. import (``vdla.frontend.onnx``) and simplification (identities, batch-norm folding, constants, dead
    code);
 2. QDQ lowering (``vdla.graph.qdq``): quantized layers become the accelerator's integer epilogue;
-3. partitioning: every conv2d/dense whose epilogue chain the accelerator expresses becomes an
-   accelerator layer; everything else runs on the CPU, consecutive CPU nodes stacked into one region;
+3. fusion and partitioning (:func:`place`): the post-dominator fusion of ``vdla.graph.fusion`` groups
+   each conv2d/dense with the ops that follow it; ``vdla.graph.partition`` offers every group to the
+   accelerator, which runs a conv2d/dense and the epilogue chain it expresses (the rest of the group is
+   split off to the CPU); everything else runs on the CPU, connected CPU groups stacked into one region;
 4. layout: tensors an accelerator layer reads or writes live packed (NCHW1n16c) in DRAM; a CPU region
    converts at its boundary with the JIT pack/unpack kernels; consecutive accelerator layers pass the
    packed tensor on with no conversion;
@@ -31,9 +33,11 @@ from vdla.compiler.spec import Conv2dSpec
 from vdla.config import HwConfig, load_config
 from vdla.graph import dump as gdump
 from vdla.graph.calibrate import DEFAULT_PERCENTILE
+from vdla.graph.fusion import EPILOGUE_ANCHORS, Group, fuse_ops
 from vdla.graph.graph import Graph, Node
 from vdla.graph.layout import blocked_shape
 from vdla.graph.ops import infer_types
+from vdla.graph.partition import ACCEL, Capability, Partition, partition
 from vdla.graph.qdq import lower_qdq
 from vdla.graph.quantize import QuantReport, quantize_model
 from vdla.graph.types import TensorType
@@ -67,6 +71,17 @@ def _chain_next(value: str, consumers: dict[str, list[Node]], outputs: set[str])
     return readers[0] if len(readers) == 1 and value not in outputs else None
 
 
+def _scaled_skip(value: str | None, graph: Graph, types: dict[str, TensorType], consumers) -> Node | None:
+    """The ``mul(k, m_k, shift)`` of an int8 residual ``k`` that produces ``value`` for one add only (the
+    skip term of a rescaled residual), else None."""
+    node = graph.producers().get(value) if value is not None else None
+    if node is None or node.op != "mul" or "b" not in node.attrs or "shift" not in node.attrs:
+        return None
+    if len(consumers.get(value, [])) != 1 or types[node.inputs[0]].dtype != "int8":
+        return None
+    return node
+
+
 def match_accel(anchor: Node, graph: Graph, types: dict[str, TensorType], consumers, cfg: HwConfig) -> AccelLayer | str:
     """The accelerator layer anchored at ``anchor``, or the reason it stays on the CPU."""
     x, w = anchor.inputs[0], anchor.inputs[1]
@@ -89,13 +104,11 @@ def match_accel(anchor: Node, graph: Graph, types: dict[str, TensorType], consum
         if node.op == "add" and stage < 1 and other in graph.params and "b" not in node.attrs:
             kwargs["bias"] = graph.params[other].ravel().astype(np.int64)
             stage = 1
-        elif node.op == "rshift" and stage < 2 and "shift" in node.attrs and "pre_shift" not in kwargs:
-            kwargs["pre_shift"] = int(node.attrs["shift"])  # before the multiplier
-            stage = 1
         elif node.op == "mul" and stage < 2 and (other in graph.params or "b" in node.attrs):
             m = graph.params[other].ravel() if other else np.asarray(node.attrs["b"])
             kwargs["multiplier"] = int(m[0]) if m.size > 1 and np.all(m == m[0]) else (int(m) if m.ndim == 0 else m)
-            stage = 2
+            kwargs["shift"] = int(node.attrs.get("shift", 0))  # the MUL rounds its exact product
+            stage = 3 if kwargs["shift"] else 2
         elif node.op == "rshift" and stage < 3 and "shift" in node.attrs:
             kwargs["shift"] = int(node.attrs["shift"])
             stage = 3
@@ -103,73 +116,98 @@ def match_accel(anchor: Node, graph: Graph, types: dict[str, TensorType], consum
             if types[other].dtype not in ("int8", "int32") or types[other].shape != types[chain[-1]].shape:
                 return f"a residual of type {types[other]} (int8 or int32 of the output's shape fits)"
             residual, stage = other, 4
-        elif node.op in ("clip", "relu") and stage < 6:
+        elif node.op in ("clip", "relu") and stage not in (6, 9):
             if node.op == "relu":
                 lo = max(lo, 0)
             elif isinstance(node.attrs.get("lo"), int) and isinstance(node.attrs.get("hi"), int):
                 lo, hi = max(lo, node.attrs["lo"]), min(hi, node.attrs["hi"])
             else:
                 break
-            stage = 5
-        elif node.op == "cast" and node.attrs.get("dtype") == "int8":
+            stage = 9 if stage >= 7 else 5
+        elif node.op == "mul" and stage == 5 and residual is None and "b" in node.attrs and "shift" in node.attrs:
+            rescale = [lo, hi, int(node.attrs["shift"]), 0, 0]  # the layer's own rounding ends: y is int8
+            mults = [int(node.attrs["b"]), 0]
+            lo, hi, stage = -128, 127, 6
+        elif node.op == "add" and stage == 6 and (skip := _scaled_skip(other, graph, types, consumers)) is not None:
+            residual, mults[1], rescale[3] = skip.inputs[0], int(skip.attrs["b"]), int(skip.attrs["shift"])
+            chain.append(skip.output)
+            stage = 7
+        elif node.op == "rshift" and stage == 7 and "shift" in node.attrs:
+            rescale[4], stage = int(node.attrs["shift"]), 8
+        elif node.op == "cast" and node.attrs.get("dtype") == "int8" and stage not in (6, 7):
             chain.append(node.output)
             kwargs["clip"] = (lo, hi)
             if residual is not None:
                 kwargs["residual"] = types[residual].dtype
+            if stage >= 7:
+                kwargs.update(rescale=tuple(rescale), rescale_multipliers=tuple(mults))
             return AccelLayer(anchor.op, chain, x, node.output, tuple(in_shape), weights, kwargs, residual)
         else:
             break
         chain.append(node.output)
         node = _chain_next(node.output, consumers, outputs)
-    return "its epilogue is not bias -> multiplier -> shift -> residual -> clip -> int8"
+    return "its epilogue is not bias -> multiplier -> shift -> [rescaled] residual -> clip -> int8"
 
 
-@dataclass
-class _Plan:
-    """The partitioned, ordered program before compilation."""
+@dataclass(frozen=True)
+class Placement:
+    """Where the model runs: the partition of its fused groups (:func:`vdla.graph.partition.partition`)
+    and the accelerator layer of each accelerator region.
 
-    units: list[tuple[str, object]]  # ("accel", AccelLayer) | ("cpu", list[Node])
-    notes: dict[str, str]
+    Invariants: ``layers`` holds one layer per accelerator region of ``partition`` (by region index),
+    whose ``nodes`` are the region's nodes; ``notes`` says, for every conv2d/dense on the CPU (by its
+    output), why the accelerator does not run it.
+    """
+
+    partition: Partition
+    layers: Mapping[int, AccelLayer]
+    notes: Mapping[str, str]
+
+    def units(self) -> list[tuple[str, AccelLayer | list[Node]]]:
+        """The regions in order: ``("accel", layer)`` or ``("cpu", nodes)``."""
+        regions = self.partition.regions
+        return [(r.target, self.layers[r.index] if r.target == ACCEL else list(r.nodes)) for r in regions]
 
 
-def partition(graph: Graph, types: dict[str, TensorType], cfg: HwConfig) -> _Plan:
-    """Accelerator layers where they match, CPU regions of consecutive other nodes, in a topological order
-    in which each accelerator layer stands at the position of its last node."""
+def _accel_capability(
+    graph: Graph, types: dict[str, TensorType], cfg: HwConfig, found: dict[str, AccelLayer]
+) -> Capability:
+    """The accelerator's capability hook: a group anchored at a conv2d/dense is offered to
+    :func:`match_accel`; the accelerator claims the anchor and the epilogue chain it expresses (the rest
+    of the group goes to the CPU) when the compiler takes the layer's shape; the layer is kept in
+    ``found`` by its anchor's output."""
     consumers = graph.consumers()
-    layers: dict[str, AccelLayer] = {}
-    owner: dict[str, AccelLayer] = {}
-    notes: dict[str, str] = {}
-    for node in graph.nodes:
-        if node.op in ("conv2d", "dense") and node.output not in owner:
-            m = match_accel(node, graph, types, consumers, cfg)
-            if isinstance(m, str):
-                notes[node.output] = m
-                continue
-            try:
-                Conv2dSpec.make(
-                    m.in_shape,
-                    m.weights.shape[0],
-                    m.weights.shape[2:],
-                    m.kwargs["stride"],
-                    m.kwargs["padding"],
-                    m.kwargs["dilation"],
-                )
-            except CompileError as e:
-                notes[node.output] = str(e)
-                continue
-            layers[m.out] = m
-            owner.update({n: m for n in m.nodes})
-    units: list[tuple[str, object]] = []
-    for node in graph.nodes:
-        layer = owner.get(node.output)
-        if layer is None:
-            if units and units[-1][0] == "cpu":
-                units[-1][1].append(node)
-            else:
-                units.append(("cpu", [node]))
-        elif node.output == layer.out:
-            units.append(("accel", layer))
-    return _Plan(units, notes)
+
+    def can(group: Group) -> str | tuple[str, ...]:
+        anchor = group.anchor
+        if anchor.op not in EPILOGUE_ANCHORS:
+            return f"{anchor.op} runs on the CPU"
+        m = match_accel(anchor, graph, types, consumers, cfg)
+        if isinstance(m, str):
+            return m
+        try:
+            sh = m.weights.shape
+            Conv2dSpec.make(m.in_shape, sh[0], sh[2:], m.kwargs["stride"], m.kwargs["padding"], m.kwargs["dilation"])
+        except CompileError as e:
+            return str(e)
+        found[anchor.output] = m
+        return tuple(m.nodes)
+
+    return can
+
+
+def place(graph: Graph, types: dict[str, TensorType], cfg: HwConfig) -> Placement:
+    """Fuse ``graph`` by the post-dominator rules (:func:`vdla.graph.fusion.fuse_ops`) and partition the
+    groups between the accelerator and the CPU (:func:`vdla.graph.partition.partition`): each accelerator
+    region is one :class:`AccelLayer`, the CPU regions stack consecutive CPU groups."""
+    found: dict[str, AccelLayer] = {}
+    part = partition(graph, fuse_ops(graph, types), _accel_capability(graph, types, cfg, found))
+    layers = {r.index: found[part.fusion.groups[r.groups[0]].anchor.output] for r in part.on(ACCEL)}
+    for r in part.on(ACCEL):
+        if set(layers[r.index].nodes) != {n.output for n in r.nodes}:
+            raise CompileError(f"accelerator region {r.label} does not hold exactly its layer's nodes")
+    anchors = {n.output for n in graph.nodes if n.op in EPILOGUE_ANCHORS}
+    return Placement(part, layers, {v: why for v, why in part.notes().items() if v in anchors})
 
 
 def _packed(t: TensorType, cfg: HwConfig, block: int) -> tuple[tuple[int, ...], tuple[int, int, int, int]]:
@@ -193,20 +231,18 @@ class ModelBuilder:
         self.dram.setdefault(name, (_packed(t, self.cfg, block)[0], t.dtype))
         return name
 
-    def build_steps(self, plan: _Plan) -> None:
-        """CPU steps with their boundary conversions, accelerator steps, in order."""
-        produced_by: dict[str, int] = {}
-        for i, (kind, unit) in enumerate(plan.units):
-            for v in [unit.out] if kind == "accel" else [n.output for n in unit]:
-                produced_by[v] = i
+    def build_steps(self, plan: Placement) -> None:
+        """CPU steps with their boundary conversions, accelerator steps, in the order of the placement's
+        regions."""
+        units = plan.units()
         accel_needs: dict[str, set[int]] = {}  # value -> blocks an accelerator layer reads it in
-        for kind, unit in plan.units:
+        for kind, unit in units:
             if kind == "accel":
                 accel_needs.setdefault(unit.x, set()).add(self.cfg.block_in)
                 if unit.residual:
                     accel_needs.setdefault(unit.residual, set()).add(self.cfg.block_out)
         cpu_readers: dict[str, set[str]] = {}  # value -> CPU nodes reading it
-        for k, unit in plan.units:
+        for k, unit in units:
             if k == "cpu":
                 for n in unit:
                     for i in n.inputs:
@@ -217,9 +253,9 @@ class ModelBuilder:
             """Values a CPU node outside ``region`` or the caller of the model reads."""
             return {v for v, readers in cpu_readers.items() if readers - region} | graph_outputs
 
-        accel_out = {unit.out for kind, unit in plan.units if kind == "accel"}
+        accel_out = {unit.out for kind, unit in units if kind == "accel"}
         self.pending: dict[str, str] = {}  # accel output -> its DRAM tensor (block_out)
-        for kind, unit in plan.units:
+        for kind, unit in units:
             if kind == "accel":
                 self.steps.append(("accel", unit))
                 self.pending[unit.out] = self.dram_tensor(unit.out, self.cfg.block_out)
@@ -424,12 +460,12 @@ def compile_graph_model(
     log = log or (lambda msg: None)
     step = 0
 
-    def after(name: str, g: Graph, t0: float, placement: dict | None = None) -> Graph:
+    def after(name: str, g: Graph, t0: float, placement: dict | None = None, groups: Mapping | None = None) -> Graph:
         nonlocal step
         report.seconds[name] = time.perf_counter() - t0
         types = verify(g, after=name)
         if dump is not None:
-            gdump.write(dump, step, name, g, types, placement)
+            gdump.write(dump, step, name, g, types, placement, groups)
         step += 1
         return g
 
@@ -439,12 +475,10 @@ def compile_graph_model(
         graph = after(name, fn(graph), t0)
     t0 = time.perf_counter()
     types = infer_types(graph)
-    plan = partition(graph, types, cfg)
-    for kind, unit in plan.units:
-        for v in unit.nodes if kind == "accel" else [n.output for n in unit]:
-            report.placement[v] = kind
-    report.notes = plan.notes
-    after("partition", graph, t0, report.placement)
+    plan = place(graph, types, cfg)
+    report.placement = dict(plan.partition.placement)
+    report.notes = dict(plan.notes)
+    after("partition", graph, t0, report.placement, plan.partition.fusion.group_of)
     t0 = time.perf_counter()
     builder = ModelBuilder(graph, cfg, cache, log)
     builder.build_steps(plan)
