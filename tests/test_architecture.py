@@ -30,6 +30,9 @@ FORBIDDEN = {
     "vdla.model.artifact": ("vdla.compiler", "vdla.frontend", "vdla.model.build"),
     "vdla.model.executor": ("vdla.compiler", "vdla.frontend", "vdla.model.build"),
     "vdla.model.memplan": ("vdla.compiler", "vdla.frontend", "vdla.model.build"),
+    # the board driver: registers, diagnosis and the ISA; neither the RTL simulation nor the simulator
+    "vdla.runtime.pynq_backend": ("vdla.runtime.rtl", "vdla.runtime.sim", "vdla.model"),
+    "vdla.runtime.diagnosis": ("vdla.runtime.rtl", "vdla.runtime.sim", "vdla.runtime.pynq_backend"),
 }
 LIBRARY = (
     "vdla.config",
@@ -133,3 +136,24 @@ def test_frontend_without_onnx_says_which_extra_to_install():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode != 0 and "pip install 'vdla[onnx]'" in out.stderr, out.stderr
+
+
+def test_only_the_pynq_modules_import_pynq():
+    """pynq (a board package pinning numpy<2) is imported by the pynq backend, when one is created, and by
+    the simulated board; nothing else in vdla may import it."""
+    bad = []
+    for mod, path in _modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            if any(n.split(".")[0] == "pynq" for n in names) and mod not in (
+                "vdla.runtime.pynq_backend",
+                "vdla.runtime.pynq_sim",
+            ):
+                bad.append(mod)
+    assert not bad, bad
+    top = ast.parse((ROOT / "runtime" / "pynq_backend.py").read_text()).body  # module level: imported lazily
+    names = [a.name for n in top if isinstance(n, ast.Import) for a in n.names]
+    names += [n.module for n in top if isinstance(n, ast.ImportFrom)]
+    assert not [n for n in names if n.split(".")[0] == "pynq"], names

