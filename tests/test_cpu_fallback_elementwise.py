@@ -59,6 +59,38 @@ def test_float_binary_broadcast(op, pair):
     check_chain(a, [op(b)])
 
 
+@SETTINGS
+@given(pair=broadcast_pair())
+def test_division_by_a_tensor_is_ieee_like_numpy(pair):
+    """Bit for bit numpy's float32 division, including x / 0 -> +-inf and 0 / 0 -> NaN."""
+    a, b = pair
+    b = np.where(np.abs(b) < 1, np.float32(0), b).astype(np.float32)  # zeros in the divisor too
+    got = check_chain(a, [ew.div(b)])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        np.testing.assert_array_equal(got, np.broadcast_to(a / b, got.shape))
+
+
+@SETTINGS
+@given(x=shapes.flatmap(lambda s: f32_arrays(s, -5.0, 1e6)))
+def test_sqrt_is_correctly_rounded_and_nan_below_zero(x):
+    got = check_chain(x, [ew.sqrt()])
+    with np.errstate(invalid="ignore"):
+        np.testing.assert_array_equal(got, np.sqrt(x))  # numpy's float32 sqrt is correctly rounded too
+
+
+def test_div_and_sqrt_stack_into_one_kernel_and_refuse_integers():
+    x = np.linspace(-3, 3, 50, dtype=np.float32).reshape(5, 10)
+    var = np.abs(x[:, :1]) + np.float32(0.5)
+    kernel = compile_chain(x, [ew.sub(x[:1]), ew.div(var), ew.sqrt()])
+    want = np.sqrt((x - x[:1]) / var)
+    with np.errstate(invalid="ignore"):
+        np.testing.assert_array_equal(kernel(x, x[:1], var), want)
+    with pytest.raises(UnsupportedError, match="div: requires a float32 value, got int32"):
+        compile_chain(np.zeros(4, np.int32), [ew.div(2)])
+    with pytest.raises(UnsupportedError, match="sqrt: requires a float32 input, got int8"):
+        compile_chain(np.zeros(4, np.int8), [ew.sqrt()])
+
+
 @pytest.mark.parametrize("op", [ew.add, ew.sub, ew.mul, ew.maximum, ew.minimum])
 @SETTINGS
 @given(

@@ -13,13 +13,17 @@ from vdla.cpu_fallback.specs import (
     make_conv2d,
     make_dense,
     make_global_avg_pool,
+    make_matmul,
     make_pack,
     make_pad,
     make_pool2d,
+    make_resize,
+    make_slice,
     make_softmax,
     make_transpose,
 )
 from vdla.cpu_fallback.stacking import resolve_steps
+from vdla.graph.oracle import resize_taps
 
 set_disk_cache(None)
 SETTINGS = settings(max_examples=12, deadline=None)
@@ -155,6 +159,92 @@ def test_pad(data):
     value = data.draw(st.integers(-128, 127))
     got, want = run_spec(make_pad(TensorType.of(x, "pad"), pads, value), x)
     np.testing.assert_array_equal(got, want)
+
+
+@st.composite
+def slice_case(draw):
+    dtype = draw(st.sampled_from(["int8", "int32", "float32"]))
+    x = draw(hnp.array_shapes(min_dims=1, max_dims=4, max_side=7).flatmap(lambda s: tensors(dtype, s)))
+    starts, stops, steps = [], [], []
+    for d in x.shape:
+        step = draw(st.sampled_from([1, 2, 3, -1, -2]))
+        start = draw(st.integers(0, d - 1))
+        stop = draw(st.integers(start + 1, d) if step > 0 else st.integers(-1, start - 1))
+        starts, stops, steps = starts + [start], stops + [stop], steps + [step]
+    return x, starts, stops, steps
+
+
+@SETTINGS
+@given(case=slice_case())
+def test_slice_against_python_slicing(case):
+    x, starts, stops, steps = case
+    got, want = run_spec(make_slice(TensorType.of(x, "slice"), starts, stops, steps), x)
+    index = tuple(slice(a, None if b < 0 else b, s) for a, b, s in zip(starts, stops, steps, strict=True))
+    np.testing.assert_array_equal(got, x[index])
+    np.testing.assert_array_equal(want, x[index])
+
+
+def test_slice_refuses_empty_and_out_of_range():
+    x = np.zeros((4, 5), np.float32)
+    with pytest.raises(UnsupportedError, match="slice: range.*along axis 1 of size 5"):
+        ops.strided_slice(x, (0, 3), (4, 3), (1, 1))
+    with pytest.raises(UnsupportedError, match="slice: step 0 along axis 0"):
+        ops.strided_slice(x, (0, 0), (4, 5), (0, 1))
+
+
+@SETTINGS
+@given(
+    data=st.data(),
+    a_batch=hnp.array_shapes(min_dims=0, max_dims=2, max_side=3),
+    mkn=st.tuples(st.integers(1, 9), st.integers(1, 40), st.integers(1, 33)),
+)
+def test_matmul_broadcasts_batches_like_numpy(data, a_batch, mkn):
+    m, k, n = mkn
+    b_batch = data.draw(hnp.broadcastable_shapes(a_batch, max_side=3))
+    a = data.draw(tensors("float32", (*a_batch, m, k)))
+    b = data.draw(tensors("float32", (*b_batch, k, n)))
+    got, want = run_spec(make_matmul(TensorType.of(a, "matmul"), TensorType.of(b, "matmul")), a, b)
+    exact = a.astype(np.float64) @ b.astype(np.float64)
+    assert got.shape == want.shape == exact.shape
+    np.testing.assert_allclose(got, exact, rtol=1e-5, atol=1e-5 * max(1.0, float(np.abs(exact).max())) * k)
+
+
+def _resize_by_hand(x: np.ndarray, sizes, mode: str, coord: str, nearest: str) -> np.ndarray:
+    """Element by element from the per-axis taps, in float64: the separable oracle's independent twin."""
+    taps = [resize_taps(n, m, m / n, mode, coord, nearest) for n, m in zip(x.shape, sizes, strict=True)]
+    out = np.zeros(sizes)
+    for o in np.ndindex(*sizes):
+        total = 0.0
+        for pick in np.ndindex(*(2,) * x.ndim):
+            w, idx = 1.0, []
+            for ax, p in enumerate(pick):
+                i0, i1, w1 = (t[o[ax]] for t in taps[ax])
+                w *= w1 if p else 1 - w1
+                idx.append(i1 if p else i0)
+            total += w * float(x[tuple(idx)])
+        out[o] = total
+    return out
+
+
+@pytest.mark.parametrize("coord", ["half_pixel", "align_corners", "asymmetric", "pytorch_half_pixel"])
+@pytest.mark.parametrize("mode", ["nearest", "linear"])
+@pytest.mark.parametrize("sizes", [(1, 2, 9, 4), (2, 2, 3, 11), (1, 1, 1, 1)])
+def test_resize_kernel_against_its_taps(mode, coord, sizes):
+    x = np.random.default_rng(3).normal(0, 1, (sizes[0], 2, 5, 7)).astype(np.float32)
+    scales = [m / n for m, n in zip(sizes, x.shape, strict=True)]
+    spec = make_resize(TensorType.of(x, "resize"), mode, coord, "round_prefer_floor", scales, sizes)
+    got, want = run_spec(spec, x)
+    by_hand = _resize_by_hand(x, sizes, mode, coord, "round_prefer_floor")
+    np.testing.assert_allclose(want, by_hand, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+def test_nearest_resize_of_int8_is_a_gather_and_linear_refuses_it():
+    x = np.arange(-60, 60, dtype=np.int8).reshape(1, 2, 6, 10)
+    got = ops.resize(x, (1, 2, 3, 20), mode="nearest", coordinate_mode="asymmetric", nearest_mode="floor")
+    np.testing.assert_array_equal(got, x[:, :, ::2][:, :, :, np.arange(20) // 2])
+    with pytest.raises(UnsupportedError, match="resize: linear resize needs float32, got int8"):
+        ops.resize(x, (1, 2, 3, 20), mode="linear")
 
 
 @SETTINGS
