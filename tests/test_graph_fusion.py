@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from vdla.graph import Graph, Node, TensorType, check_fusion, dump, fuse_ops, post_dominators, region_graph
-from vdla.graph.fusion import Fusion, Group
+from vdla.graph.fusion import Fusion, Group, split_groups
 from vdla.graph.interp import evaluate
 from vdla.graph.ops import COMPLEX, OPAQUE, infer_types, kind
 from vdla.graph.partition import ACCEL, CPU, Partition, partition
@@ -313,9 +313,11 @@ def test_random_dags_fuse_into_convex_acyclic_groups(graph: Graph):
         assert len(g.nodes) == 1 or all(kind(n.op) != OPAQUE for n in g.nodes)
         if any(kind(n.op) == COMPLEX for n in g.nodes):
             assert kind(g.anchor.op) == COMPLEX
-    part = partition(graph, fusion, conv_on_accel)
-    check_regions(graph, part, paths)
-    check_round_trip(graph, part, {"x": RNG.standard_normal(SHAPE).astype(np.float32)})
+    feeds = {"x": RNG.standard_normal(SHAPE).astype(np.float32)}
+    for capability in (conv_on_accel, chain_claim):
+        part = partition(graph, fusion, capability)
+        check_regions(graph, part, paths)
+        check_round_trip(graph, part, feeds)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -468,3 +470,87 @@ def test_dot_dump_shows_placement_colours_and_group_clusters():
     cluster = text.split("subgraph cluster_0 ")[1].split("}")[0]
     assert all(f'"{n.output}"' in cluster for n in fusion.groups[0].nodes)
     assert "@accel" in dump.text(graph, types, part.placement) and "@cpu" in dump.text(graph, types, part.placement)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Partial claims: the accelerator runs part of a fused group, the group is split around it
+
+
+def chain_claim(group: Group) -> str | tuple[str, ...]:
+    """Claim a conv anchor and the run of nodes after it up to (not including) the first ``relu`` or
+    the group's end: a stand-in for an epilogue matcher."""
+    if group.anchor.op != "conv2d":
+        return f"{group.anchor.op} is not a conv2d"
+    names = group.names
+    start = names.index(group.anchor.output)
+    end = next((i for i in range(start + 1, len(names)) if group.nodes[i].op == "relu"), len(names))
+    return names[start:end]
+
+
+def side_input_graph() -> Graph:
+    """A conv epilogue whose residual is a relu of another input (fused into the conv's group as a
+    producer) and a relu after the cast (fused as a consumer)."""
+    nodes = [Node("relu", ("x2",), "p"), *epilogue("0", "x", residual="p"), Node("relu", ("y0",), "out")]
+    return Graph({"x": I8, "x2": I8}, nodes, ["out"], int8_params("0"), name="side")
+
+
+def test_a_partial_claim_splits_the_group_into_before_claim_and_after():
+    graph = side_input_graph()
+    fusion = fused(graph)
+    conv = [n.output for n in epilogue("0", "x", residual="p")]
+    assert names(fusion) == [["p", *conv, "out"]]
+    part = partition(graph, fusion, chain_claim)
+    assert names(part.fusion) == [["p"], conv, ["out"]]
+    assert part.targets == (CPU, ACCEL, CPU)
+    assert part.reasons == {0: "fused with acc0 outside the part the accelerator runs"} | {
+        2: "fused with acc0 outside the part the accelerator runs"
+    }
+    assert region_names(part) == [(CPU, ["p"]), (ACCEL, conv), (CPU, ["out"])]
+    check_regions(graph, part, paths_to_sink(graph))
+    feeds = {v: RNG.integers(-128, 128, I8.shape, dtype=np.int8) for v in ("x", "x2")}
+    check_round_trip(graph, part, feeds)
+
+
+def test_split_groups_keeps_a_whole_group_claim_unchanged_and_checks_the_result():
+    graph = residual_block()
+    fusion = fuse_ops(graph)
+    same = split_groups(graph, fusion, [fusion.groups[1].names])
+    assert names(same) == names(fusion) and [g.anchor for g in same.groups] == [g.anchor for g in fusion.groups]
+    with pytest.raises(GraphError, match="not convex"):
+        split_groups(graph, fusion, [("acc1", "c1")])  # acc1 -> ab1 -> ... -> c1 leaves the claim and returns
+
+
+def two_branches() -> Graph:
+    nodes = [*epilogue("0", "x"), *epilogue("1", "y0"), *epilogue("2", "y0"), Node("add", ("y1", "y2"), "sum")]
+    return Graph({"x": I8}, nodes, ["sum"], int8_params("0", "1", "2"))
+
+
+def claims_by_anchor(claims: dict[str, tuple[str, ...]]):
+    return lambda g: claims.get(g.anchor.output, g.names)
+
+
+def test_a_claim_may_take_nodes_fusion_gave_to_another_group():
+    graph = two_branches()
+    fusion = fuse_ops(graph)
+    chain1, chain2 = [[n.output for n in epilogue(c, "y0")] for c in "12"]
+    assert names(fusion)[1:] == [chain2, [*chain1, "sum"]]
+    part = partition(graph, fusion, claims_by_anchor({"acc2": (*chain2, "sum"), "acc1": tuple(chain1)}))
+    assert region_names(part)[1:] == [(ACCEL, chain1), (ACCEL, [*chain2, "sum"])]
+    assert part.targets == (ACCEL, ACCEL, ACCEL) and not part.reasons
+    check_round_trip(graph, part, {"x": RNG.integers(-128, 128, I8.shape, dtype=np.int8)})
+
+
+def test_claims_that_overlap_or_cannot_be_cut_out_leave_the_group_on_the_cpu():
+    graph = two_branches()
+    fusion = fuse_ops(graph)
+    chain2 = tuple(n.output for n in epilogue("2", "y0"))
+    part = partition(graph, fusion, claims_by_anchor({"acc2": (*chain2, "acc1", "c1"), "acc1": ("acc1", "ab1")}))
+    assert part.notes() == {
+        "acc2": "its accelerator part reaches ['acc1', 'c1'] in other fused groups and cannot be cut out",
+        "sum": "fused with acc1 outside the part the accelerator runs",
+    }
+    rest1 = ["m1", "s1", "c1", "y1"]
+    assert region_names(part)[1:] == [(ACCEL, ["acc1", "ab1"]), (CPU, [*rest1, *chain2, "sum"])]
+    part = partition(graph, fusion, claims_by_anchor({"acc2": (*chain2, "sum"), "acc1": ("acc1", "sum")}))
+    assert part.notes()["acc1"] == "sum is already part of another accelerator group"
+    check_regions(graph, part, paths_to_sink(graph))
