@@ -223,10 +223,10 @@ def choose_threshold(stats: TensorStats, method: str, percentile: float = DEFAUL
     if method == "minmax":
         return stats.absmax
     if method == "percentile":
-        return min(percentile_threshold(stats.hist, stats.width, percentile), stats.absmax)
+        return float(min(percentile_threshold(stats.hist, stats.width, percentile), stats.absmax))
     nonzero = stats.hist.copy()
     nonzero[0] -= stats.zeros  # exact zeros (half of a ReLU's output) quantize exactly at any threshold
-    return min(entropy_threshold(nonzero, stats.width), stats.absmax)
+    return float(min(entropy_threshold(nonzero, stats.width), stats.absmax))
 
 
 def percentile_threshold(hist: np.ndarray, width: float, percentile: float) -> float:
