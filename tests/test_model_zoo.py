@@ -215,3 +215,54 @@ def test_cli_compiles_and_runs_a_quantized_mobilenet(tmp_path, capsys):
     want = _session(z.qdq_model).run(["logits"], {"image": x})[0]
     scale = _logit_scale(z.qdq_model)
     assert np.abs(np.rint(got / scale) - np.rint(want / scale)).max() <= 7 and got.argmax() == want.argmax()
+
+
+def test_attention_and_upsampling_operators_survive_the_artifact(tmp_path):
+    """A float model with a batched matmul of computed tensors, a division by a computed tensor, sqrt, Slice,
+    Split and linear and nearest Resize: compiled, saved, loaded and run like onnxruntime."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    import vdla
+
+    rng = np.random.default_rng(21)
+    inits = [
+        numpy_helper.from_array(rng.normal(0, 0.3, (8, 8)).astype(np.float32), "w"),
+        numpy_helper.from_array(np.array([1, 2, 8, 8], np.int64), "up"),
+        numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "twice"),
+        numpy_helper.from_array(np.array([0, 1], np.int64), "starts"),
+        numpy_helper.from_array(np.array([4, 8], np.int64), "ends"),
+        numpy_helper.from_array(np.array([2, 3], np.int64), "axes"),
+    ]
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["q"]),  # (1, 2, 4, 8)
+        helper.make_node("Transpose", ["q"], ["qt"], perm=[0, 1, 3, 2]),
+        helper.make_node("MatMul", ["q", "qt"], ["scores"]),  # (1, 2, 4, 4): both operands computed
+        helper.make_node("Mul", ["scores", "scores"], ["sq"]),
+        helper.make_node("Sqrt", ["sq"], ["norm"]),
+        helper.make_node("Sigmoid", ["norm"], ["den"]),
+        helper.make_node("Div", ["scores", "den"], ["ratio"]),
+        helper.make_node("Resize", ["ratio", "", "", "up"], ["big"], mode="linear"),  # (1, 2, 8, 8)
+        helper.make_node("Slice", ["big", "starts", "ends", "axes"], ["crop"]),  # (1, 2, 4, 7)
+        helper.make_node("Split", ["crop"], ["left", "right"], axis=1),
+        helper.make_node("Resize", ["right", "", "twice"], ["near"], mode="nearest"),  # (1, 1, 8, 14)
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "ops",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 4, 8])],
+        [
+            helper.make_tensor_value_info("left", TensorProto.FLOAT, [1, 1, 4, 7]),
+            helper.make_tensor_value_info("near", TensorProto.FLOAT, [1, 1, 8, 14]),
+        ],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    onnx.checker.check_model(model)
+    module = vdla.compile(model, config="pynq", backend="sim")
+    path = module.save(tmp_path / "ops.vdla")
+    loaded = vdla.load(path)
+    x = rng.normal(0, 1, (1, 2, 4, 8)).astype(np.float32)
+    want = dict(zip(["left", "near"], _session(model).run(["left", "near"], {"x": x}), strict=True))
+    got = loaded.run(x)
+    for name in ("left", "near"):
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-5 * float(np.abs(want[name]).max()))
