@@ -83,6 +83,7 @@ def epilogue(
     v = acc.astype(np.int64)
     if bias is not None:
         v = wrap32(v + np.asarray(bias, np.int64).reshape(shape))
+
     def per_channel(m):
         m = np.asarray(m, np.int64)
         return m.reshape(shape) if m.ndim else m
