@@ -206,6 +206,20 @@ def test_plan_and_rewrite_of_a_small_graph():
     assert np.abs(want - got).max() <= 6 * step  # a few output steps after two int8 layers
 
 
+def test_grouped_convolutions_and_kept_nodes_stay_float_with_quantized_boundaries():
+    rng = np.random.default_rng(10)
+    g = _conv_graph(rng.normal(0, 0.3, (4, 1, 3, 3)).astype(np.float32), np.zeros(4, np.float32))
+    g.nodes[0] = Node("conv2d", ("x", "w1", "b1"), "c1", {"padding": 1, "groups": 2})  # depthwise-like
+    plan = plan_quantization(g)
+    assert plan.anchors == ("y",) and plan.points == {"p1": "p1", "y": "y"}  # the float pool output is quantized
+    g = _conv_graph(rng.normal(0, 0.3, (4, 2, 3, 3)).astype(np.float32), np.zeros(4, np.float32))
+    plan = plan_quantization(g, keep_float=["p1"])  # a kept max pool does not carry the scale through
+    assert plan.anchors == ("c1", "y") and plan.points == {"x": "x", "r1": "r1", "p1": "p1", "y": "y"}
+    q, _ = quantize_model(g, {"x": rng.normal(0, 1, (4, 2, 4, 4)).astype(np.float32)}, keep_float=["p1"])
+    pool = next(n for n in q.nodes if n.op == "max_pool2d")
+    assert pool.inputs == ("r1",) and q.producers()["r1"].op == "dequantize"  # float pool between DQ and Q
+
+
 def test_zero_tensor_warns_and_bad_weights_and_names_are_refused():
     g = _conv_graph(np.zeros((4, 2, 3, 3), np.float32), np.full(4, -1.0, np.float32))  # relu output always 0
     data = {"x": np.random.default_rng(8).normal(0, 1, (4, 2, 4, 4)).astype(np.float32)}

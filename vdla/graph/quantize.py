@@ -161,7 +161,8 @@ class _Planner:
 
     def is_anchor(self, node: Node) -> bool:
         """A conv2d/dense the QDQ lowering turns into an accelerator epilogue, not kept in float."""
-        if node.op not in ANCHORS or node.output in self.kept or self.types[node.inputs[0]].dtype != "float32":
+        x = node.inputs[0]
+        if node.op not in ANCHORS or node.output in self.kept or x in self.g.params or self.types[x].dtype != "float32":
             return False
         a = node.attrs
         if node.op == "conv2d" and (int(a.get("groups", 1)) != 1 or a.get("dilation", 1) not in (1, (1, 1), [1, 1])):
