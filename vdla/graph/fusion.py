@@ -6,7 +6,9 @@ Two passes live here:
   run that directly follows a conv2d or dense node becomes that kernel's epilogue;
 * :func:`fuse_ops`, the model compiler's operator fusion by TVM's post-dominator rules (``FuseOps``):
   each node is fused into its immediate post-dominator's group when every path between the two is
-  fusable, which takes a conv2d's whole integer epilogue (diamonds included) into the conv's group.
+  fusable, which takes a conv2d's whole integer epilogue (diamonds included) into the conv's group;
+  :func:`split_groups` then cuts a group around the part a target claims (the model compiler's partition:
+  the accelerator's epilogue chain, the rest of the group to the CPU).
 
 Fusion rules of :func:`fuse_ops` (TVM's, on the finer :class:`Pattern` levels; an *edge* is the pattern
 of the consumer, lowered to elementwise where a broadcasting consumer reads an input of its own shape):
@@ -458,7 +460,7 @@ def split_groups(
     a conv group whose tail the accelerator's epilogue cannot run becomes the claimed head, the nodes
     before it (feeding it) and the nodes after it.
 
-    Claims are disjoint and non-empty. A claim inside one group always leaves convex groups in a DAG (the
+    Claims are disjoint, non-empty and convex. A claim inside one group always leaves convex groups in a DAG (the
     part of a convex group before a convex claim, the claim, the part after it); a claim spanning groups
     may not, and then :class:`~vdla.graph.verify.GraphError` is raised (the result is checked with
     :func:`check_fusion`). Groups are numbered anew, in a topological order, the earliest first node

@@ -41,8 +41,8 @@ ACCEL, CPU = "accel", "cpu"
 
 Capability = Callable[[Group], str | Collection[str] | None]
 """Whether the accelerator can run a group: ``None`` if it runs all of it; a collection (not a ``str``) of
-the node outputs it runs if only those (the group is split around them); a ``str``: the reason it runs
-none of it."""
+the node outputs it runs if only those (the group is split around them; they must form a convex set, no
+path leaving it and coming back); a ``str``: the reason it runs none of it."""
 CostHook = Callable[[Group], str | None]
 """For a group the accelerator can run: a reason to run it on the CPU instead (e.g. a cost model finds
 the CPU faster), or ``None`` to keep it on the accelerator."""
