@@ -335,6 +335,13 @@ def test_qdq_models_keep_their_scales(model, calib):
         compile_model(qdq, calib={"image": calib})
     with pytest.raises(CompileError, match="keep_float needs calibration data"):
         compile_model(model, keep_float=["bn12"])
+    with pytest.raises(CompileError, match="calib must be an .npz path, a dict of arrays by input name or one array"):
+        compile_model(model, calib=[calib])
+
+
+def test_a_single_input_model_takes_the_calibration_array_itself(model, calib):
+    _, report = compile_model(model, calib=calib[:4], calibration="minmax")
+    assert report.quantization.samples == 4 and report.quantization.tensors[0].name == "image"
 
 
 def test_cli_compiles_with_calibration(model, calib, tmp_path, capsys):

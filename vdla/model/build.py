@@ -489,8 +489,11 @@ def compile_graph_model(
     return artifact, report
 
 
-def _load_calib(calib: str | Path | Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Calibration arrays by input name: an .npz path or a mapping (checked against the model later)."""
+def _load_calib(calib: str | Path | Mapping[str, np.ndarray] | np.ndarray) -> dict[str, np.ndarray]:
+    """Calibration arrays by input name: an .npz path, a mapping or one array (for a single-input model),
+    checked against the model's inputs by :func:`vdla.graph.calibrate.check_calibration`."""
+    if isinstance(calib, np.ndarray):
+        return {"calib": calib}
     if isinstance(calib, str | Path):
         try:
             with np.load(calib) as npz:
@@ -498,7 +501,9 @@ def _load_calib(calib: str | Path | Mapping[str, np.ndarray]) -> dict[str, np.nd
         except (OSError, ValueError, AttributeError) as e:
             raise CompileError(f"{calib}: not a readable .npz of calibration arrays ({e})") from e
     if not isinstance(calib, Mapping):
-        raise CompileError(f"calib must be an .npz path or a dict of arrays by input name, got {type(calib).__name__}")
+        raise CompileError(
+            f"calib must be an .npz path, a dict of arrays by input name or one array, got {type(calib).__name__}"
+        )
     return dict(calib)
 
 
@@ -515,7 +520,7 @@ def _calibration_runner(log: Log) -> Callable[[Graph], Callable] | None:
 
 def compile_model(
     model,
-    calib: str | Path | Mapping[str, np.ndarray] | None = None,
+    calib: str | Path | Mapping[str, np.ndarray] | np.ndarray | None = None,
     config: str | HwConfig = "pynq",
     input_shapes: dict[str, tuple[int, ...]] | None = None,
     dump: str | Path | None = None,
@@ -530,11 +535,12 @@ def compile_model(
     """Compile an ONNX model (path or ``onnx.ModelProto``) or a :class:`Graph` to an artifact.
 
     A float model with ``calib`` (an .npz path or a dict: one float array per model input, samples along
-    the first axis) is quantized to int8 first (:func:`vdla.graph.quantize.quantize_model`): scales by
-    ``calibration`` (``minmax``, ``percentile`` at ``percentile``, or ``entropy``), the nodes named in
-    ``keep_float`` left in float32, ``progress(done, total)`` called per calibration batch, the report in
-    ``CompileReport.quantization`` and, with ``quant_report``, written there as JSON. A QDQ model keeps
-    its own scales: ``calib`` for one is refused. Without ``calib`` a float model runs in float on the CPU.
+    the first axis; a single-input model also takes the array itself) is quantized to int8 first
+    (:func:`vdla.graph.quantize.quantize_model`): scales by ``calibration`` (``minmax``, ``percentile`` at
+    ``percentile``, or ``entropy``), the nodes named in ``keep_float`` left in float32, ``progress(done,
+    total)`` called per calibration batch, the report in ``CompileReport.quantization`` and, with
+    ``quant_report``, written there as JSON. A QDQ model keeps its own scales: ``calib`` for one is
+    refused. Without ``calib`` a float model runs in float on the CPU.
     """
     from vdla.graph.passes import simplify
 
