@@ -340,8 +340,11 @@ def test_qdq_models_keep_their_scales(model, calib):
 
 
 def test_a_single_input_model_takes_the_calibration_array_itself(model, calib):
-    _, report = compile_model(model, calib=calib[:4], calibration="minmax")
-    assert report.quantization.samples == 4 and report.quantization.tensors[0].name == "image"
+    import vdla
+
+    module = vdla.compile(model, calib=calib[:4], calibration="minmax", keep_float=["bn12"])
+    q = module.compile_report.quantization
+    assert q.method == "minmax" and q.samples == 4 and q.kept_float == ("bn12",) and q.tensors[0].name == "image"
 
 
 def test_cli_compiles_with_calibration(model, calib, tmp_path, capsys):

@@ -26,15 +26,28 @@ def compile(  # noqa: A001 - the public name the API promises (vdla.compile)
     dump: str | Path | None = None,
     cache: Any = None,
     log: Any = None,
+    calibration: str = "percentile",
+    percentile: float = 99.99,
+    keep_float: Any = (),
     **backend_options: Any,
 ) -> Module:
     """Compile ``model`` (an ONNX path or ``onnx.ModelProto``, or a :class:`vdla.graph.Graph`) and bind it
     to a device of ``backend``. ``calib`` (an ``.npz`` path or a dict of arrays, samples along the first
-    axis) quantizes a float model; a QDQ model keeps its own scales."""
+    axis) quantizes a float model with scales by ``calibration`` (``minmax``, ``percentile``, ``entropy``),
+    the nodes in ``keep_float`` left in float (docs/quantization.md); a QDQ model keeps its own scales."""
     from vdla.model.build import compile_model
 
     artifact, report = compile_model(
-        model, calib=calib, config=config, input_shapes=input_shapes, dump=dump, cache=cache, log=log
+        model,
+        calib=calib,
+        config=config,
+        input_shapes=input_shapes,
+        dump=dump,
+        cache=cache,
+        log=log,
+        calibration=calibration,
+        percentile=percentile,
+        keep_float=keep_float,
     )
     module = Module(artifact, backend, **backend_options)
     module.compile_report = report
