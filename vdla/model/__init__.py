@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from vdla.graph.calibrate import DEFAULT_PERCENTILE
 from vdla.model.artifact import Artifact, ArtifactError, load_artifact
 from vdla.model.executor import ModelInputError, Module, RunReport, load
 
@@ -27,7 +28,7 @@ def compile(  # noqa: A001 - the public name the API promises (vdla.compile)
     cache: Any = None,
     log: Any = None,
     calibration: str = "percentile",
-    percentile: float = 99.99,
+    percentile: float = DEFAULT_PERCENTILE,
     keep_float: Any = (),
     **backend_options: Any,
 ) -> Module:
