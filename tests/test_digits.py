@@ -8,7 +8,7 @@ are within one output quantization step.
 
 Issue 11, section 2: vdla's int8 top-1 accuracy on the held-out split is within one percentage point of
 the float model's accuracy computed by onnxruntime, for the QDQ model and for the float model quantized
-by vdla itself (``compile_model(float_model, calib=...)``; skipped while that is not available).
+by vdla itself (``compile_model(float_model, calib=...)``).
 
 Needs onnx and onnxruntime (dev extras), not torch or scikit-learn.
 """
@@ -23,7 +23,6 @@ import pytest
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 
-from vdla.compiler import CompileError  # noqa: E402
 from vdla.experiments.models import quantize_qdq  # noqa: E402
 from vdla.model import Module  # noqa: E402
 from vdla.model.artifact import Artifact  # noqa: E402
@@ -135,19 +134,15 @@ def test_qdq_matches_onnxruntime(qdq_model, qdq_artifact, qdq_reference, data, f
     assert abs(_top1(got, data["y_test"]) - float_accuracy) <= ACCURACY_MARGIN
 
 
-def _vdla_quantized(float_model, data) -> Artifact:
-    """The float model quantized by vdla on the calibration subset, or a skip while vdla cannot."""
-    try:
-        return compile_model(float_model, calib={"image": data["x_calib"]}, config="pynq")[0]
-    except CompileError as e:
-        if "not available" in str(e):
-            pytest.skip(f"vdla's own quantization of float models has not landed: {e}")
-        raise
-
-
 @pytest.fixture(scope="module")
 def vdla_artifact(float_model, data) -> Artifact:
-    return _vdla_quantized(float_model, data)
+    """The float model quantized by vdla (default calibration: percentile) on the calibration subset."""
+    return compile_model(float_model, calib={"image": data["x_calib"]}, config="pynq")[0]
+
+
+def test_vdla_quantization_runs_every_layer_on_the_accelerator(vdla_artifact):
+    assert sum(s.kind == "accel" for s in vdla_artifact.steps) == 5
+    assert vdla_artifact.accel_macs == vdla_artifact.total_macs
 
 
 def test_vdla_quantization_accuracy(vdla_artifact, data, float_accuracy, backend):
