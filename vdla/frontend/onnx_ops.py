@@ -1175,9 +1175,13 @@ def _qlinear_matmul(b: Builder, node: OnnxNode) -> None:
     # inputs: a, a_scale, a_zp, b, b_scale, b_zp, y_scale, y_zp; b's scales are per column (axis 1)
     a = _dequantize(b, node, 0, 1, 2, None, axis_attr=-1)
     sa, sb = b.type_of(a).shape, b.shape(node, 3)
-    if len(sb) != 2 or not sa:
-        raise unsupported(node, f"QLinearMatMul needs a 2-D right operand and a non-scalar left, got {sa}, {sb}")
-    if b.is_const(node, 3):  # (K, N) constant -> a (N, K) weight with per-row scales, like a dense layer
+    if len(sb) < 2 or not sa:
+        raise unsupported(
+            node, f"QLinearMatMul needs a right operand of rank 2 or more and a non-scalar left, got {sa}, {sb}"
+        )
+    if (
+        b.is_const(node, 3) and len(sb) == 2
+    ):  # (K, N) constant -> a (N, K) weight with per-row scales, like a dense layer
         bq = b.const(node, 3, "b")
         shifted = b.param_array(node, 3, np.ascontiguousarray(bq.T))
         wq = b.add_param(node.input(3) + ":T", shifted)
@@ -1188,7 +1192,7 @@ def _qlinear_matmul(b: Builder, node: OnnxNode) -> None:
         _dense_on(b, node, a, w, sb[0], tmp)
         y = b.values[tmp].name
     else:
-        bf = _dequantize(b, node, 3, 4, 5, None, axis_attr=1)
+        bf = _dequantize(b, node, 3, 4, 5, None, axis_attr=len(sb) - 1)  # per-column scales: the last axis
         y = b.emit(node, "matmul", (a, bf), suffix="matmul")
     _quantize(b, node, y, 6, 7, node.outputs[0], axis_attr=-1)
 
