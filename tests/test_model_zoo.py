@@ -113,19 +113,18 @@ def _grouped_and_plain_layers(model) -> tuple[int, int]:
 
 
 def test_quantized_layers_run_on_the_accelerator(compiled):
-    """Every dense layer and plain convolution goes to the accelerator, except MobileNet-v2's projections
-    into a residual add that onnxruntime rounds at two scales (a CPU step reproduces that exactly);
-    depthwise convolutions run on the CPU."""
+    """Every dense layer and plain convolution goes to the accelerator (MobileNet-v2's projections into a
+    residual add included); depthwise convolutions run on the CPU (measured MAC shares on the accelerator:
+    MobileNet-v1 89%, MobileNet-v2 85%)."""
     name, z, artifact, report = compiled
     accel = sum(s.kind == "accel" for s in artifact.steps)
     grouped, plain = _grouped_and_plain_layers(z.float_model)
-    residual_adds = sum(n.op_type == "Add" for n in z.float_model.graph.node)
-    assert plain - residual_adds <= accel <= plain, (accel, plain, residual_adds, report.notes)
+    assert accel == plain, (accel, plain, report.notes)
     share = artifact.accel_macs / artifact.total_macs
     if name == "mlp":
         assert share == 1.0 and accel == 3
     else:
-        assert grouped > 0 and 0.6 < share < 1.0, share  # the depthwise layers' MACs stay on the CPU
+        assert grouped > 0 and 0.8 < share < 1.0, share  # the depthwise layers' MACs stay on the CPU
 
 
 def test_quantized_models_match_onnxruntime_on_the_simulator(compiled):
