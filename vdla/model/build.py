@@ -426,7 +426,7 @@ def _node_macs(node: Node, types: dict[str, TensorType]) -> int:
         m, n = types[node.output].shape
         return m * n * types[node.inputs[1]].shape[1]
     if node.op == "matmul":
-        return int(np.prod(types[node.output].shape)) * types[node.inputs[1]].shape[0]
+        return int(np.prod(types[node.output].shape)) * types[node.inputs[1]].shape[-2]  # K of (..., K, N)
     return 0
 
 
