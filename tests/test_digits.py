@@ -23,7 +23,7 @@ import pytest
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 
-from vdla.experiments.models import quantize_qdq  # noqa: E402
+from vdla.experiments.models import qdq_output_scale, quantize_qdq  # noqa: E402
 from vdla.model import Module  # noqa: E402
 from vdla.model.artifact import Artifact  # noqa: E402
 from vdla.model.build import compile_model  # noqa: E402
@@ -90,14 +90,6 @@ def qdq_reference(qdq_model, data) -> np.ndarray:
     return _ort_logits(qdq_model, data["x_test"])
 
 
-def _logit_scale(model) -> float:
-    init = {i.name: i for i in model.graph.initializer}
-    for node in model.graph.node:
-        if node.op_type == "DequantizeLinear" and node.output[0] == "logits":
-            return float(onnx.numpy_helper.to_array(init[node.input[1]]))
-    raise AssertionError("no DequantizeLinear produces the logits")
-
-
 def test_committed_split(data, float_model):
     x, y, calib = data["x_test"], data["y_test"], data["x_calib"]
     assert x.dtype == np.float32 and x.shape[1:] == (1, 8, 8) and y.dtype == np.int64 and len(x) == len(y)
@@ -125,7 +117,7 @@ def test_qdq_matches_onnxruntime(qdq_model, qdq_artifact, qdq_reference, data, f
     """The whole held-out split: top-1 agreement with onnxruntime on every image, 99% of the logits within
     one quantization step, and the int8 accuracy within one percentage point of the float accuracy."""
     got = _vdla_logits(qdq_artifact, backend, data["x_test"])
-    scale = _logit_scale(qdq_model)
+    scale = qdq_output_scale(qdq_model)
     steps = np.abs(np.rint(got / scale) - np.rint(qdq_reference / scale)).astype(np.int64).ravel()
     histogram = np.bincount(steps)
     assert (steps <= 1).mean() >= 0.99, histogram

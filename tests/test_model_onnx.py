@@ -15,7 +15,7 @@ import pytest
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 
-from vdla.experiments.models import calibration_images, quantize_qdq, small_resnet  # noqa: E402
+from vdla.experiments.models import calibration_images, qdq_output_scale, quantize_qdq, small_resnet  # noqa: E402
 from vdla.model import Module  # noqa: E402
 from vdla.model.build import compile_model  # noqa: E402
 
@@ -33,14 +33,6 @@ def artifact(qdq_model):
     return art, report
 
 
-def _logit_scale(model) -> float:
-    for node in model.graph.node:
-        if node.op_type == "DequantizeLinear" and node.output[0] == "logits":
-            init = {i.name: i for i in model.graph.initializer}
-            return float(onnx.numpy_helper.to_array(init[node.input[1]]))
-    raise AssertionError("no DequantizeLinear produces the logits")
-
-
 def test_every_convolution_and_the_dense_layer_run_on_the_accelerator(artifact):
     art, report = artifact
     accel = [s for s in art.steps if s.kind == "accel"]
@@ -53,7 +45,7 @@ def test_matches_onnxruntime_within_one_step(qdq_model, artifact, backend):
     art, _ = artifact
     module = Module(art, backend)
     session = ort.InferenceSession(qdq_model.SerializeToString(), providers=["CPUExecutionProvider"])
-    scale = _logit_scale(qdq_model)
+    scale = qdq_output_scale(qdq_model)
     images = calibration_images((3, 32, 32), SAMPLES, seed=7)
     steps, agree = [], 0
     for x in images:

@@ -32,7 +32,14 @@ import pytest
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 
-from vdla.experiments.models import calibration_images, mlp, mobilenet_v1, mobilenet_v2, quantize_qdq  # noqa: E402
+from vdla.experiments.models import (  # noqa: E402
+    calibration_images,
+    mlp,
+    mobilenet_v1,
+    mobilenet_v2,
+    qdq_output_scale,
+    quantize_qdq,
+)
 from vdla.frontend.onnx import import_onnx  # noqa: E402
 from vdla.graph.interp import evaluate_node  # noqa: E402
 from vdla.graph.ops import infer_types  # noqa: E402
@@ -85,17 +92,9 @@ def _session(model):
     return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
 
 
-def _logit_scale(model) -> float:
-    init = {i.name: i for i in model.graph.initializer}
-    for node in model.graph.node:
-        if node.op_type == "DequantizeLinear" and node.output[0] == "logits":
-            return float(onnx.numpy_helper.to_array(init[node.input[1]]))
-    raise AssertionError("no DequantizeLinear produces the logits")
-
-
 def _steps_against_onnxruntime(z: Zoo, module: Module) -> tuple[np.ndarray, int]:
     """|vdla - onnxruntime| of every logit in quantization steps, and the samples whose top-1 agrees."""
-    session, scale = _session(z.qdq_model), _logit_scale(z.qdq_model)
+    session, scale = _session(z.qdq_model), qdq_output_scale(z.qdq_model)
     steps, agree = [], 0
     for x in z.inputs:
         want = session.run(["logits"], {z.input_name: x})[0]
@@ -212,7 +211,7 @@ def test_cli_compiles_and_runs_a_quantized_mobilenet(tmp_path, capsys):
     with np.load(tmp_path / "y.npz") as y:
         got = y["logits"]
     want = _session(z.qdq_model).run(["logits"], {"image": x})[0]
-    scale = _logit_scale(z.qdq_model)
+    scale = qdq_output_scale(z.qdq_model)
     assert np.abs(np.rint(got / scale) - np.rint(want / scale)).max() <= 7 and got.argmax() == want.argmax()
 
 

@@ -253,7 +253,7 @@ def test_calibration_observes_intermediate_values_and_reports_progress():
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 
-from vdla.experiments.models import calibration_images, quantize_qdq, small_resnet  # noqa: E402
+from vdla.experiments.models import calibration_images, cosine_rows, quantize_qdq, small_resnet  # noqa: E402
 from vdla.model import Module, load_artifact  # noqa: E402
 from vdla.model.build import CompileError, compile_graph_model, compile_model  # noqa: E402
 
@@ -279,8 +279,8 @@ def float_logits(model):
 
 
 def _agreement(module: Module, images: np.ndarray, want: np.ndarray, step: float) -> tuple[np.ndarray, int]:
-    got = np.concatenate([module.run(x[None])["logits"].copy() for x in images])  # outputs live in reused memory
-    cos = np.sum(got * want, axis=1) / np.linalg.norm(got, axis=1) / np.linalg.norm(want, axis=1)
+    got = np.concatenate([module.run(x[None])["logits"] for x in images])
+    cos = cosine_rows(got, want)
     agree = got.argmax(axis=1) == want.argmax(axis=1)
     top2 = np.sort(want, axis=1)[:, -2:]
     margin = (top2[:, 1] - top2[:, 0]) / step

@@ -22,7 +22,7 @@ import onnx
 import onnxruntime as ort
 
 from vdla.compiler import CompileError
-from vdla.experiments.models import quantize_qdq
+from vdla.experiments.models import cosine_rows, qdq_output_scale, quantize_qdq
 from vdla.model import Module
 from vdla.model.artifact import Artifact
 from vdla.model.build import compile_model
@@ -43,19 +43,9 @@ def vdla_logits(artifact: Artifact, backend: str, images: np.ndarray) -> tuple[n
     return logits, int(module.last_report.accel_cycles)
 
 
-def logit_scale(model: onnx.ModelProto) -> float:
-    """The scale of the QDQ model's logits (the DequantizeLinear that writes them)."""
-    init = {i.name: i for i in model.graph.initializer}
-    for node in model.graph.node:
-        if node.op_type == "DequantizeLinear" and node.output[0] == "logits":
-            return float(onnx.numpy_helper.to_array(init[node.input[1]]))
-    raise ValueError("no DequantizeLinear writes the logits")
-
-
 def cosine(a: np.ndarray, b: np.ndarray) -> float:
     """The mean over images of the cosine similarity of two rows of logits."""
-    num = (a * b).sum(axis=1)
-    return float(np.mean(num / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))))
+    return float(np.mean(cosine_rows(a, b)))
 
 
 def main() -> None:
@@ -73,7 +63,7 @@ def main() -> None:
     print(f"float model (onnxruntime): top-1 {float_top1:.4f} on {len(x)} test images")
     qdq = quantize_qdq(model, calib, input_name="image")
     ref = ort_logits(qdq, x)
-    scale = logit_scale(qdq)
+    scale = qdq_output_scale(qdq)
     print(f"QDQ model (onnxruntime):   top-1 {(ref.argmax(1) == y).mean():.4f}")
     records = []
     artifacts = {"onnxruntime QDQ": compile_model(qdq, config="pynq")[0]}

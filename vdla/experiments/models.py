@@ -345,3 +345,21 @@ def quantize_qdq(model, calib: np.ndarray, input_name: str = "image", path: str 
             extra_options={"ActivationSymmetric": True, "WeightSymmetric": True},
         )
         return onnx.load(str(dst))
+
+
+def qdq_output_scale(model, output: str = "logits") -> float:
+    """The scale of a QDQ model's float ``output``: that of the DequantizeLinear writing it (one step of the
+    output in real units, the unit agreement with onnxruntime is counted in)."""
+    from onnx import numpy_helper
+
+    init = {i.name: i for i in model.graph.initializer}
+    for node in model.graph.node:
+        if node.op_type == "DequantizeLinear" and node.output[0] == output and node.input[1] in init:
+            return float(numpy_helper.to_array(init[node.input[1]]))
+    raise ValueError(f"no DequantizeLinear with a constant scale writes {output!r}")
+
+
+def cosine_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The cosine similarity of each row of ``a`` with the same row of ``b`` (logits per input)."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return (a * b).sum(axis=1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))

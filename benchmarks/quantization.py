@@ -1,0 +1,126 @@
+"""int8 accuracy and agreement: vdla's own quantization and onnxruntime's, against onnxruntime.
+
+For each model (the trained digits CNN of examples/digits with its held-out labels; the small ResNet and
+ResNet-18 of vdla.experiments.models with seeded weights, unlabelled) and each quantization (onnxruntime's
+static QDQ, per-channel, run by vdla and compared with onnxruntime running the same QDQ model; and vdla's
+own calibration with each threshold method), vdla compiles the model and runs it on the simulator. One
+record per (model, method):
+
+    {"model", "method", "float_top1", "int8_top1", "top1_agreement_vs_ort", "max_step_diff",
+     "cosine_vs_float", "backend", ...}
+
+``float_top1``/``int8_top1`` are accuracies against labels (null for unlabelled models);
+``top1_agreement_vs_ort`` compares vdla's top-1 with onnxruntime's QDQ output (method "ort-qdq") or with
+onnxruntime's float output (vdla's methods); ``max_step_diff`` is the largest logit difference from
+onnxruntime's QDQ output in output quantization steps (ort-qdq only).
+
+    python benchmarks/quantization.py [--json out/quantization.json] [--resnet18 16] [--small 64]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+from vdla.experiments.models import calibration_images, cosine_rows, qdq_output_scale, quantize_qdq, small_resnet
+from vdla.model import Module
+from vdla.model.build import compile_model
+
+ROOT = Path(__file__).resolve().parent.parent
+METHODS = ("minmax", "percentile", "entropy")
+
+
+def ort_logits(model, images: np.ndarray) -> np.ndarray:
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return np.concatenate([session.run(["logits"], {"image": x[None]})[0] for x in images])
+
+
+def vdla_logits(artifact, images: np.ndarray, label: str) -> np.ndarray:
+    module, rows = Module(artifact, "sim"), []
+    for i, x in enumerate(images):
+        rows.append(module.run(x[None])["logits"])
+        print(f"\r{label}: {i + 1}/{len(images)}", end="", file=sys.stderr)
+    print(file=sys.stderr)
+    return np.concatenate(rows)
+
+
+def top1(logits: np.ndarray, labels: np.ndarray | None) -> float | None:
+    return None if labels is None else float(np.mean(logits.argmax(axis=1) == labels))
+
+
+def model_records(name: str, model, calib: np.ndarray, images: np.ndarray, labels: np.ndarray | None) -> list[dict]:
+    """ort-qdq and vdla's methods on one model."""
+    float_logits = ort_logits(model, images)
+    base = {"model": name, "inputs": len(images), "backend": "sim", "float_top1": top1(float_logits, labels)}
+    qdq = quantize_qdq(model, calib)
+    want = ort_logits(qdq, images)
+    t0 = time.perf_counter()
+    got = vdla_logits(compile_model(qdq, config="pynq")[0], images, f"{name} ort-qdq")
+    steps = np.abs(np.rint(got / qdq_output_scale(qdq)) - np.rint(want / qdq_output_scale(qdq))).astype(int)
+    records = [
+        base
+        | {
+            "method": "ort-qdq",
+            "int8_top1": top1(got, labels),
+            "top1_agreement_vs_ort": float(np.mean(got.argmax(axis=1) == want.argmax(axis=1))),
+            "max_step_diff": int(steps.max()),
+            "logits_within_1_step": float(np.mean(steps <= 1)),
+            "cosine_vs_float": float(cosine_rows(got, float_logits).mean()),
+            "seconds": round(time.perf_counter() - t0, 1),
+        }
+    ]
+    for method in METHODS:
+        t0 = time.perf_counter()
+        art, _ = compile_model(model, calib=calib, calibration=method, config="pynq")
+        got = vdla_logits(art, images, f"{name} {method}")
+        cos = cosine_rows(got, float_logits)
+        records.append(
+            base
+            | {
+                "method": method,
+                "int8_top1": top1(got, labels),
+                "top1_agreement_vs_ort": float(np.mean(got.argmax(axis=1) == float_logits.argmax(axis=1))),
+                "max_step_diff": None,
+                "cosine_vs_float": float(cos.mean()),
+                "cosine_vs_float_min": float(cos.min()),
+                "seconds": round(time.perf_counter() - t0, 1),
+            }
+        )
+    return records
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--json", type=Path)
+    ap.add_argument("--small", type=int, default=64, help="small ResNet inputs (0 skips)")
+    ap.add_argument("--resnet18", type=int, default=16, help="ResNet-18 inputs (0 skips)")
+    args = ap.parse_args()
+    data = np.load(ROOT / "examples" / "digits" / "digits_data.npz")
+    digits = onnx.load(ROOT / "examples" / "digits" / "digits.onnx")
+    records = model_records("digits", digits, data["x_calib"], data["x_test"], data["y_test"])
+    if args.small:
+        small = small_resnet(seed=0)
+        calib, images = calibration_images((3, 32, 32), 32, seed=1), calibration_images((3, 32, 32), args.small, seed=7)
+        records += model_records("small_resnet", small, calib, images, None)
+    if args.resnet18:
+        from vdla.experiments.models import resnet18
+
+        calib = calibration_images((3, 224, 224), 8, seed=1)
+        images = calibration_images((3, 224, 224), args.resnet18, seed=7)
+        records += model_records("resnet18", resnet18(seed=0), calib, images, None)
+    for r in records:
+        print(json.dumps(r))
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(records, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
