@@ -106,7 +106,7 @@ def resnet(
     """A ResNet with basic blocks as an ``onnx.ModelProto`` (opset 13): input ``image`` (1, C, H, W),
     outputs ``logits`` (1, classes) and ``probs`` (softmax)."""
     b = _Builder(seed)
-    onnx, TensorProto, helper = b.onnx, b.TensorProto, b.helper
+    helper = b.helper
     x, c = "image", in_channels
     if stem:
         x = b.conv_bn(x, c, widths[0], 7, 2, True)
@@ -117,28 +117,7 @@ def resnet(
         for i in range(n):
             x = b.basic_block(x, c, width, 2 if i == 0 and stage > 0 else 1)
             c = width
-    gap, flat = b.name("gap"), b.name("flat")
-    fc_w = b.init("fc_w", b.rng.normal(0, np.sqrt(1.0 / c), (classes, c)))
-    fc_b = b.init("fc_b", b.rng.normal(0, 0.01, classes))
-    b.nodes += [
-        helper.make_node("GlobalAveragePool", [x], [gap]),
-        helper.make_node("Flatten", [gap], [flat], axis=1),
-        helper.make_node("Gemm", [flat, fc_w, fc_b], ["logits"], transB=1),
-        helper.make_node("Softmax", ["logits"], ["probs"], axis=1),
-    ]
-    graph = helper.make_graph(
-        b.nodes,
-        name,
-        [helper.make_tensor_value_info("image", TensorProto.FLOAT, [1, in_channels, image, image])],
-        [
-            helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, classes]),
-            helper.make_tensor_value_info("probs", TensorProto.FLOAT, [1, classes]),
-        ],
-        b.inits,
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
-    onnx.checker.check_model(model)
-    return model
+    return _classifier(b, x, c, classes, name, (1, in_channels, image, image))
 
 
 def resnet18(seed: int = 0, image: int = 224):
