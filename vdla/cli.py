@@ -93,7 +93,7 @@ def counters_table(counters, cfg, title: str) -> Table:
 
 
 def _add_backend(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--backend", default="sim", help="sim (default) or rtl")
+    p.add_argument("--backend", default="sim", help="sim (default), rtl or pynq (on a board)")
     p.add_argument("--wave", help="rtl backend: dump an FST waveform of the run to this file")
 
 
