@@ -10,11 +10,9 @@ import numpy as np
 import pytest
 from test_pynq_board import add_program, expected
 
-from vdla.compiler.conv2d import compile_conv2d
 from vdla.config import load_config
 from vdla.experiments.resnet import layer_case, layer_specs
 from vdla.experiments.workloads import SUITE, alu_chain, matmul, padded_conv, store_stream
-from vdla.graph.oracle import conv2d_reference
 from vdla.isa import FinishInsn, MemInsn, MemType, assemble, encode_program
 from vdla.runtime import CycleLimitError, DeadlockError, Device, FaultError, RunError, TokenError
 from vdla.runtime.pynq_backend import BoardTimeoutError
@@ -33,17 +31,8 @@ def layers():
     out = {}
     for name in ("C5", "C11", "C12"):
         case = layer_case(name, specs[name], 0)
-        sp = case.spec
-        layer = compile_conv2d(
-            (sp.n, sp.c, sp.h, sp.w),
-            case.w,
-            stride=(sp.sh, sp.sw),
-            padding=sp.pad,
-            config=cfg,
-            vthreads=2,
-            **case.epilogue,
-        )
-        ref = conv2d_reference(case.x, case.w, sp, bias=case.bias, shift=case.shift, bounds=layer.epilogue.bounds)
+        layer = case.compile(cfg, vthreads=2)
+        ref = case.reference(layer.epilogue.bounds)
         out[name] = (layer, case.x, ref)
     return out
 

@@ -12,11 +12,9 @@ from pathlib import Path
 import numpy as np
 
 from vdla.compiler.cache import ScheduleCache
-from vdla.compiler.conv2d import compile_conv2d
 from vdla.compiler.epilogue import cycles_per_element
 from vdla.config import HwConfig, load_config
 from vdla.experiments.resnet import ExperimentError, LayerCase, layer_case, layer_specs
-from vdla.graph.oracle import conv2d_reference
 from vdla.runtime.device import Device
 
 
@@ -46,18 +44,9 @@ def run_layer(
 ) -> LayerRecord:
     """Compile and run one layer, check it against the numpy reference and derive its metrics."""
     sp = case.spec
-    layer = compile_conv2d(
-        (sp.n, sp.c, sp.h, sp.w),
-        case.w,
-        stride=(sp.sh, sp.sw),
-        padding=sp.pad,
-        config=cfg,
-        vthreads=vthreads,
-        cache=cache,
-        **case.epilogue,
-    )
+    layer = case.compile(cfg, vthreads=vthreads, cache=cache)
     run = layer.run(dev, case.x)
-    ref = conv2d_reference(case.x, case.w, sp, bias=case.bias, shift=case.shift, bounds=layer.epilogue.bounds)
+    ref = case.reference(layer.epilogue.bounds)
     c = run.counters
     ops = 2 * sp.macs
     search = layer.search

@@ -8,8 +8,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from vdla.compiler.conv2d import compile_conv2d
 from vdla.compiler.spec import Conv2dSpec
 from vdla.errors import VdlaError
+from vdla.graph.oracle import conv2d_reference
 
 
 class ExperimentError(VdlaError, ValueError):
@@ -49,6 +51,18 @@ class LayerCase:
     def epilogue(self) -> dict:
         """Keyword arguments of compile_conv2d for the layer's epilogue."""
         return {"bias": self.bias, "shift": self.shift, "relu": True}
+
+    def compile(self, config, **kwargs):
+        """The layer compiled with its geometry and epilogue (``kwargs``: vthreads, cache, ...)."""
+        sp = self.spec
+        shape = (sp.n, sp.c, sp.h, sp.w)
+        return compile_conv2d(
+            shape, self.w, stride=(sp.sh, sp.sw), padding=sp.pad, config=config, **kwargs, **self.epilogue
+        )
+
+    def reference(self, bounds: tuple[int, int] = (0, 127)) -> np.ndarray:
+        """The numpy result of the layer on its input (ReLU's bounds by default)."""
+        return conv2d_reference(self.x, self.w, self.spec, bias=self.bias, shift=self.shift, bounds=bounds)
 
 
 def layer_specs(model: str = "resnet18", batch: int = 1) -> dict[str, Conv2dSpec]:
