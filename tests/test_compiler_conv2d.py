@@ -72,6 +72,8 @@ EPILOGUES = {
     "residual-int32": {"residual": "int32", "shift": 9},
     "everything": {"bias": True, "multiplier": "per-channel", "shift": 14, "relu": True, "residual": "int8"},
     # 31-bit multipliers: the 64-bit product (acc ~2^17 x m ~2^30), rounded once by a shift beyond 31
+    # one power-of-two multiplier per channel: a plain rounding shift (no ALU pass)
+    "multiplier-power-of-two": {"bias": True, "multiplier": "pow2", "shift": 40},
     "multiplier-wide": {"bias": True, "multiplier": "wide", "shift": 40, "residual": "int32"},
     # a quantized model's residual add: the layer rounds to int8 at its scale, the sum at another
     "rescaled-residual": {
@@ -102,7 +104,9 @@ def test_epilogue_options(devices, cache, cfg, name):
     x, wt = rand(rng, (1, 24, 9, 10)), rand(rng, (20, 24, 3, 3))
     if opts.pop("bias", False):
         opts["bias"] = rng.integers(-100000, 100000, 20)
-    if opts.get("multiplier") == "wide":
+    if opts.get("multiplier") == "pow2":
+        opts["multiplier"] = np.full(20, 1 << 30)
+    elif opts.get("multiplier") == "wide":
         opts["multiplier"] = rng.integers(1 << 29, (1 << 31) - 1, 20)
     elif isinstance(opts.get("multiplier"), str):
         opts["multiplier"] = rng.integers(-300, 300, 20)
@@ -119,6 +123,8 @@ def test_epilogue_options(devices, cache, cfg, name):
     ref = conv2d_reference(x, wt, layer.spec, bounds=layer.epilogue.bounds, residual=res, **ref_opts)
     np.testing.assert_array_equal(out, ref)
     assert len(np.unique(out)) > 10  # the epilogue keeps a spread of values, not one saturated constant
+    if name == "multiplier-power-of-two":
+        assert layer.epilogue.multiplier == "none" and layer.epilogue.shift == 10
 
 
 @pytest.mark.parametrize("cfg", CONFIGS)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from vdla.compiler.cache import ScheduleCache
-from vdla.compiler.epilogue import multiplier_kind
+from vdla.compiler.epilogue import multiplier_kind, power_of_two_shift
 from vdla.compiler.schedule import ConvLowering, Schedule
 from vdla.compiler.search import SearchResult, build_stream, emit_program, search
 from vdla.compiler.spec import CompileError, Conv2dSpec, EpilogueSpec
@@ -75,6 +75,8 @@ class CompiledConv2d:
             raise CompileError(
                 f"weights must be int8 of shape {spec.weight_shape} (OIHW), got {weights.dtype} {weights.shape}"
             )
+        if rescale is None:
+            multiplier, shift = power_of_two_shift(multiplier, shift)
         mkind = multiplier_kind(multiplier, shift)
         self.epilogue = EpilogueSpec(
             bias=bias is not None,

@@ -34,6 +34,7 @@ import numpy as np
 from vdla.compiler.spec import CompileError, EpilogueSpec
 from vdla.config import Timing
 from vdla.isa import AluOp
+from vdla.isa.arith import MAX_SHIFT
 
 IMM_MIN, IMM_MAX = -(1 << 15), (1 << 15) - 1
 
@@ -76,6 +77,18 @@ def multiplier_kind(multiplier: int | np.ndarray, shift: int = 0) -> str:
         v = int(m)
         return "none" if v == 1 else "imm" if IMM_MIN <= v <= IMM_MAX and not shift else "row"
     return "row"
+
+
+def power_of_two_shift(multiplier, shift: int) -> tuple[int | np.ndarray, int]:
+    """``(1, shift - k)`` for one multiplier ``2^k`` with ``k <= shift`` and ``shift - k`` within the EPI/RSHR
+    range: ``mul_shift(x, 2^k, shift)`` is exactly ``rounding_shift(x, shift - k)``, which costs no ALU pass.
+    Anything else is returned as it is."""
+    m = np.asarray(multiplier)
+    if m.dtype.kind in "iu" and m.size and np.all(m == m.flat[0]) and int(m.flat[0]) > 0:
+        k = int(m.flat[0]).bit_length() - 1
+        if int(m.flat[0]) == 1 << k and k <= shift and shift - k <= MAX_SHIFT:
+            return 1, shift - k
+    return multiplier, shift
 
 
 def out_mode(epi: EpilogueSpec) -> OutMode:
