@@ -80,13 +80,13 @@ def multiplier_kind(multiplier: int | np.ndarray, shift: int = 0) -> str:
 
 
 def power_of_two_shift(multiplier, shift: int) -> tuple[int | np.ndarray, int]:
-    """``(1, shift - k)`` for one multiplier ``2^k`` with ``k <= shift`` and ``shift - k`` within the EPI/RSHR
+    """``(1, shift - k)`` for one scalar multiplier ``2^k`` with ``k <= shift`` and ``shift - k`` within the EPI/RSHR
     range: ``mul_shift(x, 2^k, shift)`` is exactly ``rounding_shift(x, shift - k)``, which costs no ALU pass.
     Anything else is returned as it is."""
     m = np.asarray(multiplier)
-    if m.dtype.kind in "iu" and m.size and np.all(m == m.flat[0]) and int(m.flat[0]) > 0:
-        k = int(m.flat[0]).bit_length() - 1
-        if int(m.flat[0]) == 1 << k and k <= shift and shift - k <= MAX_SHIFT:
+    if m.dtype.kind in "iu" and m.ndim == 0 and int(m) > 0:  # per-channel arrays keep their shape checks
+        k = int(m).bit_length() - 1
+        if int(m) == 1 << k and k <= shift and shift - k <= MAX_SHIFT:
             return 1, shift - k
     return multiplier, shift
 
