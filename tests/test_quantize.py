@@ -370,3 +370,36 @@ def test_cli_compiles_with_calibration(model, calib, tmp_path, capsys):
     np.savez(tmp_path / "bad.npz", images=calib[:4], other=calib[:4])
     assert main(["compile", str(tmp_path / "m.onnx"), "--calib", str(tmp_path / "bad.npz"), "-o", str(out)]) == 2
     assert "missing ['image']" in " ".join(capsys.readouterr().out.split())
+
+
+def test_residual_skips_share_their_sums_scale_and_run_on_the_accelerator(model, calib):
+    from vdla.frontend.onnx import import_onnx
+    from vdla.graph.passes import simplify
+
+    graph = simplify(import_onnx(model))
+    plan = plan_quantization(graph)
+    groups: dict[str, set[str]] = {}
+    for v, rep in plan.ties.items():
+        groups.setdefault(rep, set()).add(v)
+    assert groups and all(len(g) >= 2 for g in groups.values())
+    qgraph, report = quantize_model(graph, {"image": calib}, "entropy")
+    scale = {t.name: t.scale for t in report.tensors}
+    for members in groups.values():
+        assert len({scale[v] for v in members}) == 1, {v: scale[v] for v in members}
+    # the thresholds are the group's largest, so no member is clipped more than its own calibration says
+    alone, own_report = quantize_model(graph, {"image": calib}, "entropy", align_residuals=False)
+    own = {t.name: t.threshold for t in own_report.tensors}
+    for members in groups.values():
+        shared = next(t.threshold for t in report.tensors if t.name in members)
+        assert max(own[v] for v in members) == pytest.approx(shared)
+    low = lower_qdq(qgraph)
+    skips = [n for n in low.nodes if n.op == "mul" and n.output.endswith(":skip")]
+    assert not skips  # no rescaling of a skip: the epilogue adds the int8 skip as it is
+    assert [n for n in lower_qdq(alone).nodes if n.op == "mul" and n.output.endswith(":skip")]
+    art, _ = compile_graph_model(qgraph, "pynq")
+    cpu = [s for s in art.steps if s.kind == "cpu"]
+    art_sep, _ = compile_graph_model(alone, "pynq")
+    assert len(cpu) < len([s for s in art_sep.steps if s.kind == "cpu"])
+    module = Module(art, "sim")
+    for x in calibration_images(SHAPE, 2, seed=5):
+        np.testing.assert_array_equal(module.run(x[None])["logits"], evaluate(low, {"image": x[None]})["logits"])

@@ -10,8 +10,11 @@ Which values become int8 (the plan, :func:`plan_quantization`; structure only, n
   (symmetric int8 in [-127, 127], scale ``max|w[c]| / 127``), its bias to int32 at ``s_x * s_w[c]``;
 * an anchor's *epilogue chain* (the nodes that read only the previous one: a constant bias add, at most
   one residual add of a value computed before the anchor, then ReLU or a constant clip) ends in a value
-  quantized at its own calibrated scale: ReLU/clip fold into the epilogue's clamp, and the residual
-  add's other operand is quantized at its own scale and aligned to the output scale in the epilogue;
+  quantized at its own calibrated scale: ReLU/clip fold into the epilogue's clamp. With
+  ``align_residuals`` (the default) the residual add's other operand shares the sum's scale (the values
+  tied through residual adds form groups that take the largest threshold of their members), so the
+  epilogue adds the int8 skip as it is: one exact integer add, no rescaling of the skip. Without it the
+  skip keeps its own scale and is rescaled to the output scale (an int32 multiply on the CPU);
 * a max pool, reshape, transpose or ReLU (:data:`vdla.graph.qdq.COMMUTING`) of an int8 value keeps its
   scale (exact on int8: the lowering runs it on int8 directly);
 * everything else (and every node named in ``keep_float``) stays float32 on the CPU, reading dequantized
@@ -66,18 +69,29 @@ class QuantPlan:
 
     ``points`` maps each quantized value to the value whose calibrated scale it uses (itself, or for a
     max pool/reshape/transpose/ReLU of an int8 value, that value's source); ``chains`` maps each anchor
-    to the value its epilogue ends at.
+    to the value its epilogue ends at; ``ties`` maps each calibrated value to the representative of its
+    group of values that must share one scale (residual skips and their sums; itself when alone).
     """
 
     anchors: tuple[str, ...]
     chains: Mapping[str, str] = field(hash=False)
     points: Mapping[str, str] = field(hash=False)
     kept: tuple[str, ...] = ()
+    ties: Mapping[str, str] = field(default_factory=dict, hash=False)
 
     @property
     def calibrated(self) -> tuple[str, ...]:
         """The values whose scale calibration chooses."""
         return tuple(v for v, src in self.points.items() if v == src)
+
+    def shared_thresholds(self, thresholds: Mapping[str, float]) -> dict[str, float]:
+        """Each calibrated value's threshold raised to the largest of its tie group (so no member saturates
+        earlier than its own calibration says)."""
+        top: dict[str, float] = {}
+        for v, t in thresholds.items():
+            rep = self.ties.get(v, v)
+            top[rep] = max(top.get(rep, 0.0), t)
+        return {v: top[self.ties.get(v, v)] for v in thresholds}
 
 
 @dataclass(frozen=True)
@@ -152,8 +166,8 @@ def check_keep_float(graph: Graph, names: Iterable[str]) -> tuple[str, ...]:
 class _Planner:
     """Builds a :class:`QuantPlan` over one float graph."""
 
-    def __init__(self, graph: Graph, kept: tuple[str, ...]):
-        self.g, self.kept = graph, set(kept)
+    def __init__(self, graph: Graph, kept: tuple[str, ...], align_residuals: bool = True):
+        self.g, self.kept, self.align = graph, set(kept), align_residuals
         self.types = infer_types(graph)
         self.prod, self.cons = graph.producers(), graph.consumers()
         self.index = {n.output: i for i, n in enumerate(graph.nodes)}
@@ -206,10 +220,12 @@ class _Planner:
         anchors = [n for n in self.g.nodes if self.is_anchor(n)]
         chains: dict[str, str] = {}
         needed: set[str] = set()
+        pairs: list[tuple[str, str]] = []  # (skip, sum) of each residual add
         for a in anchors:
             end, skips = self.chain(a)
             chains[a.output] = end
             needed.update([a.inputs[0], end, *skips])
+            pairs += [(k, end) for k in skips]
         points: dict[str, str] = {v: v for v in self.g.inputs if v in needed}
         for node in self.g.nodes:
             src = node.inputs[0] if node.inputs else None
@@ -218,13 +234,33 @@ class _Planner:
                 points[node.output] = points[src]
             elif node.output in needed:
                 points[node.output] = node.output
-        return QuantPlan(tuple(a.output for a in anchors), chains, points, tuple(sorted(self.kept)))
+        ties = _tie_groups([(points[k], points[e]) for k, e in pairs]) if self.align else {}
+        return QuantPlan(tuple(a.output for a in anchors), chains, points, tuple(sorted(self.kept)), ties)
 
 
-def plan_quantization(graph: Graph, keep_float: Iterable[str] = ()) -> QuantPlan:
+def _tie_groups(pairs: list[tuple[str, str]]) -> dict[str, str]:
+    """Union of the pairs: each value that is in a pair -> its group's representative (the group's first
+    value in pair order)."""
+    parent: dict[str, str] = {}
+
+    def find(v: str) -> str:
+        parent.setdefault(v, v)
+        while parent[v] != v:
+            parent[v] = parent[parent[v]]
+            v = parent[v]
+        return v
+
+    for a, b in pairs:
+        ra, rb = find(a), find(b)
+        if ra != rb:
+            parent[rb] = ra
+    return {v: find(v) for v in parent}
+
+
+def plan_quantization(graph: Graph, keep_float: Iterable[str] = (), align_residuals: bool = True) -> QuantPlan:
     """The values of the float ``graph`` to quantize (see the module docstring); ``keep_float`` names nodes
-    (by their output) to leave in float32."""
-    return _Planner(graph, check_keep_float(graph, keep_float)).plan()
+    (by their output) to leave in float32; ``align_residuals`` gives each residual skip its sum's scale."""
+    return _Planner(graph, check_keep_float(graph, keep_float), align_residuals).plan()
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -359,10 +395,12 @@ def quantize_model(
     keep_float: Iterable[str] = (),
     runner: Runner | None = None,
     progress: Progress | None = None,
+    align_residuals: bool = True,
 ) -> tuple[Graph, QuantReport]:
     """Profile-guided quantization of a float ``graph`` (simplified: batch norms folded): calibrate on
     ``data`` (one float array per graph input, samples on the first axis), choose each value's scale by
-    ``method`` (``minmax``, ``percentile`` or ``entropy``) and rewrite into QDQ form.
+    ``method`` (``minmax``, ``percentile`` or ``entropy``), the values tied through residual adds sharing
+    their group's largest threshold when ``align_residuals``, and rewrite into QDQ form.
 
     Returns the QDQ graph (for :func:`vdla.graph.qdq.lower_qdq`) and the report. A value that is zero on
     every calibration sample gets scale ``1/127`` and a :class:`QuantizationWarning` naming it.
@@ -372,7 +410,7 @@ def quantize_model(
     if any(n.op in ("quantize", "dequantize") for n in graph.nodes):
         raise QuantizationError(f"graph {graph.name!r} is already quantized (QDQ): it keeps its own scales")
     check_params(graph)
-    plan = plan_quantization(graph, keep_float)
+    plan = plan_quantization(graph, keep_float, align_residuals)
     data = check_calibration(graph.inputs, data)
     samples = next(iter(data.values())).shape[0]
     stats = calibrate(graph, data, plan.points, runner, progress)
@@ -384,6 +422,7 @@ def quantize_model(
     ]
     for note in notes:
         warnings.warn(note, QuantizationWarning, stacklevel=2)
+    thresholds = plan.shared_thresholds(thresholds)
     scales = {v: (t if t > 0 else 1.0) / INT8_MAX for v, t in thresholds.items()}
     qgraph, layers = quantize_graph(graph, plan, scales)
     tensors = tuple(_tensor_quant(v, src, stats[v], thresholds[src], scales[src]) for v, src in plan.points.items())

@@ -531,6 +531,7 @@ def compile_model(
     keep_float: Iterable[str] = (),
     quant_report: str | Path | None = None,
     progress: Callable[[int, int], None] | None = None,
+    align_residuals: bool = True,
 ) -> tuple[Artifact, CompileReport]:
     """Compile an ONNX model (path or ``onnx.ModelProto``) or a :class:`Graph` to an artifact.
 
@@ -539,7 +540,8 @@ def compile_model(
     (:func:`vdla.graph.quantize.quantize_model`): scales by ``calibration`` (``minmax``, ``percentile`` at
     ``percentile``, or ``entropy``), the nodes named in ``keep_float`` left in float32, ``progress(done,
     total)`` called per calibration batch, the report in ``CompileReport.quantization`` and, with
-    ``quant_report``, written there as JSON. A QDQ model keeps its own scales: ``calib`` for one is
+    ``quant_report``, written there as JSON; ``align_residuals`` gives residual skips their sum's scale (an
+    exact int8 add in the epilogue). A QDQ model keeps its own scales: ``calib`` for one is
     refused. Without ``calib`` a float model runs in float on the CPU.
     """
     from vdla.graph.passes import simplify
@@ -564,7 +566,9 @@ def compile_model(
         runner = _calibration_runner(log or (lambda msg: None))
 
         def quantize(g: Graph) -> Graph:
-            qgraph, qreport = quantize_model(g, arrays, calibration, percentile, keep_float, runner, progress)
+            qgraph, qreport = quantize_model(
+                g, arrays, calibration, percentile, keep_float, runner, progress, align_residuals
+            )
             found.append(qreport)
             return qgraph
 

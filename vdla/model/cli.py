@@ -100,6 +100,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
             keep_float=_keep_float(args.keep_float),
             quant_report=args.report,
             progress=progress,
+            align_residuals=not args.separate_residual_scales,
         )
     artifact.save(out)
     if report.quantization is not None:
@@ -227,6 +228,12 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         help="nodes (named by their output) left in float32 on the CPU (with --calib; repeatable)",
     )
     p.add_argument("--report", metavar="quant.json", help="write the quantization report as JSON (with --calib)")
+    p.add_argument(
+        "--separate-residual-scales",
+        action="store_true",
+        help="give each residual skip its own scale, rescaled in int32 on the CPU (default with --calib: the skip "
+        "shares its sum's scale and the accelerator adds it exactly)",
+    )
     p.add_argument(
         "--input-shape",
         action="append",
