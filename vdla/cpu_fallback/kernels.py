@@ -25,6 +25,7 @@ from vdla.cpu_fallback.specs import (
     CpuConv2dSpec,
     CpuDenseSpec,
     GlobalAvgPoolSpec,
+    Im2colSpec,
     MatMulSpec,
     PackSpec,
     PadSpec,
@@ -452,6 +453,48 @@ def _pad(spec: PadSpec, kb: KernelBuilder) -> None:
                 fill(row, left + shape[-1], width)
             with otherwise:
                 fill(row, 0, width)
+
+
+@_emit.register
+def _im2col(spec: Im2colSpec, kb: KernelBuilder) -> None:
+    """One output plane per (image and input channel, kernel row, kernel column): the output rows and
+    columns whose tap falls inside the input (ranges from compile-time tables per kernel row and column)
+    copy input elements ``stride`` apart, the rest are zero."""
+    b, dt, (x,), y = kb.b, spec.x.dtype, kb.inputs, kb.out
+    n, c, h, w = spec.x.shape
+    oh_n, ow_n = spec.out.shape[2:]
+    win = spec.window
+    (kh_n, kw_n), sw, dw = win.kernel, win.stride[1], win.dilation[1]
+    rows = [_valid_taps(o, h, win, 0) for o in range(oh_n)]
+    cols = [_valid_taps(o, w, win, 1) for o in range(ow_n)]
+
+    def span(valid: list[tuple[int, ...]], k: int) -> tuple[int, int]:
+        """The output indices [lo, hi) where tap ``k`` is valid (a run: the window moves monotonically)."""
+        inside = [o for o, taps in enumerate(valid) if k in taps]
+        return (inside[0], inside[-1] + 1) if inside else (0, 0)
+
+    row_lo, row_hi = zip(*(span(rows, k) for k in range(kh_n)), strict=True)
+    col_lo, col_hi = zip(*(span(cols, k) for k in range(kw_n)), strict=True)
+    row_lo, row_hi, col_lo, col_hi = (kb.table(list(t)) for t in (row_lo, row_hi, col_lo, col_hi))
+    zero = ir.Constant(LL_TYPES[dt], 0)
+
+    def fill(start: ir.Value, stop: ir.Value) -> None:
+        with kb.loop(start, stop) as i:
+            kb.store(zero, dt, y, i)
+
+    with kb.loop(0, n * c) as nc, kb.loop(0, kh_n) as ky, kb.loop(0, kw_n) as kx:
+        r0, r1, c0, c1 = row_lo(ky), row_hi(ky), col_lo(kx), col_hi(kx)
+        plane = kb.linear([nc, ky, kx], [kh_n * kw_n * oh_n * ow_n, kw_n * oh_n * ow_n, oh_n * ow_n])
+        fill(plane, b.add(plane, b.mul(r0, i64(ow_n))))
+        with kb.loop(r0, r1) as oh:
+            row = b.add(plane, b.mul(oh, i64(ow_n)))
+            fill(row, b.add(row, c0))
+            src = _input_row(kb, win, oh, ky, b.mul(nc, i64(h * w)), w)
+            src = b.add(src, b.sub(b.mul(kx, i64(dw)), i64(win.pad_before(1))))
+            with kb.loop(c0, c1) as ow:
+                kb.store(kb.load(dt, x, b.add(src, b.mul(ow, i64(sw)))), dt, y, b.add(row, ow))
+            fill(b.add(row, c1), b.add(row, i64(ow_n)))
+        fill(b.add(plane, b.mul(r1, i64(ow_n))), b.add(plane, i64(oh_n * ow_n)))
 
 
 @_emit.register

@@ -17,6 +17,7 @@ from vdla.cpu_fallback.specs import (
     make_conv2d,
     make_dense,
     make_global_avg_pool,
+    make_im2col,
     make_matmul,
     make_pack,
     make_pad,
@@ -243,6 +244,13 @@ def pad(x: np.ndarray, pads: Sequence[tuple[int, int]], value: int | float = 0, 
     """Constant padding, ``pads[i] = (before, after)`` per axis."""
     x = _arr("pad", x)
     return _run(make_pad(TensorType.of(x, "pad"), pads, value), [x], out)
+
+
+def im2col(x: np.ndarray, kernel, stride=1, padding=0, dilation=1, *, out: Out = None) -> np.ndarray:
+    """NCHW -> (N, C*KH*KW, OH, OW): channel ``(c*KH + ky)*KW + kx`` is input channel ``c`` under kernel tap
+    ``(ky, kx)``, zero in the padding (``padding`` as :func:`vdla.graph.window.normalize_padding` takes it)."""
+    x = _arr("im2col", x)
+    return _run(make_im2col(TensorType.of(x, "im2col"), kernel, stride, padding, dilation), [x], out)
 
 
 def strided_slice(

@@ -15,6 +15,7 @@ from vdla.cpu_fallback.specs import (
     CpuConv2dSpec,
     CpuDenseSpec,
     GlobalAvgPoolSpec,
+    Im2colSpec,
     MatMulSpec,
     PackSpec,
     PadSpec,
@@ -83,6 +84,11 @@ def _(spec: ConcatSpec, *arrays: np.ndarray) -> np.ndarray:
 @reference.register
 def _(spec: PadSpec, x: np.ndarray) -> np.ndarray:
     return np.pad(x, spec.pads, constant_values=spec.value)
+
+
+@reference.register
+def _(spec: Im2colSpec, x: np.ndarray) -> np.ndarray:
+    return oracle.im2col(x, spec.window)
 
 
 @reference.register

@@ -17,6 +17,7 @@ from vdla.graph.ew import Arg, Const, EwStep, operand_fits, step_result_dtype
 from vdla.graph.layout import blocked_shape
 from vdla.graph.ops import (
     concat_type,
+    im2col_type,
     matmul_type,
     pad_type,
     pool_window,
@@ -187,6 +188,21 @@ def make_concat(inputs: tuple[TensorType, ...], axis: int) -> ConcatSpec:
 
 
 @dataclass(frozen=True)
+class Im2colSpec:
+    """NCHW -> (N, C*KH*KW, OH, OW): every kernel tap of every input channel becomes a channel, zero where
+    the tap falls in the padding (:func:`vdla.graph.ops.im2col_type`, :func:`vdla.graph.oracle.im2col`)."""
+
+    x: TensorType
+    window: Window
+    out: TensorType
+
+
+def make_im2col(x: TensorType, kernel, stride=1, padding=0, dilation=1) -> Im2colSpec:
+    win, out = im2col_type(x, kernel, stride, padding, dilation)
+    return Im2colSpec(x, win, out.plain)
+
+
+@dataclass(frozen=True)
 class PadSpec:
     """Constant padding: ``pads[i] = (before, after)`` for each axis."""
 
@@ -347,6 +363,7 @@ Spec = (
     | UnpackSpec
     | ConcatSpec
     | PadSpec
+    | Im2colSpec
     | SliceSpec
     | ResizeSpec
     | MatMulSpec
@@ -375,6 +392,7 @@ _OP_NAMES = {
     UnpackSpec: "unpack_blocked",
     ConcatSpec: "concat",
     PadSpec: "pad",
+    Im2colSpec: "im2col",
     SliceSpec: "slice",
     ResizeSpec: "resize",
     MatMulSpec: "matmul",

@@ -15,7 +15,7 @@ import numpy as np
 from vdla.graph import layout, oracle
 from vdla.graph.ew import EW_OPERANDS, node_steps
 from vdla.graph.graph import Graph, Node
-from vdla.graph.ops import infer_types, slice_type
+from vdla.graph.ops import im2col_type, infer_types, slice_type
 from vdla.graph.types import TensorType, UnsupportedError
 from vdla.graph.window import make_window
 
@@ -82,6 +82,15 @@ def _conv2d(node: Node, args: list[np.ndarray], out: TensorType) -> np.ndarray:
     )
     acc = oracle.conv2d(x, w, win, int(a.get("groups", 1)))
     return _accumulate_bias(acc, bias, (1, -1, 1, 1))
+
+
+@_register("im2col")
+def _im2col(node: Node, args: list[np.ndarray], out: TensorType) -> np.ndarray:
+    a = node.attrs
+    win, _ = im2col_type(
+        TensorType.of(args[0], "im2col"), a["kernel"], a.get("stride", 1), a.get("padding", 0), a.get("dilation", 1)
+    )
+    return oracle.im2col(args[0], win)
 
 
 @_register("dense")

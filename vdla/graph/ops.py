@@ -9,7 +9,7 @@ included; it raises :class:`~vdla.graph.types.UnsupportedError` naming the opera
 
 Invariants: conv2d/dense on int8 accumulate into int32 (no quantization on the accumulator); a
 quantized int8 tensor carries its :class:`~vdla.graph.types.Quant`; max pooling, ReLU, clip, reshape,
-transpose, slice, nearest resize and layout changes keep the quantization of their input.
+transpose, slice, nearest resize, im2col (per-tensor) and layout changes keep the quantization of their input.
 """
 
 from __future__ import annotations
@@ -371,6 +371,24 @@ def resize_type(x: TensorType, mode: str, coordinate_mode: str, nearest_mode: st
 def _resize(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarray]) -> TensorType:
     a = node.attrs
     return resize_type(inputs[0], a["mode"], a["coordinate_mode"], a["nearest_mode"], a["scales"], a["sizes"])
+
+
+def im2col_type(x: TensorType, kernel, stride=1, padding=0, dilation=1) -> tuple[Window, TensorType]:
+    """The window and output type of ``im2col`` of NCHW ``x``: (N, C*KH*KW, OH, OW), output channel
+    ``(c*KH + ky)*KW + kx`` holding input channel ``c`` under kernel tap ``(ky, kx)`` (the order of a
+    reshaped OIHW weight), zero where the tap falls in the padding; a per-tensor quantization is kept (a
+    per-axis one cannot follow the channels, so it is dropped)."""
+    _need("im2col", len(x.shape) == 4, f"expects an NCHW tensor, got shape {x.shape}")
+    win, (oh, ow) = make_window("im2col", x.shape[2:], kernel, stride, dilation, padding)
+    n, c = x.shape[:2]
+    q = x.quant if x.quant is not None and x.quant.axis is None else None
+    return win, TensorType((n, c * win.kernel[0] * win.kernel[1], oh, ow), x.dtype, q)
+
+
+@register("im2col", INJECTIVE, 1)
+def _im2col(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarray]) -> TensorType:
+    a = node.attrs
+    return im2col_type(inputs[0], a["kernel"], a.get("stride", 1), a.get("padding", 0), a.get("dilation", 1))[1]
 
 
 @register("pack_blocked", INJECTIVE, 1)

@@ -48,6 +48,16 @@ def conv2d(x: np.ndarray, w: np.ndarray, window: Window, groups: int = 1) -> np.
     return _accumulated(acc, x.dtype.kind in "iu")
 
 
+def im2col(x: np.ndarray, window: Window) -> np.ndarray:
+    """NCHW ``x`` -> (N, C*KH*KW, OH, OW): channel ``(c*KH + ky)*KW + kx`` is input channel ``c`` under
+    kernel tap ``(ky, kx)`` at every window position, zero in the padding. ``conv2d(x, w, window)`` equals
+    ``conv2d(im2col(x, window), w.reshape(O, -1, 1, 1))`` (a 1x1 convolution, stride 1, no padding)."""
+    n, c = x.shape[:2]
+    win = windows(x, window)  # (N, C, OH, OW, KH, KW)
+    oh, ow, kh, kw = win.shape[2:]
+    return np.ascontiguousarray(win.transpose(0, 1, 4, 5, 2, 3)).reshape(n, c * kh * kw, oh, ow)
+
+
 def dense(x: np.ndarray, w: np.ndarray) -> np.ndarray:
     """x (M, K) times w (N, K) transposed -> (M, N) accumulators: int32 for integer inputs, else float32."""
     return _accumulated(x.astype(np.float64) @ w.astype(np.float64).T, x.dtype.kind in "iu")

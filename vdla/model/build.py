@@ -4,7 +4,8 @@ Pipeline (each pass verified in debug mode, dumped with ``dump=DIR``):
 
 1. import (``vdla.frontend.onnx``) and simplification (identities, batch-norm folding, constants, dead
    code);
-2. QDQ lowering (``vdla.graph.qdq``): quantized layers become the accelerator's integer epilogue;
+2. QDQ lowering (``vdla.graph.qdq``): quantized layers become the accelerator's integer epilogue; a first
+   convolution over few channels becomes an im2col on the host and a 1x1 convolution (``vdla.graph.im2col``);
 3. fusion and partitioning (:func:`place`): the post-dominator fusion of ``vdla.graph.fusion`` groups
    each conv2d/dense with the ops that follow it; ``vdla.graph.partition`` offers every group to the
    accelerator, which runs a conv2d/dense and the epilogue chain it expresses (the rest of the group is
@@ -35,6 +36,7 @@ from vdla.graph import dump as gdump
 from vdla.graph.calibrate import DEFAULT_PERCENTILE
 from vdla.graph.fusion import EPILOGUE_ANCHORS, Group, fuse_ops
 from vdla.graph.graph import Graph, Node
+from vdla.graph.im2col import im2col_convs
 from vdla.graph.layout import blocked_shape
 from vdla.graph.ops import infer_types
 from vdla.graph.partition import ACCEL, Capability, Partition, partition
@@ -470,7 +472,9 @@ def compile_graph_model(
         return g
 
     graph = after("input", graph, time.perf_counter())
-    for name, fn in [*(passes or []), ("lower_qdq", lower_qdq)]:
+    # the first convolution's kernel window folded into its reduction (vdla.graph.im2col)
+    im2col = ("im2col", lambda g: im2col_convs(g, cfg.block_in))
+    for name, fn in [*(passes or []), ("lower_qdq", lower_qdq), im2col]:
         t0 = time.perf_counter()
         graph = after(name, fn(graph), t0)
     t0 = time.perf_counter()
