@@ -12,6 +12,7 @@ reduction runs over (channel, kernel row, kernel column), bit-exact against the 
 
 from __future__ import annotations
 
+import json
 import time
 
 import numpy as np
@@ -254,3 +255,35 @@ def test_resnet18_c1_packed_with_a_per_channel_multiplier_is_exact():
     efficiency = C1_MACS / (run.counters.cycles * 256)
     print(f"C1 packed, per-channel multiplier: {run.counters.cycles} cycles, {efficiency:.1%} of real MACs")
     assert efficiency >= 0.70
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The command line on a QDQ model from onnxruntime
+
+
+def test_cli_compiles_and_runs_a_qdq_model_with_a_packed_first_conv(tmp_path, capsys):
+    pytest.importorskip("onnx")
+    pytest.importorskip("onnxruntime")
+    from vdla.cli import main
+    from vdla.experiments.models import calibration_images, quantize_qdq, small_resnet
+    from vdla.frontend.onnx import import_onnx
+    from vdla.graph.passes import simplify
+
+    qdq = tmp_path / "small_qdq.onnx"
+    model = quantize_qdq(small_resnet(seed=0), calibration_images((3, 32, 32), 16, seed=1), path=qdq)
+    art = tmp_path / "small.vdla"
+    assert main(["compile", str(qdq), "-o", str(art), "--dump", str(tmp_path / "graphs")]) == 0
+    assert any("im2col" in p.name for p in (tmp_path / "graphs").iterdir())  # the pass's dump
+    x = calibration_images((3, 32, 32), 1, seed=9)
+    np.save(tmp_path / "x.npy", x)
+    args = ["run", str(art), "--input", str(tmp_path / "x.npy"), "--output", str(tmp_path / "y.npz")]
+    assert main([*args, "--json", str(tmp_path / "r.json"), "--backend", "sim"]) == 0
+    out = capsys.readouterr().out
+    assert "im2col" in out and "MACs on the accelerator: 100.00%" in out
+    report = json.loads((tmp_path / "r.json").read_text())
+    stem = next(s for s in report["steps"] if s["where"] == "accel")
+    assert stem["macs"] == 16 * 147 * 16 * 16  # the 7x7 stride-2 stem: 3 x 7 x 7 channels, 16x16 outputs
+    assert any("im2col" in s["op"] and s["cpu_ms"] > 0 for s in report["steps"] if s["where"] == "cpu")
+    ref = lower_qdq(simplify(import_onnx(model)))
+    want = evaluate(ref, {"image": x})["logits"]
+    np.testing.assert_array_equal(np.load(tmp_path / "y.npz")["logits"], want)
