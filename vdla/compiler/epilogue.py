@@ -10,10 +10,10 @@ for a pass with an immediate, ``alu_ii`` for a pass reading a second accumulator
 * passes, only those the layer needs, after the last GEMM::
 
       MUL row multiplier, shift                     (EPI req: the OUT mirror clamps)
-      MUL row multiplier, shift -> ADD residual -> CLIP     (otherwise: truncates)
+      MUL row multiplier, shift -> ADD residual     (EPI req, shift 0: the OUT mirror clamps the sum)
       MUL row multiplier, shift -> CLIP -> MUL row m_y, shift_y -> MUL residual by row m_k, shift_k
           -> ADD residual [-> RSHR frac -> CLIP]             (a rescaled residual; EPI req: shift frac)
-      [MUL imm multiplier] [-> RSHR shift] [-> ADD residual -> CLIP]
+      [MUL imm multiplier] [-> RSHR shift] [-> ADD residual] [-> CLIP, for bounds the mirror cannot clamp]
 
   A row multiplier's MUL forms the exact 64-bit product and rounds it right by the layer's shift in the
   same pass, so a requantization keeps a 31-bit multiplier whatever the accumulator's size; an
@@ -92,13 +92,16 @@ def power_of_two_shift(multiplier, shift: int) -> tuple[int | np.ndarray, int]:
 
 
 def out_mode(epi: EpilogueSpec) -> OutMode:
-    """Requantize in the OUT mirror when the final clamp is int8's, or ReLU's [0, 127], and no residual is
-    added after the shift (a row multiplier's MUL has already shifted)."""
+    """Requantize in the OUT mirror when the final clamp is int8's, or ReLU's [0, 127]: with the layer's shift
+    when nothing follows it, with shift 0 when the ALU passes shift and add a residual (the mirror then only
+    clamps), with ``frac`` after a rescaled residual."""
     relu = {(-128, 127): False, (0, 127): True}.get(tuple(epi.bounds))
-    if relu is None or (epi.residual and not epi.rescale):
+    if relu is None:
         return OutMode()
     if epi.rescale:
         return OutMode(req=True, relu=relu, shift=epi.rescale[4])
+    if epi.residual:  # the passes shift before the add; the mirror clamps the sum the last ADD writes
+        return OutMode(req=True, relu=relu)
     return OutMode(req=True, relu=relu, shift=0 if epi.multiplier == "row" else epi.shift)
 
 
@@ -111,13 +114,15 @@ def alu_passes(epi: EpilogueSpec, mul_imm: int = 1) -> tuple[AluPass, ...]:
         passes.append(AluPass(AluOp.MUL, imm=mul_imm))
     elif epi.multiplier == "row":
         passes.append(AluPass(AluOp.MUL, "mult", shift=epi.shift))
-    if out_mode(epi).req:
+    req = out_mode(epi).req
+    if req and not epi.residual:
         return tuple(passes)
     if epi.shift and epi.multiplier != "row":
         passes.append(AluPass(AluOp.RSHR, imm=epi.shift))
     if epi.residual:
         passes.append(AluPass(AluOp.ADD, "res"))
-    passes.append(AluPass(AluOp.CLIP, imm=clip_imm(*epi.bounds)))
+    if not req:
+        passes.append(AluPass(AluOp.CLIP, imm=clip_imm(*epi.bounds)))
     return tuple(passes)
 
 
