@@ -137,6 +137,63 @@ def cmd_roofline(args: argparse.Namespace) -> int:
     return 0 if all(r.correct for r in result.off + result.on) else 1
 
 
+def e2e_table(result) -> Table:
+    """The end-to-end table: each step's cycles, GEMM utilization, real-MAC efficiency and where it ran."""
+    t = Table(title=f"{result.model} end to end, config '{result.config}', backend {result.backend}")
+    for col in ("step", "op", "where", "MACs", "cycles", "GEMM util", "MAC eff.", "CPU ms", "note"):
+        t.add_column(col, justify="left" if col in ("step", "op", "where", "note") else "right")
+    for r in result.layers:
+        accel = r.where == "accel"
+        t.add_row(
+            r.name,
+            r.op,
+            r.where,
+            f"{r.macs:,}" if r.macs else "",
+            f"{r.cycles:,}" if accel else "",
+            f"{r.utilization:.1%}" if accel else "",
+            f"{r.mac_efficiency:.1%}" if accel and r.macs else "",
+            "" if accel else f"{r.cpu_ms:.2f}",
+            r.note,
+        )
+    return t
+
+
+def e2e_summary(result) -> str:
+    """Latency, compute bound and ratio in one paragraph."""
+    ok = "[green]bit-exact[/]" if result.correct else "[red]WRONG[/]"
+    return (
+        f"accelerator {result.cycles:,} cycles = {result.latency_ms:.2f} ms at {result.clock_mhz:g} MHz; "
+        f"compute bound {result.compute_bound_cycles:,} cycles; ratio {result.ratio:.3f}x; "
+        f"CPU steps {result.cpu_ms:.2f} ms; {result.accel_mac_share:.2%} of MACs on the accelerator; "
+        f"outputs {ok} against the CPU reference; run {result.wall_s:.2f} s wall "
+        f"(quantize {result.quantize_s:.1f} s, compile {result.compile_s:.1f} s)"
+    )
+
+
+def cmd_e2e(args: argparse.Namespace) -> int:
+    """`vdla e2e`: ResNet-18 quantized, compiled and run end to end (exit status 1 if not bit-exact)."""
+    from vdla.experiments.e2e import prepare, run_e2e
+
+    cache = None if args.no_cache else ScheduleCache()
+    results = []
+    for config in args.config or ["pynq"]:
+        with console.status(f"preparing ResNet-18 for '{config}'") as status:
+            prep = prepare(config, args.calib, args.seed, cache, log=status.update)
+        for backend in args.backend or ["sim"]:
+            steps = len(prep.artifact.steps)
+            with _progress(steps) as tick:
+                result = run_e2e(prep, backend, progress=lambda done, total, name: tick(name))
+            console.print(e2e_table(result))
+            console.print(e2e_summary(result))
+            results.append(result)
+    if args.json:
+        records = [r.to_dict() for r in results]
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(records[0] if len(records) == 1 else records, indent=2) + "\n")
+        console.print(f"wrote {args.json}")
+    return 0 if all(r.correct for r in results) else 1
+
+
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from vdla.experiments.workloads import calibrate, calibration_table
 
@@ -165,6 +222,15 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     _common(p)
     p.add_argument("--out", default="out", help="output directory (default: out)")
     p.set_defaults(func=cmd_roofline)
+
+    p = subparsers.add_parser("e2e", help="ResNet-18 end to end: quantize, compile, run, check; cycles vs the bound")
+    p.add_argument("--config", action="append", help="preset or JSON file (repeatable; default pynq)")
+    p.add_argument("--backend", action="append", choices=("sim", "rtl"), help="repeatable; default sim")
+    p.add_argument("--calib", type=int, default=8, help="seeded calibration images (default 8)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the weights and images")
+    p.add_argument("--no-cache", action="store_true", help="search every schedule again (nothing is cached)")
+    p.add_argument("--json", help="write the figures as JSON (one record, or a list for several runs)")
+    p.set_defaults(func=cmd_e2e)
 
     p = subparsers.add_parser("calibrate", help="compare the cycle model with the RTL on the calibration suite")
     p.add_argument("--config", default="pynq", help="preset or JSON file")

@@ -416,10 +416,11 @@ class ModelBuilder:
         verify(graph, after="partitioning (CPU region)")
         note = "; ".join(f"{k}: {v}" for k, v in notes.items() if k in defined)
         name = nodes[-1].output if nodes else f"convert {','.join(extra_outputs)}"
-        return CpuStep(name, graph, dram_inputs, dram_outputs, sum(_node_macs(n, self.types) for n in nodes), note)
+        return CpuStep(name, graph, dram_inputs, dram_outputs, sum(node_macs(n, self.types) for n in nodes), note)
 
 
-def _node_macs(node: Node, types: dict[str, TensorType]) -> int:
+def node_macs(node: Node, types: dict[str, TensorType]) -> int:
+    """Multiply-accumulates of a conv2d, dense or matmul node of the graph typed by ``types`` (0 for others)."""
     if node.op == "conv2d":
         n, oc, oh, ow = types[node.output].shape
         _, icg, kh, kw = types[node.inputs[1]].shape
