@@ -12,8 +12,9 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[all,dev]'
 	touch $(STAMP)
 
+# ResNet-18 end to end on the simulator (per-step table, latency, compute bound, ratio), then the roofline.
 demo: $(STAMP)
-	$(VENV)/bin/vdla layers --model resnet18 --backend sim --vthreads auto --json out/resnet18_layers.json
+	$(VENV)/bin/vdla e2e --backend sim --json out/resnet18_e2e.json
 	$(VENV)/bin/vdla roofline --backend sim --out out
 
 test: $(STAMP)
