@@ -70,6 +70,7 @@ class Alu:
     kernel: MicroKernel
     imm: int | None = None
     shift: int = 0  # a MUL reading the kernel's src rounds its 64-bit product right by this
+    reset: bool = False  # the destination reads as zero: ADD copies src (or writes imm)
 
 
 @dataclass(frozen=True, eq=False)
@@ -114,4 +115,6 @@ def emit_op(op: Op, cmd: CommandBuilder, buffers: Mapping[str, Buffer]) -> None:
         cmd.load_kernel(op.kernel.uops)
     else:
         k = op.kernel
-        cmd.alu(op.op, k.uops, k.iter_out, k.iter_in, k.factors(0), k.factors(1), imm=op.imm, shift=op.shift)
+        cmd.alu(
+            op.op, k.uops, k.iter_out, k.iter_in, k.factors(0), k.factors(1), imm=op.imm, reset=op.reset, shift=op.shift
+        )

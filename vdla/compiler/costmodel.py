@@ -51,7 +51,8 @@ def op_insn(op: Op) -> Insn:
     loop = {"uop_end": len(k.uops), "iter_out": k.iter_out, "iter_in": k.iter_in}
     if isinstance(op, Gemm):
         return GemmInsn(init=op.init, **loop)
-    return AluInsn(alu_opcode=op.op, use_imm=op.imm is not None, imm=op.shift if op.imm is None else op.imm, **loop)
+    imm = op.shift if op.imm is None else op.imm
+    return AluInsn(alu_opcode=op.op, use_imm=op.imm is not None, imm=imm, reset=op.reset, **loop)
 
 
 def op_cycles(op: Op, cfg: HwConfig) -> int:

@@ -252,8 +252,9 @@ def _global_avg_pool(spec: GlobalAvgPoolSpec, kb: KernelBuilder) -> None:
             )
             v = b.fdiv(total, ir.Constant(F32, float(hw)))
         else:
-            v = _round_div_int8(kb, kb.call(f"llvm.vector.reduce.add.v{lanes}i32", I32, b.load(acc)), hw)
-        kb.store(v, dt, y, nc)
+            v = kb.call(f"llvm.vector.reduce.add.v{lanes}i32", I32, b.load(acc))
+            v = _round_div_int8(kb, v, hw) if spec.mean else v
+        kb.store(v, spec.out.dtype, y, nc)
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -53,7 +53,7 @@ def _(spec: Pool2dSpec, x: np.ndarray) -> np.ndarray:
 
 @reference.register
 def _(spec: GlobalAvgPoolSpec, x: np.ndarray) -> np.ndarray:
-    return oracle.global_avg_pool(x)
+    return oracle.global_avg_pool(x) if spec.mean else oracle.global_sum_pool(x)
 
 
 @reference.register

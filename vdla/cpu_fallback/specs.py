@@ -89,17 +89,19 @@ def make_pool2d(
 
 @dataclass(frozen=True)
 class GlobalAvgPoolSpec:
-    """Mean over H and W of an NCHW tensor, output (N, C, 1, 1); int8 rounds half up."""
+    """Mean over H and W of an NCHW tensor, output (N, C, 1, 1); int8 rounds half up. Without ``mean``, the
+    int32 sum of an int8 tensor (``global_sum_pool``)."""
 
     x: TensorType
     out: TensorType
+    mean: bool = True
 
 
-def make_global_avg_pool(x: TensorType) -> GlobalAvgPoolSpec:
-    op = "global_avg_pool"
+def make_global_avg_pool(x: TensorType, mean: bool = True) -> GlobalAvgPoolSpec:
+    op = "global_avg_pool" if mean else "global_sum_pool"
     _need(op, len(x.shape) == 4, f"expects an NCHW tensor, got shape {x.shape}")
-    _need(op, x.dtype in ("int8", "float32"), f"dtype {x.dtype} is not supported (int8, float32)")
-    return GlobalAvgPoolSpec(x, TensorType((*x.shape[:2], 1, 1), x.dtype))
+    _need(op, x.dtype in ("int8", "float32") if mean else x.dtype == "int8", f"dtype {x.dtype} is not supported")
+    return GlobalAvgPoolSpec(x, TensorType((*x.shape[:2], 1, 1), x.dtype if mean else "int32"), mean)
 
 
 @dataclass(frozen=True)

@@ -101,6 +101,7 @@ SPEC_FACTORIES: dict[str, _Factory] = {
     "max_pool2d": lambda t, a: make_pool2d(t[0], "max", **a),
     "avg_pool2d": lambda t, a: make_pool2d(t[0], "avg", **a),
     "global_avg_pool": lambda t, a: make_global_avg_pool(t[0]),
+    "global_sum_pool": lambda t, a: make_global_avg_pool(t[0], mean=False),
     "softmax": lambda t, a: make_softmax(t[0], **a),
     "transpose": lambda t, a: make_transpose(t[0], **a),
     "pack_blocked": lambda t, a: make_pack(t[0], **a),

@@ -130,6 +130,7 @@ def _pool(kind: str) -> Eval:
 EVAL["max_pool2d"] = _pool("max")
 EVAL["avg_pool2d"] = _pool("avg")
 EVAL["global_avg_pool"] = lambda node, args, out: oracle.global_avg_pool(args[0])
+EVAL["global_sum_pool"] = lambda node, args, out: oracle.global_sum_pool(args[0])
 EVAL["softmax"] = lambda node, args, out: oracle.softmax(args[0], int(node.attrs.get("axis", -1)))
 EVAL["reshape"] = lambda node, args, out: args[0].reshape(out.shape)
 EVAL["transpose"] = lambda node, args, out: np.ascontiguousarray(args[0].transpose(node.attrs["perm"]))

@@ -240,6 +240,16 @@ def _global_avg_pool(node: Node, inputs: list[TensorType], params: Mapping[str, 
     return TensorType((*x.shape[:2], 1, 1), x.dtype, x.quant)
 
 
+@register("global_sum_pool", REDUCTION, 1)
+def _global_sum_pool(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarray]) -> TensorType:
+    """The int32 sum over H and W of an int8 NCHW tensor, (N, C, 1, 1): a quantized global average pool is
+    this sum times the requantizing multiplier (``vdla.graph.qdq``)."""
+    (x,) = inputs
+    _need("global_sum_pool", len(x.shape) == 4, f"expects an NCHW tensor, got shape {x.shape}")
+    _need("global_sum_pool", x.dtype == "int8", f"sums int8 into int32, got {x.dtype}")
+    return TensorType((*x.shape[:2], 1, 1), "int32")
+
+
 @register("softmax", OPAQUE, 1)
 def _softmax(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarray]) -> TensorType:
     (x,) = inputs

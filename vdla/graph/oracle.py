@@ -228,6 +228,11 @@ def global_avg_pool(x: np.ndarray) -> np.ndarray:
     )
 
 
+def global_sum_pool(x: np.ndarray) -> np.ndarray:
+    """Sum over H and W of int8 ``x`` as int32, keeping (N, C, 1, 1)."""
+    return x.astype(np.int64).sum(axis=(2, 3), keepdims=True).astype(np.int32)
+
+
 def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
     """Softmax of float ``x`` along ``axis``, computed in float64."""
     e = np.exp(x.astype(np.float64) - x.max(axis=axis, keepdims=True))

@@ -16,8 +16,12 @@ residual block ``quantize(add(dequantize(y_q), dequantize(skip_q)))`` after such
 ``add(mul(skip_q, m_k, shift=s_k))`` before the clip (the skip rescaled to the output scale; used as it
 is when the scales agree). The same for dense. A ``quantize(op(dequantize(x)))`` with one scale
 around a max pool, reshape, transpose or ReLU becomes ``op(x)`` on int8, and ``quantize(dequantize(x))``
-with the same scale becomes ``x``. Everything else stays in float with its quantize/dequantize nodes (the
-CPU fallback runs it exactly as written). Only symmetric int8 (zero point 0) is lowered.
+with the same scale becomes ``x``. ``quantize(global_avg_pool(dequantize(x)))`` becomes the integer average
+the accelerator's ALU runs, ``global_sum_pool(x) -> mul(m, shift=s) -> clip -> cast(int8)`` with
+``m / 2^s`` approximating ``s_x / (H*W*s_y)`` (the exact product rounded once, half up, where
+QuantizeLinear rounds the float mean half to even: within one step of it). Everything else stays in float
+with its quantize/dequantize nodes (the CPU fallback runs it exactly as written).
+Only symmetric int8 (zero point 0) is lowered.
 
 Invariant: the rewritten graph computes every kept value as the float-between-QDQ semantics does up to
 the multiplier's relative error of 2^-31 (a value within that of a rounding boundary may round the other
@@ -364,12 +368,36 @@ class _Rewriter:
         self.removed.update((inner.output, q.output))
         self.replace[q.output] = [Node(inner.op, (dq[0],), q.output, dict(inner.attrs))]
 
+    def lower_global_avg(self, q: Node) -> None:
+        """``quantize(global_avg_pool(dequantize(x)))``, per-tensor and symmetric -> ``global_sum_pool(x)``,
+        requantized by ``s_x / (H*W*s_y)``, clipped and cast to int8."""
+        qq = qparams(q, self.params)
+        inner = self.prod.get(q.inputs[0])
+        if qq is None or not qq.per_tensor or qq.zero_point != 0 or q.output in self.replace:
+            return
+        if inner is None or inner.op != "global_avg_pool" or self.only_consumer(inner.output) is not q:
+            return
+        dq = self.dq_of(inner.inputs[0])
+        if dq is None or self.types[dq[0]].dtype != "int8" or not dq[1].per_tensor:
+            return
+        _, _, h, w = self.types[dq[0]].shape
+        (m,), shift = choose_requantization(float(dq[1].scale[0]) / (h * w * float(qq.scale[0])))
+        base = q.output
+        self.removed.update((inner.output, q.output))
+        self.replace[q.output] = [
+            Node("global_sum_pool", (dq[0],), f"{base}:sum"),
+            Node("mul", (f"{base}:sum",), f"{base}:scaled", {"b": int(m), "shift": int(shift)}),
+            Node("clip", (f"{base}:scaled",), f"{base}:clipped", {"lo": INT8_MIN, "hi": INT8_MAX}),
+            Node("cast", (f"{base}:clipped",), base, {"dtype": "int8", "quant": (float(qq.scale[0]), 0)}),
+        ]
+
     def run(self) -> Graph:
         for node in self.g.nodes:
             if node.op in ("conv2d", "dense") and node.output not in self.removed:
                 self.lower_anchor(node)
         for node in self.g.nodes:
             if node.op == "quantize":
+                self.lower_global_avg(node)
                 self.lower_commuting(node)
         nodes: list[Node] = []
         for node in self.g.nodes:

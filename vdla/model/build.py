@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from vdla.compiler import CompileError, ScheduleCache, compile_conv2d
+from vdla.compiler.pool import PoolLowering, PoolSpec, compile_pool
 from vdla.compiler.search import emit_program
 from vdla.compiler.spec import Conv2dSpec
 from vdla.config import HwConfig, load_config
@@ -66,6 +67,81 @@ class AccelLayer:
     weights: np.ndarray  # OIHW int8
     kwargs: dict = field(default_factory=dict)
     residual: str | None = None
+
+
+POOL_ANCHORS = ("max_pool2d", "global_sum_pool")
+
+
+@dataclass(frozen=True)
+class PoolLayer:
+    """A pooling the accelerator's ALU runs (:mod:`vdla.compiler.pool`): the graph values it reads and
+    writes and its spec. A global average is ``global_sum_pool -> mul -> clip -> cast`` [-> reshape to
+    (N, C), which leaves the packed bytes as they are]."""
+
+    op: str
+    nodes: tuple[str, ...]
+    x: str
+    out: str
+    spec: PoolSpec
+    residual: None = None
+
+
+def _known_nonneg(value: str, graph: Graph) -> bool:
+    """Whether ``value`` is >= 0 by construction: a ReLU, or a clip with a non-negative lower bound (through
+    a cast)."""
+    node = graph.producers().get(value)
+    if node is not None and node.op == "cast":
+        node = graph.producers().get(node.inputs[0])
+    if node is None:
+        return False
+    lo = node.attrs.get("lo")
+    return node.op == "relu" or (node.op == "clip" and isinstance(lo, int) and lo >= 0)
+
+
+def match_pool(anchor: Node, graph: Graph, types: dict[str, TensorType], consumers, cfg: HwConfig) -> PoolLayer | str:
+    """The pooling layer anchored at ``anchor`` (a max pool, or a global sum with its requantization), or the
+    reason it stays on the CPU. A max pool pads with the int8 minimum unless its input is known >= 0."""
+    x = anchor.inputs[0]
+    if types[x].dtype != "int8":
+        return f"a {types[x].dtype} pool (the ALU pools int8 activations: quantize the model)"
+    a, shape = anchor.attrs, types[x].shape
+    try:
+        if anchor.op == "max_pool2d":
+            pad_min = not _known_nonneg(x, graph)
+            spec = PoolSpec.make(shape, a["kernel"], a.get("stride"), a.get("padding", 0), "max", pad_min=pad_min)
+            nodes = [anchor.output]
+        else:
+            chain = _requant_chain(anchor, graph, consumers)
+            if isinstance(chain, str):
+                return chain
+            nodes, (m, shift, lo, hi) = chain
+            spec = PoolSpec.global_avg(shape, m, shift, (lo, hi))
+        PoolLowering(spec, cfg).check_minimal()
+    except CompileError as e:
+        return str(e)
+    return PoolLayer(anchor.op, tuple(nodes), x, nodes[-1], spec)
+
+
+def _requant_chain(anchor: Node, graph: Graph, consumers) -> tuple[list[str], tuple[int, int, int, int]] | str:
+    """``global_sum_pool -> mul(m, shift) -> clip -> cast(int8)`` [-> reshape to (N, C)]: the node outputs and
+    (m, shift, lo, hi), or why not."""
+    outputs = set(graph.outputs)
+    want = ("mul", "clip", "cast", "reshape")
+    nodes, node = [anchor.output], _chain_next(anchor.output, consumers, outputs)
+    while node is not None and len(nodes) <= 4 and node.op == want[len(nodes) - 1] and node.inputs[0] == nodes[-1]:
+        nodes.append(node.output)
+        node = _chain_next(node.output, consumers, outputs)
+    by_op = {graph.producers()[v].op: graph.producers()[v] for v in nodes}
+    mul, clip, cast = by_op.get("mul"), by_op.get("clip"), by_op.get("cast")
+    if len(nodes) < 4 or "b" not in mul.attrs or np.ndim(mul.attrs["b"]) or cast.attrs.get("dtype") != "int8":
+        return "a global sum without its requantization (mul by a scalar, clip, cast to int8) runs on the CPU"
+    reshape = by_op.get("reshape")
+    if reshape is not None and len(reshape.attrs["shape"]) != 2:
+        nodes.pop()  # only the (N, C) view keeps the packed bytes
+    lo, hi = clip.attrs.get("lo"), clip.attrs.get("hi")
+    if not (isinstance(lo, int) and isinstance(hi, int)):
+        return "a global sum clipped to computed bounds"
+    return nodes, (int(mul.attrs["b"]), int(mul.attrs.get("shift", 0)), lo, hi)
 
 
 def _chain_next(value: str, consumers: dict[str, list[Node]], outputs: set[str]) -> Node | None:
@@ -177,11 +253,18 @@ def _accel_capability(
     """The accelerator's capability hook: a group anchored at a conv2d/dense is offered to
     :func:`match_accel`; the accelerator claims the anchor and the epilogue chain it expresses (the rest
     of the group goes to the CPU) when the compiler takes the layer's shape; the layer is kept in
-    ``found`` by its anchor's output."""
+    ``found`` by its anchor's output. A group anchored at a max pool or a global sum is offered to
+    :func:`match_pool`."""
     consumers = graph.consumers()
 
     def can(group: Group) -> str | tuple[str, ...]:
         anchor = group.anchor
+        if anchor.op in POOL_ANCHORS:
+            p = match_pool(anchor, graph, types, consumers, cfg)
+            if isinstance(p, PoolLayer):
+                found[anchor.output] = p
+                return p.nodes
+            return p
         if anchor.op not in EPILOGUE_ANCHORS:
             return f"{anchor.op} runs on the CPU"
         m = match_accel(anchor, graph, types, consumers, cfg)
@@ -208,7 +291,7 @@ def place(graph: Graph, types: dict[str, TensorType], cfg: HwConfig) -> Placemen
     for r in part.on(ACCEL):
         if set(layers[r.index].nodes) != {n.output for n in r.nodes}:
             raise CompileError(f"accelerator region {r.label} does not hold exactly its layer's nodes")
-    anchors = {n.output for n in graph.nodes if n.op in EPILOGUE_ANCHORS}
+    anchors = {n.output for n in graph.nodes if n.op in EPILOGUE_ANCHORS + POOL_ANCHORS}
     return Placement(part, layers, {v: why for v, why in part.notes().items() if v in anchors})
 
 
@@ -334,10 +417,44 @@ class ModelBuilder:
         outputs = {o: self.types[o] for o in self.g.outputs}
         return Artifact(cfg, inputs, outputs, steps, tensors, image, memory, {"model": self.g.name})
 
-    def compile_layer(self, layer: AccelLayer, dev: Device, addr: dict[str, int]) -> AccelStep:
+    def compile_layer(self, layer: AccelLayer | PoolLayer, dev: Device, addr: dict[str, int]) -> AccelStep:
         """Compile one accelerator layer and emit its instruction stream against the planned tensors."""
+        if isinstance(layer, PoolLayer):
+            return self.compile_pool(layer, dev, addr)
         compiled = compile_conv2d(layer.in_shape, layer.weights, config=self.cfg, cache=self.cache, **layer.kwargs)
-        low = compiled.lowering
+        insns, code = self.emit(layer, compiled.lowering, compiled.stream, compiled.constants, dev, addr)
+        sp = compiled.spec
+        desc = {
+            "op": layer.op,
+            "input": list(sp.out_shape[:1]) + [sp.c, sp.h, sp.w],
+            "output": list(sp.out_shape),
+            "kernel": [sp.kh, sp.kw],
+            "stride": [sp.sh, sp.sw],
+            "schedule": compiled.schedule.describe(),
+            "epilogue": compiled.epilogue.key(),
+        }
+        out = [self.pending[layer.out]]
+        return AccelStep(layer.out, code.addr, len(insns), sp.macs, self.accel_reads(layer), out, desc)
+
+    def compile_pool(self, layer: PoolLayer, dev: Device, addr: dict[str, int]) -> AccelStep:
+        """A pooling on the ALU (:mod:`vdla.compiler.pool`), its schedule timed on the simulator."""
+        compiled = compile_pool(layer.spec, self.cfg)
+        insns, code = self.emit(layer, compiled.lowering, compiled.stream, compiled.constants, dev, addr)
+        sp = layer.spec
+        desc = {
+            "op": "global_avg_pool" if layer.op == "global_sum_pool" else layer.op,
+            "input": list(sp.shape),
+            "output": list(sp.out_shape),
+            "kernel": list(sp.window.kernel),
+            "stride": list(sp.window.stride),
+            "schedule": compiled.schedule.describe(),
+            "epilogue": f"pad {'int8 min' if sp.pad_min else 'zero (input >= 0)'}" if sp.op == "max" else "requant",
+        }
+        out = [self.pending[layer.out]]
+        return AccelStep(layer.out, code.addr, len(insns), 0, self.accel_reads(layer), out, desc)
+
+    def emit(self, layer, low, stream, constants: dict, dev: Device, addr: dict[str, int]):
+        """The layer's instruction stream bound to its planned DRAM tensors and constants: (insns, code)."""
         need = low.tensor_bytes()
         tensors = {"inp": self.dram_tensor(layer.x, self.cfg.block_in), "out": self.pending[layer.out]}
         if layer.residual:
@@ -351,21 +468,10 @@ class ModelBuilder:
                     f"layer {layer.out!r}: {role} is {nbytes} bytes packed, the program expects {need[role]}"
                 )
             buffers[role] = Buffer(dev.dram, addr[t], nbytes)
-        for name, data in compiled.constants.items():
+        for name, data in constants.items():
             buffers[name] = dev.array(data)
-        insns = emit_program(low, compiled.stream, dev, buffers)
-        code = dev.array(np.frombuffer(encode_program(insns), np.uint8))
-        sp = compiled.spec
-        desc = {
-            "op": layer.op,
-            "input": list(sp.out_shape[:1]) + [sp.c, sp.h, sp.w],
-            "output": list(sp.out_shape),
-            "kernel": [sp.kh, sp.kw],
-            "stride": [sp.sh, sp.sw],
-            "schedule": compiled.schedule.describe(),
-            "epilogue": compiled.epilogue.key(),
-        }
-        return AccelStep(layer.out, code.addr, len(insns), sp.macs, self.accel_reads(layer), [tensors["out"]], desc)
+        insns = emit_program(low, stream, dev, buffers)
+        return insns, dev.array(np.frombuffer(encode_program(insns), np.uint8))
 
     def cpu_region(self, nodes, accel_needs, host_needs, accel_out, notes, extra_outputs=()) -> CpuStep:
         """A CPU step: ``nodes`` with unpacking of the accelerator outputs it reads and packing of the values
