@@ -8,8 +8,27 @@ implements the same timing (``benchmarks/calibration.py`` measures the agreement
 
 from __future__ import annotations
 
-from vdla.config import HwConfig
-from vdla.isa import AluInsn, EpiInsn, FinishInsn, GemmInsn, Insn, MemInsn, MemType, elem_bytes
+from vdla.config import HwConfig, Timing
+from vdla.isa import AluInsn, AluOp, EpiInsn, FinishInsn, GemmInsn, Insn, MemInsn, MemType, elem_bytes
+
+
+def alu_ii(t: Timing, op: AluOp, use_imm: bool, reset: bool = False) -> int:
+    """Cycles per uop-iteration of an ALU instruction: ``alu_ii`` when it reads ``ACC[src]`` as well as
+    ``ACC[dst]`` (one ACC read port) or is a MUL (two lanes share each multiplier), else 1.
+
+    A reset reads one row (``op(0, v)``) and a MUL with reset is 0 whatever ``v`` is, so resets take 1. The RTL
+    (``vdla_loop_seq``) issues by the same rule; the compiler's epilogue cost uses this function too.
+    """
+    if reset:
+        return 1
+    return t.alu_ii if not use_imm or op == AluOp.MUL else 1
+
+
+def alu_cycles(t: Timing, op: AluOp, use_imm: bool, reset: bool, iterations: int) -> int:
+    """Cycles of an ALU instruction: setup, ``alu_ii`` per iteration, the pipeline drain, and for a MUL that is
+    not a reset ``alu_mul_latency`` more (its upper lanes are multiplied one stage later)."""
+    mul = op == AluOp.MUL and not reset
+    return t.alu_setup + iterations * alu_ii(t, op, use_imm, reset) + t.alu_pipeline + mul * t.alu_mul_latency
 
 
 def burst_beats(addr: int, nbytes: int, bus_bytes: int, max_beats: int) -> tuple[int, int]:
@@ -49,9 +68,8 @@ class CycleModel:
         t = self.t
         if isinstance(insn, GemmInsn):
             return t.gemm_setup + insn.iterations + t.gemm_pipeline
-        if isinstance(insn, AluInsn):  # one ACC read port: a second operand costs alu_ii cycles per iteration
-            ii = 1 if insn.reset or insn.use_imm else t.alu_ii
-            return t.alu_setup + insn.iterations * ii + t.alu_pipeline
+        if isinstance(insn, AluInsn):
+            return alu_cycles(t, insn.alu_opcode, insn.use_imm, insn.reset, insn.iterations)
         if isinstance(insn, FinishInsn | EpiInsn) or (isinstance(insn, MemInsn) and insn.is_nop):
             return t.nop_cycles
         beats, bursts = transfer_shape(insn, self.cfg)

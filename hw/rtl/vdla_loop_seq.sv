@@ -1,9 +1,12 @@
 // The micro-op loop sequencer (S0) of GEMM and ALU instructions: latches the instruction, waits its
-// setup, then issues one micro-op read per cycle (a two-operand ALU instruction every ALU_II cycles)
-// over uop_bgn..uop_end-1 inside iter_in inside iter_out, with the outer and inner index offsets
+// setup, then issues one micro-op read per cycle over uop_bgn..uop_end-1 inside iter_in inside iter_out,
+// with the outer and inner index offsets
 //   dst_off = o * dst_factor_out + i * dst_factor_in   (likewise src and wgt).
-// After the last issue it drains the pipeline: done_o rises GEMM_PIPELINE + 1 cycles after the last
-// micro-op read (ALU: ALU_PIPELINE + 1, plus ALU_II - 1 for two operands). A halt stops it at once.
+// A slow ALU instruction issues every ALU_II cycles: one reading ACC[src] (two reads per iteration on the one
+// ACC read port) or a MUL that is not a reset (two lanes share each multiplier, vdla_alu); vdla.cycles
+// models the same rule. After the last issue it drains the pipeline: done_o rises GEMM_PIPELINE + 1 cycles
+// after the last micro-op read (ALU: ALU_PIPELINE + 1, plus ALU_II - 1 when slow, plus ALU_MUL_LATENCY for a
+// MUL that is not a reset: its extra stage). A halt stops it at once.
 module vdla_loop_seq (
   input  logic                        clk_i,
   input  logic                        rst_ni,
@@ -24,7 +27,7 @@ module vdla_loop_seq (
   output vdla_pkg::alu_op_e           alu_op_o,
   output logic                        use_imm_o,
   output logic [15:0]                 imm_o,
-  output logic                        two_op_o,  // an ALU instruction reading ACC[src]: ALU_II cycles apart
+  output logic                        two_op_o,  // an ALU instruction reading ACC[src] (a SRC slot per iteration)
   output logic                        done_o
 );
   typedef enum logic [1:0] {IDLE, RUN, DRAIN} state_e;
@@ -42,7 +45,7 @@ module vdla_loop_seq (
   logic [12:0] u_q;
   logic [13:0] o_q, i_q;
   // data: the instruction's loop bounds and factors, and the index offsets
-  logic        gemm_q, reset_q, init_q, use_imm_q, two_op_q;
+  logic        gemm_q, reset_q, init_q, use_imm_q, two_op_q, slow_q, mul_q;
   vdla_pkg::alu_op_e alu_op_q;
   logic [15:0] imm_q;
   logic [12:0] u_bgn_q;
@@ -89,7 +92,7 @@ module vdla_loop_seq (
           if (wait_q != '0) wait_q <= wait_q - 1'b1;
           if (phase_q != '0) phase_q <= phase_q - 1'b1;
           if (issue) begin
-            if (two_op_q) phase_q <= 8'(vdla_pkg::ALU_II - 1);
+            if (slow_q) phase_q <= 8'(vdla_pkg::ALU_II - 1);
             if (!u_last) begin
               u_q <= u_q + 1'b1;
             end else begin
@@ -101,10 +104,11 @@ module vdla_loop_seq (
                 o_q <= o_q + 1'b1;
               end
             end
-            // drain: the pipeline needs 5 cycles after the last read (GEMM), 3 or 4 (ALU)
+            // drain: the pipeline needs 5 cycles after the last read (GEMM), 3 to 5 (ALU)
             if (last_iter) begin
               wait_q <= 16'(gemm_q ? vdla_pkg::GEMM_PIPELINE
-                          : two_op_q ? vdla_pkg::ALU_PIPELINE + vdla_pkg::ALU_II - 1 : vdla_pkg::ALU_PIPELINE);
+                          : vdla_pkg::ALU_PIPELINE + (slow_q ? vdla_pkg::ALU_II - 1 : 0)
+                            + (mul_q ? vdla_pkg::ALU_MUL_LATENCY : 0));
             end
           end
         end
@@ -124,6 +128,9 @@ module vdla_loop_seq (
       use_imm_q <= insn_i.alu.use_imm;
       imm_q     <= insn_i.alu.imm;
       two_op_q  <= gemm.hdr.opcode == vdla_pkg::OP_ALU && !gemm.reset && !insn_i.alu.use_imm;
+      mul_q     <= gemm.hdr.opcode == vdla_pkg::OP_ALU && !gemm.reset && insn_i.alu.alu_opcode == vdla_pkg::ALU_MUL;
+      slow_q    <= gemm.hdr.opcode == vdla_pkg::OP_ALU && !gemm.reset
+                   && (!insn_i.alu.use_imm || insn_i.alu.alu_opcode == vdla_pkg::ALU_MUL);
       u_bgn_q   <= gemm.uop_bgn;
       u_end_q   <= gemm.uop_end;
       n_out_q   <= gemm.iter_out;

@@ -141,6 +141,9 @@ def _rescale_passes(epi: EpilogueSpec) -> tuple[AluPass, ...]:
 
 
 def cycles_per_element(epi: EpilogueSpec, timing: Timing, mul_imm: int = 1) -> int:
-    """Compute-stage cycles the epilogue's ALU passes take per accumulator element: one per pass with an
-    immediate, ``alu_ii`` per pass reading a second accumulator operand (init and requantization are free)."""
-    return sum(1 if p.imm is not None else timing.alu_ii for p in alu_passes(epi, mul_imm))
+    """Compute-stage cycles the epilogue's ALU passes take per accumulator element, by the cycle model's rule
+    (:func:`vdla.cycles.alu_ii`): one per pass with an immediate, ``alu_ii`` per pass reading a second
+    accumulator operand or multiplying (init and requantization are free)."""
+    from vdla.cycles import alu_ii
+
+    return sum(alu_ii(timing, p.op, use_imm=p.imm is not None) for p in alu_passes(epi, mul_imm))
