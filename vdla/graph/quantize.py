@@ -17,6 +17,8 @@ Which values become int8 (the plan, :func:`plan_quantization`; structure only, n
   skip keeps its own scale and is rescaled to the output scale (an int32 multiply on the CPU);
 * a max pool, reshape, transpose or ReLU (:data:`vdla.graph.qdq.COMMUTING`) of an int8 value keeps its
   scale (exact on int8: the lowering runs it on int8 directly);
+* a global average pool of an int8 value is quantized at its own calibrated scale (the lowering turns it
+  into the integer sum, multiplier and shift the accelerator's ALU runs);
 * everything else (and every node named in ``keep_float``) stays float32 on the CPU, reading dequantized
   values; a float value an anchor reads is quantized at its boundary.
 
@@ -56,6 +58,7 @@ from vdla.graph.qdq import COMMUTING
 from vdla.isa.arith import INT8_MAX
 
 ANCHORS = ("conv2d", "dense")
+REQUANTIZING = ("global_avg_pool",)  # of an int8 value: quantized at its own scale (an integer average)
 WEIGHT_MAX = INT8_MAX  # weights use the symmetric range [-127, 127]
 
 
@@ -232,6 +235,8 @@ class _Planner:
             commutes = node.op in COMMUTING and len(node.inputs) == 1 and node.output not in self.kept
             if commutes and src in points and node.output not in chains.values():
                 points[node.output] = points[src]
+            elif node.op in REQUANTIZING and src in points and node.output not in self.kept:
+                points[node.output] = node.output
             elif node.output in needed:
                 points[node.output] = node.output
         ties = _tie_groups([(points[k], points[e]) for k, e in pairs]) if self.align else {}
