@@ -38,3 +38,27 @@ def test_only_input_preparation_and_the_softmax_stay_on_the_cpu(record):
     assert record["cpu_ms"] == pytest.approx(sum(s["cpu_ms"] for s in cpu))
     ops = {op for s in cpu for op in s["op"].split("+")}
     assert not ops & {"max_pool2d", "global_avg_pool", "global_sum_pool", "conv2d", "dense"}
+
+
+def test_a_layer_too_big_for_the_buffers_is_named_with_the_limit():
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    from vdla.model.build import CompileError, compile_model
+
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array((rng.standard_normal((16, 16, 15, 15)) * 0.05).astype(np.float32), "w")
+    nodes = [
+        helper.make_node("Conv", ["image", "w"], ["y"], kernel_shape=[15, 15]),
+        helper.make_node("Relu", ["y"], ["out"]),
+    ]
+    x = helper.make_tensor_value_info("image", TensorProto.FLOAT, [1, 16, 40, 40])
+    y = helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 16, 26, 26])
+    model = helper.make_model(
+        helper.make_graph(nodes, "big", [x], [y], [w]), opset_imports=[helper.make_opsetid("", 13)]
+    )
+    calib = rng.standard_normal((4, 16, 40, 40)).astype(np.float32)
+    with pytest.raises(
+        CompileError, match=r"layer 'out:q' \(conv2d of a 1x16x40x40 input\): a 15x15 kernel needs 225 WGT"
+    ):
+        compile_model(model, calib={"image": calib}, config="osdi18")

@@ -400,7 +400,11 @@ class ModelBuilder:
                 continue
             if progress:
                 progress(s.out)
-            steps.append(self.compile_layer(s, dev, addr))
+            try:
+                steps.append(self.compile_layer(s, dev, addr))
+            except CompileError as e:
+                shape = "x".join(map(str, self.types[s.x].shape))
+                raise CompileError(f"layer {s.out!r} ({s.op} of a {shape} input): {e}") from e
         live = dev.dram._live.values()
         high = max(b.addr + b.nbytes for b in live) - dev.dram.base
         image = dev.dram.mem[:high].copy()
