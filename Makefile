@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-all test-pynq lint bench clean
+.PHONY: demo test test-all test-pynq check-fpga lint bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -41,6 +41,11 @@ $(PYNQ_STAMP): pyproject.toml
 
 test-pynq: $(PYNQ_STAMP)
 	$(PYNQ_PY) -m pytest -q -p no:cacheprovider tests_pynq
+
+# The Vivado flow of hw/fpga without Vivado: Tcl syntax, a run with Vivado's commands stubbed (tclsh from
+# Debian's tcl package), the files it names, and the block design against the RTL top's ports.
+check-fpga: $(STAMP)
+	$(PY) -m pytest -q tests/test_fpga_flow.py -rs
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -45,6 +45,8 @@ ipx::infer_bus_interface irq_o xilinx.com:signal:interrupt_rtl:1.0 $core
 ipx::infer_bus_interfaces xilinx.com:interface:aximm_rtl:1.0 $core
 ipx::associate_bus_interfaces -busif s_axil -clock clk_i $core
 ipx::associate_bus_interfaces -busif m_axi -clock clk_i $core
+# clk_i's reset is rst_ni: the AXI automation then drives it from the Processor System Reset (FCLK_RESET0_N)
+ipx::associate_bus_interfaces -clock clk_i -reset rst_ni $core
 set_property value ACTIVE_LOW [ipx::get_bus_parameters POLARITY -of_objects [ipx::get_bus_interfaces rst_ni -of_objects $core]]
 set_property value LEVEL_HIGH [ipx::get_bus_parameters SENSITIVITY -of_objects [ipx::get_bus_interfaces irq_o -of_objects $core]]
 ipx::create_xgui_files $core
