@@ -140,7 +140,7 @@ def cmd_roofline(args: argparse.Namespace) -> int:
 def e2e_table(result) -> Table:
     """The end-to-end table: each step's cycles, GEMM utilization, real-MAC efficiency and where it ran."""
     t = Table(title=f"{result.model} end to end, config '{result.config}', backend {result.backend}")
-    for col in ("step", "op", "where", "MACs", "cycles", "GEMM util", "MAC eff.", "CPU ms", "note"):
+    for col in ("step", "op", "where", "MACs", "cycles", "GEMM util", "MAC eff.", "fill/drain", "CPU ms", "note"):
         t.add_column(col, justify="left" if col in ("step", "op", "where", "note") else "right")
     for r in result.layers:
         accel = r.where == "accel"
@@ -152,6 +152,7 @@ def e2e_table(result) -> Table:
             f"{r.cycles:,}" if accel else "",
             f"{r.utilization:.1%}" if accel else "",
             f"{r.mac_efficiency:.1%}" if accel and r.macs else "",
+            f"{r.idle_head:,}/{r.idle_tail:,}" if accel and r.idle_head is not None else "",
             "" if accel else f"{r.cpu_ms:.2f}",
             r.note,
         )
@@ -161,10 +162,12 @@ def e2e_table(result) -> Table:
 def e2e_summary(result) -> str:
     """Latency, compute bound and ratio in one paragraph."""
     ok = "[green]bit-exact[/]" if result.correct else "[red]WRONG[/]"
+    idle = result.idle_between_layers
+    fill = "" if idle is None else f"fill and drain between layers {idle:,} cycles ({idle / result.cycles:.1%}); "
     return (
         f"accelerator {result.cycles:,} cycles = {result.latency_ms:.2f} ms at {result.clock_mhz:g} MHz; "
         f"compute bound {result.compute_bound_cycles:,} cycles; ratio {result.ratio:.3f}x; "
-        f"CPU steps {result.cpu_ms:.2f} ms; {result.accel_mac_share:.2%} of MACs on the accelerator; "
+        f"CPU steps {result.cpu_ms:.2f} ms; {result.accel_mac_share:.2%} of MACs on the accelerator; {fill}"
         f"outputs {ok} against the CPU reference; run {result.wall_s:.2f} s wall "
         f"(quantize {result.quantize_s:.1f} s, compile {result.compile_s:.1f} s)"
     )

@@ -55,6 +55,8 @@ class StepRecord:
     cpu_ms: float
     schedule: str = ""
     note: str = ""
+    idle_head: int | None = None  # cycles before the first GEMM/ALU (pipeline fill), from the timeline
+    idle_tail: int | None = None  # cycles after the last GEMM/ALU (drain)
 
 
 @dataclass
@@ -77,6 +79,15 @@ class E2EResult:
     max_abs_prob_diff: float = 0.0
 
     @property
+    def idle_between_layers(self) -> int | None:
+        """Cycles the compute stage waits at the layers' starts and ends (fill and drain), None without a
+        timeline."""
+        steps = [r for r in self.layers if r.where == "accel"]
+        if not steps or any(r.idle_head is None for r in steps):
+            return None
+        return sum(r.idle_head + r.idle_tail for r in steps)
+
+    @property
     def ratio(self) -> float:
         return self.cycles / self.compute_bound_cycles
 
@@ -88,6 +99,7 @@ class E2EResult:
     def to_dict(self) -> dict:
         d = asdict(self)
         d.update(ratio=self.ratio, latency_ms=self.latency_ms, end_to_end_ms=self.latency_ms + self.cpu_ms)
+        d.update(idle_between_layers=self.idle_between_layers)
         return d
 
 
@@ -135,16 +147,26 @@ def reference_macs(graph: Graph) -> int:
     return sum(node_macs(n, types) for n in graph.nodes)
 
 
+def fill_and_drain(result) -> tuple[int | None, int | None]:
+    """(cycles before the first GEMM/ALU, cycles after the last) of one accelerator run with a timeline."""
+    work = [e for e in (result.timeline or []) if e.stage == "compute" and e.label.split()[0].upper() in WORK]
+    if not work:
+        return None, None
+    return min(e.start for e in work), result.counters.cycles - max(e.end for e in work)
+
+
+WORK = ("GEMM", "ALU")
+
+
 def _records(report: RunReport, artifact: Artifact, macs_per_cycle: int) -> list[StepRecord]:
     out = []
     for s, step in zip(report.steps, artifact.steps, strict=True):
         layer = getattr(step, "layer", {}) or {}
         eff = s.macs / (s.cycles * macs_per_cycle) if s.cycles else 0.0
-        out.append(
-            StepRecord(
-                s.name, s.op, s.where, s.macs, s.cycles, s.utilization, eff, s.cpu_ms, layer.get("schedule", ""), s.note
-            )
-        )
+        head, tail = fill_and_drain(s.result) if s.result is not None else (None, None)
+        rec = StepRecord(s.name, s.op, s.where, s.macs, s.cycles, s.utilization, eff, s.cpu_ms)
+        rec.schedule, rec.note, rec.idle_head, rec.idle_tail = layer.get("schedule", ""), s.note, head, tail
+        out.append(rec)
     return out
 
 
@@ -152,16 +174,19 @@ def run_e2e(
     prep: Prepared,
     backend: str = "sim",
     progress: Callable[[int, int, str], None] | None = None,
+    timeline: bool | None = None,
     **options,
 ) -> E2EResult:
-    """One inference of ``prep`` on ``backend`` (``sim``, ``rtl``), checked against the CPU reference."""
+    """One inference of ``prep`` on ``backend`` (``sim``, ``rtl``), checked against the CPU reference; with
+    ``timeline`` (default: on the simulator, where it costs nothing) each accelerator step's fill and drain
+    cycles are measured."""
     from vdla.graph.interp import evaluate
 
     cfg = prep.config
     module = Module(prep.artifact, backend, **options)
     try:
         t0 = time.perf_counter()
-        got = module.run(prep.image, progress=progress)
+        got = module.run(prep.image, progress=progress, timeline=backend == "sim" if timeline is None else timeline)
         wall = time.perf_counter() - t0
         report = module.last_report
     finally:
