@@ -404,3 +404,26 @@ def test_residual_skips_share_their_sums_scale_and_run_on_the_accelerator(model,
     module = Module(art, "sim")
     for x in calibration_images(SHAPE, 2, seed=5):
         np.testing.assert_array_equal(module.run(x[None])["logits"], evaluate(low, {"image": x[None]})["logits"])
+
+
+def test_power_of_two_scales_make_every_requantization_a_shift(model, calib, float_logits):
+    from vdla.frontend.onnx import import_onnx
+    from vdla.graph.passes import simplify
+
+    qgraph, report = quantize_model(simplify(import_onnx(model)), {"image": calib}, "entropy", power_of_two=True)
+    assert report.power_of_two and report.to_dict()["power_of_two"] is True
+    for t in report.tensors:
+        assert math.log2(t.scale) == round(math.log2(t.scale)), t
+        assert t.threshold == pytest.approx(t.scale * 127)
+    for layer in report.layers:
+        assert layer.weight_scale_min == layer.weight_scale_max  # one scale per weight tensor
+        assert math.log2(layer.weight_scale_min) == round(math.log2(layer.weight_scale_min))
+    art, _ = compile_graph_model(qgraph, "pynq")
+    convs = [s for s in art.steps if s.kind == "accel" and s.layer.get("op") in ("conv2d", "dense")]
+    assert convs and all("mnone" in s.layer["epilogue"] for s in convs)  # no multiplier pass anywhere
+    module, low = Module(art, "sim"), lower_qdq(qgraph)
+    for x in calibration_images(SHAPE, 2, seed=3):
+        np.testing.assert_array_equal(module.run(x[None])["logits"], evaluate(low, {"image": x[None]})["logits"])
+    step = next(t.scale for t in report.tensors if t.name == "logits")
+    cos, _ = _agreement(module, *float_logits, step)
+    assert cos.mean() >= 0.99, cos.mean()  # coarser than per-channel scales, still tracking the float model

@@ -139,7 +139,9 @@ def cmd_roofline(args: argparse.Namespace) -> int:
 
 def e2e_table(result) -> Table:
     """The end-to-end table: each step's cycles, GEMM utilization, real-MAC efficiency and where it ran."""
-    t = Table(title=f"{result.model} end to end, config '{result.config}', backend {result.backend}")
+    t = Table(
+        title=f"{result.model} end to end, config '{result.config}', backend {result.backend}, {result.scales} scales"
+    )
     for col in ("step", "op", "where", "MACs", "cycles", "GEMM util", "MAC eff.", "fill/drain", "CPU ms", "note"):
         t.add_column(col, justify="left" if col in ("step", "op", "where", "note") else "right")
     for r in result.layers:
@@ -181,7 +183,7 @@ def cmd_e2e(args: argparse.Namespace) -> int:
     results = []
     for config in args.config or ["pynq"]:
         with console.status(f"preparing ResNet-18 for '{config}'") as status:
-            prep = prepare(config, args.calib, args.seed, cache, log=status.update)
+            prep = prepare(config, args.calib, args.seed, cache, log=status.update, power_of_two=args.power_of_two)
         for backend in args.backend or ["sim"]:
             steps = len(prep.artifact.steps)
             with _progress(steps) as tick:
@@ -231,6 +233,11 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--backend", action="append", choices=("sim", "rtl"), help="repeatable; default sim")
     p.add_argument("--calib", type=int, default=8, help="seeded calibration images (default 8)")
     p.add_argument("--seed", type=int, default=0, help="seed of the weights and images")
+    p.add_argument(
+        "--power-of-two",
+        action="store_true",
+        help="quantize with power-of-two scales (VTA's scheme: free requantization)",
+    )
     p.add_argument("--no-cache", action="store_true", help="search every schedule again (nothing is cached)")
     p.add_argument("--json", help="write the figures as JSON (one record, or a list for several runs)")
     p.set_defaults(func=cmd_e2e)

@@ -39,6 +39,7 @@ class Prepared:
     image: np.ndarray  # (1, 3, 224, 224) float32
     compile_seconds: float
     quantize_seconds: float
+    scales: str = "per-channel"  # the quantization scheme: "per-channel" or "power-of-two"
 
 
 @dataclass
@@ -66,6 +67,7 @@ class E2EResult:
     model: str
     config: str
     backend: str
+    scales: str
     clock_mhz: float
     cycles: int
     compute_bound_cycles: int
@@ -115,8 +117,10 @@ def prepare(
     seed: int = 0,
     cache: ScheduleCache | None = None,
     log: Callable[[str], None] | None = None,
+    power_of_two: bool = False,
 ) -> Prepared:
-    """Build, quantize (entropy thresholds on ``calib`` seeded images) and compile the seeded ResNet-18."""
+    """Build, quantize (entropy thresholds on ``calib`` seeded images; per-channel weight scales, or with
+    ``power_of_two`` VTA's power-of-two scales) and compile the seeded ResNet-18."""
     from vdla.experiments.models import calibration_images, resnet18
     from vdla.frontend.onnx import import_onnx
     from vdla.graph.passes import simplify
@@ -129,13 +133,15 @@ def prepare(
     log("building and quantizing ResNet-18")
     graph = simplify(import_onnx(resnet18(seed=seed)))
     images = calibration_images(INPUT_SHAPE, calib, seed=seed + 1)
-    qgraph, _ = quantize_model(graph, {"image": images}, "entropy", runner=_calibration_runner(log))
+    runner = _calibration_runner(log)
+    qgraph, _ = quantize_model(graph, {"image": images}, "entropy", runner=runner, power_of_two=power_of_two)
     quantize_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     artifact, _ = compile_graph_model(qgraph, cfg, cache, log=log)
     compile_s = time.perf_counter() - t0
     image = calibration_images(INPUT_SHAPE, 1, seed=seed + 9)
-    return Prepared(cfg, artifact, _reference_graph(qgraph), image, compile_s, quantize_s)
+    scheme = "power-of-two" if power_of_two else "per-channel"
+    return Prepared(cfg, artifact, _reference_graph(qgraph), image, compile_s, quantize_s, scheme)
 
 
 def reference_macs(graph: Graph) -> int:
@@ -200,6 +206,7 @@ def run_e2e(
         model="resnet18",
         config=cfg.name,
         backend=backend,
+        scales=prep.scales,
         clock_mhz=cfg.clock_mhz,
         cycles=report.accel_cycles,
         compute_bound_cycles=-(-total_macs // per_cycle),

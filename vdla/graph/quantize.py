@@ -134,6 +134,7 @@ class QuantReport:
     layers: tuple[LayerQuant, ...]
     kept_float: tuple[str, ...]
     warnings: tuple[str, ...]
+    power_of_two: bool = False
 
     def to_dict(self) -> dict:
         return {
@@ -144,6 +145,7 @@ class QuantReport:
             "layers": [asdict(layer) for layer in self.layers],
             "kept_float": list(self.kept_float),
             "warnings": list(self.warnings),
+            "power_of_two": self.power_of_two,
         }
 
 
@@ -282,21 +284,29 @@ def check_params(graph: Graph) -> None:
                 raise QuantizationError(f"{node.op} {node.output!r} ({role} {name!r}): NaN or infinite values")
 
 
-def weight_scales(w: np.ndarray, where: str) -> np.ndarray:
+def weight_scales(w: np.ndarray, where: str, power_of_two: bool = False) -> np.ndarray:
     """Per-output-channel symmetric scales ``max|w[c]| / 127`` (float32); an all-zero channel takes the
-    largest scale of the others (any scale represents it)."""
+    largest scale of the others (any scale represents it). With ``power_of_two`` one scale for the whole
+    tensor, the power of two at or above ``max|w| / 127`` (:func:`pow2_scale`)."""
     if not np.all(np.isfinite(w)):
         raise QuantizationError(f"{where}: the weights have NaN or infinite values")
     absmax = np.abs(w.reshape(w.shape[0], -1)).max(axis=1).astype(np.float64)
     fallback = absmax.max() if absmax.max() > 0 else 1.0
+    if power_of_two:
+        return np.full(w.shape[0], pow2_scale(fallback / WEIGHT_MAX), np.float32)
     return (np.where(absmax > 0, absmax, fallback) / WEIGHT_MAX).astype(np.float32)
+
+
+def pow2_scale(scale: float) -> float:
+    """The smallest power of two >= ``scale`` (> 0): a scale no value saturates at earlier than at ``scale``."""
+    return float(2.0 ** np.ceil(np.log2(scale)))
 
 
 class _Rewriter:
     """Rebuilds the node list once with quantize/dequantize nodes (see the module docstring)."""
 
-    def __init__(self, graph: Graph, plan: QuantPlan, scales: Mapping[str, float]):
-        self.g, self.plan = graph, plan
+    def __init__(self, graph: Graph, plan: QuantPlan, scales: Mapping[str, float], power_of_two: bool = False):
+        self.g, self.plan, self.power_of_two = graph, plan, power_of_two
         self.scale = {v: float(np.float32(scales[src])) for v, src in plan.points.items()}
         self.params = dict(graph.params)
         self.taken = set(graph.inputs) | set(graph.params) | {n.output for n in graph.nodes}
@@ -324,7 +334,7 @@ class _Rewriter:
         """Dequantize nodes of the int8 weights and int32 bias, and the anchor's new inputs."""
         w = self.g.params[node.inputs[1]]
         where = f"{node.op} {node.output!r} (weights {node.inputs[1]!r})"
-        s_w = weight_scales(w, where)
+        s_w = weight_scales(w, where, self.power_of_two)
         shaped = s_w.reshape((-1,) + (1,) * (w.ndim - 1))
         w_q = np.clip(np.rint(w / shaped), -WEIGHT_MAX, WEIGHT_MAX).astype(np.int8)
         base = node.output
@@ -378,13 +388,16 @@ class _Rewriter:
         return self.g.copy(nodes=nodes, params=self.params)
 
 
-def quantize_graph(graph: Graph, plan: QuantPlan, scales: Mapping[str, float]) -> tuple[Graph, list[LayerQuant]]:
+def quantize_graph(
+    graph: Graph, plan: QuantPlan, scales: Mapping[str, float], power_of_two: bool = False
+) -> tuple[Graph, list[LayerQuant]]:
     """The QDQ form of the float ``graph`` under ``plan`` with ``scales`` (one positive scale per value in
-    ``plan.calibrated``), and a summary of each anchor's weights."""
+    ``plan.calibrated``), and a summary of each anchor's weights; ``power_of_two`` quantizes each weight tensor
+    at one power-of-two scale (the activation scales are the caller's)."""
     bad = {v: scales.get(v) for v in plan.calibrated if not (scales.get(v) or 0) > 0}
     if bad:
         raise QuantizationError(f"scales must be positive for every calibrated value, got {bad}")
-    rw = _Rewriter(graph, plan, scales)
+    rw = _Rewriter(graph, plan, scales, power_of_two)
     return rw.run(), rw.layers
 
 
@@ -401,11 +414,15 @@ def quantize_model(
     runner: Runner | None = None,
     progress: Progress | None = None,
     align_residuals: bool = True,
+    power_of_two: bool = False,
 ) -> tuple[Graph, QuantReport]:
     """Profile-guided quantization of a float ``graph`` (simplified: batch norms folded): calibrate on
     ``data`` (one float array per graph input, samples on the first axis), choose each value's scale by
     ``method`` (``minmax``, ``percentile`` or ``entropy``), the values tied through residual adds sharing
-    their group's largest threshold when ``align_residuals``, and rewrite into QDQ form.
+    their group's largest threshold when ``align_residuals``, and rewrite into QDQ form. ``power_of_two`` is
+    the scheme of TVM's VTA: every scale a power of two (activations rounded up from their threshold, weights
+    one scale per tensor), so each requantization is a plain rounding shift, free in the accelerator's
+    epilogue, at some cost in accuracy against per-channel weight scales.
 
     Returns the QDQ graph (for :func:`vdla.graph.qdq.lower_qdq`) and the report. A value that is zero on
     every calibration sample gets scale ``1/127`` and a :class:`QuantizationWarning` naming it.
@@ -429,9 +446,13 @@ def quantize_model(
         warnings.warn(note, QuantizationWarning, stacklevel=2)
     thresholds = plan.shared_thresholds(thresholds)
     scales = {v: (t if t > 0 else 1.0) / INT8_MAX for v, t in thresholds.items()}
-    qgraph, layers = quantize_graph(graph, plan, scales)
+    if power_of_two:
+        scales = {v: pow2_scale(sc) for v, sc in scales.items()}
+    qgraph, layers = quantize_graph(graph, plan, scales, power_of_two)
+    if power_of_two:  # the threshold the power-of-two scale actually clips at
+        thresholds = {v: scales[v] * INT8_MAX for v in thresholds}
     tensors = tuple(_tensor_quant(v, src, stats[v], thresholds[src], scales[src]) for v, src in plan.points.items())
-    report = QuantReport(method, percentile, samples, tensors, tuple(layers), plan.kept, tuple(notes))
+    report = QuantReport(method, percentile, samples, tensors, tuple(layers), plan.kept, tuple(notes), power_of_two)
     return qgraph, report
 
 

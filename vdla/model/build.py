@@ -647,6 +647,7 @@ def compile_model(
     quant_report: str | Path | None = None,
     progress: Callable[[int, int], None] | None = None,
     align_residuals: bool = True,
+    power_of_two: bool = False,
 ) -> tuple[Artifact, CompileReport]:
     """Compile an ONNX model (path or ``onnx.ModelProto``) or a :class:`Graph` to an artifact.
 
@@ -656,7 +657,8 @@ def compile_model(
     ``percentile``, or ``entropy``), the nodes named in ``keep_float`` left in float32, ``progress(done,
     total)`` called per calibration batch, the report in ``CompileReport.quantization`` and, with
     ``quant_report``, written there as JSON; ``align_residuals`` gives residual skips their sum's scale (an
-    exact int8 add in the epilogue). A QDQ model keeps its own scales: ``calib`` for one is
+    exact int8 add in the epilogue); ``power_of_two`` takes power-of-two scales (VTA's scheme: free
+    requantization, per-tensor weights). A QDQ model keeps its own scales: ``calib`` for one is
     refused. Without ``calib`` a float model runs in float on the CPU.
     """
     from vdla.graph.passes import simplify
@@ -682,7 +684,7 @@ def compile_model(
 
         def quantize(g: Graph) -> Graph:
             qgraph, qreport = quantize_model(
-                g, arrays, calibration, percentile, keep_float, runner, progress, align_residuals
+                g, arrays, calibration, percentile, keep_float, runner, progress, align_residuals, power_of_two
             )
             found.append(qreport)
             return qgraph

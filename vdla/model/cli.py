@@ -101,6 +101,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
             quant_report=args.report,
             progress=progress,
             align_residuals=not args.separate_residual_scales,
+            power_of_two=args.power_of_two,
         )
     artifact.save(out)
     if report.quantization is not None:
@@ -228,6 +229,12 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         help="nodes (named by their output) left in float32 on the CPU (with --calib; repeatable)",
     )
     p.add_argument("--report", metavar="quant.json", help="write the quantization report as JSON (with --calib)")
+    p.add_argument(
+        "--power-of-two",
+        action="store_true",
+        help="power-of-two scales, one per weight tensor (TVM VTA's scheme): every requantization is a free "
+        "shift; less accurate than the default per-channel weight scales (with --calib)",
+    )
     p.add_argument(
         "--separate-residual-scales",
         action="store_true",
