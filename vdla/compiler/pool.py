@@ -1,24 +1,31 @@
 """Pooling on the ALU: max pooling (MAX over the window taps) and average pooling (ADD over the taps, then
 the requantizing multiplier and shift), on packed int8 activations in DRAM.
 
-A tile is ``toc`` channel blocks x ``toh`` output rows x every output column. Per tile, on the compute
-stage: LOAD ACC_8BIT brings the input window (sign-extended int8, the borders zero filled by the LOAD pad
-fields); for a max pool whose input may be negative, one ADD-with-reset per padded side writes the int8
-minimum over the zeros; then the window is reduced separably:
+A tile is ``toc`` channel blocks x ``toh`` output rows x every output column. Per tile: on the load stage,
+LOAD INP brings the input window (the borders zero filled by the LOAD pad fields) into the thread's INP share,
+overlapping the other thread's compute; on the compute stage, one ``init`` GEMM by the identity weight block
+(loaded once, at WGT 0) copies it into the accumulators exactly (acc = x, one cycle per element, half the
+cycles of a LOAD ACC_8BIT and off the bus); for a max pool whose input may be negative, one ADD-with-reset
+per padded side writes the int8 minimum over the zeros; then the window is reduced separably, along the
+schedule's ``first`` axis, then the other:
 
-* rows: ``H[r, j] = op over t < kw of in[r, j*sw + t]``, in place at ``in[r, j*sw]`` when ``kw <= 2*sw``
-  (the tap ``t = sw``, the only one landing on another output's first tap, runs first and reads it
-  before that output's own pass writes it, iterations running in program order), else into a separate
-  region after a copy (ADD with reset);
-* columns: ``out[i, j] = op over t < kh of H[i*sh + t, j]``, the first tap a copy, into a dense tile
-  that the STOREs read;
+* ``first`` "rows": ``H[r, j] = op over t < kw of in[r, j*sw + t]`` for every input row held, then
+  ``out[i, j] = op over t < kh of H[i*sh + t, j]``;
+* ``first`` "cols": ``V[i, c] = op over t < kh of in[i*sh + t, c]`` for every output row and input column,
+  then ``out[i, j] = op over t < kw of V[i, j*sw + t]`` (fewer two-operand passes for a 3x3/2 max pool: the
+  rows between output rows are only read);
+* the first pass runs in place at each result's first tap when the kernel spans at most twice the stride
+  along that axis (the tap ``t = stride``, the only one landing on another result's first tap, runs first and
+  reads it before that result's own pass writes it, iterations running in program order), else into a
+  separate region after a copy (ADD with reset); the second pass writes a dense tile that the STOREs read,
+  its first tap a copy;
 * average only: MUL by the multiplier row with the shift (the exact 64-bit product rounded once,
   :func:`vdla.isa.arith.mul_shift`), then CLIP.
 
-The OUT mirror truncates (no EPI): every result is already an int8 value. Cost per output element
-of a max pool with ``kw <= 2*sw``: ``(kw-1) * alu_ii`` per input row held, plus ``1 + (kh-1) * alu_ii``;
-two-operand passes cost ``alu_ii`` cycles per element, copies and immediates one. Tiles go round-robin
-to virtual threads (:mod:`vdla.compiler.vthreads`): the STOREs of one tile overlap the next tile's work.
+The OUT mirror truncates (the prologue's EPI: no requantization, no bias): every result is already an int8
+value. Two-operand passes cost ``alu_ii`` cycles per element, copies and immediates one. Tiles go round-robin
+to virtual threads (:mod:`vdla.compiler.vthreads`): the loads of one tile and the STOREs of another overlap
+the compute; the schedule (tile, threads, pass order) is the fastest candidate on the timing-only simulator.
 
 Invariant: the program computes exactly :func:`pool_reference` of the spec (bit for bit, on every
 backend); padded taps read the int8 minimum (max) unless ``pad_min`` is off, which is exact only for
@@ -32,7 +39,7 @@ from functools import cached_property
 
 import numpy as np
 
-from vdla.compiler.blocks import Alu, Block, Load, Op, PreloadKernel, Store
+from vdla.compiler.blocks import Alu, Block, Epi, Gemm, Load, Op, PreloadKernel, Store
 from vdla.compiler.conv2d import LayerRun
 from vdla.compiler.epilogue import clip_imm
 from vdla.compiler.microcode import Limits, MicroKernel, lower_nest
@@ -129,16 +136,26 @@ def pool_reference(x: np.ndarray, spec: PoolSpec) -> np.ndarray:
     return np.clip(mul_shift(total, spec.multiplier, spec.shift), *spec.clip).astype(np.int8)
 
 
+FIRST = ("rows", "cols")
+
+
 @dataclass(frozen=True)
 class PoolSchedule:
-    """Tile: ``toc`` channel blocks x ``toh`` output rows (all columns); ``vthreads`` threads."""
+    """Tile: ``toc`` channel blocks x ``toh`` output rows (all columns); ``vthreads`` threads; ``first`` the
+    window axis reduced first: "rows" (each input row over the ``kw`` column taps, then the ``kh`` row results)
+    or "cols" (each column over the ``kh`` row taps, then the ``kw`` column results)."""
 
     toc: int
     toh: int
     vthreads: int
+    first: str = "rows"
+
+    def __post_init__(self) -> None:
+        if self.first not in FIRST:
+            raise CompileError(f"pool schedule: first must be one of {FIRST}, got {self.first!r}")
 
     def describe(self) -> str:
-        return f"oc{self.toc} oh{self.toh} vt{self.vthreads}"
+        return f"oc{self.toc} oh{self.toh} vt{self.vthreads} {self.first}"
 
 
 @dataclass(frozen=True)
@@ -151,12 +168,17 @@ class PoolTile:
 
 
 class PoolLowering:
-    """A pooling spec on one config: tile geometry, buffer fit and the block stream."""
+    """A pooling spec on one config: tile geometry, buffer fit and the block stream.
+
+    Each thread owns ``1/vthreads`` of the INP buffer (its tiles' input windows) and of the accumulators below
+    the multiplier row (the windows, row or column results, outputs); the identity weight block sits at WGT 0,
+    shared by every thread and never overwritten.
+    """
 
     def __init__(self, spec: PoolSpec, cfg: HwConfig):
         if cfg.block_in != cfg.block_out:
             raise CompileError(
-                f"pooling reads packed activations into the accumulators: config {cfg.name!r} has "
+                f"pooling copies packed activations into the accumulators: config {cfg.name!r} has "
                 f"block_in={cfg.block_in} != block_out={cfg.block_out}"
             )
         self.spec, self.cfg = spec, cfg
@@ -165,47 +187,59 @@ class PoolLowering:
         self.ng, self.cb = -(-n // cfg.batch), -(-c // cfg.block_out)
         (self.kh, self.kw), (self.sh, self.sw) = spec.window.kernel, spec.window.stride
         self.cols = (self.ow - 1) * self.sw + self.kw
-        self.inplace = self.kw <= 2 * self.sw
         self.limits = Limits.of(cfg)
         self.rows_base = cfg.acc_depth - int(spec.requantizes)  # the multiplier row sits at the top
 
     def in_rows(self, noh: int) -> int:
         return (noh - 1) * self.sh + self.kh
 
-    def per_block(self, noh: int) -> tuple[int, int, int]:
-        """ACC elements of one channel block of a tile: (input window, row results, output rows)."""
+    def inplace(self, first: str) -> bool:
+        """Whether the first pass reduces in place at each result's first tap: its taps reach at most the
+        first tap of the result after next (``k <= 2 * stride`` along the axis reduced)."""
+        return self.kw <= 2 * self.sw if first == "rows" else self.kh <= 2 * self.sh
+
+    def per_block(self, noh: int, first: str = "rows") -> tuple[int, int, int]:
+        """ACC elements of one channel block of a tile: (input window, first-pass results, output rows)."""
         rows = self.in_rows(noh)
-        return rows * self.cols, 0 if self.inplace else rows * self.ow, noh * self.ow
+        mid = 0 if self.inplace(first) else rows * self.ow if first == "rows" else noh * self.cols
+        return rows * self.cols, mid, noh * self.ow
 
-    def footprint(self, s: PoolSchedule) -> int:
-        return s.toc * sum(self.per_block(s.toh))
+    def fits(self, toc: int, toh: int, vthreads: int, first: str) -> bool:
+        """Whether ``toc`` channel blocks of ``toh`` output rows fit a thread's ACC and INP shares."""
+        acc, inp = self.share(vthreads)
+        per = self.per_block(toh, first)
+        return toc * sum(per) <= acc and toc * per[0] <= inp
 
-    def share(self, vthreads: int) -> int:
-        return self.rows_base // vthreads
+    def share(self, vthreads: int) -> tuple[int, int]:
+        """(ACC, INP) elements of one thread's share."""
+        return self.rows_base // vthreads, self.cfg.inp_depth // vthreads
 
     def check_minimal(self) -> None:
         """Raise CompileError, naming the limit, when one output row of one channel block does not fit."""
-        need = sum(self.per_block(1))
-        if need > self.share(1):
-            raise CompileError(
-                f"one output row of a {self.spec.describe()} pool needs {need} ACC elements ({self.in_rows(1)} "
-                f"input rows of {self.cols}), the accumulator buffer holds {self.share(1)}: inputs up to "
-                f"{self.share(1) // (self.in_rows(1) + 2)} pixels wide fit"
-            )
+        if any(self.fits(1, 1, 1, f) for f in FIRST):
+            return
+        acc, inp = self.share(1)
+        room = min(acc // (self.in_rows(1) + 2), inp // self.in_rows(1))
+        raise CompileError(
+            f"one output row of a {self.spec.describe()} pool needs {sum(self.per_block(1))} ACC and "
+            f"{self.per_block(1)[0]} INP elements ({self.in_rows(1)} input rows of {self.cols}), the buffers hold "
+            f"{acc} and {inp}: inputs up to {room} pixels wide fit"
+        )
 
     def candidates(self) -> list[PoolSchedule]:
-        """The most output rows that fit per thread count; with whole images, the most channel blocks."""
+        """Per thread count and first axis, the most output rows that fit; with whole images, the most
+        channel blocks (and half as many)."""
         self.check_minimal()
         out = []
         for v in range(1, MAX_VTHREADS + 1):
-            share = self.share(v)
-            toh = max((t for t in range(1, self.oh + 1) if sum(self.per_block(t)) <= share), default=0)
-            if not toh:
-                continue
-            toc = min(self.cb, share // sum(self.per_block(toh))) if toh == self.oh else 1
-            out.append(PoolSchedule(toc, toh, v))
-            if toc > 1:
-                out.append(PoolSchedule(-(-toc // 2), toh, v))
+            for first in FIRST:
+                toh = max((t for t in range(1, self.oh + 1) if self.fits(1, t, v, first)), default=0)
+                if not toh:
+                    continue
+                toc = max(n for n in range(1, self.cb + 1) if self.fits(n, toh, v, first)) if toh == self.oh else 1
+                out.append(PoolSchedule(toc, toh, v, first))
+                if toc > 1:
+                    out.append(PoolSchedule(-(-toc // 2), toh, v, first))
         return out
 
     def tiles(self, s: PoolSchedule) -> list[PoolTile]:
@@ -221,57 +255,81 @@ class PoolLowering:
         out = {
             "inp": self.ng * self.cb * self.h * self.w * c.inp_elem_bytes,
             "out": self.ng * self.cb * self.oh * self.ow * c.out_elem_bytes,
+            "eye": c.wgt_elem_bytes,
         }
         if self.spec.requantizes:
             out["mult"] = c.acc_elem_bytes
         return out
 
     def constants(self) -> dict[str, np.ndarray]:
-        if not self.spec.requantizes:
-            return {}
-        return {
-            "mult": pack_channels(np.full(self.cfg.block_out, self.spec.multiplier), self.cfg.batch, self.cfg.block_out)
-        }
+        """The identity weight block (the window copy) and, when requantizing, the multiplier row."""
+        c = self.cfg
+        out = {"eye": np.eye(c.block_out, c.block_in, dtype=np.int8)[None]}
+        if self.spec.requantizes:
+            out["mult"] = pack_channels(np.full(c.block_out, self.spec.multiplier), c.batch, c.block_out)
+        return out
 
     # ---- one tile ---------------------------------------------------------------------------------
     def kernel(self, nest, base: tuple[int, int]) -> MicroKernel:
         return lower_nest(tuple((e, (d, s, 0)) for e, (d, s) in nest), (*base, 0), self.limits)
 
-    def block(self, thread: int, base: int, t: PoolTile, s: PoolSchedule) -> Block:
-        """The loads, passes and stores of one tile in the thread's accumulators from ``base``."""
-        win, hb, ob = self.per_block(s.toh)
+    def block(self, thread: int, t: PoolTile, s: PoolSchedule, eye: bool = False) -> Block:
+        """The loads, passes and stores of one tile: its input window LOADed into the thread's INP share (load
+        stage), copied into its accumulators by a GEMM with the identity weights (``init``: acc = x exactly, one
+        cycle per element), reduced there by ALU passes and stored. ``eye``: the stream's first block, which also
+        loads the identity block (the load stage runs in order, so every later block finds it resident)."""
+        acc0, inp0 = (thread * n for n in self.share(s.vthreads))
+        win, mb, ob = self.per_block(s.toh, s.first)
         win_rows = self.in_rows(t.noh)
-        hbase, obase = base + t.noc * win, base + t.noc * (win + hb)
-        loads, pad = self.window_loads(t, base, win)
-        compute: list[Op] = list(loads) + self.pad_fill(t, base, win, win_rows, pad)
-        op = AluOp.MAX if self.spec.op == "max" else AluOp.ADD
-        # rows: H[r, j] over the kw taps of row r
-        if self.inplace:
-            h_at, h_strides = base, (win, self.cols, self.sw)
-            taps = sorted(range(1, self.kw), key=lambda k: k != self.sw)
-        else:
-            h_at, h_strides = hbase, (hb, self.ow, 1)
-            taps = range(self.kw)
-        src_strides = (win, self.cols, self.sw)
-        for k in taps:
-            nest = tuple(zip((t.noc, win_rows, self.ow), zip(h_strides, src_strides)))
-            first = not self.inplace and k == 0
-            compute.append(Alu(AluOp.ADD if first else op, self.kernel(nest, (h_at, base + k)), reset=first))
-        # columns: out[i, j] over the kh row results
-        for k in range(self.kh):
-            nest = (
-                (t.noc, (ob, h_strides[0])),
-                (t.noh, (self.ow, self.sh * h_strides[1])),
-                (self.ow, (1, h_strides[2])),
-            )
-            kern = self.kernel(nest, (obase, h_at + k * h_strides[1]))
-            compute.append(Alu(AluOp.ADD if k == 0 else op, kern, reset=k == 0))
+        mbase, obase = acc0 + t.noc * win, acc0 + t.noc * (win + mb)
+        loads, pad = self.window_loads(t, inp0, win)
+        if eye:
+            loads = [Load(MemType.WGT, 0, "eye", 0, 1, 1, 1), *loads]
+        copy = ((t.noc, (win, win, 0)), (win_rows * self.cols, (1, 1, 0)))
+        compute: list[Op] = [Gemm(lower_nest(copy, (acc0, inp0, 0), self.limits), init=True)]
+        compute += self.pad_fill(t, acc0, win, win_rows, pad)
+        compute += self.reduce(t, s, acc0, mbase, obase, win_rows)
         if self.spec.op == "avg":
             compute += self.requantize(t, obase, ob)
-        return Block(thread, (), tuple(compute), tuple(self.stores(t, obase, ob)))
+        return Block(thread, tuple(loads), tuple(compute), tuple(self.stores(t, obase, ob)))
+
+    def reduce(self, t: PoolTile, s: PoolSchedule, base: int, mbase: int, obase: int, win_rows: int) -> list[Op]:
+        """The separable reduction: the first pass over ``s.first`` (in place at each result's first tap when
+        :meth:`inplace`, the tap landing on the next result's first tap first, read before that result's own
+        pass writes it as iterations run in program order; else into ``mbase`` after a copy), then the other
+        axis into the dense output tile at ``obase`` (the first tap a copy)."""
+        win, mb, ob = self.per_block(s.toh, s.first)
+        op = AluOp.MAX if self.spec.op == "max" else AluOp.ADD
+        if s.first == "rows":  # results (row r < win_rows, output column j), tap k at column j*sw + k
+            ext, strides, (taps, stride, tap_step) = (win_rows, self.ow), (self.cols, self.sw), (self.kw, self.sw, 1)
+        else:  # results (output row i, column c), tap k at row i*sh + k
+            ext, strides = (t.noh, self.cols), (self.sh * self.cols, 1)
+            taps, stride, tap_step = self.kh, self.sh, self.cols
+        if self.inplace(s.first):
+            m_at, m_strides = base, (win, *strides)
+            order = sorted(range(1, taps), key=lambda k: k != stride)
+        else:
+            m_at, m_strides = mbase, (mb, ext[1], 1)
+            order = list(range(taps))
+        ops: list[Op] = []
+        for k in order:
+            nest = tuple(zip((t.noc, *ext), zip(m_strides, (win, *strides))))
+            first = not self.inplace(s.first) and k == 0
+            ops.append(Alu(AluOp.ADD if first else op, self.kernel(nest, (m_at, base + k * tap_step)), reset=first))
+        # the other axis: out[i, j] over the first pass's results
+        if s.first == "rows":  # H[i*sh + k, j]
+            taps, src = self.kh, (m_strides[0], self.sh * m_strides[1], m_strides[2])
+            step = m_strides[1]
+        else:  # V[i, j*sw + k]
+            taps, src = self.kw, (m_strides[0], m_strides[1], self.sw * m_strides[2])
+            step = m_strides[2]
+        for k in range(taps):
+            nest = tuple(zip((t.noc, t.noh, self.ow), zip((ob, self.ow, 1), src)))
+            ops.append(Alu(AluOp.ADD if k == 0 else op, self.kernel(nest, (obase, m_at + k * step)), reset=k == 0))
+        return ops
 
     def window_loads(self, t: PoolTile, base: int, win: int) -> tuple[list[Load], tuple[int, int, int, int]]:
-        """LOAD ACC_8BIT of the tile's input window per channel block, the borders zero filled; and the pads."""
+        """LOAD INP of the tile's input window per channel block, the borders zero filled; and the pads."""
         top, _, left, _ = self.spec.window.pads
         rows = self.in_rows(t.noh)
         r_first = t.oy * self.sh - top
@@ -281,14 +339,14 @@ class PoolLowering:
         offset = ((t.ng * self.cb + t.cb) * self.h + r_first + r_lo) * self.w + c_lo - left
         if any(pad) or win != rows * self.cols:  # one LOAD per channel block, each at its own region
             loads = [
-                Load(MemType.ACC_8BIT, base + j * win, "inp", offset + j * self.h * self.w, r_hi - r_lo,
-                     c_hi - c_lo, self.w, pad)
+                Load(MemType.INP, base + j * win, "inp", offset + j * self.h * self.w, r_hi - r_lo, c_hi - c_lo,
+                     self.w, pad)
                 for j in range(t.noc)
             ]  # fmt: skip
             return loads, pad
         axes = [(t.noc, self.h * self.w), (r_hi - r_lo, self.w), (c_hi - c_lo, 1)]
         transfers = plan_transfers(base, offset, axes)
-        return [Load(MemType.ACC_8BIT, tr.sram, "inp", tr.offset, tr.y, tr.x, tr.stride) for tr in transfers], pad
+        return [Load(MemType.INP, tr.sram, "inp", tr.offset, tr.y, tr.x, tr.stride) for tr in transfers], pad
 
     def pad_fill(self, t: PoolTile, base: int, win: int, rows: int, pad) -> list[Op]:
         """ADD-with-reset writes of INT8_MIN over the zero-padded border (max pools whose input may be < 0)."""
@@ -332,25 +390,29 @@ class PoolLowering:
 
     # ---- the stream -------------------------------------------------------------------------------
     def stream(self, s: PoolSchedule) -> Stream:
-        if self.footprint(s) > self.share(s.vthreads):
+        if not self.fits(s.toc, s.toh, s.vthreads, s.first):
             raise CompileError(
-                f"pool schedule {s.describe()} needs {self.footprint(s)} ACC elements per thread, "
-                f"the share holds {self.share(s.vthreads)}"
+                f"pool schedule {s.describe()} needs {s.toc * sum(self.per_block(s.toh, s.first))} ACC and "
+                f"{s.toc * self.per_block(s.toh, s.first)[0]} INP elements per thread, the shares hold "
+                f"{self.share(s.vthreads)}"
             )
         tiles = self.tiles(s)
-        share = self.share(s.vthreads)
-        threads = [[self.block(v, v * share, tile, s) for tile in tiles[v :: s.vthreads]] for v in range(s.vthreads)]
+        threads = [
+            [self.block(v, tile, s, eye=v == i == 0) for i, tile in enumerate(tiles[v :: s.vthreads])]
+            for v in range(s.vthreads)
+        ]
         return lower_vthreads(threads, self.prologue(threads))
 
     def prologue(self, threads: list[list[Block]]) -> Block:
-        """The multiplier row and every distinct micro-kernel made resident, in first-use order."""
-        ops: list[Op] = []
+        """The epilogue state (truncation, no bias: an ``init`` GEMM starts from zero), the multiplier row and
+        every distinct micro-kernel made resident, in first-use order."""
+        ops: list[Op] = [Epi(False, False, 0, None)]
         if self.spec.requantizes:
             ops.append(Load(MemType.ACC, self.rows_base, "mult", 0, 1, 1, 1))
         seen, room = set(), self.cfg.uop_depth
         for v, i in interleave([len(b) for b in threads]):
             for op in threads[v][i].compute:
-                if isinstance(op, Alu) and op.kernel.uops.tobytes() not in seen:
+                if isinstance(op, Alu | Gemm) and op.kernel.uops.tobytes() not in seen:
                     seen.add(op.kernel.uops.tobytes())
                     room -= len(op.kernel.uops)
                     if room < 0:
