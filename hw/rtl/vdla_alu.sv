@@ -25,32 +25,31 @@ module vdla_alu #(
   localparam int MUL_UNITS = LANES / 2;  // LANES = BATCH * BLOCK_OUT, a power of two >= 2
   localparam int HB        = MUL_UNITS * 32;
 
+  // One comparator serves MIN and MAX, one rounding right shifter (vdla_pkg::round_shift) SHR, RSHR and REQ.
   function automatic logic [31:0] lane_op(vdla_pkg::alu_op_e op, logic signed [31:0] a, logic signed [31:0] b);
     logic signed [5:0]  s;
     logic signed [31:0] lo, hi;
+    logic signed [32:0] r;
+    logic               lt;
     begin
-      s = (b > 32'sd31) ? 6'sd31 : (b < -32'sd31) ? -6'sd31 : 6'(b);
+      s  = (b > 32'sd31) ? 6'sd31 : (b < -32'sd31) ? -6'sd31 : 6'(b);
+      lt = a < b;
+      // REQ: b[4:0], rounding; RSHR: s >= 0, rounding; SHR: s >= 0, truncating
+      r  = vdla_pkg::round_shift(a, op == vdla_pkg::ALU_REQ ? b[4:0] : (s < 0 ? 5'd0 : s[4:0]),
+                                 op != vdla_pkg::ALU_SHR);
       lane_op = a;
       case (op)
-        vdla_pkg::ALU_MIN: lane_op = (a < b) ? a : b;
-        vdla_pkg::ALU_MAX: lane_op = (a > b) ? a : b;
+        vdla_pkg::ALU_MIN: lane_op = lt ? a : b;
+        vdla_pkg::ALU_MAX: lane_op = lt ? b : a;
         vdla_pkg::ALU_ADD: lane_op = a + b;
-        vdla_pkg::ALU_SHR, vdla_pkg::ALU_RSHR: begin
-          if (s < 0) begin
-            lane_op = a << (-s);
-          end else if (op == vdla_pkg::ALU_RSHR && s != 0) begin
-            lane_op = 32'((33'(a) + (33'sd1 <<< (s - 1))) >>> s);  // in 33 bits: no overflow
-          end else begin
-            lane_op = a >>> s;
-          end
-        end
+        vdla_pkg::ALU_SHR, vdla_pkg::ALU_RSHR: lane_op = (s < 0) ? a << (-s) : r[31:0];
         vdla_pkg::ALU_CLIP: begin
           lo = 32'(signed'(b[7:0]));
           hi = 32'(signed'(b[15:8]));
           lane_op = (a < lo) ? lo : a;
           if (signed'(lane_op) > hi) lane_op = hi;
         end
-        vdla_pkg::ALU_REQ: lane_op = 32'(signed'(vdla_pkg::requantize(a, b[4:0], b[5])));
+        vdla_pkg::ALU_REQ: lane_op = 32'(signed'(vdla_pkg::clamp8(r, b[5])));  // vdla_pkg::requantize
         default: lane_op = a;  // MUL goes through the shared multipliers
       endcase
     end

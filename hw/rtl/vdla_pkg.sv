@@ -245,14 +245,23 @@ package vdla_pkg;
     mem_has_pad = {insn.y_pad_0, insn.y_pad_1, insn.x_pad_0, insn.x_pad_1} != '0;
   endfunction
 
+  // `v` shifted right (arithmetic) by `shift`, rounding half up when `round` (no rounding term for shift 0):
+  // (v + 2^(shift-1)) >> shift in 33 bits, no overflow. The ALU's SHR, RSHR and REQ share one instance.
+  function automatic logic signed [32:0] round_shift(logic signed [31:0] v, logic [4:0] shift, logic round);
+    round_shift = (33'(v) + ((round && shift != 5'd0) ? 33'sd1 <<< (shift - 5'd1) : 33'sd0)) >>> shift;
+  endfunction
+
+  // `rounded` clamped to int8: [relu ? 0 : -128, 127].
+  function automatic logic [7:0] clamp8(logic signed [32:0] rounded, logic relu);
+    if (rounded > 33'sd127) clamp8 = 8'd127;
+    else if (relu && rounded < 33'sd0) clamp8 = 8'd0;
+    else if (rounded < -33'sd128) clamp8 = 8'h80;
+    else clamp8 = rounded[7:0];
+  endfunction
+
   // Requantization of one int32 lane (the ALU's REQ and the OUT mirror after an EPI with req): `v`
   // shifted right by `shift` rounding half up (in 33 bits, no overflow), clamped to [relu ? 0 : -128, 127].
   function automatic logic [7:0] requantize(logic signed [31:0] v, logic [4:0] shift, logic relu);
-    logic signed [32:0] rounded;
-    rounded = (shift == 5'd0) ? 33'(v) : (33'(v) + (33'sd1 <<< (shift - 5'd1))) >>> shift;
-    if (rounded > 33'sd127) requantize = 8'd127;
-    else if (relu && rounded < 33'sd0) requantize = 8'd0;
-    else if (rounded < -33'sd128) requantize = 8'h80;
-    else requantize = rounded[7:0];
+    requantize = clamp8(round_shift(v, shift, 1'b1), relu);
   endfunction
 endpackage
