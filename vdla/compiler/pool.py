@@ -39,14 +39,14 @@ from functools import cached_property
 
 import numpy as np
 
-from vdla.compiler.blocks import Alu, Block, Epi, Gemm, Load, Op, PreloadKernel, Store
+from vdla.compiler.blocks import Alu, Block, Epi, Gemm, Load, Op, Store
 from vdla.compiler.conv2d import LayerRun
 from vdla.compiler.epilogue import clip_imm
 from vdla.compiler.microcode import Limits, MicroKernel, lower_nest
 from vdla.compiler.search import emit_program, timed
 from vdla.compiler.spec import CompileError
 from vdla.compiler.transfer import MAX_STRIDE, plan_transfers
-from vdla.compiler.vthreads import Stream, interleave, lower_vthreads
+from vdla.compiler.vthreads import Stream, lower_vthreads, prologue_block
 from vdla.config import HwConfig, load_config
 from vdla.graph import oracle
 from vdla.graph.layout import pack_activation, pack_channels, unpack_activation
@@ -405,20 +405,11 @@ class PoolLowering:
 
     def prologue(self, threads: list[list[Block]]) -> Block:
         """The epilogue state (truncation, no bias: an ``init`` GEMM starts from zero), the multiplier row and
-        every distinct micro-kernel made resident, in first-use order."""
+        every distinct micro-kernel made resident (:func:`~vdla.compiler.vthreads.prologue_block`)."""
         ops: list[Op] = [Epi(False, False, 0, None)]
         if self.spec.requantizes:
             ops.append(Load(MemType.ACC, self.rows_base, "mult", 0, 1, 1, 1))
-        seen, room = set(), self.cfg.uop_depth
-        for v, i in interleave([len(b) for b in threads]):
-            for op in threads[v][i].compute:
-                if isinstance(op, Alu | Gemm) and op.kernel.uops.tobytes() not in seen:
-                    seen.add(op.kernel.uops.tobytes())
-                    room -= len(op.kernel.uops)
-                    if room < 0:
-                        return Block(-1, (), tuple(ops), ())
-                    ops.append(PreloadKernel(op.kernel))
-        return Block(-1, (), tuple(ops), ())
+        return prologue_block(ops, threads, self.cfg.uop_depth)
 
 
 @dataclass(frozen=True)

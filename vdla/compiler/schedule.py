@@ -25,13 +25,13 @@ from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
-from vdla.compiler.blocks import Alu, Block, Epi, Gemm, Load, Op, PreloadKernel, Store
+from vdla.compiler.blocks import Alu, Block, Epi, Gemm, Load, Op, Store
 from vdla.compiler.epilogue import AluPass, alu_passes, out_mode
 from vdla.compiler.intrinsic import GemmIntrinsic, conv2d_contraction, tensorize
 from vdla.compiler.microcode import Limits, MicroKernel, fits_loop, lower_nest, uop_count
 from vdla.compiler.spec import CompileError, Conv2dSpec, EpilogueSpec
 from vdla.compiler.transfer import MAX_STRIDE, plan_transfers
-from vdla.compiler.vthreads import interleave
+from vdla.compiler.vthreads import interleave, prologue_block
 from vdla.config import HwConfig
 from vdla.isa import MemType
 
@@ -320,24 +320,13 @@ class ConvLowering:
 
     def prologue(self, threads: list[list[Block]]) -> Block:
         """Compute-stage work ahead of every thread: load the rows of all output-channel blocks, and make the
-        program's micro-kernels resident (in first-use order, as many as the UOP buffer holds). Later, no
-        row or kernel LOAD on the compute stage has to wait for the read channel behind a long input or
-        weight transfer."""
+        program's micro-kernels resident (:func:`~vdla.compiler.vthreads.prologue_block`)."""
         ops: list[Op] = [
             Load(MemType.ACC, self.rows_base + i * self.ob + tr.sram, name, tr.offset, tr.y, tr.x, tr.stride)
             for i, name in enumerate(self.rows)
             for tr in plan_transfers(0, 0, [(self.ob, 1)])
         ]
-        seen, room = set(), self.cfg.uop_depth
-        for t, i in interleave([len(b) for b in threads]):
-            for op in threads[t][i].compute:
-                if isinstance(op, Gemm | Alu) and op.kernel.uops.tobytes() not in seen:
-                    seen.add(op.kernel.uops.tobytes())
-                    room -= len(op.kernel.uops)
-                    if room < 0:
-                        return Block(-1, (), tuple(ops), ())
-                    ops.append(PreloadKernel(op.kernel))
-        return Block(-1, (), tuple(ops), ())
+        return prologue_block(ops, threads, self.cfg.uop_depth)
 
     def tensor_bytes(self) -> dict[str, int]:
         """DRAM bytes of every tensor the program touches."""

@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from vdla.compiler.blocks import Block, emit_op
+from vdla.compiler.blocks import Alu, Block, Gemm, Op, PreloadKernel, emit_op
 from vdla.errors import VdlaError
 from vdla.isa import Queue, Stage
 from vdla.runtime.commands import CommandBuilder
@@ -147,3 +147,21 @@ def emit_stream(stream: Stream, cmd: CommandBuilder, buffers: Mapping[str, Buffe
                 emit_op(op, cmd, buffers)
                 for q in pushes.get(k + 1, ()):
                     cmd.dep_push(stage, q.dst)
+
+
+def prologue_block(ops: list[Op], threads: Sequence[Sequence[Block]], uop_depth: int) -> Block:
+    """The compute-stage block ahead of every thread: ``ops`` (row loads, EPI state), then every distinct
+    micro-kernel of the threads' GEMM/ALU ops made resident in first-use (interleaved) order, as many as a
+    UOP buffer of ``uop_depth`` micro-ops holds. Later, no kernel LOAD on the compute stage waits for the
+    read channel behind a long input or weight transfer."""
+    ops = list(ops)
+    seen, room = set(), uop_depth
+    for t, i in interleave([len(b) for b in threads]):
+        for op in threads[t][i].compute:
+            if isinstance(op, Gemm | Alu) and op.kernel.uops.tobytes() not in seen:
+                seen.add(op.kernel.uops.tobytes())
+                room -= len(op.kernel.uops)
+                if room < 0:
+                    return Block(-1, (), tuple(ops), ())
+                ops.append(PreloadKernel(op.kernel))
+    return Block(-1, (), tuple(ops), ())
