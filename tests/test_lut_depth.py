@@ -1,0 +1,91 @@
+"""The timing proxy of `vdla fit`: LUT levels of the deepest path, on small netlists whose depth is known."""
+
+from __future__ import annotations
+
+import pytest
+
+from vdla.runtime.rtl.lut_depth import TARGET_LEVELS, NetlistError, longest_path
+
+IN, OUT = "input", "output"
+
+
+def _cell(kind: str, pins: dict[str, tuple[str, list[int]]]) -> dict:
+    return {
+        "type": kind,
+        "port_directions": {p: d for p, (d, _) in pins.items()},
+        "connections": {p: bits for p, (_, bits) in pins.items()},
+    }
+
+
+def _ff(d: int, q: int) -> dict:
+    return _cell("FDRE", {"C": (IN, [1]), "D": (IN, [d]), "Q": (OUT, [q])})
+
+
+def _lut(kind: str, ins: list[int], out: int) -> dict:
+    return _cell(kind, {**{f"I{i}": (IN, [b]) for i, b in enumerate(ins)}, "O": (OUT, [out])})
+
+
+def _carry(s: int, ci: int | str, o: int) -> dict:
+    return _cell(
+        "CARRY4",
+        {"S": (IN, [s, "0", "0", "0"]), "DI": (IN, ["0"] * 4), "CI": (IN, [ci]), "CO": (OUT, [o, 90, 91, 92])},
+    )
+
+
+def _netlist(cells: dict, names: dict[str, int]) -> dict:
+    return {"modules": {"top": {"ports": {}, "cells": cells, "netnames": {n: {"bits": [b]} for n, b in names.items()}}}}
+
+
+def test_luts_count_a_carry_chain_once_and_muxes_not_at_all():
+    # src_q -> LUT -> CARRY4 (S) -> CARRY4 (CI) -> LUT -> MUXF7 -> dst_q: 1 + 1 + 0 + 1 + 0 = 3 levels;
+    # a side path src_q -> LUT -> LUT -> short_q: 2 levels; a LUT RAM read (address -> data) -> LUT: 2 levels
+    cells = {
+        "ff_src": _ff(2, 10),
+        "l1": _lut("LUT3", [10, 10, 10], 11),
+        "c1": _carry(11, "0", 12),
+        "c2": _carry(3, 12, 13),
+        "l2": _lut("LUT6", [13, 10, 10, 10, 10, 10], 14),
+        "m7": _cell("MUXF7", {"I0": (IN, [14]), "I1": (IN, [10]), "S": (IN, [10]), "O": (OUT, [15])}),
+        "ff_dst": _ff(15, 16),
+        "s1": _lut("LUT2", [10, 10], 20),
+        "s2": _lut("INV", [20], 21),
+        "ff_short": _ff(21, 22),
+        "ram": _cell(
+            "RAM32M",
+            {"ADDRA": (IN, [10] * 5), "DIA": (IN, [21, 21]), "WE": (IN, [10]), "DOA": (OUT, [30, 31])},
+        ),
+        "l3": _lut("LUT2", [30, 31], 32),
+        "ff_ram": _ff(32, 33),
+    }
+    names = {"src_q": 10, "sum": 13, "dst_q": 16, "short_q": 22}
+    path = longest_path(_netlist(cells, names), "top")
+    assert path.levels == 3 and path.meets_target
+    assert [s.cell for s in path.steps] == ["l1", "c1", "c2", "l2", "m7"]
+    assert path.start == "FDRE ff_src -> src_q"
+    assert path.end == "FDRE ff_dst (-> dst_q).D"
+    assert path.to_dict()["levels"] == 3 and path.unknown == ()
+
+
+def test_a_long_chain_misses_the_target_and_dsp_cuts_paths():
+    n = TARGET_LEVELS + 1
+    cells = {"ff_a": _ff(5, 100)}
+    for i in range(n):
+        cells[f"l{i}"] = _lut("LUT1", [100 + i], 101 + i)
+    cells["ff_b"] = _ff(100 + n, 200)
+    # a DSP is a boundary: LUT -> DSP -> LUT is two paths of one level each
+    cells["dsp"] = _cell("DSP48E1", {"A": (IN, [300]), "P": (OUT, [301])})
+    cells["d0"] = _lut("LUT1", [100], 300)
+    cells["d1"] = _lut("LUT1", [301], 302)
+    cells["ff_c"] = _ff(302, 303)
+    path = longest_path(_netlist(cells, {}), "top")
+    assert path.levels == n and not path.meets_target and len(path.steps) == n
+
+
+def test_loops_and_unknown_cells_are_reported():
+    loop = {"a": _lut("LUT1", [2], 3), "b": _lut("LUT1", [3], 2), "ff": _ff(3, 4)}
+    with pytest.raises(NetlistError, match="combinational loop"):
+        longest_path(_netlist(loop, {}), "top")
+    with pytest.raises(NetlistError, match="no module 'nope'"):
+        longest_path(_netlist(loop, {}), "nope")
+    odd = {"ff": _ff(3, 2), "x": _cell("MYSTERY", {"I": (IN, [2]), "O": (OUT, [3])})}
+    assert longest_path(_netlist(odd, {}), "top").unknown == ("MYSTERY",)

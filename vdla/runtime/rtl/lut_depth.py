@@ -1,0 +1,220 @@
+"""A timing proxy without a timing tool: the deepest combinational path, in LUT levels, of a Yosys netlist
+mapped by ``synth_xilinx`` (read from Yosys' ``write_json``).
+
+Counting rules (one definition, used by ``vdla fit``):
+
+* **Boundaries.** A path starts at the output of a flip-flop (``FD*``), a block RAM (``RAMB*``), a DSP48E1, an
+  input buffer or a top-level input, and ends at an input of one of those, an output buffer or a top-level
+  output. DSP48E1 and block RAM are boundaries even when Yosys leaves their internal registers off: a path
+  through a DSP (its multiplier) is not counted here.
+* **Levels.** Each LUT (``LUT1``..``LUT6``, ``INV``) on the path is one level, and so is the asynchronous read
+  of a LUT RAM or shift register (``RAM32M``, ``RAM64X1D``, ``SRL16E``, ...: address to data out; its data and
+  write-enable inputs are path ends, like a flip-flop's). ``MUXF7``/``MUXF8`` combine LUTs of one slice and
+  add none. A carry chain counts one level where a path enters it (``S``, ``DI`` or ``CYINIT`` of a
+  ``CARRY4``) and none along it (``CI`` from the previous ``CARRY4``): a 32-bit add is one level, as its
+  dedicated carry logic is several times faster than a LUT and its routing.
+* The target for 100 MHz on the xc7z020's -1 speed grade is at most :data:`TARGET_LEVELS` (about 0.5 ns per LUT
+  plus about 0.6 ns of routing per level, with setup and clock-to-out, in a 10 ns period).
+
+Unknown cell types are boundaries too and are listed in the result, so a new primitive is never silently
+counted as a LUT.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+TARGET_LEVELS = 8
+
+_LUT = re.compile(r"LUT[1-6]|INV")
+_SEQUENTIAL = re.compile(r"FD[CPRS]E?(_1)?|RAMB(18|36)E1|DSP48E1|IBUF|OBUF|BUFG")
+_MEMORY_READ = re.compile(r"RAM(32|64|128|256)(M|M16|M8|X1[SD])|SRLC?(16|32)E")
+_READ_PIN = re.compile(r"ADDR[A-H]|A\d*|DPRA\d*")  # the address pins of a LUT RAM or shift register
+_FREE = {"MUXF7", "MUXF8"}
+
+
+class NetlistError(ValueError):
+    """A netlist the depth walk cannot use (a combinational loop, no such module)."""
+
+
+@dataclass(frozen=True)
+class PathStep:
+    """One cell on the path: its name, type and the net it drives (or, for the last step, reads)."""
+
+    cell: str
+    type: str
+    net: str
+
+
+@dataclass(frozen=True)
+class LogicPath:
+    """The deepest combinational path: ``levels`` by the module's rules, from ``start`` (a boundary cell's
+    output net or a top input) to ``end`` (a boundary cell's input pin or a top output); ``steps`` are the
+    counted and free cells between, in order. ``unknown`` lists cell types treated as boundaries."""
+
+    levels: int
+    start: str
+    end: str
+    steps: tuple[PathStep, ...]
+    unknown: tuple[str, ...] = ()
+
+    @property
+    def meets_target(self) -> bool:
+        return self.levels <= TARGET_LEVELS
+
+    def to_dict(self) -> dict:
+        return {
+            "levels": self.levels,
+            "target": TARGET_LEVELS,
+            "meets_target": self.meets_target,
+            "start": self.start,
+            "end": self.end,
+            "path": [f"{s.type} {s.cell} -> {s.net}" for s in self.steps],
+            "unknown_cell_types": list(self.unknown),
+        }
+
+
+def _net_names(module: dict) -> dict[int, str]:
+    """A readable name for each net bit: public names (no ``$``) first, the shortest of them."""
+    names: dict[int, str] = {}
+    rank: dict[int, tuple[int, int]] = {}
+    for name, net in module.get("netnames", {}).items():
+        hidden = int(net.get("hide_name", 0)) or name.startswith("$")
+        bits = net["bits"]
+        for i, b in enumerate(bits):
+            if not isinstance(b, int):
+                continue
+            label = name if len(bits) == 1 else f"{name}[{i + net.get('offset', 0)}]"
+            key = (hidden, len(label))
+            if b not in rank or key < rank[b]:
+                rank[b], names[b] = key, label
+    return names
+
+
+def _kind(cell_type: str) -> str:
+    if _LUT.fullmatch(cell_type):
+        return "lut"
+    if cell_type == "CARRY4":
+        return "carry"
+    if cell_type in _FREE:
+        return "free"
+    if _MEMORY_READ.fullmatch(cell_type):
+        return "memory"
+    if _SEQUENTIAL.fullmatch(cell_type):
+        return "boundary"
+    return "unknown"
+
+
+def longest_path(netlist: dict, top: str) -> LogicPath:
+    """The deepest register-to-register (or port) path of module ``top`` in a parsed ``write_json`` netlist
+    of a flattened, mapped design."""
+    try:
+        module = netlist["modules"][top]
+    except KeyError:
+        raise NetlistError(f"the netlist has no module {top!r}") from None
+    names = _net_names(module)
+    driver: dict[int, tuple[str, str]] = {}  # bit -> (cell, output pin)
+    cells = module.get("cells", {})
+    unknown = set()
+    for cname, cell in cells.items():
+        kind = _kind(cell["type"])
+        unknown |= {cell["type"]} if kind == "unknown" else set()
+        for pin, bits in cell["connections"].items():
+            if cell.get("port_directions", {}).get(pin) == "output":
+                for b in bits:
+                    if isinstance(b, int):
+                        driver[b] = (cname, pin)
+
+    # arrival[bit] = (levels, predecessor bit or None, cell that drives it); boundary outputs arrive at 0
+    arrival: dict[int, tuple[int, int | None]] = {}
+    state: dict[int, int] = {}  # 1: on the stack, 2: done
+
+    def inputs(cname: str, out_pin: str) -> list[tuple[int, int]]:
+        """(input bit, weight) pairs that reach ``out_pin`` of a combinational cell."""
+        cell = cells[cname]
+        kind = _kind(cell["type"])
+        dirs = cell.get("port_directions", {})
+        pairs = []
+        for pin, bits in cell["connections"].items():
+            if dirs.get(pin) != "input":
+                continue
+            if kind == "memory" and not _READ_PIN.fullmatch(pin):
+                continue
+            weight = 1 if kind in ("lut", "memory") else 0 if kind == "free" else 0 if pin == "CI" else 1
+            pairs += [(b, weight) for b in bits if isinstance(b, int)]
+        return pairs
+
+    def resolve(bit: int) -> None:
+        stack = [bit]
+        while stack:
+            b = stack[-1]
+            if state.get(b) == 2:
+                stack.pop()
+                continue
+            src = driver.get(b)
+            if src is None or _kind(cells[src[0]]["type"]) in ("boundary", "unknown"):
+                arrival[b], state[b] = (0, None), 2
+                stack.pop()
+                continue
+            pending = [i for i, _ in inputs(*src) if state.get(i) != 2]
+            if state.get(b) == 1 or not pending:
+                if pending:  # revisited while its inputs are still open: a loop
+                    raise NetlistError(f"combinational loop through cell {src[0]} ({names.get(b, b)})")
+                best = (0, None)
+                for i, w in inputs(*src):
+                    lv = arrival[i][0] + w
+                    if lv > best[0] or best[1] is None:
+                        best = (lv, i)
+                arrival[b], state[b] = best, 2
+                stack.pop()
+                continue
+            state[b] = 1
+            for i in pending:
+                if state.get(i) == 1:
+                    raise NetlistError(f"combinational loop through cell {src[0]} ({names.get(b, b)})")
+                stack.append(i)
+
+    # the path ends: inputs of boundary cells (and the sinks of memories), top outputs
+    ends: list[tuple[int, str]] = []
+    for cname, cell in cells.items():
+        kind = _kind(cell["type"])
+        dirs = cell.get("port_directions", {})
+        for pin, bits in cell["connections"].items():
+            if dirs.get(pin) != "input":
+                continue
+            if kind in ("boundary", "unknown") or (kind == "memory" and not _READ_PIN.fullmatch(pin)):
+                q = [names.get(b, str(b)) for b in cell["connections"].get("Q", []) if isinstance(b, int)]
+                label = f"{cell['type']} {cname}" + (f" (-> {q[0]})" if q else "") + f".{pin}"
+                ends += [
+                    (b, f"{label}[{i}]" if len(bits) > 1 else label) for i, b in enumerate(bits) if isinstance(b, int)
+                ]
+    for pname, port in module.get("ports", {}).items():
+        if port["direction"] == "output":
+            ends += [(b, f"output {pname}[{i}]") for i, b in enumerate(port["bits"]) if isinstance(b, int)]
+
+    worst_bit, worst_end, worst = None, "", -1
+    for b, label in ends:
+        resolve(b)
+        if arrival[b][0] > worst:
+            worst_bit, worst_end, worst = b, label, arrival[b][0]
+    if worst_bit is None:
+        return LogicPath(0, "", "", (), tuple(sorted(unknown)))
+
+    steps: list[PathStep] = []
+    b = worst_bit
+    while arrival[b][1] is not None:
+        cname = driver[b][0]
+        steps.append(PathStep(cname, cells[cname]["type"], names.get(b, str(b))))
+        b = arrival[b][1]
+    steps.reverse()
+    src = driver.get(b)
+    start = names.get(b, str(b)) if src is None else f"{cells[src[0]]['type']} {src[0]} -> {names.get(b, str(b))}"
+    return LogicPath(worst, start, worst_end, tuple(steps), tuple(sorted(unknown)))
+
+
+def longest_path_file(path: str | Path, top: str) -> LogicPath:
+    """:func:`longest_path` of a ``write_json`` file."""
+    return longest_path(json.loads(Path(path).read_text()), top)
