@@ -87,5 +87,21 @@ def test_loops_and_unknown_cells_are_reported():
         longest_path(_netlist(loop, {}), "top")
     with pytest.raises(NetlistError, match="no module 'nope'"):
         longest_path(_netlist(loop, {}), "nope")
-    odd = {"ff": _ff(3, 2), "x": _cell("MYSTERY", {"I": (IN, [2]), "O": (OUT, [3])})}
+    odd = {"ff": _ff(3, 2), "x": _cell("MYSTERY", {"I": (IN, [2]), "O": (OUT, [3])}), "s": _cell("$scopeinfo", {})}
     assert longest_path(_netlist(odd, {}), "top").unknown == ("MYSTERY",)
+
+
+def test_the_deepest_path_of_each_unit():
+    cells = {
+        "a": _ff(5, 10),
+        "l0": _lut("LUT1", [10], 11),
+        "l1": _lut("LUT1", [11], 12),
+        "b": _ff(12, 13),  # u_x.u_y.z_q: 2 levels
+        "l2": _lut("LUT1", [10], 14),
+        "c": _ff(14, 15),  # q: 1 level, in the top module
+        "d": _ff(10, 16),  # a name Yosys made up: 0 levels
+    }
+    names = {"u_x.u_y.u_z.z_q": 13, "q": 15, "$auto$ff.cc:1$2": 16, "a_q": 10}
+    path = longest_path(_netlist(cells, names), "top")
+    assert path.units == (("u_x.u_y", 2), ("(top)", 1), ("(unnamed)", 0))
+    assert path.to_dict()["by_unit"] == {"u_x.u_y": 2, "(top)": 1, "(unnamed)": 0}

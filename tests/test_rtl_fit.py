@@ -52,6 +52,8 @@ def test_the_table_names_the_deepest_path():
     table = fit_table(report)
     assert "9 LUT levels (target <= 8 for 100 MHz: NOT met)" in table
     assert "from `FDRE a -> x_q` to `FDRE b (-> y_q).D`" in table
+    report["logic_levels"]["by_unit"] = {"u_alu": 9, "u_fifo": 8, "u_regs": 12}
+    assert "each unit over the target: u_alu 9, u_regs 12." in fit_table(report)
 
 
 @pytest.mark.slow

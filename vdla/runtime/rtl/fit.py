@@ -136,6 +136,9 @@ def fit_table(report: dict) -> str:
             f"Deepest combinational path: {lv['levels']} LUT levels (target <= {lv['target']} for 100 MHz: {verdict}),",
             f"from `{lv['start']}` to `{lv['end']}`.",
         ]
+        over = [f"{u} {n}" for u, n in lv.get("by_unit", {}).items() if n > lv["target"]]
+        if over:
+            lines.append(f"Deepest path ending in each unit over the target: {', '.join(over)}.")
         if lv["unknown_cell_types"]:
             lines.append(
                 f"Cell types taken as path boundaries, unknown to the count: {', '.join(lv['unknown_cell_types'])}."

@@ -34,6 +34,7 @@ _SEQUENTIAL = re.compile(r"FD[CPRS]E?(_1)?|RAMB(18|36)E1|DSP48E1|IBUF|OBUF|BUFG"
 _MEMORY_READ = re.compile(r"RAM(32|64|128|256)(M|M16|M8|X1[SD])|SRLC?(16|32)E")
 _READ_PIN = re.compile(r"ADDR[A-H]|A\d*|DPRA\d*")  # the address pins of a LUT RAM or shift register
 _FREE = {"MUXF7", "MUXF8"}
+_IGNORED = {"$scopeinfo"}  # Yosys' record of a flattened module's scope: no pins
 
 
 class NetlistError(ValueError):
@@ -53,13 +54,15 @@ class PathStep:
 class LogicPath:
     """The deepest combinational path: ``levels`` by the module's rules, from ``start`` (a boundary cell's
     output net or a top input) to ``end`` (a boundary cell's input pin or a top output); ``steps`` are the
-    counted and free cells between, in order. ``unknown`` lists cell types treated as boundaries."""
+    counted and free cells between, in order. ``unknown`` lists cell types treated as boundaries;
+    ``units`` the deepest path ending in each unit (the endpoint's instance path, two levels), deepest first."""
 
     levels: int
     start: str
     end: str
     steps: tuple[PathStep, ...]
     unknown: tuple[str, ...] = ()
+    units: tuple[tuple[str, int], ...] = ()
 
     @property
     def meets_target(self) -> bool:
@@ -74,6 +77,7 @@ class LogicPath:
             "end": self.end,
             "path": [f"{s.type} {s.cell} -> {s.net}" for s in self.steps],
             "unknown_cell_types": list(self.unknown),
+            "by_unit": dict(self.units),
         }
 
 
@@ -94,7 +98,23 @@ def _net_names(module: dict) -> dict[int, str]:
     return names
 
 
+def _unit(name: str) -> str:
+    """The instance path of a net or cell name, up to two levels (``u_compute.u_loop``): "(top)" for a name
+    of the top module, "(unnamed)" for one Yosys made up."""
+    if name.startswith("$"):
+        return "(unnamed)"
+    parts = []
+    for part in name.split(".")[:-1]:
+        part = part.lstrip("\\")
+        if "$" in part or not part:
+            break
+        parts.append(part)
+    return ".".join(parts[:2]) or "(top)"
+
+
 def _kind(cell_type: str) -> str:
+    if cell_type in _IGNORED:
+        return "ignored"
     if _LUT.fullmatch(cell_type):
         return "lut"
     if cell_type == "CARRY4":
@@ -178,7 +198,7 @@ def longest_path(netlist: dict, top: str) -> LogicPath:
                 stack.append(i)
 
     # the path ends: inputs of boundary cells (and the sinks of memories), top outputs
-    ends: list[tuple[int, str]] = []
+    ends: list[tuple[int, str, str]] = []  # (bit, label, unit)
     for cname, cell in cells.items():
         kind = _kind(cell["type"])
         dirs = cell.get("port_directions", {})
@@ -188,20 +208,24 @@ def longest_path(netlist: dict, top: str) -> LogicPath:
             if kind in ("boundary", "unknown") or (kind == "memory" and not _READ_PIN.fullmatch(pin)):
                 q = [names.get(b, str(b)) for b in cell["connections"].get("Q", []) if isinstance(b, int)]
                 label = f"{cell['type']} {cname}" + (f" (-> {q[0]})" if q else "") + f".{pin}"
-                ends += [
-                    (b, f"{label}[{i}]" if len(bits) > 1 else label) for i, b in enumerate(bits) if isinstance(b, int)
-                ]
+                for i, b in enumerate(bits):
+                    if isinstance(b, int):
+                        unit = _unit(q[0] if q else cname)
+                        ends.append((b, f"{label}[{i}]" if len(bits) > 1 else label, unit))
     for pname, port in module.get("ports", {}).items():
         if port["direction"] == "output":
-            ends += [(b, f"output {pname}[{i}]") for i, b in enumerate(port["bits"]) if isinstance(b, int)]
+            ends += [(b, f"output {pname}[{i}]", "(ports)") for i, b in enumerate(port["bits"]) if isinstance(b, int)]
 
     worst_bit, worst_end, worst = None, "", -1
-    for b, label in ends:
+    by_unit: dict[str, int] = {}
+    for b, label, unit in ends:
         resolve(b)
+        by_unit[unit] = max(by_unit.get(unit, 0), arrival[b][0])
         if arrival[b][0] > worst:
             worst_bit, worst_end, worst = b, label, arrival[b][0]
     if worst_bit is None:
         return LogicPath(0, "", "", (), tuple(sorted(unknown)))
+    units = tuple(sorted(by_unit.items(), key=lambda kv: (-kv[1], kv[0])))
 
     steps: list[PathStep] = []
     b = worst_bit
@@ -212,7 +236,7 @@ def longest_path(netlist: dict, top: str) -> LogicPath:
     steps.reverse()
     src = driver.get(b)
     start = names.get(b, str(b)) if src is None else f"{cells[src[0]]['type']} {src[0]} -> {names.get(b, str(b))}"
-    return LogicPath(worst, start, worst_end, tuple(steps), tuple(sorted(unknown)))
+    return LogicPath(worst, start, worst_end, tuple(steps), tuple(sorted(unknown)), units)
 
 
 def longest_path_file(path: str | Path, top: str) -> LogicPath:
