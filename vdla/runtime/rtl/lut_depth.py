@@ -27,6 +27,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from vdla.errors import VdlaError
+
 TARGET_LEVELS = 8
 
 _LUT = re.compile(r"LUT[1-6]|INV")
@@ -37,7 +39,7 @@ _FREE = {"MUXF7", "MUXF8"}
 _IGNORED = {"$scopeinfo"}  # Yosys' record of a flattened module's scope: no pins
 
 
-class NetlistError(ValueError):
+class NetlistError(VdlaError, ValueError):
     """A netlist the depth walk cannot use (a combinational loop, no such module)."""
 
 
