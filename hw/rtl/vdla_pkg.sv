@@ -246,9 +246,10 @@ package vdla_pkg;
   endfunction
 
   // `v` shifted right (arithmetic) by `shift`, rounding half up when `round` (no rounding term for shift 0):
-  // (v + 2^(shift-1)) >> shift in 33 bits, no overflow. The ALU's SHR, RSHR and REQ share one instance.
+  // (v + 2^(shift-1)) >> shift, computed as ((v >> (shift-1)) + 1) >> 1 (equal, with floor shifts), which needs
+  // no decoder before the shifter and no overflow room. The ALU's SHR, RSHR and REQ share one instance.
   function automatic logic signed [32:0] round_shift(logic signed [31:0] v, logic [4:0] shift, logic round);
-    round_shift = (33'(v) + ((round && shift != 5'd0) ? 33'sd1 <<< (shift - 5'd1) : 33'sd0)) >>> shift;
+    round_shift = (shift == 5'd0) ? 33'(v) : (33'(v >>> (shift - 5'd1)) + (round ? 33'sd1 : 33'sd0)) >>> 1;
   endfunction
 
   // `rounded` clamped to int8: [relu ? 0 : -128, 127].
