@@ -27,6 +27,7 @@ import numpy as np
 
 from vdla.graph.graph import Node
 from vdla.graph.ops import infer
+from vdla.graph.passes import fresh_name
 from vdla.graph.types import DTYPES, TensorType, UnsupportedError
 
 
@@ -137,12 +138,7 @@ class Builder:
 
     def fresh(self, base: str) -> str:
         """A name not used yet, ``base`` itself when free."""
-        name, i = base, 0
-        while name in self.taken:
-            i += 1
-            name = f"{base}_{i}"
-        self.taken.add(name)
-        return name
+        return fresh_name(base, self.taken)
 
     def name_for(self, onnx_name: str) -> str:
         return self.preferred.get(onnx_name) or self.fresh(valid_name(onnx_name, "value"))

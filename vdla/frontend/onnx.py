@@ -34,6 +34,7 @@ from vdla.frontend.builder import Builder, OnnxNode, Value, unsupported, valid_n
 from vdla.frontend.errors import FrontendError
 from vdla.frontend.onnx_ops import ATTRS, CONVERTERS, SUPPORTED
 from vdla.graph.graph import Graph, Node
+from vdla.graph.passes import fresh_name
 from vdla.graph.types import DTYPES, TensorType, UnsupportedError
 from vdla.graph.verify import verify
 
@@ -238,12 +239,7 @@ class _Importer:
                 b.values[vi.name].type = TensorType(shape, "float32")  # the shape, for error messages
         node_names: set[str] = set()
         for index, proto in enumerate(g.node):
-            name = valid_name(proto.name, f"{proto.op_type}_{index}")
-            base, k = name, 0
-            while name in node_names:
-                k += 1
-                name = f"{base}_{k}"
-            node_names.add(name)
+            name = fresh_name(valid_name(proto.name, f"{proto.op_type}_{index}"), node_names)
             node = OnnxNode(
                 name, proto.op_type, tuple(proto.input), tuple(proto.output), _attrs(proto, self.where), self.opset,
                 proto.domain,

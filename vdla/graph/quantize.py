@@ -54,6 +54,7 @@ from vdla.graph.calibrate import (
 )
 from vdla.graph.graph import Graph, Node
 from vdla.graph.ops import infer_types
+from vdla.graph.passes import fresh_name
 from vdla.graph.qdq import COMMUTING
 from vdla.isa.arith import INT8_MAX
 
@@ -313,12 +314,7 @@ class _Rewriter:
         self.layers: list[LayerQuant] = []
 
     def fresh(self, name: str) -> str:
-        key, i = name, 0
-        while key in self.taken:
-            i += 1
-            key = f"{name}_{i}"
-        self.taken.add(key)
-        return key
+        return fresh_name(name, self.taken)
 
     def qdq(self, src: str, value: str, dst: str) -> list[Node]:
         attrs = {"scale": self.scale[value], "zero_point": 0}
