@@ -25,6 +25,7 @@ from vdla.graph.graph import Graph
 from vdla.model import Module
 from vdla.model.artifact import Artifact
 from vdla.model.executor import RunReport
+from vdla.runtime.backend import RunResult
 
 INPUT_SHAPE = (3, 224, 224)
 
@@ -105,12 +106,6 @@ class E2EResult:
         return d
 
 
-def _reference_graph(qgraph: Graph) -> Graph:
-    from vdla.graph.qdq import lower_qdq
-
-    return lower_qdq(qgraph)
-
-
 def prepare(
     config: str | HwConfig = "pynq",
     calib: int = 8,
@@ -124,8 +119,9 @@ def prepare(
     from vdla.experiments.models import calibration_images, resnet18
     from vdla.frontend.onnx import import_onnx
     from vdla.graph.passes import simplify
+    from vdla.graph.qdq import lower_qdq
     from vdla.graph.quantize import quantize_model
-    from vdla.model.build import _calibration_runner, compile_graph_model
+    from vdla.model.build import calibration_runner, compile_graph_model
 
     cfg = load_config(config)
     log = log or (lambda msg: None)
@@ -133,7 +129,7 @@ def prepare(
     log("building and quantizing ResNet-18")
     graph = simplify(import_onnx(resnet18(seed=seed)))
     images = calibration_images(INPUT_SHAPE, calib, seed=seed + 1)
-    runner = _calibration_runner(log)
+    runner = calibration_runner(log)
     qgraph, _ = quantize_model(graph, {"image": images}, "entropy", runner=runner, power_of_two=power_of_two)
     quantize_s = time.perf_counter() - t0
     t0 = time.perf_counter()
@@ -141,7 +137,7 @@ def prepare(
     compile_s = time.perf_counter() - t0
     image = calibration_images(INPUT_SHAPE, 1, seed=seed + 9)
     scheme = "power-of-two" if power_of_two else "per-channel"
-    return Prepared(cfg, artifact, _reference_graph(qgraph), image, compile_s, quantize_s, scheme)
+    return Prepared(cfg, artifact, lower_qdq(qgraph), image, compile_s, quantize_s, scheme)
 
 
 def reference_macs(graph: Graph) -> int:
@@ -153,15 +149,15 @@ def reference_macs(graph: Graph) -> int:
     return sum(node_macs(n, types) for n in graph.nodes)
 
 
-def fill_and_drain(result) -> tuple[int | None, int | None]:
+WORK = ("GEMM", "ALU")  # the compute-stage instructions that do the layer's arithmetic
+
+
+def fill_and_drain(result: RunResult) -> tuple[int | None, int | None]:
     """(cycles before the first GEMM/ALU, cycles after the last) of one accelerator run with a timeline."""
     work = [e for e in (result.timeline or []) if e.stage == "compute" and e.label.split()[0].upper() in WORK]
     if not work:
         return None, None
     return min(e.start for e in work), result.counters.cycles - max(e.end for e in work)
-
-
-WORK = ("GEMM", "ALU")
 
 
 def _records(report: RunReport, artifact: Artifact, macs_per_cycle: int) -> list[StepRecord]:
@@ -170,9 +166,22 @@ def _records(report: RunReport, artifact: Artifact, macs_per_cycle: int) -> list
         layer = getattr(step, "layer", {}) or {}
         eff = s.macs / (s.cycles * macs_per_cycle) if s.cycles else 0.0
         head, tail = fill_and_drain(s.result) if s.result is not None else (None, None)
-        rec = StepRecord(s.name, s.op, s.where, s.macs, s.cycles, s.utilization, eff, s.cpu_ms)
-        rec.schedule, rec.note, rec.idle_head, rec.idle_tail = layer.get("schedule", ""), s.note, head, tail
-        out.append(rec)
+        out.append(
+            StepRecord(
+                s.name,
+                s.op,
+                s.where,
+                s.macs,
+                s.cycles,
+                s.utilization,
+                eff,
+                s.cpu_ms,
+                schedule=layer.get("schedule", ""),
+                note=s.note,
+                idle_head=head,
+                idle_tail=tail,
+            )  # fmt: skip
+        )
     return out
 
 

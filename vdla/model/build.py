@@ -622,7 +622,7 @@ def _load_calib(calib: str | Path | Mapping[str, np.ndarray] | np.ndarray) -> di
     return dict(calib)
 
 
-def _calibration_runner(log: Log) -> Callable[[Graph], Callable] | None:
+def calibration_runner(log: Log) -> Callable[[Graph], Callable] | None:
     """The CPU fallback's JIT as the calibration runner (None: the numpy interpreter, where llvmlite is
     missing)."""
     try:
@@ -680,7 +680,7 @@ def compile_model(
                 "the model is already quantized (QDQ): it keeps the scales it carries; drop the calibration data"
             )
         arrays = _load_calib(calib)
-        runner = _calibration_runner(log or (lambda msg: None))
+        runner = calibration_runner(log or (lambda msg: None))
 
         def quantize(g: Graph) -> Graph:
             qgraph, qreport = quantize_model(
