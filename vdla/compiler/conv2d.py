@@ -39,6 +39,22 @@ class LayerRun:
         return self.result.counters
 
 
+def run_bound(
+    dev: Device, lowering, stream, arrays: dict[str, np.ndarray], out_shape: tuple[int, ...], **run_options
+) -> tuple[np.ndarray, RunResult]:
+    """Run a lowered program on ``dev`` with ``arrays`` (by tensor name) copied to fresh DRAM buffers and an
+    ``out`` buffer of ``lowering.tensor_bytes()["out"]``; returns the packed int8 output (``out_shape``) and the
+    backend's result. Every buffer is freed again, also when the run fails."""
+    buffers = {name: dev.array(a) for name, a in arrays.items()}
+    buffers["out"] = dev.alloc(lowering.tensor_bytes()["out"])
+    try:
+        result = dev.run_program(emit_program(lowering, stream, dev, buffers), **run_options)
+        return buffers["out"].read(np.int8, out_shape), result
+    finally:
+        for buf in buffers.values():
+            buf.free()
+
+
 def _int_array(name: str, v, shape: tuple[int, ...]) -> np.ndarray:
     a = np.asarray(v)
     if a.dtype.kind not in "iu":
@@ -141,16 +157,9 @@ class CompiledConv2d:
             arrays["res"] = pack_activation(residual, cfg.batch, cfg.block_out)
         elif residual is not None:
             raise CompileError("the layer was compiled without a residual input")
-        buffers = {name: dev.array(a) for name, a in arrays.items()}
-        buffers["out"] = dev.alloc(self.lowering.tensor_bytes()["out"])
-        try:
-            insns = emit_program(self.lowering, self.stream, dev, buffers)
-            result = dev.run_program(insns, max_cycles=max_cycles, timeline=timeline)
-            low = self.lowering
-            packed = buffers["out"].read(np.int8, (low.ng, low.ob, sp.oh, sp.ow, cfg.batch, cfg.block_out))
-        finally:
-            for buf in buffers.values():
-                buf.free()
+        low = self.lowering
+        shape = (low.ng, low.ob, sp.oh, sp.ow, cfg.batch, cfg.block_out)
+        packed, result = run_bound(dev, low, self.stream, arrays, shape, max_cycles=max_cycles, timeline=timeline)
         return LayerRun(unpack_activation(packed, sp.n, sp.oc), result)
 
     def program(self, dev: Device | None = None) -> list[Insn]:

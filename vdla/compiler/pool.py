@@ -40,7 +40,7 @@ from functools import cached_property
 import numpy as np
 
 from vdla.compiler.blocks import Alu, Block, Epi, Gemm, Load, Op, Store
-from vdla.compiler.conv2d import LayerRun
+from vdla.compiler.conv2d import LayerRun, run_bound
 from vdla.compiler.epilogue import clip_imm
 from vdla.compiler.microcode import Limits, MicroKernel, lower_nest
 from vdla.compiler.search import emit_program, timed
@@ -446,15 +446,8 @@ class CompiledPool:
         if x.dtype != np.int8 or x.shape != sp.shape:
             raise CompileError(f"pool input must be int8 of shape {sp.shape}, got {x.dtype} {x.shape}")
         arrays = dict(self.constants, inp=pack_activation(x, cfg.batch, cfg.block_in))
-        buffers = {name: dev.array(a) for name, a in arrays.items()}
-        buffers["out"] = dev.alloc(low.tensor_bytes()["out"])
-        try:
-            result = dev.run_program(emit_program(low, self.stream, dev, buffers), max_cycles=max_cycles)
-            shape = (low.ng, low.cb, low.oh, low.ow, cfg.batch, cfg.block_out)
-            packed = buffers["out"].read(np.int8, shape)
-        finally:
-            for buf in buffers.values():
-                buf.free()
+        shape = (low.ng, low.cb, low.oh, low.ow, cfg.batch, cfg.block_out)
+        packed, result = run_bound(dev, low, self.stream, arrays, shape, max_cycles=max_cycles)
         return LayerRun(unpack_activation(packed, sp.shape[0], sp.shape[1]), result)
 
 
