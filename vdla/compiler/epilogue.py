@@ -1,7 +1,8 @@
 """The fused epilogue: accumulator init, ALU passes and the requantizing OUT mirror.
 
-Only the ALU passes cost compute-stage cycles (:func:`cycles_per_element`): one per accumulator element
-for a pass with an immediate, ``alu_ii`` for a pass reading a second accumulator operand.
+Only the ALU passes cost compute-stage cycles (:func:`cycles_per_element`, by :func:`vdla.cycles.alu_ii`):
+one per accumulator element for a pass with an immediate, ``alu_ii`` for a pass reading a second accumulator
+operand and for every MUL (two lanes share a multiplier).
 
 * init: the first GEMM of each tile carries ``init``, so every accumulator starts from its bias row (the
   EPI ``bias_base`` plus the output-channel loop index) or from zero in the cycle of its first
