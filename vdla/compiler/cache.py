@@ -14,7 +14,7 @@ from pathlib import Path
 from vdla.compiler.spec import Conv2dSpec, EpilogueSpec
 from vdla.config import HwConfig
 
-SCHEMA = 3
+SCHEMA = 4  # 4: Schedule.res_inp (an int8 residual in INP, added by the identity GEMM)
 
 
 def default_cache_dir() -> Path:

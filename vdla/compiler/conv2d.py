@@ -14,6 +14,7 @@ import numpy as np
 
 from vdla.compiler.cache import ScheduleCache
 from vdla.compiler.epilogue import multiplier_kind, power_of_two_shift
+from vdla.compiler.identity import EYE, identity_weights
 from vdla.compiler.schedule import ConvLowering, Schedule
 from vdla.compiler.search import SearchResult, build_stream, emit_program, search
 from vdla.compiler.spec import CompileError, Conv2dSpec, EpilogueSpec
@@ -129,6 +130,8 @@ class CompiledConv2d:
             self.lowering.check_minimal(schedule.vthreads)
             self.search = None
         self.schedule = schedule
+        if schedule.res_inp:  # the identity block the residual GEMM reads
+            self.constants[EYE] = identity_weights(cfg)
         self.stream = build_stream(self.lowering, schedule)
         self.compile_seconds = time.perf_counter() - t0
 

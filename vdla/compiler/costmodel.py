@@ -7,7 +7,9 @@ store) durations, with loads skipped exactly where the program skips them
 (:meth:`ConvLowering.residency`), and run after the prologue through the real token structure
 (:func:`vdla.compiler.vthreads.thread_deps`) and round-robin interleaving in a block-level event
 simulation. The DRAM read channel is modelled only where it matters most: a compute-stage load (a
-residual tile) waits for the load-stage transfer in flight. Instruction fetch is ignored; the search
+residual tile in the accumulators) waits for the load-stage transfer in flight. A residual in INP
+(``Schedule.res_inp``) is load-stage work of each tile's last step, its identity GEMM compute work; the
+one-element LOAD of the identity block in the stream's first block is ignored. Instruction fetch is ignored; the search
 confirms its best candidates with the timing-only simulator.
 """
 
@@ -74,9 +76,10 @@ class StepCosts:
 
     inp: tuple[int, ...]
     wgt: tuple[int, ...]
+    res: int  # load-stage LOADs of the residual into INP, on the last step (res_inp)
     gemm: tuple[int, ...]
     epi: int  # the EPI instruction(s) of the first step
-    tail: int  # residual load and epilogue passes
+    tail: int  # the residual's compute-stage load and the ALU passes (the residual GEMM counts in gemm)
     store: int
     kernel_uops: int  # micro-ops of the distinct micro-kernels of such a tile
     size: tuple[int, int]  # the tile's output-channel blocks and pixels
@@ -104,7 +107,7 @@ class CostModel:
         """Costs of the middle tile's blocks (they depend on the tile geometry only). Only the first, second
         and last reduction steps are built: the steps between repeat the second."""
         low = self.low
-        key = (s.toc, s.toh, s.tow, s.tic, low.weights_resident(s))
+        key = (s.toc, s.toh, s.tow, s.tic, low.weights_resident(s), s.res_inp)
         if key not in self._steps:
             oy = (-(-low.spec.oh // s.toh) // 2) * s.toh
             ox = (-(-low.spec.ow // s.tow) // 2) * s.tow
@@ -123,8 +126,12 @@ class CostModel:
             def total(k: int, pred) -> int:
                 return sum(c for op, c in cost[k] if pred(op))
 
-            def tensor(name: str):
-                return lambda op: isinstance(op, Load) and op.tensor == name
+            def tensor(name: str, load_stage: bool | None = None):  # load stage: LOAD INP/WGT
+                return lambda op: (
+                    isinstance(op, Load)
+                    and op.tensor == name
+                    and (load_stage is None or (op.mem in (MemType.INP, MemType.WGT)) == load_stage)
+                )
 
             kernels = {
                 op.kernel.uops.tobytes(): len(op.kernel.uops)
@@ -138,9 +145,10 @@ class CostModel:
             self._steps[key] = StepCosts(
                 inp=tuple(total(k, tensor("inp")) for k in rep),
                 wgt=tuple(total(k, tensor("wgt")) for k in rep),
+                res=total(n - 1, tensor("res", load_stage=True)),
                 gemm=tuple(gemm),
                 epi=total(0, lambda op: isinstance(op, Epi)),
-                tail=total(n - 1, lambda op: isinstance(op, Alu) or tensor("res")(op)),
+                tail=total(n - 1, lambda op: isinstance(op, Alu) or tensor("res", load_stage=False)(op)),
                 store=total(n - 1, lambda op: isinstance(op, Store)),
                 kernel_uops=sum(kernels.values()) + unbuilt * max(kernels.values()),
                 size=(tile.noc, tile.noh * tile.now),
@@ -166,7 +174,7 @@ class CostModel:
         oc = low.tile_order(s)[0]
         visits = sum(len(np.unique(oc[t :: s.vthreads])) for t in range(s.vthreads))
         sets = visits if low.weights_shared else s.vthreads
-        extra = visits - s.vthreads if any(p.operand for p in low.passes) else 0
+        extra = visits - s.vthreads if any(p.operand and not p.gemm for p in low.passes_of(s)) else 0
         uops = min(sets * self.step_costs(s).kernel_uops + extra, self.cfg.uop_depth)
         return rows + op_cycles(Load(MemType.UOP, 0, "uop", 0, 1, uops, uops), self.cfg)
 
@@ -177,7 +185,7 @@ class CostModel:
         n = len(sc.gemm)
         oc, sp = self.low.tile_order(s)
         nocs, pixels = self.low.tile_sizes(s)
-        inp, wgt = np.array(sc.inp), np.array(sc.wgt)
+        inp, wgt, res = np.array(sc.inp), np.array(sc.wgt), np.r_[np.zeros(n - 1), sc.res]
         comp = np.array(sc.gemm) + np.r_[sc.epi, np.zeros(n - 1)] + np.r_[np.zeros(n - 1), sc.tail]
         store = np.r_[np.zeros(n - 1), sc.store]
         out = []
@@ -185,7 +193,8 @@ class CostModel:
             f_oc = (nocs[oc[t :: s.vthreads]] / sc.size[0])[:, None]
             f_px = (pixels[sp[t :: s.vthreads]] / sc.size[1])[:, None]
             fresh = fresh.reshape(-1, n, 2)
-            work = (fresh[..., 0] * inp * f_px + fresh[..., 1] * wgt * f_oc, comp * f_oc * f_px, store * f_oc * f_px)
+            load = fresh[..., 0] * inp * f_px + fresh[..., 1] * wgt * f_oc + res * f_oc * f_px
+            work = (load, comp * f_oc * f_px, store * f_oc * f_px)
             out.append(tuple(np.rint(a).reshape(-1).astype(np.int64) for a in work))
         return out
 
@@ -220,7 +229,8 @@ class CostModel:
         for p in (p for p, key in enumerate(order) if key in split):  # each extra part: a GEMM and a STORE more
             dur[1][p] += (parts - 1) * (t_.gemm_setup + t_.gemm_pipeline + one_step * t_.nop_cycles)
             dur[2][p] += (parts - 1) * (t_.dma_setup + t_.dram_write_latency)
-        bus = [bool(self.low.epi.residual) and bool(dur[2][p]) for p in range(len(order))]  # residual LOADs
+        in_acc = bool(self.low.epi.residual) and not s.res_inp
+        bus = [in_acc and bool(dur[2][p]) for p in range(len(order))]  # compute-stage residual LOADs
         waits: list[dict[int, list[tuple[int, int]]]] = [{}, {}, {}]  # stage -> position -> (stage, position)
         for t, w in enumerate(work):
             for d in thread_deps(w[0] > 0, w[2] > 0):

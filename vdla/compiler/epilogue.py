@@ -1,8 +1,8 @@
-"""The fused epilogue: accumulator init, ALU passes and the requantizing OUT mirror.
+"""The fused epilogue: accumulator init, ALU passes, the residual GEMM and the requantizing OUT mirror.
 
-Only the ALU passes cost compute-stage cycles (:func:`cycles_per_element`, by :func:`vdla.cycles.alu_ii`):
-one per accumulator element for a pass with an immediate, ``alu_ii`` for a pass reading a second accumulator
-operand and for every MUL (two lanes share a multiplier).
+Only the passes cost compute-stage cycles (:func:`cycles_per_element`, by :func:`vdla.cycles.alu_ii`): one per
+accumulator element for an ALU pass with an immediate and for the residual GEMM, ``alu_ii`` for an ALU pass
+reading a second accumulator operand and for every MUL (two lanes share a multiplier).
 
 * init: the first GEMM of each tile carries ``init``, so every accumulator starts from its bias row (the
   EPI ``bias_base`` plus the output-channel loop index) or from zero in the cycle of its first
@@ -11,19 +11,33 @@ operand and for every MUL (two lanes share a multiplier).
 * passes, only those the layer needs, after the last GEMM::
 
       MUL row multiplier, shift                     (EPI req: the OUT mirror clamps)
-      MUL row multiplier, shift -> ADD residual     (EPI req, shift 0: the OUT mirror clamps the sum)
+      MUL row multiplier, shift -> GEMM residual    (EPI req, shift 0: the OUT mirror clamps the sum)
+      MUL row multiplier, shift -> ADD residual     (the same, the residual tile in the accumulators)
       MUL row multiplier, shift -> CLIP -> MUL row m_y, shift_y -> MUL residual by row m_k, shift_k
           -> ADD residual [-> RSHR frac -> CLIP]             (a rescaled residual; EPI req: shift frac)
-      [MUL imm multiplier] [-> RSHR shift] [-> ADD residual] [-> CLIP, for bounds the mirror cannot clamp]
+      [MUL imm multiplier] [-> RSHR shift] [-> GEMM or ADD residual] [-> CLIP, for bounds the mirror cannot clamp]
 
   A row multiplier's MUL forms the exact 64-bit product and rounds it right by the layer's shift in the
   same pass, so a requantization keeps a 31-bit multiplier whatever the accumulator's size; an
   immediate multiplier (16 bits, no shift) keeps the product's low 32 bits.
 
+  An int8 residual is added in one of two forms, which the schedule picks (``Schedule.res_inp``):
+
+  - *GEMM residual* (``res_inp``): the load stage LOADs the residual tile into the thread's INP share,
+    overlapped with compute like the inputs, and a GEMM against the identity weights
+    (:mod:`vdla.compiler.identity`, one WGT element kept at the top of the WGT buffer) adds it to the
+    accumulators after the requantizing MUL or RSHR: 1 compute cycle per element.
+  - *ALU residual*: a compute-stage LOAD ACC_8BIT (or ACC, for int32) brings the tile into the accumulator
+    buffer next to the output tile and an ALU ADD reads it as a second operand: about 2 + ``alu_ii``
+    compute cycles per element, and the LOAD waits for the DRAM read channel. It is the only form of an
+    int32 residual, of a rescaled residual (whose residual is multiplied on the ALU first) and of configs
+    with ``block_in != block_out``, and the fallback of tiles whose INP share cannot hold the residual.
+
+  Integer addition wraps modulo 2^32 in the GEMM as in the ALU ADD, so both forms give the same int32 sum.
+
   With EPI ``req`` every accumulator write also writes its OUT row as the rounding right shift clamped
   to [-128, 127], or [0, 127] with ReLU, so the usual requantization costs no pass at all; other bounds
-  and residual adds use the ALU. Per-channel constants (bias, multipliers) are rows kept in the
-  accumulator buffer.
+  use the ALU. Per-channel constants (bias, multipliers) are rows kept in the accumulator buffer.
 """
 
 from __future__ import annotations
@@ -50,6 +64,7 @@ class AluPass:
     imm: int | None = None
     shift: int = 0
     dst: str = "acc"  # "res": the pass updates the residual tile
+    gemm: bool = False  # the residual add as a GEMM of the INP residual tile against the identity weights
 
 
 @dataclass(frozen=True)
@@ -106,8 +121,18 @@ def out_mode(epi: EpilogueSpec) -> OutMode:
     return OutMode(req=True, relu=relu, shift=0 if epi.multiplier == "row" else epi.shift)
 
 
-def alu_passes(epi: EpilogueSpec, mul_imm: int = 1) -> tuple[AluPass, ...]:
-    """The ALU instructions after the last GEMM, in execution order."""
+def residual_gemm_fits(epi: EpilogueSpec) -> bool:
+    """Whether the layer's residual can be added by a GEMM against the identity weights: an int8 residual added
+    as it is (not the rescaled form, which multiplies the residual first). The config must also satisfy
+    :func:`vdla.compiler.identity.identity_fits`."""
+    return epi.residual == "int8" and not epi.rescale
+
+
+def alu_passes(epi: EpilogueSpec, mul_imm: int = 1, residual_gemm: bool = False) -> tuple[AluPass, ...]:
+    """The passes after the last GEMM, in execution order; with ``residual_gemm`` the residual add is a GEMM
+    (``AluPass.gemm``) instead of an ALU ADD (only where :func:`residual_gemm_fits`)."""
+    if residual_gemm and not residual_gemm_fits(epi):
+        raise CompileError(f"a {epi.residual} residual{' rescaled' * bool(epi.rescale)} cannot be added by a GEMM")
     if epi.rescale:
         return _rescale_passes(epi)
     passes = []
@@ -121,7 +146,7 @@ def alu_passes(epi: EpilogueSpec, mul_imm: int = 1) -> tuple[AluPass, ...]:
     if epi.shift and epi.multiplier != "row":
         passes.append(AluPass(AluOp.RSHR, imm=epi.shift))
     if epi.residual:
-        passes.append(AluPass(AluOp.ADD, "res"))
+        passes.append(AluPass(AluOp.ADD, "res", gemm=residual_gemm))
     if not req:
         passes.append(AluPass(AluOp.CLIP, imm=clip_imm(*epi.bounds)))
     return tuple(passes)
@@ -141,10 +166,14 @@ def _rescale_passes(epi: EpilogueSpec) -> tuple[AluPass, ...]:
     return tuple(passes)
 
 
-def cycles_per_element(epi: EpilogueSpec, timing: Timing, mul_imm: int = 1) -> int:
-    """Compute-stage cycles the epilogue's ALU passes take per accumulator element, by the cycle model's rule
-    (:func:`vdla.cycles.alu_ii`): one per pass with an immediate, ``alu_ii`` per pass reading a second
-    accumulator operand or multiplying (init and requantization are free)."""
+def cycles_per_element(epi: EpilogueSpec, timing: Timing, mul_imm: int = 1, residual_gemm: bool = False) -> int:
+    """Compute-stage cycles the epilogue's passes take per accumulator element, by the cycle model's rule
+    (:func:`vdla.cycles.alu_ii`): one per ALU pass with an immediate and for the residual GEMM, ``alu_ii`` per
+    ALU pass reading a second accumulator operand or multiplying (init and requantization are free; the ALU
+    residual's LOAD is not counted)."""
     from vdla.cycles import alu_ii
 
-    return sum(alu_ii(timing, p.op, use_imm=p.imm is not None) for p in alu_passes(epi, mul_imm))
+    return sum(
+        1 if p.gemm else alu_ii(timing, p.op, use_imm=p.imm is not None)
+        for p in alu_passes(epi, mul_imm, residual_gemm)
+    )

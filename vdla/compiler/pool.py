@@ -4,10 +4,10 @@ the requantizing multiplier and shift), on packed int8 activations in DRAM.
 A tile is ``toc`` channel blocks x ``toh`` output rows x every output column. Per tile: on the load stage,
 LOAD INP brings the input window (the borders zero filled by the LOAD pad fields) into the thread's INP share,
 overlapping the other thread's compute; on the compute stage, one ``init`` GEMM by the identity weight block
-(loaded once, at WGT 0) copies it into the accumulators exactly (acc = x, one cycle per element, half the
-cycles of a LOAD ACC_8BIT and off the bus); for a max pool whose input may be negative, one ADD-with-reset
-per padded side writes the int8 minimum over the zeros; then the window is reduced separably, along the
-schedule's ``first`` axis, then the other:
+(:mod:`vdla.compiler.identity`, loaded once, at WGT 0) copies it into the accumulators exactly (acc = x, one
+cycle per element, half the cycles of a LOAD ACC_8BIT and off the bus); for a max pool whose input may be
+negative, one ADD-with-reset per padded side writes the int8 minimum over the zeros; then the window is
+reduced separably, along the schedule's ``first`` axis, then the other:
 
 * ``first`` "rows": ``H[r, j] = op over t < kw of in[r, j*sw + t]`` for every input row held, then
   ``out[i, j] = op over t < kh of H[i*sh + t, j]``;
@@ -39,9 +39,10 @@ from functools import cached_property
 
 import numpy as np
 
-from vdla.compiler.blocks import Alu, Block, Epi, Gemm, Load, Op, Store
+from vdla.compiler.blocks import Alu, Block, Epi, Load, Op, Store
 from vdla.compiler.conv2d import LayerRun, run_bound
 from vdla.compiler.epilogue import clip_imm
+from vdla.compiler.identity import EYE, identity_bytes, identity_fits, identity_gemm, identity_weights, load_identity
 from vdla.compiler.microcode import Limits, MicroKernel, lower_nest
 from vdla.compiler.search import emit_program, timed
 from vdla.compiler.spec import CompileError
@@ -176,7 +177,7 @@ class PoolLowering:
     """
 
     def __init__(self, spec: PoolSpec, cfg: HwConfig):
-        if cfg.block_in != cfg.block_out:
+        if not identity_fits(cfg):
             raise CompileError(
                 f"pooling copies packed activations into the accumulators: config {cfg.name!r} has "
                 f"block_in={cfg.block_in} != block_out={cfg.block_out}"
@@ -255,7 +256,7 @@ class PoolLowering:
         out = {
             "inp": self.ng * self.cb * self.h * self.w * c.inp_elem_bytes,
             "out": self.ng * self.cb * self.oh * self.ow * c.out_elem_bytes,
-            "eye": c.wgt_elem_bytes,
+            EYE: identity_bytes(c),
         }
         if self.spec.requantizes:
             out["mult"] = c.acc_elem_bytes
@@ -264,7 +265,7 @@ class PoolLowering:
     def constants(self) -> dict[str, np.ndarray]:
         """The identity weight block (the window copy) and, when requantizing, the multiplier row."""
         c = self.cfg
-        out = {"eye": np.eye(c.block_out, c.block_in, dtype=np.int8)[None]}
+        out = {EYE: identity_weights(c)}
         if self.spec.requantizes:
             out["mult"] = pack_channels(np.full(c.block_out, self.spec.multiplier), c.batch, c.block_out)
         return out
@@ -284,9 +285,9 @@ class PoolLowering:
         mbase, obase = acc0 + t.noc * win, acc0 + t.noc * (win + mb)
         loads, pad = self.window_loads(t, inp0, win)
         if eye:
-            loads = [Load(MemType.WGT, 0, "eye", 0, 1, 1, 1), *loads]
-        copy = ((t.noc, (win, win, 0)), (win_rows * self.cols, (1, 1, 0)))
-        compute: list[Op] = [Gemm(lower_nest(copy, (acc0, inp0, 0), self.limits), init=True)]
+            loads = [load_identity(0), *loads]
+        copy = ((t.noc, (win, win)), (win_rows * self.cols, (1, 1)))
+        compute: list[Op] = [identity_gemm(copy, acc0, inp0, 0, self.limits, init=True)]
         compute += self.pad_fill(t, acc0, win, win_rows, pad)
         compute += self.reduce(t, s, acc0, mbase, obase, win_rows)
         if self.spec.op == "avg":

@@ -8,14 +8,24 @@ thread, one :class:`~vdla.compiler.blocks.Block` per (tile, reduction step):
 * loads: the input window of the step (one LOAD per input-channel block, borders zero filled by the
   LOAD pad fields, or one merged LOAD when unpadded) and the weights, each skipped when the thread's
   buffer share still holds them (weights of all input channels stay resident when they fit);
+  With ``Schedule.res_inp`` the last step also loads the tile's int8 residual into the thread's INP share,
+  after its input windows;
 * compute: on the first step an EPI (OUT mirror mode, the tile's first bias row) and the step's GEMM
   with ``init`` (the accumulators start from their bias rows, or zero), a plain GEMM on the other
-  steps, the epilogue's ALU passes (if any) on the last step;
+  steps, the epilogue's passes (if any) on the last step: ALU instructions and, with ``res_inp``, the
+  residual GEMM against the identity weights (:mod:`vdla.compiler.epilogue`); without it, a residual is
+  LOADed into the accumulator buffer after the tile (a compute-stage LOAD) and added by an ALU ADD;
 * stores: the output tile on the last step.
 
 Tiles are dealt to the threads round-robin; each thread owns ``1/vthreads`` of every buffer, except the
 per-channel rows (bias, multipliers) of all output channels, which a prologue loads once into the top of
-the accumulator buffer for every thread to read.
+the accumulator buffer for every thread to read, and, for a layer whose residual a GEMM can add, the
+identity weight block at the top of the WGT buffer (loaded by the stream's first block, on the load stage,
+when the schedule uses it).
+
+Invariants: a thread's blocks touch only its shares and the shared regions above; a schedule fits
+(:meth:`ConvLowering.problems` empty) exactly when its full-size tile's :meth:`ConvLowering.footprint`
+(residual included, in INP or ACC) fits the shares and its GEMM kernel fits the UOP buffer.
 """
 
 from __future__ import annotations
@@ -26,7 +36,8 @@ from dataclasses import asdict, dataclass, replace
 import numpy as np
 
 from vdla.compiler.blocks import Alu, Block, Epi, Gemm, Load, Op, Store
-from vdla.compiler.epilogue import AluPass, alu_passes, out_mode
+from vdla.compiler.epilogue import AluPass, alu_passes, out_mode, residual_gemm_fits
+from vdla.compiler.identity import EYE, identity_bytes, identity_fits, identity_gemm, load_identity
 from vdla.compiler.intrinsic import GemmIntrinsic, conv2d_contraction, tensorize
 from vdla.compiler.microcode import Limits, MicroKernel, fits_loop, lower_nest, uop_count
 from vdla.compiler.spec import CompileError, Conv2dSpec, EpilogueSpec
@@ -47,6 +58,8 @@ class Schedule:
 
     ``order`` "oc" walks output-channel tiles outermost (weights stay resident across pixels);
     "spatial" walks pixel tiles outermost (inputs stay resident across output-channel tiles).
+    ``res_inp``: the int8 residual comes into the INP share on the load stage and a GEMM against the
+    identity weights adds it (else it is LOADed into the accumulators on the compute stage, added on the ALU).
     """
 
     toc: int
@@ -55,6 +68,7 @@ class Schedule:
     tic: int
     vthreads: int
     order: str = "oc"
+    res_inp: bool = False
 
     def __post_init__(self) -> None:
         if min(self.toc, self.toh, self.tow, self.tic, self.vthreads) < 1:
@@ -63,8 +77,9 @@ class Schedule:
             raise CompileError(f"schedule order must be one of {ORDERS}, got {self.order!r}")
 
     def describe(self) -> str:
-        """Short text form, e.g. ``oc4 oh7 ow7 ic1 vt2 oc``."""
-        return f"oc{self.toc} oh{self.toh} ow{self.tow} ic{self.tic} vt{self.vthreads} {self.order}"
+        """Short text form, e.g. ``oc4 oh7 ow7 ic1 vt2 oc`` (`` res-inp`` appended for a residual in INP)."""
+        text = f"oc{self.toc} oh{self.toh} ow{self.tow} ic{self.tic} vt{self.vthreads} {self.order}"
+        return text + " res-inp" * self.res_inp
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -123,7 +138,9 @@ class ConvLowering:
         self.ng, self.ib, self.ob = ext["b"], ext["ic"], ext["oc"]
         self.taps = spec.kh * spec.kw
         self.limits = Limits.of(cfg)
-        self.passes: tuple[AluPass, ...] = alu_passes(epi, mul_imm)  # after the last GEMM
+        self.passes: tuple[AluPass, ...] = alu_passes(epi, mul_imm)  # after the last GEMM, residual on the ALU
+        self.residual_gemm = residual_gemm_fits(epi) and identity_fits(cfg)  # may a schedule use res_inp?
+        self.gemm_passes = alu_passes(epi, mul_imm, residual_gemm=True) if self.residual_gemm else self.passes
         self.out_mode = out_mode(epi)
         self.rows = ["bias"] * epi.bias + ["mult"] * (epi.multiplier == "row")
         self.rows += ["mult_y", "mult_k"] * bool(epi.rescale)
@@ -151,17 +168,31 @@ class ConvLowering:
         threads at the top of the accumulator buffer."""
         return self.cfg.acc_depth - self.ob * len(self.rows)
 
+    @property
+    def eye(self) -> int | None:
+        """The WGT element of the identity block (the top one) for a layer whose residual a GEMM can add."""
+        return self.cfg.wgt_depth - 1 if self.residual_gemm else None
+
+    @property
+    def wgt_free(self) -> int:
+        """WGT elements for weights: all but the identity block's."""
+        return self.cfg.wgt_depth - (self.eye is not None)
+
+    def passes_of(self, s: Schedule) -> tuple[AluPass, ...]:
+        """The epilogue passes of the schedule's residual form."""
+        return self.gemm_passes if s.res_inp else self.passes
+
     def shares(self, vthreads: int) -> tuple[int, int, int]:
         """(INP, WGT, ACC) elements of one thread's buffer share."""
         c = self.cfg
-        return c.inp_depth // vthreads, c.wgt_depth // vthreads, max(self.rows_base, 0) // vthreads
+        return c.inp_depth // vthreads, self.wgt_free // vthreads, max(self.rows_base, 0) // vthreads
 
     @property
     def weights_shared(self) -> bool:
         """Whether all the layer's weights fit the WGT buffer: then they are shared by every thread, step-major
         (the blocks of reduction step k, output-channel-major, from ``ob * ib0(k) * taps``), and each step's
         weights of an output-channel tile are loaded once, by the first block of any thread using them."""
-        return self.ob * self.ib * self.taps <= self.cfg.wgt_depth
+        return self.ob * self.ib * self.taps <= self.wgt_free
 
     def weights_resident(self, s: Schedule) -> bool:
         """Whether the thread keeps the weights of all input channels of its output-channel tile in its share."""
@@ -170,17 +201,26 @@ class ConvLowering:
     def inputs_resident(self, s: Schedule) -> bool:
         """Whether the thread keeps the input windows of all reduction steps of its spatial tile, each step's
         at its own place, so that they are loaded once per spatial tile."""
-        return s.tic < self.ib and self.ib * self.in_rows(s.toh) * self.in_cols(s.tow) <= self.shares(s.vthreads)[0]
+        window = self.in_rows(s.toh) * self.in_cols(s.tow)
+        return s.tic < self.ib and self.ib * window + self.res_elems(s) <= self.shares(s.vthreads)[0]
+
+    def res_elems(self, s: Schedule) -> int:
+        """INP elements of the full-size tile's residual (0 unless ``res_inp``)."""
+        return s.toc * s.toh * s.tow if s.res_inp else 0
+
+    def window_elems(self, s: Schedule) -> int:
+        """INP elements of the thread's input windows (all reduction steps' when resident); the residual of a
+        ``res_inp`` schedule follows them."""
+        return (self.ib if self.inputs_resident(s) else s.tic) * self.in_rows(s.toh) * self.in_cols(s.tow)
 
     def footprint(self, s: Schedule) -> tuple[int, int, int]:
         """(INP, WGT, ACC) elements one thread needs for the schedule's full-size tile (no WGT share when the
-        weights are shared)."""
+        weights are shared); a residual takes a tile's worth of INP (``res_inp``) or of ACC."""
         wic = self.ib if self.weights_resident(s) else s.tic
         tile = s.toc * s.toh * s.tow
-        acc = tile * (2 if self.epi.residual else 1)
+        acc = tile * (2 if self.epi.residual and not s.res_inp else 1)
         wgt = 0 if self.weights_shared else s.toc * wic * self.taps
-        inp = (self.ib if self.inputs_resident(s) else s.tic) * self.in_rows(s.toh) * self.in_cols(s.tow)
-        return inp, wgt, acc
+        return self.window_elems(s) + self.res_elems(s), wgt, acc
 
     def gemm_nest(self, toc: int, toh: int, tow: int, tic: int, wic: int) -> tuple:
         """The GEMM loop nest of one reduction step of a (toc, toh, tow) tile over ``tic`` input blocks."""
@@ -219,6 +259,8 @@ class ConvLowering:
                 f"tile {s.describe()} exceeds the layer ({self.ob} output / {self.ib} input channel blocks, "
                 f"{self.spec.oh}x{self.spec.ow} pixels)"
             ]
+        if s.res_inp and not self.residual_gemm:
+            return [self.no_residual_gemm()]
         out = self.buffer_problems(s)
         if not out:
             wic = self.ib if self.weights_resident(s) else s.tic
@@ -233,9 +275,28 @@ class ConvLowering:
                 out.append(f"the GEMM micro-kernel needs {n} micro-ops, the UOP buffer holds {self.cfg.uop_depth}")
         return out
 
+    def no_residual_gemm(self) -> str:
+        """Why a ``res_inp`` schedule does not apply to this layer."""
+        if not residual_gemm_fits(self.epi):
+            form = "no residual" if not self.epi.residual else f"a {self.epi.residual} residual"
+            return f"res-inp adds an int8 residual as it is, the layer has {form}{' rescaled' * bool(self.epi.rescale)}"
+        return (
+            f"res-inp needs block_in == block_out for the identity weights, config {self.cfg.name!r} has "
+            f"{self.cfg.block_in} and {self.cfg.block_out}"
+        )
+
+    def minimal_needs(self) -> list[tuple[int, int, int]]:
+        """(INP, WGT, ACC) elements of the smallest tile (one block of each) in each residual form: in ACC,
+        then in INP where a GEMM can add it."""
+        window = self.in_rows(1) * self.in_cols(1)
+        needs = [(window, self.taps, 2 if self.epi.residual else 1)]
+        return needs + [(window + 1, self.taps, 1)] * self.residual_gemm
+
     def check_minimal(self, vthreads: int) -> None:
-        """Raise CompileError, naming the limit, if even the smallest tile does not fit ``vthreads`` threads."""
-        need = (self.in_rows(1) * self.in_cols(1), self.taps, 2 if self.epi.residual else 1)  # one block of each
+        """Raise CompileError, naming the limit, if even the smallest tile (in either residual form) does not fit
+        ``vthreads`` threads."""
+        needs = self.minimal_needs()
+        need = tuple(min(n[i] for n in needs) for i in range(3))  # each buffer's least need
         what = {
             "INP": f"a {self.in_rows(1)}x{self.in_cols(1)} input window",
             "WGT": f"a {self.spec.kh}x{self.spec.kw} kernel",
@@ -249,18 +310,19 @@ class ConvLowering:
                 f"{(self.cfg.acc_depth - need[2]) // len(self.rows) * self.cfg.block_out} output "
                 "channels fit"
             )
-        depths = (self.cfg.inp_depth, self.cfg.wgt_depth, self.rows_base)
+        depths = (self.cfg.inp_depth, self.wgt_free, self.rows_base)
         for buf, n, depth in zip(("INP", "WGT", "ACC"), need, depths):
             if n > depth:
                 raise CompileError(
                     f"{what[buf]} needs {n} {buf} elements even in the smallest tile, but the {buf} "
                     f"buffer of config {self.cfg.name!r} holds {depth}: at most {depth} fit"
                 )
-        most = min(d // n for n, d in zip(need, depths))
+        most = max(min(d // n for n, d in zip(form, depths)) for form in needs)
         if vthreads > most:
+            tiles = " or ".join(map(str, needs)) + " with the residual in INP" * (len(needs) > 1)
             raise CompileError(
                 f"vthreads={vthreads} splits the buffers into shares of {self.shares(vthreads)} "
-                f"(INP, WGT, ACC) elements, too small for the smallest tile {need}: at most "
+                f"(INP, WGT, ACC) elements, too small for the smallest tile {tiles}: at most "
                 f"vthreads={most} fits"
             )
 
@@ -316,7 +378,11 @@ class ConvLowering:
         if problems:
             raise CompileError(f"schedule {s.describe()} does not fit: {'; '.join(problems)}")
         tiles, steps, fresh = self.tiles(s), self.steps(s), self.residency(s)
-        return [ThreadBuilder(self, s, t).blocks(tiles[t :: s.vthreads], steps, fresh[t]) for t in range(s.vthreads)]
+        out = [ThreadBuilder(self, s, t).blocks(tiles[t :: s.vthreads], steps, fresh[t]) for t in range(s.vthreads)]
+        if s.res_inp:  # the stream's first block: every compute runs after its loads (see the module docstring)
+            first = out[0][0]
+            out[0][0] = replace(first, loads=(load_identity(self.eye), *first.loads))
+        return out
 
     def prologue(self, threads: list[list[Block]]) -> Block:
         """Compute-stage work ahead of every thread: load the rows of all output-channel blocks, and make the
@@ -339,6 +405,8 @@ class ConvLowering:
         }
         for name in self.rows:
             out[name] = self.ob * c.acc_elem_bytes
+        if self.residual_gemm:
+            out[EYE] = identity_bytes(c)
         if self.epi.residual:
             out["res"] = pixels_out * (c.out_elem_bytes if self.epi.residual == "int8" else c.acc_elem_bytes)
         return out
@@ -353,6 +421,7 @@ class ThreadBuilder:
         self.inp0, self.wgt0 = thread * inp, 0 if low.weights_shared else thread * wgt
         self.resident = low.weights_resident(s)
         self.acc = {"tile": thread * acc, "res": thread * acc + s.toc * s.toh * s.tow}
+        self.res_inp0 = self.inp0 + low.window_elems(s)  # the residual tile in INP (res_inp)
 
     def blocks(self, tiles: list[Tile], steps: list[tuple[int, int]], fresh: np.ndarray) -> list[Block]:
         """The blocks of ``tiles``; ``fresh`` (from :meth:`ConvLowering.residency`) says which loads each needs.
@@ -390,6 +459,11 @@ class ThreadBuilder:
                     0, (t.ob * low.ib + w_ic0) * low.taps, [(t.noc, low.ib * low.taps), (wic, low.taps), (low.taps, 1)]
                 )
             ]
+        if self.s.res_inp and k == nsteps - 1:
+            loads += [
+                Load(MemType.INP, self.res_inp0 + tr.sram, "res", tr.offset, tr.y, tr.x, tr.stride)
+                for tr in self.output_transfers(t)
+            ]
         groups = tail_groups(t.noc) if split and k == nsteps - 1 else [(0, t.noc)]
         compute: list[Op] = []
         stores: list[Store] = []
@@ -425,18 +499,29 @@ class ThreadBuilder:
         compute = self.init_gemms(sub, nest, base) if k == 0 else [Gemm(lower_nest(nest, base, low.limits))]
         if k < nsteps - 1:
             return compute, []
-        res = self.acc["res"] + o0 * t.noh * t.now
-        if low.epi.residual:
-            mem = MemType.ACC_8BIT if low.epi.residual == "int8" else MemType.ACC
-            compute += [
-                Load(mem, res + tr.sram, "res", tr.offset, tr.y, tr.x, tr.stride) for tr in self.output_transfers(sub)
-            ]
-        compute += [
-            Alu(p.op, self.elementwise(sub, p.operand, res if p.dst == "res" else acc, res), p.imm, p.shift)
-            for p in low.passes
-        ]
+        compute += self.residual_loads(sub, o0) + self.passes(sub, o0, acc)
         return compute, [
             Store(acc + tr.sram, "out", tr.offset, tr.y, tr.x, tr.stride) for tr in self.output_transfers(sub)
+        ]
+
+    def residual_loads(self, t: Tile, o0: int) -> list[Op]:
+        """The compute-stage LOAD of the residual into the accumulators after the tile (ALU form), if any."""
+        if not self.low.epi.residual or self.s.res_inp:
+            return []
+        mem = MemType.ACC_8BIT if self.low.epi.residual == "int8" else MemType.ACC
+        res = self.acc["res"] + o0 * t.noh * t.now
+        return [Load(mem, res + tr.sram, "res", tr.offset, tr.y, tr.x, tr.stride) for tr in self.output_transfers(t)]
+
+    def passes(self, t: Tile, o0: int, acc: int) -> list[Op]:
+        """The epilogue passes over the accumulators from ``acc`` of the tile's channel blocks from ``o0``: ALU
+        instructions, and the GEMM adding the residual from INP against the identity weights (``res_inp``)."""
+        low, pixels = self.low, t.noh * t.now
+        res = self.acc["res"] + o0 * pixels
+        return [
+            identity_gemm(((t.noc * pixels, (1, 1)),), acc, self.res_inp0 + o0 * pixels, low.eye, low.limits)
+            if p.gemm
+            else Alu(p.op, self.elementwise(t, p.operand, res if p.dst == "res" else acc, res), p.imm, p.shift)
+            for p in low.passes_of(self.s)
         ]
 
     def step_inp0(self, ib0: int) -> int:

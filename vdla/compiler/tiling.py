@@ -1,5 +1,7 @@
 """The tilings the schedule search considers: a coarse grid of near-balanced tile sizes per thread count,
-each with the most output rows that fit the buffers."""
+each with the most output rows that fit the buffers, in each residual form the layer allows (the residual
+in the accumulators, or in INP for the identity GEMM: its tile takes INP instead of ACC, so the most rows
+that fit differ)."""
 
 from __future__ import annotations
 
@@ -26,18 +28,20 @@ def balanced(total: int) -> list[int]:
 
 def candidate_tiles(low: ConvLowering, vthreads: int, skip_idle: bool = False) -> list[Schedule]:
     """The tilings of the coarse grid that fit ``vthreads`` threads, each with the most output rows that fit
-    (``skip_idle``: not those leaving a thread without tiles, which the same tiling on fewer threads matches)."""
+    (``skip_idle``: not those leaving a thread without tiles, which the same tiling on fewer threads matches),
+    for each residual form (:attr:`ConvLowering.residual_gemm`: also with the residual in INP)."""
     out = []
-    grid = itertools.product(halvings(low.ib), halvings(low.ob, MAX_PARTS), halvings(low.spec.ow, MAX_PARTS))
-    for tic, toc, tow in grid:
+    forms = (False, True) if low.residual_gemm else (False,)
+    grid = itertools.product(halvings(low.ib), halvings(low.ob, MAX_PARTS), halvings(low.spec.ow, MAX_PARTS), forms)
+    for tic, toc, tow, res_inp in grid:
         for toh in balanced(low.spec.oh):
-            if low.problems(Schedule(toc, toh, tow, tic, vthreads)):
+            if low.problems(Schedule(toc, toh, tow, tic, vthreads, res_inp=res_inp)):
                 continue
             spatial_tiles = low.ng * -(-low.spec.oh // toh) * -(-low.spec.ow // tow)
             if skip_idle and vthreads > spatial_tiles * -(-low.ob // toc):
                 break
             # walking pixels outermost only pays when inputs can stay resident: one step, several oc tiles
             orders = ORDERS if tic == low.ib and toc < low.ob and spatial_tiles > 1 else ("oc",)
-            out += [Schedule(toc, toh, tow, tic, vthreads, order) for order in orders]
+            out += [Schedule(toc, toh, tow, tic, vthreads, order, res_inp) for order in orders]
             break
     return out
