@@ -127,6 +127,133 @@ def test_epilogue_options(devices, cache, cfg, name):
         assert layer.epilogue.multiplier == "none" and layer.epilogue.shift == 10
 
 
+RESIDUAL_EPILOGUES = {  # each adds an int8 residual after the requantizing pass, before the mirror's clamp
+    "shift": {"shift": 9},  # RSHR, then the add
+    "bias-relu": {"bias": True, "shift": 10, "relu": True},
+    "per-channel-relu": {"bias": True, "multiplier": "per-channel", "shift": 14, "relu": True},  # MUL row
+    "power-of-two": {"bias": True, "multiplier": 1 << 30, "shift": 40},  # shift-only after power_of_two_shift
+    "multiplier-imm": {"multiplier": 3, "small": True},  # MUL imm, no shift (small data: no saturation)
+    "clip": {"shift": 8, "clip": (-20, 45)},  # the mirror cannot clamp: a CLIP pass after the add
+}
+# several tiles, reduction steps, threads and both tile orders on a (2, 24, 9, 10) input, 20 output channels
+RESIDUAL_SCHEDULES = [(2, 9, 10, 2, 1, "oc"), (1, 3, 5, 1, 2, "oc"), (1, 4, 10, 2, 3, "spatial"), (2, 2, 5, 1, 4, "oc")]
+
+
+def residual_case(name: str, seed: int = 7) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:
+    """(x, weights, residual, compile options) of one entry of RESIDUAL_EPILOGUES."""
+    rng = np.random.default_rng(seed)
+    opts = dict(RESIDUAL_EPILOGUES[name])
+    lim = 3 if opts.pop("small", False) else 128
+    x, wt, res = rand(rng, (2, 24, 9, 10), -lim, lim), rand(rng, (20, 24, 3, 3), -lim, lim), rand(rng, (2, 20, 9, 10))
+    if opts.pop("bias", False):
+        opts["bias"] = rng.integers(-100000, 100000, 20)
+    if opts.get("multiplier") == "per-channel":
+        opts["multiplier"] = rng.integers(-300, 300, 20)
+    return x, wt, res, opts
+
+
+def residual_reference(x, wt, res, layer, opts) -> np.ndarray:
+    ref_opts = {k: v for k, v in opts.items() if k in ("bias", "multiplier", "shift")}
+    return conv2d_reference(x, wt, layer.spec, bounds=layer.epilogue.bounds, residual=res, **ref_opts)
+
+
+def residual_ops(layer) -> dict[str, int]:
+    """How the program adds the residual: LOADs of it into INP and ACC, ALU ADDs, identity GEMMs, LOADs of
+    the identity block."""
+    from vdla.isa import AluInsn, AluOp, GemmInsn, MemInsn, MemType
+
+    prog = layer.program()
+    loads = [i for i in prog if isinstance(i, MemInsn) and not i.store]
+    eye = layer.lowering.eye
+    return {
+        "inp": sum(i.mem_type == MemType.INP for i in loads),
+        "acc8": sum(i.mem_type == MemType.ACC_8BIT for i in loads),
+        "add": sum(isinstance(i, AluInsn) and i.alu_opcode == AluOp.ADD for i in prog),
+        "gemm": sum(isinstance(i, GemmInsn) and not i.init for i in prog),
+        "eye": sum(i.mem_type == MemType.WGT and i.sram_base == eye and i.x_size == 1 for i in loads),
+    }
+
+
+@pytest.mark.parametrize("cfg", CONFIGS)
+@pytest.mark.parametrize("res_inp", [True, False], ids=["gemm", "alu"])
+@pytest.mark.parametrize("name", sorted(RESIDUAL_EPILOGUES))
+def test_residual_in_both_forms(devices, cfg, res_inp, name):
+    """An int8 residual added by the identity GEMM from INP (res_inp) or by an ALU ADD from the accumulators,
+    bit-exact on 1-4 threads with several tiles and reduction steps."""
+    from vdla.compiler import Schedule
+
+    x, wt, res, opts = residual_case(name)
+    for toc, toh, tow, tic, vt, order in RESIDUAL_SCHEDULES:
+        s = Schedule(toc, toh, tow, tic, vt, order, res_inp)
+        layer = compile_conv2d(x.shape, wt, padding=1, residual="int8", config=cfg, schedule=s, **opts)
+        out = layer.run(devices[cfg], x, residual=res).out
+        np.testing.assert_array_equal(out, residual_reference(x, wt, res, layer, opts), err_msg=s.describe())
+        ops = residual_ops(layer)
+        assert (ops["acc8"] == 0 and ops["add"] == 0 and ops["eye"] == 1) if res_inp else ops["acc8"] > 0
+        assert (ops["gemm"] > 0) == (res_inp or tic < layer.lowering.ib)  # the identity's, or later steps
+    assert len(np.unique(out)) > 10
+
+
+@pytest.mark.parametrize("name", ["per-channel-relu", "power-of-two", "clip"])
+def test_residual_gemm_on_rtl(rtl_library, name):
+    """The identity GEMM after an ALU pass (MUL, RSHR) and before a CLIP, on the RTL: bit-exact, and equal to
+    the simulator."""
+    from vdla.compiler import Schedule
+
+    x, wt, res, opts = residual_case(name, seed=8)
+    for s in (Schedule(1, 3, 5, 1, 2, res_inp=True), Schedule(2, 9, 10, 2, 1, res_inp=True)):
+        layer = compile_conv2d(x.shape, wt, padding=1, residual="int8", schedule=s, **opts)
+        rtl = layer.run(Device("pynq", backend="rtl"), x, residual=res)
+        sim = layer.run(Device("pynq"), x, residual=res)
+        np.testing.assert_array_equal(rtl.out, residual_reference(x, wt, res, layer, opts))
+        np.testing.assert_array_equal(rtl.out, sim.out)
+
+
+def test_search_adds_the_residual_by_the_identity_gemm_where_it_is_faster(devices, cache):
+    """A per-channel layer with a ReLU and a residual (ResNet's second convolution of a block): the search picks
+    the INP residual; the same tiling with the residual on the ALU takes over 2 more cycles per element."""
+    from dataclasses import replace
+
+    from vdla.compiler.epilogue import cycles_per_element
+    from vdla.config import load_config
+
+    rng = np.random.default_rng(1)
+    x, wt, res = rand(rng, (1, 64, 14, 14)), rand(rng, (64, 64, 3, 3)), rand(rng, (1, 64, 14, 14))
+    opts = {"multiplier": rng.integers(1 << 20, 1 << 21, 64), "shift": 30, "relu": True, "residual": "int8"}
+    gemm = compile_conv2d(x.shape, wt, padding=1, cache=cache, **opts)
+    assert gemm.schedule.res_inp
+    alu = compile_conv2d(x.shape, wt, padding=1, schedule=replace(gemm.schedule, res_inp=False), **opts)
+    runs = [layer.run(devices["pynq"], x, residual=res) for layer in (gemm, alu)]
+    ref = conv2d_reference(x, wt, gemm.spec, multiplier=opts["multiplier"], shift=30, bounds=(0, 127), residual=res)
+    for run in runs:
+        np.testing.assert_array_equal(run.out, ref)
+    assert runs[1].counters.cycles - runs[0].counters.cycles > 2 * 4 * 14 * 14
+    timing = load_config("pynq").timing
+    assert cycles_per_element(gemm.epilogue, timing, residual_gemm=True) == timing.alu_ii + 1  # MUL, GEMM
+    assert cycles_per_element(gemm.epilogue, timing) == 2 * timing.alu_ii  # MUL, ADD of a second operand
+
+
+def test_a_tile_whose_inp_share_cannot_hold_the_residual_falls_back():
+    """With the residual in INP a tile needs its input windows and its residual in the INP share: a tiling whose
+    windows fill the share keeps the residual in the accumulators (an explicit res_inp schedule names the limit),
+    and the search offers both forms with the most rows each fits."""
+    from vdla.compiler import CompileError, Schedule
+    from vdla.compiler.tiling import candidate_tiles
+
+    rng = np.random.default_rng(2)
+    x, wt, res = rand(rng, (1, 64, 14, 14)), rand(rng, (64, 64, 3, 3)), rand(rng, (1, 64, 14, 14))
+    with pytest.raises(CompileError, match="does not fit: INP needs 1416 elements per thread, the share holds 1024"):
+        compile_conv2d(
+            x.shape, wt, padding=1, shift=12, residual="int8", schedule=Schedule(2, 14, 14, 4, 2, res_inp=True)
+        )
+    layer = compile_conv2d(x.shape, wt, padding=1, shift=12, residual="int8", schedule=Schedule(2, 14, 14, 4, 2))
+    assert layer.lowering.inputs_resident(layer.schedule) is False and residual_ops(layer)["acc8"] > 0
+    out = layer.run(Device("pynq"), x, residual=res).out
+    np.testing.assert_array_equal(out, conv2d_reference(x, wt, layer.spec, shift=12, residual=res))
+    rows = {s.res_inp: s.toh for s in candidate_tiles(layer.lowering, 2) if (s.toc, s.tow, s.tic) == (2, 14, 4)}
+    assert rows[False] == 14 and rows[True] < 14
+
+
 @pytest.mark.parametrize("cfg", CONFIGS)
 def test_dense_bit_exact(devices, cache, cfg):
     rng = np.random.default_rng(3)

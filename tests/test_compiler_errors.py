@@ -77,6 +77,24 @@ def test_explicit_schedule_that_does_not_fit():
         compile_conv2d((1, 64, 56, 56), w8(64, 64, 3, 3), padding=1, schedule=Schedule(4, 56, 56, 4, 2))
 
 
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({}, "res-inp adds an int8 residual as it is, the layer has no residual"),
+        ({"residual": "int32"}, "the layer has a int32 residual"),
+        (
+            {"residual": "int8", "multiplier": 3, "shift": 4, "rescale": (-128, 127, 1, 1, 1)},
+            "the layer has a int8 residual rescaled",
+        ),
+    ],
+)
+def test_residual_in_inp_only_for_an_int8_residual_added_as_it_is(kwargs, match):
+    with pytest.raises(CompileError, match=match):
+        compile_conv2d(
+            (1, 4, 8, 8), w8(8, 4, 3, 3), padding=1, schedule=Schedule(1, 8, 8, 1, 1, res_inp=True), **kwargs
+        )
+
+
 def test_run_checks_its_inputs():
     layer = compile_conv2d((1, 4, 8, 8), w8(8, 4, 3, 3), padding=1, residual="int8")
     dev = Device("pynq")

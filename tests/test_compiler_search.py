@@ -36,6 +36,21 @@ def test_cost_model_tracks_the_simulator(args):
         assert est.cycles == pytest.approx(timed(low, build_stream(low, s)).cycles, rel=0.05)
 
 
+@pytest.mark.parametrize("args", [((1, 64, 14, 14), 64, 3, 1), ((1, 64, 28, 28), 128, 1, 2)])
+def test_cost_model_tracks_the_simulator_with_the_residual_in_inp(args):
+    """A residual in INP: its LOADs are load-stage work of the tile's last step, its identity GEMM compute."""
+    shape, oc, k, s = args
+    epi = EpilogueSpec(bias=True, multiplier="row", shift=12, relu=True, residual="int8")
+    low = ConvLowering(Conv2dSpec.make(shape, oc, k, s, "same"), epi, load_config("pynq"))
+    model = CostModel(low)
+    cands = [s for v in (1, 2, 4) for s in candidate_tiles(low, v) if s.res_inp]
+    assert cands
+    for s in cands[:: max(1, len(cands) // 6)]:
+        est = model.estimate(s)
+        assert model.bound(s) <= est.cycles
+        assert est.cycles == pytest.approx(timed(low, build_stream(low, s)).cycles, rel=0.05)
+
+
 def test_search_confirms_with_the_simulator_and_beats_one_thread():
     low = lowering((1, 64, 28, 28), 64, 1, 1)
     auto, one = search(low, "auto"), search(low, 1)
