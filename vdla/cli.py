@@ -232,6 +232,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="write DRAM bytes to a file after the run (repeatable)",
     )
     p.add_argument("--max-cycles", type=int, help="stop with an error after this many cycles")
+    p.add_argument(
+        "--no-overlap",
+        action="store_true",
+        help="model artifacts: run the accelerator layers one at a time, not as joined streams",
+    )
     p.add_argument("--trace", help="write a Chrome/Perfetto trace JSON of the run")
     p.add_argument("--json", help="write the counters as JSON")
     p.set_defaults(func=cmd_run)

@@ -54,9 +54,11 @@ def _progress(total: int) -> Iterator:
         task = prog.add_task("compiling", total=total)
         started = []
 
-        def tick(what: str) -> None:
-            prog.update(task, description=what, completed=len(started))
-            started.append(what)
+        def tick(what: str, done: int | None = None) -> None:
+            """Before the next item (or, with ``done``, at ``done`` items complete)."""
+            prog.update(task, description=what, completed=len(started) if done is None else done)
+            if done is None:
+                started.append(what)
 
         yield tick
 
@@ -165,7 +167,14 @@ def e2e_summary(result) -> str:
     """Latency, compute bound and ratio in one paragraph."""
     ok = "[green]bit-exact[/]" if result.correct else "[red]WRONG[/]"
     idle = result.idle_between_layers
-    fill = "" if idle is None else f"fill and drain between layers {idle:,} cycles ({idle / result.cycles:.1%}); "
+    fill = "" if idle is None else f"fill and drain between layers {idle:,} cycles ({idle / result.cycles:.1%})"
+    if idle is not None and result.separate:
+        alone = result.separate
+        fill += (
+            f", {alone['idle_between_layers']:,} with the layers run one at a time "
+            f"({alone['cycles']:,} cycles, joined streams save {alone['cycles'] - result.cycles:,})"
+        )
+    fill += "; " if fill else ""
     return (
         f"accelerator {result.cycles:,} cycles = {result.latency_ms:.2f} ms at {result.clock_mhz:g} MHz; "
         f"compute bound {result.compute_bound_cycles:,} cycles; ratio {result.ratio:.3f}x; "
@@ -187,7 +196,9 @@ def cmd_e2e(args: argparse.Namespace) -> int:
         for backend in args.backend or ["sim"]:
             steps = len(prep.artifact.steps)
             with _progress(steps) as tick:
-                result = run_e2e(prep, backend, progress=lambda done, total, name: tick(name))
+                result = run_e2e(
+                    prep, backend, progress=lambda done, total, name: tick(name, done), overlap=not args.no_overlap
+                )
             console.print(e2e_table(result))
             console.print(e2e_summary(result))
             results.append(result)
@@ -239,6 +250,9 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         help="quantize with power-of-two scales (VTA's scheme: free requantization)",
     )
     p.add_argument("--no-cache", action="store_true", help="search every schedule again (nothing is cached)")
+    p.add_argument(
+        "--no-overlap", action="store_true", help="run the layers one at a time (no joined streams, full drains)"
+    )
     p.add_argument("--json", help="write the figures as JSON (one record, or a list for several runs)")
     p.set_defaults(func=cmd_e2e)
 

@@ -24,8 +24,7 @@ from vdla.config import HwConfig, load_config
 from vdla.graph.graph import Graph
 from vdla.model import Module
 from vdla.model.artifact import Artifact
-from vdla.model.executor import RunReport
-from vdla.runtime.backend import RunResult
+from vdla.model.executor import RunReport, StepReport
 
 INPUT_SHAPE = (3, 224, 224)
 
@@ -80,11 +79,13 @@ class E2EResult:
     quantize_s: float
     layers: list[StepRecord] = field(default_factory=list)
     max_abs_prob_diff: float = 0.0
+    overlap: bool = False  # the layers ran as joined streams
+    separate: dict | None = None  # {"cycles", "idle_between_layers"} of the same model run one layer at a time
 
     @property
     def idle_between_layers(self) -> int | None:
-        """Cycles the compute stage waits at the layers' starts and ends (fill and drain), None without a
-        timeline."""
+        """Cycles the compute stage waits at the layers' starts and ends and between joined layers (fill and
+        drain), None without a timeline."""
         steps = [r for r in self.layers if r.where == "accel"]
         if not steps or any(r.idle_head is None for r in steps):
             return None
@@ -152,20 +153,44 @@ def reference_macs(graph: Graph) -> int:
 WORK = ("GEMM", "ALU")  # the compute-stage instructions that do the layer's arithmetic
 
 
-def fill_and_drain(result: RunResult) -> tuple[int | None, int | None]:
-    """(cycles before the first GEMM/ALU, cycles after the last) of one accelerator run with a timeline."""
-    work = [e for e in (result.timeline or []) if e.stage == "compute" and e.label.split()[0].upper() in WORK]
-    if not work:
-        return None, None
-    return min(e.start for e in work), result.counters.cycles - max(e.end for e in work)
+def _work_span(report: StepReport) -> tuple[int, int] | None:
+    """(start of the first GEMM/ALU, end of the last) of an accelerator step, from its run's timeline."""
+    lo, hi = report.span or (0, 1 << 62)
+    work = [
+        e
+        for e in (report.result.timeline if report.result else [])
+        if e.stage == "compute" and lo <= e.index < hi and e.label.split()[0].upper() in WORK
+    ]
+    return (min(e.start for e in work), max(e.end for e in work)) if work else None
+
+
+def fill_and_drain(reports: list[StepReport]) -> list[tuple[int | None, int | None]]:
+    """Per step: (cycles the compute stage waits before its first GEMM/ALU, after its last). Before: since the
+    start of its run or the last GEMM/ALU of the step before it in the same run (a chain); after: until the
+    end of its run, or 0 when the next step runs in the same stream. (None, None) without a timeline."""
+    out: list[tuple[int | None, int | None]] = []
+    for i, r in enumerate(reports):
+        span = _work_span(r) if r.where == "accel" else None
+        if span is None:
+            out.append((None, None))
+            continue
+        prev = reports[i - 1] if i else None
+        shared_prev = prev is not None and prev.result is r.result
+        prev_span = _work_span(prev) if shared_prev else None
+        nxt = reports[i + 1] if i + 1 < len(reports) else None
+        shared_next = nxt is not None and nxt.result is r.result
+        head = span[0] - (prev_span[1] if prev_span else 0)
+        tail = 0 if shared_next else r.result.counters.cycles - span[1]
+        out.append((head, tail))
+    return out
 
 
 def _records(report: RunReport, artifact: Artifact, macs_per_cycle: int) -> list[StepRecord]:
     out = []
-    for s, step in zip(report.steps, artifact.steps, strict=True):
+    idle = fill_and_drain(report.steps)
+    for s, step, (head, tail) in zip(report.steps, artifact.steps, idle, strict=True):
         layer = getattr(step, "layer", {}) or {}
         eff = s.macs / (s.cycles * macs_per_cycle) if s.cycles else 0.0
-        head, tail = fill_and_drain(s.result) if s.result is not None else (None, None)
         out.append(
             StepRecord(
                 s.name,
@@ -190,22 +215,25 @@ def run_e2e(
     backend: str = "sim",
     progress: Callable[[int, int, str], None] | None = None,
     timeline: bool | None = None,
+    overlap: bool = True,
     **options,
 ) -> E2EResult:
-    """One inference of ``prep`` on ``backend`` (``sim``, ``rtl``), checked against the CPU reference; with
-    ``timeline`` (default: on the simulator, where it costs nothing) each accelerator step's fill and drain
-    cycles are measured."""
+    """One inference of ``prep`` on ``backend`` (``sim``, ``rtl``), checked against the CPU reference.
+
+    With ``overlap`` the accelerator layers run as joined streams (:mod:`vdla.compiler.chain`), else one at a
+    time; on the simulator an overlapped run is followed by one without, for the ``separate`` figures. With
+    ``timeline`` (default: on the simulator, where it costs nothing; joined streams always record one) each
+    accelerator step's fill and drain cycles are measured."""
     from vdla.graph.interp import evaluate
 
     cfg = prep.config
-    module = Module(prep.artifact, backend, **options)
-    try:
-        t0 = time.perf_counter()
-        got = module.run(prep.image, progress=progress, timeline=backend == "sim" if timeline is None else timeline)
-        wall = time.perf_counter() - t0
-        report = module.last_report
-    finally:
-        module.close()
+    report, got, wall = _run(
+        prep, backend, progress, backend == "sim" if timeline is None else timeline, overlap, options
+    )
+    separate = None
+    if overlap and backend == "sim" and prep.artifact.chains:
+        alone, _, _ = _run(prep, backend, None, True, False, options)
+        separate = {"cycles": alone.accel_cycles, "idle_between_layers": _idle(fill_and_drain(alone.steps))}
     want = evaluate(prep.reference, {"image": prep.image})
     exact = np.array_equal(got["logits"], want["logits"])
     prob_diff = float(np.abs(got["probs"] - want["probs"]).max())
@@ -227,4 +255,25 @@ def run_e2e(
         quantize_s=prep.quantize_seconds,
         layers=_records(report, prep.artifact, per_cycle),
         max_abs_prob_diff=prob_diff,
+        overlap=overlap and bool(prep.artifact.chains),
+        separate=separate,
     )
+
+
+def _run(prep: Prepared, backend: str, progress, timeline: bool, overlap: bool, options: dict):
+    """(report, outputs, wall seconds) of one inference."""
+    module = Module(prep.artifact, backend, overlap=overlap, **options)
+    try:
+        t0 = time.perf_counter()
+        got = module.run(prep.image, progress=progress, timeline=timeline)
+        return module.last_report, got, time.perf_counter() - t0
+    finally:
+        module.close()
+
+
+def _idle(pairs: list[tuple[int | None, int | None]]) -> int | None:
+    """The fill and drain cycles of the accelerator steps, None if one was not measured."""
+    pairs = [p for p in pairs if p != (None, None)]
+    if not pairs:
+        return None
+    return sum(h + t for h, t in pairs)

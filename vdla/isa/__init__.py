@@ -19,6 +19,7 @@ from vdla.isa.instructions import (
     decode_program,
     encode,
     encode_program,
+    nop,
 )
 from vdla.isa.uop import Uop, decode_uops, encode_uops
 from vdla.isa.validate import elem_bytes, pops_of, pushes_of, validate_program
@@ -38,6 +39,7 @@ __all__ = [
     "Queue",
     "Stage",
     "Uop",
+    "nop",
     "assemble",
     "decode",
     "decode_program",

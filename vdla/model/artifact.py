@@ -11,7 +11,8 @@ A ``.vdla`` file is a zip archive:
   an arena inside it and need no initial contents);
 * ``cpu.npz``: the parameters of the CPU steps' graphs.
 
-An accelerator step is one instruction stream already in the image (address and length). A CPU step
+An accelerator step is one instruction stream already in the image (address and length); consecutive
+accelerator steps are also joined into one stream (a chain) that overlaps their fills and drains. A CPU step
 is a graph of CPU operators (JIT-compiled at load, or interpreted with numpy where llvmlite is
 missing) whose ``@dram`` inputs and outputs are packed tensors read from and written to DRAM.
 Writing is atomic (a temporary file renamed into place): no partial artifact is ever left behind.
@@ -91,6 +92,24 @@ Step = AccelStep | CpuStep
 
 
 @dataclass
+class AccelChain:
+    """Steps ``first .. first + count - 1`` (all accelerator steps) joined into one instruction stream at
+    ``insn_addr`` (:func:`vdla.compiler.chain.join_programs`): each layer's fill and drain overlap its
+    neighbours'. ``starts[k]`` is the index of layer ``k``'s first instruction in the stream. Each step keeps
+    its own stream too, to run the layers one at a time."""
+
+    first: int
+    count: int
+    insn_addr: int
+    insn_count: int
+    starts: list[int]
+
+    def span(self, k: int) -> tuple[int, int]:
+        """The [lo, hi) instruction indices of the chain's layer ``k``."""
+        return self.starts[k], self.starts[k + 1] if k + 1 < self.count else self.insn_count
+
+
+@dataclass
 class Artifact:
     """A compiled model (see the module docstring)."""
 
@@ -102,6 +121,7 @@ class Artifact:
     image: np.ndarray  # uint8, placed at config.dram_base_addr
     memory: dict = field(default_factory=dict)
     meta: dict = field(default_factory=dict)
+    chains: list[AccelChain] = field(default_factory=list)
 
     @property
     def accel_macs(self) -> int:
@@ -165,6 +185,7 @@ class Artifact:
             "image_bytes": int(self.image.size),
             "memory": self.memory,
             "meta": self.meta,
+            "chains": [asdict(c) for c in self.chains],
         }
         return manifest, arrays
 
@@ -225,4 +246,5 @@ def load_artifact(path: str | Path, config: HwConfig | None = None) -> Artifact:
         image=image,
         memory=manifest["memory"],
         meta=manifest["meta"],
+        chains=[AccelChain(**c) for c in manifest.get("chains", [])],
     )

@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from vdla.compiler import CompileError, ScheduleCache, compile_conv2d
+from vdla.compiler.chain import join_programs, weight_relocator
 from vdla.compiler.pool import PoolLowering, PoolSpec, compile_pool
 from vdla.compiler.search import emit_program
 from vdla.compiler.spec import Conv2dSpec
@@ -45,8 +46,8 @@ from vdla.graph.qdq import lower_qdq
 from vdla.graph.quantize import QuantReport, quantize_model
 from vdla.graph.types import TensorType
 from vdla.graph.verify import verify
-from vdla.isa import encode_program
-from vdla.model.artifact import AccelStep, Artifact, CpuStep, DramTensor
+from vdla.isa import Insn, IsaError, encode_program, validate_program
+from vdla.model.artifact import AccelChain, AccelStep, Artifact, CpuStep, DramTensor
 from vdla.model.memplan import Lifetime, plan_memory
 from vdla.runtime.device import Device
 from vdla.runtime.dram import Buffer
@@ -309,6 +310,7 @@ class ModelBuilder:
         self.types = infer_types(graph)
         self.dram: dict[str, tuple[tuple[int, ...], str]] = {}  # DRAM tensor -> (packed shape, dtype)
         self.steps: list = []
+        self.programs: dict[str, list[Insn]] = {}  # accelerator step -> its instruction stream
 
     def dram_tensor(self, value: str, block: int) -> str:
         t = self.types[value]
@@ -405,6 +407,7 @@ class ModelBuilder:
             except CompileError as e:
                 shape = "x".join(map(str, self.types[s.x].shape))
                 raise CompileError(f"layer {s.out!r} ({s.op} of a {shape} input): {e}") from e
+        chains = self.chain(steps, dev)
         live = dev.dram._live.values()
         high = max(b.addr + b.nbytes for b in live) - dev.dram.base
         image = dev.dram.mem[:high].copy()
@@ -419,7 +422,28 @@ class ModelBuilder:
         }
         inputs = {k: t for k, t in self.g.inputs.items()}
         outputs = {o: self.types[o] for o in self.g.outputs}
-        return Artifact(cfg, inputs, outputs, steps, tensors, image, memory, {"model": self.g.name})
+        return Artifact(cfg, inputs, outputs, steps, tensors, image, memory, {"model": self.g.name}, chains)
+
+    def chain(self, steps: list, dev: Device) -> list[AccelChain]:
+        """Each run of two or more consecutive accelerator steps joined into one stream in ``dev``'s DRAM."""
+        cfg = self.cfg
+        relocate = weight_relocator(
+            cfg,
+            lambda index, n: dev.dram.view(index * 4, n * 4).view(np.uint32).copy(),
+            lambda words: dev.array(words).addr // 4,
+        )
+        chains = []
+        for first, count in accel_runs(steps):
+            joined = join_programs(
+                [self.programs[s.name] for s in steps[first : first + count]], cfg.wgt_depth, relocate
+            )
+            try:
+                validate_program(joined.insns, cfg, dev.dram.range)
+            except IsaError as e:
+                raise CompileError(f"joining steps {first}..{first + count - 1}: {e}") from e
+            code = dev.array(np.frombuffer(encode_program(joined.insns), np.uint8))
+            chains.append(AccelChain(first, count, code.addr, len(joined.insns), list(joined.starts)))
+        return chains
 
     def compile_layer(self, layer: AccelLayer | PoolLayer, dev: Device, addr: dict[str, int]) -> AccelStep:
         """Compile one accelerator layer and emit its instruction stream against the planned tensors."""
@@ -475,6 +499,7 @@ class ModelBuilder:
         for name, data in constants.items():
             buffers[name] = dev.array(data)
         insns = emit_program(low, stream, dev, buffers)
+        self.programs[layer.out] = insns
         return insns, dev.array(np.frombuffer(encode_program(insns), np.uint8))
 
     def cpu_region(self, nodes, accel_needs, host_needs, accel_out, notes, extra_outputs=()) -> CpuStep:
@@ -527,6 +552,19 @@ class ModelBuilder:
         note = "; ".join(f"{k}: {v}" for k, v in notes.items() if k in defined)
         name = nodes[-1].output if nodes else f"convert {','.join(extra_outputs)}"
         return CpuStep(name, graph, dram_inputs, dram_outputs, sum(node_macs(n, self.types) for n in nodes), note)
+
+
+def accel_runs(steps: list) -> list[tuple[int, int]]:
+    """(first, count) of each run of two or more consecutive accelerator steps."""
+    runs, start = [], None
+    for i, s in enumerate([*steps, None]):
+        if isinstance(s, AccelStep):
+            start = i if start is None else start
+        elif start is not None:
+            if i - start > 1:
+                runs.append((start, i - start))
+            start = None
+    return runs
 
 
 def node_macs(node: Node, types: dict[str, TensorType]) -> int:

@@ -168,7 +168,7 @@ def run(args: argparse.Namespace) -> int:
 
     artifact = load_artifact(args.program)
     options = {"trace": True} if getattr(args, "wave", False) else {}
-    module = Module(artifact, args.backend, **options)
+    module = Module(artifact, args.backend, overlap=not getattr(args, "no_overlap", False), **options)
     feeds = _inputs(args.input, list(artifact.inputs))
     steps = len(artifact.steps)
     with Progress(

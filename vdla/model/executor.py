@@ -9,6 +9,7 @@ the compiler or ONNX.
 
 from __future__ import annotations
 
+import bisect
 import json
 import sys
 import time
@@ -20,7 +21,8 @@ import numpy as np
 
 from vdla.errors import VdlaError
 from vdla.graph.interp import evaluate
-from vdla.model.artifact import AccelStep, Artifact, CpuStep, load_artifact
+from vdla.isa import INSN_BYTES, GemmInsn, decode_program
+from vdla.model.artifact import AccelChain, AccelStep, Artifact, CpuStep, load_artifact
 from vdla.model.memplan import Lifetime, MemoryPlan, plan_memory
 from vdla.runtime.backend import RunResult
 from vdla.runtime.counters import STAGES
@@ -44,6 +46,7 @@ class StepReport:
     cpu_ms: float = 0.0
     note: str = ""
     result: RunResult | None = field(default=None, repr=False)
+    span: tuple[int, int] | None = None  # the step's instructions in ``result``'s program (None: all of it)
 
 
 @dataclass
@@ -145,8 +148,11 @@ class Module:
     single-output model or a dict; ``last_report`` describes the last run.
     """
 
-    def __init__(self, artifact: Artifact, backend: str = "sim", device: Device | None = None, **options):
+    def __init__(
+        self, artifact: Artifact, backend: str = "sim", device: Device | None = None, overlap: bool = True, **options
+    ):
         self.artifact = artifact
+        self.chains = {c.first: c for c in artifact.chains} if overlap else {}
         self.device = device or Device(artifact.config, backend, **options)
         cfg = self.device.cfg
         if cfg.hash != artifact.config.hash:
@@ -165,6 +171,7 @@ class Module:
             off, nbytes = self.host_plan.offsets[name], self.host_plan.sizes[name]
             self._buffers.setdefault(i, {})[value] = self._host[off : off + nbytes].view(dtype).reshape(shape)
         self.last_report: RunReport | None = None
+        self._gemm_iters: dict[int, list[int]] = {}
 
     def _warn(self, message: str) -> None:
         if message not in self._warned:
@@ -216,17 +223,30 @@ class Module:
         timeline: bool = False,
         max_cycles: int | None = None,
     ) -> np.ndarray | dict[str, np.ndarray]:
-        """Run the model once; ``progress(done, total, step_name)`` is called after each step."""
+        """Run the model once; ``progress(done, total, step_name)`` is called after each step (after a chain
+        of joined steps, once for the chain)."""
         env: dict[str, np.ndarray] = self._feeds(inputs)
-        reports = []
+        reports: list[StepReport] = []
         steps = self.artifact.steps
-        for i, step in enumerate(steps):
-            if isinstance(step, AccelStep):
-                reports.append(self._run_accel(step, timeline, max_cycles))
+        i = 0
+        while i < len(steps):
+            chain = self.chains.get(i)
+            if chain is not None:
+                tick = None
+                if progress:
+                    names = f"{steps[i].name}..{steps[i + chain.count - 1].name}"
+                    tick = lambda cycles, i=i, names=names: progress(i, len(steps), f"{names} {cycles:,} cycles")  # noqa: E731
+                reports += self._run_chain(chain, max_cycles, tick)
+                i += chain.count
             else:
-                reports.append(self._run_cpu(i, step, env))
+                step = steps[i]
+                if isinstance(step, AccelStep):
+                    reports.append(self._run_accel(step, timeline, max_cycles))
+                else:
+                    reports.append(self._run_cpu(i, step, env))
+                i += 1
             if progress:
-                progress(i + 1, len(steps), step.name)
+                progress(i, len(steps), steps[i - 1].name)
         self.last_report = RunReport(reports, self.artifact.config.clock_mhz)
         outs = {name: env[name].copy() for name in self.artifact.outputs}  # the arena is reused next run
         return next(iter(outs.values())) if len(outs) == 1 else outs
@@ -239,6 +259,28 @@ class Module:
         return StepReport(
             step.name, step.layer.get("op", "conv2d"), "accel", step.macs, c.cycles, c.utilization, result=result
         )
+
+    def _run_chain(
+        self, chain: AccelChain, max_cycles: int | None, tick: Callable[[int], None] | None
+    ) -> list[StepReport]:
+        """Run a chain of joined steps as one stream (``tick(cycles)`` now and then); its cycles split per step
+        by the timeline (see :func:`split_chain`)."""
+        result = self.device.backend.run(
+            self.device.dram, chain.insn_addr, chain.insn_count, max_cycles=max_cycles, timeline=True, progress=tick
+        )
+        steps = self.artifact.steps[chain.first : chain.first + chain.count]
+        return split_chain(result, chain, steps, self._chain_gemm_iters(chain))
+
+    def _chain_gemm_iters(self, chain: AccelChain) -> list[int]:
+        """Multiply-accumulate uop-iterations of each step of the chain, counted on its instructions."""
+        if chain.first not in self._gemm_iters:
+            lo = chain.insn_addr - self.artifact.config.dram_base_addr
+            insns = decode_program(self.artifact.image[lo : lo + chain.insn_count * INSN_BYTES].tobytes())
+            self._gemm_iters[chain.first] = [
+                sum(x.iterations for x in insns[a:b] if isinstance(x, GemmInsn) and not x.reset)
+                for a, b in map(chain.span, range(chain.count))
+            ]
+        return self._gemm_iters[chain.first]
 
     def _run_cpu(self, i: int, step: CpuStep, env: dict[str, np.ndarray]) -> StepReport:
         feeds = {}
@@ -269,6 +311,40 @@ class Module:
         return self.artifact.save(path)
 
 
+def split_chain(
+    result: RunResult, chain: AccelChain, steps: list[AccelStep], gemm_iters: list[int]
+) -> list[StepReport]:
+    """One report per step of a chain run. With a timeline, step ``k`` is charged the cycles from the end of
+    step ``k - 1``'s last instruction to the end of its own (the last step up to the end of the run), so the
+    steps' cycles add up to the run's. Without one (a board), the first step carries the whole run."""
+    total = result.counters.cycles
+    ends = [0] * chain.count
+    for e in result.timeline:
+        k = bisect.bisect_right(chain.starts, e.index) - 1
+        ends[k] = max(ends[k], e.end)
+    cycles = []
+    done = 0
+    for k in range(chain.count):
+        end = total if k == chain.count - 1 else max(done, ends[k])
+        cycles.append(end - done if result.timeline else (total if k == 0 else 0))
+        done = end
+    note = "" if result.timeline else f"one stream of {chain.count} layers, not split without a timeline"
+    return [
+        StepReport(
+            s.name,
+            s.layer.get("op", "conv2d"),
+            "accel",
+            s.macs,
+            c,
+            it / c if c else 0.0,
+            note=note if k == 0 else "",
+            result=result,
+            span=chain.span(k),
+        )
+        for k, (s, c, it) in enumerate(zip(steps, cycles, gemm_iters, strict=True))
+    ]
+
+
 def load(path: str | Path, backend: str = "sim", **options) -> Module:
     """Load a ``.vdla`` artifact and bind it to a device of ``backend``."""
     return Module(load_artifact(path), backend, **options)
@@ -283,9 +359,12 @@ def write_profile(report: RunReport, path: str | Path) -> None:
         {"name": "thread_name", "ph": "M", "pid": 0, "tid": i, "args": {"name": t}} for i, t in enumerate(tracks)
     ]
     now = 0.0
+    run_start: dict[int, float] = {}  # id of a run's result -> when it started (the steps of a chain share one)
     for s in report.steps:
         if s.where == "accel":
             dur = s.cycles / report.clock_mhz
+            t0 = run_start.setdefault(id(s.result), now)
+            lo, hi = s.span or (0, 1 << 62)
             events.append(
                 {
                     "name": s.name,
@@ -298,13 +377,15 @@ def write_profile(report: RunReport, path: str | Path) -> None:
                 }
             )
             for e in s.result.timeline if s.result and s.result.timeline else []:
+                if not lo <= e.index < hi:
+                    continue
                 events.append(
                     {
                         "name": e.label.split()[0],
                         "ph": "X",
                         "pid": 0,
                         "tid": STAGES.index(e.stage),
-                        "ts": now + e.start / report.clock_mhz,
+                        "ts": t0 + e.start / report.clock_mhz,
                         "dur": max(e.end - e.start, 1) / report.clock_mhz,
                         "args": {"asm": e.label},
                     }

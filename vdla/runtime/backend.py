@@ -8,6 +8,7 @@ disassembly) and the stage, the same on every backend, so a failing program read
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -75,8 +76,11 @@ class Backend(Protocol):
         max_cycles: int | None = None,
         timeline: bool = False,
         functional: bool = True,
+        progress: Callable[[int], None] | None = None,
     ) -> RunResult:
-        """Execute ``insn_count`` instructions at ``insn_addr``; raise on deadlock, timeout or fault."""
+        """Execute ``insn_count`` instructions at ``insn_addr``; raise on deadlock, timeout or fault.
+        ``progress(cycles)``, if given, is called now and then with the cycles run so far (a backend that
+        runs the program in one piece may call it only at the end)."""
 
 
 def make_backend(name: str, cfg: HwConfig, **options) -> Backend:

@@ -30,6 +30,7 @@ from vdla.isa import (
     elem_bytes,
     encode_program,
     encode_uops,
+    nop,
     validate_program,
 )
 from vdla.isa.arith import MUL_MAX_SHIFT
@@ -55,15 +56,6 @@ class CommandTarget(Protocol):
 
     def run_program(self, insns: list[Insn], max_cycles: int | None = None, timeline: bool = False) -> RunResult:
         """Place the program in DRAM and run it."""
-
-
-def _nop(stage: Stage) -> MemInsn:
-    """A token-only instruction for a stage (a LOAD/STORE with x_size 0)."""
-    return {
-        Stage.LOAD: lambda: MemInsn(mem_type=MemType.INP, x_size=0),
-        Stage.COMPUTE: lambda: MemInsn(mem_type=MemType.UOP, x_size=0),
-        Stage.STORE: lambda: MemInsn(store=True, mem_type=MemType.OUT, x_size=0),
-    }[stage]()
 
 
 class CommandBuilder:
@@ -92,7 +84,7 @@ class CommandBuilder:
             queue = pending.pop(0)
             flag = queue.pop_flag
             if getattr(insn, flag):  # the same queue twice: a no-op ahead of insn carries one pop
-                self._append(self._with_flag(_nop(stage), flag))
+                self._append(self._with_flag(nop(stage), flag))
             else:
                 setattr(insn, flag, True)
         return self._append(insn)
@@ -113,7 +105,7 @@ class CommandBuilder:
         flag = queue.push_flag
         last = self._last.get(src)
         if last is None or getattr(self.insns[last], flag):
-            self._append(self._with_flag(_nop(src), flag))
+            self._append(self._with_flag(nop(src), flag))
         else:
             setattr(self.insns[last], flag, True)
 
@@ -385,7 +377,7 @@ class CommandBuilder:
             return self.insns
         for stage in Stage:
             while self._pending_pops[stage]:
-                self.emit(_nop(stage))
+                self.emit(nop(stage))
         if Stage.STORE in self._last:
             self.dep_push(Stage.STORE, Stage.COMPUTE)
             self.dep_pop(Stage.STORE, Stage.COMPUTE)

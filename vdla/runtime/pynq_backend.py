@@ -32,6 +32,7 @@ import re
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -296,6 +297,7 @@ class PynqBackend:
         max_cycles: int | None = None,
         timeline: bool = False,
         functional: bool = True,
+        progress: Callable[[int], None] | None = None,
     ) -> RunResult:
         """Execute ``insn_count`` instructions at ``insn_addr`` on the board; raise like the other backends.
         The board always executes the data path (``functional`` changes nothing) and records no timeline."""

@@ -9,6 +9,7 @@ messages naming the instruction and the stage.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from vdla.config import HwConfig
@@ -63,6 +64,7 @@ class RtlBackend:
         max_cycles: int | None = None,
         timeline: bool = False,
         functional: bool = True,
+        progress: Callable[[int], None] | None = None,
     ) -> RunResult:
         """Execute ``insn_count`` instructions at ``insn_addr`` on the RTL; raise like the simulator. The RTL
         always executes the data path, so ``functional`` changes nothing."""
@@ -80,6 +82,8 @@ class RtlBackend:
         ended = False
         while not ended and h.cycle <= limit + 1:  # the end is seen one cycle after the last one
             ended = h.run(min(CHUNK, limit + 2 - h.cycle))
+            if progress is not None:
+                progress(h.cycle)
         program = Program(dram, insn_addr, insn_count, self.cfg)
         counters = R.read_counters(h.read, insn_bytes=insn_count * self.cfg.insn_bytes)
         status = h.read(R.offset("STATUS"))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Callable
 
 from vdla.config import HwConfig
 from vdla.cycles import CycleModel
@@ -59,6 +60,7 @@ class Simulator:
         max_cycles: int | None = None,
         timeline: bool = False,
         functional: bool = True,
+        progress: Callable[[int], None] | None = None,
     ) -> RunResult:
         """Execute ``insn_count`` instructions at physical address ``insn_addr``; return the counters.
 
