@@ -7,8 +7,8 @@ thread, one :class:`~vdla.compiler.blocks.Block` per (tile, reduction step):
 
 * loads: the input window of the step (one LOAD per input-channel block, borders zero filled by the
   LOAD pad fields, or one merged LOAD when unpadded) and the weights, each skipped when the thread's
-  buffer share still holds them (weights of all input channels stay resident when they fit);
-  With ``Schedule.res_inp`` the last step also loads the tile's int8 residual into the thread's INP share,
+  buffer share still holds them (weights of all input channels stay resident when they fit); with
+  ``Schedule.res_inp`` the last step also loads the tile's int8 residual into the thread's INP share,
   after its input windows;
 * compute: on the first step an EPI (OUT mirror mode, the tile's first bias row) and the step's GEMM
   with ``init`` (the accumulators start from their bias rows, or zero), a plain GEMM on the other
@@ -499,7 +499,7 @@ class ThreadBuilder:
         compute = self.init_gemms(sub, nest, base) if k == 0 else [Gemm(lower_nest(nest, base, low.limits))]
         if k < nsteps - 1:
             return compute, []
-        compute += self.residual_loads(sub, o0) + self.passes(sub, o0, acc)
+        compute += self.residual_loads(sub, o0) + self.epilogue_ops(sub, o0, acc)
         return compute, [
             Store(acc + tr.sram, "out", tr.offset, tr.y, tr.x, tr.stride) for tr in self.output_transfers(sub)
         ]
@@ -512,7 +512,7 @@ class ThreadBuilder:
         res = self.acc["res"] + o0 * t.noh * t.now
         return [Load(mem, res + tr.sram, "res", tr.offset, tr.y, tr.x, tr.stride) for tr in self.output_transfers(t)]
 
-    def passes(self, t: Tile, o0: int, acc: int) -> list[Op]:
+    def epilogue_ops(self, t: Tile, o0: int, acc: int) -> list[Op]:
         """The epilogue passes over the accumulators from ``acc`` of the tile's channel blocks from ``o0``: ALU
         instructions, and the GEMM adding the residual from INP against the identity weights (``res_inp``)."""
         low, pixels = self.low, t.noh * t.now
