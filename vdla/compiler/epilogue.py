@@ -116,7 +116,7 @@ def out_mode(epi: EpilogueSpec) -> OutMode:
         return OutMode()
     if epi.rescale:
         return OutMode(req=True, relu=relu, shift=epi.rescale[4])
-    if epi.residual:  # the passes shift before the add; the mirror clamps the sum the last ADD writes
+    if epi.residual:  # the passes shift before the add; the mirror clamps the sum the ADD or residual GEMM writes
         return OutMode(req=True, relu=relu)
     return OutMode(req=True, relu=relu, shift=0 if epi.multiplier == "row" else epi.shift)
 
