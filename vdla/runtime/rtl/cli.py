@@ -24,8 +24,10 @@ def cmd_rtl_build(args: argparse.Namespace) -> int:
 def cmd_fit(args: argparse.Namespace) -> int:
     from vdla.runtime.rtl.fit import fit_table, run_fit
 
-    report = run_fit(args.config)
+    report = run_fit(args.config, top=args.module) if args.module else run_fit(args.config)
     print(fit_table(report), end="")
+    if args.module and args.path:
+        print("Deepest path:", report["logic_levels"]["start"], *report["logic_levels"]["path"], sep="\n  ")
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
     return 0 if report["fits"] else 1
@@ -42,4 +44,9 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("fit", help="synthesize for the PYNQ-Z1 part with Yosys and report the resources")
     p.add_argument("--config", default="pynq", help="preset or JSON file")
     p.add_argument("--json", help="write the report as JSON")
+    p.add_argument(
+        "--module",
+        help="synthesize one module (e.g. vdla_acc_rmw) with its submodules: its depth in a minute or less",
+    )
+    p.add_argument("--path", action="store_true", help="with --module, print the deepest path's cells")
     p.set_defaults(func=cmd_fit)
