@@ -2,7 +2,12 @@
 // MIN and ADD wrap like int32; SHR/RSHR clamp the shift to [-31, 31] and shift left for negative amounts
 // (RSHR rounds half up); CLIP clamps to [sext8(b[7:0]), sext8(b[15:8])]; REQ shifts right by b[4:0] rounding
 // half up and clamps to [b[5] ? 0 : -128, 127] (vdla_pkg::requantize). `zero_i` writes zeros (the reset of a
-// GEMM, and a MUL with reset: 0 * v rounds to 0). These take one cycle: res_o holds the result after en_i.
+// GEMM, and the resets whose result is 0 whatever v is: SHR, RSHR, REQ and MUL). With clip_i, CLIP takes its
+// bounds from a and clips 0 (the reset CLIP(0, ACC[src]), whose row comes as a). These take one cycle: res_o
+// holds the result after en_i.
+// What the shifts take from b comes formed in ctl_i (vdla_pkg::alu_lane_ctl(op_i == ALU_REQ, b) per lane): the caller
+// forms it before the cycle the lane computes, from the immediate or as the source row is read, so that the
+// lane's path starts at its shifter (the timing proxy, docs/rtl.md).
 // MUL forms the exact 64-bit product and rounds it right by mul_shift_i (half up; 0 keeps the product's low
 // 32 bits), then keeps 32 bits. Two lanes share each multiplier and its rounding shifter (MUL_UNITS =
 // LANES/2 of them): the cycle with en_i multiplies lanes [0, MUL_UNITS) and keeps the upper lanes' operands,
@@ -16,8 +21,10 @@ module vdla_alu #(
   input  logic                en_i,
   input  logic                mul_hi_i,     // the second cycle of a MUL started by en_i in the cycle before
   input  logic                zero_i,
+  input  logic                clip_a_i,     // CLIP(0, a) instead of CLIP(a, b)
   input  vdla_pkg::alu_op_e   op_i,
   input  logic [5:0]          mul_shift_i,  // MUL's rounding shift of the 64-bit product
+  input  vdla_pkg::alu_lane_ctl_t [LANES-1:0] ctl_i,  // alu_lane_ctl(op_i == ALU_REQ, b) of each lane
   input  logic [LANES*32-1:0] a_i,
   input  logic [LANES*32-1:0] b_i,
   output logic [LANES*32-1:0] res_o
@@ -25,31 +32,31 @@ module vdla_alu #(
   localparam int MUL_UNITS = LANES / 2;  // LANES = BATCH * BLOCK_OUT, a power of two >= 2
   localparam int HB        = MUL_UNITS * 32;
 
-  // One comparator serves MIN and MAX, one rounding right shifter (vdla_pkg::round_shift) SHR, RSHR and REQ.
-  function automatic logic [31:0] lane_op(vdla_pkg::alu_op_e op, logic signed [31:0] a, logic signed [31:0] b);
-    logic signed [5:0]  s;
-    logic signed [31:0] lo, hi;
-    logic signed [32:0] r;
+  // One comparator serves MIN and MAX, one rounding right shifter (vdla_pkg::round_shift) SHR, RSHR and REQ;
+  // REQ's clamp tests the shifter's output beside the rounding add (vdla_pkg::clamp8_x).
+  function automatic logic [31:0] lane_op(vdla_pkg::alu_op_e op, logic signed [31:0] a, logic signed [31:0] b,
+                                          logic [4:0] rs, logic [4:0] ls, logic left, logic relu, logic clip_a);
+    logic signed [32:0] x;
+    logic signed [31:0] r, v, lo, hi;
+    logic        [15:0] bounds;
     logic               lt;
     begin
-      s  = (b > 32'sd31) ? 6'sd31 : (b < -32'sd31) ? -6'sd31 : 6'(b);
+      x  = $signed({a, 1'b0}) >>> rs;  // 2a >> rs: the rounding shift before its rounding add
+      r  = 32'((x + ((op != vdla_pkg::ALU_SHR) ? 33'sd1 : 33'sd0)) >>> 1);
       lt = a < b;
-      // REQ: b[4:0], rounding; RSHR: s >= 0, rounding; SHR: s >= 0, truncating
-      r  = vdla_pkg::round_shift(a, op == vdla_pkg::ALU_REQ ? b[4:0] : (s < 0 ? 5'd0 : s[4:0]),
-                                 op != vdla_pkg::ALU_SHR);
+      bounds = clip_a ? a[15:0] : b[15:0];
+      v  = clip_a ? '0 : a;
+      lo = 32'(signed'(bounds[7:0]));
+      hi = 32'(signed'(bounds[15:8]));
       lane_op = a;
       case (op)
         vdla_pkg::ALU_MIN: lane_op = lt ? a : b;
         vdla_pkg::ALU_MAX: lane_op = lt ? b : a;
         vdla_pkg::ALU_ADD: lane_op = a + b;
-        vdla_pkg::ALU_SHR, vdla_pkg::ALU_RSHR: lane_op = (s < 0) ? a << (-s) : r[31:0];
-        vdla_pkg::ALU_CLIP: begin
-          lo = 32'(signed'(b[7:0]));
-          hi = 32'(signed'(b[15:8]));
-          lane_op = (a < lo) ? lo : a;
-          if (signed'(lane_op) > hi) lane_op = hi;
-        end
-        vdla_pkg::ALU_REQ: lane_op = 32'(signed'(vdla_pkg::clamp8(r, b[5])));  // vdla_pkg::requantize
+        vdla_pkg::ALU_SHR, vdla_pkg::ALU_RSHR: lane_op = left ? a << ls : r;
+        // max(a, lo) then min(., hi), the three compares side by side
+        vdla_pkg::ALU_CLIP: lane_op = (lo > hi || v > hi) ? hi : (v < lo) ? lo : v;
+        vdla_pkg::ALU_REQ: lane_op = 32'(signed'(vdla_pkg::clamp8_x(x, relu)));  // vdla_pkg::requantize
         default: lane_op = a;  // MUL goes through the shared multipliers
       endcase
     end
@@ -87,7 +94,8 @@ module vdla_alu #(
         shift_q       <= mul_shift_i;
       end else begin
         for (int l = 0; l < LANES; l++) begin
-          res_o[l*32 +: 32] <= lane_op(op_i, a_i[l*32 +: 32], b_i[l*32 +: 32]);
+          res_o[l*32 +: 32] <= lane_op(op_i, a_i[l*32 +: 32], b_i[l*32 +: 32], ctl_i[l].rs, ctl_i[l].ls, ctl_i[l].left,
+                                      ctl_i[l].relu, clip_a_i);
         end
       end
     end else if (mul_hi_i) begin

@@ -67,6 +67,15 @@ package vdla_pkg;
   // the next slot), ALU applies the ALU operation, GEMM adds the GEMM core's sums, ZERO writes zeros.
   typedef enum logic [1:0] {SLOT_SRC = 2'd0, SLOT_ALU = 2'd1, SLOT_GEMM = 2'd2, SLOT_ZERO = 2'd3} slot_e;
 
+  // What an ALU lane's shifts take from its second operand b (alu_lane_ctl), formed before the lane's C stage
+  // (from an immediate, or from the source row as it is read) so that the C stage starts at the shifter.
+  typedef struct packed {
+    logic [4:0] rs;    // right shift: SHR/RSHR max(s, 0) with s = b clamped to [-31, 31]; REQ b[4:0]
+    logic [4:0] ls;    // left shift of SHR/RSHR when s < 0: -s
+    logic       left;  // SHR/RSHR with s < 0
+    logic       relu;  // REQ: b[5], clamp to [0, 127]
+  } alu_lane_ctl_t;
+
   // ---- Instructions (vdla/isa/instructions.py) -----------------------------------------------------
   localparam int INSN_BITS = 128;
 
@@ -245,24 +254,34 @@ package vdla_pkg;
     mem_has_pad = {insn.y_pad_0, insn.y_pad_1, insn.x_pad_0, insn.x_pad_1} != '0;
   endfunction
 
-  // `v` shifted right (arithmetic) by `shift`, rounding half up when `round` (no rounding term for shift 0):
-  // (v + 2^(shift-1)) >> shift, computed as ((v >> (shift-1)) + 1) >> 1 (equal, with floor shifts), which needs
-  // no decoder before the shifter and no overflow room. The ALU's SHR, RSHR and REQ share one instance.
+  // `v` shifted right (arithmetic) by `shift`, rounding half up when `round`: (v + 2^(shift-1)) >> shift (v for
+  // shift 0), computed as (((2v) >> shift) + round) >> 1 (equal, with floor shifts): no decoder and no wide add
+  // before the shifter, no overflow, and the same form for every shift. The ALU's SHR, RSHR and REQ share one.
   function automatic logic signed [32:0] round_shift(logic signed [31:0] v, logic [4:0] shift, logic round);
-    round_shift = (shift == 5'd0) ? 33'(v) : (33'(v >>> (shift - 5'd1)) + (round ? 33'sd1 : 33'sd0)) >>> 1;
+    round_shift = (($signed({v, 1'b0}) >>> shift) + (round ? 33'sd1 : 33'sd0)) >>> 1;
   endfunction
 
-  // `rounded` clamped to int8: [relu ? 0 : -128, 127].
-  function automatic logic [7:0] clamp8(logic signed [32:0] rounded, logic relu);
-    if (rounded > 33'sd127) clamp8 = 8'd127;
-    else if (relu && rounded < 33'sd0) clamp8 = 8'd0;
-    else if (rounded < -33'sd128) clamp8 = 8'h80;
-    else clamp8 = rounded[7:0];
+  // The int8 clamp of the rounded shift (x + 1) >> 1 of x = (2v) >> shift, to [relu ? 0 : -128, 127]: the
+  // bounds are tested on x (x >= 255, x <= -2, x <= -258), beside the rounding add rather than after it.
+  function automatic logic [7:0] clamp8_x(logic signed [32:0] x, logic relu);
+    logic [7:0] rounded;
+    rounded = 8'((x[8:0] + 9'd1) >> 1);  // the low byte of (x + 1) >> 1
+    if (x >= 33'sd255) clamp8_x = 8'd127;
+    else if (relu && x <= -33'sd2) clamp8_x = 8'd0;
+    else if (x <= -33'sd258) clamp8_x = 8'h80;
+    else clamp8_x = rounded[7:0];
   endfunction
 
   // Requantization of one int32 lane (the ALU's REQ and the OUT mirror after an EPI with req): `v`
   // shifted right by `shift` rounding half up (in 33 bits, no overflow), clamped to [relu ? 0 : -128, 127].
   function automatic logic [7:0] requantize(logic signed [31:0] v, logic [4:0] shift, logic relu);
-    requantize = clamp8(round_shift(v, shift, 1'b1), relu);
+    requantize = clamp8_x($signed({v, 1'b0}) >>> shift, relu);
+  endfunction
+
+  // An ALU lane's shift controls from its operand b (an alu_lane_ctl_t), for REQ (`req`) or SHR/RSHR.
+  function automatic logic [11:0] alu_lane_ctl(logic req, logic signed [31:0] b);
+    logic signed [5:0] s;
+    s = (b > 32'sd31) ? 6'sd31 : (b < -32'sd31) ? -6'sd31 : 6'(b);
+    alu_lane_ctl = {req ? b[4:0] : (s < 0) ? 5'd0 : s[4:0], 5'(-s), !req && s < 0, b[5]};  // rs ls left relu
   endfunction
 endpackage

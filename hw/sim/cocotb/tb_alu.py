@@ -2,7 +2,9 @@
 simulator's golden semantics (vdla.runtime.sim.semantics). Driven and sampled on the falling edge.
 
 MUL takes two cycles (two lanes share each multiplier): en_i, then mul_hi_i, while the inputs already carry
-other values, so the bench checks that the upper lanes use the operands and shift kept from the first cycle."""
+other values, so the bench checks that the upper lanes use the operands and shift kept from the first cycle.
+The shift controls ctl_i, which the read-modify-write forms from b before the ALU's cycle, come from
+lane_ctl (the documented semantics of vdla_pkg::alu_lane_ctl); the whole-accelerator tests check that function."""
 
 import random
 
@@ -16,6 +18,19 @@ from vdla.runtime.sim.semantics import _alu_apply
 
 LANES = 4
 EDGES = [0, 1, -1, 31, 32, -31, -32, 40, -40, 127, -128, 0x7FFFFFFF, -0x80000000, 0x7F80, 0x1234ABCD]
+
+
+def lane_ctl(op, b):
+    """vdla_pkg::alu_lane_ctl_t of one lane, packed {rs[4:0], ls[4:0], left, relu}: SHR/RSHR's shift s = b
+    clamped to [-31, 31] (right by max(s, 0), left by -s when s < 0), REQ's right shift b[4:0] and relu b[5]."""
+    s = max(-31, min(31, b))
+    rs = b & 31 if op == AluOp.REQ else max(s, 0)
+    left = op != AluOp.REQ and s < 0
+    return rs << 7 | (-s & 31) << 2 | left << 1 | (b >> 5 & 1)
+
+
+def pack_ctl(op, b):
+    return sum(lane_ctl(op, v) << (12 * i) for i, v in enumerate(b))
 
 
 def pack(values):
@@ -34,6 +49,8 @@ async def every_opcode_matches_the_golden_model(dut):
     dut.mul_hi_i.value = 0
     dut.zero_i.value = 0
     dut.mul_shift_i.value = 0
+    dut.ctl_i.value = 0
+    dut.clip_a_i.value = 0
     await FallingEdge(dut.clk_i)
     muls = 0
     for op in AluOp:
@@ -48,7 +65,7 @@ async def every_opcode_matches_the_golden_model(dut):
             ]
             shift = rng.choice([0, 1, 31, 32, 62, 63, rng.randint(0, 63)])
             dut.op_i.value, dut.a_i.value, dut.b_i.value, dut.en_i.value = int(op), pack(a), pack(b), 1
-            dut.mul_shift_i.value = shift
+            dut.ctl_i.value, dut.mul_shift_i.value = pack_ctl(op, b), shift
             await FallingEdge(dut.clk_i)
             expect = _alu_apply(op, np.array(a, np.int64), np.array(b, np.int64), shift).tolist()
             if op == AluOp.MUL:  # the lower lanes now, the upper ones after mul_hi_i
@@ -67,7 +84,7 @@ async def zero_and_hold(dut):
     cocotb.start_soon(Clock(dut.clk_i, 10, unit="ns").start())
     await FallingEdge(dut.clk_i)
     dut.op_i.value, dut.a_i.value, dut.b_i.value, dut.en_i.value = int(AluOp.ADD), pack([1, 2, 3, 4]), 0, 1
-    dut.zero_i.value, dut.mul_shift_i.value = 0, 0
+    dut.zero_i.value, dut.mul_shift_i.value, dut.ctl_i.value, dut.clip_a_i.value = 0, 0, 0, 0
     await FallingEdge(dut.clk_i)
     assert unpack(int(dut.res_o.value)) == [1, 2, 3, 4]
     dut.en_i.value = 0  # disabled: the result holds
@@ -87,3 +104,23 @@ async def zero_and_hold(dut):
     dut.en_i.value, dut.mul_hi_i.value, dut.zero_i.value = 1, 0, 1
     await FallingEdge(dut.clk_i)
     assert unpack(int(dut.res_o.value)) == [0, 0, 0, 0]
+
+
+@cocotb.test()
+async def clip_of_zero_takes_its_bounds_from_a(dut):
+    """clip_a_i: CLIP(0, a), the reset CLIP(0, ACC[src]) whose row comes as a."""
+    cocotb.start_soon(Clock(dut.clk_i, 10, unit="ns").start())
+    rng = random.Random(5)
+    dut.en_i.value, dut.mul_hi_i.value, dut.zero_i.value, dut.mul_shift_i.value = 1, 0, 0, 0
+    dut.op_i.value, dut.ctl_i.value, dut.clip_a_i.value = int(AluOp.CLIP), 0, 1
+    for _ in range(40):
+        a = [
+            rng.choice([0, 1, 0x7F80, 0x0180, 0x80FF, 0xFF01])
+            if rng.random() < 0.3
+            else rng.randint(-(1 << 31), (1 << 31) - 1)
+            for _ in range(LANES)
+        ]
+        dut.a_i.value, dut.b_i.value = pack(a), pack([rng.randint(0, 1 << 31) for _ in range(LANES)])
+        await FallingEdge(dut.clk_i)
+        expect = _alu_apply(AluOp.CLIP, np.zeros(LANES, np.int64), np.array(a, np.int64), 0).tolist()
+        assert unpack(int(dut.res_o.value)) == expect, a
