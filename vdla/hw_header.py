@@ -100,9 +100,9 @@ _FUNCTIONS = """\
   function automatic logic [7:0] clamp8_x(logic signed [32:0] x, logic relu);
     logic [7:0] rounded;
     rounded = 8'((x[8:0] + 9'd1) >> 1);  // the low byte of (x + 1) >> 1
-    if (x >= 33'sd255) clamp8_x = 8'd127;
-    else if (relu && x <= -33'sd2) clamp8_x = 8'd0;
-    else if (x <= -33'sd258) clamp8_x = 8'h80;
+    if (!x[32] && (x[31:8] != '0 || x[7:0] == '1)) clamp8_x = 8'd127;              // x >= 255
+    else if (relu && x[32] && x[31:0] != '1) clamp8_x = 8'd0;                       // x <= -2
+    else if (x[32] && !(x[31:9] == '1 && (x[8] || x[7:0] == '1))) clamp8_x = 8'h80;  // x <= -258
     else clamp8_x = rounded[7:0];
   endfunction
 

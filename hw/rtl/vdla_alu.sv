@@ -37,17 +37,20 @@ module vdla_alu #(
   function automatic logic [31:0] lane_op(vdla_pkg::alu_op_e op, logic signed [31:0] a, logic signed [31:0] b,
                                           logic [4:0] rs, logic [4:0] ls, logic left, logic relu, logic clip_a);
     logic signed [32:0] x;
-    logic signed [31:0] r, v, lo, hi;
+    logic signed [31:0] r, v;
     logic        [15:0] bounds;
-    logic               lt;
+    logic               lt, v_big, v_small, gt_hi, lt_lo;
     begin
       x  = $signed({a, 1'b0}) >>> rs;  // 2a >> rs: the rounding shift before its rounding add
       r  = 32'((x + ((op != vdla_pkg::ALU_SHR) ? 33'sd1 : 33'sd0)) >>> 1);
       lt = a < b;
-      bounds = clip_a ? a[15:0] : b[15:0];
-      v  = clip_a ? '0 : a;
-      lo = 32'(signed'(bounds[7:0]));
-      hi = 32'(signed'(bounds[15:8]));
+      // CLIP: v against the int8 bounds, from v's range (above or below int8) and its low byte
+      bounds  = clip_a ? a[15:0] : b[15:0];
+      v       = clip_a ? '0 : a;
+      v_big   = !v[31] && v[30:7] != '0;  // v > 127
+      v_small = v[31] && v[30:7] != '1;   // v < -128
+      gt_hi   = v_big || (!v_small && $signed(v[7:0]) > $signed(bounds[15:8]));
+      lt_lo   = v_small || (!v_big && $signed(v[7:0]) < $signed(bounds[7:0]));
       lane_op = a;
       case (op)
         vdla_pkg::ALU_MIN: lane_op = lt ? a : b;
@@ -55,7 +58,11 @@ module vdla_alu #(
         vdla_pkg::ALU_ADD: lane_op = a + b;
         vdla_pkg::ALU_SHR, vdla_pkg::ALU_RSHR: lane_op = left ? a << ls : r;
         // max(a, lo) then min(., hi), the three compares side by side
-        vdla_pkg::ALU_CLIP: lane_op = (lo > hi || v > hi) ? hi : (v < lo) ? lo : v;
+        vdla_pkg::ALU_CLIP: begin
+          if ($signed(bounds[7:0]) > $signed(bounds[15:8]) || gt_hi) lane_op = 32'(signed'(bounds[15:8]));
+          else if (lt_lo) lane_op = 32'(signed'(bounds[7:0]));
+          else lane_op = v;
+        end
         vdla_pkg::ALU_REQ: lane_op = 32'(signed'(vdla_pkg::clamp8_x(x, relu)));  // vdla_pkg::requantize
         default: lane_op = a;  // MUL goes through the shared multipliers
       endcase
