@@ -149,7 +149,12 @@ module vdla_compute_loop (
   logic [ACC_DEPTH-1:0] touched_q;  // rows the running GEMM has updated
 
   assign s1_alu = s1_valid_q && !gemm_q && !index_err;
-  assign fresh  = init_q && !touched_q[s3_dst_q];
+  // looked up in S2 (a 2048-to-1 mux off R's address path), with the update of the slot in S3 in that cycle
+  logic s3_fresh_q;
+  always_ff @(posedge clk_i) begin
+    s3_fresh_q <= init_q && !touched_q[s2_dst_q] && !(s3_valid_q && s3_dst_q == s2_dst_q);
+  end
+  assign fresh  = s3_fresh_q;
   always_comb begin
     r_valid = 1'b0;
     r_zero  = 1'b0;
@@ -165,8 +170,9 @@ module vdla_compute_loop (
       r_valid = 1'b1;
       r_addr  = alu_dst_q;
       r_waddr = alu_dst_q;
-    end else if (s1_alu) begin
-      r_valid = 1'b1;
+    end else if (s1_valid_q && !gemm_q) begin
+      // the address does not wait for the range check (index_err): a slot it fails is not valid
+      r_valid = s1_alu;
       if (two_op_q) begin
         r_kind = vdla_pkg::SLOT_SRC;
         r_addr = src[ACC_AW-1:0];
