@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from acc_readback import read_acc
 
-from vdla.isa import AluOp, MemType, Stage
+from vdla.isa import AluOp, MemType
 from vdla.runtime import Device
 
 ROWS = 48
@@ -17,8 +18,8 @@ EDGES = [0, 1, -1, 31, 32, -31, -32, 33, -33, 127, 128, -128, -129, 255, 256, -2
 
 
 def _program(dev: Device, seed: int) -> tuple[np.ndarray, list[tuple[str, int]]]:
-    """Random ALU instructions of every operation and form over ROWS rows, then every row stored 8 bits at a
-    time. Returns the stored bytes and each ALU instruction's (label, cycles)."""
+    """Random ALU instructions of every operation and form over ROWS rows, then every row read back
+    (acc_readback). Returns the accumulators and each ALU instruction's (label, cycles)."""
     rng = np.random.default_rng(seed)
     cfg = dev.cfg
     shape = (ROWS, cfg.batch, cfg.block_out)
@@ -26,7 +27,6 @@ def _program(dev: Device, seed: int) -> tuple[np.ndarray, list[tuple[str, int]]]
     small = rng.choice(EDGES, shape) * rng.choice([1, -1], shape)
     acc = np.where(rng.random(shape) < 0.5, small, acc).astype(np.int32)
     acc_d = dev.array(acc)
-    out = dev.alloc(4 * ROWS * cfg.out_elem_bytes)
     cmd = dev.commands()
     cmd.load(MemType.ACC, 0, acc_d, 0, 1, ROWS, ROWS)
     for op in AluOp:
@@ -43,10 +43,11 @@ def _program(dev: Device, seed: int) -> tuple[np.ndarray, list[tuple[str, int]]]
                 pattern = rng.choice(["chain", "overlap", "spread"])
                 if pattern == "chain":  # the same row every iteration: forwarded from W at distance 1 (or 2)
                     cmd.alu(op, [(d, d if form == "row" else 0)], iter_in=n, imm=imm, reset=reset, shift=shift)
-                elif pattern == "overlap":  # the source is the previous iteration's destination
+                else:  # "overlap": the source is the previous iteration's destination; "spread": another row
+                    src = d - 1 if pattern == "overlap" else s
                     cmd.alu(
                         op,
-                        [(d, d - 1)],
+                        [(d, src)],
                         iter_out=n,
                         dst_factor=(1, 0),
                         src_factor=(1, 0),
@@ -54,28 +55,9 @@ def _program(dev: Device, seed: int) -> tuple[np.ndarray, list[tuple[str, int]]]
                         reset=reset,
                         shift=shift,
                     )
-                else:
-                    cmd.alu(
-                        op,
-                        [(d, s)],
-                        iter_out=n,
-                        dst_factor=(1, 0),
-                        src_factor=(1, 0),
-                        imm=imm,
-                        reset=reset,
-                        shift=shift,
-                    )
-    for k in range(4):
-        if k:
-            cmd.alu(AluOp.SHR, [(0, 0)], iter_out=ROWS, dst_factor=(1, 0), imm=8)
-        cmd.dep_push(Stage.COMPUTE, Stage.STORE)
-        cmd.dep_pop(Stage.COMPUTE, Stage.STORE)
-        cmd.store(0, out, k * ROWS, 1, ROWS, ROWS)
-        if k < 3:
-            cmd.dep_push(Stage.STORE, Stage.COMPUTE)
-            cmd.dep_pop(Stage.STORE, Stage.COMPUTE)
+    stored = read_acc(dev, cmd, 0, ROWS)
     run = cmd.synchronize(timeline=True)
-    return out.read(np.int8), [(e.label, e.end - e.start) for e in run.timeline if e.label.startswith("alu")]
+    return stored(), [(e.label, e.end - e.start) for e in run.timeline if e.label.startswith("alu")]
 
 
 @pytest.mark.parametrize("seed", range(4))

@@ -9,10 +9,11 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from acc_readback import read_acc
 
 from vdla.config import load_config
 from vdla.cycles import alu_cycles, alu_ii
-from vdla.isa import AluOp, MemType, Stage
+from vdla.isa import AluOp, MemType
 from vdla.runtime import Device
 from vdla.runtime.rtl.build import RtlBuildError, check_config
 
@@ -20,14 +21,13 @@ ROWS = 64
 
 
 def _program(dev: Device, seed: int) -> tuple[np.ndarray, list[tuple[str, int, int]]]:
-    """Random MUL-heavy ALU instructions over ROWS accumulator rows, then every row stored 8 bits at a time.
-    Returns the stored bytes and each ALU instruction's (label, start, end) cycles."""
+    """Random MUL-heavy ALU instructions over ROWS accumulator rows, then every row read back (acc_readback).
+    Returns the accumulators and each ALU instruction's (label, start, end) cycles."""
     rng = np.random.default_rng(seed)
     cfg = dev.cfg
     acc = rng.integers(-(1 << 31), 1 << 31, (ROWS, cfg.batch, cfg.block_out), dtype=np.int64).astype(np.int32)
     acc[: ROWS // 4] = rng.integers(-70000, 70000, (ROWS // 4, cfg.batch, cfg.block_out))
     acc_d = dev.array(acc)
-    out = dev.alloc(4 * ROWS * cfg.out_elem_bytes)
     cmd = dev.commands()
     cmd.load(MemType.ACC, 0, acc_d, 0, 1, ROWS, ROWS)
     for _ in range(12):
@@ -48,17 +48,9 @@ def _program(dev: Device, seed: int) -> tuple[np.ndarray, list[tuple[str, int, i
             cmd.alu(op, [(d, s)], iter_out=n, dst_factor=(1, 0), src_factor=(1, 0), reset=True, shift=0)
         else:
             cmd.alu(op, [(d, s)], iter_out=n, dst_factor=(1, 0), src_factor=(1, 0))
-    for k in range(4):
-        if k:
-            cmd.alu(AluOp.SHR, [(0, 0)], iter_out=ROWS, dst_factor=(1, 0), imm=8)
-        cmd.dep_push(Stage.COMPUTE, Stage.STORE)
-        cmd.dep_pop(Stage.COMPUTE, Stage.STORE)
-        cmd.store(0, out, k * ROWS, 1, ROWS, ROWS)
-        if k < 3:
-            cmd.dep_push(Stage.STORE, Stage.COMPUTE)
-            cmd.dep_pop(Stage.STORE, Stage.COMPUTE)
+    stored = read_acc(dev, cmd, 0, ROWS)
     run = cmd.synchronize(timeline=True)
-    return out.read(np.int8), [(e.label, e.start, e.end) for e in run.timeline if e.label.startswith("alu")]
+    return stored(), [(e.label, e.start, e.end) for e in run.timeline if e.label.startswith("alu")]
 
 
 @pytest.mark.parametrize("seed", range(6))
