@@ -56,19 +56,6 @@ class Chain:
     insns: list[Insn]
     starts: tuple[int, ...]
 
-    def layer_of(self, index: int) -> int:
-        """The layer an instruction index of the stream belongs to."""
-        lo, hi = 0, len(self.starts)
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            lo, hi = (mid, hi) if self.starts[mid] <= index else (lo, mid)
-        return lo
-
-
-def _flagged(insn: Insn, flag: str) -> Insn:
-    setattr(insn, flag, True)
-    return insn
-
 
 def _free_at(prog: list[Insn]) -> int:
     """Where the free token goes: after the last GEMM and after the last compute -> load push."""
@@ -137,7 +124,7 @@ def _load_pops(loads: list[Insn], free: bool) -> list[list[Insn]]:
         if head is not None and not getattr(head, FREE.pop_flag):
             setattr(head, FREE.pop_flag, True)
         else:
-            slots[at].insert(0, _flagged(nop(Stage.LOAD), FREE.pop_flag))
+            slots[at].insert(0, nop(Stage.LOAD, FREE.pop_flag))
     return slots
 
 
@@ -145,10 +132,7 @@ def _after(prev: list[Insn], body: list[Insn], finish: Insn) -> list[Insn]:
     """A layer's instructions (``body``, its FINISH dropped) as they run after ``prev`` in one stream, with
     the ready token that replaces the previous layer's ``finish``."""
     k = _prologue(body, _stored_rows(prev))
-    ready = nop(Stage.COMPUTE)
-    for f in ("pop_prev", "pop_next"):
-        setattr(ready, f, getattr(finish, f))
-    setattr(ready, READY.push_flag, True)
+    ready = nop(Stage.COMPUTE, READY.push_flag, *(f for f in ("pop_prev", "pop_next") if getattr(finish, f)))
     rest = body[k:]
     loads = _reorder_first_group([s for s in rest if s.stage == Stage.LOAD])
     slots = iter(_load_pops(loads, _overlap(wgt_rows(prev), wgt_rows(body))))
@@ -243,7 +227,7 @@ def join_programs(
         body = prog[:-1] if finish is None else _after(prev, prog[:-1], finish)
         if i + 1 < len(progs) and _overlap(wgt_rows(prog), wgt_rows(progs[i + 1])):
             at = _free_at(body)
-            body = body[:at] + [_flagged(nop(Stage.COMPUTE), FREE.push_flag)] + body[at:]
+            body = body[:at] + [nop(Stage.COMPUTE, FREE.push_flag)] + body[at:]
         starts.append(len(out))
         out += body
         prev, finish = body, prog[-1]

@@ -168,18 +168,15 @@ def fill_and_drain(reports: list[StepReport]) -> list[tuple[int | None, int | No
     """Per step: (cycles the compute stage waits before its first GEMM/ALU, after its last). Before: since the
     start of its run or the last GEMM/ALU of the step before it in the same run (a chain); after: until the
     end of its run, or 0 when the next step runs in the same stream. (None, None) without a timeline."""
+    spans = [_work_span(r) if r.where == "accel" else None for r in reports]
     out: list[tuple[int | None, int | None]] = []
-    for i, r in enumerate(reports):
-        span = _work_span(r) if r.where == "accel" else None
+    for i, (r, span) in enumerate(zip(reports, spans, strict=True)):
         if span is None:
             out.append((None, None))
             continue
-        prev = reports[i - 1] if i else None
-        shared_prev = prev is not None and prev.result is r.result
-        prev_span = _work_span(prev) if shared_prev else None
-        nxt = reports[i + 1] if i + 1 < len(reports) else None
-        shared_next = nxt is not None and nxt.result is r.result
-        head = span[0] - (prev_span[1] if prev_span else 0)
+        prev = spans[i - 1] if i and reports[i - 1].result is r.result else None
+        shared_next = i + 1 < len(reports) and reports[i + 1].result is r.result
+        head = span[0] - (prev[1] if prev else 0)
         tail = 0 if shared_next else r.result.counters.cycles - span[1]
         out.append((head, tail))
     return out

@@ -222,12 +222,13 @@ class MemInsn(Insn):
         return 0 if self.is_nop else self.rows * self.cols
 
 
-def nop(stage: Stage) -> MemInsn:
-    """A token-only instruction for ``stage`` (a LOAD or STORE with x_size 0): it moves nothing and carries
-    dependency flags."""
+def nop(stage: Stage, *flags: str) -> MemInsn:
+    """A token-only instruction for ``stage`` (a LOAD or STORE with x_size 0) with the dependency ``flags``
+    set: it moves nothing."""
+    deps = dict.fromkeys(flags, True)
     if stage == Stage.STORE:
-        return MemInsn(store=True, mem_type=MemType.OUT, x_size=0)
-    return MemInsn(mem_type=MemType.INP if stage == Stage.LOAD else MemType.UOP, x_size=0)
+        return MemInsn(store=True, mem_type=MemType.OUT, x_size=0, **deps)
+    return MemInsn(mem_type=MemType.INP if stage == Stage.LOAD else MemType.UOP, x_size=0, **deps)
 
 
 @dataclass(kw_only=True)

@@ -84,15 +84,10 @@ class CommandBuilder:
             queue = pending.pop(0)
             flag = queue.pop_flag
             if getattr(insn, flag):  # the same queue twice: a no-op ahead of insn carries one pop
-                self._append(self._with_flag(nop(stage), flag))
+                self._append(nop(stage, flag))
             else:
                 setattr(insn, flag, True)
         return self._append(insn)
-
-    @staticmethod
-    def _with_flag(insn: Insn, flag: str) -> Insn:
-        setattr(insn, flag, True)
-        return insn
 
     def _append(self, insn: Insn) -> int:
         self.insns.append(insn)
@@ -105,7 +100,7 @@ class CommandBuilder:
         flag = queue.push_flag
         last = self._last.get(src)
         if last is None or getattr(self.insns[last], flag):
-            self._append(self._with_flag(nop(src), flag))
+            self._append(nop(src, flag))
         else:
             setattr(self.insns[last], flag, True)
 
