@@ -247,14 +247,15 @@ def test_resnet18_c1_packed_runs_at_over_85_percent_of_its_real_macs():
 
 
 def test_resnet18_c1_packed_with_a_per_channel_multiplier_is_exact():
-    """A per-channel requantizing MUL costs alu_ii cycles per output element over 10 GEMM cycles: the
-    epilogue caps C1 at 10 / 12 of the GEMM rate (about 76% of real MACs)."""
+    """A per-channel requantizing MUL holds its multiplier row across the tile's pixels: 1 cycle per output
+    element over 10 GEMM cycles caps C1 at 10 / 11 of the GEMM rate (it was 10 / 12, 76% of real MACs, when
+    the MUL read its row every element)."""
     m = np.random.default_rng(5).integers(1 << 29, 1 << 30, 64)
     run, ref, _ = _c1_packed(m)
     np.testing.assert_array_equal(run.out, ref)
     efficiency = C1_MACS / (run.counters.cycles * 256)
     print(f"C1 packed, per-channel multiplier: {run.counters.cycles} cycles, {efficiency:.1%} of real MACs")
-    assert efficiency >= 0.70
+    assert efficiency >= 0.80
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -1,44 +1,63 @@
-"""The ALU's MUL on shared multipliers (two lanes per multiplier, vdla_alu): bit-exact with the simulator and in
-exactly the cycles of the cycle model, including the hazards of its extra pipeline stage (a source row that
-the previous iteration's MUL is still writing, chains that read what they just wrote) and the forms that keep
-one cycle per element (a MUL with reset)."""
+"""The ALU's MUL (a multiplier per lane) and the held source row (vdla.cycles.holds_src): bit-exact with the
+simulator and in exactly the cycles of the cycle model, including the hazards of a held row (an iteration
+that writes the row later iterations hold, one, two or more cycles before they read it), chains that read
+what they just wrote, and the forms that read no source row (immediates, resets).
+"""
 
 from __future__ import annotations
-
-from dataclasses import replace
 
 import numpy as np
 import pytest
 from acc_readback import read_acc
 
 from vdla.config import load_config
-from vdla.cycles import alu_cycles, alu_ii
-from vdla.isa import AluOp, MemType
+from vdla.cycles import alu_cycles, alu_ii, holds_src, src_reads
+from vdla.isa import AluInsn, AluOp, MemType
 from vdla.runtime import Device
-from vdla.runtime.rtl.build import RtlBuildError, check_config
 
 ROWS = 64
 
 
+HELD_OPS = [AluOp.MUL, AluOp.ADD, AluOp.MIN, AluOp.MAX, AluOp.CLIP, AluOp.SHR]  # SHR never holds its row
+
+
+def _held(cmd, rng: np.random.Generator, op: AluOp) -> None:
+    """A two-operand instruction over iter_out x iter_in with src_factor_in 0: the source row is held across
+    the inner loop. With "hit", inner iteration k writes the held row (dst = src), so the iterations after it
+    read the new row from W (one cycle later) or from the held copy (later)."""
+    n_out, n_in = int(rng.integers(1, 4)), int(rng.integers(2, 7))
+    d = int(rng.integers(0, ROWS - n_out * n_in))
+    shift = int(rng.choice([0, 1, 17, 31, 62])) if op == AluOp.MUL else 0
+    if rng.random() < 0.6:  # hit: the source is one of the destinations of each outer iteration
+        k = int(rng.integers(0, n_in))
+        src, sfo = d + k, n_in
+    else:
+        src, sfo = int(rng.integers(0, ROWS - n_out)), 1
+    cmd.alu(op, [(d, src)], iter_out=n_out, iter_in=n_in, dst_factor=(n_in, 1), src_factor=(sfo, 0), shift=shift)
+
+
 def _program(dev: Device, seed: int) -> tuple[np.ndarray, list[tuple[str, int, int]]]:
-    """Random MUL-heavy ALU instructions over ROWS accumulator rows, then every row read back (acc_readback).
-    Returns the accumulators and each ALU instruction's (label, start, end) cycles."""
+    """Random MUL-heavy and held-row ALU instructions over ROWS accumulator rows, then every row read back
+    (acc_readback). Returns the accumulators and each ALU instruction's (label, start, end) cycles."""
     rng = np.random.default_rng(seed)
     cfg = dev.cfg
     acc = rng.integers(-(1 << 31), 1 << 31, (ROWS, cfg.batch, cfg.block_out), dtype=np.int64).astype(np.int32)
     acc[: ROWS // 4] = rng.integers(-70000, 70000, (ROWS // 4, cfg.batch, cfg.block_out))
+    acc[ROWS // 4 : ROWS // 2] = rng.integers(-40, 40, (ROWS // 4, cfg.batch, cfg.block_out))
     acc_d = dev.array(acc)
     cmd = dev.commands()
     cmd.load(MemType.ACC, 0, acc_d, 0, 1, ROWS, ROWS)
-    for _ in range(12):
+    for _ in range(16):
         n = int(rng.integers(1, 9))
-        kind = rng.choice(["chain", "overlap", "imm", "reset", "reset_imm", "other"])
+        kind = rng.choice(["chain", "overlap", "imm", "reset", "reset_imm", "other", "held", "held"])
         op = AluOp.ADD if kind == "other" else AluOp.MUL
         d, s = int(rng.integers(0, ROWS - n)), int(rng.integers(0, ROWS - n))
         shift = int(rng.choice([0, 1, 17, 31, 32, 62, 63, rng.integers(0, 64)]))
-        if kind == "chain":  # every iteration reads the row the previous one wrote, as destination and source
+        if kind == "held":
+            _held(cmd, rng, HELD_OPS[int(rng.integers(0, len(HELD_OPS)))])
+        elif kind == "chain":  # every iteration reads the row the previous one wrote, as destination and source
             cmd.alu(op, [(d, d)], iter_out=n, shift=shift)
-        elif kind == "overlap":  # the source is the previous iteration's destination: forwarded from the MUL stage
+        elif kind == "overlap":  # the source is the previous iteration's destination, forwarded from W
             d = max(d, 1)
             cmd.alu(op, [(d, d - 1)], iter_out=n, dst_factor=(1, 0), src_factor=(1, 0), shift=shift)
         elif kind in ("imm", "reset_imm"):
@@ -53,31 +72,35 @@ def _program(dev: Device, seed: int) -> tuple[np.ndarray, list[tuple[str, int, i
     return stored(), [(e.label, e.start, e.end) for e in run.timeline if e.label.startswith("alu")]
 
 
-@pytest.mark.parametrize("seed", range(6))
-def test_mul_programs_agree_in_data_and_cycles(seed, rtl_library):
+@pytest.mark.parametrize("seed", range(8))
+def test_mul_and_held_programs_agree_in_data_and_cycles(seed, rtl_library):
     """Equal data, and every ALU instruction takes the same cycles on both (the program's total may differ by
     the DMA of its first LOAD, which is not what this test is about)."""
     sim_out, sim_alu = _program(Device("pynq"), seed)
     rtl_out, rtl_alu = _program(Device("pynq", backend="rtl"), seed)
     np.testing.assert_array_equal(sim_out, rtl_out)
-    assert len(sim_alu) == 15
+    assert len(sim_alu) == 19
     assert [(label, end - start) for label, start, end in sim_alu] == [(lb, e - s) for lb, s, e in rtl_alu]
 
 
-def test_mul_cycle_rule():
-    """MUL takes alu_ii cycles per element with an immediate too, and one more stage; a reset MUL is 0 in one."""
+def _insn(op: AluOp, **loop) -> AluInsn:
+    return AluInsn(alu_opcode=op, **loop)
+
+
+def test_alu_cycle_rule():
+    """One cycle per iteration but alu_ii for each source-row read: every iteration of a two-operand
+    instruction, once per outer iteration when the row is held (one micro-op, src_factor_in 0, not a shift)."""
     t = load_config("pynq").timing
-    assert alu_ii(t, AluOp.MUL, use_imm=True) == alu_ii(t, AluOp.MUL, use_imm=False) == t.alu_ii == 2
-    assert alu_ii(t, AluOp.ADD, use_imm=True) == alu_ii(t, AluOp.MUL, use_imm=False, reset=True) == 1
-    assert alu_ii(t, AluOp.ADD, use_imm=False) == t.alu_ii
     base = t.alu_setup + t.alu_pipeline
-    assert alu_cycles(t, AluOp.MUL, True, False, 10) == base + 20 + t.alu_mul_latency
-    assert alu_cycles(t, AluOp.MUL, False, True, 10) == alu_cycles(t, AluOp.ADD, True, False, 10) == base + 10
-
-
-def test_the_rtl_needs_the_mul_stage_and_two_lanes():
-    cfg = load_config("pynq")
-    with pytest.raises(RtlBuildError, match="timing alu_mul_latency=0 is below the RTL's minimum 1"):
-        check_config(cfg.with_timing(alu_mul_latency=0))
-    with pytest.raises(RtlBuildError, match="two ALU lanes share each multiplier"):
-        check_config(replace(cfg, block_out=1, acc_buff_bytes=1 << 13, inp_buff_bytes=1 << 13, wgt_buff_bytes=1 << 13))
+    loop = {"iter_out": 3, "iter_in": 10}
+    assert alu_cycles(t, _insn(AluOp.MUL, use_imm=True, **loop)) == base + 30
+    assert alu_cycles(t, _insn(AluOp.MUL, reset=True, **loop)) == base + 30
+    assert alu_cycles(t, _insn(AluOp.MUL, **loop)) == base + 30 + 3 * (t.alu_ii - 1)  # held
+    assert src_reads(_insn(AluOp.ADD, src_factor_in=1, **loop)) == 30
+    assert src_reads(_insn(AluOp.SHR, **loop)) == src_reads(_insn(AluOp.MAX, uop_end=2, **loop)) // 2 == 30
+    assert alu_cycles(t, _insn(AluOp.ADD, src_factor_in=1, **loop)) == base + 30 * t.alu_ii
+    mul = AluOp.MUL
+    assert alu_ii(t, mul, use_imm=True) == alu_ii(t, mul, False, reset=True) == 1
+    assert alu_ii(t, mul, False, same_src=True) == 1
+    assert alu_ii(t, mul, use_imm=False) == alu_ii(t, AluOp.REQ, False, same_src=True) == t.alu_ii == 2
+    assert holds_src(_insn(AluOp.CLIP, **loop)) and not holds_src(_insn(AluOp.REQ, **loop))

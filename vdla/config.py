@@ -44,8 +44,7 @@ class Timing:
     gemm_pipeline: int = 4  # GEMM pipeline drain at the end of an instruction
     alu_setup: int = 2
     alu_pipeline: int = 2
-    alu_ii: int = 2  # per uop-iteration of an ALU instruction reading ACC[src] or a MUL (vdla.cycles.alu_ii)
-    alu_mul_latency: int = 1  # extra pipeline drain of a MUL that is not a reset (two lanes share a multiplier)
+    alu_ii: int = 2  # per uop-iteration of an ALU instruction reading ACC[src] (vdla.cycles.alu_ii, src_reads)
     nop_cycles: int = 1  # a LOAD/STORE with x_size 0, or FINISH
     max_burst_beats: int = 256  # AXI4 burst limit; bursts also split at 4 KiB boundaries
 

@@ -11,24 +11,46 @@ from __future__ import annotations
 from vdla.config import HwConfig, Timing
 from vdla.isa import AluInsn, AluOp, EpiInsn, FinishInsn, GemmInsn, Insn, MemInsn, MemType, elem_bytes
 
+SHIFTS = (AluOp.SHR, AluOp.RSHR, AluOp.REQ)  # they form their shift controls as the source row is read
 
-def alu_ii(t: Timing, op: AluOp, use_imm: bool, reset: bool = False) -> int:
+
+def holds_src(insn: AluInsn) -> bool:
+    """Whether a two-operand ALU instruction reads its source row once per outer iteration and holds it across
+    the inner loop: one micro-op, ``src_factor_in == 0`` (the same row for every inner iteration), and not a
+    shift (SHR, RSHR and REQ form their shift controls as the row is read). Writes to the held row by the
+    instruction's own iterations are seen (the RTL forwards them), so the data semantics are unchanged."""
+    return (
+        not insn.reset
+        and not insn.use_imm
+        and insn.uop_end - insn.uop_bgn == 1
+        and insn.src_factor_in == 0
+        and insn.alu_opcode not in SHIFTS
+    )
+
+
+def src_reads(insn: AluInsn) -> int:
+    """Uop-iterations of an ALU instruction that read ``ACC[src]`` in a cycle of their own (the ACC has one
+    read port): every iteration of a two-operand instruction, or one per outer iteration when it holds its
+    source row (:func:`holds_src`); none with an immediate or a reset (``op(0, v)`` reads one row)."""
+    if insn.reset or insn.use_imm:
+        return 0
+    return insn.iter_out if holds_src(insn) else insn.iterations
+
+
+def alu_ii(t: Timing, op: AluOp, use_imm: bool, reset: bool = False, same_src: bool = False) -> int:
     """Cycles per uop-iteration of an ALU instruction: ``alu_ii`` when it reads ``ACC[src]`` as well as
-    ``ACC[dst]`` (one ACC read port) or is a MUL (two lanes share each multiplier), else 1.
-
-    A reset reads one row (``op(0, v)``) and a MUL with reset is 0 whatever ``v`` is, so resets take 1. The RTL
-    (``vdla_loop_seq``) issues by the same rule; the compiler's epilogue cost uses this function too.
-    """
-    if reset:
-        return 1
-    return t.alu_ii if not use_imm or op == AluOp.MUL else 1
+    ``ACC[dst]`` (one ACC read port), else 1: an immediate, a reset, or (``same_src``: one source row for the
+    whole inner loop) a row held across the inner loop (:func:`holds_src`; read once per outer iteration,
+    which this per-iteration figure leaves out). MUL runs at one iteration per cycle: every lane has its
+    multiplier. The RTL (``vdla_loop_seq``) issues by the same rule; the compiler's epilogue cost uses this
+    function too."""
+    return 1 if reset or use_imm or (same_src and op not in SHIFTS) else t.alu_ii
 
 
-def alu_cycles(t: Timing, op: AluOp, use_imm: bool, reset: bool, iterations: int) -> int:
-    """Cycles of an ALU instruction: setup, ``alu_ii`` per iteration, the pipeline drain, and for a MUL that is
-    not a reset ``alu_mul_latency`` more (its upper lanes are multiplied one stage later)."""
-    mul = op == AluOp.MUL and not reset
-    return t.alu_setup + iterations * alu_ii(t, op, use_imm, reset) + t.alu_pipeline + mul * t.alu_mul_latency
+def alu_cycles(t: Timing, insn: AluInsn) -> int:
+    """Cycles of an ALU instruction: setup, one per uop-iteration plus ``alu_ii - 1`` per source-row read
+    (:func:`src_reads`), and the pipeline drain."""
+    return t.alu_setup + insn.iterations + src_reads(insn) * (t.alu_ii - 1) + t.alu_pipeline
 
 
 def burst_beats(addr: int, nbytes: int, bus_bytes: int, max_beats: int) -> tuple[int, int]:
@@ -69,7 +91,7 @@ class CycleModel:
         if isinstance(insn, GemmInsn):
             return t.gemm_setup + insn.iterations + t.gemm_pipeline
         if isinstance(insn, AluInsn):
-            return alu_cycles(t, insn.alu_opcode, insn.use_imm, insn.reset, insn.iterations)
+            return alu_cycles(t, insn)
         if isinstance(insn, FinishInsn | EpiInsn) or (isinstance(insn, MemInsn) and insn.is_nop):
             return t.nop_cycles
         beats, bursts = transfer_shape(insn, self.cfg)

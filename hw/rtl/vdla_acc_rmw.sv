@@ -7,11 +7,9 @@
 // r_waddr; with r_zero it reads nothing and sees zeros (an init GEMM's first update without bias).
 // With a_zero_i (an ALU reset) the destination reads as zero: op(0, imm), or op(0, row read) when
 // the operand is ACC[src].
-// A MUL (not a reset) takes one more stage, M, between C and W: two lanes share each of the ALU's
-// multipliers (vdla_alu), so its upper lanes are multiplied in M. Its slots are alu_ii >= 2 cycles apart
-// (vdla_loop_seq), so the stage after C is free in the cycle a MUL is in M, and the instruction's drain waits
-// for M. The one read that can meet a MUL in M is the next iteration's SRC slot in C: the match (src_fwd_d)
-// makes its ALU slot, one cycle later, take the MUL's result from W.
+// A two-operand ALU slot that no SRC slot precedes (vdla.cycles.holds_src: the instruction reads its source row
+// once per outer iteration) takes b from the row held in b_q. The held row (held_addr_q) sees the instruction's
+// own writes: a write in W updates b_q, and a slot whose C stage meets that write takes b from W.
 // Timing: what selects a slot's operands (the forwarding match, the zeroing, b's source) is decided while the
 // slot is in R and registered, and b's shift controls (vdla_pkg::alu_lane_ctl) are formed from the immediate
 // in R or from the source row in its SRC slot's C, so the C stage is a one-level operand mux and the ALU.
@@ -41,17 +39,16 @@ module vdla_acc_rmw #(
   output logic [LANES*32-1:0] wr_data_o,
   output logic                busy_o      // a slot in C or W
 );
-  logic                c_valid_q, m_valid_q, w_valid_q;
+  logic                c_valid_q, w_valid_q;
   vdla_pkg::slot_e     c_kind_q;
-  logic [AW-1:0]       c_addr_q, c_waddr_q, m_addr_q, w_addr_q;
+  logic [AW-1:0]       c_addr_q, c_waddr_q, w_addr_q, held_addr_q;
   logic [LANES*32-1:0] w_data, f_data_q, b_q, rd, a, b;
-  logic                c_alu, c_mul, req;
+  logic                c_alu, c_src, req;
   vdla_pkg::alu_lane_ctl_t [LANES-1:0] ctl_q;  // the shift controls of b (vdla_pkg::alu_lane_ctl)
 
   assign req   = alu_op_i == vdla_pkg::ALU_REQ;
-  assign c_alu = c_valid_q && c_kind_q != vdla_pkg::SLOT_SRC;  // a slot in C that writes
-  // a MUL in C: its result goes through M (a MUL with reset writes zeros in one cycle)
-  assign c_mul = c_valid_q && c_kind_q == vdla_pkg::SLOT_ALU && alu_op_i == vdla_pkg::ALU_MUL && !a_zero_i;
+  assign c_src = c_valid_q && c_kind_q == vdla_pkg::SLOT_SRC;
+  assign c_alu = c_valid_q && !c_src;  // a slot in C that writes
 
   // no read for a ZERO slot, a slot that sees zeros, or op(0, imm)
   assign acc_re_o    = r_valid_i && r_kind_i != vdla_pkg::SLOT_ZERO && !r_zero_i
@@ -62,21 +59,19 @@ module vdla_acc_rmw #(
   // read with the rows that will be in W and in F (written the cycle before) when the slot is in C. A reset
   // with a row operand, op(0, ACC[src]), computes op(ACC[src], 0) (MIN, MAX and ADD commute; CLIP takes its
   // bounds from a, u_alu's clip_a_i; SHR, RSHR, REQ and MUL give 0), so b is never the row read in C.
-  logic          w_valid_d, src_fwd_d, alu_r, zero_op, fw_w, fw_f, a_en;
-  logic [AW-1:0] w_addr_d;
+  logic          alu_r, held_r, held_fw, zero_op, fw_w, fw_f, a_en;
   logic          rd_w_q, rd_f_q;            // the row read comes from W, from F, else from the RAM
   logic          a_w_q, a_f_q, a_r_q;       // a: the row read from W, F or the RAM (none: a = 0)
-  logic          b_sum_q, b_w_q, b_bq_q;    // b: the GEMM sums, W (a MUL result), b_q (none: b = 0)
+  logic          b_sum_q, b_w_q, b_bq_q;    // b: the GEMM sums, W (the held row just written), b_q (none: 0)
   logic          zero_q, clip_a_q;
-  assign w_valid_d = (c_alu && !c_mul) || m_valid_q;
-  assign w_addr_d  = m_valid_q ? m_addr_q : c_waddr_q;
-  // a SRC slot in C that reads the row a MUL in M writes: the ALU slot in R takes b from W in its C
-  assign src_fwd_d = c_valid_q && c_kind_q == vdla_pkg::SLOT_SRC && m_valid_q && m_addr_q == c_addr_q;
   assign alu_r     = r_kind_i == vdla_pkg::SLOT_ALU;
+  // a two-operand ALU slot without its SRC slot in C: its b is the held row, which the slot in C may write
+  assign held_r    = alu_r && !use_imm_i && !a_zero_i && !c_src;
+  assign held_fw   = held_r && c_alu && c_waddr_q == held_addr_q;
   assign zero_op   = alu_op_i == vdla_pkg::ALU_SHR || alu_op_i == vdla_pkg::ALU_RSHR || alu_op_i == vdla_pkg::ALU_REQ
                   || alu_op_i == vdla_pkg::ALU_MUL;  // op(0, v) = 0
 
-  assign fw_w      = w_valid_d && w_addr_d == r_addr_i;
+  assign fw_w      = c_alu && c_waddr_q == r_addr_i;
   assign fw_f      = w_valid_q && w_addr_q == r_addr_i;
   assign a_en      = !r_zero_i && !(alu_r && a_zero_i && use_imm_i);  // op(0, imm) reads nothing
 
@@ -87,8 +82,8 @@ module vdla_acc_rmw #(
     a_f_q    <= a_en && fw_f && !fw_w;
     a_r_q    <= a_en && !fw_w && !fw_f;
     b_sum_q  <= r_kind_i == vdla_pkg::SLOT_GEMM;
-    b_w_q    <= alu_r && !use_imm_i && !a_zero_i && src_fwd_d;
-    b_bq_q   <= alu_r && (use_imm_i || !a_zero_i) && !src_fwd_d;
+    b_w_q    <= held_fw;
+    b_bq_q   <= alu_r && (use_imm_i || !a_zero_i) && !held_fw;
     zero_q   <= r_kind_i == vdla_pkg::SLOT_ZERO || (alu_r && a_zero_i && zero_op);
     clip_a_q <= a_zero_i && !use_imm_i;
   end
@@ -106,7 +101,6 @@ module vdla_acc_rmw #(
   vdla_alu #(.LANES(LANES)) u_alu (
     .clk_i,
     .en_i   (c_alu),
-    .mul_hi_i (m_valid_q),
     .zero_i (zero_q),
     .clip_a_i (clip_a_q),
     .op_i   (c_kind_q == vdla_pkg::SLOT_GEMM ? vdla_pkg::ALU_ADD : alu_op_i),  // GEMM accumulates
@@ -120,17 +114,15 @@ module vdla_acc_rmw #(
   assign wr_valid_o = w_valid_q;
   assign wr_addr_o  = w_addr_q;
   assign wr_data_o  = w_data;
-  assign busy_o     = c_valid_q || m_valid_q || w_valid_q;
+  assign busy_o     = c_valid_q || w_valid_q;
 
   always_ff @(posedge clk_i or negedge rst_ni) begin
     if (!rst_ni) begin
       c_valid_q <= 1'b0;
-      m_valid_q <= 1'b0;
       w_valid_q <= 1'b0;
     end else begin
       c_valid_q <= r_valid_i;
-      m_valid_q <= c_mul;
-      w_valid_q <= (c_alu && !c_mul) || m_valid_q;
+      w_valid_q <= c_alu;
     end
   end
 
@@ -138,15 +130,19 @@ module vdla_acc_rmw #(
     c_kind_q  <= r_kind_i;
     c_addr_q  <= r_addr_i;
     c_waddr_q <= r_waddr_i;
-    m_addr_q  <= c_waddr_q;
-    w_addr_q  <= m_valid_q ? m_addr_q : c_waddr_q;
+    w_addr_q  <= c_waddr_q;
     if (w_valid_q) f_data_q <= w_data;
-    if (c_valid_q && c_kind_q == vdla_pkg::SLOT_SRC) begin
-      b_q       <= rd;
+    // b_q: the source row a SRC slot read, else an immediate instruction's operand, else the held row as the
+    // instruction writes it (the shifts, whose controls ctl_q come with b_q, never hold their row)
+    if (c_src) begin
+      b_q         <= rd;
+      held_addr_q <= c_addr_q;
       for (int l = 0; l < LANES; l++) ctl_q[l] <= vdla_pkg::alu_lane_ctl(req, rd[l*32 +: 32]);
     end else if (r_valid_i && use_imm_i) begin
       b_q <= {LANES{{16{imm_i[15]}}, imm_i}};
       for (int l = 0; l < LANES; l++) ctl_q[l] <= vdla_pkg::alu_lane_ctl(req, 32'(signed'(imm_i)));
+    end else if (w_valid_q && w_addr_q == held_addr_q) begin
+      b_q <= w_data;
     end
   end
 endmodule

@@ -9,17 +9,13 @@
 // forms it before the cycle the lane computes, from the immediate or as the source row is read, so that the
 // lane's path starts at its shifter (the timing proxy, docs/rtl.md).
 // MUL forms the exact 64-bit product and rounds it right by mul_shift_i (half up; 0 keeps the product's low
-// 32 bits), then keeps 32 bits. Two lanes share each multiplier and its rounding shifter (MUL_UNITS =
-// LANES/2 of them): the cycle with en_i multiplies lanes [0, MUL_UNITS) and keeps the upper lanes' operands,
-// the next cycle (mul_hi_i, which the caller raises exactly then) multiplies lanes [MUL_UNITS, LANES), so
-// res_o holds a MUL's result one cycle later than the other operations' (the ALU's MUL takes alu_ii >= 2
-// cycles per element, vdla.cycles). en_i never coincides with mul_hi_i.
+// 32 bits), then keeps 32 bits. Every lane has its multiplier (4 DSP48E1 each), so a MUL takes one cycle like
+// the other operations.
 module vdla_alu #(
   parameter int LANES = vdla_pkg::LANES
 ) (
   input  logic                clk_i,
   input  logic                en_i,
-  input  logic                mul_hi_i,     // the second cycle of a MUL started by en_i in the cycle before
   input  logic                zero_i,
   input  logic                clip_a_i,     // CLIP(0, a) instead of CLIP(a, b)
   input  vdla_pkg::alu_op_e   op_i,
@@ -29,9 +25,6 @@ module vdla_alu #(
   input  logic [LANES*32-1:0] b_i,
   output logic [LANES*32-1:0] res_o
 );
-  localparam int MUL_UNITS = LANES / 2;  // LANES = BATCH * BLOCK_OUT, a power of two >= 2
-  localparam int HB        = MUL_UNITS * 32;
-
   // One comparator serves MIN and MAX, one rounding right shifter (vdla_pkg::round_shift) SHR, RSHR and REQ;
   // REQ's clamp tests the shifter's output beside the rounding add (vdla_pkg::clamp8_x).
   function automatic logic [31:0] lane_op(vdla_pkg::alu_op_e op, logic signed [31:0] a, logic signed [31:0] b,
@@ -64,7 +57,7 @@ module vdla_alu #(
           else lane_op = v;
         end
         vdla_pkg::ALU_REQ: lane_op = 32'(signed'(vdla_pkg::clamp8_x(x, relu)));  // vdla_pkg::requantize
-        default: lane_op = a;  // MUL goes through the shared multipliers
+        default: lane_op = a;  // MUL goes through mul_round
       endcase
     end
   endfunction
@@ -78,35 +71,14 @@ module vdla_alu #(
     end
   endfunction
 
-  // The shared multipliers: the lower lanes' operands in the first cycle, the kept upper ones in the second.
-  logic [HB-1:0] a_hi_q, b_hi_q, mul_a, mul_b, mul_res;
-  logic [5:0]    shift_q, mul_shift;
-  assign mul_a     = mul_hi_i ? a_hi_q : a_i[HB-1:0];
-  assign mul_b     = mul_hi_i ? b_hi_q : b_i[HB-1:0];
-  assign mul_shift = mul_hi_i ? shift_q : mul_shift_i;
-  always_comb begin
-    for (int m = 0; m < MUL_UNITS; m++) begin
-      mul_res[m*32 +: 32] = mul_round(mul_a[m*32 +: 32], mul_b[m*32 +: 32], mul_shift);
-    end
-  end
-
   always_ff @(posedge clk_i) begin
     if (en_i) begin
-      if (zero_i) begin
-        res_o <= '0;
-      end else if (op_i == vdla_pkg::ALU_MUL) begin
-        res_o[HB-1:0] <= mul_res;
-        a_hi_q        <= a_i[LANES*32-1:HB];
-        b_hi_q        <= b_i[LANES*32-1:HB];
-        shift_q       <= mul_shift_i;
-      end else begin
-        for (int l = 0; l < LANES; l++) begin
-          res_o[l*32 +: 32] <= lane_op(op_i, a_i[l*32 +: 32], b_i[l*32 +: 32], ctl_i[l].rs, ctl_i[l].ls, ctl_i[l].left,
-                                      ctl_i[l].relu, clip_a_i);
-        end
+      for (int l = 0; l < LANES; l++) begin
+        if (zero_i) res_o[l*32 +: 32] <= '0;
+        else if (op_i == vdla_pkg::ALU_MUL) res_o[l*32 +: 32] <= mul_round(a_i[l*32 +: 32], b_i[l*32 +: 32], mul_shift_i);
+        else res_o[l*32 +: 32] <= lane_op(op_i, a_i[l*32 +: 32], b_i[l*32 +: 32], ctl_i[l].rs, ctl_i[l].ls,
+                                          ctl_i[l].left, ctl_i[l].relu, clip_a_i);
       end
-    end else if (mul_hi_i) begin
-      res_o[LANES*32-1:HB] <= mul_res;
     end
   end
 endmodule

@@ -44,7 +44,7 @@ module vdla_compute_loop (
   localparam int WGT_BITS  = vdla_pkg::UOP_WGT_BITS;
 
   // ---- S0: the sequencer --------------------------------------------------------------------
-  logic              issue, gemm_q, reset_q, init_q, use_imm_q, two_op_q;
+  logic              issue, gemm_q, reset_q, init_q, use_imm_q, src_rd;
   logic [12:0]       u;
   logic [13:0]       o;
   logic [31:0]       dst_off, src_off, wgt_off;
@@ -55,14 +55,14 @@ module vdla_compute_loop (
     .clk_i, .rst_ni, .halt_i, .start_i, .insn_i,
     .issue_o (issue), .u_o (u), .o_o (o), .dst_off_o (dst_off), .src_off_o (src_off), .wgt_off_o (wgt_off),
     .gemm_o (gemm_q), .reset_o (reset_q), .init_o (init_q), .alu_op_o (alu_op_q), .use_imm_o (use_imm_q),
-    .imm_o (imm_q), .two_op_o (two_op_q), .done_o
+    .imm_o (imm_q), .src_rd_o (src_rd), .done_o
   );
 
   assign uop_re_o    = issue;
   assign uop_raddr_o = u[LU +: vdla_pkg::UOP_BANK_AW];
 
   // ---- S1: form the indices -----------------------------------------------------------------
-  logic              s1_valid_q;
+  logic              s1_valid_q, s1_src_rd_q;
   logic [LU-1:0]     s1_bank_q;
   logic [31:0]       s1_dst_off_q, s1_src_off_q, s1_wgt_off_q;
   logic [16:0]       s1_bias_q;  // the iteration's bias row, epi_base + o
@@ -76,6 +76,7 @@ module vdla_compute_loop (
 
   always_ff @(posedge clk_i) begin
     s1_bank_q    <= u[LU-1:0];
+    s1_src_rd_q  <= src_rd;
     s1_dst_off_q <= dst_off;
     s1_src_off_q <= src_off;
     s1_wgt_off_q <= wgt_off;
@@ -138,8 +139,8 @@ module vdla_compute_loop (
 
   // ---- accumulator read-modify-write --------------------------------------------------------
   // GEMM slots come from S3. An ALU iteration is one slot from S1 (reading its destination, or its
-  // source when a reset makes the destination read as zero) or two: SRC from S1, then the
-  // destination in the next cycle. An init GEMM's first update of a row reads the bias row or zero.
+  // source when a reset makes the destination read as zero; or its destination with the source row
+  // held, vdla.cycles.holds_src) or two: SRC from S1, then the destination in the next cycle. An init GEMM's first update of a row reads the bias row or zero.
   logic              alu_pend_q;   // the ALU slot following a SRC slot
   logic [ACC_AW-1:0] alu_dst_q;
   logic              r_valid, r_zero, fresh;  // fresh: an init GEMM's first update of the row
@@ -173,7 +174,7 @@ module vdla_compute_loop (
     end else if (s1_valid_q && !gemm_q) begin
       // the address does not wait for the range check (index_err): a slot it fails is not valid
       r_valid = s1_alu;
-      if (two_op_q) begin
+      if (s1_src_rd_q) begin
         r_kind = vdla_pkg::SLOT_SRC;
         r_addr = src[ACC_AW-1:0];
       end
@@ -182,7 +183,7 @@ module vdla_compute_loop (
 
   always_ff @(posedge clk_i or negedge rst_ni) begin
     if (!rst_ni) alu_pend_q <= 1'b0;
-    else alu_pend_q <= s1_alu && two_op_q && !halt_i;
+    else alu_pend_q <= s1_alu && s1_src_rd_q && !halt_i;
   end
 
   always_ff @(posedge clk_i) begin

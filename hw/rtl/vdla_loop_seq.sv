@@ -2,11 +2,12 @@
 // setup, then issues one micro-op read per cycle over uop_bgn..uop_end-1 inside iter_in inside iter_out,
 // with the outer and inner index offsets
 //   dst_off = o * dst_factor_out + i * dst_factor_in   (likewise src and wgt).
-// A slow ALU instruction issues every ALU_II cycles: one reading ACC[src] (two reads per iteration on the one
-// ACC read port) or a MUL that is not a reset (two lanes share each multiplier, vdla_alu); vdla.cycles
-// models the same rule. After the last issue it drains the pipeline: done_o rises GEMM_PIPELINE + 1 cycles
-// after the last micro-op read (ALU: ALU_PIPELINE + 1, plus ALU_II - 1 when slow, plus ALU_MUL_LATENCY for a
-// MUL that is not a reset: its extra stage). A halt stops it at once.
+// An ALU iteration that reads ACC[src] in a slot of its own (src_rd_o: every iteration of a two-operand
+// instruction, or only those at inner index 0 when it holds its source row, vdla.cycles.holds_src) is
+// followed by ALU_II - 1 cycles without an issue (two reads on the one ACC read port); vdla.cycles models the
+// same rule. After the last issue it drains the pipeline: done_o rises GEMM_PIPELINE + 1 cycles after the
+// last micro-op read (ALU: ALU_PIPELINE + 1, plus ALU_II - 1 when that iteration read ACC[src]). A halt
+// stops it at once.
 module vdla_loop_seq (
   input  logic                        clk_i,
   input  logic                        rst_ni,
@@ -27,7 +28,7 @@ module vdla_loop_seq (
   output vdla_pkg::alu_op_e           alu_op_o,
   output logic                        use_imm_o,
   output logic [15:0]                 imm_o,
-  output logic                        two_op_o,  // an ALU instruction reading ACC[src] (a SRC slot per iteration)
+  output logic                        src_rd_o,  // this issue reads ACC[src] in a SRC slot before its ALU slot
   output logic                        done_o
 );
   typedef enum logic [1:0] {IDLE, RUN, DRAIN} state_e;
@@ -45,7 +46,7 @@ module vdla_loop_seq (
   logic [12:0] u_q;
   logic [13:0] o_q, i_q;
   // data: the instruction's loop bounds and factors, and the index offsets
-  logic        gemm_q, reset_q, init_q, use_imm_q, two_op_q, slow_q, mul_q;
+  logic        gemm_q, reset_q, init_q, use_imm_q, two_op_q, hold_q;
   vdla_pkg::alu_op_e alu_op_q;
   logic [15:0] imm_q;
   logic [12:0] u_bgn_q;
@@ -54,8 +55,9 @@ module vdla_loop_seq (
   logic [9:0]  wfo_q, wfi_q;
   logic [31:0] dst_out_q, src_out_q, wgt_out_q, dst_off_q, src_off_q, wgt_off_q;
 
-  logic issue, u_last, i_last, last_iter;
+  logic issue, u_last, i_last, last_iter, src_rd;
   assign issue     = state_q == RUN && wait_q == '0 && phase_q == '0 && !halt_i;
+  assign src_rd    = two_op_q && !(hold_q && i_q != '0);
   assign u_last    = 14'(u_q) + 1'b1 == u_end_q;
   assign i_last    = i_q + 1'b1 == n_in_q;
   assign last_iter = u_last && i_last && o_q + 1'b1 == n_out_q;
@@ -92,7 +94,7 @@ module vdla_loop_seq (
           if (wait_q != '0) wait_q <= wait_q - 1'b1;
           if (phase_q != '0) phase_q <= phase_q - 1'b1;
           if (issue) begin
-            if (slow_q) phase_q <= 8'(vdla_pkg::ALU_II - 1);
+            if (src_rd) phase_q <= 8'(vdla_pkg::ALU_II - 1);
             if (!u_last) begin
               u_q <= u_q + 1'b1;
             end else begin
@@ -107,8 +109,7 @@ module vdla_loop_seq (
             // drain: the pipeline needs 5 cycles after the last read (GEMM), 3 to 5 (ALU)
             if (last_iter) begin
               wait_q <= 16'(gemm_q ? vdla_pkg::GEMM_PIPELINE
-                          : vdla_pkg::ALU_PIPELINE + (slow_q ? vdla_pkg::ALU_II - 1 : 0)
-                            + (mul_q ? vdla_pkg::ALU_MUL_LATENCY : 0));
+                          : vdla_pkg::ALU_PIPELINE + (src_rd ? vdla_pkg::ALU_II - 1 : 0));
             end
           end
         end
@@ -128,9 +129,10 @@ module vdla_loop_seq (
       use_imm_q <= insn_i.alu.use_imm;
       imm_q     <= insn_i.alu.imm;
       two_op_q  <= gemm.hdr.opcode == vdla_pkg::OP_ALU && !gemm.reset && !insn_i.alu.use_imm;
-      mul_q     <= gemm.hdr.opcode == vdla_pkg::OP_ALU && !gemm.reset && insn_i.alu.alu_opcode == vdla_pkg::ALU_MUL;
-      slow_q    <= gemm.hdr.opcode == vdla_pkg::OP_ALU && !gemm.reset
-                   && (!insn_i.alu.use_imm || insn_i.alu.alu_opcode == vdla_pkg::ALU_MUL);
+      // vdla.cycles.holds_src: one micro-op, the same source row for every inner iteration, not a shift
+      hold_q    <= gemm.uop_end == 14'(gemm.uop_bgn) + 14'd1 && gemm.src_factor_in == '0
+                   && insn_i.alu.alu_opcode != vdla_pkg::ALU_SHR && insn_i.alu.alu_opcode != vdla_pkg::ALU_RSHR
+                   && insn_i.alu.alu_opcode != vdla_pkg::ALU_REQ;
       u_bgn_q   <= gemm.uop_bgn;
       u_end_q   <= gemm.uop_end;
       n_out_q   <= gemm.iter_out;
@@ -175,6 +177,6 @@ module vdla_loop_seq (
   assign alu_op_o  = alu_op_q;
   assign use_imm_o = use_imm_q;
   assign imm_o     = imm_q;
-  assign two_op_o  = two_op_q;
+  assign src_rd_o  = src_rd;
   assign done_o    = state_q == DRAIN && wait_q == '0;
 endmodule

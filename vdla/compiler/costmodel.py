@@ -51,6 +51,11 @@ def op_insn(op: Op) -> Insn:
         return EpiInsn()
     k = op.kernel
     loop = {"uop_end": len(k.uops), "iter_out": k.iter_out, "iter_in": k.iter_in}
+    loop |= {
+        f"{name}_factor_{lvl}": f[i]
+        for i, name in enumerate(("dst", "src"))
+        for lvl, f in (("out", k.factor_out), ("in", k.factor_in))
+    }
     if isinstance(op, Gemm):
         return GemmInsn(init=op.init, **loop)
     imm = op.shift if op.imm is None else op.imm

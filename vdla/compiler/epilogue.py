@@ -1,8 +1,9 @@
 """The fused epilogue: accumulator init, ALU passes, the residual GEMM and the requantizing OUT mirror.
 
 Only the passes cost compute-stage cycles (:func:`cycles_per_element`, by :func:`vdla.cycles.alu_ii`): one per
-accumulator element for an ALU pass with an immediate and for the residual GEMM, ``alu_ii`` for an ALU pass
-reading a second accumulator operand and for every MUL (two lanes share a multiplier).
+accumulator element for an ALU pass with an immediate, for one reading a per-channel row (held across the
+tile's pixels, :func:`vdla.cycles.holds_src`) and for the residual GEMM; ``alu_ii`` for an ALU pass reading
+an operand that changes with every element (the residual in the accumulators).
 
 * init: the first GEMM of each tile carries ``init``, so every accumulator starts from its bias row (the
   EPI ``bias_base`` plus the output-channel loop index) or from zero in the cycle of its first
@@ -168,12 +169,12 @@ def _rescale_passes(epi: EpilogueSpec) -> tuple[AluPass, ...]:
 
 def cycles_per_element(epi: EpilogueSpec, timing: Timing, mul_imm: int = 1, residual_gemm: bool = False) -> int:
     """Compute-stage cycles the epilogue's passes take per accumulator element, by the cycle model's rule
-    (:func:`vdla.cycles.alu_ii`): one per ALU pass with an immediate and for the residual GEMM, ``alu_ii`` per
-    ALU pass reading a second accumulator operand or multiplying (init and requantization are free; the ALU
-    residual's LOAD is not counted)."""
+    (:func:`vdla.cycles.alu_ii`): one per ALU pass with an immediate or a per-channel row (held across the
+    pixels; its one read per channel block is left out) and for the residual GEMM, ``alu_ii`` per ALU pass
+    reading the residual tile (init and requantization are free; the ALU residual's LOAD is not counted)."""
     from vdla.cycles import alu_ii
 
     return sum(
-        1 if p.gemm else alu_ii(timing, p.op, use_imm=p.imm is not None)
+        1 if p.gemm else alu_ii(timing, p.op, use_imm=p.imm is not None, same_src=p.operand not in (None, "res"))
         for p in alu_passes(epi, mul_imm, residual_gemm)
     )

@@ -551,7 +551,9 @@ class ThreadBuilder:
             nest = ((t.noc, (pixels, 1, 0)), (pixels, (1, 0, 0)))
             name = operand or (self.low.rows[0] if self.low.rows else None)
             src = self.low.rows_base + self.low.rows.index(name) * self.low.ob + t.ob if name else 0
-        return lower_nest(nest, (acc, src, 0), self.low.limits)
+        # the channel-block axis stays the outer loop (when it is 1 too): the row is then held across the
+        # inner loop over the pixels (vdla.cycles.holds_src)
+        return lower_nest(nest, (acc, src, 0), self.low.limits, pin_outer=operand != "res")
 
     def output_transfers(self, t: Tile) -> list:
         """The 2-D transfers between the tile's accumulators and an output-shaped tensor."""

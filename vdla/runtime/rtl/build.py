@@ -96,8 +96,6 @@ def check_config(cfg: HwConfig) -> None:
     for name in ("inp", "wgt", "acc", "out"):
         if getattr(cfg, f"{name}_elem_bytes") % cfg.bus_bytes:
             problems.append(f"{name} elements of {getattr(cfg, f'{name}_elem_bytes')} bytes are not whole bus beats")
-    if cfg.batch * cfg.block_out < 2:
-        problems.append("batch * block_out < 2 (two ALU lanes share each multiplier)")
     minimum = {
         "dma_setup": 1,
         "dma_pad_cycles": 1,
@@ -107,7 +105,6 @@ def check_config(cfg: HwConfig) -> None:
         "alu_setup": 2,
         "alu_pipeline": 2,
         "alu_ii": 2,
-        "alu_mul_latency": 1,
         "cmd_queue_depth": 2,
         "max_burst_beats": 1,
     }
