@@ -14,7 +14,7 @@ from pathlib import Path
 from vdla.compiler.spec import Conv2dSpec, EpilogueSpec
 from vdla.config import HwConfig
 
-SCHEMA = 4  # 4: Schedule.res_inp (an int8 residual in INP, added by the identity GEMM)
+SCHEMA = 5  # 4: Schedule.res_inp (an int8 residual in INP, added by the identity GEMM); 5: column-subsampled windows
 
 
 def default_cache_dir() -> Path:

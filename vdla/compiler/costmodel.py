@@ -86,6 +86,7 @@ class StepCosts:
     epi: int  # the EPI instruction(s) of the first step
     tail: int  # the residual's compute-stage load and the ALU passes (the residual GEMM counts in gemm)
     store: int
+    split_store: int  # the last step's STOREs split by output-channel group (a thread's last block)
     kernel_uops: int  # micro-ops of the distinct micro-kernels of such a tile
     size: tuple[int, int]  # the tile's output-channel blocks and pixels
     longest_load: int  # the longest load-stage instruction: what a compute-stage load may wait for
@@ -155,6 +156,9 @@ class CostModel:
                 epi=total(0, lambda op: isinstance(op, Epi)),
                 tail=total(n - 1, lambda op: isinstance(op, Alu) or tensor("res", load_stage=False)(op)),
                 store=total(n - 1, lambda op: isinstance(op, Store)),
+                split_store=sum(
+                    op_cycles(op, self.cfg) for op in builder.block(tile, n - 1, steps[-1], n, split=True).stores
+                ),
                 kernel_uops=sum(kernels.values()) + unbuilt * max(kernels.values()),
                 size=(tile.noc, tile.noh * tile.now),
                 longest_load=max(
@@ -222,7 +226,8 @@ class CostModel:
         """Event simulation of the interleaved blocks on the three stages, each stage taking its blocks in
         stream order and starting each once its tokens are in, the earliest-ready stage first. A thread's last
         block hands its first part to the store stage after its share of the compute."""
-        longest = self.step_costs(s).longest_load
+        sc = self.step_costs(s)
+        longest = sc.longest_load
         parts = self.tail_parts(s)
         work = self.stage_work(s)
         order = interleave([len(w[0]) for w in work])
@@ -231,9 +236,9 @@ class CostModel:
         dur = [[int(work[t][j][i]) for t, i in order] for j in range(3)]
         t_ = self.cfg.timing
         one_step = len(self.low.steps(s)) == 1  # then every part also has its own EPI
-        for p in (p for p, key in enumerate(order) if key in split):  # each extra part: a GEMM and a STORE more
+        for p in (p for p, key in enumerate(order) if key in split):  # each extra part: a GEMM more, maybe a STORE
             dur[1][p] += (parts - 1) * (t_.gemm_setup + t_.gemm_pipeline + one_step * t_.nop_cycles)
-            dur[2][p] += (parts - 1) * (t_.dma_setup + t_.dram_write_latency)
+            dur[2][p] += sc.split_store - sc.store
         in_acc = bool(self.low.epi.residual) and not s.res_inp
         bus = [in_acc and bool(dur[2][p]) for p in range(len(order))]  # compute-stage residual LOADs
         waits: list[dict[int, list[tuple[int, int]]]] = [{}, {}, {}]  # stage -> position -> (stage, position)

@@ -6,10 +6,11 @@ and the tile order. :class:`ConvLowering` checks that a schedule fits the buffer
 thread, one :class:`~vdla.compiler.blocks.Block` per (tile, reduction step):
 
 * loads: the input window of the step (one LOAD per input-channel block, borders zero filled by the
-  LOAD pad fields, or one merged LOAD when unpadded) and the weights, each skipped when the thread's
-  buffer share still holds them (weights of all input channels stay resident when they fit); with
-  ``Schedule.res_inp`` the last step also loads the tile's int8 residual into the thread's INP share,
-  after its input windows;
+  LOAD pad fields, or one merged LOAD when unpadded; a kernel one row or one column wide reads only every
+  ``sh``-th row or ``sw``-th column, its column-subsampled LOADs one element wide) and the weights, each
+  skipped when the thread's buffer share still holds them (weights of all input channels stay resident
+  when they fit); with ``Schedule.res_inp`` the last step also loads the tile's int8 residual into the
+  thread's INP share, after its input windows;
 * compute: on the first step an EPI (OUT mirror mode, the tile's first bias row) and the step's GEMM
   with ``init`` (the accumulators start from their bias rows, or zero), a plain GEMM on the other
   steps, the epilogue's passes (if any) on the last step: ALU instructions and, with ``res_inp``, the
@@ -121,6 +122,17 @@ def _changed(*keys: np.ndarray) -> np.ndarray:
     return diff
 
 
+def _span(first: int, n: int, extent: int, step: int) -> tuple[int, int]:
+    """[lo, hi): the window positions ``i < n`` whose input index ``first + i * step`` lies inside [0, extent)."""
+    return max(0, -(first // step)), min(n, -(-(extent - first) // step))
+
+
+def window_transfers(layout: dict[str, tuple[int, int]], ext: dict[str, int], offset: int) -> list:
+    """The fewest 2-D transfers of an unpadded input window (:meth:`ConvLowering.window_layout`) of ``ext``
+    elements per axis from DRAM element ``offset``."""
+    return plan_transfers(0, offset, [(ext[a], dram) for a, (dram, _) in layout.items()])
+
+
 class ConvLowering:
     """A conv2d layer with its epilogue, tensorized for one hardware config."""
 
@@ -144,8 +156,8 @@ class ConvLowering:
         self.out_mode = out_mode(epi)
         self.rows = ["bias"] * epi.bias + ["mult"] * (epi.multiplier == "row")
         self.rows += ["mult_y", "mult_k"] * bool(epi.rescale)
-        self.subsample = spec.kh == 1 and spec.sh > 1  # 1xN kernels with row stride: load every sh-th row only
-        self.row_step = spec.sh if self.subsample else 1
+        self.row_step = spec.sh if spec.kh == 1 else 1  # one-row kernels read every sh-th input row only
+        self.col_step = spec.sw if spec.kw == 1 else 1  # one-column kernels read every sw-th input column only
         self._nests: dict[tuple, tuple] = {}
         if self.row_step * spec.w > MAX_STRIDE:
             raise CompileError(
@@ -155,12 +167,45 @@ class ConvLowering:
 
     # ---- geometry -------------------------------------------------------------------------------
     def in_rows(self, noh: int) -> int:
-        """Input rows (padding included) held for ``noh`` output rows."""
-        return noh if self.subsample else (noh - 1) * self.spec.sh + self.spec.kh
+        """Input rows (padding included) held for ``noh`` output rows: every ``row_step``-th row of the input."""
+        return (noh - 1) * self.spec.sh // self.row_step + self.spec.kh
 
     def in_cols(self, now: int) -> int:
-        """Input columns (padding included) held for ``now`` output columns."""
-        return (now - 1) * self.spec.sw + self.spec.kw
+        """Input columns (padding included) held for ``now`` output columns: every ``col_step``-th column."""
+        return (now - 1) * self.spec.sw // self.col_step + self.spec.kw
+
+    def by_columns(self, s: Schedule) -> bool:
+        """Whether the schedule's input windows sit column-major in INP (:meth:`window_layout`) and are loaded
+        column by column; otherwise row-major, loaded row by row or in one 2-D LOAD.
+
+        Only a column-subsampled window (``col_step > 1``) may be: its LOADs read single elements, ``col_step``
+        apart along a row or ``row_step * W`` apart down a column (every element its own burst), so it takes one
+        LOAD per row or per column of each channel block, one per column for all of them when the full-size
+        window spans the input's height; the layout needing fewer LOADs for the full-size window wins (each
+        LOAD waits for the DRAM read latency), row-major on a tie. Padded rows need the LOADs' y_pad fields,
+        so a layer with a top or bottom border is loaded by columns whatever the tile (a kernel one column wide
+        has no left or right border: these windows' columns are never padded)."""
+        top, bottom = self.spec.pad[:2]
+        if self.col_step == 1 or top + bottom:
+            return self.col_step > 1
+        rows, cols = self.in_rows(s.toh), self.in_cols(s.tow)
+        ext = {"ic": s.tic, "row": rows, "col": cols}
+        loads = [len(window_transfers(self.window_layout(s.tic, rows, cols, by), ext, 0)) for by in (False, True)]
+        return loads[1] < loads[0]
+
+    def window_layout(self, nic: int, rows: int, cols: int, by_columns: bool) -> dict[str, tuple[int, int]]:
+        """(DRAM element stride, INP element stride) of each axis of a step's input window of ``nic`` channel
+        blocks of ``rows`` x ``cols`` elements, outer to inner as it sits, densely, in INP: channel block, row,
+        column (row-major) or column, channel block, row (column-major: a LOAD down a column of a window
+        spanning the input's height continues into the next channel block's column at the same stride)."""
+        sp = self.spec
+        dram = {"ic": sp.h * sp.w, "row": self.row_step * sp.w, "col": self.col_step}
+        ext = {"ic": nic, "row": rows, "col": cols}
+        order = ("col", "ic", "row") if by_columns else ("ic", "row", "col")
+        inp, inner = {}, 1
+        for a in reversed(order):
+            inp[a], inner = inner, inner * ext[a]
+        return {a: (dram[a], inp[a]) for a in order}
 
     @property
     def rows_base(self) -> int:
@@ -222,19 +267,21 @@ class ConvLowering:
         wgt = 0 if self.weights_shared else s.toc * wic * self.taps
         return self.window_elems(s) + self.res_elems(s), wgt, acc
 
-    def gemm_nest(self, toc: int, toh: int, tow: int, tic: int, wic: int) -> tuple:
-        """The GEMM loop nest of one reduction step of a (toc, toh, tow) tile over ``tic`` input blocks."""
-        key = (toc, toh, tow, tic, wic)
+    def gemm_nest(self, toc: int, toh: int, tow: int, tic: int, wic: int, by_columns: bool) -> tuple:
+        """The GEMM loop nest of one reduction step of a (toc, toh, tow) tile over ``tic`` input blocks, its
+        input window column-major when ``by_columns`` (:meth:`window_layout`)."""
+        key = (toc, toh, tow, tic, wic, by_columns)
         if key not in self._nests:
             self._nests[key] = self._gemm_nest(*key)
         return self._nests[key]
 
-    def _gemm_nest(self, toc: int, toh: int, tow: int, tic: int, wic: int) -> tuple:
-        rows, cols = self.in_rows(toh), self.in_cols(tow)
+    def _gemm_nest(self, toc: int, toh: int, tow: int, tic: int, wic: int, by_columns: bool) -> tuple:
+        window = self.window_layout(tic, self.in_rows(toh), self.in_cols(tow), by_columns)
+        inp = {a: stride for a, (_, stride) in window.items()}
         tile = {"oc": toc, "oh": toh, "ow": tow, "ic": tic, "ky": self.spec.kh, "kx": self.spec.kw}
         layouts = {
             "out": ((0, 1), (toh * tow, 1), (tow, 1), (1, 1)),
-            "lhs": ((0, 1), (rows * cols, 1), (cols, self.row_step), (1, 1)),
+            "lhs": ((0, 1), (inp["ic"], 1), (inp["row"], self.row_step), (inp["col"], self.col_step)),
             "rhs": ((wic * self.taps, 1), (self.taps, 1), (self.spec.kw, 1), (1, 1)),
         }
         return self.tensorized.nest(tile, layouts, GEMM_ORDER)
@@ -264,7 +311,7 @@ class ConvLowering:
         out = self.buffer_problems(s)
         if not out:
             wic = self.ib if self.weights_resident(s) else s.tic
-            oc, rest = self.oc_axis(self.gemm_nest(s.toc, s.toh, s.tow, s.tic, wic), s.toc)
+            oc, rest = self.oc_axis(self.gemm_nest(s.toc, s.toh, s.tow, s.tic, wic, self.by_columns(s)), s.toc)
             n = uop_count((oc,) + rest, self.limits, pin_outer=True) if fits_loop(oc, self.limits) else 0
             if not n:
                 out.append(
@@ -420,6 +467,7 @@ class ThreadBuilder:
         inp, wgt, acc = low.shares(s.vthreads)
         self.inp0, self.wgt0 = thread * inp, 0 if low.weights_shared else thread * wgt
         self.resident = low.weights_resident(s)
+        self.by_columns = low.by_columns(s)
         self.acc = {"tile": thread * acc, "res": thread * acc + s.toc * s.toh * s.tow}
         self.res_inp0 = self.inp0 + low.window_elems(s)  # the residual tile in INP (res_inp)
 
@@ -494,7 +542,7 @@ class ThreadBuilder:
         acc = self.acc["tile"] + o0 * t.noh * t.now
         wic, w_ic0 = self.wgt_span(ib0, nic)
         wgt0 = self.wgt_base(sub, ib0, nic) + (0 if low.weights_shared else o0 * wic * low.taps)
-        nest = low.gemm_nest(noc, t.noh, t.now, nic, wic)
+        nest = low.gemm_nest(noc, t.noh, t.now, nic, wic, self.by_columns)
         base = (acc, self.step_inp0(ib0), wgt0 + (ib0 - w_ic0) * low.taps)
         compute = self.init_gemms(sub, nest, base) if k == 0 else [Gemm(lower_nest(nest, base, low.limits))]
         if k < nsteps - 1:
@@ -562,32 +610,38 @@ class ThreadBuilder:
         return plan_transfers(0, offset, [(t.noc, sp.oh * sp.ow), (t.noh, sp.ow), (t.now, 1)])
 
     def input_loads(self, t: Tile, ib0: int, nic: int) -> list[Load]:
-        """The input window of a tile for input-channel blocks [ib0, ib0+nic), borders zero padded."""
+        """The input window of a tile for input-channel blocks [ib0, ib0+nic) (:meth:`ConvLowering.window_layout`),
+        borders zero padded: unpadded, the fewest 2-D LOADs (:func:`window_transfers`); padded, one LOAD per
+        channel block, or per column of each when the window is column-major. Rows step ``row_step`` input rows
+        and columns ``col_step`` input columns: a column-subsampled LOAD reads single elements (``x`` = 1)."""
         low, sp = self.low, self.low.spec
         top, _, left, _ = sp.pad
-        rows, cols, step = low.in_rows(t.noh), low.in_cols(t.now), low.row_step
+        rows, cols = low.in_rows(t.noh), low.in_cols(t.now)
         r_first, c_first = t.oy * sp.sh - top, t.ox * sp.sw - left
-        r_lo = max(0, -(r_first // step) if r_first < 0 else 0)
-        r_hi = min(rows, -(-(sp.h - r_first) // step))
-        c_lo, c_hi = max(0, -c_first), min(cols, sp.w - c_first)
-        y, x = r_hi - r_lo, c_hi - c_lo
+        (r_lo, r_hi), (c_lo, c_hi) = _span(r_first, rows, sp.h, low.row_step), _span(c_first, cols, sp.w, low.col_step)
+        offset = ((t.ng * low.ib + ib0) * sp.h + r_first + r_lo * low.row_step) * sp.w + c_first + c_lo * low.col_step
+        by_columns = self.by_columns
+        lay = low.window_layout(nic, rows, cols, by_columns)
+        ext = {"ic": nic, "row": r_hi - r_lo, "col": c_hi - c_lo}
         pad = (r_lo, rows - r_hi, c_lo, cols - c_hi)
-        offset = ((t.ng * low.ib + ib0) * sp.h + r_first + r_lo * step) * sp.w + c_first + c_lo
-        if any(pad):
+        base = self.step_inp0(ib0)
+        if not any(pad):
             return [
-                Load(
-                    MemType.INP,
-                    self.step_inp0(ib0) + j * rows * cols,
-                    "inp",
-                    offset + j * sp.h * sp.w,
-                    y,
-                    x,
-                    step * sp.w,
-                    pad,
-                )
-                for j in range(nic)
+                Load(MemType.INP, base + tr.sram, "inp", tr.offset, tr.y, tr.x, tr.stride)
+                for tr in window_transfers(lay, ext, offset)
             ]
+        outer = ("col", "ic") if by_columns else ("ic",)  # one padded LOAD per index: rows of x elements
+        x = 1 if by_columns else ext["col"]
         return [
-            Load(MemType.INP, self.step_inp0(ib0) + tr.sram, "inp", tr.offset, tr.y, tr.x, tr.stride)
-            for tr in plan_transfers(0, offset, [(nic, sp.h * sp.w), (y, step * sp.w), (x, 1)])
+            Load(
+                MemType.INP,
+                base + sum(i * lay[a][1] for i, a in zip(idx, outer)),
+                "inp",
+                offset + sum(i * lay[a][0] for i, a in zip(idx, outer)),
+                ext["row"],
+                x,
+                lay["row"][0],
+                pad,
+            )
+            for idx in itertools.product(*(range(ext[a]) for a in outer))
         ]
