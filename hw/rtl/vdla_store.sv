@@ -8,6 +8,7 @@ module vdla_store (
   // command queue
   input  logic                            cmd_valid_i,
   input  vdla_pkg::insn_t                 cmd_i,
+  input  logic                            cmd_bad_i,  // cmd_i breaks the stage's rules (vdla_insn_check)
   output logic                            cmd_pop_o,
   // dependency tokens
   input  logic                            c2s_avail_i,
@@ -54,12 +55,7 @@ module vdla_store (
   assign mem    = cmd_i.mem;
   assign is_nop = mem.x_size == '0;
   assign elems  = 33'(mem.y_size) * 33'(mem.x_size);
-  // no padding, rows that do not overlap in DRAM, within ACC (the tile's end from elems, which the
-  // store needs anyway: one multiplier)
-  assign bad    = mem.hdr.pop_next || mem.hdr.push_next || mem.mem_type != vdla_pkg::MEM_OUT
-               || (!is_nop && (vdla_pkg::mem_has_pad(mem) || mem.y_size == '0
-                               || (mem.y_size > 16'd1 && mem.x_stride < mem.x_size)
-                               || 33'(mem.sram_base) + elems > 33'(vdla_pkg::ACC_DEPTH)));
+  assign bad    = cmd_bad_i;
 
   typedef enum logic [1:0] {IDLE, BUSY, NOP} state_e;
   state_e     state_q;
@@ -214,7 +210,8 @@ module vdla_store (
   end
 
   logic unused_cmd;
-  assign unused_cmd = ^{mem.rsvd_63_58, mem.hdr.opcode, unused_len_count, unused_el_full};
+  assign unused_cmd = ^{mem.rsvd_63_58, mem.hdr.opcode, mem.mem_type, mem.y_pad_0, mem.y_pad_1, mem.x_pad_0,
+                       mem.x_pad_1, unused_len_count, unused_el_full};  // the checks read in vdla_insn_check
 
 `ifndef SYNTHESIS
   // Every write response belongs to a burst that was issued.
