@@ -201,7 +201,8 @@ module vdla_store (
             beat_q   <= wlast_o ? '0 : beat_q + 1'b1;
             ebeat_q  <= ebeat_q == EW'(E - 1) ? '0 : ebeat_q + 1'b1;
           end
-          outstanding_q <= outstanding_q + 16'(aw_fire) - 16'(bvalid_i);
+          if (aw_fire && !bvalid_i) outstanding_q <= outstanding_q + 1'b1;
+          else if (!aw_fire && bvalid_i) outstanding_q <= outstanding_q - 1'b1;
         end
         NOP: nop_q <= nop_q - 1'b1;
         default: ;
