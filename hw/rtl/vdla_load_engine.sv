@@ -52,7 +52,8 @@ module vdla_load_engine #(
   logic              pads_none_q;   // pads_left_q == 0
   logic              pads_last_q;   // pads_left_q == 1
   logic [7:0]        wait_q;
-  logic [15:0]       x_q;
+  logic              waiting_q;     // wait_q != 0
+  logic [24:0]       row_bytes_q;   // bytes of a DRAM row
   // The padding walk. The padding elements, in raster order of the padded tile, are runs of consecutive
   // indices separated by skips over the data block: the first run (the rows above and the first data row's
   // left padding), one between each two data rows (right padding, then left) and the last (the last data
@@ -79,12 +80,19 @@ module vdla_load_engine #(
                     + 32'(y_size_i) * (32'(x_pad_0_i) + 32'(x_pad_1_i));
 
   // the walk's runs and skip (a LOAD that moves data has y_size >= 1)
-  logic             side;
+  logic             side, first_one, last_one, mid_one, any_mids;
   logic [IDX_W+1:0] ycols, skip;
   logic [RUN_W-1:0] first_run, last_run;
   logic [4:0]       mid_run;
   logic [15:0]      mids;
   assign side      = x_pad_0_i != '0 || x_pad_1_i != '0;
+  // a run of one element, from the fields rather than the sums (cols == 1: one data column, no side padding)
+  assign first_one = (y_pad_0_i == '0 && x_pad_0_i == 4'd1)
+                  || (y_pad_0_i == 4'd1 && !side && x_size_i == 16'd1);
+  assign last_one  = (y_pad_1_i == '0 && x_pad_1_i == 4'd1)
+                  || (y_pad_1_i == 4'd1 && !side && x_size_i == 16'd1);
+  assign mid_one   = (x_pad_0_i == 4'd1 && x_pad_1_i == '0) || (x_pad_0_i == '0 && x_pad_1_i == 4'd1);
+  assign any_mids  = side && y_size_i != 16'd1;
   assign ycols     = (IDX_W+2)'(32'(y_size_i) * 32'(cols));
   assign skip      = side ? (IDX_W+2)'(x_size_i) + 1'b1 : ycols + 1'b1;
   assign first_run = RUN_W'(y_pad_0_i) * RUN_W'(cols) + RUN_W'(x_pad_0_i);
@@ -99,7 +107,7 @@ module vdla_load_engine #(
     .stride_i    (ADDR_W'(x_stride_i) << log_eb_i),
     .row_bytes_i (25'(x_size_i) << log_eb_i),
     .rows_i      (y_size_i),
-    .hold_i      (state_q == DATA && wait_q != '0),
+    .hold_i      (state_q == DATA && waiting_q),
     .arvalid_o, .araddr_o, .arlen_o, .arready_i,
     .rvalid_i, .rresp_i,
     .beat_off_o  (beat_off),
@@ -108,28 +116,19 @@ module vdla_load_engine #(
     .err_o
   );
 
-  assign row_bytes_o = 25'(x_q) << log_eb_q;
+  assign row_bytes_o = row_bytes_q;
 
   logic pad_fire;
-  assign pad_fire = (state_q == PAD) && wait_q == '0;
+  assign pad_fire = (state_q == PAD) && !waiting_q;
 
-  always_comb begin
-    wr_valid_o = 1'b0;
-    wr_pad_o   = 1'b0;
-    wr_idx_o   = row_base_q + (IDX_W+2)'($signed(beat_off) >>> log_eb_q);
-    wr_off_o   = beat_off;
-    wr_data_o  = rdata_i;
-    done_o     = 1'b0;
-    if (state_q == DATA && rvalid_i) begin
-      wr_valid_o = 1'b1;
-      done_o     = beat_last && pads_none_q;
-    end else if (pad_fire) begin
-      wr_valid_o = 1'b1;
-      wr_pad_o   = 1'b1;
-      wr_idx_o   = pidx_q;
-      done_o     = pads_last_q;
-    end
-  end
+  // A DRAM beat (DATA) and a padding element (PAD) never coincide: what is written, and where, follows the
+  // state alone; only the valid and done flags wait for the beat.
+  assign wr_valid_o = (state_q == DATA && rvalid_i) || pad_fire;
+  assign wr_pad_o   = pad_fire;
+  assign wr_idx_o   = pad_fire ? pidx_q : row_base_q + (IDX_W+2)'($signed(beat_off) >>> log_eb_q);
+  assign wr_off_o   = beat_off;
+  assign wr_data_o  = rdata_i;
+  assign done_o     = (state_q == DATA && rvalid_i && beat_last && pads_none_q) || (pad_fire && pads_last_q);
 
   always_ff @(posedge clk_i or negedge rst_ni) begin
     if (!rst_ni) begin
@@ -139,8 +138,8 @@ module vdla_load_engine #(
     end else begin
       case (state_q)
         IDLE: if (start_i) state_q <= DATA;
-        DATA: if (wait_q == '0 && rvalid_i && beat_last) state_q <= pads_none_q ? IDLE : PAD;
-        PAD: if (wait_q == '0 && pads_last_q) state_q <= IDLE;
+        DATA: if (!waiting_q && rvalid_i && beat_last) state_q <= pads_none_q ? IDLE : PAD;
+        PAD: if (!waiting_q && pads_last_q) state_q <= IDLE;
         default: state_q <= IDLE;
       endcase
     end
@@ -154,46 +153,53 @@ module vdla_load_engine #(
       case (state_q)
         IDLE: if (start_i) begin
           wait_q      <= 8'(SETUP);
+          waiting_q   <= SETUP != 0;
           pads_left_q <= pads_total;
           pads_none_q <= pads_total == '0;
           pads_last_q <= pads_total == 32'd1;
           log_eb_q    <= log_eb_i;
-          x_q         <= x_size_i;
+          row_bytes_q <= 25'(x_size_i) << log_eb_i;
           cols_q      <= cols;
           row_base_q  <= (IDX_W+2)'(sram_base_i) + (IDX_W+2)'(32'(y_pad_0_i) * 32'(cols))
                          + (IDX_W+2)'(x_pad_0_i);
           skip_q      <= skip;
           mid_q       <= mid_run;
-          mid_one_q   <= mid_run == 5'd1;
+          mid_one_q   <= mid_one;
           last_q      <= last_run;
-          last_one_q  <= last_run == RUN_W'(1);
+          last_one_q  <= last_one;
           // the first run, or (when it is empty) the run after the first skip
           pidx_q    <= (IDX_W+2)'(sram_base_i);
           run_q     <= first_run;
-          run_end_q <= first_run == RUN_W'(1);
+          run_end_q <= first_one;
           mids_q    <= mids;
           if (y_pad_0_i == '0 && x_pad_0_i == '0) begin
             pidx_q <= (IDX_W+2)'(sram_base_i) + skip - 1'b1;
-            if (mids != '0) begin
+            if (any_mids) begin
               run_q     <= RUN_W'(mid_run);
-              run_end_q <= mid_run == 5'd1;
+              run_end_q <= mid_one;
               mids_q    <= mids - 1'b1;
             end else begin
               run_q     <= last_run;
-              run_end_q <= last_run == RUN_W'(1);
+              run_end_q <= last_one;
             end
           end
         end
-        DATA: if (wait_q != '0) begin
-          wait_q <= wait_q - 1'b1;
+        DATA: if (waiting_q) begin
+          wait_q    <= wait_q - 1'b1;
+          waiting_q <= wait_q != 8'd1;
         end else if (rvalid_i) begin
           if (beat_row_end) row_base_q <= row_base_q + (IDX_W+2)'(cols_q);
-          if (beat_last) wait_q <= 8'(PAD_CYCLES - 1);
+          if (beat_last) begin
+            wait_q    <= 8'(PAD_CYCLES - 1);
+            waiting_q <= PAD_CYCLES != 1;
+          end
         end
-        PAD: if (wait_q != '0) begin
-          wait_q <= wait_q - 1'b1;
+        PAD: if (waiting_q) begin
+          wait_q    <= wait_q - 1'b1;
+          waiting_q <= wait_q != 8'd1;
         end else begin
           wait_q      <= 8'(PAD_CYCLES - 1);
+          waiting_q   <= PAD_CYCLES != 1;
           pads_left_q <= pads_left_q - 1'b1;
           pads_none_q <= pads_last_q;
           pads_last_q <= pads_left_q == 32'd2;
