@@ -14,6 +14,7 @@ module vdla_compute (
   input  logic                                 cmd_valid_i,
   input  vdla_pkg::insn_t                      cmd_i,
   input  logic                                 cmd_bad_i,  // cmd_i breaks the stage's rules (vdla_insn_check)
+  input  logic                                 cmd_no_data_i,  // cmd_i's x_size is 0 (vdla_insn_check)
   output logic                                 cmd_pop_o,
   // dependency tokens
   input  logic                                 l2c_avail_i,
@@ -73,7 +74,7 @@ module vdla_compute (
   assign is_loop   = opcode == vdla_pkg::OP_GEMM || opcode == vdla_pkg::OP_ALU;
   assign is_finish = opcode == vdla_pkg::OP_FINISH;
   assign is_epi    = opcode == vdla_pkg::OP_EPI;
-  assign is_nop    = is_finish || is_epi || (is_load && mem.x_size == '0);
+  assign is_nop    = is_finish || is_epi || (is_load && cmd_no_data_i);
   assign bad       = cmd_bad_i;
 
   // ---- dispatch -----------------------------------------------------------------------------
@@ -216,28 +217,6 @@ module vdla_compute (
   );
 
   // ---- ACC and OUT writes: the loop's results, or the LOAD's beats ---------------------------
-  // vdla_pkg::requantize (x = (2v) >>> shift rounded and clamped to int8), equal for every input, with the
-  // clamp decided beside the shifter rather than after it: x's high bits are all zero (ones) exactly when v's
-  // bits from shift + 7 (+ 8) up are, read from suffix reductions of v selected by the shift.
-  function automatic logic [7:0] requantize(logic signed [31:0] v, logic [4:0] shift, logic relu);
-    logic [39:0]        or_hi, and_hi;  // |v[31:k] and &v[31:k] (beyond bit 31: 0 and 1)
-    logic [8:0]         x;              // the low bits of (2v) >>> shift
-    logic               ones, hi, neg2, lo;
-    or_hi  = '0;
-    and_hi = '1;
-    for (int k = 31; k >= 0; k--) begin
-      or_hi[k]  = or_hi[k+1] | v[k];
-      and_hi[k] = and_hi[k+1] & v[k];
-    end
-    x    = 9'($signed({v, 1'b0}) >>> shift);
-    ones = &x[7:0];
-    hi   = !v[31] && (or_hi[6'(shift) + 6'd7] || ones);                    // x >= 255
-    neg2 = v[31] && !(shift != '0 && and_hi[6'(shift) - 6'd1]);            // x <= -2
-    lo   = v[31] && !(and_hi[6'(shift) + 6'd8] && (x[8] || ones));          // x <= -258
-    requantize = hi ? 8'd127 : (relu && neg2) ? 8'd0 : lo ? 8'h80 : x[8:1] + 8'(x[0]);
-  endfunction
-
-  // OUT is written with every ACC write: each lane's low byte, or (EPI req) its requantization.
   always_comb begin
     if (rmw_valid) begin
       acc_we_o    = '1;
@@ -249,7 +228,7 @@ module vdla_compute (
       acc_wdata_o = ld_acc_wdata;
     end
     for (int l = 0; l < LANES; l++) begin
-      if (epi_req_q) out_wdata_o[l*8 +: 8] = requantize(acc_wdata_o[l*32 +: 32], epi_shift_q, epi_relu_q);
+      if (epi_req_q) out_wdata_o[l*8 +: 8] = vdla_pkg::requantize(acc_wdata_o[l*32 +: 32], epi_shift_q, epi_relu_q);
       else out_wdata_o[l*8 +: 8] = acc_wdata_o[l*32 +: 8];
     end
   end

@@ -170,7 +170,10 @@ module vdla_fetch #(
   // The request address and sizes, and the counts of requested, in-flight and assembled beats: initialized
   // by START and used only while running, so they need no reset (and START's initialization stays a
   // synchronous reset of the flip-flops, not a LUT in front of them).
+  logic [CW-1:0]             inflight_left, space_freed;
   logic [$clog2(PAGE+1)-1:0] to_4k_start;
+  assign inflight_left = inflight_q - CW'(insn_done);
+  assign space_freed   = space_q + CW'(route);
   assign to_4k_start = ($clog2(PAGE+1))'(PAGE) - ($clog2(PAGE+1))'(insn_addr_i[11:4]);
   always_ff @(posedge clk_i) begin
     if (start_i) begin
@@ -189,8 +192,9 @@ module vdla_fetch #(
         to_4k_q       <= to_4k_next;
         n_q           <= burst(left_big, left_low, to_4k_big || to_4k_wrap, to_4k_low);
       end
-      inflight_q <= inflight_q + (accept ? CW'(n_q) : '0) - CW'(insn_done);
-      space_q    <= space_q + CW'(route) - (accept ? CW'(n_q) : '0);
+      // the burst's reservation is the last step (accept arrives late): a choice of two sums
+      inflight_q <= accept ? inflight_left + CW'(n_q) : inflight_left;
+      space_q    <= accept ? space_freed - CW'(n_q) : space_freed;
       if (rvalid_i) beat_q <= insn_done ? '0 : beat_q + 1'b1;
     end
   end

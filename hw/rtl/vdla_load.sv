@@ -8,6 +8,7 @@ module vdla_load (
   input  logic                          cmd_valid_i,
   input  vdla_pkg::insn_t               cmd_i,
   input  logic                          cmd_bad_i,  // cmd_i breaks the stage's rules (vdla_insn_check)
+  input  logic                          cmd_no_data_i,  // cmd_i's x_size is 0 (vdla_insn_check)
   output logic                          cmd_pop_o,
   // dependency tokens
   input  logic                          c2l_avail_i,
@@ -50,7 +51,7 @@ module vdla_load (
   logic tokens_ok, idle, is_nop, is_wgt, bad;
 
   assign mem    = cmd_i.mem;
-  assign is_nop = mem.x_size == '0;
+  assign is_nop = cmd_no_data_i;
   assign is_wgt = mem.mem_type == vdla_pkg::MEM_WGT;
   assign bad    = cmd_bad_i;
 

@@ -9,6 +9,7 @@ module vdla_store (
   input  logic                            cmd_valid_i,
   input  vdla_pkg::insn_t                 cmd_i,
   input  logic                            cmd_bad_i,  // cmd_i breaks the stage's rules (vdla_insn_check)
+  input  logic                            cmd_no_data_i,  // cmd_i's x_size is 0 (vdla_insn_check)
   output logic                            cmd_pop_o,
   // dependency tokens
   input  logic                            c2s_avail_i,
@@ -53,7 +54,7 @@ module vdla_store (
   logic [32:0] elems;
 
   assign mem    = cmd_i.mem;
-  assign is_nop = mem.x_size == '0;
+  assign is_nop = cmd_no_data_i;
   assign elems  = 33'(mem.y_size) * 33'(mem.x_size);
   assign bad    = cmd_bad_i;
 
