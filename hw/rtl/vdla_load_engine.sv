@@ -51,7 +51,9 @@ module vdla_load_engine #(
   logic [31:0]       pads_left_q;
   logic              pads_none_q;   // pads_left_q == 0
   logic              pads_last_q;   // pads_left_q == 1
-  logic [7:0]        wait_q;
+  localparam int WAIT_MAX = SETUP > PAD_CYCLES - 1 ? SETUP : PAD_CYCLES - 1;
+  localparam int WAIT_W   = WAIT_MAX > 1 ? $clog2(WAIT_MAX + 1) : 1;
+  logic [WAIT_W-1:0] wait_q;        // cycles left to wait: no wider than the longest wait
   logic              waiting_q;     // wait_q != 0
   logic [24:0]       row_bytes_q;   // bytes of a DRAM row
   // The padding walk. The padding elements, in raster order of the padded tile, are runs of consecutive
@@ -152,7 +154,7 @@ module vdla_load_engine #(
     if (!halt_i) begin
       case (state_q)
         IDLE: if (start_i) begin
-          wait_q      <= 8'(SETUP);
+          wait_q      <= WAIT_W'(SETUP);
           waiting_q   <= SETUP != 0;
           pads_left_q <= pads_total;
           pads_none_q <= pads_total == '0;
@@ -186,19 +188,19 @@ module vdla_load_engine #(
         end
         DATA: if (waiting_q) begin
           wait_q    <= wait_q - 1'b1;
-          waiting_q <= wait_q != 8'd1;
+          waiting_q <= wait_q != WAIT_W'(1);
         end else if (rvalid_i) begin
           if (beat_row_end) row_base_q <= row_base_q + (IDX_W+2)'(cols_q);
           if (beat_last) begin
-            wait_q    <= 8'(PAD_CYCLES - 1);
+            wait_q    <= WAIT_W'(PAD_CYCLES - 1);
             waiting_q <= PAD_CYCLES != 1;
           end
         end
         PAD: if (waiting_q) begin
           wait_q    <= wait_q - 1'b1;
-          waiting_q <= wait_q != 8'd1;
+          waiting_q <= wait_q != WAIT_W'(1);
         end else begin
-          wait_q      <= 8'(PAD_CYCLES - 1);
+          wait_q      <= WAIT_W'(PAD_CYCLES - 1);
           waiting_q   <= PAD_CYCLES != 1;
           pads_left_q <= pads_left_q - 1'b1;
           pads_none_q <= pads_last_q;
