@@ -54,8 +54,8 @@ module vdla_fetch #(
   logic [CW-1:0]     inflight_q;     // instructions requested, not yet assembled
   logic              running_q, misaligned_q;
 
-  // The size of a burst: min(left, CHUNK, to_4k) for left < 2 * CHUNK unless `left_big` (left >= 2 * CHUNK),
-  // to_4k < 2 * CHUNK unless `to_4k_big`.
+  // The size of a burst: min(left, CHUNK, to_4k), where `left_big` says left >= CHUNK (its low bits `left` are
+  // not read then), likewise `to_4k_big`.
   function automatic logic [NW-1:0] burst(logic left_big, logic [SW-1:0] left, logic to_4k_big,
                                           logic [SW-1:0] to_4k);
     logic [SW-1:0] a, b;
@@ -99,31 +99,38 @@ module vdla_fetch #(
     end
   end
 
-  logic            head_valid;
+  // ---- routing ------------------------------------------------------------------------------
+  // Decoded as the instruction is assembled and kept beside it in the FIFO: FINISH, an unknown opcode or
+  // memory type, its command queue. The routing decision then reads four bits of the head.
+  vdla_pkg::insn_t     word;
+  vdla_pkg::opcode_e   op;
+  vdla_pkg::mem_type_e mt;
+  logic                word_finish, word_unknown;
+  logic [1:0]          word_target;  // load, compute, store
+  assign word         = insn_word;
+  assign op           = word.mem.hdr.opcode;
+  assign mt           = word.mem.mem_type;
+  assign word_finish  = op == vdla_pkg::OP_FINISH;
+  assign word_unknown = op > vdla_pkg::OP_EPI
+                     || ((op == vdla_pkg::OP_LOAD || op == vdla_pkg::OP_STORE) && mt > vdla_pkg::MEM_ACC_8BIT);
+  always_comb begin
+    word_target = 2'd1;
+    if (op == vdla_pkg::OP_STORE) word_target = 2'd2;
+    else if (op == vdla_pkg::OP_LOAD && (mt == vdla_pkg::MEM_INP || mt == vdla_pkg::MEM_WGT)) word_target = 2'd0;
+  end
+
+  logic            head_valid, head_finish, unknown, early_finish;
+  logic [1:0]      target;
   vdla_pkg::insn_t head;
   logic            route, unused_full;
   logic [CW-1:0]   unused_count;  // space_q counts the FIFO's slots
-  vdla_fifo #(.WIDTH(IW), .DEPTH(FIFO_DEPTH)) u_fifo (
+  vdla_fifo #(.WIDTH(IW + 4), .DEPTH(FIFO_DEPTH)) u_fifo (
     .clk_i, .rst_ni, .clear_i (start_i || halt_i),
-    .push_i (insn_done), .push_data_i (insn_word), .full_o (unused_full),
-    .pop_i (route), .valid_o (head_valid), .data_o (head), .count_o (unused_count)
+    .push_i (insn_done), .push_data_i ({word_finish, word_unknown, word_target, insn_word}),
+    .full_o (unused_full), .pop_i (route), .valid_o (head_valid),
+    .data_o ({head_finish, unknown, target, head}), .count_o (unused_count)
   );
-
-  // ---- routing ------------------------------------------------------------------------------
-  vdla_pkg::opcode_e   op;
-  vdla_pkg::mem_type_e mt;
-  logic                unknown, early_finish;
-  logic [1:0]          target;
-  assign op = head.mem.hdr.opcode;
-  assign mt = head.mem.mem_type;
-  assign unknown = op > vdla_pkg::OP_EPI
-                || ((op == vdla_pkg::OP_LOAD || op == vdla_pkg::OP_STORE) && mt > vdla_pkg::MEM_ACC_8BIT);
-  assign early_finish = op == vdla_pkg::OP_FINISH && !last_q;
-  always_comb begin
-    target = 2'd1;
-    if (op == vdla_pkg::OP_STORE) target = 2'd2;
-    else if (op == vdla_pkg::OP_LOAD && (mt == vdla_pkg::MEM_INP || mt == vdla_pkg::MEM_WGT)) target = 2'd0;
-  end
+  assign early_finish = head_finish && !last_q;
 
   logic misaligned, bus_err;
   assign misaligned = running_q && misaligned_q;
@@ -180,8 +187,8 @@ module vdla_fetch #(
       addr_q        <= insn_addr_i;
       unrequested_q <= insn_count_i;
       to_4k_q       <= to_4k_start;
-      n_q           <= burst(insn_count_i >= 32'(2 * CHUNK), SW'(insn_count_i),
-                             to_4k_start >= ($clog2(PAGE+1))'(2 * CHUNK), SW'(to_4k_start));
+      n_q           <= burst(insn_count_i >= 32'(CHUNK), SW'(insn_count_i),
+                             to_4k_start >= ($clog2(PAGE+1))'(CHUNK), SW'(to_4k_start));
       space_q       <= CW'(FIFO_DEPTH);
       inflight_q    <= '0;
       beat_q        <= '0;
