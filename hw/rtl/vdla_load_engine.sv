@@ -78,8 +78,6 @@ module vdla_load_engine #(
   logic [16:0] cols;
   logic [31:0] pads_total;
   assign cols = 17'(x_pad_0_i) + 17'(x_size_i) + 17'(x_pad_1_i);
-  assign pads_total = (32'(y_pad_0_i) + 32'(y_pad_1_i)) * 32'(cols)
-                    + 32'(y_size_i) * (32'(x_pad_0_i) + 32'(x_pad_1_i));
 
   // the walk's runs and skip (a LOAD that moves data has y_size >= 1)
   logic             side, first_one, last_one, mid_one, any_mids;
@@ -101,6 +99,9 @@ module vdla_load_engine #(
   assign last_run  = RUN_W'(x_pad_1_i) + RUN_W'(y_pad_1_i) * RUN_W'(cols);
   assign mid_run   = 5'(x_pad_0_i) + 5'(x_pad_1_i);
   assign mids      = side ? y_size_i - 1'b1 : '0;
+  // (y_pad_0 + y_pad_1) * cols + y_size * (x_pad_0 + x_pad_1), from the runs (the rows above and below and
+  // the first and last side padding) and the y_size - 1 runs between data rows
+  assign pads_total = 32'(first_run) + 32'(last_run) + 32'(y_size_i) * 32'(mid_run) - 32'(mid_run);
 
   vdla_dma_rd #(.ADDR_W(ADDR_W), .BUS_W(BUS_W), .MAX_BEATS(MAX_BEATS), .OFF_W(26)) u_dma (
     .clk_i, .rst_ni, .halt_i,
@@ -157,13 +158,12 @@ module vdla_load_engine #(
           wait_q      <= WAIT_W'(SETUP);
           waiting_q   <= SETUP != 0;
           pads_left_q <= pads_total;
-          pads_none_q <= pads_total == '0;
+          pads_none_q <= !side && y_pad_0_i == '0 && y_pad_1_i == '0;
           pads_last_q <= pads_total == 32'd1;
           log_eb_q    <= log_eb_i;
           row_bytes_q <= 25'(x_size_i) << log_eb_i;
           cols_q      <= cols;
-          row_base_q  <= (IDX_W+2)'(sram_base_i) + (IDX_W+2)'(32'(y_pad_0_i) * 32'(cols))
-                         + (IDX_W+2)'(x_pad_0_i);
+          row_base_q  <= (IDX_W+2)'(sram_base_i) + (IDX_W+2)'(first_run);  // past the rows above, left padding
           skip_q      <= skip;
           mid_q       <= mid_run;
           mid_one_q   <= mid_one;
