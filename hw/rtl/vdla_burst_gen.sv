@@ -1,6 +1,11 @@
 // Splits a 2-D transfer (`rows` rows of `row_bytes` bytes, `stride` bytes apart) into AXI4 INCR
 // bursts: at row ends, at 4 KiB boundaries and at MAX_BEATS beats. One burst per cycle. A request,
 // once valid, stays valid and unchanged until accepted (only a halt withdraws it).
+//
+// The next burst is kept as distances from its (bus-aligned) address, so that its length and whether it
+// ends the row are a narrow compare of two registers: `last_q`, the offset of the row's last byte, and
+// `room_q`, the offset of the last byte before the next 4 KiB or MAX_BEATS boundary. Each accepted burst
+// steps them (the next row's start address is kept a row ahead).
 module vdla_burst_gen #(
   parameter int ADDR_W    = vdla_pkg::AXI_ADDR_W,
   parameter int BUS_W     = vdla_pkg::BUS_WIDTH,
@@ -22,33 +27,35 @@ module vdla_burst_gen #(
   output logic [7:0]        len_o,        // beats - 1
   input  logic              ready_i
 );
-  localparam int B  = BUS_W / 8;
-  localparam int LB = $clog2(B);
+  localparam int B    = BUS_W / 8;
+  localparam int LB   = $clog2(B);
+  localparam int MAXB = MAX_BEATS * B;  // bytes of the longest burst (at most 4 KiB)
+
+  // The offset of the last byte before the next 4 KiB or MAXB boundary from a bus-aligned address.
+  function automatic logic [11:0] room_of(logic [11:0] a);
+    logic [12:0] to_4k;
+    to_4k   = 13'd4096 - 13'(a);
+    room_of = 12'((to_4k < 13'(MAXB) ? to_4k : 13'(MAXB)) - 1'b1);
+  endfunction
 
   // control: bursts left to request
   logic              active_q;
-  // loaded at start: rows left, the transfer's geometry and the next burst's address
+  // loaded at start: rows left, the next burst's address and distances, the next row's address, the
+  // transfer's geometry
   logic [15:0]       rows_q;
-  logic [ADDR_W-1:0] row_q, cur_q, stride_q;
-  logic [LEN_W-1:0]  row_bytes_q;
+  logic [ADDR_W-1:0] cur_q, next_row_q, stride_q;  // cur_q bus-aligned
+  logic [LEN_W:0]    last_q;        // the row's last byte - cur_q
+  logic [11:0]       room_q;        // room_of(cur_q)
+  logic [LEN_W-1:0]  row_m1_q;      // row_bytes - 1
 
-  logic [ADDR_W-1:0] row_end, next_4k, max_end, limit;
-  logic              accept, row_last;
-  always_comb begin
-    row_end = row_q + ADDR_W'(row_bytes_q);
-    next_4k = (cur_q | ADDR_W'(4095)) + 1'b1;
-    max_end = {cur_q[ADDR_W-1:LB], {LB{1'b0}}} + ADDR_W'(MAX_BEATS * B);
-    limit   = row_end;
-    if (next_4k < limit) limit = next_4k;
-    if (max_end < limit) limit = max_end;
-  end
+  logic accept, row_last;
+  assign row_last = last_q <= (LEN_W+1)'(room_q);  // the burst ends its row
 
   assign active_o = active_q;
   assign valid_o  = active_q && !halt_i && !hold_i;
-  assign addr_o   = {cur_q[ADDR_W-1:LB], {LB{1'b0}}};
-  assign len_o    = 8'(((limit - 1'b1) >> LB) - (cur_q >> LB));
+  assign addr_o   = cur_q;
+  assign len_o    = 8'((row_last ? 12'(last_q) : room_q) >> LB);
   assign accept   = valid_o && ready_i;
-  assign row_last = limit == row_end;  // the burst ends its row
 
   always_ff @(posedge clk_i or negedge rst_ni) begin
     if (!rst_ni) begin
@@ -64,20 +71,29 @@ module vdla_burst_gen #(
 
   // Loaded at start_i, used while active (start_i and accept never coincide with halt_i: both need a
   // running, unhalted unit).
+  logic [ADDR_W-1:0] start_cur, next_cur;
+  assign start_cur = {addr_i[ADDR_W-1:LB], {LB{1'b0}}};
+  assign next_cur  = {next_row_q[ADDR_W-1:LB], {LB{1'b0}}};
   always_ff @(posedge clk_i) begin
     if (start_i) begin
-      rows_q      <= rows_i;
-      row_q       <= addr_i;
-      cur_q       <= addr_i;
-      stride_q    <= stride_i;
-      row_bytes_q <= row_bytes_i;
+      rows_q     <= rows_i;
+      cur_q      <= start_cur;
+      next_row_q <= addr_i + stride_i;
+      stride_q   <= stride_i;
+      row_m1_q   <= row_bytes_i - 1'b1;
+      last_q     <= (LEN_W+1)'(row_bytes_i) - 1'b1 + (LEN_W+1)'(addr_i[LB-1:0]);
+      room_q     <= room_of(start_cur[11:0]);
     end else if (accept) begin
       if (row_last) begin
-        rows_q <= rows_q - 1'b1;
-        row_q  <= row_q + stride_q;
-        cur_q  <= row_q + stride_q;
+        rows_q     <= rows_q - 1'b1;
+        cur_q      <= next_cur;
+        next_row_q <= next_row_q + stride_q;
+        last_q     <= (LEN_W+1)'(row_m1_q) + (LEN_W+1)'(next_row_q[LB-1:0]);
+        room_q     <= room_of(next_cur[11:0]);
       end else begin
-        cur_q <= limit;
+        cur_q  <= cur_q + ADDR_W'(room_q) + 1'b1;
+        last_q <= last_q - (LEN_W+1)'(room_q) - 1'b1;
+        room_q <= room_of(cur_q[11:0] + room_q + 1'b1);
       end
     end
   end

@@ -13,6 +13,8 @@ module vdla_compute (
   // command queue
   input  logic                                 cmd_valid_i,
   input  vdla_pkg::insn_t                      cmd_i,
+  input  logic                                 cmd_bad_i,  // cmd_i breaks the stage's rules (vdla_insn_check)
+  input  logic                                 cmd_no_data_i,  // cmd_i's x_size is 0 (vdla_insn_check)
   output logic                                 cmd_pop_o,
   // dependency tokens
   input  logic                                 l2c_avail_i,
@@ -64,7 +66,7 @@ module vdla_compute (
   // the word as a LOAD (mem), a GEMM or ALU loop (cmd_i.gemm: the two share the loop fields) or an EPI
   vdla_pkg::opcode_e   opcode;
   vdla_pkg::mem_insn_t mem;
-  logic is_load, is_loop, is_finish, is_epi, is_nop, is_uop, is_acc8, bad;
+  logic is_load, is_loop, is_finish, is_epi, is_nop, bad;
 
   assign opcode    = cmd_i.mem.hdr.opcode;
   assign mem       = cmd_i.mem;
@@ -72,24 +74,8 @@ module vdla_compute (
   assign is_loop   = opcode == vdla_pkg::OP_GEMM || opcode == vdla_pkg::OP_ALU;
   assign is_finish = opcode == vdla_pkg::OP_FINISH;
   assign is_epi    = opcode == vdla_pkg::OP_EPI;
-  assign is_nop    = is_finish || is_epi || (is_load && mem.x_size == '0);
-  assign is_uop    = mem.mem_type == vdla_pkg::MEM_UOP;
-  assign is_acc8   = mem.mem_type == vdla_pkg::MEM_ACC_8BIT;
-  always_comb begin
-    bad = 1'b0;
-    if (is_load) begin
-      bad = !(is_uop || is_acc8 || mem.mem_type == vdla_pkg::MEM_ACC)
-         || vdla_pkg::mem_tile_bad(mem, is_uop ? 34'(vdla_pkg::UOP_DEPTH) : 34'(vdla_pkg::ACC_DEPTH))
-         || (mem.x_size != '0 && is_uop && vdla_pkg::mem_has_pad(mem));  // micro-ops are not padded
-    end else if (is_loop) begin
-      bad = 14'(cmd_i.gemm.uop_bgn) >= cmd_i.gemm.uop_end || cmd_i.gemm.uop_end > 14'(vdla_pkg::UOP_DEPTH)
-         || cmd_i.gemm.iter_out == '0 || cmd_i.gemm.iter_in == '0;
-    end else if (is_epi) begin
-      bad = cmd_i.epi.bias && 17'(cmd_i.epi.bias_base) >= 17'(vdla_pkg::ACC_DEPTH);
-    end else begin
-      bad = !is_finish;
-    end
-  end
+  assign is_nop    = is_finish || is_epi || (is_load && cmd_no_data_i);
+  assign bad       = cmd_bad_i;
 
   // ---- dispatch -----------------------------------------------------------------------------
   typedef enum logic [1:0] {IDLE, LOAD, LOOP, NOP} state_e;
@@ -231,7 +217,6 @@ module vdla_compute (
   );
 
   // ---- ACC and OUT writes: the loop's results, or the LOAD's beats ---------------------------
-  // OUT is written with every ACC write: each lane's low byte, or (EPI req) its requantization.
   always_comb begin
     if (rmw_valid) begin
       acc_we_o    = '1;

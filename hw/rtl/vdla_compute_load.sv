@@ -79,15 +79,19 @@ module vdla_compute_load (
     if (start_i) type_q <= insn_i.mem_type;
   end
 
-  // UOP beats: only the micro-ops inside the DRAM row (a row may start or end inside a beat).
+  // UOP beats: micro-op m of a beat (its bytes 4m..4m+3) is written only if it lies inside the DRAM row (a row
+  // may start or end inside a beat), decided from the beat's offset alone; it goes to bank (wr_idx + m) mod U.
+  logic [U-1:0] in_row;
   always_comb begin
-    for (int k = 0; k < U; k++) begin
-      logic [LU:0]        j;
+    for (int m = 0; m < U; m++) begin
       logic signed [26:0] pos;
-      j   = (LU+1)'((k - int'(eng_idx[LU:0])) & (U - 1));
-      pos = 27'(eng_off) + 27'(int'(j) * 4);
-      uop_we_o[k]    = eng_valid && type_q == vdla_pkg::MEM_UOP && pos >= 0
-                    && pos < $signed({2'b0, eng_row_bytes});
+      pos       = 27'(eng_off) + 27'(m * 4);
+      in_row[m] = pos >= 0 && pos < $signed({2'b0, eng_row_bytes});
+    end
+    for (int k = 0; k < U; k++) begin
+      logic [LU:0] j;
+      j = (LU+1)'((k - int'(eng_idx[LU:0])) & (U - 1));
+      uop_we_o[k]    = eng_valid && type_q == vdla_pkg::MEM_UOP && in_row[j[LU-1:0]];
       uop_waddr_o[k] = UAW'((eng_idx + 18'(j)) >> LU);
       uop_wdata_o[k] = eng_data[j[LU-1:0]*32 +: 32];
     end

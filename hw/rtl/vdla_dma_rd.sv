@@ -43,38 +43,49 @@ module vdla_dma_rd #(
     .ready_i  (arready_i)
   );
 
-  logic [15:0]             row_q, rows_q;
+  // The current beat's labels are registers, stepped with each beat: its offset, whether it ends its row
+  // (the row's next beat would start at or beyond row_bytes) and whether that row is the last.
+  logic [15:0]             rows_left_q;  // rows after the current one
+  logic                    last_row_q;   // rows_left_q == 0
   logic signed [OFF_W-1:0] off_q;
-  logic [LB-1:0]           lo_q;  // low address bits of the current row start
+  logic                    row_done_q;   // off_q + B >= row_bytes_q
+  logic [LB-1:0]           lo_q;         // low address bits of the current row start
   logic [LB-1:0]           stride_lo_q;
   logic [OFF_W-2:0]        row_bytes_q;
   logic signed [OFF_W-1:0] off_next;
   logic [LB-1:0]           lo_next;
-  logic                    row_done;
 
   assign off_next       = off_q + OFF_W'(B);
-  assign row_done       = off_next >= $signed({1'b0, row_bytes_q});
   assign lo_next        = lo_q + stride_lo_q;
   assign beat_off_o     = off_q;
-  assign beat_row_end_o = row_done;
-  assign beat_last_o    = row_done && (row_q == rows_q - 1'b1);
+  assign beat_row_end_o = row_done_q;
+  assign beat_last_o    = row_done_q && last_row_q;
   assign err_o          = rvalid_i && rresp_i != 2'b00;
+
+  // a row starting at low address bits lo ends with its first beat
+  function automatic logic first_beat_ends(logic [LB-1:0] lo, logic [OFF_W-2:0] row_bytes);
+    first_beat_ends = OFF_W'(B) - OFF_W'(lo) >= OFF_W'(row_bytes);
+  endfunction
 
   always_ff @(posedge clk_i) begin
     if (start_i) begin
-      row_q       <= '0;
-      rows_q      <= rows_i;
+      rows_left_q <= rows_i - 1'b1;
+      last_row_q  <= rows_i == 16'd1;
       row_bytes_q <= row_bytes_i;
       stride_lo_q <= stride_i[LB-1:0];
       lo_q        <= addr_i[LB-1:0];
       off_q       <= -$signed(OFF_W'(addr_i[LB-1:0]));
+      row_done_q  <= first_beat_ends(addr_i[LB-1:0], row_bytes_i);
     end else if (rvalid_i) begin
-      if (row_done) begin
-        row_q <= row_q + 1'b1;
-        lo_q  <= lo_next;
-        off_q <= -$signed(OFF_W'(lo_next));
+      if (row_done_q) begin
+        rows_left_q <= rows_left_q - 1'b1;
+        last_row_q  <= rows_left_q == 16'd1;
+        lo_q        <= lo_next;
+        off_q       <= -$signed(OFF_W'(lo_next));
+        row_done_q  <= first_beat_ends(lo_next, row_bytes_q);
       end else begin
-        off_q <= off_next;
+        off_q      <= off_next;
+        row_done_q <= off_next + OFF_W'(B) >= $signed({1'b0, row_bytes_q});
       end
     end
   end

@@ -36,26 +36,52 @@ module vdla_fetch #(
   localparam int IW  = vdla_pkg::INSN_BITS;
   localparam int BPI = IW / BUS_W;  // beats per instruction
   localparam int CW  = $clog2(FIFO_DEPTH) + 1;
+  localparam int NW  = $clog2(CHUNK + 1);   // a burst's instruction count
+  localparam int SW  = $clog2(2 * CHUNK);   // a count below 2 * CHUNK
+  localparam int PAGE = 4096 / (IW / 8);    // instructions per 4 KiB page
 
+  // Every count the request and routing decisions test is kept so that the test reads registers:
+  // down-counters and the next burst's size, updated with the step that changes them.
   logic [ADDR_W-1:0] addr_q;
-  logic [31:0]       count_q, requested_q, fetched_q;
-  logic [CW-1:0]     inflight_q;
+  logic [31:0]       fetched_q;      // instructions routed
+  logic [31:0]       unrouted_q;     // insn_count - fetched_q
+  logic              done_q;         // unrouted_q == 0
+  logic              last_q;         // unrouted_q == 1: the next instruction routed is the last one
+  logic [31:0]       unrequested_q;  // insn_count - instructions requested
+  logic [$clog2(PAGE+1)-1:0] to_4k_q;  // instructions from addr_q to the next 4 KiB boundary, 1..PAGE
+  logic [NW-1:0]     n_q;            // the next burst: min(unrequested_q, CHUNK, to_4k_q)
+  logic [CW-1:0]     space_q;        // FIFO slots neither filled nor reserved: FIFO_DEPTH - count - inflight
+  logic [CW-1:0]     inflight_q;     // instructions requested, not yet assembled
   logic              running_q, misaligned_q;
 
+  // The size of a burst: min(left, CHUNK, to_4k), where `left_big` says left >= CHUNK (its low bits `left` are
+  // not read then), likewise `to_4k_big`.
+  function automatic logic [NW-1:0] burst(logic left_big, logic [SW-1:0] left, logic to_4k_big,
+                                          logic [SW-1:0] to_4k);
+    logic [SW-1:0] a, b;
+    a = left_big || left > SW'(CHUNK) ? SW'(CHUNK) : left;
+    b = to_4k_big || to_4k > SW'(CHUNK) ? SW'(CHUNK) : to_4k;
+    burst = NW'(a < b ? a : b);
+  endfunction
+
   // ---- requests -----------------------------------------------------------------------------
-  logic [CW-1:0] fifo_count;
-  logic [31:0]   remaining, to_4k, n;
-  assign remaining = count_q - requested_q;
-  assign to_4k     = (32'h1000 - 32'(addr_q[11:0])) >> 4;
-  always_comb begin
-    n = remaining;
-    if (n > 32'(CHUNK)) n = 32'(CHUNK);
-    if (n > to_4k) n = to_4k;
-  end
-  assign arvalid_o = running_q && !halt_i && !misaligned_q && remaining != '0
-                  && 32'(fifo_count) + 32'(inflight_q) + n <= 32'(FIFO_DEPTH);
+  // The next burst after this one is accepted: left and to_4k both drop by n_q (to_4k restarts at PAGE on
+  // the boundary); a count of 2 * CHUNK or more stays at CHUNK or more, so only the low bits are subtracted.
+  logic [$clog2(PAGE+1)-1:0] to_4k_next;
+  logic [SW-1:0]             left_low, to_4k_low;
+  logic                      accept, left_big, to_4k_big, to_4k_wrap;
+  assign left_big   = unrequested_q >= 32'(2 * CHUNK);
+  assign to_4k_big  = to_4k_q >= ($clog2(PAGE+1))'(2 * CHUNK);
+  assign left_low   = SW'(unrequested_q) - SW'(n_q);
+  assign to_4k_low  = SW'(to_4k_q) - SW'(n_q);
+  assign to_4k_wrap = !to_4k_big && to_4k_low == '0;
+  assign to_4k_next = to_4k_wrap ? ($clog2(PAGE+1))'(PAGE) : to_4k_q - ($clog2(PAGE+1))'(n_q);
+
+  // a burst is requested when the FIFO has room for all of it (n_q is 0 once all are requested)
+  assign arvalid_o = running_q && !halt_i && !misaligned_q && n_q != '0 && CW'(n_q) <= space_q;
   assign araddr_o  = addr_q;
-  assign arlen_o   = 8'(n * BPI - 1);
+  assign arlen_o   = 8'(n_q * BPI - 1);
+  assign accept    = arvalid_o && arready_i;
 
   // ---- data: assemble instructions from beats -----------------------------------------------
   logic [$clog2(BPI+1)-1:0] beat_q;
@@ -73,30 +99,38 @@ module vdla_fetch #(
     end
   end
 
-  logic            head_valid;
-  vdla_pkg::insn_t head;
-  logic            route, unused_full;
-  vdla_fifo #(.WIDTH(IW), .DEPTH(FIFO_DEPTH)) u_fifo (
-    .clk_i, .rst_ni, .clear_i (start_i || halt_i),
-    .push_i (insn_done), .push_data_i (insn_word), .full_o (unused_full),
-    .pop_i (route), .valid_o (head_valid), .data_o (head), .count_o (fifo_count)
-  );
-
   // ---- routing ------------------------------------------------------------------------------
+  // Decoded as the instruction is assembled and kept beside it in the FIFO: FINISH, an unknown opcode or
+  // memory type, its command queue. The routing decision then reads four bits of the head.
+  vdla_pkg::insn_t     word;
   vdla_pkg::opcode_e   op;
   vdla_pkg::mem_type_e mt;
-  logic                unknown, early_finish;
-  logic [1:0]          target;
-  assign op = head.mem.hdr.opcode;
-  assign mt = head.mem.mem_type;
-  assign unknown = op > vdla_pkg::OP_EPI
-                || ((op == vdla_pkg::OP_LOAD || op == vdla_pkg::OP_STORE) && mt > vdla_pkg::MEM_ACC_8BIT);
-  assign early_finish = op == vdla_pkg::OP_FINISH && fetched_q + 1'b1 != count_q;
+  logic                word_finish, word_unknown;
+  logic [1:0]          word_target;  // load, compute, store
+  assign word         = insn_word;
+  assign op           = word.mem.hdr.opcode;
+  assign mt           = word.mem.mem_type;
+  assign word_finish  = op == vdla_pkg::OP_FINISH;
+  assign word_unknown = op > vdla_pkg::OP_EPI
+                     || ((op == vdla_pkg::OP_LOAD || op == vdla_pkg::OP_STORE) && mt > vdla_pkg::MEM_ACC_8BIT);
   always_comb begin
-    target = 2'd1;
-    if (op == vdla_pkg::OP_STORE) target = 2'd2;
-    else if (op == vdla_pkg::OP_LOAD && (mt == vdla_pkg::MEM_INP || mt == vdla_pkg::MEM_WGT)) target = 2'd0;
+    word_target = 2'd1;
+    if (op == vdla_pkg::OP_STORE) word_target = 2'd2;
+    else if (op == vdla_pkg::OP_LOAD && (mt == vdla_pkg::MEM_INP || mt == vdla_pkg::MEM_WGT)) word_target = 2'd0;
   end
+
+  logic            head_valid, head_finish, unknown, early_finish;
+  logic [1:0]      target;
+  vdla_pkg::insn_t head;
+  logic            route, unused_full;
+  logic [CW-1:0]   unused_count;  // space_q counts the FIFO's slots
+  vdla_fifo #(.WIDTH(IW + 4), .DEPTH(FIFO_DEPTH)) u_fifo (
+    .clk_i, .rst_ni, .clear_i (start_i || halt_i),
+    .push_i (insn_done), .push_data_i ({word_finish, word_unknown, word_target, insn_word}),
+    .full_o (unused_full), .pop_i (route), .valid_o (head_valid),
+    .data_o ({head_finish, unknown, target, head}), .count_o (unused_count)
+  );
+  assign early_finish = head_finish && !last_q;
 
   logic misaligned, bus_err;
   assign misaligned = running_q && misaligned_q;
@@ -111,43 +145,63 @@ module vdla_fetch #(
   assign err_code_o = misaligned ? vdla_pkg::ERR_ALIGN : bus_err ? vdla_pkg::ERR_BUS
                     : unknown ? vdla_pkg::ERR_OPCODE : vdla_pkg::ERR_INSN;
   assign fetched_o  = fetched_q;
-  assign done_o     = fetched_q == count_q;
+  assign done_o     = done_q;
   assign active_o   = arvalid_o || inflight_q != '0 || route;
 
-  // control: running, and the instruction counts that decide done_o
+  // control: running, and the routed-instruction counts that decide done_o and FINISH's check
   always_ff @(posedge clk_i or negedge rst_ni) begin
     if (!rst_ni) begin
       running_q    <= 1'b0;
       misaligned_q <= 1'b0;
-      count_q      <= '0;
       fetched_q    <= '0;
+      unrouted_q   <= '0;
+      done_q       <= 1'b1;
+      last_q       <= 1'b0;
     end else if (start_i) begin
       running_q    <= 1'b1;
       misaligned_q <= insn_addr_i[3:0] != '0;
-      count_q      <= insn_count_i;
       fetched_q    <= '0;
+      unrouted_q   <= insn_count_i;
+      done_q       <= insn_count_i == '0;
+      last_q       <= insn_count_i == 32'd1;
     end else if (halt_i) begin
       running_q <= 1'b0;
     end else if (route) begin
-      fetched_q <= fetched_q + 1'b1;
+      fetched_q  <= fetched_q + 1'b1;
+      unrouted_q <= unrouted_q - 1'b1;
+      done_q     <= last_q;
+      last_q     <= unrouted_q == 32'd2;
     end
   end
 
-  // The request address and the counts of requested, in-flight and assembled beats: initialized by
-  // START and used only while running, so they need no reset (and START's initialization stays a
+  // The request address and sizes, and the counts of requested, in-flight and assembled beats: initialized
+  // by START and used only while running, so they need no reset (and START's initialization stays a
   // synchronous reset of the flip-flops, not a LUT in front of them).
+  logic [CW-1:0]             inflight_left, space_freed;
+  logic [$clog2(PAGE+1)-1:0] to_4k_start;
+  assign inflight_left = inflight_q - CW'(insn_done);
+  assign space_freed   = space_q + CW'(route);
+  assign to_4k_start = ($clog2(PAGE+1))'(PAGE) - ($clog2(PAGE+1))'(insn_addr_i[11:4]);
   always_ff @(posedge clk_i) begin
     if (start_i) begin
-      addr_q      <= insn_addr_i;
-      requested_q <= '0;
-      inflight_q  <= '0;
-      beat_q      <= '0;
+      addr_q        <= insn_addr_i;
+      unrequested_q <= insn_count_i;
+      to_4k_q       <= to_4k_start;
+      n_q           <= burst(insn_count_i >= 32'(CHUNK), SW'(insn_count_i),
+                             to_4k_start >= ($clog2(PAGE+1))'(CHUNK), SW'(to_4k_start));
+      space_q       <= CW'(FIFO_DEPTH);
+      inflight_q    <= '0;
+      beat_q        <= '0;
     end else if (!halt_i) begin
-      if (arvalid_o && arready_i) begin
-        addr_q      <= addr_q + ADDR_W'(n << 4);
-        requested_q <= requested_q + n;
+      if (accept) begin
+        addr_q        <= addr_q + (ADDR_W'(n_q) << 4);
+        unrequested_q <= unrequested_q - 32'(n_q);
+        to_4k_q       <= to_4k_next;
+        n_q           <= burst(left_big, left_low, to_4k_big || to_4k_wrap, to_4k_low);
       end
-      inflight_q <= inflight_q + (arvalid_o && arready_i ? CW'(n) : '0) - CW'(insn_done);
+      // the burst's reservation is the last step (accept arrives late): a choice of two sums
+      inflight_q <= accept ? inflight_left + CW'(n_q) : inflight_left;
+      space_q    <= accept ? space_freed - CW'(n_q) : space_freed;
       if (rvalid_i) beat_q <= insn_done ? '0 : beat_q + 1'b1;
     end
   end

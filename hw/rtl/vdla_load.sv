@@ -7,6 +7,8 @@ module vdla_load (
   // command queue
   input  logic                          cmd_valid_i,
   input  vdla_pkg::insn_t               cmd_i,
+  input  logic                          cmd_bad_i,  // cmd_i breaks the stage's rules (vdla_insn_check)
+  input  logic                          cmd_no_data_i,  // cmd_i's x_size is 0 (vdla_insn_check)
   output logic                          cmd_pop_o,
   // dependency tokens
   input  logic                          c2l_avail_i,
@@ -49,11 +51,9 @@ module vdla_load (
   logic tokens_ok, idle, is_nop, is_wgt, bad;
 
   assign mem    = cmd_i.mem;
-  assign is_nop = mem.x_size == '0;
+  assign is_nop = cmd_no_data_i;
   assign is_wgt = mem.mem_type == vdla_pkg::MEM_WGT;
-  assign bad    = mem.hdr.pop_prev || mem.hdr.push_prev
-               || (mem.mem_type != vdla_pkg::MEM_INP && !is_wgt)
-               || vdla_pkg::mem_tile_bad(mem, is_wgt ? 34'(vdla_pkg::WGT_DEPTH) : 34'(vdla_pkg::INP_DEPTH));
+  assign bad    = cmd_bad_i;
 
   typedef enum logic [1:0] {IDLE, BUSY, NOP} state_e;
   state_e     state_q;
@@ -143,6 +143,9 @@ module vdla_load (
       endcase
     end
   end
+
+  logic unused_rsvd;
+  assign unused_rsvd = ^mem.rsvd_63_58;
 
   logic unused_idx;
   assign unused_idx = ^eng_idx[IDX_W+1:IDX_USED];  // beyond both buffers' index widths

@@ -49,13 +49,28 @@ module vdla_load_engine #(
   logic [16:0]       cols_q;        // padded row length in elements
   logic [IDX_W+1:0]  row_base_q;    // element index of the current DRAM row's first element
   logic [31:0]       pads_left_q;
-  logic [7:0]        wait_q;
-  // padding walk
-  logic [16:0]       pr_q, pc_q;    // row and column in the padded tile
-  logic [IDX_W+1:0]  pidx_q;
-  logic [15:0]       y_q, x_q;
-  logic [3:0]        yp0_q, xp0_q;
-  logic [IDX_W+1:0]  ycols_q;       // y_size * cols (the index arithmetic's width)
+  logic              pads_none_q;   // pads_left_q == 0
+  logic              pads_last_q;   // pads_left_q == 1
+  localparam int WAIT_MAX = SETUP > PAD_CYCLES - 1 ? SETUP : PAD_CYCLES - 1;
+  localparam int WAIT_W   = WAIT_MAX > 1 ? $clog2(WAIT_MAX + 1) : 1;
+  logic [WAIT_W-1:0] wait_q;        // cycles left to wait: no wider than the longest wait
+  logic              waiting_q;     // wait_q != 0
+  logic [24:0]       row_bytes_q;   // bytes of a DRAM row
+  // The padding walk. The padding elements, in raster order of the padded tile, are runs of consecutive
+  // indices separated by skips over the data block: the first run (the rows above and the first data row's
+  // left padding), one between each two data rows (right padding, then left) and the last (the last data
+  // row's right padding and the rows below). Without side padding the block is one skip of y_size * cols.
+  // Each step tests registered flags only: the run's end, and the next run's length of one.
+  localparam int RUN_W = 22;         // a run: at most 15 rows of cols, plus 15
+  logic [IDX_W+1:0]  pidx_q;        // the current padding element's index
+  logic [IDX_W+1:0]  skip_q;        // indices from a run's last element to the next run's first
+  logic [RUN_W-1:0]  run_q;         // elements left in the current run, this one included
+  logic              run_end_q;     // run_q == 1
+  logic [15:0]       mids_q;        // runs between data rows still to come
+  logic [4:0]        mid_q;         // a run between data rows: x_pad_1 + x_pad_0
+  logic              mid_one_q;     // mid_q == 1
+  logic [RUN_W-1:0]  last_q;        // the last run: x_pad_1 + y_pad_1 * cols
+  logic              last_one_q;    // last_q == 1
 
   logic beat_row_end, beat_last;
   logic signed [25:0] beat_off;
@@ -63,8 +78,30 @@ module vdla_load_engine #(
   logic [16:0] cols;
   logic [31:0] pads_total;
   assign cols = 17'(x_pad_0_i) + 17'(x_size_i) + 17'(x_pad_1_i);
-  assign pads_total = (32'(y_pad_0_i) + 32'(y_pad_1_i)) * 32'(cols)
-                    + 32'(y_size_i) * (32'(x_pad_0_i) + 32'(x_pad_1_i));
+
+  // the walk's runs and skip (a LOAD that moves data has y_size >= 1)
+  logic             side, first_one, last_one, mid_one, any_mids;
+  logic [IDX_W+1:0] ycols, skip;
+  logic [RUN_W-1:0] first_run, last_run;
+  logic [4:0]       mid_run;
+  logic [15:0]      mids;
+  assign side      = x_pad_0_i != '0 || x_pad_1_i != '0;
+  // a run of one element, from the fields rather than the sums (cols == 1: one data column, no side padding)
+  assign first_one = (y_pad_0_i == '0 && x_pad_0_i == 4'd1)
+                  || (y_pad_0_i == 4'd1 && !side && x_size_i == 16'd1);
+  assign last_one  = (y_pad_1_i == '0 && x_pad_1_i == 4'd1)
+                  || (y_pad_1_i == 4'd1 && !side && x_size_i == 16'd1);
+  assign mid_one   = (x_pad_0_i == 4'd1 && x_pad_1_i == '0) || (x_pad_0_i == '0 && x_pad_1_i == 4'd1);
+  assign any_mids  = side && y_size_i != 16'd1;
+  assign ycols     = (IDX_W+2)'(32'(y_size_i) * 32'(cols));
+  assign skip      = side ? (IDX_W+2)'(x_size_i) + 1'b1 : ycols + 1'b1;
+  assign first_run = RUN_W'(y_pad_0_i) * RUN_W'(cols) + RUN_W'(x_pad_0_i);
+  assign last_run  = RUN_W'(x_pad_1_i) + RUN_W'(y_pad_1_i) * RUN_W'(cols);
+  assign mid_run   = 5'(x_pad_0_i) + 5'(x_pad_1_i);
+  assign mids      = side ? y_size_i - 1'b1 : '0;
+  // (y_pad_0 + y_pad_1) * cols + y_size * (x_pad_0 + x_pad_1), from the runs (the rows above and below and
+  // the first and last side padding) and the y_size - 1 runs between data rows
+  assign pads_total = 32'(first_run) + 32'(last_run) + 32'(y_size_i) * 32'(mid_run) - 32'(mid_run);
 
   vdla_dma_rd #(.ADDR_W(ADDR_W), .BUS_W(BUS_W), .MAX_BEATS(MAX_BEATS), .OFF_W(26)) u_dma (
     .clk_i, .rst_ni, .halt_i,
@@ -73,7 +110,7 @@ module vdla_load_engine #(
     .stride_i    (ADDR_W'(x_stride_i) << log_eb_i),
     .row_bytes_i (25'(x_size_i) << log_eb_i),
     .rows_i      (y_size_i),
-    .hold_i      (state_q == DATA && wait_q != '0),
+    .hold_i      (state_q == DATA && waiting_q),
     .arvalid_o, .araddr_o, .arlen_o, .arready_i,
     .rvalid_i, .rresp_i,
     .beat_off_o  (beat_off),
@@ -82,54 +119,19 @@ module vdla_load_engine #(
     .err_o
   );
 
-  assign row_bytes_o = 25'(x_q) << log_eb_q;
-
-  // Next padding position after (pr_q, pc_q): step, wrap, and skip the data block.
-  logic [16:0]      npr, npc;
-  logic [IDX_W+1:0] npidx;
-  logic             in_data_row;
-  always_comb begin
-    npr   = pr_q;
-    npc   = pc_q + 1'b1;
-    npidx = pidx_q + 1'b1;
-    if (npc == cols_q) begin
-      npc = '0;
-      npr = pr_q + 1'b1;
-    end
-    in_data_row = npr >= 17'(yp0_q) && npr < 17'(yp0_q) + 17'(y_q);
-    if (in_data_row && cols_q == 17'(x_q)) begin
-      npr   = 17'(yp0_q) + 17'(y_q);  // rows without side padding: jump over the whole block
-      npidx = npidx + ycols_q;
-    end else if (in_data_row && npc == 17'(xp0_q)) begin
-      npc   = 17'(xp0_q) + 17'(x_q);
-      npidx = npidx + (IDX_W+2)'(x_q);
-      if (npc == cols_q) begin
-        npc = '0;
-        npr = npr + 1'b1;
-      end
-    end
-  end
+  assign row_bytes_o = row_bytes_q;
 
   logic pad_fire;
-  assign pad_fire = (state_q == PAD) && wait_q == '0;
+  assign pad_fire = (state_q == PAD) && !waiting_q;
 
-  always_comb begin
-    wr_valid_o = 1'b0;
-    wr_pad_o   = 1'b0;
-    wr_idx_o   = row_base_q + (IDX_W+2)'($signed(beat_off) >>> log_eb_q);
-    wr_off_o   = beat_off;
-    wr_data_o  = rdata_i;
-    done_o     = 1'b0;
-    if (state_q == DATA && rvalid_i) begin
-      wr_valid_o = 1'b1;
-      done_o     = beat_last && pads_left_q == '0;
-    end else if (pad_fire) begin
-      wr_valid_o = 1'b1;
-      wr_pad_o   = 1'b1;
-      wr_idx_o   = pidx_q;
-      done_o     = pads_left_q == 32'd1;
-    end
-  end
+  // A DRAM beat (DATA) and a padding element (PAD) never coincide: what is written, and where, follows the
+  // state alone; only the valid and done flags wait for the beat.
+  assign wr_valid_o = (state_q == DATA && rvalid_i) || pad_fire;
+  assign wr_pad_o   = pad_fire;
+  assign wr_idx_o   = pad_fire ? pidx_q : row_base_q + (IDX_W+2)'($signed(beat_off) >>> log_eb_q);
+  assign wr_off_o   = beat_off;
+  assign wr_data_o  = rdata_i;
+  assign done_o     = (state_q == DATA && rvalid_i && beat_last && pads_none_q) || (pad_fire && pads_last_q);
 
   always_ff @(posedge clk_i or negedge rst_ni) begin
     if (!rst_ni) begin
@@ -139,8 +141,8 @@ module vdla_load_engine #(
     end else begin
       case (state_q)
         IDLE: if (start_i) state_q <= DATA;
-        DATA: if (wait_q == '0 && rvalid_i && beat_last) state_q <= pads_left_q == '0 ? IDLE : PAD;
-        PAD: if (wait_q == '0 && pads_left_q == 32'd1) state_q <= IDLE;
+        DATA: if (!waiting_q && rvalid_i && beat_last) state_q <= pads_none_q ? IDLE : PAD;
+        PAD: if (!waiting_q && pads_last_q) state_q <= IDLE;
         default: state_q <= IDLE;
       endcase
     end
@@ -153,43 +155,71 @@ module vdla_load_engine #(
     if (!halt_i) begin
       case (state_q)
         IDLE: if (start_i) begin
-          wait_q      <= 8'(SETUP);
+          wait_q      <= WAIT_W'(SETUP);
+          waiting_q   <= SETUP != 0;
           pads_left_q <= pads_total;
+          pads_none_q <= !side && y_pad_0_i == '0 && y_pad_1_i == '0;
+          pads_last_q <= pads_total == 32'd1;
           log_eb_q    <= log_eb_i;
-          y_q         <= y_size_i;
-          x_q         <= x_size_i;
-          yp0_q       <= y_pad_0_i;
-          xp0_q       <= x_pad_0_i;
+          row_bytes_q <= 25'(x_size_i) << log_eb_i;
           cols_q      <= cols;
-          ycols_q     <= (IDX_W+2)'(32'(y_size_i) * 32'(cols));
-          row_base_q  <= (IDX_W+2)'(sram_base_i) + (IDX_W+2)'(32'(y_pad_0_i) * 32'(cols))
-                         + (IDX_W+2)'(x_pad_0_i);
-          // first padding position: (0, 0) unless it lies in the data block
-          pr_q   <= '0;
-          pc_q   <= '0;
-          pidx_q <= (IDX_W+2)'(sram_base_i);
-          if (y_pad_0_i == '0 && x_pad_0_i == '0 && x_pad_1_i == '0) begin
-            pr_q   <= 17'(y_size_i);
-            pidx_q <= (IDX_W+2)'(sram_base_i) + (IDX_W+2)'(32'(y_size_i) * 32'(cols));
-          end else if (y_pad_0_i == '0 && x_pad_0_i == '0) begin
-            pc_q   <= 17'(x_size_i);
-            pidx_q <= (IDX_W+2)'(sram_base_i) + (IDX_W+2)'(x_size_i);
+          row_base_q  <= (IDX_W+2)'(sram_base_i) + (IDX_W+2)'(first_run);  // past the rows above, left padding
+          skip_q      <= skip;
+          mid_q       <= mid_run;
+          mid_one_q   <= mid_one;
+          last_q      <= last_run;
+          last_one_q  <= last_one;
+          // the first run, or (when it is empty) the run after the first skip
+          pidx_q    <= (IDX_W+2)'(sram_base_i);
+          run_q     <= first_run;
+          run_end_q <= first_one;
+          mids_q    <= mids;
+          if (y_pad_0_i == '0 && x_pad_0_i == '0) begin
+            pidx_q <= (IDX_W+2)'(sram_base_i) + skip - 1'b1;
+            if (any_mids) begin
+              run_q     <= RUN_W'(mid_run);
+              run_end_q <= mid_one;
+              mids_q    <= mids - 1'b1;
+            end else begin
+              run_q     <= last_run;
+              run_end_q <= last_one;
+            end
           end
         end
-        DATA: if (wait_q != '0) begin
-          wait_q <= wait_q - 1'b1;
+        DATA: if (waiting_q) begin
+          wait_q    <= wait_q - 1'b1;
+          waiting_q <= wait_q != WAIT_W'(1);
         end else if (rvalid_i) begin
           if (beat_row_end) row_base_q <= row_base_q + (IDX_W+2)'(cols_q);
-          if (beat_last) wait_q <= 8'(PAD_CYCLES - 1);
+          if (beat_last) begin
+            wait_q    <= WAIT_W'(PAD_CYCLES - 1);
+            waiting_q <= PAD_CYCLES != 1;
+          end
         end
-        PAD: if (wait_q != '0) begin
-          wait_q <= wait_q - 1'b1;
+        PAD: if (waiting_q) begin
+          wait_q    <= wait_q - 1'b1;
+          waiting_q <= wait_q != WAIT_W'(1);
         end else begin
-          wait_q      <= 8'(PAD_CYCLES - 1);
+          wait_q      <= WAIT_W'(PAD_CYCLES - 1);
+          waiting_q   <= PAD_CYCLES != 1;
           pads_left_q <= pads_left_q - 1'b1;
-          pr_q        <= npr;
-          pc_q        <= npc;
-          pidx_q      <= npidx;
+          pads_none_q <= pads_last_q;
+          pads_last_q <= pads_left_q == 32'd2;
+          if (!run_end_q) begin
+            pidx_q    <= pidx_q + 1'b1;
+            run_q     <= run_q - 1'b1;
+            run_end_q <= run_q == RUN_W'(2);
+          end else begin
+            pidx_q <= pidx_q + skip_q;
+            if (mids_q != '0) begin
+              run_q     <= RUN_W'(mid_q);
+              run_end_q <= mid_one_q;
+              mids_q    <= mids_q - 1'b1;
+            end else begin
+              run_q     <= last_q;
+              run_end_q <= last_one_q;
+            end
+          end
         end
         default: ;
       endcase

@@ -8,6 +8,8 @@ module vdla_store (
   // command queue
   input  logic                            cmd_valid_i,
   input  vdla_pkg::insn_t                 cmd_i,
+  input  logic                            cmd_bad_i,  // cmd_i breaks the stage's rules (vdla_insn_check)
+  input  logic                            cmd_no_data_i,  // cmd_i's x_size is 0 (vdla_insn_check)
   output logic                            cmd_pop_o,
   // dependency tokens
   input  logic                            c2s_avail_i,
@@ -52,14 +54,9 @@ module vdla_store (
   logic [32:0] elems;
 
   assign mem    = cmd_i.mem;
-  assign is_nop = mem.x_size == '0;
+  assign is_nop = cmd_no_data_i;
   assign elems  = 33'(mem.y_size) * 33'(mem.x_size);
-  // no padding, rows that do not overlap in DRAM, within ACC (the tile's end from elems, which the
-  // store needs anyway: one multiplier)
-  assign bad    = mem.hdr.pop_next || mem.hdr.push_next || mem.mem_type != vdla_pkg::MEM_OUT
-               || (!is_nop && (vdla_pkg::mem_has_pad(mem) || mem.y_size == '0
-                               || (mem.y_size > 16'd1 && mem.x_stride < mem.x_size)
-                               || 33'(mem.sram_base) + elems > 33'(vdla_pkg::ACC_DEPTH)));
+  assign bad    = cmd_bad_i;
 
   typedef enum logic [1:0] {IDLE, BUSY, NOP} state_e;
   state_e     state_q;
@@ -205,7 +202,8 @@ module vdla_store (
             beat_q   <= wlast_o ? '0 : beat_q + 1'b1;
             ebeat_q  <= ebeat_q == EW'(E - 1) ? '0 : ebeat_q + 1'b1;
           end
-          outstanding_q <= outstanding_q + 16'(aw_fire) - 16'(bvalid_i);
+          if (aw_fire && !bvalid_i) outstanding_q <= outstanding_q + 1'b1;
+          else if (!aw_fire && bvalid_i) outstanding_q <= outstanding_q - 1'b1;
         end
         NOP: nop_q <= nop_q - 1'b1;
         default: ;
@@ -214,7 +212,8 @@ module vdla_store (
   end
 
   logic unused_cmd;
-  assign unused_cmd = ^{mem.rsvd_63_58, mem.hdr.opcode, unused_len_count, unused_el_full};
+  assign unused_cmd = ^{mem.rsvd_63_58, mem.hdr.opcode, mem.mem_type, mem.y_pad_0, mem.y_pad_1, mem.x_pad_0,
+                       mem.x_pad_1, unused_len_count, unused_el_full};  // the checks read in vdla_insn_check
 
 `ifndef SYNTHESIS
   // Every write response belongs to a burst that was issued.

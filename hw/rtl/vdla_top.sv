@@ -87,7 +87,7 @@ module vdla_top #(
   // (an unpacked array of a packed struct or union type reads as 1-bit elements in Yosys: plain vectors)
   vdla_pkg::insn_t  fetch_insn;
   logic [ISA_W-1:0] q_head [3];
-  logic [2:0]       q_push, q_full, q_valid, q_pop;
+  logic [2:0]       q_push, q_full, q_valid, q_pop, q_bad, q_no_data;
   logic [$clog2(QD):0] q_count [3];
   logic [31:0]      fetched;
   logic             fetch_done, fetch_active, fetch_err;
@@ -129,11 +129,21 @@ module vdla_top #(
     .active_o (fetch_active), .err_o (fetch_err), .err_code_o (fetch_err_code)
   );
 
+  // Each queued instruction carries its stage's dispatch check and whether it moves no data (x_size 0),
+  // decided as it is routed.
+  logic [2:0] fetch_bad;
+  logic       fetch_no_data;
+  assign fetch_no_data = fetch_insn.mem.x_size == '0;
+  vdla_insn_check u_check (
+    .insn_i (fetch_insn),
+    .load_bad_o (fetch_bad[0]), .compute_bad_o (fetch_bad[1]), .store_bad_o (fetch_bad[2])
+  );
+
   for (genvar s = 0; s < 3; s++) begin : g_cmdq
-    vdla_fifo #(.WIDTH(ISA_W), .DEPTH(QD)) u_queue (
+    vdla_fifo #(.WIDTH(ISA_W + 2), .DEPTH(QD)) u_queue (
       .clk_i, .rst_ni, .clear_i (start),  // kept on an error, for the diagnosis
-      .push_i (q_push[s]), .push_data_i (fetch_insn), .full_o (q_full[s]),
-      .pop_i (q_pop[s]), .valid_o (q_valid[s]), .data_o (q_head[s]), .count_o (q_count[s])
+      .push_i (q_push[s]), .push_data_i ({fetch_no_data, fetch_bad[s], fetch_insn}), .full_o (q_full[s]),
+      .pop_i (q_pop[s]), .valid_o (q_valid[s]), .data_o ({q_no_data[s], q_bad[s], q_head[s]}), .count_o (q_count[s])
     );
   end
 
@@ -168,7 +178,8 @@ module vdla_top #(
   // ---- stages -------------------------------------------------------------------------------
   vdla_load u_load (
     .clk_i, .rst_ni, .halt_i (halt),
-    .cmd_valid_i (q_valid[0]), .cmd_i (q_head[0]), .cmd_pop_o (q_pop[0]),
+    .cmd_valid_i (q_valid[0]), .cmd_i (q_head[0]), .cmd_bad_i (q_bad[0]), .cmd_no_data_i (q_no_data[0]),
+    .cmd_pop_o (q_pop[0]),
     .c2l_avail_i (t_avail[1]), .c2l_pop_o (t_pop[1]), .l2c_room_i (t_room[0]), .l2c_push_o (t_push[0]),
     .arvalid_o (ar_valid[0]), .araddr_o (ar_addr[0 +: ADDR_W]), .arlen_o (ar_len[0 +: 8]),
     .arready_i (ar_ready[0]), .rvalid_i (r_valid[0]), .rresp_i (m_axi_rresp), .rdata_i (m_axi_rdata),
@@ -180,7 +191,8 @@ module vdla_top #(
 
   vdla_compute u_compute (
     .clk_i, .rst_ni, .halt_i (halt), .start_i (start),
-    .cmd_valid_i (q_valid[1]), .cmd_i (q_head[1]), .cmd_pop_o (q_pop[1]),
+    .cmd_valid_i (q_valid[1]), .cmd_i (q_head[1]), .cmd_bad_i (q_bad[1]), .cmd_no_data_i (q_no_data[1]),
+    .cmd_pop_o (q_pop[1]),
     .l2c_avail_i (t_avail[0]), .l2c_pop_o (t_pop[0]), .s2c_avail_i (t_avail[3]), .s2c_pop_o (t_pop[3]),
     .c2l_room_i (t_room[1]), .c2l_push_o (t_push[1]), .c2s_room_i (t_room[2]), .c2s_push_o (t_push[2]),
     .arvalid_o (ar_valid[1]), .araddr_o (ar_addr[ADDR_W +: ADDR_W]), .arlen_o (ar_len[8 +: 8]),
@@ -195,7 +207,8 @@ module vdla_top #(
 
   vdla_store u_store (
     .clk_i, .rst_ni, .halt_i (halt),
-    .cmd_valid_i (q_valid[2]), .cmd_i (q_head[2]), .cmd_pop_o (q_pop[2]),
+    .cmd_valid_i (q_valid[2]), .cmd_i (q_head[2]), .cmd_bad_i (q_bad[2]), .cmd_no_data_i (q_no_data[2]),
+    .cmd_pop_o (q_pop[2]),
     .c2s_avail_i (t_avail[2]), .c2s_pop_o (t_pop[2]), .s2c_room_i (t_room[3]), .s2c_push_o (t_push[3]),
     .awvalid_o (m_axi_awvalid), .awaddr_o (m_axi_awaddr), .awlen_o (m_axi_awlen), .awready_i (m_axi_awready),
     .wvalid_o (m_axi_wvalid), .wdata_o (m_axi_wdata), .wlast_o (m_axi_wlast), .wready_i (m_axi_wready),

@@ -1,0 +1,56 @@
+// The dispatch checks of the three stages: whether an instruction breaks its stage's rules (the stage
+// rejects it with ERR_INSN when it reaches the head of its command queue). The top computes them as fetch
+// routes the instruction and stores the stage's bit beside it in the command queue, so a stage's dispatch
+// reads one bit instead of the tile arithmetic (the decision, and so the cycle it is taken, is unchanged).
+module vdla_insn_check (
+  input  vdla_pkg::insn_t insn_i,
+  output logic            load_bad_o,     // as an instruction of the load stage
+  output logic            compute_bad_o,  // of the compute stage
+  output logic            store_bad_o     // of the store stage
+);
+  vdla_pkg::mem_insn_t mem;
+  vdla_pkg::opcode_e   opcode;
+  assign mem    = insn_i.mem;
+  assign opcode = mem.hdr.opcode;
+
+  // load: LOADs of INP or WGT (no pop_prev/push_prev), the tile within the buffer
+  logic is_wgt;
+  assign is_wgt     = mem.mem_type == vdla_pkg::MEM_WGT;
+  assign load_bad_o = mem.hdr.pop_prev || mem.hdr.push_prev
+                   || (mem.mem_type != vdla_pkg::MEM_INP && !is_wgt)
+                   || vdla_pkg::mem_tile_bad(mem, is_wgt ? 34'(vdla_pkg::WGT_DEPTH) : 34'(vdla_pkg::INP_DEPTH));
+
+  // compute: LOADs of UOP, ACC, ACC_8BIT (micro-ops unpadded), GEMM/ALU loops within the micro-op buffer
+  // with non-zero iterations, EPI with its bias rows within ACC, FINISH
+  logic is_uop, is_acc8;
+  assign is_uop  = mem.mem_type == vdla_pkg::MEM_UOP;
+  assign is_acc8 = mem.mem_type == vdla_pkg::MEM_ACC_8BIT;
+  always_comb begin
+    compute_bad_o = 1'b0;
+    if (opcode == vdla_pkg::OP_LOAD) begin
+      compute_bad_o = !(is_uop || is_acc8 || mem.mem_type == vdla_pkg::MEM_ACC)
+         || vdla_pkg::mem_tile_bad(mem, is_uop ? 34'(vdla_pkg::UOP_DEPTH) : 34'(vdla_pkg::ACC_DEPTH))
+         || (mem.x_size != '0 && is_uop && vdla_pkg::mem_has_pad(mem));  // micro-ops are not padded
+    end else if (opcode == vdla_pkg::OP_GEMM || opcode == vdla_pkg::OP_ALU) begin
+      compute_bad_o = 14'(insn_i.gemm.uop_bgn) >= insn_i.gemm.uop_end
+         || insn_i.gemm.uop_end > 14'(vdla_pkg::UOP_DEPTH)
+         || insn_i.gemm.iter_out == '0 || insn_i.gemm.iter_in == '0;
+    end else if (opcode == vdla_pkg::OP_EPI) begin
+      compute_bad_o = insn_i.epi.bias && 17'(insn_i.epi.bias_base) >= 17'(vdla_pkg::ACC_DEPTH);
+    end else begin
+      compute_bad_o = opcode != vdla_pkg::OP_FINISH;
+    end
+  end
+
+  // store: STOREs of OUT without padding or next-stage flags, rows that do not overlap in DRAM, the tile
+  // within ACC
+  logic [32:0] elems;
+  assign elems       = 33'(mem.y_size) * 33'(mem.x_size);
+  assign store_bad_o = mem.hdr.pop_next || mem.hdr.push_next || mem.mem_type != vdla_pkg::MEM_OUT
+                    || (mem.x_size != '0 && (vdla_pkg::mem_has_pad(mem) || mem.y_size == '0
+                                             || (mem.y_size > 16'd1 && mem.x_stride < mem.x_size)
+                                             || 33'(mem.sram_base) + elems > 33'(vdla_pkg::ACC_DEPTH)));
+
+  logic unused_insn;  // the fields the checks do not read
+  assign unused_insn = ^insn_i;
+endmodule
