@@ -14,18 +14,18 @@ from vdla.isa import AluInsn, AluOp, EpiInsn, FinishInsn, GemmInsn, Insn, MemIns
 SHIFTS = (AluOp.SHR, AluOp.RSHR, AluOp.REQ)  # they form their shift controls as the source row is read
 
 
+def _held(op: AluOp, same_src: bool) -> bool:
+    """A source row that stays the same for the whole inner loop is held, unless the operation is a shift."""
+    return same_src and op not in SHIFTS
+
+
 def holds_src(insn: AluInsn) -> bool:
     """Whether a two-operand ALU instruction reads its source row once per outer iteration and holds it across
     the inner loop: one micro-op, ``src_factor_in == 0`` (the same row for every inner iteration), and not a
     shift (SHR, RSHR and REQ form their shift controls as the row is read). Writes to the held row by the
     instruction's own iterations are seen (the RTL forwards them), so the data semantics are unchanged."""
-    return (
-        not insn.reset
-        and not insn.use_imm
-        and insn.uop_end - insn.uop_bgn == 1
-        and insn.src_factor_in == 0
-        and insn.alu_opcode not in SHIFTS
-    )
+    same_src = insn.uop_end - insn.uop_bgn == 1 and insn.src_factor_in == 0
+    return not insn.reset and not insn.use_imm and _held(insn.alu_opcode, same_src)
 
 
 def src_reads(insn: AluInsn) -> int:
@@ -44,7 +44,7 @@ def alu_ii(t: Timing, op: AluOp, use_imm: bool, reset: bool = False, same_src: b
     which this per-iteration figure leaves out). MUL runs at one iteration per cycle: every lane has its
     multiplier. The RTL (``vdla_loop_seq``) issues by the same rule; the compiler's epilogue cost uses this
     function too."""
-    return 1 if reset or use_imm or (same_src and op not in SHIFTS) else t.alu_ii
+    return 1 if reset or use_imm or _held(op, same_src) else t.alu_ii
 
 
 def alu_cycles(t: Timing, insn: AluInsn) -> int:
