@@ -29,7 +29,8 @@ def test_resnet18_runs_end_to_end_on_the_accelerator_bit_exact(record):
     assert record["ratio"] == pytest.approx(record["cycles"] / record["compute_bound_cycles"])
     assert record["cycles"] == sum(s["cycles"] for s in record["layers"])
     where = {s["op"]: s["where"] for s in record["layers"]}
-    assert where["conv2d"] == where["dense"] == where["max_pool2d"] == where["global_avg_pool"] == "accel"
+    assert where["conv2d"] == where["dense"] == where["global_avg_pool"] == "accel"
+    assert where["conv2d+max_pool2d"] == "accel"  # the max pool in C1's tiles: C1's output never stored
 
 
 def test_only_input_preparation_and_the_softmax_stay_on_the_cpu(record):

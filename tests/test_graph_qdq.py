@@ -46,7 +46,7 @@ def residual_graph(seed: int = 0, hop: bool = True, s_b: float = S_B, s_out: flo
     nodes += [
         Node("quantize", (a,), "aq", {"scale": S_A, "zero_point": 0}),
         Node("dequantize", ("aq",), "ad", {"scale": S_A, "zero_point": 0}),
-        Node("max_pool2d", ("ad",), "pd", {"kernel": 1}),
+        Node("max_pool2d", ("ad",), "pd", {"kernel": 3, "stride": 1, "padding": 1}),  # its own layer (3 >= 2 x 1)
         Node("quantize", ("pd",), "pq", {"scale": S_A, "zero_point": 0}),
         Node("dequantize", ("pq",), "pdd", {"scale": S_A, "zero_point": 0}),
     ]

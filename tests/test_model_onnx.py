@@ -36,8 +36,9 @@ def artifact(qdq_model):
 def test_every_convolution_pool_and_the_dense_layer_run_on_the_accelerator(artifact):
     art, report = artifact
     accel = [s.layer["op"] for s in art.steps if s.kind == "accel"]
-    # 6 convolutions (stem, 2 blocks with one projection), the dense layer, the max and global average pools
-    assert sorted(accel) == ["conv2d"] * 6 + ["dense", "global_avg_pool", "max_pool2d"]
+    # 6 convolutions (stem, 2 blocks with one projection; the max pool in the stem's tiles), the dense layer, the
+    # global average pool
+    assert sorted(accel) == ["conv2d"] * 5 + ["conv2d+max_pool2d", "dense", "global_avg_pool"]
     assert art.accel_macs / art.total_macs > 0.999
     assert art.memory["dram_arena_bytes"] < art.memory["dram_arena_no_reuse_bytes"]
 

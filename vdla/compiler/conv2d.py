@@ -13,13 +13,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from vdla.compiler.cache import ScheduleCache
-from vdla.compiler.epilogue import multiplier_kind, power_of_two_shift
+from vdla.compiler.epilogue import multiplier_kind, pool_commutes, power_of_two_shift
 from vdla.compiler.identity import EYE, identity_weights
 from vdla.compiler.schedule import ConvLowering, Schedule
 from vdla.compiler.search import SearchResult, build_stream, emit_program, search
 from vdla.compiler.spec import CompileError, Conv2dSpec, EpilogueSpec
 from vdla.config import HwConfig, load_config
 from vdla.graph.layout import pack_activation, pack_channels, pack_weights, unpack_activation
+from vdla.graph.types import UnsupportedError
+from vdla.graph.window import Window, make_window
 from vdla.isa import Insn
 from vdla.runtime.backend import RunResult
 from vdla.runtime.counters import Counters
@@ -86,6 +88,7 @@ class CompiledConv2d:
         cache: ScheduleCache | None = None,
         rescale: tuple[int, int, int, int, int] | None = None,
         rescale_multipliers: tuple = (1, 1),
+        pool: Window | None = None,
     ):
         t0 = time.perf_counter()
         if weights.dtype != np.int8 or weights.shape != spec.weight_shape:
@@ -95,6 +98,8 @@ class CompiledConv2d:
         if rescale is None:
             multiplier, shift = power_of_two_shift(multiplier, shift)
         mkind = multiplier_kind(multiplier, shift)
+        if pool is not None and mkind == "row" and (why := pool_commutes(multiplier, shift)):
+            raise CompileError(f"the max pool cannot be fused before the requantization: {why}")
         self.epilogue = EpilogueSpec(
             bias=bias is not None,
             multiplier=mkind,
@@ -103,6 +108,7 @@ class CompiledConv2d:
             clip=tuple(clip),
             residual=residual,
             rescale=None if rescale is None else tuple(int(v) for v in rescale),
+            pool=pool,
         )
         self.spec, self.cfg = spec, cfg
         self.lowering = ConvLowering(spec, self.epilogue, cfg, int(multiplier) if mkind == "imm" else 1)
@@ -161,7 +167,7 @@ class CompiledConv2d:
         elif residual is not None:
             raise CompileError("the layer was compiled without a residual input")
         low = self.lowering
-        shape = (low.ng, low.ob, sp.oh, sp.ow, cfg.batch, cfg.block_out)
+        shape = (low.ng, low.ob, *low.out_hw, cfg.batch, cfg.block_out)
         packed, result = run_bound(dev, low, self.stream, arrays, shape, max_cycles=max_cycles, timeline=timeline)
         return LayerRun(unpack_activation(packed, sp.n, sp.oc), result)
 
@@ -186,6 +192,7 @@ def compile_conv2d(
     residual: str | None = None,
     rescale: tuple[int, int, int, int, int] | None = None,
     rescale_multipliers: tuple = (1, 1),
+    max_pool: tuple | None = None,
     config="pynq",
     vthreads: int | str = "auto",
     schedule: Schedule | None = None,
@@ -197,9 +204,17 @@ def compile_conv2d(
     exact and rounded once (:func:`vdla.isa.arith.mul_shift`); ``rescale`` = (lo, hi, shift_y, shift_k, frac)
     with ``rescale_multipliers`` = (m_y, m_k) rounds the layer's output and the residual sum separately, as a
     quantized model's residual add does (:class:`~vdla.compiler.spec.EpilogueSpec`);
-    ``residual`` is the dtype ("int8"/"int32") of the tensor passed to :meth:`CompiledConv2d.run`.
+    ``residual`` is the dtype ("int8"/"int32") of the tensor passed to :meth:`CompiledConv2d.run`;
+    ``max_pool`` = (kernel, stride, padding) fuses a max pool of the output into the layer's tiles
+    (:mod:`vdla.compiler.fused_pool`): the run returns the pooled tensor.
     """
     spec = Conv2dSpec.make(input_shape, weights.shape[0], weights.shape[2:], stride, padding, dilation, groups)
+    pool = None
+    if max_pool is not None:
+        try:
+            pool = make_window("max_pool2d", (spec.oh, spec.ow), *max_pool[:2], 1, max_pool[2])[0]
+        except (UnsupportedError, TypeError, IndexError) as e:
+            raise CompileError(f"max_pool must be (kernel, stride, padding) fitting the output: {e}") from e
     if weights.ndim != 4 or weights.shape[1] != spec.c:
         raise CompileError(f"weights {weights.shape} do not match {spec.c} input channels (OIHW)")
     return CompiledConv2d(
@@ -217,6 +232,7 @@ def compile_conv2d(
         cache,
         rescale,
         rescale_multipliers,
+        pool,
     )
 
 

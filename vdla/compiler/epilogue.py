@@ -167,6 +167,18 @@ def _rescale_passes(epi: EpilogueSpec) -> tuple[AluPass, ...]:
     return tuple(passes)
 
 
+def pool_commutes(multiplier, shift: int) -> str | None:
+    """Why a max pool may not be taken before the requantization by ``multiplier`` (scalar or per channel) and
+    ``shift``, or None when it may: the MUL must be non-decreasing and never wrap, ``0 <= m <= 2^shift`` (the
+    rounded product then lies between 0 and the accumulator); shifts and clamps always are."""
+    m = np.asarray(multiplier, np.int64)
+    if m.size and m.min() < 0:
+        return f"a negative multiplier ({int(m.min())}) reverses the order of the values"
+    if m.size and m.max() > 1 << shift:
+        return f"a multiplier of {int(m.max())} with shift {shift} may wrap its int32 product (at most 2^{shift} fits)"
+    return None
+
+
 def cycles_per_element(epi: EpilogueSpec, timing: Timing, mul_imm: int = 1, residual_gemm: bool = False) -> int:
     """Compute-stage cycles the epilogue's passes take per accumulator element, by the cycle model's rule
     (:func:`vdla.cycles.alu_ii`): one per ALU pass with an immediate or a per-channel row (held across the

@@ -18,6 +18,11 @@ thread, one :class:`~vdla.compiler.blocks.Block` per (tile, reduction step):
   LOADed into the accumulator buffer after the tile (a compute-stage LOAD) and added by an ALU ADD;
 * stores: the output tile on the last step.
 
+With a fused max pool (:mod:`vdla.compiler.fused_pool`), tiles span every column and whole pooled rows; on
+the last step the pool's passes reduce the tile into a pooled region after it (the carried rows of its first
+pooled row from the carry region below the per-channel rows), and the epilogue and the STOREs work on the
+pooled tile only.
+
 Tiles are dealt to the threads round-robin; each thread owns ``1/vthreads`` of every buffer, except the
 per-channel rows (bias, multipliers) of all output channels, which a prologue loads once into the top of
 the accumulator buffer for every thread to read, and, for a layer whose residual a GEMM can add, the
@@ -38,6 +43,7 @@ import numpy as np
 
 from vdla.compiler.blocks import Alu, Block, Epi, Gemm, Load, Op, Store
 from vdla.compiler.epilogue import AluPass, alu_passes, out_mode, residual_gemm_fits
+from vdla.compiler.fused_pool import FusedPool
 from vdla.compiler.identity import EYE, identity_bytes, identity_fits, identity_gemm, load_identity
 from vdla.compiler.intrinsic import GemmIntrinsic, conv2d_contraction, tensorize
 from vdla.compiler.microcode import Limits, MicroKernel, fits_loop, lower_nest, uop_count
@@ -159,6 +165,7 @@ class ConvLowering:
         self.row_step = spec.sh if spec.kh == 1 else 1  # one-row kernels read every sh-th input row only
         self.col_step = spec.sw if spec.kw == 1 else 1  # one-column kernels read every sw-th input column only
         self._nests: dict[tuple, tuple] = {}
+        self.pool = FusedPool.make(epi.pool, (spec.oh, spec.ow)) if epi.pool else None
         if self.row_step * spec.w > MAX_STRIDE:
             raise CompileError(
                 f"input rows of {spec.w} elements (row stride {self.row_step * spec.w}) exceed the "
@@ -166,6 +173,11 @@ class ConvLowering:
             )
 
     # ---- geometry -------------------------------------------------------------------------------
+    @property
+    def out_hw(self) -> tuple[int, int]:
+        """Rows and columns of the stored output: the convolution's, or the fused pool's."""
+        return self.pool.out_hw if self.pool else (self.spec.oh, self.spec.ow)
+
     def in_rows(self, noh: int) -> int:
         """Input rows (padding included) held for ``noh`` output rows: every ``row_step``-th row of the input."""
         return (noh - 1) * self.spec.sh // self.row_step + self.spec.kh
@@ -227,10 +239,16 @@ class ConvLowering:
         """The epilogue passes of the schedule's residual form."""
         return self.gemm_passes if s.res_inp else self.passes
 
+    @property
+    def carry_base(self) -> int:
+        """Start of a fused pool's carry region (:mod:`vdla.compiler.fused_pool`), below the per-channel rows
+        and shared by all threads; the threads' shares lie below it."""
+        return self.rows_base - (self.pool.carry_elems(self.ob) if self.pool else 0)
+
     def shares(self, vthreads: int) -> tuple[int, int, int]:
         """(INP, WGT, ACC) elements of one thread's buffer share."""
         c = self.cfg
-        return c.inp_depth // vthreads, self.wgt_free // vthreads, max(self.rows_base, 0) // vthreads
+        return c.inp_depth // vthreads, self.wgt_free // vthreads, max(self.carry_base, 0) // vthreads
 
     @property
     def weights_shared(self) -> bool:
@@ -264,6 +282,7 @@ class ConvLowering:
         wic = self.ib if self.weights_resident(s) else s.tic
         tile = s.toc * s.toh * s.tow
         acc = tile * (2 if self.epi.residual and not s.res_inp else 1)
+        acc += self.pool.acc_elems(s.toc, s.toh) if self.pool else 0
         wgt = 0 if self.weights_shared else s.toc * wic * self.taps
         return self.window_elems(s) + self.res_elems(s), wgt, acc
 
@@ -308,6 +327,8 @@ class ConvLowering:
             ]
         if s.res_inp and not self.residual_gemm:
             return [self.no_residual_gemm()]
+        if self.pool and (pool := self.pool_problems(s)):
+            return pool
         out = self.buffer_problems(s)
         if not out:
             wic = self.ib if self.weights_resident(s) else s.tic
@@ -322,6 +343,14 @@ class ConvLowering:
                 out.append(f"the GEMM micro-kernel needs {n} micro-ops, the UOP buffer holds {self.cfg.uop_depth}")
         return out
 
+    def pool_problems(self, s: Schedule) -> list[str]:
+        """Why a schedule cannot carry the fused pool (:mod:`vdla.compiler.fused_pool`): its tiles must span
+        every column and whole pooled rows."""
+        sp, sh = self.spec, self.pool.stride[0]
+        if s.tow != sp.ow or s.toh % sh:
+            return [f"tile {s.describe()}: a fused pool takes tiles of every column ({sp.ow}), {sh} rows a pooled row"]
+        return []
+
     def no_residual_gemm(self) -> str:
         """Why a ``res_inp`` schedule does not apply to this layer."""
         if not residual_gemm_fits(self.epi):
@@ -335,6 +364,9 @@ class ConvLowering:
     def minimal_needs(self) -> list[tuple[int, int, int]]:
         """(INP, WGT, ACC) elements of the smallest tile (one block of each) in each residual form: in ACC,
         then in INP where a GEMM can add it."""
+        if self.pool:  # whole rows: one pooled row of one channel block
+            sh, ow = self.pool.stride[0], self.spec.ow
+            return [(self.in_rows(sh) * self.in_cols(ow), self.taps, sh * ow + self.pool.out_hw[1])]
         window = self.in_rows(1) * self.in_cols(1)
         needs = [(window, self.taps, 2 if self.epi.residual else 1)]
         return needs + [(window + 1, self.taps, 1)] * self.residual_gemm
@@ -344,12 +376,13 @@ class ConvLowering:
         ``vthreads`` threads."""
         needs = self.minimal_needs()
         need = tuple(min(n[i] for n in needs) for i in range(3))  # each buffer's least need
+        rows, cols = (self.pool.stride[0], self.spec.ow) if self.pool else (1, 1)
         what = {
-            "INP": f"a {self.in_rows(1)}x{self.in_cols(1)} input window",
+            "INP": f"a {self.in_rows(rows)}x{self.in_cols(cols)} input window",
             "WGT": f"a {self.spec.kh}x{self.spec.kw} kernel",
             "ACC": "one output element with its epilogue operands",
         }
-        if self.rows_base < need[2]:
+        if self.carry_base < need[2]:
             raise CompileError(
                 f"{self.ob} output-channel blocks need {self.ob * len(self.rows)} accumulator rows "
                 f"for {' and '.join(self.rows)}, leaving {max(self.rows_base, 0)} of the "
@@ -357,7 +390,7 @@ class ConvLowering:
                 f"{(self.cfg.acc_depth - need[2]) // len(self.rows) * self.cfg.block_out} output "
                 "channels fit"
             )
-        depths = (self.cfg.inp_depth, self.wgt_free, self.rows_base)
+        depths = (self.cfg.inp_depth, self.wgt_free, self.carry_base)
         for buf, n, depth in zip(("INP", "WGT", "ACC"), need, depths):
             if n > depth:
                 raise CompileError(
@@ -444,7 +477,7 @@ class ConvLowering:
     def tensor_bytes(self) -> dict[str, int]:
         """DRAM bytes of every tensor the program touches."""
         c, sp = self.cfg, self.spec
-        pixels_out = self.ng * self.ob * sp.oh * sp.ow
+        pixels_out = self.ng * self.ob * self.out_hw[0] * self.out_hw[1]
         out = {
             "inp": self.ng * self.ib * sp.h * sp.w * c.inp_elem_bytes,
             "wgt": self.ob * self.ib * self.taps * c.wgt_elem_bytes,
@@ -468,7 +501,8 @@ class ThreadBuilder:
         self.inp0, self.wgt0 = thread * inp, 0 if low.weights_shared else thread * wgt
         self.resident = low.weights_resident(s)
         self.by_columns = low.by_columns(s)
-        self.acc = {"tile": thread * acc, "res": thread * acc + s.toc * s.toh * s.tow}
+        tile = s.toc * s.toh * s.tow
+        self.acc = {"tile": thread * acc, "res": thread * acc + tile, "pool": thread * acc + tile}
         self.res_inp0 = self.inp0 + low.window_elems(s)  # the residual tile in INP (res_inp)
 
     def blocks(self, tiles: list[Tile], steps: list[tuple[int, int]], fresh: np.ndarray) -> list[Block]:
@@ -547,10 +581,24 @@ class ThreadBuilder:
         compute = self.init_gemms(sub, nest, base) if k == 0 else [Gemm(lower_nest(nest, base, low.limits))]
         if k < nsteps - 1:
             return compute, []
+        if low.pool:
+            compute, sub, acc = self.pool_ops(sub, o0, acc, compute)
         compute += self.residual_loads(sub, o0) + self.epilogue_ops(sub, o0, acc)
         return compute, [
             Store(acc + tr.sram, "out", tr.offset, tr.y, tr.x, tr.stride) for tr in self.output_transfers(sub)
         ]
+
+    def pool_ops(self, t: Tile, o0: int, acc: int, compute: list[Op]) -> tuple[list[Op], Tile, int]:
+        """The fused pool's passes after the tile's GEMMs (:mod:`vdla.compiler.fused_pool`): (the compute
+        operations, the pooled tile and the accumulators where it sits) for the epilogue and the STOREs."""
+        low = self.low
+        pool, (sh, _), owp = low.pool, low.pool.stride, low.pool.out_hw[1]
+        carry = low.carry_base + pool.carry_elems(t.ob)
+        nph = t.noh // sh
+        out = self.acc["pool"] + o0 * nph * owp
+        rows = (t.oy > 0, t.oy + t.noh < low.spec.oh)
+        compute = compute + pool.passes(t.noc, t.noh, acc, carry, rows, out, low.limits)
+        return compute, replace(t, oy=t.oy // sh, noh=nph, ox=0, now=owp), out
 
     def residual_loads(self, t: Tile, o0: int) -> list[Op]:
         """The compute-stage LOAD of the residual into the accumulators after the tile (ALU form), if any."""
@@ -605,9 +653,10 @@ class ThreadBuilder:
 
     def output_transfers(self, t: Tile) -> list:
         """The 2-D transfers between the tile's accumulators and an output-shaped tensor."""
-        sp, low = self.low.spec, self.low
-        offset = ((t.ng * low.ob + t.ob) * sp.oh + t.oy) * sp.ow + t.ox
-        return plan_transfers(0, offset, [(t.noc, sp.oh * sp.ow), (t.noh, sp.ow), (t.now, 1)])
+        low = self.low
+        oh, ow = low.out_hw
+        offset = ((t.ng * low.ob + t.ob) * oh + t.oy) * ow + t.ox
+        return plan_transfers(0, offset, [(t.noc, oh * ow), (t.noh, ow), (t.now, 1)])
 
     def input_loads(self, t: Tile, ib0: int, nic: int) -> list[Load]:
         """The input window of a tile for input-channel blocks [ib0, ib0+nic) (:meth:`ConvLowering.window_layout`),

@@ -145,6 +145,11 @@ class EpilogueSpec:
     (per channel, or a scalar that needs a shift or does not fit the immediate, held in the accumulator
     buffer like the bias; its MUL carries the shift).
 
+    ``pool``: a max pool over the layer's output fused into its tiles (:mod:`vdla.compiler.fused_pool`): the
+    window maximum is taken on the accumulators, before the multiplier, shift and clamp, which is exact because
+    they are non-decreasing (the multipliers' values are checked by
+    :func:`~vdla.compiler.epilogue.pool_commutes`); there is then no residual.
+
     ``rescale`` = (lo, hi, shift_y, shift_k, frac) is the residual add of a quantized model, which rounds
     the layer's output before the add and the sum at another scale:
     out = clip(rshr(mul(clip(rshr((acc + bias) * m, shift), lo, hi), m_y, shift_y)
@@ -158,6 +163,7 @@ class EpilogueSpec:
     clip: tuple[int, int] = (CLIP_MIN, CLIP_MAX)
     residual: str | None = None  # None, "int8" or "int32"
     rescale: tuple[int, int, int, int, int] | None = None  # (lo, hi, shift_y, shift_k, frac)
+    pool: Window | None = None  # a max pool fused into the tiles, taken before the requantization
 
     def __post_init__(self) -> None:
         if self.multiplier not in ("none", "imm", "row"):
@@ -176,6 +182,9 @@ class EpilogueSpec:
             raise CompileError(f"residual dtype must be int8 or int32, got {self.residual!r}")
         if self.rescale is not None:
             self._check_rescale()
+        if self.pool is not None and (self.residual or self.multiplier == "imm"):
+            what = f"a {self.residual} residual" if self.residual else "an immediate multiplier (its product wraps)"
+            raise CompileError(f"a max pool fused before the requantization needs it non-decreasing: {what} is not")
 
     def _check_rescale(self) -> None:
         lo, hi, shift_y, shift_k, frac = self.rescale
@@ -199,4 +208,8 @@ class EpilogueSpec:
         """A stable text key of the epilogue's structure (schedule cache)."""
         lo, hi = self.bounds
         rescale = "x" + "_".join(map(str, self.rescale)) if self.rescale else ""
-        return f"b{int(self.bias)}m{self.multiplier}s{self.shift}c{lo}_{hi}r{self.residual or '-'}{rescale}"
+        pool = ""
+        if self.pool is not None:
+            (kh, kw), (sh, sw), pads = self.pool.kernel, self.pool.stride, self.pool.pads
+            pool = f"p{kh}x{kw}s{sh}x{sw}p{'_'.join(map(str, pads))}"
+        return f"b{int(self.bias)}m{self.multiplier}s{self.shift}c{lo}_{hi}r{self.residual or '-'}{rescale}{pool}"

@@ -32,16 +32,19 @@ def candidate_tiles(low: ConvLowering, vthreads: int, skip_idle: bool = False) -
     for each residual form (:attr:`ConvLowering.residual_gemm`: also with the residual in INP)."""
     out = []
     forms = (False, True) if low.residual_gemm else (False,)
-    grid = itertools.product(halvings(low.ib), halvings(low.ob, MAX_PARTS), halvings(low.spec.ow, MAX_PARTS), forms)
+    cols, rows = halvings(low.spec.ow, MAX_PARTS), balanced(low.spec.oh)
+    if low.pool:  # every column, whole pooled rows (vdla.compiler.fused_pool)
+        cols, rows = [low.spec.ow], [n * low.pool.stride[0] for n in balanced(low.out_hw[0])]
+    grid = itertools.product(halvings(low.ib), halvings(low.ob, MAX_PARTS), cols, forms)
     for tic, toc, tow, res_inp in grid:
-        for toh in balanced(low.spec.oh):
+        for toh in rows:
             if low.problems(Schedule(toc, toh, tow, tic, vthreads, res_inp=res_inp)):
                 continue
             spatial_tiles = low.ng * -(-low.spec.oh // toh) * -(-low.spec.ow // tow)
             if skip_idle and vthreads > spatial_tiles * -(-low.ob // toc):
                 break
             # walking pixels outermost only pays when inputs can stay resident: one step, several oc tiles
-            orders = ORDERS if tic == low.ib and toc < low.ob and spatial_tiles > 1 else ("oc",)
+            orders = ORDERS if tic == low.ib and toc < low.ob and spatial_tiles > 1 and not low.pool else ("oc",)
             out += [Schedule(toc, toh, tow, tic, vthreads, order, res_inp) for order in orders]
             break
     return out

@@ -23,13 +23,15 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 
 from vdla.compiler import CompileError, ScheduleCache, compile_conv2d
 from vdla.compiler.chain import join_programs, weight_relocator
+from vdla.compiler.epilogue import multiplier_kind, pool_commutes, power_of_two_shift
+from vdla.compiler.fused_pool import FusedPool
 from vdla.compiler.pool import PoolLowering, PoolSpec, compile_pool
 from vdla.compiler.search import emit_program
 from vdla.compiler.spec import Conv2dSpec
@@ -68,6 +70,7 @@ class AccelLayer:
     weights: np.ndarray  # OIHW int8
     kwargs: dict = field(default_factory=dict)
     residual: str | None = None
+    pool: PoolLayer | None = None  # a max pool of the output fused into the tiles (its output is ``out``)
 
 
 POOL_ANCHORS = ("max_pool2d", "global_sum_pool")
@@ -97,6 +100,42 @@ def _known_nonneg(value: str, graph: Graph) -> bool:
         return False
     lo = node.attrs.get("lo")
     return node.op == "relu" or (node.op == "clip" and isinstance(lo, int) and lo >= 0)
+
+
+def fuse_pool(conv: AccelLayer, pool: PoolLayer, graph: Graph) -> AccelLayer | None:
+    """``conv`` with the max pool ``pool`` of its output fused into its tiles (:mod:`vdla.compiler.fused_pool`),
+    or None where that is not exact or not possible: the pool must be the output's only reader, the epilogue
+    non-decreasing (no residual, :func:`~vdla.compiler.epilogue.pool_commutes`), the geometry as the fused
+    pool takes it."""
+    if conv.op != "conv2d" or pool.op != "max_pool2d" or pool.x != conv.out or conv.residual:
+        return None
+    if conv.out in graph.outputs or len(graph.consumers().get(conv.out, [])) != 1:
+        return None
+    kw = conv.kwargs
+    multiplier, shift = power_of_two_shift(kw.get("multiplier", 1), kw.get("shift", 0))
+    if "rescale" in kw or multiplier_kind(multiplier, shift) == "imm" or pool_commutes(multiplier, shift):
+        return None
+    try:
+        sp = Conv2dSpec.make(conv.in_shape, conv.weights.shape[0], conv.weights.shape[2:], kw["stride"], kw["padding"])
+        FusedPool.make(pool.spec.window, (sp.oh, sp.ow))
+    except CompileError:
+        return None
+    return replace(conv, nodes=[*conv.nodes, *pool.nodes], out=pool.out, pool=pool)
+
+
+def fuse_pools(units: list[tuple[str, AccelLayer | PoolLayer | list[Node]]], graph: Graph) -> list:
+    """The placement's units with each accelerator max pool fused into the convolution before it where
+    :func:`fuse_pool` allows."""
+    out: list = []
+    for kind, unit in units:
+        prev = out[-1][1] if out and out[-1][0] == "accel" else None
+        if kind == "accel" and isinstance(unit, PoolLayer) and isinstance(prev, AccelLayer):
+            fused = fuse_pool(prev, unit, graph)
+            if fused is not None:
+                out[-1] = ("accel", fused)
+                continue
+        out.append((kind, unit))
+    return out
 
 
 def match_pool(anchor: Node, graph: Graph, types: dict[str, TensorType], consumers, cfg: HwConfig) -> PoolLayer | str:
@@ -321,7 +360,7 @@ class ModelBuilder:
     def build_steps(self, plan: Placement) -> None:
         """CPU steps with their boundary conversions, accelerator steps, in the order of the placement's
         regions."""
-        units = plan.units()
+        units = fuse_pools(plan.units(), self.g)
         accel_needs: dict[str, set[int]] = {}  # value -> blocks an accelerator layer reads it in
         for kind, unit in units:
             if kind == "accel":
@@ -449,13 +488,17 @@ class ModelBuilder:
         """Compile one accelerator layer and emit its instruction stream against the planned tensors."""
         if isinstance(layer, PoolLayer):
             return self.compile_pool(layer, dev, addr)
-        compiled = compile_conv2d(layer.in_shape, layer.weights, config=self.cfg, cache=self.cache, **layer.kwargs)
+        kwargs = dict(layer.kwargs)
+        if layer.pool is not None:
+            win = layer.pool.spec.window
+            kwargs["max_pool"] = (win.kernel, win.stride, win.pads)
+        compiled = compile_conv2d(layer.in_shape, layer.weights, config=self.cfg, cache=self.cache, **kwargs)
         insns, code = self.emit(layer, compiled.lowering, compiled.stream, compiled.constants, dev, addr)
         sp = compiled.spec
         desc = {
-            "op": layer.op,
+            "op": layer.op + "+max_pool2d" * (layer.pool is not None),
             "input": list(sp.out_shape[:1]) + [sp.c, sp.h, sp.w],
-            "output": list(sp.out_shape),
+            "output": [*sp.out_shape[:2], *compiled.lowering.out_hw],
             "kernel": [sp.kh, sp.kw],
             "stride": [sp.sh, sp.sw],
             "schedule": compiled.schedule.describe(),
