@@ -88,11 +88,6 @@ class FusedPool:
     def stride(self) -> tuple[int, int]:
         return self.window.stride
 
-    @property
-    def carries(self) -> bool:
-        """Whether a pooled row reads rows owned by the one before it (then row tiles depend on each other)."""
-        return self.window.pad_before(0) > 0
-
     def pooled_rows(self, conv_rows: int) -> int:
         return conv_rows // self.stride[0]
 
