@@ -67,6 +67,13 @@ class AluPass:
     dst: str = "acc"  # "res": the pass updates the residual tile
     gemm: bool = False  # the residual add as a GEMM of the INP residual tile against the identity weights
 
+    @property
+    def holds_row(self) -> bool:
+        """Whether its second operand is the same for every pixel of a channel block (a per-channel row, or none):
+        its kernel keeps the channel-block loop outer, so the ALU reads the row once per block and holds it
+        (:func:`vdla.cycles.holds_src`). The residual tile changes with every element."""
+        return self.operand != "res"
+
 
 @dataclass(frozen=True)
 class OutMode:
@@ -187,6 +194,6 @@ def cycles_per_element(epi: EpilogueSpec, timing: Timing, mul_imm: int = 1, resi
     from vdla.cycles import alu_ii
 
     return sum(
-        1 if p.gemm else alu_ii(timing, p.op, use_imm=p.imm is not None, same_src=p.operand not in (None, "res"))
+        1 if p.gemm else alu_ii(timing, p.op, use_imm=p.imm is not None, same_src=p.holds_row)
         for p in alu_passes(epi, mul_imm, residual_gemm)
     )

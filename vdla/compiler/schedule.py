@@ -616,7 +616,7 @@ class ThreadBuilder:
         return [
             identity_gemm(((t.noc * pixels, (1, 1)),), acc, self.res_inp0 + o0 * pixels, low.eye, low.limits)
             if p.gemm
-            else Alu(p.op, self.elementwise(t, p.operand, res if p.dst == "res" else acc, res), p.imm, p.shift)
+            else Alu(p.op, self.elementwise(t, p, res if p.dst == "res" else acc, res), p.imm, p.shift)
             for p in low.passes_of(self.s)
         ]
 
@@ -636,20 +636,19 @@ class ThreadBuilder:
             Gemm(lower_nest((oc,) + rest, base, low.limits, pin_outer=True), init=True),
         ]
 
-    def elementwise(self, t: Tile, operand: str | None, acc: int, res: int) -> MicroKernel:
-        """A kernel over the tile's accumulators (from ``acc``) reading ``operand`` alongside: its channel
-        blocks' rows (multipliers) or the residual tile (from ``res``). Passes with an immediate read nothing,
-        so they share the first row's kernel: the whole epilogue runs from one or two micro-kernels."""
+    def elementwise(self, t: Tile, p: AluPass, acc: int, res: int) -> MicroKernel:
+        """The kernel of pass ``p`` over the tile's accumulators (from ``acc``), reading its operand alongside:
+        its channel blocks' rows (multipliers) or the residual tile (from ``res``). Passes with an immediate read
+        nothing, so they share the first row's kernel: the whole epilogue runs from one or two micro-kernels."""
         pixels = t.noh * t.now
-        if operand == "res":
+        if not p.holds_row:
             nest, src = ((t.noc * pixels, (1, 1, 0)),), res
         else:
             nest = ((t.noc, (pixels, 1, 0)), (pixels, (1, 0, 0)))
-            name = operand or (self.low.rows[0] if self.low.rows else None)
+            name = p.operand or (self.low.rows[0] if self.low.rows else None)
             src = self.low.rows_base + self.low.rows.index(name) * self.low.ob + t.ob if name else 0
-        # the channel-block axis stays the outer loop (when it is 1 too): the row is then held across the
-        # inner loop over the pixels (vdla.cycles.holds_src)
-        return lower_nest(nest, (acc, src, 0), self.low.limits, pin_outer=operand != "res")
+        # a held row keeps the channel-block axis the outer loop (when it is 1 too), the pixels inner
+        return lower_nest(nest, (acc, src, 0), self.low.limits, pin_outer=p.holds_row)
 
     def output_transfers(self, t: Tile) -> list:
         """The 2-D transfers between the tile's accumulators and an output-shaped tensor."""
