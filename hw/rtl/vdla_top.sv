@@ -156,8 +156,8 @@ module vdla_top #(
   logic [WGT_AW-1:0]      wgt_waddr, wgt_raddr;
   logic [WGT_W-1:0]       wgt_wdata, wgt_rdata;
   logic                   wgt_re;
-  logic [LANES-1:0]       acc_we;
-  logic [ACC_AW-1:0]      acc_waddr, acc_raddr, out_raddr;
+  logic [LANES-1:0]       acc_we, out_we;
+  logic [ACC_AW-1:0]      acc_waddr, acc_raddr, out_waddr, out_raddr;
   logic [ACC_W-1:0]       acc_wdata, acc_rdata;
   logic [OUT_W-1:0]       out_wdata, out_rdata;
   logic                   acc_re, out_re;
@@ -172,7 +172,7 @@ module vdla_top #(
     .clk_i, .we_i (acc_we), .waddr_i (acc_waddr), .wdata_i (acc_wdata),
     .re_i (acc_re), .raddr_i (acc_raddr), .rdata_o (acc_rdata));
   vdla_sram #(.WIDTH(OUT_W), .DEPTH(vdla_pkg::ACC_DEPTH), .LANE(8)) u_out (
-    .clk_i, .we_i (acc_we), .waddr_i (acc_waddr), .wdata_i (out_wdata),
+    .clk_i, .we_i (out_we), .waddr_i (out_waddr), .wdata_i (out_wdata),
     .re_i (out_re), .raddr_i (out_raddr), .rdata_o (out_rdata));
 
   // ---- stages -------------------------------------------------------------------------------
@@ -200,7 +200,8 @@ module vdla_top #(
     .inp_re_o (inp_re), .inp_raddr_o (inp_raddr), .inp_rdata_i (inp_rdata),
     .wgt_re_o (wgt_re), .wgt_raddr_o (wgt_raddr), .wgt_rdata_i (wgt_rdata),
     .acc_re_o (acc_re), .acc_raddr_o (acc_raddr), .acc_rdata_i (acc_rdata),
-    .acc_we_o (acc_we), .acc_waddr_o (acc_waddr), .acc_wdata_o (acc_wdata), .out_wdata_o (out_wdata),
+    .acc_we_o (acc_we), .acc_waddr_o (acc_waddr), .acc_wdata_o (acc_wdata),
+    .out_we_o (out_we), .out_waddr_o (out_waddr), .out_wdata_o (out_wdata),
     .fire_o (fire[1]), .busy_o (busy[1]), .stall_o (stall[1]), .done_o (sdone[1]), .finish_o (finish),
     .err_o (serr[1]), .err_code_o (serr_code[1])
   );
@@ -214,6 +215,7 @@ module vdla_top #(
     .wvalid_o (m_axi_wvalid), .wdata_o (m_axi_wdata), .wlast_o (m_axi_wlast), .wready_i (m_axi_wready),
     .bvalid_i (m_axi_bvalid), .bresp_i (m_axi_bresp),
     .out_re_o (out_re), .out_raddr_o (out_raddr), .out_rdata_i (out_rdata),
+    .out_we_i (out_we), .out_waddr_i (out_waddr), .out_wdata_i (out_wdata),
     .fire_o (fire[2]), .busy_o (busy[2]), .stall_o (stall[2]), .done_o (sdone[2]),
     .err_o (serr[2]), .err_code_o (serr_code[2])
   );
