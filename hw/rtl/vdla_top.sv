@@ -261,8 +261,9 @@ module vdla_top #(
   assign deadlock  = quiet_q == 5'd16;
   assign end_pulse = done_cond || (running_q && !error_q && (|serr || fetch_err || deadlock));
 
-  logic [31:0]         unit_insns;
+  logic [31:0]         unit_insn [3];  // each stage's ERROR_INSN, were its error the first
   vdla_pkg::err_code_e unit_code;
+  logic [31:0]         unit_err_insn;
   logic                new_error;
   assign new_error = running_q && !error_q && (fetch_err || |serr || deadlock);
 
@@ -314,22 +315,30 @@ module vdla_top #(
       end else begin
         err_unit_q <= serr[0] ? 2'd1 : serr[1] ? 2'd2 : 2'd3;
         err_code_q <= unit_code;
-        // errors found at dispatch name the next instruction, later ones the running one
-        err_insn_q <= unit_code == vdla_pkg::ERR_INSN ? unit_insns : unit_insns - 1'b1;
+        err_insn_q <= unit_err_insn;
       end
     end
   end
 
+  // Errors found at dispatch name the next instruction, later ones the running one: each stage's candidate is
+  // formed beside its error (the count minus one does not wait for the error), then the first erring unit's taken.
+  for (genvar s = 0; s < 3; s++) begin : g_unit_insn
+    logic [31:0] next_insn, running_insn;
+    assign next_insn    = stage_insns[s*32 +: 32];
+    assign running_insn = stage_insns[s*32 +: 32] - 1'b1;
+    assign unit_insn[s] = serr_code[s] == vdla_pkg::ERR_INSN ? next_insn : running_insn;
+  end
+
   always_comb begin
     if (serr[0]) begin
-      unit_code  = serr_code[0];
-      unit_insns = stage_insns[0 +: 32];
+      unit_code     = serr_code[0];
+      unit_err_insn = unit_insn[0];
     end else if (serr[1]) begin
-      unit_code  = serr_code[1];
-      unit_insns = stage_insns[32 +: 32];
+      unit_code     = serr_code[1];
+      unit_err_insn = unit_insn[1];
     end else begin
-      unit_code  = serr_code[2];
-      unit_insns = stage_insns[64 +: 32];
+      unit_code     = serr_code[2];
+      unit_err_insn = unit_insn[2];
     end
   end
 
