@@ -20,6 +20,7 @@ module vdla_acc_rmw #(
   input  logic                clk_i,
   input  logic                rst_ni,
   input  logic                r_valid_i,
+  input  logic                c_kill_i,   // the slot in C writes nothing (it failed its range check)
   input  vdla_pkg::slot_e     r_kind_i,
   input  logic                r_zero_i,
   input  logic [AW-1:0]       r_addr_i,
@@ -122,7 +123,7 @@ module vdla_acc_rmw #(
       w_valid_q <= 1'b0;
     end else begin
       c_valid_q <= r_valid_i;
-      w_valid_q <= c_alu;
+      w_valid_q <= c_alu && !c_kill_i;
     end
   end
 

@@ -47,6 +47,8 @@ module vdla_compute (
   output logic [vdla_pkg::LANES-1:0]           acc_we_o,
   output logic [vdla_pkg::ACC_AW-1:0]          acc_waddr_o,
   output logic [vdla_pkg::ACC_BITS-1:0]        acc_wdata_o,
+  output logic [vdla_pkg::LANES-1:0]           out_we_o,  // the OUT mirror's write: the ACC write a cycle later
+  output logic [vdla_pkg::ACC_AW-1:0]          out_waddr_o,
   output logic [vdla_pkg::OUT_BITS-1:0]        out_wdata_o,
   // status
   output logic                                 fire_o,
@@ -227,9 +229,37 @@ module vdla_compute (
       acc_waddr_o = ld_acc_waddr;
       acc_wdata_o = ld_acc_wdata;
     end
+  end
+
+  // The OUT mirror is written one cycle after ACC, from registers (with the epilogue state of the ACC
+  // write), so that its requantization starts at a flip-flop. A read of the mirror in the cycle of that
+  // write gets the written lanes from the write (vdla_store): the store sees every row as if the mirror
+  // were written with ACC.
+  logic [LANES-1:0]              ow_we_q;
+  logic [vdla_pkg::ACC_AW-1:0]   ow_addr_q;
+  logic [vdla_pkg::ACC_BITS-1:0] ow_data_q;
+  logic                          ow_req_q, ow_relu_q;
+  logic [4:0]                    ow_shift_q;
+
+  always_ff @(posedge clk_i or negedge rst_ni) begin
+    if (!rst_ni) ow_we_q <= '0;
+    else ow_we_q <= acc_we_o;
+  end
+
+  always_ff @(posedge clk_i) begin
+    ow_addr_q  <= acc_waddr_o;
+    ow_data_q  <= acc_wdata_o;
+    ow_req_q   <= epi_req_q;
+    ow_relu_q  <= epi_relu_q;
+    ow_shift_q <= epi_shift_q;
+  end
+
+  assign out_we_o    = ow_we_q;
+  assign out_waddr_o = ow_addr_q;
+  always_comb begin
     for (int l = 0; l < LANES; l++) begin
-      if (epi_req_q) out_wdata_o[l*8 +: 8] = vdla_pkg::requantize(acc_wdata_o[l*32 +: 32], epi_shift_q, epi_relu_q);
-      else out_wdata_o[l*8 +: 8] = acc_wdata_o[l*32 +: 8];
+      if (ow_req_q) out_wdata_o[l*8 +: 8] = vdla_pkg::requantize(ow_data_q[l*32 +: 32], ow_shift_q, ow_relu_q);
+      else out_wdata_o[l*8 +: 8] = ow_data_q[l*32 +: 8];
     end
   end
 

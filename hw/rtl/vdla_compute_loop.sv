@@ -3,7 +3,8 @@
 //   S0 read the micro-op | S1 form indices, read INP/WGT | S2 multiply | S3 sum, read ACC (R)
 //   | S4 add (C) | S5 write ACC (W).
 // The ALU enters R at S1. See vdla_acc_rmw for the read-modify-write and its forwarding.
-// Micro-op indices are range-checked in S1 (index_err_o). An init GEMM's first update of each row
+// Micro-op indices are range-checked in S1 (index_err_o), against limits prepared in S0; a failed check
+// halts the run from the next cycle, so the check gates nothing but the write of an ALU slot (in C). An init GEMM's first update of each row
 // (tracked in `touched_q`, cleared when the GEMM starts) reads the bias row ACC[epi_base + o]
 // (o: the iter_out index) instead of the row itself, or zero without bias.
 module vdla_compute_loop (
@@ -42,6 +43,9 @@ module vdla_compute_loop (
   localparam int DST_BITS  = vdla_pkg::UOP_DST_BITS;
   localparam int SRC_BITS  = vdla_pkg::UOP_SRC_BITS;
   localparam int WGT_BITS  = vdla_pkg::UOP_WGT_BITS;
+  localparam int SW        = vdla_pkg::INP_AW > ACC_AW ? vdla_pkg::INP_AW : ACC_AW;  // src: an INP or ACC row
+  localparam int FW        = DST_BITS > SRC_BITS ? (DST_BITS > WGT_BITS ? DST_BITS : WGT_BITS)
+                                                 : (SRC_BITS > WGT_BITS ? SRC_BITS : WGT_BITS);  // the widest field
 
   // ---- S0: the sequencer --------------------------------------------------------------------
   logic              issue, gemm_q, reset_q, init_q, use_imm_q, src_rd;
@@ -64,10 +68,33 @@ module vdla_compute_loop (
   // ---- S1: form the indices -----------------------------------------------------------------
   logic              s1_valid_q, s1_src_rd_q;
   logic [LU-1:0]     s1_bank_q;
-  logic [31:0]       s1_dst_off_q, s1_src_off_q, s1_wgt_off_q;
-  logic [16:0]       s1_bias_q;  // the iteration's bias row, epi_base + o
-  logic [31:0]       uop_word, dst, src, wgt;
+  logic [ACC_AW-1:0] s1_dst_off_q, dst;  // the indices' low bits (their range is checked in full)
+  logic [SW-1:0]     s1_src_off_q, src;
+  logic [vdla_pkg::WGT_AW-1:0] s1_wgt_off_q, wgt;
+  logic [ACC_AW-1:0] s1_bias_q;  // the iteration's bias row, epi_base + o
+  logic [31:0]       uop_word;
   logic              s1_gemm, index_err;
+
+  // The range checks, prepared in S0 from the offsets: index = field + off lies beyond a buffer of `depth` rows
+  // when field >= room = depth - off, so each check is a compare of the micro-op's field with a register:
+  // every field fails when room <= 0 (all), none when room >= 2^width (none). (The offsets stay far below
+  // 2^32, so field + off never wraps.)
+  // {all, none, lim}: every field out, no field out, else out when field >= lim (room's low bits)
+  function automatic logic [FW+1:0] range_of(logic [31:0] off, logic [33:0] depth, int width);
+    logic [33:0] room;
+    logic        all, none;
+    room     = depth - 34'(off);
+    all      = room[33] || room == '0;
+    none     = !room[33] && (room[32:0] >> width) != '0;
+    range_of = {all, none, FW'(room) & FW'((34'd1 << width) - 1'b1)};
+  endfunction
+
+  function automatic logic out_of(logic [FW+1:0] r, logic [FW-1:0] field);
+    out_of = r[FW+1] || (!r[FW] && field >= r[FW-1:0]);
+  endfunction
+
+  logic [FW+1:0] s1_dst_rng_q, s1_src_rng_q, s1_wgt_rng_q;
+  logic   s1_bias_bad_q;  // the iteration's bias row lies beyond ACC
 
   always_ff @(posedge clk_i or negedge rst_ni) begin
     if (!rst_ni) s1_valid_q <= 1'b0;
@@ -77,16 +104,20 @@ module vdla_compute_loop (
   always_ff @(posedge clk_i) begin
     s1_bank_q    <= u[LU-1:0];
     s1_src_rd_q  <= src_rd;
-    s1_dst_off_q <= dst_off;
-    s1_src_off_q <= src_off;
-    s1_wgt_off_q <= wgt_off;
-    s1_bias_q    <= 17'(epi_base_i) + 17'(o);
+    s1_dst_off_q <= ACC_AW'(dst_off);
+    s1_src_off_q <= SW'(src_off);
+    s1_wgt_off_q <= vdla_pkg::WGT_AW'(wgt_off);
+    s1_bias_q    <= ACC_AW'(17'(epi_base_i) + 17'(o));
+    s1_dst_rng_q  <= range_of(dst_off, 34'(ACC_DEPTH), DST_BITS);
+    s1_src_rng_q  <= range_of(src_off, gemm_q ? 34'(vdla_pkg::INP_DEPTH) : 34'(ACC_DEPTH), SRC_BITS);
+    s1_wgt_rng_q  <= range_of(wgt_off, 34'(vdla_pkg::WGT_DEPTH), WGT_BITS);
+    s1_bias_bad_q <= 17'(epi_base_i) + 17'(o) >= 17'(ACC_DEPTH);
   end
 
   assign uop_word = uop_rdata_i[s1_bank_q];
-  assign dst      = 32'(uop_word[DST_BITS-1:0]) + s1_dst_off_q;
-  assign src      = 32'(uop_word[DST_BITS +: SRC_BITS]) + s1_src_off_q;
-  assign wgt      = 32'(uop_word[DST_BITS + SRC_BITS +: WGT_BITS]) + s1_wgt_off_q;
+  assign dst      = ACC_AW'(uop_word[DST_BITS-1:0]) + s1_dst_off_q;
+  assign src      = SW'(uop_word[DST_BITS +: SRC_BITS]) + s1_src_off_q;
+  assign wgt      = vdla_pkg::WGT_AW'(uop_word[DST_BITS + SRC_BITS +: WGT_BITS]) + s1_wgt_off_q;
   assign s1_gemm  = s1_valid_q && gemm_q;
 
   // Configurations with fewer micro-ops or narrower micro-op fields leave the top bits unread.
@@ -100,16 +131,20 @@ module vdla_compute_loop (
     assign unused_u = ^u[12:vdla_pkg::UOP_AW];
   end
 
-  assign index_err = s1_valid_q && !halt_i && (dst >= 32'(ACC_DEPTH)
-      || (gemm_q && !reset_q && (src >= 32'(vdla_pkg::INP_DEPTH) || wgt >= 32'(vdla_pkg::WGT_DEPTH)
-                                 || (init_q && epi_bias_i && s1_bias_q >= 17'(ACC_DEPTH))))
-      || (!gemm_q && !use_imm_q && src >= 32'(ACC_DEPTH)));
+  // dst beyond ACC; a GEMM's src beyond INP, wgt beyond WGT, its bias row beyond ACC; an ALU's src beyond ACC
+  logic dst_out, src_out, wgt_out;
+  assign dst_out   = out_of(s1_dst_rng_q, FW'(uop_word[DST_BITS-1:0]));
+  assign src_out   = out_of(s1_src_rng_q, FW'(uop_word[DST_BITS +: SRC_BITS]));
+  assign wgt_out   = out_of(s1_wgt_rng_q, FW'(uop_word[DST_BITS + SRC_BITS +: WGT_BITS]));
+  assign index_err = s1_valid_q && !halt_i && (dst_out
+      || (gemm_q && !reset_q && (src_out || wgt_out || (init_q && epi_bias_i && s1_bias_bad_q)))
+      || (!gemm_q && !use_imm_q && src_out));
   assign index_err_o = index_err;
 
   assign inp_re_o    = s1_gemm && !reset_q;
   assign inp_raddr_o = src[vdla_pkg::INP_AW-1:0];
   assign wgt_re_o    = s1_gemm && !reset_q;
-  assign wgt_raddr_o = wgt[vdla_pkg::WGT_AW-1:0];
+  assign wgt_raddr_o = wgt;
 
   // ---- S2, S3: GEMM core --------------------------------------------------------------------
   logic                          s2_valid_q, s3_valid_q;
@@ -121,15 +156,15 @@ module vdla_compute_loop (
       s2_valid_q <= 1'b0;
       s3_valid_q <= 1'b0;
     end else begin
-      s2_valid_q <= s1_gemm && !index_err;
+      s2_valid_q <= s1_gemm;  // a slot that fails its check meets the halt in R
       s3_valid_q <= s2_valid_q;
     end
   end
 
   always_ff @(posedge clk_i) begin
-    s2_dst_q  <= dst[ACC_AW-1:0];
+    s2_dst_q  <= dst;
     s3_dst_q  <= s2_dst_q;
-    s2_bias_q <= s1_bias_q[ACC_AW-1:0];
+    s2_bias_q <= s1_bias_q;
     s3_bias_q <= s2_bias_q;
   end
 
@@ -149,7 +184,14 @@ module vdla_compute_loop (
   logic              s1_alu;
   logic [ACC_DEPTH-1:0] touched_q;  // rows the running GEMM has updated
 
-  assign s1_alu = s1_valid_q && !gemm_q && !index_err;
+  // An ALU slot enters R before its check: if the check fails (the run halts from the next cycle), the slot
+  // is dropped in C (kill_q).
+  logic kill_q;
+  assign s1_alu = s1_valid_q && !gemm_q;
+  always_ff @(posedge clk_i or negedge rst_ni) begin
+    if (!rst_ni) kill_q <= 1'b0;
+    else kill_q <= index_err && !gemm_q;
+  end
   // looked up in S2 (a 2048-to-1 mux off R's address path), with the update of the slot in S3 in that cycle
   logic s3_fresh_q;
   always_ff @(posedge clk_i) begin
@@ -160,8 +202,8 @@ module vdla_compute_loop (
     r_valid = 1'b0;
     r_zero  = 1'b0;
     r_kind  = gemm_q ? (reset_q ? vdla_pkg::SLOT_ZERO : vdla_pkg::SLOT_GEMM) : vdla_pkg::SLOT_ALU;
-    r_addr  = (reset_q && !use_imm_q) ? src[ACC_AW-1:0] : dst[ACC_AW-1:0];
-    r_waddr = dst[ACC_AW-1:0];
+    r_addr  = (reset_q && !use_imm_q) ? src[ACC_AW-1:0] : dst;
+    r_waddr = dst;
     if (s3_valid_q) begin
       r_valid = 1'b1;
       r_addr  = (fresh && epi_bias_i) ? s3_bias_q : s3_dst_q;
@@ -172,7 +214,8 @@ module vdla_compute_loop (
       r_addr  = alu_dst_q;
       r_waddr = alu_dst_q;
     end else if (s1_valid_q && !gemm_q) begin
-      // the address does not wait for the range check (index_err): a slot it fails is not valid
+      // neither the address nor the valid waits for the range check (index_err): a slot it fails is dropped
+      // in C (kill_q) and the run halts
       r_valid = s1_alu;
       if (s1_src_rd_q) begin
         r_kind = vdla_pkg::SLOT_SRC;
@@ -187,7 +230,7 @@ module vdla_compute_loop (
   end
 
   always_ff @(posedge clk_i) begin
-    alu_dst_q <= dst[ACC_AW-1:0];
+    alu_dst_q <= dst;
     // only init GEMMs touch the vector (a 2048-bit update every cycle slows the Verilated model)
     if (start_i && insn_i.gemm.hdr.opcode == vdla_pkg::OP_GEMM && insn_i.gemm.init) touched_q <= '0;
     else if (s3_valid_q && init_q) touched_q[s3_dst_q] <= 1'b1;
@@ -197,6 +240,7 @@ module vdla_compute_loop (
   vdla_acc_rmw u_rmw (
     .clk_i, .rst_ni,
     .r_valid_i   (r_valid && !halt_i),
+    .c_kill_i    (kill_q),
     .r_kind_i    (r_kind),
     .r_zero_i    (r_zero),
     .r_addr_i    (r_addr),
@@ -214,4 +258,11 @@ module vdla_compute_loop (
     .wr_data_o,
     .busy_o      (unused_rmw_busy)
   );
+
+`ifndef SYNTHESIS
+  // A failed range check stops the run from the next cycle (the top's first-error latch): the slots that follow
+  // it meet the halt in R, and an ALU slot already in R is dropped in C (kill_q), so nothing past it writes.
+  a_index_err_halts: assert property (@(posedge clk_i) disable iff (!rst_ni) index_err |=> halt_i)
+    else $error("compute loop: an index error without a halt");
+`endif
 endmodule

@@ -20,12 +20,13 @@ module vdla_fifo #(
   logic [WIDTH-1:0] mem_q [DEPTH];
   logic [PW-1:0]    wptr_q, rptr_q;
   logic [PW:0]      count_q;
+  logic             valid_q, full_q;  // count_q != 0, count_q == DEPTH: kept as flags (users' decisions read a flip-flop)
 
   logic do_push, do_pop;
   assign do_push = push_i && !full_o;
   assign do_pop  = pop_i && valid_o;
-  assign full_o  = count_q == (PW+1)'(DEPTH);
-  assign valid_o = count_q != '0;
+  assign full_o  = full_q;
+  assign valid_o = valid_q;
   assign data_o  = mem_q[rptr_q];
   assign count_o = count_q;
 
@@ -38,11 +39,17 @@ module vdla_fifo #(
       wptr_q  <= '0;
       rptr_q  <= '0;
       count_q <= '0;
+      valid_q <= 1'b0;
+      full_q  <= 1'b0;
     end else if (clear_i) begin
       wptr_q  <= '0;
       rptr_q  <= '0;
       count_q <= '0;
+      valid_q <= 1'b0;
+      full_q  <= 1'b0;
     end else begin
+      valid_q <= do_push || (valid_q && !(do_pop && count_q == (PW+1)'(1)));
+      full_q  <= !do_pop && (full_q || (do_push && count_q == (PW+1)'(DEPTH - 1)));
       if (do_push) wptr_q <= wptr_q + 1'b1;
       if (do_pop)  rptr_q <= rptr_q + 1'b1;
       count_q <= count_q + (PW+1)'(do_push) - (PW+1)'(do_pop);

@@ -50,7 +50,7 @@ module vdla_loop_seq (
   vdla_pkg::alu_op_e alu_op_q;
   logic [15:0] imm_q;
   logic [12:0] u_bgn_q;
-  logic [13:0] u_end_q, n_out_q, n_in_q;
+  logic [13:0] u_last_q, n_out_m1_q, n_in_m1_q;  // uop_end, iter_out and iter_in minus one (14 bits)
   logic [10:0] dfo_q, dfi_q, sfo_q, sfi_q;
   logic [9:0]  wfo_q, wfi_q;
   logic [31:0] dst_out_q, src_out_q, wgt_out_q, dst_off_q, src_off_q, wgt_off_q;
@@ -58,9 +58,11 @@ module vdla_loop_seq (
   logic issue, u_last, i_last, last_iter, src_rd;
   assign issue     = state_q == RUN && wait_q == '0 && phase_q == '0 && !halt_i;
   assign src_rd    = two_op_q && !(hold_q && i_q != '0);
-  assign u_last    = 14'(u_q) + 1'b1 == u_end_q;
-  assign i_last    = i_q + 1'b1 == n_in_q;
-  assign last_iter = u_last && i_last && o_q + 1'b1 == n_out_q;
+  // the last index of each loop, compared with the bounds minus one (taken when the instruction starts): no
+  // adder before the compares
+  assign u_last    = 14'(u_q) == u_last_q;
+  assign i_last    = i_q == n_in_m1_q;
+  assign last_iter = u_last && i_last && o_q == n_out_m1_q;
 
   always_ff @(posedge clk_i or negedge rst_ni) begin
     if (!rst_ni) begin
@@ -134,9 +136,9 @@ module vdla_loop_seq (
                    && insn_i.alu.alu_opcode != vdla_pkg::ALU_SHR && insn_i.alu.alu_opcode != vdla_pkg::ALU_RSHR
                    && insn_i.alu.alu_opcode != vdla_pkg::ALU_REQ;
       u_bgn_q   <= gemm.uop_bgn;
-      u_end_q   <= gemm.uop_end;
-      n_out_q   <= gemm.iter_out;
-      n_in_q    <= gemm.iter_in;
+      u_last_q   <= gemm.uop_end - 1'b1;
+      n_out_m1_q <= gemm.iter_out - 1'b1;
+      n_in_m1_q  <= gemm.iter_in - 1'b1;
       dfo_q     <= gemm.dst_factor_out;
       dfi_q     <= gemm.dst_factor_in;
       sfo_q     <= gemm.src_factor_out;

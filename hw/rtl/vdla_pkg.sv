@@ -271,10 +271,26 @@ package vdla_pkg;
     else clamp8_x = rounded[7:0];
   endfunction
 
-  // Requantization of one int32 lane (the ALU's REQ and the OUT mirror after an EPI with req): `v`
-  // shifted right by `shift` rounding half up (in 33 bits, no overflow), clamped to [relu ? 0 : -128, 127].
+  // Requantization of one int32 lane (the OUT mirror after an EPI with req; the ALU's REQ is the same function
+  // on its shared shifter, clamp8_x): `v` shifted right by `shift` rounding half up (in 33 bits, no overflow),
+  // clamped to [relu ? 0 : -128, 127]. clamp8_x's bounds on x = (2v) >> shift (x >= 255, x <= -2, x <= -258)
+  // are tested as compares of 2v with the bounds shifted left by `shift` (255 << shift, -1 << shift,
+  // -257 << shift, in 34 bits; beyond them for shifts over 24), which depend on `shift` alone: only the low
+  // byte's rounding follows the shifter.
   function automatic logic [7:0] requantize(logic signed [31:0] v, logic [4:0] shift, logic relu);
-    requantize = clamp8_x($signed({v, 1'b0}) >>> shift, relu);
+    logic signed [33:0] w, hi, zero, lo;
+    logic        [8:0]  x;
+    logic        [7:0]  rounded;
+    w       = {v[31], v, 1'b0};  // 2v
+    x       = 9'(w >>> shift);   // the low bits of x
+    rounded = 8'((x + 9'd1) >> 1);  // the low byte of (x + 1) >> 1
+    hi      = shift >= 5'd25 ? 34'sh1_ffff_ffff : 34'sd255 <<< shift;
+    zero    = -34'sd1 <<< shift;
+    lo      = shift >= 5'd25 ? -34'sh2_0000_0000 : -34'sd257 <<< shift;
+    if (w >= hi) requantize = 8'd127;                   // x >= 255
+    else if (relu && w < zero) requantize = 8'd0;       // x <= -2
+    else if (w < lo) requantize = 8'h80;                // x <= -258
+    else requantize = rounded;
   endfunction
 
   // An ALU lane's shift controls from its operand b (an alu_lane_ctl_t), for REQ (`req`) or SHR/RSHR.

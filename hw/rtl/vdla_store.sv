@@ -31,6 +31,11 @@ module vdla_store (
   output logic                            out_re_o,
   output logic [vdla_pkg::ACC_AW-1:0]     out_raddr_o,
   input  logic [vdla_pkg::OUT_BITS-1:0]   out_rdata_i,
+  // the OUT mirror's write in this cycle (vdla_compute: a cycle after the ACC write), which a read in this
+  // cycle sees (forwarded)
+  input  logic [vdla_pkg::LANES-1:0]      out_we_i,
+  input  logic [vdla_pkg::ACC_AW-1:0]     out_waddr_i,
+  input  logic [vdla_pkg::OUT_BITS-1:0]   out_wdata_i,
   // status
   output logic                            fire_o,
   output logic                            busy_o,
@@ -45,6 +50,7 @@ module vdla_store (
   localparam int E           = OUT_W / BUS_W;  // beats per element
   localparam int EW          = $clog2(E + 1);
   localparam int AW_IX       = vdla_pkg::ACC_AW;
+  localparam int LANES       = vdla_pkg::LANES;
   localparam int SETUP_EXTRA = vdla_pkg::DMA_SETUP - 1;
   localparam int NOP_EXTRA   = vdla_pkg::NOP_CYCLES - 1;
 
@@ -129,9 +135,22 @@ module vdla_store (
   assign out_re_o    = rd_issue;
   assign out_raddr_o = start ? AW_IX'(mem.sram_base) : rd_addr_q;
 
+  // A read in the cycle the mirror writes its row takes the written lanes from the write: the mirror is
+  // written a cycle after ACC, and this makes the read see it as if it were written with ACC. The address
+  // compare is made against both read addresses, then selected (the start decision comes last).
+  logic [LANES-1:0] fw_q;
+  logic [OUT_W-1:0] fw_data_q, rd_data;
+  always_ff @(posedge clk_i) begin
+    fw_q      <= out_we_i & {LANES{start ? out_waddr_i == AW_IX'(mem.sram_base) : out_waddr_i == rd_addr_q}};
+    fw_data_q <= out_wdata_i;
+  end
+  for (genvar l = 0; l < LANES; l++) begin : g_fw
+    assign rd_data[l*8 +: 8] = fw_q[l] ? fw_data_q[l*8 +: 8] : out_rdata_i[l*8 +: 8];
+  end
+
   vdla_fifo #(.WIDTH(OUT_W), .DEPTH(4)) u_elems (
     .clk_i, .rst_ni, .clear_i (halt_i),
-    .push_i (rd_pending_q), .push_data_i (out_rdata_i), .full_o (unused_el_full),
+    .push_i (rd_pending_q), .push_data_i (rd_data), .full_o (unused_el_full),
     .pop_i (w_fire && ebeat_q == EW'(E - 1)), .valid_o (el_valid), .data_o (el_head),
     .count_o (el_count)
   );

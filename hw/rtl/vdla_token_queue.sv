@@ -16,18 +16,28 @@ module vdla_token_queue #(
   localparam int CW = $clog2(DEPTH + 1);
 
   logic [CW-1:0] count_q;
+  logic          avail_q, room_q;  // count_q != 0, count_q != DEPTH: kept as flags, so a stage's dispatch reads a flip-flop
+  logic          push, pop;
 
-  assign avail_o = count_q != '0;
-  assign room_o  = count_q != CW'(DEPTH);
+  assign push    = push_i && room_q;
+  assign pop     = pop_i && avail_q;
+  assign avail_o = avail_q;
+  assign room_o  = room_q;
   assign count_o = count_q;
 
   always_ff @(posedge clk_i or negedge rst_ni) begin
     if (!rst_ni) begin
       count_q <= '0;
+      avail_q <= 1'b0;
+      room_q  <= 1'b1;
     end else if (clear_i) begin
       count_q <= '0;
+      avail_q <= 1'b0;
+      room_q  <= 1'b1;
     end else begin
-      count_q <= count_q + CW'(push_i && room_o) - CW'(pop_i && avail_o);
+      count_q <= count_q + CW'(push) - CW'(pop);
+      avail_q <= push || (avail_q && !(pop && count_q == CW'(1)));
+      room_q  <= pop || (room_q && !(push && count_q == CW'(DEPTH - 1)));
     end
   end
 

@@ -156,8 +156,8 @@ module vdla_top #(
   logic [WGT_AW-1:0]      wgt_waddr, wgt_raddr;
   logic [WGT_W-1:0]       wgt_wdata, wgt_rdata;
   logic                   wgt_re;
-  logic [LANES-1:0]       acc_we;
-  logic [ACC_AW-1:0]      acc_waddr, acc_raddr, out_raddr;
+  logic [LANES-1:0]       acc_we, out_we;
+  logic [ACC_AW-1:0]      acc_waddr, acc_raddr, out_waddr, out_raddr;
   logic [ACC_W-1:0]       acc_wdata, acc_rdata;
   logic [OUT_W-1:0]       out_wdata, out_rdata;
   logic                   acc_re, out_re;
@@ -172,7 +172,7 @@ module vdla_top #(
     .clk_i, .we_i (acc_we), .waddr_i (acc_waddr), .wdata_i (acc_wdata),
     .re_i (acc_re), .raddr_i (acc_raddr), .rdata_o (acc_rdata));
   vdla_sram #(.WIDTH(OUT_W), .DEPTH(vdla_pkg::ACC_DEPTH), .LANE(8)) u_out (
-    .clk_i, .we_i (acc_we), .waddr_i (acc_waddr), .wdata_i (out_wdata),
+    .clk_i, .we_i (out_we), .waddr_i (out_waddr), .wdata_i (out_wdata),
     .re_i (out_re), .raddr_i (out_raddr), .rdata_o (out_rdata));
 
   // ---- stages -------------------------------------------------------------------------------
@@ -200,7 +200,8 @@ module vdla_top #(
     .inp_re_o (inp_re), .inp_raddr_o (inp_raddr), .inp_rdata_i (inp_rdata),
     .wgt_re_o (wgt_re), .wgt_raddr_o (wgt_raddr), .wgt_rdata_i (wgt_rdata),
     .acc_re_o (acc_re), .acc_raddr_o (acc_raddr), .acc_rdata_i (acc_rdata),
-    .acc_we_o (acc_we), .acc_waddr_o (acc_waddr), .acc_wdata_o (acc_wdata), .out_wdata_o (out_wdata),
+    .acc_we_o (acc_we), .acc_waddr_o (acc_waddr), .acc_wdata_o (acc_wdata),
+    .out_we_o (out_we), .out_waddr_o (out_waddr), .out_wdata_o (out_wdata),
     .fire_o (fire[1]), .busy_o (busy[1]), .stall_o (stall[1]), .done_o (sdone[1]), .finish_o (finish),
     .err_o (serr[1]), .err_code_o (serr_code[1])
   );
@@ -214,6 +215,7 @@ module vdla_top #(
     .wvalid_o (m_axi_wvalid), .wdata_o (m_axi_wdata), .wlast_o (m_axi_wlast), .wready_i (m_axi_wready),
     .bvalid_i (m_axi_bvalid), .bresp_i (m_axi_bresp),
     .out_re_o (out_re), .out_raddr_o (out_raddr), .out_rdata_i (out_rdata),
+    .out_we_i (out_we), .out_waddr_i (out_waddr), .out_wdata_i (out_wdata),
     .fire_o (fire[2]), .busy_o (busy[2]), .stall_o (stall[2]), .done_o (sdone[2]),
     .err_o (serr[2]), .err_code_o (serr_code[2])
   );
@@ -259,8 +261,9 @@ module vdla_top #(
   assign deadlock  = quiet_q == 5'd16;
   assign end_pulse = done_cond || (running_q && !error_q && (|serr || fetch_err || deadlock));
 
-  logic [31:0]         unit_insns;
+  logic [31:0]         unit_insn [3];  // each stage's ERROR_INSN, were its error the first
   vdla_pkg::err_code_e unit_code;
+  logic [31:0]         unit_err_insn;
   logic                new_error;
   assign new_error = running_q && !error_q && (fetch_err || |serr || deadlock);
 
@@ -312,22 +315,30 @@ module vdla_top #(
       end else begin
         err_unit_q <= serr[0] ? 2'd1 : serr[1] ? 2'd2 : 2'd3;
         err_code_q <= unit_code;
-        // errors found at dispatch name the next instruction, later ones the running one
-        err_insn_q <= unit_code == vdla_pkg::ERR_INSN ? unit_insns : unit_insns - 1'b1;
+        err_insn_q <= unit_err_insn;
       end
     end
   end
 
+  // Errors found at dispatch name the next instruction, later ones the running one: each stage's candidate is
+  // formed beside its error (the count minus one does not wait for the error), then the first erring unit's taken.
+  for (genvar s = 0; s < 3; s++) begin : g_unit_insn
+    logic [31:0] next_insn, running_insn;
+    assign next_insn    = stage_insns[s*32 +: 32];
+    assign running_insn = stage_insns[s*32 +: 32] - 1'b1;
+    assign unit_insn[s] = serr_code[s] == vdla_pkg::ERR_INSN ? next_insn : running_insn;
+  end
+
   always_comb begin
     if (serr[0]) begin
-      unit_code  = serr_code[0];
-      unit_insns = stage_insns[0 +: 32];
+      unit_code     = serr_code[0];
+      unit_err_insn = unit_insn[0];
     end else if (serr[1]) begin
-      unit_code  = serr_code[1];
-      unit_insns = stage_insns[32 +: 32];
+      unit_code     = serr_code[1];
+      unit_err_insn = unit_insn[1];
     end else begin
-      unit_code  = serr_code[2];
-      unit_insns = stage_insns[64 +: 32];
+      unit_code     = serr_code[2];
+      unit_err_insn = unit_insn[2];
     end
   end
 
