@@ -13,7 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from vdla.compiler.cache import ScheduleCache
-from vdla.compiler.epilogue import multiplier_kind, pool_commutes, power_of_two_shift
+from vdla.compiler.epilogue import multiplier_kind, power_of_two_shift
+from vdla.compiler.fused_pool import FusedPool
 from vdla.compiler.identity import EYE, identity_weights
 from vdla.compiler.schedule import ConvLowering, Schedule
 from vdla.compiler.search import SearchResult, build_stream, emit_program, search
@@ -91,6 +92,8 @@ class CompiledConv2d:
         pool: Window | None = None,
     ):
         t0 = time.perf_counter()
+        if pool is not None:
+            FusedPool.for_layer(pool, (spec.oh, spec.ow), multiplier, shift, residual, rescale)
         if weights.dtype != np.int8 or weights.shape != spec.weight_shape:
             raise CompileError(
                 f"weights must be int8 of shape {spec.weight_shape} (OIHW), got {weights.dtype} {weights.shape}"
@@ -98,8 +101,6 @@ class CompiledConv2d:
         if rescale is None:
             multiplier, shift = power_of_two_shift(multiplier, shift)
         mkind = multiplier_kind(multiplier, shift)
-        if pool is not None and mkind == "row" and (why := pool_commutes(multiplier, shift)):
-            raise CompileError(f"the max pool cannot be fused before the requantization: {why}")
         self.epilogue = EpilogueSpec(
             bias=bias is not None,
             multiplier=mkind,

@@ -582,23 +582,24 @@ class ThreadBuilder:
         if k < nsteps - 1:
             return compute, []
         if low.pool:
-            compute, sub, acc = self.pool_ops(sub, o0, acc, compute)
+            pooling, sub, acc = self.pool_ops(sub, o0, acc)
+            compute += pooling
         compute += self.residual_loads(sub, o0) + self.epilogue_ops(sub, o0, acc)
         return compute, [
             Store(acc + tr.sram, "out", tr.offset, tr.y, tr.x, tr.stride) for tr in self.output_transfers(sub)
         ]
 
-    def pool_ops(self, t: Tile, o0: int, acc: int, compute: list[Op]) -> tuple[list[Op], Tile, int]:
-        """The fused pool's passes after the tile's GEMMs (:mod:`vdla.compiler.fused_pool`): (the compute
-        operations, the pooled tile and the accumulators where it sits) for the epilogue and the STOREs."""
+    def pool_ops(self, t: Tile, o0: int, acc: int) -> tuple[list[Op], Tile, int]:
+        """The fused pool's passes after the tile's GEMMs (:mod:`vdla.compiler.fused_pool`), the pooled tile and
+        the accumulators where it sits (for the epilogue and the STOREs)."""
         low = self.low
         pool, (sh, _), owp = low.pool, low.pool.stride, low.pool.out_hw[1]
         carry = low.carry_base + pool.carry_elems(t.ob)
         nph = t.noh // sh
         out = self.acc["pool"] + o0 * nph * owp
         rows = (t.oy > 0, t.oy + t.noh < low.spec.oh)
-        compute = compute + pool.passes(t.noc, t.noh, acc, carry, rows, out, low.limits)
-        return compute, replace(t, oy=t.oy // sh, noh=nph, ox=0, now=owp), out
+        passes = pool.passes(t.noc, t.noh, acc, carry, rows, out, low.limits)
+        return passes, replace(t, oy=t.oy // sh, noh=nph, ox=0, now=owp), out
 
     def residual_loads(self, t: Tile, o0: int) -> list[Op]:
         """The compute-stage LOAD of the residual into the accumulators after the tile (ALU form), if any."""

@@ -30,7 +30,6 @@ import numpy as np
 
 from vdla.compiler import CompileError, ScheduleCache, compile_conv2d
 from vdla.compiler.chain import join_programs, weight_relocator
-from vdla.compiler.epilogue import multiplier_kind, pool_commutes, power_of_two_shift
 from vdla.compiler.fused_pool import FusedPool
 from vdla.compiler.pool import PoolLowering, PoolSpec, compile_pool
 from vdla.compiler.search import emit_program
@@ -104,20 +103,18 @@ def _known_nonneg(value: str, graph: Graph) -> bool:
 
 def fuse_pool(conv: AccelLayer, pool: PoolLayer, graph: Graph) -> AccelLayer | None:
     """``conv`` with the max pool ``pool`` of its output fused into its tiles (:mod:`vdla.compiler.fused_pool`),
-    or None where that is not exact or not possible: the pool must be the output's only reader, the epilogue
-    non-decreasing (no residual, :func:`~vdla.compiler.epilogue.pool_commutes`), the geometry as the fused
-    pool takes it."""
+    or None where that is not exact or not possible: the pool must be the output's only reader and
+    :meth:`~vdla.compiler.fused_pool.FusedPool.for_layer` take the layer."""
     if conv.op != "conv2d" or pool.op != "max_pool2d" or pool.x != conv.out or conv.residual:
         return None
     if conv.out in graph.outputs or len(graph.consumers().get(conv.out, [])) != 1:
         return None
     kw = conv.kwargs
-    multiplier, shift = power_of_two_shift(kw.get("multiplier", 1), kw.get("shift", 0))
-    if "rescale" in kw or multiplier_kind(multiplier, shift) == "imm" or pool_commutes(multiplier, shift):
-        return None
     try:
         sp = Conv2dSpec.make(conv.in_shape, conv.weights.shape[0], conv.weights.shape[2:], kw["stride"], kw["padding"])
-        FusedPool.make(pool.spec.window, (sp.oh, sp.ow))
+        FusedPool.for_layer(
+            pool.spec.window, (sp.oh, sp.ow), kw.get("multiplier", 1), kw.get("shift", 0), None, kw.get("rescale")
+        )
     except CompileError:
         return None
     return replace(conv, nodes=[*conv.nodes, *pool.nodes], out=pool.out, pool=pool)
