@@ -105,3 +105,7 @@ def test_the_deepest_path_of_each_unit():
     path = longest_path(_netlist(cells, names), "top")
     assert path.units == (("u_x.u_y", 2), ("(top)", 1), ("(unnamed)", 0))
     assert path.to_dict()["by_unit"] == {"u_x.u_y": 2, "(top)": 1, "(unnamed)": 0}
+    ends = path.to_dict()["by_unit_ends"]
+    assert list(ends) == ["u_x.u_y", "(top)", "(unnamed)"]
+    assert ends["u_x.u_y"] == {"start": "FDRE a -> a_q", "end": "FDRE b (-> u_x.u_y.u_z.z_q).D"}
+    assert ends["(top)"]["end"] == "FDRE c (-> q).D"

@@ -26,8 +26,13 @@ def cmd_fit(args: argparse.Namespace) -> int:
 
     report = run_fit(args.config, top=args.module) if args.module else run_fit(args.config)
     print(fit_table(report), end="")
-    if args.module and args.path:
-        print("Deepest path:", report["logic_levels"]["start"], *report["logic_levels"]["path"], sep="\n  ")
+    if args.path:
+        lv = report["logic_levels"]
+        print("Deepest path:", lv["start"], *lv["path"], sep="\n  ")
+        over = [(u, n) for u, n in lv["by_unit"].items() if n > lv["target"]]
+        for u, n in over:
+            ends = lv["by_unit_ends"][u]
+            print(f"{u}, {n} levels: from `{ends['start']}` to `{ends['end']}`")
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
     return 0 if report["fits"] else 1
@@ -48,5 +53,9 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         "--module",
         help="synthesize one module (e.g. vdla_acc_rmw) with its submodules: its depth in a minute or less",
     )
-    p.add_argument("--path", action="store_true", help="with --module, print the deepest path's cells")
+    p.add_argument(
+        "--path",
+        action="store_true",
+        help="print the deepest path's cells, and where each unit's deepest path over the target starts and ends",
+    )
     p.set_defaults(func=cmd_fit)

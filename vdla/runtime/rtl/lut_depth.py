@@ -57,7 +57,8 @@ class LogicPath:
     """The deepest combinational path: ``levels`` by the module's rules, from ``start`` (a boundary cell's
     output net or a top input) to ``end`` (a boundary cell's input pin or a top output); ``steps`` are the
     counted and free cells between, in order. ``unknown`` lists cell types treated as boundaries;
-    ``units`` the deepest path ending in each unit (the endpoint's instance path, two levels), deepest first."""
+    ``units`` the deepest path ending in each unit (the endpoint's instance path, two levels), deepest first;
+    ``unit_ends`` the (unit, start, end) of each of those paths, in the same order."""
 
     levels: int
     start: str
@@ -65,6 +66,7 @@ class LogicPath:
     steps: tuple[PathStep, ...]
     unknown: tuple[str, ...] = ()
     units: tuple[tuple[str, int], ...] = ()
+    unit_ends: tuple[tuple[str, str, str], ...] = ()
 
     @property
     def meets_target(self) -> bool:
@@ -80,6 +82,7 @@ class LogicPath:
             "path": [f"{s.type} {s.cell} -> {s.net}" for s in self.steps],
             "unknown_cell_types": list(self.unknown),
             "by_unit": dict(self.units),
+            "by_unit_ends": {u: {"start": a, "end": b} for u, a, b in self.unit_ends},
         }
 
 
@@ -219,26 +222,32 @@ def longest_path(netlist: dict, top: str) -> LogicPath:
             ends += [(b, f"output {pname}[{i}]", "(ports)") for i, b in enumerate(port["bits"]) if isinstance(b, int)]
 
     worst_bit, worst_end, worst = None, "", -1
-    by_unit: dict[str, int] = {}
+    by_unit: dict[str, tuple[int, int, str]] = {}  # unit -> (levels, end bit, end label)
     for b, label, unit in ends:
         resolve(b)
-        by_unit[unit] = max(by_unit.get(unit, 0), arrival[b][0])
+        if arrival[b][0] > by_unit.get(unit, (-1,))[0]:
+            by_unit[unit] = (arrival[b][0], b, label)
         if arrival[b][0] > worst:
             worst_bit, worst_end, worst = b, label, arrival[b][0]
     if worst_bit is None:
         return LogicPath(0, "", "", (), tuple(sorted(unknown)))
-    units = tuple(sorted(by_unit.items(), key=lambda kv: (-kv[1], kv[0])))
+    order = sorted(by_unit, key=lambda u: (-by_unit[u][0], u))
 
-    steps: list[PathStep] = []
-    b = worst_bit
-    while arrival[b][1] is not None:
-        cname = driver[b][0]
-        steps.append(PathStep(cname, cells[cname]["type"], names.get(b, str(b))))
-        b = arrival[b][1]
-    steps.reverse()
-    src = driver.get(b)
-    start = names.get(b, str(b)) if src is None else f"{cells[src[0]]['type']} {src[0]} -> {names.get(b, str(b))}"
-    return LogicPath(worst, start, worst_end, tuple(steps), tuple(sorted(unknown)), units)
+    def walk(b: int) -> tuple[str, list[PathStep]]:
+        """The start of the path that arrives at ``b``, and its steps in order."""
+        steps: list[PathStep] = []
+        while arrival[b][1] is not None:
+            cname = driver[b][0]
+            steps.append(PathStep(cname, cells[cname]["type"], names.get(b, str(b))))
+            b = arrival[b][1]
+        src = driver.get(b)
+        start = names.get(b, str(b)) if src is None else f"{cells[src[0]]['type']} {src[0]} -> {names.get(b, str(b))}"
+        return start, steps[::-1]
+
+    start, steps = walk(worst_bit)
+    units = tuple((u, by_unit[u][0]) for u in order)
+    unit_ends = tuple((u, walk(by_unit[u][1])[0], by_unit[u][2]) for u in order)
+    return LogicPath(worst, start, worst_end, tuple(steps), tuple(sorted(unknown)), units, unit_ends)
 
 
 def longest_path_file(path: str | Path, top: str) -> LogicPath:
