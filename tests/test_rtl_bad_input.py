@@ -161,3 +161,48 @@ def test_cycle_limit_names_the_running_instruction(dev):
             "alu add uop=0:1 iter=1000,1 dst=0,0 src=0,0 imm=1\nfinish",
             max_cycles=500,
         )
+
+
+@pytest.mark.parametrize("phase", range(3))
+def test_an_error_shows_with_its_details(dev, phase):
+    """The host never sees half an error: with STATUS polled every three cycles (at three phases, so that every
+    cycle is read), STATUS.ERROR reads 1 only with its code and unit, CONTROL.BUSY down and ERROR_INSN set."""
+    from vdla.runtime import registers as R
+
+    h = dev.backend.harness
+    real_run, seen = h.run, []
+
+    def poll() -> bool:
+        """Read STATUS (two cycles; the rest when it shows an error); True on an error."""
+        status = h.read(R.offset("STATUS"))
+        error = R.get_field(status, "STATUS", "ERROR")
+        seen.append((status, *(h.read(R.offset(r)) for r in ("CONTROL", "ERROR_INSN"))) if error else (status,))
+        return bool(error)
+
+    def polling_run(cycles: int) -> bool:
+        real_run(phase)
+        for _ in range(cycles):
+            if poll() or real_run(1):
+                poll()  # and once more
+                return real_run(cycles) or True
+        return False
+
+    h.run = polling_run
+    uop = dev.array(np.array([2047], np.uint32))
+    try:
+        with pytest.raises(FaultError, match="micro-op index"):
+            run_asm(
+                dev,
+                f"load uop sram=0 dram={uop.elem(4)} y=1 x=1 stride=1\n"
+                "gemm uop=0:1 iter=2,1 dst=1,0 src=0,0 wgt=0,0\nfinish",
+            )
+    finally:
+        del h.run
+        uop.free()
+    errors = [s for s in seen if len(s) == 3]
+    assert len(seen) > 20 and errors, seen
+    for status, busy, insn in errors:
+        assert insn == 1  # the GEMM, the compute stage's second instruction
+        assert R.get_field(status, "STATUS", "ERROR_CODE") == R.ERRORS["INDEX"][0]
+        assert R.ERROR_UNITS[R.get_field(status, "STATUS", "ERROR_UNIT")] == "compute"
+        assert busy == 0

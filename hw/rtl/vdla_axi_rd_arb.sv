@@ -43,10 +43,11 @@ module vdla_axi_rd_arb #(
   assign arlen_o   = req_len_i[grant*8 +: 8];
 
   always_comb begin
-    req_ready_o = '0;
-    req_ready_o[grant] = arready_i;
-    rvalid_o = '0;
-    rvalid_o[rid_i] = rvalid_i;
+    // one compare per requester (an indexed write would add a range check of the index: a carry chain)
+    for (int k = 0; k < N; k++) begin
+      req_ready_o[k] = arready_i && grant == IDW'(k);
+      rvalid_o[k]    = rvalid_i && rid_i == IDW'(k);
+    end
   end
 
   always_ff @(posedge clk_i or negedge rst_ni) begin

@@ -1,4 +1,6 @@
-// Synchronous first-word-fall-through FIFO (distributed RAM, combinational read of the head).
+// Synchronous first-word-fall-through FIFO (distributed RAM). The head is kept in a register (head_q equals
+// the entry at the read pointer while valid), so its readers start at a flip-flop: a pop loads the next entry
+// (or the word pushed in that cycle when it is the only one), a push into an empty FIFO loads the word.
 // Users push only when not full and pop only when valid (asserted below); a clear empties it.
 module vdla_fifo #(
   parameter int WIDTH = 8,
@@ -18,20 +20,26 @@ module vdla_fifo #(
   localparam int PW = $clog2(DEPTH);
 
   logic [WIDTH-1:0] mem_q [DEPTH];
+  logic [WIDTH-1:0] head_q;
   logic [PW-1:0]    wptr_q, rptr_q;
   logic [PW:0]      count_q;
   logic             valid_q, full_q;  // count_q != 0, count_q == DEPTH: kept as flags (users' decisions read a flip-flop)
 
   logic do_push, do_pop;
+  logic [PW:0] count_up, count_down;  // formed from the register alone: push and pop only select
+  assign count_up   = count_q + 1'b1;
+  assign count_down = count_q - 1'b1;
   assign do_push = push_i && !full_o;
   assign do_pop  = pop_i && valid_o;
   assign full_o  = full_q;
   assign valid_o = valid_q;
-  assign data_o  = mem_q[rptr_q];
+  assign data_o  = head_q;
   assign count_o = count_q;
 
   always_ff @(posedge clk_i) begin
     if (do_push) mem_q[wptr_q] <= push_data_i;
+    if (do_pop && count_q != (PW+1)'(1)) head_q <= mem_q[rptr_q + 1'b1];
+    else if (do_push && (!valid_q || do_pop)) head_q <= push_data_i;
   end
 
   always_ff @(posedge clk_i or negedge rst_ni) begin
@@ -52,11 +60,14 @@ module vdla_fifo #(
       full_q  <= !do_pop && (full_q || (do_push && count_q == (PW+1)'(DEPTH - 1)));
       if (do_push) wptr_q <= wptr_q + 1'b1;
       if (do_pop)  rptr_q <= rptr_q + 1'b1;
-      count_q <= count_q + (PW+1)'(do_push) - (PW+1)'(do_pop);
+      if (do_push && !do_pop) count_q <= count_up;
+      else if (do_pop && !do_push) count_q <= count_down;
     end
   end
 
 `ifndef SYNTHESIS
+  a_head: assert property (@(posedge clk_i) disable iff (!rst_ni) valid_q |-> head_q == mem_q[rptr_q])
+    else $error("FIFO head register differs from the entry at the read pointer");
   a_no_overflow: assert property (@(posedge clk_i) disable iff (!rst_ni) push_i && !clear_i |-> !full_o)
     else $error("FIFO overflow: push into a full FIFO");
   a_no_underflow: assert property (@(posedge clk_i) disable iff (!rst_ni) pop_i && !clear_i |-> valid_o)

@@ -93,6 +93,12 @@ module vdla_load_engine #(
                   || (y_pad_1_i == 4'd1 && !side && x_size_i == 16'd1);
   assign mid_one   = (x_pad_0_i == 4'd1 && x_pad_1_i == '0) || (x_pad_0_i == '0 && x_pad_1_i == 4'd1);
   assign any_mids  = side && y_size_i != 16'd1;
+  // exactly one padding element (pads_total == 1, from the fields: x_size, y_size >= 1): one row above or below a
+  // one-column tile, or one column beside a one-row tile
+  logic pads_one;
+  assign pads_one  = (!side && x_size_i == 16'd1 && ((y_pad_0_i == 4'd1 && y_pad_1_i == '0)
+                                                   || (y_pad_0_i == '0 && y_pad_1_i == 4'd1)))
+                  || (y_pad_0_i == '0 && y_pad_1_i == '0 && y_size_i == 16'd1 && mid_one);
   assign ycols     = (IDX_W+2)'(32'(y_size_i) * 32'(cols));
   assign skip      = side ? (IDX_W+2)'(x_size_i) + 1'b1 : ycols + 1'b1;
   assign first_run = RUN_W'(y_pad_0_i) * RUN_W'(cols) + RUN_W'(x_pad_0_i);
@@ -159,7 +165,7 @@ module vdla_load_engine #(
           waiting_q   <= SETUP != 0;
           pads_left_q <= pads_total;
           pads_none_q <= !side && y_pad_0_i == '0 && y_pad_1_i == '0;
-          pads_last_q <= pads_total == 32'd1;
+          pads_last_q <= pads_one;
           log_eb_q    <= log_eb_i;
           row_bytes_q <= 25'(x_size_i) << log_eb_i;
           cols_q      <= cols;
@@ -225,4 +231,10 @@ module vdla_load_engine #(
       endcase
     end
   end
+
+`ifndef SYNTHESIS
+  a_pads_one: assert property (@(posedge clk_i) disable iff (!rst_ni)
+      start_i && state_q == IDLE && !halt_i |-> pads_one == (pads_total == 32'd1))
+    else $error("load engine: the one-padding-element flag disagrees with the padding count");
+`endif
 endmodule

@@ -18,6 +18,10 @@ module vdla_token_queue #(
   logic [CW-1:0] count_q;
   logic          avail_q, room_q;  // count_q != 0, count_q != DEPTH: kept as flags, so a stage's dispatch reads a flip-flop
   logic          push, pop;
+  logic [CW-1:0] count_up, count_down;  // formed from the register alone: push and pop only select
+
+  assign count_up   = count_q + 1'b1;
+  assign count_down = count_q - 1'b1;
 
   assign push    = push_i && room_q;
   assign pop     = pop_i && avail_q;
@@ -35,7 +39,8 @@ module vdla_token_queue #(
       avail_q <= 1'b0;
       room_q  <= 1'b1;
     end else begin
-      count_q <= count_q + CW'(push) - CW'(pop);
+      if (push && !pop) count_q <= count_up;
+      else if (pop && !push) count_q <= count_down;
       avail_q <= push || (avail_q && !(pop && count_q == CW'(1)));
       room_q  <= pop || (room_q && !(push && count_q == CW'(DEPTH - 1)));
     end

@@ -246,7 +246,8 @@ module vdla_top #(
     .araddr_i (s_axil_araddr), .arvalid_i (s_axil_arvalid), .arready_o (s_axil_arready),
     .rdata_o (s_axil_rdata), .rresp_o (s_axil_rresp), .rvalid_o (s_axil_rvalid), .rready_i (s_axil_rready),
     .start_o (start), .insn_addr_o (insn_addr), .insn_count_o (insn_count), .irq_o,
-    .busy_i (running_q), .done_i (done_q), .error_i (error_q), .error_code_i (err_code_q),
+    .busy_i (running_q || err_pend_q), .done_i (done_q), .error_i (error_q && !err_pend_q),
+    .error_code_i (err_code_q),
     .error_unit_i (err_unit_q), .error_insn_i (err_insn_q), .end_i (end_pulse),
     .tokens_i ({8'(t_count[3]), 8'(t_count[2]), 8'(t_count[1]), 8'(t_count[0])}),
     .cmd_queues_i ({8'd0, 8'(q_count[2]), 8'(q_count[1]), 8'(q_count[0])}),
@@ -259,42 +260,69 @@ module vdla_top #(
   assign done_cond = running_q && finish_q && busy == '0 && q_valid == '0 && fetch_done && !error_q;
   // Deadlock: nothing executes, nothing is in flight and no stage can start, for 16 cycles.
   assign deadlock  = quiet_q == 5'd16;
-  assign end_pulse = done_cond || (running_q && !error_q && (|serr || fetch_err || deadlock));
+  assign end_pulse = done_cond || err_pend_q;  // an error's end waits for its details (below)
 
+  // The first error is taken in two steps. error_q (the halt) is set at once; the error's unit, cause and
+  // instruction (STATUS, ERROR_INSN) are chosen a cycle later (err_pend_q) from registered copies of every
+  // candidate, so that no unit's error logic feeds the 32-bit choice (the timing proxy, docs/rtl.md). The host
+  // sees the error only with its details: STATUS.ERROR, the end of the run (IRQ) and the fall of CONTROL.BUSY
+  // wait for that cycle, and the run's counters stop with running_q as before.
+  logic                new_error, err_pend_q;
+  logic [1:0]          serr_q;  // the third unit's error is the only one left when these are clear
+  vdla_pkg::err_code_e serr_code_q [3];
+  logic                fetch_err_q, deadlock_q;
+  vdla_pkg::err_code_e fetch_err_code_q;
+  logic [31:0]         fetched_q;
+  logic [32*3-1:0]     stage_insns_q;
   logic [31:0]         unit_insn [3];  // each stage's ERROR_INSN, were its error the first
   vdla_pkg::err_code_e unit_code;
   logic [31:0]         unit_err_insn;
-  logic                new_error;
   assign new_error = running_q && !error_q && (fetch_err || |serr || deadlock);
 
   always_ff @(posedge clk_i or negedge rst_ni) begin
     if (!rst_ni) begin
-      running_q <= 1'b0;
-      done_q    <= 1'b0;
-      error_q   <= 1'b0;
-      finish_q  <= 1'b0;
-      quiet_q   <= '0;
+      running_q  <= 1'b0;
+      done_q     <= 1'b0;
+      error_q    <= 1'b0;
+      err_pend_q <= 1'b0;
+      finish_q   <= 1'b0;
+      quiet_q    <= '0;
     end else if (start) begin
-      running_q <= 1'b1;
-      done_q    <= 1'b0;
-      error_q   <= 1'b0;
-      finish_q  <= 1'b0;
-      quiet_q   <= '0;
-    end else if (running_q) begin
-      if (finish) finish_q <= 1'b1;
-      if (busy == '0 && fire == '0 && !fetch_active && (q_valid & ~stall) == '0 && !done_cond)
-        quiet_q <= quiet_q + 1'b1;
-      else
-        quiet_q <= '0;
-      if (done_cond) begin
-        running_q <= 1'b0;
-        done_q    <= 1'b1;
-      end
-      if (new_error) begin
-        error_q   <= 1'b1;
-        running_q <= 1'b0;
+      running_q  <= 1'b1;
+      done_q     <= 1'b0;
+      error_q    <= 1'b0;
+      err_pend_q <= 1'b0;
+      finish_q   <= 1'b0;
+      quiet_q    <= '0;
+    end else begin
+      err_pend_q <= new_error;
+      if (running_q) begin
+        if (finish) finish_q <= 1'b1;
+        if (busy == '0 && fire == '0 && !fetch_active && (q_valid & ~stall) == '0 && !done_cond)
+          quiet_q <= quiet_q + 1'b1;
+        else
+          quiet_q <= '0;
+        if (done_cond) begin
+          running_q <= 1'b0;
+          done_q    <= 1'b1;
+        end
+        if (new_error) begin
+          error_q   <= 1'b1;
+          running_q <= 1'b0;
+        end
       end
     end
+  end
+
+  // every cycle's candidates, for the cycle after an error
+  always_ff @(posedge clk_i) begin
+    serr_q           <= serr[1:0];
+    serr_code_q      <= serr_code;
+    fetch_err_q      <= fetch_err;
+    fetch_err_code_q <= fetch_err_code;
+    deadlock_q       <= deadlock;
+    fetched_q        <= fetched;
+    stage_insns_q    <= stage_insns;
   end
 
   // The first error's unit, cause and instruction (STATUS, ERROR_INSN): cleared by START.
@@ -303,41 +331,39 @@ module vdla_top #(
       err_code_q <= vdla_pkg::ERR_NONE;
       err_unit_q <= '0;
       err_insn_q <= '0;
-    end else if (new_error) begin
-      if (fetch_err) begin
+    end else if (err_pend_q) begin
+      if (fetch_err_q) begin
         err_unit_q <= 2'd0;
-        err_code_q <= fetch_err_code;
-        err_insn_q <= fetched;
-      end else if (deadlock) begin
+        err_code_q <= fetch_err_code_q;
+        err_insn_q <= fetched_q;
+      end else if (deadlock_q) begin
         err_unit_q <= 2'd0;
         err_code_q <= vdla_pkg::ERR_DEADLOCK;
-        err_insn_q <= fetched;
+        err_insn_q <= fetched_q;
       end else begin
-        err_unit_q <= serr[0] ? 2'd1 : serr[1] ? 2'd2 : 2'd3;
+        err_unit_q <= serr_q[0] ? 2'd1 : serr_q[1] ? 2'd2 : 2'd3;
         err_code_q <= unit_code;
         err_insn_q <= unit_err_insn;
       end
     end
   end
 
-  // Errors found at dispatch name the next instruction, later ones the running one: each stage's candidate is
-  // formed beside its error (the count minus one does not wait for the error), then the first erring unit's taken.
+  // Errors found at dispatch name the next instruction, later ones the running one.
   for (genvar s = 0; s < 3; s++) begin : g_unit_insn
-    logic [31:0] next_insn, running_insn;
-    assign next_insn    = stage_insns[s*32 +: 32];
-    assign running_insn = stage_insns[s*32 +: 32] - 1'b1;
-    assign unit_insn[s] = serr_code[s] == vdla_pkg::ERR_INSN ? next_insn : running_insn;
+    logic [31:0] next_insn;
+    assign next_insn    = stage_insns_q[s*32 +: 32];
+    assign unit_insn[s] = serr_code_q[s] == vdla_pkg::ERR_INSN ? next_insn : next_insn - 1'b1;
   end
 
   always_comb begin
-    if (serr[0]) begin
-      unit_code     = serr_code[0];
+    if (serr_q[0]) begin
+      unit_code     = serr_code_q[0];
       unit_err_insn = unit_insn[0];
-    end else if (serr[1]) begin
-      unit_code     = serr_code[1];
+    end else if (serr_q[1]) begin
+      unit_code     = serr_code_q[1];
       unit_err_insn = unit_insn[1];
     end else begin
-      unit_code     = serr_code[2];
+      unit_code     = serr_code_q[2];
       unit_err_insn = unit_insn[2];
     end
   end
