@@ -11,8 +11,9 @@
 // once per outer iteration) takes b from the row held in b_q. The held row (held_addr_q) sees the instruction's
 // own writes: a write in W updates b_q, and a slot whose C stage meets that write takes b from W.
 // Timing: what selects a slot's operands (the forwarding match, the zeroing, b's source) is decided while the
-// slot is in R and registered, and b's shift controls (vdla_pkg::alu_lane_ctl) are formed from the immediate
-// in R or from the source row in its SRC slot's C, so the C stage is a one-level operand mux and the ALU.
+// slot is in R and registered (the match's address compares come from the caller: r_hit_c_i, r_hit_w_i), and
+// b's shift controls (vdla_pkg::alu_lane_ctl) are formed from the immediate in R or from the source row in its
+// SRC slot's C, so the C stage is a one-level operand mux and the ALU.
 module vdla_acc_rmw #(
   parameter int LANES = vdla_pkg::LANES,
   parameter int AW    = vdla_pkg::ACC_AW
@@ -25,6 +26,8 @@ module vdla_acc_rmw #(
   input  logic                r_zero_i,
   input  logic [AW-1:0]       r_addr_i,
   input  logic [AW-1:0]       r_waddr_i,
+  input  logic                r_hit_c_i,  // r_addr_i == the slot in C's r_waddr_i (the caller's compare)
+  input  logic                r_hit_w_i,  // r_addr_i == the slot in W's r_waddr_i
   input  vdla_pkg::alu_op_e   alu_op_i,   // held for the whole instruction
   input  logic                use_imm_i,
   input  logic                a_zero_i,
@@ -72,8 +75,8 @@ module vdla_acc_rmw #(
   assign zero_op   = alu_op_i == vdla_pkg::ALU_SHR || alu_op_i == vdla_pkg::ALU_RSHR || alu_op_i == vdla_pkg::ALU_REQ
                   || alu_op_i == vdla_pkg::ALU_MUL;  // op(0, v) = 0
 
-  assign fw_w      = c_alu && c_waddr_q == r_addr_i;
-  assign fw_f      = w_valid_q && w_addr_q == r_addr_i;
+  assign fw_w      = c_alu && r_hit_c_i;      // c_waddr_q == r_addr_i
+  assign fw_f      = w_valid_q && r_hit_w_i;  // w_addr_q == r_addr_i
   assign a_en      = !r_zero_i && !(alu_r && a_zero_i && use_imm_i);  // op(0, imm) reads nothing
 
   always_ff @(posedge clk_i) begin
@@ -146,4 +149,12 @@ module vdla_acc_rmw #(
       b_q <= w_data;
     end
   end
+
+`ifndef SYNTHESIS
+  // The caller forms the forwarding compares (vdla_compute_loop: from parts prepared a cycle ahead).
+  a_hit_c: assert property (@(posedge clk_i) disable iff (!rst_ni) r_valid_i |-> r_hit_c_i == (c_waddr_q == r_addr_i))
+    else $error("acc_rmw: r_hit_c_i disagrees with the address compare");
+  a_hit_w: assert property (@(posedge clk_i) disable iff (!rst_ni) r_valid_i |-> r_hit_w_i == (w_addr_q == r_addr_i))
+    else $error("acc_rmw: r_hit_w_i disagrees with the address compare");
+`endif
 endmodule

@@ -62,12 +62,15 @@ module vdla_alu #(
     end
   endfunction
 
-  // round half up after the shift ((p >>> ms) + p[ms-1]): no overflow for any shift
+  // round half up after the shift ((p >>> ms) + p[ms-1], as ((2p >>> ms) + 1) >> 1: the shift amount is ms,
+  // with no subtract before the shifter): no overflow for any shift
   function automatic logic [31:0] mul_round(logic signed [31:0] a, logic signed [31:0] b, logic [5:0] ms);
     logic signed [63:0] p;
+    logic        [32:0] x;
     begin
       p = 64'(a) * 64'(b);  // exact: |a * b| <= 2^62
-      mul_round = (ms == 6'd0) ? p[31:0] : 32'((p >>> ms) + $signed({63'd0, p[ms - 6'd1]}));
+      x = 33'($signed({p, 1'b0}) >>> ms);  // the low 33 bits of p >>> (ms - 1)
+      mul_round = (ms == 6'd0) ? p[31:0] : 32'((x + 33'd1) >> 1);
     end
   endfunction
 

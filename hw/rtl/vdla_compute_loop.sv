@@ -181,6 +181,7 @@ module vdla_compute_loop (
   logic              r_valid, r_zero, fresh;  // fresh: an init GEMM's first update of the row
   vdla_pkg::slot_e   r_kind;
   logic [ACC_AW-1:0] r_addr, r_waddr;
+  logic              r_hit_c, r_hit_w;  // r_addr equals the write address of the slot in C, in W
   logic              s1_alu;
   logic [ACC_DEPTH-1:0] touched_q;  // rows the running GEMM has updated
 
@@ -198,28 +199,58 @@ module vdla_compute_loop (
     s3_fresh_q <= init_q && !touched_q[s2_dst_q] && !(s3_valid_q && s3_dst_q == s2_dst_q);
   end
   assign fresh  = s3_fresh_q;
+
+  // The forwarding compares of the slot in R (vdla_acc_rmw's r_hit_c_i, r_hit_w_i): r_addr against the write
+  // addresses of the slots in C and W. An address formed in S1 is field + offset (mod 2^ACC_AW), so it is
+  // compared as field == waddr - offset, with the differences prepared a cycle ahead (the offsets in S1 are
+  // the sequencer's of the cycle before): the compare starts at the micro-op word, after no adder.
+  logic [ACC_AW-1:0] c_waddr_q, w_waddr_q;  // the write addresses of the slots in C and W (as in u_rmw)
+  logic [ACC_AW-1:0] c_dst_q, c_src_q;      // c_waddr_q - s1_dst_off_q, c_waddr_q - s1_src_off_q
+  logic [ACC_AW-1:0] w_dst_q, w_src_q;      // w_waddr_q - s1_dst_off_q, w_waddr_q - s1_src_off_q
+  logic [ACC_AW-1:0] dst_field, src_field;
+  always_ff @(posedge clk_i) begin
+    c_waddr_q <= r_waddr;
+    w_waddr_q <= c_waddr_q;
+    c_dst_q   <= r_waddr - ACC_AW'(dst_off);
+    c_src_q   <= r_waddr - ACC_AW'(src_off);
+    w_dst_q   <= c_waddr_q - ACC_AW'(dst_off);
+    w_src_q   <= c_waddr_q - ACC_AW'(src_off);
+  end
+  assign dst_field = ACC_AW'(uop_word[DST_BITS-1:0]);
+  assign src_field = ACC_AW'(uop_word[DST_BITS +: SRC_BITS]);
+
+  // r_addr: the S3 slot's row or bias row, the pending ALU slot's row, else S1's src or dst (the same choice
+  // for the compares)
   always_comb begin
     r_valid = 1'b0;
     r_zero  = 1'b0;
     r_kind  = gemm_q ? (reset_q ? vdla_pkg::SLOT_ZERO : vdla_pkg::SLOT_GEMM) : vdla_pkg::SLOT_ALU;
     r_addr  = (reset_q && !use_imm_q) ? src[ACC_AW-1:0] : dst;
+    r_hit_c = (reset_q && !use_imm_q) ? src_field == c_src_q : dst_field == c_dst_q;
+    r_hit_w = (reset_q && !use_imm_q) ? src_field == w_src_q : dst_field == w_dst_q;
     r_waddr = dst;
     if (s3_valid_q) begin
       r_valid = 1'b1;
       r_addr  = (fresh && epi_bias_i) ? s3_bias_q : s3_dst_q;
+      r_hit_c = (fresh && epi_bias_i) ? s3_bias_q == c_waddr_q : s3_dst_q == c_waddr_q;
+      r_hit_w = (fresh && epi_bias_i) ? s3_bias_q == w_waddr_q : s3_dst_q == w_waddr_q;
       r_zero  = fresh && !epi_bias_i;
       r_waddr = s3_dst_q;
     end else if (alu_pend_q) begin
       r_valid = 1'b1;
       r_addr  = alu_dst_q;
+      r_hit_c = alu_dst_q == c_waddr_q;
+      r_hit_w = alu_dst_q == w_waddr_q;
       r_waddr = alu_dst_q;
     end else if (s1_valid_q && !gemm_q) begin
       // neither the address nor the valid waits for the range check (index_err): a slot it fails is dropped
       // in C (kill_q) and the run halts
       r_valid = s1_alu;
       if (s1_src_rd_q) begin
-        r_kind = vdla_pkg::SLOT_SRC;
-        r_addr = src[ACC_AW-1:0];
+        r_kind  = vdla_pkg::SLOT_SRC;
+        r_addr  = src[ACC_AW-1:0];
+        r_hit_c = src_field == c_src_q;
+        r_hit_w = src_field == w_src_q;
       end
     end
   end
@@ -245,6 +276,8 @@ module vdla_compute_loop (
     .r_zero_i    (r_zero),
     .r_addr_i    (r_addr),
     .r_waddr_i   (r_waddr),
+    .r_hit_c_i   (r_hit_c),
+    .r_hit_w_i   (r_hit_w),
     .alu_op_i    (alu_op_q),
     .use_imm_i   (use_imm_q),
     .a_zero_i    (!gemm_q && reset_q),

@@ -19,7 +19,38 @@ module vdla_gemm_core #(
   localparam int LANES = BATCH * BLOCK_OUT;
   localparam int HALF  = BLOCK_OUT / 2;
 
-  logic [LANES*32-1:0] dot_q;
+  localparam int HALF_IN = BLOCK_IN / 2;
+
+  // {w2.a, w1.a} over the n pairs from i0 (a, w1, w2: one row each), as balanced adder trees; w1 * a is
+  // P[15:0] - 2^15, P[15:0] with its top bit inverted, sign-extended
+  function automatic logic [63:0] dots(logic [BLOCK_IN*8-1:0] a, logic [BLOCK_IN*8-1:0] w1,
+                                       logic [BLOCK_IN*8-1:0] w2, int i0, int n);
+    logic signed [31:0] lo [BLOCK_IN];
+    logic signed [31:0] hi [BLOCK_IN];
+    for (int i = 0; i < n; i++) begin
+      logic signed [24:0] packed_w;
+      logic signed [31:0] p;
+      packed_w = (25'($signed(w2[(i0 + i)*8 +: 8])) <<< 16) + 25'($signed(w1[(i0 + i)*8 +: 8]));
+      p = 32'(packed_w) * 32'($signed(a[(i0 + i)*8 +: 8])) + 32'sd32768;
+      lo[i] = 32'($signed({~p[15], p[14:0]}));
+      hi[i] = p >>> 16;
+    end
+    for (int w = n; w > 1; w = (w + 1) / 2) begin
+      for (int i = 0; i < w / 2; i++) begin
+        lo[i] = lo[2*i] + lo[2*i + 1];
+        hi[i] = hi[2*i] + hi[2*i + 1];
+      end
+      if (w % 2 == 1) begin
+        lo[w / 2] = lo[w - 1];
+        hi[w / 2] = hi[w - 1];
+      end
+    end
+    dots = {hi[0], lo[0]};
+  endfunction
+
+  // The first stage sums each half of the pairs (below HALF_IN, the rest), the second adds the two halves: each
+  // stage has part of the adder tree.
+  logic [LANES*32-1:0] dot0_q, dot1_q;
   logic                valid_q;
 
   always_ff @(posedge clk_i) begin
@@ -27,23 +58,20 @@ module vdla_gemm_core #(
     if (valid_i) begin
       for (int b = 0; b < BATCH; b++) begin
         for (int o = 0; o < HALF; o++) begin
-          logic signed [31:0] lo_sum, hi_sum;
-          lo_sum = '0;
-          hi_sum = '0;
-          for (int i = 0; i < BLOCK_IN; i++) begin
-            logic signed [24:0] packed_w;
-            logic signed [31:0] p;
-            packed_w = (25'($signed(wgt_i[((o + HALF)*BLOCK_IN + i)*8 +: 8])) <<< 16)
-                     + 25'($signed(wgt_i[(o*BLOCK_IN + i)*8 +: 8]));
-            p = 32'(packed_w) * 32'($signed(inp_i[(b*BLOCK_IN + i)*8 +: 8])) + 32'sd32768;
-            lo_sum += 32'(p[15:0]);
-            hi_sum += p >>> 16;
-          end
-          dot_q[(b*BLOCK_OUT + o)*32 +: 32]        <= lo_sum - 32'(BLOCK_IN * 32768);
-          dot_q[(b*BLOCK_OUT + o + HALF)*32 +: 32] <= hi_sum;
+          logic [63:0] d0, d1;
+          d0 = dots(inp_i[b*BLOCK_IN*8 +: BLOCK_IN*8], wgt_i[o*BLOCK_IN*8 +: BLOCK_IN*8],
+                    wgt_i[(o + HALF)*BLOCK_IN*8 +: BLOCK_IN*8], 0, HALF_IN);
+          d1 = dots(inp_i[b*BLOCK_IN*8 +: BLOCK_IN*8], wgt_i[o*BLOCK_IN*8 +: BLOCK_IN*8],
+                    wgt_i[(o + HALF)*BLOCK_IN*8 +: BLOCK_IN*8], HALF_IN, BLOCK_IN - HALF_IN);
+          dot0_q[(b*BLOCK_OUT + o)*32 +: 32]        <= d0[31:0];
+          dot0_q[(b*BLOCK_OUT + o + HALF)*32 +: 32] <= d0[63:32];
+          dot1_q[(b*BLOCK_OUT + o)*32 +: 32]        <= d1[31:0];
+          dot1_q[(b*BLOCK_OUT + o + HALF)*32 +: 32] <= d1[63:32];
         end
       end
     end
-    if (valid_q) sum_o <= dot_q;
+    if (valid_q) begin
+      for (int l = 0; l < LANES; l++) sum_o[l*32 +: 32] <= dot0_q[l*32 +: 32] + dot1_q[l*32 +: 32];
+    end
   end
 endmodule

@@ -32,13 +32,22 @@ module vdla_perf #(
   logic [31:0] stage_q [3];
   logic [31:0] op_q [6];
 
-  // y_size * x_size as a balanced tree of shifted adds (no multiply operator): LUTs and carry chains, not
-  // DSP48E1, which the GEMM core and the ALU's multipliers need (the part has 220)
-  function automatic logic [63:0] elems(logic [15:0] y_size, logic [15:0] x_size);
-    logic [31:0] t [16];
-    for (int i = 0; i < 16; i++) t[i] = x_size[i] ? 32'(y_size) << i : '0;
-    for (int w = 8; w >= 1; w /= 2) for (int i = 0; i < w; i++) t[i] = t[2*i] + t[2*i + 1];
-    elems = 64'(t[0]);
+  // y_size * x_size in two halves, one per cycle, as shifted adds (no multiply operator: LUTs and carry chains,
+  // not DSP48E1, which the GEMM core and the ALU's multipliers need; the part has 220). In the cycle a stage
+  // starts an instruction, slice k of nibbles(y, x) is y * x[4k +: 4] (two levels of adds); in the next, the
+  // four slices shifted by 4k (and by the counter's element bytes) are summed into the counter (two levels,
+  // then its add), so the counter holds the bytes in the same cycle as with a one-cycle product.
+  function automatic logic [19:0] nibble(logic [15:0] y_size, logic [3:0] x4);  // y_size * x4
+    nibble = ((x4[0] ? 20'(y_size) : '0) + (x4[1] ? 20'(y_size) << 1 : '0))
+           + ((x4[2] ? 20'(y_size) << 2 : '0) + (x4[3] ? 20'(y_size) << 3 : '0));
+  endfunction
+
+  function automatic logic [79:0] nibbles(logic [15:0] y_size, logic [15:0] x_size);
+    for (int k = 0; k < 4; k++) nibbles[20*k +: 20] = nibble(y_size, x_size[4*k +: 4]);
+  endfunction
+
+  function automatic logic [63:0] elems(logic [79:0] n);
+    elems = (64'(n[19:0]) + (64'(n[39:20]) << 4)) + ((64'(n[59:40]) << 8) + (64'(n[79:60]) << 12));
   endfunction
 
   // n * eb for a constant eb: shifted adds of its set bits (one shift for the usual power of two)
@@ -47,27 +56,25 @@ module vdla_perf #(
     for (int i = 0; i < 31; i++) if (eb[i]) times = times + (n << i);
   endfunction
 
-  // The bytes of the instruction each stage started in the cycle before, and the counter they go to.
+  // The instruction each stage started in the cycle before: its tile's nibble products and the counter they
+  // go to (its bytes are elems(nibbles) times the counter's element bytes).
   logic        ld_v_q, cm_v_q, st_v_q, ld_wgt_q;
-  logic [63:0] ld_bytes_q, cm_bytes_q, st_bytes_q;
+  logic [79:0] ld_nib_q, cm_nib_q, st_nib_q;
   vdla_pkg::mem_type_e cm_type_q;
-  logic [63:0] ld_elems, cm_elems;
-  assign ld_elems = elems(ld.y_size, ld.x_size);
-  assign cm_elems = elems(cm.y_size, cm.x_size);
+  logic [63:0] ld_elems, cm_elems, st_elems;
   always_ff @(posedge clk_i) begin
-    ld_v_q     <= rst_ni && !clear_i && fire_i[0];
-    cm_v_q     <= rst_ni && !clear_i && fire_i[1] && cm.hdr.opcode == vdla_pkg::OP_LOAD;
-    st_v_q     <= rst_ni && !clear_i && fire_i[2];
-    ld_bytes_q <= ld.mem_type == vdla_pkg::MEM_WGT ? times(ld_elems, WGT_EB) : times(ld_elems, INP_EB);
-    ld_wgt_q   <= ld.mem_type == vdla_pkg::MEM_WGT;
-    cm_type_q  <= cm.mem_type;
-    case (cm.mem_type)
-      vdla_pkg::MEM_UOP: cm_bytes_q <= times(cm_elems, 4);
-      vdla_pkg::MEM_ACC: cm_bytes_q <= times(cm_elems, ACC_EB);
-      default:           cm_bytes_q <= times(cm_elems, OUT_EB);
-    endcase
-    st_bytes_q <= times(elems(st.y_size, st.x_size), OUT_EB);
+    ld_v_q    <= rst_ni && !clear_i && fire_i[0];
+    cm_v_q    <= rst_ni && !clear_i && fire_i[1] && cm.hdr.opcode == vdla_pkg::OP_LOAD;
+    st_v_q    <= rst_ni && !clear_i && fire_i[2];
+    ld_nib_q  <= nibbles(ld.y_size, ld.x_size);
+    ld_wgt_q  <= ld.mem_type == vdla_pkg::MEM_WGT;
+    cm_nib_q  <= nibbles(cm.y_size, cm.x_size);
+    cm_type_q <= cm.mem_type;
+    st_nib_q  <= nibbles(st.y_size, st.x_size);
   end
+  assign ld_elems = elems(ld_nib_q);
+  assign cm_elems = elems(cm_nib_q);
+  assign st_elems = elems(st_nib_q);
 
   // uop-iterations of a GEMM or ALU (the two share the loop fields)
   function automatic logic [63:0] iterations(vdla_pkg::insn_t c);
@@ -99,16 +106,16 @@ module vdla_perf #(
       end
       for (int k = 0; k < 3; k++) if (fire_i[k]) stage_q[k] <= stage_q[k] + 1'b1;
       if (fire_i[0]) op_q[0] <= op_q[0] + 1'b1;
-      if (ld_v_q && ld_wgt_q) cnt_q[vdla_pkg::CNT_BYTES_WGT] <= cnt_q[vdla_pkg::CNT_BYTES_WGT] + ld_bytes_q;
-      if (ld_v_q && !ld_wgt_q) cnt_q[vdla_pkg::CNT_BYTES_INP] <= cnt_q[vdla_pkg::CNT_BYTES_INP] + ld_bytes_q;
+      if (ld_v_q && ld_wgt_q) cnt_q[vdla_pkg::CNT_BYTES_WGT] <= cnt_q[vdla_pkg::CNT_BYTES_WGT] + times(ld_elems, WGT_EB);
+      if (ld_v_q && !ld_wgt_q) cnt_q[vdla_pkg::CNT_BYTES_INP] <= cnt_q[vdla_pkg::CNT_BYTES_INP] + times(ld_elems, INP_EB);
       if (cm_v_q) begin  // the compute stage's loads: other counters than the load stage's
         case (cm_type_q)
-          vdla_pkg::MEM_UOP: cnt_q[vdla_pkg::CNT_BYTES_UOP] <= cnt_q[vdla_pkg::CNT_BYTES_UOP] + cm_bytes_q;
-          vdla_pkg::MEM_ACC: cnt_q[vdla_pkg::CNT_BYTES_ACC] <= cnt_q[vdla_pkg::CNT_BYTES_ACC] + cm_bytes_q;
-          default: cnt_q[vdla_pkg::CNT_BYTES_ACC_8BIT] <= cnt_q[vdla_pkg::CNT_BYTES_ACC_8BIT] + cm_bytes_q;
+          vdla_pkg::MEM_UOP: cnt_q[vdla_pkg::CNT_BYTES_UOP] <= cnt_q[vdla_pkg::CNT_BYTES_UOP] + times(cm_elems, 4);
+          vdla_pkg::MEM_ACC: cnt_q[vdla_pkg::CNT_BYTES_ACC] <= cnt_q[vdla_pkg::CNT_BYTES_ACC] + times(cm_elems, ACC_EB);
+          default: cnt_q[vdla_pkg::CNT_BYTES_ACC_8BIT] <= cnt_q[vdla_pkg::CNT_BYTES_ACC_8BIT] + times(cm_elems, OUT_EB);
         endcase
       end
-      if (st_v_q) cnt_q[vdla_pkg::CNT_BYTES_STORED] <= cnt_q[vdla_pkg::CNT_BYTES_STORED] + st_bytes_q;
+      if (st_v_q) cnt_q[vdla_pkg::CNT_BYTES_STORED] <= cnt_q[vdla_pkg::CNT_BYTES_STORED] + times(st_elems, OUT_EB);
       if (fire_i[1]) begin
         case (cm.hdr.opcode)
           vdla_pkg::OP_LOAD: op_q[0] <= op_q[0] + 1'b1 + 32'(fire_i[0]);
