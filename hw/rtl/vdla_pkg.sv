@@ -271,26 +271,48 @@ package vdla_pkg;
     else clamp8_x = rounded[7:0];
   endfunction
 
-  // Requantization of one int32 lane (the OUT mirror after an EPI with req; the ALU's REQ is the same function
-  // on its shared shifter, clamp8_x): `v` shifted right by `shift` rounding half up (in 33 bits, no overflow),
-  // clamped to [relu ? 0 : -128, 127]. clamp8_x's bounds on x = (2v) >> shift (x >= 255, x <= -2, x <= -258)
-  // are tested as compares of 2v with the bounds shifted left by `shift` (255 << shift, -1 << shift,
-  // -257 << shift, in 34 bits; beyond them for shifts over 24), which depend on `shift` alone: only the low
-  // byte's rounding follows the shifter.
-  function automatic logic [7:0] requantize(logic signed [31:0] v, logic [4:0] shift, logic relu);
-    logic signed [33:0] w, hi, zero, lo;
+  // requantize's bounds {hi, zero, lo} on 2v for `shift` and `relu` (34-bit signed each): 2v >= hi is
+  // x >= 255, 2v < zero is relu and x <= -2, 2v < lo is x <= -258 (255 << shift, -1 << shift, -257 << shift;
+  // beyond every 2v for shifts over 24, and zero without relu). REQUANT_NONE is beyond every 2v in all three:
+  // requantize_b(v, 0, REQUANT_NONE) is v's low byte (truncation).
+  localparam logic [101:0] REQUANT_NONE = {34'h1_ffff_ffff, 34'h2_0000_0000, 34'h2_0000_0000};  // 2^33-1, -2^33
+  function automatic logic [101:0] requant_bounds(logic [4:0] shift, logic relu);
+    logic signed [33:0] hi, zero, lo;
+    hi   = shift >= 5'd25 ? 34'sh1_ffff_ffff : 34'sd255 <<< shift;
+    zero = relu ? -34'sd1 <<< shift : -34'sh2_0000_0000;
+    lo   = shift >= 5'd25 ? -34'sh2_0000_0000 : -34'sd257 <<< shift;
+    requant_bounds = {hi, zero, lo};
+  endfunction
+
+  // requantize with its bounds given (requant_bounds of the same shift and relu, or REQUANT_NONE with shift 0).
+  // Each bound's compare is the sign of a 35-bit difference (one carry chain after one LUT level), the shift
+  // is by whole bytes and then by the rest (two narrow muxes).
+  function automatic logic [7:0] requantize_b(logic signed [31:0] v, logic [4:0] shift, logic [101:0] bounds);
+    logic signed [33:0] w;
+    logic               lt_hi, lt_zero, lt_lo;
+    logic        [15:0] y;
     logic        [8:0]  x;
     logic        [7:0]  rounded;
     w       = {v[31], v, 1'b0};  // 2v
-    x       = 9'(w >>> shift);   // the low bits of x
+    y       = 16'(w >>> {shift[4:3], 3'd0});
+    x       = 9'(y >> shift[2:0]);  // the low bits of x
     rounded = 8'((x + 9'd1) >> 1);  // the low byte of (x + 1) >> 1
-    hi      = shift >= 5'd25 ? 34'sh1_ffff_ffff : 34'sd255 <<< shift;
-    zero    = -34'sd1 <<< shift;
-    lo      = shift >= 5'd25 ? -34'sh2_0000_0000 : -34'sd257 <<< shift;
-    if (w >= hi) requantize = 8'd127;                   // x >= 255
-    else if (relu && w < zero) requantize = 8'd0;       // x <= -2
-    else if (w < lo) requantize = 8'h80;                // x <= -258
-    else requantize = rounded;
+    lt_hi   = 1'((35'(w) - 35'($signed(bounds[101:68]))) >> 34);  // 2v < hi
+    lt_zero = 1'((35'(w) - 35'($signed(bounds[67:34]))) >> 34);
+    lt_lo   = 1'((35'(w) - 35'($signed(bounds[33:0]))) >> 34);
+    if (!lt_hi) requantize_b = 8'd127;       // x >= 255
+    else if (lt_zero) requantize_b = 8'd0;   // relu and x <= -2
+    else if (lt_lo) requantize_b = 8'h80;    // x <= -258
+    else requantize_b = rounded;
+  endfunction
+
+  // Requantization of one int32 lane (the OUT mirror after an EPI with req; the ALU's REQ is the same function
+  // on its shared shifter, clamp8_x): `v` shifted right by `shift` rounding half up (in 33 bits, no overflow),
+  // clamped to [relu ? 0 : -128, 127]. clamp8_x's bounds on x = (2v) >> shift (x >= 255, x <= -2, x <= -258)
+  // are tested as compares of 2v with the bounds shifted left by `shift` (requant_bounds), which depend on
+  // `shift` and `relu` alone: only the low byte's rounding follows the shifter.
+  function automatic logic [7:0] requantize(logic signed [31:0] v, logic [4:0] shift, logic relu);
+    requantize = requantize_b(v, shift, requant_bounds(shift, relu));
   endfunction
 
   // An ALU lane's shift controls from its operand b (an alu_lane_ctl_t), for REQ (`req`) or SHR/RSHR.

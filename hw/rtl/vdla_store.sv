@@ -136,16 +136,21 @@ module vdla_store (
   assign out_raddr_o = start ? AW_IX'(mem.sram_base) : rd_addr_q;
 
   // A read in the cycle the mirror writes its row takes the written lanes from the write: the mirror is
-  // written a cycle after ACC, and this makes the read see it as if it were written with ACC. The address
-  // compare is made against both read addresses, then selected (the start decision comes last).
-  logic [LANES-1:0] fw_q;
+  // written a cycle after ACC, and this makes the read see it as if it were written with ACC. The read's
+  // address and the write are registered and compared in the cycle the data arrives (the compare starts at
+  // flip-flops, away from the dispatch that picks the address).
+  logic [AW_IX-1:0] fw_raddr_q, fw_waddr_q;
+  logic [LANES-1:0] fw_we_q, fw;
   logic [OUT_W-1:0] fw_data_q, rd_data;
   always_ff @(posedge clk_i) begin
-    fw_q      <= out_we_i & {LANES{start ? out_waddr_i == AW_IX'(mem.sram_base) : out_waddr_i == rd_addr_q}};
-    fw_data_q <= out_wdata_i;
+    fw_raddr_q <= out_raddr_o;
+    fw_waddr_q <= out_waddr_i;
+    fw_we_q    <= out_we_i;
+    fw_data_q  <= out_wdata_i;
   end
+  assign fw = fw_we_q & {LANES{fw_waddr_q == fw_raddr_q}};
   for (genvar l = 0; l < LANES; l++) begin : g_fw
-    assign rd_data[l*8 +: 8] = fw_q[l] ? fw_data_q[l*8 +: 8] : out_rdata_i[l*8 +: 8];
+    assign rd_data[l*8 +: 8] = fw[l] ? fw_data_q[l*8 +: 8] : out_rdata_i[l*8 +: 8];
   end
 
   vdla_fifo #(.WIDTH(OUT_W), .DEPTH(4)) u_elems (
