@@ -1,10 +1,13 @@
 // Synchronous first-word-fall-through FIFO (distributed RAM). The head is kept in a register (head_q equals
 // the entry at the read pointer while valid), so its readers start at a flip-flop: a pop loads the next entry
 // (or the word pushed in that cycle when it is the only one), a push into an empty FIFO loads the word.
+// The word's top RAW_BITS bits are read from the RAM at the read pointer instead (a LUT level later for their
+// readers, none for their writer: for bits formed late, whose readers are shallow).
 // Users push only when not full and pop only when valid (asserted below); a clear empties it.
 module vdla_fifo #(
-  parameter int WIDTH = 8,
-  parameter int DEPTH = 4  // power of two
+  parameter int WIDTH    = 8,
+  parameter int DEPTH    = 4,  // power of two
+  parameter int RAW_BITS = 0
 ) (
   input  logic                   clk_i,
   input  logic                   rst_ni,
@@ -33,7 +36,13 @@ module vdla_fifo #(
   assign do_pop  = pop_i && valid_o;
   assign full_o  = full_q;
   assign valid_o = valid_q;
-  assign data_o  = head_q;
+  if (RAW_BITS == 0) begin : g_head
+    assign data_o = head_q;
+  end else begin : g_raw_head
+    logic unused_head;
+    assign data_o      = {mem_q[rptr_q][WIDTH-1 -: RAW_BITS], head_q[WIDTH-RAW_BITS-1:0]};
+    assign unused_head = ^head_q[WIDTH-1 -: RAW_BITS];
+  end
   assign count_o = count_q;
 
   always_ff @(posedge clk_i) begin

@@ -140,10 +140,11 @@ module vdla_top #(
   );
 
   for (genvar s = 0; s < 3; s++) begin : g_cmdq
-    vdla_fifo #(.WIDTH(ISA_W + 2), .DEPTH(QD)) u_queue (
+    // the check's bit (formed late, read by the dispatch alone) is read from the queue's RAM
+    vdla_fifo #(.WIDTH(ISA_W + 2), .DEPTH(QD), .RAW_BITS(1)) u_queue (
       .clk_i, .rst_ni, .clear_i (start),  // kept on an error, for the diagnosis
-      .push_i (q_push[s]), .push_data_i ({fetch_no_data, fetch_bad[s], fetch_insn}), .full_o (q_full[s]),
-      .pop_i (q_pop[s]), .valid_o (q_valid[s]), .data_o ({q_no_data[s], q_bad[s], q_head[s]}), .count_o (q_count[s])
+      .push_i (q_push[s]), .push_data_i ({fetch_bad[s], fetch_no_data, fetch_insn}), .full_o (q_full[s]),
+      .pop_i (q_pop[s]), .valid_o (q_valid[s]), .data_o ({q_bad[s], q_no_data[s], q_head[s]}), .count_o (q_count[s])
     );
   end
 
