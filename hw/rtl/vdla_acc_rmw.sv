@@ -48,7 +48,8 @@ module vdla_acc_rmw #(
   logic [AW-1:0]       c_addr_q, c_waddr_q, w_addr_q, held_addr_q;
   logic [LANES*32-1:0] w_data, f_data_q, b_q, rd, a, b;
   logic                c_alu, c_src, req;
-  vdla_pkg::alu_lane_ctl_t [LANES-1:0] ctl_q;  // the shift controls of b (vdla_pkg::alu_lane_ctl)
+  localparam int CW = vdla_pkg::ALU_CTL_W;
+  logic [LANES*CW-1:0] ctl_q;  // the shift controls of b (vdla_pkg::alu_lane_ctl), lane l's in [l*CW +: CW]
 
   assign req   = alu_op_i == vdla_pkg::ALU_REQ;
   assign c_src = c_valid_q && c_kind_q == vdla_pkg::SLOT_SRC;
@@ -141,10 +142,10 @@ module vdla_acc_rmw #(
     if (c_src) begin
       b_q         <= rd;
       held_addr_q <= c_addr_q;
-      for (int l = 0; l < LANES; l++) ctl_q[l] <= vdla_pkg::alu_lane_ctl(req, rd[l*32 +: 32]);
+      for (int l = 0; l < LANES; l++) ctl_q[l*CW +: CW] <= vdla_pkg::alu_lane_ctl(req, rd[l*32 +: 32]);
     end else if (r_valid_i && use_imm_i) begin
       b_q <= {LANES{{16{imm_i[15]}}, imm_i}};
-      for (int l = 0; l < LANES; l++) ctl_q[l] <= vdla_pkg::alu_lane_ctl(req, 32'(signed'(imm_i)));
+      for (int l = 0; l < LANES; l++) ctl_q[l*CW +: CW] <= vdla_pkg::alu_lane_ctl(req, 32'(signed'(imm_i)));
     end else if (w_valid_q && w_addr_q == held_addr_q) begin
       b_q <= w_data;
     end

@@ -20,7 +20,9 @@ module vdla_alu #(
   input  logic                clip_a_i,     // CLIP(0, a) instead of CLIP(a, b)
   input  vdla_pkg::alu_op_e   op_i,
   input  logic [5:0]          mul_shift_i,  // MUL's rounding shift of the 64-bit product
-  input  vdla_pkg::alu_lane_ctl_t [LANES-1:0] ctl_i,  // alu_lane_ctl(op_i == ALU_REQ, b) of each lane
+  // alu_lane_ctl(op_i == ALU_REQ, b) of each lane: lane l's alu_lane_ctl_t in ctl_i[l*ALU_CTL_W +: ALU_CTL_W]
+  // (a flat vector: Yosys does not read the fields of an array of structs)
+  input  logic [LANES*vdla_pkg::ALU_CTL_W-1:0] ctl_i,
   input  logic [LANES*32-1:0] a_i,
   input  logic [LANES*32-1:0] b_i,
   output logic [LANES*32-1:0] res_o
@@ -28,13 +30,13 @@ module vdla_alu #(
   // One comparator serves MIN and MAX, one rounding right shifter (vdla_pkg::round_shift) SHR, RSHR and REQ;
   // REQ's clamp tests the shifter's output beside the rounding add (vdla_pkg::clamp8_x).
   function automatic logic [31:0] lane_op(vdla_pkg::alu_op_e op, logic signed [31:0] a, logic signed [31:0] b,
-                                          logic [4:0] rs, logic [4:0] ls, logic left, logic relu, logic clip_a);
+                                          vdla_pkg::alu_lane_ctl_t ctl, logic clip_a);
     logic signed [32:0] x;
     logic signed [31:0] r, v;
     logic        [15:0] bounds;
     logic               lt, v_big, v_small, gt_hi, lt_lo;
     begin
-      x  = $signed({a, 1'b0}) >>> rs;  // 2a >> rs: the rounding shift before its rounding add
+      x  = $signed({a, 1'b0}) >>> ctl.rs;  // 2a >> rs: the rounding shift before its rounding add
       r  = 32'((x + ((op != vdla_pkg::ALU_SHR) ? 33'sd1 : 33'sd0)) >>> 1);
       lt = a < b;
       // CLIP: v against the int8 bounds, from v's range (above or below int8) and its low byte
@@ -49,14 +51,14 @@ module vdla_alu #(
         vdla_pkg::ALU_MIN: lane_op = lt ? a : b;
         vdla_pkg::ALU_MAX: lane_op = lt ? b : a;
         vdla_pkg::ALU_ADD: lane_op = a + b;
-        vdla_pkg::ALU_SHR, vdla_pkg::ALU_RSHR: lane_op = left ? a << ls : r;
+        vdla_pkg::ALU_SHR, vdla_pkg::ALU_RSHR: lane_op = ctl.left ? a << ctl.ls : r;
         // max(a, lo) then min(., hi), the three compares side by side
         vdla_pkg::ALU_CLIP: begin
           if ($signed(bounds[7:0]) > $signed(bounds[15:8]) || gt_hi) lane_op = 32'(signed'(bounds[15:8]));
           else if (lt_lo) lane_op = 32'(signed'(bounds[7:0]));
           else lane_op = v;
         end
-        vdla_pkg::ALU_REQ: lane_op = 32'(signed'(vdla_pkg::clamp8_x(x, relu)));  // vdla_pkg::requantize
+        vdla_pkg::ALU_REQ: lane_op = 32'(signed'(vdla_pkg::clamp8_x(x, ctl.relu)));  // vdla_pkg::requantize
         default: lane_op = a;  // MUL goes through mul_round
       endcase
     end
@@ -79,8 +81,8 @@ module vdla_alu #(
       for (int l = 0; l < LANES; l++) begin
         if (zero_i) res_o[l*32 +: 32] <= '0;
         else if (op_i == vdla_pkg::ALU_MUL) res_o[l*32 +: 32] <= mul_round(a_i[l*32 +: 32], b_i[l*32 +: 32], mul_shift_i);
-        else res_o[l*32 +: 32] <= lane_op(op_i, a_i[l*32 +: 32], b_i[l*32 +: 32], ctl_i[l].rs, ctl_i[l].ls,
-                                          ctl_i[l].left, ctl_i[l].relu, clip_a_i);
+        else res_o[l*32 +: 32] <= lane_op(op_i, a_i[l*32 +: 32], b_i[l*32 +: 32],
+                                          ctl_i[l*vdla_pkg::ALU_CTL_W +: vdla_pkg::ALU_CTL_W], clip_a_i);
       end
     end
   end

@@ -74,6 +74,7 @@ package vdla_pkg;
     logic       left;  // SHR/RSHR with s < 0
     logic       relu;  // REQ: b[5], clamp to [0, 127]
   } alu_lane_ctl_t;
+  localparam int ALU_CTL_W = 12;  // $bits(alu_lane_ctl_t); the lanes' controls travel as a flat vector
 
   // ---- Instructions (vdla/isa/instructions.py) -----------------------------------------------------
   localparam int INSN_BITS = 128;
@@ -316,7 +317,7 @@ package vdla_pkg;
   endfunction
 
   // An ALU lane's shift controls from its operand b (an alu_lane_ctl_t), for REQ (`req`) or SHR/RSHR.
-  function automatic logic [11:0] alu_lane_ctl(logic req, logic signed [31:0] b);
+  function automatic logic [ALU_CTL_W-1:0] alu_lane_ctl(logic req, logic signed [31:0] b);
     logic signed [5:0] s;
     s = (b > 32'sd31) ? 6'sd31 : (b < -32'sd31) ? -6'sd31 : 6'(b);
     alu_lane_ctl = {req ? b[4:0] : (s < 0) ? 5'd0 : s[4:0], 5'(-s), !req && s < 0, b[5]};  // rs ls left relu
