@@ -11,6 +11,10 @@
 // MUL forms the exact 64-bit product and rounds it right by mul_shift_i (half up; 0 keeps the product's low
 // 32 bits), then keeps 32 bits. Every lane has its multiplier (4 DSP48E1 each), so a MUL takes one cycle like
 // the other operations.
+// Timing: every operation's result is formed beside the others and one AND-OR of one-hot selects (decoded from
+// op_i, zero_i and the lane's ctl.left) takes it; each compare is the sign of a 33-bit (or 34-bit) difference
+// (a carry chain with one LUT in front); REQ's int8 clamp compares 2a with bounds that are functions of the
+// shift alone (vdla_pkg::requantize), so only the low byte's rounding follows the shifter.
 module vdla_alu #(
   parameter int LANES = vdla_pkg::LANES
 ) (
@@ -27,63 +31,80 @@ module vdla_alu #(
   input  logic [LANES*32-1:0] b_i,
   output logic [LANES*32-1:0] res_o
 );
-  // One comparator serves MIN and MAX, one rounding right shifter (vdla_pkg::round_shift) SHR, RSHR and REQ;
-  // REQ's clamp tests the shifter's output beside the rounding add (vdla_pkg::clamp8_x).
-  function automatic logic [31:0] lane_op(vdla_pkg::alu_op_e op, logic signed [31:0] a, logic signed [31:0] b,
-                                          vdla_pkg::alu_lane_ctl_t ctl, logic clip_a);
-    logic signed [32:0] x;
-    logic signed [31:0] r, v;
-    logic        [15:0] bounds;
-    logic               lt, v_big, v_small, gt_hi, lt_lo;
-    begin
-      x  = $signed({a, 1'b0}) >>> ctl.rs;  // 2a >> rs: the rounding shift before its rounding add
-      r  = 32'((x + ((op != vdla_pkg::ALU_SHR) ? 33'sd1 : 33'sd0)) >>> 1);
-      lt = a < b;
-      // CLIP: v against the int8 bounds, from v's range (above or below int8) and its low byte
-      bounds  = clip_a ? a[15:0] : b[15:0];
-      v       = clip_a ? '0 : a;
-      v_big   = !v[31] && v[30:7] != '0;  // v > 127
-      v_small = v[31] && v[30:7] != '1;   // v < -128
-      gt_hi   = v_big || (!v_small && $signed(v[7:0]) > $signed(bounds[15:8]));
-      lt_lo   = v_small || (!v_big && $signed(v[7:0]) < $signed(bounds[7:0]));
-      lane_op = a;
-      case (op)
-        vdla_pkg::ALU_MIN: lane_op = lt ? a : b;
-        vdla_pkg::ALU_MAX: lane_op = lt ? b : a;
-        vdla_pkg::ALU_ADD: lane_op = a + b;
-        vdla_pkg::ALU_SHR, vdla_pkg::ALU_RSHR: lane_op = ctl.left ? a << ctl.ls : r;
-        // max(a, lo) then min(., hi), the three compares side by side
-        vdla_pkg::ALU_CLIP: begin
-          if ($signed(bounds[7:0]) > $signed(bounds[15:8]) || gt_hi) lane_op = 32'(signed'(bounds[15:8]));
-          else if (lt_lo) lane_op = 32'(signed'(bounds[7:0]));
-          else lane_op = v;
-        end
-        vdla_pkg::ALU_REQ: lane_op = 32'(signed'(vdla_pkg::clamp8_x(x, ctl.relu)));  // vdla_pkg::requantize
-        default: lane_op = a;  // MUL goes through mul_round
-      endcase
-    end
+  // x < y (signed) as the sign of the 33-bit difference
+  function automatic logic slt(logic signed [31:0] x, logic signed [31:0] y);
+    slt = 1'(({x[31], x} - {y[31], y}) >> 32);
   endfunction
 
-  // round half up after the shift ((p >>> ms) + p[ms-1], as ((2p >>> ms) + 1) >> 1: the shift amount is ms,
-  // with no subtract before the shifter): no overflow for any shift
-  function automatic logic [31:0] mul_round(logic signed [31:0] a, logic signed [31:0] b, logic [5:0] ms);
+  // 2a < y (34 bits) as the sign of the 35-bit difference
+  function automatic logic slt34(logic signed [33:0] x, logic signed [33:0] y);
+    slt34 = 1'(({x[33], x} - {y[33], y}) >> 34);
+  endfunction
+
+  // One lane: the operations' results side by side, then the one-hot AND-OR. One rounding right shifter
+  // ((2a >> rs) + 1) >> 1 serves SHR, RSHR and REQ, one comparator MIN and MAX.
+  function automatic logic [31:0] lane(vdla_pkg::alu_op_e op, logic zero, logic signed [31:0] a,
+                                       logic signed [31:0] b, vdla_pkg::alu_lane_ctl_t ctl, logic clip_a,
+                                       logic [5:0] ms);
+    logic signed [32:0] x;
+    logic        [32:0] xm;
+    logic signed [33:0] w, hi, zr, lo;
     logic signed [63:0] p;
-    logic        [32:0] x;
+    logic signed [31:0] v, c_hi, c_lo, r, sl, mm, sum, cl, rq, mr;
+    logic        [15:0] bounds;
+    logic         [8:0] x9;
+    logic         [7:0] rounded;
+    logic               lt, s_mm, s_add, s_r, s_l, s_clip, s_req, s_mul;
     begin
-      p = 64'(a) * 64'(b);  // exact: |a * b| <= 2^62
-      x = 33'($signed({p, 1'b0}) >>> ms);  // the low 33 bits of p >>> (ms - 1)
-      mul_round = (ms == 6'd0) ? p[31:0] : 32'((x + 33'd1) >> 1);
+      // MIN/MAX: MIN lt ? a : b, MAX lt ? b : a
+      lt = slt(a, b);
+      mm = (lt ^ (op == vdla_pkg::ALU_MAX)) ? a : b;
+      sum = a + b;
+      // SHR/RSHR: right by rs (rounding unless SHR) or left by ls
+      x  = $signed({a, 1'b0}) >>> ctl.rs;  // 2a >> rs: the rounding shift before its rounding add
+      r  = 32'((x + ((op != vdla_pkg::ALU_SHR) ? 33'sd1 : 33'sd0)) >>> 1);
+      sl = a << ctl.ls;
+      // REQ (vdla_pkg::requantize): x >= 255, x <= -2, x <= -258 as compares of 2a with bounds of rs alone
+      w       = {a[31], a, 1'b0};
+      hi      = ctl.rs >= 5'd25 ? 34'sh1_ffff_ffff : 34'sd255 <<< ctl.rs;
+      zr      = -34'sd1 <<< ctl.rs;
+      lo      = ctl.rs >= 5'd25 ? -34'sh2_0000_0000 : -34'sd257 <<< ctl.rs;
+      x9      = x[8:0];
+      rounded = 8'((x9 + 9'd1) >> 1);  // the low byte of (x + 1) >> 1
+      if (!slt34(w, hi)) rq = 32'sd127;
+      else if (ctl.relu && slt34(w, zr)) rq = 32'sd0;
+      else if (slt34(w, lo)) rq = -32'sd128;
+      else rq = 32'(signed'(rounded));
+      // CLIP: max(v, lo) then min(., hi), the three compares side by side
+      bounds = clip_a ? a[15:0] : b[15:0];
+      v      = clip_a ? '0 : a;
+      c_hi   = 32'(signed'(bounds[15:8]));
+      c_lo   = 32'(signed'(bounds[7:0]));
+      if (slt(c_hi, c_lo) || slt(c_hi, v)) cl = c_hi;
+      else if (slt(v, c_lo)) cl = c_lo;
+      else cl = v;
+      // MUL: the product rounded half up after the shift by ms, ((2p >>> ms) + 1) >> 1 (ms = 0 gives p)
+      p  = 64'(a) * 64'(b);  // exact: |a * b| <= 2^62
+      xm = 33'($signed({p, 1'b0}) >>> ms);  // the low 33 bits of p >>> (ms - 1)
+      mr = 32'((xm + 33'd1) >> 1);
+      // the result's one-hot selects
+      s_mm   = !zero && (op == vdla_pkg::ALU_MIN || op == vdla_pkg::ALU_MAX);
+      s_add  = !zero && op == vdla_pkg::ALU_ADD;
+      s_r    = !zero && (op == vdla_pkg::ALU_SHR || op == vdla_pkg::ALU_RSHR) && !ctl.left;
+      s_l    = !zero && (op == vdla_pkg::ALU_SHR || op == vdla_pkg::ALU_RSHR) && ctl.left;
+      s_clip = !zero && op == vdla_pkg::ALU_CLIP;
+      s_req  = !zero && op == vdla_pkg::ALU_REQ;
+      s_mul  = !zero && op == vdla_pkg::ALU_MUL;
+      lane = ({32{s_mm}} & mm) | ({32{s_add}} & sum) | ({32{s_r}} & r) | ({32{s_l}} & sl)
+           | ({32{s_clip}} & cl) | ({32{s_req}} & rq) | ({32{s_mul}} & mr);
     end
   endfunction
 
   always_ff @(posedge clk_i) begin
     if (en_i) begin
-      for (int l = 0; l < LANES; l++) begin
-        if (zero_i) res_o[l*32 +: 32] <= '0;
-        else if (op_i == vdla_pkg::ALU_MUL) res_o[l*32 +: 32] <= mul_round(a_i[l*32 +: 32], b_i[l*32 +: 32], mul_shift_i);
-        else res_o[l*32 +: 32] <= lane_op(op_i, a_i[l*32 +: 32], b_i[l*32 +: 32],
-                                          ctl_i[l*vdla_pkg::ALU_CTL_W +: vdla_pkg::ALU_CTL_W], clip_a_i);
-      end
+      for (int l = 0; l < LANES; l++)
+        res_o[l*32 +: 32] <= lane(op_i, zero_i, a_i[l*32 +: 32], b_i[l*32 +: 32],
+                                  ctl_i[l*vdla_pkg::ALU_CTL_W +: vdla_pkg::ALU_CTL_W], clip_a_i, mul_shift_i);
     end
   end
 endmodule
