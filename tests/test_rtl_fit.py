@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from vdla.runtime.rtl.fit import CAPACITY, fit_table, parse_cells, resources, run_fit
+from vdla.runtime.rtl.fit import (
+    CAPACITY,
+    check_elaboration,
+    elaboration_faults,
+    fit_table,
+    parse_cells,
+    resources,
+    run_fit,
+)
 from vdla.runtime.rtl.lut_depth import LogicPath, PathStep
 
 STAT = """
@@ -76,3 +84,22 @@ def test_control_units_meet_the_timing_proxy(module):
     tested through registered flags and down-counters kept a step ahead (docs/rtl.md, Timing proxy)."""
     levels = run_fit("pynq", top=module)["logic_levels"]
     assert levels["levels"] <= 8, levels
+
+
+def test_yosys_faults_are_found_in_its_log():
+    log = (
+        "/x/hw/rtl/vdla_acc_rmw.sv:141: Warning: Range select out of bounds on signal `\\ctl_q': Setting result bit"
+        " to undef.\n"
+        "/x/hw/rtl/vdla_alu.sv:79: Warning: Identifier `\\ctl_i[0].rs' is implicitly declared.\n"
+        "/x/hw/rtl/vdla_alu.sv:79: Warning: Identifier `\\ctl_i[0].rs' is implicitly declared.\n"
+        "Warning: Replacing memory \\t with list of registers.\n"
+    )
+    faults = elaboration_faults(log)
+    assert len(faults) == 2 and "ctl_q" in faults[0] and "implicitly declared" in faults[1]
+    assert elaboration_faults("Warning: Replacing memory \\t with list of registers.\n") == []
+
+
+def test_yosys_reads_the_rtl_as_written():
+    """Yosys elaborates the whole design without resolving a name as an implicit wire or a select as undefined
+    (the fit would otherwise measure another design: the ALU's shift controls once were)."""
+    assert check_elaboration("pynq") == []

@@ -40,6 +40,27 @@ LUTRAM_LUTS = {
 }
 
 
+# Yosys warnings that mean its netlist is not the RTL: a name it did not resolve (read as an implicitly declared
+# wire) or a select it read as undefined. (An indexed field of an array of structs did both: the ALU's shift
+# controls, read as undefined by every fit before they became a flat vector.)
+ELAB_FAULT = re.compile(r"^.*Warning: .*(is implicitly declared|[Rr]ange select.* out of bounds).*$", re.MULTILINE)
+
+
+def elaboration_faults(log: str) -> list[str]:
+    """The lines of a Yosys log that say it misread the RTL (``ELAB_FAULT``), each once, in order."""
+    return list(dict.fromkeys(m.group(0).strip() for m in ELAB_FAULT.finditer(log)))
+
+
+def check_elaboration(config: str = "pynq", top: str = TOP) -> list[str]:
+    """Elaborate ``top`` with Yosys (read, hierarchy, proc: seconds, no synthesis) and return its faults."""
+    cfg = load_config(config)
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        package = package_for(cfg, work).relative_to(work)
+        read = "read_verilog -sv " + " ".join(str(p) for p in [package, *rtl_sources()])
+        return elaboration_faults(_yosys(f"{read}\nhierarchy -check -top {top}\nproc\n", work))
+
+
 def _yosys(script: str, cwd: Path) -> str:
     (cwd / "run.ys").write_text(script)
     cmd = [
@@ -105,6 +126,9 @@ def run_fit(config: str = "pynq", workdir: str | Path | None = None, top: str = 
             work,
         )
         seconds = time.perf_counter() - t0
+        faults = elaboration_faults((work / "log.txt").read_text())
+        if faults:
+            raise RuntimeError("Yosys misread the RTL, so its netlist is not the design:\n" + "\n".join(faults[:20]))
         cells = parse_cells((work / "stat.txt").read_text())
         path = longest_path_file(work / "netlist.json", top)
     used = resources(cells)
