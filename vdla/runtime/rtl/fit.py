@@ -10,6 +10,7 @@ DSP48E1 and, with the ALU's 8 shared 32-bit multipliers (two lanes each), the de
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -51,13 +52,22 @@ def elaboration_faults(log: str) -> list[str]:
     return list(dict.fromkeys(m.group(0).strip() for m in ELAB_FAULT.finditer(log)))
 
 
+def _read_rtl(cfg, work: Path) -> str:
+    """The Yosys command that reads ``cfg``'s package and the RTL, copied into ``work`` and named relative to it:
+    yowasp's sandbox sees Yosys' working directory, not every path of the host (a checkout under /tmp is
+    invisible to it: the sandbox has its own /tmp)."""
+    names = [package_for(cfg, work).name]
+    for src in rtl_sources():
+        shutil.copyfile(src, work / src.name)
+        names.append(src.name)
+    return "read_verilog -sv " + " ".join(names)
+
+
 def check_elaboration(config: str = "pynq", top: str = TOP) -> list[str]:
     """Elaborate ``top`` with Yosys (read, hierarchy, proc: seconds, no synthesis) and return its faults."""
-    cfg = load_config(config)
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        package = package_for(cfg, work).relative_to(work)
-        read = "read_verilog -sv " + " ".join(str(p) for p in [package, *rtl_sources()])
+        read = _read_rtl(load_config(config), work)
         return elaboration_faults(_yosys(f"{read}\nhierarchy -check -top {top}\nproc\n", work))
 
 
@@ -116,10 +126,8 @@ def run_fit(config: str = "pynq", workdir: str | Path | None = None, top: str = 
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(workdir or tmp)
         work.mkdir(parents=True, exist_ok=True)
-        # Yosys defines SYNTHESIS: the assertions (`ifndef SYNTHESIS) are not read. The package is named
-        # relative to Yosys' working directory (yowasp's sandbox has its own /tmp).
-        package = package_for(cfg, work).relative_to(work)
-        read = "read_verilog -sv " + " ".join(str(p) for p in [package, *rtl_sources()])
+        # Yosys defines SYNTHESIS: the assertions (`ifndef SYNTHESIS) are not read.
+        read = _read_rtl(cfg, work)
         t0 = time.perf_counter()
         _yosys(
             f"{read}\nsynth_xilinx -family xc7 -top {top} -flatten\ntee -o stat.txt stat\nwrite_json netlist.json\n",
