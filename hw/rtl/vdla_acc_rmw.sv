@@ -40,6 +40,7 @@ module vdla_acc_rmw #(
   // ACC write
   output logic                wr_valid_o,
   output logic [AW-1:0]       wr_addr_o,
+  output logic [AW-1:0]       c_waddr_o,  // the write address of the slot in C (wr_addr_o: of the slot in W)
   output logic [LANES*32-1:0] wr_data_o,
   output logic                busy_o      // a slot in C or W
 );
@@ -118,6 +119,7 @@ module vdla_acc_rmw #(
 
   assign wr_valid_o = w_valid_q;
   assign wr_addr_o  = w_addr_q;
+  assign c_waddr_o  = c_waddr_q;
   assign wr_data_o  = w_data;
   assign busy_o     = c_valid_q || w_valid_q;
 

@@ -12,9 +12,9 @@
 // 32 bits), then keeps 32 bits. Every lane has its multiplier (4 DSP48E1 each), so a MUL takes one cycle like
 // the other operations.
 // Timing: every operation's result is formed beside the others and one AND-OR of one-hot selects (decoded from
-// op_i, zero_i and the lane's ctl.left) takes it; each compare is the sign of a 33-bit (or 34-bit) difference
-// (a carry chain with one LUT in front); REQ's int8 clamp compares 2a with bounds that are functions of the
-// shift alone (vdla_pkg::requantize), so only the low byte's rounding follows the shifter.
+// op_i, zero_i and the lane's ctl.left) takes it; each compare is the sign of a 33-bit (or 35-bit) difference
+// (a carry chain with one LUT in front); REQ's int8 clamp (vdla_pkg::requant_clamp) compares 2a with bounds
+// that are functions of the shift alone, so only the low byte's rounding follows the shifter.
 module vdla_alu #(
   parameter int LANES = vdla_pkg::LANES
 ) (
@@ -36,11 +36,6 @@ module vdla_alu #(
     slt = 1'(({x[31], x} - {y[31], y}) >> 32);
   endfunction
 
-  // 2a < y (34 bits) as the sign of the 35-bit difference
-  function automatic logic slt34(logic signed [33:0] x, logic signed [33:0] y);
-    slt34 = 1'(({x[33], x} - {y[33], y}) >> 34);
-  endfunction
-
   // One lane: the operations' results side by side, then the one-hot AND-OR. One rounding right shifter
   // ((2a >> rs) + 1) >> 1 serves SHR, RSHR and REQ, one comparator MIN and MAX.
   function automatic logic [31:0] lane(vdla_pkg::alu_op_e op, logic zero, logic signed [31:0] a,
@@ -48,12 +43,9 @@ module vdla_alu #(
                                        logic [5:0] ms);
     logic signed [32:0] x;
     logic        [32:0] xm;
-    logic signed [33:0] w, hi, zr, lo;
     logic signed [63:0] p;
     logic signed [31:0] v, c_hi, c_lo, r, sl, mm, sum, cl, rq, mr;
     logic        [15:0] bounds;
-    logic         [8:0] x9;
-    logic         [7:0] rounded;
     logic               lt, s_mm, s_add, s_r, s_l, s_clip, s_req, s_mul;
     begin
       // MIN/MAX: MIN lt ? a : b, MAX lt ? b : a
@@ -64,17 +56,8 @@ module vdla_alu #(
       x  = $signed({a, 1'b0}) >>> ctl.rs;  // 2a >> rs: the rounding shift before its rounding add
       r  = 32'((x + ((op != vdla_pkg::ALU_SHR) ? 33'sd1 : 33'sd0)) >>> 1);
       sl = a << ctl.ls;
-      // REQ (vdla_pkg::requantize): x >= 255, x <= -2, x <= -258 as compares of 2a with bounds of rs alone
-      w       = {a[31], a, 1'b0};
-      hi      = ctl.rs >= 5'd25 ? 34'sh1_ffff_ffff : 34'sd255 <<< ctl.rs;
-      zr      = -34'sd1 <<< ctl.rs;
-      lo      = ctl.rs >= 5'd25 ? -34'sh2_0000_0000 : -34'sd257 <<< ctl.rs;
-      x9      = x[8:0];
-      rounded = 8'((x9 + 9'd1) >> 1);  // the low byte of (x + 1) >> 1
-      if (!slt34(w, hi)) rq = 32'sd127;
-      else if (ctl.relu && slt34(w, zr)) rq = 32'sd0;
-      else if (slt34(w, lo)) rq = -32'sd128;
-      else rq = 32'(signed'(rounded));
+      // REQ (vdla_pkg::requantize): the clamp on the shared shifter's low bits, its bounds from rs and relu alone
+      rq = 32'(signed'(vdla_pkg::requant_clamp(a, x[8:0], vdla_pkg::requant_bounds(ctl.rs, ctl.relu))));
       // CLIP: max(v, lo) then min(., hi), the three compares side by side
       bounds = clip_a ? a[15:0] : b[15:0];
       v      = clip_a ? '0 : a;

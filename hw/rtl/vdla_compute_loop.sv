@@ -204,17 +204,16 @@ module vdla_compute_loop (
   // addresses of the slots in C and W. An address formed in S1 is field + offset (mod 2^ACC_AW), so it is
   // compared as field == waddr - offset, with the differences prepared a cycle ahead (the offsets in S1 are
   // the sequencer's of the cycle before): the compare starts at the micro-op word, after no adder.
-  logic [ACC_AW-1:0] c_waddr_q, w_waddr_q;  // the write addresses of the slots in C and W (as in u_rmw)
-  logic [ACC_AW-1:0] c_dst_q, c_src_q;      // c_waddr_q - s1_dst_off_q, c_waddr_q - s1_src_off_q
-  logic [ACC_AW-1:0] w_dst_q, w_src_q;      // w_waddr_q - s1_dst_off_q, w_waddr_q - s1_src_off_q
+  logic [ACC_AW-1:0] c_waddr, w_waddr;  // the write addresses of the slots in C and W (u_rmw's)
+  logic [ACC_AW-1:0] c_dst_q, c_src_q;  // c_waddr - s1_dst_off_q, c_waddr - s1_src_off_q
+  logic [ACC_AW-1:0] w_dst_q, w_src_q;  // w_waddr - s1_dst_off_q, w_waddr - s1_src_off_q
   logic [ACC_AW-1:0] dst_field, src_field;
+  assign w_waddr = wr_addr_o;
   always_ff @(posedge clk_i) begin
-    c_waddr_q <= r_waddr;
-    w_waddr_q <= c_waddr_q;
-    c_dst_q   <= r_waddr - ACC_AW'(dst_off);
-    c_src_q   <= r_waddr - ACC_AW'(src_off);
-    w_dst_q   <= c_waddr_q - ACC_AW'(dst_off);
-    w_src_q   <= c_waddr_q - ACC_AW'(src_off);
+    c_dst_q <= r_waddr - ACC_AW'(dst_off);
+    c_src_q <= r_waddr - ACC_AW'(src_off);
+    w_dst_q <= c_waddr - ACC_AW'(dst_off);
+    w_src_q <= c_waddr - ACC_AW'(src_off);
   end
   assign dst_field = ACC_AW'(uop_word[DST_BITS-1:0]);
   assign src_field = ACC_AW'(uop_word[DST_BITS +: SRC_BITS]);
@@ -232,15 +231,15 @@ module vdla_compute_loop (
     if (s3_valid_q) begin
       r_valid = 1'b1;
       r_addr  = (fresh && epi_bias_i) ? s3_bias_q : s3_dst_q;
-      r_hit_c = (fresh && epi_bias_i) ? s3_bias_q == c_waddr_q : s3_dst_q == c_waddr_q;
-      r_hit_w = (fresh && epi_bias_i) ? s3_bias_q == w_waddr_q : s3_dst_q == w_waddr_q;
+      r_hit_c = (fresh && epi_bias_i) ? s3_bias_q == c_waddr : s3_dst_q == c_waddr;
+      r_hit_w = (fresh && epi_bias_i) ? s3_bias_q == w_waddr : s3_dst_q == w_waddr;
       r_zero  = fresh && !epi_bias_i;
       r_waddr = s3_dst_q;
     end else if (alu_pend_q) begin
       r_valid = 1'b1;
       r_addr  = alu_dst_q;
-      r_hit_c = alu_dst_q == c_waddr_q;
-      r_hit_w = alu_dst_q == w_waddr_q;
+      r_hit_c = alu_dst_q == c_waddr;
+      r_hit_w = alu_dst_q == w_waddr;
       r_waddr = alu_dst_q;
     end else if (s1_valid_q && !gemm_q) begin
       // neither the address nor the valid waits for the range check (index_err): a slot it fails is dropped
@@ -288,6 +287,7 @@ module vdla_compute_loop (
     .acc_rdata_i,
     .wr_valid_o,
     .wr_addr_o,
+    .c_waddr_o   (c_waddr),
     .wr_data_o,
     .busy_o      (unused_rmw_busy)
   );

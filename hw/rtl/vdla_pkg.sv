@@ -254,24 +254,6 @@ package vdla_pkg;
     mem_has_pad = {insn.y_pad_0, insn.y_pad_1, insn.x_pad_0, insn.x_pad_1} != '0;
   endfunction
 
-  // `v` shifted right (arithmetic) by `shift`, rounding half up when `round`: (v + 2^(shift-1)) >> shift (v for
-  // shift 0), computed as (((2v) >> shift) + round) >> 1 (equal, with floor shifts): no decoder and no wide add
-  // before the shifter, no overflow, and the same form for every shift. The ALU's SHR, RSHR and REQ share one.
-  function automatic logic signed [32:0] round_shift(logic signed [31:0] v, logic [4:0] shift, logic round);
-    round_shift = (($signed({v, 1'b0}) >>> shift) + (round ? 33'sd1 : 33'sd0)) >>> 1;
-  endfunction
-
-  // The int8 clamp of the rounded shift (x + 1) >> 1 of x = (2v) >> shift, to [relu ? 0 : -128, 127]: the
-  // bounds are tested on x (x >= 255, x <= -2, x <= -258), beside the rounding add rather than after it.
-  function automatic logic [7:0] clamp8_x(logic signed [32:0] x, logic relu);
-    logic [7:0] rounded;
-    rounded = 8'((x[8:0] + 9'd1) >> 1);  // the low byte of (x + 1) >> 1
-    if (!x[32] && (x[31:8] != '0 || x[7:0] == '1)) clamp8_x = 8'd127;              // x >= 255
-    else if (relu && x[32] && x[31:0] != '1) clamp8_x = 8'd0;                       // x <= -2
-    else if (x[32] && !(x[31:9] == '1 && (x[8] || x[7:0] == '1))) clamp8_x = 8'h80;  // x <= -258
-    else clamp8_x = rounded[7:0];
-  endfunction
-
   // requantize's bounds {hi, zero, lo} on 2v for `shift` and `relu` (34-bit signed each): 2v >= hi is
   // x >= 255, 2v < zero is relu and x <= -2, 2v < lo is x <= -258 (255 << shift, -1 << shift, -257 << shift;
   // beyond every 2v for shifts over 24, and zero without relu). REQUANT_NONE is beyond every 2v in all three:
@@ -285,32 +267,36 @@ package vdla_pkg;
     requant_bounds = {hi, zero, lo};
   endfunction
 
-  // requantize with its bounds given (requant_bounds of the same shift and relu, or REQUANT_NONE with shift 0).
-  // Each bound's compare is the sign of a 35-bit difference (one carry chain after one LUT level), the shift
-  // is by whole bytes and then by the rest (two narrow muxes).
-  function automatic logic [7:0] requantize_b(logic signed [31:0] v, logic [4:0] shift, logic [101:0] bounds);
+  // requantize's clamp, given its bounds (requant_bounds of the shift and relu, or REQUANT_NONE with shift 0)
+  // and the low 9 bits x9 of x = (2v) >> shift from the caller's shifter: the rounded (x + 1) >> 1 clamped to
+  // int8. Each bound's compare is the sign of a 35-bit difference (one carry chain after one LUT level).
+  function automatic logic [7:0] requant_clamp(logic signed [31:0] v, logic [8:0] x9, logic [101:0] bounds);
     logic signed [33:0] w;
     logic               lt_hi, lt_zero, lt_lo;
-    logic        [15:0] y;
-    logic        [8:0]  x;
     logic        [7:0]  rounded;
     w       = {v[31], v, 1'b0};  // 2v
-    y       = 16'(w >>> {shift[4:3], 3'd0});
-    x       = 9'(y >> shift[2:0]);  // the low bits of x
-    rounded = 8'((x + 9'd1) >> 1);  // the low byte of (x + 1) >> 1
+    rounded = 8'((x9 + 9'd1) >> 1);  // the low byte of (x + 1) >> 1
     lt_hi   = 1'((35'(w) - 35'($signed(bounds[101:68]))) >> 34);  // 2v < hi
     lt_zero = 1'((35'(w) - 35'($signed(bounds[67:34]))) >> 34);
     lt_lo   = 1'((35'(w) - 35'($signed(bounds[33:0]))) >> 34);
-    if (!lt_hi) requantize_b = 8'd127;       // x >= 255
-    else if (lt_zero) requantize_b = 8'd0;   // relu and x <= -2
-    else if (lt_lo) requantize_b = 8'h80;    // x <= -258
-    else requantize_b = rounded;
+    if (!lt_hi) requant_clamp = 8'd127;       // x >= 255
+    else if (lt_zero) requant_clamp = 8'd0;   // relu and x <= -2
+    else if (lt_lo) requant_clamp = 8'h80;    // x <= -258
+    else requant_clamp = rounded;
   endfunction
 
-  // Requantization of one int32 lane (the OUT mirror after an EPI with req; the ALU's REQ is the same function
-  // on its shared shifter, clamp8_x): `v` shifted right by `shift` rounding half up (in 33 bits, no overflow),
-  // clamped to [relu ? 0 : -128, 127]. clamp8_x's bounds on x = (2v) >> shift (x >= 255, x <= -2, x <= -258)
-  // are tested as compares of 2v with the bounds shifted left by `shift` (requant_bounds), which depend on
+  // requantize with its bounds given: the shift by whole bytes and then by the rest (two narrow muxes), then
+  // requant_clamp.
+  function automatic logic [7:0] requantize_b(logic signed [31:0] v, logic [4:0] shift, logic [101:0] bounds);
+    logic [15:0] y;
+    y            = 16'($signed({v[31], v, 1'b0}) >>> {shift[4:3], 3'd0});  // 2v by whole bytes (signed)
+    requantize_b = requant_clamp(v, 9'(y >> shift[2:0]), bounds);
+  endfunction
+
+  // Requantization of one int32 lane (the OUT mirror after an EPI with req; the ALU's REQ is requant_clamp
+  // on its shared shifter): `v` shifted right by `shift` rounding half up (in 33 bits, no overflow), clamped
+  // to [relu ? 0 : -128, 127]. The bounds on x = (2v) >> shift (x >= 255, x <= -2, x <= -258) are tested
+  // as compares of 2v with the bounds shifted left by `shift` (requant_bounds), which depend on
   // `shift` and `relu` alone: only the low byte's rounding follows the shifter.
   function automatic logic [7:0] requantize(logic signed [31:0] v, logic [4:0] shift, logic relu);
     requantize = requantize_b(v, shift, requant_bounds(shift, relu));
