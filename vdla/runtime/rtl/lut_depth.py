@@ -3,10 +3,14 @@ mapped by ``synth_xilinx`` (read from Yosys' ``write_json``).
 
 Counting rules (one definition, used by ``vdla fit``):
 
-* **Boundaries.** A path starts at the output of a flip-flop (``FD*``), a block RAM (``RAMB*``), a DSP48E1, an
-  input buffer or a top-level input, and ends at an input of one of those, an output buffer or a top-level
-  output. DSP48E1 and block RAM are boundaries even when Yosys leaves their internal registers off: a path
-  through a DSP (its multiplier) is not counted here.
+* **Boundaries.** A path starts at the output of a flip-flop (``FD*``), a block RAM (``RAMB*``), an input
+  buffer or a top-level input, and ends at an input of one of those, an output buffer or a top-level output.
+* **DSP48E1.** Its registers are boundaries like flip-flops, and the stages between them count as LUT levels
+  of about their delay (Yosys' xc7 timing model, at about 1 ns a level): the multiplier (``A``, ``B``, ``D``
+  and their cascades to ``M``) :data:`DSP_MULT_LEVELS`, the post-adder (``M``, ``C``, ``PCIN``, carry and
+  mode inputs to ``P``) :data:`DSP_ADD_LEVELS`. A DSP with ``PREG`` off is combinational to ``P``/``PCOUT``
+  (a path goes on through it); with ``MREG`` on, ``P`` starts a path at :data:`DSP_ADD_LEVELS`; an input
+  whose stage is registered ends the path there, plus the levels before that register.
 * **Levels.** Each LUT (``LUT1``..``LUT6``, ``INV``) on the path is one level, and so is the asynchronous read
   of a LUT RAM or shift register (``RAM32M``, ``RAM64X1D``, ``SRL16E``, ...: address to data out; its data and
   write-enable inputs are path ends, like a flip-flop's). ``MUXF7``/``MUXF8`` combine LUTs of one slice and
@@ -30,9 +34,11 @@ from pathlib import Path
 from vdla.errors import VdlaError
 
 TARGET_LEVELS = 8
+DSP_MULT_LEVELS = 3  # an unregistered 25x18 multiply, A/B to M: about 2.6 ns on the -1 grade
+DSP_ADD_LEVELS = 1  # the post-adder, C/PCIN/M to P: about 1.2 ns
 
 _LUT = re.compile(r"LUT[1-6]|INV")
-_SEQUENTIAL = re.compile(r"FD[CPRS]E?(_1)?|RAMB(18|36)E1|DSP48E1|IBUF|OBUF|BUFG")
+_SEQUENTIAL = re.compile(r"FD[CPRS]E?(_1)?|RAMB(18|36)E1|IBUF|OBUF|BUFG")
 _MEMORY_READ = re.compile(r"RAM(32|64|128|256)(M|M16|M8|X1[SD])|SRLC?(16|32)E")
 _READ_PIN = re.compile(r"ADDR[A-H]|A\d*|DPRA\d*")  # the address pins of a LUT RAM or shift register
 _FREE = {"MUXF7", "MUXF8"}
@@ -124,6 +130,8 @@ def _kind(cell_type: str) -> str:
         return "lut"
     if cell_type == "CARRY4":
         return "carry"
+    if cell_type == "DSP48E1":
+        return "dsp"
     if cell_type in _FREE:
         return "free"
     if _MEMORY_READ.fullmatch(cell_type):
@@ -131,6 +139,46 @@ def _kind(cell_type: str) -> str:
     if _SEQUENTIAL.fullmatch(cell_type):
         return "boundary"
     return "unknown"
+
+
+def _on(cell: dict, param: str) -> bool:
+    """A DSP48E1 register parameter is set (Yosys writes parameters as binary strings or integers)."""
+    value = cell.get("parameters", {}).get(param, 0)
+    return int(value, 2) != 0 if isinstance(value, str) else bool(value)
+
+
+_DSP_MULT_PINS = {"A": "AREG", "ACIN": "AREG", "B": "BREG", "BCIN": "BREG", "D": "DREG"}
+_DSP_ADD_PINS = {
+    "C": "CREG",
+    "CARRYIN": "CARRYINREG",
+    "OPMODE": "OPMODEREG",
+    "ALUMODE": "ALUMODEREG",
+    "CARRYINSEL": "CARRYINSELREG",
+    "INMODE": "INMODEREG",
+    "PCIN": "",
+    "CARRYCASCIN": "",
+    "MULTSIGNIN": "",
+}
+
+
+def _dsp_pin(cell: dict, pin: str) -> tuple[int, bool] | None:
+    """(levels from ``pin`` to the DSP's first register or its P outputs, whether they reach a register) for
+    an input pin of a DSP48E1; None for a pin the rules do not follow (clocks, enables, resets)."""
+    if pin in _DSP_MULT_PINS:
+        reg = _DSP_MULT_PINS[pin]
+        if _on(cell, reg) or (pin == "D" and _on(cell, "ADREG")):
+            return 0, True
+        if cell.get("parameters", {}).get("USE_MULT", "MULTIPLY") == "NONE":  # A:B straight to the adder
+            return DSP_ADD_LEVELS, _on(cell, "PREG")
+        if _on(cell, "MREG"):
+            return DSP_MULT_LEVELS, True
+        return DSP_MULT_LEVELS + DSP_ADD_LEVELS, _on(cell, "PREG")
+    if pin in _DSP_ADD_PINS:
+        reg = _DSP_ADD_PINS[pin]
+        if reg and _on(cell, reg):
+            return 0, True
+        return DSP_ADD_LEVELS, _on(cell, "PREG")
+    return None
 
 
 def longest_path(netlist: dict, top: str) -> LogicPath:
@@ -168,9 +216,24 @@ def longest_path(netlist: dict, top: str) -> LogicPath:
                 continue
             if kind == "memory" and not _READ_PIN.fullmatch(pin):
                 continue
-            weight = 1 if kind in ("lut", "memory") else 0 if kind == "free" else 0 if pin == "CI" else 1
+            if kind == "dsp":
+                arc = _dsp_pin(cell, pin)
+                if arc is None or arc[1]:  # not followed, or it reaches a register inside the DSP
+                    continue
+                weight = arc[0]
+            else:
+                weight = 1 if kind in ("lut", "memory") else 0 if kind == "free" else 0 if pin == "CI" else 1
             pairs += [(b, weight) for b in bits if isinstance(b, int)]
         return pairs
+
+    def base(cname: str) -> int:
+        """Where a combinational cell's output starts a path of its own: a DSP's P after its M register."""
+        cell = cells[cname]
+        return DSP_ADD_LEVELS if _kind(cell["type"]) == "dsp" and _on(cell, "MREG") else 0
+
+    def boundary(cname: str) -> bool:
+        kind = _kind(cells[cname]["type"])
+        return kind in ("boundary", "unknown") or (kind == "dsp" and _on(cells[cname], "PREG"))
 
     def resolve(bit: int) -> None:
         stack = [bit]
@@ -180,7 +243,7 @@ def longest_path(netlist: dict, top: str) -> LogicPath:
                 stack.pop()
                 continue
             src = driver.get(b)
-            if src is None or _kind(cells[src[0]]["type"]) in ("boundary", "unknown"):
+            if src is None or boundary(src[0]):
                 arrival[b], state[b] = (0, None), 2
                 stack.pop()
                 continue
@@ -188,10 +251,10 @@ def longest_path(netlist: dict, top: str) -> LogicPath:
             if state.get(b) == 1 or not pending:
                 if pending:  # revisited while its inputs are still open: a loop
                     raise NetlistError(f"combinational loop through cell {src[0]} ({names.get(b, b)})")
-                best = (0, None)
+                best = (base(src[0]), None)
                 for i, w in inputs(*src):
                     lv = arrival[i][0] + w
-                    if lv > best[0] or best[1] is None:
+                    if lv > best[0] or (best[1] is None and lv == best[0]):
                         best = (lv, i)
                 arrival[b], state[b] = best, 2
                 stack.pop()
@@ -203,32 +266,39 @@ def longest_path(netlist: dict, top: str) -> LogicPath:
                 stack.append(i)
 
     # the path ends: inputs of boundary cells (and the sinks of memories), top outputs
-    ends: list[tuple[int, str, str]] = []  # (bit, label, unit)
+    ends: list[tuple[int, str, str, int]] = []  # (bit, label, unit, levels after the bit)
     for cname, cell in cells.items():
         kind = _kind(cell["type"])
         dirs = cell.get("port_directions", {})
         for pin, bits in cell["connections"].items():
             if dirs.get(pin) != "input":
                 continue
-            if kind in ("boundary", "unknown") or (kind == "memory" and not _READ_PIN.fullmatch(pin)):
+            arc = _dsp_pin(cell, pin) if kind == "dsp" else None
+            if (
+                kind in ("boundary", "unknown")
+                or (kind == "memory" and not _READ_PIN.fullmatch(pin))
+                or (arc is not None and arc[1])
+            ):
                 q = [names.get(b, str(b)) for b in cell["connections"].get("Q", []) if isinstance(b, int)]
                 label = f"{cell['type']} {cname}" + (f" (-> {q[0]})" if q else "") + f".{pin}"
                 for i, b in enumerate(bits):
                     if isinstance(b, int):
                         unit = _unit(q[0] if q else cname)
-                        ends.append((b, f"{label}[{i}]" if len(bits) > 1 else label, unit))
+                        ends.append((b, f"{label}[{i}]" if len(bits) > 1 else label, unit, arc[0] if arc else 0))
     for pname, port in module.get("ports", {}).items():
         if port["direction"] == "output":
-            ends += [(b, f"output {pname}[{i}]", "(ports)") for i, b in enumerate(port["bits"]) if isinstance(b, int)]
+            bits = port["bits"]
+            ends += [(b, f"output {pname}[{i}]", "(ports)", 0) for i, b in enumerate(bits) if isinstance(b, int)]
 
     worst_bit, worst_end, worst = None, "", -1
     by_unit: dict[str, tuple[int, int, str]] = {}  # unit -> (levels, end bit, end label)
-    for b, label, unit in ends:
+    for b, label, unit, after in ends:
         resolve(b)
-        if arrival[b][0] > by_unit.get(unit, (-1,))[0]:
-            by_unit[unit] = (arrival[b][0], b, label)
-        if arrival[b][0] > worst:
-            worst_bit, worst_end, worst = b, label, arrival[b][0]
+        levels = arrival[b][0] + after
+        if levels > by_unit.get(unit, (-1,))[0]:
+            by_unit[unit] = (levels, b, label)
+        if levels > worst:
+            worst_bit, worst_end, worst = b, label, levels
     if worst_bit is None:
         return LogicPath(0, "", "", (), tuple(sorted(unknown)))
     order = sorted(by_unit, key=lambda u: (-by_unit[u][0], u))
