@@ -2,7 +2,7 @@
 resources it reports (LUTs, flip-flops, DSP48E1, block RAM) against the part's capacity.
 
 The GEMM core packs two int8 products into one multiplier (vdla_gemm_core), so its 256 MACs take 128
-DSP48E1 and, with the ALU's 8 shared 32-bit multipliers (two lanes each), the design stays within the part's
+DSP48E1 and, with the ALU's 32-bit multiplier per lane (64 DSP48E1), the design stays within the part's
 220. Yosys reports no timing: the report's timing proxy is the deepest combinational path in LUT levels
 (:mod:`vdla.runtime.rtl.lut_depth`), against a target of 8 for 100 MHz on the -1 speed grade.
 """

@@ -161,6 +161,21 @@ _DSP_ADD_PINS = {
 }
 
 
+def _pin(cell: dict, kind: str, pin: str) -> tuple[int, bool] | None:
+    """How the rules treat input ``pin`` of a cell of ``kind``: (levels it adds, whether the path ends there),
+    or None for a pin they do not follow (a boundary's ends add no levels; a DSP's, those before its
+    register)."""
+    if kind in ("boundary", "unknown"):
+        return 0, True
+    if kind == "memory":
+        return (1, False) if _READ_PIN.fullmatch(pin) else (0, True)
+    if kind == "dsp":
+        return _dsp_pin(cell, pin)
+    if kind == "free" or (kind == "carry" and pin == "CI"):
+        return 0, False
+    return (1, False) if kind in ("lut", "carry") else None
+
+
 def _dsp_pin(cell: dict, pin: str) -> tuple[int, bool] | None:
     """(levels from ``pin`` to the DSP's first register or its P outputs, whether they reach a register) for
     an input pin of a DSP48E1; None for a pin the rules do not follow (clocks, enables, resets)."""
@@ -212,18 +227,9 @@ def longest_path(netlist: dict, top: str) -> LogicPath:
         dirs = cell.get("port_directions", {})
         pairs = []
         for pin, bits in cell["connections"].items():
-            if dirs.get(pin) != "input":
-                continue
-            if kind == "memory" and not _READ_PIN.fullmatch(pin):
-                continue
-            if kind == "dsp":
-                arc = _dsp_pin(cell, pin)
-                if arc is None or arc[1]:  # not followed, or it reaches a register inside the DSP
-                    continue
-                weight = arc[0]
-            else:
-                weight = 1 if kind in ("lut", "memory") else 0 if kind == "free" else 0 if pin == "CI" else 1
-            pairs += [(b, weight) for b in bits if isinstance(b, int)]
+            arc = _pin(cell, kind, pin) if dirs.get(pin) == "input" else None
+            if arc is not None and not arc[1]:
+                pairs += [(b, arc[0]) for b in bits if isinstance(b, int)]
         return pairs
 
     def base(cname: str) -> int:
@@ -271,20 +277,14 @@ def longest_path(netlist: dict, top: str) -> LogicPath:
         kind = _kind(cell["type"])
         dirs = cell.get("port_directions", {})
         for pin, bits in cell["connections"].items():
-            if dirs.get(pin) != "input":
-                continue
-            arc = _dsp_pin(cell, pin) if kind == "dsp" else None
-            if (
-                kind in ("boundary", "unknown")
-                or (kind == "memory" and not _READ_PIN.fullmatch(pin))
-                or (arc is not None and arc[1])
-            ):
+            arc = _pin(cell, kind, pin) if dirs.get(pin) == "input" else None
+            if arc is not None and arc[1]:
                 q = [names.get(b, str(b)) for b in cell["connections"].get("Q", []) if isinstance(b, int)]
                 label = f"{cell['type']} {cname}" + (f" (-> {q[0]})" if q else "") + f".{pin}"
                 for i, b in enumerate(bits):
                     if isinstance(b, int):
                         unit = _unit(q[0] if q else cname)
-                        ends.append((b, f"{label}[{i}]" if len(bits) > 1 else label, unit, arc[0] if arc else 0))
+                        ends.append((b, f"{label}[{i}]" if len(bits) > 1 else label, unit, arc[0]))
     for pname, port in module.get("ports", {}).items():
         if port["direction"] == "output":
             bits = port["bits"]
