@@ -89,18 +89,24 @@ def _insn(op: AluOp, **loop) -> AluInsn:
 
 def test_alu_cycle_rule():
     """One cycle per iteration but alu_ii for each source-row read: every iteration of a two-operand
-    instruction, once per outer iteration when the row is held (one micro-op, src_factor_in 0, not a shift)."""
+    instruction, once per outer iteration when the row is held (one micro-op, src_factor_in 0, not a shift);
+    and alu_mul_cycles - 1 more for every iteration of a MUL (its multiply is registered)."""
     t = load_config("pynq").timing
     base = t.alu_setup + t.alu_pipeline
     loop = {"iter_out": 3, "iter_in": 10}
-    assert alu_cycles(t, _insn(AluOp.MUL, use_imm=True, **loop)) == base + 30
-    assert alu_cycles(t, _insn(AluOp.MUL, reset=True, **loop)) == base + 30
-    assert alu_cycles(t, _insn(AluOp.MUL, **loop)) == base + 30 + 3 * (t.alu_ii - 1)  # held
+    m = t.alu_mul_cycles
+    assert m == 2
+    assert alu_cycles(t, _insn(AluOp.MUL, use_imm=True, **loop)) == base + 30 * m
+    assert alu_cycles(t, _insn(AluOp.MUL, reset=True, **loop)) == base + 30 * m
+    assert alu_cycles(t, _insn(AluOp.MUL, **loop)) == base + 30 * m + 3 * (t.alu_ii - 1)  # held
+    assert alu_cycles(t, _insn(AluOp.MUL, src_factor_in=1, **loop)) == base + 30 * (m + t.alu_ii - 1)
+    assert alu_cycles(t, _insn(AluOp.MIN, use_imm=True, **loop)) == base + 30
     assert src_reads(_insn(AluOp.ADD, src_factor_in=1, **loop)) == 30
     assert src_reads(_insn(AluOp.SHR, **loop)) == src_reads(_insn(AluOp.MAX, uop_end=2, **loop)) // 2 == 30
     assert alu_cycles(t, _insn(AluOp.ADD, src_factor_in=1, **loop)) == base + 30 * t.alu_ii
     mul = AluOp.MUL
-    assert alu_ii(t, mul, use_imm=True) == alu_ii(t, mul, False, reset=True) == 1
-    assert alu_ii(t, mul, False, same_src=True) == 1
-    assert alu_ii(t, mul, use_imm=False) == alu_ii(t, AluOp.REQ, False, same_src=True) == t.alu_ii == 2
+    assert alu_ii(t, mul, use_imm=True) == alu_ii(t, mul, False, reset=True) == m
+    assert alu_ii(t, mul, False, same_src=True) == m
+    assert alu_ii(t, mul, use_imm=False) == t.alu_ii + m - 1 == 3
+    assert alu_ii(t, AluOp.REQ, False, same_src=True) == t.alu_ii == 2
     assert holds_src(_insn(AluOp.CLIP, **loop)) and not holds_src(_insn(AluOp.REQ, **loop))

@@ -45,6 +45,7 @@ class Timing:
     alu_setup: int = 2
     alu_pipeline: int = 2
     alu_ii: int = 2  # per uop-iteration of an ALU instruction reading ACC[src] (vdla.cycles.alu_ii, src_reads)
+    alu_mul_cycles: int = 2  # per uop-iteration of a MUL: its multiply is registered (vdla.cycles.alu_ii)
     nop_cycles: int = 1  # a LOAD/STORE with x_size 0, or FINISH
     max_burst_beats: int = 256  # AXI4 burst limit; bursts also split at 4 KiB boundaries
 

@@ -41,16 +41,25 @@ def alu_ii(t: Timing, op: AluOp, use_imm: bool, reset: bool = False, same_src: b
     """Cycles per uop-iteration of an ALU instruction: ``alu_ii`` when it reads ``ACC[src]`` as well as
     ``ACC[dst]`` (one ACC read port), else 1: an immediate, a reset, or (``same_src``: one source row for the
     whole inner loop) a row held across the inner loop (:func:`holds_src`; read once per outer iteration,
-    which this per-iteration figure leaves out). MUL runs at one iteration per cycle: every lane has its
-    multiplier. The RTL (``vdla_loop_seq``) issues by the same rule; the compiler's epilogue cost uses this
-    function too."""
-    return 1 if reset or use_imm or _held(op, same_src) else t.alu_ii
+    which this per-iteration figure leaves out). A MUL takes ``alu_mul_cycles - 1`` more (:func:`mul_extra`).
+    The RTL (``vdla_loop_seq``) issues by the same rule; the compiler's epilogue cost uses this function too."""
+    base = 1 if reset or use_imm or _held(op, same_src) else t.alu_ii
+    return base + mul_extra(t, op)
+
+
+def mul_extra(t: Timing, op: AluOp) -> int:
+    """Cycles a MUL uop-iteration takes beyond another operation's: ``alu_mul_cycles - 1``, 0 for the others.
+    Its multiply is registered in the DSPs (the timing proxy), so its ALU slot stays two cycles in the
+    read-modify-write's C stage and the sequencer leaves the cycle after it without an issue (resets too:
+    the rule is the operation's alone)."""
+    return t.alu_mul_cycles - 1 if op == AluOp.MUL else 0
 
 
 def alu_cycles(t: Timing, insn: AluInsn) -> int:
     """Cycles of an ALU instruction: setup, one per uop-iteration plus ``alu_ii - 1`` per source-row read
-    (:func:`src_reads`), and the pipeline drain."""
-    return t.alu_setup + insn.iterations + src_reads(insn) * (t.alu_ii - 1) + t.alu_pipeline
+    (:func:`src_reads`) and :func:`mul_extra` per uop-iteration, and the pipeline drain."""
+    per_iter = 1 + mul_extra(t, insn.alu_opcode)
+    return t.alu_setup + insn.iterations * per_iter + src_reads(insn) * (t.alu_ii - 1) + t.alu_pipeline
 
 
 def burst_beats(addr: int, nbytes: int, bus_bytes: int, max_beats: int) -> tuple[int, int]:

@@ -14,6 +14,10 @@
 // slot is in R and registered (the match's address compares come from the caller: r_hit_c_i, r_hit_w_i), and
 // b's shift controls (vdla_pkg::alu_lane_ctl) are formed from the immediate in R or from the source row in its
 // SRC slot's C, so the C stage is a one-level operand mux and the ALU.
+// A MUL slot stays two cycles in C (its multiply is registered, vdla_alu): its first cycle (c_mul1_q) forms the
+// partial products, its second the result. The sequencer leaves R empty in its first cycle
+// (vdla.cycles.mul_extra), so the slot behind it meets it in C as any slot meets the one ahead; c_hold_o tells
+// the caller that the slot in C stays.
 module vdla_acc_rmw #(
   parameter int LANES = vdla_pkg::LANES,
   parameter int AW    = vdla_pkg::ACC_AW
@@ -42,6 +46,7 @@ module vdla_acc_rmw #(
   output logic [AW-1:0]       wr_addr_o,
   output logic [AW-1:0]       c_waddr_o,  // the write address of the slot in C (wr_addr_o: of the slot in W)
   output logic [LANES*32-1:0] wr_data_o,
+  output logic                c_hold_o,   // the slot in C stays there next cycle (a MUL's first cycle)
   output logic                busy_o      // a slot in C or W
 );
   logic                c_valid_q, w_valid_q;
@@ -49,6 +54,7 @@ module vdla_acc_rmw #(
   logic [AW-1:0]       c_addr_q, c_waddr_q, w_addr_q, held_addr_q;
   logic [LANES*32-1:0] w_data, f_data_q, b_q, rd, a, b;
   logic                c_alu, c_src, req;
+  logic                c_mul1_q, c_dead_q;  // a MUL slot's first cycle in C; a MUL slot killed in its first
   localparam int CW = vdla_pkg::ALU_CTL_W;
   logic [LANES*CW-1:0] ctl_q;  // the shift controls of b (vdla_pkg::alu_lane_ctl), lane l's in [l*CW +: CW]
 
@@ -106,7 +112,8 @@ module vdla_acc_rmw #(
 
   vdla_alu #(.LANES(LANES)) u_alu (
     .clk_i,
-    .en_i   (c_alu),
+    .en_i   (c_alu && !c_mul1_q),
+    .mul_en_i (c_mul1_q),
     .zero_i (zero_q),
     .clip_a_i (clip_a_q),
     .op_i   (c_kind_q == vdla_pkg::SLOT_GEMM ? vdla_pkg::ALU_ADD : alu_op_i),  // GEMM accumulates
@@ -121,22 +128,28 @@ module vdla_acc_rmw #(
   assign wr_addr_o  = w_addr_q;
   assign c_waddr_o  = c_waddr_q;
   assign wr_data_o  = w_data;
+  assign c_hold_o   = c_mul1_q;
   assign busy_o     = c_valid_q || w_valid_q;
 
   always_ff @(posedge clk_i or negedge rst_ni) begin
     if (!rst_ni) begin
       c_valid_q <= 1'b0;
       w_valid_q <= 1'b0;
+      c_mul1_q  <= 1'b0;
     end else begin
-      c_valid_q <= r_valid_i;
-      w_valid_q <= c_alu && !c_kill_i;
+      c_valid_q <= r_valid_i || c_mul1_q;
+      w_valid_q <= c_alu && !c_mul1_q && !c_kill_i && !c_dead_q;
+      c_mul1_q  <= r_valid_i && r_kind_i == vdla_pkg::SLOT_ALU && alu_op_i == vdla_pkg::ALU_MUL;
     end
   end
 
   always_ff @(posedge clk_i) begin
-    c_kind_q  <= r_kind_i;
-    c_addr_q  <= r_addr_i;
-    c_waddr_q <= r_waddr_i;
+    c_dead_q <= c_mul1_q && c_kill_i;  // the kill comes in the slot's first cycle in C
+    if (!c_mul1_q) begin
+      c_kind_q  <= r_kind_i;
+      c_addr_q  <= r_addr_i;
+      c_waddr_q <= r_waddr_i;
+    end
     w_addr_q  <= c_waddr_q;
     if (w_valid_q) f_data_q <= w_data;
     // b_q: the source row a SRC slot read, else an immediate instruction's operand, else the held row as the
@@ -154,6 +167,8 @@ module vdla_acc_rmw #(
   end
 
 `ifndef SYNTHESIS
+  a_mul_alone: assert property (@(posedge clk_i) disable iff (!rst_ni) c_mul1_q |-> !r_valid_i)
+    else $error("acc_rmw: a slot entered R behind a MUL in its first cycle in C");
   // The caller forms the forwarding compares (vdla_compute_loop: from parts prepared a cycle ahead).
   a_hit_c: assert property (@(posedge clk_i) disable iff (!rst_ni) r_valid_i |-> r_hit_c_i == (c_waddr_q == r_addr_i))
     else $error("acc_rmw: r_hit_c_i disagrees with the address compare");

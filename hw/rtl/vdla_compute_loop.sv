@@ -208,10 +208,13 @@ module vdla_compute_loop (
   logic [ACC_AW-1:0] c_dst_q, c_src_q;  // c_waddr - s1_dst_off_q, c_waddr - s1_src_off_q
   logic [ACC_AW-1:0] w_dst_q, w_src_q;  // w_waddr - s1_dst_off_q, w_waddr - s1_src_off_q
   logic [ACC_AW-1:0] dst_field, src_field;
+  logic              c_hold;  // the slot in C stays (a MUL's first cycle): R is empty, no offset moves
   assign w_waddr = wr_addr_o;
   always_ff @(posedge clk_i) begin
-    c_dst_q <= r_waddr - ACC_AW'(dst_off);
-    c_src_q <= r_waddr - ACC_AW'(src_off);
+    if (!c_hold) begin
+      c_dst_q <= r_waddr - ACC_AW'(dst_off);
+      c_src_q <= r_waddr - ACC_AW'(src_off);
+    end
     w_dst_q <= c_waddr - ACC_AW'(dst_off);
     w_src_q <= c_waddr - ACC_AW'(src_off);
   end
@@ -288,6 +291,7 @@ module vdla_compute_loop (
     .wr_valid_o,
     .wr_addr_o,
     .c_waddr_o   (c_waddr),
+    .c_hold_o    (c_hold),
     .wr_data_o,
     .busy_o      (unused_rmw_busy)
   );
@@ -295,6 +299,10 @@ module vdla_compute_loop (
 `ifndef SYNTHESIS
   // A failed range check stops the run from the next cycle (the top's first-error latch): the slots that follow
   // it meet the halt in R, and an ALU slot already in R is dropped in C (kill_q), so nothing past it writes.
+  // c_dst_q, c_src_q are held through a MUL's first cycle in C: the sequencer issued nothing in the cycle
+  // before, so the offsets they were formed with are still the sequencer's
+  a_hold_offsets: assert property (@(posedge clk_i) disable iff (!rst_ni) c_hold |-> $stable(dst_off) && $stable(src_off))
+    else $error("compute loop: the offsets moved while a MUL held C");
   a_index_err_halts: assert property (@(posedge clk_i) disable iff (!rst_ni) index_err |=> halt_i)
     else $error("compute loop: an index error without a halt");
 `endif

@@ -4,10 +4,10 @@
 //   dst_off = o * dst_factor_out + i * dst_factor_in   (likewise src and wgt).
 // An ALU iteration that reads ACC[src] in a slot of its own (src_rd_o: every iteration of a two-operand
 // instruction, or only those at inner index 0 when it holds its source row, vdla.cycles.holds_src) is
-// followed by ALU_II - 1 cycles without an issue (two reads on the one ACC read port); vdla.cycles models the
-// same rule. After the last issue it drains the pipeline: done_o rises GEMM_PIPELINE + 1 cycles after the
-// last micro-op read (ALU: ALU_PIPELINE + 1, plus ALU_II - 1 when that iteration read ACC[src]). A halt
-// stops it at once.
+// followed by ALU_II - 1 cycles without an issue (two reads on the one ACC read port), and a MUL iteration by
+// ALU_MUL_CYCLES - 1 more (its slot stays two cycles in C, vdla_acc_rmw); vdla.cycles models the same rules.
+// After the last issue it drains the pipeline: done_o rises GEMM_PIPELINE + 1 cycles after the last micro-op
+// read (ALU: ALU_PIPELINE + 1, plus the gap that iteration leaves). A halt stops it at once.
 module vdla_loop_seq (
   input  logic                        clk_i,
   input  logic                        rst_ni,
@@ -46,7 +46,7 @@ module vdla_loop_seq (
   logic [12:0] u_q;
   logic [13:0] o_q, i_q;
   // data: the instruction's loop bounds and factors, and the index offsets
-  logic        gemm_q, reset_q, init_q, use_imm_q, two_op_q, hold_q;
+  logic        gemm_q, reset_q, init_q, use_imm_q, two_op_q, hold_q, mul_q;
   vdla_pkg::alu_op_e alu_op_q;
   logic [15:0] imm_q;
   logic [12:0] u_bgn_q;
@@ -56,8 +56,10 @@ module vdla_loop_seq (
   logic [31:0] dst_out_q, src_out_q, wgt_out_q, dst_off_q, src_off_q, wgt_off_q;
 
   logic issue, u_last, i_last, last_iter, src_rd;
+  logic [7:0] gap;  // cycles without an issue after this one
   assign issue     = state_q == RUN && wait_q == '0 && phase_q == '0 && !halt_i;
   assign src_rd    = two_op_q && !(hold_q && i_q != '0);
+  assign gap       = (src_rd ? 8'(vdla_pkg::ALU_II - 1) : '0) + (mul_q ? 8'(vdla_pkg::ALU_MUL_CYCLES - 1) : '0);
   // the last index of each loop, compared with the bounds minus one (taken when the instruction starts): no
   // adder before the compares
   assign u_last    = 14'(u_q) == u_last_q;
@@ -96,7 +98,7 @@ module vdla_loop_seq (
           if (wait_q != '0) wait_q <= wait_q - 1'b1;
           if (phase_q != '0) phase_q <= phase_q - 1'b1;
           if (issue) begin
-            if (src_rd) phase_q <= 8'(vdla_pkg::ALU_II - 1);
+            phase_q <= gap;
             if (!u_last) begin
               u_q <= u_q + 1'b1;
             end else begin
@@ -108,11 +110,8 @@ module vdla_loop_seq (
                 o_q <= o_q + 1'b1;
               end
             end
-            // drain: the pipeline needs 5 cycles after the last read (GEMM), 3 to 5 (ALU)
-            if (last_iter) begin
-              wait_q <= 16'(gemm_q ? vdla_pkg::GEMM_PIPELINE
-                          : vdla_pkg::ALU_PIPELINE + (src_rd ? vdla_pkg::ALU_II - 1 : 0));
-            end
+            // drain: the pipeline needs 5 cycles after the last read (GEMM), 3 and the gap (ALU)
+            if (last_iter) wait_q <= gemm_q ? 16'(vdla_pkg::GEMM_PIPELINE) : 16'(vdla_pkg::ALU_PIPELINE) + 16'(gap);
           end
         end
         DRAIN: wait_q <= wait_q - 1'b1;
@@ -129,6 +128,7 @@ module vdla_loop_seq (
       init_q    <= gemm.init;
       alu_op_q  <= insn_i.alu.alu_opcode;
       use_imm_q <= insn_i.alu.use_imm;
+      mul_q     <= gemm.hdr.opcode == vdla_pkg::OP_ALU && insn_i.alu.alu_opcode == vdla_pkg::ALU_MUL;
       imm_q     <= insn_i.alu.imm;
       two_op_q  <= gemm.hdr.opcode == vdla_pkg::OP_ALU && !gemm.reset && !insn_i.alu.use_imm;
       // vdla.cycles.holds_src: one micro-op, the same source row for every inner iteration, not a shift

@@ -7,7 +7,7 @@ package vdla_pkg;
 
   // ---- Configuration 'pynq' (vdla/config.py) -------------------------------------------------------
   localparam int ISA_VERSION          = 2;  // ID[15:0]
-  localparam logic [31:0] CONFIG_HASH = 32'he5355027;  // CONFIG_HASH register
+  localparam logic [31:0] CONFIG_HASH = 32'h6e57742a;  // CONFIG_HASH register
   localparam int BATCH                = 1;
   localparam int BLOCK_IN             = 16;
   localparam int BLOCK_OUT            = 16;
@@ -43,6 +43,7 @@ package vdla_pkg;
   localparam int ALU_SETUP            = 2;
   localparam int ALU_PIPELINE         = 2;
   localparam int ALU_II               = 2;
+  localparam int ALU_MUL_CYCLES       = 2;
   localparam int NOP_CYCLES           = 1;
   localparam int MAX_BURST_BEATS      = 256;
   localparam int LANES                = 16;  // ACC/OUT lanes: BATCH * BLOCK_OUT

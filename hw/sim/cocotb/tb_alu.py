@@ -1,10 +1,11 @@
 """cocotb bench of vdla_alu (LANES=4): every opcode on random and edge-case operands, against the
 simulator's golden semantics (vdla.runtime.sim.semantics). Driven and sampled on the falling edge.
 
-Every operation, MUL too (a multiplier per lane), gives its result the cycle after en_i; after a MUL the
-bench changes the inputs without en_i and checks the result holds. The shift controls ctl_i, which the
-read-modify-write forms from b before the ALU's cycle, come from lane_ctl (the documented semantics of
-vdla_pkg::alu_lane_ctl); the whole-accelerator tests check that function."""
+Every operation gives its result the cycle after en_i. A MUL takes two cycles: mul_en_i with the operands
+(the partial products are registered), then en_i with other operands on a and b (MUL's second cycle reads
+only what it registered); the bench then changes the inputs without en_i and checks the result holds. The
+shift controls ctl_i, which the read-modify-write forms from b before the ALU's cycle, come from lane_ctl
+(the documented semantics of vdla_pkg::alu_lane_ctl); the whole-accelerator tests check that function."""
 
 import random
 
@@ -46,6 +47,7 @@ async def every_opcode_matches_the_golden_model(dut):
     cocotb.start_soon(Clock(dut.clk_i, 10, unit="ns").start())
     rng = random.Random(11)
     dut.en_i.value = 0
+    dut.mul_en_i.value = 0
     dut.zero_i.value = 0
     dut.mul_shift_i.value = 0
     dut.ctl_i.value = 0
@@ -65,6 +67,11 @@ async def every_opcode_matches_the_golden_model(dut):
             shift = rng.choice([0, 1, 31, 32, 62, 63, rng.randint(0, 63)])
             dut.op_i.value, dut.a_i.value, dut.b_i.value, dut.en_i.value = int(op), pack(a), pack(b), 1
             dut.ctl_i.value, dut.mul_shift_i.value = pack_ctl(op, b), shift
+            if op == AluOp.MUL:  # first cycle: the partial products; second: the result from them alone
+                dut.en_i.value, dut.mul_en_i.value = 0, 1
+                await FallingEdge(dut.clk_i)
+                dut.en_i.value, dut.mul_en_i.value = 1, 0
+                dut.a_i.value, dut.b_i.value = pack([11] * LANES), pack([13] * LANES)
             await FallingEdge(dut.clk_i)
             expect = _alu_apply(op, np.array(a, np.int64), np.array(b, np.int64), shift).tolist()
             assert unpack(int(dut.res_o.value)) == expect, (op.name, a, b, shift)
@@ -92,14 +99,14 @@ async def zero_and_hold(dut):
     dut.en_i.value, dut.zero_i.value = 1, 1
     await FallingEdge(dut.clk_i)
     assert unpack(int(dut.res_o.value)) == [0, 0, 0, 0]
-    # a MUL with zero_i (a MUL with reset) writes zeros in one cycle, like the other operations
+    # a MUL: zero_i is taken with the partial products, in its first cycle (a MUL with reset writes zeros)
     dut.op_i.value, dut.a_i.value, dut.b_i.value = int(AluOp.MUL), pack([5, 6, 7, 8]), pack([2, 2, 2, 2])
-    dut.zero_i.value = 0
-    await FallingEdge(dut.clk_i)
-    assert unpack(int(dut.res_o.value)) == [10, 12, 14, 16]
-    dut.zero_i.value = 1
-    await FallingEdge(dut.clk_i)
-    assert unpack(int(dut.res_o.value)) == [0, 0, 0, 0]
+    for zero, expect in ((0, [10, 12, 14, 16]), (1, [0, 0, 0, 0])):
+        dut.en_i.value, dut.mul_en_i.value, dut.zero_i.value = 0, 1, zero
+        await FallingEdge(dut.clk_i)
+        dut.en_i.value, dut.mul_en_i.value, dut.zero_i.value = 1, 0, 1 - zero
+        await FallingEdge(dut.clk_i)
+        assert unpack(int(dut.res_o.value)) == expect
 
 
 @cocotb.test()

@@ -105,6 +105,7 @@ def check_config(cfg: HwConfig) -> None:
         "alu_setup": 2,
         "alu_pipeline": 2,
         "alu_ii": 2,
+        "alu_mul_cycles": 2,
         "cmd_queue_depth": 2,
         "max_burst_beats": 1,
     }
