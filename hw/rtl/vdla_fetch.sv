@@ -2,6 +2,8 @@
 // prefetch FIFO and routes them in order to the load, compute and store command queues (LOAD of
 // INP/WGT -> load; STORE -> store; everything else -> compute). A full queue blocks the stream.
 // A burst is requested only when the FIFO has room for all of it, so the FIFO never overflows.
+// With each routed instruction goes its tile's end (vdla_pkg::mem_tile_end, the dispatch checks' product),
+// formed into a register as the instruction is assembled and kept beside it (below): the checks compare it.
 module vdla_fetch #(
   parameter int ADDR_W     = vdla_pkg::AXI_ADDR_W,
   parameter int BUS_W      = vdla_pkg::BUS_WIDTH,
@@ -24,6 +26,7 @@ module vdla_fetch #(
   input  logic [BUS_W-1:0]   rdata_i,
   // command queues
   output vdla_pkg::insn_t    insn_o,
+  output logic [33:0]        tile_end_o,  // vdla_pkg::mem_tile_end(insn_o.mem)
   output logic [2:0]         push_o,   // load, compute, store
   input  logic [2:0]         full_i,
   // status
@@ -132,6 +135,31 @@ module vdla_fetch #(
   );
   assign early_finish = head_finish && !last_q;
 
+  // ---- tile ends ----------------------------------------------------------------------------
+  // The tile end of the word being assembled is formed into tile_end_q (the register at its DSP48E1's output),
+  // so that no product feeds logic in its cycle: it is there a cycle after its instruction entered the FIFO.
+  // u_ends keeps the tile ends of the FIFO's entries in the same order, each pushed that cycle later (cleared
+  // with the FIFO, popped with it), so it holds every entry's but the one pushed in the cycle before: when
+  // u_ends is empty and the FIFO is not, the head is that entry and its tile end is tile_end_q (routed at once,
+  // it is then not pushed). The routing, and so every cycle, is unchanged.
+  logic [33:0] tile_end_q, ends_head;
+  logic        end_due_q, ends_valid, ends_push, ends_pop, unused_ends_full;
+  logic [CW-1:0] unused_ends_count;
+  always_ff @(posedge clk_i) begin
+    tile_end_q <= vdla_pkg::mem_tile_end(word.mem);
+  end
+  always_ff @(posedge clk_i or negedge rst_ni) begin
+    if (!rst_ni) end_due_q <= 1'b0;
+    else end_due_q <= insn_done && !start_i && !halt_i;  // an entry pushed, its tile end due
+  end
+  assign ends_pop  = route && ends_valid;
+  assign ends_push = end_due_q && !(route && !ends_valid);
+  vdla_fifo #(.WIDTH(34), .DEPTH(FIFO_DEPTH)) u_ends (
+    .clk_i, .rst_ni, .clear_i (start_i || halt_i),
+    .push_i (ends_push), .push_data_i (tile_end_q), .full_o (unused_ends_full), .pop_i (ends_pop),
+    .valid_o (ends_valid), .data_o (ends_head), .count_o (unused_ends_count)
+  );
+
   logic misaligned, bus_err;
   assign misaligned = running_q && misaligned_q;
   assign bus_err    = rvalid_i && rresp_i != 2'b00 && !halt_i;
@@ -145,6 +173,7 @@ module vdla_fetch #(
   assign err_code_o = misaligned ? vdla_pkg::ERR_ALIGN : bus_err ? vdla_pkg::ERR_BUS
                     : unknown ? vdla_pkg::ERR_OPCODE : vdla_pkg::ERR_INSN;
   assign fetched_o  = fetched_q;
+  assign tile_end_o = ends_valid ? ends_head : tile_end_q;
   assign done_o     = done_q;
   assign active_o   = arvalid_o || inflight_q != '0 || route;
 
@@ -206,4 +235,11 @@ module vdla_fetch #(
     end
   end
 
+`ifndef SYNTHESIS
+  a_tile_end: assert property (@(posedge clk_i) disable iff (!rst_ni)
+      route |-> tile_end_o == vdla_pkg::mem_tile_end(head.mem))
+    else $error("fetch: the routed instruction's tile end differs from its combinational form");
+  a_ends_head: assert property (@(posedge clk_i) disable iff (!rst_ni) head_valid && !ends_valid |-> end_due_q)
+    else $error("fetch: the FIFO's head has no tile end");
+`endif
 endmodule

@@ -2,8 +2,11 @@
 // rejects it with ERR_INSN when it reaches the head of its command queue). The top computes them as fetch
 // routes the instruction and stores the stage's bit beside it in the command queue, so a stage's dispatch
 // reads one bit instead of the tile arithmetic (the decision, and so the cycle it is taken, is unchanged).
+// The checks' one product, the tile's end (vdla_pkg::mem_tile_end), comes formed a cycle ahead with the
+// instruction (vdla_fetch registers it at the multiplier's output): here it is only compared.
 module vdla_insn_check (
   input  vdla_pkg::insn_t insn_i,
+  input  logic [33:0]     tile_end_i,     // vdla_pkg::mem_tile_end(insn_i.mem)
   output logic            load_bad_o,     // as an instruction of the load stage
   output logic            compute_bad_o,  // of the compute stage
   output logic            store_bad_o     // of the store stage
@@ -18,7 +21,8 @@ module vdla_insn_check (
   assign is_wgt     = mem.mem_type == vdla_pkg::MEM_WGT;
   assign load_bad_o = mem.hdr.pop_prev || mem.hdr.push_prev
                    || (mem.mem_type != vdla_pkg::MEM_INP && !is_wgt)
-                   || vdla_pkg::mem_tile_bad(mem, is_wgt ? 34'(vdla_pkg::WGT_DEPTH) : 34'(vdla_pkg::INP_DEPTH));
+                   || vdla_pkg::mem_tile_bad(mem, tile_end_i,
+                                             is_wgt ? 34'(vdla_pkg::WGT_DEPTH) : 34'(vdla_pkg::INP_DEPTH));
 
   // compute: LOADs of UOP, ACC, ACC_8BIT (micro-ops unpadded), GEMM/ALU loops within the micro-op buffer
   // with non-zero iterations, EPI with its bias rows within ACC, FINISH
@@ -29,7 +33,7 @@ module vdla_insn_check (
     compute_bad_o = 1'b0;
     if (opcode == vdla_pkg::OP_LOAD) begin
       compute_bad_o = !(is_uop || is_acc8 || mem.mem_type == vdla_pkg::MEM_ACC)
-         || vdla_pkg::mem_tile_bad(mem, is_uop ? 34'(vdla_pkg::UOP_DEPTH) : 34'(vdla_pkg::ACC_DEPTH))
+         || vdla_pkg::mem_tile_bad(mem, tile_end_i, is_uop ? 34'(vdla_pkg::UOP_DEPTH) : 34'(vdla_pkg::ACC_DEPTH))
          || (mem.x_size != '0 && is_uop && vdla_pkg::mem_has_pad(mem));  // micro-ops are not padded
     end else if (opcode == vdla_pkg::OP_GEMM || opcode == vdla_pkg::OP_ALU) begin
       compute_bad_o = 14'(insn_i.gemm.uop_bgn) >= insn_i.gemm.uop_end
@@ -43,13 +47,11 @@ module vdla_insn_check (
   end
 
   // store: STOREs of OUT without padding or next-stage flags, rows that do not overlap in DRAM, the tile
-  // within ACC
-  logic [32:0] elems;
-  assign elems       = 33'(mem.y_size) * 33'(mem.x_size);
+  // within ACC (unpadded, it ends at sram_base + y_size * x_size)
   assign store_bad_o = mem.hdr.pop_next || mem.hdr.push_next || mem.mem_type != vdla_pkg::MEM_OUT
-                    || (mem.x_size != '0 && (vdla_pkg::mem_has_pad(mem) || mem.y_size == '0
-                                             || (mem.y_size > 16'd1 && mem.x_stride < mem.x_size)
-                                             || 33'(mem.sram_base) + elems > 33'(vdla_pkg::ACC_DEPTH)));
+                    || vdla_pkg::mem_tile_bad(mem, tile_end_i, 34'(vdla_pkg::ACC_DEPTH))
+                    || (mem.x_size != '0 && (vdla_pkg::mem_has_pad(mem)
+                                             || (mem.y_size > 16'd1 && mem.x_stride < mem.x_size)));
 
   logic unused_insn;  // the fields the checks do not read
   assign unused_insn = ^insn_i;

@@ -1,6 +1,14 @@
 // The data path of a LOAD: a 2-D DMA read of the tile, then the zero padding around it.
 // Each cycle it offers at most one SRAM write: a DRAM beat (labelled with the element index and the
 // beat's byte offset) or one whole padding element. `done_o` marks the last write of the instruction.
+//
+// No product feeds logic in its cycle. The tile's four products (the first and last padding runs, the side
+// padding between the data rows and the data block: below) are formed every cycle from the fields at the
+// inputs into the registers at their DSP48E1s' outputs (MREG/PREG), and a start registers the fields the walk
+// reads. In the next cycle, the first of DATA (init_q), the engine loads the padding walk and the first row's
+// base index from those registers; before, a start loaded them from the products directly. Nothing reads them
+// earlier: the first beat follows a burst request that follows the start, so no beat arrives in the first
+// DATA cycle (asserted), and the walk runs after DATA. Every cycle and every write is unchanged.
 module vdla_load_engine #(
   parameter int ADDR_W      = vdla_pkg::AXI_ADDR_W,
   parameter int BUS_W       = vdla_pkg::BUS_WIDTH,
@@ -45,8 +53,11 @@ module vdla_load_engine #(
   typedef enum logic [1:0] {IDLE, DATA, PAD} state_e;
   state_e state_q;
 
+  logic              init_q;        // the first DATA cycle: the walk and row_base_q are loaded
   logic [3:0]        log_eb_q;
   logic [16:0]       cols_q;        // padded row length in elements
+  logic [15:0]       y_size_q, x_size_q;  // the started tile's fields, read in the first DATA cycle
+  logic [3:0]        y_pad_0_q, y_pad_1_q, x_pad_0_q, x_pad_1_q;
   logic [IDX_W+1:0]  row_base_q;    // element index of the current DRAM row's first element
   logic [31:0]       pads_left_q;
   logic              pads_none_q;   // pads_left_q == 0
@@ -75,39 +86,51 @@ module vdla_load_engine #(
   logic beat_row_end, beat_last;
   logic signed [25:0] beat_off;
 
-  logic [16:0] cols;
-  logic [31:0] pads_total;
-  assign cols = 17'(x_pad_0_i) + 17'(x_size_i) + 17'(x_pad_1_i);
+  // The tile's products, formed from the fields at the inputs (read in the cycle after a start; a LOAD that
+  // moves data has y_size >= 1): the first run (the rows above and the first data row's left padding), the last
+  // (the last data row's right padding and the rows below), the y_size - 1 runs between data rows together and
+  // the data block (the skip over it, less one, without side padding: cols == x_size).
+  logic [16:0]      cols;
+  logic [4:0]       mid_in;
+  logic [RUN_W-1:0] first_run_q, last_run_q;
+  logic [RUN_W-1:0] mids_run_q;  // (y_size - 1) * (x_pad_0 + x_pad_1)
+  logic [IDX_W+1:0] block_q;     // y_size * x_size
+  assign cols   = 17'(x_pad_0_i) + 17'(x_size_i) + 17'(x_pad_1_i);
+  assign mid_in = 5'(x_pad_0_i) + 5'(x_pad_1_i);
+  always_ff @(posedge clk_i) begin
+    first_run_q <= RUN_W'(y_pad_0_i) * RUN_W'(cols) + RUN_W'(x_pad_0_i);
+    last_run_q  <= RUN_W'(x_pad_1_i) + RUN_W'(y_pad_1_i) * RUN_W'(cols);
+    mids_run_q  <= RUN_W'(16'(y_size_i - 1'b1)) * RUN_W'(mid_in);
+    block_q     <= (IDX_W+2)'(y_size_i) * (IDX_W+2)'(x_size_i);
+  end
 
-  // the walk's runs and skip (a LOAD that moves data has y_size >= 1)
+  // the walk's runs and skip, from the registered fields and products
   logic             side, first_one, last_one, mid_one, any_mids;
-  logic [IDX_W+1:0] ycols, skip;
-  logic [RUN_W-1:0] first_run, last_run;
+  logic [IDX_W+1:0] gap, skip;
   logic [4:0]       mid_run;
   logic [15:0]      mids;
-  assign side      = x_pad_0_i != '0 || x_pad_1_i != '0;
+  logic [31:0]      pads_total;
+  assign side      = x_pad_0_q != '0 || x_pad_1_q != '0;
   // a run of one element, from the fields rather than the sums (cols == 1: one data column, no side padding)
-  assign first_one = (y_pad_0_i == '0 && x_pad_0_i == 4'd1)
-                  || (y_pad_0_i == 4'd1 && !side && x_size_i == 16'd1);
-  assign last_one  = (y_pad_1_i == '0 && x_pad_1_i == 4'd1)
-                  || (y_pad_1_i == 4'd1 && !side && x_size_i == 16'd1);
-  assign mid_one   = (x_pad_0_i == 4'd1 && x_pad_1_i == '0) || (x_pad_0_i == '0 && x_pad_1_i == 4'd1);
-  assign any_mids  = side && y_size_i != 16'd1;
+  assign first_one = (y_pad_0_q == '0 && x_pad_0_q == 4'd1)
+                  || (y_pad_0_q == 4'd1 && !side && x_size_q == 16'd1);
+  assign last_one  = (y_pad_1_q == '0 && x_pad_1_q == 4'd1)
+                  || (y_pad_1_q == 4'd1 && !side && x_size_q == 16'd1);
+  assign mid_one   = (x_pad_0_q == 4'd1 && x_pad_1_q == '0) || (x_pad_0_q == '0 && x_pad_1_q == 4'd1);
+  assign any_mids  = side && y_size_q != 16'd1;
   // exactly one padding element (pads_total == 1, from the fields: x_size, y_size >= 1): one row above or below a
   // one-column tile, or one column beside a one-row tile
   logic pads_one;
-  assign pads_one  = (!side && x_size_i == 16'd1 && ((y_pad_0_i == 4'd1 && y_pad_1_i == '0)
-                                                   || (y_pad_0_i == '0 && y_pad_1_i == 4'd1)))
-                  || (y_pad_0_i == '0 && y_pad_1_i == '0 && y_size_i == 16'd1 && mid_one);
-  assign ycols     = (IDX_W+2)'(32'(y_size_i) * 32'(cols));
-  assign skip      = side ? (IDX_W+2)'(x_size_i) + 1'b1 : ycols + 1'b1;
-  assign first_run = RUN_W'(y_pad_0_i) * RUN_W'(cols) + RUN_W'(x_pad_0_i);
-  assign last_run  = RUN_W'(x_pad_1_i) + RUN_W'(y_pad_1_i) * RUN_W'(cols);
-  assign mid_run   = 5'(x_pad_0_i) + 5'(x_pad_1_i);
-  assign mids      = side ? y_size_i - 1'b1 : '0;
-  // (y_pad_0 + y_pad_1) * cols + y_size * (x_pad_0 + x_pad_1), from the runs (the rows above and below and
-  // the first and last side padding) and the y_size - 1 runs between data rows
-  assign pads_total = 32'(first_run) + 32'(last_run) + 32'(y_size_i) * 32'(mid_run) - 32'(mid_run);
+  assign pads_one  = (!side && x_size_q == 16'd1 && ((y_pad_0_q == 4'd1 && y_pad_1_q == '0)
+                                                   || (y_pad_0_q == '0 && y_pad_1_q == 4'd1)))
+                  || (y_pad_0_q == '0 && y_pad_1_q == '0 && y_size_q == 16'd1 && mid_one);
+  // the skip less one: the data row between side paddings, or without them the whole block (cols == x_size)
+  assign gap       = side ? (IDX_W+2)'(x_size_q) : block_q;
+  assign skip      = gap + 1'b1;
+  assign mid_run   = 5'(x_pad_0_q) + 5'(x_pad_1_q);
+  assign mids      = side ? y_size_q - 1'b1 : '0;
+  // (y_pad_0 + y_pad_1) * cols + y_size * (x_pad_0 + x_pad_1): the first and last runs and those between
+  assign pads_total = 32'(first_run_q) + 32'(last_run_q) + 32'(mids_run_q);
 
   vdla_dma_rd #(.ADDR_W(ADDR_W), .BUS_W(BUS_W), .MAX_BEATS(MAX_BEATS), .OFF_W(26)) u_dma (
     .clk_i, .rst_ni, .halt_i,
@@ -142,9 +165,12 @@ module vdla_load_engine #(
   always_ff @(posedge clk_i or negedge rst_ni) begin
     if (!rst_ni) begin
       state_q <= IDLE;
+      init_q  <= 1'b0;
     end else if (halt_i) begin
       state_q <= IDLE;
+      init_q  <= 1'b0;
     end else begin
+      init_q <= state_q == IDLE && start_i;
       case (state_q)
         IDLE: if (start_i) state_q <= DATA;
         DATA: if (!waiting_q && rvalid_i && beat_last) state_q <= pads_none_q ? IDLE : PAD;
@@ -155,51 +181,62 @@ module vdla_load_engine #(
   end
 
   // Loaded when the load starts and used while it runs (no reset; a halt freezes them): the wait
-  // counter, the padding elements left, the tile's geometry, the current row's base index and the
-  // padding walk.
+  // counter, the DMA geometry, the tile's fields and, in the first DATA cycle, the padding elements
+  // left, the current row's base index and the padding walk.
   always_ff @(posedge clk_i) begin
     if (!halt_i) begin
       case (state_q)
         IDLE: if (start_i) begin
           wait_q      <= WAIT_W'(SETUP);
           waiting_q   <= SETUP != 0;
-          pads_left_q <= pads_total;
-          pads_none_q <= !side && y_pad_0_i == '0 && y_pad_1_i == '0;
-          pads_last_q <= pads_one;
           log_eb_q    <= log_eb_i;
           row_bytes_q <= 25'(x_size_i) << log_eb_i;
           cols_q      <= cols;
-          row_base_q  <= (IDX_W+2)'(sram_base_i) + (IDX_W+2)'(first_run);  // past the rows above, left padding
-          skip_q      <= skip;
-          mid_q       <= mid_run;
-          mid_one_q   <= mid_one;
-          last_q      <= last_run;
-          last_one_q  <= last_one;
-          // the first run, or (when it is empty) the run after the first skip
-          pidx_q    <= (IDX_W+2)'(sram_base_i);
-          run_q     <= first_run;
-          run_end_q <= first_one;
-          mids_q    <= mids;
-          if (y_pad_0_i == '0 && x_pad_0_i == '0) begin
-            pidx_q <= (IDX_W+2)'(sram_base_i) + skip - 1'b1;
-            if (any_mids) begin
-              run_q     <= RUN_W'(mid_run);
-              run_end_q <= mid_one;
-              mids_q    <= mids - 1'b1;
-            end else begin
-              run_q     <= last_run;
-              run_end_q <= last_one;
+          y_size_q    <= y_size_i;
+          x_size_q    <= x_size_i;
+          y_pad_0_q   <= y_pad_0_i;
+          y_pad_1_q   <= y_pad_1_i;
+          x_pad_0_q   <= x_pad_0_i;
+          x_pad_1_q   <= x_pad_1_i;
+          row_base_q  <= (IDX_W+2)'(sram_base_i);  // the walk's offsets are added in the first DATA cycle
+          pidx_q      <= (IDX_W+2)'(sram_base_i);
+        end
+        DATA: begin
+          if (init_q) begin
+            pads_left_q <= pads_total;
+            pads_none_q <= !side && y_pad_0_q == '0 && y_pad_1_q == '0;
+            pads_last_q <= pads_one;
+            row_base_q  <= row_base_q + (IDX_W+2)'(first_run_q);  // past the rows above, left padding
+            skip_q      <= skip;
+            mid_q       <= mid_run;
+            mid_one_q   <= mid_one;
+            last_q      <= last_run_q;
+            last_one_q  <= last_one;
+            // the first run, or (when it is empty) the run after the first skip
+            run_q     <= first_run_q;
+            run_end_q <= first_one;
+            mids_q    <= mids;
+            if (y_pad_0_q == '0 && x_pad_0_q == '0) begin
+              pidx_q <= pidx_q + gap;  // sram_base + skip - 1
+              if (any_mids) begin
+                run_q     <= RUN_W'(mid_run);
+                run_end_q <= mid_one;
+                mids_q    <= mids - 1'b1;
+              end else begin
+                run_q     <= last_run_q;
+                run_end_q <= last_one;
+              end
             end
           end
-        end
-        DATA: if (waiting_q) begin
-          wait_q    <= wait_q - 1'b1;
-          waiting_q <= wait_q != WAIT_W'(1);
-        end else if (rvalid_i) begin
-          if (beat_row_end) row_base_q <= row_base_q + (IDX_W+2)'(cols_q);
-          if (beat_last) begin
-            wait_q    <= WAIT_W'(PAD_CYCLES - 1);
-            waiting_q <= PAD_CYCLES != 1;
+          if (waiting_q) begin
+            wait_q    <= wait_q - 1'b1;
+            waiting_q <= wait_q != WAIT_W'(1);
+          end else if (rvalid_i) begin
+            if (beat_row_end) row_base_q <= row_base_q + (IDX_W+2)'(cols_q);
+            if (beat_last) begin
+              wait_q    <= WAIT_W'(PAD_CYCLES - 1);
+              waiting_q <= PAD_CYCLES != 1;
+            end
           end
         end
         PAD: if (waiting_q) begin
@@ -233,8 +270,20 @@ module vdla_load_engine #(
   end
 
 `ifndef SYNTHESIS
-  a_pads_one: assert property (@(posedge clk_i) disable iff (!rst_ni)
-      start_i && state_q == IDLE && !halt_i |-> pads_one == (pads_total == 32'd1))
+  // The walk is loaded before its first reader: no beat in the first DATA cycle.
+  a_init_before_beat: assert property (@(posedge clk_i) disable iff (!rst_ni) init_q |-> !rvalid_i)
+    else $error("load engine: a beat arrived before the walk and the row base were loaded");
+  // The registered products are those of the started instruction's fields, in their one-cycle forms.
+  logic [IDX_W+1:0] ycols_check;
+  logic [31:0]      pads_check;
+  assign ycols_check = (IDX_W+2)'(32'(y_size_q) * 32'(cols_q));
+  assign pads_check  = 32'(first_run_q) + 32'(last_run_q) + 32'(y_size_q) * 32'(mid_run) - 32'(mid_run);
+  a_walk_products: assert property (@(posedge clk_i) disable iff (!rst_ni) init_q |->
+      first_run_q == RUN_W'(y_pad_0_q) * RUN_W'(cols_q) + RUN_W'(x_pad_0_q)
+      && last_run_q == RUN_W'(x_pad_1_q) + RUN_W'(y_pad_1_q) * RUN_W'(cols_q)
+      && (side || skip == ycols_check + 1'b1) && pads_total == pads_check)
+    else $error("load engine: the walk's registered products differ from their one-cycle forms");
+  a_pads_one: assert property (@(posedge clk_i) disable iff (!rst_ni) init_q |-> pads_one == (pads_total == 32'd1))
     else $error("load engine: the one-padding-element flag disagrees with the padding count");
 `endif
 endmodule

@@ -1,7 +1,9 @@
 // Performance counters (64-bit, cleared by start): cycles, per-stage busy and stall cycles, GEMM
 // and ALU uop-iterations and bytes moved per memory type, plus 32-bit instruction counts. The work
-// of an instruction is counted from its command word when it starts; its bytes one cycle later (a
-// LOAD/STORE takes longer than that, so a finished run reads them all).
+// of an instruction is counted from its command word when it starts: its bytes one cycle later, its
+// uop-iterations two cycles later (two registered multiplies, below). A LOAD/STORE takes longer than one
+// cycle and a GEMM/ALU longer than two (the compute stage is still busy when its count is added, asserted),
+// and a run is read only after it finished: a finished run reads them all, and no cycle count changes.
 //
 // The one synchronous reset of the design: the counters clear on reset and on START alike. On the
 // xc7z020 a flip-flop has either an asynchronous clear or a synchronous reset, not both, so an
@@ -76,10 +78,27 @@ module vdla_perf #(
   assign cm_elems = elems(cm_nib_q);
   assign st_elems = elems(st_nib_q);
 
-  // uop-iterations of a GEMM or ALU (the two share the loop fields)
-  function automatic logic [63:0] iterations(vdla_pkg::insn_t c);
-    iterations = 64'(c.gemm.iter_out) * 64'(c.gemm.iter_in) * 64'(c.gemm.uop_end - 14'(c.gemm.uop_bgn));
-  endfunction
+  // uop-iterations of a GEMM or ALU (the two share the loop fields): iter_out * iter_in * (uop_end - uop_bgn),
+  // no product feeding logic in its cycle. In the cycle the compute stage starts the instruction, iter_out * iter_in
+  // and the micro-op count go into registers (the first at its DSP48E1's output, MREG); in the next their product
+  // (42 bits) does (at the DSP48E1s' output); in the third it is added to the instruction's counter.
+  localparam int IT_W = 42;  // 14 + 14 + 14 bits
+  typedef enum logic [1:0] {IT_GEMM, IT_GEMM_RESET, IT_ALU} it_cnt_e;
+  logic            it1_v_q, it2_v_q;      // a GEMM or ALU started one, two cycles before
+  it_cnt_e         it1_cnt_q, it2_cnt_q;  // its counter
+  logic [27:0]     it_loops_q;            // iter_out * iter_in
+  logic [13:0]     it_uops_q;             // uop_end - uop_bgn
+  logic [IT_W-1:0] it_q;                  // it_loops_q * it_uops_q
+  always_ff @(posedge clk_i) begin
+    it1_v_q    <= rst_ni && !clear_i && fire_i[1]
+               && (cm.hdr.opcode == vdla_pkg::OP_GEMM || cm.hdr.opcode == vdla_pkg::OP_ALU);
+    it2_v_q    <= rst_ni && !clear_i && it1_v_q;
+    it1_cnt_q  <= cm.hdr.opcode == vdla_pkg::OP_ALU ? IT_ALU : compute_cmd_i.gemm.reset ? IT_GEMM_RESET : IT_GEMM;
+    it2_cnt_q  <= it1_cnt_q;
+    it_loops_q <= 28'(compute_cmd_i.gemm.iter_out) * 28'(compute_cmd_i.gemm.iter_in);
+    it_uops_q  <= compute_cmd_i.gemm.uop_end - 14'(compute_cmd_i.gemm.uop_bgn);
+    it_q       <= IT_W'(it_loops_q) * IT_W'(it_uops_q);
+  end
 
   vdla_pkg::mem_insn_t ld, cm, st;
   assign ld = load_cmd_i.mem;
@@ -116,21 +135,18 @@ module vdla_perf #(
         endcase
       end
       if (st_v_q) cnt_q[vdla_pkg::CNT_BYTES_STORED] <= cnt_q[vdla_pkg::CNT_BYTES_STORED] + times(st_elems, OUT_EB);
+      if (it2_v_q) begin  // the uop-iterations of the GEMM or ALU started two cycles before
+        case (it2_cnt_q)
+          IT_GEMM: cnt_q[vdla_pkg::CNT_GEMM_ITERS] <= cnt_q[vdla_pkg::CNT_GEMM_ITERS] + 64'(it_q);
+          IT_GEMM_RESET: cnt_q[vdla_pkg::CNT_GEMM_RESET_ITERS] <= cnt_q[vdla_pkg::CNT_GEMM_RESET_ITERS] + 64'(it_q);
+          default: cnt_q[vdla_pkg::CNT_ALU_ITERS] <= cnt_q[vdla_pkg::CNT_ALU_ITERS] + 64'(it_q);
+        endcase
+      end
       if (fire_i[1]) begin
         case (cm.hdr.opcode)
           vdla_pkg::OP_LOAD: op_q[0] <= op_q[0] + 1'b1 + 32'(fire_i[0]);
-          vdla_pkg::OP_GEMM: begin
-            op_q[2] <= op_q[2] + 1'b1;
-            if (compute_cmd_i.gemm.reset)
-              cnt_q[vdla_pkg::CNT_GEMM_RESET_ITERS] <= cnt_q[vdla_pkg::CNT_GEMM_RESET_ITERS]
-                                                       + iterations(compute_cmd_i);
-            else
-              cnt_q[vdla_pkg::CNT_GEMM_ITERS] <= cnt_q[vdla_pkg::CNT_GEMM_ITERS] + iterations(compute_cmd_i);
-          end
-          vdla_pkg::OP_ALU: begin
-            op_q[3] <= op_q[3] + 1'b1;
-            cnt_q[vdla_pkg::CNT_ALU_ITERS] <= cnt_q[vdla_pkg::CNT_ALU_ITERS] + iterations(compute_cmd_i);
-          end
+          vdla_pkg::OP_GEMM: op_q[2] <= op_q[2] + 1'b1;
+          vdla_pkg::OP_ALU: op_q[3] <= op_q[3] + 1'b1;
           vdla_pkg::OP_EPI: op_q[5] <= op_q[5] + 1'b1;
           default: op_q[4] <= op_q[4] + 1'b1;
         endcase
@@ -144,4 +160,20 @@ module vdla_perf #(
     for (int k = 0; k < 3; k++) stage_insns_o[k*32 +: 32] = stage_q[k];
     for (int k = 0; k < 6; k++) opcode_insns_o[k*32 +: 32] = op_q[k];
   end
+
+`ifndef SYNTHESIS
+  // The registered multiplies give the one-cycle form's count, and it arrives while the compute stage still runs
+  // the instruction (or after the run stopped on an error): a finished run has counted it.
+  logic [IT_W-1:0] it_check_q [2];  // the one-cycle form, from the command word at the start
+  always_ff @(posedge clk_i) begin
+    it_check_q[0] <= IT_W'(compute_cmd_i.gemm.iter_out) * IT_W'(compute_cmd_i.gemm.iter_in)
+                   * IT_W'(compute_cmd_i.gemm.uop_end - 14'(compute_cmd_i.gemm.uop_bgn));
+    it_check_q[1] <= it_check_q[0];
+  end
+  a_iterations: assert property (@(posedge clk_i) disable iff (!rst_ni) it2_v_q |-> it_q == it_check_q[1])
+    else $error("perf: the registered uop-iteration product differs from the one-cycle form");
+  a_iterations_in_run: assert property (@(posedge clk_i) disable iff (!rst_ni)
+      (it1_v_q || it2_v_q) |-> busy_i[1] || !count_i)
+    else $error("perf: a GEMM/ALU ended before its uop-iterations were counted");
+`endif
 endmodule

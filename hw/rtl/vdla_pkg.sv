@@ -238,16 +238,20 @@ package vdla_pkg;
   } err_code_e;
 
   // ---- Shared functions ----------------------------------------------------------------------------
-  // One past the last SRAM element a LOAD/STORE tile covers: sram_base + padded rows * padded columns.
+  // One past the last SRAM element a LOAD/STORE tile covers: sram_base + padded rows * padded columns. Rows and
+  // columns are at most 65,565 (17 bits), so the product is one DSP48E1's multiply; vdla_fetch forms it into a
+  // register as the instruction is assembled, a cycle ahead of the dispatch checks that read it.
   function automatic logic [33:0] mem_tile_end(mem_insn_t insn);
-    mem_tile_end = 34'(insn.sram_base)
-                 + (34'(insn.y_pad_0) + 34'(insn.y_size) + 34'(insn.y_pad_1))
-                 * (34'(insn.x_pad_0) + 34'(insn.x_size) + 34'(insn.x_pad_1));
+    logic [16:0] rows, cols;
+    rows         = 17'(insn.y_pad_0) + 17'(insn.y_size) + 17'(insn.y_pad_1);
+    cols         = 17'(insn.x_pad_0) + 17'(insn.x_size) + 17'(insn.x_pad_1);
+    mem_tile_end = 34'(insn.sram_base) + 34'(rows) * 34'(cols);
   endfunction
 
-  // A tile that moves data (x_size != 0) but has no rows, or ends beyond a buffer of `depth` elements.
-  function automatic logic mem_tile_bad(mem_insn_t insn, logic [33:0] depth);
-    mem_tile_bad = insn.x_size != '0 && (insn.y_size == '0 || mem_tile_end(insn) > depth);
+  // A tile that moves data (x_size != 0) but has no rows, or ends beyond a buffer of `depth` elements, given its
+  // end `tile_end` (mem_tile_end(insn), formed a cycle ahead).
+  function automatic logic mem_tile_bad(mem_insn_t insn, logic [33:0] tile_end, logic [33:0] depth);
+    mem_tile_bad = insn.x_size != '0 && (insn.y_size == '0 || tile_end > depth);
   endfunction
 
   // Any of the four padding fields is non-zero.

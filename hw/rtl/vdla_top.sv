@@ -86,6 +86,7 @@ module vdla_top #(
   // ---- units' signals -----------------------------------------------------------------------
   // (an unpacked array of a packed struct or union type reads as 1-bit elements in Yosys: plain vectors)
   vdla_pkg::insn_t  fetch_insn;
+  logic [33:0]      fetch_tile_end;  // vdla_pkg::mem_tile_end(fetch_insn.mem), formed a cycle ahead (vdla_fetch)
   logic [ISA_W-1:0] q_head [3];
   logic [2:0]       q_push, q_full, q_valid, q_pop, q_bad, q_no_data;
   logic [$clog2(QD):0] q_count [3];
@@ -125,8 +126,8 @@ module vdla_top #(
     .clk_i, .rst_ni, .halt_i (halt), .start_i (start), .insn_addr_i (insn_addr), .insn_count_i (insn_count),
     .arvalid_o (ar_valid[2]), .araddr_o (ar_addr[2*ADDR_W +: ADDR_W]), .arlen_o (ar_len[16 +: 8]),
     .arready_i (ar_ready[2]), .rvalid_i (r_valid[2]), .rresp_i (m_axi_rresp), .rdata_i (m_axi_rdata),
-    .insn_o (fetch_insn), .push_o (q_push), .full_i (q_full), .fetched_o (fetched), .done_o (fetch_done),
-    .active_o (fetch_active), .err_o (fetch_err), .err_code_o (fetch_err_code)
+    .insn_o (fetch_insn), .tile_end_o (fetch_tile_end), .push_o (q_push), .full_i (q_full), .fetched_o (fetched),
+    .done_o (fetch_done), .active_o (fetch_active), .err_o (fetch_err), .err_code_o (fetch_err_code)
   );
 
   // Each queued instruction carries its stage's dispatch check and whether it moves no data (x_size 0),
@@ -135,7 +136,7 @@ module vdla_top #(
   logic       fetch_no_data;
   assign fetch_no_data = fetch_insn.mem.x_size == '0;
   vdla_insn_check u_check (
-    .insn_i (fetch_insn),
+    .insn_i (fetch_insn), .tile_end_i (fetch_tile_end),
     .load_bad_o (fetch_bad[0]), .compute_bad_o (fetch_bad[1]), .store_bad_o (fetch_bad[2])
   );
 
