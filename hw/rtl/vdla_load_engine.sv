@@ -183,6 +183,13 @@ module vdla_load_engine #(
   // Loaded when the load starts and used while it runs (no reset; a halt freezes them): the wait
   // counter, the DMA geometry, the tile's fields and, in the first DATA cycle, the padding elements
   // left, the current row's base index and the padding walk.
+  // The run after a skip (its length, whether it is one element, the runs between data rows left): the next
+  // run between data rows while `more` of them remain, else the last run.
+  function automatic logic [RUN_W+16:0] after_skip(logic more, logic [4:0] mid, logic mid_1, logic [15:0] n_mids,
+                                                   logic [RUN_W-1:0] last, logic last_1);
+    after_skip = more ? {RUN_W'(mid), mid_1, n_mids - 1'b1} : {last, last_1, n_mids};
+  endfunction
+
   always_ff @(posedge clk_i) begin
     if (!halt_i) begin
       case (state_q)
@@ -218,14 +225,7 @@ module vdla_load_engine #(
             mids_q    <= mids;
             if (y_pad_0_q == '0 && x_pad_0_q == '0) begin
               pidx_q <= pidx_q + gap;  // sram_base + skip - 1
-              if (any_mids) begin
-                run_q     <= RUN_W'(mid_run);
-                run_end_q <= mid_one;
-                mids_q    <= mids - 1'b1;
-              end else begin
-                run_q     <= last_run_q;
-                run_end_q <= last_one;
-              end
+              {run_q, run_end_q, mids_q} <= after_skip(any_mids, mid_run, mid_one, mids, last_run_q, last_one);
             end
           end
           if (waiting_q) begin
@@ -254,14 +254,7 @@ module vdla_load_engine #(
             run_end_q <= run_q == RUN_W'(2);
           end else begin
             pidx_q <= pidx_q + skip_q;
-            if (mids_q != '0) begin
-              run_q     <= RUN_W'(mid_q);
-              run_end_q <= mid_one_q;
-              mids_q    <= mids_q - 1'b1;
-            end else begin
-              run_q     <= last_q;
-              run_end_q <= last_one_q;
-            end
+            {run_q, run_end_q, mids_q} <= after_skip(mids_q != '0, mid_q, mid_one_q, mids_q, last_q, last_one_q);
           end
         end
         default: ;
