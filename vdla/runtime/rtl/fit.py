@@ -11,7 +11,7 @@ paths that are critical in its own delay model and then trades depth for area on
 delay. Its model charges DSP48E1 and block-RAM paths far more than a LUT level, so with its default wire delay
 it maps pure-LUT logic several levels deeper than it need be, and the count would measure ABC's area recovery
 rather than the logic. A wire delay per level far above any cell's makes every level cost the same, as the
-proxy counts them (and as routing makes them on the part); resources change by less than 0.1%.
+proxy counts them (and as routing makes them on the part), for a few percent more LUTs.
 """
 
 from __future__ import annotations
