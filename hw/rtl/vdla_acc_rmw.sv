@@ -54,7 +54,7 @@ module vdla_acc_rmw #(
   logic [AW-1:0]       c_addr_q, c_waddr_q, w_addr_q, held_addr_q;
   logic [LANES*32-1:0] w_data, f_data_q, b_q, rd, a, b;
   logic                c_alu, c_src, req;
-  logic                c_mul1_q, c_dead_q;  // a MUL slot's first cycle in C; a MUL slot killed in its first
+  logic                c_mul1_q, c_dead_q;  // a MUL slot in its first cycle in C; one killed then (no write)
   localparam int CW = vdla_pkg::ALU_CTL_W;
   logic [LANES*CW-1:0] ctl_q;  // the shift controls of b (vdla_pkg::alu_lane_ctl), lane l's in [l*CW +: CW]
 

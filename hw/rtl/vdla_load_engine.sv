@@ -180,9 +180,6 @@ module vdla_load_engine #(
     end
   end
 
-  // Loaded when the load starts and used while it runs (no reset; a halt freezes them): the wait
-  // counter, the DMA geometry, the tile's fields and, in the first DATA cycle, the padding elements
-  // left, the current row's base index and the padding walk.
   // The run after a skip (its length, whether it is one element, the runs between data rows left): the next
   // run between data rows while `more` of them remain, else the last run.
   function automatic logic [RUN_W+16:0] after_skip(logic more, logic [4:0] mid, logic mid_1, logic [15:0] n_mids,
@@ -190,6 +187,9 @@ module vdla_load_engine #(
     after_skip = more ? {RUN_W'(mid), mid_1, n_mids - 1'b1} : {last, last_1, n_mids};
   endfunction
 
+  // Loaded when the load starts and used while it runs (no reset; a halt freezes them): the wait
+  // counter, the DMA geometry, the tile's fields and, in the first DATA cycle, the padding elements
+  // left, the current row's base index and the padding walk.
   always_ff @(posedge clk_i) begin
     if (!halt_i) begin
       case (state_q)
