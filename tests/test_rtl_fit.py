@@ -70,7 +70,8 @@ def test_default_preset_fits_the_xc7z020():
     assert report["fits"], report["used"]
     assert report["used"]["DSP48"] > 100 and report["used"]["BRAM36"] >= 112  # the GEMM core and the buffers
     assert set(report["used"]) == set(CAPACITY)
-    assert report["logic_levels"]["levels"] > 0 and report["logic_levels"]["start"]
+    levels = report["logic_levels"]
+    assert levels["start"] and levels["meets_target"], levels  # the whole design within 8 levels (docs/rtl.md)
 
 
 # The units whose products are formed into registers at their DSP48E1s' outputs (the load engine's tile
@@ -78,6 +79,7 @@ def test_default_preset_fits_the_xc7z020():
 CONTROL_UNITS = ["vdla_fetch", "vdla_fifo", "vdla_token_queue", "vdla_burst_gen", "vdla_store"]
 CONTROL_UNITS += ["vdla_load_engine", "vdla_compute_load", "vdla_load", "vdla_insn_check", "vdla_perf"]
 CONTROL_UNITS += ["vdla_alu"]  # and the ALU, its MUL registered in its DSP48E1s (two cycles)
+CONTROL_UNITS += ["vdla_gemm_core"]  # and the GEMM core, its adder tree split between its two stages
 
 
 @pytest.mark.slow

@@ -106,22 +106,29 @@ _FUNCTIONS = """\
     requant_bounds = {hi, zero, lo};
   endfunction
 
-  // requantize's clamp, given its bounds (requant_bounds of the shift and relu, or REQUANT_NONE with shift 0)
-  // and the low 9 bits x9 of x = (2v) >> shift from the caller's shifter: the rounded (x + 1) >> 1 clamped to
-  // int8. Each bound's compare is the sign of a 35-bit difference (one carry chain after one LUT level).
-  function automatic logic [7:0] requant_clamp(logic signed [31:0] v, logic [8:0] x9, logic [101:0] bounds);
+  // requantize's limit, given its bounds (requant_bounds of the shift and relu, or REQUANT_NONE with shift 0):
+  // {pass, limit}, where pass says the rounded x = (2v) >> shift lies within the bounds (so its low byte is the
+  // result) and limit is the int8 it is clamped to otherwise. Each bound's compare is the sign of a 35-bit
+  // difference (one carry chain after one LUT level), off the shifter's path.
+  function automatic logic [8:0] requant_limit(logic signed [31:0] v, logic [101:0] bounds);
     logic signed [33:0] w;
     logic               lt_hi, lt_zero, lt_lo;
-    logic        [7:0]  rounded;
     w       = {v[31], v, 1'b0};  // 2v
-    rounded = 8'((x9 + 9'd1) >> 1);  // the low byte of (x + 1) >> 1
     lt_hi   = 1'((35'(w) - 35'($signed(bounds[101:68]))) >> 34);  // 2v < hi
     lt_zero = 1'((35'(w) - 35'($signed(bounds[67:34]))) >> 34);
     lt_lo   = 1'((35'(w) - 35'($signed(bounds[33:0]))) >> 34);
-    if (!lt_hi) requant_clamp = 8'd127;       // x >= 255
-    else if (lt_zero) requant_clamp = 8'd0;   // relu and x <= -2
-    else if (lt_lo) requant_clamp = 8'h80;    // x <= -258
-    else requant_clamp = rounded;
+    if (!lt_hi) requant_limit = {1'b0, 8'd127};      // x >= 255
+    else if (lt_zero) requant_limit = {1'b0, 8'd0};  // relu and x <= -2
+    else if (lt_lo) requant_limit = {1'b0, 8'h80};   // x <= -258
+    else requant_limit = {1'b1, 8'd0};
+  endfunction
+
+  // requantize's clamp, given its bounds and the low 9 bits x9 of x = (2v) >> shift from the caller's shifter:
+  // the rounded (x + 1) >> 1 clamped to int8 (requant_limit).
+  function automatic logic [7:0] requant_clamp(logic signed [31:0] v, logic [8:0] x9, logic [101:0] bounds);
+    logic [8:0] lim;
+    lim           = requant_limit(v, bounds);
+    requant_clamp = lim[8] ? 8'((x9 + 9'd1) >> 1) : lim[7:0];  // the low byte of (x + 1) >> 1
   endfunction
 
   // requantize with its bounds given: the shift by whole bytes and then by the rest (two narrow muxes), then
@@ -132,11 +139,11 @@ _FUNCTIONS = """\
     requantize_b = requant_clamp(v, 9'(y >> shift[2:0]), bounds);
   endfunction
 
-  // Requantization of one int32 lane (the OUT mirror after an EPI with req; the ALU's REQ is requant_clamp
-  // on its shared shifter): `v` shifted right by `shift` rounding half up (in 33 bits, no overflow), clamped
-  // to [relu ? 0 : -128, 127]. The bounds on x = (2v) >> shift (x >= 255, x <= -2, x <= -258) are tested
-  // as compares of 2v with the bounds shifted left by `shift` (requant_bounds), which depend on
-  // `shift` and `relu` alone: only the low byte's rounding follows the shifter.
+  // Requantization of one int32 lane (the OUT mirror after an EPI with req; the ALU's REQ is requant_limit
+  // beside its shared rounding shifter): `v` shifted right by `shift` rounding half up (in 33 bits, no
+  // overflow), clamped to [relu ? 0 : -128, 127]. The bounds on x = (2v) >> shift (x >= 255, x <= -2,
+  // x <= -258) are tested as compares of 2v with the bounds shifted left by `shift` (requant_bounds), which
+  // depend on `shift` and `relu` alone: only the low byte's rounding follows the shifter.
   function automatic logic [7:0] requantize(logic signed [31:0] v, logic [4:0] shift, logic relu);
     requantize = requantize_b(v, shift, requant_bounds(shift, relu));
   endfunction

@@ -11,12 +11,14 @@
 // MUL forms the exact 64-bit product and rounds it right by mul_shift_i (half up; 0 keeps the product's low
 // 32 bits), then keeps 32 bits. It takes two cycles (vdla.cycles.mul_extra): with mul_en_i (its slot's first
 // cycle in C) each lane registers its four 16x16 partial products, one DSP48E1 each with its P register; with
-// en_i in the next cycle it sums them, shifts and rounds (zero_i and clip_a_i are not read then: a MUL's
-// reset has a or b zero, so its product is). The caller keeps the operation and the shift for both cycles.
+// en_i in the next cycle it sums them, shifts and rounds, from what it registered with the products (the shift);
+// op_i, zero_i, clip_a_i and mul_shift_i are not read then. A MUL's reset (zero_i) comes with a or b zero, so its
+// result is 0 (p = 0 and R < 2^ms: asserted).
 // Timing: every operation's result is formed beside the others and one AND-OR of one-hot selects (decoded from
-// op_i, zero_i and the lane's ctl.left) takes it; each compare is the sign of a 33-bit (or 35-bit) difference
-// (a carry chain with one LUT in front); REQ's int8 clamp (vdla_pkg::requant_clamp) compares 2a with bounds
-// that are functions of the shift alone, so only the low byte's rounding follows the shifter.
+// op_i, zero_i and the lane's ctl.left) takes it, the rounded shift last (lane, below); MUL's second cycle starts
+// at registers. Each compare is the sign of a 33-bit (or 35-bit) difference (a carry chain with one LUT in
+// front); REQ's int8 clamp (vdla_pkg::requant_limit) compares 2a with bounds that are functions of the shift
+// alone, so nothing of REQ's but the shared rounding add follows the shifter.
 module vdla_alu #(
   parameter int LANES = vdla_pkg::LANES
 ) (
@@ -40,14 +42,18 @@ module vdla_alu #(
   endfunction
 
   // One lane: the operations' results side by side, then the one-hot AND-OR. One rounding right shifter
-  // ((2a >> rs) + 1) >> 1 serves SHR, RSHR and REQ, one comparator MIN and MAX.
+  // ((2a >> rs) + 1) >> 1 serves SHR, RSHR and REQ, one comparator MIN and MAX. The rounded shift r is the
+  // deepest result (operand mux, shifter, add): it joins last, selected for SHR/RSHR and for a REQ within its
+  // bounds (whose result is then r itself, an int8), in one LUT after its add; all else is OR'd before.
+  // MUL's second cycle (mul2) selects mr alone.
   function automatic logic [31:0] lane(vdla_pkg::alu_op_e op, logic zero, logic signed [31:0] a,
                                        logic signed [31:0] b, vdla_pkg::alu_lane_ctl_t ctl, logic clip_a,
-                                       logic [31:0] mr, logic mul_zero);
+                                       logic mul2, logic [31:0] mr);
     logic signed [32:0] x;
-    logic signed [31:0] v, c_hi, c_lo, r, sl, mm, sum, cl, rq;
+    logic signed [31:0] v, c_hi, c_lo, r, sl, mm, sum, cl, early;
     logic        [15:0] bounds;
-    logic               lt, s_mm, s_add, s_r, s_l, s_clip, s_req, s_mul;
+    logic        [8:0]  lim;
+    logic               lt, on, s_mm, s_add, s_r, s_l, s_clip, s_lim;
     begin
       // MIN/MAX: MIN lt ? a : b, MAX lt ? b : a
       lt = slt(a, b);
@@ -57,8 +63,8 @@ module vdla_alu #(
       x  = $signed({a, 1'b0}) >>> ctl.rs;  // 2a >> rs: the rounding shift before its rounding add
       r  = 32'((x + ((op != vdla_pkg::ALU_SHR) ? 33'sd1 : 33'sd0)) >>> 1);
       sl = a << ctl.ls;
-      // REQ (vdla_pkg::requantize): the clamp on the shared shifter's low bits, its bounds from rs and relu alone
-      rq = 32'(signed'(vdla_pkg::requant_clamp(a, x[8:0], vdla_pkg::requant_bounds(ctl.rs, ctl.relu))));
+      // REQ (vdla_pkg::requantize): r within the bounds, else the limit; the bounds from rs and relu alone
+      lim = vdla_pkg::requant_limit(a, vdla_pkg::requant_bounds(ctl.rs, ctl.relu));
       // CLIP: max(v, lo) then min(., hi), the three compares side by side
       bounds = clip_a ? a[15:0] : b[15:0];
       v      = clip_a ? '0 : a;
@@ -68,66 +74,99 @@ module vdla_alu #(
       else if (slt(v, c_lo)) cl = c_lo;
       else cl = v;
       // the result's one-hot selects
-      s_mm   = !zero && (op == vdla_pkg::ALU_MIN || op == vdla_pkg::ALU_MAX);
-      s_add  = !zero && op == vdla_pkg::ALU_ADD;
-      s_r    = !zero && (op == vdla_pkg::ALU_SHR || op == vdla_pkg::ALU_RSHR) && !ctl.left;
-      s_l    = !zero && (op == vdla_pkg::ALU_SHR || op == vdla_pkg::ALU_RSHR) && ctl.left;
-      s_clip = !zero && op == vdla_pkg::ALU_CLIP;
-      s_req  = !zero && op == vdla_pkg::ALU_REQ;
-      s_mul  = !mul_zero && op == vdla_pkg::ALU_MUL;  // zero and mr registered in MUL's first cycle
-      lane = ({32{s_mm}} & mm) | ({32{s_add}} & sum) | ({32{s_r}} & r) | ({32{s_l}} & sl)
-           | ({32{s_clip}} & cl) | ({32{s_req}} & rq) | ({32{s_mul}} & mr);
+      on     = !zero && !mul2;
+      s_mm   = on && (op == vdla_pkg::ALU_MIN || op == vdla_pkg::ALU_MAX);
+      s_add  = on && op == vdla_pkg::ALU_ADD;
+      s_r    = on && (((op == vdla_pkg::ALU_SHR || op == vdla_pkg::ALU_RSHR) && !ctl.left)
+                      || (op == vdla_pkg::ALU_REQ && lim[8]));
+      s_l    = on && (op == vdla_pkg::ALU_SHR || op == vdla_pkg::ALU_RSHR) && ctl.left;
+      s_clip = on && op == vdla_pkg::ALU_CLIP;
+      s_lim  = on && op == vdla_pkg::ALU_REQ && !lim[8];
+      early = ({32{s_mm}} & mm) | ({32{s_add}} & sum) | ({32{s_l}} & sl) | ({32{s_clip}} & cl)
+            | ({32{s_lim}} & 32'(signed'(lim[7:0]))) | ({32{mul2}} & mr);
+      lane  = early | ({32{s_r}} & r);
     end
   endfunction
 
   // MUL rounds by adding half of the last place kept, R = 2^(ms-1), then shifting: ((2p >>> ms) + 1) >> 1 is
-  // (p + R) >>> ms (floor of a floor). R joins the sum of the partial products: below bit 16 in the low bits
-  // of mid << 16 (which are zero), else in mid's own sum.
-  logic [15:0] r_lo;
-  logic [47:0] r_mid;
-  always_comb begin
-    r_lo  = '0;
-    r_mid = '0;
-    if (mul_shift_i != '0 && mul_shift_i <= 6'd16) r_lo = 16'd1 << (mul_shift_i - 1'b1);
-    if (mul_shift_i > 6'd16) r_mid = 48'd1 << (mul_shift_i - 6'd17);
+  // (p + R) >>> ms (floor of a floor). R joins the partial product its place falls in: ll below bit 16, mid
+  // (<< 16) below bit 32, hh (<< 32) above; each adds it in its DSP's post-adder.
+  logic [15:0] r_lo, r_mid;
+  logic [30:0] r_hi;
+  always_comb begin  // each bit one compare of the shift with a constant (one LUT)
+    for (int j = 0; j < 16; j++) begin
+      r_lo[j]  = mul_shift_i == 6'(j + 1);
+      r_mid[j] = mul_shift_i == 6'(j + 17);
+    end
+    for (int j = 0; j < 31; j++) r_hi[j] = mul_shift_i == 6'(j + 33);
   end
 
   // MUL's first cycle: a * b from partial products of 16-bit halves (lo unsigned, hi signed), p = hh << 32
-  // + mid << 16 + ll with mid = hl + lh (+ R's part): four DSP48E1 multiplies, mid's adds in their post-adders,
-  // each registered in its DSP's P register.
-  logic signed [31:0] hh_q [LANES];
+  // + mid << 16 + ll with mid = hl + lh: four DSP48E1 multiplies, mid's add and R in their post-adders, each
+  // registered in its DSP's P register (no register between the multiply and the post-adder, so that P is the
+  // path's start). ll + R < 2^32 and hh + R <= 2^31 (33 bits).
+  logic signed [32:0] hh_q [LANES];
   logic signed [47:0] mid_q [LANES];
   logic        [31:0] ll_q [LANES];
-  logic        [15:0] r_lo_q;
-  logic               mul_zero_q;  // the MUL's reset writes zeros
+  logic         [5:0] ms_q;        // the MUL's shift
+  logic               mul2_q;      // the MUL's second cycle: res_o takes its result
   always_ff @(posedge clk_i) begin
+    mul2_q <= mul_en_i;
     if (mul_en_i) begin
       for (int l = 0; l < LANES; l++) begin
-        hh_q[l]  <= 32'($signed(a_i[l*32 + 16 +: 16])) * 32'($signed(b_i[l*32 + 16 +: 16]));
-        mid_q[l] <= 48'($signed(a_i[l*32 + 16 +: 16])) * 48'($signed({1'b0, b_i[l*32 +: 16]})) + $signed(r_mid)
+        hh_q[l]  <= 33'($signed(a_i[l*32 + 16 +: 16])) * 33'($signed(b_i[l*32 + 16 +: 16])) + 33'(r_hi);
+        mid_q[l] <= 48'($signed(a_i[l*32 + 16 +: 16])) * 48'($signed({1'b0, b_i[l*32 +: 16]})) + 48'(r_mid)
                   + 48'($signed({1'b0, a_i[l*32 +: 16]})) * 48'($signed(b_i[l*32 + 16 +: 16]));
-        ll_q[l]  <= 32'(a_i[l*32 +: 16]) * 32'(b_i[l*32 +: 16]);
+        ll_q[l]  <= 32'(a_i[l*32 +: 16]) * 32'(b_i[l*32 +: 16]) + 32'(r_lo);
       end
-      r_lo_q     <= r_lo;
-      mul_zero_q <= zero_i;
+      ms_q <= mul_shift_i;
     end
   end
 
-  // MUL's second cycle: (p + R) >>> ms, its low 32 bits (ms = 0 gives p); hh and ll sit side by side, so the
-  // sum is one add (65 bits: p + R reaches 2^63 for (-2^31)^2 and ms = 63)
-  function automatic logic [31:0] mul_round(logic signed [31:0] hh, logic signed [47:0] mid, logic [31:0] ll,
-                                            logic [15:0] lo_r, logic [5:0] ms);
+  // MUL's second cycle: p + R = (hh << 32) + (mid << 16) + ll (R in them), shifted right by ms, its low 32 bits;
+  // hh and ll sit side by side, so the sum is one add (65 bits: p + R reaches 2^63 for (-2^31)^2 and ms = 63).
+  // The shift is three 4:1 steps on the registered shift's bit pairs (16, 4 and 1 bits a step), each keeping
+  // only the bits the rest can reach, written as selects of slices: as shift operators, synthesis would share
+  // them with the other operations' shifter.
+  function automatic logic [31:0] mul_round(logic signed [32:0] hh, logic signed [47:0] mid, logic [31:0] ll,
+                                            logic [5:0] ms);
     logic signed [64:0] p;
-    p = 65'($signed({hh, ll})) + ((65'(mid) <<< 16) | 65'(lo_r));
-    mul_round = 32'(p >>> ms);
+    logic signed [46:0] t16;
+    logic signed [34:0] t4;
+    p = $signed({hh, ll}) + (65'(mid) <<< 16);
+    case (ms[5:4])
+      2'd0:    t16 = p[46:0];
+      2'd1:    t16 = p[62:16];
+      2'd2:    t16 = 47'($signed(p[64:32]));
+      default: t16 = 47'($signed(p[64:48]));
+    endcase
+    case (ms[3:2])
+      2'd0:    t4 = t16[34:0];
+      2'd1:    t4 = t16[38:4];
+      2'd2:    t4 = t16[42:8];
+      default: t4 = t16[46:12];
+    endcase
+    case (ms[1:0])
+      2'd0:    mul_round = t4[31:0];
+      2'd1:    mul_round = t4[32:1];
+      2'd2:    mul_round = t4[33:2];
+      default: mul_round = t4[34:3];
+    endcase
   endfunction
 
   always_ff @(posedge clk_i) begin
     if (en_i) begin
       for (int l = 0; l < LANES; l++)
         res_o[l*32 +: 32] <= lane(op_i, zero_i, a_i[l*32 +: 32], b_i[l*32 +: 32],
-                                  ctl_i[l*vdla_pkg::ALU_CTL_W +: vdla_pkg::ALU_CTL_W], clip_a_i,
-                                  mul_round(hh_q[l], mid_q[l], ll_q[l], r_lo_q, mul_shift_i), mul_zero_q);
+                                  ctl_i[l*vdla_pkg::ALU_CTL_W +: vdla_pkg::ALU_CTL_W], clip_a_i, mul2_q,
+                                  mul_round(hh_q[l], mid_q[l], ll_q[l], ms_q));
     end
   end
+`ifndef SYNTHESIS
+  for (genvar l = 0; l < LANES; l++) begin : g_mul_reset
+    a_mul_reset: assert property (@(posedge clk_i)
+        mul_en_i && zero_i |-> a_i[l*32 +: 32] == '0 || b_i[l*32 +: 32] == '0)
+      else $error("alu: a MUL's reset in lane %0d has neither operand zero", l);
+  end
+`endif
 endmodule

@@ -46,6 +46,7 @@ module vdla_compute_loop (
   localparam int SW        = vdla_pkg::INP_AW > ACC_AW ? vdla_pkg::INP_AW : ACC_AW;  // src: an INP or ACC row
   localparam int FW        = DST_BITS > SRC_BITS ? (DST_BITS > WGT_BITS ? DST_BITS : WGT_BITS)
                                                  : (SRC_BITS > WGT_BITS ? SRC_BITS : WGT_BITS);  // the widest field
+  localparam int FW1       = FW + 1;
 
   // ---- S0: the sequencer --------------------------------------------------------------------
   logic              issue, gemm_q, reset_q, init_q, use_imm_q, src_rd;
@@ -75,26 +76,26 @@ module vdla_compute_loop (
   logic [31:0]       uop_word;
   logic              s1_gemm, index_err;
 
-  // The range checks, prepared in S0 from the offsets: index = field + off lies beyond a buffer of `depth` rows
-  // when field >= room = depth - off, so each check is a compare of the micro-op's field with a register:
-  // every field fails when room <= 0 (all), none when room >= 2^width (none). (The offsets stay far below
-  // 2^32, so field + off never wraps.)
-  // {all, none, lim}: every field out, no field out, else out when field >= lim (room's low bits)
-  function automatic logic [FW+1:0] range_of(logic [31:0] off, logic [33:0] depth, int width);
+  // The range checks, prepared in S0 from the offsets and the instruction: index = field + off lies beyond a
+  // buffer of `depth` rows when field >= room = depth - off, so each check is one compare of the micro-op's field
+  // with a register, lim = room clamped to [0, 2^width] (0: every field out, 2^width: none), or 2^width for a
+  // field the instruction does not read. (The offsets stay far below 2^32, so field + off never wraps.)
+  function automatic logic [FW:0] range_of(logic [31:0] off, logic [33:0] depth, int width, logic read);
     logic [33:0] room;
-    logic        all, none;
-    room     = depth - 34'(off);
-    all      = room[33] || room == '0;
-    none     = !room[33] && (room[32:0] >> width) != '0;
-    range_of = {all, none, FW'(room) & FW'((34'd1 << width) - 1'b1)};
+    room = depth - 34'(off);
+    if (!read || (!room[33] && (room[32:0] >> width) != '0)) range_of = FW1'(1) << width;
+    else if (room[33]) range_of = '0;
+    else range_of = FW1'(room);
   endfunction
 
-  function automatic logic out_of(logic [FW+1:0] r, logic [FW-1:0] field);
-    out_of = r[FW+1] || (!r[FW] && field >= r[FW-1:0]);
+  function automatic logic out_of(logic [FW:0] lim, logic [FW-1:0] field);
+    out_of = {1'b0, field} >= lim;
   endfunction
 
-  logic [FW+1:0] s1_dst_rng_q, s1_src_rng_q, s1_wgt_rng_q;
-  logic   s1_bias_bad_q;  // the iteration's bias row lies beyond ACC
+  logic [FW:0] s1_dst_rng_q, s1_src_rng_q, s1_wgt_rng_q;
+  logic        s1_bias_bad_q;  // an init GEMM with bias whose iteration's bias row lies beyond ACC
+  logic        gemm_rd;        // a GEMM that reads INP and WGT (not a reset)
+  assign gemm_rd = gemm_q && !reset_q;
 
   always_ff @(posedge clk_i or negedge rst_ni) begin
     if (!rst_ni) s1_valid_q <= 1'b0;
@@ -108,10 +109,11 @@ module vdla_compute_loop (
     s1_src_off_q <= SW'(src_off);
     s1_wgt_off_q <= vdla_pkg::WGT_AW'(wgt_off);
     s1_bias_q    <= ACC_AW'(17'(epi_base_i) + 17'(o));
-    s1_dst_rng_q  <= range_of(dst_off, 34'(ACC_DEPTH), DST_BITS);
-    s1_src_rng_q  <= range_of(src_off, gemm_q ? 34'(vdla_pkg::INP_DEPTH) : 34'(ACC_DEPTH), SRC_BITS);
-    s1_wgt_rng_q  <= range_of(wgt_off, 34'(vdla_pkg::WGT_DEPTH), WGT_BITS);
-    s1_bias_bad_q <= 17'(epi_base_i) + 17'(o) >= 17'(ACC_DEPTH);
+    s1_dst_rng_q  <= range_of(dst_off, 34'(ACC_DEPTH), DST_BITS, 1'b1);
+    s1_src_rng_q  <= range_of(src_off, gemm_q ? 34'(vdla_pkg::INP_DEPTH) : 34'(ACC_DEPTH), SRC_BITS,
+                              gemm_rd || (!gemm_q && !use_imm_q));
+    s1_wgt_rng_q  <= range_of(wgt_off, 34'(vdla_pkg::WGT_DEPTH), WGT_BITS, gemm_rd);
+    s1_bias_bad_q <= gemm_rd && init_q && epi_bias_i && 17'(epi_base_i) + 17'(o) >= 17'(ACC_DEPTH);
   end
 
   assign uop_word = uop_rdata_i[s1_bank_q];
@@ -136,9 +138,7 @@ module vdla_compute_loop (
   assign dst_out   = out_of(s1_dst_rng_q, FW'(uop_word[DST_BITS-1:0]));
   assign src_out   = out_of(s1_src_rng_q, FW'(uop_word[DST_BITS +: SRC_BITS]));
   assign wgt_out   = out_of(s1_wgt_rng_q, FW'(uop_word[DST_BITS + SRC_BITS +: WGT_BITS]));
-  assign index_err = s1_valid_q && !halt_i && (dst_out
-      || (gemm_q && !reset_q && (src_out || wgt_out || (init_q && epi_bias_i && s1_bias_bad_q)))
-      || (!gemm_q && !use_imm_q && src_out));
+  assign index_err = s1_valid_q && !halt_i && (dst_out || src_out || wgt_out || s1_bias_bad_q);
   assign index_err_o = index_err;
 
   assign inp_re_o    = s1_gemm && !reset_q;
@@ -183,7 +183,10 @@ module vdla_compute_loop (
   logic [ACC_AW-1:0] r_addr, r_waddr;
   logic              r_hit_c, r_hit_w;  // r_addr equals the write address of the slot in C, in W
   logic              s1_alu;
-  logic [ACC_DEPTH-1:0] touched_q;  // rows the running GEMM has updated
+  // rows the running GEMM has updated, in words of TW rows: row r is bit r % TW of word r / TW
+  localparam int TW = ACC_DEPTH < 32 ? ACC_DEPTH : 32;
+  localparam int TB = $clog2(TW);
+  logic [ACC_DEPTH/TW-1:0][TW-1:0] touched_q;
 
   // An ALU slot enters R before its check: if the check fails (the run halts from the next cycle), the slot
   // is dropped in C (kill_q).
@@ -196,7 +199,8 @@ module vdla_compute_loop (
   // looked up in S2 (a 2048-to-1 mux off R's address path), with the update of the slot in S3 in that cycle
   logic s3_fresh_q;
   always_ff @(posedge clk_i) begin
-    s3_fresh_q <= init_q && !touched_q[s2_dst_q] && !(s3_valid_q && s3_dst_q == s2_dst_q);
+    s3_fresh_q <= init_q && !touched_q[ACC_AW'(s2_dst_q >> TB)][s2_dst_q[TB-1:0]]
+               && !(s3_valid_q && s3_dst_q == s2_dst_q);
   end
   assign fresh  = s3_fresh_q;
 
@@ -264,9 +268,14 @@ module vdla_compute_loop (
 
   always_ff @(posedge clk_i) begin
     alu_dst_q <= dst;
-    // only init GEMMs touch the vector (a 2048-bit update every cycle slows the Verilated model)
+    // only init GEMMs touch the vector (a 2048-bit update every cycle slows the Verilated model); the row's
+    // word enable is one compare of its high bits with a constant, its bit a decode of the low bits (a
+    // variable bit index would be mapped as a shifter, several levels deep)
     if (start_i && insn_i.gemm.hdr.opcode == vdla_pkg::OP_GEMM && insn_i.gemm.init) touched_q <= '0;
-    else if (s3_valid_q && init_q) touched_q[s3_dst_q] <= 1'b1;
+    else if (s3_valid_q && init_q) begin
+      for (int w = 0; w < ACC_DEPTH / TW; w++)
+        if (ACC_AW'(s3_dst_q >> TB) == ACC_AW'(w)) touched_q[w] <= touched_q[w] | (TW'(1) << s3_dst_q[TB-1:0]);
+    end
   end
 
   logic unused_rmw_busy;

@@ -99,12 +99,14 @@ async def zero_and_hold(dut):
     dut.en_i.value, dut.zero_i.value = 1, 1
     await FallingEdge(dut.clk_i)
     assert unpack(int(dut.res_o.value)) == [0, 0, 0, 0]
-    # a MUL: zero_i is taken with the partial products, in its first cycle (a MUL with reset writes zeros)
-    dut.op_i.value, dut.a_i.value, dut.b_i.value = int(AluOp.MUL), pack([5, 6, 7, 8]), pack([2, 2, 2, 2])
-    for zero, expect in ((0, [10, 12, 14, 16]), (1, [0, 0, 0, 0])):
+    # a MUL: its reset comes with a zero operand (op(0, imm) reads a = 0) and writes zeros, its rounding half
+    # included; zero_i and the shift are taken in the first cycle, not read in the second
+    dut.op_i.value, dut.b_i.value = int(AluOp.MUL), pack([2, 2, 2, 2])
+    for zero, a, shift, expect in ((0, [5, 6, 7, 8], 1, [5, 6, 7, 8]), (1, [0] * 4, 5, [0] * 4)):
+        dut.a_i.value, dut.mul_shift_i.value = pack(a), shift
         dut.en_i.value, dut.mul_en_i.value, dut.zero_i.value = 0, 1, zero
         await FallingEdge(dut.clk_i)
-        dut.en_i.value, dut.mul_en_i.value, dut.zero_i.value = 1, 0, 1 - zero
+        dut.en_i.value, dut.mul_en_i.value, dut.zero_i.value, dut.mul_shift_i.value = 1, 0, 1 - zero, 0
         await FallingEdge(dut.clk_i)
         assert unpack(int(dut.res_o.value)) == expect
 
