@@ -41,65 +41,90 @@ module vdla_alu #(
     slt = 1'(({x[31], x} - {y[31], y}) >> 32);
   endfunction
 
+  // One 4:1 step of a right shift by a registered amount: v >>> (k * unit) for a constant unit, so that each
+  // choice is wiring (a shift operator by a variable amount would be shared with the other operations' shifter
+  // by synthesis, and mapped as a chain of 2:1 muxes).
+  function automatic logic signed [64:0] shr_step(logic signed [64:0] v, int unit, logic [1:0] k);
+    case (k)
+      2'd0:    shr_step = v;
+      2'd1:    shr_step = v >>> unit;
+      2'd2:    shr_step = v >>> (2 * unit);
+      default: shr_step = v >>> (3 * unit);
+    endcase
+  endfunction
+
+  // MUL's second cycle: p + R = (hh << 32) + (mid << 16) + ll (R in them), shifted right by ms, its low 32 bits;
+  // hh and ll sit side by side, so the sum is one add (65 bits: p + R reaches 2^63 for (-2^31)^2 and ms = 63).
+  // The shift is three 4:1 steps on the registered shift's bit pairs (16, 4 and 1 bits a step).
+  function automatic logic [31:0] mul_round(logic signed [32:0] hh, logic signed [47:0] mid, logic [31:0] ll,
+                                            logic [5:0] ms);
+    logic signed [64:0] p;
+    p = $signed({hh, ll}) + (65'(mid) <<< 16);
+    mul_round = 32'(shr_step(shr_step(shr_step(p, 16, ms[5:4]), 4, ms[3:2]), 1, ms[1:0]));
+  endfunction
+
   // One lane: the operations' results side by side, then the one-hot AND-OR. One rounding right shifter
   // ((2a >> rs) + 1) >> 1 serves SHR, RSHR and REQ, one comparator MIN and MAX. The rounded shift r is the
   // deepest result (operand mux, shifter, add): it joins last, selected for SHR/RSHR and for a REQ within its
   // bounds (whose result is then r itself, an int8), in one LUT after its add; all else is OR'd before.
-  // MUL's second cycle (mul2) selects mr alone.
+  // MUL's second cycle (mul2) selects its rounded product alone. Each result is formed under its select
+  // (`if (s) x = ...`, zero otherwise: the AND of the AND-OR), so that the Verilated model computes only the
+  // selected one (the GEMM's ADD every GEMM cycle) instead of all of them in every lane.
   function automatic logic [31:0] lane(vdla_pkg::alu_op_e op, logic zero, logic signed [31:0] a,
                                        logic signed [31:0] b, vdla_pkg::alu_lane_ctl_t ctl, logic clip_a,
-                                       logic mul2, logic [31:0] mr);
+                                       logic mul2, logic signed [32:0] hh, logic signed [47:0] mid,
+                                       logic [31:0] ll, logic [5:0] ms);
     logic signed [32:0] x;
-    logic signed [31:0] v, c_hi, c_lo, r, sl, mm, sum, cl, early;
+    logic signed [31:0] v, c_hi, c_lo, r, sl, mm, sum, cl, lo8, mr;
     logic        [15:0] bounds;
     logic        [8:0]  lim;
-    logic               lt, on, s_mm, s_add, s_r, s_l, s_clip, s_lim;
+    logic               on, shift, req, s_r;
     begin
-      // MIN/MAX: MIN lt ? a : b, MAX lt ? b : a
-      lt = slt(a, b);
-      mm = (lt ^ (op == vdla_pkg::ALU_MAX)) ? a : b;
-      sum = a + b;
-      // SHR/RSHR: right by rs (rounding unless SHR) or left by ls
-      x  = $signed({a, 1'b0}) >>> ctl.rs;  // 2a >> rs: the rounding shift before its rounding add
-      r  = 32'((x + ((op != vdla_pkg::ALU_SHR) ? 33'sd1 : 33'sd0)) >>> 1);
-      sl = a << ctl.ls;
-      // REQ (vdla_pkg::requantize): r within the bounds, else the limit; the bounds from rs and relu alone
-      lim = vdla_pkg::requant_limit(a, vdla_pkg::requant_bounds(ctl.rs, ctl.relu));
+      on    = !zero && !mul2;
+      shift = on && (op == vdla_pkg::ALU_SHR || op == vdla_pkg::ALU_RSHR);
+      req   = on && op == vdla_pkg::ALU_REQ;
+      {mm, sum, sl, cl, lo8, mr, r, lim} = '0;
+      // MIN/MAX: MIN a < b ? a : b, MAX a < b ? b : a
+      if (on && (op == vdla_pkg::ALU_MIN || op == vdla_pkg::ALU_MAX))
+        mm = (slt(a, b) ^ (op == vdla_pkg::ALU_MAX)) ? a : b;
+      if (on && op == vdla_pkg::ALU_ADD) sum = a + b;
+      // SHR/RSHR: left by ls (negative amounts)
+      if (shift && ctl.left) sl = a << ctl.ls;
+      // REQ (vdla_pkg::requantize): r within the bounds (lim[8]), else the limit; the bounds from rs and relu alone
+      if (req) lim = vdla_pkg::requant_limit(a, vdla_pkg::requant_bounds(ctl.rs, ctl.relu));
+      if (req && !lim[8]) lo8 = 32'(signed'(lim[7:0]));
       // CLIP: max(v, lo) then min(., hi), the three compares side by side
-      bounds = clip_a ? a[15:0] : b[15:0];
-      v      = clip_a ? '0 : a;
-      c_hi   = 32'(signed'(bounds[15:8]));
-      c_lo   = 32'(signed'(bounds[7:0]));
-      if (slt(c_hi, c_lo) || slt(c_hi, v)) cl = c_hi;
-      else if (slt(v, c_lo)) cl = c_lo;
-      else cl = v;
-      // the result's one-hot selects
-      on     = !zero && !mul2;
-      s_mm   = on && (op == vdla_pkg::ALU_MIN || op == vdla_pkg::ALU_MAX);
-      s_add  = on && op == vdla_pkg::ALU_ADD;
-      s_r    = on && (((op == vdla_pkg::ALU_SHR || op == vdla_pkg::ALU_RSHR) && !ctl.left)
-                      || (op == vdla_pkg::ALU_REQ && lim[8]));
-      s_l    = on && (op == vdla_pkg::ALU_SHR || op == vdla_pkg::ALU_RSHR) && ctl.left;
-      s_clip = on && op == vdla_pkg::ALU_CLIP;
-      s_lim  = on && op == vdla_pkg::ALU_REQ && !lim[8];
-      early = ({32{s_mm}} & mm) | ({32{s_add}} & sum) | ({32{s_l}} & sl) | ({32{s_clip}} & cl)
-            | ({32{s_lim}} & 32'(signed'(lim[7:0]))) | ({32{mul2}} & mr);
-      lane  = early | ({32{s_r}} & r);
+      if (on && op == vdla_pkg::ALU_CLIP) begin
+        bounds = clip_a ? a[15:0] : b[15:0];
+        v      = clip_a ? '0 : a;
+        c_hi   = 32'(signed'(bounds[15:8]));
+        c_lo   = 32'(signed'(bounds[7:0]));
+        if (slt(c_hi, c_lo) || slt(c_hi, v)) cl = c_hi;
+        else if (slt(v, c_lo)) cl = c_lo;
+        else cl = v;
+      end
+      if (mul2) mr = mul_round(hh, mid, ll, ms);
+      // SHR/RSHR right by rs (rounding unless SHR), and REQ within its bounds: the rounded shift
+      s_r = (shift && !ctl.left) || (req && lim[8]);
+      if (s_r) begin
+        x = $signed({a, 1'b0}) >>> ctl.rs;  // 2a >> rs: the rounding shift before its rounding add
+        r = 32'((x + ((op != vdla_pkg::ALU_SHR) ? 33'sd1 : 33'sd0)) >>> 1);
+      end
+      lane = (mm | sum | sl | cl | lo8 | mr) | r;
     end
   endfunction
 
   // MUL rounds by adding half of the last place kept, R = 2^(ms-1), then shifting: ((2p >>> ms) + 1) >> 1 is
   // (p + R) >>> ms (floor of a floor). R joins the partial product its place falls in: ll below bit 16, mid
   // (<< 16) below bit 32, hh (<< 32) above; each adds it in its DSP's post-adder.
-  logic [15:0] r_lo, r_mid;
-  logic [30:0] r_hi;
-  always_comb begin  // each bit one compare of the shift with a constant (one LUT)
+  // {R's bits in hh, in mid, in ll}: each bit one compare of the shift with a constant (one LUT)
+  function automatic logic [62:0] round_half(logic [5:0] ms);
     for (int j = 0; j < 16; j++) begin
-      r_lo[j]  = mul_shift_i == 6'(j + 1);
-      r_mid[j] = mul_shift_i == 6'(j + 17);
+      round_half[j]      = ms == 6'(j + 1);
+      round_half[16 + j] = ms == 6'(j + 17);
     end
-    for (int j = 0; j < 31; j++) r_hi[j] = mul_shift_i == 6'(j + 33);
-  end
+    for (int j = 0; j < 31; j++) round_half[32 + j] = ms == 6'(j + 33);
+  endfunction
 
   // MUL's first cycle: a * b from partial products of 16-bit halves (lo unsigned, hi signed), p = hh << 32
   // + mid << 16 + ll with mid = hl + lh: four DSP48E1 multiplies, mid's add and R in their post-adders, each
@@ -113,6 +138,9 @@ module vdla_alu #(
   always_ff @(posedge clk_i) begin
     mul2_q <= mul_en_i;
     if (mul_en_i) begin
+      logic [15:0] r_lo, r_mid;
+      logic [30:0] r_hi;
+      {r_hi, r_mid, r_lo} = round_half(mul_shift_i);
       for (int l = 0; l < LANES; l++) begin
         hh_q[l]  <= 33'($signed(a_i[l*32 + 16 +: 16])) * 33'($signed(b_i[l*32 + 16 +: 16])) + 33'(r_hi);
         mid_q[l] <= 48'($signed(a_i[l*32 + 16 +: 16])) * 48'($signed({1'b0, b_i[l*32 +: 16]})) + 48'(r_mid)
@@ -123,43 +151,12 @@ module vdla_alu #(
     end
   end
 
-  // MUL's second cycle: p + R = (hh << 32) + (mid << 16) + ll (R in them), shifted right by ms, its low 32 bits;
-  // hh and ll sit side by side, so the sum is one add (65 bits: p + R reaches 2^63 for (-2^31)^2 and ms = 63).
-  // The shift is three 4:1 steps on the registered shift's bit pairs (16, 4 and 1 bits a step), each keeping
-  // only the bits the rest can reach, written as selects of slices: as shift operators, synthesis would share
-  // them with the other operations' shifter.
-  function automatic logic [31:0] mul_round(logic signed [32:0] hh, logic signed [47:0] mid, logic [31:0] ll,
-                                            logic [5:0] ms);
-    logic signed [64:0] p;
-    logic signed [46:0] t16;
-    logic signed [34:0] t4;
-    p = $signed({hh, ll}) + (65'(mid) <<< 16);
-    case (ms[5:4])
-      2'd0:    t16 = p[46:0];
-      2'd1:    t16 = p[62:16];
-      2'd2:    t16 = 47'($signed(p[64:32]));
-      default: t16 = 47'($signed(p[64:48]));
-    endcase
-    case (ms[3:2])
-      2'd0:    t4 = t16[34:0];
-      2'd1:    t4 = t16[38:4];
-      2'd2:    t4 = t16[42:8];
-      default: t4 = t16[46:12];
-    endcase
-    case (ms[1:0])
-      2'd0:    mul_round = t4[31:0];
-      2'd1:    mul_round = t4[32:1];
-      2'd2:    mul_round = t4[33:2];
-      default: mul_round = t4[34:3];
-    endcase
-  endfunction
-
   always_ff @(posedge clk_i) begin
     if (en_i) begin
       for (int l = 0; l < LANES; l++)
         res_o[l*32 +: 32] <= lane(op_i, zero_i, a_i[l*32 +: 32], b_i[l*32 +: 32],
                                   ctl_i[l*vdla_pkg::ALU_CTL_W +: vdla_pkg::ALU_CTL_W], clip_a_i, mul2_q,
-                                  mul_round(hh_q[l], mid_q[l], ll_q[l], ms_q));
+                                  hh_q[l], mid_q[l], ll_q[l], ms_q);
     end
   end
 `ifndef SYNTHESIS

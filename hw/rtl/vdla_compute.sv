@@ -235,12 +235,15 @@ module vdla_compute (
   // write), so that its requantization starts at a flip-flop: the shift and the clamp's bounds on 2v
   // (vdla_pkg::requant_bounds) are formed from the epilogue state as the ACC write is, so the bounds'
   // compares start at flip-flops too. Without req they are shift 0 and REQUANT_NONE, with which requantize_b
-  // is the truncation to the low byte. A read of the mirror in the cycle of that write gets the written
-  // lanes from the write (vdla_store): the store sees every row as if the mirror were written with ACC.
+  // is the truncation to the low byte; the write data then is that byte, taken as such (ow_req_q), so that
+  // the Verilated model runs no requantization for a plain GEMM (a tenth of its instructions). A read of the
+  // mirror in the cycle of that write gets the written lanes from the write (vdla_store): the store sees
+  // every row as if the mirror were written with ACC.
   logic [LANES-1:0]              ow_we_q;
   logic [vdla_pkg::ACC_AW-1:0]   ow_addr_q;
   logic [vdla_pkg::ACC_BITS-1:0] ow_data_q;
   logic [4:0]                    ow_shift_q;
+  logic                          ow_req_q;
   logic [101:0]                  ow_bounds_q;
 
   always_ff @(posedge clk_i or negedge rst_ni) begin
@@ -252,6 +255,7 @@ module vdla_compute (
     ow_addr_q   <= acc_waddr_o;
     ow_data_q   <= acc_wdata_o;
     ow_shift_q  <= epi_req_q ? epi_shift_q : '0;
+    ow_req_q    <= epi_req_q;
     ow_bounds_q <= epi_req_q ? vdla_pkg::requant_bounds(epi_shift_q, epi_relu_q) : vdla_pkg::REQUANT_NONE;
   end
 
@@ -259,7 +263,8 @@ module vdla_compute (
   assign out_waddr_o = ow_addr_q;
   always_comb begin
     for (int l = 0; l < LANES; l++) begin
-      out_wdata_o[l*8 +: 8] = vdla_pkg::requantize_b(ow_data_q[l*32 +: 32], ow_shift_q, ow_bounds_q);
+      if (ow_req_q) out_wdata_o[l*8 +: 8] = vdla_pkg::requantize_b(ow_data_q[l*32 +: 32], ow_shift_q, ow_bounds_q);
+      else out_wdata_o[l*8 +: 8] = ow_data_q[l*32 +: 8];
     end
   end
 

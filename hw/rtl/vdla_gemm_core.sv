@@ -23,57 +23,58 @@ module vdla_gemm_core #(
   localparam int GROUP  = 2;
   localparam int GROUPS = (BLOCK_IN + GROUP - 1) / GROUP;
   localparam int GW     = 16 + $clog2(GROUP);  // a group sum: |sum| <= GROUP * 2^14, signed
+  localparam int SW     = GW + $clog2(GROUPS);  // a lane's sum, signed
 
-  // One group of one lane pair: {w2.a, w1.a} summed over pairs i0 .. i0 + GROUP - 1 below BLOCK_IN (a, w1, w2:
-  // one row each); w1 * a is P[15:0] - 2^15, P[15:0] with its top bit inverted, sign-extended.
-  function automatic logic [2*GW-1:0] group_dots(logic [BLOCK_IN*8-1:0] a, logic [BLOCK_IN*8-1:0] w1,
-                                                 logic [BLOCK_IN*8-1:0] w2, int i0);
-    logic signed [GW-1:0] lo, hi;
-    lo = '0;
-    hi = '0;
-    for (int i = i0; i < i0 + GROUP && i < BLOCK_IN; i++) begin
-      logic signed [24:0] packed_w;
-      logic signed [31:0] p;
-      packed_w = (25'($signed(w2[i*8 +: 8])) <<< 16) + 25'($signed(w1[i*8 +: 8]));
-      p = 32'(packed_w) * 32'($signed(a[i*8 +: 8])) + 32'sd32768;
-      lo = lo + GW'($signed({~p[15], p[14:0]}));
-      hi = hi + GW'(p >>> 16);
-    end
-    group_dots = {hi, lo};
+  // The shared multiplier of one input pair: P = (w2 * 2^16 + w1) * a + 2^15 (8-bit operands, so that the
+  // Verilated model passes machine words, not slices of the wide rows)
+  function automatic logic signed [31:0] pair_product(logic [7:0] w1, logic [7:0] w2, logic [7:0] a);
+    logic signed [24:0] packed_w;
+    packed_w     = (25'($signed(w2)) <<< 16) + 25'($signed(w1));
+    pair_product = 32'(packed_w) * 32'($signed(a)) + 32'sd32768;
   endfunction
 
-  // The sum of one lane's group sums, as a balanced adder tree
-  function automatic logic [31:0] tree(logic [GROUPS*GW-1:0] g);
-    logic signed [31:0] s [GROUPS];
-    for (int i = 0; i < GROUPS; i++) s[i] = 32'($signed(g[i*GW +: GW]));
-    for (int w = GROUPS; w > 1; w = (w + 1) / 2) begin
-      for (int i = 0; i < w / 2; i++) s[i] = s[2*i] + s[2*i + 1];
-      if (w % 2 == 1) s[w / 2] = s[w - 1];
-    end
-    tree = s[0];
-  endfunction
+  // lane l's group sums, group g's in [(l*GROUPS + g)*32 +: 32]: GW significant bits sign-extended to a
+  // word (synthesis merges the copies of the sign's flip-flop; the Verilated model reads whole words)
+  logic [LANES*GROUPS*32-1:0] grp_q;
+  logic                       valid_q;
 
-  localparam int LW = GROUPS * GW;
-  logic [LANES*LW-1:0] grp_q;  // lane l's group sums, group g's in [l*LW + g*GW +: GW]
-  logic                valid_q;
-
+  // The first stage: each group g of each lane pair, {w2.a, w1.a} summed over the pairs g*GROUP ..
+  // g*GROUP + GROUP - 1 below BLOCK_IN; w1 * a is P[15:0] - 2^15, P[15:0] with its top bit inverted,
+  // sign-extended. The second: the sum of each lane's group sums, as a balanced adder tree. Sums are formed
+  // in 32-bit words and cut to their exact widths where registered (GW, SW bits): the same logic for
+  // synthesis, machine arithmetic for the Verilated model (the GEMM core is most of its work per cycle).
   always_ff @(posedge clk_i) begin
     valid_q <= valid_i;
     if (valid_i) begin
       for (int b = 0; b < BATCH; b++) begin
         for (int o = 0; o < HALF; o++) begin
           for (int g = 0; g < GROUPS; g++) begin
-            logic [2*GW-1:0] d;
-            d = group_dots(inp_i[b*BLOCK_IN*8 +: BLOCK_IN*8], wgt_i[o*BLOCK_IN*8 +: BLOCK_IN*8],
-                           wgt_i[(o + HALF)*BLOCK_IN*8 +: BLOCK_IN*8], g*GROUP);
-            grp_q[(b*BLOCK_OUT + o)*LW + g*GW +: GW]        <= d[GW-1:0];
-            grp_q[(b*BLOCK_OUT + o + HALF)*LW + g*GW +: GW] <= d[2*GW-1:GW];
+            logic signed [31:0] lo, hi;  // only the low GW bits are kept (synthesis drops the adders' others)
+            lo = '0;
+            hi = '0;
+            for (int i = g * GROUP; i < g * GROUP + GROUP && i < BLOCK_IN; i++) begin
+              logic signed [31:0] p;
+              p  = pair_product(wgt_i[(o*BLOCK_IN + i)*8 +: 8], wgt_i[((o + HALF)*BLOCK_IN + i)*8 +: 8],
+                                inp_i[(b*BLOCK_IN + i)*8 +: 8]);
+              lo = lo + 32'($signed({~p[15], p[14:0]}));
+              hi = hi + (p >>> 16);
+            end
+            grp_q[((b*BLOCK_OUT + o)*GROUPS + g)*32 +: 32]        <= 32'($signed(GW'(lo)));
+            grp_q[((b*BLOCK_OUT + o + HALF)*GROUPS + g)*32 +: 32] <= 32'($signed(GW'(hi)));
           end
         end
       end
     end
     if (valid_q) begin
-      for (int l = 0; l < LANES; l++) sum_o[l*32 +: 32] <= tree(grp_q[l*LW +: LW]);
+      for (int l = 0; l < LANES; l++) begin
+        logic signed [31:0] t [GROUPS];
+        for (int i = 0; i < GROUPS; i++) t[i] = grp_q[(l*GROUPS + i)*32 +: 32];
+        for (int w = GROUPS; w > 1; w = (w + 1) / 2) begin
+          for (int i = 0; i < w / 2; i++) t[i] = t[2*i] + t[2*i + 1];
+          if (w % 2 == 1) t[w / 2] = t[w - 1];
+        end
+        sum_o[l*32 +: 32] <= 32'($signed(SW'(t[0])));  // exact in SW bits: the adders' others dropped
+      end
     end
   end
 endmodule
