@@ -59,7 +59,9 @@ module vdla_perf #(
   endfunction
 
   // The instruction each stage started in the cycle before: its tile's nibble products and the counter they
-  // go to (its bytes are elems(nibbles) times the counter's element bytes).
+  // go to (its bytes are elems(nibbles) times the counter's element bytes). These registers and the
+  // uop-iteration products below load only as an instruction starts (flip-flop enables, no logic on the path):
+  // the Verilated model forms them only then, not every cycle.
   logic        ld_v_q, cm_v_q, st_v_q, ld_wgt_q;
   logic [79:0] ld_nib_q, cm_nib_q, st_nib_q;
   vdla_pkg::mem_type_e cm_type_q;
@@ -68,11 +70,15 @@ module vdla_perf #(
     ld_v_q    <= rst_ni && !clear_i && fire_i[0];
     cm_v_q    <= rst_ni && !clear_i && fire_i[1] && cm.hdr.opcode == vdla_pkg::OP_LOAD;
     st_v_q    <= rst_ni && !clear_i && fire_i[2];
-    ld_nib_q  <= nibbles(ld.y_size, ld.x_size);
-    ld_wgt_q  <= ld.mem_type == vdla_pkg::MEM_WGT;
-    cm_nib_q  <= nibbles(cm.y_size, cm.x_size);
-    cm_type_q <= cm.mem_type;
-    st_nib_q  <= nibbles(st.y_size, st.x_size);
+    if (fire_i[0]) begin
+      ld_nib_q <= nibbles(ld.y_size, ld.x_size);
+      ld_wgt_q <= ld.mem_type == vdla_pkg::MEM_WGT;
+    end
+    if (fire_i[1]) begin
+      cm_nib_q  <= nibbles(cm.y_size, cm.x_size);
+      cm_type_q <= cm.mem_type;
+    end
+    if (fire_i[2]) st_nib_q <= nibbles(st.y_size, st.x_size);
   end
   assign ld_elems = elems(ld_nib_q);
   assign cm_elems = elems(cm_nib_q);
@@ -93,11 +99,15 @@ module vdla_perf #(
     it1_v_q    <= rst_ni && !clear_i && fire_i[1]
                && (cm.hdr.opcode == vdla_pkg::OP_GEMM || cm.hdr.opcode == vdla_pkg::OP_ALU);
     it2_v_q    <= rst_ni && !clear_i && it1_v_q;
-    it1_cnt_q  <= cm.hdr.opcode == vdla_pkg::OP_ALU ? IT_ALU : compute_cmd_i.gemm.reset ? IT_GEMM_RESET : IT_GEMM;
-    it2_cnt_q  <= it1_cnt_q;
-    it_loops_q <= 28'(compute_cmd_i.gemm.iter_out) * 28'(compute_cmd_i.gemm.iter_in);
-    it_uops_q  <= compute_cmd_i.gemm.uop_end - 14'(compute_cmd_i.gemm.uop_bgn);
-    it_q       <= IT_W'(it_loops_q) * IT_W'(it_uops_q);
+    if (fire_i[1]) begin
+      it1_cnt_q  <= cm.hdr.opcode == vdla_pkg::OP_ALU ? IT_ALU : compute_cmd_i.gemm.reset ? IT_GEMM_RESET : IT_GEMM;
+      it_loops_q <= 28'(compute_cmd_i.gemm.iter_out) * 28'(compute_cmd_i.gemm.iter_in);
+      it_uops_q  <= compute_cmd_i.gemm.uop_end - 14'(compute_cmd_i.gemm.uop_bgn);
+    end
+    if (it1_v_q) begin
+      it2_cnt_q <= it1_cnt_q;
+      it_q      <= IT_W'(it_loops_q) * IT_W'(it_uops_q);
+    end
   end
 
   vdla_pkg::mem_insn_t ld, cm, st;
