@@ -95,9 +95,7 @@ _FUNCTIONS = """\
 
   // requantize's bounds {hi, zero, lo} on 2v for `shift` and `relu` (34-bit signed each): 2v >= hi is
   // x >= 255, 2v < zero is relu and x <= -2, 2v < lo is x <= -258 (255 << shift, -1 << shift, -257 << shift;
-  // beyond every 2v for shifts over 24, and zero without relu). REQUANT_NONE is beyond every 2v in all three:
-  // requantize_b(v, 0, REQUANT_NONE) is v's low byte (truncation).
-  localparam logic [101:0] REQUANT_NONE = {34'h1_ffff_ffff, 34'h2_0000_0000, 34'h2_0000_0000};  // 2^33-1, -2^33
+  // beyond every 2v for shifts over 24, and zero without relu).
   function automatic logic [101:0] requant_bounds(logic [4:0] shift, logic relu);
     logic signed [33:0] hi, zero, lo;
     hi   = shift >= 5'd25 ? 34'sh1_ffff_ffff : 34'sd255 <<< shift;
@@ -106,7 +104,7 @@ _FUNCTIONS = """\
     requant_bounds = {hi, zero, lo};
   endfunction
 
-  // requantize's limit, given its bounds (requant_bounds of the shift and relu, or REQUANT_NONE with shift 0):
+  // requantize's limit, given its bounds (requant_bounds of the shift and relu):
   // {pass, limit}, where pass says the rounded x = (2v) >> shift lies within the bounds (so its low byte is the
   // result) and limit is the int8 it is clamped to otherwise. Each bound's compare is the sign of a 35-bit
   // difference (one carry chain after one LUT level), off the shifter's path.

@@ -234,8 +234,7 @@ module vdla_compute (
   // The OUT mirror is written one cycle after ACC, from registers (with the epilogue state of the ACC
   // write), so that its requantization starts at a flip-flop: the shift and the clamp's bounds on 2v
   // (vdla_pkg::requant_bounds) are formed from the epilogue state as the ACC write is, so the bounds'
-  // compares start at flip-flops too. Without req they are shift 0 and REQUANT_NONE, with which requantize_b
-  // is the truncation to the low byte; the write data then is that byte, taken as such (ow_req_q), so that
+  // compares start at flip-flops too. Without req (ow_req_q) the write data is the low byte, taken as such:
   // the Verilated model runs no requantization for a plain GEMM (a tenth of its instructions). A read of the
   // mirror in the cycle of that write gets the written lanes from the write (vdla_store): the store sees
   // every row as if the mirror were written with ACC.
@@ -254,9 +253,9 @@ module vdla_compute (
   always_ff @(posedge clk_i) begin
     ow_addr_q   <= acc_waddr_o;
     ow_data_q   <= acc_wdata_o;
-    ow_shift_q  <= epi_req_q ? epi_shift_q : '0;
+    ow_shift_q  <= epi_shift_q;
     ow_req_q    <= epi_req_q;
-    ow_bounds_q <= epi_req_q ? vdla_pkg::requant_bounds(epi_shift_q, epi_relu_q) : vdla_pkg::REQUANT_NONE;
+    ow_bounds_q <= vdla_pkg::requant_bounds(epi_shift_q, epi_relu_q);
   end
 
   assign out_we_o    = ow_we_q;
