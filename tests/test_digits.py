@@ -1,12 +1,15 @@
 """A trained model on real data: the digits CNN of ``examples/digits`` (scikit-learn's 8x8 handwritten
 digits, trained with torch, committed as ``digits.onnx`` with its seeded split in ``digits_data.npz``).
 
-Issue 11, section 3: the model quantized by onnxruntime (static QDQ, per-channel, calibrated on the
-committed calibration subset), compiled by vdla and run over the whole held-out split on sim and rtl,
-against onnxruntime running the same QDQ model: top-1 agrees on every image and at least 99% of the logits
-are within one output quantization step.
+The model quantized by onnxruntime (static QDQ, per-channel, calibrated on the committed calibration
+subset), compiled by vdla and run over the whole held-out split on sim and rtl, against the reference
+(:mod:`vdla.frontend.reference`: onnxruntime running the same QDQ model as written). Measured: 3,592 of the
+3,600 logits equal, 8 one step off, top-1 equal on all 360 images. The differences come from two
+convolutions where the reference's float32 value landed within float32 rounding of a .5 boundary and
+rounded the other way (7 elements of 2.8 million, layer by layer; the residual block's skip carries
+them to the logits): ``test_qdq_layers_differ_from_the_reference_only_at_rounding_ties``.
 
-Issue 11, section 2: vdla's int8 top-1 accuracy on the held-out split is within one percentage point of
+vdla's int8 top-1 accuracy on the held-out split is within one percentage point of
 the float model's accuracy computed by onnxruntime, for the QDQ model and for the float model quantized
 by vdla itself (``compile_model(float_model, calib=...)``).
 
@@ -21,9 +24,13 @@ import numpy as np
 import pytest
 
 onnx = pytest.importorskip("onnx")
-ort = pytest.importorskip("onnxruntime")
+pytest.importorskip("onnxruntime")
 
 from vdla.experiments.models import qdq_output_scale, quantize_qdq  # noqa: E402
+from vdla.frontend.onnx import import_onnx  # noqa: E402
+from vdla.frontend.reference import compare_layers, reference_session  # noqa: E402
+from vdla.graph.passes import simplify  # noqa: E402
+from vdla.graph.qdq import lower_qdq  # noqa: E402
 from vdla.model import Module  # noqa: E402
 from vdla.model.artifact import Artifact  # noqa: E402
 from vdla.model.build import compile_model  # noqa: E402
@@ -47,8 +54,8 @@ def float_model():
 
 
 def _ort_logits(model, images: np.ndarray) -> np.ndarray:
-    """onnxruntime's logits of ``model`` for every image (one at a time: the model's batch is 1)."""
-    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    """The reference's logits of ``model`` for every image (one at a time: the model's batch is 1)."""
+    session = reference_session(model)
     return np.concatenate([session.run(["logits"], {"image": x[None]})[0] for x in images])
 
 
@@ -86,7 +93,7 @@ def qdq_artifact(qdq_model) -> Artifact:
 
 @pytest.fixture(scope="module")
 def qdq_reference(qdq_model, data) -> np.ndarray:
-    """onnxruntime's logits of the QDQ model on the held-out split."""
+    """The reference's logits of the QDQ model on the held-out split."""
     return _ort_logits(qdq_model, data["x_test"])
 
 
@@ -115,17 +122,30 @@ def test_qdq_model_runs_every_layer_on_the_accelerator(qdq_artifact):
     assert qdq_artifact.accel_macs == qdq_artifact.total_macs
 
 
-def test_qdq_matches_onnxruntime(qdq_model, qdq_artifact, qdq_reference, data, float_accuracy, backend):
-    """The whole held-out split: top-1 agreement with onnxruntime on every image, 99% of the logits within
-    one quantization step, and the int8 accuracy within one percentage point of the float accuracy."""
+def test_qdq_matches_the_reference(qdq_model, qdq_artifact, qdq_reference, data, float_accuracy, backend):
+    """The whole held-out split: every logit within one quantization step of the reference and 99.5% equal
+    (measured 99.78%), top-1 equal on every image, and the int8 accuracy within one percentage point of the
+    float accuracy."""
     got = _vdla_logits(qdq_artifact, backend, data["x_test"])
     scale = qdq_output_scale(qdq_model)
     steps = np.abs(np.rint(got / scale) - np.rint(qdq_reference / scale)).astype(np.int64).ravel()
     histogram = np.bincount(steps)
-    assert (steps <= 1).mean() >= 0.99, histogram
+    assert steps.max() <= 1 and (steps == 0).mean() >= 0.995, histogram
     disagree = np.flatnonzero(got.argmax(axis=1) != qdq_reference.argmax(axis=1))
-    assert disagree.size == 0, f"top-1 differs from onnxruntime on images {disagree.tolist()}"
+    assert disagree.size == 0, f"top-1 differs from the reference on images {disagree.tolist()}"
     assert abs(_top1(got, data["y_test"]) - float_accuracy) <= ACCURACY_MARGIN
+
+
+def test_qdq_layers_differ_from_the_reference_only_at_rounding_ties(qdq_model, data):
+    """Layer by layer (each fed the reference's int8 inputs) over the held-out split: every quantized value
+    within one step of the reference's, and each difference a value the reference's float32 arithmetic put
+    within 1e-4 steps of a .5 rounding boundary (measured: 7 of 2.8 million)."""
+    graph = lower_qdq(simplify(import_onnx(qdq_model)))
+    layers = compare_layers(qdq_model, graph, [{"image": x[None]} for x in data["x_test"]])
+    assert len(layers) >= 8  # every quantized layer: input, 4 convolutions, pool, average, logits
+    differing, total = sum(a.differing for a in layers), sum(a.elements for a in layers)
+    assert max(a.worst for a in layers) <= 1 and differing <= 20e-6 * total, (differing, total)
+    assert sum(a.ties for a in layers) == differing, [a for a in layers if a.differing]
 
 
 @pytest.fixture(scope="module")

@@ -94,6 +94,64 @@ def test_wrong_inputs_are_named(compiled):
         module.run(np.zeros((1, 8, 6, 6), np.int8))
 
 
+def test_non_finite_inputs_are_refused_naming_the_first_bad_index(compiled):
+    module = Module(compiled[0])
+    x = _inputs(5)
+    x[0, 3, 2, 4], x[0, 5, 0, 0] = np.nan, np.inf
+    with pytest.raises(
+        ModelInputError, match=r"input 'x' has 2 non-finite value\(s\): the first is nan at index \[0, 3, 2, 4\]"
+    ):
+        module.run(x)
+    big = _inputs(5).astype(np.float64)
+    big[0, 1, 1, 1] = 1e300  # finite in float64, an infinity in float32
+    with pytest.raises(ModelInputError, match=r"after conversion from float64 .* at index \[0, 1, 1, 1\]"):
+        module.run(big)
+    np.testing.assert_array_equal(module.run(_inputs(5)), Module(compiled[0]).run(_inputs(5)))  # nothing left behind
+
+
+def test_other_float_dtypes_are_converted_with_a_note(compiled, capsys):
+    module = Module(compiled[0])
+    x = _inputs(6)
+    want = module.run(x)
+    for dtype in (np.float64, np.float16):
+        np.testing.assert_array_equal(module.run(x.astype(dtype)), module.run(x.astype(dtype).astype(np.float32)))
+    np.testing.assert_array_equal(module.run(x.astype(np.float64)), want)  # float64 of float32 values: the same
+    module.run(x.astype(np.float64))
+    err = capsys.readouterr().err
+    assert err.count("note: input 'x' is float64: converted to float32") == 1  # once per module
+    assert "note: input 'x' is float16: converted to float32" in err
+
+
+def test_cli_output_is_written_exactly_where_asked(tmp_path, capsys):
+    """--output: .npz keyed by output name (any count), .npy for one output, exactly at the path given;
+    another extension, or .npy for several outputs, refused before the model runs, leaving no file."""
+    from vdla.cli import main
+    from vdla.graph import Graph, Node
+    from vdla.graph.types import TensorType
+
+    two = Graph(
+        {"x": TensorType((2, 3), "float32")},
+        [Node("relu", ("x",), "r"), Node("softmax", ("x",), "p", {"axis": 1})],
+        ["r", "p"],
+        {},
+        {},
+    )
+    art, _ = compile_graph_model(two, "pynq")
+    path = art.save(tmp_path / "two.vdla")
+    x = np.array([[1.0, -2.0, 3.0], [0.5, 0.0, -1.0]], np.float32)
+    np.save(tmp_path / "x.npy", x)
+    run = ["run", str(path), "--input", str(tmp_path / "x.npy"), "--output"]
+    assert main([*run, str(tmp_path / "y.npz")]) == 0
+    with np.load(tmp_path / "y.npz") as y:
+        assert sorted(y.files) == ["p", "r"] and np.array_equal(y["r"], np.maximum(x, 0))
+    for bad, message in (("y.npy", "has 2 outputs"), ("y.txt", "not '.txt'"), ("y", "not ''")):
+        capsys.readouterr()
+        assert main([*run, str(tmp_path / "out" / bad)]) == 2
+        assert message in " ".join(capsys.readouterr().out.split())
+    assert not (tmp_path / "out").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["two.vdla", "x.npy", "y.npz"]
+
+
 def test_memory_plan_reuses_and_never_overlaps_live_tensors():
     rng = np.random.default_rng(0)
     tensors = []
@@ -125,6 +183,10 @@ def test_cli_runs_an_artifact(compiled, tmp_path, capsys):
     out = capsys.readouterr().out
     assert "accel" in out and "MACs on the accelerator: 100.00%" in out
     np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), Module(artifact).run(x))
+    assert main(["run", str(path), "--input", str(tmp_path / "x.npy"), "--output", str(tmp_path / "y1.npz")]) == 0
+    with np.load(tmp_path / "y1.npz") as y:  # one output in a .npz: keyed by its name
+        assert y.files == ["y"] and np.array_equal(y["y"], Module(artifact).run(x))
+    assert not list(tmp_path.glob("y1.npz.*")) and not list(tmp_path.glob(".*tmp"))
     trace = json.loads((tmp_path / "t.json").read_text())
     tracks = {e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "thread_name"}
     assert {"load", "compute", "store", "cpu"} <= tracks

@@ -1,10 +1,12 @@
 """End to end: a small ResNet built with onnx.helper, QDQ-quantized by onnxruntime on seeded data, compiled
-by vdla and run on sim and rtl, against onnxruntime running the same QDQ model.
+by vdla and run on sim and rtl, against the reference (:mod:`vdla.frontend.reference`: onnxruntime running
+the same QDQ model as written).
 
-vdla requantizes with 31-bit multipliers and the exact 64-bit product rounded once (the ALU's MUL with a
-shift) where onnxruntime multiplies in float32: a layer's output differs only where a value lies within
-float32's rounding of a .5 boundary (about 2 in 10^5 elements), so the logits agree within one step
-everywhere and top-1 agrees on every sample (the issue's target).
+vdla lowers every layer to its integer epilogue (exact int32 accumulation, the residual adds and the
+global average pool included, one 31-bit multiplier rounded once), where the reference computes in float32
+between DequantizeLinear and QuantizeLinear: the two round apart only where the reference's float32 value
+lies within float32 rounding of a .5 boundary. None does on the 128 seeded inputs measured (nor on the 16
+run here): every logit is equal.
 """
 
 from __future__ import annotations
@@ -13,9 +15,10 @@ import numpy as np
 import pytest
 
 onnx = pytest.importorskip("onnx")
-ort = pytest.importorskip("onnxruntime")
+pytest.importorskip("onnxruntime")
 
 from vdla.experiments.models import calibration_images, qdq_output_scale, quantize_qdq, small_resnet  # noqa: E402
+from vdla.frontend.reference import reference_session  # noqa: E402
 from vdla.model import Module  # noqa: E402
 from vdla.model.build import compile_model  # noqa: E402
 
@@ -43,10 +46,10 @@ def test_every_convolution_pool_and_the_dense_layer_run_on_the_accelerator(artif
     assert art.memory["dram_arena_bytes"] < art.memory["dram_arena_no_reuse_bytes"]
 
 
-def test_matches_onnxruntime_within_one_step(qdq_model, artifact, backend):
+def test_matches_the_reference_exactly(qdq_model, artifact, backend):
     art, _ = artifact
     module = Module(art, backend)
-    session = ort.InferenceSession(qdq_model.SerializeToString(), providers=["CPUExecutionProvider"])
+    session = reference_session(qdq_model)
     scale = qdq_output_scale(qdq_model)
     images = calibration_images((3, 32, 32), SAMPLES, seed=7)
     steps, agree = [], 0
@@ -57,5 +60,4 @@ def test_matches_onnxruntime_within_one_step(qdq_model, artifact, backend):
         agree += int(got["logits"].argmax() == want_logits.argmax())
         assert got["probs"].shape == (1, 10) and got["probs"].argmax() == got["logits"].argmax()
     steps = np.concatenate(steps)
-    assert steps.max() <= 1 and (steps == 0).mean() >= 0.99, np.bincount(steps.astype(int))
-    assert agree == SAMPLES
+    assert steps.max() == 0 and agree == SAMPLES, np.bincount(steps.astype(int))

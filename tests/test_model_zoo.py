@@ -1,25 +1,21 @@
 """Whole models beyond ResNet, end to end: an MLP and MobileNet-v1/v2 built with onnx.helper (seeded weights,
 BatchNorm), QDQ-quantized by onnxruntime's static quantizer, compiled by vdla and run on the simulator (the
-MLP on the RTL too) against onnxruntime running the same QDQ model; the float models through the CPU path
-against onnxruntime's float output; ``vdla compile`` and ``vdla run`` from the command line.
+MLP on the RTL too) against the reference (:mod:`vdla.frontend.reference`: onnxruntime running the same QDQ
+model as written, DequantizeLinear -> float op -> QuantizeLinear); the float models through the CPU path
+against the reference's float output; ``vdla compile`` and ``vdla run`` from the command line.
 
-Measured on 128 seeded inputs (the numpy interpreter of the compiled graph, which the simulator matches bit
-for bit), logits in steps of their quantization scale; the asserted bounds are these worst cases:
+vdla lowers every dense layer and plain convolution to its integer epilogue (the exact int32 accumulator,
+one 31-bit multiplier, rounded once) and runs the depthwise convolutions in float32 on the CPU. Its result
+equals the reference's wherever the reference's float32 arithmetic does not land within float32 rounding
+of a .5 boundary before a QuantizeLinear: there the two may round apart by one step. Measured layer by layer
+(each layer fed the reference's int8 inputs), such ties are 1 to 5 elements in a million, and every
+difference found is one (``test_layers_differ_from_the_reference_only_at_rounding_ties``). Which elements
+tie depends on the reference's float summation order, which differs between CPUs (AVX2, AVX-512, FMA).
 
-* MLP (64-128-64-10): every logit equal to onnxruntime's, top-1 128 of 128;
-* MobileNet-v1 (width 0.25, 32x32, 10 classes): 99.2% of logits equal, 99.5% within one step, at most 7
-  steps, top-1 128 of 128;
-* MobileNet-v2 (width 0.35, 32x32, 10 classes): 97.8% equal, 98.4% within one step, at most 19 steps,
-  top-1 127 of 128.
-
-On the 16 inputs the tests run, MLP and MobileNet-v1 give onnxruntime's logits exactly, MobileNet-v2 151 of 160
-exactly, 5 one step off, 2 two, 1 three and 1 four steps off, top-1 16 of 16.
-
-The cause of the larger differences is found and bounded by ``test_mobilenet_v2_layers_within_one_step``:
-fed onnxruntime's own int8 inputs, every quantized layer of MobileNet-v2 gives onnxruntime's int8 output
-but for a handful of elements per million, each one step off (the 32-bit integer requantization multiplier
-of the accelerator against onnxruntime's float32 one, at rounding ties). A flipped step early in a deep
-random-weight network with depthwise layers is amplified on its way to the logits.
+At the logits (128 seeded inputs, this machine): the MLP and MobileNet-v1 equal the reference exactly;
+MobileNet-v2 equals it on 124 of 128 inputs, the other 4 carry a flipped tie in an early layer that the deep
+random-weight network amplifies to at most 19 steps (top-1 127 of 128). The tests assert exactness for the
+MLP, and for the MobileNets that every input whose logits differ has a tie flip in some layer.
 """
 
 from __future__ import annotations
@@ -30,7 +26,7 @@ import numpy as np
 import pytest
 
 onnx = pytest.importorskip("onnx")
-ort = pytest.importorskip("onnxruntime")
+pytest.importorskip("onnxruntime")
 
 from vdla.experiments.models import (  # noqa: E402
     calibration_images,
@@ -41,11 +37,10 @@ from vdla.experiments.models import (  # noqa: E402
     quantize_qdq,
 )
 from vdla.frontend.onnx import import_onnx  # noqa: E402
-from vdla.graph.interp import evaluate_node  # noqa: E402
-from vdla.graph.ops import infer_types  # noqa: E402
+from vdla.frontend.reference import LayerAgreement, compare_layers, reference_session  # noqa: E402
 from vdla.graph.passes import simplify  # noqa: E402
 from vdla.graph.qdq import lower_qdq  # noqa: E402
-from vdla.model import Module  # noqa: E402
+from vdla.model import Module, load_artifact  # noqa: E402
 from vdla.model.build import compile_model  # noqa: E402
 
 SAMPLES = 16
@@ -86,22 +81,28 @@ def compiled(zoo):
     return name, z, artifact, report
 
 
-def _session(model):
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = 1
-    return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
-
-
-def _steps_against_onnxruntime(z: Zoo, module: Module) -> tuple[np.ndarray, int]:
-    """|vdla - onnxruntime| of every logit in quantization steps, and the samples whose top-1 agrees."""
-    session, scale = _session(z.qdq_model), qdq_output_scale(z.qdq_model)
-    steps, agree = [], 0
-    for x in z.inputs:
+def _against_reference(z: Zoo, module: Module, inputs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """|vdla - reference| of every logit in quantization steps (one row per input), and whether each
+    input's top-1 agrees."""
+    session, scale = reference_session(z.qdq_model), qdq_output_scale(z.qdq_model)
+    steps, agree = [], []
+    for x in inputs:
         want = session.run(["logits"], {z.input_name: x})[0]
         got = module.run(x)["logits"]
         steps.append(np.abs(np.rint(got / scale) - np.rint(want / scale)).ravel())
-        agree += int(got.argmax() == want.argmax())
-    return np.concatenate(steps), agree
+        agree.append(got.argmax() == want.argmax())
+    return np.array(steps), np.array(agree)
+
+
+def _lowered(z: Zoo):
+    """The compiled graph the accelerator and CPU steps run (QDQ import, simplification, lowering)."""
+    return lower_qdq(simplify(import_onnx(z.qdq_model)))
+
+
+def _tie_flips(z: Zoo, inputs: np.ndarray) -> list[LayerAgreement]:
+    """The layers of ``z`` whose int8 values differ from the reference's on ``inputs`` (each layer fed the
+    reference's inputs)."""
+    return [a for a in compare_layers(z.qdq_model, _lowered(z), [{z.input_name: x} for x in inputs]) if a.differing]
 
 
 def _grouped_and_plain_layers(model) -> tuple[int, int]:
@@ -126,57 +127,46 @@ def test_quantized_layers_run_on_the_accelerator(compiled):
         assert grouped > 0 and 0.8 < share < 1.0, share  # the depthwise layers' MACs stay on the CPU
 
 
-def test_quantized_models_match_onnxruntime_on_the_simulator(compiled):
-    """Logit differences in quantization steps, bounds from the 128-input measurement above."""
+def test_quantized_models_match_the_reference_on_the_simulator(compiled):
+    """The MLP's logits equal the reference's on every input. A MobileNet's logits equal it on every input
+    but those where a layer rounded a float32 tie the other way (found layer by layer), and top-1 agrees
+    on all but at most one."""
     name, z, artifact, _ = compiled
-    steps, agree = _steps_against_onnxruntime(z, Module(artifact, "sim"))
-    hist = np.bincount(steps.astype(int))
+    steps, agree = _against_reference(z, Module(artifact, "sim"), z.inputs)
     if name == "mlp":
-        assert steps.max() == 0 and agree == SAMPLES, hist
-    elif name == "mobilenet_v1":
-        assert steps.max() <= 7 and (steps <= 1).mean() >= 0.99 and agree >= SAMPLES - 1, (hist, agree)
-    else:
-        assert steps.max() <= 19 and (steps <= 1).mean() >= 0.97 and agree >= SAMPLES - 1, (hist, agree)
+        assert steps.max() == 0 and agree.all(), np.bincount(steps.astype(int).ravel())
+        return
+    differ = np.flatnonzero(steps.max(axis=1) > 0)
+    assert len(differ) <= SAMPLES // 4 and agree.sum() >= SAMPLES - 1, (steps.max(axis=1), agree)
+    if len(differ):
+        flips = _tie_flips(z, z.inputs[differ])
+        assert flips and all(a.ties == a.differing and a.worst == 1 for a in flips), flips
 
 
 def test_mlp_on_every_backend(backend):
-    """The quantized MLP on sim and rtl: identical outputs, equal to onnxruntime's."""
+    """The quantized MLP on sim and rtl: identical outputs, equal to the reference's."""
     z = _build("mlp")
     artifact, _ = compile_model(z.qdq_model, config="pynq")
     module = Module(artifact, backend)
-    steps, agree = _steps_against_onnxruntime(Zoo(z.float_model, z.qdq_model, "x", z.inputs[:4]), module)
-    assert steps.max() == 0 and agree == 4
+    steps, agree = _against_reference(z, module, z.inputs[:4])
+    assert steps.max() == 0 and agree.all()
     sim = Module(artifact, "sim")
     for x in z.inputs[:2]:
         np.testing.assert_array_equal(module.run(x)["logits"], sim.run(x)["logits"])
 
 
-def test_mobilenet_v2_layers_within_one_step_of_onnxruntime():
-    """Layer by layer (each fed onnxruntime's int8 inputs): every quantized value of the compiled graph is
-    within one step of onnxruntime's, and fewer than 10 in a million differ at all (measured: 2 of 2.7
-    million over 32 inputs). The compiled graph is the one the accelerator and CPU steps run."""
-    z = _build("mobilenet_v2")
-    graph = lower_qdq(simplify(import_onnx(z.qdq_model)))
-    types = infer_types(graph)
-    quantized = [n.output[0] for n in z.qdq_model.graph.node if n.op_type == "QuantizeLinear"]
-    probe = onnx.ModelProto()
-    probe.CopyFrom(z.qdq_model)
-    probe.graph.output.extend(onnx.ValueInfoProto(name=q) for q in quantized if q not in ("logits", "probs"))
-    session = _session(probe)
-    names = [o.name for o in session.get_outputs()]
-    worst, differing, total, layers = 0, 0, 0, set()
-    for x in z.inputs[:8]:
-        ref = {k: v for k, v in zip(names, session.run(None, {"image": x}), strict=True) if v.dtype == np.int8}
-        env = {**graph.params, "image": x}
-        for node in graph.nodes:
-            args = [ref.get(i, env[i]) if i in quantized else env[i] for i in node.inputs]
-            env[node.output] = evaluate_node(node, args, [types[i] for i in node.inputs], types[node.output])
-            if node.output in ref and env[node.output].dtype == np.int8:
-                d = np.abs(env[node.output].astype(np.int32) - ref[node.output])
-                worst, differing, total = max(worst, int(d.max())), differing + int((d > 0).sum()), total + d.size
-                layers.add(node.output)
-    assert len(layers) > 60  # every quantized layer of the network was compared
-    assert worst <= 1 and differing <= 10e-6 * total, (worst, differing, total)
+@pytest.mark.parametrize("name", ["mobilenet_v1", "mobilenet_v2"])
+def test_layers_differ_from_the_reference_only_at_rounding_ties(name):
+    """Layer by layer (each fed the reference's int8 inputs): every quantized value of the compiled graph is
+    within one step of the reference's, fewer than 20 in a million differ at all (measured over 64 inputs:
+    3 of 2.5 million for MobileNet-v1, 2 of 5.3 million for MobileNet-v2), and each difference is a value the
+    reference's float32 arithmetic put within 1e-4 steps of a .5 rounding boundary."""
+    z = _build(name)
+    layers = compare_layers(z.qdq_model, _lowered(z), [{"image": x} for x in z.inputs[:8]])
+    assert len(layers) > (40 if name == "mobilenet_v1" else 60)  # every quantized layer was compared
+    differing, total = sum(a.differing for a in layers), sum(a.elements for a in layers)
+    assert max(a.worst for a in layers) <= 1 and differing <= 20e-6 * total, (differing, total)
+    assert sum(a.ties for a in layers) == differing, [a for a in layers if a.differing]
 
 
 @pytest.mark.parametrize("name", ["mlp", "mobilenet_v1", "mobilenet_v2"])
@@ -187,7 +177,7 @@ def test_float_models_run_on_the_cpu_like_onnxruntime(name):
     z = _build(name)
     artifact, _ = compile_model(z.float_model, config="pynq")
     assert {s.kind for s in artifact.steps} == {"cpu"}
-    module, session = Module(artifact, "sim"), _session(z.float_model)
+    module, session = Module(artifact, "sim"), reference_session(z.float_model)
     for x in z.inputs[:4]:
         want_logits, want_probs = session.run(["logits", "probs"], {z.input_name: x})
         got = module.run(x)
@@ -210,9 +200,10 @@ def test_cli_compiles_and_runs_a_quantized_mobilenet(tmp_path, capsys):
     assert "MACs on the accelerator" in out
     with np.load(tmp_path / "y.npz") as y:
         got = y["logits"]
-    want = _session(z.qdq_model).run(["logits"], {"image": x})[0]
+    np.testing.assert_array_equal(got, Module(load_artifact(artifact), "sim").run(x)["logits"])
+    want = reference_session(z.qdq_model).run(["logits"], {"image": x})[0]
     scale = qdq_output_scale(z.qdq_model)
-    assert np.abs(np.rint(got / scale) - np.rint(want / scale)).max() <= 7 and got.argmax() == want.argmax()
+    assert np.abs(np.rint(got / scale) - np.rint(want / scale)).max() == 0  # no tie flips on this input
 
 
 def test_attention_and_upsampling_operators_survive_the_artifact(tmp_path):
@@ -260,7 +251,7 @@ def test_attention_and_upsampling_operators_survive_the_artifact(tmp_path):
     path = module.save(tmp_path / "ops.vdla")
     loaded = vdla.load(path)
     x = rng.normal(0, 1, (1, 2, 4, 8)).astype(np.float32)
-    want = dict(zip(["left", "near"], _session(model).run(["left", "near"], {"x": x}), strict=True))
+    want = dict(zip(["left", "near"], reference_session(model).run(["left", "near"], {"x": x}), strict=True))
     got = loaded.run(x)
     for name in ("left", "near"):
         np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-5 * float(np.abs(want[name]).max()))

@@ -10,13 +10,14 @@ import numpy as np
 import pytest
 
 onnx = pytest.importorskip("onnx")
-ort = pytest.importorskip("onnxruntime")
+pytest.importorskip("onnxruntime")
 pytest.importorskip("llvmlite")
 
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 from vdla.cpu_fallback import compile_graph  # noqa: E402
 from vdla.frontend import FrontendError, import_onnx  # noqa: E402
+from vdla.frontend.reference import reference_run  # noqa: E402
 from vdla.graph import Graph  # noqa: E402
 from vdla.graph.interp import evaluate  # noqa: E402
 from vdla.graph.passes import simplify  # noqa: E402
@@ -30,11 +31,7 @@ def run_float_cpu(graph: Graph, feeds: dict[str, np.ndarray]) -> dict[str, np.nd
 
 
 def run_ort(model, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = 1
-    sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
-    names = [o.name for o in sess.get_outputs()]
-    return dict(zip(names, sess.run(names, feeds), strict=True))
+    return reference_run(model, feeds)
 
 
 class Model:

@@ -251,9 +251,10 @@ def test_calibration_observes_intermediate_values_and_reports_progress():
 
 
 onnx = pytest.importorskip("onnx")
-ort = pytest.importorskip("onnxruntime")
+pytest.importorskip("onnxruntime")
 
 from vdla.experiments.models import calibration_images, cosine_rows, quantize_qdq, small_resnet  # noqa: E402
+from vdla.frontend.reference import reference_session  # noqa: E402
 from vdla.model import Module, load_artifact  # noqa: E402
 from vdla.model.build import CompileError, compile_graph_model, compile_model  # noqa: E402
 
@@ -273,7 +274,7 @@ def calib():
 
 @pytest.fixture(scope="module")
 def float_logits(model):
-    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    session = reference_session(model)
     images = calibration_images(SHAPE, SAMPLES, seed=7)
     return images, np.concatenate([session.run(None, {"image": x[None]})[0] for x in images])
 

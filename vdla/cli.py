@@ -213,7 +213,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("program", help="MODEL.vdla, PROGRAM.s or PROGRAM.bin")
     p.add_argument("--input", action="append", default=[], metavar="[NAME=]FILE.npy", help="a model input")
-    p.add_argument("--output", help="write the model output (.npy; .npz for several outputs)")
+    p.add_argument(
+        "--output", metavar="OUT.npz", help="write the model outputs: .npz keyed by output name, or .npy for one output"
+    )
     p.add_argument("--profile", metavar="TRACE.json", help="one Perfetto trace of the model run (accelerator and CPU)")
     _add_config(p)
     _add_backend(p)

@@ -19,10 +19,10 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 
 from vdla.compiler import CompileError
 from vdla.experiments.models import cosine_rows, qdq_output_scale, quantize_qdq
+from vdla.frontend.reference import reference_session
 from vdla.model import Module
 from vdla.model.artifact import Artifact
 from vdla.model.build import compile_model
@@ -31,8 +31,8 @@ HERE = Path(__file__).resolve().parent
 
 
 def ort_logits(model: onnx.ModelProto, images: np.ndarray) -> np.ndarray:
-    """onnxruntime's logits for every image (batch 1)."""
-    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    """The reference's logits for every image (batch 1): onnxruntime running the model as written."""
+    session = reference_session(model)
     return np.concatenate([session.run(["logits"], {"image": x[None]})[0] for x in images])
 
 

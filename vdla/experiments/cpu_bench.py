@@ -333,8 +333,9 @@ def _qlinearconv_session(
 ) -> Callable[[], object]:
     """onnxruntime QLinearConv (one thread) on the same int8 data; ``unsigned`` feeds it as uint8 with zero
     point 128 (the same convolution), which is MLAS's fast path on x86."""
-    import onnxruntime as ort
     from onnx import TensorProto, helper, numpy_helper
+
+    from vdla.frontend.reference import reference_session
 
     xs, ws, ys = scales
     zp = np.array(128, np.uint8) if unsigned else np.array(0, np.int8)
@@ -365,10 +366,7 @@ def _qlinearconv_session(
         inits,
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = 1
-    opts.inter_op_num_threads = 1
-    sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    sess = reference_session(model, optimized=True)  # onnxruntime's own int8 kernel, as a deployment runs it
     return lambda: sess.run(None, {"x": feed})
 
 

@@ -143,6 +143,38 @@ def _inputs(specs: list[str], names: list[str]) -> dict[str, np.ndarray]:
     return feeds
 
 
+def check_output_path(path: str | Path, names: list[str]) -> None:
+    """``--output``: ``.npz`` (any number of outputs, keyed by output name) or ``.npy`` (a single output);
+    anything else is refused before the model runs."""
+    suffix = Path(path).suffix.lower()
+    if suffix == ".npy" and len(names) != 1:
+        raise ModelCliError(
+            f"--output {path}: the model has {len(names)} outputs {names}; a .npy file holds one, use .npz"
+        )
+    if suffix not in (".npy", ".npz"):
+        raise ModelCliError(
+            f"--output {path}: give a .npy file (a single output) or a .npz file (outputs by name), not {suffix!r}"
+        )
+
+
+def save_outputs(path: str | Path, outputs: dict[str, np.ndarray]) -> None:
+    """Write the outputs to exactly ``path`` (see :func:`check_output_path`), through a temporary file beside
+    it, so an interrupted write leaves no half-written file."""
+    path = Path(path)
+    check_output_path(path, list(outputs))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        with open(tmp, "wb") as f:  # a file object: numpy adds no extension
+            if path.suffix.lower() == ".npy":
+                np.save(f, next(iter(outputs.values())))
+            else:
+                np.savez(f, **outputs)
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def _run_table(report, artifact) -> Table:
     t = Table(title=f"run on {artifact.config.name!r} at {artifact.config.clock_mhz:g} MHz")
     for c in ("step", "op", "where", "cycles", "CPU ms", "GEMM util", "MACs"):
@@ -167,6 +199,8 @@ def run(args: argparse.Namespace) -> int:
     from vdla.model.executor import Module, write_profile
 
     artifact = load_artifact(args.program)
+    if args.output:
+        check_output_path(args.output, list(artifact.outputs))
     options = {"trace": True} if getattr(args, "wave", False) else {}
     module = Module(artifact, args.backend, overlap=not getattr(args, "no_overlap", False), **options)
     feeds = _inputs(args.input, list(artifact.inputs))
@@ -194,10 +228,7 @@ def run(args: argparse.Namespace) -> int:
         f"CPU: {report.cpu_ms:.3f} ms; MACs on the accelerator: {report.accel_mac_share:.2%}"
     )
     if args.output:
-        if isinstance(outputs, dict):
-            np.savez(args.output, **outputs)
-        else:
-            np.save(args.output, outputs)
+        save_outputs(args.output, outputs if isinstance(outputs, dict) else {next(iter(artifact.outputs)): outputs})
         console.print(f"wrote {args.output}")
     if args.profile:
         write_profile(report, args.profile)

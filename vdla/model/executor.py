@@ -21,6 +21,7 @@ import numpy as np
 
 from vdla.errors import VdlaError
 from vdla.graph.interp import evaluate
+from vdla.graph.types import TensorType
 from vdla.isa import INSN_BYTES, GemmInsn, decode_program
 from vdla.model.artifact import AccelChain, AccelStep, Artifact, CpuStep, load_artifact
 from vdla.model.memplan import Lifetime, MemoryPlan, plan_memory
@@ -81,6 +82,17 @@ class RunReport:
             "accel_mac_share": self.accel_mac_share,
             "steps": [{k: v for k, v in s.__dict__.items() if k != "result"} for s in self.steps],
         }
+
+
+def _check_finite(name: str, a: np.ndarray, how: str) -> None:
+    """Refuse an input holding NaN or an infinity, naming it, the first bad index and how many there are."""
+    bad = ~np.isfinite(a)
+    if bad.any():
+        first = tuple(int(i) for i in np.unravel_index(int(np.argmax(bad)), a.shape))
+        raise ModelInputError(
+            f"input {name!r} has {int(bad.sum())} non-finite value(s){how}: the first is {a[first]} at index "
+            f"{list(first)}; the accelerator's int8 quantization has no NaN or infinity"
+        )
 
 
 def _compile_cpu(step: CpuStep, warn: Callable[[str], None]):
@@ -173,10 +185,11 @@ class Module:
         self.last_report: RunReport | None = None
         self._gemm_iters: dict[int, list[int]] = {}
 
-    def _warn(self, message: str) -> None:
+    def _warn(self, message: str, note: bool = False) -> None:
+        """Print ``message`` to stderr once per module, as a warning or a note."""
         if message not in self._warned:
             self._warned.add(message)
-            print(f"warning: {message}", file=sys.stderr)
+            print(f"{'note' if note else 'warning'}: {message}", file=sys.stderr)
 
     # -- inputs and outputs -----------------------------------------------------------------------------
     def _feeds(self, inputs: np.ndarray | Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -191,17 +204,28 @@ class Module:
             raise ModelInputError(
                 f"inputs: missing {sorted(missing)}, unknown {sorted(unknown)}; expected {list(specs)}"
             )
-        feeds = {}
-        for name, t in specs.items():
-            a = np.asarray(inputs[name])
-            if a.shape != t.shape:
-                raise ModelInputError(f"input {name!r} must have shape {t.shape}, got {a.shape}")
-            if a.dtype.name != t.dtype:
-                if not (a.dtype.kind == "f" and t.dtype == "float32"):
-                    raise ModelInputError(f"input {name!r} must be {t.dtype}, got {a.dtype.name}")
+        return {name: self._feed(name, inputs[name], t) for name, t in specs.items()}
+
+    def _feed(self, name: str, value: np.ndarray, t: TensorType) -> np.ndarray:
+        """One input checked against its spec: the shape exactly; the dtype exactly, except that any other
+        float dtype given for a float32 input is converted to float32 with a note (numpy's default float64
+        among them); every float value finite (NaN or an infinity, given or made by the conversion, is an
+        error naming the input and the first bad index)."""
+        a = np.asarray(value)
+        if a.shape != t.shape:
+            raise ModelInputError(f"input {name!r} must have shape {t.shape}, got {a.shape}")
+        converted = ""
+        if a.dtype.name != t.dtype:
+            if not (a.dtype.kind == "f" and t.dtype == "float32"):
+                raise ModelInputError(f"input {name!r} must be {t.dtype}, got {a.dtype.name}")
+            _check_finite(name, a, "")
+            converted = f" after conversion from {a.dtype.name} to float32 (outside float32's range)"
+            self._warn(f"input {name!r} is {a.dtype.name}: converted to float32", note=True)
+            with np.errstate(over="ignore"):
                 a = a.astype(np.float32)
-            feeds[name] = np.ascontiguousarray(a)
-        return feeds
+        if a.dtype.kind == "f":
+            _check_finite(name, a, converted)
+        return np.ascontiguousarray(a)
 
     def _dram_read(self, name: str) -> np.ndarray:
         t = self.artifact.dram[name]
