@@ -36,7 +36,7 @@ from rich.progress import track
 from vdla.experiments.models import calibration_images, cosine_rows, qdq_output_scale, quantize_qdq, small_resnet
 from vdla.frontend.reference import cpu_int8_isa, onnxruntime_version, reference_session
 from vdla.model import Module
-from vdla.model.build import compile_model
+from vdla.model.pipeline import compile_model
 
 ROOT = Path(__file__).resolve().parent.parent
 METHODS = ("minmax", "percentile", "entropy")

@@ -16,6 +16,12 @@ import vdla
 
 ROOT = Path(vdla.__file__).parent
 
+# the compiler and ONNX, which loading and running an artifact never import
+MODEL_COMPILER = (
+    "vdla.compiler",
+    "vdla.frontend",
+    *(f"vdla.model.{m}" for m in ("pipeline", "lower", "match", "place")),
+)
 # package -> packages it must never import (directly, at any depth of its modules)
 FORBIDDEN = {
     "vdla.config": ("vdla.isa", "vdla.graph", "vdla.compiler", "vdla.cpu_fallback", "vdla.runtime"),
@@ -27,9 +33,7 @@ FORBIDDEN = {
     # the frontend builds graphs: it may import vdla.graph, vdla.isa, vdla.config and vdla.errors only
     "vdla.frontend": ("vdla.compiler", "vdla.cpu_fallback", "vdla.runtime", "vdla.model"),
     # loading and running an artifact needs neither the compiler nor ONNX
-    "vdla.model.artifact": ("vdla.compiler", "vdla.frontend", "vdla.model.build"),
-    "vdla.model.executor": ("vdla.compiler", "vdla.frontend", "vdla.model.build"),
-    "vdla.model.memplan": ("vdla.compiler", "vdla.frontend", "vdla.model.build"),
+    **{f"vdla.model.{m}": MODEL_COMPILER for m in ("artifact", "executor", "memplan")},
     # the board driver: registers, diagnosis and the ISA; neither the RTL simulation nor the simulator
     "vdla.runtime.pynq_backend": ("vdla.runtime.rtl", "vdla.runtime.sim", "vdla.model"),
     "vdla.runtime.diagnosis": ("vdla.runtime.rtl", "vdla.runtime.sim", "vdla.runtime.pynq_backend"),

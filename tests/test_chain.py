@@ -18,7 +18,7 @@ from vdla.graph.interp import evaluate  # noqa: E402
 from vdla.graph.qdq import lower_qdq  # noqa: E402
 from vdla.isa import FinishInsn, GemmInsn, MemInsn, MemType, Stage, decode_program, nop, validate_program  # noqa: E402
 from vdla.model import Module  # noqa: E402
-from vdla.model.build import compile_graph_model  # noqa: E402
+from vdla.model.pipeline import compile_graph_model  # noqa: E402
 
 
 def _graph():

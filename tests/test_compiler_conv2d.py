@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from vdla.compiler import ScheduleCache, compile_conv2d, compile_dense
 from vdla.experiments.resnet import layer_case, layer_specs
+from vdla.graph.epilogue import Epilogue, Rescale
 from vdla.graph.oracle import conv2d_reference, dense_reference
 from vdla.runtime import Device
 
@@ -27,6 +28,20 @@ def cache(tmp_path_factory) -> ScheduleCache:
 
 def rand(rng, shape, lo=-128, hi=128, dtype=np.int8):
     return rng.integers(lo, hi, shape).astype(dtype)
+
+
+def epilogue(opts: dict) -> Epilogue:
+    """The :class:`Epilogue` of a table entry: ``relu`` folded into ``clip``, ``rescale`` = (lo, hi, shift_y,
+    shift_k, frac) with ``rescale_multipliers`` = (m_y, m_k)."""
+    lo, hi = opts.get("clip", (-128, 127))
+    clip = (max(lo, 0), max(hi, 0)) if opts.get("relu") else (lo, hi)
+    rescale = None
+    if "rescale" in opts:
+        y_lo, y_hi, shift_y, shift_k, frac = opts["rescale"]
+        m_y, m_k = opts["rescale_multipliers"]
+        rescale = Rescale((y_lo, y_hi), m_y, shift_y, m_k, shift_k, frac)
+    keep = {k: opts[k] for k in ("bias", "multiplier", "shift", "residual") if k in opts}
+    return Epilogue(**keep, rescale=rescale, clip=clip)
 
 
 @settings(max_examples=30, deadline=None)
@@ -52,11 +67,10 @@ def test_conv2d_bit_exact(devices, cache, cfg, n, c, oc, h, w, k, s, pads, vthre
     rng = np.random.default_rng(seed)
     x, wt = rand(rng, (n, c, h, w)), rand(rng, (oc, c, k, k))
     b = rng.integers(-50000, 50000, oc) if bias else None
-    layer = compile_conv2d(
-        x.shape, wt, stride=s, padding=pad, bias=b, shift=shift, relu=relu, config=cfg, vthreads=vthreads, cache=cache
-    )
+    ep = epilogue({"bias": b, "shift": shift, "relu": relu})
+    layer = compile_conv2d(x.shape, wt, stride=s, padding=pad, epilogue=ep, config=cfg, vthreads=vthreads, cache=cache)
     out = layer.run(devices[cfg], x).out
-    ref = conv2d_reference(x, wt, layer.spec, bias=b, shift=shift, bounds=layer.epilogue.bounds)
+    ref = conv2d_reference(x, wt, layer.spec, ep)
     np.testing.assert_array_equal(out, ref)
 
 
@@ -117,10 +131,10 @@ def test_epilogue_options(devices, cache, cfg, name):
         res = rand(rng, (1, 20, 9, 10))
     elif opts.get("residual") == "int32":
         res = rand(rng, (1, 20, 9, 10), -400, 400, np.int32)  # beyond int8: only an int32 residual holds it
-    layer = compile_conv2d(x.shape, wt, padding=1, config=cfg, vthreads=2, cache=cache, **opts)
+    ep = epilogue(opts)
+    layer = compile_conv2d(x.shape, wt, padding=1, epilogue=ep, config=cfg, vthreads=2, cache=cache)
     out = layer.run(devices[cfg], x, residual=res).out
-    ref_opts = {k: v for k, v in opts.items() if k in ("bias", "multiplier", "shift", "rescale", "rescale_multipliers")}
-    ref = conv2d_reference(x, wt, layer.spec, bounds=layer.epilogue.bounds, residual=res, **ref_opts)
+    ref = conv2d_reference(x, wt, layer.spec, ep, res)
     np.testing.assert_array_equal(out, ref)
     assert len(np.unique(out)) > 10  # the epilogue keeps a spread of values, not one saturated constant
     if name == "multiplier-power-of-two":
@@ -139,8 +153,8 @@ RESIDUAL_EPILOGUES = {  # each adds an int8 residual after the requantizing pass
 RESIDUAL_SCHEDULES = [(2, 9, 10, 2, 1, "oc"), (1, 3, 5, 1, 2, "oc"), (1, 4, 10, 2, 3, "spatial"), (2, 2, 5, 1, 4, "oc")]
 
 
-def residual_case(name: str, seed: int = 7) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:
-    """(x, weights, residual, compile options) of one entry of RESIDUAL_EPILOGUES."""
+def residual_case(name: str, seed: int = 7) -> tuple[np.ndarray, np.ndarray, np.ndarray, Epilogue]:
+    """(x, weights, residual, epilogue) of one entry of RESIDUAL_EPILOGUES (an int8 residual added)."""
     rng = np.random.default_rng(seed)
     opts = dict(RESIDUAL_EPILOGUES[name])
     lim = 3 if opts.pop("small", False) else 128
@@ -149,12 +163,7 @@ def residual_case(name: str, seed: int = 7) -> tuple[np.ndarray, np.ndarray, np.
         opts["bias"] = rng.integers(-100000, 100000, 20)
     if opts.get("multiplier") == "per-channel":
         opts["multiplier"] = rng.integers(-300, 300, 20)
-    return x, wt, res, opts
-
-
-def residual_reference(x, wt, res, layer, opts) -> np.ndarray:
-    ref_opts = {k: v for k, v in opts.items() if k in ("bias", "multiplier", "shift")}
-    return conv2d_reference(x, wt, layer.spec, bounds=layer.epilogue.bounds, residual=res, **ref_opts)
+    return x, wt, res, epilogue({**opts, "residual": "int8"})
 
 
 def residual_ops(layer) -> dict[str, int]:
@@ -182,12 +191,12 @@ def test_residual_in_both_forms(devices, cfg, res_inp, name):
     bit-exact on 1-4 threads with several tiles and reduction steps."""
     from vdla.compiler import Schedule
 
-    x, wt, res, opts = residual_case(name)
+    x, wt, res, ep = residual_case(name)
     for toc, toh, tow, tic, vt, order in RESIDUAL_SCHEDULES:
         s = Schedule(toc, toh, tow, tic, vt, order, res_inp)
-        layer = compile_conv2d(x.shape, wt, padding=1, residual="int8", config=cfg, schedule=s, **opts)
+        layer = compile_conv2d(x.shape, wt, padding=1, epilogue=ep, config=cfg, schedule=s)
         out = layer.run(devices[cfg], x, residual=res).out
-        np.testing.assert_array_equal(out, residual_reference(x, wt, res, layer, opts), err_msg=s.describe())
+        np.testing.assert_array_equal(out, conv2d_reference(x, wt, layer.spec, ep, res), err_msg=s.describe())
         ops = residual_ops(layer)
         assert (ops["acc8"] == 0 and ops["add"] == 0 and ops["eye"] == 1) if res_inp else ops["acc8"] > 0
         assert (ops["gemm"] > 0) == (res_inp or tic < layer.lowering.ib)  # the identity's, or later steps
@@ -200,12 +209,12 @@ def test_residual_gemm_on_rtl(rtl_library, name):
     the simulator."""
     from vdla.compiler import Schedule
 
-    x, wt, res, opts = residual_case(name, seed=8)
+    x, wt, res, ep = residual_case(name, seed=8)
     for s in (Schedule(1, 3, 5, 1, 2, res_inp=True), Schedule(2, 9, 10, 2, 1, res_inp=True)):
-        layer = compile_conv2d(x.shape, wt, padding=1, residual="int8", schedule=s, **opts)
+        layer = compile_conv2d(x.shape, wt, padding=1, epilogue=ep, schedule=s)
         rtl = layer.run(Device("pynq", backend="rtl"), x, residual=res)
         sim = layer.run(Device("pynq"), x, residual=res)
-        np.testing.assert_array_equal(rtl.out, residual_reference(x, wt, res, layer, opts))
+        np.testing.assert_array_equal(rtl.out, conv2d_reference(x, wt, layer.spec, ep, res))
         np.testing.assert_array_equal(rtl.out, sim.out)
 
 
@@ -219,12 +228,12 @@ def test_search_adds_the_residual_by_the_identity_gemm_where_it_is_faster(device
 
     rng = np.random.default_rng(1)
     x, wt, res = rand(rng, (1, 64, 14, 14)), rand(rng, (64, 64, 3, 3)), rand(rng, (1, 64, 14, 14))
-    opts = {"multiplier": rng.integers(1 << 20, 1 << 21, 64), "shift": 30, "relu": True, "residual": "int8"}
-    gemm = compile_conv2d(x.shape, wt, padding=1, cache=cache, **opts)
+    ep = Epilogue(multiplier=rng.integers(1 << 20, 1 << 21, 64), shift=30, residual="int8", clip=(0, 127))
+    gemm = compile_conv2d(x.shape, wt, padding=1, epilogue=ep, cache=cache)
     assert gemm.schedule.res_inp
-    alu = compile_conv2d(x.shape, wt, padding=1, schedule=replace(gemm.schedule, res_inp=False), **opts)
+    alu = compile_conv2d(x.shape, wt, padding=1, epilogue=ep, schedule=replace(gemm.schedule, res_inp=False))
     runs = [layer.run(devices["pynq"], x, residual=res) for layer in (gemm, alu)]
-    ref = conv2d_reference(x, wt, gemm.spec, multiplier=opts["multiplier"], shift=30, bounds=(0, 127), residual=res)
+    ref = conv2d_reference(x, wt, gemm.spec, ep, res)
     for run in runs:
         np.testing.assert_array_equal(run.out, ref)
     assert runs[1].counters.cycles - runs[0].counters.cycles > 2 * 4 * 14 * 14
@@ -243,14 +252,13 @@ def test_a_tile_whose_inp_share_cannot_hold_the_residual_falls_back():
 
     rng = np.random.default_rng(2)
     x, wt, res = rand(rng, (1, 64, 14, 14)), rand(rng, (64, 64, 3, 3)), rand(rng, (1, 64, 14, 14))
+    ep = Epilogue(shift=12, residual="int8")
     with pytest.raises(CompileError, match="does not fit: INP needs 1416 elements per thread, the share holds 1024"):
-        compile_conv2d(
-            x.shape, wt, padding=1, shift=12, residual="int8", schedule=Schedule(2, 14, 14, 4, 2, res_inp=True)
-        )
-    layer = compile_conv2d(x.shape, wt, padding=1, shift=12, residual="int8", schedule=Schedule(2, 14, 14, 4, 2))
+        compile_conv2d(x.shape, wt, padding=1, epilogue=ep, schedule=Schedule(2, 14, 14, 4, 2, res_inp=True))
+    layer = compile_conv2d(x.shape, wt, padding=1, epilogue=ep, schedule=Schedule(2, 14, 14, 4, 2))
     assert layer.lowering.inputs_resident(layer.schedule) is False and residual_ops(layer)["acc8"] > 0
     out = layer.run(Device("pynq"), x, residual=res).out
-    np.testing.assert_array_equal(out, conv2d_reference(x, wt, layer.spec, shift=12, residual=res))
+    np.testing.assert_array_equal(out, conv2d_reference(x, wt, layer.spec, ep, res))
     rows = {s.res_inp: s.toh for s in candidate_tiles(layer.lowering, 2) if (s.toc, s.tow, s.tic) == (2, 14, 4)}
     assert rows[False] == 14 and rows[True] < 14
 
@@ -260,9 +268,10 @@ def test_dense_bit_exact(devices, cache, cfg):
     rng = np.random.default_rng(3)
     x, wt = rand(rng, (37, 70)), rand(rng, (45, 70))
     b, res = rng.integers(-20000, 20000, 45), rand(rng, (37, 45))
-    layer = compile_dense(37, wt, bias=b, shift=9, residual="int8", config=cfg, cache=cache)
+    ep = Epilogue(bias=b, shift=9, residual="int8")
+    layer = compile_dense(37, wt, epilogue=ep, config=cfg, cache=cache)
     out = layer.run(devices[cfg], x, residual=res).out
-    np.testing.assert_array_equal(out, dense_reference(x, wt, bias=b, shift=9, residual=res))
+    np.testing.assert_array_equal(out, dense_reference(x, wt, ep, res))
 
 
 def test_resnet_c1_with_padded_channels_is_exact(devices, cache):
@@ -288,9 +297,10 @@ def test_resnet_c1_with_padded_channels_is_exact(devices, cache):
 def test_non_square_kernels_strides_and_pads(devices, cache, cfg, kernel, stride, pad):
     rng = np.random.default_rng(11)
     x, wt = rand(rng, (3, 19, 13, 11)), rand(rng, (21, 19, *kernel))
-    layer = compile_conv2d(x.shape, wt, stride=stride, padding=pad, shift=7, config=cfg, vthreads=2, cache=cache)
+    ep = Epilogue(shift=7)
+    layer = compile_conv2d(x.shape, wt, stride=stride, padding=pad, epilogue=ep, config=cfg, vthreads=2, cache=cache)
     out = layer.run(devices[cfg], x).out
-    np.testing.assert_array_equal(out, conv2d_reference(x, wt, layer.spec, shift=7))
+    np.testing.assert_array_equal(out, conv2d_reference(x, wt, layer.spec, ep))
 
 
 # one-column kernels with a column stride (ResNet's downsample convolutions and a padded 3x1): (input, output
@@ -324,8 +334,9 @@ def subsampled_layer(name: str, sched: tuple, cfg: str = "pynq", seed: int = 12)
     shape, oc, kernel, stride, pad, _ = SUBSAMPLED[name]
     rng = np.random.default_rng(seed)
     x, wt = rand(rng, shape), rand(rng, (oc, shape[1], *kernel))
-    layer = compile_conv2d(x.shape, wt, stride=stride, padding=pad, shift=8, config=cfg, schedule=Schedule(*sched))
-    return layer, x, conv2d_reference(x, wt, layer.spec, shift=8)
+    ep = Epilogue(shift=8)
+    layer = compile_conv2d(x.shape, wt, stride=stride, padding=pad, epilogue=ep, config=cfg, schedule=Schedule(*sched))
+    return layer, x, conv2d_reference(x, wt, layer.spec, ep)
 
 
 @pytest.mark.parametrize("cfg", CONFIGS)
@@ -393,10 +404,10 @@ def test_bias_shift_clip_epilogue_costs_no_alu_pass(devices, cache, relu):
 
     rng = np.random.default_rng(5)
     x, wt, b = rand(rng, (1, 40, 7, 9)), rand(rng, (36, 40, 3, 3)), rng.integers(-300000, 300000, 36)
-    layer = compile_conv2d(x.shape, wt, padding=1, bias=b, shift=11, relu=relu, vthreads=2, cache=cache)
+    ep = Epilogue(bias=b, shift=11, clip=(0, 127) if relu else (-128, 127))
+    layer = compile_conv2d(x.shape, wt, padding=1, epilogue=ep, vthreads=2, cache=cache)
     out = layer.run(devices["pynq"], x).out
-    bounds = (0, 127) if relu else (-128, 127)
-    np.testing.assert_array_equal(out, conv2d_reference(x, wt, layer.spec, bias=b, shift=11, bounds=bounds))
+    np.testing.assert_array_equal(out, conv2d_reference(x, wt, layer.spec, ep))
     prog = layer.program()
     assert not any(isinstance(i, AluInsn) for i in prog)
     epis = [i for i in prog if isinstance(i, EpiInsn)]
@@ -412,9 +423,10 @@ def test_multiplier_rows_stay_a_pass_with_and_without_bias(devices, cache):
     rng = np.random.default_rng(6)
     x, wt, m = rand(rng, (1, 20, 6, 6)), rand(rng, (18, 20, 1, 1)), rng.integers(-300, 300, 18)
     for bias in (None, rng.integers(-5000, 5000, 18)):
-        layer = compile_conv2d(x.shape, wt, bias=bias, multiplier=m, shift=13, relu=True, cache=cache)
+        ep = Epilogue(bias=bias, multiplier=m, shift=13, clip=(0, 127))
+        layer = compile_conv2d(x.shape, wt, epilogue=ep, cache=cache)
         out = layer.run(devices["pynq"], x).out
-        ref = conv2d_reference(x, wt, layer.spec, bias=bias, multiplier=m, shift=13, bounds=(0, 127))
+        ref = conv2d_reference(x, wt, layer.spec, ep)
         np.testing.assert_array_equal(out, ref)
         prog = layer.program()
         assert {i.alu_opcode for i in prog if isinstance(i, AluInsn)} == {AluOp.MUL}

@@ -6,7 +6,10 @@ import numpy as np
 import pytest
 
 from vdla.compiler import CompileError, Schedule, compile_conv2d, compile_dense
+from vdla.graph.epilogue import Epilogue, Rescale
 from vdla.runtime import Device
+
+EPILOGUE_FIELDS = ("bias", "multiplier", "shift", "residual", "rescale", "clip")
 
 
 def w8(*shape):
@@ -36,8 +39,9 @@ def w8(*shape):
 )
 def test_bad_layer_arguments(kwargs, match):
     k = kwargs.pop("kernel", 3)
+    epi = {name: kwargs.pop(name) for name in EPILOGUE_FIELDS if name in kwargs}
     with pytest.raises(CompileError, match=match):
-        compile_conv2d((1, 4, 20, 20), w8(8, 4, k, k), **kwargs)
+        compile_conv2d((1, 4, 20, 20), w8(8, 4, k, k), epilogue=Epilogue(**epi), **kwargs)
 
 
 def test_weights_must_be_int8_oihw():
@@ -59,7 +63,8 @@ def test_too_many_virtual_threads_names_what_fits():
 
 def test_output_channels_overflowing_the_accumulator_rows():
     with pytest.raises(CompileError, match="output channels fit"):
-        compile_conv2d((1, 8, 2, 2), w8(8200, 8, 1, 1), bias=np.zeros(8200, np.int32), config="block8")
+        ep = Epilogue(bias=np.zeros(8200, np.int32))
+        compile_conv2d((1, 8, 2, 2), w8(8200, 8, 1, 1), epilogue=ep, config="block8")
 
 
 def test_input_row_wider_than_the_stride_field():
@@ -83,20 +88,19 @@ def test_explicit_schedule_that_does_not_fit():
         ({}, "res-inp adds an int8 residual as it is, the layer has no residual"),
         ({"residual": "int32"}, "the layer has a int32 residual"),
         (
-            {"residual": "int8", "multiplier": 3, "shift": 4, "rescale": (-128, 127, 1, 1, 1)},
+            {"residual": "int8", "multiplier": 3, "shift": 4, "rescale": Rescale((-128, 127), 1, 1, 1, 1, 1)},
             "the layer has a int8 residual rescaled",
         ),
     ],
 )
 def test_residual_in_inp_only_for_an_int8_residual_added_as_it_is(kwargs, match):
+    schedule = Schedule(1, 8, 8, 1, 1, res_inp=True)
     with pytest.raises(CompileError, match=match):
-        compile_conv2d(
-            (1, 4, 8, 8), w8(8, 4, 3, 3), padding=1, schedule=Schedule(1, 8, 8, 1, 1, res_inp=True), **kwargs
-        )
+        compile_conv2d((1, 4, 8, 8), w8(8, 4, 3, 3), padding=1, epilogue=Epilogue(**kwargs), schedule=schedule)
 
 
 def test_run_checks_its_inputs():
-    layer = compile_conv2d((1, 4, 8, 8), w8(8, 4, 3, 3), padding=1, residual="int8")
+    layer = compile_conv2d((1, 4, 8, 8), w8(8, 4, 3, 3), padding=1, epilogue=Epilogue(residual="int8"))
     dev = Device("pynq")
     x = np.zeros((1, 4, 8, 8), np.int8)
     with pytest.raises(CompileError, match="input must be int8 of shape"):

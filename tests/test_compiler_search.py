@@ -15,8 +15,9 @@ from vdla.compiler.search import build_stream, search, timed
 from vdla.compiler.spec import Conv2dSpec, EpilogueSpec
 from vdla.compiler.tiling import candidate_tiles
 from vdla.config import load_config
+from vdla.graph.epilogue import Epilogue
 
-EPI = EpilogueSpec(bias=True, shift=8, relu=True)
+EPI = EpilogueSpec(bias=True, shift=8, clip=(0, 127))
 
 
 def lowering(shape=(1, 64, 14, 14), oc=64, k=3, s=1, cfg="pynq") -> ConvLowering:
@@ -40,7 +41,7 @@ def test_cost_model_tracks_the_simulator(args):
 def test_cost_model_tracks_the_simulator_with_the_residual_in_inp(args):
     """A residual in INP: its LOADs are load-stage work of the tile's last step, its identity GEMM compute."""
     shape, oc, k, s = args
-    epi = EpilogueSpec(bias=True, multiplier="row", shift=12, relu=True, residual="int8")
+    epi = EpilogueSpec(bias=True, multiplier="row", shift=12, clip=(0, 127), residual="int8")
     low = ConvLowering(Conv2dSpec.make(shape, oc, k, s, "same"), epi, load_config("pynq"))
     model = CostModel(low)
     cands = [s for v in (1, 2, 4) for s in candidate_tiles(low, v) if s.res_inp]
@@ -63,14 +64,14 @@ def test_search_confirms_with_the_simulator_and_beats_one_thread():
 def test_schedule_cache(tmp_path):
     cache = ScheduleCache(tmp_path / "s.json")
     w = np.ones((32, 32, 3, 3), np.int8)
-    first = compile_conv2d((1, 32, 10, 10), w, padding=1, shift=4, cache=cache)
+    first = compile_conv2d((1, 32, 10, 10), w, padding=1, epilogue=Epilogue(shift=4), cache=cache)
     assert not first.search.cached
     entries = json.loads((tmp_path / "s.json").read_text())
     assert len(entries) == 1 and next(iter(entries.values()))["schedule"] == first.schedule.to_dict()
-    again = compile_conv2d((1, 32, 10, 10), w, padding=1, shift=4, cache=cache)
+    again = compile_conv2d((1, 32, 10, 10), w, padding=1, epilogue=Epilogue(shift=4), cache=cache)
     assert again.search.cached and again.schedule == first.schedule
-    other = compile_conv2d((1, 32, 10, 10), w, padding=1, shift=4, cache=cache, config="block8")
-    fixed = compile_conv2d((1, 32, 10, 10), w, padding=1, shift=4, cache=cache, vthreads=1)
+    other = compile_conv2d((1, 32, 10, 10), w, padding=1, epilogue=Epilogue(shift=4), cache=cache, config="block8")
+    fixed = compile_conv2d((1, 32, 10, 10), w, padding=1, epilogue=Epilogue(shift=4), cache=cache, vthreads=1)
     assert not other.search.cached and not fixed.search.cached  # keyed by config hash and thread request
     assert len(json.loads((tmp_path / "s.json").read_text())) == 3
 

@@ -11,6 +11,7 @@ from vdla.compiler import Schedule, compile_conv2d
 from vdla.compiler.blocks import Block, Gemm, Load, Store
 from vdla.compiler.microcode import MicroKernel
 from vdla.compiler.vthreads import Dep, LoweringError, Stream, check_tokens, emit_stream, interleave, lower_vthreads
+from vdla.graph.epilogue import Epilogue
 from vdla.graph.oracle import conv2d_reference
 from vdla.isa import MemType, Queue, encode_program, validate_program
 from vdla.runtime import Device, Simulator
@@ -105,9 +106,10 @@ def test_vthreads_bit_exact(request, cfg, backend, vthreads, order):
         request.getfixturevalue("rtl_library")
     x, w, b = _conv_case()
     s = Schedule(toc=1, toh=3, tow=5, tic=1 if order == "oc" else 3, vthreads=vthreads, order=order)
-    layer = compile_conv2d(x.shape, w, padding=1, bias=b, shift=9, relu=True, config=cfg, schedule=s)
+    ep = Epilogue(bias=b, shift=9, clip=(0, 127))
+    layer = compile_conv2d(x.shape, w, padding=1, epilogue=ep, config=cfg, schedule=s)
     run = layer.run(Device(cfg, backend=backend), x)
-    np.testing.assert_array_equal(run.out, conv2d_reference(x, w, layer.spec, bias=b, shift=9, bounds=(0, 127)))
+    np.testing.assert_array_equal(run.out, conv2d_reference(x, w, layer.spec, ep))
 
 
 def test_virtual_threads_hide_latency():
@@ -116,7 +118,9 @@ def test_virtual_threads_hide_latency():
     x = rng.integers(-128, 128, (1, 64, 16, 16), dtype=np.int8)
     w = rng.integers(-128, 128, (64, 64, 1, 1), dtype=np.int8)
     cycles = {
-        v: compile_conv2d(x.shape, w, shift=9, schedule=Schedule(4, 2, 16, 4, v)).run(Device("pynq"), x).counters.cycles
+        v: compile_conv2d(x.shape, w, epilogue=Epilogue(shift=9), schedule=Schedule(4, 2, 16, 4, v))
+        .run(Device("pynq"), x)
+        .counters.cycles
         for v in (1, 2)
     }
     assert cycles[2] < 0.9 * cycles[1]
@@ -124,7 +128,7 @@ def test_virtual_threads_hide_latency():
 
 def test_timing_only_run_matches_functional_cycles():
     x, w, b = _conv_case()
-    layer = compile_conv2d(x.shape, w, padding=1, bias=b, shift=9, schedule=Schedule(3, 4, 9, 1, 2))
+    layer = compile_conv2d(x.shape, w, padding=1, epilogue=Epilogue(bias=b, shift=9), schedule=Schedule(3, 4, 9, 1, 2))
     dev = Device("pynq")
     functional = layer.run(dev, x).counters.cycles
     insns = layer.program(dev)
@@ -142,10 +146,10 @@ def test_shared_weights_and_resident_inputs_are_loaded_once():
     w = rng.integers(-128, 128, (64, 48, 3, 3), dtype=np.int8)
     for vthreads in (1, 2, 3):
         s = Schedule(toc=1, toh=8, tow=8, tic=1, vthreads=vthreads)
-        layer = compile_conv2d(x.shape, w, padding=1, shift=10, schedule=s)
+        layer = compile_conv2d(x.shape, w, padding=1, epilogue=Epilogue(shift=10), schedule=s)
         assert layer.lowering.weights_shared and layer.lowering.inputs_resident(s)
         run = layer.run(Device("pynq"), x)
-        np.testing.assert_array_equal(run.out, conv2d_reference(x, w, layer.spec, shift=10))
+        np.testing.assert_array_equal(run.out, conv2d_reference(x, w, layer.spec, Epilogue(shift=10)))
         loaded = run.counters.bytes_loaded
         assert loaded["WGT"] == w.size
         assert loaded["INP"] == x.size * min(vthreads, 4)  # each thread holding the one spatial tile loads it once
@@ -157,10 +161,11 @@ def test_weights_in_thread_shares_when_they_do_not_all_fit(vthreads):
     x = rng.integers(-128, 128, (1, 40, 9, 9), dtype=np.int8)
     w = rng.integers(-128, 128, (40, 40, 5, 5), dtype=np.int8)
     s = Schedule(toc=2, toh=3, tow=9, tic=2, vthreads=vthreads)
-    layer = compile_conv2d(x.shape, w, padding=2, shift=12, relu=True, config="block8", schedule=s)
+    ep = Epilogue(shift=12, clip=(0, 127))
+    layer = compile_conv2d(x.shape, w, padding=2, epilogue=ep, config="block8", schedule=s)
     assert not layer.lowering.weights_shared
     run = layer.run(Device("block8"), x)
-    np.testing.assert_array_equal(run.out, conv2d_reference(x, w, layer.spec, shift=12, bounds=(0, 127)))
+    np.testing.assert_array_equal(run.out, conv2d_reference(x, w, layer.spec, ep))
 
 
 def test_last_block_hands_its_parts_to_the_store_stage():
@@ -169,9 +174,10 @@ def test_last_block_hands_its_parts_to_the_store_stage():
     rng = np.random.default_rng(5)
     x = rng.integers(-128, 128, (1, 32, 8, 8), dtype=np.int8)
     w = rng.integers(-128, 128, (64, 32, 1, 1), dtype=np.int8)
-    layer = compile_conv2d(x.shape, w, shift=8, schedule=Schedule(toc=4, toh=8, tow=8, tic=2, vthreads=1))
+    ep = Epilogue(shift=8)
+    layer = compile_conv2d(x.shape, w, epilogue=ep, schedule=Schedule(toc=4, toh=8, tow=8, tic=2, vthreads=1))
     run = layer.run(Device("pynq"), x, timeline=True)
-    np.testing.assert_array_equal(run.out, conv2d_reference(x, w, layer.spec, shift=8))
+    np.testing.assert_array_equal(run.out, conv2d_reference(x, w, layer.spec, ep))
     tl = run.result.timeline
     gemms = [e for e in tl if e.label.startswith("gemm")]
     stores = [e for e in tl if e.label.startswith("store")]

@@ -8,6 +8,7 @@ from hypothesis.extra import numpy as hnp
 
 from vdla.cpu_fallback import UnsupportedError, compile_chain, ew, ops, set_disk_cache
 from vdla.cpu_fallback.reference import reference
+from vdla.graph.epilogue import Epilogue
 from vdla.graph.oracle import epilogue
 from vdla.isa.arith import requantize
 
@@ -200,7 +201,7 @@ def test_rshift_and_the_accelerator_epilogue_as_a_chain(data):
     lo = data.draw(st.sampled_from([-128, 0]))
     steps = [ew.mul(m), ew.rshift(s), ew.add(res), ew.clip(lo, 127), ew.cast("int8")]
     got = check_chain(acc, steps)
-    want = epilogue(acc, multiplier=m.ravel(), shift=s, bounds=(lo, 127), residual=res)
+    want = epilogue(acc, Epilogue(multiplier=m.ravel(), shift=s, clip=(lo, 127)), res)
     np.testing.assert_array_equal(got, want)
     tensor_shift = data.draw(hnp.arrays(np.int32, (1, c, 1, 1), elements=st.integers(-2, 35)))
     check_chain(acc, [ew.rshift(tensor_shift)])

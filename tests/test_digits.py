@@ -33,7 +33,7 @@ from vdla.graph.passes import simplify  # noqa: E402
 from vdla.graph.qdq import lower_qdq  # noqa: E402
 from vdla.model import Module  # noqa: E402
 from vdla.model.artifact import Artifact  # noqa: E402
-from vdla.model.build import compile_model  # noqa: E402
+from vdla.model.pipeline import compile_model  # noqa: E402
 
 HERE = Path(__file__).resolve().parent.parent / "examples" / "digits"
 MODEL, DATA = HERE / "digits.onnx", HERE / "digits_data.npz"

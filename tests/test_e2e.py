@@ -45,7 +45,7 @@ def test_a_layer_too_big_for_the_buffers_is_named_with_the_limit():
     import numpy as np
     from onnx import TensorProto, helper, numpy_helper
 
-    from vdla.model.build import CompileError, compile_model
+    from vdla.model.pipeline import CompileError, compile_model
 
     rng = np.random.default_rng(0)
     w = numpy_helper.from_array((rng.standard_normal((16, 16, 15, 15)) * 0.05).astype(np.float32), "w")

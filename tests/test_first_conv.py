@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -30,7 +31,7 @@ from vdla.graph.types import Quant
 from vdla.graph.verify import verify
 from vdla.graph.window import make_window
 from vdla.model import Module
-from vdla.model.build import compile_graph_model
+from vdla.model.pipeline import compile_graph_model
 from vdla.runtime import Device
 
 C1_MACS = 118_013_952  # 64 x 3 x 7 x 7 x 112 x 112
@@ -220,20 +221,12 @@ def _c1_packed(multiplier=None):
     ops.im2col(case.x, (sp.kh, sp.kw), (sp.sh, sp.sw), sp.pad, out=cols)
     ms = (time.perf_counter() - t0) * 1e3
     w = case.w.reshape(sp.oc, -1, 1, 1)
-    epi = dict(case.epilogue)
+    ep = case.epilogue
     if multiplier is not None:
-        epi.update(multiplier=multiplier, shift=case.shift + 30)
-    layer = compile_conv2d(cols.shape, w, config="pynq", **epi)
+        ep = replace(ep, multiplier=multiplier, shift=case.shift + 30)
+    layer = compile_conv2d(cols.shape, w, epilogue=ep, config="pynq")
     run = layer.run(Device("pynq"), cols)
-    ref = oracle.conv2d_reference(
-        case.x,
-        case.w,
-        sp,
-        bias=case.bias,
-        multiplier=1 if multiplier is None else multiplier,
-        shift=epi["shift"],
-        bounds=(0, 127),
-    )
+    ref = oracle.conv2d_reference(case.x, case.w, sp, ep)
     return run, ref, ms
 
 

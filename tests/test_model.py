@@ -17,8 +17,8 @@ from test_graph_qdq import S_A, residual_graph  # noqa: E402
 from vdla.graph.interp import evaluate  # noqa: E402
 from vdla.graph.qdq import lower_qdq  # noqa: E402
 from vdla.model import ArtifactError, ModelInputError, Module, load, load_artifact  # noqa: E402
-from vdla.model.build import compile_graph_model  # noqa: E402
 from vdla.model.memplan import Lifetime, PlanError, plan_memory  # noqa: E402
+from vdla.model.pipeline import compile_graph_model  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -217,7 +217,8 @@ def test_loading_and_running_an_artifact_imports_neither_onnx_nor_the_compiler(c
     np.save(tmp_path / "want.npy", Module(artifact).run(x))
     code = f"""
 import importlib.abc, sys
-BLOCKED = ("onnx", "onnxruntime", "vdla.compiler", "vdla.frontend", "vdla.model.build")
+COMPILER = ("vdla.model.pipeline", "vdla.model.lower", "vdla.model.match", "vdla.model.place")
+BLOCKED = ("onnx", "onnxruntime", "vdla.compiler", "vdla.frontend", *COMPILER)
 class Block(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
         if any(name == b or name.startswith(b + ".") for b in BLOCKED):

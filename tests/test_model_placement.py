@@ -1,4 +1,4 @@
-"""The model compiler's placement comes from the fused groups: vdla.model.build.place runs the
+"""The model compiler's placement comes from the fused groups: vdla.model.place.place runs the
 post-dominator fusion and vdla.graph.partition, the accelerator claiming a conv and the epilogue chain it
 expresses; the rest of a fused group runs on the CPU, and a conv whose epilogue it cannot express stays
 whole on the CPU with its note (compile report, CPU step, DOT dump)."""
@@ -14,7 +14,8 @@ from vdla.graph.interp import evaluate
 from vdla.graph.ops import infer_types
 from vdla.graph.partition import ACCEL, CPU
 from vdla.model import Module
-from vdla.model.build import compile_graph_model, place
+from vdla.model.pipeline import compile_graph_model
+from vdla.model.place import place
 
 RNG = np.random.default_rng(3)
 X = TensorType((1, 16, 6, 6), "float32")
@@ -89,7 +90,7 @@ def test_a_fused_group_larger_than_the_epilogue_is_split_at_the_end_of_the_accel
         (CPU, ["y", "out"]),
     ]
     (layer,) = plan.layers.values()
-    assert layer.nodes == chain and layer.kwargs["multiplier"] == 1 << 20 and layer.kwargs["shift"] == 30
+    assert layer.nodes == tuple(chain) and layer.epilogue.multiplier == 1 << 20 and layer.epilogue.shift == 30
     assert not plan.notes  # the conv runs on the accelerator: nothing to explain
     artifact, report = compile_graph_model(graph, "pynq")
     assert {v for v, where in report.placement.items() if where == ACCEL} == set(chain)

@@ -41,7 +41,7 @@ from vdla.frontend.reference import LayerAgreement, compare_layers, reference_se
 from vdla.graph.passes import simplify  # noqa: E402
 from vdla.graph.qdq import lower_qdq  # noqa: E402
 from vdla.model import Module, load_artifact  # noqa: E402
-from vdla.model.build import compile_model  # noqa: E402
+from vdla.model.pipeline import compile_model  # noqa: E402
 
 SAMPLES = 16
 

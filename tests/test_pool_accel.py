@@ -15,7 +15,7 @@ from vdla.graph.interp import evaluate
 from vdla.graph.types import TensorType
 from vdla.isa.arith import choose_requantization, mul_shift
 from vdla.model import Module
-from vdla.model.build import compile_graph_model
+from vdla.model.pipeline import compile_graph_model
 from vdla.runtime import Device
 
 RNG = np.random.default_rng(12)

@@ -256,7 +256,7 @@ pytest.importorskip("onnxruntime")
 from vdla.experiments.models import calibration_images, cosine_rows, quantize_qdq, small_resnet  # noqa: E402
 from vdla.frontend.reference import reference_session  # noqa: E402
 from vdla.model import Module, load_artifact  # noqa: E402
-from vdla.model.build import CompileError, compile_graph_model, compile_model  # noqa: E402
+from vdla.model.pipeline import CompileError, compile_graph_model, compile_model  # noqa: E402
 
 SHAPE = (3, 32, 32)
 SAMPLES = 32
@@ -348,6 +348,34 @@ def test_a_single_input_model_takes_the_calibration_array_itself(model, calib):
     module = vdla.compile(model, calib=calib[:4], calibration="minmax", keep_float=["bn12"])
     q = module.compile_report.quantization
     assert q.method == "minmax" and q.samples == 4 and q.kept_float == ("bn12",) and q.tensors[0].name == "image"
+
+
+def test_every_compile_option_reaches_the_compiler(model, calib, tmp_path):
+    """vdla.compile takes every CompileOptions field (the options vdla.compile once dropped: power-of-two
+    scales, separate residual scales, the report path), the CLI sets every field, an unknown one is refused."""
+    import dataclasses
+
+    import vdla
+    from vdla.model.cli import compile_options
+    from vdla.model.pipeline import CompileOptions
+
+    rep = tmp_path / "q.json"
+    module = vdla.compile(model, calib[:4], power_of_two=True, quant_report=rep)
+    assert module.compile_report.quantization.power_of_two and json.loads(rep.read_text())["power_of_two"]
+    separate = vdla.compile(model, calib[:4], align_residuals=False).compile_report.quantization
+    aligned = compile_model(model, calib[:4], CompileOptions())[1].quantization
+    assert len({t.scale for t in aligned.tensors}) < len({t.scale for t in separate.tensors})  # skips keep theirs
+    with pytest.raises(CompileError, match=r"unknown compile option\(s\) \['calibraton'\]; the options are config"):
+        vdla.compile(model, calib[:4], calibraton="entropy")
+    from vdla.cli import build_parser
+
+    args = build_parser().parse_args(["compile", "m.onnx", "--config", "osdi18", "--input-shape", "image=1x3x32x32"])
+    options = compile_options(args)
+    assert {f.name for f in dataclasses.fields(options)} == {
+        "config", "input_shapes", "calibration", "percentile", "keep_float", "align_residuals", "power_of_two",
+        "dump", "quant_report",
+    }  # fmt: skip
+    assert options.config == "osdi18" and options.input_shapes == {"image": (1, 3, 32, 32)}
 
 
 def test_cli_compiles_with_calibration(model, calib, tmp_path, capsys):

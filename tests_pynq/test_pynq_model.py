@@ -17,7 +17,7 @@ from test_graph_qdq import S_A, residual_graph
 from vdla.graph.interp import evaluate
 from vdla.graph.qdq import lower_qdq
 from vdla.model import Module, load
-from vdla.model.build import compile_graph_model
+from vdla.model.pipeline import compile_graph_model
 from vdla.runtime import Device
 
 
@@ -95,7 +95,8 @@ def test_running_an_artifact_on_the_board_needs_neither_the_compiler_nor_onnx(ar
     np.save(tmp_path / "want.npy", load(artifact_path).run(x))
     code = f"""
         import importlib.abc, sys
-        BLOCKED = ("onnx", "onnxruntime", "llvmlite", "cocotb", "vdla.compiler", "vdla.frontend", "vdla.model.build")
+        compiler = ("vdla.model.pipeline", "vdla.model.lower", "vdla.model.match", "vdla.model.place")
+        BLOCKED = ("onnx", "onnxruntime", "llvmlite", "cocotb", "vdla.compiler", "vdla.frontend", *compiler)
         class Block(importlib.abc.MetaPathFinder):
             def find_spec(self, name, path=None, target=None):
                 if any(name == b or name.startswith(b + ".") for b in BLOCKED):

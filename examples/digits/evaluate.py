@@ -25,7 +25,7 @@ from vdla.experiments.models import cosine_rows, qdq_output_scale, quantize_qdq
 from vdla.frontend.reference import reference_session
 from vdla.model import Module
 from vdla.model.artifact import Artifact
-from vdla.model.build import compile_model
+from vdla.model.pipeline import compile_model
 
 HERE = Path(__file__).resolve().parent
 

@@ -13,13 +13,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from vdla.compiler.cache import ScheduleCache
-from vdla.compiler.epilogue import multiplier_kind, power_of_two_shift
+from vdla.compiler.epilogue import normalize
 from vdla.compiler.fused_pool import FusedPool
 from vdla.compiler.identity import EYE, identity_weights
 from vdla.compiler.schedule import ConvLowering, Schedule
 from vdla.compiler.search import SearchResult, build_stream, emit_program, search
 from vdla.compiler.spec import CompileError, Conv2dSpec, EpilogueSpec
 from vdla.config import HwConfig, load_config
+from vdla.graph.epilogue import Epilogue
 from vdla.graph.layout import pack_activation, pack_channels, pack_weights, unpack_activation
 from vdla.graph.types import UnsupportedError
 from vdla.graph.window import Window, make_window
@@ -70,61 +71,47 @@ def _int_array(name: str, v, shape: tuple[int, ...]) -> np.ndarray:
     return a.astype(np.int32)
 
 
+def _constants(ep: Epilogue, spec: EpilogueSpec, oc: int, cfg: HwConfig) -> dict[str, np.ndarray]:
+    """The epilogue's per-channel rows packed for the accumulator buffer: the bias (one per channel), the
+    multipliers (one per channel, or a scalar repeated)."""
+    rows = {} if ep.bias is None else {"bias": np.asarray(ep.bias)}
+    mults = {"mult": ep.multiplier} if spec.multiplier == "row" else {}
+    if ep.rescale is not None:
+        mults.update(mult_y=ep.rescale.y_multiplier, mult_k=ep.rescale.skip_multiplier)
+    rows.update({k: np.full(oc, m) if np.ndim(m) == 0 else np.asarray(m) for k, m in mults.items()})
+    names = {"mult": "multiplier", "mult_y": "rescale y_multiplier", "mult_k": "rescale skip_multiplier"}
+    return {k: pack_channels(_int_array(names.get(k, k), v, (oc,)), cfg.batch, cfg.block_out) for k, v in rows.items()}
+
+
 class CompiledConv2d:
-    """A conv2d layer compiled for one hardware config."""
+    """A conv2d layer and its epilogue compiled for one hardware config (see :func:`compile_conv2d`)."""
 
     def __init__(
         self,
         spec: Conv2dSpec,
         weights: np.ndarray,
         cfg: HwConfig,
-        bias=None,
-        multiplier=1,
-        shift: int = 0,
-        relu: bool = False,
-        clip: tuple[int, int] = (-128, 127),
-        residual: str | None = None,
+        epilogue: Epilogue,
+        *,
+        pool: Window | None = None,
         vthreads: int | str = "auto",
         schedule: Schedule | None = None,
         cache: ScheduleCache | None = None,
-        rescale: tuple[int, int, int, int, int] | None = None,
-        rescale_multipliers: tuple = (1, 1),
-        pool: Window | None = None,
     ):
         t0 = time.perf_counter()
         if pool is not None:
-            FusedPool.for_layer(pool, (spec.oh, spec.ow), multiplier, shift, residual, rescale)
+            FusedPool.for_layer(pool, (spec.oh, spec.ow), epilogue)
         if weights.dtype != np.int8 or weights.shape != spec.weight_shape:
             raise CompileError(
                 f"weights must be int8 of shape {spec.weight_shape} (OIHW), got {weights.dtype} {weights.shape}"
             )
-        if rescale is None:
-            multiplier, shift = power_of_two_shift(multiplier, shift)
-        mkind = multiplier_kind(multiplier, shift)
-        self.epilogue = EpilogueSpec(
-            bias=bias is not None,
-            multiplier=mkind,
-            shift=shift,
-            relu=relu,
-            clip=tuple(clip),
-            residual=residual,
-            rescale=None if rescale is None else tuple(int(v) for v in rescale),
-            pool=pool,
-        )
+        ep = normalize(epilogue)
+        self.epilogue = EpilogueSpec.of(ep, pool)
         self.spec, self.cfg = spec, cfg
-        self.lowering = ConvLowering(spec, self.epilogue, cfg, int(multiplier) if mkind == "imm" else 1)
+        imm = int(ep.multiplier) if self.epilogue.multiplier == "imm" else 1
+        self.lowering = ConvLowering(spec, self.epilogue, cfg, imm)
         self.constants = {"wgt": pack_weights(weights, cfg.block_out, cfg.block_in)}
-        if bias is not None:
-            self.constants["bias"] = pack_channels(_int_array("bias", bias, (spec.oc,)), cfg.batch, cfg.block_out)
-        if mkind == "row":
-            m = np.asarray(multiplier)
-            m = np.full(spec.oc, m) if m.ndim == 0 else m
-            self.constants["mult"] = pack_channels(_int_array("multiplier", m, (spec.oc,)), cfg.batch, cfg.block_out)
-        if rescale is not None:
-            for name, m in zip(("mult_y", "mult_k"), rescale_multipliers, strict=True):
-                m = np.asarray(m)
-                m = np.full(spec.oc, m) if m.ndim == 0 else m
-                self.constants[name] = pack_channels(_int_array(name, m, (spec.oc,)), cfg.batch, cfg.block_out)
+        self.constants.update(_constants(ep, self.epilogue, spec.oc, cfg))
         need = sum(self.lowering.tensor_bytes().values())
         if need > cfg.dram_bytes:
             raise CompileError(
@@ -185,30 +172,18 @@ def compile_conv2d(
     padding=0,
     dilation=1,
     groups: int = 1,
-    bias=None,
-    multiplier=1,
-    shift: int = 0,
-    relu: bool = False,
-    clip: tuple[int, int] = (-128, 127),
-    residual: str | None = None,
-    rescale: tuple[int, int, int, int, int] | None = None,
-    rescale_multipliers: tuple = (1, 1),
+    epilogue: Epilogue | None = None,
     max_pool: tuple | None = None,
     config="pynq",
     vthreads: int | str = "auto",
     schedule: Schedule | None = None,
     cache: ScheduleCache | None = None,
 ) -> CompiledConv2d:
-    """Compile conv2d(x, weights) + epilogue for inputs of ``input_shape`` (NCHW) on ``config``.
-
-    out = clip(rshr((conv + bias) * multiplier, shift) + residual, clip), ReLU folded into the clip, the product
-    exact and rounded once (:func:`vdla.isa.arith.mul_shift`); ``rescale`` = (lo, hi, shift_y, shift_k, frac)
-    with ``rescale_multipliers`` = (m_y, m_k) rounds the layer's output and the residual sum separately, as a
-    quantized model's residual add does (:class:`~vdla.compiler.spec.EpilogueSpec`);
-    ``residual`` is the dtype ("int8"/"int32") of the tensor passed to :meth:`CompiledConv2d.run`;
-    ``max_pool`` = (kernel, stride, padding) fuses a max pool of the output into the layer's tiles
-    (:mod:`vdla.compiler.fused_pool`): the run returns the pooled tensor.
-    """
+    """Compile conv2d(x, weights) and its ``epilogue`` (:class:`vdla.graph.epilogue.Epilogue`: bias,
+    requantization, residual, clamp; the int32 accumulator truncated to int8 without one) for inputs of
+    ``input_shape`` (NCHW) on ``config``. ``max_pool`` = (kernel, stride, padding) fuses a max pool of the
+    output into the layer's tiles (:mod:`vdla.compiler.fused_pool`): the run returns the pooled tensor. The
+    schedule is searched (``vthreads`` virtual threads or "auto", results kept in ``cache``) unless given."""
     spec = Conv2dSpec.make(input_shape, weights.shape[0], weights.shape[2:], stride, padding, dilation, groups)
     pool = None
     if max_pool is not None:
@@ -218,23 +193,8 @@ def compile_conv2d(
             raise CompileError(f"max_pool must be (kernel, stride, padding) fitting the output: {e}") from e
     if weights.ndim != 4 or weights.shape[1] != spec.c:
         raise CompileError(f"weights {weights.shape} do not match {spec.c} input channels (OIHW)")
-    return CompiledConv2d(
-        spec,
-        weights,
-        load_config(config),
-        bias,
-        multiplier,
-        shift,
-        relu,
-        clip,
-        residual,
-        vthreads,
-        schedule,
-        cache,
-        rescale,
-        rescale_multipliers,
-        pool,
-    )
+    options = {"pool": pool, "vthreads": vthreads, "schedule": schedule, "cache": cache}
+    return CompiledConv2d(spec, weights, load_config(config), epilogue or Epilogue(), **options)
 
 
 class CompiledDense:

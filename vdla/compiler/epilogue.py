@@ -43,16 +43,15 @@ an operand that changes with every element (the residual in the accumulators).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from vdla.compiler.spec import CompileError, EpilogueSpec
 from vdla.config import Timing
+from vdla.graph.epilogue import Epilogue
 from vdla.isa import AluOp
 from vdla.isa.arith import MAX_SHIFT
-
-IMM_MIN, IMM_MAX = -(1 << 15), (1 << 15) - 1
 
 
 @dataclass(frozen=True)
@@ -89,20 +88,6 @@ def clip_imm(lo: int, hi: int) -> int:
     return hi * 256 + (lo & 0xFF)
 
 
-def multiplier_kind(multiplier: int | np.ndarray, shift: int = 0) -> str:
-    """How a multiplier is applied: "none" (1), "imm" (a scalar fitting the immediate, with no shift: the
-    immediate MUL cannot round its product) or "row"."""
-    m = np.asarray(multiplier)
-    if m.dtype.kind not in "iu":
-        raise CompileError(f"the multiplier must be integer, got dtype {m.dtype}")
-    if m.size and (m.min() < np.iinfo(np.int32).min or m.max() > np.iinfo(np.int32).max):
-        raise CompileError("the multiplier must fit in int32 (the ALU multiplies 32-bit accumulators)")
-    if m.ndim == 0:
-        v = int(m)
-        return "none" if v == 1 else "imm" if IMM_MIN <= v <= IMM_MAX and not shift else "row"
-    return "row"
-
-
 def power_of_two_shift(multiplier, shift: int) -> tuple[int | np.ndarray, int]:
     """``(1, shift - k)`` for one scalar multiplier ``2^k`` with ``k <= shift`` and ``shift - k`` within the EPI/RSHR
     range: ``mul_shift(x, 2^k, shift)`` is exactly ``rounding_shift(x, shift - k)``, which costs no ALU pass.
@@ -113,6 +98,15 @@ def power_of_two_shift(multiplier, shift: int) -> tuple[int | np.ndarray, int]:
         if int(m) == 1 << k and k <= shift and shift - k <= MAX_SHIFT:
             return 1, shift - k
     return multiplier, shift
+
+
+def normalize(ep: Epilogue) -> Epilogue:
+    """``ep`` as the compiler runs it: a scalar power-of-two multiplier without a rescaled residual folded into
+    its shift (:func:`power_of_two_shift`: a rounding shift costs no ALU pass)."""
+    if ep.rescale is not None:
+        return ep
+    multiplier, shift = power_of_two_shift(ep.multiplier, ep.shift)
+    return replace(ep, multiplier=multiplier, shift=shift)
 
 
 def out_mode(epi: EpilogueSpec) -> OutMode:

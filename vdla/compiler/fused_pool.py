@@ -42,9 +42,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from vdla.compiler.blocks import Alu
-from vdla.compiler.epilogue import multiplier_kind, pool_commutes, power_of_two_shift
+from vdla.compiler.epilogue import normalize, pool_commutes
 from vdla.compiler.microcode import Limits, MicroKernel, lower_nest
-from vdla.compiler.spec import CompileError
+from vdla.compiler.spec import CompileError, multiplier_kind
+from vdla.graph.epilogue import Epilogue
 from vdla.graph.window import Window
 from vdla.isa import AluOp
 
@@ -82,19 +83,16 @@ class FusedPool:
         return cls(window, tuple(conv_hw))
 
     @classmethod
-    def for_layer(
-        cls, window: Window, conv_hw: tuple[int, int], multiplier=1, shift: int = 0, residual=None, rescale=None
-    ) -> FusedPool:
-        """The fused pool of a layer whose epilogue has ``multiplier``, ``shift``, ``residual`` and ``rescale``
-        (as :func:`vdla.compiler.compile_conv2d` takes them); raises CompileError naming why it would not be
-        exact (the epilogue must be non-decreasing) or does not fit the tiles (:meth:`make`)."""
-        if residual or rescale is not None:
+    def for_layer(cls, window: Window, conv_hw: tuple[int, int], ep: Epilogue) -> FusedPool:
+        """The fused pool of a layer with epilogue ``ep``; raises CompileError naming why it would not be exact
+        (the epilogue must be non-decreasing) or does not fit the tiles (:meth:`make`)."""
+        if ep.residual or ep.rescale is not None:
             raise CompileError("a max pool cannot be fused before the requantization of a layer adding a residual")
-        multiplier, shift = power_of_two_shift(multiplier, shift)
-        kind = multiplier_kind(multiplier, shift)
+        ep = normalize(ep)
+        kind = multiplier_kind(ep.multiplier, ep.shift)
         if kind == "imm":
             raise CompileError("a max pool cannot be fused before an immediate multiplier: its product wraps")
-        if kind == "row" and (why := pool_commutes(multiplier, shift)):
+        if kind == "row" and (why := pool_commutes(ep.multiplier, ep.shift)):
             raise CompileError(f"the max pool cannot be fused before the requantization: {why}")
         return cls.make(window, conv_hw)
 

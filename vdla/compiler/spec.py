@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from vdla.errors import VdlaError
+from vdla.graph.epilogue import Epilogue
 from vdla.graph.types import UnsupportedError
 from vdla.graph.window import Window, normalize_padding
 from vdla.isa.arith import INT8_MAX, INT8_MIN, MAX_SHIFT, MUL_MAX_SHIFT
@@ -135,15 +138,33 @@ class Conv2dSpec:
         )
 
 
+IMM_MIN, IMM_MAX = -(1 << 15), (1 << 15) - 1  # the ALU's 16-bit immediate
+
+
+def multiplier_kind(multiplier: int | np.ndarray, shift: int = 0) -> str:
+    """How a multiplier is applied: "none" (1), "imm" (a scalar fitting the immediate, with no shift: the
+    immediate MUL cannot round its product) or "row"."""
+    m = np.asarray(multiplier)
+    if m.dtype.kind not in "iu":
+        raise CompileError(f"the multiplier must be integer, got dtype {m.dtype}")
+    if m.size and (m.min() < np.iinfo(np.int32).min or m.max() > np.iinfo(np.int32).max):
+        raise CompileError("the multiplier must fit in int32 (the ALU multiplies 32-bit accumulators)")
+    if m.ndim == 0:
+        v = int(m)
+        return "none" if v == 1 else "imm" if IMM_MIN <= v <= IMM_MAX and not shift else "row"
+    return "row"
+
+
 @dataclass(frozen=True)
 class EpilogueSpec:
-    """The structure of the fused epilogue run on the ALU after the GEMMs (constants are held elsewhere).
+    """The structure of a layer's epilogue (:class:`vdla.graph.epilogue.Epilogue`) as the compiler runs it
+    on the ALU after the GEMMs; the constants stay in the epilogue. Derived by :meth:`of`, never written
+    twice.
 
-    out = clip(rshr((acc + bias) * multiplier, shift) + residual, lo, hi), with ``relu`` raising lo
-    to 0, the product exact (64 bits) and rounded once (:func:`vdla.isa.arith.mul_shift`).
-    ``multiplier`` is "none", "imm" (one integer fitting the 16-bit immediate, with no shift) or "row"
-    (per channel, or a scalar that needs a shift or does not fit the immediate, held in the accumulator
-    buffer like the bias; its MUL carries the shift).
+    out = clip(rshr((acc + bias) * multiplier, shift) + residual, lo, hi), the product exact (64 bits) and
+    rounded once (:func:`vdla.isa.arith.mul_shift`). ``multiplier`` is "none", "imm" (one integer fitting
+    the 16-bit immediate, with no shift) or "row" (per channel, or a scalar that needs a shift or does not
+    fit the immediate, held in the accumulator buffer like the bias; its MUL carries the shift).
 
     ``pool``: a max pool over the layer's output fused into its tiles (:mod:`vdla.compiler.fused_pool`): the
     window maximum is taken on the accumulators, before the multiplier, shift and clamp, which is exact because
@@ -159,11 +180,24 @@ class EpilogueSpec:
     bias: bool = False
     multiplier: str = "none"
     shift: int = 0
-    relu: bool = False
     clip: tuple[int, int] = (CLIP_MIN, CLIP_MAX)
     residual: str | None = None  # None, "int8" or "int32"
     rescale: tuple[int, int, int, int, int] | None = None  # (lo, hi, shift_y, shift_k, frac)
     pool: Window | None = None  # a max pool fused into the tiles, taken before the requantization
+
+    @classmethod
+    def of(cls, ep: Epilogue, pool: Window | None = None) -> EpilogueSpec:
+        """The structure of ``ep`` (its multiplier as the compiler applies it: see
+        :func:`vdla.compiler.epilogue.normalize`), with ``pool`` fused into the tiles."""
+        return cls(
+            bias=ep.bias is not None,
+            multiplier=multiplier_kind(ep.multiplier, ep.shift),
+            shift=int(ep.shift),
+            clip=tuple(int(v) for v in ep.clip),
+            residual=ep.residual,
+            rescale=None if ep.rescale is None else tuple(int(v) for v in ep.rescale.as_tuple()),
+            pool=pool,
+        )
 
     def __post_init__(self) -> None:
         if self.multiplier not in ("none", "imm", "row"):
@@ -200,9 +234,8 @@ class EpilogueSpec:
 
     @property
     def bounds(self) -> tuple[int, int]:
-        """The final clamp, ReLU folded in."""
-        lo, hi = self.clip
-        return (max(lo, 0), max(hi, 0)) if self.relu else (lo, hi)
+        """The final clamp (ReLU folded in as ``lo >= 0``)."""
+        return self.clip
 
     def key(self) -> str:
         """A stable text key of the epilogue's structure (schedule cache)."""

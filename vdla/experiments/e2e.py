@@ -122,7 +122,7 @@ def prepare(
     from vdla.graph.passes import simplify
     from vdla.graph.qdq import lower_qdq
     from vdla.graph.quantize import quantize_model
-    from vdla.model.build import calibration_runner, compile_graph_model
+    from vdla.model.pipeline import calibration_runner, compile_graph_model
 
     cfg = load_config(config)
     log = log or (lambda msg: None)
@@ -144,7 +144,7 @@ def prepare(
 def reference_macs(graph: Graph) -> int:
     """The model's real multiply-accumulates, counted on the reference graph (no padding of any rewrite)."""
     from vdla.graph.ops import infer_types
-    from vdla.model.build import node_macs
+    from vdla.model.lower import node_macs
 
     types = infer_types(graph)
     return sum(node_macs(n, types) for n in graph.nodes)

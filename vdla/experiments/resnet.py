@@ -4,13 +4,14 @@ deterministic random int8 data and a realistic epilogue: bias, rounding right sh
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from vdla.compiler.conv2d import compile_conv2d
 from vdla.compiler.spec import Conv2dSpec
 from vdla.errors import VdlaError
+from vdla.graph.epilogue import Epilogue
 from vdla.graph.oracle import conv2d_reference
 
 
@@ -48,21 +49,21 @@ class LayerCase:
     shift: int
 
     @property
-    def epilogue(self) -> dict:
-        """Keyword arguments of compile_conv2d for the layer's epilogue."""
-        return {"bias": self.bias, "shift": self.shift, "relu": True}
+    def epilogue(self) -> Epilogue:
+        """The layer's epilogue: bias, rounding shift, ReLU."""
+        return Epilogue(bias=self.bias, shift=self.shift, clip=(0, 127))
 
     def compile(self, config, **kwargs):
         """The layer compiled with its geometry and epilogue (``kwargs``: vthreads, cache, ...)."""
         sp = self.spec
         shape = (sp.n, sp.c, sp.h, sp.w)
         return compile_conv2d(
-            shape, self.w, stride=(sp.sh, sp.sw), padding=sp.pad, config=config, **kwargs, **self.epilogue
+            shape, self.w, stride=(sp.sh, sp.sw), padding=sp.pad, epilogue=self.epilogue, config=config, **kwargs
         )
 
     def reference(self, bounds: tuple[int, int] = (0, 127)) -> np.ndarray:
         """The numpy result of the layer on its input (ReLU's bounds by default)."""
-        return conv2d_reference(self.x, self.w, self.spec, bias=self.bias, shift=self.shift, bounds=bounds)
+        return conv2d_reference(self.x, self.w, self.spec, replace(self.epilogue, clip=bounds))
 
 
 def layer_specs(model: str = "resnet18", batch: int = 1) -> dict[str, Conv2dSpec]:

@@ -14,10 +14,11 @@ import math
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from vdla.graph.epilogue import Epilogue
 from vdla.graph.ew import Arg, EwStep, step_result_dtype
 from vdla.graph.types import INT_RANGE, UnsupportedError, is_float
 from vdla.graph.window import Window
-from vdla.isa.arith import INT8_MAX, INT8_MIN, MAX_SHIFT, MUL_MAX_SHIFT, mul_shift, requantize, rounding_shift, wrap32
+from vdla.isa.arith import MAX_SHIFT, MUL_MAX_SHIFT, mul_shift, requantize, rounding_shift, wrap32
 
 
 def windows(x: np.ndarray, window: Window, fill: float | int = 0) -> np.ndarray:
@@ -69,55 +70,50 @@ def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def epilogue(
-    acc: np.ndarray,
-    bias: np.ndarray | None = None,
-    multiplier: int | np.ndarray = 1,
-    shift: int = 0,
-    bounds: tuple[int, int] = (INT8_MIN, INT8_MAX),
-    residual: np.ndarray | None = None,
-    channel_axis: int = 1,
-    rescale: tuple[int, int, int, int, int] | None = None,
-    rescale_multipliers: tuple = (1, 1),
+    acc: np.ndarray, ep: Epilogue | None = None, residual: np.ndarray | None = None, channel_axis: int = 1
 ) -> np.ndarray:
-    """The accelerator's fused epilogue on int32 accumulators, every step wrapping to int32 like its ALU:
-    ``clip(mul_shift(acc + bias, multiplier, shift) + residual, *bounds)`` as int8 (the product exact,
-    rounded once). With ``rescale`` = (lo, hi, shift_y, shift_k, frac) and ``rescale_multipliers`` =
-    (m_y, m_k) the residual add of a quantized model: ``y = clip(mul_shift(acc + bias, m, shift), lo, hi)``,
-    then ``clip(rounding_shift(mul_shift(y, m_y, shift_y) + mul_shift(residual, m_k, shift_k), frac),
-    *bounds)``.
+    """The accelerator's fused epilogue ``ep`` (:class:`vdla.graph.epilogue.Epilogue`; none: a truncation to
+    int8) on int32 accumulators, every step wrapping to int32 like its ALU:
+    ``clip(mul_shift(acc + bias, multiplier, shift) + residual, *clip)`` as int8 (the product exact, rounded
+    once); with a rescaled residual ``y = clip(mul_shift(acc + bias, m, shift), *y_clip)``, then
+    ``clip(rounding_shift(mul_shift(y, m_y, shift_y) + mul_shift(residual, m_k, shift_k), frac), *clip)``.
 
-    ``bias`` and an array ``multiplier`` are per channel along ``channel_axis``.
+    The bias and an array multiplier are per channel along ``channel_axis``.
     """
+    ep = ep or Epilogue()
     shape = [1] * acc.ndim
     shape[channel_axis] = -1
     v = acc.astype(np.int64)
-    if bias is not None:
-        v = wrap32(v + np.asarray(bias, np.int64).reshape(shape))
+    if ep.bias is not None:
+        v = wrap32(v + np.asarray(ep.bias, np.int64).reshape(shape))
 
     def per_channel(m):
         m = np.asarray(m, np.int64)
         return m.reshape(shape) if m.ndim else m
 
-    v = mul_shift(v, per_channel(multiplier), shift)
-    if rescale is not None:
-        lo, hi, shift_y, shift_k, frac = rescale
-        m_y, m_k = rescale_multipliers
-        v = mul_shift(np.clip(v, lo, hi), per_channel(m_y), shift_y)
-        v = wrap32(v + mul_shift(residual, per_channel(m_k), shift_k))
-        return np.clip(rounding_shift(v, frac), *bounds).astype(np.int8)
+    v = mul_shift(v, per_channel(ep.multiplier), ep.shift)
+    r = ep.rescale
+    if r is not None:
+        v = mul_shift(np.clip(v, *r.y_clip), per_channel(r.y_multiplier), r.y_shift)
+        v = wrap32(v + mul_shift(residual, per_channel(r.skip_multiplier), r.skip_shift))
+        return np.clip(rounding_shift(v, r.frac), *ep.clip).astype(np.int8)
     if residual is not None:
         v = wrap32(v + residual.astype(np.int64))
-    return np.clip(v, *bounds).astype(np.int8)
+    return np.clip(v, *ep.clip).astype(np.int8)
 
 
-def conv2d_reference(x: np.ndarray, w: np.ndarray, spec, **epi) -> np.ndarray:
+def conv2d_reference(
+    x: np.ndarray, w: np.ndarray, spec, ep: Epilogue | None = None, residual: np.ndarray | None = None
+) -> np.ndarray:
     """conv2d of a layer ``spec`` (anything with a ``window``) followed by :func:`epilogue`."""
-    return epilogue(conv2d(x, w, spec.window), **epi)
+    return epilogue(conv2d(x, w, spec.window), ep, residual)
 
 
-def dense_reference(x: np.ndarray, w: np.ndarray, **epi) -> np.ndarray:
+def dense_reference(
+    x: np.ndarray, w: np.ndarray, ep: Epilogue | None = None, residual: np.ndarray | None = None
+) -> np.ndarray:
     """dense followed by :func:`epilogue` over the output-feature axis."""
-    return epilogue(dense(x, w), channel_axis=1, **epi)
+    return epilogue(dense(x, w), ep, residual, channel_axis=1)
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -30,10 +30,11 @@ way; ties round half up where QuantizeLinear rounds half to even); with equal sc
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
+from vdla.graph.epilogue import FLOAT_STAGES, Epilogue, EpilogueStage, FloatDialect, Rescale, Walk, epilogue_nodes, walk
 from vdla.graph.ew import operand_input, operand_value
 from vdla.graph.graph import Graph, Node
 from vdla.graph.ops import infer_types
@@ -87,20 +88,77 @@ def qparams(node: Node, params) -> QParams | None:
 class _Tail:
     """What follows a float conv/dense up to the quantize the fused epilogue replaces."""
 
-    nodes: list[Node] = field(default_factory=list)
+    nodes: list[Node]
+    last: Node  # the quantize the epilogue ends at
+    scale: float  # its scale
     lo: float = -np.inf
     hi: float = np.inf
-    activated: bool = False
     skip: str | None = None
     s_skip: float = 0.0
     bias: np.ndarray | None = None  # a float bias added by a separate node
-    hop: float | None = None  # the scale of the last quantize -> dequantize hop passed
-    last: Node | None = None
-    scale: float = 0.0
     rounded: tuple[float, float, float] | None = None  # (scale, lo, hi) of the rounding before a rescaled add
 
 
-class _Rewriter:
+class QdqDialect(FloatDialect):
+    """The float form of the epilogue in a QDQ model (:data:`vdla.graph.epilogue.FLOAT_STAGES`): a bias is a
+    float constant or the dequantization of an integer one; a residual is the per-tensor dequantization of an
+    int8 value computed before the anchor; quantize -> dequantize hops may stand between the stages."""
+
+    def __init__(self, graph: Graph, types, params: dict[str, np.ndarray]):
+        super().__init__(graph, types)
+        self.params = params
+        self.between = (EpilogueStage("quantize", ("quantize",), self.hop),)
+
+    def dq_of(self, value: str) -> tuple[str, QParams] | None:
+        """(int8 source, params) when ``value`` is a symmetric dequantize of an int8 tensor."""
+        node = self.producers.get(value)
+        q = qparams(node, self.params) if node is not None else None
+        if q is None or node.op != "dequantize" or q.zero_point != 0:
+            return None
+        src = node.inputs[0]
+        return (src, q) if self.types[src].dtype in ("int8", "int32") else None
+
+    def constant(self, name: str) -> np.ndarray | None:
+        dq = self.dq_of(name)
+        if dq is not None and dq[0] in self.params:
+            raw, scale = self.params[dq[0]].astype(np.float64), dq[1].scale
+            return raw * (scale.reshape(raw.shape) if scale.size == raw.size else scale)
+        return super().constant(name)
+
+    def skip(self, other: str, w: Walk) -> dict | None:
+        skip = self.dq_of(other)
+        if skip is None or not skip[1].per_tensor or self.types[skip[0]].dtype != "int8":
+            return None
+        if self.types[skip[0]].shape != self.types[w.value].shape or not self.before(skip[0], w.anchor):
+            return None  # computed after this layer: the add belongs to the epilogue of the layer computing it
+        return {"skip": skip[0], "scale": float(skip[1].scale[0])}
+
+    def keeps(self, node: Node, scale: float) -> bool:
+        """Whether the quantize after ``node`` (an add or a ReLU) uses ``scale``: then fusing it into the integer
+        epilogue is exact (one rounding, as the model has)."""
+        q = self.only_reader(node.output)
+        qp = qparams(q, self.params) if q is not None else None
+        return qp is not None and q.op == "quantize" and qp.per_tensor and _close(float(qp.scale[0]), scale)
+
+    def hop(self, node: Node, w: Walk) -> dict | None:
+        """A per-tensor symmetric quantize in the chain. The chain goes on through its dequantize (same
+        scale) into a ReLU, clip or add, unless the model rounds again at another scale after the ReLU: then,
+        or with no such hop, it ends here."""
+        q = qparams(node, self.params)
+        if q is None or not q.per_tensor or q.zero_point != 0:
+            return None
+        dq = self.only_reader(node.output)
+        hop = dq is not None and dq.op == "dequantize" and (dqp := qparams(dq, self.params)) and dqp.same(q)
+        after = self.only_reader(dq.output) if hop else None
+        scale = float(q.scale[0])
+        if after is None or after.op not in ("relu", "clip", "add"):
+            return {"scale": scale, "_stop": True}
+        if after.op in ("relu", "clip") and not self.keeps(after, scale):
+            return {"scale": scale, "_stop": True}
+        return {"scale": scale, "_next": dq.output, "dq": dq}
+
+
+class _QdqLowering:
     """Finds the patterns on the original graph and rebuilds the node list once."""
 
     def __init__(self, graph: Graph):
@@ -113,21 +171,14 @@ class _Rewriter:
         self.replace: dict[str, list[Node]] = {}  # output of the last node of a pattern -> its new nodes
         self.alias: dict[str, str] = {}
         self.outputs = set(graph.outputs)
-        self.index = {n.output: i for i, n in enumerate(graph.nodes)}
+        self.dialect = QdqDialect(graph, self.types, self.params)
 
     # -- helpers ----------------------------------------------------------------------------------------
     def only_consumer(self, value: str) -> Node | None:
-        readers = self.cons.get(value, [])
-        return readers[0] if len(readers) == 1 and value not in self.outputs else None
+        return self.dialect.only_reader(value)
 
     def dq_of(self, value: str) -> tuple[str, QParams] | None:
-        """(int8 source, params) when ``value`` is a symmetric dequantize of an int8 tensor."""
-        node = self.prod.get(value)
-        q = qparams(node, self.params) if node is not None else None
-        if q is None or node.op != "dequantize" or q.zero_point != 0:
-            return None
-        src = node.inputs[0]
-        return (src, q) if self.types[src].dtype in ("int8", "int32") else None
+        return self.dialect.dq_of(value)
 
     def param(self, name: str, value: np.ndarray) -> str:
         key = name
@@ -139,71 +190,32 @@ class _Rewriter:
         return key
 
     # -- patterns ---------------------------------------------------------------------------------------
-    def tail(self, value: str, anchor: int) -> _Tail | None:
-        """The chain after a float conv/dense output ``value`` that one integer epilogue computes: ReLU or
-        clip, at most one residual add of a dequantized int8 skip (before any ReLU), and quantizations in
-        between (``quantize -> dequantize`` hops) where they keep the scale, so that fusing them changes no
-        rounding; the chain ends at the last such quantize. An add joins the
-        epilogue of the layer computed last (node index ``anchor`` here), whose skip is then ready."""
-        t = _Tail()
-        last_q: Node | None = None
-        while True:
-            node = self.only_consumer(value)
-            if node is None or node.inputs[0] != value and node.op != "add":
-                break
-            if node.op in ("relu", "clip") and node.inputs[0] == value:
-                if node.op == "relu":
-                    t.lo = max(t.lo, 0.0)
-                else:
-                    lo, hi = operand_value(node, "lo", self.params), operand_value(node, "hi", self.params)
-                    if lo is None or hi is None:
-                        break
-                    t.lo, t.hi = max(t.lo, float(lo)), min(t.hi, float(hi))
-                t.activated = True
-            elif node.op == "add" and not t.nodes and t.bias is None and self.float_param(node, value) is not None:
-                t.bias = self.float_param(node, value)  # a separate bias add right after the layer
-            elif node.op == "add" and t.skip is None and not t.activated and len(node.inputs) == 2:
-                other = node.inputs[1] if node.inputs[0] == value else node.inputs[0]
-                skip = self.dq_of(other)
-                if skip is None or not skip[1].per_tensor or self.types[skip[0]].dtype != "int8":
-                    break
-                if self.types[skip[0]].shape != self.types[value].shape:
-                    break
-                if self.index.get(skip[0], -1) > anchor:  # the skip is computed after this layer: the add
-                    break  # belongs to the epilogue of the layer computing the other operand
-                if t.hop is not None and not (_close(t.hop, float(skip[1].scale[0])) and self.add_keeps(node, t.hop)):
-                    # the model rounds the layer's output at the hop's scale, then the sum at the add's:
-                    # the epilogue does both roundings (a rescaled residual)
-                    t.rounded, t.lo, t.hi = (t.hop, t.lo, t.hi), -np.inf, np.inf
-                t.skip, t.s_skip = skip[0], float(skip[1].scale[0])
-            elif node.op == "quantize":
-                q = qparams(node, self.params)
-                if q is None or not q.per_tensor or q.zero_point != 0:
-                    break
-                t.nodes.append(node)
-                last_q = node
-                snap = (t.lo, t.hi, t.skip, t.s_skip, t.rounded, len(t.nodes))
-                dq = self.only_consumer(node.output)
-                hop = dq is not None and dq.op == "dequantize" and (dqp := qparams(dq, self.params)) and dqp.same(q)
-                after = self.only_consumer(dq.output) if hop else None
-                if not hop or after is None or after.op not in ("relu", "clip", "add"):
-                    break
-                if after.op in ("relu", "clip") and not self.add_keeps(after, float(q.scale[0])):
-                    break  # the model rounds at this scale, then again at another after the ReLU: stop here
-                t.nodes.append(dq)
-                t.hop = float(q.scale[0])
-                value = dq.output
-                continue
-            else:
-                break
-            t.nodes.append(node)
-            value = node.output
-        if last_q is None:
+    def tail(self, anchor: Node) -> _Tail | None:
+        """The chain after a float conv/dense that one integer epilogue computes (the float form of
+        :mod:`vdla.graph.epilogue` with quantize -> dequantize hops), up to its last quantize: a bias, at most
+        one residual add of a dequantized int8 skip (before any ReLU), ReLU or clip, and hops where they keep
+        the scale, so that fusing them changes no rounding. A hop before the residual add at another scale
+        than the sum's makes the add a rescaled residual (the model rounds twice; the epilogue does too)."""
+        m = walk(FLOAT_STAGES, anchor, self.dialect)
+        ends = [i for i, st in enumerate(m.steps) if st.stage == "quantize"]
+        if not ends:
             return None
-        t.lo, t.hi, t.skip, t.s_skip, t.rounded, n = snap  # the state when the last quantize was reached
-        t.nodes = t.nodes[:n]
-        t.last = last_q
-        t.scale = float(self.qparam_of(last_q).scale[0])
+        steps = m.steps[: ends[-1] + 1]
+        last = steps[-1].node
+        nodes = [n for st in steps[:-1] for n in (st.node, st.got.get("dq")) if n is not None] + [last]
+        t = _Tail(nodes, last, steps[-1].got["scale"])
+        hop = None
+        for st in steps:
+            if st.stage == "quantize":
+                hop = st.got["scale"]
+            elif st.stage == "bias":
+                t.bias = st.got["bias"]
+            elif st.stage == "residual":
+                t.skip, t.s_skip = st.got["skip"], st.got["scale"]
+                if hop is not None and not (_close(hop, t.s_skip) and self.dialect.keeps(st.node, hop)):
+                    t.rounded = (hop, t.lo, t.hi)  # the model rounds the layer's output at the hop's scale
+            elif st.stage == "clip":
+                t.lo, t.hi = max(t.lo, st.got["bounds"][0]), min(t.hi, st.got["bounds"][1])
         return t
 
     @staticmethod
@@ -223,7 +235,7 @@ class _Rewriter:
         (x_q, qx), (w_q, qw) = x, w
         if w_q not in self.params or self.params[w_q].dtype != np.int8 or qw.axis not in (None, 0):
             return
-        tail = self.tail(c.output, self.index[c.output])
+        tail = self.tail(c)
         if tail is None:
             return
         channels = self.params[w_q].shape[0]
@@ -234,49 +246,20 @@ class _Rewriter:
         if tail.bias is not None:
             extra = np.rint(tail.bias / s_acc).astype(np.int64)
             bias = extra if bias is None else bias + extra
-        s_out, lo, hi, last = tail.scale, tail.lo, tail.hi, tail.last
-        skip_q, s_k = tail.skip, tail.s_skip
+        base, quant = tail.last.output, (tail.scale, 0)
         if tail.rounded is not None:
-            new = self.rescaled_nodes(c, x_q, w_q, bias, s_acc, conv, tail)
+            ep = self.rescaled(s_acc, bias, tail)
+            new = epilogue_nodes(c, x_q, w_q, ep, base, self.param, tail.skip, quant)
         else:
-            m, shift = choose_requantization(s_acc / s_out)
-            new = self.epilogue_nodes(c, x_q, w_q, bias, (m, shift), conv, skip_q, s_k, s_out, lo, hi, last)
+            m, shift = choose_requantization(s_acc / tail.scale)
+            ep = Epilogue(bias, m, int(shift), clip=self.int_bounds(tail.lo, tail.hi, tail.scale))
+            skip, before = tail.skip, ()
+            if skip is not None and abs(tail.s_skip - tail.scale) > REL_TOL * tail.scale:
+                before = (self.rescaled_skip(skip, tail.s_skip, tail.scale, base),)  # the skip at the output scale
+                skip = before[0].output
+            new = epilogue_nodes(c, x_q, w_q, ep, base, self.param, skip, quant, before)
         self.removed.update(n.output for n in [c, *tail.nodes])
-        self.replace[last.output] = new
-
-    def add_keeps(self, add: Node, scale: float) -> bool:
-        """Whether the quantize after ``add`` (or a ReLU) uses ``scale``: then fusing it into the integer
-        epilogue is exact (one rounding, as the model has)."""
-        q = self.only_consumer(add.output)
-        qp = qparams(q, self.params) if q is not None else None
-        return qp is not None and q.op == "quantize" and qp.per_tensor and _close(float(qp.scale[0]), scale)
-
-    def float_param(self, node: Node, value: str) -> np.ndarray | None:
-        """The constant ``node`` adds to ``value`` when it is one float per channel (a bias): a float
-        parameter, or the dequantization of an integer one."""
-        if len(node.inputs) != 2:
-            return None
-        other = node.inputs[1] if node.inputs[0] == value else node.inputs[0]
-        shape = self.types[value].shape
-        dq = self.dq_of(other)
-        if dq is not None and dq[0] in self.params:
-            raw, scale = self.params[dq[0]].astype(np.float64), dq[1].scale
-            p = raw * (scale.reshape(raw.shape) if scale.size == raw.size else scale)
-        elif other in self.params and self.params[other].dtype == np.float32:
-            p = self.params[other].astype(np.float64)
-        else:
-            return None
-        if p.ndim > len(shape):
-            return None
-        aligned = (1,) * (len(shape) - p.ndim) + p.shape
-        if aligned[1] != shape[1] or any(d != 1 for i, d in enumerate(aligned) if i != 1):
-            return None
-        return p.ravel()
-
-    def qparam_of(self, node: Node) -> QParams:
-        q = qparams(node, self.params)
-        assert q is not None  # checked by the matchers
-        return q
+        self.replace[base] = new
 
     def bias_q(self, c: Node, s_acc: np.ndarray, channels: int) -> np.ndarray | None:
         """The int32 bias at the accumulator's scale (from a dequantized int32 or a float constant)."""
@@ -293,58 +276,25 @@ class _Rewriter:
             return None
         return q.astype(np.int64)
 
-    def epilogue_nodes(self, c, x_q, w_q, bias, requant, conv, skip_q, s_k, s_out, lo, hi, last) -> list[Node]:
-        """conv2d/dense -> add(bias) -> mul(m, shift) -> [add(skip)] -> clip -> cast, named after ``last``."""
-        m, shift = requant
-        base, shape = last.output, ((1, -1, 1, 1) if conv else (1, -1))
-        acc = f"{base}:acc"
-        nodes = [Node(c.op, (x_q, w_q), acc, {k: v for k, v in c.attrs.items() if k not in ("groups", "dilation")})]
-        if bias is not None:
-            b = self.param(f"{base}:bias", bias.astype(np.int32).reshape(shape))
-            nodes.append(Node("add", (nodes[-1].output, b), f"{base}:biased"))
-        mult = self.param(f"{base}:mult", m.astype(np.int32).reshape(shape))
-        nodes.append(Node("mul", (nodes[-1].output, mult), f"{base}:shifted", {"shift": int(shift)}))
-        if skip_q is not None:
-            shifted = nodes[-1].output
-            skip = skip_q
-            if abs(s_k - s_out) > REL_TOL * s_out:  # rescale the skip to the output scale (int32)
-                nodes += self.rescaled_skip(skip_q, s_k, s_out, base)
-                skip = nodes[-1].output
-            nodes.append(Node("add", (shifted, skip), f"{base}:sum"))
-        qlo, qhi = self.int_bounds(lo, hi, s_out)
-        nodes.append(Node("clip", (nodes[-1].output,), f"{base}:clipped", {"lo": qlo, "hi": qhi}))
-        nodes.append(Node("cast", (nodes[-1].output,), base, {"dtype": "int8", "quant": (s_out, 0)}))
-        return nodes
-
-    def rescaled_nodes(self, c: Node, x_q: str, w_q: str, bias, s_acc: np.ndarray, conv: bool, t: _Tail) -> list[Node]:
+    def rescaled(self, s_acc: np.ndarray, bias: np.ndarray | None, t: _Tail) -> Epilogue:
         """The residual add of a QDQ model that rounds the layer's output y at its scale s_y before adding the
         skip k at s_k and rounding the sum at s_out: y as usual (clamped to its bounds), then
         ``rshift(mul(y, m_y, shift=j_y) + mul(k, m_k, shift=j_k), F)`` with ``F`` fractional bits, so each
         term's rounding error stays below 2^-F of an output step."""
         s_y, lo_y, hi_y = t.rounded
         m, shift = choose_requantization(s_acc / s_y)
-        nodes = self.epilogue_nodes(c, x_q, w_q, bias, (m, shift), conv, None, 0.0, s_y, lo_y, hi_y, t.last)[:-2]
-        base = t.last.output
-        ylo, yhi = self.int_bounds(lo_y, hi_y, s_y)
-        nodes.append(Node("clip", (nodes[-1].output,), f"{base}:y", {"lo": ylo, "hi": yhi}))
         r_y, r_k = s_y / t.scale, t.s_skip / t.scale
         frac = int(np.clip(29 - np.ceil(np.log2(128 * (r_y + r_k))), 0, 20))  # |sum| * 2^F stays below 2^29
         (m_y,), j_y = choose_requantization(r_y * 2.0**frac)
         (m_k,), j_k = choose_requantization(r_k * 2.0**frac)
-        qlo, qhi = self.int_bounds(t.lo, t.hi, t.scale)
-        return nodes + [
-            Node("mul", (nodes[-1].output,), f"{base}:y_scaled", {"b": int(m_y), "shift": int(j_y)}),
-            Node("mul", (t.skip,), f"{base}:skip", {"b": int(m_k), "shift": int(j_k)}),
-            Node("add", (f"{base}:y_scaled", f"{base}:skip"), f"{base}:sum"),
-            Node("rshift", (f"{base}:sum",), f"{base}:rounded", {"shift": frac}),
-            Node("clip", (f"{base}:rounded",), f"{base}:clipped", {"lo": qlo, "hi": qhi}),
-            Node("cast", (f"{base}:clipped",), base, {"dtype": "int8", "quant": (t.scale, 0)}),
-        ]
+        y_clip = self.int_bounds(lo_y, hi_y, s_y)
+        rescale = Rescale(y_clip, int(m_y), int(j_y), int(m_k), int(j_k), frac)
+        return Epilogue(bias, m, int(shift), "int8", rescale, self.int_bounds(t.lo, t.hi, t.scale))
 
-    def rescaled_skip(self, skip_q: str, s_k: float, s_out: float, base: str) -> list[Node]:
+    def rescaled_skip(self, skip_q: str, s_k: float, s_out: float, base: str) -> Node:
         """``mul(skip_q, m_k, shift=s_k)``: the int8 skip at the output scale, as int32."""
         (mk,), sk = choose_requantization(s_k / s_out)
-        return [Node("mul", (skip_q,), f"{base}:skip", {"b": int(mk), "shift": int(sk)})]
+        return Node("mul", (skip_q,), f"{base}:skip", {"b": int(mk), "shift": int(sk)})
 
     def lower_commuting(self, q: Node) -> None:
         """``quantize(op(dequantize(x)))`` with one scale -> ``op(x)``; ``quantize(dequantize(x))`` -> x."""
@@ -417,4 +367,4 @@ class _Rewriter:
 
 def lower_qdq(graph: Graph) -> Graph:
     """Rewrite the QDQ patterns of ``graph`` into integer operators (see the module docstring)."""
-    return _Rewriter(graph).run()
+    return _QdqLowering(graph).run()

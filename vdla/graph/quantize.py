@@ -52,13 +52,13 @@ from vdla.graph.calibrate import (
     check_calibration,
     choose_threshold,
 )
+from vdla.graph.epilogue import ANCHORS, FLOAT_STAGES, FloatDialect, walk
 from vdla.graph.graph import Graph, Node
 from vdla.graph.ops import infer_types
 from vdla.graph.passes import fresh_name
 from vdla.graph.qdq import COMMUTING
 from vdla.isa.arith import INT8_MAX
 
-ANCHORS = ("conv2d", "dense")
 REQUANTIZING = ("global_avg_pool",)  # of an int8 value: quantized at its own scale (an integer average)
 WEIGHT_MAX = INT8_MAX  # weights use the symmetric range [-127, 127]
 
@@ -169,15 +169,26 @@ def check_keep_float(graph: Graph, names: Iterable[str]) -> tuple[str, ...]:
     return names
 
 
+class PlannerDialect(FloatDialect):
+    """The float form of the epilogue (:data:`vdla.graph.epilogue.FLOAT_STAGES`) in a float graph, where
+    a node kept in float ends the chain."""
+
+    def __init__(self, graph: Graph, types, kept: set[str]):
+        super().__init__(graph, types)
+        self.kept = kept
+
+    def next(self, value: str) -> Node | None:
+        node = super().next(value)
+        return None if node is None or node.output in self.kept else node
+
+
 class _Planner:
     """Builds a :class:`QuantPlan` over one float graph."""
 
     def __init__(self, graph: Graph, kept: tuple[str, ...], align_residuals: bool = True):
         self.g, self.kept, self.align = graph, set(kept), align_residuals
         self.types = infer_types(graph)
-        self.prod, self.cons = graph.producers(), graph.consumers()
-        self.index = {n.output: i for i, n in enumerate(graph.nodes)}
-        self.outputs = set(graph.outputs)
+        self.dialect = PlannerDialect(graph, self.types, self.kept)
 
     def is_anchor(self, node: Node) -> bool:
         """A conv2d/dense the QDQ lowering turns into an accelerator epilogue, not kept in float."""
@@ -192,35 +203,11 @@ class _Planner:
     def is_float_param(self, name: str) -> bool:
         return name in self.g.params and self.g.params[name].dtype == np.float32
 
-    def next_in_chain(self, value: str) -> Node | None:
-        readers = self.cons.get(value, [])
-        if len(readers) != 1 or value in self.outputs or readers[0].output in self.kept:
-            return None
-        return readers[0]
-
     def chain(self, anchor: Node) -> tuple[str, list[str]]:
-        """The value an anchor's epilogue ends at, and the residual operand it adds (if any)."""
-        value, first, skip, activated = anchor.output, True, None, False
-        while (node := self.next_in_chain(value)) is not None:
-            other = [i for i in node.inputs if i != value]
-            if node.op in ("relu", "clip") and node.inputs[0] == value and not other:
-                activated = True
-            elif node.op == "add" and first and len(other) == 1 and self.is_float_param(other[0]):
-                pass  # a bias added by a separate node
-            elif node.op == "add" and skip is None and not activated and len(node.inputs) == 2 and len(other) == 1:
-                if not self.skip_ok(other[0], anchor, value):
-                    break
-                skip = other[0]
-            else:
-                break
-            first, value = False, node.output
-        return value, [] if skip is None else [skip]
-
-    def skip_ok(self, other: str, anchor: Node, value: str) -> bool:
-        """A residual operand computed before the anchor (so its int8 value is ready), of the same shape."""
-        t, mine = self.types[other], self.types[value]
-        before = other in self.g.inputs or self.index.get(other, len(self.index)) < self.index[anchor.output]
-        return t.dtype == "float32" and t.shape == mine.shape and other not in self.g.params and before
+        """The value an anchor's epilogue ends at (the float form of :mod:`vdla.graph.epilogue`), and the
+        residual operand it adds (if any)."""
+        m = walk(FLOAT_STAGES, anchor, self.dialect)
+        return m.end, [s.got["skip"] for s in m.get("residual")]
 
     def plan(self) -> QuantPlan:
         anchors = [n for n in self.g.nodes if self.is_anchor(n)]
@@ -303,7 +290,7 @@ def pow2_scale(scale: float) -> float:
     return float(2.0 ** np.ceil(np.log2(scale)))
 
 
-class _Rewriter:
+class _QdqWriter:
     """Rebuilds the node list once with quantize/dequantize nodes (see the module docstring)."""
 
     def __init__(self, graph: Graph, plan: QuantPlan, scales: Mapping[str, float], power_of_two: bool = False):
@@ -393,7 +380,7 @@ def quantize_graph(
     bad = {v: scales.get(v) for v in plan.calibrated if not (scales.get(v) or 0) > 0}
     if bad:
         raise QuantizationError(f"scales must be positive for every calibrated value, got {bad}")
-    rw = _Rewriter(graph, plan, scales, power_of_two)
+    rw = _QdqWriter(graph, plan, scales, power_of_two)
     return rw.run(), rw.layers
 
 

@@ -5,15 +5,13 @@
 >>> module.save("model.vdla"); vdla.load("model.vdla", backend="rtl")  # doctest: +SKIP
 
 Loading and running (:mod:`vdla.model.artifact`, :mod:`vdla.model.executor`) never import the
-compiler or ONNX; compiling (:mod:`vdla.model.build`) does.
+compiler or ONNX; compiling (:mod:`vdla.model.pipeline`) does.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-from vdla.graph.calibrate import DEFAULT_PERCENTILE
 from vdla.model.artifact import Artifact, ArtifactError, load_artifact
 from vdla.model.executor import ModelInputError, Module, RunReport, load
 
@@ -21,36 +19,25 @@ from vdla.model.executor import ModelInputError, Module, RunReport, load
 def compile(  # noqa: A001 - the public name the API promises (vdla.compile)
     model: Any,
     calib: Any = None,
-    config: str = "pynq",
+    options: Any = None,
+    *,
     backend: str = "sim",
-    input_shapes: dict[str, tuple[int, ...]] | None = None,
-    dump: str | Path | None = None,
     cache: Any = None,
     log: Any = None,
-    calibration: str = "percentile",
-    percentile: float = DEFAULT_PERCENTILE,
-    keep_float: Any = (),
-    **backend_options: Any,
+    progress: Any = None,
+    backend_options: dict[str, Any] | None = None,
+    **option_fields: Any,
 ) -> Module:
-    """Compile ``model`` (an ONNX path or ``onnx.ModelProto``, or a :class:`vdla.graph.Graph`) and bind it
-    to a device of ``backend``. ``calib`` (an ``.npz`` path or a dict of arrays, samples along the first
-    axis) quantizes a float model with scales by ``calibration`` (``minmax``, ``percentile``, ``entropy``),
-    the nodes in ``keep_float`` left in float (docs/quantization.md); a QDQ model keeps its own scales."""
-    from vdla.model.build import compile_model
+    """Compile ``model`` (an ONNX path or ``onnx.ModelProto``, or a :class:`vdla.graph.Graph`) as ``options``
+    (:class:`vdla.model.pipeline.CompileOptions`) say, its fields also taken as keywords (``config="pynq"``,
+    ``calibration="entropy"``, ``keep_float=[...]``, ``power_of_two=True``, ...), and bind it to a device of
+    ``backend`` (``backend_options`` go to the device). ``calib`` (an ``.npz`` path or a dict of arrays,
+    samples along the first axis) quantizes a float model (docs/quantization.md); a QDQ model keeps its own
+    scales. The compile report is ``module.compile_report``."""
+    from vdla.model.pipeline import compile_model
 
-    artifact, report = compile_model(
-        model,
-        calib=calib,
-        config=config,
-        input_shapes=input_shapes,
-        dump=dump,
-        cache=cache,
-        log=log,
-        calibration=calibration,
-        percentile=percentile,
-        keep_float=keep_float,
-    )
-    module = Module(artifact, backend, **backend_options)
+    artifact, report = compile_model(model, calib, options, cache=cache, log=log, progress=progress, **option_fields)
+    module = Module(artifact, backend, **(backend_options or {}))
     module.compile_report = report
     return module
 

@@ -71,11 +71,29 @@ def _keep_float(specs: list[str]) -> tuple[str, ...]:
     return tuple(name.strip() for spec in specs for name in spec.split(",") if name.strip())
 
 
+def compile_options(args: argparse.Namespace):
+    """The :class:`~vdla.model.pipeline.CompileOptions` of a ``vdla compile`` command line, every field set."""
+    from vdla.model.pipeline import CompileOptions
+
+    return CompileOptions(
+        config=args.config,
+        input_shapes=_shapes(args.input_shape),
+        calibration=args.calibration,
+        percentile=args.percentile,
+        keep_float=_keep_float(args.keep_float),
+        align_residuals=not args.separate_residual_scales,
+        power_of_two=args.power_of_two,
+        dump=args.dump,
+        quant_report=args.report,
+    )
+
+
 def cmd_compile(args: argparse.Namespace) -> int:
     from vdla.compiler import ScheduleCache
-    from vdla.model.build import compile_model
+    from vdla.model.pipeline import compile_model
 
     out = Path(args.output or Path(args.model).with_suffix(".vdla"))
+    options = compile_options(args)
     cache = None if args.no_cache else ScheduleCache()
     columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
     with Progress(*columns, TimeElapsedColumn(), console=console, transient=True) as bar:
@@ -87,22 +105,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
                 calib_task.append(bar.add_task("calibrating", total=total))
             bar.update(calib_task[0], completed=done)
 
-        artifact, report = compile_model(
-            args.model,
-            calib=args.calib,
-            config=args.config,
-            input_shapes=_shapes(args.input_shape),
-            dump=args.dump,
-            cache=cache,
-            log=lambda msg: bar.update(status, description=msg),
-            calibration=args.calibration,
-            percentile=args.percentile,
-            keep_float=_keep_float(args.keep_float),
-            quant_report=args.report,
-            progress=progress,
-            align_residuals=not args.separate_residual_scales,
-            power_of_two=args.power_of_two,
-        )
+        log = lambda msg: bar.update(status, description=msg)  # noqa: E731
+        artifact, report = compile_model(args.model, args.calib, options, cache=cache, log=log, progress=progress)
     artifact.save(out)
     if report.quantization is not None:
         console.print(_quant_table(report.quantization))

@@ -1,0 +1,330 @@
+"""The model compiler's back end: a placed graph becomes steps, DRAM tensors, instruction streams and an image.
+
+Layout: tensors an accelerator layer reads or writes live packed (NCHW1n16c) in DRAM; a CPU region converts
+at its boundary with the JIT pack/unpack kernels; consecutive accelerator layers pass the packed tensor on
+with no conversion. Memory: the DRAM activations are planned by liveness (reuse where lifetimes do not
+overlap). Code: each accelerator layer is compiled (tensorizing compiler, schedule search) against its planned
+addresses, and runs of consecutive accelerator steps are joined into one instruction stream.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from vdla.compiler import CompileError, ScheduleCache, compile_conv2d
+from vdla.compiler.chain import join_programs, weight_relocator
+from vdla.compiler.pool import compile_pool
+from vdla.compiler.search import emit_program
+from vdla.config import HwConfig
+from vdla.graph.graph import Graph, Node
+from vdla.graph.layout import blocked_shape
+from vdla.graph.ops import infer_types
+from vdla.graph.types import TensorType
+from vdla.graph.verify import verify
+from vdla.isa import Insn, IsaError, encode_program, validate_program
+from vdla.model.artifact import AccelChain, AccelStep, Artifact, CpuStep, DramTensor
+from vdla.model.match import AccelLayer, PoolLayer, fuse_pools
+from vdla.model.memplan import Lifetime, plan_memory
+from vdla.model.place import Placement
+from vdla.runtime.device import Device
+from vdla.runtime.dram import Buffer
+
+Log = Callable[[str], None]
+
+
+def _packed(t: TensorType, cfg: HwConfig, block: int) -> tuple[tuple[int, ...], tuple[int, int, int, int]]:
+    """(packed shape, NCHW shape) of an activation tensor of graph type ``t`` in the blocked layout."""
+    nchw = t.shape if len(t.shape) == 4 else (*t.shape, 1, 1)
+    return blocked_shape(nchw, cfg.batch, block), nchw
+
+
+class ModelBuilder:
+    """Turns a partitioned graph into steps, DRAM tensors and an image (one use)."""
+
+    def __init__(self, graph: Graph, cfg: HwConfig, cache: ScheduleCache | None, log: Log):
+        self.g, self.cfg, self.cache, self.log = graph, cfg, cache, log
+        self.types = infer_types(graph)
+        self.dram: dict[str, tuple[tuple[int, ...], str]] = {}  # DRAM tensor -> (packed shape, dtype)
+        self.steps: list = []
+        self.programs: dict[str, list[Insn]] = {}  # accelerator step -> its instruction stream
+
+    def dram_tensor(self, value: str, block: int) -> str:
+        t = self.types[value]
+        name = f"{value}@{block}"
+        self.dram.setdefault(name, (_packed(t, self.cfg, block)[0], t.dtype))
+        return name
+
+    def build_steps(self, plan: Placement) -> None:
+        """CPU steps with their boundary conversions, accelerator steps, in the order of the placement's
+        regions."""
+        units = fuse_pools(plan.units(), self.g)
+        accel_needs: dict[str, set[int]] = {}  # value -> blocks an accelerator layer reads it in
+        for kind, unit in units:
+            if kind == "accel":
+                accel_needs.setdefault(unit.x, set()).add(self.cfg.block_in)
+                if unit.residual:
+                    accel_needs.setdefault(unit.residual, set()).add(self.cfg.block_out)
+        cpu_readers: dict[str, set[str]] = {}  # value -> CPU nodes reading it
+        for k, unit in units:
+            if k == "cpu":
+                for n in unit:
+                    for i in n.inputs:
+                        cpu_readers.setdefault(i, set()).add(n.output)
+        graph_outputs = set(self.g.outputs)
+
+        def host_needs(region: set[str]) -> set[str]:
+            """Values a CPU node outside ``region`` or the caller of the model reads."""
+            return {v for v, readers in cpu_readers.items() if readers - region} | graph_outputs
+
+        accel_out = {unit.out for kind, unit in units if kind == "accel"}
+        self.pending: dict[str, str] = {}  # accel output -> its DRAM tensor (block_out)
+        for kind, unit in units:
+            if kind == "accel":
+                self.steps.append(("accel", unit))
+                self.pending[unit.out] = self.dram_tensor(unit.out, self.cfg.block_out)
+            else:
+                self.steps.append(("cpu", self.cpu_region(unit, accel_needs, host_needs, accel_out, plan.notes)))
+        # graph outputs the accelerator produced: unpack them on the host
+        tail = [o for o in self.g.outputs if o in accel_out]
+        if tail:
+            self.steps.append(("cpu", self.cpu_region([], accel_needs, host_needs, accel_out, {}, extra_outputs=tail)))
+        # values produced on the host (graph inputs or CPU regions) that an accelerator reads directly
+        # were packed by their CPU region; graph inputs read by the accelerator need a packing step
+        direct = [v for v in accel_needs if v in self.g.inputs]
+        if direct:
+            step = self.cpu_region([], accel_needs, host_needs, accel_out, {}, extra_outputs=direct)
+            self.steps.insert(0, ("cpu", step))
+
+    def accel_reads(self, layer: AccelLayer) -> list[str]:
+        reads = [self.dram_tensor(layer.x, self.cfg.block_in)]
+        if layer.residual:
+            reads.append(self.dram_tensor(layer.residual, self.cfg.block_out))
+        return reads
+
+    def lifetimes(self) -> list[Lifetime]:
+        """Each DRAM tensor from the step writing it to the last step reading it."""
+        first: dict[str, int] = {}
+        last: dict[str, int] = {}
+        for i, (kind, s) in enumerate(self.steps):
+            if kind == "accel":
+                reads, writes = self.accel_reads(s), [self.pending[s.out]]
+            else:
+                reads, writes = list(s.dram_inputs.values()), list(s.dram_outputs.values())
+            for t in writes:
+                if t in first:
+                    raise CompileError(f"DRAM tensor {t!r} is written twice (steps {first[t]} and {i})")
+                first[t], last[t] = i, max(last.get(t, i), i)
+            for t in reads:
+                if t not in first:
+                    raise CompileError(f"step {i} reads DRAM tensor {t!r} before any step writes it")
+                last[t] = max(last[t], i)
+        return [
+            Lifetime(t, int(np.prod(shape)) * np.dtype(dtype).itemsize, first[t], last[t])
+            for t, (shape, dtype) in self.dram.items()
+        ]
+
+    def finish(self, progress: Callable[[str], None] | None = None) -> Artifact:
+        """Plan DRAM, compile every accelerator layer against its addresses, and collect the image."""
+        cfg = self.cfg
+        lifetimes = self.lifetimes()
+        plan = plan_memory(lifetimes)
+        dev = Device(cfg, "sim")
+        arena = dev.alloc(max(plan.total, 1))
+        addr = {t: arena.addr + off for t, off in plan.offsets.items()}
+        steps = []
+        for kind, s in self.steps:
+            if kind == "cpu":
+                steps.append(s)
+                continue
+            if progress:
+                progress(s.out)
+            try:
+                steps.append(self.compile_layer(s, dev, addr))
+            except CompileError as e:
+                shape = "x".join(map(str, self.types[s.x].shape))
+                raise CompileError(f"layer {s.out!r} ({s.op} of a {shape} input): {e}") from e
+        chains = self.chain(steps, dev)
+        live = dev.dram._live.values()
+        high = max(b.addr + b.nbytes for b in live) - dev.dram.base
+        image = dev.dram.mem[:high].copy()
+        tensors = {t: DramTensor(addr[t], tuple(shape), dtype) for t, (shape, dtype) in self.dram.items()}
+        host = sum(t.size * np.dtype(t.dtype).itemsize for t in self.types.values())
+        memory = {
+            "dram_arena_bytes": plan.total,
+            "dram_arena_no_reuse_bytes": plan.no_reuse,
+            "image_bytes": int(image.size),
+            "constants_and_code_bytes": int(image.size) - plan.total,
+            "host_values_bytes": int(host),
+        }
+        inputs = {k: t for k, t in self.g.inputs.items()}
+        outputs = {o: self.types[o] for o in self.g.outputs}
+        return Artifact(cfg, inputs, outputs, steps, tensors, image, memory, {"model": self.g.name}, chains)
+
+    def chain(self, steps: list, dev: Device) -> list[AccelChain]:
+        """Each run of two or more consecutive accelerator steps joined into one stream in ``dev``'s DRAM."""
+        cfg = self.cfg
+        relocate = weight_relocator(
+            cfg,
+            lambda index, n: dev.dram.view(index * 4, n * 4).view(np.uint32).copy(),
+            lambda words: dev.array(words).addr // 4,
+        )
+        chains = []
+        for first, count in accel_runs(steps):
+            joined = join_programs(
+                [self.programs[s.name] for s in steps[first : first + count]], cfg.wgt_depth, relocate
+            )
+            try:
+                validate_program(joined.insns, cfg, dev.dram.range)
+            except IsaError as e:
+                raise CompileError(f"joining steps {first}..{first + count - 1}: {e}") from e
+            code = dev.array(np.frombuffer(encode_program(joined.insns), np.uint8))
+            chains.append(AccelChain(first, count, code.addr, len(joined.insns), list(joined.starts)))
+        return chains
+
+    def compile_layer(self, layer: AccelLayer | PoolLayer, dev: Device, addr: dict[str, int]) -> AccelStep:
+        """Compile one accelerator layer and emit its instruction stream against the planned tensors."""
+        if isinstance(layer, PoolLayer):
+            return self.compile_pool(layer, dev, addr)
+        g = layer.geometry
+        compiled = compile_conv2d(
+            layer.in_shape,
+            layer.weights,
+            stride=g.stride,
+            padding=g.padding,
+            dilation=g.dilation,
+            epilogue=layer.epilogue,
+            max_pool=layer.max_pool(),
+            config=self.cfg,
+            cache=self.cache,
+        )
+        insns, code = self.emit(layer, compiled.lowering, compiled.stream, compiled.constants, dev, addr)
+        sp = compiled.spec
+        desc = {
+            "op": layer.op + "+max_pool2d" * (layer.pool is not None),
+            "input": list(sp.out_shape[:1]) + [sp.c, sp.h, sp.w],
+            "output": [*sp.out_shape[:2], *compiled.lowering.out_hw],
+            "kernel": [sp.kh, sp.kw],
+            "stride": [sp.sh, sp.sw],
+            "schedule": compiled.schedule.describe(),
+            "epilogue": compiled.epilogue.key(),
+        }
+        out = [self.pending[layer.out]]
+        return AccelStep(layer.out, code.addr, len(insns), sp.macs, self.accel_reads(layer), out, desc)
+
+    def compile_pool(self, layer: PoolLayer, dev: Device, addr: dict[str, int]) -> AccelStep:
+        """A pooling on the ALU (:mod:`vdla.compiler.pool`), its schedule timed on the simulator."""
+        compiled = compile_pool(layer.spec, self.cfg)
+        insns, code = self.emit(layer, compiled.lowering, compiled.stream, compiled.constants, dev, addr)
+        sp = layer.spec
+        desc = {
+            "op": "global_avg_pool" if layer.op == "global_sum_pool" else layer.op,
+            "input": list(sp.shape),
+            "output": list(sp.out_shape),
+            "kernel": list(sp.window.kernel),
+            "stride": list(sp.window.stride),
+            "schedule": compiled.schedule.describe(),
+            "epilogue": f"pad {'int8 min' if sp.pad_min else 'zero (input >= 0)'}" if sp.op == "max" else "requant",
+        }
+        out = [self.pending[layer.out]]
+        return AccelStep(layer.out, code.addr, len(insns), 0, self.accel_reads(layer), out, desc)
+
+    def emit(self, layer, low, stream, constants: dict, dev: Device, addr: dict[str, int]):
+        """The layer's instruction stream bound to its planned DRAM tensors and constants: (insns, code)."""
+        need = low.tensor_bytes()
+        tensors = {"inp": self.dram_tensor(layer.x, self.cfg.block_in), "out": self.pending[layer.out]}
+        if layer.residual:
+            tensors["res"] = self.dram_tensor(layer.residual, self.cfg.block_out)
+        buffers: dict[str, Buffer] = {}
+        for role, t in tensors.items():
+            shape, dtype = self.dram[t]
+            nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
+            if nbytes != need[role]:
+                raise CompileError(
+                    f"layer {layer.out!r}: {role} is {nbytes} bytes packed, the program expects {need[role]}"
+                )
+            buffers[role] = Buffer(dev.dram, addr[t], nbytes)
+        for name, data in constants.items():
+            buffers[name] = dev.array(data)
+        insns = emit_program(low, stream, dev, buffers)
+        self.programs[layer.out] = insns
+        return insns, dev.array(np.frombuffer(encode_program(insns), np.uint8))
+
+    def cpu_region(self, nodes, accel_needs, host_needs, accel_out, notes, extra_outputs=()) -> CpuStep:
+        """A CPU step: ``nodes`` with unpacking of the accelerator outputs it reads and packing of the values
+        an accelerator layer reads; ``extra_outputs`` are values to convert only (an accelerator output a
+        graph output needs, a graph input an accelerator reads)."""
+        cfg = self.cfg
+        defined = {n.output for n in nodes}
+        reads = [i for n in nodes for i in n.inputs if i not in defined and i not in self.g.params]
+        reads = list(dict.fromkeys([*reads, *extra_outputs]))
+        g_inputs: dict[str, TensorType] = {}
+        pre: list[Node] = []
+        dram_inputs: dict[str, str] = {}
+        for v in reads:
+            t = self.types[v]
+            if v not in accel_out:
+                g_inputs[v] = t
+                continue
+            dname = self.pending[v]  # read the packed accelerator output and unpack it
+            shape, dtype = self.dram[dname]
+            g_inputs[f"{v}@in"] = TensorType(shape, dtype)
+            dram_inputs[f"{v}@in"] = dname
+            nchw = _packed(t, cfg, cfg.block_out)[1]
+            target = v if len(t.shape) == 4 else f"{v}@nchw"
+            pre.append(Node("unpack_blocked", (f"{v}@in",), target, {"channels": nchw[1], "images": nchw[0]}))
+            if len(t.shape) != 4:
+                pre.append(Node("reshape", (target,), v, {"shape": list(t.shape)}))
+        post: list[Node] = []
+        outputs: list[str] = []
+        dram_outputs: dict[str, str] = {}
+        for v in dict.fromkeys([*(n.output for n in nodes), *extra_outputs]):
+            if v in host_needs(defined) or (v in extra_outputs and v in accel_out):
+                outputs.append(v)
+            if v in accel_out:
+                continue
+            for block in sorted(accel_needs.get(v, ())):
+                nchw = _packed(self.types[v], cfg, block)[1]
+                src = v
+                if len(self.types[v].shape) != 4:
+                    src = f"{v}@nchw{block}"
+                    post.append(Node("reshape", (v,), src, {"shape": list(nchw)}))
+                out = f"{v}@out{block}"
+                post.append(Node("pack_blocked", (src,), out, {"batch": cfg.batch, "block": block}))
+                outputs.append(out)
+                dram_outputs[out] = self.dram_tensor(v, block)
+        params = {p: self.g.params[p] for n in nodes for p in n.inputs if p in self.g.params}
+        ptypes = {p: t for p, t in self.g.param_types.items() if p in params}
+        graph = Graph(g_inputs, [*pre, *nodes, *post], outputs, params, ptypes, name=f"cpu{len(self.steps)}")
+        verify(graph, after="partitioning (CPU region)")
+        note = "; ".join(f"{k}: {v}" for k, v in notes.items() if k in defined)
+        name = nodes[-1].output if nodes else f"convert {','.join(extra_outputs)}"
+        return CpuStep(name, graph, dram_inputs, dram_outputs, sum(node_macs(n, self.types) for n in nodes), note)
+
+
+def accel_runs(steps: list) -> list[tuple[int, int]]:
+    """(first, count) of each run of two or more consecutive accelerator steps."""
+    runs, start = [], None
+    for i, s in enumerate([*steps, None]):
+        if isinstance(s, AccelStep):
+            start = i if start is None else start
+        elif start is not None:
+            if i - start > 1:
+                runs.append((start, i - start))
+            start = None
+    return runs
+
+
+def node_macs(node: Node, types: dict[str, TensorType]) -> int:
+    """Multiply-accumulates of a conv2d, dense or matmul node of the graph typed by ``types`` (0 for others)."""
+    if node.op == "conv2d":
+        n, oc, oh, ow = types[node.output].shape
+        _, icg, kh, kw = types[node.inputs[1]].shape
+        return n * oc * oh * ow * icg * kh * kw
+    if node.op == "dense":
+        m, n = types[node.output].shape
+        return m * n * types[node.inputs[1]].shape[1]
+    if node.op == "matmul":
+        return int(np.prod(types[node.output].shape)) * types[node.inputs[1]].shape[-2]  # K of (..., K, N)
+    return 0

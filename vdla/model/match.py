@@ -1,0 +1,193 @@
+"""Which layers the accelerator runs: a conv2d/dense with the epilogue it expresses, or a pooling.
+
+A layer is recognised once, on the lowered (integer) graph: its anchor's checks here, its epilogue by the
+one grammar of :mod:`vdla.graph.epilogue` (:func:`~vdla.graph.epilogue.match_integer`). A matcher returns the
+layer, or the reason it stays on the CPU (a string the placement notes carry to the user).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from vdla.compiler import CompileError
+from vdla.compiler.fused_pool import FusedPool
+from vdla.compiler.pool import PoolLowering, PoolSpec
+from vdla.compiler.spec import Conv2dSpec
+from vdla.config import HwConfig
+from vdla.graph.epilogue import Epilogue, match_integer
+from vdla.graph.graph import Graph, Node
+from vdla.graph.types import TensorType
+
+POOL_ANCHORS = ("max_pool2d", "global_sum_pool")
+
+
+@dataclass(frozen=True)
+class ConvGeometry:
+    """The window of a conv2d layer as the compiler takes it (a dense layer: a 1x1 convolution)."""
+
+    stride: int | tuple[int, int] = 1
+    padding: int | tuple[int, ...] = 0
+    dilation: int | tuple[int, int] = 1
+
+
+@dataclass(frozen=True, eq=False)
+class AccelLayer:
+    """A conv2d/dense with the epilogue the accelerator runs: the graph values it reads and writes, its
+    input shape, weights, window and epilogue (the arguments of :func:`vdla.compiler.compile_conv2d`).
+
+    Invariant: ``nodes`` are the node outputs the layer computes, the anchor first; ``residual`` is the value
+    the epilogue adds exactly when ``epilogue.residual`` names its dtype; ``pool`` is a max pool of the
+    output fused into the tiles (its output is then ``out``)."""
+
+    op: str
+    nodes: tuple[str, ...]
+    x: str
+    out: str
+    in_shape: tuple[int, int, int, int]  # NCHW the compiler sees (dense: (M, K, 1, 1))
+    weights: np.ndarray  # OIHW int8
+    geometry: ConvGeometry
+    epilogue: Epilogue
+    residual: str | None = None
+    pool: PoolLayer | None = None
+
+    def spec(self) -> Conv2dSpec:
+        """The layer's shape as the compiler checks it (raises CompileError naming what does not fit)."""
+        g, sh = self.geometry, self.weights.shape
+        return Conv2dSpec.make(self.in_shape, sh[0], sh[2:], g.stride, g.padding, g.dilation)
+
+    def max_pool(self) -> tuple | None:
+        """The fused max pool as :func:`vdla.compiler.compile_conv2d` takes it: (kernel, stride, padding)."""
+        win = self.pool.spec.window if self.pool is not None else None
+        return None if win is None else (win.kernel, win.stride, win.pads)
+
+
+@dataclass(frozen=True)
+class PoolLayer:
+    """A pooling the accelerator's ALU runs (:mod:`vdla.compiler.pool`): the graph values it reads and
+    writes and its spec. A global average is ``global_sum_pool -> mul -> clip -> cast`` [-> reshape to
+    (N, C), which leaves the packed bytes as they are]."""
+
+    op: str
+    nodes: tuple[str, ...]
+    x: str
+    out: str
+    spec: PoolSpec
+    residual: None = None
+
+
+def _known_nonneg(value: str, graph: Graph) -> bool:
+    """Whether ``value`` is >= 0 by construction: a ReLU, or a clip with a non-negative lower bound (through
+    a cast)."""
+    node = graph.producers().get(value)
+    if node is not None and node.op == "cast":
+        node = graph.producers().get(node.inputs[0])
+    if node is None:
+        return False
+    lo = node.attrs.get("lo")
+    return node.op == "relu" or (node.op == "clip" and isinstance(lo, int) and lo >= 0)
+
+
+def fuse_pool(conv: AccelLayer, pool: PoolLayer, graph: Graph) -> AccelLayer | None:
+    """``conv`` with the max pool ``pool`` of its output fused into its tiles (:mod:`vdla.compiler.fused_pool`),
+    or None where that is not exact or not possible: the pool must be the output's only reader and
+    :meth:`~vdla.compiler.fused_pool.FusedPool.for_layer` take the layer."""
+    if conv.op != "conv2d" or pool.op != "max_pool2d" or pool.x != conv.out or conv.residual:
+        return None
+    if conv.out in graph.outputs or len(graph.consumers().get(conv.out, [])) != 1:
+        return None
+    try:
+        sp = conv.spec()
+        FusedPool.for_layer(pool.spec.window, (sp.oh, sp.ow), conv.epilogue)
+    except CompileError:
+        return None
+    return replace(conv, nodes=(*conv.nodes, *pool.nodes), out=pool.out, pool=pool)
+
+
+def fuse_pools(units: list[tuple[str, AccelLayer | PoolLayer | list[Node]]], graph: Graph) -> list:
+    """The placement's units with each accelerator max pool fused into the convolution before it where
+    :func:`fuse_pool` allows."""
+    out: list = []
+    for kind, unit in units:
+        prev = out[-1][1] if out and out[-1][0] == "accel" else None
+        if kind == "accel" and isinstance(unit, PoolLayer) and isinstance(prev, AccelLayer):
+            fused = fuse_pool(prev, unit, graph)
+            if fused is not None:
+                out[-1] = ("accel", fused)
+                continue
+        out.append((kind, unit))
+    return out
+
+
+def match_pool(anchor: Node, graph: Graph, types: dict[str, TensorType], cfg: HwConfig) -> PoolLayer | str:
+    """The pooling layer anchored at ``anchor`` (a max pool, or a global sum with its requantization), or the
+    reason it stays on the CPU. A max pool pads with the int8 minimum unless its input is known >= 0."""
+    x = anchor.inputs[0]
+    if types[x].dtype != "int8":
+        return f"a {types[x].dtype} pool (the ALU pools int8 activations: quantize the model)"
+    a, shape = anchor.attrs, types[x].shape
+    try:
+        if anchor.op == "max_pool2d":
+            pad_min = not _known_nonneg(x, graph)
+            spec = PoolSpec.make(shape, a["kernel"], a.get("stride"), a.get("padding", 0), "max", pad_min=pad_min)
+            nodes = [anchor.output]
+        else:
+            chain = _requant_chain(anchor, graph)
+            if isinstance(chain, str):
+                return chain
+            nodes, (m, shift, lo, hi) = chain
+            spec = PoolSpec.global_avg(shape, m, shift, (lo, hi))
+        PoolLowering(spec, cfg).check_minimal()
+    except CompileError as e:
+        return str(e)
+    return PoolLayer(anchor.op, tuple(nodes), x, nodes[-1], spec)
+
+
+def _requant_chain(anchor: Node, graph: Graph) -> tuple[list[str], tuple[int, int, int, int]] | str:
+    """``global_sum_pool -> mul(m, shift) -> clip -> cast(int8)`` [-> reshape to (N, C)]: the node outputs and
+    (m, shift, lo, hi), or why not."""
+    consumers, outputs = graph.consumers(), set(graph.outputs)
+    want = ("mul", "clip", "cast", "reshape")
+    nodes, node = [anchor.output], _chain_next(anchor.output, consumers, outputs)
+    while node is not None and len(nodes) <= 4 and node.op == want[len(nodes) - 1] and node.inputs[0] == nodes[-1]:
+        nodes.append(node.output)
+        node = _chain_next(node.output, consumers, outputs)
+    by_op = {graph.producers()[v].op: graph.producers()[v] for v in nodes}
+    mul, clip, cast = by_op.get("mul"), by_op.get("clip"), by_op.get("cast")
+    if len(nodes) < 4 or "b" not in mul.attrs or np.ndim(mul.attrs["b"]) or cast.attrs.get("dtype") != "int8":
+        return "a global sum without its requantization (mul by a scalar, clip, cast to int8) runs on the CPU"
+    reshape = by_op.get("reshape")
+    if reshape is not None and len(reshape.attrs["shape"]) != 2:
+        nodes.pop()  # only the (N, C) view keeps the packed bytes
+    lo, hi = clip.attrs.get("lo"), clip.attrs.get("hi")
+    if not (isinstance(lo, int) and isinstance(hi, int)):
+        return "a global sum clipped to computed bounds"
+    return nodes, (int(mul.attrs["b"]), int(mul.attrs.get("shift", 0)), lo, hi)
+
+
+def _chain_next(value: str, consumers: dict[str, list[Node]], outputs: set[str]) -> Node | None:
+    readers = consumers.get(value, [])
+    return readers[0] if len(readers) == 1 and value not in outputs else None
+
+
+def match_accel(anchor: Node, graph: Graph, types: dict[str, TensorType]) -> AccelLayer | str:
+    """The accelerator layer anchored at the conv2d/dense ``anchor``, or the reason it stays on the CPU."""
+    x, w = anchor.inputs[0], anchor.inputs[1]
+    if len(anchor.inputs) > 2:
+        return "a float bias (the accelerator adds an int32 bias after quantization)"
+    if types[x].dtype != "int8" or w not in graph.params or graph.params[w].dtype != np.int8:
+        return "not quantized to int8 (run a QDQ model, or quantize with --calib)"
+    conv = anchor.op == "conv2d"
+    a = anchor.attrs
+    if conv and (int(a.get("groups", 1)) != 1):
+        return f"groups={a.get('groups')} (the GEMM intrinsic reduces over all input channels)"
+    found = match_integer(anchor, graph, types)
+    if isinstance(found, str):
+        return found
+    geometry = ConvGeometry(a.get("stride", 1), a.get("padding", 0), a.get("dilation", 1))
+    weights = graph.params[w] if conv else graph.params[w][:, :, None, None]
+    in_shape = types[x].shape if conv else (*types[x].shape, 1, 1)
+    return AccelLayer(
+        anchor.op, found.nodes, x, found.output, tuple(in_shape), weights, geometry, found.epilogue, found.residual
+    )

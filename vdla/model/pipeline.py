@@ -1,0 +1,242 @@
+"""The model compiler's pass pipeline and entry point: ONNX (or a graph) in, a deployable artifact out.
+
+Pipeline (each pass verified, dumped with ``CompileOptions.dump``):
+
+1. import (``vdla.frontend.onnx``) and simplification (identities, batch-norm folding, constants, dead
+   code); a float model with calibration data is quantized to int8 (:mod:`vdla.graph.quantize`);
+2. QDQ lowering (``vdla.graph.qdq``): quantized layers become the accelerator's integer epilogue; a first
+   convolution over few channels becomes an im2col on the host and a 1x1 convolution (``vdla.graph.im2col``);
+3. fusion and partitioning (:mod:`vdla.model.place`, the layers recognised by :mod:`vdla.model.match`);
+4. layout, memory planning and the accelerator layers' code (:mod:`vdla.model.lower`);
+5. the artifact: DRAM image, instruction streams, CPU region graphs, manifest.
+
+Every setting is one :class:`CompileOptions`, which ``vdla.compile``, :func:`compile_model` and ``vdla
+compile`` all take whole.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vdla.compiler import CompileError, ScheduleCache
+from vdla.config import DEFAULT_PRESET, HwConfig, load_config
+from vdla.graph import dump as gdump
+from vdla.graph.calibrate import DEFAULT_PERCENTILE, METHODS
+from vdla.graph.graph import Graph
+from vdla.graph.im2col import im2col_convs
+from vdla.graph.ops import infer_types
+from vdla.graph.qdq import lower_qdq
+from vdla.graph.quantize import QuantReport, quantize_model
+from vdla.graph.verify import verify
+from vdla.model.artifact import Artifact
+from vdla.model.lower import Log, ModelBuilder
+from vdla.model.place import place
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    """How a model compiles: the hardware ``config`` (a preset name, a JSON file or an :class:`HwConfig`);
+    ``input_shapes`` fixing dynamic input dimensions; for a float model with calibration data, the
+    ``calibration`` method (``minmax``, ``percentile`` at ``percentile``, ``entropy``), the nodes left in
+    float (``keep_float``, by output name), residual skips sharing their sum's scale (``align_residuals``)
+    and power-of-two scales (``power_of_two``, VTA's scheme); ``dump`` a folder for the graph after every
+    pass and ``quant_report`` a path for the quantization report (JSON).
+
+    Invariants: ``calibration`` is one of :data:`vdla.graph.calibrate.METHODS`, ``percentile`` lies in
+    (0, 100], ``keep_float`` is a tuple of names, ``input_shapes`` maps names to tuples of ints."""
+
+    config: str | HwConfig = DEFAULT_PRESET
+    input_shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict, hash=False)
+    calibration: str = "percentile"
+    percentile: float = DEFAULT_PERCENTILE
+    keep_float: tuple[str, ...] = ()
+    align_residuals: bool = True
+    power_of_two: bool = False
+    dump: str | Path | None = None
+    quant_report: str | Path | None = None
+
+    def __post_init__(self) -> None:
+        if self.calibration not in METHODS:
+            raise CompileError(f"unknown calibration method {self.calibration!r} (one of {', '.join(METHODS)})")
+        if not 0 < self.percentile <= 100:
+            raise CompileError(f"percentile must lie in (0, 100], got {self.percentile}")
+        keep = (self.keep_float,) if isinstance(self.keep_float, str) else tuple(self.keep_float)
+        object.__setattr__(self, "keep_float", keep)
+        shapes = {str(k): tuple(int(d) for d in v) for k, v in dict(self.input_shapes or {}).items()}
+        object.__setattr__(self, "input_shapes", shapes)
+
+    def updated(self, **changes: Any) -> CompileOptions:
+        """These options with ``changes`` (field names of this class; anything else is refused, naming the
+        fields there are)."""
+        known = [f.name for f in fields(self)]
+        unknown = sorted(set(changes) - set(known))
+        if unknown:
+            raise CompileError(f"unknown compile option(s) {unknown}; the options are {', '.join(known)}")
+        return replace(self, **changes) if changes else self
+
+
+@dataclass
+class CompileReport:
+    """What compilation did: pass timings, placement notes, the artifact's memory figures."""
+
+    seconds: dict[str, float] = field(default_factory=dict)
+    notes: dict[str, str] = field(default_factory=dict)
+    placement: dict[str, str] = field(default_factory=dict)
+    quantization: QuantReport | None = None  # profile-guided quantization of a float model (``calib``)
+
+
+def compile_graph_model(
+    graph: Graph,
+    config: str | HwConfig = DEFAULT_PRESET,
+    cache: ScheduleCache | None = None,
+    dump: str | Path | None = None,
+    log: Log | None = None,
+    passes: list[tuple[str, Callable[[Graph], Graph]]] | None = None,
+) -> tuple[Artifact, CompileReport]:
+    """Compile a graph (already imported) to an artifact: ``passes`` (name, function) run first, then QDQ
+    lowering, partitioning, layout, memory planning and the accelerator layers."""
+    cfg = load_config(config)
+    if cfg.block_in != cfg.block_out:
+        raise CompileError(
+            f"config {cfg.name!r} has block_in={cfg.block_in} != block_out={cfg.block_out}: the model compiler "
+            "passes packed activations from layer to layer and needs square blocks"
+        )
+    report = CompileReport()
+    log = log or (lambda msg: None)
+    step = 0
+
+    def after(name: str, g: Graph, t0: float, placement: dict | None = None, groups: Mapping | None = None) -> Graph:
+        nonlocal step
+        report.seconds[name] = time.perf_counter() - t0
+        types = verify(g, after=name)
+        if dump is not None:
+            gdump.write(dump, step, name, g, types, placement, groups)
+        step += 1
+        return g
+
+    graph = after("input", graph, time.perf_counter())
+    # the first convolution's kernel window folded into its reduction (vdla.graph.im2col)
+    im2col = ("im2col", lambda g: im2col_convs(g, cfg.block_in))
+    for name, fn in [*(passes or []), ("lower_qdq", lower_qdq), im2col]:
+        t0 = time.perf_counter()
+        graph = after(name, fn(graph), t0)
+    t0 = time.perf_counter()
+    types = infer_types(graph)
+    plan = place(graph, types, cfg)
+    report.placement = dict(plan.partition.placement)
+    report.notes = dict(plan.notes)
+    after("partition", graph, t0, report.placement, plan.partition.fusion.group_of)
+    t0 = time.perf_counter()
+    builder = ModelBuilder(graph, cfg, cache, log)
+    builder.build_steps(plan)
+    n_accel = sum(k == "accel" for k, _ in builder.steps)
+    artifact = builder.finish(progress=lambda name: log(f"compiling accelerator layer {name} ({n_accel} in all)"))
+    report.seconds["accelerator layers"] = time.perf_counter() - t0
+    artifact.meta["compile_seconds"] = sum(report.seconds.values())
+    return artifact, report
+
+
+def _load_calib(calib: str | Path | Mapping[str, np.ndarray] | np.ndarray) -> dict[str, np.ndarray]:
+    """Calibration arrays by input name: an .npz path, a mapping or one array (for a single-input model),
+    checked against the model's inputs by :func:`vdla.graph.calibrate.check_calibration`."""
+    if isinstance(calib, np.ndarray):
+        return {"calib": calib}
+    if isinstance(calib, str | Path):
+        try:
+            with np.load(calib) as npz:
+                return {k: npz[k] for k in npz.files}
+        except (OSError, ValueError, AttributeError) as e:
+            raise CompileError(f"{calib}: not a readable .npz of calibration arrays ({e})") from e
+    if not isinstance(calib, Mapping):
+        raise CompileError(
+            f"calib must be an .npz path, a dict of arrays by input name or one array, got {type(calib).__name__}"
+        )
+    return dict(calib)
+
+
+def calibration_runner(log: Log) -> Callable[[Graph], Callable] | None:
+    """The CPU fallback's JIT as the calibration runner (None: the numpy interpreter, where llvmlite is
+    missing)."""
+    try:
+        from vdla.cpu_fallback import compile_graph
+    except ImportError:
+        log("llvmlite is not installed: calibration runs on the numpy interpreter (pip install 'vdla[jit]')")
+        return None
+    return lambda graph: compile_graph(graph).run
+
+
+def compile_model(
+    model: Any,
+    calib: str | Path | Mapping[str, np.ndarray] | np.ndarray | None = None,
+    options: CompileOptions | None = None,
+    *,
+    cache: ScheduleCache | None = None,
+    log: Log | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    **option_fields: Any,
+) -> tuple[Artifact, CompileReport]:
+    """Compile an ONNX model (path or ``onnx.ModelProto``) or a :class:`Graph` to an artifact, as ``options``
+    say (:class:`CompileOptions`; its fields may also be given as keywords, which replace them).
+
+    A float model with ``calib`` (an .npz path or a dict: one float array per model input, samples along
+    the first axis; a single-input model also takes the array itself) is quantized to int8 first
+    (:func:`vdla.graph.quantize.quantize_model`), ``progress(done, total)`` called per calibration batch,
+    the report in ``CompileReport.quantization`` (and written to ``options.quant_report``). A QDQ model
+    keeps its own scales: ``calib`` for one is refused. Without ``calib`` a float model runs in float on the
+    CPU. ``cache`` keeps searched schedules between runs; ``log`` receives progress messages.
+    """
+    from vdla.graph.passes import simplify
+
+    opts = (options or CompileOptions()).updated(**option_fields)
+    t0 = time.perf_counter()
+    if isinstance(model, Graph):
+        graph = model
+    else:
+        from vdla.frontend.onnx import import_onnx
+
+        graph = import_onnx(model, opts.input_shapes)
+    import_s = time.perf_counter() - t0
+    quantized = any(n.op in ("quantize", "dequantize") for n in graph.nodes)
+    passes: list[tuple[str, Callable[[Graph], Graph]]] = [("simplify", simplify)]
+    found: list[QuantReport] = []
+    if calib is not None:
+        if quantized:
+            raise CompileError(
+                "the model is already quantized (QDQ): it keeps the scales it carries; drop the calibration data"
+            )
+        arrays = _load_calib(calib)
+        runner = calibration_runner(log or (lambda msg: None))
+
+        def quantize(g: Graph) -> Graph:
+            qgraph, qreport = quantize_model(
+                g,
+                arrays,
+                opts.calibration,
+                opts.percentile,
+                opts.keep_float,
+                runner,
+                progress,
+                opts.align_residuals,
+                opts.power_of_two,
+            )
+            found.append(qreport)
+            return qgraph
+
+        passes.append(("quantize", quantize))
+    elif opts.keep_float:
+        raise CompileError("keep_float needs calibration data (calib): without it a float model runs all in float")
+    artifact, report = compile_graph_model(graph, opts.config, cache, opts.dump, log, passes=passes)
+    report.seconds = {"import": import_s, **report.seconds}
+    report.quantization = found[0] if found else None
+    if report.quantization is not None and opts.quant_report is not None:
+        Path(opts.quant_report).write_text(json.dumps(report.quantization.to_dict(), indent=2))
+    artifact.meta["compile_seconds"] = sum(report.seconds.values())
+    artifact.meta["quantized"] = quantized or report.quantization is not None
+    return artifact, report

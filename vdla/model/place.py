@@ -1,0 +1,81 @@
+"""Where the model runs: the post-dominator fusion's groups partitioned between the accelerator and the CPU.
+
+Each group anchored at a conv2d/dense is offered to :func:`vdla.model.match.match_accel`, each anchored at a
+max pool or a global sum to :func:`~vdla.model.match.match_pool`; the accelerator claims the anchor and the
+epilogue chain it expresses (the rest of the group goes to the CPU) when the compiler takes the layer's
+shape. Everything else runs on the CPU, connected CPU groups stacked into one region.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from vdla.compiler import CompileError
+from vdla.config import HwConfig
+from vdla.graph.fusion import EPILOGUE_ANCHORS, Group, fuse_ops
+from vdla.graph.graph import Graph, Node
+from vdla.graph.partition import ACCEL, Capability, Partition, partition
+from vdla.graph.types import TensorType
+from vdla.model.match import POOL_ANCHORS, AccelLayer, PoolLayer, match_accel, match_pool
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where the model runs: the partition of its fused groups (:func:`vdla.graph.partition.partition`)
+    and the accelerator layer of each accelerator region.
+
+    Invariants: ``layers`` holds one layer per accelerator region of ``partition`` (by region index),
+    whose ``nodes`` are the region's nodes; ``notes`` says, for every conv2d/dense on the CPU (by its
+    output), why the accelerator does not run it.
+    """
+
+    partition: Partition
+    layers: Mapping[int, AccelLayer | PoolLayer]
+    notes: Mapping[str, str]
+
+    def units(self) -> list[tuple[str, AccelLayer | PoolLayer | list[Node]]]:
+        """The regions in order: ``("accel", layer)`` or ``("cpu", nodes)``."""
+        regions = self.partition.regions
+        return [(r.target, self.layers[r.index] if r.target == ACCEL else list(r.nodes)) for r in regions]
+
+
+def _accel_capability(
+    graph: Graph, types: dict[str, TensorType], cfg: HwConfig, found: dict[str, AccelLayer | PoolLayer]
+) -> Capability:
+    """The accelerator's capability hook (see the module docstring); a layer it takes is kept in ``found``
+    by its anchor's output."""
+
+    def can(group: Group) -> str | tuple[str, ...]:
+        anchor = group.anchor
+        if anchor.op in POOL_ANCHORS:
+            layer = match_pool(anchor, graph, types, cfg)
+        elif anchor.op in EPILOGUE_ANCHORS:
+            layer = match_accel(anchor, graph, types)
+        else:
+            return f"{anchor.op} runs on the CPU"
+        if isinstance(layer, str):
+            return layer
+        if isinstance(layer, AccelLayer):
+            try:
+                layer.spec()
+            except CompileError as e:
+                return str(e)
+        found[anchor.output] = layer
+        return tuple(layer.nodes)
+
+    return can
+
+
+def place(graph: Graph, types: dict[str, TensorType], cfg: HwConfig) -> Placement:
+    """Fuse ``graph`` by the post-dominator rules (:func:`vdla.graph.fusion.fuse_ops`) and partition the
+    groups between the accelerator and the CPU (:func:`vdla.graph.partition.partition`): each accelerator
+    region is one layer, the CPU regions stack consecutive CPU groups."""
+    found: dict[str, AccelLayer | PoolLayer] = {}
+    part = partition(graph, fuse_ops(graph, types), _accel_capability(graph, types, cfg, found))
+    layers = {r.index: found[part.fusion.groups[r.groups[0]].anchor.output] for r in part.on(ACCEL)}
+    for r in part.on(ACCEL):
+        if set(layers[r.index].nodes) != {n.output for n in r.nodes}:
+            raise CompileError(f"accelerator region {r.label} does not hold exactly its layer's nodes")
+    anchors = {n.output for n in graph.nodes if n.op in EPILOGUE_ANCHORS + POOL_ANCHORS}
+    return Placement(part, layers, {v: why for v, why in part.notes().items() if v in anchors})
