@@ -1,6 +1,6 @@
 """Calibration of the simulator's cycle model against the RTL.
 
-Runs the suite of vdla.experiments.workloads (GEMM-, load-, store- and ALU-bound programs and a padded
+Runs the suite of vdla.zoo.workloads (GEMM-, load-, store- and ALU-bound programs and a padded
 convolution, each with 1 and 2 virtual threads) on both backends and reports RTL cycles, model cycles and
 the signed error (model - rtl) / rtl. Targets: |error| <= 5% everywhere, <= 2% on the GEMM-bound programs.
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from vdla.experiments.tiled_matmul import reference_matmul, tiled_matmul
-from vdla.experiments.workloads import SUITE, alu_chain, matmul, padded_conv, store_stream
 from vdla.isa import AluOp, MemType, Stage, assemble
 from vdla.runtime import Device
+from vdla.zoo.tiled_matmul import reference_matmul, tiled_matmul
+from vdla.zoo.workloads import SUITE, alu_chain, matmul, padded_conv, store_stream
 
 FUNCTIONAL = (
     "bytes_loaded",

@@ -17,7 +17,7 @@ from rich.table import Table
 from vdla.compiler.cache import ScheduleCache
 from vdla.config import load_config, preset_names
 from vdla.experiments.layers import LayerRecord, roofline, run_model, write_json
-from vdla.experiments.resnet import MODELS
+from vdla.zoo.resnet import MODELS
 
 console = Console(width=None if sys.stdout.isatty() else 150)
 
