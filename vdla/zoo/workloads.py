@@ -5,7 +5,7 @@ a padded convolution (``SUITE``, each with 1 and 2 virtual threads), and the spe
 Each workload builds its program on a :class:`~vdla.runtime.Device`, runs it on the device's backend,
 checks the result against numpy (raising :class:`WorkloadError` otherwise) and returns the run. The same
 code runs on ``sim``, ``rtl`` and ``pynq``, so the cycle counts of the backends can be compared program by
-program (``vdla calibrate``); a program's data are seeded, so every run is the same.
+program (``vdla cycle-agreement``); a program's data are seeded, so every run is the same.
 """
 
 from __future__ import annotations

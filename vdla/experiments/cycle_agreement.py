@@ -1,9 +1,10 @@
-"""Calibration of the simulator's cycle model against the RTL on the suite of ``vdla.zoo.workloads``.
+"""Cycle agreement: the simulator's cycle model against the RTL on the suite of ``vdla.zoo.workloads``.
 
-:func:`calibrate` runs every program of the suite on both backends (each program checks its result against
-numpy) and gives one record per program with both cycle counts and the signed error (model - rtl) / rtl;
-:func:`calibration_table` renders the records as Markdown. ``vdla calibrate`` and
-``benchmarks/calibration.py`` both print that table.
+:func:`cycle_agreement` runs every program of the suite on both backends (each program checks its result
+against numpy) and gives one record per program with both cycle counts and the signed error
+(model - rtl) / rtl; :func:`cycle_agreement_table` renders the records as Markdown. ``vdla cycle-agreement``
+and ``benchmarks/cycle_agreement.py`` both print that table. (Not to be confused with quantization
+calibration, ``vdla.graph.calibrate``.)
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from vdla.runtime.device import Device
 from vdla.zoo.workloads import SUITE
 
 
-def calibrate(config: str = "pynq") -> list[dict]:
+def cycle_agreement(config: str = "pynq") -> list[dict]:
     """Run the suite on the simulator and on the RTL: one record per program, error as a signed fraction
     (model - rtl) / rtl."""
     sim, rtl = Device(config), Device(config, backend="rtl")
@@ -34,7 +35,7 @@ def calibrate(config: str = "pynq") -> list[dict]:
     return records
 
 
-def calibration_table(records: list[dict]) -> str:
+def cycle_agreement_table(records: list[dict]) -> str:
     """The records as a Markdown table."""
     lines = [
         "| program | kind | virtual threads | RTL cycles | model cycles | error | GEMM utilization |",
