@@ -20,9 +20,9 @@ from pathlib import Path
 import numpy as np
 
 from vdla.compiler import ScheduleCache
-from vdla.experiments.models import calibration_images, quantize_qdq, resnet18
 from vdla.model import Module
 from vdla.model.pipeline import compile_model
+from vdla.zoo.models import calibration_images, quantize_qdq, resnet18
 
 
 def qdq_resnet18(calib: int, out: Path) -> Path:

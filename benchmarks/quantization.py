@@ -1,7 +1,7 @@
 """int8 accuracy and agreement: vdla's own quantization and onnxruntime's, against the reference.
 
 For each model (the trained digits CNN of examples/digits with its held-out labels; the small ResNet and
-ResNet-18 of vdla.experiments.models with seeded weights, unlabelled) and each quantization (onnxruntime's
+ResNet-18 of vdla.zoo.models with seeded weights, unlabelled) and each quantization (onnxruntime's
 static QDQ, per-channel, run by vdla; and vdla's own calibration with each threshold method), vdla compiles
 the model and runs it on the simulator. One record per (model, method):
 
@@ -33,10 +33,10 @@ import onnx
 from rich.console import Console
 from rich.progress import track
 
-from vdla.experiments.models import calibration_images, cosine_rows, qdq_output_scale, quantize_qdq, small_resnet
 from vdla.frontend.reference import cpu_int8_isa, onnxruntime_version, reference_session
 from vdla.model import Module
 from vdla.model.pipeline import compile_model
+from vdla.zoo.models import calibration_images, cosine_rows, qdq_output_scale, quantize_qdq, small_resnet
 
 ROOT = Path(__file__).resolve().parent.parent
 METHODS = ("minmax", "percentile", "entropy")
@@ -126,7 +126,7 @@ def main() -> None:
         calib, images = calibration_images((3, 32, 32), 32, seed=1), calibration_images((3, 32, 32), args.small, seed=7)
         records += model_records("small_resnet", small, calib, images, None)
     if args.resnet18:
-        from vdla.experiments.models import resnet18
+        from vdla.zoo.models import resnet18
 
         calib = calibration_images((3, 224, 224), 8, seed=1)
         images = calibration_images((3, 224, 224), args.resnet18, seed=7)

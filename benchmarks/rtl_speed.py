@@ -1,6 +1,6 @@
 """RTL simulation speed: simulated cycles per wall-clock second on a GEMM-bound program.
 
-The Verilated accelerator runs a long tiled matmul (vdla.experiments.workloads.gemm_bound) through the
+The Verilated accelerator runs a long tiled matmul (vdla.zoo.workloads.gemm_bound) through the
 rtl backend, built without the RTL's assertions (the speed flavour); only the backend's run is timed (the
 build is reported separately as build_s; --fresh builds from scratch in a temporary directory instead of
 using the cache). The program runs --repeat times: the
@@ -21,10 +21,10 @@ import time
 from pathlib import Path
 
 from vdla.config import load_config
-from vdla.experiments.workloads import WorkloadError, gemm_bound
 from vdla.runtime import Device
 from vdla.runtime.rtl import RtlBackend, build
 from vdla.runtime.rtl.build import BUILD_ROOT
+from vdla.zoo.workloads import WorkloadError, gemm_bound
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,8 +19,8 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from vdla.experiments.tiled_matmul import reference_matmul, tiled_matmul
 from vdla.runtime import Device
+from vdla.zoo.tiled_matmul import reference_matmul, tiled_matmul
 
 
 def measure(config: str, size: tuple[int, int, int], vthreads: int, repeats: int) -> dict:

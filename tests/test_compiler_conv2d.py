@@ -8,10 +8,10 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from vdla.compiler import ScheduleCache, compile_conv2d, compile_dense
-from vdla.experiments.resnet import layer_case, layer_specs
 from vdla.graph.epilogue import Epilogue, Rescale
 from vdla.graph.oracle import conv2d_reference, dense_reference
 from vdla.runtime import Device
+from vdla.zoo.resnet import layer_case, layer_specs
 
 CONFIGS = ("pynq", "block8", "batch2")
 

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 
 import pytest
 
-from vdla.experiments.cli import add_commands
-from vdla.experiments.layers import run_model
-from vdla.experiments.resnet import layer_case, layer_specs
+from vdla.cli import main
+from vdla.zoo.resnet import layer_case, layer_specs
 
 
 @pytest.fixture(autouse=True)
@@ -19,10 +17,7 @@ def cache_dir(monkeypatch, tmp_path):
 
 
 def vdla(*argv: str) -> int:
-    parser = argparse.ArgumentParser(prog="vdla")
-    add_commands(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    return args.func(args)
+    return main(list(argv))
 
 
 def test_resnet18_has_the_twelve_distinct_layers():
@@ -58,6 +53,6 @@ def test_roofline_command_writes_csv_and_png(tmp_path):
     assert (tmp_path / "r" / "roofline.png").read_bytes()[:4] == b"\x89PNG"
 
 
-def test_unknown_layer_is_refused():
-    with pytest.raises(ValueError, match="unknown layers"):
-        run_model(layers=["C13"])
+def test_unknown_layer_is_refused(capsys):
+    assert vdla("layers", "--layers", "C13") == 2
+    assert "unknown layers ['C13']" in capsys.readouterr().out

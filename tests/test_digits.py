@@ -26,7 +26,6 @@ import pytest
 onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
-from vdla.experiments.models import qdq_output_scale, quantize_qdq  # noqa: E402
 from vdla.frontend.onnx import import_onnx  # noqa: E402
 from vdla.frontend.reference import compare_layers, reference_session  # noqa: E402
 from vdla.graph.passes import simplify  # noqa: E402
@@ -34,6 +33,7 @@ from vdla.graph.qdq import lower_qdq  # noqa: E402
 from vdla.model import Module  # noqa: E402
 from vdla.model.artifact import Artifact  # noqa: E402
 from vdla.model.pipeline import compile_model  # noqa: E402
+from vdla.zoo.models import qdq_output_scale, quantize_qdq  # noqa: E402
 
 HERE = Path(__file__).resolve().parent.parent / "examples" / "digits"
 MODEL, DATA = HERE / "digits.onnx", HERE / "digits_data.npz"

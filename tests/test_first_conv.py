@@ -21,7 +21,6 @@ import pytest
 
 from vdla.compiler import compile_conv2d
 from vdla.cpu_fallback import ops
-from vdla.experiments.resnet import layer_case, layer_specs
 from vdla.graph import Graph, Node, TensorType, UnsupportedError, oracle
 from vdla.graph.im2col import applies, im2col_convs, reduction_blocks
 from vdla.graph.interp import evaluate
@@ -33,6 +32,7 @@ from vdla.graph.window import make_window
 from vdla.model import Module
 from vdla.model.pipeline import compile_graph_model
 from vdla.runtime import Device
+from vdla.zoo.resnet import layer_case, layer_specs
 
 C1_MACS = 118_013_952  # 64 x 3 x 7 x 7 x 112 x 112
 
@@ -260,9 +260,9 @@ def test_cli_compiles_and_runs_a_qdq_model_with_a_packed_first_conv(tmp_path, ca
     pytest.importorskip("onnx")
     pytest.importorskip("onnxruntime")
     from vdla.cli import main
-    from vdla.experiments.models import calibration_images, quantize_qdq, small_resnet
     from vdla.frontend.onnx import import_onnx
     from vdla.graph.passes import simplify
+    from vdla.zoo.models import calibration_images, quantize_qdq, small_resnet
 
     qdq = tmp_path / "small_qdq.onnx"
     model = quantize_qdq(small_resnet(seed=0), calibration_images((3, 32, 32), 16, seed=1), path=qdq)

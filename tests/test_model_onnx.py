@@ -17,10 +17,10 @@ import pytest
 onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
-from vdla.experiments.models import calibration_images, qdq_output_scale, quantize_qdq, small_resnet  # noqa: E402
 from vdla.frontend.reference import reference_session  # noqa: E402
 from vdla.model import Module  # noqa: E402
 from vdla.model.pipeline import compile_model  # noqa: E402
+from vdla.zoo.models import calibration_images, qdq_output_scale, quantize_qdq, small_resnet  # noqa: E402
 
 SAMPLES = 16
 

@@ -28,7 +28,13 @@ import pytest
 onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
-from vdla.experiments.models import (  # noqa: E402
+from vdla.frontend.onnx import import_onnx  # noqa: E402
+from vdla.frontend.reference import LayerAgreement, compare_layers, reference_session  # noqa: E402
+from vdla.graph.passes import simplify  # noqa: E402
+from vdla.graph.qdq import lower_qdq  # noqa: E402
+from vdla.model import Module, load_artifact  # noqa: E402
+from vdla.model.pipeline import compile_model  # noqa: E402
+from vdla.zoo.models import (  # noqa: E402
     calibration_images,
     mlp,
     mobilenet_v1,
@@ -36,12 +42,6 @@ from vdla.experiments.models import (  # noqa: E402
     qdq_output_scale,
     quantize_qdq,
 )
-from vdla.frontend.onnx import import_onnx  # noqa: E402
-from vdla.frontend.reference import LayerAgreement, compare_layers, reference_session  # noqa: E402
-from vdla.graph.passes import simplify  # noqa: E402
-from vdla.graph.qdq import lower_qdq  # noqa: E402
-from vdla.model import Module, load_artifact  # noqa: E402
-from vdla.model.pipeline import compile_model  # noqa: E402
 
 SAMPLES = 16
 

@@ -159,16 +159,16 @@ def test_global_sum_pool_on_the_cpu_fallback():
 @pytest.fixture(scope="module")
 def small_resnet_qdq():
     pytest.importorskip("onnxruntime")
-    from vdla.experiments.models import calibration_images, quantize_qdq, small_resnet
+    from vdla.zoo.models import calibration_images, quantize_qdq, small_resnet
 
     return quantize_qdq(small_resnet(seed=0), calibration_images((3, 32, 32), 32, seed=1))
 
 
 def test_small_resnet_pools_run_on_the_accelerator_bit_exact(small_resnet_qdq):
-    from vdla.experiments.models import calibration_images
     from vdla.frontend.onnx import import_onnx
     from vdla.graph.passes import simplify
     from vdla.graph.qdq import lower_qdq
+    from vdla.zoo.models import calibration_images
 
     art, _ = compile_graph_model(import_onnx(small_resnet_qdq), passes=[("simplify", simplify)])
     ops = [s.layer["op"] for s in art.steps if s.kind == "accel"]

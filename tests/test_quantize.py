@@ -253,10 +253,10 @@ def test_calibration_observes_intermediate_values_and_reports_progress():
 onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
-from vdla.experiments.models import calibration_images, cosine_rows, quantize_qdq, small_resnet  # noqa: E402
 from vdla.frontend.reference import reference_session  # noqa: E402
 from vdla.model import Module, load_artifact  # noqa: E402
 from vdla.model.pipeline import CompileError, compile_graph_model, compile_model  # noqa: E402
+from vdla.zoo.models import calibration_images, cosine_rows, quantize_qdq, small_resnet  # noqa: E402
 
 SHAPE = (3, 32, 32)
 SAMPLES = 32

@@ -76,9 +76,9 @@ def test_model_identifies_its_configuration(rtl_library):
 def test_cli_commands(rtl_library, capsys):
     from vdla.cli import build_parser
 
-    parser = build_parser()  # rtl-build and fit from vdla.runtime.rtl.cli, calibrate from vdla.experiments
+    parser = build_parser()  # rtl-build and fit from vdla.runtime.rtl.cli, cycle-agreement from the experiments
     args = parser.parse_args(["rtl-build", "--config", "pynq"])
     assert args.func(args) == 0
     assert f"{rtl_library} (cached)" in capsys.readouterr().out
-    assert parser.parse_args(["calibrate", "--json", "x.json"]).json == "x.json"
+    assert parser.parse_args(["cycle-agreement", "--json", "x.json"]).json == "x.json"
     assert parser.parse_args(["fit"]).config == "pynq"

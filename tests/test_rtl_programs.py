@@ -1,5 +1,5 @@
 """Whole programs on the RTL backend: results, counters, timelines, other presets, waveforms, and the
-agreement of the cycle model with the RTL (a loose bound here; benchmarks/calibration.py reports the
+agreement of the cycle model with the RTL (a loose bound here; benchmarks/cycle_agreement.py reports the
 figures)."""
 
 from __future__ import annotations
@@ -7,10 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from vdla.experiments.tiled_matmul import reference_matmul, tiled_matmul
-from vdla.experiments.workloads import SUITE, alu_chain, matmul, padded_conv, store_stream
 from vdla.isa import AluOp, MemType, Stage, assemble
 from vdla.runtime import Device
+from vdla.zoo.tiled_matmul import reference_matmul, tiled_matmul
+from vdla.zoo.workloads import SUITE, alu_chain, matmul, padded_conv, store_stream
 
 FUNCTIONAL = (
     "bytes_loaded",
@@ -30,7 +30,7 @@ def devices(rtl_library) -> tuple[Device, Device]:
 
 @pytest.mark.parametrize("workload", SUITE, ids=[w.name for w in SUITE])
 def test_suite_agrees_with_the_model(devices, workload):
-    """Each calibration program computes the right result on both backends (checked inside the workload),
+    """Each program of the suite computes the right result on both backends (checked inside the workload),
     with identical work counters and cycle counts within 5%."""
     sim, rtl = (workload.run(d).counters for d in devices)
     for name in FUNCTIONAL:

@@ -4,7 +4,6 @@ import numpy as np
 import pytest
 
 from vdla.errors import VdlaError
-from vdla.experiments.tiled_matmul import reference_matmul, tiled_matmul
 from vdla.isa import AluOp, MemInsn, MemType, Queue, Stage
 from vdla.runtime import (
     BackendError,
@@ -19,6 +18,7 @@ from vdla.runtime import (
     TokenError,
 )
 from vdla.runtime import registers as R
+from vdla.zoo.tiled_matmul import reference_matmul, tiled_matmul
 
 
 def test_dram_allocator_alignment_reuse_and_errors():

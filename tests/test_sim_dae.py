@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from vdla.config import load_config
-from vdla.experiments.tiled_matmul import reference_matmul, tiled_matmul
 from vdla.isa import AluOp, FinishInsn, MemInsn, MemType, assemble, encode_program
 from vdla.runtime import CycleLimitError, DeadlockError, Device, FaultError, TokenError, write_chrome_trace
+from vdla.zoo.tiled_matmul import reference_matmul, tiled_matmul
 
 
 def run_asm(dev, text, **kw):

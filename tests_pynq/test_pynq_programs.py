@@ -11,11 +11,11 @@ import pytest
 from test_pynq_board import add_program, expected
 
 from vdla.config import load_config
-from vdla.experiments.resnet import layer_case, layer_specs
-from vdla.experiments.workloads import SUITE, alu_chain, matmul, padded_conv, store_stream
 from vdla.isa import FinishInsn, MemInsn, MemType, assemble, encode_program
 from vdla.runtime import CycleLimitError, DeadlockError, Device, FaultError, RunError, TokenError
 from vdla.runtime.pynq_backend import BoardTimeoutError
+from vdla.zoo.resnet import layer_case, layer_specs
+from vdla.zoo.workloads import SUITE, alu_chain, matmul, padded_conv, store_stream
 
 
 @pytest.mark.parametrize("workload", SUITE, ids=lambda w: w.name)

@@ -104,8 +104,8 @@ def _backend_options(args: argparse.Namespace) -> dict:
 
 
 def cmd_matmul(args: argparse.Namespace) -> int:
-    from vdla.experiments.tiled_matmul import reference_matmul, tiled_matmul
     from vdla.runtime import Device, write_chrome_trace
+    from vdla.zoo.tiled_matmul import reference_matmul, tiled_matmul
 
     dev = Device(args.config, backend=args.backend, **_backend_options(args))
     rng = np.random.default_rng(args.seed)

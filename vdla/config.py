@@ -28,7 +28,7 @@ class ConfigError(VdlaError, ValueError):
 class Timing:
     """Named parameters of the cycle model, shared by the simulator and the RTL (all in cycles).
 
-    The RTL implements exactly this timing; ``benchmarks/calibration.py`` checks the agreement.
+    The RTL implements exactly this timing; ``benchmarks/cycle_agreement.py`` checks the agreement.
     """
 
     dram_read_latency: int = 32  # AR accepted -> first R beat

@@ -3,7 +3,7 @@
 It depends only on the configuration and the ISA: every parameter comes from
 :class:`vdla.config.Timing`. The simulator (``vdla/runtime/sim``) runs it instruction by instruction,
 the compiler's cost model (``vdla/compiler/costmodel.py``) uses it per operation, and the RTL
-implements the same timing (``benchmarks/calibration.py`` measures the agreement).
+implements the same timing (``benchmarks/cycle_agreement.py`` measures the agreement).
 """
 
 from __future__ import annotations

@@ -21,11 +21,11 @@ import numpy as np
 import onnx
 
 from vdla.compiler import CompileError
-from vdla.experiments.models import cosine_rows, qdq_output_scale, quantize_qdq
 from vdla.frontend.reference import reference_session
 from vdla.model import Module
 from vdla.model.artifact import Artifact
 from vdla.model.pipeline import compile_model
+from vdla.zoo.models import cosine_rows, qdq_output_scale, quantize_qdq
 
 HERE = Path(__file__).resolve().parent
 

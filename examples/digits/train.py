@@ -5,7 +5,7 @@ ships inside scikit-learn, nothing is downloaded). A stratified, seeded 80/20 sp
 [0, 1] and standardized with the training split's mean and standard deviation (one scalar each).
 
 The network (channel counts multiples of 16, the accelerator's GEMM block; the layout of
-``vdla.experiments.models``: input ``image`` (1, 1, 8, 8), outputs ``logits`` and ``probs``):
+``vdla.zoo.models``: input ``image`` (1, 1, 8, 8), outputs ``logits`` and ``probs``):
 
     conv 3x3 1->16 + BN + ReLU, conv 3x3 16->32 + BN + ReLU,
     basic residual block at 32 channels (conv-BN-ReLU, conv-BN, add, ReLU),

@@ -1,7 +1,9 @@
-"""Experiments and benchmarks that sit above the library: the ResNet-18 layer table and its runs,
-the roofline of latency hiding, the RTL calibration workloads, the tiled matmul demo and the CPU
-fallback benchmark suite.
+"""Experiments and benchmarks that sit above the library: runs of the ResNet-18 layer table
+(``layers``), the roofline of latency hiding, ResNet-18 end to end (``e2e``), the cycle agreement of the
+simulator with the RTL (``cycle_agreement``) and the CPU fallback benchmark suite (``cpu_bench``), with
+their ``vdla`` subcommands (``cli``).
 
-Nothing in ``vdla.isa``, ``vdla.graph``, ``vdla.compiler``, ``vdla.cpu_fallback`` or ``vdla.runtime``
-imports this package; the CLI subcommands and the scripts in ``benchmarks/`` do.
+The models and workloads they run are the zoo's (``vdla.zoo``). Experiments import the library and the zoo;
+nothing in the library or the zoo imports this package, and neither do the tests: they reach the experiments
+through the ``vdla`` command line. The CLI subcommands and the scripts in ``benchmarks/`` import it.
 """

@@ -1,5 +1,5 @@
-"""The experiments on the ``vdla`` command line: ``vdla layers``, ``vdla roofline``, ``vdla calibrate`` and
-``vdla cpu-bench``."""
+"""The experiments on the ``vdla`` command line: ``vdla layers``, ``vdla roofline``, ``vdla e2e``,
+``vdla cycle-agreement`` and ``vdla cpu-bench``."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from rich.table import Table
 from vdla.compiler.cache import ScheduleCache
 from vdla.config import load_config, preset_names
 from vdla.experiments.layers import LayerRecord, roofline, run_model, write_json
-from vdla.experiments.resnet import MODELS
+from vdla.zoo.resnet import MODELS
 
 console = Console(width=None if sys.stdout.isatty() else 150)
 
@@ -210,11 +210,11 @@ def cmd_e2e(args: argparse.Namespace) -> int:
     return 0 if all(r.correct for r in results) else 1
 
 
-def cmd_calibrate(args: argparse.Namespace) -> int:
-    from vdla.experiments.workloads import calibrate, calibration_table
+def cmd_cycle_agreement(args: argparse.Namespace) -> int:
+    from vdla.experiments.cycle_agreement import cycle_agreement, cycle_agreement_table
 
-    records = calibrate(args.config)
-    print(calibration_table(records), end="")
+    records = cycle_agreement(args.config)
+    print(cycle_agreement_table(records), end="")
     if args.json:
         Path(args.json).write_text(json.dumps(records, indent=2) + "\n")
     return 0
@@ -227,7 +227,8 @@ def cmd_cpu_bench(args: argparse.Namespace) -> int:
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
-    """Register ``layers`` and ``roofline`` on the ``vdla`` command line."""
+    """Register the experiments (``layers``, ``roofline``, ``e2e``, ``cycle-agreement``, ``cpu-bench``) on the
+    ``vdla`` command line."""
     p = subparsers.add_parser("layers", help="run a model's conv layers on the accelerator, checked against numpy")
     _common(p)
     p.add_argument("--vthreads", type=_vthreads, default="auto", help="virtual threads: a number or auto (searched)")
@@ -256,10 +257,12 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--json", help="write the figures as JSON (one record, or a list for several runs)")
     p.set_defaults(func=cmd_e2e)
 
-    p = subparsers.add_parser("calibrate", help="compare the cycle model with the RTL on the calibration suite")
+    p = subparsers.add_parser(
+        "cycle-agreement", help="compare the simulator's cycle model with the RTL on the suite of workload programs"
+    )
     p.add_argument("--config", default="pynq", help="preset or JSON file")
     p.add_argument("--json", help="write the records as JSON")
-    p.set_defaults(func=cmd_calibrate)
+    p.set_defaults(func=cmd_cycle_agreement)
 
     p = subparsers.add_parser("cpu-bench", help="benchmark the LLVM-JIT CPU fallback kernels against numpy")
     try:

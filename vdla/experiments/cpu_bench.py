@@ -33,12 +33,12 @@ from vdla.cpu_fallback.specs import (
     make_unpack,
 )
 from vdla.cpu_fallback.stacking import compile_graph, resolve_steps
-from vdla.experiments.resnet import layer_specs
 from vdla.graph import ew
 from vdla.graph.graph import Graph, Node
 from vdla.graph.layout import activation_blocks, blocked_shape
 from vdla.graph.types import TensorType
 from vdla.isa.arith import requantize
+from vdla.zoo.resnet import layer_specs
 
 RNG_SEED = 0
 

@@ -1,6 +1,6 @@
 """ResNet-18 end to end: the seeded model quantized by vdla, compiled, run on a backend and checked.
 
-:func:`prepare` builds the seeded ResNet-18 (``vdla.experiments.models.resnet18``), quantizes it with vdla's
+:func:`prepare` builds the seeded ResNet-18 (``vdla.zoo.models.resnet18``), quantizes it with vdla's
 profile-guided quantizer on seeded calibration images and compiles it; :func:`run_e2e` runs one inference on a
 backend and returns an :class:`E2EResult`: per-step cycles, GEMM utilization and real-MAC efficiency, where
 each step ran, the CPU time of the host steps, the accelerator cycles against the compute bound (every MAC at
@@ -117,12 +117,12 @@ def prepare(
 ) -> Prepared:
     """Build, quantize (entropy thresholds on ``calib`` seeded images; per-channel weight scales, or with
     ``power_of_two`` VTA's power-of-two scales) and compile the seeded ResNet-18."""
-    from vdla.experiments.models import calibration_images, resnet18
     from vdla.frontend.onnx import import_onnx
     from vdla.graph.passes import simplify
     from vdla.graph.qdq import lower_qdq
     from vdla.graph.quantize import quantize_model
     from vdla.model.pipeline import calibration_runner, compile_graph_model
+    from vdla.zoo.models import calibration_images, resnet18
 
     cfg = load_config(config)
     log = log or (lambda msg: None)

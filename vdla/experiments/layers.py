@@ -14,8 +14,8 @@ import numpy as np
 from vdla.compiler.cache import ScheduleCache
 from vdla.compiler.epilogue import cycles_per_element
 from vdla.config import HwConfig, load_config
-from vdla.experiments.resnet import ExperimentError, LayerCase, layer_case, layer_specs
 from vdla.runtime.device import Device
+from vdla.zoo.resnet import LayerCase, ZooError, layer_case, layer_specs
 
 
 @dataclass
@@ -87,7 +87,7 @@ def run_model(
     specs = layer_specs(model)
     unknown = set(layers or ()) - set(specs)
     if unknown:
-        raise ExperimentError(f"unknown layers {sorted(unknown)}; {model} has {', '.join(specs)}")
+        raise ZooError(f"unknown layers {sorted(unknown)}; {model} has {', '.join(specs)}")
     records = []
     for name, spec in specs.items():
         if layers and name not in layers:

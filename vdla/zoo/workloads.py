@@ -1,8 +1,11 @@
-"""Programs that characterise the accelerator: the calibration suite and the speed benchmark.
+"""Programs that characterise the accelerator: the suite of GEMM-, load-, store- and ALU-bound programs and
+a padded convolution (``SUITE``, each with 1 and 2 virtual threads), and the speed benchmark's long GEMM
+(``gemm_bound``).
 
 Each workload builds its program on a :class:`~vdla.runtime.Device`, runs it on the device's backend,
-checks the result against numpy and returns the run. The same code runs on ``sim`` and ``rtl``, so the
-cycle counts of the two backends can be compared program by program.
+checks the result against numpy (raising :class:`WorkloadError` otherwise) and returns the run. The same
+code runs on ``sim``, ``rtl`` and ``pynq``, so the cycle counts of the backends can be compared program by
+program (``vdla cycle-agreement``); a program's data are seeded, so every run is the same.
 """
 
 from __future__ import annotations
@@ -12,10 +15,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from vdla.experiments.tiled_matmul import reference_matmul, tiled_matmul
 from vdla.isa import AluOp, MemType, Stage
 from vdla.runtime.backend import RunError, RunResult
 from vdla.runtime.device import Device
+from vdla.zoo.tiled_matmul import reference_matmul, tiled_matmul
 
 
 class WorkloadError(RunError):
@@ -33,7 +36,7 @@ class Workload:
 def matmul(
     dev: Device, m: int, k: int, n: int, vthreads: int, tile_rows: int | None = None, seed: int = 0
 ) -> RunResult:
-    """A tiled int8 matrix multiply (vdla.experiments.tiled_matmul), checked against numpy."""
+    """A tiled int8 matrix multiply (vdla.zoo.tiled_matmul), checked against numpy."""
     rng = np.random.default_rng(seed)
     a = rng.integers(-128, 128, (m, k), dtype=np.int8)
     b = rng.integers(-128, 128, (n, k), dtype=np.int8)
@@ -173,39 +176,3 @@ SUITE = [
 def gemm_bound(dev: Device, reps: int = 8) -> RunResult:
     """The speed benchmark: a long GEMM-bound matmul (2 virtual threads)."""
     return matmul(dev, 512 * reps, 256, 256, 2)
-
-
-def calibrate(config: str = "pynq") -> list[dict]:
-    """Run the suite on the simulator and on the RTL: one record per program, error as a signed fraction
-    (model - rtl) / rtl."""
-    sim, rtl = Device(config), Device(config, backend="rtl")
-    records = []
-    for w in SUITE:
-        model, hw = w.run(sim).counters, w.run(rtl).counters
-        records.append(
-            {
-                "program": w.name,
-                "kind": w.kind,
-                "vthreads": w.vthreads,
-                "rtl_cycles": hw.cycles,
-                "model_cycles": model.cycles,
-                "error": (model.cycles - hw.cycles) / hw.cycles,
-                "gemm_utilization": round(hw.utilization, 4),
-            }
-        )
-    rtl.backend.close()
-    return records
-
-
-def calibration_table(records: list[dict]) -> str:
-    """The records as a Markdown table."""
-    lines = [
-        "| program | kind | virtual threads | RTL cycles | model cycles | error | GEMM utilization |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
-    ]
-    lines += [
-        f"| {r['program']} | {r['kind']} | {r['vthreads']} | {r['rtl_cycles']:,} | {r['model_cycles']:,} | "
-        f"{r['error']:+.2%} | {r['gemm_utilization']:.1%} |"
-        for r in records
-    ]
-    return "\n".join(lines) + "\n"

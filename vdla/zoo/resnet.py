@@ -1,5 +1,8 @@
 """The twelve distinct convolution layers of ResNet-18 (C1..C12 of the TVM/VDLA papers) with
 deterministic random int8 data and a realistic epilogue: bias, rounding right shift, ReLU, int8 clip.
+
+``layer_specs`` gives a model's layer table (``MODELS``: name -> layer geometry, "same" padding) and
+``layer_case`` one layer's seeded data: the same name, spec and seed always give the same arrays.
 """
 
 from __future__ import annotations
@@ -15,8 +18,8 @@ from vdla.graph.epilogue import Epilogue
 from vdla.graph.oracle import conv2d_reference
 
 
-class ExperimentError(VdlaError, ValueError):
-    """An experiment asked for something that does not exist (a model, a layer)."""
+class ZooError(VdlaError, ValueError):
+    """Something asked of the zoo that it does not have (a model, a layer)."""
 
 
 # name: (H=W, in channels, out channels, kernel, stride), "same" padding
@@ -69,7 +72,7 @@ class LayerCase:
 def layer_specs(model: str = "resnet18", batch: int = 1) -> dict[str, Conv2dSpec]:
     """The model's conv layers by name, with "same" padding."""
     if model not in MODELS:
-        raise ExperimentError(f"unknown model {model!r}; choose one of {', '.join(MODELS)}")
+        raise ZooError(f"unknown model {model!r}; choose one of {', '.join(MODELS)}")
     return {
         name: Conv2dSpec.make((batch, ic, hw, hw), oc, k, s, "same")
         for name, (hw, ic, oc, k, s) in MODELS[model].items()

@@ -1,6 +1,6 @@
-"""Model builders for experiments and tests: ResNets, MobileNet-v1/v2 and an MLP written to ONNX with the
-project's own builder (onnx.helper), seeded weights with BatchNorm, and static QDQ quantization with
-onnxruntime.
+"""Model builders for tests, benchmarks, examples and experiments: ResNets, MobileNet-v1/v2 and an MLP
+written to ONNX with the project's own builder (onnx.helper), seeded weights with BatchNorm, and static QDQ
+quantization with onnxruntime.
 
 ``resnet(...)`` builds the standard torchvision ResNet layout (7x7/2 stem, 3x3/2 max pool, basic
 blocks with strided 1x1 projections, global average pool, dense) at any width, depth and input size;
@@ -9,6 +9,9 @@ blocks with strided 1x1 projections, global average pool, dense) at any width, d
 multiplier, input size and class count; ``mlp`` a Gemm/MatMul+Add stack with ReLU. ``quantize_qdq`` is
 the independent int8 reference: onnxruntime's static quantizer in QDQ format, per-channel symmetric int8
 weights and symmetric int8 activations (zero point 0, what the accelerator computes with).
+
+Invariants: a builder's model depends on its arguments alone (the weights are drawn from ``seed``); onnx and
+onnxruntime are imported inside the functions that need them, so importing this module needs numpy alone.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
-"""Calibration of the simulator's cycle model against the RTL.
+"""Cycle agreement of the simulator's cycle model with the RTL.
 
-Runs the suite of vdla.experiments.workloads (GEMM-, load-, store- and ALU-bound programs and a padded
+Runs the suite of vdla.zoo.workloads (GEMM-, load-, store- and ALU-bound programs and a padded
 convolution, each with 1 and 2 virtual threads) on both backends and reports RTL cycles, model cycles and
 the signed error (model - rtl) / rtl. Targets: |error| <= 5% everywhere, <= 2% on the GEMM-bound programs.
 
-    python benchmarks/calibration.py --json out.json [--markdown table.md] [--config pynq]
+    python benchmarks/cycle_agreement.py --json out.json [--markdown table.md] [--config pynq]
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import json
 import sys
 from pathlib import Path
 
-from vdla.experiments.workloads import calibrate, calibration_table
+from vdla.experiments.cycle_agreement import cycle_agreement, cycle_agreement_table
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -23,8 +23,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", help="write the records as a JSON list")
     p.add_argument("--markdown", help="write the table as Markdown")
     args = p.parse_args(argv)
-    records = calibrate(args.config)
-    table = calibration_table(records)
+    records = cycle_agreement(args.config)
+    table = cycle_agreement_table(records)
     print(table, end="")
     if args.json:
         Path(args.json).write_text(json.dumps(records, indent=2) + "\n")
