@@ -11,14 +11,13 @@ See docs/cpu_fallback.md for the design (operator stacking, caches) and measured
 """
 
 from vdla.graph import ew
-from vdla.graph.fusion import fuse
 from vdla.graph.graph import Graph, Node
 from vdla.graph.types import TensorType, UnsupportedError
 
 try:
     from vdla.cpu_fallback import ops, reference
     from vdla.cpu_fallback.jit import Kernel, clear_cache, disk_cache_dir, get_kernel, set_disk_cache
-    from vdla.cpu_fallback.stacking import CompiledGraph, compile_chain, compile_graph, run_chain
+    from vdla.cpu_fallback.stacking import CompiledGraph, compile_chain, compile_graph, fuse, run_chain
 except ModuleNotFoundError as e:
     if e.name is None or not e.name.startswith("llvmlite"):
         raise

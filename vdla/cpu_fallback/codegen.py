@@ -1,4 +1,4 @@
-"""LLVM IR emission: kernel skeleton, loops, memory and vector helpers, vector-friendly math.
+"""LLVM IR emission: kernel skeleton, loops, memory and vector helpers, vector-friendly math (exp, log, tanh).
 
 Kernels are written as scalar loop nests over exact (compile-time) shapes; LLVM's loop and SLP vectorizers
 widen them. Everything here avoids libm calls so that the vectorizer can widen the math too. A kernel's
@@ -29,6 +29,11 @@ EXPM1_POLY = (1 / 2, 1 / 6, 1 / 24, 1 / 120, 1 / 720, 1 / 5040)  # Taylor terms 
 TANH_CLAMP = 9.0
 TANH_P = (1.0, 1.29339427e-01, 2.93640071e-03, 9.40645623e-06, -1.31823255e-08, 1.92423143e-11)
 TANH_Q = (1.0, 4.6267250e-01, 2.3827681e-02, 2.3023735e-04)
+# log(1 + f) = f - f^2/2 + s (f^2/2 + R(s^2)), s = f / (2 + f): the reduction and minimax coefficients of
+# FreeBSD's logf (e_logf.c), R(z) = z (LG1 + z LG3) + z^2 (LG2 + z LG4) with z = s^2
+LOG_LG = (0.66666662693, 0.40000972152, 0.28498786688, 0.24279078841)
+LN2_HI_LOG, LN2_LO_LOG = 6.9313812256e-01, 9.0580006145e-06
+SQRT_HALF_BITS = 0x3F3504F3  # float32 bits of sqrt(1/2): the reduced mantissa lies in [sqrt(1/2), sqrt(2))
 
 
 class KernelBuilder:
@@ -220,6 +225,9 @@ class KernelBuilder:
     def fma(self, a: ir.Value, b: ir.Value, c: ir.Value) -> ir.Value:
         return self.call("llvm.fmuladd.f32", F32, a, b, c)
 
+    def fabs(self, v: ir.Value) -> ir.Value:
+        return self.call("llvm.fabs.f32", F32, v)
+
     def sqrt(self, v: ir.Value) -> ir.Value:
         """IEEE square root (correctly rounded, NaN below zero), vectorizable like numpy's."""
         return self.call("llvm.sqrt.f32", F32, v)
@@ -275,9 +283,32 @@ class KernelBuilder:
         y = b.fmul(b.fmul(b.fadd(p, f(1.0)), pow2(half)), pow2(b.sub(ni, half)))
         return b.select(b.fcmp_unordered("uno", x, x), x, y)
 
-    def sigmoid(self, x: ir.Value) -> ir.Value:
-        one = ir.Constant(F32, 1.0)
-        return self.b.fdiv(one, self.b.fadd(one, self.exp(self.b.fneg(x))))
+    def log(self, x: ir.Value) -> ir.Value:
+        """log(x) as FreeBSD's logf: x = 2^k m with m in [sqrt(1/2), sqrt(2)) (subnormals scaled by 2^25
+        first), log(m) from f = m - 1 by a minimax polynomial in s = f / (2 + f), k ln2 added in two parts
+        (within 1 ulp). log(0) = -inf, log(x < 0) = NaN, log(inf) = inf, NaN propagates."""
+        b = self.b
+        f = lambda v: ir.Constant(F32, v)  # noqa: E731
+        i = lambda v: ir.Constant(I32, v)  # noqa: E731
+        sub = b.fcmp_ordered("<", x, f(1.17549435e-38))  # subnormal (zero and negatives are patched below)
+        bits = b.bitcast(b.select(sub, b.fmul(x, f(33554432.0)), x), I32)  # 2^25
+        bits = b.add(bits, i(0x3F800000 - SQRT_HALF_BITS))
+        k = b.sub(b.sub(b.lshr(bits, i(23)), i(127)), b.select(sub, i(25), i(0)))
+        m = b.bitcast(b.add(b.and_(bits, i(0x007FFFFF)), i(SQRT_HALF_BITS)), F32)
+        fr = b.fsub(m, f(1.0))
+        s = b.fdiv(fr, b.fadd(f(2.0), fr))
+        z = b.fmul(s, s)
+        w = b.fmul(z, z)
+        r = b.fadd(
+            b.fmul(z, self.fma(w, f(LOG_LG[2]), f(LOG_LG[0]))), b.fmul(w, self.fma(w, f(LOG_LG[3]), f(LOG_LG[1])))
+        )
+        hfsq = b.fmul(f(0.5), b.fmul(fr, fr))
+        dk = b.sitofp(k, F32)
+        y = self.fma(s, b.fadd(hfsq, r), b.fmul(dk, f(LN2_LO_LOG)))
+        y = self.fma(dk, f(LN2_HI_LOG), b.fadd(b.fsub(y, hfsq), fr))
+        y = b.select(b.fcmp_ordered("==", x, f(float("inf"))), x, y)
+        y = b.select(b.fcmp_ordered("==", x, f(0.0)), f(float("-inf")), y)
+        return b.select(b.fcmp_unordered("<", x, f(0.0)), f(float("nan")), y)
 
     def tanh(self, x: ir.Value) -> ir.Value:
         """tanh(x) ~ x P(x^2) / Q(x^2) on |x| <= 9 (beyond, tanh rounds to +-1): at most ~6 ulp off."""

@@ -1,23 +1,22 @@
-"""Elementwise emitter: the CPU backend's code generation for the elementwise steps of ``vdla.graph.ew``.
+"""Elementwise emitter: the CPU backend's code generation for the elementwise operators of ``vdla.graph.ew``.
 
 :class:`ChainEmitter` emits the steps of a :class:`ChainSpec` on one element, loading tensor operands at
-their broadcast offsets (:func:`broadcast_strides`); :func:`emit_step` emits one step. Invariants: the
-dtype of every emitted value is the one :func:`vdla.graph.ew.step_result_dtype` infers, integer
-arithmetic runs in int32 (the requantize shift in 64 bits) as ``vdla.isa.arith`` specifies, and the
-math calls no libm, so that LLVM's vectorizers can widen it.
+their broadcast offsets (:func:`broadcast_strides`); :func:`emit_step` emits one step: its operator's
+expression (the same one the numpy oracle evaluates) on :class:`LlvmMath`, the LLVM backend of
+:class:`vdla.graph.ewmath.Math`. Invariants: the dtype of every emitted value is the one
+:func:`vdla.graph.ew.step_result_dtype` infers, integer arithmetic runs in int32 (the requantize shift in
+64 bits) as ``vdla.isa.arith`` specifies, and the math calls no libm, so that LLVM's vectorizers can widen it.
 """
 
 from __future__ import annotations
-
-from collections.abc import Callable
 
 from llvmlite import ir
 
 from vdla.cpu_fallback.codegen import KernelBuilder
 from vdla.cpu_fallback.lltypes import F32, I8, I32, I64, LL_TYPES, i64
 from vdla.cpu_fallback.specs import ChainSpec
-from vdla.graph.ew import Arg, Const, EwStep, step_result_dtype
-from vdla.graph.types import is_float
+from vdla.graph.ew import EW, Arg, Const, EwStep, StepTypes, step_result_dtype
+from vdla.graph.ewmath import Math
 from vdla.isa.arith import MAX_SHIFT, MUL_MAX_SHIFT
 
 
@@ -31,7 +30,7 @@ def broadcast_strides(shape: tuple[int, ...], out_shape: tuple[int, ...]) -> lis
     return strides[::-1]
 
 
-Operand = tuple[ir.Value, str] | int | float  # a loaded tensor value with its dtype, or a constant
+Operand = ir.Value | int | float  # a loaded tensor value (its LLVM type gives its dtype), or a constant
 
 
 class ChainEmitter:
@@ -58,7 +57,7 @@ class ChainEmitter:
             if o.index not in loaded:
                 t = self.spec.inputs[o.index]
                 loaded[o.index] = self.kb.load(t.dtype, self.ptrs[o.index], offsets[o.index])
-            return loaded[o.index], self.spec.inputs[o.index].dtype
+            return loaded[o.index]
 
         value, dtype = primary, self.spec.inputs[0].dtype
         for step in self.spec.steps:
@@ -68,94 +67,131 @@ class ChainEmitter:
         return value
 
 
+def dtype_of(v: ir.Value) -> str:
+    """The dtype of an element value (int8, int32, float32) from its LLVM type."""
+    if isinstance(v.type, ir.FloatType):
+        return "float32"
+    return {8: "int8", 32: "int32"}[v.type.width]
+
+
 def _as_int(kb: KernelBuilder, o: Operand, to: ir.IntType) -> ir.Value:
-    if isinstance(o, tuple):
-        return kb.widen(o[0], o[1], to)
+    if isinstance(o, ir.Value):
+        return o if o.type == to else kb.b.sext(o, to)
     return ir.Constant(to, int(o))
-
-
-def _as_float(kb: KernelBuilder, o: Operand) -> ir.Value:
-    if isinstance(o, tuple):
-        return o[0] if is_float(o[1]) else kb.b.sitofp(o[0], F32)
-    return ir.Constant(F32, float(o))
-
-
-_INT_BINARY: dict[str, Callable] = {
-    "add": lambda kb, a, b: kb.b.add(a, b),
-    "sub": lambda kb, a, b: kb.b.sub(a, b),
-    "mul": lambda kb, a, b: kb.b.mul(a, b),
-    "max": KernelBuilder.smax,
-    "min": KernelBuilder.smin,
-}
-_FLOAT_BINARY: dict[str, Callable] = {
-    "add": lambda kb, a, b: kb.b.fadd(a, b),
-    "sub": lambda kb, a, b: kb.b.fsub(a, b),
-    "mul": lambda kb, a, b: kb.b.fmul(a, b),
-    "max": KernelBuilder.fmax,
-    "min": KernelBuilder.fmin,
-}
-_UNARY_FLOAT = {
-    "sigmoid": KernelBuilder.sigmoid,
-    "tanh": KernelBuilder.tanh,
-    "exp": KernelBuilder.exp,
-    "sqrt": KernelBuilder.sqrt,
-}
 
 
 def _rounding_shift(kb: KernelBuilder, acc: ir.Value, s: Operand, limit: int = MAX_SHIFT) -> ir.Value:
     """``(acc >> s) + ((acc >> (s-1)) & 1)`` on i64, round half up with no overflow for any i64 ``acc``
     (``vdla.isa.arith.rounding_shift``); tensor shifts clamped to [0, ``limit``]."""
     b = kb.b
-    if isinstance(s, tuple):
+    if isinstance(s, ir.Value):
         sh = kb.clamp_int(_as_int(kb, s, I64), 0, limit)
         bit = b.and_(b.ashr(acc, b.sub(kb.smax(sh, i64(1)), i64(1))), i64(1))
         return b.select(b.icmp_signed("==", sh, i64(0)), acc, b.add(b.ashr(acc, sh), bit))
     return b.add(b.ashr(acc, i64(s)), b.and_(b.ashr(acc, i64(s - 1)), i64(1))) if s > 0 else acc
 
 
-def _mul_shift(kb: KernelBuilder, v: ir.Value, dtype: str, m: Operand, s: Operand) -> ir.Value:
+def _mul_shift(kb: KernelBuilder, v: ir.Value, m: Operand, s: Operand) -> ir.Value:
     """``vdla.isa.arith.mul_shift`` before its wrap: the exact i64 product rounded right by ``s``."""
     b = kb.b
-    return _rounding_shift(kb, b.mul(b.sext(kb.widen(v, dtype, I32), I64), _as_int(kb, m, I64)), s, MUL_MAX_SHIFT)
+    return _rounding_shift(kb, b.mul(b.sext(_as_int(kb, v, I32), I64), _as_int(kb, m, I64)), s, MUL_MAX_SHIFT)
+
+
+class LlvmMath(Math[ir.Value]):
+    """The LLVM backend of :class:`~vdla.graph.ewmath.Math`: emits an elementwise expression on one element
+    with the :class:`KernelBuilder` (no libm calls, so that LLVM's vectorizers can widen it); integer
+    arithmetic in int32, the fixed-point primitives in 64 bits as :mod:`vdla.isa.arith` specifies."""
+
+    def __init__(self, kb: KernelBuilder) -> None:
+        self.kb = kb
+
+    def f32(self, v):
+        if isinstance(v, ir.Value):
+            return v if isinstance(v.type, ir.FloatType) else self.kb.b.sitofp(v, F32)
+        return ir.Constant(F32, float(v))
+
+    def i32(self, v):
+        return _as_int(self.kb, v, I32)
+
+    def like(self, value, x):
+        return ir.Constant(F32, float(value)) if isinstance(x.type, ir.FloatType) else ir.Constant(x.type, int(value))
+
+    def cast(self, v, dtype):
+        return self.kb.to_dtype(v, dtype_of(v), dtype)
+
+    def narrow(self, v, dtype):
+        return v if v.type == LL_TYPES[dtype] else self.kb.b.trunc(v, LL_TYPES[dtype])
+
+    def _fl(self, a: ir.Value) -> bool:
+        return isinstance(a.type, ir.FloatType)
+
+    def add(self, a, b):
+        return self.kb.b.fadd(a, b) if self._fl(a) else self.kb.b.add(a, b)
+
+    def sub(self, a, b):
+        return self.kb.b.fsub(a, b) if self._fl(a) else self.kb.b.sub(a, b)
+
+    def mul(self, a, b):
+        return self.kb.b.fmul(a, b) if self._fl(a) else self.kb.b.mul(a, b)
+
+    def div(self, a, b):
+        return self.kb.b.fdiv(a, b)
+
+    def maximum(self, a, b):
+        return self.kb.fmax(a, b) if self._fl(a) else self.kb.smax(a, b)
+
+    def minimum(self, a, b):
+        return self.kb.fmin(a, b) if self._fl(a) else self.kb.smin(a, b)
+
+    def neg(self, a):
+        return self.kb.b.fneg(a) if self._fl(a) else self.kb.b.neg(a)
+
+    def abs(self, a):
+        return self.kb.fabs(a) if self._fl(a) else self.kb.smax(a, self.kb.b.neg(a))
+
+    def fma(self, a, b, c):
+        return self.kb.fma(a, b, c)
+
+    def less(self, a, b):
+        return self.kb.b.fcmp_ordered("<", a, b) if self._fl(a) else self.kb.b.icmp_signed("<", a, b)
+
+    def equal(self, a, b):
+        return self.kb.b.fcmp_ordered("==", a, b) if self._fl(a) else self.kb.b.icmp_signed("==", a, b)
+
+    def select(self, cond, a, b):
+        return self.kb.b.select(cond, a, b)
+
+    def exp(self, x):
+        return self.kb.exp(x)
+
+    def log(self, x):
+        return self.kb.log(x)
+
+    def tanh(self, x):
+        return self.kb.tanh(x)
+
+    def sqrt(self, x):
+        return self.kb.sqrt(x)
+
+    def rint(self, x):
+        return self.kb.rint(x)
+
+    def mul_shift(self, x, multiplier, shift):
+        return self.kb.b.trunc(_mul_shift(self.kb, x, multiplier, shift), I32)
+
+    def rounding_shift(self, x, shift):
+        b = self.kb.b
+        return b.trunc(_rounding_shift(self.kb, b.sext(_as_int(self.kb, x, I32), I64), shift), I32)
+
+    def requantize(self, x, multiplier, shift, lo, hi):
+        # the exact 64-bit product rounded once (shift in [0, 63]), wrapped to int32 like the ALU's MUL,
+        # then the clamp
+        b = self.kb.b
+        acc = b.sext(b.trunc(_mul_shift(self.kb, x, multiplier, shift), I32), I64)
+        return b.trunc(self.kb.clamp_int(acc, lo, hi), I8)
 
 
 def emit_step(kb: KernelBuilder, step: EwStep, v: ir.Value, dtype: str, out: str, operands: list[Operand]) -> ir.Value:
-    """Emit one step taking ``v`` of ``dtype`` to ``out`` (as inferred by :func:`ir.step_result_dtype`)."""
-    b, op = kb.b, step.op
-    fl = is_float(dtype)
-    if op in _INT_BINARY:
-        if fl:
-            return _FLOAT_BINARY[op](kb, v, _as_float(kb, operands[0]))
-        if op == "mul" and step.attr("shift"):
-            return b.trunc(_mul_shift(kb, v, dtype, operands[0], int(step.attr("shift"))), I32)
-        return _INT_BINARY[op](kb, kb.widen(v, dtype, I32), _as_int(kb, operands[0], I32))
-    if op == "div":  # float only (step_result_dtype): IEEE division, as numpy's
-        return b.fdiv(v, _as_float(kb, operands[0]))
-    if op == "relu":
-        return kb.fmax(v, ir.Constant(F32, 0.0)) if fl else kb.smax(v, ir.Constant(v.type, 0))
-    if op == "clip":
-        lo, hi = operands
-        if fl:
-            return kb.fmin(kb.fmax(v, _as_float(kb, lo)), _as_float(kb, hi))
-        r = kb.smin(kb.smax(kb.widen(v, dtype, I32), _as_int(kb, lo, I32)), _as_int(kb, hi, I32))
-        return b.trunc(r, LL_TYPES[out]) if out != "int32" else r
-    if op in _UNARY_FLOAT:
-        return _UNARY_FLOAT[op](kb, v)
-    if op == "quantize":
-        scale, zp = operands
-        q = b.fadd(kb.rint(b.fdiv(v, _as_float(kb, scale))), _as_float(kb, zp))
-        return kb.to_dtype(q, "float32", "int8")
-    if op == "dequantize":
-        scale, zp = operands
-        centered = b.sub(kb.widen(v, dtype, I32), _as_int(kb, zp, I32))
-        return b.fmul(b.sitofp(centered, F32), _as_float(kb, scale))
-    if op == "rshift":
-        (s,) = operands
-        return b.trunc(_rounding_shift(kb, b.sext(kb.widen(v, dtype, I32), I64), s), I32)
-    if op == "requantize":
-        m, s = operands
-        # vdla.isa.arith.requantize: the exact 64-bit product rounded once (shift in [0, 63]), wrapped to
-        # int32 like the ALU's MUL, then the clamp
-        acc = b.sext(b.trunc(_mul_shift(kb, v, dtype, m, s), I32), I64)
-        return b.trunc(kb.clamp_int(acc, int(step.attr("lo")), int(step.attr("hi"))), I8)
-    return kb.to_dtype(v, dtype, out)  # cast
+    """Emit one step taking ``v`` of ``dtype`` to ``out`` (as :func:`vdla.graph.ew.step_result_dtype` infers):
+    its operator's expression (:class:`vdla.graph.ew.EwDef`) on :class:`LlvmMath`."""
+    return EW[step.op].expr(LlvmMath(kb), v, tuple(operands), StepTypes(step, dtype, out))

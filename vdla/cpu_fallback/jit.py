@@ -35,11 +35,12 @@ from vdla.graph.types import TensorType, UnsupportedError
 def _source_fingerprint() -> str:
     """Hash of the code generator's sources: any change to them invalidates the disk cache."""
     from vdla.cpu_fallback import codegen, entry, ew_emit, lltypes, specs
-    from vdla.graph import ew, ops, oracle, types, window
+    from vdla.graph import ew, ewmath, ops, oracle, types, window
     from vdla.isa import arith
 
     h = hashlib.sha256()
-    for mod in (abi, lltypes, entry, codegen, ew_emit, specs, kernels, ew, ops, oracle, types, window, arith):
+    modules = (abi, lltypes, entry, codegen, ew_emit, specs, kernels, ew, ewmath, ops, oracle, types, window, arith)
+    for mod in modules:
         h.update(Path(mod.__file__).read_bytes())
     return h.hexdigest()[:16]
 

@@ -38,6 +38,7 @@ from vdla.cpu_fallback.specs import (
     UnpackSpec,
     spec_inputs,
 )
+from vdla.graph.ew import EW
 from vdla.graph.oracle import resize_taps
 from vdla.graph.types import is_float
 from vdla.graph.window import Window
@@ -87,8 +88,6 @@ def coalesce(shape: tuple[int, ...], strides: list[list[int]]) -> tuple[list[int
 # Elementwise chains
 
 ALIGN = 64  # bytes (a cache line) to which the inner loop's main part aligns the output
-# steps cheap enough for a chain of them to run at memory speed
-STREAMING = frozenset({"add", "sub", "mul", "max", "min", "relu", "clip", "cast", "dequantize"})
 STREAMING_LANES = 8  # 256-bit vectors of 4-byte elements
 
 
@@ -96,13 +95,14 @@ STREAMING_LANES = 8  # 256-bit vectors of 4-byte elements
 def _chain(spec: ChainSpec, kb: KernelBuilder) -> None:
     """One loop nest over the coalesced output dims.
 
-    In a streaming chain (only steps in ``STREAMING``) whose output is at least as wide as the inputs its
-    inner loop walks, an inner loop of at least 4 cache lines first runs the few elements that bring the
-    output to a cache-line boundary, so that no vector store straddles two lines (numpy's large arrays
-    typically start 16 bytes into one). With only 4-byte elements, the rest then runs on 256-bit vectors:
-    on Zen 4, which splits 512-bit accesses in two anyway, they are faster for streaming (a misaligned
-    input straddles lines on every 512-bit load, on every other 256-bit one). Neither paid off elsewhere
-    (compute-bound chains, narrowing outputs), so other chains keep the vectorizer's plain loop.
+    In a streaming chain (only steps whose :class:`~vdla.graph.ew.EwDef` is ``streaming``) whose output is
+    at least as wide as the inputs its inner loop walks, an inner loop of at least 4 cache lines first runs
+    the few elements that bring the output to a cache-line boundary, so that no vector store straddles two
+    lines (numpy's large arrays typically start 16 bytes into one). With only 4-byte elements, the rest
+    then runs on 256-bit vectors: on Zen 4, which splits 512-bit accesses in two anyway, they are faster for
+    streaming (a misaligned input straddles lines on every 512-bit load, on every other 256-bit one).
+    Neither paid off elsewhere (compute-bound chains, narrowing outputs), so other chains keep the
+    vectorizer's plain loop.
     """
     out = spec.out
     strides = [broadcast_strides(t.shape, out.shape) for t in spec.inputs] + [contiguous_strides(out.shape)]
@@ -116,7 +116,7 @@ def _chain(spec: ChainSpec, kb: KernelBuilder) -> None:
 
     size = LL_SIZES[out.dtype]
     walked = [LL_SIZES[t.dtype] for t, s in zip(spec.inputs, strides, strict=False) if s[-1] == 1]
-    streaming = all(s.op in STREAMING for s in spec.steps)
+    streaming = all(EW[s.op].streaming for s in spec.steps)
     if not streaming or max(walked, default=0) > size or dims[-1] * size < 4 * ALIGN:
         with kb.loops(dims) as idx:
             body(idx)

@@ -1,42 +1,30 @@
-"""Operator stacking: elementwise chains become one loop nest, and graphs are cut into fused groups.
+"""Operator stacking: elementwise chains become one loop nest, and graphs are cut into fused kernels.
 
 A chain of elementwise steps (with broadcast operands) is compiled into a single kernel that reads every
-input once and writes the output once. In a graph, a run of elementwise nodes is fused into one group,
-and a run that directly follows a conv2d or dense node becomes that kernel's epilogue, applied to the
-accumulator before it is stored.
+input once and writes the output once. In a graph (:func:`compile_graph`), each group of the fusion pass
+(:func:`vdla.graph.fusion.fuse_ops`) is cut into runs (:func:`fuse`): a run of elementwise nodes is one
+kernel, and a run that directly follows a conv2d or dense node becomes that kernel's epilogue, applied to
+the accumulator before it is stored. Every other node is one kernel, the one its operator's definition
+names (:attr:`vdla.graph.ops.OpDef.cpu`).
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from vdla.cpu_fallback import specs
 from vdla.cpu_fallback.jit import Kernel, contiguous, get_kernel
 from vdla.cpu_fallback.reference import reference
-from vdla.cpu_fallback.specs import (
-    Spec,
-    make_chain,
-    make_concat,
-    make_conv2d,
-    make_dense,
-    make_global_avg_pool,
-    make_im2col,
-    make_matmul,
-    make_pack,
-    make_pad,
-    make_pool2d,
-    make_resize,
-    make_slice,
-    make_softmax,
-    make_transpose,
-    make_unpack,
-)
-from vdla.graph.ew import Arg, Const, EwStep, Step, node_steps
-from vdla.graph.fusion import EPILOGUE_ANCHORS, fuse, is_elementwise
+from vdla.cpu_fallback.specs import Spec, make_chain
+from vdla.graph.ew import Arg, Const, EwStep, Step, is_elementwise, node_steps
+from vdla.graph.fusion import EPILOGUE_ANCHORS, fuse_ops
 from vdla.graph.graph import Graph, Node, reshaped
+from vdla.graph.ops import OPS, VIEW, CpuKernel
 from vdla.graph.passes import fresh_name
 from vdla.graph.types import TensorType, UnsupportedError
 
@@ -96,23 +84,54 @@ def run_chain(x: np.ndarray, steps: Sequence[Step], out: np.ndarray | None = Non
 # Graphs
 
 
-_Factory = Callable[[list[TensorType], dict[str, Any]], Spec]
-SPEC_FACTORIES: dict[str, _Factory] = {
-    "max_pool2d": lambda t, a: make_pool2d(t[0], "max", **a),
-    "avg_pool2d": lambda t, a: make_pool2d(t[0], "avg", **a),
-    "global_avg_pool": lambda t, a: make_global_avg_pool(t[0]),
-    "global_sum_pool": lambda t, a: make_global_avg_pool(t[0], mean=False),
-    "softmax": lambda t, a: make_softmax(t[0], **a),
-    "transpose": lambda t, a: make_transpose(t[0], **a),
-    "pack_blocked": lambda t, a: make_pack(t[0], **a),
-    "unpack_blocked": lambda t, a: make_unpack(t[0], **a),
-    "concat": lambda t, a: make_concat(tuple(t), **a),
-    "pad": lambda t, a: make_pad(t[0], **a),
-    "im2col": lambda t, a: make_im2col(t[0], **a),
-    "slice": lambda t, a: make_slice(t[0], **a),
-    "resize": lambda t, a: make_resize(t[0], **a),
-    "matmul": lambda t, a: make_matmul(*t, **a),
-}
+def spec_factory(kernel: CpuKernel) -> Callable[..., Spec]:
+    """The kernel-spec factory of :mod:`vdla.cpu_fallback.specs` that an operator's :class:`CpuKernel` names."""
+    factory = getattr(specs, kernel.factory or "", None)
+    if not callable(factory):
+        raise TypeError(f"CpuKernel names {kernel.factory!r}, which is no spec factory of vdla.cpu_fallback.specs")
+    return factory
+
+
+def node_spec(node: Node, types: Sequence[TensorType], **extra: Any) -> Spec:
+    """The kernel spec of ``node`` on inputs of ``types``: its operator's CPU kernel (:attr:`OpDef.cpu
+    <vdla.graph.ops.OpDef.cpu>`) built from the types, the kernel's fixed arguments, the node's attributes
+    and ``extra``."""
+    kernel = OPS[node.op].cpu
+    args = (tuple(types),) if kernel.variadic else tuple(types)
+    try:
+        return spec_factory(kernel)(*args, **dict(kernel.fixed), **node.attrs, **extra)
+    except TypeError as e:  # attributes that the operator does not take
+        raise UnsupportedError(node.op, f"bad attributes {node.attrs}: {e}") from e
+
+
+def fuse(graph: Graph) -> list[list[Node]]:
+    """The CPU fallback's kernels for ``graph``, in graph order: the groups of :func:`vdla.graph.fusion.fuse_ops`,
+    each cut into the runs of nodes one kernel executes.
+
+    A node joins the previous node's run when both lie in one group, it is elementwise, its running value
+    is that run's output, nothing else (no other node, no graph output) reads that value and the run starts
+    at an elementwise node or at a conv2d/dense (the run is then that kernel's epilogue). Raises
+    :class:`UnsupportedError` for a node whose operator has no CPU kernel.
+    """
+    for node in graph.nodes:
+        opdef = OPS.get(node.op)
+        if opdef is None or opdef.cpu is None:
+            raise UnsupportedError(node.op, f"no CPU kernel for this operator (node {node.output!r})")
+    group_of = fuse_ops(graph).group_of
+    readers = Counter(name for node in graph.nodes for name in node.inputs)
+    readers.update(graph.outputs)
+    runs: list[list[Node]] = []
+    for node in graph.nodes:
+        if runs and is_elementwise(node):
+            last = runs[-1]
+            anchor_ok = is_elementwise(last[0]) or last[0].op in EPILOGUE_ANCHORS
+            value = last[-1].output
+            joins = node.inputs[0] == value and readers[value] == 1 and group_of[node.output] == group_of[value]
+            if anchor_ok and joins:
+                last.append(node)
+                continue
+        runs.append([node])
+    return runs
 
 
 @dataclass
@@ -175,8 +194,7 @@ def _anchored_spec(
         steps = node_steps([Node("add", (anchor.output, shaped), anchor.output)], names)
     steps += node_steps(chain, names)
     epi_types = tuple(TensorType.of(params[n], anchor.op) if n in params else types[n] for n in names[1:])
-    make = make_conv2d if anchor.op == "conv2d" else make_dense
-    spec = make(types[x], types[w], epilogue_inputs=epi_types, epilogue=steps, **anchor.attrs)
+    spec = node_spec(anchor, (types[x], types[w]), epilogue_inputs=epi_types, epilogue=steps)
     return spec, [x, w, *names[1:]]
 
 
@@ -208,25 +226,20 @@ def compile_graph(graph: Graph) -> CompiledGraph:
     stages = []
     for group in fuse(graph):
         anchor = group[0]
-        if anchor.op == "reshape":
+        if OPS[anchor.op].cpu == VIEW:
             src = types[anchor.inputs[0]]
             types[anchor.output] = TensorType(reshaped(src.shape, anchor.attrs["shape"]), src.dtype)
             stages.append(CompiledGroup(None, anchor.inputs, anchor.output, (anchor.output,), types[anchor.output]))
             continue
-        try:
-            if is_elementwise(anchor):
-                names = [anchor.inputs[0]]
-                steps = node_steps(group, names)
-                spec: Spec = make_chain(tuple(types[n] for n in names), steps)
-            elif anchor.op in EPILOGUE_ANCHORS:
-                spec, names = _anchored_spec(anchor, group[1:], types, params)
-            elif anchor.op in SPEC_FACTORIES:
-                names = list(anchor.inputs)
-                spec = SPEC_FACTORIES[anchor.op]([types[n] for n in names], dict(anchor.attrs))
-            else:
-                raise UnsupportedError(anchor.op, "no CPU kernel for this operator")
-        except TypeError as e:  # attributes that the operator does not take
-            raise UnsupportedError(anchor.op, f"bad attributes {anchor.attrs}: {e}") from e
+        if is_elementwise(anchor):
+            names = [anchor.inputs[0]]
+            steps = node_steps(group, names)  # appends the chain's tensor operands to names
+            spec: Spec = make_chain(tuple(types[n] for n in names), steps)
+        elif anchor.op in EPILOGUE_ANCHORS:
+            spec, names = _anchored_spec(anchor, group[1:], types, params)
+        else:
+            names = list(anchor.inputs)
+            spec = node_spec(anchor, [types[n] for n in names])
         types[group[-1].output] = spec.out
         stages.append(
             CompiledGroup(get_kernel(spec), tuple(names), group[-1].output, tuple(n.output for n in group), spec.out)

@@ -163,6 +163,8 @@ converter("Sigmoid")(_unary("sigmoid", FLOAT))
 converter("Tanh")(_unary("tanh", FLOAT))
 converter("Exp")(_unary("exp", FLOAT))
 converter("Sqrt")(_unary("sqrt", FLOAT))
+converter("Softplus")(_unary("softplus", FLOAT))
+converter("Erf")(_unary("erf", FLOAT))
 
 
 @converter("Neg")

@@ -1,5 +1,6 @@
-"""The graph: one home for the tensor type, nodes and graphs, elementwise steps, window geometry,
-the blocked layout, the fusion passes and partitioning, shared by the CPU fallback and the model compiler.
+"""The graph: one home for the tensor type, nodes and graphs, the operator registry (:mod:`vdla.graph.ops`,
+elementwise operators in :mod:`vdla.graph.ew`), window geometry, the blocked layout, the fusion pass and
+partitioning, shared by the CPU fallback and the model compiler.
 
 Conventions defined here and nowhere else: padding order (:mod:`vdla.graph.window`), the blocked
 layout of activations and weights (:mod:`vdla.graph.layout`, always from the hardware config), and
@@ -9,8 +10,8 @@ module).
 """
 
 from vdla.graph import ew, layout
-from vdla.graph.ew import Arg, Const, EwStep, Step
-from vdla.graph.fusion import Fusion, Group, check_fusion, fuse, fuse_ops, is_elementwise, post_dominators
+from vdla.graph.ew import Arg, Const, EwStep, Step, is_elementwise
+from vdla.graph.fusion import Fusion, Group, check_fusion, fuse_ops, post_dominators
 from vdla.graph.graph import Graph, Node
 from vdla.graph.partition import Partition, Region, region_graph
 from vdla.graph.types import DTYPES, TensorType, UnsupportedError
@@ -33,7 +34,6 @@ __all__ = [
     "Window",
     "check_fusion",
     "ew",
-    "fuse",
     "fuse_ops",
     "is_elementwise",
     "layout",

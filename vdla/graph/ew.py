@@ -1,4 +1,10 @@
-"""Elementwise steps: the operators that stack into one loop nest (chains, conv/dense epilogues).
+"""Elementwise operators, each defined once (:class:`EwDef`), and the steps that stack them into one loop
+nest (chains, conv/dense epilogues).
+
+An elementwise operator's definition holds its operands and attributes, its dtype rule, its computation as
+an expression over :class:`~vdla.graph.ewmath.Math` (from which both its numpy semantics and its JIT kernel
+come), how an int8 result keeps a quantization, and its accelerator lowering. Adding one is adding a
+:func:`define` below; :mod:`vdla.graph.ops` registers every definition as an operator of the graph.
 
 Two forms of a step:
 
@@ -25,13 +31,15 @@ Example::
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
+from vdla.graph.ewmath import Math
 from vdla.graph.graph import Node
-from vdla.graph.types import DTYPES, INT_RANGE, TensorType, UnsupportedError, is_float
+from vdla.graph.types import DTYPES, INT_RANGE, Quant, TensorType, UnsupportedError, is_float
 from vdla.isa.arith import MAX_SHIFT, MUL_MAX_SHIFT
 
 
@@ -50,36 +58,10 @@ class Arg:
 
 
 Operand = Const | Arg
-
-# operator -> names of its operands (the running value is implicit)
-EW_OPERANDS: dict[str, tuple[str, ...]] = {
-    "add": ("b",),
-    "sub": ("b",),
-    "mul": ("b",),
-    "max": ("b",),
-    "min": ("b",),
-    "relu": (),
-    "clip": ("lo", "hi"),
-    "sigmoid": (),
-    "tanh": (),
-    "exp": (),
-    "div": ("b",),
-    "sqrt": (),
-    "quantize": ("scale", "zero_point"),
-    "dequantize": ("scale", "zero_point"),
-    "requantize": ("multiplier", "shift"),
-    "rshift": ("shift",),
-    "cast": (),
-}
-BINARY_OPS = ("add", "sub", "mul", "max", "min")
 # node attributes that annotate the result's type (quantization axis, quantization) rather than the computation
 ANNOTATIONS = ("axis", "quant")
-# operator -> its attributes with their defaults (None: required)
-EW_ATTRS: dict[str, dict[str, int | str | None]] = {
-    "mul": {"shift": 0},  # integer mul: the exact product rounded right by it (vdla.isa.arith.mul_shift)
-    "requantize": {"lo": -128, "hi": 127},
-    "cast": {"dtype": None},
-}
+# the accelerator's lowering of an elementwise step: an ALU step of a conv2d/dense layer's epilogue
+EPILOGUE_STEP = "vdla.compiler.epilogue.alu_passes"
 
 
 @dataclass(frozen=True)
@@ -94,14 +76,112 @@ class EwStep:
     attrs: tuple[tuple[str, int | str], ...] = ()
 
     def attr(self, name: str) -> int | str:
-        """The attribute's value, else its default in :data:`EW_ATTRS`."""
+        """The attribute's value, else its default in the operator's :class:`EwDef`."""
         given = dict(self.attrs)
         if name in given:
             return given[name]
-        default = EW_ATTRS.get(self.op, {}).get(name)
+        d = EW.get(self.op)
+        default = None if d is None else d.defaults.get(name)
         if default is None:
             raise KeyError(f"{self.op} step has no attribute {name!r}")
         return default
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The definition of an elementwise operator
+
+
+@dataclass(frozen=True)
+class StepTyping:
+    """What a dtype rule sees of a step: the running value's dtype, the operands by name with their kind
+    ('int' or 'float'), and the chain's input types (which an :class:`Arg` indexes)."""
+
+    step: EwStep
+    value: str
+    operands: Mapping[str, Operand]
+    kinds: Mapping[str, str]
+    inputs: tuple[TensorType, ...]
+
+    @property
+    def op(self) -> str:
+        return self.step.op
+
+    @property
+    def fl(self) -> bool:
+        return is_float(self.value)
+
+
+@dataclass(frozen=True)
+class StepTypes:
+    """What an expression sees of its step: the step (its attributes), the running value's dtype and the
+    result's (:func:`step_result_dtype`)."""
+
+    step: EwStep
+    dtype: str
+    out: str
+
+    @property
+    def fl(self) -> bool:
+        return is_float(self.dtype)
+
+
+Rule = Callable[[StepTyping], str]
+# (math, running value, operand values in EwDef.operands order, types) -> result
+Expr = Callable[[Math, Any, tuple[Any, ...], StepTypes], Any]
+# (node, input types, parameters, result dtype) -> the quantization of the node's int8 result
+QuantRule = Callable[[Node, list[TensorType], Mapping[str, np.ndarray], str], Quant | None]
+
+
+@dataclass(frozen=True)
+class EwDef:
+    """One elementwise operator, defined once; :mod:`vdla.graph.ops` registers it as an operator of the
+    graph (pattern kind injective, type rule and numpy evaluation through it, CPU kernel a stacked chain).
+
+    * ``operands``: the names of its operands after the running value; in a node each is a scalar attribute
+      of that name or else the node's next tensor input;
+    * ``attrs``: its other attributes with their defaults (None: required), as (name, default) pairs;
+    * ``rule``: the result dtype from the value's dtype and the operands' kinds, raising
+      :class:`UnsupportedError` naming the operator for a combination it does not take;
+    * ``expr``: the computation over :class:`~vdla.graph.ewmath.Math`, the one source of its numpy
+      semantics (:func:`vdla.graph.oracle.ew_step`) and of its JIT code (``vdla.cpu_fallback.ew_emit``);
+    * ``quant``: how an int8 result's quantization follows from the node (None: it has none);
+    * ``streaming``: cheap enough that a chain of such steps runs at memory speed (the CPU kernel then
+      aligns its stores, ``vdla.cpu_fallback.kernels``);
+    * ``accel``: the accelerator's lowering of the step where it has one (:data:`EPILOGUE_STEP`).
+    """
+
+    name: str
+    rule: Rule
+    expr: Expr
+    operands: tuple[str, ...] = ()
+    attrs: tuple[tuple[str, int | str | None], ...] = ()
+    quant: QuantRule | None = None
+    streaming: bool = False
+    accel: str | None = None
+
+    @property
+    def defaults(self) -> dict[str, int | str | None]:
+        return dict(self.attrs)
+
+
+EW: dict[str, EwDef] = {}
+
+
+def define(d: EwDef) -> EwDef:
+    """Add an elementwise operator to :data:`EW` (and so to the graph's operators)."""
+    if d.name in EW:
+        raise ValueError(f"elementwise operator {d.name!r} is defined twice")
+    EW[d.name] = d
+    return d
+
+
+def is_elementwise(node: Node) -> bool:
+    """Whether ``node`` is an elementwise step (its operator is in :data:`EW`)."""
+    return node.op in EW
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Dtype rules
 
 
 def _operand_kind(op: str, name: str, operand: Operand, inputs: tuple[TensorType, ...]) -> str:
@@ -133,78 +213,277 @@ def _need(op: str, cond: bool, message: str) -> None:
 def step_result_dtype(step: EwStep, value: str, inputs: tuple[TensorType, ...]) -> str:
     """Dtype produced by ``step`` applied to a value of dtype ``value``; raises for unsupported combinations.
 
-    Integer arithmetic is done in int32 (wrapping like numpy int32); ints and floats never mix silently.
+    Checks what every elementwise operator shares (its operands and attributes), then its :class:`EwDef`'s
+    rule. Integer arithmetic is done in int32 (wrapping like numpy int32); ints and floats never mix silently.
     """
     op = step.op
-    _need(op, op in EW_OPERANDS, "unknown elementwise operator")
-    names = EW_OPERANDS[op]
+    _need(op, op in EW, "unknown elementwise operator")
+    d = EW[op]
+    names = d.operands
     _need(op, len(step.operands) == len(names), f"expected operands {names}, got {len(step.operands)}")
-    known = EW_ATTRS.get(op, {})
+    known = d.defaults
     given = dict(step.attrs)
     _need(op, set(given) <= set(known), f"unknown attributes {sorted(set(given) - set(known))}")
     _need(op, all(k in given for k, v in known.items() if v is None), f"needs attributes {sorted(known)}")
     kinds = {n: _operand_kind(op, n, o, inputs) for n, o in zip(names, step.operands, strict=True)}
-    operands = dict(zip(names, step.operands, strict=True))
-    vfloat = is_float(value)
-    if op == "mul" and step.attr("shift"):
-        sh = step.attr("shift")
-        _need(op, not vfloat and kinds["b"] == "int", "a shifted product needs integer operands")
-        _need(op, isinstance(sh, int) and 0 <= sh <= MUL_MAX_SHIFT, f"shift must be in [0, {MUL_MAX_SHIFT}], got {sh}")
-    if op in BINARY_OPS or op in ("clip", "div"):
-        _need(op, vfloat or op != "div", f"requires a float32 value, got {value} (vdla divides floats only)")
-        for n, k in kinds.items():
-            # an int constant is accepted for a float value; anything else must match the value's kind
-            ok = k == ("float" if vfloat else "int") or (vfloat and isinstance(operands[n], Const) and k == "int")
-            _need(op, ok, f"cannot combine a {value} value with a {k} operand {n}; (de)quantize or cast first")
-        if vfloat:
-            return "float32"
-        if op == "clip":
-            lo, hi = operands["lo"], operands["hi"]
-            if isinstance(lo, Const) and isinstance(hi, Const):
-                _need(op, lo.value <= hi.value, f"lo={lo.value} is greater than hi={hi.value}")
-            return value if all(operand_fits(o, value, inputs) for o in (lo, hi)) else "int32"
-        return "int32"
-    if op in ("relu", "cast"):
-        if op == "cast":
-            _need(op, step.attr("dtype") in DTYPES, f"cannot cast to {step.attr('dtype')}")
-            return str(step.attr("dtype"))
-        return value
-    if op in ("sigmoid", "tanh", "exp", "sqrt"):
-        _need(op, vfloat, f"requires a float32 input, got {value}")
+    return d.rule(StepTyping(step, value, dict(zip(names, step.operands, strict=True)), kinds, inputs))
+
+
+def _matching_operands(t: StepTyping) -> None:
+    """Each operand of a float value is float or an int constant; each operand of an int value is int."""
+    for n, k in t.kinds.items():
+        ok = k == ("float" if t.fl else "int") or (t.fl and isinstance(t.operands[n], Const) and k == "int")
+        _need(t.op, ok, f"cannot combine a {t.value} value with a {k} operand {n}; (de)quantize or cast first")
+
+
+def arith_rule(t: StepTyping) -> str:
+    """float32 for a float value, else int32 (numpy int32 arithmetic); operands of the value's kind."""
+    _matching_operands(t)
+    return "float32" if t.fl else "int32"
+
+
+def _mul_rule(t: StepTyping) -> str:
+    sh = t.step.attr("shift")
+    if sh:
+        _need(t.op, not t.fl and t.kinds["b"] == "int", "a shifted product needs integer operands")
+        ok = isinstance(sh, int) and 0 <= sh <= MUL_MAX_SHIFT
+        _need(t.op, ok, f"shift must be in [0, {MUL_MAX_SHIFT}], got {sh}")
+    return arith_rule(t)
+
+
+def _div_rule(t: StepTyping) -> str:
+    _need(t.op, t.fl, f"requires a float32 value, got {t.value} (vdla divides floats only)")
+    return arith_rule(t)
+
+
+def _clip_rule(t: StepTyping) -> str:
+    """An int value keeps its dtype when both bounds fit in it, else becomes int32."""
+    _matching_operands(t)
+    if t.fl:
         return "float32"
-    _need(op, kinds.get("scale", "float") == "float", "scale must be a float")
-    scale = operands.get("scale")
+    lo, hi = t.operands["lo"], t.operands["hi"]
+    if isinstance(lo, Const) and isinstance(hi, Const):
+        _need(t.op, lo.value <= hi.value, f"lo={lo.value} is greater than hi={hi.value}")
+    return t.value if all(operand_fits(o, t.value, t.inputs) for o in (lo, hi)) else "int32"
+
+
+def same_rule(t: StepTyping) -> str:
+    """The value's own dtype."""
+    return t.value
+
+
+def _cast_rule(t: StepTyping) -> str:
+    _need(t.op, t.step.attr("dtype") in DTYPES, f"cannot cast to {t.step.attr('dtype')}")
+    return str(t.step.attr("dtype"))
+
+
+def float_rule(t: StepTyping) -> str:
+    """float32 -> float32 only."""
+    _need(t.op, t.fl, f"requires a float32 input, got {t.value}")
+    return "float32"
+
+
+def _scale(t: StepTyping) -> None:
+    _need(t.op, t.kinds["scale"] == "float", "scale must be a float")
+    scale = t.operands["scale"]
     if isinstance(scale, Const):
-        _need(op, scale.value > 0, f"scale must be positive, got {scale.value}")
-    if op == "quantize":
-        _need(op, vfloat, f"requires a float32 input, got {value}")
-        _need(op, kinds["zero_point"] == "int", "zero_point must be an integer")
-        return "int8"
-    _need(op, not vfloat, f"requires an int8 or int32 input, got {value}")
-    if op == "rshift":
-        _need(op, kinds["shift"] == "int", "shift must be an integer")
-        s = operands["shift"]
-        if isinstance(s, Const):
-            _need(op, 0 <= s.value <= MAX_SHIFT, f"shift must be in [0, {MAX_SHIFT}], got {s.value}")
-        return "int32"
-    if op == "dequantize":
-        _need(op, kinds["zero_point"] == "int", "zero_point must be an integer")
-        return "float32"
-    # requantize
-    _need(op, kinds["multiplier"] == "int" and kinds["shift"] == "int", "multiplier and shift must be integers")
-    m, s = operands["multiplier"], operands["shift"]
-    _need(op, operand_fits(m, "int32", inputs), "multiplier must fit in int32")
-    if isinstance(s, Const):
-        _need(op, 0 <= s.value <= MUL_MAX_SHIFT, f"shift must be in [0, {MUL_MAX_SHIFT}], got {s.value}")
-    lo, hi = int(step.attr("lo")), int(step.attr("hi"))
-    _need(op, -128 <= lo <= hi <= 127, f"clamp range [{lo}, {hi}] must lie within int8")
+        _need(t.op, scale.value > 0, f"scale must be positive, got {scale.value}")
+
+
+def _int_input(t: StepTyping) -> None:
+    _need(t.op, not t.fl, f"requires an int8 or int32 input, got {t.value}")
+
+
+def _quantize_rule(t: StepTyping) -> str:
+    _scale(t)
+    _need(t.op, t.fl, f"requires a float32 input, got {t.value}")
+    _need(t.op, t.kinds["zero_point"] == "int", "zero_point must be an integer")
     return "int8"
+
+
+def _dequantize_rule(t: StepTyping) -> str:
+    _scale(t)
+    _int_input(t)
+    _need(t.op, t.kinds["zero_point"] == "int", "zero_point must be an integer")
+    return "float32"
+
+
+def _rshift_rule(t: StepTyping) -> str:
+    _int_input(t)
+    _need(t.op, t.kinds["shift"] == "int", "shift must be an integer")
+    s = t.operands["shift"]
+    if isinstance(s, Const):
+        _need(t.op, 0 <= s.value <= MAX_SHIFT, f"shift must be in [0, {MAX_SHIFT}], got {s.value}")
+    return "int32"
+
+
+def _requantize_rule(t: StepTyping) -> str:
+    _int_input(t)
+    _need(t.op, t.kinds["multiplier"] == "int" and t.kinds["shift"] == "int", "multiplier and shift must be integers")
+    m, s = t.operands["multiplier"], t.operands["shift"]
+    _need(t.op, operand_fits(m, "int32", t.inputs), "multiplier must fit in int32")
+    if isinstance(s, Const):
+        _need(t.op, 0 <= s.value <= MUL_MAX_SHIFT, f"shift must be in [0, {MUL_MAX_SHIFT}], got {s.value}")
+    lo, hi = int(t.step.attr("lo")), int(t.step.attr("hi"))
+    _need(t.op, -128 <= lo <= hi <= 127, f"clamp range [{lo}, {hi}] must lie within int8")
+    return "int8"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Quantization rules
+
+
+def keep_quant(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarray], dtype: str) -> Quant | None:
+    """An int8 result of an int8 input keeps the input's quantization (the step commutes with it)."""
+    return inputs[0].quant if dtype == "int8" and inputs[0].dtype == "int8" else None
+
+
+def _quantize_quant(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarray], dtype: str) -> Quant | None:
+    """The quantization its constant scale and zero point give (per channel along ``axis``)."""
+    scale = operand_value(node, "scale", params)
+    zp = operand_value(node, "zero_point", params)
+    if scale is None:
+        return None
+    axis = node.attrs.get("axis", 1 if np.asarray(scale).size > 1 else None)
+    return Quant.of(scale, 0 if zp is None else zp, axis)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The elementwise operators
+
+
+def binary(method: str) -> Expr:
+    """``m.<method>(value, b)`` of a float value and a float ``b``, or of int32 views of an int value and ``b``."""
+
+    def expr(m: Math, x: Any, o: tuple[Any, ...], t: StepTypes) -> Any:
+        fn = getattr(m, method)
+        return fn(x, m.f32(o[0])) if t.fl else fn(m.i32(x), m.i32(o[0]))
+
+    return expr
+
+
+def _mul(m: Math, x: Any, o: tuple[Any, ...], t: StepTypes) -> Any:
+    shift = int(t.step.attr("shift"))
+    if not t.fl and shift:
+        return m.mul_shift(x, o[0], shift)
+    return binary("mul")(m, x, o, t)
+
+
+def _clip(m: Math, x: Any, o: tuple[Any, ...], t: StepTypes) -> Any:
+    lo, hi = o
+    if t.fl:
+        return m.minimum(m.maximum(x, m.f32(lo)), m.f32(hi))
+    return m.narrow(m.minimum(m.maximum(m.i32(x), m.i32(lo)), m.i32(hi)), t.out)
+
+
+def _sigmoid(m: Math, x: Any, o: tuple[Any, ...], t: StepTypes) -> Any:
+    return m.div(m.f32(1.0), m.add(m.f32(1.0), m.exp(m.neg(x))))
+
+
+def _quantize(m: Math, x: Any, o: tuple[Any, ...], t: StepTypes) -> Any:
+    """saturate(round_half_even(x / scale) + zero_point) to int8, like onnx QuantizeLinear."""
+    scale, zero_point = o
+    return m.cast(m.add(m.rint(m.div(x, m.f32(scale))), m.f32(zero_point)), "int8")
+
+
+def _dequantize(m: Math, x: Any, o: tuple[Any, ...], t: StepTypes) -> Any:
+    """(x - zero_point) * scale in float32."""
+    scale, zero_point = o
+    return m.mul(m.f32(m.sub(m.i32(x), m.i32(zero_point))), m.f32(scale))
+
+
+def _softplus(m: Math, x: Any, o: tuple[Any, ...], t: StepTypes) -> Any:
+    """log(1 + exp(x)) as max(x, 0) + log1p(exp(-|x|)): no overflow for large x, no cancellation for
+    very negative x."""
+    return m.add(m.maximum(x, m.f32(0.0)), m.log1p(m.exp(m.neg(m.abs(x)))))
+
+
+# erf(x) = x + x P(x^2) for |x| < ERF_SPLIT, else sign(x) (1 - exp(Q(min(|x|, 4)))) with Q(t) ~ log(erfc(t))
+# (erf(4) rounds to 1 in float32): least-squares fits reweighted towards minimax, of erf(x)/x - 1 and of
+# log(erfc(t)) weighted by erfc(t); in float32 within 1.4 ulp of erf (float64 math.erf) on [-6, 6]
+ERF_SPLIT, ERF_CLAMP = 0.921875, 4.0
+ERF_P = (
+    0.12837916612625122,
+    -0.37612634897232056,
+    0.11283701658248901,
+    -0.02685970440506935,
+    0.005201720166951418,
+    -0.0008149845525622368,
+    8.397939382120967e-05,
+)
+ERF_Q = (
+    0.0001763616019161418,
+    -1.1295231580734253,
+    -0.6333299279212952,
+    -0.10829910635948181,
+    0.0251319482922554,
+    -0.00417590094730258,
+    0.0004354777920525521,
+    -2.1184241631999612e-05,
+)
+
+
+def _erf(m: Math, x: Any, o: tuple[Any, ...], t: StepTypes) -> Any:
+    a = m.abs(x)
+    small = m.fma(x, m.poly(m.mul(x, x), ERF_P), x)
+    large = m.sub(m.f32(1.0), m.exp(m.poly(m.minimum(a, m.f32(ERF_CLAMP)), ERF_Q)))
+    return m.select(m.less(a, m.f32(ERF_SPLIT)), small, m.select(m.less(x, m.f32(0.0)), m.neg(large), large))
+
+
+_ARITH = {"rule": arith_rule, "operands": ("b",), "streaming": True}
+define(EwDef("add", expr=binary("add"), accel=EPILOGUE_STEP, **_ARITH))
+define(EwDef("sub", expr=binary("sub"), **_ARITH))
+# integer mul with a shift: the exact product rounded right by it (vdla.isa.arith.mul_shift, the ALU's MUL)
+define(EwDef("mul", _mul_rule, _mul, ("b",), (("shift", 0),), streaming=True, accel=EPILOGUE_STEP))
+define(EwDef("max", expr=binary("maximum"), quant=keep_quant, **_ARITH))
+define(EwDef("min", expr=binary("minimum"), quant=keep_quant, **_ARITH))
+define(EwDef("div", _div_rule, binary("div"), ("b",)))
+define(
+    EwDef(
+        "relu",
+        same_rule,
+        lambda m, x, o, t: m.maximum(x, m.like(0, x)),
+        quant=keep_quant,
+        streaming=True,
+        accel=EPILOGUE_STEP,
+    )
+)
+define(EwDef("clip", _clip_rule, _clip, ("lo", "hi"), quant=keep_quant, streaming=True, accel=EPILOGUE_STEP))
+define(EwDef("sigmoid", float_rule, _sigmoid))
+define(EwDef("tanh", float_rule, lambda m, x, o, t: m.tanh(x)))
+define(EwDef("exp", float_rule, lambda m, x, o, t: m.exp(x)))
+define(EwDef("sqrt", float_rule, lambda m, x, o, t: m.sqrt(x)))
+define(EwDef("softplus", float_rule, _softplus))
+define(EwDef("erf", float_rule, _erf))
+define(EwDef("quantize", _quantize_rule, _quantize, ("scale", "zero_point"), quant=_quantize_quant))
+define(EwDef("dequantize", _dequantize_rule, _dequantize, ("scale", "zero_point"), streaming=True))
+define(
+    EwDef(
+        "requantize",
+        _requantize_rule,
+        lambda m, x, o, t: m.requantize(x, *o, int(t.step.attr("lo")), int(t.step.attr("hi"))),
+        ("multiplier", "shift"),
+        (("lo", -128), ("hi", 127)),
+    )
+)
+define(EwDef("rshift", _rshift_rule, lambda m, x, o, t: m.rounding_shift(x, o[0]), ("shift",), accel=EPILOGUE_STEP))
+define(
+    EwDef(
+        "cast",
+        _cast_rule,
+        lambda m, x, o, t: m.cast(x, t.out),
+        attrs=(("dtype", None),),
+        quant=keep_quant,
+        streaming=True,
+        accel=EPILOGUE_STEP,
+    )
+)
 
 
 def operand_input(node: Node, name: str) -> str | None:
     """The tensor input an elementwise node takes for operand ``name`` (None: an attribute or absent)."""
     tensors = iter(node.inputs[1:])
-    for opname in EW_OPERANDS[node.op]:
+    for opname in EW[node.op].operands:
         if opname in node.attrs:
             continue
         value = next(tensors, None)
@@ -224,13 +503,14 @@ def operand_value(node: Node, name: str, params: Mapping[str, np.ndarray]) -> np
 
 def node_steps(nodes: list[Node], names: list[str]) -> tuple[EwStep, ...]:
     """EwSteps of elementwise graph nodes; tensor operands are numbered by their position in ``names``
-    (new names are appended). Each operand of :data:`EW_OPERANDS` is the node's scalar attribute of that
-    name, or else its next tensor input after ``inputs[0]`` (the running value)."""
+    (new names are appended). Each operand of the node's :class:`EwDef` is the node's scalar attribute of
+    that name, or else its next tensor input after ``inputs[0]`` (the running value)."""
     steps = []
     for node in nodes:
+        d = EW[node.op]
         tensors = iter(node.inputs[1:])
         operands: list[Const | Arg] = []
-        for opname in EW_OPERANDS[node.op]:
+        for opname in d.operands:
             if opname in node.attrs:
                 operands.append(Const(node.attrs[opname]))
                 continue
@@ -240,10 +520,8 @@ def node_steps(nodes: list[Node], names: list[str]) -> tuple[EwStep, ...]:
             if name not in names:
                 names.append(name)
             operands.append(Arg(names.index(name)))
-        defaults = {k: v for k, v in EW_ATTRS.get(node.op, {}).items() if v is not None}
-        attrs = defaults | {
-            k: v for k, v in node.attrs.items() if k not in EW_OPERANDS[node.op] and k not in ANNOTATIONS
-        }
+        defaults = {k: v for k, v in d.attrs if v is not None}
+        attrs = defaults | {k: v for k, v in node.attrs.items() if k not in d.operands and k not in ANNOTATIONS}
         steps.append(EwStep(node.op, tuple(operands), tuple(sorted(attrs.items()))))
     return tuple(steps)
 
@@ -256,7 +534,7 @@ StepOperand = int | float | np.ndarray | TensorType
 
 @dataclass(eq=False)
 class Step:
-    """A requested elementwise step: operator name, operands, attributes (see :data:`EW_OPERANDS`)."""
+    """A requested elementwise step: operator name, operands, attributes (see its :class:`EwDef` in :data:`EW`)."""
 
     op: str
     operands: tuple[StepOperand, ...] = ()

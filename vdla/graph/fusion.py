@@ -1,14 +1,11 @@
-"""The fusion passes: cut a graph into groups that each run as one kernel.
+"""The fusion pass: cut a graph into groups that each run as one kernel.
 
-Two passes live here:
-
-* :func:`fuse`, the CPU fallback's chain stacking: runs of elementwise nodes become one loop nest, and a
-  run that directly follows a conv2d or dense node becomes that kernel's epilogue;
-* :func:`fuse_ops`, the model compiler's operator fusion by TVM's post-dominator rules (``FuseOps``):
-  each node is fused into its immediate post-dominator's group when every path between the two is
-  fusable, which takes a conv2d's whole integer epilogue (diamonds included) into the conv's group;
-  :func:`split_groups` then cuts a group around the part a target claims (the model compiler's partition:
-  the accelerator's epilogue chain, the rest of the group to the CPU).
+:func:`fuse_ops` is operator fusion by TVM's post-dominator rules (``FuseOps``): each node is fused into its
+immediate post-dominator's group when every path between the two is fusable, which takes a conv2d's whole
+integer epilogue (diamonds included) into the conv's group. Its groups are then cut to what a target's
+kernels run: :func:`split_groups` cuts a group around the part a target claims (the model compiler's
+partition: the accelerator's epilogue chain, the rest of the group to the CPU), and the CPU fallback cuts
+each group into the chains its kernels stack (``vdla.cpu_fallback.stacking.fuse``).
 
 Fusion rules of :func:`fuse_ops` (TVM's, on the finer :class:`Pattern` levels; an *edge* is the pattern
 of the consumer, lowered to elementwise where a broadcasting consumer reads an input of its own shape):
@@ -35,39 +32,13 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 
-from vdla.graph.ew import EW_OPERANDS
 from vdla.graph.graph import Graph, Node
-from vdla.graph.ops import COMPLEX, INJECTIVE, OPAQUE, REDUCTION, infer_types, kind
+from vdla.graph.ops import COMPLEX, INJECTIVE, OPAQUE, OPS, REDUCTION, infer_types, kind
 from vdla.graph.types import TensorType
 from vdla.graph.verify import GraphError
 
-
-def is_elementwise(node: Node) -> bool:
-    """Whether ``node`` is an elementwise step (see :data:`vdla.graph.ew.EW_OPERANDS`)."""
-    return node.op in EW_OPERANDS
-
-
-EPILOGUE_ANCHORS = ("conv2d", "dense")
-
-
-def fuse(graph: Graph) -> list[list[Node]]:
-    """Cut the graph into groups run as one kernel each (the CPU fallback's chain stacking).
-
-    A node joins the previous node's group when it is elementwise, its running value is that group's
-    output, and nothing else (no other node, no graph output) reads that value.
-    """
-    readers = Counter(name for node in graph.nodes for name in node.inputs)
-    readers.update(graph.outputs)
-    groups: list[list[Node]] = []
-    for node in graph.nodes:
-        if groups and is_elementwise(node):
-            last = groups[-1]
-            anchor_ok = is_elementwise(last[0]) or last[0].op in EPILOGUE_ANCHORS
-            if anchor_ok and node.inputs[0] == last[-1].output and readers[last[-1].output] == 1:
-                last.append(node)
-                continue
-        groups.append([node])
-    return groups
+# the operators whose kernel takes a chain of elementwise consumers as its epilogue (conv2d, dense)
+EPILOGUE_ANCHORS = tuple(name for name, d in OPS.items() if d.epilogue)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -77,8 +48,9 @@ def fuse(graph: Graph) -> list[list[Node]]:
 class Pattern(IntEnum):
     """TVM's operator pattern levels, finer than :func:`vdla.graph.ops.kind`; a higher level fuses less.
 
-    Elementwise and broadcast split the elementwise operators of the injective kind (and batch_norm);
-    the other injective operators (reshape, transpose, pad, concat, layout changes) stay INJECTIVE.
+    Elementwise and broadcast split the operators registered with ``broadcast`` (the elementwise operators
+    and batch_norm, :class:`vdla.graph.ops.OpDef`); the other injective operators (reshape, transpose, pad,
+    concat, layout changes) stay INJECTIVE.
     """
 
     ELEMWISE = 0
@@ -89,7 +61,6 @@ class Pattern(IntEnum):
     OPAQUE = 8
 
 
-BROADCAST_OPS = frozenset(EW_OPERANDS) | {"batch_norm"}
 _KIND_PATTERN = {
     INJECTIVE: Pattern.INJECTIVE,
     REDUCTION: Pattern.REDUCTION,
@@ -101,7 +72,8 @@ _KIND_PATTERN = {
 def node_pattern(node: Node, types: Mapping[str, TensorType]) -> Pattern:
     """The pattern of ``node``: an elementwise operator is ELEMWISE when every input has its output's
     shape, else BROADCAST; other operators take their kind's level."""
-    if node.op in BROADCAST_OPS and kind(node.op) == INJECTIVE:
+    opdef = OPS.get(node.op)
+    if opdef is not None and opdef.broadcast:
         out = types[node.output].shape
         same = all(types[i].shape == out for i in node.inputs)
         return Pattern.ELEMWISE if same else Pattern.BROADCAST

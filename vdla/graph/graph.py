@@ -16,8 +16,8 @@ from vdla.graph.types import TensorType, UnsupportedError
 class Node:
     """One operator application: ``output = op(*inputs, **attrs)``; inputs and output are value names.
 
-    Elementwise nodes take the running value as ``inputs[0]``; each operand of :data:`EW_OPERANDS` is a
-    scalar attribute of that name, or else the next tensor in ``inputs[1:]``.
+    Elementwise nodes take the running value as ``inputs[0]``; each operand of the operator's
+    :class:`~vdla.graph.ew.EwDef` is a scalar attribute of that name, or else the next tensor in ``inputs[1:]``.
     """
 
     op: str

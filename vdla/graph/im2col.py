@@ -29,7 +29,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from vdla.graph.ew import EW_OPERANDS
+from vdla.graph.ew import is_elementwise
 from vdla.graph.graph import Graph, Node
 from vdla.graph.ops import infer_types
 from vdla.graph.passes import fresh_name
@@ -50,7 +50,7 @@ def computed_on_host(value: str, graph: Graph) -> bool:
     producers = graph.producers()
     while value not in graph.inputs:
         node = producers.get(value)
-        if node is None or node.op not in EW_OPERANDS or any(i not in graph.params for i in node.inputs[1:]):
+        if node is None or not is_elementwise(node) or any(i not in graph.params for i in node.inputs[1:]):
             return False
         value = node.inputs[0]
     return True

@@ -1,4 +1,11 @@
-"""The operator vocabulary of the graph: each operator's pattern kind and its type rule.
+"""The operator registry: every operator of the graph, each defined once as an :class:`OpDef`.
+
+An operator's definition holds or names everything about it: its pattern kind for fusion, its type rule,
+its numpy semantics (evaluated by :mod:`vdla.graph.interp`), its CPU kernel (named, as the graph does not
+import the CPU fallback: the kernel-spec factory of :mod:`vdla.cpu_fallback.specs`), and its accelerator
+lowering where one exists. Elementwise operators are defined in :mod:`vdla.graph.ew` (:class:`EwDef`) and
+registered here from their definition; every other operator is defined below by :func:`register` on its
+type rule.
 
 Every node of a :class:`~vdla.graph.graph.Graph` names one of these operators. The pattern kind is
 TVM's, used by the fusion pass: ``injective`` (each output element depends on one input element:
@@ -21,27 +28,66 @@ from typing import Any
 
 import numpy as np
 
-from vdla.graph.ew import EW_OPERANDS, node_steps, operand_value, step_result_dtype
+from vdla.graph import layout, oracle
+from vdla.graph.ew import EW, EwDef, node_steps, step_result_dtype
 from vdla.graph.graph import Graph, Node, reshaped
 from vdla.graph.layout import blocked_shape
 from vdla.graph.types import Quant, TensorType, UnsupportedError
 from vdla.graph.window import Window, make_window
+from vdla.isa.arith import wrap32
 
 INJECTIVE, REDUCTION, COMPLEX, OPAQUE = "injective", "reduction", "complex", "opaque"
-KINDS = (INJECTIVE, REDUCTION, COMPLEX, OPAQUE)
 
 Infer = Callable[[Node, list[TensorType], Mapping[str, np.ndarray]], TensorType]
+# (node, input arrays, input types, output type) -> the node's value
+Eval = Callable[[Node, list[np.ndarray], list[TensorType], TensorType], np.ndarray]
+
+
+@dataclass(frozen=True)
+class CpuKernel:
+    """How the CPU fallback runs an operator, named here because the graph does not import the CPU fallback:
+    ``factory`` is the kernel-spec factory of :mod:`vdla.cpu_fallback.specs` the node's kernel comes from,
+    called with the input types (each positionally, or all as one tuple when ``variadic``), then ``fixed``
+    and the node's attributes as keywords. ``factory`` None: no kernel, the output is a view of the input
+    (:data:`VIEW`)."""
+
+    factory: str | None
+    fixed: tuple[tuple[str, Any], ...] = ()
+    variadic: bool = False
+
+
+VIEW = CpuKernel(None)
+CHAIN = CpuKernel("make_chain", variadic=True)  # elementwise operators: steps of a stacked chain
 
 
 @dataclass(frozen=True)
 class OpDef:
-    """One operator: its pattern kind, the number of tensor inputs it takes and its type rule."""
+    """One operator of the graph, defined once.
+
+    * ``kind``: its pattern kind for fusion; ``broadcast``: elementwise with numpy broadcasting (the
+      fusion's ELEMWISE or BROADCAST pattern, :func:`vdla.graph.fusion.node_pattern`);
+    * ``min_inputs``..``max_inputs`` tensor inputs and ``infer``, its type rule (raises
+      :class:`UnsupportedError` naming the operator);
+    * ``evaluate``: its numpy semantics (the interpreter, :mod:`vdla.graph.interp`);
+    * ``cpu``: its CPU kernel (None: the CPU fallback cannot run it);
+    * ``accel``: the accelerator lowering that runs it (a ``module.function`` of :mod:`vdla.compiler`), None
+      where only the CPU does; ``epilogue``: its kernel (accelerator layer and CPU kernel alike) takes a
+      chain of elementwise consumers as its epilogue;
+    * ``ew``: for an elementwise operator, its :class:`~vdla.graph.ew.EwDef`, which all of the above
+      derive from.
+    """
 
     name: str
     kind: str
     min_inputs: int
     max_inputs: int
     infer: Infer
+    evaluate: Eval
+    cpu: CpuKernel | None = None
+    accel: str | None = None
+    epilogue: bool = False
+    broadcast: bool = False
+    ew: EwDef | None = None
 
 
 OPS: dict[str, OpDef] = {}
@@ -52,11 +98,25 @@ def _need(op: str, cond: bool, message: str) -> None:
         raise UnsupportedError(op, message)
 
 
-def register(name: str, kind: str, min_inputs: int, max_inputs: int | None = None) -> Callable[[Infer], Infer]:
-    """Decorator adding an operator with its type rule to :data:`OPS`."""
+def register(
+    name: str,
+    kind: str,
+    min_inputs: int,
+    max_inputs: int | None = None,
+    *,
+    evaluate: Eval,
+    cpu: CpuKernel | None = None,
+    accel: str | None = None,
+    **more: Any,
+) -> Callable[[Infer], Infer]:
+    """Decorator adding an operator with its type rule (the decorated function) to :data:`OPS`; ``more``
+    sets the other fields of :class:`OpDef`."""
 
     def deco(fn: Infer) -> Infer:
-        OPS[name] = OpDef(name, kind, min_inputs, min_inputs if max_inputs is None else max_inputs, fn)
+        if name in OPS:
+            raise ValueError(f"operator {name!r} is registered twice")
+        hi = min_inputs if max_inputs is None else max_inputs
+        OPS[name] = OpDef(name, kind, min_inputs, hi, fn, evaluate, cpu, accel, **more)
         return fn
 
     return deco
@@ -93,7 +153,7 @@ def kind(op: str) -> str:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Elementwise
+# Elementwise: every operator of vdla.graph.ew, from its EwDef
 
 
 def _ew_quant(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarray], dtype: str) -> Quant | None:
@@ -101,16 +161,8 @@ def _ew_quant(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndar
         _need(node.op, dtype == "int8", f"only an int8 result can carry quantization, this one is {dtype}")
         scale, zp = node.attrs["quant"]
         return Quant.of(scale, zp)
-    if node.op == "quantize":
-        scale = operand_value(node, "scale", params)
-        zp = operand_value(node, "zero_point", params)
-        if scale is None:
-            return None
-        axis = node.attrs.get("axis", 1 if np.asarray(scale).size > 1 else None)
-        return Quant.of(scale, 0 if zp is None else zp, axis)
-    if dtype == "int8" and node.op in ("relu", "clip", "max", "min", "cast") and inputs[0].dtype == "int8":
-        return inputs[0].quant
-    return None
+    rule = EW[node.op].quant
+    return None if rule is None else rule(node, inputs, params, dtype)
 
 
 def _elementwise(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarray]) -> TensorType:
@@ -126,8 +178,26 @@ def _elementwise(node: Node, inputs: list[TensorType], params: Mapping[str, np.n
     return TensorType(shape, dtype, _ew_quant(node, inputs, params, dtype))
 
 
-for _op, _operands in EW_OPERANDS.items():
-    register(_op, INJECTIVE, 1, 1 + len(_operands))(_elementwise)
+def _evaluate_elementwise(node: Node, args: list[np.ndarray], types: list[TensorType], out: TensorType) -> np.ndarray:
+    names = [node.inputs[0]]
+    steps = node_steps([node], names)
+    by_name = dict(zip(node.inputs, zip(args, types, strict=True), strict=True))
+    arrays = [by_name[n][0] for n in names]
+    return oracle.chain(steps, [by_name[n][1].plain for n in names], arrays, out.shape, out.dtype)
+
+
+for _d in EW.values():
+    register(
+        _d.name,
+        INJECTIVE,
+        1,
+        1 + len(_d.operands),
+        evaluate=_evaluate_elementwise,
+        cpu=CHAIN,
+        accel=_d.accel,
+        broadcast=True,
+        ew=_d,
+    )(_elementwise)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -147,7 +217,35 @@ def _check_bias(op: str, bias: list[TensorType], channels: int, acc: str) -> Non
         _need(op, b.dtype == acc, f"bias must be {acc} like the accumulator, got {b.dtype}")
 
 
-@register("conv2d", COMPLEX, 2, 3)
+def _accumulate_bias(acc: np.ndarray, bias: list[np.ndarray], axis_shape: tuple[int, ...]) -> np.ndarray:
+    if not bias:
+        return acc
+    b = bias[0].reshape(axis_shape)
+    if acc.dtype == np.int32:
+        return wrap32(acc.astype(np.int64) + b.astype(np.int64)).astype(np.int32)
+    return (acc + b.astype(np.float32)).astype(np.float32)
+
+
+def _eval_conv2d(node: Node, args: list[np.ndarray], types: list[TensorType], out: TensorType) -> np.ndarray:
+    x, w, *bias = args
+    a = node.attrs
+    win, _ = make_window(
+        "conv2d", x.shape[2:], w.shape[2:], a.get("stride", 1), a.get("dilation", 1), a.get("padding", 0)
+    )
+    acc = oracle.conv2d(x, w, win, int(a.get("groups", 1)))
+    return _accumulate_bias(acc, bias, (1, -1, 1, 1))
+
+
+@register(
+    "conv2d",
+    COMPLEX,
+    2,
+    3,
+    evaluate=_eval_conv2d,
+    cpu=CpuKernel("make_conv2d"),
+    accel="vdla.compiler.compile_conv2d",
+    epilogue=True,
+)
 def _conv2d(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarray]) -> TensorType:
     x, w, *bias = inputs
     a = node.attrs
@@ -165,7 +263,21 @@ def _conv2d(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarra
     return TensorType((n, oc, oh, ow), acc)
 
 
-@register("dense", COMPLEX, 2, 3)
+def _eval_dense(node: Node, args: list[np.ndarray], types: list[TensorType], out: TensorType) -> np.ndarray:
+    x, w, *bias = args
+    return _accumulate_bias(oracle.dense(x, w), bias, (1, -1))
+
+
+@register(
+    "dense",
+    COMPLEX,
+    2,
+    3,
+    evaluate=_eval_dense,
+    cpu=CpuKernel("make_dense"),
+    accel="vdla.compiler.compile_dense",
+    epilogue=True,
+)
 def _dense(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarray]) -> TensorType:
     x, w, *bias = inputs
     ok = len(x.shape) == 2 and len(w.shape) == 2 and x.shape[1] == w.shape[1]
@@ -189,12 +301,22 @@ def matmul_type(a: TensorType, b: TensorType) -> TensorType:
     return TensorType((*batch, a.shape[-2], b.shape[-1]), "float32")
 
 
-@register("matmul", COMPLEX, 2)
+@register(
+    "matmul", COMPLEX, 2, evaluate=lambda node, args, types, out: oracle.matmul(*args), cpu=CpuKernel("make_matmul")
+)
 def _matmul(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarray]) -> TensorType:
     return matmul_type(*inputs)
 
 
-@register("batch_norm", INJECTIVE, 5)
+def _eval_batch_norm(node: Node, args: list[np.ndarray], types: list[TensorType], out: TensorType) -> np.ndarray:
+    x, scale, bias, mean, var = (v.astype(np.float64) for v in args)
+    shape = (1, -1) + (1,) * (x.ndim - 2)
+    eps = float(node.attrs.get("epsilon", 1e-5))
+    k = scale / np.sqrt(var + eps)
+    return (x * k.reshape(shape) + (bias - mean * k).reshape(shape)).astype(np.float32)
+
+
+@register("batch_norm", INJECTIVE, 5, evaluate=_eval_batch_norm, broadcast=True)  # folded by the passes
 def _batch_norm(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarray]) -> TensorType:
     x, *stats = inputs
     _need("batch_norm", x.dtype == "float32" and len(x.shape) >= 2, f"expects a float32 (N, C, ...) x, got {x}")
@@ -228,11 +350,38 @@ def _pool(kind_: str) -> Infer:
     return rule
 
 
-register("max_pool2d", REDUCTION, 1)(_pool("max"))
-register("avg_pool2d", REDUCTION, 1)(_pool("avg"))
+def _eval_pool(kind_: str) -> Eval:
+    def rule(node: Node, args: list[np.ndarray], types: list[TensorType], out: TensorType) -> np.ndarray:
+        (x,) = args
+        a = node.attrs
+        win, _ = make_window(
+            f"{kind_}_pool2d", x.shape[2:], a["kernel"], a.get("stride") or a["kernel"], 1, a.get("padding", 0)
+        )
+        return oracle.pool2d(x, win, kind_, bool(a.get("count_include_pad", False)))
+
+    return rule
 
 
-@register("global_avg_pool", REDUCTION, 1)
+register(
+    "max_pool2d",
+    REDUCTION,
+    1,
+    evaluate=_eval_pool("max"),
+    cpu=CpuKernel("make_pool2d", (("kind", "max"),)),
+    accel="vdla.compiler.pool.compile_pool",
+)(_pool("max"))
+register("avg_pool2d", REDUCTION, 1, evaluate=_eval_pool("avg"), cpu=CpuKernel("make_pool2d", (("kind", "avg"),)))(
+    _pool("avg")
+)
+
+
+@register(
+    "global_avg_pool",
+    REDUCTION,
+    1,
+    evaluate=lambda node, args, types, out: oracle.global_avg_pool(args[0]),
+    cpu=CpuKernel("make_global_avg_pool"),
+)
 def _global_avg_pool(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarray]) -> TensorType:
     (x,) = inputs
     _need("global_avg_pool", len(x.shape) == 4, f"expects an NCHW tensor, got shape {x.shape}")
@@ -240,7 +389,14 @@ def _global_avg_pool(node: Node, inputs: list[TensorType], params: Mapping[str, 
     return TensorType((*x.shape[:2], 1, 1), x.dtype, x.quant)
 
 
-@register("global_sum_pool", REDUCTION, 1)
+@register(
+    "global_sum_pool",
+    REDUCTION,
+    1,
+    evaluate=lambda node, args, types, out: oracle.global_sum_pool(args[0]),
+    cpu=CpuKernel("make_global_avg_pool", (("mean", False),)),
+    accel="vdla.compiler.pool.compile_pool",
+)
 def _global_sum_pool(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarray]) -> TensorType:
     """The int32 sum over H and W of an int8 NCHW tensor, (N, C, 1, 1): a quantized global average pool is
     this sum times the requantizing multiplier (``vdla.graph.qdq``)."""
@@ -250,7 +406,13 @@ def _global_sum_pool(node: Node, inputs: list[TensorType], params: Mapping[str, 
     return TensorType((*x.shape[:2], 1, 1), "int32")
 
 
-@register("softmax", OPAQUE, 1)
+@register(
+    "softmax",
+    OPAQUE,
+    1,
+    evaluate=lambda node, args, types, out: oracle.softmax(args[0], int(node.attrs.get("axis", -1))),
+    cpu=CpuKernel("make_softmax"),
+)
 def _softmax(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarray]) -> TensorType:
     (x,) = inputs
     axis = int(node.attrs.get("axis", -1))
@@ -263,7 +425,7 @@ def _softmax(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarr
 # Shapes and layouts
 
 
-@register("reshape", INJECTIVE, 1)
+@register("reshape", INJECTIVE, 1, evaluate=lambda node, args, types, out: args[0].reshape(out.shape), cpu=VIEW)
 def _reshape(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarray]) -> TensorType:
     (x,) = inputs
     return TensorType(reshaped(x.shape, node.attrs["shape"]), x.dtype, x.quant)
@@ -279,7 +441,13 @@ def transpose_type(x: TensorType, perm) -> tuple[tuple[int, ...], TensorType]:
     return perm, TensorType(tuple(x.shape[p] for p in perm), x.dtype, q)
 
 
-@register("transpose", INJECTIVE, 1)
+@register(
+    "transpose",
+    INJECTIVE,
+    1,
+    evaluate=lambda node, args, types, out: np.ascontiguousarray(args[0].transpose(node.attrs["perm"])),
+    cpu=CpuKernel("make_transpose"),
+)
 def _transpose(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarray]) -> TensorType:
     return transpose_type(inputs[0], node.attrs["perm"])[1]
 
@@ -303,7 +471,14 @@ def concat_type(inputs: list[TensorType] | tuple[TensorType, ...], axis: int) ->
     return axis, TensorType(tuple(shape), dtype, quants.pop() if len(quants) == 1 else None)
 
 
-@register("concat", INJECTIVE, 1, 1 << 16)
+@register(
+    "concat",
+    INJECTIVE,
+    1,
+    1 << 16,
+    evaluate=lambda node, args, types, out: np.concatenate(args, axis=int(node.attrs.get("axis", 0))),
+    cpu=CpuKernel("make_concat", variadic=True),
+)
 def _concat(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarray]) -> TensorType:
     return concat_type(inputs, int(node.attrs.get("axis", 0)))[1]
 
@@ -317,7 +492,12 @@ def pad_type(x: TensorType, pads) -> tuple[tuple[tuple[int, int], ...], TensorTy
     return pads, TensorType(shape, x.dtype, x.quant)
 
 
-@register("pad", INJECTIVE, 1)
+def _eval_pad(node: Node, args: list[np.ndarray], types: list[TensorType], out: TensorType) -> np.ndarray:
+    value = node.attrs.get("value", 0)
+    return np.pad(args[0], node.attrs["pads"], constant_values=value).astype(args[0].dtype)
+
+
+@register("pad", INJECTIVE, 1, evaluate=_eval_pad, cpu=CpuKernel("make_pad"))
 def _pad(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarray]) -> TensorType:
     return pad_type(inputs[0], node.attrs["pads"])[1]
 
@@ -342,7 +522,13 @@ def slice_type(x: TensorType, starts, stops, steps) -> tuple[tuple[range, ...], 
     return tuple(ranges), TensorType(tuple(len(r) for r in ranges), x.dtype, q)
 
 
-@register("slice", INJECTIVE, 1)
+def _eval_slice(node: Node, args: list[np.ndarray], types: list[TensorType], out: TensorType) -> np.ndarray:
+    a = node.attrs
+    ranges, _ = slice_type(TensorType.of(args[0], "slice"), a["starts"], a["stops"], a["steps"])
+    return np.ascontiguousarray(args[0][np.ix_(*ranges)])
+
+
+@register("slice", INJECTIVE, 1, evaluate=_eval_slice, cpu=CpuKernel("make_slice"))
 def _slice(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarray]) -> TensorType:
     a = node.attrs
     return slice_type(inputs[0], a["starts"], a["stops"], a["steps"])[1]
@@ -377,7 +563,15 @@ def resize_type(x: TensorType, mode: str, coordinate_mode: str, nearest_mode: st
     return TensorType(tuple(int(n) for n in sizes), x.dtype, q)
 
 
-@register("resize", INJECTIVE, 1)
+@register(
+    "resize",
+    INJECTIVE,
+    1,
+    evaluate=lambda node, args, types, out: oracle.resize(
+        args[0], *(node.attrs[k] for k in ("mode", "coordinate_mode", "nearest_mode", "scales")), out.shape
+    ),
+    cpu=CpuKernel("make_resize"),
+)
 def _resize(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarray]) -> TensorType:
     a = node.attrs
     return resize_type(inputs[0], a["mode"], a["coordinate_mode"], a["nearest_mode"], a["scales"], a["sizes"])
@@ -395,31 +589,45 @@ def im2col_type(x: TensorType, kernel, stride=1, padding=0, dilation=1) -> tuple
     return win, TensorType((n, c * win.kernel[0] * win.kernel[1], oh, ow), x.dtype, q)
 
 
-@register("im2col", INJECTIVE, 1)
+def _eval_im2col(node: Node, args: list[np.ndarray], types: list[TensorType], out: TensorType) -> np.ndarray:
+    a = node.attrs
+    x = TensorType.of(args[0], "im2col")
+    win, _ = im2col_type(x, a["kernel"], a.get("stride", 1), a.get("padding", 0), a.get("dilation", 1))
+    return oracle.im2col(args[0], win)
+
+
+@register("im2col", INJECTIVE, 1, evaluate=_eval_im2col, cpu=CpuKernel("make_im2col"))
 def _im2col(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarray]) -> TensorType:
     a = node.attrs
     return im2col_type(inputs[0], a["kernel"], a.get("stride", 1), a.get("padding", 0), a.get("dilation", 1))[1]
 
 
-@register("pack_blocked", INJECTIVE, 1)
+@register(
+    "pack_blocked",
+    INJECTIVE,
+    1,
+    evaluate=lambda node, args, types, out: layout.pack_activation(args[0], node.attrs["batch"], node.attrs["block"]),
+    cpu=CpuKernel("make_pack"),
+)
 def _pack(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarray]) -> TensorType:
     (x,) = inputs
     _need("pack_blocked", len(x.shape) == 4, f"expects an NCHW tensor, got shape {x.shape}")
     return TensorType(blocked_shape(x.shape, node.attrs["batch"], node.attrs["block"]), x.dtype, x.quant)
 
 
-@register("unpack_blocked", INJECTIVE, 1)
+@register(
+    "unpack_blocked",
+    INJECTIVE,
+    1,
+    evaluate=lambda node, args, types, out: layout.unpack_activation(args[0], out.shape[0], out.shape[1]),
+    cpu=CpuKernel("make_unpack"),
+)
 def _unpack(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarray]) -> TensorType:
     (x,) = inputs
     _need("unpack_blocked", len(x.shape) == 6, f"expects (N/bn, C/B, H, W, bn, B), got shape {x.shape}")
     nb, _, h, w, bn, _ = x.shape
     images = int(node.attrs.get("images", nb * bn))
     return TensorType((images, int(node.attrs["channels"]), h, w), x.dtype, x.quant)
-
-
-def shape_size(t: TensorType) -> int:
-    """Bytes of a dense tensor of type ``t``."""
-    return math.prod(t.shape) * np.dtype(t.dtype).itemsize
 
 
 def attrs_text(attrs: Mapping[str, Any]) -> str:

@@ -15,7 +15,8 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from vdla.graph.epilogue import Epilogue
-from vdla.graph.ew import Arg, EwStep, step_result_dtype
+from vdla.graph.ew import EW, Arg, EwStep, StepTypes, step_result_dtype
+from vdla.graph.ewmath import Math
 from vdla.graph.types import INT_RANGE, UnsupportedError, is_float
 from vdla.graph.window import Window
 from vdla.isa.arith import MAX_SHIFT, MUL_MAX_SHIFT, mul_shift, requantize, rounding_shift, wrap32
@@ -125,16 +126,6 @@ def round_half_up_div(total: np.ndarray, count: np.ndarray | int) -> np.ndarray:
     return (2 * total.astype(np.int64) + count) // (2 * np.asarray(count, np.int64))
 
 
-def quantize(x: np.ndarray, scale, zero_point) -> np.ndarray:
-    """onnx QuantizeLinear to int8: round half to even of x / scale, plus zero point, saturated."""
-    q = np.rint(x / np.asarray(scale, np.float32)) + np.asarray(zero_point, np.float32)
-    return np.clip(q, -128, 127).astype(np.int8)
-
-
-def dequantize(x: np.ndarray, scale, zero_point) -> np.ndarray:
-    return (x.astype(np.int32) - np.asarray(zero_point, np.int32)).astype(np.float32) * np.asarray(scale, np.float32)
-
-
 def cast(x: np.ndarray, dtype: str) -> np.ndarray:
     """Saturating cast; float to int rounds half to even."""
     if is_float(dtype):
@@ -143,47 +134,101 @@ def cast(x: np.ndarray, dtype: str) -> np.ndarray:
     return np.clip(src, *INT_RANGE[dtype]).astype(dtype)
 
 
-def ew_step(step: EwStep, v: np.ndarray, dtype: str, ops: list, out: str) -> np.ndarray:
-    """One elementwise step on ``v`` (of dtype ``dtype``) with resolved operand values ``ops``; the result
-    has dtype ``out`` (:func:`vdla.graph.ew.step_result_dtype`)."""
-    op = step.op
-    fl = is_float(dtype)
-    if op == "mul" and not fl and step.attr("shift"):
-        return mul_shift(v, np.asarray(ops[0], np.int64), int(step.attr("shift"))).astype(np.int32)
-    if op in ("add", "sub", "mul", "max", "min"):
-        a, b = (v, np.asarray(ops[0], np.float32)) if fl else (v.astype(np.int32), np.asarray(ops[0], np.int32))
-        fn = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "max": np.maximum, "min": np.minimum}[op]
-        return fn(a, b)
-    if op == "relu":
-        return np.maximum(v, v.dtype.type(0))
-    if op == "clip":
-        if fl:
-            return np.minimum(np.maximum(v, np.float32(ops[0])), np.float32(ops[1]))
-        return np.minimum(np.maximum(v.astype(np.int64), ops[0]), ops[1]).astype(out)
-    if op == "sigmoid":
-        with np.errstate(over="ignore"):
-            return np.float32(1) / (np.float32(1) + np.exp(-v))
-    if op in ("tanh", "exp"):
-        with np.errstate(over="ignore"):
-            return getattr(np, op)(v)
-    if op == "div":
+class NumpyMath(Math[np.ndarray]):
+    """The numpy backend of :class:`~vdla.graph.ewmath.Math`: every elementwise operator's numpy semantics
+    is its expression evaluated here, on arrays of the operator's dtypes (numpy's int32 wrap-around, float32
+    IEEE arithmetic, :mod:`vdla.isa.arith` for the fixed-point primitives)."""
+
+    def f32(self, v):
+        return np.asarray(v, np.float32)
+
+    def i32(self, v):
+        return np.asarray(v, np.int32)
+
+    def like(self, value, x):
+        return x.dtype.type(value)
+
+    def cast(self, v, dtype):
+        return cast(v, dtype)
+
+    def narrow(self, v, dtype):
+        return v.astype(dtype)
+
+    def add(self, a, b):
+        return np.add(a, b)
+
+    def sub(self, a, b):
+        return np.subtract(a, b)
+
+    def mul(self, a, b):
+        return np.multiply(a, b)
+
+    def div(self, a, b):
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            return np.divide(v, np.asarray(ops[0], np.float32))
-    if op == "sqrt":
+            return np.divide(a, b)
+
+    def maximum(self, a, b):
+        return np.maximum(a, b)
+
+    def minimum(self, a, b):
+        return np.minimum(a, b)
+
+    def neg(self, a):
+        return np.negative(a)
+
+    def abs(self, a):
+        return np.abs(a)
+
+    def fma(self, a, b, c):
+        """The float64 product of two float32 values is exact: one rounding of the sum to float64, then
+        to float32."""
+        return (np.asarray(a, np.float64) * b + c).astype(np.float32)
+
+    def less(self, a, b):
+        return np.less(a, b)
+
+    def equal(self, a, b):
+        return np.equal(a, b)
+
+    def select(self, cond, a, b):
+        return np.where(cond, a, b)
+
+    def exp(self, x):
+        with np.errstate(over="ignore"):
+            return np.exp(x)
+
+    def log(self, x):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.log(x)
+
+    def tanh(self, x):
+        return np.tanh(x)
+
+    def sqrt(self, x):
         with np.errstate(invalid="ignore"):
-            return np.sqrt(v)
-    if op == "quantize":
-        return quantize(v, *ops)
-    if op == "dequantize":
-        return dequantize(v, *ops)
-    if op == "rshift":
-        return wrap32(rounding_shift(v, np.clip(np.asarray(ops[0], np.int64), 0, MAX_SHIFT))).astype(np.int32)
-    if op == "requantize":
-        m, shift = ops
-        return requantize(
-            v, m, np.clip(np.asarray(shift, np.int64), 0, MUL_MAX_SHIFT), int(step.attr("lo")), int(step.attr("hi"))
-        )
-    return cast(v, out)
+            return np.sqrt(x)
+
+    def rint(self, x):
+        return np.rint(x)
+
+    def mul_shift(self, x, multiplier, shift):
+        return mul_shift(x, np.asarray(multiplier, np.int64), shift).astype(np.int32)
+
+    def rounding_shift(self, x, shift):
+        return wrap32(rounding_shift(x, np.clip(np.asarray(shift, np.int64), 0, MAX_SHIFT))).astype(np.int32)
+
+    def requantize(self, x, multiplier, shift, lo, hi):
+        return requantize(x, multiplier, np.clip(np.asarray(shift, np.int64), 0, MUL_MAX_SHIFT), lo, hi)
+
+
+NUMPY = NumpyMath()
+
+
+def ew_step(step: EwStep, v: np.ndarray, dtype: str, ops: list, out: str) -> np.ndarray:
+    """One elementwise step on ``v`` (of dtype ``dtype``) with resolved operand values ``ops``: its
+    operator's expression (:class:`vdla.graph.ew.EwDef`) on numpy; the result has dtype ``out``
+    (:func:`vdla.graph.ew.step_result_dtype`)."""
+    return EW[step.op].expr(NUMPY, v, tuple(ops), StepTypes(step, dtype, out))
 
 
 def chain(steps, types, arrays: list[np.ndarray], out_shape: tuple[int, ...], out_dtype: str) -> np.ndarray:

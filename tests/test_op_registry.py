@@ -1,0 +1,108 @@
+"""The operator registry: every operator defined once, and every consumer reading that one definition."""
+
+import importlib
+import itertools
+
+import numpy as np
+import pytest
+
+pytest.importorskip("llvmlite")
+
+from vdla.cpu_fallback import compile_graph, fuse, get_kernel  # noqa: E402
+from vdla.cpu_fallback.specs import make_chain  # noqa: E402
+from vdla.cpu_fallback.stacking import spec_factory  # noqa: E402
+from vdla.graph import oracle  # noqa: E402
+from vdla.graph.ew import EW, Const, EwStep  # noqa: E402
+from vdla.graph.fusion import EPILOGUE_ANCHORS, fuse_ops  # noqa: E402
+from vdla.graph.graph import Graph, Node  # noqa: E402
+from vdla.graph.interp import evaluate  # noqa: E402
+from vdla.graph.ops import OPS, VIEW, infer_types  # noqa: E402
+from vdla.graph.types import DTYPES, TensorType, UnsupportedError  # noqa: E402
+
+SHAPE = (3, 41)
+
+
+def test_every_operator_names_a_real_cpu_kernel_and_accelerator_lowering():
+    for name, d in OPS.items():
+        if d.cpu is not None and d.cpu != VIEW:
+            assert callable(spec_factory(d.cpu)), name
+        if d.accel is not None:
+            module, _, attr = d.accel.rpartition(".")
+            assert callable(getattr(importlib.import_module(module), attr)), (name, d.accel)
+    assert {n for n, d in OPS.items() if d.ew is not None} == set(EW)
+    assert EPILOGUE_ANCHORS == ("conv2d", "dense")
+    assert OPS["reshape"].cpu == VIEW and OPS["batch_norm"].cpu is None
+
+
+def _steps(op: str):
+    """Every step of ``op`` over a few constant operands and attribute values that its rule accepts, with
+    the dtype of the value it takes."""
+    d = EW[op]
+    required = [k for k, v in d.attrs if v is None]
+    for value, operands, attrs in itertools.product(
+        DTYPES,
+        itertools.product((Const(2), Const(0.25)), repeat=len(d.operands)),
+        itertools.product(DTYPES, repeat=len(required)),
+    ):
+        step = EwStep(op, operands, tuple(zip(required, attrs, strict=True)))
+        try:
+            chain = make_chain((TensorType(SHAPE, value),), (step,))
+        except UnsupportedError:
+            continue
+        yield chain
+
+
+def _values(dtype: str, rng: np.random.Generator) -> np.ndarray:
+    if dtype == "float32":
+        x = (rng.standard_normal(SHAPE) * 6).astype(np.float32)
+        x.flat[:7] = [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-40, -120.0]
+        return x
+    lo, hi = (-128, 128) if dtype == "int8" else (-(2**31), 2**31)
+    return rng.integers(lo, hi, SHAPE, dtype=np.int64).astype(dtype)
+
+
+@pytest.mark.parametrize("op", sorted(EW))
+def test_jit_kernel_and_numpy_semantics_come_from_one_definition(op):
+    """The JIT kernel of every elementwise operator equals its numpy semantics: bit for bit, except where
+    the backends' exp, log and tanh differ (a few ulp; see vdla.graph.ewmath)."""
+    rng = np.random.default_rng(0)
+    chains = list(_steps(op))
+    assert chains, f"{op}: no step accepted"
+    for spec in chains:
+        x = _values(spec.inputs[0].dtype, rng)
+        got = get_kernel(spec)(x)
+        with np.errstate(all="ignore"):
+            want = oracle.chain(spec.steps, spec.inputs, [x], spec.out.shape, spec.out.dtype)
+        assert got.dtype == want.dtype, spec
+        if got.dtype != np.float32:
+            # numpy leaves NaN -> int undefined (the JIT saturates it to the lower bound, docs/cpu_fallback.md)
+            ok = ~np.isnan(x) if x.dtype == np.float32 else np.ones(x.shape, bool)
+            np.testing.assert_array_equal(got[ok], want[ok], err_msg=str(spec))
+            continue
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want), err_msg=str(spec))
+        ok = ~np.isnan(want)
+        np.testing.assert_array_max_ulp(got[ok], want[ok], maxulp=8)
+
+
+def test_cpu_kernels_cut_the_groups_of_the_one_fusion_pass():
+    """A broadcasting add after a conv is in another fuse_ops group: the CPU runs it as its own kernel
+    (an epilogue cannot widen the conv's output)."""
+    rng = np.random.default_rng(0)
+    graph = Graph(
+        {"x": TensorType((1, 2, 4, 4), "float32"), "y": TensorType((2, 3, 4, 4), "float32")},
+        [
+            Node("conv2d", ("x", "w"), "acc"),
+            Node("add", ("acc", "y"), "s"),
+            Node("relu", ("s",), "r"),
+        ],
+        ["r"],
+        {"w": rng.standard_normal((3, 2, 1, 1)).astype(np.float32)},
+    )
+    fusion = fuse_ops(graph, infer_types(graph))
+    assert fusion.group_of["acc"] != fusion.group_of["s"] == fusion.group_of["r"]
+    assert [[n.output for n in run] for run in fuse(graph)] == [["acc"], ["s", "r"]]
+    feeds = {
+        "x": rng.standard_normal((1, 2, 4, 4)).astype(np.float32),
+        "y": rng.standard_normal((2, 3, 4, 4)).astype(np.float32),
+    }
+    np.testing.assert_allclose(compile_graph(graph)(**feeds)["r"], evaluate(graph, feeds)["r"], rtol=1e-6, atol=1e-6)
