@@ -19,7 +19,7 @@ from vdla.compiler.identity import EYE, identity_weights
 from vdla.compiler.schedule import ConvLowering, Schedule
 from vdla.compiler.search import SearchResult, build_stream, emit_program, search
 from vdla.compiler.spec import CompileError, Conv2dSpec, EpilogueSpec
-from vdla.config import HwConfig, load_config
+from vdla.config import DEFAULT_PRESET, HwConfig, load_config
 from vdla.graph.epilogue import Epilogue
 from vdla.graph.layout import pack_activation, pack_channels, pack_weights, unpack_activation
 from vdla.graph.types import UnsupportedError
@@ -174,7 +174,7 @@ def compile_conv2d(
     groups: int = 1,
     epilogue: Epilogue | None = None,
     max_pool: tuple | None = None,
-    config="pynq",
+    config=DEFAULT_PRESET,
     vthreads: int | str = "auto",
     schedule: Schedule | None = None,
     cache: ScheduleCache | None = None,
@@ -226,7 +226,7 @@ class CompiledDense:
         return LayerRun(np.ascontiguousarray(out), run.result)
 
 
-def compile_dense(m: int, weights: np.ndarray, *, config="pynq", **kwargs) -> CompiledDense:
+def compile_dense(m: int, weights: np.ndarray, *, config=DEFAULT_PRESET, **kwargs) -> CompiledDense:
     """Compile x (m, K) @ weights (N, K).T + epilogue (keyword arguments of :func:`compile_conv2d`)."""
     cfg = load_config(config)
     if weights.ndim != 2:

@@ -49,9 +49,9 @@ import numpy as np
 
 from vdla.compiler.spec import CompileError, EpilogueSpec
 from vdla.config import Timing
-from vdla.graph.epilogue import Epilogue
-from vdla.isa import AluOp
-from vdla.isa.arith import MAX_SHIFT
+from vdla.graph.epilogue import INT8_BOUNDS, Epilogue
+from vdla.isa import AluOp, clip_imm
+from vdla.isa.arith import INT8_MAX, MAX_SHIFT
 
 
 @dataclass(frozen=True)
@@ -83,11 +83,6 @@ class OutMode:
     shift: int = 0
 
 
-def clip_imm(lo: int, hi: int) -> int:
-    """The CLIP immediate: lo in bits [7:0], hi in bits [15:8], as a signed 16-bit value."""
-    return hi * 256 + (lo & 0xFF)
-
-
 def power_of_two_shift(multiplier, shift: int) -> tuple[int | np.ndarray, int]:
     """``(1, shift - k)`` for one scalar multiplier ``2^k`` with ``k <= shift`` and ``shift - k`` within the EPI/RSHR
     range: ``mul_shift(x, 2^k, shift)`` is exactly ``rounding_shift(x, shift - k)``, which costs no ALU pass.
@@ -113,7 +108,7 @@ def out_mode(epi: EpilogueSpec) -> OutMode:
     """Requantize in the OUT mirror when the final clamp is int8's, or ReLU's [0, 127]: with the layer's shift
     when nothing follows it, with shift 0 when the ALU passes shift and add a residual (the mirror then only
     clamps), with ``frac`` after a rescaled residual."""
-    relu = {(-128, 127): False, (0, 127): True}.get(tuple(epi.bounds))
+    relu = {INT8_BOUNDS: False, (0, INT8_MAX): True}.get(tuple(epi.bounds))
     if relu is None:
         return OutMode()
     if epi.rescale:

@@ -41,19 +41,18 @@ import numpy as np
 
 from vdla.compiler.blocks import Alu, Block, Epi, Load, Op, Store
 from vdla.compiler.conv2d import LayerRun, run_bound
-from vdla.compiler.epilogue import clip_imm
 from vdla.compiler.identity import EYE, identity_bytes, identity_fits, identity_gemm, identity_weights, load_identity
 from vdla.compiler.microcode import Limits, MicroKernel, lower_nest
 from vdla.compiler.search import emit_program, timed
 from vdla.compiler.spec import CompileError
 from vdla.compiler.transfer import MAX_STRIDE, plan_transfers
 from vdla.compiler.vthreads import Stream, lower_vthreads, prologue_block
-from vdla.config import HwConfig, load_config
+from vdla.config import DEFAULT_PRESET, HwConfig, load_config
 from vdla.graph import oracle
 from vdla.graph.layout import pack_activation, pack_channels, unpack_activation
 from vdla.graph.types import UnsupportedError
 from vdla.graph.window import Window, make_window
-from vdla.isa import AluOp, Insn, MemType
+from vdla.isa import AluOp, Insn, MemType, clip_imm
 from vdla.isa.arith import INT8_MAX, INT8_MIN, mul_shift
 from vdla.runtime.device import Device
 
@@ -452,6 +451,6 @@ class CompiledPool:
         return LayerRun(unpack_activation(packed, sp.shape[0], sp.shape[1]), result)
 
 
-def compile_pool(spec: PoolSpec, config="pynq", schedule: PoolSchedule | None = None) -> CompiledPool:
+def compile_pool(spec: PoolSpec, config=DEFAULT_PRESET, schedule: PoolSchedule | None = None) -> CompiledPool:
     """Compile a pooling for ``config`` (see the module docstring)."""
     return CompiledPool(spec, load_config(config), schedule)

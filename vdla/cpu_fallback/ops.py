@@ -32,6 +32,7 @@ from vdla.cpu_fallback.stacking import resolve_steps, run_chain
 from vdla.graph import ew
 from vdla.graph.ew import Step
 from vdla.graph.types import TensorType, UnsupportedError
+from vdla.isa.arith import INT8_MAX, INT8_MIN
 
 Out = np.ndarray | None
 
@@ -115,8 +116,8 @@ def requantize(
     x: np.ndarray,
     multiplier: np.ndarray | int,
     shift: np.ndarray | int,
-    lo: int = -128,
-    hi: int = 127,
+    lo: int = INT8_MIN,
+    hi: int = INT8_MAX,
     out: Out = None,
 ) -> np.ndarray:
     return elementwise(x, [ew.requantize(multiplier, shift, lo, hi)], out)

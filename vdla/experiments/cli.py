@@ -15,7 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from vdla.compiler.cache import ScheduleCache
-from vdla.config import load_config, preset_names
+from vdla.config import DEFAULT_PRESET, load_config, preset_names
 from vdla.experiments.layers import LayerRecord, roofline, run_model, write_json
 from vdla.zoo.resnet import MODELS
 
@@ -33,7 +33,7 @@ def _vthreads(text: str) -> int | str:
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="resnet18", choices=sorted(MODELS))
-    p.add_argument("--config", default="pynq", help=f"preset ({', '.join(preset_names())}) or JSON file")
+    p.add_argument("--config", default=DEFAULT_PRESET, help=f"preset ({', '.join(preset_names())}) or JSON file")
     p.add_argument("--backend", default="sim", help="sim or rtl")
     p.add_argument("--layers", nargs="+", metavar="NAME", help="run only these layers (e.g. C1 C12)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random data and weights")
@@ -190,7 +190,7 @@ def cmd_e2e(args: argparse.Namespace) -> int:
 
     cache = None if args.no_cache else ScheduleCache()
     results = []
-    for config in args.config or ["pynq"]:
+    for config in args.config or [DEFAULT_PRESET]:
         with console.status(f"preparing ResNet-18 for '{config}'") as status:
             prep = prepare(config, args.calib, args.seed, cache, log=status.update, power_of_two=args.power_of_two)
         for backend in args.backend or ["sim"]:
@@ -260,7 +260,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "cycle-agreement", help="compare the simulator's cycle model with the RTL on the suite of workload programs"
     )
-    p.add_argument("--config", default="pynq", help="preset or JSON file")
+    p.add_argument("--config", default=DEFAULT_PRESET, help="preset or JSON file")
     p.add_argument("--json", help="write the records as JSON")
     p.set_defaults(func=cmd_cycle_agreement)
 

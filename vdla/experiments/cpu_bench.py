@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from vdla.config import load_config
+from vdla.config import DEFAULT_PRESET, load_config
 from vdla.cpu_fallback import jit
 from vdla.cpu_fallback.reference import reference
 from vdla.cpu_fallback.specs import (
@@ -37,7 +37,7 @@ from vdla.graph import ew
 from vdla.graph.graph import Graph, Node
 from vdla.graph.layout import activation_blocks, blocked_shape
 from vdla.graph.types import TensorType
-from vdla.isa.arith import requantize
+from vdla.isa.arith import INT8_MAX, INT8_MIN, requantize
 from vdla.zoo.resnet import layer_specs
 
 RNG_SEED = 0
@@ -148,7 +148,7 @@ def elementwise_cases(rng: np.random.Generator) -> list[Case]:
         np.multiply(v, np.int64(m), out=t64)
         np.add(t64, 1 << (s - 1), out=t64)
         np.right_shift(t64, s, out=t64)
-        return np.clip(t64, -128, 127, out=t64)
+        return np.clip(t64, INT8_MIN, INT8_MAX, out=t64)
 
     def np_chain() -> None:
         np_requant(acc)
@@ -171,7 +171,7 @@ def elementwise_cases(rng: np.random.Generator) -> list[Case]:
     def np_quantize() -> None:
         np.divide(f, scale, out=t32)
         np.rint(t32, out=t32)
-        np.clip(t32, -128, 127, out=t32)
+        np.clip(t32, INT8_MIN, INT8_MAX, out=t32)
         np.copyto(io, t32, casting="unsafe")
 
     def np_dequantize() -> None:
@@ -508,7 +508,7 @@ def dense_softmax_cases(rng: np.random.Generator) -> list[Case]:
 # ResNet-18: the kernels left on the CPU
 
 
-def resnet18_cpu_graph(rng: np.random.Generator, config: str = "pynq") -> Graph:
+def resnet18_cpu_graph(rng: np.random.Generator, config: str = DEFAULT_PRESET) -> Graph:
     """CPU side of an int8 ResNet-18 (batch 1): input quantize, the 3-channel stem conv (not accelerated),
     max pool, packing into the blocked layout, the residual epilogue of each of the 8 basic blocks (the
     accelerator's int32 output requantized, added to the skip path, relu, clip), unpacking, global average
@@ -522,7 +522,7 @@ def resnet18_cpu_graph(rng: np.random.Generator, config: str = "pynq") -> Graph:
             "requantize",
             ("stem",),
             "stem_q",
-            {"multiplier": 658, "shift": 19, "lo": -128, "hi": 127},
+            {"multiplier": 658, "shift": 19, "lo": INT8_MIN, "hi": INT8_MAX},
         ),
         Node("relu", ("stem_q",), "stem_r"),
         Node("max_pool2d", ("stem_r",), "pool", {"kernel": 3, "stride": 2, "padding": 1}),
@@ -541,7 +541,7 @@ def resnet18_cpu_graph(rng: np.random.Generator, config: str = "pynq") -> Graph:
                 "requantize",
                 (f"acc{i}",),
                 f"rq{i}",
-                {"multiplier": 66 + i, "shift": 14, "lo": -128, "hi": 127},
+                {"multiplier": 66 + i, "shift": 14, "lo": INT8_MIN, "hi": INT8_MAX},
             ),
             Node("add", (f"rq{i}", f"skip{i}"), f"sum{i}"),
             Node("relu", (f"sum{i}",), f"relu{i}"),

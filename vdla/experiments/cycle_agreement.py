@@ -9,11 +9,12 @@ calibration, ``vdla.graph.calibrate``.)
 
 from __future__ import annotations
 
+from vdla.config import DEFAULT_PRESET
 from vdla.runtime.device import Device
 from vdla.zoo.workloads import SUITE
 
 
-def cycle_agreement(config: str = "pynq") -> list[dict]:
+def cycle_agreement(config: str = DEFAULT_PRESET) -> list[dict]:
     """Run the suite on the simulator and on the RTL: one record per program, error as a signed fraction
     (model - rtl) / rtl."""
     sim, rtl = Device(config), Device(config, backend="rtl")

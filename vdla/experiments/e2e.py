@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from vdla.compiler import ScheduleCache
-from vdla.config import HwConfig, load_config
+from vdla.config import DEFAULT_PRESET, HwConfig, load_config
 from vdla.graph.graph import Graph
 from vdla.model import Module
 from vdla.model.artifact import Artifact
@@ -108,7 +108,7 @@ class E2EResult:
 
 
 def prepare(
-    config: str | HwConfig = "pynq",
+    config: str | HwConfig = DEFAULT_PRESET,
     calib: int = 8,
     seed: int = 0,
     cache: ScheduleCache | None = None,

@@ -13,7 +13,7 @@ import numpy as np
 
 from vdla.compiler.cache import ScheduleCache
 from vdla.compiler.epilogue import cycles_per_element
-from vdla.config import HwConfig, load_config
+from vdla.config import DEFAULT_PRESET, HwConfig, load_config
 from vdla.runtime.device import Device
 from vdla.zoo.resnet import LayerCase, ZooError, layer_case, layer_specs
 
@@ -73,7 +73,7 @@ def run_layer(
 
 def run_model(
     model: str = "resnet18",
-    config: str | HwConfig = "pynq",
+    config: str | HwConfig = DEFAULT_PRESET,
     backend: str = "sim",
     vthreads: int | str = "auto",
     cache: ScheduleCache | None = None,
@@ -118,7 +118,7 @@ class Roofline:
 def roofline(
     out_dir: str | Path,
     model: str = "resnet18",
-    config: str | HwConfig = "pynq",
+    config: str | HwConfig = DEFAULT_PRESET,
     backend: str = "sim",
     cache: ScheduleCache | None = None,
     seed: int = 0,

@@ -41,7 +41,6 @@ from vdla.graph.types import TensorType
 from vdla.isa.arith import INT8_MAX, INT8_MIN
 
 INT8_BOUNDS = (INT8_MIN, INT8_MAX)
-ANCHORS = ("conv2d", "dense")
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -40,7 +40,7 @@ import numpy as np
 from vdla.graph.ewmath import Math
 from vdla.graph.graph import Node
 from vdla.graph.types import DTYPES, INT_RANGE, Quant, TensorType, UnsupportedError, is_float
-from vdla.isa.arith import MAX_SHIFT, MUL_MAX_SHIFT
+from vdla.isa.arith import INT8_MAX, INT8_MIN, MAX_SHIFT, MUL_MAX_SHIFT
 
 
 @dataclass(frozen=True)
@@ -325,7 +325,7 @@ def _requantize_rule(t: StepTyping) -> str:
     if isinstance(s, Const):
         _need(t.op, 0 <= s.value <= MUL_MAX_SHIFT, f"shift must be in [0, {MUL_MAX_SHIFT}], got {s.value}")
     lo, hi = int(t.step.attr("lo")), int(t.step.attr("hi"))
-    _need(t.op, -128 <= lo <= hi <= 127, f"clamp range [{lo}, {hi}] must lie within int8")
+    _need(t.op, INT8_MIN <= lo <= hi <= INT8_MAX, f"clamp range [{lo}, {hi}] must lie within int8")
     return "int8"
 
 
@@ -463,7 +463,7 @@ define(
         _requantize_rule,
         lambda m, x, o, t: m.requantize(x, *o, int(t.step.attr("lo")), int(t.step.attr("hi"))),
         ("multiplier", "shift"),
-        (("lo", -128), ("hi", 127)),
+        (("lo", INT8_MIN), ("hi", INT8_MAX)),
     )
 )
 define(EwDef("rshift", _rshift_rule, lambda m, x, o, t: m.rounding_shift(x, o[0]), ("shift",), accel=EPILOGUE_STEP))
@@ -603,7 +603,7 @@ def dequantize(scale: StepOperand, zero_point: StepOperand = 0) -> Step:
     return Step("dequantize", (scale, zero_point))
 
 
-def requantize(multiplier: StepOperand, shift: StepOperand, lo: int = -128, hi: int = 127) -> Step:
+def requantize(multiplier: StepOperand, shift: StepOperand, lo: int = INT8_MIN, hi: int = INT8_MAX) -> Step:
     """int32 -> int8: :func:`vdla.isa.arith.requantize`, clamp(rounding_shift(wrap32(x * multiplier), shift), lo, hi).
 
     Tensor shifts are clamped to [0, 31]; a scalar shift outside that range is an error.

@@ -52,7 +52,8 @@ from vdla.graph.calibrate import (
     check_calibration,
     choose_threshold,
 )
-from vdla.graph.epilogue import ANCHORS, FLOAT_STAGES, FloatDialect, walk
+from vdla.graph.epilogue import FLOAT_STAGES, FloatDialect, walk
+from vdla.graph.fusion import EPILOGUE_ANCHORS as ANCHORS
 from vdla.graph.graph import Graph, Node
 from vdla.graph.ops import infer_types
 from vdla.graph.passes import fresh_name

@@ -11,9 +11,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from vdla.errors import VdlaError
+from vdla.isa.arith import INT8_MAX, INT8_MIN
 
 DTYPES = ("int8", "int32", "float32")
-INT_RANGE = {"int8": (-128, 127), "int32": (-(2**31), 2**31 - 1)}
+INT_RANGE = {"int8": (INT8_MIN, INT8_MAX), "int32": (-(2**31), 2**31 - 1)}
 
 
 class UnsupportedError(VdlaError, ValueError):

@@ -48,6 +48,16 @@ class AluOp(IntEnum):
     REQ = 7  # requantize to int8: RSHR by v[4:0], then clamp to [0 if v[5] else -128, 127]
 
 
+def clip_imm(lo: int, hi: int) -> int:
+    """The CLIP immediate of the clamp [``lo``, ``hi``] (int8 bounds): lo in bits [7:0], hi in bits [15:8]."""
+    return hi * 256 + (lo & 0xFF)
+
+
+def clip_bounds(imm):
+    """The clamp a CLIP immediate (or an array of them) encodes: (sext8(imm[7:0]), sext8(imm[15:8]))."""
+    return ((imm & 0xFF) ^ 0x80) - 0x80, (((imm >> 8) & 0xFF) ^ 0x80) - 0x80
+
+
 class Stage(IntEnum):
     LOAD = 0
     COMPUTE = 1

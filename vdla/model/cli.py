@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from vdla.config import DEFAULT_PRESET
 from vdla.errors import VdlaError
 from vdla.graph.calibrate import DEFAULT_PERCENTILE, METHODS
 
@@ -248,7 +249,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("compile", help="compile an ONNX model into a deployable .vdla artifact")
     p.add_argument("model", help="an .onnx file (float, or QDQ-quantized by onnxruntime.quantization)")
     p.add_argument("-o", "--output", help="the artifact (default: MODEL with .vdla)")
-    p.add_argument("--config", default="pynq", help="preset or JSON file")
+    p.add_argument("--config", default=DEFAULT_PRESET, help="preset or JSON file")
     p.add_argument(
         "--calib", help="quantize a float model to int8: .npz with one array per model input, samples on the first axis"
     )

@@ -20,8 +20,6 @@ from vdla.graph.epilogue import Epilogue, match_integer
 from vdla.graph.graph import Graph, Node
 from vdla.graph.types import TensorType
 
-POOL_ANCHORS = ("max_pool2d", "global_sum_pool")
-
 
 @dataclass(frozen=True)
 class ConvGeometry:

@@ -13,11 +13,19 @@ from dataclasses import dataclass
 
 from vdla.compiler import CompileError
 from vdla.config import HwConfig
-from vdla.graph.fusion import EPILOGUE_ANCHORS, Group, fuse_ops
+from vdla.graph.fusion import Group, fuse_ops
 from vdla.graph.graph import Graph, Node
+from vdla.graph.ops import OPS
 from vdla.graph.partition import ACCEL, Capability, Partition, partition
 from vdla.graph.types import TensorType
-from vdla.model.match import POOL_ANCHORS, AccelLayer, PoolLayer, match_accel, match_pool
+from vdla.model.match import AccelLayer, PoolLayer, match_accel, match_pool
+
+# the matcher of each accelerator lowering the operator registry names (OpDef.accel)
+MATCHERS = {
+    "vdla.compiler.compile_conv2d": lambda anchor, graph, types, cfg: match_accel(anchor, graph, types),
+    "vdla.compiler.compile_dense": lambda anchor, graph, types, cfg: match_accel(anchor, graph, types),
+    "vdla.compiler.pool.compile_pool": match_pool,
+}
 
 
 @dataclass(frozen=True)
@@ -43,17 +51,16 @@ class Placement:
 def _accel_capability(
     graph: Graph, types: dict[str, TensorType], cfg: HwConfig, found: dict[str, AccelLayer | PoolLayer]
 ) -> Capability:
-    """The accelerator's capability hook (see the module docstring); a layer it takes is kept in ``found``
-    by its anchor's output."""
+    """The accelerator's capability hook (see the module docstring): a group is offered to the matcher of its
+    anchor's accelerator lowering (the operator registry's ``OpDef.accel``); a layer the matcher takes is kept
+    in ``found`` by its anchor's output."""
 
     def can(group: Group) -> str | tuple[str, ...]:
         anchor = group.anchor
-        if anchor.op in POOL_ANCHORS:
-            layer = match_pool(anchor, graph, types, cfg)
-        elif anchor.op in EPILOGUE_ANCHORS:
-            layer = match_accel(anchor, graph, types)
-        else:
+        matcher = MATCHERS.get(OPS[anchor.op].accel) if anchor.op in OPS else None
+        if matcher is None:
             return f"{anchor.op} runs on the CPU"
+        layer = matcher(anchor, graph, types, cfg)
         if isinstance(layer, str):
             return layer
         if isinstance(layer, AccelLayer):
@@ -77,5 +84,5 @@ def place(graph: Graph, types: dict[str, TensorType], cfg: HwConfig) -> Placemen
     for r in part.on(ACCEL):
         if set(layers[r.index].nodes) != {n.output for n in r.nodes}:
             raise CompileError(f"accelerator region {r.label} does not hold exactly its layer's nodes")
-    anchors = {n.output for n in graph.nodes if n.op in EPILOGUE_ANCHORS + POOL_ANCHORS}
+    anchors = {n.output for n in graph.nodes if n.op in OPS and OPS[n.op].accel in MATCHERS}
     return Placement(part, layers, {v: why for v, why in part.notes().items() if v in anchors})

@@ -16,6 +16,7 @@ from vdla.compiler.spec import Conv2dSpec
 from vdla.errors import VdlaError
 from vdla.graph.epilogue import Epilogue
 from vdla.graph.oracle import conv2d_reference
+from vdla.isa.arith import INT8_MAX
 
 
 class ZooError(VdlaError, ValueError):
@@ -54,7 +55,7 @@ class LayerCase:
     @property
     def epilogue(self) -> Epilogue:
         """The layer's epilogue: bias, rounding shift, ReLU."""
-        return Epilogue(bias=self.bias, shift=self.shift, clip=(0, 127))
+        return Epilogue(bias=self.bias, shift=self.shift, clip=(0, INT8_MAX))
 
     def compile(self, config, **kwargs):
         """The layer compiled with its geometry and epilogue (``kwargs``: vthreads, cache, ...)."""
@@ -64,7 +65,7 @@ class LayerCase:
             shape, self.w, stride=(sp.sh, sp.sw), padding=sp.pad, epilogue=self.epilogue, config=config, **kwargs
         )
 
-    def reference(self, bounds: tuple[int, int] = (0, 127)) -> np.ndarray:
+    def reference(self, bounds: tuple[int, int] = (0, INT8_MAX)) -> np.ndarray:
         """The numpy result of the layer on its input (ReLU's bounds by default)."""
         return conv2d_reference(self.x, self.w, self.spec, replace(self.epilogue, clip=bounds))
 

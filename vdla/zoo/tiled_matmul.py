@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from vdla.isa import AluOp, MemType, Stage
+from vdla.isa import AluOp, MemType, Stage, clip_imm
+from vdla.isa.arith import INT8_MAX, INT8_MIN
 from vdla.runtime.backend import RunResult
 from vdla.runtime.commands import CommandError
 from vdla.runtime.device import Device
@@ -27,7 +28,7 @@ class MatmulResult:
 def reference_matmul(a: np.ndarray, b: np.ndarray, shift: int) -> np.ndarray:
     """The same integer arithmetic in plain numpy."""
     acc = a.astype(np.int32) @ b.astype(np.int32).T
-    return np.clip(acc >> shift, -128, 127).astype(np.int8)
+    return np.clip(acc >> shift, INT8_MIN, INT8_MAX).astype(np.int8)
 
 
 def tiled_matmul(
@@ -81,7 +82,7 @@ def tiled_matmul(
         cmd.gemm(row_uops, iter_out=tw, iter_in=kb, dst_factor=(1, 0), src_factor=(0, 1), wgt_factor=(kb, 1))
         acc_uop = [(acc0, 0)]
         cmd.alu(AluOp.SHR, acc_uop, iter_out=th * tw, dst_factor=(1, 0), imm=shift)
-        cmd.alu(AluOp.CLIP, acc_uop, iter_out=th * tw, dst_factor=(1, 0), imm=(127 << 8) | (-128 & 0xFF))
+        cmd.alu(AluOp.CLIP, acc_uop, iter_out=th * tw, dst_factor=(1, 0), imm=clip_imm(INT8_MIN, INT8_MAX))
         if later:
             cmd.dep_push(Stage.COMPUTE, Stage.LOAD)
         cmd.dep_push(Stage.COMPUTE, Stage.STORE)

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from vdla.isa import AluOp, MemType, Stage
+from vdla.isa import AluOp, MemType, Stage, clip_imm
+from vdla.isa.arith import INT8_MAX, INT8_MIN
 from vdla.runtime.backend import RunError, RunResult
 from vdla.runtime.device import Device
 from vdla.zoo.tiled_matmul import reference_matmul, tiled_matmul
@@ -92,7 +93,7 @@ def alu_chain(dev: Device, vthreads: int, tiles: int = 8, n: int = 128) -> RunRe
         cmd.alu(AluOp.MUL, [(base, base + n)], iter_out=n, dst_factor=(1, 0), src_factor=(1, 0))
         cmd.alu(AluOp.MAX, [(base, base + n)], iter_out=n, dst_factor=(1, 0), src_factor=(1, 0))
         cmd.alu(AluOp.RSHR, [(base, 0)], iter_out=n, dst_factor=(1, 0), imm=6)
-        cmd.alu(AluOp.CLIP, [(base, 0)], iter_out=n, dst_factor=(1, 0), imm=(127 << 8) | (-128 & 0xFF))
+        cmd.alu(AluOp.CLIP, [(base, 0)], iter_out=n, dst_factor=(1, 0), imm=clip_imm(INT8_MIN, INT8_MAX))
         cmd.dep_push(Stage.COMPUTE, Stage.STORE)
         cmd.dep_pop(Stage.COMPUTE, Stage.STORE)
         cmd.store(base, out, t * n, 1, n, n)
@@ -101,7 +102,7 @@ def alu_chain(dev: Device, vthreads: int, tiles: int = 8, n: int = 128) -> RunRe
     run = cmd.synchronize()
     x, y = a[:, :n].astype(np.int64), a[:, n:].astype(np.int64)
     v = np.maximum(((x * y + (1 << 31)) % (1 << 32)) - (1 << 31), y)
-    expect = np.clip((v + 32) >> 6, -128, 127).astype(np.int8)
+    expect = np.clip((v + 32) >> 6, INT8_MIN, INT8_MAX).astype(np.int8)
     if not np.array_equal(out.read(np.int8, expect.shape), expect):
         raise WorkloadError(f"ALU chain is wrong on the {dev.backend.name} backend")
     return run

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from vdla.config import HwConfig
-from vdla.isa import AluInsn, AluOp, EpiInsn, GemmInsn, Insn, MemInsn, MemType, decode_uops, elem_bytes
+from vdla.isa import AluInsn, AluOp, EpiInsn, GemmInsn, Insn, MemInsn, MemType, clip_bounds, decode_uops, elem_bytes
 from vdla.isa.arith import INT8_MAX, INT8_MIN, mul_shift, requantize
 from vdla.runtime.backend import FaultError
 from vdla.runtime.dram import Dram
@@ -264,8 +264,7 @@ def _alu_apply(op: AluOp, a: np.ndarray, b: np.ndarray, shift: int = 0) -> np.nd
             a = a + np.where(right > 0, np.left_shift(1, np.maximum(right - 1, 0)), 0)
         r = np.where(s >= 0, a >> right, a << np.maximum(-s, 0))
     elif op == AluOp.CLIP:
-        lo = ((b & 0xFF) ^ 0x80) - 0x80
-        hi = (((b >> 8) & 0xFF) ^ 0x80) - 0x80
+        lo, hi = clip_bounds(b)
         r = np.minimum(np.maximum(a, lo), hi)
     elif op == AluOp.REQ:
         r = requantize(a, 1, b & 0x1F, np.where(b & 0x20, 0, INT8_MIN), INT8_MAX).astype(np.int64)  # b: shift | relu<<5
