@@ -24,7 +24,7 @@ from vdla.config import load_config
 from vdla.experiments.workloads import WorkloadError, gemm_bound
 from vdla.runtime import Device
 from vdla.runtime.rtl import RtlBackend, build
-from vdla.runtime.rtl.build import BUILD_ROOT
+from vdla.runtime.rtl.verilate import BUILD_ROOT
 
 
 def main(argv: list[str] | None = None) -> int:

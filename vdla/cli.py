@@ -179,14 +179,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_gen_rtl(args: argparse.Namespace) -> int:
-    from vdla.hw_header import generate
-
-    for path in generate(args.config, args.output):
-        console.print(f"wrote {path}")
-    return 0
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="vdla", description="Toolchain for a VDLA/VTA-class accelerator")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -243,15 +235,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", help="write the counters as JSON")
     p.set_defaults(func=cmd_run)
 
-    p = sub.add_parser(
-        "gen-rtl",
-        aliases=["gen-header"],
-        help="generate every RTL artefact (hw/rtl/vdla_pkg.sv, docs/registers.md) from the Python sources",
-    )
-    p.add_argument("--config", help="with -o: the preset (or JSON file) whose package to write")
-    p.add_argument("-o", "--output", help="write only the package of --config to this file")
-    p.set_defaults(func=cmd_gen_rtl)
-
     p = sub.add_parser("matmul", help="run a tiled int8 matrix multiply and check it against numpy")
     _add_config(p)
     _add_backend(p)
@@ -264,12 +247,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_matmul)
 
     from vdla.experiments.cli import add_commands as add_experiment_commands
+    from vdla.hw.cli import add_commands as add_hw_commands
     from vdla.model.cli import add_commands as add_model_commands
-    from vdla.runtime.rtl.cli import add_commands as add_rtl_commands
 
     add_model_commands(sub)
     add_experiment_commands(sub)
-    add_rtl_commands(sub)
+    add_hw_commands(sub)
     return parser
 
 

@@ -39,8 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from vdla.config import HwConfig
-from vdla.hw_header import ISA_VERSION
-from vdla.isa import MemType, Opcode, decode
+from vdla.isa import ISA_VERSION, MemType, Opcode, decode
 from vdla.isa.asm import disassemble_insn
 from vdla.isa.validate import check_insn, elem_bytes
 from vdla.runtime import registers as R

@@ -45,8 +45,8 @@ from vdla.runtime.pynq_backend import (
     SLCR_UNLOCK,
     SLCR_UNLOCK_KEY,
 )
-from vdla.runtime.rtl.build import build
 from vdla.runtime.rtl.harness import Harness
+from vdla.runtime.rtl.verilate import build
 
 ENV = "VDLA_PYNQ_SIM"
 CMA_BASE = 0x1700_0000  # not the config's dram_base_addr: the driver's relocation is exercised

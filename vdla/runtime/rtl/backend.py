@@ -19,8 +19,8 @@ from vdla.runtime.backend import BackendError, CycleLimitError, RunResult, Token
 from vdla.runtime.counters import STAGES, TimelineEntry
 from vdla.runtime.diagnosis import Diagnosis, Program, token_counts
 from vdla.runtime.dram import Dram
-from vdla.runtime.rtl.build import BUILD_ROOT, build
 from vdla.runtime.rtl.harness import Harness
+from vdla.runtime.rtl.verilate import BUILD_ROOT, build
 
 DEFAULT_MAX_CYCLES = 2_000_000_000  # the harness never runs unbounded
 CHUNK = 1 << 20  # cycles per harness call (Ctrl-C is seen between chunks)
