@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 OPTIONAL = (
     "rich",
@@ -89,3 +91,13 @@ def test_the_pynq_backend_without_pynq_says_how_to_get_it():
     )
     assert r.returncode == 0, r.stderr
     assert "the pynq backend needs the pynq package" in r.stdout and "make test-pynq" in r.stdout
+
+
+def test_the_simulated_board_is_a_device_plugin_the_driver_does_not_name():
+    """The simulated PYNQ board reaches the pynq backend as an installed device plugin; the driver's source
+    names no plugin (it loads the entry-point group)."""
+    from vdla.runtime import pynq_backend
+
+    plugins = {ep.name: ep.value for ep in importlib.metadata.entry_points(group=pynq_backend.DEVICE_PLUGINS)}
+    assert plugins == {"simulated-board": "vdla.runtime.pynq_sim"}
+    assert "pynq_sim" not in Path(pynq_backend.__file__).read_text()

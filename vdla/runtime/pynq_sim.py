@@ -3,8 +3,10 @@
 :class:`SimulatedBoard` is a ``pynq.Device`` subclass. PYNQ 4 discovers devices through each subclass's
 ``_probe_``; this one answers when the environment variable ``VDLA_PYNQ_SIM`` names a configuration (a
 preset or a JSON file), so ``pynq.Device.active_device``, ``pynq.MMIO`` and ``pynq.allocate`` reach it with
-no board and no change to the driver. The board it models is a Zynq-7000 with the accelerator's bitstream
-loaded:
+no board and no change to the driver. Defining the class registers it with that discovery: this module is a
+device plugin of the driver (the ``vdla.pynq_devices`` entry point in pyproject.toml, which the pynq backend
+imports before it asks pynq for a device), and a test that imports it registers it too. The driver never names
+it. The board it models is a Zynq-7000 with the accelerator's bitstream loaded:
 
 * **Registers** (capability ``REGISTER_RW``: ``MMIO`` calls ``read_registers``/``write_registers``): the
   accelerator's AXI4-Lite slave at :data:`~vdla.runtime.pynq_backend.DEFAULT_BASE_ADDR` is the register
