@@ -43,11 +43,11 @@ from pathlib import Path
 
 import numpy as np
 
+import vdla.runtime.registers as R
 from vdla.config import HwConfig
 from vdla.isa import ISA_VERSION, MemType, Opcode, decode
 from vdla.isa.asm import disassemble_insn
 from vdla.isa.validate import check_insn, elem_bytes
-from vdla.runtime import registers as R
 from vdla.runtime.backend import BackendError, CycleLimitError, FaultError, RunError, RunResult, TokenError
 from vdla.runtime.diagnosis import Diagnosis, Program, token_counts
 from vdla.runtime.dram import Dram

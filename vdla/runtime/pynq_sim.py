@@ -32,9 +32,9 @@ import numpy as np
 import pynq
 from pynq.buffer import PynqBuffer
 
+import vdla.runtime.registers as R
 from vdla.config import HwConfig, load_config
 from vdla.errors import VdlaError
-from vdla.runtime import registers as R
 from vdla.runtime.dram import Buffer, Dram
 from vdla.runtime.pynq_backend import (
     DEFAULT_BASE_ADDR,

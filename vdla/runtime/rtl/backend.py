@@ -12,9 +12,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import vdla.runtime.registers as R
 from vdla.config import HwConfig
 from vdla.isa.asm import disassemble_insn
-from vdla.runtime import registers as R
 from vdla.runtime.backend import BackendError, CycleLimitError, RunResult, TokenError
 from vdla.runtime.counters import STAGES, TimelineEntry
 from vdla.runtime.diagnosis import Diagnosis, Program, token_counts
