@@ -4,6 +4,7 @@
 (:mod:`vdla.model`); they are imported on first use, so ``import vdla`` stays light.
 """
 
+# The package's one version string: pyproject.toml reads it (dynamic version), the installed metadata has it.
 __version__ = "0.1.0"
 
 
