@@ -3,6 +3,32 @@
 //
 // Modules refer to it by qualified names (vdla_pkg::X): Yosys' SystemVerilog frontend accepts
 // neither `import` in a module header or body nor types imported at file scope.
+
+`ifndef VDLA_ASSERT_MACROS
+`define VDLA_ASSERT_MACROS
+// The clock and reset an assertion samples unless its call names others: every module's clk_i and rst_ni.
+`define ASSERT_DEFAULT_CLK clk_i
+`define ASSERT_DEFAULT_RST !rst_ni
+`ifdef SYNTHESIS
+`define ASSERT(__name, __prop, __msg, __clk = `ASSERT_DEFAULT_CLK, __rst = `ASSERT_DEFAULT_RST)
+`define ASSERT_NEVER(__name, __prop, __msg, __clk = `ASSERT_DEFAULT_CLK, __rst = `ASSERT_DEFAULT_RST)
+`define ASSERT_KNOWN(__name, __sig, __clk = `ASSERT_DEFAULT_CLK, __rst = `ASSERT_DEFAULT_RST)
+`else
+`define INC_ASSERT
+// ASSERT: the property __prop holds at every rising edge of __clk while __rst is 0 (1 or X disables it: pass 1'b0
+// for a module without reset); a failure reports $error(__msg), after the simulator's file:line and the
+// assertion's hierarchical name (__name, an a_* label).
+`define ASSERT(__name, __prop, __msg, __clk = `ASSERT_DEFAULT_CLK, __rst = `ASSERT_DEFAULT_RST) \
+  __name: assert property (@(posedge __clk) disable iff ((__rst) !== 1'b0) (__prop)) else $error(__msg);
+// ASSERT_NEVER: the boolean __prop never holds.
+`define ASSERT_NEVER(__name, __prop, __msg, __clk = `ASSERT_DEFAULT_CLK, __rst = `ASSERT_DEFAULT_RST) \
+  `ASSERT(__name, !(__prop), __msg, __clk, __rst)
+// ASSERT_KNOWN: every bit of __sig is 0 or 1 (a four-state simulator's check; two-state Verilator has no X).
+`define ASSERT_KNOWN(__name, __sig, __clk = `ASSERT_DEFAULT_CLK, __rst = `ASSERT_DEFAULT_RST) \
+  `ASSERT(__name, !$isunknown(__sig), `"__sig has an unknown bit`", __clk, __rst)
+`endif
+`endif
+
 package vdla_pkg;
 
   // ---- Configuration 'pynq' (vdla/config.py) -------------------------------------------------------
@@ -214,6 +240,7 @@ package vdla_pkg;
   localparam int IRQ_ENABLE_ENABLE_LSB     = 0;  // 1 bit(s)
   localparam logic [7:0] COUNTER_BASE      = 8'h80;  // counter i: LO at +8i, HI at +8i+4
   localparam int NUM_COUNTERS              = 16;
+  localparam int DEADLOCK_WINDOW           = 16;  // quiet cycles before ERR_DEADLOCK
   localparam int CNT_CYCLES                = 0;  // cycles from START to the end of the run
   localparam int CNT_LOAD_BUSY             = 1;  // cycles the load stage executes an instruction
   localparam int CNT_LOAD_STALL            = 2;  // cycles the load stage has an instruction but waits on tokens

@@ -54,6 +54,36 @@ _ENUM_FIELDS = {
 }
 _HDR_BITS = sum(w for _, _, w in COMMON_FIELDS)
 
+# The assertion macros of every module (lowRISC's prim_assert set), defined once, at file scope ahead of the package:
+# every tool compiles the package first, so every module sees them (and no tool needs an include path). Synthesis
+# (SYNTHESIS: Yosys, Vivado) reads none of them; INC_ASSERT marks the code that only assertions read.
+_ASSERT_MACROS = """\
+`ifndef VDLA_ASSERT_MACROS
+`define VDLA_ASSERT_MACROS
+// The clock and reset an assertion samples unless its call names others: every module's clk_i and rst_ni.
+`define ASSERT_DEFAULT_CLK clk_i
+`define ASSERT_DEFAULT_RST !rst_ni
+`ifdef SYNTHESIS
+`define ASSERT(__name, __prop, __msg, __clk = `ASSERT_DEFAULT_CLK, __rst = `ASSERT_DEFAULT_RST)
+`define ASSERT_NEVER(__name, __prop, __msg, __clk = `ASSERT_DEFAULT_CLK, __rst = `ASSERT_DEFAULT_RST)
+`define ASSERT_KNOWN(__name, __sig, __clk = `ASSERT_DEFAULT_CLK, __rst = `ASSERT_DEFAULT_RST)
+`else
+`define INC_ASSERT
+// ASSERT: the property __prop holds at every rising edge of __clk while __rst is 0 (1 or X disables it: pass 1'b0
+// for a module without reset); a failure reports $error(__msg), after the simulator's file:line and the
+// assertion's hierarchical name (__name, an a_* label).
+`define ASSERT(__name, __prop, __msg, __clk = `ASSERT_DEFAULT_CLK, __rst = `ASSERT_DEFAULT_RST) \\
+  __name: assert property (@(posedge __clk) disable iff ((__rst) !== 1'b0) (__prop)) else $error(__msg);
+// ASSERT_NEVER: the boolean __prop never holds.
+`define ASSERT_NEVER(__name, __prop, __msg, __clk = `ASSERT_DEFAULT_CLK, __rst = `ASSERT_DEFAULT_RST) \\
+  `ASSERT(__name, !(__prop), __msg, __clk, __rst)
+// ASSERT_KNOWN: every bit of __sig is 0 or 1 (a four-state simulator's check; two-state Verilator has no X).
+`define ASSERT_KNOWN(__name, __sig, __clk = `ASSERT_DEFAULT_CLK, __rst = `ASSERT_DEFAULT_RST) \\
+  `ASSERT(__name, !$isunknown(__sig), `"__sig has an unknown bit`", __clk, __rst)
+`endif
+`endif
+"""
+
 # The functions the stages share, verbatim (Yosys' SystemVerilog frontend: no `return`, assign the name).
 # Types of the RTL's internal interfaces, verbatim.
 _RTL_TYPES = """\
@@ -302,6 +332,7 @@ def _registers() -> list[str]:
     rows += [
         (f"logic [{ab - 1}:0]", "COUNTER_BASE", f"{ab}'h{R.COUNTER_BASE:02x}", "counter i: LO at +8i, HI at +8i+4"),
         ("int", "NUM_COUNTERS", len(R.COUNTERS), ""),
+        ("int", "DEADLOCK_WINDOW", R.DEADLOCK_WINDOW, "quiet cycles before ERR_DEADLOCK"),
     ]
     rows += [("int", f"CNT_{name}", i, doc) for i, (name, _, doc) in enumerate(R.COUNTERS)]
     out += _params(rows)
@@ -319,6 +350,9 @@ def package_source(cfg: HwConfig) -> str:
         "//",
         "// Modules refer to it by qualified names (vdla_pkg::X): Yosys' SystemVerilog frontend accepts",
         "// neither `import` in a module header or body nor types imported at file scope.",
+        "",
+        *_ASSERT_MACROS.splitlines(),
+        "",
         "package vdla_pkg;",
     ]
     lines += _config_params(cfg)

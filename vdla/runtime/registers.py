@@ -74,13 +74,22 @@ FIELDS = (
     Field("IRQ_ENABLE", "ENABLE", 0, 1, "assert the irq output while IRQ.PENDING"),
 )
 
+# The deadlock detector's window: the RTL ends a run with ERR_DEADLOCK once, for this many consecutive cycles,
+# nothing executes, nothing is in flight and no stage can start (vdla_top, through vdla_pkg::DEADLOCK_WINDOW). The
+# run's CYCLES count includes the window. (The simulator, which sees every stage's state, raises at once.)
+DEADLOCK_WINDOW = 16
+
 # STATUS.ERROR_CODE values
 ERRORS = {
     "OPCODE": (1, "unknown opcode or memory type in the instruction stream"),
     "INSN": (2, "an instruction invalid on its stage (flags, padding, sizes, buffer bounds, micro-op range)"),
     "INDEX": (3, "a GEMM/ALU micro-op index outside its buffer"),
     "BUS": (4, "an AXI error response (a DMA outside the DRAM region)"),
-    "DEADLOCK": (5, "every stage waits on a token or queue no other stage will provide"),
+    "DEADLOCK": (
+        5,
+        "every stage waits on a token or queue no other stage will provide (nothing executes, is in flight or can "
+        f"start for {DEADLOCK_WINDOW} cycles)",
+    ),
     "ALIGN": (6, "INSN_ADDR not 16-byte aligned"),
 }
 ERROR_UNITS = ("fetch", "load", "compute", "store")
