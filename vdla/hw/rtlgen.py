@@ -3,9 +3,11 @@
 * ``hw/rtl/vdla_pkg.sv``: the SystemVerilog package every RTL module uses (lowRISC ``ibex_pkg`` style):
   the configuration's parameters and derived widths and depths (:mod:`vdla.config`), the instruction
   formats as packed structs with their enums (the field tables of :mod:`vdla.isa.instructions`), the
-  register map (:mod:`vdla.runtime.registers`) and the functions the stages share (memory-instruction
-  decode, requantization). The checked-in copy is the default preset's; an RTL build, a cocotb bench or a
-  fit for another preset writes that preset's package into its own build directory (:func:`package_for`).
+  register map (:mod:`vdla.runtime.registers`), the functions the stages share (memory-instruction
+  decode, requantization) and, at file scope ahead of the package, the assertion macros every module uses
+  (``ASSERT``, ``ASSERT_NEVER``, ``ASSERT_KNOWN``). The checked-in copy is the default preset's; an RTL build,
+  a cocotb bench or a fit for another preset writes that preset's package into its own build directory
+  (:func:`package_for`).
 * ``docs/registers.md``: the register map's documentation (:func:`registers_markdown`).
 
 ``vdla gen-rtl`` rewrites both through :func:`write_generated`; a test fails when either is stale.
