@@ -60,7 +60,7 @@ check-fpga: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(PY) -m vdla.runtime.rtl.lint
+	$(PY) -m vdla.hw.lint
 
 bench: $(STAMP)
 	$(PY) benchmarks/sim_speed.py --json out/sim_speed.json

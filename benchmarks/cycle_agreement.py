@@ -14,12 +14,13 @@ import json
 import sys
 from pathlib import Path
 
+from vdla.config import DEFAULT_PRESET
 from vdla.experiments.cycle_agreement import cycle_agreement, cycle_agreement_table
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--config", default="pynq")
+    p.add_argument("--config", default=DEFAULT_PRESET)
     p.add_argument("--json", help="write the records as a JSON list")
     p.add_argument("--markdown", help="write the table as Markdown")
     args = p.parse_args(argv)

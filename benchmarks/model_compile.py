@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from vdla.compiler import ScheduleCache
+from vdla.config import DEFAULT_PRESET
 from vdla.model import Module
 from vdla.model.pipeline import compile_model
 from vdla.zoo.models import calibration_images, quantize_qdq, resnet18
@@ -41,7 +42,7 @@ def qdq_resnet18(calib: int, out: Path) -> Path:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calib", type=int, default=8, help="calibration images for onnxruntime")
-    parser.add_argument("--config", default="pynq")
+    parser.add_argument("--config", default=DEFAULT_PRESET)
     parser.add_argument("--json", help="write the figures as JSON")
     args = parser.parse_args(argv)
     path = qdq_resnet18(args.calib, Path("out"))

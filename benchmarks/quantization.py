@@ -78,7 +78,7 @@ def model_records(name: str, model, calib: np.ndarray, images: np.ndarray, label
     scale = qdq_output_scale(qdq)
     want = ort_logits(qdq, images)
     t0 = time.perf_counter()
-    got = vdla_logits(compile_model(qdq, config="pynq")[0], images, f"{name} ort-qdq")
+    got = vdla_logits(compile_model(qdq)[0], images, f"{name} ort-qdq")
     vs_ref = agreement(got, want, scale)
     records = [
         base
@@ -94,7 +94,7 @@ def model_records(name: str, model, calib: np.ndarray, images: np.ndarray, label
     ]
     for method in METHODS:
         t0 = time.perf_counter()
-        art, _ = compile_model(model, calib=calib, calibration=method, config="pynq")
+        art, _ = compile_model(model, calib=calib, calibration=method)
         got = vdla_logits(art, images, f"{name} {method}")
         cos = cosine_rows(got, float_logits)
         records.append(

@@ -19,13 +19,13 @@ from rich.console import Console
 from rich.table import Table
 
 from vdla.compiler import ScheduleCache
-from vdla.config import load_config
+from vdla.config import DEFAULT_PRESET, load_config
 from vdla.experiments.layers import run_model
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--config", default="pynq")
+    p.add_argument("--config", default=DEFAULT_PRESET)
     p.add_argument("--backend", default="sim")
     p.add_argument("--layers", nargs="+", metavar="NAME")
     p.add_argument("--json", help="write the records and totals here")

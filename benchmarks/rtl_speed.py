@@ -20,16 +20,16 @@ import tempfile
 import time
 from pathlib import Path
 
-from vdla.config import load_config
+from vdla.config import DEFAULT_PRESET, load_config
+from vdla.hw.verilator import BUILD_ROOT
 from vdla.runtime import Device
 from vdla.runtime.rtl import RtlBackend, build
-from vdla.runtime.rtl.build import BUILD_ROOT
 from vdla.zoo.workloads import WorkloadError, gemm_bound
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--config", default="pynq")
+    p.add_argument("--config", default=DEFAULT_PRESET)
     p.add_argument("--reps", type=int, default=8, help="length of the program (x 1.1 M cycles)")
     p.add_argument("--repeat", type=int, default=5, help="runs of the program")
     p.add_argument("--fresh", action="store_true", help="time a from-scratch build (temporary directory)")

@@ -19,6 +19,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
+from vdla.config import DEFAULT_PRESET
 from vdla.runtime import Device
 from vdla.zoo.tiled_matmul import reference_matmul, tiled_matmul
 
@@ -55,7 +56,7 @@ def measure(config: str, size: tuple[int, int, int], vthreads: int, repeats: int
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--config", default="pynq")
+    p.add_argument("--config", default=DEFAULT_PRESET)
     p.add_argument("--size", type=int, nargs=3, default=(1024, 1024, 1024), metavar=("M", "K", "N"))
     p.add_argument("--vthreads", type=int, default=2)
     p.add_argument("--repeats", type=int, default=3)

@@ -1,5 +1,7 @@
-"""The architecture's rules, checked on the source: one name per public class, and imports that flow
-one way (config -> isa -> graph -> compiler / cpu_fallback -> runtime backends; experiments on top)."""
+"""The architecture's rules, checked on the source: one name per public class, and imports that flow one way
+(docs/architecture.md): config -> isa -> graph -> cpu_fallback | runtime -> compiler -> model, the frontend
+beside the model compiler, chip-design tools (vdla.hw) beside the runtime's RTL backend; the zoo above the
+library, experiments and the command line on top."""
 
 from __future__ import annotations
 
@@ -16,38 +18,65 @@ import vdla
 
 ROOT = Path(vdla.__file__).parent
 
+ABOVE_GRAPH = ("vdla.compiler", "vdla.cpu_fallback", "vdla.runtime", "vdla.model", "vdla.frontend", "vdla.hw")
 # the compiler and ONNX, which loading and running an artifact never import
 MODEL_COMPILER = (
     "vdla.compiler",
     "vdla.frontend",
     *(f"vdla.model.{m}" for m in ("pipeline", "lower", "match", "place")),
 )
+# what runs programs: the chip-design tools never import it (the rtl backend imports them)
+RUNNING = tuple(
+    f"vdla.runtime.{m}" for m in ("rtl", "sim", "pynq_backend", "pynq_sim", "device", "commands", "backend")
+)
 # package -> packages it must never import (directly, at any depth of its modules)
 FORBIDDEN = {
-    "vdla.config": ("vdla.isa", "vdla.graph", "vdla.compiler", "vdla.cpu_fallback", "vdla.runtime"),
-    "vdla.isa": ("vdla.graph", "vdla.compiler", "vdla.cpu_fallback", "vdla.runtime"),
-    "vdla.graph": ("vdla.compiler", "vdla.cpu_fallback", "vdla.runtime"),
-    "vdla.cpu_fallback": ("vdla.compiler", "vdla.runtime"),
-    "vdla.compiler": ("vdla.cpu_fallback", "vdla.runtime.sim", "vdla.runtime.rtl"),
-    "vdla.runtime": ("vdla.compiler", "vdla.cpu_fallback", "vdla.graph"),
+    "vdla.config": ("vdla.isa", "vdla.graph", *ABOVE_GRAPH),
+    "vdla.isa": ("vdla.graph", *ABOVE_GRAPH),
+    "vdla.graph": ABOVE_GRAPH,
+    "vdla.cpu_fallback": ("vdla.compiler", "vdla.runtime", "vdla.model", "vdla.frontend", "vdla.hw"),
+    "vdla.runtime": ("vdla.compiler", "vdla.cpu_fallback", "vdla.graph", "vdla.model", "vdla.frontend"),
+    "vdla.compiler": (
+        "vdla.cpu_fallback",
+        "vdla.runtime.sim",
+        "vdla.runtime.rtl",
+        "vdla.model",
+        "vdla.frontend",
+        "vdla.hw",
+    ),
     # the frontend builds graphs: it may import vdla.graph, vdla.isa, vdla.config and vdla.errors only
-    "vdla.frontend": ("vdla.compiler", "vdla.cpu_fallback", "vdla.runtime", "vdla.model"),
+    "vdla.frontend": ("vdla.compiler", "vdla.cpu_fallback", "vdla.runtime", "vdla.model", "vdla.hw"),
+    # chip-design tools: the configuration, the ISA and the register map; nothing that runs programs
+    "vdla.hw": ("vdla.graph", "vdla.compiler", "vdla.cpu_fallback", "vdla.model", "vdla.frontend", *RUNNING),
     # loading and running an artifact needs neither the compiler nor ONNX
     **{f"vdla.model.{m}": MODEL_COMPILER for m in ("artifact", "executor", "memplan")},
-    # the board driver: registers, diagnosis and the ISA; neither the RTL simulation nor the simulator
-    "vdla.runtime.pynq_backend": ("vdla.runtime.rtl", "vdla.runtime.sim", "vdla.model"),
+    # the board driver: registers, diagnosis and the ISA; neither the RTL simulation, the simulator nor its double
+    "vdla.runtime.pynq_backend": (
+        "vdla.runtime.rtl",
+        "vdla.runtime.sim",
+        "vdla.runtime.pynq_sim",
+        "vdla.model",
+        "vdla.hw",
+    ),
     "vdla.runtime.diagnosis": ("vdla.runtime.rtl", "vdla.runtime.sim", "vdla.runtime.pynq_backend"),
+    # the zoo sits on the library: no experiment, no command line
+    "vdla.zoo": ("vdla.experiments", "vdla.cli"),
 }
+# the library: it never imports the zoo, the experiments or the command line above it
 LIBRARY = (
     "vdla.config",
     "vdla.cycles",
+    "vdla.errors",
     "vdla.isa",
     "vdla.graph",
     "vdla.compiler",
     "vdla.cpu_fallback",
     "vdla.runtime",
     "vdla.frontend",
+    "vdla.model",
+    "vdla.hw",
 )
+ABOVE_LIBRARY = ("vdla.zoo", "vdla.experiments", "vdla.cli")
 
 
 def _modules() -> dict[str, Path]:
@@ -82,7 +111,7 @@ def test_imports_flow_one_way():
             if _under(mod, pkg):
                 bad += [f"{mod} imports {i}" for i in imported for f in forbidden if _under(i, f)]
         if any(_under(mod, lib) for lib in LIBRARY):
-            bad += [f"{mod} imports {i}" for i in imported if _under(i, "vdla.experiments")]
+            bad += [f"{mod} imports {i}" for i in imported if any(_under(i, a) for a in ABOVE_LIBRARY)]
     assert not bad, "\n".join(sorted(bad))
 
 

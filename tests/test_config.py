@@ -3,7 +3,7 @@ import json
 import pytest
 
 from vdla.config import ConfigError, from_dict, load_config, preset_names
-from vdla.hw_header import PACKAGE_PATH, generated_files
+from vdla.hw.rtlgen import PACKAGE_PATH, generated_files
 
 
 def test_presets_and_peaks():

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from vdla.config import load_config
-from vdla.hw_header import write_package
+from vdla.hw.rtlgen import write_package
 from vdla.runtime.pynq_backend import DEFAULT_BASE_ADDR
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import importlib.metadata
+import re
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
+
+import vdla
 
 OPTIONAL = (
     "rich",
@@ -89,3 +94,21 @@ def test_the_pynq_backend_without_pynq_says_how_to_get_it():
     )
     assert r.returncode == 0, r.stderr
     assert "the pynq backend needs the pynq package" in r.stdout and "make test-pynq" in r.stdout
+
+
+def test_one_version_string():
+    """pyproject.toml takes the package's version from vdla.__version__ (dynamic): the installed metadata and
+    the package say the same, and pyproject.toml writes none of its own."""
+    assert importlib.metadata.version("vdla") == vdla.__version__
+    project = (Path(vdla.__file__).parents[1] / "pyproject.toml").read_text()
+    assert not re.search(r"(?m)^version\s*=", project.split("[project.", 1)[0]), "pyproject.toml sets a version"
+
+
+def test_the_simulated_board_is_a_device_plugin_the_driver_does_not_name():
+    """The simulated PYNQ board reaches the pynq backend as an installed device plugin; the driver's source
+    names no plugin (it loads the entry-point group)."""
+    from vdla.runtime import pynq_backend
+
+    plugins = {ep.name: ep.value for ep in importlib.metadata.entry_points(group=pynq_backend.DEVICE_PLUGINS)}
+    assert plugins == {"simulated-board": "vdla.runtime.pynq_sim"}
+    assert "pynq_sim" not in Path(pynq_backend.__file__).read_text()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from vdla.runtime.rtl.lut_depth import DSP_ADD_LEVELS, DSP_MULT_LEVELS, TARGET_LEVELS, NetlistError, longest_path
+from vdla.hw.lut_depth import DSP_ADD_LEVELS, DSP_MULT_LEVELS, TARGET_LEVELS, NetlistError, longest_path
 
 IN, OUT = "input", "output"
 

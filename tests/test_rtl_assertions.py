@@ -13,17 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from vdla.hw.lint import DIRECTED_DIR
+from vdla.hw.rtlgen import RTL_DIR
+from vdla.hw.verilator import verilator_env, verilator_root
 from vdla.runtime.backend import RunError
-from vdla.runtime.rtl.build import (
-    ASSERT_FLAGS,
-    MAKE_VARS,
-    RTL_DIR,
-    VERILATOR_FLAGS,
-    verilator_env,
-    verilator_root,
-)
 from vdla.runtime.rtl.harness import RtlAssertionError
-from vdla.runtime.rtl.lint import DIRECTED_DIR
+from vdla.runtime.rtl.verilate import ASSERT_FLAGS, MAKE_VARS, VERILATOR_FLAGS
 
 
 @pytest.fixture(scope="module")

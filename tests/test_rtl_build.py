@@ -7,10 +7,12 @@ from __future__ import annotations
 import pytest
 
 from vdla.config import ConfigError, load_config
-from vdla.hw_header import ISA_VERSION, PACKAGE_PATH, generate, package_source
+from vdla.hw.rtlgen import PACKAGE_PATH, generate, package_source
+from vdla.hw.verilator import rtl_sources
+from vdla.isa import ISA_VERSION
 from vdla.runtime import registers as R
 from vdla.runtime.rtl import RtlBackend, RtlBuildError, build
-from vdla.runtime.rtl.build import build_dir, check_config, rtl_sources
+from vdla.runtime.rtl.verilate import build_dir, check_config
 
 
 def test_package_per_configuration(tmp_path):
@@ -76,7 +78,7 @@ def test_model_identifies_its_configuration(rtl_library):
 def test_cli_commands(rtl_library, capsys):
     from vdla.cli import build_parser
 
-    parser = build_parser()  # rtl-build and fit from vdla.runtime.rtl.cli, cycle-agreement from the experiments
+    parser = build_parser()  # gen-rtl, rtl-build and fit from vdla.hw.cli, cycle-agreement from the experiments
     args = parser.parse_args(["rtl-build", "--config", "pynq"])
     assert args.func(args) == 0
     assert f"{rtl_library} (cached)" in capsys.readouterr().out

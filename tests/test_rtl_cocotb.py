@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from vdla.runtime.rtl.cocotb_benches import BENCHES, run_bench
+from vdla.hw.cocotb_benches import BENCHES, run_bench
 
 
 @pytest.mark.parametrize("name", list(BENCHES))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from vdla.runtime.rtl.fit import (
+from vdla.hw.fit import (
     CAPACITY,
     check_elaboration,
     elaboration_faults,
@@ -13,7 +13,7 @@ from vdla.runtime.rtl.fit import (
     resources,
     run_fit,
 )
-from vdla.runtime.rtl.lut_depth import LogicPath, PathStep
+from vdla.hw.lut_depth import LogicPath, PathStep
 
 STAT = """
 === design hierarchy ===

@@ -3,7 +3,7 @@ reason, in hw/rtl/lint/verilator.vlt), and the gate does report a warning when t
 
 from __future__ import annotations
 
-from vdla.runtime.rtl.lint import LintTarget, lint, lint_all, targets
+from vdla.hw.lint import LintTarget, lint, lint_all, targets
 
 
 def test_rtl_is_lint_clean():

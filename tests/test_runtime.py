@@ -1,8 +1,13 @@
 """The runtime API: DRAM allocator, command builder (uop cache, dependencies, errors), tiled matmul."""
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
+import vdla.runtime.backend as backend_module
+from vdla.config import ConfigError, load_config
 from vdla.errors import VdlaError
 from vdla.isa import AluOp, MemInsn, MemType, Queue, Stage
 from vdla.runtime import (
@@ -15,9 +20,12 @@ from vdla.runtime import (
     DramError,
     FaultError,
     RunError,
+    Simulator,
     TokenError,
+    make_backend,
 )
 from vdla.runtime import registers as R
+from vdla.runtime.backend import register_backend
 from vdla.zoo.tiled_matmul import reference_matmul, tiled_matmul
 
 
@@ -188,6 +196,27 @@ def test_run_errors_are_one_backend_neutral_hierarchy():
     assert issubclass(RunError, VdlaError) and issubclass(RunError, RuntimeError)
     for cls in (FaultError, DeadlockError, CycleLimitError, TokenError, BackendError):
         assert issubclass(cls, RunError)
+
+
+def test_backends_come_from_the_registry(monkeypatch):
+    """make_backend finds a backend by name in the registry and imports its module only then; an unknown name,
+    a second registration of a name and a target that is not 'module:attribute' are errors naming them."""
+    monkeypatch.setattr(backend_module, "BACKENDS", dict(backend_module.BACKENDS))
+    with pytest.raises(ConfigError, match="unknown backend 'nope'; the known backends are sim, rtl, pynq"):
+        make_backend("nope", load_config())
+    register_backend("sim-again", "vdla.runtime.sim.engine:Simulator")
+    assert isinstance(make_backend("sim-again", load_config()), Simulator)
+    with pytest.raises(ConfigError, match="'sim' is already registered"):
+        register_backend("sim", "vdla.runtime.sim.engine:Simulator")
+    with pytest.raises(ConfigError, match="is not 'module:attribute'"):
+        register_backend("bad", "vdla.runtime.sim.engine.Simulator")
+    register_backend("missing", "vdla.runtime.sim.engine:NoSuchBackend")
+    with pytest.raises(ConfigError, match="has no attribute 'NoSuchBackend'"):
+        make_backend("missing", load_config())
+    code = "import sys; from vdla.runtime import Device; Device('pynq', backend='sim'); print(sorted(sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "'vdla.runtime.sim.engine'" in out, out
+    assert "'vdla.runtime.rtl" not in out and "'vdla.runtime.pynq_backend'" not in out, out
 
 
 def test_queue_token_bytes_follow_the_tokens_register():

@@ -8,8 +8,7 @@ import pynq
 import pytest
 
 from vdla.config import load_config
-from vdla.hw_header import ISA_VERSION
-from vdla.isa import AluOp, MemType, Stage
+from vdla.isa import ISA_VERSION, AluOp, MemType, Stage
 from vdla.runtime import BackendError, Device, Dram
 from vdla.runtime import registers as R
 from vdla.runtime.pynq_backend import DEFAULT_BASE_ADDR, PynqBackend

@@ -4,7 +4,9 @@
 (:mod:`vdla.model`); they are imported on first use, so ``import vdla`` stays light.
 """
 
-__version__ = "0.1.0"
+from vdla._version import __version__
+
+__all__ = ["__version__", "compile", "load"]
 
 
 def __getattr__(name: str):

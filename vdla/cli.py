@@ -15,7 +15,7 @@ try:
 except ImportError as e:  # a board installs the runtime alone
     raise SystemExit("error: the vdla command line needs the 'cli' extra: pip install 'vdla[cli]'") from e
 
-from vdla.config import load_config, preset_names
+from vdla.config import DEFAULT_PRESET, load_config, preset_names
 from vdla.errors import VdlaError
 
 console = Console()
@@ -33,7 +33,7 @@ def _write(path: str, data: str | bytes) -> None:
 
 
 def _add_config(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", default="pynq", help=f"preset ({', '.join(preset_names())}) or JSON file")
+    p.add_argument("--config", default=DEFAULT_PRESET, help=f"preset ({', '.join(preset_names())}) or JSON file")
 
 
 def cmd_info(args: argparse.Namespace) -> int:
@@ -179,11 +179,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_gen_rtl(args: argparse.Namespace) -> int:
-    from vdla.hw_header import generate
+def cmd_rtl_build(args: argparse.Namespace) -> int:
+    from vdla.runtime.rtl.verilate import build
 
-    for path in generate(args.config, args.output):
-        console.print(f"wrote {path}")
+    result = build(load_config(args.config), trace=args.wave, verbose=args.verbose)
+    state = "cached" if result.cached else f"built in {result.seconds:.1f} s"
+    console.print(f"{result.library} ({state})")
     return 0
 
 
@@ -243,15 +244,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", help="write the counters as JSON")
     p.set_defaults(func=cmd_run)
 
-    p = sub.add_parser(
-        "gen-rtl",
-        aliases=["gen-header"],
-        help="generate every RTL artefact (hw/rtl/vdla_pkg.sv, docs/registers.md) from the Python sources",
-    )
-    p.add_argument("--config", help="with -o: the preset (or JSON file) whose package to write")
-    p.add_argument("-o", "--output", help="write only the package of --config to this file")
-    p.set_defaults(func=cmd_gen_rtl)
-
     p = sub.add_parser("matmul", help="run a tiled int8 matrix multiply and check it against numpy")
     _add_config(p)
     _add_backend(p)
@@ -263,13 +255,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", help="write the counters as JSON")
     p.set_defaults(func=cmd_matmul)
 
+    p = sub.add_parser("rtl-build", help="build (or find cached) the Verilator model of the RTL (the rtl backend)")
+    _add_config(p)
+    p.add_argument("--wave", action="store_true", help="the variant that writes FST waveforms")
+    p.add_argument("-v", "--verbose", action="store_true", help="show the Verilator and compiler output")
+    p.set_defaults(func=cmd_rtl_build)
+
     from vdla.experiments.cli import add_commands as add_experiment_commands
+    from vdla.hw.cli import add_commands as add_hw_commands
     from vdla.model.cli import add_commands as add_model_commands
-    from vdla.runtime.rtl.cli import add_commands as add_rtl_commands
 
     add_model_commands(sub)
     add_experiment_commands(sub)
-    add_rtl_commands(sub)
+    add_hw_commands(sub)
     return parser
 
 

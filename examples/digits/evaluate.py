@@ -66,7 +66,7 @@ def main() -> None:
     scale = qdq_output_scale(qdq)
     print(f"QDQ model (onnxruntime):   top-1 {(ref.argmax(1) == y).mean():.4f}")
     records = []
-    artifacts = {"onnxruntime QDQ": compile_model(qdq, config="pynq")[0]}
+    artifacts = {"onnxruntime QDQ": compile_model(qdq)[0]}
     for method in args.methods:
         try:
             artifacts[f"vdla {method}"] = compile_model(model, calib={"image": calib}, calibration=method)[0]

@@ -166,13 +166,10 @@ module vdla_acc_rmw #(
     end
   end
 
-`ifndef SYNTHESIS
-  a_mul_alone: assert property (@(posedge clk_i) disable iff (!rst_ni) c_mul1_q |-> !r_valid_i)
-    else $error("acc_rmw: a slot entered R behind a MUL in its first cycle in C");
+  `ASSERT(a_mul_alone, c_mul1_q |-> !r_valid_i, "acc_rmw: a slot entered R behind a MUL in its first cycle in C")
   // The caller forms the forwarding compares (vdla_compute_loop: from parts prepared a cycle ahead).
-  a_hit_c: assert property (@(posedge clk_i) disable iff (!rst_ni) r_valid_i |-> r_hit_c_i == (c_waddr_q == r_addr_i))
-    else $error("acc_rmw: r_hit_c_i disagrees with the address compare");
-  a_hit_w: assert property (@(posedge clk_i) disable iff (!rst_ni) r_valid_i |-> r_hit_w_i == (w_addr_q == r_addr_i))
-    else $error("acc_rmw: r_hit_w_i disagrees with the address compare");
-`endif
+  `ASSERT(a_hit_c, r_valid_i |-> r_hit_c_i == (c_waddr_q == r_addr_i),
+          "acc_rmw: r_hit_c_i disagrees with the address compare")
+  `ASSERT(a_hit_w, r_valid_i |-> r_hit_w_i == (w_addr_q == r_addr_i),
+          "acc_rmw: r_hit_w_i disagrees with the address compare")
 endmodule

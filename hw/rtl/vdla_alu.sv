@@ -159,11 +159,11 @@ module vdla_alu #(
                                   hh_q[l], mid_q[l], ll_q[l], ms_q);
     end
   end
-`ifndef SYNTHESIS
+`ifdef INC_ASSERT
+  // (the ALU has no reset: its assertions are never disabled)
   for (genvar l = 0; l < LANES; l++) begin : g_mul_reset
-    a_mul_reset: assert property (@(posedge clk_i)
-        mul_en_i && zero_i |-> a_i[l*32 +: 32] == '0 || b_i[l*32 +: 32] == '0)
-      else $error("alu: a MUL's reset in lane %0d has neither operand zero", l);
+    `ASSERT(a_mul_reset, mul_en_i && zero_i |-> a_i[l*32 +: 32] == '0 || b_i[l*32 +: 32] == '0,
+            "alu: a MUL's reset has neither operand zero", clk_i, 1'b0)  // the lane: g_mul_reset[l] in the name
   end
 `endif
 endmodule

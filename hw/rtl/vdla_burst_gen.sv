@@ -98,8 +98,5 @@ module vdla_burst_gen #(
     end
   end
 
-`ifndef SYNTHESIS
-  a_start_not_halted: assert property (@(posedge clk_i) disable iff (!rst_ni) start_i |-> !halt_i)
-    else $error("burst generator started while halted");
-`endif
+  `ASSERT(a_start_not_halted, start_i |-> !halt_i, "burst generator started while halted")
 endmodule

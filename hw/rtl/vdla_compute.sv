@@ -267,9 +267,6 @@ module vdla_compute (
     end
   end
 
-`ifndef SYNTHESIS
   // The loop and the load never write ACC in the same cycle (one runs at a time and drains first).
-  a_one_acc_writer: assert property (@(posedge clk_i) disable iff (!rst_ni) !(rmw_valid && ld_acc_we != '0))
-    else $error("compute: loop and load write ACC in the same cycle");
-`endif
+  `ASSERT_NEVER(a_one_acc_writer, rmw_valid && ld_acc_we != '0, "compute: loop and load write ACC in the same cycle")
 endmodule

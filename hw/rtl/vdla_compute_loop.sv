@@ -305,14 +305,11 @@ module vdla_compute_loop (
     .busy_o      (unused_rmw_busy)
   );
 
-`ifndef SYNTHESIS
   // A failed range check stops the run from the next cycle (the top's first-error latch): the slots that follow
   // it meet the halt in R, and an ALU slot already in R is dropped in C (kill_q), so nothing past it writes.
   // c_dst_q, c_src_q are held through a MUL's first cycle in C: the sequencer issued nothing in the cycle
   // before, so the offsets they were formed with are still the sequencer's
-  a_hold_offsets: assert property (@(posedge clk_i) disable iff (!rst_ni) c_hold |-> $stable(dst_off) && $stable(src_off))
-    else $error("compute loop: the offsets moved while a MUL held C");
-  a_index_err_halts: assert property (@(posedge clk_i) disable iff (!rst_ni) index_err |=> halt_i)
-    else $error("compute loop: an index error without a halt");
-`endif
+  `ASSERT(a_hold_offsets, c_hold |-> $stable(dst_off) && $stable(src_off),
+          "compute loop: the offsets moved while a MUL held C")
+  `ASSERT(a_index_err_halts, index_err |=> halt_i, "compute loop: an index error without a halt")
 endmodule

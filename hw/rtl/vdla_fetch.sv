@@ -235,11 +235,7 @@ module vdla_fetch #(
     end
   end
 
-`ifndef SYNTHESIS
-  a_tile_end: assert property (@(posedge clk_i) disable iff (!rst_ni)
-      route |-> tile_end_o == vdla_pkg::mem_tile_end(head.mem))
-    else $error("fetch: the routed instruction's tile end differs from its combinational form");
-  a_ends_head: assert property (@(posedge clk_i) disable iff (!rst_ni) head_valid && !ends_valid |-> end_due_q)
-    else $error("fetch: the FIFO's head has no tile end");
-`endif
+  `ASSERT(a_tile_end, route |-> tile_end_o == vdla_pkg::mem_tile_end(head.mem),
+          "fetch: the routed instruction's tile end differs from its combinational form")
+  `ASSERT(a_ends_head, head_valid && !ends_valid |-> end_due_q, "fetch: the FIFO's head has no tile end")
 endmodule

@@ -74,12 +74,7 @@ module vdla_fifo #(
     end
   end
 
-`ifndef SYNTHESIS
-  a_head: assert property (@(posedge clk_i) disable iff (!rst_ni) valid_q |-> head_q == mem_q[rptr_q])
-    else $error("FIFO head register differs from the entry at the read pointer");
-  a_no_overflow: assert property (@(posedge clk_i) disable iff (!rst_ni) push_i && !clear_i |-> !full_o)
-    else $error("FIFO overflow: push into a full FIFO");
-  a_no_underflow: assert property (@(posedge clk_i) disable iff (!rst_ni) pop_i && !clear_i |-> valid_o)
-    else $error("FIFO underflow: pop of an empty FIFO");
-`endif
+  `ASSERT(a_head, valid_q |-> head_q == mem_q[rptr_q], "FIFO head register differs from the entry at the read pointer")
+  `ASSERT(a_no_overflow, push_i && !clear_i |-> !full_o, "FIFO overflow: push into a full FIFO")
+  `ASSERT(a_no_underflow, pop_i && !clear_i |-> valid_o, "FIFO underflow: pop of an empty FIFO")
 endmodule

@@ -262,21 +262,21 @@ module vdla_load_engine #(
     end
   end
 
-`ifndef SYNTHESIS
   // The walk is loaded before its first reader: no beat in the first DATA cycle.
-  a_init_before_beat: assert property (@(posedge clk_i) disable iff (!rst_ni) init_q |-> !rvalid_i)
-    else $error("load engine: a beat arrived before the walk and the row base were loaded");
+  `ASSERT(a_init_before_beat, init_q |-> !rvalid_i,
+          "load engine: a beat arrived before the walk and the row base were loaded")
   // The registered products are those of the started instruction's fields, in their one-cycle forms.
+`ifdef INC_ASSERT
   logic [IDX_W+1:0] ycols_check;
   logic [31:0]      pads_check;
   assign ycols_check = (IDX_W+2)'(32'(y_size_q) * 32'(cols_q));
   assign pads_check  = 32'(first_run_q) + 32'(last_run_q) + 32'(y_size_q) * 32'(mid_run) - 32'(mid_run);
-  a_walk_products: assert property (@(posedge clk_i) disable iff (!rst_ni) init_q |->
+  `ASSERT(a_walk_products, init_q |->
       first_run_q == RUN_W'(y_pad_0_q) * RUN_W'(cols_q) + RUN_W'(x_pad_0_q)
       && last_run_q == RUN_W'(x_pad_1_q) + RUN_W'(y_pad_1_q) * RUN_W'(cols_q)
-      && (side || skip == ycols_check + 1'b1) && pads_total == pads_check)
-    else $error("load engine: the walk's registered products differ from their one-cycle forms");
-  a_pads_one: assert property (@(posedge clk_i) disable iff (!rst_ni) init_q |-> pads_one == (pads_total == 32'd1))
-    else $error("load engine: the one-padding-element flag disagrees with the padding count");
+      && (side || skip == ycols_check + 1'b1) && pads_total == pads_check,
+      "load engine: the walk's registered products differ from their one-cycle forms")
 `endif
+  `ASSERT(a_pads_one, init_q |-> pads_one == (pads_total == 32'd1),
+          "load engine: the one-padding-element flag disagrees with the padding count")
 endmodule

@@ -171,19 +171,18 @@ module vdla_perf #(
     for (int k = 0; k < 6; k++) opcode_insns_o[k*32 +: 32] = op_q[k];
   end
 
-`ifndef SYNTHESIS
   // The registered multiplies give the one-cycle form's count, and it arrives while the compute stage still runs
   // the instruction (or after the run stopped on an error): a finished run has counted it.
+`ifdef INC_ASSERT
   logic [IT_W-1:0] it_check_q [2];  // the one-cycle form, from the command word at the start
   always_ff @(posedge clk_i) begin
     it_check_q[0] <= IT_W'(compute_cmd_i.gemm.iter_out) * IT_W'(compute_cmd_i.gemm.iter_in)
                    * IT_W'(compute_cmd_i.gemm.uop_end - 14'(compute_cmd_i.gemm.uop_bgn));
     it_check_q[1] <= it_check_q[0];
   end
-  a_iterations: assert property (@(posedge clk_i) disable iff (!rst_ni) it2_v_q |-> it_q == it_check_q[1])
-    else $error("perf: the registered uop-iteration product differs from the one-cycle form");
-  a_iterations_in_run: assert property (@(posedge clk_i) disable iff (!rst_ni)
-      (it1_v_q || it2_v_q) |-> busy_i[1] || !count_i)
-    else $error("perf: a GEMM/ALU ended before its uop-iterations were counted");
+  `ASSERT(a_iterations, it2_v_q |-> it_q == it_check_q[1],
+          "perf: the registered uop-iteration product differs from the one-cycle form")
 `endif
+  `ASSERT(a_iterations_in_run, (it1_v_q || it2_v_q) |-> busy_i[1] || !count_i,
+          "perf: a GEMM/ALU ended before its uop-iterations were counted")
 endmodule

@@ -170,13 +170,9 @@ module vdla_regfile #(
     end
   end
 
-`ifndef SYNTHESIS
   // AXI4-Lite: a response, once valid, stays valid and unchanged until accepted.
-  a_r_stable: assert property (@(posedge clk_i) disable iff (!rst_ni)
-                               rvalid_o && !rready_i |=> rvalid_o && $stable(rdata_o) && $stable(rresp_o))
-    else $error("AXI4-Lite R changed before it was accepted");
-  a_b_stable: assert property (@(posedge clk_i) disable iff (!rst_ni)
-                               bvalid_o && !bready_i |=> bvalid_o && $stable(bresp_o))
-    else $error("AXI4-Lite B changed before it was accepted");
-`endif
+  `ASSERT(a_r_stable, rvalid_o && !rready_i |=> rvalid_o && $stable(rdata_o) && $stable(rresp_o),
+          "AXI4-Lite R changed before it was accepted")
+  `ASSERT(a_b_stable, bvalid_o && !bready_i |=> bvalid_o && $stable(bresp_o),
+          "AXI4-Lite B changed before it was accepted")
 endmodule

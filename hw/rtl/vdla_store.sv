@@ -239,10 +239,7 @@ module vdla_store (
   assign unused_cmd = ^{mem.rsvd_63_58, mem.hdr.opcode, mem.mem_type, mem.y_pad_0, mem.y_pad_1, mem.x_pad_0,
                        mem.x_pad_1, unused_len_count, unused_el_full};  // the checks read in vdla_insn_check
 
-`ifndef SYNTHESIS
   // Every write response belongs to a burst that was issued.
-  a_b_expected: assert property (@(posedge clk_i) disable iff (!rst_ni)
-                                state_q == BUSY && bvalid_i |-> outstanding_q != '0)
-    else $error("store: write response without an outstanding burst");
-`endif
+  `ASSERT(a_b_expected, state_q == BUSY && bvalid_i |-> outstanding_q != '0,
+          "store: write response without an outstanding burst")
 endmodule

@@ -46,11 +46,7 @@ module vdla_token_queue #(
     end
   end
 
-`ifndef SYNTHESIS
   // No token is lost or invented: a push meets room, a pop meets a token.
-  a_no_overflow: assert property (@(posedge clk_i) disable iff (!rst_ni) push_i && !clear_i |-> room_o)
-    else $error("token queue overflow: push into a full queue");
-  a_no_underflow: assert property (@(posedge clk_i) disable iff (!rst_ni) pop_i && !clear_i |-> avail_o)
-    else $error("token queue underflow: pop of an empty queue");
-`endif
+  `ASSERT(a_no_overflow, push_i && !clear_i |-> room_o, "token queue overflow: push into a full queue")
+  `ASSERT(a_no_underflow, pop_i && !clear_i |-> avail_o, "token queue underflow: pop of an empty queue")
 endmodule

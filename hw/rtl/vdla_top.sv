@@ -71,6 +71,7 @@ module vdla_top #(
   localparam int QD     = vdla_pkg::CMD_QUEUE_DEPTH;
   localparam int TD     = vdla_pkg::TOKEN_QUEUE_DEPTH;
   localparam int ISA_W  = vdla_pkg::INSN_BITS;
+  localparam int QUIET_W = $clog2(vdla_pkg::DEADLOCK_WINDOW + 1);
 
   // ---- control ------------------------------------------------------------------------------
   logic        start, running_q, done_q, error_q, finish_q, end_pulse;
@@ -80,7 +81,7 @@ module vdla_top #(
   logic [63:0] insn_addr;
   logic [31:0] insn_count;
   logic        halt;
-  logic [4:0]  quiet_q;
+  logic [QUIET_W-1:0] quiet_q;  // consecutive quiet cycles, up to the deadlock window
   assign halt = error_q;
 
   // ---- units' signals -----------------------------------------------------------------------
@@ -260,8 +261,8 @@ module vdla_top #(
   // ---- run control: done, first error, deadlock ---------------------------------------------
   // Done: FINISH has run and every unit is idle with nothing left to do.
   assign done_cond = running_q && finish_q && busy == '0 && q_valid == '0 && fetch_done && !error_q;
-  // Deadlock: nothing executes, nothing is in flight and no stage can start, for 16 cycles.
-  assign deadlock  = quiet_q == 5'd16;
+  // Deadlock: nothing executes, nothing is in flight and no stage can start, for DEADLOCK_WINDOW cycles.
+  assign deadlock  = quiet_q == QUIET_W'(vdla_pkg::DEADLOCK_WINDOW);
   assign end_pulse = done_cond || err_pend_q;  // an error's end waits for its details (below)
 
   // The first error is taken in two steps. error_q (the halt) is set at once; the error's unit, cause and
@@ -373,27 +374,24 @@ module vdla_top #(
   logic unused_axi;
   assign unused_axi = m_axi_rlast ^ (|m_axi_bid);
 
-`ifndef SYNTHESIS
   // ---- assertions ---------------------------------------------------------------------------
   // AXI4 master: a request or write beat, once valid, stays valid and unchanged until accepted. The
   // one exception is an error: halt withdraws every request at once (the run is over).
-  a_ar_stable: assert property (@(posedge clk_i) disable iff (!rst_ni)
-      m_axi_arvalid && !m_axi_arready
-      |=> halt || (m_axi_arvalid && $stable({m_axi_arid, m_axi_araddr, m_axi_arlen, m_axi_arsize, m_axi_arburst})))
-    else $error("AXI AR withdrawn or changed before it was accepted");
-  a_aw_stable: assert property (@(posedge clk_i) disable iff (!rst_ni)
-      m_axi_awvalid && !m_axi_awready
-      |=> halt || (m_axi_awvalid && $stable({m_axi_awid, m_axi_awaddr, m_axi_awlen, m_axi_awsize, m_axi_awburst})))
-    else $error("AXI AW withdrawn or changed before it was accepted");
-  a_w_stable: assert property (@(posedge clk_i) disable iff (!rst_ni)
-      m_axi_wvalid && !m_axi_wready |=> halt || (m_axi_wvalid && $stable({m_axi_wdata, m_axi_wstrb, m_axi_wlast})))
-    else $error("AXI W withdrawn or changed before it was accepted");
+  `ASSERT(a_ar_stable, m_axi_arvalid && !m_axi_arready
+      |=> halt || (m_axi_arvalid && $stable({m_axi_arid, m_axi_araddr, m_axi_arlen, m_axi_arsize, m_axi_arburst})),
+      "AXI AR withdrawn or changed before it was accepted")
+  `ASSERT(a_aw_stable, m_axi_awvalid && !m_axi_awready
+      |=> halt || (m_axi_awvalid && $stable({m_axi_awid, m_axi_awaddr, m_axi_awlen, m_axi_awsize, m_axi_awburst})),
+      "AXI AW withdrawn or changed before it was accepted")
+  `ASSERT(a_w_stable,
+      m_axi_wvalid && !m_axi_wready |=> halt || (m_axi_wvalid && $stable({m_axi_wdata, m_axi_wstrb, m_axi_wlast})),
+      "AXI W withdrawn or changed before it was accepted")
   // Once an error is flagged, no DRAM write is requested or sent.
-  a_no_write_after_error: assert property (@(posedge clk_i) disable iff (!rst_ni)
-      error_q |-> !m_axi_awvalid && !m_axi_wvalid)
-    else $error("DRAM write after an error");
+  `ASSERT(a_no_write_after_error, error_q |-> !m_axi_awvalid && !m_axi_wvalid, "DRAM write after an error")
   // Only one command queue takes each fetched instruction; a stage starts only what it was given.
-  a_one_route: assert property (@(posedge clk_i) disable iff (!rst_ni) $onehot0(q_push))
-    else $error("an instruction routed to two command queues");
-`endif
+  `ASSERT(a_one_route, $onehot0(q_push), "an instruction routed to two command queues")
+  // The handshakes and the interrupt the system sees are never X out of reset (a four-state simulator's check).
+  `ASSERT_KNOWN(a_valids_known, {m_axi_arvalid, m_axi_rready, m_axi_awvalid, m_axi_wvalid, m_axi_bready})
+  `ASSERT_KNOWN(a_axil_known, {s_axil_awready, s_axil_wready, s_axil_bvalid, s_axil_arready, s_axil_rvalid})
+  `ASSERT_KNOWN(a_irq_known, irq_o)
 endmodule

@@ -27,14 +27,19 @@ import llvmlite.binding as llvm
 import numpy as np
 from llvmlite import ir
 
-from vdla.cpu_fallback import abi, kernels
+import vdla.cpu_fallback.abi as abi
+import vdla.cpu_fallback.kernels as kernels
 from vdla.cpu_fallback.specs import Spec, spec_inputs, spec_op
 from vdla.graph.types import TensorType, UnsupportedError
 
 
 def _source_fingerprint() -> str:
     """Hash of the code generator's sources: any change to them invalidates the disk cache."""
-    from vdla.cpu_fallback import codegen, entry, ew_emit, lltypes, specs
+    import vdla.cpu_fallback.codegen as codegen
+    import vdla.cpu_fallback.entry as entry
+    import vdla.cpu_fallback.ew_emit as ew_emit
+    import vdla.cpu_fallback.lltypes as lltypes
+    import vdla.cpu_fallback.specs as specs
     from vdla.graph import ew, ewmath, ops, oracle, types, window
     from vdla.isa import arith
 

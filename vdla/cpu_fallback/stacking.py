@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from vdla.cpu_fallback import specs
+import vdla.cpu_fallback.specs as specs
 from vdla.cpu_fallback.jit import Kernel, contiguous, get_kernel
 from vdla.cpu_fallback.reference import reference
 from vdla.cpu_fallback.specs import Spec, make_chain

@@ -28,7 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from vdla.graph import layout, oracle
+import vdla.graph.layout as layout
+import vdla.graph.oracle as oracle
 from vdla.graph.ew import EW, EwDef, node_steps, step_result_dtype
 from vdla.graph.graph import Graph, Node, reshaped
 from vdla.graph.layout import blocked_shape

@@ -3,6 +3,7 @@
 from vdla.isa.asm import assemble, disassemble
 from vdla.isa.instructions import (
     INSN_BYTES,
+    ISA_VERSION,
     AluInsn,
     AluOp,
     EpiInsn,
@@ -28,6 +29,7 @@ from vdla.isa.validate import elem_bytes, pops_of, pushes_of, validate_program
 
 __all__ = [
     "INSN_BYTES",
+    "ISA_VERSION",
     "AluInsn",
     "AluOp",
     "EpiInsn",

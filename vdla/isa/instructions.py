@@ -11,6 +11,9 @@ from enum import IntEnum
 
 from vdla.errors import VdlaError
 
+# The version of the instruction set: its formats and their meaning. The RTL reports it in ID[15:0] (through the
+# generated package), and a driver refuses a bitstream of another version. Raise it with any change to either.
+ISA_VERSION = 2
 INSN_BITS = 128
 INSN_BYTES = 16
 

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-import vdla
+from vdla._version import __version__
 from vdla.config import HwConfig, from_dict
 from vdla.errors import VdlaError
 from vdla.graph.graph import Graph
@@ -175,7 +175,7 @@ class Artifact:
         manifest = {
             "format": FORMAT,
             "format_version": FORMAT_VERSION,
-            "vdla_version": vdla.__version__,
+            "vdla_version": __version__,
             "config": self.config.to_dict(),
             "config_hash": self.config.hash,
             "inputs": {k: type_to_json(t) for k, t in self.inputs.items()},
@@ -212,7 +212,7 @@ def load_artifact(path: str | Path, config: HwConfig | None = None) -> Artifact:
     if manifest.get("format") != FORMAT or manifest.get("format_version") != FORMAT_VERSION:
         raise ArtifactError(
             f"{path}: format {manifest.get('format')!r} version {manifest.get('format_version')!r}; this vdla "
-            f"({vdla.__version__}) reads {FORMAT!r} version {FORMAT_VERSION}: compile the model again"
+            f"({__version__}) reads {FORMAT!r} version {FORMAT_VERSION}: compile the model again"
         )
     cfg = from_dict(manifest["config"])
     if cfg.hash != manifest["config_hash"]:

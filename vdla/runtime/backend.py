@@ -1,13 +1,19 @@
 """The backend interface: every way of running a program (simulator, RTL, board) looks like this.
 
 This module is the backend-neutral part of the runtime: the :class:`Backend` protocol, the
-:class:`RunResult` a run returns (its counters live in :mod:`vdla.runtime.counters`) and the one error
-hierarchy every backend raises, rooted at :class:`RunError`. Messages name the instruction (index and
+:class:`RunResult` a run returns (its counters live in :mod:`vdla.runtime.counters`), the one error
+hierarchy every backend raises, rooted at :class:`RunError`, and the registry of backends by name
+(:data:`BACKENDS`, :func:`register_backend`, :func:`make_backend`). Messages name the instruction (index and
 disassembly) and the stage, the same on every backend, so a failing program reads alike on each.
+
+The registry maps a name to where its backend class is (``"module:attribute"``), not to the class: this module
+imports no backend, and a backend's module (with what it needs: Verilator's harness, pynq) is imported only
+when that backend is made.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -17,7 +23,12 @@ from vdla.errors import VdlaError
 from vdla.runtime.counters import Counters, TimelineEntry
 from vdla.runtime.dram import Dram
 
-BACKENDS = ("sim", "rtl", "pynq")
+# name -> "module:attribute" of the backend's class; make_backend(name, cfg, **options) calls it as cls(cfg, **options)
+BACKENDS: dict[str, str] = {
+    "sim": "vdla.runtime.sim.engine:Simulator",
+    "rtl": "vdla.runtime.rtl.backend:RtlBackend",
+    "pynq": "vdla.runtime.pynq_backend:PynqBackend",
+}
 
 
 class RunError(VdlaError, RuntimeError):
@@ -83,18 +94,28 @@ class Backend(Protocol):
         runs the program in one piece may call it only at the end)."""
 
 
+def register_backend(name: str, target: str) -> None:
+    """Make ``name`` a backend: ``target`` is ``"module:attribute"`` of a class (or factory) called as
+    ``target(cfg, **options)`` that returns a :class:`Backend`; its module is imported when the backend is made.
+    Registering a known name again is a ConfigError, so that no backend is replaced by accident."""
+    module, sep, attr = target.partition(":")
+    if not (sep and module and attr):
+        raise ConfigError(f"backend {name!r}: target {target!r} is not 'module:attribute'")
+    if name in BACKENDS:
+        raise ConfigError(f"backend {name!r} is already registered (as {BACKENDS[name]})")
+    BACKENDS[name] = target
+
+
 def make_backend(name: str, cfg: HwConfig, **options) -> Backend:
-    """Create a backend by name; each backend's module is imported only when asked for."""
-    if name == "sim":
-        from vdla.runtime.sim import Simulator
-
-        return Simulator(cfg, **options)
-    if name == "rtl":
-        from vdla.runtime.rtl import RtlBackend
-
-        return RtlBackend(cfg, **options)
-    if name == "pynq":
-        from vdla.runtime.pynq_backend import PynqBackend
-
-        return PynqBackend(cfg, **options)
-    raise ConfigError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
+    """Create the backend registered as ``name`` for ``cfg`` (see :data:`BACKENDS`), importing its module now;
+    an unknown name is a ConfigError that lists the known ones."""
+    try:
+        target = BACKENDS[name]
+    except KeyError:
+        raise ConfigError(f"unknown backend {name!r}; the known backends are {', '.join(BACKENDS)}") from None
+    module, _, attr = target.partition(":")
+    try:
+        cls = getattr(importlib.import_module(module), attr)
+    except AttributeError as e:
+        raise ConfigError(f"backend {name!r}: {module} has no attribute {attr!r} (registered as {target})") from e
+    return cls(cfg, **options)

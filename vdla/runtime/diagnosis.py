@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import vdla.runtime.registers as R
 from vdla.config import HwConfig
 from vdla.isa import FinishInsn, Insn, IsaError, Queue, Stage, decode, pops_of, pushes_of
 from vdla.isa.asm import disassemble_insn
 from vdla.isa.validate import check_insn
-from vdla.runtime import registers as R
 from vdla.runtime.backend import DeadlockError, FaultError, RunError
 from vdla.runtime.counters import STAGES, Counters
 from vdla.runtime.dram import Dram, DramError

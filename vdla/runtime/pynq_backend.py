@@ -21,7 +21,10 @@ explained from the registers by :mod:`vdla.runtime.diagnosis` exactly as on the 
 timeout the driver resets the programmable logic through the Zynq's SLCR (FPGA_RST_CTRL), so the next run
 starts on an idle accelerator. One process at a time owns the accelerator (a lock file).
 
-``pynq`` is imported when the backend is created, never by ``import vdla.runtime``.
+``pynq`` is imported when the backend is created, never by ``import vdla.runtime``, together with the modules
+named in the entry-point group :data:`DEVICE_PLUGINS`: each defines ``pynq.Device`` subclasses (a board without
+hardware, such as vdla's simulated one), which pynq's device discovery then probes like its own. The driver
+knows none of them; it asks pynq for the device as on any board.
 """
 
 from __future__ import annotations
@@ -34,16 +37,17 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cache
+from importlib.metadata import entry_points
 from pathlib import Path
 
 import numpy as np
 
+import vdla.runtime.registers as R
 from vdla.config import HwConfig
-from vdla.hw_header import ISA_VERSION
-from vdla.isa import MemType, Opcode, decode
+from vdla.isa import ISA_VERSION, MemType, Opcode, decode
 from vdla.isa.asm import disassemble_insn
 from vdla.isa.validate import check_insn, elem_bytes
-from vdla.runtime import registers as R
 from vdla.runtime.backend import BackendError, CycleLimitError, FaultError, RunError, RunResult, TokenError
 from vdla.runtime.diagnosis import Diagnosis, Program, token_counts
 from vdla.runtime.dram import Dram
@@ -53,6 +57,7 @@ REGISTER_SPAN = 0x1_0000  # the address window the block design gives the slave 
 DEFAULT_DRAM_BYTES = 64 << 20  # the DRAM region: part of the board's CMA pool
 DEFAULT_TIMEOUT_S = 30.0
 PAGE = 4096
+DEVICE_PLUGINS = "vdla.pynq_devices"  # entry-point group: modules defining pynq.Device subclasses
 
 # The Zynq-7000 System Level Control Registers (UG585, appendix B.28): the PL reset FCLK_RESET0_N.
 SLCR_BASE = 0xF800_0000
@@ -68,7 +73,8 @@ class BoardTimeoutError(RunError):
 
 
 def import_pynq():
-    """The ``pynq`` package, or a BackendError saying how to get it."""
+    """The ``pynq`` package with the device plugins imported (:func:`load_device_plugins`), or a BackendError
+    saying how to get it."""
     try:
         import pynq
     except ImportError as e:
@@ -77,7 +83,23 @@ def import_pynq():
             "elsewhere `make test-pynq` builds a second environment (.venv-pynq) with it. pynq is not a "
             "dependency of vdla and never goes into the main environment (it pins numpy<2)."
         ) from e
+    load_device_plugins()
     return pynq
+
+
+@cache
+def load_device_plugins() -> tuple[str, ...]:
+    """Import every module of the :data:`DEVICE_PLUGINS` entry-point group, once per process, before pynq
+    discovers its devices (its discovery probes every ``pynq.Device`` subclass defined by then); returns the
+    plugins' names. A plugin that fails to import is a BackendError naming it."""
+    names = []
+    for ep in entry_points(group=DEVICE_PLUGINS):
+        try:
+            ep.load()
+        except Exception as e:
+            raise BackendError(f"the pynq device plugin {ep.name!r} ({ep.value}) failed to import: {e}") from e
+        names.append(ep.name)
+    return tuple(names)
 
 
 @dataclass
@@ -118,8 +140,8 @@ class _BoardLock:
 
 
 class PynqBackend:
-    """Runs programs on the accelerator of a PYNQ board (or of any ``pynq.Device``, such as the simulated
-    board of :mod:`vdla.runtime.pynq_sim`).
+    """Runs programs on the accelerator of a PYNQ board (or of any ``pynq.Device`` pynq discovers, such as a
+    simulated board registered through :data:`DEVICE_PLUGINS`).
 
     ``overlay``: a ``pynq.Overlay`` or the path of its ``.bit`` (loaded with ``pynq.Overlay``); the
     accelerator is the IP whose name or VLNV contains ``ip_name``. Without an overlay, the registers are at
@@ -141,8 +163,6 @@ class PynqBackend:
         poll_s: float = 0.0,
     ):
         self.pynq = import_pynq()
-        if os.environ.get("VDLA_PYNQ_SIM"):  # the simulated board registers itself with pynq's discovery
-            import vdla.runtime.pynq_sim  # noqa: F401
         self.cfg, self.timeout_s, self.poll_s = cfg, timeout_s, poll_s
         self.dram_bytes = min(dram_bytes, cfg.dram_bytes)
         if overlay is not None:
@@ -157,8 +177,9 @@ class PynqBackend:
                 self.device = self.pynq.Device.active_device
             except RuntimeError as e:  # pynq's "No Devices Found"
                 raise BackendError(
-                    f"pynq finds no device ({e}): run on a PYNQ board with the accelerator's overlay loaded, or set "
-                    "VDLA_PYNQ_SIM=<config> for the simulated board (vdla.runtime.pynq_sim)"
+                    f"pynq finds no device ({e}): run on a PYNQ board with the accelerator's overlay loaded "
+                    f"(device plugins loaded: {', '.join(load_device_plugins()) or 'none'}; docs/deploy-pynq.md, "
+                    "Testing without a board)"
                 ) from e
             base, span = (DEFAULT_BASE_ADDR if base_addr is None else base_addr), REGISTER_SPAN
         self.base_addr = base

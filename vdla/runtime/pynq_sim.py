@@ -3,8 +3,10 @@
 :class:`SimulatedBoard` is a ``pynq.Device`` subclass. PYNQ 4 discovers devices through each subclass's
 ``_probe_``; this one answers when the environment variable ``VDLA_PYNQ_SIM`` names a configuration (a
 preset or a JSON file), so ``pynq.Device.active_device``, ``pynq.MMIO`` and ``pynq.allocate`` reach it with
-no board and no change to the driver. The board it models is a Zynq-7000 with the accelerator's bitstream
-loaded:
+no board and no change to the driver. Defining the class registers it with that discovery: this module is a
+device plugin of the driver (the ``vdla.pynq_devices`` entry point in pyproject.toml, which the pynq backend
+imports before it asks pynq for a device), and a test that imports it registers it too. The driver never names
+it. The board it models is a Zynq-7000 with the accelerator's bitstream loaded:
 
 * **Registers** (capability ``REGISTER_RW``: ``MMIO`` calls ``read_registers``/``write_registers``): the
   accelerator's AXI4-Lite slave at :data:`~vdla.runtime.pynq_backend.DEFAULT_BASE_ADDR` is the register
@@ -30,9 +32,9 @@ import numpy as np
 import pynq
 from pynq.buffer import PynqBuffer
 
-from vdla.config import HwConfig, load_config
+import vdla.runtime.registers as R
+from vdla.config import DEFAULT_PRESET, HwConfig, load_config
 from vdla.errors import VdlaError
-from vdla.runtime import registers as R
 from vdla.runtime.dram import Buffer, Dram
 from vdla.runtime.pynq_backend import (
     DEFAULT_BASE_ADDR,
@@ -45,8 +47,8 @@ from vdla.runtime.pynq_backend import (
     SLCR_UNLOCK,
     SLCR_UNLOCK_KEY,
 )
-from vdla.runtime.rtl.build import build
 from vdla.runtime.rtl.harness import Harness
+from vdla.runtime.rtl.verilate import build
 
 ENV = "VDLA_PYNQ_SIM"
 CMA_BASE = 0x1700_0000  # not the config's dram_base_addr: the driver's relocation is exercised
@@ -120,7 +122,7 @@ class SimulatedBoard(pynq.Device):
         config = os.environ.get(ENV)
         return [cls(config)] if config else []
 
-    def __init__(self, config: str | HwConfig = "pynq", assertions: bool = True):
+    def __init__(self, config: str | HwConfig = DEFAULT_PRESET, assertions: bool = True):
         self.cfg = load_config(config)
         super().__init__(f"vdla-sim-{self.cfg.name}")
         self.capabilities = {"REGISTER_RW": True}

@@ -1,7 +1,7 @@
 """The accelerator's AXI4-Lite register map: the single source for the RTL, the harness and the drivers.
 
 The RTL package ``hw/rtl/vdla_pkg.sv`` and ``docs/registers.md`` are generated from the tables below (by
-``vdla gen-rtl``, see :mod:`vdla.hw_header`; a test keeps them fresh). All registers are 32 bits wide at byte
+``vdla gen-rtl``, see :mod:`vdla.hw.rtlgen`; a test keeps them fresh). All registers are 32 bits wide at byte
 offsets; each performance counter is 64 bits wide, as a LO word followed by a HI word (reading LO latches
 HI, so a LO-then-HI read pair is consistent while the accelerator runs).
 """
@@ -74,13 +74,22 @@ FIELDS = (
     Field("IRQ_ENABLE", "ENABLE", 0, 1, "assert the irq output while IRQ.PENDING"),
 )
 
+# The deadlock detector's window: the RTL ends a run with ERR_DEADLOCK once, for this many consecutive cycles,
+# nothing executes, nothing is in flight and no stage can start (vdla_top, through vdla_pkg::DEADLOCK_WINDOW). The
+# run's CYCLES count includes the window. (The simulator, which sees every stage's state, raises at once.)
+DEADLOCK_WINDOW = 16
+
 # STATUS.ERROR_CODE values
 ERRORS = {
     "OPCODE": (1, "unknown opcode or memory type in the instruction stream"),
     "INSN": (2, "an instruction invalid on its stage (flags, padding, sizes, buffer bounds, micro-op range)"),
     "INDEX": (3, "a GEMM/ALU micro-op index outside its buffer"),
     "BUS": (4, "an AXI error response (a DMA outside the DRAM region)"),
-    "DEADLOCK": (5, "every stage waits on a token or queue no other stage will provide"),
+    "DEADLOCK": (
+        5,
+        "every stage waits on a token or queue no other stage will provide (nothing executes, is in flight or can "
+        f"start for {DEADLOCK_WINDOW} cycles)",
+    ),
     "ALIGN": (6, "INSN_ADDR not 16-byte aligned"),
 }
 ERROR_UNITS = ("fetch", "load", "compute", "store")
@@ -162,45 +171,3 @@ def read_counters(read32: Callable[[int], int], insn_bytes: int = 0) -> Counters
     for op, reg in OPCODE_REGS.items():
         c.insn_counts[op] = read32(offset(reg))
     return c
-
-
-def regs_markdown() -> str:
-    """docs/registers.md."""
-    out = [
-        "# Register map",
-        "",
-        "The AXI4-Lite slave of the accelerator. Generated from `vdla/runtime/registers.py` (the single source",
-        "used by the RTL through the generated package `hw/rtl/vdla_pkg.sv`, by the RTL simulation harness and",
-        "by the drivers); regenerate with `vdla gen-rtl`.",
-        "",
-        "All registers are 32 bits wide; offsets are in bytes. A run: write INSN_ADDR_LO/HI and INSN_COUNT, "
-        "write CONTROL.START=1, wait for IRQ.PENDING (or the irq line with IRQ_ENABLE set), read STATUS.",
-        "",
-        "| offset | name | access | description |",
-        "| --- | --- | --- | --- |",
-    ]
-    out += [f"| 0x{r.offset:02x} | {r.name} | {r.access} | {r.doc} |" for r in REGS]
-    out += ["", "## Fields", "", "| register | field | bits | description |", "| --- | --- | --- | --- |"]
-    for f in FIELDS:
-        bits = str(f.lsb) if f.width == 1 else f"{f.lsb + f.width - 1}:{f.lsb}"
-        out.append(f"| {f.reg} | {f.name} | {bits} | {f.doc} |")
-    out += ["", "## Error codes (STATUS.ERROR_CODE)", "", "| code | name | meaning |", "| --- | --- | --- |"]
-    out += [f"| {code} | {name} | {doc} |" for name, (code, doc) in ERRORS.items()]
-    out += [
-        "",
-        "On an error every unit stops at once: no further instruction starts and no further DRAM write",
-        "is issued. ERROR_INSN then holds the index of the faulting instruction among those of its unit.",
-        "The error's details are chosen in the cycle after the stop and the host sees them together:",
-        "STATUS.ERROR with its code and unit, ERROR_INSN, IRQ.PENDING and the fall of CONTROL.BUSY appear",
-        "in the same cycle, one after the units stop (the counters stop with the units).",
-        "",
-        "## Performance counters",
-        "",
-        f"64-bit, read-only, from 0x{COUNTER_BASE:02x}: counter *i* has its LO word at "
-        f"0x{COUNTER_BASE:02x} + 8*i and its HI word 4 bytes above. START clears them all.",
-        "",
-        "| offset | name | counts |",
-        "| --- | --- | --- |",
-    ]
-    out += [f"| 0x{COUNTER_BASE + 8 * i:02x} | {name} | {doc} |" for i, (name, _, doc) in enumerate(COUNTERS)]
-    return "\n".join(out) + "\n"

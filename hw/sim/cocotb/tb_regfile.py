@@ -4,7 +4,7 @@ import cocotb
 from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, FallingEdge
 
-from vdla.hw_header import ISA_VERSION
+from vdla.isa import ISA_VERSION
 from vdla.runtime import registers as R
 
 

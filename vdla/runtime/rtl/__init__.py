@@ -1,6 +1,11 @@
-"""The RTL backend: the accelerator's Verilog, cycle-accurate in Verilator, behind the backend API."""
+"""The RTL backend: the accelerator's Verilog, cycle-accurate in Verilator, behind the backend API.
 
+The model is Verilated on first use (:mod:`vdla.runtime.rtl.verilate`); the chip-design tools around the
+same RTL (lint, fit, cocotb benches, the package generator) are :mod:`vdla.hw`.
+"""
+
+from vdla.hw.verilator import RtlBuildError
 from vdla.runtime.rtl.backend import RtlBackend
-from vdla.runtime.rtl.build import RtlBuildError, build
+from vdla.runtime.rtl.verilate import build
 
 __all__ = ["RtlBackend", "RtlBuildError", "build"]

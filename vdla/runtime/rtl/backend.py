@@ -12,15 +12,16 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import vdla.runtime.registers as R
 from vdla.config import HwConfig
+from vdla.hw.verilator import BUILD_ROOT
 from vdla.isa.asm import disassemble_insn
-from vdla.runtime import registers as R
 from vdla.runtime.backend import BackendError, CycleLimitError, RunResult, TokenError
 from vdla.runtime.counters import STAGES, TimelineEntry
 from vdla.runtime.diagnosis import Diagnosis, Program, token_counts
 from vdla.runtime.dram import Dram
-from vdla.runtime.rtl.build import BUILD_ROOT, build
 from vdla.runtime.rtl.harness import Harness
+from vdla.runtime.rtl.verilate import build
 
 DEFAULT_MAX_CYCLES = 2_000_000_000  # the harness never runs unbounded
 CHUNK = 1 << 20  # cycles per harness call (Ctrl-C is seen between chunks)

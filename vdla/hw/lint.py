@@ -5,7 +5,7 @@ warning is expected); any other warning or error fails the gate. The targets are
 (``vdla_top``) with the default preset's package and with ``block8``'s (the cocotb bench's), the top of
 every cocotb unit bench with that bench's parameters, and the directed assertion bench.
 
-    python -m vdla.runtime.rtl.lint        # `make lint` runs it; exit status 1 on any warning
+    python -m vdla.hw.lint        # `make lint` runs it; exit status 1 on any warning
 """
 
 from __future__ import annotations
@@ -17,9 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from vdla.config import DEFAULT_PRESET, load_config
-from vdla.runtime.rtl.build import LINT_WAIVERS, REPO, package_for, rtl_sources, verilator_env, verilator_root
-from vdla.runtime.rtl.cocotb_benches import BENCHES
+from vdla.hw.cocotb_benches import BENCHES
+from vdla.hw.rtlgen import REPO, RTL_DIR, package_for
+from vdla.hw.verilator import rtl_sources, verilator_env, verilator_root
 
+LINT_WAIVERS = RTL_DIR / "lint" / "verilator.vlt"
 DIRECTED_DIR = REPO / "hw" / "sim" / "directed"
 
 

@@ -1,17 +1,19 @@
-"""Every generated RTL artefact, from the Python sources of truth.
+"""The generators of the RTL's checked-in artefacts, from the Python sources of truth.
 
 * ``hw/rtl/vdla_pkg.sv``: the SystemVerilog package every RTL module uses (lowRISC ``ibex_pkg`` style):
   the configuration's parameters and derived widths and depths (:mod:`vdla.config`), the instruction
   formats as packed structs with their enums (the field tables of :mod:`vdla.isa.instructions`), the
-  register map (:mod:`vdla.runtime.registers`) and the functions the stages share (memory-instruction
-  decode, requantization). The checked-in copy is the default preset's; an RTL build, a cocotb bench or
-  a fit for another preset writes that preset's package into its own build directory instead.
-* ``docs/registers.md``: the register map's documentation.
+  register map (:mod:`vdla.runtime.registers`), the functions the stages share (memory-instruction
+  decode, requantization) and, at file scope ahead of the package, the assertion macros every module uses
+  (``ASSERT``, ``ASSERT_NEVER``, ``ASSERT_KNOWN``). The checked-in copy is the default preset's; an RTL build,
+  a cocotb bench or a fit for another preset writes that preset's package into its own build directory
+  (:func:`package_for`).
+* ``docs/registers.md``: the register map's documentation (:func:`registers_markdown`).
 
-``vdla gen-rtl`` (alias ``vdla gen-header``) rewrites both through :func:`write_generated`; a test fails
-when either is stale. Invariants: the package's instruction structs are exactly ``INSN_BITS`` wide, their
-fields sit at the bit positions of the Python tables (gaps become ``rsvd_*`` members), every enum has the
-width of the field that holds it, and the output depends only on the configuration and those tables.
+``vdla gen-rtl`` rewrites both through :func:`write_generated`; a test fails when either is stale.
+Invariants: the package's instruction structs are exactly ``INSN_BITS`` wide, their fields sit at the bit
+positions of the Python tables (gaps become ``rsvd_*`` members), every enum has the width of the field that
+holds it, and the output depends only on the configuration, those tables and this module's text.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import os
 from dataclasses import asdict
 from pathlib import Path
 
+import vdla.runtime.registers as R
 from vdla.config import DEFAULT_PRESET, ConfigError, HwConfig, load_config
 from vdla.isa.instructions import (
     ALU_FIELDS,
@@ -27,18 +30,18 @@ from vdla.isa.instructions import (
     EPI_FIELDS,
     GEMM_FIELDS,
     INSN_BITS,
+    ISA_VERSION,
     MEM_FIELDS,
     AluOp,
     MemType,
     Opcode,
 )
-from vdla.runtime import registers as R
 
-ISA_VERSION = 2
-REPO = Path(__file__).resolve().parent.parent
-PACKAGE_PATH = REPO / "hw" / "rtl" / "vdla_pkg.sv"
+REPO = Path(__file__).resolve().parents[2]
+RTL_DIR = REPO / "hw" / "rtl"
+PACKAGE_NAME = "vdla_pkg.sv"  # generated per configuration; RTL_DIR holds the default preset's
+PACKAGE_PATH = RTL_DIR / PACKAGE_NAME
 REGS_DOC_PATH = REPO / "docs" / "registers.md"
-HEADER_PATH = PACKAGE_PATH  # the old name of the checked-in generated RTL file
 REGENERATE = "vdla gen-rtl"
 
 # Constants of the RTL itself (not of a configuration): the AXI address and ID widths.
@@ -52,6 +55,36 @@ _ENUM_FIELDS = {
     "alu_opcode": ("alu_op_e", AluOp, "ALU_"),
 }
 _HDR_BITS = sum(w for _, _, w in COMMON_FIELDS)
+
+# The assertion macros of every module (lowRISC's prim_assert set), defined once, at file scope ahead of the package:
+# every tool compiles the package first, so every module sees them (and no tool needs an include path). Synthesis
+# (SYNTHESIS: Yosys, Vivado) reads none of them; INC_ASSERT marks the code that only assertions read.
+_ASSERT_MACROS = """\
+`ifndef VDLA_ASSERT_MACROS
+`define VDLA_ASSERT_MACROS
+// The clock and reset an assertion samples unless its call names others: every module's clk_i and rst_ni.
+`define ASSERT_DEFAULT_CLK clk_i
+`define ASSERT_DEFAULT_RST !rst_ni
+`ifdef SYNTHESIS
+`define ASSERT(__name, __prop, __msg, __clk = `ASSERT_DEFAULT_CLK, __rst = `ASSERT_DEFAULT_RST)
+`define ASSERT_NEVER(__name, __prop, __msg, __clk = `ASSERT_DEFAULT_CLK, __rst = `ASSERT_DEFAULT_RST)
+`define ASSERT_KNOWN(__name, __sig, __clk = `ASSERT_DEFAULT_CLK, __rst = `ASSERT_DEFAULT_RST)
+`else
+`define INC_ASSERT
+// ASSERT: the property __prop holds at every rising edge of __clk while __rst is 0 (1 or X disables it: pass 1'b0
+// for a module without reset); a failure reports $error(__msg), after the simulator's file:line and the
+// assertion's hierarchical name (__name, an a_* label).
+`define ASSERT(__name, __prop, __msg, __clk = `ASSERT_DEFAULT_CLK, __rst = `ASSERT_DEFAULT_RST) \\
+  __name: assert property (@(posedge __clk) disable iff ((__rst) !== 1'b0) (__prop)) else $error(__msg);
+// ASSERT_NEVER: the boolean __prop never holds.
+`define ASSERT_NEVER(__name, __prop, __msg, __clk = `ASSERT_DEFAULT_CLK, __rst = `ASSERT_DEFAULT_RST) \\
+  `ASSERT(__name, !(__prop), __msg, __clk, __rst)
+// ASSERT_KNOWN: every bit of __sig is 0 or 1 (a four-state simulator's check; two-state Verilator has no X).
+`define ASSERT_KNOWN(__name, __sig, __clk = `ASSERT_DEFAULT_CLK, __rst = `ASSERT_DEFAULT_RST) \\
+  `ASSERT(__name, !$isunknown(__sig), `"__sig has an unknown bit`", __clk, __rst)
+`endif
+`endif
+"""
 
 # The functions the stages share, verbatim (Yosys' SystemVerilog frontend: no `return`, assign the name).
 # Types of the RTL's internal interfaces, verbatim.
@@ -301,6 +334,7 @@ def _registers() -> list[str]:
     rows += [
         (f"logic [{ab - 1}:0]", "COUNTER_BASE", f"{ab}'h{R.COUNTER_BASE:02x}", "counter i: LO at +8i, HI at +8i+4"),
         ("int", "NUM_COUNTERS", len(R.COUNTERS), ""),
+        ("int", "DEADLOCK_WINDOW", R.DEADLOCK_WINDOW, "quiet cycles before ERR_DEADLOCK"),
     ]
     rows += [("int", f"CNT_{name}", i, doc) for i, (name, _, doc) in enumerate(R.COUNTERS)]
     out += _params(rows)
@@ -313,11 +347,14 @@ def _registers() -> list[str]:
 def package_source(cfg: HwConfig) -> str:
     """The text of ``vdla_pkg.sv`` for ``cfg``."""
     lines = [
-        f"// Generated by vdla.hw_header for the '{cfg.name}' configuration. Do not edit.",
+        f"// Generated by vdla.hw.rtlgen for the '{cfg.name}' configuration. Do not edit.",
         f"// Regenerate: {REGENERATE} (the checked-in copy is the default preset's).",
         "//",
         "// Modules refer to it by qualified names (vdla_pkg::X): Yosys' SystemVerilog frontend accepts",
         "// neither `import` in a module header or body nor types imported at file scope.",
+        "",
+        *_ASSERT_MACROS.splitlines(),
+        "",
         "package vdla_pkg;",
     ]
     lines += _config_params(cfg)
@@ -348,18 +385,61 @@ def _write(path: Path, text: str) -> Path:
 
 
 def write_package(cfg: HwConfig, path: str | Path) -> Path:
-    """Write the package of ``cfg`` to ``path`` (a build directory's copy) and return the path."""
+    """Write the package of ``cfg`` to ``path`` and return the path."""
     return _write(Path(path), package_source(cfg))
+
+
+def package_for(cfg: HwConfig, directory: Path) -> Path:
+    """Write ``cfg``'s package into ``directory`` (a build's own copy), under the name the RTL's file lists
+    use, and return its path."""
+    return write_package(cfg, directory / PACKAGE_NAME)
+
+
+def registers_markdown() -> str:
+    """The text of ``docs/registers.md``, from the register map (:mod:`vdla.runtime.registers`)."""
+    out = [
+        "# Register map",
+        "",
+        "The AXI4-Lite slave of the accelerator. Generated from `vdla/runtime/registers.py` (the single source",
+        "used by the RTL through the generated package `hw/rtl/vdla_pkg.sv`, by the RTL simulation harness and",
+        f"by the drivers); regenerate with `{REGENERATE}`.",
+        "",
+        "All registers are 32 bits wide; offsets are in bytes. A run: write INSN_ADDR_LO/HI and INSN_COUNT, "
+        "write CONTROL.START=1, wait for IRQ.PENDING (or the irq line with IRQ_ENABLE set), read STATUS.",
+        "",
+        "| offset | name | access | description |",
+        "| --- | --- | --- | --- |",
+    ]
+    out += [f"| 0x{r.offset:02x} | {r.name} | {r.access} | {r.doc} |" for r in R.REGS]
+    out += ["", "## Fields", "", "| register | field | bits | description |", "| --- | --- | --- | --- |"]
+    for f in R.FIELDS:
+        bits = str(f.lsb) if f.width == 1 else f"{f.lsb + f.width - 1}:{f.lsb}"
+        out.append(f"| {f.reg} | {f.name} | {bits} | {f.doc} |")
+    out += ["", "## Error codes (STATUS.ERROR_CODE)", "", "| code | name | meaning |", "| --- | --- | --- |"]
+    out += [f"| {code} | {name} | {doc} |" for name, (code, doc) in R.ERRORS.items()]
+    out += [
+        "",
+        "On an error every unit stops at once: no further instruction starts and no further DRAM write",
+        "is issued. ERROR_INSN then holds the index of the faulting instruction among those of its unit.",
+        "The error's details are chosen in the cycle after the stop and the host sees them together:",
+        "STATUS.ERROR with its code and unit, ERROR_INSN, IRQ.PENDING and the fall of CONTROL.BUSY appear",
+        "in the same cycle, one after the units stop (the counters stop with the units).",
+        "",
+        "## Performance counters",
+        "",
+        f"64-bit, read-only, from 0x{R.COUNTER_BASE:02x}: counter *i* has its LO word at "
+        f"0x{R.COUNTER_BASE:02x} + 8*i and its HI word 4 bytes above. START clears them all.",
+        "",
+        "| offset | name | counts |",
+        "| --- | --- | --- |",
+    ]
+    out += [f"| 0x{R.COUNTER_BASE + 8 * i:02x} | {name} | {doc} |" for i, (name, _, doc) in enumerate(R.COUNTERS)]
+    return "\n".join(out) + "\n"
 
 
 def generated_files() -> dict[Path, str]:
     """Every checked-in generated file and the text it must have."""
-    return {PACKAGE_PATH: package_source(load_config(DEFAULT_PRESET)), REGS_DOC_PATH: R.regs_markdown()}
-
-
-def stale_files() -> list[Path]:
-    """The checked-in generated files whose contents differ from what :func:`generated_files` produces."""
-    return [p for p, text in generated_files().items() if not p.exists() or p.read_text() != text]
+    return {PACKAGE_PATH: package_source(load_config(DEFAULT_PRESET)), REGS_DOC_PATH: registers_markdown()}
 
 
 def write_generated() -> list[Path]:

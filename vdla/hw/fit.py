@@ -4,7 +4,7 @@ resources it reports (LUTs, flip-flops, DSP48E1, block RAM) against the part's c
 The GEMM core packs two int8 products into one multiplier (vdla_gemm_core), so its 256 MACs take 128
 DSP48E1 and, with the ALU's 32-bit multiplier per lane (64 DSP48E1), the design stays within the part's
 220. Yosys reports no timing: the report's timing proxy is the deepest combinational path in LUT levels
-(:mod:`vdla.runtime.rtl.lut_depth`), against a target of 8 for 100 MHz on the -1 speed grade.
+(:mod:`vdla.hw.lut_depth`), against a target of 8 for 100 MHz on the -1 speed grade.
 
 The LUT mapping minimizes levels (:data:`ABC9_WIRE_PS`): ABC9, which ``synth_xilinx`` runs, shortens the
 paths that are critical in its own delay model and then trades depth for area on every other path up to that
@@ -24,9 +24,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from vdla.config import load_config
-from vdla.runtime.rtl.build import TOP, package_for, rtl_sources
-from vdla.runtime.rtl.lut_depth import longest_path_file
+from vdla.config import DEFAULT_PRESET, load_config
+from vdla.hw.lut_depth import longest_path_file
+from vdla.hw.rtlgen import package_for
+from vdla.hw.verilator import TOP, rtl_sources
 
 PART = "xc7z020 (PYNQ-Z1)"
 ABC9_WIRE_PS = 5000  # synth_xilinx.abc9.W: ABC9's wire delay per LUT level, in ps (Yosys' default is 300)
@@ -71,7 +72,7 @@ def _read_rtl(cfg, work: Path) -> str:
     return "read_verilog -sv " + " ".join(names)
 
 
-def check_elaboration(config: str = "pynq", top: str = TOP) -> list[str]:
+def check_elaboration(config: str = DEFAULT_PRESET, top: str = TOP) -> list[str]:
     """Elaborate ``top`` with Yosys (read, hierarchy, proc: seconds, no synthesis) and return its faults."""
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
@@ -122,7 +123,7 @@ def resources(cells: dict[str, int]) -> dict[str, float]:
     return {"LUT": luts, "FF": ffs, "DSP48": dsp, "BRAM36": bram}
 
 
-def run_fit(config: str = "pynq", workdir: str | Path | None = None, top: str = TOP) -> dict:
+def run_fit(config: str = DEFAULT_PRESET, workdir: str | Path | None = None, top: str = TOP) -> dict:
     """Synthesize ``config`` for the xc7z020 and report its resources and its deepest path in LUT levels
     (``workdir`` keeps Yosys' files, the mapped netlist ``netlist.json`` among them).
 
