@@ -15,38 +15,19 @@ import pytest
 
 from vdla.hw.lint import DIRECTED_DIR
 from vdla.hw.rtlgen import RTL_DIR
-from vdla.hw.verilator import verilator_env, verilator_root
+from vdla.hw.verilator import verilator_env
 from vdla.runtime.backend import RunError
 from vdla.runtime.rtl.harness import RtlAssertionError
-from vdla.runtime.rtl.verilate import ASSERT_FLAGS, MAKE_VARS, VERILATOR_FLAGS
+from vdla.runtime.rtl.verilate import verilator_build_command
 
 
 @pytest.fixture(scope="module")
 def directed_bench(tmp_path_factory) -> Path:
     """The directed queue bench, built (once per module, one job) with the harness build's flags."""
     out = tmp_path_factory.mktemp("directed_queues")
-    cmd = [
-        str(verilator_root() / "bin" / "verilator"),
-        "--cc",
-        "--exe",
-        "--build",
-        "-j",
-        "1",
-        *VERILATOR_FLAGS,
-        *ASSERT_FLAGS[True],
-        "--top-module",
-        "tb_queues",
-        *(x for flag in MAKE_VARS for x in ("-MAKEFLAGS", flag)),
-        "--Mdir",
-        str(out),
-        "-o",
-        "tb_queues",
-        str(RTL_DIR / "vdla_pkg.sv"),
-        str(RTL_DIR / "vdla_token_queue.sv"),
-        str(RTL_DIR / "vdla_fifo.sv"),
-        str(DIRECTED_DIR / "tb_queues.sv"),
-        str(DIRECTED_DIR / "tb_queues.cpp"),
-    ]
+    rtl = [RTL_DIR / f for f in ("vdla_pkg.sv", "vdla_token_queue.sv", "vdla_fifo.sv")]
+    sources = [*rtl, DIRECTED_DIR / "tb_queues.sv", DIRECTED_DIR / "tb_queues.cpp"]
+    cmd = verilator_build_command("tb_queues", sources, out, "tb_queues")
     proc = subprocess.run(cmd, capture_output=True, text=True, env=verilator_env(), check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return out / "tb_queues"

@@ -44,6 +44,24 @@ class BuildResult:
     seconds: float
 
 
+def verilator_build_command(
+    top: str, sources: list[Path], mdir: Path, output: str, jobs: int = 1, assertions: bool = True, flags=()
+) -> list[str]:
+    """The Verilator command that builds ``top`` from ``sources`` (SystemVerilog and C++) into ``mdir/output``
+    with the harness build's flags (:data:`VERILATOR_FLAGS`, assertions on or off, ``MAKE_VARS``) and ``flags``."""
+    return [
+        str(verilator_root() / "bin" / "verilator"),
+        *("--cc", "--exe", "--build", "-j", str(jobs)),
+        *VERILATOR_FLAGS,
+        *ASSERT_FLAGS[assertions],
+        *flags,
+        *("--top-module", top),
+        *(x for flag in MAKE_VARS for x in ("-MAKEFLAGS", flag)),
+        *("--Mdir", str(mdir), "-o", output),
+        *map(str, sources),
+    ]
+
+
 def check_config(cfg: HwConfig) -> None:
     """Reject configurations this RTL does not implement, naming the reason."""
     t = cfg.timing
@@ -152,31 +170,9 @@ def build(
             (work / "lib").mkdir()
             (work / "lib" / "liblz4.a").write_bytes(b"!<arch>\n")
             ldflags += f" -L{work / 'lib'}"
-        cmd = [
-            str(verilator_root() / "bin" / "verilator"),
-            "--cc",
-            "--exe",
-            "--build",
-            "-j",
-            str(jobs),
-            *VERILATOR_FLAGS,
-            *ASSERT_FLAGS[assertions],
-            *(["--trace-fst"] if trace else []),
-            "--top-module",
-            TOP,
-            "-CFLAGS",
-            defines,
-            "-LDFLAGS",
-            ldflags,
-            *(x for flag in MAKE_VARS for x in ("-MAKEFLAGS", flag)),
-            "--Mdir",
-            str(work / "obj"),
-            "-o",
-            LIB_NAME,
-            str(package),
-            *map(str, rtl_sources()),
-            str(HARNESS),
-        ]
+        sources = [package, *rtl_sources(), HARNESS]
+        flags = [*(["--trace-fst"] if trace else []), "-CFLAGS", defines, "-LDFLAGS", ldflags]
+        cmd = verilator_build_command(TOP, sources, work / "obj", LIB_NAME, jobs, assertions, flags)
         proc = subprocess.run(cmd, capture_output=not verbose, text=True, env=verilator_env(), check=False)
         if proc.returncode:
             log = (proc.stdout or "") + (proc.stderr or "")
