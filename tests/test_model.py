@@ -193,6 +193,12 @@ def test_cli_runs_an_artifact(compiled, tmp_path, capsys):
     assert json.loads((tmp_path / "r.json").read_text())["accel_cycles"] > 0
     assert main(["run", str(path), "--input", str(tmp_path / "missing.npy")]) == 2
     assert "cannot read" in " ".join(capsys.readouterr().out.split())
+    x[0, 2, 1, 3] = np.inf
+    np.save(tmp_path / "bad.npy", x)
+    assert main(["run", str(path), "--input", str(tmp_path / "bad.npy"), "--output", str(tmp_path / "z.npz")]) == 2
+    out = " ".join(capsys.readouterr().out.split())
+    assert "input 'x' has 1 non-finite value(s): the first is inf at index [0, 2, 1, 3]" in out
+    assert not (tmp_path / "z.npz").exists()
 
 
 def test_host_tensors_are_preallocated_and_reused(compiled):
