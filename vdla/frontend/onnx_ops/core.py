@@ -1,4 +1,5 @@
-"""ONNX operators -> vdla graph operators: one converter per ONNX op type (no ``onnx`` import here).
+"""The first converter family: elementwise arithmetic and activations, convolutions, pools, dense and matmul,
+normalizations, shapes and layouts, quantization (no ``onnx`` import here).
 
 Each converter reads its node's inputs from the :class:`~vdla.frontend.builder.Builder`, checks every
 attribute value and dtype it is given against what vdla runs, and emits graph nodes whose semantics are
@@ -14,62 +15,27 @@ Padding inside vdla is (top, bottom, left, right); ONNX's (top, left, bottom, ri
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from vdla.frontend.builder import Builder, OnnxNode, broadcast_to_axis, size, unsupported
+from vdla.frontend.onnx_ops.registry import (
+    ANY,
+    ARITH,
+    FLOAT,
+    Converter,
+    attr,
+    axis_of,
+    compact,
+    converter,
+    ints,
+    scalar_of,
+)
 from vdla.graph.graph import Node
 from vdla.graph.ops import matmul_type
 from vdla.graph.window import pads_from_onnx
-
-Converter = Callable[[Builder, OnnxNode], None]
-CONVERTERS: dict[str, Converter] = {}
-ATTRS: dict[str, frozenset[str]] = {}
-
-FLOAT = ("float32",)
-ARITH = ("float32", "int32")  # ONNX integer Add/Sub/Mul wrap in their own width: vdla's int math is int32
-ANY = ("float32", "int8", "int32", "uint8")
-
-
-def converter(*op_types: str, attrs: Sequence[str] = ()) -> Callable[[Converter], Converter]:
-    """Register a converter for ``op_types`` understanding ``attrs``."""
-
-    def deco(fn: Converter) -> Converter:
-        for t in op_types:
-            CONVERTERS[t] = fn
-            ATTRS[t] = frozenset(attrs)
-        return fn
-
-    return deco
-
-
-def attr(node: OnnxNode, name: str, default: Any = None) -> Any:
-    return node.attrs.get(name, default)
-
-
-def ints(node: OnnxNode, name: str, default: Sequence[int] | None = None) -> list[int] | None:
-    v = node.attrs.get(name)
-    return None if v is None and default is None else [int(i) for i in (default if v is None else v)]
-
-
-def _axis(node: OnnxNode, axis: int, rank: int, what: str = "axis", name: str | None = "axis") -> int:
-    if not -rank <= axis < max(rank, 1):
-        raise unsupported(node, f"{what} {axis} is out of range for rank {rank}", name if name in node.attrs else None)
-    return axis % max(rank, 1)
-
-
-def _scalar(dtype: str, value: np.ndarray) -> int | float:
-    v = np.asarray(value).reshape(())
-    return float(v) if dtype == "float32" else int(v)
-
-
-def _compact(values: Sequence[int]) -> int | tuple[int, ...]:
-    """An int when every entry is the same (the form vdla's window attributes take), else a tuple."""
-    t = tuple(int(v) for v in values)
-    return t[0] if len(set(t)) == 1 else t
-
 
 # ---------------------------------------------------------------------------------------------------------
 # Elementwise
@@ -91,7 +57,7 @@ def _binary(b: Builder, node: OnnxNode, op: str, i: int, j: int, out: str | None
     if b.is_const(node, j):
         c = b.const(node, j, "operand")
         if c.size == 1 and c.ndim <= rank:
-            return b.emit(node, op, (x,), {"b": _scalar(dt, c)}, out=out, suffix=op)
+            return b.emit(node, op, (x,), {"b": scalar_of(dt, c)}, out=out, suffix=op)
     return b.emit(node, op, (x, b.tensor(node, j)), out=out, suffix=op)
 
 
@@ -227,7 +193,7 @@ def _clip(b: Builder, node: OnnxNode) -> None:
             v = b.value(node, i)
             if size(v.shape) != 1:
                 raise unsupported(node, f"{name} must be a scalar, got shape {v.shape}")
-            bounds.append(_scalar(dt, v.const) if v.const is not None else b.reshape(node, b.tensor(node, i), ()))
+            bounds.append(scalar_of(dt, v.const) if v.const is not None else b.reshape(node, b.tensor(node, i), ()))
         else:
             bounds.append(None)
     lo, hi = bounds
@@ -358,9 +324,9 @@ def _conv_core(b: Builder, node: OnnxNode, x: str, w: str, bias: str | None, out
     if group < 1 or xs[1] % group or ws[0] % group or ws[1] != xs[1] // group:
         raise unsupported(node, f"group={group} does not fit input channels {xs[1]} and weight {ws}", "group")
     attrs = {
-        "stride": _compact(geo["stride"]),
-        "padding": _compact(geo["pads"]),
-        "dilation": _compact(geo["dilation"]),
+        "stride": compact(geo["stride"]),
+        "padding": compact(geo["pads"]),
+        "dilation": compact(geo["dilation"]),
         "groups": group,
     }
     inputs = [_lift(b, node, x), _lift(b, node, w)] + ([bias] if bias is not None else [])
@@ -416,8 +382,8 @@ def _pool(b: Builder, node: OnnxNode) -> None:
                 )  # fmt: skip
     attrs: dict[str, Any] = {
         "kernel": geo["kernel"],
-        "stride": _compact(geo["stride"]),
-        "padding": _compact(geo["pads"]),
+        "stride": compact(geo["stride"]),
+        "padding": compact(geo["pads"]),
     }
     if not is_max:
         attrs["count_include_pad"] = bool(int(attr(node, "count_include_pad", 0)))
@@ -469,7 +435,7 @@ def _reduce(b: Builder, node: OnnxNode) -> None:
             b.alias(node.outputs[0], x)
             return
         axes = list(range(rank))
-    red = sorted({_axis(node, int(a), rank, "axis", where) for a in np.asarray(axes).ravel()})
+    red = sorted({axis_of(node, int(a), rank, "axis", where) for a in np.asarray(axes).ravel()})
     kept = [i for i in range(rank) if i not in red]
     keep = bool(int(attr(node, "keepdims", 1)))
     final = tuple(1 if i in red else d for i, d in enumerate(xs)) if keep else tuple(xs[i] for i in kept)
@@ -502,7 +468,7 @@ def _prelu(b: Builder, node: OnnxNode) -> None:
     pos = b.emit(node, "relu", (x,), suffix="pos")
     neg = b.emit(node, "min", (x,), {"b": 0.0}, suffix="neg")
     if b.is_const(node, 1) and b.const(node, 1, "slope").size == 1:
-        scaled = b.emit(node, "mul", (neg,), {"b": _scalar("float32", b.const(node, 1, "slope"))}, suffix="scaled")
+        scaled = b.emit(node, "mul", (neg,), {"b": scalar_of("float32", b.const(node, 1, "slope"))}, suffix="scaled")
     else:
         scaled = b.emit(node, "mul", (neg, b.tensor(node, 1)), suffix="scaled")
     b.emit(node, "add", (pos, scaled), out=node.outputs[0])
@@ -759,7 +725,7 @@ def _squeeze(b: Builder, node: OnnxNode) -> None:
     if axes is None:
         drop = {i for i, d in enumerate(xs) if d == 1}
     else:
-        drop = {_axis(node, a, len(xs), "axis", where) for a in axes}
+        drop = {axis_of(node, a, len(xs), "axis", where) for a in axes}
         if any(xs[i] != 1 for i in drop):
             raise unsupported(node, f"cannot squeeze axes {sorted(drop)} of shape {xs}: not all of size 1", where)
     _reshape_to(b, node, [d for i, d in enumerate(xs) if i not in drop])
@@ -773,7 +739,7 @@ def _unsqueeze(b: Builder, node: OnnxNode) -> None:
     if axes is None:
         raise unsupported(node, "Unsqueeze needs axes")
     rank = len(xs) + len(axes)
-    norm = {_axis(node, a, rank, "axis", where) for a in axes}
+    norm = {axis_of(node, a, rank, "axis", where) for a in axes}
     if len(norm) != len(axes):
         raise unsupported(node, f"repeated axes {axes}", where)
     it = iter(xs)
@@ -801,7 +767,7 @@ def _concat(b: Builder, node: OnnxNode) -> None:
     if len(dtypes) != 1 or not dtypes <= set(ANY):
         raise unsupported(node, f"input dtypes {sorted(dtypes)}: vdla concatenates float32, int8, int32 or uint8")
     rank = len(b.shape(node, present[0]))
-    axis = _axis(node, int(attr(node, "axis", 0)), rank)
+    axis = axis_of(node, int(attr(node, "axis", 0)), rank)
     uint8 = dtypes == {"uint8"}
     inputs = [b.tensor(node, i) for i in present if size(b.shape(node, i)) > 0]
     if len(inputs) == 1:
@@ -847,7 +813,7 @@ def _slice(b: Builder, node: OnnxNode) -> None:
     starts = _const_ints(b, node, 1, "starts") or []
     ends = _const_ints(b, node, 2, "ends") or []
     axes = _const_ints(b, node, 3, "axes")
-    axes = list(range(len(starts))) if axes is None else [_axis(node, a, rank, "axis", None) for a in axes]
+    axes = list(range(len(starts))) if axes is None else [axis_of(node, a, rank, "axis", None) for a in axes]
     steps = _const_ints(b, node, 4, "steps") or [1] * len(starts)
     if not len(starts) == len(ends) == len(axes) == len(steps) or len(set(axes)) != len(axes):
         raise unsupported(node, f"starts {starts}, ends {ends}, axes {axes}, steps {steps}: one of each per axis")
@@ -884,7 +850,7 @@ def _split(b: Builder, node: OnnxNode) -> None:
     """Each output is a slice of the input along the axis."""
     dt = b.require_dtype(node, 0, ANY)
     xs = b.shape(node, 0)
-    axis = _axis(node, int(attr(node, "axis", 0)), len(xs))
+    axis = axis_of(node, int(attr(node, "axis", 0)), len(xs))
     parts = _split_sizes(b, node, xs[axis])
     x = b.tensor(node, 0)
     offset = 0
@@ -904,7 +870,7 @@ def _resize_geometry(b: Builder, node: OnnxNode, xs: tuple[int, ...]) -> tuple[l
     """Per-axis scales (what the coordinate transformation divides by) and output sizes, as ONNX's
     reference computes them from the ``scales`` or ``sizes`` input, ``axes`` and the aspect-ratio policy."""
     rank = len(xs)
-    axes = [_axis(node, a, rank, "axis", "axes") for a in ints(node, "axes", list(range(rank)))]
+    axes = [axis_of(node, a, rank, "axis", "axes") for a in ints(node, "axes", list(range(rank)))]
     scales = np.asarray(b.const(node, 2, "scales"), np.float32).ravel() if b.has(node, 2) else np.zeros(0)
     sizes = np.asarray(b.const(node, 3, "sizes"), np.int64).ravel() if b.has(node, 3) else np.zeros(0, np.int64)
     if (scales.size == 0) == (sizes.size == 0):
@@ -971,7 +937,7 @@ def _softmax(b: Builder, node: OnnxNode) -> None:
         raise unsupported(node, "softmax of a scalar")
     x = b.tensor(node, 0)
     if node.opset >= 13:
-        axis = _axis(node, int(attr(node, "axis", -1)), rank)
+        axis = axis_of(node, int(attr(node, "axis", -1)), rank)
         b.emit(node, "softmax", (x,), {"axis": axis}, out=node.outputs[0])
         return
     # opset < 13: the input is coerced to 2-D (prod(shape[:axis]), prod(shape[axis:])) and normalized per row
@@ -1004,7 +970,7 @@ def _pad(b: Builder, node: OnnxNode) -> None:
         value = 0 if cv is None or cv.size == 0 else np.asarray(cv).reshape(-1)[0]
     axes = list(range(rank))
     if b.has(node, 3):
-        axes = [_axis(node, int(a), rank, "axis", None) for a in np.asarray(b.const(node, 3, "axes")).ravel()]
+        axes = [axis_of(node, int(a), rank, "axis", None) for a in np.asarray(b.const(node, 3, "axes")).ravel()]
     if len(pads) != 2 * len(axes):
         raise unsupported(node, f"{len(pads)} pads for {len(axes)} axes")
     if any(p < 0 for p in pads):
@@ -1093,7 +1059,7 @@ def _qoperands(
     return inputs, attrs
 
 
-def _q_axis(b: Builder, node: OnnxNode, rank: int, axis_attr: int | None = None) -> int | None:
+def _qaxis_of(b: Builder, node: OnnxNode, rank: int, axis_attr: int | None = None) -> int | None:
     """The normalized quantization axis, None when out of range (it only matters for per-axis scales)."""
     axis = int(attr(node, "axis", 1) if axis_attr is None else axis_attr)
     return axis % rank if -rank <= axis < rank else None
@@ -1118,7 +1084,7 @@ def _quantize(
     if q_dtype not in _ONNX_INT:
         where = "output_dtype" if "output_dtype" in node.attrs else None
         raise unsupported(node, f"quantization to {q_dtype}: vdla quantizes to int8 (and uint8 as int8)", where)
-    axis = _q_axis(b, node, len(b.type_of(x).shape), axis_attr)
+    axis = _qaxis_of(b, node, len(b.type_of(x).shape), axis_attr)
     inputs, attrs = _qoperands(b, node, x, scale_i, zp_i, axis, q_dtype)
     return b.emit(node, "quantize", (x, *inputs), attrs, out=out, suffix="quantize", uint8=q_dtype == "uint8")
 
@@ -1135,7 +1101,7 @@ def _dequantize(
         zp = b.value(node, zp_i).const
         if zp is None or np.any(zp != 0):
             raise unsupported(node, "an int32 input needs a zero point of 0")
-    axis = _q_axis(b, node, len(b.type_of(x).shape), axis_attr)
+    axis = _qaxis_of(b, node, len(b.type_of(x).shape), axis_attr)
     inputs, attrs = _qoperands(b, node, x, scale_i, zp_i if dt != "int32" else 99, axis, dt)
     if dt == "int32":
         attrs["zero_point"] = 0
@@ -1216,6 +1182,3 @@ def _constant(b: Builder, node: OnnxNode) -> None:
     else:
         raise unsupported(node, "only tensor, float and int constants are supported", next(iter(a), None))
     b.bind_const(node.outputs[0], v)
-
-
-SUPPORTED = tuple(sorted(CONVERTERS))
