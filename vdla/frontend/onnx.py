@@ -3,14 +3,16 @@
 Steps, each failing with an error that names the file (or model) or the node:
 
 1. read the model (a malformed or truncated file is a :class:`FrontendError` naming the file), check the
-   opset of the default domain is between 11 and the newest the installed ``onnx`` knows, run
+   opset of the default domain is between 7 and the newest the installed ``onnx`` knows, run
    ``onnx.checker``;
 2. fix the input shapes: every dimension must be static or given in ``input_shapes`` (a dynamic one
    without it is an error naming the input and the dimension), then run ONNX shape inference;
 3. convert node by node (:mod:`vdla.frontend.onnx_ops`): initializers and ``Constant`` nodes are
    constants; a node whose inputs are all constants (shape arithmetic, folded weights) is evaluated
    now with ``onnx.reference`` (except ``DequantizeLinear``, kept so quantized weights stay int8);
-   every other node must have a converter, attributes and dtypes it accepts, else an
+   every other node is brought to its operator's newest form
+   (:func:`vdla.frontend.onnx_ops.legacy.modernize`) and must have a converter, attributes and dtypes it
+   accepts, else an
    :class:`~vdla.graph.types.UnsupportedError` names the node, its op type and attributes. Every node
    vdla cannot run is reported together, before anything runs;
 4. check every converted value against ONNX's inferred shape and element type, name the graph outputs
@@ -33,6 +35,7 @@ import numpy as np
 from vdla.frontend.builder import Builder, OnnxNode, Value, unsupported, valid_name
 from vdla.frontend.errors import FrontendError
 from vdla.frontend.onnx_ops import ATTRS, CONVERTERS, SUPPORTED
+from vdla.frontend.onnx_ops.legacy import modernize
 from vdla.graph.graph import Graph, Node
 from vdla.graph.passes import fresh_name
 from vdla.graph.types import DTYPES, TensorType, UnsupportedError
@@ -46,7 +49,7 @@ except ModuleNotFoundError as e:  # pragma: no cover - the onnx extra
         raise
     raise ImportError("importing ONNX models needs the onnx package: pip install 'vdla[onnx]'") from e
 
-MIN_OPSET = 11
+MIN_OPSET = 7
 # attributes holding an element type (TensorProto enum), given to the converters as a dtype name
 _DTYPE_ATTRS = ("to", "output_dtype", "dtype")
 # never evaluated at import even on constant inputs: a dequantized int8 weight stays int8 in the graph
@@ -85,7 +88,7 @@ def _load(model: str | os.PathLike | onnx.ModelProto) -> tuple[onnx.ModelProto, 
 
 
 def model_opset(proto: onnx.ModelProto, where: str) -> int:
-    """The model's default-domain opset, checked to lie in [11, :func:`max_opset`]."""
+    """The model's default-domain opset, checked to lie in [7, :func:`max_opset`]."""
     versions = [int(o.version) for o in proto.opset_import if o.domain in ("", "ai.onnx")]
     if not versions:
         raise FrontendError(f"{where}: the model imports no default-domain (ai.onnx) opset")
@@ -289,6 +292,7 @@ class _Importer:
             return
         if node.op_type not in CONVERTERS:
             raise unsupported(node, f"operator {node.op_type} is not supported (vdla imports: {', '.join(SUPPORTED)})")
+        node = modernize(b, node)
         unknown = sorted(set(node.attrs) - ATTRS[node.op_type])
         if unknown:
             raise unsupported(node, "vdla does not support this attribute here", unknown[0])
