@@ -96,6 +96,9 @@ def test_minus_one_batch_is_fixed_by_input_shapes_and_stale_value_info_is_a_warn
     with pytest.warns(OnnxImportWarning) as caught:
         import_onnx(model, input_shapes={"x": (1, 3, 32, 32)})
     assert "'flat'" in str(caught[0].message) and "'pool'" not in str(caught[0].message)
+    model.graph.output[0].type.tensor_type.shape.dim[0].dim_value = 1  # an output stored for the export's batch
+    with pytest.warns(OnnxImportWarning, match=r"'logits' stored \(1, 2\), computed \(4, 2\)"):
+        assert import_onnx(model, input_shapes={"x": (4, 3, 32, 32)}).outputs == ["logits"]
 
 
 def test_symbolic_zero_and_missing_dimensions_are_dynamic():

@@ -88,8 +88,6 @@ def _nearest_mode(b: Builder, node: OnnxNode) -> str:
 
 def _resize_form(b: Builder, node: OnnxNode) -> OnnxNode:
     """Upsample, or Resize before opset 11, ``(X, scales)``, as Resize of opset 11 ``(X, roi, scales)``."""
-    if len(node.inputs) < 2 or not node.inputs[1]:
-        raise unsupported(node, "needs scales")
     attrs = {**node.attrs, **_OLD_RESIZE}
     if str(attrs.get("mode", "nearest")) == "nearest":
         attrs["nearest_mode"] = _nearest_mode(b, node)
