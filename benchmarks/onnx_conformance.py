@@ -9,11 +9,13 @@ by ``onnx.backend.test.case.node.collect_testcases`` (model, inputs and expected
 (:data:`vdla.frontend.onnx_ops.SUPPORTED`). A considered case either passes (float outputs within
 rtol 1e-4 and atol 1e-4 x the largest expected magnitude, integer outputs exact) or is *unsupported*:
 the importer, the simplification passes or the CPU JIT refused it before anything ran, with
-``UnsupportedError`` or ``FrontendError``. Two conventions of vdla apply: int64 inputs (shapes, axes,
-pads) and Resize's roi/scales/sizes inputs are bound as constants with the test's values, since vdla
-compiles for fixed shapes; uint8
-inputs and outputs are passed as int32 holding the same values. Anything else (a wrong answer, a crash, a refusal while
-running) *fails*. tests/test_onnx_conformance.py runs the same check.
+``UnsupportedError`` or ``FrontendError``. Three conventions of vdla apply: int64 inputs (shapes, axes,
+pads), Resize's roi/scales/sizes and Upsample's scales inputs are bound as constants with the test's
+values, since vdla compiles for fixed shapes; uint8 inputs and outputs are passed as int32 holding the same
+values; a float16/float64 model is computed in float32 (the importer's rule): its inputs are passed as
+float32, and float16 outputs are compared within float16's precision (rtol and atol its epsilon, 2^-10).
+Anything else (a wrong answer, a crash, a refusal while running) *fails*. tests/test_onnx_conformance.py
+runs the same check.
 
 Prints a per-operator table and writes the Markdown report (per operator: passed / unsupported, and
 every unsupported case with its error message).
@@ -38,6 +40,7 @@ from onnx import numpy_helper
 from vdla.cpu_fallback import compile_graph
 from vdla.errors import VdlaError
 from vdla.frontend import FrontendError
+from vdla.frontend.errors import OnnxImportWarning
 from vdla.frontend.onnx import import_onnx
 from vdla.frontend.onnx_ops import SUPPORTED
 from vdla.graph.passes import simplify
@@ -121,13 +124,13 @@ def node_cases() -> list[Case]:
 
 
 # operator -> the input positions that fix shapes (vdla compiles for fixed shapes: the test's values are bound)
-SHAPE_INPUTS = {"Resize": (1, 2, 3)}
+SHAPE_INPUTS = {"Resize": (1, 2, 3), "Upsample": (1,)}
 
 
 def freeze_shape_inputs(case: Case) -> Case:
     """The case with its graph inputs that fix shapes turned into initializers holding the test's values:
     int64 inputs (shapes, axes, pads: never a vdla runtime value) and the inputs in :data:`SHAPE_INPUTS`
-    positions (Resize's roi, scales and sizes); other float and int8/int32 inputs stay inputs."""
+    positions (Resize's roi, scales and sizes, Upsample's scales); other float and int8/int32 inputs stay inputs."""
     inits = {t.name for t in case.model.graph.initializer}
     graph_inputs = [i for i in case.model.graph.input if i.name not in inits]
     shape_names = {
@@ -167,7 +170,8 @@ def _compare(got: np.ndarray, want: np.ndarray) -> tuple[bool, float, str]:
         g = got.astype(np.float64)
         finite = np.isfinite(w)
         scale = max(1.0, float(np.abs(w[finite]).max())) if finite.any() else 1.0
-        ok = np.allclose(g, w, rtol=RTOL, atol=ATOL * scale, equal_nan=True)
+        tol = max(RTOL, float(np.finfo(want.dtype).eps))  # a float16 result holds 11 bits
+        ok = np.allclose(g, w, rtol=tol, atol=tol * scale, equal_nan=True)
         err = float(np.nanmax(np.abs(g - w)[finite])) if finite.any() else 0.0
         return bool(ok), err, "" if ok else f"max abs error {err:.3g} (scale {scale:.3g})"
     if got.dtype.kind not in "iu" and want.dtype.kind in "iub":
@@ -179,13 +183,23 @@ def _compare(got: np.ndarray, want: np.ndarray) -> tuple[bool, float, str]:
     return err == 0, err, "" if err == 0 else f"integer outputs differ by up to {err:.0f}"
 
 
+def _as_fed(a: np.ndarray) -> np.ndarray:
+    """An input as vdla takes it: uint8 as int32 holding the same values, float16/float64 as float32 (the
+    importer computes such a model in float32; Module.run converts such inputs the same way)."""
+    if a.dtype == np.uint8:
+        return a.astype(np.int32)
+    return a.astype(np.float32) if a.dtype.kind == "f" else a
+
+
 def run_case(case: Case) -> Result:
     """Import, simplify (verified after each pass), compile for the CPU and run one case."""
     res = Result(case.name, case.ops, "pass")
     t0 = time.perf_counter()
     stage = "import"
     try:
-        graph = import_onnx(freeze_shape_inputs(case).model)
+        with warnings.catch_warnings():  # float16/float64 computed in float32: the comparison allows for it
+            warnings.simplefilter("ignore", OnnxImportWarning)
+            graph = import_onnx(freeze_shape_inputs(case).model)
         stage = "simplify"
         graph = simplify(graph, verify=True)
         stage = "compile"
@@ -202,10 +216,7 @@ def run_case(case: Case) -> Result:
         return res
     stage = "run"
     try:
-        feeds = {  # vdla takes a uint8 input as int32 holding the same values
-            name: a.astype(np.int32) if a.dtype == np.uint8 else a
-            for name, a in zip(graph.inputs, freeze_shape_inputs(case).inputs, strict=True)
-        }
+        feeds = {name: _as_fed(a) for name, a in zip(graph.inputs, freeze_shape_inputs(case).inputs, strict=True)}
         outs = compiled(**feeds)
         errs = []
         for name, want in zip(graph.outputs, case.outputs, strict=True):
@@ -257,10 +268,12 @@ def markdown(results: list[Result], total: int, seconds: float) -> str:
         "",
         "The cases come from `<onnx>/backend/test/data/node` when the onnx wheel ships those files, else",
         "they are generated in memory by `onnx.backend.test.case.node.collect_testcases` (same models, inputs",
-        "and expected outputs). vdla compiles for fixed shapes, so int64 inputs (shapes, axes, pads) and",
-        "Resize's roi/scales/sizes inputs are bound as constants holding the test's values; uint8 inputs and",
-        "outputs are passed as int32 holding the same values (inside the graph a uint8 tensor is int8",
-        "`value - 128`, exactly).",
+        "and expected outputs). vdla compiles for fixed shapes, so int64 inputs (shapes, axes, pads),",
+        "Resize's roi/scales/sizes and Upsample's scales inputs are bound as constants holding the test's",
+        "values; uint8 inputs and outputs are passed as int32 holding the same values (inside the graph a",
+        "uint8 tensor is int8 `value - 128`, exactly). A float16/float64 model is computed in float32 (the",
+        "importer's rule): its inputs are passed as float32 and float16 outputs compared within float16's",
+        "precision (rtol and atol 2^-10).",
         "",
         f"**{counts['pass']} passed, {counts['unsupported']} unsupported, {counts['fail']} failed** of "
         f"{len(results)} considered cases ({seconds:.1f} s).",

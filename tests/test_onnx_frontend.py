@@ -17,6 +17,7 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 from vdla.cpu_fallback import compile_graph  # noqa: E402
 from vdla.frontend import FrontendError, import_onnx  # noqa: E402
+from vdla.frontend.onnx import max_opset  # noqa: E402
 from vdla.frontend.reference import reference_run  # noqa: E402
 from vdla.graph import Graph  # noqa: E402
 from vdla.graph.interp import evaluate  # noqa: E402
@@ -210,12 +211,16 @@ def test_truncated_and_malformed_files_name_the_file(tmp_path: Path):
 def test_opsets_outside_the_supported_range_are_refused_naming_the_file(tmp_path: Path):
     m = Model()
     m.node("Relu", ["x"], "y")
-    model = m.build([("x", F, [2])], [("y", F, [2])], opset=9)
+    model = m.build([("x", F, [2])], [("y", F, [2])], opset=6)
     path = tmp_path / "old.onnx"
     onnx.save(model, path)
-    with pytest.raises(FrontendError, match=rf"{path}: opset 9 is not supported: vdla imports opsets 11 to \d+"):
+    with pytest.raises(FrontendError, match=rf"{path}: opset 6 is not supported: vdla imports opsets 7 to \d+"):
         import_onnx(path)
-    model.opset_import[0].version = 11  # the oldest supported one imports
+    model.opset_import[0].version = max_opset() + 1
+    onnx.save(model, path)
+    with pytest.raises(FrontendError, match=rf"{path}: opset {max_opset() + 1} is not supported: vdla imports opsets"):
+        import_onnx(path)
+    model.opset_import[0].version = 7  # the oldest supported one imports
     assert [n.op for n in import_onnx(model).nodes] == ["relu"]
 
 

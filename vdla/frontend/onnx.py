@@ -1,20 +1,27 @@
 """The ONNX importer: an ONNX model (file or ``onnx.ModelProto``) -> a verified :class:`vdla.graph.Graph`.
 
-Steps, each failing with an error that names the file (or model) or the node:
+Steps, each failing with an error that names the file (or model) or the node (docs/model.md, "Import
+rules"):
 
 1. read the model (a malformed or truncated file is a :class:`FrontendError` naming the file), check the
-   opset of the default domain is between 11 and the newest the installed ``onnx`` knows, run
+   opset of the default domain is between 7 and the newest the installed ``onnx`` knows, run
    ``onnx.checker``;
-2. fix the input shapes: every dimension must be static or given in ``input_shapes`` (a dynamic one
-   without it is an error naming the input and the dimension), then run ONNX shape inference;
-3. convert node by node (:mod:`vdla.frontend.onnx_ops`): initializers and ``Constant`` nodes are
-   constants; a node whose inputs are all constants (shape arithmetic, folded weights) is evaluated
-   now with ``onnx.reference`` (except ``DequantizeLinear``, kept so quantized weights stay int8);
-   every other node must have a converter, attributes and dtypes it accepts, else an
-   :class:`~vdla.graph.types.UnsupportedError` names the node, its op type and attributes. Every node
-   vdla cannot run is reported together, before anything runs;
-4. check every converted value against ONNX's inferred shape and element type, name the graph outputs
-   as in the model, and verify the graph (:func:`vdla.graph.verify.verify`, ``after="onnx import"``).
+2. fix the input shapes: a dimension that is symbolic, missing, -1 or 0 is dynamic and must be given in
+   ``input_shapes`` (else an error naming the input, the dimensions and the ``--input-shape`` that fixes
+   them); a fixed one given there must be given its own value;
+3. set the shapes the model stores for computed values (``value_info``, outputs) aside as hints, rewrite
+   float16/float64 as float32 (an :class:`OnnxImportWarning` names what), run ONNX shape inference;
+4. convert node by node (:mod:`vdla.frontend.onnx_ops`): initializers and ``Constant`` nodes are
+   constants, ``Shape`` of a value is a constant; a node whose inputs are all constants (shape arithmetic,
+   folded weights) is evaluated now with ``onnx.reference`` (except ``DequantizeLinear``, kept so quantized
+   weights stay int8); an ``If`` on a constant condition is replaced by its taken branch; every other node
+   is brought to its operator's newest form (:func:`vdla.frontend.onnx_ops.legacy.modernize`) and must have
+   a converter, attributes and dtypes it accepts, else an :class:`~vdla.graph.types.UnsupportedError` names
+   the node, its op type and attributes. Every node vdla cannot run is reported together, before anything
+   runs;
+5. check every converted value against ONNX's inferred shape and element type, warn where a stored hint
+   disagrees with vdla's shape (vdla's wins), name the graph outputs as in the model, and verify the graph
+   (:func:`vdla.graph.verify.verify`, ``after="onnx import"``).
 
 Values keep their ONNX names (made unique and printable). A uint8 tensor is held as int8 ``value - 128``;
 a uint8 graph input is fed, and a uint8 graph output returned, as int32 holding the uint8 values.
@@ -23,16 +30,18 @@ a uint8 graph input is fed, and a uint8 graph output returned, as int32 holding 
 from __future__ import annotations
 
 import os
+import warnings
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from vdla.frontend.builder import Builder, OnnxNode, Value, unsupported, valid_name
-from vdla.frontend.errors import FrontendError
+from vdla.frontend.errors import FrontendError, OnnxImportWarning
 from vdla.frontend.onnx_ops import ATTRS, CONVERTERS, SUPPORTED
+from vdla.frontend.onnx_ops.legacy import modernize
 from vdla.graph.graph import Graph, Node
 from vdla.graph.passes import fresh_name
 from vdla.graph.types import DTYPES, TensorType, UnsupportedError
@@ -46,11 +55,16 @@ except ModuleNotFoundError as e:  # pragma: no cover - the onnx extra
         raise
     raise ImportError("importing ONNX models needs the onnx package: pip install 'vdla[onnx]'") from e
 
-MIN_OPSET = 11
+MIN_OPSET = 7
 # attributes holding an element type (TensorProto enum), given to the converters as a dtype name
 _DTYPE_ATTRS = ("to", "output_dtype", "dtype")
 # never evaluated at import even on constant inputs: a dequantized int8 weight stays int8 in the graph
 _KEEP = ("DequantizeLinear",)
+# float element types a model may compute in, which vdla computes in float32
+_WIDE_FLOATS = {onnx.TensorProto.FLOAT16: "float16", onnx.TensorProto.DOUBLE: "float64"}
+# every op type the importer takes: the converters' and If (inlined on a constant condition)
+IMPORTED = tuple(sorted((*SUPPORTED, "If")))
+Shape = tuple[int | None, ...]  # None: a dimension not known (dynamic, symbolic or missing)
 
 
 def max_opset() -> int:
@@ -63,6 +77,10 @@ def _dtype_name(elem_type: int) -> str:
         return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type)).name
     except (KeyError, TypeError, ValueError):
         return onnx.TensorProto.DataType.Name(elem_type).lower() if elem_type else "undefined"
+
+
+def _warn(message: str) -> None:
+    warnings.warn(message, OnnxImportWarning, stacklevel=2)
 
 
 def _load(model: str | os.PathLike | onnx.ModelProto) -> tuple[onnx.ModelProto, str]:
@@ -85,7 +103,7 @@ def _load(model: str | os.PathLike | onnx.ModelProto) -> tuple[onnx.ModelProto, 
 
 
 def model_opset(proto: onnx.ModelProto, where: str) -> int:
-    """The model's default-domain opset, checked to lie in [11, :func:`max_opset`]."""
+    """The model's default-domain opset, checked to lie in [7, :func:`max_opset`]."""
     versions = [int(o.version) for o in proto.opset_import if o.domain in ("", "ai.onnx")]
     if not versions:
         raise FrontendError(f"{where}: the model imports no default-domain (ai.onnx) opset")
@@ -96,6 +114,55 @@ def model_opset(proto: onnx.ModelProto, where: str) -> int:
             f"(onnx {onnx.__version__}); convert the model with onnx.version_converter"
         )
     return opset
+
+
+def _graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
+    """``graph`` and every subgraph of its nodes (If branches, loop bodies), depth first."""
+    yield graph
+    for node in graph.node:
+        for a in node.attribute:
+            for sub in [a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs:
+                yield from _graphs(sub)
+
+
+def _dynamic(d: onnx.TensorShapeProto.Dimension) -> bool:
+    """A dimension without a fixed size: symbolic (``dim_param``), missing, or the -1 or 0 exporters write."""
+    return not d.HasField("dim_value") or d.dim_value < 1
+
+
+def _dim_text(d: onnx.TensorShapeProto.Dimension) -> str:
+    if d.HasField("dim_param"):
+        return repr(d.dim_param)
+    return str(d.dim_value) if d.HasField("dim_value") else "unknown"
+
+
+def _fix_input(vi: onnx.ValueInfoProto, shape: tuple[int, ...] | None, where: str) -> None:
+    """Fix every dimension of graph input ``vi`` in place: a dynamic one to ``shape``'s (required), a fixed
+    one checked against it."""
+    if not vi.type.HasField("tensor_type"):
+        raise FrontendError(f"{where}: input {vi.name!r} is not a tensor")
+    dims = vi.type.tensor_type.shape.dim  # the checker requires a shape (a rank) on every graph input
+    if shape is None:
+        dynamic = [k for k, d in enumerate(dims) if _dynamic(d)]
+        if dynamic:
+            example = tuple(1 if _dynamic(d) else int(d.dim_value) for d in dims)
+            which = ", ".join(f"{k} ({_dim_text(dims[k])})" for k in dynamic)
+            what = f"dimension {which} is" if len(dynamic) == 1 else f"dimensions {which} are"
+            raise FrontendError(
+                f"{where}: input {vi.name!r} {what} dynamic; fix it with input_shapes={{{vi.name!r}: {example}}} "
+                f"(CLI: --input-shape {vi.name}={'x'.join(map(str, example))}), with the sizes you run"
+            )
+        return
+    if len(shape) != len(dims):
+        raise FrontendError(f"{where}: input {vi.name!r} has rank {len(dims)}, input_shapes gives {shape}")
+    for k, (d, n) in enumerate(zip(dims, shape, strict=True)):
+        if n < 1:
+            raise FrontendError(f"{where}: input {vi.name!r} dimension {k}: size {n} must be >= 1")
+        if not _dynamic(d) and d.dim_value != n:
+            raise FrontendError(
+                f"{where}: input {vi.name!r} dimension {k} is {d.dim_value} in the model, input_shapes gives {n}"
+            )
+        d.dim_value = n  # dim_value and dim_param are one field (a oneof): the symbol goes
 
 
 def _static_inputs(
@@ -112,38 +179,73 @@ def _static_inputs(
     fixed = onnx.ModelProto()
     fixed.CopyFrom(proto)
     for vi in fixed.graph.input:
-        if vi.name in inits:
-            continue
-        if not vi.type.HasField("tensor_type"):
-            raise FrontendError(f"{where}: input {vi.name!r} is not a tensor")
-        tt = vi.type.tensor_type
-        if not tt.HasField("shape"):
-            if vi.name not in given:
-                raise FrontendError(f"{where}: input {vi.name!r} has no shape; give it with input_shapes")
-            tt.shape.dim.extend(onnx.TensorShapeProto.Dimension() for _ in given[vi.name])
-        dims = tt.shape.dim
-        shape = given.get(vi.name)
-        if shape is not None and len(shape) != len(dims):
-            raise FrontendError(f"{where}: input {vi.name!r} has rank {len(dims)}, input_shapes gives {shape}")
-        for k, d in enumerate(dims):
-            if shape is not None:
-                if d.HasField("dim_value") and d.dim_value != shape[k]:
-                    raise FrontendError(
-                        f"{where}: input {vi.name!r} dimension {k} is {d.dim_value} in the model, "
-                        f"input_shapes gives {shape[k]}"
-                    )
-                if shape[k] < 1:
-                    raise FrontendError(f"{where}: input {vi.name!r} dimension {k}: size {shape[k]} must be >= 1")
-                d.dim_value = shape[k]
-            elif d.HasField("dim_value") and d.dim_value < 1:
-                raise FrontendError(f"{where}: input {vi.name!r} dimension {k} has size {d.dim_value}: empty tensors")
-            elif not d.HasField("dim_value"):
-                what = f" ({d.dim_param!r})" if d.HasField("dim_param") else ""
-                raise FrontendError(
-                    f"{where}: input {vi.name!r} dimension {k}{what} is dynamic; fix it with "
-                    f"input_shapes={{{vi.name!r}: (...)}} (CLI: --input-shape {vi.name}=1x3x224x224)"
-                )
+        if vi.name not in inits:
+            _fix_input(vi, given.get(vi.name), where)
     return fixed
+
+
+def _strip_hints(proto: onnx.ModelProto) -> dict[str, Shape]:
+    """Remove the shapes the model stores for computed values (``value_info``, graph and branch outputs),
+    in place, and return them: exporters write them for their own input shapes (or stale), so they are
+    hints, compared with what vdla computes but never trusted."""
+    hints: dict[str, Shape] = {}
+    for g in _graphs(proto.graph):
+        for vi in [*g.value_info, *g.output]:
+            tt = vi.type.tensor_type
+            if vi.type.HasField("tensor_type") and tt.HasField("shape"):
+                hints[vi.name] = tuple(None if _dynamic(d) else int(d.dim_value) for d in tt.shape.dim)
+        del g.value_info[:]
+        for vi in g.output:
+            if vi.type.HasField("tensor_type"):
+                vi.type.tensor_type.ClearField("shape")
+    return hints
+
+
+def _narrow(t: onnx.TensorProto) -> str | None:
+    """Rewrite a float16/float64 tensor as float32 in place; its old dtype name, else None."""
+    wide = _WIDE_FLOATS.get(t.data_type)
+    if wide is not None:
+        t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float32), t.name))
+    return wide
+
+
+def _listing(kind: str, names: list[str]) -> str:
+    """``input 'x'`` for one name, ``3 initializers ('w', 'b', 'fc')`` for several (the first 4 shown)."""
+    if len(names) == 1:
+        return f"{kind} {names[0]!r}"
+    shown = ", ".join(map(repr, names[:4])) + (", ..." if len(names) > 4 else "")
+    return f"{len(names)} {kind}s ({shown})"
+
+
+def _as_float32(proto: onnx.ModelProto, where: str) -> None:
+    """Rewrite every float16/float64 tensor, value type and Cast target of the model as float32, in place,
+    with one :class:`OnnxImportWarning` per dtype naming what changed (vdla computes in float32)."""
+    found: dict[str, dict[str, list[str]]] = {}  # dtype -> kind -> names
+
+    def note(wide: str | None, kind: str, name: str) -> None:
+        if wide is not None:
+            found.setdefault(wide, {}).setdefault(kind, []).append(name)
+
+    for g in _graphs(proto.graph):
+        for t in g.initializer:
+            note(_narrow(t), "initializer", t.name)
+        for kind, infos in (("input", g.input), ("output", g.output)):
+            for vi in infos:
+                tt = vi.type.tensor_type
+                if vi.type.HasField("tensor_type") and tt.elem_type in _WIDE_FLOATS:
+                    note(_WIDE_FLOATS[tt.elem_type], kind, vi.name)
+                    tt.elem_type = onnx.TensorProto.FLOAT
+        for node in g.node:
+            for a in node.attribute:
+                wide = None
+                if a.type == onnx.AttributeProto.TENSOR:
+                    wide = _narrow(a.t)
+                elif a.type == onnx.AttributeProto.INT and a.name in _DTYPE_ATTRS and a.i in _WIDE_FLOATS:
+                    wide, a.i = _WIDE_FLOATS[a.i], onnx.TensorProto.FLOAT
+                note(wide, node.op_type, node.name or node.output[0])
+    for wide, kinds in sorted(found.items()):
+        what = ", ".join(_listing(kind, names) for kind, names in kinds.items())
+        _warn(f"{where}: {wide} computed in float32 (vdla's float type): {what}")
 
 
 def _attrs(node: onnx.NodeProto, where: str) -> dict[str, Any]:
@@ -179,44 +281,81 @@ def _fold(proto: onnx.NodeProto, opset: int, arrays: dict[str, np.ndarray]) -> l
     return [np.asarray(r) for r in results]
 
 
+def _shape_text(shape: Shape) -> str:
+    return "(" + ", ".join("?" if d is None else str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
 class _Importer:
-    def __init__(self, proto: onnx.ModelProto, where: str, opset: int) -> None:
-        self.proto, self.where, self.opset = proto, where, opset
+    def __init__(self, proto: onnx.ModelProto, where: str, opset: int, hints: Mapping[str, Shape]) -> None:
+        self.proto, self.where, self.opset, self.hints = proto, where, opset, hints
         self.b = Builder(opset)
         self.errors: list[UnsupportedError] = []
         self.poisoned: set[str] = set()
-        self.inferred: dict[str, tuple[str, tuple[int | None, ...] | None]] = {}
+        self.inferred: dict[str, tuple[str, Shape | None]] = {}
+        self.node_names: set[str] = set()
 
     def infer_shapes(self) -> None:
+        """ONNX's shape inference of the model (its stored hints stripped), the cross-check of every converted
+        value. Not strict: a node it cannot infer (the branch of an If that the fixed shapes rule out) is left
+        unchecked; vdla infers every shape itself."""
         try:
-            inferred = onnx.shape_inference.infer_shapes(self.proto, check_type=True, strict_mode=True, data_prop=True)
+            inferred = onnx.shape_inference.infer_shapes(self.proto, check_type=True, data_prop=True)
         except Exception as e:  # onnx.shape_inference.InferenceError and friends
-            raise FrontendError(f"{self.where}: ONNX shape inference fails: {e}") from e
-        g = inferred.graph
-        for vi in [*g.value_info, *g.output]:
-            if not vi.type.HasField("tensor_type"):
-                continue
-            tt = vi.type.tensor_type
-            shape = (
-                tuple(d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim)
-                if tt.HasField("shape")
-                else None
-            )
-            self.inferred[vi.name] = (_dtype_name(tt.elem_type), shape)
+            reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            _warn(f"{self.where}: ONNX shape inference fails ({reason}); vdla imports with its own shapes only")
+            return
+        for g in _graphs(inferred.graph):
+            for vi in [*g.value_info, *g.output]:
+                if not vi.type.HasField("tensor_type"):
+                    continue
+                tt = vi.type.tensor_type
+                shape = (
+                    tuple(d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim)
+                    if tt.HasField("shape")
+                    else None
+                )
+                self.inferred[vi.name] = (_dtype_name(tt.elem_type), shape)
 
     def run(self) -> Graph:
         g, b = self.proto.graph, self.b
-        inits = {t.name: t for t in g.initializer}
-        names = [*inits, *(i.name for i in g.input), *(o for n in g.node for o in n.output)]
+        graphs = list(_graphs(g))
+        inits = [t.name for sub in graphs for t in sub.initializer]
+        names = [*inits, *(i.name for i in g.input), *(o for sub in graphs for n in sub.node for o in n.output)]
         b.reserve(names)
-        b.used = {i for n in g.node for i in n.input if i} | {o.name for o in g.output}
-        for name, t in inits.items():
-            try:
-                b.bind_const(name, numpy_helper.to_array(t))
-            except Exception as e:  # external data not found, unknown element type, ...
-                raise FrontendError(f"{self.where}: initializer {name!r} cannot be read: {e}") from e
+        b.used = {i for sub in graphs for n in sub.node for i in n.input if i} | {
+            o.name for sub in graphs for o in sub.output
+        }
+        self.bind_initializers(g)
         if g.sparse_initializer:
             raise FrontendError(f"{self.where}: sparse initializers are not supported")
+        self.bind_inputs(g)
+        self.convert_nodes(g.node)
+        outputs = self.outputs()
+        self.warn_stale_hints()
+        if self.errors:
+            if len(self.errors) == 1:
+                raise self.errors[0]
+            lines = "\n".join(f"  - {e}" for e in self.errors)
+            raise UnsupportedError(
+                self.errors[0].op, f"{self.where}: {len(self.errors)} nodes cannot be imported:\n{lines}"
+            )
+        used = {i for n in b.nodes for i in n.inputs} | set(outputs)
+        params = {k: v for k, v in b.params.items() if k in used}
+        stem = Path(self.where).stem if Path(self.where).suffix == ".onnx" else ""
+        graph = Graph(dict(b.inputs), list(b.nodes), outputs, params, name=valid_name(g.name or stem, "onnx"))
+        verify(graph, after="onnx import")
+        return graph
+
+    def bind_initializers(self, g: onnx.GraphProto) -> None:
+        for t in g.initializer:
+            try:
+                self.b.bind_const(t.name, numpy_helper.to_array(t))
+            except Exception as e:  # external data not found, unknown element type, ...
+                raise FrontendError(f"{self.where}: initializer {t.name!r} cannot be read: {e}") from e
+
+    def bind_inputs(self, g: onnx.GraphProto) -> None:
+        b = self.b
+        inits = {t.name for t in g.initializer}
         for vi in g.input:
             if vi.name in inits:
                 continue
@@ -237,9 +376,11 @@ class _Importer:
             else:
                 b.values[vi.name] = Value(bad_dtype=dtype, const=None)
                 b.values[vi.name].type = TensorType(shape, "float32")  # the shape, for error messages
-        node_names: set[str] = set()
-        for index, proto in enumerate(g.node):
-            name = fresh_name(valid_name(proto.name, f"{proto.op_type}_{index}"), node_names)
+
+    def convert_nodes(self, nodes: Sequence[onnx.NodeProto]) -> None:
+        """Convert ``nodes`` in order; a node that fails is recorded and poisons the nodes reading it."""
+        for index, proto in enumerate(nodes):
+            name = fresh_name(valid_name(proto.name, f"{proto.op_type}_{index}"), self.node_names)
             node = OnnxNode(
                 name, proto.op_type, tuple(proto.input), tuple(proto.output), _attrs(proto, self.where), self.opset,
                 proto.domain,
@@ -253,20 +394,6 @@ class _Importer:
             except UnsupportedError as e:
                 self.errors.append(e)
                 self.poisoned.update(o for o in node.outputs if o)
-        outputs = self.outputs()
-        if self.errors:
-            if len(self.errors) == 1:
-                raise self.errors[0]
-            lines = "\n".join(f"  - {e}" for e in self.errors)
-            raise UnsupportedError(
-                self.errors[0].op, f"{self.where}: {len(self.errors)} nodes cannot be imported:\n{lines}"
-            )
-        used = {i for n in b.nodes for i in n.inputs} | set(outputs)
-        params = {k: v for k, v in b.params.items() if k in used}
-        stem = Path(self.where).stem if Path(self.where).suffix == ".onnx" else ""
-        graph = Graph(dict(b.inputs), list(b.nodes), outputs, params, name=valid_name(g.name or stem, "onnx"))
-        verify(graph, after="onnx import")
-        return graph
 
     def convert(self, node: OnnxNode, proto: onnx.NodeProto) -> None:
         b = self.b
@@ -279,6 +406,9 @@ class _Importer:
         if node.op_type == "Constant":
             CONVERTERS["Constant"](b, node)
             return
+        if node.op_type == "If":
+            self.inline_if(node, proto)
+            return
         if present and node.op_type not in _KEEP and all(b.values[i].const is not None for i in present):
             try:
                 results = _fold(proto, self.opset, {i: b.values[i].const for i in present})
@@ -288,17 +418,59 @@ class _Importer:
                 b.bind_const(o, r)
             return
         if node.op_type not in CONVERTERS:
-            raise unsupported(node, f"operator {node.op_type} is not supported (vdla imports: {', '.join(SUPPORTED)})")
+            raise unsupported(node, f"operator {node.op_type} is not supported (vdla imports: {', '.join(IMPORTED)})")
+        node = modernize(b, node)
         unknown = sorted(set(node.attrs) - ATTRS[node.op_type])
         if unknown:
             raise unsupported(node, "vdla does not support this attribute here", unknown[0])
         CONVERTERS[node.op_type](b, node)
 
+    def inline_if(self, node: OnnxNode, proto: onnx.NodeProto) -> None:
+        """An If whose condition is a constant (once the input shapes are fixed, as exporters' shape checks
+        are): the taken branch's nodes converted in place, its outputs bound to the If's."""
+        v = self.b.value(node, 0)
+        if v.const is None or v.const.size != 1:
+            what = "computed at run time" if v.const is None else f"of shape {v.const.shape}"
+            raise unsupported(
+                node, f"the condition {node.input(0)!r} is {what}: vdla compiles one branch, so the condition must "
+                "be a single constant once the input shapes are fixed",
+            )  # fmt: skip
+        taken = "then_branch" if bool(v.const.reshape(-1)[0]) else "else_branch"
+        branch = next(a.g for a in proto.attribute if a.name == taken)
+        self.bind_initializers(branch)
+        self.convert_nodes(branch.node)
+        for out, result in zip(node.outputs, branch.output, strict=False):
+            if not out:
+                continue
+            if result.name in self.poisoned:
+                self.poisoned.add(out)
+            elif result.name not in self.b.values:
+                raise unsupported(node, f"{taken} output {result.name!r} is not defined")
+            else:
+                self.b.values[out] = self.b.values[result.name]
+
+    def warn_stale_hints(self) -> None:
+        """One warning naming the stored shapes (:func:`_strip_hints`) that disagree with vdla's."""
+        stale = []
+        for name, hint in self.hints.items():
+            v = self.b.values.get(name)
+            if v is None or (v.const is None and v.type is None):
+                continue
+            shape = v.shape
+            if len(hint) != len(shape) or any(h is not None and h != d for h, d in zip(hint, shape, strict=True)):
+                stale.append(f"{name!r} stored {_shape_text(hint)}, computed {_shape_text(shape)}")
+        if stale:
+            shown = "; ".join(stale[:6]) + (f"; and {len(stale) - 6} more" if len(stale) > 6 else "")
+            _warn(
+                f"{self.where}: shapes stored in the model (value_info, outputs) that do not hold for the input "
+                f"shapes given (vdla uses the shapes it computes): {shown}"
+            )
+
     def check(self, node: OnnxNode) -> None:
         """Every output a later node or the graph reads is defined, with ONNX's inferred shape and type."""
         b = self.b
         for k, o in enumerate(node.outputs):
-            if not o:
+            if not o or o in self.poisoned:
                 continue
             v = b.values.get(o)
             if v is None:
@@ -393,6 +565,8 @@ def import_onnx(
     except Exception as e:  # onnx.checker.ValidationError
         raise FrontendError(f"{where}: the ONNX checker rejects the model: {e}") from e
     fixed = _static_inputs(proto, where, input_shapes)
-    importer = _Importer(fixed, where, opset)
+    hints = _strip_hints(fixed)
+    _as_float32(fixed, where)
+    importer = _Importer(fixed, where, opset, hints)
     importer.infer_shapes()
     return importer.run()

@@ -180,15 +180,13 @@ def _hardswish(b: Builder, node: OnnxNode) -> None:
     b.emit(node, "mul", (x, gate), out=node.outputs[0])
 
 
-@converter("Clip", attrs=("min", "max"))
+@converter("Clip")
 def _clip(b: Builder, node: OnnxNode) -> None:
     dt = b.require_dtype(node, 0, ("float32", "int8", "int32"))
     x = b.tensor(node, 0)
     bounds: list[Any] = []
     for i, name in ((1, "min"), (2, "max")):
-        if name in node.attrs:  # opset < 11
-            bounds.append(float(node.attrs[name]))
-        elif b.has(node, i):
+        if b.has(node, i):
             b.require_dtype(node, i, (dt,))
             v = b.value(node, i)
             if size(v.shape) != 1:
@@ -243,7 +241,7 @@ def _identity(b: Builder, node: OnnxNode) -> None:
     b.alias(node.outputs[0], b.tensor(node, 0), uint8=v.uint8)
 
 
-@converter("Dropout", attrs=("seed", "ratio", "is_test"))
+@converter("Dropout", attrs=("seed",))
 def _dropout(b: Builder, node: OnnxNode) -> None:
     training = b.const(node, 2, "training_mode")
     if training is not None and bool(np.asarray(training).reshape(())):
@@ -419,7 +417,7 @@ def _global(b: Builder, node: OnnxNode) -> None:
     _global_pool(b, node, b.tensor(node, 0), node.outputs[0], node.op_type == "GlobalMaxPool")
 
 
-@converter("ReduceMean", "ReduceMax", "ReduceMin", "ReduceSum", attrs=("axes", "keepdims", "noop_with_empty_axes"))
+@converter("ReduceMean", "ReduceMax", "ReduceMin", "ReduceSum", attrs=("keepdims", "noop_with_empty_axes"))
 def _reduce(b: Builder, node: OnnxNode) -> None:
     """A reduction over any axes: the kept axes moved first and flattened to C, the reduced ones last and
     flattened to W, then global_avg_pool (mean; sum = mean x count) or a (1, W) max pool (min = -max(-x))
@@ -427,15 +425,14 @@ def _reduce(b: Builder, node: OnnxNode) -> None:
     b.require_dtype(node, 0, FLOAT)
     xs = b.shape(node, 0)
     rank = len(xs)
-    axes = b.const(node, 1, "axes") if b.has(node, 1) else attr(node, "axes")
-    where = "axes" if "axes" in node.attrs else None
+    axes = b.const(node, 1, "axes")
     x = b.tensor(node, 0)
     if axes is None or np.asarray(axes).size == 0:
         if int(attr(node, "noop_with_empty_axes", 0)):
             b.alias(node.outputs[0], x)
             return
         axes = list(range(rank))
-    red = sorted({axis_of(node, int(a), rank, "axis", where) for a in np.asarray(axes).ravel()})
+    red = sorted({axis_of(node, int(a), rank, "axis", None) for a in np.asarray(axes).ravel()})
     kept = [i for i in range(rank) if i not in red]
     keep = bool(int(attr(node, "keepdims", 1)))
     final = tuple(1 if i in red else d for i, d in enumerate(xs)) if keep else tuple(xs[i] for i in kept)
@@ -710,38 +707,34 @@ def _reshape(b: Builder, node: OnnxNode) -> None:
 
 
 def _axes(b: Builder, node: OnnxNode) -> list[int] | None:
-    if "axes" in node.attrs:
-        return [int(a) for a in node.attrs["axes"]]
     if b.has(node, 1):
         return [int(a) for a in np.asarray(b.const(node, 1, "axes")).ravel()]
     return None
 
 
-@converter("Squeeze", attrs=("axes",))
+@converter("Squeeze")
 def _squeeze(b: Builder, node: OnnxNode) -> None:
     xs = b.shape(node, 0)
     axes = _axes(b, node)
-    where = "axes" if "axes" in node.attrs else None
     if axes is None:
         drop = {i for i, d in enumerate(xs) if d == 1}
     else:
-        drop = {axis_of(node, a, len(xs), "axis", where) for a in axes}
+        drop = {axis_of(node, a, len(xs), "axis", None) for a in axes}
         if any(xs[i] != 1 for i in drop):
-            raise unsupported(node, f"cannot squeeze axes {sorted(drop)} of shape {xs}: not all of size 1", where)
+            raise unsupported(node, f"cannot squeeze axes {sorted(drop)} of shape {xs}: not all of size 1")
     _reshape_to(b, node, [d for i, d in enumerate(xs) if i not in drop])
 
 
-@converter("Unsqueeze", attrs=("axes",))
+@converter("Unsqueeze")
 def _unsqueeze(b: Builder, node: OnnxNode) -> None:
     xs = b.shape(node, 0)
     axes = _axes(b, node)
-    where = "axes" if "axes" in node.attrs else None
     if axes is None:
         raise unsupported(node, "Unsqueeze needs axes")
     rank = len(xs) + len(axes)
-    norm = {axis_of(node, a, rank, "axis", where) for a in axes}
+    norm = {axis_of(node, a, rank, "axis", None) for a in axes}
     if len(norm) != len(axes):
-        raise unsupported(node, f"repeated axes {axes}", where)
+        raise unsupported(node, f"repeated axes {axes}")
     it = iter(xs)
     _reshape_to(b, node, [1 if i in norm else next(it) for i in range(rank)])
 
@@ -826,9 +819,9 @@ def _slice(b: Builder, node: OnnxNode) -> None:
 
 
 def _split_sizes(b: Builder, node: OnnxNode, d: int) -> list[int]:
-    """The part sizes of a Split along an axis of size ``d``: given (attribute or input), else equal parts
+    """The part sizes of a Split along an axis of size ``d``: given (the split input), else equal parts
     (opset 18's num_outputs: the last part smaller when ``d`` does not divide)."""
-    given = ints(node, "split") if "split" in node.attrs else _const_ints(b, node, 1, "split")
+    given = _const_ints(b, node, 1, "split")
     n = len(node.outputs)
     if given is not None:
         parts = given
@@ -845,7 +838,7 @@ def _split_sizes(b: Builder, node: OnnxNode, d: int) -> list[int]:
     return parts
 
 
-@converter("Split", attrs=("axis", "split", "num_outputs"))
+@converter("Split", attrs=("axis", "num_outputs"))
 def _split(b: Builder, node: OnnxNode) -> None:
     """Each output is a slice of the input along the axis."""
     dt = b.require_dtype(node, 0, ANY)
@@ -953,7 +946,7 @@ def _softmax(b: Builder, node: OnnxNode) -> None:
     b.reshape(node, y, xs, out=node.outputs[0])
 
 
-@converter("Pad", attrs=("mode", "pads", "value"))
+@converter("Pad", attrs=("mode",))
 def _pad(b: Builder, node: OnnxNode) -> None:
     dt = b.require_dtype(node, 0, ANY)
     mode = str(attr(node, "mode", "constant"))
@@ -961,13 +954,9 @@ def _pad(b: Builder, node: OnnxNode) -> None:
         raise unsupported(node, "only constant padding is supported", "mode")
     xs = b.shape(node, 0)
     rank = len(xs)
-    if "pads" in node.attrs:
-        pads = [int(p) for p in node.attrs["pads"]]
-        value = attr(node, "value", 0.0)
-    else:
-        pads = [int(p) for p in np.asarray(b.const(node, 1, "pads")).ravel()]
-        cv = b.const(node, 2, "constant_value")
-        value = 0 if cv is None or cv.size == 0 else np.asarray(cv).reshape(-1)[0]
+    pads = [int(p) for p in np.asarray(b.const(node, 1, "pads")).ravel()]
+    cv = b.const(node, 2, "constant_value")
+    value = 0 if cv is None or cv.size == 0 else np.asarray(cv).reshape(-1)[0]
     axes = list(range(rank))
     if b.has(node, 3):
         axes = [axis_of(node, int(a), rank, "axis", None) for a in np.asarray(b.const(node, 3, "axes")).ravel()]
