@@ -6,16 +6,22 @@ Each builder returns ``(module, example_inputs, description)``. Weights are seed
 set by :func:`settle` (a few forward passes in training mode on seeded data), so the activations of these
 random-weight networks have the ranges of trained ones and int8 quantization is meaningful.
 
-Needs torch only (the ``models`` extra): ``pip install 'vdla[models]'``.
+Needs torch (the ``models`` extra: ``pip install 'vdla[models]'``) and numpy; the seeded inputs are
+``vdla.zoo.suite``'s, imported from the checkout.
 """
 
 from __future__ import annotations
 
 import math
+import sys
+from pathlib import Path
 
 import torch
 from torch import nn
 from torch.nn import functional as F  # noqa: N812
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # vdla's zoo (numpy only) from the checkout
+from vdla.zoo.suite import suite_images, token_inputs  # noqa: E402
 
 
 def conv_bn(c_in: int, c_out: int, k: int = 3, s: int = 1, groups: int = 1, act: nn.Module | None = None):
@@ -469,19 +475,16 @@ def settle(model: nn.Module, inputs: tuple, steps: int = 8, seed: int = 0, resid
 
 
 def images(n: int, size: int, seed: int) -> torch.Tensor:
-    """Smooth seeded images (n, 3, size, size): low-frequency fields plus noise, like normalized photos."""
-    g = torch.Generator().manual_seed(seed)
-    low = torch.randn(n, 3, max(size // 8, 1), max(size // 8, 1), generator=g)
-    return F.interpolate(low, size=(size, size), mode="bilinear") + 0.3 * torch.randn(n, 3, size, size, generator=g)
+    """Seeded images (n, 3, size, size): ``vdla.zoo.suite.suite_images``, the distribution vdla calibrates and
+    tests the suite on."""
+    return torch.from_numpy(suite_images(n, size, seed))
 
 
 def token_batch(n: int, length: int, vocab: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Seeded token ids and an attention mask with padding at the end of each sequence."""
-    g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(1, vocab, (n, length), generator=g)
-    lengths = torch.randint(length // 2, length + 1, (n,), generator=g)
-    mask = (torch.arange(length)[None] < lengths[:, None]).long()
-    return ids * mask, mask
+    """Seeded token ids and an attention mask with padding at the end of each sequence
+    (``vdla.zoo.suite.token_inputs``)."""
+    ids, mask = token_inputs(n, length, vocab, seed)
+    return torch.from_numpy(ids), torch.from_numpy(mask)
 
 
 def _images(size: int):
