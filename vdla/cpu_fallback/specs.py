@@ -16,6 +16,7 @@ import numpy as np
 from vdla.graph.ew import Arg, Const, EwStep, operand_fits, step_result_dtype
 from vdla.graph.layout import blocked_shape
 from vdla.graph.ops import (
+    TransposedWindow,
     concat_type,
     im2col_type,
     matmul_type,
@@ -24,6 +25,7 @@ from vdla.graph.ops import (
     resize_type,
     slice_type,
     transpose_type,
+    transposed_window,
 )
 from vdla.graph.types import TensorType, UnsupportedError, is_float
 from vdla.graph.window import Window, make_window
@@ -355,6 +357,42 @@ def make_conv2d(
     return CpuConv2dSpec(x, w, win, groups, acc, _epilogue(op, acc, epilogue_inputs, tuple(epilogue)))
 
 
+@dataclass(frozen=True)
+class CpuConvTransposeSpec:
+    """Direct grouped transposed convolution: NCHW ``x``, ``w`` (C, O/groups, KH, KW), an optional bias (O,)
+    of the accumulator's dtype; int8 -> int32 (wrapping) or float32."""
+
+    x: TensorType
+    w: TensorType
+    bias: TensorType | None
+    window: TransposedWindow
+    groups: int
+    out: TensorType
+
+
+def make_conv_transpose(
+    x: TensorType,
+    w: TensorType,
+    bias: TensorType | None = None,
+    stride=1,
+    padding=0,
+    dilation=1,
+    output_padding=0,
+    groups: int = 1,
+) -> CpuConvTransposeSpec:
+    op = "conv_transpose"
+    acc_dtype = _acc_dtype(op, x, w)
+    _need(
+        op, len(x.shape) == 4 and len(w.shape) == 4, f"expects NCHW x and (C, O/g, KH, KW) w, got {x.shape}, {w.shape}"
+    )
+    n, c = x.shape[:2]
+    _need(op, groups >= 1 and c % groups == 0 and w.shape[0] == c, f"groups={groups} does not fit {x.shape}, {w.shape}")
+    oc = w.shape[1] * groups
+    _need(op, bias is None or (bias.shape == (oc,) and bias.dtype == acc_dtype), f"bias must be {acc_dtype} ({oc},)")
+    win, (oh, ow) = transposed_window(x.shape[2:], w.shape[2:], stride, dilation, padding, output_padding)
+    return CpuConvTransposeSpec(x, w, bias, win, int(groups), TensorType((n, oc, oh, ow), acc_dtype))
+
+
 Spec = (
     ChainSpec
     | Pool2dSpec
@@ -371,6 +409,7 @@ Spec = (
     | MatMulSpec
     | CpuDenseSpec
     | CpuConv2dSpec
+    | CpuConvTransposeSpec
 )
 
 
@@ -382,6 +421,8 @@ def spec_inputs(spec: Spec) -> tuple[TensorType, ...]:
         return (spec.x, spec.w, *(spec.epilogue.inputs[1:] if spec.epilogue else ()))
     if isinstance(spec, MatMulSpec):
         return (spec.a, spec.b)
+    if isinstance(spec, CpuConvTransposeSpec):
+        return (spec.x, spec.w) if spec.bias is None else (spec.x, spec.w, spec.bias)
     return (spec.x,)
 
 
@@ -400,6 +441,7 @@ _OP_NAMES = {
     MatMulSpec: "matmul",
     CpuDenseSpec: "dense",
     CpuConv2dSpec: "conv2d",
+    CpuConvTransposeSpec: "conv_transpose",
 }
 
 
