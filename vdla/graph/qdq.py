@@ -42,6 +42,8 @@ from vdla.graph.passes import eliminate_dead_code
 from vdla.isa.arith import INT8_MAX, INT8_MIN, choose_requantization
 
 COMMUTING = ("max_pool2d", "reshape", "transpose", "relu")
+# the layers lowered to an integer epilogue, and the weight axis of their output channels
+ANCHOR_AXIS = {"conv2d": 0, "dense": 0, "conv_transpose": 1}
 REL_TOL = 1e-5
 
 
@@ -225,20 +227,23 @@ class _QdqLowering:
         return qlo, qhi
 
     def lower_anchor(self, c: Node) -> None:
-        """Rewrite one conv2d/dense with QDQ inputs and a quantized output, if it matches."""
-        conv = c.op == "conv2d"
-        if conv and (int(c.attrs.get("groups", 1)) != 1 or c.attrs.get("dilation", 1) not in (1, (1, 1), [1, 1])):
+        """Rewrite one conv2d/dense/conv_transpose (groups 1) with QDQ inputs and a quantized output, if it
+        matches; its weight is quantized per tensor or per output channel (:data:`ANCHOR_AXIS`)."""
+        if int(c.attrs.get("groups", 1)) != 1:
+            return
+        if c.op == "conv2d" and c.attrs.get("dilation", 1) not in (1, (1, 1), [1, 1]):
             return
         x, w = self.dq_of(c.inputs[0]), self.dq_of(c.inputs[1])
         if x is None or w is None or not x[1].per_tensor or self.types[x[0]].dtype != "int8":
             return
         (x_q, qx), (w_q, qw) = x, w
-        if w_q not in self.params or self.params[w_q].dtype != np.int8 or qw.axis not in (None, 0):
+        axis = ANCHOR_AXIS[c.op]
+        if w_q not in self.params or self.params[w_q].dtype != np.int8 or qw.axis not in (None, axis):
             return
         tail = self.tail(c)
         if tail is None:
             return
-        channels = self.params[w_q].shape[0]
+        channels = self.params[w_q].shape[axis]
         s_acc = float(qx.scale[0]) * np.broadcast_to(qw.scale, (channels,))
         bias = self.bias_q(c, s_acc, channels) if len(c.inputs) > 2 else None
         if len(c.inputs) > 2 and bias is None:
@@ -343,7 +348,7 @@ class _QdqLowering:
 
     def run(self) -> Graph:
         for node in self.g.nodes:
-            if node.op in ("conv2d", "dense") and node.output not in self.removed:
+            if node.op in ANCHOR_AXIS and node.output not in self.removed:
                 self.lower_anchor(node)
         for node in self.g.nodes:
             if node.op == "quantize":
