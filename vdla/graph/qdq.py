@@ -34,7 +34,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from vdla.graph.epilogue import FLOAT_STAGES, Epilogue, EpilogueStage, FloatDialect, Rescale, Walk, epilogue_nodes, walk
+from vdla.graph.epilogue import (
+    FLOAT_STAGES,
+    Epilogue,
+    EpilogueStage,
+    FloatDialect,
+    Rescale,
+    Walk,
+    epilogue_nodes,
+    walk,
+)
 from vdla.graph.ew import operand_input, operand_value
 from vdla.graph.graph import Graph, Node
 from vdla.graph.ops import infer_types
@@ -301,6 +310,64 @@ class _QdqLowering:
         (mk,), sk = choose_requantization(s_k / s_out)
         return Node("mul", (skip_q,), f"{base}:skip", {"b": int(mk), "shift": int(sk)})
 
+    def lower_matmul(self, c: Node) -> None:
+        """``quantize(matmul(dequantize(a_q), dequantize(b_q)))`` of two computed int8 tensors (per-tensor,
+        symmetric; a ReLU or clip between them folds into the clamp) -> one ``dense`` per batch index of the
+        (broadcast) batch dimensions, ``a[i] (M, K)`` by the run-time weight ``b[i]^T (N, K)`` with the
+        requantizing epilogue ``m / 2^s ~ s_a * s_b / s_y``; the (M, N) int8 results concatenated back into
+        the batched output."""
+        a, b = self.dq_of(c.inputs[0]), self.dq_of(c.inputs[1])
+        if a is None or b is None or not (a[1].per_tensor and b[1].per_tensor):
+            return
+        (a_q, qa), (b_q, qb) = a, b
+        if self.types[a_q].dtype != "int8" or self.types[b_q].dtype != "int8" or b_q in self.params:
+            return
+        tail = self.tail(c)
+        if tail is None or tail.bias is not None or tail.skip is not None:
+            return
+        (m,), shift = choose_requantization(np.array([float(qa.scale[0]) * float(qb.scale[0]) / tail.scale]))
+        out = self.types[c.output].shape
+        mult = np.full(out[-1], int(m), np.int64)  # one per output feature, as a dense layer's epilogue holds it
+        ep = Epilogue(None, mult, int(shift), clip=self.int_bounds(tail.lo, tail.hi, tail.scale))
+        base, quant = tail.last.output, (tail.scale, 0)
+        nodes, heads = [], []
+        for i, index in enumerate(np.ndindex(*out[:-2])):
+            x = self.batch_slice(a_q, index, out, f"{base}:a{i}", nodes)
+            w = self.batch_slice(b_q, index, out, f"{base}:b{i}", nodes)
+            nodes.append(Node("transpose", (w,), f"{base}:bT{i}", {"perm": (1, 0)}))
+            dense = Node("dense", (x, f"{base}:bT{i}"), f"{base}:{i}")
+            nodes += epilogue_nodes(dense, x, f"{base}:bT{i}", ep, f"{base}:{i}", self.param, quant=quant)
+            heads.append(nodes[-1].output)
+        if len(heads) == 1:
+            nodes.append(Node("reshape", (heads[0],), base, {"shape": out}))
+        else:
+            rows = [f"{h}:row" for h in heads]
+            nodes += [Node("reshape", (h,), r, {"shape": (1, *out[-2:])}) for h, r in zip(heads, rows, strict=True)]
+            nodes += [
+                Node("concat", tuple(rows), f"{base}:heads", {"axis": 0}),
+                Node("reshape", (f"{base}:heads",), base, {"shape": out}),
+            ]
+        self.removed.update(n.output for n in [c, *tail.nodes])
+        self.replace[base] = nodes
+
+    def batch_slice(self, v: str, index: tuple[int, ...], out: tuple[int, ...], name: str, nodes: list[Node]) -> str:
+        """The 2-D matrix of ``v`` (rank >= 2) at batch ``index`` of the broadcast batch ``out[:-2]``."""
+        shape = self.types[v].shape
+        if len(shape) == 2:
+            return v
+        lead = index[len(index) - (len(shape) - 2) :]
+        at = tuple(i if d > 1 else 0 for i, d in zip(lead, shape[:-2], strict=True))
+        nodes.append(
+            Node(
+                "slice",
+                (v,),
+                f"{name}:slice",
+                {"starts": (*at, 0, 0), "stops": (*(i + 1 for i in at), *shape[-2:]), "steps": (1,) * len(shape)},
+            )
+        )
+        nodes.append(Node("reshape", (f"{name}:slice",), name, {"shape": shape[-2:]}))
+        return name
+
     def lower_commuting(self, q: Node) -> None:
         """``quantize(op(dequantize(x)))`` with one scale -> ``op(x)``; ``quantize(dequantize(x))`` -> x."""
         qq = qparams(q, self.params)
@@ -350,6 +417,8 @@ class _QdqLowering:
         for node in self.g.nodes:
             if node.op in ANCHOR_AXIS and node.output not in self.removed:
                 self.lower_anchor(node)
+            elif node.op == "matmul" and node.output not in self.removed:
+                self.lower_matmul(node)
         for node in self.g.nodes:
             if node.op == "quantize":
                 self.lower_global_avg(node)

@@ -56,16 +56,28 @@ class ModelBuilder:
         self.dram.setdefault(name, (_packed(t, self.cfg, block)[0], t.dtype))
         return name
 
+    def weight_tensor(self, value: str) -> str:
+        """The DRAM tensor of a dense layer's weight computed at run time: the (N, K) int8 ``value`` in the
+        packed weight layout (:func:`vdla.graph.layout.pack_weights`, what ``pack_blocked`` writes with
+        batch ``block_out`` and block ``block_in``)."""
+        n, k = self.types[value].shape
+        name = f"{value}@wgt"
+        self.dram.setdefault(name, (blocked_shape((n, k, 1, 1), self.cfg.block_out, self.cfg.block_in), "int8"))
+        return name
+
     def build_steps(self, plan: Placement) -> None:
         """CPU steps with their boundary conversions, accelerator steps, in the order of the placement's
         regions."""
         units = fuse_pools(plan.units(), self.g)
         accel_needs: dict[str, set[int]] = {}  # value -> blocks an accelerator layer reads it in
+        self.weight_needs: set[str] = set()  # values a layer reads as its run-time weight
         for kind, unit in units:
             if kind == "accel":
                 accel_needs.setdefault(unit.x, set()).add(self.cfg.block_in)
                 if unit.residual:
                     accel_needs.setdefault(unit.residual, set()).add(self.cfg.block_out)
+                if getattr(unit, "w", None):
+                    self.weight_needs.add(unit.w)
         cpu_readers: dict[str, set[str]] = {}  # value -> CPU nodes reading it
         for k, unit in units:
             if k == "cpu":
@@ -79,6 +91,8 @@ class ModelBuilder:
             return {v for v, readers in cpu_readers.items() if readers - region} | graph_outputs
 
         accel_out = {unit.out for kind, unit in units if kind == "accel"}
+        if self.weight_needs & accel_out:
+            raise CompileError(f"run-time weights {sorted(self.weight_needs & accel_out)} must be packed on the host")
         self.pending: dict[str, str] = {}  # accel output -> its DRAM tensor (block_out)
         for kind, unit in units:
             if kind == "accel":
@@ -101,6 +115,8 @@ class ModelBuilder:
         reads = [self.dram_tensor(layer.x, self.cfg.block_in)]
         if layer.residual:
             reads.append(self.dram_tensor(layer.residual, self.cfg.block_out))
+        if getattr(layer, "w", None):
+            reads.append(self.weight_tensor(layer.w))
         return reads
 
     def lifetimes(self) -> list[Lifetime]:
@@ -236,6 +252,8 @@ class ModelBuilder:
         tensors = {"inp": self.dram_tensor(layer.x, self.cfg.block_in), "out": self.pending[layer.out]}
         if layer.residual:
             tensors["res"] = self.dram_tensor(layer.residual, self.cfg.block_out)
+        if getattr(layer, "w", None):
+            tensors["wgt"] = self.weight_tensor(layer.w)
         buffers: dict[str, Buffer] = {}
         for role, t in tensors.items():
             shape, dtype = self.dram[t]
@@ -294,6 +312,12 @@ class ModelBuilder:
                 post.append(Node("pack_blocked", (src,), out, {"batch": cfg.batch, "block": block}))
                 outputs.append(out)
                 dram_outputs[out] = self.dram_tensor(v, block)
+            if v in self.weight_needs:  # (N, K) -> the packed weight layout
+                post.append(Node("reshape", (v,), f"{v}@oihw", {"shape": [*self.types[v].shape, 1, 1]}))
+                packed = {"batch": cfg.block_out, "block": cfg.block_in}
+                post.append(Node("pack_blocked", (f"{v}@oihw",), f"{v}@outwgt", packed))
+                outputs.append(f"{v}@outwgt")
+                dram_outputs[f"{v}@outwgt"] = self.weight_tensor(v)
         params = {p: self.g.params[p] for n in nodes for p in n.inputs if p in self.g.params}
         ptypes = {p: t for p, t in self.g.param_types.items() if p in params}
         graph = Graph(g_inputs, [*pre, *nodes, *post], outputs, params, ptypes, name=f"cpu{len(self.steps)}")

@@ -340,7 +340,7 @@ def attention(seed: int = 0, tokens: int = 8, dim: int = 32, heads: int = 2):
     q, k, v = (node("Reshape", [proj("x"), shape]) for _ in range(3))
     q, v = node("Transpose", [q], perm=[0, 2, 1, 3]), node("Transpose", [v], perm=[0, 2, 1, 3])
     kt = node("Transpose", [k], perm=[0, 2, 3, 1])
-    scores = node("Mul", [node("MatMul", [q, kt]), b.init("scale", np.array(1.0 / np.sqrt(dh)))])
+    scores = node("Mul", [node("MatMul", [q, kt]), b.init("scale", np.full(1, 1.0 / np.sqrt(dh)))])
     ctx = node("Transpose", [node("MatMul", [node("Softmax", [scores], axis=-1), v])], perm=[0, 2, 1, 3])
     merged = b.init("merged", np.array([1, tokens, dim]), np.int64)
     b.nodes.append(
