@@ -96,7 +96,7 @@ def attention_qdq():
     return quantize_qdq(attention(), calib, input_name="x")
 
 
-def test_attention_runs_scores_and_context_on_the_accelerator(attention_qdq, backend):
+def test_attention_runs_every_matmul_on_the_accelerator(attention_qdq, backend):
     from vdla.frontend.onnx import import_onnx
     from vdla.frontend.reference import reference_run
     from vdla.graph.passes import simplify
@@ -104,8 +104,8 @@ def test_attention_runs_scores_and_context_on_the_accelerator(attention_qdq, bac
 
     artifact, _ = compile_model(attention_qdq)
     accel = [s for s in artifact.steps if s.kind == "accel"]
-    assert len(accel) == 4  # Q K^T and softmax V, two heads each
-    assert all(s.layer["op"] == "dense" for s in accel)
+    assert len(accel) == 8  # the Q, K, V and output projections; Q K^T and softmax V, two heads each
+    assert all(s.layer["op"] == "dense" for s in accel) and artifact.accel_macs == artifact.total_macs
     low = lower_qdq(simplify(import_onnx(attention_qdq)))
     module = Module(artifact, backend)
     step = qdq_output_scale(attention_qdq, "y")

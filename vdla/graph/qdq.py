@@ -47,7 +47,7 @@ from vdla.graph.epilogue import (
 from vdla.graph.ew import operand_input, operand_value
 from vdla.graph.graph import Graph, Node
 from vdla.graph.ops import infer_types
-from vdla.graph.passes import eliminate_dead_code
+from vdla.graph.passes import eliminate_dead_code, fresh_name
 from vdla.isa.arith import INT8_MAX, INT8_MIN, choose_requantization
 
 COMMUTING = ("max_pool2d", "reshape", "transpose", "relu")
@@ -439,6 +439,61 @@ class _QdqLowering:
         return name
 
 
+LAYERS = ("conv2d", "dense")
+
+
+def _reshape_after_dq(n: Node, g: Graph, producers, consumers, types) -> Node | None:
+    """The symmetric per-tensor dequantize of an int8 value that ``n`` reshapes for layers alone, or None."""
+    src = producers.get(n.inputs[0]) if n.op == "reshape" else None
+    q = qparams(src, g.params) if src is not None else None
+    if q is None or src.op != "dequantize" or not q.per_tensor or q.zero_point != 0 or n.output in g.outputs:
+        return None
+    readers = consumers.get(n.output, [])
+    ok = readers and all(r.op in LAYERS and r.inputs[0] == n.output for r in readers)
+    return src if ok and types[src.inputs[0]].dtype == "int8" else None
+
+
+def _quantized_reshape(n: Node, g: Graph, producers, consumers) -> Node | None:
+    """The reshape of a layer's output that only the per-tensor quantize ``n`` reads, or None."""
+    src = producers.get(n.inputs[0]) if n.op == "quantize" else None
+    q = qparams(n, g.params)
+    if src is None or src.op != "reshape" or q is None or not q.per_tensor or src.output in g.outputs:
+        return None
+    inner = producers.get(src.inputs[0])
+    return src if inner is not None and inner.op in LAYERS and len(consumers.get(src.output, [])) == 1 else None
+
+
+def reshapes_inside_qdq(graph: Graph) -> Graph:
+    """Move the reshapes that stand between a dense/conv2d layer and its quantize/dequantize nodes to the
+    int8 side (the ONNX importer flattens a batched MatMul's input to the dense layer's (M, K) and shapes its
+    output back): ``reshape(dequantize(x_q))`` read only by layers becomes ``dequantize(reshape(x_q))``, and
+    ``quantize(reshape(layer output))`` becomes ``reshape(quantize(layer output))``. Both are exact (a
+    reshape moves no value; the quantization is per tensor) and keep every value's name."""
+    types, producers, consumers = infer_types(graph), graph.producers(), graph.consumers()
+    taken = set(types)
+    nodes: list[Node] = []
+    for n in graph.nodes:
+        dq = _reshape_after_dq(n, graph, producers, consumers, types)
+        rs = _quantized_reshape(n, graph, producers, consumers)
+        if dq is not None:
+            moved = fresh_name(f"{n.output}:q", taken)
+            nodes += [
+                Node("reshape", (dq.inputs[0],), moved, n.attrs),
+                Node("dequantize", (moved, *dq.inputs[1:]), n.output, dq.attrs),
+            ]
+        elif rs is not None:
+            moved = fresh_name(f"{n.output}:pre", taken)
+            nodes = [m for m in nodes if m.output != rs.output]
+            nodes += [
+                Node("quantize", (rs.inputs[0], *n.inputs[1:]), moved, n.attrs),
+                Node("reshape", (moved,), n.output, rs.attrs),
+            ]
+        else:
+            nodes.append(n)
+    return graph.copy(nodes=nodes)
+
+
 def lower_qdq(graph: Graph) -> Graph:
-    """Rewrite the QDQ patterns of ``graph`` into integer operators (see the module docstring)."""
-    return _QdqLowering(graph).run()
+    """Rewrite the QDQ patterns of ``graph`` into integer operators (see the module docstring), after moving
+    the reshapes around its layers inside their quantization (:func:`reshapes_inside_qdq`)."""
+    return _QdqLowering(reshapes_inside_qdq(graph)).run()
