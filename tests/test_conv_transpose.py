@@ -229,9 +229,45 @@ def test_phase_rewrite_leaves_what_it_cannot_express():
     assert phase_convs(g) is g
 
 
-@pytest.fixture(scope="module")
-def compiled_case():
-    graph = _quantized_convt_graph(*CASES[1])
+def test_interleave_operator_jit_matches_numpy():
+    rng = np.random.default_rng(6)
+    phases = [rng.integers(-128, 128, (2, 3, 4, 5)).astype(np.int8) for _ in range(6)]
+    g = Graph(
+        {f"p{i}": TensorType(p.shape, "int8") for i, p in enumerate(phases)},
+        [Node("interleave", tuple(f"p{i}" for i in range(6)), "y", {"stride": (2, 3)})],
+        ["y"],
+        {},
+    )
+    from vdla.cpu_fallback import compile_graph
+
+    got = compile_graph(g)(**{f"p{i}": p for i, p in enumerate(phases)})["y"]
+    want = np.zeros((2, 3, 8, 15), np.int8)
+    for i, p in enumerate(phases):
+        want[:, :, i // 3 :: 2, i % 3 :: 3] = p
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(evaluate(g, {f"p{i}": p for i, p in enumerate(phases)})["y"], want)
+
+
+def test_a_layer_stores_into_an_output_view(backend):
+    from vdla.compiler import compile_conv2d
+    from vdla.compiler.spec import OutputView
+    from vdla.graph.epilogue import Epilogue
+    from vdla.runtime import Device
+
+    rng = np.random.default_rng(7)
+    x = rng.integers(-128, 128, (1, 32, 8, 8)).astype(np.int8)
+    w = rng.integers(-128, 128, (20, 32, 2, 2)).astype(np.int8)
+    ep = Epilogue(rng.integers(-1000, 1000, 20), np.full(20, 1 << 30), 40)
+    layer = compile_conv2d(x.shape, w, padding=(1, 1, 1, 1), epilogue=ep, out_view=OutputView((18, 19), (1, 0), (2, 2)))
+    assert layer.lowering.tensor_bytes()["out"] == 2 * 18 * 19 * 16  # two channel blocks of the full tensor
+    np.testing.assert_array_equal(
+        layer.run(Device("pynq", backend), x).out, oracle.conv2d_reference(x, w, layer.spec, ep)
+    )
+
+
+@pytest.fixture(scope="module", params=[1, 2], ids=["exact-multiple", "sliced"])
+def compiled_case(request):
+    graph = _quantized_convt_graph(*CASES[request.param])
     artifact, _ = compile_model(graph)
     return graph, artifact
 
@@ -240,6 +276,8 @@ def test_every_phase_runs_on_the_accelerator_bit_exact(compiled_case, backend):
     graph, artifact = compiled_case
     phases = [s for s in artifact.steps if s.kind == "accel"]
     assert len(phases) == 4 and artifact.accel_macs == artifact.total_macs
+    assert len({s.writes[0] for s in phases}) == 1  # every phase stores into the one interleaved tensor
+    assert not any(n.op == "interleave" for s in artifact.steps if s.kind == "cpu" for n in s.graph.nodes)
     module = Module(artifact, backend)
     low = lower_qdq(graph)
     x = np.random.default_rng(5).normal(0, 2, (1, 24, 6, 7)).astype(np.float32)
@@ -270,6 +308,7 @@ def test_unet_qdq_runs_its_conv_transpose_as_four_accelerator_phases(unet_compil
     accel = [s for s in artifact.steps if s.kind == "accel"]
     assert sum(":phase" in s.name for s in accel) == 4
     assert artifact.accel_macs == artifact.total_macs
+    assert not any(n.op == "interleave" for s in artifact.steps if s.kind == "cpu" for n in s.graph.nodes)
 
 
 def test_unet_qdq_is_bit_exact_on_the_backends_and_matches_onnxruntime(unet_qdq, unet_compiled, backend):

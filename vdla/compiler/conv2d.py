@@ -18,7 +18,7 @@ from vdla.compiler.fused_pool import FusedPool
 from vdla.compiler.identity import EYE, identity_weights
 from vdla.compiler.schedule import ConvLowering, Schedule
 from vdla.compiler.search import SearchResult, build_stream, emit_program, search
-from vdla.compiler.spec import CompileError, Conv2dSpec, EpilogueSpec
+from vdla.compiler.spec import CompileError, Conv2dSpec, EpilogueSpec, OutputView
 from vdla.config import DEFAULT_PRESET, HwConfig, load_config
 from vdla.graph.epilogue import Epilogue
 from vdla.graph.layout import pack_activation, pack_channels, pack_weights, unpack_activation
@@ -94,6 +94,7 @@ class CompiledConv2d:
         epilogue: Epilogue,
         *,
         pool: Window | None = None,
+        view: OutputView | None = None,
         vthreads: int | str = "auto",
         schedule: Schedule | None = None,
         cache: ScheduleCache | None = None,
@@ -109,7 +110,7 @@ class CompiledConv2d:
         self.epilogue = EpilogueSpec.of(ep, pool)
         self.spec, self.cfg = spec, cfg
         imm = int(ep.multiplier) if self.epilogue.multiplier == "imm" else 1
-        self.lowering = ConvLowering(spec, self.epilogue, cfg, imm)
+        self.lowering = ConvLowering(spec, self.epilogue, cfg, imm, view)
         self.constants = {} if runtime else {"wgt": pack_weights(weights, cfg.block_out, cfg.block_in)}
         self.constants.update(_constants(ep, self.epilogue, spec.oc, cfg))
         need = sum(self.lowering.tensor_bytes().values())
@@ -163,9 +164,12 @@ class CompiledConv2d:
         elif residual is not None:
             raise CompileError("the layer was compiled without a residual input")
         low = self.lowering
-        shape = (low.ng, low.ob, *low.out_hw, cfg.batch, cfg.block_out)
+        shape = (low.ng, low.ob, *low.out_tensor_hw, cfg.batch, cfg.block_out)
         packed, result = run_bound(dev, low, self.stream, arrays, shape, max_cycles=max_cycles, timeline=timeline)
-        return LayerRun(unpack_activation(packed, sp.n, sp.oc), result)
+        if low.view is not None:  # this layer's pixels of the larger tensor
+            (y0, x0), (sy, sx), (oh, ow) = low.view.offset, low.view.step, low.out_hw
+            packed = packed[:, :, y0 : y0 + (oh - 1) * sy + 1 : sy, x0 : x0 + (ow - 1) * sx + 1 : sx]
+        return LayerRun(unpack_activation(np.ascontiguousarray(packed), sp.n, sp.oc), result)
 
     def program(self, dev: Device | None = None) -> list[Insn]:
         """The instruction stream (against scratch buffers), e.g. for disassembly."""
@@ -182,6 +186,7 @@ def compile_conv2d(
     groups: int = 1,
     epilogue: Epilogue | None = None,
     max_pool: tuple | None = None,
+    out_view: OutputView | None = None,
     config=DEFAULT_PRESET,
     vthreads: int | str = "auto",
     schedule: Schedule | None = None,
@@ -192,8 +197,10 @@ def compile_conv2d(
     ``input_shape`` (NCHW) on ``config``. ``max_pool`` = (kernel, stride, padding) fuses a max pool of the
     output into the layer's tiles (:mod:`vdla.compiler.fused_pool`): the run returns the pooled tensor. The
     schedule is searched (``vthreads`` virtual threads or "auto", results kept in ``cache``) unless given.
-    ``weights`` given as a shape (a tuple) are computed at run time: the program loads them from the DRAM tensor
-    bound as ``wgt``, packed by :func:`vdla.graph.layout.pack_weights`, and the layer has no weight constant."""
+    ``out_view`` stores the output pixels into a larger tensor (:class:`~vdla.compiler.spec.OutputView`: one
+    phase of an interleave; the run returns the layer's own pixels). ``weights`` given as a shape (a tuple)
+    are computed at run time: the program loads them from the DRAM tensor bound as ``wgt``, packed by
+    :func:`vdla.graph.layout.pack_weights`, and the layer has no weight constant."""
     shape = weights if isinstance(weights, tuple) else weights.shape
     spec = Conv2dSpec.make(input_shape, shape[0], shape[2:], stride, padding, dilation, groups)
     pool = None
@@ -204,7 +211,7 @@ def compile_conv2d(
             raise CompileError(f"max_pool must be (kernel, stride, padding) fitting the output: {e}") from e
     if len(shape) != 4 or shape[1] != spec.c:
         raise CompileError(f"weights {shape} do not match {spec.c} input channels (OIHW)")
-    options = {"pool": pool, "vthreads": vthreads, "schedule": schedule, "cache": cache}
+    options = {"pool": pool, "view": out_view, "vthreads": vthreads, "schedule": schedule, "cache": cache}
     return CompiledConv2d(spec, weights, load_config(config), epilogue or Epilogue(), **options)
 
 

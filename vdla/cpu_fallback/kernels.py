@@ -27,6 +27,7 @@ from vdla.cpu_fallback.specs import (
     CpuDenseSpec,
     GlobalAvgPoolSpec,
     Im2colSpec,
+    InterleaveSpec,
     MatMulSpec,
     PackSpec,
     PadSpec,
@@ -780,3 +781,20 @@ def _conv_transpose(spec: CpuConvTransposeSpec, kb: KernelBuilder) -> None:
                 off = b.add(y_row, b.mul(ix, i64(sw)))
                 xv = _widened(kb, dt, x, b.add(x_row, ix))
                 kb.store(_mac(kb, kb.load(acc_dt, y, off), xv, wv, fl), acc_dt, y, off)
+
+
+@_emit.register
+def _interleave(spec: InterleaveSpec, kb: KernelBuilder) -> None:
+    """One strided copy per phase: phase (py, px) row ``j`` lands on output row ``j*sh + py``, its columns
+    every ``sw``-th from ``px``."""
+    b = kb.b
+    n, c, j_n, i_n = spec.inputs[0].shape
+    (sh, sw), (oh, ow) = spec.stride, spec.out.shape[2:]
+    dt = spec.out.dtype
+    for p, src in enumerate(kb.inputs):
+        py, px = divmod(p, sw)
+        with kb.loop(0, n * c) as nc, kb.loop(0, j_n) as j:
+            row_in = kb.linear([nc, j], [j_n * i_n, i_n])
+            row_out = kb.linear([nc, j], [oh * ow, sh * ow], py * ow + px)
+            with kb.loop(0, i_n) as i:
+                kb.store(kb.load(dt, src, b.add(row_in, i)), dt, kb.out, b.add(row_out, b.mul(i, i64(sw))))

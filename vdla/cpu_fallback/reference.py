@@ -17,6 +17,7 @@ from vdla.cpu_fallback.specs import (
     CpuDenseSpec,
     GlobalAvgPoolSpec,
     Im2colSpec,
+    InterleaveSpec,
     MatMulSpec,
     PackSpec,
     PadSpec,
@@ -134,3 +135,8 @@ def _(spec: CpuConvTransposeSpec, x: np.ndarray, w: np.ndarray, *bias: np.ndarra
     if acc.dtype == np.int32:
         return (acc.astype(np.int64) + bias[0].reshape(1, -1, 1, 1)).astype(np.int32)
     return (acc + bias[0].reshape(1, -1, 1, 1)).astype(np.float32)
+
+
+@reference.register
+def _(spec: InterleaveSpec, *phases: np.ndarray) -> np.ndarray:
+    return oracle.interleave(list(phases), spec.stride)

@@ -19,6 +19,7 @@ from vdla.graph.ops import (
     TransposedWindow,
     concat_type,
     im2col_type,
+    interleave_type,
     matmul_type,
     pad_type,
     pool_window,
@@ -393,6 +394,21 @@ def make_conv_transpose(
     return CpuConvTransposeSpec(x, w, bias, win, int(groups), TensorType((n, oc, oh, ow), acc_dtype))
 
 
+@dataclass(frozen=True)
+class InterleaveSpec:
+    """``sh * sw`` NCHW phases of one type interleaved into (N, C, J*sh, I*sw)
+    (:func:`vdla.graph.oracle.interleave`)."""
+
+    inputs: tuple[TensorType, ...]
+    stride: tuple[int, int]
+    out: TensorType
+
+
+def make_interleave(inputs: tuple[TensorType, ...], stride) -> InterleaveSpec:
+    stride, out = interleave_type(inputs, stride)
+    return InterleaveSpec(tuple(t.plain for t in inputs), stride, out.plain)
+
+
 Spec = (
     ChainSpec
     | Pool2dSpec
@@ -410,12 +426,13 @@ Spec = (
     | CpuDenseSpec
     | CpuConv2dSpec
     | CpuConvTransposeSpec
+    | InterleaveSpec
 )
 
 
 def spec_inputs(spec: Spec) -> tuple[TensorType, ...]:
     """Types of the arrays a kernel for ``spec`` takes, in call order (the output comes last)."""
-    if isinstance(spec, ChainSpec | ConcatSpec):
+    if isinstance(spec, ChainSpec | ConcatSpec | InterleaveSpec):
         return spec.inputs
     if isinstance(spec, CpuDenseSpec | CpuConv2dSpec):
         return (spec.x, spec.w, *(spec.epilogue.inputs[1:] if spec.epilogue else ()))
@@ -442,6 +459,7 @@ _OP_NAMES = {
     CpuDenseSpec: "dense",
     CpuConv2dSpec: "conv2d",
     CpuConvTransposeSpec: "conv_transpose",
+    InterleaveSpec: "interleave",
 }
 
 

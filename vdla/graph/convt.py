@@ -11,9 +11,11 @@ those rows, flipped (``e`` falls as ``ky`` grows; a dilation leaves zero taps be
     conv_transpose(x, w) -> epilogue       becomes, for every phase (py, px),
     conv2d(x, w_phase[O, C, L_y, L_x], padding) -> the same epilogue   (one layer each)
 
-and the phases' int8 outputs interleave into the result (reshapes, two concats and, where the output is
-not a multiple of the stride, a slice: a layout step on the host). Every phase computes ``ceil(OH / s_h)``
-x ``ceil(OW / s_w)`` outputs (a short phase's extra row or column is sliced off). The int32 accumulators
+and the phases' int8 outputs interleave into the result (the ``interleave`` operator and, where the output
+is not a multiple of the stride, a slice). On the accelerator the interleave is no step of its own: each
+phase's stores write its strided slots of the result (:class:`vdla.compiler.spec.OutputView`, placed by
+:mod:`vdla.model.lower`). Every phase computes ``ceil(OH / s_h)`` x ``ceil(OW / s_w)`` outputs (a short
+phase's extra row or column is sliced off). The int32 accumulators
 are the same products summed in another order modulo 2^32, and the epilogue (bias, requantization, clamp)
 acts on each accumulator alone, so the rewrite is bit-exact.
 
@@ -131,29 +133,19 @@ class _Rewriter:
         return found.output, nodes, set(found.nodes)
 
     def interleave(self, phases: list[list[str]], out: str) -> list[Node]:
-        """Nodes interleaving ``phases[py][px]`` (N, O, J, I) into ``out``: row ``j*s_h + py``, column
-        ``i*s_w + px``, sliced to ``out``'s size."""
+        """The ``interleave`` of ``phases[py][px]`` (N, O, J, I) into ``out``: row ``j*s_h + py``, column
+        ``i*s_w + px``, sliced to ``out``'s size where that is not a multiple of the stride."""
         sh, sw = len(phases), len(phases[0])
+        flat = tuple(v for row in phases for v in row)
         n, o, oh, ow = self.types[out].shape
         j, i = -(-oh // sh), -(-ow // sw)
-        nodes: list[Node] = []
-
-        def emit(op: str, inputs: tuple[str, ...], attrs: dict, name: str) -> str:
-            nodes.append(Node(op, inputs, self.fresh(f"{out}:{name}"), attrs))
-            return nodes[-1].output
-
-        rows = []
-        for py, row in enumerate(phases):
-            cols = [emit("reshape", (v,), {"shape": (n, o, j, 1, i, 1)}, f"p{py}{px}") for px, v in enumerate(row)]
-            rows.append(cols[0] if sw == 1 else emit("concat", tuple(cols), {"axis": 5}, f"row{py}"))
-        joined = rows[0] if sh == 1 else emit("concat", tuple(rows), {"axis": 3}, "rows")
         if (j * sh, i * sw) == (oh, ow):
-            nodes.append(Node("reshape", (joined,), out, {"shape": (n, o, oh, ow)}))
-            return nodes
-        full = emit("reshape", (joined,), {"shape": (n, o, j * sh, i * sw)}, "interleaved")
-        stops = (n, o, oh, ow)
-        nodes.append(Node("slice", (full,), out, {"starts": (0,) * 4, "stops": stops, "steps": (1,) * 4}))
-        return nodes
+            return [Node("interleave", flat, out, {"stride": (sh, sw)})]
+        full = self.fresh(f"{out}:interleaved")
+        return [
+            Node("interleave", flat, full, {"stride": (sh, sw)}),
+            Node("slice", (full,), out, {"starts": (0,) * 4, "stops": (n, o, oh, ow), "steps": (1,) * 4}),
+        ]
 
 
 def phase_convs(graph: Graph) -> Graph:

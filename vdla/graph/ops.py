@@ -403,6 +403,33 @@ def _conv_transpose(node: Node, inputs: list[TensorType], params: Mapping[str, n
     return TensorType((n, oc, oh, ow), acc)
 
 
+def interleave_type(inputs: list[TensorType] | tuple[TensorType, ...], stride) -> tuple[tuple[int, int], TensorType]:
+    """The checked stride and the output type of interleaving ``sh * sw`` phases of one NCHW shape and dtype
+    (row-major over the phase (py, px)) into (N, C, J*sh, I*sw); a quantization all phases share is kept."""
+    op = "interleave"
+    sh, sw = pair(op, "stride", stride)
+    _need(op, len(inputs) == sh * sw, f"stride {(sh, sw)} interleaves {sh * sw} phases, got {len(inputs)}")
+    first = inputs[0]
+    _need(op, len(first.shape) == 4, f"expects NCHW phases, got shape {first.shape}")
+    for t in inputs:
+        _need(op, t.shape == first.shape and t.dtype == first.dtype, f"phases differ: {first} and {t}")
+    quants = {t.quant for t in inputs}
+    n, c, j, i = first.shape
+    return (sh, sw), TensorType((n, c, j * sh, i * sw), first.dtype, quants.pop() if len(quants) == 1 else None)
+
+
+@register(
+    "interleave",
+    INJECTIVE,
+    1,
+    1 << 16,
+    evaluate=lambda node, args, types, out: oracle.interleave(args, interleave_type(types, node.attrs["stride"])[0]),
+    cpu=CpuKernel("make_interleave", variadic=True),
+)
+def _interleave(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarray]) -> TensorType:
+    return interleave_type(inputs, node.attrs["stride"])[1]
+
+
 def _eval_batch_norm(node: Node, args: list[np.ndarray], types: list[TensorType], out: TensorType) -> np.ndarray:
     x, scale, bias, mean, var = (v.astype(np.float64) for v in args)
     shape = (1, -1) + (1,) * (x.ndim - 2)

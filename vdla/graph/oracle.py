@@ -99,6 +99,15 @@ def conv_transpose(
     return _accumulated(acc, x.dtype.kind in "iu")
 
 
+def interleave(phases: list[np.ndarray], stride: tuple[int, int]) -> np.ndarray:
+    """Phases (N, C, J, I), row-major over (py, px), -> (N, C, J*sh, I*sw): phase (py, px) at rows
+    ``j*sh + py`` and columns ``i*sw + px``."""
+    sh, sw = stride
+    n, c, j, i = phases[0].shape
+    stacked = np.stack(phases).reshape(sh, sw, n, c, j, i)
+    return np.ascontiguousarray(stacked.transpose(2, 3, 4, 0, 5, 1)).reshape(n, c, j * sh, i * sw)
+
+
 def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """numpy's ``a @ b`` of float operands (batch dimensions broadcast), summed in float64 -> float32."""
     return (a.astype(np.float64) @ b.astype(np.float64)).astype(np.float32)

@@ -17,10 +17,11 @@ from vdla.compiler import CompileError, ScheduleCache, compile_conv2d
 from vdla.compiler.chain import join_programs, weight_relocator
 from vdla.compiler.pool import compile_pool
 from vdla.compiler.search import emit_program
+from vdla.compiler.spec import OutputView
 from vdla.config import HwConfig
 from vdla.graph.graph import Graph, Node
 from vdla.graph.layout import blocked_shape
-from vdla.graph.ops import infer_types
+from vdla.graph.ops import infer_types, interleave_type
 from vdla.graph.types import TensorType
 from vdla.graph.verify import verify
 from vdla.isa import Insn, IsaError, encode_program, validate_program
@@ -68,7 +69,7 @@ class ModelBuilder:
     def build_steps(self, plan: Placement) -> None:
         """CPU steps with their boundary conversions, accelerator steps, in the order of the placement's
         regions."""
-        units = fuse_pools(plan.units(), self.g)
+        units = self.stored_interleaves(fuse_pools(plan.units(), self.g))
         accel_needs: dict[str, set[int]] = {}  # value -> blocks an accelerator layer reads it in
         self.weight_needs: set[str] = set()  # values a layer reads as its run-time weight
         for kind, unit in units:
@@ -90,14 +91,15 @@ class ModelBuilder:
             """Values a CPU node outside ``region`` or the caller of the model reads."""
             return {v for v, readers in cpu_readers.items() if readers - region} | graph_outputs
 
-        accel_out = {unit.out for kind, unit in units if kind == "accel"}
+        accel_out = {unit.out for kind, unit in units if kind == "accel"} | {v for v, _ in self.views.values()}
         if self.weight_needs & accel_out:
             raise CompileError(f"run-time weights {sorted(self.weight_needs & accel_out)} must be packed on the host")
         self.pending: dict[str, str] = {}  # accel output -> its DRAM tensor (block_out)
         for kind, unit in units:
             if kind == "accel":
                 self.steps.append(("accel", unit))
-                self.pending[unit.out] = self.dram_tensor(unit.out, self.cfg.block_out)
+                target = self.views[unit.out][0] if unit.out in self.views else unit.out
+                self.pending[unit.out] = self.pending[target] = self.dram_tensor(target, self.cfg.block_out)
             else:
                 self.steps.append(("cpu", self.cpu_region(unit, accel_needs, host_needs, accel_out, plan.notes)))
         # graph outputs the accelerator produced: unpack them on the host
@@ -110,6 +112,38 @@ class ModelBuilder:
         if direct:
             step = self.cpu_region([], accel_needs, host_needs, accel_out, {}, extra_outputs=direct)
             self.steps.insert(0, ("cpu", step))
+
+    def stored_interleaves(self, units: list) -> list:
+        """The units without the ``interleave`` nodes whose phases the accelerator stores in place: each phase
+        layer writes its strided slots of the interleaved tensor (``self.views``: phase output ->
+        (interleaved value, :class:`~vdla.compiler.spec.OutputView`)), so no CPU step unpacks, interleaves and
+        packs again. An interleave is stored so when every phase is a conv2d layer's output (no residual, no
+        fused pool) that nothing else reads."""
+        layers = {u.out: u for kind, u in units if kind == "accel" and isinstance(u, AccelLayer)}
+        consumers = self.g.consumers()
+        self.views: dict[str, tuple[str, OutputView]] = {}
+        out = []
+        for kind, unit in units:
+            if kind == "cpu":
+                unit = [n for n in unit if not (n.op == "interleave" and self.store_phases(n, layers, consumers))]
+                if not unit:
+                    continue
+            out.append((kind, unit))
+        return out
+
+    def store_phases(self, node: Node, layers: dict[str, AccelLayer], consumers: dict[str, list[Node]]) -> bool:
+        """Whether the phases of the interleave ``node`` can store in place; if so their views are recorded."""
+        phases = [layers.get(v) for v in node.inputs]
+        ok = len(set(node.inputs)) == len(node.inputs) and all(
+            p is not None and p.op == "conv2d" and p.residual is None and p.pool is None for p in phases
+        )
+        if not ok or any(consumers.get(v, []) != [node] or v in self.g.outputs for v in node.inputs):
+            return False
+        (sh, sw), out = interleave_type([self.types[v] for v in node.inputs], node.attrs["stride"])
+        full = out.shape[2:]
+        for p, v in enumerate(node.inputs):
+            self.views[v] = (node.output, OutputView(full, divmod(p, sw), (sh, sw)))
+        return True
 
     def accel_reads(self, layer: AccelLayer) -> list[str]:
         reads = [self.dram_tensor(layer.x, self.cfg.block_in)]
@@ -129,9 +163,10 @@ class ModelBuilder:
             else:
                 reads, writes = list(s.dram_inputs.values()), list(s.dram_outputs.values())
             for t in writes:
-                if t in first:
+                if t in first and not (kind == "accel" and s.out in self.views):  # phases share their tensor
                     raise CompileError(f"DRAM tensor {t!r} is written twice (steps {first[t]} and {i})")
-                first[t], last[t] = i, max(last.get(t, i), i)
+                first.setdefault(t, i)
+                last[t] = max(last.get(t, i), i)
             for t in reads:
                 if t not in first:
                     raise CompileError(f"step {i} reads DRAM tensor {t!r} before any step writes it")
@@ -212,6 +247,7 @@ class ModelBuilder:
             dilation=g.dilation,
             epilogue=layer.epilogue,
             max_pool=layer.max_pool(),
+            out_view=self.views[layer.out][1] if layer.out in self.views else None,
             config=self.cfg,
             cache=self.cache,
         )
