@@ -6,7 +6,8 @@ quantization with onnxruntime.
 blocks with strided 1x1 projections, global average pool, dense) at any width, depth and input size;
 ``resnet18()`` is the real thing at 224x224. ``mobilenet_v1`` and ``mobilenet_v2`` are the standard layouts
 (depthwise separable convolutions; inverted residuals with linear bottlenecks and ReLU6) at any width
-multiplier, input size and class count; ``mlp`` a Gemm/MatMul+Add stack with ReLU. ``quantize_qdq`` is
+multiplier, input size and class count; ``mlp`` a Gemm/MatMul+Add stack with ReLU; ``unet`` a small U-Net
+(its upsampling a ConvTranspose 2x2 stride 2) and ``attention`` one multi-head self-attention block. ``quantize_qdq`` is
 the independent int8 reference: onnxruntime's static quantizer in QDQ format, per-channel symmetric int8
 weights and symmetric int8 activations (zero point 0, what the accelerator computes with).
 
