@@ -19,7 +19,10 @@ around a max pool, reshape, transpose or ReLU becomes ``op(x)`` on int8, and ``q
 with the same scale becomes ``x``. ``quantize(global_avg_pool(dequantize(x)))`` becomes the integer average
 the accelerator's ALU runs, ``global_sum_pool(x) -> mul(m, shift=s) -> clip -> cast(int8)`` with
 ``m / 2^s`` approximating ``s_x / (H*W*s_y)`` (the exact product rounded once, half up, where
-QuantizeLinear rounds the float mean half to even: within one step of it). Everything else stays in float
+QuantizeLinear rounds the float mean half to even: within one step of it). A conv_transpose is lowered like a
+conv2d (its weight per output channel on axis 1). ``quantize(matmul(dequantize(a_q), dequantize(b_q)))`` of
+two computed int8 tensors becomes one ``dense`` per batch index, ``a[i]`` by the run-time weight ``b[i]^T``,
+with the requantizing epilogue (:meth:`_QdqLowering.lower_matmul`). Everything else stays in float
 with its quantize/dequantize nodes (the CPU fallback runs it exactly as written).
 Only symmetric int8 (zero point 0) is lowered.
 

@@ -77,7 +77,7 @@ class ModelBuilder:
                 accel_needs.setdefault(unit.x, set()).add(self.cfg.block_in)
                 if unit.residual:
                     accel_needs.setdefault(unit.residual, set()).add(self.cfg.block_out)
-                if getattr(unit, "w", None):
+                if unit.w:
                     self.weight_needs.add(unit.w)
         cpu_readers: dict[str, set[str]] = {}  # value -> CPU nodes reading it
         for k, unit in units:
@@ -149,7 +149,7 @@ class ModelBuilder:
         reads = [self.dram_tensor(layer.x, self.cfg.block_in)]
         if layer.residual:
             reads.append(self.dram_tensor(layer.residual, self.cfg.block_out))
-        if getattr(layer, "w", None):
+        if layer.w:
             reads.append(self.weight_tensor(layer.w))
         return reads
 
@@ -288,7 +288,7 @@ class ModelBuilder:
         tensors = {"inp": self.dram_tensor(layer.x, self.cfg.block_in), "out": self.pending[layer.out]}
         if layer.residual:
             tensors["res"] = self.dram_tensor(layer.residual, self.cfg.block_out)
-        if getattr(layer, "w", None):
+        if layer.w:
             tensors["wgt"] = self.weight_tensor(layer.w)
         buffers: dict[str, Buffer] = {}
         for role, t in tensors.items():

@@ -76,6 +76,7 @@ class PoolLayer:
     out: str
     spec: PoolSpec
     residual: None = None
+    w: None = None
 
 
 def _known_nonneg(value: str, graph: Graph) -> bool:
