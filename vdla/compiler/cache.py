@@ -11,7 +11,7 @@ import json
 import os
 from pathlib import Path
 
-from vdla.compiler.spec import Conv2dSpec, EpilogueSpec
+from vdla.compiler.spec import Conv2dSpec, EpilogueSpec, OutputView
 from vdla.config import HwConfig
 
 SCHEMA = 5  # 4: Schedule.res_inp (an int8 residual in INP, added by the identity GEMM); 5: column-subsampled windows
@@ -22,9 +22,13 @@ def default_cache_dir() -> Path:
     return Path(os.environ.get("VDLA_CACHE_DIR") or Path.home() / ".cache" / "vdla")
 
 
-def cache_key(cfg: HwConfig, spec: Conv2dSpec, epi: EpilogueSpec, vthreads: int | str) -> str:
-    """The entry of a layer: schema, config name and hash, shape, epilogue structure, thread request."""
-    return f"v{SCHEMA}:{cfg.name}:{cfg.hash:08x}:{spec.key()}:{epi.key()}:vt{vthreads}"
+def cache_key(
+    cfg: HwConfig, spec: Conv2dSpec, epi: EpilogueSpec, vthreads: int | str, view: OutputView | None = None
+) -> str:
+    """The entry of a layer: schema, config name and hash, shape, epilogue structure, thread request, and the
+    output view where the layer stores into a larger tensor."""
+    key = f"v{SCHEMA}:{cfg.name}:{cfg.hash:08x}:{spec.key()}:{epi.key()}:vt{vthreads}"
+    return key if view is None else f"{key}:{view.key()}"
 
 
 class ScheduleCache:

@@ -18,7 +18,7 @@ from vdla.compiler.fused_pool import FusedPool
 from vdla.compiler.identity import EYE, identity_weights
 from vdla.compiler.schedule import ConvLowering, Schedule
 from vdla.compiler.search import SearchResult, build_stream, emit_program, search
-from vdla.compiler.spec import CompileError, Conv2dSpec, EpilogueSpec
+from vdla.compiler.spec import CompileError, Conv2dSpec, EpilogueSpec, OutputView
 from vdla.config import DEFAULT_PRESET, HwConfig, load_config
 from vdla.graph.epilogue import Epilogue
 from vdla.graph.layout import pack_activation, pack_channels, pack_weights, unpack_activation
@@ -89,11 +89,12 @@ class CompiledConv2d:
     def __init__(
         self,
         spec: Conv2dSpec,
-        weights: np.ndarray,
+        weights: np.ndarray | tuple[int, ...],
         cfg: HwConfig,
         epilogue: Epilogue,
         *,
         pool: Window | None = None,
+        view: OutputView | None = None,
         vthreads: int | str = "auto",
         schedule: Schedule | None = None,
         cache: ScheduleCache | None = None,
@@ -101,16 +102,16 @@ class CompiledConv2d:
         t0 = time.perf_counter()
         if pool is not None:
             FusedPool.for_layer(pool, (spec.oh, spec.ow), epilogue)
-        if weights.dtype != np.int8 or weights.shape != spec.weight_shape:
-            raise CompileError(
-                f"weights must be int8 of shape {spec.weight_shape} (OIHW), got {weights.dtype} {weights.shape}"
-            )
+        runtime = isinstance(weights, tuple)  # the shape of weights that reach DRAM at run time
+        got = (np.dtype(np.int8), weights) if runtime else (weights.dtype, weights.shape)
+        if got != (np.dtype(np.int8), spec.weight_shape):
+            raise CompileError(f"weights must be int8 of shape {spec.weight_shape} (OIHW), got {got[0]} {got[1]}")
         ep = normalize(epilogue)
         self.epilogue = EpilogueSpec.of(ep, pool)
         self.spec, self.cfg = spec, cfg
         imm = int(ep.multiplier) if self.epilogue.multiplier == "imm" else 1
-        self.lowering = ConvLowering(spec, self.epilogue, cfg, imm)
-        self.constants = {"wgt": pack_weights(weights, cfg.block_out, cfg.block_in)}
+        self.lowering = ConvLowering(spec, self.epilogue, cfg, imm, view)
+        self.constants = {} if runtime else {"wgt": pack_weights(weights, cfg.block_out, cfg.block_in)}
         self.constants.update(_constants(ep, self.epilogue, spec.oc, cfg))
         need = sum(self.lowering.tensor_bytes().values())
         if need > cfg.dram_bytes:
@@ -136,14 +137,22 @@ class CompiledConv2d:
         residual: np.ndarray | None = None,
         max_cycles: int | None = None,
         timeline: bool = False,
+        weights: np.ndarray | None = None,
     ) -> LayerRun:
-        """Run on ``dev``: x is (N, C, H, W) int8; ``residual`` (N, OC, OH, OW) if the layer adds one."""
+        """Run on ``dev``: x is (N, C, H, W) int8; ``residual`` (N, OC, OH, OW) if the layer adds one;
+        ``weights`` (OIHW int8) exactly when the layer was compiled for weights given at run time."""
         sp, cfg = self.spec, self.cfg
+        if (weights is None) != ("wgt" in self.constants):
+            raise CompileError("weights are given at run time exactly when the layer was compiled with their shape")
         if dev.cfg != cfg:
             raise CompileError(f"compiled for config {cfg.name!r}, the device runs {dev.cfg.name!r}")
         if x.dtype != np.int8 or x.shape != (sp.n, sp.c, sp.h, sp.w):
             raise CompileError(f"input must be int8 of shape {(sp.n, sp.c, sp.h, sp.w)}, got {x.dtype} {x.shape}")
         arrays = dict(self.constants, inp=pack_activation(x, cfg.batch, cfg.block_in))
+        if weights is not None:
+            if weights.dtype != np.int8 or weights.shape != sp.weight_shape:
+                raise CompileError(f"weights must be int8 {sp.weight_shape}, got {weights.dtype} {weights.shape}")
+            arrays["wgt"] = pack_weights(weights, cfg.block_out, cfg.block_in)
         if self.epilogue.residual:
             want = RESIDUAL_DTYPES[self.epilogue.residual]
             if residual is None or residual.dtype != want or residual.shape != sp.out_shape:
@@ -155,9 +164,12 @@ class CompiledConv2d:
         elif residual is not None:
             raise CompileError("the layer was compiled without a residual input")
         low = self.lowering
-        shape = (low.ng, low.ob, *low.out_hw, cfg.batch, cfg.block_out)
+        shape = (low.ng, low.ob, *low.out_tensor_hw, cfg.batch, cfg.block_out)
         packed, result = run_bound(dev, low, self.stream, arrays, shape, max_cycles=max_cycles, timeline=timeline)
-        return LayerRun(unpack_activation(packed, sp.n, sp.oc), result)
+        if low.view is not None:  # this layer's pixels of the larger tensor
+            (y0, x0), (sy, sx), (oh, ow) = low.view.offset, low.view.step, low.out_hw
+            packed = packed[:, :, y0 : y0 + (oh - 1) * sy + 1 : sy, x0 : x0 + (ow - 1) * sx + 1 : sx]
+        return LayerRun(unpack_activation(np.ascontiguousarray(packed), sp.n, sp.oc), result)
 
     def program(self, dev: Device | None = None) -> list[Insn]:
         """The instruction stream (against scratch buffers), e.g. for disassembly."""
@@ -166,7 +178,7 @@ class CompiledConv2d:
 
 def compile_conv2d(
     input_shape: tuple[int, int, int, int],
-    weights: np.ndarray,
+    weights: np.ndarray | tuple[int, int, int, int],
     *,
     stride=1,
     padding=0,
@@ -174,6 +186,7 @@ def compile_conv2d(
     groups: int = 1,
     epilogue: Epilogue | None = None,
     max_pool: tuple | None = None,
+    out_view: OutputView | None = None,
     config=DEFAULT_PRESET,
     vthreads: int | str = "auto",
     schedule: Schedule | None = None,
@@ -183,17 +196,22 @@ def compile_conv2d(
     requantization, residual, clamp; the int32 accumulator truncated to int8 without one) for inputs of
     ``input_shape`` (NCHW) on ``config``. ``max_pool`` = (kernel, stride, padding) fuses a max pool of the
     output into the layer's tiles (:mod:`vdla.compiler.fused_pool`): the run returns the pooled tensor. The
-    schedule is searched (``vthreads`` virtual threads or "auto", results kept in ``cache``) unless given."""
-    spec = Conv2dSpec.make(input_shape, weights.shape[0], weights.shape[2:], stride, padding, dilation, groups)
+    schedule is searched (``vthreads`` virtual threads or "auto", results kept in ``cache``) unless given.
+    ``out_view`` stores the output pixels into a larger tensor (:class:`~vdla.compiler.spec.OutputView`: one
+    phase of an interleave; the run returns the layer's own pixels). ``weights`` given as a shape (a tuple)
+    are computed at run time: the program loads them from the DRAM tensor bound as ``wgt``, packed by
+    :func:`vdla.graph.layout.pack_weights`, and the layer has no weight constant."""
+    shape = weights if isinstance(weights, tuple) else weights.shape
+    spec = Conv2dSpec.make(input_shape, shape[0], shape[2:], stride, padding, dilation, groups)
     pool = None
     if max_pool is not None:
         try:
             pool = make_window("max_pool2d", (spec.oh, spec.ow), *max_pool[:2], 1, max_pool[2])[0]
         except (UnsupportedError, TypeError, IndexError) as e:
             raise CompileError(f"max_pool must be (kernel, stride, padding) fitting the output: {e}") from e
-    if weights.ndim != 4 or weights.shape[1] != spec.c:
-        raise CompileError(f"weights {weights.shape} do not match {spec.c} input channels (OIHW)")
-    options = {"pool": pool, "vthreads": vthreads, "schedule": schedule, "cache": cache}
+    if len(shape) != 4 or shape[1] != spec.c:
+        raise CompileError(f"weights {shape} do not match {spec.c} input channels (OIHW)")
+    options = {"pool": pool, "view": out_view, "vthreads": vthreads, "schedule": schedule, "cache": cache}
     return CompiledConv2d(spec, weights, load_config(config), epilogue or Epilogue(), **options)
 
 
@@ -216,23 +234,29 @@ class CompiledDense:
         residual: np.ndarray | None = None,
         max_cycles: int | None = None,
         timeline: bool = False,
+        weights: np.ndarray | None = None,
     ) -> LayerRun:
-        """x is (M, K) int8; ``residual`` (M, N) if the layer adds one. Returns (M, N) int8."""
+        """x is (M, K) int8; ``residual`` (M, N) if the layer adds one; ``weights`` (N, K) int8 when compiled
+        for weights given at run time. Returns (M, N) int8."""
         if x.ndim != 2 or x.shape[0] != self.m:
             raise CompileError(f"dense input must be ({self.m}, K), got {x.shape}")
         res = None if residual is None else self._to_nchw(residual)
-        run = self.conv.run(dev, self._to_nchw(x), res, max_cycles, timeline)
+        w = None if weights is None else weights[:, :, None, None]
+        run = self.conv.run(dev, self._to_nchw(x), res, max_cycles, timeline, w)
         out = run.out[:, :, 0, :].transpose(0, 2, 1).reshape(-1, run.out.shape[1])[: self.m]
         return LayerRun(np.ascontiguousarray(out), run.result)
 
 
-def compile_dense(m: int, weights: np.ndarray, *, config=DEFAULT_PRESET, **kwargs) -> CompiledDense:
-    """Compile x (m, K) @ weights (N, K).T + epilogue (keyword arguments of :func:`compile_conv2d`)."""
+def compile_dense(m: int, weights: np.ndarray | tuple[int, int], *, config=DEFAULT_PRESET, **kwargs) -> CompiledDense:
+    """Compile x (m, K) @ weights (N, K).T + epilogue (keyword arguments of :func:`compile_conv2d`); weights
+    given as their shape (N, K) are computed at run time (see :func:`compile_conv2d`)."""
     cfg = load_config(config)
-    if weights.ndim != 2:
-        raise CompileError(f"dense weights must be (N, K), got {weights.shape}")
+    shape = weights if isinstance(weights, tuple) else weights.shape
+    if len(shape) != 2:
+        raise CompileError(f"dense weights must be (N, K), got {shape}")
     if m < 1:
         raise CompileError(f"dense needs at least one row, got m={m}")
     width = -(-m // cfg.batch)
-    conv = compile_conv2d((cfg.batch, weights.shape[1], 1, width), weights[:, :, None, None], config=cfg, **kwargs)
+    w4 = (*shape, 1, 1) if isinstance(weights, tuple) else weights[:, :, None, None]
+    conv = compile_conv2d((cfg.batch, shape[1], 1, width), w4, config=cfg, **kwargs)
     return CompiledDense(m, conv)

@@ -47,7 +47,7 @@ from vdla.compiler.fused_pool import FusedPool
 from vdla.compiler.identity import EYE, identity_bytes, identity_fits, identity_gemm, load_identity
 from vdla.compiler.intrinsic import GemmIntrinsic, conv2d_contraction, tensorize
 from vdla.compiler.microcode import Limits, MicroKernel, fits_loop, lower_nest, uop_count
-from vdla.compiler.spec import CompileError, Conv2dSpec, EpilogueSpec
+from vdla.compiler.spec import CompileError, Conv2dSpec, EpilogueSpec, OutputView
 from vdla.compiler.transfer import MAX_STRIDE, plan_transfers
 from vdla.compiler.vthreads import interleave, prologue_block
 from vdla.config import HwConfig
@@ -142,8 +142,11 @@ def window_transfers(layout: dict[str, tuple[int, int]], ext: dict[str, int], of
 class ConvLowering:
     """A conv2d layer with its epilogue, tensorized for one hardware config."""
 
-    def __init__(self, spec: Conv2dSpec, epi: EpilogueSpec, cfg: HwConfig, mul_imm: int = 1):
+    def __init__(
+        self, spec: Conv2dSpec, epi: EpilogueSpec, cfg: HwConfig, mul_imm: int = 1, view: OutputView | None = None
+    ):
         self.spec, self.epi, self.cfg = spec, epi, cfg
+        self.view = view  # where the output pixels sit in a larger tensor (None: a tensor of their own)
         self.intrinsic = GemmIntrinsic.from_config(cfg)
         top, _, left, _ = spec.pad
         self.tensorized = tensorize(
@@ -166,6 +169,8 @@ class ConvLowering:
         self.col_step = spec.sw if spec.kw == 1 else 1  # one-column kernels read every sw-th input column only
         self._nests: dict[tuple, tuple] = {}
         self.pool = FusedPool.make(epi.pool, (spec.oh, spec.ow)) if epi.pool else None
+        if view is not None:
+            view.check(self.out_hw, epi)
         if self.row_step * spec.w > MAX_STRIDE:
             raise CompileError(
                 f"input rows of {spec.w} elements (row stride {self.row_step * spec.w}) exceed the "
@@ -177,6 +182,11 @@ class ConvLowering:
     def out_hw(self) -> tuple[int, int]:
         """Rows and columns of the stored output: the convolution's, or the fused pool's."""
         return self.pool.out_hw if self.pool else (self.spec.oh, self.spec.ow)
+
+    @property
+    def out_tensor_hw(self) -> tuple[int, int]:
+        """Rows and columns of the output tensor the layer stores into (its view's, or its own)."""
+        return self.view.full_hw if self.view else self.out_hw
 
     def in_rows(self, noh: int) -> int:
         """Input rows (padding included) held for ``noh`` output rows: every ``row_step``-th row of the input."""
@@ -477,7 +487,7 @@ class ConvLowering:
     def tensor_bytes(self) -> dict[str, int]:
         """DRAM bytes of every tensor the program touches."""
         c, sp = self.cfg, self.spec
-        pixels_out = self.ng * self.ob * self.out_hw[0] * self.out_hw[1]
+        pixels_out = self.ng * self.ob * self.out_tensor_hw[0] * self.out_tensor_hw[1]
         out = {
             "inp": self.ng * self.ib * sp.h * sp.w * c.inp_elem_bytes,
             "wgt": self.ob * self.ib * self.taps * c.wgt_elem_bytes,
@@ -654,9 +664,10 @@ class ThreadBuilder:
     def output_transfers(self, t: Tile) -> list:
         """The 2-D transfers between the tile's accumulators and an output-shaped tensor."""
         low = self.low
-        oh, ow = low.out_hw
-        offset = ((t.ng * low.ob + t.ob) * oh + t.oy) * ow + t.ox
-        return plan_transfers(0, offset, [(t.noc, oh * ow), (t.noh, ow), (t.now, 1)])
+        oh, ow = low.out_tensor_hw
+        (y0, x0), (sy, sx) = (low.view.offset, low.view.step) if low.view else ((0, 0), (1, 1))
+        offset = ((t.ng * low.ob + t.ob) * oh + y0 + t.oy * sy) * ow + x0 + t.ox * sx
+        return plan_transfers(0, offset, [(t.noc, oh * ow), (t.noh, sy * ow), (t.now, sx)])
 
     def input_loads(self, t: Tile, ib0: int, nic: int) -> list[Load]:
         """The input window of a tile for input-channel blocks [ib0, ib0+nic) (:meth:`ConvLowering.window_layout`),

@@ -89,7 +89,7 @@ def search(
 ) -> SearchResult:
     """The fastest schedule found for a layer (from the cache when it has one)."""
     t0 = time.perf_counter()
-    key = cache_key(low.cfg, low.spec, low.epi, vthreads)
+    key = cache_key(low.cfg, low.spec, low.epi, vthreads, low.view)
     hit = cache.get(key) if cache else None
     if hit:
         return SearchResult(

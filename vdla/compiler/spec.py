@@ -246,3 +246,29 @@ class EpilogueSpec:
             (kh, kw), (sh, sw), pads = self.pool.kernel, self.pool.stride, self.pool.pads
             pool = f"p{kh}x{kw}s{sh}x{sw}p{'_'.join(map(str, pads))}"
         return f"b{int(self.bias)}m{self.multiplier}s{self.shift}c{lo}_{hi}r{self.residual or '-'}{rescale}{pool}"
+
+
+@dataclass(frozen=True)
+class OutputView:
+    """Where a layer's output pixels sit in a larger output tensor: output pixel ``(y, x)`` is pixel
+    ``(offset_y + y*step_y, offset_x + x*step_x)`` of a tensor of ``full_hw`` pixels per channel block (one
+    phase of an interleave: a transposed convolution's stride phases store straight into the result).
+
+    Invariant: the view is inside the full tensor for the layer's ``out_hw`` (:meth:`check`)."""
+
+    full_hw: tuple[int, int]
+    offset: tuple[int, int] = (0, 0)
+    step: tuple[int, int] = (1, 1)
+
+    def check(self, out_hw: tuple[int, int], epi: EpilogueSpec) -> None:
+        """Raise CompileError unless the view holds an ``out_hw`` output and the epilogue stores it alone."""
+        for n, full, off, st in zip(out_hw, self.full_hw, self.offset, self.step, strict=True):
+            if not (st >= 1 and 0 <= off < st and off + (n - 1) * st < full):
+                raise CompileError(f"output view {self} does not hold a {out_hw[0]}x{out_hw[1]} output")
+        if epi.residual or epi.pool is not None:
+            raise CompileError("an output view takes no residual and no fused pool")
+
+    def key(self) -> str:
+        """A stable text key (schedule cache)."""
+        (h, w), (oy, ox), (sy, sx) = self.full_hw, self.offset, self.step
+        return f"view{h}x{w}o{oy}_{ox}s{sy}_{sx}"

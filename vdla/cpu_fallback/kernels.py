@@ -23,9 +23,11 @@ from vdla.cpu_fallback.specs import (
     ChainSpec,
     ConcatSpec,
     CpuConv2dSpec,
+    CpuConvTransposeSpec,
     CpuDenseSpec,
     GlobalAvgPoolSpec,
     Im2colSpec,
+    InterleaveSpec,
     MatMulSpec,
     PackSpec,
     PadSpec,
@@ -726,3 +728,73 @@ def _conv2d(spec: CpuConv2dSpec, kb: KernelBuilder) -> None:
             with kb.loop(0, valid) as j:
                 acc = b.load(b.gep(spill, [i64(0), j], source_etype=spill.type.pointee), typ=LL_TYPES[spec.acc.dtype])
                 _epilogue_store(kb, spec, chain, acc, [n, o_c, oh, b.add(ow0, j)], b.add(obase, j))
+
+
+def _reach(k: int, s: int, d: int, pad: int, n_in: int, n_out: int) -> tuple[int, int]:
+    """The input indices ``[lo, hi)`` that kernel tap ``k`` carries inside an output of ``n_out``:
+    ``0 <= i*s + k*d - pad < n_out``."""
+    lo = max(0, -(-(pad - k * d) // s))
+    return lo, max(lo, min(n_in, (n_out - 1 + pad - k * d) // s + 1))
+
+
+@_emit.register
+def _conv_transpose(spec: CpuConvTransposeSpec, kb: KernelBuilder) -> None:
+    """Scatter form: the output starts at the bias (or zero), then every input pixel under every kernel tap
+    adds ``x * w`` to the output pixel it lands on (int32 wrapping, or float32). The input rows and columns
+    each kernel row and column carries inside the output are compile-time tables, so the inner loops, along
+    the input row, need no bounds checks."""
+    b = kb.b
+    n_n, c, h, w = spec.x.shape
+    _, ocg, kh_n, kw_n = spec.w.shape
+    oc, oh_n, ow_n = spec.out.shape[1:]
+    win, g_n = spec.window, spec.groups
+    icg, dt, acc_dt = c // g_n, spec.x.dtype, spec.out.dtype
+    fl = is_float(dt)
+    x, wt = kb.inputs[:2]
+    y = kb.out
+    (sh, sw), (dh, dw) = win.stride, win.dilation
+    top, _, left, _ = win.pads
+    rows = [_reach(k, sh, dh, top, h, oh_n) for k in range(kh_n)]
+    cols = [_reach(k, sw, dw, left, w, ow_n) for k in range(kw_n)]
+    r_lo, r_hi = kb.table([r[0] for r in rows]), kb.table([r[1] for r in rows])
+    c_lo, c_hi = kb.table([r[0] for r in cols]), kb.table([r[1] for r in cols])
+    with kb.loops([n_n, oc]) as (n, o):
+        start = kb.load(acc_dt, kb.inputs[2], o) if spec.bias is not None else ir.Constant(LL_TYPES[acc_dt], 0)
+        base = kb.linear([n, o], [oc * oh_n * ow_n, oh_n * ow_n])
+        with kb.loop(0, oh_n * ow_n) as p:
+            kb.store(start, acc_dt, y, b.add(base, p))
+    with kb.loops([n_n, g_n, ocg, icg, kh_n, kw_n]) as (n, g, o, ic, ky, kx):
+        wv = _widened(
+            kb,
+            dt,
+            wt,
+            kb.linear([g, ic, o, ky, kx], [icg * ocg * kh_n * kw_n, ocg * kh_n * kw_n, kh_n * kw_n, kw_n, 1]),
+        )
+        x_plane = kb.linear([n, g, ic], [c * h * w, icg * h * w, h * w])
+        y_plane = kb.linear([n, g, o], [oc * oh_n * ow_n, ocg * oh_n * ow_n, oh_n * ow_n])
+        ox0 = b.sub(b.mul(kx, i64(dw)), i64(left))
+        with kb.loop(r_lo(ky), r_hi(ky)) as iy:
+            oy = b.sub(b.add(b.mul(iy, i64(sh)), b.mul(ky, i64(dh))), i64(top))
+            x_row = b.add(x_plane, b.mul(iy, i64(w)))
+            y_row = b.add(b.add(y_plane, b.mul(oy, i64(ow_n))), ox0)
+            with kb.loop(c_lo(kx), c_hi(kx)) as ix:
+                off = b.add(y_row, b.mul(ix, i64(sw)))
+                xv = _widened(kb, dt, x, b.add(x_row, ix))
+                kb.store(_mac(kb, kb.load(acc_dt, y, off), xv, wv, fl), acc_dt, y, off)
+
+
+@_emit.register
+def _interleave(spec: InterleaveSpec, kb: KernelBuilder) -> None:
+    """One strided copy per phase: phase (py, px) row ``j`` lands on output row ``j*sh + py``, its columns
+    every ``sw``-th from ``px``."""
+    b = kb.b
+    n, c, j_n, i_n = spec.inputs[0].shape
+    (sh, sw), (oh, ow) = spec.stride, spec.out.shape[2:]
+    dt = spec.out.dtype
+    for p, src in enumerate(kb.inputs):
+        py, px = divmod(p, sw)
+        with kb.loop(0, n * c) as nc, kb.loop(0, j_n) as j:
+            row_in = kb.linear([nc, j], [j_n * i_n, i_n])
+            row_out = kb.linear([nc, j], [oh * ow, sh * ow], py * ow + px)
+            with kb.loop(0, i_n) as i:
+                kb.store(kb.load(dt, src, b.add(row_in, i)), dt, kb.out, b.add(row_out, b.mul(i, i64(sw))))

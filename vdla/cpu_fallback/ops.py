@@ -15,6 +15,7 @@ from vdla.cpu_fallback.specs import (
     Spec,
     make_concat,
     make_conv2d,
+    make_conv_transpose,
     make_dense,
     make_global_avg_pool,
     make_im2col,
@@ -180,6 +181,29 @@ def conv2d(
         r.steps,
     )
     return _run(spec, [x, w, *(contiguous(a) for a in r.operands)], out)
+
+
+def conv_transpose(
+    x: np.ndarray,
+    w: np.ndarray,
+    bias: np.ndarray | None = None,
+    *,
+    stride=1,
+    padding=0,
+    dilation=1,
+    output_padding=0,
+    groups: int = 1,
+    out: Out = None,
+) -> np.ndarray:
+    """Transposed convolution of NCHW ``x`` by ``w`` (C, O/groups, KH, KW) + bias (O,): int8 -> int32,
+    float32 -> float32. ``padding`` is an int, (ph, pw) or (top, bottom, left, right)."""
+    x, w = _arr("conv_transpose", x), _arr("conv_transpose", w)
+    arrays = [x, w] + ([] if bias is None else [_arr("conv_transpose", bias)])
+    types = [TensorType.of(a, "conv_transpose") for a in arrays]
+    spec = make_conv_transpose(
+        *types, stride=stride, padding=padding, dilation=dilation, output_padding=output_padding, groups=groups
+    )
+    return _run(spec, arrays, out)
 
 
 def matmul(a: np.ndarray, b: np.ndarray, *, out: Out = None) -> np.ndarray:

@@ -13,9 +13,11 @@ from vdla.cpu_fallback.specs import (
     ChainSpec,
     ConcatSpec,
     CpuConv2dSpec,
+    CpuConvTransposeSpec,
     CpuDenseSpec,
     GlobalAvgPoolSpec,
     Im2colSpec,
+    InterleaveSpec,
     MatMulSpec,
     PackSpec,
     PadSpec,
@@ -122,3 +124,19 @@ def _(spec: CpuDenseSpec, x: np.ndarray, w: np.ndarray, *operands: np.ndarray) -
 @reference.register
 def _(spec: CpuConv2dSpec, x: np.ndarray, w: np.ndarray, *operands: np.ndarray) -> np.ndarray:
     return _with_epilogue(spec, oracle.conv2d(x, w, spec.window, spec.groups), operands)
+
+
+@reference.register
+def _(spec: CpuConvTransposeSpec, x: np.ndarray, w: np.ndarray, *bias: np.ndarray) -> np.ndarray:
+    win = spec.window
+    acc = oracle.conv_transpose(x, w, win.stride, win.dilation, win.pads, spec.out.shape[2:], spec.groups)
+    if not bias:
+        return acc
+    if acc.dtype == np.int32:
+        return (acc.astype(np.int64) + bias[0].reshape(1, -1, 1, 1)).astype(np.int32)
+    return (acc + bias[0].reshape(1, -1, 1, 1)).astype(np.float32)
+
+
+@reference.register
+def _(spec: InterleaveSpec, *phases: np.ndarray) -> np.ndarray:
+    return oracle.interleave(list(phases), spec.stride)

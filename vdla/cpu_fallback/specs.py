@@ -16,14 +16,17 @@ import numpy as np
 from vdla.graph.ew import Arg, Const, EwStep, operand_fits, step_result_dtype
 from vdla.graph.layout import blocked_shape
 from vdla.graph.ops import (
+    TransposedWindow,
     concat_type,
     im2col_type,
+    interleave_type,
     matmul_type,
     pad_type,
     pool_window,
     resize_type,
     slice_type,
     transpose_type,
+    transposed_window,
 )
 from vdla.graph.types import TensorType, UnsupportedError, is_float
 from vdla.graph.window import Window, make_window
@@ -355,6 +358,57 @@ def make_conv2d(
     return CpuConv2dSpec(x, w, win, groups, acc, _epilogue(op, acc, epilogue_inputs, tuple(epilogue)))
 
 
+@dataclass(frozen=True)
+class CpuConvTransposeSpec:
+    """Direct grouped transposed convolution: NCHW ``x``, ``w`` (C, O/groups, KH, KW), an optional bias (O,)
+    of the accumulator's dtype; int8 -> int32 (wrapping) or float32."""
+
+    x: TensorType
+    w: TensorType
+    bias: TensorType | None
+    window: TransposedWindow
+    groups: int
+    out: TensorType
+
+
+def make_conv_transpose(
+    x: TensorType,
+    w: TensorType,
+    bias: TensorType | None = None,
+    stride=1,
+    padding=0,
+    dilation=1,
+    output_padding=0,
+    groups: int = 1,
+) -> CpuConvTransposeSpec:
+    op = "conv_transpose"
+    acc_dtype = _acc_dtype(op, x, w)
+    _need(
+        op, len(x.shape) == 4 and len(w.shape) == 4, f"expects NCHW x and (C, O/g, KH, KW) w, got {x.shape}, {w.shape}"
+    )
+    n, c = x.shape[:2]
+    _need(op, groups >= 1 and c % groups == 0 and w.shape[0] == c, f"groups={groups} does not fit {x.shape}, {w.shape}")
+    oc = w.shape[1] * groups
+    _need(op, bias is None or (bias.shape == (oc,) and bias.dtype == acc_dtype), f"bias must be {acc_dtype} ({oc},)")
+    win, (oh, ow) = transposed_window(x.shape[2:], w.shape[2:], stride, dilation, padding, output_padding)
+    return CpuConvTransposeSpec(x, w, bias, win, int(groups), TensorType((n, oc, oh, ow), acc_dtype))
+
+
+@dataclass(frozen=True)
+class InterleaveSpec:
+    """``sh * sw`` NCHW phases of one type interleaved into (N, C, J*sh, I*sw)
+    (:func:`vdla.graph.oracle.interleave`)."""
+
+    inputs: tuple[TensorType, ...]
+    stride: tuple[int, int]
+    out: TensorType
+
+
+def make_interleave(inputs: tuple[TensorType, ...], stride) -> InterleaveSpec:
+    stride, out = interleave_type(inputs, stride)
+    return InterleaveSpec(tuple(t.plain for t in inputs), stride, out.plain)
+
+
 Spec = (
     ChainSpec
     | Pool2dSpec
@@ -371,17 +425,21 @@ Spec = (
     | MatMulSpec
     | CpuDenseSpec
     | CpuConv2dSpec
+    | CpuConvTransposeSpec
+    | InterleaveSpec
 )
 
 
 def spec_inputs(spec: Spec) -> tuple[TensorType, ...]:
     """Types of the arrays a kernel for ``spec`` takes, in call order (the output comes last)."""
-    if isinstance(spec, ChainSpec | ConcatSpec):
+    if isinstance(spec, ChainSpec | ConcatSpec | InterleaveSpec):
         return spec.inputs
     if isinstance(spec, CpuDenseSpec | CpuConv2dSpec):
         return (spec.x, spec.w, *(spec.epilogue.inputs[1:] if spec.epilogue else ()))
     if isinstance(spec, MatMulSpec):
         return (spec.a, spec.b)
+    if isinstance(spec, CpuConvTransposeSpec):
+        return (spec.x, spec.w) if spec.bias is None else (spec.x, spec.w, spec.bias)
     return (spec.x,)
 
 
@@ -400,6 +458,8 @@ _OP_NAMES = {
     MatMulSpec: "matmul",
     CpuDenseSpec: "dense",
     CpuConv2dSpec: "conv2d",
+    CpuConvTransposeSpec: "conv_transpose",
+    InterleaveSpec: "interleave",
 }
 
 

@@ -34,7 +34,7 @@ from vdla.graph.ew import EW, EwDef, node_steps, step_result_dtype
 from vdla.graph.graph import Graph, Node, reshaped
 from vdla.graph.layout import blocked_shape
 from vdla.graph.types import Quant, TensorType, UnsupportedError
-from vdla.graph.window import Window, make_window
+from vdla.graph.window import Window, make_window, pair
 from vdla.isa.arith import wrap32
 
 INJECTIVE, REDUCTION, COMPLEX, OPAQUE = "injective", "reduction", "complex", "opaque"
@@ -307,6 +307,127 @@ def matmul_type(a: TensorType, b: TensorType) -> TensorType:
 )
 def _matmul(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarray]) -> TensorType:
     return matmul_type(*inputs)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Transposed convolution (ConvTranspose). The accelerator runs an int8 one as stride-phase convolutions
+# (the graph pass vdla.graph.convt rewrites it into conv2d layers before placement).
+
+
+@dataclass(frozen=True)
+class TransposedWindow:
+    """The geometry of a 2-D transposed convolution: kernel, stride, dilation, output padding (each
+    (rows, cols)) and pads (top, bottom, left, right; a negative pad extends the output). Input row ``iy``
+    under kernel row ``ky`` lands on output row ``iy*sh + ky*dh - top``."""
+
+    kernel: tuple[int, int]
+    stride: tuple[int, int]
+    dilation: tuple[int, int]
+    pads: tuple[int, int, int, int]
+    output_padding: tuple[int, int] = (0, 0)
+
+    def out_size(self, h: int, w: int) -> tuple[int, int]:
+        """``(in - 1) * stride + (kernel - 1) * dilation + 1 - pad_begin - pad_end + output_padding`` per axis."""
+        top, bottom, left, right = self.pads
+        return tuple(
+            (n - 1) * s + (k - 1) * d + 1 - a - b + op
+            for n, s, k, d, a, b, op in zip(
+                (h, w), self.stride, self.kernel, self.dilation, (top, left), (bottom, right), self.output_padding
+            )
+        )
+
+
+def transposed_window(
+    x_hw: tuple[int, int], kernel, stride=1, dilation=1, padding=0, output_padding=0
+) -> tuple[TransposedWindow, tuple[int, int]]:
+    """The checked geometry of a transposed convolution over an ``x_hw`` input and its output size: stride
+    and dilation at least 1, output padding smaller than the stride or the dilation (ONNX's rule), padding an
+    int, (ph, pw) or (top, bottom, left, right), and an output of at least one pixel."""
+    op = "conv_transpose"
+    p = (padding,) * 4 if isinstance(padding, int) else tuple(int(v) for v in padding)
+    p = (p[0], p[0], p[1], p[1]) if len(p) == 2 else p
+    _need(op, len(p) == 4, f"padding must be an int, (ph, pw) or (top, bottom, left, right), got {padding!r}")
+    win = TransposedWindow(
+        pair(op, "kernel", kernel),
+        pair(op, "stride", stride),
+        pair(op, "dilation", dilation),
+        p,
+        pair(op, "output_padding", output_padding, minimum=0),
+    )
+    for axis in (0, 1):
+        limit = max(win.stride[axis], win.dilation[axis])
+        _need(op, win.output_padding[axis] < limit, f"output_padding {win.output_padding} must be below {limit}")
+    oh, ow = win.out_size(*x_hw)
+    _need(op, oh >= 1 and ow >= 1, f"geometry {win} gives an empty output over input {x_hw}")
+    return win, (oh, ow)
+
+
+def _ct_window(node: Node, x_hw: tuple[int, int], kernel) -> tuple[TransposedWindow, tuple[int, int]]:
+    a = node.attrs
+    return transposed_window(
+        x_hw, kernel, a.get("stride", 1), a.get("dilation", 1), a.get("padding", 0), a.get("output_padding", 0)
+    )
+
+
+def _eval_conv_transpose(node: Node, args: list[np.ndarray], types: list[TensorType], out: TensorType) -> np.ndarray:
+    x, w, *bias = args
+    win, hw = _ct_window(node, x.shape[2:], w.shape[2:])
+    acc = oracle.conv_transpose(x, w, win.stride, win.dilation, win.pads, hw, int(node.attrs.get("groups", 1)))
+    return _accumulate_bias(acc, bias, (1, -1, 1, 1))
+
+
+@register(
+    "conv_transpose",
+    COMPLEX,
+    2,
+    3,
+    evaluate=_eval_conv_transpose,
+    cpu=CpuKernel("make_conv_transpose"),
+)
+def _conv_transpose(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarray]) -> TensorType:
+    """NCHW ``x`` and ``w`` of shape (C, O/groups, KH, KW) (ONNX's layout) -> (N, O, OH, OW): int8 x int8
+    accumulates into int32, float32 into float32; the optional bias has one value per output channel."""
+    x, w, *bias = inputs
+    op = "conv_transpose"
+    _need(
+        op, len(x.shape) == 4 and len(w.shape) == 4, f"expects NCHW x and (C, O/g, KH, KW) w, got {x.shape}, {w.shape}"
+    )
+    acc = _acc_dtype(op, x, w)
+    groups = int(node.attrs.get("groups", 1))
+    n, c = x.shape[:2]
+    _need(op, groups >= 1 and c % groups == 0, f"groups={groups} must divide the {c} input channels")
+    _need(op, w.shape[0] == c, f"weight has {w.shape[0]} input channels, expected {c}")
+    oc = w.shape[1] * groups
+    _, (oh, ow) = _ct_window(node, x.shape[2:], w.shape[2:])
+    _check_bias(op, bias, oc, acc)
+    return TensorType((n, oc, oh, ow), acc)
+
+
+def interleave_type(inputs: list[TensorType] | tuple[TensorType, ...], stride) -> tuple[tuple[int, int], TensorType]:
+    """The checked stride and the output type of interleaving ``sh * sw`` phases of one NCHW shape and dtype
+    (row-major over the phase (py, px)) into (N, C, J*sh, I*sw); a quantization all phases share is kept."""
+    op = "interleave"
+    sh, sw = pair(op, "stride", stride)
+    _need(op, len(inputs) == sh * sw, f"stride {(sh, sw)} interleaves {sh * sw} phases, got {len(inputs)}")
+    first = inputs[0]
+    _need(op, len(first.shape) == 4, f"expects NCHW phases, got shape {first.shape}")
+    for t in inputs:
+        _need(op, t.shape == first.shape and t.dtype == first.dtype, f"phases differ: {first} and {t}")
+    quants = {t.quant for t in inputs}
+    n, c, j, i = first.shape
+    return (sh, sw), TensorType((n, c, j * sh, i * sw), first.dtype, quants.pop() if len(quants) == 1 else None)
+
+
+@register(
+    "interleave",
+    INJECTIVE,
+    1,
+    1 << 16,
+    evaluate=lambda node, args, types, out: oracle.interleave(args, interleave_type(types, node.attrs["stride"])[0]),
+    cpu=CpuKernel("make_interleave", variadic=True),
+)
+def _interleave(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarray]) -> TensorType:
+    return interleave_type(inputs, node.attrs["stride"])[1]
 
 
 def _eval_batch_norm(node: Node, args: list[np.ndarray], types: list[TensorType], out: TensorType) -> np.ndarray:

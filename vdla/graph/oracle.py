@@ -65,6 +65,49 @@ def dense(x: np.ndarray, w: np.ndarray) -> np.ndarray:
     return _accumulated(x.astype(np.float64) @ w.astype(np.float64).T, x.dtype.kind in "iu")
 
 
+def conv_transpose(
+    x: np.ndarray,
+    w: np.ndarray,
+    stride: tuple[int, int],
+    dilation: tuple[int, int],
+    pads: tuple[int, int, int, int],
+    out_hw: tuple[int, int],
+    groups: int = 1,
+) -> np.ndarray:
+    """NCHW x (C, O/groups, KH, KW) grouped transposed convolution -> (N, O, OH, OW) accumulators (int32 for
+    integer inputs, else float32): input pixel ``(iy, ix)`` under tap ``(ky, kx)`` adds ``x * w`` to output
+    ``(iy*sh + ky*dh - top, ix*sw + kx*dw - left)``; ``pads`` (top, bottom, left, right) crop the full
+    output (a negative pad extends it with zeros), ``out_hw`` is its size after the crop and output padding."""
+    n, c, h, wd = x.shape
+    _, ocg, kh, kw = w.shape
+    (sh, sw), (dh, dw), (top, _, left, _) = stride, dilation, pads
+    icg = c // groups
+    full = np.zeros((n, groups, ocg, (h - 1) * sh + (kh - 1) * dh + 1, (wd - 1) * sw + (kw - 1) * dw + 1))
+    xg = x.astype(np.float64).reshape(n, groups, icg, h, wd)
+    wg = w.astype(np.float64).reshape(groups, icg, ocg, kh, kw)
+    for ky in range(kh):
+        for kx in range(kw):
+            rows = slice(ky * dh, ky * dh + (h - 1) * sh + 1, sh)
+            cols = slice(kx * dw, kx * dw + (wd - 1) * sw + 1, sw)
+            full[:, :, :, rows, cols] += np.einsum("ngchw,gco->ngohw", xg, wg[..., ky, kx])
+    full = full.reshape(n, groups * ocg, *full.shape[3:])
+    acc = np.zeros((n, groups * ocg, *out_hw))
+    (oh, ow), (fh, fw) = out_hw, full.shape[2:]
+    y0, y1, x0, x1 = max(top, 0), min(top + oh, fh), max(left, 0), min(left + ow, fw)
+    if y0 < y1 and x0 < x1:
+        acc[:, :, y0 - top : y1 - top, x0 - left : x1 - left] = full[:, :, y0:y1, x0:x1]
+    return _accumulated(acc, x.dtype.kind in "iu")
+
+
+def interleave(phases: list[np.ndarray], stride: tuple[int, int]) -> np.ndarray:
+    """Phases (N, C, J, I), row-major over (py, px), -> (N, C, J*sh, I*sw): phase (py, px) at rows
+    ``j*sh + py`` and columns ``i*sw + px``."""
+    sh, sw = stride
+    n, c, j, i = phases[0].shape
+    stacked = np.stack(phases).reshape(sh, sw, n, c, j, i)
+    return np.ascontiguousarray(stacked.transpose(2, 3, 4, 0, 5, 1)).reshape(n, c, j * sh, i * sw)
+
+
 def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """numpy's ``a @ b`` of float operands (batch dimensions broadcast), summed in float64 -> float32."""
     return (a.astype(np.float64) @ b.astype(np.float64)).astype(np.float32)

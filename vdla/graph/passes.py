@@ -10,8 +10,8 @@ outputs (under the same names), which :func:`vdla.graph.verify.verify` accepts.
   parameters (one with computed statistics stays: the CPU path refuses it; the ONNX frontend writes those
   out with sqrt and div);
 * :func:`fold_constants`: a node whose inputs are all parameters is evaluated (:mod:`vdla.graph.interp`)
-  and becomes a parameter, except a ``dequantize`` producing the weight of a conv2d/dense/matmul: that
-  int8 weight is what the quantized lowering (:mod:`vdla.graph.qdq`) consumes;
+  and becomes a parameter, except a ``dequantize`` producing the weight of a conv2d, conv_transpose, dense
+  or matmul: that int8 weight is what the quantized lowering (:mod:`vdla.graph.qdq`) consumes;
 * :func:`eliminate_dead_code`: nodes and parameters no graph output depends on are dropped;
 * :func:`simplify`: identities, constants, batch norms, dead code (constants before batch norms: their
   statistics may be constant expressions, e.g. dequantized in a QDQ model), each verified when asked
@@ -177,7 +177,7 @@ def fold_constants(graph: Graph) -> Graph:
     for the quantized weights kept as nodes)."""
     keep: set[str] = set()
     for n in graph.nodes:
-        if n.op in ("conv2d", "dense", "matmul") and len(n.inputs) > 1:
+        if n.op in ("conv2d", "conv_transpose", "dense", "matmul") and len(n.inputs) > 1:
             keep.add(n.inputs[1])
     producers = graph.producers()
     keep = {v for v in keep if v in producers and producers[v].op == "dequantize"}

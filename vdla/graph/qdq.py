@@ -19,7 +19,10 @@ around a max pool, reshape, transpose or ReLU becomes ``op(x)`` on int8, and ``q
 with the same scale becomes ``x``. ``quantize(global_avg_pool(dequantize(x)))`` becomes the integer average
 the accelerator's ALU runs, ``global_sum_pool(x) -> mul(m, shift=s) -> clip -> cast(int8)`` with
 ``m / 2^s`` approximating ``s_x / (H*W*s_y)`` (the exact product rounded once, half up, where
-QuantizeLinear rounds the float mean half to even: within one step of it). Everything else stays in float
+QuantizeLinear rounds the float mean half to even: within one step of it). A conv_transpose is lowered like a
+conv2d (its weight per output channel on axis 1). ``quantize(matmul(dequantize(a_q), dequantize(b_q)))`` of
+two computed int8 tensors becomes one ``dense`` per batch index, ``a[i]`` by the run-time weight ``b[i]^T``,
+with the requantizing epilogue (:meth:`_QdqLowering.lower_matmul`). Everything else stays in float
 with its quantize/dequantize nodes (the CPU fallback runs it exactly as written).
 Only symmetric int8 (zero point 0) is lowered.
 
@@ -34,14 +37,25 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from vdla.graph.epilogue import FLOAT_STAGES, Epilogue, EpilogueStage, FloatDialect, Rescale, Walk, epilogue_nodes, walk
+from vdla.graph.epilogue import (
+    FLOAT_STAGES,
+    Epilogue,
+    EpilogueStage,
+    FloatDialect,
+    Rescale,
+    Walk,
+    epilogue_nodes,
+    walk,
+)
 from vdla.graph.ew import operand_input, operand_value
 from vdla.graph.graph import Graph, Node
 from vdla.graph.ops import infer_types
-from vdla.graph.passes import eliminate_dead_code
+from vdla.graph.passes import eliminate_dead_code, fresh_name
 from vdla.isa.arith import INT8_MAX, INT8_MIN, choose_requantization
 
 COMMUTING = ("max_pool2d", "reshape", "transpose", "relu")
+# the layers lowered to an integer epilogue, and the weight axis of their output channels
+ANCHOR_AXIS = {"conv2d": 0, "dense": 0, "conv_transpose": 1}
 REL_TOL = 1e-5
 
 
@@ -225,20 +239,23 @@ class _QdqLowering:
         return qlo, qhi
 
     def lower_anchor(self, c: Node) -> None:
-        """Rewrite one conv2d/dense with QDQ inputs and a quantized output, if it matches."""
-        conv = c.op == "conv2d"
-        if conv and (int(c.attrs.get("groups", 1)) != 1 or c.attrs.get("dilation", 1) not in (1, (1, 1), [1, 1])):
+        """Rewrite one conv2d/dense/conv_transpose (groups 1) with QDQ inputs and a quantized output, if it
+        matches; its weight is quantized per tensor or per output channel (:data:`ANCHOR_AXIS`)."""
+        if int(c.attrs.get("groups", 1)) != 1:
+            return
+        if c.op == "conv2d" and c.attrs.get("dilation", 1) not in (1, (1, 1), [1, 1]):
             return
         x, w = self.dq_of(c.inputs[0]), self.dq_of(c.inputs[1])
         if x is None or w is None or not x[1].per_tensor or self.types[x[0]].dtype != "int8":
             return
         (x_q, qx), (w_q, qw) = x, w
-        if w_q not in self.params or self.params[w_q].dtype != np.int8 or qw.axis not in (None, 0):
+        axis = ANCHOR_AXIS[c.op]
+        if w_q not in self.params or self.params[w_q].dtype != np.int8 or qw.axis not in (None, axis):
             return
         tail = self.tail(c)
         if tail is None:
             return
-        channels = self.params[w_q].shape[0]
+        channels = self.params[w_q].shape[axis]
         s_acc = float(qx.scale[0]) * np.broadcast_to(qw.scale, (channels,))
         bias = self.bias_q(c, s_acc, channels) if len(c.inputs) > 2 else None
         if len(c.inputs) > 2 and bias is None:
@@ -296,6 +313,64 @@ class _QdqLowering:
         (mk,), sk = choose_requantization(s_k / s_out)
         return Node("mul", (skip_q,), f"{base}:skip", {"b": int(mk), "shift": int(sk)})
 
+    def lower_matmul(self, c: Node) -> None:
+        """``quantize(matmul(dequantize(a_q), dequantize(b_q)))`` of two computed int8 tensors (per-tensor,
+        symmetric; a ReLU or clip between them folds into the clamp) -> one ``dense`` per batch index of the
+        (broadcast) batch dimensions, ``a[i] (M, K)`` by the run-time weight ``b[i]^T (N, K)`` with the
+        requantizing epilogue ``m / 2^s ~ s_a * s_b / s_y``; the (M, N) int8 results concatenated back into
+        the batched output."""
+        a, b = self.dq_of(c.inputs[0]), self.dq_of(c.inputs[1])
+        if a is None or b is None or not (a[1].per_tensor and b[1].per_tensor):
+            return
+        (a_q, qa), (b_q, qb) = a, b
+        if self.types[a_q].dtype != "int8" or self.types[b_q].dtype != "int8" or b_q in self.params:
+            return
+        tail = self.tail(c)
+        if tail is None or tail.bias is not None or tail.skip is not None:
+            return
+        (m,), shift = choose_requantization(np.array([float(qa.scale[0]) * float(qb.scale[0]) / tail.scale]))
+        out = self.types[c.output].shape
+        mult = np.full(out[-1], int(m), np.int64)  # one per output feature, as a dense layer's epilogue holds it
+        ep = Epilogue(None, mult, int(shift), clip=self.int_bounds(tail.lo, tail.hi, tail.scale))
+        base, quant = tail.last.output, (tail.scale, 0)
+        nodes, heads = [], []
+        for i, index in enumerate(np.ndindex(*out[:-2])):
+            x = self.batch_slice(a_q, index, out, f"{base}:a{i}", nodes)
+            w = self.batch_slice(b_q, index, out, f"{base}:b{i}", nodes)
+            nodes.append(Node("transpose", (w,), f"{base}:bT{i}", {"perm": (1, 0)}))
+            dense = Node("dense", (x, f"{base}:bT{i}"), f"{base}:{i}")
+            nodes += epilogue_nodes(dense, x, f"{base}:bT{i}", ep, f"{base}:{i}", self.param, quant=quant)
+            heads.append(nodes[-1].output)
+        if len(heads) == 1:
+            nodes.append(Node("reshape", (heads[0],), base, {"shape": out}))
+        else:
+            rows = [f"{h}:row" for h in heads]
+            nodes += [Node("reshape", (h,), r, {"shape": (1, *out[-2:])}) for h, r in zip(heads, rows, strict=True)]
+            nodes += [
+                Node("concat", tuple(rows), f"{base}:heads", {"axis": 0}),
+                Node("reshape", (f"{base}:heads",), base, {"shape": out}),
+            ]
+        self.removed.update(n.output for n in [c, *tail.nodes])
+        self.replace[base] = nodes
+
+    def batch_slice(self, v: str, index: tuple[int, ...], out: tuple[int, ...], name: str, nodes: list[Node]) -> str:
+        """The 2-D matrix of ``v`` (rank >= 2) at batch ``index`` of the broadcast batch ``out[:-2]``."""
+        shape = self.types[v].shape
+        if len(shape) == 2:
+            return v
+        lead = index[len(index) - (len(shape) - 2) :]
+        at = tuple(i if d > 1 else 0 for i, d in zip(lead, shape[:-2], strict=True))
+        nodes.append(
+            Node(
+                "slice",
+                (v,),
+                f"{name}:slice",
+                {"starts": (*at, 0, 0), "stops": (*(i + 1 for i in at), *shape[-2:]), "steps": (1,) * len(shape)},
+            )
+        )
+        nodes.append(Node("reshape", (f"{name}:slice",), name, {"shape": shape[-2:]}))
+        return name
+
     def lower_commuting(self, q: Node) -> None:
         """``quantize(op(dequantize(x)))`` with one scale -> ``op(x)``; ``quantize(dequantize(x))`` -> x."""
         qq = qparams(q, self.params)
@@ -343,8 +418,10 @@ class _QdqLowering:
 
     def run(self) -> Graph:
         for node in self.g.nodes:
-            if node.op in ("conv2d", "dense") and node.output not in self.removed:
+            if node.op in ANCHOR_AXIS and node.output not in self.removed:
                 self.lower_anchor(node)
+            elif node.op == "matmul" and node.output not in self.removed:
+                self.lower_matmul(node)
         for node in self.g.nodes:
             if node.op == "quantize":
                 self.lower_global_avg(node)
@@ -365,6 +442,61 @@ class _QdqLowering:
         return name
 
 
+LAYERS = ("conv2d", "dense")
+
+
+def _reshape_after_dq(n: Node, g: Graph, producers, consumers, types) -> Node | None:
+    """The symmetric per-tensor dequantize of an int8 value that ``n`` reshapes for layers alone, or None."""
+    src = producers.get(n.inputs[0]) if n.op == "reshape" else None
+    q = qparams(src, g.params) if src is not None else None
+    if q is None or src.op != "dequantize" or not q.per_tensor or q.zero_point != 0 or n.output in g.outputs:
+        return None
+    readers = consumers.get(n.output, [])
+    ok = readers and all(r.op in LAYERS and r.inputs[0] == n.output for r in readers)
+    return src if ok and types[src.inputs[0]].dtype == "int8" else None
+
+
+def _quantized_reshape(n: Node, g: Graph, producers, consumers) -> Node | None:
+    """The reshape of a layer's output that only the per-tensor quantize ``n`` reads, or None."""
+    src = producers.get(n.inputs[0]) if n.op == "quantize" else None
+    q = qparams(n, g.params)
+    if src is None or src.op != "reshape" or q is None or not q.per_tensor or src.output in g.outputs:
+        return None
+    inner = producers.get(src.inputs[0])
+    return src if inner is not None and inner.op in LAYERS and len(consumers.get(src.output, [])) == 1 else None
+
+
+def reshapes_inside_qdq(graph: Graph) -> Graph:
+    """Move the reshapes that stand between a dense/conv2d layer and its quantize/dequantize nodes to the
+    int8 side (the ONNX importer flattens a batched MatMul's input to the dense layer's (M, K) and shapes its
+    output back): ``reshape(dequantize(x_q))`` read only by layers becomes ``dequantize(reshape(x_q))``, and
+    ``quantize(reshape(layer output))`` becomes ``reshape(quantize(layer output))``. Both are exact (a
+    reshape moves no value; the quantization is per tensor) and keep every value's name."""
+    types, producers, consumers = infer_types(graph), graph.producers(), graph.consumers()
+    taken = set(types)
+    nodes: list[Node] = []
+    for n in graph.nodes:
+        dq = _reshape_after_dq(n, graph, producers, consumers, types)
+        rs = _quantized_reshape(n, graph, producers, consumers)
+        if dq is not None:
+            moved = fresh_name(f"{n.output}:q", taken)
+            nodes += [
+                Node("reshape", (dq.inputs[0],), moved, n.attrs),
+                Node("dequantize", (moved, *dq.inputs[1:]), n.output, dq.attrs),
+            ]
+        elif rs is not None:
+            moved = fresh_name(f"{n.output}:pre", taken)
+            nodes = [m for m in nodes if m.output != rs.output]
+            nodes += [
+                Node("quantize", (rs.inputs[0], *n.inputs[1:]), moved, n.attrs),
+                Node("reshape", (moved,), n.output, rs.attrs),
+            ]
+        else:
+            nodes.append(n)
+    return graph.copy(nodes=nodes)
+
+
 def lower_qdq(graph: Graph) -> Graph:
-    """Rewrite the QDQ patterns of ``graph`` into integer operators (see the module docstring)."""
-    return _QdqLowering(graph).run()
+    """Rewrite the QDQ patterns of ``graph`` into integer operators (see the module docstring), after moving
+    the reshapes around its layers inside their quantization (:func:`reshapes_inside_qdq`)."""
+    return _QdqLowering(reshapes_inside_qdq(graph)).run()

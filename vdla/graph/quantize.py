@@ -5,9 +5,10 @@ epilogue.
 
 Which values become int8 (the plan, :func:`plan_quantization`; structure only, no data):
 
-* every conv2d/dense the lowering handles (groups 1, no dilation, constant float weights and bias, not
-  kept in float) is an *anchor*: its input is quantized per tensor, its weights per output channel
-  (symmetric int8 in [-127, 127], scale ``max|w[c]| / 127``), its bias to int32 at ``s_x * s_w[c]``;
+* every conv2d/dense/conv_transpose the lowering handles (groups 1, no dilation of a conv2d, constant float
+  weights and bias, not kept in float) is an *anchor*: its input is quantized per tensor, its weights per
+  output channel (axis 0, a conv_transpose's axis 1; symmetric int8 in [-127, 127], scale
+  ``max|w[c]| / 127``), its bias to int32 at ``s_x * s_w[c]``;
 * an anchor's *epilogue chain* (the nodes that read only the previous one: a constant bias add, at most
   one residual add of a value computed before the anchor, then ReLU or a constant clip) ends in a value
   quantized at its own calibrated scale: ReLU/clip fold into the epilogue's clamp. With
@@ -53,10 +54,10 @@ from vdla.graph.calibrate import (
     choose_threshold,
 )
 from vdla.graph.epilogue import FLOAT_STAGES, FloatDialect, walk
-from vdla.graph.fusion import EPILOGUE_ANCHORS as ANCHORS
 from vdla.graph.graph import Graph, Node
 from vdla.graph.ops import infer_types
 from vdla.graph.passes import fresh_name
+from vdla.graph.qdq import ANCHOR_AXIS as ANCHORS
 from vdla.graph.qdq import COMMUTING
 from vdla.isa.arith import INT8_MAX
 
@@ -192,12 +193,14 @@ class _Planner:
         self.dialect = PlannerDialect(graph, self.types, self.kept)
 
     def is_anchor(self, node: Node) -> bool:
-        """A conv2d/dense the QDQ lowering turns into an accelerator epilogue, not kept in float."""
+        """A conv2d/dense/conv_transpose the QDQ lowering turns into an accelerator epilogue, not kept in float."""
         x = node.inputs[0]
         if node.op not in ANCHORS or node.output in self.kept or x in self.g.params or self.types[x].dtype != "float32":
             return False
         a = node.attrs
-        if node.op == "conv2d" and (int(a.get("groups", 1)) != 1 or a.get("dilation", 1) not in (1, (1, 1), [1, 1])):
+        if int(a.get("groups", 1)) != 1:
+            return False
+        if node.op == "conv2d" and a.get("dilation", 1) not in (1, (1, 1), [1, 1]):
             return False
         return all(self.is_float_param(p) for p in node.inputs[1:])
 
@@ -317,14 +320,15 @@ class _QdqWriter:
     def anchor_inputs(self, node: Node, x: str) -> tuple[list[Node], tuple[str, ...]]:
         """Dequantize nodes of the int8 weights and int32 bias, and the anchor's new inputs."""
         w = self.g.params[node.inputs[1]]
+        axis = ANCHORS[node.op]  # the output channels' axis
         where = f"{node.op} {node.output!r} (weights {node.inputs[1]!r})"
-        s_w = weight_scales(w, where, self.power_of_two)
-        shaped = s_w.reshape((-1,) + (1,) * (w.ndim - 1))
+        s_w = weight_scales(np.moveaxis(w, axis, 0), where, self.power_of_two)
+        shaped = s_w.reshape(tuple(-1 if i == axis else 1 for i in range(w.ndim)))
         w_q = np.clip(np.rint(w / shaped), -WEIGHT_MAX, WEIGHT_MAX).astype(np.int8)
         base = node.output
         wq, ws = self.param(f"{base}:w_q", w_q), self.param(f"{base}:w_scale", shaped)
         w_dq = self.fresh(f"{base}:w")
-        nodes = [Node("dequantize", (wq, ws), w_dq, {"axis": 0, "zero_point": 0})]
+        nodes = [Node("dequantize", (wq, ws), w_dq, {"axis": axis, "zero_point": 0})]
         inputs = [x, w_dq]
         if len(node.inputs) > 2:
             nodes.append(self.bias(node, s_w, self.scale[x]))

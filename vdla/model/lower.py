@@ -17,10 +17,11 @@ from vdla.compiler import CompileError, ScheduleCache, compile_conv2d
 from vdla.compiler.chain import join_programs, weight_relocator
 from vdla.compiler.pool import compile_pool
 from vdla.compiler.search import emit_program
+from vdla.compiler.spec import OutputView
 from vdla.config import HwConfig
 from vdla.graph.graph import Graph, Node
 from vdla.graph.layout import blocked_shape
-from vdla.graph.ops import infer_types
+from vdla.graph.ops import infer_types, interleave_type
 from vdla.graph.types import TensorType
 from vdla.graph.verify import verify
 from vdla.isa import Insn, IsaError, encode_program, validate_program
@@ -56,16 +57,28 @@ class ModelBuilder:
         self.dram.setdefault(name, (_packed(t, self.cfg, block)[0], t.dtype))
         return name
 
+    def weight_tensor(self, value: str) -> str:
+        """The DRAM tensor of a dense layer's weight computed at run time: the (N, K) int8 ``value`` in the
+        packed weight layout (:func:`vdla.graph.layout.pack_weights`, what ``pack_blocked`` writes with
+        batch ``block_out`` and block ``block_in``)."""
+        n, k = self.types[value].shape
+        name = f"{value}@wgt"
+        self.dram.setdefault(name, (blocked_shape((n, k, 1, 1), self.cfg.block_out, self.cfg.block_in), "int8"))
+        return name
+
     def build_steps(self, plan: Placement) -> None:
         """CPU steps with their boundary conversions, accelerator steps, in the order of the placement's
         regions."""
-        units = fuse_pools(plan.units(), self.g)
+        units = self.stored_interleaves(fuse_pools(plan.units(), self.g))
         accel_needs: dict[str, set[int]] = {}  # value -> blocks an accelerator layer reads it in
+        self.weight_needs: set[str] = set()  # values a layer reads as its run-time weight
         for kind, unit in units:
             if kind == "accel":
                 accel_needs.setdefault(unit.x, set()).add(self.cfg.block_in)
                 if unit.residual:
                     accel_needs.setdefault(unit.residual, set()).add(self.cfg.block_out)
+                if unit.w:
+                    self.weight_needs.add(unit.w)
         cpu_readers: dict[str, set[str]] = {}  # value -> CPU nodes reading it
         for k, unit in units:
             if k == "cpu":
@@ -78,12 +91,15 @@ class ModelBuilder:
             """Values a CPU node outside ``region`` or the caller of the model reads."""
             return {v for v, readers in cpu_readers.items() if readers - region} | graph_outputs
 
-        accel_out = {unit.out for kind, unit in units if kind == "accel"}
+        accel_out = {unit.out for kind, unit in units if kind == "accel"} | {v for v, _ in self.views.values()}
+        if self.weight_needs & accel_out:
+            raise CompileError(f"run-time weights {sorted(self.weight_needs & accel_out)} must be packed on the host")
         self.pending: dict[str, str] = {}  # accel output -> its DRAM tensor (block_out)
         for kind, unit in units:
             if kind == "accel":
                 self.steps.append(("accel", unit))
-                self.pending[unit.out] = self.dram_tensor(unit.out, self.cfg.block_out)
+                target = self.views[unit.out][0] if unit.out in self.views else unit.out
+                self.pending[unit.out] = self.pending[target] = self.dram_tensor(target, self.cfg.block_out)
             else:
                 self.steps.append(("cpu", self.cpu_region(unit, accel_needs, host_needs, accel_out, plan.notes)))
         # graph outputs the accelerator produced: unpack them on the host
@@ -97,10 +113,44 @@ class ModelBuilder:
             step = self.cpu_region([], accel_needs, host_needs, accel_out, {}, extra_outputs=direct)
             self.steps.insert(0, ("cpu", step))
 
+    def stored_interleaves(self, units: list) -> list:
+        """The units without the ``interleave`` nodes whose phases the accelerator stores in place: each phase
+        layer writes its strided slots of the interleaved tensor (``self.views``: phase output ->
+        (interleaved value, :class:`~vdla.compiler.spec.OutputView`)), so no CPU step unpacks, interleaves and
+        packs again. An interleave is stored so when every phase is a conv2d layer's output (no residual, no
+        fused pool) that nothing else reads."""
+        layers = {u.out: u for kind, u in units if kind == "accel" and isinstance(u, AccelLayer)}
+        consumers = self.g.consumers()
+        self.views: dict[str, tuple[str, OutputView]] = {}
+        out = []
+        for kind, unit in units:
+            if kind == "cpu":
+                unit = [n for n in unit if not (n.op == "interleave" and self.store_phases(n, layers, consumers))]
+                if not unit:
+                    continue
+            out.append((kind, unit))
+        return out
+
+    def store_phases(self, node: Node, layers: dict[str, AccelLayer], consumers: dict[str, list[Node]]) -> bool:
+        """Whether the phases of the interleave ``node`` can store in place; if so their views are recorded."""
+        phases = [layers.get(v) for v in node.inputs]
+        ok = len(set(node.inputs)) == len(node.inputs) and all(
+            p is not None and p.op == "conv2d" and p.residual is None and p.pool is None for p in phases
+        )
+        if not ok or any(consumers.get(v, []) != [node] or v in self.g.outputs for v in node.inputs):
+            return False
+        (sh, sw), out = interleave_type([self.types[v] for v in node.inputs], node.attrs["stride"])
+        full = out.shape[2:]
+        for p, v in enumerate(node.inputs):
+            self.views[v] = (node.output, OutputView(full, divmod(p, sw), (sh, sw)))
+        return True
+
     def accel_reads(self, layer: AccelLayer) -> list[str]:
         reads = [self.dram_tensor(layer.x, self.cfg.block_in)]
         if layer.residual:
             reads.append(self.dram_tensor(layer.residual, self.cfg.block_out))
+        if layer.w:
+            reads.append(self.weight_tensor(layer.w))
         return reads
 
     def lifetimes(self) -> list[Lifetime]:
@@ -113,9 +163,10 @@ class ModelBuilder:
             else:
                 reads, writes = list(s.dram_inputs.values()), list(s.dram_outputs.values())
             for t in writes:
-                if t in first:
+                if t in first and not (kind == "accel" and s.out in self.views):  # phases share their tensor
                     raise CompileError(f"DRAM tensor {t!r} is written twice (steps {first[t]} and {i})")
-                first[t], last[t] = i, max(last.get(t, i), i)
+                first.setdefault(t, i)
+                last[t] = max(last.get(t, i), i)
             for t in reads:
                 if t not in first:
                     raise CompileError(f"step {i} reads DRAM tensor {t!r} before any step writes it")
@@ -196,6 +247,7 @@ class ModelBuilder:
             dilation=g.dilation,
             epilogue=layer.epilogue,
             max_pool=layer.max_pool(),
+            out_view=self.views[layer.out][1] if layer.out in self.views else None,
             config=self.cfg,
             cache=self.cache,
         )
@@ -236,6 +288,8 @@ class ModelBuilder:
         tensors = {"inp": self.dram_tensor(layer.x, self.cfg.block_in), "out": self.pending[layer.out]}
         if layer.residual:
             tensors["res"] = self.dram_tensor(layer.residual, self.cfg.block_out)
+        if layer.w:
+            tensors["wgt"] = self.weight_tensor(layer.w)
         buffers: dict[str, Buffer] = {}
         for role, t in tensors.items():
             shape, dtype = self.dram[t]
@@ -294,6 +348,12 @@ class ModelBuilder:
                 post.append(Node("pack_blocked", (src,), out, {"batch": cfg.batch, "block": block}))
                 outputs.append(out)
                 dram_outputs[out] = self.dram_tensor(v, block)
+            if v in self.weight_needs:  # (N, K) -> the packed weight layout
+                post.append(Node("reshape", (v,), f"{v}@oihw", {"shape": [*self.types[v].shape, 1, 1]}))
+                packed = {"batch": cfg.block_out, "block": cfg.block_in}
+                post.append(Node("pack_blocked", (f"{v}@oihw",), f"{v}@outwgt", packed))
+                outputs.append(f"{v}@outwgt")
+                dram_outputs[f"{v}@outwgt"] = self.weight_tensor(v)
         params = {p: self.g.params[p] for n in nodes for p in n.inputs if p in self.g.params}
         ptypes = {p: t for p, t in self.g.param_types.items() if p in params}
         graph = Graph(g_inputs, [*pre, *nodes, *post], outputs, params, ptypes, name=f"cpu{len(self.steps)}")

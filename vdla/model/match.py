@@ -37,22 +37,25 @@ class AccelLayer:
 
     Invariant: ``nodes`` are the node outputs the layer computes, the anchor first; ``residual`` is the value
     the epilogue adds exactly when ``epilogue.residual`` names its dtype; ``pool`` is a max pool of the
-    output fused into the tiles (its output is then ``out``)."""
+    output fused into the tiles (its output is then ``out``); ``w`` names the int8 value a dense layer's weight
+    is computed as at run time (``weights`` is then its OIHW shape, and a CPU step packs it for the layer)."""
 
     op: str
     nodes: tuple[str, ...]
     x: str
     out: str
     in_shape: tuple[int, int, int, int]  # NCHW the compiler sees (dense: (M, K, 1, 1))
-    weights: np.ndarray  # OIHW int8
+    weights: np.ndarray | tuple[int, int, int, int]  # OIHW int8, or the shape of run-time weights
     geometry: ConvGeometry
     epilogue: Epilogue
     residual: str | None = None
     pool: PoolLayer | None = None
+    w: str | None = None
 
     def spec(self) -> Conv2dSpec:
         """The layer's shape as the compiler checks it (raises CompileError naming what does not fit)."""
-        g, sh = self.geometry, self.weights.shape
+        g = self.geometry
+        sh = self.weights if self.w is not None else self.weights.shape
         return Conv2dSpec.make(self.in_shape, sh[0], sh[2:], g.stride, g.padding, g.dilation)
 
     def max_pool(self) -> tuple | None:
@@ -73,6 +76,7 @@ class PoolLayer:
     out: str
     spec: PoolSpec
     residual: None = None
+    w: None = None
 
 
 def _known_nonneg(value: str, graph: Graph) -> bool:
@@ -174,7 +178,8 @@ def match_accel(anchor: Node, graph: Graph, types: dict[str, TensorType]) -> Acc
     x, w = anchor.inputs[0], anchor.inputs[1]
     if len(anchor.inputs) > 2:
         return "a float bias (the accelerator adds an int32 bias after quantization)"
-    if types[x].dtype != "int8" or w not in graph.params or graph.params[w].dtype != np.int8:
+    runtime = anchor.op == "dense" and w not in graph.params and types[w].dtype == "int8"
+    if types[x].dtype != "int8" or not (runtime or (w in graph.params and graph.params[w].dtype == np.int8)):
         return "not quantized to int8 (run a QDQ model, or quantize with --calib)"
     conv = anchor.op == "conv2d"
     a = anchor.attrs
@@ -184,8 +189,12 @@ def match_accel(anchor: Node, graph: Graph, types: dict[str, TensorType]) -> Acc
     if isinstance(found, str):
         return found
     geometry = ConvGeometry(a.get("stride", 1), a.get("padding", 0), a.get("dilation", 1))
-    weights = graph.params[w] if conv else graph.params[w][:, :, None, None]
+    if runtime:
+        weights = (*types[w].shape, 1, 1)
+    else:
+        weights = graph.params[w] if conv else graph.params[w][:, :, None, None]
     in_shape = types[x].shape if conv else (*types[x].shape, 1, 1)
-    return AccelLayer(
+    layer = AccelLayer(
         anchor.op, found.nodes, x, found.output, tuple(in_shape), weights, geometry, found.epilogue, found.residual
     )
+    return replace(layer, w=w) if runtime else layer

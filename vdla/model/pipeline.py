@@ -4,7 +4,8 @@ Pipeline (each pass verified, dumped with ``CompileOptions.dump``):
 
 1. import (``vdla.frontend.onnx``) and simplification (identities, batch-norm folding, constants, dead
    code); a float model with calibration data is quantized to int8 (:mod:`vdla.graph.quantize`);
-2. QDQ lowering (``vdla.graph.qdq``): quantized layers become the accelerator's integer epilogue; a first
+2. QDQ lowering (``vdla.graph.qdq``): quantized layers become the accelerator's integer epilogue; an int8
+   transposed convolution becomes stride-phase convolutions and an interleave (``vdla.graph.convt``); a first
    convolution over few channels becomes an im2col on the host and a 1x1 convolution (``vdla.graph.im2col``);
 3. fusion and partitioning (:mod:`vdla.model.place`, the layers recognised by :mod:`vdla.model.match`);
 4. layout, memory planning and the accelerator layers' code (:mod:`vdla.model.lower`);
@@ -29,6 +30,7 @@ from vdla.compiler import CompileError, ScheduleCache
 from vdla.config import DEFAULT_PRESET, HwConfig, load_config
 from vdla.graph import dump as gdump
 from vdla.graph.calibrate import DEFAULT_PERCENTILE, METHODS
+from vdla.graph.convt import phase_convs
 from vdla.graph.graph import Graph
 from vdla.graph.im2col import im2col_convs
 from vdla.graph.ops import infer_types
@@ -124,7 +126,7 @@ def compile_graph_model(
     graph = after("input", graph, time.perf_counter())
     # the first convolution's kernel window folded into its reduction (vdla.graph.im2col)
     im2col = ("im2col", lambda g: im2col_convs(g, cfg.block_in))
-    for name, fn in [*(passes or []), ("lower_qdq", lower_qdq), im2col]:
+    for name, fn in [*(passes or []), ("lower_qdq", lower_qdq), ("conv_transpose_phases", phase_convs), im2col]:
         t0 = time.perf_counter()
         graph = after(name, fn(graph), t0)
     t0 = time.perf_counter()

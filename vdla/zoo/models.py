@@ -6,7 +6,8 @@ quantization with onnxruntime.
 blocks with strided 1x1 projections, global average pool, dense) at any width, depth and input size;
 ``resnet18()`` is the real thing at 224x224. ``mobilenet_v1`` and ``mobilenet_v2`` are the standard layouts
 (depthwise separable convolutions; inverted residuals with linear bottlenecks and ReLU6) at any width
-multiplier, input size and class count; ``mlp`` a Gemm/MatMul+Add stack with ReLU. ``quantize_qdq`` is
+multiplier, input size and class count; ``mlp`` a Gemm/MatMul+Add stack with ReLU; ``unet`` a small U-Net
+(its upsampling a ConvTranspose 2x2 stride 2) and ``attention`` one multi-head self-attention block. ``quantize_qdq`` is
 the independent int8 reference: onnxruntime's static quantizer in QDQ format, per-channel symmetric int8
 weights and symmetric int8 activations (zero point 0, what the accelerator computes with).
 
@@ -45,9 +46,9 @@ class _Builder:
         self.count += 1
         return f"{prefix}{self.count}"
 
-    def init(self, prefix: str, value: np.ndarray) -> str:
+    def init(self, prefix: str, value: np.ndarray, dtype: type = np.float32) -> str:
         n = self.name(prefix)
-        self.inits.append(self.numpy_helper.from_array(value.astype(np.float32), n))
+        self.inits.append(self.numpy_helper.from_array(np.asarray(value).astype(dtype), n))
         return n
 
     def conv_bn(
@@ -280,6 +281,82 @@ def mlp(features: int = 64, hidden: Sequence[int] = (128, 64), classes: int = 10
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
     b.onnx.checker.check_model(model)
     return model
+
+
+def _model(b: _Builder, name: str, inputs: list, outputs: list):
+    helper = b.helper
+    graph = helper.make_graph(b.nodes, name, inputs, outputs, b.inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    b.onnx.checker.check_model(model)
+    return model
+
+
+def unet(seed: int = 0, image: int = 16, in_channels: int = 3, widths: Sequence[int] = (16, 32), classes: int = 4):
+    """A small U-Net for tests: two conv-bn-relu at full resolution (the skip), a 2x2 max pool, a conv-bn-relu
+    at half resolution, a ConvTranspose 2x2 stride 2 (with bias and ReLU) back up, the skip concatenated on
+    the channels, a conv-bn-relu and a 1x1 conv to ``classes`` maps: input ``image`` (1, C, H, W), output
+    ``logits`` (1, classes, H, W)."""
+    b = _Builder(seed)
+    helper, tp = b.helper, b.TensorProto
+    c1, c2 = widths
+    skip = b.conv_bn(b.conv_bn("image", in_channels, c1, 3, 1, True), c1, c1, 3, 1, True)
+    pool = b.name("pool")
+    b.nodes.append(helper.make_node("MaxPool", [skip], [pool], kernel_shape=[2, 2], strides=[2, 2]))
+    low = b.conv_bn(pool, c1, c2, 3, 1, True)
+    w = b.init("up_w", b.rng.normal(0, np.sqrt(2.0 / (c2 * 4)), (c2, c1, 2, 2)))
+    up, relu, cat = b.name("up"), b.name("relu"), b.name("cat")
+    b.nodes += [
+        helper.make_node("ConvTranspose", [low, w, b.init("up_b", b.rng.normal(0, 0.1, c1))], [up], strides=[2, 2]),
+        helper.make_node("Relu", [up], [relu]),
+        helper.make_node("Concat", [skip, relu], [cat], axis=1),
+    ]
+    y = b.conv_bn(cat, 2 * c1, c1, 3, 1, True)
+    head = b.init("head_w", b.rng.normal(0, np.sqrt(1.0 / c1), (classes, c1, 1, 1)))
+    b.nodes.append(helper.make_node("Conv", [y, head, b.init("head_b", b.rng.normal(0, 0.1, classes))], ["logits"]))
+    return _model(
+        b,
+        "unet",
+        [helper.make_tensor_value_info("image", tp.FLOAT, [1, in_channels, image, image])],
+        [helper.make_tensor_value_info("logits", tp.FLOAT, [1, classes, image, image])],
+    )
+
+
+def attention(seed: int = 0, tokens: int = 8, dim: int = 32, heads: int = 2):
+    """One multi-head self-attention block for tests: input ``x`` (1, tokens, dim); Q, K and V projections
+    (MatMul by constants), split into ``heads`` heads, scores ``Q @ K^T`` scaled by ``1/sqrt(dim/heads)``,
+    softmax, context ``softmax @ V``, heads merged and an output projection: output ``y`` (1, tokens, dim)."""
+    b = _Builder(seed)
+    helper, tp = b.helper, b.TensorProto
+    dh = dim // heads
+
+    def node(op: str, inputs: list[str], **attrs) -> str:
+        out = b.name(op.lower())
+        b.nodes.append(helper.make_node(op, inputs, [out], **attrs))
+        return out
+
+    def proj(x: str) -> str:
+        return node("MatMul", [x, b.init("w", b.rng.normal(0, np.sqrt(1.0 / dim), (dim, dim)))])
+
+    shape = b.init("shape", np.array([1, tokens, heads, dh]), np.int64)
+    q, k, v = (node("Reshape", [proj("x"), shape]) for _ in range(3))
+    q, v = node("Transpose", [q], perm=[0, 2, 1, 3]), node("Transpose", [v], perm=[0, 2, 1, 3])
+    kt = node("Transpose", [k], perm=[0, 2, 3, 1])
+    scores = node("Mul", [node("MatMul", [q, kt]), b.init("scale", np.full(1, 1.0 / np.sqrt(dh)))])
+    ctx = node("Transpose", [node("MatMul", [node("Softmax", [scores], axis=-1), v])], perm=[0, 2, 1, 3])
+    merged = b.init("merged", np.array([1, tokens, dim]), np.int64)
+    b.nodes.append(
+        helper.make_node(
+            "MatMul",
+            [node("Reshape", [ctx, merged]), b.init("wo", b.rng.normal(0, np.sqrt(1.0 / dim), (dim, dim)))],
+            ["y"],
+        )
+    )
+    return _model(
+        b,
+        "attention",
+        [helper.make_tensor_value_info("x", tp.FLOAT, [1, tokens, dim])],
+        [helper.make_tensor_value_info("y", tp.FLOAT, [1, tokens, dim])],
+    )
 
 
 def calibration_images(shape: Sequence[int], count: int, seed: int = 0) -> np.ndarray:

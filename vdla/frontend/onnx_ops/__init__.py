@@ -11,9 +11,10 @@ reads its operator's newest form only: :func:`vdla.frontend.onnx_ops.legacy.mode
 opset's form (attributes that later became inputs, Upsample, Resize-10) before the converter sees it.
 """
 
-from vdla.frontend.onnx_ops import (
-    core,  # noqa: F401  (each family registers its converters on import)
-    legacy,  # noqa: F401
+from vdla.frontend.onnx_ops import (  # noqa: F401  (each family registers its converters on import)
+    convt,
+    core,
+    legacy,
 )
 from vdla.frontend.onnx_ops.registry import ATTRS, CONVERTERS, converter
 
