@@ -136,17 +136,11 @@ def _chain(spec: ChainSpec, kb: KernelBuilder) -> None:
 # Sliding windows (pooling and convolution)
 
 
-def _valid_taps(o: int, size: int, win: Window, axis: int) -> tuple[int, ...]:
-    """Kernel taps along ``axis`` (0 rows, 1 columns) that fall inside the input for output index ``o``."""
-    k, s, d, pad = win.kernel[axis], win.stride[axis], win.dilation[axis], win.pad_before(axis)
-    return tuple(t for t in range(k) if 0 <= o * s + t * d - pad < size)
-
-
 def _tap_classes(win: Window, axis: int, size: int, n_out: int) -> list[tuple[int, int, tuple[int, ...]]]:
     """Runs of output indices along ``axis`` sharing the same valid taps: (start, stop, taps)."""
     classes: list[tuple[int, int, tuple[int, ...]]] = []
     for o in range(n_out):
-        taps = _valid_taps(o, size, win, axis)
+        taps = win.valid_taps(o, size, axis)
         if classes and classes[-1][2] == taps:
             classes[-1] = (classes[-1][0], o + 1, taps)
         else:
@@ -157,7 +151,7 @@ def _tap_classes(win: Window, axis: int, size: int, n_out: int) -> list[tuple[in
 def _row_bounds(kb: KernelBuilder, win: Window, h: int, oh_n: int, oh: ir.Value) -> tuple[ir.Value, ir.Value]:
     """Valid kernel-row range [lo, hi) of output row ``oh`` (tables computed at compile time; a row that
     lies entirely in the padding has an empty range)."""
-    taps = [_valid_taps(o, h, win, 0) for o in range(oh_n)]
+    taps = [win.valid_taps(o, h, 0) for o in range(oh_n)]
     return kb.table([t[0] if t else 0 for t in taps])(oh), kb.table([t[-1] + 1 if t else 0 for t in taps])(oh)
 
 
@@ -179,8 +173,6 @@ def _pool2d(spec: Pool2dSpec, kb: KernelBuilder) -> None:
     n, c, h, w = spec.x.shape
     oh_n, ow_n = spec.out.shape[2:]
     win, dt = spec.window, spec.x.dtype
-    fl = is_float(dt)
-    is_max = spec.kind == "max"
     (x,), y = kb.inputs, kb.out
     for r0, r1, khs in _tap_classes(win, 0, h, oh_n):
         for c0, c1, kws in _tap_classes(win, 1, w, ow_n):
@@ -190,17 +182,40 @@ def _pool2d(spec: Pool2dSpec, kb: KernelBuilder) -> None:
                 for kh in khs:
                     row = _input_row(kb, win, oh, i64(kh), plane, w)
                     vals += [kb.load(dt, x, _col_offset(kb, win, row, ow, kw)) for kw in kws]
-                if is_max:
-                    v = vals[0]
-                    for u in vals[1:]:
-                        v = kb.fmax(v, u) if fl else kb.smax(v, u)
-                else:
-                    v = vals[0] if fl else b.sext(vals[0], I32)
-                    for u in vals[1:]:
-                        v = b.fadd(v, u) if fl else b.add(v, b.sext(u, I32))
-                    count = win.kernel[0] * win.kernel[1] if spec.count_include_pad else len(khs) * len(kws)
-                    v = b.fdiv(v, ir.Constant(F32, float(count))) if fl else _round_div_int8(kb, v, count)
+                v = _pool_value(spec, kb, vals, len(khs) * len(kws))
                 kb.store(v, dt, y, kb.linear([nc, oh, ow], [oh_n * ow_n, ow_n, 1]))
+
+
+def _pool_value(spec: Pool2dSpec, kb: KernelBuilder, vals: list[ir.Value], valid: int) -> ir.Value:
+    """The pooled value of one window from the ``valid`` input elements it holds."""
+    b, fl = kb.b, is_float(spec.x.dtype)
+    if spec.kind == "max":
+        v = vals[0]
+        for u in vals[1:]:
+            v = kb.fmax(v, u) if fl else kb.smax(v, u)
+        return v
+    if spec.kind == "lp":
+        powers = []
+        for u in vals:
+            a = kb.fabs(u)
+            pw = a
+            for _ in range(spec.p - 1):
+                pw = b.fmul(pw, a)
+            powers.append(pw)
+        v = powers[0]
+        for u in powers[1:]:
+            v = b.fadd(v, u)
+        if spec.p == 1:
+            return v
+        if spec.p == 2:
+            return kb.sqrt(v)
+        root = kb.exp(b.fmul(kb.log(v), ir.Constant(F32, 1.0 / spec.p)))
+        return b.select(b.fcmp_ordered("==", v, ir.Constant(F32, 0.0)), v, root)
+    v = vals[0] if fl else b.sext(vals[0], I32)
+    for u in vals[1:]:
+        v = b.fadd(v, u) if fl else b.add(v, b.sext(u, I32))
+    count = spec.window.kernel[0] * spec.window.kernel[1] if spec.count_include_pad else valid
+    return b.fdiv(v, ir.Constant(F32, float(count))) if fl else _round_div_int8(kb, v, count)
 
 
 def _round_div_int8(kb: KernelBuilder, total: ir.Value, count: int) -> ir.Value:
@@ -466,8 +481,8 @@ def _im2col(spec: Im2colSpec, kb: KernelBuilder) -> None:
     oh_n, ow_n = spec.out.shape[2:]
     win = spec.window
     (kh_n, kw_n), sw, dw = win.kernel, win.stride[1], win.dilation[1]
-    rows = [_valid_taps(o, h, win, 0) for o in range(oh_n)]
-    cols = [_valid_taps(o, w, win, 1) for o in range(ow_n)]
+    rows = [win.valid_taps(o, h, 0) for o in range(oh_n)]
+    cols = [win.valid_taps(o, w, 1) for o in range(ow_n)]
 
     def span(valid: list[tuple[int, ...]], k: int) -> tuple[int, int]:
         """The output indices [lo, hi) where tap ``k`` is valid (a run: the window moves monotonically)."""

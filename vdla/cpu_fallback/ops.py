@@ -191,17 +191,25 @@ def matmul(a: np.ndarray, b: np.ndarray, *, out: Out = None) -> np.ndarray:
 # -- pooling and softmax ----------------------------------------------------------------------------------
 
 
-def max_pool2d(x: np.ndarray, kernel, stride=None, padding=0, *, out: Out = None) -> np.ndarray:
+def max_pool2d(x: np.ndarray, kernel, stride=None, padding=0, *, dilation=1, out: Out = None) -> np.ndarray:
     x = _arr("max_pool2d", x)
-    return _run(make_pool2d(TensorType.of(x, "max_pool2d"), "max", kernel, stride, padding), [x], out)
+    spec = make_pool2d(TensorType.of(x, "max_pool2d"), "max", kernel, stride, padding, dilation=dilation)
+    return _run(spec, [x], out)
 
 
 def avg_pool2d(
-    x: np.ndarray, kernel, stride=None, padding=0, count_include_pad: bool = False, *, out: Out = None
+    x: np.ndarray, kernel, stride=None, padding=0, count_include_pad: bool = False, *, dilation=1, out: Out = None
 ) -> np.ndarray:
     """Average pooling; int8 results round half up."""
     x = _arr("avg_pool2d", x)
-    spec = make_pool2d(TensorType.of(x, "avg_pool2d"), "avg", kernel, stride, padding, count_include_pad)
+    spec = make_pool2d(TensorType.of(x, "avg_pool2d"), "avg", kernel, stride, padding, count_include_pad, dilation)
+    return _run(spec, [x], out)
+
+
+def lp_pool2d(x: np.ndarray, kernel, stride=None, padding=0, p: int = 2, *, dilation=1, out: Out = None) -> np.ndarray:
+    """float32 ``(sum |x|^p)^(1/p)`` over each window's input elements."""
+    x = _arr("lp_pool2d", x)
+    spec = make_pool2d(TensorType.of(x, "lp_pool2d"), "lp", kernel, stride, padding, dilation=dilation, p=p)
     return _run(spec, [x], out)
 
 

@@ -48,7 +48,7 @@ def _(spec: ChainSpec, *arrays: np.ndarray) -> np.ndarray:
 
 @reference.register
 def _(spec: Pool2dSpec, x: np.ndarray) -> np.ndarray:
-    return oracle.pool2d(x, spec.window, spec.kind, spec.count_include_pad)
+    return oracle.pool2d(x, spec.window, spec.kind, spec.count_include_pad, spec.p)
 
 
 @reference.register

@@ -23,8 +23,10 @@ from vdla.graph.ops import (
     pool_window,
     resize_type,
     slice_type,
+    take_type,
     transpose_type,
 )
+from vdla.graph.oracle import ResizeFilter
 from vdla.graph.types import TensorType, UnsupportedError, is_float
 from vdla.graph.window import Window, make_window
 
@@ -69,22 +71,22 @@ def make_chain(inputs: tuple[TensorType, ...], steps: tuple[EwStep, ...], op: st
 
 @dataclass(frozen=True)
 class Pool2dSpec:
-    """Max or average pooling of an NCHW tensor (average excludes padding unless count_include_pad)."""
+    """Max, average or Lp pooling of an NCHW tensor (average excludes padding unless count_include_pad;
+    Lp is ``(sum |x|^p)^(1/p)`` over the window's input elements)."""
 
     x: TensorType
     kind: str
     window: Window
     count_include_pad: bool
     out: TensorType
+    p: int = 2
 
 
 def make_pool2d(
-    x: TensorType, kind: str, kernel, stride=None, padding=0, count_include_pad: bool = False
+    x: TensorType, kind: str, kernel, stride=None, padding=0, count_include_pad: bool = False, dilation=1, p: int = 2
 ) -> Pool2dSpec:
-    op = f"{kind}_pool2d"
-    _need(op, kind in ("max", "avg"), "kind must be 'max' or 'avg'")
-    win, out = pool_window(op, x, kernel, stride, padding)
-    return Pool2dSpec(x, kind, win, count_include_pad, out.plain)
+    win, out = pool_window(f"{kind}_pool2d", x, kernel, stride, padding, dilation, kind, p)
+    return Pool2dSpec(x, kind, win, count_include_pad, out.plain, p if kind == "lp" else 2)
 
 
 @dataclass(frozen=True)

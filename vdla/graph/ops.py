@@ -330,35 +330,48 @@ def _batch_norm(node: Node, inputs: list[TensorType], params: Mapping[str, np.nd
 # Pooling and reductions
 
 
-def pool_window(op: str, x: TensorType, kernel, stride=None, padding=0) -> tuple[Window, TensorType]:
-    """The window and output type of a 2-D pooling of NCHW ``x`` (stride defaults to the kernel; padding
-    smaller than the kernel on each side)."""
+POOL_KINDS = ("max", "avg", "lp")
+
+
+def pool_window(
+    op: str, x: TensorType, kernel, stride=None, padding=0, dilation=1, kind: str = "max", p: int = 2
+) -> tuple[Window, TensorType]:
+    """The window and output type of a 2-D pooling of NCHW ``x`` (stride defaults to the kernel). Every
+    window holds at least one input element (:meth:`Window.covers`): ONNX's ceil mode is padding at the
+    end, which a max pool fills with -inf and an average or Lp pool leaves out. Lp pooling
+    (``(sum |x|^p)^(1/p)``, ``p`` a positive integer) is float32 only."""
+    _need(op, kind in POOL_KINDS, f"kind must be one of {POOL_KINDS}, got {kind!r}")
     _need(op, len(x.shape) == 4, f"expects an NCHW tensor, got shape {x.shape}")
-    _need(op, x.dtype in ("int8", "float32"), f"dtype {x.dtype} is not supported (int8, float32)")
+    dtypes = ("float32",) if kind == "lp" else ("int8", "float32")
+    _need(op, x.dtype in dtypes, f"dtype {x.dtype} is not supported ({', '.join(dtypes)})")
     _need(op, kernel is not None, "needs a kernel attribute")
-    win, (oh, ow) = make_window(op, x.shape[2:], kernel, stride or kernel, 1, padding)
-    top, bottom, left, right = win.pads
-    ok = max(top, bottom) < win.kernel[0] and max(left, right) < win.kernel[1]
-    _need(op, ok, f"padding {win.pads} must be smaller than the kernel {win.kernel}")
+    _need(op, kind != "lp" or (isinstance(p, int) and p >= 1), f"p must be a positive integer, got {p!r}")
+    win, (oh, ow) = make_window(op, x.shape[2:], kernel, stride or kernel, dilation, padding)
+    _need(op, win.covers(*x.shape[2:]), f"a window {win} over {x.shape[2:]} lies entirely in the padding")
     return win, TensorType((*x.shape[:2], oh, ow), x.dtype, x.quant)
 
 
 def _pool(kind_: str) -> Infer:
     def rule(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarray]) -> TensorType:
-        a = node.attrs
-        return pool_window(f"{kind_}_pool2d", inputs[0], a.get("kernel"), a.get("stride"), a.get("padding", 0))[1]
+        return _pool_geometry(kind_, inputs[0], node.attrs)[1]
 
     return rule
+
+
+def _pool_geometry(kind_: str, x: TensorType, a: Mapping[str, Any]) -> tuple[Window, TensorType]:
+    extra = {"p": a.get("p", 2)} if kind_ == "lp" else {}
+    return pool_window(
+        f"{kind_}_pool2d", x, a.get("kernel"), a.get("stride"), a.get("padding", 0), a.get("dilation", 1), kind_,
+        **extra,
+    )  # fmt: skip
 
 
 def _eval_pool(kind_: str) -> Eval:
     def rule(node: Node, args: list[np.ndarray], types: list[TensorType], out: TensorType) -> np.ndarray:
         (x,) = args
         a = node.attrs
-        win, _ = make_window(
-            f"{kind_}_pool2d", x.shape[2:], a["kernel"], a.get("stride") or a["kernel"], 1, a.get("padding", 0)
-        )
-        return oracle.pool2d(x, win, kind_, bool(a.get("count_include_pad", False)))
+        win, _ = _pool_geometry(kind_, types[0], a)
+        return oracle.pool2d(x, win, kind_, bool(a.get("count_include_pad", False)), int(a.get("p", 2)))
 
     return rule
 
@@ -373,6 +386,9 @@ register(
 )(_pool("max"))
 register("avg_pool2d", REDUCTION, 1, evaluate=_eval_pool("avg"), cpu=CpuKernel("make_pool2d", (("kind", "avg"),)))(
     _pool("avg")
+)
+register("lp_pool2d", REDUCTION, 1, evaluate=_eval_pool("lp"), cpu=CpuKernel("make_pool2d", (("kind", "lp"),)))(
+    _pool("lp")
 )
 
 

@@ -246,12 +246,16 @@ def chain(steps, types, arrays: list[np.ndarray], out_shape: tuple[int, ...], ou
 # Pooling and softmax
 
 
-def pool2d(x: np.ndarray, window: Window, kind: str, count_include_pad: bool = False) -> np.ndarray:
-    """Max or average pooling of NCHW ``x``; int8 averages round half up, padding excluded unless asked."""
+def pool2d(x: np.ndarray, window: Window, kind: str, count_include_pad: bool = False, p: int = 2) -> np.ndarray:
+    """Max, average or Lp pooling of NCHW ``x``; int8 averages round half up, padding excluded unless asked
+    (the average's divisor); Lp is ``(sum |x|^p)^(1/p)`` over the window's input elements, in float64."""
     fl = is_float(x.dtype.name)
     if kind == "max":
         fill = -np.inf if fl else INT_RANGE[x.dtype.name][0]
         return windows(x, window, fill).max(axis=(4, 5)).astype(x.dtype)
+    if kind == "lp":
+        total = windows(np.abs(x.astype(np.float64)) ** p, window, 0).sum(axis=(4, 5))
+        return (total ** (1.0 / p)).astype(np.float32)
     total = windows(x.astype(np.float64 if fl else np.int64), window, 0).sum(axis=(4, 5))
     if count_include_pad:
         count = np.full(total.shape[2:], window.kernel[0] * window.kernel[1])
