@@ -121,7 +121,7 @@ def node_cases() -> list[Case]:
 
 
 # operator -> the input positions that fix shapes (vdla compiles for fixed shapes: the test's values are bound)
-SHAPE_INPUTS = {"Resize": (1, 2, 3)}
+SHAPE_INPUTS = {"Resize": (1, 2, 3), "OneHot": (1,)}
 
 
 def freeze_shape_inputs(case: Case) -> Case:

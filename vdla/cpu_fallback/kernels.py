@@ -529,45 +529,51 @@ def _slice(spec: SliceSpec, kb: KernelBuilder) -> None:
 @_emit.register
 def _resize(spec: ResizeSpec, kb: KernelBuilder) -> None:
     """Per output element: the input offsets of its taps come from compile-time tables (one per resized
-    axis, offsets premultiplied by the axis stride), linear mode blends the 2^r taps of its r interpolated
-    axes with float32 weights from tables too. The leading axes the resize leaves alone form one loop."""
+    axis and tap, offsets premultiplied by the axis stride); linear and cubic modes blend the taps of the
+    interpolated axes (the product of one tap per axis) with float32 weights from tables too. Where
+    tf_crop_and_resize reads outside the input, per-axis tables flag the extrapolation value. The leading
+    axes the resize leaves alone form one loop."""
     b, dt, (x,), y = kb.b, spec.x.dtype, kb.inputs, kb.out
     xs, ys = spec.x.shape, spec.out.shape
     src = contiguous_strides(xs)
-    taps = [
-        resize_taps(n, m, s, spec.mode, spec.coordinate_mode, spec.nearest_mode)
-        for n, m, s in zip(xs, ys, spec.scales, strict=True)
-    ]
+    taps = [resize_taps(n, m, s, f) for n, m, s, f in zip(xs, ys, spec.scales, spec.filters, strict=True)]
     moved = [
-        ax for ax, (i0, _, w1) in enumerate(taps) if xs[ax] != ys[ax] or np.any(i0 != np.arange(ys[ax])) or w1.any()
+        ax
+        for ax, (idx, _, inside) in enumerate(taps)
+        if xs[ax] != ys[ax] or idx.shape[1] > 1 or np.any(idx[:, 0] != np.arange(ys[ax])) or not inside.all()
     ]
     first = moved[0] if moved else len(xs)
-    blended = [ax for ax in moved if taps[ax][2].any()]
-    tables = {}
-    for ax in moved:
-        i0, i1, w1 = taps[ax]
-        tables[ax] = (kb.table([int(i) * src[ax] for i in i0]), kb.table([int(i) * src[ax] for i in i1]))
-        if ax in blended:
-            tables[ax] += (kb.table([float(1 - w) for w in w1], F32), kb.table([float(w) for w in w1], F32))
+    offsets = {ax: [kb.table([int(i) * src[ax] for i in taps[ax][0][:, k]]) for k in range(taps[ax][0].shape[1])]
+               for ax in moved}  # fmt: skip
+    weights = {ax: [kb.table([float(w) for w in taps[ax][1][:, k]], F32) for k in range(taps[ax][1].shape[1])]
+               for ax in moved if taps[ax][0].shape[1] > 1}  # fmt: skip
+    flagged = {ax: kb.table([int(not v) for v in taps[ax][2]]) for ax in moved if not taps[ax][2].all()}
     in_block, out_block = math.prod(xs[first:]), math.prod(ys[first:])
     with kb.loop(0, math.prod(ys[:first])) as o, kb.loops(list(ys[first:])) as idx:
         coords = dict(zip(range(first, len(ys)), idx, strict=True))
-        fixed = [b.mul(coords[ax], i64(src[ax])) for ax in coords if ax not in moved]
-        fixed += [tables[ax][0](coords[ax]) for ax in moved if ax not in blended]
         base = b.mul(o, i64(in_block))
-        for term in fixed:
-            base = b.add(base, term)
+        for ax in coords:
+            if ax not in moved:
+                base = b.add(base, b.mul(coords[ax], i64(src[ax])))
+            elif ax not in weights:
+                base = b.add(base, offsets[ax][0](coords[ax]))
         value = None
-        for pick in itertools.product((0, 1), repeat=len(blended)):
+        for pick in itertools.product(*(range(len(weights[ax])) for ax in weights)):
             off, weight = base, None
-            for ax, k in zip(blended, pick, strict=True):
-                off = b.add(off, tables[ax][k](coords[ax]))
-                w = tables[ax][2 + k](coords[ax])
+            for ax, k in zip(weights, pick, strict=True):
+                off = b.add(off, offsets[ax][k](coords[ax]))
+                w = weights[ax][k](coords[ax])
                 weight = w if weight is None else b.fmul(weight, w)
             v = kb.load(dt, x, off)
             if weight is not None:
                 v = b.fmul(v, weight)
             value = v if value is None else b.fadd(value, v)
+        if flagged:
+            out_of_input = i64(0)
+            for ax, table in flagged.items():
+                out_of_input = b.or_(out_of_input, table(coords[ax]))
+            fill = ir.Constant(LL_TYPES[dt], spec.extrapolation_value)
+            value = b.select(b.icmp_signed("!=", out_of_input, i64(0)), fill, value)
         kb.store(value, dt, y, kb.linear(idx, contiguous_strides(ys)[first:], b.mul(o, i64(out_block))))
 
 

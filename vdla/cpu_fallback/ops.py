@@ -280,11 +280,13 @@ def resize(
     nearest_mode: str = "round_prefer_floor",
     *,
     out: Out = None,
+    **options,
 ) -> np.ndarray:
-    """ONNX Resize of ``x`` to shape ``sizes``: ``mode`` nearest (any dtype) or linear (float32), the
-    coordinate transformation and nearest rounding of ONNX; ``scales`` default to ``sizes / x.shape``."""
+    """ONNX Resize of ``x`` to shape ``sizes``: ``mode`` nearest (any dtype), linear or cubic (float32), the
+    coordinate transformation and nearest rounding of ONNX; ``scales`` default to ``sizes / x.shape``;
+    ``options``: cubic_coeff_a, exclude_outside, antialias, roi, extrapolation_value."""
     x = _arr("resize", x)
     if scales is None:
         scales = [n / d for n, d in zip(sizes, x.shape, strict=False)]  # a length mismatch is named below
-    spec = make_resize(TensorType.of(x, "resize"), mode, coordinate_mode, nearest_mode, scales, sizes)
+    spec = make_resize(TensorType.of(x, "resize"), mode, coordinate_mode, nearest_mode, scales, sizes, **options)
     return _run(spec, [x], out)

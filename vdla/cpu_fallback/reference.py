@@ -14,6 +14,7 @@ from vdla.cpu_fallback.specs import (
     ConcatSpec,
     CpuConv2dSpec,
     CpuDenseSpec,
+    GatherSpec,
     GlobalAvgPoolSpec,
     Im2colSpec,
     MatMulSpec,
@@ -21,9 +22,11 @@ from vdla.cpu_fallback.specs import (
     PadSpec,
     Pool2dSpec,
     ResizeSpec,
+    ScatterSpec,
     SliceSpec,
     SoftmaxSpec,
     Spec,
+    TakeSpec,
     TransposeSpec,
     UnpackSpec,
 )
@@ -102,7 +105,7 @@ def _(spec: SliceSpec, x: np.ndarray) -> np.ndarray:
 
 @reference.register
 def _(spec: ResizeSpec, x: np.ndarray) -> np.ndarray:
-    return oracle.resize(x, spec.mode, spec.coordinate_mode, spec.nearest_mode, spec.scales, spec.out.shape)
+    return oracle.resize(x, spec.filters, spec.scales, spec.out.shape, spec.extrapolation_value)
 
 
 @reference.register
@@ -122,3 +125,18 @@ def _(spec: CpuDenseSpec, x: np.ndarray, w: np.ndarray, *operands: np.ndarray) -
 @reference.register
 def _(spec: CpuConv2dSpec, x: np.ndarray, w: np.ndarray, *operands: np.ndarray) -> np.ndarray:
     return _with_epilogue(spec, oracle.conv2d(x, w, spec.window, spec.groups), operands)
+
+
+@reference.register
+def _(spec: TakeSpec, x: np.ndarray) -> np.ndarray:
+    return oracle.take(x, spec.index, spec.value)
+
+
+@reference.register
+def _(spec: GatherSpec, x: np.ndarray, index: np.ndarray) -> np.ndarray:
+    return oracle.gather(x, index)
+
+
+@reference.register
+def _(spec: ScatterSpec, x: np.ndarray, index: np.ndarray, updates: np.ndarray) -> np.ndarray:
+    return oracle.scatter(x, index, updates, spec.reduction)

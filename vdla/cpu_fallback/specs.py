@@ -16,6 +16,7 @@ import numpy as np
 from vdla.graph.ew import Arg, Const, EwStep, operand_fits, step_result_dtype
 from vdla.graph.layout import blocked_shape
 from vdla.graph.ops import (
+    SCATTER_REDUCTIONS,
     concat_type,
     im2col_type,
     matmul_type,
@@ -246,21 +247,79 @@ def make_slice(x: TensorType, starts, stops, steps) -> SliceSpec:
 
 @dataclass(frozen=True)
 class ResizeSpec:
-    """ONNX Resize, nearest (any dtype) or linear (float32), to ``out.shape``; ``scales`` are the
-    coordinate transformation's per-axis factors (:func:`vdla.graph.oracle.resize_taps`)."""
+    """ONNX Resize, nearest (any dtype), linear or cubic (float32), to ``out.shape``: one
+    :class:`~vdla.graph.oracle.ResizeFilter` per axis, ``scales`` the coordinate transformation's per-axis
+    factors (:func:`vdla.graph.oracle.resize_taps`), ``extrapolation_value`` what tf_crop_and_resize reads
+    outside the input."""
 
     x: TensorType
-    mode: str
-    coordinate_mode: str
-    nearest_mode: str
+    filters: tuple[ResizeFilter, ...]
     scales: tuple[float, ...]
+    extrapolation_value: float
     out: TensorType
 
 
-def make_resize(x: TensorType, mode: str, coordinate_mode: str, nearest_mode: str, scales, sizes) -> ResizeSpec:
+def make_resize(
+    x: TensorType, mode: str, coordinate_mode: str, nearest_mode: str, scales, sizes, **options
+) -> ResizeSpec:
+    """Resize signature; ``options``: cubic_coeff_a, exclude_outside, antialias, roi, extrapolation_value
+    (:func:`vdla.graph.ops.resize_type`)."""
     scales = tuple(float(s) for s in scales)
-    out = resize_type(x, mode, coordinate_mode, nearest_mode, scales, sizes)
-    return ResizeSpec(x, mode, coordinate_mode, nearest_mode, scales, out.plain)
+    filters, out = resize_type(x, mode, coordinate_mode, nearest_mode, scales, sizes, **options)
+    fill = float(options.get("extrapolation_value", 0.0))
+    return ResizeSpec(x, filters, scales, fill if is_float(x.dtype) else int(fill), out.plain)
+
+
+@dataclass(frozen=True)
+class TakeSpec:
+    """Per-axis gather (:func:`vdla.graph.ops.take_type`): output index ``o`` along axis ``i`` reads input
+    index ``index[i][o]`` (``None``: the whole axis), ``-1`` reading ``value``."""
+
+    x: TensorType
+    index: tuple[tuple[int, ...] | None, ...]
+    value: int | float
+    out: TensorType
+
+
+def make_take(x: TensorType, index, value: int | float = 0) -> TakeSpec:
+    tables, out = take_type(x, index, value)
+    return TakeSpec(x, tables, float(value) if is_float(x.dtype) else int(value), out.plain)
+
+
+@dataclass(frozen=True)
+class GatherSpec:
+    """``out.flat[k] = x.flat[index.flat[k]]`` with int32 offsets checked by the type rule (a constant)."""
+
+    x: TensorType
+    index: TensorType
+    out: TensorType
+
+
+def make_gather(x: TensorType, index: TensorType) -> GatherSpec:
+    _need("gather", index.dtype == "int32", f"offsets must be int32, got {index.dtype}")
+    return GatherSpec(x, index, TensorType(index.shape, x.dtype))
+
+
+@dataclass(frozen=True)
+class ScatterSpec:
+    """``x`` with each update applied in order at its flat offset: replaced or reduced (add, mul, max, min)."""
+
+    x: TensorType
+    index: TensorType
+    updates: TensorType
+    reduction: str
+
+    @property
+    def out(self) -> TensorType:
+        return self.x
+
+
+def make_scatter(x: TensorType, index: TensorType, updates: TensorType, reduction: str = "none") -> ScatterSpec:
+    op = "scatter"
+    _need(op, reduction in SCATTER_REDUCTIONS, f"reduction {reduction!r} is not one of {SCATTER_REDUCTIONS}")
+    _need(op, x.dtype in ("float32", "int32") and updates.dtype == x.dtype, f"dtypes {x.dtype}, {updates.dtype}")
+    _need(op, index.dtype == "int32" and index.shape == updates.shape, f"offsets {index} for updates {updates}")
+    return ScatterSpec(x.plain, index, updates, reduction)
 
 
 @dataclass(frozen=True)
@@ -370,6 +429,9 @@ Spec = (
     | Im2colSpec
     | SliceSpec
     | ResizeSpec
+    | TakeSpec
+    | GatherSpec
+    | ScatterSpec
     | MatMulSpec
     | CpuDenseSpec
     | CpuConv2dSpec
@@ -384,6 +446,10 @@ def spec_inputs(spec: Spec) -> tuple[TensorType, ...]:
         return (spec.x, spec.w, *(spec.epilogue.inputs[1:] if spec.epilogue else ()))
     if isinstance(spec, MatMulSpec):
         return (spec.a, spec.b)
+    if isinstance(spec, GatherSpec):
+        return (spec.x, spec.index)
+    if isinstance(spec, ScatterSpec):
+        return (spec.x, spec.index, spec.updates)
     return (spec.x,)
 
 
@@ -399,6 +465,9 @@ _OP_NAMES = {
     Im2colSpec: "im2col",
     SliceSpec: "slice",
     ResizeSpec: "resize",
+    TakeSpec: "take",
+    GatherSpec: "gather",
+    ScatterSpec: "scatter",
     MatMulSpec: "matmul",
     CpuDenseSpec: "dense",
     CpuConv2dSpec: "conv2d",

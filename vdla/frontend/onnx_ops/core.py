@@ -789,72 +789,6 @@ def _split(b: Builder, node: OnnxNode) -> None:
         offset += part
 
 
-_RESIZE_ATTRS = ("antialias", "axes", "coordinate_transformation_mode", "cubic_coeff_a", "exclude_outside",
-                 "extrapolation_value", "keep_aspect_ratio_policy", "mode", "nearest_mode")  # fmt: skip
-
-
-def _resize_geometry(b: Builder, node: OnnxNode, xs: tuple[int, ...]) -> tuple[list[float], list[int]]:
-    """Per-axis scales (what the coordinate transformation divides by) and output sizes, as ONNX's
-    reference computes them from the ``scales`` or ``sizes`` input, ``axes`` and the aspect-ratio policy."""
-    rank = len(xs)
-    axes = [axis_of(node, a, rank, "axis", "axes") for a in ints(node, "axes", list(range(rank)))]
-    scales = np.asarray(b.const(node, 2, "scales"), np.float32).ravel() if b.has(node, 2) else np.zeros(0)
-    sizes = np.asarray(b.const(node, 3, "sizes"), np.int64).ravel() if b.has(node, 3) else np.zeros(0, np.int64)
-    if (scales.size == 0) == (sizes.size == 0):
-        raise unsupported(node, "needs exactly one of the scales and sizes inputs")
-    given = scales if scales.size else sizes
-    if given.size != len(axes) or len(set(axes)) != len(axes):
-        raise unsupported(node, f"{given.size} scales/sizes for axes {axes}")
-    full_scales, full_sizes = [1.0] * rank, list(xs)
-    policy = str(attr(node, "keep_aspect_ratio_policy", "stretch"))
-    if scales.size:
-        for a, s in zip(axes, scales.astype(np.float64), strict=True):
-            if not (math.isfinite(s) and s > 0):
-                raise unsupported(node, f"scale {s} must be positive and finite")
-            full_scales[a], full_sizes[a] = float(s), int(s * xs[a])
-    elif policy == "stretch":
-        for a, n in zip(axes, sizes, strict=True):
-            full_scales[a], full_sizes[a] = int(n) / xs[a], int(n)
-    elif policy in ("not_larger", "not_smaller"):
-        ratios = [int(n) / xs[a] for a, n in zip(axes, sizes, strict=True)]
-        scale = min(ratios) if policy == "not_larger" else max(ratios)
-        for a in axes:
-            full_scales[a], full_sizes[a] = scale, int(scale * xs[a] + 0.5)
-    else:
-        raise unsupported(node, "unknown policy", "keep_aspect_ratio_policy")
-    if any(n < 1 for n in full_sizes):
-        raise unsupported(node, f"output shape {tuple(full_sizes)} is empty: vdla has no empty tensors")
-    return full_scales, full_sizes
-
-
-@converter("Resize", attrs=_RESIZE_ATTRS)
-def _resize(b: Builder, node: OnnxNode) -> None:
-    """Nearest (any dtype, a gather) and linear (float32) resizing in every coordinate transformation but
-    tf_crop_and_resize; cubic interpolation and antialiased downsampling are refused."""
-    dt = b.require_dtype(node, 0, ANY)
-    xs = b.shape(node, 0)
-    mode = str(attr(node, "mode", "nearest"))
-    if mode not in ("nearest", "linear"):
-        raise unsupported(node, "only nearest and linear interpolation are supported", "mode")
-    coord = str(attr(node, "coordinate_transformation_mode", "half_pixel"))
-    if coord == "tf_crop_and_resize":
-        raise unsupported(node, "tf_crop_and_resize (a region of interest) is not supported",
-                          "coordinate_transformation_mode")  # fmt: skip
-    if mode == "nearest" and int(attr(node, "exclude_outside", 0)):
-        raise unsupported(node, "exclude_outside=1 with nearest interpolation is not supported", "exclude_outside")
-    scales, sizes = _resize_geometry(b, node, xs)
-    if int(attr(node, "antialias", 0)) and mode == "linear" and any(s < 1 for s in scales):
-        raise unsupported(node, "antialiased downsampling is not supported", "antialias")
-    attrs = {
-        "mode": mode,
-        "coordinate_mode": coord,
-        "nearest_mode": str(attr(node, "nearest_mode", "round_prefer_floor")),
-        "scales": tuple(scales),
-        "sizes": tuple(sizes),
-    }
-    b.emit(node, "resize", (b.tensor(node, 0),), attrs, out=node.outputs[0], uint8=dt == "uint8")
-
-
 @converter("Softmax", attrs=("axis",))
 def _softmax(b: Builder, node: OnnxNode) -> None:
     b.require_dtype(node, 0, FLOAT)
@@ -878,45 +812,6 @@ def _softmax(b: Builder, node: OnnxNode) -> None:
     x2 = b.reshape(node, x, (size(xs[:axis]), size(xs[axis:])))
     y = b.emit(node, "softmax", (x2,), {"axis": -1}, suffix="softmax")
     b.reshape(node, y, xs, out=node.outputs[0])
-
-
-@converter("Pad", attrs=("mode", "pads", "value"))
-def _pad(b: Builder, node: OnnxNode) -> None:
-    dt = b.require_dtype(node, 0, ANY)
-    mode = str(attr(node, "mode", "constant"))
-    if mode != "constant":
-        raise unsupported(node, "only constant padding is supported", "mode")
-    xs = b.shape(node, 0)
-    rank = len(xs)
-    if "pads" in node.attrs:
-        pads = [int(p) for p in node.attrs["pads"]]
-        value = attr(node, "value", 0.0)
-    else:
-        pads = [int(p) for p in np.asarray(b.const(node, 1, "pads")).ravel()]
-        cv = b.const(node, 2, "constant_value")
-        value = 0 if cv is None or cv.size == 0 else np.asarray(cv).reshape(-1)[0]
-    axes = list(range(rank))
-    if b.has(node, 3):
-        axes = [axis_of(node, int(a), rank, "axis", None) for a in np.asarray(b.const(node, 3, "axes")).ravel()]
-    if len(pads) != 2 * len(axes):
-        raise unsupported(node, f"{len(pads)} pads for {len(axes)} axes")
-    if any(p < 0 for p in pads):
-        raise unsupported(node, f"negative pads {pads} (cropping) are not supported")
-    pairs = [[0, 0] for _ in range(rank)]
-    for k, a in enumerate(axes):
-        pairs[a] = [pads[k], pads[len(axes) + k]]
-    if dt == "float32":
-        value = float(value)
-        if not math.isfinite(value):
-            raise unsupported(node, f"the pad value {value} must be finite")
-    else:
-        value = int(value) - (128 if dt == "uint8" else 0)
-    x = b.tensor(node, 0)
-    if not any(any(p) for p in pairs):
-        b.alias(node.outputs[0], x, uint8=dt == "uint8")
-        return
-    attrs = {"pads": tuple(tuple(p) for p in pairs), "value": value}
-    b.emit(node, "pad", (x,), attrs, out=node.outputs[0], uint8=dt == "uint8")
 
 
 @converter("Shape", attrs=("start", "end"))
