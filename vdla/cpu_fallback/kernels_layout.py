@@ -26,8 +26,9 @@ FILL_OFFSET = -(1 << 40)
 def _take(spec: TakeSpec, kb: KernelBuilder) -> None:
     """Loops over the output axes up to the trailing run of whole axes, which is one contiguous copy;
     each gathered axis adds its table's (premultiplied) input offset. With fill entries, a negative offset
-    reads the fill value (the load itself reads element 0, always in bounds)."""
-    b, dt, (x,), y = kb.b, spec.x.dtype, kb.inputs, kb.out
+    reads the fill value (the load itself reads element 0, always in bounds), the attribute or the one
+    element of the fill input."""
+    b, dt, x, y = kb.b, spec.x.dtype, kb.inputs[0], kb.out
     xs, ys = spec.x.shape, spec.out.shape
     src, dst = contiguous_strides(xs), contiguous_strides(ys)
     n_outer = len(xs)
@@ -40,7 +41,7 @@ def _take(spec: TakeSpec, kb: KernelBuilder) -> None:
         if t is not None
     }
     fill = any(t is not None and -1 in t for t in spec.index)
-    value = ir.Constant(LL_TYPES[dt], spec.value)
+    value = ir.Constant(LL_TYPES[dt], spec.value) if spec.fill is None else kb.load(dt, kb.inputs[1], 0)
     with kb.loops(list(ys[:n_outer])) as idx:
         off = i64(0)
         for ax, i in enumerate(idx):

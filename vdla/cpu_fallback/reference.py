@@ -128,8 +128,8 @@ def _(spec: CpuConv2dSpec, x: np.ndarray, w: np.ndarray, *operands: np.ndarray) 
 
 
 @reference.register
-def _(spec: TakeSpec, x: np.ndarray) -> np.ndarray:
-    return oracle.take(x, spec.index, spec.value)
+def _(spec: TakeSpec, x: np.ndarray, *fill: np.ndarray) -> np.ndarray:
+    return oracle.take(x, spec.index, fill[0].reshape(-1)[0] if fill else spec.value)
 
 
 @reference.register

@@ -24,6 +24,7 @@ from vdla.graph.ops import (
     pool_window,
     resize_type,
     slice_type,
+    take_fill,
     take_type,
     transpose_type,
 )
@@ -273,17 +274,21 @@ def make_resize(
 @dataclass(frozen=True)
 class TakeSpec:
     """Per-axis gather (:func:`vdla.graph.ops.take_type`): output index ``o`` along axis ``i`` reads input
-    index ``index[i][o]`` (``None``: the whole axis), ``-1`` reading ``value``."""
+    index ``index[i][o]`` (``None``: the whole axis), ``-1`` reading the fill: ``value``, or the one element
+    of the second input ``fill`` when there is one."""
 
     x: TensorType
     index: tuple[tuple[int, ...] | None, ...]
     value: int | float
     out: TensorType
+    fill: TensorType | None = None
 
 
-def make_take(x: TensorType, index, value: int | float = 0) -> TakeSpec:
+def make_take(x: TensorType, fill: TensorType | None = None, *, index, value: int | float = 0) -> TakeSpec:
     tables, out = take_type(x, index, value)
-    return TakeSpec(x, tables, float(value) if is_float(x.dtype) else int(value), out.plain)
+    if fill is not None:
+        take_fill(x, fill)
+    return TakeSpec(x, tables, float(value) if is_float(x.dtype) else int(value), out.plain, fill)
 
 
 @dataclass(frozen=True)
@@ -448,6 +453,8 @@ def spec_inputs(spec: Spec) -> tuple[TensorType, ...]:
         return (spec.a, spec.b)
     if isinstance(spec, GatherSpec):
         return (spec.x, spec.index)
+    if isinstance(spec, TakeSpec) and spec.fill is not None:
+        return (spec.x, spec.fill)
     if isinstance(spec, ScatterSpec):
         return (spec.x, spec.index, spec.updates)
     return (spec.x,)

@@ -712,16 +712,24 @@ def take_type(x: TensorType, index, value=0) -> tuple[tuple[tuple[int, ...] | No
     return tuple(tables), TensorType(shape, x.dtype, q)
 
 
-@register(
-    "take",
-    INJECTIVE,
-    1,
-    evaluate=lambda node, args, types, out: oracle.take(args[0], node.attrs["index"], node.attrs.get("value", 0)),
-    cpu=CpuKernel("make_take"),
-)
+def take_fill(x: TensorType, fill: TensorType) -> None:
+    """Checks a fill value given as a tensor (computed at run time): one element of ``x``'s dtype."""
+    ok = fill.size == 1 and fill.dtype == x.dtype
+    _need("take", ok, f"a fill tensor must hold one {x.dtype} element, got {fill}")
+
+
+def _eval_take(node: Node, args: list[np.ndarray], types: list[TensorType], out: TensorType) -> np.ndarray:
+    value = args[1].reshape(-1)[0] if len(args) > 1 else node.attrs.get("value", 0)
+    return oracle.take(args[0], node.attrs["index"], value)
+
+
+@register("take", INJECTIVE, 1, 2, evaluate=_eval_take, cpu=CpuKernel("make_take"))
 def _take(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarray]) -> TensorType:
     """Per-axis gather (slices with any steps, tiling, broadcasting, padding by edge, reflection or wrap,
-    gathers along one axis by constant indices, crops and constant fills)."""
+    gathers along one axis by constant indices, crops and constant fills); the fill is the ``value``
+    attribute or, with a second input, that one-element tensor's value."""
+    if len(inputs) > 1:
+        take_fill(inputs[0], inputs[1])
     return take_type(inputs[0], node.attrs["index"], node.attrs.get("value", 0))[1]
 
 

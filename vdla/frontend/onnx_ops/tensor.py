@@ -50,8 +50,9 @@ def _indices(node: OnnxNode, idx: np.ndarray, n: int, what: str = "indices") -> 
 
 
 def _take(b: Builder, node: OnnxNode, x: str, tables: Sequence[Sequence[int] | None], value=0,
-          out: str | None = None, uint8: bool = False) -> str:  # fmt: skip
-    """Emit ``take`` (or an alias when every table keeps its axis whole and in order)."""
+          out: str | None = None, uint8: bool = False, fill: str | None = None) -> str:  # fmt: skip
+    """Emit ``take`` (or an alias when every table keeps its axis whole and in order); ``fill``: a value
+    computed at run time that -1 entries read instead of ``value``."""
     xs = b.type_of(x).shape
     whole = [None if t is not None and list(t) == list(range(d)) else t for d, t in zip(xs, tables, strict=True)]
     if all(t is None for t in whole):
@@ -59,7 +60,8 @@ def _take(b: Builder, node: OnnxNode, x: str, tables: Sequence[Sequence[int] | N
             b.alias(out, x, uint8=uint8)
         return x
     index = tuple(None if t is None else tuple(int(i) for i in t) for t in whole)
-    return b.emit(node, "take", (x,), {"index": index, "value": value}, out=out, suffix="take", uint8=uint8)
+    inputs = (x,) if fill is None else (x, fill)
+    return b.emit(node, "take", inputs, {"index": index, "value": value}, out=out, suffix="take", uint8=uint8)
 
 
 def _gather_offsets(b: Builder, node: OnnxNode, x: str, offsets: np.ndarray, uint8: bool) -> None:
@@ -107,7 +109,7 @@ def pad_table(node: OnnxNode, n: int, before: int, after: int, mode: str) -> lis
 @converter("Pad", attrs=("mode", "pads", "value"))
 def _pad(b: Builder, node: OnnxNode) -> None:
     """Constant padding without cropping is vdla ``pad``; every other mode, and cropping (negative pads), is a
-    ``take``. The pads and the constant value must be constants."""
+    ``take`` (as is a constant value computed at run time). The pads must be constants."""
     dt = b.require_dtype(node, 0, ANY)
     mode = str(attr(node, "mode", "constant"))
     if mode not in PAD_MODES:
@@ -119,8 +121,12 @@ def _pad(b: Builder, node: OnnxNode) -> None:
         value = attr(node, "value", 0.0)
     else:
         pads = [int(p) for p in _ints(b, node, 1, "pads").ravel()]
-        cv = b.const(node, 2, "constant_value")
+        cv = b.const(node, 2, "constant_value") if b.is_const(node, 2) or not b.has(node, 2) else None
         value = 0 if cv is None or cv.size == 0 else np.asarray(cv).reshape(-1)[0]
+    fill = None
+    if b.has(node, 2) and not b.is_const(node, 2) and mode == "constant":  # a value computed at run time
+        b.require_dtype(node, 2, (dt,))
+        fill = b.tensor(node, 2)
     axes = list(range(rank))
     if b.has(node, 3):
         axes = [axis_of(node, int(a), rank, "axis", None) for a in _ints(b, node, 3, "axes").ravel()]
@@ -133,14 +139,14 @@ def _pad(b: Builder, node: OnnxNode) -> None:
         raise unsupported(node, f"pads {pads} leave an axis empty: vdla has no empty tensors")
     value = _fill(node, dt, value)
     x, uint8 = b.tensor(node, 0), dt == "uint8"
-    if mode == "constant" and all(p0 >= 0 and p1 >= 0 for p0, p1 in pairs):
+    if mode == "constant" and fill is None and all(p0 >= 0 and p1 >= 0 for p0, p1 in pairs):
         if not any(p0 or p1 for p0, p1 in pairs):
             b.alias(node.outputs[0], x, uint8=uint8)
             return
         b.emit(node, "pad", (x,), {"pads": tuple(pairs), "value": value}, out=node.outputs[0], uint8=uint8)
         return
     tables = [pad_table(node, d, p0, p1, mode) for d, (p0, p1) in zip(xs, pairs, strict=True)]
-    _take(b, node, x, tables, value if mode == "constant" else 0, node.outputs[0], uint8)
+    _take(b, node, x, tables, value if mode == "constant" else 0, node.outputs[0], uint8, fill)
 
 
 @converter("Tile")
