@@ -18,7 +18,13 @@ sys.path.insert(0, str(Path(__file__).parent))
 from test_onnx_frontend import F, Model, _close, run_float_cpu, run_ort  # noqa: E402
 
 from vdla.cpu_fallback import get_kernel  # noqa: E402
-from vdla.cpu_fallback.specs import make_gather, make_pool2d, make_scatter, make_take  # noqa: E402
+from vdla.cpu_fallback.specs import (  # noqa: E402
+    make_gather,
+    make_grid_sample,
+    make_pool2d,
+    make_scatter,
+    make_take,
+)
 from vdla.frontend import import_onnx  # noqa: E402
 from vdla.graph import oracle  # noqa: E402
 from vdla.graph.interp import evaluate  # noqa: E402
@@ -295,3 +301,37 @@ def test_what_vdla_cannot_run_is_refused_at_import_naming_the_node(node, match):
     model = m.build([("x", F, list(X4.shape)), *extra], outs, opset=18)
     with pytest.raises(UnsupportedError, match=f"node 'layout_node'.*{match}"):
         import_onnx(model)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# GridSample
+
+
+@pytest.mark.parametrize("mode", ["nearest", "linear", "cubic"])
+@pytest.mark.parametrize("padding_mode", ["zeros", "border", "reflection"])
+@pytest.mark.parametrize("align_corners", [0, 1])
+def test_grid_sample_matches_onnxruntime(mode, padding_mode, align_corners):
+    m = Model()
+    m.node("GridSample", ["x", "grid"], "y", mode=mode, padding_mode=padding_mode, align_corners=align_corners)
+    model = m.build([("x", F, [2, 3, 5, 6]), ("grid", F, [2, 4, 7, 2])], [("y", F, [2, 3, 4, 7])], opset=20)
+    if (mode, padding_mode) == ("cubic", "border"):  # onnxruntime clamps each tap, ONNX's reference the point
+        with pytest.raises(UnsupportedError, match="node 'y'.*attribute padding_mode='border'.*differ"):
+            import_onnx(model)
+        return
+    grid = RNG.uniform(-1.6, 1.6, (2, 4, 7, 2)).astype(np.float32)
+    feeds = {"x": X4[:, :, :5, :6].copy(), "grid": grid}
+    graph = import_onnx(model)
+    got = run_float_cpu(graph, feeds)["y"]
+    _close(got, run_ort(model, feeds)["y"], rtol=1e-5)
+    np.testing.assert_allclose(evaluate(graph, feeds)["y"], got, rtol=1e-5, atol=1e-5)
+
+
+def test_grid_sample_kernel_of_a_volume_equals_its_numpy_semantics_and_survives_any_grid():
+    x = RNG.normal(0, 1, (1, 2, 3, 4, 5)).astype(np.float32)
+    grid = RNG.normal(0, 1.5, (1, 2, 3, 4, 3)).astype(np.float32)
+    grid.flat[:3] = [np.nan, np.inf, -np.inf]  # undefined for ONNX; the kernel must still read inside x
+    spec = make_grid_sample(TensorType.of(x, "g"), TensorType.of(grid, "g"), "cubic", "reflection", False)
+    got = get_kernel(spec)(x, grid)
+    want = oracle.grid_sample(x, np.where(np.isfinite(grid), grid, 0), "cubic", "reflection", False)
+    finite = np.isfinite(grid).all(axis=-1)[:, None].repeat(2, axis=1)
+    np.testing.assert_allclose(got[finite], want[finite], rtol=1e-5, atol=1e-5)

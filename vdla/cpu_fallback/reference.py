@@ -16,6 +16,7 @@ from vdla.cpu_fallback.specs import (
     CpuDenseSpec,
     GatherSpec,
     GlobalAvgPoolSpec,
+    GridSampleSpec,
     Im2colSpec,
     MatMulSpec,
     PackSpec,
@@ -140,3 +141,8 @@ def _(spec: GatherSpec, x: np.ndarray, index: np.ndarray) -> np.ndarray:
 @reference.register
 def _(spec: ScatterSpec, x: np.ndarray, index: np.ndarray, updates: np.ndarray) -> np.ndarray:
     return oracle.scatter(x, index, updates, spec.reduction)
+
+
+@reference.register
+def _(spec: GridSampleSpec, x: np.ndarray, grid: np.ndarray) -> np.ndarray:
+    return oracle.grid_sample(x, grid, spec.mode, spec.padding_mode, spec.align_corners)

@@ -18,6 +18,7 @@ from vdla.graph.layout import blocked_shape
 from vdla.graph.ops import (
     SCATTER_REDUCTIONS,
     concat_type,
+    grid_sample_type,
     im2col_type,
     matmul_type,
     pad_type,
@@ -328,6 +329,25 @@ def make_scatter(x: TensorType, index: TensorType, updates: TensorType, reductio
 
 
 @dataclass(frozen=True)
+class GridSampleSpec:
+    """ONNX GridSample of float32 ``x`` at the float32 ``grid`` (:func:`vdla.graph.ops.grid_sample_type`)."""
+
+    x: TensorType
+    grid: TensorType
+    mode: str
+    padding_mode: str
+    align_corners: bool
+    out: TensorType
+
+
+def make_grid_sample(
+    x: TensorType, grid: TensorType, mode: str = "linear", padding_mode: str = "zeros", align_corners: bool = False
+) -> GridSampleSpec:
+    out = grid_sample_type(x, grid, mode, padding_mode, align_corners)
+    return GridSampleSpec(x, grid, mode, padding_mode, bool(align_corners), out)
+
+
+@dataclass(frozen=True)
 class MatMulSpec:
     """float32 ``a @ b`` with numpy's batch broadcasting: ``(..., M, K) x (..., K, N) -> (..., M, N)``."""
 
@@ -437,6 +457,7 @@ Spec = (
     | TakeSpec
     | GatherSpec
     | ScatterSpec
+    | GridSampleSpec
     | MatMulSpec
     | CpuDenseSpec
     | CpuConv2dSpec
@@ -457,6 +478,8 @@ def spec_inputs(spec: Spec) -> tuple[TensorType, ...]:
         return (spec.x, spec.fill)
     if isinstance(spec, ScatterSpec):
         return (spec.x, spec.index, spec.updates)
+    if isinstance(spec, GridSampleSpec):
+        return (spec.x, spec.grid)
     return (spec.x,)
 
 
@@ -475,6 +498,7 @@ _OP_NAMES = {
     TakeSpec: "take",
     GatherSpec: "gather",
     ScatterSpec: "scatter",
+    GridSampleSpec: "grid_sample",
     MatMulSpec: "matmul",
     CpuDenseSpec: "dense",
     CpuConv2dSpec: "conv2d",

@@ -780,6 +780,42 @@ def _scatter(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarr
     return x.plain
 
 
+GRID_MODES = ("nearest", "linear", "cubic")
+GRID_PADDING = ("zeros", "border", "reflection")
+
+
+def grid_sample_type(x: TensorType, grid: TensorType, mode: str, padding_mode: str, align_corners: bool) -> TensorType:
+    """The output type of sampling float32 ``x`` (N, C, spatial...) at ``grid`` (N, out spatial..., r), r the
+    number of spatial axes: (N, C, out spatial...)."""
+    op = "grid_sample"
+    _need(op, mode in GRID_MODES, f"mode {mode!r} is not one of {GRID_MODES}")
+    _need(op, padding_mode in GRID_PADDING, f"padding mode {padding_mode!r} is not one of {GRID_PADDING}")
+    _need(op, x.dtype == grid.dtype == "float32", f"needs float32, got {x.dtype} and {grid.dtype}")
+    r = len(x.shape) - 2
+    ok = r >= 1 and grid.shape[0] == x.shape[0] and len(grid.shape) == r + 2 and grid.shape[-1] == r
+    _need(op, ok, f"grid {grid.shape} must be (N, out spatial..., {r}) for input {x.shape}")
+    flat = padding_mode == "reflection" and align_corners and 1 in x.shape[2:]
+    _need(op, not flat, f"reflection with align_corners over an axis of size 1 ({x.shape}) has nothing to reflect on")
+    return TensorType((*x.shape[:2], *grid.shape[1:-1]), "float32")
+
+
+def _grid_attrs(a: Mapping[str, Any]) -> tuple[str, str, bool]:
+    return a.get("mode", "linear"), a.get("padding_mode", "zeros"), bool(a.get("align_corners", False))
+
+
+@register(
+    "grid_sample",
+    OPAQUE,
+    2,
+    evaluate=lambda node, args, types, out: oracle.grid_sample(*args, *_grid_attrs(node.attrs)),
+    cpu=CpuKernel("make_grid_sample"),
+)
+def _grid_sample(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarray]) -> TensorType:
+    """ONNX GridSample: every output point interpolates the input (nearest, linear or cubic, per channel) at
+    the point the grid gives for it, reading outside the input as zeros, the border or its reflection."""
+    return grid_sample_type(*inputs, *_grid_attrs(node.attrs))
+
+
 def attrs_text(attrs: Mapping[str, Any]) -> str:
     """Attributes as ``name=value`` pairs (arrays abbreviated), for dumps and error messages."""
 

@@ -9,6 +9,7 @@ accumulate in float64 and round to float32 once.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -445,3 +446,77 @@ def scatter(x: np.ndarray, index: np.ndarray, updates: np.ndarray, reduction: st
         with np.errstate(over="ignore"):
             _SCATTER_UFUNC[reduction].at(out, flat, upd)
     return out.reshape(x.shape)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Grid sampling
+
+
+def grid_borders(size: int, align_corners: bool) -> tuple[float, float]:
+    """The extent of an axis of ``size`` pixels in GridSample's unnormalised coordinates: pixel centres
+    (align_corners) or pixel edges."""
+    return (0.0, size - 1.0) if align_corners else (-0.5, size - 0.5)
+
+
+def grid_reflect(v: np.ndarray, lo: float, hi: float) -> np.ndarray:
+    """Coordinates outside [lo, hi] reflected by the near border until inside (GridSample's reflection)."""
+    span = hi - lo
+    below, above = v < lo, v > hi
+    dx = np.where(below, lo - v, np.where(above, v - hi, 0.0))
+    n = np.floor(dx / span) if span > 0 else np.zeros_like(dx)
+    r = dx - n * span
+    even = n % 2 == 0
+    return np.where(below, np.where(even, lo + r, hi - r), np.where(above, np.where(even, hi - r, lo + r), v))
+
+
+def grid_axis_taps(
+    g: np.ndarray, size: int, mode: str, padding_mode: str, align_corners: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The taps of one spatial axis for normalised grid coordinates ``g`` (float32, any shape): input indices
+    (clamped into the axis), weights (float64) and whether each tap reads the input (zeros padding reads 0
+    outside), each of shape ``g.shape + (taps,)``. ONNX GridSample's arithmetic: the unnormalised
+    coordinate in float32, nearest rounds half to even, a coordinate outside the axis's extent is clamped
+    (border) or reflected (reflection), then each tap index is fetched under the padding mode."""
+    one, two, s = np.float32(1), np.float32(2), np.float32(size)
+    u = ((g + one) / two * (s - one) if align_corners else ((g + one) * s - one) / two).astype(np.float64)
+    if mode == "nearest":
+        u = np.rint(u)
+    lo, hi = grid_borders(size, align_corners)
+    if padding_mode == "border":
+        u = np.where((u < lo) | (u > hi), np.clip(u, 0, size - 1), u)
+    elif padding_mode == "reflection":
+        u = grid_reflect(u, lo, hi)
+    if mode == "nearest":
+        idx, w = np.trunc(u).astype(np.int64)[..., None], np.ones(u.shape + (1,))
+    else:
+        base = np.floor(u)
+        t = (u - base)[..., None]
+        offsets = np.arange(2) if mode == "linear" else np.arange(-1, 3)
+        idx = base.astype(np.int64)[..., None] + offsets
+        w = 1 - np.abs(offsets - t) if mode == "linear" else cubic_weights(offsets - t, -0.75)
+    if padding_mode == "zeros":
+        reads = (idx >= 0) & (idx < size)
+    else:
+        reads = np.ones(idx.shape, bool)
+        if padding_mode == "reflection":
+            idx = np.trunc(grid_reflect(idx.astype(np.float64), lo, hi)).astype(np.int64)
+    return np.clip(idx, 0, size - 1), w, reads
+
+
+def grid_sample(x: np.ndarray, grid: np.ndarray, mode: str, padding_mode: str, align_corners: bool) -> np.ndarray:
+    """ONNX GridSample of ``x`` (N, C, spatial...) at ``grid`` (N, out spatial..., r), whose last axis holds
+    normalised coordinates innermost axis first (x, y[, z]); interpolated in float64, rounded once."""
+    r = x.ndim - 2
+    taps = [grid_axis_taps(grid[..., r - 1 - a], x.shape[2 + a], mode, padding_mode, align_corners) for a in range(r)]
+    lead = np.arange(x.shape[0]).reshape((-1,) + (1,) * r)
+    xf = np.moveaxis(x.astype(np.float64), 1, -1)  # (N, spatial..., C)
+    total = np.zeros(grid.shape[:-1] + (x.shape[1],))
+    for pick in itertools.product(*(range(t[0].shape[-1]) for t in taps)):
+        weight = np.ones(grid.shape[:-1])
+        index = [lead]
+        for (idx, w, reads), k in zip(taps, pick, strict=True):
+            weight = weight * np.where(reads[..., k], w[..., k], 0.0)
+            index.append(idx[..., k])
+        values = xf[tuple(index)]
+        total += np.where(weight[..., None] != 0, values * weight[..., None], 0.0)
+    return np.ascontiguousarray(np.moveaxis(total, -1, 1)).astype(np.float32)

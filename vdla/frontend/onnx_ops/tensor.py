@@ -1,6 +1,6 @@
 """Layout and indexing converters: Pad (every mode), Tile, Expand, Gather, Compress, CenterCropPad,
 DepthToSpace, SpaceToDepth, GatherElements, GatherND, ReverseSequence, OneHot, ScatterElements, Scatter and
-ScatterND, Resize (no ``onnx`` import here).
+ScatterND, Resize, GridSample (no ``onnx`` import here).
 
 vdla compiles for fixed shapes, so every index these operators read is a constant known at import time
 (an initializer, or a value folded from constants): it is normalised (negative indices counted from the
@@ -467,3 +467,23 @@ def _resize(b: Builder, node: OnnxNode) -> None:
         attrs["roi"] = tuple(_roi(b, node, rank, axes))
         attrs["extrapolation_value"] = _fill(node, dt, attr(node, "extrapolation_value", 0.0))
     b.emit(node, "resize", (b.tensor(node, 0),), attrs, out=node.outputs[0], uint8=dt == "uint8")
+
+
+@converter("GridSample", attrs=("align_corners", "mode", "padding_mode"))
+def _grid_sample(b: Builder, node: OnnxNode) -> None:
+    """float32 sampling at a grid computed at run time, in any number of spatial axes (opset 16's bilinear and
+    bicubic are linear and cubic)."""
+    b.require_dtype(node, 0, ("float32",))
+    b.require_dtype(node, 1, ("float32",))
+    mode = str(attr(node, "mode", "bilinear" if node.opset < 20 else "linear"))
+    mode = {"bilinear": "linear", "bicubic": "cubic"}.get(mode, mode)
+    if mode not in ("nearest", "linear", "cubic"):
+        raise unsupported(node, "mode must be nearest, linear or cubic", "mode")
+    padding = str(attr(node, "padding_mode", "zeros"))
+    if padding not in ("zeros", "border", "reflection"):
+        raise unsupported(node, "padding_mode must be zeros, border or reflection", "padding_mode")
+    if mode == "cubic" and padding == "border":  # onnxruntime (as PyTorch) clamps each tap, not the coordinate
+        raise unsupported(node, "cubic sampling with border padding: ONNX's reference and onnxruntime differ",
+                          "padding_mode")  # fmt: skip
+    attrs = {"mode": mode, "padding_mode": padding, "align_corners": bool(int(attr(node, "align_corners", 0)))}
+    b.emit(node, "grid_sample", (b.tensor(node, 0), b.tensor(node, 1)), attrs, out=node.outputs[0])
