@@ -10,7 +10,8 @@ by ``onnx.backend.test.case.node.collect_testcases`` (model, inputs and expected
 rtol 1e-4 and atol 1e-4 x the largest expected magnitude, integer outputs exact) or is *unsupported*:
 the importer, the simplification passes or the CPU JIT refused it before anything ran, with
 ``UnsupportedError`` or ``FrontendError``. Two conventions of vdla apply: int64 inputs (shapes, axes,
-pads) and Resize's roi/scales/sizes inputs are bound as constants with the test's values, since vdla
+pads) and the inputs that fix an output shape (Resize's roi/scales/sizes, OneHot's depth, Range's start, limit
+and delta) are bound as constants with the test's values, since vdla
 compiles for fixed shapes; uint8
 inputs and outputs are passed as int32 holding the same values. Anything else (a wrong answer, a crash, a refusal while
 running) *fails*. tests/test_onnx_conformance.py runs the same check.
@@ -121,13 +122,14 @@ def node_cases() -> list[Case]:
 
 
 # operator -> the input positions that fix shapes (vdla compiles for fixed shapes: the test's values are bound)
-SHAPE_INPUTS = {"Resize": (1, 2, 3), "OneHot": (1,)}
+SHAPE_INPUTS = {"Resize": (1, 2, 3), "OneHot": (1,), "Range": (0, 1, 2)}
 
 
 def freeze_shape_inputs(case: Case) -> Case:
     """The case with its graph inputs that fix shapes turned into initializers holding the test's values:
     int64 inputs (shapes, axes, pads: never a vdla runtime value) and the inputs in :data:`SHAPE_INPUTS`
-    positions (Resize's roi, scales and sizes); other float and int8/int32 inputs stay inputs."""
+    positions (Resize's roi, scales and sizes, OneHot's depth, Range's bounds); other float and int8/int32 inputs
+    stay inputs."""
     inits = {t.name for t in case.model.graph.initializer}
     graph_inputs = [i for i in case.model.graph.input if i.name not in inits]
     shape_names = {
@@ -258,7 +260,8 @@ def markdown(results: list[Result], total: int, seconds: float) -> str:
         "The cases come from `<onnx>/backend/test/data/node` when the onnx wheel ships those files, else",
         "they are generated in memory by `onnx.backend.test.case.node.collect_testcases` (same models, inputs",
         "and expected outputs). vdla compiles for fixed shapes, so int64 inputs (shapes, axes, pads) and",
-        "Resize's roi/scales/sizes inputs are bound as constants holding the test's values; uint8 inputs and",
+        "the inputs that fix an output shape (Resize's roi/scales/sizes, OneHot's depth, Range's start, limit and",
+        "delta) are bound as constants holding the test's values; uint8 inputs and",
         "outputs are passed as int32 holding the same values (inside the graph a uint8 tensor is int8",
         "`value - 128`, exactly).",
         "",

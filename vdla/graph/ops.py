@@ -16,7 +16,9 @@ included; it raises :class:`~vdla.graph.types.UnsupportedError` naming the opera
 
 Invariants: conv2d/dense on int8 accumulate into int32 (no quantization on the accumulator); a
 quantized int8 tensor carries its :class:`~vdla.graph.types.Quant`; max pooling, ReLU, clip, reshape,
-transpose, slice, nearest resize, im2col (per-tensor) and layout changes keep the quantization of their input.
+transpose, slice, take and gather (per-tensor), nearest resize, im2col (per-tensor) and layout changes keep the
+quantization of their input. Every index a take, gather or scatter reads is checked by its type rule, when
+compiling (constant tables and offsets): their kernels do not bounds-check.
 """
 
 from __future__ import annotations

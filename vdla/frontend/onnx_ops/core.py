@@ -274,14 +274,10 @@ def _auto_pads(node: OnnxNode, mode: str, sizes, kernel, strides, dilations) -> 
     return begins + ends
 
 
-def _conv_pool_geometry(b: Builder, node: OnnxNode, x_shape, kernel: Sequence[int]) -> dict[str, Any]:
-    """Kernel, strides, dilations and pads of a 1-D or 2-D Conv/Pool node as 2-D vdla attributes
-    (1-D lifted to a height-1 image), checking each attribute."""
-    rank = len(x_shape)
-    if rank not in (3, 4):
-        raise unsupported(node, f"only 1-D and 2-D windows are supported (input rank 3 or 4), got shape {x_shape}")
-    spatial = rank - 2
-    kernel = [int(k) for k in kernel]
+def window_geometry(node: OnnxNode, sizes: Sequence[int], kernel: Sequence[int]) -> tuple[list, list, list]:
+    """The strides, dilations and ONNX-ordered pads (begins..., ends...; auto_pad resolved) of a window of
+    ``kernel`` over spatial ``sizes``, checking each attribute."""
+    spatial = len(sizes)
     for name in ("strides", "dilations"):
         v = ints(node, name)
         if v is not None and (len(v) != spatial or any(i < 1 for i in v)):
@@ -296,7 +292,19 @@ def _conv_pool_geometry(b: Builder, node: OnnxNode, x_shape, kernel: Sequence[in
     else:
         if "pads" in node.attrs and any(int(p) for p in node.attrs["pads"]):
             raise unsupported(node, "explicit pads together with auto_pad", "pads")
-        pads = _auto_pads(node, mode, x_shape[2:], kernel, strides, dilations)
+        pads = _auto_pads(node, mode, sizes, kernel, strides, dilations)
+    return strides, dilations, pads
+
+
+def _conv_pool_geometry(b: Builder, node: OnnxNode, x_shape, kernel: Sequence[int]) -> dict[str, Any]:
+    """Kernel, strides, dilations and pads of a 1-D or 2-D Conv node as 2-D vdla attributes (1-D lifted to a
+    height-1 image), checking each attribute."""
+    rank = len(x_shape)
+    if rank not in (3, 4):
+        raise unsupported(node, f"only 1-D and 2-D windows are supported (input rank 3 or 4), got shape {x_shape}")
+    spatial = rank - 2
+    kernel = [int(k) for k in kernel]
+    strides, dilations, pads = window_geometry(node, x_shape[2:], kernel)
     if spatial == 1:
         kernel, strides, dilations = [1, *kernel], [1, *strides], [1, *dilations]
         pads4 = (0, 0, pads[0], pads[1])

@@ -13,7 +13,8 @@ tensor. Invariants of the mapping:
   the input or its leading pad), which max pooling fills with -inf and average and Lp pooling leave out.
   An average that counts the padding (count_include_pad=1) with such an extension pads the input with
   zeros first, as ONNX's reference does, so that only the explicit pads are counted;
-* padding inside vdla is (top, bottom, left, right); ONNX's begins and ends are converted here.
+* padding inside vdla is (top, bottom, left, right): each 2-D pool's ONNX-ordered pads go through
+  :func:`vdla.graph.window.pads_from_onnx`.
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from vdla.frontend.builder import Builder, OnnxNode, size, unsupported
-from vdla.frontend.onnx_ops.core import _auto_pads
+from vdla.frontend.onnx_ops.core import window_geometry
 from vdla.frontend.onnx_ops.registry import FLOAT, attr, compact, converter, ints
+from vdla.graph.window import pads_from_onnx
 
 KINDS = {"MaxPool": "max", "AveragePool": "avg", "LpPool": "lp"}
 WINDOW_ATTRS = ("auto_pad", "ceil_mode", "dilations", "kernel_shape", "pads", "strides")
@@ -61,21 +63,7 @@ def pool_axes(node: OnnxNode, xs: Sequence[int]) -> list[AxisWindow]:
     kernel = ints(node, "kernel_shape")
     if kernel is None or len(kernel) != spatial or any(k < 1 for k in kernel):
         raise unsupported(node, f"kernel_shape must give {spatial} positive sizes", "kernel_shape")
-    for name in ("strides", "dilations"):
-        v = ints(node, name)
-        if v is not None and (len(v) != spatial or any(i < 1 for i in v)):
-            raise unsupported(node, f"{name} must be {spatial} positive integers", name)
-    strides = ints(node, "strides", [1] * spatial)
-    dilations = ints(node, "dilations", [1] * spatial)
-    mode = str(attr(node, "auto_pad", "NOTSET"))
-    if mode == "NOTSET":
-        pads = ints(node, "pads", [0] * (2 * spatial))
-        if len(pads) != 2 * spatial or any(p < 0 for p in pads):
-            raise unsupported(node, f"pads must be {2 * spatial} non-negative integers", "pads")
-    else:
-        if "pads" in node.attrs and any(int(p) for p in node.attrs["pads"]):
-            raise unsupported(node, "explicit pads together with auto_pad", "pads")
-        pads = _auto_pads(node, mode, xs[2:], kernel, strides, dilations)
+    strides, dilations, pads = window_geometry(node, xs[2:], kernel)
     axes = [
         AxisWindow(k, s, d, pads[i], pads[spatial + i])
         for i, (k, s, d) in enumerate(zip(kernel, strides, dilations, strict=True))
@@ -96,7 +84,7 @@ def _pool2d(b: Builder, node: OnnxNode, x: str, kind: str, rows: AxisWindow, col
         "kernel": (rows.kernel, cols.kernel),
         "stride": compact((rows.stride, cols.stride)),
         "dilation": compact((rows.dilation, cols.dilation)),
-        "padding": compact((rows.before, rows.after, cols.before, cols.after)),
+        "padding": compact(pads_from_onnx((rows.before, cols.before, rows.after, cols.after))),
         **extra,
     }
     return b.emit(node, f"{kind}_pool2d", (x,), attrs, out=out, suffix="pool", uint8=uint8)
