@@ -21,6 +21,7 @@ from vdla.cpu_fallback import get_kernel  # noqa: E402
 from vdla.cpu_fallback.specs import (  # noqa: E402
     make_gather,
     make_grid_sample,
+    make_one_hot,
     make_pool2d,
     make_scatter,
     make_take,
@@ -156,6 +157,28 @@ def test_one_hot_of_constant_indices_gathers_its_runtime_values():
     model = m.build([("x", F, [2])], [("y", F, [2, 5, 2])], opset=18)
     x = np.array([-1.5, 4.0], np.float32)
     np.testing.assert_array_equal(run_float_cpu(import_onnx(model), {"x": x})["y"], run_ort(model, {"x": x})["y"])
+
+
+@pytest.mark.parametrize("dtype", [F, I32])
+def test_one_hot_of_indices_computed_at_run_time_matches_onnxruntime(dtype):
+    m = Model()  # types onnxruntime implements: float indices and depth, or int32 indices and depth
+    depth = m.init("d", np.float32(6) if dtype == F else np.int32(6))
+    m.node("OneHot", ["i", depth, m.init("v", np.array([2, -3], np.float32))], "y", axis=-2)
+    model = m.build([("i", dtype, [3, 4])], [("y", F, [3, 6, 4])], opset=18)
+    i = RNG.integers(-8, 8, (3, 4)).astype(np.float32 if dtype == F else np.int32)
+    np.testing.assert_array_equal(run_float_cpu(import_onnx(model), {"i": i})["y"], run_ort(model, {"i": i})["y"])
+
+
+def test_one_hot_kernel_truncates_float_indices_and_never_matches_nan():
+    i = np.array([[1.9, -0.5, -1.2, np.nan], [np.inf, -np.inf, 4.0, -5.0]], np.float32)
+    values = np.array([0.25, 8.0], np.float32)
+    spec = make_one_hot(TensorType.of(i, "one_hot"), TensorType.of(values, "one_hot"), 5, 2)
+    got = get_kernel(spec)(i, values)
+    np.testing.assert_array_equal(got, oracle.one_hot(i, values, 5, 2))
+    hot = [[1, 0, 4, None], [None, None, 4, 0]]  # trunc(1.9) = 1, trunc(-0.5) = 0, trunc(-1.2) = -1 -> 4
+    for r, row in enumerate(hot):
+        for c, at in enumerate(row):
+            np.testing.assert_array_equal(got[r, c], [8.0 if k == at else 0.25 for k in range(5)])
 
 
 def test_pad_value_computed_at_run_time():

@@ -17,7 +17,7 @@ from llvmlite import ir
 from vdla.cpu_fallback.codegen import KernelBuilder
 from vdla.cpu_fallback.kernels import _emit, contiguous_strides
 from vdla.cpu_fallback.lltypes import F32, I64, LL_TYPES, i64
-from vdla.cpu_fallback.specs import GatherSpec, GridSampleSpec, ScatterSpec, TakeSpec
+from vdla.cpu_fallback.specs import GatherSpec, GridSampleSpec, OneHotSpec, ScatterSpec, TakeSpec
 from vdla.graph.oracle import grid_borders
 from vdla.graph.types import is_float
 
@@ -89,6 +89,25 @@ def _scatter(spec: ScatterSpec, kb: KernelBuilder) -> None:
         if spec.reduction != "none":
             u = combine[spec.reduction](kb.load(dt, y, o), u)
         kb.store(u, dt, y, o)
+
+
+@_emit.register
+def _one_hot(spec: OneHotSpec, kb: KernelBuilder) -> None:
+    """Loops (outer indices, position along the new axis, inner indices): on where the index, truncated and
+    wrapped, equals the position (a NaN index never does; the conversion saturates)."""
+    b, (indices, values), y = kb.b, kb.inputs, kb.out
+    dt, depth, shape = spec.values.dtype, spec.depth, spec.indices.shape
+    outer, inner = math.prod(shape[: spec.axis]), math.prod(shape[spec.axis :])
+    off, on = kb.load(dt, values, 0), kb.load(dt, values, 1)
+    with kb.loop(0, outer) as o, kb.loop(0, depth) as d, kb.loop(0, inner) as i:
+        raw = kb.load(spec.indices.dtype, indices, b.add(b.mul(o, i64(inner)), i))
+        if is_float(spec.indices.dtype):
+            index, valid = _to_index(kb, raw), b.fcmp_ordered("==", raw, raw)
+        else:
+            index, valid = b.sext(raw, I64), ir.Constant(ir.IntType(1), 1)
+        index = b.select(b.icmp_signed("<", index, i64(0)), b.add(index, i64(depth)), index)
+        hot = b.and_(valid, b.icmp_signed("==", index, d))
+        kb.store(b.select(hot, on, off), dt, y, kb.linear([o, d, i], [depth * inner, inner, 1]))
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from vdla.cpu_fallback.specs import (
     GridSampleSpec,
     Im2colSpec,
     MatMulSpec,
+    OneHotSpec,
     PackSpec,
     PadSpec,
     Pool2dSpec,
@@ -146,3 +147,8 @@ def _(spec: ScatterSpec, x: np.ndarray, index: np.ndarray, updates: np.ndarray) 
 @reference.register
 def _(spec: GridSampleSpec, x: np.ndarray, grid: np.ndarray) -> np.ndarray:
     return oracle.grid_sample(x, grid, spec.mode, spec.padding_mode, spec.align_corners)
+
+
+@reference.register
+def _(spec: OneHotSpec, indices: np.ndarray, values: np.ndarray) -> np.ndarray:
+    return oracle.one_hot(indices, values, spec.depth, spec.axis)

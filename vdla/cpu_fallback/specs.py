@@ -21,6 +21,7 @@ from vdla.graph.ops import (
     grid_sample_type,
     im2col_type,
     matmul_type,
+    one_hot_type,
     pad_type,
     pool_window,
     resize_type,
@@ -329,6 +330,21 @@ def make_scatter(x: TensorType, index: TensorType, updates: TensorType, reductio
 
 
 @dataclass(frozen=True)
+class OneHotSpec:
+    """OneHot of ``indices`` with (off, on) ``values`` (:func:`vdla.graph.ops.one_hot_type`)."""
+
+    indices: TensorType
+    values: TensorType
+    depth: int
+    axis: int
+    out: TensorType
+
+
+def make_one_hot(indices: TensorType, values: TensorType, depth: int, axis: int) -> OneHotSpec:
+    return OneHotSpec(indices, values.plain, depth, axis, one_hot_type(indices, values, depth, axis).plain)
+
+
+@dataclass(frozen=True)
 class GridSampleSpec:
     """ONNX GridSample of float32 ``x`` at the float32 ``grid`` (:func:`vdla.graph.ops.grid_sample_type`)."""
 
@@ -458,6 +474,7 @@ Spec = (
     | GatherSpec
     | ScatterSpec
     | GridSampleSpec
+    | OneHotSpec
     | MatMulSpec
     | CpuDenseSpec
     | CpuConv2dSpec
@@ -480,6 +497,8 @@ def spec_inputs(spec: Spec) -> tuple[TensorType, ...]:
         return (spec.x, spec.index, spec.updates)
     if isinstance(spec, GridSampleSpec):
         return (spec.x, spec.grid)
+    if isinstance(spec, OneHotSpec):
+        return (spec.indices, spec.values)
     return (spec.x,)
 
 
@@ -499,6 +518,7 @@ _OP_NAMES = {
     GatherSpec: "gather",
     ScatterSpec: "scatter",
     GridSampleSpec: "grid_sample",
+    OneHotSpec: "one_hot",
     MatMulSpec: "matmul",
     CpuDenseSpec: "dense",
     CpuConv2dSpec: "conv2d",

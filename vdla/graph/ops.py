@@ -752,8 +752,8 @@ def offsets_type(op: str, x: TensorType, index: TensorType, params: Mapping[str,
     cpu=CpuKernel("make_gather"),
 )
 def _gather(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarray]) -> TensorType:
-    """``out.flat[k] = x.flat[index.flat[k]]``, the output of the offsets' shape (GatherElements, GatherND,
-    ReverseSequence, OneHot as gathers of constant offsets)."""
+    """``out.flat[k] = x.flat[index.flat[k]]``, the output of the offsets' shape (GatherElements, GatherND and
+    ReverseSequence as gathers of constant offsets)."""
     x, index = inputs
     offsets_type("gather", x, index, params, node.inputs[1])
     return TensorType(index.shape, x.dtype, x.quant if x.quant is None or x.quant.axis is None else None)
@@ -780,6 +780,31 @@ def _scatter(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarr
     _need("scatter", updates.shape == index.shape, f"updates {updates.shape} and offsets {index.shape} differ")
     offsets_type("scatter", x, index, params, node.inputs[1])
     return x.plain
+
+
+def one_hot_type(indices: TensorType, values: TensorType, depth: int, axis: int) -> TensorType:
+    """The output type of OneHot: ``indices``' shape with an axis of ``depth`` inserted at ``axis`` (in
+    [0, rank]), the dtype (and quantization) of ``values``, which holds (off, on)."""
+    op = "one_hot"
+    _need(op, indices.dtype in ("float32", "int32", "int8"), f"indices are float32, int32 or int8, got {indices.dtype}")
+    _need(op, values.shape == (2,), f"values must be (off, on), got shape {values.shape}")
+    _need(op, isinstance(depth, int) and depth >= 1, f"depth must be a positive integer, got {depth!r}")
+    _need(op, 0 <= axis <= len(indices.shape), f"axis {axis} out of range for indices {indices.shape}")
+    shape = (*indices.shape[:axis], depth, *indices.shape[axis:])
+    return TensorType(shape, values.dtype, values.quant if values.quant is None or values.quant.axis is None else None)
+
+
+@register(
+    "one_hot",
+    INJECTIVE,
+    2,
+    evaluate=lambda node, args, types, out: oracle.one_hot(*args, node.attrs["depth"], node.attrs["axis"]),
+    cpu=CpuKernel("make_one_hot"),
+)
+def _one_hot(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarray]) -> TensorType:
+    """``values[1]`` where an index (float ones truncated, negative ones counted from ``depth``) equals the
+    position along the new axis, else ``values[0]``; an index outside [-depth, depth) (or NaN) is all off."""
+    return one_hot_type(*inputs, node.attrs["depth"], node.attrs["axis"])
 
 
 GRID_MODES = ("nearest", "linear", "cubic")

@@ -431,6 +431,22 @@ def gather(x: np.ndarray, index: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(x.reshape(-1)[index.astype(np.int64)])
 
 
+def one_hot(indices: np.ndarray, values: np.ndarray, depth: int, axis: int) -> np.ndarray:
+    """``values[1]`` where the index (float ones truncated toward zero, as ONNX casts them to int64; negative
+    ones counted from ``depth``) equals the position along the new axis ``axis``, else ``values[0]``; NaN and
+    indices outside [-depth, depth) are all off."""
+    if indices.dtype.kind == "f":
+        far = float(1 << 62)
+        idx = np.nan_to_num(np.trunc(indices.astype(np.float64)), nan=-far, posinf=far, neginf=-far)
+        idx = np.clip(idx, -far, far).astype(np.int64)
+    else:
+        idx = indices.astype(np.int64)
+    idx = np.where(idx < 0, idx + depth, idx)
+    positions = np.arange(depth).reshape((depth,) + (1,) * (indices.ndim - axis))
+    hot = np.expand_dims(idx, axis) == positions
+    return np.ascontiguousarray(np.where(hot, values[1], values[0]).astype(values.dtype))
+
+
 _SCATTER_UFUNC = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
 
 

@@ -2,7 +2,7 @@
 DepthToSpace, SpaceToDepth, GatherElements, GatherND, ReverseSequence, OneHot, ScatterElements, Scatter and
 ScatterND, Resize, GridSample (no ``onnx`` import here).
 
-vdla compiles for fixed shapes, so every index these operators read is a constant known at import time
+vdla compiles for fixed shapes, so every index these operators read (but OneHot's) is a constant known at import time
 (an initializer, or a value folded from constants): it is normalised (negative indices counted from the
 end) and checked here, and an index a node computes at run time is refused. The mapping onto vdla's
 operators:
@@ -10,8 +10,9 @@ operators:
 * whatever gathers along each axis independently (padding by edge, reflection or wrap, cropping,
   tiling, broadcasting, a gather along one axis, compressing) is one ``take``: a table of input
   indices per axis, ``-1`` reading the fill value;
-* whatever gathers element by element (GatherElements, GatherND, ReverseSequence, OneHot) is one
-  ``gather`` of constant flat offsets (an int32 parameter shaped like the output);
+* whatever gathers element by element (GatherElements, GatherND, ReverseSequence) is one ``gather`` of
+  constant flat offsets (an int32 parameter shaped like the output); OneHot is vdla ``one_hot``, whose
+  indices may be computed at run time;
 * the scatters are one ``scatter`` of constant flat offsets (one per update element, in the order ONNX
   applies them) with their reduction;
 * DepthToSpace and SpaceToDepth are a reshape, a transpose and a reshape.
@@ -336,23 +337,28 @@ def _reverse_sequence(b: Builder, node: OnnxNode) -> None:
 
 @converter("OneHot", attrs=("axis",))
 def _one_hot(b: Builder, node: OnnxNode) -> None:
-    """``values[1]`` where the (constant) index equals the position along the new axis, else ``values[0]``:
-    a gather of 0/1 offsets into the values (an index outside [-depth, depth) selects nothing)."""
+    """vdla ``one_hot`` of the indices (float32, int32 or int8 computed at run time, or constants of any
+    integer type, which an out-of-range index keeps out of range) and the (off, on) values; the depth fixes
+    the output shape, so it must be a constant."""
     dt = b.require_dtype(node, 2, ANY)
-    idx = np.asarray(b.const(node, 0, "indices"))
-    idx = np.trunc(idx).astype(np.int64) if idx.dtype.kind == "f" else idx.astype(np.int64)
     depth_v = np.asarray(b.const(node, 1, "depth")).ravel()
-    if depth_v.size != 1 or int(depth_v[0]) < 1:
+    if depth_v.size != 1 or not np.isfinite(depth_v[0]) or int(depth_v[0]) < 1:
         raise unsupported(node, f"depth {depth_v.tolist()} must be one positive number")
     depth = int(depth_v[0])
-    if b.shape(node, 2) != (2,):
-        raise unsupported(node, f"values must be (off, on), got shape {b.shape(node, 2)}")
-    rank = idx.ndim + 1
+    if b.is_const(node, 0):
+        idx = np.asarray(b.const(node, 0, "indices"))
+        if idx.dtype.kind == "f":
+            idx = np.trunc(np.nan_to_num(idx.astype(np.float64), nan=-2.0 * depth))
+        far = -(depth + 1)  # stays outside [-depth, depth) in int32
+        idx = np.where((idx >= -depth) & (idx < depth), idx, far).astype(np.int32)
+        indices = b.add_param(f"{node.outputs[0]}:indices", idx)
+    else:
+        b.require_dtype(node, 0, ("float32", "int32", "int8"))
+        indices = b.tensor(node, 0)
+    rank = len(b.shape(node, 0)) + 1
     axis = axis_of(node, int(attr(node, "axis", -1)), rank)
-    norm = np.where(idx < 0, idx + depth, idx)
-    positions = np.arange(depth).reshape((depth,) + (1,) * (rank - 1 - axis))
-    hot = np.expand_dims(norm, axis) == positions
-    _gather_offsets(b, node, b.tensor(node, 2), hot.astype(np.int32), dt == "uint8")
+    attrs = {"depth": depth, "axis": axis}
+    b.emit(node, "one_hot", (indices, b.tensor(node, 2)), attrs, out=node.outputs[0], uint8=dt == "uint8")
 
 
 def _scatter(b: Builder, node: OnnxNode, offsets: np.ndarray) -> None:
