@@ -99,6 +99,7 @@ LAYOUT = {
         m.node("GatherND", ["x", _i64(m, "i", RNG.integers(0, 3, (2, 4, 2)) * [1, 2])], "y", batch_dims=1),
         (2, 4, 9),
     )[1],  # fmt: skip
+    "gather_nd_one_element": lambda m: (m.node("GatherND", ["x", _i64(m, "i", [1, -1, 6, 3])], "y"), ())[1],
     "depth_to_space_dcr": lambda m: (
         m.node("Slice", ["x", _i64(m, "st", [0, 0]), _i64(m, "en", [6, 8]), _i64(m, "ax", [2, 3])], "s"),
         m.node("Reshape", ["s", _i64(m, "sh", [2, 12, 2, 6])], "r"),

@@ -66,9 +66,15 @@ def _take(b: Builder, node: OnnxNode, x: str, tables: Sequence[Sequence[int] | N
 
 
 def _gather_offsets(b: Builder, node: OnnxNode, x: str, offsets: np.ndarray, uint8: bool) -> None:
-    """Emit ``gather`` of constant flat ``offsets`` into ``x`` (an int32 parameter)."""
-    name = b.add_param(f"{node.outputs[0]}:offsets", offsets.astype(np.int32))
-    b.emit(node, "gather", (x, name), out=node.outputs[0], uint8=uint8)
+    """Emit ``gather`` of constant flat ``offsets`` into ``x`` (an int32 parameter; a scalar result is the
+    one-element gather reshaped)."""
+    offsets = np.asarray(offsets)
+    name = b.add_param(f"{node.outputs[0]}:offsets", offsets.astype(np.int32).reshape(offsets.shape or (1,)))
+    if offsets.ndim:
+        b.emit(node, "gather", (x, name), out=node.outputs[0], uint8=uint8)
+        return
+    y = b.emit(node, "gather", (x, name), suffix="gather", uint8=uint8)
+    b.reshape(node, y, (), out=node.outputs[0], uint8=uint8)
 
 
 def _fill(node: OnnxNode, dt: str, value) -> int | float:
