@@ -10,12 +10,12 @@ by ``onnx.backend.test.case.node.collect_testcases`` (model, inputs and expected
 rtol 1e-4 and atol 1e-4 x the largest expected magnitude, integer outputs exact) or is *unsupported*:
 the importer, the simplification passes or the CPU JIT refused it before anything ran, with
 ``UnsupportedError`` or ``FrontendError``. Three conventions of vdla apply: int64 inputs (shapes, axes,
-pads), Resize's roi/scales/sizes and Upsample's scales inputs are bound as constants with the test's
-values, since vdla compiles for fixed shapes; uint8 inputs and outputs are passed as int32 holding the same
-values; a float16/float64 model is computed in float32 (the importer's rule): its inputs are passed as
-float32, and float16 outputs are compared within float16's precision (rtol and atol its epsilon, 2^-10).
-Anything else (a wrong answer, a crash, a refusal while running) *fails*. tests/test_onnx_conformance.py
-runs the same check.
+pads) and the inputs that fix an output shape (Resize's roi/scales/sizes, Upsample's scales, OneHot's depth,
+Range's start, limit and delta) are bound as constants with the test's values, since vdla compiles for fixed
+shapes; uint8 inputs and outputs are passed as int32 holding the same values; a float16/float64 model is
+computed in float32 (the importer's rule): its inputs are passed as float32, and float16 outputs are
+compared within float16's precision (rtol and atol its epsilon, 2^-10). Anything else (a wrong answer, a
+crash, a refusal while running) *fails*. tests/test_onnx_conformance.py runs the same check.
 
 Prints a per-operator table and writes the Markdown report (per operator: passed / unsupported, and
 every unsupported case with its error message).
@@ -124,13 +124,14 @@ def node_cases() -> list[Case]:
 
 
 # operator -> the input positions that fix shapes (vdla compiles for fixed shapes: the test's values are bound)
-SHAPE_INPUTS = {"Resize": (1, 2, 3), "Upsample": (1,)}
+SHAPE_INPUTS = {"Resize": (1, 2, 3), "Upsample": (1,), "OneHot": (1,), "Range": (0, 1, 2)}
 
 
 def freeze_shape_inputs(case: Case) -> Case:
     """The case with its graph inputs that fix shapes turned into initializers holding the test's values:
     int64 inputs (shapes, axes, pads: never a vdla runtime value) and the inputs in :data:`SHAPE_INPUTS`
-    positions (Resize's roi, scales and sizes, Upsample's scales); other float and int8/int32 inputs stay inputs."""
+    positions (Resize's roi, scales and sizes, Upsample's scales, OneHot's depth, Range's bounds); other float
+    and int8/int32 inputs stay inputs."""
     inits = {t.name for t in case.model.graph.initializer}
     graph_inputs = [i for i in case.model.graph.input if i.name not in inits]
     shape_names = {
@@ -268,12 +269,13 @@ def markdown(results: list[Result], total: int, seconds: float) -> str:
         "",
         "The cases come from `<onnx>/backend/test/data/node` when the onnx wheel ships those files, else",
         "they are generated in memory by `onnx.backend.test.case.node.collect_testcases` (same models, inputs",
-        "and expected outputs). vdla compiles for fixed shapes, so int64 inputs (shapes, axes, pads),",
-        "Resize's roi/scales/sizes and Upsample's scales inputs are bound as constants holding the test's",
-        "values; uint8 inputs and outputs are passed as int32 holding the same values (inside the graph a",
-        "uint8 tensor is int8 `value - 128`, exactly). A float16/float64 model is computed in float32 (the",
-        "importer's rule): its inputs are passed as float32 and float16 outputs compared within float16's",
-        "precision (rtol and atol 2^-10).",
+        "and expected outputs). vdla compiles for fixed shapes, so int64 inputs (shapes, axes, pads) and",
+        "the inputs that fix an output shape (Resize's roi/scales/sizes, Upsample's scales, OneHot's depth,",
+        "Range's start, limit and delta) are bound as constants holding the test's values; uint8 inputs and",
+        "outputs are passed as int32 holding the same values (inside the graph a uint8 tensor is int8",
+        "`value - 128`, exactly). A float16/float64 model is computed in float32 (the importer's rule): its",
+        "inputs are passed as float32 and float16 outputs compared within float16's precision (rtol and",
+        "atol 2^-10).",
         "",
         f"**{counts['pass']} passed, {counts['unsupported']} unsupported, {counts['fail']} failed** of "
         f"{len(results)} considered cases ({seconds:.1f} s).",

@@ -23,7 +23,7 @@ from vdla.cpu_fallback.specs import (
     make_transpose,
 )
 from vdla.cpu_fallback.stacking import resolve_steps
-from vdla.graph.oracle import resize_taps
+from vdla.graph.oracle import ResizeFilter, resize_taps
 
 set_disk_cache(None)
 SETTINGS = settings(max_examples=12, deadline=None)
@@ -211,16 +211,16 @@ def test_matmul_broadcasts_batches_like_numpy(data, a_batch, mkn):
 
 def _resize_by_hand(x: np.ndarray, sizes, mode: str, coord: str, nearest: str) -> np.ndarray:
     """Element by element from the per-axis taps, in float64: the separable oracle's independent twin."""
-    taps = [resize_taps(n, m, m / n, mode, coord, nearest) for n, m in zip(x.shape, sizes, strict=True)]
+    f = ResizeFilter(mode, coord, nearest)
+    taps = [resize_taps(n, m, m / n, f) for n, m in zip(x.shape, sizes, strict=True)]
     out = np.zeros(sizes)
     for o in np.ndindex(*sizes):
         total = 0.0
-        for pick in np.ndindex(*(2,) * x.ndim):
+        for pick in np.ndindex(*(t[0].shape[1] for t in taps)):
             w, idx = 1.0, []
             for ax, p in enumerate(pick):
-                i0, i1, w1 = (t[o[ax]] for t in taps[ax])
-                w *= w1 if p else 1 - w1
-                idx.append(i1 if p else i0)
+                w *= taps[ax][1][o[ax], p]
+                idx.append(taps[ax][0][o[ax], p])
             total += w * float(x[tuple(idx)])
         out[o] = total
     return out

@@ -29,6 +29,7 @@ from llvmlite import ir
 
 import vdla.cpu_fallback.abi as abi
 import vdla.cpu_fallback.kernels as kernels
+import vdla.cpu_fallback.kernels_layout as kernels_layout
 from vdla.cpu_fallback.specs import Spec, spec_inputs, spec_op
 from vdla.graph.types import TensorType, UnsupportedError
 
@@ -44,7 +45,8 @@ def _source_fingerprint() -> str:
     from vdla.isa import arith
 
     h = hashlib.sha256()
-    modules = (abi, lltypes, entry, codegen, ew_emit, specs, kernels, ew, ewmath, ops, oracle, types, window, arith)
+    modules = (abi, lltypes, entry, codegen, ew_emit, specs, kernels, kernels_layout)
+    modules += (ew, ewmath, ops, oracle, types, window, arith)
     for mod in modules:
         h.update(Path(mod.__file__).read_bytes())
     return h.hexdigest()[:16]

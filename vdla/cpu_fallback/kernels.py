@@ -138,17 +138,11 @@ def _chain(spec: ChainSpec, kb: KernelBuilder) -> None:
 # Sliding windows (pooling and convolution)
 
 
-def _valid_taps(o: int, size: int, win: Window, axis: int) -> tuple[int, ...]:
-    """Kernel taps along ``axis`` (0 rows, 1 columns) that fall inside the input for output index ``o``."""
-    k, s, d, pad = win.kernel[axis], win.stride[axis], win.dilation[axis], win.pad_before(axis)
-    return tuple(t for t in range(k) if 0 <= o * s + t * d - pad < size)
-
-
 def _tap_classes(win: Window, axis: int, size: int, n_out: int) -> list[tuple[int, int, tuple[int, ...]]]:
     """Runs of output indices along ``axis`` sharing the same valid taps: (start, stop, taps)."""
     classes: list[tuple[int, int, tuple[int, ...]]] = []
     for o in range(n_out):
-        taps = _valid_taps(o, size, win, axis)
+        taps = win.valid_taps(o, size, axis)
         if classes and classes[-1][2] == taps:
             classes[-1] = (classes[-1][0], o + 1, taps)
         else:
@@ -159,7 +153,7 @@ def _tap_classes(win: Window, axis: int, size: int, n_out: int) -> list[tuple[in
 def _row_bounds(kb: KernelBuilder, win: Window, h: int, oh_n: int, oh: ir.Value) -> tuple[ir.Value, ir.Value]:
     """Valid kernel-row range [lo, hi) of output row ``oh`` (tables computed at compile time; a row that
     lies entirely in the padding has an empty range)."""
-    taps = [_valid_taps(o, h, win, 0) for o in range(oh_n)]
+    taps = [win.valid_taps(o, h, 0) for o in range(oh_n)]
     return kb.table([t[0] if t else 0 for t in taps])(oh), kb.table([t[-1] + 1 if t else 0 for t in taps])(oh)
 
 
@@ -181,8 +175,6 @@ def _pool2d(spec: Pool2dSpec, kb: KernelBuilder) -> None:
     n, c, h, w = spec.x.shape
     oh_n, ow_n = spec.out.shape[2:]
     win, dt = spec.window, spec.x.dtype
-    fl = is_float(dt)
-    is_max = spec.kind == "max"
     (x,), y = kb.inputs, kb.out
     for r0, r1, khs in _tap_classes(win, 0, h, oh_n):
         for c0, c1, kws in _tap_classes(win, 1, w, ow_n):
@@ -192,17 +184,40 @@ def _pool2d(spec: Pool2dSpec, kb: KernelBuilder) -> None:
                 for kh in khs:
                     row = _input_row(kb, win, oh, i64(kh), plane, w)
                     vals += [kb.load(dt, x, _col_offset(kb, win, row, ow, kw)) for kw in kws]
-                if is_max:
-                    v = vals[0]
-                    for u in vals[1:]:
-                        v = kb.fmax(v, u) if fl else kb.smax(v, u)
-                else:
-                    v = vals[0] if fl else b.sext(vals[0], I32)
-                    for u in vals[1:]:
-                        v = b.fadd(v, u) if fl else b.add(v, b.sext(u, I32))
-                    count = win.kernel[0] * win.kernel[1] if spec.count_include_pad else len(khs) * len(kws)
-                    v = b.fdiv(v, ir.Constant(F32, float(count))) if fl else _round_div_int8(kb, v, count)
+                v = _pool_value(spec, kb, vals, len(khs) * len(kws))
                 kb.store(v, dt, y, kb.linear([nc, oh, ow], [oh_n * ow_n, ow_n, 1]))
+
+
+def _pool_value(spec: Pool2dSpec, kb: KernelBuilder, vals: list[ir.Value], valid: int) -> ir.Value:
+    """The pooled value of one window from the ``valid`` input elements it holds."""
+    b, fl = kb.b, is_float(spec.x.dtype)
+    if spec.kind == "max":
+        v = vals[0]
+        for u in vals[1:]:
+            v = kb.fmax(v, u) if fl else kb.smax(v, u)
+        return v
+    if spec.kind == "lp":
+        powers = []
+        for u in vals:
+            a = kb.fabs(u)
+            pw = a
+            for _ in range(spec.p - 1):
+                pw = b.fmul(pw, a)
+            powers.append(pw)
+        v = powers[0]
+        for u in powers[1:]:
+            v = b.fadd(v, u)
+        if spec.p == 1:
+            return v
+        if spec.p == 2:
+            return kb.sqrt(v)
+        root = kb.exp(b.fmul(kb.log(v), ir.Constant(F32, 1.0 / spec.p)))
+        return b.select(b.fcmp_ordered("==", v, ir.Constant(F32, 0.0)), v, root)
+    v = vals[0] if fl else b.sext(vals[0], I32)
+    for u in vals[1:]:
+        v = b.fadd(v, u) if fl else b.add(v, b.sext(u, I32))
+    count = spec.window.kernel[0] * spec.window.kernel[1] if spec.count_include_pad else valid
+    return b.fdiv(v, ir.Constant(F32, float(count))) if fl else _round_div_int8(kb, v, count)
 
 
 def _round_div_int8(kb: KernelBuilder, total: ir.Value, count: int) -> ir.Value:
@@ -468,8 +483,8 @@ def _im2col(spec: Im2colSpec, kb: KernelBuilder) -> None:
     oh_n, ow_n = spec.out.shape[2:]
     win = spec.window
     (kh_n, kw_n), sw, dw = win.kernel, win.stride[1], win.dilation[1]
-    rows = [_valid_taps(o, h, win, 0) for o in range(oh_n)]
-    cols = [_valid_taps(o, w, win, 1) for o in range(ow_n)]
+    rows = [win.valid_taps(o, h, 0) for o in range(oh_n)]
+    cols = [win.valid_taps(o, w, 1) for o in range(ow_n)]
 
     def span(valid: list[tuple[int, ...]], k: int) -> tuple[int, int]:
         """The output indices [lo, hi) where tap ``k`` is valid (a run: the window moves monotonically)."""
@@ -516,45 +531,51 @@ def _slice(spec: SliceSpec, kb: KernelBuilder) -> None:
 @_emit.register
 def _resize(spec: ResizeSpec, kb: KernelBuilder) -> None:
     """Per output element: the input offsets of its taps come from compile-time tables (one per resized
-    axis, offsets premultiplied by the axis stride), linear mode blends the 2^r taps of its r interpolated
-    axes with float32 weights from tables too. The leading axes the resize leaves alone form one loop."""
+    axis and tap, offsets premultiplied by the axis stride); linear and cubic modes blend the taps of the
+    interpolated axes (the product of one tap per axis) with float32 weights from tables too. Where
+    tf_crop_and_resize reads outside the input, per-axis tables flag the extrapolation value. The leading
+    axes the resize leaves alone form one loop."""
     b, dt, (x,), y = kb.b, spec.x.dtype, kb.inputs, kb.out
     xs, ys = spec.x.shape, spec.out.shape
     src = contiguous_strides(xs)
-    taps = [
-        resize_taps(n, m, s, spec.mode, spec.coordinate_mode, spec.nearest_mode)
-        for n, m, s in zip(xs, ys, spec.scales, strict=True)
-    ]
+    taps = [resize_taps(n, m, s, f) for n, m, s, f in zip(xs, ys, spec.scales, spec.filters, strict=True)]
     moved = [
-        ax for ax, (i0, _, w1) in enumerate(taps) if xs[ax] != ys[ax] or np.any(i0 != np.arange(ys[ax])) or w1.any()
+        ax
+        for ax, (idx, _, inside) in enumerate(taps)
+        if xs[ax] != ys[ax] or idx.shape[1] > 1 or np.any(idx[:, 0] != np.arange(ys[ax])) or not inside.all()
     ]
     first = moved[0] if moved else len(xs)
-    blended = [ax for ax in moved if taps[ax][2].any()]
-    tables = {}
-    for ax in moved:
-        i0, i1, w1 = taps[ax]
-        tables[ax] = (kb.table([int(i) * src[ax] for i in i0]), kb.table([int(i) * src[ax] for i in i1]))
-        if ax in blended:
-            tables[ax] += (kb.table([float(1 - w) for w in w1], F32), kb.table([float(w) for w in w1], F32))
+    offsets = {ax: [kb.table([int(i) * src[ax] for i in taps[ax][0][:, k]]) for k in range(taps[ax][0].shape[1])]
+               for ax in moved}  # fmt: skip
+    weights = {ax: [kb.table([float(w) for w in taps[ax][1][:, k]], F32) for k in range(taps[ax][1].shape[1])]
+               for ax in moved if taps[ax][0].shape[1] > 1}  # fmt: skip
+    flagged = {ax: kb.table([int(not v) for v in taps[ax][2]]) for ax in moved if not taps[ax][2].all()}
     in_block, out_block = math.prod(xs[first:]), math.prod(ys[first:])
     with kb.loop(0, math.prod(ys[:first])) as o, kb.loops(list(ys[first:])) as idx:
         coords = dict(zip(range(first, len(ys)), idx, strict=True))
-        fixed = [b.mul(coords[ax], i64(src[ax])) for ax in coords if ax not in moved]
-        fixed += [tables[ax][0](coords[ax]) for ax in moved if ax not in blended]
         base = b.mul(o, i64(in_block))
-        for term in fixed:
-            base = b.add(base, term)
+        for ax in coords:
+            if ax not in moved:
+                base = b.add(base, b.mul(coords[ax], i64(src[ax])))
+            elif ax not in weights:
+                base = b.add(base, offsets[ax][0](coords[ax]))
         value = None
-        for pick in itertools.product((0, 1), repeat=len(blended)):
+        for pick in itertools.product(*(range(len(weights[ax])) for ax in weights)):
             off, weight = base, None
-            for ax, k in zip(blended, pick, strict=True):
-                off = b.add(off, tables[ax][k](coords[ax]))
-                w = tables[ax][2 + k](coords[ax])
+            for ax, k in zip(weights, pick, strict=True):
+                off = b.add(off, offsets[ax][k](coords[ax]))
+                w = weights[ax][k](coords[ax])
                 weight = w if weight is None else b.fmul(weight, w)
             v = kb.load(dt, x, off)
             if weight is not None:
                 v = b.fmul(v, weight)
             value = v if value is None else b.fadd(value, v)
+        if flagged:
+            out_of_input = i64(0)
+            for ax, table in flagged.items():
+                out_of_input = b.or_(out_of_input, table(coords[ax]))
+            fill = ir.Constant(LL_TYPES[dt], spec.extrapolation_value)
+            value = b.select(b.icmp_signed("!=", out_of_input, i64(0)), fill, value)
         kb.store(value, dt, y, kb.linear(idx, contiguous_strides(ys)[first:], b.mul(o, i64(out_block))))
 
 

@@ -17,15 +17,19 @@ from vdla.cpu_fallback.specs import (
     make_conv2d,
     make_conv_transpose,
     make_dense,
+    make_gather,
     make_global_avg_pool,
+    make_grid_sample,
     make_im2col,
     make_matmul,
     make_pack,
     make_pad,
     make_pool2d,
     make_resize,
+    make_scatter,
     make_slice,
     make_softmax,
+    make_take,
     make_transpose,
     make_unpack,
 )
@@ -215,17 +219,25 @@ def matmul(a: np.ndarray, b: np.ndarray, *, out: Out = None) -> np.ndarray:
 # -- pooling and softmax ----------------------------------------------------------------------------------
 
 
-def max_pool2d(x: np.ndarray, kernel, stride=None, padding=0, *, out: Out = None) -> np.ndarray:
+def max_pool2d(x: np.ndarray, kernel, stride=None, padding=0, *, dilation=1, out: Out = None) -> np.ndarray:
     x = _arr("max_pool2d", x)
-    return _run(make_pool2d(TensorType.of(x, "max_pool2d"), "max", kernel, stride, padding), [x], out)
+    spec = make_pool2d(TensorType.of(x, "max_pool2d"), "max", kernel, stride, padding, dilation=dilation)
+    return _run(spec, [x], out)
 
 
 def avg_pool2d(
-    x: np.ndarray, kernel, stride=None, padding=0, count_include_pad: bool = False, *, out: Out = None
+    x: np.ndarray, kernel, stride=None, padding=0, count_include_pad: bool = False, *, dilation=1, out: Out = None
 ) -> np.ndarray:
     """Average pooling; int8 results round half up."""
     x = _arr("avg_pool2d", x)
-    spec = make_pool2d(TensorType.of(x, "avg_pool2d"), "avg", kernel, stride, padding, count_include_pad)
+    spec = make_pool2d(TensorType.of(x, "avg_pool2d"), "avg", kernel, stride, padding, count_include_pad, dilation)
+    return _run(spec, [x], out)
+
+
+def lp_pool2d(x: np.ndarray, kernel, stride=None, padding=0, p: int = 2, *, dilation=1, out: Out = None) -> np.ndarray:
+    """float32 ``(sum |x|^p)^(1/p)`` over each window's input elements."""
+    x = _arr("lp_pool2d", x)
+    spec = make_pool2d(TensorType.of(x, "lp_pool2d"), "lp", kernel, stride, padding, dilation=dilation, p=p)
     return _run(spec, [x], out)
 
 
@@ -296,11 +308,65 @@ def resize(
     nearest_mode: str = "round_prefer_floor",
     *,
     out: Out = None,
+    **options,
 ) -> np.ndarray:
-    """ONNX Resize of ``x`` to shape ``sizes``: ``mode`` nearest (any dtype) or linear (float32), the
-    coordinate transformation and nearest rounding of ONNX; ``scales`` default to ``sizes / x.shape``."""
+    """ONNX Resize of ``x`` to shape ``sizes``: ``mode`` nearest (any dtype), linear or cubic (float32), the
+    coordinate transformation and nearest rounding of ONNX; ``scales`` default to ``sizes / x.shape``;
+    ``options``: cubic_coeff_a, exclude_outside, antialias, roi, extrapolation_value."""
     x = _arr("resize", x)
     if scales is None:
         scales = [n / d for n, d in zip(sizes, x.shape, strict=False)]  # a length mismatch is named below
-    spec = make_resize(TensorType.of(x, "resize"), mode, coordinate_mode, nearest_mode, scales, sizes)
+    spec = make_resize(TensorType.of(x, "resize"), mode, coordinate_mode, nearest_mode, scales, sizes, **options)
     return _run(spec, [x], out)
+
+
+# -- indexing ---------------------------------------------------------------------------------------------
+
+
+def take(x: np.ndarray, index, value: int | float = 0, *, out: Out = None) -> np.ndarray:
+    """Per-axis gather: output index ``o`` along axis ``i`` reads ``x``'s index ``index[i][o]`` (``None``: the
+    whole axis), ``-1`` reading ``value``."""
+    x = _arr("take", x)
+    return _run(make_take(TensorType.of(x, "take"), index=index, value=value), [x], out)
+
+
+def _offsets(op: str, x: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Flat offsets as int32, each checked to lie in ``x`` (the kernels do not check at run time)."""
+    o = np.asarray(offsets)
+    if o.dtype.kind not in "iu" or not np.all((o >= 0) & (o < x.size)):
+        raise UnsupportedError(op, f"offsets must be integers in [0, {x.size}) for an input of shape {x.shape}")
+    return np.ascontiguousarray(o, np.int32)
+
+
+def gather(x: np.ndarray, offsets: np.ndarray, *, out: Out = None) -> np.ndarray:
+    """``out.flat[k] = x.flat[offsets.flat[k]]``, shaped like ``offsets``."""
+    x = _arr("gather", x)
+    o = _offsets("gather", x, offsets)
+    return _run(make_gather(TensorType.of(x, "gather"), TensorType.of(o, "gather")), [x, o], out)
+
+
+def scatter(
+    x: np.ndarray, offsets: np.ndarray, updates: np.ndarray, reduction: str = "none", *, out: Out = None
+) -> np.ndarray:
+    """``x`` with ``updates.flat[k]`` applied in order at flat offset ``offsets.flat[k]``: replacing the
+    element (reduction none) or combined with it (add, mul, max, min)."""
+    x, updates = _arr("scatter", x), _arr("scatter", updates)
+    o = _offsets("scatter", x, offsets)
+    spec = make_scatter(*(TensorType.of(a, "scatter") for a in (x, o, updates)), reduction)
+    return _run(spec, [x, o, updates], out)
+
+
+def grid_sample(
+    x: np.ndarray,
+    grid: np.ndarray,
+    mode: str = "linear",
+    padding_mode: str = "zeros",
+    align_corners: bool = False,
+    *,
+    out: Out = None,
+) -> np.ndarray:
+    """ONNX GridSample of float32 ``x`` (N, C, spatial...) at ``grid`` (N, out spatial..., r)."""
+    x, grid = _arr("grid_sample", x), _arr("grid_sample", grid)
+    spec = make_grid_sample(TensorType.of(x, "grid_sample"), TensorType.of(grid, "grid_sample"), mode, padding_mode,
+                            align_corners)  # fmt: skip
+    return _run(spec, [x, grid], out)

@@ -15,17 +15,22 @@ from vdla.cpu_fallback.specs import (
     CpuConv2dSpec,
     CpuConvTransposeSpec,
     CpuDenseSpec,
+    GatherSpec,
     GlobalAvgPoolSpec,
+    GridSampleSpec,
     Im2colSpec,
     InterleaveSpec,
     MatMulSpec,
+    OneHotSpec,
     PackSpec,
     PadSpec,
     Pool2dSpec,
     ResizeSpec,
+    ScatterSpec,
     SliceSpec,
     SoftmaxSpec,
     Spec,
+    TakeSpec,
     TransposeSpec,
     UnpackSpec,
 )
@@ -50,7 +55,7 @@ def _(spec: ChainSpec, *arrays: np.ndarray) -> np.ndarray:
 
 @reference.register
 def _(spec: Pool2dSpec, x: np.ndarray) -> np.ndarray:
-    return oracle.pool2d(x, spec.window, spec.kind, spec.count_include_pad)
+    return oracle.pool2d(x, spec.window, spec.kind, spec.count_include_pad, spec.p)
 
 
 @reference.register
@@ -104,7 +109,7 @@ def _(spec: SliceSpec, x: np.ndarray) -> np.ndarray:
 
 @reference.register
 def _(spec: ResizeSpec, x: np.ndarray) -> np.ndarray:
-    return oracle.resize(x, spec.mode, spec.coordinate_mode, spec.nearest_mode, spec.scales, spec.out.shape)
+    return oracle.resize(x, spec.filters, spec.scales, spec.out.shape, spec.extrapolation_value)
 
 
 @reference.register
@@ -140,3 +145,28 @@ def _(spec: CpuConvTransposeSpec, x: np.ndarray, w: np.ndarray, *bias: np.ndarra
 @reference.register
 def _(spec: InterleaveSpec, *phases: np.ndarray) -> np.ndarray:
     return oracle.interleave(list(phases), spec.stride)
+
+
+@reference.register
+def _(spec: TakeSpec, x: np.ndarray, *fill: np.ndarray) -> np.ndarray:
+    return oracle.take(x, spec.index, fill[0].reshape(-1)[0] if fill else spec.value)
+
+
+@reference.register
+def _(spec: GatherSpec, x: np.ndarray, index: np.ndarray) -> np.ndarray:
+    return oracle.gather(x, index)
+
+
+@reference.register
+def _(spec: ScatterSpec, x: np.ndarray, index: np.ndarray, updates: np.ndarray) -> np.ndarray:
+    return oracle.scatter(x, index, updates, spec.reduction)
+
+
+@reference.register
+def _(spec: GridSampleSpec, x: np.ndarray, grid: np.ndarray) -> np.ndarray:
+    return oracle.grid_sample(x, grid, spec.mode, spec.padding_mode, spec.align_corners)
+
+
+@reference.register
+def _(spec: OneHotSpec, indices: np.ndarray, values: np.ndarray) -> np.ndarray:
+    return oracle.one_hot(indices, values, spec.depth, spec.axis)

@@ -16,18 +16,24 @@ import numpy as np
 from vdla.graph.ew import Arg, Const, EwStep, operand_fits, step_result_dtype
 from vdla.graph.layout import blocked_shape
 from vdla.graph.ops import (
+    SCATTER_REDUCTIONS,
     TransposedWindow,
     concat_type,
+    grid_sample_type,
     im2col_type,
     interleave_type,
     matmul_type,
+    one_hot_type,
     pad_type,
     pool_window,
     resize_type,
     slice_type,
+    take_fill,
+    take_type,
     transpose_type,
     transposed_window,
 )
+from vdla.graph.oracle import ResizeFilter
 from vdla.graph.types import TensorType, UnsupportedError, is_float
 from vdla.graph.window import Window, make_window
 
@@ -72,22 +78,22 @@ def make_chain(inputs: tuple[TensorType, ...], steps: tuple[EwStep, ...], op: st
 
 @dataclass(frozen=True)
 class Pool2dSpec:
-    """Max or average pooling of an NCHW tensor (average excludes padding unless count_include_pad)."""
+    """Max, average or Lp pooling of an NCHW tensor (average excludes padding unless count_include_pad;
+    Lp is ``(sum |x|^p)^(1/p)`` over the window's input elements)."""
 
     x: TensorType
     kind: str
     window: Window
     count_include_pad: bool
     out: TensorType
+    p: int = 2
 
 
 def make_pool2d(
-    x: TensorType, kind: str, kernel, stride=None, padding=0, count_include_pad: bool = False
+    x: TensorType, kind: str, kernel, stride=None, padding=0, count_include_pad: bool = False, dilation=1, p: int = 2
 ) -> Pool2dSpec:
-    op = f"{kind}_pool2d"
-    _need(op, kind in ("max", "avg"), "kind must be 'max' or 'avg'")
-    win, out = pool_window(op, x, kernel, stride, padding)
-    return Pool2dSpec(x, kind, win, count_include_pad, out.plain)
+    win, out = pool_window(f"{kind}_pool2d", x, kernel, stride, padding, dilation, kind, p)
+    return Pool2dSpec(x, kind, win, count_include_pad, out.plain, p if kind == "lp" else 2)
 
 
 @dataclass(frozen=True)
@@ -247,21 +253,117 @@ def make_slice(x: TensorType, starts, stops, steps) -> SliceSpec:
 
 @dataclass(frozen=True)
 class ResizeSpec:
-    """ONNX Resize, nearest (any dtype) or linear (float32), to ``out.shape``; ``scales`` are the
-    coordinate transformation's per-axis factors (:func:`vdla.graph.oracle.resize_taps`)."""
+    """ONNX Resize, nearest (any dtype), linear or cubic (float32), to ``out.shape``: one
+    :class:`~vdla.graph.oracle.ResizeFilter` per axis, ``scales`` the coordinate transformation's per-axis
+    factors (:func:`vdla.graph.oracle.resize_taps`), ``extrapolation_value`` what tf_crop_and_resize reads
+    outside the input."""
 
     x: TensorType
-    mode: str
-    coordinate_mode: str
-    nearest_mode: str
+    filters: tuple[ResizeFilter, ...]
     scales: tuple[float, ...]
+    extrapolation_value: float
     out: TensorType
 
 
-def make_resize(x: TensorType, mode: str, coordinate_mode: str, nearest_mode: str, scales, sizes) -> ResizeSpec:
+def make_resize(
+    x: TensorType, mode: str, coordinate_mode: str, nearest_mode: str, scales, sizes, **options
+) -> ResizeSpec:
+    """Resize signature; ``options``: cubic_coeff_a, exclude_outside, antialias, roi, extrapolation_value
+    (:func:`vdla.graph.ops.resize_type`)."""
     scales = tuple(float(s) for s in scales)
-    out = resize_type(x, mode, coordinate_mode, nearest_mode, scales, sizes)
-    return ResizeSpec(x, mode, coordinate_mode, nearest_mode, scales, out.plain)
+    filters, out = resize_type(x, mode, coordinate_mode, nearest_mode, scales, sizes, **options)
+    fill = float(options.get("extrapolation_value", 0.0))
+    return ResizeSpec(x, filters, scales, fill if is_float(x.dtype) else int(fill), out.plain)
+
+
+@dataclass(frozen=True)
+class TakeSpec:
+    """Per-axis gather (:func:`vdla.graph.ops.take_type`): output index ``o`` along axis ``i`` reads input
+    index ``index[i][o]`` (``None``: the whole axis), ``-1`` reading the fill: ``value``, or the one element
+    of the second input ``fill`` when there is one."""
+
+    x: TensorType
+    index: tuple[tuple[int, ...] | None, ...]
+    value: int | float
+    out: TensorType
+    fill: TensorType | None = None
+
+
+def make_take(x: TensorType, fill: TensorType | None = None, *, index, value: int | float = 0) -> TakeSpec:
+    tables, out = take_type(x, index, value)
+    if fill is not None:
+        take_fill(x, fill)
+    return TakeSpec(x, tables, float(value) if is_float(x.dtype) else int(value), out.plain, fill)
+
+
+@dataclass(frozen=True)
+class GatherSpec:
+    """``out.flat[k] = x.flat[index.flat[k]]`` with int32 offsets checked by the type rule (a constant)."""
+
+    x: TensorType
+    index: TensorType
+    out: TensorType
+
+
+def make_gather(x: TensorType, index: TensorType) -> GatherSpec:
+    _need("gather", index.dtype == "int32", f"offsets must be int32, got {index.dtype}")
+    return GatherSpec(x, index, TensorType(index.shape, x.dtype))
+
+
+@dataclass(frozen=True)
+class ScatterSpec:
+    """``x`` with each update applied in order at its flat offset: replaced or reduced (add, mul, max, min)."""
+
+    x: TensorType
+    index: TensorType
+    updates: TensorType
+    reduction: str
+
+    @property
+    def out(self) -> TensorType:
+        return self.x
+
+
+def make_scatter(x: TensorType, index: TensorType, updates: TensorType, reduction: str = "none") -> ScatterSpec:
+    op = "scatter"
+    _need(op, reduction in SCATTER_REDUCTIONS, f"reduction {reduction!r} is not one of {SCATTER_REDUCTIONS}")
+    _need(op, x.dtype in ("float32", "int32") and updates.dtype == x.dtype, f"dtypes {x.dtype}, {updates.dtype}")
+    _need(op, index.dtype == "int32" and index.shape == updates.shape, f"offsets {index} for updates {updates}")
+    return ScatterSpec(x.plain, index, updates, reduction)
+
+
+@dataclass(frozen=True)
+class OneHotSpec:
+    """OneHot of ``indices`` with (off, on) ``values`` (:func:`vdla.graph.ops.one_hot_type`)."""
+
+    indices: TensorType
+    values: TensorType
+    depth: int
+    axis: int
+    out: TensorType
+
+
+def make_one_hot(indices: TensorType, values: TensorType, depth: int, axis: int) -> OneHotSpec:
+    return OneHotSpec(indices, values.plain, depth, axis, one_hot_type(indices, values, depth, axis).plain)
+
+
+@dataclass(frozen=True)
+class GridSampleSpec:
+    """ONNX GridSample of float32 ``x`` at the float32 ``grid`` (:func:`vdla.graph.ops.grid_sample_type`)."""
+
+    x: TensorType
+    grid: TensorType
+    mode: str
+    padding_mode: str
+    align_corners: bool
+    out: TensorType
+
+
+def make_grid_sample(
+    x: TensorType, grid: TensorType, mode: str = "linear", padding_mode: str = "zeros", align_corners: bool = False
+) -> GridSampleSpec:
+    out = grid_sample_type(x, grid, mode, padding_mode, align_corners)
+    return GridSampleSpec(x, grid, mode, padding_mode, bool(align_corners), out)
 
 
 @dataclass(frozen=True)
@@ -422,6 +524,11 @@ Spec = (
     | Im2colSpec
     | SliceSpec
     | ResizeSpec
+    | TakeSpec
+    | GatherSpec
+    | ScatterSpec
+    | GridSampleSpec
+    | OneHotSpec
     | MatMulSpec
     | CpuDenseSpec
     | CpuConv2dSpec
@@ -440,6 +547,16 @@ def spec_inputs(spec: Spec) -> tuple[TensorType, ...]:
         return (spec.a, spec.b)
     if isinstance(spec, CpuConvTransposeSpec):
         return (spec.x, spec.w) if spec.bias is None else (spec.x, spec.w, spec.bias)
+    if isinstance(spec, GatherSpec):
+        return (spec.x, spec.index)
+    if isinstance(spec, TakeSpec) and spec.fill is not None:
+        return (spec.x, spec.fill)
+    if isinstance(spec, ScatterSpec):
+        return (spec.x, spec.index, spec.updates)
+    if isinstance(spec, GridSampleSpec):
+        return (spec.x, spec.grid)
+    if isinstance(spec, OneHotSpec):
+        return (spec.indices, spec.values)
     return (spec.x,)
 
 
@@ -455,6 +572,11 @@ _OP_NAMES = {
     Im2colSpec: "im2col",
     SliceSpec: "slice",
     ResizeSpec: "resize",
+    TakeSpec: "take",
+    GatherSpec: "gather",
+    ScatterSpec: "scatter",
+    GridSampleSpec: "grid_sample",
+    OneHotSpec: "one_hot",
     MatMulSpec: "matmul",
     CpuDenseSpec: "dense",
     CpuConv2dSpec: "conv2d",

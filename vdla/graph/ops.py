@@ -16,7 +16,9 @@ included; it raises :class:`~vdla.graph.types.UnsupportedError` naming the opera
 
 Invariants: conv2d/dense on int8 accumulate into int32 (no quantization on the accumulator); a
 quantized int8 tensor carries its :class:`~vdla.graph.types.Quant`; max pooling, ReLU, clip, reshape,
-transpose, slice, nearest resize, im2col (per-tensor) and layout changes keep the quantization of their input.
+transpose, slice, take and gather (per-tensor), nearest resize, im2col (per-tensor) and layout changes keep the
+quantization of their input. Every index a take, gather or scatter reads is checked by its type rule, when
+compiling (constant tables and offsets): their kernels do not bounds-check.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ import vdla.graph.oracle as oracle
 from vdla.graph.ew import EW, EwDef, node_steps, step_result_dtype
 from vdla.graph.graph import Graph, Node, reshaped
 from vdla.graph.layout import blocked_shape
-from vdla.graph.types import Quant, TensorType, UnsupportedError
+from vdla.graph.types import INT_RANGE, Quant, TensorType, UnsupportedError, is_float
 from vdla.graph.window import Window, make_window, pair
 from vdla.isa.arith import wrap32
 
@@ -451,35 +453,48 @@ def _batch_norm(node: Node, inputs: list[TensorType], params: Mapping[str, np.nd
 # Pooling and reductions
 
 
-def pool_window(op: str, x: TensorType, kernel, stride=None, padding=0) -> tuple[Window, TensorType]:
-    """The window and output type of a 2-D pooling of NCHW ``x`` (stride defaults to the kernel; padding
-    smaller than the kernel on each side)."""
+POOL_KINDS = ("max", "avg", "lp")
+
+
+def pool_window(
+    op: str, x: TensorType, kernel, stride=None, padding=0, dilation=1, kind: str = "max", p: int = 2
+) -> tuple[Window, TensorType]:
+    """The window and output type of a 2-D pooling of NCHW ``x`` (stride defaults to the kernel). Every
+    window holds at least one input element (:meth:`Window.covers`): ONNX's ceil mode is padding at the
+    end, which a max pool fills with -inf and an average or Lp pool leaves out. Lp pooling
+    (``(sum |x|^p)^(1/p)``, ``p`` a positive integer) is float32 only."""
+    _need(op, kind in POOL_KINDS, f"kind must be one of {POOL_KINDS}, got {kind!r}")
     _need(op, len(x.shape) == 4, f"expects an NCHW tensor, got shape {x.shape}")
-    _need(op, x.dtype in ("int8", "float32"), f"dtype {x.dtype} is not supported (int8, float32)")
+    dtypes = ("float32",) if kind == "lp" else ("int8", "float32")
+    _need(op, x.dtype in dtypes, f"dtype {x.dtype} is not supported ({', '.join(dtypes)})")
     _need(op, kernel is not None, "needs a kernel attribute")
-    win, (oh, ow) = make_window(op, x.shape[2:], kernel, stride or kernel, 1, padding)
-    top, bottom, left, right = win.pads
-    ok = max(top, bottom) < win.kernel[0] and max(left, right) < win.kernel[1]
-    _need(op, ok, f"padding {win.pads} must be smaller than the kernel {win.kernel}")
+    _need(op, kind != "lp" or (isinstance(p, int) and p >= 1), f"p must be a positive integer, got {p!r}")
+    win, (oh, ow) = make_window(op, x.shape[2:], kernel, stride or kernel, dilation, padding)
+    _need(op, win.covers(*x.shape[2:]), f"a window {win} over {x.shape[2:]} lies entirely in the padding")
     return win, TensorType((*x.shape[:2], oh, ow), x.dtype, x.quant)
 
 
 def _pool(kind_: str) -> Infer:
     def rule(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarray]) -> TensorType:
-        a = node.attrs
-        return pool_window(f"{kind_}_pool2d", inputs[0], a.get("kernel"), a.get("stride"), a.get("padding", 0))[1]
+        return _pool_geometry(kind_, inputs[0], node.attrs)[1]
 
     return rule
+
+
+def _pool_geometry(kind_: str, x: TensorType, a: Mapping[str, Any]) -> tuple[Window, TensorType]:
+    extra = {"p": a.get("p", 2)} if kind_ == "lp" else {}
+    return pool_window(
+        f"{kind_}_pool2d", x, a.get("kernel"), a.get("stride"), a.get("padding", 0), a.get("dilation", 1), kind_,
+        **extra,
+    )  # fmt: skip
 
 
 def _eval_pool(kind_: str) -> Eval:
     def rule(node: Node, args: list[np.ndarray], types: list[TensorType], out: TensorType) -> np.ndarray:
         (x,) = args
         a = node.attrs
-        win, _ = make_window(
-            f"{kind_}_pool2d", x.shape[2:], a["kernel"], a.get("stride") or a["kernel"], 1, a.get("padding", 0)
-        )
-        return oracle.pool2d(x, win, kind_, bool(a.get("count_include_pad", False)))
+        win, _ = _pool_geometry(kind_, types[0], a)
+        return oracle.pool2d(x, win, kind_, bool(a.get("count_include_pad", False)), int(a.get("p", 2)))
 
     return rule
 
@@ -494,6 +509,9 @@ register(
 )(_pool("max"))
 register("avg_pool2d", REDUCTION, 1, evaluate=_eval_pool("avg"), cpu=CpuKernel("make_pool2d", (("kind", "avg"),)))(
     _pool("avg")
+)
+register("lp_pool2d", REDUCTION, 1, evaluate=_eval_pool("lp"), cpu=CpuKernel("make_pool2d", (("kind", "lp"),)))(
+    _pool("lp")
 )
 
 
@@ -656,7 +674,7 @@ def _slice(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarray
     return slice_type(inputs[0], a["starts"], a["stops"], a["steps"])[1]
 
 
-RESIZE_MODES = ("nearest", "linear")
+RESIZE_MODES = ("nearest", "linear", "cubic")
 COORDINATE_MODES = (
     "half_pixel",
     "half_pixel_symmetric",
@@ -664,39 +682,70 @@ COORDINATE_MODES = (
     "align_corners",
     "asymmetric",
     "tf_half_pixel_for_nn",
+    "tf_crop_and_resize",
 )
 NEAREST_MODES = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
 
 
-def resize_type(x: TensorType, mode: str, coordinate_mode: str, nearest_mode: str, scales, sizes) -> TensorType:
-    """The output type (shape ``sizes``) of resizing ``x``; ``scales`` are the per-axis factors the
-    coordinate transformation divides by (ONNX's, which need not equal ``sizes / shape``). Nearest keeps
-    the dtype and quantization of any tensor; linear interpolates float32."""
+def resize_type(
+    x: TensorType,
+    mode: str,
+    coordinate_mode: str,
+    nearest_mode: str,
+    scales,
+    sizes,
+    cubic_coeff_a: float = -0.75,
+    exclude_outside: bool = False,
+    antialias: bool = False,
+    roi=None,
+    extrapolation_value: float = 0.0,
+) -> tuple[tuple[oracle.ResizeFilter, ...], TensorType]:
+    """The per-axis filters and the output type (shape ``sizes``) of resizing ``x``; ``scales`` are the
+    per-axis factors the coordinate transformation divides by (ONNX's, which need not equal
+    ``sizes / shape``), ``roi`` one (start, end) pair per axis for tf_crop_and_resize, whose output reads
+    ``extrapolation_value`` outside the input. Nearest keeps the dtype and quantization of any tensor;
+    linear and cubic interpolate float32."""
     rank = len(x.shape)
     _need("resize", mode in RESIZE_MODES, f"mode {mode!r} is not supported ({', '.join(RESIZE_MODES)})")
     _need("resize", coordinate_mode in COORDINATE_MODES, f"coordinate transformation {coordinate_mode!r} unknown")
     _need("resize", nearest_mode in NEAREST_MODES, f"nearest mode {nearest_mode!r} unknown")
-    _need("resize", mode == "nearest" or x.dtype == "float32", f"linear resize needs float32, got {x.dtype}")
+    _need("resize", mode == "nearest" or x.dtype == "float32", f"{mode} resize needs float32, got {x.dtype}")
     ok = len(scales) == len(sizes) == rank
     _need("resize", ok, f"needs one scale and one size per axis of {x.shape}, got {scales}, {sizes}")
     ok = all(math.isfinite(float(s)) and float(s) > 0 for s in scales) and all(int(n) >= 1 for n in sizes)
     _need("resize", ok, f"scales {scales} must be positive and finite, sizes {sizes} at least 1")
+    _need("resize", math.isfinite(float(cubic_coeff_a)), f"cubic_coeff_a {cubic_coeff_a} must be finite")
+    roi = [(0.0, 1.0)] * rank if roi is None else [(float(a), float(b)) for a, b in roi]
+    ok = len(roi) == rank and all(math.isfinite(a) and math.isfinite(b) for a, b in roi)
+    _need("resize", ok, f"roi {roi} must give one finite (start, end) per axis of {x.shape}")
+    _fill_value("resize", x.dtype, extrapolation_value)
+    filters = tuple(
+        oracle.ResizeFilter(
+            mode, coordinate_mode, nearest_mode, float(cubic_coeff_a), bool(exclude_outside), bool(antialias), r
+        )
+        for r in roi
+    )
     q = x.quant if mode == "nearest" and (x.quant is None or x.quant.axis is None) else None
-    return TensorType(tuple(int(n) for n in sizes), x.dtype, q)
+    return filters, TensorType(tuple(int(n) for n in sizes), x.dtype, q)
 
 
-@register(
-    "resize",
-    INJECTIVE,
-    1,
-    evaluate=lambda node, args, types, out: oracle.resize(
-        args[0], *(node.attrs[k] for k in ("mode", "coordinate_mode", "nearest_mode", "scales")), out.shape
-    ),
-    cpu=CpuKernel("make_resize"),
-)
+RESIZE_OPTIONS = ("cubic_coeff_a", "exclude_outside", "antialias", "roi", "extrapolation_value")
+
+
+def _resize_args(a: Mapping[str, Any]) -> tuple:
+    return tuple(a[k] for k in ("mode", "coordinate_mode", "nearest_mode", "scales", "sizes"))
+
+
+def _eval_resize(node: Node, args: list[np.ndarray], types: list[TensorType], out: TensorType) -> np.ndarray:
+    a = node.attrs
+    filters, _ = resize_type(types[0], *_resize_args(a), **{k: a[k] for k in RESIZE_OPTIONS if k in a})
+    return oracle.resize(args[0], filters, a["scales"], out.shape, float(a.get("extrapolation_value", 0.0)))
+
+
+@register("resize", INJECTIVE, 1, evaluate=_eval_resize, cpu=CpuKernel("make_resize"))
 def _resize(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarray]) -> TensorType:
     a = node.attrs
-    return resize_type(inputs[0], a["mode"], a["coordinate_mode"], a["nearest_mode"], a["scales"], a["sizes"])
+    return resize_type(inputs[0], *_resize_args(a), **{k: a[k] for k in RESIZE_OPTIONS if k in a})[1]
 
 
 def im2col_type(x: TensorType, kernel, stride=1, padding=0, dilation=1) -> tuple[Window, TensorType]:
@@ -750,6 +799,169 @@ def _unpack(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarra
     nb, _, h, w, bn, _ = x.shape
     images = int(node.attrs.get("images", nb * bn))
     return TensorType((images, int(node.attrs["channels"]), h, w), x.dtype, x.quant)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Indexing: per-axis gathers (take), gathers and scatters by flat offsets
+
+
+def _fill_value(op: str, dtype: str, value) -> int | float:
+    """A fill value of ``dtype``: finite for float32, an integer inside the range of an integer dtype."""
+    if is_float(dtype):
+        _need(op, math.isfinite(float(value)), f"the fill value {value} must be finite")
+        return float(value)
+    lo, hi = INT_RANGE[dtype]
+    _need(op, float(value).is_integer() and lo <= int(value) <= hi, f"the fill value {value} does not fit {dtype}")
+    return int(value)
+
+
+def take_type(x: TensorType, index, value=0) -> tuple[tuple[tuple[int, ...] | None, ...], TensorType]:
+    """The checked per-axis tables and the output type of ``take``: output index ``o`` along axis ``i`` reads
+    input index ``index[i][o]`` (``None``: the axis is kept whole), ``-1`` reading the fill ``value``. A
+    per-tensor quantization is kept, a per-axis one where its axis is kept whole."""
+    _need("take", len(index) == len(x.shape), f"needs one table (or None) per axis of {x.shape}, got {len(index)}")
+    tables: list[tuple[int, ...] | None] = []
+    for axis, (d, t) in enumerate(zip(x.shape, index, strict=True)):
+        if t is None:
+            tables.append(None)
+            continue
+        t = tuple(int(i) for i in t)
+        ok = len(t) >= 1 and all(-1 <= i < d for i in t)
+        _need("take", ok, f"the table of axis {axis} (size {d}) must hold 1 or more indices in [-1, {d})")
+        tables.append(t)
+    _fill_value("take", x.dtype, value)
+    shape = tuple(d if t is None else len(t) for d, t in zip(x.shape, tables, strict=True))
+    q = x.quant if x.quant is None or x.quant.axis is None or tables[x.quant.axis] is None else None
+    return tuple(tables), TensorType(shape, x.dtype, q)
+
+
+def take_fill(x: TensorType, fill: TensorType) -> None:
+    """Checks a fill value given as a tensor (computed at run time): one element of ``x``'s dtype."""
+    ok = fill.size == 1 and fill.dtype == x.dtype
+    _need("take", ok, f"a fill tensor must hold one {x.dtype} element, got {fill}")
+
+
+def _eval_take(node: Node, args: list[np.ndarray], types: list[TensorType], out: TensorType) -> np.ndarray:
+    value = args[1].reshape(-1)[0] if len(args) > 1 else node.attrs.get("value", 0)
+    return oracle.take(args[0], node.attrs["index"], value)
+
+
+@register("take", INJECTIVE, 1, 2, evaluate=_eval_take, cpu=CpuKernel("make_take"))
+def _take(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarray]) -> TensorType:
+    """Per-axis gather (slices with any steps, tiling, broadcasting, padding by edge, reflection or wrap,
+    gathers along one axis by constant indices, crops and constant fills); the fill is the ``value``
+    attribute or, with a second input, that one-element tensor's value."""
+    if len(inputs) > 1:
+        take_fill(inputs[0], inputs[1])
+    return take_type(inputs[0], node.attrs["index"], node.attrs.get("value", 0))[1]
+
+
+def offsets_type(op: str, x: TensorType, index: TensorType, params: Mapping[str, np.ndarray], name: str) -> None:
+    """Checks the flat offsets ``index`` into ``x`` of a gather or scatter: an int32 parameter (a constant, so
+    every offset is checked here, at compile time) whose entries all lie in ``[0, x.size)``."""
+    _need(op, index.dtype == "int32", f"offsets must be int32, got {index.dtype}")
+    _need(op, name in params, f"offsets {name!r} must be a constant (vdla checks every offset when compiling)")
+    a = params[name]
+    _need(op, bool(np.all((a >= 0) & (a < x.size))), f"offsets must lie in [0, {x.size}) for input {x}")
+
+
+@register(
+    "gather",
+    INJECTIVE,
+    2,
+    evaluate=lambda node, args, types, out: oracle.gather(args[0], args[1]),
+    cpu=CpuKernel("make_gather"),
+)
+def _gather(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarray]) -> TensorType:
+    """``out.flat[k] = x.flat[index.flat[k]]``, the output of the offsets' shape (GatherElements, GatherND and
+    ReverseSequence as gathers of constant offsets)."""
+    x, index = inputs
+    offsets_type("gather", x, index, params, node.inputs[1])
+    return TensorType(index.shape, x.dtype, x.quant if x.quant is None or x.quant.axis is None else None)
+
+
+SCATTER_REDUCTIONS = ("none", "add", "mul", "max", "min")
+
+
+@register(
+    "scatter",
+    OPAQUE,
+    3,
+    evaluate=lambda node, args, types, out: oracle.scatter(*args, node.attrs.get("reduction", "none")),
+    cpu=CpuKernel("make_scatter"),
+)
+def _scatter(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarray]) -> TensorType:
+    """``x`` with ``out.flat[index.flat[k]] = reduce(out.flat[index.flat[k]], updates.flat[k])`` applied for
+    every ``k`` in order (reduction none: the update replaces it, so the last of repeated offsets wins)."""
+    x, index, updates = inputs
+    reduction = node.attrs.get("reduction", "none")
+    _need("scatter", reduction in SCATTER_REDUCTIONS, f"reduction {reduction!r} is not one of {SCATTER_REDUCTIONS}")
+    _need("scatter", x.dtype in ("float32", "int32"), f"dtype {x.dtype} is not supported (float32, int32)")
+    _need("scatter", updates.dtype == x.dtype, f"updates are {updates.dtype}, the input {x.dtype}")
+    _need("scatter", updates.shape == index.shape, f"updates {updates.shape} and offsets {index.shape} differ")
+    offsets_type("scatter", x, index, params, node.inputs[1])
+    return x.plain
+
+
+def one_hot_type(indices: TensorType, values: TensorType, depth: int, axis: int) -> TensorType:
+    """The output type of OneHot: ``indices``' shape with an axis of ``depth`` inserted at ``axis`` (in
+    [0, rank]), the dtype (and quantization) of ``values``, which holds (off, on)."""
+    op = "one_hot"
+    _need(op, indices.dtype in ("float32", "int32", "int8"), f"indices are float32, int32 or int8, got {indices.dtype}")
+    _need(op, values.shape == (2,), f"values must be (off, on), got shape {values.shape}")
+    _need(op, isinstance(depth, int) and depth >= 1, f"depth must be a positive integer, got {depth!r}")
+    _need(op, 0 <= axis <= len(indices.shape), f"axis {axis} out of range for indices {indices.shape}")
+    shape = (*indices.shape[:axis], depth, *indices.shape[axis:])
+    return TensorType(shape, values.dtype, values.quant if values.quant is None or values.quant.axis is None else None)
+
+
+@register(
+    "one_hot",
+    INJECTIVE,
+    2,
+    evaluate=lambda node, args, types, out: oracle.one_hot(*args, node.attrs["depth"], node.attrs["axis"]),
+    cpu=CpuKernel("make_one_hot"),
+)
+def _one_hot(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarray]) -> TensorType:
+    """``values[1]`` where an index (float ones truncated, negative ones counted from ``depth``) equals the
+    position along the new axis, else ``values[0]``; an index outside [-depth, depth) (or NaN) is all off."""
+    return one_hot_type(*inputs, node.attrs["depth"], node.attrs["axis"])
+
+
+GRID_MODES = ("nearest", "linear", "cubic")
+GRID_PADDING = ("zeros", "border", "reflection")
+
+
+def grid_sample_type(x: TensorType, grid: TensorType, mode: str, padding_mode: str, align_corners: bool) -> TensorType:
+    """The output type of sampling float32 ``x`` (N, C, spatial...) at ``grid`` (N, out spatial..., r), r the
+    number of spatial axes: (N, C, out spatial...)."""
+    op = "grid_sample"
+    _need(op, mode in GRID_MODES, f"mode {mode!r} is not one of {GRID_MODES}")
+    _need(op, padding_mode in GRID_PADDING, f"padding mode {padding_mode!r} is not one of {GRID_PADDING}")
+    _need(op, x.dtype == grid.dtype == "float32", f"needs float32, got {x.dtype} and {grid.dtype}")
+    r = len(x.shape) - 2
+    ok = r >= 1 and grid.shape[0] == x.shape[0] and len(grid.shape) == r + 2 and grid.shape[-1] == r
+    _need(op, ok, f"grid {grid.shape} must be (N, out spatial..., {r}) for input {x.shape}")
+    flat = padding_mode == "reflection" and align_corners and 1 in x.shape[2:]
+    _need(op, not flat, f"reflection with align_corners over an axis of size 1 ({x.shape}) has nothing to reflect on")
+    return TensorType((*x.shape[:2], *grid.shape[1:-1]), "float32")
+
+
+def _grid_attrs(a: Mapping[str, Any]) -> tuple[str, str, bool]:
+    return a.get("mode", "linear"), a.get("padding_mode", "zeros"), bool(a.get("align_corners", False))
+
+
+@register(
+    "grid_sample",
+    OPAQUE,
+    2,
+    evaluate=lambda node, args, types, out: oracle.grid_sample(*args, *_grid_attrs(node.attrs)),
+    cpu=CpuKernel("make_grid_sample"),
+)
+def _grid_sample(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarray]) -> TensorType:
+    """ONNX GridSample: every output point interpolates the input (nearest, linear or cubic, per channel) at
+    the point the grid gives for it, reading outside the input as zeros, the border or its reflection."""
+    return grid_sample_type(*inputs, *_grid_attrs(node.attrs))
 
 
 def attrs_text(attrs: Mapping[str, Any]) -> str:

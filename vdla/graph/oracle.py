@@ -9,7 +9,9 @@ accumulate in float64 and round to float32 once.
 
 from __future__ import annotations
 
+import itertools
 import math
+from dataclasses import dataclass
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
@@ -289,12 +291,16 @@ def chain(steps, types, arrays: list[np.ndarray], out_shape: tuple[int, ...], ou
 # Pooling and softmax
 
 
-def pool2d(x: np.ndarray, window: Window, kind: str, count_include_pad: bool = False) -> np.ndarray:
-    """Max or average pooling of NCHW ``x``; int8 averages round half up, padding excluded unless asked."""
+def pool2d(x: np.ndarray, window: Window, kind: str, count_include_pad: bool = False, p: int = 2) -> np.ndarray:
+    """Max, average or Lp pooling of NCHW ``x``; int8 averages round half up, padding excluded unless asked
+    (the average's divisor); Lp is ``(sum |x|^p)^(1/p)`` over the window's input elements, in float64."""
     fl = is_float(x.dtype.name)
     if kind == "max":
         fill = -np.inf if fl else INT_RANGE[x.dtype.name][0]
         return windows(x, window, fill).max(axis=(4, 5)).astype(x.dtype)
+    if kind == "lp":
+        total = windows(np.abs(x.astype(np.float64)) ** p, window, 0).sum(axis=(4, 5))
+        return (total ** (1.0 / p)).astype(np.float32)
     total = windows(x.astype(np.float64 if fl else np.int64), window, 0).sum(axis=(4, 5))
     if count_include_pad:
         count = np.full(total.shape[2:], window.kernel[0] * window.kernel[1])
@@ -327,10 +333,13 @@ def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
 # Resize
 
 
-def resize_coordinates(n_in: int, n_out: int, scale: float, coordinate_mode: str) -> np.ndarray:
+def resize_coordinates(
+    n_in: int, n_out: int, scale: float, coordinate_mode: str, roi: tuple[float, float] = (0.0, 1.0)
+) -> np.ndarray:
     """Input coordinate (float64) of every output index along one axis, ONNX Resize's
     ``coordinate_transformation_mode``; ``scale`` is the axis's factor, and ``scale * n_in`` the resized
-    length before flooring (what ONNX's align_corners, pytorch_half_pixel and half_pixel_symmetric use)."""
+    length before flooring (what ONNX's align_corners, pytorch_half_pixel and half_pixel_symmetric use);
+    ``roi`` the (start, end) of the region tf_crop_and_resize reads, as fractions of the axis."""
     x = np.arange(n_out, dtype=np.float64)
     length = float(scale) * n_in
     if coordinate_mode == "align_corners":
@@ -346,6 +355,11 @@ def resize_coordinates(n_in: int, n_out: int, scale: float, coordinate_mode: str
         return offset + (x + 0.5) / scale - 0.5
     if coordinate_mode == "tf_half_pixel_for_nn":
         return (x + 0.5) / scale
+    if coordinate_mode == "tf_crop_and_resize":
+        start, end = (float(r) for r in roi)
+        if length == 1:
+            return np.full(n_out, (end - start) * (n_in - 1) / 2 + start * (n_in - 1))
+        return x * (end - start) * (n_in - 1) / (length - 1) + start * (n_in - 1)
     raise UnsupportedError("resize", f"coordinate transformation {coordinate_mode!r} unknown")
 
 
@@ -357,37 +371,211 @@ _ROUND_UP = {  # nearest mode -> whether a fractional coordinate with this fract
 }
 
 
-def resize_taps(
-    n_in: int, n_out: int, scale: float, mode: str, coordinate_mode: str, nearest_mode: str = "round_prefer_floor"
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The taps of one axis: output index ``o`` reads input indices ``i0[o]`` and ``i1[o]`` (clamped to the
-    axis, as ONNX's edge padding does) with weights ``1 - w1[o]`` and ``w1[o]`` (float64). Nearest mode has
-    one tap (``i1 = i0``, ``w1 = 0``). An axis of unchanged size with a scale of 1 is left alone whatever
-    the coordinate transformation (as ONNX's reference and onnxruntime do; tf_half_pixel_for_nn would shift
-    it by half a pixel)."""
-    if n_out == n_in and math.isclose(scale, 1.0):
-        return np.arange(n_in), np.arange(n_in), np.zeros(n_in)
-    xo = resize_coordinates(n_in, n_out, scale, coordinate_mode)
+def cubic_weights(d: np.ndarray, a: float) -> np.ndarray:
+    """Keys' cubic convolution kernel with coefficient ``a`` at distances ``d`` (zero from 2 on)."""
+    d = np.abs(d)
+    near = ((a + 2) * d - (a + 3)) * d * d + 1
+    far = ((a * d - 5 * a) * d + 8 * a) * d - 4 * a
+    return np.where(d <= 1, near, np.where(d < 2, far, 0.0))
+
+
+@dataclass(frozen=True)
+class ResizeFilter:
+    """How one axis is resized: ``mode`` (nearest, linear, cubic), the coordinate transformation, the
+    nearest rounding, Keys' ``cubic_coeff_a``, ``exclude_outside`` (taps outside the input get no weight,
+    the others are renormalised), ``antialias`` (a linear or cubic filter widened by 1/scale when
+    downsampling) and ``roi`` (tf_crop_and_resize's region)."""
+
+    mode: str
+    coordinate_mode: str
+    nearest_mode: str = "round_prefer_floor"
+    cubic_coeff_a: float = -0.75
+    exclude_outside: bool = False
+    antialias: bool = False
+    roi: tuple[float, float] = (0.0, 1.0)
+
+
+def resize_taps(n_in: int, n_out: int, scale: float, f: ResizeFilter) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The taps of one axis: output index ``o`` is ``sum_k w[o, k] * input[i[o, k]]`` (``i`` and ``w`` of shape
+    (n_out, taps), indices clamped to the axis as ONNX's edge padding does; weights float64), or the
+    extrapolation value where ``inside[o]`` is false (tf_crop_and_resize reading outside the input). Nearest
+    has one tap of weight 1, linear two, cubic four, antialiased downsampling ``2 ceil(support / scale)``. An
+    axis of unchanged size with a scale of 1 is left alone whatever the coordinate transformation (as ONNX's
+    reference and onnxruntime do; tf_half_pixel_for_nn would shift it by half a pixel)."""
+    if n_out == n_in and math.isclose(scale, 1.0) and f.coordinate_mode != "tf_crop_and_resize":
+        return np.arange(n_in)[:, None], np.ones((n_in, 1)), np.ones(n_in, bool)
+    xo = resize_coordinates(n_in, n_out, scale, f.coordinate_mode, f.roi)
+    inside = (xo >= 0) & (xo <= n_in - 1) if f.coordinate_mode == "tf_crop_and_resize" else np.ones(n_out, bool)
     fl = np.floor(xo)
     frac = xo - fl
     base = fl.astype(np.int64)
-    if mode == "nearest":
-        i0 = np.clip(base + _ROUND_UP[nearest_mode](frac), 0, n_in - 1)
-        return i0, i0, np.zeros(n_out)
-    return np.clip(base, 0, n_in - 1), np.clip(base + 1, 0, n_in - 1), frac
+    if f.mode == "nearest":
+        i0 = np.clip(base + _ROUND_UP[f.nearest_mode](frac), 0, n_in - 1)
+        return i0[:, None], np.ones((n_out, 1)), inside
+    support = 1 if f.mode == "linear" else 2
+    s = min(float(scale), 1.0) if f.antialias else 1.0
+    reach = math.ceil(support / s)
+    offsets = np.arange(1 - reach, reach + 1)
+    d = (offsets[None, :] - frac[:, None]) * s
+    w = np.clip(1 - np.abs(d), 0, 1) if f.mode == "linear" else cubic_weights(d, f.cubic_coeff_a)
+    if f.antialias:
+        w = w / w.sum(axis=1, keepdims=True)
+    idx = base[:, None] + offsets[None, :]
+    if f.exclude_outside:
+        w = np.where((idx >= 0) & (idx < n_in), w, 0.0)
+        w = w / w.sum(axis=1, keepdims=True)
+    return np.clip(idx, 0, n_in - 1), w, inside
 
 
-def resize(x: np.ndarray, mode: str, coordinate_mode: str, nearest_mode: str, scales, sizes) -> np.ndarray:
-    """ONNX Resize (nearest or linear) of ``x`` to shape ``sizes``, one axis at a time (separable, as the
-    ONNX reference); linear interpolates in float64 and rounds to float32 once."""
-    v = x if mode == "nearest" else x.astype(np.float64)
-    for axis, (n_in, n_out, scale) in enumerate(zip(x.shape, sizes, scales, strict=True)):
-        i0, i1, w1 = resize_taps(n_in, int(n_out), float(scale), mode, coordinate_mode, nearest_mode)
-        if mode == "nearest":
-            v = np.take(v, i0, axis)
-            continue
+def resize(x: np.ndarray, filters, scales, sizes, extrapolation_value: float = 0.0) -> np.ndarray:
+    """ONNX Resize of ``x`` to shape ``sizes`` with one :class:`ResizeFilter` per axis, one axis at a time
+    (separable, as the ONNX reference); linear and cubic interpolate in float64 and round to float32 once."""
+    nearest = filters[0].mode == "nearest"
+    v = x if nearest else x.astype(np.float64)
+    outside = np.zeros((1,) * x.ndim, bool)
+    for axis, (n_in, n_out, scale, f) in enumerate(zip(x.shape, sizes, scales, filters, strict=True)):
+        idx, w, inside = resize_taps(n_in, int(n_out), float(scale), f)
         shape = [1] * x.ndim
         shape[axis] = -1
-        w = w1.reshape(shape)
-        v = np.take(v, i0, axis) * (1 - w) + np.take(v, i1, axis) * w
-    return np.ascontiguousarray(v.astype(x.dtype))
+        outside = outside | ~inside.reshape(shape)
+        if nearest:
+            v = np.take(v, idx[:, 0], axis)
+            continue
+        v = sum(np.take(v, idx[:, k], axis) * w[:, k].reshape(shape) for k in range(idx.shape[1]))
+    out = np.array(v.astype(x.dtype), order="C")
+    out[np.broadcast_to(outside, out.shape)] = extrapolation_value
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Indexing
+
+
+def take(x: np.ndarray, index, value: float | int = 0) -> np.ndarray:
+    """Per-axis gather: output index ``o`` along axis ``i`` reads input index ``index[i][o]`` (``None``: the
+    whole axis), ``-1`` reading ``value``."""
+    v = x
+    fill = np.zeros((1,) * x.ndim, bool)
+    for axis, t in enumerate(index):
+        if t is None:
+            continue
+        t = np.asarray(t, np.int64)
+        v = np.take(v, np.maximum(t, 0), axis=axis)
+        shape = [1] * x.ndim
+        shape[axis] = -1
+        fill = fill | (t < 0).reshape(shape)
+    out = np.array(v, dtype=x.dtype, order="C")
+    out[np.broadcast_to(fill, out.shape)] = value
+    return out
+
+
+def gather(x: np.ndarray, index: np.ndarray) -> np.ndarray:
+    """``out.flat[k] = x.flat[index.flat[k]]``, shaped like ``index``."""
+    return np.ascontiguousarray(x.reshape(-1)[index.astype(np.int64)])
+
+
+def one_hot(indices: np.ndarray, values: np.ndarray, depth: int, axis: int) -> np.ndarray:
+    """``values[1]`` where the index (float ones truncated toward zero, as ONNX casts them to int64; negative
+    ones counted from ``depth``) equals the position along the new axis ``axis``, else ``values[0]``; NaN and
+    indices outside [-depth, depth) are all off."""
+    if indices.dtype.kind == "f":
+        far = float(1 << 62)
+        idx = np.nan_to_num(np.trunc(indices.astype(np.float64)), nan=-far, posinf=far, neginf=-far)
+        idx = np.clip(idx, -far, far).astype(np.int64)
+    else:
+        idx = indices.astype(np.int64)
+    idx = np.where(idx < 0, idx + depth, idx)
+    positions = np.arange(depth).reshape((depth,) + (1,) * (indices.ndim - axis))
+    hot = np.expand_dims(idx, axis) == positions
+    return np.ascontiguousarray(np.where(hot, values[1], values[0]).astype(values.dtype))
+
+
+_SCATTER_UFUNC = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
+
+
+def scatter(x: np.ndarray, index: np.ndarray, updates: np.ndarray, reduction: str = "none") -> np.ndarray:
+    """``x`` with every update applied in order at its flat offset: replaced (the last of repeated offsets
+    wins) or combined by the reduction (integer sums and products wrap to int32)."""
+    out = np.array(x, order="C").reshape(-1)
+    flat, upd = index.reshape(-1).astype(np.int64), updates.reshape(-1)
+    if reduction == "none":
+        last = len(flat) - 1 - np.unique(flat[::-1], return_index=True)[1]
+        out[flat[last]] = upd[last]
+    else:
+        with np.errstate(over="ignore"):
+            _SCATTER_UFUNC[reduction].at(out, flat, upd)
+    return out.reshape(x.shape)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Grid sampling
+
+
+def grid_borders(size: int, align_corners: bool) -> tuple[float, float]:
+    """The extent of an axis of ``size`` pixels in GridSample's unnormalised coordinates: pixel centres
+    (align_corners) or pixel edges."""
+    return (0.0, size - 1.0) if align_corners else (-0.5, size - 0.5)
+
+
+def grid_reflect(v: np.ndarray, lo: float, hi: float) -> np.ndarray:
+    """Coordinates outside [lo, hi] reflected by the near border until inside (GridSample's reflection)."""
+    span = hi - lo
+    below, above = v < lo, v > hi
+    dx = np.where(below, lo - v, np.where(above, v - hi, 0.0))
+    n = np.floor(dx / span) if span > 0 else np.zeros_like(dx)
+    r = dx - n * span
+    even = n % 2 == 0
+    return np.where(below, np.where(even, lo + r, hi - r), np.where(above, np.where(even, hi - r, lo + r), v))
+
+
+def grid_axis_taps(
+    g: np.ndarray, size: int, mode: str, padding_mode: str, align_corners: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The taps of one spatial axis for normalised grid coordinates ``g`` (float32, any shape): input indices
+    (clamped into the axis), weights (float64) and whether each tap reads the input (zeros padding reads 0
+    outside), each of shape ``g.shape + (taps,)``. ONNX GridSample's arithmetic: the unnormalised
+    coordinate in float32, nearest rounds half to even, a coordinate outside the axis's extent is clamped
+    (border) or reflected (reflection), then each tap index is fetched under the padding mode."""
+    one, two, s = np.float32(1), np.float32(2), np.float32(size)
+    u = ((g + one) / two * (s - one) if align_corners else ((g + one) * s - one) / two).astype(np.float64)
+    if mode == "nearest":
+        u = np.rint(u)
+    lo, hi = grid_borders(size, align_corners)
+    if padding_mode == "border":
+        u = np.where((u < lo) | (u > hi), np.clip(u, 0, size - 1), u)
+    elif padding_mode == "reflection":
+        u = grid_reflect(u, lo, hi)
+    if mode == "nearest":
+        idx, w = np.trunc(u).astype(np.int64)[..., None], np.ones(u.shape + (1,))
+    else:
+        base = np.floor(u)
+        t = (u - base)[..., None]
+        offsets = np.arange(2) if mode == "linear" else np.arange(-1, 3)
+        idx = base.astype(np.int64)[..., None] + offsets
+        w = 1 - np.abs(offsets - t) if mode == "linear" else cubic_weights(offsets - t, -0.75)
+    if padding_mode == "zeros":
+        reads = (idx >= 0) & (idx < size)
+    else:
+        reads = np.ones(idx.shape, bool)
+        if padding_mode == "reflection":
+            idx = np.trunc(grid_reflect(idx.astype(np.float64), lo, hi)).astype(np.int64)
+    return np.clip(idx, 0, size - 1), w, reads
+
+
+def grid_sample(x: np.ndarray, grid: np.ndarray, mode: str, padding_mode: str, align_corners: bool) -> np.ndarray:
+    """ONNX GridSample of ``x`` (N, C, spatial...) at ``grid`` (N, out spatial..., r), whose last axis holds
+    normalised coordinates innermost axis first (x, y[, z]); interpolated in float64, rounded once."""
+    r = x.ndim - 2
+    taps = [grid_axis_taps(grid[..., r - 1 - a], x.shape[2 + a], mode, padding_mode, align_corners) for a in range(r)]
+    lead = np.arange(x.shape[0]).reshape((-1,) + (1,) * r)
+    xf = np.moveaxis(x.astype(np.float64), 1, -1)  # (N, spatial..., C)
+    total = np.zeros(grid.shape[:-1] + (x.shape[1],))
+    for pick in itertools.product(*(range(t[0].shape[-1]) for t in taps)):
+        weight = np.ones(grid.shape[:-1])
+        index = [lead]
+        for (idx, w, reads), k in zip(taps, pick, strict=True):
+            weight = weight * np.where(reads[..., k], w[..., k], 0.0)
+            index.append(idx[..., k])
+        values = xf[tuple(index)]
+        total += np.where(weight[..., None] != 0, values * weight[..., None], 0.0)
+    return np.ascontiguousarray(np.moveaxis(total, -1, 1)).astype(np.float32)

@@ -69,6 +69,18 @@ class Window:
         top, bottom, left, right = self.pads
         return (h + top + bottom - dh * (kh - 1) - 1) // sh + 1, (w + left + right - dw * (kw - 1) - 1) // sw + 1
 
+    def valid_taps(self, o: int, size: int, axis: int) -> tuple[int, ...]:
+        """Kernel taps along ``axis`` (0 rows, 1 columns) that fall inside an input of ``size`` for output
+        index ``o`` (the others read padding)."""
+        k, s, d, pad = self.kernel[axis], self.stride[axis], self.dilation[axis], self.pad_before(axis)
+        return tuple(t for t in range(k) if 0 <= o * s + t * d - pad < size)
+
+    def covers(self, h: int, w: int) -> bool:
+        """Whether every output position's window holds at least one input element (what a pooling needs:
+        a window entirely in the padding has no maximum and no average)."""
+        oh, ow = self.out_size(h, w)
+        return all(self.valid_taps(o, h, 0) for o in range(oh)) and all(self.valid_taps(o, w, 1) for o in range(ow))
+
 
 def make_window(op: str, hw: tuple[int, int], kernel, stride, dilation, padding) -> tuple[Window, tuple[int, int]]:
     """Window from int-or-tuple attributes (padding as :func:`normalize_padding` takes it); checks the

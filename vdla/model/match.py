@@ -131,6 +131,8 @@ def match_pool(anchor: Node, graph: Graph, types: dict[str, TensorType], cfg: Hw
     a, shape = anchor.attrs, types[x].shape
     try:
         if anchor.op == "max_pool2d":
+            if a.get("dilation", 1) not in (1, (1, 1)):
+                return f"a max pool with dilation {a['dilation']} (the ALU pools dense windows)"
             pad_min = not _known_nonneg(x, graph)
             spec = PoolSpec.make(shape, a["kernel"], a.get("stride"), a.get("padding", 0), "max", pad_min=pad_min)
             nodes = [anchor.output]

@@ -15,6 +15,8 @@ from vdla.frontend.onnx_ops import (  # noqa: F401  (each family registers its c
     convt,
     core,
     legacy,
+    pool,
+    tensor,
 )
 from vdla.frontend.onnx_ops.registry import ATTRS, CONVERTERS, converter
 

@@ -272,14 +272,10 @@ def _auto_pads(node: OnnxNode, mode: str, sizes, kernel, strides, dilations) -> 
     return begins + ends
 
 
-def _conv_pool_geometry(b: Builder, node: OnnxNode, x_shape, kernel: Sequence[int]) -> dict[str, Any]:
-    """Kernel, strides, dilations and pads of a 1-D or 2-D Conv/Pool node as 2-D vdla attributes
-    (1-D lifted to a height-1 image), checking each attribute."""
-    rank = len(x_shape)
-    if rank not in (3, 4):
-        raise unsupported(node, f"only 1-D and 2-D windows are supported (input rank 3 or 4), got shape {x_shape}")
-    spatial = rank - 2
-    kernel = [int(k) for k in kernel]
+def window_geometry(node: OnnxNode, sizes: Sequence[int], kernel: Sequence[int]) -> tuple[list, list, list]:
+    """The strides, dilations and ONNX-ordered pads (begins..., ends...; auto_pad resolved) of a window of
+    ``kernel`` over spatial ``sizes``, checking each attribute."""
+    spatial = len(sizes)
     for name in ("strides", "dilations"):
         v = ints(node, name)
         if v is not None and (len(v) != spatial or any(i < 1 for i in v)):
@@ -294,7 +290,19 @@ def _conv_pool_geometry(b: Builder, node: OnnxNode, x_shape, kernel: Sequence[in
     else:
         if "pads" in node.attrs and any(int(p) for p in node.attrs["pads"]):
             raise unsupported(node, "explicit pads together with auto_pad", "pads")
-        pads = _auto_pads(node, mode, x_shape[2:], kernel, strides, dilations)
+        pads = _auto_pads(node, mode, sizes, kernel, strides, dilations)
+    return strides, dilations, pads
+
+
+def _conv_pool_geometry(b: Builder, node: OnnxNode, x_shape, kernel: Sequence[int]) -> dict[str, Any]:
+    """Kernel, strides, dilations and pads of a 1-D or 2-D Conv node as 2-D vdla attributes (1-D lifted to a
+    height-1 image), checking each attribute."""
+    rank = len(x_shape)
+    if rank not in (3, 4):
+        raise unsupported(node, f"only 1-D and 2-D windows are supported (input rank 3 or 4), got shape {x_shape}")
+    spatial = rank - 2
+    kernel = [int(k) for k in kernel]
+    strides, dilations, pads = window_geometry(node, x_shape[2:], kernel)
     if spatial == 1:
         kernel, strides, dilations = [1, *kernel], [1, *strides], [1, *dilations]
         pads4 = (0, 0, pads[0], pads[1])
@@ -342,79 +350,6 @@ def _conv(b: Builder, node: OnnxNode) -> None:
             b.require_dtype(node, i, FLOAT)
     bias = b.tensor(node, 2) if b.has(node, 2) else None
     _conv_core(b, node, b.tensor(node, 0), b.tensor(node, 1), bias, node.outputs[0])
-
-
-def _ceil_size(n: int, k: int, s: int, p0: int, p1: int) -> int:
-    """ONNX's ceil_mode output size (the last window must start inside the input or its leading pad)."""
-    out = -(-(n + p0 + p1 - k) // s) + 1
-    if (out - 1) * s >= n + p0:
-        out -= 1
-    return out
-
-
-@converter("MaxPool", "AveragePool", attrs=("auto_pad", "ceil_mode", "dilations", "kernel_shape", "pads", "strides",
-                                            "storage_order", "count_include_pad"))  # fmt: skip
-def _pool(b: Builder, node: OnnxNode) -> None:
-    is_max = node.op_type == "MaxPool"
-    dt = b.require_dtype(node, 0, ("float32", "int8", "uint8") if is_max else FLOAT)
-    if len(node.outputs) > 1 and node.outputs[1] in b.used:
-        raise unsupported(node, "the Indices output of MaxPool is not supported")
-    xs = b.shape(node, 0)
-    kernel = ints(node, "kernel_shape")
-    if kernel is None or len(kernel) != len(xs) - 2 or any(k < 1 for k in kernel):
-        raise unsupported(node, f"kernel_shape must give {len(xs) - 2} positive sizes", "kernel_shape")
-    geo = _conv_pool_geometry(b, node, xs, kernel)
-    if any(d != 1 for d in geo["dilation"]):
-        raise unsupported(node, "dilated pooling is not supported (vdla pools with dilation 1)", "dilations")
-    if int(attr(node, "ceil_mode", 0)):
-        spatial = len(xs) - 2
-        pads = geo["onnx_pads"]
-        for i in range(spatial):
-            n, k, s = xs[2 + i], kernel[i], geo["stride"][-spatial + i]
-            floor = (n + pads[i] + pads[spatial + i] - k) // s + 1
-            ceil = _ceil_size(n, k, s, pads[i], pads[spatial + i])
-            if ceil != floor:
-                raise unsupported(
-                    node, f"ceil_mode=1 gives {ceil} outputs along axis {2 + i} where vdla's floor gives {floor}",
-                    "ceil_mode",
-                )  # fmt: skip
-    attrs: dict[str, Any] = {
-        "kernel": geo["kernel"],
-        "stride": compact(geo["stride"]),
-        "padding": compact(geo["pads"]),
-    }
-    if not is_max:
-        attrs["count_include_pad"] = bool(int(attr(node, "count_include_pad", 0)))
-    x = _lift(b, node, b.tensor(node, 0))
-    uint8 = dt == "uint8"
-    out = node.outputs[0] if len(xs) == 4 else None
-    y = b.emit(node, "max_pool2d" if is_max else "avg_pool2d", (x,), attrs, out=out, suffix="pool", uint8=uint8)
-    if len(xs) == 3:  # back to (N, C, L)
-        shape = b.type_of(y).shape
-        b.reshape(node, y, (shape[0], shape[1], shape[3]), out=node.outputs[0], uint8=uint8)
-
-
-def _global_pool(b: Builder, node: OnnxNode, x: str, out: str, is_max: bool, keep_rank: bool = True) -> str:
-    """Mean or max over every axis after the first two, as global_avg_pool / max_pool2d of a 4-D view."""
-    xs = b.type_of(x).shape
-    if len(xs) < 3:
-        raise unsupported(node, f"needs an (N, C, ...) input with spatial axes, got shape {xs}")
-    four = xs if len(xs) == 4 else (xs[0], xs[1], 1, size(xs[2:]))
-    x4 = b.reshape(node, x, four)
-    final = (*xs[:2], *([1] * (len(xs) - 2))) if keep_rank else xs[:2]
-    direct = final == (*four[:2], 1, 1)
-    if is_max:
-        attrs = {"kernel": tuple(four[2:]), "stride": 1, "padding": 0}
-        y = b.emit(node, "max_pool2d", (x4,), attrs, out=out if direct else None, suffix="pool")
-    else:
-        y = b.emit(node, "global_avg_pool", (x4,), out=out if direct else None, suffix="pool")
-    return y if direct else b.reshape(node, y, final, out=out)
-
-
-@converter("GlobalAveragePool", "GlobalMaxPool")
-def _global(b: Builder, node: OnnxNode) -> None:
-    b.require_dtype(node, 0, FLOAT)
-    _global_pool(b, node, b.tensor(node, 0), node.outputs[0], node.op_type == "GlobalMaxPool")
 
 
 @converter("ReduceMean", "ReduceMax", "ReduceMin", "ReduceSum", attrs=("keepdims", "noop_with_empty_axes"))
@@ -855,72 +790,6 @@ def _split(b: Builder, node: OnnxNode) -> None:
         offset += part
 
 
-_RESIZE_ATTRS = ("antialias", "axes", "coordinate_transformation_mode", "cubic_coeff_a", "exclude_outside",
-                 "extrapolation_value", "keep_aspect_ratio_policy", "mode", "nearest_mode")  # fmt: skip
-
-
-def _resize_geometry(b: Builder, node: OnnxNode, xs: tuple[int, ...]) -> tuple[list[float], list[int]]:
-    """Per-axis scales (what the coordinate transformation divides by) and output sizes, as ONNX's
-    reference computes them from the ``scales`` or ``sizes`` input, ``axes`` and the aspect-ratio policy."""
-    rank = len(xs)
-    axes = [axis_of(node, a, rank, "axis", "axes") for a in ints(node, "axes", list(range(rank)))]
-    scales = np.asarray(b.const(node, 2, "scales"), np.float32).ravel() if b.has(node, 2) else np.zeros(0)
-    sizes = np.asarray(b.const(node, 3, "sizes"), np.int64).ravel() if b.has(node, 3) else np.zeros(0, np.int64)
-    if (scales.size == 0) == (sizes.size == 0):
-        raise unsupported(node, "needs exactly one of the scales and sizes inputs")
-    given = scales if scales.size else sizes
-    if given.size != len(axes) or len(set(axes)) != len(axes):
-        raise unsupported(node, f"{given.size} scales/sizes for axes {axes}")
-    full_scales, full_sizes = [1.0] * rank, list(xs)
-    policy = str(attr(node, "keep_aspect_ratio_policy", "stretch"))
-    if scales.size:
-        for a, s in zip(axes, scales.astype(np.float64), strict=True):
-            if not (math.isfinite(s) and s > 0):
-                raise unsupported(node, f"scale {s} must be positive and finite")
-            full_scales[a], full_sizes[a] = float(s), int(s * xs[a])
-    elif policy == "stretch":
-        for a, n in zip(axes, sizes, strict=True):
-            full_scales[a], full_sizes[a] = int(n) / xs[a], int(n)
-    elif policy in ("not_larger", "not_smaller"):
-        ratios = [int(n) / xs[a] for a, n in zip(axes, sizes, strict=True)]
-        scale = min(ratios) if policy == "not_larger" else max(ratios)
-        for a in axes:
-            full_scales[a], full_sizes[a] = scale, int(scale * xs[a] + 0.5)
-    else:
-        raise unsupported(node, "unknown policy", "keep_aspect_ratio_policy")
-    if any(n < 1 for n in full_sizes):
-        raise unsupported(node, f"output shape {tuple(full_sizes)} is empty: vdla has no empty tensors")
-    return full_scales, full_sizes
-
-
-@converter("Resize", attrs=_RESIZE_ATTRS)
-def _resize(b: Builder, node: OnnxNode) -> None:
-    """Nearest (any dtype, a gather) and linear (float32) resizing in every coordinate transformation but
-    tf_crop_and_resize; cubic interpolation and antialiased downsampling are refused."""
-    dt = b.require_dtype(node, 0, ANY)
-    xs = b.shape(node, 0)
-    mode = str(attr(node, "mode", "nearest"))
-    if mode not in ("nearest", "linear"):
-        raise unsupported(node, "only nearest and linear interpolation are supported", "mode")
-    coord = str(attr(node, "coordinate_transformation_mode", "half_pixel"))
-    if coord == "tf_crop_and_resize":
-        raise unsupported(node, "tf_crop_and_resize (a region of interest) is not supported",
-                          "coordinate_transformation_mode")  # fmt: skip
-    if mode == "nearest" and int(attr(node, "exclude_outside", 0)):
-        raise unsupported(node, "exclude_outside=1 with nearest interpolation is not supported", "exclude_outside")
-    scales, sizes = _resize_geometry(b, node, xs)
-    if int(attr(node, "antialias", 0)) and mode == "linear" and any(s < 1 for s in scales):
-        raise unsupported(node, "antialiased downsampling is not supported", "antialias")
-    attrs = {
-        "mode": mode,
-        "coordinate_mode": coord,
-        "nearest_mode": str(attr(node, "nearest_mode", "round_prefer_floor")),
-        "scales": tuple(scales),
-        "sizes": tuple(sizes),
-    }
-    b.emit(node, "resize", (b.tensor(node, 0),), attrs, out=node.outputs[0], uint8=dt == "uint8")
-
-
 @converter("Softmax", attrs=("axis",))
 def _softmax(b: Builder, node: OnnxNode) -> None:
     b.require_dtype(node, 0, FLOAT)
@@ -944,41 +813,6 @@ def _softmax(b: Builder, node: OnnxNode) -> None:
     x2 = b.reshape(node, x, (size(xs[:axis]), size(xs[axis:])))
     y = b.emit(node, "softmax", (x2,), {"axis": -1}, suffix="softmax")
     b.reshape(node, y, xs, out=node.outputs[0])
-
-
-@converter("Pad", attrs=("mode",))
-def _pad(b: Builder, node: OnnxNode) -> None:
-    dt = b.require_dtype(node, 0, ANY)
-    mode = str(attr(node, "mode", "constant"))
-    if mode != "constant":
-        raise unsupported(node, "only constant padding is supported", "mode")
-    xs = b.shape(node, 0)
-    rank = len(xs)
-    pads = [int(p) for p in np.asarray(b.const(node, 1, "pads")).ravel()]
-    cv = b.const(node, 2, "constant_value")
-    value = 0 if cv is None or cv.size == 0 else np.asarray(cv).reshape(-1)[0]
-    axes = list(range(rank))
-    if b.has(node, 3):
-        axes = [axis_of(node, int(a), rank, "axis", None) for a in np.asarray(b.const(node, 3, "axes")).ravel()]
-    if len(pads) != 2 * len(axes):
-        raise unsupported(node, f"{len(pads)} pads for {len(axes)} axes")
-    if any(p < 0 for p in pads):
-        raise unsupported(node, f"negative pads {pads} (cropping) are not supported")
-    pairs = [[0, 0] for _ in range(rank)]
-    for k, a in enumerate(axes):
-        pairs[a] = [pads[k], pads[len(axes) + k]]
-    if dt == "float32":
-        value = float(value)
-        if not math.isfinite(value):
-            raise unsupported(node, f"the pad value {value} must be finite")
-    else:
-        value = int(value) - (128 if dt == "uint8" else 0)
-    x = b.tensor(node, 0)
-    if not any(any(p) for p in pairs):
-        b.alias(node.outputs[0], x, uint8=dt == "uint8")
-        return
-    attrs = {"pads": tuple(tuple(p) for p in pairs), "value": value}
-    b.emit(node, "pad", (x,), attrs, out=node.outputs[0], uint8=dt == "uint8")
 
 
 @converter("Shape", attrs=("start", "end"))

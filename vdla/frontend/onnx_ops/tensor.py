@@ -1,0 +1,501 @@
+"""Layout and indexing converters: Pad (every mode), Tile, Expand, Gather, Compress, CenterCropPad,
+DepthToSpace, SpaceToDepth, GatherElements, GatherND, ReverseSequence, OneHot, ScatterElements, Scatter and
+ScatterND, Resize, GridSample (no ``onnx`` import here).
+
+vdla compiles for fixed shapes, so every index these operators read (but OneHot's) is a constant known at import time
+(an initializer, or a value folded from constants): it is normalised (negative indices counted from the
+end) and checked here, and an index a node computes at run time is refused. The mapping onto vdla's
+operators:
+
+* whatever gathers along each axis independently (padding by edge, reflection or wrap, cropping,
+  tiling, broadcasting, a gather along one axis, compressing) is one ``take``: a table of input
+  indices per axis, ``-1`` reading the fill value;
+* whatever gathers element by element (GatherElements, GatherND, ReverseSequence) is one ``gather`` of
+  constant flat offsets (an int32 parameter shaped like the output); OneHot is vdla ``one_hot``, whose
+  indices may be computed at run time;
+* the scatters are one ``scatter`` of constant flat offsets (one per update element, in the order ONNX
+  applies them) with their reduction;
+* DepthToSpace and SpaceToDepth are a reshape, a transpose and a reshape.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from vdla.frontend.builder import Builder, OnnxNode, size, unsupported
+from vdla.frontend.onnx_ops.registry import ANY, attr, axis_of, converter
+from vdla.graph.types import INT_RANGE
+
+SCATTER_TYPES = ("float32", "int32")
+PAD_MODES = ("constant", "reflect", "edge", "wrap")
+
+
+def _ints(b: Builder, node: OnnxNode, i: int, what: str) -> np.ndarray:
+    """Constant input ``i`` as int64 (refused when computed at run time)."""
+    v = b.const(node, i, what)
+    if v is None:
+        raise unsupported(node, f"needs the {what} input")
+    return np.asarray(v).astype(np.int64)
+
+
+def _indices(node: OnnxNode, idx: np.ndarray, n: int, what: str = "indices") -> np.ndarray:
+    """Indices into an axis of size ``n``, negative ones counted from the end; any outside is refused."""
+    if np.any((idx < -n) | (idx >= n)):
+        bad = idx[(idx < -n) | (idx >= n)].ravel()[:4].tolist()
+        raise unsupported(node, f"{what} {bad} lie outside an axis of size {n}")
+    return np.where(idx < 0, idx + n, idx)
+
+
+def _take(b: Builder, node: OnnxNode, x: str, tables: Sequence[Sequence[int] | None], value=0,
+          out: str | None = None, uint8: bool = False, fill: str | None = None) -> str:  # fmt: skip
+    """Emit ``take`` (or an alias when every table keeps its axis whole and in order); ``fill``: a value
+    computed at run time that -1 entries read instead of ``value``."""
+    xs = b.type_of(x).shape
+    whole = [None if t is not None and list(t) == list(range(d)) else t for d, t in zip(xs, tables, strict=True)]
+    if all(t is None for t in whole):
+        if out is not None:
+            b.alias(out, x, uint8=uint8)
+        return x
+    index = tuple(None if t is None else tuple(int(i) for i in t) for t in whole)
+    inputs = (x,) if fill is None else (x, fill)
+    return b.emit(node, "take", inputs, {"index": index, "value": value}, out=out, suffix="take", uint8=uint8)
+
+
+def _gather_offsets(b: Builder, node: OnnxNode, x: str, offsets: np.ndarray, uint8: bool) -> None:
+    """Emit ``gather`` of constant flat ``offsets`` into ``x`` (an int32 parameter; a scalar result is the
+    one-element gather reshaped)."""
+    offsets = np.asarray(offsets)
+    name = b.add_param(f"{node.outputs[0]}:offsets", offsets.astype(np.int32).reshape(offsets.shape or (1,)))
+    if offsets.ndim:
+        b.emit(node, "gather", (x, name), out=node.outputs[0], uint8=uint8)
+        return
+    y = b.emit(node, "gather", (x, name), suffix="gather", uint8=uint8)
+    b.reshape(node, y, (), out=node.outputs[0], uint8=uint8)
+
+
+def _fill(node: OnnxNode, dt: str, value) -> int | float:
+    """A fill value of ONNX dtype ``dt`` as vdla holds it (uint8 as int8 ``value - 128``)."""
+    if dt == "float32":
+        v = float(value)
+        if not math.isfinite(v):
+            raise unsupported(node, f"the fill value {v} must be finite")
+        return v
+    v = int(value) - (128 if dt == "uint8" else 0)
+    lo, hi = INT_RANGE["int32" if dt == "int32" else "int8"]
+    if not lo <= v <= hi:
+        raise unsupported(node, f"the fill value {value} does not fit {dt}")
+    return v
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Per-axis gathers
+
+
+def pad_table(node: OnnxNode, n: int, before: int, after: int, mode: str) -> list[int]:
+    """Input index of every output index of an axis of size ``n`` padded by ``before`` and ``after`` (negative:
+    cropped, constant mode only): -1 for the constant, else the edge, the reflection (no repeated edge, pads
+    smaller than the axis) or the wrapped index."""
+    i = np.arange(-before, n + after, dtype=np.int64)
+    if mode == "constant":
+        return np.where((i >= 0) & (i < n), i, -1).tolist()
+    if before < 0 or after < 0:
+        raise unsupported(node, f"negative pads (cropping) with mode {mode!r}: only constant padding crops", "mode")
+    if mode == "edge":
+        return np.clip(i, 0, n - 1).tolist()
+    if mode == "wrap":
+        return (i % n).tolist()
+    if max(before, after) >= n:
+        raise unsupported(node, f"reflect padding of {max(before, after)} needs an axis longer than {n}", "mode")
+    return np.where(i < 0, -i, np.where(i >= n, 2 * (n - 1) - i, i)).tolist()
+
+
+@converter("Pad", attrs=("mode", "pads", "value"))
+def _pad(b: Builder, node: OnnxNode) -> None:
+    """Constant padding without cropping is vdla ``pad``; every other mode, and cropping (negative pads), is a
+    ``take`` (as is a constant value computed at run time). The pads must be constants."""
+    dt = b.require_dtype(node, 0, ANY)
+    mode = str(attr(node, "mode", "constant"))
+    if mode not in PAD_MODES:
+        raise unsupported(node, f"unknown padding mode (vdla pads with {', '.join(PAD_MODES)})", "mode")
+    xs = b.shape(node, 0)
+    rank = len(xs)
+    if "pads" in node.attrs:
+        pads = [int(p) for p in node.attrs["pads"]]
+        value = attr(node, "value", 0.0)
+    else:
+        pads = [int(p) for p in _ints(b, node, 1, "pads").ravel()]
+        cv = b.const(node, 2, "constant_value") if b.is_const(node, 2) or not b.has(node, 2) else None
+        value = 0 if cv is None or cv.size == 0 else np.asarray(cv).reshape(-1)[0]
+    fill = None
+    if b.has(node, 2) and not b.is_const(node, 2) and mode == "constant":  # a value computed at run time
+        b.require_dtype(node, 2, (dt,))
+        fill = b.tensor(node, 2)
+    axes = list(range(rank))
+    if b.has(node, 3):
+        axes = [axis_of(node, int(a), rank, "axis", None) for a in _ints(b, node, 3, "axes").ravel()]
+    if len(pads) != 2 * len(axes):
+        raise unsupported(node, f"{len(pads)} pads for {len(axes)} axes")
+    pairs = [(0, 0)] * rank
+    for k, a in enumerate(axes):
+        pairs[a] = (pads[k], pads[len(axes) + k])
+    if any(d + p0 + p1 < 1 for d, (p0, p1) in zip(xs, pairs, strict=True)):
+        raise unsupported(node, f"pads {pads} leave an axis empty: vdla has no empty tensors")
+    value = _fill(node, dt, value)
+    x, uint8 = b.tensor(node, 0), dt == "uint8"
+    if mode == "constant" and fill is None and all(p0 >= 0 and p1 >= 0 for p0, p1 in pairs):
+        if not any(p0 or p1 for p0, p1 in pairs):
+            b.alias(node.outputs[0], x, uint8=uint8)
+            return
+        b.emit(node, "pad", (x,), {"pads": tuple(pairs), "value": value}, out=node.outputs[0], uint8=uint8)
+        return
+    tables = [pad_table(node, d, p0, p1, mode) for d, (p0, p1) in zip(xs, pairs, strict=True)]
+    _take(b, node, x, tables, value if mode == "constant" else 0, node.outputs[0], uint8, fill)
+
+
+@converter("Tile")
+def _tile(b: Builder, node: OnnxNode) -> None:
+    dt = b.require_dtype(node, 0, ANY)
+    xs = b.shape(node, 0)
+    repeats = _ints(b, node, 1, "repeats").ravel()
+    if len(repeats) != len(xs) or np.any(repeats < 1):
+        raise unsupported(node, f"repeats {repeats.tolist()} must be one positive count per axis of {xs}")
+    tables = [list(range(d)) * int(r) for d, r in zip(xs, repeats, strict=True)]
+    _take(b, node, b.tensor(node, 0), tables, 0, node.outputs[0], dt == "uint8")
+
+
+@converter("Expand")
+def _expand(b: Builder, node: OnnxNode) -> None:
+    """numpy broadcasting of the input to the shape input (which may also broadcast against it)."""
+    dt = b.require_dtype(node, 0, ANY)
+    xs = b.shape(node, 0)
+    target = [int(d) for d in _ints(b, node, 1, "shape").ravel()]
+    try:
+        shape = tuple(int(d) for d in np.broadcast_shapes(tuple(xs), tuple(target)))
+    except ValueError:
+        raise unsupported(node, f"shape {target} does not broadcast with the input shape {xs}") from None
+    if size(shape) < 1:
+        raise unsupported(node, f"the result shape {shape} is empty: vdla has no empty tensors")
+    x = b.reshape(node, b.tensor(node, 0), (1,) * (len(shape) - len(xs)) + tuple(xs))
+    full = b.type_of(x).shape
+    tables = [None if d == n else [0] * n for d, n in zip(full, shape, strict=True)]
+    _take(b, node, x, tables, 0, node.outputs[0], dt == "uint8")
+
+
+@converter("Gather", attrs=("axis",))
+def _gather(b: Builder, node: OnnxNode) -> None:
+    """A gather of constant indices (any shape) along one axis: a ``take`` of that axis, reshaped."""
+    dt = b.require_dtype(node, 0, ANY)
+    xs = b.shape(node, 0)
+    axis = axis_of(node, int(attr(node, "axis", 0)), len(xs))
+    idx = _indices(node, _ints(b, node, 1, "indices"), xs[axis])
+    tables: list[list[int] | None] = [None] * len(xs)
+    tables[axis] = idx.ravel().tolist()
+    out_shape = (*xs[:axis], *idx.shape, *xs[axis + 1 :])
+    if size(out_shape) < 1:
+        raise unsupported(node, f"the result shape {out_shape} is empty: vdla has no empty tensors")
+    y = _take(b, node, b.tensor(node, 0), tables)
+    b.reshape(node, y, out_shape, out=node.outputs[0], uint8=dt == "uint8")
+
+
+@converter("Compress", attrs=("axis",))
+def _compress(b: Builder, node: OnnxNode) -> None:
+    """The slices along the axis (of the flattened input without one) that a constant condition selects."""
+    dt = b.require_dtype(node, 0, ANY)
+    cond = np.asarray(b.const(node, 1, "condition")).astype(bool).ravel()
+    x, xs = b.tensor(node, 0), b.shape(node, 0)
+    if "axis" in node.attrs:
+        axis = axis_of(node, int(attr(node, "axis")), len(xs))
+    else:
+        x, xs, axis = b.reshape(node, x, (size(xs),)), (size(xs),), 0
+    if len(cond) > xs[axis]:
+        raise unsupported(node, f"a condition of {len(cond)} entries for an axis of size {xs[axis]}")
+    chosen = np.flatnonzero(cond).tolist()
+    if not chosen:
+        raise unsupported(node, "the condition selects nothing: vdla has no empty tensors")
+    tables: list[list[int] | None] = [None] * len(xs)
+    tables[axis] = chosen
+    _take(b, node, x, tables, 0, node.outputs[0], dt == "uint8")
+
+
+def crop_pad_table(n: int, target: int) -> list[int]:
+    """CenterCropPad along an axis of size ``n`` to ``target``: centred, the odd element at the end."""
+    if target <= n:
+        start = (n - target) // 2
+        return list(range(start, start + target))
+    before = (target - n) // 2
+    return [-1] * before + list(range(n)) + [-1] * (target - n - before)
+
+
+@converter("CenterCropPad", attrs=("axes",))
+def _center_crop_pad(b: Builder, node: OnnxNode) -> None:
+    dt = b.require_dtype(node, 0, ANY)
+    xs = b.shape(node, 0)
+    target = _ints(b, node, 1, "shape").ravel()
+    axes = [axis_of(node, int(a), len(xs), "axis", "axes") for a in attr(node, "axes", range(len(xs)))]
+    if len(target) != len(axes) or np.any(target < 1):
+        raise unsupported(node, f"shape {target.tolist()} must give one positive size per axis {axes}")
+    tables: list[list[int] | None] = [None] * len(xs)
+    for a, t in zip(axes, target, strict=True):
+        tables[a] = crop_pad_table(xs[a], int(t))
+    _take(b, node, b.tensor(node, 0), tables, _fill(node, dt, 0), node.outputs[0], dt == "uint8")
+
+
+@converter("DepthToSpace", "SpaceToDepth", attrs=("blocksize", "mode"))
+def _depth_space(b: Builder, node: OnnxNode) -> None:
+    """A reshape to 6-D, a transpose and a reshape back (ONNX's own definition, DCR or CRD order)."""
+    dt = b.require_dtype(node, 0, ANY)
+    xs = b.shape(node, 0)
+    bs = int(attr(node, "blocksize", 0))
+    mode = str(attr(node, "mode", "DCR"))
+    if mode not in ("DCR", "CRD"):
+        raise unsupported(node, "mode must be DCR or CRD", "mode")
+    if len(xs) != 4 or bs < 1:
+        raise unsupported(node, f"needs an NCHW input and a positive blocksize, got shape {xs}", "blocksize")
+    n, c, h, w = xs
+    if node.op_type == "DepthToSpace":
+        if c % (bs * bs):
+            raise unsupported(node, f"{c} channels are not a multiple of blocksize^2 = {bs * bs}", "blocksize")
+        cb = c // (bs * bs)
+        view, perm = ((n, bs, bs, cb, h, w), (0, 3, 4, 1, 5, 2)) if mode == "DCR" else (
+            (n, cb, bs, bs, h, w), (0, 1, 4, 2, 5, 3))  # fmt: skip
+        final = (n, cb, h * bs, w * bs)
+    else:
+        if h % bs or w % bs:
+            raise unsupported(node, f"height {h} and width {w} must be multiples of the blocksize", "blocksize")
+        view = (n, c, h // bs, bs, w // bs, bs)
+        perm = (0, 3, 5, 1, 2, 4) if mode == "DCR" else (0, 1, 3, 5, 2, 4)
+        final = (n, c * bs * bs, h // bs, w // bs)
+    uint8 = dt == "uint8"
+    x6 = b.reshape(node, b.tensor(node, 0), view)
+    y = b.emit(node, "transpose", (x6,), {"perm": perm}, suffix="transpose", uint8=uint8)
+    b.reshape(node, y, final, out=node.outputs[0], uint8=uint8)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Element-by-element gathers and scatters (constant flat offsets)
+
+
+def elements_offsets(node: OnnxNode, xs: Sequence[int], idx: np.ndarray, axis: int) -> np.ndarray:
+    """Flat offsets into a tensor of shape ``xs`` of GatherElements / ScatterElements: the element at the
+    coordinates of each index with the axis coordinate replaced by the index."""
+    if idx.ndim != len(xs) or any(t > d for k, (t, d) in enumerate(zip(idx.shape, xs, strict=True)) if k != axis):
+        raise unsupported(node, f"indices of shape {idx.shape} do not fit the input shape {tuple(xs)}")
+    coords = list(np.indices(idx.shape))
+    coords[axis] = _indices(node, idx, xs[axis])
+    return np.ravel_multi_index(coords, tuple(xs))
+
+
+def nd_offsets(node: OnnxNode, xs: Sequence[int], idx: np.ndarray, batch: int) -> tuple[np.ndarray, tuple]:
+    """Flat offsets into a tensor of shape ``xs`` of GatherND / ScatterND (``batch`` leading batch axes):
+    one per element of the slices that the last axis of ``idx`` addresses, shaped (batch, indices, slice)."""
+    k = idx.shape[-1] if idx.ndim else 0
+    if idx.ndim < 1 or batch < 0 or batch + k > len(xs) or tuple(idx.shape[:batch]) != tuple(xs[:batch]):
+        raise unsupported(node, f"indices of shape {idx.shape} (batch_dims {batch}) do not fit the input {tuple(xs)}")
+    rest = tuple(xs[batch + k :])
+    out_shape = (*idx.shape[:-1], *rest)
+    grid = np.indices(out_shape) if out_shape else np.zeros((0,), np.int64)
+    lead = idx.shape[:-1]
+    coords = [grid[d] for d in range(batch)]
+    for j in range(k):
+        part = _indices(node, idx[..., j], xs[batch + j]).reshape(lead + (1,) * len(rest))
+        coords.append(np.broadcast_to(part, out_shape))
+    coords += [grid[len(lead) + d] for d in range(len(rest))]
+    return np.ravel_multi_index(coords, tuple(xs)), out_shape
+
+
+@converter("GatherElements", attrs=("axis",))
+def _gather_elements(b: Builder, node: OnnxNode) -> None:
+    dt = b.require_dtype(node, 0, ANY)
+    xs = b.shape(node, 0)
+    axis = axis_of(node, int(attr(node, "axis", 0)), len(xs))
+    offsets = elements_offsets(node, xs, _ints(b, node, 1, "indices"), axis)
+    _gather_offsets(b, node, b.tensor(node, 0), offsets, dt == "uint8")
+
+
+@converter("GatherND", attrs=("batch_dims",))
+def _gather_nd(b: Builder, node: OnnxNode) -> None:
+    dt = b.require_dtype(node, 0, ANY)
+    offsets, _ = nd_offsets(node, b.shape(node, 0), _ints(b, node, 1, "indices"), int(attr(node, "batch_dims", 0)))
+    if offsets.size < 1:
+        raise unsupported(node, "the result is empty: vdla has no empty tensors")
+    _gather_offsets(b, node, b.tensor(node, 0), offsets, dt == "uint8")
+
+
+@converter("ReverseSequence", attrs=("batch_axis", "time_axis"))
+def _reverse_sequence(b: Builder, node: OnnxNode) -> None:
+    """Along the time axis, the first ``lens[i]`` elements of batch entry ``i`` reversed (constant lengths)."""
+    dt = b.require_dtype(node, 0, ANY)
+    xs = b.shape(node, 0)
+    batch = axis_of(node, int(attr(node, "batch_axis", 1)), len(xs), "batch_axis", "batch_axis")
+    time = axis_of(node, int(attr(node, "time_axis", 0)), len(xs), "time_axis", "time_axis")
+    lens = _ints(b, node, 1, "sequence_lens").ravel()
+    if batch == time or len(xs) < 2 or len(lens) != xs[batch] or np.any((lens < 0) | (lens > xs[time])):
+        raise unsupported(node, f"sequence_lens {lens.tolist()} must give one length in [0, {xs[time]}] per batch")
+    coords = list(np.indices(xs))
+    t, n = coords[time], np.expand_dims(lens, [a for a in range(len(xs)) if a != batch]).astype(np.int64)
+    coords[time] = np.where(t < n, n - 1 - t, t)
+    _gather_offsets(b, node, b.tensor(node, 0), np.ravel_multi_index(coords, xs), dt == "uint8")
+
+
+@converter("OneHot", attrs=("axis",))
+def _one_hot(b: Builder, node: OnnxNode) -> None:
+    """vdla ``one_hot`` of the indices (float32, int32 or int8 computed at run time, or constants of any
+    integer type, which an out-of-range index keeps out of range) and the (off, on) values; the depth fixes
+    the output shape, so it must be a constant."""
+    dt = b.require_dtype(node, 2, ANY)
+    depth_v = np.asarray(b.const(node, 1, "depth")).ravel()
+    if depth_v.size != 1 or not np.isfinite(depth_v[0]) or int(depth_v[0]) < 1:
+        raise unsupported(node, f"depth {depth_v.tolist()} must be one positive number")
+    depth = int(depth_v[0])
+    if b.is_const(node, 0):
+        idx = np.asarray(b.const(node, 0, "indices"))
+        if idx.dtype.kind == "f":
+            idx = np.trunc(np.nan_to_num(idx.astype(np.float64), nan=-2.0 * depth))
+        far = -(depth + 1)  # stays outside [-depth, depth) in int32
+        idx = np.where((idx >= -depth) & (idx < depth), idx, far).astype(np.int32)
+        indices = b.add_param(f"{node.outputs[0]}:indices", idx)
+    else:
+        b.require_dtype(node, 0, ("float32", "int32", "int8"))
+        indices = b.tensor(node, 0)
+    rank = len(b.shape(node, 0)) + 1
+    axis = axis_of(node, int(attr(node, "axis", -1)), rank)
+    attrs = {"depth": depth, "axis": axis}
+    b.emit(node, "one_hot", (indices, b.tensor(node, 2)), attrs, out=node.outputs[0], uint8=dt == "uint8")
+
+
+def _scatter(b: Builder, node: OnnxNode, offsets: np.ndarray) -> None:
+    """Emit ``scatter`` of the updates (input 2) at constant flat ``offsets`` into the data (input 0)."""
+    b.require_dtype(node, 0, SCATTER_TYPES)
+    b.require_dtype(node, 2, SCATTER_TYPES)
+    reduction = str(attr(node, "reduction", "none"))
+    if reduction not in ("none", "add", "mul", "max", "min"):
+        raise unsupported(node, "reduction must be none, add, mul, max or min", "reduction")
+    if tuple(offsets.shape) != b.shape(node, 2):
+        raise unsupported(node, f"updates of shape {b.shape(node, 2)} where the indices address {offsets.shape}")
+    name = b.add_param(f"{node.outputs[0]}:offsets", offsets.astype(np.int32))
+    x, updates = b.tensor(node, 0), b.tensor(node, 2)
+    b.emit(node, "scatter", (x, name, updates), {"reduction": reduction}, out=node.outputs[0])
+
+
+@converter("ScatterElements", "Scatter", attrs=("axis", "reduction"))
+def _scatter_elements(b: Builder, node: OnnxNode) -> None:
+    xs = b.shape(node, 0)
+    axis = axis_of(node, int(attr(node, "axis", 0)), len(xs))
+    _scatter(b, node, elements_offsets(node, xs, _ints(b, node, 1, "indices"), axis))
+
+
+@converter("ScatterND", attrs=("reduction",))
+def _scatter_nd(b: Builder, node: OnnxNode) -> None:
+    _scatter(b, node, nd_offsets(node, b.shape(node, 0), _ints(b, node, 1, "indices"), 0)[0])
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Resize
+
+RESIZE_ATTRS = ("antialias", "axes", "coordinate_transformation_mode", "cubic_coeff_a", "exclude_outside",
+                "extrapolation_value", "keep_aspect_ratio_policy", "mode", "nearest_mode")  # fmt: skip
+
+
+def resize_geometry(b: Builder, node: OnnxNode, xs: tuple[int, ...], axes: list[int]) -> tuple[list[float], list[int]]:
+    """Per-axis scales (what the coordinate transformation divides by) and output sizes, as ONNX's
+    reference computes them from the ``scales`` or ``sizes`` input, ``axes`` and the aspect-ratio policy."""
+    rank = len(xs)
+    scales = np.asarray(b.const(node, 2, "scales"), np.float32).ravel() if b.has(node, 2) else np.zeros(0)
+    sizes = np.asarray(b.const(node, 3, "sizes"), np.int64).ravel() if b.has(node, 3) else np.zeros(0, np.int64)
+    if (scales.size == 0) == (sizes.size == 0):
+        raise unsupported(node, "needs exactly one of the scales and sizes inputs")
+    given = scales if scales.size else sizes
+    if given.size != len(axes) or len(set(axes)) != len(axes):
+        raise unsupported(node, f"{given.size} scales/sizes for axes {axes}")
+    full_scales, full_sizes = [1.0] * rank, list(xs)
+    policy = str(attr(node, "keep_aspect_ratio_policy", "stretch"))
+    if scales.size:
+        for a, s in zip(axes, scales.astype(np.float64), strict=True):
+            if not (math.isfinite(s) and s > 0):
+                raise unsupported(node, f"scale {s} must be positive and finite")
+            full_scales[a], full_sizes[a] = float(s), int(s * xs[a])
+    elif policy == "stretch":
+        for a, n in zip(axes, sizes, strict=True):
+            full_scales[a], full_sizes[a] = int(n) / xs[a], int(n)
+    elif policy in ("not_larger", "not_smaller"):
+        ratios = [int(n) / xs[a] for a, n in zip(axes, sizes, strict=True)]
+        scale = min(ratios) if policy == "not_larger" else max(ratios)
+        for a in axes:
+            full_scales[a], full_sizes[a] = scale, int(scale * xs[a] + 0.5)
+    else:
+        raise unsupported(node, "unknown policy", "keep_aspect_ratio_policy")
+    if any(n < 1 for n in full_sizes):
+        raise unsupported(node, f"output shape {tuple(full_sizes)} is empty: vdla has no empty tensors")
+    return full_scales, full_sizes
+
+
+def _roi(b: Builder, node: OnnxNode, rank: int, axes: list[int]) -> list[tuple[float, float]]:
+    """tf_crop_and_resize's region per axis from the (constant) roi input: starts then ends of ``axes``."""
+    roi = np.asarray(b.const(node, 1, "roi"), np.float64).ravel() if b.has(node, 1) else np.zeros(0)
+    if roi.size != 2 * len(axes):
+        raise unsupported(node, f"tf_crop_and_resize needs a roi of {2 * len(axes)} values, got {roi.size}")
+    pairs = [(0.0, 1.0)] * rank
+    for k, a in enumerate(axes):
+        pairs[a] = (float(roi[k]), float(roi[len(axes) + k]))
+    return pairs
+
+
+@converter("Resize", attrs=RESIZE_ATTRS)
+def _resize(b: Builder, node: OnnxNode) -> None:
+    """Nearest (any dtype, a gather), linear and cubic (float32) resizing in every coordinate transformation,
+    with antialiased downsampling, exclude_outside and tf_crop_and_resize's region and extrapolation."""
+    dt = b.require_dtype(node, 0, ANY)
+    xs = b.shape(node, 0)
+    rank = len(xs)
+    mode = str(attr(node, "mode", "nearest"))
+    if mode not in ("nearest", "linear", "cubic"):
+        raise unsupported(node, "mode must be nearest, linear or cubic", "mode")
+    if mode != "nearest" and dt != "float32":
+        raise unsupported(node, f"{mode} interpolation of {dt}: vdla interpolates float32", "mode")
+    coord = str(attr(node, "coordinate_transformation_mode", "half_pixel"))
+    exclude = int(attr(node, "exclude_outside", 0))
+    if mode == "nearest" and exclude:
+        raise unsupported(node, "exclude_outside=1 with nearest interpolation is not supported", "exclude_outside")
+    axes = [axis_of(node, a, rank, "axis", "axes") for a in attr(node, "axes", list(range(rank)))]
+    scales, sizes = resize_geometry(b, node, xs, axes)
+    attrs: dict[str, Any] = {
+        "mode": mode,
+        "coordinate_mode": coord,
+        "nearest_mode": str(attr(node, "nearest_mode", "round_prefer_floor")),
+        "scales": tuple(scales),
+        "sizes": tuple(sizes),
+    }
+    if mode == "cubic":
+        attrs["cubic_coeff_a"] = float(attr(node, "cubic_coeff_a", -0.75))
+    if exclude:
+        attrs["exclude_outside"] = True
+    if int(attr(node, "antialias", 0)) and mode != "nearest":
+        attrs["antialias"] = True
+    if coord == "tf_crop_and_resize":
+        attrs["roi"] = tuple(_roi(b, node, rank, axes))
+        attrs["extrapolation_value"] = _fill(node, dt, attr(node, "extrapolation_value", 0.0))
+    b.emit(node, "resize", (b.tensor(node, 0),), attrs, out=node.outputs[0], uint8=dt == "uint8")
+
+
+@converter("GridSample", attrs=("align_corners", "mode", "padding_mode"))
+def _grid_sample(b: Builder, node: OnnxNode) -> None:
+    """float32 sampling at a grid computed at run time, in any number of spatial axes (opset 16's bilinear and
+    bicubic are linear and cubic)."""
+    b.require_dtype(node, 0, ("float32",))
+    b.require_dtype(node, 1, ("float32",))
+    mode = str(attr(node, "mode", "bilinear" if node.opset < 20 else "linear"))
+    mode = {"bilinear": "linear", "bicubic": "cubic"}.get(mode, mode)
+    if mode not in ("nearest", "linear", "cubic"):
+        raise unsupported(node, "mode must be nearest, linear or cubic", "mode")
+    padding = str(attr(node, "padding_mode", "zeros"))
+    if padding not in ("zeros", "border", "reflection"):
+        raise unsupported(node, "padding_mode must be zeros, border or reflection", "padding_mode")
+    if mode == "cubic" and padding == "border":  # onnxruntime (as PyTorch) clamps each tap, not the coordinate
+        raise unsupported(node, "cubic sampling with border padding: ONNX's reference and onnxruntime differ",
+                          "padding_mode")  # fmt: skip
+    attrs = {"mode": mode, "padding_mode": padding, "align_corners": bool(int(attr(node, "align_corners", 0)))}
+    b.emit(node, "grid_sample", (b.tensor(node, 0), b.tensor(node, 1)), attrs, out=node.outputs[0])
