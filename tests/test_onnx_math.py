@@ -291,3 +291,9 @@ def test_int64_inputs_and_outputs_are_held_as_int32():
 def test_what_vdla_cannot_compute_exactly_is_refused_at_import_naming_node_and_attribute(model, message):
     with pytest.raises(UnsupportedError, match=message):
         import_onnx(model)
+
+
+def test_rank_zero_values_stay_rank_zero_on_the_jit_and_the_interpreter():
+    x, n = np.array(0.75, np.float32), np.array(2, np.int64)
+    assert _check(_model("Cos", {"x": x}, "float32"), {"x": x}, False) == ["cos"]
+    _check(_model("Less", {"n": n}, "bool", consts={"k": np.int64(3)}), {"n": n}, True)

@@ -293,7 +293,7 @@ def chain(steps, types, arrays: list[np.ndarray], out_shape: tuple[int, ...], ou
         ops = [arrays[o.index] if isinstance(o, Arg) else o.value for o in step.operands]
         out = step_result_dtype(step, dtype, tuple(types))
         v, dtype = ew_step(step, v, dtype, ops, out), out
-    return np.ascontiguousarray(np.broadcast_to(v, out_shape)).astype(out_dtype)
+    return np.broadcast_to(v, out_shape).astype(out_dtype, order="C")  # a copy (0-d stays 0-d)
 
 
 # ---------------------------------------------------------------------------------------------------------
