@@ -57,6 +57,8 @@ def _values(dtype: str, rng: np.random.Generator) -> np.ndarray:
         x = (rng.standard_normal(SHAPE) * 6).astype(np.float32)
         x.flat[:7] = [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-40, -120.0]
         return x
+    if dtype == "bool":
+        return rng.integers(0, 2, SHAPE).astype(bool)
     lo, hi = (-128, 128) if dtype == "int8" else (-(2**31), 2**31)
     return rng.integers(lo, hi, SHAPE, dtype=np.int64).astype(dtype)
 

@@ -1,4 +1,6 @@
-"""LLVM IR emission: kernel skeleton, loops, memory and vector helpers, vector-friendly math (exp, log, tanh).
+"""LLVM IR emission: kernel skeleton, loops, memory and vector helpers, vector-friendly math (exp, log, tanh in
+float32; the trigonometric and hyperbolic functions, their inverses and pow evaluated in float64 and rounded
+once; C's fmod, exactly, in integers), conversions.
 
 Kernels are written as scalar loop nests over exact (compile-time) shapes; LLVM's loop and SLP vectorizers
 widen them. Everything here avoids libm calls so that the vectorizer can widen the math too. A kernel's
@@ -8,6 +10,7 @@ CPython entry points are emitted by :mod:`vdla.cpu_fallback.entry`, the elementw
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -15,7 +18,7 @@ from llvmlite import ir
 
 from vdla.cpu_fallback.abi import ObjectLayout
 from vdla.cpu_fallback.entry import emit_entries
-from vdla.cpu_fallback.lltypes import F32, I32, I64, LL_SIZES, LL_TYPES, PTR, declare, i64
+from vdla.cpu_fallback.lltypes import F32, F64, I1, I32, I64, LL_SIZES, LL_TYPES, PTR, declare, i64
 from vdla.graph.types import INT_RANGE, TensorType, is_float
 
 # flags allowing LLVM to reorder float reductions (needed to vectorize sums and dot products)
@@ -34,6 +37,67 @@ TANH_Q = (1.0, 4.6267250e-01, 2.3827681e-02, 2.3023735e-04)
 LOG_LG = (0.66666662693, 0.40000972152, 0.28498786688, 0.24279078841)
 LN2_HI_LOG, LN2_LO_LOG = 6.9313812256e-01, 9.0580006145e-06
 SQRT_HALF_BITS = 0x3F3504F3  # float32 bits of sqrt(1/2): the reduced mantissa lies in [sqrt(1/2), sqrt(2))
+
+# float64 kernels of float32 functions (sin ... atanh, pow): each evaluated in float64 to well below float32's
+# rounding and rounded to float32 once. exp: Cody-Waite reduction (fdlibm's ln2 split) and the Taylor
+# polynomial of expm1 to degree 12 (|r| <= ln2/2: error below 1e-15); log: x = 2^k m, log(m) = 2 atanh(s),
+# s = (m - 1) / (m + 1), by its Taylor series to s^19 (|s| <= 0.172: error below 1e-15); sin and cos: Taylor
+# polynomials to degree 15 and 16 on [-pi/4, pi/4] (error below 1e-16); atan: a least-squares fit of
+# (atan(u) - u) / u^3 on |u| <= tan(pi/8) (relative error 1.7e-12), after atan(t) = pi/4 + atan((t - 1) /
+# (t + 1)) and atan(t) = pi/2 - atan(1/t)
+EXP64_CLAMP = 150.0  # exp beyond +-150 rounds to 0 or inf in float32
+LN2_HI64, LN2_LO64 = 6.93147180369123816490e-01, 1.90821492927058770002e-10
+SQRT_HALF_BITS64 = 0x3FE6A09E667F3BCD
+EXP_TAYLOR = tuple(1 / math.factorial(k) for k in range(13))
+LOG_ATANH = tuple(2 / (2 * k + 1) for k in range(10))
+SIN_TAYLOR = tuple((-1) ** k / math.factorial(2 * k + 1) for k in range(1, 8))
+COS_TAYLOR = tuple((-1) ** k / math.factorial(2 * k) for k in range(9))
+SINH_TAYLOR = tuple(1 / math.factorial(2 * k + 1) for k in range(1, 7))  # |x| < 1/2: error below 1e-14
+ATAN_P = (
+    -0.3333333330406049,
+    0.19999995203833928,
+    -0.14285455840977998,
+    0.11104560127861204,
+    -0.09001755443143869,
+    0.07012736449984093,
+    -0.03829427296894931,
+)
+TAN_PI_8 = 0.41421356237309503
+
+
+def _two_over_pi(bits: int) -> int:
+    """floor(2/pi * 2^bits), from Machin's formula pi = 16 atan(1/5) - 4 atan(1/239) in integers."""
+    one = 1 << (bits + 32)
+
+    def atan_inv(n: int) -> int:
+        total, term, k = 0, one // n, 0
+        while term:
+            total += (-1) ** k * (term // (2 * k + 1))
+            term //= n * n
+            k += 1
+        return total
+
+    pi = 16 * atan_inv(5) - 4 * atan_inv(239)  # pi * 2^(bits + 32), within a few units
+    return (2 << (2 * bits + 64)) // pi >> 32
+
+
+def _pio2_tables() -> tuple[list[float], list[float], list[float]]:
+    """For each float32 biased exponent e: 2/pi * 2^(max(e, 1) - 150) modulo 4 (a float32 is m 2^(e - 150),
+    m < 2^24 an integer, so m times it is x 2/pi modulo 4) split as A + B + C: A in steps of 2^-26 (28
+    bits, so m A is exact in float64), B in steps of 2^-54 below 2^-26 (m B exact), C the rest."""
+    frac, precision = 210, 400  # fixed-point fraction bits (2^-149 2/pi keeps 60 bits), 2/pi's bits
+    two_over_pi = _two_over_pi(precision)
+    tables: tuple[list[float], list[float], list[float]] = ([], [], [])
+    for e in range(256):
+        shift = precision - (max(e, 1) - 150) - frac
+        c = (two_over_pi >> shift) % (4 << frac)
+        tables[0].append(math.ldexp(c >> (frac - 26), -26))
+        tables[1].append(math.ldexp((c >> (frac - 54)) & ((1 << 28) - 1), -54))
+        tables[2].append(math.ldexp(float(c & ((1 << (frac - 54)) - 1)), -frac))
+    return tables
+
+
+PIO2_TABLES = _pio2_tables()
 
 
 class KernelBuilder:
@@ -88,6 +152,9 @@ class KernelBuilder:
         return self.b.load(self.gep(dtype, ptr, index), typ=LL_TYPES[dtype])
 
     def store(self, value: ir.Value, dtype: str, ptr: ir.Value, index: ir.Value | int) -> None:
+        """Store one element (a bool held as an i1 is stored as a byte)."""
+        if value.type == I1:
+            value = self.b.zext(value, LL_TYPES[dtype])
         self.b.store(value, self.gep(dtype, ptr, index))
 
     def load_vec(self, dtype: str, ptr: ir.Value, index: ir.Value, n: int) -> ir.Value:
@@ -181,8 +248,8 @@ class KernelBuilder:
         return _Nest(self, extents)
 
     def table(self, values: list[int] | list[float], element: ir.Type = I64) -> Callable[[ir.Value], ir.Value]:
-        """A constant lookup table of ``element`` s (i64 by default, or F32); returns a function loading
-        entry ``i``."""
+        """A constant lookup table of ``element`` s (i64 by default, F32 or F64); returns a function loading
+        entry ``i`` (an i64)."""
         ty = ir.ArrayType(element, len(values))
         g = ir.GlobalVariable(self.module, ty, name=f"{self.fn.name}_table{len(self.module.globals)}")
         g.global_constant = True
@@ -241,10 +308,15 @@ class KernelBuilder:
         return v if LL_TYPES[dtype] == to else self.b.sext(v, to)
 
     def to_dtype(self, v: ir.Value, from_dtype: str, dtype: str) -> ir.Value:
-        """Saturating conversion between dtypes (float -> int rounds half to even)."""
+        """Saturating conversion between dtypes (float -> int rounds half to even); to bool is ``v != 0``
+        (a bool value is an i1)."""
         b = self.b
         if from_dtype == dtype:
             return v
+        if dtype == "bool":
+            return self.nonzero(v)
+        if from_dtype == "bool":
+            return self._from_bool(v, dtype)
         if is_float(dtype):
             return b.sitofp(v, F32)
         if is_float(from_dtype):
@@ -323,6 +395,265 @@ class KernelBuilder:
             den = self.fma(den, z, f(c))
         y = b.fdiv(b.fmul(xc, num), den)
         return self.fmin(self.fmax(y, f(-1.0)), f(1.0))
+
+    # -- conversions ---------------------------------------------------------------------------------------
+    def nonzero(self, v: ir.Value) -> ir.Value:
+        """``v != 0`` as an i1 (NaN is nonzero)."""
+        if isinstance(v.type, ir.FloatType):
+            return self.b.fcmp_unordered("!=", v, ir.Constant(F32, 0.0))
+        return self.b.icmp_signed("!=", v, ir.Constant(v.type, 0))
+
+    def _from_bool(self, v: ir.Value, dtype: str) -> ir.Value:
+        return self.b.uitofp(v, F32) if is_float(dtype) else self.b.zext(v, LL_TYPES[dtype])
+
+    def convert(self, v: ir.Value, from_dtype: str, dtype: str) -> ir.Value:
+        """C's conversion (ONNX Cast): float -> int truncates toward zero, saturating (NaN -> 0); an integer
+        keeps its low bits in a narrower one; to bool is ``v != 0`` (a bool value is an i1)."""
+        if from_dtype == dtype:
+            return v
+        if dtype == "bool" or from_dtype == "bool" or is_float(dtype):
+            return self.to_dtype(v, from_dtype, dtype)
+        to = LL_TYPES[dtype]
+        if is_float(from_dtype):
+            return self.call(f"llvm.fptosi.sat.i{to.width}.f32", to, v)
+        return self.b.trunc(v, to) if v.type.width > to.width else self.widen(v, from_dtype, to)
+
+    # -- float64 kernels of float32 functions (see the constants above) -------------------------------------
+    def _fma64(self, a: ir.Value, b: ir.Value, c: ir.Value) -> ir.Value:
+        return self.call("llvm.fmuladd.f64", F64, a, b, c)
+
+    def _poly64(self, x: ir.Value, coefficients: tuple[float, ...]) -> ir.Value:
+        acc = _d(coefficients[-1])
+        for c in reversed(coefficients[:-1]):
+            acc = self._fma64(acc, x, _d(c))
+        return acc
+
+    def _f64(self, v: ir.Value) -> ir.Value:
+        """A float32 or integer value as float64 (exact)."""
+        return self.b.fpext(v, F64) if isinstance(v.type, ir.FloatType) else self.b.sitofp(v, F64)
+
+    def _finish(self, v: ir.Value, x: ir.Value | None = None) -> ir.Value:
+        """float64 ``v`` rounded to float32, with the sign of ``x`` when given (an odd function)."""
+        y = self.b.fptrunc(v, F32)
+        return y if x is None else self.call("llvm.copysign.f32", F32, y, x)
+
+    def exp64(self, x: ir.Value) -> ir.Value:
+        """exp of a float64, its argument clamped to +-EXP64_CLAMP; NaN propagates."""
+        b = self.b
+        xc = b.select(b.fcmp_ordered("<", x, _d(-EXP64_CLAMP)), _d(-EXP64_CLAMP), x)
+        xc = b.select(b.fcmp_ordered(">", xc, _d(EXP64_CLAMP)), _d(EXP64_CLAMP), xc)
+        n = self.call("llvm.rint.f64", F64, b.fmul(xc, _d(LOG2E)))
+        r = self._fma64(n, _d(-LN2_HI64), xc)
+        r = self._fma64(n, _d(-LN2_LO64), r)
+        scale = b.bitcast(b.shl(b.add(b.fptosi(n, I64), i64(1023)), i64(52)), F64)
+        return b.select(b.fcmp_unordered("uno", x, x), x, b.fmul(self._poly64(r, EXP_TAYLOR), scale))
+
+    def log64(self, x: ir.Value) -> ir.Value:
+        """log of a float64 that is 0, normal, infinite or NaN: -inf at 0, NaN below, inf at inf."""
+        b = self.b
+        bits = b.add(b.bitcast(x, I64), i64(0x3FF0000000000000 - SQRT_HALF_BITS64))
+        k = b.sitofp(b.sub(b.lshr(bits, i64(52)), i64(1023)), F64)
+        m = b.bitcast(b.add(b.and_(bits, i64((1 << 52) - 1)), i64(SQRT_HALF_BITS64)), F64)
+        f = b.fsub(m, _d(1.0))
+        s = b.fdiv(f, b.fadd(_d(2.0), f))
+        y = self._fma64(k, _d(LN2_HI64), self._fma64(k, _d(LN2_LO64), b.fmul(s, self._poly64(b.fmul(s, s), LOG_ATANH))))
+        y = b.select(b.fcmp_ordered("==", x, _d(math.inf)), x, y)
+        y = b.select(b.fcmp_ordered("==", x, _d(0.0)), _d(-math.inf), y)
+        return b.select(b.fcmp_unordered("<", x, _d(0.0)), _d(math.nan), y)
+
+    def log1p64(self, t: ir.Value) -> ir.Value:
+        """log(1 + t) of a float64 (Goldberg's correction, as :meth:`vdla.graph.ewmath.Math.log1p`)."""
+        b = self.b
+        u = b.fadd(_d(1.0), t)
+        y = b.fdiv(b.fmul(self.log64(u), t), b.fsub(u, _d(1.0)))
+        y = b.select(b.fcmp_ordered("==", u, _d(1.0)), t, y)
+        return b.select(b.fcmp_ordered("==", u, _d(math.inf)), u, y)
+
+    def atan64(self, x: ir.Value) -> ir.Value:
+        b = self.b
+        a = self.call("llvm.fabs.f64", F64, x)
+        inv = b.fcmp_ordered(">", a, _d(1.0))
+        t = b.select(inv, b.fdiv(_d(1.0), a), a)
+        big = b.fcmp_ordered(">", t, _d(TAN_PI_8))
+        u = b.select(big, b.fdiv(b.fsub(t, _d(1.0)), b.fadd(t, _d(1.0))), t)
+        z = b.fmul(u, u)
+        y = self._fma64(b.fmul(u, z), self._poly64(z, ATAN_P), u)
+        y = b.select(big, b.fadd(y, _d(math.pi / 4)), y)
+        y = b.select(inv, b.fsub(_d(math.pi / 2), y), y)
+        return self.call("llvm.copysign.f64", F64, y, x)
+
+    def float_parts(self, x: ir.Value) -> tuple[ir.Value, ir.Value, ir.Value]:
+        """A float32 as i32s: its bits without the sign, and |x| = m 2^(e - 150) with e = max(biased
+        exponent, 1) and the integer m < 2^24 (exact for subnormals too)."""
+        b = self.b
+        i32 = lambda v: ir.Constant(I32, v)  # noqa: E731
+        bits = b.and_(b.bitcast(x, I32), i32(0x7FFFFFFF))
+        e = b.lshr(bits, i32(23))
+        hidden = b.select(b.icmp_unsigned("!=", e, i32(0)), i32(1 << 23), i32(0))
+        return bits, self.smax(e, i32(1)), b.or_(b.and_(bits, i32(0x7FFFFF)), hidden)
+
+    def _reduce_pio2(self, x: ir.Value) -> tuple[ir.Value, ir.Value]:
+        """|x| = (k + r) pi/2 for a float32 ``x``: r pi/2 in [-pi/4, pi/4] (float64) and k mod 4 (i32),
+        exact for every finite float32 (:data:`PIO2_TABLES`; the sum of the parts by TwoSum)."""
+        b = self.b
+        _, e, mant = self.float_parts(x)
+        m = b.uitofp(mant, F64)
+        ta, tb, tc = (self.table(t, F64)(b.zext(e, I64)) for t in PIO2_TABLES)
+        pa = b.fmul(m, ta)
+        y = b.fsub(pa, b.fmul(_d(4.0), self.call("llvm.floor.f64", F64, b.fmul(pa, _d(0.25)))))  # exact
+        mb = b.fmul(m, tb)  # exact
+        k = self.call("llvm.rint.f64", F64, b.fadd(y, mb))
+        hi = b.fsub(y, k)  # exact
+        s = b.fadd(hi, mb)
+        bb = b.fsub(s, hi)
+        err = b.fadd(b.fsub(hi, b.fsub(s, bb)), b.fsub(mb, bb))
+        r = b.fadd(s, b.fadd(err, b.fmul(m, tc)))
+        return b.fmul(r, _d(math.pi / 2)), b.and_(b.fptosi(k, I32), ir.Constant(I32, 3))
+
+    def _sin_cos(self, x: ir.Value) -> tuple[ir.Value, ir.Value, ir.Value]:
+        """sin and cos (float64) of the reduced |x|, and its quadrant k mod 4 (i32)."""
+        b = self.b
+        r, q = self._reduce_pio2(x)
+        z = b.fmul(r, r)
+        s = self._fma64(b.fmul(r, z), self._poly64(z, SIN_TAYLOR), r)
+        return s, self._poly64(z, COS_TAYLOR), q
+
+    def _bit(self, q: ir.Value, mask: int) -> ir.Value:
+        return self.b.icmp_unsigned("!=", self.b.and_(q, ir.Constant(I32, mask)), ir.Constant(I32, 0))
+
+    def _trig(self, x: ir.Value, v: ir.Value, odd: bool) -> ir.Value:
+        """float64 ``v`` of |x| rounded to float32, signed like ``x`` when ``odd``; NaN at +-inf and NaN."""
+        b = self.b
+        y = self._finish(v)
+        if odd:
+            y = b.select(b.icmp_signed("<", b.bitcast(x, I32), ir.Constant(I32, 0)), b.fneg(y), y)
+        return b.select(b.fcmp_unordered("==", self.fabs(x), ir.Constant(F32, math.inf)), b.fsub(x, x), y)
+
+    def sin(self, x: ir.Value) -> ir.Value:
+        """sin(|x|) is sin r, cos r, -sin r, -cos r in quadrants 0..3."""
+        b = self.b
+        s, c, q = self._sin_cos(x)
+        v = b.select(self._bit(q, 1), c, s)
+        return self._trig(x, b.select(self._bit(q, 2), b.fneg(v), v), True)
+
+    def cos(self, x: ir.Value) -> ir.Value:
+        """cos(|x|) is cos r, -sin r, -cos r, sin r in quadrants 0..3."""
+        b = self.b
+        s, c, q = self._sin_cos(x)
+        v = b.select(self._bit(q, 1), s, c)
+        return self._trig(x, b.select(self._bit(b.add(q, ir.Constant(I32, 1)), 2), b.fneg(v), v), False)
+
+    def tan(self, x: ir.Value) -> ir.Value:
+        """tan(|x|) is sin r / cos r, or -cos r / sin r in odd quadrants."""
+        b = self.b
+        s, c, q = self._sin_cos(x)
+        return self._trig(x, b.select(self._bit(q, 1), b.fdiv(b.fneg(c), s), b.fdiv(s, c)), True)
+
+    def asin(self, x: ir.Value) -> ir.Value:
+        """atan(x / sqrt((1 - x)(1 + x))) (pi/2 at 1, NaN beyond)."""
+        b = self.b
+        xd = self._f64(x)
+        root = self.call("llvm.sqrt.f64", F64, b.fmul(b.fsub(_d(1.0), xd), b.fadd(_d(1.0), xd)))
+        return self._finish(self.atan64(b.fdiv(xd, root)))
+
+    def acos(self, x: ir.Value) -> ir.Value:
+        """2 atan(sqrt((1 - x) / (1 + x))) (pi at -1, NaN beyond [-1, 1])."""
+        b = self.b
+        xd = self._f64(x)
+        root = self.call("llvm.sqrt.f64", F64, b.fdiv(b.fsub(_d(1.0), xd), b.fadd(_d(1.0), xd)))
+        return self._finish(b.fmul(_d(2.0), self.atan64(root)))
+
+    def atan(self, x: ir.Value) -> ir.Value:
+        return self._finish(self.atan64(self._f64(x)))
+
+    def sinh(self, x: ir.Value) -> ir.Value:
+        """Taylor below |x| = 1/2, else (e - 1/e) / 2 with e = exp(|x|)."""
+        b = self.b
+        a = self.call("llvm.fabs.f64", F64, self._f64(x))
+        e = self.exp64(a)
+        z = b.fmul(a, a)
+        small = self._fma64(b.fmul(a, z), self._poly64(z, SINH_TAYLOR), a)
+        big = b.fmul(_d(0.5), b.fsub(e, b.fdiv(_d(1.0), e)))
+        return self._finish(b.select(b.fcmp_ordered("<", a, _d(0.5)), small, big), x)
+
+    def cosh(self, x: ir.Value) -> ir.Value:
+        b = self.b
+        e = self.exp64(self.call("llvm.fabs.f64", F64, self._f64(x)))
+        return self._finish(b.fmul(_d(0.5), b.fadd(e, b.fdiv(_d(1.0), e))))
+
+    def asinh(self, x: ir.Value) -> ir.Value:
+        """log1p(a + a^2 / (1 + sqrt(1 + a^2))), a = |x|, signed like x."""
+        b = self.b
+        a = self.call("llvm.fabs.f64", F64, self._f64(x))
+        sq = b.fmul(a, a)
+        t = b.fadd(a, b.fdiv(sq, b.fadd(_d(1.0), self.call("llvm.sqrt.f64", F64, b.fadd(_d(1.0), sq)))))
+        y = b.select(b.fcmp_ordered("==", a, _d(math.inf)), a, self.log1p64(t))
+        return self._finish(y, x)
+
+    def acosh(self, x: ir.Value) -> ir.Value:
+        """log1p(d + sqrt(d (x + 1))), d = x - 1 (NaN below 1)."""
+        b = self.b
+        xd = self._f64(x)
+        d = b.fsub(xd, _d(1.0))
+        y = self.log1p64(b.fadd(d, self.call("llvm.sqrt.f64", F64, b.fmul(d, b.fadd(xd, _d(1.0))))))
+        return self._finish(b.select(b.fcmp_ordered("<", xd, _d(1.0)), _d(math.nan), y))
+
+    def atanh(self, x: ir.Value) -> ir.Value:
+        """(log1p(x) - log1p(-x)) / 2 (+-inf at +-1, NaN beyond)."""
+        b = self.b
+        xd = self._f64(x)
+        return self._finish(b.fmul(_d(0.5), b.fsub(self.log1p64(xd), self.log1p64(b.fneg(xd)))))
+
+    def pow(self, x: ir.Value, y: ir.Value) -> ir.Value:
+        """C's powf(x, y), ``y`` float32 or an integer: exp(y log|x|) in float64, negated for a negative
+        ``x`` (its sign bit) and an odd integer ``y``; NaN for a finite negative ``x`` and a finite
+        non-integer ``y``; 1 where ``y`` is 0, ``x`` is 1, or ``|x|`` is 1 and ``y`` infinite."""
+        b = self.b
+        xd, yd = self._f64(x), self._f64(y)
+        ax = self.call("llvm.fabs.f64", F64, xd)
+        ay = self.call("llvm.fabs.f64", F64, yd)
+        r = self.exp64(b.fmul(yd, self.log64(ax)))
+        rint = lambda v: self.call("llvm.rint.f64", F64, v)  # noqa: E731
+        integer = b.fcmp_ordered("==", rint(yd), yd)
+        half = b.fmul(yd, _d(0.5))
+        odd = b.and_(integer, b.fcmp_unordered("!=", rint(half), half))
+        negative = b.icmp_signed("<", b.bitcast(x, I32), ir.Constant(I32, 0))
+        r = b.select(b.and_(negative, odd), b.fneg(r), r)
+        finite_negative = b.and_(b.fcmp_ordered("<", xd, _d(0.0)), b.fcmp_ordered(">", xd, _d(-math.inf)))
+        fraction = b.and_(b.not_(integer), b.fcmp_ordered("<", ay, _d(math.inf)))
+        r = b.select(b.and_(finite_negative, fraction), _d(math.nan), r)
+        one = b.or_(b.fcmp_ordered("==", yd, _d(0.0)), b.fcmp_ordered("==", xd, _d(1.0)))
+        one = b.or_(one, b.and_(b.fcmp_ordered("==", ax, _d(1.0)), b.fcmp_ordered("==", ay, _d(math.inf))))
+        return self._finish(b.select(one, _d(1.0), r))
+
+    def fmod(self, a: ir.Value, d: ir.Value) -> ir.Value:
+        """C's fmodf, exactly, with integers: |a| = ma 2^ea and |d| = md 2^ed (ma, md < 2^24); for ea >= ed
+        the remainder is (ma 2^(ea - ed) mod md) 2^ed, 2^(ea - ed) mod md by square-and-multiply in i64;
+        for ea < ed, |a| < |d| and the remainder is ``a``. NaN where ``d`` is 0 or NaN or ``a`` is not
+        finite."""
+        b = self.b
+        i32 = lambda v: ir.Constant(I32, v)  # noqa: E731
+        abits, ea, ma = self.float_parts(a)
+        dbits, ed, md = self.float_parts(d)
+        ma, md = b.zext(ma, I64), b.zext(md, I64)
+        mod = b.select(b.icmp_unsigned("==", md, i64(0)), i64(1), md)
+        shift = self.smax(b.sub(ea, ed), i32(0))
+        acc, base = i64(1), b.urem(i64(2), mod)
+        for k in range(8):  # shift <= 253
+            use = b.icmp_unsigned("!=", b.and_(shift, i32(1 << k)), i32(0))
+            acc = b.select(use, b.urem(b.mul(acc, base), mod), acc)
+            base = b.urem(b.mul(base, base), mod)
+        rem = b.urem(b.mul(b.urem(ma, mod), acc), mod)
+        scale = b.bitcast(b.shl(b.add(b.zext(ed, I64), i64(1023 - 150)), i64(52)), F64)
+        y = self.call("llvm.copysign.f32", F32, b.fptrunc(b.fmul(b.uitofp(rem, F64), scale), F32), a)
+        y = b.select(b.icmp_signed("<", ea, ed), a, y)
+        bad = b.or_(b.icmp_unsigned(">=", abits, i32(0x7F800000)), b.icmp_unsigned(">", dbits, i32(0x7F800000)))
+        bad = b.or_(bad, b.icmp_unsigned("==", dbits, i32(0)))
+        return b.select(bad, ir.Constant(F32, math.nan), y)
+
+
+def _d(v: float) -> ir.Constant:
+    return ir.Constant(F64, v)
 
 
 class _Nest:

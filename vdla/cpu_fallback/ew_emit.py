@@ -4,8 +4,9 @@
 their broadcast offsets (:func:`broadcast_strides`); :func:`emit_step` emits one step: its operator's
 expression (the same one the numpy oracle evaluates) on :class:`LlvmMath`, the LLVM backend of
 :class:`vdla.graph.ewmath.Math`. Invariants: the dtype of every emitted value is the one
-:func:`vdla.graph.ew.step_result_dtype` infers, integer arithmetic runs in int32 (the requantize shift in
-64 bits) as ``vdla.isa.arith`` specifies, and the math calls no libm, so that LLVM's vectorizers can widen it.
+:func:`vdla.graph.ew.step_result_dtype` infers (a bool is an ``i1`` in registers, a byte holding 0 or 1
+in memory), integer arithmetic runs in int32 (the requantize shift in 64 bits) as ``vdla.isa.arith``
+specifies, and the math calls no libm, so that LLVM's vectorizers can widen it.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 from llvmlite import ir
 
 from vdla.cpu_fallback.codegen import KernelBuilder
-from vdla.cpu_fallback.lltypes import F32, I8, I32, I64, LL_TYPES, i64
+from vdla.cpu_fallback.lltypes import F32, I1, I8, I32, I64, LL_TYPES, i64
 from vdla.cpu_fallback.specs import ChainSpec
 from vdla.graph.ew import EW, Arg, Const, EwStep, StepTypes, step_result_dtype
 from vdla.graph.ewmath import Math
@@ -47,6 +48,12 @@ class ChainEmitter:
         """Element offsets of every input at output coordinates ``coords``."""
         return [self.kb.linear(coords, strides) for strides in self.strides]
 
+    def load(self, index: int, offset: ir.Value) -> ir.Value:
+        """The element of input ``index`` at ``offset`` (a bool as an i1)."""
+        dtype = self.spec.inputs[index].dtype
+        v = self.kb.load(dtype, self.ptrs[index], offset)
+        return self.kb.nonzero(v) if dtype == "bool" else v
+
     def apply(self, primary: ir.Value, offsets: list[ir.Value | None]) -> ir.Value:
         """Run all steps on ``primary`` (input 0's value), loading tensor operands at ``offsets``."""
         loaded: dict[int, ir.Value] = {0: primary}
@@ -55,8 +62,7 @@ class ChainEmitter:
             if isinstance(o, Const):
                 return o.value
             if o.index not in loaded:
-                t = self.spec.inputs[o.index]
-                loaded[o.index] = self.kb.load(t.dtype, self.ptrs[o.index], offsets[o.index])
+                loaded[o.index] = self.load(o.index, offsets[o.index])
             return loaded[o.index]
 
         value, dtype = primary, self.spec.inputs[0].dtype
@@ -68,15 +74,18 @@ class ChainEmitter:
 
 
 def dtype_of(v: ir.Value) -> str:
-    """The dtype of an element value (int8, int32, float32) from its LLVM type."""
+    """The dtype of an element value (int8, int32, float32, bool) from its LLVM type."""
     if isinstance(v.type, ir.FloatType):
         return "float32"
-    return {8: "int8", 32: "int32"}[v.type.width]
+    return {1: "bool", 8: "int8", 32: "int32"}[v.type.width]
 
 
 def _as_int(kb: KernelBuilder, o: Operand, to: ir.IntType) -> ir.Value:
+    """An integer (sign-extended) or bool (0 or 1) value, or a constant, as ``to``."""
     if isinstance(o, ir.Value):
-        return o if o.type == to else kb.b.sext(o, to)
+        if o.type == to:
+            return o
+        return kb.b.zext(o, to) if o.type == I1 else kb.b.sext(o, to)
     return ir.Constant(to, int(o))
 
 
@@ -107,7 +116,9 @@ class LlvmMath(Math[ir.Value]):
 
     def f32(self, v):
         if isinstance(v, ir.Value):
-            return v if isinstance(v.type, ir.FloatType) else self.kb.b.sitofp(v, F32)
+            if isinstance(v.type, ir.FloatType):
+                return v
+            return self.kb.b.uitofp(v, F32) if v.type == I1 else self.kb.b.sitofp(v, F32)
         return ir.Constant(F32, float(v))
 
     def i32(self, v):
@@ -118,6 +129,9 @@ class LlvmMath(Math[ir.Value]):
 
     def cast(self, v, dtype):
         return self.kb.to_dtype(v, dtype_of(v), dtype)
+
+    def convert(self, v, dtype):
+        return self.kb.convert(v, dtype_of(v), dtype)
 
     def narrow(self, v, dtype):
         return v if v.type == LL_TYPES[dtype] else self.kb.b.trunc(v, LL_TYPES[dtype])
@@ -152,6 +166,16 @@ class LlvmMath(Math[ir.Value]):
     def fma(self, a, b, c):
         return self.kb.fma(a, b, c)
 
+    def fmod(self, a, b):
+        if self._fl(a):
+            return self.kb.fmod(a, b)
+        # srem traps on a zero divisor and on INT_MIN % -1: both divide by 1 instead (x % -1 is 0)
+        bb = self.kb.b
+        zero = bb.icmp_signed("==", b, ir.Constant(b.type, 0))
+        safe = bb.or_(zero, bb.icmp_signed("==", b, ir.Constant(b.type, -1)))
+        r = bb.srem(a, bb.select(safe, ir.Constant(b.type, 1), b))
+        return bb.select(zero, ir.Constant(b.type, 0), r)
+
     def less(self, a, b):
         return self.kb.b.fcmp_ordered("<", a, b) if self._fl(a) else self.kb.b.icmp_signed("<", a, b)
 
@@ -160,6 +184,24 @@ class LlvmMath(Math[ir.Value]):
 
     def select(self, cond, a, b):
         return self.kb.b.select(cond, a, b)
+
+    def bit_and(self, a, b):
+        return self.kb.b.and_(a, b)
+
+    def bit_or(self, a, b):
+        return self.kb.b.or_(a, b)
+
+    def bit_xor(self, a, b):
+        return self.kb.b.xor(a, b)
+
+    def bit_not(self, a):
+        return self.kb.b.not_(a)
+
+    def shift_left(self, a, s):
+        return self.kb.b.shl(a, s)
+
+    def shift_right(self, a, s):
+        return self.kb.b.ashr(a, s)
 
     def exp(self, x):
         return self.kb.exp(x)
@@ -175,6 +217,14 @@ class LlvmMath(Math[ir.Value]):
 
     def rint(self, x):
         return self.kb.rint(x)
+
+    def function(self, name, x):
+        if name in ("floor", "ceil"):
+            return self.kb.call(f"llvm.{name}.f32", F32, x)
+        return getattr(self.kb, name)(x)
+
+    def pow(self, x, y):
+        return self.kb.pow(x, y)
 
     def mul_shift(self, x, multiplier, shift):
         return self.kb.b.trunc(_mul_shift(self.kb, x, multiplier, shift), I32)

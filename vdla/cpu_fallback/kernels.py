@@ -113,8 +113,7 @@ def _chain(spec: ChainSpec, kb: KernelBuilder) -> None:
 
     def body(idx: list[ir.Value]) -> None:
         offs = [kb.linear(idx, s) for s in strides]
-        x = kb.load(spec.inputs[0].dtype, kb.inputs[0], offs[0])
-        kb.store(chain.apply(x, offs), out.dtype, kb.out, offs[-1])
+        kb.store(chain.apply(chain.load(0, offs[0]), offs), out.dtype, kb.out, offs[-1])
 
     size = LL_SIZES[out.dtype]
     walked = [LL_SIZES[t.dtype] for t, s in zip(spec.inputs, strides, strict=False) if s[-1] == 1]

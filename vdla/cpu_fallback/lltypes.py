@@ -9,13 +9,15 @@ from __future__ import annotations
 
 from llvmlite import ir
 
+I1 = ir.IntType(1)
 I8 = ir.IntType(8)
 I32 = ir.IntType(32)
 I64 = ir.IntType(64)
 F32 = ir.FloatType()
+F64 = ir.DoubleType()
 PTR = ir.PointerType()
-LL_TYPES = {"int8": I8, "int32": I32, "float32": F32}
-LL_SIZES = {"int8": 1, "int32": 4, "float32": 4}
+LL_TYPES = {"int8": I8, "int32": I32, "float32": F32, "bool": I8}
+LL_SIZES = {"int8": 1, "int32": 4, "float32": 4, "bool": 1}
 
 
 def i64(v: int) -> ir.Constant:

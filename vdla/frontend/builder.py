@@ -9,6 +9,12 @@ inputs from the :class:`Builder` and emits vdla graph nodes. Invariants kept whi
 * a uint8 ONNX tensor is held as int8 holding ``value - 128`` (``Value.uint8``): quantize/dequantize
   shift their zero points by -128, so the mapping is exact; only operators that commute with the shift
   (max pooling, reshapes, transposes, concatenation) pass such a value on;
+* an int64 ONNX tensor is held as int32 (``Value.int64``): a constant only when its values fit int32
+  (else it is refused), a graph input is fed as int32; an operator takes such a value only where its
+  result provably fits int32 (comparisons, selections, min/max, remainders, right shifts, bitwise
+  operations, conversions from narrower types), and the values that only move data (reshapes,
+  transposes, slices, concatenation, padding) keep the mark;
+* a bool ONNX tensor is a bool graph value (one byte holding 0 or 1);
 * every emitted node is typed at once by the operator's type rule (:func:`vdla.graph.ops.infer`), so a
   shape, dtype or attribute vdla cannot run is reported while importing, naming the ONNX node;
 * vdla value names are the ONNX names (made unique and printable); values a converter adds are named
@@ -28,7 +34,12 @@ import numpy as np
 from vdla.graph.graph import Node
 from vdla.graph.ops import infer
 from vdla.graph.passes import fresh_name
-from vdla.graph.types import DTYPES, TensorType, UnsupportedError
+from vdla.graph.types import DTYPES, INT_RANGE, TensorType, UnsupportedError
+
+# what vdla holds an ONNX tensor as (named by errors about other dtypes)
+HELD = "float32, int8, int32 and bool (uint8 as int8 value - 128, int64 as int32)"
+# operators that only move their first input's values (an int64 tensor held as int32 stays one)
+MOVES = ("reshape", "transpose", "slice", "concat", "pad")
 
 
 def _short(value: Any) -> str:
@@ -77,13 +88,15 @@ def unsupported(node: OnnxNode, message: str, attr: str | None = None) -> Unsupp
 @dataclass
 class Value:
     """An ONNX value during import: a constant (``const``, in its ONNX dtype) or a graph value (``name``
-    and ``type``); ``uint8`` marks an int8 value holding ``uint8 - 128``; ``bad_dtype`` a graph input of a
-    dtype vdla cannot hold (reported by the first node that reads it)."""
+    and ``type``); ``uint8`` marks an int8 value holding ``uint8 - 128``, ``int64`` an int32 value holding
+    an int64 tensor; ``bad_dtype`` a graph input of a dtype vdla cannot hold (reported by the first node
+    that reads it)."""
 
     name: str | None = None
     type: TensorType | None = None
     const: np.ndarray | None = None
     uint8: bool = False
+    int64: bool = False
     bad_dtype: str | None = None
     param: str | None = None  # the parameter a constant became, once a node read it as a tensor
 
@@ -96,13 +109,13 @@ class Value:
 
     @property
     def onnx_dtype(self) -> str:
-        """The ONNX element type name (``uint8`` for a shifted int8 value)."""
+        """The ONNX element type name (``uint8`` for a shifted int8 value, ``int64`` for a held int32)."""
         if self.const is not None:
             return self.const.dtype.name
         if self.bad_dtype is not None:
             return self.bad_dtype
         assert self.type is not None
-        return "uint8" if self.uint8 else self.type.dtype
+        return "uint8" if self.uint8 else "int64" if self.int64 else self.type.dtype
 
 
 _INVALID = re.compile(r"[^\x21-\x7e]")
@@ -128,6 +141,7 @@ class Builder:
         self.taken: set[str] = set()
         self.preferred: dict[str, str] = {}  # ONNX value name -> its vdla name
         self.used: set[str] = set()  # ONNX values some node or the graph output reads
+        self.int64: set[str] = set()  # vdla values (int32) holding an ONNX int64 tensor
 
     # -- names ------------------------------------------------------------------------------------------
     def reserve(self, onnx_names: Iterable[str]) -> None:
@@ -182,26 +196,33 @@ class Builder:
         uint8 constant is stored as int8 ``value - 128``)."""
         v = self.value(node, i)
         if v.bad_dtype is not None:
-            raise unsupported(
-                node, f"input {i} {node.input(i)!r} has dtype {v.bad_dtype}; vdla values are float32, int8 or int32"
-            )
+            raise unsupported(node, f"input {i} {node.input(i)!r} has dtype {v.bad_dtype}; vdla holds {HELD}")
         if v.name is not None:
             return v.name
         assert v.const is not None
         if v.param is None:
             v.param = self.add_param(node.input(i), self.param_array(node, i, v.const), named=True)
+            if v.const.dtype == np.int64:
+                self.int64.add(v.param)
         return v.param
 
     def param_array(self, node: OnnxNode, i: int, a: np.ndarray) -> np.ndarray:
+        """A constant as a graph parameter: uint8 as int8 ``value - 128``, int64 as int32 when its values fit."""
         if a.dtype == np.uint8:
             return (a.astype(np.int16) - 128).astype(np.int8)
+        if a.dtype == np.int64 and a.size:
+            lo, hi = INT_RANGE["int32"]
+            if a.min() < lo or a.max() > hi:
+                raise unsupported(
+                    node, f"constant input {i} {node.input(i)!r}: int64 values {a.min()}..{a.max()} exceed int32 "
+                    "(vdla holds int64 tensors as int32)"
+                )  # fmt: skip
+            return a.astype(np.int32)
         if a.dtype.name not in DTYPES:
-            raise unsupported(
-                node, f"constant input {i} {node.input(i)!r} has dtype {a.dtype.name}; vdla runs float32, int8, int32"
-            )
+            raise unsupported(node, f"constant input {i} {node.input(i)!r} has dtype {a.dtype.name}; vdla holds {HELD}")
         if a.size == 0:
             raise unsupported(node, f"constant input {i} {node.input(i)!r} is empty (shape {a.shape})")
-        return np.ascontiguousarray(a)
+        return np.asarray(a, order="C")  # (np.ascontiguousarray would make a 0-d array 1-d)
 
     def is_uint8(self, node: OnnxNode, i: int) -> bool:
         return self.dtype(node, i) == "uint8"
@@ -209,7 +230,7 @@ class Builder:
     def add_param(self, base: str, array: np.ndarray, named: bool = False) -> str:
         """A new parameter; ``named``: ``base`` is an ONNX value name whose reserved name it takes."""
         name = self.preferred[base] if named and base in self.preferred else self.fresh(valid_name(base, "param"))
-        self.params[name] = np.ascontiguousarray(array)
+        self.params[name] = np.asarray(array, order="C")
         self.types[name] = TensorType.of(self.params[name], name)
         return name
 
@@ -226,10 +247,12 @@ class Builder:
         out: str | None = None,
         suffix: str | None = None,
         uint8: bool = False,
+        int64: bool | None = None,
     ) -> str:
         """Add a vdla node reading ``inputs``; ``out`` names the ONNX output it defines (bound to it), else
         the value is named ``<first output>:<suffix>``. The node is typed at once; a type rule's refusal
-        becomes an error naming the ONNX node."""
+        becomes an error naming the ONNX node. ``int64`` marks the result as holding an int64 tensor (by
+        default: when the node only moves the values of a first input that holds one)."""
         if out is not None:
             name = self.name_for(out)
         else:
@@ -242,35 +265,41 @@ class Builder:
             raise unsupported(node, f"as vdla {op}: {e}") from e
         self.nodes.append(vnode)
         self.types[name] = t
+        held = (op in MOVES and inputs[0] in self.int64) if int64 is None else int64
+        if held:
+            self.int64.add(name)
         if out is not None:
-            self.values[out] = Value(name=name, type=t, uint8=uint8)
+            self.values[out] = Value(name=name, type=t, uint8=uint8, int64=name in self.int64)
         return name
 
     def alias(self, onnx_name: str, vname: str, uint8: bool = False) -> None:
         """Bind ONNX value ``onnx_name`` to the existing vdla value ``vname`` (Identity, Dropout, ...)."""
-        self.values[onnx_name] = Value(name=vname, type=self.types[vname], uint8=uint8)
+        self.values[onnx_name] = Value(name=vname, type=self.types[vname], uint8=uint8, int64=vname in self.int64)
 
     def temp(self, vname: str, uint8: bool = False) -> str:
         """A private ONNX-side name bound to vdla value ``vname``, so a converter can hand an intermediate
         result to code that reads node inputs (never collides: ONNX names hold no NUL)."""
         key = f"\0{vname}"
-        self.values[key] = Value(name=vname, type=self.types[vname], uint8=uint8)
+        self.values[key] = Value(name=vname, type=self.types[vname], uint8=uint8, int64=vname in self.int64)
         return key
 
-    def finish(self, node: OnnxNode, vname: str, dtype: str, out: str | None = None) -> str:
+    def finish(self, node: OnnxNode, vname: str, dtype: str, out: str | None = None, int64: bool = False) -> str:
         """Bind the node's output (``out``, default its first) to ``vname``, the last value emitted, cast
-        to ``dtype`` when the vdla operator widened it (int8 max/min/clip compute in int32, exactly)."""
+        to ``dtype`` when the vdla operator widened it (int8 max/min/clip compute in int32, exactly);
+        ``int64``: the output holds an int64 tensor."""
         out = node.outputs[0] if out is None else out
         if self.types[vname].dtype != dtype:
-            return self.emit(node, "cast", (vname,), {"dtype": dtype}, out=out)
-        last = self.nodes[-1]
-        if last.output != vname:
+            return self.emit(node, "cast", (vname,), {"dtype": dtype}, out=out, int64=int64)
+        if not self.nodes or self.nodes[-1].output != vname:  # the value itself, as it is marked
             self.alias(out, vname)
             return vname
+        last = self.nodes[-1]
         name = self.name_for(out)
         self.nodes[-1] = Node(last.op, last.inputs, name, last.attrs)
         self.types[name] = self.types.pop(vname)
-        self.values[out] = Value(name=name, type=self.types[name])
+        if int64 or vname in self.int64:
+            self.int64.add(name)
+        self.values[out] = Value(name=name, type=self.types[name], int64=name in self.int64)
         return name
 
     def bind_const(self, onnx_name: str, array: np.ndarray) -> None:

@@ -24,11 +24,14 @@ rules"):
    (:func:`vdla.graph.verify.verify`, ``after="onnx import"``).
 
 Values keep their ONNX names (made unique and printable). A uint8 tensor is held as int8 ``value - 128``;
-a uint8 graph input is fed, and a uint8 graph output returned, as int32 holding the uint8 values.
+a uint8 graph input is fed, and a uint8 graph output returned, as int32 holding the uint8 values. An int64
+tensor is held as int32 (:mod:`vdla.frontend.builder` states where): an int64 graph input is fed, and an
+int64 output returned, as int32. A bool tensor is a bool graph value.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import warnings
 from collections import Counter
@@ -72,7 +75,10 @@ def max_opset() -> int:
     return int(onnx.defs.onnx_opset_version())
 
 
+@functools.cache
 def _dtype_name(elem_type: int) -> str:
+    if elem_type == onnx.TensorProto.STRING:  # numpy holds strings as objects
+        return "string"
     try:
         return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type)).name
     except (KeyError, TypeError, ValueError):
@@ -363,10 +369,12 @@ class _Importer:
             dtype = _dtype_name(tt.elem_type)
             shape = tuple(int(d.dim_value) for d in tt.shape.dim)
             vname = b.preferred[vi.name]
-            if dtype in DTYPES:
-                t = TensorType(shape, dtype)
+            if dtype in DTYPES or dtype == "int64":  # an int64 input is fed as int32 (its values must fit)
+                t = TensorType(shape, "int32" if dtype == "int64" else dtype)
                 b.inputs[vname] = b.types[vname] = t
-                b.values[vi.name] = Value(name=vname, type=t)
+                b.values[vi.name] = Value(name=vname, type=t, int64=dtype == "int64")
+                if dtype == "int64":
+                    b.int64.add(vname)
             elif dtype == "uint8":  # fed as int32 holding the uint8 values, held as int8 value - 128
                 b.inputs[vname] = b.types[vname] = TensorType(shape, "int32")
                 node = OnnxNode(f"input {vi.name}", "Input", (vi.name,), (vi.name,))

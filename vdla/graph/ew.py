@@ -15,7 +15,9 @@ Two forms of a step:
 
 Integer arithmetic (add, sub, mul, max, min) produces int32 (numpy int32 wrap-around); a float value
 never mixes silently with an int operand: dequantize, quantize or cast between the two. Division and
-square root are float32 only (IEEE, correctly rounded, like numpy's).
+square root are float32 only (IEEE, correctly rounded, like numpy's). Comparisons, ``isnan`` and
+``isinf`` produce bools, which the logical (``bit_*``), ``where`` and conversion operators take and
+arithmetic refuses; the remainders, shifts and bitwise operators keep an integer value's dtype.
 Requantization is :func:`vdla.isa.arith.requantize`, the accelerator's own (int32 product, rounding
 shift in [0, 31]), so a CPU group and an accelerator epilogue agree bit for bit.
 
@@ -37,9 +39,9 @@ from typing import Any
 
 import numpy as np
 
-from vdla.graph.ewmath import Math
+from vdla.graph.ewmath import FUNCTIONS, Math
 from vdla.graph.graph import Node
-from vdla.graph.types import DTYPES, INT_RANGE, Quant, TensorType, UnsupportedError, is_float
+from vdla.graph.types import DTYPES, INT_RANGE, Quant, TensorType, UnsupportedError, dtype_kind, is_float
 from vdla.isa.arith import INT8_MAX, INT8_MIN, MAX_SHIFT, MUL_MAX_SHIFT
 
 
@@ -109,6 +111,11 @@ class StepTyping:
     @property
     def fl(self) -> bool:
         return is_float(self.value)
+
+    @property
+    def kind(self) -> str:
+        """The running value's kind: 'float', 'int' or 'bool'."""
+        return dtype_kind(self.value)
 
 
 @dataclass(frozen=True)
@@ -185,9 +192,9 @@ def is_elementwise(node: Node) -> bool:
 
 
 def _operand_kind(op: str, name: str, operand: Operand, inputs: tuple[TensorType, ...]) -> str:
-    """'int' or 'float' kind of an operand, checking scalar constants are finite numbers."""
+    """'int', 'float' or 'bool' kind of an operand (a constant is a finite int or float)."""
     if isinstance(operand, Arg):
-        return "float" if is_float(inputs[operand.index].dtype) else "int"
+        return dtype_kind(inputs[operand.index].dtype)
     v = operand.value
     if isinstance(v, bool) or not isinstance(v, int | float):
         raise UnsupportedError(op, f"operand {name} must be a number or an array, got {type(v).__name__}")
@@ -197,12 +204,15 @@ def _operand_kind(op: str, name: str, operand: Operand, inputs: tuple[TensorType
 
 
 def operand_fits(operand: Operand, dtype: str, inputs: tuple[TensorType, ...]) -> bool:
-    """Whether every value ``operand`` can take fits the integer ``dtype``."""
-    lo, hi = INT_RANGE[dtype]
+    """Whether every value ``operand`` can take fits the integer (or bool: 0 and 1) ``dtype``."""
+    lo, hi = _VALUE_RANGE[dtype]
     if isinstance(operand, Const):
         return lo <= operand.value <= hi
-    src_lo, src_hi = INT_RANGE[inputs[operand.index].dtype]
-    return lo <= src_lo and src_hi <= hi
+    src = inputs[operand.index].dtype
+    return src in _VALUE_RANGE and lo <= _VALUE_RANGE[src][0] and _VALUE_RANGE[src][1] <= hi
+
+
+_VALUE_RANGE = {**INT_RANGE, "bool": (0, 1)}
 
 
 def _need(op: str, cond: bool, message: str) -> None:
@@ -229,10 +239,12 @@ def step_result_dtype(step: EwStep, value: str, inputs: tuple[TensorType, ...]) 
     return d.rule(StepTyping(step, value, dict(zip(names, step.operands, strict=True)), kinds, inputs))
 
 
-def _matching_operands(t: StepTyping) -> None:
-    """Each operand of a float value is float or an int constant; each operand of an int value is int."""
+def _matching_operands(t: StepTyping, kinds: tuple[str, ...] = ("float", "int")) -> None:
+    """The value is of one of ``kinds``; each operand of a float value is float or an int constant, each
+    operand of an int (bool) value is int (bool)."""
+    _need(t.op, t.kind in kinds, f"takes {' or '.join(kinds)} values, got {t.value}")
     for n, k in t.kinds.items():
-        ok = k == ("float" if t.fl else "int") or (t.fl and isinstance(t.operands[n], Const) and k == "int")
+        ok = k == t.kind or (t.fl and isinstance(t.operands[n], Const) and k == "int")
         _need(t.op, ok, f"cannot combine a {t.value} value with a {k} operand {n}; (de)quantize or cast first")
 
 
@@ -240,6 +252,29 @@ def arith_rule(t: StepTyping) -> str:
     """float32 for a float value, else int32 (numpy int32 arithmetic); operands of the value's kind."""
     _matching_operands(t)
     return "float32" if t.fl else "int32"
+
+
+def _widest(t: StepTyping) -> str:
+    """The integer dtype every operand and the value fit: the value's when they all fit it, else int32."""
+    return t.value if all(operand_fits(o, t.value, t.inputs) for o in t.operands.values()) else "int32"
+
+
+def same_kind_rule(t: StepTyping) -> str:
+    """float32 for a float value, else the integer dtype the value and its int operands all fit."""
+    _matching_operands(t)
+    return "float32" if t.fl else _widest(t)
+
+
+def bits_rule(t: StepTyping) -> str:
+    """Bools give a bool; integers the dtype they all fit (bitwise operations of sign-extended values)."""
+    _matching_operands(t, ("int", "bool"))
+    return t.value if t.kind == "bool" else _widest(t)
+
+
+def compare_rule(t: StepTyping) -> str:
+    """A bool, from numbers of one kind (an int constant may meet a float value) or, for equality, bools."""
+    _matching_operands(t, ("float", "int", "bool") if t.op == "equal" else ("float", "int"))
+    return "bool"
 
 
 def _mul_rule(t: StepTyping) -> str:
@@ -272,14 +307,21 @@ def same_rule(t: StepTyping) -> str:
     return t.value
 
 
+def numeric_rule(t: StepTyping) -> str:
+    """The value's own dtype, a number (float32, int8 or int32), with operands of its kind."""
+    _matching_operands(t)
+    return t.value
+
+
 def _cast_rule(t: StepTyping) -> str:
     _need(t.op, t.step.attr("dtype") in DTYPES, f"cannot cast to {t.step.attr('dtype')}")
     return str(t.step.attr("dtype"))
 
 
 def float_rule(t: StepTyping) -> str:
-    """float32 -> float32 only."""
+    """float32 -> float32 only (float operands or int constants)."""
     _need(t.op, t.fl, f"requires a float32 input, got {t.value}")
+    _matching_operands(t)
     return "float32"
 
 
@@ -291,7 +333,7 @@ def _scale(t: StepTyping) -> None:
 
 
 def _int_input(t: StepTyping) -> None:
-    _need(t.op, not t.fl, f"requires an int8 or int32 input, got {t.value}")
+    _need(t.op, t.kind == "int", f"requires an int8 or int32 input, got {t.value}")
 
 
 def _quantize_rule(t: StepTyping) -> str:
@@ -380,6 +422,14 @@ def _sigmoid(m: Math, x: Any, o: tuple[Any, ...], t: StepTypes) -> Any:
     return m.div(m.f32(1.0), m.add(m.f32(1.0), m.exp(m.neg(x))))
 
 
+def _logistic(m: Math, y: Any) -> Any:
+    """1 / (1 + exp(-y)) as e / (1 + e) for negative y (e = exp(-|y|)): no overflow to 0 where the result
+    is a tiny float (the sigmoid operator keeps its own form, 0 below about -88)."""
+    e = m.exp(m.neg(m.abs(y)))
+    one = m.add(m.f32(1.0), e)
+    return m.select(m.less(y, m.f32(0.0)), m.div(e, one), m.div(m.f32(1.0), one))
+
+
 def _quantize(m: Math, x: Any, o: tuple[Any, ...], t: StepTypes) -> Any:
     """saturate(round_half_even(x / scale) + zero_point) to int8, like onnx QuantizeLinear."""
     scale, zero_point = o
@@ -441,7 +491,7 @@ define(EwDef("div", _div_rule, binary("div"), ("b",)))
 define(
     EwDef(
         "relu",
-        same_rule,
+        numeric_rule,
         lambda m, x, o, t: m.maximum(x, m.like(0, x)),
         quant=keep_quant,
         streaming=True,
@@ -478,6 +528,260 @@ define(
         accel=EPILOGUE_STEP,
     )
 )
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Math, comparisons, logic and conversions
+
+
+def _typed(m: Math, v: Any, dtype: str) -> Any:
+    """Operand ``v`` (a value of ``dtype``, an integer value or a constant) as a value of ``dtype``."""
+    if is_float(dtype):
+        return m.f32(v)
+    if dtype == "int32":
+        return m.i32(v)
+    return m.narrow(m.i32(v), dtype) if isinstance(v, int | float) else v
+
+
+def _pair(m: Math, x: Any, o: tuple[Any, ...], t: StepTypes) -> tuple[Any, Any]:
+    """The value and its operand ``b`` as float32, or as int32 views (integers and bools)."""
+    return (x, m.f32(o[0])) if t.fl else (m.i32(x), m.i32(o[0]))
+
+
+def _float_to_bool_rule(t: StepTyping) -> str:
+    _need(t.op, t.fl, f"requires a float32 input, got {t.value}")
+    return "bool"
+
+
+def _sign(m: Math, x: Any, o: tuple[Any, ...], t: StepTypes) -> Any:
+    """1, -1, or ``x`` itself (0, -0, NaN)."""
+    zero = m.like(0, x)
+    return m.select(m.less(zero, x), m.like(1, x), m.select(m.less(x, zero), m.like(-1, x), x))
+
+
+def _isinf(m: Math, x: Any, o: tuple[Any, ...], t: StepTypes) -> Any:
+    pos, neg = m.equal(x, m.f32(math.inf)), m.equal(x, m.f32(-math.inf))
+    if not int(t.step.attr("detect_negative")):
+        return pos if int(t.step.attr("detect_positive")) else m.bit_and(pos, neg)  # never both: all false
+    return m.bit_or(pos, neg) if int(t.step.attr("detect_positive")) else neg
+
+
+def _less_equal(m: Math, a: Any, b: Any) -> Any:
+    """``a <= b``, false where either is NaN."""
+    return m.bit_or(m.less(a, b), m.equal(a, b))
+
+
+def _bits(method: str) -> Expr:
+    """``m.<method>`` of bools, or of int32 views of integers narrowed back to the result's dtype."""
+
+    def expr(m: Math, x: Any, o: tuple[Any, ...], t: StepTypes) -> Any:
+        if t.out == "bool":
+            return getattr(m, method)(x, *o)
+        return m.narrow(getattr(m, method)(m.i32(x), *(m.i32(v) for v in o)), t.out)
+
+    return expr
+
+
+def _shift_rule(t: StepTyping) -> str:
+    """The integer value's own dtype, shifted by an integer."""
+    _matching_operands(t, ("int",))
+    return t.value
+
+
+def _shift(m: Math, x: Any, o: tuple[Any, ...], t: StepTypes) -> Any:
+    """ONNX BitShift in the value's dtype (int8 computes in int32 and keeps the low 8 bits; a right shift
+    sign-fills): a shift outside [0, 31] leaves what the sign fill alone gives, 0 to the left, 0 or -1 to
+    the right."""
+    v, s = m.i32(x), m.i32(o[0])
+    inside = m.bit_and(m.less(m.i32(-1), s), m.less(s, m.i32(32)))
+    s = m.select(inside, s, m.i32(31))
+    if t.step.op == "shift_left":
+        return m.narrow(m.select(inside, m.shift_left(v, s), m.i32(0)), t.out)
+    return m.narrow(m.shift_right(v, s), t.out)
+
+
+def _mod(m: Math, x: Any, o: tuple[Any, ...], t: StepTypes) -> Any:
+    """ONNX Mod: with ``fmod`` C's remainder (the sign of ``x``), else the floored one (the sign of ``b``:
+    the remainder plus ``b`` where their signs differ; a zero has the sign of ``b``)."""
+    a, b = _pair(m, x, o, t)
+    r = m.fmod(a, b)
+    if not int(t.step.attr("fmod")):
+        zero = m.like(0, r)
+        flip = m.bit_and(m.bit_not(m.equal(r, zero)), m.bit_xor(m.less(r, zero), m.less(b, zero)))
+        r = m.select(flip, m.add(r, b), r)
+        if t.fl:
+            r = m.select(m.equal(r, zero), m.select(m.less(b, zero), m.f32(-0.0), m.f32(0.0)), r)
+    return r if t.fl else m.narrow(r, t.out)
+
+
+# float exponents at most this are raised by multiplications (at most two roundings more than powf)
+POW_MULTIPLY_MAX = 4
+
+
+def _pow_rule(t: StepTyping) -> str:
+    """A float base takes any number exponent; an integer one a constant non-negative integer (int32)."""
+    y = t.operands["y"]
+    if t.fl:
+        _need(t.op, t.kinds["y"] in ("float", "int"), f"the exponent must be a number, got {t.kinds['y']}")
+        return "float32"
+    ok = t.kind == "int" and isinstance(y, Const) and isinstance(y.value, int) and y.value >= 0
+    _need(t.op, ok, "an integer base needs a constant non-negative integer exponent")
+    return "int32"
+
+
+def _power(m: Math, x: Any, n: int) -> Any:
+    """``x ** n`` by squaring (wrapping like int32 for an int32 ``x``)."""
+    result, base = None, x
+    while n:
+        if n & 1:
+            result = base if result is None else m.mul(result, base)
+        n >>= 1
+        if n:
+            base = m.mul(base, base)
+    return m.like(1, x) if result is None else result
+
+
+def _pow(m: Math, x: Any, o: tuple[Any, ...], t: StepTypes) -> Any:
+    """C's powf; a constant exponent 0..4 as multiplications, 0.5 as a square root (+inf at -inf), -1 as a
+    division; an integer base to a constant exponent by squaring."""
+    y = o[0]
+    if not t.fl:
+        return _power(m, m.i32(x), int(y))
+    if isinstance(y, int | float):
+        if float(y).is_integer() and 0 <= y <= POW_MULTIPLY_MAX:
+            return _power(m, x, int(y))
+        if y == 0.5:
+            return m.select(m.equal(x, m.f32(-math.inf)), m.f32(math.inf), m.sqrt(x))
+        if y == -1:
+            return m.div(m.f32(1.0), x)
+        y = m.f32(y)
+    return m.pow(x, y)
+
+
+def _where_rule(t: StepTyping) -> str:
+    """A bool condition; the result has the dtype of the tensor operands (one dtype), else float32 for a
+    float constant, else int32; a constant must fit the result's dtype."""
+    _need(t.op, t.kind == "bool", f"the condition must be bool, got {t.value}")
+    tensors = {t.inputs[o.index].dtype for o in t.operands.values() if isinstance(o, Arg)}
+    consts = [o for o in t.operands.values() if isinstance(o, Const)]
+    _need(t.op, len(tensors) <= 1, f"both choices must have one dtype, got {sorted(tensors)}")
+    if not tensors:
+        return "float32" if any(isinstance(c.value, float) for c in consts) else "int32"
+    dtype = tensors.pop()
+    for c in consts:
+        ok = is_float(dtype) or (isinstance(c.value, int) and dtype in INT_RANGE and operand_fits(c, dtype, ()))
+        _need(t.op, ok, f"the constant {c.value} does not fit the {dtype} choice")
+    return dtype
+
+
+def _elu(m: Math, x: Any, o: tuple[Any, ...], t: StepTypes) -> Any:
+    return m.select(m.less(x, m.f32(0.0)), m.mul(m.f32(o[0]), m.expm1(x)), x)
+
+
+def _selu(m: Math, x: Any, o: tuple[Any, ...], t: StepTypes) -> Any:
+    alpha, gamma = (m.f32(v) for v in o)
+    return m.mul(gamma, m.select(m.less(m.f32(0.0), x), x, m.mul(alpha, m.expm1(x))))
+
+
+def _celu(m: Math, x: Any, o: tuple[Any, ...], t: StepTypes) -> Any:
+    alpha, zero = m.f32(o[0]), m.f32(0.0)
+    return m.add(m.maximum(x, zero), m.minimum(zero, m.mul(alpha, m.expm1(m.div(x, alpha)))))
+
+
+def _shrink(m: Math, x: Any, o: tuple[Any, ...], t: StepTypes) -> Any:
+    lambd, bias = (m.f32(v) for v in o)
+    inner = m.select(m.less(lambd, x), m.sub(x, bias), m.f32(0.0))
+    return m.select(m.less(x, m.neg(lambd)), m.add(x, bias), inner)
+
+
+# erfc(u) = s exp(-u^2 + R(s)), s = 1 / (1 + u/2), for u >= GELU_SPLIT (the form of Numerical Recipes'
+# erfcc): a least-squares fit of log(erfc(u) / s) + u^2 on [0.5, 10.1] (erfc underflows beyond), within
+# 2e-9; u^2 is carried as two floats so that its rounding does not reach the exponential
+GELU_SPLIT = 0.5
+ERFC_R = (
+    -1.265533447265625,
+    1.0006248950958252,
+    0.36701032519340515,
+    0.14177881181240082,
+    -0.3556005358695984,
+    0.668519139289856,
+    -1.6755058765411377,
+    1.8994550704956055,
+    -0.9325446486473083,
+    0.12337949126958847,
+    0.028467314317822456,
+)
+SQRT_HALF = 0.7071067811865476
+SQRT_HALF_LO = SQRT_HALF - float(np.float32(SQRT_HALF))
+
+
+def _erfc_tail(m: Math, x: Any) -> Any:
+    """erfc(-x / sqrt(2)) for x <= -GELU_SPLIT sqrt(2), u = -x / sqrt(2) carried as u_hi + u_lo."""
+    c = m.f32(-SQRT_HALF)
+    u = m.mul(x, c)
+    u_lo = m.add(m.fma(x, c, m.neg(u)), m.mul(x, m.f32(-SQRT_HALF_LO)))
+    sq = m.mul(u, u)
+    sq_lo = m.fma(m.add(u, u), u_lo, m.fma(u, u, m.neg(sq)))
+    s = m.div(m.f32(1.0), m.fma(u, m.f32(0.5), m.f32(1.0)))
+    return m.mul(m.mul(s, m.exp(m.neg(sq))), m.exp(m.sub(m.poly(s, ERFC_R), sq_lo)))
+
+
+def _gelu_rule(t: StepTyping) -> str:
+    approximate = t.step.attr("approximate")
+    _need(t.op, approximate in ("none", "tanh"), f"approximate must be none or tanh, got {approximate!r}")
+    return float_rule(t)
+
+
+def _gelu(m: Math, x: Any, o: tuple[Any, ...], t: StepTypes) -> Any:
+    """0.5 x (1 + erf(x / sqrt(2))), as 0.5 x erfc(-x / sqrt(2)) where the sum would cancel; the tanh form
+    0.5 x (1 + tanh(z)) as x sigmoid(2 z), z = sqrt(2 / pi) (x + 0.044715 x^3), which does not cancel."""
+    if t.step.attr("approximate") == "tanh":
+        z = m.mul(m.f32(2 * math.sqrt(2 / math.pi)), m.fma(m.mul(m.f32(0.044715), x), m.mul(x, x), x))
+        return m.mul(x, _logistic(m, z))
+    half = m.mul(m.f32(0.5), x)
+    erf = _erf(m, m.mul(x, m.f32(SQRT_HALF)), (), t)
+    tail = m.less(x, m.f32(-GELU_SPLIT / SQRT_HALF))
+    return m.mul(half, m.select(tail, _erfc_tail(m, x), m.add(m.f32(1.0), erf)))
+
+
+define(EwDef("neg", numeric_rule, lambda m, x, o, t: m.neg(x), streaming=True))
+define(EwDef("abs", numeric_rule, lambda m, x, o, t: m.abs(x), streaming=True))
+define(EwDef("sign", numeric_rule, _sign, streaming=True))
+define(EwDef("reciprocal", float_rule, lambda m, x, o, t: m.div(m.f32(1.0), x)))
+define(EwDef("round", float_rule, lambda m, x, o, t: m.rint(x)))
+define(EwDef("log", float_rule, lambda m, x, o, t: m.log(x)))
+for _name in FUNCTIONS:
+    define(EwDef(_name, float_rule, lambda m, x, o, t: m.function(t.step.op, x)))
+define(EwDef("pow", _pow_rule, _pow, ("y",)))
+define(EwDef("mod", same_kind_rule, _mod, ("b",), (("fmod", 0),)))
+define(EwDef("isnan", _float_to_bool_rule, lambda m, x, o, t: m.bit_not(m.equal(x, x))))
+define(EwDef("isinf", _float_to_bool_rule, _isinf, attrs=(("detect_negative", 1), ("detect_positive", 1))))
+_COMPARE = {"rule": compare_rule, "operands": ("b",), "streaming": True}
+define(EwDef("equal", expr=lambda m, x, o, t: m.equal(*_pair(m, x, o, t)), **_COMPARE))
+define(EwDef("less", expr=lambda m, x, o, t: m.less(*_pair(m, x, o, t)), **_COMPARE))
+define(EwDef("greater", expr=lambda m, x, o, t: m.less(*reversed(_pair(m, x, o, t))), **_COMPARE))
+define(EwDef("less_equal", expr=lambda m, x, o, t: _less_equal(m, *_pair(m, x, o, t)), **_COMPARE))
+define(EwDef("greater_equal", expr=lambda m, x, o, t: _less_equal(m, *reversed(_pair(m, x, o, t))), **_COMPARE))
+for _name in ("bit_and", "bit_or", "bit_xor"):
+    define(EwDef(_name, bits_rule, _bits(_name), ("b",), streaming=True))
+define(EwDef("bit_not", bits_rule, _bits("bit_not"), streaming=True))
+define(EwDef("shift_left", _shift_rule, _shift, ("s",)))
+define(EwDef("shift_right", _shift_rule, _shift, ("s",)))
+define(EwDef("where", _where_rule, lambda m, x, o, t: m.select(x, *(_typed(m, v, t.out) for v in o)), ("a", "b"),
+             streaming=True))  # fmt: skip
+define(EwDef("convert", _cast_rule, lambda m, x, o, t: m.convert(x, t.out), attrs=(("dtype", None),), streaming=True))
+define(EwDef("elu", float_rule, _elu, ("alpha",)))
+define(EwDef("selu", float_rule, _selu, ("alpha", "gamma")))
+define(EwDef("celu", float_rule, _celu, ("alpha",)))
+define(EwDef("thresholded_relu", float_rule, lambda m, x, o, t: m.select(m.less(m.f32(o[0]), x), x, m.f32(0.0)),
+             ("alpha",)))  # fmt: skip
+define(EwDef("shrink", float_rule, _shrink, ("lambd", "bias")))
+define(EwDef("softsign", float_rule, lambda m, x, o, t: m.div(x, m.add(m.f32(1.0), m.abs(x)))))
+define(EwDef("mish", float_rule, lambda m, x, o, t: m.mul(x, m.tanh(_softplus(m, x, o, t)))))
+define(EwDef("swish", float_rule, lambda m, x, o, t: m.mul(x, _logistic(m, m.mul(m.f32(o[0]), x))), ("alpha",)))
+define(EwDef("prelu", float_rule, lambda m, x, o, t: m.select(m.less(x, m.f32(0.0)), m.mul(x, m.f32(o[0])), x),
+             ("slope",)))  # fmt: skip
+define(EwDef("gelu", _gelu_rule, _gelu, attrs=(("approximate", "none"),)))
 
 
 def operand_input(node: Node, name: str) -> str | None:

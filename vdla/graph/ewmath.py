@@ -5,15 +5,18 @@ Each elementwise operator of :mod:`vdla.graph.ew` defines its computation once, 
 the graph interpreter), and ``vdla.cpu_fallback.ew_emit.LlvmMath`` emits it as LLVM IR, one element at a
 time (the CPU kernels). So an operator's numpy semantics and its JIT kernel come from one definition.
 
-A value is a backend value (an array, an LLVM value) of dtype int8, int32 or float32, or a Python number
-(a compile-time constant) until :meth:`Math.f32`, :meth:`Math.i32` or :meth:`Math.like` makes it one.
+A value is a backend value (an array, an LLVM value) of dtype int8, int32, float32 or bool, or a Python
+number (a compile-time constant) until :meth:`Math.f32`, :meth:`Math.i32` or :meth:`Math.like` makes it one.
+Comparisons give bool values; ``select`` takes one.
 
 Invariants every backend keeps:
 
 * integer arithmetic takes two values of one integer dtype and wraps in it; float arithmetic is IEEE
   float32 rounding to nearest even; ``minimum``/``maximum`` propagate NaN;
-* ``exp``, ``log`` and ``tanh`` may differ between the backends by a few ulp (numpy's libm; vectorizable
-  polynomials in the JIT), and ``fma`` rounds once or twice; everything else agrees bit for bit;
+* the transcendental functions (``exp``, ``log``, ``tanh``, the trigonometric and hyperbolic functions and
+  their inverses, ``pow``) may differ between the backends by a few ulp (numpy's libm; vectorizable
+  polynomials in the JIT, the trigonometric and hyperbolic ones and ``pow`` evaluated in float64 and
+  rounded once), and ``fma`` rounds once or twice; everything else agrees bit for bit;
 * the fixed-point primitives are :mod:`vdla.isa.arith`'s, the accelerator ALU's (MUL, RSHR, REQ), so a
   CPU kernel and an accelerator epilogue agree bit for bit.
 """
@@ -26,6 +29,10 @@ from typing import Generic, TypeVar
 
 V = TypeVar("V")
 Number = int | float
+# float32 functions of one argument that every backend provides by name (Math.function): floor and ceil
+# exactly; sin, cos, tan of any float32 (the argument reduction is exact); NaN outside the domain of asin
+# and acos ([-1, 1]), acosh ([1, inf]) and atanh ([-1, 1], +-inf at +-1)
+FUNCTIONS = ("floor", "ceil", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh")
 
 
 class Math(ABC, Generic[V]):
@@ -38,7 +45,7 @@ class Math(ABC, Generic[V]):
 
     @abstractmethod
     def i32(self, v: V | Number) -> V:
-        """``v`` as int32: a constant, or an int8/int32 value sign-extended."""
+        """``v`` as int32: a constant, an int8/int32 value sign-extended, a bool value as 0 or 1."""
 
     @abstractmethod
     def like(self, value: Number, x: V) -> V:
@@ -46,7 +53,14 @@ class Math(ABC, Generic[V]):
 
     @abstractmethod
     def cast(self, v: V, dtype: str) -> V:
-        """Saturating conversion to ``dtype``; float to integer rounds half to even."""
+        """Saturating conversion to ``dtype``; float to integer rounds half to even; to bool is ``v != 0``,
+        from bool 0 or 1."""
+
+    @abstractmethod
+    def convert(self, v: V, dtype: str) -> V:
+        """C's (and ONNX Cast's) conversion to ``dtype``: float to integer truncates toward zero (saturating
+        out of range, NaN to 0), an integer keeps its low bits in a narrower one (wraps), to bool is
+        ``v != 0``, from bool 0 or 1."""
 
     @abstractmethod
     def narrow(self, v: V, dtype: str) -> V:
@@ -82,6 +96,11 @@ class Math(ABC, Generic[V]):
     def fma(self, a: V, b: V, c: V) -> V:
         """``a * b + c`` in float32, rounded once or twice."""
 
+    @abstractmethod
+    def fmod(self, a: V, b: V) -> V:
+        """C's remainder ``a - trunc(a / b) * b``, the sign of ``a``: exact in float32 (NaN where ``b`` is 0
+        or ``a`` infinite), and in int32 0 where ``b`` is 0."""
+
     # -- comparison and selection ----------------------------------------------------------------------
     @abstractmethod
     def less(self, a: V, b: V) -> V:
@@ -93,7 +112,29 @@ class Math(ABC, Generic[V]):
 
     @abstractmethod
     def select(self, cond: V, a: V, b: V) -> V:
-        """``a`` where ``cond`` holds, else ``b``."""
+        """``a`` where the bool ``cond`` holds, else ``b``."""
+
+    # -- bits (integers of one dtype, or bools) ----------------------------------------------------------
+    @abstractmethod
+    def bit_and(self, a: V, b: V) -> V: ...
+
+    @abstractmethod
+    def bit_or(self, a: V, b: V) -> V: ...
+
+    @abstractmethod
+    def bit_xor(self, a: V, b: V) -> V: ...
+
+    @abstractmethod
+    def bit_not(self, a: V) -> V:
+        """Every bit flipped (a bool: its negation)."""
+
+    @abstractmethod
+    def shift_left(self, a: V, s: V) -> V:
+        """int32 ``a << s`` for ``s`` in [0, 31] (wrapping)."""
+
+    @abstractmethod
+    def shift_right(self, a: V, s: V) -> V:
+        """int32 arithmetic (sign-filling) ``a >> s`` for ``s`` in [0, 31]."""
 
     # -- float functions -------------------------------------------------------------------------------
     @abstractmethod
@@ -113,6 +154,15 @@ class Math(ABC, Generic[V]):
     @abstractmethod
     def rint(self, x: V) -> V:
         """Round half to even, to a float."""
+
+    @abstractmethod
+    def function(self, name: str, x: V) -> V:
+        """The float32 function ``name`` (one of :data:`FUNCTIONS`) of ``x``."""
+
+    @abstractmethod
+    def pow(self, x: V, y: V) -> V:
+        """C's ``powf(x, y)`` of a float32 ``x`` and a float32 or integer ``y`` (taken exactly; NaN for a
+        finite negative ``x`` and a finite non-integer ``y``; 1 where ``y`` is 0 or ``x`` is 1)."""
 
     # -- fixed point (vdla.isa.arith) ------------------------------------------------------------------
     @abstractmethod
@@ -142,3 +192,14 @@ class Math(ABC, Generic[V]):
         one = self.f32(1.0)
         u = self.add(one, t)
         return self.select(self.equal(u, one), t, self.div(self.mul(self.log(u), t), self.sub(u, one)))
+
+    def expm1(self, x: V) -> V:
+        """``exp(x) - 1`` accurate for small ``x`` (Kahan: ``(u - 1) * x / log(u)`` with ``u = exp(x)``
+        rounded, exact where ``u`` is 1; -1 where ``u - 1`` is, ``u`` where it overflows)."""
+        one = self.f32(1.0)
+        u = self.exp(x)
+        um1 = self.sub(u, one)
+        y = self.div(self.mul(um1, x), self.log(u))
+        y = self.select(self.equal(um1, self.f32(-1.0)), um1, y)
+        y = self.select(self.equal(u, self.f32(float("inf"))), u, y)
+        return self.select(self.equal(u, one), x, y)

@@ -172,11 +172,22 @@ def round_half_up_div(total: np.ndarray, count: np.ndarray | int) -> np.ndarray:
 
 
 def cast(x: np.ndarray, dtype: str) -> np.ndarray:
-    """Saturating cast; float to int rounds half to even."""
-    if is_float(dtype):
-        return x.astype(np.float32)
+    """Saturating cast; float to int rounds half to even; to bool is ``x != 0``."""
+    if is_float(dtype) or dtype == "bool" or x.dtype == np.bool_:
+        return (x != 0) if dtype == "bool" else x.astype(dtype)
     src = np.rint(x.astype(np.float64)) if x.dtype.kind == "f" else x.astype(np.int64)
     return np.clip(src, *INT_RANGE[dtype]).astype(dtype)
+
+
+def convert(x: np.ndarray, dtype: str) -> np.ndarray:
+    """C's conversion (ONNX Cast): float to integer truncates toward zero (saturating, NaN to 0), integers
+    keep their low bits (wrap); to bool is ``x != 0``."""
+    if dtype == "bool":
+        return x != 0
+    if x.dtype.kind != "f" or is_float(dtype):
+        return x.astype(dtype)
+    with np.errstate(invalid="ignore"):
+        return np.where(np.isnan(x), 0, np.clip(np.trunc(x.astype(np.float64)), *INT_RANGE[dtype])).astype(dtype)
 
 
 class NumpyMath(Math[np.ndarray]):
@@ -195,6 +206,9 @@ class NumpyMath(Math[np.ndarray]):
 
     def cast(self, v, dtype):
         return cast(v, dtype)
+
+    def convert(self, v, dtype):
+        return convert(v, dtype)
 
     def narrow(self, v, dtype):
         return v.astype(dtype)
@@ -229,6 +243,10 @@ class NumpyMath(Math[np.ndarray]):
         to float32."""
         return (np.asarray(a, np.float64) * b + c).astype(np.float32)
 
+    def fmod(self, a, b):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.fmod(a, b)
+
     def less(self, a, b):
         return np.less(a, b)
 
@@ -237,6 +255,24 @@ class NumpyMath(Math[np.ndarray]):
 
     def select(self, cond, a, b):
         return np.where(cond, a, b)
+
+    def bit_and(self, a, b):
+        return np.bitwise_and(a, b)
+
+    def bit_or(self, a, b):
+        return np.bitwise_or(a, b)
+
+    def bit_xor(self, a, b):
+        return np.bitwise_xor(a, b)
+
+    def bit_not(self, a):
+        return np.invert(a)
+
+    def shift_left(self, a, s):
+        return np.left_shift(a, s)
+
+    def shift_right(self, a, s):
+        return np.right_shift(a, s)
 
     def exp(self, x):
         with np.errstate(over="ignore"):
@@ -256,6 +292,14 @@ class NumpyMath(Math[np.ndarray]):
     def rint(self, x):
         return np.rint(x)
 
+    def function(self, name, x):
+        return _ufunc(_FUNCTIONS[name], x)
+
+    def pow(self, x, y):
+        """numpy's float32 power; an integer exponent in float64 (exact), rounded to float32 once."""
+        y = np.asarray(y)
+        return _ufunc(np.power, x, y if y.dtype.kind == "f" else y.astype(np.float64)).astype(np.float32)
+
     def mul_shift(self, x, multiplier, shift):
         return mul_shift(x, np.asarray(multiplier, np.int64), shift).astype(np.int32)
 
@@ -264,6 +308,16 @@ class NumpyMath(Math[np.ndarray]):
 
     def requantize(self, x, multiplier, shift, lo, hi):
         return requantize(x, multiplier, np.clip(np.asarray(shift, np.int64), 0, MUL_MAX_SHIFT), lo, hi)
+
+
+_FUNCTIONS = {"floor": np.floor, "ceil": np.ceil, "sin": np.sin, "cos": np.cos, "tan": np.tan, "asin": np.arcsin,
+              "acos": np.arccos, "atan": np.arctan, "sinh": np.sinh, "cosh": np.cosh, "asinh": np.arcsinh,
+              "acosh": np.arccosh, "atanh": np.arctanh}  # fmt: skip
+
+
+def _ufunc(fn, *args: np.ndarray) -> np.ndarray:
+    with np.errstate(all="ignore"):
+        return fn(*args)
 
 
 NUMPY = NumpyMath()
@@ -284,7 +338,7 @@ def chain(steps, types, arrays: list[np.ndarray], out_shape: tuple[int, ...], ou
         ops = [arrays[o.index] if isinstance(o, Arg) else o.value for o in step.operands]
         out = step_result_dtype(step, dtype, tuple(types))
         v, dtype = ew_step(step, v, dtype, ops, out), out
-    return np.ascontiguousarray(np.broadcast_to(v, out_shape)).astype(out_dtype)
+    return np.broadcast_to(v, out_shape).astype(out_dtype, order="C")  # a copy (0-d stays 0-d)
 
 
 # ---------------------------------------------------------------------------------------------------------

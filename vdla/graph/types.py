@@ -13,8 +13,9 @@ import numpy as np
 from vdla.errors import VdlaError
 from vdla.isa.arith import INT8_MAX, INT8_MIN
 
-DTYPES = ("int8", "int32", "float32")
-INT_RANGE = {"int8": (INT8_MIN, INT8_MAX), "int32": (-(2**31), 2**31 - 1)}
+# the element types of the graph: bool is one byte holding 0 or 1 (numpy's bool_)
+DTYPES = ("int8", "int32", "float32", "bool")
+INT_RANGE = {"int8": (INT8_MIN, INT8_MAX), "int32": (-(2**31), 2**31 - 1)}  # the integer dtypes
 
 
 class UnsupportedError(VdlaError, ValueError):
@@ -107,3 +108,8 @@ class TensorType:
 
 def is_float(dtype: str) -> bool:
     return dtype == "float32"
+
+
+def dtype_kind(dtype: str) -> str:
+    """What arithmetic a dtype takes: 'float' (float32), 'int' (int8, int32) or 'bool'."""
+    return "float" if is_float(dtype) else "int" if dtype in INT_RANGE else "bool"

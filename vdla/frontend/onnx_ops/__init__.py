@@ -15,6 +15,7 @@ from vdla.frontend.onnx_ops import (  # noqa: F401  (each family registers its c
     convt,
     core,
     legacy,
+    math,
     pool,
     tensor,
 )

@@ -14,7 +14,6 @@ Padding inside vdla is (top, bottom, left, right); ONNX's (top, left, bottom, ri
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -25,13 +24,13 @@ from vdla.frontend.onnx_ops.registry import (
     ANY,
     ARITH,
     FLOAT,
-    Converter,
     attr,
     axis_of,
     compact,
     converter,
     ints,
     scalar_of,
+    unary,
 )
 from vdla.graph.graph import Node
 from vdla.graph.ops import matmul_type
@@ -98,65 +97,13 @@ def _div(b: Builder, node: OnnxNode) -> None:
         b.emit(node, "mul", (x, b.add_param(node.input(1) + ":reciprocal", recip)), out=node.outputs[0])
 
 
-@converter("Max", "Min", "Sum")
-def _variadic(b: Builder, node: OnnxNode) -> None:
-    op = {"Max": "max", "Min": "min", "Sum": "add"}[node.op_type]
-    allowed = ("float32", "int32", "int8") if op != "add" else ARITH
-    present = [i for i in range(len(node.inputs)) if b.has(node, i)]
-    dt = b.require_dtype(node, present[0], allowed)
-    for i in present:
-        b.require_dtype(node, i, (dt,))
-    if len(present) == 1:
-        b.alias(node.outputs[0], b.tensor(node, present[0]))
-        return
-    acc = node.inputs[present[0]]
-    for j in present[1:]:
-        step = OnnxNode(node.name, node.op_type, (acc, node.inputs[j]), node.outputs, node.attrs)
-        acc = b.temp(_binary(b, step, op, 0, 1, None, allowed + ("int32",)))
-    b.finish(node, b.values[acc].name, dt)
-
-
-def _unary(op: str, allowed: Sequence[str]) -> Converter:
-    def convert(b: Builder, node: OnnxNode) -> None:
-        b.require_dtype(node, 0, allowed)
-        b.emit(node, op, (b.tensor(node, 0),), out=node.outputs[0])
-
-    return convert
-
-
-converter("Relu")(_unary("relu", ("float32", "int8", "int32")))
-converter("Sigmoid")(_unary("sigmoid", FLOAT))
-converter("Tanh")(_unary("tanh", FLOAT))
-converter("Exp")(_unary("exp", FLOAT))
-converter("Sqrt")(_unary("sqrt", FLOAT))
-converter("Softplus")(_unary("softplus", FLOAT))
-converter("Erf")(_unary("erf", FLOAT))
-
-
-@converter("Neg")
-def _neg(b: Builder, node: OnnxNode) -> None:
-    b.require_dtype(node, 0, ARITH)
-    b.emit(node, "mul", (b.tensor(node, 0),), {"b": -1}, out=node.outputs[0])
-
-
-@converter("Abs")
-def _abs(b: Builder, node: OnnxNode) -> None:
-    b.require_dtype(node, 0, ARITH)
-    x = b.tensor(node, 0)
-    neg = b.emit(node, "mul", (x,), {"b": -1}, suffix="neg")
-    b.emit(node, "max", (x, neg), out=node.outputs[0])
-
-
-@converter("LeakyRelu", attrs=("alpha",))
-def _leaky_relu(b: Builder, node: OnnxNode) -> None:
-    b.require_dtype(node, 0, FLOAT)
-    alpha = float(attr(node, "alpha", 0.01))
-    if not math.isfinite(alpha):
-        raise unsupported(node, "alpha must be finite", "alpha")
-    x = b.tensor(node, 0)
-    scaled = b.emit(node, "mul", (x,), {"b": alpha}, suffix="scaled")
-    # x > 0 -> x, else alpha * x: the larger of the two when alpha <= 1, the smaller when alpha > 1
-    b.emit(node, "max" if alpha <= 1 else "min", (x, scaled), out=node.outputs[0])
+converter("Relu")(unary("relu", ("float32", "int8", "int32")))
+converter("Sigmoid")(unary("sigmoid", FLOAT))
+converter("Tanh")(unary("tanh", FLOAT))
+converter("Exp")(unary("exp", FLOAT))
+converter("Sqrt")(unary("sqrt", FLOAT))
+converter("Softplus")(unary("softplus", FLOAT))
+converter("Erf")(unary("erf", FLOAT))
 
 
 def _hard_sigmoid(b: Builder, node: OnnxNode, x: str, alpha: float, beta: float, out: str | None) -> str:
@@ -210,29 +157,6 @@ def _clip(b: Builder, node: OnnxNode) -> None:
         elif v is not None:
             value = b.emit(node, op, (value,), {"b": v}, suffix=op)
     b.finish(node, value, dt)
-
-
-@converter("Cast", attrs=("to", "saturate", "round_mode"))
-def _cast(b: Builder, node: OnnxNode) -> None:
-    src, to = b.dtype(node, 0), str(attr(node, "to"))
-    exact = {("int8", "int32"), ("int8", "float32"), ("int32", "float32"), ("uint8", "int32"), ("uint8", "float32")}
-    if src == to:
-        v = b.value(node, 0)
-        b.alias(node.outputs[0], b.tensor(node, 0), uint8=v.uint8)
-        return
-    if (src, to) not in exact:
-        raise unsupported(
-            node,
-            f"cast from {src} to {to}: vdla casts saturate and round half to even, ONNX truncates or wraps; only "
-            "the exact widenings int8/uint8 -> int32 -> float32 are imported",
-            "to",
-        )
-    x = b.tensor(node, 0)
-    if src == "uint8":  # int8 holds value - 128
-        y = b.emit(node, "cast", (x,), {"dtype": to}, suffix="widen")
-        b.emit(node, "add", (y,), {"b": 128}, out=node.outputs[0])
-        return
-    b.emit(node, "cast", (x,), {"dtype": to}, out=node.outputs[0])
 
 
 @converter("Identity")
@@ -389,33 +313,6 @@ def _reduce(b: Builder, node: OnnxNode) -> None:
         if op == "ReduceMin":
             y = b.emit(node, "mul", (y,), {"b": -1.0}, suffix="min")
     b.reshape(node, y, final, out=node.outputs[0])
-
-
-@converter("PRelu")
-def _prelu(b: Builder, node: OnnxNode) -> None:
-    """``x if x >= 0 else slope * x`` as ``relu(x) + slope * min(x, 0)`` (exact: one term is zero)."""
-    b.require_dtype(node, 0, FLOAT)
-    b.require_dtype(node, 1, FLOAT)
-    x = b.tensor(node, 0)
-    pos = b.emit(node, "relu", (x,), suffix="pos")
-    neg = b.emit(node, "min", (x,), {"b": 0.0}, suffix="neg")
-    if b.is_const(node, 1) and b.const(node, 1, "slope").size == 1:
-        scaled = b.emit(node, "mul", (neg,), {"b": scalar_of("float32", b.const(node, 1, "slope"))}, suffix="scaled")
-    else:
-        scaled = b.emit(node, "mul", (neg, b.tensor(node, 1)), suffix="scaled")
-    b.emit(node, "add", (pos, scaled), out=node.outputs[0])
-
-
-@converter("Mean")
-def _mean(b: Builder, node: OnnxNode) -> None:
-    present = [i for i in range(len(node.inputs)) if b.has(node, i)]
-    for i in present:
-        b.require_dtype(node, i, FLOAT)
-    acc = node.inputs[present[0]]
-    for j in present[1:]:
-        step = OnnxNode(node.name, node.op_type, (acc, node.inputs[j]), node.outputs, node.attrs)
-        acc = b.temp(_binary(b, step, "add", 0, 1, None, FLOAT))
-    b.emit(node, "mul", (b.values[acc].name,), {"b": 1.0 / len(present)}, out=node.outputs[0])
 
 
 @converter("ConstantOfShape", "Range", attrs=("value",))

@@ -34,6 +34,16 @@ def converter(*op_types: str, attrs: Sequence[str] = ()) -> Callable[[Converter]
     return deco
 
 
+def unary(op: str, allowed: Sequence[str]) -> Converter:
+    """The converter of a one-input operator: the vdla elementwise operator ``op`` on ``allowed`` dtypes."""
+
+    def convert(b: Builder, node: OnnxNode) -> None:
+        b.require_dtype(node, 0, allowed)
+        b.emit(node, op, (b.tensor(node, 0),), out=node.outputs[0])
+
+    return convert
+
+
 def attr(node: OnnxNode, name: str, default: Any = None) -> Any:
     return node.attrs.get(name, default)
 
