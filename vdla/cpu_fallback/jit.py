@@ -29,6 +29,7 @@ from llvmlite import ir
 
 import vdla.cpu_fallback.abi as abi
 import vdla.cpu_fallback.kernels as kernels
+import vdla.cpu_fallback.kernels_reduce as kernels_reduce  # registers its emitters with kernels.emit
 from vdla.cpu_fallback.specs import Spec, spec_inputs, spec_op
 from vdla.graph.types import TensorType, UnsupportedError
 
@@ -44,7 +45,10 @@ def _source_fingerprint() -> str:
     from vdla.isa import arith
 
     h = hashlib.sha256()
-    modules = (abi, lltypes, entry, codegen, ew_emit, specs, kernels, ew, ewmath, ops, oracle, types, window, arith)
+    modules = (
+        abi, lltypes, entry, codegen, ew_emit, specs, kernels, kernels_reduce, ew, ewmath, ops, oracle, types,
+        window, arith,
+    )  # fmt: skip
     for mod in modules:
         h.update(Path(mod.__file__).read_bytes())
     return h.hexdigest()[:16]

@@ -14,17 +14,22 @@ from vdla.cpu_fallback.specs import (
     ConcatSpec,
     CpuConv2dSpec,
     CpuDenseSpec,
+    CumSumSpec,
     GlobalAvgPoolSpec,
     Im2colSpec,
     MatMulSpec,
+    NormSpec,
     PackSpec,
     PadSpec,
     Pool2dSpec,
+    ReduceSpec,
     ResizeSpec,
     SliceSpec,
     SoftmaxSpec,
     Spec,
+    TopKSpec,
     TransposeSpec,
+    TriluSpec,
     UnpackSpec,
 )
 from vdla.graph import layout, oracle
@@ -58,7 +63,7 @@ def _(spec: GlobalAvgPoolSpec, x: np.ndarray) -> np.ndarray:
 
 @reference.register
 def _(spec: SoftmaxSpec, x: np.ndarray) -> np.ndarray:
-    return oracle.softmax(x, spec.axis)
+    return oracle.softmax(x, spec.axis, spec.kind)
 
 
 @reference.register
@@ -122,3 +127,29 @@ def _(spec: CpuDenseSpec, x: np.ndarray, w: np.ndarray, *operands: np.ndarray) -
 @reference.register
 def _(spec: CpuConv2dSpec, x: np.ndarray, w: np.ndarray, *operands: np.ndarray) -> np.ndarray:
     return _with_epilogue(spec, oracle.conv2d(x, w, spec.window, spec.groups), operands)
+
+
+@reference.register
+def _(spec: ReduceSpec, x: np.ndarray) -> np.ndarray:
+    return oracle.reduce(x, spec.kind, spec.axes, spec.select_last_index).reshape(spec.out.shape)
+
+
+@reference.register
+def _(spec: NormSpec, x: np.ndarray, *affine: np.ndarray) -> np.ndarray:
+    return oracle.normalize(x, spec.axis, spec.epsilon, spec.kind == "layer_norm", *affine)
+
+
+@reference.register
+def _(spec: CumSumSpec, x: np.ndarray) -> np.ndarray:
+    return oracle.cumsum(x, spec.axis, spec.exclusive, spec.reverse)
+
+
+@reference.register
+def _(spec: TopKSpec, x: np.ndarray) -> np.ndarray:
+    values, index = oracle.topk(x, spec.k, spec.axis, spec.largest)
+    return index if spec.indices else values
+
+
+@reference.register
+def _(spec: TriluSpec, x: np.ndarray) -> np.ndarray:
+    return oracle.trilu(x, spec.upper, spec.k)

@@ -19,10 +19,15 @@ from vdla.graph.ops import (
     concat_type,
     im2col_type,
     matmul_type,
+    norm_type,
     pad_type,
     pool_window,
+    reduce_type,
     resize_type,
+    scan_type,
     slice_type,
+    softmax_type,
+    topk_type,
     transpose_type,
 )
 from vdla.graph.types import TensorType, UnsupportedError, is_float
@@ -106,20 +111,20 @@ def make_global_avg_pool(x: TensorType, mean: bool = True) -> GlobalAvgPoolSpec:
 
 @dataclass(frozen=True)
 class SoftmaxSpec:
-    """Softmax along one axis of a float32 tensor."""
+    """Softmax (or log-softmax, or hardmax: ``kind``) along one axis of a float32 tensor."""
 
     x: TensorType
     axis: int
+    kind: str = "softmax"
 
     @property
     def out(self) -> TensorType:
         return self.x
 
 
-def make_softmax(x: TensorType, axis: int = -1) -> SoftmaxSpec:
-    _need("softmax", x.dtype == "float32", f"requires float32, got {x.dtype}")
-    _need("softmax", -len(x.shape) <= axis < len(x.shape), f"axis {axis} out of range for {x.shape}")
-    return SoftmaxSpec(x, axis % len(x.shape))
+def make_softmax(x: TensorType, axis: int = -1, kind: str = "softmax") -> SoftmaxSpec:
+    axis, _ = softmax_type(kind, x, axis)
+    return SoftmaxSpec(x.plain, axis, kind)
 
 
 @dataclass(frozen=True)
@@ -355,6 +360,103 @@ def make_conv2d(
     return CpuConv2dSpec(x, w, win, groups, acc, _epilogue(op, acc, epilogue_inputs, tuple(epilogue)))
 
 
+# ---------------------------------------------------------------------------------------------------------
+# Reductions on any axes, normalizations, scans and selections
+
+
+@dataclass(frozen=True)
+class ReduceSpec:
+    """``x`` reduced over ``axes`` by ``kind`` (:data:`vdla.graph.ops.REDUCE_KINDS`); the output keeps the
+    order of the remaining elements (with or without the reduced axes as size 1: ``out.shape``)."""
+
+    x: TensorType
+    kind: str
+    axes: tuple[int, ...]
+    select_last_index: bool
+    out: TensorType
+
+
+def make_reduce(x: TensorType, kind: str, axes, keepdims: bool = True, select_last_index: bool = False) -> ReduceSpec:
+    axes, out = reduce_type(x, kind, axes, keepdims)
+    return ReduceSpec(x.plain, kind, axes, bool(select_last_index) and kind in ("argmax", "argmin"), out.plain)
+
+
+@dataclass(frozen=True)
+class NormSpec:
+    """Layer (``layer_norm``) or RMS (``rms_norm``) normalization of float32 ``x`` over the axes from
+    ``axis`` on, then the optional scale and bias (``affine``: their types, broadcasting to ``x``)."""
+
+    x: TensorType
+    affine: tuple[TensorType, ...]
+    kind: str
+    axis: int
+    epsilon: float
+
+    @property
+    def out(self) -> TensorType:
+        return self.x
+
+
+def make_norm(x: TensorType, *affine: TensorType, kind: str, axis: int = -1, epsilon: float) -> NormSpec:
+    axis, _ = norm_type(kind, (x, *affine), axis)
+    return NormSpec(x.plain, tuple(t.plain for t in affine), kind, axis, float(epsilon))
+
+
+@dataclass(frozen=True)
+class CumSumSpec:
+    """Cumulative sum along ``axis``, ``exclusive`` of each element itself, from the end when ``reverse``."""
+
+    x: TensorType
+    axis: int
+    exclusive: bool
+    reverse: bool
+
+    @property
+    def out(self) -> TensorType:
+        return self.x
+
+
+def make_cumsum(x: TensorType, axis: int, exclusive: bool = False, reverse: bool = False) -> CumSumSpec:
+    axis, _ = scan_type(x, axis)
+    return CumSumSpec(x.plain, axis, bool(exclusive), bool(reverse))
+
+
+@dataclass(frozen=True)
+class TopKSpec:
+    """The ``k`` largest (or smallest) entries along ``axis`` in order (ties: the lower index first; NaN is
+    the largest): their values, or with ``indices`` their int32 indices."""
+
+    x: TensorType
+    k: int
+    axis: int
+    largest: bool
+    indices: bool
+    out: TensorType
+
+
+def make_topk(x: TensorType, k: int, axis: int = -1, largest: bool = True, indices: bool = False) -> TopKSpec:
+    axis, out = topk_type(x, int(k), axis, bool(indices))
+    return TopKSpec(x.plain, int(k), axis, bool(largest), bool(indices), out.plain)
+
+
+@dataclass(frozen=True)
+class TriluSpec:
+    """The upper (``j - i >= k``) or lower (``j - i <= k``) triangle of the last two axes, zero elsewhere."""
+
+    x: TensorType
+    upper: bool
+    k: int
+
+    @property
+    def out(self) -> TensorType:
+        return self.x
+
+
+def make_trilu(x: TensorType, upper: bool = True, k: int = 0) -> TriluSpec:
+    _need("trilu", len(x.shape) >= 2, f"needs a tensor of rank 2 or more, got shape {x.shape}")
+    return TriluSpec(x.plain, bool(upper), int(k))
+
+
 Spec = (
     ChainSpec
     | Pool2dSpec
@@ -371,6 +473,11 @@ Spec = (
     | MatMulSpec
     | CpuDenseSpec
     | CpuConv2dSpec
+    | ReduceSpec
+    | NormSpec
+    | CumSumSpec
+    | TopKSpec
+    | TriluSpec
 )
 
 
@@ -382,13 +489,14 @@ def spec_inputs(spec: Spec) -> tuple[TensorType, ...]:
         return (spec.x, spec.w, *(spec.epilogue.inputs[1:] if spec.epilogue else ()))
     if isinstance(spec, MatMulSpec):
         return (spec.a, spec.b)
+    if isinstance(spec, NormSpec):
+        return (spec.x, *spec.affine)
     return (spec.x,)
 
 
 _OP_NAMES = {
     ChainSpec: "chain",
     GlobalAvgPoolSpec: "global_avg_pool",
-    SoftmaxSpec: "softmax",
     TransposeSpec: "transpose",
     PackSpec: "pack_blocked",
     UnpackSpec: "unpack_blocked",
@@ -400,9 +508,17 @@ _OP_NAMES = {
     MatMulSpec: "matmul",
     CpuDenseSpec: "dense",
     CpuConv2dSpec: "conv2d",
+    ReduceSpec: "reduce",
+    CumSumSpec: "cumsum",
+    TopKSpec: "topk",
+    TriluSpec: "trilu",
 }
 
 
 def spec_op(spec: Spec) -> str:
     """Operator name of a spec, used in kernel names and error messages."""
-    return f"{spec.kind}_pool2d" if isinstance(spec, Pool2dSpec) else _OP_NAMES[type(spec)]
+    if isinstance(spec, Pool2dSpec):
+        return f"{spec.kind}_pool2d"
+    if isinstance(spec, SoftmaxSpec | NormSpec):
+        return spec.kind
+    return _OP_NAMES[type(spec)]

@@ -9,6 +9,8 @@ inputs from the :class:`Builder` and emits vdla graph nodes. Invariants kept whi
 * a uint8 ONNX tensor is held as int8 holding ``value - 128`` (``Value.uint8``): quantize/dequantize
   shift their zero points by -128, so the mapping is exact; only operators that commute with the shift
   (max pooling, reshapes, transposes, concatenation) pass such a value on;
+* an int64 ONNX tensor of indices (ArgMax, TopK) is held as int32 (``Value.int64``, exact: indices lie far
+  below 2^31); no converter reads it (:meth:`Builder.tensor` refuses it), it can only be a graph output;
 * every emitted node is typed at once by the operator's type rule (:func:`vdla.graph.ops.infer`), so a
   shape, dtype or attribute vdla cannot run is reported while importing, naming the ONNX node;
 * vdla value names are the ONNX names (made unique and printable); values a converter adds are named
@@ -77,13 +79,15 @@ def unsupported(node: OnnxNode, message: str, attr: str | None = None) -> Unsupp
 @dataclass
 class Value:
     """An ONNX value during import: a constant (``const``, in its ONNX dtype) or a graph value (``name``
-    and ``type``); ``uint8`` marks an int8 value holding ``uint8 - 128``; ``bad_dtype`` a graph input of a
-    dtype vdla cannot hold (reported by the first node that reads it)."""
+    and ``type``); ``uint8`` marks an int8 value holding ``uint8 - 128``, ``int64`` an int32 value holding
+    int64 indices; ``bad_dtype`` a graph input of a dtype vdla cannot hold (reported by the first node that
+    reads it)."""
 
     name: str | None = None
     type: TensorType | None = None
     const: np.ndarray | None = None
     uint8: bool = False
+    int64: bool = False
     bad_dtype: str | None = None
     param: str | None = None  # the parameter a constant became, once a node read it as a tensor
 
@@ -102,7 +106,7 @@ class Value:
         if self.bad_dtype is not None:
             return self.bad_dtype
         assert self.type is not None
-        return "uint8" if self.uint8 else self.type.dtype
+        return "uint8" if self.uint8 else "int64" if self.int64 else self.type.dtype
 
 
 _INVALID = re.compile(r"[^\x21-\x7e]")
@@ -185,6 +189,10 @@ class Builder:
             raise unsupported(
                 node, f"input {i} {node.input(i)!r} has dtype {v.bad_dtype}; vdla values are float32, int8 or int32"
             )
+        if v.int64:
+            raise unsupported(
+                node, f"input {i} {node.input(i)!r} holds int64 indices, which vdla returns as a graph output only"
+            )
         if v.name is not None:
             return v.name
         assert v.const is not None
@@ -226,10 +234,11 @@ class Builder:
         out: str | None = None,
         suffix: str | None = None,
         uint8: bool = False,
+        int64: bool = False,
     ) -> str:
-        """Add a vdla node reading ``inputs``; ``out`` names the ONNX output it defines (bound to it), else
-        the value is named ``<first output>:<suffix>``. The node is typed at once; a type rule's refusal
-        becomes an error naming the ONNX node."""
+        """Add a vdla node reading ``inputs``; ``out`` names the ONNX output it defines (bound to it, held as
+        ``uint8`` or ``int64`` where so marked), else the value is named ``<first output>:<suffix>``. The node
+        is typed at once; a type rule's refusal becomes an error naming the ONNX node."""
         if out is not None:
             name = self.name_for(out)
         else:
@@ -243,7 +252,7 @@ class Builder:
         self.nodes.append(vnode)
         self.types[name] = t
         if out is not None:
-            self.values[out] = Value(name=name, type=t, uint8=uint8)
+            self.values[out] = Value(name=name, type=t, uint8=uint8, int64=int64)
         return name
 
     def alias(self, onnx_name: str, vname: str, uint8: bool = False) -> None:
