@@ -195,3 +195,44 @@ def test_int64_indices_are_graph_outputs_only():
     m = model(nodes, [("x", F, X.shape)], [("j", I64, (2, 1, 4, 5))], opset=13)
     with pytest.raises(UnsupportedError, match="holds int64 indices, which vdla returns as a graph output only"):
         import_onnx(m)
+
+
+def _decomposed_layer_norm(axes, eps_as_input: bool, extra_reader: str | None = None, opset: int = 13):
+    """LayerNorm as exporters write it out: ReduceMean, Sub, Mul (the square), ReduceMean, Add eps, Sqrt, Div,
+    Mul scale, Add bias; ``extra_reader`` also makes that intermediate a graph output."""
+    s = RNG.standard_normal(X.shape[axes[0] :]).astype(np.float32)
+    nodes = [
+        helper.make_node("ReduceMean", ["x"], ["mean"], axes=axes),
+        helper.make_node("Sub", ["x", "mean"], ["d"]),
+        helper.make_node("Mul", ["d", "d"], ["sq"]),
+        helper.make_node("ReduceMean", ["sq"], ["var"], axes=axes),
+        helper.make_node("Add", ["var", "eps"] if eps_as_input else ["eps", "var"], ["ve"]),
+        helper.make_node("Sqrt", ["ve"], ["std"]),
+        helper.make_node("Div", ["d", "std"], ["n"]),
+        helper.make_node("Mul", ["n", "scale"], ["scaled"]),
+        helper.make_node("Add", ["scaled", "bias"], ["y"]),
+    ]
+    inits = [("eps", np.float32(1e-5)), ("scale", s), ("bias", s[..., ::-1].copy())]
+    outs = [("y", F, X.shape)]
+    if extra_reader:
+        kept = [1 if i >= axes[0] % 4 else d for i, d in enumerate(X.shape)]
+        outs.append((extra_reader, F, X.shape if extra_reader == "d" else kept))
+    return model(nodes, [("x", F, X.shape)], outs, inits, opset)
+
+
+@pytest.mark.parametrize("axes", [[-1], [2, 3], [1, 2, 3]])
+def test_decomposed_layer_norm_becomes_one_layer_norm_node_with_the_same_values(axes):
+    m = _decomposed_layer_norm(axes, eps_as_input=axes != [2, 3])
+    graph = simplify(import_onnx(m), verify=True)
+    assert [n.op for n in graph.nodes] == ["layer_norm"]
+    assert graph.nodes[0].attrs["axis"] == axes[0] % 4 and len(graph.nodes[0].inputs) == 3
+    np.testing.assert_allclose(graph.nodes[0].attrs["epsilon"], 1e-5, rtol=1e-6)
+    matches_onnxruntime(m, {"x": X})
+
+
+@pytest.mark.parametrize("reader", ["d", "mean"])
+def test_layer_norm_pattern_with_an_intermediate_read_elsewhere_is_left_alone(reader):
+    m = _decomposed_layer_norm([-1], eps_as_input=True, extra_reader=reader)
+    graph = simplify(import_onnx(m), verify=True)
+    assert "layer_norm" not in [n.op for n in graph.nodes]
+    matches_onnxruntime(m, {"x": X})

@@ -55,8 +55,8 @@ def _reduce_axes(b: Builder, node: OnnxNode, rank: int) -> list[int] | None:
 
 @converter(*_REDUCTIONS, attrs=("axes", "keepdims", "noop_with_empty_axes"))
 def _reduce(b: Builder, node: OnnxNode) -> None:
-    """One ``reduce`` node on any axes; a float mean or max over every spatial axis of an (N, C, ...) tensor is
-    the global pooling operator the quantized lowering knows (``global_avg_pool`` / ``max_pool2d``)."""
+    """One ``reduce`` node on any axes; a float mean or max over H and W of an NCHW tensor is the global pooling
+    operator the quantized lowering and the accelerator know (``global_avg_pool`` / ``max_pool2d``)."""
     kind, dtypes = _REDUCTIONS[node.op_type]
     dt = b.require_dtype(node, 0, dtypes)
     rank = len(b.shape(node, 0))
@@ -69,7 +69,7 @@ def _reduce(b: Builder, node: OnnxNode) -> None:
             b.alias(node.outputs[0], x, uint8=dt == "uint8")
             return
     keep = bool(int(attr(node, "keepdims", 1)))
-    if kind in ("mean", "max") and dt == "float32" and rank >= 3 and axes == list(range(2, rank)):
+    if kind in ("mean", "max") and dt == "float32" and rank == 4 and axes == [2, 3]:
         _global_pool(b, node, x, node.outputs[0], kind == "max", keep_rank=keep)
         return
     attrs = {"kind": kind, "axes": tuple(axes), "keepdims": keep}
