@@ -9,7 +9,7 @@ op type, its attributes and the one at fault. :data:`ATTRS` lists the attributes
 understands: an attribute outside it is refused by the importer before the converter runs.
 """
 
-from vdla.frontend.onnx_ops import core, reduce  # noqa: F401  (each family registers its converters on import)
+from vdla.frontend.onnx_ops import attention, core, reduce  # noqa: F401  (each family registers its converters on import)
 from vdla.frontend.onnx_ops.registry import ATTRS, CONVERTERS, converter
 
 SUPPORTED = tuple(sorted(CONVERTERS))
