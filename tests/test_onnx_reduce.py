@@ -236,3 +236,36 @@ def test_layer_norm_pattern_with_an_intermediate_read_elsewhere_is_left_alone(re
     graph = simplify(import_onnx(m), verify=True)
     assert "layer_norm" not in [n.op for n in graph.nodes]
     matches_onnxruntime(m, {"x": X})
+
+
+@pytest.mark.parametrize("reduction", ["none", "sum", "mean"])
+def test_losses_match_onnxruntime(reduction):
+    """NegativeLogLikelihoodLoss and SoftmaxCrossEntropyLoss (with its log_prob output), with and without class
+    weights (constant and computed) and an ignored class."""
+    x = RNG.standard_normal((3, 5, 2, 4)).astype(np.float32)
+    target = RNG.integers(0, 5, (3, 2, 4)).astype(np.int64)
+    target[0, 0, :2] = 2
+    w = RNG.uniform(0.5, 2, 5).astype(np.float32)
+    out = [] if reduction == "none" else ()
+    shape = (3, 2, 4) if reduction == "none" else out
+    nodes = [
+        helper.make_node("NegativeLogLikelihoodLoss", ["x", "t"], ["a"], reduction=reduction),
+        helper.make_node("NegativeLogLikelihoodLoss", ["x", "t", "w"], ["b"], reduction=reduction, ignore_index=2),
+        helper.make_node("SoftmaxCrossEntropyLoss", ["x", "t", "wc"], ["c", "logp"], reduction=reduction),
+        helper.make_node("SoftmaxCrossEntropyLoss", ["x", "t"], ["d"], reduction=reduction, ignore_index=2),
+    ]
+    outs = [("a", F, shape), ("b", F, shape), ("c", F, shape), ("logp", F, x.shape), ("d", F, shape)]
+    m = model(nodes, [("x", F, x.shape), ("w", F, (5,))], outs, [("t", target), ("wc", w)], opset=13)
+    matches_onnxruntime(m, {"x": x, "w": w[::-1].copy()})
+
+
+def test_loss_targets_are_checked_at_import():
+    x = RNG.standard_normal((2, 3)).astype(np.float32)
+    node = helper.make_node("NegativeLogLikelihoodLoss", ["x", "t"], ["y"], reduction="sum")
+    m = model([node], [("x", F, x.shape)], [("y", F, ())], [("t", np.array([0, 3], np.int64))], opset=13)
+    with pytest.raises(UnsupportedError, match=r"target classes outside \[0, 3\)"):
+        import_onnx(m)
+    node = helper.make_node("NegativeLogLikelihoodLoss", ["x", "t"], ["y"], ignore_index=-1)
+    m = model([node], [("x", F, x.shape)], [("y", F, ())], [("t", np.array([0, -1], np.int64))], opset=13)
+    with pytest.raises(UnsupportedError, match="attribute ignore_index=-1"):
+        import_onnx(m)

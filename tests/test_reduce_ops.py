@@ -185,3 +185,22 @@ def test_cumsum_topk_trilu_kernels_are_exact():
     np.testing.assert_array_equal(oracle.cumsum(np.arange(1, 5, dtype=np.int32), 0, True, True), [9, 7, 4, 0])
     values, index = oracle.topk(np.array([3, 1, 3, np.nan, 2], np.float32), 3, 0)
     assert np.isnan(values[0]) and values[1:].tolist() == [3, 3] and index.tolist() == [3, 0, 2]
+
+
+def test_nll_loss_kernel_and_semantics():
+    x = _values((3, 5, 2, 4), "float32", specials=True)
+    target = RNG.integers(-1, 6, (3, 2, 4)).astype(np.int32)  # -1 and 5 lie outside the classes
+    w = RNG.uniform(0.5, 2, 5).astype(np.float32)
+    for weight in ((), (w,)):
+        for ignore in (None, -1, 2):
+            got, want = _one_node("nll_loss", x, {"ignore_index": ignore}, target, *weight)
+            _same(got, want, exact=True)
+    want = np.array(
+        [
+            [-x[n, t, i, j] * w[t] if 0 <= t < 5 else np.nan for (i, j), t in np.ndenumerate(target[n])]
+            for n in range(3)
+        ],
+        np.float32,
+    ).reshape(target.shape)
+    np.testing.assert_array_equal(oracle.nll_loss(x, target, w), want)
+    np.testing.assert_array_equal(oracle.nll_loss(x, target, w, ignore_index=-1)[target == -1], 0)

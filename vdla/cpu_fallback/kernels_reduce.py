@@ -23,7 +23,7 @@ from vdla.cpu_fallback.codegen import REASSOC, KernelBuilder
 from vdla.cpu_fallback.ew_emit import broadcast_strides
 from vdla.cpu_fallback.kernels import _emit, coalesce, contiguous_strides, scratch_elements
 from vdla.cpu_fallback.lltypes import F32, I32, I64, LL_TYPES, i64
-from vdla.cpu_fallback.specs import CumSumSpec, NormSpec, ReduceSpec, TopKSpec, TriluSpec
+from vdla.cpu_fallback.specs import CumSumSpec, NllLossSpec, NormSpec, ReduceSpec, TopKSpec, TriluSpec
 from vdla.graph.types import INT_RANGE, is_float
 
 F64 = ir.DoubleType()
@@ -377,3 +377,28 @@ def _trilu(spec: TriluSpec, kb: KernelBuilder) -> None:
             kb.store(kb.load(dt, x, b.add(row, j)), dt, y, b.add(row, j))
         with kb.loop(hi, cols) as j:
             kb.store(zero, dt, y, b.add(row, j))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Negative log-likelihood
+
+
+@_emit.register
+def _nll_loss(spec: NllLossSpec, kb: KernelBuilder) -> None:
+    """Per (n, d): the class index ``t``, clamped for the load, then ``-x[n, t, d] * weight[t]``, 0 where ``t``
+    is ``ignore_index`` and NaN where it lies outside the classes."""
+    b, y = kb.b, kb.out
+    x, target, *weight = kb.inputs
+    n, c = spec.x.shape[:2]
+    d = math.prod(spec.x.shape[2:])
+    f32 = lambda v: ir.Constant(F32, v)  # noqa: E731
+    with kb.loop(0, n) as i, kb.loop(0, d) as j:
+        t = b.sext(kb.load("int32", target, kb.linear([i, j], [d, 1])), I64)
+        tc = kb.smin(kb.smax(t, i64(0)), i64(c - 1))
+        loss = b.fneg(kb.load("float32", x, kb.linear([i, tc, j], [c * d, d, 1])))
+        if weight:
+            loss = b.fmul(loss, kb.load("float32", weight[0], tc))
+        loss = b.select(b.icmp_signed("==", t, tc), loss, f32(float("nan")))
+        if spec.ignore_index is not None:
+            loss = b.select(b.icmp_signed("==", t, i64(spec.ignore_index)), f32(0.0), loss)
+        kb.store(loss, "float32", y, kb.linear([i, j], [d, 1]))

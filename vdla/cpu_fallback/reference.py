@@ -18,6 +18,7 @@ from vdla.cpu_fallback.specs import (
     GlobalAvgPoolSpec,
     Im2colSpec,
     MatMulSpec,
+    NllLossSpec,
     NormSpec,
     PackSpec,
     PadSpec,
@@ -153,3 +154,8 @@ def _(spec: TopKSpec, x: np.ndarray) -> np.ndarray:
 @reference.register
 def _(spec: TriluSpec, x: np.ndarray) -> np.ndarray:
     return oracle.trilu(x, spec.upper, spec.k)
+
+
+@reference.register
+def _(spec: NllLossSpec, x: np.ndarray, target: np.ndarray, *weight: np.ndarray) -> np.ndarray:
+    return oracle.nll_loss(x, target, *weight, ignore_index=spec.ignore_index)

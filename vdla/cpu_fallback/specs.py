@@ -19,6 +19,7 @@ from vdla.graph.ops import (
     concat_type,
     im2col_type,
     matmul_type,
+    nll_type,
     norm_type,
     pad_type,
     pool_window,
@@ -457,6 +458,26 @@ def make_trilu(x: TensorType, upper: bool = True, k: int = 0) -> TriluSpec:
     return TriluSpec(x.plain, bool(upper), int(k))
 
 
+@dataclass(frozen=True)
+class NllLossSpec:
+    """Per-element negative log-likelihood ``-x[n, t, d] * weight[t]`` at int32 targets (0 at ``ignore_index``,
+    NaN outside the classes), over (N, C, D) viewed inputs."""
+
+    x: TensorType
+    target: TensorType
+    weight: TensorType | None
+    ignore_index: int | None
+    out: TensorType
+
+
+def make_nll_loss(
+    x: TensorType, target: TensorType, weight: TensorType | None = None, ignore_index: int | None = None
+) -> NllLossSpec:
+    out = nll_type([x, target, *([weight] if weight is not None else [])])
+    ignore = None if ignore_index is None else int(ignore_index)
+    return NllLossSpec(x.plain, target.plain, None if weight is None else weight.plain, ignore, out)
+
+
 Spec = (
     ChainSpec
     | Pool2dSpec
@@ -478,6 +499,7 @@ Spec = (
     | CumSumSpec
     | TopKSpec
     | TriluSpec
+    | NllLossSpec
 )
 
 
@@ -491,6 +513,8 @@ def spec_inputs(spec: Spec) -> tuple[TensorType, ...]:
         return (spec.a, spec.b)
     if isinstance(spec, NormSpec):
         return (spec.x, *spec.affine)
+    if isinstance(spec, NllLossSpec):
+        return (spec.x, spec.target, *([spec.weight] if spec.weight is not None else []))
     return (spec.x,)
 
 
@@ -512,6 +536,7 @@ _OP_NAMES = {
     CumSumSpec: "cumsum",
     TopKSpec: "topk",
     TriluSpec: "trilu",
+    NllLossSpec: "nll_loss",
 }
 
 

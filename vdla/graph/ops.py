@@ -817,3 +817,30 @@ def _trilu(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarray
     (x,) = inputs
     _need("trilu", len(x.shape) >= 2, f"needs a tensor of rank 2 or more, got shape {x.shape}")
     return x
+
+
+def nll_type(inputs: list[TensorType] | tuple[TensorType, ...]) -> TensorType:
+    """The output type (N, D1, ...) of the per-element negative log-likelihood of float32 ``x`` (N, C, D1, ...)
+    at int32 class indices ``target`` (N, D1, ...), optionally weighted per class by a float32 (C,) tensor."""
+    x, target, *weight = inputs
+    op = "nll_loss"
+    _need(op, x.dtype == "float32" and len(x.shape) >= 2, f"expects a float32 (N, C, ...) input, got {x}")
+    want = (x.shape[0], *x.shape[2:])
+    _need(op, target.dtype == "int32" and target.shape == want, f"target must be int32 of shape {want}, got {target}")
+    for w in weight:
+        _need(op, w.dtype == "float32" and w.shape == (x.shape[1],), f"weight must be float32 ({x.shape[1]},), got {w}")
+    return TensorType(want, "float32")
+
+
+@register(
+    "nll_loss",
+    OPAQUE,
+    2,
+    3,
+    evaluate=lambda node, args, types, out: oracle.nll_loss(*args, ignore_index=node.attrs.get("ignore_index")),
+    cpu=CpuKernel("make_nll_loss"),
+)
+def _nll_loss(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarray]) -> TensorType:
+    """``-x[n, t, d...] * weight[t]`` at each target ``t`` (0 where ``t`` is ``ignore_index``; NaN where ``t``
+    lies outside the classes): the losses before their reduction."""
+    return nll_type(inputs)

@@ -464,3 +464,20 @@ def trilu(x: np.ndarray, upper: bool = True, k: int = 0) -> np.ndarray:
     j = np.arange(x.shape[-1]).reshape(1, -1)
     keep = (j - i >= k) if upper else (j - i <= k)
     return np.where(keep, x, np.zeros((), x.dtype))
+
+
+def nll_loss(
+    x: np.ndarray, target: np.ndarray, weight: np.ndarray | None = None, ignore_index: int | None = None
+) -> np.ndarray:
+    """Per element ``-x[n, t, d...] * weight[t]`` (weight 1 when absent) in float32, ``t = target[n, d...]``;
+    0 where ``t == ignore_index``, NaN where ``t`` lies outside ``[0, C)``."""
+    c = x.shape[1]
+    t = target.astype(np.int64)
+    inside = (t >= 0) & (t < c)
+    picked = np.take_along_axis(x, np.expand_dims(np.clip(t, 0, c - 1), 1), axis=1)[:, 0]
+    w = np.ones(c, np.float32) if weight is None else weight.astype(np.float32)
+    loss = (-picked * w[np.clip(t, 0, c - 1)]).astype(np.float32)
+    loss = np.where(inside, loss, np.float32(np.nan))
+    if ignore_index is not None:
+        loss = np.where(t == int(ignore_index), np.float32(0), loss)
+    return loss.astype(np.float32)

@@ -190,7 +190,7 @@ def fold_constants(graph: Graph) -> Graph:
     for n in graph.nodes:
         if n.inputs and n.output not in keep and all(i in params for i in n.inputs):
             value = evaluate_node(n, [params[i] for i in n.inputs], [types[i] for i in n.inputs], types[n.output])
-            params[n.output] = np.ascontiguousarray(value)
+            params[n.output] = np.ascontiguousarray(value).reshape(value.shape)  # a 0-d value stays 0-d
             if types[n.output].quant is not None:
                 param_types[n.output] = types[n.output]
             continue

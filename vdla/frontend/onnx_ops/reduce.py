@@ -287,3 +287,68 @@ def _trilu(b: Builder, node: OnnxNode) -> None:
     k = _const_int(b, node, 1, "k") if b.has(node, 1) else 0
     attrs = {"upper": bool(int(attr(node, "upper", 1))), "k": k}
     b.emit(node, "trilu", (b.tensor(node, 0),), attrs, out=node.outputs[0])
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Losses (forward)
+
+
+def _loss(b: Builder, node: OnnxNode, log_prob: str, quirk: bool) -> None:
+    """The per-element ``nll_loss`` of ``log_prob`` at the node's constant targets (input 1), then the
+    reduction: none, sum, or the mean weighted by the targets' class weights (ignored targets left out).
+    ``quirk``: NegativeLogLikelihoodLoss's reference averages over every element when ignore_index is -1
+    and no weight is given, where its other forms leave ignored elements out; that ambiguous case is refused."""
+    xs = b.type_of(log_prob).shape
+    if len(xs) < 2:
+        raise unsupported(node, f"needs an (N, C, ...) input, got shape {xs}")
+    reduction = str(attr(node, "reduction", "mean"))
+    if reduction not in ("none", "sum", "mean"):
+        raise unsupported(node, "reduction must be none, sum or mean", "reduction")
+    target = np.asarray(b.const(node, 1, "target"))
+    if target.dtype.kind not in "iu" or target.shape != (xs[0], *xs[2:]):
+        raise unsupported(node, f"target must hold integers of shape {(xs[0], *xs[2:])}, got {target.shape}")
+    ignore = attr(node, "ignore_index")
+    ignored = target == int(ignore) if ignore is not None else np.zeros(target.shape, bool)
+    if np.any(~ignored & ((target < 0) | (target >= xs[1]))):
+        raise unsupported(node, f"target classes outside [0, {xs[1]}) (and not ignore_index)")
+    weight = b.tensor(node, 2) if b.has(node, 2) else None
+    if weight is not None:
+        b.require_dtype(node, 2, FLOAT)
+    if quirk and weight is None and ignore is not None and int(ignore) == -1 and reduction == "mean" and ignored.any():
+        raise unsupported(node, "mean with ignored targets and no weight: the reference counts them", "ignore_index")
+    t = b.add_param(f"{node.input(1)}:int32", target.astype(np.int32))
+    attrs = {"ignore_index": None if ignore is None else int(ignore)}
+    out = node.outputs[0]
+    inputs = (log_prob, t, *([weight] if weight is not None else []))
+    if reduction == "none":
+        b.emit(node, "nll_loss", inputs, attrs, out=out)
+        return
+    losses = b.emit(node, "nll_loss", inputs, attrs, suffix="losses")
+    every = {"kind": "sum", "axes": tuple(range(len(xs) - 1)), "keepdims": False}
+    total = b.emit(node, "reduce", (losses,), every, out=out if reduction == "sum" else None, suffix="sum")
+    if reduction == "sum":
+        return
+    if weight is None:  # 0 / 0 is NaN, as the reference's mean of no element
+        b.emit(node, "div", (total,), {"b": float(np.count_nonzero(~ignored))}, out=out)
+        return
+    minus_one = b.add_param(f"{out}:minus_one", np.full(xs, -1, np.float32))  # the targets' weights' sum: the
+    weights = b.emit(node, "nll_loss", (minus_one, t, weight), attrs, suffix="target_weights")  # loss of -1s
+    b.emit(node, "div", (total, b.emit(node, "reduce", (weights,), every, suffix="weight_sum")), out=out)
+
+
+@converter("NegativeLogLikelihoodLoss", attrs=("ignore_index", "reduction"))
+def _nll(b: Builder, node: OnnxNode) -> None:
+    b.require_dtype(node, 0, FLOAT)
+    _loss(b, node, b.tensor(node, 0), quirk=True)
+
+
+@converter("SoftmaxCrossEntropyLoss", attrs=("ignore_index", "reduction"))
+def _softmax_cross_entropy(b: Builder, node: OnnxNode) -> None:
+    """``log_softmax`` over the classes (axis 1; the optional log_prob output), then the loss."""
+    b.require_dtype(node, 0, FLOAT)
+    if len(b.shape(node, 0)) < 2:
+        raise unsupported(node, f"needs an (N, C, ...) input, got shape {b.shape(node, 0)}")
+    wants_log_prob = len(node.outputs) > 1 and node.outputs[1] in b.used
+    out = node.outputs[1] if wants_log_prob else None
+    log_prob = b.emit(node, "log_softmax", (b.tensor(node, 0),), {"axis": 1}, out=out, suffix="log_prob")
+    _loss(b, node, log_prob, quirk=False)
