@@ -74,10 +74,10 @@ class _Slot:
     init: float | int
 
 
-def reduce_slots(kind: str, dtype: str) -> list[_Slot]:
+def reduce_slots(kind: str, dtype: str, last: bool = False) -> list[_Slot]:
     """The accumulators of a reduction ``kind`` of ``dtype`` elements: the running extreme (and, for
-    argmax/argmin, its int32 index), the float64 (int32) sum or product, or for log-sum-exp the maximum
-    and the float64 sum of exponentials."""
+    argmax/argmin, the int32 index of its first or ``last`` occurrence), the float64 (int32) sum or product,
+    or for log-sum-exp the maximum and the float64 sum of exponentials."""
     vt, fl = LL_TYPES[dtype], is_float(dtype)
     lo, hi = (float("-inf"), float("inf")) if fl else INT_RANGE[dtype]
     if kind in ("max", "argmax"):
@@ -88,31 +88,33 @@ def reduce_slots(kind: str, dtype: str) -> list[_Slot]:
         return [_Slot(F32, lo), _Slot(F64, 0.0)]
     else:
         first = _Slot(F64 if fl else I32, 1 if kind == "prod" else 0)
-    return [first, _Slot(I32, 0)] if kind in ("argmax", "argmin") else [first]
+    return [first, _Slot(I32, -1 if last else INT_RANGE["int32"][1])] if kind in ("argmax", "argmin") else [first]
 
 
 class _Reducer:
     """What one reduction kind does to its accumulators (:func:`reduce_slots`): the update with one element
     ``v`` at position ``pos`` along the reduced axis (:meth:`step`, in pass ``p``: log-sum-exp makes two
-    passes, the maximum first) and the output value (:meth:`result`)."""
+    passes, the maximum first; argmax/argmin too, the extreme first, then the least (greatest) position
+    holding it, NaN matching NaN, so that both passes are vectorizable reductions) and the output value
+    (:meth:`result`)."""
 
     def __init__(self, kb: KernelBuilder, spec: ReduceSpec) -> None:
         self.kb, self.b, self.kind, self.dt = kb, kb.b, spec.kind, spec.x.dtype
         self.fl = is_float(self.dt)
         self.count = math.prod(spec.x.shape[a] for a in spec.axes)
-        self.passes = 2 if spec.kind == "log_sum_exp" else 1
+        self.passes = 2 if spec.kind in ("log_sum_exp", "argmax", "argmin") else 1
         self.last = spec.select_last_index
-        self.slots = reduce_slots(spec.kind, spec.x.dtype)
+        self.slots = reduce_slots(spec.kind, spec.x.dtype, self.last)
 
     def step(self, p: int, acc: list[ir.Value], v: ir.Value, pos: ir.Value) -> list[ir.Value]:
         kb, b, k = self.kb, self.b, self.kind
-        if k in ("max", "min"):
+        if k in ("max", "min") or (k in ("argmax", "argmin") and p == 0):
             if self.fl:
-                return [kb.fmax(acc[0], v) if k == "max" else kb.fmin(acc[0], v)]
-            return [kb.smax(acc[0], v) if k == "max" else kb.smin(acc[0], v)]
+                return [kb.fmax(acc[0], v) if k.endswith("max") else kb.fmin(acc[0], v), *acc[1:]]
+            return [kb.smax(acc[0], v) if k.endswith("max") else kb.smin(acc[0], v), *acc[1:]]
         if k in ("argmax", "argmin"):
-            better = self._better(v, acc[0])
-            return [b.select(better, v, acc[0]), b.select(better, b.trunc(pos, I32), acc[1])]
+            candidate = b.select(self._matches(v, acc[0]), b.trunc(pos, I32), ir.Constant(I32, self.slots[1].init))
+            return [acc[0], kb.smax(acc[1], candidate) if self.last else kb.smin(acc[1], candidate)]
         if k == "log_sum_exp":
             if p == 0:
                 return [kb.fmax(acc[0], v), acc[1]]
@@ -129,17 +131,13 @@ class _Reducer:
             w = b.fmul(w, w)
         return [b.fadd(acc[0], w, flags=REASSOC)]
 
-    def _better(self, v: ir.Value, best: ir.Value) -> ir.Value:
-        """Whether ``v`` replaces ``best``: strictly more extreme (as extreme, for the last index); a NaN
-        replaces a number (the first NaN is kept, or the last one)."""
+    def _matches(self, v: ir.Value, extreme: ir.Value) -> ir.Value:
+        """Whether ``v`` is the extreme (NaN is, when the extreme is NaN: the first NaN wins, as numpy's)."""
         b = self.b
-        op = {"argmax": ">", "argmin": "<"}[self.kind] + ("=" if self.last else "")
         if not self.fl:
-            return b.icmp_signed(op, v, best)
-        nan = b.fcmp_unordered("uno", v, v)
-        if not self.last:
-            nan = b.and_(nan, b.fcmp_ordered("ord", best, best))
-        return b.or_(b.fcmp_ordered(op, v, best), nan)
+            return b.icmp_signed("==", v, extreme)
+        both_nan = b.and_(b.fcmp_unordered("uno", v, v), b.fcmp_unordered("uno", extreme, extreme))
+        return b.or_(b.fcmp_ordered("==", v, extreme), both_nan)
 
     def _finite(self, m: ir.Value) -> ir.Value:
         """``m`` where finite, else 0 (the shift of log-sum-exp)."""
@@ -165,7 +163,7 @@ class _Reducer:
 
 @scratch_elements.register
 def _(spec: ReduceSpec) -> int:
-    return _column_width(spec) * len(reduce_slots(spec.kind, spec.x.dtype)) * SLOT_BYTES // 4
+    return _column_width(spec) * len(reduce_slots(spec.kind, spec.x.dtype, spec.select_last_index)) * SLOT_BYTES // 4
 
 
 @_emit.register
