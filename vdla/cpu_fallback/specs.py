@@ -110,17 +110,23 @@ def make_global_avg_pool(x: TensorType, mean: bool = True) -> GlobalAvgPoolSpec:
     return GlobalAvgPoolSpec(x, TensorType((*x.shape[:2], 1, 1), x.dtype if mean else "int32"), mean)
 
 
+class SameTypeOut:
+    """A kernel whose output has the type of its input ``x`` (the specs below with an ``x`` field)."""
+
+    x: TensorType
+
+    @property
+    def out(self) -> TensorType:
+        return self.x
+
+
 @dataclass(frozen=True)
-class SoftmaxSpec:
+class SoftmaxSpec(SameTypeOut):
     """Softmax (or log-softmax, or hardmax: ``kind``) along one axis of a float32 tensor."""
 
     x: TensorType
     axis: int
     kind: str = "softmax"
-
-    @property
-    def out(self) -> TensorType:
-        return self.x
 
 
 def make_softmax(x: TensorType, axis: int = -1, kind: str = "softmax") -> SoftmaxSpec:
@@ -383,7 +389,7 @@ def make_reduce(x: TensorType, kind: str, axes, keepdims: bool = True, select_la
 
 
 @dataclass(frozen=True)
-class NormSpec:
+class NormSpec(SameTypeOut):
     """Layer (``layer_norm``) or RMS (``rms_norm``) normalization of float32 ``x`` over the axes from
     ``axis`` on, then the optional scale and bias (``affine``: their types, broadcasting to ``x``)."""
 
@@ -393,10 +399,6 @@ class NormSpec:
     axis: int
     epsilon: float
 
-    @property
-    def out(self) -> TensorType:
-        return self.x
-
 
 def make_norm(x: TensorType, *affine: TensorType, kind: str, axis: int = -1, epsilon: float) -> NormSpec:
     axis, _ = norm_type(kind, (x, *affine), axis)
@@ -404,17 +406,13 @@ def make_norm(x: TensorType, *affine: TensorType, kind: str, axis: int = -1, eps
 
 
 @dataclass(frozen=True)
-class CumSumSpec:
+class CumSumSpec(SameTypeOut):
     """Cumulative sum along ``axis``, ``exclusive`` of each element itself, from the end when ``reverse``."""
 
     x: TensorType
     axis: int
     exclusive: bool
     reverse: bool
-
-    @property
-    def out(self) -> TensorType:
-        return self.x
 
 
 def make_cumsum(x: TensorType, axis: int, exclusive: bool = False, reverse: bool = False) -> CumSumSpec:
@@ -441,16 +439,12 @@ def make_topk(x: TensorType, k: int, axis: int = -1, largest: bool = True, indic
 
 
 @dataclass(frozen=True)
-class TriluSpec:
+class TriluSpec(SameTypeOut):
     """The upper (``j - i >= k``) or lower (``j - i <= k``) triangle of the last two axes, zero elsewhere."""
 
     x: TensorType
     upper: bool
     k: int
-
-    @property
-    def out(self) -> TensorType:
-        return self.x
 
 
 def make_trilu(x: TensorType, upper: bool = True, k: int = 0) -> TriluSpec:
