@@ -121,6 +121,12 @@ def test_softmax_family_on_any_axis_matches_onnxruntime(op):
     matches_onnxruntime(model(nodes, [("x", F, x.shape)], outs, opset=13), {"x": x})
 
 
+def test_log_softmax_and_hardmax_take_softmax_s_opset_11_coercion_to_2d():
+    nodes = [helper.make_node(op, ["x"], [op], axis=2) for op in ("LogSoftmax", "Hardmax", "Softmax")]
+    outs = [(op, F, X.shape) for op in ("LogSoftmax", "Hardmax", "Softmax")]
+    matches_onnxruntime(model(nodes, [("x", F, X.shape)], outs, opset=11), {"x": X})
+
+
 def test_layer_norm_with_mean_and_inverse_std_outputs_matches_onnxruntime():
     s, b = RNG.standard_normal((4, 5)).astype(np.float32), RNG.standard_normal((5,)).astype(np.float32)
     nodes = [
