@@ -68,6 +68,9 @@ def _emit(spec: Spec, kb: KernelBuilder) -> None:
     raise TypeError(f"no emitter for {type(spec).__name__}")
 
 
+register_emitter = _emit.register  # a decorator: the emitter of the spec type its first argument is annotated with
+
+
 def contiguous_strides(shape: tuple[int, ...]) -> list[int]:
     return [math.prod(shape[i + 1 :]) for i in range(len(shape))]
 

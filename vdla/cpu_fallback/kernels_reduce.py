@@ -1,6 +1,6 @@
-"""CPU kernels of the reductions on any axes, the layer/RMS normalizations, the cumulative sum, top-k and the
-triangle masks, registered with :func:`vdla.cpu_fallback.kernels.emit` (importing this module registers
-them; :mod:`vdla.cpu_fallback.jit` does).
+"""CPU kernels of the reductions on any axes, the layer/RMS normalizations, the cumulative sum, top-k, the
+triangle masks and the negative log-likelihood, registered with :func:`vdla.cpu_fallback.kernels.emit`
+(importing this module registers them; :mod:`vdla.cpu_fallback.jit` does).
 
 Reductions coalesce the axes into runs that are all reduced or all kept (unit axes dropped), so that the
 loops walk memory in order. When the last run is reduced, each output element keeps its accumulator in a
@@ -21,7 +21,7 @@ from llvmlite import ir
 
 from vdla.cpu_fallback.codegen import REASSOC, KernelBuilder
 from vdla.cpu_fallback.ew_emit import broadcast_strides
-from vdla.cpu_fallback.kernels import _emit, coalesce, contiguous_strides, scratch_elements
+from vdla.cpu_fallback.kernels import coalesce, contiguous_strides, register_emitter, scratch_elements
 from vdla.cpu_fallback.lltypes import F32, I32, I64, LL_TYPES, i64
 from vdla.cpu_fallback.specs import CumSumSpec, NllLossSpec, NormSpec, ReduceSpec, TopKSpec, TriluSpec
 from vdla.graph.types import INT_RANGE, is_float
@@ -166,7 +166,7 @@ def _(spec: ReduceSpec) -> int:
     return _column_width(spec) * len(reduce_slots(spec.kind, spec.x.dtype, spec.select_last_index)) * SLOT_BYTES // 4
 
 
-@_emit.register
+@register_emitter
 def _reduce(spec: ReduceSpec, kb: KernelBuilder) -> None:
     """Row-wise (the accumulators in registers, one output element at a time) or column-wise (a row of
     accumulators in the scratch buffer per outer index), see the module docstring."""
@@ -225,7 +225,7 @@ def _reduce(spec: ReduceSpec, kb: KernelBuilder) -> None:
 # Layer and RMS normalization
 
 
-@_emit.register
+@register_emitter
 def _norm(spec: NormSpec, kb: KernelBuilder) -> None:
     """Per row (the normalized trailing axes, contiguous): the float64 mean and mean of squared deviations
     (or of squares, RMS) in vectorizable passes, then ``(x - mean) / sqrt(var + eps)`` in float64 times the
@@ -272,7 +272,7 @@ def _split(shape: tuple[int, ...], axis: int) -> tuple[int, int, int]:
     return math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1 :])
 
 
-@_emit.register
+@register_emitter
 def _cumsum(spec: CumSumSpec, kb: KernelBuilder) -> None:
     """Along the axis in order (from the end when ``reverse``), each step adding the previous sum and one
     element (the previous one when ``exclusive``) for all ``inner`` positions at once (contiguous)."""
@@ -299,7 +299,7 @@ def _(spec: TopKSpec) -> int:
     return 2 * spec.k  # the k best values (4 bytes or less each) and their int32 indices
 
 
-@_emit.register
+@register_emitter
 def _topk(spec: TopKSpec, kb: KernelBuilder) -> None:
     """Per row along the axis: a sorted list of the best ``k`` elements so far (values and indices in the
     scratch buffer); an element better than the list's last (or while the list is short) is inserted by one
@@ -353,7 +353,7 @@ def _topk(spec: TopKSpec, kb: KernelBuilder) -> None:
                 kb.store(_load(kb, vt, values, t), dt, y, out)
 
 
-@_emit.register
+@register_emitter
 def _trilu(spec: TriluSpec, kb: KernelBuilder) -> None:
     """Per row ``r`` of each matrix: the kept columns are one run ``[lo, hi)`` (``j >= r + k`` or
     ``j <= r + k``, clamped to the row), copied; the others are zero."""
@@ -381,7 +381,7 @@ def _trilu(spec: TriluSpec, kb: KernelBuilder) -> None:
 # Negative log-likelihood
 
 
-@_emit.register
+@register_emitter
 def _nll_loss(spec: NllLossSpec, kb: KernelBuilder) -> None:
     """Per (n, d): the class index ``t``, clamped for the load, then ``-x[n, t, d] * weight[t]``, 0 where ``t``
     is ``ignore_index`` and NaN where it lies outside the classes."""

@@ -9,14 +9,15 @@ type rule.
 
 Every node of a :class:`~vdla.graph.graph.Graph` names one of these operators. The pattern kind is
 TVM's, used by the fusion pass: ``injective`` (each output element depends on one input element:
-elementwise ops, reshapes, layout changes), ``reduction`` (pooling), ``complex`` (complex-out-fusable:
+elementwise ops, reshapes, layout changes), ``reduction`` (pooling, ``reduce``), ``complex`` (complex-out-fusable:
 conv2d and dense, which take injective consumers into their epilogue) and ``opaque`` (nothing fuses
 across it). The type rule maps the input types and attributes to the output type, quantization
 included; it raises :class:`~vdla.graph.types.UnsupportedError` naming the operator and the problem.
 
 Invariants: conv2d/dense on int8 accumulate into int32 (no quantization on the accumulator); a
 quantized int8 tensor carries its :class:`~vdla.graph.types.Quant`; max pooling, ReLU, clip, reshape,
-transpose, slice, nearest resize, im2col (per-tensor) and layout changes keep the quantization of their input.
+transpose, slice, nearest resize, im2col (per-tensor), layout changes, a max/min ``reduce`` (per-tensor) and
+``topk`` values keep the quantization of their input.
 """
 
 from __future__ import annotations

@@ -314,7 +314,9 @@ def _merge_groups(b: Builder, node: OnnxNode, x: str, h: _Heads) -> str:
 def _attention(b: Builder, node: OnnxNode) -> None:
     """``softmax(Q K^T * scale (softcapped) + bias) V`` as transposes, reshapes, two batched matmuls, adds
     and a softmax; the present key/value (past concatenated with the new) and the QK output of every
-    ``qk_matmul_output_mode`` where read."""
+    ``qk_matmul_output_mode`` where read, as ONNX's reference computes them (modes 0 and 1: the scaled,
+    softcapped product; 2: plus the bias; 3: the probabilities). The softmax runs in float32 whatever
+    ``softmax_precision`` names (the inputs are float32)."""
     h = _heads(b, node)
     mode = _int_attr(node, "qk_matmul_output_mode", 0, (0, 1, 2, 3))
     _int_attr(node, "is_causal", 0, (0, 1))
