@@ -168,7 +168,7 @@ def _compare(got: np.ndarray, want: np.ndarray) -> tuple[bool, float, str]:
         finite = np.isfinite(w)
         scale = max(1.0, float(np.abs(w[finite]).max())) if finite.any() else 1.0
         ok = np.allclose(g, w, rtol=RTOL, atol=ATOL * scale, equal_nan=True)
-        err = float(np.nanmax(np.abs(g - w)[finite])) if finite.any() else 0.0
+        err = float(np.nanmax(np.abs(g[finite] - w[finite]))) if finite.any() else 0.0
         return bool(ok), err, "" if ok else f"max abs error {err:.3g} (scale {scale:.3g})"
     if got.dtype.kind not in "iu" and want.dtype.kind in "iub":
         return False, float("inf"), f"dtype {got.dtype} where {want.dtype} was expected"
