@@ -174,6 +174,7 @@ def test_simplify_runs_every_pass_verified(monkeypatch):
         "remove_identities",
         "fold_constants",
         "fold_batch_norm",
+        "fuse_layer_norm",
         "eliminate_dead_code",
     ]
     # a broken input is reported as such, a pass that breaks an invariant by its name

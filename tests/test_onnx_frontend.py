@@ -155,12 +155,12 @@ def test_dynamic_batch_needs_input_shapes():
 def test_unsupported_operator_names_node_op_type_and_attributes():
     m = Model()
     m.node("Relu", ["x"], "r")
-    m.node("LpNormalization", ["r"], "y", name="normalize_me", axis=1, p=2)
+    m.node("RandomUniformLike", ["r"], "y", name="randomize_me", low=-1.0, high=2.0)
     model = m.build([("x", F, [2, 8])], [("y", F, [2, 8])])
     with pytest.raises(UnsupportedError) as e:
         import_onnx(model)
     msg = str(e.value)
-    assert "'normalize_me'" in msg and "LpNormalization" in msg and "axis=1" in msg and "p=2" in msg
+    assert "'randomize_me'" in msg and "RandomUniformLike" in msg and "high=2.0" in msg and "low=-1.0" in msg
 
 
 def test_unsupported_attribute_value_is_named():

@@ -30,6 +30,7 @@ from llvmlite import ir
 import vdla.cpu_fallback.abi as abi
 import vdla.cpu_fallback.kernels as kernels
 import vdla.cpu_fallback.kernels_layout as kernels_layout
+import vdla.cpu_fallback.kernels_reduce as kernels_reduce  # registers its emitters with kernels.emit
 from vdla.cpu_fallback.specs import Spec, spec_inputs, spec_op
 from vdla.graph.types import TensorType, UnsupportedError
 
@@ -45,7 +46,7 @@ def _source_fingerprint() -> str:
     from vdla.isa import arith
 
     h = hashlib.sha256()
-    modules = (abi, lltypes, entry, codegen, ew_emit, specs, kernels, kernels_layout)
+    modules = (abi, lltypes, entry, codegen, ew_emit, specs, kernels, kernels_layout, kernels_reduce)
     modules += (ew, ewmath, ops, oracle, types, window, arith)
     for mod in modules:
         h.update(Path(mod.__file__).read_bytes())

@@ -46,9 +46,15 @@ from vdla.graph.types import is_float
 from vdla.graph.window import Window
 
 
+@singledispatch
 def scratch_elements(spec: Spec) -> int:
     """float32 scratch elements a kernel needs (passed after the output; 0: no scratch argument)."""
-    return spec.w.size if isinstance(spec, CpuConv2dSpec) and spec.x.dtype == "int8" else 0
+    return 0
+
+
+@scratch_elements.register
+def _(spec: CpuConv2dSpec) -> int:
+    return spec.w.size if spec.x.dtype == "int8" else 0
 
 
 def emit(spec: Spec, module: ir.Module, name: str, layout: ObjectLayout) -> None:
@@ -62,6 +68,9 @@ def emit(spec: Spec, module: ir.Module, name: str, layout: ObjectLayout) -> None
 @singledispatch
 def _emit(spec: Spec, kb: KernelBuilder) -> None:
     raise TypeError(f"no emitter for {type(spec).__name__}")
+
+
+register_emitter = _emit.register  # a decorator: the emitter of the spec type its first argument is annotated with
 
 
 def contiguous_strides(shape: tuple[int, ...]) -> list[int]:
@@ -279,37 +288,64 @@ def _global_avg_pool(spec: GlobalAvgPoolSpec, kb: KernelBuilder) -> None:
 
 @_emit.register
 def _softmax(spec: SoftmaxSpec, kb: KernelBuilder) -> None:
+    """Per outer index, all ``inner`` rows along the axis at once (the inner loops walk contiguous memory):
+    softmax and log-softmax in three passes (max; exp and sum; scale, or subtract the log of the sum),
+    hardmax in two (the first maximum's index, NaN counting as the maximum; the one-hot)."""
     b = kb.b
     shape, axis = spec.x.shape, spec.axis
     outer, n, inner = math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1 :])
     mx, sm = kb.alloca("float32", inner), kb.alloca("float32", inner)
     (x,), y = kb.inputs, kb.out
+    f32 = lambda v: ir.Constant(F32, v)  # noqa: E731
 
     def over_axis(o: ir.Value, body) -> None:
         with kb.loop(0, n) as a, kb.loop(0, inner) as i:
-            body(i, kb.linear([o, a, i], [n * inner, inner, 1]))
+            body(i, kb.linear([o, a, i], [n * inner, inner, 1]), a)
+
+    def running_max(i: ir.Value, off: ir.Value, a: ir.Value) -> None:
+        kb.store(kb.fmax(kb.load("float32", mx, i), kb.load("float32", x, off)), "float32", mx, i)
+
+    def exp_and_sum(i: ir.Value, off: ir.Value, a: ir.Value) -> None:
+        e = kb.exp(b.fsub(kb.load("float32", x, off), kb.load("float32", mx, i)))
+        if spec.kind == "softmax":
+            kb.store(e, "float32", y, off)
+        kb.store(b.fadd(kb.load("float32", sm, i), e, flags=REASSOC), "float32", sm, i)
+
+    def finish(i: ir.Value, off: ir.Value, a: ir.Value) -> None:
+        if spec.kind == "softmax":
+            v = b.fmul(kb.load("float32", y, off), kb.load("float32", sm, i))
+        else:
+            v = b.fsub(b.fsub(kb.load("float32", x, off), kb.load("float32", mx, i)), kb.load("float32", sm, i))
+        kb.store(v, "float32", y, off)
+
+    first = kb.alloca("int32", inner)  # hardmax: the index of the first maximum
+
+    def track_first_max(i: ir.Value, off: ir.Value, a: ir.Value) -> None:
+        v, m = kb.load("float32", x, off), kb.load("float32", mx, i)
+        nan_over_number = b.and_(b.fcmp_unordered("uno", v, v), b.fcmp_ordered("ord", m, m))
+        better = b.or_(b.fcmp_ordered(">", v, m), nan_over_number)
+        kb.store(b.select(better, v, m), "float32", mx, i)
+        kb.store(b.select(better, b.trunc(a, I32), kb.load("int32", first, i)), "int32", first, i)
+
+    def one_hot(i: ir.Value, off: ir.Value, a: ir.Value) -> None:
+        hot = b.icmp_signed("==", b.trunc(a, I32), kb.load("int32", first, i))
+        kb.store(b.uitofp(hot, F32), "float32", y, off)
 
     with kb.loop(0, outer) as o:
         with kb.loop(0, inner) as i:
-            kb.store(ir.Constant(F32, float("-inf")), "float32", mx, i)
-            kb.store(ir.Constant(F32, 0.0), "float32", sm, i)
-        over_axis(
-            o,
-            lambda i, off: kb.store(kb.fmax(kb.load("float32", mx, i), kb.load("float32", x, off)), "float32", mx, i),
-        )
-
-        def exp_and_sum(i: ir.Value, off: ir.Value) -> None:
-            e = kb.exp(b.fsub(kb.load("float32", x, off), kb.load("float32", mx, i)))
-            kb.store(e, "float32", y, off)
-            kb.store(b.fadd(kb.load("float32", sm, i), e, flags=REASSOC), "float32", sm, i)
-
-        over_axis(o, exp_and_sum)
-        with kb.loop(0, inner) as i:
-            kb.store(b.fdiv(ir.Constant(F32, 1.0), kb.load("float32", sm, i)), "float32", sm, i)
-        over_axis(
-            o,
-            lambda i, off: kb.store(b.fmul(kb.load("float32", y, off), kb.load("float32", sm, i)), "float32", y, off),
-        )
+            kb.store(f32(float("-inf")), "float32", mx, i)
+            kb.store(f32(0.0), "float32", sm, i)
+            kb.store(ir.Constant(I32, 0), "int32", first, i)
+        if spec.kind == "hardmax":
+            over_axis(o, track_first_max)
+            over_axis(o, one_hot)
+        else:
+            over_axis(o, running_max)
+            over_axis(o, exp_and_sum)
+            with kb.loop(0, inner) as i:
+                total = kb.load("float32", sm, i)
+                kb.store(kb.log(total) if spec.kind == "log_softmax" else b.fdiv(f32(1.0), total), "float32", sm, i)
+            over_axis(o, finish)
 
 
 # ---------------------------------------------------------------------------------------------------------

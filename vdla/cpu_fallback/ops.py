@@ -16,21 +16,26 @@ from vdla.cpu_fallback.specs import (
     make_concat,
     make_conv2d,
     make_conv_transpose,
+    make_cumsum,
     make_dense,
     make_gather,
     make_global_avg_pool,
     make_grid_sample,
     make_im2col,
     make_matmul,
+    make_norm,
     make_pack,
     make_pad,
     make_pool2d,
+    make_reduce,
     make_resize,
     make_scatter,
     make_slice,
     make_softmax,
     make_take,
+    make_topk,
     make_transpose,
+    make_trilu,
     make_unpack,
 )
 from vdla.cpu_fallback.stacking import resolve_steps, run_chain
@@ -246,9 +251,52 @@ def global_avg_pool(x: np.ndarray, *, out: Out = None) -> np.ndarray:
     return _run(make_global_avg_pool(TensorType.of(x, "global_avg_pool")), [x], out)
 
 
-def softmax(x: np.ndarray, axis: int = -1, *, out: Out = None) -> np.ndarray:
-    x = _arr("softmax", x)
-    return _run(make_softmax(TensorType.of(x, "softmax"), axis), [x], out)
+def softmax(x: np.ndarray, axis: int = -1, kind: str = "softmax", *, out: Out = None) -> np.ndarray:
+    """Softmax along ``axis``; ``kind`` ``log_softmax`` its logarithm, ``hardmax`` the one-hot of the first
+    maximum."""
+    x = _arr(kind, x)
+    return _run(make_softmax(TensorType.of(x, kind), axis, kind), [x], out)
+
+
+# -- reductions, normalizations, scans, selections --------------------------------------------------------
+
+
+def reduce(
+    x: np.ndarray, kind: str, axes: Sequence[int], keepdims: bool = True, select_last_index: bool = False,
+    *, out: Out = None,
+) -> np.ndarray:  # fmt: skip
+    """``x`` reduced over ``axes`` by ``kind`` (:data:`vdla.graph.ops.REDUCE_KINDS`: sum, mean, max, ...,
+    argmax/argmin giving int32 indices)."""
+    x = _arr("reduce", x)
+    return _run(make_reduce(TensorType.of(x, "reduce"), kind, axes, keepdims, select_last_index), [x], out)
+
+
+def normalize(
+    x: np.ndarray, scale: np.ndarray | None = None, bias: np.ndarray | None = None, *, axis: int = -1,
+    epsilon: float = 1e-5, kind: str = "layer_norm", out: Out = None,
+) -> np.ndarray:  # fmt: skip
+    """Layer (``layer_norm``) or RMS (``rms_norm``) normalization over the axes from ``axis`` on, times the
+    scale plus the bias (broadcasting to ``x``)."""
+    arrays = [_arr(kind, a) for a in (x, scale, bias) if a is not None]
+    types = [TensorType.of(a, kind) for a in arrays]
+    return _run(make_norm(*types, kind=kind, axis=axis, epsilon=epsilon), arrays, out)
+
+
+def cumsum(x: np.ndarray, axis: int, exclusive: bool = False, reverse: bool = False, *, out: Out = None) -> np.ndarray:
+    x = _arr("cumsum", x)
+    return _run(make_cumsum(TensorType.of(x, "cumsum"), axis, exclusive, reverse), [x], out)
+
+
+def topk(x: np.ndarray, k: int, axis: int = -1, largest: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """The ``k`` largest (smallest) entries along ``axis`` in order and their int32 indices."""
+    x = _arr("topk", x)
+    t = TensorType.of(x, "topk")
+    return _run(make_topk(t, k, axis, largest, False), [x], None), _run(make_topk(t, k, axis, largest, True), [x], None)
+
+
+def trilu(x: np.ndarray, upper: bool = True, k: int = 0, *, out: Out = None) -> np.ndarray:
+    x = _arr("trilu", x)
+    return _run(make_trilu(TensorType.of(x, "trilu"), upper, k), [x], out)
 
 
 # -- layout -----------------------------------------------------------------------------------------------

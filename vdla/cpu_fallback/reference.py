@@ -15,23 +15,29 @@ from vdla.cpu_fallback.specs import (
     CpuConv2dSpec,
     CpuConvTransposeSpec,
     CpuDenseSpec,
+    CumSumSpec,
     GatherSpec,
     GlobalAvgPoolSpec,
     GridSampleSpec,
     Im2colSpec,
     InterleaveSpec,
     MatMulSpec,
+    NllLossSpec,
+    NormSpec,
     OneHotSpec,
     PackSpec,
     PadSpec,
     Pool2dSpec,
+    ReduceSpec,
     ResizeSpec,
     ScatterSpec,
     SliceSpec,
     SoftmaxSpec,
     Spec,
     TakeSpec,
+    TopKSpec,
     TransposeSpec,
+    TriluSpec,
     UnpackSpec,
 )
 from vdla.graph import layout, oracle
@@ -65,7 +71,7 @@ def _(spec: GlobalAvgPoolSpec, x: np.ndarray) -> np.ndarray:
 
 @reference.register
 def _(spec: SoftmaxSpec, x: np.ndarray) -> np.ndarray:
-    return oracle.softmax(x, spec.axis)
+    return oracle.softmax(x, spec.axis, spec.kind)
 
 
 @reference.register
@@ -170,3 +176,33 @@ def _(spec: GridSampleSpec, x: np.ndarray, grid: np.ndarray) -> np.ndarray:
 @reference.register
 def _(spec: OneHotSpec, indices: np.ndarray, values: np.ndarray) -> np.ndarray:
     return oracle.one_hot(indices, values, spec.depth, spec.axis)
+
+
+def _(spec: ReduceSpec, x: np.ndarray) -> np.ndarray:
+    return oracle.reduce(x, spec.kind, spec.axes, spec.select_last_index).reshape(spec.out.shape)
+
+
+@reference.register
+def _(spec: NormSpec, x: np.ndarray, *affine: np.ndarray) -> np.ndarray:
+    return oracle.normalize(x, spec.axis, spec.epsilon, spec.kind == "layer_norm", *affine)
+
+
+@reference.register
+def _(spec: CumSumSpec, x: np.ndarray) -> np.ndarray:
+    return oracle.cumsum(x, spec.axis, spec.exclusive, spec.reverse)
+
+
+@reference.register
+def _(spec: TopKSpec, x: np.ndarray) -> np.ndarray:
+    values, index = oracle.topk(x, spec.k, spec.axis, spec.largest)
+    return index if spec.indices else values
+
+
+@reference.register
+def _(spec: TriluSpec, x: np.ndarray) -> np.ndarray:
+    return oracle.trilu(x, spec.upper, spec.k)
+
+
+@reference.register
+def _(spec: NllLossSpec, x: np.ndarray, target: np.ndarray, *weight: np.ndarray) -> np.ndarray:
+    return oracle.nll_loss(x, target, *weight, ignore_index=spec.ignore_index)

@@ -23,13 +23,19 @@ from vdla.graph.ops import (
     im2col_type,
     interleave_type,
     matmul_type,
+    nll_type,
+    norm_type,
     one_hot_type,
     pad_type,
     pool_window,
+    reduce_type,
     resize_type,
+    scan_type,
     slice_type,
+    softmax_type,
     take_fill,
     take_type,
+    topk_type,
     transpose_type,
     transposed_window,
 )
@@ -113,22 +119,28 @@ def make_global_avg_pool(x: TensorType, mean: bool = True) -> GlobalAvgPoolSpec:
     return GlobalAvgPoolSpec(x, TensorType((*x.shape[:2], 1, 1), x.dtype if mean else "int32"), mean)
 
 
-@dataclass(frozen=True)
-class SoftmaxSpec:
-    """Softmax along one axis of a float32 tensor."""
+class SameTypeOut:
+    """A kernel whose output has the type of its input ``x`` (the specs below with an ``x`` field)."""
 
     x: TensorType
-    axis: int
 
     @property
     def out(self) -> TensorType:
         return self.x
 
 
-def make_softmax(x: TensorType, axis: int = -1) -> SoftmaxSpec:
-    _need("softmax", x.dtype == "float32", f"requires float32, got {x.dtype}")
-    _need("softmax", -len(x.shape) <= axis < len(x.shape), f"axis {axis} out of range for {x.shape}")
-    return SoftmaxSpec(x, axis % len(x.shape))
+@dataclass(frozen=True)
+class SoftmaxSpec(SameTypeOut):
+    """Softmax (or log-softmax, or hardmax: ``kind``) along one axis of a float32 tensor."""
+
+    x: TensorType
+    axis: int
+    kind: str = "softmax"
+
+
+def make_softmax(x: TensorType, axis: int = -1, kind: str = "softmax") -> SoftmaxSpec:
+    axis, _ = softmax_type(kind, x, axis)
+    return SoftmaxSpec(x.plain, axis, kind)
 
 
 @dataclass(frozen=True)
@@ -511,6 +523,111 @@ def make_interleave(inputs: tuple[TensorType, ...], stride) -> InterleaveSpec:
     return InterleaveSpec(tuple(t.plain for t in inputs), stride, out.plain)
 
 
+# ---------------------------------------------------------------------------------------------------------
+# Reductions on any axes, normalizations, scans and selections
+
+
+@dataclass(frozen=True)
+class ReduceSpec:
+    """``x`` reduced over ``axes`` by ``kind`` (:data:`vdla.graph.ops.REDUCE_KINDS`); the output keeps the
+    order of the remaining elements (with or without the reduced axes as size 1: ``out.shape``)."""
+
+    x: TensorType
+    kind: str
+    axes: tuple[int, ...]
+    select_last_index: bool
+    out: TensorType
+
+
+def make_reduce(x: TensorType, kind: str, axes, keepdims: bool = True, select_last_index: bool = False) -> ReduceSpec:
+    axes, out = reduce_type(x, kind, axes, keepdims)
+    return ReduceSpec(x.plain, kind, axes, bool(select_last_index) and kind in ("argmax", "argmin"), out.plain)
+
+
+@dataclass(frozen=True)
+class NormSpec(SameTypeOut):
+    """Layer (``layer_norm``) or RMS (``rms_norm``) normalization of float32 ``x`` over the axes from
+    ``axis`` on, then the optional scale and bias (``affine``: their types, broadcasting to ``x``)."""
+
+    x: TensorType
+    affine: tuple[TensorType, ...]
+    kind: str
+    axis: int
+    epsilon: float
+
+
+def make_norm(x: TensorType, *affine: TensorType, kind: str, axis: int = -1, epsilon: float) -> NormSpec:
+    axis, _ = norm_type(kind, (x, *affine), axis)
+    return NormSpec(x.plain, tuple(t.plain for t in affine), kind, axis, float(epsilon))
+
+
+@dataclass(frozen=True)
+class CumSumSpec(SameTypeOut):
+    """Cumulative sum along ``axis``, ``exclusive`` of each element itself, from the end when ``reverse``."""
+
+    x: TensorType
+    axis: int
+    exclusive: bool
+    reverse: bool
+
+
+def make_cumsum(x: TensorType, axis: int, exclusive: bool = False, reverse: bool = False) -> CumSumSpec:
+    axis, _ = scan_type(x, axis)
+    return CumSumSpec(x.plain, axis, bool(exclusive), bool(reverse))
+
+
+@dataclass(frozen=True)
+class TopKSpec:
+    """The ``k`` largest (or smallest) entries along ``axis`` in order (ties: the lower index first; NaN is
+    the largest): their values, or with ``indices`` their int32 indices."""
+
+    x: TensorType
+    k: int
+    axis: int
+    largest: bool
+    indices: bool
+    out: TensorType
+
+
+def make_topk(x: TensorType, k: int, axis: int = -1, largest: bool = True, indices: bool = False) -> TopKSpec:
+    axis, out = topk_type(x, int(k), axis, bool(indices))
+    return TopKSpec(x.plain, int(k), axis, bool(largest), bool(indices), out.plain)
+
+
+@dataclass(frozen=True)
+class TriluSpec(SameTypeOut):
+    """The upper (``j - i >= k``) or lower (``j - i <= k``) triangle of the last two axes, zero elsewhere."""
+
+    x: TensorType
+    upper: bool
+    k: int
+
+
+def make_trilu(x: TensorType, upper: bool = True, k: int = 0) -> TriluSpec:
+    _need("trilu", len(x.shape) >= 2, f"needs a tensor of rank 2 or more, got shape {x.shape}")
+    return TriluSpec(x.plain, bool(upper), int(k))
+
+
+@dataclass(frozen=True)
+class NllLossSpec:
+    """Per-element negative log-likelihood ``-x[n, t, d] * weight[t]`` at int32 targets (0 at ``ignore_index``,
+    NaN outside the classes), over (N, C, D) viewed inputs."""
+
+    x: TensorType
+    target: TensorType
+    weight: TensorType | None
+    ignore_index: int | None
+    out: TensorType
+
+
+def make_nll_loss(
+    x: TensorType, target: TensorType, weight: TensorType | None = None, ignore_index: int | None = None
+) -> NllLossSpec:
+    out = nll_type([x, target, *([weight] if weight is not None else [])])
+    ignore = None if ignore_index is None else int(ignore_index)
+    return NllLossSpec(x.plain, target.plain, None if weight is None else weight.plain, ignore, out)
+
+
 Spec = (
     ChainSpec
     | Pool2dSpec
@@ -534,6 +651,12 @@ Spec = (
     | CpuConv2dSpec
     | CpuConvTransposeSpec
     | InterleaveSpec
+    | ReduceSpec
+    | NormSpec
+    | CumSumSpec
+    | TopKSpec
+    | TriluSpec
+    | NllLossSpec
 )
 
 
@@ -557,13 +680,16 @@ def spec_inputs(spec: Spec) -> tuple[TensorType, ...]:
         return (spec.x, spec.grid)
     if isinstance(spec, OneHotSpec):
         return (spec.indices, spec.values)
+    if isinstance(spec, NormSpec):
+        return (spec.x, *spec.affine)
+    if isinstance(spec, NllLossSpec):
+        return (spec.x, spec.target, *([spec.weight] if spec.weight is not None else []))
     return (spec.x,)
 
 
 _OP_NAMES = {
     ChainSpec: "chain",
     GlobalAvgPoolSpec: "global_avg_pool",
-    SoftmaxSpec: "softmax",
     TransposeSpec: "transpose",
     PackSpec: "pack_blocked",
     UnpackSpec: "unpack_blocked",
@@ -582,9 +708,18 @@ _OP_NAMES = {
     CpuConv2dSpec: "conv2d",
     CpuConvTransposeSpec: "conv_transpose",
     InterleaveSpec: "interleave",
+    ReduceSpec: "reduce",
+    CumSumSpec: "cumsum",
+    TopKSpec: "topk",
+    TriluSpec: "trilu",
+    NllLossSpec: "nll_loss",
 }
 
 
 def spec_op(spec: Spec) -> str:
     """Operator name of a spec, used in kernel names and error messages."""
-    return f"{spec.kind}_pool2d" if isinstance(spec, Pool2dSpec) else _OP_NAMES[type(spec)]
+    if isinstance(spec, Pool2dSpec):
+        return f"{spec.kind}_pool2d"
+    if isinstance(spec, SoftmaxSpec | NormSpec):
+        return spec.kind
+    return _OP_NAMES[type(spec)]

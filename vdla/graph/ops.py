@@ -9,16 +9,17 @@ type rule.
 
 Every node of a :class:`~vdla.graph.graph.Graph` names one of these operators. The pattern kind is
 TVM's, used by the fusion pass: ``injective`` (each output element depends on one input element:
-elementwise ops, reshapes, layout changes), ``reduction`` (pooling), ``complex`` (complex-out-fusable:
+elementwise ops, reshapes, layout changes), ``reduction`` (pooling, ``reduce``), ``complex`` (complex-out-fusable:
 conv2d and dense, which take injective consumers into their epilogue) and ``opaque`` (nothing fuses
 across it). The type rule maps the input types and attributes to the output type, quantization
 included; it raises :class:`~vdla.graph.types.UnsupportedError` naming the operator and the problem.
 
 Invariants: conv2d/dense on int8 accumulate into int32 (no quantization on the accumulator); a
 quantized int8 tensor carries its :class:`~vdla.graph.types.Quant`; max pooling, ReLU, clip, reshape,
-transpose, slice, take and gather (per-tensor), nearest resize, im2col (per-tensor) and layout changes keep the
-quantization of their input. Every index a take, gather or scatter reads is checked by its type rule, when
-compiling (constant tables and offsets): their kernels do not bounds-check.
+transpose, slice, take and gather (per-tensor), nearest resize, im2col (per-tensor), layout changes, a max/min
+``reduce`` (per-tensor) and ``topk`` values keep the quantization of their input. Every index a take, gather or
+scatter reads is checked by its type rule, when compiling (constant tables and offsets): their kernels do not
+bounds-check.
 """
 
 from __future__ import annotations
@@ -546,19 +547,32 @@ def _global_sum_pool(node: Node, inputs: list[TensorType], params: Mapping[str, 
     return TensorType((*x.shape[:2], 1, 1), "int32")
 
 
-@register(
-    "softmax",
-    OPAQUE,
-    1,
-    evaluate=lambda node, args, types, out: oracle.softmax(args[0], int(node.attrs.get("axis", -1))),
-    cpu=CpuKernel("make_softmax"),
-)
-def _softmax(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarray]) -> TensorType:
-    (x,) = inputs
-    axis = int(node.attrs.get("axis", -1))
-    _need("softmax", x.dtype == "float32", f"requires float32, got {x.dtype}")
-    _need("softmax", -len(x.shape) <= axis < len(x.shape), f"axis {axis} out of range for {x.shape}")
-    return x
+SOFTMAX_KINDS = ("softmax", "log_softmax", "hardmax")
+
+
+def softmax_type(op: str, x: TensorType, axis: int) -> tuple[int, TensorType]:
+    """The normalised axis and the output type (``x``'s) of a softmax-like operator along ``axis`` of a
+    float32 ``x``."""
+    _need(op, x.dtype == "float32", f"requires float32, got {x.dtype}")
+    _need(op, -len(x.shape) <= axis < len(x.shape), f"axis {axis} out of range for {x.shape}")
+    return axis % len(x.shape), x
+
+
+def _softmax_rule(op: str) -> Infer:
+    def rule(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarray]) -> TensorType:
+        return softmax_type(op, inputs[0], int(node.attrs.get("axis", -1)))[1]
+
+    return rule
+
+
+for _kind in SOFTMAX_KINDS:  # softmax, log(softmax) and the one-hot of the (first) maximum along one axis
+    register(
+        _kind,
+        OPAQUE,
+        1,
+        evaluate=lambda node, args, types, out, k=_kind: oracle.softmax(args[0], int(node.attrs.get("axis", -1)), k),
+        cpu=CpuKernel("make_softmax", (("kind", _kind),)),
+    )(_softmax_rule(_kind))
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -973,3 +987,194 @@ def attrs_text(attrs: Mapping[str, Any]) -> str:
         return repr(v)
 
     return ", ".join(f"{k}={short(v)}" for k, v in sorted(attrs.items()))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Reductions on any axes, normalizations, scans and selections
+
+# what each reduction computes over its axes: sums and products accumulate in float64 (int32 wrapping for
+# integers), max/min propagate NaN, argmax/argmin give the (first, or last) index of the extreme as int32
+REDUCE_KINDS = (
+    "sum", "mean", "max", "min", "prod", "l1", "l2", "log_sum", "log_sum_exp", "sum_square", "argmax", "argmin",
+)  # fmt: skip
+ARG_KINDS = ("argmax", "argmin")
+_REDUCE_DTYPES = {
+    **{k: ("float32",) for k in ("mean", "l1", "l2", "log_sum", "log_sum_exp", "sum_square")},
+    "sum": ("float32", "int32"),
+    "prod": ("float32", "int32"),
+    **{k: ("float32", "int32", "int8") for k in ("max", "min", *ARG_KINDS)},
+}
+
+
+def reduce_type(x: TensorType, kind: str, axes, keepdims: bool = True) -> tuple[tuple[int, ...], TensorType]:
+    """The reduced axes (normalised, sorted, unique) and the output type of reducing ``x`` over ``axes``
+    (no axes: every element is reduced alone, e.g. ``l2`` is ``|x|``); argmax/argmin take exactly one axis
+    and give int32 indices; max/min keep a per-tensor quantization."""
+    op = "reduce"
+    _need(op, kind in REDUCE_KINDS, f"kind {kind!r} is not one of {', '.join(REDUCE_KINDS)}")
+    ok = x.dtype in _REDUCE_DTYPES[kind]
+    _need(op, ok, f"{kind} of {x.dtype} is not supported ({', '.join(_REDUCE_DTYPES[kind])})")
+    rank = len(x.shape)
+    raw = [int(a) for a in axes]
+    _need(op, all(-rank <= a < rank for a in raw), f"axes {raw} out of range for shape {x.shape}")
+    norm = tuple(sorted({a % rank for a in raw}))
+    _need(op, len(norm) == len(raw), f"repeated axes {raw}")
+    _need(op, kind not in ARG_KINDS or len(norm) == 1, f"{kind} takes exactly one axis, got {raw}")
+    if keepdims:
+        shape = tuple(1 if i in norm else d for i, d in enumerate(x.shape))
+    else:
+        shape = tuple(d for i, d in enumerate(x.shape) if i not in norm)
+    if kind in ARG_KINDS:
+        return norm, TensorType(shape, "int32")
+    q = x.quant if kind in ("max", "min") and x.quant is not None and x.quant.axis is None else None
+    return norm, TensorType(shape, x.dtype, q)
+
+
+def _eval_reduce(node: Node, args: list[np.ndarray], types: list[TensorType], out: TensorType) -> np.ndarray:
+    a = node.attrs
+    axes, _ = reduce_type(types[0], a["kind"], a["axes"], bool(a.get("keepdims", True)))
+    y = oracle.reduce(args[0], a["kind"], axes, bool(a.get("select_last_index", False)))
+    return y.reshape(out.shape)
+
+
+@register("reduce", REDUCTION, 1, evaluate=_eval_reduce, cpu=CpuKernel("make_reduce"))
+def _reduce(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarray]) -> TensorType:
+    a = node.attrs
+    _need("reduce", "kind" in a and "axes" in a, "needs the kind and axes attributes")
+    return reduce_type(inputs[0], a["kind"], a["axes"], bool(a.get("keepdims", True)))[1]
+
+
+NORM_KINDS = ("layer_norm", "rms_norm")
+
+
+def norm_type(op: str, inputs: list[TensorType] | tuple[TensorType, ...], axis: int) -> tuple[int, TensorType]:
+    """The normalised axis and the output type (``x``'s) of ``layer_norm``/``rms_norm`` of float32 ``x``
+    over the axes from ``axis`` on, the optional scale and bias broadcasting to ``x`` as numpy's."""
+    x, *affine = inputs
+    _need(op, x.dtype == "float32", f"requires float32, got {x.dtype}")
+    rank = len(x.shape)
+    _need(op, -rank <= axis < rank, f"axis {axis} out of range for {x.shape}")
+    for t in affine:
+        _need(op, t.dtype == "float32", f"scale and bias must be float32, got {t.dtype}")
+        try:
+            fits = len(t.shape) <= rank and np.broadcast_shapes(t.shape, x.shape) == x.shape
+        except ValueError:
+            fits = False
+        _need(op, fits, f"scale/bias of shape {t.shape} does not broadcast to {x.shape}")
+    return axis % rank, x
+
+
+def _eval_norm(op: str) -> Eval:
+    def rule(node: Node, args: list[np.ndarray], types: list[TensorType], out: TensorType) -> np.ndarray:
+        a = node.attrs
+        axis, _ = norm_type(op, types, int(a.get("axis", -1)))
+        x, *affine = args
+        return oracle.normalize(x, axis, float(a["epsilon"]), op == "layer_norm", *affine)
+
+    return rule
+
+
+def _norm_rule(op: str) -> Infer:
+    def rule(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarray]) -> TensorType:
+        eps = node.attrs.get("epsilon")
+        _need(op, eps is not None and math.isfinite(float(eps)) and float(eps) >= 0, f"bad epsilon {eps}")
+        return norm_type(op, inputs, int(node.attrs.get("axis", -1)))[1]
+
+    return rule
+
+
+for _kind in NORM_KINDS:  # (x - mean) / sqrt(var + eps) and x / sqrt(mean(x^2) + eps), times scale, plus bias
+    register(_kind, OPAQUE, 1, 3, evaluate=_eval_norm(_kind), cpu=CpuKernel("make_norm", (("kind", _kind),)))(
+        _norm_rule(_kind)
+    )
+
+
+def scan_type(x: TensorType, axis: int) -> tuple[int, TensorType]:
+    """The normalised axis and the output type of a cumulative sum of float32 or int32 ``x`` along ``axis``."""
+    _need("cumsum", x.dtype in ("float32", "int32"), f"dtype {x.dtype} is not supported (float32, int32)")
+    rank = len(x.shape)
+    _need("cumsum", rank >= 1 and -rank <= axis < rank, f"axis {axis} out of range for {x.shape}")
+    return axis % rank, x
+
+
+def _eval_cumsum(node: Node, args: list[np.ndarray], types: list[TensorType], out: TensorType) -> np.ndarray:
+    a = node.attrs
+    axis, _ = scan_type(types[0], int(a["axis"]))
+    return oracle.cumsum(args[0], axis, bool(a.get("exclusive", False)), bool(a.get("reverse", False)))
+
+
+@register("cumsum", OPAQUE, 1, evaluate=_eval_cumsum, cpu=CpuKernel("make_cumsum"))
+def _cumsum(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarray]) -> TensorType:
+    return scan_type(inputs[0], int(node.attrs["axis"]))[1]
+
+
+def topk_type(x: TensorType, k: int, axis: int, indices: bool) -> tuple[int, TensorType]:
+    """The normalised axis and the output type of the ``k`` largest (or smallest) entries of ``x`` along
+    ``axis``: their values (``x``'s dtype and quantization) or their int32 ``indices``."""
+    _need("topk", x.dtype in ("float32", "int32", "int8"), f"dtype {x.dtype} is not supported")
+    rank = len(x.shape)
+    _need("topk", rank >= 1 and -rank <= axis < rank, f"axis {axis} out of range for {x.shape}")
+    axis %= rank
+    _need("topk", 1 <= k <= x.shape[axis], f"k={k} must lie in [1, {x.shape[axis]}] (the axis size)")
+    shape = tuple(k if i == axis else d for i, d in enumerate(x.shape))
+    return axis, TensorType(shape, "int32") if indices else TensorType(shape, x.dtype, x.quant)
+
+
+def _topk_attrs(node: Node) -> tuple[int, int, bool]:
+    a = node.attrs
+    return int(a["k"]), int(a.get("axis", -1)), bool(a.get("indices", False))
+
+
+def _eval_topk(node: Node, args: list[np.ndarray], types: list[TensorType], out: TensorType) -> np.ndarray:
+    k, axis, indices = _topk_attrs(node)
+    axis, _ = topk_type(types[0], k, axis, indices)
+    values, index = oracle.topk(args[0], k, axis, bool(node.attrs.get("largest", True)))
+    return index if indices else values
+
+
+@register("topk", OPAQUE, 1, evaluate=_eval_topk, cpu=CpuKernel("make_topk"))
+def _topk(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarray]) -> TensorType:
+    return topk_type(inputs[0], *_topk_attrs(node))[1]
+
+
+@register(
+    "trilu",
+    INJECTIVE,
+    1,
+    evaluate=lambda node, args, types, out: oracle.trilu(
+        args[0], bool(node.attrs.get("upper", True)), int(node.attrs.get("k", 0))
+    ),
+    cpu=CpuKernel("make_trilu"),
+)
+def _trilu(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarray]) -> TensorType:
+    """The upper (``j - i >= k``) or lower (``j - i <= k``) triangle of the last two axes, zero elsewhere."""
+    (x,) = inputs
+    _need("trilu", len(x.shape) >= 2, f"needs a tensor of rank 2 or more, got shape {x.shape}")
+    return x
+
+
+def nll_type(inputs: list[TensorType] | tuple[TensorType, ...]) -> TensorType:
+    """The output type (N, D1, ...) of the per-element negative log-likelihood of float32 ``x`` (N, C, D1, ...)
+    at int32 class indices ``target`` (N, D1, ...), optionally weighted per class by a float32 (C,) tensor."""
+    x, target, *weight = inputs
+    op = "nll_loss"
+    _need(op, x.dtype == "float32" and len(x.shape) >= 2, f"expects a float32 (N, C, ...) input, got {x}")
+    want = (x.shape[0], *x.shape[2:])
+    _need(op, target.dtype == "int32" and target.shape == want, f"target must be int32 of shape {want}, got {target}")
+    for w in weight:
+        _need(op, w.dtype == "float32" and w.shape == (x.shape[1],), f"weight must be float32 ({x.shape[1]},), got {w}")
+    return TensorType(want, "float32")
+
+
+@register(
+    "nll_loss",
+    OPAQUE,
+    2,
+    3,
+    evaluate=lambda node, args, types, out: oracle.nll_loss(*args, ignore_index=node.attrs.get("ignore_index")),
+    cpu=CpuKernel("make_nll_loss"),
+)
+def _nll_loss(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarray]) -> TensorType:
+    """``-x[n, t, d...] * weight[t]`` at each target ``t`` (0 where ``t`` is ``ignore_index``; NaN where ``t``
+    lies outside the classes): the losses before their reduction."""
+    return nll_type(inputs)

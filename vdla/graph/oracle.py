@@ -377,10 +377,21 @@ def global_sum_pool(x: np.ndarray) -> np.ndarray:
     return x.astype(np.int64).sum(axis=(2, 3), keepdims=True).astype(np.int32)
 
 
-def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
-    """Softmax of float ``x`` along ``axis``, computed in float64."""
-    e = np.exp(x.astype(np.float64) - x.max(axis=axis, keepdims=True))
-    return (e / e.sum(axis=axis, keepdims=True)).astype(np.float32)
+def softmax(x: np.ndarray, axis: int = -1, kind: str = "softmax") -> np.ndarray:
+    """Softmax of float ``x`` along ``axis``, computed in float64; ``log_softmax`` its logarithm
+    (``x - max - log(sum(exp(x - max)))``), ``hardmax`` the one-hot of the first maximum (the first NaN, as
+    numpy's argmax)."""
+    if kind == "hardmax":
+        first = np.expand_dims(np.argmax(x, axis=axis), axis)
+        return (np.arange(x.shape[axis]).reshape([-1] + [1] * (x.ndim - 1 - axis % x.ndim)) == first).astype(np.float32)
+    with np.errstate(invalid="ignore", over="ignore"):
+        shifted = x.astype(np.float64) - x.max(axis=axis, keepdims=True)
+        e = np.exp(shifted)
+        total = e.sum(axis=axis, keepdims=True)
+        if kind == "log_softmax":
+            with np.errstate(divide="ignore"):
+                return (shifted - np.log(total)).astype(np.float32)
+        return (e / total).astype(np.float32)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -633,3 +644,125 @@ def grid_sample(x: np.ndarray, grid: np.ndarray, mode: str, padding_mode: str, a
         values = xf[tuple(index)]
         total += np.where(weight[..., None] != 0, values * weight[..., None], 0.0)
     return np.ascontiguousarray(np.moveaxis(total, -1, 1)).astype(np.float32)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Reductions on any axes, normalizations, scans and selections
+
+
+def _extreme_index(x: np.ndarray, axis: int, kind: str, last: bool) -> np.ndarray:
+    """The index of the maximum (``argmax``) or minimum along ``axis``, keeping it: the first one (NaN
+    counting as the extreme, as numpy's argmax), or with ``last`` the last one."""
+    pick = np.argmax if kind == "argmax" else np.argmin
+    if not last:
+        return np.expand_dims(pick(x, axis=axis), axis).astype(np.int32)
+    flipped = pick(np.flip(x, axis), axis=axis)
+    return np.expand_dims(x.shape[axis] - 1 - flipped, axis).astype(np.int32)
+
+
+def reduce(x: np.ndarray, kind: str, axes: tuple[int, ...], select_last_index: bool = False) -> np.ndarray:
+    """``x`` reduced over ``axes`` (kept as size 1) by ``kind`` (:data:`vdla.graph.ops.REDUCE_KINDS`).
+
+    Floats accumulate in float64 and round to float32 once: ``l1`` sums ``|x|``, ``l2`` is the square root
+    of the sum of squares, ``log_sum_exp`` is ``m + log(sum(exp(x - m)))`` with ``m`` the maximum where it
+    is finite (0 elsewhere); max and min propagate NaN. int32 sums and products wrap like the int32
+    arithmetic of ONNX; argmax/argmin give int32 indices (:func:`_extreme_index`).
+    """
+    if kind in ("argmax", "argmin"):
+        return _extreme_index(x, axes[0], kind, select_last_index) if axes else np.zeros(x.shape, np.int32)
+    if kind in ("max", "min"):
+        return (np.max if kind == "max" else np.min)(x, axis=axes, keepdims=True)
+    if x.dtype.kind in "iu":  # sum, prod: exact in int64 modulo 2^64, then wrapped to int32
+        with np.errstate(over="ignore"):
+            v = (np.sum if kind == "sum" else np.prod)(x.astype(np.int64), axis=axes, keepdims=True)
+        return wrap32(v).astype(np.int32)
+    v = x.astype(np.float64)
+    with np.errstate(all="ignore"):
+        if kind == "log_sum_exp":
+            m = v.max(axis=axes, keepdims=True)
+            m = np.where(np.isfinite(m), m, 0.0)
+            return (np.log(np.exp(v - m).sum(axis=axes, keepdims=True)) + m).astype(np.float32)
+        if kind == "prod":
+            return v.prod(axis=axes, keepdims=True).astype(np.float32)
+        term = {"l1": np.abs(v), "l2": v * v, "sum_square": v * v}.get(kind, v)
+        total = term.sum(axis=axes, keepdims=True)
+        post = {
+            "mean": lambda t: t / math.prod(x.shape[a] for a in axes),
+            "l2": np.sqrt,
+            "log_sum": np.log,
+        }.get(kind, lambda t: t)
+        return post(total).astype(np.float32)
+
+
+def normalize(
+    x: np.ndarray, axis: int, epsilon: float, center: bool = True, scale: np.ndarray | None = None,
+    bias: np.ndarray | None = None,
+) -> np.ndarray:  # fmt: skip
+    """Layer normalization of float ``x`` over the axes from ``axis`` on, in float64, rounded once:
+    ``(x - mean) / sqrt(var + epsilon) * scale + bias`` (``var`` the mean of squared deviations); without
+    ``center`` (RMS normalization) ``x / sqrt(mean(x^2) + epsilon) * scale + bias``. ``scale`` and ``bias``
+    broadcast to ``x`` as numpy's."""
+    v = x.astype(np.float64)
+    axes = tuple(range(axis, x.ndim))
+    with np.errstate(all="ignore"):
+        if center:
+            v = v - v.mean(axis=axes, keepdims=True)
+        y = v / np.sqrt((v * v).mean(axis=axes, keepdims=True) + np.float64(np.float32(epsilon)))
+        if scale is not None:
+            y = y * scale.astype(np.float64)
+        if bias is not None:
+            y = y + bias.astype(np.float64)
+    return y.astype(np.float32)
+
+
+def cumsum(x: np.ndarray, axis: int, exclusive: bool = False, reverse: bool = False) -> np.ndarray:
+    """Cumulative sum along ``axis`` in ``x``'s dtype (float32 summed in order, one rounding per step as
+    numpy's; int32 wrapping); ``exclusive`` leaves each element out of its own sum, ``reverse`` sums from
+    the end."""
+    v = np.flip(x, axis) if reverse else x
+    if x.dtype.kind in "iu":
+        c = wrap32(np.cumsum(v.astype(np.int64), axis=axis)).astype(x.dtype)
+    else:
+        with np.errstate(all="ignore"):
+            c = np.cumsum(v, axis=axis, dtype=x.dtype)
+    if exclusive:
+        c = np.roll(c, 1, axis)
+        c[(slice(None),) * axis + (0,)] = 0
+    return np.ascontiguousarray(np.flip(c, axis) if reverse else c)
+
+
+def topk(x: np.ndarray, k: int, axis: int, largest: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """The ``k`` largest (or smallest) entries along ``axis`` in order, ties broken by the lower index, NaN
+    counting as larger than any number (numpy's sort order; ONNX's reference), and their int32 indices."""
+    index = np.indices(x.shape)[axis]
+    order = np.lexsort((-index if largest else index, x), axis=axis)
+    if largest:
+        order = np.flip(order, axis)
+    order = order[(slice(None),) * axis + (slice(0, k),)]
+    return np.ascontiguousarray(np.take_along_axis(x, order, axis)), np.ascontiguousarray(order.astype(np.int32))
+
+
+def trilu(x: np.ndarray, upper: bool = True, k: int = 0) -> np.ndarray:
+    """``x`` with the elements outside the upper (``j - i >= k``) or lower (``j - i <= k``) triangle of its
+    last two axes set to zero."""
+    i = np.arange(x.shape[-2]).reshape(-1, 1)
+    j = np.arange(x.shape[-1]).reshape(1, -1)
+    keep = (j - i >= k) if upper else (j - i <= k)
+    return np.where(keep, x, np.zeros((), x.dtype))
+
+
+def nll_loss(
+    x: np.ndarray, target: np.ndarray, weight: np.ndarray | None = None, ignore_index: int | None = None
+) -> np.ndarray:
+    """Per element ``-x[n, t, d...] * weight[t]`` (weight 1 when absent) in float32, ``t = target[n, d...]``;
+    0 where ``t == ignore_index``, NaN where ``t`` lies outside ``[0, C)``."""
+    c = x.shape[1]
+    t = target.astype(np.int64)
+    inside = (t >= 0) & (t < c)
+    picked = np.take_along_axis(x, np.expand_dims(np.clip(t, 0, c - 1), 1), axis=1)[:, 0]
+    w = np.ones(c, np.float32) if weight is None else weight.astype(np.float32)
+    loss = (-picked * w[np.clip(t, 0, c - 1)]).astype(np.float32)
+    loss = np.where(inside, loss, np.float32(np.nan))
+    if ignore_index is not None:
+        loss = np.where(t == int(ignore_index), np.float32(0), loss)
+    return loss.astype(np.float32)

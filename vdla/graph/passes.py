@@ -12,10 +12,12 @@ outputs (under the same names), which :func:`vdla.graph.verify.verify` accepts.
 * :func:`fold_constants`: a node whose inputs are all parameters is evaluated (:mod:`vdla.graph.interp`)
   and becomes a parameter, except a ``dequantize`` producing the weight of a conv2d, conv_transpose, dense
   or matmul: that int8 weight is what the quantized lowering (:mod:`vdla.graph.qdq`) consumes;
+* :func:`fuse_layer_norm`: layer normalization written out (mean, deviation, squared, mean, plus epsilon,
+  square root, division, then optionally times a scale and plus a bias) becomes one ``layer_norm`` node;
 * :func:`eliminate_dead_code`: nodes and parameters no graph output depends on are dropped;
-* :func:`simplify`: identities, constants, batch norms, dead code (constants before batch norms: their
-  statistics may be constant expressions, e.g. dequantized in a QDQ model), each verified when asked
-  (or with ``VDLA_VERIFY=1``).
+* :func:`simplify`: identities, constants, batch norms, layer norms, dead code (constants before batch
+  norms: their statistics may be constant expressions, e.g. dequantized in a QDQ model), each verified
+  when asked (or with ``VDLA_VERIFY=1``).
 
 Graph inputs and graph output names never change.
 """
@@ -29,8 +31,8 @@ import numpy as np
 
 from vdla.graph.graph import Graph, Node
 from vdla.graph.interp import evaluate_node
-from vdla.graph.ops import infer_types
-from vdla.graph.types import TensorType
+from vdla.graph.ops import infer_types, norm_type
+from vdla.graph.types import TensorType, UnsupportedError
 from vdla.graph.verify import maybe_verify
 
 Pass = Callable[[Graph], Graph]
@@ -188,12 +190,126 @@ def fold_constants(graph: Graph) -> Graph:
     for n in graph.nodes:
         if n.inputs and n.output not in keep and all(i in params for i in n.inputs):
             value = evaluate_node(n, [params[i] for i in n.inputs], [types[i] for i in n.inputs], types[n.output])
-            params[n.output] = np.ascontiguousarray(value)
+            params[n.output] = np.ascontiguousarray(value).reshape(value.shape)  # a 0-d value stays 0-d
             if types[n.output].quant is not None:
                 param_types[n.output] = types[n.output]
             continue
         nodes.append(n)
     return graph.copy(nodes=nodes, params=params, param_types=param_types)
+
+
+def _mean_axes(node: Node | None, types: dict[str, TensorType]) -> tuple[int, ...] | None:
+    """The axes a float mean keeping its reduced axes (``reduce`` or ``global_avg_pool``) averages over."""
+    if node is None or types[node.output].dtype != "float32":
+        return None
+    a = node.attrs
+    if node.op == "reduce" and a.get("kind") == "mean" and a.get("keepdims", True):
+        rank = len(types[node.inputs[0]].shape)
+        return tuple(sorted(int(i) % rank for i in a["axes"]))
+    return (2, 3) if node.op == "global_avg_pool" else None
+
+
+def _epsilon(node: Node | None, value: str, params: dict[str, np.ndarray]) -> float | None:
+    """The finite, non-negative epsilon an ``add`` adds to ``value``: its scalar attribute or a one-element
+    parameter; None for anything else."""
+    if node is None or node.op != "add" or value not in node.inputs:
+        return None
+    others = [i for i in node.inputs if i != value]
+    if not others and "b" in node.attrs:
+        eps = float(node.attrs["b"])
+    elif len(others) == 1 and others[0] in params and params[others[0]].size == 1:
+        eps = float(params[others[0]].reshape(()))
+    else:
+        return None
+    return eps if np.isfinite(eps) and eps >= 0 else None
+
+
+class _Uses:
+    """Who reads each value: :meth:`only` is the one node (of operator ``op``) reading a value that is no
+    graph output."""
+
+    def __init__(self, graph: Graph) -> None:
+        self.readers = graph.consumers()
+        self.outputs = set(graph.outputs)
+
+    def only(self, value: str, op: str) -> Node | None:
+        nodes = self.readers.get(value, [])
+        ok = len(nodes) == 1 and nodes[0].op == op and value not in self.outputs
+        return nodes[0] if ok else None
+
+
+def _layer_norm_chain(div: Node, producers: dict[str, Node], types: dict[str, TensorType], uses: _Uses, params):
+    """The nodes ``mean, d = x - mean, d * d, mean, + eps, sqrt, d / sqrt`` ending at ``div``, with ``x``,
+    the axes and epsilon, when each intermediate is read by the next step only; else None."""
+    if div.op != "div" or len(div.inputs) != 2:
+        return None
+    d, std = (producers.get(i) for i in div.inputs)
+    if d is None or std is None or d.op != "sub" or std.op != "sqrt" or len(d.inputs) != 2:
+        return None
+    x, mean = d.inputs[0], producers.get(d.inputs[1])
+    axes = _mean_axes(mean, types)
+    if not axes or mean.inputs[0] != x or axes != tuple(range(axes[0], len(types[x].shape))):
+        return None
+    ve = producers.get(std.inputs[0])
+    var = producers.get(ve.inputs[0]) if ve is not None else None
+    sq = producers.get(var.inputs[0]) if var is not None else None
+    if sq is None or sq.op != "mul" or sq.inputs != (d.output, d.output) or _mean_axes(var, types) != axes:
+        return None
+    eps = _epsilon(ve, var.output, params)
+    d_readers = {n.output for n in uses.readers[d.output]}
+    if eps is None or d_readers != {sq.output, div.output} or d.output in uses.outputs:
+        return None
+    chain = [mean, d, sq, var, ve, std, div]
+    singly_read = all(uses.only(a.output, b.op) is b for a, b in zip(chain, chain[1:], strict=False) if a is not d)
+    return (chain, x, axes, eps) if singly_read else None
+
+
+def _layer_norm_match(
+    div: Node, producers: dict[str, Node], types: dict[str, TensorType], uses: _Uses, params: dict[str, np.ndarray]
+) -> tuple[list[Node], Node] | None:
+    """The nodes of a layer normalization ending at ``div``, extended by the multiplication with a scale
+    tensor and then the addition of a bias tensor where they follow (and broadcast to ``x``), and the
+    ``layer_norm`` node computing the same value; None where ``div`` ends none."""
+    found = _layer_norm_chain(div, producers, types, uses, params)
+    if found is None:
+        return None
+    chain, x, axes, eps = found
+    affine: list[str] = []
+    for op in ("mul", "add"):  # the scale, then the bias
+        nxt = uses.only(chain[-1].output, op)
+        others = [i for i in nxt.inputs if i != chain[-1].output] if nxt is not None else []
+        if len(others) != 1 or len(nxt.inputs) != 2:
+            break
+        try:
+            norm_type("layer_norm", [types[i] for i in (x, *affine, others[0])], axes[0])
+        except UnsupportedError:
+            break
+        affine.append(others[0])
+        chain.append(nxt)
+    return chain, Node("layer_norm", (x, *affine), chain[-1].output, {"axis": axes[0], "epsilon": eps})
+
+
+def fuse_layer_norm(graph: Graph) -> Graph:
+    """Each layer normalization written out as ``d = x - mean(x)``, ``d * d``, its mean, ``+ epsilon``,
+    ``sqrt``, ``d / that`` (the means over the same trailing axes, keeping them; every intermediate read by
+    the next step only), then optionally ``* scale`` and ``+ bias`` (tensors broadcasting to ``x``),
+    becomes one ``layer_norm`` node with the same float semantics (computed in float64, rounded once)."""
+    types = infer_types(graph)
+    uses = _Uses(graph)
+    producers = graph.producers()
+    dropped: set[str] = set()
+    fused: dict[str, Node] = {}
+    for node in graph.nodes:
+        match = _layer_norm_match(node, producers, types, uses, graph.params) if node.output not in dropped else None
+        if match is None:
+            continue
+        chain, ln = match
+        dropped.update(n.output for n in chain)
+        fused[ln.output] = ln
+    if not fused:
+        return graph
+    nodes = [fused.get(n.output, n) for n in graph.nodes if n.output not in dropped or n.output in fused]
+    return graph.copy(nodes=nodes)
 
 
 def eliminate_dead_code(graph: Graph) -> Graph:
@@ -214,6 +330,7 @@ PASSES: tuple[tuple[str, Pass], ...] = (
     ("remove_identities", remove_identities),
     ("fold_constants", fold_constants),  # first: batch-norm statistics may be computed from constants
     ("fold_batch_norm", fold_batch_norm),
+    ("fuse_layer_norm", fuse_layer_norm),
     ("eliminate_dead_code", eliminate_dead_code),
 )
 

@@ -12,11 +12,13 @@ opset's form (attributes that later became inputs, Upsample, Resize-10) before t
 """
 
 from vdla.frontend.onnx_ops import (  # noqa: F401  (each family registers its converters on import)
+    attention,
     convt,
     core,
     legacy,
     math,
     pool,
+    reduce,
     tensor,
 )
 from vdla.frontend.onnx_ops.registry import ATTRS, CONVERTERS, converter

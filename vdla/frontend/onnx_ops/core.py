@@ -276,45 +276,6 @@ def _conv(b: Builder, node: OnnxNode) -> None:
     _conv_core(b, node, b.tensor(node, 0), b.tensor(node, 1), bias, node.outputs[0])
 
 
-@converter("ReduceMean", "ReduceMax", "ReduceMin", "ReduceSum", attrs=("keepdims", "noop_with_empty_axes"))
-def _reduce(b: Builder, node: OnnxNode) -> None:
-    """A reduction over any axes: the kept axes moved first and flattened to C, the reduced ones last and
-    flattened to W, then global_avg_pool (mean; sum = mean x count) or a (1, W) max pool (min = -max(-x))
-    of the (1, C, 1, W) view."""
-    b.require_dtype(node, 0, FLOAT)
-    xs = b.shape(node, 0)
-    rank = len(xs)
-    axes = b.const(node, 1, "axes")
-    x = b.tensor(node, 0)
-    if axes is None or np.asarray(axes).size == 0:
-        if int(attr(node, "noop_with_empty_axes", 0)):
-            b.alias(node.outputs[0], x)
-            return
-        axes = list(range(rank))
-    red = sorted({axis_of(node, int(a), rank, "axis", None) for a in np.asarray(axes).ravel()})
-    kept = [i for i in range(rank) if i not in red]
-    keep = bool(int(attr(node, "keepdims", 1)))
-    final = tuple(1 if i in red else d for i, d in enumerate(xs)) if keep else tuple(xs[i] for i in kept)
-    if not final:
-        final = ()
-    if kept + red != list(range(rank)):
-        x = b.emit(node, "transpose", (x,), {"perm": tuple(kept + red)}, suffix="reduce_order")
-    c, w = size(xs[i] for i in kept), size(xs[i] for i in red)
-    x4 = b.reshape(node, x, (1, c, 1, w))
-    op = node.op_type
-    if op in ("ReduceMean", "ReduceSum"):
-        y = b.emit(node, "global_avg_pool", (x4,), suffix="mean")
-        if op == "ReduceSum" and w != 1:
-            y = b.emit(node, "mul", (y,), {"b": float(w)}, suffix="sum")
-    else:
-        if op == "ReduceMin":
-            x4 = b.emit(node, "mul", (x4,), {"b": -1.0}, suffix="neg")
-        y = b.emit(node, "max_pool2d", (x4,), {"kernel": (1, w), "stride": 1, "padding": 0}, suffix="max")
-        if op == "ReduceMin":
-            y = b.emit(node, "mul", (y,), {"b": -1.0}, suffix="min")
-    b.reshape(node, y, final, out=node.outputs[0])
-
-
 @converter("ConstantOfShape", "Range", attrs=("value",))
 def _fold_only(b: Builder, node: OnnxNode) -> None:
     """Operators vdla imports only when their inputs are constants (the importer evaluates those)."""
@@ -687,17 +648,18 @@ def _split(b: Builder, node: OnnxNode) -> None:
         offset += part
 
 
-@converter("Softmax", attrs=("axis",))
+@converter("Softmax", "LogSoftmax", "Hardmax", attrs=("axis",))
 def _softmax(b: Builder, node: OnnxNode) -> None:
+    op = {"Softmax": "softmax", "LogSoftmax": "log_softmax", "Hardmax": "hardmax"}[node.op_type]
     b.require_dtype(node, 0, FLOAT)
     xs = b.shape(node, 0)
     rank = len(xs)
     if rank == 0:
-        raise unsupported(node, "softmax of a scalar")
+        raise unsupported(node, f"{op} of a scalar")
     x = b.tensor(node, 0)
     if node.opset >= 13:
         axis = axis_of(node, int(attr(node, "axis", -1)), rank)
-        b.emit(node, "softmax", (x,), {"axis": axis}, out=node.outputs[0])
+        b.emit(node, op, (x,), {"axis": axis}, out=node.outputs[0])
         return
     # opset < 13: the input is coerced to 2-D (prod(shape[:axis]), prod(shape[axis:])) and normalized per row
     axis = int(attr(node, "axis", 1))
@@ -705,10 +667,10 @@ def _softmax(b: Builder, node: OnnxNode) -> None:
         raise unsupported(node, f"axis out of range for rank {rank}", "axis")
     axis %= rank + 1 if axis >= 0 else rank
     if axis == rank - 1:
-        b.emit(node, "softmax", (x,), {"axis": -1}, out=node.outputs[0])
+        b.emit(node, op, (x,), {"axis": -1}, out=node.outputs[0])
         return
     x2 = b.reshape(node, x, (size(xs[:axis]), size(xs[axis:])))
-    y = b.emit(node, "softmax", (x2,), {"axis": -1}, suffix="softmax")
+    y = b.emit(node, op, (x2,), {"axis": -1}, suffix=op)
     b.reshape(node, y, xs, out=node.outputs[0])
 
 

@@ -1,0 +1,446 @@
+"""Converters lowering Einsum, Attention and RotaryEmbedding to vdla's primitives at import: transpose, reshape,
+slice, concat, the float32 ``matmul``, ``reduce``, ``softmax`` and elementwise nodes (no ``onnx`` import here).
+
+The lowerings keep ONNX's semantics (its reference implementation's order of operations, within float32
+rounding); what vdla cannot lower (an Einsum diagonal, boolean masks before vdla has a bool dtype, float16
+inputs) is refused at import naming the node, the attribute or input and its value.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from vdla.frontend.builder import Builder, OnnxNode, size, unsupported
+from vdla.frontend.onnx_ops.registry import FLOAT, attr, converter
+
+# ---------------------------------------------------------------------------------------------------------
+# Einsum
+
+
+@dataclass(frozen=True)
+class _Term:
+    """An operand of the contraction: its vdla value and one letter per axis."""
+
+    value: str
+    letters: str
+
+
+def _einsum_terms(node: OnnxNode, equation: str, ranks: Sequence[int]) -> tuple[list[str], str]:
+    """The operand subscripts and the output subscripts of ``equation``, an ellipsis replaced by one digit
+    per broadcast axis (right-aligned across operands); a repeated subscript (a diagonal) is refused."""
+    eq = equation.replace(" ", "")
+    lhs, arrow, rhs = eq.partition("->")
+    terms = lhs.split(",")
+    if len(terms) != len(ranks) or not re.fullmatch(r"[a-zA-Z.,]*(->[a-zA-Z.]*)?", eq):
+        raise unsupported(node, f"equation {equation!r} does not fit {len(ranks)} operands", "equation")
+    widest = 0
+    for t, rank in zip(terms, ranks, strict=True):
+        named = len(t.replace("...", ""))
+        if t.count("...") > 1 or t.replace("...", "").count(".") or ("..." not in t and named != rank):
+            raise unsupported(node, f"subscripts {t!r} do not fit an operand of rank {rank}", "equation")
+        widest = max(widest, rank - named if "..." in t else 0)
+    digits = "0123456789"[:widest]
+
+    def expand(t: str, rank: int) -> str:
+        n = rank - len(t.replace("...", ""))
+        return t.replace("...", digits[widest - n :]) if "..." in t else t
+
+    terms = [expand(t, r) for t, r in zip(terms, ranks, strict=True)]
+    if not arrow:  # implicit output: the subscripts seen once, the broadcast axes first, then alphabetically
+        once = sorted(c for c in set("".join(terms)) if "".join(terms).count(c) == 1 and c not in digits)
+        out = digits + "".join(once)
+    else:
+        out = rhs.replace("...", digits)
+    for t in [*terms, out]:
+        if len(set(t)) != len(t):
+            raise unsupported(node, f"equation {equation!r}: a repeated subscript (a diagonal) is not supported",
+                              "equation")  # fmt: skip
+    if not set(out) <= set("".join(terms)):
+        raise unsupported(node, f"equation {equation!r}: output subscripts missing from the operands", "equation")
+    return terms, out
+
+
+def _arrange(b: Builder, node: OnnxNode, t: _Term, order: str) -> _Term:
+    """``t`` transposed to the subscript order ``order`` (no node when already so)."""
+    if t.letters == order:
+        return t
+    perm = tuple(t.letters.index(c) for c in order)
+    return _Term(b.emit(node, "transpose", (t.value,), {"perm": perm}, suffix="einsum_order"), order)
+
+
+def _sum_out(b: Builder, node: OnnxNode, t: _Term, keep: set[str]) -> _Term:
+    """``t`` summed over its subscripts outside ``keep``."""
+    axes = tuple(i for i, c in enumerate(t.letters) if c not in keep)
+    if not axes:
+        return t
+    value = b.emit(node, "reduce", (t.value,), {"kind": "sum", "axes": axes, "keepdims": False}, suffix="einsum_sum")
+    return _Term(value, "".join(c for c in t.letters if c in keep))
+
+
+def _contract(b: Builder, node: OnnxNode, a: _Term, c: _Term, keep: set[str], sizes: dict[str, int]) -> _Term:
+    """The product of ``a`` and ``c`` summed over their shared subscripts outside ``keep``, as one batched
+    matmul: ``(batch, a only, summed) x (batch, summed, c only)``."""
+    batch = [x for x in a.letters if x in c.letters and x in keep]
+    summed = [x for x in a.letters if x in c.letters and x not in keep]
+    a_only = [x for x in a.letters if x not in c.letters]
+    c_only = [x for x in c.letters if x not in a.letters]
+    dims = lambda letters: [sizes[x] for x in letters]  # noqa: E731
+    nb, m, k, n = (math.prod(dims(g)) for g in (batch, a_only, summed, c_only))
+    lhs = _arrange(b, node, a, "".join(batch + a_only + summed))
+    rhs = _arrange(b, node, c, "".join(batch + summed + c_only))
+    lhs3 = b.reshape(node, lhs.value, (nb, m, k))
+    rhs3 = b.reshape(node, rhs.value, (nb, k, n))
+    y = b.emit(node, "matmul", (lhs3, rhs3), suffix="einsum_matmul")
+    letters = batch + a_only + c_only
+    return _Term(b.reshape(node, y, tuple(dims(letters))), "".join(letters))
+
+
+@converter("Einsum", attrs=("equation",))
+def _einsum(b: Builder, node: OnnxNode) -> None:
+    """Every subscript summed as early as possible, then the operands contracted left to right, each pair as
+    one batched float32 matmul, and the result transposed to the output's order."""
+    n = len(node.inputs)
+    for i in range(n):
+        b.require_dtype(node, i, FLOAT)
+    equation = str(attr(node, "equation", ""))
+    letters, out = _einsum_terms(node, equation, [len(b.shape(node, i)) for i in range(n)])
+    sizes: dict[str, int] = {}
+    for i, t in enumerate(letters):
+        for c, d in zip(t, b.shape(node, i), strict=True):
+            if sizes.setdefault(c, d) != d:
+                raise unsupported(node, f"equation {equation!r}: subscript {c!r} has sizes {sizes[c]} and {d} "
+                                  "(broadcasting is not supported)", "equation")  # fmt: skip
+    terms = [_Term(b.tensor(node, i), t) for i, t in enumerate(letters)]
+
+    def needed(after: int) -> set[str]:
+        return set(out).union(*(set(t.letters) for t in terms[after:]))
+
+    acc = _sum_out(b, node, terms[0], needed(1))
+    for i in range(1, n):
+        operand = _sum_out(b, node, terms[i], needed(i + 1) | set(acc.letters))
+        acc = _contract(b, node, acc, operand, needed(i + 1), sizes)
+    acc = _arrange(b, node, acc, out)
+    b.finish(node, b.reshape(node, acc.value, tuple(sizes[c] for c in out)), "float32")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Attention (opset 23: scaled dot-product attention with masks, a KV cache and grouped-query heads)
+
+_ATTENTION_ATTRS = ("is_causal", "kv_num_heads", "q_num_heads", "qk_matmul_output_mode", "scale", "softcap",
+                    "softmax_precision", "left_window_size", "right_window_size")  # fmt: skip
+NEG_INF = np.float32(-np.inf)
+
+
+@dataclass(frozen=True)
+class _Heads:
+    """Q, K and V as (B, H, S, D) values, the head counts and sequence lengths (``past``: the cached keys)."""
+
+    q: str
+    k: str
+    v: str
+    batch: int
+    q_heads: int
+    kv_heads: int
+    q_len: int
+    past: int
+
+
+def _int_attr(node: OnnxNode, name: str, default: int, allowed: Sequence[int] | None = None, low: int = 0) -> int:
+    v = int(attr(node, name, default))
+    if (allowed is not None and v not in allowed) or (allowed is None and v < low):
+        raise unsupported(node, f"{name} must be {list(allowed) if allowed else f'>= {low}'}", name)
+    return v
+
+
+def _split_heads(b: Builder, node: OnnxNode, x: str, heads: int, what: str) -> str:
+    """A (B, S, H * D) value as (B, H, S, D)."""
+    bsz, seq, hidden = b.type_of(x).shape
+    if hidden % heads:
+        attr_name = "q_num_heads" if what == "Q" else "kv_num_heads"
+        raise unsupported(node, f"{what}'s hidden size {hidden} does not split into {heads} heads", attr_name)
+    x4 = b.reshape(node, x, (bsz, seq, heads, hidden // heads))
+    return b.emit(node, "transpose", (x4,), {"perm": (0, 2, 1, 3)}, suffix=f"{what}_heads")
+
+
+def _heads(b: Builder, node: OnnxNode) -> _Heads:
+    """Q, K and V in (B, H, S, D) form, the past keys and values concatenated in front of K and V."""
+    for i in (0, 1, 2, 3, 4, 5):
+        if b.has(node, i):
+            b.require_dtype(node, i, FLOAT)
+    ranks = {len(b.shape(node, i)) for i in (0, 1, 2)}
+    if ranks not in ({3}, {4}):
+        raise unsupported(node, f"Q, K and V must all be 3-D or all 4-D, got ranks {sorted(ranks)}")
+    q, k, v = (b.tensor(node, i) for i in (0, 1, 2))
+    if ranks == {3}:
+        if "q_num_heads" not in node.attrs or "kv_num_heads" not in node.attrs:
+            raise unsupported(node, "3-D inputs need the q_num_heads and kv_num_heads attributes")
+        qh, kvh = _int_attr(node, "q_num_heads", 0, low=1), _int_attr(node, "kv_num_heads", 0, low=1)
+        q = _split_heads(b, node, q, qh, "Q")
+        k, v = (_split_heads(b, node, t, kvh, w) for t, w in ((k, "K"), (v, "V")))
+    for name, i in (("q_num_heads", 0), ("kv_num_heads", 1)):
+        if name in node.attrs and int(node.attrs[name]) != b.type_of((q, k)[i]).shape[1]:
+            raise unsupported(node, f"does not match the input's {b.type_of((q, k)[i]).shape[1]} heads", name)
+    (bsz, qh, s, dq), (_, kvh, _, dk) = b.type_of(q).shape, b.type_of(k).shape
+    if dq != dk or qh % kvh or b.type_of(v).shape[:2] != (bsz, kvh) or b.type_of(v).shape[2] != b.type_of(k).shape[2]:
+        raise unsupported(node, f"Q {b.type_of(q).shape}, K {b.type_of(k).shape}, V {b.type_of(v).shape}: "
+                          "heads, head sizes or lengths do not fit (Q heads a multiple of K/V heads)")  # fmt: skip
+    past = 0
+    if b.has(node, 4) != b.has(node, 5):
+        raise unsupported(node, "past_key and past_value go together")
+    if b.has(node, 4):
+        pk, pv = b.tensor(node, 4), b.tensor(node, 5)
+        past = b.type_of(pk).shape[2]
+        k = b.emit(node, "concat", (pk, k), {"axis": 2}, suffix="present_key")
+        v = b.emit(node, "concat", (pv, v), {"axis": 2}, suffix="present_value")
+    return _Heads(q, k, v, bsz, qh, kvh, s, past)
+
+
+def _allowed_keys(node: OnnxNode, h: _Heads, kv_len: int, nonpad: np.ndarray | None) -> np.ndarray | None:
+    """The additive bias (0 or -inf) of the causal, sliding-window and padding masks, (S, L) or (B, 1, S, L)
+    per batch; None when every key is allowed. A query at position ``i + offset`` (the offset: the cached
+    length, or per batch ``nonpad_kv_seqlen - S``) sees key ``j`` when ``j <= i + offset`` (causal) and
+    within the window, and ``j < nonpad_kv_seqlen``."""
+    i = np.arange(h.q_len).reshape(-1, 1)
+    j = np.arange(kv_len).reshape(1, -1)
+    offset: int | np.ndarray = h.past
+    if nonpad is not None:
+        offset = nonpad.reshape(-1, 1, 1) - h.q_len
+    diff = i + offset - j  # (S, L) or (B, S, L)
+    allowed = np.ones(diff.shape, bool)
+    if int(attr(node, "is_causal", 0)):
+        allowed &= diff >= 0
+    left, right = int(attr(node, "left_window_size", -1)), int(attr(node, "right_window_size", -1))
+    if left >= 0:
+        allowed &= diff <= left
+    if right >= 0:
+        allowed &= -diff <= right
+    if nonpad is not None:
+        allowed = allowed & (j < nonpad.reshape(-1, 1, 1))
+    if allowed.all():
+        return None
+    bias = np.where(allowed, np.float32(0), NEG_INF).astype(np.float32)
+    return bias if bias.ndim == 2 else bias.reshape(bias.shape[0], 1, h.q_len, kv_len)
+
+
+def _mask(b: Builder, node: OnnxNode, h: _Heads, kv_len: int) -> str | np.ndarray | None:
+    """The float attention mask padded with -inf to the key length (a constant stays an array)."""
+    if not b.has(node, 3):
+        return None
+    b.require_dtype(node, 3, FLOAT)  # a bool mask waits for vdla's bool dtype
+    shape = b.shape(node, 3)
+    if not shape or shape[-1] > kv_len:
+        raise unsupported(node, f"attn_mask of shape {shape} for {kv_len} keys")
+    try:  # once padded to the key length
+        np.broadcast_shapes((*shape[:-1], kv_len), (h.batch, h.q_heads, h.q_len, kv_len))
+    except ValueError as e:
+        raise unsupported(node, f"attn_mask of shape {shape} does not broadcast to the scores") from e
+    pad = (*shape[:-1], kv_len - shape[-1])
+    if b.is_const(node, 3):
+        return np.concatenate([np.asarray(b.const(node, 3, "attn_mask"), np.float32), np.full(pad, NEG_INF)], -1)
+    mask = b.tensor(node, 3)
+    if pad[-1]:
+        fill = b.add_param(f"{node.input(3)}:padding", np.full(pad, NEG_INF, np.float32))
+        mask = b.emit(node, "concat", (mask, fill), {"axis": len(shape) - 1}, suffix="mask_padded")
+    return mask
+
+
+@dataclass(frozen=True)
+class _Bias:
+    """The additive bias of the scores (mask + causal/window/padding) as ONNX defines it (``raw``), and the
+    one added before the softmax (``safe``): where a query row may be fully masked (all -inf), its bias is
+    raised to a finite floor there and its probabilities are multiplied by ``keep`` (0 on such rows, else 1),
+    so that the row's probabilities are zeros (ONNX's rule) instead of softmax's NaN. Elsewhere the floor is
+    -inf and ``keep`` 1: the values are untouched."""
+
+    raw: str
+    safe: str
+    keep: str | None
+
+
+def _bias(b: Builder, node: OnnxNode, h: _Heads, kv_len: int) -> _Bias | None:
+    nonpad = b.const(node, 6, "nonpad_kv_seqlen") if b.has(node, 6) else None
+    if nonpad is not None and h.past:
+        raise unsupported(node, "nonpad_kv_seqlen cannot be combined with past_key/past_value")
+    fixed = _allowed_keys(node, h, kv_len, None if nonpad is None else np.asarray(nonpad, np.int64))
+    mask = _mask(b, node, h, kv_len)
+    out = node.outputs[0]
+    if isinstance(mask, np.ndarray) or mask is None:  # constant: the fully masked rows are known now
+        bias = mask if fixed is None else fixed if mask is None else (mask + fixed).astype(np.float32)
+        if bias is None:
+            return None
+        raw = b.add_param(f"{out}:bias", bias)
+        masked = np.isneginf(bias.max(axis=-1, keepdims=True))
+        if not masked.any():
+            return _Bias(raw, raw, None)
+        safe = b.add_param(f"{out}:safe_bias", np.where(masked, np.float32(0), bias).astype(np.float32))
+        return _Bias(raw, safe, b.add_param(f"{out}:keep", (~masked).astype(np.float32)))
+    if fixed is not None:
+        mask = b.emit(node, "add", (mask, b.add_param(f"{out}:fixed_bias", fixed)), suffix="bias")
+    # at run time: w = min(max(m, -FLT_MAX) - m, 1) is 1 where the row maximum m is -inf, else 0 (exactly)
+    rank = len(b.type_of(mask).shape)
+    row_max = b.emit(node, "reduce", (mask,), {"kind": "max", "axes": (rank - 1,), "keepdims": True}, suffix="row_max")
+    finite = b.emit(node, "max", (row_max,), {"b": float(np.finfo(np.float32).min)}, suffix="row_max_finite")
+    gap = b.emit(node, "sub", (finite, row_max), suffix="masked_gap")
+    w = b.emit(node, "min", (gap,), {"b": 1.0}, suffix="row_masked")
+    minus_one = b.add_param(f"{out}:minus_one", np.full((1,) * rank, -1, np.float32))
+    floor = b.emit(node, "div", (minus_one, w), suffix="bias_floor")  # -1 / 0 = -inf: no floor
+    safe = b.emit(node, "max", (mask, floor), suffix="safe_bias")
+    keep = b.emit(node, "add", (b.emit(node, "mul", (w,), {"b": -1.0}, suffix="neg_masked"),), {"b": 1.0},
+                  suffix="keep_rows")  # fmt: skip
+    return _Bias(mask, safe, keep)
+
+
+def _grouped(b: Builder, node: OnnxNode, x: str, h: _Heads, kv: bool) -> str:
+    """For grouped-query attention, ``x`` (B, H, ...) viewed as (B, H_kv, G, ...) (Q-side, ``kv`` False) or
+    (B, H_kv, 1, ...) (K/V side): query head ``i`` reads key/value head ``i // G`` (ONNX's repeat)."""
+    if h.q_heads == h.kv_heads:
+        return x
+    shape = b.type_of(x).shape
+    groups = 1 if kv else h.q_heads // h.kv_heads
+    return b.reshape(node, x, (shape[0], h.kv_heads, groups, *shape[2:]))
+
+
+def _merge_groups(b: Builder, node: OnnxNode, x: str, h: _Heads) -> str:
+    shape = b.type_of(x).shape
+    return x if len(shape) == 4 else b.reshape(node, x, (shape[0], h.q_heads, *shape[3:]))
+
+
+@converter("Attention", attrs=_ATTENTION_ATTRS)
+def _attention(b: Builder, node: OnnxNode) -> None:
+    """``softmax(Q K^T * scale (softcapped) + bias) V`` as transposes, reshapes, two batched matmuls, adds
+    and a softmax; the present key/value (past concatenated with the new) and the QK output of every
+    ``qk_matmul_output_mode`` where read, as ONNX's reference computes them (modes 0 and 1: the scaled,
+    softcapped product; 2: plus the bias; 3: the probabilities). The softmax runs in float32 whatever
+    ``softmax_precision`` names (the inputs are float32)."""
+    h = _heads(b, node)
+    mode = _int_attr(node, "qk_matmul_output_mode", 0, (0, 1, 2, 3))
+    _int_attr(node, "is_causal", 0, (0, 1))
+    for name in ("left_window_size", "right_window_size"):
+        _int_attr(node, name, -1, low=-1)
+    head = b.type_of(h.q).shape[3]
+    scale = float(attr(node, "scale", 1.0 / math.sqrt(head)))
+    softcap = float(attr(node, "softcap", 0.0))
+    if not (math.isfinite(scale) and scale > 0):
+        raise unsupported(node, "scale must be positive and finite", "scale")
+    if not (math.isfinite(softcap) and softcap >= 0):
+        raise unsupported(node, "softcap must be non-negative and finite", "softcap")
+    bias = _bias(b, node, h, b.type_of(h.k).shape[2])
+    q = b.emit(node, "mul", (h.q,), {"b": scale}, suffix="q_scaled")
+    kt = b.emit(node, "transpose", (h.k,), {"perm": (0, 1, 3, 2)}, suffix="k_transposed")
+    qk = b.emit(node, "matmul", (_grouped(b, node, q, h, False), _grouped(b, node, kt, h, True)), suffix="qk")
+    scores = _merge_groups(b, node, qk, h)
+    if softcap > 0:  # softcap * tanh(scores / softcap), before the mask so that -inf stays -inf
+        t = b.emit(node, "tanh", (b.emit(node, "div", (scores,), {"b": softcap}, suffix="capped"),), suffix="tanh")
+        scores = b.emit(node, "mul", (t,), {"b": softcap}, suffix="softcapped")
+    qk_out = scores  # modes 0 and 1: the (softcapped) scaled product, as ONNX's reference
+    if bias is not None:
+        biased = b.emit(node, "add", (scores, bias.safe), suffix="scores")
+        if mode == 2:
+            qk_out = biased if bias.safe == bias.raw else b.emit(node, "add", (scores, bias.raw), suffix="qk_bias")
+        scores = biased
+    probs = b.emit(node, "softmax", (scores,), {"axis": 3}, suffix="probs")
+    if bias is not None and bias.keep is not None:
+        probs = b.emit(node, "mul", (probs, bias.keep), suffix="probs_kept")
+    if mode == 3:
+        qk_out = probs
+    y = b.emit(node, "matmul", (_grouped(b, node, probs, h, False), _grouped(b, node, h.v, h, True)), suffix="pv")
+    y = _merge_groups(b, node, y, h)
+    if len(b.shape(node, 0)) == 3:
+        y = b.emit(node, "transpose", (y,), {"perm": (0, 2, 1, 3)}, suffix="y_heads")
+        bsz, seq = b.shape(node, 0)[:2]
+        y = b.reshape(node, y, (bsz, seq, size(b.type_of(y).shape[2:])))
+    for i, value in enumerate((y, h.k, h.v, qk_out)):
+        if i == 0 or (len(node.outputs) > i and node.outputs[i] in b.used):
+            b.alias(node.outputs[i], value)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# RotaryEmbedding (opset 23)
+
+
+def _last_axis(b: Builder, node: OnnxNode, x: str, start: int, stop: int, step: int = 1, what: str = "rotary") -> str:
+    """``x[..., start:stop:step]`` (no node for the whole axis)."""
+    shape = b.type_of(x).shape
+    if (start, stop, step) == (0, shape[-1], 1):
+        return x
+    rank = len(shape)
+    attrs = {"starts": (0,) * (rank - 1) + (start,), "stops": (*shape[:-1], stop), "steps": (1,) * (rank - 1) + (step,)}
+    return b.emit(node, "slice", (x,), attrs, suffix=what)
+
+
+def _gather_rows(b: Builder, node: OnnxNode, cache: str, positions: np.ndarray) -> str:
+    """``cache[positions]`` of a (max_positions, R/2) cache for constant (B, S) positions: runs of consecutive
+    positions are slices of the cache, concatenated."""
+    flat = positions.reshape(-1)
+    if flat.min() < 0 or flat.max() >= b.type_of(cache).shape[0]:
+        raise unsupported(
+            node, f"position_ids {flat.tolist()[:8]} outside the cache's {b.type_of(cache).shape[0]} rows"
+        )
+    runs: list[tuple[int, int]] = []
+    for p in flat.tolist():
+        if runs and runs[-1][1] == p:
+            runs[-1] = (runs[-1][0], p + 1)
+        else:
+            runs.append((p, p + 1))
+    width = b.type_of(cache).shape[1]
+    parts = [
+        b.emit(node, "slice", (cache,), {"starts": (lo, 0), "stops": (hi, width), "steps": (1, 1)}, suffix="cache_rows")
+        for lo, hi in runs
+    ]
+    rows = parts[0] if len(parts) == 1 else b.emit(node, "concat", parts, {"axis": 0}, suffix="cache_rows")
+    return b.reshape(node, rows, (*positions.shape, width))
+
+
+@converter("RotaryEmbedding", attrs=("interleaved", "num_heads", "rotary_embedding_dim"))
+def _rotary_embedding(b: Builder, node: OnnxNode) -> None:
+    """The first ``rotary_embedding_dim`` features of each head rotated pairwise (halves, or even/odd pairs when
+    ``interleaved``) by the cached cos/sin of the token's position: slices, four products, a difference, a
+    sum and concatenations; position_ids must be constants (the cache rows are gathered at import)."""
+    for i in (0, 1, 2):
+        b.require_dtype(node, i, FLOAT)
+    xs = b.shape(node, 0)
+    x = b.tensor(node, 0)
+    if len(xs) == 3:  # (B, S, H * D) -> (B, S, H, D); the caches broadcast as (B, S, 1, R/2)
+        heads = _int_attr(node, "num_heads", 0, low=1)
+        if xs[2] % heads:
+            raise unsupported(node, f"hidden size {xs[2]} does not split into {heads} heads", "num_heads")
+        x = b.reshape(node, x, (*xs[:2], heads, xs[2] // heads))
+    elif len(xs) != 4:
+        raise unsupported(node, f"needs a 3-D or 4-D input, got shape {xs}")
+    head = b.type_of(x).shape[3]
+    rot = _int_attr(node, "rotary_embedding_dim", 0) or head
+    if rot > head or rot % 2:
+        raise unsupported(node, f"must be even and at most the head size {head}", "rotary_embedding_dim")
+    caches = [b.tensor(node, i) for i in (1, 2)]
+    if b.has(node, 3):
+        positions = np.asarray(b.const(node, 3, "position_ids"), np.int64)
+        caches = [_gather_rows(b, node, c, positions) for c in caches]
+    for c in caches:
+        if b.type_of(c).shape != (xs[0], xs[1 if len(xs) == 3 else 2], rot // 2):
+            raise unsupported(node, f"cos/sin cache of shape {b.type_of(c).shape} for rotary dimension {rot}")
+    bsz, seq = b.type_of(caches[0]).shape[:2]
+    cache_shape = (bsz, seq, 1, rot // 2) if len(xs) == 3 else (bsz, 1, seq, rot // 2)
+    cos, sin = (b.reshape(node, c, cache_shape) for c in caches)
+    x_rot = _last_axis(b, node, x, 0, rot)
+    if int(attr(node, "interleaved", 0)):
+        x1, x2 = (_last_axis(b, node, x_rot, k, rot, 2) for k in (0, 1))
+    else:
+        x1, x2 = (_last_axis(b, node, x_rot, k * rot // 2, (k + 1) * rot // 2) for k in (0, 1))
+    real = b.emit(node, "sub", (b.emit(node, "mul", (x1, cos), suffix="x1_cos"), b.emit(node, "mul", (x2, sin),
+                  suffix="x2_sin")), suffix="real")  # fmt: skip
+    imag = b.emit(node, "add", (b.emit(node, "mul", (x1, sin), suffix="x1_sin"), b.emit(node, "mul", (x2, cos),
+                  suffix="x2_cos")), suffix="imag")  # fmt: skip
+    if int(attr(node, "interleaved", 0)):
+        pairs = [b.reshape(node, t, (*b.type_of(t).shape, 1)) for t in (real, imag)]
+        rotated = b.emit(node, "concat", pairs, {"axis": 4}, suffix="rotated")
+        rotated = b.reshape(node, rotated, b.type_of(x_rot).shape)
+    else:
+        rotated = b.emit(node, "concat", (real, imag), {"axis": 3}, suffix="rotated")
+    if rot < head:
+        rotated = b.emit(node, "concat", (rotated, _last_axis(b, node, x, rot, head)), {"axis": 3}, suffix="joined")
+    b.finish(node, b.reshape(node, rotated, xs), "float32")
