@@ -1,0 +1,125 @@
+"""Activation tables (``vdla.graph.tables``): elementwise functions of one int8 tensor folded into 256-entry
+tables, bit-exact with the unfolded graph (interpreter and CPU JIT) and with onnxruntime's int8 reference; the
+table kernel against its numpy semantics; what ends a cone."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
+pytest.importorskip("llvmlite")
+
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+from vdla.cpu_fallback import compile_graph, get_kernel  # noqa: E402
+from vdla.cpu_fallback.specs import make_table  # noqa: E402
+from vdla.frontend.onnx import import_onnx  # noqa: E402
+from vdla.frontend.reference import reference_run  # noqa: E402
+from vdla.graph import oracle  # noqa: E402
+from vdla.graph.graph import Graph, Node  # noqa: E402
+from vdla.graph.interp import evaluate  # noqa: E402
+from vdla.graph.passes import simplify  # noqa: E402
+from vdla.graph.qdq import lower_qdq  # noqa: E402
+from vdla.graph.tables import BYTES, fold_tables  # noqa: E402
+from vdla.graph.types import Quant, TensorType  # noqa: E402
+from vdla.zoo.models import quantize_qdq  # noqa: E402
+
+RNG = np.random.default_rng(5)
+ACTIVATIONS = {  # ONNX nodes between two convolutions: (op, attributes, extra scalar inputs)
+    "silu": None,
+    "sigmoid": ("Sigmoid", {}),
+    "tanh": ("Tanh", {}),
+    "hardswish": ("HardSwish", {}),
+    "hardsigmoid": ("HardSigmoid", {"alpha": 0.2, "beta": 0.5}),
+    "leaky_relu": ("LeakyRelu", {"alpha": 0.1}),
+    "elu": ("Elu", {"alpha": 0.7}),
+    "gelu": ("Gelu", {}),
+    "mish": ("Mish", {}),
+    "softplus": ("Softplus", {}),
+}
+
+
+def _model(act: str, prelu_slopes: np.ndarray | None = None):
+    """x -> conv -> activation(s) -> conv -> y (float, 16 channels, 8x8)."""
+    w1 = numpy_helper.from_array(RNG.normal(0, 0.3, (16, 16, 3, 3)).astype(np.float32), "w1")
+    w2 = numpy_helper.from_array(RNG.normal(0, 0.3, (16, 16, 3, 3)).astype(np.float32), "w2")
+    nodes, inits = [helper.make_node("Conv", ["x", "w1"], ["c"], pads=[1] * 4)], [w1, w2]
+    if act == "silu":
+        nodes += [helper.make_node("Sigmoid", ["c"], ["s"]), helper.make_node("Mul", ["c", "s"], ["a"])]
+    elif act == "prelu":
+        inits.append(numpy_helper.from_array(prelu_slopes.astype(np.float32), "slope"))
+        nodes.append(helper.make_node("PRelu", ["c", "slope"], ["a"]))
+    else:
+        op, attrs = ACTIVATIONS[act]
+        nodes.append(helper.make_node(op, ["c"], ["a"], **attrs))
+    nodes.append(helper.make_node("Conv", ["a", "w2"], ["y"], pads=[1] * 4))
+    f = TensorProto.FLOAT
+    graph = helper.make_graph(
+        nodes,
+        act,
+        [helper.make_tensor_value_info("x", f, [1, 16, 8, 8])],
+        [helper.make_tensor_value_info("y", f, [1, 16, 8, 8])],
+        inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)], ir_version=9)
+
+
+def _qdq(model):
+    return quantize_qdq(model, RNG.normal(0, 1, (8, 16, 8, 8)).astype(np.float32), input_name="x")
+
+
+@pytest.mark.parametrize("act", sorted(ACTIVATIONS))
+def test_each_activation_folds_into_one_table_equal_to_the_int8_reference(act):
+    qdq = _qdq(_model(act))
+    lowered = lower_qdq(simplify(import_onnx(qdq)))
+    folded = fold_tables(lowered)
+    tables = [n for n in folded.nodes if n.op == "table"]
+    assert len(tables) == 1, [n.op for n in folded.nodes]
+    ops = [n.op for n in folded.nodes]
+    assert ops.count("dequantize") == 1 and ops[-1] == "dequantize"  # the output's; no float between the convs
+    kernel = compile_graph(folded)
+    for _ in range(3):
+        x = RNG.normal(0, 1.5, (1, 16, 8, 8)).astype(np.float32)
+        want = evaluate(lowered, {"x": x})["y"]
+        np.testing.assert_array_equal(evaluate(folded, {"x": x})["y"], want)
+        np.testing.assert_array_equal(kernel(x=x)["y"], want)
+        np.testing.assert_array_equal(want, reference_run(qdq, {"x": x})["y"])
+
+
+def test_a_per_channel_constant_ends_the_cone_and_a_scalar_one_folds():
+    per_channel = lower_qdq(simplify(import_onnx(_qdq(_model("prelu", RNG.uniform(0.05, 0.3, (16, 1, 1)))))))
+    assert not any(n.op == "table" for n in fold_tables(per_channel).nodes)
+    scalar = lower_qdq(simplify(import_onnx(_qdq(_model("prelu", np.array([0.2]))))))
+    assert sum(n.op == "table" for n in fold_tables(scalar).nodes) == 1
+
+
+def _graph(nodes: list[Node], outputs: list[str]) -> Graph:
+    q = Quant((0.05,))
+    return Graph({"x": TensorType((2, 8), "int8", q)}, nodes, outputs, name="g")
+
+
+def test_a_value_read_outside_the_cone_is_kept():
+    nodes = [
+        Node("dequantize", ("x",), "d", {"scale": 0.05, "zero_point": 0}),
+        Node("sigmoid", ("d",), "s"),
+        Node("quantize", ("s",), "q", {"scale": 1 / 128, "zero_point": 0}),
+        Node("tanh", ("d",), "t"),  # reads the dequantized value too, and is an output
+    ]
+    folded = fold_tables(_graph(nodes, ["q", "t"]))
+    assert [n.op for n in folded.nodes] == [n.op for n in nodes]  # d is read by t: no cone ends at q
+    x = RNG.integers(-128, 128, (2, 8)).astype(np.int8)
+    folded = fold_tables(_graph(nodes[:3], ["q"]))
+    assert [n.op for n in folded.nodes] == ["table"]
+    np.testing.assert_array_equal(evaluate(folded, {"x": x})["q"], evaluate(_graph(nodes[:3], ["q"]), {"x": x})["q"])
+
+
+def test_table_kernel_equals_its_numpy_semantics():
+    x = RNG.integers(-128, 128, (3, 5, 7)).astype(np.int8)
+    entries = RNG.integers(-128, 128, 256).astype(np.int8)
+    spec = make_table(TensorType.of(x, "table"), TensorType.of(entries, "table"))
+    got = get_kernel(spec)(x, entries)
+    np.testing.assert_array_equal(got, oracle.table(x, entries))
+    np.testing.assert_array_equal(oracle.table(BYTES, entries), entries)  # entry b for the value whose byte is b
+    assert oracle.table(np.int8(-1), entries) == entries[255]
