@@ -123,3 +123,53 @@ def test_table_kernel_equals_its_numpy_semantics():
     np.testing.assert_array_equal(got, oracle.table(x, entries))
     np.testing.assert_array_equal(oracle.table(BYTES, entries), entries)  # entry b for the value whose byte is b
     assert oracle.table(np.int8(-1), entries) == entries[255]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# On the accelerator: the table is the layer's last epilogue stage (EPI lut, LOAD LUT)
+
+
+@pytest.fixture(scope="module")
+def silu_compiled():
+    from vdla.model.pipeline import compile_model
+
+    qdq = _qdq(_model("silu"))
+    return qdq, compile_model(qdq)[0]
+
+
+def test_an_activation_between_two_convolutions_runs_in_the_first_ones_epilogue(silu_compiled):
+    _, artifact = silu_compiled
+    assert [s.kind for s in artifact.steps] == ["cpu", "accel", "accel", "cpu"]  # input and output only
+    assert not any(n.op == "table" for s in artifact.steps if s.kind == "cpu" for n in s.graph.nodes)
+    assert artifact.accel_macs == artifact.total_macs
+
+
+def test_the_table_on_the_accelerator_equals_the_int8_reference(silu_compiled, backend):
+    from vdla.model import Module
+
+    from vdla.zoo.models import qdq_output_scale
+
+    qdq, artifact = silu_compiled
+    unfolded = lower_qdq(simplify(import_onnx(qdq)))  # the activations as float operators, no table
+    module, step = Module(artifact, backend), qdq_output_scale(qdq, "y")
+    for seed in range(3):
+        x = np.random.default_rng(seed).normal(0, 1.5, (1, 16, 8, 8)).astype(np.float32)
+        got = module.run(x)
+        np.testing.assert_array_equal(got, evaluate(unfolded, {"x": x})["y"])
+        # the reference's float32 requantization of the second convolution rounds the odd tie the other way
+        assert np.abs(got - reference_run(qdq, {"x": x})["y"]).max() <= step * 1.01
+    module.close()
+
+
+def test_a_max_pool_is_fused_before_a_monotonic_table_only():
+    from vdla.compiler import CompileError
+    from vdla.compiler.fused_pool import FusedPool
+    from vdla.graph.epilogue import Epilogue
+    from vdla.graph.window import make_window
+
+    window, _ = make_window("max_pool2d", (8, 8), 2, 2, 1, 0)
+    rising = BYTES.astype(np.int16).clip(0, 127).astype(np.int8)  # ReLU: non-decreasing in the int8 value
+    FusedPool.for_layer(window, (8, 8), Epilogue(table=rising))
+    silu_like = np.where(BYTES < 0, -(BYTES.astype(np.int16) // 4) - 20, BYTES).astype(np.int8)
+    with pytest.raises(CompileError, match="activation table that is not non-decreasing"):
+        FusedPool.for_layer(window, (8, 8), Epilogue(table=silu_like))

@@ -18,7 +18,7 @@ from vdla.compiler.fused_pool import FusedPool
 from vdla.compiler.identity import EYE, identity_weights
 from vdla.compiler.schedule import ConvLowering, Schedule
 from vdla.compiler.search import SearchResult, build_stream, emit_program, search
-from vdla.compiler.spec import CompileError, Conv2dSpec, EpilogueSpec, OutputView
+from vdla.compiler.spec import TABLE, CompileError, Conv2dSpec, EpilogueSpec, OutputView
 from vdla.config import DEFAULT_PRESET, HwConfig, load_config
 from vdla.graph.epilogue import Epilogue
 from vdla.graph.layout import pack_activation, pack_channels, pack_weights, unpack_activation
@@ -113,6 +113,8 @@ class CompiledConv2d:
         self.lowering = ConvLowering(spec, self.epilogue, cfg, imm, view)
         self.constants = {} if runtime else {"wgt": pack_weights(weights, cfg.block_out, cfg.block_in)}
         self.constants.update(_constants(ep, self.epilogue, spec.oc, cfg))
+        if ep.table is not None:  # entry b at byte b: LUT elements of out_elem_bytes entries
+            self.constants[TABLE] = np.asarray(ep.table, np.int8).reshape(cfg.lut_depth, cfg.batch, cfg.block_out)
         need = sum(self.lowering.tensor_bytes().values())
         if need > cfg.dram_bytes:
             raise CompileError(

@@ -47,7 +47,7 @@ from vdla.compiler.fused_pool import FusedPool
 from vdla.compiler.identity import EYE, identity_bytes, identity_fits, identity_gemm, load_identity
 from vdla.compiler.intrinsic import GemmIntrinsic, conv2d_contraction, tensorize
 from vdla.compiler.microcode import Limits, MicroKernel, fits_loop, lower_nest, uop_count
-from vdla.compiler.spec import CompileError, Conv2dSpec, EpilogueSpec, OutputView
+from vdla.compiler.spec import TABLE, CompileError, Conv2dSpec, EpilogueSpec, OutputView
 from vdla.compiler.transfer import MAX_STRIDE, plan_transfers
 from vdla.compiler.vthreads import interleave, prologue_block
 from vdla.config import HwConfig
@@ -482,6 +482,9 @@ class ConvLowering:
             for i, name in enumerate(self.rows)
             for tr in plan_transfers(0, 0, [(self.ob, 1)])
         ]
+        if self.epi.table:  # the activation table, once per layer (it stays until the next LOAD LUT)
+            n = self.cfg.lut_depth
+            ops.append(Load(MemType.LUT, 0, TABLE, 0, 1, n, n))
         return prologue_block(ops, threads, self.cfg.uop_depth)
 
     def tensor_bytes(self) -> dict[str, int]:
@@ -495,6 +498,8 @@ class ConvLowering:
         }
         for name in self.rows:
             out[name] = self.ob * c.acc_elem_bytes
+        if self.epi.table:
+            out[TABLE] = c.lut_depth * c.out_elem_bytes
         if self.residual_gemm:
             out[EYE] = identity_bytes(c)
         if self.epi.residual:
@@ -643,7 +648,7 @@ class ThreadBuilder:
         bias = low.rows_base + low.rows.index("bias") * low.ob + t.ob if low.epi.bias else None
         oc, rest = low.oc_axis(nest, t.noc)
         return [
-            Epi(m.req, m.relu, m.shift, bias),
+            Epi(m.req, m.relu, m.shift, bias, m.lut),
             Gemm(lower_nest((oc,) + rest, base, low.limits, pin_outer=True), init=True),
         ]
 

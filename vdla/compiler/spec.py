@@ -155,6 +155,9 @@ def multiplier_kind(multiplier: int | np.ndarray, shift: int = 0) -> str:
     return "row"
 
 
+TABLE = "table"  # the tensor name of a layer's activation table (a constant: LUT_ENTRIES int8 entries)
+
+
 @dataclass(frozen=True)
 class EpilogueSpec:
     """The structure of a layer's epilogue (:class:`vdla.graph.epilogue.Epilogue`) as the compiler runs it
@@ -184,6 +187,7 @@ class EpilogueSpec:
     residual: str | None = None  # None, "int8" or "int32"
     rescale: tuple[int, int, int, int, int] | None = None  # (lo, hi, shift_y, shift_k, frac)
     pool: Window | None = None  # a max pool fused into the tiles, taken before the requantization
+    table: bool = False  # the OUT mirror looks every int8 result up in the layer's activation table (EPI lut)
 
     @classmethod
     def of(cls, ep: Epilogue, pool: Window | None = None) -> EpilogueSpec:
@@ -197,6 +201,7 @@ class EpilogueSpec:
             residual=ep.residual,
             rescale=None if ep.rescale is None else tuple(int(v) for v in ep.rescale.as_tuple()),
             pool=pool,
+            table=ep.table is not None,
         )
 
     def __post_init__(self) -> None:
