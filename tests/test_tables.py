@@ -146,7 +146,6 @@ def test_an_activation_between_two_convolutions_runs_in_the_first_ones_epilogue(
 
 def test_the_table_on_the_accelerator_equals_the_int8_reference(silu_compiled, backend):
     from vdla.model import Module
-
     from vdla.zoo.models import qdq_output_scale
 
     qdq, artifact = silu_compiled
