@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-all test-pynq check-fpga lint bench lock clean
+.PHONY: demo test test-all test-pynq check-fpga lint bench models lock clean
 
 # Every package is pinned by constraints.txt (constraints-pynq.txt for .venv-pynq) to the versions the suite
 # last passed with; `make lock` refreshes both from the newest releases (then run make test and make test-pynq
@@ -64,6 +64,15 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/sim_speed.py --json out/sim_speed.json
+
+# Re-export the model suite (examples/models/onnx/*.onnx, committed) from examples/models/architectures.py with
+# seeded weights: torch and onnxscript (the `models` extra) in their own environment, never in .venv; then
+# `python benchmarks/models.py --json benchmarks/models.json` measures it. make test needs none of this.
+MODELS_VENV := .venv-models
+models:
+	test -x $(MODELS_VENV)/bin/python || $(PYTHON) -m venv $(MODELS_VENV)
+	$(MODELS_VENV)/bin/pip install --quiet -e '.[models]'
+	$(MODELS_VENV)/bin/python examples/models/export.py
 
 # Refresh the pins: fresh environments from the newest releases, frozen into constraints*.txt.
 LOCK_VENV := .venv-lock

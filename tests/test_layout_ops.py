@@ -17,6 +17,7 @@ pytest.importorskip("llvmlite")
 sys.path.insert(0, str(Path(__file__).parent))
 from test_onnx_frontend import F, Model, _close, run_float_cpu, run_ort  # noqa: E402
 
+import vdla  # noqa: E402
 from vdla.cpu_fallback import get_kernel  # noqa: E402
 from vdla.cpu_fallback.specs import (  # noqa: E402
     make_gather,
@@ -31,6 +32,7 @@ from vdla.graph import oracle  # noqa: E402
 from vdla.graph.interp import evaluate  # noqa: E402
 from vdla.graph.types import TensorType, UnsupportedError  # noqa: E402
 from vdla.graph.window import make_window  # noqa: E402
+from vdla.model import ModelInputError  # noqa: E402
 
 I64, I32 = 7, 6  # TensorProto.INT64, INT32
 RNG = np.random.default_rng(42)
@@ -182,6 +184,44 @@ def test_one_hot_kernel_truncates_float_indices_and_never_matches_nan():
             np.testing.assert_array_equal(got[r, c], [8.0 if k == at else 0.25 for k in range(5)])
 
 
+@pytest.mark.parametrize(
+    "table,ishape,axis,itype",
+    [
+        ((50, 8), (2, 5), 0, I64),
+        ((3, 7, 4), (6,), 1, I64),
+        ((3, 7, 4), (2, 3), -1, I32),
+        ((9,), (), 0, I64),
+        ((4, 6), (1,), 1, I32),
+    ],
+)
+def test_gather_of_indices_computed_at_run_time_matches_onnxruntime(table, ishape, axis, itype):
+    """Token ids into an embedding table and the like: negative indices count from the end; int64 ids given
+    to the compiled model are narrowed to the int32 vdla holds them in."""
+    m = Model()
+    m.node("Gather", [m.weight("w", table), "i"], "y", axis=axis)
+    ax = axis % len(table)
+    out = [*table[:ax], *ishape, *table[ax + 1 :]]
+    model = m.build([("i", itype, list(ishape))], [("y", F, out)], opset=17)
+    n = table[ax]
+    i = RNG.integers(-n, n, ishape).astype(np.int64 if itype == I64 else np.int32)
+    want = run_ort(model, {"i": i})["y"]
+    graph = import_onnx(model)
+    np.testing.assert_array_equal(run_float_cpu(graph, {"i": i.astype(np.int32)})["y"], want)
+    np.testing.assert_array_equal(evaluate(graph, {"i": i.astype(np.int32)})["y"], want)
+    np.testing.assert_array_equal(vdla.compile(model).run(i), want)
+
+
+def test_int64_ids_beyond_int32_are_refused_naming_the_input_and_index():
+    m = Model()
+    m.node("Gather", [m.weight("w", (10, 4)), "i"], "y")
+    module = vdla.compile(m.build([("i", I64, [1, 3])], [("y", F, [1, 3, 4])], opset=17))
+    ids = np.array([[1, 2**40, 3]], np.int64)
+    with pytest.raises(ModelInputError, match=r"input 'i' \(int64\) for int32: 1 value\(s\) outside .* at \[0, 1\]"):
+        module.run(ids)
+    with pytest.raises(ModelInputError, match="must be int32, got float32"):
+        module.run(ids.astype(np.float32))
+
+
 def test_pad_value_computed_at_run_time():
     m = Model()
     m.node("Pad", ["x", _i64(m, "p", [1, 0, 0, 2]), "v"], "y")
@@ -302,7 +342,7 @@ def test_take_gather_scatter_kernels_equal_their_numpy_semantics(dtype):
 @pytest.mark.parametrize(
     "node, match",
     [
-        (("Gather", ["x", "i"], {}), "indices \\(input 1 'i'\\) must be a constant"),
+        (("GatherElements", ["x", "i"], {}), "indices \\(input 1 'i'\\) must be a constant"),
         (("Pad", ["x", "p"], {"mode": "reflect"}), "reflect padding of 9 needs an axis longer than 7"),
         (("Pad", ["x", "p"], {"mode": "edge"}), "negative pads"),
         (("Gather", ["x", "big"], {"axis": 2}), "indices \\[7\\] lie outside an axis of size 7"),

@@ -176,6 +176,17 @@ def test_calibration_data_is_checked_and_named():
         check_calibration(INPUTS, {"x": bad})
 
 
+def test_integer_calibration_inputs_are_taken_exactly():
+    """Token ids and a mask calibrate as the integers they are (int64 narrowed where every value fits)."""
+    inputs = {"ids": TensorType((1, 6), "int32"), "x": TensorType((1, 6), "float32")}
+    ids = np.arange(-20, 28, dtype=np.int64).reshape(8, 6)
+    data = check_calibration(inputs, {"ids": ids, "x": np.ones((8, 6))})
+    assert data["ids"].dtype == np.int32 and np.array_equal(data["ids"], ids)
+    ids[5, 4] = 2**33
+    with pytest.raises(QuantizationError, match=r"'ids' \(int64\) for int32: 1 value\(s\) .* at \[5, 4\]"):
+        check_calibration(inputs, {"ids": ids, "x": np.ones((8, 6))})
+
+
 def _conv_graph(w: np.ndarray, b: np.ndarray) -> Graph:
     """x -> conv -> relu -> max pool -> conv -> y, float."""
     nodes = [

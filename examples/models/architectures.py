@@ -199,6 +199,8 @@ class ShuffleUnit(nn.Module):
             conv_bn(half, half, 3, stride, groups=half),
             conv_bn(half, half, 1, act=nn.ReLU()),
         )
+        if stride == 1:  # half the channels pass unchanged: the branch is the unit's residual (settle)
+            self.residual_bn = self.branch2[-1][1]
 
     def forward(self, x):
         if self.stride == 1:

@@ -62,10 +62,12 @@ def _take(spec: TakeSpec, kb: KernelBuilder) -> None:
 
 @_emit.register
 def _gather(spec: GatherSpec, kb: KernelBuilder) -> None:
-    """One loop over the output: load the offset, load the element it names."""
+    """One loop over the output: load the offset, clamp it into the input (computed offsets may stray; a
+    constant's were checked when compiling), load the element it names."""
     b, dt, (x, index), y = kb.b, spec.x.dtype, kb.inputs, kb.out
     with kb.loop(0, spec.out.size) as k:
         o = b.sext(kb.load("int32", index, k), I64)
+        o = kb.smin(kb.smax(o, i64(0)), i64(spec.x.size - 1))
         kb.store(kb.load(dt, x, o), dt, y, k)
 
 

@@ -310,7 +310,8 @@ def make_take(x: TensorType, fill: TensorType | None = None, *, index, value: in
 
 @dataclass(frozen=True)
 class GatherSpec:
-    """``out.flat[k] = x.flat[index.flat[k]]`` with int32 offsets checked by the type rule (a constant)."""
+    """``out.flat[k] = x.flat[index.flat[k]]`` with int32 offsets, clamped into ``[0, x.size)`` (constant ones
+    were checked by the type rule; computed ones may stray)."""
 
     x: TensorType
     index: TensorType

@@ -30,7 +30,7 @@ import numpy as np
 from vdla.errors import VdlaError
 from vdla.graph.graph import Graph
 from vdla.graph.interp import evaluate
-from vdla.graph.types import TensorType
+from vdla.graph.types import INT_RANGE, TensorType, narrow_integers
 
 BINS = 2048  # histogram bins over the running magnitude range
 LEVELS = 128  # quantization levels of a symmetric int8 magnitude (0..127): the entropy method's target
@@ -120,10 +120,12 @@ class _Accumulator:
 
 def check_calibration(inputs: Mapping[str, TensorType], data: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """The calibration arrays as float32 ``(N, *shape[1:])`` per graph input (samples along the first axis;
-    ``(N, *shape)`` is accepted too). A single array for a single-input graph may have any name.
+    ``(N, *shape)`` is accepted too); an integer input's (token ids, a mask) in its integer dtype, exactly. A
+    single array for a single-input graph may have any name.
 
-    Raises :class:`QuantizationError` naming the input for a missing or unknown array, a non-float dtype, a
-    wrong shape, an empty set, counts that differ between inputs or non-finite values (with a sample index).
+    Raises :class:`QuantizationError` naming the input for a missing or unknown array, a non-float dtype for
+    a float input, an integer outside an integer input's range, a wrong shape, an empty set, counts that
+    differ between inputs or non-finite values (with a sample index).
     """
     data = dict(data)
     if len(inputs) == 1 and len(data) == 1:
@@ -149,24 +151,37 @@ def _samples(name: str, t: TensorType, a: np.ndarray) -> np.ndarray:
     elif a.ndim != len(t.shape) or a.shape[1:] != per:
         want = "x".join(map(str, ("N", *per)))
         raise QuantizationError(f"calibration input {name!r}: shape {a.shape} does not match {want} (input {t})")
+    if a.shape[0] == 0:
+        raise QuantizationError(f"calibration input {name!r} has no samples")
+    a = _integer_samples(name, t, a) if a.dtype.kind in "iu" and t.dtype in INT_RANGE else _float_samples(name, t, a)
+    batch = t.shape[0]
+    if a.shape[0] % batch:
+        raise QuantizationError(
+            f"calibration input {name!r}: {a.shape[0]} samples do not fill whole batches of {batch} (input {t})"
+        )
+    return a
+
+
+def _integer_samples(name: str, t: TensorType, a: np.ndarray) -> np.ndarray:
+    """Token ids or a mask for an integer input, exactly (int64 narrowed where every value fits)."""
+    try:
+        return narrow_integers(a, t.dtype)
+    except ValueError as e:
+        raise QuantizationError(f"calibration input {name!r} ({a.dtype}) for {t.dtype}: {e}") from e
+
+
+def _float_samples(name: str, t: TensorType, a: np.ndarray) -> np.ndarray:
     if a.dtype.kind != "f":
         raise QuantizationError(
             f"calibration input {name!r} is {a.dtype}, the model takes {t.dtype}: pass float values "
             "preprocessed as the model expects them"
         )
-    if a.shape[0] == 0:
-        raise QuantizationError(f"calibration input {name!r} has no samples")
     a = a.astype(np.float32)
     bad = ~np.isfinite(a).reshape(a.shape[0], -1).all(axis=1)
     if bad.any():
         raise QuantizationError(
             f"calibration input {name!r} has NaN or infinite values in sample {int(np.argmax(bad))} "
             f"({int(bad.sum())} of {a.shape[0]} samples)"
-        )
-    batch = t.shape[0]
-    if a.shape[0] % batch:
-        raise QuantizationError(
-            f"calibration input {name!r}: {a.shape[0]} samples do not fill whole batches of {batch} (input {t})"
         )
     return a
 

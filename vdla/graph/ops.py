@@ -870,11 +870,16 @@ def _take(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarray]
     return take_type(inputs[0], node.attrs["index"], node.attrs.get("value", 0))[1]
 
 
-def offsets_type(op: str, x: TensorType, index: TensorType, params: Mapping[str, np.ndarray], name: str) -> None:
-    """Checks the flat offsets ``index`` into ``x`` of a gather or scatter: an int32 parameter (a constant, so
-    every offset is checked here, at compile time) whose entries all lie in ``[0, x.size)``."""
+def offsets_type(
+    op: str, x: TensorType, index: TensorType, params: Mapping[str, np.ndarray], name: str, computed: bool = False
+) -> None:
+    """Checks the flat offsets ``index`` into ``x`` of a gather or scatter: int32; a constant (a parameter)
+    has every entry checked here, at compile time, to lie in ``[0, x.size)``. Only a gather (``computed``)
+    takes offsets computed at run time; its kernel clamps them into that range."""
     _need(op, index.dtype == "int32", f"offsets must be int32, got {index.dtype}")
-    _need(op, name in params, f"offsets {name!r} must be a constant (vdla checks every offset when compiling)")
+    if name not in params:
+        _need(op, computed, f"offsets {name!r} must be a constant (vdla checks every offset when compiling)")
+        return
     a = params[name]
     _need(op, bool(np.all((a >= 0) & (a < x.size))), f"offsets must lie in [0, {x.size}) for input {x}")
 
@@ -888,9 +893,10 @@ def offsets_type(op: str, x: TensorType, index: TensorType, params: Mapping[str,
 )
 def _gather(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarray]) -> TensorType:
     """``out.flat[k] = x.flat[index.flat[k]]``, the output of the offsets' shape (GatherElements, GatherND and
-    ReverseSequence as gathers of constant offsets)."""
+    ReverseSequence as gathers of constant offsets; Gather of indices computed at run time, such as token
+    ids, as a gather of computed offsets, which the kernel clamps into ``[0, x.size)``)."""
     x, index = inputs
-    offsets_type("gather", x, index, params, node.inputs[1])
+    offsets_type("gather", x, index, params, node.inputs[1], computed=True)
     return TensorType(index.shape, x.dtype, x.quant if x.quant is None or x.quant.axis is None else None)
 
 

@@ -535,8 +535,9 @@ def take(x: np.ndarray, index, value: float | int = 0) -> np.ndarray:
 
 
 def gather(x: np.ndarray, index: np.ndarray) -> np.ndarray:
-    """``out.flat[k] = x.flat[index.flat[k]]``, shaped like ``index``."""
-    return np.ascontiguousarray(x.reshape(-1)[index.astype(np.int64)])
+    """``out.flat[k] = x.flat[index.flat[k]]``, shaped like ``index``; offsets outside ``[0, x.size)`` (only
+    computed ones can be) are clamped into it."""
+    return np.ascontiguousarray(x.reshape(-1)[np.clip(index.astype(np.int64), 0, x.size - 1)])
 
 
 def table(x: np.ndarray, entries: np.ndarray) -> np.ndarray:

@@ -18,6 +18,17 @@ DTYPES = ("int8", "int32", "float32", "bool")
 INT_RANGE = {"int8": (INT8_MIN, INT8_MAX), "int32": (-(2**31), 2**31 - 1)}  # the integer dtypes
 
 
+def narrow_integers(a: np.ndarray, dtype: str) -> np.ndarray:
+    """Integer array ``a`` (an ONNX model's int64 token ids, say) as integer ``dtype`` (int8 or int32),
+    exactly: a value outside ``dtype``'s range raises ``ValueError`` naming it, its index and the range."""
+    lo, hi = INT_RANGE[dtype]
+    bad = (a < lo) | (a > hi)
+    if bad.any():
+        first = tuple(int(i) for i in np.unravel_index(int(np.argmax(bad)), a.shape))
+        raise ValueError(f"{int(bad.sum())} value(s) outside {dtype}'s [{lo}, {hi}]: {a[first]} at {list(first)}")
+    return a.astype(dtype)
+
+
 class UnsupportedError(VdlaError, ValueError):
     """An operator was asked for a dtype, shape or attribute combination it does not support."""
 

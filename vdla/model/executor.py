@@ -21,7 +21,7 @@ import numpy as np
 
 from vdla.errors import VdlaError
 from vdla.graph.interp import evaluate
-from vdla.graph.types import TensorType
+from vdla.graph.types import INT_RANGE, TensorType, narrow_integers
 from vdla.isa import INSN_BYTES, GemmInsn, decode_program
 from vdla.model.artifact import AccelChain, AccelStep, Artifact, CpuStep, load_artifact
 from vdla.model.memplan import Lifetime, MemoryPlan, plan_memory
@@ -209,12 +209,19 @@ class Module:
     def _feed(self, name: str, value: np.ndarray, t: TensorType) -> np.ndarray:
         """One input checked against its spec: the shape exactly; the dtype exactly, except that any other
         float dtype given for a float32 input is converted to float32 with a note (numpy's default float64
-        among them); every float value finite (NaN or an infinity, given or made by the conversion, is an
-        error naming the input and the first bad index)."""
+        among them), and integers for an integer input are narrowed when every value fits (an ONNX model's
+        int64 token ids, which vdla holds as int32), else refused naming the first that does not; every
+        float value finite (NaN or an infinity, given or made by the conversion, is an error naming the input
+        and the first bad index). A 0-d input stays 0-d."""
         a = np.asarray(value)
         if a.shape != t.shape:
             raise ModelInputError(f"input {name!r} must have shape {t.shape}, got {a.shape}")
         converted = ""
+        if a.dtype.name != t.dtype and a.dtype.kind in "iu" and t.dtype in INT_RANGE:
+            try:  # int64 token ids for an input vdla holds as int32: exact, or refused
+                return narrow_integers(a, t.dtype)  # a fresh C-ordered copy (0-d stays 0-d)
+            except ValueError as e:
+                raise ModelInputError(f"input {name!r} ({a.dtype.name}) for {t.dtype}: {e}") from e
         if a.dtype.name != t.dtype:
             if not (a.dtype.kind == "f" and t.dtype == "float32"):
                 raise ModelInputError(f"input {name!r} must be {t.dtype}, got {a.dtype.name}")
@@ -225,7 +232,7 @@ class Module:
                 a = a.astype(np.float32)
         if a.dtype.kind == "f":
             _check_finite(name, a, converted)
-        return np.ascontiguousarray(a)
+        return np.require(a, requirements="C")  # 0-d stays 0-d (ascontiguousarray would make it 1-d)
 
     def _dram_read(self, name: str) -> np.ndarray:
         t = self.artifact.dram[name]

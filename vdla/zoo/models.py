@@ -17,7 +17,7 @@ onnxruntime are imported inside the functions that need them, so importing this 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -370,23 +370,29 @@ def calibration_images(shape: Sequence[int], count: int, seed: int = 0) -> np.nd
     return ((up + noise) * rng.uniform(0.5, 1.5, (count, 1, 1, 1))).astype(np.float32)
 
 
-def quantize_qdq(model, calib: np.ndarray, input_name: str = "image", path: str | Path | None = None):
+def quantize_qdq(
+    model, calib: np.ndarray | Mapping[str, np.ndarray], input_name: str = "image", path: str | Path | None = None
+):
     """The QDQ model onnxruntime's static quantizer writes after its recommended pre-processing (BatchNorm
     folded into the convolutions): per-channel symmetric int8 weights, symmetric int8 activations,
-    MinMax calibration on ``calib``; returned as an ``onnx.ModelProto``."""
+    MinMax calibration on ``calib``: samples stacked on the first axis, of the input ``input_name`` or, as a
+    mapping, of every input by name (a model with several, such as token ids and a mask); returned as an
+    ``onnx.ModelProto``."""
     import tempfile
 
     onnx = _helpers()[0]
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
+    stacked = dict(calib) if isinstance(calib, Mapping) else {input_name: calib}
+    count = min(len(a) for a in stacked.values())
+
     class Reader(CalibrationDataReader):
         def __init__(self) -> None:
-            self.it = iter(calib[i : i + 1] for i in range(len(calib)))
+            self.it = iter({k: a[i : i + 1] for k, a in stacked.items()} for i in range(count))
 
         def get_next(self):
-            a = next(self.it, None)
-            return None if a is None else {input_name: a}
+            return next(self.it, None)
 
     with tempfile.TemporaryDirectory() as d:
         src, pre = Path(d) / "float.onnx", Path(d) / "pre.onnx"
@@ -422,3 +428,8 @@ def cosine_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """The cosine similarity of each row of ``a`` with the same row of ``b`` (logits per input)."""
     a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
     return (a * b).sum(axis=1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+
+
+def cosine(a: np.ndarray, b: np.ndarray) -> float:
+    """The cosine similarity of two whole outputs (any shapes of the same number of elements)."""
+    return float(cosine_rows(np.reshape(a, (1, -1)), np.reshape(b, (1, -1)))[0])

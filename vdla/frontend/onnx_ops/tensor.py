@@ -2,16 +2,17 @@
 DepthToSpace, SpaceToDepth, GatherElements, GatherND, ReverseSequence, OneHot, ScatterElements, Scatter and
 ScatterND, Resize, GridSample (no ``onnx`` import here).
 
-vdla compiles for fixed shapes, so every index these operators read (but OneHot's) is a constant known at import time
-(an initializer, or a value folded from constants): it is normalised (negative indices counted from the
-end) and checked here, and an index a node computes at run time is refused. The mapping onto vdla's
+vdla compiles for fixed shapes, so every index these operators read (but OneHot's and Gather's) is a constant known
+at import time (an initializer, or a value folded from constants): it is normalised (negative indices counted
+from the end) and checked here, and an index a node computes at run time is refused. The mapping onto vdla's
 operators:
 
 * whatever gathers along each axis independently (padding by edge, reflection or wrap, cropping,
   tiling, broadcasting, a gather along one axis, compressing) is one ``take``: a table of input
   indices per axis, ``-1`` reading the fill value;
 * whatever gathers element by element (GatherElements, GatherND, ReverseSequence) is one ``gather`` of
-  constant flat offsets (an int32 parameter shaped like the output); OneHot is vdla ``one_hot``, whose
+  constant flat offsets (an int32 parameter shaped like the output); a Gather of indices computed at run
+  time (token ids) is one ``gather`` of offsets computed from them; OneHot is vdla ``one_hot``, whose
   indices may be computed at run time;
 * the scatters are one ``scatter`` of constant flat offsets (one per update element, in the order ONNX
   applies them) with their reduction;
@@ -187,10 +188,14 @@ def _expand(b: Builder, node: OnnxNode) -> None:
 
 @converter("Gather", attrs=("axis",))
 def _gather(b: Builder, node: OnnxNode) -> None:
-    """A gather of constant indices (any shape) along one axis: a ``take`` of that axis, reshaped."""
+    """A gather of constant indices (any shape) along one axis: a ``take`` of that axis, reshaped; of indices
+    computed at run time (token ids): a ``gather`` of computed flat offsets (:func:`_runtime_gather`)."""
     dt = b.require_dtype(node, 0, ANY)
     xs = b.shape(node, 0)
     axis = axis_of(node, int(attr(node, "axis", 0)), len(xs))
+    if not b.is_const(node, 1):
+        _runtime_gather(b, node, xs, axis, dt == "uint8")
+        return
     idx = _indices(node, _ints(b, node, 1, "indices"), xs[axis])
     tables: list[list[int] | None] = [None] * len(xs)
     tables[axis] = idx.ravel().tolist()
@@ -199,6 +204,35 @@ def _gather(b: Builder, node: OnnxNode) -> None:
         raise unsupported(node, f"the result shape {out_shape} is empty: vdla has no empty tensors")
     y = _take(b, node, b.tensor(node, 0), tables)
     b.reshape(node, y, out_shape, out=node.outputs[0], uint8=dt == "uint8")
+
+
+def _runtime_gather(b: Builder, node: OnnxNode, xs: tuple[int, ...], axis: int, uint8: bool) -> None:
+    """Gather along ``axis`` of indices known only at run time: flat offsets ``outer * n * inner +
+    mod(index, n) * inner + i`` computed in int32 (``mod`` wraps negative indices as ONNX counts them, so
+    indices outside ``[-n, n)``, which ONNX leaves undefined, wrap too), then one ``gather``."""
+    b.require_dtype(node, 1, ("int64", "int32"))
+    n, inner = xs[axis], size(xs[axis + 1 :])
+    ishape = b.shape(node, 1)
+    out_shape = (*xs[:axis], *ishape, *xs[axis + 1 :])
+    if size(out_shape) < 1:
+        raise unsupported(node, f"the result shape {out_shape} is empty: vdla has no empty tensors")
+    if size(xs) >= 2**31:
+        raise unsupported(node, f"an input of {size(xs)} elements: int32 offsets address at most 2**31 - 1")
+    idx = b.tensor(node, 1)
+    one = (1,) * len(ishape)
+    wrapped = b.emit(node, "mod", (idx, b.add_param(f"{node.outputs[0]}:n", np.full(one, n, np.int32))))
+    scaled = b.emit(node, "mul", (wrapped, b.add_param(f"{node.outputs[0]}:inner", np.full(one, inner, np.int32))))
+    lead = (1,) * axis
+    placed = b.reshape(node, scaled, (*lead, *ishape, *(1,) * (len(xs) - axis - 1)))
+    outer = np.arange(size(xs[:axis]), dtype=np.int32).reshape(xs[:axis]) * (n * inner)
+    base = outer.reshape((*xs[:axis], *one, *(1,) * (len(xs) - axis - 1)))
+    base = base + np.arange(inner, dtype=np.int32).reshape((1,) * (axis + len(ishape)) + xs[axis + 1 :])
+    offsets = b.emit(node, "add", (placed, b.add_param(f"{node.outputs[0]}:base", base)), suffix="offsets")
+    if not out_shape:  # a scalar index into a vector: the one-element gather, reshaped
+        y = b.emit(node, "gather", (b.tensor(node, 0), b.reshape(node, offsets, (1,))), suffix="gather", uint8=uint8)
+        b.reshape(node, y, (), out=node.outputs[0], uint8=uint8)
+        return
+    b.emit(node, "gather", (b.tensor(node, 0), offsets), out=node.outputs[0], uint8=uint8)
 
 
 @converter("Compress", attrs=("axis",))

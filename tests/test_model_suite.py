@@ -1,0 +1,142 @@
+"""The model suite (``vdla.zoo.suite``): real architectures exported from torch with seeded random weights,
+committed as ONNX files, each compiled two ways and run on the simulator against onnxruntime.
+
+- vdla's own calibration, through the command line (``vdla compile --input-shape ... --calib``, ``vdla run
+  --input ... --output``): every output's cosine with onnxruntime's float output is at least 0.99;
+- onnxruntime's QDQ model, through the API: every output equals onnxruntime running the QDQ model with graph
+  optimizations off, or differs only where the layer-by-layer comparison finds rounding ties of the
+  reference's float32 arithmetic;
+- two small models on the RTL, bit-exact with the simulator, cycle counts within 5% of its cycle model.
+
+``benchmarks/models.py`` measures the same suite with more inputs and writes its figures; here each model
+calibrates on 8 samples and checks 2 inputs. The largest models are marked slow (``make test-all``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
+pytest.importorskip("llvmlite")
+
+from vdla.frontend.onnx import import_onnx  # noqa: E402
+from vdla.frontend.reference import compare_layers, reference_session  # noqa: E402
+from vdla.graph.passes import simplify  # noqa: E402
+from vdla.graph.qdq import lower_qdq  # noqa: E402
+from vdla.model import Module  # noqa: E402
+from vdla.model.pipeline import CompileOptions, compile_model  # noqa: E402
+from vdla.zoo.models import cosine, quantize_qdq  # noqa: E402
+from vdla.zoo.suite import SUITE, SuiteError, suite_model  # noqa: E402
+
+SLOW = {"resnet50", "mobilenet_v2", "efficientnet_b0"}  # each over a minute here: make test-all runs them
+FILES = [m for m in SUITE.values() if m.file is not None]
+CALIB, TESTS = 8, 2
+
+
+def _models(names):
+    return [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n for n in names]
+
+
+def _reference(model, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    session = reference_session(model)
+    return dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds), strict=True))
+
+
+@pytest.mark.parametrize("m", FILES, ids=lambda m: m.name)
+def test_suite_files_are_committed_small_and_import_at_their_shapes(m):
+    assert m.path.is_file(), f"{m.path}: python examples/models/export.py --only {m.name}"
+    assert m.path.stat().st_size < 5.25e6, f"{m.path.name} is {m.path.stat().st_size:,} bytes (about 5 MB at most)"
+    graph = import_onnx(m.load(), m.input_shapes())
+    assert {k: t.shape for k, t in graph.inputs.items()} == m.input_shapes()
+    stacked = m.samples(3, 0)
+    assert all(v.shape == (3, *m.inputs[k][1:]) for k, v in stacked.items())
+    assert all(np.array_equal(a[k], b[k]) for a, b in zip(m.feeds(2, 5), m.feeds(2, 5), strict=True) for k in a)
+
+
+def test_an_unknown_suite_model_is_refused_naming_the_suite():
+    with pytest.raises(SuiteError, match="no suite model 'resnet18'; the suite: resnet50, "):
+        suite_model("resnet18")
+
+
+@pytest.mark.parametrize("name", _models(SUITE))
+def test_calibrated_by_vdla_from_the_command_line_tracks_onnxruntime_float(name, tmp_path, capsys):
+    from vdla.cli import main
+
+    m = SUITE[name]
+    model = m.load()
+    path = m.path
+    if path is None:  # built in memory: written where the CLI can read it
+        import onnx
+
+        path = tmp_path / f"{name}.onnx"
+        onnx.save(model, path)
+    np.savez(tmp_path / "calib.npz", **m.samples(CALIB, 1))
+    shapes = [a for k, s in m.input_shapes().items() for a in ("--input-shape", f"{k}={'x'.join(map(str, s))}")]
+    out = tmp_path / f"{name}.vdla"
+    assert main(["compile", str(path), *shapes, "--calib", str(tmp_path / "calib.npz"), "-o", str(out)]) == 0
+    assert "MACs on the accelerator" in capsys.readouterr().out
+    for i, feed in enumerate(m.feeds(TESTS, 7)):
+        inputs = []
+        for k, v in feed.items():
+            np.save(tmp_path / f"{k}{i}.npy", v)
+            inputs += ["--input", f"{k}={tmp_path / f'{k}{i}.npy'}"]
+        assert main(["run", str(out), *inputs, "--output", str(tmp_path / f"y{i}.npz")]) == 0
+        with np.load(tmp_path / f"y{i}.npz") as got:
+            want = _reference(model, feed)
+            assert sorted(got.files) == sorted(want)
+            for k, w in want.items():
+                assert got[k].shape == w.shape, k
+                assert cosine(got[k], w) >= 0.99, f"{name} output {k!r}, input {i}: cosine {cosine(got[k], w)}"
+
+
+@pytest.fixture(scope="module")
+def qdq_compiled():
+    """name -> (QDQ model, artifact, lowered graph), compiled once per module."""
+    done: dict = {}
+
+    def get(name: str):
+        if name not in done:
+            m = SUITE[name]
+            qmodel = quantize_qdq(m.load(), m.samples(CALIB, 1))
+            artifact, _ = compile_model(qmodel, None, CompileOptions(input_shapes=m.input_shapes()))
+            done[name] = qmodel, artifact
+        return done[name]
+
+    return get
+
+
+@pytest.mark.parametrize("name", _models(SUITE))
+def test_onnxruntime_qdq_equals_the_reference_up_to_its_rounding_ties(name, qdq_compiled):
+    m = SUITE[name]
+    qmodel, artifact = qdq_compiled(name)
+    module = Module(artifact, "sim")
+    feeds = m.feeds(TESTS, 7)
+    differing = 0
+    for feed in feeds:
+        got = module.run(feed)
+        got = got if isinstance(got, dict) else {next(iter(artifact.outputs)): got}
+        for k, w in _reference(qmodel, feed).items():
+            assert got[k].shape == w.shape and got[k].dtype == w.dtype, k
+            differing += int(np.count_nonzero(got[k] != w))
+    if differing:  # every element that differs must come from a tie the reference rounded differently
+        layers = compare_layers(qmodel, lower_qdq(simplify(import_onnx(qmodel, m.input_shapes()))), feeds)
+        unexplained = [(a.value, a.differing, a.ties) for a in layers if a.differing != a.ties]
+        assert not unexplained, f"{name}: {differing} output elements differ; layers (name, differing, ties)"
+    share = artifact.accel_macs / artifact.total_macs  # the depthwise convolutions stay on the CPU for now
+    assert share > 0.8, f"{name}: {share:.1%} of the MACs on the accelerator"
+
+
+@pytest.mark.parametrize("name", ["bert_tiny", "unet"])
+def test_small_models_on_the_rtl_are_bit_exact_with_cycles_within_5_percent(name, qdq_compiled, rtl_library):
+    m = SUITE[name]
+    _, artifact = qdq_compiled(name)
+    (feed,) = m.feeds(1, 11)
+    sim, rtl = Module(artifact, "sim"), Module(artifact, "rtl")
+    want, got = sim.run(feed), rtl.run(feed)
+    for k in want if isinstance(want, dict) else [None]:
+        np.testing.assert_array_equal(got if k is None else got[k], want if k is None else want[k])
+    cycles = rtl.last_report.accel_cycles, sim.last_report.accel_cycles
+    assert abs(cycles[0] - cycles[1]) <= 0.05 * cycles[0], f"rtl {cycles[0]:,} cycles, sim {cycles[1]:,}"
+    rtl.close()
