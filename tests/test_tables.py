@@ -172,3 +172,89 @@ def test_a_max_pool_is_fused_before_a_monotonic_table_only():
     silu_like = np.where(BYTES < 0, -(BYTES.astype(np.int16) // 4) - 20, BYTES).astype(np.int8)
     with pytest.raises(CompileError, match="activation table that is not non-decreasing"):
         FusedPool.for_layer(window, (8, 8), Epilogue(table=silu_like))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Quantizations moved through concatenations and pools; concatenations stored in place
+
+
+def _fire(e1: int = 16, e3: int = 32):
+    """SqueezeNet's fire module between two convolutions: squeeze, expand 1x1 and 3x3 with ReLUs,
+    concatenated, max pooled, then a 1x1 convolution."""
+    r = np.random.default_rng(8)
+
+    def w(name, shape):
+        return numpy_helper.from_array(r.normal(0, np.sqrt(2 / np.prod(shape[1:])), shape).astype(np.float32), name)
+
+    inits = [w("ws", (16, 16, 1, 1)), w("we1", (e1, 16, 1, 1)), w("we3", (e3, 16, 3, 3)), w("wo", (16, e1 + e3, 1, 1))]
+    nodes = [
+        helper.make_node("Conv", ["x", "ws"], ["s0"]),
+        helper.make_node("Relu", ["s0"], ["s"]),
+        helper.make_node("Conv", ["s", "we1"], ["a0"]),
+        helper.make_node("Relu", ["a0"], ["a"]),
+        helper.make_node("Conv", ["s", "we3"], ["b0"], pads=[1] * 4),
+        helper.make_node("Relu", ["b0"], ["b"]),
+        helper.make_node("Concat", ["a", "b"], ["c"], axis=1),
+        helper.make_node("MaxPool", ["c"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("Conv", ["p", "wo"], ["y"]),
+    ]
+    f = TensorProto.FLOAT
+    graph = helper.make_graph(
+        nodes,
+        "fire",
+        [helper.make_tensor_value_info("x", f, [1, 16, 8, 8])],
+        [helper.make_tensor_value_info("y", f, [1, 16, 4, 4])],
+        inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)], ir_version=9)
+
+
+@pytest.fixture(scope="module")
+def fire():
+    from vdla.model.pipeline import compile_model
+
+    qdq = _qdq(_fire())
+    return qdq, compile_model(qdq)[0]
+
+
+def test_a_quantization_moves_through_a_concatenation_and_a_pool_exactly(fire):
+    from vdla.graph.tables import quantize_early
+
+    qdq, _ = fire
+    lowered = lower_qdq(simplify(import_onnx(qdq)))
+    moved = fold_tables(quantize_early(lowered))
+    ops = [n.op for n in moved.nodes]
+    assert ops.count("quantize") == 1 and ops.count("dequantize") == 1  # the input's and the output's
+    for seed in range(3):
+        x = np.random.default_rng(seed).normal(0, 1, (1, 16, 8, 8)).astype(np.float32)
+        np.testing.assert_array_equal(evaluate(moved, {"x": x})["y"], evaluate(lowered, {"x": x})["y"])
+
+
+def test_a_concatenation_of_layers_is_stored_in_place(fire, backend):
+    from vdla.model import Module
+    from vdla.zoo.models import qdq_output_scale
+
+    qdq, artifact = fire
+    assert [s.kind for s in artifact.steps] == ["cpu", "accel", "accel", "accel", "accel", "accel", "cpu"]
+    assert not any(n.op == "concat" for s in artifact.steps if s.kind == "cpu" for n in s.graph.nodes)
+    lowered = lower_qdq(simplify(import_onnx(qdq)))
+    module, step = Module(artifact, backend), qdq_output_scale(qdq, "y")
+    for seed in range(2):
+        x = np.random.default_rng(seed).normal(0, 1, (1, 16, 8, 8)).astype(np.float32)
+        got = module.run(x)
+        np.testing.assert_array_equal(got, evaluate(lowered, {"x": x})["y"])
+        assert np.abs(got - reference_run(qdq, {"x": x})["y"]).max() <= step * 1.01
+    module.close()
+
+
+def test_a_concatenation_of_partial_channel_blocks_stays_on_the_cpu():
+    from vdla.model.pipeline import compile_model
+
+    qdq = _qdq(_fire(e1=8, e3=24))  # 8 channels: not a whole block of 16
+    artifact = compile_model(qdq)[0]
+    assert any(n.op == "concat" for s in artifact.steps if s.kind == "cpu" for n in s.graph.nodes)
+    x = np.random.default_rng(0).normal(0, 1, (1, 16, 8, 8)).astype(np.float32)
+    lowered = lower_qdq(simplify(import_onnx(qdq)))
+    from vdla.model import Module
+
+    np.testing.assert_array_equal(Module(artifact, "sim").run(x), evaluate(lowered, {"x": x})["y"])

@@ -166,11 +166,12 @@ class CompiledConv2d:
         elif residual is not None:
             raise CompileError("the layer was compiled without a residual input")
         low = self.lowering
-        shape = (low.ng, low.ob, *low.out_tensor_hw, cfg.batch, cfg.block_out)
+        shape = (low.ng, low.out_blocks, *low.out_tensor_hw, cfg.batch, cfg.block_out)
         packed, result = run_bound(dev, low, self.stream, arrays, shape, max_cycles=max_cycles, timeline=timeline)
         if low.view is not None:  # this layer's pixels of the larger tensor
             (y0, x0), (sy, sx), (oh, ow) = low.view.offset, low.view.step, low.out_hw
-            packed = packed[:, :, y0 : y0 + (oh - 1) * sy + 1 : sy, x0 : x0 + (ow - 1) * sx + 1 : sx]
+            b0 = low.view.blocks[0]
+            packed = packed[:, b0 : b0 + low.ob, y0 : y0 + (oh - 1) * sy + 1 : sy, x0 : x0 + (ow - 1) * sx + 1 : sx]
         return LayerRun(unpack_activation(np.ascontiguousarray(packed), sp.n, sp.oc), result)
 
     def program(self, dev: Device | None = None) -> list[Insn]:

@@ -170,7 +170,7 @@ class ConvLowering:
         self._nests: dict[tuple, tuple] = {}
         self.pool = FusedPool.make(epi.pool, (spec.oh, spec.ow)) if epi.pool else None
         if view is not None:
-            view.check(self.out_hw, epi)
+            view.check(self.out_hw, epi, self.ob)
         if self.row_step * spec.w > MAX_STRIDE:
             raise CompileError(
                 f"input rows of {spec.w} elements (row stride {self.row_step * spec.w}) exceed the "
@@ -182,6 +182,11 @@ class ConvLowering:
     def out_hw(self) -> tuple[int, int]:
         """Rows and columns of the stored output: the convolution's, or the fused pool's."""
         return self.pool.out_hw if self.pool else (self.spec.oh, self.spec.ow)
+
+    @property
+    def out_blocks(self) -> int:
+        """Channel blocks of the output tensor the layer stores into (its view's, or its own)."""
+        return self.view.out_blocks(self.ob) if self.view else self.ob
 
     @property
     def out_tensor_hw(self) -> tuple[int, int]:
@@ -494,7 +499,7 @@ class ConvLowering:
         out = {
             "inp": self.ng * self.ib * sp.h * sp.w * c.inp_elem_bytes,
             "wgt": self.ob * self.ib * self.taps * c.wgt_elem_bytes,
-            "out": pixels_out * c.out_elem_bytes,
+            "out": pixels_out // self.ob * self.out_blocks * c.out_elem_bytes,
         }
         for name in self.rows:
             out[name] = self.ob * c.acc_elem_bytes
@@ -671,7 +676,8 @@ class ThreadBuilder:
         low = self.low
         oh, ow = low.out_tensor_hw
         (y0, x0), (sy, sx) = (low.view.offset, low.view.step) if low.view else ((0, 0), (1, 1))
-        offset = ((t.ng * low.ob + t.ob) * oh + y0 + t.oy * sy) * ow + x0 + t.ox * sx
+        b0 = low.view.blocks[0] if low.view else 0
+        offset = ((t.ng * low.out_blocks + b0 + t.ob) * oh + y0 + t.oy * sy) * ow + x0 + t.ox * sx
         return plan_transfers(0, offset, [(t.noc, oh * ow), (t.noh, sy * ow), (t.now, sx)])
 
     def input_loads(self, t: Tile, ib0: int, nic: int) -> list[Load]:

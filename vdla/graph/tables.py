@@ -7,6 +7,12 @@ replaces each such subgraph (a *cone*) by one ``table`` node whose entries are t
 by the graph interpreter on the 256 values: the same float32 operators, quantizations and dequantizations as
 the unfolded graph, so the table's result equals the unfolded graph's on every input, bit for bit.
 
+Before the folding, :func:`quantize_early` moves each quantization of a concatenation (or of a max pool)
+to its inputs: ``quantize(concat(dequantize(a), dequantize(b)))`` is ``concat(quantize(dequantize(a)),
+quantize(dequantize(b)))`` exactly, because quantization is elementwise and non-decreasing. Each
+``quantize(dequantize(a))`` is then a requantization of ``a`` alone, which folds into a table (into the
+producing layer's epilogue on the accelerator), and the concatenation runs on int8 values of one scale.
+
 A cone grows from a *source* ``x`` (an int8 graph input or node output) through the elementwise operators of
 :data:`vdla.graph.ew.EW` whose tensor operands are ``x``, values of the cone, or parameters of one element, all
 of ``x``'s shape; it ends at one int8 value ``y``, every other value it computes read only inside it (and not a
@@ -28,6 +34,7 @@ from vdla.graph.ew import EW
 from vdla.graph.graph import Graph, Node
 from vdla.graph.interp import evaluate
 from vdla.graph.ops import infer_types
+from vdla.graph.passes import eliminate_dead_code
 from vdla.graph.types import TensorType
 
 ENTRIES = 256  # int8 inputs: the table's entries (vdla.config.LUT_ENTRIES on the accelerator)
@@ -41,6 +48,54 @@ class Cone:
     source: str
     nodes: tuple[Node, ...]
     output: str
+
+
+MOVES = ("concat", "max_pool2d")  # operators a quantization moves through to their inputs
+
+
+def quantize_early(graph: Graph) -> Graph:
+    """``graph`` with every ``quantize`` of a float ``concat`` or ``max_pool2d`` output read by nothing else
+    moved to that operator's inputs (repeatedly, so through a concat of pools too); a ``quantize`` of a
+    ``dequantize`` of the same scale and zero point becomes the int8 value itself."""
+    while True:
+        moved = _move_one(graph)
+        if moved is None:
+            return eliminate_dead_code(graph)  # the dequantizes the moved quantizations no longer read
+        graph = moved
+
+
+def _move_one(graph: Graph) -> Graph | None:
+    producers, readers, outputs = graph.producers(), graph.consumers(), set(graph.outputs)
+    for q in graph.nodes:
+        op = producers.get(q.inputs[0]) if q.op == "quantize" else None
+        if op is None or op.op not in MOVES or readers.get(op.output) != [q] or op.output in outputs:
+            continue
+        inputs = op.inputs if op.op == "concat" else op.inputs[:1]
+        new, moved = [], []
+        for k, u in enumerate(inputs):
+            d = producers.get(u)
+            if d is not None and d.op == "dequantize" and _same_quant(d, q):
+                moved.append(d.inputs[0])  # quantize(dequantize(a)) of one scale: a itself
+                continue
+            new.append(Node("quantize", (u,), f"{q.output}:{k}", dict(q.attrs)))
+            moved.append(new[-1].output)
+        rest = op.inputs[len(inputs) :]
+        moved_op = Node(op.op, (*moved, *rest), q.output, dict(op.attrs))
+        nodes = []
+        for n in graph.nodes:
+            if n is op:
+                continue
+            if n is q:
+                nodes += [*new, moved_op]
+            else:
+                nodes.append(n)
+        return graph.copy(nodes)
+    return None
+
+
+def _same_quant(d: Node, q: Node) -> bool:
+    keys = ("scale", "zero_point")
+    return all(np.array_equal(np.asarray(d.attrs.get(k, 0)), np.asarray(q.attrs.get(k, 0))) for k in keys)
 
 
 def fold_tables(graph: Graph) -> Graph:
