@@ -258,3 +258,25 @@ def test_a_concatenation_of_partial_channel_blocks_stays_on_the_cpu():
     from vdla.model import Module
 
     np.testing.assert_array_equal(Module(artifact, "sim").run(x), evaluate(lowered, {"x": x})["y"])
+
+
+def test_a_quantization_moves_through_a_split_and_the_halves_share_it():
+    q = {"scale": 0.04, "zero_point": 0}
+    nodes = [
+        Node("dequantize", ("x",), "d", {"scale": 0.05, "zero_point": 0}),
+        Node("sigmoid", ("d",), "s"),
+        Node("mul", ("d", "s"), "m"),  # SiLU
+        Node("slice", ("m",), "a", {"starts": (0, 0), "stops": (2, 4), "steps": (1, 1)}),
+        Node("slice", ("m",), "b", {"starts": (0, 4), "stops": (2, 8), "steps": (1, 1)}),
+        Node("quantize", ("a",), "qa", dict(q)),
+        Node("quantize", ("b",), "qb", dict(q)),
+    ]
+    from vdla.graph.tables import quantize_early
+
+    graph = _graph(nodes, ["qa", "qb"])
+    moved = fold_tables(quantize_early(graph))
+    assert sorted(n.op for n in moved.nodes) == ["slice", "slice", "table"]  # one SiLU table, int8 slices
+    x = RNG.integers(-128, 128, (2, 8)).astype(np.int8)
+    want, got = evaluate(graph, {"x": x}), evaluate(moved, {"x": x})
+    for k in ("qa", "qb"):
+        np.testing.assert_array_equal(got[k], want[k])

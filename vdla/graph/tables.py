@@ -7,8 +7,8 @@ replaces each such subgraph (a *cone*) by one ``table`` node whose entries are t
 by the graph interpreter on the 256 values: the same float32 operators, quantizations and dequantizations as
 the unfolded graph, so the table's result equals the unfolded graph's on every input, bit for bit.
 
-Before the folding, :func:`quantize_early` moves each quantization of a concatenation (or of a max pool)
-to its inputs: ``quantize(concat(dequantize(a), dequantize(b)))`` is ``concat(quantize(dequantize(a)),
+Before the folding, :func:`quantize_early` moves each quantization of a concatenation (or of a max pool,
+a slice, a reshape, a transpose or a nearest resize) to its inputs: ``quantize(concat(dequantize(a), dequantize(b)))`` is ``concat(quantize(dequantize(a)),
 quantize(dequantize(b)))`` exactly, because quantization is elementwise and non-decreasing. Each
 ``quantize(dequantize(a))`` is then a requantization of ``a`` alone, which folds into a table (into the
 producing layer's epilogue on the accelerator), and the concatenation runs on int8 values of one scale.
@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from vdla.graph.ew import EW
+from vdla.graph.fusion import topological
 from vdla.graph.graph import Graph, Node
 from vdla.graph.interp import evaluate
 from vdla.graph.ops import infer_types
@@ -50,13 +51,22 @@ class Cone:
     output: str
 
 
-MOVES = ("concat", "max_pool2d")  # operators a quantization moves through to their inputs
+# operators a quantization moves through to their (first) inputs: they only move, select or compare values
+MOVES = ("concat", "max_pool2d", "slice", "reshape", "transpose", "resize")
+
+
+def _moves(node: Node) -> bool:
+    if node.op == "resize":  # nearest only (no interpolation), with no fill value from outside the input
+        return node.attrs.get("mode") == "nearest" and node.attrs.get("coordinate_mode") != "tf_crop_and_resize"
+    return node.op in MOVES
 
 
 def quantize_early(graph: Graph) -> Graph:
-    """``graph`` with every ``quantize`` of a float ``concat`` or ``max_pool2d`` output read by nothing else
-    moved to that operator's inputs (repeatedly, so through a concat of pools too); a ``quantize`` of a
-    ``dequantize`` of the same scale and zero point becomes the int8 value itself."""
+    """``graph`` with every ``quantize`` of the float output of an operator of :data:`MOVES` (a concat, max
+    pool, slice, reshape, transpose or nearest resize) read by nothing else moved to that operator's inputs
+    (repeatedly, so through a concat of pools too); an equal quantization of the same value is shared (the
+    halves of a split), and a ``quantize`` of a ``dequantize`` of the same scale and zero point becomes the
+    int8 value itself."""
     while True:
         moved = _move_one(graph)
         if moved is None:
@@ -68,7 +78,7 @@ def _move_one(graph: Graph) -> Graph | None:
     producers, readers, outputs = graph.producers(), graph.consumers(), set(graph.outputs)
     for q in graph.nodes:
         op = producers.get(q.inputs[0]) if q.op == "quantize" else None
-        if op is None or op.op not in MOVES or readers.get(op.output) != [q] or op.output in outputs:
+        if op is None or not _moves(op) or readers.get(op.output) != [q] or op.output in outputs:
             continue
         inputs = op.inputs if op.op == "concat" else op.inputs[:1]
         new, moved = [], []
@@ -76,6 +86,10 @@ def _move_one(graph: Graph) -> Graph | None:
             d = producers.get(u)
             if d is not None and d.op == "dequantize" and _same_quant(d, q):
                 moved.append(d.inputs[0])  # quantize(dequantize(a)) of one scale: a itself
+                continue
+            twin = next((r for r in readers.get(u, []) if r.op == "quantize" and _same_quant(r, q)), None)
+            if twin is not None:  # an equal quantization of u already exists (the other half of a split)
+                moved.append(twin.output)
                 continue
             new.append(Node("quantize", (u,), f"{q.output}:{k}", dict(q.attrs)))
             moved.append(new[-1].output)
@@ -89,8 +103,16 @@ def _move_one(graph: Graph) -> Graph | None:
                 nodes += [*new, moved_op]
             else:
                 nodes.append(n)
-        return graph.copy(nodes)
+        return graph.copy(_in_order(nodes))
     return None
+
+
+def _in_order(nodes: list[Node]) -> list[Node]:
+    """``nodes`` in a topological order, as close to the given one as it allows (a shared quantization may
+    stand after a reader the move put before it)."""
+    at = {n.output: i for i, n in enumerate(nodes)}
+    edges = [(at[i], k) for k, n in enumerate(nodes) for i in n.inputs if i in at]
+    return [nodes[i] for i in topological(range(len(nodes)), edges)]
 
 
 def _same_quant(d: Node, q: Node) -> bool:
