@@ -49,6 +49,8 @@ package vdla_pkg;
   localparam int WGT_ELEM_BYTES       = 256;
   localparam int ACC_ELEM_BYTES       = 64;
   localparam int OUT_ELEM_BYTES       = 16;
+  localparam int LUT_ENTRIES          = 256;  // activation table entries (int8 in, int8 out)
+  localparam int LUT_DEPTH            = 16;  // activation table elements: LUT_ENTRIES / OUT_ELEM_BYTES
   localparam int UOP_DST_BITS         = 11;  // micro-op fields: dst [DST-1:0]
   localparam int UOP_SRC_BITS         = 11;  // src above dst
   localparam int UOP_WGT_BITS         = 10;  // wgt above src

@@ -53,7 +53,7 @@ from vdla.runtime.diagnosis import Diagnosis, Program, token_counts
 from vdla.runtime.dram import Dram
 
 DEFAULT_BASE_ADDR = 0x43C0_0000  # the first AXI4-Lite slave on M_AXI_GP0 (hw/fpga's block design puts it here)
-REGISTER_SPAN = 0x1_0000  # the address window the block design gives the slave (it decodes 8 bits)
+REGISTER_SPAN = 0x1_0000  # the address window the block design gives the slave (it decodes REG_ADDR_BITS = 9)
 DEFAULT_DRAM_BYTES = 64 << 20  # the DRAM region: part of the board's CMA pool
 DEFAULT_TIMEOUT_S = 30.0
 PAGE = 4096
