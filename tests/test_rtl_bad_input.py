@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from vdla.isa import FinishInsn, MemInsn, MemType, assemble, encode_program
-from vdla.runtime import CycleLimitError, DeadlockError, Device, FaultError, TokenError
+from vdla.runtime import CommandError, CycleLimitError, DeadlockError, Device, FaultError, TokenError
 
 
 @pytest.fixture(scope="module")
@@ -136,6 +136,49 @@ def test_instruction_invalid_on_its_stage(dev):
         run_asm(dev, "load inp sram=2040 dram=0x1000000 y=4 x=4 stride=4\nfinish")
     with pytest.raises(FaultError, match="empty micro-op range"):
         run_asm(dev, "gemm uop=3:3 iter=1,1 dst=0,0 src=0,0 wgt=0,0\nfinish")
+
+
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        (
+            "load lut sram=0 dram=0x1000000 y=1 x=15 stride=15 pad=0,0,1,0",
+            "LOAD LUT cannot have padding \\(0, 0, 1, 0\\)$",
+        ),
+        (
+            "load lut sram=10 dram=0x1000000 y=1 x=8 stride=8",
+            "LOAD LUT: SRAM tile \\[10, 18\\) exceeds the buffer depth 16$",
+        ),
+        (
+            "load lut sram=0 dram=0x1000000 y=2 x=9 stride=9",
+            "LOAD LUT: SRAM tile \\[0, 18\\) exceeds the buffer depth 16$",
+        ),
+        ("store lut sram=0 dram=0x1F00000 y=1 x=1 stride=1", "STORE must use memory type OUT, not LUT$"),
+    ],
+    ids=["padded", "past-the-table", "rows-past-the-table", "store"],
+)
+def test_bad_table_loads(dev, text, message):
+    """LOADs of the activation table with padding or beyond its lut_depth elements, and a STORE of it, are
+    refused on both backends with the same message (the hardware's dispatch check on the RTL)."""
+    for target in (Device("pynq"), dev):
+        with pytest.raises(FaultError, match=f"instruction 0 \\(.*\\): {message}"):
+            run_asm(target, text + "\nfinish")
+
+
+def test_epi_lut_needs_a_table(dev):
+    """A program that sets EPI lut before any LOAD LUT is refused before it runs, on both backends; with the
+    table loaded first it runs."""
+    for target in (Device("pynq"), dev):
+        cmd = target.commands()
+        cmd.epi(lut=True)
+        with pytest.raises(CommandError, match="instruction 0: EPI lut before any LOAD LUT"):
+            cmd.synchronize()
+        table = target.array(np.arange(256, dtype=np.uint8))
+        cmd = target.commands()
+        cmd.load_table(table)
+        cmd.epi(lut=True)
+        assert cmd.synchronize().counters.bytes_loaded["LUT"] == 256
+        table.free()
 
 
 def test_program_structure_errors(dev):

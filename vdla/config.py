@@ -18,6 +18,7 @@ from typing import ClassVar
 from vdla.errors import VdlaError
 
 DEFAULT_PRESET = "pynq"
+LUT_ENTRIES = 256  # the activation table: one int8 output per int8 input (EPI lut, LOAD LUT)
 
 
 class ConfigError(VdlaError, ValueError):
@@ -102,6 +103,11 @@ class HwConfig:
                 f"config {self.name!r}: buffer depths need "
                 f"{self.uop_dst_bits}+{self.uop_src_bits}+{self.uop_wgt_bits} micro-op bits > 32"
             )
+        if self.out_elem_bytes > LUT_ENTRIES:
+            raise ConfigError(
+                f"config {self.name!r}: an OUT element of {self.out_elem_bytes} bytes exceeds the activation "
+                f"table's {LUT_ENTRIES} entries (batch x block_out at most {LUT_ENTRIES})"
+            )
         if self.dram_base_addr % 4096 or self.dram_base_addr + self.dram_bytes > 1 << 40:
             raise ConfigError(f"config {self.name!r}: dram_base_addr must be 4 KiB aligned and in range")
 
@@ -129,6 +135,11 @@ class HwConfig:
     @property
     def inp_depth(self) -> int:
         return self.inp_buff_bytes // self.inp_elem_bytes
+
+    @property
+    def lut_depth(self) -> int:
+        """Elements (OUT-sized rows of table entries) of the activation table: LUT_ENTRIES bytes."""
+        return LUT_ENTRIES // self.out_elem_bytes
 
     @property
     def wgt_depth(self) -> int:
@@ -200,6 +211,7 @@ class HwConfig:
             "wgt_depth": self.wgt_depth,
             "acc_depth": self.acc_depth,
             "uop_depth": self.uop_depth,
+            "lut_depth": self.lut_depth,
             "uop_bits (dst/src/wgt)": f"{self.uop_dst_bits}/{self.uop_src_bits}/{self.uop_wgt_bits}",
             "macs_per_cycle": self.macs_per_cycle,
             "peak_gops": round(self.peak_gops, 3),

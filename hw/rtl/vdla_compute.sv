@@ -1,10 +1,11 @@
-// The compute stage: decode and dispatch of LOADs of micro-ops and accumulators (vdla_compute_load),
-// GEMM and ALU micro-op loops (vdla_compute_loop), EPI and FINISH; the micro-op buffer; the ACC
-// buffer's write port and its 8-bit OUT mirror. Pops load->compute (pop_prev) and store->compute
+// The compute stage: decode and dispatch of LOADs of micro-ops, accumulators and the activation table
+// (vdla_compute_load), GEMM and ALU micro-op loops (vdla_compute_loop), EPI and FINISH; the micro-op buffer;
+// the activation table (vdla_lut); the ACC buffer's write port and its 8-bit OUT mirror. Pops load->compute (pop_prev) and store->compute
 // (pop_next) tokens; pushes compute->load (push_prev) and compute->store (push_next) tokens.
 //
 // EPI sets the epilogue state (cleared by reset and START): with `req`, every ACC write writes its OUT
-// mirror requantized instead of truncated; `bias`/`bias_base` give the init rows of GEMMs with `init`.
+// mirror requantized instead of truncated; `bias`/`bias_base` give the init rows of GEMMs with `init`;
+// with `lut`, the mirror's int8 value (requantized or truncated) is looked up in the activation table.
 module vdla_compute (
   input  logic                                 clk_i,
   input  logic                                 rst_ni,
@@ -47,7 +48,7 @@ module vdla_compute (
   output logic [vdla_pkg::LANES-1:0]           acc_we_o,
   output logic [vdla_pkg::ACC_AW-1:0]          acc_waddr_o,
   output logic [vdla_pkg::ACC_BITS-1:0]        acc_wdata_o,
-  output logic [vdla_pkg::LANES-1:0]           out_we_o,  // the OUT mirror's write: the ACC write a cycle later
+  output logic [vdla_pkg::LANES-1:0]           out_we_o,  // the OUT mirror's write: the ACC write 2 cycles later
   output logic [vdla_pkg::ACC_AW-1:0]          out_waddr_o,
   output logic [vdla_pkg::OUT_BITS-1:0]        out_wdata_o,
   // status
@@ -135,7 +136,7 @@ module vdla_compute (
   end
 
   // ---- epilogue state ----------------------------------------------------------------------
-  logic        epi_req_q, epi_relu_q, epi_bias_q;
+  logic        epi_req_q, epi_relu_q, epi_bias_q, epi_lut_q;
   logic [4:0]  epi_shift_q;
   logic [15:0] epi_base_q;
 
@@ -146,28 +147,35 @@ module vdla_compute (
       epi_shift_q <= '0;
       epi_bias_q  <= 1'b0;
       epi_base_q  <= '0;
+      epi_lut_q   <= 1'b0;
     end else if (start_i) begin
       epi_req_q   <= 1'b0;
       epi_relu_q  <= 1'b0;
       epi_shift_q <= '0;
       epi_bias_q  <= 1'b0;
       epi_base_q  <= '0;
+      epi_lut_q   <= 1'b0;
     end else if (fire_o && is_epi) begin
       epi_req_q   <= cmd_i.epi.req;
       epi_relu_q  <= cmd_i.epi.relu;
       epi_shift_q <= cmd_i.epi.shift;
       epi_bias_q  <= cmd_i.epi.bias;
       epi_base_q  <= cmd_i.epi.bias_base;
+      epi_lut_q   <= cmd_i.epi.lut;
     end
   end
 
-  // ---- LOAD UOP / ACC / ACC_8BIT ------------------------------------------------------------
+  // ---- LOAD UOP / ACC / ACC_8BIT / LUT ------------------------------------------------------
   logic [U-1:0]                  uop_we;
   logic [U-1:0][UAW-1:0]         uop_waddr;
   logic [U-1:0][31:0]            uop_wdata;
   logic [LANES-1:0]              ld_acc_we;
   logic [vdla_pkg::ACC_AW-1:0]   ld_acc_waddr;
   logic [vdla_pkg::ACC_BITS-1:0] ld_acc_wdata;
+  localparam int LUT_AW = $clog2(vdla_pkg::LUT_ENTRIES / (vdla_pkg::BUS_WIDTH / 8));
+  logic                          lut_we;
+  logic [LUT_AW-1:0]             lut_waddr;
+  logic [vdla_pkg::BUS_WIDTH-1:0] lut_wdata;
 
   vdla_compute_load u_load (
     .clk_i, .rst_ni, .halt_i,
@@ -180,6 +188,9 @@ module vdla_compute (
     .acc_we_o    (ld_acc_we),
     .acc_waddr_o (ld_acc_waddr),
     .acc_wdata_o (ld_acc_wdata),
+    .lut_we_o    (lut_we),
+    .lut_waddr_o (lut_waddr),
+    .lut_wdata_o (lut_wdata),
     .done_o      (ld_done),
     .err_o       (ld_err)
   );
@@ -231,19 +242,22 @@ module vdla_compute (
     end
   end
 
-  // The OUT mirror is written one cycle after ACC, from registers (with the epilogue state of the ACC
-  // write), so that its requantization starts at a flip-flop: the shift and the clamp's bounds on 2v
-  // (vdla_pkg::requant_bounds) are formed from the epilogue state as the ACC write is, so the bounds'
-  // compares start at flip-flops too. Without req (ow_req_q) the write data is the low byte, taken as such:
-  // the Verilated model runs no requantization for a plain GEMM (a tenth of its instructions). A read of the
-  // mirror in the cycle of that write gets the written lanes from the write (vdla_store): the store sees
-  // every row as if the mirror were written with ACC.
+  // The OUT mirror is written two cycles after ACC, from registers (with the epilogue state of the ACC
+  // write). In the first cycle its int8 value is formed from registers, so that its requantization starts at a
+  // flip-flop: the shift and the clamp's bounds on 2v (vdla_pkg::requant_bounds) are formed from the epilogue
+  // state as the ACC write is, so the bounds' compares start at flip-flops too. Without req (ow_req_q) the
+  // value is the low byte, taken as such: the Verilated model runs no requantization for a plain GEMM (a tenth
+  // of its instructions). The value is registered (lw_*); in the second cycle, with `lut` (lw_lut_q), each
+  // lane's byte is looked up in the activation table (vdla_lut, asynchronous LUT RAM), and the mirror written.
+  // A read of the mirror in the cycle of that write, or in the cycle before it, gets the written lanes from
+  // the write (vdla_store): the store sees every row as if the mirror were written with ACC.
   logic [LANES-1:0]              ow_we_q;
   logic [vdla_pkg::ACC_AW-1:0]   ow_addr_q;
   logic [vdla_pkg::ACC_BITS-1:0] ow_data_q;
   logic [4:0]                    ow_shift_q;
-  logic                          ow_req_q;
+  logic                          ow_req_q, ow_lut_q;
   logic [101:0]                  ow_bounds_q;
+  logic [vdla_pkg::OUT_BITS-1:0] ow_byte;
 
   always_ff @(posedge clk_i or negedge rst_ni) begin
     if (!rst_ni) ow_we_q <= '0;
@@ -255,17 +269,48 @@ module vdla_compute (
     ow_data_q   <= acc_wdata_o;
     ow_shift_q  <= epi_shift_q;
     ow_req_q    <= epi_req_q;
+    ow_lut_q    <= epi_lut_q;
     ow_bounds_q <= vdla_pkg::requant_bounds(epi_shift_q, epi_relu_q);
   end
 
-  assign out_we_o    = ow_we_q;
-  assign out_waddr_o = ow_addr_q;
   always_comb begin
     for (int l = 0; l < LANES; l++) begin
-      if (ow_req_q) out_wdata_o[l*8 +: 8] = vdla_pkg::requantize_b(ow_data_q[l*32 +: 32], ow_shift_q, ow_bounds_q);
-      else out_wdata_o[l*8 +: 8] = ow_data_q[l*32 +: 8];
+      if (ow_req_q) ow_byte[l*8 +: 8] = vdla_pkg::requantize_b(ow_data_q[l*32 +: 32], ow_shift_q, ow_bounds_q);
+      else ow_byte[l*8 +: 8] = ow_data_q[l*32 +: 8];
     end
   end
+
+  // second cycle: the int8 values, looked up in the table with `lut`
+  logic [LANES-1:0]              lw_we_q;
+  logic [vdla_pkg::ACC_AW-1:0]   lw_addr_q;
+  logic [vdla_pkg::OUT_BITS-1:0] lw_byte_q, lw_lut;
+  logic                          lw_lut_q;
+
+  always_ff @(posedge clk_i or negedge rst_ni) begin
+    if (!rst_ni) lw_we_q <= '0;
+    else lw_we_q <= ow_we_q;
+  end
+
+  always_ff @(posedge clk_i) begin
+    if (ow_we_q != '0) begin  // only when the mirror is written (the Verilated model skips idle cycles)
+      lw_addr_q <= ow_addr_q;
+      lw_byte_q <= ow_byte;
+      lw_lut_q  <= ow_lut_q;
+    end
+  end
+
+  vdla_lut u_lut (
+    .clk_i, .rst_ni,
+    .we_i    (lut_we),
+    .waddr_i (lut_waddr),
+    .wdata_i (lut_wdata),
+    .idx_i   (lw_byte_q),
+    .data_o  (lw_lut)
+  );
+
+  assign out_we_o    = lw_we_q;
+  assign out_waddr_o = lw_addr_q;
+  assign out_wdata_o = lw_lut_q ? lw_lut : lw_byte_q;
 
   // The loop and the load never write ACC in the same cycle (one runs at a time and drains first).
   `ASSERT_NEVER(a_one_acc_writer, rmw_valid && ld_acc_we != '0, "compute: loop and load write ACC in the same cycle")

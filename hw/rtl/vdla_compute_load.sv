@@ -1,7 +1,9 @@
-// The compute stage's LOADs (UOP, ACC, ACC_8BIT): the load engine's DMA beats and padding elements,
-// turned into micro-op bank writes and ACC lane writes.
+// The compute stage's LOADs (UOP, ACC, ACC_8BIT, LUT): the load engine's DMA beats and padding elements,
+// turned into micro-op bank writes, ACC lane writes and activation table writes.
 //   UOP: micro-op j of a beat has index wr_idx + j and goes to bank (index mod U), U = BUS_WIDTH / 32.
 //   ACC: the beat fills its 32-bit lanes; ACC_8BIT: its bytes, sign-extended, fill as many lanes.
+//   LUT: the beat's BUS_WIDTH / 8 bytes are consecutive table entries (vdla_lut): beat k of element e holds
+//   entries (e * E + k) * BUS_WIDTH / 8 .. on, E = OUT_BITS / BUS_WIDTH beats per element (never padded).
 // Padding zeroes whole elements. The memory type is latched when the load starts.
 module vdla_compute_load (
   input  logic                              clk_i,
@@ -25,6 +27,10 @@ module vdla_compute_load (
   output logic [vdla_pkg::LANES-1:0]        acc_we_o,
   output logic [vdla_pkg::ACC_AW-1:0]       acc_waddr_o,
   output logic [vdla_pkg::ACC_BITS-1:0]     acc_wdata_o,
+  // activation table: a write of BUS_WIDTH / 8 entries (vdla_lut)
+  output logic                              lut_we_o,
+  output logic [$clog2(vdla_pkg::LUT_ENTRIES / (vdla_pkg::BUS_WIDTH / 8))-1:0] lut_waddr_o,
+  output logic [vdla_pkg::BUS_WIDTH-1:0]    lut_wdata_o,
   output logic                              done_o,   // the load's last write
   output logic                              err_o     // an AXI error response
 );
@@ -44,7 +50,7 @@ module vdla_compute_load (
   logic                is_uop, is_acc8;
 
   assign is_uop  = insn_i.mem_type == vdla_pkg::MEM_UOP;
-  assign is_acc8 = insn_i.mem_type == vdla_pkg::MEM_ACC_8BIT;
+  assign is_acc8 = insn_i.mem_type == vdla_pkg::MEM_ACC_8BIT || insn_i.mem_type == vdla_pkg::MEM_LUT;
 
   vdla_load_engine #(.IDX_W(16)) u_engine (
     .clk_i, .rst_ni, .halt_i,
@@ -118,6 +124,23 @@ module vdla_compute_load (
       acc_wdata_o = '0;
       acc_we_o    = '1;
     end
-    if (!eng_valid || type_q == vdla_pkg::MEM_UOP) acc_we_o = '0;
+    if (!eng_valid || type_q == vdla_pkg::MEM_UOP || type_q == vdla_pkg::MEM_LUT) acc_we_o = '0;
+  end
+
+  // LUT beats: the table's beat index is the element's times E plus the beat within the element. The write is
+  // registered (it lands a cycle after the beat, long before an EPI lut can look anything up: the load's last
+  // write ends it, and a lookup comes two cycles after an ACC write of a later instruction), so that the LUT
+  // RAM's write address starts at a flip-flop: its port D's address is also a read address.
+  localparam int E   = vdla_pkg::OUT_BITS / BUS_W;
+  localparam int LAW = $clog2(vdla_pkg::LUT_ENTRIES / (BUS_W / 8));
+  always_ff @(posedge clk_i or negedge rst_ni) begin
+    if (!rst_ni) lut_we_o <= 1'b0;
+    else lut_we_o <= eng_valid && !eng_pad && type_q == vdla_pkg::MEM_LUT;
+  end
+  always_ff @(posedge clk_i) begin
+    if (eng_valid) begin
+      lut_waddr_o <= LAW'(eng_idx) * LAW'(E) + LAW'(beat & 8'(E - 1));
+      lut_wdata_o <= eng_data;
+    end
   end
 endmodule

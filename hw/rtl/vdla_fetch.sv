@@ -115,7 +115,7 @@ module vdla_fetch #(
   assign mt           = word.mem.mem_type;
   assign word_finish  = op == vdla_pkg::OP_FINISH;
   assign word_unknown = op > vdla_pkg::OP_EPI
-                     || ((op == vdla_pkg::OP_LOAD || op == vdla_pkg::OP_STORE) && mt > vdla_pkg::MEM_ACC_8BIT);
+                     || ((op == vdla_pkg::OP_LOAD || op == vdla_pkg::OP_STORE) && mt > vdla_pkg::MEM_LUT);
   always_comb begin
     word_target = 2'd1;
     if (op == vdla_pkg::OP_STORE) word_target = 2'd2;

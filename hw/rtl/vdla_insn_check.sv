@@ -24,17 +24,20 @@ module vdla_insn_check (
                    || vdla_pkg::mem_tile_bad(mem, tile_end_i,
                                              is_wgt ? 34'(vdla_pkg::WGT_DEPTH) : 34'(vdla_pkg::INP_DEPTH));
 
-  // compute: LOADs of UOP, ACC, ACC_8BIT (micro-ops unpadded), GEMM/ALU loops within the micro-op buffer
-  // with non-zero iterations, EPI with its bias rows within ACC, FINISH
-  logic is_uop, is_acc8;
+  // compute: LOADs of UOP, ACC, ACC_8BIT, LUT (micro-ops and the table unpadded, the table's rows within its
+  // LUT_ENTRIES / OUT_ELEM_BYTES elements), GEMM/ALU loops within the micro-op buffer with non-zero iterations,
+  // EPI with its bias rows within ACC, FINISH
+  logic is_uop, is_acc8, is_lut;
   assign is_uop  = mem.mem_type == vdla_pkg::MEM_UOP;
   assign is_acc8 = mem.mem_type == vdla_pkg::MEM_ACC_8BIT;
+  assign is_lut  = mem.mem_type == vdla_pkg::MEM_LUT;
   always_comb begin
     compute_bad_o = 1'b0;
     if (opcode == vdla_pkg::OP_LOAD) begin
-      compute_bad_o = !(is_uop || is_acc8 || mem.mem_type == vdla_pkg::MEM_ACC)
-         || vdla_pkg::mem_tile_bad(mem, tile_end_i, is_uop ? 34'(vdla_pkg::UOP_DEPTH) : 34'(vdla_pkg::ACC_DEPTH))
-         || (mem.x_size != '0 && is_uop && vdla_pkg::mem_has_pad(mem));  // micro-ops are not padded
+      compute_bad_o = !(is_uop || is_acc8 || is_lut || mem.mem_type == vdla_pkg::MEM_ACC)
+         || vdla_pkg::mem_tile_bad(mem, tile_end_i, is_uop ? 34'(vdla_pkg::UOP_DEPTH)
+                                                  : is_lut ? 34'(vdla_pkg::LUT_DEPTH) : 34'(vdla_pkg::ACC_DEPTH))
+         || (mem.x_size != '0 && (is_uop || is_lut) && vdla_pkg::mem_has_pad(mem));  // not padded
     end else if (opcode == vdla_pkg::OP_GEMM || opcode == vdla_pkg::OP_ALU) begin
       compute_bad_o = 14'(insn_i.gemm.uop_bgn) >= insn_i.gemm.uop_end
          || insn_i.gemm.uop_end > 14'(vdla_pkg::UOP_DEPTH)

@@ -141,6 +141,7 @@ module vdla_perf #(
         case (cm_type_q)
           vdla_pkg::MEM_UOP: cnt_q[vdla_pkg::CNT_BYTES_UOP] <= cnt_q[vdla_pkg::CNT_BYTES_UOP] + times(cm_elems, 4);
           vdla_pkg::MEM_ACC: cnt_q[vdla_pkg::CNT_BYTES_ACC] <= cnt_q[vdla_pkg::CNT_BYTES_ACC] + times(cm_elems, ACC_EB);
+          vdla_pkg::MEM_LUT: cnt_q[vdla_pkg::CNT_BYTES_LUT] <= cnt_q[vdla_pkg::CNT_BYTES_LUT] + times(cm_elems, OUT_EB);
           default: cnt_q[vdla_pkg::CNT_BYTES_ACC_8BIT] <= cnt_q[vdla_pkg::CNT_BYTES_ACC_8BIT] + times(cm_elems, OUT_EB);
         endcase
       end

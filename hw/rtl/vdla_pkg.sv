@@ -49,6 +49,8 @@ package vdla_pkg;
   localparam int WGT_ELEM_BYTES       = 256;
   localparam int ACC_ELEM_BYTES       = 64;
   localparam int OUT_ELEM_BYTES       = 16;
+  localparam int LUT_ENTRIES          = 256;  // activation table entries (int8 in, int8 out)
+  localparam int LUT_DEPTH            = 16;  // activation table elements: LUT_ENTRIES / OUT_ELEM_BYTES
   localparam int UOP_DST_BITS         = 11;  // micro-op fields: dst [DST-1:0]
   localparam int UOP_SRC_BITS         = 11;  // src above dst
   localparam int UOP_WGT_BITS         = 10;  // wgt above src
@@ -111,7 +113,7 @@ package vdla_pkg;
   } opcode_e;
   typedef enum logic [2:0] {
     MEM_UOP = 3'd0, MEM_WGT = 3'd1, MEM_INP = 3'd2, MEM_ACC = 3'd3, MEM_OUT = 3'd4,
-    MEM_ACC_8BIT = 3'd5
+    MEM_ACC_8BIT = 3'd5, MEM_LUT = 3'd6
   } mem_type_e;
   typedef enum logic [2:0] {
     ALU_MIN = 3'd0, ALU_MAX = 3'd1, ALU_ADD = 3'd2, ALU_SHR = 3'd3, ALU_MUL = 3'd4, ALU_RSHR = 3'd5,
@@ -182,7 +184,7 @@ package vdla_pkg;
   typedef struct packed {
     logic [95:0] rsvd_127_32;  // reserved
     logic [15:0] bias_base;    // [31:16]
-    logic        rsvd_15_15;   // reserved
+    logic        lut;          // [15]
     logic        bias;         // [14]
     logic [4:0]  shift;        // [13:9]
     logic        relu;         // [8]
@@ -206,31 +208,31 @@ package vdla_pkg;
   } insn_t;
 
   // ---- Registers (vdla/runtime/registers.py) -------------------------------------------------------
-  localparam int REG_ADDR_BITS             = 8;  // byte address bits of the AXI4-Lite slave
+  localparam int REG_ADDR_BITS             = 9;  // byte address bits of the AXI4-Lite slave
   localparam logic [15:0] ID_MAGIC         = 16'h5644;  // ID[31:16]
-  localparam logic [7:0] REG_CONTROL       = 8'h00;  // RW
-  localparam logic [7:0] REG_STATUS        = 8'h04;  // RO
-  localparam logic [7:0] REG_IRQ           = 8'h08;  // W1C
-  localparam logic [7:0] REG_IRQ_ENABLE    = 8'h0c;  // RW
-  localparam logic [7:0] REG_INSN_COUNT    = 8'h10;  // RW
-  localparam logic [7:0] REG_INSN_ADDR_LO  = 8'h14;  // RW
-  localparam logic [7:0] REG_INSN_ADDR_HI  = 8'h18;  // RW
-  localparam logic [7:0] REG_ID            = 8'h1c;  // RO
-  localparam logic [7:0] REG_CONFIG_HASH   = 8'h20;  // RO
-  localparam logic [7:0] REG_ERROR_INSN    = 8'h24;  // RO
-  localparam logic [7:0] REG_TOKENS        = 8'h28;  // RO
-  localparam logic [7:0] REG_CMD_QUEUES    = 8'h2c;  // RO
-  localparam logic [7:0] REG_FETCHED       = 8'h30;  // RO
-  localparam logic [7:0] REG_LOAD_INSNS    = 8'h34;  // RO
-  localparam logic [7:0] REG_COMPUTE_INSNS = 8'h38;  // RO
-  localparam logic [7:0] REG_STORE_INSNS   = 8'h3c;  // RO
-  localparam logic [7:0] REG_OPCODE_LOAD   = 8'h40;  // RO
-  localparam logic [7:0] REG_OPCODE_STORE  = 8'h44;  // RO
-  localparam logic [7:0] REG_OPCODE_GEMM   = 8'h48;  // RO
-  localparam logic [7:0] REG_OPCODE_ALU    = 8'h4c;  // RO
-  localparam logic [7:0] REG_OPCODE_FINISH = 8'h50;  // RO
-  localparam logic [7:0] REG_STAGE_STATE   = 8'h54;  // RO
-  localparam logic [7:0] REG_OPCODE_EPI    = 8'h58;  // RO
+  localparam logic [8:0] REG_CONTROL       = 9'h00;  // RW
+  localparam logic [8:0] REG_STATUS        = 9'h04;  // RO
+  localparam logic [8:0] REG_IRQ           = 9'h08;  // W1C
+  localparam logic [8:0] REG_IRQ_ENABLE    = 9'h0c;  // RW
+  localparam logic [8:0] REG_INSN_COUNT    = 9'h10;  // RW
+  localparam logic [8:0] REG_INSN_ADDR_LO  = 9'h14;  // RW
+  localparam logic [8:0] REG_INSN_ADDR_HI  = 9'h18;  // RW
+  localparam logic [8:0] REG_ID            = 9'h1c;  // RO
+  localparam logic [8:0] REG_CONFIG_HASH   = 9'h20;  // RO
+  localparam logic [8:0] REG_ERROR_INSN    = 9'h24;  // RO
+  localparam logic [8:0] REG_TOKENS        = 9'h28;  // RO
+  localparam logic [8:0] REG_CMD_QUEUES    = 9'h2c;  // RO
+  localparam logic [8:0] REG_FETCHED       = 9'h30;  // RO
+  localparam logic [8:0] REG_LOAD_INSNS    = 9'h34;  // RO
+  localparam logic [8:0] REG_COMPUTE_INSNS = 9'h38;  // RO
+  localparam logic [8:0] REG_STORE_INSNS   = 9'h3c;  // RO
+  localparam logic [8:0] REG_OPCODE_LOAD   = 9'h40;  // RO
+  localparam logic [8:0] REG_OPCODE_STORE  = 9'h44;  // RO
+  localparam logic [8:0] REG_OPCODE_GEMM   = 9'h48;  // RO
+  localparam logic [8:0] REG_OPCODE_ALU    = 9'h4c;  // RO
+  localparam logic [8:0] REG_OPCODE_FINISH = 9'h50;  // RO
+  localparam logic [8:0] REG_STAGE_STATE   = 9'h54;  // RO
+  localparam logic [8:0] REG_OPCODE_EPI    = 9'h58;  // RO
   localparam int CONTROL_START_LSB         = 0;  // 1 bit(s)
   localparam int STATUS_DONE_LSB           = 0;  // 1 bit(s)
   localparam int STATUS_ERROR_LSB          = 1;  // 1 bit(s)
@@ -238,8 +240,8 @@ package vdla_pkg;
   localparam int STATUS_ERROR_UNIT_LSB     = 8;  // 2 bit(s)
   localparam int IRQ_PENDING_LSB           = 0;  // 1 bit(s)
   localparam int IRQ_ENABLE_ENABLE_LSB     = 0;  // 1 bit(s)
-  localparam logic [7:0] COUNTER_BASE      = 8'h80;  // counter i: LO at +8i, HI at +8i+4
-  localparam int NUM_COUNTERS              = 16;
+  localparam logic [8:0] COUNTER_BASE      = 9'h80;  // counter i: LO at +8i, HI at +8i+4
+  localparam int NUM_COUNTERS              = 17;
   localparam int DEADLOCK_WINDOW           = 16;  // quiet cycles before ERR_DEADLOCK
   localparam int CNT_CYCLES                = 0;  // cycles from START to the end of the run
   localparam int CNT_LOAD_BUSY             = 1;  // cycles the load stage executes an instruction
@@ -257,6 +259,7 @@ package vdla_pkg;
   localparam int CNT_BYTES_ACC             = 13;  // bytes loaded into the ACC buffer (32-bit)
   localparam int CNT_BYTES_ACC_8BIT        = 14;  // bytes loaded into the ACC buffer (8-bit, sign-extended)
   localparam int CNT_BYTES_STORED          = 15;  // bytes stored to DRAM
+  localparam int CNT_BYTES_LUT             = 16;  // bytes loaded into the activation table
 
   // STATUS.ERROR_CODE (ERR_NONE: no error)
   typedef enum logic [3:0] {

@@ -31,8 +31,8 @@ module vdla_store (
   output logic                            out_re_o,
   output logic [vdla_pkg::ACC_AW-1:0]     out_raddr_o,
   input  logic [vdla_pkg::OUT_BITS-1:0]   out_rdata_i,
-  // the OUT mirror's write in this cycle (vdla_compute: a cycle after the ACC write), which a read in this
-  // cycle sees (forwarded)
+  // the OUT mirror's write in this cycle (vdla_compute: two cycles after the ACC write), which a read in this
+  // cycle or in the cycle before sees (forwarded)
   input  logic [vdla_pkg::LANES-1:0]      out_we_i,
   input  logic [vdla_pkg::ACC_AW-1:0]     out_waddr_i,
   input  logic [vdla_pkg::OUT_BITS-1:0]   out_wdata_i,
@@ -135,12 +135,13 @@ module vdla_store (
   assign out_re_o    = rd_issue;
   assign out_raddr_o = start ? AW_IX'(mem.sram_base) : rd_addr_q;
 
-  // A read in the cycle the mirror writes its row takes the written lanes from the write: the mirror is
-  // written a cycle after ACC, and this makes the read see it as if it were written with ACC. The read's
-  // address and the write are registered and compared in the cycle the data arrives (the compare starts at
-  // flip-flops, away from the dispatch that picks the address).
+  // A read in the cycle the mirror writes its row, or in the cycle before, takes the written lanes from the
+  // write: the mirror is written two cycles after ACC, and this makes the read see it as if it were written
+  // with ACC. The read's address is registered and compared, in the cycle the data arrives, with the write of
+  // the read's cycle (registered) and with the write of this cycle (the newer, first); the compares start at
+  // flip-flops, away from the dispatch that picks the address.
   logic [AW_IX-1:0] fw_raddr_q, fw_waddr_q;
-  logic [LANES-1:0] fw_we_q, fw;
+  logic [LANES-1:0] fw_we_q, fw, fw_now;
   logic [OUT_W-1:0] fw_data_q, rd_data;
   always_ff @(posedge clk_i) begin
     fw_raddr_q <= out_raddr_o;
@@ -148,9 +149,11 @@ module vdla_store (
     fw_we_q    <= out_we_i;
     fw_data_q  <= out_wdata_i;
   end
-  assign fw = fw_we_q & {LANES{fw_waddr_q == fw_raddr_q}};
+  assign fw     = fw_we_q & {LANES{fw_waddr_q == fw_raddr_q}};
+  assign fw_now = out_we_i & {LANES{out_waddr_i == fw_raddr_q}};
   for (genvar l = 0; l < LANES; l++) begin : g_fw
-    assign rd_data[l*8 +: 8] = fw[l] ? fw_data_q[l*8 +: 8] : out_rdata_i[l*8 +: 8];
+    assign rd_data[l*8 +: 8] = fw_now[l] ? out_wdata_i[l*8 +: 8]
+                             : fw[l] ? fw_data_q[l*8 +: 8] : out_rdata_i[l*8 +: 8];
   end
 
   vdla_fifo #(.WIDTH(OUT_W), .DEPTH(4)) u_elems (

@@ -18,7 +18,7 @@ from vdla.compiler.fused_pool import FusedPool
 from vdla.compiler.identity import EYE, identity_weights
 from vdla.compiler.schedule import ConvLowering, Schedule
 from vdla.compiler.search import SearchResult, build_stream, emit_program, search
-from vdla.compiler.spec import CompileError, Conv2dSpec, EpilogueSpec, OutputView
+from vdla.compiler.spec import TABLE, CompileError, Conv2dSpec, EpilogueSpec, OutputView
 from vdla.config import DEFAULT_PRESET, HwConfig, load_config
 from vdla.graph.epilogue import Epilogue
 from vdla.graph.layout import pack_activation, pack_channels, pack_weights, unpack_activation
@@ -113,6 +113,8 @@ class CompiledConv2d:
         self.lowering = ConvLowering(spec, self.epilogue, cfg, imm, view)
         self.constants = {} if runtime else {"wgt": pack_weights(weights, cfg.block_out, cfg.block_in)}
         self.constants.update(_constants(ep, self.epilogue, spec.oc, cfg))
+        if ep.table is not None:  # entry b at byte b: LUT elements of out_elem_bytes entries
+            self.constants[TABLE] = np.asarray(ep.table, np.int8).reshape(cfg.lut_depth, cfg.batch, cfg.block_out)
         need = sum(self.lowering.tensor_bytes().values())
         if need > cfg.dram_bytes:
             raise CompileError(
@@ -164,11 +166,12 @@ class CompiledConv2d:
         elif residual is not None:
             raise CompileError("the layer was compiled without a residual input")
         low = self.lowering
-        shape = (low.ng, low.ob, *low.out_tensor_hw, cfg.batch, cfg.block_out)
+        shape = (low.ng, low.out_blocks, *low.out_tensor_hw, cfg.batch, cfg.block_out)
         packed, result = run_bound(dev, low, self.stream, arrays, shape, max_cycles=max_cycles, timeline=timeline)
         if low.view is not None:  # this layer's pixels of the larger tensor
             (y0, x0), (sy, sx), (oh, ow) = low.view.offset, low.view.step, low.out_hw
-            packed = packed[:, :, y0 : y0 + (oh - 1) * sy + 1 : sy, x0 : x0 + (ow - 1) * sx + 1 : sx]
+            b0 = low.view.blocks[0]
+            packed = packed[:, b0 : b0 + low.ob, y0 : y0 + (oh - 1) * sy + 1 : sy, x0 : x0 + (ow - 1) * sx + 1 : sx]
         return LayerRun(unpack_activation(np.ascontiguousarray(packed), sp.n, sp.oc), result)
 
     def program(self, dev: Device | None = None) -> list[Insn]:

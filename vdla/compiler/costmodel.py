@@ -48,7 +48,7 @@ def op_insn(op: Op) -> Insn:
             x_pad_1=x1,
         )
     if isinstance(op, Epi):
-        return EpiInsn()
+        return EpiInsn(lut=op.lut)
     k = op.kernel
     loop = {"uop_end": len(k.uops), "iter_out": k.iter_out, "iter_in": k.iter_in}
     loop |= {

@@ -81,6 +81,7 @@ class OutMode:
     req: bool = False
     relu: bool = False
     shift: int = 0
+    lut: bool = False  # then looked up in the layer's activation table (the last write of each element counts)
 
 
 def power_of_two_shift(multiplier, shift: int) -> tuple[int | np.ndarray, int]:
@@ -109,13 +110,14 @@ def out_mode(epi: EpilogueSpec) -> OutMode:
     when nothing follows it, with shift 0 when the ALU passes shift and add a residual (the mirror then only
     clamps), with ``frac`` after a rescaled residual."""
     relu = {INT8_BOUNDS: False, (0, INT8_MAX): True}.get(tuple(epi.bounds))
+    lut = epi.table
     if relu is None:
-        return OutMode()
+        return OutMode(lut=lut)
     if epi.rescale:
-        return OutMode(req=True, relu=relu, shift=epi.rescale[4])
+        return OutMode(req=True, relu=relu, shift=epi.rescale[4], lut=lut)
     if epi.residual:  # the passes shift before the add; the mirror clamps the sum the ADD or residual GEMM writes
-        return OutMode(req=True, relu=relu)
-    return OutMode(req=True, relu=relu, shift=0 if epi.multiplier == "row" else epi.shift)
+        return OutMode(req=True, relu=relu, lut=lut)
+    return OutMode(req=True, relu=relu, shift=0 if epi.multiplier == "row" else epi.shift, lut=lut)
 
 
 def residual_gemm_fits(epi: EpilogueSpec) -> bool:

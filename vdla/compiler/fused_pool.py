@@ -88,6 +88,8 @@ class FusedPool:
         (the epilogue must be non-decreasing) or does not fit the tiles (:meth:`make`)."""
         if ep.residual or ep.rescale is not None:
             raise CompileError("a max pool cannot be fused before the requantization of a layer adding a residual")
+        if not ep.table_is_monotonic():
+            raise CompileError("a max pool cannot be fused before an activation table that is not non-decreasing")
         ep = normalize(ep)
         kind = multiplier_kind(ep.multiplier, ep.shift)
         if kind == "imm":

@@ -47,7 +47,7 @@ from vdla.compiler.fused_pool import FusedPool
 from vdla.compiler.identity import EYE, identity_bytes, identity_fits, identity_gemm, load_identity
 from vdla.compiler.intrinsic import GemmIntrinsic, conv2d_contraction, tensorize
 from vdla.compiler.microcode import Limits, MicroKernel, fits_loop, lower_nest, uop_count
-from vdla.compiler.spec import CompileError, Conv2dSpec, EpilogueSpec, OutputView
+from vdla.compiler.spec import TABLE, CompileError, Conv2dSpec, EpilogueSpec, OutputView
 from vdla.compiler.transfer import MAX_STRIDE, plan_transfers
 from vdla.compiler.vthreads import interleave, prologue_block
 from vdla.config import HwConfig
@@ -170,7 +170,7 @@ class ConvLowering:
         self._nests: dict[tuple, tuple] = {}
         self.pool = FusedPool.make(epi.pool, (spec.oh, spec.ow)) if epi.pool else None
         if view is not None:
-            view.check(self.out_hw, epi)
+            view.check(self.out_hw, epi, self.ob)
         if self.row_step * spec.w > MAX_STRIDE:
             raise CompileError(
                 f"input rows of {spec.w} elements (row stride {self.row_step * spec.w}) exceed the "
@@ -182,6 +182,11 @@ class ConvLowering:
     def out_hw(self) -> tuple[int, int]:
         """Rows and columns of the stored output: the convolution's, or the fused pool's."""
         return self.pool.out_hw if self.pool else (self.spec.oh, self.spec.ow)
+
+    @property
+    def out_blocks(self) -> int:
+        """Channel blocks of the output tensor the layer stores into (its view's, or its own)."""
+        return self.view.out_blocks(self.ob) if self.view else self.ob
 
     @property
     def out_tensor_hw(self) -> tuple[int, int]:
@@ -482,6 +487,9 @@ class ConvLowering:
             for i, name in enumerate(self.rows)
             for tr in plan_transfers(0, 0, [(self.ob, 1)])
         ]
+        if self.epi.table:  # the activation table, once per layer (it stays until the next LOAD LUT)
+            n = self.cfg.lut_depth
+            ops.append(Load(MemType.LUT, 0, TABLE, 0, 1, n, n))
         return prologue_block(ops, threads, self.cfg.uop_depth)
 
     def tensor_bytes(self) -> dict[str, int]:
@@ -491,10 +499,12 @@ class ConvLowering:
         out = {
             "inp": self.ng * self.ib * sp.h * sp.w * c.inp_elem_bytes,
             "wgt": self.ob * self.ib * self.taps * c.wgt_elem_bytes,
-            "out": pixels_out * c.out_elem_bytes,
+            "out": pixels_out // self.ob * self.out_blocks * c.out_elem_bytes,
         }
         for name in self.rows:
             out[name] = self.ob * c.acc_elem_bytes
+        if self.epi.table:
+            out[TABLE] = c.lut_depth * c.out_elem_bytes
         if self.residual_gemm:
             out[EYE] = identity_bytes(c)
         if self.epi.residual:
@@ -643,7 +653,7 @@ class ThreadBuilder:
         bias = low.rows_base + low.rows.index("bias") * low.ob + t.ob if low.epi.bias else None
         oc, rest = low.oc_axis(nest, t.noc)
         return [
-            Epi(m.req, m.relu, m.shift, bias),
+            Epi(m.req, m.relu, m.shift, bias, m.lut),
             Gemm(lower_nest((oc,) + rest, base, low.limits, pin_outer=True), init=True),
         ]
 
@@ -666,7 +676,8 @@ class ThreadBuilder:
         low = self.low
         oh, ow = low.out_tensor_hw
         (y0, x0), (sy, sx) = (low.view.offset, low.view.step) if low.view else ((0, 0), (1, 1))
-        offset = ((t.ng * low.ob + t.ob) * oh + y0 + t.oy * sy) * ow + x0 + t.ox * sx
+        b0 = low.view.blocks[0] if low.view else 0
+        offset = ((t.ng * low.out_blocks + b0 + t.ob) * oh + y0 + t.oy * sy) * ow + x0 + t.ox * sx
         return plan_transfers(0, offset, [(t.noc, oh * ow), (t.noh, sy * ow), (t.now, sx)])
 
     def input_loads(self, t: Tile, ib0: int, nic: int) -> list[Load]:

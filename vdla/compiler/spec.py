@@ -155,6 +155,9 @@ def multiplier_kind(multiplier: int | np.ndarray, shift: int = 0) -> str:
     return "row"
 
 
+TABLE = "table"  # the tensor name of a layer's activation table (a constant: LUT_ENTRIES int8 entries)
+
+
 @dataclass(frozen=True)
 class EpilogueSpec:
     """The structure of a layer's epilogue (:class:`vdla.graph.epilogue.Epilogue`) as the compiler runs it
@@ -184,6 +187,7 @@ class EpilogueSpec:
     residual: str | None = None  # None, "int8" or "int32"
     rescale: tuple[int, int, int, int, int] | None = None  # (lo, hi, shift_y, shift_k, frac)
     pool: Window | None = None  # a max pool fused into the tiles, taken before the requantization
+    table: bool = False  # the OUT mirror looks every int8 result up in the layer's activation table (EPI lut)
 
     @classmethod
     def of(cls, ep: Epilogue, pool: Window | None = None) -> EpilogueSpec:
@@ -197,6 +201,7 @@ class EpilogueSpec:
             residual=ep.residual,
             rescale=None if ep.rescale is None else tuple(int(v) for v in ep.rescale.as_tuple()),
             pool=pool,
+            table=ep.table is not None,
         )
 
     def __post_init__(self) -> None:
@@ -252,23 +257,36 @@ class EpilogueSpec:
 class OutputView:
     """Where a layer's output pixels sit in a larger output tensor: output pixel ``(y, x)`` is pixel
     ``(offset_y + y*step_y, offset_x + x*step_x)`` of a tensor of ``full_hw`` pixels per channel block (one
-    phase of an interleave: a transposed convolution's stride phases store straight into the result).
+    phase of an interleave: a transposed convolution's stride phases store straight into the result), and
+    its channel block ``b`` is block ``blocks[0] + b`` of a tensor of ``blocks[1]`` blocks (one part of a
+    channel concatenation; ``blocks[1]`` 0: the layer's own channels).
 
-    Invariant: the view is inside the full tensor for the layer's ``out_hw`` (:meth:`check`)."""
+    Invariant: the view is inside the full tensor for the layer's ``out_hw`` and channel blocks
+    (:meth:`check`)."""
 
     full_hw: tuple[int, int]
     offset: tuple[int, int] = (0, 0)
     step: tuple[int, int] = (1, 1)
+    blocks: tuple[int, int] = (0, 0)
 
-    def check(self, out_hw: tuple[int, int], epi: EpilogueSpec) -> None:
-        """Raise CompileError unless the view holds an ``out_hw`` output and the epilogue stores it alone."""
+    def out_blocks(self, own: int) -> int:
+        """Channel blocks of the full tensor, for a layer of ``own`` blocks."""
+        return self.blocks[1] or own
+
+    def check(self, out_hw: tuple[int, int], epi: EpilogueSpec, own_blocks: int | None = None) -> None:
+        """Raise CompileError unless the view holds an ``out_hw`` output of ``own_blocks`` channel blocks and the
+        epilogue stores it alone."""
         for n, full, off, st in zip(out_hw, self.full_hw, self.offset, self.step, strict=True):
             if not (st >= 1 and 0 <= off < st and off + (n - 1) * st < full):
                 raise CompileError(f"output view {self} does not hold a {out_hw[0]}x{out_hw[1]} output")
+        first, total = self.blocks
+        if total and own_blocks is not None and not (0 <= first and first + own_blocks <= total):
+            raise CompileError(f"output view {self} does not hold {own_blocks} channel blocks")
         if epi.residual or epi.pool is not None:
             raise CompileError("an output view takes no residual and no fused pool")
 
     def key(self) -> str:
         """A stable text key (schedule cache)."""
         (h, w), (oy, ox), (sy, sx) = self.full_hw, self.offset, self.step
-        return f"view{h}x{w}o{oy}_{ox}s{sy}_{sx}"
+        key = f"view{h}x{w}o{oy}_{ox}s{sy}_{sx}"
+        return key if not self.blocks[1] else f"{key}b{self.blocks[0]}of{self.blocks[1]}"

@@ -17,7 +17,7 @@ from llvmlite import ir
 from vdla.cpu_fallback.codegen import KernelBuilder
 from vdla.cpu_fallback.kernels import _emit, contiguous_strides
 from vdla.cpu_fallback.lltypes import F32, I64, LL_TYPES, i64
-from vdla.cpu_fallback.specs import GatherSpec, GridSampleSpec, OneHotSpec, ScatterSpec, TakeSpec
+from vdla.cpu_fallback.specs import GatherSpec, GridSampleSpec, OneHotSpec, ScatterSpec, TableSpec, TakeSpec
 from vdla.graph.oracle import grid_borders
 from vdla.graph.types import is_float
 
@@ -69,6 +69,14 @@ def _gather(spec: GatherSpec, kb: KernelBuilder) -> None:
         o = b.sext(kb.load("int32", index, k), I64)
         o = kb.smin(kb.smax(o, i64(0)), i64(spec.x.size - 1))
         kb.store(kb.load(dt, x, o), dt, y, k)
+
+
+@_emit.register
+def _table(spec: TableSpec, kb: KernelBuilder) -> None:
+    """One loop over the output: the input's byte, zero-extended, indexes the table."""
+    b, (x, entries), y = kb.b, kb.inputs, kb.out
+    with kb.loop(0, spec.out.size) as k:
+        kb.store(kb.load("int8", entries, b.zext(kb.load("int8", x, k), I64)), "int8", y, k)
 
 
 @_emit.register

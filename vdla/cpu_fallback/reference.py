@@ -34,6 +34,7 @@ from vdla.cpu_fallback.specs import (
     SliceSpec,
     SoftmaxSpec,
     Spec,
+    TableSpec,
     TakeSpec,
     TopKSpec,
     TransposeSpec,
@@ -161,6 +162,11 @@ def _(spec: TakeSpec, x: np.ndarray, *fill: np.ndarray) -> np.ndarray:
 @reference.register
 def _(spec: GatherSpec, x: np.ndarray, index: np.ndarray) -> np.ndarray:
     return oracle.gather(x, index)
+
+
+@reference.register
+def _(spec: TableSpec, x: np.ndarray, entries: np.ndarray) -> np.ndarray:
+    return oracle.table(x, entries)
 
 
 @reference.register

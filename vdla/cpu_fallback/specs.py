@@ -324,6 +324,21 @@ def make_gather(x: TensorType, index: TensorType) -> GatherSpec:
 
 
 @dataclass(frozen=True)
+class TableSpec:
+    """``out.flat[k] = table[byte(x.flat[k])]``: an int8 function of an int8 tensor as its 256-entry table."""
+
+    x: TensorType
+    table: TensorType
+    out: TensorType
+
+
+def make_table(x: TensorType, table: TensorType, quant: object = None) -> TableSpec:
+    _need("table", x.dtype == "int8", f"the input must be int8, got {x.dtype}")
+    _need("table", table.dtype == "int8" and table.size == 256, f"the table must be 256 int8 entries, got {table}")
+    return TableSpec(x.plain, table.plain, TensorType(x.shape, "int8"))
+
+
+@dataclass(frozen=True)
 class ScatterSpec:
     """``x`` with each update applied in order at its flat offset: replaced or reduced (add, mul, max, min)."""
 
@@ -644,6 +659,7 @@ Spec = (
     | ResizeSpec
     | TakeSpec
     | GatherSpec
+    | TableSpec
     | ScatterSpec
     | GridSampleSpec
     | OneHotSpec
@@ -673,6 +689,8 @@ def spec_inputs(spec: Spec) -> tuple[TensorType, ...]:
         return (spec.x, spec.w) if spec.bias is None else (spec.x, spec.w, spec.bias)
     if isinstance(spec, GatherSpec):
         return (spec.x, spec.index)
+    if isinstance(spec, TableSpec):
+        return (spec.x, spec.table)
     if isinstance(spec, TakeSpec) and spec.fill is not None:
         return (spec.x, spec.fill)
     if isinstance(spec, ScatterSpec):
@@ -701,6 +719,7 @@ _OP_NAMES = {
     ResizeSpec: "resize",
     TakeSpec: "take",
     GatherSpec: "gather",
+    TableSpec: "table",
     ScatterSpec: "scatter",
     GridSampleSpec: "grid_sample",
     OneHotSpec: "one_hot",

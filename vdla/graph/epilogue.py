@@ -7,6 +7,7 @@ What the accelerator computes after a layer's int32 accumulator ``acc`` (the int
     out = clamp(y + residual, clip)                                      # a residual added as it is
     out = clamp(rshift(mul_shift(clamp(y, y_clip), m_y, shift_y)         # a rescaled residual: the layer's
                        + mul_shift(residual, m_k, shift_k), frac), clip) # output and the sum rounded apart
+    out = table[byte(out)]                                               # an activation table, if any
 
 :class:`Epilogue` holds that computation with its constants; the compiler derives its program structure
 and cache key from it (:meth:`vdla.compiler.spec.EpilogueSpec.of`), never from a second description.
@@ -19,7 +20,7 @@ Graphs spell an epilogue in two forms. Each is one tuple of named :class:`Epilog
   in float graphs (:mod:`vdla.graph.quantize`); the QDQ lowering (:mod:`vdla.graph.qdq`) reads it in QDQ
   models, where quantize -> dequantize hops may stand between stages (its :class:`Dialect` adds them);
 * the **integer** form (:data:`INTEGER_STAGES`): ``bias -> requant -> round -> residual -> clip* ->
-  rescale -> rescale_add -> rescale_round -> rescale_clip* -> output``, what the QDQ lowering writes
+  rescale -> rescale_add -> rescale_round -> rescale_clip* -> output -> table``, what the QDQ lowering writes
   (:func:`epilogue_nodes`) and placement reads (:func:`match_integer`); the two are inverse
   (``tests/test_epilogue.py``).
 
@@ -70,7 +71,8 @@ class Epilogue:
     """The epilogue of one layer (see the module docstring): ``bias`` one integer per output channel (or
     None), ``multiplier`` an integer or one per channel with its rounding ``shift``, ``residual`` the dtype
     ("int8", "int32") of a tensor added to the result (None: none), ``rescale`` when that residual is added
-    after the layer's own rounding, ``clip`` the final clamp within int8 (ReLU folded in as ``lo >= 0``)."""
+    after the layer's own rounding, ``clip`` the final clamp within int8 (ReLU folded in as ``lo >= 0``),
+    ``table`` the 256 int8 entries of an activation applied last (``vdla.graph.tables``; None: none)."""
 
     bias: np.ndarray | None = None
     multiplier: int | np.ndarray = 1
@@ -78,6 +80,14 @@ class Epilogue:
     residual: str | None = None
     rescale: Rescale | None = None
     clip: tuple[int, int] = INT8_BOUNDS
+    table: np.ndarray | None = None
+
+    def table_is_monotonic(self) -> bool:
+        """Whether the table (if any) is non-decreasing in its int8 input: a max then commutes with it."""
+        if self.table is None:
+            return True
+        ordered = np.asarray(self.table, np.int8)[np.arange(-128, 128).astype(np.int8).view(np.uint8)]
+        return bool(np.all(np.diff(ordered.astype(np.int16)) >= 0))
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -382,7 +392,12 @@ def _int_rescale_round(node: Node, w: Walk) -> dict | None:
 
 
 def _int_output(node: Node, w: Walk) -> dict | None:
-    return {"_stop": True} if node.attrs.get("dtype") == "int8" else None
+    return {} if node.attrs.get("dtype") == "int8" else None
+
+
+def _int_table(node: Node, w: Walk) -> dict | None:
+    entries = w.dialect.params.get(node.inputs[1]) if len(node.inputs) == 2 else None
+    return None if entries is None else {"table": np.asarray(entries, np.int8).reshape(-1), "_stop": True}
 
 
 INTEGER_STAGES = (
@@ -398,6 +413,7 @@ INTEGER_STAGES = (
     EpilogueStage("rescale_round", ("rshift",), _int_rescale_round, after=("rescale_add",), label="rescaled residual"),
     EpilogueStage("rescale_clip", ("clip", "relu"), _int_clip, repeat=True, after=("rescale_add",), label="clip"),
     EpilogueStage("output", ("cast",), _int_output, label="int8"),
+    EpilogueStage("table", ("table",), _int_table, after=("output",), label="activation table"),
 )
 
 
@@ -452,6 +468,7 @@ def match_integer(anchor: Node, graph: Graph, types: Mapping[str, TensorType]) -
         residual=None if residual is None else types[residual].dtype,
         rescale=rescale,
         clip=clip,
+        table=get.get("table", {}).get("table"),
     )
     nodes = (anchor.output, *(n.output for n in m.nodes()))
     return LayerEpilogue(ep, nodes, m.end, residual)
@@ -498,5 +515,10 @@ def epilogue_nodes(
     lo, hi = ep.clip
     nodes.append(Node("clip", (nodes[-1].output,), f"{base}:clipped", {"lo": lo, "hi": hi}))
     cast = {"dtype": "int8"} if quant is None else {"dtype": "int8", "quant": quant}
-    nodes.append(Node("cast", (nodes[-1].output,), base, cast))
+    if ep.table is None:
+        nodes.append(Node("cast", (nodes[-1].output,), base, cast))
+        return nodes
+    nodes.append(Node("cast", (nodes[-1].output,), f"{base}:int8", {"dtype": "int8"}))
+    entries = param(f"{base}:table", np.asarray(ep.table, np.int8).reshape(-1))
+    nodes.append(Node("table", (f"{base}:int8", entries), base, {"quant": None if quant is None else cast["quant"]}))
     return nodes

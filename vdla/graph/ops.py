@@ -900,6 +900,22 @@ def _gather(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarra
     return TensorType(index.shape, x.dtype, x.quant if x.quant is None or x.quant.axis is None else None)
 
 
+@register(
+    "table",
+    INJECTIVE,
+    2,
+    evaluate=lambda node, args, types, out: oracle.table(args[0], args[1]),
+    cpu=CpuKernel("make_table"),
+)
+def _table(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarray]) -> TensorType:
+    """An int8 -> int8 function of one int8 tensor as its 256-entry table (``vdla.graph.tables``): entry ``b``
+    for the elements whose two's-complement byte is ``b``; the result has the quantization ``quant``."""
+    x, entries = inputs
+    if x.dtype != "int8" or entries.dtype != "int8" or entries.size != 256:
+        raise UnsupportedError("table", f"takes an int8 tensor and 256 int8 entries, got {x} and {entries}")
+    return TensorType(x.shape, "int8", node.attrs.get("quant"))
+
+
 SCATTER_REDUCTIONS = ("none", "add", "mul", "max", "min")
 
 

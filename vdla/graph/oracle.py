@@ -540,6 +540,12 @@ def gather(x: np.ndarray, index: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(x.reshape(-1)[np.clip(index.astype(np.int64), 0, x.size - 1)])
 
 
+def table(x: np.ndarray, entries: np.ndarray) -> np.ndarray:
+    """An int8 -> int8 function of ``x`` as its table: ``entries[b]`` for each element whose two's-complement
+    byte is ``b`` (the accelerator's activation table, EPI ``lut``)."""
+    return np.ascontiguousarray(entries.reshape(-1)[np.asarray(x, np.int8).view(np.uint8)])
+
+
 def one_hot(indices: np.ndarray, values: np.ndarray, depth: int, axis: int) -> np.ndarray:
     """``values[1]`` where the index (float ones truncated toward zero, as ONNX casts them to int64; negative
     ones counted from ``depth``) equals the position along the new axis ``axis``, else ``values[0]``; NaN and

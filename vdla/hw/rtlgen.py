@@ -23,7 +23,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 import vdla.runtime.registers as R
-from vdla.config import DEFAULT_PRESET, ConfigError, HwConfig, load_config
+from vdla.config import DEFAULT_PRESET, LUT_ENTRIES, ConfigError, HwConfig, load_config
 from vdla.isa.instructions import (
     ALU_FIELDS,
     COMMON_FIELDS,
@@ -231,6 +231,8 @@ def _config_params(cfg: HwConfig) -> list[str]:
         rows.append((i, f"{buf.upper()}_DEPTH", getattr(cfg, f"{buf}_depth"), f"{buf.upper()} buffer elements"))
     for buf in ("inp", "wgt", "acc", "out"):
         rows.append((i, f"{buf.upper()}_ELEM_BYTES", getattr(cfg, f"{buf}_elem_bytes"), ""))
+    rows.append((i, "LUT_ENTRIES", LUT_ENTRIES, "activation table entries (int8 in, int8 out)"))
+    rows.append((i, "LUT_DEPTH", cfg.lut_depth, "activation table elements: LUT_ENTRIES / OUT_ELEM_BYTES"))
     rows += [
         (i, "UOP_DST_BITS", cfg.uop_dst_bits, "micro-op fields: dst [DST-1:0]"),
         (i, "UOP_SRC_BITS", cfg.uop_src_bits, "src above dst"),

@@ -34,6 +34,7 @@ MEM_NAMES = {
     MemType.ACC: "acc",
     MemType.OUT: "out",
     MemType.ACC_8BIT: "acc8",
+    MemType.LUT: "lut",
 }
 PAIRS = {
     "iter": ("iter_out", "iter_in"),
@@ -62,7 +63,7 @@ def disassemble_insn(insn: Insn) -> str:
     elif isinstance(insn, FinishInsn):
         words = ["finish"]
     elif isinstance(insn, EpiInsn):
-        words = ["epi"] + [f for f in ("req", "relu") if getattr(insn, f)] + [f"shift={insn.shift}"]
+        words = ["epi"] + [f for f in ("req", "relu", "lut") if getattr(insn, f)] + [f"shift={insn.shift}"]
         if insn.bias or insn.bias_base:  # base= keeps a base the disabled bias ignores
             words.append(f"{'bias' if insn.bias else 'base'}={insn.bias_base}")
     else:
@@ -131,7 +132,7 @@ def assemble_line(line: str, where: str = "line") -> Insn | None:
                 key in FLAGS
                 or (key == "reset" and cls in (GemmInsn, AluInsn))
                 or (key == "init" and cls is GemmInsn)
-                or (key in ("req", "relu") and cls is EpiInsn)
+                or (key in ("req", "relu", "lut") and cls is EpiInsn)
             ):
                 kw[key] = True
                 continue

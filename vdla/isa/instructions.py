@@ -38,6 +38,7 @@ class MemType(IntEnum):
     ACC = 3
     OUT = 4
     ACC_8BIT = 5
+    LUT = 6  # the activation table (compute stage): LUT_ENTRIES int8 outputs indexed by an int8 value
 
 
 class AluOp(IntEnum):
@@ -159,9 +160,16 @@ LOOP_FIELDS = (
 )
 GEMM_FIELDS = LOOP_FIELDS + (("wgt_factor_out", 108, 10), ("wgt_factor_in", 118, 10), ("init", 63, 1))
 ALU_FIELDS = LOOP_FIELDS + (("alu_opcode", 108, 3), ("use_imm", 111, 1), ("imm", 112, 16))
-EPI_FIELDS = (("req", 7, 1), ("relu", 8, 1), ("shift", 9, 5), ("bias", 14, 1), ("bias_base", 16, 16))
+EPI_FIELDS = (
+    ("req", 7, 1),
+    ("relu", 8, 1),
+    ("shift", 9, 5),
+    ("bias", 14, 1),
+    ("lut", 15, 1),
+    ("bias_base", 16, 16),
+)
 SIGNED_FIELDS = {"imm"}
-BOOL_FIELDS = {"reset", "use_imm", "init", "req", "relu", "bias"}
+BOOL_FIELDS = {"reset", "use_imm", "init", "req", "relu", "bias", "lut"}
 
 
 @dataclass(kw_only=True)
@@ -291,13 +299,15 @@ class AluInsn(LoopInsn):
 @dataclass(kw_only=True)
 class EpiInsn(Insn):
     """Sets the compute stage's epilogue state. ``req``: every later ACC write also writes its OUT mirror
-    requantized, clamp((v + 2^(shift-1)) >> shift, 0 if relu else -128, 127), instead of v[7:0];
+    requantized, clamp((v + 2^(shift-1)) >> shift, 0 if relu else -128, 127), instead of v[7:0]; ``lut``:
+    that int8 value then indexes the activation table (LOAD LUT), whose entry is written instead;
     ``bias``/``bias_base``: the init value of GEMMs with ``init`` (see :class:`GemmInsn`)."""
 
     req: bool = False
     relu: bool = False
     shift: int = 0
     bias: bool = False
+    lut: bool = False
     bias_base: int = 0
 
     OPCODE = Opcode.EPI

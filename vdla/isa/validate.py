@@ -47,6 +47,7 @@ def buffer_depth(cfg: HwConfig, mem: MemType) -> int:
         MemType.ACC: cfg.acc_depth,
         MemType.ACC_8BIT: cfg.acc_depth,
         MemType.OUT: cfg.acc_depth,
+        MemType.LUT: cfg.lut_depth,
     }[mem]
 
 
@@ -59,6 +60,7 @@ def elem_bytes(cfg: HwConfig, mem: MemType) -> int:
         MemType.ACC: cfg.acc_elem_bytes,
         MemType.ACC_8BIT: cfg.out_elem_bytes,
         MemType.OUT: cfg.out_elem_bytes,
+        MemType.LUT: cfg.out_elem_bytes,
     }[mem]
 
 
@@ -86,7 +88,7 @@ def check_insn(insn: Insn, cfg: HwConfig, dram: tuple[int, int] | None = None) -
         if insn.is_nop:
             return problems
         pads = (insn.y_pad_0, insn.y_pad_1, insn.x_pad_0, insn.x_pad_1)
-        if any(pads) and (insn.store or insn.mem_type == MemType.UOP):
+        if any(pads) and (insn.store or insn.mem_type in (MemType.UOP, MemType.LUT)):
             problems.append(f"{kind} {insn.mem_type.name} cannot have padding {pads}")
         if insn.y_size == 0:
             problems.append(f"{kind} {insn.mem_type.name}: y_size is 0 with x_size {insn.x_size}")
@@ -130,8 +132,12 @@ def validate_program(insns: list[Insn], cfg: HwConfig, dram: tuple[int, int] | N
     """Raise IsaError listing every problem: bad fields, out-of-buffer tiles, flags invalid on the stage,
     unbalanced token queues, FINISH not last. ``dram`` is the [lo, hi) physical byte range."""
     problems = []
+    table = False  # a LOAD LUT has run (both it and EPI execute on the compute stage, in program order)
     for i, insn in enumerate(insns):
         problems += [f"instruction {i}: {p}" for p in check_insn(insn, cfg, dram)]
+        table |= isinstance(insn, MemInsn) and insn.mem_type == MemType.LUT and not insn.is_nop and not insn.store
+        if isinstance(insn, EpiInsn) and insn.lut and not table:
+            problems.append(f"instruction {i}: EPI lut before any LOAD LUT (the activation table is not loaded)")
         if isinstance(insn, FinishInsn) and i != len(insns) - 1:
             problems.append(f"instruction {i}: FINISH before the end of the program")
     if not insns or not isinstance(insns[-1], FinishInsn):

@@ -125,7 +125,12 @@ class ModelBuilder:
         out = []
         for kind, unit in units:
             if kind == "cpu":
-                unit = [n for n in unit if not (n.op == "interleave" and self.store_phases(n, layers, consumers))]
+                unit = [
+                    n
+                    for n in unit
+                    if not (n.op == "interleave" and self.store_phases(n, layers, consumers))
+                    and not (n.op == "concat" and self.store_parts(n, layers, consumers))
+                ]
                 if not unit:
                     continue
             out.append((kind, unit))
@@ -143,6 +148,29 @@ class ModelBuilder:
         full = out.shape[2:]
         for p, v in enumerate(node.inputs):
             self.views[v] = (node.output, OutputView(full, divmod(p, sw), (sh, sw)))
+        return True
+
+    def store_parts(self, node: Node, layers: dict[str, AccelLayer], consumers: dict[str, list[Node]]) -> bool:
+        """Whether the parts of the channel concatenation ``node`` can store in place; if so their views are
+        recorded (part ``k`` writes channel blocks from the sum of the earlier parts' blocks). A concatenation
+        is stored so when it joins int8 values of its own quantization along the channels, each a conv2d
+        layer's output (no residual, no fused pool) of whole channel blocks that nothing else reads."""
+        t, bo = self.types[node.output], self.cfg.block_out
+        if len(t.shape) != 4 or t.dtype != "int8" or int(node.attrs.get("axis", 0)) % 4 != 1:
+            return False
+        parts = [layers.get(v) for v in node.inputs]
+        ok = len(set(node.inputs)) == len(node.inputs) and all(
+            p is not None and p.op == "conv2d" and p.residual is None and p.pool is None for p in parts
+        )
+        types = [self.types[v] for v in node.inputs]
+        if not ok or any(u.shape[1] % bo or u.quant != t.quant for u in types):
+            return False
+        if any(consumers.get(v, []) != [node] or v in self.g.outputs or v in self.views for v in node.inputs):
+            return False
+        first = 0
+        for v, u in zip(node.inputs, types, strict=True):
+            self.views[v] = (node.output, OutputView(t.shape[2:], blocks=(first, t.shape[1] // bo)))
+            first += u.shape[1] // bo
         return True
 
     def accel_reads(self, layer: AccelLayer) -> list[str]:

@@ -36,6 +36,7 @@ from vdla.graph.im2col import im2col_convs
 from vdla.graph.ops import infer_types
 from vdla.graph.qdq import lower_qdq
 from vdla.graph.quantize import QuantReport, quantize_model
+from vdla.graph.tables import fold_tables, quantize_early
 from vdla.graph.verify import verify
 from vdla.model.artifact import Artifact
 from vdla.model.lower import Log, ModelBuilder
@@ -126,7 +127,8 @@ def compile_graph_model(
     graph = after("input", graph, time.perf_counter())
     # the first convolution's kernel window folded into its reduction (vdla.graph.im2col)
     im2col = ("im2col", lambda g: im2col_convs(g, cfg.block_in))
-    for name, fn in [*(passes or []), ("lower_qdq", lower_qdq), ("conv_transpose_phases", phase_convs), im2col]:
+    steps = [*(passes or []), ("lower_qdq", lower_qdq), ("activation_tables", lambda g: fold_tables(quantize_early(g)))]
+    for name, fn in [*steps, ("conv_transpose_phases", phase_convs), im2col]:
         t0 = time.perf_counter()
         graph = after(name, fn(graph), t0)
     t0 = time.perf_counter()

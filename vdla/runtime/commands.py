@@ -355,15 +355,26 @@ class CommandBuilder:
             )
         )
 
-    def epi(self, req: bool = False, relu: bool = False, shift: int = 0, bias_base: int | None = None) -> int:
+    def epi(
+        self, req: bool = False, relu: bool = False, shift: int = 0, bias_base: int | None = None, lut: bool = False
+    ) -> int:
         """Set the epilogue state: with ``req`` later ACC writes store their OUT rows requantized (rounding
-        right shift by ``shift``, clamp to [0 if ``relu`` else -128, 127]); ``bias_base`` (None: no bias)
-        is the first bias row of GEMMs with ``init``."""
+        right shift by ``shift``, clamp to [0 if ``relu`` else -128, 127]); with ``lut`` that int8 value is
+        then replaced by its entry in the activation table (:meth:`load_table` first); ``bias_base`` (None:
+        no bias) is the first bias row of GEMMs with ``init``."""
         if not 0 <= shift < 32:
             raise CommandError(f"EPI: shift {shift} is outside [0, 31]")
         if bias_base is not None and not 0 <= bias_base < self.cfg.acc_depth:
             raise CommandError(f"EPI: bias row {bias_base} is outside the ACC buffer (depth {self.cfg.acc_depth})")
-        return self.emit(EpiInsn(req=req, relu=relu, shift=shift, bias=bias_base is not None, bias_base=bias_base or 0))
+        return self.emit(
+            EpiInsn(req=req, relu=relu, shift=shift, lut=lut, bias=bias_base is not None, bias_base=bias_base or 0)
+        )
+
+    def load_table(self, buf: Buffer, offset: int = 0) -> int:
+        """LOAD LUT: the whole activation table (LUT_ENTRIES int8 entries, entry ``i`` the output for the
+        int8 input whose byte is ``i``) from ``buf``, ``offset`` table elements in."""
+        n = self.cfg.lut_depth
+        return self.load(MemType.LUT, 0, buf, offset, 1, n, n)
 
     # ---- finishing --------------------------------------------------------------------------
     def finish(self) -> list[Insn]:

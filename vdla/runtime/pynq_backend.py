@@ -53,7 +53,7 @@ from vdla.runtime.diagnosis import Diagnosis, Program, token_counts
 from vdla.runtime.dram import Dram
 
 DEFAULT_BASE_ADDR = 0x43C0_0000  # the first AXI4-Lite slave on M_AXI_GP0 (hw/fpga's block design puts it here)
-REGISTER_SPAN = 0x1_0000  # the address window the block design gives the slave (it decodes 8 bits)
+REGISTER_SPAN = 0x1_0000  # the address window the block design gives the slave (it decodes REG_ADDR_BITS = 9)
 DEFAULT_DRAM_BYTES = 64 << 20  # the DRAM region: part of the board's CMA pool
 DEFAULT_TIMEOUT_S = 30.0
 PAGE = 4096
@@ -65,7 +65,7 @@ SLCR_SPAN = 0x1000
 SLCR_LOCK, SLCR_UNLOCK, SLCR_LOCK_KEY, SLCR_UNLOCK_KEY = 0x004, 0x008, 0x767B, 0xDF0D
 FPGA_RST_CTRL = 0x240  # bit 0: FPGA0_OUT_RST (1 holds FCLK_RESET0_N low)
 
-_LOAD_TYPES = (MemType.UOP, MemType.WGT, MemType.INP, MemType.ACC, MemType.ACC_8BIT)
+_LOAD_TYPES = (MemType.UOP, MemType.WGT, MemType.INP, MemType.ACC, MemType.ACC_8BIT, MemType.LUT)
 
 
 class BoardTimeoutError(RunError):

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from vdla.runtime.counters import Counters
 
 ID_MAGIC = 0x5644  # "VD", in ID[31:16]
-ADDR_BITS = 8  # byte address bits decoded by the register file
+ADDR_BITS = 9  # byte address bits decoded by the register file (the map below ends at 0x108)
 
 
 @dataclass(frozen=True)
@@ -112,8 +112,10 @@ COUNTERS = (
     ("BYTES_ACC", "bytes_loaded.ACC", "bytes loaded into the ACC buffer (32-bit)"),
     ("BYTES_ACC_8BIT", "bytes_loaded.ACC_8BIT", "bytes loaded into the ACC buffer (8-bit, sign-extended)"),
     ("BYTES_STORED", "bytes_stored", "bytes stored to DRAM"),
+    ("BYTES_LUT", "bytes_loaded.LUT", "bytes loaded into the activation table"),
 )
 COUNTER_BASE = 0x80
+assert COUNTER_BASE + 8 * len(COUNTERS) <= 1 << ADDR_BITS, "the register map outgrew ADDR_BITS"
 
 STAGE_INSN_REGS = {"load": "LOAD_INSNS", "compute": "COMPUTE_INSNS", "store": "STORE_INSNS"}
 OPCODE_REGS = {

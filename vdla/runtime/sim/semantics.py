@@ -24,7 +24,9 @@ class Sram:
 
     INP and WGT hold int8 values in float32 arrays: GEMMs run as float32 BLAS products, which are exact
     for integer sums below 2^24 (up to 1024 int8 x int8 terms; longer sums are split). OUT mirrors ACC
-    as int8: every ACC write also writes its OUT row, truncated or (after an EPI with ``req``) requantized.
+    as int8: every ACC write also writes its OUT row, truncated or (after an EPI with ``req``) requantized,
+    then (after an EPI with ``lut``) looked up in the activation table ``lut`` (LUT_ENTRIES int8 entries,
+    indexed by the int8 value's two's-complement byte).
     """
 
     def __init__(self, cfg: HwConfig):
@@ -34,6 +36,7 @@ class Sram:
         self.acc = np.zeros((cfg.acc_depth, cfg.batch, cfg.block_out), np.int32)
         self.out = np.zeros((cfg.acc_depth, cfg.batch, cfg.block_out), np.int8)
         self.uop = np.zeros(cfg.uop_depth, np.uint32)
+        self.lut = np.zeros((cfg.lut_depth, cfg.batch, cfg.block_out), np.int8)
         self.epi = EpiInsn()
 
     def mirror(self, rows: np.ndarray | slice) -> None:
@@ -41,7 +44,10 @@ class Sram:
         v = self.acc[rows]
         if self.epi.req:
             v = _alu_apply(AluOp.REQ, v.astype(np.int64), np.int64(self.epi.shift | self.epi.relu << 5))
-        self.out[rows] = v.astype(np.int8)
+        v = v.astype(np.int8)
+        if self.epi.lut:
+            v = self.lut.reshape(-1)[v.view(np.uint8)]
+        self.out[rows] = v
 
 
 def _row_index(insn: MemInsn) -> np.ndarray:
@@ -76,6 +82,7 @@ def exec_load(sram: Sram, insn: MemInsn, dram: Dram) -> None:
         MemType.ACC: (sram.acc, np.int32),
         MemType.ACC_8BIT: (sram.acc, np.int8),
         MemType.UOP: (sram.uop, np.uint32),
+        MemType.LUT: (sram.lut, np.int8),
     }[mem]
     values = data.view(dtype).reshape((insn.y_size, insn.x_size) + target.shape[1:])
     tile = np.zeros((insn.rows, insn.cols) + target.shape[1:], target.dtype)

@@ -1,0 +1,220 @@
+"""Activation tables: every elementwise function of one int8 tensor folded into its 256-entry table.
+
+In an int8 network, an elementwise subgraph whose only varying input is one int8 tensor ``x`` and whose result
+is int8 has 256 possible inputs: SiLU (``x * sigmoid(x)`` with the quantizations between), sigmoid, tanh,
+hardswish, GELU, Mish, ELU, LeakyReLU, clips, requantizations, and any chain of them. :func:`fold_tables`
+replaces each such subgraph (a *cone*) by one ``table`` node whose entries are the subgraph itself evaluated
+by the graph interpreter on the 256 values: the same float32 operators, quantizations and dequantizations as
+the unfolded graph, so the table's result equals the unfolded graph's on every input, bit for bit.
+
+Before the folding, :func:`quantize_early` moves each quantization of a concatenation (or of a max pool,
+a slice, a reshape, a transpose or a nearest resize) to its inputs: ``quantize(concat(dequantize(a), dequantize(b)))`` is ``concat(quantize(dequantize(a)),
+quantize(dequantize(b)))`` exactly, because quantization is elementwise and non-decreasing. Each
+``quantize(dequantize(a))`` is then a requantization of ``a`` alone, which folds into a table (into the
+producing layer's epilogue on the accelerator), and the concatenation runs on int8 values of one scale.
+
+A cone grows from a *source* ``x`` (an int8 graph input or node output) through the elementwise operators of
+:data:`vdla.graph.ew.EW` whose tensor operands are ``x``, values of the cone, or parameters of one element, all
+of ``x``'s shape; it ends at one int8 value ``y``, every other value it computes read only inside it (and not a
+graph output). Of the cones of one source, the one with the most operators is folded. An operator with a
+per-channel constant (PRelu's slopes, a per-channel scale) is not a function of the value alone and ends the
+cone there.
+
+Invariant: the graph after the pass computes the same values as before, bit for bit
+(``tests/test_tables.py``: graph interpreter, CPU JIT and onnxruntime's QDQ reference).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from vdla.graph.ew import EW
+from vdla.graph.fusion import topological
+from vdla.graph.graph import Graph, Node
+from vdla.graph.interp import evaluate
+from vdla.graph.ops import infer_types
+from vdla.graph.passes import eliminate_dead_code
+from vdla.graph.types import TensorType
+
+ENTRIES = 256  # int8 inputs: the table's entries (vdla.config.LUT_ENTRIES on the accelerator)
+BYTES = np.arange(ENTRIES, dtype=np.uint8).view(np.int8)  # entry b: the int8 value whose byte is b
+
+
+@dataclass(frozen=True)
+class Cone:
+    """An elementwise function of ``source`` computed by ``nodes`` (graph order), ending at ``output``."""
+
+    source: str
+    nodes: tuple[Node, ...]
+    output: str
+
+
+# operators a quantization moves through to their (first) inputs: they only move, select or compare values
+MOVES = ("concat", "max_pool2d", "slice", "reshape", "transpose", "resize")
+
+
+def _moves(node: Node) -> bool:
+    if node.op == "resize":  # nearest only (no interpolation), with no fill value from outside the input
+        return node.attrs.get("mode") == "nearest" and node.attrs.get("coordinate_mode") != "tf_crop_and_resize"
+    return node.op in MOVES
+
+
+def quantize_early(graph: Graph) -> Graph:
+    """``graph`` with every ``quantize`` of the float output of an operator of :data:`MOVES` (a concat, max
+    pool, slice, reshape, transpose or nearest resize) read by nothing else moved to that operator's inputs
+    (repeatedly, so through a concat of pools too); an equal quantization of the same value is shared (the
+    halves of a split), and a ``quantize`` of a ``dequantize`` of the same scale and zero point becomes the
+    int8 value itself."""
+    while True:
+        moved = _move_one(graph)
+        if moved is None:
+            return eliminate_dead_code(graph)  # the dequantizes the moved quantizations no longer read
+        graph = moved
+
+
+def _move_one(graph: Graph) -> Graph | None:
+    producers, readers, outputs = graph.producers(), graph.consumers(), set(graph.outputs)
+    for q in graph.nodes:
+        op = producers.get(q.inputs[0]) if q.op == "quantize" else None
+        if op is None or not _moves(op) or readers.get(op.output) != [q] or op.output in outputs:
+            continue
+        inputs = op.inputs if op.op == "concat" else op.inputs[:1]
+        new, moved = [], []
+        for k, u in enumerate(inputs):
+            d = producers.get(u)
+            if d is not None and d.op == "dequantize" and _same_quant(d, q):
+                moved.append(d.inputs[0])  # quantize(dequantize(a)) of one scale: a itself
+                continue
+            twin = next((r for r in readers.get(u, []) if r.op == "quantize" and _same_quant(r, q)), None)
+            if twin is not None:  # an equal quantization of u already exists (the other half of a split)
+                moved.append(twin.output)
+                continue
+            new.append(Node("quantize", (u,), f"{q.output}:{k}", dict(q.attrs)))
+            moved.append(new[-1].output)
+        rest = op.inputs[len(inputs) :]
+        moved_op = Node(op.op, (*moved, *rest), q.output, dict(op.attrs))
+        nodes = []
+        for n in graph.nodes:
+            if n is op:
+                continue
+            if n is q:
+                nodes += [*new, moved_op]
+            else:
+                nodes.append(n)
+        return graph.copy(_in_order(nodes))
+    return None
+
+
+def _in_order(nodes: list[Node]) -> list[Node]:
+    """``nodes`` in a topological order, as close to the given one as it allows (a shared quantization may
+    stand after a reader the move put before it)."""
+    at = {n.output: i for i, n in enumerate(nodes)}
+    edges = [(at[i], k) for k, n in enumerate(nodes) for i in n.inputs if i in at]
+    return [nodes[i] for i in topological(range(len(nodes)), edges)]
+
+
+def _same_quant(d: Node, q: Node) -> bool:
+    keys = ("scale", "zero_point")
+    return all(np.array_equal(np.asarray(d.attrs.get(k, 0)), np.asarray(q.attrs.get(k, 0))) for k in keys)
+
+
+def fold_tables(graph: Graph) -> Graph:
+    """``graph`` with every cone (module docstring) replaced by one ``table`` node; the tables are new int8
+    parameters named after their outputs (``<output>:table``)."""
+    done: set[str] = set()
+    while True:
+        types = infer_types(graph)
+        cone = next((c for s in _sources(graph, types) if s not in done for c in [_cone(graph, types, s)]), None)
+        if cone is None:
+            return graph
+        done.add(cone.source)
+        if cone.nodes:
+            graph = _fold(graph, types, cone)
+            done.add(cone.output)  # a table's output starts no cone: the largest already ended there
+
+
+def _sources(graph: Graph, types: dict[str, TensorType]) -> list[str]:
+    """The int8 values a cone may start from, in graph order."""
+    values = [*graph.inputs, *(n.output for n in graph.nodes)]
+    return [v for v in values if types[v].dtype == "int8" and types[v].shape]
+
+
+def _scalar_param(graph: Graph, name: str, rank: int) -> bool:
+    return name in graph.params and graph.params[name].size == 1 and graph.params[name].ndim <= rank
+
+
+def _cone(graph: Graph, types: dict[str, TensorType], source: str) -> Cone:
+    """The largest cone of ``source`` (no nodes: there is none)."""
+    shape = types[source].shape
+    inside, grown = {source}, []
+    for n in graph.nodes:
+        if n.op not in EW or types[n.output].shape != shape:
+            continue
+        tensors = [i for i in n.inputs if i not in graph.params or not _scalar_param(graph, i, len(shape))]
+        if tensors and all(i in inside for i in tensors):
+            grown.append(n)
+            inside.add(n.output)
+    readers, outputs = graph.consumers(), set(graph.outputs)
+    best = Cone(source, (), source)
+    for end in reversed(grown):
+        if types[end.output].dtype != "int8":
+            continue
+        nodes = _ancestors(grown, end)
+        own = {n.output for n in nodes}
+        closed = all(
+            v == end.output or (v not in outputs and all(r.output in own for r in readers.get(v, []))) for v in own
+        )
+        if closed and len(nodes) > len(best.nodes):
+            best = Cone(source, tuple(nodes), end.output)
+    return best
+
+
+def _ancestors(grown: list[Node], end: Node) -> list[Node]:
+    """The nodes of ``grown`` that ``end`` depends on (itself included), in graph order."""
+    need, keep = {end.output}, []
+    for n in reversed(grown):
+        if n.output in need:
+            keep.append(n)
+            need.update(n.inputs)
+    return keep[::-1]
+
+
+def table_entries(graph: Graph, types: dict[str, TensorType], cone: Cone) -> np.ndarray:
+    """The cone evaluated by the graph interpreter on the 256 int8 values (entry b: the value whose byte is
+    b), as int8."""
+    rank = len(types[cone.source].shape)
+    shape = (*(1,) * (rank - 1), ENTRIES)
+    used = {i for n in cone.nodes for i in n.inputs if i in graph.params}
+    mini = Graph(
+        {cone.source: TensorType(shape, "int8", types[cone.source].quant)},
+        list(cone.nodes),
+        [cone.output],
+        {p: graph.params[p] for p in used},
+        {p: t for p, t in graph.param_types.items() if p in used},
+        name=f"{graph.name}:{cone.output}:table",
+    )
+    y = evaluate(mini, {cone.source: BYTES.reshape(shape)})[cone.output]
+    return np.ascontiguousarray(y.reshape(ENTRIES).astype(np.int8))
+
+
+def _fold(graph: Graph, types: dict[str, TensorType], cone: Cone) -> Graph:
+    entries = table_entries(graph, types, cone)
+    name = f"{cone.output}:table"
+    node = Node("table", (cone.source, name), cone.output, {"quant": types[cone.output].quant})
+    drop = {n.output for n in cone.nodes}
+    nodes = []
+    for n in graph.nodes:
+        if n.output == cone.output:
+            nodes.append(node)
+        elif n.output not in drop:
+            nodes.append(n)
+    read = {i for n in nodes for i in n.inputs}
+    params = {k: v for k, v in graph.params.items() if k in read or k == name}
+    params[name] = entries
+    return graph.copy(
+        nodes,
+        params=params,
+        param_types={k: t for k, t in graph.param_types.items() if k in params},
+    )
