@@ -145,17 +145,22 @@ def test_an_activation_between_two_convolutions_runs_in_the_first_ones_epilogue(
 
 
 def test_the_table_on_the_accelerator_equals_the_int8_reference(silu_compiled, backend):
+    _runs_as_the_graph(*silu_compiled, backend, sigma=1.5)
+
+
+def _runs_as_the_graph(qdq, artifact, backend: str, sigma: float = 1.0, seeds: int = 3) -> None:
+    """The compiled model on ``backend`` equals the lowered QDQ graph without tables or moved quantizations
+    (the graph interpreter) exactly, and the int8 reference within one output step (the reference's float32
+    requantization rounds the odd tie the other way)."""
     from vdla.model import Module
     from vdla.zoo.models import qdq_output_scale
 
-    qdq, artifact = silu_compiled
-    unfolded = lower_qdq(simplify(import_onnx(qdq)))  # the activations as float operators, no table
+    unfolded = lower_qdq(simplify(import_onnx(qdq)))
     module, step = Module(artifact, backend), qdq_output_scale(qdq, "y")
-    for seed in range(3):
-        x = np.random.default_rng(seed).normal(0, 1.5, (1, 16, 8, 8)).astype(np.float32)
+    for seed in range(seeds):
+        x = np.random.default_rng(seed).normal(0, sigma, (1, 16, 8, 8)).astype(np.float32)
         got = module.run(x)
         np.testing.assert_array_equal(got, evaluate(unfolded, {"x": x})["y"])
-        # the reference's float32 requantization of the second convolution rounds the odd tie the other way
         assert np.abs(got - reference_run(qdq, {"x": x})["y"]).max() <= step * 1.01
     module.close()
 
@@ -231,20 +236,10 @@ def test_a_quantization_moves_through_a_concatenation_and_a_pool_exactly(fire):
 
 
 def test_a_concatenation_of_layers_is_stored_in_place(fire, backend):
-    from vdla.model import Module
-    from vdla.zoo.models import qdq_output_scale
-
     qdq, artifact = fire
     assert [s.kind for s in artifact.steps] == ["cpu", "accel", "accel", "accel", "accel", "accel", "cpu"]
     assert not any(n.op == "concat" for s in artifact.steps if s.kind == "cpu" for n in s.graph.nodes)
-    lowered = lower_qdq(simplify(import_onnx(qdq)))
-    module, step = Module(artifact, backend), qdq_output_scale(qdq, "y")
-    for seed in range(2):
-        x = np.random.default_rng(seed).normal(0, 1, (1, 16, 8, 8)).astype(np.float32)
-        got = module.run(x)
-        np.testing.assert_array_equal(got, evaluate(lowered, {"x": x})["y"])
-        assert np.abs(got - reference_run(qdq, {"x": x})["y"]).max() <= step * 1.01
-    module.close()
+    _runs_as_the_graph(qdq, artifact, backend, seeds=2)
 
 
 def test_a_concatenation_of_partial_channel_blocks_stays_on_the_cpu():

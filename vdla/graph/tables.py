@@ -8,8 +8,9 @@ by the graph interpreter on the 256 values: the same float32 operators, quantiza
 the unfolded graph, so the table's result equals the unfolded graph's on every input, bit for bit.
 
 Before the folding, :func:`quantize_early` moves each quantization of a concatenation (or of a max pool,
-a slice, a reshape, a transpose or a nearest resize) to its inputs: ``quantize(concat(dequantize(a), dequantize(b)))`` is ``concat(quantize(dequantize(a)),
-quantize(dequantize(b)))`` exactly, because quantization is elementwise and non-decreasing. Each
+a slice, a reshape, a transpose or a nearest resize) to its inputs: ``quantize(concat(dequantize(a),
+dequantize(b)))`` is ``concat(quantize(dequantize(a)), quantize(dequantize(b)))`` exactly, because
+quantization is elementwise and non-decreasing. Each
 ``quantize(dequantize(a))`` is then a requantization of ``a`` alone, which folds into a table (into the
 producing layer's epilogue on the accelerator), and the concatenation runs on int8 values of one scale.
 
