@@ -297,6 +297,22 @@ def test_validate_program():
         validate_program(good, CFG, dram=(0x1000, 0x2000))
 
 
+def test_an_activation_table_must_be_loaded_whole_before_epi_lut():
+    table = "load lut sram=0 dram=0 y=1 x={x} stride=16\n"
+    use = "epi req lut shift=2\nfinish\n"
+    validate_program(assemble(table.format(x=16) + use), CFG)
+    validate_program(assemble(table.format(x=10) + "load lut sram=10 dram=10 y=1 x=6 stride=6\n" + use), CFG)
+    with pytest.raises(IsaError, match="instruction 0: EPI lut before any LOAD LUT"):
+        validate_program(assemble(use), CFG)
+    with pytest.raises(IsaError, match=r"instruction 1: EPI lut with table elements \[12, 13, 14, 15\] never loaded"):
+        validate_program(assemble(table.format(x=12) + use), CFG)
+    bad = "load lut sram=8 dram=0 y=1 x=9 stride=9\nload lut sram=0 dram=0 y=1 x=16 stride=16 pad=1,0,0,0\nfinish"
+    with pytest.raises(IsaError) as info:
+        validate_program(assemble(bad), CFG)
+    assert "LOAD LUT: SRAM tile [8, 17) exceeds the buffer depth 16" in str(info.value)
+    assert "LOAD LUT cannot have padding (1, 0, 0, 0)" in str(info.value)
+
+
 def test_queue_topology():
     """Each queue's ends, flags and name come from one definition on Queue; every flag of every stage maps to
     at most one queue, and flags without a queue are invalid on that stage."""

@@ -909,11 +909,13 @@ def _gather(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarra
 )
 def _table(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarray]) -> TensorType:
     """An int8 -> int8 function of one int8 tensor as its 256-entry table (``vdla.graph.tables``): entry ``b``
-    for the elements whose two's-complement byte is ``b``; the result has the quantization ``quant``."""
+    for the elements whose two's-complement byte is ``b``; the result has the quantization ``quant``
+    (scale, zero point) where given."""
     x, entries = inputs
     if x.dtype != "int8" or entries.dtype != "int8" or entries.size != 256:
         raise UnsupportedError("table", f"takes an int8 tensor and 256 int8 entries, got {x} and {entries}")
-    return TensorType(x.shape, "int8", node.attrs.get("quant"))
+    quant = node.attrs.get("quant")  # (scale, zero_point), as elementwise results carry it
+    return TensorType(x.shape, "int8", None if quant is None else Quant.of(*quant))
 
 
 SCATTER_REDUCTIONS = ("none", "add", "mul", "max", "min")

@@ -203,7 +203,9 @@ def table_entries(graph: Graph, types: dict[str, TensorType], cone: Cone) -> np.
 def _fold(graph: Graph, types: dict[str, TensorType], cone: Cone) -> Graph:
     entries = table_entries(graph, types, cone)
     name = f"{cone.output}:table"
-    node = Node("table", (cone.source, name), cone.output, {"quant": types[cone.output].quant})
+    q = types[cone.output].quant
+    per_tensor = q is not None and q.axis is None and len(q.scale) == 1
+    node = Node("table", (cone.source, name), cone.output, {"quant": (q.scale[0], q.zero_point)} if per_tensor else {})
     drop = {n.output for n in cone.nodes}
     nodes = []
     for n in graph.nodes:

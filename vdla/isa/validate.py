@@ -130,14 +130,23 @@ def check_insn(insn: Insn, cfg: HwConfig, dram: tuple[int, int] | None = None) -
 
 def validate_program(insns: list[Insn], cfg: HwConfig, dram: tuple[int, int] | None = None) -> None:
     """Raise IsaError listing every problem: bad fields, out-of-buffer tiles, flags invalid on the stage,
-    unbalanced token queues, FINISH not last. ``dram`` is the [lo, hi) physical byte range."""
+    unbalanced token queues, FINISH not last, an EPI ``lut`` before LOAD LUTs of the whole activation table.
+    ``dram`` is the [lo, hi) physical byte range."""
     problems = []
-    table = False  # a LOAD LUT has run (both it and EPI execute on the compute stage, in program order)
+    loaded: set[int] = set()  # table elements LOADed so far (LOAD LUT and EPI both run on the compute stage,
+    # in program order; the table is not cleared by START, so a program must load every element it may read)
     for i, insn in enumerate(insns):
         problems += [f"instruction {i}: {p}" for p in check_insn(insn, cfg, dram)]
-        table |= isinstance(insn, MemInsn) and insn.mem_type == MemType.LUT and not insn.is_nop and not insn.store
-        if isinstance(insn, EpiInsn) and insn.lut and not table:
+        if isinstance(insn, MemInsn) and insn.mem_type == MemType.LUT and not insn.is_nop and not insn.store:
+            loaded.update(range(insn.sram_base, insn.sram_base + insn.sram_elems))
+        missing = sorted(set(range(cfg.lut_depth)) - loaded)
+        if isinstance(insn, EpiInsn) and insn.lut and not loaded:
             problems.append(f"instruction {i}: EPI lut before any LOAD LUT (the activation table is not loaded)")
+        elif isinstance(insn, EpiInsn) and insn.lut and missing:
+            problems.append(
+                f"instruction {i}: EPI lut with table elements {missing} never loaded by this program "
+                f"(LOAD LUT all {cfg.lut_depth} elements first: entries not loaded are undefined)"
+            )
         if isinstance(insn, FinishInsn) and i != len(insns) - 1:
             problems.append(f"instruction {i}: FINISH before the end of the program")
     if not insns or not isinstance(insns[-1], FinishInsn):
