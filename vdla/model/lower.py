@@ -19,9 +19,10 @@ from vdla.compiler.pool import compile_pool
 from vdla.compiler.search import emit_program
 from vdla.compiler.spec import OutputView
 from vdla.config import HwConfig
+from vdla.graph.ew import EPILOGUE_STEP
 from vdla.graph.graph import Graph, Node
 from vdla.graph.layout import blocked_shape
-from vdla.graph.ops import infer_types, interleave_type
+from vdla.graph.ops import OPS, infer_types, interleave_type
 from vdla.graph.types import TensorType
 from vdla.graph.verify import verify
 from vdla.isa import Insn, IsaError, encode_program, validate_program
@@ -46,6 +47,7 @@ class ModelBuilder:
 
     def __init__(self, graph: Graph, cfg: HwConfig, cache: ScheduleCache | None, log: Log):
         self.g, self.cfg, self.cache, self.log = graph, cfg, cache, log
+        self.explained: set[str] = set()  # CPU nodes a placement note explains (build_steps)
         self.types = infer_types(graph)
         self.dram: dict[str, tuple[tuple[int, ...], str]] = {}  # DRAM tensor -> (packed shape, dtype)
         self.steps: list = []
@@ -70,6 +72,8 @@ class ModelBuilder:
         """CPU steps with their boundary conversions, accelerator steps, in the order of the placement's
         regions."""
         units = self.stored_interleaves(fuse_pools(plan.units(), self.g))
+        groups = plan.partition.fusion.groups  # a noted conv's group is explained by its note
+        self.explained = {n.output for g in groups if g.anchor.output in plan.notes for n in g.nodes}
         accel_needs: dict[str, set[int]] = {}  # value -> blocks an accelerator layer reads it in
         self.weight_needs: set[str] = set()  # values a layer reads as its run-time weight
         for kind, unit in units:
@@ -386,7 +390,8 @@ class ModelBuilder:
         ptypes = {p: t for p, t in self.g.param_types.items() if p in params}
         graph = Graph(g_inputs, [*pre, *nodes, *post], outputs, params, ptypes, name=f"cpu{len(self.steps)}")
         verify(graph, after="partitioning (CPU region)")
-        note = "; ".join(f"{k}: {v}" for k, v in notes.items() if k in defined)
+        unexplained = [n for n in nodes if n.output not in self.explained]
+        note = "; ".join([*(f"{k}: {v}" for k, v in notes.items() if k in defined), *_cpu_reasons(unexplained)])
         name = nodes[-1].output if nodes else f"convert {','.join(extra_outputs)}"
         return CpuStep(name, graph, dram_inputs, dram_outputs, sum(node_macs(n, self.types) for n in nodes), note)
 
@@ -416,3 +421,29 @@ def node_macs(node: Node, types: dict[str, TensorType]) -> int:
     if node.op == "matmul":
         return int(np.prod(types[node.output].shape)) * types[node.inputs[1]].shape[-2]  # K of (..., K, N)
     return 0
+
+
+HOST_OPS = ("quantize", "dequantize", "cast", "reshape", "pack_blocked", "unpack_blocked", "im2col")  # boundaries
+# operators the accelerator takes in one form only, and why a CPU step holds them otherwise
+ONLY_WHEN = {
+    "concat": "stored in place only as a channel concat of conv2d outputs in whole channel blocks",
+    "interleave": "stored in place only when its phases are conv2d layers nothing else reads",
+    "table": "runs in an epilogue only right after a conv2d/dense layer's int8 output",
+}
+
+
+def _cpu_reasons(nodes: list[Node]) -> list[str]:
+    """Why a CPU step's operators (the host's conversions aside) are not on the accelerator: the one form it
+    takes them in (:data:`ONLY_WHEN`), else by the operator registry, an operator without an accelerator
+    lowering or an elementwise step outside every layer's epilogue."""
+    ops = sorted({n.op for n in nodes if n.op not in HOST_OPS and n.op in OPS})
+    kinds = {
+        "no accelerator form": [op for op in ops if op not in ONLY_WHEN and OPS[op].accel is None],
+        "not in a layer's epilogue": [op for op in ops if op not in ONLY_WHEN and OPS[op].accel == EPILOGUE_STEP],
+        "not taken by the accelerator here": [
+            op for op in ops if op not in ONLY_WHEN and OPS[op].accel not in (None, EPILOGUE_STEP)
+        ],
+    }
+    return [f"{op}: {ONLY_WHEN[op]}" for op in ops if op in ONLY_WHEN] + [
+        f"{', '.join(v)}: {k}" for k, v in kinds.items() if v
+    ]
