@@ -27,6 +27,7 @@ Invariant: the graph after the pass computes the same values as before, bit for 
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
 
 import numpy as np
@@ -123,17 +124,19 @@ def _same_quant(d: Node, q: Node) -> bool:
 
 def fold_tables(graph: Graph) -> Graph:
     """``graph`` with every cone (module docstring) replaced by one ``table`` node; the tables are new int8
-    parameters named after their outputs (``<output>:table``)."""
-    done: set[str] = set()
-    while True:
-        types = infer_types(graph)
-        cone = next((c for s in _sources(graph, types) if s not in done for c in [_cone(graph, types, s)]), None)
-        if cone is None:
-            return graph
-        done.add(cone.source)
-        if cone.nodes:
-            graph = _fold(graph, types, cone)
-            done.add(cone.output)  # a table's output starts no cone: the largest already ended there
+    parameters named after their outputs (``<output>:table``). Sources are taken in graph order; a value a
+    cone computes (its output included) starts no other cone, so the cones are disjoint and folding one
+    changes no other value's type: the types are inferred once."""
+    types, readers = infer_types(graph), graph.consumers()
+    index = {n.output: i for i, n in enumerate(graph.nodes)}
+    cones: list[Cone] = []
+    taken: set[str] = set()
+    for source in _sources(graph, types):
+        if source not in taken:
+            cone = _cone(graph, types, readers, index, source)
+            taken.update(n.output for n in cone.nodes)
+            cones += [cone] if cone.nodes else []
+    return _fold(graph, types, cones) if cones else graph
 
 
 def _sources(graph: Graph, types: dict[str, TensorType]) -> list[str]:
@@ -146,18 +149,29 @@ def _scalar_param(graph: Graph, name: str, rank: int) -> bool:
     return name in graph.params and graph.params[name].size == 1 and graph.params[name].ndim <= rank
 
 
-def _cone(graph: Graph, types: dict[str, TensorType], source: str) -> Cone:
-    """The largest cone of ``source`` (no nodes: there is none)."""
+def _cone(
+    graph: Graph, types: dict[str, TensorType], readers: dict[str, list[Node]], index: dict[str, int], source: str
+) -> Cone:
+    """The largest cone of ``source`` (no nodes: there is none): grown through the readers of the values
+    inside it, in graph order (a node's inputs come before it, so each is inside or not once it is seen)."""
     shape = types[source].shape
     inside, grown = {source}, []
-    for n in graph.nodes:
-        if n.op not in EW or types[n.output].shape != shape:
+    ready = [index[r.output] for r in readers.get(source, [])]
+    heapq.heapify(ready)
+    seen: set[int] = set()
+    while ready:
+        i = heapq.heappop(ready)
+        n = graph.nodes[i]
+        if i in seen or n.op not in EW or types[n.output].shape != shape:
             continue
-        tensors = [i for i in n.inputs if i not in graph.params or not _scalar_param(graph, i, len(shape))]
-        if tensors and all(i in inside for i in tensors):
+        seen.add(i)
+        tensors = [v for v in n.inputs if not _scalar_param(graph, v, len(shape))]
+        if all(v in inside for v in tensors):
             grown.append(n)
             inside.add(n.output)
-    readers, outputs = graph.consumers(), set(graph.outputs)
+            for r in readers.get(n.output, []):
+                heapq.heappush(ready, index[r.output])
+    outputs = set(graph.outputs)
     best = Cone(source, (), source)
     for end in reversed(grown):
         if types[end.output].dtype != "int8":
@@ -200,24 +214,17 @@ def table_entries(graph: Graph, types: dict[str, TensorType], cone: Cone) -> np.
     return np.ascontiguousarray(y.reshape(ENTRIES).astype(np.int8))
 
 
-def _fold(graph: Graph, types: dict[str, TensorType], cone: Cone) -> Graph:
-    entries = table_entries(graph, types, cone)
-    name = f"{cone.output}:table"
-    q = types[cone.output].quant
-    per_tensor = q is not None and q.axis is None and len(q.scale) == 1
-    node = Node("table", (cone.source, name), cone.output, {"quant": (q.scale[0], q.zero_point)} if per_tensor else {})
-    drop = {n.output for n in cone.nodes}
-    nodes = []
-    for n in graph.nodes:
-        if n.output == cone.output:
-            nodes.append(node)
-        elif n.output not in drop:
-            nodes.append(n)
+def _fold(graph: Graph, types: dict[str, TensorType], cones: list[Cone]) -> Graph:
+    """``graph`` with each cone's nodes replaced by its ``table`` node, where its output was computed."""
+    tables, params = {}, dict(graph.params)
+    for cone in cones:
+        name, q = f"{cone.output}:table", types[cone.output].quant
+        params[name] = table_entries(graph, types, cone)
+        per_tensor = q is not None and q.axis is None and len(q.scale) == 1
+        attrs = {"quant": (q.scale[0], q.zero_point)} if per_tensor else {}
+        tables[cone.output] = Node("table", (cone.source, name), cone.output, attrs)
+    drop = {n.output for cone in cones for n in cone.nodes}
+    nodes = [tables.get(n.output, n) for n in graph.nodes if n.output in tables or n.output not in drop]
     read = {i for n in nodes for i in n.inputs}
-    params = {k: v for k, v in graph.params.items() if k in read or k == name}
-    params[name] = entries
-    return graph.copy(
-        nodes,
-        params=params,
-        param_types={k: t for k, t in graph.param_types.items() if k in params},
-    )
+    params = {k: v for k, v in params.items() if k in read}
+    return graph.copy(nodes, params=params, param_types={k: t for k, t in graph.param_types.items() if k in params})
