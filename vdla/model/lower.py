@@ -142,17 +142,28 @@ class ModelBuilder:
 
     def store_phases(self, node: Node, layers: dict[str, AccelLayer], consumers: dict[str, list[Node]]) -> bool:
         """Whether the phases of the interleave ``node`` can store in place; if so their views are recorded."""
-        phases = [layers.get(v) for v in node.inputs]
-        ok = len(set(node.inputs)) == len(node.inputs) and all(
-            p is not None and p.op == "conv2d" and p.residual is None and p.pool is None for p in phases
-        )
-        if not ok or any(consumers.get(v, []) != [node] or v in self.g.outputs for v in node.inputs):
+        if not self.stored_alone(node, layers, consumers):
             return False
         (sh, sw), out = interleave_type([self.types[v] for v in node.inputs], node.attrs["stride"])
         full = out.shape[2:]
         for p, v in enumerate(node.inputs):
             self.views[v] = (node.output, OutputView(full, divmod(p, sw), (sh, sw)))
         return True
+
+    def stored_alone(self, node: Node, layers: dict[str, AccelLayer], consumers: dict[str, list[Node]]) -> bool:
+        """Whether each input of ``node`` (distinct) is a conv2d layer's output with no residual or fused pool
+        that only ``node`` reads and no other view holds: a layer that may store into ``node``'s tensor."""
+        parts = [layers.get(v) for v in node.inputs]
+        return len(set(node.inputs)) == len(node.inputs) and all(
+            p is not None
+            and p.op == "conv2d"
+            and p.residual is None
+            and p.pool is None
+            and consumers.get(v, []) == [node]
+            and v not in self.g.outputs
+            and v not in self.views
+            for v, p in zip(node.inputs, parts, strict=True)
+        )
 
     def store_parts(self, node: Node, layers: dict[str, AccelLayer], consumers: dict[str, list[Node]]) -> bool:
         """Whether the parts of the channel concatenation ``node`` can store in place; if so their views are
@@ -162,14 +173,8 @@ class ModelBuilder:
         t, bo = self.types[node.output], self.cfg.block_out
         if len(t.shape) != 4 or t.dtype != "int8" or int(node.attrs.get("axis", 0)) % 4 != 1:
             return False
-        parts = [layers.get(v) for v in node.inputs]
-        ok = len(set(node.inputs)) == len(node.inputs) and all(
-            p is not None and p.op == "conv2d" and p.residual is None and p.pool is None for p in parts
-        )
         types = [self.types[v] for v in node.inputs]
-        if not ok or any(u.shape[1] % bo or u.quant != t.quant for u in types):
-            return False
-        if any(consumers.get(v, []) != [node] or v in self.g.outputs or v in self.views for v in node.inputs):
+        if not self.stored_alone(node, layers, consumers) or any(u.shape[1] % bo or u.quant != t.quant for u in types):
             return False
         first = 0
         for v, u in zip(node.inputs, types, strict=True):
