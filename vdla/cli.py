@@ -184,7 +184,7 @@ def cmd_rtl_build(args: argparse.Namespace) -> int:
 
     result = build(load_config(args.config), trace=args.wave, verbose=args.verbose)
     state = "cached" if result.cached else f"built in {result.seconds:.1f} s"
-    console.print(f"{result.library} ({state})")
+    console.print(f"{result.library} ({state})", soft_wrap=True)  # a path to copy: never broken by rich
     return 0
 
 
