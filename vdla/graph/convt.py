@@ -122,7 +122,8 @@ class _Rewriter:
                 self.params[wname] = _phase_weight(w, rp, cp)
                 pads = (rp.before, rp.after, cp.before, cp.after)
                 value = self.fresh(f"{tag}:acc")
-                nodes.append(Node("conv2d", (x, wname), value, {"padding": pads}))
+                copy = {k: node.attrs[k] for k in ("copy",) if k in node.attrs}  # what a 0/1 conv moves
+                nodes.append(Node("conv2d", (x, wname), value, {"padding": pads, **copy}))
                 for c in chain:  # the epilogue, node by node, on this phase's accumulators
                     out = self.fresh(f"{tag}:{c.op}")
                     nodes.append(Node(c.op, tuple(value if i == c.inputs[0] else i for i in c.inputs), out, c.attrs))

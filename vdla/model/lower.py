@@ -19,6 +19,7 @@ from vdla.compiler.pool import compile_pool
 from vdla.compiler.search import emit_program
 from vdla.compiler.spec import OutputView
 from vdla.config import HwConfig
+from vdla.graph.copies import COPY
 from vdla.graph.ew import EPILOGUE_STEP
 from vdla.graph.graph import Graph, Node
 from vdla.graph.layout import blocked_shape
@@ -300,7 +301,10 @@ class ModelBuilder:
             "epilogue": compiled.epilogue.key(),
         }
         out = [self.pending[layer.out]]
-        return AccelStep(layer.out, code.addr, len(insns), sp.macs, self.accel_reads(layer), out, desc)
+        moves = self.g.producers()[layer.nodes[0]].attrs.get(COPY)  # a 0/1 conv: no MAC of the network
+        if moves:
+            desc["copy"] = moves
+        return AccelStep(layer.out, code.addr, len(insns), 0 if moves else sp.macs, self.accel_reads(layer), out, desc)
 
     def compile_pool(self, layer: PoolLayer, dev: Device, addr: dict[str, int]) -> AccelStep:
         """A pooling on the ALU (:mod:`vdla.compiler.pool`), its schedule timed on the simulator."""
@@ -416,6 +420,8 @@ def accel_runs(steps: list) -> list[tuple[int, int]]:
 
 def node_macs(node: Node, types: dict[str, TensorType]) -> int:
     """Multiply-accumulates of a conv2d, dense or matmul node of the graph typed by ``types`` (0 for others)."""
+    if node.attrs.get(COPY):
+        return 0  # a 0/1 convolution moving values (vdla.graph.copies): no multiply-accumulate of the network
     if node.op == "conv2d":
         n, oc, oh, ow = types[node.output].shape
         _, icg, kh, kw = types[node.inputs[1]].shape

@@ -31,6 +31,7 @@ from vdla.config import DEFAULT_PRESET, HwConfig, load_config
 from vdla.graph import dump as gdump
 from vdla.graph.calibrate import DEFAULT_PERCENTILE, METHODS
 from vdla.graph.convt import phase_convs
+from vdla.graph.copies import accelerator_copies
 from vdla.graph.graph import Graph
 from vdla.graph.im2col import im2col_convs
 from vdla.graph.ops import infer_types
@@ -127,7 +128,10 @@ def compile_graph_model(
     graph = after("input", graph, time.perf_counter())
     # the first convolution's kernel window folded into its reduction (vdla.graph.im2col)
     im2col = ("im2col", lambda g: im2col_convs(g, cfg.block_in))
-    steps = [*(passes or []), ("lower_qdq", lower_qdq), ("activation_tables", lambda g: fold_tables(quantize_early(g)))]
+    tables = ("activation_tables", lambda g: fold_tables(quantize_early(g)))
+    # what the lowering left between layers, as 0/1 convolutions it lowers in turn (vdla.graph.copies)
+    copies = ("accelerator_copies", lambda g: tables[1](lower_qdq(accelerator_copies(g, cfg.block_in))))
+    steps = [*(passes or []), ("lower_qdq", lower_qdq), tables, copies]
     for name, fn in [*steps, ("conv_transpose_phases", phase_convs), im2col]:
         t0 = time.perf_counter()
         graph = after(name, fn(graph), t0)
