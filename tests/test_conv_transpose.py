@@ -345,3 +345,27 @@ def test_unet_quantized_by_vdla_runs_its_phases_on_the_accelerator(unet_qdq):
     got, want = module.run(x), reference_run(model, {"image": x})["logits"]
     assert cosine_rows(got.reshape(1, -1), want.reshape(1, -1))[0] > 0.99
     module.close()
+
+
+@pytest.mark.parametrize("rescaled", [False, True], ids=["as_is", "rescaled"])
+def test_a_layer_with_a_residual_stores_into_a_channel_block_view(backend, rescaled):
+    """A residual layer writes its channel blocks of a concatenation (a YOLO bottleneck's sum into its C2f
+    concat): the residual is read in the layer's own shape; any other view with a residual is refused."""
+    from vdla.compiler import CompileError, compile_conv2d
+    from vdla.compiler.spec import OutputView
+    from vdla.graph.epilogue import Epilogue, Rescale
+    from vdla.runtime import Device
+
+    rng = np.random.default_rng(9)
+    x = rng.integers(-128, 128, (1, 32, 6, 6)).astype(np.int8)
+    w = rng.integers(-128, 128, (32, 32, 3, 3)).astype(np.int8)
+    res = rng.integers(-128, 128, (1, 32, 6, 6)).astype(np.int8)
+    rescale = Rescale((-128, 127), 1 << 29, 30, 3 << 27, 30, 2) if rescaled else None
+    ep = Epilogue(rng.integers(-1000, 1000, 32), np.full(32, 1 << 30), 44, "int8", rescale)
+    view = OutputView((6, 6), blocks=(1, 4))  # blocks 1 and 2 of a 4-block tensor
+    layer = compile_conv2d(x.shape, w, padding=1, epilogue=ep, out_view=view)
+    assert layer.lowering.tensor_bytes()["out"] == 4 * 36 * 16 and layer.lowering.tensor_bytes()["res"] == 2 * 36 * 16
+    want = oracle.conv2d_reference(x, w, layer.spec, ep, res)
+    np.testing.assert_array_equal(layer.run(Device("pynq", backend), x, residual=res).out, want)
+    with pytest.raises(CompileError, match="residual only when it selects channel blocks alone"):
+        compile_conv2d(x.shape, w, padding=1, epilogue=ep, out_view=OutputView((12, 12), (0, 0), (2, 2)))

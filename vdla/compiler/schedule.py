@@ -564,7 +564,7 @@ class ThreadBuilder:
         if self.s.res_inp and k == nsteps - 1:
             loads += [
                 Load(MemType.INP, self.res_inp0 + tr.sram, "res", tr.offset, tr.y, tr.x, tr.stride)
-                for tr in self.output_transfers(t)
+                for tr in self.residual_transfers(t)
             ]
         groups = tail_groups(t.noc) if split and k == nsteps - 1 else [(0, t.noc)]
         compute: list[Op] = []
@@ -627,7 +627,7 @@ class ThreadBuilder:
             return []
         mem = MemType.ACC_8BIT if self.low.epi.residual == "int8" else MemType.ACC
         res = self.acc["res"] + o0 * t.noh * t.now
-        return [Load(mem, res + tr.sram, "res", tr.offset, tr.y, tr.x, tr.stride) for tr in self.output_transfers(t)]
+        return [Load(mem, res + tr.sram, "res", tr.offset, tr.y, tr.x, tr.stride) for tr in self.residual_transfers(t)]
 
     def epilogue_ops(self, t: Tile, o0: int, acc: int) -> list[Op]:
         """The epilogue passes over the accumulators from ``acc`` of the tile's channel blocks from ``o0``: ALU
@@ -679,6 +679,14 @@ class ThreadBuilder:
         b0 = low.view.blocks[0] if low.view else 0
         offset = ((t.ng * low.out_blocks + b0 + t.ob) * oh + y0 + t.oy * sy) * ow + x0 + t.ox * sx
         return plan_transfers(0, offset, [(t.noc, oh * ow), (t.noh, sy * ow), (t.now, sx)])
+
+    def residual_transfers(self, t: Tile) -> list:
+        """The 2-D transfers of the tile's residual: the layer's own output shape, wherever a channel-block view
+        stores the output (:meth:`~vdla.compiler.spec.OutputView.check` admits no other view with a residual)."""
+        low = self.low
+        oh, ow = low.out_hw
+        offset = ((t.ng * low.ob + t.ob) * oh + t.oy) * ow + t.ox
+        return plan_transfers(0, offset, [(t.noc, oh * ow), (t.noh, ow), (t.now, 1)])
 
     def input_loads(self, t: Tile, ib0: int, nic: int) -> list[Load]:
         """The input window of a tile for input-channel blocks [ib0, ib0+nic) (:meth:`ConvLowering.window_layout`),

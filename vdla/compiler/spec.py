@@ -275,15 +275,18 @@ class OutputView:
 
     def check(self, out_hw: tuple[int, int], epi: EpilogueSpec, own_blocks: int | None = None) -> None:
         """Raise CompileError unless the view holds an ``out_hw`` output of ``own_blocks`` channel blocks and the
-        epilogue stores it alone."""
+        epilogue can store into it: no fused pool, and a residual (read in the layer's own shape) only when the
+        view selects channel blocks alone."""
         for n, full, off, st in zip(out_hw, self.full_hw, self.offset, self.step, strict=True):
             if not (st >= 1 and 0 <= off < st and off + (n - 1) * st < full):
                 raise CompileError(f"output view {self} does not hold a {out_hw[0]}x{out_hw[1]} output")
         first, total = self.blocks
         if total and own_blocks is not None and not (0 <= first and first + own_blocks <= total):
             raise CompileError(f"output view {self} does not hold {own_blocks} channel blocks")
-        if epi.residual or epi.pool is not None:
-            raise CompileError("an output view takes no residual and no fused pool")
+        if epi.pool is not None:
+            raise CompileError("an output view takes no fused pool")
+        if epi.residual and (self.full_hw, self.offset, self.step) != (tuple(out_hw), (0, 0), (1, 1)):
+            raise CompileError(f"output view {self} takes a residual only when it selects channel blocks alone")
 
     def key(self) -> str:
         """A stable text key (schedule cache)."""
