@@ -404,13 +404,13 @@ def test_partition_places_groups_and_merges_connected_cpu_groups():
     conv0, conv1 = [n.output for n in epilogue("0", "x")], [n.output for n in epilogue("1", "p")]
     assert names(fusion) == [conv0, ["p"], conv1, ["cat", "flat", "f"], ["sm"], ["accf", "rf"]]
     assert part.targets == (ACCEL, CPU, ACCEL, CPU, CPU, CPU)
-    # "p" and "cat" are connected directly, but conv1 lies between them on another path
+    # "p" and "cat" are connected directly, but conv1 lies between them on another path; the float conv is
+    # independent of the softmax's region (no accelerator region orders them), so the two join
     assert region_names(part) == [
         (ACCEL, conv0),
         (CPU, ["p"]),
         (ACCEL, conv1),
-        (CPU, ["cat", "flat", "f", "sm"]),
-        (CPU, ["accf", "rf"]),
+        (CPU, ["cat", "flat", "f", "sm", "accf", "rf"]),
     ]
     assert part.notes() == {
         "p": "max_pool2d is not a conv2d",
@@ -420,7 +420,7 @@ def test_partition_places_groups_and_merges_connected_cpu_groups():
     }
     assert [r.label for r in part.on(ACCEL)] == ["accel0", "accel2"]
     assert part.placement["acc1"] == ACCEL and part.placement["flat"] == CPU
-    assert part.regions[3].inputs == ("y1", "p") and part.regions[3].outputs == ("sm",)
+    assert part.regions[3].inputs == ("y1", "p", "xf") and part.regions[3].outputs == ("sm", "rf")
     assert part.regions[1].outputs == ("p",)
     check_regions(graph, part, paths_to_sink(graph))
 
@@ -432,8 +432,9 @@ def test_cost_hook_moves_an_accelerable_group_and_cpu_regions_merge_around_it():
         graph, fusion, int8_capability(graph), cost=lambda g: "faster on the CPU" if g.anchor.output == "acc1" else None
     )
     assert part.targets[2] == CPU and part.reasons[2] == "faster on the CPU"
-    assert [len(r.groups) for r in part.regions] == [1, 4, 1]
-    assert region_names(part)[1][1] == ["p", *[n.output for n in epilogue("1", "p")], "cat", "flat", "f", "sm"]
+    assert [len(r.groups) for r in part.regions] == [1, 5]  # the float conv joins: nothing orders them
+    after_pool = [*[n.output for n in epilogue("1", "p")], "cat", "flat", "f", "sm", "accf", "rf"]
+    assert region_names(part)[1][1] == ["p", *after_pool]
 
 
 def test_region_sub_graphs_round_trip():
@@ -445,8 +446,8 @@ def test_region_sub_graphs_round_trip():
     }
     check_round_trip(graph, part, feeds)
     sub = region_graph(graph, part.regions[3])
-    assert sub.name == "net.cpu3" and list(sub.inputs) == ["y1", "p"] and sub.outputs == ["sm"]
-    assert sub.inputs["y1"] == TensorType((1, 4, 6, 6), "int8") and not sub.params
+    assert sub.name == "net.cpu3" and list(sub.inputs) == ["y1", "p", "xf"] and sub.outputs == ["sm", "rf"]
+    assert sub.inputs["y1"] == TensorType((1, 4, 6, 6), "int8") and set(sub.params) == {"wf"}
     acc = region_graph(graph, part.fusion.groups[0])
     assert acc.name == "net.group0" and set(acc.params) == {"w0", "b0"} and acc.outputs == ["y0"]
 

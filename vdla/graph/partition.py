@@ -13,7 +13,8 @@ otherwise, or where it overlaps an earlier claim, the whole group stays on the C
 
 Every accelerator group is a region of its own. CPU groups connected through each other merge into one
 CPU region, compiled by the CPU fallback as one graph, as long as the region stays convex: two CPU groups
-with an accelerator group on a path between them stay in separate regions. Regions come in a
+with an accelerator group on a path between them stay in separate regions. CPU regions no accelerator group
+orders (no path between them passes one) join too. Regions come in a
 topological order; :func:`region_graph` turns a region (or a single group) into a stand-alone
 :class:`~vdla.graph.graph.Graph`.
 
@@ -201,7 +202,21 @@ def _merge_cpu(targets: Sequence[str], preds: Sequence[Sequence[int]]) -> list[l
                     members += regions.pop(r)
         regions[g] = sorted(members)
         region_of.update(dict.fromkeys(members, g))
-    return list(regions.values())
+    return _join_independent(list(regions.values()), targets, down, up)
+
+
+def _join_independent(regions: list[list[int]], targets: Sequence[str], down, up) -> list[list[int]]:
+    """CPU regions that no accelerator region orders (their union stays convex) joined into one, each into
+    the last earlier one it can join: e.g. a detector's decode of its box and score heads, one CPU step."""
+    out: list[list[int]] = []
+    for r in regions:
+        if targets[r[0]] == CPU:
+            into = next((m for m in reversed(out) if targets[m[0]] == CPU and convex(m + r, down, up)), None)
+            if into is not None:
+                into[:] = sorted(into + r)
+                continue
+        out.append(r)
+    return out
 
 
 def _order(regions: list[list[int]], preds: Sequence[Sequence[int]]) -> list[list[int]]:
