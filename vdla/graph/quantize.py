@@ -16,8 +16,11 @@ Which values become int8 (the plan, :func:`plan_quantization`; structure only, n
   tied through residual adds form groups that take the largest threshold of their members), so the
   epilogue adds the int8 skip as it is: one exact integer add, no rescaling of the skip. Without it the
   skip keeps its own scale and is rescaled to the output scale (an int32 multiply on the CPU);
-* a max pool, reshape, transpose or ReLU (:data:`vdla.graph.qdq.COMMUTING`) of an int8 value keeps its
-  scale (exact on int8: the lowering runs it on int8 directly);
+* a max pool, reshape, transpose or ReLU (:data:`vdla.graph.qdq.COMMUTING`), slice or resize
+  (:data:`SELECTING`) of an int8 value keeps its scale (exact on int8: it runs on int8 directly);
+* an add outside an epilogue, concatenation, slice or resize (:data:`MOVING`) whose result is quantized has
+  its float inputs quantized at their own scales (followed back through chains of them), so the accelerator
+  moves int8 values there (:mod:`vdla.graph.copies`) and an activation before them folds into a table;
 * a global average pool of an int8 value is quantized at its own calibrated scale (the lowering turns it
   into the integer sum, multiplier and shift the accelerator's ALU runs);
 * everything else (and every node named in ``keep_float``) stays float32 on the CPU, reading dequantized
@@ -61,6 +64,8 @@ from vdla.graph.qdq import ANCHOR_AXIS as ANCHORS
 from vdla.graph.qdq import COMMUTING
 from vdla.isa.arith import INT8_MAX
 
+SELECTING = ("slice", "resize")  # of an int8 value: keep its scale (int8 selections, vdla.graph.copies)
+MOVING = ("add", "concat", "slice", "resize")  # int8 in and out, the accelerator moves them (vdla.graph.copies)
 REQUANTIZING = ("global_avg_pool",)  # of an int8 value: quantized at its own scale (an integer average)
 WEIGHT_MAX = INT8_MAX  # weights use the symmetric range [-127, 127]
 
@@ -223,10 +228,11 @@ class _Planner:
             chains[a.output] = end
             needed.update([a.inputs[0], end, *skips])
             pairs += [(k, end) for k in skips]
+        self.moving_inputs(needed, set(chains.values()))
         points: dict[str, str] = {v: v for v in self.g.inputs if v in needed}
         for node in self.g.nodes:
             src = node.inputs[0] if node.inputs else None
-            commutes = node.op in COMMUTING and len(node.inputs) == 1 and node.output not in self.kept
+            commutes = node.op in (*COMMUTING, *SELECTING) and len(node.inputs) == 1 and node.output not in self.kept
             if commutes and src in points and node.output not in chains.values():
                 points[node.output] = points[src]
             elif node.op in REQUANTIZING and src in points and node.output not in self.kept:
@@ -235,6 +241,15 @@ class _Planner:
                 points[node.output] = node.output
         ties = _tie_groups([(points[k], points[e]) for k, e in pairs]) if self.align else {}
         return QuantPlan(tuple(a.output for a in anchors), chains, points, tuple(sorted(self.kept)), ties)
+
+    def moving_inputs(self, needed: set[str], ends: set[str]) -> None:
+        """Add to ``needed`` the float inputs of each add (outside an epilogue), concatenation, slice or resize
+        whose result is needed: int8 on both sides, the accelerator moves them (:mod:`vdla.graph.copies`) and an
+        activation before them folds into a table. In reverse order, so a chain of them is followed back."""
+        for node in reversed(self.g.nodes):
+            if node.op not in MOVING or node.output not in needed or node.output in ends or node.output in self.kept:
+                continue
+            needed.update(v for v in node.inputs if v not in self.g.params and self.types[v].dtype == "float32")
 
 
 def _tie_groups(pairs: list[tuple[str, str]]) -> dict[str, str]:
