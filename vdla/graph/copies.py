@@ -105,21 +105,65 @@ class _Rewriter:
         self.replace[node.output] = nodes
 
     def slice(self, node: Node) -> None:
-        """A slice of channels ``[start, stop)`` (step 1, every pixel) -> the selection conv."""
+        """A slice of channels ``[start, stop)`` (step 1, every pixel) -> the layer computing only those channels
+        (:meth:`split_layer`), else the selection conv."""
         x = node.inputs[0]
         s = self.scale(x)
-        if s is None or len(node.inputs) != 1 or not self.pays([x], node.output):
+        span = self.channels(node)
+        if s is None or len(node.inputs) != 1 or span is None or not self.pays([x], node.output):
             return
-        shape = self.types[x].shape
-        a = node.attrs
-        starts, stops, steps = (list(a[k]) for k in ("starts", "stops", "steps"))
-        spatial = all(starts[i] == 0 and stops[i] >= shape[i] for i in (0, 2, 3))
-        if not spatial or any(st != 1 for st in steps):
+        if self.split_layer(node, span):
             return
-        lo, hi = starts[1], min(stops[1], shape[1])
-        sel = np.eye(shape[1])[lo:hi, :, None, None]
-        conv = self.move("conv2d", x, sel, "slice", node.output)
+        sel = np.eye(self.types[x].shape[1])[span[0] : span[1], :, None, None]
+        conv = self.move("conv2d", self.read_from(x), sel, "slice", node.output)
         self.replace[node.output] = [*self.pending, *self.requantized(conv, s, node.output)]
+
+    def channels(self, node: Node) -> tuple[int, int] | None:
+        """``(start, stop)`` of a slice of an NCHW tensor's channels alone (step 1, every pixel), else None."""
+        shape = self.types[node.inputs[0]].shape
+        starts, stops, steps = (list(node.attrs[k]) for k in ("starts", "stops", "steps"))
+        spatial = len(shape) == 4 and all(starts[i] == 0 and stops[i] >= shape[i] for i in (0, 2, 3))
+        return (starts[1], min(stops[1], shape[1])) if spatial and all(st == 1 for st in steps) else None
+
+    def split_layer(self, node: Node, span: tuple[int, int]) -> bool:
+        """Where the sliced value is a conv2d layer's output that only channel slices read (a C2f block's
+        split): the layer's epilogue chain again for the slice's channels alone (weights, bias and multipliers
+        sliced), so the split costs nothing. False where the chain holds a residual or a reader is no slice."""
+        x = node.inputs[0]
+        readers = self.cons.get(x, [])
+        if x in self.g.outputs or any(r.op != "slice" or self.channels(r) is None for r in readers):
+            return False
+        chain = self.layer_chain(x)
+        if chain is None:
+            return False
+        lo, hi = span
+        nodes, renamed = [], {}
+        for n in chain:
+            inputs = [renamed.get(i, i) for i in n.inputs]
+            for k, i in enumerate(n.inputs):
+                p = self.params.get(i)
+                axis = 0 if n.op == "conv2d" else 1
+                if p is not None and p.ndim == 4 and p.shape[axis] > 1:
+                    inputs[k] = self.name(f"{node.output}:{i}")
+                    self.params[inputs[k]] = np.take(p, np.arange(lo, hi), axis=axis)
+            out = node.output if n is chain[-1] else self.name(f"{node.output}:{n.op}")
+            renamed[n.output] = out
+            nodes.append(Node(n.op, tuple(inputs), out, dict(n.attrs)))
+        self.replace[node.output] = nodes
+        return True
+
+    def layer_chain(self, v: str) -> list[Node] | None:
+        """The nodes from a conv2d to its int8 output ``v`` (an activation table allowed), each read only by the
+        next, with no operand but parameters: None otherwise (a residual, a float step)."""
+        chain, node = [], self.prod.get(v)
+        while node is not None and node.op in ("table", "cast", "clip", "mul", "add"):
+            if any(i not in self.params for i in node.inputs[1:]) or (chain and len(self.cons[node.output]) != 1):
+                return None
+            chain.append(node)
+            node = self.prod.get(node.inputs[0])
+        if node is None or node.op != "conv2d" or len(self.cons[node.output]) != 1 or node.inputs[1] not in self.params:
+            return None
+        return [node, *reversed(chain)]
 
     def resize(self, node: Node) -> None:
         """A nearest resize that repeats each pixel ``f_h x f_w`` times -> the identity transposed conv of
@@ -132,7 +176,7 @@ class _Rewriter:
             return
         c = self.types[x].shape[1]
         w = np.broadcast_to(np.eye(c)[:, :, None, None], (c, c, *factors))
-        conv = self.move("conv_transpose", x, w, "upsample", node.output, {"stride": factors})
+        conv = self.move("conv_transpose", self.read_from(x), w, "upsample", node.output, {"stride": factors})
         self.replace[node.output] = [*self.pending, *self.requantized(conv, s, node.output)]
 
     def concat(self, node: Node) -> None:
@@ -168,13 +212,10 @@ class _Rewriter:
     def copy_of(self, v: str, s: float, base: str) -> list[Node]:
         """The nodes of a copy of ``v`` (int8 at scale ``s``) by the identity conv: of the value ``v``
         requantizes (``quantize(dequantize(src))``, the copy rounding at ``s``), of the value a table maps
-        (the table applied after the copy), when ``v``'s function cannot stand in an epilogue (its source has
-        other readers), else of ``v`` itself."""
-        node = self.prod.get(v)
-        src, table = v, None
-        if node is not None and node.op == "quantize" and self.shared(self.dq_source(node.inputs[0])):
-            src = self.dq_source(node.inputs[0])
-        elif node is not None and node.op == "table" and self.shared(node.inputs[0]):
+        (the table applied after the copy), when ``v``'s function cannot be in its source's epilogue
+        (:meth:`alone`), else of ``v`` itself."""
+        node, src, table = self.prod.get(v), self.read_from(v), None
+        if src == v and node is not None and node.op == "table" and self.alone(node.inputs[0]):
             src, table = node.inputs[0], node
         c = self.types[src].shape[1]
         conv = self.move("conv2d", src, np.eye(c)[:, :, None, None], "concat", base)
@@ -189,7 +230,7 @@ class _Rewriter:
         from that value, the requantization in the selection's epilogue)."""
         nodes, first, prev = [], 0, None
         for k, (v, c) in enumerate(zip(node.inputs, sizes, strict=True)):
-            v = self.source(v) if self.shared(self.source(v)) else v  # a requantization: in the epilogue
+            v = self.read_from(v)
             sel = np.zeros((total, c, 1, 1))
             sel[first + np.arange(c), np.arange(c)] = 1
             first += c
@@ -242,10 +283,19 @@ class _Rewriter:
         src = self.dq_source(node.inputs[0]) if node is not None and node.op == "quantize" else None
         return src if src is not None else v
 
-    def shared(self, src: str | None) -> bool:
-        """Whether ``src`` has more readers than one (a function of it then stands alone, not in an epilogue)."""
-        readers = {n.output for n in self.cons.get(src, [])} if src is not None else set()
-        return len(readers) > 1 or src in self.g.outputs
+    def read_from(self, v: str) -> str:
+        """The value ``v`` requantizes where that requantization cannot be in its source's epilogue
+        (:meth:`alone`: the move then reads the source and requantizes in its own), else ``v``."""
+        return self.source(v) if self.alone(self.source(v)) else v
+
+    def alone(self, src: str | None) -> bool:
+        """Whether a function of ``src`` (a requantization, a table) cannot be the last stage of the epilogue
+        that computes ``src``: ``src`` has other readers, is a graph output, or is not a layer's int8 output."""
+        if src is None:
+            return False
+        readers = {n.output for n in self.cons.get(src, [])}
+        node = self.prod.get(src)
+        return len(readers) > 1 or src in self.g.outputs or node is None or node.op != "cast"
 
     def only_quantize(self, value: str) -> Node | None:
         readers = self.cons.get(value, [])
@@ -254,18 +304,33 @@ class _Rewriter:
         return readers[0] if ok and value not in self.g.outputs else None
 
     def plain_layer_output(self, v: str, concat: Node) -> bool:
-        """Whether ``v`` is a conv2d layer's int8 output (its epilogue without a residual, an activation table
-        allowed) that only ``concat`` reads: a layer that may store into its slice of the result."""
+        """Whether ``v`` is a conv2d layer's int8 output (a residual, a requantization or an activation table
+        in its epilogue allowed; a value this pass moves counts) that only ``concat`` reads: a layer that may
+        store into its slice of the result."""
         if self.cons.get(v, []) != [concat] or v in self.g.outputs:
             return False
         node = self.prod.get(v)
-        if node is not None and node.op == "table":
-            node = self.prod.get(node.inputs[0])
-            if node is None or len(self.cons.get(node.output, [])) != 1:
-                return False
+        src = node.inputs[0] if node is not None and node.op == "table" else self.dq_source_of(node)
+        if src is None:
+            return self.layer_output(v)
+        readers = self.cons.get(src, [])
+        alone = len(readers) == 1 and len(self.cons.get(readers[0].output, [])) <= 1 and src not in self.g.outputs
+        return alone and self.layer_output(src)  # the function is the last stage of src's epilogue
+
+    def dq_source_of(self, node: Node | None) -> str | None:
+        """The int8 source of a requantization ``quantize(dequantize(src))`` (None for any other node)."""
+        return self.dq_source(node.inputs[0]) if node is not None and node.op == "quantize" else None
+
+    def layer_output(self, v: str) -> bool:
+        """Whether ``v`` is the int8 output of a conv2d layer (or of the stride phases of one transposed
+        convolution, which store into a concatenation alike): a moved slice or upsampling, a moved add's
+        quantization, or the end of an integer epilogue."""
+        node = self.prod.get(v)
+        if node is not None and node.op in ("slice", "resize") and v in self.replace:
+            return True
+        if node is not None and node.op == "quantize" and node.inputs[0] in self.replace:
+            return True
         while node is not None and node.op in ("cast", "clip", "mul", "add", "rshift"):
-            if node.op == "rshift" or (node.op == "add" and node.inputs[1] not in self.params):
-                return False  # a residual
             node = self.prod.get(node.inputs[0])
         return node is not None and node.op == "conv2d"
 

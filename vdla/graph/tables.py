@@ -136,7 +136,30 @@ def fold_tables(graph: Graph) -> Graph:
             cone = _cone(graph, types, readers, index, source)
             taken.update(n.output for n in cone.nodes)
             cones += [cone] if cone.nodes else []
-    return _fold(graph, types, cones) if cones else graph
+    return _compose(_fold(graph, types, cones) if cones else graph)
+
+
+def _compose(graph: Graph) -> Graph:
+    """Each ``table`` of a table's output that nothing else reads folded into one table of the first one's
+    input, its entries the two applied in turn (a requantization after an activation a layer's epilogue
+    already tables: one table, one epilogue stage)."""
+    prod, readers, params = graph.producers(), graph.consumers(), dict(graph.params)
+    merged: dict[str, Node] = {}
+    for n in graph.nodes:
+        first = merged.get(n.inputs[0], prod.get(n.inputs[0])) if n.op == "table" else None
+        if first is None or first.op != "table" or len(readers[n.inputs[0]]) != 1 or n.inputs[0] in graph.outputs:
+            continue
+        entries = params[n.inputs[1]][params[first.inputs[1]].view(np.uint8)]
+        name = f"{n.output}:table"
+        params[name] = entries
+        merged[n.output] = Node("table", (first.inputs[0], name), n.output, dict(n.attrs))
+    if not merged:
+        return graph
+    gone = {m.inputs[0] for m in graph.nodes if m.output in merged}
+    nodes = [merged.get(n.output, n) for n in graph.nodes if n.output not in gone]
+    read = {i for n in nodes for i in n.inputs}
+    params = {k: v for k, v in params.items() if k in read}
+    return graph.copy(nodes, params=params, param_types={k: t for k, t in graph.param_types.items() if k in params})
 
 
 def _sources(graph: Graph, types: dict[str, TensorType]) -> list[str]:

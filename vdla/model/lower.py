@@ -10,6 +10,7 @@ addresses, and runs of consecutive accelerator steps are joined into one instruc
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 import numpy as np
 
@@ -151,15 +152,17 @@ class ModelBuilder:
             self.views[v] = (node.output, OutputView(full, divmod(p, sw), (sh, sw)))
         return True
 
-    def stored_alone(self, node: Node, layers: dict[str, AccelLayer], consumers: dict[str, list[Node]]) -> bool:
-        """Whether each input of ``node`` (distinct) is a conv2d layer's output with no residual or fused pool
-        that only ``node`` reads and no other view holds: a layer that may store into ``node``'s tensor."""
+    def stored_alone(
+        self, node: Node, layers: dict[str, AccelLayer], consumers: dict[str, list[Node]], joins: bool = False
+    ) -> bool:
+        """Whether each input of ``node`` (distinct) is a conv2d layer's output with no fused pool that only
+        ``node`` reads and no other view holds: a layer that may store into ``node``'s tensor. For a
+        concatenation (``joins``) the layer may add a residual, and an interleave whose phases store in place
+        counts too (its phases then store into the concatenation)."""
         parts = [layers.get(v) for v in node.inputs]
+        interleaved = {t for t, _ in self.views.values()} if joins else set()
         return len(set(node.inputs)) == len(node.inputs) and all(
-            p is not None
-            and p.op == "conv2d"
-            and p.residual is None
-            and p.pool is None
+            (v in interleaved or (p is not None and p.op == "conv2d" and p.pool is None and (joins or not p.residual)))
             and consumers.get(v, []) == [node]
             and v not in self.g.outputs
             and v not in self.views
@@ -170,16 +173,23 @@ class ModelBuilder:
         """Whether the parts of the channel concatenation ``node`` can store in place; if so their views are
         recorded (part ``k`` writes channel blocks from the sum of the earlier parts' blocks). A concatenation
         is stored so when it joins int8 values of its own quantization along the channels, each a conv2d
-        layer's output (no residual, no fused pool) of whole channel blocks that nothing else reads."""
+        layer's output (a residual allowed, no fused pool) or a stored interleave, of whole channel blocks that
+        nothing else reads."""
         t, bo = self.types[node.output], self.cfg.block_out
         if len(t.shape) != 4 or t.dtype != "int8" or int(node.attrs.get("axis", 0)) % 4 != 1:
             return False
         types = [self.types[v] for v in node.inputs]
-        if not self.stored_alone(node, layers, consumers) or any(u.shape[1] % bo or u.quant != t.quant for u in types):
+        alone = self.stored_alone(node, layers, consumers, joins=True)
+        if not alone or any(u.shape[1] % bo or u.quant != t.quant for u in types):
             return False
         first = 0
         for v, u in zip(node.inputs, types, strict=True):
-            self.views[v] = (node.output, OutputView(t.shape[2:], blocks=(first, t.shape[1] // bo)))
+            blocks = (first, t.shape[1] // bo)
+            phases = [p for p, (target, _) in self.views.items() if target == v]
+            for p in phases:  # an interleave's phases store into their slice of the concatenation
+                self.views[p] = (node.output, replace(self.views[p][1], blocks=blocks))
+            if not phases:
+                self.views[v] = (node.output, OutputView(t.shape[2:], blocks=blocks))
             first += u.shape[1] // bo
         return True
 
