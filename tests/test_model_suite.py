@@ -30,7 +30,7 @@ from vdla.model.pipeline import CompileOptions, compile_model  # noqa: E402
 from vdla.zoo.models import cosine, quantize_qdq  # noqa: E402
 from vdla.zoo.suite import SUITE, SuiteError, suite_model  # noqa: E402
 
-SLOW = {"resnet50", "mobilenet_v2", "efficientnet_b0"}  # each over a minute here: make test-all runs them
+SLOW = {"resnet50", "mobilenet_v2", "efficientnet_b0", "yolov8n"}  # each over a minute here: make test-all runs them
 FILES = [m for m in SUITE.values() if m.file is not None]
 CALIB, TESTS = 8, 2
 
@@ -128,7 +128,7 @@ def test_onnxruntime_qdq_equals_the_reference_up_to_its_rounding_ties(name, qdq_
     assert share > 0.8, f"{name}: {share:.1%} of the MACs on the accelerator"
 
 
-@pytest.mark.parametrize("name", ["bert_tiny", "unet"])
+@pytest.mark.parametrize("name", ["bert_tiny", "unet", "yolo"])
 def test_small_models_on_the_rtl_are_bit_exact_with_cycles_within_5_percent(name, qdq_compiled, rtl_library):
     m = SUITE[name]
     _, artifact = qdq_compiled(name)

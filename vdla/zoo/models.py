@@ -52,9 +52,19 @@ class _Builder:
         return n
 
     def conv_bn(
-        self, x: str, c_in: int, c_out: int, k: int, stride: int, relu: bool, groups: int = 1, relu6: bool = False
+        self,
+        x: str,
+        c_in: int,
+        c_out: int,
+        k: int,
+        stride: int,
+        relu: bool,
+        groups: int = 1,
+        relu6: bool = False,
+        gain: float = 1.0,
     ) -> str:
-        """Conv (``groups``: grouped/depthwise), BatchNorm, then ReLU (``relu``) or ReLU6 as Clip(0, 6)."""
+        """Conv (``groups``: grouped/depthwise), BatchNorm (its scale times ``gain``), then ReLU (``relu``) or
+        ReLU6 as Clip(0, 6)."""
         w = self.rng.normal(0, np.sqrt(2.0 / (c_in // groups * k * k)), (c_out, c_in // groups, k, k))
         conv = self.name("conv")
         grouped = {"group": groups} if groups != 1 else {}
@@ -71,7 +81,7 @@ class _Builder:
         )
         bn = self.name("bn")
         stats = [
-            self.init("gamma", self.rng.uniform(0.5, 1.5, c_out)),
+            self.init("gamma", gain * self.rng.uniform(0.5, 1.5, c_out)),
             self.init("beta", self.rng.normal(0, 0.1, c_out)),
             self.init("mean", self.rng.normal(0, 0.1, c_out)),
             self.init("var", self.rng.uniform(0.5, 1.5, c_out)),
@@ -318,6 +328,116 @@ def unet(seed: int = 0, image: int = 16, in_channels: int = 3, widths: Sequence[
         "unet",
         [helper.make_tensor_value_info("image", tp.FLOAT, [1, in_channels, image, image])],
         [helper.make_tensor_value_info("logits", tp.FLOAT, [1, classes, image, image])],
+    )
+
+
+class _Yolo:
+    """The YOLOv8 blocks on a :class:`_Builder`: conv + BN + SiLU, C2f, SPPF, and the decoupled head."""
+
+    def __init__(self, b: _Builder):
+        self.b, self.h = b, b.helper
+
+    def node(self, op: str, inputs: list[str], prefix: str, **attrs) -> str:
+        out = self.b.name(prefix)
+        self.b.nodes.append(self.h.make_node(op, inputs, [out], **attrs))
+        return out
+
+    def const(self, prefix: str, value, dtype=np.int64) -> str:
+        return self.b.init(prefix, np.asarray(value), dtype)
+
+    def conv(self, x: str, c_in: int, c_out: int, k: int = 1, s: int = 1, gain: float = 1.0) -> str:
+        y = self.b.conv_bn(x, c_in, c_out, k, s, False, gain=gain)
+        return self.node("Mul", [y, self.node("Sigmoid", [y], "sig")], "silu")
+
+    def c2f(self, x: str, c_in: int, c_out: int, n: int, shortcut: bool) -> str:
+        c = c_out // 2
+        y = self.conv(x, c_in, 2 * c)
+        a, b_ = self.b.name("split"), self.b.name("split")
+        self.b.nodes.append(self.h.make_node("Split", [y, self.const("sizes", [c, c])], [a, b_], axis=1))
+        ys = [a, b_]
+        for _ in range(n):
+            # a residual branch ends small, as trained networks keep it (a random deep network is chaotic)
+            m = self.conv(self.conv(ys[-1], c, c, 3), c, c, 3, gain=0.25 if shortcut else 1.0)
+            ys.append(self.node("Add", [ys[-1], m], "add") if shortcut else m)
+        return self.conv(self.node("Concat", ys, "cat", axis=1), (2 + n) * c, c_out)
+
+    def sppf(self, x: str, c_in: int, c_out: int) -> str:
+        ys = [self.conv(x, c_in, c_in // 2)]
+        for _ in range(3):
+            ys.append(self.node("MaxPool", [ys[-1]], "pool", kernel_shape=[5, 5], strides=[1, 1], pads=[2] * 4))
+        return self.conv(self.node("Concat", ys, "cat", axis=1), 2 * c_in, c_out)
+
+    def up(self, x: str) -> str:
+        scales = self.const("scales", [1.0, 1.0, 2.0, 2.0], np.float32)
+        return self.node("Resize", [x, "", scales], "up", mode="nearest")
+
+    def head(self, f: str, c: int, c_mid: int, c_out: int) -> str:
+        y = self.conv(self.conv(f, c, c_mid, 3), c_mid, c_mid, 3)
+        w = self.b.init("w", self.b.rng.normal(0, np.sqrt(1.0 / c_mid), (c_out, c_mid, 1, 1)))
+        return self.node("Conv", [y, w, self.b.init("b", self.b.rng.normal(0, 0.5, c_out))], "pred")
+
+    def decode(self, box: str, cls: str, hw: tuple[int, int], stride: int, classes: int, reg_max: int):
+        """Distribution focal loss decode: the expected bin of each side's softmax, boxes (x1, y1, x2, y2) in
+        pixels around the cell centres; class probabilities by sigmoid."""
+        h, w = hw
+        dist = self.node("Reshape", [box, self.const("shape", [1, 4, reg_max, h * w])], "dist")
+        soft = self.node("Softmax", [dist], "soft", axis=2)
+        bins = self.const("bins", np.arange(reg_max, dtype=np.float32).reshape(1, 1, reg_max, 1), np.float32)
+        side = self.node("ReduceSum", [self.node("Mul", [soft, bins], "wbin"), self.const("axes", [2])], "side")
+        side = self.node("Reshape", [side, self.const("shape", [1, 4, h * w])], "sides")
+        gy, gx = np.meshgrid(np.arange(h), np.arange(w), indexing="ij")
+        anchors = self.const("anchors", np.stack([gx, gy]).reshape(1, 2, h * w) + 0.5, np.float32)
+        lt = self.node("Slice", [side, self.const("s", [0]), self.const("e", [2]), self.const("a", [1])], "lt")
+        rb = self.node("Slice", [side, self.const("s", [2]), self.const("e", [4]), self.const("a", [1])], "rb")
+        corners = [self.node("Sub", [anchors, lt], "xy1"), self.node("Add", [anchors, rb], "xy2")]
+        boxes = self.node("Concat", corners, "corners", axis=1)
+        boxes = self.node("Mul", [boxes, self.const("stride", np.float32(stride), np.float32)], "boxes")
+        logits = self.node("Reshape", [cls, self.const("shape", [1, classes, h * w])], "logits")
+        return boxes, self.node("Sigmoid", [logits], "scores")
+
+
+def yolov8(width: float = 0.25, depth: float = 0.33, image: int = 320, classes: int = 80, seed: int = 0):
+    """A 3-scale YOLOv8 detector (Jocher et al. 2023) as an ``onnx.ModelProto`` (opset 13) with seeded weights:
+    the backbone (strided conv + BN + SiLU, C2f blocks with residual bottlenecks, SPPF), the PAN neck (nearest
+    2x upsampling, concatenations, C2f without shortcuts), and the decoupled head at strides 8, 16, 32 with
+    the distribution-focal-loss decode (16 bins a side). ``width`` 0.25 and ``depth`` 0.33 are YOLOv8n's.
+    Input ``image`` (1, 3, image, image); outputs ``boxes`` (1, 4, anchors) in pixels and ``scores``
+    (1, classes, anchors)."""
+    b = _Builder(seed)
+    y = _Yolo(b)
+    ch = [max(16, int(c * width)) for c in (64, 128, 256, 512, 1024)]
+    d = [max(1, round(n * depth)) for n in (3, 6, 6, 3)]
+    x = y.conv(y.conv("image", 3, ch[0], 3, 2), ch[0], ch[1], 3, 2)
+    p3 = y.c2f(y.conv(y.c2f(x, ch[1], ch[1], d[0], True), ch[1], ch[2], 3, 2), ch[2], ch[2], d[1], True)
+    p4 = y.c2f(y.conv(p3, ch[2], ch[3], 3, 2), ch[3], ch[3], d[2], True)
+    p5 = y.sppf(y.c2f(y.conv(p4, ch[3], ch[4], 3, 2), ch[4], ch[4], d[3], True), ch[4], ch[4])
+    n4 = y.c2f(y.node("Concat", [y.up(p5), p4], "cat", axis=1), ch[4] + ch[3], ch[3], d[3], False)
+    n3 = y.c2f(y.node("Concat", [y.up(n4), p3], "cat", axis=1), ch[3] + ch[2], ch[2], d[3], False)
+    down = y.conv(n3, ch[2], ch[2], 3, 2)
+    n4 = y.c2f(y.node("Concat", [down, n4], "cat", axis=1), ch[2] + ch[3], ch[3], d[3], False)
+    down = y.conv(n4, ch[3], ch[3], 3, 2)
+    n5 = y.c2f(y.node("Concat", [down, p5], "cat", axis=1), ch[3] + ch[4], ch[4], d[3], False)
+    c_box, c_cls = max(16, ch[2] // 4, 64), max(ch[2], min(classes, 100))
+    boxes, scores = [], []
+    for f, c, stride in ((n3, ch[2], 8), (n4, ch[3], 16), (n5, ch[4], 32)):
+        hw = (image // stride, image // stride)
+        bx, sc = y.decode(y.head(f, c, c_box, 64), y.head(f, c, c_cls, classes), hw, stride, classes, 16)
+        boxes.append(bx)
+        scores.append(sc)
+    b.nodes += [
+        b.helper.make_node("Concat", boxes, ["boxes"], axis=2),
+        b.helper.make_node("Concat", scores, ["scores"], axis=2),
+    ]
+    anchors = sum((image // s) ** 2 for s in (8, 16, 32))
+    tp = b.TensorProto
+    return _model(
+        b,
+        "yolov8",
+        [b.helper.make_tensor_value_info("image", tp.FLOAT, [1, 3, image, image])],
+        [
+            b.helper.make_tensor_value_info("boxes", tp.FLOAT, [1, 4, anchors]),
+            b.helper.make_tensor_value_info("scores", tp.FLOAT, [1, classes, anchors]),
+        ],
     )
 
 

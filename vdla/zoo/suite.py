@@ -112,8 +112,19 @@ def _mobilenet_v2():
     return mobilenet_v2(width=1.0, image=224, classes=1000, seed=0)
 
 
+def _yolov8n():
+    from vdla.zoo.models import yolov8
+
+    return yolov8(width=0.25, depth=0.33, image=320, classes=80, seed=0)
+
+
 def _image_model(name: str, size: int, description: str) -> SuiteModel:
     return SuiteModel(name, description, {"x": (1, 3, size, size)}, _images(size), f"{name}.onnx")
+
+
+def _built_model(name: str, size: int, description: str, build: Callable) -> SuiteModel:
+    """A model built in memory (too large to commit): input ``image`` (1, 3, size, size)."""
+    return SuiteModel(name, description, {"image": (1, 3, size, size)}, _images(size, "image"), build=build)
 
 
 SUITE: dict[str, SuiteModel] = {
@@ -134,12 +145,12 @@ SUITE: dict[str, SuiteModel] = {
             _tokens,
             "bert_tiny.onnx",
         ),
-        SuiteModel(
-            "mobilenet_v2",
-            "MobileNet-V2 (1.0, 224), seeded weights (vdla.zoo.models)",
-            {"image": (1, 3, 224, 224)},
-            _images(224, "image"),
-            build=_mobilenet_v2,
+        _built_model("mobilenet_v2", 224, "MobileNet-V2 (1.0, 224), seeded weights (vdla.zoo.models)", _mobilenet_v2),
+        _built_model(
+            "yolov8n",
+            320,
+            "YOLOv8n-width 3-scale SiLU detector (0.25, 0.33, 80 classes), 320x320, seeded weights (vdla.zoo.models)",
+            _yolov8n,
         ),
     )
 }
