@@ -228,7 +228,7 @@ class _Planner:
             chains[a.output] = end
             needed.update([a.inputs[0], end, *skips])
             pairs += [(k, end) for k in skips]
-        self.moving_inputs(needed, set(chains.values()))
+        pairs += self.moving_inputs(needed, set(chains.values()))
         points: dict[str, str] = {v: v for v in self.g.inputs if v in needed}
         for node in self.g.nodes:
             src = node.inputs[0] if node.inputs else None
@@ -242,14 +242,20 @@ class _Planner:
         ties = _tie_groups([(points[k], points[e]) for k, e in pairs]) if self.align else {}
         return QuantPlan(tuple(a.output for a in anchors), chains, points, tuple(sorted(self.kept)), ties)
 
-    def moving_inputs(self, needed: set[str], ends: set[str]) -> None:
+    def moving_inputs(self, needed: set[str], ends: set[str]) -> list[tuple[str, str]]:
         """Add to ``needed`` the float inputs of each add (outside an epilogue), concatenation, slice or resize
         whose result is needed: int8 on both sides, the accelerator moves them (:mod:`vdla.graph.copies`) and an
-        activation before them folds into a table. In reverse order, so a chain of them is followed back."""
+        activation before them folds into a table. In reverse order, so a chain of them is followed back.
+        Returns the (input, result) pairs of the adds and concatenations, whose scales the residual alignment
+        ties (one rounding fewer: each part and addend at the result's scale)."""
+        pairs = []
         for node in reversed(self.g.nodes):
             if node.op not in MOVING or node.output not in needed or node.output in ends or node.output in self.kept:
                 continue
-            needed.update(v for v in node.inputs if v not in self.g.params and self.types[v].dtype == "float32")
+            inputs = [v for v in node.inputs if v not in self.g.params and self.types[v].dtype == "float32"]
+            needed.update(inputs)
+            pairs += [(v, node.output) for v in inputs if node.op in ("add", "concat")]
+        return pairs
 
 
 def _tie_groups(pairs: list[tuple[str, str]]) -> dict[str, str]:
