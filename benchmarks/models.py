@@ -87,7 +87,7 @@ def record(m: SuiteModel, quantization: str, artifact, report, run, cold: float,
 
 def float_calibrated(m: SuiteModel, model, calib, tests, work: Path) -> dict:
     """vdla's calibration on ``calib``; every output's cosine with the reference's float output."""
-    options = CompileOptions(config=DEFAULT_PRESET, input_shapes=m.input_shapes())
+    options = CompileOptions(config=DEFAULT_PRESET, input_shapes=m.input_shapes(), calibration=m.calibration)
     artifact, report, cold, warm = compile_twice(model, calib, options, work / "vdla")
     outs, run = run_all(Module(artifact, "sim"), tests)
     session = reference_session(model)

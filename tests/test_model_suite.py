@@ -75,7 +75,8 @@ def test_calibrated_by_vdla_from_the_command_line_tracks_onnxruntime_float(name,
     np.savez(tmp_path / "calib.npz", **m.samples(CALIB, 1))
     shapes = [a for k, s in m.input_shapes().items() for a in ("--input-shape", f"{k}={'x'.join(map(str, s))}")]
     out = tmp_path / f"{name}.vdla"
-    assert main(["compile", str(path), *shapes, "--calib", str(tmp_path / "calib.npz"), "-o", str(out)]) == 0
+    calib = ["--calib", str(tmp_path / "calib.npz"), "--calibration", m.calibration]
+    assert main(["compile", str(path), *shapes, *calib, "-o", str(out)]) == 0
     assert "MACs on the accelerator" in capsys.readouterr().out
     for i, feed in enumerate(m.feeds(TESTS, 7)):
         inputs = []
