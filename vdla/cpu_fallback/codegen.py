@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from llvmlite import ir
 
 from vdla.cpu_fallback.abi import ObjectLayout
-from vdla.cpu_fallback.entry import emit_entries
+from vdla.cpu_fallback.entry import emit_c_entry, emit_entries
 from vdla.cpu_fallback.lltypes import F32, F64, I1, I32, I64, LL_SIZES, LL_TYPES, PTR, declare, i64
 from vdla.graph.types import INT_RANGE, TensorType, is_float
 
@@ -104,8 +104,10 @@ class KernelBuilder:
     """One kernel: exported entries taking ndarray objects, and a body taking their noalias data pointers
     (the inputs, the output, then an optional scratch buffer).
 
-    The entries are CPython vectorcall functions that check every array object against the compiled
-    signature before running the body (see :func:`vdla.cpu_fallback.entry.emit_entries`).
+    With an object ``layout`` (the JIT), the entries are CPython vectorcall functions that check every array
+    object against the compiled signature before running the body (see :func:`vdla.cpu_fallback.entry.
+    emit_entries`); without one (ahead-of-time code for another machine), the one entry is a plain C function
+    taking the data pointers (:func:`vdla.cpu_fallback.entry.emit_c_entry`). The body is the same either way.
     """
 
     def __init__(
@@ -114,7 +116,7 @@ class KernelBuilder:
         name: str,
         inputs: tuple[TensorType, ...],
         out: TensorType,
-        layout: ObjectLayout,
+        layout: ObjectLayout | None,
         scratch: bool = False,
     ) -> None:
         self.module = module
@@ -123,7 +125,10 @@ class KernelBuilder:
         self.fn.linkage = "internal"
         for a in self.fn.args:
             a.add_attribute("noalias")
-        emit_entries(module, self.fn, name, [*inputs, out], n_args, layout)
+        if layout is None:
+            emit_c_entry(module, self.fn, name, n_args)
+        else:
+            emit_entries(module, self.fn, name, [*inputs, out], n_args, layout)
         self._allocas = ir.IRBuilder(self.fn.append_basic_block("allocas"))
         self.b = ir.IRBuilder(self.fn.append_basic_block("entry"))
         args = list(self.fn.args)

@@ -57,9 +57,10 @@ def _(spec: CpuConv2dSpec) -> int:
     return spec.w.size if spec.x.dtype == "int8" else 0
 
 
-def emit(spec: Spec, module: ir.Module, name: str, layout: ObjectLayout) -> None:
+def emit(spec: Spec, module: ir.Module, name: str, layout: ObjectLayout | None) -> None:
     """Add the kernel ``name`` for ``spec`` to ``module``: args are the inputs, the output, then the scratch
-    buffer if :func:`scratch_elements` asks for one."""
+    buffer if :func:`scratch_elements` asks for one. With ``layout`` None the entry is the plain C one of
+    ahead-of-time code (see :class:`~vdla.cpu_fallback.codegen.KernelBuilder`)."""
     kb = KernelBuilder(module, name, spec_inputs(spec), spec.out, layout, scratch_elements(spec) > 0)
     _emit(spec, kb)
     kb.finish()
