@@ -240,6 +240,19 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="model artifacts: run the accelerator layers one at a time, not as joined streams",
     )
+    p.add_argument(
+        "--cpu-kernels",
+        choices=("auto", "native", "jit", "reference"),
+        default="auto",
+        help="model artifacts: where CPU steps run (auto: the artifact's code for this machine, else the JIT, else "
+        "numpy reference kernels; native, jit: that or an error; reference: numpy)",
+    )
+    p.add_argument(
+        "--allow-reference-kernels",
+        action="store_true",
+        help="model artifacts: run CPU steps on numpy reference kernels when the artifact's code for this machine "
+        "is corrupt or has the wrong hash (refused otherwise)",
+    )
     p.add_argument("--trace", help="write a Chrome/Perfetto trace JSON of the run")
     p.add_argument("--json", help="write the counters as JSON")
     p.set_defaults(func=cmd_run)
