@@ -56,7 +56,7 @@ def compile_object(spec: Spec, target: CpuTarget) -> bytes:
     obj = jit.read_disk(path)
     if obj is None:
         module = ir.Module(name=symbol)
-        kernels.emit(spec, module, symbol, None)
+        kernels.emit(spec, module, symbol, None, jit.has_fma(target.triple, target.features))
         obj = jit.emit_object(module, target_machine(target))
         jit.write_disk(path, obj)
     return obj

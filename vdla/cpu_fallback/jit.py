@@ -69,6 +69,13 @@ def emit_object(module: ir.Module, tm: llvm.TargetMachine) -> bytes:
     return tm.emit_object(mod)
 
 
+def has_fma(triple: str, features: str) -> bool:
+    """Whether a CPU (LLVM triple, feature string) has a fused multiply-add: every AArch64 one, x86 with FMA3,
+    32-bit ARM with VFPv4."""
+    flags = set(features.split(","))
+    return triple.startswith(("aarch64", "arm64")) or bool(flags & {"+fma", "+vfp4", "+vfp4d16"})
+
+
 class _Engine:
     """Process-wide LLVM state: host target machine and optimization pipeline settings."""
 
@@ -77,6 +84,7 @@ class _Engine:
         llvm.initialize_native_asmprinter()
         self.cpu = llvm.get_host_cpu_name()
         self.features = llvm.get_host_cpu_features().flatten()
+        self.hardware_fma = has_fma(llvm.get_process_triple(), self.features)
         self.tm = self._target_machine()
         self.layout = abi.probe()
         for symbol, address in abi.python_api().items():
@@ -267,7 +275,7 @@ def get_kernel(spec: Spec) -> Kernel:
         from_disk = obj is not None
         if obj is None:
             module = ir.Module(name=name)
-            kernels.emit(spec, module, name, eng.layout)
+            kernels.emit(spec, module, name, eng.layout, eng.hardware_fma)
             obj = eng.compile(module)
             write_disk(path, obj)
         ee, addrs = eng.load(obj, name)
