@@ -778,8 +778,14 @@ def _conv2d(spec: CpuConv2dSpec, kb: KernelBuilder) -> None:
                     acc = b.load(slot)
                     for t, xv in enumerate(xs):
                         wv = kb.splat(kb.load("float32", wt, b.add(wbase, i64(ob * icg * kh_n * kw_n + t))), lanes)
-                        # int8 products and sums are exact in float32 (fused or not); float32 ones round once
-                        acc = kb.fma(xv, wv, acc) if fl else kb.call(f"llvm.fmuladd.v{lanes}f32", vec_f, xv, wv, acc)
+                        # int8 products and sums are exact in float32, fused or not; float32 ones are rounded
+                        # twice, product then sum, on every CPU (a fused one costs ~15 scalar float64 operations
+                        # on a Cortex-A9, which has no FMA)
+                        acc = (
+                            b.fadd(acc, b.fmul(xv, wv))
+                            if fl
+                            else kb.call(f"llvm.fmuladd.v{lanes}f32", vec_f, xv, wv, acc)
+                        )
                     b.store(acc, slot)
             for fslot, islot in zip(fslots, islots, strict=True):
                 b.store(b.add(b.load(islot), b.fptosi(b.load(fslot), vec_i)), islot)

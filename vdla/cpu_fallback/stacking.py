@@ -32,7 +32,7 @@ from vdla.graph.passes import fresh_name
 from vdla.graph.types import TensorType, UnsupportedError
 
 
-class Kernel(Protocol):
+class KernelFn(Protocol):
     """What a kernel source gives: ``kernel(*inputs, out=None)`` -> the output (a JIT or native kernel)."""
 
     spec: Spec
@@ -41,10 +41,10 @@ class Kernel(Protocol):
     def __call__(self, *arrays: np.ndarray, out: np.ndarray | None = None) -> np.ndarray: ...
 
 
-KernelSource = Callable[[Spec], Kernel]
+KernelSource = Callable[[Spec], KernelFn]
 
 
-def get_kernel(spec: Spec) -> Kernel:
+def get_kernel(spec: Spec) -> KernelFn:
     """The JIT's kernel for ``spec`` (the default kernel source; imports llvmlite)."""
     from vdla.cpu_fallback.jit import get_kernel as jit_kernel
 
@@ -83,7 +83,7 @@ def resolve_steps(primary: object, steps: Sequence[Step]) -> Resolved:
     return Resolved(tuple(out), tuple(types), sources[1:])
 
 
-def compile_chain(x: np.ndarray | TensorType, steps: Sequence[Step]) -> Kernel:
+def compile_chain(x: np.ndarray | TensorType, steps: Sequence[Step]) -> KernelFn:
     """Compile ``steps`` applied to ``x`` as one kernel; call it as ``kernel(x, *operand_arrays)``.
 
     Operand arrays are taken in order of first appearance (an operand that is ``x`` itself is not repeated).
@@ -160,7 +160,7 @@ def fuse(graph: Graph) -> list[list[Node]]:
 class CompiledGroup:
     """One step of a compiled graph: a kernel (or, for ``reshape``, a free view) with its argument names."""
 
-    kernel: Kernel | None
+    kernel: KernelFn | None
     args: tuple[str, ...]
     output: str
     nodes: tuple[str, ...]
