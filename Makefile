@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-all test-pynq check-fpga lint bench models lock clean
+.PHONY: demo test test-all test-pynq test-arm check-fpga lint bench models lock clean
 
 # Every package is pinned by constraints.txt (constraints-pynq.txt for .venv-pynq) to the versions the suite
 # last passed with; `make lock` refreshes both from the newest releases (then run make test and make test-pynq
@@ -51,6 +51,17 @@ $(PYNQ_STAMP): pyproject.toml constraints-pynq.txt
 
 test-pynq: $(PYNQ_STAMP)
 	$(PYNQ_PY) -m pytest -q -p no:cacheprovider tests_pynq
+
+# The boards' CPU path without a board: ResNet-18, MobileNet-V2 and the suite's detector compiled with ARM code
+# (vdla compile --cpu-target) and run by `vdla run` in emulated armhf and arm64 Debian userlands (python3, numpy,
+# rich: the board-side install, no llvmlite), bit-exact with the host. qemu-user-static and debootstrap come from
+# Debian's packages (installed here in CI); tests_arm/rootfs.sh caches the root file systems in ~/.cache/vdla/arm.
+test-arm: $(STAMP)
+	@if ! command -v qemu-arm-static >/dev/null || ! command -v debootstrap >/dev/null; then \
+	  if [ "$${CI:-}" = true ]; then apt-get update -qq && apt-get install -y -qq qemu-user-static debootstrap; \
+	  else echo "error: make test-arm needs qemu-user-static and debootstrap: apt-get install -y qemu-user-static debootstrap"; exit 1; fi; \
+	fi
+	$(PY) -m pytest -q -p no:cacheprovider tests_arm
 
 # The Vivado flow of hw/fpga without Vivado: Tcl syntax, a run with Vivado's commands stubbed (tclsh from
 # Debian's tcl package), the files it names, and the block design against the RTL top's ports.

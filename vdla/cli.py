@@ -188,6 +188,31 @@ def cmd_rtl_build(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_doctor(args: argparse.Namespace) -> int:
+    """``vdla doctor [MODEL.vdla]``: the machine, board and artifact checks; exit status 1 on a problem."""
+    from vdla.doctor import NOTE, PROBLEM, diagnose
+
+    found = diagnose(
+        Path(args.artifact) if args.artifact else None,
+        Path(args.overlay) if args.overlay else None,
+        args.dram_mib << 20 if args.dram_mib else None,
+    )
+    if args.json:
+        print(json.dumps([f.__dict__ for f in found], indent=1))
+    else:
+        t = Table(title="vdla doctor")
+        for c in ("check", "status", "finding", "fix"):
+            t.add_column(c)
+        style = {PROBLEM: "[red]problem[/]", NOTE: "[yellow]note[/]"}
+        for f in found:
+            t.add_row(f.item, style.get(f.status, "[green]ok[/]"), f.detail, f.fix)
+        console.print(t)
+    problems = sum(f.status == PROBLEM for f in found)
+    if not args.json:
+        console.print(f"{problems} problem(s)" if problems else "no problems")
+    return 1 if problems else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="vdla", description="Toolchain for a VDLA/VTA-class accelerator")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -240,9 +265,31 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="model artifacts: run the accelerator layers one at a time, not as joined streams",
     )
+    p.add_argument(
+        "--cpu-kernels",
+        choices=("auto", "native", "jit", "reference"),
+        default="auto",
+        help="model artifacts: where CPU steps run (auto: the artifact's code for this machine, else the JIT, else "
+        "numpy reference kernels; native, jit: that or an error; reference: numpy)",
+    )
+    p.add_argument(
+        "--allow-reference-kernels",
+        action="store_true",
+        help="model artifacts: run CPU steps on numpy reference kernels when the artifact's code for this machine "
+        "is corrupt or has the wrong hash (refused otherwise)",
+    )
     p.add_argument("--trace", help="write a Chrome/Perfetto trace JSON of the run")
     p.add_argument("--json", help="write the counters as JSON")
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser(
+        "doctor", help="check this machine (a board, or any) for running artifacts, and what an artifact needs"
+    )
+    p.add_argument("artifact", nargs="?", help="a .vdla artifact to check against this machine")
+    p.add_argument("--overlay", metavar="vdla.bit", help="the overlay's bitstream (its .hwh beside it)")
+    p.add_argument("--dram-mib", type=int, help="the DRAM region the pynq backend allocates (default 64)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_doctor)
 
     p = sub.add_parser("matmul", help="run a tiled int8 matrix multiply and check it against numpy")
     _add_config(p)

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from llvmlite import ir
 
 from vdla.cpu_fallback.abi import ObjectLayout
-from vdla.cpu_fallback.entry import emit_entries
+from vdla.cpu_fallback.entry import emit_c_entry, emit_entries
 from vdla.cpu_fallback.lltypes import F32, F64, I1, I32, I64, LL_SIZES, LL_TYPES, PTR, declare, i64
 from vdla.graph.types import INT_RANGE, TensorType, is_float
 
@@ -104,8 +104,10 @@ class KernelBuilder:
     """One kernel: exported entries taking ndarray objects, and a body taking their noalias data pointers
     (the inputs, the output, then an optional scratch buffer).
 
-    The entries are CPython vectorcall functions that check every array object against the compiled
-    signature before running the body (see :func:`vdla.cpu_fallback.entry.emit_entries`).
+    With an object ``layout`` (the JIT), the entries are CPython vectorcall functions that check every array
+    object against the compiled signature before running the body (see :func:`vdla.cpu_fallback.entry.
+    emit_entries`); without one (ahead-of-time code for another machine), the one entry is a plain C function
+    taking the data pointers (:func:`vdla.cpu_fallback.entry.emit_c_entry`). The body is the same either way.
     """
 
     def __init__(
@@ -114,16 +116,22 @@ class KernelBuilder:
         name: str,
         inputs: tuple[TensorType, ...],
         out: TensorType,
-        layout: ObjectLayout,
+        layout: ObjectLayout | None,
         scratch: bool = False,
+        hardware_fma: bool = True,
     ) -> None:
         self.module = module
+        self.host_tuning = layout is not None  # code for this process's CPU (the JIT)
+        self.hardware_fma = hardware_fma  # the target CPU has a fused multiply-add (see fma)
         n_args = len(inputs) + 1 + scratch
         self.fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR] * n_args), name=f"{name}_body")
         self.fn.linkage = "internal"
         for a in self.fn.args:
             a.add_attribute("noalias")
-        emit_entries(module, self.fn, name, [*inputs, out], n_args, layout)
+        if layout is None:
+            emit_c_entry(module, self.fn, name, n_args)
+        else:
+            emit_entries(module, self.fn, name, [*inputs, out], n_args, layout)
         self._allocas = ir.IRBuilder(self.fn.append_basic_block("allocas"))
         self.b = ir.IRBuilder(self.fn.append_basic_block("entry"))
         args = list(self.fn.args)
@@ -211,7 +219,9 @@ class KernelBuilder:
     ) -> Iterator[ir.Value]:
         """``for i in range(start, stop, step)`` over i64; yields ``i`` and leaves the builder after it.
 
-        ``vector_width`` (elements) overrides the vectorizer's choice for this loop.
+        ``vector_width`` (elements) overrides the vectorizer's choice for this loop in the JIT's code, a tuning
+        for the host; ahead-of-time code for another CPU leaves the choice to LLVM's cost model for that CPU
+        (a forced width that it cannot honour, such as float loops on armv7's non-IEEE NEON, is reported).
         """
         b = self.b
         if isinstance(start, int) and isinstance(stop, int) and start < stop <= start + step:
@@ -233,7 +243,7 @@ class KernelBuilder:
         nxt = b.add(i, i64(step), flags=("nsw",))
         i.add_incoming(nxt, b.block)
         latch = b.branch(head)
-        if vector_width:
+        if vector_width and self.host_tuning:
             latch.set_metadata("llvm.loop", self._loop_id(("llvm.loop.vectorize.width", vector_width)))
         b.position_at_end(done)
 
@@ -290,7 +300,35 @@ class KernelBuilder:
         return self.call("llvm.minimum.f32", F32, a, b, fastmath=("nsz",))
 
     def fma(self, a: ir.Value, b: ir.Value, c: ir.Value) -> ir.Value:
-        return self.call("llvm.fmuladd.f32", F32, a, b, c)
+        """``a * b + c`` (float32 scalars or vectors) rounded once (IEEE fusedMultiplyAdd) on every CPU, so that
+        code for a board rounds as the host's does (``llvm.fmuladd`` fuses or not as the CPU has an FMA or not):
+        the hardware's FMA where the target has one, else in float64: the product is exact, the sum is rounded
+        to odd (an inexact float64 sum with an even last bit moves one unit towards the exact value, found by
+        TwoSum), and the final rounding to float32 is then the one correct rounding (53 >= 24 + 2 bits)."""
+        lanes = a.type.count if isinstance(a.type, ir.VectorType) else 0
+        if self.hardware_fma:
+            return self.call(f"llvm.fma.v{lanes}f32" if lanes else "llvm.fma.f32", a.type, a, b, c)
+
+        def typed(t: ir.Type) -> ir.Type:
+            return ir.VectorType(t, lanes) if lanes else t
+
+        def const(t: ir.Type, v: float | int) -> ir.Constant:
+            return ir.Constant(typed(t), [v] * lanes if lanes else v)
+
+        b_ = self.b
+        p = b_.fmul(b_.fpext(a, typed(F64)), b_.fpext(b, typed(F64)))
+        cd = b_.fpext(c, typed(F64))
+        s = b_.fadd(p, cd)
+        v = b_.fsub(s, p)
+        err = b_.fadd(b_.fsub(p, b_.fsub(s, v)), b_.fsub(cd, v))  # p + cd - s exactly (NaN for infinities)
+        bits = b_.bitcast(s, typed(I64))
+        even = b_.icmp_unsigned("==", b_.and_(bits, const(I64, 1)), const(I64, 0))
+        inexact = b_.fcmp_ordered("one", err, const(F64, 0.0))
+        outward = b_.icmp_unsigned(
+            "==", b_.fcmp_ordered("ogt", err, const(F64, 0.0)), b_.fcmp_ordered("ogt", s, const(F64, 0.0))
+        )
+        odd = b_.select(outward, b_.add(bits, const(I64, 1)), b_.sub(bits, const(I64, 1)))
+        return b_.fptrunc(b_.bitcast(b_.select(b_.and_(inexact, even), odd, bits), typed(F64)), a.type)
 
     def fabs(self, v: ir.Value) -> ir.Value:
         return self.call("llvm.fabs.f32", F32, v)
@@ -420,7 +458,8 @@ class KernelBuilder:
 
     # -- float64 kernels of float32 functions (see the constants above) -------------------------------------
     def _fma64(self, a: ir.Value, b: ir.Value, c: ir.Value) -> ir.Value:
-        return self.call("llvm.fmuladd.f64", F64, a, b, c)
+        """Fused on every CPU (a call to the C library's ``fma`` where the target has no FMA), see :meth:`fma`."""
+        return self.call("llvm.fma.f64", F64, a, b, c)
 
     def _poly64(self, x: ir.Value, coefficients: tuple[float, ...]) -> ir.Value:
         acc = _d(coefficients[-1])

@@ -1,4 +1,5 @@
-"""CPython entry points of a kernel: the vectorcall glue between Python and the kernel's body.
+"""Entry points of a kernel: the vectorcall glue between Python and the kernel's body (JIT), or a plain C
+entry (ahead-of-time code for another machine, :func:`emit_c_entry`).
 
 A kernel's body (see :class:`vdla.cpu_fallback.codegen.KernelBuilder`) takes noalias data pointers; its
 entries, emitted here, take the ndarray objects themselves and are called like builtins (see
@@ -121,6 +122,21 @@ def _emit_run(
     b.position_at_end(b.fail)
     b.ret(ir.Constant(ir.IntType(1), 0))
     return run
+
+
+def emit_c_entry(module: ir.Module, body: ir.Function, name: str, n_args: int) -> None:
+    """Emit ``void name(void **args)``: the plain C entry of ahead-of-time code (:mod:`vdla.cpu_fallback.aot`).
+
+    ``args`` holds the data pointers of the inputs, the output, then the scratch buffer if any: ``n_args``
+    pointers to C-contiguous buffers of exactly the compiled shapes and dtypes, the output overlapping no
+    input. The entry checks nothing (it cannot see the arrays): its caller (:class:`vdla.cpu_fallback.native.
+    NativeKernel`) does. It depends on no Python or numpy object layout, so one object serves any Python.
+    """
+    entry = ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR]), name=name)
+    b = ir.IRBuilder(entry.append_basic_block("entry"))
+    argv = entry.args[0]
+    b.call(body, [b.load(b.gep(argv, [i64(i)], source_etype=PTR), typ=PTR) for i in range(n_args)])
+    b.ret_void()
 
 
 class _EntryBuilder(ir.IRBuilder):

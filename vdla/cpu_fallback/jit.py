@@ -35,7 +35,7 @@ from vdla.cpu_fallback.specs import Spec, spec_inputs, spec_op
 from vdla.graph.types import TensorType, UnsupportedError
 
 
-def _source_fingerprint() -> str:
+def source_fingerprint() -> str:
     """Hash of the code generator's sources: any change to them invalidates the disk cache."""
     import vdla.cpu_fallback.codegen as codegen
     import vdla.cpu_fallback.entry as entry
@@ -53,6 +53,29 @@ def _source_fingerprint() -> str:
     return h.hexdigest()[:16]
 
 
+def emit_object(module: ir.Module, tm: llvm.TargetMachine) -> bytes:
+    """Optimize ``module`` at -O3 (loop + SLP vectorization) for ``tm``'s target and CPU; its object code.
+    The one pipeline of the JIT and of ahead-of-time code (:mod:`vdla.cpu_fallback.aot`)."""
+    module.triple = tm.triple
+    module.data_layout = str(tm.target_data)
+    mod = llvm.parse_assembly(str(module))
+    mod.verify()
+    pto = llvm.create_pipeline_tuning_options(speed_level=3)
+    pto.loop_vectorization = True
+    pto.slp_vectorization = True
+    pto.loop_unrolling = True
+    pb = llvm.create_pass_builder(tm, pto)
+    pb.getModulePassManager().run(mod, pb)
+    return tm.emit_object(mod)
+
+
+def has_fma(triple: str, features: str) -> bool:
+    """Whether a CPU (LLVM triple, feature string) has a fused multiply-add: every AArch64 one, x86 with FMA3,
+    32-bit ARM with VFPv4."""
+    flags = set(features.split(","))
+    return triple.startswith(("aarch64", "arm64")) or bool(flags & {"+fma", "+vfp4", "+vfp4d16"})
+
+
 class _Engine:
     """Process-wide LLVM state: host target machine and optimization pipeline settings."""
 
@@ -61,12 +84,13 @@ class _Engine:
         llvm.initialize_native_asmprinter()
         self.cpu = llvm.get_host_cpu_name()
         self.features = llvm.get_host_cpu_features().flatten()
+        self.hardware_fma = has_fma(llvm.get_process_triple(), self.features)
         self.tm = self._target_machine()
         self.layout = abi.probe()
         for symbol, address in abi.python_api().items():
             llvm.add_symbol(symbol, address)
         self.fingerprint = "|".join(
-            (_source_fingerprint(), llvmlite.__version__, self.cpu, self.features, repr(self.layout))
+            (source_fingerprint(), llvmlite.__version__, self.cpu, self.features, repr(self.layout))
         )
 
     def _target_machine(self) -> llvm.TargetMachine:
@@ -75,18 +99,7 @@ class _Engine:
 
     def compile(self, module: ir.Module) -> bytes:
         """Optimize at -O3 (loop + SLP vectorization) for the host CPU and emit object code."""
-        tm = self.tm
-        module.triple = tm.triple
-        module.data_layout = str(tm.target_data)
-        mod = llvm.parse_assembly(str(module))
-        mod.verify()
-        pto = llvm.create_pipeline_tuning_options(speed_level=3)
-        pto.loop_vectorization = True
-        pto.slp_vectorization = True
-        pto.loop_unrolling = True
-        pb = llvm.create_pass_builder(tm, pto)
-        pb.getModulePassManager().run(mod, pb)
-        return tm.emit_object(mod)
+        return emit_object(module, self.tm)
 
     def load(self, obj: bytes, name: str) -> tuple[llvm.ExecutionEngine, tuple[int, int]]:
         """Load object code into a new engine (which owns and frees its own target machine); returns the
@@ -193,11 +206,6 @@ class Kernel:
         return f"Kernel({self.op}, {self.name}, out={self.out})"
 
 
-def contiguous(a: np.ndarray) -> np.ndarray:
-    """``a`` itself if C-contiguous, else a C-contiguous copy (unlike ascontiguousarray, keeps 0-d arrays)."""
-    return a if a.flags.c_contiguous else np.ascontiguousarray(a)
-
-
 _lock = threading.RLock()
 _engine: _Engine | None = None
 _kernels: dict[Spec, Kernel] = {}
@@ -232,14 +240,14 @@ def clear_cache() -> None:
         _kernels.clear()
 
 
-def _read_disk(path: Path | None) -> bytes | None:
+def read_disk(path: Path | None) -> bytes | None:
     try:
         return path.read_bytes() if path is not None else None
     except OSError:
         return None
 
 
-def _write_disk(path: Path | None, obj: bytes) -> None:
+def write_disk(path: Path | None, obj: bytes) -> None:
     if path is None:
         return
     try:
@@ -263,13 +271,13 @@ def get_kernel(spec: Spec) -> Kernel:
         name = f"vdla_{spec_op(spec)}_{key[:20]}"
         cache_dir = disk_cache_dir()
         path = cache_dir / f"{key}.o" if cache_dir is not None else None
-        obj = _read_disk(path)
+        obj = read_disk(path)
         from_disk = obj is not None
         if obj is None:
             module = ir.Module(name=name)
-            kernels.emit(spec, module, name, eng.layout)
+            kernels.emit(spec, module, name, eng.layout, eng.hardware_fma)
             obj = eng.compile(module)
-            _write_disk(path, obj)
+            write_disk(path, obj)
         ee, addrs = eng.load(obj, name)
         kernel = Kernel(spec, name, ee, addrs, time.perf_counter() - t0, from_disk)
         _kernels[spec] = kernel

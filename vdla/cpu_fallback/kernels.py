@@ -57,10 +57,13 @@ def _(spec: CpuConv2dSpec) -> int:
     return spec.w.size if spec.x.dtype == "int8" else 0
 
 
-def emit(spec: Spec, module: ir.Module, name: str, layout: ObjectLayout) -> None:
+def emit(spec: Spec, module: ir.Module, name: str, layout: ObjectLayout | None, hardware_fma: bool = True) -> None:
     """Add the kernel ``name`` for ``spec`` to ``module``: args are the inputs, the output, then the scratch
-    buffer if :func:`scratch_elements` asks for one."""
-    kb = KernelBuilder(module, name, spec_inputs(spec), spec.out, layout, scratch_elements(spec) > 0)
+    buffer if :func:`scratch_elements` asks for one. With ``layout`` None the entry is the plain C one of
+    ahead-of-time code; ``hardware_fma``: the target CPU has a fused multiply-add (see
+    :class:`~vdla.cpu_fallback.codegen.KernelBuilder`)."""
+    scratch = scratch_elements(spec) > 0
+    kb = KernelBuilder(module, name, spec_inputs(spec), spec.out, layout, scratch, hardware_fma)
     _emit(spec, kb)
     kb.finish()
 
@@ -289,8 +292,10 @@ def _global_avg_pool(spec: GlobalAvgPoolSpec, kb: KernelBuilder) -> None:
 @_emit.register
 def _softmax(spec: SoftmaxSpec, kb: KernelBuilder) -> None:
     """Per outer index, all ``inner`` rows along the axis at once (the inner loops walk contiguous memory):
-    softmax and log-softmax in three passes (max; exp and sum; scale, or subtract the log of the sum),
-    hardmax in two (the first maximum's index, NaN counting as the maximum; the one-hot)."""
+    softmax and log-softmax in four passes (max; exp, written to the output; its sum; scale, or subtract the
+    log of the sum), hardmax in two (the first maximum's index, NaN counting as the maximum; the one-hot).
+    The sum runs in axis order, not reassociated: its rounding is the same on every CPU whatever its vector
+    width (the exps, in their own pass, still vectorize)."""
     b = kb.b
     shape, axis = spec.x.shape, spec.axis
     outer, n, inner = math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1 :])
@@ -305,11 +310,11 @@ def _softmax(spec: SoftmaxSpec, kb: KernelBuilder) -> None:
     def running_max(i: ir.Value, off: ir.Value, a: ir.Value) -> None:
         kb.store(kb.fmax(kb.load("float32", mx, i), kb.load("float32", x, off)), "float32", mx, i)
 
-    def exp_and_sum(i: ir.Value, off: ir.Value, a: ir.Value) -> None:
-        e = kb.exp(b.fsub(kb.load("float32", x, off), kb.load("float32", mx, i)))
-        if spec.kind == "softmax":
-            kb.store(e, "float32", y, off)
-        kb.store(b.fadd(kb.load("float32", sm, i), e, flags=REASSOC), "float32", sm, i)
+    def exp(i: ir.Value, off: ir.Value, a: ir.Value) -> None:
+        kb.store(kb.exp(b.fsub(kb.load("float32", x, off), kb.load("float32", mx, i))), "float32", y, off)
+
+    def add_up(i: ir.Value, off: ir.Value, a: ir.Value) -> None:
+        kb.store(b.fadd(kb.load("float32", sm, i), kb.load("float32", y, off)), "float32", sm, i)
 
     def finish(i: ir.Value, off: ir.Value, a: ir.Value) -> None:
         if spec.kind == "softmax":
@@ -341,7 +346,8 @@ def _softmax(spec: SoftmaxSpec, kb: KernelBuilder) -> None:
             over_axis(o, one_hot)
         else:
             over_axis(o, running_max)
-            over_axis(o, exp_and_sum)
+            over_axis(o, exp)
+            over_axis(o, add_up)
             with kb.loop(0, inner) as i:
                 total = kb.load("float32", sm, i)
                 kb.store(kb.log(total) if spec.kind == "log_softmax" else b.fdiv(f32(1.0), total), "float32", sm, i)
@@ -772,7 +778,14 @@ def _conv2d(spec: CpuConv2dSpec, kb: KernelBuilder) -> None:
                     acc = b.load(slot)
                     for t, xv in enumerate(xs):
                         wv = kb.splat(kb.load("float32", wt, b.add(wbase, i64(ob * icg * kh_n * kw_n + t))), lanes)
-                        acc = kb.call(f"llvm.fmuladd.v{lanes}f32", vec_f, xv, wv, acc)
+                        # int8 products and sums are exact in float32, fused or not; float32 ones are rounded
+                        # twice, product then sum, on every CPU (a fused one costs ~15 scalar float64 operations
+                        # on a Cortex-A9, which has no FMA)
+                        acc = (
+                            b.fadd(acc, b.fmul(xv, wv))
+                            if fl
+                            else kb.call(f"llvm.fmuladd.v{lanes}f32", vec_f, xv, wv, acc)
+                        )
                     b.store(acc, slot)
             for fslot, islot in zip(fslots, islots, strict=True):
                 b.store(b.add(b.load(islot), b.fptosi(b.load(fslot), vec_i)), islot)

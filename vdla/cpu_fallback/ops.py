@@ -10,9 +10,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from vdla.cpu_fallback.jit import contiguous, get_kernel
+from vdla.cpu_fallback.jit import get_kernel
 from vdla.cpu_fallback.specs import (
     Spec,
+    contiguous,
     make_concat,
     make_conv2d,
     make_conv_transpose,

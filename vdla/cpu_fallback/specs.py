@@ -44,6 +44,11 @@ from vdla.graph.types import TensorType, UnsupportedError, is_float
 from vdla.graph.window import Window, make_window
 
 
+def contiguous(a: np.ndarray) -> np.ndarray:
+    """``a`` itself if C-contiguous, else a C-contiguous copy (unlike ascontiguousarray, keeps 0-d arrays)."""
+    return a if a.flags.c_contiguous else np.ascontiguousarray(a)
+
+
 def _need(op: str, cond: bool, message: str) -> None:
     if not cond:
         raise UnsupportedError(op, message)

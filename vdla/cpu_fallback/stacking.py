@@ -6,6 +6,10 @@ input once and writes the output once. In a graph (:func:`compile_graph`), each 
 kernel, and a run that directly follows a conv2d or dense node becomes that kernel's epilogue, applied to
 the accumulator before it is stored. Every other node is one kernel, the one its operator's definition
 names (:attr:`vdla.graph.ops.OpDef.cpu`).
+
+Graph compilation takes its kernels from a source (a spec -> callable kernel): the JIT by default, or a
+loaded library of ahead-of-time code (:meth:`vdla.cpu_fallback.native.LoadedLibrary.kernel`), so both run
+the same groups and specs. Only the JIT source imports llvmlite.
 """
 
 from __future__ import annotations
@@ -13,20 +17,38 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 import vdla.cpu_fallback.specs as specs
-from vdla.cpu_fallback.jit import Kernel, contiguous, get_kernel
 from vdla.cpu_fallback.reference import reference
-from vdla.cpu_fallback.specs import Spec, make_chain
+from vdla.cpu_fallback.specs import Spec, contiguous, make_chain
 from vdla.graph.ew import Arg, Const, EwStep, Step, is_elementwise, node_steps
 from vdla.graph.fusion import EPILOGUE_ANCHORS, fuse_ops
 from vdla.graph.graph import Graph, Node, reshaped
 from vdla.graph.ops import OPS, VIEW, CpuKernel
 from vdla.graph.passes import fresh_name
 from vdla.graph.types import TensorType, UnsupportedError
+
+
+class KernelFn(Protocol):
+    """What a kernel source gives: ``kernel(*inputs, out=None)`` -> the output (a JIT or native kernel)."""
+
+    spec: Spec
+    out: TensorType
+
+    def __call__(self, *arrays: np.ndarray, out: np.ndarray | None = None) -> np.ndarray: ...
+
+
+KernelSource = Callable[[Spec], KernelFn]
+
+
+def get_kernel(spec: Spec) -> KernelFn:
+    """The JIT's kernel for ``spec`` (the default kernel source; imports llvmlite)."""
+    from vdla.cpu_fallback.jit import get_kernel as jit_kernel
+
+    return jit_kernel(spec)
 
 
 @dataclass
@@ -61,7 +83,7 @@ def resolve_steps(primary: object, steps: Sequence[Step]) -> Resolved:
     return Resolved(tuple(out), tuple(types), sources[1:])
 
 
-def compile_chain(x: np.ndarray | TensorType, steps: Sequence[Step]) -> Kernel:
+def compile_chain(x: np.ndarray | TensorType, steps: Sequence[Step]) -> KernelFn:
     """Compile ``steps`` applied to ``x`` as one kernel; call it as ``kernel(x, *operand_arrays)``.
 
     Operand arrays are taken in order of first appearance (an operand that is ``x`` itself is not repeated).
@@ -138,7 +160,7 @@ def fuse(graph: Graph) -> list[list[Node]]:
 class CompiledGroup:
     """One step of a compiled graph: a kernel (or, for ``reshape``, a free view) with its argument names."""
 
-    kernel: Kernel | None
+    kernel: KernelFn | None
     args: tuple[str, ...]
     output: str
     nodes: tuple[str, ...]
@@ -217,8 +239,17 @@ def split_computed_bias(graph: Graph) -> Graph:
     return graph.copy(nodes=nodes)
 
 
-def compile_graph(graph: Graph) -> CompiledGraph:
-    """Fuse, type and JIT-compile every group of ``graph`` (kernels come from the caches when possible)."""
+def graph_specs(graph: Graph) -> list[Spec]:
+    """The specs of the kernels :func:`compile_graph` runs for ``graph``, in order (one per group, views
+    excepted), without compiling anything: what ahead-of-time code for ``graph`` must contain."""
+    specs_: list[Spec] = []
+    compile_graph(graph, specs_.append)
+    return specs_
+
+
+def compile_graph(graph: Graph, kernels: KernelSource = get_kernel) -> CompiledGraph:
+    """Fuse, type and compile every group of ``graph``, taking each group's kernel from ``kernels`` (by
+    default the JIT, whose caches give already compiled kernels)."""
     graph = split_computed_bias(graph)
     params = dict(graph.params)
     types: dict[str, TensorType] = dict(graph.inputs)
@@ -242,6 +273,6 @@ def compile_graph(graph: Graph) -> CompiledGraph:
             spec = node_spec(anchor, [types[n] for n in names])
         types[group[-1].output] = spec.out
         stages.append(
-            CompiledGroup(get_kernel(spec), tuple(names), group[-1].output, tuple(n.output for n in group), spec.out)
+            CompiledGroup(kernels(spec), tuple(names), group[-1].output, tuple(n.output for n in group), spec.out)
         )
     return CompiledGraph(graph, stages, params)

@@ -9,12 +9,15 @@ A ``.vdla`` file is a zip archive:
 * ``image.bin``: the DRAM image from the config's base address: packed weights and per-channel
   constants, micro-op kernels and the accelerator instruction streams (activations are planned in
   an arena inside it and need no initial contents);
-* ``cpu.npz``: the parameters of the CPU steps' graphs.
+* ``cpu.npz``: the parameters of the CPU steps' graphs;
+* ``cpu/<target>.so`` (optional, ``vdla compile --cpu-target``): the CPU steps' kernels compiled ahead of time
+  for a machine (:mod:`vdla.cpu_fallback.native`); the manifest's ``cpu_code`` gives each one's LLVM triple,
+  the machines that run it, its SHA-256 and its kernels. A machine with code here needs no LLVM.
 
 An accelerator step is one instruction stream already in the image (address and length); consecutive
 accelerator steps are also joined into one stream (a chain) that overlaps their fills and drains. A CPU step
-is a graph of CPU operators (JIT-compiled at load, or interpreted with numpy where llvmlite is
-missing) whose ``@dram`` inputs and outputs are packed tensors read from and written to DRAM.
+is a graph of CPU operators (run by the artifact's code for the machine, else JIT-compiled at load, else
+interpreted with numpy) whose ``@dram`` inputs and outputs are packed tensors read from and written to DRAM.
 Writing is atomic (a temporary file renamed into place): no partial artifact is ever left behind.
 """
 
@@ -32,6 +35,7 @@ import numpy as np
 
 from vdla._version import __version__
 from vdla.config import HwConfig, from_dict
+from vdla.cpu_fallback.native import TARGETS, NativeLibrary
 from vdla.errors import VdlaError
 from vdla.graph.graph import Graph
 from vdla.graph.serialize import graph_from_json, graph_to_json, type_from_json, type_to_json
@@ -122,6 +126,7 @@ class Artifact:
     memory: dict = field(default_factory=dict)
     meta: dict = field(default_factory=dict)
     chains: list[AccelChain] = field(default_factory=list)
+    cpu_code: dict[str, NativeLibrary] = field(default_factory=dict)  # target name -> its CPU steps' kernels
 
     @property
     def accel_macs(self) -> int:
@@ -145,6 +150,8 @@ class Artifact:
                 buf = io.BytesIO()
                 np.savez(buf, **arrays)
                 z.writestr("cpu.npz", buf.getvalue())
+                for name, lib in self.cpu_code.items():
+                    z.writestr(f"cpu/{name}.so", lib.code)
             os.replace(tmp, path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
@@ -186,29 +193,44 @@ class Artifact:
             "memory": self.memory,
             "meta": self.meta,
             "chains": [asdict(c) for c in self.chains],
+            "cpu_code": {
+                name: {
+                    "file": f"cpu/{name}.so",
+                    "triple": TARGETS[name].triple,
+                    "cpu": TARGETS[name].cpu,
+                    "machines": list(TARGETS[name].machines),
+                    "sha256": lib.sha256,
+                    "kernels": lib.kernels,
+                }
+                for name, lib in self.cpu_code.items()
+            },
         }
         return manifest, arrays
 
 
-def _read(path: Path) -> tuple[dict, np.ndarray, dict[str, np.ndarray]]:
+def _read(path: Path) -> tuple[dict, np.ndarray, dict[str, np.ndarray], dict[str, NativeLibrary]]:
     try:
         with zipfile.ZipFile(path) as z:
             manifest = json.loads(z.read("manifest.json"))
             image = np.frombuffer(z.read("image.bin"), np.uint8).copy()
             with np.load(io.BytesIO(z.read("cpu.npz"))) as npz:
                 arrays = {k: npz[k] for k in npz.files}
+            code = {
+                name: NativeLibrary(name, z.read(c["file"]), c["sha256"], dict(c["kernels"]))
+                for name, c in manifest.get("cpu_code", {}).items()
+            }
     except FileNotFoundError:
         raise
     except (zipfile.BadZipFile, KeyError, json.JSONDecodeError, ValueError, OSError) as e:
         raise ArtifactError(f"{path}: not a readable vdla model artifact ({e})") from e
-    return manifest, image, arrays
+    return manifest, image, arrays, code
 
 
 def load_artifact(path: str | Path, config: HwConfig | None = None) -> Artifact:
     """Read an artifact, refusing another format version, a corrupt file, or (when ``config`` is given)
     an artifact compiled for another hardware configuration."""
     path = Path(path)
-    manifest, image, arrays = _read(path)
+    manifest, image, arrays, code = _read(path)
     if manifest.get("format") != FORMAT or manifest.get("format_version") != FORMAT_VERSION:
         raise ArtifactError(
             f"{path}: format {manifest.get('format')!r} version {manifest.get('format_version')!r}; this vdla "
@@ -247,4 +269,5 @@ def load_artifact(path: str | Path, config: HwConfig | None = None) -> Artifact:
         memory=manifest["memory"],
         meta=manifest["meta"],
         chains=[AccelChain(**c) for c in manifest.get("chains", [])],
+        cpu_code=code,
     )

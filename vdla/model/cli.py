@@ -16,6 +16,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 from rich.table import Table
 
 from vdla.config import DEFAULT_PRESET
+from vdla.cpu_fallback.native import HOST, PRESET_TARGETS, TARGETS
 from vdla.errors import VdlaError
 from vdla.graph.calibrate import DEFAULT_PERCENTILE, METHODS
 
@@ -86,6 +87,7 @@ def compile_options(args: argparse.Namespace):
         power_of_two=args.power_of_two,
         dump=args.dump,
         quant_report=args.report,
+        cpu_targets=tuple(args.cpu_target),
     )
 
 
@@ -207,7 +209,14 @@ def run(args: argparse.Namespace) -> int:
     if args.output:
         check_output_path(args.output, list(artifact.outputs))
     options = {"trace": True} if getattr(args, "wave", False) else {}
-    module = Module(artifact, args.backend, overlap=not getattr(args, "no_overlap", False), **options)
+    module = Module(
+        artifact,
+        args.backend,
+        overlap=not getattr(args, "no_overlap", False),
+        cpu_kernels=getattr(args, "cpu_kernels", "auto"),
+        allow_reference_kernels=getattr(args, "allow_reference_kernels", False),
+        **options,
+    )
     feeds = _inputs(args.input, list(artifact.inputs))
     steps = len(artifact.steps)
     with Progress(
@@ -230,7 +239,8 @@ def run(args: argparse.Namespace) -> int:
     console.print(_run_table(report, artifact))
     console.print(
         f"accelerator: {report.accel_cycles:,} cycles = {report.accel_ms:.3f} ms at {artifact.config.clock_mhz:g} MHz; "
-        f"CPU: {report.cpu_ms:.3f} ms; MACs on the accelerator: {report.accel_mac_share:.2%}"
+        f"CPU: {report.cpu_ms:.3f} ms ({module.cpu_kernels} kernels); "
+        f"MACs on the accelerator: {report.accel_mac_share:.2%}"
     )
     if args.output:
         save_outputs(args.output, outputs if isinstance(outputs, dict) else {next(iter(artifact.outputs)): outputs})
@@ -283,6 +293,15 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         default=[],
         metavar="NAME=1x3x224x224",
         help="fix a dynamic input shape (repeatable)",
+    )
+    p.add_argument(
+        "--cpu-target",
+        action="append",
+        default=[],
+        metavar="T",
+        help="also compile the CPU steps ahead of time for T and ship the code in the artifact (repeatable): "
+        f"{', '.join([HOST, *TARGETS])} (the pynq preset's boards: {PRESET_TARGETS['pynq'][0]}); "
+        "needs the aot extra",
     )
     p.add_argument("--dump", metavar="DIR", help="write the graph as text and DOT after every pass")
     p.add_argument("--no-cache", action="store_true", help="search every schedule again")

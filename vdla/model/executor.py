@@ -2,9 +2,10 @@
 
 Loading places the artifact's DRAM image at the config's base address once; a run allocates no DRAM
 (every tensor has its planned address), so running twice gives identical results and leaves the
-allocator where it was. CPU steps are JIT-compiled by the CPU fallback where llvmlite is installed and
-interpreted with the numpy oracle where it is not (a one-line warning says so). Nothing here imports
-the compiler or ONNX.
+allocator where it was. CPU steps run on the first of (:func:`choose_cpu_kernels`): the artifact's ahead-of-time
+code for this machine (loaded with ctypes after a check of its hash), the CPU fallback's JIT where llvmlite
+is installed, and the numpy reference kernels (a one-line warning names the ``--cpu-target`` that would
+give native code). Nothing here imports the compiler or ONNX, nor llvmlite unless the JIT runs.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
+from vdla.cpu_fallback.native import NativeCodeError, machine, target_for_machine
+from vdla.cpu_fallback.stacking import compile_graph
 from vdla.errors import VdlaError
 from vdla.graph.interp import evaluate
 from vdla.graph.types import INT_RANGE, TensorType, narrow_integers
@@ -95,14 +98,61 @@ def _check_finite(name: str, a: np.ndarray, how: str) -> None:
         )
 
 
-def _compile_cpu(step: CpuStep, warn: Callable[[str], None]):
-    """The CPU step's JIT-compiled graph, or None where llvmlite is missing (numpy interpreter then)."""
+CPU_KERNELS = ("auto", "native", "jit", "reference")  # Module(cpu_kernels=...): where CPU steps run
+
+
+def _jit_source() -> Callable | None:
+    """The JIT's kernel source, or None where llvmlite is missing."""
     try:
-        from vdla.cpu_fallback import compile_graph
+        from vdla.cpu_fallback import get_kernel
     except ImportError:
-        warn("llvmlite is not installed: CPU steps run on numpy reference kernels (pip install 'vdla[jit]')")
         return None
-    return compile_graph(step.graph)
+    return get_kernel
+
+
+def _missing_code(artifact: Artifact) -> str:
+    """Why this machine has no native code in ``artifact``, and the compile option that would give it."""
+    here = target_for_machine(machine())
+    carried = ", ".join(artifact.cpu_code) or "none"
+    fix = f"compile with --cpu-target {here.name}" if here else "no --cpu-target of vdla runs on it"
+    return f"the artifact carries CPU code for {carried}, none for this machine ({machine()}): {fix}"
+
+
+def choose_cpu_kernels(
+    artifact: Artifact, choice: str = "auto", allow_reference: bool = False, warn: Callable[[str], None] = print
+) -> tuple[str, Callable | None]:
+    """Where ``artifact``'s CPU steps run here: ``("native", source)`` (the artifact's code for this machine),
+    ``("jit", source)`` or ``("reference", None)`` (the numpy kernels), the source mapping a kernel spec to
+    a callable kernel.
+
+    ``choice`` ``auto`` takes the first that is available, in that order; the numpy kernels come last, with
+    a warning naming the ``--cpu-target`` that would fix it. Code for this machine that is corrupt or has
+    another hash is refused (:class:`NativeCodeError`), or, with ``allow_reference``, warned about and
+    replaced by the numpy kernels. ``native`` and ``jit`` refuse to fall back; ``reference`` forces numpy.
+    """
+    if choice not in CPU_KERNELS:
+        raise VdlaError(f"unknown cpu_kernels {choice!r}: one of {', '.join(CPU_KERNELS)}")
+    if choice == "reference":
+        return "reference", None
+    here = target_for_machine(machine())
+    lib = artifact.cpu_code.get(here.name) if here and choice in ("auto", "native") else None
+    if lib is not None:
+        try:
+            return "native", lib.load().kernel
+        except NativeCodeError as e:
+            if not allow_reference:
+                raise NativeCodeError(f"{e} (--allow-reference-kernels runs the numpy kernels instead)") from e
+            warn(f"{e}: CPU steps run on numpy reference kernels")
+            return "reference", None
+    if choice == "native":
+        raise NativeCodeError(_missing_code(artifact))
+    jit = _jit_source()
+    if jit is not None:
+        return "jit", jit
+    if choice == "jit":
+        raise VdlaError("cpu_kernels='jit' needs llvmlite: pip install 'vdla[jit]'")
+    warn(f"CPU steps run on numpy reference kernels: {_missing_code(artifact)} (or pip install 'vdla[jit]')")
+    return "reference", None
 
 
 def plan_host(artifact: Artifact, compiled: Mapping[int, object]) -> tuple[MemoryPlan | None, dict]:
@@ -161,8 +211,17 @@ class Module:
     """
 
     def __init__(
-        self, artifact: Artifact, backend: str = "sim", device: Device | None = None, overlap: bool = True, **options
+        self,
+        artifact: Artifact,
+        backend: str = "sim",
+        device: Device | None = None,
+        overlap: bool = True,
+        cpu_kernels: str = "auto",
+        allow_reference_kernels: bool = False,
+        **options,
     ):
+        """``cpu_kernels`` and ``allow_reference_kernels``: where the CPU steps run, see :func:`choose_cpu_kernels`
+        (the choice made is ``self.cpu_kernels``)."""
         self.artifact = artifact
         self.chains = {c.first: c for c in artifact.chains} if overlap else {}
         self.device = device or Device(artifact.config, backend, **options)
@@ -175,7 +234,13 @@ class Module:
         self._image = self.device.dram.reserve(cfg.dram_base_addr, max(artifact.image.size, 1))
         self._image.write(artifact.image)
         self._warned: set[str] = set()
-        self._cpu = {i: _compile_cpu(s, self._warn) for i, s in enumerate(artifact.steps) if isinstance(s, CpuStep)}
+        cpu_steps = {i: s for i, s in enumerate(artifact.steps) if isinstance(s, CpuStep)}
+        self.cpu_kernels, source = (
+            choose_cpu_kernels(artifact, cpu_kernels, allow_reference_kernels, self._warn)
+            if cpu_steps
+            else ("none", None)
+        )
+        self._cpu = {i: compile_graph(s.graph, source) if source else None for i, s in cpu_steps.items()}
         self.host_plan, tensors = plan_host(artifact, self._cpu)
         self._host = np.zeros(self.host_plan.total if self.host_plan else 0, np.uint8)
         self._buffers: dict[int, dict[str, np.ndarray]] = {}

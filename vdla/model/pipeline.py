@@ -9,7 +9,8 @@ Pipeline (each pass verified, dumped with ``CompileOptions.dump``):
    convolution over few channels becomes an im2col on the host and a 1x1 convolution (``vdla.graph.im2col``);
 3. fusion and partitioning (:mod:`vdla.model.place`, the layers recognised by :mod:`vdla.model.match`);
 4. layout, memory planning and the accelerator layers' code (:mod:`vdla.model.lower`);
-5. the artifact: DRAM image, instruction streams, CPU region graphs, manifest.
+5. the artifact: DRAM image, instruction streams, CPU region graphs, manifest; with ``cpu_targets``, the CPU
+   steps' kernels compiled ahead of time for each target machine (:func:`add_cpu_code`).
 
 Every setting is one :class:`CompileOptions`, which ``vdla.compile``, :func:`compile_model` and ``vdla
 compile`` all take whole.
@@ -28,6 +29,7 @@ import numpy as np
 
 from vdla.compiler import CompileError, ScheduleCache
 from vdla.config import DEFAULT_PRESET, HwConfig, load_config
+from vdla.cpu_fallback.native import TARGETS, NativeCodeError, resolve_target
 from vdla.graph import dump as gdump
 from vdla.graph.calibrate import DEFAULT_PERCENTILE, METHODS
 from vdla.graph.convt import phase_convs
@@ -37,9 +39,10 @@ from vdla.graph.im2col import im2col_convs
 from vdla.graph.ops import infer_types
 from vdla.graph.qdq import lower_qdq
 from vdla.graph.quantize import QuantReport, quantize_model
+from vdla.graph.serialize import graph_from_json, graph_to_json
 from vdla.graph.tables import fold_tables, quantize_early
 from vdla.graph.verify import verify
-from vdla.model.artifact import Artifact
+from vdla.model.artifact import Artifact, CpuStep
 from vdla.model.lower import Log, ModelBuilder
 from vdla.model.place import place
 
@@ -51,10 +54,13 @@ class CompileOptions:
     ``calibration`` method (``minmax``, ``percentile`` at ``percentile``, ``entropy``), the nodes left in
     float (``keep_float``, by output name), residual skips sharing their sum's scale (``align_residuals``)
     and power-of-two scales (``power_of_two``, VTA's scheme); ``dump`` a folder for the graph after every
-    pass and ``quant_report`` a path for the quantization report (JSON).
+    pass and ``quant_report`` a path for the quantization report (JSON); ``cpu_targets`` the machines whose
+    ahead-of-time CPU code the artifact carries (``--cpu-target``: ``host`` or a name of
+    :data:`vdla.cpu_fallback.native.TARGETS`; stored resolved).
 
     Invariants: ``calibration`` is one of :data:`vdla.graph.calibrate.METHODS`, ``percentile`` lies in
-    (0, 100], ``keep_float`` is a tuple of names, ``input_shapes`` maps names to tuples of ints."""
+    (0, 100], ``keep_float`` is a tuple of names, ``input_shapes`` maps names to tuples of ints,
+    ``cpu_targets`` is a tuple of distinct known target names."""
 
     config: str | HwConfig = DEFAULT_PRESET
     input_shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict, hash=False)
@@ -65,6 +71,7 @@ class CompileOptions:
     power_of_two: bool = False
     dump: str | Path | None = None
     quant_report: str | Path | None = None
+    cpu_targets: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.calibration not in METHODS:
@@ -75,6 +82,12 @@ class CompileOptions:
         object.__setattr__(self, "keep_float", keep)
         shapes = {str(k): tuple(int(d) for d in v) for k, v in dict(self.input_shapes or {}).items()}
         object.__setattr__(self, "input_shapes", shapes)
+        targets = (self.cpu_targets,) if isinstance(self.cpu_targets, str) else tuple(self.cpu_targets)
+        try:
+            resolved = tuple(dict.fromkeys(resolve_target(t).name for t in targets))
+        except NativeCodeError as e:
+            raise CompileError(str(e)) from None
+        object.__setattr__(self, "cpu_targets", resolved)
 
     def updated(self, **changes: Any) -> CompileOptions:
         """These options with ``changes`` (field names of this class; anything else is refused, naming the
@@ -149,6 +162,28 @@ def compile_graph_model(
     report.seconds["accelerator layers"] = time.perf_counter() - t0
     artifact.meta["compile_seconds"] = sum(report.seconds.values())
     return artifact, report
+
+
+def add_cpu_code(artifact: Artifact, targets: tuple[str, ...], log: Log | None = None) -> None:
+    """Compile the CPU steps' kernels ahead of time for each of ``targets`` (names of :data:`TARGETS`) and store
+    them in ``artifact.cpu_code``. The specs come from the graphs as the artifact stores them (serialized and
+    read back), so that the machine running the artifact derives the same kernel names from them."""
+    try:
+        from vdla.cpu_fallback.aot import build_library, linker_command
+    except ImportError as e:
+        raise CompileError(f"--cpu-target needs llvmlite and ziglang: pip install 'vdla[aot]' ({e})") from e
+    from vdla.cpu_fallback.stacking import graph_specs
+
+    linker_command()  # a missing linker is an error before any compiling
+    specs = []
+    for step in artifact.steps:
+        if isinstance(step, CpuStep):
+            desc, params = graph_to_json(step.graph)
+            specs += graph_specs(graph_from_json(json.loads(json.dumps(desc)), params))
+    for name in targets:
+        (log or (lambda msg: None))(f"compiling {len(specs)} CPU kernels for {name}")
+        if specs:
+            artifact.cpu_code[name] = build_library(specs, TARGETS[name])
 
 
 def _load_calib(calib: str | Path | Mapping[str, np.ndarray] | np.ndarray) -> dict[str, np.ndarray]:
@@ -242,6 +277,10 @@ def compile_model(
         raise CompileError("keep_float needs calibration data (calib): without it a float model runs all in float")
     artifact, report = compile_graph_model(graph, opts.config, cache, opts.dump, log, passes=passes)
     report.seconds = {"import": import_s, **report.seconds}
+    if opts.cpu_targets:
+        t0 = time.perf_counter()
+        add_cpu_code(artifact, opts.cpu_targets, log)
+        report.seconds["cpu code"] = time.perf_counter() - t0
     report.quantization = found[0] if found else None
     if report.quantization is not None and opts.quant_report is not None:
         Path(opts.quant_report).write_text(json.dumps(report.quantization.to_dict(), indent=2))
