@@ -3,12 +3,15 @@
 A convolution whose weights are 0 and 1 moves values without changing them: with the identity block an int8
 input comes out as it went in (the accumulator holds the integer, and a requantization by exactly 1 writes it
 back). So the operators that stood between accelerator layers on the CPU become accelerator layers, each in
-the QDQ form that :func:`vdla.graph.qdq.lower_qdq` already lowers (and whose rounding it keeps):
+the QDQ form that :func:`vdla.graph.qdq.lower_qdq` already lowers (and whose rounding it keeps). A move is
+made only where the data stays on the accelerator (:meth:`_Rewriter.pays`):
 
 * a **residual add after an activation**, ``quantize(add(dequantize(a), dequantize(b)))`` left in float by the
   lowering (no layer's epilogue took it): a 1x1 convolution of ``a`` by the identity, rounded at ``a``'s own
   scale (exactly ``a``), then ``b`` added as a rescaled residual and the sum rounded once;
-* a **channel slice** (a split) of an int8 NCHW tensor: a 1x1 convolution by the selection matrix;
+* a **channel slice** (a split) of an int8 NCHW tensor: where a conv2d layer's output is read by channel slices
+  alone, that layer computed again for each slice's channels (no extra MAC); otherwise a 1x1 convolution by
+  the selection matrix;
 * a **nearest upsampling** by integer factors: a transposed convolution by the identity repeated over a
   ``f_h x f_w`` window with that stride (its stride phases store straight into the result,
   :mod:`vdla.graph.convt`);
