@@ -39,6 +39,7 @@ from vdla.graph.qdq import qparams
 from vdla.graph.types import TensorType
 
 COPY = "copy"  # the attribute naming what a 0/1 convolution moves
+EPILOGUE = ("cast", "clip", "mul", "add", "rshift")  # the integer epilogue's operators (vdla.graph.epilogue)
 
 
 class _Rewriter:
@@ -62,12 +63,6 @@ class _Rewriter:
         ok = len(t.shape) == 4 and t.dtype == "int8" and q is not None and len(q.scale) == 1 and q.zero_point == 0
         return float(q.scale[0]) if ok else None
 
-    def weights(self, base: str, w: np.ndarray) -> str:
-        """A dequantized int8 0/1 weight parameter (scale 1): its float value is ``w`` exactly."""
-        raw = self.name(f"{base}:w")
-        self.params[raw] = w.astype(np.int8)
-        return self.dq(raw, 1.0, f"{base}:wf", self.pending)
-
     def dq(self, value: str, scale: float, base: str, nodes: list[Node]) -> str:
         out = self.name(base)
         nodes.append(Node("dequantize", (value,), out, {"scale": scale, "zero_point": 0}))
@@ -77,14 +72,19 @@ class _Rewriter:
         nodes.append(Node("quantize", (value,), out, {"scale": scale, "zero_point": 0}))
         return out
 
-    def move(self, op: str, x: str, w: np.ndarray, what: str, base: str, attrs: dict | None = None) -> str:
-        """``op(dequantize(x), dequantize(w))`` (float): the conv or transposed conv that moves ``x``."""
-        self.pending: list[Node] = []
-        wf = self.weights(base, w)
-        xf = self.dq(x, self.scale(x), f"{base}:xf", self.pending)
+    def move(
+        self, op: str, x: str, w: np.ndarray, what: str, base: str, attrs: dict | None = None
+    ) -> tuple[list[Node], str]:
+        """The nodes of ``op(dequantize(x), dequantize(w))`` (float; ``w`` an int8 0/1 parameter of scale 1, so
+        its float value is ``w`` exactly): the conv or transposed conv that moves ``x``, and its output."""
+        raw = self.name(f"{base}:w")
+        self.params[raw] = w.astype(np.int8)
+        nodes: list[Node] = []
+        wf = self.dq(raw, 1.0, f"{base}:wf", nodes)
+        xf = self.dq(x, self.scale(x), f"{base}:xf", nodes)
         out = self.name(f"{base}:moved")
-        self.pending.append(Node(op, (xf, wf), out, {**(attrs or {}), COPY: what}))
-        return out
+        nodes.append(Node(op, (xf, wf), out, {**(attrs or {}), COPY: what}))
+        return nodes, out
 
     # -- the rewrites -------------------------------------------------------------------------------------
     def add(self, node: Node) -> None:
@@ -101,8 +101,7 @@ class _Rewriter:
         a, b = srcs
         s_a, c = self.scale(a), self.types[a].shape[1]
         base = node.output
-        conv = self.move("conv2d", a, np.eye(c)[:, :, None, None], "add", base)
-        nodes = self.pending
+        nodes, conv = self.move("conv2d", a, np.eye(c)[:, :, None, None], "add", base)
         y = self.dq(self.q(conv, s_a, self.name(f"{base}:y"), nodes), s_a, f"{base}:yf", nodes)
         nodes.append(Node("add", (y, node.inputs[1]), node.output))
         self.replace[node.output] = nodes
@@ -118,8 +117,9 @@ class _Rewriter:
         if self.split_layer(node, span):
             return
         sel = np.eye(self.types[x].shape[1])[span[0] : span[1], :, None, None]
-        conv = self.move("conv2d", self.read_from(x), sel, "slice", node.output)
-        self.replace[node.output] = [*self.pending, *self.requantized(conv, s, node.output)]
+        nodes, conv = self.move("conv2d", self.read_from(x), sel, "slice", node.output)
+        self.q(conv, s, node.output, nodes)
+        self.replace[node.output] = nodes
 
     def channels(self, node: Node) -> tuple[int, int] | None:
         """``(start, stop)`` of a slice of an NCHW tensor's channels alone (step 1, every pixel), else None."""
@@ -158,12 +158,12 @@ class _Rewriter:
     def layer_chain(self, v: str) -> list[Node] | None:
         """The nodes from a conv2d to its int8 output ``v`` (an activation table allowed), each read only by the
         next, with no operand but parameters: None otherwise (a residual, a float step)."""
-        chain, node = [], self.prod.get(v)
-        while node is not None and node.op in ("table", "cast", "clip", "mul", "add"):
-            if any(i not in self.params for i in node.inputs[1:]) or (chain and len(self.cons[node.output]) != 1):
-                return None
-            chain.append(node)
-            node = self.prod.get(node.inputs[0])
+        chain, node = self.walk_back(v, ("table", *EPILOGUE))
+        inner = chain[1:]  # each read only by the next; v itself may have several readers
+        if any(i not in self.params for n in chain for i in n.inputs[1:]) or any(
+            len(self.cons[n.output]) != 1 for n in inner
+        ):
+            return None
         if node is None or node.op != "conv2d" or len(self.cons[node.output]) != 1 or node.inputs[1] not in self.params:
             return None
         return [node, *reversed(chain)]
@@ -179,8 +179,9 @@ class _Rewriter:
             return
         c = self.types[x].shape[1]
         w = np.broadcast_to(np.eye(c)[:, :, None, None], (c, c, *factors))
-        conv = self.move("conv_transpose", self.read_from(x), w, "upsample", node.output, {"stride": factors})
-        self.replace[node.output] = [*self.pending, *self.requantized(conv, s, node.output)]
+        nodes, conv = self.move("conv_transpose", self.read_from(x), w, "upsample", node.output, {"stride": factors})
+        self.q(conv, s, node.output, nodes)
+        self.replace[node.output] = nodes
 
     def concat(self, node: Node) -> None:
         """A channel concatenation of int8 parts of the result's scale (see the module docstring)."""
@@ -221,8 +222,8 @@ class _Rewriter:
         if src == v and node is not None and node.op == "table" and self.alone(node.inputs[0]):
             src, table = node.inputs[0], node
         c = self.types[src].shape[1]
-        conv = self.move("conv2d", src, np.eye(c)[:, :, None, None], "concat", base)
-        nodes = [*self.pending, *self.requantized(conv, s if table is None else self.scale(src), self.name(base))]
+        nodes, conv = self.move("conv2d", src, np.eye(c)[:, :, None, None], "concat", base)
+        self.q(conv, s if table is None else self.scale(src), self.name(base), nodes)
         if table is not None:
             nodes.append(Node("table", (nodes[-1].output, *table.inputs[1:]), self.name(base), dict(table.attrs)))
         return nodes
@@ -237,8 +238,8 @@ class _Rewriter:
             sel = np.zeros((total, c, 1, 1))
             sel[first + np.arange(c), np.arange(c)] = 1
             first += c
-            conv = self.move("conv2d", v, sel, "concat", f"{node.output}:join{k}")
-            nodes += self.pending
+            moved, conv = self.move("conv2d", v, sel, "concat", f"{node.output}:join{k}")
+            nodes += moved
             if prev is not None:
                 prev_f = self.dq(prev, s, f"{node.output}:joinf{k}", nodes)
                 summed = self.name(f"{node.output}:joinsum{k}")
@@ -249,9 +250,6 @@ class _Rewriter:
         self.replace[node.output] = nodes
 
     # -- helpers ------------------------------------------------------------------------------------------
-    def requantized(self, value: str, s: float, out: str) -> list[Node]:
-        return [Node("quantize", (value,), out, {"scale": s, "zero_point": 0})]
-
     def dq_source(self, value: str) -> str | None:
         """The int8 NCHW value ``value`` dequantizes (per tensor, symmetric, the value's own scale)."""
         node = self.prod.get(value)
@@ -333,9 +331,17 @@ class _Rewriter:
             return True
         if node is not None and node.op == "quantize" and node.inputs[0] in self.replace:
             return True
-        while node is not None and node.op in ("cast", "clip", "mul", "add", "rshift"):
+        anchor = self.walk_back(v, EPILOGUE)[1]
+        return anchor is not None and anchor.op == "conv2d"
+
+    def walk_back(self, v: str, ops: tuple[str, ...]) -> tuple[list[Node], Node | None]:
+        """The nodes of ``ops`` that compute ``v`` along their first inputs (from ``v`` back), and the node
+        before them (the anchor of an integer epilogue; None at a graph input)."""
+        chain, node = [], self.prod.get(v)
+        while node is not None and node.op in ops:
+            chain.append(node)
             node = self.prod.get(node.inputs[0])
-        return node is not None and node.op == "conv2d"
+        return chain, node
 
     def repeats(self, node: Node) -> tuple[int, int] | None:
         """(f_h, f_w) when the resize repeats each pixel of an NCHW tensor that many times, checked by
