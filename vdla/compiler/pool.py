@@ -22,10 +22,18 @@ reduced separably, along the schedule's ``first`` axis, then the other:
 * average only: MUL by the multiplier row with the shift (the exact 64-bit product rounded once,
   :func:`vdla.isa.arith.mul_shift`), then CLIP.
 
+A channel scale ("scale", squeeze-excite's product ``x * s[c]`` requantized) is the same stream with a 1x1
+window and no reduction: a compute-stage LOAD ACC_8BIT brings the tile's rows of the per-channel vector ``s``
+(the DRAM tensor "res", packed like an output) above its window, one MUL holding each channel block's row
+multiplies the copied window in place (the int32 product is exact), and the average's MUL by the multiplier
+row and CLIP requantize it.
+
 The OUT mirror truncates (the prologue's EPI: no requantization, no bias): every result is already an int8
-value. Two-operand passes cost ``alu_ii`` cycles per element, copies and immediates one. Tiles go round-robin
-to virtual threads (:mod:`vdla.compiler.vthreads`): the loads of one tile and the STOREs of another overlap
-the compute; the schedule (tile, threads, pass order) is the fastest candidate on the timing-only simulator.
+value; an average or scale clipped to int8 (or [0, 127]) lets the EPI's requantization with shift 0 clamp it
+instead of a CLIP pass. Two-operand passes cost ``alu_ii`` cycles per element, copies and immediates one.
+Tiles go round-robin to virtual threads (:mod:`vdla.compiler.vthreads`): the loads of one tile and the
+STOREs of another overlap the compute; the schedule (tile, threads, pass order) is the fastest candidate on
+the timing-only simulator.
 
 Invariant: the program computes exactly :func:`pool_reference` of the spec (bit for bit, on every
 backend); padded taps read the int8 minimum (max) unless ``pad_min`` is off, which is exact only for
@@ -56,7 +64,7 @@ from vdla.isa import AluOp, Insn, MemType, clip_imm
 from vdla.isa.arith import INT8_MAX, INT8_MIN, mul_shift
 from vdla.runtime.device import Device
 
-POOL_OPS = ("max", "avg")
+POOL_OPS = ("max", "avg", "scale")
 MAX_PAD = 15  # the LOAD pad fields are 4 bits
 MAX_VTHREADS = 2
 
@@ -67,7 +75,9 @@ class PoolSpec:
 
     ``op`` "max": the window maximum (padded taps read ``INT8_MIN``, or 0 without ``pad_min``). "avg": the
     window sum (no padding: every window holds ``kh*kw`` taps) times ``multiplier`` rounded right by
-    ``shift`` (``mul_shift``), clamped to ``clip``. Frozen: a spec is the cache key of its program.
+    ``shift`` (``mul_shift``), clamped to ``clip``. "scale": each pixel times its channel's entry of a second
+    int8 input of shape (N, C, 1, 1), requantized as "avg" (window 1x1). Frozen: a spec is the cache key of its
+    program.
     """
 
     shape: tuple[int, int, int, int]
@@ -98,9 +108,16 @@ class PoolSpec:
         """The sum over all H x W pixels, requantized: a global average pool."""
         return cls.make(shape, tuple(shape[2:]), op="avg", multiplier=multiplier, shift=shift, clip=clip)
 
+    @classmethod
+    def channel_scale(cls, shape, multiplier: int, shift: int, clip=(INT8_MIN, INT8_MAX)) -> PoolSpec:
+        """Each pixel of ``shape`` times its channel's scale, requantized: squeeze-excite's product."""
+        return cls.make(shape, 1, op="scale", multiplier=multiplier, shift=shift, clip=clip)
+
     def check(self) -> None:
         if max(self.window.pads) > MAX_PAD:
             raise CompileError(f"pool padding {self.window.pads} exceeds the LOAD pad fields: at most {MAX_PAD}")
+        if self.op == "scale" and self.window.kernel != (1, 1):
+            raise CompileError(f"a channel scale reads single pixels, got a {self.window.kernel} window")
         if self.op == "avg" and any(self.window.pads):
             raise CompileError(f"an average pool with padding {self.window.pads} divides by varying counts")
         if not INT8_MIN <= self.clip[0] <= self.clip[1] <= INT8_MAX:
@@ -120,18 +137,27 @@ class PoolSpec:
 
     @property
     def requantizes(self) -> bool:
-        return self.op == "avg" and (self.multiplier, self.shift) != (1, 0)
+        return self.op != "max" and (self.multiplier, self.shift) != (1, 0)
+
+    @property
+    def scale_shape(self) -> tuple[int, int, int, int] | None:
+        """The shape of the per-channel scale a "scale" reads (None for a pooling)."""
+        return (*self.shape[:2], 1, 1) if self.op == "scale" else None
 
     def describe(self) -> str:
         (kh, kw), sh = self.window.kernel, self.window.stride[0]
         return f"{self.op} {kh}x{kw}/{sh} pad{list(self.window.pads)} {list(self.shape)}"
 
 
-def pool_reference(x: np.ndarray, spec: PoolSpec) -> np.ndarray:
-    """The numpy definition of what the program computes (int8 in, int8 out)."""
+def pool_reference(x: np.ndarray, spec: PoolSpec, scale: np.ndarray | None = None) -> np.ndarray:
+    """The numpy definition of what the program computes (int8 in, int8 out; ``scale`` the per-channel int8
+    vector of a "scale")."""
     if spec.op == "max":
         fill = INT8_MIN if spec.pad_min else 0
         return oracle.windows(x, spec.window, fill).max(axis=(4, 5)).astype(np.int8)
+    if spec.op == "scale":
+        total = x.astype(np.int64) * scale.astype(np.int64)
+        return np.clip(mul_shift(total, spec.multiplier, spec.shift), *spec.clip).astype(np.int8)
     total = oracle.windows(x.astype(np.int64), spec.window, 0).sum(axis=(4, 5))
     return np.clip(mul_shift(total, spec.multiplier, spec.shift), *spec.clip).astype(np.int8)
 
@@ -199,8 +225,11 @@ class PoolLowering:
         return self.kw <= 2 * self.sw if first == "rows" else self.kh <= 2 * self.sh
 
     def per_block(self, noh: int, first: str = "rows") -> tuple[int, int, int]:
-        """ACC elements of one channel block of a tile: (input window, first-pass results, output rows)."""
+        """ACC elements of one channel block of a tile: (input window, first-pass results, output rows); for a
+        "scale", (window, 0, its scale row)."""
         rows = self.in_rows(noh)
+        if self.spec.op == "scale":  # the window is the output, in place; one row of the scale above it
+            return rows * self.cols, 0, 1
         mid = 0 if self.inplace(first) else rows * self.ow if first == "rows" else noh * self.cols
         return rows * self.cols, mid, noh * self.ow
 
@@ -257,6 +286,8 @@ class PoolLowering:
             "out": self.ng * self.cb * self.oh * self.ow * c.out_elem_bytes,
             EYE: identity_bytes(c),
         }
+        if self.spec.op == "scale":
+            out["res"] = self.ng * self.cb * c.out_elem_bytes
         if self.spec.requantizes:
             out["mult"] = c.acc_elem_bytes
         return out
@@ -270,8 +301,10 @@ class PoolLowering:
         return out
 
     # ---- one tile ---------------------------------------------------------------------------------
-    def kernel(self, nest, base: tuple[int, int]) -> MicroKernel:
-        return lower_nest(tuple((e, (d, s, 0)) for e, (d, s) in nest), (*base, 0), self.limits)
+    def kernel(self, nest, base: tuple[int, int], pin_outer: bool = False) -> MicroKernel:
+        """The ALU micro-kernel of ``nest`` (``pin_outer``: its first axis on the outer loop, so that a row
+        the rest of the nest holds is read once per outer iteration)."""
+        return lower_nest(tuple((e, (d, s, 0)) for e, (d, s) in nest), (*base, 0), self.limits, pin_outer)
 
     def block(self, thread: int, t: PoolTile, s: PoolSchedule, eye: bool = False) -> Block:
         """The loads, passes and stores of one tile: its input window LOADed into the thread's INP share (load
@@ -287,11 +320,22 @@ class PoolLowering:
             loads = [load_identity(0), *loads]
         copy = ((t.noc, (win, win)), (win_rows * self.cols, (1, 1)))
         compute: list[Op] = [identity_gemm(copy, acc0, inp0, 0, self.limits, init=True)]
-        compute += self.pad_fill(t, acc0, win, win_rows, pad)
-        compute += self.reduce(t, s, acc0, mbase, obase, win_rows)
-        if self.spec.op == "avg":
+        if self.spec.op == "scale":
+            compute += self.scale(t, acc0, mbase, win)
+            obase, ob = acc0, win
+        else:
+            compute += self.pad_fill(t, acc0, win, win_rows, pad)
+            compute += self.reduce(t, s, acc0, mbase, obase, win_rows)
+        if self.spec.op != "max":
             compute += self.requantize(t, obase, ob)
         return Block(thread, tuple(loads), tuple(compute), tuple(self.stores(t, obase, ob)))
+
+    def scale(self, t: PoolTile, base: int, srow: int, win: int) -> list[Op]:
+        """The tile's scale rows LOADed (ACC_8BIT, compute stage) to ``srow``, then each channel block's window
+        multiplied in place by its row (one MUL holding it over the block's pixels)."""
+        load = Load(MemType.ACC_8BIT, srow, "res", t.ng * self.cb + t.cb, 1, t.noc, t.noc)
+        nest = ((t.noc, (win, 1)), (t.noh * self.ow, (1, 0)))
+        return [load, Alu(AluOp.MUL, self.kernel(nest, (base, srow), pin_outer=True))]
 
     def reduce(self, t: PoolTile, s: PoolSchedule, base: int, mbase: int, obase: int, win_rows: int) -> list[Op]:
         """The separable reduction: the first pass over ``s.first`` (in place at each result's first tap when
@@ -367,13 +411,23 @@ class PoolLowering:
         ]
 
     def requantize(self, t: PoolTile, obase: int, ob: int) -> list[Op]:
-        """MUL by the multiplier row with the shift, then CLIP, over the tile's outputs."""
+        """MUL by the multiplier row with the shift, then CLIP (unless :attr:`epi_clamps`), over the tile's
+        outputs."""
         nest = ((t.noc, (ob, 0)), (t.noh * self.ow, (1, 0)))
         ops: list[Op] = []
         if self.spec.requantizes:
-            ops.append(Alu(AluOp.MUL, self.kernel(nest, (obase, self.rows_base)), shift=self.spec.shift))
-        ops.append(Alu(AluOp.CLIP, self.kernel(nest, (obase, 0)), imm=clip_imm(*self.spec.clip)))
+            mult = self.kernel(nest, (obase, self.rows_base), pin_outer=True)
+            ops.append(Alu(AluOp.MUL, mult, shift=self.spec.shift))
+        if not self.epi_clamps:
+            ops.append(Alu(AluOp.CLIP, self.kernel(nest, (obase, 0)), imm=clip_imm(*self.spec.clip)))
         return ops
+
+    @property
+    def epi_clamps(self) -> bool:
+        """Whether the OUT mirror's requantization (EPI ``req`` with shift 0) does the final clamp: an average
+        or a scale clipped to int8, or to [0, 127]. The last write of each output then leaves it clamped in OUT
+        for the STOREs, and no CLIP pass is needed."""
+        return self.spec.op != "max" and self.spec.clip in ((INT8_MIN, INT8_MAX), (0, INT8_MAX))
 
     def stores(self, t: PoolTile, obase: int, ob: int) -> list[Store]:
         offset = ((t.ng * self.cb + t.cb) * self.oh + t.oy) * self.ow
@@ -406,7 +460,7 @@ class PoolLowering:
     def prologue(self, threads: list[list[Block]]) -> Block:
         """The epilogue state (truncation, no bias: an ``init`` GEMM starts from zero), the multiplier row and
         every distinct micro-kernel made resident (:func:`~vdla.compiler.vthreads.prologue_block`)."""
-        ops: list[Op] = [Epi(False, False, 0, None)]
+        ops: list[Op] = [Epi(self.epi_clamps, self.epi_clamps and self.spec.clip[0] == 0, 0, None)]
         if self.spec.requantizes:
             ops.append(Load(MemType.ACC, self.rows_base, "mult", 0, 1, 1, 1))
         return prologue_block(ops, threads, self.cfg.uop_depth)
@@ -440,12 +494,18 @@ class CompiledPool:
     def program(self, dev: Device | None = None) -> list[Insn]:
         return emit_program(self.lowering, self.stream, dev or Device(self.cfg))
 
-    def run(self, dev: Device, x: np.ndarray, max_cycles: int | None = None):
-        """Run on ``dev``: ``x`` int8 NCHW; returns a :class:`~vdla.compiler.conv2d.LayerRun`."""
+    def run(self, dev: Device, x: np.ndarray, scale: np.ndarray | None = None, max_cycles: int | None = None):
+        """Run on ``dev``: ``x`` int8 NCHW (and a "scale"'s int8 ``scale``, N x C x 1 x 1); returns a
+        :class:`~vdla.compiler.conv2d.LayerRun`."""
         sp, cfg, low = self.spec, self.cfg, self.lowering
         if x.dtype != np.int8 or x.shape != sp.shape:
             raise CompileError(f"pool input must be int8 of shape {sp.shape}, got {x.dtype} {x.shape}")
         arrays = dict(self.constants, inp=pack_activation(x, cfg.batch, cfg.block_in))
+        if sp.scale_shape is not None:
+            if scale is None or scale.dtype != np.int8 or scale.shape != sp.scale_shape:
+                got = "none" if scale is None else f"{scale.dtype} {scale.shape}"
+                raise CompileError(f"a channel scale needs an int8 scale of shape {sp.scale_shape}, got {got}")
+            arrays["res"] = pack_activation(scale, cfg.batch, cfg.block_out)
         shape = (low.ng, low.cb, low.oh, low.ow, cfg.batch, cfg.block_out)
         packed, result = run_bound(dev, low, self.stream, arrays, shape, max_cycles=max_cycles)
         return LayerRun(unpack_activation(packed, sp.shape[0], sp.shape[1]), result)

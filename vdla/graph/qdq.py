@@ -19,7 +19,10 @@ around a max pool, reshape, transpose or ReLU becomes ``op(x)`` on int8, and ``q
 with the same scale becomes ``x``. ``quantize(global_avg_pool(dequantize(x)))`` becomes the integer average
 the accelerator's ALU runs, ``global_sum_pool(x) -> mul(m, shift=s) -> clip -> cast(int8)`` with
 ``m / 2^s`` approximating ``s_x / (H*W*s_y)`` (the exact product rounded once, half up, where
-QuantizeLinear rounds the float mean half to even: within one step of it). A conv_transpose is lowered like a
+QuantizeLinear rounds the float mean half to even: within one step of it). Squeeze-excite's product
+``quantize(mul(dequantize(x), dequantize(s)))`` of a feature map by a per-channel vector (N, C, 1, 1) becomes
+``mul(x, s) -> mul(m, shift=s) -> clip -> cast(int8)``, the exact int32 product requantized by
+``s_x * s_s / s_y`` (:meth:`_QdqLowering.lower_channel_mul`). A conv_transpose is lowered like a
 conv2d (its weight per output channel on axis 1). ``quantize(matmul(dequantize(a_q), dequantize(b_q)))`` of
 two computed int8 tensors becomes one ``dense`` per batch index, ``a[i]`` by the run-time weight ``b[i]^T``,
 with the requantizing epilogue (:meth:`_QdqLowering.lower_matmul`). Everything else stays in float
@@ -416,6 +419,34 @@ class _QdqLowering:
             Node("cast", (f"{base}:clipped",), base, {"dtype": "int8", "quant": (float(qq.scale[0]), 0)}),
         ]
 
+    def lower_channel_mul(self, q: Node) -> None:
+        """``quantize(mul(dequantize(x), dequantize(s)))`` of an int8 NCHW ``x`` by an int8 per-channel vector
+        ``s`` of shape (N, C, 1, 1) (squeeze-excite's product), all per-tensor and symmetric -> ``mul(x, s)``
+        (int32, exact) requantized by ``s_x * s_s / s_y``, clipped and cast to int8. A product of two tensors of
+        one shape is left for the activation tables (hardswish's ``x * hardsigmoid(x)``)."""
+        qq = qparams(q, self.params)
+        inner = self.prod.get(q.inputs[0])
+        if qq is None or not qq.per_tensor or qq.zero_point != 0 or q.output in self.replace:
+            return
+        if inner is None or inner.op != "mul" or len(inner.inputs) != 2 or self.only_consumer(inner.output) is not q:
+            return
+        dqs = [self.dq_of(v) for v in inner.inputs]
+        if any(d is None or self.types[d[0]].dtype != "int8" or not d[1].per_tensor or d[1].zero_point for d in dqs):
+            return
+        order = channel_product([self.types[d[0]].shape for d in dqs])
+        if order is None:
+            return
+        (x, s_x), (s, s_s) = (dqs[i] for i in order)
+        (m,), shift = choose_requantization(float(s_x.scale[0]) * float(s_s.scale[0]) / float(qq.scale[0]))
+        base = q.output
+        self.removed.update((inner.output, q.output))
+        self.replace[q.output] = [
+            Node("mul", (x, s), f"{base}:product"),
+            Node("mul", (f"{base}:product",), f"{base}:scaled", {"b": int(m), "shift": int(shift)}),
+            Node("clip", (f"{base}:scaled",), f"{base}:clipped", {"lo": INT8_MIN, "hi": INT8_MAX}),
+            Node("cast", (f"{base}:clipped",), base, {"dtype": "int8", "quant": (float(qq.scale[0]), 0)}),
+        ]
+
     def run(self) -> Graph:
         for node in self.g.nodes:
             if node.op in ANCHOR_AXIS and node.output not in self.removed:
@@ -425,6 +456,7 @@ class _QdqLowering:
         for node in self.g.nodes:
             if node.op == "quantize":
                 self.lower_global_avg(node)
+                self.lower_channel_mul(node)
                 self.lower_commuting(node)
         nodes: list[Node] = []
         for node in self.g.nodes:
@@ -494,6 +526,18 @@ def reshapes_inside_qdq(graph: Graph) -> Graph:
         else:
             nodes.append(n)
     return graph.copy(nodes=nodes)
+
+
+def channel_product(shapes: list[tuple[int, ...]]) -> tuple[int, int] | None:
+    """For the shapes of a product's two operands: (index of the NCHW feature map, index of the (N, C, 1, 1)
+    per-channel vector) when it scales each channel of a feature map of more than one pixel, else None."""
+    if len(shapes) != 2 or any(len(t) != 4 for t in shapes):
+        return None
+    for i in (0, 1):
+        x, s = shapes[i], shapes[1 - i]
+        if s == (*x[:2], 1, 1) and x[2] * x[3] > 1:
+            return i, 1 - i
+    return None
 
 
 def lower_qdq(graph: Graph) -> Graph:

@@ -20,7 +20,9 @@ Which values become int8 (the plan, :func:`plan_quantization`; structure only, n
   (:data:`SELECTING`) of an int8 value keeps its scale (exact on int8: it runs on int8 directly);
 * an add outside an epilogue, concatenation, slice or resize (:data:`MOVING`) whose result is quantized has
   its float inputs quantized at their own scales (followed back through chains of them), so the accelerator
-  moves int8 values there (:mod:`vdla.graph.copies`) and an activation before them folds into a table;
+  moves int8 values there (:mod:`vdla.graph.copies`) and an activation before them folds into a table; so
+  has squeeze-excite's product of a feature map by a per-channel vector (the accelerator's channel scale,
+  :func:`vdla.graph.qdq.channel_product`), whose gate activation then folds into a table;
 * a global average pool of an int8 value is quantized at its own calibrated scale (the lowering turns it
   into the integer sum, multiplier and shift the accelerator's ALU runs);
 * everything else (and every node named in ``keep_float``) stays float32 on the CPU, reading dequantized
@@ -61,7 +63,7 @@ from vdla.graph.graph import Graph, Node
 from vdla.graph.ops import infer_types
 from vdla.graph.passes import fresh_name
 from vdla.graph.qdq import ANCHOR_AXIS as ANCHORS
-from vdla.graph.qdq import COMMUTING
+from vdla.graph.qdq import COMMUTING, channel_product
 from vdla.isa.arith import INT8_MAX
 
 SELECTING = ("slice", "resize")  # of an int8 value: keep its scale (int8 selections, vdla.graph.copies)
@@ -242,15 +244,22 @@ class _Planner:
         ties = _tie_groups([(points[k], points[e]) for k, e in pairs]) if self.align else {}
         return QuantPlan(tuple(a.output for a in anchors), chains, points, tuple(sorted(self.kept)), ties)
 
+    def scales_channels(self, node: Node) -> bool:
+        """Whether ``node`` multiplies a feature map by a per-channel vector, both computed (squeeze-excite)."""
+        computed = all(v not in self.g.params for v in node.inputs)
+        return computed and channel_product([self.types[v].shape for v in node.inputs]) is not None
+
     def moving_inputs(self, needed: set[str], ends: set[str]) -> list[tuple[str, str]]:
-        """Add to ``needed`` the float inputs of each add (outside an epilogue), concatenation, slice or resize
-        whose result is needed: int8 on both sides, the accelerator moves them (:mod:`vdla.graph.copies`) and an
-        activation before them folds into a table. In reverse order, so a chain of them is followed back.
+        """Add to ``needed`` the float inputs of each add (outside an epilogue), concatenation, slice, resize or
+        channel product whose result is needed: int8 on both sides, the accelerator moves or scales them
+        (:mod:`vdla.graph.copies`, the channel scale) and an activation before them folds into a table. In
+        reverse order, so a chain of them is followed back.
         Returns the (input, result) pairs of the adds and concatenations, whose scales the residual alignment
         ties (one rounding fewer: each part and addend at the result's scale)."""
         pairs = []
         for node in reversed(self.g.nodes):
-            if node.op not in MOVING or node.output not in needed or node.output in ends or node.output in self.kept:
+            moves = node.op in MOVING or (node.op == "mul" and self.scales_channels(node))
+            if not moves or node.output not in needed or node.output in ends or node.output in self.kept:
                 continue
             inputs = [v for v in node.inputs if v not in self.g.params and self.types[v].dtype == "float32"]
             needed.update(inputs)

@@ -322,7 +322,7 @@ class ModelBuilder:
         insns, code = self.emit(layer, compiled.lowering, compiled.stream, compiled.constants, dev, addr)
         sp = layer.spec
         desc = {
-            "op": "global_avg_pool" if layer.op == "global_sum_pool" else layer.op,
+            "op": {"global_sum_pool": "global_avg_pool", "scale": "channel_scale"}.get(layer.op, layer.op),
             "input": list(sp.shape),
             "output": list(sp.out_shape),
             "kernel": list(sp.window.kernel),

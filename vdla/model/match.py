@@ -1,4 +1,5 @@
-"""Which layers the accelerator runs: a conv2d/dense with the epilogue it expresses, or a pooling.
+"""Which layers the accelerator runs: a conv2d/dense with the epilogue it expresses, a pooling, or a channel
+scale (squeeze-excite's product) on the ALU.
 
 A layer is recognised once, on the lowered (integer) graph: its anchor's checks here, its epilogue by the
 one grammar of :mod:`vdla.graph.epilogue` (:func:`~vdla.graph.epilogue.match_integer`). A matcher returns the
@@ -18,6 +19,7 @@ from vdla.compiler.spec import Conv2dSpec
 from vdla.config import HwConfig
 from vdla.graph.epilogue import Epilogue, match_integer
 from vdla.graph.graph import Graph, Node
+from vdla.graph.qdq import channel_product
 from vdla.graph.types import TensorType
 
 
@@ -68,14 +70,15 @@ class AccelLayer:
 class PoolLayer:
     """A pooling the accelerator's ALU runs (:mod:`vdla.compiler.pool`): the graph values it reads and
     writes and its spec. A global average is ``global_sum_pool -> mul -> clip -> cast`` [-> reshape to
-    (N, C), which leaves the packed bytes as they are]."""
+    (N, C), which leaves the packed bytes as they are]; a channel scale ``mul(x, s) -> mul -> clip -> cast``,
+    whose per-channel ``s`` it reads as ``residual`` (packed like a layer's output)."""
 
     op: str
     nodes: tuple[str, ...]
     x: str
     out: str
     spec: PoolSpec
-    residual: None = None
+    residual: str | None = None
     w: None = None
 
 
@@ -148,9 +151,29 @@ def match_pool(anchor: Node, graph: Graph, types: dict[str, TensorType], cfg: Hw
     return PoolLayer(anchor.op, tuple(nodes), x, nodes[-1], spec)
 
 
+def match_scale(anchor: Node, graph: Graph, types: dict[str, TensorType], cfg: HwConfig) -> PoolLayer | str:
+    """The channel scale anchored at the product ``anchor`` (``mul(x, s)`` of an int8 feature map by an int8
+    (N, C, 1, 1) vector, requantized: what :meth:`vdla.graph.qdq._QdqLowering.lower_channel_mul` writes), or
+    the reason it stays on the CPU. Any other elementwise anchor is not a layer of its own."""
+    order = channel_product([types[v].shape for v in anchor.inputs]) if anchor.op == "mul" else None
+    if order is None or any(types[v].dtype != "int8" for v in anchor.inputs) or anchor.attrs.get("shift"):
+        return f"{anchor.op}: not in a layer's epilogue"
+    x, s = (anchor.inputs[i] for i in order)
+    chain = _requant_chain(anchor, graph)
+    if isinstance(chain, str):
+        return "a channel product without its requantization (mul by a scalar, clip, cast to int8) runs on the CPU"
+    nodes, (m, shift, lo, hi) = chain
+    try:
+        spec = PoolSpec.channel_scale(types[x].shape, m, shift, (lo, hi))
+        PoolLowering(spec, cfg).check_minimal()
+    except CompileError as e:
+        return str(e)
+    return PoolLayer("scale", tuple(nodes), x, nodes[-1], spec, residual=s)
+
+
 def _requant_chain(anchor: Node, graph: Graph) -> tuple[list[str], tuple[int, int, int, int]] | str:
-    """``global_sum_pool -> mul(m, shift) -> clip -> cast(int8)`` [-> reshape to (N, C)]: the node outputs and
-    (m, shift, lo, hi), or why not."""
+    """``anchor -> mul(m, shift) -> clip -> cast(int8)`` [-> reshape to (N, C)] after a global sum or a channel
+    product: the node outputs and (m, shift, lo, hi), or why not."""
     consumers, outputs = graph.consumers(), set(graph.outputs)
     want = ("mul", "clip", "cast", "reshape")
     nodes, node = [anchor.output], _chain_next(anchor.output, consumers, outputs)

@@ -13,18 +13,20 @@ from dataclasses import dataclass
 
 from vdla.compiler import CompileError
 from vdla.config import HwConfig
+from vdla.graph.ew import EPILOGUE_STEP
 from vdla.graph.fusion import Group, fuse_ops
 from vdla.graph.graph import Graph, Node
 from vdla.graph.ops import OPS
 from vdla.graph.partition import ACCEL, Capability, Partition, partition
 from vdla.graph.types import TensorType
-from vdla.model.match import AccelLayer, PoolLayer, match_accel, match_pool
+from vdla.model.match import AccelLayer, PoolLayer, match_accel, match_pool, match_scale
 
 # the matcher of each accelerator lowering the operator registry names (OpDef.accel)
 MATCHERS = {
     "vdla.compiler.compile_conv2d": lambda anchor, graph, types, cfg: match_accel(anchor, graph, types),
     "vdla.compiler.compile_dense": lambda anchor, graph, types, cfg: match_accel(anchor, graph, types),
     "vdla.compiler.pool.compile_pool": match_pool,
+    EPILOGUE_STEP: match_scale,  # an elementwise anchor: only a channel scale is a layer of its own
 }
 
 
@@ -49,18 +51,19 @@ class Placement:
 
 
 def _accel_capability(
-    graph: Graph, types: dict[str, TensorType], cfg: HwConfig, found: dict[str, AccelLayer | PoolLayer]
+    graph: Graph, types: dict[str, TensorType], cfg: HwConfig, found: dict[frozenset[str], AccelLayer | PoolLayer]
 ) -> Capability:
     """The accelerator's capability hook (see the module docstring): a group is offered to the matcher of its
     anchor's accelerator lowering (the operator registry's ``OpDef.accel``); a layer the matcher takes is kept
-    in ``found`` by its anchor's output."""
+    in ``found`` by its node outputs (the region it becomes)."""
 
     def can(group: Group) -> str | tuple[str, ...]:
         anchor = group.anchor
         matcher = MATCHERS.get(OPS[anchor.op].accel) if anchor.op in OPS else None
-        if matcher is None:
-            return f"{anchor.op} runs on the CPU"
-        layer = matcher(anchor, graph, types, cfg)
+        layer = f"{anchor.op} runs on the CPU" if matcher is None else matcher(anchor, graph, types, cfg)
+        if isinstance(layer, str):  # a channel product fused after another layer's table: a layer of its own
+            scales = (match_scale(n, graph, types, cfg) for n in group.nodes if n is not anchor and n.op == "mul")
+            layer = next((s for s in scales if not isinstance(s, str)), layer)
         if isinstance(layer, str):
             return layer
         if isinstance(layer, AccelLayer):
@@ -68,21 +71,26 @@ def _accel_capability(
                 layer.spec()
             except CompileError as e:
                 return str(e)
-        found[anchor.output] = layer
+        found[frozenset(layer.nodes)] = layer
         return tuple(layer.nodes)
 
     return can
+
+
+def _steps(graph: Graph) -> list[str]:
+    """The elementwise nodes of ``graph``: their placement notes are the step table's, not a layer's."""
+    return [n.output for n in graph.nodes if n.op in OPS and OPS[n.op].accel == EPILOGUE_STEP]
 
 
 def place(graph: Graph, types: dict[str, TensorType], cfg: HwConfig) -> Placement:
     """Fuse ``graph`` by the post-dominator rules (:func:`vdla.graph.fusion.fuse_ops`) and partition the
     groups between the accelerator and the CPU (:func:`vdla.graph.partition.partition`): each accelerator
     region is one layer, the CPU regions stack consecutive CPU groups."""
-    found: dict[str, AccelLayer | PoolLayer] = {}
+    found: dict[frozenset[str], AccelLayer | PoolLayer] = {}
     part = partition(graph, fuse_ops(graph, types), _accel_capability(graph, types, cfg, found))
-    layers = {r.index: found[part.fusion.groups[r.groups[0]].anchor.output] for r in part.on(ACCEL)}
+    layers = {r.index: found[frozenset(n.output for n in r.nodes)] for r in part.on(ACCEL)}
     for r in part.on(ACCEL):
         if set(layers[r.index].nodes) != {n.output for n in r.nodes}:
             raise CompileError(f"accelerator region {r.label} does not hold exactly its layer's nodes")
-    anchors = {n.output for n in graph.nodes if n.op in OPS and OPS[n.op].accel in MATCHERS}
+    anchors = {n.output for n in graph.nodes if n.op in OPS and OPS[n.op].accel in MATCHERS} - set(_steps(graph))
     return Placement(part, layers, {v: why for v, why in part.notes().items() if v in anchors})

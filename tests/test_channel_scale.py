@@ -1,0 +1,176 @@
+"""Squeeze-excite's channel product on the accelerator (issue 29): the ALU's channel scale against Python's
+integer arithmetic on the simulator and the RTL; a QDQ and a float squeeze-excite block with no CPU step
+between layers, bit-exact against the lowered graph and within one output step of onnxruntime's int8
+reference; a product of two feature maps of one shape is left to the activation tables."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from vdla.compiler import CompileError
+from vdla.compiler.pool import PoolSpec, compile_pool, pool_reference
+from vdla.graph.qdq import channel_product
+from vdla.isa.arith import choose_requantization
+from vdla.runtime import Device
+
+RNG = np.random.default_rng(29)
+CASES = [  # x shape, clip
+    ((1, 40, 14, 14), (-128, 127)),
+    ((2, 24, 5, 3), (0, 127)),  # a partial channel block, two images
+    ((1, 16, 56, 56), (-128, 127)),  # tiled by rows
+    ((1, 72, 7, 7), (-100, 90)),  # a CLIP pass
+]
+
+
+def _case(shape, real: float = 0.02 * 0.007 / 0.01):
+    x = RNG.integers(-128, 128, shape, dtype=np.int8)
+    s = RNG.integers(-128, 128, (*shape[:2], 1, 1), dtype=np.int8)
+    (m,), shift = choose_requantization(real)
+    return x, s, int(m), int(shift)
+
+
+def _python_reference(x, s, m: int, shift: int, clip) -> np.ndarray:
+    """x * s[c] * m / 2^shift rounded half up, clamped: Python integers, element by element."""
+    out = np.empty(x.shape, np.int8)
+    for idx in np.ndindex(x.shape):
+        p = int(x[idx]) * int(s[idx[0], idx[1], 0, 0]) * m
+        out[idx] = min(max((p + (1 << (shift - 1))) >> shift, clip[0]), clip[1])
+    return out
+
+
+@pytest.mark.parametrize("shape,clip", CASES)
+def test_the_channel_scale_equals_integer_arithmetic_on_sim(shape, clip):
+    x, s, m, shift = _case(shape)
+    spec = PoolSpec.channel_scale(shape, m, shift, clip)
+    run = compile_pool(spec).run(Device("pynq"), x, s)
+    np.testing.assert_array_equal(run.out, pool_reference(x, spec, s))
+    if np.prod(shape) <= 5000:
+        np.testing.assert_array_equal(run.out, _python_reference(x, s, m, shift, clip))
+    # one copy GEMM and two MULs a row: at most 8 cycles per 16 channels of a pixel
+    rows = np.prod(shape[::2]) * shape[3] * -(-shape[1] // 16)
+    assert run.counters.cycles <= 8 * rows + 2000
+
+
+def test_the_channel_scale_on_rtl_equals_sim(rtl_library):
+    x, s, m, shift = _case((1, 40, 6, 5))
+    spec = PoolSpec.channel_scale(x.shape, m, shift, (-128, 127))
+    sim = compile_pool(spec).run(Device("pynq"), x, s)
+    rtl = compile_pool(spec).run(Device("pynq", backend="rtl"), x, s)
+    np.testing.assert_array_equal(rtl.out, sim.out)
+    np.testing.assert_array_equal(rtl.out, pool_reference(x, spec, s))
+    assert abs(rtl.counters.cycles - sim.counters.cycles) <= 0.05 * sim.counters.cycles
+
+
+def test_bad_channel_scales_name_what_is_wrong():
+    with pytest.raises(CompileError, match="single pixels"):
+        PoolSpec.make((1, 16, 8, 8), 3, 1, 1, "scale")
+    x, s, m, shift = _case((1, 16, 4, 4))
+    compiled = compile_pool(PoolSpec.channel_scale(x.shape, m, shift))
+    with pytest.raises(CompileError, match=r"int8 scale of shape \(1, 16, 1, 1\), got none"):
+        compiled.run(Device("pynq"), x)
+    with pytest.raises(CompileError, match=r"got int8 \(1, 8, 1, 1\)"):
+        compiled.run(Device("pynq"), x, s[:, :8])
+
+
+def test_only_a_per_channel_vector_makes_a_channel_product():
+    assert channel_product([(1, 24, 8, 8), (1, 24, 1, 1)]) == (0, 1)
+    assert channel_product([(1, 24, 1, 1), (1, 24, 8, 8)]) == (1, 0)
+    assert channel_product([(1, 24, 8, 8), (1, 24, 8, 8)]) is None  # hardswish's x * hardsigmoid(x)
+    assert channel_product([(1, 24, 1, 1), (1, 24, 1, 1)]) is None  # one pixel: an elementwise product
+    assert channel_product([(1, 24, 8, 8), (1, 1, 1, 1)]) is None
+
+
+# ---- a squeeze-excite block through the model compiler ---------------------------------------------------
+
+onnx = pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+SHAPE = (1, 16, 8, 8)
+
+
+def _se_block(channels: int = 24):
+    """x -> conv3x3 (channels) -> ReLU -> f; s = HardSigmoid(conv(ReLU(conv(GlobalAveragePool(f))))); y = conv1x1
+    (16) of f * s: MobileNet-V3's squeeze-excite, with a partial channel block when channels % 16."""
+    ws = {"w1": (channels, 16, 3, 3), "wr": (8, channels, 1, 1), "we": (channels, 8, 1, 1), "w2": (16, channels, 1, 1)}
+    inits = [numpy_helper.from_array(RNG.normal(0, 0.3, sh).astype(np.float32), k) for k, sh in ws.items()]
+    inits += [numpy_helper.from_array(RNG.normal(0, 0.5, (c,)).astype(np.float32), f"b{k}") for k, c in (("r", 8),)]
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1] * 4),
+        helper.make_node("Relu", ["c1"], ["f"]),
+        helper.make_node("GlobalAveragePool", ["f"], ["p"]),
+        helper.make_node("Conv", ["p", "wr", "br"], ["r0"]),
+        helper.make_node("Relu", ["r0"], ["r"]),
+        helper.make_node("Conv", ["r", "we"], ["e"]),
+        helper.make_node("HardSigmoid", ["e"], ["s"], alpha=1 / 6, beta=0.5),
+        helper.make_node("Mul", ["f", "s"], ["g"]),
+        helper.make_node("Conv", ["g", "w2"], ["y"]),
+    ]
+    f = TensorProto.FLOAT
+    x, y = helper.make_tensor_value_info("x", f, SHAPE), helper.make_tensor_value_info("y", f, (1, 16, 8, 8))
+    graph = helper.make_graph(nodes, "se", [x], [y], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)], ir_version=9)
+
+
+def _calib(n: int = 8) -> np.ndarray:
+    return RNG.normal(0, 1, (n, *SHAPE[1:])).astype(np.float32)
+
+
+def _accel_between(artifact) -> list[str]:
+    kinds = [s.kind for s in artifact.steps]
+    assert kinds[0] == kinds[-1] == "cpu" and "cpu" not in kinds[1:-1], kinds
+    return [s.layer["op"] for s in artifact.steps if s.kind == "accel"]
+
+
+@pytest.fixture(scope="module", params=[24, 32], ids=["partial_block", "whole_blocks"])
+def qdq_se(request):
+    from vdla.model.pipeline import compile_model
+    from vdla.zoo.models import quantize_qdq
+
+    qdq = quantize_qdq(_se_block(request.param), _calib(), input_name="x")
+    return qdq, compile_model(qdq)[0]
+
+
+def test_a_qdq_squeeze_excite_block_runs_with_no_cpu_step_between_layers(qdq_se):
+    _, artifact = qdq_se
+    ops = _accel_between(artifact)
+    assert ops.count("channel_scale") == 1 and "global_avg_pool" in ops, ops
+    (scale,) = [s for s in artifact.steps if s.kind == "accel" and s.layer["op"] == "channel_scale"]
+    assert scale.macs == 0 and len(scale.reads) == 2  # the feature map and the gate
+
+
+def test_the_squeeze_excite_block_equals_the_lowered_graph_and_the_int8_reference(qdq_se, backend):
+    from vdla.frontend.onnx import import_onnx
+    from vdla.frontend.reference import reference_run
+    from vdla.graph.interp import evaluate
+    from vdla.graph.passes import simplify
+    from vdla.graph.qdq import lower_qdq
+    from vdla.graph.tables import fold_tables, quantize_early
+    from vdla.model import Module
+    from vdla.zoo.models import qdq_output_scale
+
+    qdq, artifact = qdq_se
+    lowered = fold_tables(quantize_early(lower_qdq(simplify(import_onnx(qdq)))))
+    products = [n for n in lowered.nodes if n.op == "mul" and len(n.inputs) == 2 and n.inputs[1] not in lowered.params]
+    assert len(products) == 1 and not [n for n in lowered.nodes if n.op == "dequantize" and n.output != "y"]
+    step, module = qdq_output_scale(qdq, "y"), Module(artifact, backend)
+    for seed in range(2):
+        x = np.random.default_rng(seed).normal(0, 1, SHAPE).astype(np.float32)
+        got = module.run(x)
+        np.testing.assert_array_equal(got, evaluate(lowered, {"x": x})["y"])
+        assert np.abs(got - reference_run(qdq, {"x": x})["y"]).max() <= step * 1.01
+    module.close()
+
+
+def test_vdla_calibration_quantizes_the_gate_and_runs_the_block_on_chip():
+    from vdla.frontend.reference import reference_run
+    from vdla.model import Module
+    from vdla.model.pipeline import compile_model
+
+    model = _se_block()
+    artifact = compile_model(model, _calib(16))[0]
+    assert "channel_scale" in _accel_between(artifact)
+    x = np.random.default_rng(3).normal(0, 1, SHAPE).astype(np.float32)
+    got, want = Module(artifact, "sim").run(x), reference_run(model, {"x": x})["y"]
+    assert np.dot(got.ravel(), want.ravel()) / np.linalg.norm(got) / np.linalg.norm(want) > 0.99
