@@ -466,6 +466,88 @@ class PoolLowering:
         return prologue_block(ops, threads, self.cfg.uop_depth)
 
 
+class GlobalSumLowering(PoolLowering):
+    """A global average (the window is the whole input, no padding) summed by the GEMM core: for each tile of
+    ``toc`` channel blocks, bands of ``toh`` input rows (every column) are LOADed in turn and one GEMM per band
+    adds every pixel of each channel block into that block's one accumulator (``dst`` repeated, ``src`` over
+    the pixels, the identity weights: one cycle per pixel, exact int32 sums), the first band's with ``init``
+    (from zero). The last band's block then requantizes (MUL by the multiplier row, the EPI's clamp or a CLIP)
+    and stores the tile's ``toc`` results. A tile's bands are consecutive blocks of one thread, so its
+    accumulators persist across them; no window need fit the buffers, only a band of one row.
+
+    In a :class:`PoolSchedule` here ``toh`` counts input rows per band (``oh`` is 1)."""
+
+    def per_block(self, noh: int, first: str = "rows") -> tuple[int, int, int]:
+        """(band, 0, one accumulator) of a channel block for a band of ``noh`` input rows."""
+        return noh * self.w, 0, 1
+
+    def in_rows(self, noh: int) -> int:
+        return noh
+
+    def candidates(self) -> list[PoolSchedule]:
+        """Per thread count, the most input rows a band holds, with the most channel blocks (and half as
+        many) when whole images fit."""
+        self.check_minimal()
+        out = []
+        for v in range(1, MAX_VTHREADS + 1):
+            toh = max((t for t in range(1, self.h + 1) if self.fits(1, t, v, "rows")), default=0)
+            if not toh:
+                continue
+            toc = max(n for n in range(1, self.cb + 1) if self.fits(n, toh, v, "rows")) if toh == self.h else 1
+            out += [PoolSchedule(toc, toh, v)] + ([PoolSchedule(-(-toc // 2), toh, v)] if toc > 1 else [])
+        return out
+
+    def channel_tiles(self, toc: int) -> list[tuple[int, int]]:
+        """(image group, first channel block) of every tile of ``toc`` channel blocks."""
+        return [(g, cb) for g in range(self.ng) for cb in range(0, self.cb, toc)]
+
+    def band_blocks(self, thread: int, t: PoolTile, s: PoolSchedule, eye: bool) -> list[Block]:
+        """The blocks of one channel tile: one per band of input rows (see the class docstring)."""
+        acc0, inp0 = (thread * n for n in self.share(s.vthreads))
+        band = s.toh * self.w
+        obase = acc0
+        blocks = []
+        for r0 in range(0, self.h, s.toh):
+            rows = min(s.toh, self.h - r0)
+            offset = ((t.ng * self.cb + t.cb) * self.h + r0) * self.w
+            axes = [(t.noc, self.h * self.w), (rows * self.w, 1)]
+            loads = [
+                Load(MemType.INP, inp0 + j * band + tr.sram, "inp", tr.offset, tr.y, tr.x, tr.stride)
+                for j in range(t.noc)
+                for tr in plan_transfers(0, offset + j * self.h * self.w, axes[1:])
+            ]
+            if eye and r0 == 0:
+                loads = [load_identity(0), *loads]
+            nest = ((t.noc, (1, band)), (rows * self.w, (0, 1)))
+            compute: list[Op] = [identity_gemm(nest, obase, inp0, 0, self.limits, init=r0 == 0)]
+            last = r0 + s.toh >= self.h
+            if last:
+                compute += self.requantize(t, obase, 1)
+            stores = self.stores(t, obase, 1) if last else []
+            blocks.append(Block(thread, tuple(loads), tuple(compute), tuple(stores)))
+        return blocks
+
+    def stream(self, s: PoolSchedule) -> Stream:
+        if not self.fits(s.toc, s.toh, s.vthreads, s.first):
+            raise CompileError(
+                f"global sum schedule {s.describe()} needs {s.toc * s.toh * self.w} INP elements per thread, the "
+                f"share holds {self.share(s.vthreads)[1]}"
+            )
+        tiles = [PoolTile(g, cb, min(s.toc, self.cb - cb), 0, 1) for g, cb in self.channel_tiles(s.toc)]
+        threads = [
+            [b for i, tile in enumerate(tiles[v :: s.vthreads]) for b in self.band_blocks(v, tile, s, v == i == 0)]
+            for v in range(s.vthreads)
+        ]
+        return lower_vthreads(threads, self.prologue(threads))
+
+
+def pool_lowering(spec: PoolSpec, cfg: HwConfig) -> PoolLowering:
+    """The lowering of ``spec``: a global average sums on the GEMM core (:class:`GlobalSumLowering`), every other
+    pooling reduces on the ALU (:class:`PoolLowering`)."""
+    whole = spec.window.kernel == tuple(spec.shape[2:]) and not any(spec.window.pads)
+    return GlobalSumLowering(spec, cfg) if spec.op == "avg" and whole else PoolLowering(spec, cfg)
+
+
 @dataclass(frozen=True)
 class PoolSearch:
     schedule: PoolSchedule
@@ -479,7 +561,7 @@ class CompiledPool:
 
     def __init__(self, spec: PoolSpec, cfg: HwConfig, schedule: PoolSchedule | None = None):
         self.spec, self.cfg = spec, cfg
-        self.lowering = PoolLowering(spec, cfg)
+        self.lowering = pool_lowering(spec, cfg)
         cands = [schedule] if schedule else self.lowering.candidates()
         timings = [(timed(self.lowering, self.lowering.stream(s)).cycles, i) for i, s in enumerate(cands)]
         cycles, best = min(timings)
