@@ -39,6 +39,14 @@ from vdla.graph.qdq import qparams
 from vdla.graph.types import TensorType
 
 COPY = "copy"  # the attribute naming what a 0/1 convolution moves
+
+
+def dense_conv(node: Node) -> bool:
+    """Whether ``node`` is a conv2d of one group: a layer whose output channels may be sliced or stored into a
+    channel-block view (a depthwise layer runs as parts of its own, :mod:`vdla.compiler.blockdiag`)."""
+    return node.op == "conv2d" and int(node.attrs.get("groups", 1)) == 1
+
+
 EPILOGUE = ("cast", "clip", "mul", "add", "rshift")  # the integer epilogue's operators (vdla.graph.epilogue)
 
 
@@ -164,7 +172,12 @@ class _Rewriter:
             len(self.cons[n.output]) != 1 for n in inner
         ):
             return None
-        if node is None or node.op != "conv2d" or len(self.cons[node.output]) != 1 or node.inputs[1] not in self.params:
+        if (
+            node is None
+            or not dense_conv(node)
+            or len(self.cons[node.output]) != 1
+            or node.inputs[1] not in self.params
+        ):
             return None
         return [node, *reversed(chain)]
 
@@ -332,7 +345,7 @@ class _Rewriter:
         if node is not None and node.op == "quantize" and node.inputs[0] in self.replace:
             return True
         anchor = self.walk_back(v, EPILOGUE)[1]
-        return anchor is not None and anchor.op == "conv2d"
+        return anchor is not None and dense_conv(anchor)
 
     def walk_back(self, v: str, ops: tuple[str, ...]) -> tuple[list[Node], Node | None]:
         """The nodes of ``ops`` that compute ``v`` along their first inputs (from ``v`` back), and the node

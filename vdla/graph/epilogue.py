@@ -486,14 +486,14 @@ def epilogue_nodes(
     before_add: tuple[Node, ...] = (),
 ) -> list[Node]:
     """The integer form of ``ep`` after ``anchor(x, w)`` (its conv2d/dense/conv_transpose attributes kept but
-    groups, which is 1, and a conv2d's dilation, which is 1), ending in the
+    groups where it is 1, and a conv2d's dilation, which is 1), ending in the
     int8 cast that writes ``base`` (with quantization ``quant``). ``residual`` is the int8 skip of a rescaled
     residual, else the value added as it is, computed by ``before_add`` where given (they stand right
     before the add); ``param(name, array)`` adds a parameter and returns its name. :func:`match_integer`
     reads the nodes back to ``ep``."""
     shape = (1, -1) if anchor.op == "dense" else (1, -1, 1, 1)
-    dropped = ("groups",) if anchor.op == "conv_transpose" else ("groups", "dilation")  # groups 1, dilation 1
-    attrs = {k: v for k, v in anchor.attrs.items() if k not in dropped}
+    dropped = ("groups",) if anchor.op == "conv_transpose" else ("groups", "dilation")  # dilation 1
+    attrs = {k: v for k, v in anchor.attrs.items() if k not in dropped or (k == "groups" and int(v) != 1)}
     nodes = [Node(anchor.op, (x, w), f"{base}:acc", attrs)]
     if ep.bias is not None:
         b = param(f"{base}:bias", np.asarray(ep.bias).astype(np.int32).reshape(shape))

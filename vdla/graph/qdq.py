@@ -242,9 +242,10 @@ class _QdqLowering:
         return qlo, qhi
 
     def lower_anchor(self, c: Node) -> None:
-        """Rewrite one conv2d/dense/conv_transpose (groups 1) with QDQ inputs and a quantized output, if it
-        matches; its weight is quantized per tensor or per output channel (:data:`ANCHOR_AXIS`)."""
-        if int(c.attrs.get("groups", 1)) != 1:
+        """Rewrite one conv2d/dense/conv_transpose (groups 1, or a depthwise conv2d) with QDQ inputs and a
+        quantized output, if it matches; its weight is quantized per tensor or per output channel
+        (:data:`ANCHOR_AXIS`)."""
+        if int(c.attrs.get("groups", 1)) != 1 and not is_depthwise(c, self.types):
             return
         if c.op == "conv2d" and c.attrs.get("dilation", 1) not in (1, (1, 1), [1, 1]):
             return
@@ -526,6 +527,14 @@ def reshapes_inside_qdq(graph: Graph) -> Graph:
         else:
             nodes.append(n)
     return graph.copy(nodes=nodes)
+
+
+def is_depthwise(node: Node, types) -> bool:
+    """Whether ``node`` is a depthwise conv2d: groups = input channels = output channels (weights (C, 1, kh, kw))."""
+    if node.op != "conv2d":
+        return False
+    c, groups = types[node.inputs[0]].shape[1], int(node.attrs.get("groups", 1))
+    return groups == c > 1 and tuple(types[node.inputs[1]].shape[:2]) == (c, 1)
 
 
 def channel_product(shapes: list[tuple[int, ...]]) -> tuple[int, int] | None:

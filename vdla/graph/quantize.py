@@ -5,7 +5,7 @@ epilogue.
 
 Which values become int8 (the plan, :func:`plan_quantization`; structure only, no data):
 
-* every conv2d/dense/conv_transpose the lowering handles (groups 1, no dilation of a conv2d, constant float
+* every conv2d/dense/conv_transpose the lowering handles (groups 1 or depthwise, no dilation of a conv2d, constant float
   weights and bias, not kept in float) is an *anchor*: its input is quantized per tensor, its weights per
   output channel (axis 0, a conv_transpose's axis 1; symmetric int8 in [-127, 127], scale
   ``max|w[c]| / 127``), its bias to int32 at ``s_x * s_w[c]``;
@@ -63,7 +63,7 @@ from vdla.graph.graph import Graph, Node
 from vdla.graph.ops import infer_types
 from vdla.graph.passes import fresh_name
 from vdla.graph.qdq import ANCHOR_AXIS as ANCHORS
-from vdla.graph.qdq import COMMUTING, channel_product
+from vdla.graph.qdq import COMMUTING, channel_product, is_depthwise
 from vdla.isa.arith import INT8_MAX
 
 SELECTING = ("slice", "resize")  # of an int8 value: keep its scale (int8 selections, vdla.graph.copies)
@@ -205,7 +205,7 @@ class _Planner:
         if node.op not in ANCHORS or node.output in self.kept or x in self.g.params or self.types[x].dtype != "float32":
             return False
         a = node.attrs
-        if int(a.get("groups", 1)) != 1:
+        if int(a.get("groups", 1)) != 1 and not is_depthwise(node, self.types):
             return False
         if node.op == "conv2d" and a.get("dilation", 1) not in (1, (1, 1), [1, 1]):
             return False

@@ -15,6 +15,7 @@ from dataclasses import replace
 import numpy as np
 
 from vdla.compiler import CompileError, ScheduleCache, compile_conv2d
+from vdla.compiler.blockdiag import depthwise_parts, region
 from vdla.compiler.chain import join_programs, weight_relocator
 from vdla.compiler.pool import compile_pool
 from vdla.compiler.search import emit_program
@@ -162,7 +163,16 @@ class ModelBuilder:
         parts = [layers.get(v) for v in node.inputs]
         interleaved = {t for t, _ in self.views.values()} if joins else set()
         return len(set(node.inputs)) == len(node.inputs) and all(
-            (v in interleaved or (p is not None and p.op == "conv2d" and p.pool is None and (joins or not p.residual)))
+            (
+                v in interleaved
+                or (
+                    p is not None
+                    and p.op == "conv2d"
+                    and p.groups == 1
+                    and p.pool is None
+                    and (joins or not p.residual)
+                )
+            )
             and consumers.get(v, []) == [node]
             and v not in self.g.outputs
             and v not in self.views
@@ -261,14 +271,19 @@ class ModelBuilder:
         outputs = {o: self.types[o] for o in self.g.outputs}
         return Artifact(cfg, inputs, outputs, steps, tensors, image, memory, {"model": self.g.name}, chains)
 
-    def chain(self, steps: list, dev: Device) -> list[AccelChain]:
-        """Each run of two or more consecutive accelerator steps joined into one stream in ``dev``'s DRAM."""
-        cfg = self.cfg
-        relocate = weight_relocator(
-            cfg,
+    @staticmethod
+    def relocator(dev: Device):
+        """The weight relocator of programs whose micro-op kernels live in ``dev``'s DRAM."""
+        return weight_relocator(
+            dev.cfg,
             lambda index, n: dev.dram.view(index * 4, n * 4).view(np.uint32).copy(),
             lambda words: dev.array(words).addr // 4,
         )
+
+    def chain(self, steps: list, dev: Device) -> list[AccelChain]:
+        """Each run of two or more consecutive accelerator steps joined into one stream in ``dev``'s DRAM."""
+        cfg = self.cfg
+        relocate = self.relocator(dev)
         chains = []
         for first, count in accel_runs(steps):
             joined = join_programs(
@@ -286,6 +301,8 @@ class ModelBuilder:
         """Compile one accelerator layer and emit its instruction stream against the planned tensors."""
         if isinstance(layer, PoolLayer):
             return self.compile_pool(layer, dev, addr)
+        if layer.groups > 1:
+            return self.compile_depthwise(layer, dev, addr)
         g = layer.geometry
         compiled = compile_conv2d(
             layer.in_shape,
@@ -316,6 +333,45 @@ class ModelBuilder:
             desc["copy"] = moves
         return AccelStep(layer.out, code.addr, len(insns), 0 if moves else sp.macs, self.accel_reads(layer), out, desc)
 
+    def compile_depthwise(self, layer: AccelLayer, dev: Device, addr: dict[str, int]) -> AccelStep:
+        """A depthwise layer as its block-diagonal parts (:mod:`vdla.compiler.blockdiag`): each a dense
+        convolution compiled against its regions of the layer's tensors (the schedule searched once per part
+        shape), the parts joined into one stream."""
+        g, cfg, (n, c, h, w) = layer.geometry, self.cfg, layer.in_shape
+        schedules: dict[tuple, object] = {}
+        programs, compiled = [], None
+        for part in depthwise_parts(layer.in_shape, layer.weights, layer.epilogue, cfg):
+            options = dict(stride=g.stride, padding=g.padding, epilogue=part.epilogue, config=cfg, cache=self.cache)
+            known = schedules.get(part.in_shape)
+            try:
+                compiled = compile_conv2d(part.in_shape, part.weights, schedule=known, **options)
+            except CompileError:
+                if known is None:
+                    raise
+                compiled = compile_conv2d(part.in_shape, part.weights, **options)
+            schedules.setdefault(part.in_shape, compiled.schedule)
+            out_hw = compiled.lowering.out_hw
+            regions = {"inp": region(part, c, (h, w), cfg), "out": region(part, c, out_hw, cfg)}
+            regions["res"] = regions["out"]
+            low, stream, constants = compiled.lowering, compiled.stream, compiled.constants
+            programs.append(self.bind(layer, low, stream, constants, dev, addr, regions))
+        joined = join_programs(programs, cfg.wgt_depth, self.relocator(dev))
+        self.programs[layer.out] = joined.insns
+        code = dev.array(np.frombuffer(encode_program(joined.insns), np.uint8))
+        sp = compiled.spec
+        desc = {
+            "op": "depthwise_conv2d",
+            "input": list(layer.in_shape),
+            "output": [n, c, *compiled.lowering.out_hw],
+            "kernel": [sp.kh, sp.kw],
+            "stride": [sp.sh, sp.sw],
+            "schedule": f"{len(programs)} block-diagonal parts, {compiled.schedule.describe()}",
+            "epilogue": compiled.epilogue.key(),
+        }
+        macs = n * c * sp.oh * sp.ow * sp.kh * sp.kw
+        out = [self.pending[layer.out]]
+        return AccelStep(layer.out, code.addr, len(joined.insns), macs, self.accel_reads(layer), out, desc)
+
     def compile_pool(self, layer: PoolLayer, dev: Device, addr: dict[str, int]) -> AccelStep:
         """A pooling on the ALU (:mod:`vdla.compiler.pool`), its schedule timed on the simulator."""
         compiled = compile_pool(layer.spec, self.cfg)
@@ -335,6 +391,13 @@ class ModelBuilder:
 
     def emit(self, layer, low, stream, constants: dict, dev: Device, addr: dict[str, int]):
         """The layer's instruction stream bound to its planned DRAM tensors and constants: (insns, code)."""
+        insns = self.bind(layer, low, stream, constants, dev, addr)
+        self.programs[layer.out] = insns
+        return insns, dev.array(np.frombuffer(encode_program(insns), np.uint8))
+
+    def bind(self, layer, low, stream, constants: dict, dev: Device, addr: dict[str, int], regions=None) -> list[Insn]:
+        """A program's instruction stream bound to the layer's planned DRAM tensors and its constants;
+        ``regions`` (role -> (byte offset, bytes)) binds a role to a region of the layer's tensor instead."""
         need = low.tensor_bytes()
         tensors = {"inp": self.dram_tensor(layer.x, self.cfg.block_in), "out": self.pending[layer.out]}
         if layer.residual:
@@ -344,17 +407,15 @@ class ModelBuilder:
         buffers: dict[str, Buffer] = {}
         for role, t in tensors.items():
             shape, dtype = self.dram[t]
-            nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
+            offset, nbytes = (regions or {}).get(role, (0, int(np.prod(shape)) * np.dtype(dtype).itemsize))
             if nbytes != need[role]:
                 raise CompileError(
                     f"layer {layer.out!r}: {role} is {nbytes} bytes packed, the program expects {need[role]}"
                 )
-            buffers[role] = Buffer(dev.dram, addr[t], nbytes)
+            buffers[role] = Buffer(dev.dram, addr[t] + offset, nbytes)
         for name, data in constants.items():
             buffers[name] = dev.array(data)
-        insns = emit_program(low, stream, dev, buffers)
-        self.programs[layer.out] = insns
-        return insns, dev.array(np.frombuffer(encode_program(insns), np.uint8))
+        return emit_program(low, stream, dev, buffers)
 
     def cpu_region(self, nodes, accel_needs, host_needs, accel_out, notes, extra_outputs=()) -> CpuStep:
         """A CPU step: ``nodes`` with unpacking of the accelerator outputs it reads and packing of the values

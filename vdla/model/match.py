@@ -13,13 +13,14 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from vdla.compiler import CompileError
+from vdla.compiler.blockdiag import depthwise_fits
 from vdla.compiler.fused_pool import FusedPool
-from vdla.compiler.pool import PoolLowering, PoolSpec
+from vdla.compiler.pool import PoolSpec, pool_lowering
 from vdla.compiler.spec import Conv2dSpec
 from vdla.config import HwConfig
 from vdla.graph.epilogue import Epilogue, match_integer
 from vdla.graph.graph import Graph, Node
-from vdla.graph.qdq import channel_product
+from vdla.graph.qdq import channel_product, is_depthwise
 from vdla.graph.types import TensorType
 
 
@@ -40,7 +41,9 @@ class AccelLayer:
     Invariant: ``nodes`` are the node outputs the layer computes, the anchor first; ``residual`` is the value
     the epilogue adds exactly when ``epilogue.residual`` names its dtype; ``pool`` is a max pool of the
     output fused into the tiles (its output is then ``out``); ``w`` names the int8 value a dense layer's weight
-    is computed as at run time (``weights`` is then its OIHW shape, and a CPU step packs it for the layer)."""
+    is computed as at run time (``weights`` is then its OIHW shape, and a CPU step packs it for the layer);
+    ``groups`` equals the channels of a depthwise conv2d (``weights`` (C, 1, kh, kw)), which the compiler runs as
+    block-diagonal parts (:mod:`vdla.compiler.blockdiag`)."""
 
     op: str
     nodes: tuple[str, ...]
@@ -53,12 +56,16 @@ class AccelLayer:
     residual: str | None = None
     pool: PoolLayer | None = None
     w: str | None = None
+    groups: int = 1
 
     def spec(self) -> Conv2dSpec:
-        """The layer's shape as the compiler checks it (raises CompileError naming what does not fit)."""
+        """The layer's shape as the compiler checks it (raises CompileError naming what does not fit); for a
+        depthwise layer, the geometry of one channel's convolution."""
         g = self.geometry
         sh = self.weights if self.w is not None else self.weights.shape
-        return Conv2dSpec.make(self.in_shape, sh[0], sh[2:], g.stride, g.padding, g.dilation)
+        n, c, h, w = self.in_shape
+        in_shape, oc = (self.in_shape, sh[0]) if self.groups == 1 else ((n, 1, h, w), 1)
+        return Conv2dSpec.make(in_shape, oc, sh[2:], g.stride, g.padding, g.dilation)
 
     def max_pool(self) -> tuple | None:
         """The fused max pool as :func:`vdla.compiler.compile_conv2d` takes it: (kernel, stride, padding)."""
@@ -98,7 +105,7 @@ def fuse_pool(conv: AccelLayer, pool: PoolLayer, graph: Graph) -> AccelLayer | N
     """``conv`` with the max pool ``pool`` of its output fused into its tiles (:mod:`vdla.compiler.fused_pool`),
     or None where that is not exact or not possible: the pool must be the output's only reader and
     :meth:`~vdla.compiler.fused_pool.FusedPool.for_layer` take the layer."""
-    if conv.op != "conv2d" or pool.op != "max_pool2d" or pool.x != conv.out or conv.residual:
+    if conv.op != "conv2d" or conv.groups != 1 or pool.op != "max_pool2d" or pool.x != conv.out or conv.residual:
         return None
     if conv.out in graph.outputs or len(graph.consumers().get(conv.out, [])) != 1:
         return None
@@ -145,7 +152,7 @@ def match_pool(anchor: Node, graph: Graph, types: dict[str, TensorType], cfg: Hw
                 return chain
             nodes, (m, shift, lo, hi) = chain
             spec = PoolSpec.global_avg(shape, m, shift, (lo, hi))
-        PoolLowering(spec, cfg).check_minimal()
+        pool_lowering(spec, cfg).check_minimal()
     except CompileError as e:
         return str(e)
     return PoolLayer(anchor.op, tuple(nodes), x, nodes[-1], spec)
@@ -165,7 +172,7 @@ def match_scale(anchor: Node, graph: Graph, types: dict[str, TensorType], cfg: H
     nodes, (m, shift, lo, hi) = chain
     try:
         spec = PoolSpec.channel_scale(types[x].shape, m, shift, (lo, hi))
-        PoolLowering(spec, cfg).check_minimal()
+        pool_lowering(spec, cfg).check_minimal()
     except CompileError as e:
         return str(e)
     return PoolLayer("scale", tuple(nodes), x, nodes[-1], spec, residual=s)
@@ -198,8 +205,9 @@ def _chain_next(value: str, consumers: dict[str, list[Node]], outputs: set[str])
     return readers[0] if len(readers) == 1 and value not in outputs else None
 
 
-def match_accel(anchor: Node, graph: Graph, types: dict[str, TensorType]) -> AccelLayer | str:
-    """The accelerator layer anchored at the conv2d/dense ``anchor``, or the reason it stays on the CPU."""
+def match_accel(anchor: Node, graph: Graph, types: dict[str, TensorType], cfg: HwConfig) -> AccelLayer | str:
+    """The accelerator layer anchored at the conv2d/dense ``anchor``, or the reason it stays on the CPU. A
+    depthwise conv2d (groups = channels, one weight channel per group) is a layer of block-diagonal parts."""
     x, w = anchor.inputs[0], anchor.inputs[1]
     if len(anchor.inputs) > 2:
         return "a float bias (the accelerator adds an int32 bias after quantization)"
@@ -208,8 +216,11 @@ def match_accel(anchor: Node, graph: Graph, types: dict[str, TensorType]) -> Acc
         return "not quantized to int8 (run a QDQ model, or quantize with --calib)"
     conv = anchor.op == "conv2d"
     a = anchor.attrs
-    if conv and (int(a.get("groups", 1)) != 1):
-        return f"groups={a.get('groups')} (the GEMM intrinsic reduces over all input channels)"
+    groups = int(a.get("groups", 1)) if conv else 1
+    if groups != 1 and not is_depthwise(anchor, types):
+        return f"groups={groups} of {types[x].shape[1]} channels (the GEMM core runs dense or depthwise convolutions)"
+    if groups != 1 and depthwise_fits(cfg):
+        return depthwise_fits(cfg)
     found = match_integer(anchor, graph, types)
     if isinstance(found, str):
         return found
@@ -222,4 +233,4 @@ def match_accel(anchor: Node, graph: Graph, types: dict[str, TensorType]) -> Acc
     layer = AccelLayer(
         anchor.op, found.nodes, x, found.output, tuple(in_shape), weights, geometry, found.epilogue, found.residual
     )
-    return replace(layer, w=w) if runtime else layer
+    return replace(layer, w=w) if runtime else replace(layer, groups=groups)

@@ -23,8 +23,8 @@ from vdla.model.match import AccelLayer, PoolLayer, match_accel, match_pool, mat
 
 # the matcher of each accelerator lowering the operator registry names (OpDef.accel)
 MATCHERS = {
-    "vdla.compiler.compile_conv2d": lambda anchor, graph, types, cfg: match_accel(anchor, graph, types),
-    "vdla.compiler.compile_dense": lambda anchor, graph, types, cfg: match_accel(anchor, graph, types),
+    "vdla.compiler.compile_conv2d": match_accel,
+    "vdla.compiler.compile_dense": match_accel,
     "vdla.compiler.pool.compile_pool": match_pool,
     EPILOGUE_STEP: match_scale,  # an elementwise anchor: only a channel scale is a layer of its own
 }

@@ -1,0 +1,145 @@
+"""Depthwise convolutions on today's GEMM core (issue 30's block-diagonal mapping): the parts' weights and
+regions; an inverted residual block (expand 1x1 -> depthwise -> project 1x1 + residual) and 5x5 / stride 2
+depthwise layers with partial channel blocks compiled with no CPU step between layers, bit-exact against the
+lowered graph on the simulator and the RTL and within one output step of onnxruntime's int8 reference; vdla's
+own calibration places them too; a config whose blocks differ keeps them on the CPU with the reason."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from vdla.compiler import CompileError
+from vdla.compiler.blockdiag import depthwise_fits, depthwise_parts, region
+from vdla.config import load_config
+from vdla.graph.epilogue import Epilogue
+
+RNG = np.random.default_rng(30)
+
+
+def test_parts_are_block_diagonal_and_cover_every_channel_once():
+    cfg = load_config("pynq")
+    w = RNG.integers(-127, 128, (40, 1, 3, 3), dtype=np.int8)
+    ep = Epilogue(bias=np.arange(40), multiplier=np.arange(40) + 1000, shift=20)
+    parts = depthwise_parts((1, 40, 9, 9), w, ep, cfg)
+    assert [(p.block, p.in_shape[1]) for p in parts] == [(0, 16), (1, 16), (2, 8)]
+    for p in parts:
+        lo = p.block * 16
+        for o in range(p.in_shape[1]):
+            np.testing.assert_array_equal(p.weights[o, o], w[lo + o, 0])
+            assert not np.delete(p.weights[o], o, axis=0).any()
+        np.testing.assert_array_equal(p.epilogue.bias, np.arange(lo, lo + p.in_shape[1]))
+        assert p.epilogue.shift == 20
+    assert [region(p, 40, (9, 9), cfg) for p in parts] == [(k * 81 * 16, 81 * 16) for k in range(3)]
+    with pytest.raises(CompileError, match=r"\(40, 1, kh, kw\)"):
+        depthwise_parts((1, 40, 9, 9), w[:20], ep, cfg)
+    odd = replace(cfg, name="odd", block_in=32, inp_buff_bytes=65536)
+    assert "block_in == block_out" in depthwise_fits(odd) and depthwise_fits(cfg) is None
+
+
+onnx = pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+SHAPE = (1, 16, 12, 12)
+
+
+def _model(expand: int = 40) -> object:
+    """x -> [expand 1x1 (expand) -> ReLU6 -> depthwise 3x3 -> ReLU6 -> project 1x1 (16)] + x -> depthwise 5x5
+    stride 2 (16) -> ReLU -> y: MobileNet-V2's inverted residual, and a depthwise layer of EfficientNet's."""
+    ws = {"we": (expand, 16, 1, 1), "wd": (expand, 1, 3, 3), "wp": (16, expand, 1, 1), "w5": (16, 1, 5, 5)}
+    inits = [numpy_helper.from_array(RNG.normal(0, 0.4, sh).astype(np.float32), k) for k, sh in ws.items()]
+    inits += [numpy_helper.from_array(RNG.normal(0, 0.2, (expand,)).astype(np.float32), "bd")]
+    inits += [numpy_helper.from_array(np.array(v, np.float32), k) for k, v in (("lo", 0.0), ("hi", 6.0))]
+    nodes = [
+        helper.make_node("Conv", ["x", "we"], ["e"]),
+        helper.make_node("Clip", ["e", "lo", "hi"], ["e6"]),
+        helper.make_node("Conv", ["e6", "wd", "bd"], ["d"], pads=[1] * 4, group=expand),
+        helper.make_node("Clip", ["d", "lo", "hi"], ["d6"]),
+        helper.make_node("Conv", ["d6", "wp"], ["p"]),
+        helper.make_node("Add", ["p", "x"], ["r"]),
+        helper.make_node("Conv", ["r", "w5"], ["d5"], pads=[2] * 4, strides=[2, 2], group=16),
+        helper.make_node("Relu", ["d5"], ["y"]),
+    ]
+    f = TensorProto.FLOAT
+    x, y = helper.make_tensor_value_info("x", f, SHAPE), helper.make_tensor_value_info("y", f, (1, 16, 6, 6))
+    graph = helper.make_graph(nodes, "inverted_residual", [x], [y], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)], ir_version=9)
+
+
+def _calib(n: int = 8) -> np.ndarray:
+    return RNG.normal(0, 1, (n, *SHAPE[1:])).astype(np.float32)
+
+
+def _depthwise_steps(artifact) -> list:
+    kinds = [s.kind for s in artifact.steps]
+    assert kinds[0] == kinds[-1] == "cpu" and "cpu" not in kinds[1:-1], kinds
+    assert artifact.accel_macs == artifact.total_macs > 0
+    return [s for s in artifact.steps if s.kind == "accel" and s.layer["op"] == "depthwise_conv2d"]
+
+
+@pytest.fixture(scope="module")
+def qdq_block():
+    from vdla.model.pipeline import compile_model
+    from vdla.zoo.models import quantize_qdq
+
+    qdq = quantize_qdq(_model(), _calib(), input_name="x")
+    return qdq, compile_model(qdq)[0]
+
+
+def test_depthwise_layers_run_on_the_accelerator_with_their_own_macs(qdq_block):
+    _, artifact = qdq_block
+    dw = _depthwise_steps(artifact)
+    assert [s.macs for s in dw] == [40 * 12 * 12 * 9, 16 * 6 * 6 * 25]
+    assert [s.layer["schedule"].split(" ")[0] for s in dw] == ["3", "1"]  # 40 channels: blocks of 16, 16, 8
+
+
+def test_depthwise_layers_equal_the_lowered_graph_and_the_int8_reference(qdq_block, backend):
+    from vdla.frontend.onnx import import_onnx
+    from vdla.frontend.reference import reference_run
+    from vdla.graph.interp import evaluate
+    from vdla.graph.passes import simplify
+    from vdla.graph.qdq import lower_qdq
+    from vdla.graph.tables import fold_tables, quantize_early
+    from vdla.model import Module
+    from vdla.zoo.models import qdq_output_scale
+
+    qdq, artifact = qdq_block
+    lowered = fold_tables(quantize_early(lower_qdq(simplify(import_onnx(qdq)))))
+    grouped = [n for n in lowered.nodes if n.op == "conv2d" and n.attrs.get("groups", 1) != 1]
+    assert len(grouped) == 2 and all(lowered.params[n.inputs[1]].dtype == np.int8 for n in grouped)
+    step, module = qdq_output_scale(qdq, "y"), Module(artifact, backend)
+    for seed in range(2):
+        x = np.random.default_rng(seed).normal(0, 1, SHAPE).astype(np.float32)
+        got = module.run(x)
+        np.testing.assert_array_equal(got, evaluate(lowered, {"x": x})["y"])
+        assert np.abs(got - reference_run(qdq, {"x": x})["y"]).max() <= step * 1.01
+    module.close()
+
+
+def test_vdla_calibration_places_depthwise_layers_on_the_accelerator():
+    from vdla.frontend.reference import reference_run
+    from vdla.model import Module
+    from vdla.model.pipeline import compile_model
+
+    model = _model()
+    artifact = compile_model(model, _calib(16))[0]
+    assert len(_depthwise_steps(artifact)) == 2
+    x = np.random.default_rng(3).normal(0, 1, SHAPE).astype(np.float32)
+    got, want = Module(artifact, "sim").run(x), reference_run(model, {"x": x})["y"]
+    assert np.dot(got.ravel(), want.ravel()) / np.linalg.norm(got) / np.linalg.norm(want) > 0.99
+
+
+def test_a_grouped_convolution_that_is_not_depthwise_stays_on_the_cpu_with_the_reason():
+    from vdla.graph.graph import Graph, Node
+    from vdla.graph.ops import infer_types
+    from vdla.graph.types import TensorType
+    from vdla.model.match import match_accel
+
+    w = RNG.integers(-127, 128, (32, 8, 3, 3), dtype=np.int8)
+    node = Node("conv2d", ("x", "w"), "y", {"groups": 4, "padding": 1})
+    g = Graph({"x": TensorType((1, 32, 8, 8), "int8")}, [node], ["y"], {"w": w})
+    why = match_accel(node, g, infer_types(g), load_config("pynq"))
+    assert isinstance(why, str) and "groups=4 of 32 channels" in why
