@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from vdla.compiler import CompileError
-from vdla.compiler.blockdiag import depthwise_fits, depthwise_parts, region
+from vdla.compiler.blockdiag import block_parts, depthwise_fits, is_block_diagonal, region
 from vdla.config import load_config
 from vdla.graph.epilogue import Epilogue
 
@@ -23,7 +23,7 @@ def test_parts_are_block_diagonal_and_cover_every_channel_once():
     cfg = load_config("pynq")
     w = RNG.integers(-127, 128, (40, 1, 3, 3), dtype=np.int8)
     ep = Epilogue(bias=np.arange(40), multiplier=np.arange(40) + 1000, shift=20)
-    parts = depthwise_parts((1, 40, 9, 9), w, ep, cfg)
+    parts = block_parts((1, 40, 9, 9), w, ep, cfg)
     assert [(p.block, p.in_shape[1]) for p in parts] == [(0, 16), (1, 16), (2, 8)]
     for p in parts:
         lo = p.block * 16
@@ -32,9 +32,21 @@ def test_parts_are_block_diagonal_and_cover_every_channel_once():
             assert not np.delete(p.weights[o], o, axis=0).any()
         np.testing.assert_array_equal(p.epilogue.bias, np.arange(lo, lo + p.in_shape[1]))
         assert p.epilogue.shift == 20
-    assert [region(p, 40, (9, 9), cfg) for p in parts] == [(k * 81 * 16, 81 * 16) for k in range(3)]
-    with pytest.raises(CompileError, match=r"\(40, 1, kh, kw\)"):
-        depthwise_parts((1, 40, 9, 9), w[:20], ep, cfg)
+    assert [region(p, 3, (9, 9), cfg) for p in parts] == [(k * 81 * 16, 81 * 16) for k in range(3)]
+    assert region(parts[2], 5, (9, 9), cfg, whole=True) == (0, 5 * 81 * 16)
+    with pytest.raises(CompileError, match="neither depthwise nor block-diagonal"):
+        block_parts((1, 40, 9, 9), w[:20], ep, cfg)
+
+
+def test_dense_block_diagonal_weights_run_as_their_diagonal_blocks():
+    cfg = load_config("pynq")
+    eye = np.eye(40, dtype=np.int8)[:, :, None, None]
+    assert is_block_diagonal(eye, 16) and not is_block_diagonal(eye[:16, :16], 16)  # one block: dense is as cheap
+    shuffled = eye[np.r_[16:32, 0:16, 32:40]]  # output block 0 reads input block 1
+    assert not is_block_diagonal(shuffled, 16) and not is_block_diagonal(eye[:32], 16)
+    parts = block_parts((2, 40, 4, 4), eye, Epilogue(), cfg)
+    assert [(p.group, p.block) for p in parts] == [(g, b) for g in range(2) for b in range(3)]
+    assert all(np.array_equal(p.weights, np.eye(p.in_shape[1], dtype=np.int8)[:, :, None, None]) for p in parts)
     odd = replace(cfg, name="odd", block_in=32, inp_buff_bytes=65536)
     assert "block_in == block_out" in depthwise_fits(odd) and depthwise_fits(cfg) is None
 

@@ -77,12 +77,12 @@ def _lowered(qdq):
     return fold_tables(quantize_early(lower_qdq(accelerator_copies(_tabled(qdq), 16))))
 
 
-@pytest.fixture(scope="module", params=[16, 8], ids=["whole_blocks", "half_blocks"])
+@pytest.fixture(scope="module", params=[16, 8, 32], ids=["whole_blocks", "half_blocks", "two_blocks"])
 def c2f(request):
     from vdla.model.pipeline import compile_model
 
     qdq = _qdq(_c2f(request.param))
-    return qdq, compile_model(qdq)[0]
+    return qdq, compile_model(qdq)[0], request.param
 
 
 def test_the_rewrite_is_exact_in_float():
@@ -100,11 +100,14 @@ def test_the_rewrite_is_exact_in_float():
 
 
 def test_no_cpu_step_between_layers_and_copies_count_no_macs(c2f):
-    _, artifact = c2f
+    _, artifact, half = c2f
     kinds = [s.kind for s in artifact.steps]
     assert kinds[0] == kinds[-1] == "cpu" and "cpu" not in kinds[1:-1], kinds
     moved = {s.layer.get("copy") for s in artifact.steps if s.kind == "accel"} - {None}
     assert {"add", "concat", "upsample"} <= moved
+    # identity copies of more than one channel block run as their diagonal blocks (vdla.compiler.blockdiag)
+    diagonal = [s for s in artifact.steps if s.kind == "accel" and "block-diagonal" in s.layer["schedule"]]
+    assert bool(diagonal) == (half > 16) and all(s.layer.get("copy") for s in diagonal)
     assert all(s.macs == 0 for s in artifact.steps if s.kind == "accel" and s.layer.get("copy"))
     assert artifact.accel_macs == artifact.total_macs > 0
 
@@ -112,7 +115,7 @@ def test_no_cpu_step_between_layers_and_copies_count_no_macs(c2f):
 def test_the_accelerator_equals_the_lowered_graph_and_the_int8_reference(c2f, backend):
     from vdla.model import Module
 
-    qdq, artifact = c2f
+    qdq, artifact, _ = c2f
     lowered, step = _lowered(qdq), qdq_output_scale(qdq, "y")
     module = Module(artifact, backend)
     for seed in range(2):

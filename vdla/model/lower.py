@@ -15,11 +15,11 @@ from dataclasses import replace
 import numpy as np
 
 from vdla.compiler import CompileError, ScheduleCache, compile_conv2d
-from vdla.compiler.blockdiag import depthwise_parts, region
+from vdla.compiler.blockdiag import block_parts, region
 from vdla.compiler.chain import join_programs, weight_relocator
 from vdla.compiler.pool import compile_pool
 from vdla.compiler.search import emit_program
-from vdla.compiler.spec import OutputView
+from vdla.compiler.spec import Conv2dSpec, OutputView
 from vdla.config import HwConfig
 from vdla.graph.copies import COPY
 from vdla.graph.ew import EPILOGUE_STEP
@@ -163,16 +163,7 @@ class ModelBuilder:
         parts = [layers.get(v) for v in node.inputs]
         interleaved = {t for t, _ in self.views.values()} if joins else set()
         return len(set(node.inputs)) == len(node.inputs) and all(
-            (
-                v in interleaved
-                or (
-                    p is not None
-                    and p.op == "conv2d"
-                    and p.groups == 1
-                    and p.pool is None
-                    and (joins or not p.residual)
-                )
-            )
+            (v in interleaved or (p is not None and p.op == "conv2d" and p.pool is None and (joins or not p.residual)))
             and consumers.get(v, []) == [node]
             and v not in self.g.outputs
             and v not in self.views
@@ -301,8 +292,8 @@ class ModelBuilder:
         """Compile one accelerator layer and emit its instruction stream against the planned tensors."""
         if isinstance(layer, PoolLayer):
             return self.compile_pool(layer, dev, addr)
-        if layer.groups > 1:
-            return self.compile_depthwise(layer, dev, addr)
+        if layer.parts:
+            return self.compile_parts(layer, dev, addr)
         g = layer.geometry
         compiled = compile_conv2d(
             layer.in_shape,
@@ -333,15 +324,22 @@ class ModelBuilder:
             desc["copy"] = moves
         return AccelStep(layer.out, code.addr, len(insns), 0 if moves else sp.macs, self.accel_reads(layer), out, desc)
 
-    def compile_depthwise(self, layer: AccelLayer, dev: Device, addr: dict[str, int]) -> AccelStep:
-        """A depthwise layer as its block-diagonal parts (:mod:`vdla.compiler.blockdiag`): each a dense
-        convolution compiled against its regions of the layer's tensors (the schedule searched once per part
-        shape), the parts joined into one stream."""
+    def compile_parts(self, layer: AccelLayer, dev: Device, addr: dict[str, int]) -> AccelStep:
+        """A depthwise or block-diagonal layer as its parts (:mod:`vdla.compiler.blockdiag`): each a dense
+        convolution of one channel block, compiled (the schedule searched once per part shape) to read its
+        regions of the layer's input and residual and to store through a view selecting its channel block of
+        the output (or of the tensor the layer's own view stores into); the parts joined into one stream."""
         g, cfg, (n, c, h, w) = layer.geometry, self.cfg, layer.in_shape
+        own = -(-c // cfg.block_out)
+        view = self.views[layer.out][1] if layer.out in self.views else None
         schedules: dict[tuple, object] = {}
         programs, compiled = [], None
-        for part in depthwise_parts(layer.in_shape, layer.weights, layer.epilogue, cfg):
+        for part in block_parts(layer.in_shape, layer.weights, layer.epilogue, cfg):
             options = dict(stride=g.stride, padding=g.padding, epilogue=part.epilogue, config=cfg, cache=self.cache)
+            sp = Conv2dSpec.make(part.in_shape, part.in_shape[1], part.weights.shape[2:], g.stride, g.padding)
+            full = view or OutputView((sp.oh, sp.ow))
+            total = full.out_blocks(own)
+            options["out_view"] = replace(full, blocks=(full.blocks[0] + part.block, total))
             known = schedules.get(part.in_shape)
             try:
                 compiled = compile_conv2d(part.in_shape, part.weights, schedule=known, **options)
@@ -350,25 +348,31 @@ class ModelBuilder:
                     raise
                 compiled = compile_conv2d(part.in_shape, part.weights, **options)
             schedules.setdefault(part.in_shape, compiled.schedule)
-            out_hw = compiled.lowering.out_hw
-            regions = {"inp": region(part, c, (h, w), cfg), "out": region(part, c, out_hw, cfg)}
-            regions["res"] = regions["out"]
+            regions = {
+                "inp": region(part, own, (h, w), cfg),
+                "res": region(part, own, (sp.oh, sp.ow), cfg),
+                "out": region(part, total, full.full_hw, cfg, whole=True),
+            }
             low, stream, constants = compiled.lowering, compiled.stream, compiled.constants
             programs.append(self.bind(layer, low, stream, constants, dev, addr, regions))
         joined = join_programs(programs, cfg.wgt_depth, self.relocator(dev))
         self.programs[layer.out] = joined.insns
         code = dev.array(np.frombuffer(encode_program(joined.insns), np.uint8))
         sp = compiled.spec
+        depthwise = layer.groups > 1
         desc = {
-            "op": "depthwise_conv2d",
+            "op": "depthwise_conv2d" if depthwise else layer.op,
             "input": list(layer.in_shape),
-            "output": [n, c, *compiled.lowering.out_hw],
+            "output": [n, c, sp.oh, sp.ow],
             "kernel": [sp.kh, sp.kw],
             "stride": [sp.sh, sp.sw],
             "schedule": f"{len(programs)} block-diagonal parts, {compiled.schedule.describe()}",
             "epilogue": compiled.epilogue.key(),
         }
-        macs = n * c * sp.oh * sp.ow * sp.kh * sp.kw
+        moves = self.g.producers()[layer.nodes[0]].attrs.get(COPY)  # a 0/1 conv: no MAC of the network
+        if moves:
+            desc["copy"] = moves
+        macs = 0 if moves else n * c * sp.oh * sp.ow * sp.kh * sp.kw * (1 if depthwise else c)
         out = [self.pending[layer.out]]
         return AccelStep(layer.out, code.addr, len(joined.insns), macs, self.accel_reads(layer), out, desc)
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from vdla.compiler import CompileError
-from vdla.compiler.blockdiag import depthwise_fits
+from vdla.compiler.blockdiag import depthwise_fits, is_block_diagonal
 from vdla.compiler.fused_pool import FusedPool
 from vdla.compiler.pool import PoolSpec, pool_lowering
 from vdla.compiler.spec import Conv2dSpec
@@ -42,8 +42,9 @@ class AccelLayer:
     the epilogue adds exactly when ``epilogue.residual`` names its dtype; ``pool`` is a max pool of the
     output fused into the tiles (its output is then ``out``); ``w`` names the int8 value a dense layer's weight
     is computed as at run time (``weights`` is then its OIHW shape, and a CPU step packs it for the layer);
-    ``groups`` equals the channels of a depthwise conv2d (``weights`` (C, 1, kh, kw)), which the compiler runs as
-    block-diagonal parts (:mod:`vdla.compiler.blockdiag`)."""
+    ``groups`` equals the channels of a depthwise conv2d (``weights`` (C, 1, kh, kw)); ``parts``: the layer runs as
+    block-diagonal parts (:mod:`vdla.compiler.blockdiag`), a depthwise one or one whose dense weights are
+    block-diagonal."""
 
     op: str
     nodes: tuple[str, ...]
@@ -57,6 +58,7 @@ class AccelLayer:
     pool: PoolLayer | None = None
     w: str | None = None
     groups: int = 1
+    parts: bool = False
 
     def spec(self) -> Conv2dSpec:
         """The layer's shape as the compiler checks it (raises CompileError naming what does not fit); for a
@@ -105,7 +107,7 @@ def fuse_pool(conv: AccelLayer, pool: PoolLayer, graph: Graph) -> AccelLayer | N
     """``conv`` with the max pool ``pool`` of its output fused into its tiles (:mod:`vdla.compiler.fused_pool`),
     or None where that is not exact or not possible: the pool must be the output's only reader and
     :meth:`~vdla.compiler.fused_pool.FusedPool.for_layer` take the layer."""
-    if conv.op != "conv2d" or conv.groups != 1 or pool.op != "max_pool2d" or pool.x != conv.out or conv.residual:
+    if conv.op != "conv2d" or conv.parts or pool.op != "max_pool2d" or pool.x != conv.out or conv.residual:
         return None
     if conv.out in graph.outputs or len(graph.consumers().get(conv.out, [])) != 1:
         return None
@@ -233,4 +235,7 @@ def match_accel(anchor: Node, graph: Graph, types: dict[str, TensorType], cfg: H
     layer = AccelLayer(
         anchor.op, found.nodes, x, found.output, tuple(in_shape), weights, geometry, found.epilogue, found.residual
     )
-    return replace(layer, w=w) if runtime else replace(layer, groups=groups)
+    if runtime:
+        return replace(layer, w=w)
+    diagonal = conv and groups == 1 and not depthwise_fits(cfg) and is_block_diagonal(weights, cfg.block_out)
+    return replace(layer, groups=groups, parts=groups != 1 or diagonal)
