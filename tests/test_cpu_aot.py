@@ -181,15 +181,16 @@ def test_missing_linker_names_the_extra(monkeypatch):
         aot.linker_command()
 
 
-FMA_OPS = ("exp", "sigmoid", "tanh", "log", "erf", "softplus", "gelu", "mish", "swish", "elu", "pow")
+FMA_OPS = ("exp", "sigmoid", "tanh", "log", "erf", "softplus", "gelu", "mish", "swish", "elu", "pow", "round")
 OPERANDS = {"swish": (1.0,), "elu": (1.0,), "pow": (np.float32(1.7),)}
 
 
 @pytest.mark.parametrize("op", FMA_OPS)
 def test_code_for_a_cpu_without_fma_rounds_as_the_jit_does(op):
     """The portable x86-64 target has no FMA (like the Cortex-A9): its fused multiply-adds are computed in
-    float64 rounded to odd, and must give the hardware FMA's results (the JIT's) bit for bit, on 60,000
-    values of every magnitude and the special ones."""
+    float64 rounded to odd and its rounding to integers inline (the A9 has no rounding instruction), and both
+    must give the hardware's results (the JIT's) bit for bit, on 60,000 values of every magnitude and the
+    special ones (ties and signed zeros included for round)."""
     e = jit.engine()
     if not e.hardware_fma:
         pytest.skip("this host has no FMA to compare with")
@@ -202,6 +203,7 @@ def test_code_for_a_cpu_without_fma_rounds_as_the_jit_does(op):
             rng.uniform(-90, 90, 20000),
             np.exp(rng.uniform(-30, 30, 20000)),
             [0.0, -0.0, 1e-40, -1e-40, np.inf, -np.inf, np.nan, 88.7, -103.9],
+            [0.5, -0.5, 1.5, 2.5, -2.5, -0.3, 8388607.5, -8388607.5, 8388608.0, 16777217.0, 3e9, -3e9],
         ]
     ).astype(np.float32)
     if op == "log":
