@@ -126,9 +126,9 @@ def test_the_accelerator_equals_the_lowered_graph_and_the_int8_reference(c2f, ba
     module.close()
 
 
-def _shuffle() -> object:
-    """x -> conv (32) -> ReLU -> channel shuffle (reshape, transpose, reshape) -> split -> conv of each half,
-    concatenated: the shuffle runs on the CPU, so the split after it stays there too."""
+def _shuffle(perm=(0, 2, 1, 3, 4)) -> object:
+    """x -> conv (32) -> ReLU -> channel shuffle (reshape, transpose by ``perm``, reshape) -> split -> conv of
+    each half, concatenated: ShuffleNet's unit (``perm`` (0, 1, 2, 4, 3) transposes the pixels instead)."""
     inits = [
         numpy_helper.from_array(RNG.normal(0, 0.3, (32, 16, 1, 1)).astype(np.float32), "w1"),
         numpy_helper.from_array(RNG.normal(0, 0.3, (16, 16, 1, 1)).astype(np.float32), "wa"),
@@ -141,7 +141,7 @@ def _shuffle() -> object:
         helper.make_node("Conv", ["x", "w1"], ["c"]),
         helper.make_node("Relu", ["c"], ["r"]),
         helper.make_node("Reshape", ["r", "s5"], ["r5"]),
-        helper.make_node("Transpose", ["r5"], ["t5"], perm=[0, 2, 1, 3, 4]),
+        helper.make_node("Transpose", ["r5"], ["t5"], perm=list(perm)),
         helper.make_node("Reshape", ["t5", "s4"], ["sh"]),
         helper.make_node("Split", ["sh", "sizes"], ["a", "b"], axis=1),
         helper.make_node("Conv", ["a", "wa"], ["ya"]),
@@ -151,9 +151,35 @@ def _shuffle() -> object:
     return _onnx(nodes, inits, "shuffle", (1, 32, 8, 8))
 
 
-def test_a_split_of_a_tensor_the_cpu_reorders_is_not_moved():
-    moved = accelerator_copies(_tabled(_qdq(_shuffle())), 16)
-    assert not [n.attrs[COPY] for n in moved.nodes if n.attrs.get(COPY) == "slice"]
+def test_a_channel_shuffle_is_a_permutation_and_the_split_after_it_selects_from_its_input(backend):
+    from vdla.model import Module
+    from vdla.model.pipeline import compile_model
+
+    qdq = _qdq(_shuffle())
+    tabled = _tabled(qdq)
+    moved = accelerator_copies(tabled, 16)
+    assert not [n for n in moved.nodes if n.op in ("reshape", "transpose")]
+    slices = [n for n in moved.nodes if n.attrs.get(COPY) == "slice"]
+    assert len(slices) == 2  # both halves select straight from the value before the shuffle
+    perm = np.arange(32) % 2 * 16 + np.arange(32) // 2  # the shuffle's output channel j is input channel perm[j]
+    for k, sel in enumerate(slices):  # half k: output channels 16k .. 16k + 15 of the shuffle
+        w = moved.params[next(n.inputs[0] for n in moved.nodes if n.output == sel.inputs[1])]
+        np.testing.assert_array_equal(np.argmax(w[:, :, 0, 0], axis=1), perm[16 * k : 16 * (k + 1)])
+    x = np.random.default_rng(5).normal(0, 1, SHAPE).astype(np.float32)
+    np.testing.assert_array_equal(evaluate(moved, {"x": x})["y"], evaluate(tabled, {"x": x})["y"])
+    artifact = compile_model(qdq)[0]
+    kinds = [s.kind for s in artifact.steps]
+    assert kinds[0] == kinds[-1] == "cpu" and "cpu" not in kinds[1:-1], kinds
+    lowered, step = _lowered(qdq), qdq_output_scale(qdq, "y")
+    got = Module(artifact, backend).run(x)
+    np.testing.assert_array_equal(got, evaluate(lowered, {"x": x})["y"])
+    assert np.abs(got - reference_run(qdq, {"x": x})["y"]).max() <= step * 1.01
+
+
+def test_a_reshape_and_transpose_that_move_pixels_stay_on_the_cpu():
+    moved = accelerator_copies(_tabled(_qdq(_shuffle(perm=(0, 1, 2, 4, 3)))), 16)
+    assert [n for n in moved.nodes if n.op == "transpose"]
+    assert not [n for n in moved.nodes if n.attrs.get(COPY) in ("shuffle", "slice")]
 
 
 def test_vdla_calibration_quantizes_the_activation_before_the_add_and_runs_the_block_on_chip():

@@ -15,6 +15,10 @@ made only where the data stays on the accelerator (:meth:`_Rewriter.pays`):
 * a **nearest upsampling** by integer factors: a transposed convolution by the identity repeated over a
   ``f_h x f_w`` window with that stride (its stride phases store straight into the result,
   :mod:`vdla.graph.convt`);
+* a **channel shuffle** (``reshape -> transpose -> reshape`` of an int8 NCHW tensor that only permutes its
+  channels, found by running the three nodes on channel and pixel indices): a 1x1 convolution by the
+  permutation matrix; a channel slice of a shuffled value selects straight from the value before the shuffle
+  (the slice's rows of the permutation);
 * a **channel concatenation**: parts of whole channel blocks that are not already a plain convolution's output
   read by the concatenation alone get a copy (a 1x1 identity convolution) that stores into its slice of the
   result (``vdla.model.lower``); parts that are not whole blocks are joined by a chain of selection
@@ -32,6 +36,7 @@ from __future__ import annotations
 import numpy as np
 
 from vdla.graph.graph import Graph, Node
+from vdla.graph.interp import evaluate_node
 from vdla.graph.ops import RESIZE_OPTIONS, infer_types, resize_type
 from vdla.graph.oracle import resize as oracle_resize
 from vdla.graph.passes import eliminate_dead_code, fresh_name
@@ -60,6 +65,8 @@ class _Rewriter:
         self.params = dict(graph.params)
         self.taken = set(self.types) | set(self.params)
         self.replace: dict[str, list[Node]] = {}
+        self.shuffled: dict[str, tuple[str, np.ndarray]] = {}  # a shuffle's output -> (its input, permutation)
+        self.in_place: set[str] = set()  # concatenations whose parts all store in place (vdla.model.lower)
 
     def name(self, base: str) -> str:
         return fresh_name(base, self.taken)
@@ -116,16 +123,17 @@ class _Rewriter:
 
     def slice(self, node: Node) -> None:
         """A slice of channels ``[start, stop)`` (step 1, every pixel) -> the layer computing only those channels
-        (:meth:`split_layer`), else the selection conv."""
+        (:meth:`split_layer`), else the selection conv (of a shuffle's input where it slices a shuffle)."""
         x = node.inputs[0]
         s = self.scale(x)
         span = self.channels(node)
         if s is None or len(node.inputs) != 1 or span is None or not self.pays([x], node.output):
             return
-        if self.split_layer(node, span):
+        if x not in self.shuffled and self.split_layer(node, span):
             return
-        sel = np.eye(self.types[x].shape[1])[span[0] : span[1], :, None, None]
-        nodes, conv = self.move("conv2d", self.read_from(x), sel, "slice", node.output)
+        src, rows = self.shuffled.get(x, (x, np.arange(self.types[x].shape[1])))
+        sel = np.eye(self.types[x].shape[1])[rows[span[0] : span[1]], :, None, None]
+        nodes, conv = self.move("conv2d", self.read_from(src), sel, "slice", node.output)
         self.q(conv, s, node.output, nodes)
         self.replace[node.output] = nodes
 
@@ -196,6 +204,41 @@ class _Rewriter:
         self.q(conv, s, node.output, nodes)
         self.replace[node.output] = nodes
 
+    def shuffle(self, node: Node) -> None:
+        """A channel shuffle ending at the reshape ``node`` -> the 1x1 conv by its permutation matrix."""
+        found = self.shuffle_of(node)
+        if found is None or not self.pays([found[0]], node.output):
+            return
+        x, perm = found
+        nodes, conv = self.move(
+            "conv2d", self.read_from(x), np.eye(len(perm))[perm, :, None, None], "shuffle", node.output
+        )
+        self.q(conv, self.scale(x), node.output, nodes)
+        self.replace[node.output] = nodes
+        self.shuffled[node.output] = (x, perm)
+
+    def shuffle_of(self, node: Node) -> tuple[str, np.ndarray] | None:
+        """For the last reshape of ``reshape -> transpose -> reshape`` (each intermediate read by the next
+        alone) of an int8 NCHW value ``x`` that only permutes ``x``'s channels: (x, perm) with output channel
+        ``j`` = input channel ``perm[j]``, found by running the three nodes on an index tensor; else None."""
+        chain = [node]
+        for op in ("transpose", "reshape"):
+            prev = self.prod.get(chain[-1].inputs[0])
+            if prev is None or prev.op != op or [n.output for n in self.cons[prev.output]] != [chain[-1].output]:
+                return None
+            chain.append(prev)
+        x = chain[-1].inputs[0]
+        shape = self.types[x].shape
+        if node.op != "reshape" or self.scale(x) is None or self.types[node.output].shape != shape:
+            return None
+        n, c, h, w = shape
+        value = np.broadcast_to(np.arange(n * c * h * w, dtype=np.int32).reshape(shape), shape)
+        for m in reversed(chain):
+            value = evaluate_node(m, [value], [TensorType(value.shape, "int32")], self.types[m.output])
+        perm = value[0, :, 0, 0] // (h * w) % c
+        moved = value - (perm - np.arange(c))[None, :, None, None] * h * w  # each channel back at its own place
+        return (x, perm) if np.array_equal(moved, np.arange(n * c * h * w).reshape(shape)) else None
+
     def concat(self, node: Node) -> None:
         """A channel concatenation of int8 parts of the result's scale (see the module docstring)."""
         out = self.types[node.output]
@@ -225,6 +268,8 @@ class _Rewriter:
             parts.append(v)
         if nodes:
             self.replace[node.output] = [*nodes, Node("concat", tuple(parts), node.output, dict(node.attrs))]
+        else:
+            self.in_place.add(node.output)
 
     def copy_of(self, v: str, s: float, base: str) -> list[Node]:
         """The nodes of a copy of ``v`` (int8 at scale ``s``) by the identity conv: of the value ``v``
@@ -277,15 +322,25 @@ class _Rewriter:
         """Whether moving on the accelerator keeps data there: every source computed there (:meth:`on_accel`)
         and the result not read by a reshape or transpose (a reordering the CPU would do anyway)."""
         readers = self.cons.get(result, [])
-        return all(self.on_accel(v) for v in sources) and not any(n.op in ("reshape", "transpose") for n in readers)
+        reorders = [n for n in readers if n.op in ("reshape", "transpose") and not self.starts_shuffle(n)]
+        return all(self.on_accel(v) for v in sources) and not reorders
+
+    def starts_shuffle(self, node: Node) -> bool:
+        """Whether ``node`` is the first reshape of a channel shuffle (:meth:`shuffle_of`)."""
+        nxt = self.cons.get(node.output, [])
+        last = self.cons.get(nxt[0].output, []) if len(nxt) == 1 else []
+        return node.op == "reshape" and len(last) == 1 and self.shuffle_of(last[0]) is not None
 
     def on_accel(self, v: str) -> bool:
         """Whether ``v`` is computed on the accelerator when this pass is done: an integer epilogue's output
-        (``cast``), a max pool of such a value, a table or requantization of one, or a value this pass moves."""
+        (``cast``), a max pool of such a value, a table or requantization of one, a value this pass moves, or a
+        concatenation whose parts store in place."""
         node = self.prod.get(v)
         if node is None:
             return False
-        if v in self.replace or node.op == "cast" or (node.op == "quantize" and node.inputs[0] in self.replace):
+        if v in self.replace or v in self.in_place or node.op == "cast":
+            return True
+        if node.op == "quantize" and node.inputs[0] in self.replace:
             return True
         if node.op == "quantize":
             return self.source(v) != v and self.on_accel(self.source(v))
@@ -374,7 +429,13 @@ class _Rewriter:
         return (fh, fw) if np.array_equal(got, want) else None
 
 
-REWRITES = {"add": _Rewriter.add, "slice": _Rewriter.slice, "resize": _Rewriter.resize, "concat": _Rewriter.concat}
+REWRITES = {
+    "add": _Rewriter.add,
+    "slice": _Rewriter.slice,
+    "resize": _Rewriter.resize,
+    "concat": _Rewriter.concat,
+    "reshape": _Rewriter.shuffle,
+}
 
 
 def accelerator_copies(graph: Graph, block: int) -> Graph:
