@@ -24,7 +24,8 @@ Which values become int8 (the plan, :func:`plan_quantization`; structure only, n
   has squeeze-excite's product of a feature map by a per-channel vector (the accelerator's channel scale,
   :func:`vdla.graph.qdq.channel_product`), whose gate activation then folds into a table;
 * a global average pool of an int8 value is quantized at its own calibrated scale (the lowering turns it
-  into the integer sum, multiplier and shift the accelerator's ALU runs);
+  into the integer sum, multiplier and shift the accelerator runs); where its result is quantized, so is its
+  float input (an activation before the pool then folds into its layer's table);
 * everything else (and every node named in ``keep_float``) stays float32 on the CPU, reading dequantized
   values; a float value an anchor reads is quantized at its boundary.
 
@@ -249,16 +250,25 @@ class _Planner:
         computed = all(v not in self.g.params for v in node.inputs)
         return computed and channel_product([self.types[v].shape for v in node.inputs]) is not None
 
+    def moves(self, node: Node | None) -> bool:
+        """Whether ``node`` takes int8 in and out on the accelerator where its result is int8 (see
+        :meth:`moving_inputs`)."""
+        if node is None:
+            return False
+        return node.op in (*MOVING, *REQUANTIZING) or (node.op == "mul" and self.scales_channels(node))
+
     def moving_inputs(self, needed: set[str], ends: set[str]) -> list[tuple[str, str]]:
-        """Add to ``needed`` the float inputs of each add (outside an epilogue), concatenation, slice, resize or
-        channel product whose result is needed: int8 on both sides, the accelerator moves or scales them
-        (:mod:`vdla.graph.copies`, the channel scale) and an activation before them folds into a table. In
+        """Add to ``needed`` the float inputs of each add (outside an epilogue), concatenation, slice, resize,
+        global average or channel product whose result is needed (directly, or through a reshape or transpose:
+        a pooled vector flattened for a dense layer): int8 on both sides, the accelerator moves, pools or scales
+        them (:mod:`vdla.graph.copies`, the channel scale) and an activation before them folds into a table. In
         reverse order, so a chain of them is followed back.
         Returns the (input, result) pairs of the adds and concatenations, whose scales the residual alignment
         ties (one rounding fewer: each part and addend at the result's scale)."""
         pairs = []
+        prod = self.g.producers()
         for node in reversed(self.g.nodes):
-            moves = node.op in MOVING or (node.op == "mul" and self.scales_channels(node))
+            moves = self.moves(node) or (node.op in ("reshape", "transpose") and self.moves(prod.get(node.inputs[0])))
             if not moves or node.output not in needed or node.output in ends or node.output in self.kept:
                 continue
             inputs = [v for v in node.inputs if v not in self.g.params and self.types[v].dtype == "float32"]
