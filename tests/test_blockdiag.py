@@ -53,7 +53,8 @@ def test_dense_block_diagonal_weights_run_as_their_diagonal_blocks():
 
 onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
-from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+from onnx import helper, numpy_helper  # noqa: E402
+from qdq_check import accel_between, assert_runs_as_lowered, float_cosine, lowered_graph, onnx_model  # noqa: E402
 
 SHAPE = (1, 16, 12, 12)
 
@@ -75,10 +76,7 @@ def _model(expand: int = 40) -> object:
         helper.make_node("Conv", ["r", "w5"], ["d5"], pads=[2] * 4, strides=[2, 2], group=16),
         helper.make_node("Relu", ["d5"], ["y"]),
     ]
-    f = TensorProto.FLOAT
-    x, y = helper.make_tensor_value_info("x", f, SHAPE), helper.make_tensor_value_info("y", f, (1, 16, 6, 6))
-    graph = helper.make_graph(nodes, "inverted_residual", [x], [y], inits)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)], ir_version=9)
+    return onnx_model(nodes, inits, "inverted_residual", SHAPE, (1, 16, 6, 6))
 
 
 def _calib(n: int = 8) -> np.ndarray:
@@ -86,10 +84,8 @@ def _calib(n: int = 8) -> np.ndarray:
 
 
 def _depthwise_steps(artifact) -> list:
-    kinds = [s.kind for s in artifact.steps]
-    assert kinds[0] == kinds[-1] == "cpu" and "cpu" not in kinds[1:-1], kinds
     assert artifact.accel_macs == artifact.total_macs > 0
-    return [s for s in artifact.steps if s.kind == "accel" and s.layer["op"] == "depthwise_conv2d"]
+    return [s for s in accel_between(artifact) if s.layer["op"] == "depthwise_conv2d"]
 
 
 @pytest.fixture(scope="module")
@@ -109,39 +105,20 @@ def test_depthwise_layers_run_on_the_accelerator_with_their_own_macs(qdq_block):
 
 
 def test_depthwise_layers_equal_the_lowered_graph_and_the_int8_reference(qdq_block, backend):
-    from vdla.frontend.onnx import import_onnx
-    from vdla.frontend.reference import reference_run
-    from vdla.graph.interp import evaluate
-    from vdla.graph.passes import simplify
-    from vdla.graph.qdq import lower_qdq
-    from vdla.graph.tables import fold_tables, quantize_early
-    from vdla.model import Module
-    from vdla.zoo.models import qdq_output_scale
-
     qdq, artifact = qdq_block
-    lowered = fold_tables(quantize_early(lower_qdq(simplify(import_onnx(qdq)))))
+    lowered = lowered_graph(qdq)
     grouped = [n for n in lowered.nodes if n.op == "conv2d" and n.attrs.get("groups", 1) != 1]
     assert len(grouped) == 2 and all(lowered.params[n.inputs[1]].dtype == np.int8 for n in grouped)
-    step, module = qdq_output_scale(qdq, "y"), Module(artifact, backend)
-    for seed in range(2):
-        x = np.random.default_rng(seed).normal(0, 1, SHAPE).astype(np.float32)
-        got = module.run(x)
-        np.testing.assert_array_equal(got, evaluate(lowered, {"x": x})["y"])
-        assert np.abs(got - reference_run(qdq, {"x": x})["y"]).max() <= step * 1.01
-    module.close()
+    assert_runs_as_lowered(qdq, artifact, lowered, backend, SHAPE)
 
 
 def test_vdla_calibration_places_depthwise_layers_on_the_accelerator():
-    from vdla.frontend.reference import reference_run
-    from vdla.model import Module
     from vdla.model.pipeline import compile_model
 
     model = _model()
     artifact = compile_model(model, _calib(16))[0]
     assert len(_depthwise_steps(artifact)) == 2
-    x = np.random.default_rng(3).normal(0, 1, SHAPE).astype(np.float32)
-    got, want = Module(artifact, "sim").run(x), reference_run(model, {"x": x})["y"]
-    assert np.dot(got.ravel(), want.ravel()) / np.linalg.norm(got) / np.linalg.norm(want) > 0.99
+    assert float_cosine(model, artifact, SHAPE) > 0.99
 
 
 def test_a_grouped_convolution_that_is_not_depthwise_stays_on_the_cpu_with_the_reason():

@@ -85,7 +85,8 @@ def test_only_a_per_channel_vector_makes_a_channel_product():
 
 onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
-from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+from onnx import helper, numpy_helper  # noqa: E402
+from qdq_check import accel_between, assert_runs_as_lowered, float_cosine, lowered_graph, onnx_model  # noqa: E402
 
 SHAPE = (1, 16, 8, 8)
 
@@ -107,10 +108,7 @@ def _se_block(channels: int = 24):
         helper.make_node("Mul", ["f", "s"], ["g"]),
         helper.make_node("Conv", ["g", "w2"], ["y"]),
     ]
-    f = TensorProto.FLOAT
-    x, y = helper.make_tensor_value_info("x", f, SHAPE), helper.make_tensor_value_info("y", f, (1, 16, 8, 8))
-    graph = helper.make_graph(nodes, "se", [x], [y], inits)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)], ir_version=9)
+    return onnx_model(nodes, inits, "se", SHAPE, (1, 16, 8, 8))
 
 
 def _calib(n: int = 8) -> np.ndarray:
@@ -118,9 +116,7 @@ def _calib(n: int = 8) -> np.ndarray:
 
 
 def _accel_between(artifact) -> list[str]:
-    kinds = [s.kind for s in artifact.steps]
-    assert kinds[0] == kinds[-1] == "cpu" and "cpu" not in kinds[1:-1], kinds
-    return [s.layer["op"] for s in artifact.steps if s.kind == "accel"]
+    return [s.layer["op"] for s in accel_between(artifact)]
 
 
 @pytest.fixture(scope="module", params=[24, 32], ids=["partial_block", "whole_blocks"])
@@ -141,36 +137,17 @@ def test_a_qdq_squeeze_excite_block_runs_with_no_cpu_step_between_layers(qdq_se)
 
 
 def test_the_squeeze_excite_block_equals_the_lowered_graph_and_the_int8_reference(qdq_se, backend):
-    from vdla.frontend.onnx import import_onnx
-    from vdla.frontend.reference import reference_run
-    from vdla.graph.interp import evaluate
-    from vdla.graph.passes import simplify
-    from vdla.graph.qdq import lower_qdq
-    from vdla.graph.tables import fold_tables, quantize_early
-    from vdla.model import Module
-    from vdla.zoo.models import qdq_output_scale
-
     qdq, artifact = qdq_se
-    lowered = fold_tables(quantize_early(lower_qdq(simplify(import_onnx(qdq)))))
+    lowered = lowered_graph(qdq)
     products = [n for n in lowered.nodes if n.op == "mul" and len(n.inputs) == 2 and n.inputs[1] not in lowered.params]
     assert len(products) == 1 and not [n for n in lowered.nodes if n.op == "dequantize" and n.output != "y"]
-    step, module = qdq_output_scale(qdq, "y"), Module(artifact, backend)
-    for seed in range(2):
-        x = np.random.default_rng(seed).normal(0, 1, SHAPE).astype(np.float32)
-        got = module.run(x)
-        np.testing.assert_array_equal(got, evaluate(lowered, {"x": x})["y"])
-        assert np.abs(got - reference_run(qdq, {"x": x})["y"]).max() <= step * 1.01
-    module.close()
+    assert_runs_as_lowered(qdq, artifact, lowered, backend, SHAPE)
 
 
 def test_vdla_calibration_quantizes_the_gate_and_runs_the_block_on_chip():
-    from vdla.frontend.reference import reference_run
-    from vdla.model import Module
     from vdla.model.pipeline import compile_model
 
     model = _se_block()
     artifact = compile_model(model, _calib(16))[0]
     assert "channel_scale" in _accel_between(artifact)
-    x = np.random.default_rng(3).normal(0, 1, SHAPE).astype(np.float32)
-    got, want = Module(artifact, "sim").run(x), reference_run(model, {"x": x})["y"]
-    assert np.dot(got.ravel(), want.ravel()) / np.linalg.norm(got) / np.linalg.norm(want) > 0.99
+    assert float_cosine(model, artifact, SHAPE) > 0.99

@@ -11,16 +11,14 @@ import pytest
 pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
-from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+from onnx import helper, numpy_helper  # noqa: E402
+from qdq_check import accel_between, assert_runs_as_lowered, float_cosine, lowered_graph, onnx_model  # noqa: E402
 
-from vdla.frontend.onnx import import_onnx  # noqa: E402
-from vdla.frontend.reference import reference_run  # noqa: E402
 from vdla.graph.copies import COPY, accelerator_copies  # noqa: E402
 from vdla.graph.interp import evaluate  # noqa: E402
-from vdla.graph.passes import simplify  # noqa: E402
 from vdla.graph.qdq import lower_qdq  # noqa: E402
 from vdla.graph.tables import fold_tables, quantize_early  # noqa: E402
-from vdla.zoo.models import qdq_output_scale, quantize_qdq  # noqa: E402
+from vdla.zoo.models import quantize_qdq  # noqa: E402
 
 RNG = np.random.default_rng(11)
 SHAPE = (1, 16, 8, 8)
@@ -58,10 +56,7 @@ def _c2f(half: int = 16) -> object:
 
 def _onnx(nodes: list, inits: list, name: str, y_shape: tuple[int, ...]):
     """The float ONNX model of ``nodes`` from input ``x`` (SHAPE) to output ``y``."""
-    f = TensorProto.FLOAT
-    x, y = helper.make_tensor_value_info("x", f, SHAPE), helper.make_tensor_value_info("y", f, y_shape)
-    graph = helper.make_graph(nodes, name, [x], [y], inits)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)], ir_version=9)
+    return onnx_model(nodes, inits, name, SHAPE, y_shape)
 
 
 def _qdq(model):
@@ -69,7 +64,7 @@ def _qdq(model):
 
 
 def _tabled(qdq):
-    return fold_tables(quantize_early(lower_qdq(simplify(import_onnx(qdq)))))
+    return lowered_graph(qdq)
 
 
 def _lowered(qdq):
@@ -101,8 +96,7 @@ def test_the_rewrite_is_exact_in_float():
 
 def test_no_cpu_step_between_layers_and_copies_count_no_macs(c2f):
     _, artifact, half = c2f
-    kinds = [s.kind for s in artifact.steps]
-    assert kinds[0] == kinds[-1] == "cpu" and "cpu" not in kinds[1:-1], kinds
+    accel_between(artifact)
     moved = {s.layer.get("copy") for s in artifact.steps if s.kind == "accel"} - {None}
     assert {"add", "concat", "upsample"} <= moved
     # identity copies of more than one channel block run as their diagonal blocks (vdla.compiler.blockdiag)
@@ -113,17 +107,8 @@ def test_no_cpu_step_between_layers_and_copies_count_no_macs(c2f):
 
 
 def test_the_accelerator_equals_the_lowered_graph_and_the_int8_reference(c2f, backend):
-    from vdla.model import Module
-
     qdq, artifact, _ = c2f
-    lowered, step = _lowered(qdq), qdq_output_scale(qdq, "y")
-    module = Module(artifact, backend)
-    for seed in range(2):
-        x = np.random.default_rng(seed).normal(0, 1, SHAPE).astype(np.float32)
-        got = module.run(x)
-        np.testing.assert_array_equal(got, evaluate(lowered, {"x": x})["y"])
-        assert np.abs(got - reference_run(qdq, {"x": x})["y"]).max() <= step * 1.01
-    module.close()
+    assert_runs_as_lowered(qdq, artifact, _lowered(qdq), backend, SHAPE)
 
 
 def _shuffle(perm=(0, 2, 1, 3, 4)) -> object:
@@ -152,7 +137,6 @@ def _shuffle(perm=(0, 2, 1, 3, 4)) -> object:
 
 
 def test_a_channel_shuffle_is_a_permutation_and_the_split_after_it_selects_from_its_input(backend):
-    from vdla.model import Module
     from vdla.model.pipeline import compile_model
 
     qdq = _qdq(_shuffle())
@@ -168,12 +152,8 @@ def test_a_channel_shuffle_is_a_permutation_and_the_split_after_it_selects_from_
     x = np.random.default_rng(5).normal(0, 1, SHAPE).astype(np.float32)
     np.testing.assert_array_equal(evaluate(moved, {"x": x})["y"], evaluate(tabled, {"x": x})["y"])
     artifact = compile_model(qdq)[0]
-    kinds = [s.kind for s in artifact.steps]
-    assert kinds[0] == kinds[-1] == "cpu" and "cpu" not in kinds[1:-1], kinds
-    lowered, step = _lowered(qdq), qdq_output_scale(qdq, "y")
-    got = Module(artifact, backend).run(x)
-    np.testing.assert_array_equal(got, evaluate(lowered, {"x": x})["y"])
-    assert np.abs(got - reference_run(qdq, {"x": x})["y"]).max() <= step * 1.01
+    accel_between(artifact)
+    assert_runs_as_lowered(qdq, artifact, _lowered(qdq), backend, SHAPE, seeds=(5,))
 
 
 def test_a_reshape_and_transpose_that_move_pixels_stay_on_the_cpu():
@@ -183,17 +163,13 @@ def test_a_reshape_and_transpose_that_move_pixels_stay_on_the_cpu():
 
 
 def test_vdla_calibration_quantizes_the_activation_before_the_add_and_runs_the_block_on_chip():
-    from vdla.model import Module
     from vdla.model.pipeline import compile_model
 
     model = _c2f()
     calib = RNG.normal(0, 1, (8, *SHAPE[1:])).astype(np.float32)
     artifact = compile_model(model, calib)[0]
-    kinds = [s.kind for s in artifact.steps]
-    assert kinds[0] == kinds[-1] == "cpu" and "cpu" not in kinds[1:-1], kinds
-    x = np.random.default_rng(3).normal(0, 1, SHAPE).astype(np.float32)
-    got, want = Module(artifact, "sim").run(x), reference_run(model, {"x": x})["y"]
-    assert np.dot(got.ravel(), want.ravel()) / np.linalg.norm(got) / np.linalg.norm(want) > 0.99
+    accel_between(artifact)
+    assert float_cosine(model, artifact, SHAPE) > 0.99
 
 
 def test_a_small_yolov8_runs_with_one_cpu_step_before_and_one_after_the_accelerator():
