@@ -6,7 +6,9 @@ calibration, and onnxruntime's QDQ model), run on the simulator and checked agai
 One record per (model, quantization):
 
     {"model", "quantization", "macs", "accel_mac_share", "accel_cycles", "mac_bound_cycles", "ratio",
-     "cpu_steps", "cpu_ms", "correct", "agreement", "compile_s", "compile_warm_s", "cpu_ops"}
+     "cpu_steps", "cpu_ms", "correct", "agreement", "compile_s", "compile_warm_s", "cpu_ops"[, "depthwise"]}
+
+``depthwise`` (models with depthwise layers): their MACs, their accelerator cycles and MACs per cycle.
 
 ``mac_bound_cycles`` = MACs / (BATCH x BLOCK_IN x BLOCK_OUT) of the config, ``ratio`` = accel_cycles /
 mac_bound_cycles. ``correct``: for vdla's calibration, the cosine of every output with onnxruntime's float
@@ -69,7 +71,9 @@ def record(m: SuiteModel, quantization: str, artifact, report, run, cold: float,
     cfg = artifact.config
     bound = artifact.total_macs / (cfg.batch * cfg.block_in * cfg.block_out)
     cpu_ops = sorted({n.op for s in artifact.steps if s.kind == "cpu" for n in s.graph.nodes})
-    return {
+    depthwise = {s.name: s.macs for s in artifact.steps if s.kind == "accel" and s.layer["op"] == "depthwise_conv2d"}
+    dw_cycles = sum(st.cycles for st in run.steps if st.name in depthwise)
+    rec = {
         "model": m.name,
         "quantization": quantization,
         "macs": int(artifact.total_macs),
@@ -83,6 +87,10 @@ def record(m: SuiteModel, quantization: str, artifact, report, run, cold: float,
         "compile_warm_s": round(warm, 2),
         "cpu_ops": cpu_ops,
     }
+    if depthwise:  # the depthwise layers' share of the cycles and their MACs per cycle (of the core's 256)
+        macs = sum(depthwise.values())
+        rec["depthwise"] = {"macs": macs, "cycles": dw_cycles, "macs_per_cycle": round(macs / max(dw_cycles, 1), 2)}
+    return rec
 
 
 def float_calibrated(m: SuiteModel, model, calib, tests, work: Path) -> dict:
