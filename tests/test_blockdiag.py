@@ -132,3 +132,19 @@ def test_a_grouped_convolution_that_is_not_depthwise_stays_on_the_cpu_with_the_r
     g = Graph({"x": TensorType((1, 32, 8, 8), "int8")}, [node], ["y"], {"w": w})
     why = match_accel(node, g, infer_types(g), load_config("pynq"))
     assert isinstance(why, str) and "groups=4 of 32 channels" in why
+
+
+def test_a_depthwise_layer_whose_part_does_not_fit_stays_on_the_cpu_with_the_reason():
+    from vdla.graph.graph import Graph, Node
+    from vdla.graph.ops import infer_types
+    from vdla.graph.types import TensorType
+    from vdla.model.match import match_accel
+
+    w = RNG.integers(-127, 128, (32, 1, 3, 3), dtype=np.int8)
+    node = Node("conv2d", ("x", "w"), "acc", {"groups": 32, "padding": 1})
+    clip = Node("clip", ("acc",), "c", {"lo": -128, "hi": 127})
+    cast = Node("cast", ("c",), "y", {"dtype": "int8"})
+    x = TensorType((1, 32, 4, 70000), "int8")  # rows wider than the LOAD's x_stride
+    g = Graph({"x": x}, [node, clip, cast], ["y"], {"w": w})
+    why = match_accel(node, g, infer_types(g), load_config("pynq"))
+    assert isinstance(why, str) and why.startswith("depthwise parts:") and "x_stride" in why

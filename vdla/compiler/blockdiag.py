@@ -91,6 +91,19 @@ def block_parts(in_shape, weights: np.ndarray, epilogue: Epilogue, cfg: HwConfig
     return parts
 
 
+def check_parts(parts: list[BlockPart], kernel, stride, padding, cfg: HwConfig) -> None:
+    """Raise CompileError, naming the limit, when a part's smallest tile does not fit the buffers (the conv2d
+    compiler's own check, :meth:`~vdla.compiler.schedule.ConvLowering.check_minimal`), so that placement keeps
+    such a layer on the CPU with the reason."""
+    from vdla.compiler.epilogue import normalize
+    from vdla.compiler.schedule import ConvLowering
+    from vdla.compiler.spec import Conv2dSpec, EpilogueSpec
+
+    for shape in {p.in_shape: p for p in parts}.values():
+        sp = Conv2dSpec.make(shape.in_shape, shape.in_shape[1], kernel, stride, padding)
+        ConvLowering(sp, EpilogueSpec.of(normalize(shape.epilogue)), cfg).check_minimal(1)
+
+
 def region(part: BlockPart, blocks: int, hw: tuple[int, int], cfg: HwConfig, whole: bool = False) -> tuple[int, int]:
     """(byte offset, bytes) of ``part``'s region in an int8 tensor of ``blocks`` channel blocks of ``hw`` pixels
     packed by ``cfg`` (the input with its H x W, a residual with the output's); ``whole``: the part's image

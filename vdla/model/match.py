@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from vdla.compiler import CompileError
-from vdla.compiler.blockdiag import depthwise_fits, is_block_diagonal
+from vdla.compiler.blockdiag import block_parts, check_parts, depthwise_fits, is_block_diagonal
 from vdla.compiler.fused_pool import FusedPool
 from vdla.compiler.pool import PoolSpec, pool_lowering
 from vdla.compiler.spec import Conv2dSpec
@@ -238,4 +238,12 @@ def match_accel(anchor: Node, graph: Graph, types: dict[str, TensorType], cfg: H
     if runtime:
         return replace(layer, w=w)
     diagonal = conv and groups == 1 and not depthwise_fits(cfg) and is_block_diagonal(weights, cfg.block_out)
+    if groups != 1 or diagonal:
+        try:
+            parts = block_parts(layer.in_shape, weights, layer.epilogue, cfg)
+            check_parts(parts, weights.shape[2:], geometry.stride, geometry.padding, cfg)
+        except CompileError as e:
+            if groups != 1:
+                return f"depthwise parts: {e}"
+            diagonal = False  # the dense form, as any convolution
     return replace(layer, groups=groups, parts=groups != 1 or diagonal)
