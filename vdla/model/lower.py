@@ -308,73 +308,71 @@ class ModelBuilder:
             cache=self.cache,
         )
         insns, code = self.emit(layer, compiled.lowering, compiled.stream, compiled.constants, dev, addr)
+        op = layer.op + "+max_pool2d" * (layer.pool is not None)
+        return self.conv_step(layer, op, compiled, insns, code, compiled.schedule.describe(), compiled.spec.macs)
+
+    def conv_step(self, layer: AccelLayer, op: str, compiled, insns, code, schedule: str, macs: int) -> AccelStep:
+        """The step of a convolution layer ``compiled`` (its last part, for one of parts) as the tables show it; a
+        0/1 convolution that moves values (:data:`~vdla.graph.copies.COPY`) counts no MAC of the network."""
         sp = compiled.spec
         desc = {
-            "op": layer.op + "+max_pool2d" * (layer.pool is not None),
-            "input": list(sp.out_shape[:1]) + [sp.c, sp.h, sp.w],
-            "output": [*sp.out_shape[:2], *compiled.lowering.out_hw],
+            "op": op,
+            "input": list(layer.in_shape),
+            "output": [layer.in_shape[0], sp.oc if not layer.parts else layer.in_shape[1], *compiled.lowering.out_hw],
             "kernel": [sp.kh, sp.kw],
             "stride": [sp.sh, sp.sw],
-            "schedule": compiled.schedule.describe(),
+            "schedule": schedule,
             "epilogue": compiled.epilogue.key(),
         }
-        out = [self.pending[layer.out]]
-        moves = self.g.producers()[layer.nodes[0]].attrs.get(COPY)  # a 0/1 conv: no MAC of the network
+        moves = self.g.producers()[layer.nodes[0]].attrs.get(COPY)
         if moves:
             desc["copy"] = moves
-        return AccelStep(layer.out, code.addr, len(insns), 0 if moves else sp.macs, self.accel_reads(layer), out, desc)
+        out = [self.pending[layer.out]]
+        return AccelStep(layer.out, code.addr, len(insns), 0 if moves else macs, self.accel_reads(layer), out, desc)
 
     def compile_parts(self, layer: AccelLayer, dev: Device, addr: dict[str, int]) -> AccelStep:
-        """A depthwise or block-diagonal layer as its parts (:mod:`vdla.compiler.blockdiag`): each a dense
-        convolution of one channel block, compiled (the schedule searched once per part shape) to read its
-        regions of the layer's input and residual and to store through a view selecting its channel block of
-        the output (or of the tensor the layer's own view stores into); the parts joined into one stream."""
-        g, cfg, (n, c, h, w) = layer.geometry, self.cfg, layer.in_shape
-        own = -(-c // cfg.block_out)
-        view = self.views[layer.out][1] if layer.out in self.views else None
+        """A depthwise or block-diagonal layer as its parts (:mod:`vdla.compiler.blockdiag`), each compiled by
+        :meth:`compile_part` (the schedule searched once per part shape), joined into one stream."""
         schedules: dict[tuple, object] = {}
         programs, compiled = [], None
-        for part in block_parts(layer.in_shape, layer.weights, layer.epilogue, cfg):
-            options = dict(stride=g.stride, padding=g.padding, epilogue=part.epilogue, config=cfg, cache=self.cache)
-            sp = Conv2dSpec.make(part.in_shape, part.in_shape[1], part.weights.shape[2:], g.stride, g.padding)
-            full = view or OutputView((sp.oh, sp.ow))
-            total = full.out_blocks(own)
-            options["out_view"] = replace(full, blocks=(full.blocks[0] + part.block, total))
-            known = schedules.get(part.in_shape)
-            try:
-                compiled = compile_conv2d(part.in_shape, part.weights, schedule=known, **options)
-            except CompileError:
-                if known is None:
-                    raise
-                compiled = compile_conv2d(part.in_shape, part.weights, **options)
+        for part in block_parts(layer.in_shape, layer.weights, layer.epilogue, self.cfg):
+            compiled, insns = self.compile_part(layer, part, schedules.get(part.in_shape), dev, addr)
             schedules.setdefault(part.in_shape, compiled.schedule)
-            regions = {
-                "inp": region(part, own, (h, w), cfg),
-                "res": region(part, own, (sp.oh, sp.ow), cfg),
-                "out": region(part, total, full.full_hw, cfg, whole=True),
-            }
-            low, stream, constants = compiled.lowering, compiled.stream, compiled.constants
-            programs.append(self.bind(layer, low, stream, constants, dev, addr, regions))
-        joined = join_programs(programs, cfg.wgt_depth, self.relocator(dev))
+            programs.append(insns)
+        joined = join_programs(programs, self.cfg.wgt_depth, self.relocator(dev))
         self.programs[layer.out] = joined.insns
         code = dev.array(np.frombuffer(encode_program(joined.insns), np.uint8))
-        sp = compiled.spec
-        depthwise = layer.groups > 1
-        desc = {
-            "op": "depthwise_conv2d" if depthwise else layer.op,
-            "input": list(layer.in_shape),
-            "output": [n, c, sp.oh, sp.ow],
-            "kernel": [sp.kh, sp.kw],
-            "stride": [sp.sh, sp.sw],
-            "schedule": f"{len(programs)} block-diagonal parts, {compiled.schedule.describe()}",
-            "epilogue": compiled.epilogue.key(),
+        n, c = layer.in_shape[:2]
+        sp, depthwise = compiled.spec, layer.groups > 1
+        macs = n * c * sp.oh * sp.ow * sp.kh * sp.kw * (1 if depthwise else c)
+        schedule = f"{len(programs)} block-diagonal parts, {compiled.schedule.describe()}"
+        op = "depthwise_conv2d" if depthwise else layer.op
+        return self.conv_step(layer, op, compiled, joined.insns, code, schedule, macs)
+
+    def compile_part(self, layer: AccelLayer, part, schedule, dev: Device, addr: dict[str, int]):
+        """One part of a parts layer, compiled (with ``schedule`` where it fits, else searched) to read its regions
+        of the layer's input and residual and to store through a view selecting its channel block of the output
+        (or of the tensor the layer's own view stores into): (the compiled part, its bound program)."""
+        g, cfg, (_, c, h, w) = layer.geometry, self.cfg, layer.in_shape
+        own = -(-c // cfg.block_out)
+        sp = Conv2dSpec.make(part.in_shape, part.in_shape[1], part.weights.shape[2:], g.stride, g.padding)
+        full = self.views[layer.out][1] if layer.out in self.views else OutputView((sp.oh, sp.ow))
+        total = full.out_blocks(own)
+        view = replace(full, blocks=(full.blocks[0] + part.block, total))
+        options = dict(stride=g.stride, padding=g.padding, epilogue=part.epilogue, out_view=view, config=cfg)
+        try:
+            compiled = compile_conv2d(part.in_shape, part.weights, schedule=schedule, cache=self.cache, **options)
+        except CompileError:
+            if schedule is None:
+                raise
+            compiled = compile_conv2d(part.in_shape, part.weights, cache=self.cache, **options)
+        regions = {
+            "inp": region(part, own, (h, w), cfg),
+            "res": region(part, own, (sp.oh, sp.ow), cfg),
+            "out": region(part, total, full.full_hw, cfg, whole=True),
         }
-        moves = self.g.producers()[layer.nodes[0]].attrs.get(COPY)  # a 0/1 conv: no MAC of the network
-        if moves:
-            desc["copy"] = moves
-        macs = 0 if moves else n * c * sp.oh * sp.ow * sp.kh * sp.kw * (1 if depthwise else c)
-        out = [self.pending[layer.out]]
-        return AccelStep(layer.out, code.addr, len(joined.insns), macs, self.accel_reads(layer), out, desc)
+        insns = self.bind(layer, compiled.lowering, compiled.stream, compiled.constants, dev, addr, regions)
+        return compiled, insns
 
     def compile_pool(self, layer: PoolLayer, dev: Device, addr: dict[str, int]) -> AccelStep:
         """A pooling on the ALU (:mod:`vdla.compiler.pool`), its schedule timed on the simulator."""
