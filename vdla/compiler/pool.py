@@ -24,9 +24,10 @@ reduced separably, along the schedule's ``first`` axis, then the other:
 
 A channel scale ("scale", squeeze-excite's product ``x * s[c]`` requantized) is the same stream with a 1x1
 window and no reduction: a compute-stage LOAD ACC_8BIT brings the tile's rows of the per-channel vector ``s``
-(the DRAM tensor "res", packed like an output) above its window, one MUL holding each channel block's row
-multiplies the copied window in place (the int32 product is exact), and the average's MUL by the multiplier
-row and CLIP requantize it.
+(the DRAM tensor "res", packed like an output) above its window, one MUL by the multiplier row makes them
+``s[c] * m`` (exact: the spec's multiplier times any int8 fits int32), and one MUL holding each channel
+block's row multiplies the copied window in place with the shift: ``mul_shift(x, s * m, shift)``, the same
+exact product rounded once as ``mul_shift(x * s, m, shift)``.
 
 The OUT mirror truncates (the prologue's EPI: no requantization, no bias): every result is already an int8
 value; an average or scale clipped to int8 (or [0, 127]) lets the EPI's requantization with shift 0 clamp it
@@ -118,6 +119,11 @@ class PoolSpec:
             raise CompileError(f"pool padding {self.window.pads} exceeds the LOAD pad fields: at most {MAX_PAD}")
         if self.op == "scale" and self.window.kernel != (1, 1):
             raise CompileError(f"a channel scale reads single pixels, got a {self.window.kernel} window")
+        if self.op == "scale" and abs(self.multiplier) * -INT8_MIN >= 1 << 31:
+            raise CompileError(
+                f"a channel scale's multiplier {self.multiplier} times an int8 gate must fit int32: "
+                f"at most {((1 << 31) - 1) // -INT8_MIN} (choose_multipliers with a bound of {-INT8_MIN})"
+            )
         if self.op == "avg" and any(self.window.pads):
             raise CompileError(f"an average pool with padding {self.window.pads} divides by varying counts")
         if not INT8_MIN <= self.clip[0] <= self.clip[1] <= INT8_MAX:
@@ -331,11 +337,13 @@ class PoolLowering:
         return Block(thread, tuple(loads), tuple(compute), tuple(self.stores(t, obase, ob)))
 
     def scale(self, t: PoolTile, base: int, srow: int, win: int) -> list[Op]:
-        """The tile's scale rows LOADed (ACC_8BIT, compute stage) to ``srow``, then each channel block's window
-        multiplied in place by its row (one MUL holding it over the block's pixels)."""
+        """The tile's scale rows LOADed (ACC_8BIT, compute stage) to ``srow`` and multiplied by the multiplier
+        row, then each channel block's window multiplied in place by its row with the shift (one MUL holding it
+        over the block's pixels)."""
         load = Load(MemType.ACC_8BIT, srow, "res", t.ng * self.cb + t.cb, 1, t.noc, t.noc)
+        rows = Alu(AluOp.MUL, self.kernel(((t.noc, (1, 0)),), (srow, self.rows_base)))
         nest = ((t.noc, (win, 1)), (t.noh * self.ow, (1, 0)))
-        return [load, Alu(AluOp.MUL, self.kernel(nest, (base, srow), pin_outer=True))]
+        return [load, rows, Alu(AluOp.MUL, self.kernel(nest, (base, srow), pin_outer=True), shift=self.spec.shift)]
 
     def reduce(self, t: PoolTile, s: PoolSchedule, base: int, mbase: int, obase: int, win_rows: int) -> list[Op]:
         """The separable reduction: the first pass over ``s.first`` (in place at each result's first tap when
@@ -415,7 +423,7 @@ class PoolLowering:
         outputs."""
         nest = ((t.noc, (ob, 0)), (t.noh * self.ow, (1, 0)))
         ops: list[Op] = []
-        if self.spec.requantizes:
+        if self.spec.requantizes and self.spec.op != "scale":  # a scale's MUL applies the multiplier and shift
             mult = self.kernel(nest, (obase, self.rows_base), pin_outer=True)
             ops.append(Alu(AluOp.MUL, mult, shift=self.spec.shift))
         if not self.epi_clamps:
