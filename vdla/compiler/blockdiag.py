@@ -30,7 +30,8 @@ from vdla.graph.epilogue import Epilogue
 
 @dataclass(frozen=True, eq=False)
 class BlockPart:
-    """One (image group, channel block) of a depthwise layer: the dense convolution that computes it."""
+    """One (image group, channel block) of a depthwise or block-diagonal layer: the dense convolution that
+    computes it."""
 
     group: int
     block: int
@@ -39,8 +40,8 @@ class BlockPart:
     epilogue: Epilogue
 
 
-def depthwise_fits(cfg: HwConfig) -> str | None:
-    """Why ``cfg`` cannot run a depthwise layer by block-diagonal parts, or None: a block's input and output
+def parts_refusal(cfg: HwConfig) -> str | None:
+    """Why ``cfg`` cannot run a layer as block-diagonal parts, or None: a block's input and output
     regions must hold the same channels (``block_in == block_out``)."""
     if cfg.block_in != cfg.block_out:
         return f"a depthwise layer needs block_in == block_out, config {cfg.name!r} has {cfg.block_in}, {cfg.block_out}"
@@ -70,7 +71,7 @@ def is_block_diagonal(weights: np.ndarray, block: int) -> bool:
 def block_parts(in_shape, weights: np.ndarray, epilogue: Epilogue, cfg: HwConfig) -> list[BlockPart]:
     """The block-diagonal parts of a convolution of an NCHW ``in_shape`` input by int8 ``weights``: depthwise
     (C, 1, kh, kw), or dense (C, C, kh, kw) and block-diagonal; raises CompileError naming what does not fit."""
-    why = depthwise_fits(cfg)
+    why = parts_refusal(cfg)
     if why:
         raise CompileError(why)
     n, c, h, w = in_shape
@@ -99,9 +100,9 @@ def check_parts(parts: list[BlockPart], kernel, stride, padding, cfg: HwConfig) 
     from vdla.compiler.schedule import ConvLowering
     from vdla.compiler.spec import Conv2dSpec, EpilogueSpec
 
-    for shape in {p.in_shape: p for p in parts}.values():
-        sp = Conv2dSpec.make(shape.in_shape, shape.in_shape[1], kernel, stride, padding)
-        ConvLowering(sp, EpilogueSpec.of(normalize(shape.epilogue)), cfg).check_minimal(1)
+    for part in {p.in_shape: p for p in parts}.values():  # one part of each shape
+        sp = Conv2dSpec.make(part.in_shape, part.in_shape[1], kernel, stride, padding)
+        ConvLowering(sp, EpilogueSpec.of(normalize(part.epilogue)), cfg).check_minimal(1)
 
 
 def region(part: BlockPart, blocks: int, hw: tuple[int, int], cfg: HwConfig, whole: bool = False) -> tuple[int, int]:

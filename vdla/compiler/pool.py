@@ -62,7 +62,7 @@ from vdla.graph.layout import pack_activation, pack_channels, unpack_activation
 from vdla.graph.types import UnsupportedError
 from vdla.graph.window import Window, make_window
 from vdla.isa import AluOp, Insn, MemType, clip_imm
-from vdla.isa.arith import INT8_MAX, INT8_MIN, mul_shift
+from vdla.isa.arith import INT8_MAX, INT8_MIN, requantize
 from vdla.runtime.device import Device
 
 POOL_OPS = ("max", "avg", "scale")
@@ -163,9 +163,9 @@ def pool_reference(x: np.ndarray, spec: PoolSpec, scale: np.ndarray | None = Non
         return oracle.windows(x, spec.window, fill).max(axis=(4, 5)).astype(np.int8)
     if spec.op == "scale":
         total = x.astype(np.int64) * scale.astype(np.int64)
-        return np.clip(mul_shift(total, spec.multiplier, spec.shift), *spec.clip).astype(np.int8)
-    total = oracle.windows(x.astype(np.int64), spec.window, 0).sum(axis=(4, 5))
-    return np.clip(mul_shift(total, spec.multiplier, spec.shift), *spec.clip).astype(np.int8)
+    else:
+        total = oracle.windows(x.astype(np.int64), spec.window, 0).sum(axis=(4, 5))
+    return requantize(total, spec.multiplier, spec.shift, *spec.clip)
 
 
 FIRST = ("rows", "cols")
@@ -460,10 +460,14 @@ class PoolLowering:
             )
         tiles = self.tiles(s)
         threads = [
-            [self.block(v, tile, s, eye=v == i == 0) for i, tile in enumerate(tiles[v :: s.vthreads])]
+            [b for i, tile in enumerate(tiles[v :: s.vthreads]) for b in self.tile_blocks(v, tile, s, v == i == 0)]
             for v in range(s.vthreads)
         ]
         return lower_vthreads(threads, self.prologue(threads))
+
+    def tile_blocks(self, thread: int, t: PoolTile, s: PoolSchedule, eye: bool) -> list[Block]:
+        """The blocks of one tile on ``thread`` (``eye``: the stream's first, which loads the identity block)."""
+        return [self.block(thread, t, s, eye)]
 
     def prologue(self, threads: list[list[Block]]) -> Block:
         """The epilogue state (truncation, no bias: an ``init`` GEMM starts from zero), the multiplier row and
@@ -505,48 +509,30 @@ class GlobalSumLowering(PoolLowering):
             out += [PoolSchedule(toc, toh, v)] + ([PoolSchedule(-(-toc // 2), toh, v)] if toc > 1 else [])
         return out
 
-    def channel_tiles(self, toc: int) -> list[tuple[int, int]]:
-        """(image group, first channel block) of every tile of ``toc`` channel blocks."""
-        return [(g, cb) for g in range(self.ng) for cb in range(0, self.cb, toc)]
-
-    def band_blocks(self, thread: int, t: PoolTile, s: PoolSchedule, eye: bool) -> list[Block]:
-        """The blocks of one channel tile: one per band of input rows (see the class docstring)."""
+    def tile_blocks(self, thread: int, t: PoolTile, s: PoolSchedule, eye: bool) -> list[Block]:
+        """The blocks of one channel tile (its one output row): one per band of input rows (see the class
+        docstring)."""
         acc0, inp0 = (thread * n for n in self.share(s.vthreads))
         band = s.toh * self.w
-        obase = acc0
         blocks = []
         for r0 in range(0, self.h, s.toh):
             rows = min(s.toh, self.h - r0)
             offset = ((t.ng * self.cb + t.cb) * self.h + r0) * self.w
-            axes = [(t.noc, self.h * self.w), (rows * self.w, 1)]
             loads = [
                 Load(MemType.INP, inp0 + j * band + tr.sram, "inp", tr.offset, tr.y, tr.x, tr.stride)
                 for j in range(t.noc)
-                for tr in plan_transfers(0, offset + j * self.h * self.w, axes[1:])
+                for tr in plan_transfers(0, offset + j * self.h * self.w, [(rows * self.w, 1)])
             ]
             if eye and r0 == 0:
                 loads = [load_identity(0), *loads]
             nest = ((t.noc, (1, band)), (rows * self.w, (0, 1)))
-            compute: list[Op] = [identity_gemm(nest, obase, inp0, 0, self.limits, init=r0 == 0)]
+            compute: list[Op] = [identity_gemm(nest, acc0, inp0, 0, self.limits, init=r0 == 0)]
             last = r0 + s.toh >= self.h
             if last:
-                compute += self.requantize(t, obase, 1)
-            stores = self.stores(t, obase, 1) if last else []
+                compute += self.requantize(t, acc0, 1)
+            stores = self.stores(t, acc0, 1) if last else []
             blocks.append(Block(thread, tuple(loads), tuple(compute), tuple(stores)))
         return blocks
-
-    def stream(self, s: PoolSchedule) -> Stream:
-        if not self.fits(s.toc, s.toh, s.vthreads, s.first):
-            raise CompileError(
-                f"global sum schedule {s.describe()} needs {s.toc * s.toh * self.w} INP elements per thread, the "
-                f"share holds {self.share(s.vthreads)[1]}"
-            )
-        tiles = [PoolTile(g, cb, min(s.toc, self.cb - cb), 0, 1) for g, cb in self.channel_tiles(s.toc)]
-        threads = [
-            [b for i, tile in enumerate(tiles[v :: s.vthreads]) for b in self.band_blocks(v, tile, s, v == i == 0)]
-            for v in range(s.vthreads)
-        ]
-        return lower_vthreads(threads, self.prologue(threads))
 
 
 def pool_lowering(spec: PoolSpec, cfg: HwConfig) -> PoolLowering:

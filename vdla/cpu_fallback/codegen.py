@@ -353,7 +353,7 @@ class KernelBuilder:
     def muladd(self, a: ir.Value, b: ir.Value, c: ir.Value) -> ir.Value:
         """``a * b + c`` rounded twice (multiply, then add; never contracted): the same bits on every CPU at two
         float operations, where :meth:`fma` costs about 15 without a hardware FMA. The polynomial steps of
-        ``exp``, ``log`` and ``tanh`` use it."""
+        ``exp``, ``log`` and ``tanh`` and the float32 convolution use it."""
         return self.b.fadd(self.b.fmul(a, b), c)
 
     def widen(self, v: ir.Value, dtype: str, to: ir.IntType) -> ir.Value:

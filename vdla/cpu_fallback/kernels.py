@@ -781,11 +781,7 @@ def _conv2d(spec: CpuConv2dSpec, kb: KernelBuilder) -> None:
                         # int8 products and sums are exact in float32, fused or not; float32 ones are rounded
                         # twice, product then sum, on every CPU (a fused one costs ~15 scalar float64 operations
                         # on a Cortex-A9, which has no FMA)
-                        acc = (
-                            b.fadd(acc, b.fmul(xv, wv))
-                            if fl
-                            else kb.call(f"llvm.fmuladd.v{lanes}f32", vec_f, xv, wv, acc)
-                        )
+                        acc = kb.muladd(xv, wv, acc) if fl else kb.call(f"llvm.fmuladd.v{lanes}f32", vec_f, xv, wv, acc)
                     b.store(acc, slot)
             for fslot, islot in zip(fslots, islots, strict=True):
                 b.store(b.add(b.load(islot), b.fptosi(b.load(fslot), vec_i)), islot)

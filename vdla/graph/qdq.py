@@ -414,12 +414,7 @@ class _QdqLowering:
         (m,), shift = choose_requantization(float(dq[1].scale[0]) / (h * w * float(qq.scale[0])))
         base = q.output
         self.removed.update((inner.output, q.output))
-        self.replace[q.output] = [
-            Node("global_sum_pool", (dq[0],), f"{base}:sum"),
-            Node("mul", (f"{base}:sum",), f"{base}:scaled", {"b": int(m), "shift": int(shift)}),
-            Node("clip", (f"{base}:scaled",), f"{base}:clipped", {"lo": INT8_MIN, "hi": INT8_MAX}),
-            Node("cast", (f"{base}:clipped",), base, {"dtype": "int8", "quant": (float(qq.scale[0]), 0)}),
-        ]
+        self.replace[q.output] = requantized(Node("global_sum_pool", (dq[0],), f"{base}:sum"), m, shift, qq, base)
 
     def lower_channel_mul(self, q: Node) -> None:
         """``quantize(mul(dequantize(x), dequantize(s)))`` of an int8 NCHW ``x`` by an int8 per-channel vector
@@ -445,12 +440,7 @@ class _QdqLowering:
         (m,), shift = choose_multipliers(real, -INT8_MIN, MUL_MAX_SHIFT)  # m times any int8 gate fits int32
         base = q.output
         self.removed.update((inner.output, q.output))
-        self.replace[q.output] = [
-            Node("mul", (x, s), f"{base}:product"),
-            Node("mul", (f"{base}:product",), f"{base}:scaled", {"b": int(m), "shift": int(shift)}),
-            Node("clip", (f"{base}:scaled",), f"{base}:clipped", {"lo": INT8_MIN, "hi": INT8_MAX}),
-            Node("cast", (f"{base}:clipped",), base, {"dtype": "int8", "quant": (float(qq.scale[0]), 0)}),
-        ]
+        self.replace[q.output] = requantized(Node("mul", (x, s), f"{base}:product"), m, shift, qq, base)
 
     def run(self) -> Graph:
         for node in self.g.nodes:
@@ -531,6 +521,17 @@ def reshapes_inside_qdq(graph: Graph) -> Graph:
         else:
             nodes.append(n)
     return graph.copy(nodes=nodes)
+
+
+def requantized(node: Node, m: int, shift: int, q: QParams, base: str) -> list[Node]:
+    """``node`` (an int32 sum or product) -> ``mul(m, shift) -> clip -> cast(int8)`` writing ``base`` at ``q``'s
+    scale: the integer requantization the accelerator's ALU runs after a global sum or a channel product."""
+    return [
+        node,
+        Node("mul", (node.output,), f"{base}:scaled", {"b": int(m), "shift": int(shift)}),
+        Node("clip", (f"{base}:scaled",), f"{base}:clipped", {"lo": INT8_MIN, "hi": INT8_MAX}),
+        Node("cast", (f"{base}:clipped",), base, {"dtype": "int8", "quant": (float(q.scale[0]), 0)}),
+    ]
 
 
 def is_depthwise(node: Node, types) -> bool:

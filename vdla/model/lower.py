@@ -19,7 +19,7 @@ from vdla.compiler.blockdiag import block_parts, region
 from vdla.compiler.chain import join_programs, weight_relocator
 from vdla.compiler.pool import compile_pool
 from vdla.compiler.search import emit_program
-from vdla.compiler.spec import Conv2dSpec, OutputView
+from vdla.compiler.spec import OutputView
 from vdla.config import HwConfig
 from vdla.graph.copies import COPY
 from vdla.graph.ew import EPILOGUE_STEP
@@ -355,7 +355,7 @@ class ModelBuilder:
         (or of the tensor the layer's own view stores into): (the compiled part, its bound program)."""
         g, cfg, (_, c, h, w) = layer.geometry, self.cfg, layer.in_shape
         own = -(-c // cfg.block_out)
-        sp = Conv2dSpec.make(part.in_shape, part.in_shape[1], part.weights.shape[2:], g.stride, g.padding)
+        sp = layer.spec()  # the output's height and width (a depthwise layer's: one channel's)
         full = self.views[layer.out][1] if layer.out in self.views else OutputView((sp.oh, sp.ow))
         total = full.out_blocks(own)
         view = replace(full, blocks=(full.blocks[0] + part.block, total))

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from vdla.compiler import CompileError
-from vdla.compiler.blockdiag import block_parts, check_parts, depthwise_fits, is_block_diagonal
+from vdla.compiler.blockdiag import block_parts, check_parts, is_block_diagonal, parts_refusal
 from vdla.compiler.fused_pool import FusedPool
 from vdla.compiler.pool import PoolSpec, pool_lowering
 from vdla.compiler.spec import Conv2dSpec
@@ -221,8 +221,6 @@ def match_accel(anchor: Node, graph: Graph, types: dict[str, TensorType], cfg: H
     groups = int(a.get("groups", 1)) if conv else 1
     if groups != 1 and not is_depthwise(anchor, types):
         return f"groups={groups} of {types[x].shape[1]} channels (the GEMM core runs dense or depthwise convolutions)"
-    if groups != 1 and depthwise_fits(cfg):
-        return depthwise_fits(cfg)
     found = match_integer(anchor, graph, types)
     if isinstance(found, str):
         return found
@@ -237,13 +235,24 @@ def match_accel(anchor: Node, graph: Graph, types: dict[str, TensorType], cfg: H
     )
     if runtime:
         return replace(layer, w=w)
-    diagonal = conv and groups == 1 and not depthwise_fits(cfg) and is_block_diagonal(weights, cfg.block_out)
-    if groups != 1 or diagonal:
-        try:
-            parts = block_parts(layer.in_shape, weights, layer.epilogue, cfg)
-            check_parts(parts, weights.shape[2:], geometry.stride, geometry.padding, cfg)
-        except CompileError as e:
-            if groups != 1:
-                return f"depthwise parts: {e}"
-            diagonal = False  # the dense form, as any convolution
-    return replace(layer, groups=groups, parts=groups != 1 or diagonal)
+    layer = replace(layer, groups=groups)
+    parts = _runs_as_parts(layer, cfg)
+    return parts if isinstance(parts, str) else replace(layer, parts=parts)
+
+
+def _runs_as_parts(layer: AccelLayer, cfg: HwConfig) -> bool | str:
+    """Whether ``layer`` runs as block-diagonal parts (:mod:`vdla.compiler.blockdiag`): a depthwise layer does,
+    or says why it cannot; a conv2d whose dense weights are block-diagonal does where its parts fit (else it
+    runs in its dense form)."""
+    depthwise = layer.groups != 1
+    if not depthwise and (
+        layer.op != "conv2d" or parts_refusal(cfg) or not is_block_diagonal(layer.weights, cfg.block_out)
+    ):
+        return False
+    g = layer.geometry
+    try:
+        parts = block_parts(layer.in_shape, layer.weights, layer.epilogue, cfg)
+        check_parts(parts, layer.weights.shape[2:], g.stride, g.padding, cfg)
+    except CompileError as e:
+        return f"depthwise parts: {e}" if depthwise else False
+    return True

@@ -77,20 +77,18 @@ def _accel_capability(
     return can
 
 
-def _steps(graph: Graph) -> list[str]:
-    """The elementwise nodes of ``graph``: their placement notes are the step table's, not a layer's."""
-    return [n.output for n in graph.nodes if n.op in OPS and OPS[n.op].accel == EPILOGUE_STEP]
-
-
 def place(graph: Graph, types: dict[str, TensorType], cfg: HwConfig) -> Placement:
     """Fuse ``graph`` by the post-dominator rules (:func:`vdla.graph.fusion.fuse_ops`) and partition the
     groups between the accelerator and the CPU (:func:`vdla.graph.partition.partition`): each accelerator
     region is one layer, the CPU regions stack consecutive CPU groups."""
     found: dict[frozenset[str], AccelLayer | PoolLayer] = {}
     part = partition(graph, fuse_ops(graph, types), _accel_capability(graph, types, cfg, found))
-    layers = {r.index: found[frozenset(n.output for n in r.nodes)] for r in part.on(ACCEL)}
+    layers = {}
     for r in part.on(ACCEL):
-        if set(layers[r.index].nodes) != {n.output for n in r.nodes}:
+        nodes = frozenset(n.output for n in r.nodes)
+        if nodes not in found:
             raise CompileError(f"accelerator region {r.label} does not hold exactly its layer's nodes")
-    anchors = {n.output for n in graph.nodes if n.op in OPS and OPS[n.op].accel in MATCHERS} - set(_steps(graph))
+        layers[r.index] = found[nodes]
+    layers_of = set(MATCHERS) - {EPILOGUE_STEP}  # an elementwise step's notes are the step table's, not a layer's
+    anchors = {n.output for n in graph.nodes if n.op in OPS and OPS[n.op].accel in layers_of}
     return Placement(part, layers, {v: why for v, why in part.notes().items() if v in anchors})
