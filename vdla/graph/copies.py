@@ -66,6 +66,7 @@ class _Rewriter:
         self.taken = set(self.types) | set(self.params)
         self.replace: dict[str, list[Node]] = {}
         self.shuffled: dict[str, tuple[str, np.ndarray]] = {}  # a shuffle's output -> (its input, permutation)
+        self.probed: dict[str, tuple[str, np.ndarray] | None] = {}  # shuffle_of's answers, by node output
         self.in_place: set[str] = set()  # concatenations whose parts all store in place (vdla.model.lower)
 
     def name(self, base: str) -> str:
@@ -220,7 +221,13 @@ class _Rewriter:
     def shuffle_of(self, node: Node) -> tuple[str, np.ndarray] | None:
         """For the last reshape of ``reshape -> transpose -> reshape`` (each intermediate read by the next
         alone) of an int8 NCHW value ``x`` that only permutes ``x``'s channels: (x, perm) with output channel
-        ``j`` = input channel ``perm[j]``, found by running the three nodes on an index tensor; else None."""
+        ``j`` = input channel ``perm[j]``, found by running the three nodes on an index tensor; else None.
+        Probed once per node (:meth:`pays` asks again for each reader)."""
+        if node.output not in self.probed:
+            self.probed[node.output] = self.probe_shuffle(node)
+        return self.probed[node.output]
+
+    def probe_shuffle(self, node: Node) -> tuple[str, np.ndarray] | None:
         chain = [node]
         for op in ("transpose", "reshape"):
             prev = self.prod.get(chain[-1].inputs[0])
@@ -232,12 +239,12 @@ class _Rewriter:
         if node.op != "reshape" or self.scale(x) is None or self.types[node.output].shape != shape:
             return None
         n, c, h, w = shape
-        value = np.broadcast_to(np.arange(n * c * h * w, dtype=np.int32).reshape(shape), shape)
+        index = value = np.arange(n * c * h * w, dtype=np.int32).reshape(shape)
         for m in reversed(chain):
             value = evaluate_node(m, [value], [TensorType(value.shape, "int32")], self.types[m.output])
         perm = value[0, :, 0, 0] // (h * w) % c
         moved = value - (perm - np.arange(c))[None, :, None, None] * h * w  # each channel back at its own place
-        return (x, perm) if np.array_equal(moved, np.arange(n * c * h * w).reshape(shape)) else None
+        return (x, perm) if np.array_equal(moved, index) else None
 
     def concat(self, node: Node) -> None:
         """A channel concatenation of int8 parts of the result's scale (see the module docstring)."""
