@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from vdla.compiler import CompileError
-from vdla.compiler.blockdiag import block_parts, depthwise_fits, is_block_diagonal, region
+from vdla.compiler.blockdiag import block_parts, is_block_diagonal, parts_refusal, region
 from vdla.config import load_config
 from vdla.graph.epilogue import Epilogue
 
@@ -48,7 +48,7 @@ def test_dense_block_diagonal_weights_run_as_their_diagonal_blocks():
     assert [(p.group, p.block) for p in parts] == [(g, b) for g in range(2) for b in range(3)]
     assert all(np.array_equal(p.weights, np.eye(p.in_shape[1], dtype=np.int8)[:, :, None, None]) for p in parts)
     odd = replace(cfg, name="odd", block_in=32, inp_buff_bytes=65536)
-    assert "block_in == block_out" in depthwise_fits(odd) and depthwise_fits(cfg) is None
+    assert "block_in == block_out" in parts_refusal(odd) and parts_refusal(cfg) is None
 
 
 onnx = pytest.importorskip("onnx")
