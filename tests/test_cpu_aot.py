@@ -23,10 +23,12 @@ from vdla.cpu_fallback.specs import (
     make_conv2d,
     make_dense,
     make_global_avg_pool,
+    make_im2col,
     make_pack,
     make_pool2d,
     make_reduce,
     make_softmax,
+    make_table,
     make_topk,
     make_unpack,
     spec_inputs,
@@ -70,9 +72,11 @@ def _conv_with_epilogue():
 
 def representative_specs():
     """Kernels of the models' CPU steps: requantize chains, int8 convolution and dense (with scratch),
-    pooling, softmax, layout packing, reductions and top-k."""
+    pooling, softmax (of float32 and of int8), layout packing (and im2col packed), reductions, top-k and a
+    float32 table."""
     chain, chain_ops = _requantize_chain()
     conv, conv_ops = _conv_with_epilogue()
+    entries = np.random.default_rng(3).standard_normal(256).astype(np.float32)
     return [
         (chain, chain_ops),
         (conv, conv_ops),
@@ -86,6 +90,9 @@ def representative_specs():
         (make_unpack(_t((1, 2, 5, 5, 1, 16)), 20), []),
         (make_reduce(_t((4, 33), "float32"), "sum", (0,)), []),
         (make_topk(_t((2, 50), "float32"), 5), []),
+        (make_im2col(_t((1, 3, 17, 15)), 3, 2, 1, packed=(1, 16)), []),
+        (make_softmax(_t((1, 4, 16, 9)), 2, scale=0.05), []),
+        (make_table(_t((2, 50)), _t((256,), "float32")), [entries]),
     ]
 
 
@@ -192,10 +199,10 @@ def test_code_for_a_cpu_without_fma_rounds_as_the_jit_does(op):
     must give the hardware's results (the JIT's) bit for bit, on 60,000 values of every magnitude and the
     special ones (ties and signed zeros included for round)."""
     e = jit.engine()
-    if not e.hardware_fma:
+    if not e.traits.fma:
         pytest.skip("this host has no FMA to compare with")
     target = TARGETS["x86_64-linux-gnu"]
-    assert not jit.has_fma(target.triple, target.features)
+    assert not jit.cpu_traits(target.triple, target.features).fma
     rng = np.random.default_rng(len(op))
     x = np.concatenate(
         [
@@ -217,3 +224,39 @@ def test_code_for_a_cpu_without_fma_rounds_as_the_jit_does(op):
     assert (np.isnan(got) == nan).all()  # NaN as NaN: its sign and payload are the CPU's
     differ = np.flatnonzero(got.view(np.uint32)[~nan] != want.view(np.uint32)[~nan])
     assert differ.size == 0, (x[~nan][differ[:5]], got[~nan][differ[:5]], want[~nan][differ[:5]])
+
+
+@pytest.mark.parametrize("scale,zero_point", [(0.0385, 3), (1e-3, 0), (7.0, -5), (0.1, -128), (1e-30, 127), (3e30, 0)])
+def test_quantize_in_integers_equals_the_oracle(monkeypatch, scale, zero_point):
+    """A CPU whose float division is slow (the boards' Cortex-A9 and A53) quantizes float32 by constants in integers
+    (ew_emit.threshold_quantize): run here as the portable x86-64 code with that trait, it must equal the
+    oracle on every float class: every threshold and its neighbours, random bit patterns of every magnitude,
+    subnormals, signed zeros and the infinities."""
+    from vdla.cpu_fallback.codegen import CpuTraits
+    from vdla.graph.oracle import ew_step, key_floats, quantize_thresholds
+
+    target = TARGETS["x86_64-linux-gnu"]
+    monkeypatch.setattr(jit, "cpu_traits", lambda triple, features: CpuTraits(fma=False, fast_divide=False))
+    step = ew.EwStep("quantize")
+    thresholds = quantize_thresholds(step, scale, zero_point).astype(np.int64)
+    rng = np.random.default_rng(zero_point + 200)
+    near = key_floats((thresholds[1:-1] + np.arange(-3, 4)[:, None]).ravel())
+    specials = np.array([0.0, -0.0, np.inf, -np.inf, 1e-45, -1e-45, 1e-39, -1e-39, 3e38, -3e38], np.float32)
+    bits = rng.integers(-(2**31), 2**31, 50000).astype(np.int32).view(np.float32)
+    x = np.concatenate([rng.standard_normal(50000).astype(np.float32) * np.float32(scale * 60), near, specials, bits])
+    x = x[~np.isnan(x)]
+    r = resolve_steps(_t(x.shape, "float32"), [ew.quantize(scale, zero_point)])
+    spec = make_chain((_t(x.shape, "float32"), *r.operand_types), r.steps)
+    got = aot.build_library([spec], target).load().kernel(spec)(x)
+    want = ew_step(step, x, "float32", [scale, zero_point], "int8")
+    differ = np.flatnonzero(got != want)
+    assert differ.size == 0, (x[differ[:5]], got[differ[:5]], want[differ[:5]])
+
+
+def test_quantize_thresholds_refuse_a_scale_that_is_not_positive():
+    from vdla.graph.oracle import quantize_thresholds
+
+    step = ew.EwStep("quantize")
+    assert quantize_thresholds(step, 0.0, 0) is None
+    assert quantize_thresholds(step, -0.5, 0) is None
+    assert quantize_thresholds(step, float("nan"), 0) is None

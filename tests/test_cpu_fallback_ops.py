@@ -372,3 +372,96 @@ def test_depthwise_conv_int8_with_per_channel_requantize_epilogue():
 def test_bad_input_names_the_operator(call, op):
     with pytest.raises(UnsupportedError, match=f"^{op}: "):
         call()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The input and output steps of a model: im2col packed, softmax of int8, float32 tables
+
+
+@pytest.mark.parametrize(
+    "shape,kernel,stride,padding,dilation,packed",
+    [
+        ((1, 3, 40, 38), 7, 2, 3, 1, (1, 16)),  # ResNet's first layer
+        ((1, 3, 33, 33), 3, 2, 1, 1, (1, 16)),  # MobileNet's and the detectors'
+        ((3, 5, 9, 11), 3, 1, 1, 2, (2, 16)),  # padded images in the last image block, dilation
+        ((2, 4, 6, 7), (2, 3), (2, 1), (0, 1, 1, 0), 1, (4, 8)),  # no interior column: every pixel checked
+    ],
+)
+def test_im2col_packed_equals_im2col_then_pack(shape, kernel, stride, padding, dilation, packed):
+    from vdla.cpu_fallback.specs import make_im2col, make_pack
+
+    x = np.random.default_rng(len(shape)).integers(-128, 128, shape).astype(np.int8)
+    spec = make_im2col(TensorType(shape, "int8"), kernel, stride, padding, dilation, packed=packed)
+    plain = make_im2col(TensorType(shape, "int8"), kernel, stride, padding, dilation)
+    want = reference(make_pack(plain.out, *packed), reference(plain, x))
+    np.testing.assert_array_equal(get_kernel(spec)(x), want)
+    np.testing.assert_array_equal(reference(spec, x), want)
+
+
+def _step_graph(nodes, inputs, outputs):
+    from vdla.graph.graph import Graph
+
+    return Graph({k: TensorType(s, d) for k, (s, d) in inputs.items()}, nodes, outputs)
+
+
+def test_a_model_input_step_packs_in_the_im2col_kernel():
+    """quantize -> im2col -> pack_blocked (a model's first CPU step) runs as two kernels, the quantize and
+    the im2col writing the blocked layout, equal to the graph interpreter."""
+    from vdla.cpu_fallback.stacking import compile_graph
+    from vdla.graph.graph import Node
+    from vdla.graph.interp import evaluate
+
+    win = {"kernel": [3, 3], "stride": [2, 2], "padding": [1, 1, 1, 1], "dilation": [1, 1]}
+    nodes = [
+        Node("quantize", ("x",), "q", {"scale": 0.02, "zero_point": 0}),
+        Node("im2col", ("q",), "cols", win),
+        Node("pack_blocked", ("cols",), "packed", {"batch": 1, "block": 16}),
+    ]
+    g = _step_graph(nodes, {"x": ((1, 3, 20, 22), "float32")}, ["packed"])
+    compiled = compile_graph(g)
+    assert [type(s.kernel.spec).__name__ for s in compiled.groups] == ["ChainSpec", "Im2colSpec"]
+    x = {"x": np.random.default_rng(0).standard_normal((1, 3, 20, 22)).astype(np.float32)}
+    np.testing.assert_array_equal(compiled.run(x)["packed"], evaluate(g, x)["packed"])
+
+
+def test_an_im2col_read_elsewhere_is_not_packed_in_its_kernel():
+    from vdla.cpu_fallback.stacking import compile_graph
+    from vdla.graph.graph import Node
+
+    win = {"kernel": [3, 3], "stride": [1, 1], "padding": [1, 1, 1, 1], "dilation": [1, 1]}
+    nodes = [Node("im2col", ("q",), "cols", win), Node("pack_blocked", ("cols",), "packed", {"batch": 1, "block": 16})]
+    g = _step_graph(nodes, {"q": ((1, 2, 5, 5), "int8")}, ["packed", "cols"])
+    im2col, pack = (s.kernel.spec for s in compile_graph(g).groups)
+    assert im2col.packed is None and type(pack).__name__ == "PackSpec"
+
+
+def test_softmax_of_a_dequantized_int8_tensor_reads_the_int8_values():
+    """dequantize -> softmax along a strided axis (a detector's box distributions) runs as one kernel of the
+    int8 values, exps from a 256-entry table: within float32 rounding of the float64 softmax, rows summing
+    to one; a zero point cancels."""
+    from vdla.cpu_fallback.stacking import compile_graph
+    from vdla.graph.graph import Node
+    from vdla.graph.interp import evaluate
+
+    nodes = [
+        Node("dequantize", ("q",), "d", {"scale": 0.07, "zero_point": 3}),
+        Node("softmax", ("d",), "p", {"axis": 2}),
+    ]
+    g = _step_graph(nodes, {"q": ((1, 4, 16, 30), "int8")}, ["p"])
+    compiled = compile_graph(g)
+    (group,) = compiled.groups
+    assert group.kernel.spec.scale == 0.07 and group.kernel.spec.x.dtype == "int8"
+    q = np.random.default_rng(1).integers(-128, 128, (1, 4, 16, 30)).astype(np.int8)
+    q[0, 0, :, 0] = [-128] * 15 + [127]  # the widest difference, 255
+    got = compiled.run({"q": q})["p"]
+    np.testing.assert_allclose(got, evaluate(g, {"q": q})["p"], rtol=2e-6, atol=1e-30)
+    np.testing.assert_allclose(got.sum(axis=2), 1.0, rtol=1e-5)
+    np.testing.assert_allclose(reference(group.kernel.spec, q), got, rtol=2e-6, atol=1e-30)
+
+
+def test_softmax_of_int8_refuses_a_bad_scale_or_kind():
+    from vdla.cpu_fallback.specs import make_softmax
+
+    for scale, kind in [(0.0, "softmax"), (float("inf"), "softmax"), (0.1, "log_softmax")]:
+        with pytest.raises(UnsupportedError, match="softmax of int8"):
+            make_softmax(TensorType((2, 8), "int8"), -1, kind, scale=scale)

@@ -125,6 +125,44 @@ def test_table_kernel_equals_its_numpy_semantics():
     assert oracle.table(np.int8(-1), entries) == entries[255]
 
 
+def test_a_cpu_step_folds_dequantized_activations_into_float32_tables():
+    """In a CPU step (cpu_tables), sigmoid(dequantize(x)) becomes one table of 256 float32 entries, equal
+    bit for bit to the graph interpreter and run by the CPU's table kernel; a lone dequantize stays, and so
+    does a float cone another value reads into."""
+    from vdla.graph.tables import cpu_tables
+
+    nodes = [
+        Node("dequantize", ("x",), "d", {"scale": 0.05, "zero_point": 2}),
+        Node("sigmoid", ("d",), "s"),
+        Node("dequantize", ("y",), "e", {"scale": 0.1, "zero_point": 0}),
+    ]
+    g = Graph({"x": TensorType((2, 8, 3), "int8"), "y": TensorType((4,), "int8")}, nodes, ["s", "e"], name="g")
+    folded = cpu_tables(g)
+    assert [n.op for n in folded.nodes] == ["table", "dequantize"]
+    assert folded.params["s:table"].dtype == np.float32 and folded.params["s:table"].shape == (256,)
+    feeds = {"x": RNG.integers(-128, 128, (2, 8, 3)).astype(np.int8), "y": RNG.integers(-128, 128, 4).astype(np.int8)}
+    want = evaluate(g, feeds)
+    for got in (evaluate(folded, feeds), compile_graph(folded).run(feeds)):
+        np.testing.assert_array_equal(got["s"].view(np.uint32), want["s"].view(np.uint32))
+        np.testing.assert_array_equal(got["e"], want["e"])
+
+
+def test_a_float_table_is_no_accelerator_epilogue_stage():
+    """Only int8 tables are activation tables of a layer's epilogue; a float32 one is refused by the
+    table operator's own checks where its input is not int8, and by the epilogue matcher."""
+    from vdla.graph.epilogue import _int_table
+
+    class _Walk:
+        class dialect:  # noqa: N801
+            params = {"t": np.zeros(256, np.float32)}
+
+    assert _int_table(Node("table", ("x", "t"), "y"), _Walk()) is None
+    entries = {"t": np.zeros(256, np.float32)}
+    bad = Graph({"x": TensorType((4,), "float32")}, [Node("table", ("x", "t"), "y")], ["y"], entries)
+    with pytest.raises(Exception, match="int8 tensor and 256 int8 or float32 entries"):
+        evaluate(bad, {"x": np.zeros(4, np.float32)})
+
+
 # ---------------------------------------------------------------------------------------------------------
 # On the accelerator: the table is the layer's last epilogue stage (EPI lut, LOAD LUT)
 

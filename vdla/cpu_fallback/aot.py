@@ -50,13 +50,15 @@ def target_machine(target: CpuTarget) -> llvm.TargetMachine:
 def compile_object(spec: Spec, target: CpuTarget) -> bytes:
     """Object code of ``spec``'s kernel for ``target``, exporting :func:`kernel_symbol` (disk-cached)."""
     symbol = kernel_symbol(spec)
-    key = hashlib.sha256(f"{jit.source_fingerprint()}|{llvmlite.__version__}|{target!r}|{spec!r}".encode())
+    traits = jit.cpu_traits(target.triple, target.features)
+    key = f"{jit.source_fingerprint()}|{llvmlite.__version__}|{target!r}|{traits!r}|{spec!r}"
+    key = hashlib.sha256(key.encode())
     cache_dir = jit.disk_cache_dir()
     path = cache_dir / f"aot-{key.hexdigest()}.o" if cache_dir is not None else None
     obj = jit.read_disk(path)
     if obj is None:
         module = ir.Module(name=symbol)
-        kernels.emit(spec, module, symbol, None, jit.has_fma(target.triple, target.features))
+        kernels.emit(spec, module, symbol, None, traits)
         obj = jit.emit_object(module, target_machine(target))
         jit.write_disk(path, obj)
     return obj

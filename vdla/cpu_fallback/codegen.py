@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 from llvmlite import ir
 
@@ -100,6 +101,16 @@ def _pio2_tables() -> tuple[list[float], list[float], list[float]]:
 PIO2_TABLES = _pio2_tables()
 
 
+@dataclass(frozen=True)
+class CpuTraits:
+    """What code generation must know of the target CPU beyond LLVM's target machine (which picks the
+    instructions): where the generated arithmetic itself has to differ."""
+
+    fma: bool = True  # a fused multiply-add (see KernelBuilder.fma and rint)
+    fast_divide: bool = True  # pipelined SIMD float division; without it a float32 quantize by constants
+    # runs in integers (vdla.cpu_fallback.ew_emit.threshold_quantize)
+
+
 class KernelBuilder:
     """One kernel: exported entries taking ndarray objects, and a body taking their noalias data pointers
     (the inputs, the output, then an optional scratch buffer).
@@ -118,11 +129,11 @@ class KernelBuilder:
         out: TensorType,
         layout: ObjectLayout | None,
         scratch: bool = False,
-        hardware_fma: bool = True,
+        traits: CpuTraits | None = None,
     ) -> None:
         self.module = module
         self.host_tuning = layout is not None  # code for this process's CPU (the JIT)
-        self.hardware_fma = hardware_fma  # the target CPU has a fused multiply-add (see fma)
+        self.traits = traits or CpuTraits()
         n_args = len(inputs) + 1 + scratch
         self.fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR] * n_args), name=f"{name}_body")
         self.fn.linkage = "internal"
@@ -306,7 +317,7 @@ class KernelBuilder:
         to odd (an inexact float64 sum with an even last bit moves one unit towards the exact value, found by
         TwoSum), and the final rounding to float32 is then the one correct rounding (53 >= 24 + 2 bits)."""
         lanes = a.type.count if isinstance(a.type, ir.VectorType) else 0
-        if self.hardware_fma:
+        if self.traits.fma:
             return self.call(f"llvm.fma.v{lanes}f32" if lanes else "llvm.fma.f32", a.type, a, b, c)
 
         def typed(t: ir.Type) -> ir.Type:
@@ -343,7 +354,7 @@ class KernelBuilder:
         ``rintf``), inline: ``(|v| + 2^23) - 2^23`` rounds ``|v| < 2^23`` to an integer half to even, the sign
         copied back (``-0.0`` kept); larger values, infinities and NaN are their own rounding. The same bits as
         ``llvm.rint`` on every CPU."""
-        if self.hardware_fma:
+        if self.traits.fma:
             return self.call("llvm.rint.f32", F32, v)
         b, big = self.b, ir.Constant(F32, 8388608.0)
         a = self.call("llvm.fabs.f32", F32, v)

@@ -16,7 +16,7 @@ import numpy as np
 from llvmlite import ir
 
 from vdla.cpu_fallback.abi import ObjectLayout
-from vdla.cpu_fallback.codegen import REASSOC, KernelBuilder
+from vdla.cpu_fallback.codegen import REASSOC, CpuTraits, KernelBuilder
 from vdla.cpu_fallback.ew_emit import ChainEmitter, broadcast_strides
 from vdla.cpu_fallback.lltypes import F32, I32, I64, LL_SIZES, LL_TYPES, i64
 from vdla.cpu_fallback.specs import (
@@ -57,13 +57,15 @@ def _(spec: CpuConv2dSpec) -> int:
     return spec.w.size if spec.x.dtype == "int8" else 0
 
 
-def emit(spec: Spec, module: ir.Module, name: str, layout: ObjectLayout | None, hardware_fma: bool = True) -> None:
+HOST_LIKE = CpuTraits()  # FMA and SIMD division, as on every x86-64 CPU the JIT runs on
+
+
+def emit(spec: Spec, module: ir.Module, name: str, layout: ObjectLayout | None, traits: CpuTraits = HOST_LIKE) -> None:
     """Add the kernel ``name`` for ``spec`` to ``module``: args are the inputs, the output, then the scratch
     buffer if :func:`scratch_elements` asks for one. With ``layout`` None the entry is the plain C one of
-    ahead-of-time code; ``hardware_fma``: the target CPU has a fused multiply-add (see
-    :class:`~vdla.cpu_fallback.codegen.KernelBuilder`)."""
+    ahead-of-time code; ``traits``: the target CPU's (:class:`~vdla.cpu_fallback.codegen.CpuTraits`)."""
     scratch = scratch_elements(spec) > 0
-    kb = KernelBuilder(module, name, spec_inputs(spec), spec.out, layout, scratch, hardware_fma)
+    kb = KernelBuilder(module, name, spec_inputs(spec), spec.out, layout, scratch, traits)
     _emit(spec, kb)
     kb.finish()
 
@@ -295,23 +297,35 @@ def _softmax(spec: SoftmaxSpec, kb: KernelBuilder) -> None:
     softmax and log-softmax in four passes (max; exp, written to the output; its sum; scale, or subtract the
     log of the sum), hardmax in two (the first maximum's index, NaN counting as the maximum; the one-hot).
     The sum runs in axis order, not reassociated: its rounding is the same on every CPU whatever its vector
-    width (the exps, in their own pass, still vectorize)."""
+    width (the exps, in their own pass, still vectorize). The softmax of int8 (``scale``) takes the maximum in
+    integers and each exp from a table of ``exp(scale * d)`` for the 256 differences ``d = q - max q``."""
     b = kb.b
     shape, axis = spec.x.shape, spec.axis
     outer, n, inner = math.prod(shape[:axis]), shape[axis], math.prod(shape[axis + 1 :])
-    mx, sm = kb.alloca("float32", inner), kb.alloca("float32", inner)
+    quantized = spec.scale is not None
+    mdt = "int32" if quantized else "float32"
+    mx, sm = kb.alloca(mdt, inner), kb.alloca("float32", inner)
     (x,), y = kb.inputs, kb.out
     f32 = lambda v: ir.Constant(F32, v)  # noqa: E731
+    if quantized:
+        exps = kb.table([float(np.float32(math.exp(spec.scale * (d - 255)))) for d in range(256)], F32)
 
     def over_axis(o: ir.Value, body) -> None:
         with kb.loop(0, n) as a, kb.loop(0, inner) as i:
             body(i, kb.linear([o, a, i], [n * inner, inner, 1]), a)
 
     def running_max(i: ir.Value, off: ir.Value, a: ir.Value) -> None:
-        kb.store(kb.fmax(kb.load("float32", mx, i), kb.load("float32", x, off)), "float32", mx, i)
+        if quantized:
+            kb.store(kb.smax(kb.load(mdt, mx, i), b.sext(kb.load("int8", x, off), I32)), mdt, mx, i)
+        else:
+            kb.store(kb.fmax(kb.load("float32", mx, i), kb.load("float32", x, off)), "float32", mx, i)
 
     def exp(i: ir.Value, off: ir.Value, a: ir.Value) -> None:
-        kb.store(kb.exp(b.fsub(kb.load("float32", x, off), kb.load("float32", mx, i))), "float32", y, off)
+        if quantized:
+            d = b.sub(b.sext(kb.load("int8", x, off), I32), kb.load(mdt, mx, i))
+            kb.store(exps(b.zext(b.add(d, ir.Constant(I32, 255)), I64)), "float32", y, off)
+        else:
+            kb.store(kb.exp(b.fsub(kb.load("float32", x, off), kb.load("float32", mx, i))), "float32", y, off)
 
     def add_up(i: ir.Value, off: ir.Value, a: ir.Value) -> None:
         kb.store(b.fadd(kb.load("float32", sm, i), kb.load("float32", y, off)), "float32", sm, i)
@@ -338,7 +352,7 @@ def _softmax(spec: SoftmaxSpec, kb: KernelBuilder) -> None:
 
     with kb.loop(0, outer) as o:
         with kb.loop(0, inner) as i:
-            kb.store(f32(float("-inf")), "float32", mx, i)
+            kb.store(ir.Constant(I32, -128) if quantized else f32(float("-inf")), mdt, mx, i)
             kb.store(f32(0.0), "float32", sm, i)
             kb.store(ir.Constant(I32, 0), "int32", first, i)
         if spec.kind == "hardmax":
@@ -519,6 +533,9 @@ def _im2col(spec: Im2colSpec, kb: KernelBuilder) -> None:
     """One output plane per (image and input channel, kernel row, kernel column): the output rows and
     columns whose tap falls inside the input (ranges from compile-time tables per kernel row and column)
     copy input elements ``stride`` apart, the rest are zero."""
+    if spec.packed is not None:
+        _im2col_packed(spec, kb)
+        return
     b, dt, (x,), y = kb.b, spec.x.dtype, kb.inputs, kb.out
     n, c, h, w = spec.x.shape
     oh_n, ow_n = spec.out.shape[2:]
@@ -554,6 +571,73 @@ def _im2col(spec: Im2colSpec, kb: KernelBuilder) -> None:
                 kb.store(kb.load(dt, x, b.add(src, b.mul(ow, i64(sw)))), dt, y, b.add(row, ow))
             fill(b.add(row, c1), b.add(row, i64(ow_n)))
         fill(b.add(plane, b.mul(r1, i64(ow_n))), b.add(plane, i64(oh_n * ow_n)))
+
+
+def _im2col_packed(spec: Im2colSpec, kb: KernelBuilder) -> None:
+    """im2col written in the blocked layout (N/bn, C*KH*KW/B, OH, OW, bn, B): per output pixel and channel
+    block, the B lanes are gathered (lane ``k`` is input channel ``k // (KH*KW)`` under tap ``k % (KH*KW)``)
+    and stored as one vector. Pixels whose whole window lies inside the input (the interior rectangle) load
+    every lane at a constant offset from the window's corner; the border's lanes check their tap."""
+    b, dt, (x,), y = kb.b, spec.x.dtype, kb.inputs, kb.out
+    n_img, c, h, w = spec.x.shape
+    _, cb_n, oh_n, ow_n, bn, block = spec.out.shape
+    win = spec.window
+    (kh_n, kw_n), (sh, sw), (dh, dw) = win.kernel, win.stride, win.dilation
+    taps = [(ci, ky, kx) for ci in range(c) for ky in range(kh_n) for kx in range(kw_n)]
+    rows = [o for o in range(oh_n) if len(win.valid_taps(o, h, 0)) == kh_n]
+    cols = [o for o in range(ow_n) if len(win.valid_taps(o, w, 1)) == kw_n]
+    r0, r1 = (rows[0], rows[-1] + 1) if rows else (0, 0)
+    c0, c1 = (cols[0], cols[-1] + 1) if cols else (0, 0)
+    vec = ir.VectorType(LL_TYPES[dt], block)
+    zero = ir.Constant(LL_TYPES[dt], 0)
+    pixel = bn * block
+
+    def gather(cb: int, image: ir.Value, oh: ir.Value, ow: ir.Value, checked: bool) -> ir.Value:
+        iy0 = b.sub(b.mul(oh, i64(sh)), i64(win.pad_before(0)))
+        ix0 = b.sub(b.mul(ow, i64(sw)), i64(win.pad_before(1)))
+        corner = b.add(image, b.add(b.mul(iy0, i64(w)), ix0))
+        v = ir.Constant(vec, None)
+        for lane in range(block):
+            k = cb * block + lane
+            if k >= len(taps):
+                value = zero
+            else:
+                ci, ky, kx = taps[k]
+                offset = b.add(corner, i64(ci * h * w + ky * dh * w + kx * dw))
+                if checked:
+                    iy, ix = b.add(iy0, i64(ky * dh)), b.add(ix0, i64(kx * dw))
+                    inside = b.and_(
+                        b.and_(b.icmp_signed(">=", iy, i64(0)), b.icmp_signed("<", iy, i64(h))),
+                        b.and_(b.icmp_signed(">=", ix, i64(0)), b.icmp_signed("<", ix, i64(w))),
+                    )
+                    value = b.select(inside, kb.load(dt, x, b.select(inside, offset, i64(0))), zero)
+                else:
+                    value = kb.load(dt, x, offset)
+            v = b.insert_element(v, value, ir.Constant(I32, lane))
+        return v
+
+    def pixels(cb, image, plane, rows_, cols_, checked):
+        with kb.loop(*rows_) as oh, kb.loop(*cols_) as ow:
+            dst = b.add(plane, b.mul(b.add(b.mul(oh, i64(ow_n)), ow), i64(pixel)))
+            kb.store_vec(gather(cb, image, oh, ow, checked), dt, y, dst)
+
+    with kb.loop(0, n_img) as ni:
+        image = b.mul(ni, i64(c * h * w))
+        image_block = b.mul(b.udiv(ni, i64(bn)), i64(cb_n * oh_n * ow_n * pixel))
+        lane0 = b.add(image_block, b.mul(b.urem(ni, i64(bn)), i64(block)))
+        for cb in range(cb_n):
+            plane = b.add(lane0, i64(cb * oh_n * ow_n * pixel))
+            regions = [((0, r0), (0, ow_n), True), ((r1, oh_n), (0, ow_n), True)]
+            regions += [((r0, r1), (0, c0), True), ((r0, r1), (c0, c1), False), ((r0, r1), (c1, ow_n), True)]
+            if not rows or not cols:
+                regions = [((0, oh_n), (0, ow_n), True)]
+            for rows_, cols_, checked in regions:
+                if rows_[0] < rows_[1] and cols_[0] < cols_[1]:
+                    pixels(cb, image, plane, rows_, cols_, checked)
+    if n_img % bn:  # the lanes of the padded images in the last image block are zero
+        with kb.loop(n_img, -(-n_img // bn) * bn) as ni, kb.loop(0, cb_n * oh_n * ow_n) as q:
+            base = b.add(i64((n_img // bn) * cb_n * oh_n * ow_n * pixel), b.mul(b.urem(ni, i64(bn)), i64(block)))
+            kb.store_vec(ir.Constant(vec, [0] * block), dt, y, b.add(base, b.mul(q, i64(pixel))))
 
 
 @_emit.register

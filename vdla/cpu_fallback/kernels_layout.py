@@ -74,9 +74,9 @@ def _gather(spec: GatherSpec, kb: KernelBuilder) -> None:
 @_emit.register
 def _table(spec: TableSpec, kb: KernelBuilder) -> None:
     """One loop over the output: the input's byte, zero-extended, indexes the table."""
-    b, (x, entries), y = kb.b, kb.inputs, kb.out
+    b, (x, entries), y, dt = kb.b, kb.inputs, kb.out, spec.out.dtype
     with kb.loop(0, spec.out.size) as k:
-        kb.store(kb.load("int8", entries, b.zext(kb.load("int8", x, k), I64)), "int8", y, k)
+        kb.store(kb.load(dt, entries, b.zext(kb.load("int8", x, k), I64)), dt, y, k)
 
 
 @_emit.register

@@ -72,6 +72,8 @@ def _(spec: GlobalAvgPoolSpec, x: np.ndarray) -> np.ndarray:
 
 @reference.register
 def _(spec: SoftmaxSpec, x: np.ndarray) -> np.ndarray:
+    if spec.scale is not None:  # exp(scale * (q - max q)) in float64, as the table holds it
+        x = x.astype(np.float64) * spec.scale
     return oracle.softmax(x, spec.axis, spec.kind)
 
 
@@ -102,7 +104,8 @@ def _(spec: PadSpec, x: np.ndarray) -> np.ndarray:
 
 @reference.register
 def _(spec: Im2colSpec, x: np.ndarray) -> np.ndarray:
-    return oracle.im2col(x, spec.window)
+    cols = oracle.im2col(x, spec.window)
+    return cols if spec.packed is None else layout.pack_activation(cols, *spec.packed)
 
 
 @reference.register

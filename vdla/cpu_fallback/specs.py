@@ -135,17 +135,30 @@ class SameTypeOut:
 
 
 @dataclass(frozen=True)
-class SoftmaxSpec(SameTypeOut):
-    """Softmax (or log-softmax, or hardmax: ``kind``) along one axis of a float32 tensor."""
+class SoftmaxSpec:
+    """Softmax (or log-softmax, or hardmax: ``kind``) along one axis of a float32 tensor; with ``scale``, the
+    softmax of an int8 tensor dequantized by ``scale`` (the zero point cancels): ``exp(scale * (q - max q))``
+    from a 256-entry table, normalised (a detector's box distributions, read from the accelerator)."""
 
     x: TensorType
     axis: int
     kind: str = "softmax"
+    scale: float | None = None
+
+    @property
+    def out(self) -> TensorType:
+        return self.x if self.scale is None else TensorType(self.x.shape, "float32")
 
 
-def make_softmax(x: TensorType, axis: int = -1, kind: str = "softmax") -> SoftmaxSpec:
-    axis, _ = softmax_type(kind, x, axis)
-    return SoftmaxSpec(x.plain, axis, kind)
+def make_softmax(x: TensorType, axis: int = -1, kind: str = "softmax", scale: float | None = None) -> SoftmaxSpec:
+    if scale is None:
+        axis, _ = softmax_type(kind, x, axis)
+        return SoftmaxSpec(x.plain, axis, kind)
+    op = "softmax of int8"
+    _need(op, x.dtype == "int8" and kind == "softmax", f"takes an int8 tensor to a softmax, got {x} ({kind})")
+    _need(op, math.isfinite(scale) and scale > 0, f"the scale must be positive and finite, got {scale}")
+    axis, _ = softmax_type(kind, TensorType(x.shape, "float32"), axis)
+    return SoftmaxSpec(x.plain, axis, kind, float(scale))
 
 
 @dataclass(frozen=True)
@@ -218,16 +231,22 @@ def make_concat(inputs: tuple[TensorType, ...], axis: int) -> ConcatSpec:
 @dataclass(frozen=True)
 class Im2colSpec:
     """NCHW -> (N, C*KH*KW, OH, OW): every kernel tap of every input channel becomes a channel, zero where
-    the tap falls in the padding (:func:`vdla.graph.ops.im2col_type`, :func:`vdla.graph.oracle.im2col`)."""
+    the tap falls in the padding (:func:`vdla.graph.ops.im2col_type`, :func:`vdla.graph.oracle.im2col`).
+    With ``packed`` (batch, block), the result is written straight in the accelerator's blocked layout, as
+    ``pack_blocked`` of it would be: the input step of a model whose first layer runs on im2col."""
 
     x: TensorType
     window: Window
     out: TensorType
+    packed: tuple[int, int] | None = None
 
 
-def make_im2col(x: TensorType, kernel, stride=1, padding=0, dilation=1) -> Im2colSpec:
+def make_im2col(x: TensorType, kernel, stride=1, padding=0, dilation=1, packed=None) -> Im2colSpec:
     win, out = im2col_type(x, kernel, stride, padding, dilation)
-    return Im2colSpec(x, win, out.plain)
+    if packed is None:
+        return Im2colSpec(x, win, out.plain)
+    plain = make_pack(out.plain, *packed)
+    return Im2colSpec(x, win, plain.out, (plain.batch, plain.block))
 
 
 @dataclass(frozen=True)
@@ -330,7 +349,8 @@ def make_gather(x: TensorType, index: TensorType) -> GatherSpec:
 
 @dataclass(frozen=True)
 class TableSpec:
-    """``out.flat[k] = table[byte(x.flat[k])]``: an int8 function of an int8 tensor as its 256-entry table."""
+    """``out.flat[k] = table[byte(x.flat[k])]``: an int8 or float32 function of an int8 tensor as its 256-entry
+    table."""
 
     x: TensorType
     table: TensorType
@@ -339,8 +359,9 @@ class TableSpec:
 
 def make_table(x: TensorType, table: TensorType, quant: object = None) -> TableSpec:
     _need("table", x.dtype == "int8", f"the input must be int8, got {x.dtype}")
-    _need("table", table.dtype == "int8" and table.size == 256, f"the table must be 256 int8 entries, got {table}")
-    return TableSpec(x.plain, table.plain, TensorType(x.shape, "int8"))
+    ok = table.dtype in ("int8", "float32") and table.size == 256
+    _need("table", ok, f"the table must be 256 int8 or float32 entries, got {table}")
+    return TableSpec(x.plain, table.plain, TensorType(x.shape, table.dtype))
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from vdla.cpu_fallback.specs import Spec, contiguous, make_chain
 from vdla.graph.ew import Arg, Const, EwStep, Step, is_elementwise, node_steps
 from vdla.graph.fusion import EPILOGUE_ANCHORS, fuse_ops
 from vdla.graph.graph import Graph, Node, reshaped
-from vdla.graph.ops import OPS, VIEW, CpuKernel
+from vdla.graph.ops import OPS, VIEW, CpuKernel, infer_types
 from vdla.graph.passes import fresh_name
 from vdla.graph.types import TensorType, UnsupportedError
 
@@ -132,7 +132,8 @@ def fuse(graph: Graph) -> list[list[Node]]:
 
     A node joins the previous node's run when both lie in one group, it is elementwise, its running value
     is that run's output, nothing else (no other node, no graph output) reads that value and the run starts
-    at an elementwise node or at a conv2d/dense (the run is then that kernel's epilogue). Raises
+    at an elementwise node or at a conv2d/dense (the run is then that kernel's epilogue). A pack_blocked of an
+    im2col joins it (:func:`_packs_in_store`), a softmax of a dequantize too (:func:`_int8_softmax`). Raises
     :class:`UnsupportedError` for a node whose operator has no CPU kernel.
     """
     for node in graph.nodes:
@@ -142,8 +143,12 @@ def fuse(graph: Graph) -> list[list[Node]]:
     group_of = fuse_ops(graph).group_of
     readers = Counter(name for node in graph.nodes for name in node.inputs)
     readers.update(graph.outputs)
+    types = infer_types(graph)
     runs: list[list[Node]] = []
     for node in graph.nodes:
+        if runs and (_packs_in_store(runs[-1], node, readers) or _int8_softmax(runs[-1], node, readers, types)):
+            runs[-1].append(node)
+            continue
         if runs and is_elementwise(node):
             last = runs[-1]
             anchor_ok = is_elementwise(last[0]) or last[0].op in EPILOGUE_ANCHORS
@@ -154,6 +159,30 @@ def fuse(graph: Graph) -> list[list[Node]]:
                 continue
         runs.append([node])
     return runs
+
+
+def _packs_in_store(run: list[Node], node: Node, readers: Counter) -> bool:
+    """Whether ``node`` is a ``pack_blocked`` of the one im2col of ``run``, which nothing else reads: the
+    im2col kernel then writes the blocked layout itself (:class:`~vdla.cpu_fallback.specs.Im2colSpec`'s
+    ``packed``), one pass over the columns instead of two."""
+    value = run[-1].output
+    return (
+        len(run) == 1
+        and run[0].op == "im2col"
+        and node.op == "pack_blocked"
+        and node.inputs[0] == value
+        and readers[value] == 1
+    )
+
+
+def _int8_softmax(run: list[Node], node: Node, readers: Counter, types: Mapping[str, TensorType]) -> bool:
+    """Whether ``node`` is a softmax of the one dequantize of ``run`` (by a constant scale, of an int8 value,
+    read by nothing else): the softmax kernel then reads the int8 values (``SoftmaxSpec.scale``)."""
+    if len(run) != 1 or run[0].op != "dequantize" or node.op != "softmax" or node.inputs[0] != run[0].output:
+        return False
+    scale = run[0].attrs.get("scale")
+    scalar = isinstance(scale, int | float) and not isinstance(scale, bool)
+    return scalar and readers[run[0].output] == 1 and types[run[0].inputs[0]].dtype == "int8"
 
 
 @dataclass
@@ -262,7 +291,10 @@ def compile_graph(graph: Graph, kernels: KernelSource = get_kernel) -> CompiledG
             types[anchor.output] = TensorType(reshaped(src.shape, anchor.attrs["shape"]), src.dtype)
             stages.append(CompiledGroup(None, anchor.inputs, anchor.output, (anchor.output,), types[anchor.output]))
             continue
-        if is_elementwise(anchor):
+        if group[-1].op == "softmax" and len(group) == 2:  # a softmax of int8 (_int8_softmax)
+            names = [anchor.inputs[0]]
+            spec = node_spec(group[1], [types[names[0]]], scale=float(anchor.attrs["scale"]))
+        elif is_elementwise(anchor):
             names = [anchor.inputs[0]]
             steps = node_steps(group, names)  # appends the chain's tensor operands to names
             spec: Spec = make_chain(tuple(types[n] for n in names), steps)
@@ -270,7 +302,8 @@ def compile_graph(graph: Graph, kernels: KernelSource = get_kernel) -> CompiledG
             spec, names = _anchored_spec(anchor, group[1:], types, params)
         else:
             names = list(anchor.inputs)
-            spec = node_spec(anchor, [types[n] for n in names])
+            extra = {"packed": (group[1].attrs["batch"], group[1].attrs["block"])} if len(group) > 1 else {}
+            spec = node_spec(anchor, [types[n] for n in names], **extra)
         types[group[-1].output] = spec.out
         stages.append(
             CompiledGroup(kernels(spec), tuple(names), group[-1].output, tuple(n.output for n in group), spec.out)

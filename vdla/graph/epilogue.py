@@ -397,7 +397,9 @@ def _int_output(node: Node, w: Walk) -> dict | None:
 
 def _int_table(node: Node, w: Walk) -> dict | None:
     entries = w.dialect.params.get(node.inputs[1]) if len(node.inputs) == 2 else None
-    return None if entries is None else {"table": np.asarray(entries, np.int8).reshape(-1), "_stop": True}
+    if entries is None or entries.dtype != np.int8:  # float32 entries: a CPU table, not an epilogue stage
+        return None
+    return {"table": entries.reshape(-1), "_stop": True}
 
 
 INTEGER_STAGES = (

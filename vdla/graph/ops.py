@@ -908,13 +908,16 @@ def _gather(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarra
     cpu=CpuKernel("make_table"),
 )
 def _table(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarray]) -> TensorType:
-    """An int8 -> int8 function of one int8 tensor as its 256-entry table (``vdla.graph.tables``): entry ``b``
-    for the elements whose two's-complement byte is ``b``; the result has the quantization ``quant``
-    (scale, zero point) where given."""
+    """A function of one int8 tensor as its 256-entry table (``vdla.graph.tables``): entry ``b`` for the
+    elements whose two's-complement byte is ``b``. int8 entries (an activation, on the accelerator or the CPU)
+    give an int8 result with the quantization ``quant`` (scale, zero point) where given; float32 entries (a
+    dequantized activation, on the CPU) a float32 one."""
     x, entries = inputs
-    if x.dtype != "int8" or entries.dtype != "int8" or entries.size != 256:
-        raise UnsupportedError("table", f"takes an int8 tensor and 256 int8 entries, got {x} and {entries}")
+    if x.dtype != "int8" or entries.dtype not in ("int8", "float32") or entries.size != 256:
+        raise UnsupportedError("table", f"takes an int8 tensor and 256 int8 or float32 entries, got {x} and {entries}")
     quant = node.attrs.get("quant")  # (scale, zero_point), as elementwise results carry it
+    if entries.dtype == "float32":
+        return TensorType(x.shape, "float32")
     return TensorType(x.shape, "int8", None if quant is None else Quant.of(*quant))
 
 

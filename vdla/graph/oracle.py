@@ -330,6 +330,48 @@ def ew_step(step: EwStep, v: np.ndarray, dtype: str, ops: list, out: str) -> np.
     return EW[step.op].expr(NUMPY, v, tuple(ops), StepTypes(step, dtype, out))
 
 
+FLOAT_KEY_MASK = 0x7FFFFFFF
+
+
+def float_keys(x: np.ndarray) -> np.ndarray:
+    """float32 -> int32 keys ordered as the floats are (-0.0 just below +0.0, NaNs beyond the infinities):
+    the bits, with a negative float's magnitude bits flipped. Its own inverse on the bits."""
+    bits = np.ascontiguousarray(x, np.float32).view(np.int32)
+    return bits ^ ((bits >> 31) & FLOAT_KEY_MASK)
+
+
+def key_floats(keys: np.ndarray) -> np.ndarray:
+    """The float32 values of :func:`float_keys` keys."""
+    keys = np.asarray(keys).astype(np.int32)
+    return (keys ^ ((keys >> 31) & FLOAT_KEY_MASK)).view(np.float32)
+
+
+def quantize_thresholds(step: EwStep, scale: float, zero_point: int) -> np.ndarray | None:
+    """The quantize step float32 -> int8 as 257 int32 key thresholds ``t``: for every non-NaN ``x``,
+    ``quantize(x) = -129 + #{i : float_keys(x) >= t[i]}`` (``t[0]`` the least key, ``t[256]`` the greatest).
+    Each threshold is the least key quantizing to ``i - 128`` or more, found by bisection on this oracle, so
+    the tables are exact by construction. None where the step is not monotone from -128 at -inf to 127 at
+    +inf (a scale that is not positive and finite)."""
+    if not (np.isfinite(scale) and scale > 0):
+        return None
+
+    def q(keys: np.ndarray) -> np.ndarray:
+        with np.errstate(all="ignore"):
+            return ew_step(step, key_floats(keys), "float32", [scale, zero_point], "int8").astype(np.int64)
+
+    ninf, pinf = float_keys(np.array([-np.inf, np.inf], np.float32)).tolist()
+    if q(np.array([ninf, pinf])).tolist() != [-128, 127]:
+        return None
+    want = np.arange(-127, 128)
+    lo, hi = np.full(want.shape, ninf, np.int64), np.full(want.shape, pinf, np.int64)  # q(lo) < want <= q(hi)
+    while np.any(hi - lo > 1):
+        mid = (lo + hi) // 2
+        up = q(mid) >= want
+        hi, lo = np.where(up, mid, hi), np.where(up, lo, mid)
+    info = np.iinfo(np.int32)
+    return np.concatenate([[info.min], hi, [info.max]]).astype(np.int32)
+
+
 def chain(steps, types, arrays: list[np.ndarray], out_shape: tuple[int, ...], out_dtype: str) -> np.ndarray:
     """Apply resolved elementwise ``steps`` with numpy broadcasting; ``arrays[0]`` is the primary input and
     ``types`` the types of ``arrays``."""
@@ -541,8 +583,8 @@ def gather(x: np.ndarray, index: np.ndarray) -> np.ndarray:
 
 
 def table(x: np.ndarray, entries: np.ndarray) -> np.ndarray:
-    """An int8 -> int8 function of ``x`` as its table: ``entries[b]`` for each element whose two's-complement
-    byte is ``b`` (the accelerator's activation table, EPI ``lut``)."""
+    """A function of int8 ``x`` as its table: ``entries[b]`` for each element whose two's-complement byte is
+    ``b`` (int8 entries: the accelerator's activation table, EPI ``lut``; float32 ones on the CPU)."""
     return np.ascontiguousarray(entries.reshape(-1)[np.asarray(x, np.int8).view(np.uint8)])
 
 

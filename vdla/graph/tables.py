@@ -122,20 +122,24 @@ def _same_quant(d: Node, q: Node) -> bool:
     return all(np.array_equal(np.asarray(d.attrs.get(k, 0)), np.asarray(q.attrs.get(k, 0))) for k in keys)
 
 
-def fold_tables(graph: Graph) -> Graph:
-    """``graph`` with every cone (module docstring) replaced by one ``table`` node; the tables are new int8
+def fold_tables(graph: Graph, result: str = "int8", least: int = 1) -> Graph:
+    """``graph`` with every cone (module docstring) replaced by one ``table`` node; the tables are new
     parameters named after their outputs (``<output>:table``). Sources are taken in graph order; a value a
     cone computes (its output included) starts no other cone, so the cones are disjoint and folding one
-    changes no other value's type: the types are inferred once."""
+    changes no other value's type: the types are inferred once.
+
+    ``result`` float32 folds the cones ending at a float32 value instead, of ``least`` operators or more: the
+    dequantized activations of a CPU step (``dequantize -> sigmoid`` of a detector's scores), 256 float32
+    entries each (:func:`cpu_tables`)."""
     types, readers = infer_types(graph), graph.consumers()
     index = {n.output: i for i, n in enumerate(graph.nodes)}
     cones: list[Cone] = []
     taken: set[str] = set()
     for source in _sources(graph, types):
         if source not in taken:
-            cone = _cone(graph, types, readers, index, source)
+            cone = _cone(graph, types, readers, index, source, result)
             taken.update(n.output for n in cone.nodes)
-            cones += [cone] if cone.nodes else []
+            cones += [cone] if len(cone.nodes) >= max(least, 1) else []
     return _compose(_fold(graph, types, cones) if cones else graph)
 
 
@@ -173,7 +177,12 @@ def _scalar_param(graph: Graph, name: str, rank: int) -> bool:
 
 
 def _cone(
-    graph: Graph, types: dict[str, TensorType], readers: dict[str, list[Node]], index: dict[str, int], source: str
+    graph: Graph,
+    types: dict[str, TensorType],
+    readers: dict[str, list[Node]],
+    index: dict[str, int],
+    source: str,
+    result: str = "int8",
 ) -> Cone:
     """The largest cone of ``source`` (no nodes: there is none): grown through the readers of the values
     inside it, in graph order (a node's inputs come before it, so each is inside or not once it is seen)."""
@@ -197,7 +206,7 @@ def _cone(
     outputs = set(graph.outputs)
     best = Cone(source, (), source)
     for end in reversed(grown):
-        if types[end.output].dtype != "int8":
+        if types[end.output].dtype != result:
             continue
         nodes = _ancestors(grown, end)
         own = {n.output for n in nodes}
@@ -221,7 +230,7 @@ def _ancestors(grown: list[Node], end: Node) -> list[Node]:
 
 def table_entries(graph: Graph, types: dict[str, TensorType], cone: Cone) -> np.ndarray:
     """The cone evaluated by the graph interpreter on the 256 int8 values (entry b: the value whose byte is
-    b), as int8."""
+    b), in the cone's result dtype."""
     rank = len(types[cone.source].shape)
     shape = (*(1,) * (rank - 1), ENTRIES)
     used = {i for n in cone.nodes for i in n.inputs if i in graph.params}
@@ -234,7 +243,7 @@ def table_entries(graph: Graph, types: dict[str, TensorType], cone: Cone) -> np.
         name=f"{graph.name}:{cone.output}:table",
     )
     y = evaluate(mini, {cone.source: BYTES.reshape(shape)})[cone.output]
-    return np.ascontiguousarray(y.reshape(ENTRIES).astype(np.int8))
+    return np.ascontiguousarray(y.reshape(ENTRIES).astype(types[cone.output].dtype))
 
 
 def _fold(graph: Graph, types: dict[str, TensorType], cones: list[Cone]) -> Graph:
@@ -243,7 +252,7 @@ def _fold(graph: Graph, types: dict[str, TensorType], cones: list[Cone]) -> Grap
     for cone in cones:
         name, q = f"{cone.output}:table", types[cone.output].quant
         params[name] = table_entries(graph, types, cone)
-        per_tensor = q is not None and q.axis is None and len(q.scale) == 1
+        per_tensor = q is not None and q.axis is None and len(q.scale) == 1 and types[cone.output].dtype == "int8"
         attrs = {"quant": (q.scale[0], q.zero_point)} if per_tensor else {}
         tables[cone.output] = Node("table", (cone.source, name), cone.output, attrs)
     drop = {n.output for cone in cones for n in cone.nodes}
@@ -251,3 +260,10 @@ def _fold(graph: Graph, types: dict[str, TensorType], cones: list[Cone]) -> Grap
     read = {i for n in nodes for i in n.inputs}
     params = {k: v for k, v in params.items() if k in read}
     return graph.copy(nodes, params=params, param_types={k: t for k, t in graph.param_types.items() if k in params})
+
+
+def cpu_tables(graph: Graph) -> Graph:
+    """A CPU step's elementwise functions of one int8 value that end in float32, of two operators or more,
+    folded into float32 tables (a detector's ``sigmoid(dequantize(scores))``): one load an element instead of
+    the float math, the same values as the graph interpreter's. A lone dequantize stays (one multiply)."""
+    return fold_tables(graph, "float32", least=2)

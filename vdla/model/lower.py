@@ -26,6 +26,7 @@ from vdla.graph.ew import EPILOGUE_STEP
 from vdla.graph.graph import Graph, Node
 from vdla.graph.layout import blocked_shape
 from vdla.graph.ops import OPS, infer_types, interleave_type
+from vdla.graph.tables import cpu_tables
 from vdla.graph.types import TensorType
 from vdla.graph.verify import verify
 from vdla.isa import Insn, IsaError, encode_program, validate_program
@@ -471,6 +472,7 @@ class ModelBuilder:
         params = {p: self.g.params[p] for n in nodes for p in n.inputs if p in self.g.params}
         ptypes = {p: t for p, t in self.g.param_types.items() if p in params}
         graph = Graph(g_inputs, [*pre, *nodes, *post], outputs, params, ptypes, name=f"cpu{len(self.steps)}")
+        graph = cpu_tables(graph)
         verify(graph, after="partitioning (CPU region)")
         unexplained = [n for n in nodes if n.output not in self.explained]
         note = "; ".join([*(f"{k}: {v}" for k, v in notes.items() if k in defined), *_cpu_reasons(unexplained)])
