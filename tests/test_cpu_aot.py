@@ -260,3 +260,30 @@ def test_quantize_thresholds_refuse_a_scale_that_is_not_positive():
     assert quantize_thresholds(step, 0.0, 0) is None
     assert quantize_thresholds(step, -0.5, 0) is None
     assert quantize_thresholds(step, float("nan"), 0) is None
+
+
+@pytest.mark.parametrize(
+    "x,w,stride,padding,groups",
+    [
+        ((1, 8, 9, 10), (8, 1, 3, 3), 1, 1, 8),  # depthwise
+        ((1, 4, 7, 7), (6, 4, 3, 3), 2, 1, 1),
+        ((1, 160, 6, 21), (8, 160, 3, 3), 1, 1, 1),  # 1,440 terms: the float path sums in two chunks
+        ((2, 3, 17, 19), (16, 3, 7, 7), 2, 3, 1),
+    ],
+)
+def test_int8_convolution_in_integer_lanes_equals_the_float_fma_one(monkeypatch, x, w, stride, padding, groups):
+    """On ARM (no CpuTraits.float_int8_dot) the int8 convolution sums in int32 SIMD lanes: run here as the
+    portable x86-64 code with that trait, it equals the JIT's float32-FMA sums and the numpy reference, with
+    its requantizing epilogue."""
+    from vdla.cpu_fallback.codegen import CpuTraits
+
+    target = TARGETS["x86_64-linux-gnu"]
+    monkeypatch.setattr(jit, "cpu_traits", lambda triple, features: CpuTraits(float_int8_dot=False))
+    rng = np.random.default_rng(x[1])
+    m = rng.integers(2**29, 2**30, (1, w[0], 1, 1), dtype=np.int32)
+    r = resolve_steps(None, [ew.requantize(m, 40), ew.relu()])
+    spec = make_conv2d(_t(x), _t(w), stride, padding, 1, groups, r.operand_types, r.steps)
+    arrays = [rng.integers(-128, 128, x).astype(np.int8), rng.integers(-128, 128, w).astype(np.int8), m]
+    got = aot.build_library([spec], target).load().kernel(spec)(*arrays)
+    np.testing.assert_array_equal(got, jit.get_kernel(spec)(*arrays))
+    np.testing.assert_array_equal(got, reference(spec, *arrays))

@@ -109,6 +109,8 @@ class CpuTraits:
     fma: bool = True  # a fused multiply-add (see KernelBuilder.fma and rint)
     fast_divide: bool = True  # pipelined SIMD float division; without it a float32 quantize by constants
     # runs in integers (vdla.cpu_fallback.ew_emit.threshold_quantize)
+    float_int8_dot: bool = True  # int8 convolutions summed on float32 FMAs (exact in chunks: x86's FMA
+    # throughput); without, in int32 SIMD lanes (NEON's widening multiply-accumulates)
 
 
 class KernelBuilder:

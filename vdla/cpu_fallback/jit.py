@@ -72,13 +72,15 @@ def emit_object(module: ir.Module, tm: llvm.TargetMachine) -> bytes:
 
 def cpu_traits(triple: str, features: str) -> CpuTraits:
     """A CPU's (LLVM triple, feature string) traits: a fused multiply-add on every AArch64 CPU, x86 with FMA3
-    and 32-bit ARM with VFPv4; fast float division on x86 only. The boards' cores divide slowly: the
-    Cortex-A9's VFP in ~15 cycles, unpipelined (NEON has no division), the Cortex-A53 in ~8-9 cycles per
-    float lane, against ~20 dual-issued integer instructions for a quantize without division."""
+    and 32-bit ARM with VFPv4; fast float division and int8 dot products on float FMAs on x86 only. The
+    boards' cores divide slowly: the Cortex-A9's VFP in ~15 cycles, unpipelined (NEON has no division), the
+    Cortex-A53 in ~8-9 cycles per float lane, against ~20 dual-issued integer instructions for a quantize
+    without division; and their int8 products go to NEON's integer lanes (armv7 NEON float is not IEEE, so
+    LLVM leaves float loops scalar there)."""
     flags = set(features.split(","))
     arm = triple.startswith(("aarch64", "arm64", "arm", "thumb"))
     fma = triple.startswith(("aarch64", "arm64")) or bool(flags & {"+fma", "+vfp4", "+vfp4d16"})
-    return CpuTraits(fma=fma, fast_divide=not arm)
+    return CpuTraits(fma=fma, fast_divide=not arm, float_int8_dot=not arm)
 
 
 class _Engine:

@@ -804,7 +804,9 @@ def _conv2d(spec: CpuConv2dSpec, kb: KernelBuilder) -> None:
     across the reduction (input channels of the group x valid kernel rows x kernel columns). Input columns
     are read with masked vector loads (stride > 1: one wide load, then every stride-th lane), so padding and
     the last partial tile need no scalar code: masked-off lanes read as zero. int8 runs on float32 FMAs
-    (weights converted once per call into the scratch buffer) with exact chunked sums, see above.
+    (weights converted once per call into the scratch buffer) with exact chunked sums, see above, or, on a
+    CPU without ``CpuTraits.float_int8_dot`` (ARM), in int32 lanes (NEON's widening multiply-accumulates);
+    the sums are exact either way, so every CPU gives the same accumulators.
     """
     b = kb.b
     n_n, c, h, w = spec.x.shape
@@ -819,9 +821,10 @@ def _conv2d(spec: CpuConv2dSpec, kb: KernelBuilder) -> None:
     wide = lanes * sw
     vec_f = ir.VectorType(F32, lanes)
     vec_i = ir.VectorType(I32, lanes)
-    chunk = icg if fl else max(1, min(icg, EXACT_INT8_TERMS // (kh_n * kw_n)))
+    integer = not fl and not kb.traits.float_int8_dot
+    chunk = icg if fl or integer else max(1, min(icg, EXACT_INT8_TERMS // (kh_n * kw_n)))
     x, wt = kb.inputs[:2]
-    if not fl:  # float32 copy of the weights
+    if not fl and not integer:  # float32 copy of the weights
         wf = kb.scratch
         with kb.loop(0, spec.w.size) as i:
             kb.store(b.sitofp(kb.load(dt, wt, i), F32), "float32", wf, i)
@@ -845,7 +848,7 @@ def _conv2d(spec: CpuConv2dSpec, kb: KernelBuilder) -> None:
         for slot in islots:
             b.store(ir.Constant(vec_i, [0] * lanes), slot)
         with kb.loop(0, -(-icg // chunk)) as part:
-            for slot in fslots:
+            for slot in () if integer else fslots:
                 b.store(ir.Constant(vec_f, [0.0] * lanes), slot)
             ic0 = b.mul(part, i64(chunk))
             with kb.loop(ic0, kb.smin(b.add(ic0, i64(chunk)), i64(icg))) as ic, kb.loop(lo, hi) as kh:
@@ -856,19 +859,24 @@ def _conv2d(spec: CpuConv2dSpec, kb: KernelBuilder) -> None:
                     if sw > 1:
                         pick = ir.Constant(ir.VectorType(I32, lanes), list(range(0, wide, sw)))
                         v = b.shuffle_vector(v, v, pick)
-                    xs.append(v if fl else b.sitofp(v, vec_f))
+                    xs.append(v if fl else b.sext(v, vec_i) if integer else b.sitofp(v, vec_f))
                 wbase = kb.linear([oc0, ic, kh], [icg * kh_n * kw_n, kh_n * kw_n, kw_n])
-                for ob, slot in enumerate(fslots):
+                for ob, slot in enumerate(islots if integer else fslots):
                     acc = b.load(slot)
                     for t, xv in enumerate(xs):
-                        wv = kb.splat(kb.load("float32", wt, b.add(wbase, i64(ob * icg * kh_n * kw_n + t))), lanes)
+                        at = b.add(wbase, i64(ob * icg * kh_n * kw_n + t))
+                        if integer:
+                            acc = b.add(acc, b.mul(xv, kb.splat(b.sext(kb.load(dt, wt, at), I32), lanes)))
+                            continue
+                        wv = kb.splat(kb.load("float32", wt, at), lanes)
                         # int8 products and sums are exact in float32, fused or not; float32 ones are rounded
                         # twice, product then sum, on every CPU (a fused one costs ~15 scalar float64 operations
                         # on a Cortex-A9, which has no FMA)
                         acc = kb.muladd(xv, wv, acc) if fl else kb.call(f"llvm.fmuladd.v{lanes}f32", vec_f, xv, wv, acc)
                     b.store(acc, slot)
             for fslot, islot in zip(fslots, islots, strict=True):
-                b.store(b.add(b.load(islot), b.fptosi(b.load(fslot), vec_i)), islot)
+                if not integer:
+                    b.store(b.add(b.load(islot), b.fptosi(b.load(fslot), vec_i)), islot)
         valid = kb.smin(b.sub(i64(ow_n), ow0), i64(lanes))
         for ob, spill in enumerate(spills):
             b.store(b.load(fslots[ob] if fl else islots[ob]), spill)

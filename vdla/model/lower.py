@@ -15,7 +15,7 @@ from dataclasses import replace
 import numpy as np
 
 from vdla.compiler import CompileError, ScheduleCache, compile_conv2d
-from vdla.compiler.blockdiag import block_parts, region
+from vdla.compiler.blockdiag import region
 from vdla.compiler.chain import join_programs, weight_relocator
 from vdla.compiler.pool import compile_pool
 from vdla.compiler.search import emit_program
@@ -336,7 +336,7 @@ class ModelBuilder:
         :meth:`compile_part` (the schedule searched once per part shape), joined into one stream."""
         schedules: dict[tuple, object] = {}
         programs, compiled = [], None
-        for part in block_parts(layer.in_shape, layer.weights, layer.epilogue, self.cfg):
+        for part in layer.parts:
             compiled, insns = self.compile_part(layer, part, schedules.get(part.in_shape), dev, addr)
             schedules.setdefault(part.in_shape, compiled.schedule)
             programs.append(insns)

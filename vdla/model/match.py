@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from vdla.compiler import CompileError
-from vdla.compiler.blockdiag import block_parts, check_parts, is_block_diagonal, parts_refusal
+from vdla.compiler.blockdiag import BlockPart, block_parts, check_parts, is_block_diagonal, parts_refusal
 from vdla.compiler.fused_pool import FusedPool
 from vdla.compiler.pool import PoolSpec, pool_lowering
 from vdla.compiler.spec import Conv2dSpec
@@ -42,9 +42,9 @@ class AccelLayer:
     the epilogue adds exactly when ``epilogue.residual`` names its dtype; ``pool`` is a max pool of the
     output fused into the tiles (its output is then ``out``); ``w`` names the int8 value a dense layer's weight
     is computed as at run time (``weights`` is then its OIHW shape, and a CPU step packs it for the layer);
-    ``groups`` equals the channels of a depthwise conv2d (``weights`` (C, 1, kh, kw)); ``parts``: the layer runs as
-    block-diagonal parts (:mod:`vdla.compiler.blockdiag`), a depthwise one or one whose dense weights are
-    block-diagonal."""
+    ``groups`` equals the channels of a depthwise conv2d (``weights`` (C, 1, kh, kw)); ``parts``, where not empty:
+    the layer runs as these block-diagonal parts (:mod:`vdla.compiler.blockdiag`), a depthwise one or one whose
+    dense weights are block-diagonal, built and checked once, at placement."""
 
     op: str
     nodes: tuple[str, ...]
@@ -58,7 +58,7 @@ class AccelLayer:
     pool: PoolLayer | None = None
     w: str | None = None
     groups: int = 1
-    parts: bool = False
+    parts: tuple[BlockPart, ...] = ()
 
     def spec(self) -> Conv2dSpec:
         """The layer's shape as the compiler checks it (raises CompileError naming what does not fit); for a
@@ -240,19 +240,19 @@ def match_accel(anchor: Node, graph: Graph, types: dict[str, TensorType], cfg: H
     return parts if isinstance(parts, str) else replace(layer, parts=parts)
 
 
-def _runs_as_parts(layer: AccelLayer, cfg: HwConfig) -> bool | str:
-    """Whether ``layer`` runs as block-diagonal parts (:mod:`vdla.compiler.blockdiag`): a depthwise layer does,
-    or says why it cannot; a conv2d whose dense weights are block-diagonal does where its parts fit (else it
-    runs in its dense form)."""
+def _runs_as_parts(layer: AccelLayer, cfg: HwConfig) -> tuple[BlockPart, ...] | str:
+    """The block-diagonal parts ``layer`` runs as (:mod:`vdla.compiler.blockdiag`): a depthwise layer's, or why
+    it cannot; a conv2d's whose dense weights are block-diagonal where its parts fit (else none: it runs in its
+    dense form)."""
     depthwise = layer.groups != 1
     if not depthwise and (
         layer.op != "conv2d" or parts_refusal(cfg) or not is_block_diagonal(layer.weights, cfg.block_out)
     ):
-        return False
+        return ()
     g = layer.geometry
     try:
         parts = block_parts(layer.in_shape, layer.weights, layer.epilogue, cfg)
         check_parts(parts, layer.weights.shape[2:], g.stride, g.padding, cfg)
     except CompileError as e:
-        return f"depthwise parts: {e}" if depthwise else False
-    return True
+        return f"depthwise parts: {e}" if depthwise else ()
+    return tuple(parts)
