@@ -302,7 +302,8 @@ def compile_graph(graph: Graph, kernels: KernelSource = get_kernel) -> CompiledG
             spec, names = _anchored_spec(anchor, group[1:], types, params)
         else:
             names = list(anchor.inputs)
-            extra = {"packed": (group[1].attrs["batch"], group[1].attrs["block"])} if len(group) > 1 else {}
+            packs = group[-1].op == "pack_blocked" and len(group) == 2  # an im2col packed (_packs_in_store)
+            extra = {"packed": (group[1].attrs["batch"], group[1].attrs["block"])} if packs else {}
             spec = node_spec(anchor, [types[n] for n in names], **extra)
         types[group[-1].output] = spec.out
         stages.append(
