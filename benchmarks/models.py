@@ -6,17 +6,23 @@ calibration, and onnxruntime's QDQ model), run on the simulator and checked agai
 One record per (model, quantization):
 
     {"model", "quantization", "macs", "accel_mac_share", "accel_cycles", "mac_bound_cycles", "ratio",
-     "cpu_steps", "cpu_ms", "correct", "agreement", "compile_s", "compile_warm_s", "cpu_ops"[, "depthwise"]}
+     "layer_roofline_cycles", "roofline_ratio", "cpu_steps", "cpu_ms", "correct", "agreement", "compile_s",
+     "compile_warm_s", "cpu_ops"[, "depthwise"]}
 
 ``depthwise`` (models with depthwise layers): their MACs, their accelerator cycles and MACs per cycle.
 
 ``mac_bound_cycles`` = MACs / (BATCH x BLOCK_IN x BLOCK_OUT) of the config, ``ratio`` = accel_cycles /
-mac_bound_cycles. ``correct``: for vdla's calibration, the cosine of every output with onnxruntime's float
-output (graph optimizations off: ``vdla.frontend.reference``) is at least 0.99 on every test input; for the
-QDQ model, every output equals the reference running the QDQ model, or differs only where
-``compare_layers`` finds a rounding tie of the reference's float32 arithmetic. ``agreement`` holds the
-figures (cosines, or differing elements and ties). ``compile_warm_s`` compiles again with the schedule cache
-the first compile filled.
+mac_bound_cycles. ``layer_roofline_cycles``: the sum over the accelerator steps of each step's own bound, its
+MACs over the core's MACs per cycle or the bytes of the activations it reads (input, residual) and writes
+(its output, channels padded to blocks) over the bus's bytes per cycle, whichever is larger (weights not
+counted): what layer-by-layer execution cannot beat, where only fusing layers on chip goes below;
+``roofline_ratio`` = accel_cycles / layer_roofline_cycles.
+
+``correct``: for vdla's calibration, the cosine of every output with onnxruntime's float output (graph
+optimizations off: ``vdla.frontend.reference``) is at least 0.99 on every test input; for the QDQ model,
+every output equals the reference running the QDQ model, or differs only where ``compare_layers`` finds a
+rounding tie of the reference's float32 arithmetic. ``agreement`` holds the figures (cosines, or differing
+elements and ties). ``compile_warm_s`` compiles again with the schedule cache the first compile filled.
 """
 
 from __future__ import annotations
@@ -67,9 +73,25 @@ def run_all(module: Module, feeds: list[dict[str, np.ndarray]]) -> tuple[list[di
     return outs, module.last_report
 
 
+def layer_roofline(artifact) -> float:
+    """Cycles of the accelerator steps at their own bounds (module docstring: ``layer_roofline_cycles``)."""
+    cfg = artifact.config
+    per_cycle = cfg.batch * cfg.block_in * cfg.block_out
+    total = 0.0
+    for s in artifact.steps:
+        if s.kind != "accel":
+            continue
+        n, c, h, w = s.layer["output"]
+        out = -(-n // cfg.batch) * cfg.batch * -(-c // cfg.block_out) * cfg.block_out * h * w
+        read = sum(artifact.dram[r].nbytes for r in s.reads)
+        total += max(s.macs / per_cycle, (read + out) / cfg.bus_bytes)
+    return total
+
+
 def record(m: SuiteModel, quantization: str, artifact, report, run, cold: float, warm: float) -> dict:
     cfg = artifact.config
     bound = artifact.total_macs / (cfg.batch * cfg.block_in * cfg.block_out)
+    roof = layer_roofline(artifact)
     cpu_ops = sorted({n.op for s in artifact.steps if s.kind == "cpu" for n in s.graph.nodes})
     depthwise = {s.name: s.macs for s in artifact.steps if s.kind == "accel" and s.layer["op"] == "depthwise_conv2d"}
     dw_cycles = sum(st.cycles for st in run.steps if st.name in depthwise)
@@ -81,6 +103,8 @@ def record(m: SuiteModel, quantization: str, artifact, report, run, cold: float,
         "accel_cycles": int(run.accel_cycles),
         "mac_bound_cycles": int(round(bound)),
         "ratio": run.accel_cycles / bound if bound else None,
+        "layer_roofline_cycles": int(round(roof)),
+        "roofline_ratio": run.accel_cycles / roof if roof else None,
         "cpu_steps": sum(s.kind == "cpu" for s in artifact.steps),
         "cpu_ms": round(run.cpu_ms, 3),
         "compile_s": round(cold, 2),
@@ -139,10 +163,12 @@ def qdq(m: SuiteModel, model, calib, tests, work: Path) -> dict:
 
 def table(records: list[dict]) -> Table:
     t = Table(title=f"the model suite on {DEFAULT_PRESET!r}, simulator")
-    for c in ("model", "quant", "MACs", "accel share", "cycles", "bound", "ratio", "CPU steps", "CPU ms", "ok"):
+    columns = ("model", "quant", "MACs", "accel share", "cycles", "bound", "ratio", "vs roofline", "CPU steps")
+    for c in (*columns, "CPU ms", "ok"):
         t.add_column(c, justify="left" if c in ("model", "quant") else "right")
     for r in records:
         ratio = f"{r['ratio']:.2f}x" if r["ratio"] else "-"
+        roof = f"{r['roofline_ratio']:.2f}x" if r.get("roofline_ratio") else "-"
         t.add_row(
             r["model"],
             r["quantization"],
@@ -151,6 +177,7 @@ def table(records: list[dict]) -> Table:
             f"{r['accel_cycles']:,}",
             f"{r['mac_bound_cycles']:,}",
             ratio,
+            roof,
             str(r["cpu_steps"]),
             f"{r['cpu_ms']:.1f}",
             "[green]yes[/]" if r["correct"] else "[red]no[/]",
