@@ -113,6 +113,9 @@ class CpuTraits:
     # throughput); without, in int32 SIMD lanes (NEON's widening multiply-accumulates)
 
 
+X86_TRAITS = CpuTraits()  # the default: an FMA, fast division, int8 dot products on float FMAs (x86 with FMA3)
+
+
 class KernelBuilder:
     """One kernel: exported entries taking ndarray objects, and a body taking their noalias data pointers
     (the inputs, the output, then an optional scratch buffer).
@@ -131,11 +134,11 @@ class KernelBuilder:
         out: TensorType,
         layout: ObjectLayout | None,
         scratch: bool = False,
-        traits: CpuTraits | None = None,
+        traits: CpuTraits = X86_TRAITS,
     ) -> None:
         self.module = module
         self.host_tuning = layout is not None  # code for this process's CPU (the JIT)
-        self.traits = traits or CpuTraits()
+        self.traits = traits
         n_args = len(inputs) + 1 + scratch
         self.fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [PTR] * n_args), name=f"{name}_body")
         self.fn.linkage = "internal"

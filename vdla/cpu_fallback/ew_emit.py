@@ -251,17 +251,25 @@ def emit_step(kb: KernelBuilder, step: EwStep, v: ir.Value, dtype: str, out: str
     if step.op == "quantize" and dtype == "float32" and constant and not kb.traits.fast_divide:
         scale, zero_point = operands
         thresholds = quantize_thresholds(step, float(scale), int(zero_point))
-        if thresholds is not None and 2.0 ** (1 - 118) / float(scale) <= QUANTIZE_M_CAP:  # scale >= 2^-137
-            return threshold_quantize(kb, v, float(scale), int(zero_point), thresholds)
+        multipliers = quantize_multipliers(float(scale))
+        if thresholds is not None and multipliers is not None:
+            return threshold_quantize(kb, v, int(zero_point), multipliers, thresholds)
     return EW[step.op].expr(LlvmMath(kb), v, tuple(operands), StepTypes(step, dtype, out))
 
 
-# The estimate's multipliers: 2^(e - 118) / scale for biased exponent e (|x| / scale ~ mantissa * M[e] / 2^32),
-# capped where every float of that exponent saturates anyway (an exponent of the subnormals is never capped)
-QUANTIZE_M_CAP = 1 << 20
+QUANTIZE_M_CAP = 1 << 20  # a capped multiplier still puts the estimate at 2^11 or more: saturated
 
 
-def threshold_quantize(kb: KernelBuilder, x: ir.Value, scale: float, zero_point: int, thresholds) -> ir.Value:
+def quantize_multipliers(scale: float) -> list[int] | None:
+    """The estimate's multiplier per biased exponent ``e``: ``2^(e - 118) / scale`` rounded (``|x| / scale`` is
+    about ``mantissa * M[e] / 2^32``, the subnormals at ``e = 1``), capped where every float of the exponent
+    saturates anyway. None where the subnormals' would be capped too (a scale below 2^-137)."""
+    if 2.0 ** (1 - 118) / scale > QUANTIZE_M_CAP:
+        return None
+    return [min(round(2.0 ** (max(e, 1) - 118) / scale), QUANTIZE_M_CAP) for e in range(256)]
+
+
+def threshold_quantize(kb: KernelBuilder, x: ir.Value, zero_point: int, multipliers, thresholds) -> ir.Value:
     """float32 -> int8 quantize in integer arithmetic only, bit-exact with the oracle for every non-NaN
     float (a NaN saturates by its sign): an estimate ``k`` of ``round(x / scale) + zero_point`` from the
     mantissa times a per-exponent multiplier (within 2^-9 of ``x / scale`` before its rounding, so the
@@ -276,7 +284,6 @@ def threshold_quantize(kb: KernelBuilder, x: ir.Value, scale: float, zero_point:
     fraction = b.and_(bits, ir.Constant(I32, 0x7FFFFF))
     normal = b.icmp_unsigned("!=", exponent, ir.Constant(I32, 0))
     mantissa = b.select(normal, b.or_(fraction, ir.Constant(I32, 1 << 23)), fraction)
-    multipliers = [min(round(2.0 ** (max(e, 1) - 118) / scale), QUANTIZE_M_CAP) for e in range(256)]
     m = kb.table(multipliers, I32)(b.zext(exponent, I64))
     product = b.add(b.mul(b.zext(mantissa, I64), b.zext(m, I64)), i64(1 << 31))
     size = b.trunc(b.lshr(product, i64(32)), I32)

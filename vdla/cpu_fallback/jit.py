@@ -78,7 +78,7 @@ def cpu_traits(triple: str, features: str) -> CpuTraits:
     without division; and their int8 products go to NEON's integer lanes (armv7 NEON float is not IEEE, so
     LLVM leaves float loops scalar there)."""
     flags = set(features.split(","))
-    arm = triple.startswith(("aarch64", "arm64", "arm", "thumb"))
+    arm = triple.startswith(("aarch64", "arm", "thumb"))  # arm64 too
     fma = triple.startswith(("aarch64", "arm64")) or bool(flags & {"+fma", "+vfp4", "+vfp4d16"})
     return CpuTraits(fma=fma, fast_divide=not arm, float_int8_dot=not arm)
 

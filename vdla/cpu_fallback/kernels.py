@@ -16,7 +16,7 @@ import numpy as np
 from llvmlite import ir
 
 from vdla.cpu_fallback.abi import ObjectLayout
-from vdla.cpu_fallback.codegen import REASSOC, CpuTraits, KernelBuilder
+from vdla.cpu_fallback.codegen import REASSOC, X86_TRAITS, CpuTraits, KernelBuilder
 from vdla.cpu_fallback.ew_emit import ChainEmitter, broadcast_strides
 from vdla.cpu_fallback.lltypes import F32, I32, I64, LL_SIZES, LL_TYPES, i64
 from vdla.cpu_fallback.specs import (
@@ -57,10 +57,7 @@ def _(spec: CpuConv2dSpec) -> int:
     return spec.w.size if spec.x.dtype == "int8" else 0
 
 
-HOST_LIKE = CpuTraits()  # the default: an FMA, fast division, int8 dot products on float FMAs (x86 with FMA3)
-
-
-def emit(spec: Spec, module: ir.Module, name: str, layout: ObjectLayout | None, traits: CpuTraits = HOST_LIKE) -> None:
+def emit(spec: Spec, module: ir.Module, name: str, layout: ObjectLayout | None, traits: CpuTraits = X86_TRAITS) -> None:
     """Add the kernel ``name`` for ``spec`` to ``module``: args are the inputs, the output, then the scratch
     buffer if :func:`scratch_elements` asks for one. With ``layout`` None the entry is the plain C one of
     ahead-of-time code; ``traits``: the target CPU's (:class:`~vdla.cpu_fallback.codegen.CpuTraits`)."""
@@ -458,11 +455,21 @@ def _block_copy(kb: KernelBuilder, dt: str, n: int, c: int, hw: int, batch: int,
                         kb.store(kb.load(dt, x, b_off), dt, y, p_off)
                     else:
                         kb.store(kb.load(dt, x, p_off) if lane < lanes else zero, dt, y, b_off)
-    if pack and n % batch:  # zero the lanes of the padded images in the last image block
-        with kb.loop(n, -(-n // batch) * batch) as ni, kb.loop(0, cb_n * hw) as q:
-            lane0 = b.mul(b.urem(ni, i64(batch)), i64(block))
-            base = kb.linear([q], [pix], b.add(i64((n // batch) * cb_n * hw * pix), lane0))
-            kb.store_vec(zeros, dt, y, base)
+    if pack:
+        _zero_padded_images(kb, dt, n, cb_n * hw, batch, block)
+
+
+def _zero_padded_images(kb: KernelBuilder, dt: str, n: int, pixels: int, batch: int, block: int) -> None:
+    """Zero the batch lanes of the images past ``n`` in the last image block of a blocked tensor whose image
+    blocks hold ``pixels`` pixels (channel blocks x H x W) of ``batch x block`` elements each."""
+    if n % batch == 0:
+        return
+    b = kb.b
+    zeros = ir.Constant(ir.VectorType(LL_TYPES[dt], block), [0.0 if is_float(dt) else 0] * block)
+    with kb.loop(n, -(-n // batch) * batch) as ni, kb.loop(0, pixels) as q:
+        lane0 = b.mul(b.urem(ni, i64(batch)), i64(block))
+        base = kb.linear([q], [batch * block], b.add(i64((n // batch) * pixels * batch * block), lane0))
+        kb.store_vec(zeros, dt, kb.out, base)
 
 
 @_emit.register
@@ -627,17 +634,14 @@ def _im2col_packed(spec: Im2colSpec, kb: KernelBuilder) -> None:
         lane0 = b.add(image_block, b.mul(b.urem(ni, i64(bn)), i64(block)))
         for cb in range(cb_n):
             plane = b.add(lane0, i64(cb * oh_n * ow_n * pixel))
-            regions = [((0, r0), (0, ow_n), True), ((r1, oh_n), (0, ow_n), True)]
-            regions += [((r0, r1), (0, c0), True), ((r0, r1), (c0, c1), False), ((r0, r1), (c1, ow_n), True)]
-            if not rows or not cols:
-                regions = [((0, oh_n), (0, ow_n), True)]
+            regions = [((0, oh_n), (0, ow_n), True)]  # no interior: every pixel checks its taps
+            if rows and cols:
+                regions = [((0, r0), (0, ow_n), True), ((r1, oh_n), (0, ow_n), True), ((r0, r1), (0, c0), True)]
+                regions += [((r0, r1), (c0, c1), False), ((r0, r1), (c1, ow_n), True)]
             for rows_, cols_, checked in regions:
                 if rows_[0] < rows_[1] and cols_[0] < cols_[1]:
                     pixels(cb, image, plane, rows_, cols_, checked)
-    if n_img % bn:  # the lanes of the padded images in the last image block are zero
-        with kb.loop(n_img, -(-n_img // bn) * bn) as ni, kb.loop(0, cb_n * oh_n * ow_n) as q:
-            base = b.add(i64((n_img // bn) * cb_n * oh_n * ow_n * pixel), b.mul(b.urem(ni, i64(bn)), i64(block)))
-            kb.store_vec(ir.Constant(vec, [0] * block), dt, y, b.add(base, b.mul(q, i64(pixel))))
+    _zero_padded_images(kb, dt, n_img, cb_n * oh_n * ow_n, bn, block)
 
 
 @_emit.register
@@ -848,8 +852,9 @@ def _conv2d(spec: CpuConv2dSpec, kb: KernelBuilder) -> None:
         for slot in islots:
             b.store(ir.Constant(vec_i, [0] * lanes), slot)
         with kb.loop(0, -(-icg // chunk)) as part:
-            for slot in () if integer else fslots:
-                b.store(ir.Constant(vec_f, [0.0] * lanes), slot)
+            if not integer:
+                for slot in fslots:
+                    b.store(ir.Constant(vec_f, [0.0] * lanes), slot)
             ic0 = b.mul(part, i64(chunk))
             with kb.loop(ic0, kb.smin(b.add(ic0, i64(chunk)), i64(icg))) as ic, kb.loop(lo, hi) as kh:
                 row = _input_row(kb, win, oh, kh, b.mul(kb.linear([n, g, ic], [c, icg, 1]), i64(h * w)), w)
@@ -874,8 +879,8 @@ def _conv2d(spec: CpuConv2dSpec, kb: KernelBuilder) -> None:
                         # on a Cortex-A9, which has no FMA)
                         acc = kb.muladd(xv, wv, acc) if fl else kb.call(f"llvm.fmuladd.v{lanes}f32", vec_f, xv, wv, acc)
                     b.store(acc, slot)
-            for fslot, islot in zip(fslots, islots, strict=True):
-                if not integer:
+            if not integer:  # the chunk's exact float sums into the int32 accumulators
+                for fslot, islot in zip(fslots, islots, strict=True):
                     b.store(b.add(b.load(islot), b.fptosi(b.load(fslot), vec_i)), islot)
         valid = kb.smin(b.sub(i64(ow_n), ow0), i64(lanes))
         for ob, spill in enumerate(spills):

@@ -140,10 +140,10 @@ def fuse(graph: Graph) -> list[list[Node]]:
         opdef = OPS.get(node.op)
         if opdef is None or opdef.cpu is None:
             raise UnsupportedError(node.op, f"no CPU kernel for this operator (node {node.output!r})")
-    group_of = fuse_ops(graph).group_of
+    types = infer_types(graph)
+    group_of = fuse_ops(graph, types).group_of
     readers = Counter(name for node in graph.nodes for name in node.inputs)
     readers.update(graph.outputs)
-    types = infer_types(graph)
     runs: list[list[Node]] = []
     for node in graph.nodes:
         if runs and (_packs_in_store(runs[-1], node, readers) or _int8_softmax(runs[-1], node, readers, types)):
