@@ -193,6 +193,12 @@ def test_cli_runs_an_artifact(compiled, tmp_path, capsys):
     assert json.loads((tmp_path / "r.json").read_text())["accel_cycles"] > 0
     assert main(["run", str(path), "--input", str(tmp_path / "missing.npy")]) == 2
     assert "cannot read" in " ".join(capsys.readouterr().out.split())
+    np.savez(tmp_path / "feeds.npz", x=x)  # inputs keyed by name, as --output writes outputs
+    assert main(["run", str(path), "--input", str(tmp_path / "feeds.npz"), "--output", str(tmp_path / "y2.npy")]) == 0
+    np.testing.assert_array_equal(np.load(tmp_path / "y2.npy"), Module(artifact).run(x))
+    np.savez(tmp_path / "other.npz", image=x)
+    assert main(["run", str(path), "--input", str(tmp_path / "other.npz")]) == 2
+    assert "holds ['image'], which are not inputs of ['x']" in " ".join(capsys.readouterr().out.split())
     x[0, 2, 1, 3] = np.inf
     np.save(tmp_path / "bad.npy", x)
     assert main(["run", str(path), "--input", str(tmp_path / "bad.npy"), "--output", str(tmp_path / "z.npz")]) == 2

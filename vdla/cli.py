@@ -238,7 +238,13 @@ def build_parser() -> argparse.ArgumentParser:
         "run", help="run a model artifact (.vdla), or an assembled (.s) or binary program, and report its counters"
     )
     p.add_argument("program", help="MODEL.vdla, PROGRAM.s or PROGRAM.bin")
-    p.add_argument("--input", action="append", default=[], metavar="[NAME=]FILE.npy", help="a model input")
+    p.add_argument(
+        "--input",
+        action="append",
+        default=[],
+        metavar="[NAME=]FILE.npy",
+        help="a model input (or FILE.npz keyed by input name)",
+    )
     p.add_argument(
         "--output", metavar="OUT.npz", help="write the model outputs: .npz keyed by output name, or .npy for one output"
     )

@@ -136,17 +136,32 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
 
 def _inputs(specs: list[str], names: list[str]) -> dict[str, np.ndarray]:
+    """``--input``: ``[NAME=]FILE.npy`` (NAME may be left out for a model of one input), or ``FILE.npz`` keyed
+    by input name (as ``--output`` writes them; ``NAME=FILE.npz`` takes its one array)."""
     feeds = {}
     for spec in specs:
         name, sep, file = spec.rpartition("=")
+        try:
+            data = np.load(file)
+        except (OSError, ValueError) as e:
+            raise ModelCliError(f"--input {spec!r}: cannot read {file} as a .npy or .npz array ({e})") from e
+        if isinstance(data, np.lib.npyio.NpzFile):
+            with data:
+                arrays = {k: data[k] for k in data.files}
+            if sep:
+                if len(arrays) != 1:
+                    raise ModelCliError(f"--input {spec!r}: {file} holds {sorted(arrays)}, not one array for {name!r}")
+                arrays = {name: next(iter(arrays.values()))}
+            unknown = sorted(set(arrays) - set(names))
+            if unknown:
+                raise ModelCliError(f"--input {spec!r}: {file} holds {unknown}, which are not inputs of {names}")
+            feeds.update(arrays)
+            continue
         if not sep:
             if len(names) != 1:
                 raise ModelCliError(f"the model has inputs {names}: give --input NAME=FILE for each")
-            name, file = names[0], spec
-        try:
-            feeds[name] = np.load(file)
-        except (OSError, ValueError) as e:
-            raise ModelCliError(f"--input {spec!r}: cannot read {file} as a .npy array ({e})") from e
+            name = names[0]
+        feeds[name] = data
     return feeds
 
 
