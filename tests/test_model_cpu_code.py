@@ -121,6 +121,16 @@ def test_without_code_for_the_machine_or_llvmlite_numpy_runs_and_the_warning_nam
     assert f"compile with --cpu-target {HERE.name}" in err
     np.testing.assert_array_equal(module.run(_x()), load(saved).run(_x()))
 
+    def no_code(files):
+        manifest = json.loads(files["manifest.json"])
+        for target in manifest["cpu_code"]:
+            del files[f"cpu/{target}.so"]
+        manifest["cpu_code"] = {}
+        files["manifest.json"] = json.dumps(manifest).encode()
+
+    with pytest.raises(NativeCodeError, match=f"carries no CPU code .*--cpu-target {HERE.name}"):
+        load(_rewrite(saved, tmp_path / "none.vdla", no_code), cpu_kernels="native")
+
 
 def test_unknown_target_is_refused_listing_the_known_ones():
     with pytest.raises(CompileError, match="unknown --cpu-target 'armv6'.*host, armv7-linux-gnueabihf, aarch64"):

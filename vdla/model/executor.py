@@ -113,8 +113,10 @@ def _jit_source() -> Callable | None:
 def _missing_code(artifact: Artifact) -> str:
     """Why this machine has no native code in ``artifact``, and the compile option that would give it."""
     here = target_for_machine(machine())
-    carried = ", ".join(artifact.cpu_code) or "none"
     fix = f"compile with --cpu-target {here.name}" if here else "no --cpu-target of vdla runs on it"
+    if not artifact.cpu_code:
+        return f"the artifact carries no CPU code (this machine: {machine()}): {fix}"
+    carried = ", ".join(artifact.cpu_code)
     return f"the artifact carries CPU code for {carried}, none for this machine ({machine()}): {fix}"
 
 
