@@ -3,7 +3,7 @@
 Every depthwise layer of a suite model (MobileNet-V2 (1.0, 224) by default) is costed under each candidate
 mapping; the script prints one row per layer and the totals, and writes JSON with ``--json``:
 
-    python benchmarks/depthwise.py [--model mobilenet_v2 ...] [--config pynq] [--json out/depthwise.json]
+    python benchmarks/depthwise.py [--model mobilenet_v2 ...] [--config pynq] [--json out/depthwise.json] [--compile]
 
 Candidates (docs/depthwise.md derives each):
 
@@ -27,6 +27,12 @@ Candidates (docs/depthwise.md derives each):
 * ``dw_tap8``: ``dw_tap`` with each DSP pair computing one product (8 taps per pass), as the part's DSPs allow.
 * ``dw_col``: ``dw_tap8`` fed by a K x K window register (no line buffer): along an output row the window
   shifts by ``stride`` columns, reading stride * K INP rows per output pixel.
+* ``dw_mode``: the depthwise mode as implemented (EPI dw): ``dw_col`` with the reads and the passes of a pixel
+  one after the other, timed by :class:`vdla.cycles.CycleModel` itself.
+
+``--compile`` also compiles every layer with :func:`vdla.compiler.depthwise.compile_depthwise` (a per-channel
+multiplier and a ReLU6 clamp, as MobileNet's layers have) and reports the cycles of the program it picks on the
+timing-only simulator: DRAM transfers, tiles, virtual threads and the epilogue's MUL pass included.
 
 Each layer's stand-alone cycles are max(compute, DRAM) where DRAM is its input, output and weight bytes over
 the bus width (virtual threads overlap them); ``fused`` is the compute alone, as inside a fused block whose
@@ -44,12 +50,15 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import numpy as np
 from rich.console import Console
 from rich.table import Table
 
+from vdla.compiler.depthwise import compile_depthwise
 from vdla.config import DEFAULT_PRESET, HwConfig, load_config
 from vdla.cycles import CycleModel, alu_cycles
-from vdla.isa import AluInsn, AluOp, GemmInsn
+from vdla.graph.epilogue import Epilogue
+from vdla.isa import AluInsn, AluOp, EpiInsn, GemmInsn
 from vdla.zoo.suite import SUITE
 
 
@@ -168,8 +177,16 @@ def dw_col(cfg: HwConfig, layer: DwLayer) -> int:
     return blocks(cfg, layer) * layer.oh * (t.gemm_setup + row + t.gemm_pipeline)
 
 
+def dw_mode(cfg: HwConfig, layer: DwLayer) -> int:
+    """The depthwise mode as built (EPI dw, docs/isa.md): per channel block one GEMM over the output pixels,
+    timed by the cycle model itself (reads, then passes, per pixel)."""
+    model = CycleModel(cfg)
+    model.duration(EpiInsn(dw=True, dw_k=layer.k, dw_stride=layer.stride), 0)
+    return blocks(cfg, layer) * model.duration(GemmInsn(iter_out=layer.oh, iter_in=layer.ow), 0)
+
+
 CANDIDATES = {"blockdiag": blockdiag, "alu": alu, "toeplitz": toeplitz, "dw_pos": dw_pos, "dw_pos2": dw_pos2,
-              "dw_tap": dw_tap, "dw_tap8": dw_tap8, "dw_col": dw_col}  # fmt: skip
+              "dw_tap": dw_tap, "dw_tap8": dw_tap8, "dw_col": dw_col, "dw_mode": dw_mode}  # fmt: skip
 
 
 def dram_cycles(cfg: HwConfig, layer: DwLayer, name: str) -> int:
@@ -222,11 +239,22 @@ def totals(rows: list[Row]) -> dict:
     return out
 
 
+def compiled_cycles(cfg: HwConfig, layer: DwLayer) -> tuple[int, str]:
+    """Cycles (timing-only simulator) and schedule of the compiler's program for the layer, MobileNet's epilogue."""
+    c = layer.channels
+    w = np.ones((c, 1, layer.k, layer.k), np.int8)
+    ep = Epilogue(bias=np.zeros(c, np.int64), multiplier=np.full(c, 1 << 14), shift=20, clip=(0, 96))
+    shape = (1, c, layer.h, layer.w)
+    comp = compile_depthwise(shape, w, stride=layer.stride, padding=layer.pad, epilogue=ep, config=cfg)
+    return comp.search.cycles, comp.schedule.describe()
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", nargs="+", default=["mobilenet_v2"], choices=sorted(SUITE))
     p.add_argument("--config", default=DEFAULT_PRESET)
     p.add_argument("--json", type=Path)
+    p.add_argument("--compile", action="store_true", help="also compile each layer and time its program")
     args = p.parse_args(argv)
     cfg = load_config(args.config)
     console = Console(width=None if sys.stdout.isatty() else 200)
@@ -238,6 +266,14 @@ def main(argv: list[str] | None = None) -> int:
             "layers": [{**asdict(r.layer), "macs": r.layer.macs, "fused": r.fused, "alone": r.alone} for r in rows],
             "totals": totals(rows),
         }
+        if args.compile:
+            compiled = [compiled_cycles(cfg, r.layer) for r in rows]
+            for rec, (cycles, schedule) in zip(records[name]["layers"], compiled, strict=True):
+                rec["compiled"], rec["schedule"] = cycles, schedule
+            total = sum(c for c, _ in compiled)
+            macs = records[name]["totals"]["macs"]
+            records[name]["totals"]["compiled"] = {"cycles": total, "macs_per_cycle": round(macs / total, 2)}
+            console.print(f"{name}: compiled programs {total:,} cycles, {macs / total:.1f} MACs/cycle")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"config": cfg.name, "models": records}, indent=2) + "\n")

@@ -249,3 +249,37 @@ def test_an_error_shows_with_its_details(dev, phase):
         assert R.get_field(status, "STATUS", "ERROR_CODE") == R.ERRORS["INDEX"][0]
         assert R.ERROR_UNITS[R.get_field(status, "STATUS", "ERROR_UNIT")] == "compute"
         assert busy == 0
+
+
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ("epi dw=6,1,8", "EPI dw: kernel 6 outside \\[1, 5\\]"),
+        ("epi dw=0,1,8", "EPI dw: kernel 0 outside \\[1, 5\\]"),
+        ("epi dw=2,3,8", "EPI dw: stride 3 outside \\[1, kernel 2\\]"),
+    ],
+    ids=["kernel-6", "kernel-0", "stride-3"],
+)
+def test_bad_depthwise_state(dev, text, message):
+    """An EPI dw whose kernel the window cannot hold, or whose stride exceeds its kernel, is refused on both
+    backends with the same message (the hardware's dispatch check on the RTL)."""
+    for target in (Device("pynq"), dev):
+        with pytest.raises(FaultError, match=f"instruction 0 \\(.*\\): {message}"):
+            run_asm(target, text + "\nfinish")
+
+
+def test_depthwise_window_outside_inp(dev):
+    """A depthwise-mode GEMM whose window reaches past INP (rows src + ky * pitch + kx) stops with an index
+    error on both backends, though its micro-op's src lies inside."""
+    for target, index in (
+        (Device("pynq"), "GEMM INP \\(depthwise window row\\) index 2050"),
+        (dev, "a micro-op index lies outside its buffer"),
+    ):
+        uop = target.array(np.array([2040 << 11], np.uint32))  # dst 0, src 2040, wgt 0
+        with pytest.raises(FaultError, match=f"instruction 2 \\(gemm .*\\): {index}"):
+            run_asm(
+                target,
+                f"load uop sram=0 dram={uop.elem(4)} y=1 x=1 stride=1\nepi dw=3,1,4\n"
+                "gemm uop=0:1 iter=1,1 dst=0,0 src=0,0 wgt=0,0\nfinish",
+            )
+        uop.free()

@@ -4,7 +4,8 @@ depthwise layers compiled to the block-diagonal parts that run MobileNets' depth
 The programs draw random tiles (sizes, strides, offsets, padding), random micro-op kernels and loop
 factors, every ALU opcode with immediates or overlapping second operands, ACC and ACC_8BIT loads, EPI
 states (OUT requantization, bias rows in the thread's share, among its destinations or in a shared area)
-with GEMMs that initialise their accumulators, and one or two virtual threads (double-buffered loads)
+with GEMMs that initialise their accumulators, the depthwise mode (random kernels up to DW_MAX_K, strides and
+window pitches, with any micro-op kernel and loop), and one or two virtual threads (double-buffered loads)
 whose token pattern orders every producer before its consumer (so the result does not depend on timing).
 Every accumulator region is stored back, 8 bits at a time, at the end, through truncating or
 requantizing OUT writes.
@@ -15,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from vdla.config import DW_MAX_K, HwConfig
 from vdla.isa import AluOp, MemType, Stage
 from vdla.runtime import Device
 
@@ -42,9 +44,28 @@ def _loop(rng, sizes: dict[str, int]) -> tuple[int, int, dict[str, tuple[int, in
     return io, ii, factors, uops
 
 
-def _epi(cmd, rng, a0: int, dst: int) -> None:
-    """A random EPI; its bias rows (up to 3, one per iter_out) lie in the thread's share, start at one of
-    its GEMM destinations ``dst``, or lie in the shared bias area."""
+Dw = tuple[int, int, int] | None  # the depthwise mode of the EPI state: (kernel, stride, pitch)
+
+
+def _dw(rng, cfg: HwConfig) -> Dw:
+    """A random depthwise mode (or none) for an EPI."""
+    if not cfg.dw_supported or rng.random() < 0.5:
+        return None
+    k = int(rng.integers(1, DW_MAX_K + 1))
+    return k, int(rng.integers(1, min(k, 3) + 1)), int(rng.integers(0, 9))
+
+
+def _gemm_sizes(cfg: HwConfig, dw: Dw) -> dict[str, int]:
+    """The index ranges of a GEMM's loop: in the depthwise mode its window's rows and WGT elements fit too."""
+    if dw is None:
+        return {"dst": ACC_SHARE, "src": INP_SHARE, "wgt": WGT_SHARE}
+    k, _, pitch = dw
+    return {"dst": ACC_SHARE, "src": INP_SHARE - (k - 1) * (pitch + 1), "wgt": WGT_SHARE - 2 * cfg.dw_groups(k) + 1}
+
+
+def _epi(cmd, rng, a0: int, dst: int, dw: Dw = None) -> None:
+    """A random EPI (depthwise mode ``dw``); its bias rows (up to 3, one per iter_out) lie in the thread's share,
+    start at one of its GEMM destinations ``dst``, or lie in the shared bias area."""
     where = rng.choice(["none", "share", "dst", "area"], p=[0.2, 0.2, 0.4, 0.2])
     base = {
         "none": None,
@@ -52,7 +73,7 @@ def _epi(cmd, rng, a0: int, dst: int) -> None:
         "dst": min(dst, a0 + ACC_SHARE - 3),
         "area": BIAS_AREA + int(rng.integers(0, BIAS_ROWS - 2)),
     }[where]
-    cmd.epi(req=rng.random() < 0.5, relu=rng.random() < 0.5, shift=int(rng.integers(0, 32)), bias_base=base)
+    cmd.epi(req=rng.random() < 0.5, relu=rng.random() < 0.5, shift=int(rng.integers(0, 32)), bias_base=base, dw=dw)
 
 
 def random_program(dev: Device, seed: int) -> None:
@@ -68,6 +89,7 @@ def random_program(dev: Device, seed: int) -> None:
     out = dev.array(rng.integers(0, 256, (tiles * 4 * ACC_SHARE, cfg.out_elem_bytes), dtype=np.uint8))
     cmd = dev.commands()
     cmd.load(MemType.ACC, BIAS_AREA, acc, 200, 1, BIAS_ROWS, BIAS_ROWS)
+    dw: Dw = None  # the EPI state's depthwise mode
     for j in range(tiles):
         t = j % vt
         i0, w0, a0 = t * INP_SHARE, t * WGT_SHARE, t * ACC_SHARE
@@ -119,10 +141,12 @@ def random_program(dev: Device, seed: int) -> None:
             pad=pads,
         )
         for _ in range(int(rng.integers(1, 4))):
-            io, ii, f, uops = _loop(rng, {"dst": ACC_SHARE, "src": INP_SHARE, "wgt": WGT_SHARE})
+            epi = rng.random() < 0.5
+            dw = _dw(rng, cfg) if epi else dw
+            io, ii, f, uops = _loop(rng, _gemm_sizes(cfg, dw))
             uops = [(a0 + d, i0 + s, w0 + w) for d, s, w in uops]
-            if rng.random() < 0.5:
-                _epi(cmd, rng, a0, uops[0][0])
+            if epi:
+                _epi(cmd, rng, a0, uops[0][0], dw)
             reset = rng.random() < 0.15
             cmd.gemm(
                 uops,
@@ -157,6 +181,7 @@ def random_program(dev: Device, seed: int) -> None:
                 cmd.dep_pop(Stage.STORE, Stage.COMPUTE)
                 if rng.random() < 0.5:
                     _epi(cmd, rng, a0, a0)
+                    dw = None
                 cmd.alu(AluOp.SHR, [(a0, 0)], iter_out=ACC_SHARE, dst_factor=(1, 0), imm=8)
             cmd.dep_push(Stage.COMPUTE, Stage.STORE)
             cmd.dep_pop(Stage.COMPUTE, Stage.STORE)
@@ -167,7 +192,7 @@ def random_program(dev: Device, seed: int) -> None:
     cmd.synchronize()
 
 
-@pytest.mark.parametrize("seed", range(10))
+@pytest.mark.parametrize("seed", range(16))
 def test_random_programs_agree(seed, rtl_library):
     sim, rtl = Device("pynq"), Device("pynq", backend="rtl")
     random_program(sim, seed)

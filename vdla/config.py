@@ -19,6 +19,7 @@ from vdla.errors import VdlaError
 
 DEFAULT_PRESET = "pynq"
 LUT_ENTRIES = 256  # the activation table: one int8 output per int8 input (EPI lut, LOAD LUT)
+DW_MAX_K = 5  # the depthwise mode's window: DW_MAX_K rows (kernel rows) of DW_MAX_K INP elements (EPI dw)
 
 
 class ConfigError(VdlaError, ValueError):
@@ -142,6 +143,18 @@ class HwConfig:
         return LUT_ENTRIES // self.out_elem_bytes
 
     @property
+    def dw_supported(self) -> bool:
+        """Whether the GEMM core has the depthwise mode (EPI dw): one input channel per output lane needs
+        batch 1 and block_in == block_out."""
+        return self.batch == 1 and self.block_in == self.block_out
+
+    def dw_groups(self, k: int) -> int:
+        """Groups of block_in window positions a depthwise-mode iteration with a ``k`` x ``k`` kernel covers (its
+        positions ky * DW_MAX_K + q, ky < k, q < DW_MAX_K); each group is two passes, half the lanes each, and
+        every pass reads a WGT element of its own (2 * dw_groups(k) elements an iteration)."""
+        return -(-DW_MAX_K * k // self.block_in)
+
+    @property
     def wgt_depth(self) -> int:
         return self.wgt_buff_bytes // self.wgt_elem_bytes
 
@@ -212,6 +225,7 @@ class HwConfig:
             "acc_depth": self.acc_depth,
             "uop_depth": self.uop_depth,
             "lut_depth": self.lut_depth,
+            "depthwise_mode": self.dw_supported,
             "uop_bits (dst/src/wgt)": f"{self.uop_dst_bits}/{self.uop_src_bits}/{self.uop_wgt_bits}",
             "macs_per_cycle": self.macs_per_cycle,
             "peak_gops": round(self.peak_gops, 3),

@@ -86,19 +86,34 @@ def transfer_shape(insn: MemInsn, cfg: HwConfig) -> tuple[int, int]:
     return beats, bursts
 
 
+def dw_slots(cfg: HwConfig, epi: EpiInsn, insn: GemmInsn) -> int:
+    """Cycles of the uop-iterations of a GEMM in the depthwise mode (``epi.dw``, not a reset): each iteration
+    reads its window's new INP rows, one per cycle (dw_k x dw_k at inner index 0, else dw_k x dw_stride), then
+    makes two passes (half the lanes each) per WGT element of the window (:meth:`HwConfig.dw_groups`)."""
+    uops = insn.uop_end - insn.uop_bgn
+    fresh = insn.iter_out * uops
+    reads = fresh * epi.dw_k * epi.dw_k + (insn.iterations - fresh) * epi.dw_k * epi.dw_stride
+    return reads + insn.iterations * 2 * cfg.dw_groups(epi.dw_k)
+
+
 class CycleModel:
-    """Stage occupancy of each instruction, with shared read and write channels."""
+    """Stage occupancy of each instruction, with shared read and write channels. It follows the compute
+    stage's epilogue state (the last EPI it timed), which a depthwise-mode GEMM's duration depends on."""
 
     def __init__(self, cfg: HwConfig):
         self.cfg, self.t = cfg, cfg.timing
         self.read_free = 0  # first cycle the AXI read data channel is free
         self.write_free = 0
+        self.epi = EpiInsn()
 
     def duration(self, insn: Insn, start: int) -> int:
         """Cycles from ``start`` until the instruction completes (reserves bus time as a side effect)."""
         t = self.t
         if isinstance(insn, GemmInsn):
-            return t.gemm_setup + insn.iterations + t.gemm_pipeline
+            slots = dw_slots(self.cfg, self.epi, insn) if self.epi.dw and not insn.reset else insn.iterations
+            return t.gemm_setup + slots + t.gemm_pipeline
+        if isinstance(insn, EpiInsn):
+            self.epi = insn
         if isinstance(insn, AluInsn):
             return alu_cycles(t, insn)
         if isinstance(insn, FinishInsn | EpiInsn) or (isinstance(insn, MemInsn) and insn.is_nop):

@@ -5,7 +5,8 @@
 //
 // EPI sets the epilogue state (cleared by reset and START): with `req`, every ACC write writes its OUT
 // mirror requantized instead of truncated; `bias`/`bias_base` give the init rows of GEMMs with `init`;
-// with `lut`, the mirror's int8 value (requantized or truncated) is looked up in the activation table.
+// with `lut`, the mirror's int8 value (requantized or truncated) is looked up in the activation table;
+// `dw` (kernel, stride, pitch) runs later GEMMs in the depthwise mode (vdla_loop_seq, vdla_gemm_core).
 module vdla_compute (
   input  logic                                 clk_i,
   input  logic                                 rst_ni,
@@ -139,6 +140,10 @@ module vdla_compute (
   logic        epi_req_q, epi_relu_q, epi_bias_q, epi_lut_q;
   logic [4:0]  epi_shift_q;
   logic [15:0] epi_base_q;
+  logic        epi_dw_q;
+  logic [2:0]  epi_dw_k_q;
+  logic [1:0]  epi_dw_stride_q;
+  logic [15:0] epi_dw_pitch_q;
 
   always_ff @(posedge clk_i or negedge rst_ni) begin
     if (!rst_ni) begin
@@ -148,6 +153,7 @@ module vdla_compute (
       epi_bias_q  <= 1'b0;
       epi_base_q  <= '0;
       epi_lut_q   <= 1'b0;
+      epi_dw_q    <= 1'b0;
     end else if (start_i) begin
       epi_req_q   <= 1'b0;
       epi_relu_q  <= 1'b0;
@@ -155,6 +161,7 @@ module vdla_compute (
       epi_bias_q  <= 1'b0;
       epi_base_q  <= '0;
       epi_lut_q   <= 1'b0;
+      epi_dw_q    <= 1'b0;
     end else if (fire_o && is_epi) begin
       epi_req_q   <= cmd_i.epi.req;
       epi_relu_q  <= cmd_i.epi.relu;
@@ -162,6 +169,16 @@ module vdla_compute (
       epi_bias_q  <= cmd_i.epi.bias;
       epi_base_q  <= cmd_i.epi.bias_base;
       epi_lut_q   <= cmd_i.epi.lut;
+      epi_dw_q    <= cmd_i.epi.dw;
+    end
+  end
+
+  // the depthwise mode's kernel, stride and pitch: read only under epi_dw_q (no reset)
+  always_ff @(posedge clk_i) begin
+    if (fire_o && is_epi) begin
+      epi_dw_k_q      <= cmd_i.epi.dw_k;
+      epi_dw_stride_q <= cmd_i.epi.dw_stride;
+      epi_dw_pitch_q  <= cmd_i.epi.dw_pitch;
     end
   end
 
@@ -220,6 +237,10 @@ module vdla_compute (
     .uop_rdata_i (uop_rdata),
     .epi_bias_i  (epi_bias_q),
     .epi_base_i  (epi_base_q),
+    .epi_dw_i        (epi_dw_q),
+    .epi_dw_k_i      (epi_dw_k_q),
+    .epi_dw_stride_i (epi_dw_stride_q),
+    .epi_dw_pitch_i  (epi_dw_pitch_q),
     .inp_re_o, .inp_raddr_o, .inp_rdata_i, .wgt_re_o, .wgt_raddr_o, .wgt_rdata_i,
     .acc_re_o, .acc_raddr_o, .acc_rdata_i,
     .wr_valid_o  (rmw_valid),

@@ -4,7 +4,10 @@
 //   | S4 add (C) | S5 write ACC (W).
 // The ALU enters R at S1. See vdla_acc_rmw for the read-modify-write and its forwarding.
 // Micro-op indices are range-checked in S1 (index_err_o), against limits prepared in S0; a failed check
-// halts the run from the next cycle, so the check gates nothing but the write of an ALU slot (in C). An init GEMM's first update of each row
+// halts the run from the next cycle, so the check gates nothing but the write of an ALU slot (in C).
+// In the depthwise mode (vdla_loop_seq) a read slot reads its INP row in S1 and shifts it into its window
+// register in S2 (the window is cleared when a GEMM starts); a pass slot reads its WGT element in S1 and goes
+// through the GEMM core with the window (vdla_gemm_core's dw_i) and on to ACC like a GEMM iteration. An init GEMM's first update of each row
 // (tracked in `touched_q`, cleared when the GEMM starts) reads the bias row ACC[epi_base + o]
 // (o: the iter_out index) instead of the row itself, or zero without bias.
 module vdla_compute_loop (
@@ -20,6 +23,11 @@ module vdla_compute_loop (
   // the epilogue's bias rows
   input  logic                                       epi_bias_i,
   input  logic [15:0]                                epi_base_i,
+  // the epilogue's depthwise mode (vdla_loop_seq)
+  input  logic                                       epi_dw_i,
+  input  logic [2:0]                                 epi_dw_k_i,
+  input  logic [1:0]                                 epi_dw_stride_i,
+  input  logic [15:0]                                epi_dw_pitch_i,
   // INP and WGT read ports
   output logic                                       inp_re_o,
   output logic [vdla_pkg::INP_AW-1:0]                inp_raddr_o,
@@ -55,9 +63,13 @@ module vdla_compute_loop (
   logic [31:0]       dst_off, src_off, wgt_off;
   vdla_pkg::alu_op_e alu_op_q;
   logic [15:0]       imm_q;
+  logic              dw_q, dw_rd, dw_half;
+  logic [2:0]        dw_ky, dw_grp;
 
   vdla_loop_seq u_seq (
     .clk_i, .rst_ni, .halt_i, .start_i, .insn_i,
+    .dw_i (epi_dw_i), .dw_k_i (epi_dw_k_i), .dw_stride_i (epi_dw_stride_i), .dw_pitch_i (epi_dw_pitch_i),
+    .dw_o (dw_q), .dw_rd_o (dw_rd), .dw_ky_o (dw_ky), .dw_half_o (dw_half), .dw_grp_o (dw_grp),
     .issue_o (issue), .u_o (u), .o_o (o), .dst_off_o (dst_off), .src_off_o (src_off), .wgt_off_o (wgt_off),
     .gemm_o (gemm_q), .reset_o (reset_q), .init_o (init_q), .alu_op_o (alu_op_q), .use_imm_o (use_imm_q),
     .imm_o (imm_q), .src_rd_o (src_rd), .done_o
@@ -102,7 +114,13 @@ module vdla_compute_loop (
     else s1_valid_q <= issue;
   end
 
+  logic       s1_rd_q, s1_half_q;  // a depthwise read slot; a pass's half and WGT element, a read's register
+  logic [2:0] s1_ky_q, s1_grp_q;
   always_ff @(posedge clk_i) begin
+    s1_rd_q      <= dw_rd;
+    s1_ky_q      <= dw_ky;
+    s1_half_q    <= dw_half;
+    s1_grp_q     <= dw_grp;
     s1_bank_q    <= u[LU-1:0];
     s1_src_rd_q  <= src_rd;
     s1_dst_off_q <= ACC_AW'(dst_off);
@@ -141,9 +159,9 @@ module vdla_compute_loop (
   assign index_err = s1_valid_q && !halt_i && (dst_out || src_out || wgt_out || s1_bias_bad_q);
   assign index_err_o = index_err;
 
-  assign inp_re_o    = s1_gemm && !reset_q;
+  assign inp_re_o    = s1_gemm && !reset_q && (!dw_q || s1_rd_q);
   assign inp_raddr_o = src[vdla_pkg::INP_AW-1:0];
-  assign wgt_re_o    = s1_gemm && !reset_q;
+  assign wgt_re_o    = s1_gemm && !reset_q && !s1_rd_q;
   assign wgt_raddr_o = wgt;
 
   // ---- S2, S3: GEMM core --------------------------------------------------------------------
@@ -156,8 +174,49 @@ module vdla_compute_loop (
       s2_valid_q <= 1'b0;
       s3_valid_q <= 1'b0;
     end else begin
-      s2_valid_q <= s1_gemm;  // a slot that fails its check meets the halt in R
+      s2_valid_q <= s1_gemm && !s1_rd_q;  // a slot that fails its check meets the halt in R
       s3_valid_q <= s2_valid_q;
+    end
+  end
+
+  // the depthwise window: DW_MAX_K registers (kernel rows) of DW_MAX_K INP rows, position DW_MAX_K - 1 the
+  // newest; cleared when a GEMM starts, a read slot's row shifted in from S2 (win_d: the window after this
+  // cycle's shift). A pass's operands are selected in S1 from win_d (so the last read before it counts) and
+  // registered (dwa_q): pair (o, i) of the GEMM core takes window position g * BLOCK_IN + i, channel
+  // o + HALF * h, for the pass's group g and half h (zero past DW_MAX_K^2 positions).
+  localparam int DWK  = vdla_pkg::DW_MAX_K;
+  localparam int BI   = vdla_pkg::BLOCK_IN;
+  localparam int HALF = vdla_pkg::BLOCK_OUT / 2;
+  localparam int DWG  = (DWK * DWK + BI - 1) / BI;  // window position groups
+  logic [DWK-1:0][DWK-1:0][vdla_pkg::INP_BITS-1:0] win_q, win_d;
+  logic [DWK*DWK-1:0][vdla_pkg::INP_BITS-1:0]      win_p;  // win_d by position ky * DW_MAX_K + q
+  logic [HALF-1:0][BI-1:0][7:0]                    dwa_q;  // the pass's operand of each pair (o, i)
+  logic                                           s2_rd_q;
+  logic [2:0]                                     s2_ky_q;
+  always_ff @(posedge clk_i or negedge rst_ni) begin
+    if (!rst_ni) s2_rd_q <= 1'b0;
+    else s2_rd_q <= s1_gemm && s1_rd_q;
+  end
+  always_comb begin
+    win_d = win_q;
+    if (s2_rd_q) begin
+      for (int k = 0; k < DWK; k++)
+        if (3'(k) == s2_ky_q) win_d[k] = {inp_rdata_i, win_q[k][DWK-1:1]};
+    end
+  end
+  assign win_p = win_d;
+  always_ff @(posedge clk_i) begin
+    s2_ky_q <= s1_ky_q;
+    if (start_i) win_q <= '0;
+    else win_q <= win_d;
+    if (vdla_pkg::DW_SUPPORTED != 0 && dw_q) begin
+      for (int l = 0; l < HALF; l++)
+        for (int i = 0; i < BI; i++) begin
+          dwa_q[l][i] <= '0;
+          for (int g = 0; g < DWG; g++)
+            if (g*BI + i < DWK*DWK && s1_grp_q == 3'(g))
+              dwa_q[l][i] <= win_p[g*BI + i][(l + (s1_half_q ? HALF : 0))*8 +: 8];
+        end
     end
   end
 
@@ -169,7 +228,8 @@ module vdla_compute_loop (
   end
 
   vdla_gemm_core u_core (
-    .clk_i, .valid_i (s2_valid_q && !reset_q), .inp_i (inp_rdata_i), .wgt_i (wgt_rdata_i), .sum_o (sums)
+    .clk_i, .valid_i (s2_valid_q && !reset_q), .inp_i (inp_rdata_i), .wgt_i (wgt_rdata_i),
+    .dw_i (dw_q), .dwa_i (dwa_q), .sum_o (sums)
   );
 
   // ---- accumulator read-modify-write --------------------------------------------------------

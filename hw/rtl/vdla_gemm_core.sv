@@ -5,6 +5,10 @@
 // w2 = wgt[o + BLOCK_OUT/2][i] and a = inp[b][i], P = (w2 * 2^16 + w1) * a + 2^15 = w2*a * 2^16 +
 // (w1*a + 2^15), where 0 <= w1*a + 2^15 < 2^16 (|w1*a| <= 2^14): w2*a = P >> 16 and
 // w1*a = P[15:0] - 2^15.
+//
+// The depthwise mode (dw_i; BATCH 1, BLOCK_IN == BLOCK_OUT): pair (o, i) takes its own input, dwa_i[o][i]
+// (vdla_compute_loop selects it from the window and registers it), in place of the shared inp_i[i]; the
+// weights are the GEMM's (the program zeroes the rows of the lanes a pass does not update).
 module vdla_gemm_core #(
   parameter int BATCH     = vdla_pkg::BATCH,
   parameter int BLOCK_IN  = vdla_pkg::BLOCK_IN,
@@ -14,6 +18,8 @@ module vdla_gemm_core #(
   input  logic                              valid_i,
   input  logic [BATCH*BLOCK_IN*8-1:0]       inp_i,   // [b][i] int8
   input  logic [BLOCK_OUT*BLOCK_IN*8-1:0]   wgt_i,   // [o][i] int8
+  input  logic                              dw_i,    // the depthwise mode
+  input  logic [BLOCK_OUT/2*BLOCK_IN*8-1:0] dwa_i,   // [o][i] int8: pair (o, i)'s input in the depthwise mode
   output logic [BATCH*BLOCK_OUT*32-1:0]     sum_o    // [b][o] int32, two cycles after valid_i
 );
   localparam int LANES = BATCH * BLOCK_OUT;
@@ -24,6 +30,12 @@ module vdla_gemm_core #(
   localparam int GROUPS = (BLOCK_IN + GROUP - 1) / GROUP;
   localparam int GW     = 16 + $clog2(GROUP);  // a group sum: |sum| <= GROUP * 2^14, signed
   localparam int SW     = GW + $clog2(GROUPS);  // a lane's sum, signed
+  localparam bit DW     = vdla_pkg::DW_SUPPORTED != 0 && BATCH == 1 && BLOCK_IN == BLOCK_OUT;
+
+  // A pair's input: the shared inp_i[b][i], or its own in the depthwise mode
+  function automatic logic [7:0] input_of(int b, int o, int i);
+    input_of = (DW && dw_i) ? dwa_i[(o*BLOCK_IN + i)*8 +: 8] : inp_i[(b*BLOCK_IN + i)*8 +: 8];
+  endfunction
 
   // The shared multiplier of one input pair: P = (w2 * 2^16 + w1) * a + 2^15 (8-bit operands, so that the
   // Verilated model passes machine words, not slices of the wide rows)
@@ -55,7 +67,7 @@ module vdla_gemm_core #(
             for (int i = g * GROUP; i < g * GROUP + GROUP && i < BLOCK_IN; i++) begin
               logic signed [31:0] p;
               p  = pair_product(wgt_i[(o*BLOCK_IN + i)*8 +: 8], wgt_i[((o + HALF)*BLOCK_IN + i)*8 +: 8],
-                                inp_i[(b*BLOCK_IN + i)*8 +: 8]);
+                                input_of(b, o, i));
               lo = lo + 32'($signed({~p[15], p[14:0]}));
               hi = hi + (p >>> 16);
             end

@@ -26,7 +26,7 @@ module vdla_insn_check (
 
   // compute: LOADs of UOP, ACC, ACC_8BIT, LUT (micro-ops and the table unpadded, the table's rows within its
   // LUT_ENTRIES / OUT_ELEM_BYTES elements), GEMM/ALU loops within the micro-op buffer with non-zero iterations,
-  // EPI with its bias rows within ACC, FINISH
+  // EPI with its bias rows within ACC and a depthwise kernel and stride the window holds, FINISH
   logic is_uop, is_acc8, is_lut;
   assign is_uop  = mem.mem_type == vdla_pkg::MEM_UOP;
   assign is_acc8 = mem.mem_type == vdla_pkg::MEM_ACC_8BIT;
@@ -43,7 +43,10 @@ module vdla_insn_check (
          || insn_i.gemm.uop_end > 14'(vdla_pkg::UOP_DEPTH)
          || insn_i.gemm.iter_out == '0 || insn_i.gemm.iter_in == '0;
     end else if (opcode == vdla_pkg::OP_EPI) begin
-      compute_bad_o = insn_i.epi.bias && 17'(insn_i.epi.bias_base) >= 17'(vdla_pkg::ACC_DEPTH);
+      compute_bad_o = (insn_i.epi.bias && 17'(insn_i.epi.bias_base) >= 17'(vdla_pkg::ACC_DEPTH))
+         || (insn_i.epi.dw && (vdla_pkg::DW_SUPPORTED == 0 || insn_i.epi.dw_k == '0
+                               || insn_i.epi.dw_k > 3'(vdla_pkg::DW_MAX_K) || insn_i.epi.dw_stride == '0
+                               || 3'(insn_i.epi.dw_stride) > insn_i.epi.dw_k));
     end else begin
       compute_bad_o = opcode != vdla_pkg::OP_FINISH;
     end

@@ -8,12 +8,21 @@
 // ALU_MUL_CYCLES - 1 more (its slot stays two cycles in C, vdla_acc_rmw); vdla.cycles models the same rules.
 // After the last issue it drains the pipeline: done_o rises GEMM_PIPELINE + 1 cycles after the last micro-op
 // read (ALU: ALU_PIPELINE + 1, plus the gap that iteration leaves). A halt stops it at once.
+// A GEMM in the depthwise mode (dw_i, the EPI state; not a reset) issues each uop-iteration as slots, one a
+// cycle: reads of its window's new INP rows (dw_rd_o: register dw_ky_o, at src_off_o = the iteration's offset
+// + ky * pitch + column; k columns at inner index 0, else `stride`, the window's last), then two passes per
+// group of BLOCK_IN window positions (dw_grp_o, dw_half_o), pass j reading WGT element wgt_off_o + j; the
+// loop indices move after the last pass.
 module vdla_loop_seq (
   input  logic                        clk_i,
   input  logic                        rst_ni,
   input  logic                        halt_i,
   input  logic                        start_i,   // a GEMM or ALU instruction starts
   input  vdla_pkg::insn_t             insn_i,
+  input  logic                        dw_i,        // the epilogue state: depthwise mode, kernel, stride, pitch
+  input  logic [2:0]                  dw_k_i,
+  input  logic [1:0]                  dw_stride_i,
+  input  logic [15:0]                 dw_pitch_i,
   // S0: the micro-op read
   output logic                        issue_o,   // read micro-op u_o this cycle
   output logic [12:0]                 u_o,
@@ -29,6 +38,11 @@ module vdla_loop_seq (
   output logic                        use_imm_o,
   output logic [15:0]                 imm_o,
   output logic                        src_rd_o,  // this issue reads ACC[src] in a SRC slot before its ALU slot
+  output logic                        dw_o,      // the running GEMM is in the depthwise mode
+  output logic                        dw_rd_o,   // this issue reads a window row (else, in dw_o, a pass)
+  output logic [2:0]                  dw_ky_o,   // the window register the row shifts into
+  output logic                        dw_half_o, // the pass's half of the lanes
+  output logic [2:0]                  dw_grp_o,  // the pass's WGT element of the window
   output logic                        done_o
 );
   typedef enum logic [1:0] {IDLE, RUN, DRAIN} state_e;
@@ -54,8 +68,22 @@ module vdla_loop_seq (
   logic [10:0] dfo_q, dfi_q, sfo_q, sfi_q;
   logic [9:0]  wfo_q, wfi_q;
   logic [31:0] dst_out_q, src_out_q, wgt_out_q, dst_off_q, src_off_q, wgt_off_q;
+  // the depthwise mode: its state (kernel k, stride, pitch, passes - 1) and the slot counters: reading (rd_q)
+  // row ky_q's column c_q at offset win_off_q = ky * pitch + k - n + c (row_q = ky * pitch), or pass pass_q
+  logic        dw_q, rd_q;
+  logic [2:0]  k_q, ky_q, c_q;
+  logic [1:0]  s_q;
+  logic [15:0] pitch_q;
+  logic [3:0]  pass_q, pass_last_q;
+  logic [31:0] row_q, win_off_q;
 
-  logic issue, u_last, i_last, last_iter, src_rd;
+  // the passes of a k x k window: two per WGT element of its positions ky * DW_MAX_K + q (ky < k), minus one
+  function automatic logic [3:0] last_pass(logic [2:0] k);
+    last_pass = 4'(2 * ((vdla_pkg::DW_MAX_K * int'(k) + vdla_pkg::BLOCK_IN - 1) / vdla_pkg::BLOCK_IN) - 1);
+  endfunction
+
+  logic issue, u_last, i_last, last_iter, src_rd, step, rd_col_last, rd_row_last, n_fresh;
+  logic [2:0] n_cols;  // columns this iteration reads: k at inner index 0, else the stride
   logic [7:0] gap;  // cycles without an issue after this one
   assign issue     = state_q == RUN && wait_q == '0 && phase_q == '0 && !halt_i;
   assign src_rd    = two_op_q && !(hold_q && i_q != '0);
@@ -65,7 +93,12 @@ module vdla_loop_seq (
   assign u_last    = 14'(u_q) == u_last_q;
   assign i_last    = i_q == n_in_m1_q;
   assign last_iter = u_last && i_last && o_q == n_out_m1_q;
-
+  // depthwise slots: the iteration's indices move after its last pass (every issue, otherwise)
+  assign n_cols      = i_q == '0 ? k_q : 3'(s_q);
+  assign rd_col_last = c_q == n_cols - 3'd1;
+  assign rd_row_last = ky_q == k_q - 3'd1;
+  assign step        = issue && (!dw_q || (!rd_q && pass_q == pass_last_q));
+  assign n_fresh     = u_last ? i_last : i_q == '0;  // the next iteration is at inner index 0
   always_ff @(posedge clk_i or negedge rst_ni) begin
     if (!rst_ni) begin
       state_q <= IDLE;
@@ -74,7 +107,7 @@ module vdla_loop_seq (
     end else begin
       case (state_q)
         IDLE: if (start_i) state_q <= RUN;
-        RUN: if (issue && last_iter) state_q <= DRAIN;
+        RUN: if (step && last_iter) state_q <= DRAIN;
         DRAIN: if (wait_q == '0) state_q <= IDLE;
         default: state_q <= IDLE;
       endcase
@@ -93,11 +126,38 @@ module vdla_loop_seq (
           u_q     <= gemm.uop_bgn;
           o_q     <= '0;
           i_q     <= '0;
+          rd_q    <= 1'b1;
+          ky_q    <= '0;
+          c_q     <= '0;
+          pass_q  <= '0;
+          row_q   <= '0;
+          win_off_q <= '0;
         end
         RUN: begin
           if (wait_q != '0) wait_q <= wait_q - 1'b1;
           if (phase_q != '0) phase_q <= phase_q - 1'b1;
-          if (issue) begin
+          if (issue && dw_q) begin
+            if (rd_q) begin
+              if (!rd_col_last) begin
+                c_q       <= c_q + 3'd1;
+                win_off_q <= win_off_q + 32'd1;
+              end else begin
+                c_q       <= '0;
+                ky_q      <= rd_row_last ? '0 : ky_q + 3'd1;
+                rd_q      <= !rd_row_last;
+                row_q     <= row_q + 32'(pitch_q);
+                win_off_q <= row_q + 32'(pitch_q) + 32'(k_q - n_cols);
+              end
+            end else if (pass_q != pass_last_q) begin
+              pass_q <= pass_q + 4'd1;
+            end else begin
+              pass_q    <= '0;
+              rd_q      <= 1'b1;
+              row_q     <= '0;
+              win_off_q <= n_fresh ? '0 : 32'(k_q - 3'(s_q));
+            end
+          end
+          if (step) begin
             phase_q <= gap;
             if (!u_last) begin
               u_q <= u_q + 1'b1;
@@ -151,7 +211,12 @@ module vdla_loop_seq (
       dst_off_q <= '0;
       src_off_q <= '0;
       wgt_off_q <= '0;
-    end else if (issue && u_last) begin
+      dw_q      <= vdla_pkg::DW_SUPPORTED != 0 && dw_i && gemm.hdr.opcode == vdla_pkg::OP_GEMM && !gemm.reset;
+      k_q       <= dw_k_i;
+      s_q       <= dw_stride_i;
+      pitch_q   <= dw_pitch_i;
+      pass_last_q <= last_pass(dw_k_i);
+    end else if (step && u_last) begin
       if (!i_last) begin
         dst_off_q <= dst_off_q + 32'(dfi_q);
         src_off_q <= src_off_q + 32'(sfi_q);
@@ -171,8 +236,8 @@ module vdla_loop_seq (
   assign u_o       = u_q;
   assign o_o       = o_q;
   assign dst_off_o = dst_off_q;
-  assign src_off_o = src_off_q;
-  assign wgt_off_o = wgt_off_q;
+  assign src_off_o = dw_q && rd_q ? src_off_q + win_off_q : src_off_q;
+  assign wgt_off_o = dw_q && !rd_q ? wgt_off_q + 32'(pass_q) : wgt_off_q;
   assign gemm_o    = gemm_q;
   assign reset_o   = reset_q;
   assign init_o    = init_q;
@@ -180,5 +245,10 @@ module vdla_loop_seq (
   assign use_imm_o = use_imm_q;
   assign imm_o     = imm_q;
   assign src_rd_o  = src_rd;
+  assign dw_o      = dw_q;
+  assign dw_rd_o   = dw_q && rd_q;
+  assign dw_ky_o   = ky_q;
+  assign dw_half_o = pass_q[0];
+  assign dw_grp_o  = pass_q[3:1];
   assign done_o    = state_q == DRAIN && wait_q == '0;
 endmodule

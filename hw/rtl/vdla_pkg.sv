@@ -32,7 +32,7 @@
 package vdla_pkg;
 
   // ---- Configuration 'pynq' (vdla/config.py) -------------------------------------------------------
-  localparam int ISA_VERSION          = 2;  // ID[15:0]
+  localparam int ISA_VERSION          = 3;  // ID[15:0]
   localparam logic [31:0] CONFIG_HASH = 32'h6e57742a;  // CONFIG_HASH register
   localparam int BATCH                = 1;
   localparam int BLOCK_IN             = 16;
@@ -51,6 +51,8 @@ package vdla_pkg;
   localparam int OUT_ELEM_BYTES       = 16;
   localparam int LUT_ENTRIES          = 256;  // activation table entries (int8 in, int8 out)
   localparam int LUT_DEPTH            = 16;  // activation table elements: LUT_ENTRIES / OUT_ELEM_BYTES
+  localparam int DW_MAX_K             = 5;  // depthwise window: DW_MAX_K registers of DW_MAX_K INP rows
+  localparam int DW_SUPPORTED         = 1;  // depthwise mode (EPI dw): BATCH 1, BLOCK_IN == BLOCK_OUT
   localparam int UOP_DST_BITS         = 11;  // micro-op fields: dst [DST-1:0]
   localparam int UOP_SRC_BITS         = 11;  // src above dst
   localparam int UOP_WGT_BITS         = 10;  // wgt above src
@@ -180,9 +182,13 @@ package vdla_pkg;
     insn_hdr_t   hdr;             // [6:0]
   } alu_insn_t;
 
-  // EPI: the compute stage's epilogue state (requantization, bias rows).
+  // EPI: the compute stage's epilogue state (requantization, bias, depthwise).
   typedef struct packed {
-    logic [95:0] rsvd_127_32;  // reserved
+    logic [73:0] rsvd_127_54;  // reserved
+    logic [15:0] dw_pitch;     // [53:38]
+    logic [1:0]  dw_stride;    // [37:36]
+    logic [2:0]  dw_k;         // [35:33]
+    logic        dw;           // [32]
     logic [15:0] bias_base;    // [31:16]
     logic        lut;          // [15]
     logic        bias;         // [14]

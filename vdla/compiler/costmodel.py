@@ -48,7 +48,8 @@ def op_insn(op: Op) -> Insn:
             x_pad_1=x1,
         )
     if isinstance(op, Epi):
-        return EpiInsn(lut=op.lut)
+        k, stride, pitch = op.dw or (0, 0, 0)
+        return EpiInsn(lut=op.lut, dw=op.dw is not None, dw_k=k, dw_stride=stride, dw_pitch=pitch)
     k = op.kernel
     loop = {"uop_end": len(k.uops), "iter_out": k.iter_out, "iter_in": k.iter_in}
     loop |= {

@@ -23,7 +23,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 import vdla.runtime.registers as R
-from vdla.config import DEFAULT_PRESET, LUT_ENTRIES, ConfigError, HwConfig, load_config
+from vdla.config import DEFAULT_PRESET, DW_MAX_K, LUT_ENTRIES, ConfigError, HwConfig, load_config
 from vdla.isa.instructions import (
     ALU_FIELDS,
     COMMON_FIELDS,
@@ -233,6 +233,8 @@ def _config_params(cfg: HwConfig) -> list[str]:
         rows.append((i, f"{buf.upper()}_ELEM_BYTES", getattr(cfg, f"{buf}_elem_bytes"), ""))
     rows.append((i, "LUT_ENTRIES", LUT_ENTRIES, "activation table entries (int8 in, int8 out)"))
     rows.append((i, "LUT_DEPTH", cfg.lut_depth, "activation table elements: LUT_ENTRIES / OUT_ELEM_BYTES"))
+    rows.append((i, "DW_MAX_K", DW_MAX_K, "depthwise window: DW_MAX_K registers of DW_MAX_K INP rows"))
+    rows.append((i, "DW_SUPPORTED", int(cfg.dw_supported), "depthwise mode (EPI dw): BATCH 1, BLOCK_IN == BLOCK_OUT"))
     rows += [
         (i, "UOP_DST_BITS", cfg.uop_dst_bits, "micro-op fields: dst [DST-1:0]"),
         (i, "UOP_SRC_BITS", cfg.uop_src_bits, "src above dst"),
@@ -308,7 +310,7 @@ def _isa() -> list[str]:
         ("mem_insn_t", MEM_FIELDS, "LOAD / STORE: a 2-D tile with zero padding (x_size 0: a token-only no-op)."),
         ("gemm_insn_t", GEMM_FIELDS, "GEMM: the two-level micro-op loop, ACC[dst] += INP[src] x WGT[wgt]^T."),
         ("alu_insn_t", ALU_FIELDS, "ALU: the two-level micro-op loop, ACC[dst] = op(ACC[dst], ACC[src] or imm)."),
-        ("epi_insn_t", EPI_FIELDS, "EPI: the compute stage's epilogue state (requantization, bias rows)."),
+        ("epi_insn_t", EPI_FIELDS, "EPI: the compute stage's epilogue state (requantization, bias, depthwise)."),
         ("finish_insn_t", (), "FINISH: only the header."),
     )
     for name, fields, doc in formats:

@@ -6,6 +6,7 @@ One instruction per line; ``#`` starts a comment. Examples::
     load uop sram=0 dram=0x40000 y=1 x=8 stride=8
     gemm reset uop=0:8 iter=2,3 dst=16,1 src=0,1 wgt=0,16
     epi req relu shift=7 bias=2000
+    epi dw=3,1,18   # depthwise mode: kernel 3, stride 1, window rows 18 INP elements apart
     gemm init uop=0:8 iter=2,3 dst=16,1 src=0,1 wgt=0,16
     alu shr uop=0:8 iter=1,1 dst=1,0 src=0,0 imm=8 push_next
     store out sram=0 dram=0x2000 y=4 x=16 stride=16 pop_prev push_prev
@@ -66,6 +67,8 @@ def disassemble_insn(insn: Insn) -> str:
         words = ["epi"] + [f for f in ("req", "relu", "lut") if getattr(insn, f)] + [f"shift={insn.shift}"]
         if insn.bias or insn.bias_base:  # base= keeps a base the disabled bias ignores
             words.append(f"{'bias' if insn.bias else 'base'}={insn.bias_base}")
+        if insn.dw:
+            words.append(f"dw={insn.dw_k},{insn.dw_stride},{insn.dw_pitch}")
     else:
         words = ["gemm"] if isinstance(insn, GemmInsn) else ["alu", insn.alu_opcode.name.lower()]
         words += [f for f in ("reset", "init") if getattr(insn, f, False)]
@@ -160,6 +163,11 @@ def assemble_line(line: str, where: str = "line") -> Insn | None:
             kw.update(use_imm=False, imm=_int(value, where))
         elif cls is EpiInsn and key == "bias":
             kw.update(bias=True, bias_base=_int(value, where))
+        elif cls is EpiInsn and key == "dw":
+            parts = value.split(",")
+            if len(parts) != 3:
+                raise IsaError(f"{where}: dw takes three values kernel,stride,pitch, got {value!r}")
+            kw.update(dw=True, **dict(zip(("dw_k", "dw_stride", "dw_pitch"), (_int(p, where) for p in parts))))
         else:
             raise IsaError(f"{where}: unknown field {key!r} for {mnemonic}")
     return cls(**kw)

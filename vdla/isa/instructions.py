@@ -13,7 +13,7 @@ from vdla.errors import VdlaError
 
 # The version of the instruction set: its formats and their meaning. The RTL reports it in ID[15:0] (through the
 # generated package), and a driver refuses a bitstream of another version. Raise it with any change to either.
-ISA_VERSION = 2
+ISA_VERSION = 3
 INSN_BITS = 128
 INSN_BYTES = 16
 
@@ -167,9 +167,13 @@ EPI_FIELDS = (
     ("bias", 14, 1),
     ("lut", 15, 1),
     ("bias_base", 16, 16),
+    ("dw", 32, 1),
+    ("dw_k", 33, 3),
+    ("dw_stride", 36, 2),
+    ("dw_pitch", 38, 16),
 )
 SIGNED_FIELDS = {"imm"}
-BOOL_FIELDS = {"reset", "use_imm", "init", "req", "relu", "bias", "lut"}
+BOOL_FIELDS = {"reset", "use_imm", "init", "req", "relu", "bias", "lut", "dw"}
 
 
 @dataclass(kw_only=True)
@@ -301,7 +305,10 @@ class EpiInsn(Insn):
     """Sets the compute stage's epilogue state. ``req``: every later ACC write also writes its OUT mirror
     requantized, clamp((v + 2^(shift-1)) >> shift, 0 if relu else -128, 127), instead of v[7:0]; ``lut``:
     that int8 value then indexes the activation table (LOAD LUT), whose entry is written instead;
-    ``bias``/``bias_base``: the init value of GEMMs with ``init`` (see :class:`GemmInsn`)."""
+    ``bias``/``bias_base``: the init value of GEMMs with ``init`` (see :class:`GemmInsn`); ``dw``: later GEMMs
+    (not resets) run in the depthwise mode, each uop-iteration one output pixel over a ``dw_k`` x ``dw_k``
+    window of INP rows ``dw_pitch`` apart, the window moving by ``dw_stride`` columns between the inner
+    iterations (docs/isa.md, "Depthwise mode")."""
 
     req: bool = False
     relu: bool = False
@@ -309,6 +316,10 @@ class EpiInsn(Insn):
     bias: bool = False
     lut: bool = False
     bias_base: int = 0
+    dw: bool = False
+    dw_k: int = 0
+    dw_stride: int = 0
+    dw_pitch: int = 0
 
     OPCODE = Opcode.EPI
     FIELDS = EPI_FIELDS

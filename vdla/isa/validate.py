@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from vdla.config import HwConfig
+from vdla.config import DW_MAX_K, HwConfig
 from vdla.isa.arith import MUL_MAX_SHIFT
 from vdla.isa.instructions import (
     AluInsn,
@@ -123,9 +123,24 @@ def check_insn(insn: Insn, cfg: HwConfig, dram: tuple[int, int] | None = None) -
                 problems.append(f"MUL shift={insn.imm} outside [0, {MUL_MAX_SHIFT}]")
         if isinstance(insn, GemmInsn) and insn.reset and insn.init:
             problems.append("GEMM cannot have both reset and init")
-    elif isinstance(insn, EpiInsn) and insn.bias and insn.bias_base >= cfg.acc_depth:
-        problems.append(f"EPI bias_base={insn.bias_base} is outside the ACC buffer (depth {cfg.acc_depth})")
+    elif isinstance(insn, EpiInsn):
+        if insn.bias and insn.bias_base >= cfg.acc_depth:
+            problems.append(f"EPI bias_base={insn.bias_base} is outside the ACC buffer (depth {cfg.acc_depth})")
+        problems += _dw_problems(insn, cfg)
     return problems
+
+
+def _dw_problems(insn: EpiInsn, cfg: HwConfig) -> list[str]:
+    """An EPI dw that the configuration cannot run, or whose kernel or stride the window cannot hold."""
+    if not insn.dw:
+        return []
+    if not cfg.dw_supported:
+        return [f"EPI dw: config {cfg.name!r} has no depthwise mode (it needs batch 1 and block_in == block_out)"]
+    if not 1 <= insn.dw_k <= DW_MAX_K:
+        return [f"EPI dw: kernel {insn.dw_k} outside [1, {DW_MAX_K}] (the window is {DW_MAX_K}x{DW_MAX_K})"]
+    if not 1 <= insn.dw_stride <= insn.dw_k:
+        return [f"EPI dw: stride {insn.dw_stride} outside [1, kernel {insn.dw_k}]"]
+    return []
 
 
 def validate_program(insns: list[Insn], cfg: HwConfig, dram: tuple[int, int] | None = None) -> None:

@@ -71,6 +71,7 @@ class CommandBuilder:
         self._uop_sram_top = 0
         self._pools: list[Buffer] = []
         self._pool_used = 0
+        self._epi = EpiInsn()  # the epilogue state of the GEMMs emitted next
 
     # ---- emission ---------------------------------------------------------------------------
     def emit(self, insn: Insn) -> int:
@@ -282,13 +283,12 @@ class CommandBuilder:
         factors = {"dst": dst_factor}
         if not reset:
             factors.update(src=src_factor, wgt=wgt_factor)
-        self._loop_check(
-            "GEMM",
-            arr,
-            (iter_out, iter_in),
-            factors,
-            {"dst": cfg.acc_depth, "src": cfg.inp_depth, "wgt": cfg.wgt_depth},
-        )
+        depths = {"dst": cfg.acc_depth, "src": cfg.inp_depth, "wgt": cfg.wgt_depth}
+        if self._epi.dw and not reset:  # the window's last row and the last weight element
+            e = self._epi
+            depths["src"] -= (e.dw_k - 1) * (e.dw_pitch + 1)
+            depths["wgt"] -= 2 * cfg.dw_groups(e.dw_k) - 1
+        self._loop_check("GEMM", arr, (iter_out, iter_in), factors, depths)
         bgn, end = self._kernel(arr)
         return self.emit(
             GemmInsn(
@@ -356,19 +356,30 @@ class CommandBuilder:
         )
 
     def epi(
-        self, req: bool = False, relu: bool = False, shift: int = 0, bias_base: int | None = None, lut: bool = False
+        self,
+        req: bool = False,
+        relu: bool = False,
+        shift: int = 0,
+        bias_base: int | None = None,
+        lut: bool = False,
+        dw: tuple[int, int, int] | None = None,
     ) -> int:
         """Set the epilogue state: with ``req`` later ACC writes store their OUT rows requantized (rounding
         right shift by ``shift``, clamp to [0 if ``relu`` else -128, 127]); with ``lut`` that int8 value is
         then replaced by its entry in the activation table (:meth:`load_table` first); ``bias_base`` (None:
-        no bias) is the first bias row of GEMMs with ``init``."""
+        no bias) is the first bias row of GEMMs with ``init``; ``dw`` = (kernel, stride, pitch) puts later
+        GEMMs in the depthwise mode (docs/isa.md)."""
         if not 0 <= shift < 32:
             raise CommandError(f"EPI: shift {shift} is outside [0, 31]")
         if bias_base is not None and not 0 <= bias_base < self.cfg.acc_depth:
             raise CommandError(f"EPI: bias row {bias_base} is outside the ACC buffer (depth {self.cfg.acc_depth})")
-        return self.emit(
-            EpiInsn(req=req, relu=relu, shift=shift, lut=lut, bias=bias_base is not None, bias_base=bias_base or 0)
-        )
+        k, stride, pitch = dw or (0, 0, 0)
+        bias = {"bias": bias_base is not None, "bias_base": bias_base or 0}
+        dws = {"dw": dw is not None, "dw_k": k, "dw_stride": stride, "dw_pitch": pitch}
+        insn = EpiInsn(req=req, relu=relu, shift=shift, lut=lut, **bias, **dws)
+        index = self.emit(insn)
+        self._epi = insn
+        return index
 
     def load_table(self, buf: Buffer, offset: int = 0) -> int:
         """LOAD LUT: the whole activation table (LUT_ENTRIES int8 entries, entry ``i`` the output for the

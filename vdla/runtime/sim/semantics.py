@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from vdla.config import HwConfig
+from vdla.config import DW_MAX_K, HwConfig
 from vdla.isa import AluInsn, AluOp, EpiInsn, GemmInsn, Insn, MemInsn, MemType, clip_bounds, decode_uops, elem_bytes
 from vdla.isa.arith import INT8_MAX, INT8_MIN, mul_shift, requantize
 from vdla.runtime.backend import FaultError
@@ -144,6 +144,10 @@ def exec_gemm(sram: Sram, insn: GemmInsn) -> None:
         sram.acc[touched] = 0
         sram.mirror(touched)
         return
+    if sram.epi.dw:
+        _accumulate_init(sram, insn, dst, _dw_sums(sram, insn, dst, src, wgt))
+        sram.mirror(touched)
+        return
     _check_range(src, cfg.inp_depth, "GEMM INP (src)")
     _check_range(wgt, cfg.wgt_depth, "GEMM WGT (wgt)")
     if insn.init and not _init_accumulators(sram, insn, dst):
@@ -155,6 +159,72 @@ def exec_gemm(sram: Sram, insn: GemmInsn) -> None:
             rows, sums = dst.reshape(-1), _products(sram, src.reshape(-1), wgt.reshape(-1))
         _accumulate(sram.acc, rows, sums)
     sram.mirror(touched)
+
+
+def dw_window_rows(k: int, stride: int, pitch: int, src: np.ndarray) -> np.ndarray:
+    """The INP rows in the depthwise mode's window after each uop-iteration: (iterations, DW_MAX_K * DW_MAX_K),
+    position ky * DW_MAX_K + q, -1 where the window holds zeros (``src`` shaped (iter_out, iter_in, uops)).
+
+    The window is DW_MAX_K shift registers of DW_MAX_K rows, zero when the GEMM starts. An iteration at inner
+    index 0 shifts ``k`` columns into the first ``k`` registers, the others ``stride`` columns: register ky
+    takes rows src + ky * pitch + kx for the window's last columns kx (k - n .. k - 1 of n shifted in), so
+    a kernel row's taps sit in positions DW_MAX_K - k .. DW_MAX_K - 1 of its register."""
+    n_out, n_in, n_uop = src.shape
+    cols = np.full(src.shape, stride, np.int64)
+    cols[:, 0, :] = k
+    cols, base = cols.reshape(-1), src.reshape(-1).astype(np.int64)
+    seq = np.repeat(base + k - cols, cols) + _ranks(cols)  # kernel row 0's rows, in shift order
+    seq = np.concatenate([np.full(DW_MAX_K, -1, np.int64), seq])
+    ends = np.cumsum(cols) + DW_MAX_K
+    row0 = seq[ends[:, None] - DW_MAX_K + np.arange(DW_MAX_K)]  # (iterations, DW_MAX_K)
+    ky = np.arange(DW_MAX_K)[:, None]
+    win = np.where((row0[:, None, :] >= 0) & (ky < k), row0[:, None, :] + ky * pitch, -1)
+    return win.reshape(len(base), DW_MAX_K * DW_MAX_K)
+
+
+def _ranks(counts: np.ndarray) -> np.ndarray:
+    """0, 1, .., c - 1 for each count c, concatenated."""
+    starts = np.repeat(np.cumsum(counts) - counts, counts)
+    return np.arange(int(counts.sum())) - starts
+
+
+def _dw_sums(sram: Sram, insn: GemmInsn, dst: np.ndarray, src: np.ndarray, wgt: np.ndarray) -> np.ndarray:
+    """Per uop-iteration (in execution order) of a depthwise-mode GEMM, shaped (iterations, 1, block_out): over
+    its passes j = 2g + h (g < dw_groups, h < 2), lane l adds sum over i of WGT[wgt + j][l][i] times window
+    position g * block_in + i, channel l mod (block_out / 2) + h * block_out / 2 (zero past the window)."""
+    cfg, epi = sram.cfg, sram.epi
+    groups, b, half = cfg.dw_groups(epi.dw_k), cfg.block_in, cfg.block_out // 2
+    win = dw_window_rows(epi.dw_k, epi.dw_stride, epi.dw_pitch, src)
+    read = win[win >= 0]
+    if read.size:
+        _check_range(read, cfg.inp_depth, "GEMM INP (depthwise window row)")
+    _check_range(wgt + 2 * groups - 1, cfg.wgt_depth, "GEMM WGT (wgt)")
+    n = win.shape[0]
+    rows = np.full((n, groups * b), -1, np.int64)
+    rows[:, : min(groups * b, win.shape[1])] = win[:, : groups * b]
+    x = np.where(rows[..., None] >= 0, sram.inp[np.maximum(rows, 0), 0], 0).astype(np.int64)
+    x = x.reshape(n, groups, b, -1)  # (n, g, i, channel)
+    w_idx = wgt.reshape(-1)[:, None] + np.arange(2 * groups)[None, :]
+    w = sram.wgt[w_idx].reshape(n, groups, 2, cfg.block_out, b).astype(np.int64)  # (n, g, h, lane, i)
+    sums = np.zeros((n, cfg.block_out), np.int64)
+    for h in range(2):
+        xs = x[..., np.arange(cfg.block_out) % half + h * half]  # (n, g, i, lane): each lane's channel
+        sums += np.einsum("ngli,ngil->nl", w[:, :, h], xs)
+    return sums.astype(np.int32)[:, None, :]
+
+
+def _accumulate_init(sram: Sram, insn: GemmInsn, dst: np.ndarray, sums: np.ndarray) -> None:
+    """ACC[dst] += sums per iteration (execution order), an ``init`` GEMM's first update of each row starting
+    from its init value (see :class:`GemmInsn`)."""
+    if insn.init and not _init_accumulators(sram, insn, dst):
+        seen: set[int] = set()
+        n_in_uop = dst.shape[1] * dst.shape[2]
+        for n, d in enumerate(dst.reshape(-1).tolist()):
+            base = sram.acc[d] if d in seen else sram.acc[sram.epi.bias_base + n // n_in_uop]
+            seen.add(d)
+            sram.acc[d] = (base.astype(np.int64) + sums[n].astype(np.int64)).astype(np.int32)
+        return
+    _accumulate(sram.acc, dst.reshape(-1), sums)
 
 
 def _init_accumulators(sram: Sram, insn: GemmInsn, dst: np.ndarray) -> bool:

