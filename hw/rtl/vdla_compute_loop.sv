@@ -189,7 +189,7 @@ module vdla_compute_loop (
   localparam int HALF = vdla_pkg::BLOCK_OUT / 2;
   localparam int DWG  = (DWK * DWK + BI - 1) / BI;  // window position groups
   logic [DWK-1:0][DWK-1:0][vdla_pkg::INP_BITS-1:0] win_q, win_d;
-  logic [DWK*DWK-1:0][vdla_pkg::INP_BITS-1:0]      win_p;  // win_d by position ky * DW_MAX_K + q
+  logic [DWG*BI-1:0][vdla_pkg::INP_BITS-1:0]       win_p;  // win_d by position ky * DW_MAX_K + q, zero past
   logic [HALF-1:0][BI-1:0][7:0]                    dwa_q;  // the pass's operand of each pair (o, i)
   logic                                           s2_rd_q;
   logic [2:0]                                     s2_ky_q;
@@ -204,7 +204,7 @@ module vdla_compute_loop (
         if (3'(k) == s2_ky_q) win_d[k] = {inp_rdata_i, win_q[k][DWK-1:1]};
     end
   end
-  assign win_p = win_d;
+  assign win_p = (DWG * BI * vdla_pkg::INP_BITS)'(win_d);
   always_ff @(posedge clk_i) begin
     s2_ky_q <= s1_ky_q;
     if (start_i) win_q <= '0;
@@ -214,8 +214,8 @@ module vdla_compute_loop (
         for (int i = 0; i < BI; i++) begin
           dwa_q[l][i] <= '0;
           for (int g = 0; g < DWG; g++)
-            if (g*BI + i < DWK*DWK && s1_grp_q == 3'(g))
-              dwa_q[l][i] <= win_p[g*BI + i][(l + (s1_half_q ? HALF : 0))*8 +: 8];
+            if (s1_grp_q == 3'(g))
+              dwa_q[l][i] <= s1_half_q ? win_p[g*BI + i][(l + HALF)*8 +: 8] : win_p[g*BI + i][l*8 +: 8];
         end
     end
   end

@@ -69,13 +69,18 @@ module vdla_loop_seq (
   logic [9:0]  wfo_q, wfi_q;
   logic [31:0] dst_out_q, src_out_q, wgt_out_q, dst_off_q, src_off_q, wgt_off_q;
   // the depthwise mode: its state (kernel k, stride, pitch, passes - 1) and the slot counters: reading (rd_q)
-  // row ky_q's column c_q at offset win_off_q = ky * pitch + k - n + c (row_q = ky * pitch), or pass pass_q
+  // row ky_q's column c_q, or pass pass_q
   logic        dw_q, rd_q;
   logic [2:0]  k_q, ky_q, c_q;
   logic [1:0]  s_q;
   logic [15:0] pitch_q;
   logic [3:0]  pass_q, pass_last_q;
-  logic [31:0] row_q, win_off_q;
+  // the offsets src_off_o and wgt_off_o give, registered so that no adder sits in front of S1's index sums:
+  // the iteration's (src_off_q, wgt_off_q) or, in the depthwise mode, a read slot's src_off_q + ky * pitch +
+  // k - n + c (row_first_q: its row's first read) and a pass's wgt_off_q + pass; kms_q is k - stride in the
+  // mode (a non-fresh window's first column), else 0, and sfi_kms_q the inner src factor plus kms_q
+  logic [31:0] src_cur_q, wgt_cur_q, row_first_q, sfi_kms_q, next_src, next_wgt;
+  logic [2:0]  kms_q;
 
   // the passes of a k x k window: two per WGT element of its positions ky * DW_MAX_K + q (ky < k), minus one
   function automatic logic [3:0] last_pass(logic [2:0] k);
@@ -84,6 +89,8 @@ module vdla_loop_seq (
 
   logic issue, u_last, i_last, last_iter, src_rd, step, rd_col_last, rd_row_last, n_fresh;
   logic [2:0] n_cols;  // columns this iteration reads: k at inner index 0, else the stride
+  logic dw_start;      // the instruction starting runs in the depthwise mode
+  assign dw_start = vdla_pkg::DW_SUPPORTED != 0 && dw_i && gemm.hdr.opcode == vdla_pkg::OP_GEMM && !gemm.reset;
   logic [7:0] gap;  // cycles without an issue after this one
   assign issue     = state_q == RUN && wait_q == '0 && phase_q == '0 && !halt_i;
   assign src_rd    = two_op_q && !(hold_q && i_q != '0);
@@ -130,8 +137,6 @@ module vdla_loop_seq (
           ky_q    <= '0;
           c_q     <= '0;
           pass_q  <= '0;
-          row_q   <= '0;
-          win_off_q <= '0;
         end
         RUN: begin
           if (wait_q != '0) wait_q <= wait_q - 1'b1;
@@ -139,22 +144,17 @@ module vdla_loop_seq (
           if (issue && dw_q) begin
             if (rd_q) begin
               if (!rd_col_last) begin
-                c_q       <= c_q + 3'd1;
-                win_off_q <= win_off_q + 32'd1;
+                c_q  <= c_q + 3'd1;
               end else begin
-                c_q       <= '0;
-                ky_q      <= rd_row_last ? '0 : ky_q + 3'd1;
-                rd_q      <= !rd_row_last;
-                row_q     <= row_q + 32'(pitch_q);
-                win_off_q <= row_q + 32'(pitch_q) + 32'(k_q - n_cols);
+                c_q  <= '0;
+                ky_q <= rd_row_last ? '0 : ky_q + 3'd1;
+                rd_q <= !rd_row_last;
               end
             end else if (pass_q != pass_last_q) begin
               pass_q <= pass_q + 4'd1;
             end else begin
-              pass_q    <= '0;
-              rd_q      <= 1'b1;
-              row_q     <= '0;
-              win_off_q <= n_fresh ? '0 : 32'(k_q - 3'(s_q));
+              pass_q <= '0;
+              rd_q   <= 1'b1;
             end
           end
           if (step) begin
@@ -211,24 +211,59 @@ module vdla_loop_seq (
       dst_off_q <= '0;
       src_off_q <= '0;
       wgt_off_q <= '0;
-      dw_q      <= vdla_pkg::DW_SUPPORTED != 0 && dw_i && gemm.hdr.opcode == vdla_pkg::OP_GEMM && !gemm.reset;
+      dw_q      <= dw_start;
       k_q       <= dw_k_i;
       s_q       <= dw_stride_i;
       pitch_q   <= dw_pitch_i;
       pass_last_q <= last_pass(dw_k_i);
-    end else if (step && u_last) begin
-      if (!i_last) begin
-        dst_off_q <= dst_off_q + 32'(dfi_q);
-        src_off_q <= src_off_q + 32'(sfi_q);
-        wgt_off_q <= wgt_off_q + 32'(wfi_q);
-      end else begin
-        dst_out_q <= dst_out_q + 32'(dfo_q);
-        src_out_q <= src_out_q + 32'(sfo_q);
-        wgt_out_q <= wgt_out_q + 32'(wfo_q);
-        dst_off_q <= dst_out_q + 32'(dfo_q);
-        src_off_q <= src_out_q + 32'(sfo_q);
-        wgt_off_q <= wgt_out_q + 32'(wfo_q);
+      kms_q     <= dw_start ? dw_k_i - 3'(dw_stride_i) : '0;
+      sfi_kms_q <= 32'(gemm.src_factor_in) + 32'(dw_start ? dw_k_i - 3'(dw_stride_i) : '0);
+      src_cur_q <= '0;
+      wgt_cur_q <= '0;
+      row_first_q <= '0;
+    end else begin
+      if (step && u_last) begin
+        if (!i_last) begin
+          dst_off_q <= dst_off_q + 32'(dfi_q);
+          src_off_q <= src_off_q + 32'(sfi_q);
+          wgt_off_q <= wgt_off_q + 32'(wfi_q);
+        end else begin
+          dst_out_q <= dst_out_q + 32'(dfo_q);
+          src_out_q <= src_out_q + 32'(sfo_q);
+          wgt_out_q <= wgt_out_q + 32'(wfo_q);
+          dst_off_q <= dst_out_q + 32'(dfo_q);
+          src_off_q <= src_out_q + 32'(sfo_q);
+          wgt_off_q <= wgt_out_q + 32'(wfo_q);
+        end
       end
+      if (step) begin  // the next iteration's first slot
+        src_cur_q   <= next_src;
+        row_first_q <= next_src;
+        wgt_cur_q   <= next_wgt;
+      end else if (issue && dw_q && rd_q) begin  // the next read of the window (a pass after the last)
+        if (!rd_col_last) begin
+          src_cur_q <= src_cur_q + 32'd1;
+        end else if (!rd_row_last) begin
+          src_cur_q   <= row_first_q + 32'(pitch_q);
+          row_first_q <= row_first_q + 32'(pitch_q);
+        end
+      end else if (issue && dw_q) begin
+        wgt_cur_q <= wgt_cur_q + 32'd1;
+      end
+    end
+  end
+
+  // the next iteration's offsets: a depthwise window that is not fresh starts k - stride columns in
+  always_comb begin
+    if (!u_last) begin
+      next_src = src_off_q + (n_fresh ? 32'd0 : 32'(kms_q));
+      next_wgt = wgt_off_q;
+    end else if (!i_last) begin
+      next_src = src_off_q + sfi_kms_q;
+      next_wgt = wgt_off_q + 32'(wfi_q);
+    end else begin
+      next_src = src_out_q + 32'(sfo_q);
+      next_wgt = wgt_out_q + 32'(wfo_q);
     end
   end
 
@@ -236,8 +271,8 @@ module vdla_loop_seq (
   assign u_o       = u_q;
   assign o_o       = o_q;
   assign dst_off_o = dst_off_q;
-  assign src_off_o = dw_q && rd_q ? src_off_q + win_off_q : src_off_q;
-  assign wgt_off_o = dw_q && !rd_q ? wgt_off_q + 32'(pass_q) : wgt_off_q;
+  assign src_off_o = src_cur_q;
+  assign wgt_off_o = wgt_cur_q;
   assign gemm_o    = gemm_q;
   assign reset_o   = reset_q;
   assign init_o    = init_q;
