@@ -88,20 +88,26 @@ def _depthwise_steps(artifact) -> list:
     return [s for s in accel_between(artifact) if s.layer["op"] == "depthwise_conv2d"]
 
 
-@pytest.fixture(scope="module")
-def qdq_block():
+@pytest.fixture(scope="module", params=["pynq", "batch2"])
+def qdq_block(request):
+    """The block quantized by onnxruntime and compiled for a config with the depthwise mode (``pynq``) and one
+    without it (``batch2``: two images a GEMM), where the depthwise layers run as block-diagonal parts."""
     from vdla.model.pipeline import compile_model
     from vdla.zoo.models import quantize_qdq
 
     qdq = quantize_qdq(_model(), _calib(), input_name="x")
-    return qdq, compile_model(qdq)[0]
+    return qdq, compile_model(qdq, config=request.param)[0]
 
 
 def test_depthwise_layers_run_on_the_accelerator_with_their_own_macs(qdq_block):
     _, artifact = qdq_block
     dw = _depthwise_steps(artifact)
     assert [s.macs for s in dw] == [40 * 12 * 12 * 9, 16 * 6 * 6 * 25]
-    assert [s.layer["schedule"].split(" ")[0] for s in dw] == ["3", "1"]  # 40 channels: blocks of 16, 16, 8
+    schedules = [s.layer["schedule"] for s in dw]
+    if artifact.config.dw_supported:
+        assert all(s.startswith("depthwise mode") for s in schedules), schedules
+    else:  # 40 channels: blocks of 16, 16, 8
+        assert [s.split(" ")[0] for s in schedules] == ["3", "1"]
 
 
 def test_depthwise_layers_equal_the_lowered_graph_and_the_int8_reference(qdq_block, backend):
@@ -147,4 +153,5 @@ def test_a_depthwise_layer_whose_part_does_not_fit_stays_on_the_cpu_with_the_rea
     x = TensorType((1, 32, 4, 70000), "int8")  # rows wider than the LOAD's x_stride
     g = Graph({"x": x}, [node, clip, cast], ["y"], {"w": w})
     why = match_accel(node, g, infer_types(g), load_config("pynq"))
-    assert isinstance(why, str) and why.startswith("depthwise parts:") and "x_stride" in why
+    assert isinstance(why, str) and why.startswith("depthwise mode:") and "depthwise parts:" in why
+    assert why.count("x_stride") == 2  # each mapping names the limit

@@ -39,13 +39,14 @@ from vdla.graph import oracle
 from vdla.graph.epilogue import INT8_BOUNDS, Epilogue
 from vdla.graph.layout import pack_activation, pack_channels, unpack_activation
 from vdla.graph.types import UnsupportedError
-from vdla.graph.window import Window, make_window
+from vdla.graph.window import Window, make_window, pair
 from vdla.isa import AluOp, Insn, MemType
 from vdla.runtime.device import Device
 
 MAX_PAD = 15  # the LOAD pad fields are 4 bits
 MAX_STRIDE_DW = 3  # the EPI dw_stride field is 2 bits
 MAX_VTHREADS = 2
+OP = "depthwise_conv2d"
 RELU_BOUNDS = (0, 127)
 
 
@@ -62,7 +63,7 @@ class DepthwiseSpec:
         if len(shape) != 4 or min(shape) < 1:
             raise CompileError(f"depthwise input must be NCHW with every dimension >= 1, got {shape}")
         try:
-            win, _ = make_window("depthwise_conv2d", tuple(shape[2:]), kernel, stride, 1, padding)
+            win, _ = make_window(OP, tuple(shape[2:]), kernel, stride, 1, padding)
         except UnsupportedError as e:
             raise CompileError(str(e)) from e
         spec = cls(tuple(int(d) for d in shape), win)
@@ -413,6 +414,23 @@ class CompiledDepthwise:
         shape = (low.ng, low.cb, low.oh, low.ow, cfg.batch, cfg.block_out)
         packed, result = run_bound(dev, low, self.stream, arrays, shape, max_cycles=max_cycles)
         return LayerRun(unpack_activation(packed, sp.shape[0], sp.shape[1]), result)
+
+
+def mode_refusal(in_shape, weights: np.ndarray, stride, padding, dilation, ep: Epilogue, cfg: HwConfig) -> str | None:
+    """Why a depthwise layer (``weights`` (C, 1, k, k) int8, an NCHW ``in_shape``) cannot run on ``cfg``'s
+    depthwise mode, naming the limit, or None when :func:`compile_depthwise` takes it: the config has the mode,
+    no dilation, a window and epilogue the mode and its passes take, and one output row fits the buffers."""
+    try:
+        if pair(OP, "dilation", dilation) != (1, 1):
+            return f"dilation {dilation}: the depthwise mode's window reads adjacent pixels"
+        (sh, sw), (kh, kw) = pair(OP, "stride", stride), weights.shape[2:]
+        if sh != sw or kh != kw:
+            return f"kernel {kh}x{kw}, stride {sh}x{sw}: the depthwise mode takes square kernels and equal strides"
+        spec = DepthwiseSpec.make(in_shape, kh, sh, padding)
+        DepthwiseLowering(spec, ep, cfg).check_minimal()
+    except (CompileError, UnsupportedError) as e:
+        return str(e)
+    return None
 
 
 def compile_depthwise(

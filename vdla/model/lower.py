@@ -17,9 +17,11 @@ import numpy as np
 from vdla.compiler import CompileError, ScheduleCache, compile_conv2d
 from vdla.compiler.blockdiag import region
 from vdla.compiler.chain import join_programs, weight_relocator
+from vdla.compiler.depthwise import compile_depthwise
+from vdla.compiler.epilogue import normalize
 from vdla.compiler.pool import compile_pool
 from vdla.compiler.search import emit_program
-from vdla.compiler.spec import OutputView
+from vdla.compiler.spec import EpilogueSpec, OutputView
 from vdla.config import HwConfig
 from vdla.graph.copies import COPY
 from vdla.graph.ew import EPILOGUE_STEP
@@ -157,14 +159,24 @@ class ModelBuilder:
     def stored_alone(
         self, node: Node, layers: dict[str, AccelLayer], consumers: dict[str, list[Node]], joins: bool = False
     ) -> bool:
-        """Whether each input of ``node`` (distinct) is a conv2d layer's output with no fused pool that only
+        """Whether each input of ``node`` (distinct) is a conv2d layer's output (not on the depthwise mode, whose
+        stores take no view) with no fused pool that only
         ``node`` reads and no other view holds: a layer that may store into ``node``'s tensor. For a
         concatenation (``joins``) the layer may add a residual, and an interleave whose phases store in place
         counts too (its phases then store into the concatenation)."""
         parts = [layers.get(v) for v in node.inputs]
         interleaved = {t for t, _ in self.views.values()} if joins else set()
         return len(set(node.inputs)) == len(node.inputs) and all(
-            (v in interleaved or (p is not None and p.op == "conv2d" and p.pool is None and (joins or not p.residual)))
+            (
+                v in interleaved
+                or (
+                    p is not None
+                    and p.op == "conv2d"
+                    and not p.dw_mode
+                    and p.pool is None
+                    and (joins or not p.residual)
+                )
+            )
             and consumers.get(v, []) == [node]
             and v not in self.g.outputs
             and v not in self.views
@@ -295,6 +307,8 @@ class ModelBuilder:
             return self.compile_pool(layer, dev, addr)
         if layer.parts:
             return self.compile_parts(layer, dev, addr)
+        if layer.dw_mode:
+            return self.compile_depthwise(layer, dev, addr)
         g = layer.geometry
         compiled = compile_conv2d(
             layer.in_shape,
@@ -349,6 +363,27 @@ class ModelBuilder:
         schedule = f"{len(programs)} block-diagonal parts, {compiled.schedule.describe()}"
         op = "depthwise_conv2d" if depthwise else layer.op
         return self.conv_step(layer, op, compiled, joined.insns, code, schedule, macs)
+
+    def compile_depthwise(self, layer: AccelLayer, dev: Device, addr: dict[str, int]) -> AccelStep:
+        """A depthwise layer on the depthwise mode (:mod:`vdla.compiler.depthwise`), its schedule timed on the
+        simulator."""
+        g = layer.geometry
+        compiled = compile_depthwise(
+            layer.in_shape, layer.weights, stride=g.stride, padding=g.padding, epilogue=layer.epilogue, config=self.cfg
+        )
+        insns, code = self.emit(layer, compiled.lowering, compiled.stream, compiled.constants, dev, addr)
+        sp = compiled.spec
+        desc = {
+            "op": "depthwise_conv2d",
+            "input": list(layer.in_shape),
+            "output": list(sp.out_shape),
+            "kernel": [sp.k, sp.k],
+            "stride": [sp.stride, sp.stride],
+            "schedule": f"depthwise mode, {compiled.schedule.describe()}",
+            "epilogue": EpilogueSpec.of(normalize(layer.epilogue)).key(),
+        }
+        out = [self.pending[layer.out]]
+        return AccelStep(layer.out, code.addr, len(insns), sp.macs, self.accel_reads(layer), out, desc)
 
     def compile_part(self, layer: AccelLayer, part, schedule, dev: Device, addr: dict[str, int]):
         """One part of a parts layer, compiled (with ``schedule`` where it fits, else searched) to read its regions

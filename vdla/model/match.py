@@ -14,6 +14,7 @@ import numpy as np
 
 from vdla.compiler import CompileError
 from vdla.compiler.blockdiag import BlockPart, block_parts, check_parts, is_block_diagonal, parts_refusal
+from vdla.compiler.depthwise import mode_refusal
 from vdla.compiler.fused_pool import FusedPool
 from vdla.compiler.pool import PoolSpec, pool_lowering
 from vdla.compiler.spec import Conv2dSpec
@@ -44,7 +45,8 @@ class AccelLayer:
     is computed as at run time (``weights`` is then its OIHW shape, and a CPU step packs it for the layer);
     ``groups`` equals the channels of a depthwise conv2d (``weights`` (C, 1, kh, kw)); ``parts``, where not empty:
     the layer runs as these block-diagonal parts (:mod:`vdla.compiler.blockdiag`), a depthwise one or one whose
-    dense weights are block-diagonal, built and checked once, at placement."""
+    dense weights are block-diagonal, built and checked once, at placement; a depthwise layer without parts
+    runs on the GEMM core's depthwise mode (:mod:`vdla.compiler.depthwise`, ``dw_mode``)."""
 
     op: str
     nodes: tuple[str, ...]
@@ -68,6 +70,11 @@ class AccelLayer:
         n, c, h, w = self.in_shape
         in_shape, oc = (self.in_shape, sh[0]) if self.groups == 1 else ((n, 1, h, w), 1)
         return Conv2dSpec.make(in_shape, oc, sh[2:], g.stride, g.padding, g.dilation)
+
+    @property
+    def dw_mode(self) -> bool:
+        """Whether the layer runs on the depthwise mode (:func:`vdla.compiler.depthwise.compile_depthwise`)."""
+        return self.groups != 1 and not self.parts
 
     def max_pool(self) -> tuple | None:
         """The fused max pool as :func:`vdla.compiler.compile_conv2d` takes it: (kernel, stride, padding)."""
@@ -107,7 +114,14 @@ def fuse_pool(conv: AccelLayer, pool: PoolLayer, graph: Graph) -> AccelLayer | N
     """``conv`` with the max pool ``pool`` of its output fused into its tiles (:mod:`vdla.compiler.fused_pool`),
     or None where that is not exact or not possible: the pool must be the output's only reader and
     :meth:`~vdla.compiler.fused_pool.FusedPool.for_layer` take the layer."""
-    if conv.op != "conv2d" or conv.parts or pool.op != "max_pool2d" or pool.x != conv.out or conv.residual:
+    if (
+        conv.op != "conv2d"
+        or conv.groups != 1
+        or conv.parts
+        or pool.op != "max_pool2d"
+        or pool.x != conv.out
+        or conv.residual
+    ):
         return None
     if conv.out in graph.outputs or len(graph.consumers().get(conv.out, [])) != 1:
         return None
@@ -241,18 +255,23 @@ def match_accel(anchor: Node, graph: Graph, types: dict[str, TensorType], cfg: H
 
 
 def _runs_as_parts(layer: AccelLayer, cfg: HwConfig) -> tuple[BlockPart, ...] | str:
-    """The block-diagonal parts ``layer`` runs as (:mod:`vdla.compiler.blockdiag`): a depthwise layer's, or why
-    it cannot; a conv2d's whose dense weights are block-diagonal where its parts fit (else none: it runs in its
-    dense form)."""
+    """The block-diagonal parts ``layer`` runs as (:mod:`vdla.compiler.blockdiag`): none for a depthwise layer
+    the depthwise mode takes (:func:`~vdla.compiler.depthwise.mode_refusal`), else its parts, or why it cannot
+    run as either; a conv2d's whose dense weights are block-diagonal where its parts fit (else none: it runs in
+    its dense form)."""
     depthwise = layer.groups != 1
+    g = layer.geometry
+    if depthwise:
+        why = mode_refusal(layer.in_shape, layer.weights, g.stride, g.padding, g.dilation, layer.epilogue, cfg)
+        if why is None:
+            return ()
     if not depthwise and (
         layer.op != "conv2d" or parts_refusal(cfg) or not is_block_diagonal(layer.weights, cfg.block_out)
     ):
         return ()
-    g = layer.geometry
     try:
         parts = block_parts(layer.in_shape, layer.weights, layer.epilogue, cfg)
         check_parts(parts, layer.weights.shape[2:], g.stride, g.padding, cfg)
     except CompileError as e:
-        return f"depthwise parts: {e}" if depthwise else ()
+        return f"depthwise mode: {why}; depthwise parts: {e}" if depthwise else ()
     return tuple(parts)
