@@ -32,6 +32,7 @@ from vdla.compiler.conv2d import LayerRun, run_bound
 from vdla.compiler.microcode import Limits, MicroKernel, lower_nest
 from vdla.compiler.search import emit_program, timed
 from vdla.compiler.spec import TABLE, CompileError
+from vdla.compiler.tiling import BandTile, band_sizes, band_tiles
 from vdla.compiler.transfer import MAX_STRIDE, plan_transfers
 from vdla.compiler.vthreads import Stream, lower_vthreads, prologue_block
 from vdla.config import DEFAULT_PRESET, DW_MAX_K, LUT_ENTRIES, HwConfig, load_config
@@ -124,15 +125,6 @@ class DepthwiseSchedule:
         return f"oc{self.toc} oh{self.toh} vt{self.vthreads}"
 
 
-@dataclass(frozen=True)
-class DwTile:
-    ng: int
-    cb: int
-    noc: int
-    oy: int
-    noh: int
-
-
 @dataclass(frozen=True, eq=False)
 class DwPasses:
     """How the epilogue runs: a MUL by the multiplier rows (with the shift) when the multiplier is not 1; the
@@ -223,24 +215,14 @@ class DepthwiseLowering:
         """Per thread count the most output rows that fit; with whole images, the most channel blocks (and
         half as many)."""
         self.check_minimal()
-        out = []
-        for v in range(1, MAX_VTHREADS + 1):
-            toh = max((t for t in range(1, self.oh + 1) if self.fits(1, t, v)), default=0)
-            if not toh:
-                continue
-            toc = max(n for n in range(1, self.cb + 1) if self.fits(n, toh, v)) if toh == self.oh else 1
-            out.append(DepthwiseSchedule(toc, toh, v))
-            if toc > 1:
-                out.append(DepthwiseSchedule(-(-toc // 2), toh, v))
-        return out
-
-    def tiles(self, s: DepthwiseSchedule) -> list[DwTile]:
         return [
-            DwTile(g, cb, min(s.toc, self.cb - cb), oy, min(s.toh, self.oh - oy))
-            for g in range(self.ng)
-            for cb in range(0, self.cb, s.toc)
-            for oy in range(0, self.oh, s.toh)
+            DepthwiseSchedule(toc, toh, v)
+            for v in range(1, MAX_VTHREADS + 1)
+            for toc, toh in band_sizes(lambda n, t, v=v: self.fits(n, t, v), self.cb, self.oh)
         ]
+
+    def tiles(self, s: DepthwiseSchedule) -> list[BandTile]:
+        return band_tiles(self.ng, self.cb, self.oh, s.toc, s.toh)
 
     def tensor_bytes(self) -> dict[str, int]:
         c = self.cfg
@@ -270,7 +252,7 @@ class DepthwiseLowering:
         return out
 
     # ---- one tile ---------------------------------------------------------------------------------
-    def block(self, thread: int, t: DwTile, s: DepthwiseSchedule, weights: bool = False) -> Block:
+    def block(self, thread: int, t: BandTile, s: DepthwiseSchedule, weights: bool = False) -> Block:
         """The loads, GEMMs, passes and stores of one tile. ``weights``: the stream's first block, which also
         loads every channel block's window weights (the load stage runs in order)."""
         inp0, acc0 = (thread * n for n in self.share(s.vthreads))
@@ -295,14 +277,14 @@ class DepthwiseLowering:
     def kernel(self, nest, base: tuple[int, int]) -> MicroKernel:
         return lower_nest(tuple((e, (d, s, 0)) for e, (d, s) in nest), (*base, 0), self.limits)
 
-    def epilogue(self, t: DwTile, acc0: int, ob: int) -> list[Op]:
+    def epilogue(self, t: BandTile, acc0: int, ob: int) -> list[Op]:
         """The MUL by the multiplier rows with the shift over the tile's outputs, if the layer has one."""
         if not self.passes.mul:
             return []
         nest = ((t.noc, (ob, 1)), (t.noh * self.ow, (1, 0)))
         return [Alu(AluOp.MUL, self.kernel(nest, (acc0, self.mult0 + t.cb)), shift=self.ep.shift)]
 
-    def window_loads(self, t: DwTile, base: int, win: int) -> list[Load]:
+    def window_loads(self, t: BandTile, base: int, win: int) -> list[Load]:
         """LOAD INP of the tile's input window, one per channel block, the borders zero filled."""
         top, _, left, _ = self.spec.window.pads
         rows = self.in_rows(t.noh)
@@ -317,7 +299,7 @@ class DepthwiseLowering:
             for j in range(t.noc)
         ]  # fmt: skip
 
-    def stores(self, t: DwTile, obase: int, ob: int) -> list[Store]:
+    def stores(self, t: BandTile, obase: int, ob: int) -> list[Store]:
         offset = ((t.ng * self.cb + t.cb) * self.oh + t.oy) * self.ow
         axes = [(t.noh, self.ow), (self.ow, 1)]
         return [

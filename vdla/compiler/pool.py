@@ -54,6 +54,7 @@ from vdla.compiler.identity import EYE, identity_bytes, identity_fits, identity_
 from vdla.compiler.microcode import Limits, MicroKernel, lower_nest
 from vdla.compiler.search import emit_program, timed
 from vdla.compiler.spec import CompileError
+from vdla.compiler.tiling import BandTile, band_sizes, band_tiles
 from vdla.compiler.transfer import MAX_STRIDE, plan_transfers
 from vdla.compiler.vthreads import Stream, lower_vthreads, prologue_block
 from vdla.config import DEFAULT_PRESET, HwConfig, load_config
@@ -190,15 +191,6 @@ class PoolSchedule:
         return f"oc{self.toc} oh{self.toh} vt{self.vthreads} {self.first}"
 
 
-@dataclass(frozen=True)
-class PoolTile:
-    ng: int
-    cb: int
-    noc: int
-    oy: int
-    noh: int
-
-
 class PoolLowering:
     """A pooling spec on one config: tile geometry, buffer fit and the block stream.
 
@@ -265,25 +257,15 @@ class PoolLowering:
         """Per thread count and first axis, the most output rows that fit; with whole images, the most
         channel blocks (and half as many)."""
         self.check_minimal()
-        out = []
-        for v in range(1, MAX_VTHREADS + 1):
-            for first in FIRST:
-                toh = max((t for t in range(1, self.oh + 1) if self.fits(1, t, v, first)), default=0)
-                if not toh:
-                    continue
-                toc = max(n for n in range(1, self.cb + 1) if self.fits(n, toh, v, first)) if toh == self.oh else 1
-                out.append(PoolSchedule(toc, toh, v, first))
-                if toc > 1:
-                    out.append(PoolSchedule(-(-toc // 2), toh, v, first))
-        return out
-
-    def tiles(self, s: PoolSchedule) -> list[PoolTile]:
         return [
-            PoolTile(g, cb, min(s.toc, self.cb - cb), oy, min(s.toh, self.oh - oy))
-            for g in range(self.ng)
-            for cb in range(0, self.cb, s.toc)
-            for oy in range(0, self.oh, s.toh)
+            PoolSchedule(toc, toh, v, first)
+            for v in range(1, MAX_VTHREADS + 1)
+            for first in FIRST
+            for toc, toh in band_sizes(lambda n, t, v=v, f=first: self.fits(n, t, v, f), self.cb, self.oh)
         ]
+
+    def tiles(self, s: PoolSchedule) -> list[BandTile]:
+        return band_tiles(self.ng, self.cb, self.oh, s.toc, s.toh)
 
     def tensor_bytes(self) -> dict[str, int]:
         c = self.cfg
@@ -312,7 +294,7 @@ class PoolLowering:
         the rest of the nest holds is read once per outer iteration)."""
         return lower_nest(tuple((e, (d, s, 0)) for e, (d, s) in nest), (*base, 0), self.limits, pin_outer)
 
-    def block(self, thread: int, t: PoolTile, s: PoolSchedule, eye: bool = False) -> Block:
+    def block(self, thread: int, t: BandTile, s: PoolSchedule, eye: bool = False) -> Block:
         """The loads, passes and stores of one tile: its input window LOADed into the thread's INP share (load
         stage), copied into its accumulators by a GEMM with the identity weights (``init``: acc = x exactly, one
         cycle per element), reduced there by ALU passes and stored. ``eye``: the stream's first block, which also
@@ -336,7 +318,7 @@ class PoolLowering:
             compute += self.requantize(t, obase, ob)
         return Block(thread, tuple(loads), tuple(compute), tuple(self.stores(t, obase, ob)))
 
-    def scale(self, t: PoolTile, base: int, srow: int, win: int) -> list[Op]:
+    def scale(self, t: BandTile, base: int, srow: int, win: int) -> list[Op]:
         """The tile's scale rows LOADed (ACC_8BIT, compute stage) to ``srow`` and multiplied by the multiplier
         row, then each channel block's window multiplied in place by its row with the shift (one MUL holding it
         over the block's pixels)."""
@@ -345,7 +327,7 @@ class PoolLowering:
         nest = ((t.noc, (win, 1)), (t.noh * self.ow, (1, 0)))
         return [load, rows, Alu(AluOp.MUL, self.kernel(nest, (base, srow), pin_outer=True), shift=self.spec.shift)]
 
-    def reduce(self, t: PoolTile, s: PoolSchedule, base: int, mbase: int, obase: int, win_rows: int) -> list[Op]:
+    def reduce(self, t: BandTile, s: PoolSchedule, base: int, mbase: int, obase: int, win_rows: int) -> list[Op]:
         """The separable reduction: the first pass over ``s.first`` (in place at each result's first tap when
         :meth:`inplace`, the tap landing on the next result's first tap first, read before that result's own
         pass writes it as iterations run in program order; else into ``mbase`` after a copy), then the other
@@ -380,7 +362,7 @@ class PoolLowering:
             ops.append(Alu(AluOp.ADD if k == 0 else op, self.kernel(nest, (obase, m_at + k * step)), reset=k == 0))
         return ops
 
-    def window_loads(self, t: PoolTile, base: int, win: int) -> tuple[list[Load], tuple[int, int, int, int]]:
+    def window_loads(self, t: BandTile, base: int, win: int) -> tuple[list[Load], tuple[int, int, int, int]]:
         """LOAD INP of the tile's input window per channel block, the borders zero filled; and the pads."""
         top, _, left, _ = self.spec.window.pads
         rows = self.in_rows(t.noh)
@@ -400,7 +382,7 @@ class PoolLowering:
         transfers = plan_transfers(base, offset, axes)
         return [Load(MemType.INP, tr.sram, "inp", tr.offset, tr.y, tr.x, tr.stride) for tr in transfers], pad
 
-    def pad_fill(self, t: PoolTile, base: int, win: int, rows: int, pad) -> list[Op]:
+    def pad_fill(self, t: BandTile, base: int, win: int, rows: int, pad) -> list[Op]:
         """ADD-with-reset writes of INT8_MIN over the zero-padded border (max pools whose input may be < 0)."""
         if self.spec.op != "max" or not self.spec.pad_min:
             return []
@@ -418,7 +400,7 @@ class PoolLowering:
             if all(e for e, _ in nest)
         ]
 
-    def requantize(self, t: PoolTile, obase: int, ob: int) -> list[Op]:
+    def requantize(self, t: BandTile, obase: int, ob: int) -> list[Op]:
         """MUL by the multiplier row with the shift, then CLIP (unless :attr:`epi_clamps`), over the tile's
         outputs."""
         nest = ((t.noc, (ob, 0)), (t.noh * self.ow, (1, 0)))
@@ -437,7 +419,7 @@ class PoolLowering:
         for the STOREs, and no CLIP pass is needed."""
         return self.spec.op != "max" and self.spec.clip in ((INT8_MIN, INT8_MAX), (0, INT8_MAX))
 
-    def stores(self, t: PoolTile, obase: int, ob: int) -> list[Store]:
+    def stores(self, t: BandTile, obase: int, ob: int) -> list[Store]:
         offset = ((t.ng * self.cb + t.cb) * self.oh + t.oy) * self.ow
         axes = [(t.noc, self.oh * self.ow), (t.noh, self.ow), (self.ow, 1)]
         if ob != t.noh * self.ow:  # a short last row tile: the channel blocks' rows are ob apart
@@ -465,7 +447,7 @@ class PoolLowering:
         ]
         return lower_vthreads(threads, self.prologue(threads))
 
-    def tile_blocks(self, thread: int, t: PoolTile, s: PoolSchedule, eye: bool) -> list[Block]:
+    def tile_blocks(self, thread: int, t: BandTile, s: PoolSchedule, eye: bool) -> list[Block]:
         """The blocks of one tile on ``thread`` (``eye``: the stream's first, which loads the identity block)."""
         return [self.block(thread, t, s, eye)]
 
@@ -509,7 +491,7 @@ class GlobalSumLowering(PoolLowering):
             out += [PoolSchedule(toc, toh, v)] + ([PoolSchedule(-(-toc // 2), toh, v)] if toc > 1 else [])
         return out
 
-    def tile_blocks(self, thread: int, t: PoolTile, s: PoolSchedule, eye: bool) -> list[Block]:
+    def tile_blocks(self, thread: int, t: BandTile, s: PoolSchedule, eye: bool) -> list[Block]:
         """The blocks of one channel tile (its one output row): one per band of input rows (see the class
         docstring)."""
         acc0, inp0 = (thread * n for n in self.share(s.vthreads))

@@ -6,6 +6,8 @@ that fit differ)."""
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from vdla.compiler.schedule import ORDERS, ConvLowering, Schedule
 
@@ -48,3 +50,36 @@ def candidate_tiles(low: ConvLowering, vthreads: int, skip_idle: bool = False) -
             out += [Schedule(toc, toh, tow, tic, vthreads, order, res_inp) for order in orders]
             break
     return out
+
+
+@dataclass(frozen=True)
+class BandTile:
+    """A tile of the channel-block x output-row tilings (pooling, depthwise): image group ``ng``, channel blocks
+    ``cb .. cb + noc``, output rows ``oy .. oy + noh``, every column."""
+
+    ng: int
+    cb: int
+    noc: int
+    oy: int
+    noh: int
+
+
+def band_tiles(groups: int, blocks: int, rows: int, toc: int, toh: int) -> list[BandTile]:
+    """The tiles of ``toc`` channel blocks x ``toh`` output rows covering ``groups`` image groups of ``blocks``
+    channel blocks and ``rows`` output rows, each once, the last of each axis ragged."""
+    return [
+        BandTile(g, cb, min(toc, blocks - cb), oy, min(toh, rows - oy))
+        for g in range(groups)
+        for cb in range(0, blocks, toc)
+        for oy in range(0, rows, toh)
+    ]
+
+
+def band_sizes(fits: Callable[[int, int], bool], blocks: int, rows: int) -> list[tuple[int, int]]:
+    """(toc, toh) candidates of a band tiling where ``fits(toc, toh)``: the most output rows one channel block
+    fits; with whole images, also the most channel blocks (and half as many). Empty when one row does not fit."""
+    toh = max((t for t in range(1, rows + 1) if fits(1, t)), default=0)
+    if not toh:
+        return []
+    toc = max(n for n in range(1, blocks + 1) if fits(n, toh)) if toh == rows else 1
+    return [(toc, toh)] + ([(-(-toc // 2), toh)] if toc > 1 else [])
