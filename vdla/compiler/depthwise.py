@@ -31,20 +31,19 @@ from vdla.compiler.blocks import Alu, Block, Epi, Gemm, Load, Op, Store
 from vdla.compiler.conv2d import LayerRun, run_bound
 from vdla.compiler.microcode import Limits, MicroKernel, lower_nest
 from vdla.compiler.search import emit_program, timed
-from vdla.compiler.spec import TABLE, CompileError
+from vdla.compiler.spec import TABLE, CompileError, WindowSpec
 from vdla.compiler.tiling import BandTile, band_sizes, band_tiles
-from vdla.compiler.transfer import MAX_STRIDE, plan_transfers
+from vdla.compiler.transfer import plan_transfers
 from vdla.compiler.vthreads import Stream, lower_vthreads, prologue_block
 from vdla.config import DEFAULT_PRESET, DW_MAX_K, LUT_ENTRIES, HwConfig, load_config
 from vdla.graph import oracle
 from vdla.graph.epilogue import INT8_BOUNDS, Epilogue
 from vdla.graph.layout import pack_activation, pack_channels, unpack_activation
 from vdla.graph.types import UnsupportedError
-from vdla.graph.window import Window, make_window, pair
+from vdla.graph.window import pair
 from vdla.isa import AluOp, Insn, MemType
 from vdla.runtime.device import Device
 
-MAX_PAD = 15  # the LOAD pad fields are 4 bits
 MAX_STRIDE_DW = 3  # the EPI dw_stride field is 2 bits
 MAX_VTHREADS = 2
 OP = "depthwise_conv2d"
@@ -52,21 +51,13 @@ RELU_BOUNDS = (0, 127)
 
 
 @dataclass(frozen=True)
-class DepthwiseSpec:
-    """A depthwise convolution of an int8 NCHW tensor ``shape`` over ``window`` (frozen: part of the cache key)."""
-
-    shape: tuple[int, int, int, int]
-    window: Window
+class DepthwiseSpec(WindowSpec):
+    """A depthwise convolution of an int8 NCHW tensor ``shape`` over ``window``."""
 
     @classmethod
     def make(cls, shape, kernel: int, stride: int = 1, padding=0) -> DepthwiseSpec:
         """A checked spec; raises CompileError naming the limit."""
-        if len(shape) != 4 or min(shape) < 1:
-            raise CompileError(f"depthwise input must be NCHW with every dimension >= 1, got {shape}")
-        try:
-            win, _ = make_window(OP, tuple(shape[2:]), kernel, stride, 1, padding)
-        except UnsupportedError as e:
-            raise CompileError(str(e)) from e
+        win = cls.window_of("depthwise", OP, shape, kernel, stride, padding)
         spec = cls(tuple(int(d) for d in shape), win)
         spec.check()
         return spec
@@ -77,10 +68,7 @@ class DepthwiseSpec:
             raise CompileError(f"depthwise kernel {kh}x{kw}: the window holds square kernels up to {DW_MAX_K}")
         if sh != sw or not 1 <= sh <= min(kh, MAX_STRIDE_DW):
             raise CompileError(f"depthwise stride {sh}x{sw}: equal strides from 1 to min(kernel, {MAX_STRIDE_DW})")
-        if max(self.window.pads) > MAX_PAD:
-            raise CompileError(f"depthwise padding {self.window.pads} exceeds the LOAD pad fields: at most {MAX_PAD}")
-        if self.shape[3] > MAX_STRIDE:
-            raise CompileError(f"input rows of {self.shape[3]} pixels exceed the LOAD x_stride: {MAX_STRIDE} fit")
+        self.check_loads("depthwise")
 
     @property
     def k(self) -> int:
@@ -89,14 +77,6 @@ class DepthwiseSpec:
     @property
     def stride(self) -> int:
         return self.window.stride[0]
-
-    @property
-    def out_hw(self) -> tuple[int, int]:
-        return self.window.out_size(*self.shape[2:])
-
-    @property
-    def out_shape(self) -> tuple[int, int, int, int]:
-        return (*self.shape[:2], *self.out_hw)
 
     @property
     def macs(self) -> int:

@@ -53,26 +53,23 @@ from vdla.compiler.conv2d import LayerRun, run_bound
 from vdla.compiler.identity import EYE, identity_bytes, identity_fits, identity_gemm, identity_weights, load_identity
 from vdla.compiler.microcode import Limits, MicroKernel, lower_nest
 from vdla.compiler.search import emit_program, timed
-from vdla.compiler.spec import CompileError
+from vdla.compiler.spec import CompileError, WindowSpec
 from vdla.compiler.tiling import BandTile, band_sizes, band_tiles
-from vdla.compiler.transfer import MAX_STRIDE, plan_transfers
+from vdla.compiler.transfer import plan_transfers
 from vdla.compiler.vthreads import Stream, lower_vthreads, prologue_block
 from vdla.config import DEFAULT_PRESET, HwConfig, load_config
 from vdla.graph import oracle
 from vdla.graph.layout import pack_activation, pack_channels, unpack_activation
-from vdla.graph.types import UnsupportedError
-from vdla.graph.window import Window, make_window
 from vdla.isa import AluOp, Insn, MemType, clip_imm
 from vdla.isa.arith import INT8_MAX, INT8_MIN, requantize
 from vdla.runtime.device import Device
 
 POOL_OPS = ("max", "avg", "scale")
-MAX_PAD = 15  # the LOAD pad fields are 4 bits
 MAX_VTHREADS = 2
 
 
 @dataclass(frozen=True)
-class PoolSpec:
+class PoolSpec(WindowSpec):
     """A 2-D pooling of an int8 NCHW tensor ``shape`` over ``window``.
 
     ``op`` "max": the window maximum (padded taps read ``INT8_MIN``, or 0 without ``pad_min``). "avg": the
@@ -82,8 +79,6 @@ class PoolSpec:
     program.
     """
 
-    shape: tuple[int, int, int, int]
-    window: Window
     op: str = "max"
     pad_min: bool = True
     multiplier: int = 1
@@ -95,12 +90,7 @@ class PoolSpec:
         """A checked spec; raises CompileError naming the limit."""
         if op not in POOL_OPS:
             raise CompileError(f"pool op must be one of {POOL_OPS}, got {op!r}")
-        if len(shape) != 4 or min(shape) < 1:
-            raise CompileError(f"pool input must be NCHW with every dimension >= 1, got {shape}")
-        try:
-            win, _ = make_window(f"{op}_pool2d", tuple(shape[2:]), kernel, stride or kernel, 1, padding)
-        except UnsupportedError as e:
-            raise CompileError(str(e)) from e
+        win = cls.window_of("pool", f"{op}_pool2d", shape, kernel, stride or kernel, padding)
         spec = cls(tuple(int(d) for d in shape), win, op, **kw)
         spec.check()
         return spec
@@ -116,8 +106,7 @@ class PoolSpec:
         return cls.make(shape, 1, op="scale", multiplier=multiplier, shift=shift, clip=clip)
 
     def check(self) -> None:
-        if max(self.window.pads) > MAX_PAD:
-            raise CompileError(f"pool padding {self.window.pads} exceeds the LOAD pad fields: at most {MAX_PAD}")
+        self.check_loads("pool")
         if self.op == "scale" and self.window.kernel != (1, 1):
             raise CompileError(f"a channel scale reads single pixels, got a {self.window.kernel} window")
         if self.op == "scale" and abs(self.multiplier) * -INT8_MIN >= 1 << 31:
@@ -131,16 +120,6 @@ class PoolSpec:
             raise CompileError(f"clip bounds {self.clip} must lie within int8")
         if not (-(1 << 31) <= self.multiplier < 1 << 31 and 0 <= self.shift <= 63):
             raise CompileError(f"multiplier {self.multiplier} must fit int32 and shift {self.shift} lie in [0, 63]")
-        if self.shape[3] > MAX_STRIDE:
-            raise CompileError(f"input rows of {self.shape[3]} pixels exceed the LOAD x_stride: {MAX_STRIDE} fit")
-
-    @property
-    def out_hw(self) -> tuple[int, int]:
-        return self.window.out_size(*self.shape[2:])
-
-    @property
-    def out_shape(self) -> tuple[int, int, int, int]:
-        return (*self.shape[:2], *self.out_hw)
 
     @property
     def requantizes(self) -> bool:

@@ -10,10 +10,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from vdla.compiler.transfer import MAX_STRIDE
 from vdla.errors import VdlaError
 from vdla.graph.epilogue import Epilogue
 from vdla.graph.types import UnsupportedError
-from vdla.graph.window import Window, normalize_padding
+from vdla.graph.window import Window, make_window, normalize_padding
 from vdla.isa.arith import INT8_MAX, INT8_MIN, MAX_SHIFT, MUL_MAX_SHIFT
 from vdla.isa.instructions import MEM_FIELDS
 
@@ -293,3 +294,39 @@ class OutputView:
         (h, w), (oy, ox), (sy, sx) = self.full_hw, self.offset, self.step
         key = f"view{h}x{w}o{oy}_{ox}s{sy}_{sx}"
         return key if not self.blocks[1] else f"{key}b{self.blocks[0]}of{self.blocks[1]}"
+
+
+@dataclass(frozen=True)
+class WindowSpec:
+    """An int8 NCHW tensor ``shape`` under a sliding ``window`` whose tiles take every column (pooling,
+    depthwise): the input checks and the output geometry those compilers share. Frozen: a spec is part of its
+    program's cache key."""
+
+    shape: tuple[int, int, int, int]
+    window: Window
+
+    @staticmethod
+    def window_of(what: str, op: str, shape, kernel, stride, padding) -> Window:
+        """The checked window of an ``op`` over NCHW ``shape``; raises CompileError naming the limit."""
+        if len(shape) != 4 or min(shape) < 1:
+            raise CompileError(f"{what} input must be NCHW with every dimension >= 1, got {shape}")
+        try:
+            return make_window(op, tuple(shape[2:]), kernel, stride, 1, padding)[0]
+        except UnsupportedError as e:
+            raise CompileError(str(e)) from e
+
+    def check_loads(self, what: str) -> None:
+        """Raise CompileError unless the LOADs of a band of whole rows can read the input: padding within the pad
+        fields, a row within the x_stride field."""
+        if max(self.window.pads) > MAX_PAD:
+            raise CompileError(f"{what} padding {self.window.pads} exceeds the LOAD pad fields: at most {MAX_PAD}")
+        if self.shape[3] > MAX_STRIDE:
+            raise CompileError(f"input rows of {self.shape[3]} pixels exceed the LOAD x_stride: {MAX_STRIDE} fit")
+
+    @property
+    def out_hw(self) -> tuple[int, int]:
+        return self.window.out_size(*self.shape[2:])
+
+    @property
+    def out_shape(self) -> tuple[int, int, int, int]:
+        return (*self.shape[:2], *self.out_hw)
