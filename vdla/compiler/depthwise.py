@@ -30,7 +30,7 @@ import numpy as np
 from vdla.compiler.blocks import Alu, Block, Epi, Gemm, Load, Op, Store
 from vdla.compiler.conv2d import LayerRun, run_bound
 from vdla.compiler.microcode import Limits, MicroKernel, lower_nest
-from vdla.compiler.search import emit_program, timed
+from vdla.compiler.search import emit_program, fastest
 from vdla.compiler.spec import TABLE, CompileError, WindowSpec
 from vdla.compiler.tiling import BandTile, band_sizes, band_tiles
 from vdla.compiler.transfer import plan_transfers
@@ -333,13 +333,6 @@ def window_weights(w: np.ndarray, groups: int, block: int) -> np.ndarray:
     return out.reshape(cb * 2 * groups, block, block)
 
 
-@dataclass(frozen=True)
-class DepthwiseSearch:
-    schedule: DepthwiseSchedule
-    cycles: int
-    candidates: int
-
-
 class CompiledDepthwise:
     """A depthwise convolution compiled for one config: the fastest schedule on the timing-only simulator
     among :meth:`DepthwiseLowering.candidates`, its stream and constants."""
@@ -353,12 +346,8 @@ class CompiledDepthwise:
             )
         self.spec, self.weights, self.epilogue, self.cfg = spec, w, ep, cfg
         self.lowering = DepthwiseLowering(spec, ep, cfg)
-        cands = [schedule] if schedule else self.lowering.candidates()
-        timings = [(timed(self.lowering, self.lowering.stream(s)).cycles, i) for i, s in enumerate(cands)]
-        cycles, best = min(timings)
-        self.search = DepthwiseSearch(cands[best], cycles, len(cands))
-        self.schedule = cands[best]
-        self.stream = self.lowering.stream(self.schedule)
+        self.search = fastest(self.lowering, [schedule] if schedule else self.lowering.candidates())
+        self.schedule, self.stream = self.search.schedule, self.search.stream
 
     @cached_property
     def constants(self) -> dict[str, np.ndarray]:

@@ -52,7 +52,7 @@ from vdla.compiler.blocks import Alu, Block, Epi, Load, Op, Store
 from vdla.compiler.conv2d import LayerRun, run_bound
 from vdla.compiler.identity import EYE, identity_bytes, identity_fits, identity_gemm, identity_weights, load_identity
 from vdla.compiler.microcode import Limits, MicroKernel, lower_nest
-from vdla.compiler.search import emit_program, timed
+from vdla.compiler.search import emit_program, fastest
 from vdla.compiler.spec import CompileError, WindowSpec
 from vdla.compiler.tiling import BandTile, band_sizes, band_tiles
 from vdla.compiler.transfer import plan_transfers
@@ -503,13 +503,6 @@ def pool_lowering(spec: PoolSpec, cfg: HwConfig) -> PoolLowering:
     return GlobalSumLowering(spec, cfg) if spec.op == "avg" and whole else PoolLowering(spec, cfg)
 
 
-@dataclass(frozen=True)
-class PoolSearch:
-    schedule: PoolSchedule
-    cycles: int
-    candidates: int
-
-
 class CompiledPool:
     """A pooling compiled for one config: the chosen schedule (fastest on the timing-only simulator among
     :meth:`PoolLowering.candidates`), its stream and constants."""
@@ -517,12 +510,8 @@ class CompiledPool:
     def __init__(self, spec: PoolSpec, cfg: HwConfig, schedule: PoolSchedule | None = None):
         self.spec, self.cfg = spec, cfg
         self.lowering = pool_lowering(spec, cfg)
-        cands = [schedule] if schedule else self.lowering.candidates()
-        timings = [(timed(self.lowering, self.lowering.stream(s)).cycles, i) for i, s in enumerate(cands)]
-        cycles, best = min(timings)
-        self.search = PoolSearch(cands[best], cycles, len(cands))
-        self.schedule = cands[best]
-        self.stream = self.lowering.stream(self.schedule)
+        self.search = fastest(self.lowering, [schedule] if schedule else self.lowering.candidates())
+        self.schedule, self.stream = self.search.schedule, self.search.stream
 
     @cached_property
     def constants(self) -> dict[str, np.ndarray]:

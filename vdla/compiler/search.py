@@ -65,6 +65,26 @@ def timed(low: ConvLowering, stream: Stream) -> Counters:
     return dev.run_program(emit_program(low, stream, dev), functional=False).counters
 
 
+@dataclass(frozen=True)
+class TimedChoice:
+    """The fastest of a lowering's candidate schedules on the timing-only simulator (pooling, depthwise: a
+    handful of candidates, each timed): the schedule, its stream and cycles, and how many were timed."""
+
+    schedule: object
+    stream: Stream
+    cycles: int
+    candidates: int
+
+
+def fastest(low, candidates: list) -> TimedChoice:
+    """The first of ``candidates`` (schedules of ``low``, which builds each one's ``stream``) with the fewest
+    cycles on the timing-only simulator."""
+    if not candidates:
+        raise ValueError("no candidate schedule to time")
+    cycles, best = min((timed(low, low.stream(s)).cycles, i) for i, s in enumerate(candidates))
+    return TimedChoice(candidates[best], low.stream(candidates[best]), cycles, len(candidates))
+
+
 def thread_counts(low: ConvLowering, vthreads: int | str) -> list[int]:
     """Thread counts to search: the requested one (checked), or every count up to 4 that fits."""
     if vthreads == "auto":
