@@ -88,15 +88,18 @@ def _depthwise_steps(artifact) -> list:
     return [s for s in accel_between(artifact) if s.layer["op"] == "depthwise_conv2d"]
 
 
-@pytest.fixture(scope="module", params=["pynq", "batch2"])
+@pytest.fixture(scope="module", params=[True, False], ids=["dw_mode", "no_dw_mode"])
 def qdq_block(request):
-    """The block quantized by onnxruntime and compiled for a config with the depthwise mode (``pynq``) and one
-    without it (``batch2``: two images a GEMM), where the depthwise layers run as block-diagonal parts."""
+    """The block quantized by onnxruntime and compiled for ``pynq`` with its depthwise mode and without it
+    (``depthwise_mode`` false: the RTL built without the mode's logic), where the depthwise layers run as
+    block-diagonal parts."""
     from vdla.model.pipeline import compile_model
     from vdla.zoo.models import quantize_qdq
 
+    cfg = replace(load_config("pynq"), name="pynq_no_dw") if not request.param else load_config("pynq")
+    cfg = replace(cfg, depthwise_mode=request.param)
     qdq = quantize_qdq(_model(), _calib(), input_name="x")
-    return qdq, compile_model(qdq, config=request.param)[0]
+    return qdq, compile_model(qdq, config=cfg)[0]
 
 
 def test_depthwise_layers_run_on_the_accelerator_with_their_own_macs(qdq_block):
@@ -104,7 +107,7 @@ def test_depthwise_layers_run_on_the_accelerator_with_their_own_macs(qdq_block):
     dw = _depthwise_steps(artifact)
     assert [s.macs for s in dw] == [40 * 12 * 12 * 9, 16 * 6 * 6 * 25]
     schedules = [s.layer["schedule"] for s in dw]
-    if artifact.config.dw_supported:
+    if artifact.config.depthwise_mode:
         assert all(s.startswith("depthwise mode") for s in schedules), schedules
     else:  # 40 channels: blocks of 16, 16, 8
         assert [s.split(" ")[0] for s in schedules] == ["3", "1"]

@@ -44,6 +44,15 @@ def test_config_from_file_and_errors(tmp_path):
         from_dict({**d, "extra": 1})
     with pytest.raises(ConfigError, match="unknown timing keys"):
         from_dict({**d, "timing": {"warp": 9}})
+    with pytest.raises(ConfigError, match="missing config keys: \\['batch'\\]"):
+        from_dict({k: v for k, v in d.items() if k != "batch"})
+    pynq = load_config("pynq").to_dict()
+    without = {k: v for k, v in pynq.items() if k not in ("description", "depthwise_mode")}
+    assert from_dict(without).depthwise_mode and from_dict(without).dw_supported  # optional keys, defaults
+    assert not from_dict({**pynq, "depthwise_mode": False}).dw_supported
+    assert not from_dict(d).dw_supported  # block_in 8 != block_out 16: no mode, whatever the key says
+    with pytest.raises(ConfigError, match="depthwise_mode must be true or false, got 1"):
+        from_dict({**pynq, "depthwise_mode": 1})
     bad = tmp_path / "bad.json"
     bad.write_text("{")
     with pytest.raises(ConfigError, match="not valid JSON"):

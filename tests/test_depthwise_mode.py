@@ -5,6 +5,8 @@ cycles; the window process itself; the cycle model's count; the encoding and the
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -187,6 +189,9 @@ def test_bad_depthwise_state_is_refused():
     assert any(
         "no depthwise mode" in p for p in check_insn(EpiInsn(dw=True, dw_k=3, dw_stride=1), load_config("batch2"))
     )
+    off = replace(cfg, depthwise_mode=False)
+    assert not off.dw_supported and off.hash != cfg.hash  # a bitstream without the mode is another config
+    assert any("depthwise_mode is false" in p for p in check_insn(EpiInsn(dw=True, dw_k=3, dw_stride=1), off))
 
 
 def test_window_beyond_inp_is_refused_by_the_builder():

@@ -19,6 +19,7 @@ from vdla.errors import VdlaError
 
 DEFAULT_PRESET = "pynq"
 LUT_ENTRIES = 256  # the activation table: one int8 output per int8 input (EPI lut, LOAD LUT)
+OPTIONAL_KEYS = ("description", "depthwise_mode")  # config keys a preset may leave out (their defaults)
 DW_MAX_K = 5  # the depthwise mode's window: DW_MAX_K rows (kernel rows) of DW_MAX_K INP elements (EPI dw)
 
 
@@ -73,6 +74,7 @@ class HwConfig:
     dram_bytes: int
     dram_base_addr: int
     description: str = ""
+    depthwise_mode: bool = True  # the GEMM core's depthwise mode (EPI dw), where batch and blocks allow it
     timing: Timing = field(default_factory=Timing)
 
     def __post_init__(self) -> None:
@@ -93,6 +95,10 @@ class HwConfig:
         if (self.inp_width, self.wgt_width, self.acc_width, self.out_width) != (8, 8, 32, 8):
             raise ConfigError(
                 f"config {self.name!r}: only int8 inputs/weights/outputs with int32 accumulators are supported"
+            )
+        if not isinstance(self.depthwise_mode, bool):
+            raise ConfigError(
+                f"config {self.name!r}: depthwise_mode must be true or false, got {self.depthwise_mode!r}"
             )
         if self.bus_width_bits < 32:
             raise ConfigError(f"config {self.name!r}: bus_width_bits must be >= 32")
@@ -144,9 +150,21 @@ class HwConfig:
 
     @property
     def dw_supported(self) -> bool:
-        """Whether the GEMM core has the depthwise mode (EPI dw): one input channel per output lane needs
-        batch 1 and block_in == block_out."""
-        return self.batch == 1 and self.block_in == self.block_out
+        """Whether the GEMM core has the depthwise mode (EPI dw): see :meth:`dw_refusal`."""
+        return self.dw_refusal() is None
+
+    def dw_refusal(self) -> str | None:
+        """Why this config has no depthwise mode, or None: ``depthwise_mode`` off (a build without its logic,
+        6,176 LUT on ``pynq``), or a shape it cannot have (one input channel per output lane needs batch 1 and
+        block_in == block_out)."""
+        if not self.depthwise_mode:
+            return f"config {self.name!r} has no depthwise mode (depthwise_mode is false)"
+        if self.batch != 1 or self.block_in != self.block_out:
+            return (
+                f"config {self.name!r} has no depthwise mode (batch {self.batch}, block_in {self.block_in}, "
+                f"block_out {self.block_out}: it needs batch 1 and block_in == block_out)"
+            )
+        return None
 
     def dw_groups(self, k: int) -> int:
         """Groups of block_in window positions a depthwise-mode iteration with a ``k`` x ``k`` kernel covers (its
@@ -256,7 +274,7 @@ def from_dict(d: dict) -> HwConfig:
     unknown = set(d) - known
     if unknown:
         raise ConfigError(f"unknown config keys: {sorted(unknown)}")
-    missing = {m for m in known - set(d) if m != "description"}
+    missing = {m for m in known - set(d) if m not in OPTIONAL_KEYS}
     if missing:
         raise ConfigError(f"missing config keys: {sorted(missing)}")
     tknown = {f.name for f in fields(Timing)}

@@ -33,7 +33,7 @@ package vdla_pkg;
 
   // ---- Configuration 'pynq' (vdla/config.py) -------------------------------------------------------
   localparam int ISA_VERSION          = 3;  // ID[15:0]
-  localparam logic [31:0] CONFIG_HASH = 32'h6e57742a;  // CONFIG_HASH register
+  localparam logic [31:0] CONFIG_HASH = 32'hfd8b809f;  // CONFIG_HASH register
   localparam int BATCH                = 1;
   localparam int BLOCK_IN             = 16;
   localparam int BLOCK_OUT            = 16;
@@ -52,7 +52,7 @@ package vdla_pkg;
   localparam int LUT_ENTRIES          = 256;  // activation table entries (int8 in, int8 out)
   localparam int LUT_DEPTH            = 16;  // activation table elements: LUT_ENTRIES / OUT_ELEM_BYTES
   localparam int DW_MAX_K             = 5;  // depthwise window: DW_MAX_K registers of DW_MAX_K INP rows
-  localparam int DW_SUPPORTED         = 1;  // depthwise mode (EPI dw): BATCH 1, BLOCK_IN == BLOCK_OUT
+  localparam int DW_SUPPORTED         = 1;  // depthwise mode (EPI dw): the config's depthwise_mode, BATCH 1, BLOCK_IN == BLOCK_OUT
   localparam int UOP_DST_BITS         = 11;  // micro-op fields: dst [DST-1:0]
   localparam int UOP_SRC_BITS         = 11;  // src above dst
   localparam int UOP_WGT_BITS         = 10;  // wgt above src

@@ -140,10 +140,7 @@ class DepthwiseLowering:
 
     def __init__(self, spec: DepthwiseSpec, ep: Epilogue, cfg: HwConfig):
         if not cfg.dw_supported:
-            raise CompileError(
-                f"config {cfg.name!r} has no depthwise mode (batch {cfg.batch}, block_in {cfg.block_in}, "
-                f"block_out {cfg.block_out}: it needs batch 1 and block_in == block_out)"
-            )
+            raise CompileError(cfg.dw_refusal())
         self.spec, self.ep, self.cfg = spec, ep, cfg
         self.passes = DwPasses.of(ep)
         n, c, self.h, self.w = spec.shape

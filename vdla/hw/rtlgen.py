@@ -234,7 +234,14 @@ def _config_params(cfg: HwConfig) -> list[str]:
     rows.append((i, "LUT_ENTRIES", LUT_ENTRIES, "activation table entries (int8 in, int8 out)"))
     rows.append((i, "LUT_DEPTH", cfg.lut_depth, "activation table elements: LUT_ENTRIES / OUT_ELEM_BYTES"))
     rows.append((i, "DW_MAX_K", DW_MAX_K, "depthwise window: DW_MAX_K registers of DW_MAX_K INP rows"))
-    rows.append((i, "DW_SUPPORTED", int(cfg.dw_supported), "depthwise mode (EPI dw): BATCH 1, BLOCK_IN == BLOCK_OUT"))
+    rows.append(
+        (
+            i,
+            "DW_SUPPORTED",
+            int(cfg.dw_supported),
+            "depthwise mode (EPI dw): the config's depthwise_mode, BATCH 1, BLOCK_IN == BLOCK_OUT",
+        )
+    )
     rows += [
         (i, "UOP_DST_BITS", cfg.uop_dst_bits, "micro-op fields: dst [DST-1:0]"),
         (i, "UOP_SRC_BITS", cfg.uop_src_bits, "src above dst"),

@@ -135,7 +135,7 @@ def _dw_problems(insn: EpiInsn, cfg: HwConfig) -> list[str]:
     if not insn.dw:
         return []
     if not cfg.dw_supported:
-        return [f"EPI dw: config {cfg.name!r} has no depthwise mode (it needs batch 1 and block_in == block_out)"]
+        return [f"EPI dw: {cfg.dw_refusal()}"]
     if not 1 <= insn.dw_k <= DW_MAX_K:
         return [f"EPI dw: kernel {insn.dw_k} outside [1, {DW_MAX_K}] (the window is {DW_MAX_K}x{DW_MAX_K})"]
     if not 1 <= insn.dw_stride <= insn.dw_k:
