@@ -90,7 +90,9 @@ module vdla_loop_seq (
   logic issue, u_last, i_last, last_iter, src_rd, step, rd_col_last, rd_row_last, n_fresh;
   logic [2:0] n_cols;  // columns this iteration reads: k at inner index 0, else the stride
   logic dw_start;      // the instruction starting runs in the depthwise mode
+  logic [2:0] kms_d;   // its k - stride (a non-fresh window's first column), else 0
   assign dw_start = vdla_pkg::DW_SUPPORTED != 0 && dw_i && gemm.hdr.opcode == vdla_pkg::OP_GEMM && !gemm.reset;
+  assign kms_d    = dw_start ? dw_k_i - 3'(dw_stride_i) : 3'd0;
   logic [7:0] gap;  // cycles without an issue after this one
   assign issue     = state_q == RUN && wait_q == '0 && phase_q == '0 && !halt_i;
   assign src_rd    = two_op_q && !(hold_q && i_q != '0);
@@ -216,8 +218,8 @@ module vdla_loop_seq (
       s_q       <= dw_stride_i;
       pitch_q   <= dw_pitch_i;
       pass_last_q <= last_pass(dw_k_i);
-      kms_q     <= dw_start ? dw_k_i - 3'(dw_stride_i) : '0;
-      sfi_kms_q <= 32'(gemm.src_factor_in) + 32'(dw_start ? dw_k_i - 3'(dw_stride_i) : '0);
+      kms_q     <= kms_d;
+      sfi_kms_q <= 32'(gemm.src_factor_in) + 32'(kms_d);
       src_cur_q <= '0;
       wgt_cur_q <= '0;
       row_first_q <= '0;
