@@ -1,6 +1,9 @@
 """The vdla command line, as a user runs it."""
 
+import importlib
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -16,6 +19,16 @@ def test_info(capsys):
     assert info["derived"]["peak_gops"] == 102.4 and info["config"]["clock_mhz"] == 200
     assert main(["info"]) == 0
     assert "51.2" in capsys.readouterr().out
+
+
+def test_python_dash_m_vdla_runs_the_command():
+    """``python -m vdla`` is the ``vdla`` command (where its script is not on the PATH); importing the package's
+    ``__main__`` runs nothing."""
+    out = subprocess.run([sys.executable, "-m", "vdla", "info"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "block_in" in out.stdout, out.stderr
+    bad = subprocess.run([sys.executable, "-m", "vdla", "nope"], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "invalid choice: 'nope'" in bad.stderr
+    importlib.import_module("vdla.__main__")
 
 
 def test_asm_disasm_round_trip(tmp_path, capsys):
