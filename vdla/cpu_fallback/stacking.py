@@ -132,8 +132,8 @@ def fuse(graph: Graph) -> list[list[Node]]:
 
     A node joins the previous node's run when both lie in one group, it is elementwise, its running value
     is that run's output, nothing else (no other node, no graph output) reads that value and the run starts
-    at an elementwise node or at a conv2d/dense (the run is then that kernel's epilogue). A pack_blocked of an
-    im2col joins it (:func:`_packs_in_store`), a softmax of a dequantize too (:func:`_int8_softmax`). Raises
+    at an elementwise node or at a conv2d/dense (the run is then that kernel's epilogue). A node that one of
+    :data:`JOINS` takes joins a run of one node (a pack_blocked of an im2col, a softmax of a dequantize). Raises
     :class:`UnsupportedError` for a node whose operator has no CPU kernel.
     """
     for node in graph.nodes:
@@ -146,7 +146,7 @@ def fuse(graph: Graph) -> list[list[Node]]:
     readers.update(graph.outputs)
     runs: list[list[Node]] = []
     for node in graph.nodes:
-        if runs and (_packs_in_store(runs[-1], node, readers) or _int8_softmax(runs[-1], node, readers, types)):
+        if runs and any(j.takes(runs[-1], node, readers, types) for j in JOINS):
             runs[-1].append(node)
             continue
         if runs and is_elementwise(node):
@@ -161,28 +161,54 @@ def fuse(graph: Graph) -> list[list[Node]]:
     return runs
 
 
-def _packs_in_store(run: list[Node], node: Node, readers: Counter) -> bool:
-    """Whether ``node`` is a ``pack_blocked`` of the one im2col of ``run``, which nothing else reads: the
-    im2col kernel then writes the blocked layout itself (:class:`~vdla.cpu_fallback.specs.Im2colSpec`'s
-    ``packed``), one pass over the columns instead of two."""
-    value = run[-1].output
-    return (
-        len(run) == 1
-        and run[0].op == "im2col"
-        and node.op == "pack_blocked"
-        and node.inputs[0] == value
-        and readers[value] == 1
-    )
+@dataclass(frozen=True)
+class Join:
+    """Two nodes one kernel runs: a ``second`` node reading the only output of a one-node run of ``first``, which
+    nothing else reads, where ``fits(first_node, types)``; ``spec(group, types)`` is the joined kernel's spec and
+    its argument names. The pair of operators names the join: :func:`fuse` forms no other two-node run of them."""
+
+    first: str
+    second: str
+    fits: Callable[[Node, Mapping[str, TensorType]], bool]
+    spec: Callable[[list[Node], Mapping[str, TensorType]], tuple[Spec, list[str]]]
+
+    def takes(self, run: list[Node], node: Node, readers: Counter, types: Mapping[str, TensorType]) -> bool:
+        """Whether ``node`` joins ``run``."""
+        if len(run) != 1 or run[0].op != self.first or node.op != self.second:
+            return False
+        value = run[0].output
+        return node.inputs[0] == value and readers[value] == 1 and self.fits(run[0], types)
+
+    def of(self, group: list[Node]) -> bool:
+        """Whether ``group`` is a run this join formed."""
+        return len(group) == 2 and (group[0].op, group[1].op) == (self.first, self.second)
 
 
-def _int8_softmax(run: list[Node], node: Node, readers: Counter, types: Mapping[str, TensorType]) -> bool:
-    """Whether ``node`` is a softmax of the one dequantize of ``run`` (by a constant scale, of an int8 value,
-    read by nothing else): the softmax kernel then reads the int8 values (``SoftmaxSpec.scale``)."""
-    if len(run) != 1 or run[0].op != "dequantize" or node.op != "softmax" or node.inputs[0] != run[0].output:
-        return False
-    scale = run[0].attrs.get("scale")
+def _int8_dequantize(node: Node, types: Mapping[str, TensorType]) -> bool:
+    scale = node.attrs.get("scale")
     scalar = isinstance(scale, int | float) and not isinstance(scale, bool)
-    return scalar and readers[run[0].output] == 1 and types[run[0].inputs[0]].dtype == "int8"
+    return scalar and types[node.inputs[0]].dtype == "int8"
+
+
+def _packed_im2col(group: list[Node], types: Mapping[str, TensorType]) -> tuple[Spec, list[str]]:
+    im2col, pack = group
+    names = list(im2col.inputs)
+    packed = (pack.attrs["batch"], pack.attrs["block"])
+    return node_spec(im2col, [types[n] for n in names], packed=packed), names
+
+
+def _softmax_of_int8(group: list[Node], types: Mapping[str, TensorType]) -> tuple[Spec, list[str]]:
+    dequantize, softmax = group
+    names = [dequantize.inputs[0]]
+    return node_spec(softmax, [types[names[0]]], scale=float(dequantize.attrs["scale"])), names
+
+
+JOINS = (
+    # the im2col kernel writes the blocked layout itself (Im2colSpec.packed): one pass over the columns, not two
+    Join("im2col", "pack_blocked", lambda node, types: True, _packed_im2col),
+    # the softmax kernel reads the int8 values of a dequantize by a constant scale (SoftmaxSpec.scale)
+    Join("dequantize", "softmax", _int8_dequantize, _softmax_of_int8),
+)
 
 
 @dataclass
@@ -291,9 +317,9 @@ def compile_graph(graph: Graph, kernels: KernelSource = get_kernel) -> CompiledG
             types[anchor.output] = TensorType(reshaped(src.shape, anchor.attrs["shape"]), src.dtype)
             stages.append(CompiledGroup(None, anchor.inputs, anchor.output, (anchor.output,), types[anchor.output]))
             continue
-        if group[-1].op == "softmax" and len(group) == 2:  # a softmax of int8 (_int8_softmax)
-            names = [anchor.inputs[0]]
-            spec = node_spec(group[1], [types[names[0]]], scale=float(anchor.attrs["scale"]))
+        join = next((j for j in JOINS if j.of(group)), None)
+        if join is not None:
+            spec, names = join.spec(group, types)
         elif is_elementwise(anchor):
             names = [anchor.inputs[0]]
             steps = node_steps(group, names)  # appends the chain's tensor operands to names
@@ -302,9 +328,7 @@ def compile_graph(graph: Graph, kernels: KernelSource = get_kernel) -> CompiledG
             spec, names = _anchored_spec(anchor, group[1:], types, params)
         else:
             names = list(anchor.inputs)
-            packs = group[-1].op == "pack_blocked" and len(group) == 2  # an im2col packed (_packs_in_store)
-            extra = {"packed": (group[1].attrs["batch"], group[1].attrs["block"])} if packs else {}
-            spec = node_spec(anchor, [types[n] for n in names], **extra)
+            spec = node_spec(anchor, [types[n] for n in names])
         types[group[-1].output] = spec.out
         stages.append(
             CompiledGroup(kernels(spec), tuple(names), group[-1].output, tuple(n.output for n in group), spec.out)
