@@ -461,14 +461,11 @@ class GlobalSumLowering(PoolLowering):
         """Per thread count, the most input rows a band holds, with the most channel blocks (and half as
         many) when whole images fit."""
         self.check_minimal()
-        out = []
-        for v in range(1, MAX_VTHREADS + 1):
-            toh = max((t for t in range(1, self.h + 1) if self.fits(1, t, v, "rows")), default=0)
-            if not toh:
-                continue
-            toc = max(n for n in range(1, self.cb + 1) if self.fits(n, toh, v, "rows")) if toh == self.h else 1
-            out += [PoolSchedule(toc, toh, v)] + ([PoolSchedule(-(-toc // 2), toh, v)] if toc > 1 else [])
-        return out
+        return [
+            PoolSchedule(toc, toh, v)
+            for v in range(1, MAX_VTHREADS + 1)
+            for toc, toh in band_sizes(lambda n, t, v=v: self.fits(n, t, v, "rows"), self.cb, self.h)
+        ]
 
     def tile_blocks(self, thread: int, t: BandTile, s: PoolSchedule, eye: bool) -> list[Block]:
         """The blocks of one channel tile (its one output row): one per band of input rows (see the class
