@@ -29,6 +29,8 @@ CASES = [  # (shape, k, stride, padding, epilogue kind)
     ((1, 40, 15, 17), 5, 2, 2, "clip"),
     ((1, 16, 7, 7), 3, 1, 1, "table"),
     ((1, 96, 112, 112), 3, 2, 1, "per-channel"),  # MobileNet-V2's third depthwise layer, in 4-row tiles
+    ((1, 48, 12, 12), 3, 1, 0, "shift"),  # unpadded: a tile's channel blocks in one set of LOADs
+    ((1, 20, 9, 11), 3, 2, 0, "per-channel"),
 ]
 
 

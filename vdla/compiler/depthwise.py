@@ -32,7 +32,7 @@ from vdla.compiler.conv2d import LayerRun, run_bound
 from vdla.compiler.microcode import Limits, MicroKernel, lower_nest
 from vdla.compiler.search import emit_program, fastest
 from vdla.compiler.spec import TABLE, CompileError, WindowSpec
-from vdla.compiler.tiling import BandTile, band_sizes, band_tiles
+from vdla.compiler.tiling import BandLowering, BandTile, band_sizes
 from vdla.compiler.transfer import plan_transfers
 from vdla.compiler.vthreads import Stream, lower_vthreads, prologue_block
 from vdla.config import DEFAULT_PRESET, DW_MAX_K, LUT_ENTRIES, HwConfig, load_config
@@ -130,7 +130,7 @@ class DwPasses:
         return cls(mul, False, shift, entries)
 
 
-class DepthwiseLowering:
+class DepthwiseLowering(BandLowering):
     """A depthwise spec and its epilogue on one config: tile geometry, buffer fit and the block stream.
 
     Each thread owns ``1/vthreads`` of the INP buffer (its tiles' input windows) and of the accumulators below
@@ -198,14 +198,10 @@ class DepthwiseLowering:
             for toc, toh in band_sizes(lambda n, t, v=v: self.fits(n, t, v), self.cb, self.oh)
         ]
 
-    def tiles(self, s: DepthwiseSchedule) -> list[BandTile]:
-        return band_tiles(self.ng, self.cb, self.oh, s.toc, s.toh)
-
     def tensor_bytes(self) -> dict[str, int]:
         c = self.cfg
         out = {
-            "inp": self.ng * self.cb * self.h * self.w * c.inp_elem_bytes,
-            "out": self.ng * self.cb * self.oh * self.ow * c.out_elem_bytes,
+            **self.io_bytes(),
             "dwwgt": self.cb * self.elements * c.wgt_elem_bytes,
             "bias": self.cb * c.acc_elem_bytes,
         }
@@ -234,7 +230,7 @@ class DepthwiseLowering:
         loads every channel block's window weights (the load stage runs in order)."""
         inp0, acc0 = (thread * n for n in self.share(s.vthreads))
         win, ob = self.per_block(s.toh)
-        loads = self.window_loads(t, inp0, win)
+        loads = self.window_loads(t, inp0, win)[0]
         if weights:
             n = self.cb * self.elements
             loads = [Load(MemType.WGT, 0, "dwwgt", 0, 1, n, n), *loads]
@@ -260,21 +256,6 @@ class DepthwiseLowering:
             return []
         nest = ((t.noc, (ob, 1)), (t.noh * self.ow, (1, 0)))
         return [Alu(AluOp.MUL, self.kernel(nest, (acc0, self.mult0 + t.cb)), shift=self.ep.shift)]
-
-    def window_loads(self, t: BandTile, base: int, win: int) -> list[Load]:
-        """LOAD INP of the tile's input window, one per channel block, the borders zero filled."""
-        top, _, left, _ = self.spec.window.pads
-        rows = self.in_rows(t.noh)
-        r_first = t.oy * self.s - top
-        r_lo, r_hi = max(0, -r_first), min(rows, self.h - r_first)
-        c_lo, c_hi = max(0, left), min(self.cols, self.w + left)
-        pad = (r_lo, rows - r_hi, c_lo, self.cols - c_hi)
-        offset = ((t.ng * self.cb + t.cb) * self.h + r_first + r_lo) * self.w + c_lo - left
-        return [
-            Load(MemType.INP, base + j * win, "inp", offset + j * self.h * self.w, r_hi - r_lo, c_hi - c_lo,
-                 self.w, pad)
-            for j in range(t.noc)
-        ]  # fmt: skip
 
     def stores(self, t: BandTile, obase: int, ob: int) -> list[Store]:
         offset = ((t.ng * self.cb + t.cb) * self.oh + t.oy) * self.ow

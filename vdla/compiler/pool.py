@@ -54,7 +54,7 @@ from vdla.compiler.identity import EYE, identity_bytes, identity_fits, identity_
 from vdla.compiler.microcode import Limits, MicroKernel, lower_nest
 from vdla.compiler.search import emit_program, fastest
 from vdla.compiler.spec import CompileError, WindowSpec
-from vdla.compiler.tiling import BandTile, band_sizes, band_tiles
+from vdla.compiler.tiling import BandLowering, BandTile, band_sizes
 from vdla.compiler.transfer import plan_transfers
 from vdla.compiler.vthreads import Stream, lower_vthreads, prologue_block
 from vdla.config import DEFAULT_PRESET, HwConfig, load_config
@@ -170,7 +170,7 @@ class PoolSchedule:
         return f"oc{self.toc} oh{self.toh} vt{self.vthreads} {self.first}"
 
 
-class PoolLowering:
+class PoolLowering(BandLowering):
     """A pooling spec on one config: tile geometry, buffer fit and the block stream.
 
     Each thread owns ``1/vthreads`` of the INP buffer (its tiles' input windows) and of the accumulators below
@@ -243,14 +243,10 @@ class PoolLowering:
             for toc, toh in band_sizes(lambda n, t, v=v, f=first: self.fits(n, t, v, f), self.cb, self.oh)
         ]
 
-    def tiles(self, s: PoolSchedule) -> list[BandTile]:
-        return band_tiles(self.ng, self.cb, self.oh, s.toc, s.toh)
-
     def tensor_bytes(self) -> dict[str, int]:
         c = self.cfg
         out = {
-            "inp": self.ng * self.cb * self.h * self.w * c.inp_elem_bytes,
-            "out": self.ng * self.cb * self.oh * self.ow * c.out_elem_bytes,
+            **self.io_bytes(),
             EYE: identity_bytes(c),
         }
         if self.spec.op == "scale":
@@ -340,26 +336,6 @@ class PoolLowering:
             nest = tuple(zip((t.noc, t.noh, self.ow), zip((ob, self.ow, 1), src)))
             ops.append(Alu(AluOp.ADD if k == 0 else op, self.kernel(nest, (obase, m_at + k * step)), reset=k == 0))
         return ops
-
-    def window_loads(self, t: BandTile, base: int, win: int) -> tuple[list[Load], tuple[int, int, int, int]]:
-        """LOAD INP of the tile's input window per channel block, the borders zero filled; and the pads."""
-        top, _, left, _ = self.spec.window.pads
-        rows = self.in_rows(t.noh)
-        r_first = t.oy * self.sh - top
-        r_lo, r_hi = max(0, -r_first), min(rows, self.h - r_first)
-        c_lo, c_hi = max(0, left), min(self.cols, self.w + left)
-        pad = (r_lo, rows - r_hi, c_lo, self.cols - c_hi)
-        offset = ((t.ng * self.cb + t.cb) * self.h + r_first + r_lo) * self.w + c_lo - left
-        if any(pad) or win != rows * self.cols:  # one LOAD per channel block, each at its own region
-            loads = [
-                Load(MemType.INP, base + j * win, "inp", offset + j * self.h * self.w, r_hi - r_lo, c_hi - c_lo,
-                     self.w, pad)
-                for j in range(t.noc)
-            ]  # fmt: skip
-            return loads, pad
-        axes = [(t.noc, self.h * self.w), (r_hi - r_lo, self.w), (c_hi - c_lo, 1)]
-        transfers = plan_transfers(base, offset, axes)
-        return [Load(MemType.INP, tr.sram, "inp", tr.offset, tr.y, tr.x, tr.stride) for tr in transfers], pad
 
     def pad_fill(self, t: BandTile, base: int, win: int, rows: int, pad) -> list[Op]:
         """ADD-with-reset writes of INT8_MIN over the zero-padded border (max pools whose input may be < 0)."""

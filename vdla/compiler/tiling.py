@@ -9,7 +9,12 @@ import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from vdla.compiler.blocks import Load
 from vdla.compiler.schedule import ORDERS, ConvLowering, Schedule
+from vdla.compiler.spec import WindowSpec
+from vdla.compiler.transfer import plan_transfers
+from vdla.config import HwConfig
+from vdla.isa import MemType
 
 MAX_PARTS = 8  # output channels and columns are split into at most about this many tiles
 
@@ -83,3 +88,58 @@ def band_sizes(fits: Callable[[int, int], bool], blocks: int, rows: int) -> list
         return []
     toc = max(n for n in range(1, blocks + 1) if fits(n, toh)) if toh == rows else 1
     return [(toc, toh)] + ([(-(-toc // 2), toh)] if toc > 1 else [])
+
+
+class BandLowering:
+    """What the lowerings of band tilings share (pooling, depthwise): their tiles, the LOADs of a tile's input
+    window and the bytes of their int8 input and output tensors. A subclass sets ``cfg``, ``spec`` (a
+    :class:`~vdla.compiler.spec.WindowSpec`) and the geometry: ``ng`` image groups, ``cb`` channel blocks,
+    ``h`` x ``w`` input and ``oh`` x ``ow`` output pixels, ``cols`` input pixels of a window row (padding
+    included), and ``in_rows(noh)``, the input rows of ``noh`` output rows."""
+
+    cfg: HwConfig
+    spec: WindowSpec
+    ng: int
+    cb: int
+    h: int
+    w: int
+    oh: int
+    ow: int
+    cols: int
+
+    def in_rows(self, noh: int) -> int:
+        raise NotImplementedError
+
+    def tiles(self, s) -> list[BandTile]:
+        """The tiles of schedule ``s`` (its ``toc`` channel blocks x ``toh`` output rows)."""
+        return band_tiles(self.ng, self.cb, self.oh, s.toc, s.toh)
+
+    def io_bytes(self) -> dict[str, int]:
+        """The packed int8 input ("inp") and output ("out") in bytes."""
+        c = self.cfg
+        return {
+            "inp": self.ng * self.cb * self.h * self.w * c.inp_elem_bytes,
+            "out": self.ng * self.cb * self.oh * self.ow * c.out_elem_bytes,
+        }
+
+    def window_loads(self, t: BandTile, base: int, win: int) -> tuple[list[Load], tuple[int, int, int, int]]:
+        """LOAD INP of tile ``t``'s input window per channel block (``win`` elements apart from ``base``), the
+        borders zero filled, and the pads; one set of transfers for all blocks where nothing is padded and the
+        blocks' windows lie back to back."""
+        top, _, left, _ = self.spec.window.pads
+        rows = self.in_rows(t.noh)
+        r_first = t.oy * self.spec.window.stride[0] - top
+        r_lo, r_hi = max(0, -r_first), min(rows, self.h - r_first)
+        c_lo, c_hi = max(0, left), min(self.cols, self.w + left)
+        pad = (r_lo, rows - r_hi, c_lo, self.cols - c_hi)
+        offset = ((t.ng * self.cb + t.cb) * self.h + r_first + r_lo) * self.w + c_lo - left
+        if any(pad) or win != rows * self.cols:  # one LOAD per channel block, each at its own region
+            loads = [
+                Load(MemType.INP, base + j * win, "inp", offset + j * self.h * self.w, r_hi - r_lo, c_hi - c_lo,
+                     self.w, pad)
+                for j in range(t.noc)
+            ]  # fmt: skip
+            return loads, pad
+        axes = [(t.noc, self.h * self.w), (r_hi - r_lo, self.w), (c_hi - c_lo, 1)]
+        transfers = plan_transfers(base, offset, axes)
+        return [Load(MemType.INP, tr.sram, "inp", tr.offset, tr.y, tr.x, tr.stride) for tr in transfers], pad
