@@ -170,7 +170,7 @@ def dw_window_rows(k: int, stride: int, pitch: int, src: np.ndarray) -> np.ndarr
     takes rows src + ky * pitch + kx for the window's last columns kx (k - n .. k - 1 of n shifted in), so
     a kernel row's taps sit in positions DW_MAX_K - k .. DW_MAX_K - 1 of its register."""
     n_out, n_in, n_uop = src.shape
-    cols = np.full(src.shape, stride, np.int64)
+    cols = np.full(src.shape, stride, np.intp)  # repeat counts: the platform's index type (int32 on armv7)
     cols[:, 0, :] = k
     cols, base = cols.reshape(-1), src.reshape(-1).astype(np.int64)
     seq = np.repeat(base + k - cols, cols) + _ranks(cols)  # kernel row 0's rows, in shift order
