@@ -109,8 +109,18 @@ def test_depthwise_layers_run_on_the_accelerator_with_their_own_macs(qdq_block):
     schedules = [s.layer["schedule"] for s in dw]
     if artifact.config.depthwise_mode:
         assert all(s.startswith("depthwise mode") for s in schedules), schedules
-    else:  # 40 channels: blocks of 16, 16, 8
+        assert not any("note" in s.layer for s in dw)
+    else:  # 40 channels: blocks of 16, 16, 8; the step table says why not the mode
         assert [s.split(" ")[0] for s in schedules] == ["3", "1"]
+        notes = [s.layer["note"] for s in dw]
+        assert all("not the depthwise mode" in n and "depthwise_mode is false" in n for n in notes), notes
+        from rich.console import Console
+
+        from vdla.model.cli import _placement_table
+
+        console = Console(width=400, record=True)
+        console.print(_placement_table(artifact, None))
+        assert "not the depthwise mode" in console.export_text()
 
 
 def test_depthwise_layers_equal_the_lowered_graph_and_the_int8_reference(qdq_block, backend):

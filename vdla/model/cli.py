@@ -49,7 +49,8 @@ def _placement_table(artifact, report) -> Table:
     for s in artifact.steps:
         if s.kind == "accel":
             shape = f"{s.layer['input']} -> {s.layer['output']} k{s.layer['kernel'][0]} s{s.layer['stride'][0]}"
-            t.add_row(s.name, "[cyan]accel[/]", s.layer["op"], f"{shape}  {s.layer['schedule']}", f"{s.macs:,}", "")
+            note = s.layer.get("note", "")
+            t.add_row(s.name, "[cyan]accel[/]", s.layer["op"], f"{shape}  {s.layer['schedule']}", f"{s.macs:,}", note)
         else:
             ops = sorted({n.op for n in s.graph.nodes})
             t.add_row(s.name, "[yellow]cpu[/]", "+".join(ops), "", f"{s.macs:,}", s.note)

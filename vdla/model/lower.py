@@ -17,7 +17,7 @@ import numpy as np
 from vdla.compiler import CompileError, ScheduleCache, compile_conv2d
 from vdla.compiler.blockdiag import region
 from vdla.compiler.chain import join_programs, weight_relocator
-from vdla.compiler.depthwise import compile_depthwise
+from vdla.compiler.depthwise import compile_depthwise, mode_refusal
 from vdla.compiler.epilogue import normalize
 from vdla.compiler.pool import compile_pool
 from vdla.compiler.search import emit_program
@@ -326,9 +326,12 @@ class ModelBuilder:
         op = layer.op + "+max_pool2d" * (layer.pool is not None)
         return self.conv_step(layer, op, compiled, insns, code, compiled.schedule.describe(), compiled.spec.macs)
 
-    def conv_step(self, layer: AccelLayer, op: str, compiled, insns, code, schedule: str, macs: int) -> AccelStep:
-        """The step of a convolution layer ``compiled`` (its last part, for one of parts) as the tables show it; a
-        0/1 convolution that moves values (:data:`~vdla.graph.copies.COPY`) counts no MAC of the network."""
+    def conv_step(
+        self, layer: AccelLayer, op: str, compiled, insns, code, schedule: str, macs: int, note: str = ""
+    ) -> AccelStep:
+        """The step of a convolution layer ``compiled`` (its last part, for one of parts) as the tables show it
+        (``note``: the step table's note); a 0/1 convolution that moves values (:data:`~vdla.graph.copies.COPY`)
+        counts no MAC of the network."""
         sp = compiled.spec
         desc = {
             "op": op,
@@ -339,6 +342,8 @@ class ModelBuilder:
             "schedule": schedule,
             "epilogue": compiled.epilogue.key(),
         }
+        if note:
+            desc["note"] = note
         moves = self.g.producers()[layer.nodes[0]].attrs.get(COPY)
         if moves:
             desc["copy"] = moves
@@ -362,7 +367,12 @@ class ModelBuilder:
         macs = n * c * sp.oh * sp.ow * sp.kh * sp.kw * (1 if depthwise else c)
         schedule = f"{len(programs)} block-diagonal parts, {compiled.schedule.describe()}"
         op = "depthwise_conv2d" if depthwise else layer.op
-        return self.conv_step(layer, op, compiled, joined.insns, code, schedule, macs)
+        note = ""
+        if depthwise:  # why not the depthwise mode, for the step table
+            g = layer.geometry
+            why = mode_refusal(layer.in_shape, layer.weights, g.stride, g.padding, g.dilation, layer.epilogue, self.cfg)
+            note = f"block-diagonal parts, not the depthwise mode: {why}"
+        return self.conv_step(layer, op, compiled, joined.insns, code, schedule, macs, note)
 
     def compile_depthwise(self, layer: AccelLayer, dev: Device, addr: dict[str, int]) -> AccelStep:
         """A depthwise layer on the depthwise mode (:mod:`vdla.compiler.depthwise`), its schedule timed on the
