@@ -17,7 +17,7 @@ import numpy as np
 from vdla.compiler import CompileError, ScheduleCache, compile_conv2d
 from vdla.compiler.blockdiag import region
 from vdla.compiler.chain import join_programs, weight_relocator
-from vdla.compiler.depthwise import compile_depthwise, mode_refusal
+from vdla.compiler.depthwise import compile_depthwise
 from vdla.compiler.epilogue import normalize
 from vdla.compiler.pool import compile_pool
 from vdla.compiler.search import emit_program
@@ -159,24 +159,14 @@ class ModelBuilder:
     def stored_alone(
         self, node: Node, layers: dict[str, AccelLayer], consumers: dict[str, list[Node]], joins: bool = False
     ) -> bool:
-        """Whether each input of ``node`` (distinct) is a conv2d layer's output (not on the depthwise mode, whose
-        stores take no view) with no fused pool that only
-        ``node`` reads and no other view holds: a layer that may store into ``node``'s tensor. For a
-        concatenation (``joins``) the layer may add a residual, and an interleave whose phases store in place
-        counts too (its phases then store into the concatenation)."""
+        """Whether each input of ``node`` (distinct) is the output of a layer that may store through a view
+        (:func:`_stores_through_view`) that only ``node`` reads and no other view holds: a layer that may store
+        into ``node``'s tensor. An interleave whose phases store in place counts too for a concatenation
+        (``joins``: its phases then store into the concatenation)."""
         parts = [layers.get(v) for v in node.inputs]
         interleaved = {t for t, _ in self.views.values()} if joins else set()
         return len(set(node.inputs)) == len(node.inputs) and all(
-            (
-                v in interleaved
-                or (
-                    p is not None
-                    and p.op == "conv2d"
-                    and not p.dw_mode
-                    and p.pool is None
-                    and (joins or not p.residual)
-                )
-            )
+            (v in interleaved or _stores_through_view(p, joins))
             and consumers.get(v, []) == [node]
             and v not in self.g.outputs
             and v not in self.views
@@ -326,12 +316,10 @@ class ModelBuilder:
         op = layer.op + "+max_pool2d" * (layer.pool is not None)
         return self.conv_step(layer, op, compiled, insns, code, compiled.schedule.describe(), compiled.spec.macs)
 
-    def conv_step(
-        self, layer: AccelLayer, op: str, compiled, insns, code, schedule: str, macs: int, note: str = ""
-    ) -> AccelStep:
-        """The step of a convolution layer ``compiled`` (its last part, for one of parts) as the tables show it
-        (``note``: the step table's note); a 0/1 convolution that moves values (:data:`~vdla.graph.copies.COPY`)
-        counts no MAC of the network."""
+    def conv_step(self, layer: AccelLayer, op: str, compiled, insns, code, schedule: str, macs: int) -> AccelStep:
+        """The step of a convolution layer ``compiled`` (its last part, for one of parts) as the tables show it,
+        with the layer's note; a 0/1 convolution that moves values (:data:`~vdla.graph.copies.COPY`) counts no MAC
+        of the network."""
         sp = compiled.spec
         desc = {
             "op": op,
@@ -342,8 +330,8 @@ class ModelBuilder:
             "schedule": schedule,
             "epilogue": compiled.epilogue.key(),
         }
-        if note:
-            desc["note"] = note
+        if layer.note:
+            desc["note"] = layer.note
         moves = self.g.producers()[layer.nodes[0]].attrs.get(COPY)
         if moves:
             desc["copy"] = moves
@@ -367,12 +355,7 @@ class ModelBuilder:
         macs = n * c * sp.oh * sp.ow * sp.kh * sp.kw * (1 if depthwise else c)
         schedule = f"{len(programs)} block-diagonal parts, {compiled.schedule.describe()}"
         op = "depthwise_conv2d" if depthwise else layer.op
-        note = ""
-        if depthwise:  # why not the depthwise mode, for the step table
-            g = layer.geometry
-            why = mode_refusal(layer.in_shape, layer.weights, g.stride, g.padding, g.dilation, layer.epilogue, self.cfg)
-            note = f"block-diagonal parts, not the depthwise mode: {why}"
-        return self.conv_step(layer, op, compiled, joined.insns, code, schedule, macs, note)
+        return self.conv_step(layer, op, compiled, joined.insns, code, schedule, macs)
 
     def compile_depthwise(self, layer: AccelLayer, dev: Device, addr: dict[str, int]) -> AccelStep:
         """A depthwise layer on the depthwise mode (:mod:`vdla.compiler.depthwise`), its schedule timed on the
@@ -578,3 +561,16 @@ def _cpu_reasons(nodes: list[Node]) -> list[str]:
     return [f"{op}: {ONLY_WHEN[op]}" for op in ops if op in ONLY_WHEN] + [
         f"{', '.join(v)}: {k}" for k, v in kinds.items() if v
     ]
+
+
+def _stores_through_view(layer: AccelLayer | None, joins: bool) -> bool:
+    """Whether ``layer`` may store its output through an :class:`~vdla.compiler.spec.OutputView`: a conv2d's
+    (not on the depthwise mode, whose stores take no view) with no fused pool, adding a residual only into a
+    concatenation (``joins``)."""
+    return (
+        layer is not None
+        and layer.op == "conv2d"
+        and not layer.dw_mode
+        and layer.pool is None
+        and (joins or not layer.residual)
+    )

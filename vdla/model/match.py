@@ -46,7 +46,8 @@ class AccelLayer:
     ``groups`` equals the channels of a depthwise conv2d (``weights`` (C, 1, kh, kw)); ``parts``, where not empty:
     the layer runs as these block-diagonal parts (:mod:`vdla.compiler.blockdiag`), a depthwise one or one whose
     dense weights are block-diagonal, built and checked once, at placement; a depthwise layer without parts
-    runs on the GEMM core's depthwise mode (:mod:`vdla.compiler.depthwise`, ``dw_mode``)."""
+    runs on the GEMM core's depthwise mode (:mod:`vdla.compiler.depthwise`, ``dw_mode``); ``note``: why the
+    layer runs as it does where the step table should say so (a depthwise layer the mode refused)."""
 
     op: str
     nodes: tuple[str, ...]
@@ -61,6 +62,7 @@ class AccelLayer:
     w: str | None = None
     groups: int = 1
     parts: tuple[BlockPart, ...] = ()
+    note: str = ""
 
     def spec(self) -> Conv2dSpec:
         """The layer's shape as the compiler checks it (raises CompileError naming what does not fit); for a
@@ -250,28 +252,31 @@ def match_accel(anchor: Node, graph: Graph, types: dict[str, TensorType], cfg: H
     if runtime:
         return replace(layer, w=w)
     layer = replace(layer, groups=groups)
-    parts = _runs_as_parts(layer, cfg)
-    return parts if isinstance(parts, str) else replace(layer, parts=parts)
+    found = _runs_as_parts(layer, cfg)
+    if isinstance(found, str):
+        return found
+    parts, note = found
+    return replace(layer, parts=parts, note=note)
 
 
-def _runs_as_parts(layer: AccelLayer, cfg: HwConfig) -> tuple[BlockPart, ...] | str:
-    """The block-diagonal parts ``layer`` runs as (:mod:`vdla.compiler.blockdiag`): none for a depthwise layer
-    the depthwise mode takes (:func:`~vdla.compiler.depthwise.mode_refusal`), else its parts, or why it cannot
-    run as either; a conv2d's whose dense weights are block-diagonal where its parts fit (else none: it runs in
-    its dense form)."""
+def _runs_as_parts(layer: AccelLayer, cfg: HwConfig) -> tuple[tuple[BlockPart, ...], str] | str:
+    """The block-diagonal parts ``layer`` runs as (:mod:`vdla.compiler.blockdiag`) and the step table's note:
+    none for a depthwise layer the depthwise mode takes (:func:`~vdla.compiler.depthwise.mode_refusal`), else
+    its parts with the mode's refusal, or why it cannot run as either; a conv2d's whose dense weights are
+    block-diagonal where its parts fit (else none: it runs in its dense form)."""
     depthwise = layer.groups != 1
     g = layer.geometry
     if depthwise:
         why = mode_refusal(layer.in_shape, layer.weights, g.stride, g.padding, g.dilation, layer.epilogue, cfg)
         if why is None:
-            return ()
+            return (), ""
     if not depthwise and (
         layer.op != "conv2d" or parts_refusal(cfg) or not is_block_diagonal(layer.weights, cfg.block_out)
     ):
-        return ()
+        return (), ""
     try:
         parts = block_parts(layer.in_shape, layer.weights, layer.epilogue, cfg)
         check_parts(parts, layer.weights.shape[2:], g.stride, g.padding, cfg)
     except CompileError as e:
-        return f"depthwise mode: {why}; depthwise parts: {e}" if depthwise else ()
-    return tuple(parts)
+        return f"depthwise mode: {why}; depthwise parts: {e}" if depthwise else ((), "")
+    return tuple(parts), f"block-diagonal parts, not the depthwise mode: {why}" if depthwise else ""

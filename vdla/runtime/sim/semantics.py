@@ -144,14 +144,15 @@ def exec_gemm(sram: Sram, insn: GemmInsn) -> None:
         sram.acc[touched] = 0
         sram.mirror(touched)
         return
-    if sram.epi.dw:
-        _accumulate_init(sram, insn, dst, _dw_sums(sram, insn, dst, src, wgt))
-        sram.mirror(touched)
-        return
-    _check_range(src, cfg.inp_depth, "GEMM INP (src)")
-    _check_range(wgt, cfg.wgt_depth, "GEMM WGT (wgt)")
+    dw = _dw_sums(sram, insn, dst, src, wgt) if sram.epi.dw else None  # range-checked as they are formed
+    if dw is None:
+        _check_range(src, cfg.inp_depth, "GEMM INP (src)")
+        _check_range(wgt, cfg.wgt_depth, "GEMM WGT (wgt)")
     if insn.init and not _init_accumulators(sram, insn, dst):
-        _gemm_sequential(sram, dst, src, wgt)
+        sums = dw if dw is not None else _products(sram, src.reshape(-1), wgt.reshape(-1))
+        _accumulate_sequential(sram, dst, sums)
+    elif dw is not None:
+        _accumulate(sram.acc, dst.reshape(-1), dw)
     else:
         if np.all(wgt == wgt[:, :, :1]):
             rows, sums = _loop_products(sram, insn, dst, src, wgt[:, :, 0])
@@ -213,20 +214,6 @@ def _dw_sums(sram: Sram, insn: GemmInsn, dst: np.ndarray, src: np.ndarray, wgt: 
     return sums.astype(np.int32)[:, None, :]
 
 
-def _accumulate_init(sram: Sram, insn: GemmInsn, dst: np.ndarray, sums: np.ndarray) -> None:
-    """ACC[dst] += sums per iteration (execution order), an ``init`` GEMM's first update of each row starting
-    from its init value (see :class:`GemmInsn`)."""
-    if insn.init and not _init_accumulators(sram, insn, dst):
-        seen: set[int] = set()
-        n_in_uop = dst.shape[1] * dst.shape[2]
-        for n, d in enumerate(dst.reshape(-1).tolist()):
-            base = sram.acc[d] if d in seen else sram.acc[sram.epi.bias_base + n // n_in_uop]
-            seen.add(d)
-            sram.acc[d] = (base.astype(np.int64) + sums[n].astype(np.int64)).astype(np.int32)
-        return
-    _accumulate(sram.acc, dst.reshape(-1), sums)
-
-
 def _init_accumulators(sram: Sram, insn: GemmInsn, dst: np.ndarray) -> bool:
     """Set every accumulator of an ``init`` GEMM to its init value (the bias row of the iteration that
     first touches it, or zero). False, changing nothing, when a bias row is itself a destination: then
@@ -243,15 +230,15 @@ def _init_accumulators(sram: Sram, insn: GemmInsn, dst: np.ndarray) -> bool:
     return True
 
 
-def _gemm_sequential(sram: Sram, dst: np.ndarray, src: np.ndarray, wgt: np.ndarray) -> None:
-    """An ``init`` GEMM one iteration at a time, in execution order."""
+def _accumulate_sequential(sram: Sram, dst: np.ndarray, sums: np.ndarray) -> None:
+    """An ``init`` GEMM's updates one iteration at a time, in execution order: ACC[dst[n]] += sums[n], each
+    row's first update starting from the bias row of its iteration's outer index."""
     seen: set[int] = set()
-    for (o, i, u), d in np.ndenumerate(dst):
-        d = int(d)
-        base = sram.acc[d] if d in seen else sram.acc[sram.epi.bias_base + o]
+    per_outer = dst.shape[1] * dst.shape[2]
+    for n, d in enumerate(dst.reshape(-1).tolist()):
+        base = sram.acc[d] if d in seen else sram.acc[sram.epi.bias_base + n // per_outer]
         seen.add(d)
-        prod = sram.inp[src[o, i, u]] @ sram.wgt[wgt[o, i, u]].T
-        sram.acc[d] = (base.astype(np.int64) + prod.astype(np.int64)).astype(np.int32)
+        sram.acc[d] = (base.astype(np.int64) + sums[n].astype(np.int64)).astype(np.int32)
 
 
 def _loop_products(
