@@ -283,3 +283,43 @@ def test_depthwise_window_outside_inp(dev):
                 "gemm uop=0:1 iter=1,1 dst=0,0 src=0,0 wgt=0,0\nfinish",
             )
         uop.free()
+
+
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ("alu add pipe uop=0:1 iter=1,2 dst=0,1 src=0,0", "pipe is a MUL's, not ADD's$"),
+        ("alu mul pipe uop=0:1 iter=1,2 dst=0,1 src=0,0 imm=3", "a pipelined MUL reads its source row"),
+        ("alu mul pipe uop=0:2 iter=1,2 dst=0,1 src=0,0", "a pipelined MUL holds .*one micro-op \\(has 2\\)"),
+        ("alu mul pipe uop=0:1 iter=1,2 dst=0,1 src=0,1", "a pipelined MUL holds .* src_factor_in 0 \\(is 1\\)$"),
+    ],
+    ids=["add", "imm", "two-uops", "moving-source"],
+)
+def test_bad_pipe_flag(dev, text, message):
+    """ALU pipe on anything but a MUL holding one source row is refused on both backends with the same message
+    (the hardware's dispatch check on the RTL)."""
+    for target in (Device("pynq"), dev):
+        with pytest.raises(FaultError, match=f"instruction 0 \\(.*\\): {message}"):
+            run_asm(target, text + "\nfinish")
+
+
+@pytest.mark.parametrize(
+    "dst,src,loop,where",
+    [
+        (4, 9, "dst=0,0", "iteration \\(0, 0\\) writes ACC row 4, which the next iteration reads as its destination"),
+        (5, 7, "dst=0,1", "iteration \\(0, 2\\) writes ACC row 7, which the next iteration reads as its held source"),
+    ],
+    ids=["destination", "held-row"],
+)
+def test_pipelined_mul_hazard(dev, dst, src, loop, where):
+    """A pipelined MUL whose inner iteration reads the row the one before it writes (its destination, or the
+    held source row) stops with a fault on both backends: the simulator names the iteration, the hardware the
+    instruction (ERR_HAZARD). Without pipe the same instruction runs."""
+    for target, message in ((Device("pynq"), f"pipelined MUL: {where}"), (dev, "pipelined MUL: an iteration reads")):
+        uop = target.array(np.array([dst | src << 11], np.uint32))
+        load = f"load uop sram=0 dram={uop.elem(4)} y=1 x=1 stride=1\n"
+        text = load + f"alu mul{{}} uop=0:1 iter=1,4 {loop} src=0,0\nfinish"
+        with pytest.raises(FaultError, match=f"instruction 1 \\(alu mul pipe .*\\): {message}"):
+            run_asm(target, text.format(" pipe"))
+        run_asm(target, text.format(""))
+        uop.free()

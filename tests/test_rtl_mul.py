@@ -6,6 +6,8 @@ what they just wrote, and the forms that read no source row (immediates, resets)
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from acc_readback import read_acc
@@ -13,6 +15,7 @@ from acc_readback import read_acc
 from vdla.config import load_config
 from vdla.cycles import alu_cycles, alu_ii, holds_src, src_reads
 from vdla.isa import AluInsn, AluOp, MemType
+from vdla.isa.pipe import pipe_hazard, pipe_rows
 from vdla.runtime import Device
 
 ROWS = 64
@@ -36,6 +39,24 @@ def _held(cmd, rng: np.random.Generator, op: AluOp) -> None:
     cmd.alu(op, [(d, src)], iter_out=n_out, iter_in=n_in, dst_factor=(n_in, 1), src_factor=(sfo, 0), shift=shift)
 
 
+def _pipelined(cmd, rng: np.random.Generator) -> None:
+    """A pipelined MUL (pipe: inner iterations one a cycle) over iter_out x iter_in rows without a hazard: the
+    held row is outside the rows, or the inner loop's last row; the outer step repeats the rows (0), starts
+    where the last inner row was ((n_in - 1) * dfi: read from W by the next outer iteration's first), follows on
+    (n_in * dfi) or jumps."""
+    n_out, n_in, dfi = int(rng.integers(1, 4)), int(rng.integers(2, 7)), int(rng.integers(1, 3))
+    dfo = int(rng.choice([0, (n_in - 1) * dfi, n_in * dfi, int(rng.integers(1, 9))]))
+    span = (n_out - 1) * dfo + (n_in - 1) * dfi + 1
+    d = int(rng.integers(0, ROWS - span))
+    src, sfo = int(rng.integers(0, ROWS - n_out)), 1
+    insn = AluInsn(alu_opcode=AluOp.MUL, iter_out=n_out, iter_in=n_in, dst_factor_out=dfo, dst_factor_in=dfi)
+    if rng.random() < 0.5 or pipe_hazard(*pipe_rows((d, src), replace(insn, src_factor_out=sfo))):
+        src, sfo = d + (n_in - 1) * dfi, dfo  # the inner loop's last row: the next outer iteration's SRC reads it
+    shift = int(rng.choice([0, 1, 17, 31, 62]))
+    loop = {"iter_out": n_out, "iter_in": n_in, "dst_factor": (dfo, dfi), "src_factor": (sfo, 0)}
+    cmd.alu(AluOp.MUL, [(d, src)], **loop, shift=shift, pipe=True)
+
+
 def _program(dev: Device, seed: int) -> tuple[np.ndarray, list[tuple[str, int, int]]]:
     """Random MUL-heavy and held-row ALU instructions over ROWS accumulator rows, then every row read back
     (acc_readback). Returns the accumulators and each ALU instruction's (label, start, end) cycles."""
@@ -49,12 +70,14 @@ def _program(dev: Device, seed: int) -> tuple[np.ndarray, list[tuple[str, int, i
     cmd.load(MemType.ACC, 0, acc_d, 0, 1, ROWS, ROWS)
     for _ in range(16):
         n = int(rng.integers(1, 9))
-        kind = rng.choice(["chain", "overlap", "imm", "reset", "reset_imm", "other", "held", "held"])
+        kind = rng.choice(["chain", "overlap", "imm", "reset", "reset_imm", "other", "held", "held", "pipe", "pipe"])
         op = AluOp.ADD if kind == "other" else AluOp.MUL
         d, s = int(rng.integers(0, ROWS - n)), int(rng.integers(0, ROWS - n))
         shift = int(rng.choice([0, 1, 17, 31, 32, 62, 63, rng.integers(0, 64)]))
         if kind == "held":
             _held(cmd, rng, HELD_OPS[int(rng.integers(0, len(HELD_OPS)))])
+        elif kind == "pipe":
+            _pipelined(cmd, rng)
         elif kind == "chain":  # every iteration reads the row the previous one wrote, as destination and source
             cmd.alu(op, [(d, d)], iter_out=n, shift=shift)
         elif kind == "overlap":  # the source is the previous iteration's destination, forwarded from W
@@ -90,7 +113,8 @@ def _insn(op: AluOp, **loop) -> AluInsn:
 def test_alu_cycle_rule():
     """One cycle per iteration but alu_ii for each source-row read: every iteration of a two-operand
     instruction, once per outer iteration when the row is held (one micro-op, src_factor_in 0, not a shift);
-    and alu_mul_cycles - 1 more for every iteration of a MUL (its multiply is registered)."""
+    and alu_mul_cycles - 1 more for every iteration of a MUL (its multiply is registered), or with pipe for
+    each inner loop's last."""
     t = load_config("pynq").timing
     base = t.alu_setup + t.alu_pipeline
     loop = {"iter_out": 3, "iter_in": 10}
@@ -110,3 +134,6 @@ def test_alu_cycle_rule():
     assert alu_ii(t, mul, use_imm=False) == t.alu_ii + m - 1 == 3
     assert alu_ii(t, AluOp.REQ, False, same_src=True) == t.alu_ii == 2
     assert holds_src(_insn(AluOp.CLIP, **loop)) and not holds_src(_insn(AluOp.REQ, **loop))
+    # pipelined: the MUL's extra cycle only after each inner loop's last iteration
+    assert alu_cycles(t, _insn(mul, pipe=True, **loop)) == base + 30 + 3 * (m - 1) + 3 * (t.alu_ii - 1)
+    assert alu_ii(t, mul, False, same_src=True, pipe=True) == 1

@@ -37,29 +37,38 @@ def src_reads(insn: AluInsn) -> int:
     return insn.iter_out if holds_src(insn) else insn.iterations
 
 
-def alu_ii(t: Timing, op: AluOp, use_imm: bool, reset: bool = False, same_src: bool = False) -> int:
+def alu_ii(t: Timing, op: AluOp, use_imm: bool, reset: bool = False, same_src: bool = False, pipe: bool = False) -> int:
     """Cycles per uop-iteration of an ALU instruction: ``alu_ii`` when it reads ``ACC[src]`` as well as
     ``ACC[dst]`` (one ACC read port), else 1: an immediate, a reset, or (``same_src``: one source row for the
     whole inner loop) a row held across the inner loop (:func:`holds_src`; read once per outer iteration,
-    which this per-iteration figure leaves out). A MUL takes ``alu_mul_cycles - 1`` more (:func:`mul_extra`).
-    The RTL (``vdla_loop_seq``) issues by the same rule; the compiler's epilogue cost uses this function too."""
+    which this per-iteration figure leaves out). A MUL takes ``alu_mul_cycles - 1`` more (:func:`mul_extra`),
+    unless pipelined (``pipe``: then only each inner loop's last, also left out here). The RTL
+    (``vdla_loop_seq``) issues by the same rule; the compiler's epilogue cost uses this function too."""
     base = 1 if reset or use_imm or _held(op, same_src) else t.alu_ii
-    return base + mul_extra(t, op)
+    return base + (0 if pipe else mul_extra(t, op))
 
 
 def mul_extra(t: Timing, op: AluOp) -> int:
     """Cycles a MUL uop-iteration takes beyond another operation's: ``alu_mul_cycles - 1``, 0 for the others.
-    Its multiply is registered in the DSPs (the timing proxy), so its ALU slot stays two cycles in the
-    read-modify-write's C stage and the sequencer leaves the cycle after it without an issue (resets too:
-    the rule is the operation's alone)."""
+    Its multiply is registered in the DSPs (the timing proxy): its slot spends a cycle in the read-modify-write's
+    C stage (the partial products), then one in M (their sum), so the sequencer leaves the cycle after it
+    without an issue, and the next iteration sees its result (resets too: the rule is the operation's alone)."""
     return t.alu_mul_cycles - 1 if op == AluOp.MUL else 0
+
+
+def mul_gaps(insn: AluInsn) -> int:
+    """Uop-iterations of an ALU instruction followed by :func:`mul_extra` cycles without an issue: every one of a
+    MUL, or with ``pipe`` (:mod:`vdla.isa.pipe`: one micro-op) only each inner loop's last; none otherwise."""
+    if insn.alu_opcode != AluOp.MUL:
+        return 0
+    return insn.iter_out if insn.pipe else insn.iterations
 
 
 def alu_cycles(t: Timing, insn: AluInsn) -> int:
     """Cycles of an ALU instruction: setup, one per uop-iteration plus ``alu_ii - 1`` per source-row read
-    (:func:`src_reads`) and :func:`mul_extra` per uop-iteration, and the pipeline drain."""
-    per_iter = 1 + mul_extra(t, insn.alu_opcode)
-    return t.alu_setup + insn.iterations * per_iter + src_reads(insn) * (t.alu_ii - 1) + t.alu_pipeline
+    (:func:`src_reads`) and :func:`mul_extra` per :func:`mul_gaps`, and the pipeline drain."""
+    extra = mul_gaps(insn) * mul_extra(t, insn.alu_opcode) + src_reads(insn) * (t.alu_ii - 1)
+    return t.alu_setup + insn.iterations + extra + t.alu_pipeline
 
 
 def burst_beats(addr: int, nbytes: int, bus_bytes: int, max_beats: int) -> tuple[int, int]:

@@ -14,10 +14,12 @@
 // slot is in R and registered (the match's address compares come from the caller: r_hit_c_i, r_hit_w_i), and
 // b's shift controls (vdla_pkg::alu_lane_ctl) are formed from the immediate in R or from the source row in its
 // SRC slot's C, so the C stage is a one-level operand mux and the ALU.
-// A MUL slot stays two cycles in C (its multiply is registered, vdla_alu): its first cycle (c_mul1_q) forms the
-// partial products, its second the result. The sequencer leaves R empty in its first cycle
-// (vdla.cycles.mul_extra), so the slot behind it meets it in C as any slot meets the one ahead; c_hold_o tells
-// the caller that the slot in C stays.
+// A MUL slot takes one cycle in C, where the ALU forms its partial products (vdla_alu, mul_en_i), and one in M,
+// where it sums them, then W: its result comes a cycle after another operation's. The slot that writes next
+// cycle (in M for a MUL, else in C) is the one whose result a read in R takes from W. The sequencer leaves the
+// cycle after a MUL without an issue (vdla.cycles.mul_extra), except between a pipelined MUL's inner
+// iterations (vdla.isa.pipe): then the slot in R meets a MUL in C, whose result comes too late for it, and
+// reading the row that MUL writes (as the destination, or as the held row) is a fault (hazard_o).
 module vdla_acc_rmw #(
   parameter int LANES = vdla_pkg::LANES,
   parameter int AW    = vdla_pkg::ACC_AW
@@ -31,6 +33,7 @@ module vdla_acc_rmw #(
   input  logic [AW-1:0]       r_addr_i,
   input  logic [AW-1:0]       r_waddr_i,
   input  logic                r_hit_c_i,  // r_addr_i == the slot in C's r_waddr_i (the caller's compare)
+  input  logic                r_hit_m_i,  // r_addr_i == the slot in M's r_waddr_i
   input  logic                r_hit_w_i,  // r_addr_i == the slot in W's r_waddr_i
   input  vdla_pkg::alu_op_e   alu_op_i,   // held for the whole instruction
   input  logic                use_imm_i,
@@ -45,22 +48,26 @@ module vdla_acc_rmw #(
   output logic                wr_valid_o,
   output logic [AW-1:0]       wr_addr_o,
   output logic [AW-1:0]       c_waddr_o,  // the write address of the slot in C (wr_addr_o: of the slot in W)
+  output logic [AW-1:0]       m_waddr_o,  // of the slot in M
+  output logic                m_valid_o,  // a MUL slot in M: it writes next cycle, from W
   output logic [LANES*32-1:0] wr_data_o,
-  output logic                c_hold_o,   // the slot in C stays there next cycle (a MUL's first cycle)
-  output logic                busy_o      // a slot in C or W
+  output logic                hazard_o,   // the slot in R reads the row the MUL in C writes (a pipelined MUL's)
+  output logic                busy_o      // a slot in C, M or W
 );
-  logic                c_valid_q, w_valid_q;
+  logic                c_valid_q, m_valid_q, w_valid_q;
   vdla_pkg::slot_e     c_kind_q;
-  logic [AW-1:0]       c_addr_q, c_waddr_q, w_addr_q, held_addr_q;
+  logic [AW-1:0]       c_addr_q, c_waddr_q, m_waddr_q, w_addr_q, held_addr_q;
   logic [LANES*32-1:0] w_data, f_data_q, b_q, rd, a, b;
-  logic                c_alu, c_src, req;
-  logic                c_mul1_q, c_dead_q;  // a MUL slot in its first cycle in C; one killed then (no write)
+  logic                c_alu, c_src, c_mul, c_next, req;
+  logic                c_mul_q;  // the slot in C is a MUL's ALU slot (its result from M)
   localparam int CW = vdla_pkg::ALU_CTL_W;
   logic [LANES*CW-1:0] ctl_q;  // the shift controls of b (vdla_pkg::alu_lane_ctl), lane l's in [l*CW +: CW]
 
   assign req   = alu_op_i == vdla_pkg::ALU_REQ;
   assign c_src = c_valid_q && c_kind_q == vdla_pkg::SLOT_SRC;
   assign c_alu = c_valid_q && !c_src;  // a slot in C that writes
+  assign c_mul = c_alu && c_mul_q;     // ... from M, a cycle later
+  assign c_next = c_alu && !c_mul_q;   // ... next cycle, from W
 
   // no read for a ZERO slot, a slot that sees zeros, or op(0, imm)
   assign acc_re_o    = r_valid_i && r_kind_i != vdla_pkg::SLOT_ZERO && !r_zero_i
@@ -68,7 +75,8 @@ module vdla_acc_rmw #(
   assign acc_raddr_o = r_addr_i;
 
   // The operand selects of the slot in R, registered for its C stage: the forwarding compares the address
-  // read with the rows that will be in W and in F (written the cycle before) when the slot is in C. A reset
+  // read with the rows that will be in W (the slot in M, else the one in C that is no MUL) and in F (written the
+  // cycle before: the slot in W) when the slot is in C. A reset
   // with a row operand, op(0, ACC[src]), computes op(ACC[src], 0) (MIN, MAX and ADD commute; CLIP takes its
   // bounds from a, u_alu's clip_a_i; SHR, RSHR, REQ and MUL give 0), so b is never the row read in C.
   logic          alu_r, held_r, held_fw, zero_op, fw_w, fw_f, a_en;
@@ -77,14 +85,16 @@ module vdla_acc_rmw #(
   logic          b_sum_q, b_w_q, b_bq_q;    // b: the GEMM sums, W (the held row just written), b_q (none: 0)
   logic          zero_q, clip_a_q;
   assign alu_r     = r_kind_i == vdla_pkg::SLOT_ALU;
-  // a two-operand ALU slot without its SRC slot in C: its b is the held row, which the slot in C may write
+  // a two-operand ALU slot without its SRC slot in C: its b is the held row, which the slot writing next
+  // cycle may write
   assign held_r    = alu_r && !use_imm_i && !a_zero_i && !c_src;
-  assign held_fw   = held_r && c_alu && c_waddr_q == held_addr_q;
+  assign held_fw   = held_r && ((m_valid_q && m_waddr_q == held_addr_q) || (c_next && c_waddr_q == held_addr_q));
   assign zero_op   = alu_op_i == vdla_pkg::ALU_SHR || alu_op_i == vdla_pkg::ALU_RSHR || alu_op_i == vdla_pkg::ALU_REQ
                   || alu_op_i == vdla_pkg::ALU_MUL;  // op(0, v) = 0
 
-  assign fw_w      = c_alu && r_hit_c_i;      // c_waddr_q == r_addr_i
+  assign fw_w      = (m_valid_q && r_hit_m_i) || (c_next && r_hit_c_i);  // m_waddr_q, c_waddr_q == r_addr_i
   assign fw_f      = w_valid_q && r_hit_w_i;  // w_addr_q == r_addr_i
+  assign hazard_o  = c_mul && ((acc_re_o && r_hit_c_i) || (r_valid_i && held_r && c_waddr_q == held_addr_q));
   assign a_en      = !r_zero_i && !(alu_r && a_zero_i && use_imm_i);  // op(0, imm) reads nothing
 
   always_ff @(posedge clk_i) begin
@@ -112,8 +122,8 @@ module vdla_acc_rmw #(
 
   vdla_alu #(.LANES(LANES)) u_alu (
     .clk_i,
-    .en_i   (c_alu && !c_mul1_q),
-    .mul_en_i (c_mul1_q),
+    .en_i   (c_next || m_valid_q),
+    .mul_en_i (c_mul),
     .zero_i (zero_q),
     .clip_a_i (clip_a_q),
     .op_i   (c_kind_q == vdla_pkg::SLOT_GEMM ? vdla_pkg::ALU_ADD : alu_op_i),  // GEMM accumulates
@@ -127,30 +137,31 @@ module vdla_acc_rmw #(
   assign wr_valid_o = w_valid_q;
   assign wr_addr_o  = w_addr_q;
   assign c_waddr_o  = c_waddr_q;
+  assign m_waddr_o  = m_waddr_q;
+  assign m_valid_o  = m_valid_q;
   assign wr_data_o  = w_data;
-  assign c_hold_o   = c_mul1_q;
-  assign busy_o     = c_valid_q || w_valid_q;
+  assign busy_o     = c_valid_q || m_valid_q || w_valid_q;
 
+  // a slot killed in C writes nothing: a MUL does not go on to M
   always_ff @(posedge clk_i or negedge rst_ni) begin
     if (!rst_ni) begin
       c_valid_q <= 1'b0;
+      m_valid_q <= 1'b0;
       w_valid_q <= 1'b0;
-      c_mul1_q  <= 1'b0;
     end else begin
-      c_valid_q <= r_valid_i || c_mul1_q;
-      w_valid_q <= c_alu && !c_mul1_q && !c_kill_i && !c_dead_q;
-      c_mul1_q  <= r_valid_i && r_kind_i == vdla_pkg::SLOT_ALU && alu_op_i == vdla_pkg::ALU_MUL;
+      c_valid_q <= r_valid_i;
+      m_valid_q <= c_mul && !c_kill_i;
+      w_valid_q <= (c_next && !c_kill_i) || m_valid_q;
     end
   end
 
   always_ff @(posedge clk_i) begin
-    c_dead_q <= c_mul1_q && c_kill_i;  // the kill comes in the slot's first cycle in C
-    if (!c_mul1_q) begin
-      c_kind_q  <= r_kind_i;
-      c_addr_q  <= r_addr_i;
-      c_waddr_q <= r_waddr_i;
-    end
-    w_addr_q  <= c_waddr_q;
+    c_mul_q   <= r_kind_i == vdla_pkg::SLOT_ALU && alu_op_i == vdla_pkg::ALU_MUL;
+    c_kind_q  <= r_kind_i;
+    c_addr_q  <= r_addr_i;
+    c_waddr_q <= r_waddr_i;
+    m_waddr_q <= c_waddr_q;
+    w_addr_q  <= m_valid_q ? m_waddr_q : c_waddr_q;
     if (w_valid_q) f_data_q <= w_data;
     // b_q: the source row a SRC slot read, else an immediate instruction's operand, else the held row as the
     // instruction writes it (the shifts, whose controls ctl_q come with b_q, never hold their row)
@@ -166,10 +177,12 @@ module vdla_acc_rmw #(
     end
   end
 
-  `ASSERT(a_mul_alone, c_mul1_q |-> !r_valid_i, "acc_rmw: a slot entered R behind a MUL in its first cycle in C")
+  `ASSERT(a_one_writer, m_valid_q |-> !c_next, "acc_rmw: a MUL in M and a slot in C would both write next cycle")
   // The caller forms the forwarding compares (vdla_compute_loop: from parts prepared a cycle ahead).
   `ASSERT(a_hit_c, r_valid_i |-> r_hit_c_i == (c_waddr_q == r_addr_i),
           "acc_rmw: r_hit_c_i disagrees with the address compare")
+  `ASSERT(a_hit_m, r_valid_i |-> r_hit_m_i == (m_waddr_q == r_addr_i),
+          "acc_rmw: r_hit_m_i disagrees with the address compare")
   `ASSERT(a_hit_w, r_valid_i |-> r_hit_w_i == (w_addr_q == r_addr_i),
           "acc_rmw: r_hit_w_i disagrees with the address compare")
 endmodule

@@ -86,7 +86,7 @@ module vdla_compute (
   state_e      state_q;
   logic [15:0] nop_q;
   logic        push_prev_q, push_next_q;
-  logic        tokens_ok, idle, ld_done, ld_err, loop_done, index_err;
+  logic        tokens_ok, idle, ld_done, ld_err, loop_done, index_err, hazard_err;
   assign idle      = state_q == IDLE && !halt_i;
   assign tokens_ok = (!mem.hdr.pop_prev || l2c_avail_i) && (!mem.hdr.pop_next || s2c_avail_i)
                   && (!mem.hdr.push_prev || c2l_room_i) && (!mem.hdr.push_next || c2s_room_i);
@@ -96,8 +96,9 @@ module vdla_compute (
   assign cmd_pop_o = fire_o;
   assign l2c_pop_o = fire_o && mem.hdr.pop_prev;
   assign s2c_pop_o = fire_o && mem.hdr.pop_next;
-  assign err_o     = (idle && cmd_valid_i && bad) || ld_err || index_err;
-  assign err_code_o = ld_err ? vdla_pkg::ERR_BUS : index_err ? vdla_pkg::ERR_INDEX : vdla_pkg::ERR_INSN;
+  assign err_o     = (idle && cmd_valid_i && bad) || ld_err || index_err || hazard_err;
+  assign err_code_o = ld_err ? vdla_pkg::ERR_BUS : index_err ? vdla_pkg::ERR_INDEX
+                    : hazard_err ? vdla_pkg::ERR_HAZARD : vdla_pkg::ERR_INSN;
   assign finish_o  = fire_o && is_finish;
 
   assign done_o = (state_q == LOAD && ld_done) || (state_q == LOOP && loop_done)
@@ -247,7 +248,8 @@ module vdla_compute (
     .wr_addr_o   (rmw_addr),
     .wr_data_o   (rmw_data),
     .done_o      (loop_done),
-    .index_err_o (index_err)
+    .index_err_o (index_err),
+    .hazard_err_o (hazard_err)
   );
 
   // ---- ACC and OUT writes: the loop's results, or the LOAD's beats ---------------------------

@@ -43,7 +43,8 @@ module vdla_compute_loop (
   output logic [vdla_pkg::ACC_AW-1:0]                wr_addr_o,
   output logic [vdla_pkg::ACC_BITS-1:0]              wr_data_o,
   output logic                                       done_o,
-  output logic                                       index_err_o
+  output logic                                       index_err_o,
+  output logic                                       hazard_err_o  // a pipelined MUL's hazard (vdla_acc_rmw)
 );
   localparam int LU        = $clog2(vdla_pkg::UOP_BANKS);
   localparam int ACC_AW    = vdla_pkg::ACC_AW;
@@ -241,7 +242,8 @@ module vdla_compute_loop (
   logic              r_valid, r_zero, fresh;  // fresh: an init GEMM's first update of the row
   vdla_pkg::slot_e   r_kind;
   logic [ACC_AW-1:0] r_addr, r_waddr;
-  logic              r_hit_c, r_hit_w;  // r_addr equals the write address of the slot in C, in W
+  logic              r_hit_c, r_hit_m, r_hit_w;  // r_addr equals the write address of the slot in C, M, W
+  logic              hazard;
   logic              s1_alu;
   // rows the running GEMM has updated, in words of TW rows: row r is bit r % TW of word r / TW
   localparam int TW = ACC_DEPTH < 32 ? ACC_DEPTH : 32;
@@ -254,7 +256,7 @@ module vdla_compute_loop (
   assign s1_alu = s1_valid_q && !gemm_q;
   always_ff @(posedge clk_i or negedge rst_ni) begin
     if (!rst_ni) kill_q <= 1'b0;
-    else kill_q <= index_err && !gemm_q;
+    else kill_q <= (index_err && !gemm_q) || hazard;
   end
   // looked up in S2 (a 2048-to-1 mux off R's address path), with the update of the slot in S3 in that cycle
   logic s3_fresh_q;
@@ -264,23 +266,26 @@ module vdla_compute_loop (
   end
   assign fresh  = s3_fresh_q;
 
-  // The forwarding compares of the slot in R (vdla_acc_rmw's r_hit_c_i, r_hit_w_i): r_addr against the write
-  // addresses of the slots in C and W. An address formed in S1 is field + offset (mod 2^ACC_AW), so it is
-  // compared as field == waddr - offset, with the differences prepared a cycle ahead (the offsets in S1 are
-  // the sequencer's of the cycle before): the compare starts at the micro-op word, after no adder.
-  logic [ACC_AW-1:0] c_waddr, w_waddr;  // the write addresses of the slots in C and W (u_rmw's)
+  // The forwarding compares of the slot in R (vdla_acc_rmw's r_hit_c_i, r_hit_m_i, r_hit_w_i): r_addr against
+  // the write addresses of the slots in C, M and W. An address formed in S1 is field + offset (mod 2^ACC_AW),
+  // so it is compared as field == waddr - offset, with the differences prepared a cycle ahead from the slots
+  // that move there (the offsets in S1 are the sequencer's of the cycle before): the compare starts at the
+  // micro-op word, after no adder. A slot enters M from C (a MUL), W from M if a MUL is there, else from C.
+  logic [ACC_AW-1:0] c_waddr, m_waddr, w_waddr;  // the write addresses of the slots in C, M and W (u_rmw's)
+  logic              m_valid;                    // a MUL in M (it enters W next)
   logic [ACC_AW-1:0] c_dst_q, c_src_q;  // c_waddr - s1_dst_off_q, c_waddr - s1_src_off_q
+  logic [ACC_AW-1:0] m_dst_q, m_src_q;  // m_waddr - s1_dst_off_q, m_waddr - s1_src_off_q
   logic [ACC_AW-1:0] w_dst_q, w_src_q;  // w_waddr - s1_dst_off_q, w_waddr - s1_src_off_q
-  logic [ACC_AW-1:0] dst_field, src_field;
-  logic              c_hold;  // the slot in C stays (a MUL's first cycle): R is empty, no offset moves
+  logic [ACC_AW-1:0] dst_field, src_field, to_w;
   assign w_waddr = wr_addr_o;
+  assign to_w    = m_valid ? m_waddr : c_waddr;
   always_ff @(posedge clk_i) begin
-    if (!c_hold) begin
-      c_dst_q <= r_waddr - ACC_AW'(dst_off);
-      c_src_q <= r_waddr - ACC_AW'(src_off);
-    end
-    w_dst_q <= c_waddr - ACC_AW'(dst_off);
-    w_src_q <= c_waddr - ACC_AW'(src_off);
+    c_dst_q <= r_waddr - ACC_AW'(dst_off);
+    c_src_q <= r_waddr - ACC_AW'(src_off);
+    m_dst_q <= c_waddr - ACC_AW'(dst_off);
+    m_src_q <= c_waddr - ACC_AW'(src_off);
+    w_dst_q <= to_w - ACC_AW'(dst_off);
+    w_src_q <= to_w - ACC_AW'(src_off);
   end
   assign dst_field = ACC_AW'(uop_word[DST_BITS-1:0]);
   assign src_field = ACC_AW'(uop_word[DST_BITS +: SRC_BITS]);
@@ -293,12 +298,14 @@ module vdla_compute_loop (
     r_kind  = gemm_q ? (reset_q ? vdla_pkg::SLOT_ZERO : vdla_pkg::SLOT_GEMM) : vdla_pkg::SLOT_ALU;
     r_addr  = (reset_q && !use_imm_q) ? src[ACC_AW-1:0] : dst;
     r_hit_c = (reset_q && !use_imm_q) ? src_field == c_src_q : dst_field == c_dst_q;
+    r_hit_m = (reset_q && !use_imm_q) ? src_field == m_src_q : dst_field == m_dst_q;
     r_hit_w = (reset_q && !use_imm_q) ? src_field == w_src_q : dst_field == w_dst_q;
     r_waddr = dst;
     if (s3_valid_q) begin
       r_valid = 1'b1;
       r_addr  = (fresh && epi_bias_i) ? s3_bias_q : s3_dst_q;
       r_hit_c = (fresh && epi_bias_i) ? s3_bias_q == c_waddr : s3_dst_q == c_waddr;
+      r_hit_m = (fresh && epi_bias_i) ? s3_bias_q == m_waddr : s3_dst_q == m_waddr;
       r_hit_w = (fresh && epi_bias_i) ? s3_bias_q == w_waddr : s3_dst_q == w_waddr;
       r_zero  = fresh && !epi_bias_i;
       r_waddr = s3_dst_q;
@@ -306,6 +313,7 @@ module vdla_compute_loop (
       r_valid = 1'b1;
       r_addr  = alu_dst_q;
       r_hit_c = alu_dst_q == c_waddr;
+      r_hit_m = alu_dst_q == m_waddr;
       r_hit_w = alu_dst_q == w_waddr;
       r_waddr = alu_dst_q;
     end else if (s1_valid_q && !gemm_q) begin
@@ -316,6 +324,7 @@ module vdla_compute_loop (
         r_kind  = vdla_pkg::SLOT_SRC;
         r_addr  = src[ACC_AW-1:0];
         r_hit_c = src_field == c_src_q;
+        r_hit_m = src_field == m_src_q;
         r_hit_w = src_field == w_src_q;
       end
     end
@@ -348,6 +357,7 @@ module vdla_compute_loop (
     .r_addr_i    (r_addr),
     .r_waddr_i   (r_waddr),
     .r_hit_c_i   (r_hit_c),
+    .r_hit_m_i   (r_hit_m),
     .r_hit_w_i   (r_hit_w),
     .alu_op_i    (alu_op_q),
     .use_imm_i   (use_imm_q),
@@ -360,16 +370,17 @@ module vdla_compute_loop (
     .wr_valid_o,
     .wr_addr_o,
     .c_waddr_o   (c_waddr),
-    .c_hold_o    (c_hold),
+    .m_waddr_o   (m_waddr),
+    .m_valid_o   (m_valid),
     .wr_data_o,
+    .hazard_o    (hazard),
     .busy_o      (unused_rmw_busy)
   );
 
   // A failed range check stops the run from the next cycle (the top's first-error latch): the slots that follow
   // it meet the halt in R, and an ALU slot already in R is dropped in C (kill_q), so nothing past it writes.
-  // c_dst_q, c_src_q are held through a MUL's first cycle in C: the sequencer issued nothing in the cycle
-  // before, so the offsets they were formed with are still the sequencer's
-  `ASSERT(a_hold_offsets, c_hold |-> $stable(dst_off) && $stable(src_off),
-          "compute loop: the offsets moved while a MUL held C")
+  // A pipelined MUL's hazard stops the run like a failed range check: its slot is dropped in C (kill_q).
+  assign hazard_err_o = hazard && !halt_i;
+  `ASSERT(a_hazard_halts, hazard_err_o |=> halt_i, "compute loop: a hazard without a halt")
   `ASSERT(a_index_err_halts, index_err |=> halt_i, "compute loop: an index error without a halt")
 endmodule

@@ -25,8 +25,12 @@ module vdla_insn_check (
                                              is_wgt ? 34'(vdla_pkg::WGT_DEPTH) : 34'(vdla_pkg::INP_DEPTH));
 
   // compute: LOADs of UOP, ACC, ACC_8BIT, LUT (micro-ops and the table unpadded, the table's rows within its
-  // LUT_ENTRIES / OUT_ELEM_BYTES elements), GEMM/ALU loops within the micro-op buffer with non-zero iterations,
-  // EPI with its bias rows within ACC and a depthwise kernel and stride the window holds, FINISH
+  // LUT_ENTRIES / OUT_ELEM_BYTES elements), GEMM/ALU loops within the micro-op buffer with non-zero iterations
+  // (an ALU's pipe on a MUL holding its source row), EPI with its bias rows within ACC and a depthwise kernel and stride the window holds, FINISH
+  // vdla.isa.pipe.pipe_refusal: a pipelined MUL reads one source row, held across the inner loop
+  logic pipe_ok;
+  assign pipe_ok = insn_i.alu.alu_opcode == vdla_pkg::ALU_MUL && !insn_i.alu.reset && !insn_i.alu.use_imm
+                && insn_i.alu.uop_end == 14'(insn_i.alu.uop_bgn) + 14'd1 && insn_i.alu.src_factor_in == '0;
   logic is_uop, is_acc8, is_lut;
   assign is_uop  = mem.mem_type == vdla_pkg::MEM_UOP;
   assign is_acc8 = mem.mem_type == vdla_pkg::MEM_ACC_8BIT;
@@ -41,7 +45,8 @@ module vdla_insn_check (
     end else if (opcode == vdla_pkg::OP_GEMM || opcode == vdla_pkg::OP_ALU) begin
       compute_bad_o = 14'(insn_i.gemm.uop_bgn) >= insn_i.gemm.uop_end
          || insn_i.gemm.uop_end > 14'(vdla_pkg::UOP_DEPTH)
-         || insn_i.gemm.iter_out == '0 || insn_i.gemm.iter_in == '0;
+         || insn_i.gemm.iter_out == '0 || insn_i.gemm.iter_in == '0
+         || (opcode == vdla_pkg::OP_ALU && insn_i.alu.pipe && !pipe_ok);
     end else if (opcode == vdla_pkg::OP_EPI) begin
       compute_bad_o = (insn_i.epi.bias && 17'(insn_i.epi.bias_base) >= 17'(vdla_pkg::ACC_DEPTH))
          || (insn_i.epi.dw && (vdla_pkg::DW_SUPPORTED == 0 || insn_i.epi.dw_k == '0

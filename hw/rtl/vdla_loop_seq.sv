@@ -5,7 +5,8 @@
 // An ALU iteration that reads ACC[src] in a slot of its own (src_rd_o: every iteration of a two-operand
 // instruction, or only those at inner index 0 when it holds its source row, vdla.cycles.holds_src) is
 // followed by ALU_II - 1 cycles without an issue (two reads on the one ACC read port), and a MUL iteration by
-// ALU_MUL_CYCLES - 1 more (its slot stays two cycles in C, vdla_acc_rmw); vdla.cycles models the same rules.
+// ALU_MUL_CYCLES - 1 more (its result comes from the M stage, vdla_acc_rmw), except a pipelined MUL's (pipe:
+// one micro-op) iterations but each inner loop's last (vdla.cycles.mul_gaps); vdla.cycles models the same rules.
 // After the last issue it drains the pipeline: done_o rises GEMM_PIPELINE + 1 cycles after the last micro-op
 // read (ALU: ALU_PIPELINE + 1, plus the gap that iteration leaves). A halt stops it at once.
 // A GEMM in the depthwise mode (dw_i, the EPI state; not a reset) issues each uop-iteration as slots, one a
@@ -60,7 +61,7 @@ module vdla_loop_seq (
   logic [12:0] u_q;
   logic [13:0] o_q, i_q;
   // data: the instruction's loop bounds and factors, and the index offsets
-  logic        gemm_q, reset_q, init_q, use_imm_q, two_op_q, hold_q, mul_q;
+  logic        gemm_q, reset_q, init_q, use_imm_q, two_op_q, hold_q, mul_q, pipe_q;
   vdla_pkg::alu_op_e alu_op_q;
   logic [15:0] imm_q;
   logic [12:0] u_bgn_q;
@@ -96,7 +97,8 @@ module vdla_loop_seq (
   logic [7:0] gap;  // cycles without an issue after this one
   assign issue     = state_q == RUN && wait_q == '0 && phase_q == '0 && !halt_i;
   assign src_rd    = two_op_q && !(hold_q && i_q != '0);
-  assign gap       = (src_rd ? 8'(vdla_pkg::ALU_II - 1) : '0) + (mul_q ? 8'(vdla_pkg::ALU_MUL_CYCLES - 1) : '0);
+  assign gap       = (src_rd ? 8'(vdla_pkg::ALU_II - 1) : '0)
+                   + ((mul_q && !(pipe_q && !i_last)) ? 8'(vdla_pkg::ALU_MUL_CYCLES - 1) : '0);
   // the last index of each loop, compared with the bounds minus one (taken when the instruction starts): no
   // adder before the compares
   assign u_last    = 14'(u_q) == u_last_q;
@@ -191,6 +193,7 @@ module vdla_loop_seq (
       alu_op_q  <= insn_i.alu.alu_opcode;
       use_imm_q <= insn_i.alu.use_imm;
       mul_q     <= gemm.hdr.opcode == vdla_pkg::OP_ALU && insn_i.alu.alu_opcode == vdla_pkg::ALU_MUL;
+      pipe_q    <= gemm.hdr.opcode == vdla_pkg::OP_ALU && insn_i.alu.pipe;  // vdla_insn_check: a MUL's alone
       imm_q     <= insn_i.alu.imm;
       two_op_q  <= gemm.hdr.opcode == vdla_pkg::OP_ALU && !gemm.reset && !insn_i.alu.use_imm;
       // vdla.cycles.holds_src: one micro-op, the same source row for every inner iteration, not a shift

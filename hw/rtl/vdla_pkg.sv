@@ -32,7 +32,7 @@
 package vdla_pkg;
 
   // ---- Configuration 'pynq' (vdla/config.py) -------------------------------------------------------
-  localparam int ISA_VERSION          = 3;  // ID[15:0]
+  localparam int ISA_VERSION          = 4;  // ID[15:0]
   localparam logic [31:0] CONFIG_HASH = 32'hfd8b809f;  // CONFIG_HASH register
   localparam int BATCH                = 1;
   localparam int BLOCK_IN             = 16;
@@ -173,7 +173,7 @@ package vdla_pkg;
     logic [10:0] src_factor_out;  // [96:86]
     logic [10:0] dst_factor_in;   // [85:75]
     logic [10:0] dst_factor_out;  // [74:64]
-    logic        rsvd_63_63;      // reserved
+    logic        pipe;            // [63]
     logic [13:0] iter_in;         // [62:49]
     logic [13:0] iter_out;        // [48:35]
     logic [13:0] uop_end;         // [34:21]
@@ -270,7 +270,7 @@ package vdla_pkg;
   // STATUS.ERROR_CODE (ERR_NONE: no error)
   typedef enum logic [3:0] {
     ERR_NONE = 4'd0, ERR_OPCODE = 4'd1, ERR_INSN = 4'd2, ERR_INDEX = 4'd3, ERR_BUS = 4'd4,
-    ERR_DEADLOCK = 4'd5, ERR_ALIGN = 4'd6
+    ERR_DEADLOCK = 4'd5, ERR_ALIGN = 4'd6, ERR_HAZARD = 4'd7
   } err_code_e;
 
   // ---- Shared functions ----------------------------------------------------------------------------

@@ -26,6 +26,7 @@ from vdla.compiler.vthreads import interleave, thread_deps
 from vdla.config import HwConfig
 from vdla.cycles import CycleModel
 from vdla.isa import AluInsn, EpiInsn, GemmInsn, Insn, MemInsn, MemType, elem_bytes
+from vdla.isa.pipe import can_pipe
 
 PAGE = 4096  # AXI bursts split at 4 KiB boundaries
 
@@ -60,7 +61,8 @@ def op_insn(op: Op) -> Insn:
     if isinstance(op, Gemm):
         return GemmInsn(init=op.init, **loop)
     imm = op.shift if op.imm is None else op.imm
-    return AluInsn(alu_opcode=op.op, use_imm=op.imm is not None, imm=imm, reset=op.reset, **loop)
+    insn = AluInsn(alu_opcode=op.op, use_imm=op.imm is not None, imm=imm, reset=op.reset, **loop)
+    return replace(insn, pipe=can_pipe(insn, k.uops))  # as the command builder emits it
 
 
 def op_cycles(op: Op, cfg: HwConfig) -> int:

@@ -29,7 +29,7 @@ import numpy as np
 
 from vdla.compiler.blocks import Alu, Block, Epi, Gemm, Load, Op, Store
 from vdla.compiler.conv2d import LayerRun, run_bound
-from vdla.compiler.microcode import Limits, MicroKernel, lower_nest
+from vdla.compiler.microcode import Limits, MicroKernel
 from vdla.compiler.search import emit_program, fastest
 from vdla.compiler.spec import TABLE, CompileError, WindowSpec
 from vdla.compiler.tiling import BandLowering, BandTile, band_sizes
@@ -247,15 +247,14 @@ class DepthwiseLowering(BandLowering):
     def dw(self) -> tuple[int, int, int]:
         return self.k, self.s, self.cols
 
-    def kernel(self, nest, base: tuple[int, int]) -> MicroKernel:
-        return lower_nest(tuple((e, (d, s, 0)) for e, (d, s) in nest), (*base, 0), self.limits)
-
     def epilogue(self, t: BandTile, acc0: int, ob: int) -> list[Op]:
-        """The MUL by the multiplier rows with the shift over the tile's outputs, if the layer has one."""
+        """The MUL by the multiplier rows with the shift over the tile's outputs, if the layer has one: channel
+        blocks on the outer loop (even one), so that the pixels are the inner loop, which holds the block's
+        multiplier row and is pipelined (:mod:`vdla.isa.pipe`)."""
         if not self.passes.mul:
             return []
         nest = ((t.noc, (ob, 1)), (t.noh * self.ow, (1, 0)))
-        return [Alu(AluOp.MUL, self.kernel(nest, (acc0, self.mult0 + t.cb)), shift=self.ep.shift)]
+        return [Alu(AluOp.MUL, self.kernel(nest, (acc0, self.mult0 + t.cb), pin_outer=True), shift=self.ep.shift)]
 
     def stores(self, t: BandTile, obase: int, ob: int) -> list[Store]:
         offset = ((t.ng * self.cb + t.cb) * self.oh + t.oy) * self.ow

@@ -2,8 +2,9 @@
 
 Only the passes cost compute-stage cycles (:func:`cycles_per_element`, by :func:`vdla.cycles.alu_ii`): one per
 accumulator element for an ALU pass with an immediate, for one reading a per-channel row (held across the
-tile's pixels, :func:`vdla.cycles.holds_src`) and for the residual GEMM; ``alu_ii`` for an ALU pass reading
-an operand that changes with every element (the residual in the accumulators).
+tile's pixels, :func:`vdla.cycles.holds_src`; a MUL then pipelined, :mod:`vdla.isa.pipe`) and for the residual
+GEMM; ``alu_ii`` for an ALU pass reading an operand that changes with every element (the residual in the
+accumulators).
 
 * init: the first GEMM of each tile carries ``init``, so every accumulator starts from its bias row (the
   EPI ``bias_base`` plus the output-channel loop index) or from zero in the cycle of its first
@@ -72,6 +73,12 @@ class AluPass:
         its kernel keeps the channel-block loop outer, so the ALU reads the row once per block and holds it
         (:func:`vdla.cycles.holds_src`). The residual tile changes with every element."""
         return self.operand != "res"
+
+    @property
+    def pipelined(self) -> bool:
+        """Whether its iterations issue one a cycle: a MUL by a per-channel row (:mod:`vdla.isa.pipe`; the
+        command builder sets ``pipe`` on its kernel, one micro-op over the channel block's pixels)."""
+        return self.op == AluOp.MUL and self.imm is None and self.holds_row
 
 
 @dataclass(frozen=True)
@@ -185,6 +192,6 @@ def cycles_per_element(epi: EpilogueSpec, timing: Timing, mul_imm: int = 1, resi
     from vdla.cycles import alu_ii
 
     return sum(
-        1 if p.gemm else alu_ii(timing, p.op, use_imm=p.imm is not None, same_src=p.holds_row)
+        1 if p.gemm else alu_ii(timing, p.op, use_imm=p.imm is not None, same_src=p.holds_row, pipe=p.pipelined)
         for p in alu_passes(epi, mul_imm, residual_gemm)
     )

@@ -51,7 +51,7 @@ import numpy as np
 from vdla.compiler.blocks import Alu, Block, Epi, Load, Op, Store
 from vdla.compiler.conv2d import LayerRun, run_bound
 from vdla.compiler.identity import EYE, identity_bytes, identity_fits, identity_gemm, identity_weights, load_identity
-from vdla.compiler.microcode import Limits, MicroKernel, lower_nest
+from vdla.compiler.microcode import Limits
 from vdla.compiler.search import emit_program, fastest
 from vdla.compiler.spec import CompileError, WindowSpec
 from vdla.compiler.tiling import BandLowering, BandTile, band_sizes
@@ -264,11 +264,6 @@ class PoolLowering(BandLowering):
         return out
 
     # ---- one tile ---------------------------------------------------------------------------------
-    def kernel(self, nest, base: tuple[int, int], pin_outer: bool = False) -> MicroKernel:
-        """The ALU micro-kernel of ``nest`` (``pin_outer``: its first axis on the outer loop, so that a row
-        the rest of the nest holds is read once per outer iteration)."""
-        return lower_nest(tuple((e, (d, s, 0)) for e, (d, s) in nest), (*base, 0), self.limits, pin_outer)
-
     def block(self, thread: int, t: BandTile, s: PoolSchedule, eye: bool = False) -> Block:
         """The loads, passes and stores of one tile: its input window LOADed into the thread's INP share (load
         stage), copied into its accumulators by a GEMM with the identity weights (``init``: acc = x exactly, one

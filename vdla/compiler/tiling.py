@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from vdla.compiler.blocks import Load
+from vdla.compiler.microcode import Limits, MicroKernel, lower_nest
 from vdla.compiler.schedule import ORDERS, ConvLowering, Schedule
 from vdla.compiler.spec import WindowSpec
 from vdla.compiler.transfer import plan_transfers
@@ -99,6 +100,7 @@ class BandLowering:
 
     cfg: HwConfig
     spec: WindowSpec
+    limits: Limits
     ng: int
     cb: int
     h: int
@@ -109,6 +111,12 @@ class BandLowering:
 
     def in_rows(self, noh: int) -> int:
         raise NotImplementedError
+
+    def kernel(self, nest, base: tuple[int, int], pin_outer: bool = False) -> MicroKernel:
+        """The ALU micro-kernel of ``nest``, axes of (extent, (dst, src) strides) from rows ``base`` = (dst, src)
+        (``pin_outer``: its first axis on the outer loop, so that a row the rest of the nest holds is read once
+        per outer iteration, and the inner loop pipelines a MUL, :mod:`vdla.isa.pipe`)."""
+        return lower_nest(tuple((e, (d, s, 0)) for e, (d, s) in nest), (*base, 0), self.limits, pin_outer)
 
     def tiles(self, s) -> list[BandTile]:
         """The tiles of schedule ``s`` (its ``toc`` channel blocks x ``toh`` output rows)."""

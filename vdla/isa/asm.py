@@ -71,7 +71,7 @@ def disassemble_insn(insn: Insn) -> str:
             words.append(f"dw={insn.dw_k},{insn.dw_stride},{insn.dw_pitch}")
     else:
         words = ["gemm"] if isinstance(insn, GemmInsn) else ["alu", insn.alu_opcode.name.lower()]
-        words += [f for f in ("reset", "init") if getattr(insn, f, False)]
+        words += [f for f in ("reset", "init", "pipe") if getattr(insn, f, False)]
         words.append(f"uop={insn.uop_bgn}:{insn.uop_end}")
         for key, (fo, fi) in PAIRS.items():
             if hasattr(insn, fo):
@@ -135,6 +135,7 @@ def assemble_line(line: str, where: str = "line") -> Insn | None:
                 key in FLAGS
                 or (key == "reset" and cls in (GemmInsn, AluInsn))
                 or (key == "init" and cls is GemmInsn)
+                or (key == "pipe" and cls is AluInsn)
                 or (key in ("req", "relu", "lut") and cls is EpiInsn)
             ):
                 kw[key] = True

@@ -13,7 +13,7 @@ from vdla.errors import VdlaError
 
 # The version of the instruction set: its formats and their meaning. The RTL reports it in ID[15:0] (through the
 # generated package), and a driver refuses a bitstream of another version. Raise it with any change to either.
-ISA_VERSION = 3
+ISA_VERSION = 4
 INSN_BITS = 128
 INSN_BYTES = 16
 
@@ -159,7 +159,7 @@ LOOP_FIELDS = (
     ("src_factor_in", 97, 11),
 )
 GEMM_FIELDS = LOOP_FIELDS + (("wgt_factor_out", 108, 10), ("wgt_factor_in", 118, 10), ("init", 63, 1))
-ALU_FIELDS = LOOP_FIELDS + (("alu_opcode", 108, 3), ("use_imm", 111, 1), ("imm", 112, 16))
+ALU_FIELDS = LOOP_FIELDS + (("alu_opcode", 108, 3), ("use_imm", 111, 1), ("imm", 112, 16), ("pipe", 63, 1))
 EPI_FIELDS = (
     ("req", 7, 1),
     ("relu", 8, 1),
@@ -173,7 +173,7 @@ EPI_FIELDS = (
     ("dw_pitch", 38, 16),
 )
 SIGNED_FIELDS = {"imm"}
-BOOL_FIELDS = {"reset", "use_imm", "init", "req", "relu", "bias", "lut", "dw"}
+BOOL_FIELDS = {"reset", "use_imm", "init", "req", "relu", "bias", "lut", "dw", "pipe"}
 
 
 @dataclass(kw_only=True)
@@ -292,9 +292,15 @@ class GemmInsn(LoopInsn):
 
 @dataclass(kw_only=True)
 class AluInsn(LoopInsn):
+    """ACC[dst] = op(ACC[dst], imm or ACC[src]) over the loop (``reset``: ACC[dst] reads as zero). ``pipe`` (a MUL
+    holding its source row, :func:`vdla.isa.pipe.pipe_refusal`) issues the inner iterations one a cycle instead
+    of one every ``alu_mul_cycles``: an iteration may then not read a row the one just before it writes, which
+    is a fault (:func:`vdla.isa.pipe.pipe_hazard`; docs/isa.md, "Pipelined MUL")."""
+
     alu_opcode: AluOp = AluOp.ADD
     use_imm: bool = False
     imm: int = 0
+    pipe: bool = False
 
     OPCODE = Opcode.ALU
     FIELDS = ALU_FIELDS

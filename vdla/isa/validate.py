@@ -18,6 +18,7 @@ from vdla.isa.instructions import (
     Queue,
     encode,
 )
+from vdla.isa.pipe import pipe_refusal
 
 
 def pops_of(insn: Insn) -> list[Queue]:
@@ -121,6 +122,8 @@ def check_insn(insn: Insn, cfg: HwConfig, dram: tuple[int, int] | None = None) -
                 problems.append(f"imm={insn.imm} without use_imm (only MUL reads it, as its shift)")
             elif not 0 <= insn.imm <= MUL_MAX_SHIFT:
                 problems.append(f"MUL shift={insn.imm} outside [0, {MUL_MAX_SHIFT}]")
+        if isinstance(insn, AluInsn) and insn.pipe and (why := pipe_refusal(insn)):
+            problems.append(why)
         if isinstance(insn, GemmInsn) and insn.reset and insn.init:
             problems.append("GEMM cannot have both reset and init")
     elif isinstance(insn, EpiInsn):

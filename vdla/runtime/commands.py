@@ -9,6 +9,7 @@ the program on its target (a :class:`~vdla.runtime.device.Device`, or anything w
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Protocol
 
 import numpy as np
@@ -34,6 +35,7 @@ from vdla.isa import (
     validate_program,
 )
 from vdla.isa.arith import MUL_MAX_SHIFT
+from vdla.isa.pipe import can_pipe, pipe_refusal
 from vdla.isa.validate import check_insn
 from vdla.runtime.backend import RunResult
 from vdla.runtime.dram import Buffer, Dram
@@ -318,10 +320,12 @@ class CommandBuilder:
         imm: int | None = None,
         reset: bool = False,
         shift: int = 0,
+        pipe: bool | None = None,
     ) -> int:
         """ALU micro-kernel: ACC[dst'] = op(ACC[dst'], imm if given else ACC[src']); with ``reset`` ACC[dst']
         reads as zero (ADD copies). ``shift``: a MUL reading ACC[src'] rounds its 64-bit product right by it
-        (:func:`vdla.isa.arith.mul_shift`). Uops are (dst, src) or (dst, src, 0) triples."""
+        (:func:`vdla.isa.arith.mul_shift`). Uops are (dst, src) or (dst, src, 0) triples. ``pipe``: issue a
+        MUL's inner iterations one a cycle (:mod:`vdla.isa.pipe`); None sets it wherever it is valid and gains."""
         arr = self._uop_array(uops)
         factors = {"dst": dst_factor} if imm is not None else {"dst": dst_factor, "src": src_factor}
         self._loop_check(
@@ -338,22 +342,23 @@ class CommandBuilder:
                 f"ALU {AluOp(op).name}: shift={shift} needs MUL reading ACC[src] and lies in [0, {MUL_MAX_SHIFT}]"
             )
         bgn, end = self._kernel(arr)
-        return self.emit(
-            AluInsn(
-                alu_opcode=AluOp(op),
-                use_imm=imm is not None,
-                imm=shift if imm is None else imm,
-                reset=reset,
-                uop_bgn=bgn,
-                uop_end=end,
-                iter_out=iter_out,
-                iter_in=iter_in,
-                dst_factor_out=dst_factor[0],
-                dst_factor_in=dst_factor[1],
-                src_factor_out=src_factor[0],
-                src_factor_in=src_factor[1],
-            )
+        insn = AluInsn(
+            alu_opcode=AluOp(op),
+            use_imm=imm is not None,
+            imm=shift if imm is None else imm,
+            reset=reset,
+            uop_bgn=bgn,
+            uop_end=end,
+            iter_out=iter_out,
+            iter_in=iter_in,
+            dst_factor_out=dst_factor[0],
+            dst_factor_in=dst_factor[1],
+            src_factor_out=src_factor[0],
+            src_factor_in=src_factor[1],
         )
+        if pipe and (why := pipe_refusal(insn)):
+            raise CommandError(f"ALU {AluOp(op).name}: {why}")
+        return self.emit(replace(insn, pipe=can_pipe(insn, arr) if pipe is None else pipe))
 
     def epi(
         self,

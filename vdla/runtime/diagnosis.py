@@ -98,6 +98,11 @@ class Diagnosis:
         problems = check_insn(insn, self.cfg, dram.range)
         if code == "INDEX":
             return FaultError(f"{where}: a micro-op index lies outside its buffer (stopped by the hardware)")
+        if code == "HAZARD":
+            return FaultError(
+                f"{where}: pipelined MUL: an iteration reads the ACC row the one before it writes (stopped by the "
+                "hardware: drop pipe or reorder the rows)"
+            )
         if code == "BUS" and not problems:
             problems = [
                 f"DRAM access at {self.bad_access() or 0:#x} outside the region "

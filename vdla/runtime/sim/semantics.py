@@ -13,6 +13,7 @@ import numpy as np
 from vdla.config import DW_MAX_K, HwConfig
 from vdla.isa import AluInsn, AluOp, EpiInsn, GemmInsn, Insn, MemInsn, MemType, clip_bounds, decode_uops, elem_bytes
 from vdla.isa.arith import INT8_MAX, INT8_MIN, mul_shift, requantize
+from vdla.isa.pipe import pipe_hazard
 from vdla.runtime.backend import FaultError
 from vdla.runtime.dram import Dram
 
@@ -337,6 +338,20 @@ def _alu_apply(op: AluOp, a: np.ndarray, b: np.ndarray, shift: int = 0) -> np.nd
     return (np.asarray(r) & 0xFFFFFFFF).astype(np.uint32).view(np.int32)
 
 
+def _check_pipe(dst: np.ndarray, src: np.ndarray) -> None:
+    """A pipelined MUL (one micro-op: rows shaped (iter_out, iter_in)) whose inner iteration reads the row the
+    one before it writes: the hardware stops before that read (:func:`vdla.isa.pipe.pipe_hazard`)."""
+    at = pipe_hazard(dst, src)
+    if at is not None:
+        o, i = at
+        row = int(dst[o, i])
+        what = "destination" if dst[o, i + 1] == row else "held source row"
+        raise FaultError(
+            f"pipelined MUL: iteration ({o}, {i}) writes ACC row {row}, which the next iteration reads as its "
+            f"{what} (a pipelined MUL's next iteration cannot see it: drop pipe or reorder the rows)"
+        )
+
+
 def exec_alu(sram: Sram, insn: AluInsn) -> None:
     """ACC[dst] = op(ACC[dst], imm or ACC[src]) over the micro-op loop, with sequential semantics.
 
@@ -348,6 +363,8 @@ def exec_alu(sram: Sram, insn: AluInsn) -> None:
     acc = sram.acc
     if not insn.use_imm:
         _check_range(src, cfg.acc_depth, "ALU ACC (src)")
+    if insn.pipe:
+        _check_pipe(dst.reshape(insn.iter_out, insn.iter_in), src.reshape(insn.iter_out, insn.iter_in))
     # Occurrence number of each dst: iterations with equal rank touch distinct entries.
     order = np.argsort(dst, kind="stable")
     sd = dst[order]
