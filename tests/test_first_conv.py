@@ -240,16 +240,16 @@ def test_resnet18_c1_packed_runs_at_over_85_percent_of_its_real_macs():
 
 
 def test_resnet18_c1_packed_with_a_per_channel_multiplier_is_exact():
-    """A per-channel requantizing MUL holds its multiplier row across the tile's pixels: its alu_mul_cycles (2)
-    per output element over 10 GEMM cycles cap C1 at 10 / 12 of the GEMM rate, 76% of real MACs (82.8% when a
-    MUL took one cycle, before its multiply was registered for the timing target; in the whole network the
-    max pool in C1's tiles leaves the MUL a quarter of these elements)."""
+    """A per-channel requantizing MUL holds its multiplier row across the tile's pixels, pipelined: its 1 cycle
+    per output element over 10 GEMM cycles caps C1 at 10 / 11 of the GEMM rate, 82.8% of real MACs (76% when
+    each MUL row took two cycles; in the whole network the max pool in C1's tiles leaves the MUL a quarter of
+    these elements)."""
     m = np.random.default_rng(5).integers(1 << 29, 1 << 30, 64)
     run, ref, _ = _c1_packed(m)
     np.testing.assert_array_equal(run.out, ref)
     efficiency = C1_MACS / (run.counters.cycles * 256)
     print(f"C1 packed, per-channel multiplier: {run.counters.cycles} cycles, {efficiency:.1%} of real MACs")
-    assert efficiency >= 0.75
+    assert efficiency >= 0.8
 
 
 # ---------------------------------------------------------------------------------------------------------

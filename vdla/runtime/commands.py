@@ -60,6 +60,15 @@ class CommandTarget(Protocol):
         """Place the program in DRAM and run it."""
 
 
+def _loop_fields(bgn: int, end: int, iters: tuple[int, int], **factors: tuple[int, int]) -> dict[str, int]:
+    """The loop fields of a GEMM or ALU instruction: the micro-op range [bgn, end), (iter_out, iter_in), and each
+    named field's (outer, inner) factors as ``<name>_factor_out`` / ``<name>_factor_in``."""
+    out = {"uop_bgn": bgn, "uop_end": end, "iter_out": iters[0], "iter_in": iters[1]}
+    for name, (fo, fi) in factors.items():
+        out[f"{name}_factor_out"], out[f"{name}_factor_in"] = fo, fi
+    return out
+
+
 class CommandBuilder:
     """Builds one instruction stream for a device (see :class:`CommandTarget`)."""
 
@@ -292,22 +301,8 @@ class CommandBuilder:
             depths["wgt"] -= 2 * cfg.dw_groups(e.dw_k) - 1
         self._loop_check("GEMM", arr, (iter_out, iter_in), factors, depths)
         bgn, end = self._kernel(arr)
-        return self.emit(
-            GemmInsn(
-                reset=reset,
-                init=init,
-                uop_bgn=bgn,
-                uop_end=end,
-                iter_out=iter_out,
-                iter_in=iter_in,
-                dst_factor_out=dst_factor[0],
-                dst_factor_in=dst_factor[1],
-                src_factor_out=src_factor[0],
-                src_factor_in=src_factor[1],
-                wgt_factor_out=wgt_factor[0],
-                wgt_factor_in=wgt_factor[1],
-            )
-        )
+        loop = _loop_fields(bgn, end, (iter_out, iter_in), dst=dst_factor, src=src_factor, wgt=wgt_factor)
+        return self.emit(GemmInsn(reset=reset, init=init, **loop))
 
     def alu(
         self,
@@ -342,19 +337,9 @@ class CommandBuilder:
                 f"ALU {AluOp(op).name}: shift={shift} needs MUL reading ACC[src] and lies in [0, {MUL_MAX_SHIFT}]"
             )
         bgn, end = self._kernel(arr)
+        loop = _loop_fields(bgn, end, (iter_out, iter_in), dst=dst_factor, src=src_factor)
         insn = AluInsn(
-            alu_opcode=AluOp(op),
-            use_imm=imm is not None,
-            imm=shift if imm is None else imm,
-            reset=reset,
-            uop_bgn=bgn,
-            uop_end=end,
-            iter_out=iter_out,
-            iter_in=iter_in,
-            dst_factor_out=dst_factor[0],
-            dst_factor_in=dst_factor[1],
-            src_factor_out=src_factor[0],
-            src_factor_in=src_factor[1],
+            alu_opcode=AluOp(op), use_imm=imm is not None, imm=shift if imm is None else imm, reset=reset, **loop
         )
         if pipe and (why := pipe_refusal(insn)):
             raise CommandError(f"ALU {AluOp(op).name}: {why}")
