@@ -60,6 +60,21 @@ def run_bound(
             buf.free()
 
 
+def run_band(
+    dev: Device, lowering, stream, constants: dict[str, np.ndarray], x: np.ndarray, what: str, **run_options
+) -> LayerRun:
+    """Run a band-tiled layer (pooling, depthwise: a :class:`~vdla.compiler.tiling.BandLowering`) on ``dev``: its
+    int8 NCHW input ``x``, checked against ``lowering.spec.shape`` (``what`` names the layer in the error), is
+    packed as ``inp`` beside ``constants`` (the layer's other tensors by name), and the output unpacked."""
+    sp, cfg, low = lowering.spec, lowering.cfg, lowering
+    if x.dtype != np.int8 or x.shape != sp.shape:
+        raise CompileError(f"{what} input must be int8 of shape {sp.shape}, got {x.dtype} {x.shape}")
+    arrays = dict(constants, inp=pack_activation(x, cfg.batch, cfg.block_in))
+    shape = (low.ng, low.cb, low.oh, low.ow, cfg.batch, cfg.block_out)
+    packed, result = run_bound(dev, low, stream, arrays, shape, **run_options)
+    return LayerRun(unpack_activation(packed, sp.shape[0], sp.shape[1]), result)
+
+
 def _int_array(name: str, v, shape: tuple[int, ...]) -> np.ndarray:
     a = np.asarray(v)
     if a.dtype.kind not in "iu":

@@ -28,7 +28,7 @@ from functools import cached_property
 import numpy as np
 
 from vdla.compiler.blocks import Alu, Block, Epi, Gemm, Load, Op, Store
-from vdla.compiler.conv2d import LayerRun, run_bound
+from vdla.compiler.conv2d import LayerRun, run_band
 from vdla.compiler.microcode import Limits, MicroKernel
 from vdla.compiler.search import emit_program, fastest
 from vdla.compiler.spec import TABLE, CompileError, WindowSpec
@@ -38,7 +38,7 @@ from vdla.compiler.vthreads import Stream, lower_vthreads, prologue_block
 from vdla.config import DEFAULT_PRESET, DW_MAX_K, LUT_ENTRIES, HwConfig, load_config
 from vdla.graph import oracle
 from vdla.graph.epilogue import INT8_BOUNDS, Epilogue
-from vdla.graph.layout import pack_activation, pack_channels, unpack_activation
+from vdla.graph.layout import pack_channels
 from vdla.graph.types import UnsupportedError
 from vdla.graph.window import pair
 from vdla.isa import AluOp, Insn, MemType
@@ -335,13 +335,7 @@ class CompiledDepthwise:
 
     def run(self, dev: Device, x: np.ndarray, max_cycles: int | None = None) -> LayerRun:
         """Run on ``dev``: ``x`` int8 NCHW; returns a :class:`~vdla.compiler.conv2d.LayerRun`."""
-        sp, cfg, low = self.spec, self.cfg, self.lowering
-        if x.dtype != np.int8 or x.shape != sp.shape:
-            raise CompileError(f"depthwise input must be int8 of shape {sp.shape}, got {x.dtype} {x.shape}")
-        arrays = dict(self.constants, inp=pack_activation(x, cfg.batch, cfg.block_in))
-        shape = (low.ng, low.cb, low.oh, low.ow, cfg.batch, cfg.block_out)
-        packed, result = run_bound(dev, low, self.stream, arrays, shape, max_cycles=max_cycles)
-        return LayerRun(unpack_activation(packed, sp.shape[0], sp.shape[1]), result)
+        return run_band(dev, self.lowering, self.stream, self.constants, x, "depthwise", max_cycles=max_cycles)
 
 
 def mode_refusal(in_shape, weights: np.ndarray, stride, padding, dilation, ep: Epilogue, cfg: HwConfig) -> str | None:

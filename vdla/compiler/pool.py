@@ -49,7 +49,7 @@ from functools import cached_property
 import numpy as np
 
 from vdla.compiler.blocks import Alu, Block, Epi, Load, Op, Store
-from vdla.compiler.conv2d import LayerRun, run_bound
+from vdla.compiler.conv2d import run_band
 from vdla.compiler.identity import EYE, identity_bytes, identity_fits, identity_gemm, identity_weights, load_identity
 from vdla.compiler.microcode import Limits
 from vdla.compiler.search import emit_program, fastest
@@ -59,7 +59,7 @@ from vdla.compiler.transfer import plan_transfers
 from vdla.compiler.vthreads import Stream, lower_vthreads, prologue_block
 from vdla.config import DEFAULT_PRESET, HwConfig, load_config
 from vdla.graph import oracle
-from vdla.graph.layout import pack_activation, pack_channels, unpack_activation
+from vdla.graph.layout import pack_activation, pack_channels
 from vdla.isa import AluOp, Insn, MemType, clip_imm
 from vdla.isa.arith import INT8_MAX, INT8_MIN, requantize
 from vdla.runtime.device import Device
@@ -491,18 +491,14 @@ class CompiledPool:
     def run(self, dev: Device, x: np.ndarray, scale: np.ndarray | None = None, max_cycles: int | None = None):
         """Run on ``dev``: ``x`` int8 NCHW (and a "scale"'s int8 ``scale``, N x C x 1 x 1); returns a
         :class:`~vdla.compiler.conv2d.LayerRun`."""
-        sp, cfg, low = self.spec, self.cfg, self.lowering
-        if x.dtype != np.int8 or x.shape != sp.shape:
-            raise CompileError(f"pool input must be int8 of shape {sp.shape}, got {x.dtype} {x.shape}")
-        arrays = dict(self.constants, inp=pack_activation(x, cfg.batch, cfg.block_in))
+        sp, cfg = self.spec, self.cfg
+        constants = dict(self.constants)
         if sp.scale_shape is not None:
             if scale is None or scale.dtype != np.int8 or scale.shape != sp.scale_shape:
                 got = "none" if scale is None else f"{scale.dtype} {scale.shape}"
                 raise CompileError(f"a channel scale needs an int8 scale of shape {sp.scale_shape}, got {got}")
-            arrays["res"] = pack_activation(scale, cfg.batch, cfg.block_out)
-        shape = (low.ng, low.cb, low.oh, low.ow, cfg.batch, cfg.block_out)
-        packed, result = run_bound(dev, low, self.stream, arrays, shape, max_cycles=max_cycles)
-        return LayerRun(unpack_activation(packed, sp.shape[0], sp.shape[1]), result)
+            constants["res"] = pack_activation(scale, cfg.batch, cfg.block_out)
+        return run_band(dev, self.lowering, self.stream, constants, x, "pool", max_cycles=max_cycles)
 
 
 def compile_pool(spec: PoolSpec, config=DEFAULT_PRESET, schedule: PoolSchedule | None = None) -> CompiledPool:

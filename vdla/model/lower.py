@@ -314,22 +314,27 @@ class ModelBuilder:
         )
         insns, code = self.emit(layer, compiled.lowering, compiled.stream, compiled.constants, dev, addr)
         op = layer.op + "+max_pool2d" * (layer.pool is not None)
-        return self.conv_step(layer, op, compiled, insns, code, compiled.schedule.describe(), compiled.spec.macs)
+        desc = self.conv_desc(layer, compiled, compiled.schedule.describe())
+        return self.conv_step(layer, op, insns, code, compiled.spec.macs, desc)
 
-    def conv_step(self, layer: AccelLayer, op: str, compiled, insns, code, schedule: str, macs: int) -> AccelStep:
-        """The step of a convolution layer ``compiled`` (its last part, for one of parts) as the tables show it,
-        with the layer's note; a 0/1 convolution that moves values (:data:`~vdla.graph.copies.COPY`) counts no MAC
-        of the network."""
+    @staticmethod
+    def conv_desc(layer: AccelLayer, compiled, schedule: str) -> dict:
+        """The output shape, kernel, stride, ``schedule`` and epilogue of a convolution layer ``compiled`` (its last
+        part, for one of parts) as the tables show them."""
         sp = compiled.spec
-        desc = {
-            "op": op,
-            "input": list(layer.in_shape),
+        return {
             "output": [layer.in_shape[0], sp.oc if not layer.parts else layer.in_shape[1], *compiled.lowering.out_hw],
             "kernel": [sp.kh, sp.kw],
             "stride": [sp.sh, sp.sw],
             "schedule": schedule,
             "epilogue": compiled.epilogue.key(),
         }
+
+    def conv_step(self, layer: AccelLayer, op: str, insns, code, macs: int, desc: dict) -> AccelStep:
+        """The step of a convolution layer (``desc``: its shapes and schedule, :meth:`conv_desc`) as the tables
+        show it, with the layer's note; a 0/1 convolution that moves values (:data:`~vdla.graph.copies.COPY`)
+        counts no MAC of the network."""
+        desc = {"op": op, "input": list(layer.in_shape), **desc}
         if layer.note:
             desc["note"] = layer.note
         moves = self.g.producers()[layer.nodes[0]].attrs.get(COPY)
@@ -355,7 +360,7 @@ class ModelBuilder:
         macs = n * c * sp.oh * sp.ow * sp.kh * sp.kw * (1 if depthwise else c)
         schedule = f"{len(programs)} block-diagonal parts, {compiled.schedule.describe()}"
         op = "depthwise_conv2d" if depthwise else layer.op
-        return self.conv_step(layer, op, compiled, joined.insns, code, schedule, macs)
+        return self.conv_step(layer, op, joined.insns, code, macs, self.conv_desc(layer, compiled, schedule))
 
     def compile_depthwise(self, layer: AccelLayer, dev: Device, addr: dict[str, int]) -> AccelStep:
         """A depthwise layer on the depthwise mode (:mod:`vdla.compiler.depthwise`), its schedule timed on the
@@ -367,16 +372,13 @@ class ModelBuilder:
         insns, code = self.emit(layer, compiled.lowering, compiled.stream, compiled.constants, dev, addr)
         sp = compiled.spec
         desc = {
-            "op": "depthwise_conv2d",
-            "input": list(layer.in_shape),
             "output": list(sp.out_shape),
             "kernel": [sp.k, sp.k],
             "stride": [sp.stride, sp.stride],
             "schedule": f"depthwise mode, {compiled.schedule.describe()}",
             "epilogue": EpilogueSpec.of(normalize(layer.epilogue)).key(),
         }
-        out = [self.pending[layer.out]]
-        return AccelStep(layer.out, code.addr, len(insns), sp.macs, self.accel_reads(layer), out, desc)
+        return self.conv_step(layer, "depthwise_conv2d", insns, code, sp.macs, desc)
 
     def compile_part(self, layer: AccelLayer, part, schedule, dev: Device, addr: dict[str, int]):
         """One part of a parts layer, compiled (with ``schedule`` where it fits, else searched) to read its regions
