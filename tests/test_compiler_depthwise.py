@@ -8,9 +8,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from vdla.compiler import CompileError
+from vdla.compiler import CompileError, compile_conv2d
 from vdla.compiler.depthwise import DepthwiseSchedule, compile_depthwise, depthwise_reference
+from vdla.compiler.search import emit_program
 from vdla.graph.epilogue import Epilogue
+from vdla.graph.oracle import conv2d_reference
+from vdla.isa import AluInsn, AluOp
 from vdla.runtime import Device
 
 
@@ -98,3 +101,23 @@ def test_layers_it_cannot_take_are_named():
         compile_depthwise((1, 16, 8, 8), np.zeros((16, 1, 5, 5), np.int8), stride=4)
     with pytest.raises(CompileError, match="no depthwise mode"):
         compile_depthwise((2, 16, 8, 8), w, config="batch2")
+
+
+def test_requantizing_muls_are_pipelined():
+    """A per-channel multiplier's MUL, in a depthwise layer and in a convolution, holds its row over the tile's
+    pixels as the inner loop, so the command builder pipelines it (vdla.isa.pipe): one cycle a row. With one
+    channel block a tile the depthwise layer's pixels are still the inner loop (its channel-block loop is
+    pinned outer, even of extent 1), and the layers stay exact."""
+    dev = Device("pynq")
+    x, w, bias = layer(3, (1, 16, 12, 12), 3)
+    ep = epilogue("per-channel", 16, bias)
+    dw = compile_depthwise(x.shape, w, padding=1, epilogue=ep, schedule=DepthwiseSchedule(1, 4, 1))
+    wc = np.random.default_rng(4).integers(-30, 31, (32, 16, 3, 3)).astype(np.int8)
+    ep_c = Epilogue(multiplier=np.arange(1, 33) << 14, shift=22)
+    conv = compile_conv2d(x.shape, wc, padding=1, epilogue=ep_c)
+    for compiled in (dw, conv):
+        muls = [i for i in emit_program(compiled.lowering, compiled.stream, dev) if isinstance(i, AluInsn)]
+        muls = [i for i in muls if i.alu_opcode == AluOp.MUL]
+        assert muls and all(i.pipe and i.iter_in > 1 for i in muls), muls
+    np.testing.assert_array_equal(dw.run(dev, x).out, depthwise_reference(x, w, dw.spec, ep))
+    np.testing.assert_array_equal(conv.run(dev, x).out, conv2d_reference(x, wc, conv.spec, ep_c))
