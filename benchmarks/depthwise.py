@@ -27,8 +27,8 @@ Candidates (docs/depthwise.md derives each):
 * ``dw_tap8``: ``dw_tap`` with each DSP pair computing one product (8 taps per pass), as the part's DSPs allow.
 * ``dw_col``: ``dw_tap8`` fed by a K x K window register (no line buffer): along an output row the window
   shifts by ``stride`` columns, reading stride * K INP rows per output pixel.
-* ``dw_mode``: the depthwise mode as implemented (EPI dw): ``dw_col`` with the reads and the passes of a pixel
-  one after the other, timed by :class:`vdla.cycles.CycleModel` itself.
+* ``dw_mode``: the depthwise mode as implemented (EPI dw): ``dw_col`` with a pixel's passes overlapping the next
+  pixel's reads (from a snapshot of the window), timed by :class:`vdla.cycles.CycleModel` itself.
 
 ``--compile`` also compiles every layer with :func:`vdla.compiler.depthwise.compile_depthwise` (a per-channel
 multiplier and a ReLU6 clamp, as MobileNet's layers have) and reports the cycles of the program it picks on the

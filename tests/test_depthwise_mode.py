@@ -63,10 +63,11 @@ def mul_shift(a: np.ndarray, m: np.ndarray, s: int) -> np.ndarray:
     return ((p + (1 << (s - 1))) >> s if s else p).astype(np.int64)
 
 
-def dw_program(dev: Device, x, w, bias, stride: int, pad: int, shift: int, mult=None, mshift: int = 0):
+def dw_program(dev: Device, x, w, bias, stride: int, pad: int, shift: int, mult=None, mshift: int = 0, pairs=False):
     """One channel block: LOAD the padded input tile, the window's weights, the bias rows (one per output row);
-    EPI dw; one init GEMM over the output (rows x columns); optionally an ALU MUL by per-channel multipliers;
-    STORE the requantized OUT rows. Returns (int8 (OH, OW, C), counters)."""
+    EPI dw; one init GEMM over the output (rows x columns; with ``pairs``, two micro-ops, one per column of each
+    pair of columns: the window moves by the stride between consecutive iterations all the same); optionally an
+    ALU MUL by per-channel multipliers; STORE the requantized OUT rows. Returns (int8 (OH, OW, C), counters)."""
     cfg = dev.cfg
     c, h, wd = x.shape
     k = w.shape[1]
@@ -89,7 +90,11 @@ def dw_program(dev: Device, x, w, bias, stride: int, pad: int, shift: int, mult=
         cmd.load(MemType.ACC, bias_row + oh, m_d, 0, 1, 1, 1)
     cmd.epi(req=mult is None, shift=shift, bias_base=bias_row, dw=(k, stride, pitch))
     loop = dict(iter_out=oh, iter_in=ow, dst_factor=(ow, 1), src_factor=(stride * pitch, stride))
-    cmd.gemm([(acc0, 0, 0)], init=True, **loop)
+    uops = [(acc0, 0, 0)]
+    if pairs:
+        loop.update(iter_in=ow // 2, dst_factor=(ow, 2), src_factor=(stride * pitch, 2 * stride))
+        uops.append((acc0 + 1, stride, 0))
+    cmd.gemm(uops, init=True, **loop)
     if mult is not None:
         cmd.epi(req=True, shift=shift)
         cmd.alu(AluOp.MUL, [(acc0, bias_row + oh)], oh, ow, (ow, 1), (0, 0), shift=mshift)
@@ -143,6 +148,21 @@ def test_depthwise_on_both_backends(devices, h, wd, k, stride, pad):
     assert counters.gemm_iters == oh * ow
 
 
+def test_two_micro_ops_on_both_backends(devices):
+    """Consecutive pixels of different micro-ops (two a row's column pair): each pixel's passes follow its own
+    reads and a free slot instead of overlapping the next pixel's. Equal on both backends, in the cycles of the
+    cycle model, and the output of the one-micro-op program (whose windows are fresh once a row, not twice)."""
+    h, wd, k, stride, pad = 10, 10, 3, 1, 1
+    x, w, bias = case(7, h, wd, k)
+    got, counters = both(devices, lambda dev: dw_program(dev, x, w, bias, stride, pad, 9, pairs=True))
+    one, one_counters = dw_program(devices[0], x, w, bias, stride, pad, 9)
+    np.testing.assert_array_equal(got, one)
+    pixels = h * wd  # 3x3 stride 1, padded: the output is the input's size
+    pairs = 2 * h * 9 + (pixels - 2 * h) * 3 + pixels * 3  # fresh windows twice a row, a free slot, 2 passes
+    overlapped = 9 + (h - 1) * 9 + (pixels - h) * 3 + 3
+    assert counters.cycles - one_counters.cycles == pairs - overlapped
+
+
 def test_per_channel_requantization(devices):
     """A per-channel multiplier (ALU MUL by an ACC row, rounding shift) after the depthwise GEMM, then REQ."""
     x, w, bias = case(3, 10, 10, 3)
@@ -170,8 +190,14 @@ def test_cycle_model_counts_reads_and_passes():
     cfg = load_config("pynq")
     epi = EpiInsn(dw=True, dw_k=3, dw_stride=2, dw_pitch=20)
     g = GemmInsn(iter_out=4, iter_in=6)
-    # 4 fresh windows of 9 rows, 20 shifts of 2 columns x 3 rows, 2 passes per iteration (one WGT element)
-    assert dw_slots(cfg, epi, g) == 4 * 9 + 20 * 6 + 24 * 2
+    # 4 fresh windows of 9 rows and 20 shifts of 2 columns x 3 rows, each overlapping the 2 passes (one WGT
+    # element) of the pixel before; the last pixel's passes after a free slot
+    assert dw_slots(cfg, epi, g) == 4 * 9 + 20 * 6 + 1 + 2
+    # reads fewer than the passes + 1: 1x1 (1 read, 2 passes), 5x5 stride 1 (5 reads, 4 passes: 2 WGT elements)
+    assert dw_slots(cfg, replace(epi, dw_k=1, dw_stride=1), g) == 1 + 23 * 3 + 3
+    assert dw_slots(cfg, replace(epi, dw_k=5, dw_stride=1), g) == 25 + 3 * 25 + 20 * 5 + 5
+    # two micro-ops: every pixel's reads, a free slot and its own passes (8 fresh windows, 40 shifts)
+    assert dw_slots(cfg, epi, replace(g, uop_end=2)) == 8 * 9 + 40 * 6 + 48 * 3
     assert cfg.dw_groups(3) == 1 and cfg.dw_groups(5) == 2
 
 

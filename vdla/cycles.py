@@ -96,13 +96,21 @@ def transfer_shape(insn: MemInsn, cfg: HwConfig) -> tuple[int, int]:
 
 
 def dw_slots(cfg: HwConfig, epi: EpiInsn, insn: GemmInsn) -> int:
-    """Cycles of the uop-iterations of a GEMM in the depthwise mode (``epi.dw``, not a reset): each iteration
-    reads its window's new INP rows, one per cycle (dw_k x dw_k at inner index 0, else dw_k x dw_stride), then
-    makes two passes (half the lanes each) per WGT element of the window (:meth:`HwConfig.dw_groups`)."""
+    """Cycles of the uop-iterations (pixels) of a GEMM in the depthwise mode (``epi.dw``, not a reset). Pixel n's
+    window reads (one INP row a cycle: dw_k x dw_k at inner index 0, else dw_k x dw_stride) share a group of
+    slots with pixel n-1's passes (two per WGT element of the window, :meth:`HwConfig.dw_groups`), both ending
+    with the group's last slot; the passes take the window the previous group's last read left, so a group is
+    max(reads, passes + 1) slots. The first group is its reads alone, and the last pixel's passes follow in a
+    group of their own, a free slot and the passes. A slot reads one micro-op, so with more than one (consecutive
+    pixels of different micro-ops) each pixel's group is its reads, a free slot and its own passes."""
     uops = insn.uop_end - insn.uop_bgn
-    fresh = insn.iter_out * uops
-    reads = fresh * epi.dw_k * epi.dw_k + (insn.iterations - fresh) * epi.dw_k * epi.dw_stride
-    return reads + insn.iterations * 2 * cfg.dw_groups(epi.dw_k)
+    fresh = insn.iter_out * uops  # iterations at inner index 0, the first among them
+    passes = 2 * cfg.dw_groups(epi.dw_k)
+    k2, ks = epi.dw_k * epi.dw_k, epi.dw_k * epi.dw_stride
+    if uops > 1:
+        return fresh * k2 + (insn.iterations - fresh) * ks + insn.iterations * (passes + 1)
+    later = (fresh - 1) * max(k2, passes + 1) + (insn.iterations - fresh) * max(ks, passes + 1)
+    return k2 + later + passes + 1
 
 
 class CycleModel:

@@ -6,8 +6,9 @@
 // Micro-op indices are range-checked in S1 (index_err_o), against limits prepared in S0; a failed check
 // halts the run from the next cycle, so the check gates nothing but the write of an ALU slot (in C).
 // In the depthwise mode (vdla_loop_seq) a read slot reads its INP row in S1 and shifts it into its window
-// register in S2 (the window is cleared when a GEMM starts); a pass slot reads its WGT element in S1 and goes
-// through the GEMM core with the window (vdla_gemm_core's dw_i) and on to ACC like a GEMM iteration. An init GEMM's first update of each row
+// register in S2 (the window is cleared when a GEMM starts), and a group's last read also copies the window so
+// shifted into the snapshot; a pass slot (the same slot, or one of its own) reads its WGT element in S1 and goes
+// through the GEMM core with the snapshot (vdla_gemm_core's dw_i) and on to ACC like a GEMM iteration. An init GEMM's first update of each row
 // (tracked in `touched_q`, cleared when the GEMM starts) reads the bias row ACC[epi_base + o]
 // (o: the iter_out index) instead of the row itself, or zero without bias.
 module vdla_compute_loop (
@@ -64,13 +65,14 @@ module vdla_compute_loop (
   logic [31:0]       dst_off, src_off, wgt_off;
   vdla_pkg::alu_op_e alu_op_q;
   logic [15:0]       imm_q;
-  logic              dw_q, dw_rd, dw_half;
+  logic              dw_q, dw_rd, dw_ps, dw_cap, dw_half;
   logic [2:0]        dw_ky, dw_grp;
 
   vdla_loop_seq u_seq (
     .clk_i, .rst_ni, .halt_i, .start_i, .insn_i,
     .dw_i (epi_dw_i), .dw_k_i (epi_dw_k_i), .dw_stride_i (epi_dw_stride_i), .dw_pitch_i (epi_dw_pitch_i),
-    .dw_o (dw_q), .dw_rd_o (dw_rd), .dw_ky_o (dw_ky), .dw_half_o (dw_half), .dw_grp_o (dw_grp),
+    .dw_o (dw_q), .dw_rd_o (dw_rd), .dw_ps_o (dw_ps), .dw_cap_o (dw_cap), .dw_ky_o (dw_ky), .dw_half_o (dw_half),
+    .dw_grp_o (dw_grp),
     .issue_o (issue), .u_o (u), .o_o (o), .dst_off_o (dst_off), .src_off_o (src_off), .wgt_off_o (wgt_off),
     .gemm_o (gemm_q), .reset_o (reset_q), .init_o (init_q), .alu_op_o (alu_op_q), .use_imm_o (use_imm_q),
     .imm_o (imm_q), .src_rd_o (src_rd), .done_o
@@ -115,10 +117,15 @@ module vdla_compute_loop (
     else s1_valid_q <= issue;
   end
 
-  logic       s1_rd_q, s1_half_q;  // a depthwise read slot; a pass's half and WGT element, a read's register
+  // the slot reads INP (not a depthwise pass-only slot), makes a GEMM update (not a depthwise read-only slot);
+  // a depthwise read slot, its group's last; a pass's half and WGT element, a read's register
+  logic       s1_srd_q, s1_mac_q, s1_rd_q, s1_cap_q, s1_half_q;
   logic [2:0] s1_ky_q, s1_grp_q;
   always_ff @(posedge clk_i) begin
+    s1_srd_q     <= !dw_q || dw_rd;
+    s1_mac_q     <= !dw_q || dw_ps;
     s1_rd_q      <= dw_rd;
+    s1_cap_q     <= dw_cap;
     s1_ky_q      <= dw_ky;
     s1_half_q    <= dw_half;
     s1_grp_q     <= dw_grp;
@@ -157,12 +164,13 @@ module vdla_compute_loop (
   assign dst_out   = out_of(s1_dst_rng_q, FW'(uop_word[DST_BITS-1:0]));
   assign src_out   = out_of(s1_src_rng_q, FW'(uop_word[DST_BITS +: SRC_BITS]));
   assign wgt_out   = out_of(s1_wgt_rng_q, FW'(uop_word[DST_BITS + SRC_BITS +: WGT_BITS]));
-  assign index_err = s1_valid_q && !halt_i && (dst_out || src_out || wgt_out || s1_bias_bad_q);
+  assign index_err = s1_valid_q && !halt_i
+                  && (((dst_out || wgt_out || s1_bias_bad_q) && s1_mac_q) || (src_out && s1_srd_q));
   assign index_err_o = index_err;
 
   assign inp_re_o    = s1_gemm && !reset_q && (!dw_q || s1_rd_q);
   assign inp_raddr_o = src[vdla_pkg::INP_AW-1:0];
-  assign wgt_re_o    = s1_gemm && !reset_q && !s1_rd_q;
+  assign wgt_re_o    = s1_gemm && !reset_q && s1_mac_q;
   assign wgt_raddr_o = wgt;
 
   // ---- S2, S3: GEMM core --------------------------------------------------------------------
@@ -175,28 +183,34 @@ module vdla_compute_loop (
       s2_valid_q <= 1'b0;
       s3_valid_q <= 1'b0;
     end else begin
-      s2_valid_q <= s1_gemm && !s1_rd_q;  // a slot that fails its check meets the halt in R
+      s2_valid_q <= s1_gemm && s1_mac_q;  // a slot that fails its check meets the halt in R
       s3_valid_q <= s2_valid_q;
     end
   end
 
   // the depthwise window: DW_MAX_K registers (kernel rows) of DW_MAX_K INP rows, position DW_MAX_K - 1 the
   // newest; cleared when a GEMM starts, a read slot's row shifted in from S2 (win_d: the window after this
-  // cycle's shift). A pass's operands are selected in S1 from win_d (so the last read before it counts) and
-  // registered (dwa_q): pair (o, i) of the GEMM core takes window position g * BLOCK_IN + i, channel
-  // o + HALF * h, for the pass's group g and half h (zero past DW_MAX_K^2 positions).
+  // cycle's shift), copied to the snapshot (snap_q) after a group's last read. A pass's operands are selected in
+  // S1 from the snapshot (its pixel's window: the sequencer starts the passes a cycle after the copy, and ends
+  // them before the next) and registered (dwa_q): pair (o, i) of the GEMM core takes window position
+  // g * BLOCK_IN + i, channel o + HALF * h, for the pass's group g and half h (zero past DW_MAX_K^2 positions).
   localparam int DWK  = vdla_pkg::DW_MAX_K;
   localparam int BI   = vdla_pkg::BLOCK_IN;
   localparam int HALF = vdla_pkg::BLOCK_OUT / 2;
   localparam int DWG  = (DWK * DWK + BI - 1) / BI;  // window position groups
-  logic [DWK-1:0][DWK-1:0][vdla_pkg::INP_BITS-1:0] win_q, win_d;
-  logic [DWG*BI-1:0][vdla_pkg::INP_BITS-1:0]       win_p;  // win_d by position ky * DW_MAX_K + q, zero past
+  logic [DWK-1:0][DWK-1:0][vdla_pkg::INP_BITS-1:0] win_q, win_d, snap_q;
+  logic [DWG*BI-1:0][vdla_pkg::INP_BITS-1:0]       win_p;  // snap_q by position ky * DW_MAX_K + q, zero past
   logic [HALF-1:0][BI-1:0][7:0]                    dwa_q;  // the pass's operand of each pair (o, i)
-  logic                                           s2_rd_q;
+  logic                                           s2_rd_q, s2_cap_q;
   logic [2:0]                                     s2_ky_q;
   always_ff @(posedge clk_i or negedge rst_ni) begin
-    if (!rst_ni) s2_rd_q <= 1'b0;
-    else s2_rd_q <= s1_gemm && s1_rd_q;
+    if (!rst_ni) begin
+      s2_rd_q  <= 1'b0;
+      s2_cap_q <= 1'b0;
+    end else begin
+      s2_rd_q  <= s1_gemm && s1_rd_q;
+      s2_cap_q <= s1_gemm && s1_cap_q;
+    end
   end
   always_comb begin
     win_d = win_q;
@@ -205,11 +219,13 @@ module vdla_compute_loop (
         if (3'(k) == s2_ky_q) win_d[k] = {inp_rdata_i, win_q[k][DWK-1:1]};
     end
   end
-  assign win_p = (DWG * BI * vdla_pkg::INP_BITS)'(win_d);
+  assign win_p = (DWG * BI * vdla_pkg::INP_BITS)'(snap_q);
   always_ff @(posedge clk_i) begin
     s2_ky_q <= s1_ky_q;
     if (start_i) win_q <= '0;
     else win_q <= win_d;
+    if (start_i) snap_q <= '0;
+    else if (s2_cap_q) snap_q <= win_d;
     if (vdla_pkg::DW_SUPPORTED != 0 && dw_q) begin
       for (int l = 0; l < HALF; l++)
         for (int i = 0; i < BI; i++) begin

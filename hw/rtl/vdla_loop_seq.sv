@@ -9,11 +9,17 @@
 // one micro-op) iterations but each inner loop's last (vdla.cycles.mul_gaps); vdla.cycles models the same rules.
 // After the last issue it drains the pipeline: done_o rises GEMM_PIPELINE + 1 cycles after the last micro-op
 // read (ALU: ALU_PIPELINE + 1, plus the gap that iteration leaves). A halt stops it at once.
-// A GEMM in the depthwise mode (dw_i, the EPI state; not a reset) issues each uop-iteration as slots, one a
-// cycle: reads of its window's new INP rows (dw_rd_o: register dw_ky_o, at src_off_o = the iteration's offset
-// + ky * pitch + column; k columns at inner index 0, else `stride`, the window's last), then two passes per
-// group of BLOCK_IN window positions (dw_grp_o, dw_half_o), pass j reading WGT element wgt_off_o + j; the
-// loop indices move after the last pass.
+// A GEMM in the depthwise mode (dw_i, the EPI state; not a reset) issues its uop-iterations (pixels) as slot
+// groups, one slot a cycle: group n reads pixel n's new window rows (dw_rd_o: register dw_ky_o, at src_off_o =
+// the iteration's offset + ky * pitch + column; k columns at inner index 0, else `stride`, the window's last)
+// and makes pixel n-1's passes (dw_ps_o: two per group of BLOCK_IN window positions, dw_grp_o, dw_half_o; pass j
+// reads WGT element wgt_off_o + j and writes at dst_off_o, pixel n-1's), both in the group's last slots: a
+// group is max(reads, passes + 1) slots (the first group its reads, a last group a free slot and the last
+// pixel's passes). The passes take the window as the group's last read left it (dw_cap_o: the compute loop's
+// snapshot), so they overlap the next pixel's reads (vdla.cycles.dw_slots). The loop indices are the reading
+// pixel's and move at a group's end; dst_off_o, wgt_off_o and o_o are the passing pixel's, taken at the last
+// read. A slot reads one micro-op, so this holds for a GEMM of one (ovl_q); with more, group n is pixel n's
+// reads, a free slot and pixel n's passes.
 module vdla_loop_seq (
   input  logic                        clk_i,
   input  logic                        rst_ni,
@@ -40,7 +46,9 @@ module vdla_loop_seq (
   output logic [15:0]                 imm_o,
   output logic                        src_rd_o,  // this issue reads ACC[src] in a SRC slot before its ALU slot
   output logic                        dw_o,      // the running GEMM is in the depthwise mode
-  output logic                        dw_rd_o,   // this issue reads a window row (else, in dw_o, a pass)
+  output logic                        dw_rd_o,   // this issue reads a window row
+  output logic                        dw_ps_o,   // this issue makes a pass (of the pixel before the reading one)
+  output logic                        dw_cap_o,  // this read is its group's last: the passes take the window after it
   output logic [2:0]                  dw_ky_o,   // the window register the row shifts into
   output logic                        dw_half_o, // the pass's half of the lanes
   output logic [2:0]                  dw_grp_o,  // the pass's WGT element of the window
@@ -69,9 +77,14 @@ module vdla_loop_seq (
   logic [10:0] dfo_q, dfi_q, sfo_q, sfi_q;
   logic [9:0]  wfo_q, wfi_q;
   logic [31:0] dst_out_q, src_out_q, wgt_out_q, dst_off_q, src_off_q, wgt_off_q;
-  // the depthwise mode: its state (kernel k, stride, pitch, passes - 1) and the slot counters: reading (rd_q)
-  // row ky_q's column c_q, or pass pass_q
-  logic        dw_q, rd_q;
+  // the depthwise mode: its state (kernel k, stride, pitch, passes - 1, k * k and k * stride reads) and the slot
+  // counters: the group's slots left after this one (cnt_q) and reads (nrd_q), the first group (no passes) or
+  // the last (no reads), the next read's row ky_q and column c_q, the next pass pass_q; the passing pixel's
+  // dst offset and outer index
+  logic        dw_q, ovl_q, first_q, fin_q;
+  logic [4:0]  cnt_q, nrd_q, kk_q, ks_q, np_q, lenf_q, lens_q, cap_q;
+  logic [31:0] pdst_q;
+  logic [13:0] po_q;
   logic [2:0]  k_q, ky_q, c_q;
   logic [1:0]  s_q;
   logic [15:0] pitch_q;
@@ -88,7 +101,41 @@ module vdla_loop_seq (
     last_pass = 4'(2 * ((vdla_pkg::DW_MAX_K * int'(k) + vdla_pkg::BLOCK_IN - 1) / vdla_pkg::BLOCK_IN) - 1);
   endfunction
 
+  // The group sizes as tables of the EPI state's kernel and stride (constants selected by compares: a LUT level
+  // or two, no arithmetic): k * m reads; with them, the group's slots - 1, overlapped (one micro-op) or not
+  function automatic int passes_of(int k);
+    passes_of = 2 * ((vdla_pkg::DW_MAX_K * k + vdla_pkg::BLOCK_IN - 1) / vdla_pkg::BLOCK_IN);
+  endfunction
+  function automatic logic [4:0] k_times(logic [2:0] k, logic [2:0] m);
+    k_times = '0;
+    for (int i = 1; i <= vdla_pkg::DW_MAX_K; i++)
+      for (int j = 1; j <= vdla_pkg::DW_MAX_K; j++)
+        if (k == 3'(i) && m == 3'(j)) k_times = 5'(i * j);
+  endfunction
+  function automatic logic [4:0] grp_len(logic [2:0] k, logic [2:0] m, logic ovl);
+    grp_len = '0;
+    for (int i = 1; i <= vdla_pkg::DW_MAX_K; i++)
+      for (int j = 1; j <= vdla_pkg::DW_MAX_K; j++)
+        if (k == 3'(i) && m == 3'(j))
+          grp_len = ovl ? 5'((i * j > passes_of(i) + 1 ? i * j : passes_of(i) + 1) - 1) : 5'(i * j + passes_of(i));
+  endfunction
+  // the passes per pixel (plus one: the slot count left at a group's last read when not overlapped), and the
+  // first group's slots - 1 when overlapped (its k * k reads alone)
+  function automatic logic [4:0] passes(logic [2:0] k, logic plus_one);
+    passes = '0;
+    for (int i = 1; i <= vdla_pkg::DW_MAX_K; i++)
+      if (k == 3'(i)) passes = plus_one ? 5'(passes_of(i) + 1) : 5'(passes_of(i));
+  endfunction
+  function automatic logic [4:0] first_ovl(logic [2:0] k);
+    first_ovl = '0;
+    for (int i = 1; i <= vdla_pkg::DW_MAX_K; i++)
+      if (k == 3'(i)) first_ovl = 5'(i * i - 1);
+  endfunction
+
   logic issue, u_last, i_last, last_iter, src_rd, step, rd_col_last, rd_row_last, n_fresh;
+  logic slot_rd, slot_ps, grp_end, dw_done, run_done;
+  logic [4:0] n_rd, n_len;        // the next group's reads and slots - 1
+  logic       one_uop;            // the starting instruction has one micro-op
   logic [2:0] n_cols;  // columns this iteration reads: k at inner index 0, else the stride
   logic dw_start;      // the instruction starting runs in the depthwise mode
   logic [2:0] kms_d;   // its k - stride (a non-fresh window's first column), else 0
@@ -108,8 +155,17 @@ module vdla_loop_seq (
   assign n_cols      = i_q == '0 ? k_q : 3'(s_q);
   assign rd_col_last = c_q == n_cols - 3'd1;
   assign rd_row_last = ky_q == k_q - 3'd1;
-  assign step        = issue && (!dw_q || (!rd_q && pass_q == pass_last_q));
   assign n_fresh     = u_last ? i_last : i_q == '0;  // the next iteration is at inner index 0
+  // overlapped, a group's reads and passes end with its last slot (cnt_q == 0); else the reads come first
+  assign slot_rd     = ovl_q ? !fin_q && cnt_q < nrd_q : cnt_q > np_q;
+  assign slot_ps     = (!ovl_q || !first_q) && cnt_q <= 5'(pass_last_q);
+  assign grp_end     = cnt_q == '0;
+  assign n_rd        = n_fresh ? kk_q : ks_q;
+  assign n_len       = n_fresh ? lenf_q : lens_q;
+  assign one_uop     = gemm.uop_end == 14'(gemm.uop_bgn) + 14'd1;
+  assign step        = issue && (!dw_q || (grp_end && !(ovl_q && fin_q) && !last_iter));
+  assign dw_done     = issue && dw_q && grp_end && (ovl_q ? fin_q : last_iter);
+  assign run_done    = dw_q ? dw_done : step && last_iter;
   always_ff @(posedge clk_i or negedge rst_ni) begin
     if (!rst_ni) begin
       state_q <= IDLE;
@@ -118,7 +174,7 @@ module vdla_loop_seq (
     end else begin
       case (state_q)
         IDLE: if (start_i) state_q <= RUN;
-        RUN: if (step && last_iter) state_q <= DRAIN;
+        RUN: if (run_done) state_q <= DRAIN;
         DRAIN: if (wait_q == '0) state_q <= IDLE;
         default: state_q <= IDLE;
       endcase
@@ -137,28 +193,35 @@ module vdla_loop_seq (
           u_q     <= gemm.uop_bgn;
           o_q     <= '0;
           i_q     <= '0;
-          rd_q    <= 1'b1;
           ky_q    <= '0;
           c_q     <= '0;
           pass_q  <= '0;
+          first_q <= 1'b1;
+          fin_q   <= 1'b0;
+          // the first group: k * k reads (then a free slot and the passes, unless overlapped)
+          cnt_q   <= one_uop ? first_ovl(dw_k_i) : grp_len(dw_k_i, dw_k_i, 1'b0);
+          nrd_q   <= k_times(dw_k_i, dw_k_i);
         end
         RUN: begin
           if (wait_q != '0) wait_q <= wait_q - 1'b1;
           if (phase_q != '0) phase_q <= phase_q - 1'b1;
           if (issue && dw_q) begin
-            if (rd_q) begin
+            if (slot_rd) begin
               if (!rd_col_last) begin
                 c_q  <= c_q + 3'd1;
               end else begin
                 c_q  <= '0;
                 ky_q <= rd_row_last ? '0 : ky_q + 3'd1;
-                rd_q <= !rd_row_last;
               end
-            end else if (pass_q != pass_last_q) begin
-              pass_q <= pass_q + 4'd1;
-            end else begin
-              pass_q <= '0;
-              rd_q   <= 1'b1;
+            end
+            if (slot_ps) pass_q <= pass_q == pass_last_q ? '0 : pass_q + 4'd1;
+            if (!grp_end) begin
+              cnt_q <= cnt_q - 5'd1;
+            end else begin  // the reading pixel's passes come next, with the next pixel's reads, or alone
+              first_q <= 1'b0;
+              fin_q   <= last_iter;
+              cnt_q   <= last_iter ? np_q : n_len;  // (the last group, overlapped: a free slot, the passes)
+              nrd_q   <= n_rd;
             end
           end
           if (step) begin
@@ -174,9 +237,9 @@ module vdla_loop_seq (
                 o_q <= o_q + 1'b1;
               end
             end
-            // drain: the pipeline needs 5 cycles after the last read (GEMM), 3 and the gap (ALU)
-            if (last_iter) wait_q <= gemm_q ? 16'(vdla_pkg::GEMM_PIPELINE) : 16'(vdla_pkg::ALU_PIPELINE) + 16'(gap);
           end
+          // drain: the pipeline needs 5 cycles after the last read (GEMM), 3 and the gap (ALU)
+          if (run_done) wait_q <= gemm_q ? 16'(vdla_pkg::GEMM_PIPELINE) : 16'(vdla_pkg::ALU_PIPELINE) + 16'(gap);
         end
         DRAIN: wait_q <= wait_q - 1'b1;
         default: ;
@@ -197,7 +260,7 @@ module vdla_loop_seq (
       imm_q     <= insn_i.alu.imm;
       two_op_q  <= gemm.hdr.opcode == vdla_pkg::OP_ALU && !gemm.reset && !insn_i.alu.use_imm;
       // vdla.cycles.holds_src: one micro-op, the same source row for every inner iteration, not a shift
-      hold_q    <= gemm.uop_end == 14'(gemm.uop_bgn) + 14'd1 && gemm.src_factor_in == '0
+      hold_q    <= one_uop && gemm.src_factor_in == '0
                    && insn_i.alu.alu_opcode != vdla_pkg::ALU_SHR && insn_i.alu.alu_opcode != vdla_pkg::ALU_RSHR
                    && insn_i.alu.alu_opcode != vdla_pkg::ALU_REQ;
       u_bgn_q   <= gemm.uop_bgn;
@@ -221,6 +284,15 @@ module vdla_loop_seq (
       s_q       <= dw_stride_i;
       pitch_q   <= dw_pitch_i;
       pass_last_q <= last_pass(dw_k_i);
+      kk_q      <= k_times(dw_k_i, dw_k_i);
+      ovl_q     <= one_uop;
+      ks_q      <= k_times(dw_k_i, 3'(dw_stride_i));
+      np_q      <= passes(dw_k_i, 1'b0);
+      lenf_q    <= grp_len(dw_k_i, dw_k_i, one_uop);
+      lens_q    <= grp_len(dw_k_i, 3'(dw_stride_i), one_uop);
+      cap_q     <= one_uop ? '0 : passes(dw_k_i, 1'b1);  // the slot count left at a group's last read
+      pdst_q    <= '0;
+      po_q      <= '0;
       kms_q     <= kms_d;
       sfi_kms_q <= 32'(gemm.src_factor_in) + 32'(kms_d);
       src_cur_q <= '0;
@@ -241,18 +313,24 @@ module vdla_loop_seq (
           wgt_off_q <= wgt_out_q + 32'(wfo_q);
         end
       end
-      if (step) begin  // the next iteration's first slot
+      if (step) begin  // the next iteration's first slot (in the depthwise mode: its first read)
         src_cur_q   <= next_src;
         row_first_q <= next_src;
-        wgt_cur_q   <= next_wgt;
-      end else if (issue && dw_q && rd_q) begin  // the next read of the window (a pass after the last)
+      end else if (issue && dw_q && slot_rd) begin  // the next read of the window
         if (!rd_col_last) begin
           src_cur_q <= src_cur_q + 32'd1;
         end else if (!rd_row_last) begin
           src_cur_q   <= row_first_q + 32'(pitch_q);
           row_first_q <= row_first_q + 32'(pitch_q);
         end
-      end else if (issue && dw_q) begin
+      end
+      if (step && !dw_q) begin
+        wgt_cur_q <= next_wgt;
+      end else if (issue && dw_q && slot_rd && cnt_q == cap_q) begin  // the group's last read
+        wgt_cur_q <= wgt_off_q;
+        pdst_q    <= dst_off_q;
+        po_q      <= o_q;
+      end else if (issue && dw_q && slot_ps) begin
         wgt_cur_q <= wgt_cur_q + 32'd1;
       end
     end
@@ -274,8 +352,8 @@ module vdla_loop_seq (
 
   assign issue_o   = issue;
   assign u_o       = u_q;
-  assign o_o       = o_q;
-  assign dst_off_o = dst_off_q;
+  assign o_o       = dw_q ? po_q : o_q;
+  assign dst_off_o = dw_q ? pdst_q : dst_off_q;
   assign src_off_o = src_cur_q;
   assign wgt_off_o = wgt_cur_q;
   assign gemm_o    = gemm_q;
@@ -286,7 +364,9 @@ module vdla_loop_seq (
   assign imm_o     = imm_q;
   assign src_rd_o  = src_rd;
   assign dw_o      = dw_q;
-  assign dw_rd_o   = dw_q && rd_q;
+  assign dw_rd_o   = dw_q && slot_rd;
+  assign dw_ps_o   = dw_q && slot_ps;
+  assign dw_cap_o  = dw_q && slot_rd && cnt_q == cap_q;
   assign dw_ky_o   = ky_q;
   assign dw_half_o = pass_q[0];
   assign dw_grp_o  = pass_q[3:1];
