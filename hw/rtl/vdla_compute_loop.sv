@@ -168,7 +168,7 @@ module vdla_compute_loop (
                   && (((dst_out || wgt_out || s1_bias_bad_q) && s1_mac_q) || (src_out && s1_srd_q));
   assign index_err_o = index_err;
 
-  assign inp_re_o    = s1_gemm && !reset_q && (!dw_q || s1_rd_q);
+  assign inp_re_o    = s1_gemm && !reset_q && s1_srd_q;
   assign inp_raddr_o = src[vdla_pkg::INP_AW-1:0];
   assign wgt_re_o    = s1_gemm && !reset_q && s1_mac_q;
   assign wgt_raddr_o = wgt;

@@ -96,15 +96,14 @@ module vdla_loop_seq (
   logic [31:0] src_cur_q, wgt_cur_q, row_first_q, sfi_kms_q, next_src, next_wgt;
   logic [2:0]  kms_q;
 
-  // the passes of a k x k window: two per WGT element of its positions ky * DW_MAX_K + q (ky < k), minus one
-  function automatic logic [3:0] last_pass(logic [2:0] k);
-    last_pass = 4'(2 * ((vdla_pkg::DW_MAX_K * int'(k) + vdla_pkg::BLOCK_IN - 1) / vdla_pkg::BLOCK_IN) - 1);
-  endfunction
-
   // The group sizes as tables of the EPI state's kernel and stride (constants selected by compares: a LUT level
   // or two, no arithmetic): k * m reads; with them, the group's slots - 1, overlapped (one micro-op) or not
   function automatic int passes_of(int k);
     passes_of = 2 * ((vdla_pkg::DW_MAX_K * k + vdla_pkg::BLOCK_IN - 1) / vdla_pkg::BLOCK_IN);
+  endfunction
+  // the passes of a k x k window minus one (two per WGT element of its positions ky * DW_MAX_K + q, ky < k)
+  function automatic logic [3:0] last_pass(logic [2:0] k);
+    last_pass = 4'(passes_of(int'(k)) - 1);
   endfunction
   function automatic logic [4:0] k_times(logic [2:0] k, logic [2:0] m);
     k_times = '0;

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import IntEnum
 
+import numpy as np
+
 from vdla.errors import VdlaError
 
 # The version of the instruction set: its formats and their meaning. The RTL reports it in ID[15:0] (through the
@@ -274,6 +276,13 @@ class LoopInsn(Insn):
     def iterations(self) -> int:
         """uop-iterations executed: iter_out * iter_in * (uop_end - uop_bgn)."""
         return self.iter_out * self.iter_in * (self.uop_end - self.uop_bgn)
+
+    def rows(self, base, name: str) -> np.ndarray:
+        """Field ``name``'s ("dst", "src", "wgt") index of every uop-iteration, shaped (iter_out, iter_in,
+        len(base)) in execution order: the micro-ops' fields ``base`` plus o * factor_out + i * factor_in."""
+        o = np.arange(self.iter_out)[:, None, None] * getattr(self, f"{name}_factor_out")
+        i = np.arange(self.iter_in)[None, :, None] * getattr(self, f"{name}_factor_in")
+        return np.asarray(base, np.int64).reshape(1, 1, -1) + o + i
 
 
 @dataclass(kw_only=True)

@@ -44,11 +44,7 @@ def pipe_hazard(dst: np.ndarray, src: np.ndarray) -> tuple[int, int] | None:
 
 def pipe_rows(uop: tuple[int, int], insn: AluInsn) -> tuple[np.ndarray, np.ndarray]:
     """The (dst, src) rows of a one-micro-op ALU loop, shaped (iter_out, iter_in)."""
-    o = np.arange(insn.iter_out)[:, None]
-    i = np.arange(insn.iter_in)[None, :]
-    dst = uop[0] + o * insn.dst_factor_out + i * insn.dst_factor_in
-    src = uop[1] + o * insn.src_factor_out + i * insn.src_factor_in
-    return dst, src
+    return insn.rows(uop[0], "dst")[..., 0], insn.rows(uop[1], "src")[..., 0]
 
 
 def can_pipe(insn: AluInsn, uops: np.ndarray) -> bool:

@@ -113,13 +113,7 @@ def exec_store(sram: Sram, insn: MemInsn, dram: Dram) -> None:
 def _loop_indices(sram: Sram, insn: GemmInsn | AluInsn, names: tuple[str, ...]) -> list[np.ndarray]:
     """Per-iteration indices shaped (iter_out, iter_in, uops): row-major order is execution order."""
     uops = decode_uops(sram.uop[insn.uop_bgn : insn.uop_end], sram.cfg)
-    o = np.arange(insn.iter_out)[:, None, None]
-    i = np.arange(insn.iter_in)[None, :, None]
-    out = []
-    for base, name in zip(uops, names):
-        fo, fi = getattr(insn, f"{name}_factor_out"), getattr(insn, f"{name}_factor_in")
-        out.append(base[None, None, :] + o * fo + i * fi)
-    return out
+    return [insn.rows(base, name) for base, name in zip(uops, names)]
 
 
 def _distinct(idx: np.ndarray, depth: int) -> np.ndarray:
@@ -296,8 +290,7 @@ def _products(sram: Sram, src: np.ndarray, wgt: np.ndarray) -> np.ndarray:
     width = int(counts.max())
     w = sram.wgt[blocks].transpose(0, 2, 1)  # (k, block_in, block_out)
     if blocks.size * width <= 2 * n:
-        starts = np.repeat(np.cumsum(counts) - counts, counts)
-        slot = np.arange(n) - starts
+        slot = _ranks(counts)
         group = np.repeat(np.arange(blocks.size), counts)
         a = np.zeros((blocks.size, width, cfg.batch, cfg.block_in), np.float32)
         a[group, slot] = sram.inp[src[order]]
