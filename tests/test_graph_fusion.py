@@ -452,6 +452,24 @@ def test_region_sub_graphs_round_trip():
     assert acc.name == "net.group0" and set(acc.params) == {"w0", "b0"} and acc.outputs == ["y0"]
 
 
+def test_cpu_regions_that_would_depend_on_each_other_in_a_cycle_stay_apart():
+    """Two CPU branches, each feeding a convolution whose consumer is on the CPU: merging every CPU group
+    with its CPU producers and joining independent CPU regions would make each convex region read the other
+    through an accelerator region (a cycle no order runs). The merges that would close the cycle are
+    refused, and the partition round-trips. (Found by the random DAGs above.)"""
+    r = lambda a, out: Node("relu", (a,), out)  # noqa: E731
+    c = lambda a, out: Node("conv2d", (a, "w"), out, {"padding": 1})  # noqa: E731
+    nodes = [r("x", "n0"), c("n0", "n1"), r("x", "n2"), r("n0", "n3"), r("n1", "n4")]
+    nodes += [r("n2", "n5"), r("n3", "n6"), r("n5", "n7"), c("n5", "n8"), r("n8", "n9")]
+    graph = Graph({"x": TensorType(SHAPE, "float32")}, nodes, ["n4", "n6", "n7", "n9"], dict(RANDOM_PARAMS))
+    fusion = fuse_ops(graph)
+    feeds = {"x": RNG.standard_normal(SHAPE).astype(np.float32)}
+    for capability in (conv_on_accel, chain_claim):
+        part = partition(graph, fusion, capability)
+        check_regions(graph, part, paths_to_sink(graph))
+        check_round_trip(graph, part, feeds)
+
+
 def test_residual_block_partition_round_trips():
     graph = residual_block()
     part = partition(graph, fuse_ops(graph), int8_capability(graph))

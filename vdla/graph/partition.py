@@ -190,7 +190,7 @@ def _group_preds(graph: Graph, fusion: Fusion) -> list[list[int]]:
 
 def _merge_cpu(targets: Sequence[str], preds: Sequence[Sequence[int]]) -> list[list[int]]:
     """Regions as lists of group indices: each CPU group joins the regions of its CPU producers that
-    the merged region can take while staying convex (in producer order)."""
+    the merged region can take (in producer order) while it stays convex and the regions stay acyclic."""
     down, up = reach_masks(preds)
     regions: dict[int, list[int]] = {}
     region_of: dict[int, int] = {}
@@ -198,25 +198,47 @@ def _merge_cpu(targets: Sequence[str], preds: Sequence[Sequence[int]]) -> list[l
         members = [g]
         if target == CPU:
             for r in dict.fromkeys(region_of[p] for p in preds[g] if targets[p] == CPU):
-                if convex(members + regions[r], down, up):
+                others = [m for k, m in regions.items() if k != r]
+                if convex(members + regions[r], down, up) and _acyclic([*others, members + regions[r]], preds):
                     members += regions.pop(r)
         regions[g] = sorted(members)
         region_of.update(dict.fromkeys(members, g))
-    return _join_independent(list(regions.values()), targets, down, up)
+    return _join_independent(list(regions.values()), targets, preds, down, up)
 
 
-def _join_independent(regions: list[list[int]], targets: Sequence[str], down, up) -> list[list[int]]:
-    """CPU regions that no accelerator region orders (their union stays convex) joined into one, each into
-    the last earlier one it can join: e.g. a detector's decode of its box and score heads, one CPU step."""
+def _join_independent(regions: list[list[int]], targets: Sequence[str], preds, down, up) -> list[list[int]]:
+    """CPU regions that no accelerator region orders (their union stays convex, the regions acyclic) joined
+    into one, each into the last earlier one it can join: e.g. a detector's decode of its box and score heads,
+    one CPU step."""
     out: list[list[int]] = []
-    for r in regions:
+    for i, r in enumerate(regions):
         if targets[r[0]] == CPU:
-            into = next((m for m in reversed(out) if targets[m[0]] == CPU and convex(m + r, down, up)), None)
+            later = regions[i + 1 :]
+            into = next((m for m in reversed(out) if _joins(m, r, out, later, targets, preds, down, up)), None)
             if into is not None:
                 into[:] = sorted(into + r)
                 continue
         out.append(r)
     return out
+
+
+def _joins(m: list[int], r: list[int], done, later, targets, preds, down, up) -> bool:
+    """Whether CPU region ``r`` may join CPU region ``m`` (one of ``done``; ``later`` the regions after ``r``)."""
+    if targets[m[0]] != CPU or not convex(m + r, down, up):
+        return False
+    return _acyclic([x for x in done if x is not m] + [m + r] + list(later), preds)
+
+
+def _acyclic(regions: Sequence[Sequence[int]], preds: Sequence[Sequence[int]]) -> bool:
+    """Whether the regions (disjoint lists of group indices) depend on each other without a cycle. Convex
+    regions can still form one (a -> c and b -> d with regions {a, d} and {b, c}), which no order runs."""
+    owner = {g: min(r) for r in regions for g in r}
+    edges = [(owner[p], owner[g]) for g in owner for p in preds[g] if p in owner and owner[p] != owner[g]]
+    try:
+        topological(sorted(set(owner.values())), edges)
+    except GraphError:
+        return False
+    return True
 
 
 def _order(regions: list[list[int]], preds: Sequence[Sequence[int]]) -> list[list[int]]:
