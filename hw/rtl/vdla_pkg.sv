@@ -32,7 +32,7 @@
 package vdla_pkg;
 
   // ---- Configuration 'pynq' (vdla/config.py) -------------------------------------------------------
-  localparam int ISA_VERSION          = 4;  // ID[15:0]
+  localparam int ISA_VERSION          = 5;  // ID[15:0]
   localparam logic [31:0] CONFIG_HASH = 32'hfd8b809f;  // CONFIG_HASH register
   localparam int BATCH                = 1;
   localparam int BLOCK_IN             = 16;
@@ -184,7 +184,8 @@ package vdla_pkg;
 
   // EPI: the compute stage's epilogue state (requantization, bias, depthwise).
   typedef struct packed {
-    logic [73:0] rsvd_127_54;  // reserved
+    logic [72:0] rsvd_127_55;  // reserved
+    logic        src_out;      // [54]
     logic [15:0] dw_pitch;     // [53:38]
     logic [1:0]  dw_stride;    // [37:36]
     logic [2:0]  dw_k;         // [35:33]

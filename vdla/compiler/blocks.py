@@ -62,6 +62,7 @@ class Epi:
     bias_base: int | None
     lut: bool = False  # OUT writes look their int8 value up in the activation table (a LOAD LUT before)
     dw: tuple[int, int, int] | None = None  # the depthwise mode of later GEMMs: (kernel, stride, pitch)
+    src_out: bool = False  # later GEMMs read their input rows from OUT (the int8 mirror of ACC), not INP
 
 
 @dataclass(frozen=True, eq=False)
@@ -112,7 +113,7 @@ def emit_op(op: Op, cmd: CommandBuilder, buffers: Mapping[str, Buffer]) -> None:
         k = op.kernel
         cmd.gemm(k.uops, k.iter_out, k.iter_in, k.factors(0), k.factors(1), k.factors(2), init=op.init)
     elif isinstance(op, Epi):
-        cmd.epi(op.req, op.relu, op.shift, op.bias_base, lut=op.lut, dw=op.dw)
+        cmd.epi(op.req, op.relu, op.shift, op.bias_base, lut=op.lut, dw=op.dw, src_out=op.src_out)
     elif isinstance(op, PreloadKernel):
         cmd.load_kernel(op.kernel.uops)
     else:

@@ -50,7 +50,7 @@ def op_insn(op: Op) -> Insn:
         )
     if isinstance(op, Epi):
         k, stride, pitch = op.dw or (0, 0, 0)
-        return EpiInsn(lut=op.lut, dw=op.dw is not None, dw_k=k, dw_stride=stride, dw_pitch=pitch)
+        return EpiInsn(lut=op.lut, dw=op.dw is not None, dw_k=k, dw_stride=stride, dw_pitch=pitch, src_out=op.src_out)
     k = op.kernel
     loop = {"uop_end": len(k.uops), "iter_out": k.iter_out, "iter_in": k.iter_in}
     loop |= {

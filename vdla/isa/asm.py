@@ -7,6 +7,7 @@ One instruction per line; ``#`` starts a comment. Examples::
     gemm reset uop=0:8 iter=2,3 dst=16,1 src=0,1 wgt=0,16
     epi req relu shift=7 bias=2000
     epi dw=3,1,18   # depthwise mode: kernel 3, stride 1, window rows 18 INP elements apart
+    epi src_out     # later GEMMs read their input rows from OUT (the int8 mirror of ACC)
     gemm init uop=0:8 iter=2,3 dst=16,1 src=0,1 wgt=0,16
     alu shr uop=0:8 iter=1,1 dst=1,0 src=0,0 imm=8 push_next
     store out sram=0 dram=0x2000 y=4 x=16 stride=16 pop_prev push_prev
@@ -64,7 +65,7 @@ def disassemble_insn(insn: Insn) -> str:
     elif isinstance(insn, FinishInsn):
         words = ["finish"]
     elif isinstance(insn, EpiInsn):
-        words = ["epi"] + [f for f in ("req", "relu", "lut") if getattr(insn, f)] + [f"shift={insn.shift}"]
+        words = ["epi"] + [f for f in ("req", "relu", "lut", "src_out") if getattr(insn, f)] + [f"shift={insn.shift}"]
         if insn.bias or insn.bias_base:  # base= keeps a base the disabled bias ignores
             words.append(f"{'bias' if insn.bias else 'base'}={insn.bias_base}")
         if insn.dw:
@@ -136,7 +137,7 @@ def assemble_line(line: str, where: str = "line") -> Insn | None:
                 or (key == "reset" and cls in (GemmInsn, AluInsn))
                 or (key == "init" and cls is GemmInsn)
                 or (key == "pipe" and cls is AluInsn)
-                or (key in ("req", "relu", "lut") and cls is EpiInsn)
+                or (key in ("req", "relu", "lut", "src_out") and cls is EpiInsn)
             ):
                 kw[key] = True
                 continue

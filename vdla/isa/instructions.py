@@ -15,7 +15,7 @@ from vdla.errors import VdlaError
 
 # The version of the instruction set: its formats and their meaning. The RTL reports it in ID[15:0] (through the
 # generated package), and a driver refuses a bitstream of another version. Raise it with any change to either.
-ISA_VERSION = 4
+ISA_VERSION = 5
 INSN_BITS = 128
 INSN_BYTES = 16
 
@@ -173,9 +173,10 @@ EPI_FIELDS = (
     ("dw_k", 33, 3),
     ("dw_stride", 36, 2),
     ("dw_pitch", 38, 16),
+    ("src_out", 54, 1),
 )
 SIGNED_FIELDS = {"imm"}
-BOOL_FIELDS = {"reset", "use_imm", "init", "req", "relu", "bias", "lut", "dw", "pipe"}
+BOOL_FIELDS = {"reset", "use_imm", "init", "req", "relu", "bias", "lut", "dw", "pipe", "src_out"}
 
 
 @dataclass(kw_only=True)
@@ -323,7 +324,10 @@ class EpiInsn(Insn):
     ``bias``/``bias_base``: the init value of GEMMs with ``init`` (see :class:`GemmInsn`); ``dw``: later GEMMs
     (not resets) run in the depthwise mode, each uop-iteration one output pixel over a ``dw_k`` x ``dw_k``
     window of INP rows ``dw_pitch`` apart, the window moving by ``dw_stride`` columns between the inner
-    iterations (docs/isa.md, "Depthwise mode")."""
+    iterations (docs/isa.md, "Depthwise mode"); ``src_out``: later GEMMs read their input rows (``src``, and the
+    depthwise window) from OUT, the int8 mirror of ACC, instead of INP, so a layer's int8 results feed the next
+    GEMM without a trip through DRAM; such a GEMM may not write an ACC row whose OUT row it reads
+    (docs/isa.md, "GEMM input from OUT")."""
 
     req: bool = False
     relu: bool = False
@@ -335,6 +339,7 @@ class EpiInsn(Insn):
     dw_k: int = 0
     dw_stride: int = 0
     dw_pitch: int = 0
+    src_out: bool = False
 
     OPCODE = Opcode.EPI
     FIELDS = EPI_FIELDS

@@ -294,7 +294,8 @@ class CommandBuilder:
         factors = {"dst": dst_factor}
         if not reset:
             factors.update(src=src_factor, wgt=wgt_factor)
-        depths = {"dst": cfg.acc_depth, "src": cfg.inp_depth, "wgt": cfg.wgt_depth}
+        src_depth = cfg.acc_depth if self._epi.src_out else cfg.inp_depth  # EPI src_out: input rows from OUT
+        depths = {"dst": cfg.acc_depth, "src": src_depth, "wgt": cfg.wgt_depth}
         if self._epi.dw and not reset:  # the window's last row and the last weight element
             e = self._epi
             depths["src"] -= (e.dw_k - 1) * (e.dw_pitch + 1)
@@ -353,12 +354,14 @@ class CommandBuilder:
         bias_base: int | None = None,
         lut: bool = False,
         dw: tuple[int, int, int] | None = None,
+        src_out: bool = False,
     ) -> int:
         """Set the epilogue state: with ``req`` later ACC writes store their OUT rows requantized (rounding
         right shift by ``shift``, clamp to [0 if ``relu`` else -128, 127]); with ``lut`` that int8 value is
         then replaced by its entry in the activation table (:meth:`load_table` first); ``bias_base`` (None:
         no bias) is the first bias row of GEMMs with ``init``; ``dw`` = (kernel, stride, pitch) puts later
-        GEMMs in the depthwise mode (docs/isa.md)."""
+        GEMMs in the depthwise mode; with ``src_out`` later GEMMs read their input rows from OUT instead of INP
+        (docs/isa.md)."""
         if not 0 <= shift < 32:
             raise CommandError(f"EPI: shift {shift} is outside [0, 31]")
         if bias_base is not None and not 0 <= bias_base < self.cfg.acc_depth:
@@ -366,7 +369,7 @@ class CommandBuilder:
         k, stride, pitch = dw or (0, 0, 0)
         bias = {"bias": bias_base is not None, "bias_base": bias_base or 0}
         dws = {"dw": dw is not None, "dw_k": k, "dw_stride": stride, "dw_pitch": pitch}
-        insn = EpiInsn(req=req, relu=relu, shift=shift, lut=lut, **bias, **dws)
+        insn = EpiInsn(req=req, relu=relu, shift=shift, lut=lut, **bias, **dws, src_out=src_out)
         index = self.emit(insn)
         self._epi = insn
         return index

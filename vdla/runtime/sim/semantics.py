@@ -50,6 +50,19 @@ class Sram:
             v = self.lut.reshape(-1)[v.view(np.uint8)]
         self.out[rows] = v
 
+    @property
+    def src(self) -> np.ndarray:
+        """The rows GEMMs read their inputs from: INP, or (after an EPI with ``src_out``) OUT as float32."""
+        return self.out.astype(np.float32) if self.epi.src_out else self.inp
+
+    @property
+    def src_depth(self) -> int:
+        return self.cfg.acc_depth if self.epi.src_out else self.cfg.inp_depth
+
+    @property
+    def src_name(self) -> str:
+        return "OUT" if self.epi.src_out else "INP"
+
 
 def _row_index(insn: MemInsn) -> np.ndarray:
     """Element offsets (from dram_base) of the y_size x x_size tile."""
@@ -141,8 +154,9 @@ def exec_gemm(sram: Sram, insn: GemmInsn) -> None:
         return
     dw = _dw_sums(sram, insn, dst, src, wgt) if sram.epi.dw else None  # range-checked as they are formed
     if dw is None:
-        _check_range(src, cfg.inp_depth, "GEMM INP (src)")
+        _check_range(src, sram.src_depth, f"GEMM {sram.src_name} (src)")
         _check_range(wgt, cfg.wgt_depth, "GEMM WGT (wgt)")
+        _check_src_out(sram, dst, src)
     if insn.init and not _init_accumulators(sram, insn, dst):
         sums = dw if dw is not None else _products(sram, src.reshape(-1), wgt.reshape(-1))
         _accumulate_sequential(sram, dst, sums)
@@ -155,6 +169,16 @@ def exec_gemm(sram: Sram, insn: GemmInsn) -> None:
             rows, sums = dst.reshape(-1), _products(sram, src.reshape(-1), wgt.reshape(-1))
         _accumulate(sram.acc, rows, sums)
     sram.mirror(touched)
+
+
+def _check_src_out(sram: Sram, dst: np.ndarray, rows: np.ndarray) -> None:
+    """A GEMM reading OUT (EPI ``src_out``) may not write an ACC row whose OUT row it reads: the RTL's reads and
+    write-backs overlap in its pipeline, so such a read has no defined value."""
+    if not sram.epi.src_out:
+        return
+    both = np.intersect1d(dst.reshape(-1), rows.reshape(-1))
+    if both.size:
+        raise FaultError(f"GEMM reading OUT (EPI src_out) writes row {int(both[0])}, which it also reads")
 
 
 def dw_window_rows(k: int, stride: int, pitch: int, src: np.ndarray) -> np.ndarray:
@@ -193,12 +217,13 @@ def _dw_sums(sram: Sram, insn: GemmInsn, dst: np.ndarray, src: np.ndarray, wgt: 
     win = dw_window_rows(epi.dw_k, epi.dw_stride, epi.dw_pitch, src)
     read = win[win >= 0]
     if read.size:
-        _check_range(read, cfg.inp_depth, "GEMM INP (depthwise window row)")
+        _check_range(read, sram.src_depth, f"GEMM {sram.src_name} (depthwise window row)")
+        _check_src_out(sram, dst, read)
     _check_range(wgt + 2 * groups - 1, cfg.wgt_depth, "GEMM WGT (wgt)")
     n = win.shape[0]
     rows = np.full((n, groups * b), -1, np.int64)
     rows[:, : min(groups * b, win.shape[1])] = win[:, : groups * b]
-    x = np.where(rows[..., None] >= 0, sram.inp[np.maximum(rows, 0), 0], 0).astype(np.int64)
+    x = np.where(rows[..., None] >= 0, sram.src[np.maximum(rows, 0), 0], 0).astype(np.int64)
     x = x.reshape(n, groups, b, -1)  # (n, g, i, channel)
     w_idx = wgt.reshape(-1)[:, None] + np.arange(2 * groups)[None, :]
     w = sram.wgt[w_idx].reshape(n, groups, 2, cfg.block_out, b).astype(np.int64)  # (n, g, h, lane, i)
@@ -250,7 +275,7 @@ def _loop_products(
     red = [ax for ax in (0, 1) if ax not in keep]
     groups = int(np.prod([dst.shape[ax] for ax in keep]))
     depth = int(np.prod([dst.shape[ax] for ax in red])) * cfg.block_in
-    a = sram.inp[src].transpose(keep + [2, 3] + red + [4]).reshape(groups, n_uop * cfg.batch, depth)
+    a = sram.src[src].transpose(keep + [2, 3] + red + [4]).reshape(groups, n_uop * cfg.batch, depth)
     w = sram.wgt[wgt].transpose(keep + red + [3, 2]).reshape(groups, depth, cfg.block_out)
     if depth <= EXACT_TERMS:
         sums = np.matmul(a, w)
@@ -287,18 +312,19 @@ def _products(sram: Sram, src: np.ndarray, wgt: np.ndarray) -> np.ndarray:
     n = src.size
     order = np.argsort(wgt, kind="stable")
     blocks, counts = np.unique(wgt[order], return_counts=True)
+    inp = sram.src
     width = int(counts.max())
     w = sram.wgt[blocks].transpose(0, 2, 1)  # (k, block_in, block_out)
     if blocks.size * width <= 2 * n:
         slot = _ranks(counts)
         group = np.repeat(np.arange(blocks.size), counts)
         a = np.zeros((blocks.size, width, cfg.batch, cfg.block_in), np.float32)
-        a[group, slot] = sram.inp[src[order]]
+        a[group, slot] = inp[src[order]]
         p = np.matmul(a.reshape(blocks.size, width * cfg.batch, cfg.block_in), w)
         p = p.reshape(blocks.size, width, cfg.batch, cfg.block_out)[group, slot]
     else:  # very uneven groups: one product per iteration
         group = np.searchsorted(blocks, wgt[order])
-        p = np.einsum("nbi,nio->nbo", sram.inp[src[order]], w[group])
+        p = np.einsum("nbi,nio->nbo", inp[src[order]], w[group])
     out = np.empty_like(p)
     out[order] = p
     return out
