@@ -138,7 +138,9 @@ class DepthwiseLowering(BandLowering):
     overwritten.
     """
 
-    def __init__(self, spec: DepthwiseSpec, ep: Epilogue, cfg: HwConfig):
+    def __init__(self, spec: DepthwiseSpec, ep: Epilogue, cfg: HwConfig, acc_top: int | None = None):
+        """``acc_top``: the ACC rows from it up belong to another layer (a fused pair's,
+        :mod:`vdla.compiler.dw_pointwise`); the bias and multiplier rows sit right below it (default: ACC's top)."""
         if not cfg.dw_supported:
             raise CompileError(cfg.dw_refusal())
         self.spec, self.ep, self.cfg = spec, ep, cfg
@@ -150,7 +152,8 @@ class DepthwiseLowering(BandLowering):
         self.cols = (self.ow - 1) * self.s + self.k  # input pixels of a window row (padding included)
         self.elements = 2 * cfg.dw_groups(self.k)  # WGT elements a channel block: one per pass
         self.limits = Limits.of(cfg)
-        self.mult0 = cfg.acc_depth - self.cb * self.passes.mul  # per-channel rows at the top of ACC
+        top = cfg.acc_depth if acc_top is None else acc_top
+        self.mult0 = top - self.cb * self.passes.mul  # per-channel rows at the top of ACC
         self.bias0 = self.mult0 - self.cb
         if self.cb * self.elements > cfg.wgt_depth or self.bias0 < 1:
             raise CompileError(

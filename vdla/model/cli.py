@@ -89,6 +89,7 @@ def compile_options(args: argparse.Namespace):
         dump=args.dump,
         quant_report=args.report,
         cpu_targets=tuple(args.cpu_target),
+        fuse_depthwise=not getattr(args, "no_fuse_depthwise", False),
     )
 
 
@@ -291,6 +292,12 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         help="nodes (named by their output) left in float32 on the CPU (with --calib; repeatable)",
     )
     p.add_argument("--report", metavar="quant.json", help="write the quantization report as JSON (with --calib)")
+    p.add_argument(
+        "--no-fuse-depthwise",
+        action="store_true",
+        help="run each depthwise layer and the 1x1 convolution after it as two steps (by default they are fused "
+        "where that is faster: the depthwise output stays on chip)",
+    )
     p.add_argument(
         "--power-of-two",
         action="store_true",

@@ -18,6 +18,7 @@ from vdla.compiler import CompileError, ScheduleCache, compile_conv2d
 from vdla.compiler.blockdiag import region
 from vdla.compiler.chain import join_programs, weight_relocator
 from vdla.compiler.depthwise import compile_depthwise
+from vdla.compiler.dw_pointwise import compile_dw_pointwise
 from vdla.compiler.epilogue import normalize
 from vdla.compiler.pool import compile_pool
 from vdla.compiler.search import emit_program
@@ -33,7 +34,7 @@ from vdla.graph.types import TensorType
 from vdla.graph.verify import verify
 from vdla.isa import Insn, IsaError, encode_program, validate_program
 from vdla.model.artifact import AccelChain, AccelStep, Artifact, CpuStep, DramTensor
-from vdla.model.match import AccelLayer, PoolLayer, fuse_pools
+from vdla.model.match import AccelLayer, PoolLayer, fuse_pointwises, fuse_pools
 from vdla.model.memplan import Lifetime, plan_memory
 from vdla.model.place import Placement
 from vdla.runtime.device import Device
@@ -51,8 +52,11 @@ def _packed(t: TensorType, cfg: HwConfig, block: int) -> tuple[tuple[int, ...], 
 class ModelBuilder:
     """Turns a partitioned graph into steps, DRAM tensors and an image (one use)."""
 
-    def __init__(self, graph: Graph, cfg: HwConfig, cache: ScheduleCache | None, log: Log):
+    def __init__(self, graph: Graph, cfg: HwConfig, cache: ScheduleCache | None, log: Log, fuse_depthwise: bool = True):
         self.g, self.cfg, self.cache, self.log = graph, cfg, cache, log
+        self.fuse_depthwise = fuse_depthwise  # a depthwise layer and the 1x1 conv reading it as one step
+        self.pairs: dict[tuple, object] = {}  # (output, view) -> a fused pair compiled (compiled_pair)
+        self.alone: dict[str, object] = {}  # output -> a depthwise layer compiled on its own (fusion_pays)
         self.explained: set[str] = set()  # CPU nodes a placement note explains (build_steps)
         self.types = infer_types(graph)
         self.dram: dict[str, tuple[tuple[int, ...], str]] = {}  # DRAM tensor -> (packed shape, dtype)
@@ -77,7 +81,10 @@ class ModelBuilder:
     def build_steps(self, plan: Placement) -> None:
         """CPU steps with their boundary conversions, accelerator steps, in the order of the placement's
         regions."""
-        units = self.stored_interleaves(fuse_pools(plan.units(), self.g))
+        units = fuse_pools(plan.units(), self.g)
+        if self.fuse_depthwise:
+            units = fuse_pointwises(units, self.g, self.cfg, self.fusion_pays)
+        units = self.stored_interleaves(units)
         groups = plan.partition.fusion.groups  # a noted conv's group is explained by its note
         self.explained = {n.output for g in groups if g.anchor.output in plan.notes for n in g.nodes}
         accel_needs: dict[str, set[int]] = {}  # value -> blocks an accelerator layer reads it in
@@ -122,6 +129,36 @@ class ModelBuilder:
         if direct:
             step = self.cpu_region([], accel_needs, host_needs, accel_out, {}, extra_outputs=direct)
             self.steps.insert(0, ("cpu", step))
+
+    def fusion_pays(self, layer: AccelLayer) -> bool:
+        """Whether the fused depthwise -> 1x1 ``layer`` (:mod:`vdla.compiler.dw_pointwise`) runs in fewer cycles
+        than its two layers apart, each as compiled on its own (timing-only simulator). Fused, the compute stage
+        runs both layers' GEMMs and passes in turn while the depthwise output stays on chip: that pays where the
+        layers apart wait for DRAM, not where the 1x1 layer's weights or GEMMs dominate."""
+        dw, g = layer.pre, layer.pre.geometry
+        options = dict(stride=g.stride, padding=g.padding, config=self.cfg)
+        fused = self.compiled_pair(layer)  # each compiled once: the steps take them
+        alone = self.alone[dw.out] = compile_depthwise(dw.in_shape, dw.weights, epilogue=dw.epilogue, **options)
+        pw = compile_conv2d(layer.in_shape, layer.weights, epilogue=layer.epilogue, config=self.cfg, cache=self.cache)
+        return fused.search.cycles < alone.search.cycles + pw.search.cycles
+
+    def compiled_pair(self, layer: AccelLayer, view: OutputView | None = None):
+        """The fused depthwise -> 1x1 ``layer`` compiled (once per output view)."""
+        key = (layer.out, view)
+        if key not in self.pairs:
+            dw, g = layer.pre, layer.pre.geometry
+            self.pairs[key] = compile_dw_pointwise(
+                dw.in_shape,
+                dw.weights,
+                layer.weights,
+                stride=g.stride,
+                padding=g.padding,
+                dw_epilogue=dw.epilogue,
+                pw_epilogue=layer.epilogue,
+                out_view=view,
+                config=self.cfg,
+            )
+        return self.pairs[key]
 
     def stored_interleaves(self, units: list) -> list:
         """The units without the ``interleave`` nodes whose phases the accelerator stores in place: each phase
@@ -299,6 +336,8 @@ class ModelBuilder:
             return self.compile_parts(layer, dev, addr)
         if layer.dw_mode:
             return self.compile_depthwise(layer, dev, addr)
+        if layer.pre is not None:
+            return self.compile_dw_pointwise(layer, dev, addr)
         g = layer.geometry
         compiled = compile_conv2d(
             layer.in_shape,
@@ -366,7 +405,7 @@ class ModelBuilder:
         """A depthwise layer on the depthwise mode (:mod:`vdla.compiler.depthwise`), its schedule timed on the
         simulator."""
         g = layer.geometry
-        compiled = compile_depthwise(
+        compiled = self.alone.get(layer.out) or compile_depthwise(
             layer.in_shape, layer.weights, stride=g.stride, padding=g.padding, epilogue=layer.epilogue, config=self.cfg
         )
         insns, code = self.emit(layer, compiled.lowering, compiled.stream, compiled.constants, dev, addr)
@@ -379,6 +418,23 @@ class ModelBuilder:
             "epilogue": EpilogueSpec.of(normalize(layer.epilogue)).key(),
         }
         return self.conv_step(layer, "depthwise_conv2d", insns, code, sp.macs, desc)
+
+    def compile_dw_pointwise(self, layer: AccelLayer, dev: Device, addr: dict[str, int]) -> AccelStep:
+        """A depthwise layer and the 1x1 convolution reading it, fused (:mod:`vdla.compiler.dw_pointwise`), its
+        schedule timed on the simulator."""
+        dw = layer.pre
+        compiled = self.compiled_pair(layer, self.views[layer.out][1] if layer.out in self.views else None)
+        insns, code = self.emit(layer, compiled.lowering, compiled.stream, compiled.constants, dev, addr)
+        sp, pw = compiled.spec, compiled.pw_spec
+        desc = {
+            "input": list(dw.in_shape),
+            "output": [pw.n, pw.oc, pw.oh, pw.ow],
+            "kernel": [sp.k, sp.k],
+            "stride": [sp.stride, sp.stride],
+            "schedule": f"depthwise -> 1x1 fused, {compiled.schedule.describe()}",
+            "epilogue": compiled.epilogue.key(),
+        }
+        return self.conv_step(layer, "depthwise_conv2d+conv2d", insns, code, compiled.macs, desc)
 
     def compile_part(self, layer: AccelLayer, part, schedule, dev: Device, addr: dict[str, int]):
         """One part of a parts layer, compiled (with ``schedule`` where it fits, else searched) to read its regions

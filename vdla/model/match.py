@@ -8,6 +8,7 @@ layer, or the reason it stays on the CPU (a string the placement notes carry to 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -15,6 +16,7 @@ import numpy as np
 from vdla.compiler import CompileError
 from vdla.compiler.blockdiag import BlockPart, block_parts, check_parts, is_block_diagonal, parts_refusal
 from vdla.compiler.depthwise import mode_refusal
+from vdla.compiler.dw_pointwise import dw_pointwise_refusal
 from vdla.compiler.fused_pool import FusedPool
 from vdla.compiler.pool import PoolSpec, pool_lowering
 from vdla.compiler.spec import Conv2dSpec
@@ -47,7 +49,9 @@ class AccelLayer:
     the layer runs as these block-diagonal parts (:mod:`vdla.compiler.blockdiag`), a depthwise one or one whose
     dense weights are block-diagonal, built and checked once, at placement; a depthwise layer without parts
     runs on the GEMM core's depthwise mode (:mod:`vdla.compiler.depthwise`, ``dw_mode``); ``note``: why the
-    layer runs as it does where the step table should say so (a depthwise layer the mode refused)."""
+    layer runs as it does where the step table should say so (a depthwise layer the mode refused); ``pre``: a
+    depthwise layer on the mode fused before this 1x1 convolution (:mod:`vdla.compiler.dw_pointwise`), whose
+    input ``x`` is then the depthwise layer's and whose output never reaches DRAM."""
 
     op: str
     nodes: tuple[str, ...]
@@ -63,6 +67,7 @@ class AccelLayer:
     groups: int = 1
     parts: tuple[BlockPart, ...] = ()
     note: str = ""
+    pre: AccelLayer | None = None
 
     def spec(self) -> Conv2dSpec:
         """The layer's shape as the compiler checks it (raises CompileError naming what does not fit); for a
@@ -144,6 +149,36 @@ def fuse_pools(units: list[tuple[str, AccelLayer | PoolLayer | list[Node]]], gra
         if kind == "accel" and isinstance(unit, PoolLayer) and isinstance(prev, AccelLayer):
             fused = fuse_pool(prev, unit, graph)
             if fused is not None:
+                out[-1] = ("accel", fused)
+                continue
+        out.append((kind, unit))
+    return out
+
+
+def fuse_pointwise(dw: AccelLayer, pw: AccelLayer, graph: Graph, cfg: HwConfig) -> AccelLayer | None:
+    """The 1x1 convolution ``pw`` with the depthwise layer ``dw`` whose output it reads fused before it
+    (:mod:`vdla.compiler.dw_pointwise`), or None where that is not possible: ``dw`` runs on the depthwise mode, ``pw``
+    is a conv2d with constant weights, no parts and no fused pool, the only reader of ``dw``'s output (not a graph
+    output), and :class:`~vdla.compiler.dw_pointwise.DwPointwiseLowering` takes the pair on ``cfg``."""
+    if not dw.dw_mode or dw.pre or pw.op != "conv2d" or pw.groups != 1 or pw.parts or pw.w or pw.pool or pw.pre:
+        return None
+    if pw.x != dw.out or dw.out in graph.outputs or len(graph.consumers().get(dw.out, [])) != 1:
+        return None
+    g = dw.geometry
+    if dw_pointwise_refusal(dw.in_shape, dw.weights, g.stride, g.padding, dw.epilogue, pw.weights, pw.epilogue, cfg):
+        return None
+    return replace(pw, nodes=(*dw.nodes, *pw.nodes), x=dw.x, pre=dw)
+
+
+def fuse_pointwises(units: list, graph: Graph, cfg: HwConfig, pays: Callable[[AccelLayer], bool]) -> list:
+    """The placement's units with each depthwise layer fused into the 1x1 convolution after it where
+    :func:`fuse_pointwise` allows and ``pays(fused layer)`` (it runs faster than its two layers apart)."""
+    out: list = []
+    for kind, unit in units:
+        prev = out[-1][1] if out and out[-1][0] == "accel" else None
+        if kind == "accel" and isinstance(unit, AccelLayer) and isinstance(prev, AccelLayer):
+            fused = fuse_pointwise(prev, unit, graph, cfg)
+            if fused is not None and pays(fused):
                 out[-1] = ("accel", fused)
                 continue
         out.append((kind, unit))

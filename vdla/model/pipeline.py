@@ -56,7 +56,8 @@ class CompileOptions:
     and power-of-two scales (``power_of_two``, VTA's scheme); ``dump`` a folder for the graph after every
     pass and ``quant_report`` a path for the quantization report (JSON); ``cpu_targets`` the machines whose
     ahead-of-time CPU code the artifact carries (``--cpu-target``: ``host`` or a name of
-    :data:`vdla.cpu_fallback.native.TARGETS`; stored resolved).
+    :data:`vdla.cpu_fallback.native.TARGETS`; stored resolved); ``fuse_depthwise`` runs each depthwise layer and
+    the 1x1 convolution reading it as one fused step (:mod:`vdla.compiler.dw_pointwise`) where they fit.
 
     Invariants: ``calibration`` is one of :data:`vdla.graph.calibrate.METHODS`, ``percentile`` lies in
     (0, 100], ``keep_float`` is a tuple of names, ``input_shapes`` maps names to tuples of ints,
@@ -72,6 +73,7 @@ class CompileOptions:
     dump: str | Path | None = None
     quant_report: str | Path | None = None
     cpu_targets: tuple[str, ...] = ()
+    fuse_depthwise: bool = True
 
     def __post_init__(self) -> None:
         if self.calibration not in METHODS:
@@ -116,9 +118,11 @@ def compile_graph_model(
     dump: str | Path | None = None,
     log: Log | None = None,
     passes: list[tuple[str, Callable[[Graph], Graph]]] | None = None,
+    fuse_depthwise: bool = True,
 ) -> tuple[Artifact, CompileReport]:
     """Compile a graph (already imported) to an artifact: ``passes`` (name, function) run first, then QDQ
-    lowering, partitioning, layout, memory planning and the accelerator layers."""
+    lowering, partitioning, layout, memory planning and the accelerator layers (``fuse_depthwise``: see
+    :class:`CompileOptions`)."""
     cfg = load_config(config)
     if cfg.block_in != cfg.block_out:
         raise CompileError(
@@ -155,7 +159,7 @@ def compile_graph_model(
     report.notes = dict(plan.notes)
     after("partition", graph, t0, report.placement, plan.partition.fusion.group_of)
     t0 = time.perf_counter()
-    builder = ModelBuilder(graph, cfg, cache, log)
+    builder = ModelBuilder(graph, cfg, cache, log, fuse_depthwise)
     builder.build_steps(plan)
     n_accel = sum(k == "accel" for k, _ in builder.steps)
     artifact = builder.finish(progress=lambda name: log(f"compiling accelerator layer {name} ({n_accel} in all)"))
@@ -275,7 +279,9 @@ def compile_model(
         passes.append(("quantize", quantize))
     elif opts.keep_float:
         raise CompileError("keep_float needs calibration data (calib): without it a float model runs all in float")
-    artifact, report = compile_graph_model(graph, opts.config, cache, opts.dump, log, passes=passes)
+    artifact, report = compile_graph_model(
+        graph, opts.config, cache, opts.dump, log, passes=passes, fuse_depthwise=opts.fuse_depthwise
+    )
     report.seconds = {"import": import_s, **report.seconds}
     if opts.cpu_targets:
         t0 = time.perf_counter()

@@ -1,0 +1,150 @@
+"""A depthwise layer fused with the 1x1 convolution reading it (vdla.compiler.dw_pointwise): the depthwise output
+stays on chip and the pointwise GEMM reads it from OUT (EPI src_out). Bit-exact with numpy on the simulator and
+the RTL, in a model equal to the layers run apart, and the pairs it cannot take refused with the reason.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from vdla.compiler import CompileError
+from vdla.compiler.dw_pointwise import (
+    FusedSchedule,
+    compile_dw_pointwise,
+    dw_pointwise_reference,
+    dw_pointwise_refusal,
+)
+from vdla.config import load_config
+from vdla.graph.epilogue import Epilogue
+from vdla.isa import EpiInsn, GemmInsn
+from vdla.runtime import Device
+
+
+def pair(seed: int, shape, k: int, oc: int):
+    rng = np.random.default_rng(seed)
+    c = shape[1]
+    x = rng.integers(-128, 128, shape, dtype=np.int8)
+    dw_w = rng.integers(-128, 128, (c, 1, k, k), dtype=np.int8)
+    pw_w = rng.integers(-128, 128, (oc, c, 1, 1), dtype=np.int8)
+    return rng, x, dw_w, pw_w
+
+
+def epilogues(rng, c: int, oc: int, kind: str) -> tuple[Epilogue, Epilogue]:
+    """(depthwise, pointwise) epilogues: per-channel requantization with ReLU6-like clamps, or one layer's table,
+    a scalar multiplier, a shift alone, an int8 residual."""
+    bias = rng.integers(-(1 << 14), 1 << 14, c)
+    table = rng.integers(-128, 128, 256).astype(np.int8)
+    dw = Epilogue(bias=bias, multiplier=rng.integers(1 << 14, 1 << 15, c), shift=24, clip=(0, 96))
+    if kind == "dw-table":
+        dw = Epilogue(bias=bias, shift=9, clip=(0, 127), table=table)
+    if kind == "dw-shift":
+        dw = Epilogue(bias=bias, shift=10)
+    pb = rng.integers(-(1 << 15), 1 << 15, oc)
+    pw = Epilogue(bias=pb, multiplier=rng.integers(1 << 14, 1 << 15, oc), shift=26)
+    if kind == "pw-table":  # the depthwise clamp then must not need the table
+        dw = Epilogue(bias=bias, multiplier=rng.integers(1 << 14, 1 << 15, c), shift=24, clip=(0, 127))
+        pw = Epilogue(bias=pb, shift=12, table=table)
+    if kind == "scalar":
+        pw = Epilogue(bias=pb, multiplier=23456, shift=27, clip=(-100, 100))
+    if kind == "residual":
+        pw = Epilogue(bias=pb, multiplier=rng.integers(1 << 14, 1 << 15, oc), shift=26, residual="int8")
+    return dw, pw
+
+
+CASES = [  # (input shape, k, stride, padding, output channels, epilogue kind)
+    ((1, 32, 12, 12), 3, 1, 1, 24, "per-channel"),
+    ((1, 48, 13, 13), 3, 2, 1, 32, "residual"),
+    ((1, 40, 9, 10), 5, 1, 2, 20, "dw-table"),
+    ((1, 24, 11, 11), 5, 2, 2, 40, "pw-table"),
+    ((1, 64, 7, 7), 3, 1, 1, 48, "scalar"),
+    ((1, 16, 8, 8), 3, 1, 0, 16, "dw-shift"),
+    ((1, 512, 4, 4), 3, 1, 1, 512, "per-channel"),  # the 1x1 weights do not all fit WGT: loaded per step
+]
+
+
+@pytest.mark.parametrize("shape,k,stride,padding,oc,kind", CASES, ids=str)
+def test_fused_pairs_on_the_simulator(shape, k, stride, padding, oc, kind):
+    rng, x, dw_w, pw_w = pair(shape[1] + oc + k, shape, k, oc)
+    dw_ep, pw_ep = epilogues(rng, shape[1], oc, kind)
+    fused = compile_dw_pointwise(
+        shape, dw_w, pw_w, stride=stride, padding=padding, dw_epilogue=dw_ep, pw_epilogue=pw_ep
+    )
+    n, _, oh, ow = fused.spec.out_shape
+    res = rng.integers(-128, 128, (n, oc, oh, ow), dtype=np.int8) if kind == "residual" else None
+    run = fused.run(Device("pynq"), x, res)
+    np.testing.assert_array_equal(run.out, dw_pointwise_reference(x, dw_w, fused.spec, dw_ep, pw_w, pw_ep, res))
+    assert fused.lowering.wgt_shared == (shape[1] < 512)
+
+
+def test_the_pointwise_gemm_reads_out():
+    """Every pointwise GEMM runs after an EPI with src_out, every depthwise GEMM after one without it."""
+    shape, k, oc = (1, 48, 10, 10), 3, 32
+    rng, x, dw_w, pw_w = pair(3, shape, k, oc)
+    dw_ep, pw_ep = epilogues(rng, shape[1], oc, "per-channel")
+    fused = compile_dw_pointwise(shape, dw_w, pw_w, padding=1, dw_epilogue=dw_ep, pw_epilogue=pw_ep)
+    epi, kinds = EpiInsn(), set()
+    for insn in fused.program():
+        if isinstance(insn, EpiInsn):
+            epi = insn
+        elif isinstance(insn, GemmInsn) and not insn.reset:
+            kinds.add((epi.dw, epi.src_out))
+    assert kinds == {(True, False), (False, True)}
+
+
+@pytest.mark.parametrize("vthreads", [1, 2])
+def test_fused_pair_on_the_rtl(rtl_library, vthreads):
+    """The same program on both backends: equal outputs, equal to numpy, the GEMM iterations counted alike."""
+    shape, k, oc = (1, 32, 9, 10), 3, 24
+    rng, x, dw_w, pw_w = pair(11, shape, k, oc)
+    dw_ep, pw_ep = epilogues(rng, shape[1], oc, "residual")
+    fused = compile_dw_pointwise(
+        shape, dw_w, pw_w, stride=2, padding=1, dw_epilogue=dw_ep, pw_epilogue=pw_ep,
+        schedule=FusedSchedule(2, 1, vthreads),
+    )  # fmt: skip
+    res = rng.integers(-128, 128, (1, oc, 5, 5), dtype=np.int8)
+    sim, rtl = (fused.run(Device("pynq", backend=b), x, res) for b in ("sim", "rtl"))
+    np.testing.assert_array_equal(rtl.out, sim.out)
+    np.testing.assert_array_equal(sim.out, dw_pointwise_reference(x, dw_w, fused.spec, dw_ep, pw_w, pw_ep, res))
+    assert rtl.counters.gemm_iters == sim.counters.gemm_iters
+    assert abs(rtl.counters.cycles - sim.counters.cycles) <= 0.02 * sim.counters.cycles
+
+
+def test_pairs_it_cannot_take_are_named():
+    shape, k = (1, 32, 8, 8), 3
+    rng, x, dw_w, pw_w = pair(5, shape, k, 16)
+    dw_ep, pw_ep = epilogues(rng, 32, 16, "per-channel")
+    table = np.arange(256).astype(np.uint8).view(np.int8)
+    both = (Epilogue(shift=9, table=table), Epilogue(shift=9, table=table[::-1].copy()))
+    assert "LUT holds one" in dw_pointwise_refusal(shape, dw_w, 1, 1, *both[:1], pw_w, both[1], load_config("pynq"))
+    wide = np.zeros((16, 32, 3, 3), np.int8)
+    assert "(OC, 32, 1, 1)" in dw_pointwise_refusal(shape, dw_w, 1, 1, dw_ep, wide, pw_ep, load_config("pynq"))
+    with pytest.raises(CompileError, match="one output row needs"):
+        compile_dw_pointwise((1, 16, 8, 2000), dw_w[:16], pw_w[:, :16], padding=1)
+
+
+def test_a_mobilenet_fuses_its_pairs_and_matches_onnxruntime():
+    """MobileNet-V2 (width 0.35, 64x64, QDQ by onnxruntime): the builder fuses the pairs where that is faster than
+    apart (here all 16), the outputs equal those of the layers apart and of onnxruntime running the QDQ model
+    (graph optimizations off), and the accelerator takes fewer cycles."""
+    pytest.importorskip("onnxruntime")
+    from vdla.frontend.reference import reference_session
+    from vdla.model import Module
+    from vdla.model.pipeline import CompileOptions, compile_model
+    from vdla.zoo.models import calibration_images, mobilenet_v2, qdq_output_scale, quantize_qdq
+
+    model = quantize_qdq(mobilenet_v2(width=0.35, image=64, classes=10), calibration_images((3, 64, 64), 8, seed=1))
+    x = calibration_images((3, 64, 64), 1, seed=7)
+    runs = {}
+    for fuse in (True, False):
+        artifact, _ = compile_model(model, None, CompileOptions(fuse_depthwise=fuse))
+        module = Module(artifact, "sim")
+        ops = [s.layer["op"] for s in artifact.steps if s.kind == "accel"]
+        runs[fuse] = (module.run(x)["logits"], module.last_report.accel_cycles, ops.count("depthwise_conv2d+conv2d"))
+    (fused, fused_cycles, pairs), (apart, apart_cycles, none) = runs[True], runs[False]
+    assert pairs == 16 and none == 0
+    np.testing.assert_array_equal(fused, apart)
+    want = reference_session(model).run(["logits"], {"image": x})[0]
+    scale = qdq_output_scale(model)
+    assert np.abs(np.rint(fused / scale) - np.rint(want / scale)).max() <= 1  # a float32 rounding tie at most
+    assert fused_cycles < apart_cycles

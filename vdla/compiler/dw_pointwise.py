@@ -1,0 +1,355 @@
+"""A depthwise convolution and the 1x1 convolution reading it, fused: the depthwise output never reaches DRAM.
+
+In an inverted residual block (MobileNets) a depthwise layer writes E channels that the 1x1 (pointwise, project)
+layer after it reads once. Run apart, that tensor goes to DRAM and comes back: 2 x E bytes a pixel, the largest
+traffic of such networks. Fused, the GEMM core reads it from OUT, where the depthwise epilogue left it
+(EPI ``src_out``, docs/isa.md).
+
+A tile is ``toh`` output rows x every column x every output channel of the pointwise layer; its reduction over
+the E channels runs in steps of ``tic`` channel blocks. One block per step:
+
+* load stage: LOAD INP of the step's channel blocks' depthwise input windows (as
+  :class:`~vdla.compiler.depthwise.DepthwiseLowering` loads them) into the thread's INP share, and the step's
+  pointwise weights where they are not all resident;
+* compute: an EPI sets the depthwise mode and the depthwise epilogue's OUT mode; one ``init`` GEMM per output row
+  writes the step's depthwise outputs into the thread's D region of ACC (channel block, row, column: the layout a
+  1x1 convolution's input window has in INP) and the depthwise MUL pass, if any, requantizes them into OUT; then
+  an EPI with ``src_out`` and the pointwise OUT mode, and the pointwise GEMM reads those int8 rows from OUT (with
+  ``init`` from the bias rows on the first step);
+* the last step: the pointwise epilogue (residual and passes, exactly a conv2d tile's:
+  :class:`~vdla.compiler.schedule.ThreadBuilder`) and the STOREs.
+
+Buffers: each thread's INP share holds a step's windows; its ACC share the pointwise tile (P), its residual (when
+the layer adds one) and D; the per-channel rows of both layers sit at the top of ACC (the pointwise layer's above
+the depthwise layer's); WGT holds the depthwise window weights from 0 and, above them, every pointwise weight
+when they all fit (loaded once by the stream's first block), else each thread's share holds a step's.
+
+Invariant: the program computes exactly the pointwise layer's reference on the depthwise layer's int8 output
+(:func:`dw_pointwise_reference`), bit for bit, on every backend.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from vdla.compiler.blocks import Block, Epi, Gemm, Load, Op, Store
+from vdla.compiler.conv2d import LayerRun, _constants, run_bound
+from vdla.compiler.depthwise import DepthwiseLowering, DepthwiseSpec, DwPasses, depthwise_reference
+from vdla.compiler.epilogue import normalize
+from vdla.compiler.microcode import Limits, MicroKernel, lower_nest
+from vdla.compiler.schedule import ConvLowering, Schedule, ThreadBuilder, Tile
+from vdla.compiler.search import emit_program, fastest
+from vdla.compiler.spec import TABLE, CompileError, Conv2dSpec, EpilogueSpec, OutputView
+from vdla.compiler.tiling import BandTile, band_tiles, halvings
+from vdla.compiler.transfer import plan_transfers
+from vdla.compiler.vthreads import Stream, lower_vthreads, prologue_block
+from vdla.config import DEFAULT_PRESET, HwConfig, load_config
+from vdla.graph import oracle
+from vdla.graph.epilogue import Epilogue
+from vdla.graph.layout import pack_activation, pack_weights, unpack_activation
+from vdla.graph.types import UnsupportedError
+from vdla.isa import Insn, MemType
+from vdla.runtime.device import Device
+
+MAX_VTHREADS = 2
+DW_ROWS = {"bias": "dwbias", "mult": "dwmult"}  # the depthwise layer's constants, renamed beside the pointwise's
+
+
+@dataclass(frozen=True)
+class FusedSchedule:
+    """Tile: ``toh`` output rows (every column, every output channel); ``tic`` channel blocks a reduction step;
+    ``vthreads`` threads, dealt the tiles round-robin."""
+
+    toh: int
+    tic: int
+    vthreads: int
+
+    def describe(self) -> str:
+        return f"oh{self.toh} ic{self.tic} vt{self.vthreads}"
+
+
+def dw_pointwise_reference(
+    x: np.ndarray, dw_w: np.ndarray, dw_spec: DepthwiseSpec, dw_ep: Epilogue, pw_w: np.ndarray, pw_ep: Epilogue,
+    residual: np.ndarray | None = None,
+) -> np.ndarray:  # fmt: skip
+    """The numpy definition of the fused pair: the depthwise layer's int8 output, then the 1x1 layer on it."""
+    mid = depthwise_reference(x, dw_w, dw_spec, dw_ep)
+    out = oracle.conv2d_reference(mid, pw_w, Conv2dSpec.make(mid.shape, pw_w.shape[0], (1, 1)), pw_ep, residual)
+    return out if pw_ep.table is None else oracle.table(out, pw_ep.table)
+
+
+def pair_refusal(dw_spec: DepthwiseSpec, dw_ep: Epilogue, pw_spec: Conv2dSpec, pw_ep: EpilogueSpec) -> str | None:
+    """Why a depthwise layer and the 1x1 convolution after it cannot fuse (whatever the buffers), or None."""
+    if (pw_spec.kh, pw_spec.kw, pw_spec.sh, pw_spec.sw) != (1, 1, 1, 1) or any(pw_spec.pad):
+        return "the pointwise layer is not a 1x1 convolution of stride 1 without padding"
+    if (pw_spec.n, pw_spec.c, pw_spec.h, pw_spec.w) != dw_spec.out_shape:
+        return f"the pointwise layer reads {pw_spec.n, pw_spec.c, pw_spec.h, pw_spec.w}, not {dw_spec.out_shape}"
+    if pw_ep.pool:
+        return "the pointwise layer has a fused pool"
+    if DwPasses.of(dw_ep).table is not None and pw_ep.table:  # a clamp the mirror lacks is a table too
+        return "both layers need an activation table, and the LUT holds one"
+    return None
+
+
+class DwPointwiseLowering:
+    """The fused pair on one config: geometry, buffer fit and the block stream (module docstring)."""
+
+    def __init__(
+        self,
+        dw_spec: DepthwiseSpec,
+        dw_ep: Epilogue,
+        pw_spec: Conv2dSpec,
+        pw_epi: EpilogueSpec,
+        cfg: HwConfig,
+        mul_imm: int = 1,
+        view: OutputView | None = None,
+    ):
+        why = pair_refusal(dw_spec, dw_ep, pw_spec, pw_epi)
+        if why is None and cfg.block_in != cfg.block_out:
+            why = f"the pointwise GEMM reads OUT rows as input rows: config {cfg.name!r} has block_in != block_out"
+        if why:
+            raise CompileError(f"{dw_spec.describe()} -> 1x1 conv: cannot fuse: {why}")
+        self.cfg, self.limits = cfg, Limits.of(cfg)
+        self.pw = ConvLowering(pw_spec, pw_epi, cfg, mul_imm, view)
+        self.dw = DepthwiseLowering(dw_spec, dw_ep, cfg, acc_top=self.pw.rows_base)
+        self.spec = dw_spec
+        self.cb, self.oh, self.ow = self.dw.cb, self.dw.oh, self.dw.ow
+        self.dw_elems = self.cb * self.dw.elements
+        self.wgt_shared = self.pw.ob * self.pw.ib <= cfg.wgt_depth - self.dw_elems
+        self.res_tile = bool(pw_epi.residual)  # the residual's tile in ACC beside the output's
+
+    # ---- fit --------------------------------------------------------------------------------------
+    def share(self, vthreads: int) -> tuple[int, int, int]:
+        """(INP, WGT, ACC) elements of one thread's share (no WGT share when the pointwise weights are resident)."""
+        c = self.cfg
+        wgt = 0 if self.wgt_shared else (c.wgt_depth - self.dw_elems) // vthreads
+        return c.inp_depth // vthreads, wgt, max(self.dw.bias0, 0) // vthreads
+
+    def need(self, toh: int, tic: int) -> tuple[int, int, int]:
+        """(INP, WGT, ACC) elements one thread needs for a full-size tile."""
+        pixels = toh * self.ow
+        wgt = 0 if self.wgt_shared else self.pw.ob * tic
+        return tic * self.dw.per_block(toh)[0], wgt, pixels * (self.pw.ob * (1 + self.res_tile) + tic)
+
+    def fits(self, toh: int, tic: int, vthreads: int) -> bool:
+        pixels = toh * self.ow
+        factors = max(pixels, self.dw.per_block(toh)[0]) <= min(self.limits.max_factor[:2]) or tic == 1
+        return factors and all(n <= h for n, h in zip(self.need(toh, tic), self.share(vthreads)))
+
+    def check_minimal(self) -> None:
+        """Raise CompileError, naming the limit, when one output row of one channel block does not fit."""
+        if self.fits(1, 1, 1):
+            return
+        need, have = self.need(1, 1), self.share(1)
+        raise CompileError(
+            f"{self.spec.describe()} -> 1x1 conv to {self.pw.ob} channel blocks: one output row needs (INP, WGT, "
+            f"ACC) {need} elements, the buffers hold {have} after the resident rows and weights"
+        )
+
+    def candidates(self) -> list[FusedSchedule]:
+        """Per thread count and steps of ``tic`` channel blocks (halvings), the most output rows that fit."""
+        self.check_minimal()
+        out = []
+        for v in range(1, MAX_VTHREADS + 1):
+            for tic in halvings(self.cb):
+                toh = max((t for t in range(1, self.oh + 1) if self.fits(t, tic, v)), default=0)
+                if toh:
+                    out.append(FusedSchedule(toh, tic, v))
+        return out
+
+    # ---- tensors ----------------------------------------------------------------------------------
+    def tensor_bytes(self) -> dict[str, int]:
+        dw = {DW_ROWS.get(k, k): n for k, n in self.dw.tensor_bytes().items() if k != "out"}
+        return {**self.pw.tensor_bytes(), **dw}
+
+    def constants(self, dw_w: np.ndarray, pw_w: np.ndarray, pw_ep: Epilogue) -> dict[str, np.ndarray]:
+        c, pw = self.cfg, self.pw
+        out = {DW_ROWS.get(k, k): a for k, a in self.dw.constants(dw_w).items()}
+        out.update(_constants(pw_ep, pw.epi, pw.spec.oc, c), wgt=pack_weights(pw_w, c.block_out, c.block_in))
+        if pw_ep.table is not None:
+            out[TABLE] = np.asarray(pw_ep.table, np.int8).reshape(c.lut_depth, c.batch, c.block_out)
+        return out
+
+    # ---- blocks -----------------------------------------------------------------------------------
+    def regions(self, thread: int, s: FusedSchedule) -> tuple[int, int, int, int]:
+        """(INP, P, residual, D) bases of the thread's share."""
+        inp, _, acc = self.share(s.vthreads)
+        tile = self.pw.ob * s.toh * self.ow
+        p = thread * acc
+        return thread * inp, p, p + tile, p + tile * (1 + self.res_tile)
+
+    def block(self, thread: int, band: BandTile, k: int, s: FusedSchedule, tb: ThreadBuilder, first: bool) -> Block:
+        """Step ``k`` (channel blocks ``k * tic ..``) of the tile of output rows ``band``; ``first``: the stream's
+        first block, which also loads the resident weights."""
+        dw, pw = self.dw, self.pw
+        c0 = k * s.tic
+        n, last = min(s.tic, self.cb - c0), c0 + s.tic >= self.cb
+        inp0, p0, _, d0 = self.regions(thread, s)
+        win, pix = dw.per_block(s.toh)[0], band.noh * self.ow
+        step = BandTile(band.ng, c0, n, band.oy, band.noh)
+        loads = dw.window_loads(step, inp0, win)[0]
+        wshare = self.dw_elems + thread * self.share(s.vthreads)[1]
+        if first:
+            resident = [Load(MemType.WGT, 0, "dwwgt", 0, 1, self.dw_elems, self.dw_elems)]
+            if self.wgt_shared:
+                m = pw.ob * pw.ib
+                resident.append(Load(MemType.WGT, self.dw_elems, "wgt", 0, 1, m, m))
+            loads = resident + loads
+        if not self.wgt_shared:
+            loads += [
+                Load(MemType.WGT, wshare + tr.sram, "wgt", tr.offset, tr.y, tr.x, tr.stride)
+                for tr in plan_transfers(0, c0, [(pw.ob, pw.ib), (n, 1)])
+            ]
+        p = dw.passes
+        compute: list[Op] = [Epi(True, p.relu, p.shift, dw.bias0 + c0, p.table is not None, dw.dw)]
+        for r in range(band.noh):  # as DepthwiseLowering.block: channel blocks outer, the row's columns inner
+            base = (d0 + r * self.ow, inp0 + r * dw.s * dw.cols, c0 * dw.elements)
+            kernel = MicroKernel(np.array([base], np.int64), n, self.ow, (pix, win, dw.elements), (1, dw.s, 0))
+            compute.append(Gemm(kernel, init=True))
+        compute += dw.epilogue(step, d0, pix)
+        compute += self.pointwise(k, n, band, (p0, d0, self.dw_elems + c0 if self.wgt_shared else wshare))
+        if not last:
+            return Block(thread, tuple(loads), tuple(compute), ())
+        tile = Tile(band.ng, 0, pw.ob, band.oy, band.noh, 0, self.ow)
+        compute += tb.residual_loads(tile, 0) + tb.epilogue_ops(tile, 0, p0)
+        stores = [Store(p0 + tr.sram, "out", tr.offset, tr.y, tr.x, tr.stride) for tr in tb.output_transfers(tile)]
+        return Block(thread, tuple(loads), tuple(compute), tuple(stores))
+
+    def pointwise(self, k: int, n: int, band: BandTile, base: tuple[int, int, int]) -> list[Op]:
+        """The EPI (``src_out``, the pointwise OUT mode, its bias rows on the first step) and the pointwise GEMM
+        of a step over ``n`` channel blocks read from OUT at D, accumulating into P."""
+        pw, m = self.pw, self.pw.out_mode
+        wic = pw.ib if self.wgt_shared else n
+        nest = pw.gemm_nest(pw.ob, band.noh, self.ow, n, wic, False)
+        if k:
+            return [Epi(m.req, m.relu, m.shift, None, m.lut, src_out=True), Gemm(lower_nest(nest, base, self.limits))]
+        bias = pw.rows_base + pw.rows.index("bias") * pw.ob if pw.epi.bias else None
+        oc, rest = pw.oc_axis(nest, pw.ob)
+        gemm = Gemm(lower_nest((oc,) + rest, base, self.limits, pin_outer=True), init=True)
+        return [Epi(m.req, m.relu, m.shift, bias, m.lut, src_out=True), gemm]
+
+    # ---- the stream -------------------------------------------------------------------------------
+    def stream(self, s: FusedSchedule) -> Stream:
+        if not self.fits(s.toh, s.tic, s.vthreads):
+            raise CompileError(
+                f"fused schedule {s.describe()} needs {self.need(s.toh, s.tic)} (INP, WGT, ACC) elements per "
+                f"thread, the shares hold {self.share(s.vthreads)}"
+            )
+        threads: list[list[Block]] = [[] for _ in range(s.vthreads)]
+        steps = -(-self.cb // s.tic)
+        for i, band in enumerate(band_tiles(self.dw.ng, 1, self.oh, 1, s.toh)):
+            v = i % s.vthreads
+            tb = ThreadBuilder(self.pw, Schedule(self.pw.ob, s.toh, self.ow, s.tic, s.vthreads), v)
+            _, p0, r0, _ = self.regions(v, s)
+            tb.acc = {"tile": p0, "res": r0, "pool": p0}
+            threads[v] += [self.block(v, band, k, s, tb, i == k == 0) for k in range(steps)]
+        return lower_vthreads(threads, self.prologue(threads))
+
+    def prologue(self, threads: list[list[Block]]) -> Block:
+        """Both layers' per-channel rows, the activation table, every distinct micro-kernel made resident."""
+        pw, dw = self.pw, self.dw
+        ops: list[Op] = [
+            Load(MemType.ACC, pw.rows_base + i * pw.ob, r, 0, 1, pw.ob, pw.ob) for i, r in enumerate(pw.rows)
+        ]
+        ops.append(Load(MemType.ACC, dw.bias0, "dwbias", 0, 1, self.cb, self.cb))
+        if dw.passes.mul:
+            ops.append(Load(MemType.ACC, dw.mult0, "dwmult", 0, 1, self.cb, self.cb))
+        if dw.passes.table is not None or pw.epi.table:
+            ops.append(Load(MemType.LUT, 0, TABLE, 0, 1, self.cfg.lut_depth, self.cfg.lut_depth))
+        return prologue_block(ops, threads, self.cfg.uop_depth)
+
+
+class CompiledDwPointwise:
+    """The fused pair compiled for one config: the fastest of :meth:`DwPointwiseLowering.candidates` on the
+    timing-only simulator, its stream and constants."""
+
+    def __init__(
+        self,
+        dw_spec: DepthwiseSpec,
+        dw_w: np.ndarray,
+        dw_ep: Epilogue,
+        pw_w: np.ndarray,
+        pw_ep: Epilogue,
+        cfg: HwConfig,
+        view: OutputView | None = None,
+        schedule: FusedSchedule | None = None,
+    ):
+        pw_spec, self.epilogue, imm = _pointwise(dw_spec, dw_w, pw_w, pw_ep)
+        self.spec, self.pw_spec, self.cfg = dw_spec, pw_spec, cfg
+        self.lowering = DwPointwiseLowering(dw_spec, dw_ep, pw_spec, self.epilogue, cfg, imm, view)
+        self.constants = self.lowering.constants(dw_w, pw_w, normalize(pw_ep))
+        self.search = fastest(self.lowering, [schedule] if schedule else self.lowering.candidates())
+        self.schedule, self.stream = self.search.schedule, self.search.stream
+
+    @property
+    def macs(self) -> int:
+        return self.spec.macs + self.pw_spec.macs
+
+    def program(self, dev: Device | None = None) -> list[Insn]:
+        return emit_program(self.lowering, self.stream, dev or Device(self.cfg))
+
+    def run(self, dev: Device, x: np.ndarray, residual: np.ndarray | None = None, max_cycles: int | None = None):
+        """Run on ``dev``: ``x`` int8 NCHW, ``residual`` (the pointwise output's shape) exactly when the layer adds
+        one; returns a :class:`~vdla.compiler.conv2d.LayerRun` of the pointwise output."""
+        cfg, low = self.cfg, self.lowering
+        if x.dtype != np.int8 or x.shape != self.spec.shape:
+            raise CompileError(f"input must be int8 of shape {self.spec.shape}, got {x.dtype} {x.shape}")
+        arrays = dict(self.constants, inp=pack_activation(x, cfg.batch, cfg.block_in))
+        if bool(self.epilogue.residual) != (residual is not None):
+            raise CompileError("a residual is given exactly when the pointwise layer adds one")
+        if residual is not None:
+            arrays["res"] = pack_activation(residual, cfg.batch, cfg.block_out)
+        pw = low.pw
+        shape = (pw.ng, pw.out_blocks, *pw.out_tensor_hw, cfg.batch, cfg.block_out)
+        packed, result = run_bound(dev, low, self.stream, arrays, shape, max_cycles=max_cycles)
+        return LayerRun(unpack_activation(packed, self.pw_spec.n, self.pw_spec.oc), result)
+
+
+def _pointwise(dw_spec: DepthwiseSpec, dw_w: np.ndarray, pw_w: np.ndarray, pw_ep: Epilogue):
+    """The pointwise layer's spec, its epilogue's spec and immediate multiplier; checks both weights."""
+    c, k = dw_spec.shape[1], dw_spec.k
+    if dw_w.dtype != np.int8 or dw_w.shape != (c, 1, k, k):
+        raise CompileError(f"depthwise weights must be int8 of shape {(c, 1, k, k)}, got {dw_w.dtype} {dw_w.shape}")
+    if pw_w.dtype != np.int8 or pw_w.ndim != 4 or pw_w.shape[1:] != (c, 1, 1):
+        raise CompileError(f"pointwise weights must be int8 of shape (OC, {c}, 1, 1), got {pw_w.dtype} {pw_w.shape}")
+    ep = normalize(pw_ep)
+    epi = EpilogueSpec.of(ep)
+    imm = int(ep.multiplier) if epi.multiplier == "imm" else 1
+    return Conv2dSpec.make(dw_spec.out_shape, pw_w.shape[0], (1, 1)), epi, imm
+
+
+def dw_pointwise_refusal(
+    in_shape, dw_w: np.ndarray, stride, padding, dw_ep: Epilogue, pw_w: np.ndarray, pw_ep: Epilogue, cfg: HwConfig
+) -> str | None:
+    """Why :func:`compile_dw_pointwise` cannot take the pair on ``cfg`` (naming the limit), or None."""
+    try:
+        dw_spec = DepthwiseSpec.make(in_shape, int(dw_w.shape[-1]), stride, padding)
+        pw_spec, epi, imm = _pointwise(dw_spec, dw_w, pw_w, pw_ep)
+        DwPointwiseLowering(dw_spec, dw_ep, pw_spec, epi, cfg, imm).check_minimal()
+    except (CompileError, UnsupportedError) as e:
+        return str(e)
+    return None
+
+
+def compile_dw_pointwise(
+    in_shape,
+    dw_weights: np.ndarray,
+    pw_weights: np.ndarray,
+    *,
+    stride: int = 1,
+    padding=0,
+    dw_epilogue: Epilogue | None = None,
+    pw_epilogue: Epilogue | None = None,
+    out_view: OutputView | None = None,
+    config=DEFAULT_PRESET,
+    schedule: FusedSchedule | None = None,
+) -> CompiledDwPointwise:
+    """Compile a depthwise convolution (``dw_weights`` (C, 1, k, k) int8) and the 1x1 convolution reading its
+    output (``pw_weights`` (OC, C, 1, 1) int8), each with its epilogue, as one fused layer for ``config``."""
+    spec = DepthwiseSpec.make(in_shape, int(dw_weights.shape[-1]), stride, padding)
+    cfg = load_config(config)
+    return CompiledDwPointwise(
+        spec, dw_weights, dw_epilogue or Epilogue(), pw_weights, pw_epilogue or Epilogue(), cfg, out_view, schedule
+    )
