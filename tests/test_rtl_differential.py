@@ -5,10 +5,11 @@ The programs draw random tiles (sizes, strides, offsets, padding), random micro-
 factors, every ALU opcode with immediates or overlapping second operands, ACC and ACC_8BIT loads, EPI
 states (OUT requantization, bias rows in the thread's share, among its destinations or in a shared area)
 with GEMMs that initialise their accumulators, the depthwise mode (random kernels up to DW_MAX_K, strides and
-window pitches, with any micro-op kernel and loop), and one or two virtual threads (double-buffered loads)
-whose token pattern orders every producer before its consumer (so the result does not depend on timing).
-Every accumulator region is stored back, 8 bits at a time, at the end, through truncating or
-requantizing OUT writes.
+window pitches, with any micro-op kernel and loop), GEMMs that read their input rows from OUT (src_out: one half
+of the thread's accumulators, written by the GEMMs, ALUs and loads before, into the other), and one or two
+virtual threads (double-buffered loads) whose token pattern orders every producer before its consumer (so the
+result does not depend on timing). Every accumulator region is stored back, 8 bits at a time, at the end,
+through truncating or requantizing OUT writes.
 """
 
 from __future__ import annotations
@@ -47,25 +48,33 @@ def _loop(rng, sizes: dict[str, int]) -> tuple[int, int, dict[str, tuple[int, in
 Dw = tuple[int, int, int] | None  # the depthwise mode of the EPI state: (kernel, stride, pitch)
 
 
-def _dw(rng, cfg: HwConfig) -> Dw:
-    """A random depthwise mode (or none) for an EPI."""
+HALF = ACC_SHARE // 2  # a GEMM reading OUT (src_out) reads one half of its thread's share and writes the other
+
+
+def _dw(rng, cfg: HwConfig, src_out: bool = False) -> Dw:
+    """A random depthwise mode (or none) for an EPI; with ``src_out`` its window fits in HALF rows."""
     if not cfg.dw_supported or rng.random() < 0.5:
         return None
     k = int(rng.integers(1, DW_MAX_K + 1))
-    return k, int(rng.integers(1, min(k, 3) + 1)), int(rng.integers(0, 9))
+    pitch = int(rng.integers(0, 9))
+    if src_out and k > 1:
+        pitch = min(pitch, (HALF - 1) // (k - 1) - 1)
+    return k, int(rng.integers(1, min(k, 3) + 1)), pitch
 
 
-def _gemm_sizes(cfg: HwConfig, dw: Dw) -> dict[str, int]:
-    """The index ranges of a GEMM's loop: in the depthwise mode its window's rows and WGT elements fit too."""
+def _gemm_sizes(cfg: HwConfig, dw: Dw, src_out: bool = False) -> dict[str, int]:
+    """The index ranges of a GEMM's loop: in the depthwise mode its window's rows and WGT elements fit too; with
+    ``src_out`` its destinations and its OUT rows are a half of the thread's share each."""
+    dst, src = (HALF, HALF) if src_out else (ACC_SHARE, INP_SHARE)
     if dw is None:
-        return {"dst": ACC_SHARE, "src": INP_SHARE, "wgt": WGT_SHARE}
+        return {"dst": dst, "src": src, "wgt": WGT_SHARE}
     k, _, pitch = dw
-    return {"dst": ACC_SHARE, "src": INP_SHARE - (k - 1) * (pitch + 1), "wgt": WGT_SHARE - 2 * cfg.dw_groups(k) + 1}
+    return {"dst": dst, "src": src - (k - 1) * (pitch + 1), "wgt": WGT_SHARE - 2 * cfg.dw_groups(k) + 1}
 
 
-def _epi(cmd, rng, a0: int, dst: int, dw: Dw = None) -> None:
-    """A random EPI (depthwise mode ``dw``); its bias rows (up to 3, one per iter_out) lie in the thread's share,
-    start at one of its GEMM destinations ``dst``, or lie in the shared bias area."""
+def _epi(cmd, rng, a0: int, dst: int, dw: Dw = None, src_out: bool = False) -> None:
+    """A random EPI (depthwise mode ``dw``, ``src_out``); its bias rows (up to 3, one per iter_out) lie in the
+    thread's share, start at one of its GEMM destinations ``dst``, or lie in the shared bias area."""
     where = rng.choice(["none", "share", "dst", "area"], p=[0.2, 0.2, 0.4, 0.2])
     base = {
         "none": None,
@@ -73,7 +82,8 @@ def _epi(cmd, rng, a0: int, dst: int, dw: Dw = None) -> None:
         "dst": min(dst, a0 + ACC_SHARE - 3),
         "area": BIAS_AREA + int(rng.integers(0, BIAS_ROWS - 2)),
     }[where]
-    cmd.epi(req=rng.random() < 0.5, relu=rng.random() < 0.5, shift=int(rng.integers(0, 32)), bias_base=base, dw=dw)
+    req, relu, shift = rng.random() < 0.5, rng.random() < 0.5, int(rng.integers(0, 32))
+    cmd.epi(req=req, relu=relu, shift=shift, bias_base=base, dw=dw, src_out=src_out)
 
 
 def random_program(dev: Device, seed: int) -> None:
@@ -90,6 +100,7 @@ def random_program(dev: Device, seed: int) -> None:
     cmd = dev.commands()
     cmd.load(MemType.ACC, BIAS_AREA, acc, 200, 1, BIAS_ROWS, BIAS_ROWS)
     dw: Dw = None  # the EPI state's depthwise mode
+    src_out = False  # and src_out
     for j in range(tiles):
         t = j % vt
         i0, w0, a0 = t * INP_SHARE, t * WGT_SHARE, t * ACC_SHARE
@@ -142,11 +153,17 @@ def random_program(dev: Device, seed: int) -> None:
         )
         for _ in range(int(rng.integers(1, 4))):
             epi = rng.random() < 0.5
-            dw = _dw(rng, cfg) if epi else dw
-            io, ii, f, uops = _loop(rng, _gemm_sizes(cfg, dw))
-            uops = [(a0 + d, i0 + s, w0 + w) for d, s, w in uops]
             if epi:
-                _epi(cmd, rng, a0, uops[0][0], dw)
+                src_out = cfg.block_in == cfg.block_out and rng.random() < 0.3
+                dw = _dw(rng, cfg, src_out)
+            io, ii, f, uops = _loop(rng, _gemm_sizes(cfg, dw, src_out))
+            if src_out:  # OUT rows of one half of the share, into the other
+                d0, s0 = (a0, a0 + HALF) if rng.random() < 0.5 else (a0 + HALF, a0)
+                uops = [(d0 + d, s0 + s, w0 + w) for d, s, w in uops]
+            else:
+                uops = [(a0 + d, i0 + s, w0 + w) for d, s, w in uops]
+            if epi:
+                _epi(cmd, rng, a0, uops[0][0], dw, src_out)
             reset = rng.random() < 0.15
             cmd.gemm(
                 uops,
@@ -181,7 +198,7 @@ def random_program(dev: Device, seed: int) -> None:
                 cmd.dep_pop(Stage.STORE, Stage.COMPUTE)
                 if rng.random() < 0.5:
                     _epi(cmd, rng, a0, a0)
-                    dw = None
+                    dw, src_out = None, False
                 cmd.alu(AluOp.SHR, [(a0, 0)], iter_out=ACC_SHARE, dst_factor=(1, 0), imm=8)
             cmd.dep_push(Stage.COMPUTE, Stage.STORE)
             cmd.dep_pop(Stage.COMPUTE, Stage.STORE)

@@ -6,7 +6,8 @@
 // EPI sets the epilogue state (cleared by reset and START): with `req`, every ACC write writes its OUT
 // mirror requantized instead of truncated; `bias`/`bias_base` give the init rows of GEMMs with `init`;
 // with `lut`, the mirror's int8 value (requantized or truncated) is looked up in the activation table;
-// `dw` (kernel, stride, pitch) runs later GEMMs in the depthwise mode (vdla_loop_seq, vdla_gemm_core).
+// `dw` (kernel, stride, pitch) runs later GEMMs in the depthwise mode (vdla_loop_seq, vdla_gemm_core); with
+// `src_out`, later GEMMs read their input rows from OUT (the top's read-only copy of the mirror) instead of INP.
 module vdla_compute (
   input  logic                                 clk_i,
   input  logic                                 rst_ni,
@@ -38,7 +39,9 @@ module vdla_compute (
   // INP and WGT read ports
   output logic                                 inp_re_o,
   output logic [vdla_pkg::INP_AW-1:0]          inp_raddr_o,
-  input  logic [vdla_pkg::INP_BITS-1:0]        inp_rdata_i,
+  input  logic [vdla_pkg::INP_BITS-1:0]        inp_rdata_i,  // the row read, from INP or from OUT's copy
+  output logic                                 inp_src_out_o,  // the read is of OUT's copy (EPI src_out),
+  output logic [vdla_pkg::ACC_AW-1:0]          inp_out_raddr_o,  // at this row
   output logic                                 wgt_re_o,
   output logic [vdla_pkg::WGT_AW-1:0]          wgt_raddr_o,
   input  logic [vdla_pkg::WGT_BITS-1:0]        wgt_rdata_i,
@@ -145,6 +148,7 @@ module vdla_compute (
   logic [2:0]  epi_dw_k_q;
   logic [1:0]  epi_dw_stride_q;
   logic [15:0] epi_dw_pitch_q;
+  logic        epi_src_out_q;
 
   always_ff @(posedge clk_i or negedge rst_ni) begin
     if (!rst_ni) begin
@@ -155,6 +159,7 @@ module vdla_compute (
       epi_base_q  <= '0;
       epi_lut_q   <= 1'b0;
       epi_dw_q    <= 1'b0;
+      epi_src_out_q <= 1'b0;
     end else if (start_i) begin
       epi_req_q   <= 1'b0;
       epi_relu_q  <= 1'b0;
@@ -163,6 +168,7 @@ module vdla_compute (
       epi_base_q  <= '0;
       epi_lut_q   <= 1'b0;
       epi_dw_q    <= 1'b0;
+      epi_src_out_q <= 1'b0;
     end else if (fire_o && is_epi) begin
       epi_req_q   <= cmd_i.epi.req;
       epi_relu_q  <= cmd_i.epi.relu;
@@ -171,6 +177,7 @@ module vdla_compute (
       epi_base_q  <= cmd_i.epi.bias_base;
       epi_lut_q   <= cmd_i.epi.lut;
       epi_dw_q    <= cmd_i.epi.dw;
+      epi_src_out_q <= cmd_i.epi.src_out;
     end
   end
 
@@ -242,7 +249,8 @@ module vdla_compute (
     .epi_dw_k_i      (epi_dw_k_q),
     .epi_dw_stride_i (epi_dw_stride_q),
     .epi_dw_pitch_i  (epi_dw_pitch_q),
-    .inp_re_o, .inp_raddr_o, .inp_rdata_i, .wgt_re_o, .wgt_raddr_o, .wgt_rdata_i,
+    .epi_src_out_i   (epi_src_out_q),
+    .inp_re_o, .inp_raddr_o, .inp_rdata_i, .inp_src_out_o, .inp_out_raddr_o, .wgt_re_o, .wgt_raddr_o, .wgt_rdata_i,
     .acc_re_o, .acc_raddr_o, .acc_rdata_i,
     .wr_valid_o  (rmw_valid),
     .wr_addr_o   (rmw_addr),

@@ -5,6 +5,8 @@
 // The ALU enters R at S1. See vdla_acc_rmw for the read-modify-write and its forwarding.
 // Micro-op indices are range-checked in S1 (index_err_o), against limits prepared in S0; a failed check
 // halts the run from the next cycle, so the check gates nothing but the write of an ALU slot (in C).
+// With the EPI state's src_out, a GEMM's input rows (the depthwise window's too) are OUT's, read as INP's (the
+// top's read-only copy of the mirror), and their range is checked against ACC.
 // In the depthwise mode (vdla_loop_seq) a read slot reads its INP row in S1 and shifts it into its window
 // register in S2 (the window is cleared when a GEMM starts), and a group's last read also copies the window so
 // shifted into the snapshot; a pass slot (the same slot, or one of its own) reads its WGT element in S1 and goes
@@ -29,10 +31,14 @@ module vdla_compute_loop (
   input  logic [2:0]                                 epi_dw_k_i,
   input  logic [1:0]                                 epi_dw_stride_i,
   input  logic [15:0]                                epi_dw_pitch_i,
+  // the epilogue's src_out: GEMMs read their input rows from OUT (the top's copy of the mirror), not INP
+  input  logic                                       epi_src_out_i,
   // INP and WGT read ports
   output logic                                       inp_re_o,
   output logic [vdla_pkg::INP_AW-1:0]                inp_raddr_o,
-  input  logic [vdla_pkg::INP_BITS-1:0]              inp_rdata_i,
+  input  logic [vdla_pkg::INP_BITS-1:0]              inp_rdata_i,  // from INP or OUT's copy: the read's source
+  output logic                                       inp_src_out_o,    // the read (inp_re_o) is of OUT's copy,
+  output logic [vdla_pkg::ACC_AW-1:0]                inp_out_raddr_o,  // at this row
   output logic                                       wgt_re_o,
   output logic [vdla_pkg::WGT_AW-1:0]                wgt_raddr_o,
   input  logic [vdla_pkg::WGT_BITS-1:0]              wgt_rdata_i,
@@ -136,8 +142,8 @@ module vdla_compute_loop (
     s1_wgt_off_q <= vdla_pkg::WGT_AW'(wgt_off);
     s1_bias_q    <= ACC_AW'(17'(epi_base_i) + 17'(o));
     s1_dst_rng_q  <= range_of(dst_off, 34'(ACC_DEPTH), DST_BITS, 1'b1);
-    s1_src_rng_q  <= range_of(src_off, gemm_q ? 34'(vdla_pkg::INP_DEPTH) : 34'(ACC_DEPTH), SRC_BITS,
-                              gemm_rd || (!gemm_q && !use_imm_q));
+    s1_src_rng_q  <= range_of(src_off, (gemm_q && !epi_src_out_i) ? 34'(vdla_pkg::INP_DEPTH) : 34'(ACC_DEPTH),
+                              SRC_BITS, gemm_rd || (!gemm_q && !use_imm_q));
     s1_wgt_rng_q  <= range_of(wgt_off, 34'(vdla_pkg::WGT_DEPTH), WGT_BITS, gemm_rd);
     s1_bias_bad_q <= gemm_rd && init_q && epi_bias_i && 17'(epi_base_i) + 17'(o) >= 17'(ACC_DEPTH);
   end
@@ -159,7 +165,8 @@ module vdla_compute_loop (
     assign unused_u = ^u[12:vdla_pkg::UOP_AW];
   end
 
-  // dst beyond ACC; a GEMM's src beyond INP, wgt beyond WGT, its bias row beyond ACC; an ALU's src beyond ACC
+  // dst beyond ACC; a GEMM's src beyond INP (ACC with the EPI state's src_out), wgt beyond WGT, its bias row
+  // beyond ACC; an ALU's src beyond ACC (src_out here: out of range)
   logic dst_out, src_out, wgt_out;
   assign dst_out   = out_of(s1_dst_rng_q, FW'(uop_word[DST_BITS-1:0]));
   assign src_out   = out_of(s1_src_rng_q, FW'(uop_word[DST_BITS +: SRC_BITS]));
@@ -168,8 +175,13 @@ module vdla_compute_loop (
                   && (((dst_out || wgt_out || s1_bias_bad_q) && s1_mac_q) || (src_out && s1_srd_q));
   assign index_err_o = index_err;
 
-  assign inp_re_o    = s1_gemm && !reset_q && s1_srd_q;
-  assign inp_raddr_o = src[vdla_pkg::INP_AW-1:0];
+  // The input row: INP's, or with the EPI state's src_out OUT's, through the top's read-only copy of the mirror
+  // (the same read, the same cycles; the top selects the data with the read's source, registered with the read).
+  // The EPI state holds while a GEMM runs: an EPI starts only when the GEMM has drained.
+  assign inp_re_o        = s1_gemm && !reset_q && s1_srd_q;
+  assign inp_raddr_o     = src[vdla_pkg::INP_AW-1:0];
+  assign inp_src_out_o   = epi_src_out_i;
+  assign inp_out_raddr_o = src[ACC_AW-1:0];
   assign wgt_re_o    = s1_gemm && !reset_q && s1_mac_q;
   assign wgt_raddr_o = wgt;
 

@@ -155,6 +155,9 @@ module vdla_top #(
   logic [INP_AW-1:0]      inp_waddr, inp_raddr;
   logic [INP_W-1:0]       inp_wdata, inp_rdata;
   logic                   inp_re;
+  logic                   inp_src_out;   // the compute stage's input read is of OUT (EPI src_out)
+  logic [ACC_AW-1:0]      inp_out_raddr;
+  logic [INP_W-1:0]       gemm_rdata;    // the input row the compute stage reads: INP's or OUT's
   logic [WGT_W/BUS_W-1:0] wgt_we;
   logic [WGT_AW-1:0]      wgt_waddr, wgt_raddr;
   logic [WGT_W-1:0]       wgt_wdata, wgt_rdata;
@@ -167,7 +170,7 @@ module vdla_top #(
 
   vdla_sram #(.WIDTH(INP_W), .DEPTH(vdla_pkg::INP_DEPTH), .LANE(BUS_W)) u_inp (
     .clk_i, .we_i (inp_we), .waddr_i (inp_waddr), .wdata_i (inp_wdata),
-    .re_i (inp_re), .raddr_i (inp_raddr), .rdata_o (inp_rdata));
+    .re_i (inp_re && !inp_src_out), .raddr_i (inp_raddr), .rdata_o (inp_rdata));
   vdla_sram #(.WIDTH(WGT_W), .DEPTH(vdla_pkg::WGT_DEPTH), .LANE(BUS_W)) u_wgt (
     .clk_i, .we_i (wgt_we), .waddr_i (wgt_waddr), .wdata_i (wgt_wdata),
     .re_i (wgt_re), .raddr_i (wgt_raddr), .rdata_o (wgt_rdata));
@@ -177,6 +180,28 @@ module vdla_top #(
   vdla_sram #(.WIDTH(OUT_W), .DEPTH(vdla_pkg::ACC_DEPTH), .LANE(8)) u_out (
     .clk_i, .we_i (out_we), .waddr_i (out_waddr), .wdata_i (out_wdata),
     .re_i (out_re), .raddr_i (out_raddr), .rdata_o (out_rdata));
+
+  // EPI src_out: the compute stage reads its input rows from OUT, through a read-only copy of it written with it
+  // (the store stage reads the other), on the INP read's port and in its cycles (the configuration's OUT rows are
+  // INP rows: BLOCK_IN == BLOCK_OUT, else vdla_insn_check refuses src_out). The read's source is registered with
+  // the read, as the data is, so the choice of the data is the read's even when an EPI changes the state in the
+  // cycle the data arrives; the choice sits right after the block RAMs' output registers.
+  if (vdla_pkg::BLOCK_IN == vdla_pkg::BLOCK_OUT) begin : g_src_out
+    logic [OUT_W-1:0] src_rdata;
+    logic             src_out_q;  // the source of the row read last (the data now at the block RAMs' outputs)
+    vdla_sram #(.WIDTH(OUT_W), .DEPTH(vdla_pkg::ACC_DEPTH), .LANE(8)) u_out_src (
+      .clk_i, .we_i (out_we), .waddr_i (out_waddr), .wdata_i (out_wdata),
+      .re_i (inp_re && inp_src_out), .raddr_i (inp_out_raddr), .rdata_o (src_rdata));
+    always_ff @(posedge clk_i or negedge rst_ni) begin
+      if (!rst_ni) src_out_q <= 1'b0;
+      else if (inp_re) src_out_q <= inp_src_out;
+    end
+    assign gemm_rdata = src_out_q ? INP_W'(src_rdata) : inp_rdata;
+  end else begin : g_no_src_out
+    logic unused_src_out;
+    assign unused_src_out = ^{inp_src_out, inp_out_raddr};
+    assign gemm_rdata     = inp_rdata;
+  end
 
   // ---- stages -------------------------------------------------------------------------------
   vdla_load u_load (
@@ -200,7 +225,8 @@ module vdla_top #(
     .c2l_room_i (t_room[1]), .c2l_push_o (t_push[1]), .c2s_room_i (t_room[2]), .c2s_push_o (t_push[2]),
     .arvalid_o (ar_valid[1]), .araddr_o (ar_addr[ADDR_W +: ADDR_W]), .arlen_o (ar_len[8 +: 8]),
     .arready_i (ar_ready[1]), .rvalid_i (r_valid[1]), .rresp_i (m_axi_rresp), .rdata_i (m_axi_rdata),
-    .inp_re_o (inp_re), .inp_raddr_o (inp_raddr), .inp_rdata_i (inp_rdata),
+    .inp_re_o (inp_re), .inp_raddr_o (inp_raddr), .inp_rdata_i (gemm_rdata),
+    .inp_src_out_o (inp_src_out), .inp_out_raddr_o (inp_out_raddr),
     .wgt_re_o (wgt_re), .wgt_raddr_o (wgt_raddr), .wgt_rdata_i (wgt_rdata),
     .acc_re_o (acc_re), .acc_raddr_o (acc_raddr), .acc_rdata_i (acc_rdata),
     .acc_we_o (acc_we), .acc_waddr_o (acc_waddr), .acc_wdata_o (acc_wdata),
