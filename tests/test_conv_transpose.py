@@ -265,6 +265,30 @@ def test_a_layer_stores_into_an_output_view(backend):
     )
 
 
+def test_a_layer_stores_its_pixels_at_every_copy_of_a_view(backend):
+    """A view with copies (a nearest upsampling's phases, all the same layer): the one layer's output lands in
+    the slots of its own offset and of every copy's; a copy outside the tensor is refused."""
+    from vdla.compiler import CompileError, compile_conv2d
+    from vdla.compiler.conv2d import run_bound
+    from vdla.compiler.spec import OutputView
+    from vdla.graph.epilogue import Epilogue
+    from vdla.graph.layout import pack_activation, unpack_activation
+    from vdla.runtime import Device
+
+    rng = np.random.default_rng(8)
+    x = rng.integers(-128, 128, (1, 32, 5, 7)).astype(np.int8)
+    w = rng.integers(-128, 128, (24, 32, 1, 1)).astype(np.int8)
+    ep = Epilogue(rng.integers(-1000, 1000, 24), np.full(24, 1 << 30), 40)
+    view = OutputView((10, 14), (0, 0), (2, 2), copies=((0, 1), (1, 0), (1, 1)))
+    layer = compile_conv2d(x.shape, w, epilogue=ep, out_view=view)
+    arrays = dict(layer.constants, inp=pack_activation(x, 1, 16))
+    packed, _ = run_bound(Device("pynq", backend), layer.lowering, layer.stream, arrays, (1, 2, 10, 14, 1, 16))
+    want = oracle.conv2d_reference(x, w, layer.spec, ep)
+    np.testing.assert_array_equal(unpack_activation(packed, 1, 24), want.repeat(2, axis=2).repeat(2, axis=3))
+    with pytest.raises(CompileError, match="does not hold a 5x7 output"):
+        compile_conv2d(x.shape, w, epilogue=ep, out_view=OutputView((10, 13), (0, 0), (2, 2), copies=((0, 1),)))
+
+
 @pytest.fixture(scope="module", params=[1, 2], ids=["exact-multiple", "sliced"])
 def compiled_case(request):
     graph = _quantized_convt_graph(*CASES[request.param])

@@ -672,13 +672,21 @@ class ThreadBuilder:
         return lower_nest(nest, (acc, src, 0), self.low.limits, pin_outer=p.holds_row)
 
     def output_transfers(self, t: Tile) -> list:
-        """The 2-D transfers between the tile's accumulators and an output-shaped tensor."""
+        """The 2-D transfers between the tile's accumulators and an output-shaped tensor (at each of the view's
+        offsets: its copies store the same rows again)."""
         low = self.low
         oh, ow = low.out_tensor_hw
-        (y0, x0), (sy, sx) = (low.view.offset, low.view.step) if low.view else ((0, 0), (1, 1))
+        offsets, (sy, sx) = (low.view.offsets, low.view.step) if low.view else (((0, 0),), (1, 1))
         b0 = low.view.blocks[0] if low.view else 0
-        offset = ((t.ng * low.out_blocks + b0 + t.ob) * oh + y0 + t.oy * sy) * ow + x0 + t.ox * sx
-        return plan_transfers(0, offset, [(t.noc, oh * ow), (t.noh, sy * ow), (t.now, sx)])
+        return [
+            tr
+            for y0, x0 in offsets
+            for tr in plan_transfers(
+                0,
+                ((t.ng * low.out_blocks + b0 + t.ob) * oh + y0 + t.oy * sy) * ow + x0 + t.ox * sx,
+                [(t.noc, oh * ow), (t.noh, sy * ow), (t.now, sx)],
+            )
+        ]
 
     def residual_transfers(self, t: Tile) -> list:
         """The 2-D transfers of the tile's residual: the layer's own output shape, wherever a channel-block view

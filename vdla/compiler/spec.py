@@ -260,15 +260,23 @@ class OutputView:
     ``(offset_y + y*step_y, offset_x + x*step_x)`` of a tensor of ``full_hw`` pixels per channel block (one
     phase of an interleave: a transposed convolution's stride phases store straight into the result), and
     its channel block ``b`` is block ``blocks[0] + b`` of a tensor of ``blocks[1]`` blocks (one part of a
-    channel concatenation; ``blocks[1]`` 0: the layer's own channels).
+    channel concatenation; ``blocks[1]`` 0: the layer's own channels). ``copies``: further offsets at which the
+    same pixels are stored again (the phases of a nearest upsampling, which all hold the same values: one layer
+    computes them once and stores them into every phase's slots).
 
-    Invariant: the view is inside the full tensor for the layer's ``out_hw`` and channel blocks
-    (:meth:`check`)."""
+    Invariant: the view, at its offset and at every copy's, is inside the full tensor for the layer's
+    ``out_hw`` and channel blocks (:meth:`check`)."""
 
     full_hw: tuple[int, int]
     offset: tuple[int, int] = (0, 0)
     step: tuple[int, int] = (1, 1)
     blocks: tuple[int, int] = (0, 0)
+    copies: tuple[tuple[int, int], ...] = ()
+
+    @property
+    def offsets(self) -> tuple[tuple[int, int], ...]:
+        """Every offset the layer's pixels are stored at: its own, then the copies'."""
+        return (self.offset, *self.copies)
 
     def out_blocks(self, own: int) -> int:
         """Channel blocks of the full tensor, for a layer of ``own`` blocks."""
@@ -278,9 +286,10 @@ class OutputView:
         """Raise CompileError unless the view holds an ``out_hw`` output of ``own_blocks`` channel blocks and the
         epilogue can store into it: no fused pool, and a residual (read in the layer's own shape) only when the
         view selects channel blocks alone."""
-        for n, full, off, st in zip(out_hw, self.full_hw, self.offset, self.step, strict=True):
-            if not (st >= 1 and 0 <= off < st and off + (n - 1) * st < full):
-                raise CompileError(f"output view {self} does not hold a {out_hw[0]}x{out_hw[1]} output")
+        for offset in self.offsets:
+            for n, full, off, st in zip(out_hw, self.full_hw, offset, self.step, strict=True):
+                if not (st >= 1 and 0 <= off < st and off + (n - 1) * st < full):
+                    raise CompileError(f"output view {self} does not hold a {out_hw[0]}x{out_hw[1]} output")
         first, total = self.blocks
         if total and own_blocks is not None and not (0 <= first and first + own_blocks <= total):
             raise CompileError(f"output view {self} does not hold {own_blocks} channel blocks")
@@ -292,7 +301,7 @@ class OutputView:
     def key(self) -> str:
         """A stable text key (schedule cache)."""
         (h, w), (oy, ox), (sy, sx) = self.full_hw, self.offset, self.step
-        key = f"view{h}x{w}o{oy}_{ox}s{sy}_{sx}"
+        key = f"view{h}x{w}o{oy}_{ox}s{sy}_{sx}" + "".join(f"c{y}_{x}" for y, x in self.copies)
         return key if not self.blocks[1] else f"{key}b{self.blocks[0]}of{self.blocks[1]}"
 
 

@@ -169,6 +169,7 @@ class ModelBuilder:
         layers = {u.out: u for kind, u in units if kind == "accel" and isinstance(u, AccelLayer)}
         consumers = self.g.consumers()
         self.views: dict[str, tuple[str, OutputView]] = {}
+        self.dropped: set[str] = set()  # phase layers whose output an identical phase stores (store_phases)
         out = []
         for kind, unit in units:
             if kind == "cpu":
@@ -181,7 +182,7 @@ class ModelBuilder:
                 if not unit:
                     continue
             out.append((kind, unit))
-        return out
+        return [(kind, unit) for kind, unit in out if kind != "accel" or unit.out not in self.dropped]
 
     def store_phases(self, node: Node, layers: dict[str, AccelLayer], consumers: dict[str, list[Node]]) -> bool:
         """Whether the phases of the interleave ``node`` can store in place; if so their views are recorded."""
@@ -189,6 +190,12 @@ class ModelBuilder:
             return False
         (sh, sw), out = interleave_type([self.types[v] for v in node.inputs], node.attrs["stride"])
         full = out.shape[2:]
+        phases = [layers[v] for v in node.inputs]
+        if all(same_layer(phases[0], p) for p in phases[1:]):  # a nearest upsampling: computed once, stored in all
+            offsets = tuple(divmod(p, sw) for p in range(len(phases)))
+            self.views[phases[0].out] = (node.output, OutputView(full, offsets[0], (sh, sw), copies=offsets[1:]))
+            self.dropped.update(p.out for p in phases[1:])
+            return True
         for p, v in enumerate(node.inputs):
             self.views[v] = (node.output, OutputView(full, divmod(p, sw), (sh, sw)))
         return True
@@ -619,6 +626,22 @@ def _cpu_reasons(nodes: list[Node]) -> list[str]:
     return [f"{op}: {ONLY_WHEN[op]}" for op in ops if op in ONLY_WHEN] + [
         f"{', '.join(v)}: {k}" for k, v in kinds.items() if v
     ]
+
+
+def same_layer(a: AccelLayer, b: AccelLayer) -> bool:
+    """Whether two layers compute the same values: the same input, weights, window and epilogue, and neither
+    reads a residual or a run-time weight (the phases of a nearest upsampling)."""
+    if (a.x, a.geometry, a.op, a.groups, a.pool, a.pre) != (b.x, b.geometry, b.op, b.groups, b.pool, b.pre):
+        return False
+    if a.residual or b.residual or a.w or b.w or not np.array_equal(a.weights, b.weights):  # parts: of the weights
+        return False
+    ea, eb = a.epilogue, b.epilogue
+    return all(np.array_equal(getattr(ea, f), getattr(eb, f)) for f in ("bias", "multiplier", "table")) and (
+        ea.shift,
+        ea.residual,
+        ea.rescale,
+        ea.clip,
+    ) == (eb.shift, eb.residual, eb.rescale, eb.clip)
 
 
 def _stores_through_view(layer: AccelLayer | None, joins: bool) -> bool:
