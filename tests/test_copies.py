@@ -174,6 +174,25 @@ def test_vdla_calibration_quantizes_the_activation_before_the_add_and_runs_the_b
     assert float_cosine(model, artifact, SHAPE) > 0.99
 
 
+def test_a_concatenation_part_other_layers_read_is_stored_in_place(monkeypatch):
+    """With vdla's calibration the concatenation's parts share its scale, so the bottleneck's input ``b`` (read
+    by the bottleneck and its residual add too) needs no copy: its layer stores into the concatenation and the
+    other layers read its channel blocks there. The outputs equal those with the copy, bit for bit."""
+    from vdla.model import Module
+    from vdla.model.lower import ModelBuilder
+    from vdla.model.pipeline import compile_model
+
+    model, calib = _c2f(), RNG.normal(0, 1, (8, *SHAPE[1:])).astype(np.float32)
+    in_place = compile_model(model, calib)[0]
+    monkeypatch.setattr(ModelBuilder, "copied", lambda *args: None)
+    copied = compile_model(model, calib)[0]
+    kinds = [[s.layer.get("copy") for s in a.steps if s.kind == "accel"].count("concat") for a in (in_place, copied)]
+    assert kinds == [0, 1]
+    for seed in range(2):
+        x = np.random.default_rng(seed).normal(0, 1, SHAPE).astype(np.float32)
+        np.testing.assert_array_equal(Module(in_place, "sim").run(x), Module(copied, "sim").run(x))
+
+
 def test_a_small_yolov8_runs_with_one_cpu_step_before_and_one_after_the_accelerator():
     from vdla.model.pipeline import compile_model
     from vdla.zoo.models import yolov8

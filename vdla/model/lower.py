@@ -169,7 +169,9 @@ class ModelBuilder:
         layers = {u.out: u for kind, u in units if kind == "accel" and isinstance(u, AccelLayer)}
         consumers = self.g.consumers()
         self.views: dict[str, tuple[str, OutputView]] = {}
-        self.dropped: set[str] = set()  # phase layers whose output an identical phase stores (store_phases)
+        self.dropped: set[str] = set()  # layers another stores for (store_phases) or made needless (store_parts)
+        self.aliases: dict[str, str] = {}  # a value stored as a concatenation's channel blocks -> the concatenation
+        self.readers = {n: u for kind, u in units if kind == "accel" for n in u.nodes}  # node output -> its unit
         out = []
         for kind, unit in units:
             if kind == "cpu":
@@ -234,17 +236,67 @@ class ModelBuilder:
         for v, u in zip(node.inputs, types, strict=True):
             blocks = (first, t.shape[1] // bo)
             phases = [p for p, (target, _) in self.views.items() if target == v]
-            for p in phases:  # an interleave's phases store into their slice of the concatenation
-                self.views[p] = (node.output, replace(self.views[p][1], blocks=blocks))
-            if not phases:
+            for p in phases:  # an interleave's phases (or a concatenation's parts) store into their slice
+                old = self.views[p][1]
+                self.views[p] = (node.output, replace(old, blocks=(first + old.blocks[0], blocks[1])))
+            source = self.copied(v, node, layers, consumers)
+            if source is not None:  # the copy's source stores into the slice; its other readers read it there
+                self.views[source] = (node.output, OutputView(t.shape[2:], blocks=blocks))
+                self.aliases[source] = node.output
+                self.dropped.add(v)
+            elif not phases:
                 self.views[v] = (node.output, OutputView(t.shape[2:], blocks=blocks))
             first += u.shape[1] // bo
         return True
 
+    def copied(self, part: str, node: Node, layers: dict[str, AccelLayer], consumers) -> str | None:
+        """The value the concatenation part ``part`` copies (:mod:`vdla.graph.copies` gives a part a copy where
+        another node also reads it), where it can instead store into the concatenation itself: a layer's output
+        that may store through a view, at the concatenation's quantization, batch 1 (a channel-block slice is
+        then contiguous), no graph output, whose every other reader is an accelerator layer reading it as its
+        input or residual (it reads the slice). None otherwise."""
+        copy = layers.get(part)
+        if (
+            copy is None
+            or self.g.producers()[copy.nodes[0]].attrs.get(COPY) != "concat"
+            or self.types[part].shape[0] != 1
+        ):
+            return None
+        v = copy.x
+        if (
+            not _stores_through_view(layers.get(v), joins=True)
+            or v in self.g.outputs
+            or v in self.views
+            or self.types[v].quant != self.types[node.output].quant
+            or self.types[v].shape != self.types[part].shape
+        ):
+            return None
+        for reader in consumers.get(v, []):
+            unit = self.readers.get(reader.output)
+            if unit is None or (unit is not copy and v not in (unit.x, getattr(unit, "residual", None))):
+                return None
+        return v
+
+    def stored_at(self, value: str) -> tuple[str, int]:
+        """The value whose DRAM tensor holds ``value`` (itself, or the concatenation it is stored into: following
+        the views of concatenations stored into others) and the channel block where ``value`` starts in it."""
+        if value not in self.aliases:
+            return value, 0
+        target, view = self.views[value]
+        first = view.blocks[0]
+        while target in self.views and self.views[target][1].blocks[1]:  # a concatenation stored into another
+            target, view = self.views[target]
+            first += view.blocks[0]
+        return target, first
+
+    def read_tensor(self, value: str, block: int) -> str:
+        """The DRAM tensor a layer reads ``value`` from (:meth:`stored_at`)."""
+        return self.dram_tensor(self.stored_at(value)[0], block)
+
     def accel_reads(self, layer: AccelLayer) -> list[str]:
-        reads = [self.dram_tensor(layer.x, self.cfg.block_in)]
+        reads = [self.read_tensor(layer.x, self.cfg.block_in)]
         if layer.residual:
-            reads.append(self.dram_tensor(layer.residual, self.cfg.block_out))
+            reads.append(self.read_tensor(layer.residual, self.cfg.block_out))
         if layer.w:
             reads.append(self.weight_tensor(layer.w))
         return reads
@@ -495,15 +547,23 @@ class ModelBuilder:
         """A program's instruction stream bound to the layer's planned DRAM tensors and its constants;
         ``regions`` (role -> (byte offset, bytes)) binds a role to a region of the layer's tensor instead."""
         need = low.tensor_bytes()
-        tensors = {"inp": self.dram_tensor(layer.x, self.cfg.block_in), "out": self.pending[layer.out]}
+        tensors = {"inp": self.read_tensor(layer.x, self.cfg.block_in), "out": self.pending[layer.out]}
+        values = {"inp": layer.x}
         if layer.residual:
-            tensors["res"] = self.dram_tensor(layer.residual, self.cfg.block_out)
+            tensors["res"] = self.read_tensor(layer.residual, self.cfg.block_out)
+            values["res"] = layer.residual
         if layer.w:
             tensors["wgt"] = self.weight_tensor(layer.w)
         buffers: dict[str, Buffer] = {}
         for role, t in tensors.items():
             shape, dtype = self.dram[t]
-            offset, nbytes = (regions or {}).get(role, (0, int(np.prod(shape)) * np.dtype(dtype).itemsize))
+            offset, nbytes = 0, int(np.prod(shape)) * np.dtype(dtype).itemsize
+            if role in values and values[role] in self.aliases:  # its channel blocks of a concatenation
+                own = _packed(self.types[values[role]], self.cfg, self.cfg.block_out)[0]
+                nbytes = int(np.prod(own))
+                offset = self.stored_at(values[role])[1] * nbytes // own[1]
+            if role in (regions or {}):
+                offset, nbytes = offset + regions[role][0], regions[role][1]
             if nbytes != need[role]:
                 raise CompileError(
                     f"layer {layer.out!r}: {role} is {nbytes} bytes packed, the program expects {need[role]}"
