@@ -9,7 +9,8 @@ One record per (model, quantization):
      "layer_roofline_cycles", "roofline_ratio", "cpu_steps", "cpu_ms", "correct", "agreement", "compile_s",
      "compile_warm_s", "cpu_ops"[, "depthwise"]}
 
-``depthwise`` (models with depthwise layers): their MACs, their accelerator cycles and MACs per cycle.
+``depthwise`` (models with depthwise layers): the MACs, accelerator cycles and MACs per cycle of those run
+apart, and the pairs fused with the 1x1 convolution after them (``fused_pairs``, ``fused_cycles``).
 
 ``mac_bound_cycles`` = MACs / (BATCH x BLOCK_IN x BLOCK_OUT) of the config, ``ratio`` = accel_cycles /
 mac_bound_cycles. ``layer_roofline_cycles``: the sum over the accelerator steps of each step's own bound, its
@@ -111,9 +112,13 @@ def record(m: SuiteModel, quantization: str, artifact, report, run, cold: float,
         "compile_warm_s": round(warm, 2),
         "cpu_ops": cpu_ops,
     }
-    if depthwise:  # the depthwise layers' share of the cycles and their MACs per cycle (of the core's 256)
+    fused = {s.name for s in artifact.steps if s.kind == "accel" and s.layer["op"] == "depthwise_conv2d+conv2d"}
+    if depthwise or fused:  # the depthwise layers apart: their cycles and MACs per cycle (of the core's 256)
         macs = sum(depthwise.values())
         rec["depthwise"] = {"macs": macs, "cycles": dw_cycles, "macs_per_cycle": round(macs / max(dw_cycles, 1), 2)}
+        # fused with the 1x1 convolution after them (vdla.compiler.dw_pointwise): the pairs and their cycles
+        rec["depthwise"]["fused_pairs"] = len(fused)
+        rec["depthwise"]["fused_cycles"] = sum(st.cycles for st in run.steps if st.name in fused)
     return rec
 
 

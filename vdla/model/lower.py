@@ -56,7 +56,7 @@ class ModelBuilder:
         self.g, self.cfg, self.cache, self.log = graph, cfg, cache, log
         self.fuse_depthwise = fuse_depthwise  # a depthwise layer and the 1x1 conv reading it as one step
         self.pairs: dict[tuple, object] = {}  # (output, view) -> a fused pair compiled (compiled_pair)
-        self.alone: dict[str, object] = {}  # output -> a depthwise layer compiled on its own (fusion_pays)
+        self.alone: dict[str, object] = {}  # output -> a layer of a pair compiled on its own (fusion_pays)
         self.explained: set[str] = set()  # CPU nodes a placement note explains (build_steps)
         self.types = infer_types(graph)
         self.dram: dict[str, tuple[tuple[int, ...], str]] = {}  # DRAM tensor -> (packed shape, dtype)
@@ -139,7 +139,9 @@ class ModelBuilder:
         options = dict(stride=g.stride, padding=g.padding, config=self.cfg)
         fused = self.compiled_pair(layer)  # each compiled once: the steps take them
         alone = self.alone[dw.out] = compile_depthwise(dw.in_shape, dw.weights, epilogue=dw.epilogue, **options)
-        pw = compile_conv2d(layer.in_shape, layer.weights, epilogue=layer.epilogue, config=self.cfg, cache=self.cache)
+        pw = self.alone[layer.out] = compile_conv2d(
+            layer.in_shape, layer.weights, epilogue=layer.epilogue, config=self.cfg, cache=self.cache
+        )
         return fused.search.cycles < alone.search.cycles + pw.search.cycles
 
     def compiled_pair(self, layer: AccelLayer, view: OutputView | None = None):
@@ -398,7 +400,8 @@ class ModelBuilder:
         if layer.pre is not None:
             return self.compile_dw_pointwise(layer, dev, addr)
         g = layer.geometry
-        compiled = compile_conv2d(
+        unviewed = layer.out not in self.views and layer.pool is None  # as fusion_pays compiled it, if it did
+        compiled = (unviewed and self.alone.get(layer.out)) or compile_conv2d(
             layer.in_shape,
             layer.weights,
             stride=g.stride,
