@@ -31,7 +31,7 @@ from vdla.compiler.blocks import Alu, Block, Epi, Gemm, Load, Op, Store
 from vdla.compiler.conv2d import LayerRun, run_band
 from vdla.compiler.microcode import Limits, MicroKernel
 from vdla.compiler.search import emit_program, fastest
-from vdla.compiler.spec import TABLE, CompileError, WindowSpec
+from vdla.compiler.spec import TABLE, CompileError, WindowSpec, refusal
 from vdla.compiler.tiling import BandLowering, BandTile, band_sizes
 from vdla.compiler.transfer import plan_transfers
 from vdla.compiler.vthreads import Stream, lower_vthreads, prologue_block
@@ -39,7 +39,6 @@ from vdla.config import DEFAULT_PRESET, DW_MAX_K, LUT_ENTRIES, HwConfig, load_co
 from vdla.graph import oracle
 from vdla.graph.epilogue import INT8_BOUNDS, Epilogue
 from vdla.graph.layout import pack_channels
-from vdla.graph.types import UnsupportedError
 from vdla.graph.window import pair
 from vdla.isa import AluOp, Insn, MemType
 from vdla.runtime.device import Device
@@ -345,17 +344,18 @@ def mode_refusal(in_shape, weights: np.ndarray, stride, padding, dilation, ep: E
     """Why a depthwise layer (``weights`` (C, 1, k, k) int8, an NCHW ``in_shape``) cannot run on ``cfg``'s
     depthwise mode, naming the limit, or None when :func:`compile_depthwise` takes it: the config has the mode,
     no dilation, a window and epilogue the mode and its passes take, and one output row fits the buffers."""
-    try:
+
+    def check() -> None:
         if pair(OP, "dilation", dilation) != (1, 1):
-            return f"dilation {dilation}: the depthwise mode's window reads adjacent pixels"
+            raise CompileError(f"dilation {dilation}: the depthwise mode's window reads adjacent pixels")
         (sh, sw), (kh, kw) = pair(OP, "stride", stride), weights.shape[2:]
         if sh != sw or kh != kw:
-            return f"kernel {kh}x{kw}, stride {sh}x{sw}: the depthwise mode takes square kernels and equal strides"
-        spec = DepthwiseSpec.make(in_shape, kh, sh, padding)
-        DepthwiseLowering(spec, ep, cfg).check_minimal()
-    except (CompileError, UnsupportedError) as e:
-        return str(e)
-    return None
+            raise CompileError(
+                f"kernel {kh}x{kw}, stride {sh}x{sw}: the depthwise mode takes square kernels and equal strides"
+            )
+        DepthwiseLowering(DepthwiseSpec.make(in_shape, kh, sh, padding), ep, cfg).check_minimal()
+
+    return refusal(check)
 
 
 def compile_depthwise(

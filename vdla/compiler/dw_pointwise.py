@@ -41,7 +41,7 @@ from vdla.compiler.epilogue import normalize
 from vdla.compiler.microcode import Limits, MicroKernel, lower_nest
 from vdla.compiler.schedule import ConvLowering, Schedule, ThreadBuilder, Tile
 from vdla.compiler.search import emit_program, fastest
-from vdla.compiler.spec import TABLE, CompileError, Conv2dSpec, EpilogueSpec, OutputView
+from vdla.compiler.spec import TABLE, CompileError, Conv2dSpec, EpilogueSpec, OutputView, refusal
 from vdla.compiler.tiling import BandTile, band_tiles, halvings
 from vdla.compiler.transfer import plan_transfers
 from vdla.compiler.vthreads import Stream, lower_vthreads, prologue_block
@@ -49,7 +49,6 @@ from vdla.config import DEFAULT_PRESET, HwConfig, load_config
 from vdla.graph import oracle
 from vdla.graph.epilogue import Epilogue
 from vdla.graph.layout import pack_activation, pack_weights, unpack_activation
-from vdla.graph.types import UnsupportedError
 from vdla.isa import Insn, MemType
 from vdla.runtime.device import Device
 
@@ -324,13 +323,13 @@ def dw_pointwise_refusal(
     in_shape, dw_w: np.ndarray, stride, padding, dw_ep: Epilogue, pw_w: np.ndarray, pw_ep: Epilogue, cfg: HwConfig
 ) -> str | None:
     """Why :func:`compile_dw_pointwise` cannot take the pair on ``cfg`` (naming the limit), or None."""
-    try:
+
+    def check() -> None:
         dw_spec = DepthwiseSpec.make(in_shape, int(dw_w.shape[-1]), stride, padding)
         pw_spec, epi, imm = _pointwise(dw_spec, dw_w, pw_w, pw_ep)
         DwPointwiseLowering(dw_spec, dw_ep, pw_spec, epi, cfg, imm).check_minimal()
-    except (CompileError, UnsupportedError) as e:
-        return str(e)
-    return None
+
+    return refusal(check)
 
 
 def compile_dw_pointwise(

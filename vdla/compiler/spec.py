@@ -6,6 +6,7 @@ Both are validated on construction; anything the accelerator cannot express rais
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,6 +22,16 @@ from vdla.isa.instructions import MEM_FIELDS
 
 class CompileError(VdlaError, ValueError):
     """A layer the accelerator cannot run as requested; the message names the limit and what would fit."""
+
+
+def refusal(check: Callable[[], None]) -> str | None:
+    """What ``check`` raises (a CompileError or UnsupportedError naming the limit) as a string, or None: the
+    form of the ``*_refusal`` functions, which say why a layer cannot run a way instead of raising."""
+    try:
+        check()
+    except (CompileError, UnsupportedError) as e:
+        return str(e)
+    return None
 
 
 MAX_PAD = (1 << dict((n, w) for n, _, w in MEM_FIELDS)["y_pad_0"]) - 1  # 4-bit LOAD pad fields
