@@ -172,7 +172,7 @@ class ModelBuilder:
         consumers = self.g.consumers()
         self.views: dict[str, tuple[str, OutputView]] = {}
         self.dropped: set[str] = set()  # layers another stores for (store_phases) or made needless (store_parts)
-        self.aliases: dict[str, str] = {}  # a value stored as a concatenation's channel blocks -> the concatenation
+        self.aliases: set[str] = set()  # values stored as channel blocks of a concatenation others read there
         self.readers = {n: u for kind, u in units if kind == "accel" for n in u.nodes}  # node output -> its unit
         out = []
         for kind, unit in units:
@@ -244,7 +244,7 @@ class ModelBuilder:
             source = self.copied(v, node, layers, consumers)
             if source is not None:  # the copy's source stores into the slice; its other readers read it there
                 self.views[source] = (node.output, OutputView(t.shape[2:], blocks=blocks))
-                self.aliases[source] = node.output
+                self.aliases.add(source)
                 self.dropped.add(v)
             elif not phases:
                 self.views[v] = (node.output, OutputView(t.shape[2:], blocks=blocks))
@@ -280,16 +280,12 @@ class ModelBuilder:
         return v
 
     def stored_at(self, value: str) -> tuple[str, int]:
-        """The value whose DRAM tensor holds ``value`` (itself, or the concatenation it is stored into: following
-        the views of concatenations stored into others) and the channel block where ``value`` starts in it."""
+        """The value whose DRAM tensor holds ``value`` (itself, or the concatenation it is stored into: the
+        outermost, as :meth:`store_parts` keeps the views) and the channel block where ``value`` starts in it."""
         if value not in self.aliases:
             return value, 0
         target, view = self.views[value]
-        first = view.blocks[0]
-        while target in self.views and self.views[target][1].blocks[1]:  # a concatenation stored into another
-            target, view = self.views[target]
-            first += view.blocks[0]
-        return target, first
+        return target, view.blocks[0]
 
     def read_tensor(self, value: str, block: int) -> str:
         """The DRAM tensor a layer reads ``value`` from (:meth:`stored_at`)."""
