@@ -51,7 +51,7 @@ from vdla.compiler.spec import TABLE, CompileError, Conv2dSpec, EpilogueSpec, Ou
 from vdla.compiler.transfer import MAX_STRIDE, plan_transfers
 from vdla.compiler.vthreads import interleave, prologue_block
 from vdla.config import HwConfig
-from vdla.isa import MemType
+from vdla.isa import AluOp, MemType
 
 ORDERS = ("oc", "spatial")
 GEMM_ORDER = ("oc", "oh", "ow", "ic", "ky", "kx")
@@ -184,6 +184,11 @@ class ConvLowering:
         return self.pool.out_hw if self.pool else (self.spec.oh, self.spec.ow)
 
     @property
+    def row_pairs(self) -> tuple[int, ...]:
+        """The view's rows of pixels stored twice side by side (:attr:`OutputView.row_pairs`; empty: none)."""
+        return self.view.row_pairs if self.view else ()
+
+    @property
     def out_blocks(self) -> int:
         """Channel blocks of the output tensor the layer stores into (its view's, or its own)."""
         return self.view.out_blocks(self.ob) if self.view else self.ob
@@ -298,6 +303,7 @@ class ConvLowering:
         tile = s.toc * s.toh * s.tow
         acc = tile * (2 if self.epi.residual and not s.res_inp else 1)
         acc += self.pool.acc_elems(s.toc, s.toh) if self.pool else 0
+        acc += 2 * tile * bool(self.row_pairs)  # each pixel twice, for whole-row stores (OutputView.row_pairs)
         wgt = 0 if self.weights_shared else s.toc * wic * self.taps
         return self.window_elems(s) + self.res_elems(s), wgt, acc
 
@@ -522,7 +528,9 @@ class ThreadBuilder:
         self.resident = low.weights_resident(s)
         self.by_columns = low.by_columns(s)
         tile = s.toc * s.toh * s.tow
+        # after the tile: the residual, the pool's results, or each pixel twice (row_pairs), never two of them
         self.acc = {"tile": thread * acc, "res": thread * acc + tile, "pool": thread * acc + tile}
+        self.acc["pairs"] = thread * acc + tile
         self.res_inp0 = self.inp0 + low.window_elems(s)  # the residual tile in INP (res_inp)
 
     def blocks(self, tiles: list[Tile], steps: list[tuple[int, int]], fresh: np.ndarray) -> list[Block]:
@@ -605,9 +613,24 @@ class ThreadBuilder:
             pooling, sub, acc = self.pool_ops(sub, o0, acc)
             compute += pooling
         compute += self.residual_loads(sub, o0) + self.epilogue_ops(sub, o0, acc)
+        if low.row_pairs:
+            compute.append(self.pair_copy(sub, o0, acc))
+            acc = self.acc["pairs"] + 2 * o0 * sub.noh * sub.now
         return compute, [
             Store(acc + tr.sram, "out", tr.offset, tr.y, tr.x, tr.stride) for tr in self.output_transfers(sub)
         ]
+
+    def pair_copy(self, t: Tile, o0: int, acc: int) -> Alu:
+        """Each of the tile's finished accumulators copied twice, side by side, after the tile (ALU ADD of the
+        source with a reset destination): the OUT mirror writes each copy as it wrote the source (the epilogue
+        state is the same), and the STOREs then write whole rows, not single pixels two apart."""
+        n = t.noc * t.noh * t.now
+        nest = ((n, (2, 1, 0)), (2, (1, 0, 0)))
+        return Alu(
+            AluOp.ADD,
+            lower_nest(nest, (self.acc["pairs"] + 2 * o0 * t.noh * t.now, acc, 0), self.low.limits),
+            reset=True,
+        )
 
     def pool_ops(self, t: Tile, o0: int, acc: int) -> tuple[list[Op], Tile, int]:
         """The fused pool's passes after the tile's GEMMs (:mod:`vdla.compiler.fused_pool`), the pooled tile and
@@ -677,6 +700,9 @@ class ThreadBuilder:
         low = self.low
         oh, ow = low.out_tensor_hw
         offsets, (sy, sx) = (low.view.offsets, low.view.step) if low.view else (((0, 0),), (1, 1))
+        cols = (t.now, sx)
+        if low.row_pairs:  # whole rows of the pixels written twice (pair_copy)
+            offsets, cols = [(y, 0) for y in low.row_pairs], (2 * t.now, 1)
         b0 = low.view.blocks[0] if low.view else 0
         return [
             tr
@@ -684,7 +710,7 @@ class ThreadBuilder:
             for tr in plan_transfers(
                 0,
                 ((t.ng * low.out_blocks + b0 + t.ob) * oh + y0 + t.oy * sy) * ow + x0 + t.ox * sx,
-                [(t.noc, oh * ow), (t.noh, sy * ow), (t.now, sx)],
+                [(t.noc, oh * ow), (t.noh, sy * ow), cols],
             )
         ]
 

@@ -289,6 +289,16 @@ class OutputView:
         """Every offset the layer's pixels are stored at: its own, then the copies'."""
         return (self.offset, *self.copies)
 
+    @property
+    def row_pairs(self) -> tuple[int, ...]:
+        """The row offsets at which each pixel is stored twice side by side (column step 2, every row offset at
+        columns 0 and 1: a nearest upsampling by 2 along the columns), in order; empty for any other view. The
+        layer may then write each pixel twice into its accumulators and store whole rows."""
+        rows = sorted({y for y, _ in self.offsets})
+        pairs = {(y, x) for y in rows for x in (0, 1)}
+        doubled = self.step[1] == 2 and len(self.offsets) == len(pairs) and set(self.offsets) == pairs
+        return tuple(rows) if doubled else ()
+
     def out_blocks(self, own: int) -> int:
         """Channel blocks of the full tensor, for a layer of ``own`` blocks."""
         return self.blocks[1] or own
