@@ -108,6 +108,8 @@ class DwPointwiseLowering:
         why = pair_refusal(dw_spec, dw_ep, pw_spec, pw_epi)
         if why is None and cfg.block_in != cfg.block_out:
             why = f"the pointwise GEMM reads OUT rows as input rows: config {cfg.name!r} has block_in != block_out"
+        if why is None and view is not None and view.copies:
+            why = "its output view stores copies (a layer's own tiles write them: conv2d)"
         if why:
             raise CompileError(f"{dw_spec.describe()} -> 1x1 conv: cannot fuse: {why}")
         self.cfg, self.limits = cfg, Limits.of(cfg)
