@@ -76,17 +76,17 @@ def run_all(module: Module, feeds: list[dict[str, np.ndarray]]) -> tuple[list[di
 
 def layer_roofline(artifact) -> float:
     """Cycles of the accelerator steps at their own bounds (module docstring: ``layer_roofline_cycles``)."""
+    return sum(step_bound(s, artifact) for s in artifact.steps if s.kind == "accel")
+
+
+def step_bound(s, artifact) -> float:
+    """One accelerator step's own bound: its MACs at the core's rate, or the activation bytes it reads and
+    writes (channels padded to blocks) at the bus's, whichever is larger."""
     cfg = artifact.config
-    per_cycle = cfg.batch * cfg.block_in * cfg.block_out
-    total = 0.0
-    for s in artifact.steps:
-        if s.kind != "accel":
-            continue
-        n, c, h, w = s.layer["output"]
-        out = -(-n // cfg.batch) * cfg.batch * -(-c // cfg.block_out) * cfg.block_out * h * w
-        read = sum(artifact.dram[r].nbytes for r in s.reads)
-        total += max(s.macs / per_cycle, (read + out) / cfg.bus_bytes)
-    return total
+    n, c, h, w = s.layer["output"]
+    out = -(-n // cfg.batch) * cfg.batch * -(-c // cfg.block_out) * cfg.block_out * h * w
+    read = sum(artifact.dram[r].nbytes for r in s.reads)
+    return max(s.macs / (cfg.batch * cfg.block_in * cfg.block_out), (read + out) / cfg.bus_bytes)
 
 
 def record(m: SuiteModel, quantization: str, artifact, report, run, cold: float, warm: float) -> dict:
@@ -116,9 +116,16 @@ def record(m: SuiteModel, quantization: str, artifact, report, run, cold: float,
     if depthwise or fused:  # the depthwise layers apart: their cycles and MACs per cycle (of the core's 256)
         macs = sum(depthwise.values())
         rec["depthwise"] = {"macs": macs, "cycles": dw_cycles, "macs_per_cycle": round(macs / max(dw_cycles, 1), 2)}
-        # fused with the 1x1 convolution after them (vdla.compiler.dw_pointwise): the pairs and their cycles
+        # fused with the 1x1 convolution after them (vdla.compiler.dw_pointwise): the pairs and their cycles,
+        # each pair's against its own bound (as layer_roofline: its MACs, or the activation bytes it moves)
         rec["depthwise"]["fused_pairs"] = len(fused)
         rec["depthwise"]["fused_cycles"] = sum(st.cycles for st in run.steps if st.name in fused)
+        bounds = {s.name: step_bound(s, artifact) for s in artifact.steps if s.name in fused}
+        rec["depthwise"]["pairs"] = [
+            {"step": st.name, "cycles": st.cycles, "bound": round(bounds[st.name])}
+            for st in run.steps
+            if st.name in fused
+        ]
     return rec
 
 
