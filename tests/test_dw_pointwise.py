@@ -77,6 +77,22 @@ def test_fused_pairs_on_the_simulator(shape, k, stride, padding, oc, kind):
     assert fused.lowering.wgt_shared == (shape[1] < 512)
 
 
+@pytest.mark.parametrize("res_inp", [False, True], ids=["residual_in_acc", "residual_in_inp"])
+def test_both_residual_forms(res_inp):
+    """The residual added on the ALU from ACC, or by the identity GEMM from INP (after an EPI that reads INP
+    again): the same output."""
+    shape, k, oc = (1, 48, 10, 10), 3, 32
+    rng, x, dw_w, pw_w = pair(9, shape, k, oc)
+    dw_ep, pw_ep = epilogues(rng, shape[1], oc, "residual")
+    fused = compile_dw_pointwise(
+        shape, dw_w, pw_w, padding=1, dw_epilogue=dw_ep, pw_epilogue=pw_ep, schedule=FusedSchedule(4, 2, 2, res_inp)
+    )
+    res = rng.integers(-128, 128, (1, oc, 10, 10), dtype=np.int8)
+    run = fused.run(Device("pynq"), x, res)
+    np.testing.assert_array_equal(run.out, dw_pointwise_reference(x, dw_w, fused.spec, dw_ep, pw_w, pw_ep, res))
+    assert (run.counters.alu_iters < 3 * 100 * 2) == res_inp  # the ALU adds no residual in the INP form
+
+
 def test_the_pointwise_gemm_reads_out():
     """Every pointwise GEMM runs after an EPI with src_out, every depthwise GEMM after one without it."""
     shape, k, oc = (1, 48, 10, 10), 3, 32
@@ -103,7 +119,7 @@ def test_fused_pair_on_the_rtl(rtl_library, vthreads):
     dw_ep, pw_ep = epilogues(rng, shape[1], oc, "residual")
     fused = compile_dw_pointwise(
         shape, dw_w, pw_w, stride=2, padding=1, dw_epilogue=dw_ep, pw_epilogue=pw_ep,
-        schedule=FusedSchedule(2, 1, vthreads),
+        schedule=FusedSchedule(2, 1, vthreads, res_inp=vthreads == 2),  # the residual in ACC, then in INP
     )  # fmt: skip
     res = rng.integers(-128, 128, (1, oc, 5, 5), dtype=np.int8)
     sim, rtl = (fused.run(Device("pynq", backend=b), x, res) for b in ("sim", "rtl"))

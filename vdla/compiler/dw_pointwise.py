@@ -30,6 +30,7 @@ Invariant: the program computes exactly the pointwise layer's reference on the d
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,6 +39,7 @@ from vdla.compiler.blocks import Block, Epi, Gemm, Load, Op, Store
 from vdla.compiler.conv2d import LayerRun, _constants, run_bound
 from vdla.compiler.depthwise import DepthwiseLowering, DepthwiseSpec, DwPasses, depthwise_reference
 from vdla.compiler.epilogue import normalize
+from vdla.compiler.identity import EYE, identity_weights, load_identity
 from vdla.compiler.microcode import Limits, MicroKernel, lower_nest
 from vdla.compiler.schedule import ConvLowering, Schedule, ThreadBuilder, Tile
 from vdla.compiler.search import emit_program, fastest
@@ -59,14 +61,17 @@ DW_ROWS = {"bias": "dwbias", "mult": "dwmult"}  # the depthwise layer's constant
 @dataclass(frozen=True)
 class FusedSchedule:
     """Tile: ``toh`` output rows (every column, every output channel); ``tic`` channel blocks a reduction step;
-    ``vthreads`` threads, dealt the tiles round-robin."""
+    ``vthreads`` threads, dealt the tiles round-robin; ``res_inp``: the int8 residual comes into INP on the load
+    stage and a GEMM against the identity block adds it (else a compute-stage LOAD into ACC and an ALU ADD), as
+    :class:`~vdla.compiler.schedule.Schedule` has it."""
 
     toh: int
     tic: int
     vthreads: int
+    res_inp: bool = False
 
     def describe(self) -> str:
-        return f"oh{self.toh} ic{self.tic} vt{self.vthreads}"
+        return f"oh{self.toh} ic{self.tic} vt{self.vthreads}" + " res-inp" * self.res_inp
 
 
 def dw_pointwise_reference(
@@ -118,26 +123,29 @@ class DwPointwiseLowering:
         self.spec = dw_spec
         self.cb, self.oh, self.ow = self.dw.cb, self.dw.oh, self.dw.ow
         self.dw_elems = self.cb * self.dw.elements
-        self.wgt_shared = self.pw.ob * self.pw.ib <= cfg.wgt_depth - self.dw_elems
-        self.res_tile = bool(pw_epi.residual)  # the residual's tile in ACC beside the output's
+        self.wgt_free = self.pw.wgt_free - self.dw_elems  # WGT for the 1x1 weights (the identity block on top)
+        self.wgt_shared = self.pw.ob * self.pw.ib <= self.wgt_free
+        self.residual = bool(pw_epi.residual)
 
     # ---- fit --------------------------------------------------------------------------------------
     def share(self, vthreads: int) -> tuple[int, int, int]:
         """(INP, WGT, ACC) elements of one thread's share (no WGT share when the pointwise weights are resident)."""
         c = self.cfg
-        wgt = 0 if self.wgt_shared else (c.wgt_depth - self.dw_elems) // vthreads
+        wgt = 0 if self.wgt_shared else self.wgt_free // vthreads
         return c.inp_depth // vthreads, wgt, max(self.dw.bias0, 0) // vthreads
 
-    def need(self, toh: int, tic: int) -> tuple[int, int, int]:
-        """(INP, WGT, ACC) elements one thread needs for a full-size tile."""
-        pixels = toh * self.ow
+    def need(self, toh: int, tic: int, res_inp: bool = False) -> tuple[int, int, int]:
+        """(INP, WGT, ACC) elements one thread needs for a full-size tile: the residual's tile takes INP
+        (``res_inp``) or ACC."""
+        tile = toh * self.ow * self.pw.ob
         wgt = 0 if self.wgt_shared else self.pw.ob * tic
-        return tic * self.dw.per_block(toh)[0], wgt, pixels * (self.pw.ob * (1 + self.res_tile) + tic)
+        inp = tic * self.dw.per_block(toh)[0] + tile * res_inp
+        return inp, wgt, tile * (1 + (self.residual and not res_inp)) + toh * self.ow * tic
 
-    def fits(self, toh: int, tic: int, vthreads: int) -> bool:
+    def fits(self, toh: int, tic: int, vthreads: int, res_inp: bool = False) -> bool:
         pixels = toh * self.ow
         factors = max(pixels, self.dw.per_block(toh)[0]) <= min(self.limits.max_factor[:2]) or tic == 1
-        return factors and all(n <= h for n, h in zip(self.need(toh, tic), self.share(vthreads)))
+        return factors and all(n <= h for n, h in zip(self.need(toh, tic, res_inp), self.share(vthreads)))
 
     def check_minimal(self) -> None:
         """Raise CompileError, naming the limit, when one output row of one channel block does not fit."""
@@ -150,14 +158,17 @@ class DwPointwiseLowering:
         )
 
     def candidates(self) -> list[FusedSchedule]:
-        """Per thread count and steps of ``tic`` channel blocks (halvings), the most output rows that fit."""
+        """Per step of ``tic`` channel blocks (halvings) and residual form, the most output rows that fit the most
+        threads that fit one."""
         self.check_minimal()
         out = []
-        for v in range(1, MAX_VTHREADS + 1):
-            for tic in halvings(self.cb):
-                toh = max((t for t in range(1, self.oh + 1) if self.fits(t, tic, v)), default=0)
+        forms = (False, True) if self.pw.residual_gemm else (False,)
+        for tic, res_inp in itertools.product(halvings(self.cb), forms):
+            for v in range(MAX_VTHREADS, 0, -1):  # two threads where a row fits them (one waits for its loads)
+                toh = max((t for t in range(1, self.oh + 1) if self.fits(t, tic, v, res_inp)), default=0)
                 if toh:
-                    out.append(FusedSchedule(toh, tic, v))
+                    out.append(FusedSchedule(toh, tic, v, res_inp))
+                    break
         return out
 
     # ---- tensors ----------------------------------------------------------------------------------
@@ -169,17 +180,22 @@ class DwPointwiseLowering:
         c, pw = self.cfg, self.pw
         out = {DW_ROWS.get(k, k): a for k, a in self.dw.constants(dw_w).items()}
         out.update(_constants(pw_ep, pw.epi, pw.spec.oc, c), wgt=pack_weights(pw_w, c.block_out, c.block_in))
+        if pw.residual_gemm:  # the identity block a res_inp schedule's residual GEMM reads
+            out[EYE] = identity_weights(c)
         if pw_ep.table is not None:
             out[TABLE] = np.asarray(pw_ep.table, np.int8).reshape(c.lut_depth, c.batch, c.block_out)
         return out
 
     # ---- blocks -----------------------------------------------------------------------------------
     def regions(self, thread: int, s: FusedSchedule) -> tuple[int, int, int, int]:
-        """(INP, P, residual, D) bases of the thread's share."""
+        """(INP, P, residual, D) bases of the thread's share (the residual's in INP after the windows with
+        ``res_inp``, else in ACC after P)."""
         inp, _, acc = self.share(s.vthreads)
         tile = self.pw.ob * s.toh * self.ow
         p = thread * acc
-        return thread * inp, p, p + tile, p + tile * (1 + self.res_tile)
+        if s.res_inp:
+            return thread * inp, p, thread * inp + s.tic * self.dw.per_block(s.toh)[0], p + tile
+        return thread * inp, p, p + tile, p + tile * (1 + self.residual)
 
     def block(self, thread: int, band: BandTile, k: int, s: FusedSchedule, tb: ThreadBuilder, first: bool) -> Block:
         """Step ``k`` (channel blocks ``k * tic ..``) of the tile of output rows ``band``; ``first``: the stream's
@@ -197,7 +213,7 @@ class DwPointwiseLowering:
             if self.wgt_shared:
                 m = pw.ob * pw.ib
                 resident.append(Load(MemType.WGT, self.dw_elems, "wgt", 0, 1, m, m))
-            loads = resident + loads
+            loads = resident + [load_identity(pw.eye)] * s.res_inp + loads
         if not self.wgt_shared:
             loads += [
                 Load(MemType.WGT, wshare + tr.sram, "wgt", tr.offset, tr.y, tr.x, tr.stride)
@@ -214,6 +230,13 @@ class DwPointwiseLowering:
         if not last:
             return Block(thread, tuple(loads), tuple(compute), ())
         tile = Tile(band.ng, 0, pw.ob, band.oy, band.noh, 0, self.ow)
+        if s.res_inp:  # the residual into INP; the identity GEMM reads INP again
+            loads += [
+                Load(MemType.INP, tb.res_inp0 + tr.sram, "res", tr.offset, tr.y, tr.x, tr.stride)
+                for tr in tb.residual_transfers(tile)
+            ]
+            m = pw.out_mode
+            compute.append(Epi(m.req, m.relu, m.shift, None, m.lut))
         compute += tb.residual_loads(tile, 0) + tb.epilogue_ops(tile, 0, p0)
         stores = [Store(p0 + tr.sram, "out", tr.offset, tr.y, tr.x, tr.stride) for tr in tb.output_transfers(tile)]
         return Block(thread, tuple(loads), tuple(compute), tuple(stores))
@@ -233,18 +256,19 @@ class DwPointwiseLowering:
 
     # ---- the stream -------------------------------------------------------------------------------
     def stream(self, s: FusedSchedule) -> Stream:
-        if not self.fits(s.toh, s.tic, s.vthreads):
+        if not self.fits(s.toh, s.tic, s.vthreads, s.res_inp):
             raise CompileError(
-                f"fused schedule {s.describe()} needs {self.need(s.toh, s.tic)} (INP, WGT, ACC) elements per "
-                f"thread, the shares hold {self.share(s.vthreads)}"
+                f"fused schedule {s.describe()} needs {self.need(s.toh, s.tic, s.res_inp)} (INP, WGT, ACC) elements "
+                f"per thread, the shares hold {self.share(s.vthreads)}"
             )
         threads: list[list[Block]] = [[] for _ in range(s.vthreads)]
         steps = -(-self.cb // s.tic)
         for i, band in enumerate(band_tiles(self.dw.ng, 1, self.oh, 1, s.toh)):
             v = i % s.vthreads
-            tb = ThreadBuilder(self.pw, Schedule(self.pw.ob, s.toh, self.ow, s.tic, s.vthreads), v)
+            tb = ThreadBuilder(self.pw, Schedule(self.pw.ob, s.toh, self.ow, s.tic, s.vthreads, res_inp=s.res_inp), v)
             _, p0, r0, _ = self.regions(v, s)
-            tb.acc = {"tile": p0, "res": r0, "pool": p0}
+            tb.acc = {"tile": p0, "res": r0, "pool": p0, "pairs": p0}
+            tb.res_inp0 = r0
             threads[v] += [self.block(v, band, k, s, tb, i == k == 0) for k in range(steps)]
         return lower_vthreads(threads, self.prologue(threads))
 
