@@ -167,3 +167,26 @@ def test_a_mobilenet_fuses_its_pairs_and_matches_onnxruntime():
     scale = qdq_output_scale(model)
     assert np.abs(np.rint(fused / scale) - np.rint(want / scale)).max() <= 1  # a float32 rounding tie at most
     assert fused_cycles < apart_cycles
+
+
+def test_the_chosen_schedules_are_cached(tmp_path, monkeypatch):
+    """The fused pair's and the depthwise layer's choices go into the schedule cache (their cycles with them, for
+    the model compiler's fused-or-apart decision); a second compile times nothing."""
+    import json
+
+    from vdla.compiler import ScheduleCache, search
+    from vdla.compiler.depthwise import compile_depthwise
+
+    shape, k, oc = (1, 32, 12, 12), 3, 24
+    rng, x, dw_w, pw_w = pair(4, shape, k, oc)
+    dw_ep, pw_ep = epilogues(rng, shape[1], oc, "per-channel")
+    cache = ScheduleCache(tmp_path / "schedules.json")
+    options = dict(padding=1, dw_epilogue=dw_ep, pw_epilogue=pw_ep, cache=cache)
+    first = compile_dw_pointwise(shape, dw_w, pw_w, **options)
+    alone = compile_depthwise(shape, dw_w, padding=1, epilogue=dw_ep, cache=cache)
+    keys = sorted(k.split(":")[3] for k in json.loads((tmp_path / "schedules.json").read_text()))
+    assert keys == ["dw", "dwpw"]
+    monkeypatch.setattr(search, "timed", lambda *a: pytest.fail("a cached choice was timed again"))
+    again = compile_dw_pointwise(shape, dw_w, pw_w, **options)
+    assert (again.schedule, again.search.cycles) == (first.schedule, first.search.cycles)
+    assert compile_depthwise(shape, dw_w, padding=1, epilogue=dw_ep, cache=cache).schedule == alone.schedule

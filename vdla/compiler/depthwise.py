@@ -28,9 +28,10 @@ from functools import cached_property
 import numpy as np
 
 from vdla.compiler.blocks import Alu, Block, Epi, Gemm, Load, Op, Store
+from vdla.compiler.cache import ScheduleCache
 from vdla.compiler.conv2d import LayerRun, run_band
 from vdla.compiler.microcode import Limits, MicroKernel
-from vdla.compiler.search import emit_program, fastest
+from vdla.compiler.search import cached_fastest, emit_program, fastest
 from vdla.compiler.spec import TABLE, CompileError, WindowSpec, refusal
 from vdla.compiler.tiling import BandLowering, BandTile, band_sizes
 from vdla.compiler.transfer import plan_transfers
@@ -114,6 +115,10 @@ class DwPasses:
     relu: bool
     shift: int
     table: np.ndarray | None
+
+    def key(self) -> str:
+        """The passes' structure as a text key (schedule cache)."""
+        return f"m{int(self.mul)}r{int(self.relu)}s{self.shift}t{int(self.table is not None)}"
 
     @classmethod
     def of(cls, ep: Epilogue) -> DwPasses:
@@ -317,15 +322,25 @@ class CompiledDepthwise:
     among :meth:`DepthwiseLowering.candidates`, its stream and constants."""
 
     def __init__(
-        self, spec: DepthwiseSpec, w: np.ndarray, ep: Epilogue, cfg: HwConfig, schedule: DepthwiseSchedule | None
+        self,
+        spec: DepthwiseSpec,
+        w: np.ndarray,
+        ep: Epilogue,
+        cfg: HwConfig,
+        schedule: DepthwiseSchedule | None,
+        cache: ScheduleCache | None = None,
     ):
         if w.dtype != np.int8 or w.shape != (spec.shape[1], 1, spec.k, spec.k):
             raise CompileError(
                 f"depthwise weights must be int8 of shape {(spec.shape[1], 1, spec.k, spec.k)}, got {w.dtype} {w.shape}"
             )
         self.spec, self.weights, self.epilogue, self.cfg = spec, w, ep, cfg
-        self.lowering = DepthwiseLowering(spec, ep, cfg)
-        self.search = fastest(self.lowering, [schedule] if schedule else self.lowering.candidates())
+        self.lowering = low = DepthwiseLowering(spec, ep, cfg)
+        if schedule:
+            self.search = fastest(low, [schedule])
+        else:
+            key = f"dw:{spec.describe()}:{low.passes.key()}"
+            self.search = cached_fastest(low, low.candidates, DepthwiseSchedule, key, cache)
         self.schedule, self.stream = self.search.schedule, self.search.stream
 
     @cached_property
@@ -367,7 +382,9 @@ def compile_depthwise(
     epilogue: Epilogue | None = None,
     config=DEFAULT_PRESET,
     schedule: DepthwiseSchedule | None = None,
+    cache: ScheduleCache | None = None,
 ) -> CompiledDepthwise:
-    """Compile a depthwise convolution (``weights`` (C, 1, k, k) int8) with its epilogue for ``config``."""
+    """Compile a depthwise convolution (``weights`` (C, 1, k, k) int8) with its epilogue for ``config``; ``cache``
+    keeps the schedule chosen (or ``schedule`` is taken as given)."""
     spec = DepthwiseSpec.make(in_shape, int(weights.shape[-1]), stride, padding)
-    return CompiledDepthwise(spec, weights, epilogue or Epilogue(), load_config(config), schedule)
+    return CompiledDepthwise(spec, weights, epilogue or Epilogue(), load_config(config), schedule, cache)

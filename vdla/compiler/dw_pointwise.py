@@ -36,13 +36,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from vdla.compiler.blocks import Block, Epi, Gemm, Load, Op, Store
+from vdla.compiler.cache import ScheduleCache
 from vdla.compiler.conv2d import LayerRun, _constants, run_bound
 from vdla.compiler.depthwise import DepthwiseLowering, DepthwiseSpec, DwPasses, depthwise_reference
 from vdla.compiler.epilogue import normalize
 from vdla.compiler.identity import EYE, identity_weights, load_identity
 from vdla.compiler.microcode import Limits, MicroKernel, lower_nest
 from vdla.compiler.schedule import ConvLowering, Schedule, ThreadBuilder, Tile
-from vdla.compiler.search import emit_program, fastest
+from vdla.compiler.search import cached_fastest, emit_program, fastest
 from vdla.compiler.spec import TABLE, CompileError, Conv2dSpec, EpilogueSpec, OutputView, refusal
 from vdla.compiler.tiling import BandTile, band_tiles, halvings
 from vdla.compiler.transfer import plan_transfers
@@ -300,12 +301,19 @@ class CompiledDwPointwise:
         cfg: HwConfig,
         view: OutputView | None = None,
         schedule: FusedSchedule | None = None,
+        cache: ScheduleCache | None = None,
     ):
         pw_spec, self.epilogue, imm = _pointwise(dw_spec, dw_w, pw_w, pw_ep)
         self.spec, self.pw_spec, self.cfg = dw_spec, pw_spec, cfg
         self.lowering = DwPointwiseLowering(dw_spec, dw_ep, pw_spec, self.epilogue, cfg, imm, view)
         self.constants = self.lowering.constants(dw_w, pw_w, normalize(pw_ep))
-        self.search = fastest(self.lowering, [schedule] if schedule else self.lowering.candidates())
+        low = self.lowering
+        if schedule:
+            self.search = fastest(low, [schedule])
+        else:
+            key = f"dwpw:{dw_spec.describe()}:{low.dw.passes.key()}:{pw_spec.key()}:{self.epilogue.key()}"
+            key += f":{view.key()}" if view else ""
+            self.search = cached_fastest(low, low.candidates, FusedSchedule, key, cache)
         self.schedule, self.stream = self.search.schedule, self.search.stream
 
     @property
@@ -370,11 +378,11 @@ def compile_dw_pointwise(
     out_view: OutputView | None = None,
     config=DEFAULT_PRESET,
     schedule: FusedSchedule | None = None,
+    cache: ScheduleCache | None = None,
 ) -> CompiledDwPointwise:
     """Compile a depthwise convolution (``dw_weights`` (C, 1, k, k) int8) and the 1x1 convolution reading its
     output (``pw_weights`` (OC, C, 1, 1) int8), each with its epilogue, as one fused layer for ``config``."""
     spec = DepthwiseSpec.make(in_shape, int(dw_weights.shape[-1]), stride, padding)
     cfg = load_config(config)
-    return CompiledDwPointwise(
-        spec, dw_weights, dw_epilogue or Epilogue(), pw_weights, pw_epilogue or Epilogue(), cfg, out_view, schedule
-    )
+    dw_ep, pw_ep = dw_epilogue or Epilogue(), pw_epilogue or Epilogue()
+    return CompiledDwPointwise(spec, dw_weights, dw_ep, pw_weights, pw_ep, cfg, out_view, schedule, cache)

@@ -8,9 +8,10 @@ running the program with ``functional=False``.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
 
-from vdla.compiler.cache import ScheduleCache, cache_key
+from vdla.compiler.cache import SCHEMA, ScheduleCache, cache_key
 from vdla.compiler.costmodel import CostModel, Estimate
 from vdla.compiler.schedule import ConvLowering, Schedule
 from vdla.compiler.spec import CompileError
@@ -83,6 +84,21 @@ def fastest(low, candidates: list) -> TimedChoice:
         raise ValueError("no candidate schedule to time")
     cycles, best = min((timed(low, low.stream(s)).cycles, i) for i, s in enumerate(candidates))
     return TimedChoice(candidates[best], low.stream(candidates[best]), cycles, len(candidates))
+
+
+def cached_fastest(low, candidates: Callable[[], list], kind: type, key: str, cache: ScheduleCache | None):
+    """:func:`fastest` of ``candidates()``, or the choice ``cache`` holds under ``key`` (schema and config
+    prefixed): the schedule (a frozen dataclass of type ``kind``) and its cycles, stored after a search."""
+    full = f"v{SCHEMA}:{low.cfg.name}:{low.cfg.hash:08x}:{key}"
+    hit = cache.get(full) if cache else None
+    if hit:
+        schedule = kind(**hit["schedule"])
+        return TimedChoice(schedule, low.stream(schedule), hit["cycles"], hit["candidates"])
+    choice = fastest(low, candidates())
+    if cache:
+        record = {"schedule": asdict(choice.schedule), "cycles": choice.cycles, "candidates": choice.candidates}
+        cache.put(full, record)
+    return choice
 
 
 def thread_counts(low: ConvLowering, vthreads: int | str) -> list[int]:

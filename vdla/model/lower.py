@@ -138,7 +138,9 @@ class ModelBuilder:
         dw, g = layer.pre, layer.pre.geometry
         options = dict(stride=g.stride, padding=g.padding, config=self.cfg)
         fused = self.compiled_pair(layer)  # each compiled once: the steps take them
-        alone = self.alone[dw.out] = compile_depthwise(dw.in_shape, dw.weights, epilogue=dw.epilogue, **options)
+        alone = self.alone[dw.out] = compile_depthwise(
+            dw.in_shape, dw.weights, epilogue=dw.epilogue, cache=self.cache, **options
+        )
         pw = self.alone[layer.out] = compile_conv2d(
             layer.in_shape, layer.weights, epilogue=layer.epilogue, config=self.cfg, cache=self.cache
         )
@@ -159,6 +161,7 @@ class ModelBuilder:
                 pw_epilogue=layer.epilogue,
                 out_view=view,
                 config=self.cfg,
+                cache=self.cache,
             )
         return self.pairs[key]
 
@@ -464,7 +467,13 @@ class ModelBuilder:
         simulator."""
         g = layer.geometry
         compiled = self.alone.get(layer.out) or compile_depthwise(
-            layer.in_shape, layer.weights, stride=g.stride, padding=g.padding, epilogue=layer.epilogue, config=self.cfg
+            layer.in_shape,
+            layer.weights,
+            stride=g.stride,
+            padding=g.padding,
+            epilogue=layer.epilogue,
+            config=self.cfg,
+            cache=self.cache,
         )
         insns, code = self.emit(layer, compiled.lowering, compiled.stream, compiled.constants, dev, addr)
         sp = compiled.spec
