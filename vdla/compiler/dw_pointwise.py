@@ -268,8 +268,8 @@ class DwPointwiseLowering:
             v = i % s.vthreads
             tb = ThreadBuilder(self.pw, Schedule(self.pw.ob, s.toh, self.ow, s.tic, s.vthreads, res_inp=s.res_inp), v)
             _, p0, r0, _ = self.regions(v, s)
-            tb.acc = {"tile": p0, "res": r0, "pool": p0, "pairs": p0}
-            tb.res_inp0 = r0
+            tb.acc = {"tile": p0, "res": p0 if s.res_inp else r0, "pool": p0, "pairs": p0}  # no pool, no pairs
+            tb.res_inp0 = r0  # read only with res_inp
             threads[v] += [self.block(v, band, k, s, tb, i == k == 0) for k in range(steps)]
         return lower_vthreads(threads, self.prologue(threads))
 
