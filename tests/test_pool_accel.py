@@ -180,3 +180,23 @@ def test_small_resnet_pools_run_on_the_accelerator_bit_exact(small_resnet_qdq):
     for x in calibration_images((3, 32, 32), 3, seed=5):
         got, want = module.run(x[None]), evaluate(graph, {"image": x[None]})
         assert all(np.array_equal(got[k], want[k]) for k in want)
+
+
+def test_a_max_pool_stores_into_its_channel_blocks_of_a_concatenation(backend):
+    """A max pool that is one part of a channel concatenation (YOLO's SPPF) stores its channel blocks into the
+    joined tensor (OutputView.blocks): the other blocks are left as they were; any other view is refused."""
+    from vdla.compiler.conv2d import run_bound
+    from vdla.compiler.spec import OutputView
+    from vdla.graph.layout import pack_activation, unpack_activation
+
+    rng = np.random.default_rng(12)
+    x = rng.integers(-128, 128, (1, 32, 9, 10), dtype=np.int8)
+    spec = PoolSpec.make(x.shape, 5, 1, 2, "max", pad_min=True)
+    pool = compile_pool(spec, out_view=OutputView((9, 10), blocks=(1, 4)))  # blocks 1, 2 of 4
+    arrays = dict(pool.constants, inp=pack_activation(x, 1, 16))
+    packed, _ = run_bound(Device("pynq", backend), pool.lowering, pool.stream, arrays, (1, 4, 9, 10, 1, 16))
+    joined = unpack_activation(packed, 1, 64)
+    np.testing.assert_array_equal(joined[:, 16:48], pool_reference(x, spec))
+    assert not joined[:, :16].any() and not joined[:, 48:].any()  # run_bound's fresh buffer: zeros elsewhere
+    with pytest.raises(CompileError, match="whole channel blocks only"):
+        compile_pool(spec, out_view=OutputView((18, 20), (0, 0), (2, 2)))

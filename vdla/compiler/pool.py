@@ -53,7 +53,7 @@ from vdla.compiler.conv2d import run_band
 from vdla.compiler.identity import EYE, identity_bytes, identity_fits, identity_gemm, identity_weights, load_identity
 from vdla.compiler.microcode import Limits
 from vdla.compiler.search import emit_program, fastest
-from vdla.compiler.spec import CompileError, WindowSpec
+from vdla.compiler.spec import CompileError, EpilogueSpec, OutputView, WindowSpec
 from vdla.compiler.tiling import BandLowering, BandTile, band_sizes
 from vdla.compiler.transfer import plan_transfers
 from vdla.compiler.vthreads import Stream, lower_vthreads, prologue_block
@@ -178,7 +178,9 @@ class PoolLowering(BandLowering):
     shared by every thread and never overwritten.
     """
 
-    def __init__(self, spec: PoolSpec, cfg: HwConfig):
+    def __init__(self, spec: PoolSpec, cfg: HwConfig, view: OutputView | None = None):
+        """``view``: the pooled channel blocks are blocks of a larger tensor (one part of a channel
+        concatenation, :attr:`OutputView.blocks`); a pool takes no other view."""
         if not identity_fits(cfg):
             raise CompileError(
                 f"pooling copies packed activations into the accumulators: config {cfg.name!r} has "
@@ -192,6 +194,16 @@ class PoolLowering(BandLowering):
         self.cols = (self.ow - 1) * self.sw + self.kw
         self.limits = Limits.of(cfg)
         self.rows_base = cfg.acc_depth - int(spec.requantizes)  # the multiplier row sits at the top
+        if view is not None and (view.full_hw, view.offset, view.step, view.copies) != (
+            (self.oh, self.ow),
+            (0, 0),
+            (1, 1),
+            (),
+        ):
+            raise CompileError(f"a pool stores into a view of whole channel blocks only, not {view}")
+        if view is not None:
+            view.check((self.oh, self.ow), EpilogueSpec(), self.cb)
+        self.out_block0, self.out_blocks = (view.blocks[0], view.out_blocks(self.cb)) if view else (0, self.cb)
 
     def in_rows(self, noh: int) -> int:
         return (noh - 1) * self.sh + self.kh
@@ -248,6 +260,7 @@ class PoolLowering(BandLowering):
         out = {
             **self.io_bytes(),
             EYE: identity_bytes(c),
+            "out": self.ng * self.out_blocks * self.oh * self.ow * c.out_elem_bytes,  # its view's tensor
         }
         if self.spec.op == "scale":
             out["res"] = self.ng * self.cb * c.out_elem_bytes
@@ -370,7 +383,7 @@ class PoolLowering(BandLowering):
         return self.spec.op != "max" and self.spec.clip in ((INT8_MIN, INT8_MAX), (0, INT8_MAX))
 
     def stores(self, t: BandTile, obase: int, ob: int) -> list[Store]:
-        offset = ((t.ng * self.cb + t.cb) * self.oh + t.oy) * self.ow
+        offset = ((t.ng * self.out_blocks + self.out_block0 + t.cb) * self.oh + t.oy) * self.ow
         axes = [(t.noc, self.oh * self.ow), (t.noh, self.ow), (self.ow, 1)]
         if ob != t.noh * self.ow:  # a short last row tile: the channel blocks' rows are ob apart
             return [
@@ -464,20 +477,22 @@ class GlobalSumLowering(PoolLowering):
         return blocks
 
 
-def pool_lowering(spec: PoolSpec, cfg: HwConfig) -> PoolLowering:
+def pool_lowering(spec: PoolSpec, cfg: HwConfig, view: OutputView | None = None) -> PoolLowering:
     """The lowering of ``spec``: a global average sums on the GEMM core (:class:`GlobalSumLowering`), every other
-    pooling reduces on the ALU (:class:`PoolLowering`)."""
+    pooling reduces on the ALU (:class:`PoolLowering`); ``view`` as :class:`PoolLowering` takes it."""
     whole = spec.window.kernel == tuple(spec.shape[2:]) and not any(spec.window.pads)
-    return GlobalSumLowering(spec, cfg) if spec.op == "avg" and whole else PoolLowering(spec, cfg)
+    return GlobalSumLowering(spec, cfg, view) if spec.op == "avg" and whole else PoolLowering(spec, cfg, view)
 
 
 class CompiledPool:
     """A pooling compiled for one config: the chosen schedule (fastest on the timing-only simulator among
     :meth:`PoolLowering.candidates`), its stream and constants."""
 
-    def __init__(self, spec: PoolSpec, cfg: HwConfig, schedule: PoolSchedule | None = None):
+    def __init__(
+        self, spec: PoolSpec, cfg: HwConfig, schedule: PoolSchedule | None = None, view: OutputView | None = None
+    ):
         self.spec, self.cfg = spec, cfg
-        self.lowering = pool_lowering(spec, cfg)
+        self.lowering = pool_lowering(spec, cfg, view)
         self.search = fastest(self.lowering, [schedule] if schedule else self.lowering.candidates())
         self.schedule, self.stream = self.search.schedule, self.search.stream
 
@@ -501,6 +516,9 @@ class CompiledPool:
         return run_band(dev, self.lowering, self.stream, constants, x, "pool", max_cycles=max_cycles)
 
 
-def compile_pool(spec: PoolSpec, config=DEFAULT_PRESET, schedule: PoolSchedule | None = None) -> CompiledPool:
-    """Compile a pooling for ``config`` (see the module docstring)."""
-    return CompiledPool(spec, load_config(config), schedule)
+def compile_pool(
+    spec: PoolSpec, config=DEFAULT_PRESET, schedule: PoolSchedule | None = None, out_view: OutputView | None = None
+) -> CompiledPool:
+    """Compile a pooling for ``config`` (see the module docstring); ``out_view``: store the pooled channel blocks
+    into their blocks of a larger tensor (a concatenation's part)."""
+    return CompiledPool(spec, load_config(config), schedule, out_view)

@@ -171,7 +171,7 @@ class ModelBuilder:
         (interleaved value, :class:`~vdla.compiler.spec.OutputView`)), so no CPU step unpacks, interleaves and
         packs again. An interleave is stored so when every phase is a conv2d layer's output (no residual, no
         fused pool) that nothing else reads."""
-        layers = {u.out: u for kind, u in units if kind == "accel" and isinstance(u, AccelLayer)}
+        layers = {u.out: u for kind, u in units if kind == "accel"}
         consumers = self.g.consumers()
         self.views: dict[str, tuple[str, OutputView]] = {}
         self.dropped: set[str] = set()  # layers another stores for (store_phases) or made needless (store_parts)
@@ -530,7 +530,9 @@ class ModelBuilder:
 
     def compile_pool(self, layer: PoolLayer, dev: Device, addr: dict[str, int]) -> AccelStep:
         """A pooling on the ALU (:mod:`vdla.compiler.pool`), its schedule timed on the simulator."""
-        compiled = compile_pool(layer.spec, self.cfg)
+        compiled = compile_pool(
+            layer.spec, self.cfg, out_view=self.views[layer.out][1] if layer.out in self.views else None
+        )
         insns, code = self.emit(layer, compiled.lowering, compiled.stream, compiled.constants, dev, addr)
         sp = layer.spec
         desc = {
@@ -712,10 +714,12 @@ def same_layer(a: AccelLayer, b: AccelLayer) -> bool:
     ) == (eb.shift, eb.residual, eb.rescale, eb.clip)
 
 
-def _stores_through_view(layer: AccelLayer | None, joins: bool) -> bool:
+def _stores_through_view(layer: AccelLayer | PoolLayer | None, joins: bool) -> bool:
     """Whether ``layer`` may store its output through an :class:`~vdla.compiler.spec.OutputView`: a conv2d's
     (not on the depthwise mode, whose stores take no view) with no fused pool, adding a residual only into a
-    concatenation (``joins``)."""
+    concatenation (``joins``); or a max pool's, into a concatenation (its channel blocks only)."""
+    if isinstance(layer, PoolLayer):
+        return joins and layer.op == "max_pool2d"
     return (
         layer is not None
         and layer.op == "conv2d"
