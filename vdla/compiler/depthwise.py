@@ -241,14 +241,20 @@ class DepthwiseLowering(BandLowering):
         if weights:
             n = self.cb * self.elements
             loads = [Load(MemType.WGT, 0, "dwwgt", 0, 1, n, n), *loads]
+        compute = self.gemms(t, acc0, inp0, ob, win) + self.epilogue(t, acc0, ob)
+        return Block(thread, tuple(loads), tuple(compute), tuple(self.stores(t, acc0, ob)))
+
+    def gemms(self, t: BandTile, acc0: int, inp0: int, ob: int, win: int) -> list[Op]:
+        """The tile's EPI (the depthwise mode, its first bias row) and one ``init`` GEMM per output row: channel
+        blocks outer (``ob`` accumulators and ``win`` INP elements apart; their bias rows), the row's columns
+        inner (the window moving by the stride)."""
         p = self.passes
-        compute: list[Op] = [Epi(True, p.relu, p.shift, self.bias0 + t.cb, p.table is not None, self.dw)]
-        for r in range(t.noh):  # channel blocks outer (their bias rows), the row's columns inner (the window)
+        ops: list[Op] = [Epi(True, p.relu, p.shift, self.bias0 + t.cb, p.table is not None, self.dw)]
+        for r in range(t.noh):
             base = (acc0 + r * self.ow, inp0 + r * self.s * self.cols, t.cb * self.elements)
             kernel = MicroKernel(np.array([base], np.int64), t.noc, self.ow, (ob, win, self.elements), (1, self.s, 0))
-            compute.append(Gemm(kernel, init=True))
-        compute += self.epilogue(t, acc0, ob)
-        return Block(thread, tuple(loads), tuple(compute), tuple(self.stores(t, acc0, ob)))
+            ops.append(Gemm(kernel, init=True))
+        return ops
 
     @property
     def dw(self) -> tuple[int, int, int]:

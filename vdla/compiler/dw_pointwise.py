@@ -35,13 +35,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from vdla.compiler.blocks import Block, Epi, Gemm, Load, Op, Store
+from vdla.compiler.blocks import Block, Epi, Gemm, Load, Op
 from vdla.compiler.cache import ScheduleCache
 from vdla.compiler.conv2d import LayerRun, _constants, run_bound
 from vdla.compiler.depthwise import DepthwiseLowering, DepthwiseSpec, DwPasses, depthwise_reference
 from vdla.compiler.epilogue import normalize
 from vdla.compiler.identity import EYE, identity_weights, load_identity
-from vdla.compiler.microcode import Limits, MicroKernel, lower_nest
+from vdla.compiler.microcode import Limits, lower_nest
 from vdla.compiler.schedule import ConvLowering, Schedule, ThreadBuilder, Tile
 from vdla.compiler.search import cached_fastest, emit_program, fastest
 from vdla.compiler.spec import TABLE, CompileError, Conv2dSpec, EpilogueSpec, OutputView, refusal
@@ -220,40 +220,26 @@ class DwPointwiseLowering:
                 Load(MemType.WGT, wshare + tr.sram, "wgt", tr.offset, tr.y, tr.x, tr.stride)
                 for tr in plan_transfers(0, c0, [(pw.ob, pw.ib), (n, 1)])
             ]
-        p = dw.passes
-        compute: list[Op] = [Epi(True, p.relu, p.shift, dw.bias0 + c0, p.table is not None, dw.dw)]
-        for r in range(band.noh):  # as DepthwiseLowering.block: channel blocks outer, the row's columns inner
-            base = (d0 + r * self.ow, inp0 + r * dw.s * dw.cols, c0 * dw.elements)
-            kernel = MicroKernel(np.array([base], np.int64), n, self.ow, (pix, win, dw.elements), (1, dw.s, 0))
-            compute.append(Gemm(kernel, init=True))
-        compute += dw.epilogue(step, d0, pix)
-        compute += self.pointwise(k, n, band, (p0, d0, self.dw_elems + c0 if self.wgt_shared else wshare))
+        tile = Tile(band.ng, 0, pw.ob, band.oy, band.noh, 0, self.ow)
+        compute = dw.gemms(step, d0, inp0, pix, win) + dw.epilogue(step, d0, pix)
+        compute += self.pointwise(k, n, tile, tb, (p0, d0, self.dw_elems + c0 if self.wgt_shared else wshare))
         if not last:
             return Block(thread, tuple(loads), tuple(compute), ())
-        tile = Tile(band.ng, 0, pw.ob, band.oy, band.noh, 0, self.ow)
         if s.res_inp:  # the residual into INP; the identity GEMM reads INP again
-            loads += [
-                Load(MemType.INP, tb.res_inp0 + tr.sram, "res", tr.offset, tr.y, tr.x, tr.stride)
-                for tr in tb.residual_transfers(tile)
-            ]
+            loads += tb.residual_inp_loads(tile)
             m = pw.out_mode
             compute.append(Epi(m.req, m.relu, m.shift, None, m.lut))
         compute += tb.residual_loads(tile, 0) + tb.epilogue_ops(tile, 0, p0)
-        stores = [Store(p0 + tr.sram, "out", tr.offset, tr.y, tr.x, tr.stride) for tr in tb.output_transfers(tile)]
-        return Block(thread, tuple(loads), tuple(compute), tuple(stores))
+        return Block(thread, tuple(loads), tuple(compute), tuple(tb.stores(tile, p0)))
 
-    def pointwise(self, k: int, n: int, band: BandTile, base: tuple[int, int, int]) -> list[Op]:
+    def pointwise(self, k: int, n: int, tile: Tile, tb: ThreadBuilder, base: tuple[int, int, int]) -> list[Op]:
         """The EPI (``src_out``, the pointwise OUT mode, its bias rows on the first step) and the pointwise GEMM
         of a step over ``n`` channel blocks read from OUT at D, accumulating into P."""
         pw, m = self.pw, self.pw.out_mode
-        wic = pw.ib if self.wgt_shared else n
-        nest = pw.gemm_nest(pw.ob, band.noh, self.ow, n, wic, False)
-        if k:
-            return [Epi(m.req, m.relu, m.shift, None, m.lut, src_out=True), Gemm(lower_nest(nest, base, self.limits))]
-        bias = pw.rows_base + pw.rows.index("bias") * pw.ob if pw.epi.bias else None
-        oc, rest = pw.oc_axis(nest, pw.ob)
-        gemm = Gemm(lower_nest((oc,) + rest, base, self.limits, pin_outer=True), init=True)
-        return [Epi(m.req, m.relu, m.shift, bias, m.lut, src_out=True), gemm]
+        nest = pw.gemm_nest(pw.ob, tile.noh, self.ow, n, pw.ib if self.wgt_shared else n, False)
+        if k == 0:
+            return tb.init_gemms(tile, nest, base, src_out=True)
+        return [Epi(m.req, m.relu, m.shift, None, m.lut, src_out=True), Gemm(lower_nest(nest, base, self.limits))]
 
     # ---- the stream -------------------------------------------------------------------------------
     def stream(self, s: FusedSchedule) -> Stream:

@@ -194,12 +194,7 @@ class PoolLowering(BandLowering):
         self.cols = (self.ow - 1) * self.sw + self.kw
         self.limits = Limits.of(cfg)
         self.rows_base = cfg.acc_depth - int(spec.requantizes)  # the multiplier row sits at the top
-        if view is not None and (view.full_hw, view.offset, view.step, view.copies) != (
-            (self.oh, self.ow),
-            (0, 0),
-            (1, 1),
-            (),
-        ):
+        if view is not None and view != OutputView((self.oh, self.ow), blocks=view.blocks):
             raise CompileError(f"a pool stores into a view of whole channel blocks only, not {view}")
         if view is not None:
             view.check((self.oh, self.ow), EpilogueSpec(), self.cb)

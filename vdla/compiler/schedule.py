@@ -529,8 +529,8 @@ class ThreadBuilder:
         self.by_columns = low.by_columns(s)
         tile = s.toc * s.toh * s.tow
         # after the tile: the residual, the pool's results, or each pixel twice (row_pairs), never two of them
-        self.acc = {"tile": thread * acc, "res": thread * acc + tile, "pool": thread * acc + tile}
-        self.acc["pairs"] = thread * acc + tile
+        after = thread * acc + tile
+        self.acc = {"tile": thread * acc, "res": after, "pool": after, "pairs": after}
         self.res_inp0 = self.inp0 + low.window_elems(s)  # the residual tile in INP (res_inp)
 
     def blocks(self, tiles: list[Tile], steps: list[tuple[int, int]], fresh: np.ndarray) -> list[Block]:
@@ -570,10 +570,7 @@ class ThreadBuilder:
                 )
             ]
         if self.s.res_inp and k == nsteps - 1:
-            loads += [
-                Load(MemType.INP, self.res_inp0 + tr.sram, "res", tr.offset, tr.y, tr.x, tr.stride)
-                for tr in self.residual_transfers(t)
-            ]
+            loads += self.residual_inp_loads(t)
         groups = tail_groups(t.noc) if split and k == nsteps - 1 else [(0, t.noc)]
         compute: list[Op] = []
         stores: list[Store] = []
@@ -616,8 +613,17 @@ class ThreadBuilder:
         if low.row_pairs:
             compute.append(self.pair_copy(sub, o0, acc))
             acc = self.acc["pairs"] + 2 * o0 * sub.noh * sub.now
-        return compute, [
-            Store(acc + tr.sram, "out", tr.offset, tr.y, tr.x, tr.stride) for tr in self.output_transfers(sub)
+        return compute, self.stores(sub, acc)
+
+    def stores(self, t: Tile, acc: int) -> list[Store]:
+        """The STOREs of the tile's outputs from the accumulators at ``acc`` (:meth:`output_transfers`)."""
+        return [Store(acc + tr.sram, "out", tr.offset, tr.y, tr.x, tr.stride) for tr in self.output_transfers(t)]
+
+    def residual_inp_loads(self, t: Tile) -> list[Load]:
+        """The load-stage LOADs of the tile's int8 residual into the thread's INP share (``res_inp``)."""
+        return [
+            Load(MemType.INP, self.res_inp0 + tr.sram, "res", tr.offset, tr.y, tr.x, tr.stride)
+            for tr in self.residual_transfers(t)
         ]
 
     def pair_copy(self, t: Tile, o0: int, acc: int) -> Alu:
@@ -670,13 +676,14 @@ class ThreadBuilder:
             return self.inp0
         return self.inp0 + ib0 * self.low.in_rows(self.s.toh) * self.low.in_cols(self.s.tow)
 
-    def init_gemms(self, t: Tile, nest: tuple, base: tuple[int, int, int]) -> list[Op]:
-        """The first step's EPI and GEMM with ``init``, its outer loop stepping through the tile's bias rows."""
+    def init_gemms(self, t: Tile, nest: tuple, base: tuple[int, int, int], src_out: bool = False) -> list[Op]:
+        """The first step's EPI and GEMM with ``init``, its outer loop stepping through the tile's bias rows
+        (``src_out``: the GEMM reads its input rows from OUT, :mod:`vdla.compiler.dw_pointwise`)."""
         low, m = self.low, self.low.out_mode
         bias = low.rows_base + low.rows.index("bias") * low.ob + t.ob if low.epi.bias else None
         oc, rest = low.oc_axis(nest, t.noc)
         return [
-            Epi(m.req, m.relu, m.shift, bias, m.lut),
+            Epi(m.req, m.relu, m.shift, bias, m.lut, src_out=src_out),
             Gemm(lower_nest((oc,) + rest, base, low.limits, pin_outer=True), init=True),
         ]
 

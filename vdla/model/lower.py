@@ -55,8 +55,8 @@ class ModelBuilder:
     def __init__(self, graph: Graph, cfg: HwConfig, cache: ScheduleCache | None, log: Log, fuse_depthwise: bool = True):
         self.g, self.cfg, self.cache, self.log = graph, cfg, cache, log
         self.fuse_depthwise = fuse_depthwise  # a depthwise layer and the 1x1 conv reading it as one step
-        self.pairs: dict[tuple, object] = {}  # (output, view) -> a fused pair compiled (compiled_pair)
-        self.alone: dict[str, object] = {}  # output -> a layer of a pair compiled on its own (fusion_pays)
+        self.memo: dict[tuple, object] = {}  # (output, fused, view) -> the layer compiled (compiled)
+        self.views: dict[str, tuple[str, OutputView]] = {}  # stored_interleaves: output -> (tensor, view)
         self.explained: set[str] = set()  # CPU nodes a placement note explains (build_steps)
         self.types = infer_types(graph)
         self.dram: dict[str, tuple[tuple[int, ...], str]] = {}  # DRAM tensor -> (packed shape, dtype)
@@ -134,36 +134,36 @@ class ModelBuilder:
         """Whether the fused depthwise -> 1x1 ``layer`` (:mod:`vdla.compiler.dw_pointwise`) runs in fewer cycles
         than its two layers apart, each as compiled on its own (timing-only simulator). Fused, the compute stage
         runs both layers' GEMMs and passes in turn while the depthwise output stays on chip: that pays where the
-        layers apart wait for DRAM, not where the 1x1 layer's weights or GEMMs dominate."""
-        dw, g = layer.pre, layer.pre.geometry
-        options = dict(stride=g.stride, padding=g.padding, config=self.cfg)
-        fused = self.compiled_pair(layer)  # each compiled once: the steps take them
-        alone = self.alone[dw.out] = compile_depthwise(
-            dw.in_shape, dw.weights, epilogue=dw.epilogue, cache=self.cache, **options
-        )
-        pw = self.alone[layer.out] = compile_conv2d(
-            layer.in_shape, layer.weights, epilogue=layer.epilogue, config=self.cfg, cache=self.cache
-        )
+        layers apart wait for DRAM, not where the 1x1 layer's weights or GEMMs dominate. Each compile is kept
+        (:meth:`compiled`): the steps take whichever form was chosen."""
+        fused, alone, pw = self.compiled(layer), self.compiled(layer.pre), self.compiled(replace(layer, pre=None))
         return fused.search.cycles < alone.search.cycles + pw.search.cycles
 
-    def compiled_pair(self, layer: AccelLayer, view: OutputView | None = None):
-        """The fused depthwise -> 1x1 ``layer`` compiled (once per output view)."""
-        key = (layer.out, view)
-        if key not in self.pairs:
-            dw, g = layer.pre, layer.pre.geometry
-            self.pairs[key] = compile_dw_pointwise(
-                dw.in_shape,
-                dw.weights,
-                layer.weights,
-                stride=g.stride,
-                padding=g.padding,
-                dw_epilogue=dw.epilogue,
-                pw_epilogue=layer.epilogue,
-                out_view=view,
-                config=self.cfg,
-                cache=self.cache,
+    def compiled(self, layer: AccelLayer):
+        """``layer`` compiled (once per output and output view): a fused depthwise -> 1x1 pair, a depthwise layer on
+        the depthwise mode, or a conv2d (with its fused pool, into its view)."""
+        view = self.views[layer.out][1] if layer.out in self.views else None
+        key = (layer.out, layer.pre is not None, view)
+        if key not in self.memo:
+            self.memo[key] = self._compile(layer, view)
+        return self.memo[key]
+
+    def _compile(self, layer: AccelLayer, view: OutputView | None):
+        g, options = layer.geometry, dict(config=self.cfg, cache=self.cache)
+        if layer.pre is not None:
+            dw = layer.pre
+            return compile_dw_pointwise(
+                dw.in_shape, dw.weights, layer.weights, stride=dw.geometry.stride, padding=dw.geometry.padding,
+                dw_epilogue=dw.epilogue, pw_epilogue=layer.epilogue, out_view=view, **options,
+            )  # fmt: skip
+        if layer.dw_mode:
+            return compile_depthwise(
+                layer.in_shape, layer.weights, stride=g.stride, padding=g.padding, epilogue=layer.epilogue, **options
             )
-        return self.pairs[key]
+        return compile_conv2d(
+            layer.in_shape, layer.weights, stride=g.stride, padding=g.padding, dilation=g.dilation,
+            epilogue=layer.epilogue, max_pool=layer.max_pool(), out_view=view, **options,
+        )  # fmt: skip
 
     def stored_interleaves(self, units: list) -> list:
         """The units without the ``interleave`` nodes whose phases the accelerator stores in place: each phase
@@ -398,20 +398,7 @@ class ModelBuilder:
             return self.compile_depthwise(layer, dev, addr)
         if layer.pre is not None:
             return self.compile_dw_pointwise(layer, dev, addr)
-        g = layer.geometry
-        unviewed = layer.out not in self.views and layer.pool is None  # as fusion_pays compiled it, if it did
-        compiled = (unviewed and self.alone.get(layer.out)) or compile_conv2d(
-            layer.in_shape,
-            layer.weights,
-            stride=g.stride,
-            padding=g.padding,
-            dilation=g.dilation,
-            epilogue=layer.epilogue,
-            max_pool=layer.max_pool(),
-            out_view=self.views[layer.out][1] if layer.out in self.views else None,
-            config=self.cfg,
-            cache=self.cache,
-        )
+        compiled = self.compiled(layer)
         insns, code = self.emit(layer, compiled.lowering, compiled.stream, compiled.constants, dev, addr)
         op = layer.op + "+max_pool2d" * (layer.pool is not None)
         desc = self.conv_desc(layer, compiled, compiled.schedule.describe())
@@ -465,16 +452,7 @@ class ModelBuilder:
     def compile_depthwise(self, layer: AccelLayer, dev: Device, addr: dict[str, int]) -> AccelStep:
         """A depthwise layer on the depthwise mode (:mod:`vdla.compiler.depthwise`), its schedule timed on the
         simulator."""
-        g = layer.geometry
-        compiled = self.alone.get(layer.out) or compile_depthwise(
-            layer.in_shape,
-            layer.weights,
-            stride=g.stride,
-            padding=g.padding,
-            epilogue=layer.epilogue,
-            config=self.cfg,
-            cache=self.cache,
-        )
+        compiled = self.compiled(layer)
         insns, code = self.emit(layer, compiled.lowering, compiled.stream, compiled.constants, dev, addr)
         sp = compiled.spec
         desc = {
@@ -490,7 +468,7 @@ class ModelBuilder:
         """A depthwise layer and the 1x1 convolution reading it, fused (:mod:`vdla.compiler.dw_pointwise`), its
         schedule timed on the simulator."""
         dw = layer.pre
-        compiled = self.compiled_pair(layer, self.views[layer.out][1] if layer.out in self.views else None)
+        compiled = self.compiled(layer)
         insns, code = self.emit(layer, compiled.lowering, compiled.stream, compiled.constants, dev, addr)
         sp, pw = compiled.spec, compiled.pw_spec
         desc = {

@@ -143,15 +143,20 @@ def fuse_pool(conv: AccelLayer, pool: PoolLayer, graph: Graph) -> AccelLayer | N
 def fuse_pools(units: list[tuple[str, AccelLayer | PoolLayer | list[Node]]], graph: Graph) -> list:
     """The placement's units with each accelerator max pool fused into the convolution before it where
     :func:`fuse_pool` allows."""
+    return _fuse_adjacent(units, lambda prev, unit: isinstance(unit, PoolLayer) and fuse_pool(prev, unit, graph))
+
+
+def _fuse_adjacent(units: list, fuse: Callable[[AccelLayer, AccelLayer | PoolLayer], AccelLayer | None]) -> list:
+    """``units`` with each accelerator unit after a convolution layer replaced, together with that layer, by
+    ``fuse(layer, unit)`` where it returns a layer (a falsy value: the two stay apart)."""
     out: list = []
     for kind, unit in units:
         prev = out[-1][1] if out and out[-1][0] == "accel" else None
-        if kind == "accel" and isinstance(unit, PoolLayer) and isinstance(prev, AccelLayer):
-            fused = fuse_pool(prev, unit, graph)
-            if fused is not None:
-                out[-1] = ("accel", fused)
-                continue
-        out.append((kind, unit))
+        fused = fuse(prev, unit) if kind == "accel" and isinstance(prev, AccelLayer) else None
+        if fused:
+            out[-1] = ("accel", fused)
+        else:
+            out.append((kind, unit))
     return out
 
 
@@ -173,16 +178,12 @@ def fuse_pointwise(dw: AccelLayer, pw: AccelLayer, graph: Graph, cfg: HwConfig) 
 def fuse_pointwises(units: list, graph: Graph, cfg: HwConfig, pays: Callable[[AccelLayer], bool]) -> list:
     """The placement's units with each depthwise layer fused into the 1x1 convolution after it where
     :func:`fuse_pointwise` allows and ``pays(fused layer)`` (it runs faster than its two layers apart)."""
-    out: list = []
-    for kind, unit in units:
-        prev = out[-1][1] if out and out[-1][0] == "accel" else None
-        if kind == "accel" and isinstance(unit, AccelLayer) and isinstance(prev, AccelLayer):
-            fused = fuse_pointwise(prev, unit, graph, cfg)
-            if fused is not None and pays(fused):
-                out[-1] = ("accel", fused)
-                continue
-        out.append((kind, unit))
-    return out
+
+    def fuse(prev: AccelLayer, unit) -> AccelLayer | None:
+        fused = fuse_pointwise(prev, unit, graph, cfg) if isinstance(unit, AccelLayer) else None
+        return fused if fused is not None and pays(fused) else None
+
+    return _fuse_adjacent(units, fuse)
 
 
 def match_pool(anchor: Node, graph: Graph, types: dict[str, TensorType], cfg: HwConfig) -> PoolLayer | str:
