@@ -9,9 +9,13 @@ made only where the data stays on the accelerator (:meth:`_Rewriter.pays`):
 * a **residual add after an activation**, ``quantize(add(dequantize(a), dequantize(b)))`` left in float by the
   lowering (no layer's epilogue took it): a 1x1 convolution of ``a`` by the identity, rounded at ``a``'s own
   scale (exactly ``a``), then ``b`` added as a rescaled residual and the sum rounded once;
-* a **channel slice** (a split) of an int8 NCHW tensor: where a conv2d layer's output is read by channel slices
-  alone, that layer computed again for each slice's channels (no extra MAC); otherwise a 1x1 convolution by
-  the selection matrix;
+* a **channel slice** (a split) of an int8 NCHW tensor: a slice of whole channel blocks of a value computed on
+  the accelerator (batch 1) stays as it is, a *view*: the layers reading it read its channel blocks where the
+  value is stored (``vdla.model.lower``), so nothing is computed or moved. Concatenation parts that are such
+  slices putting their value back together in order are that value (:func:`join_slices`: a C2f block's split
+  halves, so its first layer stores once into the concatenation). Other slices: where a conv2d layer's output
+  is read by channel slices alone, that layer computed again for each slice's channels (no extra MAC);
+  otherwise a 1x1 convolution by the selection matrix;
 * a **nearest upsampling** by integer factors: a transposed convolution by the identity repeated over a
   ``f_h x f_w`` window with that stride (its stride phases store straight into the result,
   :mod:`vdla.graph.convt`);
@@ -68,6 +72,7 @@ class _Rewriter:
         self.shuffled: dict[str, tuple[str, np.ndarray]] = {}  # a shuffle's output -> (its input, permutation)
         self.probed: dict[str, tuple[str, np.ndarray] | None] = {}  # shuffle_of's answers, by node output
         self.in_place: set[str] = set()  # concatenations whose parts all store in place (vdla.model.lower)
+        self.viewed: set[str] = set()  # channel slices left as views of their input (vdla.model.lower)
 
     def name(self, base: str) -> str:
         return fresh_name(base, self.taken)
@@ -130,6 +135,8 @@ class _Rewriter:
         span = self.channels(node)
         if s is None or len(node.inputs) != 1 or span is None or not self.pays([x], node.output):
             return
+        if x not in self.shuffled and self.view(node, span):
+            return
         if x not in self.shuffled and self.split_layer(node, span):
             return
         src, rows = self.shuffled.get(x, (x, np.arange(self.types[x].shape[1])))
@@ -140,10 +147,29 @@ class _Rewriter:
 
     def channels(self, node: Node) -> tuple[int, int] | None:
         """``(start, stop)`` of a slice of an NCHW tensor's channels alone (step 1, every pixel), else None."""
-        shape = self.types[node.inputs[0]].shape
-        starts, stops, steps = (list(node.attrs[k]) for k in ("starts", "stops", "steps"))
-        spatial = len(shape) == 4 and all(starts[i] == 0 and stops[i] >= shape[i] for i in (0, 2, 3))
-        return (starts[1], min(stops[1], shape[1])) if spatial and all(st == 1 for st in steps) else None
+        return channel_span(node, self.types[node.inputs[0]].shape)
+
+    def view(self, node: Node, span: tuple[int, int]) -> bool:
+        """Whether the slice stays a view (:func:`block_view`) of a value computed on the accelerator. Not where
+        the layer computing the value may be split instead (:meth:`split_layer`: only slices read it) and a
+        slice is requantized (a concatenation part at another scale): the split layers' own epilogues then
+        requantize, where a view would need a copy to."""
+        x = node.inputs[0]
+        if node.output in self.g.outputs or not block_view(span, self.types[x].shape, self.block):
+            return False
+        readers = self.cons.get(x, [])
+        splits = all(r.op == "slice" for r in readers) and self.layer_chain(x) is not None
+        if not self.on_accel(x) or (splits and any(self.requantized(r.output) for r in readers)):
+            return False
+        self.viewed.add(node.output)
+        return True
+
+    def requantized(self, v: str) -> bool:
+        """Whether a reader of ``v`` maps it to another int8 value: a table, or ``quantize(dequantize(v))``."""
+        for r in self.cons.get(v, []):
+            if r.op == "table" or any(self.dq_source_of(q) == v for q in self.cons.get(r.output, [])):
+                return True
+        return False
 
     def split_layer(self, node: Node, span: tuple[int, int]) -> bool:
         """Where the sliced value is a conv2d layer's output that only channel slices read (a C2f block's
@@ -340,12 +366,12 @@ class _Rewriter:
 
     def on_accel(self, v: str) -> bool:
         """Whether ``v`` is computed on the accelerator when this pass is done: an integer epilogue's output
-        (``cast``), a max pool of such a value, a table or requantization of one, a value this pass moves, or a
-        concatenation whose parts store in place."""
+        (``cast``), a max pool of such a value, a table or requantization of one, a value this pass moves, a
+        concatenation whose parts store in place, or a channel slice left as a view of such a value."""
         node = self.prod.get(v)
         if node is None:
             return False
-        if v in self.replace or v in self.in_place or node.op == "cast":
+        if v in self.replace or v in self.in_place or v in self.viewed or node.op == "cast":
             return True
         if node.op == "quantize" and node.inputs[0] in self.replace:
             return True
@@ -436,6 +462,64 @@ class _Rewriter:
         return (fh, fw) if np.array_equal(got, want) else None
 
 
+def channel_span(node: Node, shape: tuple[int, ...]) -> tuple[int, int] | None:
+    """``(start, stop)`` of the slice ``node`` of an NCHW tensor of ``shape`` when it slices the channels alone
+    (step 1, every pixel), else None."""
+    starts, stops, steps = (list(node.attrs[k]) for k in ("starts", "stops", "steps"))
+    spatial = len(shape) == 4 and all(starts[i] == 0 and stops[i] >= shape[i] for i in (0, 2, 3))
+    return (starts[1], min(stops[1], shape[1])) if spatial and all(st == 1 for st in steps) else None
+
+
+def block_view(span: tuple[int, int], shape: tuple[int, ...], block: int) -> bool:
+    """Whether channels ``span`` of an NCHW value of ``shape`` are whole channel blocks of one image: then they
+    lie contiguous in the value's packed layout, and a reader may read them in place."""
+    lo, hi = span
+    return shape[0] == 1 and lo % block == 0 and (hi % block == 0 or hi == shape[1]) and hi > lo
+
+
+def join_slices(graph: Graph, block: int) -> Graph:
+    """The graph with each run of concatenation parts that are whole-block channel slices (:func:`block_view`)
+    of one value, covering its channels in order, replaced by that value: exact, the slices put back together.
+    The slices' other readers keep them (as views); those only the concatenation read are dropped."""
+    types, prod = infer_types(graph), graph.producers()
+
+    def piece(v: str) -> tuple[str, int, int] | None:
+        node = prod.get(v)
+        if node is None or node.op != "slice" or v in graph.outputs:
+            return None
+        shape = types[node.inputs[0]].shape
+        span = channel_span(node, shape)
+        return (node.inputs[0], *span) if span is not None and block_view(span, shape, block) else None
+
+    def joined(node: Node) -> list[str]:
+        parts, k = [], 0
+        while k < len(node.inputs):
+            first, run = piece(node.inputs[k]), 1
+            if first is not None and first[1] == 0:
+                x, _, stop = first
+                while stop < types[x].shape[1] and k + run < len(node.inputs):
+                    nxt = piece(node.inputs[k + run])
+                    if nxt is None or nxt[:2] != (x, stop):
+                        break
+                    stop, run = nxt[2], run + 1
+                if stop == types[x].shape[1] and types[x].quant == types[node.output].quant:
+                    parts.append(x)
+                    k += run
+                    continue
+            parts.append(node.inputs[k])
+            k += 1
+        return parts
+
+    nodes, changed = [], False
+    for node in graph.nodes:
+        if node.op == "concat" and int(node.attrs.get("axis", 0)) % 4 == 1:
+            parts = joined(node)
+            if len(parts) != len(node.inputs):
+                node, changed = Node(node.op, tuple(parts), node.output, dict(node.attrs)), True
+        nodes.append(node)
+    return eliminate_dead_code(graph.copy(nodes=nodes)) if changed else graph
+
+
 REWRITES = {
     "add": _Rewriter.add,
     "slice": _Rewriter.slice,
@@ -449,6 +533,7 @@ def accelerator_copies(graph: Graph, block: int) -> Graph:
     """The graph with the adds, channel slices, nearest upsamplings and channel concatenations of int8 tensors
     rewritten as 0/1 convolutions in QDQ form (see the module docstring); ``block`` is the accelerator's
     channel block. Run :func:`vdla.graph.qdq.lower_qdq` after it."""
+    graph = join_slices(graph, block)
     rw = _Rewriter(graph, block)
     for node in graph.nodes:
         if node.op in REWRITES:

@@ -24,7 +24,7 @@ from vdla.compiler.pool import compile_pool
 from vdla.compiler.search import emit_program
 from vdla.compiler.spec import EpilogueSpec, OutputView
 from vdla.config import HwConfig
-from vdla.graph.copies import COPY
+from vdla.graph.copies import COPY, block_view, channel_span
 from vdla.graph.ew import EPILOGUE_STEP
 from vdla.graph.graph import Graph, Node
 from vdla.graph.layout import blocked_shape
@@ -177,19 +177,38 @@ class ModelBuilder:
         self.dropped: set[str] = set()  # layers another stores for (store_phases) or made needless (store_parts)
         self.aliases: set[str] = set()  # values stored as channel blocks of a concatenation others read there
         self.readers = {n: u for kind, u in units if kind == "accel" for n in u.nodes}  # node output -> its unit
+        cpu_nodes = [n for kind, unit in units if kind == "cpu" for n in unit]
+        self.sliced = {n.output: v for n in cpu_nodes if (v := self.view(n, layers))}  # slice -> (value, block)
         out = []
         for kind, unit in units:
             if kind == "cpu":
                 unit = [
                     n
                     for n in unit
-                    if not (n.op == "interleave" and self.store_phases(n, layers, consumers))
+                    if n.output not in self.sliced
+                    and not (n.op == "interleave" and self.store_phases(n, layers, consumers))
                     and not (n.op == "concat" and self.store_parts(n, layers, consumers))
                 ]
                 if not unit:
                     continue
             out.append((kind, unit))
         return [(kind, unit) for kind, unit in out if kind != "accel" or unit.out not in self.dropped]
+
+    def view(self, node: Node, layers: dict[str, AccelLayer]) -> tuple[str, int] | None:
+        """``(value, first block)`` where the slice ``node`` is read in place (:func:`vdla.graph.copies.block_view`):
+        whole channel blocks of one image of an accelerator layer's output (or of such a view), read by
+        accelerator layers alone as their input or residual, no graph output. None otherwise (a CPU step slices)."""
+        if node.op != "slice" or node.output in self.g.outputs or self.cfg.block_in != self.cfg.block_out:
+            return None
+        x, block = node.inputs[0], self.cfg.block_out
+        span = channel_span(node, self.types[x].shape)
+        if span is None or not block_view(span, self.types[x].shape, block) or x not in layers:
+            return None
+        for reader in self.g.consumers().get(node.output, []):
+            unit = self.readers.get(reader.output)
+            if unit is None or node.output not in (unit.x, getattr(unit, "residual", None)):
+                return None
+        return x, span[0] // block
 
     def store_phases(self, node: Node, layers: dict[str, AccelLayer], consumers: dict[str, list[Node]]) -> bool:
         """Whether the phases of the interleave ``node`` can store in place; if so their views are recorded."""
@@ -277,6 +296,8 @@ class ModelBuilder:
         ):
             return None
         for reader in consumers.get(v, []):
+            if reader.output in self.sliced:  # a view of its channel blocks, read by accelerator layers
+                continue
             unit = self.readers.get(reader.output)
             if unit is None or (unit is not copy and v not in (unit.x, getattr(unit, "residual", None))):
                 return None
@@ -284,7 +305,12 @@ class ModelBuilder:
 
     def stored_at(self, value: str) -> tuple[str, int]:
         """The value whose DRAM tensor holds ``value`` (itself, or the concatenation it is stored into: the
-        outermost, as :meth:`store_parts` keeps the views) and the channel block where ``value`` starts in it."""
+        outermost, as :meth:`store_parts` keeps the views; for a slice, where its value is) and the channel block
+        where ``value`` starts in it."""
+        if value in self.sliced:
+            source, first = self.sliced[value]
+            target, block = self.stored_at(source)
+            return target, block + first
         if value not in self.aliases:
             return value, 0
         target, view = self.views[value]
@@ -546,7 +572,7 @@ class ModelBuilder:
         for role, t in tensors.items():
             shape, dtype = self.dram[t]
             offset, nbytes = 0, int(np.prod(shape)) * np.dtype(dtype).itemsize
-            if role in values and values[role] in self.aliases:  # its channel blocks of a concatenation
+            if role in values and self.stored_at(values[role])[0] != values[role]:  # channel blocks of another
                 own = _packed(self.types[values[role]], self.cfg, self.cfg.block_out)[0]
                 nbytes = int(np.prod(own))
                 offset = self.stored_at(values[role])[1] * nbytes // own[1]
