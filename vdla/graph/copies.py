@@ -23,10 +23,11 @@ made only where the data stays on the accelerator (:meth:`_Rewriter.pays`):
   channels, found by running the three nodes on channel and pixel indices): a 1x1 convolution by the
   permutation matrix; a channel slice of a shuffled value selects straight from the value before the shuffle
   (the slice's rows of the permutation);
-* a **channel concatenation**: parts of whole channel blocks that are not already a plain convolution's output
-  read by the concatenation alone get a copy (a 1x1 identity convolution) that stores into its slice of the
-  result (``vdla.model.lower``); parts that are not whole blocks are joined by a chain of selection
-  convolutions, each adding the previous one's result as a residual of the same scale.
+* a **channel concatenation**: where every part starts a channel block (all but the last whole blocks), parts
+  that are not already a plain convolution's output read by the concatenation alone get a copy (a 1x1 identity
+  convolution) that stores into its slice of the result (``vdla.model.lower``; the last part's padding lanes
+  are the result's); otherwise the parts are joined by a chain of selection convolutions, each adding the
+  previous one's result as a residual of the same scale.
 
 Every such convolution carries the attribute ``copy`` (what it moves): it counts no multiply-accumulates of the
 network (:func:`vdla.model.lower.node_macs`), though its GEMM cycles are counted like any layer's.
@@ -283,7 +284,7 @@ class _Rewriter:
         if not self.pays([self.source(v) for v in node.inputs], node.output):
             return
         sizes = [self.types[v].shape[1] for v in node.inputs]
-        if all(c % self.block == 0 for c in sizes):
+        if all(c % self.block == 0 for c in sizes[:-1]):  # each part starts a channel block
             self.copy_parts(node, s)
         else:
             self.chain(node, s, sizes, out.shape[1])
@@ -477,19 +478,19 @@ def block_view(span: tuple[int, int], shape: tuple[int, ...], block: int) -> boo
     return shape[0] == 1 and lo % block == 0 and (hi % block == 0 or hi == shape[1]) and hi > lo
 
 
-def join_slices(graph: Graph, block: int) -> Graph:
-    """The graph with each run of concatenation parts that are whole-block channel slices (:func:`block_view`)
-    of one value, covering its channels in order, replaced by that value: exact, the slices put back together.
-    The slices' other readers keep them (as views); those only the concatenation read are dropped."""
+def join_slices(graph: Graph) -> Graph:
+    """The graph with each run of concatenation parts that are channel slices of one value, covering its channels
+    in order at its quantization, replaced by that value: exact, the slices put back together. The slices'
+    other readers keep them (views where they are whole blocks); those only the concatenation read are
+    dropped."""
     types, prod = infer_types(graph), graph.producers()
 
     def piece(v: str) -> tuple[str, int, int] | None:
         node = prod.get(v)
         if node is None or node.op != "slice" or v in graph.outputs:
             return None
-        shape = types[node.inputs[0]].shape
-        span = channel_span(node, shape)
-        return (node.inputs[0], *span) if span is not None and block_view(span, shape, block) else None
+        span = channel_span(node, types[node.inputs[0]].shape)
+        return None if span is None else (node.inputs[0], *span)
 
     def joined(node: Node) -> list[str]:
         parts, k = [], 0
@@ -533,7 +534,7 @@ def accelerator_copies(graph: Graph, block: int) -> Graph:
     """The graph with the adds, channel slices, nearest upsamplings and channel concatenations of int8 tensors
     rewritten as 0/1 convolutions in QDQ form (see the module docstring); ``block`` is the accelerator's
     channel block. Run :func:`vdla.graph.qdq.lower_qdq` after it."""
-    graph = join_slices(graph, block)
+    graph = join_slices(graph)
     rw = _Rewriter(graph, block)
     for node in graph.nodes:
         if node.op in REWRITES:

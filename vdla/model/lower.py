@@ -247,18 +247,19 @@ class ModelBuilder:
         """Whether the parts of the channel concatenation ``node`` can store in place; if so their views are
         recorded (part ``k`` writes channel blocks from the sum of the earlier parts' blocks). A concatenation
         is stored so when it joins int8 values of its own quantization along the channels, each a conv2d
-        layer's output (a residual allowed, no fused pool) or a stored interleave, of whole channel blocks that
-        nothing else reads."""
+        layer's output (a residual allowed, no fused pool) or a stored interleave that nothing else reads, each
+        starting a channel block (all but the last of whole blocks: the last one's padding lanes are the
+        concatenation's)."""
         t, bo = self.types[node.output], self.cfg.block_out
         if len(t.shape) != 4 or t.dtype != "int8" or int(node.attrs.get("axis", 0)) % 4 != 1:
             return False
         types = [self.types[v] for v in node.inputs]
         alone = self.stored_alone(node, layers, consumers, joins=True)
-        if not alone or any(u.shape[1] % bo or u.quant != t.quant for u in types):
+        if not alone or any(u.quant != t.quant for u in types) or any(u.shape[1] % bo for u in types[:-1]):
             return False
         first = 0
         for v, u in zip(node.inputs, types, strict=True):
-            blocks = (first, t.shape[1] // bo)
+            blocks = (first, -(-t.shape[1] // bo))  # the last part may end inside a block
             phases = [p for p, (target, _) in self.views.items() if target == v]
             for p in phases:  # an interleave's phases (or a concatenation's parts) store into their slice
                 old = self.views[p][1]
