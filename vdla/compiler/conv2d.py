@@ -8,7 +8,7 @@ binds that stream to DRAM buffers on a device, executes it and unpacks the int8 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -16,7 +16,7 @@ from vdla.compiler.cache import ScheduleCache
 from vdla.compiler.epilogue import normalize
 from vdla.compiler.fused_pool import FusedPool
 from vdla.compiler.identity import EYE, identity_weights
-from vdla.compiler.schedule import ConvLowering, Schedule
+from vdla.compiler.schedule import POST, ConvLowering, Schedule
 from vdla.compiler.search import SearchResult, build_stream, emit_program, search
 from vdla.compiler.spec import TABLE, CompileError, Conv2dSpec, EpilogueSpec, OutputView
 from vdla.config import DEFAULT_PRESET, HwConfig, load_config
@@ -113,6 +113,8 @@ class CompiledConv2d:
         vthreads: int | str = "auto",
         schedule: Schedule | None = None,
         cache: ScheduleCache | None = None,
+        post: Epilogue | None = None,
+        post_res: bool = False,
     ):
         t0 = time.perf_counter()
         if pool is not None:
@@ -125,9 +127,16 @@ class CompiledConv2d:
         self.epilogue = EpilogueSpec.of(ep, pool)
         self.spec, self.cfg = spec, cfg
         imm = int(ep.multiplier) if self.epilogue.multiplier == "imm" else 1
-        self.lowering = ConvLowering(spec, self.epilogue, cfg, imm, view)
+        post_ep = normalize(post) if post is not None else None
+        if post_ep is not None:
+            self.epilogue = replace(self.epilogue, post=EpilogueSpec.of(post_ep), post_res=post_res)
+        post_imm = int(post_ep.multiplier) if post_ep is not None and self.epilogue.post.multiplier == "imm" else 1
+        self.lowering = ConvLowering(spec, self.epilogue, cfg, imm, view, post_imm)
         self.constants = {} if runtime else {"wgt": pack_weights(weights, cfg.block_out, cfg.block_in)}
         self.constants.update(_constants(ep, self.epilogue, spec.oc, cfg))
+        if post_ep is not None:  # the post add's rows, and the identity block its GEMM reads
+            rows = _constants(post_ep, self.epilogue.post, spec.oc, cfg)
+            self.constants.update({POST + k: v for k, v in rows.items()}, **{EYE: identity_weights(cfg)})
         if ep.table is not None:  # entry b at byte b: LUT elements of out_elem_bytes entries
             self.constants[TABLE] = np.asarray(ep.table, np.int8).reshape(cfg.lut_depth, cfg.batch, cfg.block_out)
         need = sum(self.lowering.tensor_bytes().values())
@@ -170,13 +179,12 @@ class CompiledConv2d:
             if weights.dtype != np.int8 or weights.shape != sp.weight_shape:
                 raise CompileError(f"weights must be int8 {sp.weight_shape}, got {weights.dtype} {weights.shape}")
             arrays["wgt"] = pack_weights(weights, cfg.block_out, cfg.block_in)
-        if self.epilogue.residual:
-            want = RESIDUAL_DTYPES[self.epilogue.residual]
+        kind = self.epilogue.residual or (self.epilogue.post.residual if self.epilogue.post else None)
+        if kind:
+            want = RESIDUAL_DTYPES[kind]
             if residual is None or residual.dtype != want or residual.shape != sp.out_shape:
                 got = None if residual is None else (residual.dtype, residual.shape)
-                raise CompileError(
-                    f"the layer adds a {self.epilogue.residual} residual of shape {sp.out_shape}, got {got}"
-                )
+                raise CompileError(f"the layer adds a {kind} residual of shape {sp.out_shape}, got {got}")
             arrays["res"] = pack_activation(residual, cfg.batch, cfg.block_out)
         elif residual is not None:
             raise CompileError("the layer was compiled without a residual input")
@@ -209,10 +217,16 @@ def compile_conv2d(
     vthreads: int | str = "auto",
     schedule: Schedule | None = None,
     cache: ScheduleCache | None = None,
+    post: Epilogue | None = None,
+    post_res: bool = False,
 ) -> CompiledConv2d:
     """Compile conv2d(x, weights) and its ``epilogue`` (:class:`vdla.graph.epilogue.Epilogue`: bias,
     requantization, residual, clamp; the int32 accumulator truncated to int8 without one) for inputs of
-    ``input_shape`` (NCHW) on ``config``. ``max_pool`` = (kernel, stride, padding) fuses a max pool of the
+    ``input_shape`` (NCHW) on ``config``. ``post``: the epilogue of a residual add after the layer's activation
+    table, applied on chip to the tabled results (:attr:`~vdla.compiler.spec.EpilogueSpec.post`): the output is
+    ``post`` with the layer's results as its input (``post_res``: as its residual) and the int8 ``residual``
+    given to ``run`` as the other operand. ``max_pool`` =
+    (kernel, stride, padding) fuses a max pool of the
     output into the layer's tiles (:mod:`vdla.compiler.fused_pool`): the run returns the pooled tensor. The
     schedule is searched (``vthreads`` virtual threads or "auto", results kept in ``cache``) unless given.
     ``out_view`` stores the output pixels into a larger tensor (:class:`~vdla.compiler.spec.OutputView`: one
@@ -229,7 +243,8 @@ def compile_conv2d(
             raise CompileError(f"max_pool must be (kernel, stride, padding) fitting the output: {e}") from e
     if len(shape) != 4 or shape[1] != spec.c:
         raise CompileError(f"weights {shape} do not match {spec.c} input channels (OIHW)")
-    options = {"pool": pool, "view": out_view, "vthreads": vthreads, "schedule": schedule, "cache": cache}
+    options = {"pool": pool, "view": out_view, "vthreads": vthreads, "schedule": schedule, "cache": cache, "post": post}
+    options["post_res"] = post_res
     return CompiledConv2d(spec, weights, load_config(config), epilogue or Epilogue(), **options)
 
 

@@ -23,6 +23,14 @@ the last step the pool's passes reduce the tile into a pooled region after it (t
 pooled row from the carry region below the per-channel rows), and the epilogue and the STOREs work on the
 pooled tile only.
 
+With a residual add after the layer's activation table (``EpilogueSpec.post``), the last step loads the add's
+other operand into INP after its windows and goes on after the epilogue: EPIs of the add's OUT mode (with
+``src_out`` where a GEMM reads the tile's tabled int8 results from OUT) and GEMMs against the identity block
+that copy the add's input into a post region after the tile and its residual into a region after that, or add
+the residual after the add's passes where it is an int8 residual as it is; then the add's passes, and the
+STOREs write the post region. Every other step's GEMM then follows an EPI of the layer's own OUT mode (the
+threads' blocks interleave, and the EPI state is global).
+
 Tiles are dealt to the threads round-robin; each thread owns ``1/vthreads`` of every buffer, except the
 per-channel rows (bias, multipliers) of all output channels, which a prologue loads once into the top of
 the accumulator buffer for every thread to read, and, for a layer whose residual a GEMM can add, the
@@ -57,6 +65,12 @@ ORDERS = ("oc", "spatial")
 GEMM_ORDER = ("oc", "oh", "ow", "ic", "ky", "kx")
 UNIT_AXIS = (1, (0, 0, 0))
 TAIL_PARTS = 8  # a thread's last block hands its output channels to the store stage in up to this many parts
+POST = "post_"  # the DRAM tensors of the post add's per-channel rows: its own row names after this prefix
+
+
+def epilogue_rows(epi: EpilogueSpec) -> list[str]:
+    """The per-channel rows an epilogue reads from the accumulator buffer, in their order there."""
+    return ["bias"] * epi.bias + ["mult"] * (epi.multiplier == "row") + ["mult_y", "mult_k"] * bool(epi.rescale)
 
 
 @dataclass(frozen=True)
@@ -143,7 +157,13 @@ class ConvLowering:
     """A conv2d layer with its epilogue, tensorized for one hardware config."""
 
     def __init__(
-        self, spec: Conv2dSpec, epi: EpilogueSpec, cfg: HwConfig, mul_imm: int = 1, view: OutputView | None = None
+        self,
+        spec: Conv2dSpec,
+        epi: EpilogueSpec,
+        cfg: HwConfig,
+        mul_imm: int = 1,
+        view: OutputView | None = None,
+        post_imm: int = 1,
     ):
         self.spec, self.epi, self.cfg = spec, epi, cfg
         self.view = view  # where the output pixels sit in a larger tensor (None: a tensor of their own)
@@ -163,14 +183,21 @@ class ConvLowering:
         self.residual_gemm = residual_gemm_fits(epi) and identity_fits(cfg)  # may a schedule use res_inp?
         self.gemm_passes = alu_passes(epi, mul_imm, residual_gemm=True) if self.residual_gemm else self.passes
         self.out_mode = out_mode(epi)
-        self.rows = ["bias"] * epi.bias + ["mult"] * (epi.multiplier == "row")
-        self.rows += ["mult_y", "mult_k"] * bool(epi.rescale)
+        self.rows = epilogue_rows(epi)
+        self.post = epi.post  # a residual add after the table, its input read back from OUT
+        # the add's int8 residual as it is: a second identity GEMM adds it (else the ALU, from a region of its own)
+        self.post_gemm = bool(epi.post) and residual_gemm_fits(epi.post)
+        self.post_passes = alu_passes(epi.post, post_imm, self.post_gemm) if epi.post else ()
+        self.post_mode = out_mode(epi.post) if epi.post else None
+        self.post_rows = epilogue_rows(epi.post) if epi.post else []
         self.row_step = spec.sh if spec.kh == 1 else 1  # one-row kernels read every sh-th input row only
         self.col_step = spec.sw if spec.kw == 1 else 1  # one-column kernels read every sw-th input column only
         self._nests: dict[tuple, tuple] = {}
         self.pool = FusedPool.make(epi.pool, (spec.oh, spec.ow)) if epi.pool else None
         if view is not None:
             view.check(self.out_hw, epi, self.ob)
+        if epi.post is not None and (why := self.post_refusal()):
+            raise CompileError(f"{spec.key()}: no residual add after the activation table: {why}")
         if self.row_step * spec.w > MAX_STRIDE:
             raise CompileError(
                 f"input rows of {spec.w} elements (row stride {self.row_step * spec.w}) exceed the "
@@ -239,16 +266,35 @@ class ConvLowering:
             inp[a], inner = inner, inner * ext[a]
         return {a: (dram[a], inp[a]) for a in order}
 
+    def post_refusal(self) -> str | None:
+        """Why the layer cannot take its ``post`` add (None if it can)."""
+        epi, post, cfg = self.epi, self.epi.post, self.cfg
+        if post.residual != "int8" or post.bias or post.pool or post.post:
+            return "the add takes an int8 residual, and no bias, pool or further add"
+        if epi.residual or epi.pool or self.row_pairs:
+            return "the layer has a residual, a fused pool or stores whole-row pairs of its own"
+        if post.table and epi.table:
+            return "both need an activation table, and the LUT holds one"
+        if cfg.block_in != cfg.block_out or not identity_fits(cfg):
+            return f"the identity GEMM reads OUT rows as input rows: config {cfg.name!r} has block_in != block_out"
+        return None
+
     @property
     def rows_base(self) -> int:
         """Start of the per-channel rows (bias, multipliers) of every output-channel block, shared by all
-        threads at the top of the accumulator buffer."""
-        return self.cfg.acc_depth - self.ob * len(self.rows)
+        threads at the top of the accumulator buffer (below the post add's rows, on top)."""
+        return self.cfg.acc_depth - self.ob * (len(self.rows) + len(self.post_rows))
+
+    @property
+    def post_rows_base(self) -> int:
+        """Start of the post add's per-channel rows (:attr:`post`), the top of the accumulator buffer."""
+        return self.cfg.acc_depth - self.ob * len(self.post_rows)
 
     @property
     def eye(self) -> int | None:
-        """The WGT element of the identity block (the top one) for a layer whose residual a GEMM can add."""
-        return self.cfg.wgt_depth - 1 if self.residual_gemm else None
+        """The WGT element of the identity block (the top one) for a layer whose residual a GEMM can add, or whose
+        post add reads its results back from OUT."""
+        return self.cfg.wgt_depth - 1 if self.residual_gemm or self.post else None
 
     @property
     def wgt_free(self) -> int:
@@ -288,8 +334,8 @@ class ConvLowering:
         return s.tic < self.ib and self.ib * window + self.res_elems(s) <= self.shares(s.vthreads)[0]
 
     def res_elems(self, s: Schedule) -> int:
-        """INP elements of the full-size tile's residual (0 unless ``res_inp``)."""
-        return s.toc * s.toh * s.tow if s.res_inp else 0
+        """INP elements of the full-size tile's residual (0 unless ``res_inp``), or of the post add's operand."""
+        return s.toc * s.toh * s.tow if s.res_inp or self.post else 0
 
     def window_elems(self, s: Schedule) -> int:
         """INP elements of the thread's input windows (all reduction steps' when resident); the residual of a
@@ -304,6 +350,7 @@ class ConvLowering:
         acc = tile * (2 if self.epi.residual and not s.res_inp else 1)
         acc += self.pool.acc_elems(s.toc, s.toh) if self.pool else 0
         acc += 2 * tile * bool(self.row_pairs)  # each pixel twice, for whole-row stores (OutputView.row_pairs)
+        acc += tile * (bool(self.post) + (bool(self.post) and not self.post_gemm))  # the post add's tile, residual
         wgt = 0 if self.weights_shared else s.toc * wic * self.taps
         return self.window_elems(s) + self.res_elems(s), wgt, acc
 
@@ -389,7 +436,8 @@ class ConvLowering:
             sh, ow = self.pool.stride[0], self.spec.ow
             return [(self.in_rows(sh) * self.in_cols(ow), self.taps, sh * ow + self.pool.out_hw[1])]
         window = self.in_rows(1) * self.in_cols(1)
-        needs = [(window, self.taps, 2 if self.epi.residual else 1)]
+        post = (1, 2 + (not self.post_gemm)) if self.post else (0, 1)  # the operand in INP; the add's regions
+        needs = [(window + post[0], self.taps, 2 if self.epi.residual else post[1])]
         return needs + [(window + 1, self.taps, 1)] * self.residual_gemm
 
     def check_minimal(self, vthreads: int) -> None:
@@ -480,7 +528,7 @@ class ConvLowering:
             raise CompileError(f"schedule {s.describe()} does not fit: {'; '.join(problems)}")
         tiles, steps, fresh = self.tiles(s), self.steps(s), self.residency(s)
         out = [ThreadBuilder(self, s, t).blocks(tiles[t :: s.vthreads], steps, fresh[t]) for t in range(s.vthreads)]
-        if s.res_inp:  # the stream's first block: every compute runs after its loads (see the module docstring)
+        if s.res_inp or self.post:  # the stream's first block: every compute runs after its loads (module docstring)
             first = out[0][0]
             out[0][0] = replace(first, loads=(load_identity(self.eye), *first.loads))
         return out
@@ -488,9 +536,11 @@ class ConvLowering:
     def prologue(self, threads: list[list[Block]]) -> Block:
         """Compute-stage work ahead of every thread: load the rows of all output-channel blocks, and make the
         program's micro-kernels resident (:func:`~vdla.compiler.vthreads.prologue_block`)."""
+        rows = [(self.rows_base + i * self.ob, name) for i, name in enumerate(self.rows)]
+        rows += [(self.post_rows_base + i * self.ob, POST + name) for i, name in enumerate(self.post_rows)]
         ops: list[Op] = [
-            Load(MemType.ACC, self.rows_base + i * self.ob + tr.sram, name, tr.offset, tr.y, tr.x, tr.stride)
-            for i, name in enumerate(self.rows)
+            Load(MemType.ACC, base + tr.sram, name, tr.offset, tr.y, tr.x, tr.stride)
+            for base, name in rows
             for tr in plan_transfers(0, 0, [(self.ob, 1)])
         ]
         if self.epi.table:  # the activation table, once per layer (it stays until the next LOAD LUT)
@@ -507,14 +557,15 @@ class ConvLowering:
             "wgt": self.ob * self.ib * self.taps * c.wgt_elem_bytes,
             "out": pixels_out // self.ob * self.out_blocks * c.out_elem_bytes,
         }
-        for name in self.rows:
+        for name in [*self.rows, *(POST + r for r in self.post_rows)]:
             out[name] = self.ob * c.acc_elem_bytes
         if self.epi.table:
             out[TABLE] = c.lut_depth * c.out_elem_bytes
-        if self.residual_gemm:
+        if self.eye is not None:
             out[EYE] = identity_bytes(c)
-        if self.epi.residual:
-            out["res"] = pixels_out * (c.out_elem_bytes if self.epi.residual == "int8" else c.acc_elem_bytes)
+        residual = self.epi.residual or (self.post.residual if self.post else None)
+        if residual:
+            out["res"] = pixels_out * (c.out_elem_bytes if residual == "int8" else c.acc_elem_bytes)
         return out
 
 
@@ -531,6 +582,8 @@ class ThreadBuilder:
         # after the tile: the residual, the pool's results, or each pixel twice (row_pairs), never two of them
         after = thread * acc + tile
         self.acc = {"tile": thread * acc, "res": after, "pool": after, "pairs": after}
+        if low.post:  # the post add's tile, then its residual
+            self.acc.update(post=after, res=after + tile)
         self.res_inp0 = self.inp0 + low.window_elems(s)  # the residual tile in INP (res_inp)
 
     def blocks(self, tiles: list[Tile], steps: list[tuple[int, int]], fresh: np.ndarray) -> list[Block]:
@@ -569,7 +622,7 @@ class ThreadBuilder:
                     0, (t.ob * low.ib + w_ic0) * low.taps, [(t.noc, low.ib * low.taps), (wic, low.taps), (low.taps, 1)]
                 )
             ]
-        if self.s.res_inp and k == nsteps - 1:
+        if (self.s.res_inp or low.post) and k == nsteps - 1:
             loads += self.residual_inp_loads(t)
         groups = tail_groups(t.noc) if split and k == nsteps - 1 else [(0, t.noc)]
         compute: list[Op] = []
@@ -604,16 +657,46 @@ class ThreadBuilder:
         nest = low.gemm_nest(noc, t.noh, t.now, nic, wic, self.by_columns)
         base = (acc, self.step_inp0(ib0), wgt0 + (ib0 - w_ic0) * low.taps)
         compute = self.init_gemms(sub, nest, base) if k == 0 else [Gemm(lower_nest(nest, base, low.limits))]
+        if k > 0 and low.post:  # another thread's post add may have left its EPI
+            m = low.out_mode
+            compute.insert(0, Epi(m.req, m.relu, m.shift, None, m.lut))
         if k < nsteps - 1:
             return compute, []
         if low.pool:
             pooling, sub, acc = self.pool_ops(sub, o0, acc)
             compute += pooling
         compute += self.residual_loads(sub, o0) + self.epilogue_ops(sub, o0, acc)
+        if low.post:
+            post, acc = self.post_ops(sub, o0, acc)
+            compute += post
         if low.row_pairs:
             compute.append(self.pair_copy(sub, o0, acc))
             acc = self.acc["pairs"] + 2 * o0 * sub.noh * sub.now
         return compute, self.stores(sub, acc)
+
+    def post_ops(self, t: Tile, o0: int, acc: int) -> tuple[list[Op], int]:
+        """The post add of the tile's channel blocks from ``o0`` (module docstring), whose tabled results sit in
+        OUT at ``acc``, its other operand in INP (loaded on the load stage with the last step's windows): its
+        operations and where its results sit. GEMMs against the identity block copy the add's input into the
+        post region and its residual into a region of its own (``post_gemm``: add it after the passes)."""
+        low, pixels = self.low, t.noh * t.now
+        dst, res, inp = (base + o0 * pixels for base in (self.acc["post"], self.acc["res"], self.res_inp0))
+        m, from_out = low.post_mode, not low.epi.post_res  # where the add's input comes from (else its residual)
+
+        def copy(to: int, out: bool, init: bool) -> list[Op]:
+            nest = ((t.noc * pixels, (1, 1)),)
+            gemm = identity_gemm(nest, to, acc if out else inp, low.eye, low.limits, init=init)
+            return [Epi(m.req, m.relu, m.shift, None, m.lut, src_out=out), gemm]
+
+        ops = copy(dst, from_out, True) + ([] if low.post_gemm else copy(res, not from_out, True))
+        for p in low.post_passes:
+            if p.gemm:
+                ops += copy(dst, not from_out, False)
+            else:
+                ops.append(
+                    Alu(p.op, self.elementwise(t, p, res if p.dst == "res" else dst, res, post=True), p.imm, p.shift)
+                )
+        return ops, dst
 
     def stores(self, t: Tile, acc: int) -> list[Store]:
         """The STOREs of the tile's outputs from the accumulators at ``acc`` (:meth:`output_transfers`)."""
@@ -687,17 +770,19 @@ class ThreadBuilder:
             Gemm(lower_nest((oc,) + rest, base, low.limits, pin_outer=True), init=True),
         ]
 
-    def elementwise(self, t: Tile, p: AluPass, acc: int, res: int) -> MicroKernel:
+    def elementwise(self, t: Tile, p: AluPass, acc: int, res: int, post: bool = False) -> MicroKernel:
         """The kernel of pass ``p`` over the tile's accumulators (from ``acc``), reading its operand alongside:
-        its channel blocks' rows (multipliers) or the residual tile (from ``res``). Passes with an immediate read
-        nothing, so they share the first row's kernel: the whole epilogue runs from one or two micro-kernels."""
-        pixels = t.noh * t.now
+        its channel blocks' rows (multipliers; ``post``: the post add's) or the residual tile (from ``res``).
+        Passes with an immediate read nothing, so they share the first row's kernel: the whole epilogue runs
+        from one or two micro-kernels."""
+        pixels, low = t.noh * t.now, self.low
         if not p.holds_row:
             nest, src = ((t.noc * pixels, (1, 1, 0)),), res
         else:
             nest = ((t.noc, (pixels, 1, 0)), (pixels, (1, 0, 0)))
-            name = p.operand or (self.low.rows[0] if self.low.rows else None)
-            src = self.low.rows_base + self.low.rows.index(name) * self.low.ob + t.ob if name else 0
+            rows, base = (low.post_rows, low.post_rows_base) if post else (low.rows, low.rows_base)
+            name = p.operand or (rows[0] if rows else None)
+            src = base + rows.index(name) * low.ob + t.ob if name else 0
         # a held row keeps the channel-block axis the outer loop (when it is 1 too), the pixels inner
         return lower_nest(nest, (acc, src, 0), self.low.limits, pin_outer=p.holds_row)
 

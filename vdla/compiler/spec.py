@@ -186,6 +186,11 @@ class EpilogueSpec:
     they are non-decreasing (the multipliers' values are checked by
     :func:`~vdla.compiler.epilogue.pool_commutes`); there is then no residual.
 
+    ``post``: the epilogue of a residual add after the layer's activation table (a layer of its own otherwise:
+    a table is the last stage of an epilogue): the int8 results, tabled in OUT, read back by a GEMM against the
+    identity block (EPI ``src_out``) as the add's input (``post_res``: as its residual), its other operand
+    loaded from DRAM, then ``post`` applied and the result stored.
+
     ``rescale`` = (lo, hi, shift_y, shift_k, frac) is the residual add of a quantized model, which rounds
     the layer's output before the add and the sum at another scale:
     out = clip(rshr(mul(clip(rshr((acc + bias) * m, shift), lo, hi), m_y, shift_y)
@@ -200,6 +205,8 @@ class EpilogueSpec:
     rescale: tuple[int, int, int, int, int] | None = None  # (lo, hi, shift_y, shift_k, frac)
     pool: Window | None = None  # a max pool fused into the tiles, taken before the requantization
     table: bool = False  # the OUT mirror looks every int8 result up in the layer's activation table (EPI lut)
+    post: EpilogueSpec | None = None  # a residual add after the table, read back from OUT
+    post_res: bool = False  # the layer's results are the post add's residual (else its input)
 
     @classmethod
     def of(cls, ep: Epilogue, pool: Window | None = None) -> EpilogueSpec:
@@ -262,7 +269,8 @@ class EpilogueSpec:
         if self.pool is not None:
             (kh, kw), (sh, sw), pads = self.pool.kernel, self.pool.stride, self.pool.pads
             pool = f"p{kh}x{kw}s{sh}x{sw}p{'_'.join(map(str, pads))}"
-        return f"b{int(self.bias)}m{self.multiplier}s{self.shift}c{lo}_{hi}r{self.residual or '-'}{rescale}{pool}"
+        post = f"+{'r' * self.post_res}{self.post.key()}" if self.post is not None else ""
+        return f"b{int(self.bias)}m{self.multiplier}s{self.shift}c{lo}_{hi}r{self.residual or '-'}{rescale}{pool}{post}"
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ from vdla.graph.types import TensorType
 from vdla.graph.verify import verify
 from vdla.isa import Insn, IsaError, encode_program, validate_program
 from vdla.model.artifact import AccelChain, AccelStep, Artifact, CpuStep, DramTensor
-from vdla.model.match import AccelLayer, PoolLayer, fuse_pointwises, fuse_pools
+from vdla.model.match import AccelLayer, PoolLayer, fuse_adds, fuse_pointwises, fuse_pools
 from vdla.model.memplan import Lifetime, plan_memory
 from vdla.model.place import Placement
 from vdla.runtime.device import Device
@@ -84,6 +84,7 @@ class ModelBuilder:
         units = fuse_pools(plan.units(), self.g)
         if self.fuse_depthwise:
             units = fuse_pointwises(units, self.g, self.cfg, self.fusion_pays)
+        units = fuse_adds(units, self.g, self.fusion_pays)
         units = self.stored_interleaves(units)
         groups = plan.partition.fusion.groups  # a noted conv's group is explained by its note
         self.explained = {n.output for g in groups if g.anchor.output in plan.notes for n in g.nodes}
@@ -131,13 +132,18 @@ class ModelBuilder:
             self.steps.insert(0, ("cpu", step))
 
     def fusion_pays(self, layer: AccelLayer) -> bool:
-        """Whether the fused depthwise -> 1x1 ``layer`` (:mod:`vdla.compiler.dw_pointwise`) runs in fewer cycles
-        than its two layers apart, each as compiled on its own (timing-only simulator). Fused, the compute stage
-        runs both layers' GEMMs and passes in turn while the depthwise output stays on chip: that pays where the
-        layers apart wait for DRAM, not where the 1x1 layer's weights or GEMMs dominate. Each compile is kept
+        """Whether the fused ``layer`` (a depthwise -> 1x1 pair, :mod:`vdla.compiler.dw_pointwise`, or a layer and
+        the residual add after its table, :attr:`~vdla.compiler.spec.EpilogueSpec.post`) compiles and runs in
+        fewer cycles than its two layers apart, each as compiled on its own (timing-only simulator). Fused, the
+        compute stage runs both layers' GEMMs and passes in turn while the first one's output stays on chip: that
+        pays where the layers apart wait for DRAM, not where GEMMs dominate. Each compile is kept
         (:meth:`compiled`): the steps take whichever form was chosen."""
-        fused, alone, pw = self.compiled(layer), self.compiled(layer.pre), self.compiled(replace(layer, pre=None))
-        return fused.search.cycles < alone.search.cycles + pw.search.cycles
+        try:
+            fused = self.compiled(layer)
+        except CompileError:
+            return False
+        alone, second = self.compiled(layer.pre), self.compiled(replace(layer, pre=None))
+        return fused.search.cycles < alone.search.cycles + second.search.cycles
 
     def compiled(self, layer: AccelLayer):
         """``layer`` compiled (once per output and output view): a fused depthwise -> 1x1 pair, a depthwise layer on
@@ -150,6 +156,12 @@ class ModelBuilder:
 
     def _compile(self, layer: AccelLayer, view: OutputView | None):
         g, options = layer.geometry, dict(config=self.cfg, cache=self.cache)
+        if layer.pre is not None and not layer.pre.dw_mode:  # the residual add after the layer's table
+            conv, pg = layer.pre, layer.pre.geometry
+            return compile_conv2d(
+                conv.in_shape, conv.weights, stride=pg.stride, padding=pg.padding, dilation=pg.dilation,
+                epilogue=conv.epilogue, out_view=view, post=layer.epilogue, post_res=layer.post_res, **options,
+            )  # fmt: skip
         if layer.pre is not None:
             dw = layer.pre
             return compile_dw_pointwise(
@@ -423,12 +435,15 @@ class ModelBuilder:
             return self.compile_parts(layer, dev, addr)
         if layer.dw_mode:
             return self.compile_depthwise(layer, dev, addr)
-        if layer.pre is not None:
+        if layer.pre is not None and layer.pre.dw_mode:
             return self.compile_dw_pointwise(layer, dev, addr)
         compiled = self.compiled(layer)
         insns, code = self.emit(layer, compiled.lowering, compiled.stream, compiled.constants, dev, addr)
-        op = layer.op + "+max_pool2d" * (layer.pool is not None)
-        desc = self.conv_desc(layer, compiled, compiled.schedule.describe())
+        op = layer.op + "+max_pool2d" * (layer.pool is not None) + "+add" * (layer.pre is not None)
+        schedule = "residual add fused, " * (layer.pre is not None) + compiled.schedule.describe()
+        desc = self.conv_desc(layer.pre or layer, compiled, schedule)
+        if layer.pre is not None:
+            desc["input"] = list(layer.pre.in_shape)
         return self.conv_step(layer, op, insns, code, compiled.spec.macs, desc)
 
     @staticmethod

@@ -21,6 +21,7 @@ from vdla.compiler.fused_pool import FusedPool
 from vdla.compiler.pool import PoolSpec, pool_lowering
 from vdla.compiler.spec import Conv2dSpec
 from vdla.config import HwConfig
+from vdla.graph.copies import COPY
 from vdla.graph.epilogue import Epilogue, match_integer
 from vdla.graph.graph import Graph, Node
 from vdla.graph.qdq import channel_product, is_depthwise
@@ -50,8 +51,11 @@ class AccelLayer:
     dense weights are block-diagonal, built and checked once, at placement; a depthwise layer without parts
     runs on the GEMM core's depthwise mode (:mod:`vdla.compiler.depthwise`, ``dw_mode``); ``note``: why the
     layer runs as it does where the step table should say so (a depthwise layer the mode refused); ``pre``: a
-    depthwise layer on the mode fused before this 1x1 convolution (:mod:`vdla.compiler.dw_pointwise`), whose
-    input ``x`` is then the depthwise layer's and whose output never reaches DRAM."""
+    depthwise layer on the mode fused before this 1x1 convolution (:mod:`vdla.compiler.dw_pointwise`), or a
+    conv2d layer whose tabled output this residual add (an identity convolution, :mod:`vdla.graph.copies`) reads
+    on chip (:attr:`~vdla.compiler.spec.EpilogueSpec.post`): its input ``x`` is then the ``pre`` layer's, whose
+    output never reaches DRAM; ``post_res``: that output is the add's residual, and ``residual`` names the add's
+    input instead."""
 
     op: str
     nodes: tuple[str, ...]
@@ -68,6 +72,7 @@ class AccelLayer:
     parts: tuple[BlockPart, ...] = ()
     note: str = ""
     pre: AccelLayer | None = None
+    post_res: bool = False
 
     def spec(self) -> Conv2dSpec:
         """The layer's shape as the compiler checks it (raises CompileError naming what does not fit); for a
@@ -173,6 +178,42 @@ def fuse_pointwise(dw: AccelLayer, pw: AccelLayer, graph: Graph, cfg: HwConfig) 
     if dw_pointwise_refusal(dw.in_shape, dw.weights, g.stride, g.padding, dw.epilogue, pw.weights, pw.epilogue, cfg):
         return None
     return replace(pw, nodes=(*dw.nodes, *pw.nodes), x=dw.x, pre=dw)
+
+
+def fuse_add(conv: AccelLayer, add: AccelLayer, graph: Graph) -> AccelLayer | None:
+    """The residual add ``add`` with the conv2d layer ``conv`` whose output it reads (as its input or its residual)
+    fused before it, the add applied to the tabled results on chip (:attr:`~vdla.compiler.spec.EpilogueSpec.post`),
+    or None where that is not possible: ``add`` is a residual add moved onto the accelerator
+    (:mod:`vdla.graph.copies`: an identity convolution with a residual), ``conv`` a plain conv2d (no parts,
+    depthwise mode, pool, residual or run-time weights) whose output only ``add`` reads (not a graph output)."""
+    if add.op != "conv2d" or add.pre or add.pool or add.w or not add.residual:
+        return None
+    if graph.producers()[add.nodes[0]].attrs.get(COPY) != "add":
+        return None
+    c = add.in_shape[1]
+    if not isinstance(add.weights, np.ndarray) or not np.array_equal(add.weights[:, :, 0, 0], np.eye(c)):
+        return None
+    if conv.op != "conv2d" or conv.groups != 1 or conv.parts or conv.pool or conv.residual or conv.w or conv.pre:
+        return None
+    readers = graph.consumers().get(conv.out, [])
+    if conv.out in graph.outputs or len(readers) != 1 or readers[0].output not in add.nodes:
+        return None
+    if (add.x == conv.out) == (add.residual == conv.out):
+        return None
+    other = add.residual if add.x == conv.out else add.x
+    nodes = (*conv.nodes, *add.nodes)
+    return replace(add, nodes=nodes, x=conv.x, residual=other, parts=(), pre=conv, post_res=add.x != conv.out)
+
+
+def fuse_adds(units: list, graph: Graph, pays: Callable[[AccelLayer], bool]) -> list:
+    """The placement's units with each residual add fused into the conv2d layer before it where :func:`fuse_add`
+    allows and ``pays(fused layer)`` (it compiles, and runs faster than the two layers apart)."""
+
+    def fuse(prev: AccelLayer, unit) -> AccelLayer | None:
+        fused = fuse_add(prev, unit, graph) if isinstance(unit, AccelLayer) else None
+        return fused if fused is not None and pays(fused) else None
+
+    return _fuse_adjacent(units, fuse)
 
 
 def fuse_pointwises(units: list, graph: Graph, cfg: HwConfig, pays: Callable[[AccelLayer], bool]) -> list:
