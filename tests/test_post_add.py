@@ -97,20 +97,19 @@ def test_an_add_the_layer_cannot_take_is_refused_by_name():
 
 
 @pytest.mark.parametrize("half", [8, 16, 32], ids=["half_block", "one_block", "two_blocks"])
-def test_a_bottleneck_add_after_silu_runs_in_its_layer(half, backend, monkeypatch):
+def test_a_bottleneck_add_after_silu_runs_in_its_layer(half, backend):
     """A YOLO C2f block (vdla's calibration): the bottleneck's residual add after SiLU, an identity convolution of
     its own (``vdla.graph.copies``), runs in the epilogue of the convolution whose tabled output it adds (that
     output its residual): one step fewer, the outputs bit for bit those of the two layers apart."""
     from qdq_check import accel_between
     from test_copies import SHAPE, _c2f
 
-    from vdla.model import Module, lower
-    from vdla.model.pipeline import compile_model
+    from vdla.model import Module
+    from vdla.model.pipeline import CompileOptions, compile_model
 
     model, calib = _c2f(half), RNG.normal(0, 1, (8, *SHAPE[1:])).astype(np.float32)
     fused = compile_model(model, calib)[0]
-    monkeypatch.setattr(lower, "fuse_adds", lambda units, graph, pays: units)
-    apart = compile_model(model, calib)[0]
+    apart = compile_model(model, calib, CompileOptions(fuse_adds=False))[0]
     steps = [accel_between(a) for a in (fused, apart)]
     assert len(steps[0]) == len(steps[1]) - 1
     (add,) = [s for s in steps[0] if s.layer["op"] == "conv2d+add"]

@@ -90,6 +90,7 @@ def compile_options(args: argparse.Namespace):
         quant_report=args.report,
         cpu_targets=tuple(args.cpu_target),
         fuse_depthwise=not getattr(args, "no_fuse_depthwise", False),
+        fuse_adds=not getattr(args, "no_fuse_adds", False),
     )
 
 
@@ -297,6 +298,12 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="run each depthwise layer and the 1x1 convolution after it as two steps (by default they are fused "
         "where that is faster: the depthwise output stays on chip)",
+    )
+    p.add_argument(
+        "--no-fuse-adds",
+        action="store_true",
+        help="run each residual add after an activation table (YOLO's bottleneck) as a step of its own (by default "
+        "it runs in the convolution whose output it adds where that is faster: that output stays on chip)",
     )
     p.add_argument(
         "--power-of-two",

@@ -52,9 +52,18 @@ def _packed(t: TensorType, cfg: HwConfig, block: int) -> tuple[tuple[int, ...], 
 class ModelBuilder:
     """Turns a partitioned graph into steps, DRAM tensors and an image (one use)."""
 
-    def __init__(self, graph: Graph, cfg: HwConfig, cache: ScheduleCache | None, log: Log, fuse_depthwise: bool = True):
+    def __init__(
+        self,
+        graph: Graph,
+        cfg: HwConfig,
+        cache: ScheduleCache | None,
+        log: Log,
+        fuse_depthwise: bool = True,
+        fuse_adds: bool = True,
+    ):
         self.g, self.cfg, self.cache, self.log = graph, cfg, cache, log
         self.fuse_depthwise = fuse_depthwise  # a depthwise layer and the 1x1 conv reading it as one step
+        self.fuse_adds = fuse_adds  # a residual add after a table in the conv whose output it adds
         self.memo: dict[tuple, object] = {}  # (output, fused, view) -> the layer compiled (compiled)
         self.views: dict[str, tuple[str, OutputView]] = {}  # stored_interleaves: output -> (tensor, view)
         self.explained: set[str] = set()  # CPU nodes a placement note explains (build_steps)
@@ -84,7 +93,8 @@ class ModelBuilder:
         units = fuse_pools(plan.units(), self.g)
         if self.fuse_depthwise:
             units = fuse_pointwises(units, self.g, self.cfg, self.fusion_pays)
-        units = fuse_adds(units, self.g, self.fusion_pays)
+        if self.fuse_adds:
+            units = fuse_adds(units, self.g, self.fusion_pays)
         units = self.stored_interleaves(units)
         groups = plan.partition.fusion.groups  # a noted conv's group is explained by its note
         self.explained = {n.output for g in groups if g.anchor.output in plan.notes for n in g.nodes}

@@ -57,7 +57,9 @@ class CompileOptions:
     pass and ``quant_report`` a path for the quantization report (JSON); ``cpu_targets`` the machines whose
     ahead-of-time CPU code the artifact carries (``--cpu-target``: ``host`` or a name of
     :data:`vdla.cpu_fallback.native.TARGETS`; stored resolved); ``fuse_depthwise`` runs each depthwise layer and
-    the 1x1 convolution reading it as one fused step (:mod:`vdla.compiler.dw_pointwise`) where they fit.
+    the 1x1 convolution reading it as one fused step (:mod:`vdla.compiler.dw_pointwise`) where they fit, and
+    ``fuse_adds`` each residual add after an activation table in the convolution whose output it adds
+    (:attr:`vdla.compiler.spec.EpilogueSpec.post`), both only where that is faster.
 
     Invariants: ``calibration`` is one of :data:`vdla.graph.calibrate.METHODS`, ``percentile`` lies in
     (0, 100], ``keep_float`` is a tuple of names, ``input_shapes`` maps names to tuples of ints,
@@ -74,6 +76,7 @@ class CompileOptions:
     quant_report: str | Path | None = None
     cpu_targets: tuple[str, ...] = ()
     fuse_depthwise: bool = True
+    fuse_adds: bool = True
 
     def __post_init__(self) -> None:
         if self.calibration not in METHODS:
@@ -119,10 +122,11 @@ def compile_graph_model(
     log: Log | None = None,
     passes: list[tuple[str, Callable[[Graph], Graph]]] | None = None,
     fuse_depthwise: bool = True,
+    fuse_adds: bool = True,
 ) -> tuple[Artifact, CompileReport]:
     """Compile a graph (already imported) to an artifact: ``passes`` (name, function) run first, then QDQ
-    lowering, partitioning, layout, memory planning and the accelerator layers (``fuse_depthwise``: see
-    :class:`CompileOptions`)."""
+    lowering, partitioning, layout, memory planning and the accelerator layers (``fuse_depthwise``,
+    ``fuse_adds``: see :class:`CompileOptions`)."""
     cfg = load_config(config)
     if cfg.block_in != cfg.block_out:
         raise CompileError(
@@ -159,7 +163,7 @@ def compile_graph_model(
     report.notes = dict(plan.notes)
     after("partition", graph, t0, report.placement, plan.partition.fusion.group_of)
     t0 = time.perf_counter()
-    builder = ModelBuilder(graph, cfg, cache, log, fuse_depthwise)
+    builder = ModelBuilder(graph, cfg, cache, log, fuse_depthwise, fuse_adds)
     builder.build_steps(plan)
     n_accel = sum(k == "accel" for k, _ in builder.steps)
     artifact = builder.finish(progress=lambda name: log(f"compiling accelerator layer {name} ({n_accel} in all)"))
@@ -280,8 +284,9 @@ def compile_model(
     elif opts.keep_float:
         raise CompileError("keep_float needs calibration data (calib): without it a float model runs all in float")
     artifact, report = compile_graph_model(
-        graph, opts.config, cache, opts.dump, log, passes=passes, fuse_depthwise=opts.fuse_depthwise
-    )
+        graph, opts.config, cache, opts.dump, log, passes=passes, fuse_depthwise=opts.fuse_depthwise,
+        fuse_adds=opts.fuse_adds,
+    )  # fmt: skip
     report.seconds = {"import": import_s, **report.seconds}
     if opts.cpu_targets:
         t0 = time.perf_counter()
