@@ -243,8 +243,9 @@ def compile_conv2d(
             raise CompileError(f"max_pool must be (kernel, stride, padding) fitting the output: {e}") from e
     if len(shape) != 4 or shape[1] != spec.c:
         raise CompileError(f"weights {shape} do not match {spec.c} input channels (OIHW)")
-    options = {"pool": pool, "view": out_view, "vthreads": vthreads, "schedule": schedule, "cache": cache, "post": post}
-    options["post_res"] = post_res
+    options = dict(
+        pool=pool, view=out_view, vthreads=vthreads, schedule=schedule, cache=cache, post=post, post_res=post_res
+    )
     return CompiledConv2d(spec, weights, load_config(config), epilogue or Epilogue(), **options)
 
 

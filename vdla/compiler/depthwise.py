@@ -31,7 +31,7 @@ from vdla.compiler.blocks import Alu, Block, Epi, Gemm, Load, Op, Store
 from vdla.compiler.cache import ScheduleCache
 from vdla.compiler.conv2d import LayerRun, run_band
 from vdla.compiler.microcode import Limits, MicroKernel
-from vdla.compiler.search import cached_fastest, emit_program, fastest
+from vdla.compiler.search import cached_fastest, emit_program
 from vdla.compiler.spec import TABLE, CompileError, WindowSpec, refusal
 from vdla.compiler.tiling import BandLowering, BandTile, band_sizes
 from vdla.compiler.transfer import plan_transfers
@@ -342,11 +342,8 @@ class CompiledDepthwise:
             )
         self.spec, self.weights, self.epilogue, self.cfg = spec, w, ep, cfg
         self.lowering = low = DepthwiseLowering(spec, ep, cfg)
-        if schedule:
-            self.search = fastest(low, [schedule])
-        else:
-            key = f"dw:{spec.describe()}:{low.passes.key()}"
-            self.search = cached_fastest(low, low.candidates, DepthwiseSchedule, key, cache)
+        key = f"dw:{spec.describe()}:{low.passes.key()}"
+        self.search = cached_fastest(low, low.candidates, DepthwiseSchedule, key, cache, schedule)
         self.schedule, self.stream = self.search.schedule, self.search.stream
 
     @cached_property

@@ -43,7 +43,7 @@ from vdla.compiler.epilogue import normalize
 from vdla.compiler.identity import EYE, identity_weights, load_identity
 from vdla.compiler.microcode import Limits, lower_nest
 from vdla.compiler.schedule import ConvLowering, Schedule, ThreadBuilder, Tile
-from vdla.compiler.search import cached_fastest, emit_program, fastest
+from vdla.compiler.search import cached_fastest, emit_program
 from vdla.compiler.spec import TABLE, CompileError, Conv2dSpec, EpilogueSpec, OutputView, refusal
 from vdla.compiler.tiling import BandTile, band_tiles, halvings
 from vdla.compiler.transfer import plan_transfers
@@ -294,12 +294,9 @@ class CompiledDwPointwise:
         self.lowering = DwPointwiseLowering(dw_spec, dw_ep, pw_spec, self.epilogue, cfg, imm, view)
         self.constants = self.lowering.constants(dw_w, pw_w, normalize(pw_ep))
         low = self.lowering
-        if schedule:
-            self.search = fastest(low, [schedule])
-        else:
-            key = f"dwpw:{dw_spec.describe()}:{low.dw.passes.key()}:{pw_spec.key()}:{self.epilogue.key()}"
-            key += f":{view.key()}" if view else ""
-            self.search = cached_fastest(low, low.candidates, FusedSchedule, key, cache)
+        key = f"dwpw:{dw_spec.describe()}:{low.dw.passes.key()}:{pw_spec.key()}:{self.epilogue.key()}"
+        key += f":{view.key()}" if view else ""
+        self.search = cached_fastest(low, low.candidates, FusedSchedule, key, cache, schedule)
         self.schedule, self.stream = self.search.schedule, self.search.stream
 
     @property

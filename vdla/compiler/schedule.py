@@ -286,6 +286,11 @@ class ConvLowering:
         return self.cfg.acc_depth - self.ob * (len(self.rows) + len(self.post_rows))
 
     @property
+    def post_tiles(self) -> int:
+        """Tiles of ACC the post add takes after the layer's: its own, and its residual's unless a GEMM adds it."""
+        return 0 if not self.post else 1 + (not self.post_gemm)
+
+    @property
     def post_rows_base(self) -> int:
         """Start of the post add's per-channel rows (:attr:`post`), the top of the accumulator buffer."""
         return self.cfg.acc_depth - self.ob * len(self.post_rows)
@@ -350,7 +355,7 @@ class ConvLowering:
         acc = tile * (2 if self.epi.residual and not s.res_inp else 1)
         acc += self.pool.acc_elems(s.toc, s.toh) if self.pool else 0
         acc += 2 * tile * bool(self.row_pairs)  # each pixel twice, for whole-row stores (OutputView.row_pairs)
-        acc += tile * (bool(self.post) + (bool(self.post) and not self.post_gemm))  # the post add's tile, residual
+        acc += tile * self.post_tiles  # the post add's tile (and its residual's)
         wgt = 0 if self.weights_shared else s.toc * wic * self.taps
         return self.window_elems(s) + self.res_elems(s), wgt, acc
 
@@ -436,8 +441,7 @@ class ConvLowering:
             sh, ow = self.pool.stride[0], self.spec.ow
             return [(self.in_rows(sh) * self.in_cols(ow), self.taps, sh * ow + self.pool.out_hw[1])]
         window = self.in_rows(1) * self.in_cols(1)
-        post = (1, 2 + (not self.post_gemm)) if self.post else (0, 1)  # the operand in INP; the add's regions
-        needs = [(window + post[0], self.taps, 2 if self.epi.residual else post[1])]
+        needs = [(window + bool(self.post), self.taps, 2 if self.epi.residual else 1 + self.post_tiles)]
         return needs + [(window + 1, self.taps, 1)] * self.residual_gemm
 
     def check_minimal(self, vthreads: int) -> None:

@@ -86,9 +86,14 @@ def fastest(low, candidates: list) -> TimedChoice:
     return TimedChoice(candidates[best], low.stream(candidates[best]), cycles, len(candidates))
 
 
-def cached_fastest(low, candidates: Callable[[], list], kind: type, key: str, cache: ScheduleCache | None):
+def cached_fastest(
+    low, candidates: Callable[[], list], kind: type, key: str, cache: ScheduleCache | None, schedule=None
+):
     """:func:`fastest` of ``candidates()``, or the choice ``cache`` holds under ``key`` (schema and config
-    prefixed): the schedule (a frozen dataclass of type ``kind``) and its cycles, stored after a search."""
+    prefixed): the schedule (a frozen dataclass of type ``kind``) and its cycles, stored after a search. A
+    ``schedule`` given is taken as it is (timed, not cached)."""
+    if schedule is not None:
+        return fastest(low, [schedule])
     full = f"v{SCHEMA}:{low.cfg.name}:{low.cfg.hash:08x}:{key}"
     hit = cache.get(full) if cache else None
     if hit:

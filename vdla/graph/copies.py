@@ -136,9 +136,7 @@ class _Rewriter:
         span = self.channels(node)
         if s is None or len(node.inputs) != 1 or span is None or not self.pays([x], node.output):
             return
-        if x not in self.shuffled and self.view(node, span):
-            return
-        if x not in self.shuffled and self.split_layer(node, span):
+        if x not in self.shuffled and (self.view(node, span) or self.split_layer(node, span)):
             return
         src, rows = self.shuffled.get(x, (x, np.arange(self.types[x].shape[1])))
         sel = np.eye(self.types[x].shape[1])[rows[span[0] : span[1]], :, None, None]

@@ -158,7 +158,7 @@ class ModelBuilder:
     def compiled(self, layer: AccelLayer):
         """``layer`` compiled (once per output and output view): a fused depthwise -> 1x1 pair, a depthwise layer on
         the depthwise mode, or a conv2d (with its fused pool, into its view)."""
-        view = self.views[layer.out][1] if layer.out in self.views else None
+        view = self.view_of(layer.out)
         key = (layer.out, layer.pre is not None, view)
         if key not in self.memo:
             self.memo[key] = self._compile(layer, view)
@@ -200,7 +200,8 @@ class ModelBuilder:
         self.aliases: set[str] = set()  # values stored as channel blocks of a concatenation others read there
         self.readers = {n: u for kind, u in units if kind == "accel" for n in u.nodes}  # node output -> its unit
         cpu_nodes = [n for kind, unit in units if kind == "cpu" for n in unit]
-        self.sliced = {n.output: v for n in cpu_nodes if (v := self.view(n, layers))}  # slice -> (value, block)
+        self.sliced: dict[str, tuple[str, int]] = {}  # slice -> (value, first block), filled next
+        self.sliced = {n.output: v for n in cpu_nodes if (v := self.view(n, layers, consumers))}
         out = []
         for kind, unit in units:
             if kind == "cpu":
@@ -216,7 +217,7 @@ class ModelBuilder:
             out.append((kind, unit))
         return [(kind, unit) for kind, unit in out if kind != "accel" or unit.out not in self.dropped]
 
-    def view(self, node: Node, layers: dict[str, AccelLayer]) -> tuple[str, int] | None:
+    def view(self, node: Node, layers: dict[str, AccelLayer], consumers) -> tuple[str, int] | None:
         """``(value, first block)`` where the slice ``node`` is read in place (:func:`vdla.graph.copies.block_view`):
         whole channel blocks of one image of an accelerator layer's output (or of such a view), read by
         accelerator layers alone as their input or residual, no graph output. None otherwise (a CPU step slices)."""
@@ -226,11 +227,18 @@ class ModelBuilder:
         span = channel_span(node, self.types[x].shape)
         if span is None or not block_view(span, self.types[x].shape, block) or x not in layers:
             return None
-        for reader in self.g.consumers().get(node.output, []):
+        return (x, span[0] // block) if self.operand_only(node.output, consumers) else None
+
+    def operand_only(self, value: str, consumers) -> bool:
+        """Whether every reader of ``value`` is an accelerator layer reading it as its input or residual (or a slice
+        of it read in place, :meth:`view`): they may then read it wherever it is stored (:meth:`stored_at`)."""
+        for reader in consumers.get(value, []):
+            if reader.output in self.sliced:
+                continue
             unit = self.readers.get(reader.output)
-            if unit is None or node.output not in (unit.x, getattr(unit, "residual", None)):
-                return None
-        return x, span[0] // block
+            if unit is None or value not in (unit.x, getattr(unit, "residual", None)):
+                return False
+        return True
 
     def store_phases(self, node: Node, layers: dict[str, AccelLayer], consumers: dict[str, list[Node]]) -> bool:
         """Whether the phases of the interleave ``node`` can store in place; if so their views are recorded."""
@@ -318,13 +326,7 @@ class ModelBuilder:
             or self.types[v].shape != self.types[part].shape
         ):
             return None
-        for reader in consumers.get(v, []):
-            if reader.output in self.sliced:  # a view of its channel blocks, read by accelerator layers
-                continue
-            unit = self.readers.get(reader.output)
-            if unit is None or (unit is not copy and v not in (unit.x, getattr(unit, "residual", None))):
-                return None
-        return v
+        return v if self.operand_only(v, consumers) else None  # the copy reads v as its input too
 
     def stored_at(self, value: str) -> tuple[str, int]:
         """The value whose DRAM tensor holds ``value`` (itself, or the concatenation it is stored into: the
@@ -338,6 +340,10 @@ class ModelBuilder:
             return value, 0
         target, view = self.views[value]
         return target, view.blocks[0]
+
+    def view_of(self, value: str) -> OutputView | None:
+        """The view through which the layer computing ``value`` stores it (:meth:`stored_interleaves`), if any."""
+        return self.views[value][1] if value in self.views else None
 
     def read_tensor(self, value: str, block: int) -> str:
         """The DRAM tensor a layer reads ``value`` from (:meth:`stored_at`)."""
@@ -540,7 +546,7 @@ class ModelBuilder:
         g, cfg, (_, c, h, w) = layer.geometry, self.cfg, layer.in_shape
         own = -(-c // cfg.block_out)
         sp = layer.spec()  # the output's height and width (a depthwise layer's: one channel's)
-        full = self.views[layer.out][1] if layer.out in self.views else OutputView((sp.oh, sp.ow))
+        full = self.view_of(layer.out) or OutputView((sp.oh, sp.ow))
         total = full.out_blocks(own)
         view = replace(full, blocks=(full.blocks[0] + part.block, total))
         options = dict(stride=g.stride, padding=g.padding, epilogue=part.epilogue, out_view=view, config=cfg)
@@ -560,9 +566,7 @@ class ModelBuilder:
 
     def compile_pool(self, layer: PoolLayer, dev: Device, addr: dict[str, int]) -> AccelStep:
         """A pooling on the ALU (:mod:`vdla.compiler.pool`), its schedule timed on the simulator."""
-        compiled = compile_pool(
-            layer.spec, self.cfg, out_view=self.views[layer.out][1] if layer.out in self.views else None
-        )
+        compiled = compile_pool(layer.spec, self.cfg, out_view=self.view_of(layer.out))
         insns, code = self.emit(layer, compiled.lowering, compiled.stream, compiled.constants, dev, addr)
         sp = layer.spec
         desc = {
@@ -598,10 +602,11 @@ class ModelBuilder:
         for role, t in tensors.items():
             shape, dtype = self.dram[t]
             offset, nbytes = 0, int(np.prod(shape)) * np.dtype(dtype).itemsize
-            if role in values and self.stored_at(values[role])[0] != values[role]:  # channel blocks of another
+            target, first = self.stored_at(values[role]) if role in values else (None, 0)
+            if target is not None and target != values[role]:  # its channel blocks of another value's tensor
                 own = _packed(self.types[values[role]], self.cfg, self.cfg.block_out)[0]
                 nbytes = int(np.prod(own))
-                offset = self.stored_at(values[role])[1] * nbytes // own[1]
+                offset = first * nbytes // own[1]
             if role in (regions or {}):
                 offset, nbytes = offset + regions[role][0], regions[role][1]
             if nbytes != need[role]:

@@ -151,14 +151,19 @@ def fuse_pools(units: list[tuple[str, AccelLayer | PoolLayer | list[Node]]], gra
     return _fuse_adjacent(units, lambda prev, unit: isinstance(unit, PoolLayer) and fuse_pool(prev, unit, graph))
 
 
-def _fuse_adjacent(units: list, fuse: Callable[[AccelLayer, AccelLayer | PoolLayer], AccelLayer | None]) -> list:
+def _fuse_adjacent(
+    units: list,
+    fuse: Callable[[AccelLayer, AccelLayer | PoolLayer], AccelLayer | None],
+    pays: Callable[[AccelLayer], bool] | None = None,
+) -> list:
     """``units`` with each accelerator unit after a convolution layer replaced, together with that layer, by
-    ``fuse(layer, unit)`` where it returns a layer (a falsy value: the two stay apart)."""
+    ``fuse(layer, unit)`` where it returns a layer (a falsy value: the two stay apart) and ``pays`` (if given)
+    accepts it."""
     out: list = []
     for kind, unit in units:
         prev = out[-1][1] if out and out[-1][0] == "accel" else None
         fused = fuse(prev, unit) if kind == "accel" and isinstance(prev, AccelLayer) else None
-        if fused:
+        if fused and (pays is None or pays(fused)):
             out[-1] = ("accel", fused)
         else:
             out.append((kind, unit))
@@ -208,12 +213,7 @@ def fuse_add(conv: AccelLayer, add: AccelLayer, graph: Graph) -> AccelLayer | No
 def fuse_adds(units: list, graph: Graph, pays: Callable[[AccelLayer], bool]) -> list:
     """The placement's units with each residual add fused into the conv2d layer before it where :func:`fuse_add`
     allows and ``pays(fused layer)`` (it compiles, and runs faster than the two layers apart)."""
-
-    def fuse(prev: AccelLayer, unit) -> AccelLayer | None:
-        fused = fuse_add(prev, unit, graph) if isinstance(unit, AccelLayer) else None
-        return fused if fused is not None and pays(fused) else None
-
-    return _fuse_adjacent(units, fuse)
+    return _fuse_adjacent(units, lambda prev, unit: isinstance(unit, AccelLayer) and fuse_add(prev, unit, graph), pays)
 
 
 def fuse_pointwises(units: list, graph: Graph, cfg: HwConfig, pays: Callable[[AccelLayer], bool]) -> list:
@@ -221,10 +221,9 @@ def fuse_pointwises(units: list, graph: Graph, cfg: HwConfig, pays: Callable[[Ac
     :func:`fuse_pointwise` allows and ``pays(fused layer)`` (it runs faster than its two layers apart)."""
 
     def fuse(prev: AccelLayer, unit) -> AccelLayer | None:
-        fused = fuse_pointwise(prev, unit, graph, cfg) if isinstance(unit, AccelLayer) else None
-        return fused if fused is not None and pays(fused) else None
+        return isinstance(unit, AccelLayer) and fuse_pointwise(prev, unit, graph, cfg)
 
-    return _fuse_adjacent(units, fuse)
+    return _fuse_adjacent(units, fuse, pays)
 
 
 def match_pool(anchor: Node, graph: Graph, types: dict[str, TensorType], cfg: HwConfig) -> PoolLayer | str:
