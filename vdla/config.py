@@ -19,7 +19,7 @@ from vdla.errors import VdlaError
 
 DEFAULT_PRESET = "pynq"
 LUT_ENTRIES = 256  # the activation table: one int8 output per int8 input (EPI lut, LOAD LUT)
-OPTIONAL_KEYS = ("description", "depthwise_mode")  # config keys a preset may leave out (their defaults)
+OPTIONAL_KEYS = ("description", "depthwise_mode", "out_multiplier")  # config keys a preset may leave out (their defaults)
 DW_MAX_K = 5  # the depthwise mode's window: DW_MAX_K rows (kernel rows) of DW_MAX_K INP elements (EPI dw)
 
 
@@ -45,6 +45,7 @@ class Timing:
     dma_pad_cycles: int = 1  # per padding element written
     gemm_setup: int = 2  # per GEMM instruction
     gemm_pipeline: int = 4  # GEMM pipeline drain at the end of an instruction
+    out_mul_lag: int = 2  # the OUT-path multiplier's stages: a GEMM under EPI mul drains this much longer
     alu_setup: int = 2
     alu_pipeline: int = 2
     alu_ii: int = 2  # per uop-iteration of an ALU instruction reading ACC[src] (vdla.cycles.alu_ii, src_reads)
@@ -75,6 +76,7 @@ class HwConfig:
     dram_base_addr: int
     description: str = ""
     depthwise_mode: bool = True  # the GEMM core's depthwise mode (EPI dw), where batch and blocks allow it
+    out_multiplier: bool = True  # the per-channel multiplier in the OUT mirror's path (EPI mul)
     timing: Timing = field(default_factory=Timing)
 
     def __post_init__(self) -> None:
@@ -96,10 +98,9 @@ class HwConfig:
             raise ConfigError(
                 f"config {self.name!r}: only int8 inputs/weights/outputs with int32 accumulators are supported"
             )
-        if not isinstance(self.depthwise_mode, bool):
-            raise ConfigError(
-                f"config {self.name!r}: depthwise_mode must be true or false, got {self.depthwise_mode!r}"
-            )
+        for flag in ("depthwise_mode", "out_multiplier"):
+            if not isinstance(getattr(self, flag), bool):
+                raise ConfigError(f"config {self.name!r}: {flag} must be true or false, got {getattr(self, flag)!r}")
         if self.bus_width_bits < 32:
             raise ConfigError(f"config {self.name!r}: bus_width_bits must be >= 32")
         for buf in ("inp", "wgt", "acc"):
@@ -244,6 +245,7 @@ class HwConfig:
             "uop_depth": self.uop_depth,
             "lut_depth": self.lut_depth,
             "depthwise_mode": self.dw_supported,
+            "out_multiplier": self.out_multiplier,
             "uop_bits (dst/src/wgt)": f"{self.uop_dst_bits}/{self.uop_src_bits}/{self.uop_wgt_bits}",
             "macs_per_cycle": self.macs_per_cycle,
             "peak_gops": round(self.peak_gops, 3),

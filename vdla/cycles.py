@@ -113,6 +113,13 @@ def dw_slots(cfg: HwConfig, epi: EpiInsn, insn: GemmInsn) -> int:
     return k2 + later + passes + 1
 
 
+def out_mul_cycles(t: Timing, epi: EpiInsn, insn: GemmInsn) -> int:
+    """What the OUT-path multiplier (EPI ``mul``) adds to a GEMM that is not a reset: a slot at the start of each
+    outer iteration reading its multiplier row, and ``out_mul_lag`` more drain (the OUT writes, from the rounded
+    products, come that much later after their ACC writes)."""
+    return insn.iter_out + t.out_mul_lag if epi.mul and not insn.reset else 0
+
+
 class CycleModel:
     """Stage occupancy of each instruction, with shared read and write channels. It follows the compute
     stage's epilogue state (the last EPI it timed), which a depthwise-mode GEMM's duration depends on."""
@@ -128,7 +135,7 @@ class CycleModel:
         t = self.t
         if isinstance(insn, GemmInsn):
             slots = dw_slots(self.cfg, self.epi, insn) if self.epi.dw and not insn.reset else insn.iterations
-            return t.gemm_setup + slots + t.gemm_pipeline
+            return t.gemm_setup + slots + t.gemm_pipeline + out_mul_cycles(t, self.epi, insn)
         if isinstance(insn, EpiInsn):
             self.epi = insn
         if isinstance(insn, AluInsn):

@@ -32,8 +32,8 @@
 package vdla_pkg;
 
   // ---- Configuration 'pynq' (vdla/config.py) -------------------------------------------------------
-  localparam int ISA_VERSION          = 5;  // ID[15:0]
-  localparam logic [31:0] CONFIG_HASH = 32'hfd8b809f;  // CONFIG_HASH register
+  localparam int ISA_VERSION          = 6;  // ID[15:0]
+  localparam logic [31:0] CONFIG_HASH = 32'h09837a20;  // CONFIG_HASH register
   localparam int BATCH                = 1;
   localparam int BLOCK_IN             = 16;
   localparam int BLOCK_OUT            = 16;
@@ -53,6 +53,7 @@ package vdla_pkg;
   localparam int LUT_DEPTH            = 16;  // activation table elements: LUT_ENTRIES / OUT_ELEM_BYTES
   localparam int DW_MAX_K             = 5;  // depthwise window: DW_MAX_K registers of DW_MAX_K INP rows
   localparam int DW_SUPPORTED         = 1;  // depthwise mode (EPI dw): the config's depthwise_mode, BATCH 1, BLOCK_IN == BLOCK_OUT
+  localparam int OUT_MUL_SUPPORTED    = 1;  // the OUT-path multiplier (EPI mul)
   localparam int UOP_DST_BITS         = 11;  // micro-op fields: dst [DST-1:0]
   localparam int UOP_SRC_BITS         = 11;  // src above dst
   localparam int UOP_WGT_BITS         = 10;  // wgt above src
@@ -70,6 +71,7 @@ package vdla_pkg;
   localparam int DMA_PAD_CYCLES       = 1;
   localparam int GEMM_SETUP           = 2;
   localparam int GEMM_PIPELINE        = 4;
+  localparam int OUT_MUL_LAG          = 2;
   localparam int ALU_SETUP            = 2;
   localparam int ALU_PIPELINE         = 2;
   localparam int ALU_II               = 2;
@@ -184,7 +186,10 @@ package vdla_pkg;
 
   // EPI: the compute stage's epilogue state (requantization, bias, depthwise).
   typedef struct packed {
-    logic [72:0] rsvd_127_55;  // reserved
+    logic [49:0] rsvd_127_78;  // reserved
+    logic [15:0] mul_base;     // [77:62]
+    logic [5:0]  mul_shift;    // [61:56]
+    logic        mul;          // [55]
     logic        src_out;      // [54]
     logic [15:0] dw_pitch;     // [53:38]
     logic [1:0]  dw_stride;    // [37:36]

@@ -242,6 +242,7 @@ def _config_params(cfg: HwConfig) -> list[str]:
             "depthwise mode (EPI dw): the config's depthwise_mode, BATCH 1, BLOCK_IN == BLOCK_OUT",
         )
     )
+    rows.append((i, "OUT_MUL_SUPPORTED", int(cfg.out_multiplier), "the OUT-path multiplier (EPI mul)"))
     rows += [
         (i, "UOP_DST_BITS", cfg.uop_dst_bits, "micro-op fields: dst [DST-1:0]"),
         (i, "UOP_SRC_BITS", cfg.uop_src_bits, "src above dst"),

@@ -8,6 +8,7 @@ One instruction per line; ``#`` starts a comment. Examples::
     epi req relu shift=7 bias=2000
     epi dw=3,1,18   # depthwise mode: kernel 3, stride 1, window rows 18 INP elements apart
     epi src_out     # later GEMMs read their input rows from OUT (the int8 mirror of ACC)
+    epi req mul=1990,37   # OUT writes of later GEMMs: times the row ACC[1990 + outer index], rounded right by 37
     gemm init uop=0:8 iter=2,3 dst=16,1 src=0,1 wgt=0,16
     alu shr uop=0:8 iter=1,1 dst=1,0 src=0,0 imm=8 push_next
     store out sram=0 dram=0x2000 y=4 x=16 stride=16 pop_prev push_prev
@@ -70,6 +71,8 @@ def disassemble_insn(insn: Insn) -> str:
             words.append(f"{'bias' if insn.bias else 'base'}={insn.bias_base}")
         if insn.dw:
             words.append(f"dw={insn.dw_k},{insn.dw_stride},{insn.dw_pitch}")
+        if insn.mul or insn.mul_base or insn.mul_shift:
+            words.append(f"{'mul' if insn.mul else 'mulbase'}={insn.mul_base},{insn.mul_shift}")
     else:
         words = ["gemm"] if isinstance(insn, GemmInsn) else ["alu", insn.alu_opcode.name.lower()]
         words += [f for f in ("reset", "init", "pipe") if getattr(insn, f, False)]
@@ -170,6 +173,11 @@ def assemble_line(line: str, where: str = "line") -> Insn | None:
             if len(parts) != 3:
                 raise IsaError(f"{where}: dw takes three values kernel,stride,pitch, got {value!r}")
             kw.update(dw=True, **dict(zip(("dw_k", "dw_stride", "dw_pitch"), (_int(p, where) for p in parts))))
+        elif cls is EpiInsn and key in ("mul", "mulbase"):
+            parts = value.split(",")
+            if len(parts) != 2:
+                raise IsaError(f"{where}: {key} takes two values row,shift, got {value!r}")
+            kw.update(mul=key == "mul", mul_base=_int(parts[0], where), mul_shift=_int(parts[1], where))
         else:
             raise IsaError(f"{where}: unknown field {key!r} for {mnemonic}")
     return cls(**kw)

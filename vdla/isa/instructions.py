@@ -15,7 +15,7 @@ from vdla.errors import VdlaError
 
 # The version of the instruction set: its formats and their meaning. The RTL reports it in ID[15:0] (through the
 # generated package), and a driver refuses a bitstream of another version. Raise it with any change to either.
-ISA_VERSION = 5
+ISA_VERSION = 6
 INSN_BITS = 128
 INSN_BYTES = 16
 
@@ -174,9 +174,12 @@ EPI_FIELDS = (
     ("dw_stride", 36, 2),
     ("dw_pitch", 38, 16),
     ("src_out", 54, 1),
+    ("mul", 55, 1),
+    ("mul_shift", 56, 6),
+    ("mul_base", 62, 16),
 )
 SIGNED_FIELDS = {"imm"}
-BOOL_FIELDS = {"reset", "use_imm", "init", "req", "relu", "bias", "lut", "dw", "pipe", "src_out"}
+BOOL_FIELDS = {"reset", "use_imm", "init", "req", "relu", "bias", "lut", "dw", "pipe", "src_out", "mul"}
 
 
 @dataclass(kw_only=True)
@@ -327,7 +330,10 @@ class EpiInsn(Insn):
     iterations (docs/isa.md, "Depthwise mode"); ``src_out``: later GEMMs read their input rows (``src``, and the
     depthwise window) from OUT, the int8 mirror of ACC, instead of INP, so a layer's int8 results feed the next
     GEMM without a trip through DRAM; such a GEMM may not write an ACC row whose OUT row it reads
-    (docs/isa.md, "GEMM input from OUT")."""
+    (docs/isa.md, "GEMM input from OUT"); ``mul``: the OUT mirror of each ACC write of a later GEMM (not a
+    reset) is formed from the value multiplied by the GEMM's multiplier row, ACC[``mul_base`` + outer loop
+    index], its 64-bit product rounded right by ``mul_shift`` (ALU MUL's arithmetic), before ``req`` and ``lut``;
+    ACC keeps the int32 sum (docs/isa.md, "Per-channel multiplier in the OUT path")."""
 
     req: bool = False
     relu: bool = False
@@ -340,6 +346,9 @@ class EpiInsn(Insn):
     dw_stride: int = 0
     dw_pitch: int = 0
     src_out: bool = False
+    mul: bool = False
+    mul_shift: int = 0
+    mul_base: int = 0
 
     OPCODE = Opcode.EPI
     FIELDS = EPI_FIELDS

@@ -130,6 +130,10 @@ def check_insn(insn: Insn, cfg: HwConfig, dram: tuple[int, int] | None = None) -
         if insn.bias and insn.bias_base >= cfg.acc_depth:
             problems.append(f"EPI bias_base={insn.bias_base} is outside the ACC buffer (depth {cfg.acc_depth})")
         problems += _dw_problems(insn, cfg)
+        if insn.mul and not cfg.out_multiplier:
+            problems.append(f"EPI mul: config {cfg.name!r} has no OUT-path multiplier (out_multiplier is false)")
+        if insn.mul and insn.mul_base >= cfg.acc_depth:
+            problems.append(f"EPI mul_base={insn.mul_base} is outside the ACC buffer (depth {cfg.acc_depth})")
         if insn.src_out and cfg.block_in != cfg.block_out:
             problems.append(
                 f"EPI src_out: GEMMs read OUT rows as INP rows, which needs block_in == block_out; config "

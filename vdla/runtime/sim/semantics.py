@@ -40,9 +40,12 @@ class Sram:
         self.lut = np.zeros((cfg.lut_depth, cfg.batch, cfg.block_out), np.int8)
         self.epi = EpiInsn()
 
-    def mirror(self, rows: np.ndarray | slice) -> None:
-        """Write the OUT rows of freshly written ACC rows."""
+    def mirror(self, rows: np.ndarray | slice, mult: np.ndarray | None = None) -> None:
+        """Write the OUT rows of freshly written ACC rows; ``mult``: each row's multiplier row (EPI ``mul``, a
+        GEMM's writes), the value's product with it rounded right by ``mul_shift`` before the rest."""
         v = self.acc[rows]
+        if mult is not None:
+            v = mul_shift(v, mult, self.epi.mul_shift)
         if self.epi.req:
             v = _alu_apply(AluOp.REQ, v.astype(np.int64), np.int64(self.epi.shift | self.epi.relu << 5))
         v = v.astype(np.int8)
@@ -157,6 +160,7 @@ def exec_gemm(sram: Sram, insn: GemmInsn) -> None:
         _check_range(src, sram.src_depth, f"GEMM {sram.src_name} (src)")
         _check_range(wgt, cfg.wgt_depth, "GEMM WGT (wgt)")
         _check_src_out(sram, dst, src)
+    mult = _out_multipliers(sram, insn, dst, touched) if sram.epi.mul else None
     if insn.init and not _init_accumulators(sram, insn, dst):
         sums = dw if dw is not None else _products(sram, src.reshape(-1), wgt.reshape(-1))
         _accumulate_sequential(sram, dst, sums)
@@ -168,7 +172,21 @@ def exec_gemm(sram: Sram, insn: GemmInsn) -> None:
         else:
             rows, sums = dst.reshape(-1), _products(sram, src.reshape(-1), wgt.reshape(-1))
         _accumulate(sram.acc, rows, sums)
-    sram.mirror(touched)
+    sram.mirror(touched, mult)
+
+
+def _out_multipliers(sram: Sram, insn: GemmInsn, dst: np.ndarray, touched: np.ndarray) -> np.ndarray:
+    """The multiplier row of each of ``touched`` (EPI ``mul``): ACC[mul_base + o] for the outer index o of the
+    row's last write, read before the GEMM runs. The rows must lie in ACC and the GEMM may not write them (the
+    RTL reads each at the start of its outer iteration)."""
+    epi, per_outer = sram.epi, dst.shape[1] * dst.shape[2]
+    rows = np.arange(epi.mul_base, epi.mul_base + insn.iter_out)
+    _check_range(rows, sram.cfg.acc_depth, "GEMM OUT multiplier row (EPI mul_base)")
+    if (hit := np.intersect1d(rows, touched)).size:
+        raise FaultError(f"GEMM writes ACC row {int(hit[0])}, one of its OUT multiplier rows (EPI mul_base)")
+    flat = dst.reshape(-1)[::-1]
+    _, first = np.unique(flat, return_index=True)  # ascending rows, as touched: each one's last write, reversed
+    return sram.acc[epi.mul_base + (flat.size - 1 - first) // per_outer]
 
 
 def _check_src_out(sram: Sram, dst: np.ndarray, rows: np.ndarray) -> None:
