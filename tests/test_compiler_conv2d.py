@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from vdla.compiler import ScheduleCache, compile_conv2d, compile_dense
+from vdla.config import load_config
 from vdla.graph.epilogue import Epilogue, Rescale
 from vdla.graph.oracle import conv2d_reference, dense_reference
 from vdla.runtime import Device
@@ -417,18 +420,22 @@ def test_bias_shift_clip_epilogue_costs_no_alu_pass(devices, cache, relu):
     assert cycles_per_element(layer.epilogue, load_config("pynq").timing) == 0
 
 
-def test_multiplier_rows_stay_a_pass_with_and_without_bias(devices, cache):
+@pytest.mark.parametrize("out_mul", [True, False], ids=["out_mul", "alu_mul"])
+def test_multiplier_rows_with_and_without_bias(out_mul, cache):
+    """Multiplier rows are applied by the OUT mirror (EPI mul: no ALU instruction), or without the OUT-path
+    multiplier by one MUL pass; with a bias or without, the layer is exact."""
     from vdla.isa import AluInsn, AluOp, EpiInsn, GemmInsn
 
+    cfg = load_config("pynq") if out_mul else replace(load_config("pynq"), name="no_out_mul", out_multiplier=False)
     rng = np.random.default_rng(6)
     x, wt, m = rand(rng, (1, 20, 6, 6)), rand(rng, (18, 20, 1, 1)), rng.integers(-300, 300, 18)
     for bias in (None, rng.integers(-5000, 5000, 18)):
         ep = Epilogue(bias=bias, multiplier=m, shift=13, clip=(0, 127))
-        layer = compile_conv2d(x.shape, wt, epilogue=ep, cache=cache)
-        out = layer.run(devices["pynq"], x).out
+        layer = compile_conv2d(x.shape, wt, epilogue=ep, cache=cache, config=cfg)
+        out = layer.run(Device(cfg), x).out
         ref = conv2d_reference(x, wt, layer.spec, ep)
         np.testing.assert_array_equal(out, ref)
         prog = layer.program()
-        assert {i.alu_opcode for i in prog if isinstance(i, AluInsn)} == {AluOp.MUL}
-        assert all(i.bias == (bias is not None) for i in prog if isinstance(i, EpiInsn))
+        assert {i.alu_opcode for i in prog if isinstance(i, AluInsn)} == (set() if out_mul else {AluOp.MUL})
+        assert all(i.bias == (bias is not None) and i.mul == out_mul for i in prog if isinstance(i, EpiInsn))
         assert not any(isinstance(i, GemmInsn) and i.reset for i in prog)

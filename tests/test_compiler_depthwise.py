@@ -5,15 +5,18 @@ same cycles; the named errors of layers it cannot take."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
 from vdla.compiler import CompileError, compile_conv2d
 from vdla.compiler.depthwise import DepthwiseSchedule, compile_depthwise, depthwise_reference
 from vdla.compiler.search import emit_program
+from vdla.config import load_config
 from vdla.graph.epilogue import Epilogue
 from vdla.graph.oracle import conv2d_reference
-from vdla.isa import AluInsn, AluOp
+from vdla.isa import AluInsn, AluOp, EpiInsn
 from vdla.runtime import Device
 
 
@@ -103,21 +106,39 @@ def test_layers_it_cannot_take_are_named():
         compile_depthwise((2, 16, 8, 8), w, config="batch2")
 
 
-def test_requantizing_muls_are_pipelined():
-    """A per-channel multiplier's MUL, in a depthwise layer and in a convolution, holds its row over the tile's
-    pixels as the inner loop, so the command builder pipelines it (vdla.isa.pipe): one cycle a row. With one
-    channel block a tile the depthwise layer's pixels are still the inner loop (its channel-block loop is
-    pinned outer, even of extent 1), and the layers stay exact."""
-    dev = Device("pynq")
+def _layers_with_multiplier_rows(cfg):
     x, w, bias = layer(3, (1, 16, 12, 12), 3)
     ep = epilogue("per-channel", 16, bias)
-    dw = compile_depthwise(x.shape, w, padding=1, epilogue=ep, schedule=DepthwiseSchedule(1, 4, 1))
+    dw = compile_depthwise(x.shape, w, padding=1, epilogue=ep, schedule=DepthwiseSchedule(1, 4, 1), config=cfg)
     wc = np.random.default_rng(4).integers(-30, 31, (32, 16, 3, 3)).astype(np.int8)
     ep_c = Epilogue(multiplier=np.arange(1, 33) << 14, shift=22)
-    conv = compile_conv2d(x.shape, wc, padding=1, epilogue=ep_c)
-    for compiled in (dw, conv):
+    conv = compile_conv2d(x.shape, wc, padding=1, epilogue=ep_c, config=cfg)
+    dev = Device(cfg)
+    np.testing.assert_array_equal(dw.run(dev, x).out, depthwise_reference(x, w, dw.spec, ep))
+    np.testing.assert_array_equal(conv.run(dev, x).out, conv2d_reference(x, wc, conv.spec, ep_c))
+    return dev, (dw, conv)
+
+
+def test_requantizing_muls_are_pipelined():
+    """Without the OUT-path multiplier, a per-channel multiplier's MUL, in a depthwise layer and in a
+    convolution, holds its row over the tile's pixels as the inner loop, so the command builder pipelines it
+    (vdla.isa.pipe): one cycle a row. With one channel block a tile the depthwise layer's pixels are still the
+    inner loop (its channel-block loop is pinned outer, even of extent 1), and the layers stay exact."""
+    cfg = replace(load_config("pynq"), name="pynq_no_out_mul", out_multiplier=False)
+    dev, layers = _layers_with_multiplier_rows(cfg)
+    for compiled in layers:
         muls = [i for i in emit_program(compiled.lowering, compiled.stream, dev) if isinstance(i, AluInsn)]
         muls = [i for i in muls if i.alu_opcode == AluOp.MUL]
         assert muls and all(i.pipe and i.iter_in > 1 for i in muls), muls
-    np.testing.assert_array_equal(dw.run(dev, x).out, depthwise_reference(x, w, dw.spec, ep))
-    np.testing.assert_array_equal(conv.run(dev, x).out, conv2d_reference(x, wc, conv.spec, ep_c))
+        assert not any(isinstance(i, EpiInsn) and i.mul for i in compiled.program())
+
+
+def test_out_path_multiplier_replaces_the_muls():
+    """With the OUT-path multiplier (``pynq``), the same layers run no ALU instruction: their GEMMs' EPI mul
+    names the first multiplier row of each tile and the layer's shift, and they stay exact."""
+    _, layers = _layers_with_multiplier_rows(load_config("pynq"))
+    for compiled in layers:
+        prog = compiled.program()
+        assert not any(isinstance(i, AluInsn) for i in prog)
+        epis = [i for i in prog if isinstance(i, EpiInsn) and i.mul]
+        assert epis and {i.mul_shift for i in epis} == {compiled.epilogue.shift}

@@ -47,8 +47,11 @@ def test_config_from_file_and_errors(tmp_path):
     with pytest.raises(ConfigError, match="missing config keys: \\['batch'\\]"):
         from_dict({k: v for k, v in d.items() if k != "batch"})
     pynq = load_config("pynq").to_dict()
-    without = {k: v for k, v in pynq.items() if k not in ("description", "depthwise_mode")}
+    without = {k: v for k, v in pynq.items() if k not in ("description", "depthwise_mode", "out_multiplier")}
     assert from_dict(without).depthwise_mode and from_dict(without).dw_supported  # optional keys, defaults
+    assert from_dict(without).out_multiplier
+    with pytest.raises(ConfigError, match="out_multiplier must be true or false, got 'yes'"):
+        from_dict({**pynq, "out_multiplier": "yes"})
     assert not from_dict({**pynq, "depthwise_mode": False}).dw_supported
     assert not from_dict(d).dw_supported  # block_in 8 != block_out 16: no mode, whatever the key says
     with pytest.raises(ConfigError, match="depthwise_mode must be true or false, got 1"):

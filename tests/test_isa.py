@@ -69,7 +69,15 @@ alu_insns = st.builds(
     **loop,
 )
 epi_insns = st.builds(
-    EpiInsn, req=st.booleans(), relu=st.booleans(), shift=bits(5), bias=st.booleans(), bias_base=bits(16)
+    EpiInsn,
+    req=st.booleans(),
+    relu=st.booleans(),
+    shift=bits(5),
+    bias=st.booleans(),
+    bias_base=bits(16),
+    mul=st.booleans(),
+    mul_shift=bits(6),
+    mul_base=bits(16),
 )
 any_insn = st.one_of(mem_insns, gemm_insns, alu_insns, epi_insns, st.builds(FinishInsn))
 
@@ -192,6 +200,9 @@ def test_documented_bit_layout():
     epi = EpiInsn(req=True, relu=True, shift=21, bias=True, bias_base=0xBEEF, pop_next=True)
     assert encode(epi) == pack({(2, 0): 5, (4, 4): 1, (7, 7): 1, (8, 8): 1, (13, 9): 21, (14, 14): 1, (31, 16): 0xBEEF})
     assert encode(GemmInsn(init=True)) == pack({(2, 0): 2, (34, 21): 1, (48, 35): 1, (62, 49): 1, (63, 63): 1})
+    mul = EpiInsn(mul=True, mul_shift=63, mul_base=0xBEEF)
+    assert encode(mul) == pack({(2, 0): 5, (55, 55): 1, (61, 56): 63, (77, 62): 0xBEEF})
+    assert decode(encode(mul)) == mul
     store = MemInsn(store=True, mem_type=MemType.OUT, push_prev=True)
     assert encode(store) & 0x7F == 1 | 1 << 5 and (encode(store) >> 7) & 7 == 4
     assert store.stage == Stage.STORE and load.stage == Stage.LOAD
@@ -274,6 +285,7 @@ def test_validate_program():
         gemm uop=0:1 iter=0,1 dst=0,0 src=0,0 wgt=0,0 pop_prev
         gemm reset init uop=0:1 iter=1,1 dst=0,0 src=0,0 wgt=0,0
         epi req shift=3 bias=2048
+        epi mul=2048,37
     """)
     with pytest.raises(IsaError) as info:
         validate_program(bad, CFG)
@@ -288,6 +300,7 @@ def test_validate_program():
         "instruction 5: zero loop extent iter_out=0 iter_in=1",
         "instruction 6: GEMM cannot have both reset and init",
         "instruction 7: EPI bias_base=2048 is outside the ACC buffer (depth 2048)",
+        "instruction 8: EPI mul_base=2048 is outside the ACC buffer (depth 2048)",
         "the program does not end with FINISH",
     ):
         assert expected in text, expected

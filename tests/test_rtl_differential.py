@@ -4,11 +4,12 @@ depthwise layers compiled to the block-diagonal parts that run MobileNets' depth
 The programs draw random tiles (sizes, strides, offsets, padding), random micro-op kernels and loop
 factors, every ALU opcode with immediates or overlapping second operands, ACC and ACC_8BIT loads, EPI
 states (OUT requantization, bias rows in the thread's share, among its destinations or in a shared area)
-with GEMMs that initialise their accumulators, the depthwise mode (random kernels up to DW_MAX_K, strides and
-window pitches, with any micro-op kernel and loop), GEMMs that read their input rows from OUT (src_out: one half
-of the thread's accumulators, written by the GEMMs, ALUs and loads before, into the other), and one or two
-virtual threads (double-buffered loads) whose token pattern orders every producer before its consumer (so the
-result does not depend on timing). Every accumulator region is stored back, 8 bits at a time, at the end,
+with GEMMs that initialise their accumulators, the OUT-path multiplier (EPI mul, its rows in the shared
+area), the depthwise mode (random kernels up to DW_MAX_K, strides and window pitches, with any micro-op
+kernel and loop), GEMMs that read their input rows from OUT (src_out: one half of the thread's
+accumulators, written by the GEMMs, ALUs and loads before, into the other), and one or two virtual threads
+(double-buffered loads) whose token pattern orders every producer before its consumer (so the result does
+not depend on timing). Every accumulator region is stored back, 8 bits at a time, at the end,
 through truncating or requantizing OUT writes.
 """
 
@@ -83,7 +84,9 @@ def _epi(cmd, rng, a0: int, dst: int, dw: Dw = None, src_out: bool = False) -> N
         "area": BIAS_AREA + int(rng.integers(0, BIAS_ROWS - 2)),
     }[where]
     req, relu, shift = rng.random() < 0.5, rng.random() < 0.5, int(rng.integers(0, 32))
-    cmd.epi(req=req, relu=relu, shift=shift, bias_base=base, dw=dw, src_out=src_out)
+    # the OUT-path multiplier's rows (up to 3) in the shared area, which no GEMM writes
+    mul = (BIAS_AREA + int(rng.integers(0, BIAS_ROWS - 2)), int(rng.integers(0, 64))) if rng.random() < 0.4 else None
+    cmd.epi(req=req, relu=relu, shift=shift, bias_base=base, dw=dw, src_out=src_out, mul=mul)
 
 
 def random_program(dev: Device, seed: int) -> None:

@@ -267,3 +267,102 @@ def test_epi_req_requantizes_the_out_mirror(device, relu):
     cmd.store(0, out, 8, 1, 8, 8)
     cmd.synchronize()
     np.testing.assert_array_equal(out.read(np.int8, (16, 16))[8:], vals[:, 0].astype(np.int8))
+
+
+@pytest.mark.parametrize("mode", ["plain", "req", "relu"])
+@pytest.mark.parametrize("mshift", [0, 1, 31, 37, 63])
+def test_epi_mul_multiplies_the_out_mirror_of_gemm_writes(device, mode, mshift):
+    """With EPI mul, the OUT row of each ACC write of a GEMM is formed from mul_shift(v, ACC[mul_base + o], s)
+    (the ALU MUL's exact 64-bit product rounded right by s), o the outer index of the row's last write, then
+    requantized (req) as before; ACC keeps the int32 sum. ALU writes and GEMM resets are not multiplied."""
+    inp = RNG.integers(-128, 128, (6, 1, 16), dtype=np.int8)
+    wgt = RNG.integers(-128, 128, (4, 16, 16), dtype=np.int8)
+    acc = rand_acc(24)
+    mult = rand_acc(3)
+    mult[1, 0, :3] = [INT32[0], INT32[1], 1 << 30]
+    inp_buf, wgt_buf, acc_buf, mul_buf = (device.array(a) for a in (inp, wgt, acc, mult))
+    out = device.array(np.zeros((24, 16), np.int8))
+    cmd = device.commands()
+    cmd.load(MemType.INP, 0, inp_buf, 0, 1, 6, 6)
+    cmd.load(MemType.WGT, 0, wgt_buf, 0, 1, 4, 4)
+    cmd.dep_push(Stage.LOAD, Stage.COMPUTE)
+    cmd.dep_pop(Stage.LOAD, Stage.COMPUTE)
+    cmd.load(MemType.ACC, 0, acc_buf, 0, 1, 24, 24)
+    cmd.load(MemType.ACC, 30, mul_buf, 0, 1, 3, 3)
+    req = {"plain": {}, "req": {"req": True, "shift": 3}, "relu": {"req": True, "relu": True}}[mode]
+    # rows 0..5: o steps the bias row (20 + o), the multiplier row (31 + o) and the weight block
+    uops = [(0, 0, 0), (1, 1, 0), (2, 2, 0)]
+    cmd.epi(bias_base=20, mul=(31, mshift), **req)
+    cmd.gemm(uops, iter_out=2, iter_in=2, dst_factor=(3, 0), src_factor=(0, 3), wgt_factor=(1, 0), init=True)
+    cmd.gemm([(8, 0, 2), (9, 1, 3)])  # one outer iteration: multiplier row 31
+    cmd.gemm([(10, 0, 0)], reset=True)  # a reset: zeros, not multiplied
+    cmd.alu(AluOp.ADD, [(11, 12)])  # an ALU write: not multiplied
+    cmd.dep_push(Stage.COMPUTE, Stage.STORE)
+    cmd.dep_pop(Stage.COMPUTE, Stage.STORE)
+    cmd.store(0, out, 0, 1, 24, 24)
+    cmd.synchronize()
+    a, m = acc.astype(np.int64)[:, 0], mult.astype(np.int64)[:, 0]
+    x, w = inp.astype(np.int64)[:, 0], wgt.astype(np.int64)
+    v = a.copy()
+    for o in range(2):
+        for r in range(3):
+            v[3 * o + r] = a[20 + o] + x[r] @ w[o].T + x[r + 3] @ w[o].T
+    v[8], v[9], v[10], v[11] = a[8] + x[0] @ w[2].T, a[9] + x[1] @ w[3].T, 0, a[11] + a[12]
+    v = (v + (1 << 31)) % (1 << 32) - (1 << 31)
+    rows = {r: m[1 + r // 3] for r in range(6)} | {8: m[1], 9: m[1]}
+    expect = v.copy()
+    for r, mr in rows.items():
+        p = v[r].astype(object) * mr.astype(object)
+        rounded = [(int(q) >> mshift) + ((int(q) >> (mshift - 1)) & 1 if mshift else 0) for q in p]
+        expect[r] = [(q + (1 << 31)) % (1 << 32) - (1 << 31) for q in rounded]
+    if req:
+        s = req.get("shift", 0)
+        expect = np.clip((expect + ((1 << s) >> 1)) >> s, 0 if mode == "relu" else -128, 127)
+    expect[6:8] = v[6:8].astype(np.int8)  # loaded before the EPI: truncated
+    np.testing.assert_array_equal(out.read(np.int8, (24, 16))[:12], expect[:12].astype(np.int8))
+
+
+def test_epi_mul_faults_and_refusals(device):
+    """A GEMM may not write its own multiplier rows (the simulator faults, naming the row); a multiplier row
+    past the ACC buffer is an index fault; a config without the OUT-path multiplier refuses EPI mul."""
+    from dataclasses import replace
+
+    from vdla.isa import EpiInsn, IsaError
+    from vdla.isa.validate import validate_program
+    from vdla.runtime.backend import FaultError
+
+    if device.backend.name != "sim":
+        pytest.skip("the RTL leaves a GEMM writing its own multiplier rows undefined")
+    cmd = device.commands()
+    cmd.epi(mul=(4, 3))
+    cmd.gemm([(5, 0, 0)], iter_out=2, dst_factor=(0, 0))
+    with pytest.raises(FaultError, match="ACC row 5, one of its OUT multiplier rows"):
+        cmd.synchronize()
+    cmd = device.commands()
+    cmd.epi(mul=(device.cfg.acc_depth - 1, 3))
+    cmd.gemm([(0, 0, 0)], iter_out=2, dst_factor=(1, 0))
+    with pytest.raises(FaultError, match="multiplier row .* outside the buffer"):
+        cmd.synchronize()
+    off = replace(device.cfg, name="no_out_mul", out_multiplier=False)
+    with pytest.raises(IsaError, match="no OUT-path multiplier"):
+        validate_program([EpiInsn(mul=True)], off)
+
+
+@pytest.mark.parametrize("iter_out", [1, 3])
+def test_epi_mul_costs_a_slot_per_outer_iteration_and_its_lag(device, iter_out):
+    """A GEMM after EPI mul takes iter_out + out_mul_lag cycles more than after EPI without it
+    (vdla.cycles.out_mul_cycles); a reset takes none more."""
+    from vdla.cycles import out_mul_cycles
+    from vdla.isa import EpiInsn, GemmInsn
+
+    def run(mul, reset=False):
+        cmd = device.commands()
+        cmd.epi(req=True, mul=(100, 9) if mul else None)
+        cmd.gemm([(0, 0, 0), (1, 1, 1)], iter_out=iter_out, iter_in=4, dst_factor=(2, 0), reset=reset)
+        return cmd.synchronize().counters.cycles
+
+    t = device.cfg.timing
+    extra = out_mul_cycles(t, EpiInsn(mul=True), GemmInsn(iter_out=iter_out))
+    assert extra == iter_out + t.out_mul_lag
+    assert run(True) - run(False) == extra
+    assert run(True, reset=True) == run(False, reset=True)

@@ -19,7 +19,7 @@ from vdla.errors import VdlaError
 
 DEFAULT_PRESET = "pynq"
 LUT_ENTRIES = 256  # the activation table: one int8 output per int8 input (EPI lut, LOAD LUT)
-OPTIONAL_KEYS = ("description", "depthwise_mode", "out_multiplier")  # config keys a preset may leave out (their defaults)
+OPTIONAL_KEYS = ("description", "depthwise_mode", "out_multiplier")  # keys a preset may leave out (their defaults)
 DW_MAX_K = 5  # the depthwise mode's window: DW_MAX_K rows (kernel rows) of DW_MAX_K INP elements (EPI dw)
 
 

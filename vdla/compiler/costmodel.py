@@ -15,6 +15,7 @@ confirms its best candidates with the timing-only simulator.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
@@ -50,7 +51,9 @@ def op_insn(op: Op) -> Insn:
         )
     if isinstance(op, Epi):
         k, stride, pitch = op.dw or (0, 0, 0)
-        return EpiInsn(lut=op.lut, dw=op.dw is not None, dw_k=k, dw_stride=stride, dw_pitch=pitch, src_out=op.src_out)
+        row, shift = op.mul or (0, 0)
+        dws = {"dw": op.dw is not None, "dw_k": k, "dw_stride": stride, "dw_pitch": pitch}
+        return EpiInsn(lut=op.lut, **dws, src_out=op.src_out, mul=op.mul is not None, mul_base=row, mul_shift=shift)
     k = op.kernel
     loop = {"uop_end": len(k.uops), "iter_out": k.iter_out, "iter_in": k.iter_in}
     loop |= {
@@ -63,6 +66,13 @@ def op_insn(op: Op) -> Insn:
     imm = op.shift if op.imm is None else op.imm
     insn = AluInsn(alu_opcode=op.op, use_imm=op.imm is not None, imm=imm, reset=op.reset, **loop)
     return replace(insn, pipe=can_pipe(insn, k.uops))  # as the command builder emits it
+
+
+def timed_ops(ops: Iterable[Op], cfg: HwConfig) -> list[tuple[Op, int]]:
+    """Each operation with its :func:`op_cycles`, the compute ones timed in order by one cycle model, so that a
+    GEMM takes the cycles of the EPI state before it (its depthwise mode, its OUT-path multiplier)."""
+    model = CycleModel(cfg)
+    return [(op, op_cycles(op, cfg) if isinstance(op, Load | Store) else model.duration(op_insn(op), 0)) for op in ops]
 
 
 def op_cycles(op: Op, cfg: HwConfig) -> int:
@@ -126,7 +136,7 @@ class CostModel:
             built = sorted({0, min(1, n - 1), n - 1})
             builder = ThreadBuilder(low, s, 0)
             cost = {
-                k: [(op, op_cycles(op, self.cfg)) for op in sum(map(tuple, (b.loads, b.compute, b.stores)), ())]
+                k: timed_ops(sum(map(tuple, (b.loads, b.compute, b.stores)), ()), self.cfg)
                 for k in built
                 for b in [builder.block(tile, k, steps[k], n)]
             }

@@ -115,23 +115,26 @@ class DwPasses:
     relu: bool
     shift: int
     table: np.ndarray | None
+    out_mul: bool = False  # the OUT mirror multiplies (EPI mul) instead of a MUL pass
 
     def key(self) -> str:
         """The passes' structure as a text key (schedule cache)."""
-        return f"m{int(self.mul)}r{int(self.relu)}s{self.shift}t{int(self.table is not None)}"
+        return f"m{int(self.mul)}o{int(self.out_mul)}r{int(self.relu)}s{self.shift}t{int(self.table is not None)}"
 
     @classmethod
-    def of(cls, ep: Epilogue) -> DwPasses:
+    def of(cls, ep: Epilogue, out_mul: bool = False) -> DwPasses:
+        """The passes of ``ep``; ``out_mul``: the config has the OUT-path multiplier, which then applies the
+        multiplier rows (the layer's GEMMs write its final sums)."""
         if ep.residual is not None or ep.rescale is not None:
             raise CompileError("a depthwise layer's epilogue with a residual add is not supported (run it apart)")
         mul = np.ndim(ep.multiplier) > 0 or int(ep.multiplier) != 1
         shift = 0 if mul else ep.shift
         if ep.clip in (INT8_BOUNDS, RELU_BOUNDS):
-            return cls(mul, ep.clip == RELU_BOUNDS, shift, ep.table)
+            return cls(mul, ep.clip == RELU_BOUNDS, shift, ep.table, out_mul and mul)
         byte = np.arange(LUT_ENTRIES).astype(np.uint8).view(np.int8)
         clamped = np.clip(byte, *ep.clip).astype(np.int8)
         entries = clamped if ep.table is None else np.asarray(ep.table, np.int8)[clamped.view(np.uint8)]
-        return cls(mul, False, shift, entries)
+        return cls(mul, False, shift, entries, out_mul and mul)
 
 
 class DepthwiseLowering(BandLowering):
@@ -148,7 +151,7 @@ class DepthwiseLowering(BandLowering):
         if not cfg.dw_supported:
             raise CompileError(cfg.dw_refusal())
         self.spec, self.ep, self.cfg = spec, ep, cfg
-        self.passes = DwPasses.of(ep)
+        self.passes = DwPasses.of(ep, cfg.out_multiplier)
         n, c, self.h, self.w = spec.shape
         self.oh, self.ow = spec.out_hw
         self.ng, self.cb = n, -(-c // cfg.block_out)
@@ -245,11 +248,12 @@ class DepthwiseLowering(BandLowering):
         return Block(thread, tuple(loads), tuple(compute), tuple(self.stores(t, acc0, ob)))
 
     def gemms(self, t: BandTile, acc0: int, inp0: int, ob: int, win: int) -> list[Op]:
-        """The tile's EPI (the depthwise mode, its first bias row) and one ``init`` GEMM per output row: channel
-        blocks outer (``ob`` accumulators and ``win`` INP elements apart; their bias rows), the row's columns
-        inner (the window moving by the stride)."""
+        """The tile's EPI (the depthwise mode, its first bias and multiplier rows) and one ``init`` GEMM per output
+        row: channel blocks outer (``ob`` accumulators and ``win`` INP elements apart; their bias and multiplier
+        rows), the row's columns inner (the window moving by the stride)."""
         p = self.passes
-        ops: list[Op] = [Epi(True, p.relu, p.shift, self.bias0 + t.cb, p.table is not None, self.dw)]
+        mul = (self.mult0 + t.cb, self.ep.shift) if p.out_mul else None
+        ops: list[Op] = [Epi(True, p.relu, p.shift, self.bias0 + t.cb, p.table is not None, self.dw, mul=mul)]
         for r in range(t.noh):
             base = (acc0 + r * self.ow, inp0 + r * self.s * self.cols, t.cb * self.elements)
             kernel = MicroKernel(np.array([base], np.int64), t.noc, self.ow, (ob, win, self.elements), (1, self.s, 0))
@@ -261,10 +265,11 @@ class DepthwiseLowering(BandLowering):
         return self.k, self.s, self.cols
 
     def epilogue(self, t: BandTile, acc0: int, ob: int) -> list[Op]:
-        """The MUL by the multiplier rows with the shift over the tile's outputs, if the layer has one: channel
-        blocks on the outer loop (even one), so that the pixels are the inner loop, which holds the block's
-        multiplier row and is pipelined (:mod:`vdla.isa.pipe`)."""
-        if not self.passes.mul:
+        """The MUL by the multiplier rows with the shift over the tile's outputs, if the layer has one and the OUT
+        mirror does not apply it (``DwPasses.out_mul``, the GEMMs' EPI mul): channel blocks on the outer loop (even
+        one), so that the pixels are the inner loop, which holds the block's multiplier row and is pipelined
+        (:mod:`vdla.isa.pipe`)."""
+        if not self.passes.mul or self.passes.out_mul:
             return []
         nest = ((t.noc, (ob, 1)), (t.noh * self.ow, (1, 0)))
         return [Alu(AluOp.MUL, self.kernel(nest, (acc0, self.mult0 + t.cb), pin_outer=True), shift=self.ep.shift)]

@@ -35,13 +35,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from vdla.compiler.blocks import Block, Epi, Gemm, Load, Op
+from vdla.compiler.blocks import Block, Load, Op
 from vdla.compiler.cache import ScheduleCache
 from vdla.compiler.conv2d import LayerRun, _constants, run_bound
 from vdla.compiler.depthwise import DepthwiseLowering, DepthwiseSpec, DwPasses, depthwise_reference
 from vdla.compiler.epilogue import normalize
 from vdla.compiler.identity import EYE, identity_weights, load_identity
-from vdla.compiler.microcode import Limits, lower_nest
+from vdla.compiler.microcode import Limits
 from vdla.compiler.schedule import ConvLowering, Schedule, ThreadBuilder, Tile
 from vdla.compiler.search import cached_fastest, emit_program
 from vdla.compiler.spec import TABLE, CompileError, Conv2dSpec, EpilogueSpec, OutputView, refusal
@@ -227,19 +227,16 @@ class DwPointwiseLowering:
             return Block(thread, tuple(loads), tuple(compute), ())
         if s.res_inp:  # the residual into INP; the identity GEMM reads INP again
             loads += tb.residual_inp_loads(tile)
-            m = pw.out_mode
-            compute.append(Epi(m.req, m.relu, m.shift, None, m.lut))
+            compute.append(pw.epi_op(tile))
         compute += tb.residual_loads(tile, 0) + tb.epilogue_ops(tile, 0, p0)
         return Block(thread, tuple(loads), tuple(compute), tuple(tb.stores(tile, p0)))
 
     def pointwise(self, k: int, n: int, tile: Tile, tb: ThreadBuilder, base: tuple[int, int, int]) -> list[Op]:
         """The EPI (``src_out``, the pointwise OUT mode, its bias rows on the first step) and the pointwise GEMM
         of a step over ``n`` channel blocks read from OUT at D, accumulating into P."""
-        pw, m = self.pw, self.pw.out_mode
+        pw = self.pw
         nest = pw.gemm_nest(pw.ob, tile.noh, self.ow, n, pw.ib if self.wgt_shared else n, False)
-        if k == 0:
-            return tb.init_gemms(tile, nest, base, src_out=True)
-        return [Epi(m.req, m.relu, m.shift, None, m.lut, src_out=True), Gemm(lower_nest(nest, base, self.limits))]
+        return (tb.init_gemms if k == 0 else tb.step_gemms)(tile, nest, base, src_out=True)
 
     # ---- the stream -------------------------------------------------------------------------------
     def stream(self, s: FusedSchedule) -> Stream:

@@ -12,6 +12,7 @@ accumulators).
   int32 as adding it last.
 * passes, only those the layer needs, after the last GEMM::
 
+      (none)                                        (EPI req mul: the OUT mirror multiplies and clamps)
       MUL row multiplier, shift                     (EPI req: the OUT mirror clamps)
       MUL row multiplier, shift -> GEMM residual    (EPI req, shift 0: the OUT mirror clamps the sum)
       MUL row multiplier, shift -> ADD residual     (the same, the residual tile in the accumulators)
@@ -39,7 +40,11 @@ accumulators).
 
   With EPI ``req`` every accumulator write also writes its OUT row as the rounding right shift clamped
   to [-128, 127], or [0, 127] with ReLU, so the usual requantization costs no pass at all; other bounds
-  use the ALU. Per-channel constants (bias, multipliers) are rows kept in the accumulator buffer.
+  use the ALU. With EPI ``mul`` (configs with ``out_multiplier``) the mirror first multiplies a GEMM's writes
+  by the multiplier rows and rounds by the layer's shift, so a per-channel requantization costs no pass
+  either, only a slot per channel block of each GEMM (:func:`vdla.cycles.out_mul_cycles`): the layer's
+  last GEMM must then write the final sums (no residual, pool or pair copy after it, :func:`out_mul_fits`).
+  Per-channel constants (bias, multipliers) are rows kept in the accumulator buffer.
 """
 
 from __future__ import annotations
@@ -89,6 +94,7 @@ class OutMode:
     relu: bool = False
     shift: int = 0
     lut: bool = False  # then looked up in the layer's activation table (the last write of each element counts)
+    mul: int | None = None  # the shift of the per-channel multiplier the mirror applies first (EPI mul), if it does
 
 
 def power_of_two_shift(multiplier, shift: int) -> tuple[int | np.ndarray, int]:
@@ -112,12 +118,23 @@ def normalize(ep: Epilogue) -> Epilogue:
     return replace(ep, multiplier=multiplier, shift=shift)
 
 
-def out_mode(epi: EpilogueSpec) -> OutMode:
+def out_mul_fits(epi: EpilogueSpec) -> bool:
+    """Whether the OUT mirror can apply the layer's per-channel multiplier itself (EPI ``mul``, on configs with
+    ``out_multiplier``), so that the epilogue has no ALU pass: a multiplier row followed by nothing but the
+    mirror's clamp and table (no residual, pool or other bounds). The mirror multiplies a GEMM's writes only, so
+    the layer's last GEMM must write its final results (the caller checks the rest of its stream)."""
+    return epi.multiplier == "row" and not epi.residual and not epi.rescale and not epi.pool and out_mode(epi).req
+
+
+def out_mode(epi: EpilogueSpec, out_mul: bool = False) -> OutMode:
     """Requantize in the OUT mirror when the final clamp is int8's, or ReLU's [0, 127]: with the layer's shift
     when nothing follows it, with shift 0 when the ALU passes shift and add a residual (the mirror then only
-    clamps), with ``frac`` after a rescaled residual."""
+    clamps), with ``frac`` after a rescaled residual. With ``out_mul`` (where :func:`out_mul_fits`) the mirror
+    also multiplies by the multiplier rows, rounding by the layer's shift."""
     relu = {INT8_BOUNDS: False, (0, INT8_MAX): True}.get(tuple(epi.bounds))
     lut = epi.table
+    if out_mul and out_mul_fits(epi):
+        return OutMode(req=True, relu=relu, lut=lut, mul=epi.shift)
     if relu is None:
         return OutMode(lut=lut)
     if epi.rescale:
@@ -134,11 +151,16 @@ def residual_gemm_fits(epi: EpilogueSpec) -> bool:
     return epi.residual == "int8" and not epi.rescale
 
 
-def alu_passes(epi: EpilogueSpec, mul_imm: int = 1, residual_gemm: bool = False) -> tuple[AluPass, ...]:
+def alu_passes(
+    epi: EpilogueSpec, mul_imm: int = 1, residual_gemm: bool = False, out_mul: bool = False
+) -> tuple[AluPass, ...]:
     """The passes after the last GEMM, in execution order; with ``residual_gemm`` the residual add is a GEMM
-    (``AluPass.gemm``) instead of an ALU ADD (only where :func:`residual_gemm_fits`)."""
+    (``AluPass.gemm``) instead of an ALU ADD (only where :func:`residual_gemm_fits`); with ``out_mul`` none where
+    the OUT mirror multiplies (:func:`out_mul_fits`)."""
     if residual_gemm and not residual_gemm_fits(epi):
         raise CompileError(f"a {epi.residual} residual{' rescaled' * bool(epi.rescale)} cannot be added by a GEMM")
+    if out_mul and out_mul_fits(epi):
+        return ()
     if epi.rescale:
         return _rescale_passes(epi)
     passes = []
@@ -184,7 +206,9 @@ def pool_commutes(multiplier, shift: int) -> str | None:
     return None
 
 
-def cycles_per_element(epi: EpilogueSpec, timing: Timing, mul_imm: int = 1, residual_gemm: bool = False) -> int:
+def cycles_per_element(
+    epi: EpilogueSpec, timing: Timing, mul_imm: int = 1, residual_gemm: bool = False, out_mul: bool = False
+) -> int:
     """Compute-stage cycles the epilogue's passes take per accumulator element, by the cycle model's rule
     (:func:`vdla.cycles.alu_ii`): one per ALU pass with an immediate or a per-channel row (held across the
     pixels; its one read per channel block is left out) and for the residual GEMM, ``alu_ii`` per ALU pass
@@ -193,5 +217,5 @@ def cycles_per_element(epi: EpilogueSpec, timing: Timing, mul_imm: int = 1, resi
 
     return sum(
         1 if p.gemm else alu_ii(timing, p.op, use_imm=p.imm is not None, same_src=p.holds_row, pipe=p.pipelined)
-        for p in alu_passes(epi, mul_imm, residual_gemm)
+        for p in alu_passes(epi, mul_imm, residual_gemm, out_mul)
     )

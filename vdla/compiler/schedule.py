@@ -50,7 +50,7 @@ from dataclasses import asdict, dataclass, replace
 import numpy as np
 
 from vdla.compiler.blocks import Alu, Block, Epi, Gemm, Load, Op, Store
-from vdla.compiler.epilogue import AluPass, alu_passes, out_mode, residual_gemm_fits
+from vdla.compiler.epilogue import AluPass, alu_passes, out_mode, out_mul_fits, residual_gemm_fits
 from vdla.compiler.fused_pool import FusedPool
 from vdla.compiler.identity import EYE, identity_bytes, identity_fits, identity_gemm, load_identity
 from vdla.compiler.intrinsic import GemmIntrinsic, conv2d_contraction, tensorize
@@ -179,10 +179,12 @@ class ConvLowering:
         self.ng, self.ib, self.ob = ext["b"], ext["ic"], ext["oc"]
         self.taps = spec.kh * spec.kw
         self.limits = Limits.of(cfg)
-        self.passes: tuple[AluPass, ...] = alu_passes(epi, mul_imm)  # after the last GEMM, residual on the ALU
+        # the OUT mirror multiplies the last GEMM's writes (EPI mul): nothing but STOREs may follow that GEMM
+        self.out_mul = cfg.out_multiplier and out_mul_fits(epi) and not (view and view.row_pairs)
+        self.passes: tuple[AluPass, ...] = alu_passes(epi, mul_imm, out_mul=self.out_mul)  # residual on the ALU
         self.residual_gemm = residual_gemm_fits(epi) and identity_fits(cfg)  # may a schedule use res_inp?
         self.gemm_passes = alu_passes(epi, mul_imm, residual_gemm=True) if self.residual_gemm else self.passes
-        self.out_mode = out_mode(epi)
+        self.out_mode = out_mode(epi, self.out_mul)
         self.rows = epilogue_rows(epi)
         self.post = epi.post  # a residual add after the table, its input read back from OUT
         # the add's int8 residual as it is: a second identity GEMM adds it (else the ALU, from a region of its own)
@@ -278,6 +280,14 @@ class ConvLowering:
         if cfg.block_in != cfg.block_out or not identity_fits(cfg):
             return f"the identity GEMM reads OUT rows as input rows: config {cfg.name!r} has block_in != block_out"
         return None
+
+    def epi_op(self, t: Tile, bias: bool = False, src_out: bool = False) -> Epi:
+        """The EPI of the layer's GEMMs over tile ``t``: its OUT mode, with ``bias`` its first bias row (for
+        ``init``), with :attr:`out_mul` its first multiplier row, the GEMM's outer loop stepping through both."""
+        m = self.out_mode
+        row = {name: self.rows_base + i * self.ob + t.ob for i, name in enumerate(self.rows)}
+        mul = (row["mult"], m.mul) if m.mul is not None else None
+        return Epi(m.req, m.relu, m.shift, row.get("bias") if bias else None, m.lut, src_out=src_out, mul=mul)
 
     @property
     def rows_base(self) -> int:
@@ -660,10 +670,7 @@ class ThreadBuilder:
         wgt0 = self.wgt_base(sub, ib0, nic) + (0 if low.weights_shared else o0 * wic * low.taps)
         nest = low.gemm_nest(noc, t.noh, t.now, nic, wic, self.by_columns)
         base = (acc, self.step_inp0(ib0), wgt0 + (ib0 - w_ic0) * low.taps)
-        compute = self.init_gemms(sub, nest, base) if k == 0 else [Gemm(lower_nest(nest, base, low.limits))]
-        if k > 0 and low.post:  # another thread's post add may have left its EPI
-            m = low.out_mode
-            compute.insert(0, Epi(m.req, m.relu, m.shift, None, m.lut))
+        compute = self.init_gemms(sub, nest, base) if k == 0 else self.step_gemms(sub, nest, base)
         if k < nsteps - 1:
             return compute, []
         if low.pool:
@@ -766,13 +773,20 @@ class ThreadBuilder:
     def init_gemms(self, t: Tile, nest: tuple, base: tuple[int, int, int], src_out: bool = False) -> list[Op]:
         """The first step's EPI and GEMM with ``init``, its outer loop stepping through the tile's bias rows
         (``src_out``: the GEMM reads its input rows from OUT, :mod:`vdla.compiler.dw_pointwise`)."""
-        low, m = self.low, self.low.out_mode
-        bias = low.rows_base + low.rows.index("bias") * low.ob + t.ob if low.epi.bias else None
-        oc, rest = low.oc_axis(nest, t.noc)
+        oc, rest = self.low.oc_axis(nest, t.noc)
         return [
-            Epi(m.req, m.relu, m.shift, bias, m.lut, src_out=src_out),
-            Gemm(lower_nest((oc,) + rest, base, low.limits, pin_outer=True), init=True),
+            self.low.epi_op(t, bias=True, src_out=src_out),
+            Gemm(lower_nest((oc,) + rest, base, self.low.limits, pin_outer=True), init=True),
         ]
+
+    def step_gemms(self, t: Tile, nest: tuple, base: tuple[int, int, int], src_out: bool = False) -> list[Op]:
+        """A later step's GEMM, after an EPI of the layer's own where another thread may have left another one (a
+        post add's, or its multiplier rows: the outer loop then steps through the tile's)."""
+        low = self.low
+        if not (low.post or low.out_mul or src_out):
+            return [Gemm(lower_nest(nest, base, low.limits))]
+        oc, rest = low.oc_axis(nest, t.noc)
+        return [low.epi_op(t, src_out=src_out), Gemm(lower_nest((oc,) + rest, base, low.limits, pin_outer=True))]
 
     def elementwise(self, t: Tile, p: AluPass, acc: int, res: int, post: bool = False) -> MicroKernel:
         """The kernel of pass ``p`` over the tile's accumulators (from ``acc``), reading its operand alongside:

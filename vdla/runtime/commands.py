@@ -355,13 +355,15 @@ class CommandBuilder:
         lut: bool = False,
         dw: tuple[int, int, int] | None = None,
         src_out: bool = False,
+        mul: tuple[int, int] | None = None,
     ) -> int:
         """Set the epilogue state: with ``req`` later ACC writes store their OUT rows requantized (rounding
         right shift by ``shift``, clamp to [0 if ``relu`` else -128, 127]); with ``lut`` that int8 value is
         then replaced by its entry in the activation table (:meth:`load_table` first); ``bias_base`` (None:
         no bias) is the first bias row of GEMMs with ``init``; ``dw`` = (kernel, stride, pitch) puts later
-        GEMMs in the depthwise mode; with ``src_out`` later GEMMs read their input rows from OUT instead of INP
-        (docs/isa.md)."""
+        GEMMs in the depthwise mode; with ``src_out`` later GEMMs read their input rows from OUT instead of INP;
+        ``mul`` = (row, shift): the OUT writes of later GEMMs are first multiplied by the multiplier row
+        ACC[row + outer index], the product rounded right by ``shift`` (docs/isa.md)."""
         if not 0 <= shift < 32:
             raise CommandError(f"EPI: shift {shift} is outside [0, 31]")
         if bias_base is not None and not 0 <= bias_base < self.cfg.acc_depth:
@@ -369,7 +371,16 @@ class CommandBuilder:
         k, stride, pitch = dw or (0, 0, 0)
         bias = {"bias": bias_base is not None, "bias_base": bias_base or 0}
         dws = {"dw": dw is not None, "dw_k": k, "dw_stride": stride, "dw_pitch": pitch}
-        insn = EpiInsn(req=req, relu=relu, shift=shift, lut=lut, **bias, **dws, src_out=src_out)
+        row, mshift = mul or (0, 0)
+        if mul is not None and not self.cfg.out_multiplier:
+            raise CommandError(f"EPI mul: config {self.cfg.name!r} has no OUT-path multiplier (out_multiplier false)")
+        if mul is not None and not (0 <= row < self.cfg.acc_depth and 0 <= mshift <= MUL_MAX_SHIFT):
+            raise CommandError(
+                f"EPI mul: row {row} must lie in the ACC buffer (depth {self.cfg.acc_depth}) and shift {mshift} "
+                f"in [0, {MUL_MAX_SHIFT}]"
+            )
+        muls = {"mul": mul is not None, "mul_base": row, "mul_shift": mshift}
+        insn = EpiInsn(req=req, relu=relu, shift=shift, lut=lut, **bias, **dws, src_out=src_out, **muls)
         index = self.emit(insn)
         self._epi = insn
         return index
