@@ -202,24 +202,36 @@ def test_alu_reset_reads_dst_as_zero_and_gemm_reset(device):
     np.testing.assert_array_equal(got(), expect)
 
 
+# rows 0..5: o steps the bias row (EPI bias_base 20 + o) and the weight block; i accumulates two inputs into each row
+BIAS_GEMM = ([(0, 0, 0), (1, 1, 0), (2, 2, 0)], 2, 2, (3, 0), (0, 3), (1, 0), False, True)
+
+
+def _gemm_program(device, acc):
+    """A program with 6 random INP rows, 4 random WGT elements and ``acc`` loaded (the inputs, as int64)."""
+    inp = RNG.integers(-128, 128, (6, 1, 16), dtype=np.int8)
+    wgt = RNG.integers(-128, 128, (4, 16, 16), dtype=np.int8)
+    cmd = device.commands()
+    cmd.load(MemType.INP, 0, device.array(inp), 0, 1, 6, 6)
+    cmd.load(MemType.WGT, 0, device.array(wgt), 0, 1, 4, 4)
+    cmd.dep_push(Stage.LOAD, Stage.COMPUTE)
+    cmd.dep_pop(Stage.LOAD, Stage.COMPUTE)
+    cmd.load(MemType.ACC, 0, device.array(acc), 0, 1, len(acc), len(acc))
+    return cmd, inp.astype(np.int64)[:, 0], wgt.astype(np.int64)
+
+
+def _bias_gemm_rows(a, x, w):
+    """Rows 0..5 after BIAS_GEMM, from the accumulators ``a`` (int64, one batch row) and its inputs."""
+    return np.stack([a[20 + o] + x[r] @ w[o].T + x[r + 3] @ w[o].T for o in range(2) for r in range(3)])
+
+
 def test_gemm_init_starts_from_bias_rows_or_zero(device):
     """GEMM init: the first update of each accumulator starts from ACC[bias_base + o] (EPI bias) or zero;
     later updates in the same instruction accumulate; a bias row that is also a destination is read as the
     sequential order leaves it."""
-    inp = RNG.integers(-128, 128, (6, 1, 16), dtype=np.int8)
-    wgt = RNG.integers(-128, 128, (4, 16, 16), dtype=np.int8)
     acc = rand_acc(24) // 8
-    inp_buf, wgt_buf, acc_buf = device.array(inp), device.array(wgt), device.array(acc)
-    cmd = device.commands()
-    cmd.load(MemType.INP, 0, inp_buf, 0, 1, 6, 6)
-    cmd.load(MemType.WGT, 0, wgt_buf, 0, 1, 4, 4)
-    cmd.dep_push(Stage.LOAD, Stage.COMPUTE)
-    cmd.dep_pop(Stage.LOAD, Stage.COMPUTE)
-    cmd.load(MemType.ACC, 0, acc_buf, 0, 1, 24, 24)
-    # rows 0..5: o steps the bias row (20 + o) and the weight block; i accumulates two inputs into each row
-    uops = [(0, 0, 0), (1, 1, 0), (2, 2, 0)]
+    cmd, x, w = _gemm_program(device, acc)
     cmd.epi(bias_base=20)
-    cmd.gemm(uops, iter_out=2, iter_in=2, dst_factor=(3, 0), src_factor=(0, 3), wgt_factor=(1, 0), init=True)
+    cmd.gemm(*BIAS_GEMM)
     cmd.epi()
     cmd.gemm([(8, 0, 2), (8, 1, 3)], init=True)  # no bias: starts from zero, then accumulates
     cmd.epi(bias_base=10)
@@ -227,11 +239,8 @@ def test_gemm_init_starts_from_bias_rows_or_zero(device):
     got = read_acc(device, cmd, 0, 24)
     cmd.synchronize()
     a = acc.astype(np.int64)
-    x, w = inp.astype(np.int64)[:, 0], wgt.astype(np.int64)
     expect = a.copy()
-    for o in range(2):
-        for r in range(3):
-            expect[3 * o + r, 0] = a[20 + o, 0] + x[r] @ w[o].T + x[r + 3] @ w[o].T
+    expect[:6, 0] = _bias_gemm_rows(a[:, 0], x, w)
     expect[8, 0] = x[0] @ w[2].T + x[1] @ w[3].T
     expect[10, 0] = a[10, 0] + x[2] @ w[0].T
     expect[11, 0] = expect[10, 0] + x[3] @ w[1].T
@@ -275,25 +284,14 @@ def test_epi_mul_multiplies_the_out_mirror_of_gemm_writes(device, mode, mshift):
     """With EPI mul, the OUT row of each ACC write of a GEMM is formed from mul_shift(v, ACC[mul_base + o], s)
     (the ALU MUL's exact 64-bit product rounded right by s), o the outer index of the row's last write, then
     requantized (req) as before; ACC keeps the int32 sum. ALU writes and GEMM resets are not multiplied."""
-    inp = RNG.integers(-128, 128, (6, 1, 16), dtype=np.int8)
-    wgt = RNG.integers(-128, 128, (4, 16, 16), dtype=np.int8)
-    acc = rand_acc(24)
-    mult = rand_acc(3)
+    acc, mult = rand_acc(24), rand_acc(3)
     mult[1, 0, :3] = [INT32[0], INT32[1], 1 << 30]
-    inp_buf, wgt_buf, acc_buf, mul_buf = (device.array(a) for a in (inp, wgt, acc, mult))
+    cmd, x, w = _gemm_program(device, acc)
+    cmd.load(MemType.ACC, 30, device.array(mult), 0, 1, 3, 3)
     out = device.array(np.zeros((24, 16), np.int8))
-    cmd = device.commands()
-    cmd.load(MemType.INP, 0, inp_buf, 0, 1, 6, 6)
-    cmd.load(MemType.WGT, 0, wgt_buf, 0, 1, 4, 4)
-    cmd.dep_push(Stage.LOAD, Stage.COMPUTE)
-    cmd.dep_pop(Stage.LOAD, Stage.COMPUTE)
-    cmd.load(MemType.ACC, 0, acc_buf, 0, 1, 24, 24)
-    cmd.load(MemType.ACC, 30, mul_buf, 0, 1, 3, 3)
     req = {"plain": {}, "req": {"req": True, "shift": 3}, "relu": {"req": True, "relu": True}}[mode]
-    # rows 0..5: o steps the bias row (20 + o), the multiplier row (31 + o) and the weight block
-    uops = [(0, 0, 0), (1, 1, 0), (2, 2, 0)]
-    cmd.epi(bias_base=20, mul=(31, mshift), **req)
-    cmd.gemm(uops, iter_out=2, iter_in=2, dst_factor=(3, 0), src_factor=(0, 3), wgt_factor=(1, 0), init=True)
+    cmd.epi(bias_base=20, mul=(31, mshift), **req)  # multiplier rows 31 + o
+    cmd.gemm(*BIAS_GEMM)
     cmd.gemm([(8, 0, 2), (9, 1, 3)])  # one outer iteration: multiplier row 31
     cmd.gemm([(10, 0, 0)], reset=True)  # a reset: zeros, not multiplied
     cmd.alu(AluOp.ADD, [(11, 12)])  # an ALU write: not multiplied
@@ -302,11 +300,8 @@ def test_epi_mul_multiplies_the_out_mirror_of_gemm_writes(device, mode, mshift):
     cmd.store(0, out, 0, 1, 24, 24)
     cmd.synchronize()
     a, m = acc.astype(np.int64)[:, 0], mult.astype(np.int64)[:, 0]
-    x, w = inp.astype(np.int64)[:, 0], wgt.astype(np.int64)
     v = a.copy()
-    for o in range(2):
-        for r in range(3):
-            v[3 * o + r] = a[20 + o] + x[r] @ w[o].T + x[r + 3] @ w[o].T
+    v[:6] = _bias_gemm_rows(a, x, w)
     v[8], v[9], v[10], v[11] = a[8] + x[0] @ w[2].T, a[9] + x[1] @ w[3].T, 0, a[11] + a[12]
     v = (v + (1 << 31)) % (1 << 32) - (1 << 31)
     rows = {r: m[1 + r // 3] for r in range(6)} | {8: m[1], 9: m[1]}
