@@ -20,6 +20,12 @@
 // cycle after a MUL without an issue (vdla.cycles.mul_extra), except between a pipelined MUL's inner
 // iterations (vdla.isa.pipe): then the slot in R meets a MUL in C, whose result comes too late for it, and
 // reading the row that MUL writes (as the destination, or as the held row) is a fault (hazard_o).
+// The OUT path's multiplier (EPI mul: omul_i, a GEMM's whole run): a SRC slot of a GEMM (the multiplier row's,
+// one at the start of each outer iteration) loads b_q like an ALU's; each GEMM slot's result, as it leaves W,
+// goes to the ALU's multipliers with b_q (omul_en), so that the rounded product of each ACC write comes out of
+// om_data_o two cycles after the write (vdla_compute forms the mirror from it). The multipliers' operands are
+// their own AND-OR of the sources (ma, mb: a MUL's a and b, or W and b_q), its selects registered, since the C
+// stage's a and b meanwhile carry the next slot's accumulation.
 module vdla_acc_rmw #(
   parameter int LANES = vdla_pkg::LANES,
   parameter int AW    = vdla_pkg::ACC_AW
@@ -40,6 +46,8 @@ module vdla_acc_rmw #(
   input  logic                a_zero_i,
   input  logic [15:0]         imm_i,
   input  logic [LANES*32-1:0] sum_i,      // GEMM sums, valid in the C stage of a GEMM slot
+  input  logic                omul_i,     // the running GEMM's writes are multiplied for OUT (EPI mul)
+  input  logic [5:0]          omul_shift_i,  // their rounding shift (EPI mul_shift)
   // ACC read port
   output logic                acc_re_o,
   output logic [AW-1:0]       acc_raddr_o,
@@ -51,6 +59,7 @@ module vdla_acc_rmw #(
   output logic [AW-1:0]       m_waddr_o,  // of the slot in M
   output logic                m_valid_o,  // a MUL slot in M: it writes next cycle, from W
   output logic [LANES*32-1:0] wr_data_o,
+  output logic [LANES*32-1:0] om_data_o,  // the rounded product of the ACC write two cycles before (omul_i)
   output logic                hazard_o,   // the slot in R reads the row the MUL in C writes (a pipelined MUL's)
   output logic                busy_o      // a slot in C, M or W
 );
@@ -97,6 +106,22 @@ module vdla_acc_rmw #(
   assign hazard_o  = c_mul && ((acc_re_o && r_hit_c_i) || (r_valid_i && held_r && c_waddr_q == held_addr_q));
   assign a_en      = !r_zero_i && !(alu_r && a_zero_i && use_imm_i);  // op(0, imm) reads nothing
 
+  // The multipliers' operand selects: a MUL's a and b (its slot in R, now entering C), or (om_next: the GEMM slot
+  // entering W under omul_i) W's result and the multiplier row in b_q; the two never meet (one instruction runs).
+  logic om_next, om_q;
+  logic ma_w_q, ma_f_q, ma_r_q, mb_w_q, mb_bq_q;
+  logic [LANES*32-1:0] ma, mb;
+  assign om_next = vdla_pkg::OUT_MUL_SUPPORTED != 0 && omul_i && c_next && !c_kill_i;
+
+  always_ff @(posedge clk_i) begin
+    om_q     <= om_next;
+    ma_w_q   <= om_next || (a_en && fw_w);
+    ma_f_q   <= !om_next && a_en && fw_f && !fw_w;
+    ma_r_q   <= !om_next && a_en && !fw_w && !fw_f;
+    mb_w_q   <= !om_next && held_fw;
+    mb_bq_q  <= om_next || (alu_r && (use_imm_i || !a_zero_i) && !held_fw);
+  end
+
   always_ff @(posedge clk_i) begin
     rd_w_q   <= fw_w;
     rd_f_q   <= fw_f && !fw_w;
@@ -118,20 +143,27 @@ module vdla_acc_rmw #(
     else rd = acc_rdata_i;
     a = ({LANES*32{a_w_q}} & w_data) | ({LANES*32{a_f_q}} & f_data_q) | ({LANES*32{a_r_q}} & acc_rdata_i);
     b = ({LANES*32{b_sum_q}} & sum_i) | ({LANES*32{b_w_q}} & w_data) | ({LANES*32{b_bq_q}} & b_q);
+    ma = ({LANES*32{ma_w_q}} & w_data) | ({LANES*32{ma_f_q}} & f_data_q) | ({LANES*32{ma_r_q}} & acc_rdata_i);
+    mb = ({LANES*32{mb_w_q}} & w_data) | ({LANES*32{mb_bq_q}} & b_q);
   end
 
   vdla_alu #(.LANES(LANES)) u_alu (
     .clk_i,
     .en_i   (c_next || m_valid_q),
     .mul_en_i (c_mul),
+    .omul_en_i (om_q),
     .zero_i (zero_q),
     .clip_a_i (clip_a_q),
     .op_i   (c_kind_q == vdla_pkg::SLOT_GEMM ? vdla_pkg::ALU_ADD : alu_op_i),  // GEMM accumulates
-    .mul_shift_i (use_imm_i ? 6'd0 : imm_i[5:0]),  // a MUL reading ACC[src] carries its shift in imm
+    // a MUL reading ACC[src] carries its shift in imm; the OUT path's is the EPI state's
+    .mul_shift_i (omul_i ? omul_shift_i : use_imm_i ? 6'd0 : imm_i[5:0]),
     .ctl_i  (ctl_q),
     .a_i    (a),
     .b_i    (b),
-    .res_o  (w_data)
+    .ma_i   (ma),
+    .mb_i   (mb),
+    .res_o  (w_data),
+    .ores_o (om_data_o)
   );
 
   assign wr_valid_o = w_valid_q;

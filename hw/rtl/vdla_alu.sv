@@ -10,10 +10,15 @@
 // lane's path starts at its shifter (the timing proxy, docs/rtl.md).
 // MUL forms the exact 64-bit product and rounds it right by mul_shift_i (half up; 0 keeps the product's low
 // 32 bits), then keeps 32 bits. It takes two cycles (vdla.cycles.mul_extra): with mul_en_i (its slot's first
-// cycle in C) each lane registers its four 16x16 partial products, one DSP48E1 each with its P register; with
-// en_i in the next cycle it sums them, shifts and rounds, from what it registered with the products (the shift);
-// op_i, zero_i, clip_a_i and mul_shift_i are not read then. A MUL's reset (zero_i) comes with a or b zero, so its
-// result is 0 (p = 0 and R < 2^ms: asserted).
+// cycle in C) each lane registers its four 16x16 partial products of the multiplier operands ma_i and mb_i (the
+// caller gives a MUL's a and b there), one DSP48E1 each with its P register; with en_i in the next cycle it sums
+// them, shifts and rounds, from what it registered with the products (the shift); op_i, zero_i, clip_a_i and
+// mul_shift_i are not read then. A MUL's reset (zero_i) comes with a or b zero, so its result is 0 (p = 0 and
+// R < 2^ms: asserted).
+// The OUT path's multiply (EPI mul, vdla_compute) shares the multipliers: with omul_en_i (instead of mul_en_i)
+// the products of ma_i and mb_i are registered the same way, and in the next cycle the rounded product goes to
+// ores_o instead of res_o, which meanwhile takes the result of the operation in progress (a GEMM's ADD). The
+// rounded product is formed once per lane (mr, below), for res_o and ores_o.
 // Timing: every operation's result is formed beside the others and one AND-OR of one-hot selects (decoded from
 // op_i, zero_i and the lane's ctl.left) takes it, the rounded shift last (lane, below); MUL's second cycle starts
 // at registers. Each compare is the sign of a 33-bit (or 35-bit) difference (a carry chain with one LUT in
@@ -25,6 +30,7 @@ module vdla_alu #(
   input  logic                clk_i,
   input  logic                en_i,         // register the result
   input  logic                mul_en_i,     // register MUL's partial products (the cycle before its en_i)
+  input  logic                omul_en_i,    // register the OUT path's partial products (ores_o next cycle)
   input  logic                zero_i,
   input  logic                clip_a_i,     // CLIP(0, a) instead of CLIP(a, b)
   input  vdla_pkg::alu_op_e   op_i,
@@ -34,7 +40,10 @@ module vdla_alu #(
   input  logic [LANES*vdla_pkg::ALU_CTL_W-1:0] ctl_i,
   input  logic [LANES*32-1:0] a_i,
   input  logic [LANES*32-1:0] b_i,
-  output logic [LANES*32-1:0] res_o
+  input  logic [LANES*32-1:0] ma_i,         // the multiplier's operands (mul_en_i, omul_en_i)
+  input  logic [LANES*32-1:0] mb_i,
+  output logic [LANES*32-1:0] res_o,
+  output logic [LANES*32-1:0] ores_o        // the OUT path's rounded product, the cycle after omul_en_i
 );
   // x < y (signed) as the sign of the 33-bit difference
   function automatic logic slt(logic signed [31:0] x, logic signed [31:0] y);
@@ -67,13 +76,12 @@ module vdla_alu #(
   // ((2a >> rs) + 1) >> 1 serves SHR, RSHR and REQ, one comparator MIN and MAX. The rounded shift r is the
   // deepest result (operand mux, shifter, add): it joins last, selected for SHR/RSHR and for a REQ within its
   // bounds (whose result is then r itself, an int8), in one LUT after its add; all else is OR'd before.
-  // MUL's second cycle (mul2) selects its rounded product alone. Each result is formed under its select
-  // (`if (s) x = ...`, zero otherwise: the AND of the AND-OR), so that the Verilated model computes only the
-  // selected one (the GEMM's ADD every GEMM cycle) instead of all of them in every lane.
+  // MUL's second cycle (mul2) selects its rounded product (mul_res, formed beside the lanes) alone. Each result
+  // is formed under its select (`if (s) x = ...`, zero otherwise: the AND of the AND-OR), so that the Verilated
+  // model computes only the selected one (the GEMM's ADD every GEMM cycle) instead of all of them in every lane.
   function automatic logic [31:0] lane(vdla_pkg::alu_op_e op, logic zero, logic signed [31:0] a,
                                        logic signed [31:0] b, vdla_pkg::alu_lane_ctl_t ctl, logic clip_a,
-                                       logic mul2, logic signed [32:0] hh, logic signed [47:0] mid,
-                                       logic [31:0] ll, logic [5:0] ms);
+                                       logic mul2, logic [31:0] mul_res);
     logic signed [32:0] x;
     logic signed [31:0] v, c_hi, c_lo, r, sl, mm, sum, cl, lo8, mr;
     logic        [15:0] bounds;
@@ -103,7 +111,7 @@ module vdla_alu #(
         else if (slt(v, c_lo)) cl = c_lo;
         else cl = v;
       end
-      if (mul2) mr = mul_round(hh, mid, ll, ms);
+      if (mul2) mr = mul_res;
       // SHR/RSHR right by rs (rounding unless SHR), and REQ within its bounds: the rounded shift
       s_r = (shift && !ctl.left) || (req && lim[8]);
       if (s_r) begin
@@ -135,19 +143,32 @@ module vdla_alu #(
   logic        [31:0] ll_q [LANES];
   logic         [5:0] ms_q;        // the MUL's shift
   logic               mul2_q;      // the MUL's second cycle: res_o takes its result
+  logic               om2_q;       // the OUT path's second cycle: ores_o takes the rounded product
   always_ff @(posedge clk_i) begin
     mul2_q <= mul_en_i;
-    if (mul_en_i) begin
+    om2_q  <= omul_en_i;
+    if (mul_en_i || omul_en_i) begin
       logic [15:0] r_lo, r_mid;
       logic [30:0] r_hi;
       {r_hi, r_mid, r_lo} = round_half(mul_shift_i);
       for (int l = 0; l < LANES; l++) begin
-        hh_q[l]  <= 33'($signed(a_i[l*32 + 16 +: 16])) * 33'($signed(b_i[l*32 + 16 +: 16])) + 33'(r_hi);
-        mid_q[l] <= 48'($signed(a_i[l*32 + 16 +: 16])) * 48'($signed({1'b0, b_i[l*32 +: 16]})) + 48'(r_mid)
-                  + 48'($signed({1'b0, a_i[l*32 +: 16]})) * 48'($signed(b_i[l*32 + 16 +: 16]));
-        ll_q[l]  <= 32'(a_i[l*32 +: 16]) * 32'(b_i[l*32 +: 16]) + 32'(r_lo);
+        hh_q[l]  <= 33'($signed(ma_i[l*32 + 16 +: 16])) * 33'($signed(mb_i[l*32 + 16 +: 16])) + 33'(r_hi);
+        mid_q[l] <= 48'($signed(ma_i[l*32 + 16 +: 16])) * 48'($signed({1'b0, mb_i[l*32 +: 16]})) + 48'(r_mid)
+                  + 48'($signed({1'b0, ma_i[l*32 +: 16]})) * 48'($signed(mb_i[l*32 + 16 +: 16]));
+        ll_q[l]  <= 32'(ma_i[l*32 +: 16]) * 32'(mb_i[l*32 +: 16]) + 32'(r_lo);
       end
       ms_q <= mul_shift_i;
+    end
+  end
+
+  // The rounded product of each lane, once (its 65-bit add and shifter), for res_o (a MUL) and ores_o (the OUT
+  // path); formed only in a multiply's second cycle (the Verilated model skips it otherwise; synthesis drops the
+  // don't-care select).
+  logic [31:0] mr [LANES];
+  always_comb begin
+    for (int l = 0; l < LANES; l++) begin
+      mr[l] = 'x;
+      if (mul2_q || om2_q) mr[l] = mul_round(hh_q[l], mid_q[l], ll_q[l], ms_q);
     end
   end
 
@@ -155,15 +176,19 @@ module vdla_alu #(
     if (en_i) begin
       for (int l = 0; l < LANES; l++)
         res_o[l*32 +: 32] <= lane(op_i, zero_i, a_i[l*32 +: 32], b_i[l*32 +: 32],
-                                  ctl_i[l*vdla_pkg::ALU_CTL_W +: vdla_pkg::ALU_CTL_W], clip_a_i, mul2_q,
-                                  hh_q[l], mid_q[l], ll_q[l], ms_q);
+                                  ctl_i[l*vdla_pkg::ALU_CTL_W +: vdla_pkg::ALU_CTL_W], clip_a_i, mul2_q, mr[l]);
+    end
+    if (om2_q) begin
+      for (int l = 0; l < LANES; l++) ores_o[l*32 +: 32] <= mr[l];
     end
   end
 `ifdef INC_ASSERT
   // (the ALU has no reset: its assertions are never disabled)
   for (genvar l = 0; l < LANES; l++) begin : g_mul_reset
-    `ASSERT(a_mul_reset, mul_en_i && zero_i |-> a_i[l*32 +: 32] == '0 || b_i[l*32 +: 32] == '0,
+    `ASSERT(a_mul_reset, mul_en_i && zero_i |-> ma_i[l*32 +: 32] == '0 || mb_i[l*32 +: 32] == '0,
             "alu: a MUL's reset has neither operand zero", clk_i, 1'b0)  // the lane: g_mul_reset[l] in the name
   end
+  `ASSERT(a_one_multiply, !(mul_en_i && omul_en_i), "alu: a MUL and the OUT path multiply in the same cycle",
+          clk_i, 1'b0)
 `endif
 endmodule

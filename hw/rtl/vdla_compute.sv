@@ -7,7 +7,9 @@
 // mirror requantized instead of truncated; `bias`/`bias_base` give the init rows of GEMMs with `init`;
 // with `lut`, the mirror's int8 value (requantized or truncated) is looked up in the activation table;
 // `dw` (kernel, stride, pitch) runs later GEMMs in the depthwise mode (vdla_loop_seq, vdla_gemm_core); with
-// `src_out`, later GEMMs read their input rows from OUT (the top's read-only copy of the mirror) instead of INP.
+// `src_out`, later GEMMs read their input rows from OUT (the top's read-only copy of the mirror) instead of INP;
+// with `mul` (mul_base, mul_shift), the mirror of each ACC write of a later GEMM (not a reset) is formed from the
+// value times its multiplier row (the OUT path's multiplier, below).
 module vdla_compute (
   input  logic                                 clk_i,
   input  logic                                 rst_ni,
@@ -149,6 +151,9 @@ module vdla_compute (
   logic [1:0]  epi_dw_stride_q;
   logic [15:0] epi_dw_pitch_q;
   logic        epi_src_out_q;
+  logic        epi_mul_q;
+  logic [5:0]  epi_mul_shift_q;
+  logic [15:0] epi_mul_base_q;
 
   always_ff @(posedge clk_i or negedge rst_ni) begin
     if (!rst_ni) begin
@@ -160,6 +165,7 @@ module vdla_compute (
       epi_lut_q   <= 1'b0;
       epi_dw_q    <= 1'b0;
       epi_src_out_q <= 1'b0;
+      epi_mul_q   <= 1'b0;
     end else if (start_i) begin
       epi_req_q   <= 1'b0;
       epi_relu_q  <= 1'b0;
@@ -169,6 +175,7 @@ module vdla_compute (
       epi_lut_q   <= 1'b0;
       epi_dw_q    <= 1'b0;
       epi_src_out_q <= 1'b0;
+      epi_mul_q   <= 1'b0;
     end else if (fire_o && is_epi) begin
       epi_req_q   <= cmd_i.epi.req;
       epi_relu_q  <= cmd_i.epi.relu;
@@ -178,6 +185,7 @@ module vdla_compute (
       epi_lut_q   <= cmd_i.epi.lut;
       epi_dw_q    <= cmd_i.epi.dw;
       epi_src_out_q <= cmd_i.epi.src_out;
+      epi_mul_q   <= vdla_pkg::OUT_MUL_SUPPORTED != 0 && cmd_i.epi.mul;
     end
   end
 
@@ -187,6 +195,8 @@ module vdla_compute (
       epi_dw_k_q      <= cmd_i.epi.dw_k;
       epi_dw_stride_q <= cmd_i.epi.dw_stride;
       epi_dw_pitch_q  <= cmd_i.epi.dw_pitch;
+      epi_mul_shift_q <= cmd_i.epi.mul_shift;  // the OUT multiplier's: read only under epi_mul_q
+      epi_mul_base_q  <= cmd_i.epi.mul_base;
     end
   end
 
@@ -235,6 +245,8 @@ module vdla_compute (
   logic                          rmw_valid;
   logic [vdla_pkg::ACC_AW-1:0]   rmw_addr;
   logic [vdla_pkg::ACC_BITS-1:0] rmw_data;
+  logic                          omul;     // the running GEMM's writes go through the OUT multiplier
+  logic [vdla_pkg::ACC_BITS-1:0] om_data;  // the rounded product of the loop's ACC write two cycles before
 
   vdla_compute_loop u_loop (
     .clk_i, .rst_ni, .halt_i,
@@ -250,11 +262,16 @@ module vdla_compute (
     .epi_dw_stride_i (epi_dw_stride_q),
     .epi_dw_pitch_i  (epi_dw_pitch_q),
     .epi_src_out_i   (epi_src_out_q),
+    .epi_mul_i       (epi_mul_q),
+    .epi_mul_base_i  (epi_mul_base_q),
+    .epi_mul_shift_i (epi_mul_shift_q),
     .inp_re_o, .inp_raddr_o, .inp_rdata_i, .inp_src_out_o, .inp_out_raddr_o, .wgt_re_o, .wgt_raddr_o, .wgt_rdata_i,
     .acc_re_o, .acc_raddr_o, .acc_rdata_i,
     .wr_valid_o  (rmw_valid),
     .wr_addr_o   (rmw_addr),
     .wr_data_o   (rmw_data),
+    .omul_o      (omul),
+    .om_data_o   (om_data),
     .done_o      (loop_done),
     .index_err_o (index_err),
     .hazard_err_o (hazard_err)
@@ -282,6 +299,26 @@ module vdla_compute (
   // lane's byte is looked up in the activation table (vdla_lut, asynchronous LUT RAM), and the mirror written.
   // A read of the mirror in the cycle of that write, or in the cycle before it, gets the written lanes from
   // the write (vdla_store): the store sees every row as if the mirror were written with ACC.
+  // Under EPI mul (omul: a GEMM's writes, not a reset's) the first cycle takes instead, two cycles after each ACC
+  // write (pm*), the value multiplied by its multiplier row and rounded (the ALU's multipliers: partial products
+  // registered as the write leaves W, then their rounded sum, vdla_acc_rmw's om_data); the GEMM drains as much
+  // longer (OUT_MUL_LAG), so a read of the mirror still meets each write as above. Nothing else writes ACC then.
+  logic                          pm1_we_q, pm2_we_q;
+  logic [vdla_pkg::ACC_AW-1:0]   pm1_addr_q, pm2_addr_q;
+  always_ff @(posedge clk_i or negedge rst_ni) begin
+    if (!rst_ni) begin
+      pm1_we_q <= 1'b0;
+      pm2_we_q <= 1'b0;
+    end else begin
+      pm1_we_q <= rmw_valid && omul;
+      pm2_we_q <= pm1_we_q;
+    end
+  end
+  always_ff @(posedge clk_i) begin
+    pm1_addr_q <= rmw_addr;
+    pm2_addr_q <= pm1_addr_q;
+  end
+
   logic [LANES-1:0]              ow_we_q;
   logic [vdla_pkg::ACC_AW-1:0]   ow_addr_q;
   logic [vdla_pkg::ACC_BITS-1:0] ow_data_q;
@@ -292,12 +329,13 @@ module vdla_compute (
 
   always_ff @(posedge clk_i or negedge rst_ni) begin
     if (!rst_ni) ow_we_q <= '0;
-    else ow_we_q <= acc_we_o;
+    else if (pm2_we_q) ow_we_q <= '1;
+    else ow_we_q <= (rmw_valid && omul) ? '0 : acc_we_o;
   end
 
   always_ff @(posedge clk_i) begin
-    ow_addr_q   <= acc_waddr_o;
-    ow_data_q   <= acc_wdata_o;
+    ow_addr_q   <= pm2_we_q ? pm2_addr_q : acc_waddr_o;
+    ow_data_q   <= pm2_we_q ? om_data : acc_wdata_o;
     ow_shift_q  <= epi_shift_q;
     ow_req_q    <= epi_req_q;
     ow_lut_q    <= epi_lut_q;
@@ -345,4 +383,8 @@ module vdla_compute (
 
   // The loop and the load never write ACC in the same cycle (one runs at a time and drains first).
   `ASSERT_NEVER(a_one_acc_writer, rmw_valid && ld_acc_we != '0, "compute: loop and load write ACC in the same cycle")
+  // The OUT multiplier's writes come while its GEMM's own (multiplied) ACC writes go on, or drain: no other
+  // ACC write meets them.
+  `ASSERT_NEVER(a_one_out_writer, pm2_we_q && (ld_acc_we != '0 || (rmw_valid && !omul)),
+                "compute: a multiplied OUT write meets another ACC write")
 endmodule

@@ -13,6 +13,9 @@
 // through the GEMM core with the snapshot (vdla_gemm_core's dw_i) and on to ACC like a GEMM iteration. An init GEMM's first update of each row
 // (tracked in `touched_q`, cleared when the GEMM starts) reads the bias row ACC[epi_base + o]
 // (o: the iter_out index) instead of the row itself, or zero without bias.
+// Under EPI mul (the OUT path's multiplier, vdla_loop_seq) the slot that starts each outer iteration of a GEMM
+// reads the multiplier row ACC[epi_mul_base + o] in R as a SRC slot (its row range-checked in S1), which loads
+// vdla_acc_rmw's b_q; the GEMM slots of that iteration then leave W into the multipliers with it (om_data_o).
 module vdla_compute_loop (
   input  logic                                       clk_i,
   input  logic                                       rst_ni,
@@ -33,6 +36,10 @@ module vdla_compute_loop (
   input  logic [15:0]                                epi_dw_pitch_i,
   // the epilogue's src_out: GEMMs read their input rows from OUT (the top's copy of the mirror), not INP
   input  logic                                       epi_src_out_i,
+  // the epilogue's OUT-path multiplier: its rows ACC[epi_mul_base + o] and rounding shift
+  input  logic                                       epi_mul_i,
+  input  logic [15:0]                                epi_mul_base_i,
+  input  logic [5:0]                                 epi_mul_shift_i,
   // INP and WGT read ports
   output logic                                       inp_re_o,
   output logic [vdla_pkg::INP_AW-1:0]                inp_raddr_o,
@@ -49,6 +56,8 @@ module vdla_compute_loop (
   output logic                                       wr_valid_o,
   output logic [vdla_pkg::ACC_AW-1:0]                wr_addr_o,
   output logic [vdla_pkg::ACC_BITS-1:0]              wr_data_o,
+  output logic                                       omul_o,     // the running GEMM's writes are multiplied
+  output logic [vdla_pkg::ACC_BITS-1:0]              om_data_o,  // the ACC write's two cycles before, multiplied
   output logic                                       done_o,
   output logic                                       index_err_o,
   output logic                                       hazard_err_o  // a pipelined MUL's hazard (vdla_acc_rmw)
@@ -73,10 +82,13 @@ module vdla_compute_loop (
   logic [15:0]       imm_q;
   logic              dw_q, dw_rd, dw_ps, dw_cap, dw_half;
   logic [2:0]        dw_ky, dw_grp;
+  logic              mrow, omul;
+  logic [13:0]       mo;
 
   vdla_loop_seq u_seq (
     .clk_i, .rst_ni, .halt_i, .start_i, .insn_i,
     .dw_i (epi_dw_i), .dw_k_i (epi_dw_k_i), .dw_stride_i (epi_dw_stride_i), .dw_pitch_i (epi_dw_pitch_i),
+    .mul_i (epi_mul_i), .mrow_o (mrow), .mo_o (mo), .omul_o (omul),
     .dw_o (dw_q), .dw_rd_o (dw_rd), .dw_ps_o (dw_ps), .dw_cap_o (dw_cap), .dw_ky_o (dw_ky), .dw_half_o (dw_half),
     .dw_grp_o (dw_grp),
     .issue_o (issue), .u_o (u), .o_o (o), .dst_off_o (dst_off), .src_off_o (src_off), .wgt_off_o (wgt_off),
@@ -118,9 +130,26 @@ module vdla_compute_loop (
   logic        gemm_rd;        // a GEMM that reads INP and WGT (not a reset)
   assign gemm_rd = gemm_q && !reset_q;
 
+  // the multiplier row's slot (EPI mul): no micro-op; its row, epi_mul_base + o, and the row's range check
+  logic              s1_mrow_q, s2_mrow_q, s3_mrow_q, s1_mrow_bad_q;
+  logic [ACC_AW-1:0] s1_maddr_q, s2_maddr_q;
   always_ff @(posedge clk_i or negedge rst_ni) begin
-    if (!rst_ni) s1_valid_q <= 1'b0;
-    else s1_valid_q <= issue;
+    if (!rst_ni) begin
+      s1_valid_q <= 1'b0;
+      s1_mrow_q  <= 1'b0;
+      s2_mrow_q  <= 1'b0;
+      s3_mrow_q  <= 1'b0;
+    end else begin
+      s1_valid_q <= issue;
+      s1_mrow_q  <= mrow;
+      s2_mrow_q  <= s1_mrow_q && !halt_i;
+      s3_mrow_q  <= s2_mrow_q;
+    end
+  end
+  always_ff @(posedge clk_i) begin
+    s1_maddr_q    <= ACC_AW'(17'(epi_mul_base_i) + 17'(mo));
+    s1_mrow_bad_q <= 17'(epi_mul_base_i) + 17'(mo) >= 17'(ACC_DEPTH);
+    s2_maddr_q    <= s1_maddr_q;
   end
 
   // the slot reads INP (not a depthwise pass-only slot), makes a GEMM update (not a depthwise read-only slot);
@@ -171,8 +200,9 @@ module vdla_compute_loop (
   assign dst_out   = out_of(s1_dst_rng_q, FW'(uop_word[DST_BITS-1:0]));
   assign src_out   = out_of(s1_src_rng_q, FW'(uop_word[DST_BITS +: SRC_BITS]));
   assign wgt_out   = out_of(s1_wgt_rng_q, FW'(uop_word[DST_BITS + SRC_BITS +: WGT_BITS]));
-  assign index_err = s1_valid_q && !halt_i
-                  && (((dst_out || wgt_out || s1_bias_bad_q) && s1_mac_q) || (src_out && s1_srd_q));
+  assign index_err = (s1_valid_q && !halt_i
+                   && (((dst_out || wgt_out || s1_bias_bad_q) && s1_mac_q) || (src_out && s1_srd_q)))
+                  || (s1_mrow_q && s1_mrow_bad_q && !halt_i);
   assign index_err_o = index_err;
 
   // The input row: INP's, or with the EPI state's src_out OUT's, through the top's read-only copy of the mirror
@@ -251,7 +281,7 @@ module vdla_compute_loop (
 
   always_ff @(posedge clk_i) begin
     s2_dst_q  <= dst;
-    s3_dst_q  <= s2_dst_q;
+    s3_dst_q  <= s2_mrow_q ? s2_maddr_q : s2_dst_q;  // the multiplier row's slot reads its row
     s2_bias_q <= s1_bias_q;
     s3_bias_q <= s2_bias_q;
   end
@@ -290,7 +320,7 @@ module vdla_compute_loop (
   logic s3_fresh_q;
   always_ff @(posedge clk_i) begin
     s3_fresh_q <= init_q && !touched_q[ACC_AW'(s2_dst_q >> TB)][s2_dst_q[TB-1:0]]
-               && !(s3_valid_q && s3_dst_q == s2_dst_q);
+               && !(s3_valid_q && s3_dst_q == s2_dst_q) && !s2_mrow_q;
   end
   assign fresh  = s3_fresh_q;
 
@@ -329,8 +359,9 @@ module vdla_compute_loop (
     r_hit_m = (reset_q && !use_imm_q) ? src_field == m_src_q : dst_field == m_dst_q;
     r_hit_w = (reset_q && !use_imm_q) ? src_field == w_src_q : dst_field == w_dst_q;
     r_waddr = dst;
-    if (s3_valid_q) begin
+    if (s3_valid_q || s3_mrow_q) begin  // a GEMM slot, or the multiplier row's (SRC: it loads b_q)
       r_valid = 1'b1;
+      if (s3_mrow_q) r_kind = vdla_pkg::SLOT_SRC;
       r_addr  = (fresh && epi_bias_i) ? s3_bias_q : s3_dst_q;
       r_hit_c = (fresh && epi_bias_i) ? s3_bias_q == c_waddr : s3_dst_q == c_waddr;
       r_hit_m = (fresh && epi_bias_i) ? s3_bias_q == m_waddr : s3_dst_q == m_waddr;
@@ -392,6 +423,8 @@ module vdla_compute_loop (
     .a_zero_i    (!gemm_q && reset_q),
     .imm_i       (imm_q),
     .sum_i       (sums),
+    .omul_i      (omul),
+    .omul_shift_i (epi_mul_shift_i),
     .acc_re_o,
     .acc_raddr_o,
     .acc_rdata_i,
@@ -401,6 +434,7 @@ module vdla_compute_loop (
     .m_waddr_o   (m_waddr),
     .m_valid_o   (m_valid),
     .wr_data_o,
+    .om_data_o,
     .hazard_o    (hazard),
     .busy_o      (unused_rmw_busy)
   );
@@ -409,6 +443,7 @@ module vdla_compute_loop (
   // it meet the halt in R, and an ALU slot already in R is dropped in C (kill_q), so nothing past it writes.
   // A pipelined MUL's hazard stops the run like a failed range check: its slot is dropped in C (kill_q).
   assign hazard_err_o = hazard && !halt_i;
+  assign omul_o       = omul;
   `ASSERT(a_hazard_halts, hazard_err_o |=> halt_i, "compute loop: a hazard without a halt")
   `ASSERT(a_index_err_halts, index_err |=> halt_i, "compute loop: an index error without a halt")
 endmodule

@@ -26,7 +26,9 @@ module vdla_insn_check (
 
   // compute: LOADs of UOP, ACC, ACC_8BIT, LUT (micro-ops and the table unpadded, the table's rows within its
   // LUT_ENTRIES / OUT_ELEM_BYTES elements), GEMM/ALU loops within the micro-op buffer with non-zero iterations
-  // (an ALU's pipe on a MUL holding its source row), EPI with its bias rows within ACC, a depthwise kernel and stride the window holds and src_out only where OUT rows are INP rows, FINISH
+  // (an ALU's pipe on a MUL holding its source row), EPI with its bias rows within ACC, a depthwise kernel and
+  // stride the window holds, src_out only where OUT rows are INP rows, mul only with the OUT multiplier (its
+  // first row within ACC), FINISH
   // vdla.isa.pipe.pipe_refusal: a pipelined MUL reads one source row, held across the inner loop
   logic pipe_ok;
   assign pipe_ok = insn_i.alu.alu_opcode == vdla_pkg::ALU_MUL && !insn_i.alu.reset && !insn_i.alu.use_imm
@@ -52,7 +54,9 @@ module vdla_insn_check (
          || (insn_i.epi.dw && (vdla_pkg::DW_SUPPORTED == 0 || insn_i.epi.dw_k == '0
                                || insn_i.epi.dw_k > 3'(vdla_pkg::DW_MAX_K) || insn_i.epi.dw_stride == '0
                                || 3'(insn_i.epi.dw_stride) > insn_i.epi.dw_k))
-         || (insn_i.epi.src_out && vdla_pkg::BLOCK_IN != vdla_pkg::BLOCK_OUT);  // OUT rows read as INP rows
+         || (insn_i.epi.src_out && vdla_pkg::BLOCK_IN != vdla_pkg::BLOCK_OUT)  // OUT rows read as INP rows
+         || (insn_i.epi.mul && (vdla_pkg::OUT_MUL_SUPPORTED == 0
+                                || 17'(insn_i.epi.mul_base) >= 17'(vdla_pkg::ACC_DEPTH)));  // the OUT multiplier
     end else begin
       compute_bad_o = opcode != vdla_pkg::OP_FINISH;
     end

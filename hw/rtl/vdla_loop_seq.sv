@@ -20,6 +20,11 @@
 // pixel's and move at a group's end; dst_off_o, wgt_off_o and o_o are the passing pixel's, taken at the last
 // read. A slot reads one micro-op, so this holds for a GEMM of one (ovl_q); with more, group n is pixel n's
 // reads, a free slot and pixel n's passes.
+// A GEMM (not a reset) under EPI mul (mul_i: the OUT path's multiplier, omul_o) leaves one cycle without an issue
+// at the start of each outer iteration, in which it starts the slot that reads the iteration's multiplier row
+// (mrow_o, for outer index mo_o), and drains OUT_MUL_LAG cycles longer (vdla.cycles.out_mul_cycles). In the
+// depthwise mode that cycle comes before the first pass of each outer iteration's first pixel: at the start of
+// its group (one micro-op: the group after its reads; more: its own group, before its reads).
 module vdla_loop_seq (
   input  logic                        clk_i,
   input  logic                        rst_ni,
@@ -30,8 +35,11 @@ module vdla_loop_seq (
   input  logic [2:0]                  dw_k_i,
   input  logic [1:0]                  dw_stride_i,
   input  logic [15:0]                 dw_pitch_i,
+  input  logic                        mul_i,       // the epilogue state: the OUT path's multiplier (EPI mul)
   // S0: the micro-op read
   output logic                        issue_o,   // read micro-op u_o this cycle
+  output logic                        mrow_o,    // the multiplier row's slot starts this cycle (no issue)
+  output logic [13:0]                 mo_o,      // its outer index
   output logic [12:0]                 u_o,
   output logic [13:0]                 o_o,       // the iter_out index
   output logic [31:0]                 dst_off_o,
@@ -45,6 +53,7 @@ module vdla_loop_seq (
   output logic                        use_imm_o,
   output logic [15:0]                 imm_o,
   output logic                        src_rd_o,  // this issue reads ACC[src] in a SRC slot before its ALU slot
+  output logic                        omul_o,    // the running GEMM's writes go through the OUT multiplier
   output logic                        dw_o,      // the running GEMM is in the depthwise mode
   output logic                        dw_rd_o,   // this issue reads a window row
   output logic                        dw_ps_o,   // this issue makes a pass (of the pixel before the reading one)
@@ -81,6 +90,7 @@ module vdla_loop_seq (
   // counters: the group's slots left after this one (cnt_q) and reads (nrd_q), the first group (no passes) or
   // the last (no reads), the next read's row ky_q and column c_q, the next pass pass_q; the passing pixel's
   // dst offset and outer index
+  logic        omul_q, mpend_q;  // a GEMM under EPI mul; its multiplier row's slot comes before the next issue
   logic        dw_q, ovl_q, first_q, fin_q;
   logic [4:0]  cnt_q, nrd_q, kk_q, ks_q, np_q, lenf_q, lens_q, cap_q;
   logic [31:0] pdst_q;
@@ -141,7 +151,13 @@ module vdla_loop_seq (
   assign dw_start = vdla_pkg::DW_SUPPORTED != 0 && dw_i && gemm.hdr.opcode == vdla_pkg::OP_GEMM && !gemm.reset;
   assign kms_d    = dw_start ? dw_k_i - 3'(dw_stride_i) : 3'd0;
   logic [7:0] gap;  // cycles without an issue after this one
-  assign issue     = state_q == RUN && wait_q == '0 && phase_q == '0 && !halt_i;
+  logic omul_start;  // the instruction starting is a GEMM under EPI mul
+  assign omul_start = vdla_pkg::OUT_MUL_SUPPORTED != 0 && mul_i && gemm.hdr.opcode == vdla_pkg::OP_GEMM
+                   && !gemm.reset;
+  logic ready, mset;
+  assign ready     = state_q == RUN && wait_q == '0 && phase_q == '0 && !halt_i;
+  assign issue     = ready && !mpend_q;
+  assign mrow_o    = ready && mpend_q;
   assign src_rd    = two_op_q && !(hold_q && i_q != '0);
   assign gap       = (src_rd ? 8'(vdla_pkg::ALU_II - 1) : '0)
                    + ((mul_q && !(pipe_q && !i_last)) ? 8'(vdla_pkg::ALU_MUL_CYCLES - 1) : '0);
@@ -238,11 +254,28 @@ module vdla_loop_seq (
             end
           end
           // drain: the pipeline needs 5 cycles after the last read (GEMM), 3 and the gap (ALU)
-          if (run_done) wait_q <= gemm_q ? 16'(vdla_pkg::GEMM_PIPELINE) : 16'(vdla_pkg::ALU_PIPELINE) + 16'(gap);
+          if (run_done) wait_q <= gemm_q ? 16'(vdla_pkg::GEMM_PIPELINE) + (omul_q ? 16'(vdla_pkg::OUT_MUL_LAG) : '0)
+                                         : 16'(vdla_pkg::ALU_PIPELINE) + 16'(gap);
         end
         DRAIN: wait_q <= wait_q - 1'b1;
         default: ;
       endcase
+    end
+  end
+
+  // The multiplier row's slot is due at the start (in the depthwise mode with one micro-op: after the first
+  // group) and when the next issue starts an outer iteration (one micro-op in the depthwise mode: when the group
+  // that ends makes the passes of a pixel at inner index 0 next); loaded at the start, used only while it runs.
+  assign mset = omul_q && (dw_q && ovl_q ? issue && grp_end && !fin_q && i_q == '0
+                                         : step && u_last && i_last && !last_iter);
+  always_ff @(posedge clk_i) begin
+    if (start_i) begin
+      omul_q  <= omul_start;
+      mpend_q <= omul_start && !(dw_start && one_uop);
+    end else if (mrow_o) begin
+      mpend_q <= 1'b0;
+    end else if (mset) begin
+      mpend_q <= 1'b1;
     end
   end
 
@@ -253,7 +286,7 @@ module vdla_loop_seq (
       reset_q   <= gemm.reset;
       init_q    <= gemm.init;
       alu_op_q  <= insn_i.alu.alu_opcode;
-      use_imm_q <= insn_i.alu.use_imm;
+      use_imm_q <= gemm.hdr.opcode == vdla_pkg::OP_ALU && insn_i.alu.use_imm;  // (a GEMM's bit is a factor's)
       mul_q     <= gemm.hdr.opcode == vdla_pkg::OP_ALU && insn_i.alu.alu_opcode == vdla_pkg::ALU_MUL;
       pipe_q    <= gemm.hdr.opcode == vdla_pkg::OP_ALU && insn_i.alu.pipe;  // vdla_insn_check: a MUL's alone
       imm_q     <= insn_i.alu.imm;
@@ -350,6 +383,8 @@ module vdla_loop_seq (
   end
 
   assign issue_o   = issue;
+  assign mo_o      = dw_q && ovl_q ? po_q : o_q;
+  assign omul_o    = omul_q;
   assign u_o       = u_q;
   assign o_o       = dw_q ? po_q : o_q;
   assign dst_off_o = dw_q ? pdst_q : dst_off_q;

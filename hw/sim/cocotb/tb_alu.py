@@ -1,9 +1,10 @@
 """cocotb bench of vdla_alu (LANES=4): every opcode on random and edge-case operands, against the
 simulator's golden semantics (vdla.runtime.sim.semantics). Driven and sampled on the falling edge.
 
-Every operation gives its result the cycle after en_i. A MUL takes two cycles: mul_en_i with the operands
-(the partial products are registered), then en_i with other operands on a and b (MUL's second cycle reads
-only what it registered); the bench then changes the inputs without en_i and checks the result holds. The
+Every operation gives its result the cycle after en_i. A MUL takes two cycles: mul_en_i with the operands on
+ma_i and mb_i (the partial products are registered), then en_i with other operands on a and b (MUL's second
+cycle reads only what it registered); the bench then changes the inputs without en_i and checks the result
+holds. The OUT path's multiply (omul_en_i) gives its rounded product on ores_o while res_o takes ADDs. The
 shift controls ctl_i, which the read-modify-write forms from b before the ALU's cycle, come from lane_ctl
 (the documented semantics of vdla_pkg::alu_lane_ctl); the whole-accelerator tests check that function."""
 
@@ -48,6 +49,7 @@ async def every_opcode_matches_the_golden_model(dut):
     rng = random.Random(11)
     dut.en_i.value = 0
     dut.mul_en_i.value = 0
+    dut.omul_en_i.value = 0
     dut.zero_i.value = 0
     dut.mul_shift_i.value = 0
     dut.ctl_i.value = 0
@@ -68,10 +70,12 @@ async def every_opcode_matches_the_golden_model(dut):
             dut.op_i.value, dut.a_i.value, dut.b_i.value, dut.en_i.value = int(op), pack(a), pack(b), 1
             dut.ctl_i.value, dut.mul_shift_i.value = pack_ctl(op, b), shift
             if op == AluOp.MUL:  # first cycle: the partial products; second: the result from them alone
+                dut.ma_i.value, dut.mb_i.value = pack(a), pack(b)
                 dut.en_i.value, dut.mul_en_i.value = 0, 1
                 await FallingEdge(dut.clk_i)
                 dut.en_i.value, dut.mul_en_i.value = 1, 0
                 dut.a_i.value, dut.b_i.value = pack([11] * LANES), pack([13] * LANES)
+                dut.ma_i.value, dut.mb_i.value = pack([5] * LANES), pack([6] * LANES)
             await FallingEdge(dut.clk_i)
             expect = _alu_apply(op, np.array(a, np.int64), np.array(b, np.int64), shift).tolist()
             assert unpack(int(dut.res_o.value)) == expect, (op.name, a, b, shift)
@@ -90,6 +94,7 @@ async def zero_and_hold(dut):
     await FallingEdge(dut.clk_i)
     dut.op_i.value, dut.a_i.value, dut.b_i.value, dut.en_i.value = int(AluOp.ADD), pack([1, 2, 3, 4]), 0, 1
     dut.zero_i.value, dut.mul_shift_i.value, dut.ctl_i.value, dut.clip_a_i.value = 0, 0, 0, 0
+    dut.mul_en_i.value, dut.omul_en_i.value = 0, 0
     await FallingEdge(dut.clk_i)
     assert unpack(int(dut.res_o.value)) == [1, 2, 3, 4]
     dut.en_i.value = 0  # disabled: the result holds
@@ -101,9 +106,9 @@ async def zero_and_hold(dut):
     assert unpack(int(dut.res_o.value)) == [0, 0, 0, 0]
     # a MUL: its reset comes with a zero operand (op(0, imm) reads a = 0) and writes zeros, its rounding half
     # included; zero_i and the shift are taken in the first cycle, not read in the second
-    dut.op_i.value, dut.b_i.value = int(AluOp.MUL), pack([2, 2, 2, 2])
+    dut.op_i.value, dut.b_i.value, dut.mb_i.value = int(AluOp.MUL), pack([2, 2, 2, 2]), pack([2, 2, 2, 2])
     for zero, a, shift, expect in ((0, [5, 6, 7, 8], 1, [5, 6, 7, 8]), (1, [0] * 4, 5, [0] * 4)):
-        dut.a_i.value, dut.mul_shift_i.value = pack(a), shift
+        dut.a_i.value, dut.ma_i.value, dut.mul_shift_i.value = pack(a), pack(a), shift
         dut.en_i.value, dut.mul_en_i.value, dut.zero_i.value = 0, 1, zero
         await FallingEdge(dut.clk_i)
         dut.en_i.value, dut.mul_en_i.value, dut.zero_i.value, dut.mul_shift_i.value = 1, 0, 1 - zero, 0
@@ -129,3 +134,30 @@ async def clip_of_zero_takes_its_bounds_from_a(dut):
         await FallingEdge(dut.clk_i)
         expect = _alu_apply(AluOp.CLIP, np.zeros(LANES, np.int64), np.array(a, np.int64), 0).tolist()
         assert unpack(int(dut.res_o.value)) == expect, a
+
+
+@cocotb.test()
+async def out_path_multiply_beside_adds(dut):
+    """omul_en_i: the partial products of ma_i and mb_i, then their rounded product on ores_o the next cycle, every
+    cycle back to back, while res_o takes an ADD of a and b each cycle (a GEMM's accumulation); ores_o holds
+    without omul_en_i."""
+    cocotb.start_soon(Clock(dut.clk_i, 10, unit="ns").start())
+    rng = random.Random(7)
+    dut.mul_en_i.value, dut.zero_i.value, dut.clip_a_i.value, dut.ctl_i.value = 0, 0, 0, 0
+    dut.op_i.value, dut.en_i.value = int(AluOp.ADD), 1
+    await FallingEdge(dut.clk_i)
+    pending = None
+    for n in range(60):
+        ma = [rng.choice(EDGES) if rng.random() < 0.3 else rng.randint(-(1 << 31), (1 << 31) - 1) for _ in range(LANES)]
+        mb = [rng.choice(EDGES) if rng.random() < 0.3 else rng.randint(-(1 << 31), (1 << 31) - 1) for _ in range(LANES)]
+        a, b = [rng.randint(-(1 << 20), 1 << 20) for _ in range(LANES)], [rng.randint(-9, 9) for _ in range(LANES)]
+        shift = rng.choice([0, 1, 31, 37, 63, rng.randint(0, 63)])
+        on = n < 50
+        dut.ma_i.value, dut.mb_i.value, dut.mul_shift_i.value, dut.omul_en_i.value = pack(ma), pack(mb), shift, on
+        dut.a_i.value, dut.b_i.value = pack(a), pack(b)
+        await FallingEdge(dut.clk_i)
+        assert unpack(int(dut.res_o.value)) == [x + y for x, y in zip(a, b, strict=True)]
+        if pending is not None:
+            assert unpack(int(dut.ores_o.value)) == pending, n
+        if on:
+            pending = _alu_apply(AluOp.MUL, np.array(ma, np.int64), np.array(mb, np.int64), shift).tolist()
