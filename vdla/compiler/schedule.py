@@ -783,10 +783,12 @@ class ThreadBuilder:
         """A later step's GEMM, after an EPI of the layer's own where another thread may have left another one (a
         post add's, or its multiplier rows: the outer loop then steps through the tile's)."""
         low = self.low
-        if not (low.post or low.out_mul or src_out):
-            return [Gemm(lower_nest(nest, base, low.limits))]
-        oc, rest = low.oc_axis(nest, t.noc)
-        return [low.epi_op(t, src_out=src_out), Gemm(lower_nest((oc,) + rest, base, low.limits, pin_outer=True))]
+        if low.out_mul:
+            oc, rest = low.oc_axis(nest, t.noc)
+            gemm = Gemm(lower_nest((oc,) + rest, base, low.limits, pin_outer=True))
+        else:
+            gemm = Gemm(lower_nest(nest, base, low.limits))
+        return [low.epi_op(t, src_out=src_out), gemm] if low.post or low.out_mul or src_out else [gemm]
 
     def elementwise(self, t: Tile, p: AluPass, acc: int, res: int, post: bool = False) -> MicroKernel:
         """The kernel of pass ``p`` over the tile's accumulators (from ``acc``), reading its operand alongside:

@@ -77,6 +77,7 @@ def check_config(cfg: HwConfig) -> None:
         "nop_cycles": 1,
         "gemm_setup": 2,
         "gemm_pipeline": 4,
+        "out_mul_lag": 2,
         "alu_setup": 2,
         "alu_pipeline": 2,
         "alu_ii": 2,
