@@ -317,32 +317,6 @@ def test_epi_mul_multiplies_the_out_mirror_of_gemm_writes(device, mode, mshift):
     np.testing.assert_array_equal(out.read(np.int8, (24, 16))[:12], expect[:12].astype(np.int8))
 
 
-def test_epi_mul_faults_and_refusals(device):
-    """A GEMM may not write its own multiplier rows (the simulator faults, naming the row); a multiplier row
-    past the ACC buffer is an index fault; a config without the OUT-path multiplier refuses EPI mul."""
-    from dataclasses import replace
-
-    from vdla.isa import EpiInsn, IsaError
-    from vdla.isa.validate import validate_program
-    from vdla.runtime.backend import FaultError
-
-    if device.backend.name != "sim":
-        pytest.skip("the RTL leaves a GEMM writing its own multiplier rows undefined")
-    cmd = device.commands()
-    cmd.epi(mul=(4, 3))
-    cmd.gemm([(5, 0, 0)], iter_out=2, dst_factor=(0, 0))
-    with pytest.raises(FaultError, match="ACC row 5, one of its OUT multiplier rows"):
-        cmd.synchronize()
-    cmd = device.commands()
-    cmd.epi(mul=(device.cfg.acc_depth - 1, 3))
-    cmd.gemm([(0, 0, 0)], iter_out=2, dst_factor=(1, 0))
-    with pytest.raises(FaultError, match="multiplier row .* outside the buffer"):
-        cmd.synchronize()
-    off = replace(device.cfg, name="no_out_mul", out_multiplier=False)
-    with pytest.raises(IsaError, match="no OUT-path multiplier"):
-        validate_program([EpiInsn(mul=True)], off)
-
-
 @pytest.mark.parametrize("iter_out", [1, 3])
 def test_epi_mul_costs_a_slot_per_outer_iteration_and_its_lag(device, iter_out):
     """A GEMM after EPI mul takes iter_out + out_mul_lag cycles more than after EPI without it
