@@ -133,6 +133,8 @@ module vdla_compute_loop (
   // the multiplier row's slot (EPI mul): no micro-op; its row, epi_mul_base + o, and the row's range check
   logic              s1_mrow_q, s2_mrow_q, s3_mrow_q, s1_mrow_bad_q;
   logic [ACC_AW-1:0] s1_maddr_q, s2_maddr_q;
+  logic [16:0]       mrow_row;  // epi_mul_base + o, one bit wider than any ACC index
+  assign mrow_row = 17'(epi_mul_base_i) + 17'(mo);
   always_ff @(posedge clk_i or negedge rst_ni) begin
     if (!rst_ni) begin
       s1_valid_q <= 1'b0;
@@ -147,8 +149,8 @@ module vdla_compute_loop (
     end
   end
   always_ff @(posedge clk_i) begin
-    s1_maddr_q    <= ACC_AW'(17'(epi_mul_base_i) + 17'(mo));
-    s1_mrow_bad_q <= 17'(epi_mul_base_i) + 17'(mo) >= 17'(ACC_DEPTH);
+    s1_maddr_q    <= ACC_AW'(mrow_row);
+    s1_mrow_bad_q <= mrow_row >= 17'(ACC_DEPTH);
     s2_maddr_q    <= s1_maddr_q;
   end
 
