@@ -10,7 +10,9 @@ One record per (model, quantization):
      "compile_warm_s", "cpu_ops"[, "depthwise"]}
 
 ``depthwise`` (models with depthwise layers): the MACs, accelerator cycles and MACs per cycle of those run
-apart, and the pairs fused with the 1x1 convolution after them (``fused_pairs``, ``fused_cycles``).
+apart, and the pairs fused with the 1x1 convolution after them (``fused_pairs``, ``fused_cycles``), of which
+``fused_blocks`` have the 1x1 expand layer before them fused too (the whole inverted residual block on chip);
+``pairs`` lists each fused step (its op, cycles and own bound).
 
 ``mac_bound_cycles`` = MACs / (BATCH x BLOCK_IN x BLOCK_OUT) of the config, ``ratio`` = accel_cycles /
 mac_bound_cycles. ``layer_roofline_cycles``: the sum over the accelerator steps of each step's own bound, its
@@ -52,6 +54,7 @@ from vdla.zoo.suite import SUITE, SuiteModel
 
 console = Console(stderr=True)
 COSINE = 0.99
+FUSED = "depthwise_conv2d+conv2d"  # a fused pair's op; "conv2d+" before it: the expand layer fused too
 
 
 def compile_twice(model, calib, options: CompileOptions, cache_dir: Path) -> tuple:
@@ -112,17 +115,18 @@ def record(m: SuiteModel, quantization: str, artifact, report, run, cold: float,
         "compile_warm_s": round(warm, 2),
         "cpu_ops": cpu_ops,
     }
-    fused = {s.name for s in artifact.steps if s.kind == "accel" and s.layer["op"] == "depthwise_conv2d+conv2d"}
+    fused = {s.name: s.layer["op"] for s in artifact.steps if s.kind == "accel" and s.layer["op"].endswith(FUSED)}
     if depthwise or fused:  # the depthwise layers apart: their cycles and MACs per cycle (of the core's 256)
         macs = sum(depthwise.values())
         rec["depthwise"] = {"macs": macs, "cycles": dw_cycles, "macs_per_cycle": round(macs / max(dw_cycles, 1), 2)}
         # fused with the 1x1 convolution after them (vdla.compiler.dw_pointwise): the pairs and their cycles,
         # each pair's against its own bound (as layer_roofline: its MACs, or the activation bytes it moves)
         rec["depthwise"]["fused_pairs"] = len(fused)
+        rec["depthwise"]["fused_blocks"] = sum(op != FUSED for op in fused.values())
         rec["depthwise"]["fused_cycles"] = sum(st.cycles for st in run.steps if st.name in fused)
         bounds = {s.name: step_bound(s, artifact) for s in artifact.steps if s.name in fused}
         rec["depthwise"]["pairs"] = [
-            {"step": st.name, "cycles": st.cycles, "bound": round(bounds[st.name])}
+            {"step": st.name, "op": fused[st.name], "cycles": st.cycles, "bound": round(bounds[st.name])}
             for st in run.steps
             if st.name in fused
         ]

@@ -1,6 +1,8 @@
 """A depthwise layer fused with the 1x1 convolution reading it (vdla.compiler.dw_pointwise): the depthwise output
-stays on chip and the pointwise GEMM reads it from OUT (EPI src_out). Bit-exact with numpy on the simulator and
-the RTL, in a model equal to the layers run apart, and the pairs it cannot take refused with the reason.
+stays on chip and the pointwise GEMM reads it from OUT (EPI src_out); with the 1x1 expand layer before it fused too
+(an inverted residual block), the depthwise windows are computed on chip as well and read from OUT. Bit-exact with
+numpy on the simulator and the RTL, in a model equal to the layers run apart, and the pairs and blocks it cannot
+take refused with the reason.
 """
 
 from __future__ import annotations
@@ -143,10 +145,11 @@ def test_pairs_it_cannot_take_are_named():
         compile_dw_pointwise((1, 16, 8, 2000), dw_w[:16], pw_w[:, :16], padding=1)
 
 
-def test_a_mobilenet_fuses_its_pairs_and_matches_onnxruntime():
-    """MobileNet-V2 (width 0.35, 64x64, QDQ by onnxruntime): the builder fuses the pairs where that is faster than
-    apart (here all 16), the outputs equal those of the layers apart and of onnxruntime running the QDQ model
-    (graph optimizations off), and the accelerator takes fewer cycles."""
+def test_a_mobilenet_fuses_its_blocks_and_matches_onnxruntime():
+    """MobileNet-V2 (width 0.35, 64x64, QDQ by onnxruntime): the builder fuses the pairs, and the expand layers
+    before them, where that is faster than apart (here all 17 blocks, expand layers included), the outputs equal
+    those of the layers apart and of onnxruntime running the QDQ model (graph optimizations off), and the
+    accelerator takes fewer cycles."""
     pytest.importorskip("onnxruntime")
     from vdla.frontend.reference import reference_session
     from vdla.model import Module
@@ -160,9 +163,10 @@ def test_a_mobilenet_fuses_its_pairs_and_matches_onnxruntime():
         artifact, _ = compile_model(model, None, CompileOptions(fuse_depthwise=fuse))
         module = Module(artifact, "sim")
         ops = [s.layer["op"] for s in artifact.steps if s.kind == "accel"]
-        runs[fuse] = (module.run(x)["logits"], module.last_report.accel_cycles, ops.count("depthwise_conv2d+conv2d"))
-    (fused, fused_cycles, pairs), (apart, apart_cycles, none) = runs[True], runs[False]
-    assert pairs == 16 and none == 0
+        fused = ops.count("depthwise_conv2d+conv2d") + ops.count("conv2d+depthwise_conv2d+conv2d")
+        runs[fuse] = (module.run(x)["logits"], module.last_report.accel_cycles, fused)
+    (fused, fused_cycles, blocks), (apart, apart_cycles, none) = runs[True], runs[False]
+    assert blocks == 17 and none == 0
     np.testing.assert_array_equal(fused, apart)
     want = reference_session(model).run(["logits"], {"image": x})[0]
     scale = qdq_output_scale(model)
@@ -191,3 +195,102 @@ def test_the_chosen_schedules_are_cached(tmp_path, monkeypatch):
     again = compile_dw_pointwise(shape, dw_w, pw_w, **options)
     assert (again.schedule, again.search.cycles) == (first.schedule, first.search.cycles)
     assert compile_depthwise(shape, dw_w, padding=1, epilogue=dw_ep, cache=cache).schedule == alone.schedule
+
+
+# ---- the expand layer fused too: the inverted residual block -------------------------------------------------
+
+
+def block(seed: int, shape, e: int, k: int, oc: int, kind: str):
+    """Input, weights and epilogues of an expand -> depthwise -> 1x1 block (``kind``: as :func:`epilogues`, and
+    "ex-table": the expand layer's activation table, the others' clamps in the mirror)."""
+    rng, x, dw_w, pw_w = pair(seed, (*shape[:1], e, *shape[2:]), k, oc)
+    x = rng.integers(-128, 128, shape, dtype=np.int8)
+    ex_w = rng.integers(-128, 128, (e, shape[1], 1, 1), dtype=np.int8)
+    dw_ep, pw_ep = epilogues(rng, e, oc, "pw-table" if kind == "ex-table" else kind)
+    mult = rng.integers(1 << 14, 1 << 15, e)
+    ex_ep = Epilogue(bias=rng.integers(-(1 << 15), 1 << 15, e), multiplier=mult, shift=27, clip=(0, 127))
+    if kind == "ex-table":
+        table = rng.integers(-128, 128, 256).astype(np.int8)
+        ex_ep = Epilogue(bias=ex_ep.bias, multiplier=mult, shift=27, table=table)
+        pw_ep = Epilogue(bias=pw_ep.bias, multiplier=rng.integers(1 << 14, 1 << 15, oc), shift=26)
+    return rng, x, (ex_w, ex_ep), dw_w, dw_ep, pw_w, pw_ep
+
+
+BLOCKS = [  # (input shape, expanded channels, k, stride, padding, output channels, epilogue kind)
+    ((1, 16, 16, 16), 96, 3, 2, 1, 24, "per-channel"),  # MobileNet-V2's second block, smaller
+    ((1, 24, 12, 12), 48, 3, 1, 1, 24, "residual"),  # two input channel blocks, the residual
+    ((1, 8, 9, 9), 32, 5, 1, 2, 16, "dw-table"),
+    ((1, 40, 7, 7), 240, 5, 2, 2, 80, "ex-table"),  # EfficientNet-like: three input blocks, the expand's table
+    ((1, 16, 8, 8), 32, 3, 1, 0, 16, "dw-shift"),  # no border
+    ((1, 64, 4, 4), 512, 3, 1, 1, 512, "per-channel"),  # the 1x1 weights do not all fit WGT: loaded per step
+]
+
+
+@pytest.mark.parametrize("shape,e,k,stride,padding,oc,kind", BLOCKS, ids=str)
+def test_fused_blocks_on_the_simulator(shape, e, k, stride, padding, oc, kind):
+    rng, x, expand, dw_w, dw_ep, pw_w, pw_ep = block(shape[1] + e + k, shape, e, k, oc, kind)
+    fused = compile_dw_pointwise(
+        shape, dw_w, pw_w, stride=stride, padding=padding, dw_epilogue=dw_ep, pw_epilogue=pw_ep, expand=expand
+    )
+    n, _, oh, ow = fused.spec.out_shape
+    res = rng.integers(-128, 128, (n, oc, oh, ow), dtype=np.int8) if kind == "residual" else None
+    run = fused.run(Device("pynq"), x, res)
+    want = dw_pointwise_reference(x, dw_w, fused.spec, dw_ep, pw_w, pw_ep, res, expand=expand)
+    np.testing.assert_array_equal(run.out, want)
+    assert np.count_nonzero(want) > want.size // 4  # not a degenerate case
+    assert fused.macs == fused.spec.macs + fused.pw_spec.macs + n * e * shape[1] * shape[2] * shape[3]
+
+
+def test_the_block_reads_its_windows_from_out():
+    """Per step: the border zeroed by ALU writes under a plain EPI, the expand GEMM with init (no window from
+    INP), then the depthwise and the pointwise GEMMs both reading OUT."""
+    shape, e, k, oc = (1, 16, 10, 10), 64, 3, 24
+    rng, x, expand, dw_w, dw_ep, pw_w, pw_ep = block(2, shape, e, k, oc, "per-channel")
+    fused = compile_dw_pointwise(shape, dw_w, pw_w, padding=1, dw_epilogue=dw_ep, pw_epilogue=pw_ep, expand=expand)
+    epi, kinds, zeroes = EpiInsn(), [], 0
+    for insn in fused.program():
+        if isinstance(insn, EpiInsn):
+            epi = insn
+        elif isinstance(insn, GemmInsn) and not insn.reset:
+            kinds.append((epi.dw, epi.src_out, insn.init))
+        elif isinstance(insn, AluInsn) and insn.reset:
+            zeroes += 1
+            assert not (epi.req or epi.lut or epi.mul) and insn.use_imm and insn.imm == 0
+    firsts = {(False, False, True), (True, True, True), (False, True, True)}  # expand, depthwise, first pointwise
+    assert firsts <= set(kinds) <= firsts | {(False, True, False)}  # a later step's pointwise GEMM adds
+    assert zeroes > 0
+
+
+@pytest.mark.parametrize("vthreads", [1, 2])
+def test_fused_block_on_the_rtl(rtl_library, vthreads):
+    """The block's program on both backends: equal outputs, equal to numpy, the GEMM iterations counted alike."""
+    shape, e, k, oc = (1, 24, 9, 10), 48, 3, 24
+    rng, x, expand, dw_w, dw_ep, pw_w, pw_ep = block(12, shape, e, k, oc, "residual")
+    fused = compile_dw_pointwise(
+        shape, dw_w, pw_w, stride=2, padding=1, dw_epilogue=dw_ep, pw_epilogue=pw_ep, expand=expand,
+        schedule=FusedSchedule(2, 1, vthreads, res_inp=vthreads == 2),
+    )  # fmt: skip
+    res = rng.integers(-128, 128, (1, oc, 5, 5), dtype=np.int8)
+    sim, rtl = (fused.run(Device("pynq", backend=b), x, res) for b in ("sim", "rtl"))
+    np.testing.assert_array_equal(rtl.out, sim.out)
+    want = dw_pointwise_reference(x, dw_w, fused.spec, dw_ep, pw_w, pw_ep, res, expand=expand)
+    np.testing.assert_array_equal(sim.out, want)
+    assert rtl.counters.gemm_iters == sim.counters.gemm_iters
+    assert abs(rtl.counters.cycles - sim.counters.cycles) <= 0.05 * sim.counters.cycles
+
+
+def test_blocks_it_cannot_take_are_named():
+    shape, e, k, oc = (1, 16, 8, 8), 32, 3, 16
+    rng, x, (ex_w, ex_ep), dw_w, dw_ep, pw_w, pw_ep = block(6, shape, e, k, oc, "per-channel")
+    cfg, table = load_config("pynq"), np.arange(256).astype(np.uint8).view(np.int8)
+
+    def why(expand, dw=dw_ep, pw=pw_ep):
+        return dw_pointwise_refusal(shape, dw_w, 1, 1, dw, pw_w, pw, cfg, expand)
+
+    assert why((ex_w, ex_ep)) is None
+    tabled = Epilogue(bias=ex_ep.bias, shift=20, table=table)
+    assert "LUT holds one" in why((ex_w, tabled), dw=Epilogue(shift=9, table=table[::-1].copy()))
+    assert "ALU passes" in why((ex_w, Epilogue(residual="int8")))
+    assert "(32, 16, 1, 1)" in why((np.zeros((32, 16, 3, 3), np.int8), ex_ep))
+    with pytest.raises(CompileError, match="1x1 conv -> depthwise .* one output row needs"):
+        compile_dw_pointwise((1, 16, 8, 900), dw_w, pw_w, padding=1, expand=(ex_w, ex_ep))

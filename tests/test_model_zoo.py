@@ -115,13 +115,13 @@ def _grouped_and_plain_layers(model) -> tuple[int, int]:
 def test_quantized_layers_run_on_the_accelerator(compiled):
     """Every dense layer and plain convolution goes to the accelerator (MobileNet-v2's projections into a
     residual add included), and every depthwise convolution, on the depthwise mode, alone or fused with the
-    1x1 convolution after it (vdla.compiler.dw_pointwise): 100% of the MACs, no CPU step between the input's
-    and the output's."""
+    1x1 convolution after it and the 1x1 expand layer before it (vdla.compiler.dw_pointwise): 100% of the MACs,
+    no CPU step between the input's and the output's."""
     name, z, artifact, report = compiled
     ops = [s.layer["op"] for s in artifact.steps if s.kind == "accel"]
-    fused = ops.count("depthwise_conv2d+conv2d")
-    accel = sum(op in ("conv2d", "dense") for op in ops) + fused  # pools aside
-    depthwise = ops.count("depthwise_conv2d") + fused
+    pairs, blocks = ops.count("depthwise_conv2d+conv2d"), ops.count("conv2d+depthwise_conv2d+conv2d")
+    accel = sum(op in ("conv2d", "dense") for op in ops) + pairs + 2 * blocks  # pools aside
+    depthwise = ops.count("depthwise_conv2d") + pairs + blocks
     grouped, plain = _grouped_and_plain_layers(z.float_model)
     assert (accel, depthwise) == (plain, grouped), (accel, plain, report.notes)
     assert artifact.accel_macs == artifact.total_macs

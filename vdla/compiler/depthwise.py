@@ -247,13 +247,15 @@ class DepthwiseLowering(BandLowering):
         compute = self.gemms(t, acc0, inp0, ob, win) + self.epilogue(t, acc0, ob)
         return Block(thread, tuple(loads), tuple(compute), tuple(self.stores(t, acc0, ob)))
 
-    def gemms(self, t: BandTile, acc0: int, inp0: int, ob: int, win: int) -> list[Op]:
+    def gemms(self, t: BandTile, acc0: int, inp0: int, ob: int, win: int, src_out: bool = False) -> list[Op]:
         """The tile's EPI (the depthwise mode, its first bias and multiplier rows) and one ``init`` GEMM per output
         row: channel blocks outer (``ob`` accumulators and ``win`` INP elements apart; their bias and multiplier
-        rows), the row's columns inner (the window moving by the stride)."""
+        rows), the row's columns inner (the window moving by the stride). ``src_out``: the windows are OUT rows
+        from ``inp0`` (an expand layer's results, :mod:`vdla.compiler.dw_pointwise`), not INP's."""
         p = self.passes
         mul = (self.mult0 + t.cb, self.ep.shift) if p.out_mul else None
-        ops: list[Op] = [Epi(True, p.relu, p.shift, self.bias0 + t.cb, p.table is not None, self.dw, mul=mul)]
+        table = p.table is not None
+        ops: list[Op] = [Epi(True, p.relu, p.shift, self.bias0 + t.cb, table, self.dw, src_out=src_out, mul=mul)]
         for r in range(t.noh):
             base = (acc0 + r * self.ow, inp0 + r * self.s * self.cols, t.cb * self.elements)
             kernel = MicroKernel(np.array([base], np.int64), t.noc, self.ow, (ob, win, self.elements), (1, self.s, 0))

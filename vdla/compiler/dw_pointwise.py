@@ -19,10 +19,22 @@ the E channels runs in steps of ``tic`` channel blocks. One block per step:
 * the last step: the pointwise epilogue (residual and passes, exactly a conv2d tile's:
   :class:`~vdla.compiler.schedule.ThreadBuilder`) and the STOREs.
 
-Buffers: each thread's INP share holds a step's windows; its ACC share the pointwise tile (P), its residual (when
-the layer adds one) and D; the per-channel rows of both layers sit at the top of ACC (the pointwise layer's above
-the depthwise layer's); WGT holds the depthwise window weights from 0 and, above them, every pointwise weight
-when they all fit (loaded once by the stream's first block), else each thread's share holds a step's.
+Buffers: each thread's INP share holds a step's windows; its ACC share the pointwise tile (P) and its residual
+(when the layer adds one); D (and X, below) is one scratch region all threads share, since only one block's
+compute writes and reads it, never a LOAD or a STORE; the per-channel rows of the layers sit at the top of ACC
+(the pointwise layer's above the depthwise layer's, above the expand layer's); WGT holds the depthwise window
+weights from 0, the expand weights after them, then every pointwise weight when they all fit (loaded once by the
+stream's first block), else each thread's share holds a step's.
+
+With an *expand* layer (the 1x1 convolution before the depthwise one in an inverted residual block), the whole
+block runs fused and the expanded tensor never reaches DRAM either. The load stage brings the band's rows of the
+block's input (every channel block of it, every column: the expand layer's input) into the thread's INP share
+with the band's first step; each step then computes its channel blocks' depthwise input windows on chip: an ALU
+pass zeroes the window's border (the depthwise layer's zero padding) in X, an ``init`` GEMM runs the expand
+layer's 1x1 convolution over the window's rows into X with its epilogue in the OUT mirror (bias by ``init``, the
+multiplier by EPI ``mul``: the expand layer may need no ALU pass), and the depthwise GEMMs read their windows
+from X's OUT rows (EPI ``src_out``). Consecutive bands share ``k - s`` window rows, which each band computes
+again.
 
 Invariant: the program computes exactly the pointwise layer's reference on the depthwise layer's int8 output
 (:func:`dw_pointwise_reference`), bit for bit, on every backend.
@@ -35,13 +47,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from vdla.compiler.blocks import Block, Load, Op
+from vdla.compiler.blocks import Alu, Block, Epi, Gemm, Load, Op
 from vdla.compiler.cache import ScheduleCache
 from vdla.compiler.conv2d import LayerRun, _constants, run_bound
 from vdla.compiler.depthwise import DepthwiseLowering, DepthwiseSpec, DwPasses, depthwise_reference
 from vdla.compiler.epilogue import normalize
 from vdla.compiler.identity import EYE, identity_weights, load_identity
-from vdla.compiler.microcode import Limits
+from vdla.compiler.microcode import Limits, lower_nest
 from vdla.compiler.schedule import ConvLowering, Schedule, ThreadBuilder, Tile
 from vdla.compiler.search import cached_fastest, emit_program
 from vdla.compiler.spec import TABLE, CompileError, Conv2dSpec, EpilogueSpec, OutputView, refusal
@@ -52,11 +64,12 @@ from vdla.config import DEFAULT_PRESET, HwConfig, load_config
 from vdla.graph import oracle
 from vdla.graph.epilogue import Epilogue
 from vdla.graph.layout import pack_activation, pack_weights, unpack_activation
-from vdla.isa import Insn, MemType
+from vdla.isa import AluOp, Insn, MemType
 from vdla.runtime.device import Device
 
 MAX_VTHREADS = 2
 DW_ROWS = {"bias": "dwbias", "mult": "dwmult"}  # the depthwise layer's constants, renamed beside the pointwise's
+EX = "ex"  # the prefix of the expand layer's constants (weights and per-channel rows)
 
 
 @dataclass(frozen=True)
@@ -77,9 +90,14 @@ class FusedSchedule:
 
 def dw_pointwise_reference(
     x: np.ndarray, dw_w: np.ndarray, dw_spec: DepthwiseSpec, dw_ep: Epilogue, pw_w: np.ndarray, pw_ep: Epilogue,
-    residual: np.ndarray | None = None,
+    residual: np.ndarray | None = None, expand: tuple[np.ndarray, Epilogue] | None = None,
 ) -> np.ndarray:  # fmt: skip
-    """The numpy definition of the fused pair: the depthwise layer's int8 output, then the 1x1 layer on it."""
+    """The numpy definition of the fused layer: with ``expand`` (weights, epilogue), the 1x1 expand layer's int8
+    output of ``x`` first; the depthwise layer's int8 output; then the 1x1 layer on it."""
+    if expand is not None:
+        ew, eep = expand
+        x = oracle.conv2d_reference(x, ew, Conv2dSpec.make(x.shape, ew.shape[0], (1, 1)), eep)
+        x = x if eep.table is None else oracle.table(x, eep.table)
     mid = depthwise_reference(x, dw_w, dw_spec, dw_ep)
     out = oracle.conv2d_reference(mid, pw_w, Conv2dSpec.make(mid.shape, pw_w.shape[0], (1, 1)), pw_ep, residual)
     return out if pw_ep.table is None else oracle.table(out, pw_ep.table)
@@ -98,6 +116,21 @@ def pair_refusal(dw_spec: DepthwiseSpec, dw_ep: Epilogue, pw_spec: Conv2dSpec, p
     return None
 
 
+def expand_refusal(ex: ConvLowering, dw_spec: DepthwiseSpec, tables: int) -> str | None:
+    """Why an expand layer (lowered as ``ex``) cannot run fused before the depthwise layer ``dw_spec``, or None;
+    ``tables``: how many of the three layers need the activation table."""
+    sp = ex.spec
+    if (sp.kh, sp.kw, sp.sh, sp.sw) != (1, 1, 1, 1) or any(sp.pad):
+        return "the expand layer is not a 1x1 convolution of stride 1 without padding"
+    if (sp.n, sp.oc, sp.oh, sp.ow) != dw_spec.shape:
+        return f"the expand layer writes {sp.n, sp.oc, sp.oh, sp.ow}, the depthwise layer reads {dw_spec.shape}"
+    if ex.passes or ex.epi.residual or ex.epi.pool or ex.epi.post:
+        return "the expand layer's epilogue needs ALU passes (only what the OUT mirror applies fuses)"
+    if tables > 1:
+        return "more than one of the three layers needs an activation table, and the LUT holds one"
+    return None
+
+
 class DwPointwiseLowering:
     """The fused pair on one config: geometry, buffer fit and the block stream (module docstring)."""
 
@@ -110,7 +143,9 @@ class DwPointwiseLowering:
         cfg: HwConfig,
         mul_imm: int = 1,
         view: OutputView | None = None,
+        expand: tuple[Conv2dSpec, EpilogueSpec, int] | None = None,
     ):
+        """``expand``: (spec, epilogue spec, immediate multiplier) of the 1x1 layer fused before the depthwise one."""
         why = pair_refusal(dw_spec, dw_ep, pw_spec, pw_epi)
         if why is None and cfg.block_in != cfg.block_out:
             why = f"the pointwise GEMM reads OUT rows as input rows: config {cfg.name!r} has block_in != block_out"
@@ -121,46 +156,73 @@ class DwPointwiseLowering:
         self.cfg, self.limits = cfg, Limits.of(cfg)
         self.pw = ConvLowering(pw_spec, pw_epi, cfg, mul_imm, view)
         self.dw = DepthwiseLowering(dw_spec, dw_ep, cfg, acc_top=self.pw.rows_base)
+        self.ex = None
+        if expand is not None:
+            ex_spec, ex_epi, ex_imm = expand
+            self.ex = ConvLowering(ex_spec, ex_epi, cfg, ex_imm, acc_top=self.dw.bias0)
+        if self.ex is not None:
+            tables = sum((self.ex.out_mode.lut, self.dw.passes.table is not None, bool(pw_epi.table)))
+            if why := expand_refusal(self.ex, dw_spec, tables):
+                raise CompileError(f"1x1 conv -> {dw_spec.describe()} -> 1x1 conv: cannot fuse: {why}")
         self.spec = dw_spec
         self.cb, self.oh, self.ow = self.dw.cb, self.dw.oh, self.dw.ow
         self.dw_elems = self.cb * self.dw.elements
-        self.wgt_free = self.pw.wgt_free - self.dw_elems  # WGT for the 1x1 weights (the identity block on top)
+        self.ex_elems = 0 if self.ex is None else self.cb * self.ex.ib  # the expand weights, resident after them
+        self.ex_top = self.dw.bias0 if self.ex is None else self.ex.rows_base  # the threads' ACC lies below it
+        self.wgt_free = self.pw.wgt_free - self.dw_elems - self.ex_elems  # WGT for the 1x1 weights (identity on top)
         self.wgt_shared = self.pw.ob * self.pw.ib <= self.wgt_free
         self.residual = bool(pw_epi.residual)
 
     # ---- fit --------------------------------------------------------------------------------------
     def share(self, vthreads: int) -> tuple[int, int, int]:
-        """(INP, WGT, ACC) elements of one thread's share (no WGT share when the pointwise weights are resident)."""
+        """(INP, WGT, ACC) elements of one thread's share (no WGT share when the pointwise weights are resident); the
+        ACC share before the scratch (:meth:`scratch`) is taken from it."""
         c = self.cfg
-        wgt = 0 if self.wgt_shared else self.wgt_free // vthreads
-        return c.inp_depth // vthreads, wgt, max(self.dw.bias0, 0) // vthreads
+        wgt = 0 if self.wgt_shared else max(self.wgt_free, 0) // vthreads
+        return c.inp_depth // vthreads, wgt, max(self.ex_top, 0) // vthreads
+
+    def windows(self, toh: int, tic: int) -> int:
+        """INP elements of a full-size tile's inputs: a step's depthwise windows, or with an expand layer the
+        band's rows of its input (every channel block)."""
+        if self.ex is None:
+            return tic * self.dw.per_block(toh)[0]
+        return self.ex.ib * self.dw.in_rows(toh) * self.dw.w
+
+    def scratch(self, toh: int, tic: int) -> int:
+        """ACC elements of a step's depthwise outputs (D) and, with an expand layer, its depthwise windows (X).
+        Both are written and read by one block's compute alone (never loaded or stored), and the compute stage runs
+        one block's instructions after another's: the threads share one scratch region, below the resident rows."""
+        return toh * self.ow * tic + (0 if self.ex is None else tic * self.dw.per_block(toh)[0])
 
     def need(self, toh: int, tic: int, res_inp: bool = False) -> tuple[int, int, int]:
-        """(INP, WGT, ACC) elements one thread needs for a full-size tile: the residual's tile takes INP
-        (``res_inp``) or ACC."""
+        """(INP, WGT, ACC) elements one thread needs for a full-size tile, besides the shared scratch: the
+        residual's tile takes INP (``res_inp``) or ACC."""
         tile = toh * self.ow * self.pw.ob
         wgt = 0 if self.wgt_shared else self.pw.ob * tic
-        inp = tic * self.dw.per_block(toh)[0] + tile * res_inp
-        return inp, wgt, tile * (1 + (self.residual and not res_inp)) + toh * self.ow * tic
+        return self.windows(toh, tic) + tile * res_inp, wgt, tile * (1 + (self.residual and not res_inp))
 
     def fits(self, toh: int, tic: int, vthreads: int, res_inp: bool = False) -> bool:
         pixels = toh * self.ow
         factors = max(pixels, self.dw.per_block(toh)[0]) <= min(self.limits.max_factor[:2]) or tic == 1
-        return factors and all(n <= h for n, h in zip(self.need(toh, tic, res_inp), self.share(vthreads)))
+        (inp, wgt, acc), (hi, hw, _) = self.need(toh, tic, res_inp), self.share(vthreads)
+        return factors and inp <= hi and wgt <= hw and vthreads * acc + self.scratch(toh, tic) <= self.ex_top
 
     def check_minimal(self) -> None:
         """Raise CompileError, naming the limit, when one output row of one channel block does not fit."""
-        if self.fits(1, 1, 1):
+        if self.fits(1, 1, 1) and self.wgt_free >= 0:
             return
         need, have = self.need(1, 1), self.share(1)
+        first = "1x1 conv -> " * (self.ex is not None)
         raise CompileError(
-            f"{self.spec.describe()} -> 1x1 conv to {self.pw.ob} channel blocks: one output row needs (INP, WGT, "
-            f"ACC) {need} elements, the buffers hold {have} after the resident rows and weights"
+            f"{first}{self.spec.describe()} -> 1x1 conv to {self.pw.ob} channel blocks: one output row needs (INP, "
+            f"WGT, ACC) {need} elements and {self.scratch(1, 1)} ACC of scratch, the buffers hold {have} after the "
+            f"resident rows and {self.dw_elems + self.ex_elems} resident weights (WGT {self.cfg.wgt_depth})"
         )
 
     def candidates(self) -> list[FusedSchedule]:
-        """Per step of ``tic`` channel blocks (halvings) and residual form, the most output rows that fit the most
-        threads that fit one."""
+        """Per step of ``tic`` channel blocks (halvings), residual form and thread count, the most output rows that
+        fit. With an expand layer one thread's taller bands may win: they compute fewer window rows twice, while
+        its loads wait for its compute."""
         self.check_minimal()
         out = []
         forms = (False, True) if self.pw.residual_gemm else (False,)
@@ -169,17 +231,31 @@ class DwPointwiseLowering:
                 toh = max((t for t in range(1, self.oh + 1) if self.fits(t, tic, v, res_inp)), default=0)
                 if toh:
                     out.append(FusedSchedule(toh, tic, v, res_inp))
-                    break
+                    if self.ex is None:
+                        break
         return out
 
     # ---- tensors ----------------------------------------------------------------------------------
     def tensor_bytes(self) -> dict[str, int]:
         dw = {DW_ROWS.get(k, k): n for k, n in self.dw.tensor_bytes().items() if k != "out"}
-        return {**self.pw.tensor_bytes(), **dw}
+        out = {**self.pw.tensor_bytes(), **dw}
+        if self.ex is not None:  # the block's input is the expand layer's
+            ex = self.ex.tensor_bytes()
+            out.update({EX + k: n for k, n in ex.items() if k not in ("inp", "out", TABLE)}, inp=ex["inp"])
+            out.update({TABLE: ex[TABLE]} if TABLE in ex else {})
+        return out
 
-    def constants(self, dw_w: np.ndarray, pw_w: np.ndarray, pw_ep: Epilogue) -> dict[str, np.ndarray]:
+    def constants(
+        self, dw_w: np.ndarray, pw_w: np.ndarray, pw_ep: Epilogue, expand: tuple[np.ndarray, Epilogue] | None = None
+    ) -> dict[str, np.ndarray]:
         c, pw = self.cfg, self.pw
         out = {DW_ROWS.get(k, k): a for k, a in self.dw.constants(dw_w).items()}
+        if expand is not None:
+            ew, eep = expand
+            rows = _constants(eep, self.ex.epi, self.ex.spec.oc, c)
+            out.update({EX + k: a for k, a in rows.items()}, exwgt=pack_weights(ew, c.block_out, c.block_in))
+            if eep.table is not None:
+                out[TABLE] = np.asarray(eep.table, np.int8).reshape(c.lut_depth, c.batch, c.block_out)
         out.update(_constants(pw_ep, pw.epi, pw.spec.oc, c), wgt=pack_weights(pw_w, c.block_out, c.block_in))
         if pw.residual_gemm:  # the identity block a res_inp schedule's residual GEMM reads
             out[EYE] = identity_weights(c)
@@ -190,13 +266,19 @@ class DwPointwiseLowering:
     # ---- blocks -----------------------------------------------------------------------------------
     def regions(self, thread: int, s: FusedSchedule) -> tuple[int, int, int, int]:
         """(INP, P, residual, D) bases of the thread's share (the residual's in INP after the windows with
-        ``res_inp``, else in ACC after P)."""
-        inp, _, acc = self.share(s.vthreads)
-        tile = self.pw.ob * s.toh * self.ow
+        ``res_inp``, else in ACC after P); D is the shared scratch's (:meth:`scratch`), right below the resident
+        rows."""
+        inp = self.share(s.vthreads)[0]
+        d = self.ex_top - self.scratch(s.toh, s.tic)
+        tile, acc = self.pw.ob * s.toh * self.ow, d // s.vthreads
         p = thread * acc
         if s.res_inp:
-            return thread * inp, p, thread * inp + s.tic * self.dw.per_block(s.toh)[0], p + tile
-        return thread * inp, p, p + tile, p + tile * (1 + self.residual)
+            return thread * inp, p, thread * inp + self.windows(s.toh, s.tic), d
+        return thread * inp, p, p + tile, d
+
+    def x_base(self, s: FusedSchedule) -> int:
+        """Start of the X region (a step's depthwise windows, computed by the expand layer), after D."""
+        return self.regions(0, s)[3] + s.toh * self.ow * s.tic
 
     def block(self, thread: int, band: BandTile, k: int, s: FusedSchedule, tb: ThreadBuilder, first: bool) -> Block:
         """Step ``k`` (channel blocks ``k * tic ..``) of the tile of output rows ``band``; ``first``: the stream's
@@ -207,13 +289,22 @@ class DwPointwiseLowering:
         inp0, p0, _, d0 = self.regions(thread, s)
         win, pix = dw.per_block(s.toh)[0], band.noh * self.ow
         step = BandTile(band.ng, c0, n, band.oy, band.noh)
-        loads = dw.window_loads(step, inp0, win)[0]
-        wshare = self.dw_elems + thread * self.share(s.vthreads)[1]
+        w0 = self.dw_elems + self.ex_elems  # the pointwise weights
+        wshare = w0 + thread * self.share(s.vthreads)[1]
+        if self.ex is None:
+            loads = dw.window_loads(step, inp0, win)[0]
+            compute = dw.gemms(step, d0, inp0, pix, win)
+        else:  # the band's input rows once, with its first step; each step's windows computed into X
+            x0 = self.x_base(s)
+            loads = self.expand_loads(band, inp0) if k == 0 else []
+            compute = self.expand(step, inp0, x0, win) + dw.gemms(step, d0, x0, pix, win, src_out=True)
         if first:
             resident = [Load(MemType.WGT, 0, "dwwgt", 0, 1, self.dw_elems, self.dw_elems)]
+            if self.ex is not None:
+                resident.append(Load(MemType.WGT, self.dw_elems, EX + "wgt", 0, 1, self.ex_elems, self.ex_elems))
             if self.wgt_shared:
                 m = pw.ob * pw.ib
-                resident.append(Load(MemType.WGT, self.dw_elems, "wgt", 0, 1, m, m))
+                resident.append(Load(MemType.WGT, w0, "wgt", 0, 1, m, m))
             loads = resident + [load_identity(pw.eye)] * s.res_inp + loads
         if not self.wgt_shared:
             loads += [
@@ -221,8 +312,8 @@ class DwPointwiseLowering:
                 for tr in plan_transfers(0, c0, [(pw.ob, pw.ib), (n, 1)])
             ]
         tile = Tile(band.ng, 0, pw.ob, band.oy, band.noh, 0, self.ow)
-        compute = dw.gemms(step, d0, inp0, pix, win) + dw.epilogue(step, d0, pix)
-        compute += self.pointwise(k, n, tile, tb, (p0, d0, self.dw_elems + c0 if self.wgt_shared else wshare))
+        compute += dw.epilogue(step, d0, pix)
+        compute += self.pointwise(k, n, tile, tb, (p0, d0, w0 + c0 if self.wgt_shared else wshare))
         if not last:
             return Block(thread, tuple(loads), tuple(compute), ())
         if s.res_inp:  # the residual into INP; the identity GEMM reads INP again
@@ -230,6 +321,47 @@ class DwPointwiseLowering:
             compute.append(pw.epi_op(tile))
         compute += tb.residual_loads(tile, 0) + tb.epilogue_ops(tile, 0, p0)
         return Block(thread, tuple(loads), tuple(compute), tuple(tb.stores(tile, p0)))
+
+    def input_rows(self, band: BandTile) -> tuple[int, int, int]:
+        """(first input row, first and end window rows inside the input) of the band's depthwise windows."""
+        rows = self.dw.in_rows(band.noh)
+        r_first = band.oy * self.dw.s - self.spec.window.pads[0]
+        return r_first, max(0, -r_first), min(rows, self.dw.h - r_first)
+
+    def expand_loads(self, band: BandTile, inp0: int) -> list[Load]:
+        """LOAD INP of the band's window rows inside the input, every column and channel block of the expand
+        layer's input, densely from ``inp0`` (channel block, row, column)."""
+        ex, (r_first, lo, hi) = self.ex, self.input_rows(band)
+        h, w = self.dw.h, self.dw.w
+        axes = [(ex.ib, h * w), (hi - lo, w), (w, 1)]
+        offset = (band.ng * ex.ib * h + r_first + lo) * w
+        return [
+            Load(MemType.INP, tr.sram, "inp", tr.offset, tr.y, tr.x, tr.stride)
+            for tr in plan_transfers(inp0, offset, axes)
+        ]
+
+    def expand(self, step: BandTile, inp0: int, x0: int, win: int) -> list[Op]:
+        """A step's depthwise windows computed into X (``win`` elements a channel block from ``x0``, rows of
+        ``cols``): the border zeroed (a plain EPI, then ALU ADDs of 0 onto reset rows), then the expand layer's EPI
+        and its ``init`` GEMM over the window's rows inside the input: channel blocks outer (stepping the bias and
+        multiplier rows), a row's columns inner, the rows and the input's channel blocks as micro-ops."""
+        ex, dw, lim = self.ex, self.dw, self.limits
+        _, lo, hi = self.input_rows(step)
+        rows, cols, w, n = dw.in_rows(step.noh), dw.cols, dw.w, step.noc
+        left = self.spec.window.pads[2]
+        c_lo, c_hi = max(0, left), min(cols, w + left)
+        zero = [(0, lo, 0, cols), (hi, rows, 0, cols), (lo, hi, 0, c_lo), (lo, hi, c_hi, cols)]
+        ops: list[Op] = [Epi(False, False, 0, None)]
+        for r0, r1, q0, q1 in zero:
+            if r1 > r0 and q1 > q0:
+                nest = ((n, (win, 0, 0)), (r1 - r0, (cols, 0, 0)), (q1 - q0, (1, 0, 0)))
+                ops.append(Alu(AluOp.ADD, lower_nest(nest, (x0 + r0 * cols + q0, 0, 0), lim), imm=0, reset=True))
+        blk = (hi - lo) * w  # the input's channel blocks in INP (expand_loads)
+        nest = ((n, (win, 0, ex.ib)), (hi - lo, (cols, w, 0)), (w, (1, 1, 0)), (ex.ib, (0, blk, 1)))
+        base = (x0 + lo * cols + c_lo, inp0, self.dw_elems + step.cb * ex.ib)
+        ops.append(ex.epi_op(Tile(step.ng, step.cb, n, 0, 0, 0, 0), bias=True))
+        ops.append(Gemm(lower_nest(nest, base, lim, pin_outer=True), init=True))
+        return ops
 
     def pointwise(self, k: int, n: int, tile: Tile, tb: ThreadBuilder, base: tuple[int, int, int]) -> list[Op]:
         """The EPI (``src_out``, the pointwise OUT mode, its bias rows on the first step) and the pointwise GEMM
@@ -243,7 +375,7 @@ class DwPointwiseLowering:
         if not self.fits(s.toh, s.tic, s.vthreads, s.res_inp):
             raise CompileError(
                 f"fused schedule {s.describe()} needs {self.need(s.toh, s.tic, s.res_inp)} (INP, WGT, ACC) elements "
-                f"per thread, the shares hold {self.share(s.vthreads)}"
+                f"per thread and {self.scratch(s.toh, s.tic)} ACC of scratch, the shares hold {self.share(s.vthreads)}"
             )
         threads: list[list[Block]] = [[] for _ in range(s.vthreads)]
         steps = -(-self.cb // s.tic)
@@ -265,14 +397,19 @@ class DwPointwiseLowering:
         ops.append(Load(MemType.ACC, dw.bias0, "dwbias", 0, 1, self.cb, self.cb))
         if dw.passes.mul:
             ops.append(Load(MemType.ACC, dw.mult0, "dwmult", 0, 1, self.cb, self.cb))
-        if dw.passes.table is not None or pw.epi.table:
+        if self.ex is not None:
+            ex = self.ex
+            ops += [
+                Load(MemType.ACC, ex.rows_base + i * ex.ob, EX + r, 0, 1, ex.ob, ex.ob) for i, r in enumerate(ex.rows)
+            ]
+        if dw.passes.table is not None or pw.epi.table or (self.ex is not None and self.ex.out_mode.lut):
             ops.append(Load(MemType.LUT, 0, TABLE, 0, 1, self.cfg.lut_depth, self.cfg.lut_depth))
         return prologue_block(ops, threads, self.cfg.uop_depth)
 
 
 class CompiledDwPointwise:
-    """The fused pair compiled for one config: the fastest of :meth:`DwPointwiseLowering.candidates` on the
-    timing-only simulator, its stream and constants."""
+    """The fused pair (or, with an expand layer, the fused inverted residual block) compiled for one config: the
+    fastest of :meth:`DwPointwiseLowering.candidates` on the timing-only simulator, its stream and constants."""
 
     def __init__(
         self,
@@ -285,30 +422,40 @@ class CompiledDwPointwise:
         view: OutputView | None = None,
         schedule: FusedSchedule | None = None,
         cache: ScheduleCache | None = None,
+        expand: tuple[np.ndarray, Epilogue] | None = None,
+        in_shape: tuple[int, ...] | None = None,
     ):
+        """``expand``: the 1x1 expand layer's int8 weights (E, C, 1, 1) and epilogue, reading ``in_shape``."""
         pw_spec, self.epilogue, imm = _pointwise(dw_spec, dw_w, pw_w, pw_ep)
         self.spec, self.pw_spec, self.cfg = dw_spec, pw_spec, cfg
-        self.lowering = DwPointwiseLowering(dw_spec, dw_ep, pw_spec, self.epilogue, cfg, imm, view)
-        self.constants = self.lowering.constants(dw_w, pw_w, normalize(pw_ep))
+        self.ex_spec, ex = None, None
+        if expand is not None:
+            expand = (expand[0], normalize(expand[1]))
+            self.ex_spec, ex = _expand(in_shape, dw_spec, *expand)
+        self.in_shape = dw_spec.shape if expand is None else tuple(in_shape)
+        self.lowering = DwPointwiseLowering(dw_spec, dw_ep, pw_spec, self.epilogue, cfg, imm, view, ex)
+        self.constants = self.lowering.constants(dw_w, pw_w, normalize(pw_ep), expand)
         low = self.lowering
         key = f"dwpw:{dw_spec.describe()}:{low.dw.passes.key()}:{pw_spec.key()}:{self.epilogue.key()}"
         key += f":{view.key()}" if view else ""
+        key += f":ex:{ex[0].key()}:{ex[1].key()}" if ex else ""
         self.search = cached_fastest(low, low.candidates, FusedSchedule, key, cache, schedule)
         self.schedule, self.stream = self.search.schedule, self.search.stream
 
     @property
     def macs(self) -> int:
-        return self.spec.macs + self.pw_spec.macs
+        return self.spec.macs + self.pw_spec.macs + (self.ex_spec.macs if self.ex_spec else 0)
 
     def program(self, dev: Device | None = None) -> list[Insn]:
         return emit_program(self.lowering, self.stream, dev or Device(self.cfg))
 
     def run(self, dev: Device, x: np.ndarray, residual: np.ndarray | None = None, max_cycles: int | None = None):
-        """Run on ``dev``: ``x`` int8 NCHW, ``residual`` (the pointwise output's shape) exactly when the layer adds
-        one; returns a :class:`~vdla.compiler.conv2d.LayerRun` of the pointwise output."""
+        """Run on ``dev``: ``x`` int8 NCHW (the expand layer's input, if any, else the depthwise layer's),
+        ``residual`` (the pointwise output's shape) exactly when the layer adds one; returns a
+        :class:`~vdla.compiler.conv2d.LayerRun` of the pointwise output."""
         cfg, low = self.cfg, self.lowering
-        if x.dtype != np.int8 or x.shape != self.spec.shape:
-            raise CompileError(f"input must be int8 of shape {self.spec.shape}, got {x.dtype} {x.shape}")
+        if x.dtype != np.int8 or x.shape != self.in_shape:
+            raise CompileError(f"input must be int8 of shape {self.in_shape}, got {x.dtype} {x.shape}")
         arrays = dict(self.constants, inp=pack_activation(x, cfg.batch, cfg.block_in))
         if bool(self.epilogue.residual) != (residual is not None):
             raise CompileError("a residual is given exactly when the pointwise layer adds one")
@@ -333,15 +480,37 @@ def _pointwise(dw_spec: DepthwiseSpec, dw_w: np.ndarray, pw_w: np.ndarray, pw_ep
     return Conv2dSpec.make(dw_spec.out_shape, pw_w.shape[0], (1, 1)), epi, imm
 
 
+def _expand(in_shape, dw_spec: DepthwiseSpec, ex_w: np.ndarray, ex_ep: Epilogue):
+    """(the expand layer's spec, (spec, epilogue spec, immediate multiplier)); checks its weights and shapes."""
+    n, c, h, w = (int(d) for d in in_shape)
+    e = dw_spec.shape[1]
+    if ex_w.dtype != np.int8 or ex_w.shape != (e, c, 1, 1):
+        raise CompileError(f"expand weights must be int8 of shape {(e, c, 1, 1)}, got {ex_w.dtype} {ex_w.shape}")
+    if (n, e, h, w) != dw_spec.shape:
+        raise CompileError(f"the expand layer writes {[n, e, h, w]}, the depthwise layer reads {list(dw_spec.shape)}")
+    spec, epi = Conv2dSpec.make((n, c, h, w), e, (1, 1)), EpilogueSpec.of(ex_ep)
+    return spec, (spec, epi, int(ex_ep.multiplier) if epi.multiplier == "imm" else 1)
+
+
+def _dw_spec(in_shape, dw_w: np.ndarray, stride, padding, expand) -> DepthwiseSpec:
+    """The depthwise layer's spec: it reads ``in_shape``, or the expand layer's output of it."""
+    n, _, h, w = in_shape
+    shape = in_shape if expand is None else (n, int(expand[0].shape[0]), h, w)
+    return DepthwiseSpec.make(shape, int(dw_w.shape[-1]), stride, padding)
+
+
 def dw_pointwise_refusal(
-    in_shape, dw_w: np.ndarray, stride, padding, dw_ep: Epilogue, pw_w: np.ndarray, pw_ep: Epilogue, cfg: HwConfig
-) -> str | None:
-    """Why :func:`compile_dw_pointwise` cannot take the pair on ``cfg`` (naming the limit), or None."""
+    in_shape, dw_w: np.ndarray, stride, padding, dw_ep: Epilogue, pw_w: np.ndarray, pw_ep: Epilogue, cfg: HwConfig,
+    expand: tuple[np.ndarray, Epilogue] | None = None,
+) -> str | None:  # fmt: skip
+    """Why :func:`compile_dw_pointwise` cannot take the pair (with ``expand``, the block) on ``cfg`` (naming the
+    limit), or None."""
 
     def check() -> None:
-        dw_spec = DepthwiseSpec.make(in_shape, int(dw_w.shape[-1]), stride, padding)
+        dw_spec = _dw_spec(in_shape, dw_w, stride, padding, expand)
         pw_spec, epi, imm = _pointwise(dw_spec, dw_w, pw_w, pw_ep)
-        DwPointwiseLowering(dw_spec, dw_ep, pw_spec, epi, cfg, imm).check_minimal()
+        ex = None if expand is None else _expand(in_shape, dw_spec, expand[0], normalize(expand[1]))[1]
+        DwPointwiseLowering(dw_spec, dw_ep, pw_spec, epi, cfg, imm, expand=ex).check_minimal()
 
     return refusal(check)
 
@@ -359,10 +528,17 @@ def compile_dw_pointwise(
     config=DEFAULT_PRESET,
     schedule: FusedSchedule | None = None,
     cache: ScheduleCache | None = None,
+    expand: tuple[np.ndarray, Epilogue | None] | None = None,
 ) -> CompiledDwPointwise:
     """Compile a depthwise convolution (``dw_weights`` (C, 1, k, k) int8) and the 1x1 convolution reading its
-    output (``pw_weights`` (OC, C, 1, 1) int8), each with its epilogue, as one fused layer for ``config``."""
-    spec = DepthwiseSpec.make(in_shape, int(dw_weights.shape[-1]), stride, padding)
+    output (``pw_weights`` (OC, C, 1, 1) int8), each with its epilogue, as one fused layer for ``config``.
+    ``expand`` (weights (C, C_in, 1, 1) int8, epilogue): the 1x1 convolution computing the depthwise layer's input
+    from ``in_shape`` (an inverted residual block), fused before them."""
+    if expand is not None:
+        expand = (expand[0], expand[1] or Epilogue())
+    spec = _dw_spec(in_shape, dw_weights, stride, padding, expand)
     cfg = load_config(config)
     dw_ep, pw_ep = dw_epilogue or Epilogue(), pw_epilogue or Epilogue()
-    return CompiledDwPointwise(spec, dw_weights, dw_ep, pw_weights, pw_ep, cfg, out_view, schedule, cache)
+    return CompiledDwPointwise(
+        spec, dw_weights, dw_ep, pw_weights, pw_ep, cfg, out_view, schedule, cache, expand, tuple(in_shape)
+    )

@@ -164,8 +164,12 @@ class ConvLowering:
         mul_imm: int = 1,
         view: OutputView | None = None,
         post_imm: int = 1,
+        acc_top: int | None = None,
     ):
+        """``acc_top``: the ACC rows from it up belong to other layers of a fused step
+        (:mod:`vdla.compiler.dw_pointwise`); the per-channel rows sit right below it (default: ACC's top)."""
         self.spec, self.epi, self.cfg = spec, epi, cfg
+        self.acc_top = cfg.acc_depth if acc_top is None else acc_top
         self.view = view  # where the output pixels sit in a larger tensor (None: a tensor of their own)
         self.intrinsic = GemmIntrinsic.from_config(cfg)
         top, _, left, _ = spec.pad
@@ -293,7 +297,7 @@ class ConvLowering:
     def rows_base(self) -> int:
         """Start of the per-channel rows (bias, multipliers) of every output-channel block, shared by all
         threads at the top of the accumulator buffer (below the post add's rows, on top)."""
-        return self.cfg.acc_depth - self.ob * (len(self.rows) + len(self.post_rows))
+        return self.acc_top - self.ob * (len(self.rows) + len(self.post_rows))
 
     @property
     def post_tiles(self) -> int:
@@ -303,7 +307,7 @@ class ConvLowering:
     @property
     def post_rows_base(self) -> int:
         """Start of the post add's per-channel rows (:attr:`post`), the top of the accumulator buffer."""
-        return self.cfg.acc_depth - self.ob * len(self.post_rows)
+        return self.acc_top - self.ob * len(self.post_rows)
 
     @property
     def eye(self) -> int | None:

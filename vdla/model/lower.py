@@ -34,7 +34,7 @@ from vdla.graph.types import TensorType
 from vdla.graph.verify import verify
 from vdla.isa import Insn, IsaError, encode_program, validate_program
 from vdla.model.artifact import AccelChain, AccelStep, Artifact, CpuStep, DramTensor
-from vdla.model.match import AccelLayer, PoolLayer, fuse_adds, fuse_pointwises, fuse_pools
+from vdla.model.match import AccelLayer, PoolLayer, fuse_adds, fuse_expands, fuse_pointwises, fuse_pools
 from vdla.model.memplan import Lifetime, plan_memory
 from vdla.model.place import Placement
 from vdla.runtime.device import Device
@@ -93,6 +93,7 @@ class ModelBuilder:
         units = fuse_pools(plan.units(), self.g)
         if self.fuse_depthwise:
             units = fuse_pointwises(units, self.g, self.cfg, self.fusion_pays)
+            units = fuse_expands(units, self.g, self.cfg, self.fusion_pays)
         if self.fuse_adds:
             units = fuse_adds(units, self.g, self.fusion_pays)
         units = self.stored_interleaves(units)
@@ -141,25 +142,29 @@ class ModelBuilder:
             step = self.cpu_region([], accel_needs, host_needs, accel_out, {}, extra_outputs=direct)
             self.steps.insert(0, ("cpu", step))
 
-    def fusion_pays(self, layer: AccelLayer) -> bool:
-        """Whether the fused ``layer`` (a depthwise -> 1x1 pair, :mod:`vdla.compiler.dw_pointwise`, or a layer and
-        the residual add after its table, :attr:`~vdla.compiler.spec.EpilogueSpec.post`) compiles and runs in
-        fewer cycles than its two layers apart, each as compiled on its own (timing-only simulator). Fused, the
-        compute stage runs both layers' GEMMs and passes in turn while the first one's output stays on chip: that
-        pays where the layers apart wait for DRAM, not where GEMMs dominate. Each compile is kept
-        (:meth:`compiled`): the steps take whichever form was chosen."""
+    def fusion_pays(self, layer: AccelLayer, apart: list[AccelLayer] | None = None) -> bool:
+        """Whether the fused ``layer`` (a depthwise -> 1x1 pair, :mod:`vdla.compiler.dw_pointwise`, with its expand
+        layer too, or a layer and the residual add after its table, :attr:`~vdla.compiler.spec.EpilogueSpec.post`)
+        compiles and runs in fewer cycles than the layers it replaces, each as compiled on its own (timing-only
+        simulator): ``apart``, or its two layers. Fused, the compute stage runs the layers' GEMMs and passes in
+        turn while their outputs stay on chip: that pays where the layers apart wait for DRAM, not where GEMMs
+        dominate. Each compile is kept (:meth:`compiled`): the steps take whichever form was chosen."""
         try:
             fused = self.compiled(layer)
         except CompileError:
             return False
-        alone, second = self.compiled(layer.pre), self.compiled(replace(layer, pre=None))
-        return fused.search.cycles < alone.search.cycles + second.search.cycles
+        apart = apart or [layer.pre, replace(layer, pre=None)]
+        return fused.search.cycles < sum(self.compiled(u).search.cycles for u in apart)
 
     def compiled(self, layer: AccelLayer):
-        """``layer`` compiled (once per output and output view): a fused depthwise -> 1x1 pair, a depthwise layer on
-        the depthwise mode, or a conv2d (with its fused pool, into its view)."""
+        """``layer`` compiled (once per output, fused layers and output view): a fused depthwise -> 1x1 pair (with
+        its expand layer), a depthwise layer on the depthwise mode, or a conv2d (with its fused pool, into its
+        view)."""
         view = self.view_of(layer.out)
-        key = (layer.out, layer.pre is not None, view)
+        fused, pre = 0, layer.pre
+        while pre is not None:
+            fused, pre = fused + 1, pre.pre
+        key = (layer.out, fused, view)
         if key not in self.memo:
             self.memo[key] = self._compile(layer, view)
         return self.memo[key]
@@ -173,10 +178,11 @@ class ModelBuilder:
                 epilogue=conv.epilogue, out_view=view, post=layer.epilogue, post_res=layer.post_res, **options,
             )  # fmt: skip
         if layer.pre is not None:
-            dw = layer.pre
+            dw, ex = layer.pre, layer.pre.pre
+            in_shape, expand = (dw.in_shape, None) if ex is None else (ex.in_shape, (ex.weights, ex.epilogue))
             return compile_dw_pointwise(
-                dw.in_shape, dw.weights, layer.weights, stride=dw.geometry.stride, padding=dw.geometry.padding,
-                dw_epilogue=dw.epilogue, pw_epilogue=layer.epilogue, out_view=view, **options,
+                in_shape, dw.weights, layer.weights, stride=dw.geometry.stride, padding=dw.geometry.padding,
+                dw_epilogue=dw.epilogue, pw_epilogue=layer.epilogue, out_view=view, expand=expand, **options,
             )  # fmt: skip
         if layer.dw_mode:
             return compile_depthwise(
@@ -523,21 +529,21 @@ class ModelBuilder:
         return self.conv_step(layer, "depthwise_conv2d", insns, code, sp.macs, desc)
 
     def compile_dw_pointwise(self, layer: AccelLayer, dev: Device, addr: dict[str, int]) -> AccelStep:
-        """A depthwise layer and the 1x1 convolution reading it, fused (:mod:`vdla.compiler.dw_pointwise`), its
-        schedule timed on the simulator."""
-        dw = layer.pre
+        """A depthwise layer and the 1x1 convolution reading it, fused (:mod:`vdla.compiler.dw_pointwise`), with the
+        1x1 expand layer before them where it is fused too, its schedule timed on the simulator."""
+        expand = layer.pre.pre is not None
         compiled = self.compiled(layer)
         insns, code = self.emit(layer, compiled.lowering, compiled.stream, compiled.constants, dev, addr)
         sp, pw = compiled.spec, compiled.pw_spec
         desc = {
-            "input": list(dw.in_shape),
+            "input": list(compiled.in_shape),
             "output": [pw.n, pw.oc, pw.oh, pw.ow],
             "kernel": [sp.k, sp.k],
             "stride": [sp.stride, sp.stride],
-            "schedule": f"depthwise -> 1x1 fused, {compiled.schedule.describe()}",
+            "schedule": f"{'1x1 -> ' * expand}depthwise -> 1x1 fused, {compiled.schedule.describe()}",
             "epilogue": compiled.epilogue.key(),
         }
-        return self.conv_step(layer, "depthwise_conv2d+conv2d", insns, code, compiled.macs, desc)
+        return self.conv_step(layer, "conv2d+" * expand + "depthwise_conv2d+conv2d", insns, code, compiled.macs, desc)
 
     def compile_part(self, layer: AccelLayer, part, schedule, dev: Device, addr: dict[str, int]):
         """One part of a parts layer, compiled (with ``schedule`` where it fits, else searched) to read its regions

@@ -51,7 +51,8 @@ class AccelLayer:
     dense weights are block-diagonal, built and checked once, at placement; a depthwise layer without parts
     runs on the GEMM core's depthwise mode (:mod:`vdla.compiler.depthwise`, ``dw_mode``); ``note``: why the
     layer runs as it does where the step table should say so (a depthwise layer the mode refused); ``pre``: a
-    depthwise layer on the mode fused before this 1x1 convolution (:mod:`vdla.compiler.dw_pointwise`), or a
+    depthwise layer on the mode fused before this 1x1 convolution (:mod:`vdla.compiler.dw_pointwise`; its own ``pre``:
+    the 1x1 expand convolution fused before it, the whole inverted residual block one step), or a
     conv2d layer whose tabled output this residual add (an identity convolution, :mod:`vdla.graph.copies`) reads
     on chip (:attr:`~vdla.compiler.spec.EpilogueSpec.post`): its input ``x`` is then the ``pre`` layer's, whose
     output never reaches DRAM; ``post_res``: that output is the add's residual, and ``residual`` names the add's
@@ -185,6 +186,27 @@ def fuse_pointwise(dw: AccelLayer, pw: AccelLayer, graph: Graph, cfg: HwConfig) 
     return replace(pw, nodes=(*dw.nodes, *pw.nodes), x=dw.x, pre=dw)
 
 
+def fuse_expand(ex: AccelLayer, pair: AccelLayer, graph: Graph, cfg: HwConfig) -> AccelLayer | None:
+    """The fused depthwise -> 1x1 layer ``pair`` with the 1x1 convolution ``ex`` computing its depthwise input fused
+    before it (the expand layer of an inverted residual block, :mod:`vdla.compiler.dw_pointwise`), or None where
+    that is not possible: ``ex`` is a plain conv2d (no parts, pool, residual, run-time weights or fusion of its
+    own) whose output only the depthwise layer reads (not a graph output), and
+    :class:`~vdla.compiler.dw_pointwise.DwPointwiseLowering` takes the block on ``cfg``."""
+    dw = pair.pre
+    if dw is None or not dw.dw_mode or dw.pre is not None or dw.x != ex.out:
+        return None
+    if ex.op != "conv2d" or ex.groups != 1 or ex.parts or ex.pool or ex.residual or ex.w or ex.pre:
+        return None
+    if ex.out in graph.outputs or len(graph.consumers().get(ex.out, [])) != 1:
+        return None
+    g, expand = dw.geometry, (ex.weights, ex.epilogue)
+    args = (ex.in_shape, dw.weights, g.stride, g.padding, dw.epilogue, pair.weights, pair.epilogue, cfg, expand)
+    if dw_pointwise_refusal(*args):
+        return None
+    block = replace(dw, nodes=(*ex.nodes, *dw.nodes), pre=ex)
+    return replace(pair, nodes=(*ex.nodes, *pair.nodes), x=ex.x, pre=block)
+
+
 def fuse_add(conv: AccelLayer, add: AccelLayer, graph: Graph) -> AccelLayer | None:
     """The residual add ``add`` with the conv2d layer ``conv`` whose output it reads (as its input or its residual)
     fused before it, the add applied to the tabled results on chip (:attr:`~vdla.compiler.spec.EpilogueSpec.post`),
@@ -224,6 +246,32 @@ def fuse_pointwises(units: list, graph: Graph, cfg: HwConfig, pays: Callable[[Ac
         return isinstance(unit, AccelLayer) and fuse_pointwise(prev, unit, graph, cfg)
 
     return _fuse_adjacent(units, fuse, pays)
+
+
+def fuse_expands(units: list, graph: Graph, cfg: HwConfig, pays: Callable[[AccelLayer, list], bool]) -> list:
+    """The placement's units with each 1x1 expand layer fused into the depthwise -> 1x1 layer after it where
+    :func:`fuse_expand` allows and ``pays(block, apart)`` (it runs faster than the units it replaces, ``apart``).
+    A depthwise layer and 1x1 convolution left apart are fused as a pair for the block first."""
+    out: list = []
+    for kind, unit in units:
+        tail = []  # the accelerator units right before this one, up to two, in order
+        for k, u in reversed(out[-2:]):
+            if k != "accel" or not isinstance(u, AccelLayer):
+                break
+            tail.insert(0, u)
+        if kind == "accel" and tail and isinstance(unit, AccelLayer):
+            block = None
+            pair = fuse_pointwise(tail[-1], unit, graph, cfg) if len(tail) == 2 else None
+            if pair is not None and isinstance(tail[0], AccelLayer):  # ex, dw, pw: all three
+                block, apart = fuse_expand(tail[0], pair, graph, cfg), [tail[0], tail[1], unit]
+            if block is None and unit.pre is not None:  # ex, then the fused pair
+                block, apart = fuse_expand(tail[-1], unit, graph, cfg), [tail[-1], unit]
+            if block is not None and pays(block, apart):
+                del out[-(len(apart) - 1) :]
+                out.append(("accel", block))
+                continue
+        out.append((kind, unit))
+    return out
 
 
 def match_pool(anchor: Node, graph: Graph, types: dict[str, TensorType], cfg: HwConfig) -> PoolLayer | str:
