@@ -296,8 +296,9 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--no-fuse-depthwise",
         action="store_true",
-        help="run each depthwise layer and the 1x1 convolution after it as two steps (by default they are fused "
-        "where that is faster: the depthwise output stays on chip)",
+        help="run each depthwise layer, the 1x1 convolution after it and the 1x1 expand layer before it as steps "
+        "of their own (by default they are fused where that is faster: the expanded tensor and the depthwise "
+        "output stay on chip)",
     )
     p.add_argument(
         "--no-fuse-adds",

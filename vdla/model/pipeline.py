@@ -57,7 +57,8 @@ class CompileOptions:
     pass and ``quant_report`` a path for the quantization report (JSON); ``cpu_targets`` the machines whose
     ahead-of-time CPU code the artifact carries (``--cpu-target``: ``host`` or a name of
     :data:`vdla.cpu_fallback.native.TARGETS`; stored resolved); ``fuse_depthwise`` runs each depthwise layer and
-    the 1x1 convolution reading it as one fused step (:mod:`vdla.compiler.dw_pointwise`) where they fit, and
+    the 1x1 convolution reading it (and the 1x1 expand layer computing its input) as one fused step
+    (:mod:`vdla.compiler.dw_pointwise`) where they fit, and
     ``fuse_adds`` each residual add after an activation table in the convolution whose output it adds
     (:attr:`vdla.compiler.spec.EpilogueSpec.post`), both only where that is faster.
 
