@@ -23,8 +23,8 @@ Buffers: each thread's INP share holds a step's windows; its ACC share the point
 (when the layer adds one); D (and X, below) is one scratch region all threads share, since only one block's
 compute writes and reads it, never a LOAD or a STORE; the per-channel rows of the layers sit at the top of ACC
 (the pointwise layer's above the depthwise layer's, above the expand layer's); WGT holds the depthwise window
-weights from 0, the expand weights after them, then every pointwise weight when they all fit (loaded once by the
-stream's first block), else each thread's share holds a step's.
+weights from 0, the expand weights after them, then every pointwise weight when they all fit, step-major (each
+step's weights loaded once, by the first band's block of that step), else each thread's share holds a step's.
 
 With an *expand* layer (the 1x1 convolution before the depthwise one in an inverted residual block), the whole
 block runs fused and the expanded tensor never reaches DRAM either. The load stage brings the band's rows of the
@@ -281,16 +281,17 @@ class DwPointwiseLowering:
         return self.regions(0, s)[3] + s.toh * self.ow * s.tic
 
     def block(self, thread: int, band: BandTile, k: int, s: FusedSchedule, tb: ThreadBuilder, first: bool) -> Block:
-        """Step ``k`` (channel blocks ``k * tic ..``) of the tile of output rows ``band``; ``first``: the stream's
-        first block, which also loads the resident weights."""
+        """Step ``k`` (channel blocks ``k * tic ..``) of the tile of output rows ``band``; ``first``: a block of the
+        stream's first band, which also loads the resident weights of its channel blocks (the first band's blocks
+        come first on the load and compute stages, so every later block using them finds them)."""
         dw, pw = self.dw, self.pw
         c0 = k * s.tic
         n, last = min(s.tic, self.cb - c0), c0 + s.tic >= self.cb
         inp0, p0, _, d0 = self.regions(thread, s)
         win, pix = dw.per_block(s.toh)[0], band.noh * self.ow
         step = BandTile(band.ng, c0, n, band.oy, band.noh)
-        w0 = self.dw_elems + self.ex_elems  # the pointwise weights
-        wshare = w0 + thread * self.share(s.vthreads)[1]
+        w0 = self.dw_elems + self.ex_elems  # the pointwise weights: resident step-major, or a step's in the share
+        wbase = w0 + (pw.ob * c0 if self.wgt_shared else thread * self.share(s.vthreads)[1])
         if self.ex is None:
             loads = dw.window_loads(step, inp0, win)[0]
             compute = dw.gemms(step, d0, inp0, pix, win)
@@ -298,22 +299,21 @@ class DwPointwiseLowering:
             x0 = self.x_base(s)
             loads = self.expand_loads(band, inp0) if k == 0 else []
             compute = self.expand(step, inp0, x0, win) + dw.gemms(step, d0, x0, pix, win, src_out=True)
-        if first:
-            resident = [Load(MemType.WGT, 0, "dwwgt", 0, 1, self.dw_elems, self.dw_elems)]
+        if first:  # the step's resident weights first: the compute waits for them, not for the whole layer's
+            el = dw.elements
+            resident = [Load(MemType.WGT, c0 * el, "dwwgt", c0 * el, 1, n * el, n * el)]
             if self.ex is not None:
-                resident.append(Load(MemType.WGT, self.dw_elems, EX + "wgt", 0, 1, self.ex_elems, self.ex_elems))
-            if self.wgt_shared:
-                m = pw.ob * pw.ib
-                resident.append(Load(MemType.WGT, w0, "wgt", 0, 1, m, m))
-            loads = resident + [load_identity(pw.eye)] * s.res_inp + loads
-        if not self.wgt_shared:
+                m = self.ex.ib
+                resident.append(Load(MemType.WGT, self.dw_elems + c0 * m, EX + "wgt", c0 * m, 1, n * m, n * m))
+            loads = resident + [load_identity(pw.eye)] * (s.res_inp and k == 0) + loads
+        if first or not self.wgt_shared:
             loads += [
-                Load(MemType.WGT, wshare + tr.sram, "wgt", tr.offset, tr.y, tr.x, tr.stride)
+                Load(MemType.WGT, wbase + tr.sram, "wgt", tr.offset, tr.y, tr.x, tr.stride)
                 for tr in plan_transfers(0, c0, [(pw.ob, pw.ib), (n, 1)])
             ]
         tile = Tile(band.ng, 0, pw.ob, band.oy, band.noh, 0, self.ow)
         compute += dw.epilogue(step, d0, pix)
-        compute += self.pointwise(k, n, tile, tb, (p0, d0, w0 + c0 if self.wgt_shared else wshare))
+        compute += self.pointwise(k, n, tile, tb, (p0, d0, wbase))
         if not last:
             return Block(thread, tuple(loads), tuple(compute), ())
         if s.res_inp:  # the residual into INP; the identity GEMM reads INP again
@@ -367,7 +367,7 @@ class DwPointwiseLowering:
         """The EPI (``src_out``, the pointwise OUT mode, its bias rows on the first step) and the pointwise GEMM
         of a step over ``n`` channel blocks read from OUT at D, accumulating into P."""
         pw = self.pw
-        nest = pw.gemm_nest(pw.ob, tile.noh, self.ow, n, pw.ib if self.wgt_shared else n, False)
+        nest = pw.gemm_nest(pw.ob, tile.noh, self.ow, n, n, False)
         return (tb.init_gemms if k == 0 else tb.step_gemms)(tile, nest, base, src_out=True)
 
     # ---- the stream -------------------------------------------------------------------------------
@@ -385,7 +385,7 @@ class DwPointwiseLowering:
             _, p0, r0, _ = self.regions(v, s)
             tb.acc = {"tile": p0, "res": p0 if s.res_inp else r0, "pool": p0, "pairs": p0}  # no pool, no pairs
             tb.res_inp0 = r0  # read only with res_inp
-            threads[v] += [self.block(v, band, k, s, tb, i == k == 0) for k in range(steps)]
+            threads[v] += [self.block(v, band, k, s, tb, i == 0) for k in range(steps)]
         return lower_vthreads(threads, self.prologue(threads))
 
     def prologue(self, threads: list[list[Block]]) -> Block:
