@@ -279,6 +279,28 @@ def test_fused_block_on_the_rtl(rtl_library, vthreads):
     assert abs(rtl.counters.cycles - sim.counters.cycles) <= 0.05 * sim.counters.cycles
 
 
+def test_resident_weights_load_with_their_first_step():
+    """Each step's depthwise, expand and 1x1 weights are loaded once, by the first band's block of that step, so the
+    first compute waits for one step's weights: every weight element loaded exactly once, none by later bands."""
+    from vdla.compiler.blocks import Load
+    from vdla.isa import MemType
+
+    shape, e, k, oc = (1, 16, 12, 12), 64, 3, 24
+    rng, x, expand, dw_w, dw_ep, pw_w, pw_ep = block(8, shape, e, k, oc, "per-channel")
+    fused = compile_dw_pointwise(
+        shape, dw_w, pw_w, padding=1, dw_epilogue=dw_ep, pw_epilogue=pw_ep, expand=expand,
+        schedule=FusedSchedule(4, 1, 2),
+    )  # fmt: skip
+    low, steps = fused.lowering, 4  # four channel blocks, one a step; three bands of four rows
+    loaded: dict[str, list[int]] = {}
+    for i, blk in enumerate(fused.stream.blocks):
+        for ld in (ld for ld in blk.loads if isinstance(ld, Load) and ld.mem == MemType.WGT):
+            assert i < steps * 2, f"block {i} (a later band's) loads weights"  # the first band's, interleaved
+            loaded.setdefault(ld.tensor, []).append(ld.y * ld.x)
+    assert loaded == {"dwwgt": [low.dw.elements] * steps, "exwgt": [1] * steps, "wgt": [2] * steps}
+    assert low.wgt_shared
+
+
 def test_blocks_it_cannot_take_are_named():
     shape, e, k, oc = (1, 16, 8, 8), 32, 3, 16
     rng, x, (ex_w, ex_ep), dw_w, dw_ep, pw_w, pw_ep = block(6, shape, e, k, oc, "per-channel")
