@@ -14,7 +14,8 @@ from pathlib import Path
 from vdla.compiler.spec import Conv2dSpec, EpilogueSpec, OutputView
 from vdla.config import HwConfig
 
-SCHEMA = 5  # 4: Schedule.res_inp (an int8 residual in INP, added by the identity GEMM); 5: column-subsampled windows
+SCHEMA = 6  # 4: Schedule.res_inp (an int8 residual in INP, added by the identity GEMM); 5: column-subsampled windows;
+# 6: fused depthwise steps share their scratch and load resident weights step by step (their cycles changed)
 
 
 def default_cache_dir() -> Path:
