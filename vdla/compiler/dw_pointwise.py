@@ -47,7 +47,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from vdla.compiler.blocks import Alu, Block, Epi, Gemm, Load, Op
+from vdla.compiler.blocks import Block, Epi, Gemm, Load, Op
 from vdla.compiler.cache import ScheduleCache
 from vdla.compiler.conv2d import LayerRun, _constants, run_bound
 from vdla.compiler.depthwise import DepthwiseLowering, DepthwiseSpec, DwPasses, depthwise_reference
@@ -64,7 +64,7 @@ from vdla.config import DEFAULT_PRESET, HwConfig, load_config
 from vdla.graph import oracle
 from vdla.graph.epilogue import Epilogue
 from vdla.graph.layout import pack_activation, pack_weights, unpack_activation
-from vdla.isa import AluOp, Insn, MemType
+from vdla.isa import Insn, MemType
 from vdla.runtime.device import Device
 
 MAX_VTHREADS = 2
@@ -160,7 +160,6 @@ class DwPointwiseLowering:
         if expand is not None:
             ex_spec, ex_epi, ex_imm = expand
             self.ex = ConvLowering(ex_spec, ex_epi, cfg, ex_imm, acc_top=self.dw.bias0)
-        if self.ex is not None:
             tables = sum((self.ex.out_mode.lut, self.dw.passes.table is not None, bool(pw_epi.table)))
             if why := expand_refusal(self.ex, dw_spec, tables):
                 raise CompileError(f"1x1 conv -> {dw_spec.describe()} -> 1x1 conv: cannot fuse: {why}")
@@ -322,19 +321,18 @@ class DwPointwiseLowering:
         compute += tb.residual_loads(tile, 0) + tb.epilogue_ops(tile, 0, p0)
         return Block(thread, tuple(loads), tuple(compute), tuple(tb.stores(tile, p0)))
 
-    def input_rows(self, band: BandTile) -> tuple[int, int, int]:
-        """(first input row, first and end window rows inside the input) of the band's depthwise windows."""
-        rows = self.dw.in_rows(band.noh)
-        r_first = band.oy * self.dw.s - self.spec.window.pads[0]
-        return r_first, max(0, -r_first), min(rows, self.dw.h - r_first)
+    def input_rows(self, band: BandTile) -> tuple[int, int]:
+        """(first input row, rows) of the band's depthwise windows inside the input."""
+        r_first, (top, bottom, _, _) = self.dw.window_border(band)
+        return r_first + top, self.dw.in_rows(band.noh) - top - bottom
 
     def expand_loads(self, band: BandTile, inp0: int) -> list[Load]:
         """LOAD INP of the band's window rows inside the input, every column and channel block of the expand
         layer's input, densely from ``inp0`` (channel block, row, column)."""
-        ex, (r_first, lo, hi) = self.ex, self.input_rows(band)
+        ex, (r0, n) = self.ex, self.input_rows(band)
         h, w = self.dw.h, self.dw.w
-        axes = [(ex.ib, h * w), (hi - lo, w), (w, 1)]
-        offset = (band.ng * ex.ib * h + r_first + lo) * w
+        axes = [(ex.ib, h * w), (n, w), (w, 1)]
+        offset = (band.ng * ex.ib * h + r0) * w
         return [
             Load(MemType.INP, tr.sram, "inp", tr.offset, tr.y, tr.x, tr.stride)
             for tr in plan_transfers(inp0, offset, axes)
@@ -345,22 +343,14 @@ class DwPointwiseLowering:
         ``cols``): the border zeroed (a plain EPI, then ALU ADDs of 0 onto reset rows), then the expand layer's EPI
         and its ``init`` GEMM over the window's rows inside the input: channel blocks outer (stepping the bias and
         multiplier rows), a row's columns inner, the rows and the input's channel blocks as micro-ops."""
-        ex, dw, lim = self.ex, self.dw, self.limits
-        _, lo, hi = self.input_rows(step)
-        rows, cols, w, n = dw.in_rows(step.noh), dw.cols, dw.w, step.noc
-        left = self.spec.window.pads[2]
-        c_lo, c_hi = max(0, left), min(cols, w + left)
-        zero = [(0, lo, 0, cols), (hi, rows, 0, cols), (lo, hi, 0, c_lo), (lo, hi, c_hi, cols)]
-        ops: list[Op] = [Epi(False, False, 0, None)]
-        for r0, r1, q0, q1 in zero:
-            if r1 > r0 and q1 > q0:
-                nest = ((n, (win, 0, 0)), (r1 - r0, (cols, 0, 0)), (q1 - q0, (1, 0, 0)))
-                ops.append(Alu(AluOp.ADD, lower_nest(nest, (x0 + r0 * cols + q0, 0, 0), lim), imm=0, reset=True))
-        blk = (hi - lo) * w  # the input's channel blocks in INP (expand_loads)
-        nest = ((n, (win, 0, ex.ib)), (hi - lo, (cols, w, 0)), (w, (1, 1, 0)), (ex.ib, (0, blk, 1)))
-        base = (x0 + lo * cols + c_lo, inp0, self.dw_elems + step.cb * ex.ib)
+        ex, dw, n = self.ex, self.dw, step.noc
+        top, _, left, _ = pad = dw.window_border(step)[1]
+        rows = self.input_rows(step)[1]
+        ops: list[Op] = [Epi(False, False, 0, None), *dw.border_fill(step, x0, win, pad, 0)]
+        nest = ((n, (win, 0, ex.ib)), (rows, (dw.cols, dw.w, 0)), (dw.w, (1, 1, 0)), (ex.ib, (0, rows * dw.w, 1)))
+        base = (x0 + top * dw.cols + left, inp0, self.dw_elems + step.cb * ex.ib)
         ops.append(ex.epi_op(Tile(step.ng, step.cb, n, 0, 0, 0, 0), bias=True))
-        ops.append(Gemm(lower_nest(nest, base, lim, pin_outer=True), init=True))
+        ops.append(Gemm(lower_nest(nest, base, self.limits, pin_outer=True), init=True))
         return ops
 
     def pointwise(self, k: int, n: int, tile: Tile, tb: ThreadBuilder, base: tuple[int, int, int]) -> list[Op]:

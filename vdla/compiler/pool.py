@@ -290,7 +290,8 @@ class PoolLowering(BandLowering):
             compute += self.scale(t, acc0, mbase, win)
             obase, ob = acc0, win
         else:
-            compute += self.pad_fill(t, acc0, win, win_rows, pad)
+            if self.spec.op == "max" and self.spec.pad_min:  # the padded border reads INT8_MIN, not zero
+                compute += self.border_fill(t, acc0, win, pad, INT8_MIN)
             compute += self.reduce(t, s, acc0, mbase, obase, win_rows)
         if self.spec.op != "max":
             compute += self.requantize(t, obase, ob)
@@ -339,24 +340,6 @@ class PoolLowering(BandLowering):
             nest = tuple(zip((t.noc, t.noh, self.ow), zip((ob, self.ow, 1), src)))
             ops.append(Alu(AluOp.ADD if k == 0 else op, self.kernel(nest, (obase, m_at + k * step)), reset=k == 0))
         return ops
-
-    def pad_fill(self, t: BandTile, base: int, win: int, rows: int, pad) -> list[Op]:
-        """ADD-with-reset writes of INT8_MIN over the zero-padded border (max pools whose input may be < 0)."""
-        if self.spec.op != "max" or not self.spec.pad_min:
-            return []
-        top, bottom, left, right = pad
-        mid = rows - top - bottom
-        regions = [
-            (0, ((top * self.cols, (1, 0)),)),
-            ((rows - bottom) * self.cols, ((bottom * self.cols, (1, 0)),)),
-            (top * self.cols, ((mid, (self.cols, 0)), (left, (1, 0)))),
-            (top * self.cols + self.cols - right, ((mid, (self.cols, 0)), (right, (1, 0)))),
-        ]
-        return [
-            Alu(AluOp.ADD, self.kernel(((t.noc, (win, 0)), *nest), (base + at, 0)), imm=INT8_MIN, reset=True)
-            for at, nest in regions
-            if all(e for e, _ in nest)
-        ]
 
     def requantize(self, t: BandTile, obase: int, ob: int) -> list[Op]:
         """MUL by the multiplier row with the shift, then CLIP (unless :attr:`epi_clamps`), over the tile's

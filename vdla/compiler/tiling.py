@@ -9,13 +9,13 @@ import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from vdla.compiler.blocks import Load
+from vdla.compiler.blocks import Alu, Load
 from vdla.compiler.microcode import Limits, MicroKernel, lower_nest
 from vdla.compiler.schedule import ORDERS, ConvLowering, Schedule
 from vdla.compiler.spec import WindowSpec
 from vdla.compiler.transfer import plan_transfers
 from vdla.config import HwConfig
-from vdla.isa import MemType
+from vdla.isa import AluOp, MemType
 
 MAX_PARTS = 8  # output channels and columns are split into at most about this many tiles
 
@@ -130,16 +130,42 @@ class BandLowering:
             "out": self.ng * self.cb * self.oh * self.ow * c.out_elem_bytes,
         }
 
-    def window_loads(self, t: BandTile, base: int, win: int) -> tuple[list[Load], tuple[int, int, int, int]]:
-        """LOAD INP of tile ``t``'s input window per channel block (``win`` elements apart from ``base``), the
-        borders zero filled, and the pads; one set of transfers for all blocks where nothing is padded and the
-        blocks' windows lie back to back."""
+    def window_border(self, t: BandTile) -> tuple[int, tuple[int, int, int, int]]:
+        """(the input row of tile ``t``'s first window row, which may lie above the input; the window's border
+        outside the input: its (top, bottom) rows and (left, right) columns)."""
         top, _, left, _ = self.spec.window.pads
         rows = self.in_rows(t.noh)
         r_first = t.oy * self.spec.window.stride[0] - top
         r_lo, r_hi = max(0, -r_first), min(rows, self.h - r_first)
         c_lo, c_hi = max(0, left), min(self.cols, self.w + left)
-        pad = (r_lo, rows - r_hi, c_lo, self.cols - c_hi)
+        return r_first, (r_lo, rows - r_hi, c_lo, self.cols - c_hi)
+
+    def border_fill(self, t: BandTile, base: int, win: int, pad, value: int) -> list[Alu]:
+        """ADD-with-reset writes of ``value`` over the border ``pad`` (:meth:`window_border`) of tile ``t``'s windows
+        in ACC (``win`` elements a channel block from ``base``, rows of ``cols``)."""
+        top, bottom, left, right = pad
+        rows = self.in_rows(t.noh)
+        mid = rows - top - bottom
+        regions = [
+            (0, ((top * self.cols, (1, 0)),)),
+            ((rows - bottom) * self.cols, ((bottom * self.cols, (1, 0)),)),
+            (top * self.cols, ((mid, (self.cols, 0)), (left, (1, 0)))),
+            (top * self.cols + self.cols - right, ((mid, (self.cols, 0)), (right, (1, 0)))),
+        ]
+        return [
+            Alu(AluOp.ADD, self.kernel(((t.noc, (win, 0)), *nest), (base + at, 0)), imm=value, reset=True)
+            for at, nest in regions
+            if all(e for e, _ in nest)
+        ]
+
+    def window_loads(self, t: BandTile, base: int, win: int) -> tuple[list[Load], tuple[int, int, int, int]]:
+        """LOAD INP of tile ``t``'s input window per channel block (``win`` elements apart from ``base``), the
+        borders zero filled, and the pads; one set of transfers for all blocks where nothing is padded and the
+        blocks' windows lie back to back."""
+        left = self.spec.window.pads[2]
+        rows = self.in_rows(t.noh)
+        r_first, pad = self.window_border(t)
+        r_lo, r_hi, c_lo, c_hi = pad[0], rows - pad[1], pad[2], self.cols - pad[3]
         offset = ((t.ng * self.cb + t.cb) * self.h + r_first + r_lo) * self.w + c_lo - left
         if any(pad) or win != rows * self.cols:  # one LOAD per channel block, each at its own region
             loads = [

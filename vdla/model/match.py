@@ -260,11 +260,10 @@ def fuse_expands(units: list, graph: Graph, cfg: HwConfig, pays: Callable[[Accel
                 break
             tail.insert(0, u)
         if kind == "accel" and tail and isinstance(unit, AccelLayer):
-            block = None
             pair = fuse_pointwise(tail[-1], unit, graph, cfg) if len(tail) == 2 else None
-            if pair is not None and isinstance(tail[0], AccelLayer):  # ex, dw, pw: all three
+            if pair is not None:  # ex, dw, pw: all three
                 block, apart = fuse_expand(tail[0], pair, graph, cfg), [tail[0], tail[1], unit]
-            if block is None and unit.pre is not None:  # ex, then the fused pair
+            else:  # ex, then the fused pair
                 block, apart = fuse_expand(tail[-1], unit, graph, cfg), [tail[-1], unit]
             if block is not None and pays(block, apart):
                 del out[-(len(apart) - 1) :]
