@@ -261,14 +261,15 @@ def test_the_block_reads_its_windows_from_out():
     assert zeroes > 0
 
 
-@pytest.mark.parametrize("vthreads", [1, 2])
-def test_fused_block_on_the_rtl(rtl_library, vthreads):
-    """The block's program on both backends: equal outputs, equal to numpy, the GEMM iterations counted alike."""
+@pytest.mark.parametrize("vthreads,split", [(1, False), (2, False), (2, True)], ids=["vt1", "vt2", "vt2-split"])
+def test_fused_block_on_the_rtl(rtl_library, vthreads, split):
+    """The block's program on both backends: equal outputs, equal to numpy, the GEMM iterations counted alike;
+    bands dealt to the threads, or one band whose steps they take in turn (``split``)."""
     shape, e, k, oc = (1, 24, 9, 10), 48, 3, 24
     rng, x, expand, dw_w, dw_ep, pw_w, pw_ep = block(12, shape, e, k, oc, "residual")
     fused = compile_dw_pointwise(
         shape, dw_w, pw_w, stride=2, padding=1, dw_epilogue=dw_ep, pw_epilogue=pw_ep, expand=expand,
-        schedule=FusedSchedule(2, 1, vthreads, res_inp=vthreads == 2),
+        schedule=FusedSchedule(5 if split else 2, 1, vthreads, res_inp=vthreads == 2, split=split),
     )  # fmt: skip
     res = rng.integers(-128, 128, (1, oc, 5, 5), dtype=np.int8)
     sim, rtl = (fused.run(Device("pynq", backend=b), x, res) for b in ("sim", "rtl"))
@@ -277,6 +278,45 @@ def test_fused_block_on_the_rtl(rtl_library, vthreads):
     np.testing.assert_array_equal(sim.out, want)
     assert rtl.counters.gemm_iters == sim.counters.gemm_iters
     assert abs(rtl.counters.cycles - sim.counters.cycles) <= 0.05 * sim.counters.cycles
+
+
+SPLITS = [  # (input shape, expanded channels (0: a pair), output channels, residual in INP)
+    ((1, 96, 7, 7), 0, 48, False),
+    ((1, 512, 4, 4), 0, 512, True),  # the 1x1 weights loaded per step, in each thread's share
+    ((1, 32, 7, 7), 192, 32, True),
+    ((1, 64, 4, 4), 512, 64, False),  # the expand weights resident, the 1x1 weights per step
+]
+
+
+@pytest.mark.parametrize("shape,e,oc,res_inp", SPLITS, ids=str)
+def test_split_schedules_take_a_bands_steps_in_turn(shape, e, oc, res_inp):
+    """One band whose steps the two threads take in turn (``split``), sharing its tile, residual and input rows:
+    the same output as numpy, and fewer cycles than the band on one thread, whose loads wait for its compute."""
+    if e:
+        rng, x, expand, dw_w, dw_ep, pw_w, pw_ep = block(e + oc, shape, e, 3, oc, "residual")
+    else:
+        rng, x, dw_w, pw_w = pair(oc, shape, 3, oc)
+        (dw_ep, pw_ep), expand = epilogues(rng, shape[1], oc, "residual"), None
+    h, tic = shape[2], 2
+    options = dict(padding=1, dw_epilogue=dw_ep, pw_epilogue=pw_ep, expand=expand)
+    split = compile_dw_pointwise(shape, dw_w, pw_w, schedule=FusedSchedule(h, tic, 2, res_inp, split=True), **options)
+    one = compile_dw_pointwise(shape, dw_w, pw_w, schedule=FusedSchedule(h, tic, 1, res_inp), **options)
+    assert [b.thread for b in split.stream.blocks[1:4]] == [0, 1, 0]  # after the prologue
+    res = rng.integers(-128, 128, (1, oc, h, h), dtype=np.int8)
+    run = split.run(Device("pynq"), x, res)
+    want = dw_pointwise_reference(x, dw_w, split.spec, dw_ep, pw_w, pw_ep, res, expand=expand)
+    np.testing.assert_array_equal(run.out, want)
+    assert split.search.cycles < one.search.cycles
+
+
+def test_split_needs_one_band():
+    shape, e, k, oc = (1, 16, 12, 12), 64, 3, 24
+    rng, x, expand, dw_w, dw_ep, pw_w, pw_ep = block(8, shape, e, k, oc, "per-channel")
+    with pytest.raises(CompileError, match="split: one band of every output row"):
+        compile_dw_pointwise(
+            shape, dw_w, pw_w, padding=1, dw_epilogue=dw_ep, pw_epilogue=pw_ep, expand=expand,
+            schedule=FusedSchedule(6, 1, 2, split=True),
+        )  # fmt: skip
 
 
 def test_resident_weights_load_with_their_first_step():

@@ -77,15 +77,18 @@ class FusedSchedule:
     """Tile: ``toh`` output rows (every column, every output channel); ``tic`` channel blocks a reduction step;
     ``vthreads`` threads, dealt the tiles round-robin; ``res_inp``: the int8 residual comes into INP on the load
     stage and a GEMM against the identity block adds it (else a compute-stage LOAD into ACC and an ALU ADD), as
-    :class:`~vdla.compiler.schedule.Schedule` has it."""
+    :class:`~vdla.compiler.schedule.Schedule` has it. ``split``: one band (``toh`` every output row), whose steps
+    the threads take in turn: a step's loads overlap the step before it, and the threads share the band's one
+    pointwise tile, its residual and (with an expand layer) its input rows."""
 
     toh: int
     tic: int
     vthreads: int
     res_inp: bool = False
+    split: bool = False
 
     def describe(self) -> str:
-        return f"oh{self.toh} ic{self.tic} vt{self.vthreads}" + " res-inp" * self.res_inp
+        return f"oh{self.toh} ic{self.tic} vt{self.vthreads}" + " res-inp" * self.res_inp + " split" * self.split
 
 
 def dw_pointwise_reference(
@@ -200,11 +203,18 @@ class DwPointwiseLowering:
         wgt = 0 if self.wgt_shared else self.pw.ob * tic
         return self.windows(toh, tic) + tile * res_inp, wgt, tile * (1 + (self.residual and not res_inp))
 
-    def fits(self, toh: int, tic: int, vthreads: int, res_inp: bool = False) -> bool:
+    def fits(self, toh: int, tic: int, vthreads: int, res_inp: bool = False, split: bool = False) -> bool:
+        """Whether a schedule's tiles fit the buffers; ``split`` (:class:`FusedSchedule`): one band, one tile (and
+        residual) in ACC for every thread, and with an expand layer the band's input rows in the whole of INP."""
         pixels = toh * self.ow
         factors = max(pixels, self.dw.per_block(toh)[0]) <= min(self.limits.max_factor[:2]) or tic == 1
         (inp, wgt, acc), (hi, hw, _) = self.need(toh, tic, res_inp), self.share(vthreads)
-        return factors and inp <= hi and wgt <= hw and vthreads * acc + self.scratch(toh, tic) <= self.ex_top
+        if split:
+            hi = self.cfg.inp_depth if self.ex is not None else hi
+            tiles = 1 if toh == self.oh else self.oh + 1  # one band, else never
+        else:
+            tiles = vthreads
+        return factors and inp <= hi and wgt <= hw and tiles * acc + self.scratch(toh, tic) <= self.ex_top
 
     def check_minimal(self) -> None:
         """Raise CompileError, naming the limit, when one output row of one channel block does not fit."""
@@ -232,6 +242,9 @@ class DwPointwiseLowering:
                     out.append(FusedSchedule(toh, tic, v, res_inp))
                     if self.ex is None:
                         break
+            steps = -(-self.cb // tic)
+            if steps > 1 and self.fits(self.oh, tic, MAX_VTHREADS, res_inp, split=True):
+                out.append(FusedSchedule(self.oh, tic, MAX_VTHREADS, res_inp, split=True))
         return out
 
     # ---- tensors ----------------------------------------------------------------------------------
@@ -270,10 +283,11 @@ class DwPointwiseLowering:
         inp = self.share(s.vthreads)[0]
         d = self.ex_top - self.scratch(s.toh, s.tic)
         tile, acc = self.pw.ob * s.toh * self.ow, d // s.vthreads
-        p = thread * acc
+        p = 0 if s.split else thread * acc
+        inp0 = 0 if s.split and self.ex is not None else thread * inp  # split: the band's input rows are shared
         if s.res_inp:
-            return thread * inp, p, thread * inp + self.windows(s.toh, s.tic), d
-        return thread * inp, p, p + tile, d
+            return inp0, p, inp0 + self.windows(s.toh, s.tic), d
+        return inp0, p, p + tile, d
 
     def x_base(self, s: FusedSchedule) -> int:
         """Start of the X region (a step's depthwise windows, computed by the expand layer), after D."""
@@ -362,21 +376,28 @@ class DwPointwiseLowering:
 
     # ---- the stream -------------------------------------------------------------------------------
     def stream(self, s: FusedSchedule) -> Stream:
-        if not self.fits(s.toh, s.tic, s.vthreads, s.res_inp):
+        if not self.fits(s.toh, s.tic, s.vthreads, s.res_inp, s.split):
             raise CompileError(
                 f"fused schedule {s.describe()} needs {self.need(s.toh, s.tic, s.res_inp)} (INP, WGT, ACC) elements "
                 f"per thread and {self.scratch(s.toh, s.tic)} ACC of scratch, the shares hold {self.share(s.vthreads)}"
+                + " (split: one band of every output row)"
+                * s.split
             )
         threads: list[list[Block]] = [[] for _ in range(s.vthreads)]
         steps = -(-self.cb // s.tic)
         for i, band in enumerate(band_tiles(self.dw.ng, 1, self.oh, 1, s.toh)):
-            v = i % s.vthreads
-            tb = ThreadBuilder(self.pw, Schedule(self.pw.ob, s.toh, self.ow, s.tic, s.vthreads, res_inp=s.res_inp), v)
-            _, p0, r0, _ = self.regions(v, s)
-            tb.acc = {"tile": p0, "res": p0 if s.res_inp else r0, "pool": p0, "pairs": p0}  # no pool, no pairs
-            tb.res_inp0 = r0  # read only with res_inp
-            threads[v] += [self.block(v, band, k, s, tb, i == 0) for k in range(steps)]
+            for k in range(steps):  # a band per thread in turn, or with split the band's steps
+                v = (k if s.split else i) % s.vthreads
+                threads[v].append(self.block(v, band, k, s, self.thread_builder(v, s), i == 0))
         return lower_vthreads(threads, self.prologue(threads))
+
+    def thread_builder(self, v: int, s: FusedSchedule) -> ThreadBuilder:
+        """Thread ``v``'s builder of the pointwise tile's GEMMs, epilogue and stores, in its regions."""
+        tb = ThreadBuilder(self.pw, Schedule(self.pw.ob, s.toh, self.ow, s.tic, s.vthreads, res_inp=s.res_inp), v)
+        _, p0, r0, _ = self.regions(v, s)
+        tb.acc = {"tile": p0, "res": p0 if s.res_inp else r0, "pool": p0, "pairs": p0}  # no pool, no pairs
+        tb.res_inp0 = r0  # read only with res_inp
+        return tb
 
     def prologue(self, threads: list[list[Block]]) -> Block:
         """Both layers' per-channel rows, the activation table, every distinct micro-kernel made resident."""
