@@ -1,5 +1,6 @@
 """Squeeze-excite's channel product on the accelerator (issue 29): the ALU's channel scale against Python's
-integer arithmetic on the simulator and the RTL; a QDQ and a float squeeze-excite block with no CPU step
+integer arithmetic on the simulator and the RTL; the scale fused before the 1x1 convolution reading it (a gated
+input, EPI ``mul`` on the window's copy) against numpy; a QDQ and a float squeeze-excite block with no CPU step
 between layers, bit-exact against the lowered graph and within one output step of onnxruntime's int8
 reference; a product of two feature maps of one shape is left to the activation tables."""
 
@@ -8,8 +9,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from vdla.compiler import CompileError
+from vdla.compiler import CompileError, compile_conv2d
 from vdla.compiler.pool import PoolSpec, compile_pool, pool_reference
+from vdla.compiler.spec import Conv2dSpec
+from vdla.graph import oracle
+from vdla.graph.epilogue import Epilogue
 from vdla.graph.qdq import channel_product
 from vdla.isa.arith import MUL_MAX_SHIFT, choose_multipliers
 from vdla.runtime import Device
@@ -75,6 +79,66 @@ def test_bad_channel_scales_name_what_is_wrong():
         compiled.run(Device("pynq"), x, s[:, :8])
 
 
+GATED = [  # x shape, output channels, the scale's clip, the layer's residual, schedule's residual in INP
+    ((1, 96, 14, 14), 24, (-128, 127), None),
+    ((2, 40, 9, 11), 16, (0, 127), "int8"),  # two images (a gate each), a partial block, a residual
+    ((1, 144, 7, 7), 40, (-128, 127), "int8"),
+    ((1, 24, 28, 28), 24, (0, 127), None),  # tiled by rows
+]
+
+
+def _gated(shape, oc: int, clip, residual):
+    x, s, m, shift = _case(shape)
+    w = RNG.integers(-128, 128, (oc, shape[1], 1, 1), dtype=np.int8)
+    ep = Epilogue(
+        bias=RNG.integers(-5000, 5000, oc), multiplier=RNG.integers(1 << 14, 1 << 15, oc), shift=27, residual=residual
+    )
+    res = RNG.integers(-128, 128, (shape[0], oc, *shape[2:]), dtype=np.int8) if residual else None
+    gate = PoolSpec.channel_scale(shape, m, shift, clip)
+    scaled = pool_reference(x, gate, s)
+    want = oracle.conv2d_reference(scaled, w, Conv2dSpec.make(shape, oc, (1, 1)), ep, res)
+    return x, s, w, ep, res, gate, want
+
+
+@pytest.mark.parametrize("shape,oc,clip,residual", GATED, ids=str)
+def test_a_gated_1x1_conv_equals_the_scale_then_the_conv(shape, oc, clip, residual):
+    """The channel scale fused before a 1x1 convolution: each step's window copied into ACC with the gate's product
+    in the OUT mirror, the GEMMs reading it from OUT, equal to the scale's reference and then the conv's; one copy
+    a window element more than the convolution alone, instead of the scale's round trip through DRAM."""
+    x, s, w, ep, res, gate, want = _gated(shape, oc, clip, residual)
+    layer = compile_conv2d(shape, w, epilogue=ep, gate=gate)
+    run = layer.run(Device("pynq"), x, res, gate=s)
+    np.testing.assert_array_equal(run.out, want)
+    assert np.count_nonzero(want) > want.size // 2
+    plain = compile_conv2d(shape, w, epilogue=ep)
+    scale = compile_pool(gate)
+    assert layer.search.cycles < plain.search.cycles + scale.search.cycles
+
+
+def test_a_gated_1x1_conv_on_rtl_equals_sim(rtl_library):
+    x, s, w, ep, res, gate, want = _gated((1, 40, 6, 5), 24, (-128, 127), "int8")
+    layer = compile_conv2d(x.shape, w, epilogue=ep, gate=gate)
+    sim, rtl = (layer.run(Device("pynq", backend=b), x, res, gate=s) for b in ("sim", "rtl"))
+    np.testing.assert_array_equal(rtl.out, sim.out)
+    np.testing.assert_array_equal(sim.out, want)
+    assert abs(rtl.counters.cycles - sim.counters.cycles) <= 0.05 * sim.counters.cycles
+
+
+def test_bad_gated_inputs_name_what_is_wrong():
+    x, s, w, ep, res, gate, _ = _gated((1, 32, 8, 8), 16, (-128, 127), None)
+    with pytest.raises(CompileError, match="not a 1x1 convolution of stride 1 without padding"):
+        compile_conv2d(x.shape, np.zeros((16, 32, 3, 3), np.int8), padding=1, gate=gate)
+    with pytest.raises(CompileError, match=r"channel scale of the layer's input \(1, 16, 8, 8\), got a scale of"):
+        compile_conv2d((1, 16, 8, 8), w[:, :16], gate=gate)
+    with pytest.raises(CompileError, match=r"clamp \(-100, 90\) be int8 or \[0, 127\]"):
+        compile_conv2d(x.shape, w, gate=PoolSpec.channel_scale(x.shape, gate.multiplier, gate.shift, (-100, 90)))
+    layer = compile_conv2d(x.shape, w, epilogue=ep, gate=gate)
+    with pytest.raises(CompileError, match="exactly when the layer was compiled with a gated input"):
+        layer.run(Device("pynq"), x)
+    with pytest.raises(CompileError, match=r"gate must be int8 of shape \(1, 32, 1, 1\)"):
+        layer.run(Device("pynq"), x, gate=s[:, :16])
+
+
 def test_only_a_per_channel_vector_makes_a_channel_product():
     assert channel_product([(1, 24, 8, 8), (1, 24, 1, 1)]) == (0, 1)
     assert channel_product([(1, 24, 1, 1), (1, 24, 8, 8)]) == (1, 0)
@@ -131,11 +195,14 @@ def qdq_se(request):
 
 
 def test_a_qdq_squeeze_excite_block_runs_with_no_cpu_step_between_layers(qdq_se):
+    """The block's pool and dense layers on the accelerator, and its channel product fused into the 1x1 convolution
+    reading it: the step reads the feature map and the gate, and the scaled map never reaches DRAM."""
     _, artifact = qdq_se
     ops = _accel_between(artifact)
-    assert ops.count("channel_scale") == 1 and "global_avg_pool" in ops, ops
-    (scale,) = [s for s in artifact.steps if s.kind == "accel" and s.layer["op"] == "channel_scale"]
-    assert scale.macs == 0 and len(scale.reads) == 2  # the feature map and the gate
+    assert ops.count("channel_scale+conv2d") == 1 and "global_avg_pool" in ops, ops
+    (gated,) = [s for s in artifact.steps if s.kind == "accel" and s.layer["op"] == "channel_scale+conv2d"]
+    assert gated.macs == gated.layer["input"][1] * 16 * 8 * 8  # the 1x1 convolution's; the scale has none
+    assert len(gated.reads) == 2 and "channel scale fused" in gated.layer["schedule"]
 
 
 def test_the_squeeze_excite_block_equals_the_lowered_graph_and_the_int8_reference(qdq_se, backend):
@@ -151,5 +218,5 @@ def test_vdla_calibration_quantizes_the_gate_and_runs_the_block_on_chip():
 
     model = _se_block()
     artifact = compile_model(model, _calib(16))[0]
-    assert "channel_scale" in _accel_between(artifact)
+    assert "channel_scale+conv2d" in _accel_between(artifact)
     assert float_cosine(model, artifact, SHAPE) > 0.99

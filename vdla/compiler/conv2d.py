@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -16,7 +17,7 @@ from vdla.compiler.cache import ScheduleCache
 from vdla.compiler.epilogue import normalize
 from vdla.compiler.fused_pool import FusedPool
 from vdla.compiler.identity import EYE, identity_weights
-from vdla.compiler.schedule import POST, ConvLowering, Schedule
+from vdla.compiler.schedule import GATE, POST, ConvLowering, Schedule
 from vdla.compiler.search import SearchResult, build_stream, emit_program, search
 from vdla.compiler.spec import TABLE, CompileError, Conv2dSpec, EpilogueSpec, OutputView
 from vdla.config import DEFAULT_PRESET, HwConfig, load_config
@@ -28,6 +29,9 @@ from vdla.isa import Insn
 from vdla.runtime.backend import RunResult
 from vdla.runtime.counters import Counters
 from vdla.runtime.device import Device
+
+if TYPE_CHECKING:  # pool.py runs its bands with run_band, from here
+    from vdla.compiler.pool import PoolSpec
 
 RESIDUAL_DTYPES = {"int8": np.int8, "int32": np.int32}
 
@@ -115,6 +119,7 @@ class CompiledConv2d:
         cache: ScheduleCache | None = None,
         post: Epilogue | None = None,
         post_res: bool = False,
+        gate: PoolSpec | None = None,
     ):
         t0 = time.perf_counter()
         if pool is not None:
@@ -131,12 +136,23 @@ class CompiledConv2d:
         if post_ep is not None:
             self.epilogue = replace(self.epilogue, post=EpilogueSpec.of(post_ep), post_res=post_res)
         post_imm = int(post_ep.multiplier) if post_ep is not None and self.epilogue.post.multiplier == "imm" else 1
+        self.gate = gate
+        if gate is not None:
+            if gate.op != "scale" or gate.shape != (spec.n, spec.c, spec.h, spec.w):
+                raise CompileError(
+                    f"a gated input is a channel scale of the layer's input {(spec.n, spec.c, spec.h, spec.w)}, "
+                    f"got a {gate.op} of {gate.shape}"
+                )
+            self.epilogue = replace(self.epilogue, gate=(gate.shift, *gate.clip))
         self.lowering = ConvLowering(spec, self.epilogue, cfg, imm, view, post_imm)
         self.constants = {} if runtime else {"wgt": pack_weights(weights, cfg.block_out, cfg.block_in)}
         self.constants.update(_constants(ep, self.epilogue, spec.oc, cfg))
         if post_ep is not None:  # the post add's rows, and the identity block its GEMM reads
             rows = _constants(post_ep, self.epilogue.post, spec.oc, cfg)
             self.constants.update({POST + k: v for k, v in rows.items()}, **{EYE: identity_weights(cfg)})
+        if gate is not None:  # the scale's multiplier row, and the identity block the window's copy reads
+            mul = pack_channels(np.full(cfg.block_out, gate.multiplier, np.int32), cfg.batch, cfg.block_out)
+            self.constants.update({GATE + "mul": mul, EYE: identity_weights(cfg)})
         if ep.table is not None:  # entry b at byte b: LUT elements of out_elem_bytes entries
             self.constants[TABLE] = np.asarray(ep.table, np.int8).reshape(cfg.lut_depth, cfg.batch, cfg.block_out)
         need = sum(self.lowering.tensor_bytes().values())
@@ -164,9 +180,11 @@ class CompiledConv2d:
         max_cycles: int | None = None,
         timeline: bool = False,
         weights: np.ndarray | None = None,
+        gate: np.ndarray | None = None,
     ) -> LayerRun:
         """Run on ``dev``: x is (N, C, H, W) int8; ``residual`` (N, OC, OH, OW) if the layer adds one;
-        ``weights`` (OIHW int8) exactly when the layer was compiled for weights given at run time."""
+        ``weights`` (OIHW int8) exactly when the layer was compiled for weights given at run time; ``gate``
+        (N, C, 1, 1) int8 exactly when it was compiled with a gated input."""
         sp, cfg = self.spec, self.cfg
         if (weights is None) != ("wgt" in self.constants):
             raise CompileError("weights are given at run time exactly when the layer was compiled with their shape")
@@ -179,6 +197,13 @@ class CompiledConv2d:
             if weights.dtype != np.int8 or weights.shape != sp.weight_shape:
                 raise CompileError(f"weights must be int8 {sp.weight_shape}, got {weights.dtype} {weights.shape}")
             arrays["wgt"] = pack_weights(weights, cfg.block_out, cfg.block_in)
+        if (gate is None) != (self.gate is None):
+            raise CompileError("a gate is given at run time exactly when the layer was compiled with a gated input")
+        if gate is not None:
+            if gate.dtype != np.int8 or gate.shape != self.gate.scale_shape:
+                want = self.gate.scale_shape
+                raise CompileError(f"the gate must be int8 of shape {want}, got {gate.dtype} {gate.shape}")
+            arrays[GATE] = pack_activation(gate, cfg.batch, cfg.block_out)
         kind = self.epilogue.residual or (self.epilogue.post.residual if self.epilogue.post else None)
         if kind:
             want = RESIDUAL_DTYPES[kind]
@@ -219,6 +244,7 @@ def compile_conv2d(
     cache: ScheduleCache | None = None,
     post: Epilogue | None = None,
     post_res: bool = False,
+    gate: PoolSpec | None = None,
 ) -> CompiledConv2d:
     """Compile conv2d(x, weights) and its ``epilogue`` (:class:`vdla.graph.epilogue.Epilogue`: bias,
     requantization, residual, clamp; the int32 accumulator truncated to int8 without one) for inputs of
@@ -232,7 +258,9 @@ def compile_conv2d(
     ``out_view`` stores the output pixels into a larger tensor (:class:`~vdla.compiler.spec.OutputView`: one
     phase of an interleave; the run returns the layer's own pixels). ``weights`` given as a shape (a tuple)
     are computed at run time: the program loads them from the DRAM tensor bound as ``wgt``, packed by
-    :func:`vdla.graph.layout.pack_weights`, and the layer has no weight constant."""
+    :func:`vdla.graph.layout.pack_weights`, and the layer has no weight constant. ``gate``: a channel scale of the
+    input (:meth:`~vdla.compiler.pool.PoolSpec.channel_scale`, squeeze-excite's product) fused before the GEMMs: the
+    layer computes conv2d(pool_reference(x, gate, s), weights) for the int8 gate ``s`` given to ``run``."""
     shape = weights if isinstance(weights, tuple) else weights.shape
     spec = Conv2dSpec.make(input_shape, shape[0], shape[2:], stride, padding, dilation, groups)
     pool = None
@@ -244,8 +272,9 @@ def compile_conv2d(
     if len(shape) != 4 or shape[1] != spec.c:
         raise CompileError(f"weights {shape} do not match {spec.c} input channels (OIHW)")
     options = dict(
-        pool=pool, view=out_view, vthreads=vthreads, schedule=schedule, cache=cache, post=post, post_res=post_res
-    )
+        pool=pool, view=out_view, vthreads=vthreads, schedule=schedule, cache=cache, post=post, post_res=post_res,
+        gate=gate,
+    )  # fmt: skip
     return CompiledConv2d(spec, weights, load_config(config), epilogue or Epilogue(), **options)
 
 

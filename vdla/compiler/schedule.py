@@ -31,6 +31,14 @@ the residual after the add's passes where it is an int8 residual as it is; then 
 STOREs write the post region. Every other step's GEMM then follows an EPI of the layer's own OUT mode (the
 threads' blocks interleave, and the EPI state is global).
 
+With a gated input (``EpilogueSpec.gate``: squeeze-excite's channel scale fused into the 1x1 layer reading it),
+the prologue loads the int8 gate of every input-channel block (a compute-stage LOAD ACC_8BIT of the ``gate``
+tensor) above the per-channel rows and multiplies it by the scale's multiplier row (``gatemul``); each step then
+copies its input window into a scratch region after the thread's tile (an ``init`` GEMM against the identity block,
+its outer loop the window's channel blocks) under an EPI whose OUT mirror multiplies each write by its channel
+block's gate row with the scale's shift and clamps it (EPI ``mul`` and ``req``), and the step's GEMMs read that
+window from OUT (EPI ``src_out``).
+
 Tiles are dealt to the threads round-robin; each thread owns ``1/vthreads`` of every buffer, except the
 per-channel rows (bias, multipliers) of all output channels, which a prologue loads once into the top of
 the accumulator buffer for every thread to read, and, for a layer whose residual a GEMM can add, the
@@ -66,6 +74,7 @@ GEMM_ORDER = ("oc", "oh", "ow", "ic", "ky", "kx")
 UNIT_AXIS = (1, (0, 0, 0))
 TAIL_PARTS = 8  # a thread's last block hands its output channels to the store stage in up to this many parts
 POST = "post_"  # the DRAM tensors of the post add's per-channel rows: its own row names after this prefix
+GATE = "gate"  # the DRAM tensor of a gated input's int8 gate (N, C, 1, 1), packed; its multiplier row: "gatemul"
 
 
 def epilogue_rows(epi: EpilogueSpec) -> list[str]:
@@ -169,7 +178,7 @@ class ConvLowering:
         """``acc_top``: the ACC rows from it up belong to other layers of a fused step
         (:mod:`vdla.compiler.dw_pointwise`); the per-channel rows sit right below it (default: ACC's top)."""
         self.spec, self.epi, self.cfg = spec, epi, cfg
-        self.acc_top = cfg.acc_depth if acc_top is None else acc_top
+        acc_end = cfg.acc_depth if acc_top is None else acc_top
         self.view = view  # where the output pixels sit in a larger tensor (None: a tensor of their own)
         self.intrinsic = GemmIntrinsic.from_config(cfg)
         top, _, left, _ = spec.pad
@@ -181,6 +190,9 @@ class ConvLowering:
         )
         ext = self.tensorized.blocked_extents
         self.ng, self.ib, self.ob = ext["b"], ext["ic"], ext["oc"]
+        self.gate = epi.gate  # a channel scale of the input (module docstring): its rows sit at the top of ACC
+        self.gate_base = acc_end - self.gate_rows  # every image's gate rows, then the multiplier row
+        self.acc_top = self.gate_base  # the layer's own per-channel rows lie below them
         self.taps = spec.kh * spec.kw
         self.limits = Limits.of(cfg)
         # the OUT mirror multiplies the last GEMM's writes (EPI mul): nothing but STOREs may follow that GEMM
@@ -204,6 +216,8 @@ class ConvLowering:
             view.check(self.out_hw, epi, self.ob)
         if epi.post is not None and (why := self.post_refusal()):
             raise CompileError(f"{spec.key()}: no residual add after the activation table: {why}")
+        if self.gate is not None and (why := self.gate_refusal()):
+            raise CompileError(f"{spec.key()}: no channel scale fused before the layer: {why}")
         if self.row_step * spec.w > MAX_STRIDE:
             raise CompileError(
                 f"input rows of {spec.w} elements (row stride {self.row_step * spec.w}) exceed the "
@@ -285,6 +299,28 @@ class ConvLowering:
             return f"the identity GEMM reads OUT rows as input rows: config {cfg.name!r} has block_in != block_out"
         return None
 
+    def gate_refusal(self) -> str | None:
+        """Why the layer cannot take a gated input (None if it can)."""
+        sp, epi, cfg = self.spec, self.epi, self.cfg
+        if (sp.kh, sp.kw, sp.sh, sp.sw) != (1, 1, 1, 1) or any(sp.pad):
+            return "the layer is not a 1x1 convolution of stride 1 without padding"
+        if epi.pool or epi.post or self.row_pairs:
+            return "the layer has a fused pool, a residual add after its table or stores whole-row pairs"
+        if not cfg.out_multiplier:
+            return f"the OUT mirror multiplies the input by its gate: config {cfg.name!r} has no OUT-path multiplier"
+        if cfg.block_in != cfg.block_out or not identity_fits(cfg):
+            return f"the GEMMs read OUT rows as input rows: config {cfg.name!r} has block_in != block_out"
+        return None
+
+    @property
+    def gate_rows(self) -> int:
+        """ACC rows of a gated input's gate (every image's input-channel blocks) and its multiplier row."""
+        return self.ng * self.ib + 1 if self.gate is not None else 0
+
+    def gate_elems(self, s: Schedule) -> int:
+        """ACC elements of a gated input's scratch: one step's input window (full-size tile)."""
+        return s.tic * self.in_rows(s.toh) * self.in_cols(s.tow) if self.gate is not None else 0
+
     def epi_op(self, t: Tile, bias: bool = False, src_out: bool = False) -> Epi:
         """The EPI of the layer's GEMMs over tile ``t``: its OUT mode, with ``bias`` its first bias row (for
         ``init``), with :attr:`out_mul` its first multiplier row, the GEMM's outer loop stepping through both."""
@@ -313,7 +349,7 @@ class ConvLowering:
     def eye(self) -> int | None:
         """The WGT element of the identity block (the top one) for a layer whose residual a GEMM can add, or whose
         post add reads its results back from OUT."""
-        return self.cfg.wgt_depth - 1 if self.residual_gemm or self.post else None
+        return self.cfg.wgt_depth - 1 if self.residual_gemm or self.post or self.gate else None
 
     @property
     def wgt_free(self) -> int:
@@ -370,6 +406,7 @@ class ConvLowering:
         acc += self.pool.acc_elems(s.toc, s.toh) if self.pool else 0
         acc += 2 * tile * bool(self.row_pairs)  # each pixel twice, for whole-row stores (OutputView.row_pairs)
         acc += tile * self.post_tiles  # the post add's tile (and its residual's)
+        acc += self.gate_elems(s)  # the gated input window, read from OUT
         wgt = 0 if self.weights_shared else s.toc * wic * self.taps
         return self.window_elems(s) + self.res_elems(s), wgt, acc
 
@@ -454,9 +491,9 @@ class ConvLowering:
         if self.pool:  # whole rows: one pooled row of one channel block
             sh, ow = self.pool.stride[0], self.spec.ow
             return [(self.in_rows(sh) * self.in_cols(ow), self.taps, sh * ow + self.pool.out_hw[1])]
-        window = self.in_rows(1) * self.in_cols(1)
-        needs = [(window + bool(self.post), self.taps, 2 if self.epi.residual else 1 + self.post_tiles)]
-        return needs + [(window + 1, self.taps, 1)] * self.residual_gemm
+        window, gate = self.in_rows(1) * self.in_cols(1), self.gate is not None
+        needs = [(window + bool(self.post), self.taps, (2 if self.epi.residual else 1 + self.post_tiles) + gate)]
+        return needs + [(window + 1, self.taps, 1 + gate)] * self.residual_gemm
 
     def check_minimal(self, vthreads: int) -> None:
         """Raise CompileError, naming the limit, if even the smallest tile (in either residual form) does not fit
@@ -546,7 +583,7 @@ class ConvLowering:
             raise CompileError(f"schedule {s.describe()} does not fit: {'; '.join(problems)}")
         tiles, steps, fresh = self.tiles(s), self.steps(s), self.residency(s)
         out = [ThreadBuilder(self, s, t).blocks(tiles[t :: s.vthreads], steps, fresh[t]) for t in range(s.vthreads)]
-        if s.res_inp or self.post:  # the stream's first block: every compute runs after its loads (module docstring)
+        if s.res_inp or self.post or self.gate:  # the stream's first block: every compute runs after its loads
             first = out[0][0]
             out[0][0] = replace(first, loads=(load_identity(self.eye), *first.loads))
         return out
@@ -564,7 +601,19 @@ class ConvLowering:
         if self.epi.table:  # the activation table, once per layer (it stays until the next LOAD LUT)
             n = self.cfg.lut_depth
             ops.append(Load(MemType.LUT, 0, TABLE, 0, 1, n, n))
-        return prologue_block(ops, threads, self.cfg.uop_depth)
+        return prologue_block(ops + self.gate_prologue(), threads, self.cfg.uop_depth)
+
+    def gate_prologue(self) -> list[Op]:
+        """A gated input's rows: every image's int8 gate (LOAD ACC_8BIT) times the multiplier row (one MUL holding
+        it), the products exact in int32 (:meth:`vdla.compiler.pool.PoolSpec.check`)."""
+        if self.gate is None:
+            return []
+        n, base = self.ng * self.ib, self.gate_base
+        return [
+            Load(MemType.ACC_8BIT, base, GATE, 0, 1, n, n),
+            Load(MemType.ACC, base + n, GATE + "mul", 0, 1, 1, 1),
+            Alu(AluOp.MUL, lower_nest(((n, (1, 0, 0)),), (base, base + n, 0), self.limits)),
+        ]
 
     def tensor_bytes(self) -> dict[str, int]:
         """DRAM bytes of every tensor the program touches."""
@@ -584,6 +633,9 @@ class ConvLowering:
         residual = self.epi.residual or (self.post.residual if self.post else None)
         if residual:
             out["res"] = pixels_out * (c.out_elem_bytes if residual == "int8" else c.acc_elem_bytes)
+        if self.gate is not None:
+            out[GATE] = self.ng * self.ib * c.out_elem_bytes
+            out[GATE + "mul"] = c.acc_elem_bytes
         return out
 
 
@@ -602,6 +654,7 @@ class ThreadBuilder:
         self.acc = {"tile": thread * acc, "res": after, "pool": after, "pairs": after}
         if low.post:  # the post add's tile, then its residual
             self.acc.update(post=after, res=after + tile)
+        self.acc["gate"] = thread * acc + low.footprint(s)[2] - low.gate_elems(s)  # the share's last elements
         self.res_inp0 = self.inp0 + low.window_elems(s)  # the residual tile in INP (res_inp)
 
     def blocks(self, tiles: list[Tile], steps: list[tuple[int, int]], fresh: np.ndarray) -> list[Block]:
@@ -643,7 +696,7 @@ class ThreadBuilder:
         if (self.s.res_inp or low.post) and k == nsteps - 1:
             loads += self.residual_inp_loads(t)
         groups = tail_groups(t.noc) if split and k == nsteps - 1 else [(0, t.noc)]
-        compute: list[Op] = []
+        compute: list[Op] = self.gate_ops(t, ib0, nic) if low.gate else []
         stores: list[Store] = []
         cuts = []
         for o0, noc in groups:
@@ -673,10 +726,15 @@ class ThreadBuilder:
         wic, w_ic0 = self.wgt_span(ib0, nic)
         wgt0 = self.wgt_base(sub, ib0, nic) + (0 if low.weights_shared else o0 * wic * low.taps)
         nest = low.gemm_nest(noc, t.noh, t.now, nic, wic, self.by_columns)
-        base = (acc, self.step_inp0(ib0), wgt0 + (ib0 - w_ic0) * low.taps)
-        compute = self.init_gemms(sub, nest, base) if k == 0 else self.step_gemms(sub, nest, base)
+        gated = low.gate is not None  # the window read from OUT, where gate_ops left it
+        src = self.acc["gate"] if gated else self.step_inp0(ib0)
+        base = (acc, src, wgt0 + (ib0 - w_ic0) * low.taps)
+        gemms = self.init_gemms if k == 0 else self.step_gemms
+        compute = gemms(sub, nest, base, src_out=gated)
         if k < nsteps - 1:
             return compute, []
+        if gated and self.s.res_inp:  # the residual's identity GEMM reads INP again
+            compute.append(low.epi_op(sub))
         if low.pool:
             pooling, sub, acc = self.pool_ops(sub, o0, acc)
             compute += pooling
@@ -766,6 +824,21 @@ class ThreadBuilder:
             if p.gemm
             else Alu(p.op, self.elementwise(t, p, res if p.dst == "res" else acc, res), p.imm, p.shift)
             for p in low.passes_of(self.s)
+        ]
+
+    def gate_ops(self, t: Tile, ib0: int, nic: int) -> list[Op]:
+        """A gated step's input window (``nic`` channel blocks from ``ib0``) copied into the gate scratch by an
+        ``init`` GEMM against the identity block, its outer loop the channel blocks, under an EPI whose OUT mirror
+        multiplies each write by its block's gate row with the scale's shift and clamps it to int8 (or [0, 127])."""
+        low = self.low
+        shift, lo, _ = low.gate
+        win = low.in_rows(t.noh) * low.in_cols(t.now)
+        row = low.gate_base + t.ng * low.ib + ib0
+        nest = ((nic, (win, win, 0)), (win, (1, 1, 0)))
+        base = (self.acc["gate"], self.step_inp0(ib0), low.eye)
+        return [
+            Epi(True, lo == 0, 0, None, mul=(row, shift)),
+            Gemm(lower_nest(nest, base, low.limits, pin_outer=True), init=True),
         ]
 
     def step_inp0(self, ib0: int) -> int:

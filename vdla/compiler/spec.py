@@ -191,6 +191,12 @@ class EpilogueSpec:
     identity block (EPI ``src_out``) as the add's input (``post_res``: as its residual), its other operand
     loaded from DRAM, then ``post`` applied and the result stored.
 
+    ``gate``: a channel scale of the layer's input fused before its GEMMs (squeeze-excite's product,
+    :meth:`vdla.compiler.pool.PoolSpec.channel_scale`): each input pixel times its channel's int8 gate and the
+    scale's multiplier, rounded once by ``shift`` (:func:`vdla.isa.arith.mul_shift`) and clamped to (lo, hi); an
+    identity GEMM copies each step's input window into ACC with that product in the OUT mirror (EPI ``mul``), and
+    the layer's GEMMs read it from OUT (EPI ``src_out``).
+
     ``rescale`` = (lo, hi, shift_y, shift_k, frac) is the residual add of a quantized model, which rounds
     the layer's output before the add and the sum at another scale:
     out = clip(rshr(mul(clip(rshr((acc + bias) * m, shift), lo, hi), m_y, shift_y)
@@ -207,6 +213,7 @@ class EpilogueSpec:
     table: bool = False  # the OUT mirror looks every int8 result up in the layer's activation table (EPI lut)
     post: EpilogueSpec | None = None  # a residual add after the table, read back from OUT
     post_res: bool = False  # the layer's results are the post add's residual (else its input)
+    gate: tuple[int, int, int] | None = None  # (shift, lo, hi) of a channel scale of the input (squeeze-excite's)
 
     @classmethod
     def of(cls, ep: Epilogue, pool: Window | None = None) -> EpilogueSpec:
@@ -240,6 +247,13 @@ class EpilogueSpec:
             raise CompileError(f"residual dtype must be int8 or int32, got {self.residual!r}")
         if self.rescale is not None:
             self._check_rescale()
+        if self.gate is not None:
+            shift, lo, hi = self.gate
+            if not (0 <= shift <= MUL_MAX_SHIFT and lo in (CLIP_MIN, 0) and hi == CLIP_MAX):
+                raise CompileError(
+                    f"a gated input's shift {shift} must lie in [0, {MUL_MAX_SHIFT}] and its clamp {(lo, hi)} be "
+                    f"int8 or [0, {CLIP_MAX}] (the OUT mirror's)"
+                )
         if self.pool is not None and (self.residual or self.multiplier == "imm"):
             what = f"a {self.residual} residual" if self.residual else "an immediate multiplier (its product wraps)"
             raise CompileError(f"a max pool fused before the requantization needs it non-decreasing: {what} is not")
@@ -270,7 +284,9 @@ class EpilogueSpec:
             (kh, kw), (sh, sw), pads = self.pool.kernel, self.pool.stride, self.pool.pads
             pool = f"p{kh}x{kw}s{sh}x{sw}p{'_'.join(map(str, pads))}"
         post = f"+{'r' * self.post_res}{self.post.key()}" if self.post is not None else ""
-        return f"b{int(self.bias)}m{self.multiplier}s{self.shift}c{lo}_{hi}r{self.residual or '-'}{rescale}{pool}{post}"
+        gate = "g" + "_".join(map(str, self.gate)) if self.gate else ""
+        head = f"b{int(self.bias)}m{self.multiplier}s{self.shift}c{lo}_{hi}r{self.residual or '-'}"
+        return f"{head}{rescale}{pool}{post}{gate}"
 
 
 @dataclass(frozen=True)

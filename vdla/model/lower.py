@@ -21,6 +21,7 @@ from vdla.compiler.depthwise import compile_depthwise
 from vdla.compiler.dw_pointwise import compile_dw_pointwise
 from vdla.compiler.epilogue import normalize
 from vdla.compiler.pool import compile_pool
+from vdla.compiler.schedule import GATE
 from vdla.compiler.search import emit_program
 from vdla.compiler.spec import EpilogueSpec, OutputView
 from vdla.config import HwConfig
@@ -34,7 +35,7 @@ from vdla.graph.types import TensorType
 from vdla.graph.verify import verify
 from vdla.isa import Insn, IsaError, encode_program, validate_program
 from vdla.model.artifact import AccelChain, AccelStep, Artifact, CpuStep, DramTensor
-from vdla.model.match import AccelLayer, PoolLayer, fuse_adds, fuse_expands, fuse_pointwises, fuse_pools
+from vdla.model.match import AccelLayer, PoolLayer, fuse_adds, fuse_expands, fuse_gates, fuse_pointwises, fuse_pools
 from vdla.model.memplan import Lifetime, plan_memory
 from vdla.model.place import Placement
 from vdla.runtime.device import Device
@@ -94,6 +95,7 @@ class ModelBuilder:
         if self.fuse_depthwise:
             units = fuse_pointwises(units, self.g, self.cfg, self.fusion_pays)
             units = fuse_expands(units, self.g, self.cfg, self.fusion_pays)
+        units = fuse_gates(units, self.g, self.gate_pays)
         if self.fuse_adds:
             units = fuse_adds(units, self.g, self.fusion_pays)
         units = self.stored_interleaves(units)
@@ -106,6 +108,8 @@ class ModelBuilder:
                 accel_needs.setdefault(unit.x, set()).add(self.cfg.block_in)
                 if unit.residual:
                     accel_needs.setdefault(unit.residual, set()).add(self.cfg.block_out)
+                if getattr(unit, "gate", None) is not None:
+                    accel_needs.setdefault(unit.gate.residual, set()).add(self.cfg.block_out)
                 if unit.w:
                     self.weight_needs.add(unit.w)
         cpu_readers: dict[str, set[str]] = {}  # value -> CPU nodes reading it
@@ -156,6 +160,18 @@ class ModelBuilder:
         apart = apart or [layer.pre, replace(layer, pre=None)]
         return fused.search.cycles < sum(self.compiled(u).search.cycles for u in apart)
 
+    def gate_pays(self, layer: AccelLayer) -> bool:
+        """Whether the 1x1 convolution ``layer`` with its channel scale fused before it (``layer.gate``) compiles
+        and runs in fewer cycles than the scale and the convolution apart (timing-only simulator): fused, the
+        scaled tensor never goes to DRAM and back, but each step copies its window once more on the compute
+        stage. Each compile is kept (:meth:`compiled`)."""
+        try:
+            fused = self.compiled(layer)
+        except CompileError:
+            return False
+        scale = compile_pool(layer.gate.spec, self.cfg).search.cycles
+        return fused.search.cycles < scale + self.compiled(replace(layer, gate=None)).search.cycles
+
     def compiled(self, layer: AccelLayer):
         """``layer`` compiled (once per output, fused layers and output view): a fused depthwise -> 1x1 pair (with
         its expand layer), a depthwise layer on the depthwise mode, or a conv2d (with its fused pool, into its
@@ -164,7 +180,7 @@ class ModelBuilder:
         fused, pre = 0, layer.pre
         while pre is not None:
             fused, pre = fused + 1, pre.pre
-        key = (layer.out, fused, view)
+        key = (layer.out, fused, view, layer.gate is not None)
         if key not in self.memo:
             self.memo[key] = self._compile(layer, view)
         return self.memo[key]
@@ -188,9 +204,10 @@ class ModelBuilder:
             return compile_depthwise(
                 layer.in_shape, layer.weights, stride=g.stride, padding=g.padding, epilogue=layer.epilogue, **options
             )
+        gate = layer.gate.spec if layer.gate is not None else None
         return compile_conv2d(
             layer.in_shape, layer.weights, stride=g.stride, padding=g.padding, dilation=g.dilation,
-            epilogue=layer.epilogue, max_pool=layer.max_pool(), out_view=view, **options,
+            epilogue=layer.epilogue, max_pool=layer.max_pool(), out_view=view, gate=gate, **options,
         )  # fmt: skip
 
     def stored_interleaves(self, units: list) -> list:
@@ -361,6 +378,8 @@ class ModelBuilder:
             reads.append(self.read_tensor(layer.residual, self.cfg.block_out))
         if layer.w:
             reads.append(self.weight_tensor(layer.w))
+        if getattr(layer, "gate", None) is not None:
+            reads.append(self.read_tensor(layer.gate.residual, self.cfg.block_out))
         return reads
 
     def lifetimes(self) -> list[Lifetime]:
@@ -461,8 +480,11 @@ class ModelBuilder:
             return self.compile_dw_pointwise(layer, dev, addr)
         compiled = self.compiled(layer)
         insns, code = self.emit(layer, compiled.lowering, compiled.stream, compiled.constants, dev, addr)
-        op = layer.op + "+max_pool2d" * (layer.pool is not None) + "+add" * (layer.pre is not None)
-        schedule = "residual add fused, " * (layer.pre is not None) + compiled.schedule.describe()
+        gated = layer.gate is not None
+        op = "channel_scale+" * gated + layer.op + "+max_pool2d" * (layer.pool is not None)
+        op += "+add" * (layer.pre is not None)
+        schedule = "residual add fused, " * (layer.pre is not None) + "channel scale fused, " * gated
+        schedule += compiled.schedule.describe()
         desc = self.conv_desc(layer.pre or layer, compiled, schedule)
         if layer.pre is not None:
             desc["input"] = list(layer.pre.in_shape)
@@ -604,6 +626,9 @@ class ModelBuilder:
             values["res"] = layer.residual
         if layer.w:
             tensors["wgt"] = self.weight_tensor(layer.w)
+        if getattr(layer, "gate", None) is not None:
+            tensors[GATE] = self.read_tensor(layer.gate.residual, self.cfg.block_out)
+            values[GATE] = layer.gate.residual
         buffers: dict[str, Buffer] = {}
         for role, t in tensors.items():
             shape, dtype = self.dram[t]

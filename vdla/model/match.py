@@ -56,7 +56,9 @@ class AccelLayer:
     conv2d layer whose tabled output this residual add (an identity convolution, :mod:`vdla.graph.copies`) reads
     on chip (:attr:`~vdla.compiler.spec.EpilogueSpec.post`): its input ``x`` is then the ``pre`` layer's, whose
     output never reaches DRAM; ``post_res``: that output is the add's residual, and ``residual`` names the add's
-    input instead."""
+    input instead; ``gate``: squeeze-excite's channel scale of the input fused before this 1x1 convolution
+    (:attr:`~vdla.compiler.spec.EpilogueSpec.gate`): ``x`` is then the scale's input, its gate the scale's
+    ``residual``, and the scaled tensor never reaches DRAM."""
 
     op: str
     nodes: tuple[str, ...]
@@ -74,6 +76,7 @@ class AccelLayer:
     note: str = ""
     pre: AccelLayer | None = None
     post_res: bool = False
+    gate: PoolLayer | None = None
 
     def spec(self) -> Conv2dSpec:
         """The layer's shape as the compiler checks it (raises CompileError naming what does not fit); for a
@@ -207,6 +210,36 @@ def fuse_expand(ex: AccelLayer, pair: AccelLayer, graph: Graph, cfg: HwConfig) -
     return replace(pair, nodes=(*ex.nodes, *pair.nodes), x=ex.x, pre=block)
 
 
+def fuse_gate(scale: PoolLayer, conv: AccelLayer, graph: Graph) -> AccelLayer | None:
+    """The 1x1 convolution ``conv`` with the channel scale ``scale`` of its input (squeeze-excite's product) fused
+    before it, or None where that is not possible: ``conv`` is a plain conv2d (no parts, pool, run-time weights or
+    fusion of its own) and the only reader of the scale's output (not a graph output). The compiler refuses the
+    rest, naming why (:meth:`~vdla.compiler.schedule.ConvLowering.gate_refusal`)."""
+    if scale.op != "scale" or conv.op != "conv2d" or conv.groups != 1 or conv.parts or conv.pool or conv.w:
+        return None
+    if conv.pre is not None or conv.gate is not None or conv.x != scale.out or scale.out in graph.outputs:
+        return None
+    if len(graph.consumers().get(scale.out, [])) != 1:
+        return None
+    return replace(conv, nodes=(*scale.nodes, *conv.nodes), x=scale.x, gate=scale)
+
+
+def fuse_gates(units: list, graph: Graph, pays: Callable[[AccelLayer], bool]) -> list:
+    """The placement's units with each channel scale fused into the 1x1 convolution after it where
+    :func:`fuse_gate` allows and ``pays(fused layer)`` (it compiles, and runs faster than the two apart)."""
+    out: list = []
+    for kind, unit in units:
+        prev = out[-1][1] if out and out[-1][0] == "accel" else None
+        fused = None
+        if kind == "accel" and isinstance(prev, PoolLayer) and isinstance(unit, AccelLayer):
+            fused = fuse_gate(prev, unit, graph)
+        if fused is not None and pays(fused):
+            out[-1] = ("accel", fused)
+        else:
+            out.append((kind, unit))
+    return out
+
+
 def fuse_add(conv: AccelLayer, add: AccelLayer, graph: Graph) -> AccelLayer | None:
     """The residual add ``add`` with the conv2d layer ``conv`` whose output it reads (as its input or its residual)
     fused before it, the add applied to the tabled results on chip (:attr:`~vdla.compiler.spec.EpilogueSpec.post`),
@@ -221,6 +254,8 @@ def fuse_add(conv: AccelLayer, add: AccelLayer, graph: Graph) -> AccelLayer | No
     if not isinstance(add.weights, np.ndarray) or not np.array_equal(add.weights[:, :, 0, 0], np.eye(c)):
         return None
     if conv.op != "conv2d" or conv.groups != 1 or conv.parts or conv.pool or conv.residual or conv.w or conv.pre:
+        return None
+    if conv.gate is not None:
         return None
     readers = graph.consumers().get(conv.out, [])
     if conv.out in graph.outputs or len(readers) != 1 or readers[0].output not in add.nodes:
