@@ -10,8 +10,9 @@ One record per (model, quantization):
      "compile_warm_s", "cpu_ops"[, "depthwise"]}
 
 ``depthwise`` (models with depthwise layers): the MACs, accelerator cycles and MACs per cycle of those run
-apart, and the pairs fused with the 1x1 convolution after them (``fused_pairs``, ``fused_cycles``), of which
-``fused_blocks`` have the 1x1 expand layer before them fused too (the whole inverted residual block on chip);
+apart from a 1x1 layer (with the cycles of a global average fused into them, squeeze-excite's pool), and the
+pairs fused with the 1x1 convolution after them (``fused_pairs``, ``fused_cycles``), of which ``fused_blocks``
+have the 1x1 expand layer before them fused too (the whole inverted residual block on chip);
 ``pairs`` lists each fused step (its op, cycles and own bound).
 
 ``mac_bound_cycles`` = MACs / (BATCH x BLOCK_IN x BLOCK_OUT) of the config, ``ratio`` = accel_cycles /
@@ -97,7 +98,8 @@ def record(m: SuiteModel, quantization: str, artifact, report, run, cold: float,
     bound = artifact.total_macs / (cfg.batch * cfg.block_in * cfg.block_out)
     roof = layer_roofline(artifact)
     cpu_ops = sorted({n.op for s in artifact.steps if s.kind == "cpu" for n in s.graph.nodes})
-    depthwise = {s.name: s.macs for s in artifact.steps if s.kind == "accel" and s.layer["op"] == "depthwise_conv2d"}
+    apart = ("depthwise_conv2d", "depthwise_conv2d+global_avg_pool")  # alone, or with the average of its output
+    depthwise = {s.name: s.macs for s in artifact.steps if s.kind == "accel" and s.layer["op"] in apart}
     dw_cycles = sum(st.cycles for st in run.steps if st.name in depthwise)
     rec = {
         "model": m.name,

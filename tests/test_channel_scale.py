@@ -220,3 +220,55 @@ def test_vdla_calibration_quantizes_the_gate_and_runs_the_block_on_chip():
     artifact = compile_model(model, _calib(16))[0]
     assert "channel_scale+conv2d" in _accel_between(artifact)
     assert float_cosine(model, artifact, SHAPE) > 0.99
+
+
+# ---- squeeze-excite after a depthwise layer: its pool fused into the depthwise tiles, its product into the 1x1
+
+DW_SHAPE = (1, 32, 12, 12)
+
+
+def _dw_se_block():
+    """x -> depthwise 3x3 -> ReLU -> f; s = Sigmoid(conv(ReLU(conv(GlobalAveragePool(f))))); y = conv1x1 (16) of
+    f * s: EfficientNet's MBConv without its expand layer."""
+    c = DW_SHAPE[1]
+    ws = {"wd": (c, 1, 3, 3), "wr": (8, c, 1, 1), "we": (c, 8, 1, 1), "w2": (16, c, 1, 1)}
+    inits = [numpy_helper.from_array(RNG.normal(0, 0.3, sh).astype(np.float32), k) for k, sh in ws.items()]
+    inits.append(numpy_helper.from_array(RNG.normal(0, 0.5, (8,)).astype(np.float32), "br"))
+    nodes = [
+        helper.make_node("Conv", ["x", "wd"], ["c1"], pads=[1] * 4, group=c),
+        helper.make_node("Relu", ["c1"], ["f"]),
+        helper.make_node("GlobalAveragePool", ["f"], ["p"]),
+        helper.make_node("Conv", ["p", "wr", "br"], ["r0"]),
+        helper.make_node("Relu", ["r0"], ["r"]),
+        helper.make_node("Conv", ["r", "we"], ["e"]),
+        helper.make_node("Sigmoid", ["e"], ["s"]),
+        helper.make_node("Mul", ["f", "s"], ["g"]),
+        helper.make_node("Conv", ["g", "w2"], ["y"]),
+    ]
+    return onnx_model(nodes, inits, "dw_se", DW_SHAPE, (1, 16, *DW_SHAPE[2:]))
+
+
+@pytest.fixture(scope="module")
+def qdq_dw_se():
+    from vdla.model.pipeline import compile_model
+    from vdla.zoo.models import quantize_qdq
+
+    calib = RNG.normal(0, 1, (8, *DW_SHAPE[1:])).astype(np.float32)
+    qdq = quantize_qdq(_dw_se_block(), calib, input_name="x")
+    return qdq, compile_model(qdq)[0]
+
+
+def test_the_pool_runs_in_the_depthwise_tiles_and_the_product_in_the_1x1(qdq_dw_se):
+    """Two steps where there were four: the depthwise layer writes its output and its average (a second output),
+    the 1x1 convolution reads the output and the gate."""
+    _, artifact = qdq_dw_se
+    ops = _accel_between(artifact)
+    assert ops[0] == "depthwise_conv2d+global_avg_pool" and ops[-1] == "channel_scale+conv2d", ops
+    assert "global_avg_pool" not in ops and "channel_scale" not in ops
+    dw = accel_between(artifact)[0]
+    assert len(dw.writes) == 2 and "global average fused" in dw.layer["schedule"]
+
+
+def test_the_depthwise_squeeze_excite_block_equals_the_lowered_graph(qdq_dw_se, backend):
+    qdq, artifact = qdq_dw_se
+    assert_runs_as_lowered(qdq, artifact, lowered_graph(qdq), backend, DW_SHAPE)

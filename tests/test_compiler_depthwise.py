@@ -142,3 +142,59 @@ def test_out_path_multiplier_replaces_the_muls():
         assert not any(isinstance(i, AluInsn) for i in prog)
         epis = [i for i in prog if isinstance(i, EpiInsn) and i.mul]
         assert epis and {i.mul_shift for i in epis} == {compiled.epilogue.shift}
+
+
+# ---- a global average of the output fused into the tiles (squeeze-excite's pool) --------------------------
+
+GAPS = [  # (shape, k, stride, the average's clip, the layer's clip)
+    ((1, 48, 56, 56), 3, 1, (-128, 127), (-128, 127)),  # EfficientNet's second block: bands of rows
+    ((2, 40, 9, 9), 5, 2, (-128, 127), (-128, 127)),  # two images (a row of sums each), 5x5 stride 2
+    ((1, 96, 14, 14), 3, 1, (0, 127), (0, 127)),  # whole images: tiles of several channel blocks
+    ((1, 24, 12, 12), 3, 2, (-20, 50), (-128, 127)),  # a clamp the EPI cannot apply: a CLIP pass
+]
+
+
+@pytest.mark.parametrize("shape,k,stride,clip,layer_clip", GAPS, ids=str)
+def test_a_fused_global_average_equals_the_layer_then_the_pool(shape, k, stride, clip, layer_clip):
+    """Each tile's int8 outputs summed into their blocks' accumulators by the identity GEMM reading OUT, the last
+    band's sums requantized and stored: both outputs equal numpy's, in fewer cycles than the layer and the pool
+    apart (which reads the output back from DRAM)."""
+    from vdla.compiler.pool import PoolSpec, compile_pool, pool_reference
+
+    x, w, bias = layer(sum(shape) + k, shape, k)
+    rng = np.random.default_rng(k)
+    ep = Epilogue(bias=bias, multiplier=rng.integers(1 << 14, 1 << 15, shape[1]), shift=23, clip=layer_clip)
+    alone = compile_depthwise(shape, w, stride=stride, padding=k // 2, epilogue=ep)
+    oh, ow = alone.spec.out_hw
+    gap = PoolSpec.global_avg((*shape[:2], oh, ow), 1 << 14, 14 + int(np.log2(oh * ow)), clip)
+    fused = compile_depthwise(shape, w, stride=stride, padding=k // 2, epilogue=ep, gap=gap)
+    run = fused.run(Device("pynq"), x)
+    want = depthwise_reference(x, w, fused.spec, ep)
+    np.testing.assert_array_equal(run.out, want)
+    np.testing.assert_array_equal(run.extra["pool"], pool_reference(want, gap))
+    assert len(np.unique(run.extra["pool"])) > 4
+    assert fused.search.cycles < alone.search.cycles + compile_pool(gap).search.cycles
+
+
+def test_a_fused_global_average_on_the_rtl(rtl_library):
+    from vdla.compiler.pool import PoolSpec, pool_reference
+
+    x, w, bias = layer(7, (1, 40, 10, 10), 3)
+    ep = Epilogue(bias=bias, shift=9)
+    gap = PoolSpec.global_avg((1, 40, 10, 10), 1 << 14, 21)
+    fused = compile_depthwise(x.shape, w, padding=1, epilogue=ep, gap=gap, schedule=DepthwiseSchedule(1, 4, 2))
+    sim, rtl = (fused.run(Device("pynq", backend=b), x) for b in ("sim", "rtl"))
+    np.testing.assert_array_equal(rtl.out, sim.out)
+    np.testing.assert_array_equal(rtl.extra["pool"], sim.extra["pool"])
+    np.testing.assert_array_equal(sim.extra["pool"], pool_reference(depthwise_reference(x, w, fused.spec, ep), gap))
+    assert abs(rtl.counters.cycles - sim.counters.cycles) <= 0.05 * sim.counters.cycles
+
+
+def test_averages_it_cannot_fuse_are_named():
+    from vdla.compiler.pool import PoolSpec
+
+    x, w, bias = layer(3, (1, 32, 8, 8), 3)
+    with pytest.raises(CompileError, match="is not a global average"):
+        compile_depthwise(x.shape, w, padding=1, gap=PoolSpec.make((1, 32, 8, 8), 2, 2, 0, "avg"))
+    with pytest.raises(CompileError, match=r"it averages \(1, 16, 8, 8\), the layer writes \(1, 32, 8, 8\)"):
+        compile_depthwise(x.shape, w, padding=1, gap=PoolSpec.global_avg((1, 16, 8, 8), 1, 4))

@@ -8,7 +8,7 @@ binds that stream to DRAM buffers on a device, executes it and unpacks the int8 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -38,10 +38,11 @@ RESIDUAL_DTYPES = {"int8": np.int8, "int32": np.int32}
 
 @dataclass
 class LayerRun:
-    """The unpacked int8 output of one run and the backend's counters."""
+    """The unpacked int8 output of one run and the backend's counters (``extra``: further outputs by name)."""
 
     out: np.ndarray
     result: RunResult
+    extra: dict[str, np.ndarray] = field(default_factory=dict)
 
     @property
     def counters(self) -> Counters:
@@ -49,15 +50,26 @@ class LayerRun:
 
 
 def run_bound(
-    dev: Device, lowering, stream, arrays: dict[str, np.ndarray], out_shape: tuple[int, ...], **run_options
+    dev: Device,
+    lowering,
+    stream,
+    arrays: dict[str, np.ndarray],
+    out_shape: tuple[int, ...],
+    extra: dict[str, tuple[int, ...]] | None = None,
+    **run_options,
 ) -> tuple[np.ndarray, RunResult]:
     """Run a lowered program on ``dev`` with ``arrays`` (by tensor name) copied to fresh DRAM buffers and an
     ``out`` buffer of ``lowering.tensor_bytes()["out"]``; returns the packed int8 output (``out_shape``) and the
-    backend's result. Every buffer is freed again, also when the run fails."""
+    backend's result. ``extra`` (name -> packed shape): further int8 outputs, given buffers of their
+    ``tensor_bytes()`` and replaced in the dict by what the run wrote. Every buffer is freed again, also when
+    the run fails."""
     buffers = {name: dev.array(a) for name, a in arrays.items()}
-    buffers["out"] = dev.alloc(lowering.tensor_bytes()["out"])
+    for name in ["out", *(extra or {})]:
+        buffers[name] = dev.alloc(lowering.tensor_bytes()[name])
     try:
         result = dev.run_program(emit_program(lowering, stream, dev, buffers), **run_options)
+        for name, shape in (extra or {}).items():
+            extra[name] = buffers[name].read(np.int8, shape)
         return buffers["out"].read(np.int8, out_shape), result
     finally:
         for buf in buffers.values():
@@ -75,8 +87,9 @@ def run_band(
         raise CompileError(f"{what} input must be int8 of shape {sp.shape}, got {x.dtype} {x.shape}")
     arrays = dict(constants, inp=pack_activation(x, cfg.batch, cfg.block_in))
     shape = (low.ng, low.cb, low.oh, low.ow, cfg.batch, cfg.block_out)
-    packed, result = run_bound(dev, low, stream, arrays, shape, **run_options)
-    return LayerRun(unpack_activation(packed, sp.shape[0], sp.shape[1]), result)
+    extra = dict(run_options.pop("extra", None) or {})
+    packed, result = run_bound(dev, low, stream, arrays, shape, extra, **run_options)
+    return LayerRun(unpack_activation(packed, sp.shape[0], sp.shape[1]), result, extra)
 
 
 def _int_array(name: str, v, shape: tuple[int, ...]) -> np.ndarray:

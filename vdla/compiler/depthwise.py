@@ -17,6 +17,13 @@ exact product, rounded once); a shift alone by the OUT mirror's requantization; 
 (int8, ReLU) or, for other bounds, folded into the activation table (EPI ``lut``: the clamp, then the layer's
 own table if any), so no CLIP pass. A residual is refused (CompileError).
 
+With a fused global average of the output (``gap``: squeeze-excite's pool, read from the layer's own results),
+each tile also sums its int8 outputs into one accumulator per image and channel block (a GEMM against the identity
+block reading the tile's OUT rows, EPI ``src_out``, ``dst`` repeated over the pixels, the first band's with
+``init``), rows shared by the threads below the per-channel rows; the last band of a channel block requantizes
+its sums (MUL by the average's multiplier row with its shift, the EPI's clamp or a CLIP) and stores them to the
+``pool`` tensor, so the output is not read back from DRAM to be averaged.
+
 Invariant: the program computes exactly :func:`depthwise_reference` (bit for bit, on every backend).
 """
 
@@ -24,13 +31,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from vdla.compiler.blocks import Alu, Block, Epi, Gemm, Load, Op, Store
 from vdla.compiler.cache import ScheduleCache
 from vdla.compiler.conv2d import LayerRun, run_band
-from vdla.compiler.microcode import Limits, MicroKernel
+from vdla.compiler.identity import EYE, identity_bytes, identity_weights, load_identity
+from vdla.compiler.microcode import Limits, MicroKernel, lower_nest
 from vdla.compiler.search import cached_fastest, emit_program
 from vdla.compiler.spec import TABLE, CompileError, WindowSpec, refusal
 from vdla.compiler.tiling import BandLowering, BandTile, band_sizes
@@ -39,10 +48,13 @@ from vdla.compiler.vthreads import Stream, lower_vthreads, prologue_block
 from vdla.config import DEFAULT_PRESET, DW_MAX_K, LUT_ENTRIES, HwConfig, load_config
 from vdla.graph import oracle
 from vdla.graph.epilogue import INT8_BOUNDS, Epilogue
-from vdla.graph.layout import pack_channels
+from vdla.graph.layout import pack_channels, unpack_activation
 from vdla.graph.window import pair
-from vdla.isa import AluOp, Insn, MemType
+from vdla.isa import AluOp, Insn, MemType, clip_imm
 from vdla.runtime.device import Device
+
+if TYPE_CHECKING:  # pool.py runs its bands with run_band as this module does
+    from vdla.compiler.pool import PoolSpec
 
 MAX_STRIDE_DW = 3  # the EPI dw_stride field is 2 bits
 MAX_VTHREADS = 2
@@ -145,9 +157,12 @@ class DepthwiseLowering(BandLowering):
     overwritten.
     """
 
-    def __init__(self, spec: DepthwiseSpec, ep: Epilogue, cfg: HwConfig, acc_top: int | None = None):
+    def __init__(
+        self, spec: DepthwiseSpec, ep: Epilogue, cfg: HwConfig, acc_top: int | None = None, gap: PoolSpec | None = None
+    ):
         """``acc_top``: the ACC rows from it up belong to another layer (a fused pair's,
-        :mod:`vdla.compiler.dw_pointwise`); the bias and multiplier rows sit right below it (default: ACC's top)."""
+        :mod:`vdla.compiler.dw_pointwise`); the bias and multiplier rows sit right below it (default: ACC's top).
+        ``gap``: a global average of the output fused into the tiles (module docstring)."""
         if not cfg.dw_supported:
             raise CompileError(cfg.dw_refusal())
         self.spec, self.ep, self.cfg = spec, ep, cfg
@@ -162,13 +177,34 @@ class DepthwiseLowering(BandLowering):
         top = cfg.acc_depth if acc_top is None else acc_top
         self.mult0 = top - self.cb * self.passes.mul  # per-channel rows at the top of ACC
         self.bias0 = self.mult0 - self.cb
-        if self.cb * self.elements > cfg.wgt_depth or self.bias0 < 1:
+        self.gap = gap
+        if gap is not None and (why := self.gap_refusal(gap)):
+            raise CompileError(f"{spec.describe()}: no global average fused into the layer: {why}")
+        self.sum0 = self.bias0 - self.gap_rows  # the average's sums (every image's blocks), then its multiplier row
+        self.eye = cfg.wgt_depth - 1 if gap is not None else None  # the identity block the sums' GEMMs read
+        if self.cb * self.elements > cfg.wgt_depth - (gap is not None) or self.sum0 < 1:
             raise CompileError(
                 f"{spec.describe()}: {self.cb} channel blocks need {self.cb * self.elements} WGT elements and "
                 f"{self.cb * (1 + self.passes.mul)} ACC rows resident, the buffers hold {cfg.wgt_depth} and "
                 f"{cfg.acc_depth}: up to {min(cfg.wgt_depth // self.elements, cfg.acc_depth // 3) * cfg.block_out}"
                 " channels fit"
             )
+
+    def gap_refusal(self, gap: PoolSpec) -> str | None:
+        """Why ``gap`` cannot be fused into the layer (None if it can)."""
+        n, c = self.spec.shape[:2]
+        if gap.op != "avg" or gap.window.kernel != (self.oh, self.ow) or any(gap.window.pads):
+            return f"a {gap.describe()} is not a global average"
+        if gap.shape != (n, c, self.oh, self.ow):
+            return f"it averages {gap.shape}, the layer writes {(n, c, self.oh, self.ow)}"
+        if self.cfg.block_in != self.cfg.block_out:
+            return f"its GEMMs read OUT rows as input rows: config {self.cfg.name!r} has block_in != block_out"
+        return None
+
+    @property
+    def gap_rows(self) -> int:
+        """ACC rows of a fused global average: one sum per image and channel block, and its multiplier row."""
+        return self.ng * self.cb + 1 if self.gap is not None else 0
 
     def in_rows(self, noh: int) -> int:
         return (noh - 1) * self.s + self.k
@@ -179,7 +215,7 @@ class DepthwiseLowering(BandLowering):
 
     def share(self, vthreads: int) -> tuple[int, int]:
         """(INP, ACC) elements of one thread's share."""
-        return self.cfg.inp_depth // vthreads, self.bias0 // vthreads
+        return self.cfg.inp_depth // vthreads, self.sum0 // vthreads
 
     def fits(self, toc: int, toh: int, vthreads: int) -> bool:
         inp, acc = self.share(vthreads)
@@ -219,6 +255,8 @@ class DepthwiseLowering(BandLowering):
             out["mult"] = self.cb * c.acc_elem_bytes
         if self.passes.table is not None:
             out[TABLE] = c.lut_depth * c.out_elem_bytes
+        if self.gap is not None:
+            out.update(pool=self.ng * self.cb * c.out_elem_bytes, gapmul=c.acc_elem_bytes, **{EYE: identity_bytes(c)})
         return out
 
     def constants(self, w: np.ndarray) -> dict[str, np.ndarray]:
@@ -232,6 +270,9 @@ class DepthwiseLowering(BandLowering):
             out["mult"] = pack_channels(mult, c.batch, c.block_out)
         if self.passes.table is not None:
             out[TABLE] = np.asarray(self.passes.table, np.int8).reshape(c.lut_depth, c.batch, c.block_out)
+        if self.gap is not None:
+            mult = np.full(c.block_out, self.gap.multiplier, np.int64)
+            out.update(gapmul=pack_channels(mult, c.batch, c.block_out), **{EYE: identity_weights(c)})
         return out
 
     # ---- one tile ---------------------------------------------------------------------------------
@@ -243,9 +284,39 @@ class DepthwiseLowering(BandLowering):
         loads = self.window_loads(t, inp0, win)[0]
         if weights:
             n = self.cb * self.elements
-            loads = [Load(MemType.WGT, 0, "dwwgt", 0, 1, n, n), *loads]
+            eye = [load_identity(self.eye)] if self.gap is not None else []
+            loads = [Load(MemType.WGT, 0, "dwwgt", 0, 1, n, n), *eye, *loads]
         compute = self.gemms(t, acc0, inp0, ob, win) + self.epilogue(t, acc0, ob)
-        return Block(thread, tuple(loads), tuple(compute), tuple(self.stores(t, acc0, ob)))
+        stores = self.stores(t, acc0, ob)
+        if self.gap is not None:
+            compute += self.gap_ops(t, acc0, ob)
+            stores += self.gap_stores(t)
+        return Block(thread, tuple(loads), tuple(compute), tuple(stores))
+
+    def gap_ops(self, t: BandTile, acc0: int, ob: int) -> list[Op]:
+        """The tile's int8 outputs (OUT rows from ``acc0``, ``ob`` apart by channel block) summed into their
+        blocks' accumulators by a GEMM against the identity block (``init`` on the first band); on the last band,
+        the sums requantized: MUL by the multiplier row with the shift, clamped by the EPI (or a CLIP)."""
+        gap, row = self.gap, self.sum0 + t.ng * self.cb + t.cb
+        nest = ((t.noc, (1, ob, 0)), (t.noh * self.ow, (0, 1, 0)))
+        gemm = Gemm(lower_nest(nest, (row, acc0, self.eye), self.limits, pin_outer=True), init=t.oy == 0)
+        ops: list[Op] = [Epi(False, False, 0, None, src_out=True), gemm]
+        if t.oy + t.noh < self.oh:
+            return ops
+        lo, hi = gap.clip
+        clamps = (lo, hi) in ((-128, 127), (0, 127))
+        mul = self.kernel(((t.noc, (1, 0)),), (row, self.sum0 + self.ng * self.cb))
+        ops += [Epi(clamps, clamps and lo == 0, 0, None), Alu(AluOp.MUL, mul, shift=gap.shift)]
+        if not clamps:
+            ops.append(Alu(AluOp.CLIP, self.kernel(((t.noc, (1, 0)),), (row, 0)), imm=clip_imm(lo, hi)))
+        return ops
+
+    def gap_stores(self, t: BandTile) -> list[Store]:
+        """The STORE of a channel tile's averages, after its last band."""
+        if t.oy + t.noh < self.oh:
+            return []
+        row = t.ng * self.cb + t.cb
+        return [Store(self.sum0 + row, "pool", row, 1, t.noc, t.noc)]
 
     def gemms(self, t: BandTile, acc0: int, inp0: int, ob: int, win: int, src_out: bool = False) -> list[Op]:
         """The tile's EPI (the depthwise mode, its first bias and multiplier rows) and one ``init`` GEMM per output
@@ -307,6 +378,8 @@ class DepthwiseLowering(BandLowering):
         if self.passes.table is not None:
             n = self.cfg.lut_depth
             ops.append(Load(MemType.LUT, 0, TABLE, 0, 1, n, n))
+        if self.gap is not None:
+            ops.append(Load(MemType.ACC, self.sum0 + self.ng * self.cb, "gapmul", 0, 1, 1, 1))
         return prologue_block(ops, threads, self.cfg.uop_depth)
 
 
@@ -342,14 +415,16 @@ class CompiledDepthwise:
         cfg: HwConfig,
         schedule: DepthwiseSchedule | None,
         cache: ScheduleCache | None = None,
+        gap: PoolSpec | None = None,
     ):
         if w.dtype != np.int8 or w.shape != (spec.shape[1], 1, spec.k, spec.k):
             raise CompileError(
                 f"depthwise weights must be int8 of shape {(spec.shape[1], 1, spec.k, spec.k)}, got {w.dtype} {w.shape}"
             )
         self.spec, self.weights, self.epilogue, self.cfg = spec, w, ep, cfg
-        self.lowering = low = DepthwiseLowering(spec, ep, cfg)
+        self.lowering = low = DepthwiseLowering(spec, ep, cfg, gap=gap)
         key = f"dw:{spec.describe()}:{low.passes.key()}"
+        key += f":gap{gap.shift}_{gap.clip[0]}_{gap.clip[1]}" if gap is not None else ""
         self.search = cached_fastest(low, low.candidates, DepthwiseSchedule, key, cache, schedule)
         self.schedule, self.stream = self.search.schedule, self.search.stream
 
@@ -361,8 +436,14 @@ class CompiledDepthwise:
         return emit_program(self.lowering, self.stream, dev or Device(self.cfg))
 
     def run(self, dev: Device, x: np.ndarray, max_cycles: int | None = None) -> LayerRun:
-        """Run on ``dev``: ``x`` int8 NCHW; returns a :class:`~vdla.compiler.conv2d.LayerRun`."""
-        return run_band(dev, self.lowering, self.stream, self.constants, x, "depthwise", max_cycles=max_cycles)
+        """Run on ``dev``: ``x`` int8 NCHW; returns a :class:`~vdla.compiler.conv2d.LayerRun` (with a fused global
+        average, its (N, C, 1, 1) int8 result as ``extra["pool"]``)."""
+        low, cfg = self.lowering, self.cfg
+        pool = {"pool": (low.ng, low.cb, 1, 1, cfg.batch, cfg.block_out)} if low.gap is not None else {}
+        run = run_band(dev, low, self.stream, self.constants, x, "depthwise", max_cycles=max_cycles, extra=pool)
+        if pool:
+            run.extra["pool"] = unpack_activation(run.extra["pool"], *self.spec.shape[:2])
+        return run
 
 
 def mode_refusal(in_shape, weights: np.ndarray, stride, padding, dilation, ep: Epilogue, cfg: HwConfig) -> str | None:
@@ -393,8 +474,10 @@ def compile_depthwise(
     config=DEFAULT_PRESET,
     schedule: DepthwiseSchedule | None = None,
     cache: ScheduleCache | None = None,
+    gap: PoolSpec | None = None,
 ) -> CompiledDepthwise:
     """Compile a depthwise convolution (``weights`` (C, 1, k, k) int8) with its epilogue for ``config``; ``cache``
-    keeps the schedule chosen (or ``schedule`` is taken as given)."""
+    keeps the schedule chosen (or ``schedule`` is taken as given). ``gap``: a global average of the output
+    (:meth:`~vdla.compiler.pool.PoolSpec.global_avg`) fused into the tiles, its result a second output."""
     spec = DepthwiseSpec.make(in_shape, int(weights.shape[-1]), stride, padding)
-    return CompiledDepthwise(spec, weights, epilogue or Epilogue(), load_config(config), schedule, cache)
+    return CompiledDepthwise(spec, weights, epilogue or Epilogue(), load_config(config), schedule, cache, gap)

@@ -35,7 +35,16 @@ from vdla.graph.types import TensorType
 from vdla.graph.verify import verify
 from vdla.isa import Insn, IsaError, encode_program, validate_program
 from vdla.model.artifact import AccelChain, AccelStep, Artifact, CpuStep, DramTensor
-from vdla.model.match import AccelLayer, PoolLayer, fuse_adds, fuse_expands, fuse_gates, fuse_pointwises, fuse_pools
+from vdla.model.match import (
+    AccelLayer,
+    PoolLayer,
+    fuse_adds,
+    fuse_expands,
+    fuse_gaps,
+    fuse_gates,
+    fuse_pointwises,
+    fuse_pools,
+)
 from vdla.model.memplan import Lifetime, plan_memory
 from vdla.model.place import Placement
 from vdla.runtime.device import Device
@@ -95,6 +104,7 @@ class ModelBuilder:
         if self.fuse_depthwise:
             units = fuse_pointwises(units, self.g, self.cfg, self.fusion_pays)
             units = fuse_expands(units, self.g, self.cfg, self.fusion_pays)
+        units = fuse_gaps(units, self.g, self.gap_pays)
         units = fuse_gates(units, self.g, self.gate_pays)
         if self.fuse_adds:
             units = fuse_adds(units, self.g, self.fusion_pays)
@@ -125,6 +135,7 @@ class ModelBuilder:
             return {v for v, readers in cpu_readers.items() if readers - region} | graph_outputs
 
         accel_out = {unit.out for kind, unit in units if kind == "accel"} | {v for v, _ in self.views.values()}
+        accel_out |= {unit.gap.out for kind, unit in units if kind == "accel" and getattr(unit, "gap", None)}
         if self.weight_needs & accel_out:
             raise CompileError(f"run-time weights {sorted(self.weight_needs & accel_out)} must be packed on the host")
         self.pending: dict[str, str] = {}  # accel output -> its DRAM tensor (block_out)
@@ -133,6 +144,8 @@ class ModelBuilder:
                 self.steps.append(("accel", unit))
                 target = self.views[unit.out][0] if unit.out in self.views else unit.out
                 self.pending[unit.out] = self.pending[target] = self.dram_tensor(target, self.cfg.block_out)
+                if getattr(unit, "gap", None) is not None:  # the fused average's result, a second output
+                    self.pending[unit.gap.out] = self.dram_tensor(unit.gap.out, self.cfg.block_out)
             else:
                 self.steps.append(("cpu", self.cpu_region(unit, accel_needs, host_needs, accel_out, plan.notes)))
         # graph outputs the accelerator produced: unpack them on the host
@@ -161,16 +174,25 @@ class ModelBuilder:
         return fused.search.cycles < sum(self.compiled(u).search.cycles for u in apart)
 
     def gate_pays(self, layer: AccelLayer) -> bool:
-        """Whether the 1x1 convolution ``layer`` with its channel scale fused before it (``layer.gate``) compiles
-        and runs in fewer cycles than the scale and the convolution apart (timing-only simulator): fused, the
-        scaled tensor never goes to DRAM and back, but each step copies its window once more on the compute
-        stage. Each compile is kept (:meth:`compiled`)."""
+        """Whether the 1x1 convolution ``layer`` with its channel scale fused before it (``layer.gate``) is faster
+        than the two apart: fused, the scaled tensor never goes to DRAM and back, but each step copies its window
+        once more on the compute stage (:meth:`pool_fusion_pays`)."""
+        return self.pool_fusion_pays(layer, layer.gate, replace(layer, gate=None))
+
+    def gap_pays(self, layer: AccelLayer) -> bool:
+        """Whether the depthwise ``layer`` with the global average of its output fused into its tiles
+        (``layer.gap``) is faster than the two apart: fused, the output is not read back from DRAM, but each tile
+        sums it on the compute stage (:meth:`pool_fusion_pays`)."""
+        return self.pool_fusion_pays(layer, layer.gap, replace(layer, gap=None))
+
+    def pool_fusion_pays(self, fused: AccelLayer, pool: PoolLayer, alone: AccelLayer) -> bool:
+        """Whether ``fused`` (``alone`` with the ALU layer ``pool`` fused into it) compiles and runs in fewer
+        cycles than ``alone`` and ``pool`` apart, on the timing-only simulator. Each compile is kept."""
         try:
-            fused = self.compiled(layer)
+            cycles = self.compiled(fused).search.cycles
         except CompileError:
             return False
-        scale = compile_pool(layer.gate.spec, self.cfg).search.cycles
-        return fused.search.cycles < scale + self.compiled(replace(layer, gate=None)).search.cycles
+        return cycles < compile_pool(pool.spec, self.cfg).search.cycles + self.compiled(alone).search.cycles
 
     def compiled(self, layer: AccelLayer):
         """``layer`` compiled (once per output, fused layers and output view): a fused depthwise -> 1x1 pair (with
@@ -180,7 +202,7 @@ class ModelBuilder:
         fused, pre = 0, layer.pre
         while pre is not None:
             fused, pre = fused + 1, pre.pre
-        key = (layer.out, fused, view, layer.gate is not None)
+        key = (layer.out, fused, view, layer.gate is not None, layer.gap is not None)
         if key not in self.memo:
             self.memo[key] = self._compile(layer, view)
         return self.memo[key]
@@ -201,9 +223,11 @@ class ModelBuilder:
                 dw_epilogue=dw.epilogue, pw_epilogue=layer.epilogue, out_view=view, expand=expand, **options,
             )  # fmt: skip
         if layer.dw_mode:
+            gap = layer.gap.spec if layer.gap is not None else None
             return compile_depthwise(
-                layer.in_shape, layer.weights, stride=g.stride, padding=g.padding, epilogue=layer.epilogue, **options
-            )
+                layer.in_shape, layer.weights, stride=g.stride, padding=g.padding, epilogue=layer.epilogue, gap=gap,
+                **options,
+            )  # fmt: skip
         gate = layer.gate.spec if layer.gate is not None else None
         return compile_conv2d(
             layer.in_shape, layer.weights, stride=g.stride, padding=g.padding, dilation=g.dilation,
@@ -382,13 +406,18 @@ class ModelBuilder:
             reads.append(self.read_tensor(layer.gate.residual, self.cfg.block_out))
         return reads
 
+    def accel_writes(self, layer: AccelLayer | PoolLayer) -> list[str]:
+        """The DRAM tensors an accelerator layer writes: its output's, and a fused global average's."""
+        gap = getattr(layer, "gap", None)
+        return [self.pending[layer.out]] + ([self.pending[gap.out]] if gap is not None else [])
+
     def lifetimes(self) -> list[Lifetime]:
         """Each DRAM tensor from the step writing it to the last step reading it."""
         first: dict[str, int] = {}
         last: dict[str, int] = {}
         for i, (kind, s) in enumerate(self.steps):
             if kind == "accel":
-                reads, writes = self.accel_reads(s), [self.pending[s.out]]
+                reads, writes = self.accel_reads(s), self.accel_writes(s)
             else:
                 reads, writes = list(s.dram_inputs.values()), list(s.dram_outputs.values())
             for t in writes:
@@ -513,7 +542,7 @@ class ModelBuilder:
         moves = self.g.producers()[layer.nodes[0]].attrs.get(COPY)
         if moves:
             desc["copy"] = moves
-        out = [self.pending[layer.out]]
+        out = self.accel_writes(layer)
         return AccelStep(layer.out, code.addr, len(insns), 0 if moves else macs, self.accel_reads(layer), out, desc)
 
     def compile_parts(self, layer: AccelLayer, dev: Device, addr: dict[str, int]) -> AccelStep:
@@ -545,10 +574,11 @@ class ModelBuilder:
             "output": list(sp.out_shape),
             "kernel": [sp.k, sp.k],
             "stride": [sp.stride, sp.stride],
-            "schedule": f"depthwise mode, {compiled.schedule.describe()}",
+            "schedule": f"depthwise mode, {'global average fused, ' * bool(layer.gap)}{compiled.schedule.describe()}",
             "epilogue": EpilogueSpec.of(normalize(layer.epilogue)).key(),
         }
-        return self.conv_step(layer, "depthwise_conv2d", insns, code, sp.macs, desc)
+        op = "depthwise_conv2d" + "+global_avg_pool" * (layer.gap is not None)
+        return self.conv_step(layer, op, insns, code, sp.macs, desc)
 
     def compile_dw_pointwise(self, layer: AccelLayer, dev: Device, addr: dict[str, int]) -> AccelStep:
         """A depthwise layer and the 1x1 convolution reading it, fused (:mod:`vdla.compiler.dw_pointwise`), with the
@@ -629,6 +659,8 @@ class ModelBuilder:
         if getattr(layer, "gate", None) is not None:
             tensors[GATE] = self.read_tensor(layer.gate.residual, self.cfg.block_out)
             values[GATE] = layer.gate.residual
+        if getattr(layer, "gap", None) is not None:
+            tensors["pool"] = self.pending[layer.gap.out]
         buffers: dict[str, Buffer] = {}
         for role, t in tensors.items():
             shape, dtype = self.dram[t]

@@ -58,7 +58,9 @@ class AccelLayer:
     output never reaches DRAM; ``post_res``: that output is the add's residual, and ``residual`` names the add's
     input instead; ``gate``: squeeze-excite's channel scale of the input fused before this 1x1 convolution
     (:attr:`~vdla.compiler.spec.EpilogueSpec.gate`): ``x`` is then the scale's input, its gate the scale's
-    ``residual``, and the scaled tensor never reaches DRAM."""
+    ``residual``, and the scaled tensor never reaches DRAM; ``gap``: a global average of this depthwise layer's
+    output fused into its tiles (:mod:`vdla.compiler.depthwise`), whose result (``gap.out``) is the layer's second
+    output."""
 
     op: str
     nodes: tuple[str, ...]
@@ -77,6 +79,7 @@ class AccelLayer:
     pre: AccelLayer | None = None
     post_res: bool = False
     gate: PoolLayer | None = None
+    gap: PoolLayer | None = None
 
     def spec(self) -> Conv2dSpec:
         """The layer's shape as the compiler checks it (raises CompileError naming what does not fit); for a
@@ -222,6 +225,21 @@ def fuse_gate(scale: PoolLayer, conv: AccelLayer, graph: Graph) -> AccelLayer | 
     if len(graph.consumers().get(scale.out, [])) != 1:
         return None
     return replace(conv, nodes=(*scale.nodes, *conv.nodes), x=scale.x, gate=scale)
+
+
+def fuse_gap(dw: AccelLayer, pool: PoolLayer, graph: Graph) -> AccelLayer | None:
+    """The depthwise layer ``dw`` with the global average ``pool`` of its output fused into its tiles, or None
+    where that is not possible: ``dw`` runs alone on the depthwise mode (no fusion of its own) and ``pool`` is a
+    global average reading its output. Other readers of the output still read it from DRAM."""
+    if not dw.dw_mode or dw.pre is not None or dw.gap is not None or pool.op != "global_sum_pool" or pool.x != dw.out:
+        return None
+    return replace(dw, nodes=(*dw.nodes, *pool.nodes), gap=pool)
+
+
+def fuse_gaps(units: list, graph: Graph, pays: Callable[[AccelLayer], bool]) -> list:
+    """The placement's units with each global average fused into the depthwise layer before it where
+    :func:`fuse_gap` allows and ``pays(fused layer)`` (it compiles, and runs faster than the two apart)."""
+    return _fuse_adjacent(units, lambda prev, unit: isinstance(unit, PoolLayer) and fuse_gap(prev, unit, graph), pays)
 
 
 def fuse_gates(units: list, graph: Graph, pays: Callable[[AccelLayer], bool]) -> list:
