@@ -272,3 +272,16 @@ def test_the_pool_runs_in_the_depthwise_tiles_and_the_product_in_the_1x1(qdq_dw_
 def test_the_depthwise_squeeze_excite_block_equals_the_lowered_graph(qdq_dw_se, backend):
     qdq, artifact = qdq_dw_se
     assert_runs_as_lowered(qdq, artifact, lowered_graph(qdq), backend, DW_SHAPE)
+
+
+def test_apart_the_block_computes_the_same_bits(qdq_dw_se):
+    """``fuse_squeeze_excite=False`` (``vdla compile --no-fuse-squeeze-excite``) keeps the average and the product
+    as steps of their own: the same output, bit for bit."""
+    from vdla.model import Module
+    from vdla.model.pipeline import CompileOptions, compile_model
+
+    qdq, fused = qdq_dw_se
+    apart = compile_model(qdq, options=CompileOptions(fuse_squeeze_excite=False))[0]
+    assert {"global_avg_pool", "channel_scale", "depthwise_conv2d"} <= set(_accel_between(apart))
+    x = np.random.default_rng(5).normal(0, 1, DW_SHAPE).astype(np.float32)
+    np.testing.assert_array_equal(Module(fused, "sim").run(x), Module(apart, "sim").run(x))

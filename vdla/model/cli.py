@@ -91,6 +91,7 @@ def compile_options(args: argparse.Namespace):
         cpu_targets=tuple(args.cpu_target),
         fuse_depthwise=not getattr(args, "no_fuse_depthwise", False),
         fuse_adds=not getattr(args, "no_fuse_adds", False),
+        fuse_squeeze_excite=not getattr(args, "no_fuse_squeeze_excite", False),
     )
 
 
@@ -305,6 +306,13 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="run each residual add after an activation table (YOLO's bottleneck) as a step of its own (by default "
         "it runs in the convolution whose output it adds where that is faster: that output stays on chip)",
+    )
+    p.add_argument(
+        "--no-fuse-squeeze-excite",
+        action="store_true",
+        help="run squeeze-excite's global average and channel product as steps of their own (by default the average "
+        "runs in the depthwise layer whose output it reads and the product in the 1x1 convolution after it, where "
+        "that is faster: neither reads the feature map back from DRAM)",
     )
     p.add_argument(
         "--power-of-two",

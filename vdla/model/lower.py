@@ -70,10 +70,12 @@ class ModelBuilder:
         log: Log,
         fuse_depthwise: bool = True,
         fuse_adds: bool = True,
+        fuse_squeeze_excite: bool = True,
     ):
         self.g, self.cfg, self.cache, self.log = graph, cfg, cache, log
         self.fuse_depthwise = fuse_depthwise  # a depthwise layer and the 1x1 conv reading it as one step
         self.fuse_adds = fuse_adds  # a residual add after a table in the conv whose output it adds
+        self.fuse_squeeze_excite = fuse_squeeze_excite  # its average into the depthwise layer, its product into the 1x1
         self.memo: dict[tuple, object] = {}  # (output, fused, view) -> the layer compiled (compiled)
         self.views: dict[str, tuple[str, OutputView]] = {}  # stored_interleaves: output -> (tensor, view)
         self.explained: set[str] = set()  # CPU nodes a placement note explains (build_steps)
@@ -104,8 +106,9 @@ class ModelBuilder:
         if self.fuse_depthwise:
             units = fuse_pointwises(units, self.g, self.cfg, self.fusion_pays)
             units = fuse_expands(units, self.g, self.cfg, self.fusion_pays)
-        units = fuse_gaps(units, self.g, self.gap_pays)
-        units = fuse_gates(units, self.g, self.gate_pays)
+        if self.fuse_squeeze_excite:
+            units = fuse_gaps(units, self.g, self.gap_pays)
+            units = fuse_gates(units, self.g, self.gate_pays)
         if self.fuse_adds:
             units = fuse_adds(units, self.g, self.fusion_pays)
         units = self.stored_interleaves(units)

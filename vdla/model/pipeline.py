@@ -60,7 +60,9 @@ class CompileOptions:
     the 1x1 convolution reading it (and the 1x1 expand layer computing its input) as one fused step
     (:mod:`vdla.compiler.dw_pointwise`) where they fit, and
     ``fuse_adds`` each residual add after an activation table in the convolution whose output it adds
-    (:attr:`vdla.compiler.spec.EpilogueSpec.post`), both only where that is faster.
+    (:attr:`vdla.compiler.spec.EpilogueSpec.post`), and ``fuse_squeeze_excite`` squeeze-excite's global average
+    into the depthwise layer whose output it averages and its channel product into the 1x1 convolution reading it
+    (:attr:`vdla.compiler.spec.EpilogueSpec.gate`), each only where that is faster.
 
     Invariants: ``calibration`` is one of :data:`vdla.graph.calibrate.METHODS`, ``percentile`` lies in
     (0, 100], ``keep_float`` is a tuple of names, ``input_shapes`` maps names to tuples of ints,
@@ -78,6 +80,7 @@ class CompileOptions:
     cpu_targets: tuple[str, ...] = ()
     fuse_depthwise: bool = True
     fuse_adds: bool = True
+    fuse_squeeze_excite: bool = True
 
     def __post_init__(self) -> None:
         if self.calibration not in METHODS:
@@ -124,10 +127,11 @@ def compile_graph_model(
     passes: list[tuple[str, Callable[[Graph], Graph]]] | None = None,
     fuse_depthwise: bool = True,
     fuse_adds: bool = True,
+    fuse_squeeze_excite: bool = True,
 ) -> tuple[Artifact, CompileReport]:
     """Compile a graph (already imported) to an artifact: ``passes`` (name, function) run first, then QDQ
     lowering, partitioning, layout, memory planning and the accelerator layers (``fuse_depthwise``,
-    ``fuse_adds``: see :class:`CompileOptions`)."""
+    ``fuse_adds``, ``fuse_squeeze_excite``: see :class:`CompileOptions`)."""
     cfg = load_config(config)
     if cfg.block_in != cfg.block_out:
         raise CompileError(
@@ -164,7 +168,7 @@ def compile_graph_model(
     report.notes = dict(plan.notes)
     after("partition", graph, t0, report.placement, plan.partition.fusion.group_of)
     t0 = time.perf_counter()
-    builder = ModelBuilder(graph, cfg, cache, log, fuse_depthwise, fuse_adds)
+    builder = ModelBuilder(graph, cfg, cache, log, fuse_depthwise, fuse_adds, fuse_squeeze_excite)
     builder.build_steps(plan)
     n_accel = sum(k == "accel" for k, _ in builder.steps)
     artifact = builder.finish(progress=lambda name: log(f"compiling accelerator layer {name} ({n_accel} in all)"))
@@ -286,7 +290,7 @@ def compile_model(
         raise CompileError("keep_float needs calibration data (calib): without it a float model runs all in float")
     artifact, report = compile_graph_model(
         graph, opts.config, cache, opts.dump, log, passes=passes, fuse_depthwise=opts.fuse_depthwise,
-        fuse_adds=opts.fuse_adds,
+        fuse_adds=opts.fuse_adds, fuse_squeeze_excite=opts.fuse_squeeze_excite,
     )  # fmt: skip
     report.seconds = {"import": import_s, **report.seconds}
     if opts.cpu_targets:
