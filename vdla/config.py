@@ -154,6 +154,13 @@ class HwConfig:
         """Whether the GEMM core has the depthwise mode (EPI dw): see :meth:`dw_refusal`."""
         return self.dw_refusal() is None
 
+    def src_out_refusal(self) -> str | None:
+        """Why GEMMs cannot read OUT rows as their input rows on this config (EPI ``src_out``: a fused layer's
+        int8 results as the next GEMM's input), or None: an OUT row must be an INP row, block_out == block_in."""
+        if self.block_in != self.block_out:
+            return f"GEMMs read OUT rows as input rows: config {self.name!r} has block_in != block_out"
+        return None
+
     def dw_refusal(self) -> str | None:
         """Why this config has no depthwise mode, or None: ``depthwise_mode`` off (a build without its logic,
         6,176 LUT on ``pynq``), or a shape it cannot have (one input channel per output lane needs batch 1 and

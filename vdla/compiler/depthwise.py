@@ -197,9 +197,7 @@ class DepthwiseLowering(BandLowering):
             return f"a {gap.describe()} is not a global average"
         if gap.shape != (n, c, self.oh, self.ow):
             return f"it averages {gap.shape}, the layer writes {(n, c, self.oh, self.ow)}"
-        if self.cfg.block_in != self.cfg.block_out:
-            return f"its GEMMs read OUT rows as input rows: config {self.cfg.name!r} has block_in != block_out"
-        return None
+        return self.cfg.src_out_refusal()
 
     @property
     def gap_rows(self) -> int:

@@ -150,8 +150,7 @@ class DwPointwiseLowering:
     ):
         """``expand``: (spec, epilogue spec, immediate multiplier) of the 1x1 layer fused before the depthwise one."""
         why = pair_refusal(dw_spec, dw_ep, pw_spec, pw_epi)
-        if why is None and cfg.block_in != cfg.block_out:
-            why = f"the pointwise GEMM reads OUT rows as input rows: config {cfg.name!r} has block_in != block_out"
+        why = why or cfg.src_out_refusal()
         if why is None and view is not None and view.copies:
             why = "its output view stores copies (a layer's own tiles write them: conv2d)"
         if why:

@@ -295,9 +295,7 @@ class ConvLowering:
             return "the layer has a residual, a fused pool or stores whole-row pairs of its own"
         if post.table and epi.table:
             return "both need an activation table, and the LUT holds one"
-        if cfg.block_in != cfg.block_out or not identity_fits(cfg):
-            return f"the identity GEMM reads OUT rows as input rows: config {cfg.name!r} has block_in != block_out"
-        return None
+        return cfg.src_out_refusal()
 
     def gate_refusal(self) -> str | None:
         """Why the layer cannot take a gated input (None if it can)."""
@@ -308,9 +306,7 @@ class ConvLowering:
             return "the layer has a fused pool, a residual add after its table or stores whole-row pairs"
         if not cfg.out_multiplier:
             return f"the OUT mirror multiplies the input by its gate: config {cfg.name!r} has no OUT-path multiplier"
-        if cfg.block_in != cfg.block_out or not identity_fits(cfg):
-            return f"the GEMMs read OUT rows as input rows: config {cfg.name!r} has block_in != block_out"
-        return None
+        return cfg.src_out_refusal()
 
     @property
     def gate_rows(self) -> int:
