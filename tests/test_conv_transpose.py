@@ -269,7 +269,7 @@ def test_a_layer_stores_its_pixels_at_every_copy_of_a_view(backend):
     """A view with copies (a nearest upsampling's phases, all the same layer): the one layer's output lands in
     the slots of its own offset and of every copy's; a copy outside the tensor is refused."""
     from vdla.compiler import CompileError, compile_conv2d
-    from vdla.compiler.conv2d import run_bound
+    from vdla.compiler.run import run_bound
     from vdla.compiler.spec import OutputView
     from vdla.graph.epilogue import Epilogue
     from vdla.graph.layout import pack_activation, unpack_activation

@@ -185,7 +185,7 @@ def test_small_resnet_pools_run_on_the_accelerator_bit_exact(small_resnet_qdq):
 def test_a_max_pool_stores_into_its_channel_blocks_of_a_concatenation(backend):
     """A max pool that is one part of a channel concatenation (YOLO's SPPF) stores its channel blocks into the
     joined tensor (OutputView.blocks): the other blocks are left as they were; any other view is refused."""
-    from vdla.compiler.conv2d import run_bound
+    from vdla.compiler.run import run_bound
     from vdla.compiler.spec import OutputView
     from vdla.graph.layout import pack_activation, unpack_activation
 

@@ -2,7 +2,8 @@
 with virtual threads lowered to dependency tokens and a cached schedule search (docs/compiler.md)."""
 
 from vdla.compiler.cache import ScheduleCache
-from vdla.compiler.conv2d import CompiledConv2d, CompiledDense, LayerRun, compile_conv2d, compile_dense
+from vdla.compiler.conv2d import CompiledConv2d, CompiledDense, compile_conv2d, compile_dense
+from vdla.compiler.run import LayerRun
 from vdla.compiler.schedule import Schedule
 from vdla.compiler.spec import CompileError, Conv2dSpec, EpilogueSpec
 from vdla.graph.layout import pack_activation, pack_channels, pack_weights, unpack_activation, unpack_weights

@@ -31,15 +31,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from vdla.compiler.blocks import Alu, Block, Epi, Gemm, Load, Op, Store
 from vdla.compiler.cache import ScheduleCache
-from vdla.compiler.conv2d import LayerRun, run_band
 from vdla.compiler.identity import EYE, identity_bytes, identity_weights, load_identity
 from vdla.compiler.microcode import Limits, MicroKernel, lower_nest
+from vdla.compiler.pool import PoolSpec
+from vdla.compiler.run import LayerRun, run_band
 from vdla.compiler.search import cached_fastest, emit_program
 from vdla.compiler.spec import TABLE, CompileError, WindowSpec, refusal
 from vdla.compiler.tiling import BandLowering, BandTile, band_sizes
@@ -52,9 +52,6 @@ from vdla.graph.layout import pack_channels, unpack_activation
 from vdla.graph.window import pair
 from vdla.isa import AluOp, Insn, MemType, clip_imm
 from vdla.runtime.device import Device
-
-if TYPE_CHECKING:  # pool.py runs its bands with run_band as this module does
-    from vdla.compiler.pool import PoolSpec
 
 MAX_STRIDE_DW = 3  # the EPI dw_stride field is 2 bits
 MAX_VTHREADS = 2
@@ -434,7 +431,7 @@ class CompiledDepthwise:
         return emit_program(self.lowering, self.stream, dev or Device(self.cfg))
 
     def run(self, dev: Device, x: np.ndarray, max_cycles: int | None = None) -> LayerRun:
-        """Run on ``dev``: ``x`` int8 NCHW; returns a :class:`~vdla.compiler.conv2d.LayerRun` (with a fused global
+        """Run on ``dev``: ``x`` int8 NCHW; returns a :class:`~vdla.compiler.run.LayerRun` (with a fused global
         average, its (N, C, 1, 1) int8 result as ``extra["pool"]``)."""
         low, cfg = self.lowering, self.cfg
         pool = {"pool": (low.ng, low.cb, 1, 1, cfg.batch, cfg.block_out)} if low.gap is not None else {}

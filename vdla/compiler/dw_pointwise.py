@@ -49,11 +49,12 @@ import numpy as np
 
 from vdla.compiler.blocks import Block, Epi, Gemm, Load, Op
 from vdla.compiler.cache import ScheduleCache
-from vdla.compiler.conv2d import LayerRun, _constants, run_bound
+from vdla.compiler.conv2d import _constants
 from vdla.compiler.depthwise import DepthwiseLowering, DepthwiseSpec, DwPasses, depthwise_reference
 from vdla.compiler.epilogue import normalize
 from vdla.compiler.identity import EYE, identity_weights, load_identity
 from vdla.compiler.microcode import Limits, lower_nest
+from vdla.compiler.run import LayerRun, run_bound
 from vdla.compiler.schedule import ConvLowering, Schedule, ThreadBuilder, Tile
 from vdla.compiler.search import cached_fastest, emit_program
 from vdla.compiler.spec import TABLE, CompileError, Conv2dSpec, EpilogueSpec, OutputView, refusal
@@ -462,7 +463,7 @@ class CompiledDwPointwise:
     def run(self, dev: Device, x: np.ndarray, residual: np.ndarray | None = None, max_cycles: int | None = None):
         """Run on ``dev``: ``x`` int8 NCHW (the expand layer's input, if any, else the depthwise layer's),
         ``residual`` (the pointwise output's shape) exactly when the layer adds one; returns a
-        :class:`~vdla.compiler.conv2d.LayerRun` of the pointwise output."""
+        :class:`~vdla.compiler.run.LayerRun` of the pointwise output."""
         cfg, low = self.cfg, self.lowering
         if x.dtype != np.int8 or x.shape != self.in_shape:
             raise CompileError(f"input must be int8 of shape {self.in_shape}, got {x.dtype} {x.shape}")

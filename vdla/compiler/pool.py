@@ -49,9 +49,9 @@ from functools import cached_property
 import numpy as np
 
 from vdla.compiler.blocks import Alu, Block, Epi, Load, Op, Store
-from vdla.compiler.conv2d import run_band
 from vdla.compiler.identity import EYE, identity_bytes, identity_fits, identity_gemm, identity_weights, load_identity
 from vdla.compiler.microcode import Limits
+from vdla.compiler.run import run_band
 from vdla.compiler.search import emit_program, fastest
 from vdla.compiler.spec import CompileError, EpilogueSpec, OutputView, WindowSpec
 from vdla.compiler.tiling import BandLowering, BandTile, band_sizes
@@ -483,7 +483,7 @@ class CompiledPool:
 
     def run(self, dev: Device, x: np.ndarray, scale: np.ndarray | None = None, max_cycles: int | None = None):
         """Run on ``dev``: ``x`` int8 NCHW (and a "scale"'s int8 ``scale``, N x C x 1 x 1); returns a
-        :class:`~vdla.compiler.conv2d.LayerRun`."""
+        :class:`~vdla.compiler.run.LayerRun`."""
         sp, cfg = self.spec, self.cfg
         constants = dict(self.constants)
         if sp.scale_shape is not None:
