@@ -76,7 +76,7 @@ class ModelBuilder:
         self.fuse_depthwise = fuse_depthwise  # a depthwise layer and the 1x1 conv reading it as one step
         self.fuse_adds = fuse_adds  # a residual add after a table in the conv whose output it adds
         self.fuse_squeeze_excite = fuse_squeeze_excite  # its average into the depthwise layer, its product into the 1x1
-        self.memo: dict[tuple, object] = {}  # (output, fused, view) -> the layer compiled (compiled)
+        self.memo: dict[tuple, object] = {}  # (output, fused, view, gated, averaged) -> the layer compiled
         self.views: dict[str, tuple[str, OutputView]] = {}  # stored_interleaves: output -> (tensor, view)
         self.explained: set[str] = set()  # CPU nodes a placement note explains (build_steps)
         self.types = infer_types(graph)
