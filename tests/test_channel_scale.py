@@ -267,6 +267,8 @@ def test_the_pool_runs_in_the_depthwise_tiles_and_the_product_in_the_1x1(qdq_dw_
     assert "global_avg_pool" not in ops and "channel_scale" not in ops
     dw = accel_between(artifact)[0]
     assert len(dw.writes) == 2 and "global average fused" in dw.layer["schedule"]
+    want = "not fused with the 1x1 layer after it: its output is also read by global_sum_pool, mul"
+    assert dw.layer["note"] == want  # squeeze-excite reads it: the step table says why
 
 
 def test_the_depthwise_squeeze_excite_block_equals_the_lowered_graph(qdq_dw_se, backend):

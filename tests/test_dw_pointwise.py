@@ -165,6 +165,8 @@ def test_a_mobilenet_fuses_its_blocks_and_matches_onnxruntime():
         ops = [s.layer["op"] for s in artifact.steps if s.kind == "accel"]
         fused = ops.count("depthwise_conv2d+conv2d") + ops.count("conv2d+depthwise_conv2d+conv2d")
         runs[fuse] = (module.run(x)["logits"], module.last_report.accel_cycles, fused)
+        notes = [s.layer.get("note") for s in artifact.steps if s.kind == "accel" and "depthwise" in s.layer["op"]]
+        assert not any(notes), notes  # nothing left apart, nothing to explain
     (fused, fused_cycles, blocks), (apart, apart_cycles, none) = runs[True], runs[False]
     assert blocks == 17 and none == 0
     np.testing.assert_array_equal(fused, apart)
@@ -356,3 +358,30 @@ def test_blocks_it_cannot_take_are_named():
     assert "(32, 16, 1, 1)" in why((np.zeros((32, 16, 3, 3), np.int8), ex_ep))
     with pytest.raises(CompileError, match="1x1 conv -> depthwise .* one output row needs"):
         compile_dw_pointwise((1, 16, 8, 900), dw_w, pw_w, padding=1, expand=(ex_w, ex_ep))
+
+
+def test_the_step_table_says_why_a_layer_runs_apart():
+    """An expand layer whose output another layer reads too stays apart from the pair after it, and the pair's note
+    says so; with the pair fused, its depthwise layer has no note."""
+    pytest.importorskip("onnx")
+    from onnx import helper, numpy_helper
+    from qdq_check import onnx_model
+
+    from vdla.model.pipeline import compile_model
+
+    rng = np.random.default_rng(30)
+    ws = {"we": (48, 16, 1, 1), "wd": (48, 1, 3, 3), "wp": (16, 48, 1, 1), "wo": (16, 48, 1, 1)}
+    inits = [numpy_helper.from_array(rng.normal(0, 0.3, sh).astype(np.float32), k) for k, sh in ws.items()]
+    nodes = [
+        helper.make_node("Conv", ["x", "we"], ["e0"]),
+        helper.make_node("Relu", ["e0"], ["e"]),
+        helper.make_node("Conv", ["e", "wd"], ["d0"], pads=[1] * 4, group=48),
+        helper.make_node("Relu", ["d0"], ["d"]),
+        helper.make_node("Conv", ["d", "wp"], ["p"]),
+        helper.make_node("Conv", ["e", "wo"], ["o"]),  # a second reader of the expanded tensor
+        helper.make_node("Add", ["p", "o"], ["y"]),
+    ]
+    model = onnx_model(nodes, inits, "apart", (1, 16, 12, 12), (1, 16, 12, 12))
+    artifact = compile_model(model, rng.normal(0, 1, (8, 16, 12, 12)).astype(np.float32))[0]
+    (pair,) = [s for s in artifact.steps if s.kind == "accel" and s.layer["op"] == "depthwise_conv2d+conv2d"]
+    assert pair.layer["note"] == "the 1x1 layer before it not fused: the 1x1 layer's output is also read by conv2d"

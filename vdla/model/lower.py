@@ -38,12 +38,14 @@ from vdla.model.artifact import AccelChain, AccelStep, Artifact, CpuStep, DramTe
 from vdla.model.match import (
     AccelLayer,
     PoolLayer,
+    expand_refusal,
     fuse_adds,
     fuse_expands,
     fuse_gaps,
     fuse_gates,
     fuse_pointwises,
     fuse_pools,
+    pointwise_refusal,
 )
 from vdla.model.memplan import Lifetime, plan_memory
 from vdla.model.place import Placement
@@ -77,6 +79,7 @@ class ModelBuilder:
         self.fuse_adds = fuse_adds  # a residual add after a table in the conv whose output it adds
         self.fuse_squeeze_excite = fuse_squeeze_excite  # its average into the depthwise layer, its product into the 1x1
         self.memo: dict[tuple, object] = {}  # (output, fused, view, gated, averaged) -> the layer compiled
+        self.fusion_log: dict[tuple[str, int], tuple[int, int] | str] = {}  # fusion_pays: (fused, apart) or why
         self.views: dict[str, tuple[str, OutputView]] = {}  # stored_interleaves: output -> (tensor, view)
         self.explained: set[str] = set()  # CPU nodes a placement note explains (build_steps)
         self.types = infer_types(graph)
@@ -111,6 +114,8 @@ class ModelBuilder:
             units = fuse_gates(units, self.g, self.gate_pays)
         if self.fuse_adds:
             units = fuse_adds(units, self.g, self.fusion_pays)
+        if self.fuse_depthwise:
+            units = self.fusion_notes(units)
         units = self.stored_interleaves(units)
         groups = plan.partition.fusion.groups  # a noted conv's group is explained by its note
         self.explained = {n.output for g in groups if g.anchor.output in plan.notes for n in g.nodes}
@@ -169,12 +174,48 @@ class ModelBuilder:
         simulator): ``apart``, or its two layers. Fused, the compute stage runs the layers' GEMMs and passes in
         turn while their outputs stay on chip: that pays where the layers apart wait for DRAM, not where GEMMs
         dominate. Each compile is kept (:meth:`compiled`): the steps take whichever form was chosen."""
+        key = (layer.out, _depth(layer))
         try:
             fused = self.compiled(layer)
-        except CompileError:
+        except CompileError as e:
+            self.fusion_log[key] = str(e)
             return False
         apart = apart or [layer.pre, replace(layer, pre=None)]
-        return fused.search.cycles < sum(self.compiled(u).search.cycles for u in apart)
+        self.fusion_log[key] = (fused.search.cycles, sum(self.compiled(u).search.cycles for u in apart))
+        return self.fusion_log[key][0] < self.fusion_log[key][1]
+
+    def fusion_notes(self, units: list) -> list:
+        """The units with a note on each depthwise layer left apart from the 1x1 layer reading it, and on each fused
+        depthwise -> 1x1 layer left apart from the 1x1 layer computing its input: why (the step table's note)."""
+        layers = [u for k, u in units if k == "accel" and isinstance(u, AccelLayer)]
+        by_x, by_out = {u.x: u for u in layers}, {u.out: u for u in layers}
+        out = []
+        for kind, unit in units:
+            why = self.why_apart(unit, by_x, by_out) if kind == "accel" and isinstance(unit, AccelLayer) else None
+            out.append((kind, replace(unit, note="; ".join(filter(None, (unit.note, why)))) if why else unit))
+        return out
+
+    def why_apart(self, layer: AccelLayer, by_x: dict, by_out: dict) -> str | None:
+        """Why ``layer`` (a depthwise layer alone, or a fused pair without its expand layer) runs apart from its
+        neighbour: the neighbour's other readers, the fusion's refusal, or its cycles fused and apart (None where
+        there is no such neighbour)."""
+        if layer.dw_mode and layer.pre is None:
+            pw, depth, what = by_x.get(layer.out), 1, "not fused with the 1x1 layer after it"
+            if pw is None:
+                readers = sorted({n.op for n in self.g.consumers().get(layer.out, [])})
+                return f"not fused with a 1x1 layer: its output is read by {', '.join(readers) or 'the caller'}"
+            why = pointwise_refusal(layer, pw, self.g, self.cfg)
+        elif layer.pre is not None and layer.pre.dw_mode and layer.pre.pre is None:
+            ex, pw, depth, what = by_out.get(layer.pre.x), layer, 2, "the 1x1 layer before it not fused"
+            if ex is None or ex.op != "conv2d" or ex.spec().kh != 1:
+                return None
+            why = expand_refusal(ex, layer, self.g, self.cfg)
+        else:
+            return None
+        logged = self.fusion_log.get((pw.out, depth))
+        if why is None and isinstance(logged, tuple):
+            why = f"{logged[0]:,} cycles fused, {logged[1]:,} apart"
+        return f"{what}: {why or logged}" if (why or logged) else None
 
     def gate_pays(self, layer: AccelLayer) -> bool:
         """Whether the 1x1 convolution ``layer`` with its channel scale fused before it (``layer.gate``) is faster
@@ -202,10 +243,7 @@ class ModelBuilder:
         its expand layer), a depthwise layer on the depthwise mode, or a conv2d (with its fused pool, into its
         view)."""
         view = self.view_of(layer.out)
-        fused, pre = 0, layer.pre
-        while pre is not None:
-            fused, pre = fused + 1, pre.pre
-        key = (layer.out, fused, view, layer.gate is not None, layer.gap is not None)
+        key = (layer.out, _depth(layer), view, layer.gate is not None, layer.gap is not None)
         if key not in self.memo:
             self.memo[key] = self._compile(layer, view)
         return self.memo[key]
@@ -828,3 +866,11 @@ def _stores_through_view(layer: AccelLayer | PoolLayer | None, joins: bool) -> b
         and layer.pool is None
         and (joins or not layer.residual)
     )
+
+
+def _depth(layer: AccelLayer) -> int:
+    """How many layers are fused before ``layer`` (its ``pre`` chain)."""
+    depth, pre = 0, layer.pre
+    while pre is not None:
+        depth, pre = depth + 1, pre.pre
+    return depth

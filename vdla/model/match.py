@@ -177,39 +177,57 @@ def _fuse_adjacent(
     return out
 
 
+def pointwise_refusal(dw: AccelLayer, pw: AccelLayer, graph: Graph, cfg: HwConfig) -> str | None:
+    """Why the 1x1 convolution ``pw`` cannot run fused after the depthwise layer ``dw`` (:func:`fuse_pointwise`), or
+    None: ``dw`` runs on the depthwise mode, ``pw`` is a conv2d with constant weights, no parts and no fused pool,
+    the only reader of ``dw``'s output (not a graph output), and
+    :class:`~vdla.compiler.dw_pointwise.DwPointwiseLowering` takes the pair on ``cfg``."""
+    if not dw.dw_mode or dw.pre:
+        return "the depthwise layer runs as block-diagonal parts" if dw.parts else "it is no depthwise layer alone"
+    if pw.x != dw.out:
+        return f"the layer after it reads {pw.x!r}, not its output"
+    if pw.op != "conv2d" or pw.groups != 1 or pw.parts or pw.w or pw.pool or pw.pre:
+        return f"the layer after it is no plain convolution ({pw.op} with parts, run-time weights or a fusion)"
+    readers = graph.consumers().get(dw.out, [])
+    if dw.out in graph.outputs or len(readers) != 1:
+        return f"its output is also read by {', '.join(sorted({n.op for n in readers} - {pw.op}) or ['the caller'])}"
+    g = dw.geometry
+    return dw_pointwise_refusal(dw.in_shape, dw.weights, g.stride, g.padding, dw.epilogue, pw.weights, pw.epilogue, cfg)
+
+
 def fuse_pointwise(dw: AccelLayer, pw: AccelLayer, graph: Graph, cfg: HwConfig) -> AccelLayer | None:
     """The 1x1 convolution ``pw`` with the depthwise layer ``dw`` whose output it reads fused before it
-    (:mod:`vdla.compiler.dw_pointwise`), or None where that is not possible: ``dw`` runs on the depthwise mode, ``pw``
-    is a conv2d with constant weights, no parts and no fused pool, the only reader of ``dw``'s output (not a graph
-    output), and :class:`~vdla.compiler.dw_pointwise.DwPointwiseLowering` takes the pair on ``cfg``."""
-    if not dw.dw_mode or dw.pre or pw.op != "conv2d" or pw.groups != 1 or pw.parts or pw.w or pw.pool or pw.pre:
-        return None
-    if pw.x != dw.out or dw.out in graph.outputs or len(graph.consumers().get(dw.out, [])) != 1:
-        return None
-    g = dw.geometry
-    if dw_pointwise_refusal(dw.in_shape, dw.weights, g.stride, g.padding, dw.epilogue, pw.weights, pw.epilogue, cfg):
+    (:mod:`vdla.compiler.dw_pointwise`), or None where :func:`pointwise_refusal` names why not."""
+    if pointwise_refusal(dw, pw, graph, cfg):
         return None
     return replace(pw, nodes=(*dw.nodes, *pw.nodes), x=dw.x, pre=dw)
+
+
+def expand_refusal(ex: AccelLayer, pair: AccelLayer, graph: Graph, cfg: HwConfig) -> str | None:
+    """Why the 1x1 convolution ``ex`` cannot run fused before the depthwise -> 1x1 layer ``pair`` whose depthwise
+    input it computes (:func:`fuse_expand`), or None: ``ex`` is a plain conv2d (no parts, pool, residual, run-time
+    weights or fusion of its own) whose output only the depthwise layer reads (not a graph output), and
+    :class:`~vdla.compiler.dw_pointwise.DwPointwiseLowering` takes the block on ``cfg``."""
+    dw = pair.pre
+    if dw is None or not dw.dw_mode or dw.pre is not None or dw.x != ex.out:
+        return "it is no fused depthwise -> 1x1 layer reading the 1x1 layer's output"
+    if ex.op != "conv2d" or ex.groups != 1 or ex.parts or ex.pool or ex.residual or ex.w or ex.pre:
+        return "the layer before it is no plain convolution (parts, a pool, a residual, run-time weights or a fusion)"
+    readers = graph.consumers().get(ex.out, [])
+    if ex.out in graph.outputs or len(readers) != 1:
+        return f"the 1x1 layer's output is also read by {', '.join(sorted({n.op for n in readers})) or 'the caller'}"
+    g, expand = dw.geometry, (ex.weights, ex.epilogue)
+    args = (ex.in_shape, dw.weights, g.stride, g.padding, dw.epilogue, pair.weights, pair.epilogue, cfg, expand)
+    return dw_pointwise_refusal(*args)
 
 
 def fuse_expand(ex: AccelLayer, pair: AccelLayer, graph: Graph, cfg: HwConfig) -> AccelLayer | None:
     """The fused depthwise -> 1x1 layer ``pair`` with the 1x1 convolution ``ex`` computing its depthwise input fused
     before it (the expand layer of an inverted residual block, :mod:`vdla.compiler.dw_pointwise`), or None where
-    that is not possible: ``ex`` is a plain conv2d (no parts, pool, residual, run-time weights or fusion of its
-    own) whose output only the depthwise layer reads (not a graph output), and
-    :class:`~vdla.compiler.dw_pointwise.DwPointwiseLowering` takes the block on ``cfg``."""
-    dw = pair.pre
-    if dw is None or not dw.dw_mode or dw.pre is not None or dw.x != ex.out:
+    :func:`expand_refusal` names why not."""
+    if expand_refusal(ex, pair, graph, cfg):
         return None
-    if ex.op != "conv2d" or ex.groups != 1 or ex.parts or ex.pool or ex.residual or ex.w or ex.pre:
-        return None
-    if ex.out in graph.outputs or len(graph.consumers().get(ex.out, [])) != 1:
-        return None
-    g, expand = dw.geometry, (ex.weights, ex.epilogue)
-    args = (ex.in_shape, dw.weights, g.stride, g.padding, dw.epilogue, pair.weights, pair.epilogue, cfg, expand)
-    if dw_pointwise_refusal(*args):
-        return None
-    block = replace(dw, nodes=(*ex.nodes, *dw.nodes), pre=ex)
+    block = replace(pair.pre, nodes=(*ex.nodes, *pair.pre.nodes), pre=ex)
     return replace(pair, nodes=(*ex.nodes, *pair.nodes), x=ex.x, pre=block)
 
 
