@@ -88,6 +88,21 @@ def test_every_candidate_schedule_is_exact(shape, k, s, p, op):
         assert np.array_equal(compile_pool(spec, schedule=sched).run(Device("pynq"), x).out, pool_reference(x, spec))
 
 
+def test_the_chosen_schedules_are_cached(tmp_path, monkeypatch):
+    """A pool's choice goes into the schedule cache (with its cycles, for the model compiler's fused-or-apart
+    decisions); a second compile times nothing and runs the same program."""
+    from vdla.compiler import ScheduleCache, search
+
+    cache = ScheduleCache(tmp_path / "schedules.json")
+    for spec in (PoolSpec.make((1, 32, 20, 20), 3, 2, 1, "max"), PoolSpec.global_avg((1, 48, 14, 14), 1 << 14, 21)):
+        first = compile_pool(spec, cache=cache)
+        with monkeypatch.context() as m:
+            m.setattr(search, "timed", lambda *a: pytest.fail("a cached choice was timed again"))
+            again = compile_pool(spec, cache=cache)
+        assert (again.schedule, again.search.cycles) == (first.schedule, first.search.cycles)
+        assert again.program() == first.program()
+
+
 def test_the_window_comes_in_through_the_load_stage_and_an_identity_gemm():
     """No ACC load on the compute stage: INP LOADs (load stage) and one ``init`` GEMM per tile by the identity
     block; ResNet-18's max pool then stays well under the 302,609 cycles of the ACC_8BIT loads."""

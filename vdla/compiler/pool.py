@@ -49,10 +49,11 @@ from functools import cached_property
 import numpy as np
 
 from vdla.compiler.blocks import Alu, Block, Epi, Load, Op, Store
+from vdla.compiler.cache import ScheduleCache
 from vdla.compiler.identity import EYE, identity_bytes, identity_fits, identity_gemm, identity_weights, load_identity
 from vdla.compiler.microcode import Limits
 from vdla.compiler.run import run_band
-from vdla.compiler.search import emit_program, fastest
+from vdla.compiler.search import cached_fastest, emit_program
 from vdla.compiler.spec import CompileError, EpilogueSpec, OutputView, WindowSpec
 from vdla.compiler.tiling import BandLowering, BandTile, band_sizes
 from vdla.compiler.transfer import plan_transfers
@@ -467,11 +468,19 @@ class CompiledPool:
     :meth:`PoolLowering.candidates`), its stream and constants."""
 
     def __init__(
-        self, spec: PoolSpec, cfg: HwConfig, schedule: PoolSchedule | None = None, view: OutputView | None = None
+        self,
+        spec: PoolSpec,
+        cfg: HwConfig,
+        schedule: PoolSchedule | None = None,
+        view: OutputView | None = None,
+        cache: ScheduleCache | None = None,
     ):
         self.spec, self.cfg = spec, cfg
-        self.lowering = pool_lowering(spec, cfg, view)
-        self.search = fastest(self.lowering, [schedule] if schedule else self.lowering.candidates())
+        self.lowering = low = pool_lowering(spec, cfg, view)
+        (lo, hi), requant = spec.clip, f"m{spec.multiplier}s{spec.shift}"
+        key = f"pool:{spec.describe()}:{int(spec.pad_min)}:{requant}c{lo}_{hi}"
+        key += f":{view.key()}" if view else ""
+        self.search = cached_fastest(low, low.candidates, PoolSchedule, key, cache, schedule)
         self.schedule, self.stream = self.search.schedule, self.search.stream
 
     @cached_property
@@ -495,8 +504,13 @@ class CompiledPool:
 
 
 def compile_pool(
-    spec: PoolSpec, config=DEFAULT_PRESET, schedule: PoolSchedule | None = None, out_view: OutputView | None = None
+    spec: PoolSpec,
+    config=DEFAULT_PRESET,
+    schedule: PoolSchedule | None = None,
+    out_view: OutputView | None = None,
+    cache: ScheduleCache | None = None,
 ) -> CompiledPool:
     """Compile a pooling for ``config`` (see the module docstring); ``out_view``: store the pooled channel blocks
-    into their blocks of a larger tensor (a concatenation's part)."""
-    return CompiledPool(spec, load_config(config), schedule, out_view)
+    into their blocks of a larger tensor (a concatenation's part); ``cache`` keeps the schedule chosen (or
+    ``schedule`` is taken as given)."""
+    return CompiledPool(spec, load_config(config), schedule, out_view, cache)

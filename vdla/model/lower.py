@@ -236,7 +236,8 @@ class ModelBuilder:
             cycles = self.compiled(fused).search.cycles
         except CompileError:
             return False
-        return cycles < compile_pool(pool.spec, self.cfg).search.cycles + self.compiled(alone).search.cycles
+        apart = compile_pool(pool.spec, self.cfg, cache=self.cache).search.cycles + self.compiled(alone).search.cycles
+        return cycles < apart
 
     def compiled(self, layer: AccelLayer):
         """``layer`` compiled (once per output, fused layers and output view): a fused depthwise -> 1x1 pair (with
@@ -665,7 +666,7 @@ class ModelBuilder:
 
     def compile_pool(self, layer: PoolLayer, dev: Device, addr: dict[str, int]) -> AccelStep:
         """A pooling on the ALU (:mod:`vdla.compiler.pool`), its schedule timed on the simulator."""
-        compiled = compile_pool(layer.spec, self.cfg, out_view=self.view_of(layer.out))
+        compiled = compile_pool(layer.spec, self.cfg, out_view=self.view_of(layer.out), cache=self.cache)
         insns, code = self.emit(layer, compiled.lowering, compiled.stream, compiled.constants, dev, addr)
         sp = layer.spec
         desc = {
