@@ -197,13 +197,12 @@ class ModelBuilder:
 
     def why_apart(self, layer: AccelLayer, by_x: dict, by_out: dict) -> str | None:
         """Why ``layer`` (a depthwise layer alone, or a fused pair without its expand layer) runs apart from its
-        neighbour: the neighbour's other readers, the fusion's refusal, or its cycles fused and apart (None where
-        there is no such neighbour)."""
+        neighbour, a 1x1 convolution reading its output (or computing its input): the tensor's other readers, the
+        fusion's refusal, or its cycles fused and apart (None where there is no such neighbour)."""
         if layer.dw_mode and layer.pre is None:
             pw, depth, what = by_x.get(layer.out), 1, "not fused with the 1x1 layer after it"
-            if pw is None:
-                readers = sorted({n.op for n in self.g.consumers().get(layer.out, [])})
-                return f"not fused with a 1x1 layer: its output is read by {', '.join(readers) or 'the caller'}"
+            if pw is None or pw.op != "conv2d" or pw.spec().kh != 1:  # no 1x1 layer reads it: nothing to explain
+                return None
             why = pointwise_refusal(layer, pw, self.g, self.cfg)
         elif layer.pre is not None and layer.pre.dw_mode and layer.pre.pre is None:
             ex, pw, depth, what = by_out.get(layer.pre.x), layer, 2, "the 1x1 layer before it not fused"
