@@ -41,13 +41,13 @@ from vdla.compiler.microcode import Limits, MicroKernel, lower_nest
 from vdla.compiler.pool import PoolSpec
 from vdla.compiler.run import LayerRun, run_band
 from vdla.compiler.search import cached_fastest, emit_program
-from vdla.compiler.spec import TABLE, CompileError, WindowSpec, refusal
+from vdla.compiler.spec import TABLE, CompileError, WindowSpec, mirror_relu, refusal
 from vdla.compiler.tiling import BandLowering, BandTile, band_sizes
 from vdla.compiler.transfer import plan_transfers
 from vdla.compiler.vthreads import Stream, lower_vthreads, prologue_block
 from vdla.config import DEFAULT_PRESET, DW_MAX_K, LUT_ENTRIES, HwConfig, load_config
 from vdla.graph import oracle
-from vdla.graph.epilogue import INT8_BOUNDS, Epilogue
+from vdla.graph.epilogue import Epilogue
 from vdla.graph.layout import pack_channels, unpack_activation
 from vdla.graph.window import pair
 from vdla.isa import AluOp, Insn, MemType, clip_imm
@@ -56,7 +56,6 @@ from vdla.runtime.device import Device
 MAX_STRIDE_DW = 3  # the EPI dw_stride field is 2 bits
 MAX_VTHREADS = 2
 OP = "depthwise_conv2d"
-RELU_BOUNDS = (0, 127)
 
 
 @dataclass(frozen=True)
@@ -138,8 +137,9 @@ class DwPasses:
             raise CompileError("a depthwise layer's epilogue with a residual add is not supported (run it apart)")
         mul = np.ndim(ep.multiplier) > 0 or int(ep.multiplier) != 1
         shift = 0 if mul else ep.shift
-        if ep.clip in (INT8_BOUNDS, RELU_BOUNDS):
-            return cls(mul, ep.clip == RELU_BOUNDS, shift, ep.table, out_mul and mul)
+        relu = mirror_relu(ep.clip)
+        if relu is not None:
+            return cls(mul, relu, shift, ep.table, out_mul and mul)
         byte = np.arange(LUT_ENTRIES).astype(np.uint8).view(np.int8)
         clamped = np.clip(byte, *ep.clip).astype(np.int8)
         entries = clamped if ep.table is None else np.asarray(ep.table, np.int8)[clamped.view(np.uint8)]
@@ -298,12 +298,11 @@ class DepthwiseLowering(BandLowering):
         ops: list[Op] = [Epi(False, False, 0, None, src_out=True), gemm]
         if t.oy + t.noh < self.oh:
             return ops
-        lo, hi = gap.clip
-        clamps = (lo, hi) in ((-128, 127), (0, 127))
+        relu = mirror_relu(gap.clip)
         mul = self.kernel(((t.noc, (1, 0)),), (row, self.sum0 + self.ng * self.cb))
-        ops += [Epi(clamps, clamps and lo == 0, 0, None), Alu(AluOp.MUL, mul, shift=gap.shift)]
-        if not clamps:
-            ops.append(Alu(AluOp.CLIP, self.kernel(((t.noc, (1, 0)),), (row, 0)), imm=clip_imm(lo, hi)))
+        ops += [Epi(relu is not None, bool(relu), 0, None), Alu(AluOp.MUL, mul, shift=gap.shift)]
+        if relu is None:
+            ops.append(Alu(AluOp.CLIP, self.kernel(((t.noc, (1, 0)),), (row, 0)), imm=clip_imm(*gap.clip)))
         return ops
 
     def gap_stores(self, t: BandTile) -> list[Store]:

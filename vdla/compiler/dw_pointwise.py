@@ -208,12 +208,12 @@ class DwPointwiseLowering:
         residual) in ACC for every thread, and with an expand layer the band's input rows in the whole of INP."""
         pixels = toh * self.ow
         factors = max(pixels, self.dw.per_block(toh)[0]) <= min(self.limits.max_factor[:2]) or tic == 1
+        if split and toh != self.oh:
+            return False
         (inp, wgt, acc), (hi, hw, _) = self.need(toh, tic, res_inp), self.share(vthreads)
-        if split:
-            hi = self.cfg.inp_depth if self.ex is not None else hi
-            tiles = 1 if toh == self.oh else self.oh + 1  # one band, else never
-        else:
-            tiles = vthreads
+        if split and self.ex is not None:
+            hi = self.cfg.inp_depth
+        tiles = 1 if split else vthreads
         return factors and inp <= hi and wgt <= hw and tiles * acc + self.scratch(toh, tic) <= self.ex_top
 
     def check_minimal(self) -> None:
@@ -377,18 +377,19 @@ class DwPointwiseLowering:
     # ---- the stream -------------------------------------------------------------------------------
     def stream(self, s: FusedSchedule) -> Stream:
         if not self.fits(s.toh, s.tic, s.vthreads, s.res_inp, s.split):
+            band = " (split: one band of every output row)" if s.split else ""
             raise CompileError(
                 f"fused schedule {s.describe()} needs {self.need(s.toh, s.tic, s.res_inp)} (INP, WGT, ACC) elements "
-                f"per thread and {self.scratch(s.toh, s.tic)} ACC of scratch, the shares hold {self.share(s.vthreads)}"
-                + " (split: one band of every output row)"
-                * s.split
+                f"per thread and {self.scratch(s.toh, s.tic)} ACC of scratch, the shares hold "
+                f"{self.share(s.vthreads)}{band}"
             )
         threads: list[list[Block]] = [[] for _ in range(s.vthreads)]
+        builders = [self.thread_builder(v, s) for v in range(s.vthreads)]
         steps = -(-self.cb // s.tic)
         for i, band in enumerate(band_tiles(self.dw.ng, 1, self.oh, 1, s.toh)):
             for k in range(steps):  # a band per thread in turn, or with split the band's steps
                 v = (k if s.split else i) % s.vthreads
-                threads[v].append(self.block(v, band, k, s, self.thread_builder(v, s), i == 0))
+                threads[v].append(self.block(v, band, k, s, builders[v], i == 0))
         return lower_vthreads(threads, self.prologue(threads))
 
     def thread_builder(self, v: int, s: FusedSchedule) -> ThreadBuilder:

@@ -53,11 +53,11 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from vdla.compiler.spec import CompileError, EpilogueSpec
+from vdla.compiler.spec import CompileError, EpilogueSpec, mirror_relu
 from vdla.config import Timing
-from vdla.graph.epilogue import INT8_BOUNDS, Epilogue
+from vdla.graph.epilogue import Epilogue
 from vdla.isa import AluOp, clip_imm
-from vdla.isa.arith import INT8_MAX, MAX_SHIFT
+from vdla.isa.arith import MAX_SHIFT
 
 
 @dataclass(frozen=True)
@@ -131,7 +131,7 @@ def out_mode(epi: EpilogueSpec, out_mul: bool = False) -> OutMode:
     when nothing follows it, with shift 0 when the ALU passes shift and add a residual (the mirror then only
     clamps), with ``frac`` after a rescaled residual. With ``out_mul`` (where :func:`out_mul_fits`) the mirror
     also multiplies by the multiplier rows, rounding by the layer's shift."""
-    relu = {INT8_BOUNDS: False, (0, INT8_MAX): True}.get(tuple(epi.bounds))
+    relu = mirror_relu(epi.bounds)
     lut = epi.table
     if out_mul and out_mul_fits(epi):
         return OutMode(req=True, relu=relu, lut=lut, mul=epi.shift)

@@ -54,7 +54,7 @@ from vdla.compiler.identity import EYE, identity_bytes, identity_fits, identity_
 from vdla.compiler.microcode import Limits
 from vdla.compiler.run import run_band
 from vdla.compiler.search import cached_fastest, emit_program
-from vdla.compiler.spec import CompileError, EpilogueSpec, OutputView, WindowSpec
+from vdla.compiler.spec import CompileError, EpilogueSpec, OutputView, WindowSpec, mirror_relu
 from vdla.compiler.tiling import BandLowering, BandTile, band_sizes
 from vdla.compiler.transfer import plan_transfers
 from vdla.compiler.vthreads import Stream, lower_vthreads, prologue_block
@@ -359,7 +359,7 @@ class PoolLowering(BandLowering):
         """Whether the OUT mirror's requantization (EPI ``req`` with shift 0) does the final clamp: an average
         or a scale clipped to int8, or to [0, 127]. The last write of each output then leaves it clamped in OUT
         for the STOREs, and no CLIP pass is needed."""
-        return self.spec.op != "max" and self.spec.clip in ((INT8_MIN, INT8_MAX), (0, INT8_MAX))
+        return self.spec.op != "max" and mirror_relu(self.spec.clip) is not None
 
     def stores(self, t: BandTile, obase: int, ob: int) -> list[Store]:
         offset = ((t.ng * self.out_blocks + self.out_block0 + t.cb) * self.oh + t.oy) * self.ow

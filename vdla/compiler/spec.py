@@ -38,6 +38,12 @@ MAX_PAD = (1 << dict((n, w) for n, _, w in MEM_FIELDS)["y_pad_0"]) - 1  # 4-bit 
 CLIP_MIN, CLIP_MAX = INT8_MIN, INT8_MAX
 
 
+def mirror_relu(clip) -> bool | None:
+    """How the OUT mirror's requantization (EPI ``req``) applies the clamp ``clip``: False for int8's bounds, True
+    for ReLU's [0, 127] (EPI ``relu``), None for any other bounds (a CLIP pass or the activation table must)."""
+    return {(CLIP_MIN, CLIP_MAX): False, (0, CLIP_MAX): True}.get(tuple(int(v) for v in clip))
+
+
 def _pair(name: str, v: int | tuple[int, int]) -> tuple[int, int]:
     t = (v, v) if isinstance(v, int) else tuple(v)
     if len(t) != 2 or not all(isinstance(i, int) for i in t):
@@ -249,7 +255,7 @@ class EpilogueSpec:
             self._check_rescale()
         if self.gate is not None:
             shift, lo, hi = self.gate
-            if not (0 <= shift <= MUL_MAX_SHIFT and lo in (CLIP_MIN, 0) and hi == CLIP_MAX):
+            if not 0 <= shift <= MUL_MAX_SHIFT or mirror_relu((lo, hi)) is None:
                 raise CompileError(
                     f"a gated input's shift {shift} must lie in [0, {MUL_MAX_SHIFT}] and its clamp {(lo, hi)} be "
                     f"int8 or [0, {CLIP_MAX}] (the OUT mirror's)"

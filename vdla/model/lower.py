@@ -126,7 +126,7 @@ class ModelBuilder:
                 accel_needs.setdefault(unit.x, set()).add(self.cfg.block_in)
                 if unit.residual:
                     accel_needs.setdefault(unit.residual, set()).add(self.cfg.block_out)
-                if getattr(unit, "gate", None) is not None:
+                if unit.gate is not None:
                     accel_needs.setdefault(unit.gate.residual, set()).add(self.cfg.block_out)
                 if unit.w:
                     self.weight_needs.add(unit.w)
@@ -143,7 +143,7 @@ class ModelBuilder:
             return {v for v, readers in cpu_readers.items() if readers - region} | graph_outputs
 
         accel_out = {unit.out for kind, unit in units if kind == "accel"} | {v for v, _ in self.views.values()}
-        accel_out |= {unit.gap.out for kind, unit in units if kind == "accel" and getattr(unit, "gap", None)}
+        accel_out |= {unit.gap.out for kind, unit in units if kind == "accel" and unit.gap is not None}
         if self.weight_needs & accel_out:
             raise CompileError(f"run-time weights {sorted(self.weight_needs & accel_out)} must be packed on the host")
         self.pending: dict[str, str] = {}  # accel output -> its DRAM tensor (block_out)
@@ -152,7 +152,7 @@ class ModelBuilder:
                 self.steps.append(("accel", unit))
                 target = self.views[unit.out][0] if unit.out in self.views else unit.out
                 self.pending[unit.out] = self.pending[target] = self.dram_tensor(target, self.cfg.block_out)
-                if getattr(unit, "gap", None) is not None:  # the fused average's result, a second output
+                if unit.gap is not None:  # the fused average's result, a second output
                     self.pending[unit.gap.out] = self.dram_tensor(unit.gap.out, self.cfg.block_out)
             else:
                 self.steps.append(("cpu", self.cpu_region(unit, accel_needs, host_needs, accel_out, plan.notes)))
@@ -443,14 +443,13 @@ class ModelBuilder:
             reads.append(self.read_tensor(layer.residual, self.cfg.block_out))
         if layer.w:
             reads.append(self.weight_tensor(layer.w))
-        if getattr(layer, "gate", None) is not None:
+        if layer.gate is not None:
             reads.append(self.read_tensor(layer.gate.residual, self.cfg.block_out))
         return reads
 
     def accel_writes(self, layer: AccelLayer | PoolLayer) -> list[str]:
         """The DRAM tensors an accelerator layer writes: its output's, and a fused global average's."""
-        gap = getattr(layer, "gap", None)
-        return [self.pending[layer.out]] + ([self.pending[gap.out]] if gap is not None else [])
+        return [self.pending[layer.out]] + ([self.pending[layer.gap.out]] if layer.gap is not None else [])
 
     def lifetimes(self) -> list[Lifetime]:
         """Each DRAM tensor from the step writing it to the last step reading it."""
@@ -697,10 +696,10 @@ class ModelBuilder:
             values["res"] = layer.residual
         if layer.w:
             tensors["wgt"] = self.weight_tensor(layer.w)
-        if getattr(layer, "gate", None) is not None:
+        if layer.gate is not None:
             tensors[GATE] = self.read_tensor(layer.gate.residual, self.cfg.block_out)
             values[GATE] = layer.gate.residual
-        if getattr(layer, "gap", None) is not None:
+        if layer.gap is not None:
             tensors["pool"] = self.pending[layer.gap.out]
         buffers: dict[str, Buffer] = {}
         for role, t in tensors.items():

@@ -114,7 +114,9 @@ class PoolLayer:
     out: str
     spec: PoolSpec
     residual: str | None = None
-    w: None = None
+    w: None = None  # what an accelerator unit may carry, never a pool's: run-time weights,
+    gate: None = None  # a fused channel scale,
+    gap: None = None  # a fused global average
 
 
 def _known_nonneg(value: str, graph: Graph) -> bool:
@@ -160,16 +162,17 @@ def fuse_pools(units: list[tuple[str, AccelLayer | PoolLayer | list[Node]]], gra
 
 def _fuse_adjacent(
     units: list,
-    fuse: Callable[[AccelLayer, AccelLayer | PoolLayer], AccelLayer | None],
+    fuse: Callable[[AccelLayer | PoolLayer, AccelLayer | PoolLayer], AccelLayer | None],
     pays: Callable[[AccelLayer], bool] | None = None,
+    first: type = AccelLayer,
 ) -> list:
-    """``units`` with each accelerator unit after a convolution layer replaced, together with that layer, by
-    ``fuse(layer, unit)`` where it returns a layer (a falsy value: the two stay apart) and ``pays`` (if given)
-    accepts it."""
+    """``units`` with each accelerator unit after an accelerator unit of type ``first`` (a convolution layer, or
+    an ALU layer) replaced, together with it, by ``fuse(that unit, unit)`` where it returns a layer (a falsy value:
+    the two stay apart) and ``pays`` (if given) accepts it."""
     out: list = []
     for kind, unit in units:
         prev = out[-1][1] if out and out[-1][0] == "accel" else None
-        fused = fuse(prev, unit) if kind == "accel" and isinstance(prev, AccelLayer) else None
+        fused = fuse(prev, unit) if kind == "accel" and isinstance(prev, first) else None
         if fused and (pays is None or pays(fused)):
             out[-1] = ("accel", fused)
         else:
@@ -263,17 +266,11 @@ def fuse_gaps(units: list, graph: Graph, pays: Callable[[AccelLayer], bool]) -> 
 def fuse_gates(units: list, graph: Graph, pays: Callable[[AccelLayer], bool]) -> list:
     """The placement's units with each channel scale fused into the 1x1 convolution after it where
     :func:`fuse_gate` allows and ``pays(fused layer)`` (it compiles, and runs faster than the two apart)."""
-    out: list = []
-    for kind, unit in units:
-        prev = out[-1][1] if out and out[-1][0] == "accel" else None
-        fused = None
-        if kind == "accel" and isinstance(prev, PoolLayer) and isinstance(unit, AccelLayer):
-            fused = fuse_gate(prev, unit, graph)
-        if fused is not None and pays(fused):
-            out[-1] = ("accel", fused)
-        else:
-            out.append((kind, unit))
-    return out
+
+    def fuse(scale: PoolLayer, unit) -> AccelLayer | None:
+        return isinstance(unit, AccelLayer) and fuse_gate(scale, unit, graph)
+
+    return _fuse_adjacent(units, fuse, pays, first=PoolLayer)
 
 
 def fuse_add(conv: AccelLayer, add: AccelLayer, graph: Graph) -> AccelLayer | None:
