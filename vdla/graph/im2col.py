@@ -16,10 +16,17 @@ is what conv2d's padding means (on the lowered int8 graph of :mod:`vdla.graph.qd
 only symmetric int8, zero point 0, is lowered). The blocked layout pads ``C*KH*KW`` up to a multiple of
 ``block_in`` with zero channels (and the weights with zero rows), so the padding costs no graph node.
 
+The window may also be the kernel's rows alone (:func:`im2col_window`): ``im2col`` over ``(KH, 1)`` and a
+``1 x KW`` convolution over its output, whose kernel columns stay taps the accelerator reads from INP
+again for neighbouring outputs. That is chosen where it needs no more reduction blocks than the whole
+window, since the host's tensor is then about ``KW / stride`` times smaller: a stem over folded rows
+(:mod:`vdla.graph.fold`), 3 channels x 5 rows, packs 15 channels into one block for 3 taps, the same 3
+blocks as 45 channels but a third of the bytes.
+
 A conv is rewritten only where it pays and costs no extra conversion: its input is int8 and computed on
 the host from a graph input by elementwise steps (the model's quantized image, so the im2col joins the CPU
 step that quantizes and packs it), its weights are an int8 parameter, groups is 1, and the packed
-reduction needs fewer blocks (:func:`reduction_blocks`). Everything else is left as it is.
+reduction needs fewer blocks (:func:`im2col_window`). Everything else is left as it is.
 """
 
 from __future__ import annotations
@@ -41,6 +48,17 @@ def reduction_blocks(c: int, kh: int, kw: int, block: int) -> tuple[int, int]:
     """GEMM reduction blocks per output element of a ``c``-channel ``kh`` x ``kw`` convolution: (as it is,
     ``ceil(c / block) * kh * kw``; after im2col, ``ceil(c * kh * kw / block)``). The second is never larger."""
     return math.ceil(c / block) * kh * kw, math.ceil(c * kh * kw / block)
+
+
+def im2col_window(c: int, kh: int, kw: int, block: int) -> tuple[int, int] | None:
+    """The window ``(rows, columns)`` an im2col of a ``c``-channel ``kh`` x ``kw`` convolution takes:
+    ``(kh, 1)`` (the kernel rows alone) where that needs no more reduction blocks than ``(kh, kw)``, else
+    ``(kh, kw)``; None where neither needs fewer blocks than the convolution as it is."""
+    before, full = reduction_blocks(c, kh, kw, block)
+    rows = math.ceil(c * kh / block) * kw
+    if min(rows, full) >= before:
+        return None
+    return (kh, 1) if rows <= full else (kh, kw)
 
 
 def computed_on_host(value: str, graph: Graph) -> bool:
@@ -72,8 +90,7 @@ def applies(node: Node, graph: Graph, types: Mapping[str, TensorType], block: in
     if types[x].dtype != "int8" or w not in graph.params or graph.params[w].dtype != np.int8:
         return False
     _, c, kh, kw = graph.params[w].shape
-    before, after = reduction_blocks(c, kh, kw, block)
-    return after < before and computed_on_host(x, graph)
+    return im2col_window(c, kh, kw, block) is not None and computed_on_host(x, graph)
 
 
 def im2col_convs(graph: Graph, block: int) -> Graph:
@@ -91,19 +108,25 @@ def im2col_convs(graph: Graph, block: int) -> Graph:
             continue
         x, w, *bias = node.inputs
         win = _window(node, types, graph)
+        o, c, kh, kw = params[w].shape
+        _, cols_ = im2col_window(c, kh, kw, block)
+        whole = cols_ == kw  # else the kernel rows alone: the columns stay the conv's taps
+        (top, bottom, left, right), (sh, sw), (dh, dw) = win.pads, win.stride, win.dilation
         cols = fresh_name(f"{node.output}:im2col", taken)
         attrs = {
-            "kernel": list(win.kernel),
-            "stride": list(win.stride),
-            "padding": list(win.pads),
-            "dilation": list(win.dilation),
+            "kernel": [kh, cols_],
+            "stride": [sh, sw if whole else 1],
+            "padding": [top, bottom, left, right] if whole else [top, bottom, 0, 0],
+            "dilation": [dh, dw if whole else 1],
         }
         nodes.append(Node("im2col", (x,), cols, attrs))
         w2 = fresh_name(f"{w}:im2col", taken)
-        params[w2] = np.ascontiguousarray(params[w].reshape(params[w].shape[0], -1, 1, 1))
+        params[w2] = np.ascontiguousarray(params[w].reshape(o, -1, 1, 1 if whole else kw))
         if w in param_types:
             param_types[w2] = TensorType(params[w2].shape, param_types[w].dtype, param_types[w].quant)
         rest = {k: v for k, v in node.attrs.items() if k not in ("stride", "padding", "dilation", "groups")}
+        if not whole:
+            rest.update(stride=[1, sw], padding=[0, 0, left, right], dilation=[1, dw])
         nodes.append(Node("conv2d", (cols, w2, *bias), node.output, rest))
         replaced.add(w)
     read = {i for n in nodes for i in n.inputs}

@@ -92,6 +92,7 @@ def compile_options(args: argparse.Namespace):
         fuse_depthwise=not getattr(args, "no_fuse_depthwise", False),
         fuse_adds=not getattr(args, "no_fuse_adds", False),
         fuse_squeeze_excite=not getattr(args, "no_fuse_squeeze_excite", False),
+        fold_narrow=not getattr(args, "no_fold_narrow", False),
     )
 
 
@@ -313,6 +314,12 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         help="run squeeze-excite's global average and channel product as steps of their own (by default the average "
         "runs in the depthwise layer whose output it reads and the product in the 1x1 convolution after it, where "
         "that is faster: neither reads the feature map back from DRAM)",
+    )
+    p.add_argument(
+        "--no-fold-narrow",
+        action="store_true",
+        help="keep tensors of at most half a block of channels as they are (by default they are stored with two rows "
+        "side by side as channels, filling whole blocks, where the layers around them are faster so)",
     )
     p.add_argument(
         "--power-of-two",

@@ -27,6 +27,7 @@ from vdla.compiler.spec import EpilogueSpec, OutputView
 from vdla.config import HwConfig
 from vdla.graph.copies import COPY, block_view, channel_span
 from vdla.graph.ew import EPILOGUE_STEP
+from vdla.graph.fold import MACS
 from vdla.graph.graph import Graph, Node
 from vdla.graph.layout import blocked_shape
 from vdla.graph.ops import OPS, infer_types, interleave_type
@@ -579,9 +580,11 @@ class ModelBuilder:
         desc = {"op": op, "input": list(layer.in_shape), **desc}
         if layer.note:
             desc["note"] = layer.note
-        moves = self.g.producers()[layer.nodes[0]].attrs.get(COPY)
+        attrs = self.g.producers()[layer.nodes[0]].attrs
+        moves = attrs.get(COPY)
         if moves:
             desc["copy"] = moves
+        macs = attrs.get(MACS, macs)
         out = self.accel_writes(layer)
         return AccelStep(layer.out, code.addr, len(insns), 0 if moves else macs, self.accel_reads(layer), out, desc)
 
@@ -798,6 +801,8 @@ def node_macs(node: Node, types: dict[str, TensorType]) -> int:
     """Multiply-accumulates of a conv2d, dense or matmul node of the graph typed by ``types`` (0 for others)."""
     if node.attrs.get(COPY):
         return 0  # a 0/1 convolution moving values (vdla.graph.copies): no multiply-accumulate of the network
+    if MACS in node.attrs:
+        return int(node.attrs[MACS])  # rewritten with zero taps (vdla.graph.fold): the network's own count
     if node.op == "conv2d":
         n, oc, oh, ow = types[node.output].shape
         _, icg, kh, kw = types[node.inputs[1]].shape

@@ -34,6 +34,7 @@ from vdla.graph import dump as gdump
 from vdla.graph.calibrate import DEFAULT_PERCENTILE, METHODS
 from vdla.graph.convt import phase_convs
 from vdla.graph.copies import accelerator_copies
+from vdla.graph.fold import fold_narrow as fold_narrow_graph
 from vdla.graph.graph import Graph
 from vdla.graph.im2col import im2col_convs
 from vdla.graph.ops import infer_types
@@ -62,7 +63,9 @@ class CompileOptions:
     ``fuse_adds`` each residual add after an activation table in the convolution whose output it adds
     (:attr:`vdla.compiler.spec.EpilogueSpec.post`), and ``fuse_squeeze_excite`` squeeze-excite's global average
     into the depthwise layer whose output it averages and its channel product into the 1x1 convolution reading it
-    (:attr:`vdla.compiler.spec.EpilogueSpec.gate`), each only where that is faster.
+    (:attr:`vdla.compiler.spec.EpilogueSpec.gate`), each only where that is faster; ``fold_narrow`` stores tensors of
+    at most half a block of channels with two rows side by side as channels, and rewrites the layers around them
+    (:mod:`vdla.graph.fold`), where that is faster by its cost model.
 
     Invariants: ``calibration`` is one of :data:`vdla.graph.calibrate.METHODS`, ``percentile`` lies in
     (0, 100], ``keep_float`` is a tuple of names, ``input_shapes`` maps names to tuples of ints,
@@ -81,6 +84,7 @@ class CompileOptions:
     fuse_depthwise: bool = True
     fuse_adds: bool = True
     fuse_squeeze_excite: bool = True
+    fold_narrow: bool = True
 
     def __post_init__(self) -> None:
         if self.calibration not in METHODS:
@@ -128,10 +132,11 @@ def compile_graph_model(
     fuse_depthwise: bool = True,
     fuse_adds: bool = True,
     fuse_squeeze_excite: bool = True,
+    fold_narrow: bool = True,
 ) -> tuple[Artifact, CompileReport]:
     """Compile a graph (already imported) to an artifact: ``passes`` (name, function) run first, then QDQ
     lowering, partitioning, layout, memory planning and the accelerator layers (``fuse_depthwise``,
-    ``fuse_adds``, ``fuse_squeeze_excite``: see :class:`CompileOptions`)."""
+    ``fuse_adds``, ``fuse_squeeze_excite``, ``fold_narrow``: see :class:`CompileOptions`)."""
     cfg = load_config(config)
     if cfg.block_in != cfg.block_out:
         raise CompileError(
@@ -158,7 +163,9 @@ def compile_graph_model(
     # what the lowering left between layers, as 0/1 convolutions it lowers in turn (vdla.graph.copies)
     copies = ("accelerator_copies", lambda g: tables[1](lower_qdq(accelerator_copies(g, cfg.block_in))))
     steps = [*(passes or []), ("lower_qdq", lower_qdq), tables, copies]
-    for name, fn in [*steps, ("conv_transpose_phases", phase_convs), im2col]:
+    # tensors of few channels stored two rows to a pixel (vdla.graph.fold), before im2col packs the stem
+    fold = [("fold_narrow", lambda g: fold_narrow_graph(g, cfg.block_in, cfg.bus_bytes))] if fold_narrow else []
+    for name, fn in [*steps, ("conv_transpose_phases", phase_convs), *fold, im2col]:
         t0 = time.perf_counter()
         graph = after(name, fn(graph), t0)
     t0 = time.perf_counter()
@@ -290,7 +297,7 @@ def compile_model(
         raise CompileError("keep_float needs calibration data (calib): without it a float model runs all in float")
     artifact, report = compile_graph_model(
         graph, opts.config, cache, opts.dump, log, passes=passes, fuse_depthwise=opts.fuse_depthwise,
-        fuse_adds=opts.fuse_adds, fuse_squeeze_excite=opts.fuse_squeeze_excite,
+        fuse_adds=opts.fuse_adds, fuse_squeeze_excite=opts.fuse_squeeze_excite, fold_narrow=opts.fold_narrow,
     )  # fmt: skip
     report.seconds = {"import": import_s, **report.seconds}
     if opts.cpu_targets:

@@ -1,0 +1,248 @@
+"""Narrow tensors folded (``vdla.graph.fold``): two rows of a tensor of few channels side by side as channels.
+
+* :func:`row_fold` and :func:`fold_weights` against numpy: a convolution over a folded input into a folded
+  output equals the fold of the convolution, for kernels 1 to 5, strides 1 and 2, padding on either side;
+  the forms that are no convolution are refused;
+* the rows-only im2col window of the stem (``vdla.graph.im2col``);
+* the pass on a quantized model with a stem, a 3x3 layer between folded tensors, a concat of folded values,
+  a 1x1 layer the concat forces to fold and an unfolding stride-2 layer: what folds, the lowered graph's
+  values, bit-exact on sim and rtl against the interpreter of the graph before the rewrite, the network's MACs
+  kept and fewer cycles;
+* the command line's ``--no-fold-narrow``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from vdla.graph import Graph, Node, TensorType, oracle
+from vdla.graph.copies import accelerator_copies
+from vdla.graph.fold import FOLD, MACS, choose_folds, fold_narrow, fold_weights, paired_order, row_fold
+from vdla.graph.im2col import im2col_convs, im2col_window
+from vdla.graph.interp import evaluate
+from vdla.graph.qdq import lower_qdq
+from vdla.graph.tables import fold_tables, quantize_early
+from vdla.graph.verify import verify
+from vdla.graph.window import Window
+from vdla.model import Module
+from vdla.model.pipeline import compile_graph_model
+
+
+def fold(x: np.ndarray) -> np.ndarray:
+    """fold(x)[n, h * C + c, Y, X] = x[n, c, 2 * Y + h, X], by its definition."""
+    n, c, h, w = x.shape
+    out = np.empty((n, FOLD * c, h // FOLD, w), x.dtype)
+    for half in range(FOLD):
+        out[:, half * c : (half + 1) * c] = x[:, :, half::FOLD]
+    return out
+
+
+def _conv(x: np.ndarray, w: np.ndarray, stride, pads) -> np.ndarray:
+    return oracle.conv2d(x, w, Window(w.shape[2:], stride, (1, 1), pads)).astype(np.int64)
+
+
+CONVS = [  # (h, kernel rows, stride, top, bottom)
+    (8, 1, 1, 0, 0),
+    (8, 3, 1, 1, 1),
+    (12, 3, 2, 1, 1),
+    (12, 3, 2, 1, 0),
+    (16, 5, 1, 2, 2),
+    (16, 5, 2, 2, 1),
+    (10, 2, 2, 0, 0),
+    (8, 4, 1, 2, 1),
+]
+
+
+@pytest.mark.parametrize("h,kh,stride,top,bottom", CONVS)
+@pytest.mark.parametrize("fi,fo", [(1, 2), (2, 2), (2, 1)])
+def test_a_convolution_over_folded_rows_is_the_fold_of_the_convolution(h, kh, stride, top, bottom, fi, fo):
+    rng = np.random.default_rng(h * 100 + kh * 10 + stride + fi + 3 * fo)
+    x = rng.integers(-128, 128, (2, 5, h, 7)).astype(np.int8)
+    w = rng.integers(-128, 128, (6, 5, kh, 3)).astype(np.int8)
+    want = _conv(x, w, (stride, 1), (top, bottom, 1, 1))
+    oh = want.shape[2]
+    rf = row_fold(kh, stride, top, h, oh, fi, fo)
+    if fi == 2 and fo == 1 and stride == 1 or oh % fo:
+        assert rf is None  # an unfolding stride-1 convolution, or odd output rows to fold
+        return
+    assert rf is not None
+    got = _conv(fold(x) if fi == 2 else x, fold_weights(w, rf, fi, fo), (rf.stride, 1), (rf.top, rf.bottom, 1, 1))
+    np.testing.assert_array_equal(got, fold(want) if fo == 2 else want)
+
+
+def test_row_fold_refuses_odd_rows():
+    assert row_fold(3, 1, 1, 9, 9, 2, 2) is None  # 9 input rows do not fold
+    assert row_fold(3, 2, 1, 10, 5, 1, 2) is None  # 5 output rows do not fold
+
+
+def test_the_folded_weights_keep_every_tap_once():
+    w = np.arange(1, 8 * 4 * 3 * 3 + 1, dtype=np.int32).reshape(8, 4, 3, 3)
+    rf = row_fold(3, 1, 1, 8, 8, 2, 2)
+    assert (rf.kernel, rf.stride, rf.top, rf.bottom) == (3, 1, 1, 1)
+    folded = fold_weights(w, rf, 2, 2)
+    assert folded.shape == (16, 8, 3, 3)
+    assert sorted(folded[folded != 0].tolist()) == sorted(np.tile(w.ravel(), FOLD).tolist())  # each output half
+
+
+def test_the_im2col_window_takes_the_kernel_rows_alone_where_that_packs_as_well():
+    assert im2col_window(3, 3, 3, 16) == (3, 3)  # 27 channels: 2 blocks, against 3 taps of 9
+    assert im2col_window(3, 7, 7, 16) == (7, 7)  # ResNet-18's C1: 10 blocks, against 7 taps of 21
+    assert im2col_window(3, 5, 3, 16) == (5, 1)  # a folded stem: 15 channels x 3 taps = 3 blocks, as 45
+    assert im2col_window(16, 3, 3, 16) is None
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The pass on a quantized model
+
+S = 0.05
+
+
+def _qconv(nodes, params, rng, name, x, c_in, c_out, k, stride, pad, act="relu"):
+    """A QDQ conv: dequantized per-channel int8 weights and int32 bias around a float conv, then ``act``
+    (``relu`` in the conv's epilogue, any other between a requantization and the next)."""
+    params[f"{name}_w"] = rng.integers(-127, 128, (c_out, c_in, k, k), dtype=np.int8)
+    sw = rng.uniform(0.0005, 0.002, c_out)
+    params[f"{name}_ws"] = sw.astype(np.float32).reshape(-1, 1, 1, 1)
+    params[f"{name}_b"] = rng.integers(-2000, 2000, c_out).astype(np.int32)
+    params[f"{name}_bs"] = (S * sw).astype(np.float32)
+    nodes += [
+        Node("dequantize", (f"{name}_w", f"{name}_ws"), f"{name}_wf", {"zero_point": 0, "axis": 0}),
+        Node("dequantize", (f"{name}_b", f"{name}_bs"), f"{name}_bf", {"zero_point": 0, "axis": 0}),
+        Node("conv2d", (x, f"{name}_wf", f"{name}_bf"), f"{name}_y", {"stride": stride, "padding": pad}),
+    ]
+    if act != "relu":
+        nodes += [
+            Node("quantize", (f"{name}_y",), f"{name}_yq", {"scale": S, "zero_point": 0}),
+            Node("dequantize", (f"{name}_yq",), f"{name}_yd", {"scale": S, "zero_point": 0}),
+        ]
+    nodes += [
+        Node(act, (f"{name}_yd" if act != "relu" else f"{name}_y",), f"{name}_r"),
+        Node("quantize", (f"{name}_r",), f"{name}_q", {"scale": S, "zero_point": 0}),
+        Node("dequantize", (f"{name}_q",), f"{name}_d", {"scale": S, "zero_point": 0}),
+    ]
+    return f"{name}_d"
+
+
+def narrow_model(seed: int = 0, image: int = 32) -> Graph:
+    """image -> stem: 3x3 stride 2 (3 -> 8) -> p: 1x1 (8 -> 16) -> a: 3x3 over p's channels 8..15 (8 -> 8), sigmoid
+    -> concat(p, a) (24) -> b: 1x1 (24 -> 16) -> c: 3x3 stride 2 (16 -> 16), a C2f block's shape. The stem's and
+    a's 8 channels are narrow; the concat folds with a, p with the concat, p's slice (a selection convolution,
+    since the concat reads p whole) and b because they cannot unfold; c unfolds."""
+    rng = np.random.default_rng(seed)
+    nodes = [
+        Node("quantize", ("image",), "xq", {"scale": S, "zero_point": 0}),
+        Node("dequantize", ("xq",), "xd", {"scale": S, "zero_point": 0}),
+    ]
+    params: dict[str, np.ndarray] = {}
+    stem = _qconv(nodes, params, rng, "stem", "xd", 3, 8, 3, 2, 1)
+    p = _qconv(nodes, params, rng, "p", stem, 8, 16, 1, 1, 0)
+    h = image // 2
+    nodes += [
+        Node("slice", (p,), "half", {"starts": [0, 8, 0, 0], "stops": [1, 16, h, h], "steps": [1, 1, 1, 1]}),
+        Node("quantize", ("half",), "half_q", {"scale": S, "zero_point": 0}),
+        Node("dequantize", ("half_q",), "half_d", {"scale": S, "zero_point": 0}),
+    ]
+    a = _qconv(nodes, params, rng, "a", "half_d", 8, 8, 3, 1, 1, act="sigmoid")
+    nodes += [
+        Node("concat", (p, a), "cat", {"axis": 1}),
+        Node("quantize", ("cat",), "cat_q", {"scale": S, "zero_point": 0}),
+        Node("dequantize", ("cat_q",), "cat_d", {"scale": S, "zero_point": 0}),
+    ]
+    b = _qconv(nodes, params, rng, "b", "cat_d", 24, 16, 1, 1, 0)
+    _qconv(nodes, params, rng, "c", b, 16, 16, 3, 2, 1)
+    inputs = {"image": TensorType((1, 3, image, image), "float32")}
+    return Graph(inputs, nodes, ["c_d"], params, name="narrow")
+
+
+def lowered(graph: Graph) -> Graph:
+    """The model compiler's passes before the fold (:func:`vdla.model.pipeline.compile_graph_model`)."""
+    tables = fold_tables(quantize_early(lower_qdq(graph)))
+    return fold_tables(quantize_early(lower_qdq(accelerator_copies(tables, 16))))
+
+
+def _image(seed: int, image: int = 32) -> np.ndarray:
+    return np.random.default_rng(seed).normal(0, 2.0, (1, 3, image, image)).astype(np.float32)
+
+
+def test_the_pass_folds_the_narrow_values_and_computes_the_same_graph():
+    low = lowered(narrow_model())
+    plan, folded = choose_folds(low, 16, 8)
+    assert folded == {plan.group(v) for v in ("stem_q", "p_q", "half_q", "a_q", "cat_q", "b_q")}
+    out = fold_narrow(low, 16, 8)
+    types = verify(out, after="fold_narrow")
+    # p's channels 8..15 are its second block once folded: the selection convolution became that slice
+    (view,) = [n for n in out.nodes if n.op == "slice"]
+    assert view.inputs == ("p_q",) and view.output == "half_q" and view.attrs["starts"] == [0, 16, 0, 0]
+    assert not any(n.attrs.get("copy") == "slice" for n in out.nodes)
+    assert types["stem_q"].shape == (1, 16, 8, 16) and types["cat_q"].shape == (1, 48, 8, 16)
+    convs = {n.output: n for n in out.nodes if n.op == "conv2d"}
+    assert all(MACS in n.attrs for n in convs.values())  # each reads or writes folded rows
+    assert out.params[convs["c_q:acc"].inputs[1]].shape == (16, 32, 2, 3)  # unfolds: 2 folded rows, stride 1
+    x = _image(0)
+    want, got = evaluate(low, {"image": x}, keep=True), evaluate(out, {"image": x}, keep=True)
+    np.testing.assert_array_equal(got["c_q"], want["c_q"])
+    (cat,) = [n for n in out.nodes if n.op == "concat"]
+
+    def folded(v: str) -> np.ndarray:  # a convolution's folded output: its channels in pairs of half blocks
+        return fold(want[v])[:, paired_order(want[v].shape[1], 8)]
+
+    for name in types:
+        if name in out.params or types[name].shape == want[name].shape:
+            continue
+        if plan.classes.find(name) == plan.classes.find(cat.output):  # each part in its own order: p's, then a's
+            expect = np.concatenate([folded(v) for v in cat.inputs], axis=1)
+        else:
+            expect = folded(name)
+        np.testing.assert_array_equal(got[name], expect, err_msg=name)
+
+
+def test_a_folded_convolution_pairs_the_halves_of_each_half_block():
+    assert paired_order(8, 8).tolist() == list(range(16))
+    assert paired_order(16, 8).tolist() == [*range(8), *range(16, 24), *range(8, 16), *range(24, 32)]
+    assert paired_order(12, 8).tolist() == [*range(8), *range(12, 20), 8, 9, 10, 11, 20, 21, 22, 23]
+
+
+def test_odd_rows_and_wide_tensors_are_left_alone():
+    odd = lowered(narrow_model(image=28))  # 14 rows after the stem, 7 after c: the stem still folds, not c
+    assert verify(fold_narrow(odd, 16, 8), after="fold_narrow")["c_q"].shape == (1, 16, 7, 7)
+    low = lowered(narrow_model())
+    assert fold_narrow(low, 8, 8).nodes == low.nodes  # 8 channels fill an 8-channel block
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    return {fold: compile_graph_model(narrow_model(), "pynq", fold_narrow=fold)[0] for fold in (True, False)}
+
+
+def test_the_folded_model_keeps_its_macs_and_runs_faster(compiled):
+    folded, plain = compiled[True], compiled[False]
+    assert folded.total_macs == plain.total_macs == folded.accel_macs
+    layers = {s.name: s.layer for s in folded.steps if s.kind == "accel"}
+    assert list(layers) == ["stem_q", "p_q", "a_q", "b_q", "c_q"]  # p's slice read in place, p stored into the concat
+    assert "half_q" in {s.name for s in plain.steps}
+    assert layers["stem_q"]["input"] == [1, 15, 8, 32] and layers["b_q"]["input"] == [1, 48, 8, 16]
+    cycles = []
+    for art in (folded, plain):
+        module = Module(art, "sim")
+        module.run(_image(0))
+        cycles.append(module.last_report.accel_cycles)
+        module.close()
+    assert cycles[0] < cycles[1], cycles
+
+
+def test_the_folded_model_is_bit_exact_against_the_graph_before_the_rewrite(compiled, backend):
+    module = Module(compiled[True], backend)
+    ref = lower_qdq(narrow_model())
+    for seed in (0, 1):
+        x = _image(seed)
+        np.testing.assert_array_equal(module.run(x), evaluate(ref, {"image": x})["c_d"])
+    module.close()
+
+
+def test_the_stem_packs_its_kernel_rows_once_folded():
+    out = im2col_convs(fold_narrow(lowered(narrow_model()), 16, 8), 16)
+    (im2col,) = [n for n in out.nodes if n.op == "im2col"]
+    assert im2col.attrs["kernel"] == [5, 1] and im2col.attrs["stride"] == [4, 1]  # two output rows of stride 2
+    stem = next(n for n in out.nodes if n.op == "conv2d" and n.inputs[0] == im2col.output)
+    assert out.params[stem.inputs[1]].shape == (16, 15, 1, 3)
