@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from vdla.graph import Node
+
 
 def lowered_graph(qdq):
     """The integer graph a QDQ model lowers to (import, simplification, QDQ lowering, activation tables)."""
@@ -61,3 +63,31 @@ def accel_between(artifact) -> list:
     kinds = [s.kind for s in artifact.steps]
     assert kinds[0] == kinds[-1] == "cpu" and "cpu" not in kinds[1:-1], kinds
     return [s for s in artifact.steps if s.kind == "accel"]
+
+
+def qdq_conv(nodes: list, params: dict, rng, name: str, x: str, c_in: int, c_out: int, k: int, s_in: float, *,
+             stride: int = 1, pad: int | None = None, act: str | None = "relu",
+             w_scales: tuple[float, float] = (0.0005, 0.002)) -> str:  # fmt: skip
+    """Append a QDQ convolution of the dequantized ``x`` (scale ``s_in``) to ``nodes``: int8 weights with per-channel
+    scales drawn from ``w_scales`` and an int32 bias, dequantized around a float conv (``pad``: ``k // 2`` by
+    default), then ``act``: ``relu`` right after the conv (its epilogue takes it), another activation after a
+    requantization at ``s_in`` (an activation table), or None. Returns the name of the last value."""
+    params[f"{name}_w"] = rng.integers(-127, 128, (c_out, c_in, k, k), dtype=np.int8)
+    sw = rng.uniform(*w_scales, c_out)
+    params[f"{name}_ws"] = sw.astype(np.float32).reshape(-1, 1, 1, 1)
+    params[f"{name}_b"] = rng.integers(-2000, 2000, c_out).astype(np.int32)
+    params[f"{name}_bs"] = (s_in * sw).astype(np.float32)
+    attrs = {"stride": stride, "padding": k // 2 if pad is None else pad}
+    nodes += [
+        Node("dequantize", (f"{name}_w", f"{name}_ws"), f"{name}_wf", {"zero_point": 0, "axis": 0}),
+        Node("dequantize", (f"{name}_b", f"{name}_bs"), f"{name}_bf", {"zero_point": 0, "axis": 0}),
+        Node("conv2d", (x, f"{name}_wf", f"{name}_bf"), f"{name}_y", attrs),
+    ]
+    if act not in (None, "relu"):
+        nodes += [
+            Node("quantize", (f"{name}_y",), f"{name}_yq", {"scale": s_in, "zero_point": 0}),
+            Node("dequantize", (f"{name}_yq",), f"{name}_yd", {"scale": s_in, "zero_point": 0}),
+        ]
+    if act is not None:
+        nodes.append(Node(act, (nodes[-1].output,), f"{name}_r"))
+    return nodes[-1].output

@@ -18,6 +18,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from qdq_check import qdq_conv
 
 from vdla.compiler import compile_conv2d
 from vdla.cpu_fallback import ops
@@ -102,22 +103,6 @@ def test_im2col_keeps_a_per_tensor_quantization_and_names_bad_input():
 S_IN, S_MID, S_OUT = 0.05, 0.1, 0.2
 
 
-def _qconv(nodes, params, rng, name, x, c_in, c_out, k, stride, pad, s_in):
-    """A QDQ conv: dequantized per-channel int8 weights and int32 bias around a float conv, then ReLU."""
-    params[f"{name}_w"] = rng.integers(-127, 128, (c_out, c_in, k, k), dtype=np.int8)
-    sw = rng.uniform(0.0005, 0.002, c_out)
-    params[f"{name}_ws"] = sw.astype(np.float32).reshape(-1, 1, 1, 1)
-    params[f"{name}_b"] = rng.integers(-2000, 2000, c_out).astype(np.int32)
-    params[f"{name}_bs"] = (s_in * sw).astype(np.float32)
-    nodes += [
-        Node("dequantize", (f"{name}_w", f"{name}_ws"), f"{name}_wf", {"zero_point": 0, "axis": 0}),
-        Node("dequantize", (f"{name}_b", f"{name}_bs"), f"{name}_bf", {"zero_point": 0, "axis": 0}),
-        Node("conv2d", (x, f"{name}_wf", f"{name}_bf"), f"{name}_y", {"stride": stride, "padding": pad}),
-        Node("relu", (f"{name}_y",), f"{name}_r"),
-    ]
-    return f"{name}_r"
-
-
 def first_conv_model(seed: int = 0, image: int = 20, stem_channels: int = 3) -> Graph:
     """image -> quantize -> conv 7x7 stride 2 pad 3 (3 -> 16) + ReLU -> quantize -> conv 3x3 (16 -> 16) + ReLU
     -> quantize -> dequantize: a QDQ model whose first conv the rewrite packs and whose second it leaves."""
@@ -127,12 +112,12 @@ def first_conv_model(seed: int = 0, image: int = 20, stem_channels: int = 3) -> 
         Node("quantize", ("image",), "xq", {"scale": S_IN, "zero_point": 0}),
         Node("dequantize", ("xq",), "xd", {"scale": S_IN, "zero_point": 0}),
     ]
-    a = _qconv(nodes, params, rng, "stem", "xd", stem_channels, 16, 7, 2, 3, S_IN)
+    a = qdq_conv(nodes, params, rng, "stem", "xd", stem_channels, 16, 7, S_IN, stride=2, pad=3)
     nodes += [
         Node("quantize", (a,), "aq", {"scale": S_MID, "zero_point": 0}),
         Node("dequantize", ("aq",), "ad", {"scale": S_MID, "zero_point": 0}),
     ]
-    b = _qconv(nodes, params, rng, "body", "ad", 16, 16, 3, 1, 1, S_MID)
+    b = qdq_conv(nodes, params, rng, "body", "ad", 16, 16, 3, S_MID, stride=1, pad=1)
     nodes += [
         Node("quantize", (b,), "yq", {"scale": S_OUT, "zero_point": 0}),
         Node("dequantize", ("yq",), "y", {"scale": S_OUT, "zero_point": 0}),

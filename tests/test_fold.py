@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from qdq_check import qdq_conv
 
 from vdla.graph import Graph, Node, TensorType, oracle
 from vdla.graph.copies import accelerator_copies
@@ -99,26 +100,10 @@ S = 0.05
 
 
 def _qconv(nodes, params, rng, name, x, c_in, c_out, k, stride, pad, act="relu"):
-    """A QDQ conv: dequantized per-channel int8 weights and int32 bias around a float conv, then ``act``
-    (``relu`` in the conv's epilogue, any other between a requantization and the next)."""
-    params[f"{name}_w"] = rng.integers(-127, 128, (c_out, c_in, k, k), dtype=np.int8)
-    sw = rng.uniform(0.0005, 0.002, c_out)
-    params[f"{name}_ws"] = sw.astype(np.float32).reshape(-1, 1, 1, 1)
-    params[f"{name}_b"] = rng.integers(-2000, 2000, c_out).astype(np.int32)
-    params[f"{name}_bs"] = (S * sw).astype(np.float32)
+    """:func:`qdq_conv` and a requantization of its output."""
+    y = qdq_conv(nodes, params, rng, name, x, c_in, c_out, k, S, stride=stride, pad=pad, act=act)
     nodes += [
-        Node("dequantize", (f"{name}_w", f"{name}_ws"), f"{name}_wf", {"zero_point": 0, "axis": 0}),
-        Node("dequantize", (f"{name}_b", f"{name}_bs"), f"{name}_bf", {"zero_point": 0, "axis": 0}),
-        Node("conv2d", (x, f"{name}_wf", f"{name}_bf"), f"{name}_y", {"stride": stride, "padding": pad}),
-    ]
-    if act != "relu":
-        nodes += [
-            Node("quantize", (f"{name}_y",), f"{name}_yq", {"scale": S, "zero_point": 0}),
-            Node("dequantize", (f"{name}_yq",), f"{name}_yd", {"scale": S, "zero_point": 0}),
-        ]
-    nodes += [
-        Node(act, (f"{name}_yd" if act != "relu" else f"{name}_y",), f"{name}_r"),
-        Node("quantize", (f"{name}_r",), f"{name}_q", {"scale": S, "zero_point": 0}),
+        Node("quantize", (y,), f"{name}_q", {"scale": S, "zero_point": 0}),
         Node("dequantize", (f"{name}_q",), f"{name}_d", {"scale": S, "zero_point": 0}),
     ]
     return f"{name}_d"

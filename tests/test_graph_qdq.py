@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from qdq_check import qdq_conv
 
 from vdla.graph import Graph, Node, TensorType
 from vdla.graph.interp import evaluate
@@ -12,25 +13,7 @@ from vdla.graph.qdq import lower_qdq
 from vdla.graph.verify import verify
 
 S_IN, S_A, S_B, S_OUT = 0.05, 0.04, 0.045, 0.08  # calibrated: no value saturates before the last quantize
-
-
-def _qconv(nodes, params, rng, name, x_dq, c_in, c_out, k, relu=True):
-    """dequantized int8 weights (per channel) and int32 bias around a float conv, then relu."""
-    w = rng.integers(-127, 128, (c_out, c_in, k, k), dtype=np.int8)
-    sw = rng.uniform(0.0002, 0.001, c_out)
-    params[f"{name}_w"] = w
-    params[f"{name}_ws"] = sw.astype(np.float32).reshape(-1, 1, 1, 1)
-    b = rng.integers(-2000, 2000, c_out).astype(np.int32)
-    params[f"{name}_b"] = b
-    params[f"{name}_bs"] = (S_IN * sw).astype(np.float32)
-    nodes += [
-        Node("dequantize", (f"{name}_w", f"{name}_ws"), f"{name}_wf", {"zero_point": 0, "axis": 0}),
-        Node("dequantize", (f"{name}_b", f"{name}_bs"), f"{name}_bf", {"zero_point": 0, "axis": 0}),
-        Node("conv2d", (x_dq, f"{name}_wf", f"{name}_bf"), f"{name}_y", {"padding": k // 2}),
-    ]
-    if relu:
-        nodes.append(Node("relu", (f"{name}_y",), f"{name}_r"))
-    return nodes[-1].output
+W_SCALES = (0.0002, 0.001)
 
 
 def residual_graph(seed: int = 0, hop: bool = True, s_b: float = S_B, s_out: float = S_OUT) -> Graph:
@@ -42,7 +25,7 @@ def residual_graph(seed: int = 0, hop: bool = True, s_b: float = S_B, s_out: flo
         Node("quantize", ("x",), "xq", {"scale": S_IN, "zero_point": 0}),
         Node("dequantize", ("xq",), "xd", {"scale": S_IN, "zero_point": 0}),
     ]
-    a = _qconv(nodes, params, rng, "c1", "xd", 8, 16, 3)
+    a = qdq_conv(nodes, params, rng, "c1", "xd", 8, 16, 3, S_IN, w_scales=W_SCALES)
     nodes += [
         Node("quantize", (a,), "aq", {"scale": S_A, "zero_point": 0}),
         Node("dequantize", ("aq",), "ad", {"scale": S_A, "zero_point": 0}),
@@ -50,7 +33,7 @@ def residual_graph(seed: int = 0, hop: bool = True, s_b: float = S_B, s_out: flo
         Node("quantize", ("pd",), "pq", {"scale": S_A, "zero_point": 0}),
         Node("dequantize", ("pq",), "pdd", {"scale": S_A, "zero_point": 0}),
     ]
-    b = _qconv(nodes, params, rng, "c2", "pdd", 16, 16, 3, relu=False)
+    b = qdq_conv(nodes, params, rng, "c2", "pdd", 16, 16, 3, S_IN, act=None, w_scales=W_SCALES)
     if hop:
         nodes += [
             Node("quantize", (b,), "bq", {"scale": s_b, "zero_point": 0}),

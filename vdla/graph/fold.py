@@ -47,7 +47,7 @@ import numpy as np
 
 from vdla.graph.copies import COPY
 from vdla.graph.ew import is_elementwise
-from vdla.graph.graph import Graph, Node
+from vdla.graph.graph import DisjointSets, Graph, Node
 from vdla.graph.im2col import computed_on_host, im2col_window
 from vdla.graph.interp import evaluate
 from vdla.graph.ops import infer_types
@@ -140,29 +140,6 @@ def conv_cost(cv: _Conv, fi: int, fo: int, block: int, bus_bytes: int) -> float:
     return max(iters, (in_bytes + out_bytes) / bus_bytes)
 
 
-class _Classes:
-    """Union-find over names."""
-
-    def __init__(self) -> None:
-        self.parent: dict[str, str] = {}
-
-    def find(self, v: str) -> str:
-        self.parent.setdefault(v, v)
-        while self.parent[v] != v:
-            self.parent[v] = self.parent[self.parent[v]]
-            v = self.parent[v]
-        return v
-
-    def union(self, a: str, b: str) -> None:
-        self.parent[self.find(a)] = self.find(b)
-
-    def members(self) -> dict[str, list[str]]:
-        out: dict[str, list[str]] = {}
-        for v in self.parent:
-            out.setdefault(self.find(v), []).append(v)
-        return out
-
-
 def _conv(node: Node, types: Mapping[str, TensorType], graph: Graph) -> _Conv | None:
     """The shape of a conv2d node the rewrite takes (see the module docstring), else None."""
     a = node.attrs
@@ -180,17 +157,19 @@ def _conv(node: Node, types: Mapping[str, TensorType], graph: Graph) -> _Conv | 
 
 
 def _window(attrs: Mapping, hw: tuple[int, int], kernel: tuple[int, int]):
-    return make_window("conv2d", hw, kernel, attrs.get("stride", 1), attrs.get("dilation", 1), attrs.get("padding", 0))[
-        0
-    ]
+    stride, dilation, padding = attrs.get("stride", 1), attrs.get("dilation", 1), attrs.get("padding", 0)
+    return make_window("conv2d", hw, kernel, stride, dilation, padding)[0]
 
 
 def _channel_concat(node: Node, types: Mapping[str, TensorType]) -> bool:
     return node.op == "concat" and len(types[node.output].shape) == 4 and int(node.attrs.get("axis", 0)) % 4 == 1
 
 
-def _per_channel(p: np.ndarray, t: TensorType) -> bool:
-    """Whether parameter ``p`` broadcasts over an NCHW tensor of type ``t`` as a scalar or per channel."""
+def _operand(node: Node, p: np.ndarray, t: TensorType) -> bool:
+    """Whether parameter ``p`` of an elementwise node or table ``node`` applies to a folded value of type ``t``: a
+    table of one row, or an operand broadcast as a scalar or per channel."""
+    if node.op == "table":
+        return p.ndim == 1
     return p.size == 1 or (
         len(t.shape) == 4 and p.ndim >= 3 and p.shape[-3:] == (t.shape[1], 1, 1) and p.size == t.shape[1]
     )
@@ -202,7 +181,7 @@ class _Plan:
 
     def __init__(self, graph: Graph, types: Mapping[str, TensorType], block: int) -> None:
         self.graph, self.types, self.block = graph, types, block
-        self.classes, self.groups = _Classes(), _Classes()
+        self.classes, self.groups = DisjointSets(), DisjointSets()
         self.convs: dict[str, _Conv] = {}
         blocked: set[str] = set(graph.inputs) | set(graph.outputs)
         roots: dict[str, list[Node]] = {}  # nodes computing a class's values from outside it
@@ -217,8 +196,9 @@ class _Plan:
             elif node.op == "table" or is_elementwise(node):
                 for v in values:
                     self.classes.union(v, node.output)
-                if node.op != "table" and not all(_per_channel(graph.params[i], types[node.output]) for i in
-                                                  node.inputs[1:] if i in graph.params):  # fmt: skip
+                if not all(
+                    _operand(node, graph.params[i], types[node.output]) for i in node.inputs[1:] if i in graph.params
+                ):
                     blocked.update(values + [node.output])
                 continue
             elif _channel_concat(node, types) and not any(i in graph.params for i in node.inputs):
@@ -226,13 +206,13 @@ class _Plan:
             else:
                 blocked.update(values + [node.output])
             roots.setdefault(node.output, []).append(node)
-        members = self.classes.members()
+        members = self.classes.sets()
         for node in concats:
             for v in node.inputs:
                 self.groups.union(self.classes.find(v), self.classes.find(node.output))
-        self.class_roots = {k: [n for v in vs for n in roots.get(v, [])] for k, vs in members.items()}
         bad = {self.classes.find(v) for v in blocked if v in self.classes.parent}
-        for k, ns in self.class_roots.items():  # a concat's channel order must be its class's only one
+        for k, vs in members.items():  # a concat's channel order must be its class's only one
+            ns = [n for v in vs for n in roots.get(v, [])]
             if len(ns) > 1 and any(n.op == "concat" for n in ns):
                 bad.add(k)
         by_group: dict[str, list[str]] = {}

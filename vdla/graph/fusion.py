@@ -32,7 +32,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 
-from vdla.graph.graph import Graph, Node
+from vdla.graph.graph import DisjointSets, Graph, Node
 from vdla.graph.ops import COMPLEX, INJECTIVE, OPAQUE, OPS, REDUCTION, infer_types, kind
 from vdla.graph.types import TensorType
 from vdla.graph.verify import GraphError
@@ -173,28 +173,18 @@ def post_dominators(graph: Graph) -> dict[str, str | None]:
     return {names[i]: None if p is None else names[p] for i, p in enumerate(tree.parent)}
 
 
-class _UnionFind:
+class _UnionFind(DisjointSets):
     """Groups as a union-find over node indices; a root carries its group's pattern (a COMPLEX anchor
     raises it to COMPLEX when merged in, as in TVM's MergeFromTo)."""
 
     def __init__(self, patterns: Sequence[Pattern]):
-        self.parent = list(range(len(patterns)))
+        super().__init__(range(len(patterns)))
         self.pattern = list(patterns)
 
-    def find(self, i: int) -> int:
-        root = i
-        while self.parent[root] != root:
-            root = self.parent[root]
-        while self.parent[i] != root:
-            self.parent[i], i = root, self.parent[i]
-        return root
-
     def merge(self, child: int, target: int) -> None:
-        child, target = self.find(child), self.find(target)
-        if child != target:
-            self.parent[child] = target
-            if self.pattern[child] == Pattern.COMPLEX:
-                self.pattern[target] = Pattern.COMPLEX
+        child, target = self.union(child, target)
+        if child != target and self.pattern[child] == Pattern.COMPLEX:
+            self.pattern[target] = Pattern.COMPLEX
 
 
 Cond = Callable[[Pattern, bool], bool]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -78,3 +78,33 @@ def reshaped(shape: tuple[int, ...], target: Sequence[int]) -> tuple[int, ...]:
     if math.prod(out) != size:
         raise bad
     return out
+
+
+class DisjointSets:
+    """Union-find over hashable items: each item's set is named by its root (:meth:`find`, with path
+    compression); an item seen first by :meth:`find` is a set of its own."""
+
+    def __init__(self, items: Iterable[Hashable] = ()) -> None:
+        self.parent: dict[Hashable, Hashable] = {i: i for i in items}
+
+    def find(self, item: Hashable) -> Hashable:
+        root = self.parent.setdefault(item, item)
+        while self.parent[root] != root:
+            root = self.parent[root]
+        while self.parent[item] != root:
+            self.parent[item], item = root, self.parent[item]
+        return root
+
+    def union(self, child: Hashable, target: Hashable) -> tuple[Hashable, Hashable]:
+        """Join ``child``'s set into ``target``'s; returns their roots before (equal: already one set)."""
+        child, target = self.find(child), self.find(target)
+        if child != target:
+            self.parent[child] = target
+        return child, target
+
+    def sets(self) -> dict[Hashable, list[Hashable]]:
+        """Every set's items by its root, in the order the items were first seen."""
+        out: dict[Hashable, list[Hashable]] = {}
+        for item in self.parent:
+            out.setdefault(self.find(item), []).append(item)
+        return out
