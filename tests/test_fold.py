@@ -207,6 +207,8 @@ def test_the_folded_model_keeps_its_macs_and_runs_faster(compiled):
     assert list(layers) == ["stem_q", "p_q", "a_q", "b_q", "c_q"]  # p's slice read in place, p stored into the concat
     assert "half_q" in {s.name for s in plain.steps}
     assert layers["stem_q"]["input"] == [1, 15, 8, 32] and layers["b_q"]["input"] == [1, 48, 8, 16]
+    assert layers["stem_q"]["note"] == "output folded: two rows side by side as channels"  # the step table says so
+    assert layers["c_q"]["note"].startswith("input folded") and layers["a_q"]["note"].startswith("input and output")
     cycles = []
     for art in (folded, plain):
         module = Module(art, "sim")

@@ -18,7 +18,8 @@ plain conv2d of stride ``s * fo / fi`` (an integer: an unfolding convolution nee
 span those offsets, with weight ``[(ho, o), (hi, c), j, kx] = w[o, c, ky, kx]`` where ``(ho, ky)`` lands on
 row offset ``j`` and half ``hi``, zero elsewhere. Padding stays padding: a padded row is zero in both forms
 (only symmetric int8, zero point 0, is lowered). The rewritten node keeps the network's multiply-accumulates
-in its :data:`MACS` attribute, so the zero taps it adds never count as work done.
+in its :data:`MACS` attribute, so the zero taps it adds never count as work done, and says what it folds in
+:data:`FOLDED` (the step table's note).
 
 **Epilogues and activations** between them (elementwise nodes and tables) apply to a folded tensor as they
 are, their per-channel operands repeated for both halves. **A channel concat** of folded values keeps each
@@ -57,6 +58,7 @@ from vdla.graph.window import make_window
 
 FOLD = 2  # rows per folded row
 MACS = "macs"  # conv2d attribute: the network's multiply-accumulates of a layer rewritten with zero taps
+FOLDED = "folded"  # conv2d attribute: which of its input and output are folded ("input", "output", "input and output")
 
 
 @dataclass(frozen=True)
@@ -452,6 +454,7 @@ def _fold_conv(
         stride=[rf.stride, win.stride[1]], padding=[rf.top, rf.bottom, left, right], dilation=[1, win.dilation[1]]
     )
     attrs.setdefault(MACS, cv.n * cv.oc * cv.oh * cv.ow * cv.c * cv.kh * cv.kw)
+    attrs[FOLDED] = " and ".join(name for name, f in (("input", fi), ("output", fo)) if f == FOLD)
     return Node("conv2d", (x, w2, *bias), node.output, attrs)
 
 

@@ -27,7 +27,7 @@ from vdla.compiler.spec import EpilogueSpec, OutputView
 from vdla.config import HwConfig
 from vdla.graph.copies import COPY, block_view, channel_span
 from vdla.graph.ew import EPILOGUE_STEP
-from vdla.graph.fold import MACS
+from vdla.graph.fold import FOLDED, MACS
 from vdla.graph.graph import Graph, Node
 from vdla.graph.layout import blocked_shape
 from vdla.graph.ops import OPS, infer_types, interleave_type
@@ -578,9 +578,11 @@ class ModelBuilder:
         show it, with the layer's note; a 0/1 convolution that moves values (:data:`~vdla.graph.copies.COPY`)
         counts no MAC of the network."""
         desc = {"op": op, "input": list(layer.in_shape), **desc}
-        if layer.note:
-            desc["note"] = layer.note
         attrs = self.g.producers()[layer.nodes[0]].attrs
+        folded = f"{attrs[FOLDED]} folded: two rows side by side as channels" if FOLDED in attrs else None
+        note = "; ".join(n for n in (layer.note, folded) if n)
+        if note:
+            desc["note"] = note
         moves = attrs.get(COPY)
         if moves:
             desc["copy"] = moves
