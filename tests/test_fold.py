@@ -8,7 +8,9 @@
   a 1x1 layer the concat forces to fold and an unfolding stride-2 layer: what folds, the lowered graph's
   values, bit-exact on sim and rtl against the interpreter of the graph before the rewrite, the network's MACs
   kept and fewer cycles;
-* the command line's ``--no-fold-narrow``.
+* random chains of narrow convolutions and concats: the folded graph computes the same outputs, and those
+  that fold run bit-exact on sim and rtl;
+* the command line's ``--no-fold-narrow`` (in ``tests/test_quantize.py``).
 """
 
 from __future__ import annotations
@@ -233,3 +235,80 @@ def test_the_stem_packs_its_kernel_rows_once_folded():
     assert im2col.attrs["kernel"] == [5, 1] and im2col.attrs["stride"] == [4, 1]  # two output rows of stride 2
     stem = next(n for n in out.nodes if n.op == "conv2d" and n.inputs[0] == im2col.output)
     assert out.params[stem.inputs[1]].shape == (16, 15, 1, 3)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Random models: whatever the pass folds, the graph computes the same values
+
+
+def random_model(seed: int) -> Graph:
+    """A random chain of QDQ convolutions over few channels (kernels 1 to 5, strides 1 and 2, padding from none
+    to half the kernel, some with a sigmoid as a table), with channel concats of equal-sized values, ending in a
+    3x3 stride-2 convolution to 16 channels."""
+    rng = np.random.default_rng(seed)
+    h, w = int(rng.choice([16, 24, 32])), int(rng.integers(6, 14))
+    nodes = [
+        Node("quantize", ("image",), "xq", {"scale": S, "zero_point": 0}),
+        Node("dequantize", ("xq",), "xd", {"scale": S, "zero_point": 0}),
+    ]
+    params: dict[str, np.ndarray] = {}
+    values = [("xd", 3, h, w)]
+    for i in range(int(rng.integers(3, 7))):
+        v, c, vh, vw = values[-1]
+        same = [u for u in values[:-1] if u[2:] == (vh, vw) and u[0] != "xd"]
+        if same and rng.random() < 0.3:
+            u = same[int(rng.integers(len(same)))]
+            nodes += [
+                Node("concat", (v, u[0]), f"cat{i}", {"axis": 1}),
+                Node("quantize", (f"cat{i}",), f"cat{i}_q", {"scale": S, "zero_point": 0}),
+                Node("dequantize", (f"cat{i}_q",), f"cat{i}_d", {"scale": S, "zero_point": 0}),
+            ]
+            values.append((f"cat{i}_d", c + u[1], vh, vw))
+            continue
+        k = int(rng.choice([1, 2, 3, 5]))
+        stride = int(rng.choice([1, 2])) if vh % 4 == 0 and min(vh, vw) > k + 2 else 1
+        pad = int(rng.integers(0, k // 2 + 1))
+        if min(vh, vw) + 2 * pad < k:
+            k, pad = 1, 0
+        oc = int(rng.choice([4, 8, 8, 12, 16]))
+        act = "sigmoid" if rng.random() < 0.3 else "relu"
+        y = _qconv(nodes, params, rng, f"l{i}", v, c, oc, k, stride, pad, act=act)
+        values.append((y, oc, (vh + 2 * pad - k) // stride + 1, (vw + 2 * pad - k) // stride + 1))
+    y = _qconv(nodes, params, rng, "last", values[-1][0], values[-1][1], 16, 3, 2, 1)
+    inputs = {"image": TensorType((1, 3, h, w), "float32")}
+    return Graph(inputs, nodes, [y], params, name=f"random{seed}")
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_random_models_compute_the_same_folded(seed):
+    model = random_model(seed)
+    low = lowered(model)
+    out = fold_narrow(low, 16, 8)
+    verify(out, after="fold_narrow")
+    x = np.random.default_rng(seed).normal(0, 2.0, model.inputs["image"].shape).astype(np.float32)
+    (name,) = model.outputs
+    np.testing.assert_array_equal(evaluate(out, {"image": x})[name], evaluate(low, {"image": x})[name])
+
+
+def test_random_models_fold_somewhere():
+    """The random models above exercise the pass: most of them fold something."""
+    folded = [bool(choose_folds(lowered(random_model(seed)), 16, 8)[1]) for seed in range(24)]
+    assert sum(folded) >= 12, folded
+
+
+FOLDING = (4, 9, 16, 22)  # random models that fold several groups
+
+
+@pytest.fixture(scope="module")
+def random_compiled():
+    return {seed: compile_graph_model(random_model(seed), "pynq")[0] for seed in FOLDING}
+
+
+@pytest.mark.parametrize("seed", FOLDING)
+def test_random_folded_models_run_bit_exact(seed, random_compiled, backend):
+    model, artifact = random_model(seed), random_compiled[seed]
+    assert any("folded" in s.layer.get("note", "") for s in artifact.steps if s.kind == "accel")
+    x = np.random.default_rng(seed).normal(0, 2.0, model.inputs["image"].shape).astype(np.float32)
+    module = Module(artifact, backend)
+    np.testing.assert_array_equal(module.run(x), evaluate(lower_qdq(model), {"image": x})[model.outputs[0]])
+    module.close()
