@@ -26,6 +26,9 @@ MAX_CASES = [  # shape, kernel, stride, padding
     ((1, 20, 7, 11), 2, 2, 0),  # unpadded, the last column unused
     ((1, 32, 8, 8), 3, 1, 1),  # kernel > 2 x stride: row results in their own region
     ((1, 64, 112, 112), 3, 2, 1),  # ResNet-18's, after the first convolution
+    ((1, 64, 10, 10), 5, 1, 2),  # YOLO's SPPF: both axes by doubling (3 MAX passes each, not 4)
+    ((1, 16, 13, 8), (7, 4), 1, (3, 3, 1, 2)),  # 7 taps by doubling in 3 passes, 4 in 2
+    ((1, 16, 12, 12), 13, 1, 6),  # 13 taps in 4 passes
 ]
 AVG_CASES = [(1, 48, 7, 7), (1, 40, 5, 3), (1, 512, 7, 7)]  # the last is ResNet-18's
 
@@ -76,6 +79,9 @@ def test_global_average_matches_numpy_on_sim(shape):
         ((1, 32, 8, 8), 3, 1, 1, "max"),  # kernel > 2 x stride: first-pass results in their own region
         ((1, 20, 7, 11), (2, 3), (1, 2), 0, "max"),
         ((1, 40, 5, 3), (5, 3), None, 0, "avg"),
+        ((1, 32, 9, 11), (5, 4), 1, 2, "max"),  # both axes by doubling, either first
+        ((1, 24, 10, 9), (5, 3), (1, 2), 2, "max"),  # rows by doubling, columns in place
+        ((1, 16, 9, 10), (3, 6), (2, 1), 1, "max"),  # columns by doubling, rows in place
     ],
 )
 def test_every_candidate_schedule_is_exact(shape, k, s, p, op):
@@ -124,6 +130,11 @@ def test_pools_on_rtl(rtl_library):
     x = _x(spec.shape)
     for first in ("rows", "cols"):
         run = compile_pool(spec, schedule=PoolSchedule(1, 2, 2, first)).run(dev, x)
+        assert np.array_equal(run.out, pool_reference(x, spec))
+    spec = PoolSpec.make((1, 32, 10, 9), 5, 1, 2, "max")  # SPPF's, by doubling
+    x = _x(spec.shape)
+    for first in ("rows", "cols"):
+        run = compile_pool(spec, schedule=PoolSchedule(1, 5, 2, first)).run(dev, x)
         assert np.array_equal(run.out, pool_reference(x, spec))
     spec = PoolSpec.global_avg((1, 32, 3, 5), 1431655765, 33, (-100, 90))
     x = _x(spec.shape)

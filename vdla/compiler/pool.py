@@ -43,6 +43,7 @@ inputs known to be >= 0.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -152,6 +153,18 @@ def pool_reference(x: np.ndarray, spec: PoolSpec, scale: np.ndarray | None = Non
 FIRST = ("rows", "cols")
 
 
+def doubling(taps: int) -> tuple[list[int], int]:
+    """A max over ``taps`` consecutive elements by doubling: ``(offsets, final)``. A MAX with the element ``d``
+    ahead for each offset ``d`` (1, 2, 4, ...) leaves each element the max over twice as many, while twice the
+    span stays under ``taps``; the final MAX with the element ``final = taps - span`` ahead completes it (the two
+    spans overlap: max is idempotent). 4 taps in 2 passes, 5 in 3, 13 in 4, against ``taps - 1``."""
+    offsets, span = [], 1
+    while 2 * span < taps:
+        offsets.append(span)
+        span *= 2
+    return offsets, taps - span
+
+
 @dataclass(frozen=True)
 class PoolSchedule:
     """Tile: ``toc`` channel blocks x ``toh`` output rows (all columns); ``vthreads`` threads; ``first`` the
@@ -209,13 +222,20 @@ class PoolLowering(BandLowering):
         first tap of the result after next (``k <= 2 * stride`` along the axis reduced)."""
         return self.kw <= 2 * self.sw if first == "rows" else self.kh <= 2 * self.sh
 
+    def doubled(self, axis: str) -> bool:
+        """Whether a max pool reduces along ``axis`` ("rows": each row over the column taps, "cols": each column
+        over the row taps) by :func:`doubling` in place: stride 1 and at least 4 taps."""
+        k, stride = (self.kw, self.sw) if axis == "rows" else (self.kh, self.sh)
+        return self.spec.op == "max" and stride == 1 and k >= 4
+
     def per_block(self, noh: int, first: str = "rows") -> tuple[int, int, int]:
         """ACC elements of one channel block of a tile: (input window, first-pass results, output rows); for a
         "scale", (window, 0, its scale row)."""
         rows = self.in_rows(noh)
         if self.spec.op == "scale":  # the window is the output, in place; one row of the scale above it
             return rows * self.cols, 0, 1
-        mid = 0 if self.inplace(first) else rows * self.ow if first == "rows" else noh * self.cols
+        alone = self.inplace(first) or self.doubled(first)  # the first pass runs over the window itself
+        mid = 0 if alone else rows * self.ow if first == "rows" else noh * self.cols
         return rows * self.cols, mid, noh * self.ow
 
     def fits(self, toc: int, toh: int, vthreads: int, first: str) -> bool:
@@ -319,13 +339,17 @@ class PoolLowering(BandLowering):
         else:  # results (output row i, column c), tap k at row i*sh + k
             ext, strides = (t.noh, self.cols), (self.sh * self.cols, 1)
             taps, stride, tap_step = self.kh, self.sh, self.cols
-        if self.inplace(s.first):
+        ops: list[Op] = []
+        if self.doubled(s.first):  # over the window itself: each row's (column's) taps doubled in place
+            m_at, m_strides, order = base, (win, *strides), []
+            n, other, axis = (self.ow, win_rows, 2) if s.first == "rows" else (t.noh, self.cols, 1)
+            ops += self.doubling_passes(t.noc, n, other, m_strides, base, axis, taps, tap_step, final=True)
+        elif self.inplace(s.first):
             m_at, m_strides = base, (win, *strides)
             order = sorted(range(1, taps), key=lambda k: k != stride)
         else:
             m_at, m_strides = mbase, (mb, ext[1], 1)
             order = list(range(taps))
-        ops: list[Op] = []
         for k in order:
             nest = tuple(zip((t.noc, *ext), zip(m_strides, (win, *strides))))
             first = not self.inplace(s.first) and k == 0
@@ -333,13 +357,40 @@ class PoolLowering(BandLowering):
         # the other axis: out[i, j] over the first pass's results
         if s.first == "rows":  # H[i*sh + k, j]
             taps, src = self.kh, (m_strides[0], self.sh * m_strides[1], m_strides[2])
-            step = m_strides[1]
+            step, second, n, other, axis = m_strides[1], "cols", t.noh, self.ow, 1
         else:  # V[i, j*sw + k]
             taps, src = self.kw, (m_strides[0], m_strides[1], self.sw * m_strides[2])
-            step = m_strides[2]
-        for k in range(taps):
+            step, second, n, other, axis = m_strides[2], "rows", self.ow, t.noh, 2
+        offsets: Sequence[int] = range(taps)
+        if self.doubled(second):  # the results' taps doubled in place; the output a copy and the final MAX
+            ops += self.doubling_passes(t.noc, n, other, m_strides, m_at, axis, taps, step, final=False)
+            offsets = (0, doubling(taps)[1])
+        for i, k in enumerate(offsets):
             nest = tuple(zip((t.noc, t.noh, self.ow), zip((ob, self.ow, 1), src)))
-            ops.append(Alu(AluOp.ADD if k == 0 else op, self.kernel(nest, (obase, m_at + k * step)), reset=k == 0))
+            ops.append(Alu(AluOp.ADD if i == 0 else op, self.kernel(nest, (obase, m_at + k * step)), reset=i == 0))
+        return ops
+
+    def doubling_passes(
+        self, noc: int, n: int, other: int, strides: tuple[int, int, int], at: int, axis: int, taps: int, step: int,
+        final: bool,
+    ) -> list[Op]:  # fmt: skip
+        """The in-place MAX passes of :func:`doubling` over the elements at ``at`` (``strides``: per channel block,
+        row, column; ``axis`` 1 reduces along rows, 2 along columns, taps ``step`` apart; ``other`` elements along
+        the other axis): afterwards each of the first ``n`` along ``axis`` holds the max over its ``taps`` (with
+        ``final``; else over the span the final MAX then completes, for the first ``n`` plus that offset). Each
+        pass covers what the next reads; iterations run in program order, so an element is read before the pass
+        writes it."""
+        offsets, last = doubling(taps)
+        need, extents = n + last, []
+        for d in reversed(offsets):
+            extents.append(need)
+            need += d
+        passes = [*zip(offsets, reversed(extents)), *([(last, n)] if final else [])]
+        ops: list[Op] = []
+        for d, size in passes:
+            sizes = (noc, size, other) if axis == 1 else (noc, other, size)
+            nest = tuple(zip(sizes, zip(strides, strides)))
+            ops.append(Alu(AluOp.MAX, self.kernel(nest, (at, at + d * step))))
         return ops
 
     def requantize(self, t: BandTile, obase: int, ob: int) -> list[Op]:
