@@ -19,6 +19,9 @@ reduced separably, along the schedule's ``first`` axis, then the other:
   reads it before that result's own pass writes it, iterations running in program order), else into a
   separate region after a copy (ADD with reset); the second pass writes a dense tile that the STOREs read,
   its first tap a copy;
+* a max over 4 or more taps at stride 1 (YOLO's SPPF) runs by :func:`doubling` along that axis instead, in
+  place (the first pass over the window itself): MAX passes with the element 1, 2, 4, ... ahead, then the final
+  offset (into the output tile for the second pass, as a copy and one MAX);
 * average only: MUL by the multiplier row with the shift (the exact 64-bit product rounded once,
   :func:`vdla.isa.arith.mul_shift`), then CLIP.
 
