@@ -583,12 +583,12 @@ class ModelBuilder:
         note = "; ".join(n for n in (layer.note, folded) if n)
         if note:
             desc["note"] = note
-        moves = attrs.get(COPY)
-        if moves:
-            desc["copy"] = moves
-        macs = attrs.get(MACS, macs)
-        out = self.accel_writes(layer)
-        return AccelStep(layer.out, code.addr, len(insns), 0 if moves else macs, self.accel_reads(layer), out, desc)
+        if attrs.get(COPY):
+            desc["copy"] = attrs[COPY]
+        macs = network_macs(attrs, macs)
+        return AccelStep(
+            layer.out, code.addr, len(insns), macs, self.accel_reads(layer), self.accel_writes(layer), desc
+        )
 
     def compile_parts(self, layer: AccelLayer, dev: Device, addr: dict[str, int]) -> AccelStep:
         """A depthwise or block-diagonal layer as its parts (:mod:`vdla.compiler.blockdiag`), each compiled by
@@ -799,16 +799,19 @@ def accel_runs(steps: list) -> list[tuple[int, int]]:
     return runs
 
 
+def network_macs(attrs: dict, macs: int) -> int:
+    """The multiply-accumulates of the network a convolution node (``attrs``) computes, ``macs`` as its shapes
+    count them: none for a 0/1 convolution moving values (:data:`~vdla.graph.copies.COPY`), the count it keeps for
+    one rewritten with zero taps (:data:`vdla.graph.fold.MACS`)."""
+    return 0 if attrs.get(COPY) else int(attrs.get(MACS, macs))
+
+
 def node_macs(node: Node, types: dict[str, TensorType]) -> int:
     """Multiply-accumulates of a conv2d, dense or matmul node of the graph typed by ``types`` (0 for others)."""
-    if node.attrs.get(COPY):
-        return 0  # a 0/1 convolution moving values (vdla.graph.copies): no multiply-accumulate of the network
-    if MACS in node.attrs:
-        return int(node.attrs[MACS])  # rewritten with zero taps (vdla.graph.fold): the network's own count
     if node.op == "conv2d":
         n, oc, oh, ow = types[node.output].shape
         _, icg, kh, kw = types[node.inputs[1]].shape
-        return n * oc * oh * ow * icg * kh * kw
+        return network_macs(node.attrs, n * oc * oh * ow * icg * kh * kw)
     if node.op == "dense":
         m, n = types[node.output].shape
         return m * n * types[node.inputs[1]].shape[1]

@@ -91,6 +91,13 @@ class AccelLayer:
         return Conv2dSpec.make(in_shape, oc, sh[2:], g.stride, g.padding, g.dilation)
 
     @property
+    def plain(self) -> bool:
+        """Whether the layer is a conv2d of one group with constant weights and no parts, fused pool or layer fused
+        before it (what each fusion takes, adding its own conditions)."""
+        fused = self.parts or self.w or self.pool or self.pre
+        return self.op == "conv2d" and self.groups == 1 and not fused
+
+    @property
     def dw_mode(self) -> bool:
         """Whether the layer runs on the depthwise mode (:func:`vdla.compiler.depthwise.compile_depthwise`)."""
         return self.groups != 1 and not self.parts
@@ -189,7 +196,7 @@ def pointwise_refusal(dw: AccelLayer, pw: AccelLayer, graph: Graph, cfg: HwConfi
         return "the depthwise layer runs as block-diagonal parts" if dw.parts else "it is no depthwise layer alone"
     if pw.x != dw.out:
         return f"the layer after it reads {pw.x!r}, not its output"
-    if pw.op != "conv2d" or pw.groups != 1 or pw.parts or pw.w or pw.pool or pw.pre:
+    if not pw.plain:
         return f"the layer after it is no plain convolution ({pw.op} with parts, run-time weights or a fusion)"
     readers = graph.consumers().get(dw.out, [])
     if dw.out in graph.outputs or len(readers) != 1:
@@ -214,7 +221,7 @@ def expand_refusal(ex: AccelLayer, pair: AccelLayer, graph: Graph, cfg: HwConfig
     dw = pair.pre
     if dw is None or not dw.dw_mode or dw.pre is not None or dw.x != ex.out:
         return "it is no fused depthwise -> 1x1 layer reading the 1x1 layer's output"
-    if ex.op != "conv2d" or ex.groups != 1 or ex.parts or ex.pool or ex.residual or ex.w or ex.pre:
+    if not ex.plain or ex.residual:
         return "the layer before it is no plain convolution (parts, a pool, a residual, run-time weights or a fusion)"
     readers = graph.consumers().get(ex.out, [])
     if ex.out in graph.outputs or len(readers) != 1:
@@ -239,9 +246,7 @@ def fuse_gate(scale: PoolLayer, conv: AccelLayer, graph: Graph) -> AccelLayer | 
     before it, or None where that is not possible: ``conv`` is a plain conv2d (no parts, pool, run-time weights or
     fusion of its own) and the only reader of the scale's output (not a graph output). The compiler refuses the
     rest, naming why (:meth:`~vdla.compiler.schedule.ConvLowering.gate_refusal`)."""
-    if scale.op != "scale" or conv.op != "conv2d" or conv.groups != 1 or conv.parts or conv.pool or conv.w:
-        return None
-    if conv.pre is not None or conv.gate is not None or conv.x != scale.out or scale.out in graph.outputs:
+    if scale.op != "scale" or not conv.plain or conv.gate or conv.x != scale.out or scale.out in graph.outputs:
         return None
     if len(graph.consumers().get(scale.out, [])) != 1:
         return None
@@ -286,9 +291,7 @@ def fuse_add(conv: AccelLayer, add: AccelLayer, graph: Graph) -> AccelLayer | No
     c = add.in_shape[1]
     if not isinstance(add.weights, np.ndarray) or not np.array_equal(add.weights[:, :, 0, 0], np.eye(c)):
         return None
-    if conv.op != "conv2d" or conv.groups != 1 or conv.parts or conv.pool or conv.residual or conv.w or conv.pre:
-        return None
-    if conv.gate is not None:
+    if not conv.plain or conv.residual or conv.gate:
         return None
     readers = graph.consumers().get(conv.out, [])
     if conv.out in graph.outputs or len(readers) != 1 or readers[0].output not in add.nodes:
