@@ -10,14 +10,28 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
+from qdq_check import qdq_conv  # noqa: E402
 from test_graph_qdq import S_A, residual_graph  # noqa: E402
 
 import vdla.compiler.chain as chain_mod  # noqa: E402
 from vdla.compiler.chain import join_programs, weight_offset, wgt_rows  # noqa: E402
+from vdla.config import load_config  # noqa: E402
+from vdla.graph import Graph, Node, TensorType  # noqa: E402
 from vdla.graph.interp import evaluate  # noqa: E402
 from vdla.graph.qdq import lower_qdq  # noqa: E402
-from vdla.isa import FinishInsn, GemmInsn, MemInsn, MemType, Stage, decode_program, nop, validate_program  # noqa: E402
+from vdla.isa import (  # noqa: E402
+    FinishInsn,
+    GemmInsn,
+    MemInsn,
+    MemType,
+    Stage,
+    decode_program,
+    nop,
+    pops_of,
+    validate_program,
+)
 from vdla.model import Module  # noqa: E402
+from vdla.model.lower import ModelBuilder  # noqa: E402
 from vdla.model.pipeline import compile_graph_model  # noqa: E402
 
 
@@ -78,11 +92,126 @@ def test_without_the_ready_token_the_next_layer_reads_stale_activations(monkeypa
     """The test can fail: popping the ready token only after the last load lets the next layer read its
     input before the previous layer stored it."""
     monkeypatch.setattr(chain_mod, "_ready_at", lambda loads: len(loads))
+    monkeypatch.setattr(ModelBuilder, "join", _join_without_links)
     broken = compile_graph_model(_graph(), "pynq")[0]
     x = _x(6)
     want = evaluate(lower_qdq(_graph()), {"x": x})["y"]
     assert not np.array_equal(Module(broken).run(x), want)
     np.testing.assert_array_equal(Module(broken, overlap=False).run(x), want)
+
+
+def _join_without_links(self, programs, dev):
+    return join_programs(programs, self.cfg.wgt_depth, self.relocator(dev))
+
+
+def _conv_chain():
+    """x (1, 16, 24, 24) -> 3x3 conv 16 -> 32, ReLU -> 3x3 conv 32 -> 32 -> 1x1 conv 32 -> 32 -> y: layers of
+    several tiles each."""
+    rng, nodes, params = np.random.default_rng(4), [], {}
+    nodes += [
+        Node("quantize", ("x",), "xq", {"scale": 0.05, "zero_point": 0}),
+        Node("dequantize", ("xq",), "xd", {"scale": 0.05, "zero_point": 0}),
+    ]
+    v, s = "xd", 0.05
+    for i, (ci, co, k, act) in enumerate([(16, 32, 3, "relu"), (32, 32, 3, None), (32, 32, 1, None)]):
+        v = qdq_conv(nodes, params, rng, f"c{i}", v, ci, co, k, s, act=act)
+        nodes += [
+            Node("quantize", (v,), f"q{i}", {"scale": 0.1, "zero_point": 0}),
+            Node("dequantize", (f"q{i}",), f"d{i}", {"scale": 0.1, "zero_point": 0}),
+        ]
+        v, s = f"d{i}", 0.1
+    nodes[-1] = Node("dequantize", ("q2",), "y", {"scale": 0.1, "zero_point": 0})
+    return Graph({"x": TensorType((1, 16, 24, 24), "float32")}, nodes, ["y"], params, name="conv_chain")
+
+
+@pytest.fixture(scope="module")
+def conv_chain():
+    return compile_graph_model(_conv_chain(), "pynq")[0]
+
+
+def _early_inp_loads(artifact, result) -> int:
+    """Boundaries where an INP load of layer k + 1 starts before layer k's last GEMM ends."""
+    chain = artifact.chains[0]
+    lo = chain.insn_addr - artifact.config.dram_base_addr
+    insns = decode_program(artifact.image[lo : lo + 16 * chain.insn_count].tobytes())
+    times = {e.index: e for e in result.timeline}
+    early = 0
+    for k in range(1, chain.count):
+        (a, b), (c, d) = chain.span(k - 1), chain.span(k)
+        last_gemm = max(times[i].end for i in range(a, b) if isinstance(insns[i], GemmInsn))
+        loads = [
+            times[i].start for i in range(c, d) if isinstance(insns[i], MemInsn) and insns[i].mem_type == MemType.INP
+        ]
+        early += any(t < last_gemm for t in loads)
+    return early
+
+
+def test_early_links_load_the_next_layer_while_the_last_tiles_compute(conv_chain, backend, monkeypatch):
+    graph = _conv_chain()
+    x = np.random.default_rng(1).normal(0, 1, (1, 16, 24, 24)).astype(np.float32)
+    want = evaluate(lower_qdq(graph), {"x": x})["y"]
+    module = Module(conv_chain, backend)
+    np.testing.assert_array_equal(module.run(x), want)
+    (chain,) = conv_chain.chains
+    assert chain.count == 3
+    if backend == "sim":
+        run = module.last_report.steps[1].result
+        assert _early_inp_loads(conv_chain, run) >= 1
+        monkeypatch.setattr(ModelBuilder, "join", _join_without_links)
+        plain = compile_graph_model(graph, "pynq")[0]
+        before = Module(plain)
+        np.testing.assert_array_equal(before.run(x), want)
+        assert _early_inp_loads(plain, before.last_report.steps[1].result) == 0
+        assert module.last_report.accel_cycles < before.last_report.accel_cycles
+    module.close()
+
+
+def test_without_its_guards_an_early_link_reads_or_overwrites_too_soon(monkeypatch):
+    """The test can fail: loads that pop no cross-layer token before the first of their own layer read
+    activations the previous layer has not stored yet."""
+    monkeypatch.setattr(chain_mod, "_link_pops", _pops_after_first_group)
+    broken = compile_graph_model(_graph(), "pynq")[0]
+    x = _x(6)
+    want = evaluate(lower_qdq(_graph()), {"x": x})["y"]
+    assert not np.array_equal(Module(broken).run(x), want)
+    np.testing.assert_array_equal(Module(broken, overlap=False).run(x), want)
+
+
+def _pops_after_first_group(loads, link):
+    """Every cross-layer token popped only at the first load popping one of its own layer (or the end)."""
+    slots = [[s] for s in loads] + [[]]
+    at = next((i for i, s in enumerate(loads) if chain_mod.FREE in pops_of(s)), len(loads))
+    slots[at][:0] = [nop(Stage.LOAD, "pop_next") for _ in range(len(link.gemms) + 1)]
+    return slots
+
+
+def test_a_load_pops_up_to_the_free_token_of_the_last_gemm_reading_its_rows():
+    cfg = load_config("pynq")
+    inp, wgt = np.full(cfg.inp_depth, -1), np.full(cfg.wgt_depth, -1)
+    inp[100:200], inp[150:160], wgt[0:4] = 0, 2, 1  # three tail GEMMs: 0 reads INP 100-149 and 160-199, ...
+    stores = [MemInsn(store=True, mem_type=MemType.OUT, dram_base=1000, y_size=2, x_size=4, x_stride=10)]
+    gemms = (GemmInsn(), GemmInsn(), GemmInsn())
+    link = chain_mod.Link(gemms, inp, wgt, chain_mod.Pending.of(stores, cfg))
+
+    def load(mem, sram, n, dram=0, **flags):
+        return MemInsn(mem_type=mem, sram_base=sram, dram_base=dram, y_size=1, x_size=n, x_stride=n, **flags)
+
+    assert link.needs(load(MemType.INP, 0, 100)) == 0  # rows no tail GEMM reads
+    assert link.needs(load(MemType.INP, 140, 20)) == 3  # the last reader of 150-159 is GEMM 2
+    assert link.needs(load(MemType.WGT, 3, 1)) == 2
+    assert link.needs(load(MemType.INP, 0, 4, dram=1012)) == 4  # reads a pending store's row: every token
+    assert link.needs(load(MemType.INP, 0, 4, dram=1004)) == 0  # between its rows
+    loads = [
+        load(MemType.WGT, 8, 1),
+        load(MemType.INP, 100, 10),  # needs 1
+        load(MemType.INP, 0, 10, push_next=True),  # needs 0; ends the first group
+        load(MemType.INP, 0, 10),  # after the first group: every token
+        load(MemType.INP, 0, 10, pop_next=True),  # its own layer's token
+    ]
+    slots = chain_mod._link_pops(loads, link)
+    pops = [sum(bool(i.pop_next) for i in slot) for slot in slots]
+    assert pops == [0, 1, 0, 3, 1, 0]
+    assert sum(pops[:-1]) - 1 == len(gemms) + 1  # every cross-layer token, and the load's own
 
 
 def test_weights_move_clear_of_the_previous_layer():

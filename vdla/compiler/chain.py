@@ -16,6 +16,16 @@ the compute -> load queue:
   prologue of ``k + 1`` (its leading flagless micro-op and accumulator loads): it moves ahead of the token
   when the accumulator rows it loads (mirrored into OUT) are none that a store of ``k`` reads.
 
+**Early links.** Given the configuration and the micro-op kernels (:class:`Link`), ``k + 1``'s first inputs
+load while ``k``'s last tiles compute. ``k`` then pushes a free token after each GEMM that follows its last
+own compute -> load push (its *tail*: up to :data:`MAX_FREES`), and ``k + 1``'s first load group pops them
+lazily: a load pops up to the free token of the last tail GEMM reading a row it writes (the GEMMs' INP and
+WGT rows, their micro-ops decoded), and all of them and the ready token if it reads DRAM bytes a store of
+``k`` may still be writing (one whose store -> compute token ``k``'s compute stage has not popped when its
+tail begins). Later loads pop every cross-layer token first, so they do not take the bus from ``k + 1``'s
+prologue. Where a tail GEMM's reads cannot be told (the depthwise mode, reads from OUT), one free token after
+the last GEMM guards every INP row and ``k``'s WGT rows.
+
 Invariants: each layer's instructions keep their order within every stage; every new pop comes after its
 push in stream order (the fetch unit dispatches in stream order, so joining cannot deadlock what ran
 alone); the joined stream is token-balanced and ends with the last layer's FINISH.
@@ -32,6 +42,7 @@ import numpy as np
 from vdla.compiler.spec import CompileError
 from vdla.config import HwConfig
 from vdla.isa import (
+    EpiInsn,
     FinishInsn,
     GemmInsn,
     Insn,
@@ -40,6 +51,7 @@ from vdla.isa import (
     Queue,
     Stage,
     decode_uops,
+    elem_bytes,
     encode_uops,
     nop,
     pops_of,
@@ -73,6 +85,59 @@ def _stored_rows(prog: list[Insn]) -> list[tuple[int, int]]:
         for s in prog
         if isinstance(s, MemInsn) and s.store and not s.is_nop
     ]
+
+
+@dataclass(frozen=True)
+class Pending:
+    """DRAM bytes that stores may still be writing: sorted, disjoint [lo, hi) ranges (``starts``, ``ends``)
+    of their rows."""
+
+    cfg: HwConfig
+    starts: np.ndarray
+    ends: np.ndarray
+
+    @classmethod
+    def of(cls, stores: Sequence[MemInsn], cfg: HwConfig) -> Pending:
+        merged: list[list[int]] = []
+        for lo, hi in sorted(r for s in stores for r in dram_rows(s, cfg)):
+            if merged and lo <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], hi)
+            else:
+                merged.append([lo, hi])
+        a = np.array(merged, dtype=np.int64).reshape(-1, 2)
+        return cls(cfg, a[:, 0], a[:, 1])
+
+    def overlaps(self, load: MemInsn) -> bool:
+        """Whether ``load`` reads any of the bytes."""
+        for lo, hi in dram_rows(load, self.cfg):
+            k = int(np.searchsorted(self.ends, lo, side="right"))  # the first range ending after lo
+            if k < len(self.starts) and self.starts[k] < hi:
+                return True
+        return False
+
+
+def dram_rows(insn: MemInsn, cfg: HwConfig) -> list[tuple[int, int]]:
+    """The [lo, hi) DRAM byte ranges of a LOAD's or STORE's rows."""
+    eb = elem_bytes(cfg, insn.mem_type)
+    return [
+        ((insn.dram_base + r * insn.x_stride) * eb, (insn.dram_base + r * insn.x_stride + insn.x_size) * eb)
+        for r in range(insn.y_size)
+    ]
+
+
+def pending_stores(prog: list[Insn], at: int) -> list[MemInsn]:
+    """The stores of a layer program (FINISH dropped) that may still be running when its compute stage reaches
+    ``at``: all after the last whose store -> compute token the compute stage has popped by then (stores
+    finish in order, and each pushes its token when done)."""
+    popped = sum(1 for s in prog[:at] if s.stage == Stage.COMPUTE and Queue.S2C in pops_of(s))
+    stores = [s for s in prog if s.stage == Stage.STORE]
+    done = 0
+    for i, s in enumerate(stores):
+        if not popped:
+            break
+        if Queue.S2C in pushes_of(s):
+            popped, done = popped - 1, i + 1
+    return [s for s in stores[done:] if isinstance(s, MemInsn) and not s.is_nop]
 
 
 def _prologue(prog: list[Insn], stored: list[tuple[int, int]]) -> int:
@@ -115,11 +180,12 @@ def _ready_at(loads: list[Insn]) -> int:
     return len(loads)
 
 
-def _load_pops(loads: list[Insn], free: bool) -> list[list[Insn]]:
-    """Per load slot (and one past the end), the load-stage instructions to issue there, popping the free
-    token (if ``free``) before the first load and the ready token at :func:`_ready_at`."""
+def _load_pops(loads: list[Insn], free_at: int | None, ready_at: int) -> list[list[Insn]]:
+    """Per load slot (and one past the end), the load-stage instructions to issue there: a pop of the free
+    token (unless ``free_at`` is None) and then one of the ready token, the second at ``ready_at`` (the two
+    share a queue, so the second pop is the one that waits for the ready token)."""
     slots: list[list[Insn]] = [[s] for s in loads] + [[]]
-    for at in ((0,) if free else ()) + (_ready_at(loads),):
+    for at in ((min(free_at, ready_at),) if free_at is not None else ()) + (ready_at,):
         head = slots[at][0] if slots[at] else None
         if head is not None and not getattr(head, FREE.pop_flag):
             setattr(head, FREE.pop_flag, True)
@@ -128,14 +194,19 @@ def _load_pops(loads: list[Insn], free: bool) -> list[list[Insn]]:
     return slots
 
 
-def _after(prev: list[Insn], body: list[Insn], finish: Insn) -> list[Insn]:
+def _after(prev: list[Insn], body: list[Insn], finish: Insn, link: Link | None) -> list[Insn]:
     """A layer's instructions (``body``, its FINISH dropped) as they run after ``prev`` in one stream, with
-    the ready token that replaces the previous layer's ``finish``."""
+    the ready token that replaces the previous layer's ``finish``: popped by the first INP load, after the
+    free token (if the weights overlap) at the first load; or as ``link`` (what ``prev`` left) says."""
     k = _prologue(body, _stored_rows(prev))
     ready = nop(Stage.COMPUTE, READY.push_flag, *(f for f in ("pop_prev", "pop_next") if getattr(finish, f)))
     rest = body[k:]
     loads = _reorder_first_group([s for s in rest if s.stage == Stage.LOAD])
-    slots = iter(_load_pops(loads, _overlap(wgt_rows(prev), wgt_rows(body))))
+    if link is None:
+        early = _overlap(wgt_rows(prev), wgt_rows(body))
+        slots = iter(_load_pops(loads, 0 if early else None, _ready_at(loads)))
+    else:
+        slots = iter(_link_pops(loads, link))
     out = body[:k] + [ready]
     for insn in rest:
         out += next(slots) if insn.stage == Stage.LOAD else [insn]
@@ -199,8 +270,126 @@ def weight_relocator(
     return relocate
 
 
+ReadUops = Callable[[int, int], np.ndarray]  # (DRAM element index, count) -> micro-op words
+
+
+def _link_free_at(prog: list[Insn]) -> int:
+    """Where an early free token goes: after the last compute -> load push (else before the first compute
+    instruction)."""
+    last = max((i for i, s in enumerate(prog) if s.stage == Stage.COMPUTE and FREE in pushes_of(s)), default=-1)
+    return last + 1 if last >= 0 else next((i for i, s in enumerate(prog) if s.stage == Stage.COMPUTE), 0)
+
+
+MAX_FREES = 32  # free tokens an early link pushes at most (one after each of the last GEMMs)
+
+
+@dataclass(frozen=True)
+class Link:
+    """What layer ``k`` leaves the next one of an early link. ``k`` pushes a free token after each of its
+    ``gemms`` (the GEMMs after its last own compute -> load push, in order; identified by object, as ``k``'s
+    joined body holds them); ``inp_last`` and ``wgt_last`` give, per INP and WGT row, the index among them of
+    the last that reads it (-1: none). ``pending``: the DRAM bytes ``k``'s stores may still be writing when the
+    first of them starts."""
+
+    gemms: tuple[Insn, ...]
+    inp_last: np.ndarray
+    wgt_last: np.ndarray
+    pending: Pending
+
+    def needs(self, load: MemInsn) -> int:
+        """How many of the cross-layer tokens (the free ones, then the ready one) ``load`` must have popped:
+        all when it reads pending bytes, else up to the free token of the last GEMM reading a row it writes."""
+        if self.pending.overlaps(load):
+            return len(self.gemms) + 1
+        last = {MemType.INP: self.inp_last, MemType.WGT: self.wgt_last}.get(load.mem_type)
+        rows = last[load.sram_base : load.sram_base + load.sram_elems] if last is not None else last
+        return 0 if rows is None or not rows.size else int(rows.max()) + 1
+
+    @classmethod
+    def of(cls, prog: list[Insn], cfg: HwConfig, read_uops: ReadUops) -> Link:
+        """The link ``prog`` (a layer program, FINISH dropped) leaves: its GEMMs after its last own compute ->
+        load push with the rows they read (their micro-ops as the program's LOAD UOPs left the buffer). Where
+        those cannot be told (a GEMM in the depthwise mode or reading OUT, micro-ops no LOAD UOP wrote) or
+        are too many, one free token after the last GEMM guards every INP row and the program's WGT rows."""
+        at = _link_free_at(prog)  # no load of the next layer runs before the compute stage passes it
+        found = _tail_reads(prog, at, cfg, read_uops)
+        if found is None or len(found[0]) > MAX_FREES:
+            last = prog[max(i for i, s in enumerate(prog) if isinstance(s, GemmInsn))]  # one of them
+            inp, wgt = np.zeros(cfg.inp_depth, np.int64), np.full(cfg.wgt_depth, -1, np.int64)
+            for lo, hi in wgt_rows(prog):
+                wgt[lo:hi] = 0
+            found = ([last], inp, wgt)
+        gemms, inp, wgt = found
+        return cls(tuple(gemms), inp, wgt, Pending.of(pending_stores(prog, at), cfg))
+
+
+def _tail_reads(
+    prog: list[Insn], at: int, cfg: HwConfig, read_uops: ReadUops
+) -> tuple[list[Insn], np.ndarray, np.ndarray] | None:
+    """The GEMMs of ``prog`` from ``at`` on and, per INP and WGT row, the index among them of the last reading
+    it (-1: none); None where a GEMM's reads cannot be told."""
+    table = np.full((cfg.uop_depth, 3), -1, np.int64)
+    inp, wgt = np.full(cfg.inp_depth, -1, np.int64), np.full(cfg.wgt_depth, -1, np.int64)
+    epi, gemms = EpiInsn(), []
+    for i, insn in enumerate(prog):
+        if isinstance(insn, MemInsn) and insn.mem_type == MemType.UOP and not insn.store and not insn.is_nop:
+            if insn.y_size != 1:
+                return None
+            words = read_uops(insn.dram_base, insn.x_size)
+            table[insn.sram_base : insn.sram_base + insn.x_size] = np.stack(decode_uops(words, cfg), axis=1)
+        elif isinstance(insn, EpiInsn):
+            epi = insn
+        elif isinstance(insn, GemmInsn) and i >= at:
+            uops = table[insn.uop_bgn : insn.uop_end]
+            if not insn.reset and (epi.dw or epi.src_out or (uops < 0).any()):
+                return None
+            if not insn.reset:
+                o = np.arange(insn.iter_out)[:, None, None]
+                n = np.arange(insn.iter_in)[None, :, None]
+                inp[(uops[:, 1] + o * insn.src_factor_out + n * insn.src_factor_in).reshape(-1)] = len(gemms)
+                wgt[(uops[:, 2] + o * insn.wgt_factor_out + n * insn.wgt_factor_in).reshape(-1)] = len(gemms)
+            gemms.append(insn)
+    return gemms, inp, wgt
+
+
+def _link_pops(loads: list[Insn], link: Link) -> list[list[Insn]]:
+    """Per load slot (and one past the end), the load-stage instructions to issue there: each load pops the
+    cross-layer tokens it :meth:`Link.needs` that earlier ones have not, and all left are popped before the
+    first load popping a token of its own layer (or at the end)."""
+    slots: list[list[Insn]] = [[s] for s in loads] + [[]]
+    total, popped, first_group = len(link.gemms) + 1, 0, True
+    for at, s in enumerate([*loads, None]):
+        own = s is None or FREE in pops_of(s)
+        want = total if own or not first_group else (0 if s.is_nop else link.needs(s))
+        first_group = first_group and not (s is not None and s.push_next)
+        for _ in range(max(0, want - popped)):
+            if s is not None and not own and not getattr(s, FREE.pop_flag):
+                setattr(s, FREE.pop_flag, True)
+            else:
+                slots[at].insert(0, nop(Stage.LOAD, FREE.pop_flag))
+        popped = max(popped, want)
+        if own:
+            break
+    return slots
+
+
+def _with_frees(body: list[Insn], link: Link) -> list[Insn]:
+    """``body`` with a free token pushed after each of the link's GEMMs."""
+    after = {id(g) for g in link.gemms}
+    out: list[Insn] = []
+    for insn in body:
+        out.append(insn)
+        if id(insn) in after:
+            out.append(nop(Stage.COMPUTE, FREE.push_flag))
+    return out
+
+
 def join_programs(
-    programs: Sequence[Sequence[Insn]], wgt_depth: int | None = None, relocate: Relocate | None = None
+    programs: Sequence[Sequence[Insn]],
+    wgt_depth: int | None = None,
+    relocate: Relocate | None = None,
+    cfg: HwConfig | None = None,
+    read_uops: ReadUops | None = None,
 ) -> Chain:
     """One stream running ``programs`` (finished layer programs, in order) with their fills and drains
     overlapped; the inputs are not modified.
@@ -208,7 +397,8 @@ def join_programs(
     With ``relocate`` (``relocate(program, offset)``: the program with its WGT rows moved by ``offset``, its
     LOAD WGT and GEMM micro-op kernels rewritten) and the buffer's ``wgt_depth``, a layer whose weights would
     overwrite rows the previous layer still reads is moved clear of them where both fit, and then needs no
-    free token: its weights load while the previous layer computes.
+    free token: its weights load while the previous layer computes. With ``cfg`` and ``read_uops`` (micro-op
+    words from DRAM), consecutive layers join by early links (module docstring).
     """
     if not programs:
         raise CompileError("no layer programs to join")
@@ -216,6 +406,7 @@ def join_programs(
     starts: list[int] = []
     prev: list[Insn] = []
     finish: Insn | None = None
+    link: Link | None = None
     progs = [copy.deepcopy(list(p)) for p in programs]
     for i, prog in enumerate(progs):
         if not prog or not isinstance(prog[-1], FinishInsn):
@@ -224,8 +415,12 @@ def join_programs(
             off = weight_offset(wgt_rows(prog), wgt_rows(progs[i + 1]), wgt_depth)
             if off:
                 progs[i + 1] = relocate(progs[i + 1], off)
-        body = prog[:-1] if finish is None else _after(prev, prog[:-1], finish)
-        if i + 1 < len(progs) and _overlap(wgt_rows(prog), wgt_rows(progs[i + 1])):
+        body = prog[:-1] if finish is None else _after(prev, prog[:-1], finish, link)
+        link = None
+        if i + 1 < len(progs) and cfg is not None and read_uops is not None:
+            link = Link.of(prog[:-1], cfg, read_uops)
+            body = _with_frees(body, link)
+        elif i + 1 < len(progs) and _overlap(wgt_rows(prog), wgt_rows(progs[i + 1])):
             at = _free_at(body)
             body = body[:at] + [nop(Stage.COMPUTE, FREE.push_flag)] + body[at:]
         starts.append(len(out))

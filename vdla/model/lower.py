@@ -513,23 +513,24 @@ class ModelBuilder:
         return Artifact(cfg, inputs, outputs, steps, tensors, image, memory, {"model": self.g.name}, chains)
 
     @staticmethod
-    def relocator(dev: Device):
+    def uop_reader(dev: Device):
+        """``read(index, n)``: ``n`` micro-op words from ``dev``'s DRAM element ``index``."""
+        return lambda index, n: dev.dram.view(index * 4, n * 4).view(np.uint32).copy()
+
+    def relocator(self, dev: Device):
         """The weight relocator of programs whose micro-op kernels live in ``dev``'s DRAM."""
-        return weight_relocator(
-            dev.cfg,
-            lambda index, n: dev.dram.view(index * 4, n * 4).view(np.uint32).copy(),
-            lambda words: dev.array(words).addr // 4,
-        )
+        return weight_relocator(dev.cfg, self.uop_reader(dev), lambda words: dev.array(words).addr // 4)
+
+    def join(self, programs: list, dev: Device):
+        """``programs`` joined into one stream (:func:`join_programs`, early links) in ``dev``'s DRAM."""
+        return join_programs(programs, self.cfg.wgt_depth, self.relocator(dev), self.cfg, self.uop_reader(dev))
 
     def chain(self, steps: list, dev: Device) -> list[AccelChain]:
         """Each run of two or more consecutive accelerator steps joined into one stream in ``dev``'s DRAM."""
         cfg = self.cfg
-        relocate = self.relocator(dev)
         chains = []
         for first, count in accel_runs(steps):
-            joined = join_programs(
-                [self.programs[s.name] for s in steps[first : first + count]], cfg.wgt_depth, relocate
-            )
+            joined = self.join([self.programs[s.name] for s in steps[first : first + count]], dev)
             try:
                 validate_program(joined.insns, cfg, dev.dram.range)
             except IsaError as e:
@@ -599,7 +600,7 @@ class ModelBuilder:
             compiled, insns = self.compile_part(layer, part, schedules.get(part.in_shape), dev, addr)
             schedules.setdefault(part.in_shape, compiled.schedule)
             programs.append(insns)
-        joined = join_programs(programs, self.cfg.wgt_depth, self.relocator(dev))
+        joined = self.join(programs, dev)
         self.programs[layer.out] = joined.insns
         code = dev.array(np.frombuffer(encode_program(joined.insns), np.uint8))
         n, c = layer.in_shape[:2]
