@@ -14,9 +14,10 @@ from pathlib import Path
 from vdla.compiler.spec import Conv2dSpec, EpilogueSpec, OutputView
 from vdla.config import HwConfig
 
-SCHEMA = 8  # 4: Schedule.res_inp (an int8 residual in INP, added by the identity GEMM); 5: column-subsampled windows;
+SCHEMA = 9  # 4: Schedule.res_inp (an int8 residual in INP, added by the identity GEMM); 5: column-subsampled windows;
 # 6: fused depthwise steps share their scratch and load resident weights step by step (their cycles changed);
-# 7: FusedSchedule.split (one band, its steps dealt to the threads in turn); 8: max pools by doubling (cycles changed)
+# 7: FusedSchedule.split (one band, its steps dealt to the threads in turn); 8: max pools by doubling (cycles changed);
+# 9: a layer's per-channel rows load as one tensor (prologue cycles changed)
 
 
 def default_cache_dir() -> Path:

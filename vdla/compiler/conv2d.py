@@ -20,7 +20,7 @@ from vdla.compiler.pool import PoolSpec
 from vdla.compiler.run import LayerRun, run_bound
 from vdla.compiler.schedule import GATE, POST, ConvLowering, Schedule
 from vdla.compiler.search import SearchResult, build_stream, emit_program, search
-from vdla.compiler.spec import TABLE, CompileError, Conv2dSpec, EpilogueSpec, OutputView
+from vdla.compiler.spec import ROWS, TABLE, CompileError, Conv2dSpec, EpilogueSpec, OutputView
 from vdla.config import DEFAULT_PRESET, HwConfig, load_config
 from vdla.graph.epilogue import Epilogue
 from vdla.graph.layout import pack_activation, pack_channels, pack_weights, unpack_activation
@@ -41,6 +41,13 @@ def _int_array(name: str, v, shape: tuple[int, ...]) -> np.ndarray:
     if a.size and (a.min() < np.iinfo(np.int32).min or a.max() > np.iinfo(np.int32).max):
         raise CompileError(f"{name} must fit in int32")
     return a.astype(np.int32)
+
+
+def rows_tensor(constants: dict[str, np.ndarray], names: list[str], name: str = ROWS) -> None:
+    """Replace the per-channel rows ``names`` of ``constants`` by one tensor ``name``: them in that order, as
+    the layer's accumulators hold them (:meth:`ConvLowering.rows_loads`)."""
+    if names:
+        constants[name] = np.concatenate([constants.pop(n) for n in names])
 
 
 def _constants(ep: Epilogue, spec: EpilogueSpec, oc: int, cfg: HwConfig) -> dict[str, np.ndarray]:
@@ -108,6 +115,7 @@ class CompiledConv2d:
             self.constants.update({GATE + "mul": mul, EYE: identity_weights(cfg)})
         if ep.table is not None:  # entry b at byte b: LUT elements of out_elem_bytes entries
             self.constants[TABLE] = np.asarray(ep.table, np.int8).reshape(cfg.lut_depth, cfg.batch, cfg.block_out)
+        rows_tensor(self.constants, self.lowering.row_names)
         need = sum(self.lowering.tensor_bytes().values())
         if need > cfg.dram_bytes:
             raise CompileError(

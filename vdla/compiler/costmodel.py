@@ -192,7 +192,7 @@ class CostModel:
         tile's weights; one more one-uop elementwise kernel per extra output-channel tile when a pass reads
         rows), as many as the UOP buffer holds."""
         low = self.low
-        rows = sum(op_cycles(Load(MemType.ACC, 0, name, 0, 1, low.ob, low.ob), self.cfg) for name in low.rows)
+        rows = sum(op_cycles(ld, self.cfg) for ld in low.rows_loads())
         oc = low.tile_order(s)[0]
         visits = sum(len(np.unique(oc[t :: s.vthreads])) for t in range(s.vthreads))
         sets = visits if low.weights_shared else s.vthreads

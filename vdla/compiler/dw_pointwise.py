@@ -49,7 +49,7 @@ import numpy as np
 
 from vdla.compiler.blocks import Block, Epi, Gemm, Load, Op
 from vdla.compiler.cache import ScheduleCache
-from vdla.compiler.conv2d import _constants
+from vdla.compiler.conv2d import _constants, rows_tensor
 from vdla.compiler.depthwise import DepthwiseLowering, DepthwiseSpec, DwPasses, depthwise_reference
 from vdla.compiler.epilogue import normalize
 from vdla.compiler.identity import EYE, identity_weights, load_identity
@@ -57,7 +57,7 @@ from vdla.compiler.microcode import Limits, lower_nest
 from vdla.compiler.run import LayerRun, run_bound
 from vdla.compiler.schedule import ConvLowering, Schedule, ThreadBuilder, Tile
 from vdla.compiler.search import cached_fastest, emit_program
-from vdla.compiler.spec import TABLE, CompileError, Conv2dSpec, EpilogueSpec, OutputView, refusal
+from vdla.compiler.spec import ROWS, TABLE, CompileError, Conv2dSpec, EpilogueSpec, OutputView, refusal
 from vdla.compiler.tiling import BandTile, band_tiles, halvings
 from vdla.compiler.transfer import plan_transfers
 from vdla.compiler.vthreads import Stream, lower_vthreads, prologue_block
@@ -266,9 +266,11 @@ class DwPointwiseLowering:
             ew, eep = expand
             rows = _constants(eep, self.ex.epi, self.ex.spec.oc, c)
             out.update({EX + k: a for k, a in rows.items()}, exwgt=pack_weights(ew, c.block_out, c.block_in))
+            rows_tensor(out, [EX + r for r in self.ex.row_names], EX + ROWS)
             if eep.table is not None:
                 out[TABLE] = np.asarray(eep.table, np.int8).reshape(c.lut_depth, c.batch, c.block_out)
         out.update(_constants(pw_ep, pw.epi, pw.spec.oc, c), wgt=pack_weights(pw_w, c.block_out, c.block_in))
+        rows_tensor(out, pw.row_names)
         if pw.residual_gemm:  # the identity block a res_inp schedule's residual GEMM reads
             out[EYE] = identity_weights(c)
         if pw_ep.table is not None:
@@ -403,17 +405,13 @@ class DwPointwiseLowering:
     def prologue(self, threads: list[list[Block]]) -> Block:
         """Both layers' per-channel rows, the activation table, every distinct micro-kernel made resident."""
         pw, dw = self.pw, self.dw
-        ops: list[Op] = [
-            Load(MemType.ACC, pw.rows_base + i * pw.ob, r, 0, 1, pw.ob, pw.ob) for i, r in enumerate(pw.rows)
-        ]
+        ops: list[Op] = pw.rows_loads()
         ops.append(Load(MemType.ACC, dw.bias0, "dwbias", 0, 1, self.cb, self.cb))
         if dw.passes.mul:
             ops.append(Load(MemType.ACC, dw.mult0, "dwmult", 0, 1, self.cb, self.cb))
         if self.ex is not None:
             ex = self.ex
-            ops += [
-                Load(MemType.ACC, ex.rows_base + i * ex.ob, EX + r, 0, 1, ex.ob, ex.ob) for i, r in enumerate(ex.rows)
-            ]
+            ops += ex.rows_loads(EX + ROWS)
         if dw.passes.table is not None or pw.epi.table or (self.ex is not None and self.ex.out_mode.lut):
             ops.append(Load(MemType.LUT, 0, TABLE, 0, 1, self.cfg.lut_depth, self.cfg.lut_depth))
         return prologue_block(ops, threads, self.cfg.uop_depth)

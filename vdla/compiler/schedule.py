@@ -63,7 +63,7 @@ from vdla.compiler.fused_pool import FusedPool
 from vdla.compiler.identity import EYE, identity_bytes, identity_fits, identity_gemm, load_identity
 from vdla.compiler.intrinsic import GemmIntrinsic, conv2d_contraction, tensorize
 from vdla.compiler.microcode import Limits, MicroKernel, fits_loop, lower_nest, uop_count
-from vdla.compiler.spec import TABLE, CompileError, Conv2dSpec, EpilogueSpec, OutputView
+from vdla.compiler.spec import ROWS, TABLE, CompileError, Conv2dSpec, EpilogueSpec, OutputView
 from vdla.compiler.transfer import MAX_STRIDE, plan_transfers
 from vdla.compiler.vthreads import interleave, prologue_block
 from vdla.config import HwConfig
@@ -587,17 +587,26 @@ class ConvLowering:
     def prologue(self, threads: list[list[Block]]) -> Block:
         """Compute-stage work ahead of every thread: load the rows of all output-channel blocks, and make the
         program's micro-kernels resident (:func:`~vdla.compiler.vthreads.prologue_block`)."""
-        rows = [(self.rows_base + i * self.ob, name) for i, name in enumerate(self.rows)]
-        rows += [(self.post_rows_base + i * self.ob, POST + name) for i, name in enumerate(self.post_rows)]
-        ops: list[Op] = [
-            Load(MemType.ACC, base + tr.sram, name, tr.offset, tr.y, tr.x, tr.stride)
-            for base, name in rows
-            for tr in plan_transfers(0, 0, [(self.ob, 1)])
-        ]
+        ops: list[Op] = self.rows_loads()
         if self.epi.table:  # the activation table, once per layer (it stays until the next LOAD LUT)
             n = self.cfg.lut_depth
             ops.append(Load(MemType.LUT, 0, TABLE, 0, 1, n, n))
         return prologue_block(ops + self.gate_prologue(), threads, self.cfg.uop_depth)
+
+    @property
+    def row_names(self) -> list[str]:
+        """The per-channel rows the layer's constant :data:`~vdla.compiler.spec.ROWS` holds, in their ACC order
+        from :attr:`rows_base` (``ob`` rows each): the epilogue's, then the post add's."""
+        return [*self.rows, *(POST + r for r in self.post_rows)]
+
+    def rows_loads(self, name: str = ROWS) -> list[Load]:
+        """The LOADs of every per-channel row (the tensor ``name``) into the accumulators: one transfer where it
+        fits one, so the prologue pays the DRAM latency once."""
+        n = self.ob * len(self.row_names)
+        return [
+            Load(MemType.ACC, self.rows_base + tr.sram, name, tr.offset, tr.y, tr.x, tr.stride)
+            for tr in (plan_transfers(0, 0, [(n, 1)]) if n else [])
+        ]
 
     def gate_prologue(self) -> list[Op]:
         """A gated input's rows: every image's int8 gate (LOAD ACC_8BIT) times the multiplier row (one MUL holding
@@ -620,8 +629,8 @@ class ConvLowering:
             "wgt": self.ob * self.ib * self.taps * c.wgt_elem_bytes,
             "out": pixels_out // self.ob * self.out_blocks * c.out_elem_bytes,
         }
-        for name in [*self.rows, *(POST + r for r in self.post_rows)]:
-            out[name] = self.ob * c.acc_elem_bytes
+        if self.row_names:
+            out[ROWS] = self.ob * len(self.row_names) * c.acc_elem_bytes
         if self.epi.table:
             out[TABLE] = c.lut_depth * c.out_elem_bytes
         if self.eye is not None:

@@ -174,6 +174,7 @@ def multiplier_kind(multiplier: int | np.ndarray, shift: int = 0) -> str:
 
 
 TABLE = "table"  # the tensor name of a layer's activation table (a constant: LUT_ENTRIES int8 entries)
+ROWS = "rows"  # the tensor name of a layer's per-channel accumulator rows (bias, multipliers), in their ACC order
 
 
 @dataclass(frozen=True)
