@@ -20,12 +20,14 @@ from vdla.graph import Graph, Node, TensorType  # noqa: E402
 from vdla.graph.interp import evaluate  # noqa: E402
 from vdla.graph.qdq import lower_qdq  # noqa: E402
 from vdla.isa import (  # noqa: E402
+    EpiInsn,
     FinishInsn,
     GemmInsn,
     MemInsn,
     MemType,
     Stage,
     decode_program,
+    encode_uops,
     nop,
     pops_of,
     validate_program,
@@ -261,3 +263,37 @@ def test_the_prologue_waits_for_stores_of_the_rows_it_would_overwrite():
 def test_programs_must_end_with_finish():
     with pytest.raises(Exception, match="does not end with FINISH"):
         join_programs([[MemInsn(mem_type=MemType.UOP, x_size=0)]])
+
+
+def _tail_program(src_out: bool):
+    """A layer program: LOAD UOP of kernels at DRAM element 0 (two micro-ops, then one), its weights, a GEMM that
+    frees a buffer for the load stage, then two tail GEMMs (the last after an EPI ``src_out`` if asked)."""
+    uop = MemInsn(mem_type=MemType.UOP, sram_base=0, dram_base=0, y_size=1, x_size=3, x_stride=3)
+    wgt = MemInsn(mem_type=MemType.WGT, sram_base=5, y_size=1, x_size=2, x_stride=2, push_next=True)
+    freeing = GemmInsn(uop_bgn=0, uop_end=2, iter_in=2, src_factor_in=100, push_prev=True)  # INP 0, 1, 100, 101
+    tail = [GemmInsn(uop_bgn=0, uop_end=2, iter_in=2, src_factor_in=100), GemmInsn(uop_bgn=2, uop_end=3)]
+    epi = EpiInsn(src_out=src_out)
+    return [uop, wgt, EpiInsn(pop_prev=True), freeing, tail[0], epi, tail[1]], tail
+
+
+def test_an_early_link_guards_the_rows_its_tail_gemms_read():
+    cfg = load_config("pynq")
+    words = encode_uops(np.array([[0, 0, 5], [1, 1, 6], [2, 300, 5]]), cfg)
+    read = lambda index, n: words[index : index + n]  # noqa: E731
+
+    def load(mem, sram, n):
+        return MemInsn(mem_type=mem, sram_base=sram, dram_base=1 << 20, y_size=1, x_size=n, x_stride=n)
+
+    prog, tail = _tail_program(src_out=False)
+    link = chain_mod.Link.of(prog, cfg, read)
+    assert link.gemms == tuple(tail)  # the GEMMs after the last compute -> load push, in order
+    assert link.needs(load(MemType.INP, 100, 2)) == 1  # rows 100, 101: read by the first tail GEMM only
+    assert link.needs(load(MemType.INP, 300, 1)) == 2  # row 300: by the second
+    assert link.needs(load(MemType.INP, 2, 90)) == 0  # rows no tail GEMM reads
+    assert link.needs(load(MemType.WGT, 5, 1)) == 2 and link.needs(load(MemType.WGT, 7, 4)) == 0
+
+    prog, tail = _tail_program(src_out=True)  # reads from OUT cannot be told: one token after the last GEMM
+    link = chain_mod.Link.of(prog, cfg, read)
+    assert link.gemms == (tail[1],)
+    assert link.needs(load(MemType.INP, 2, 90)) == 1  # every INP row
+    assert link.needs(load(MemType.WGT, 5, 2)) == 1 and link.needs(load(MemType.WGT, 7, 4)) == 0  # its WGT rows
