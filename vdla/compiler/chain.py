@@ -69,13 +69,21 @@ class Chain:
     starts: tuple[int, ...]
 
 
+def _pushes_free(insn: Insn) -> bool:
+    """Whether a compute instruction pushes on the compute -> load queue (a token of its own layer)."""
+    return insn.stage == Stage.COMPUTE and FREE in pushes_of(insn)
+
+
+def _after_last(prog: list[Insn], hit: Callable[[Insn], bool]) -> int:
+    """The position just after the last instruction for which ``hit`` holds, else that of the first compute
+    instruction."""
+    last = max((i for i, s in enumerate(prog) if hit(s)), default=-1)
+    return last + 1 if last >= 0 else next((i for i, s in enumerate(prog) if s.stage == Stage.COMPUTE), 0)
+
+
 def _free_at(prog: list[Insn]) -> int:
     """Where the free token goes: after the last GEMM and after the last compute -> load push."""
-    last = -1
-    for i, insn in enumerate(prog):
-        if isinstance(insn, GemmInsn) or (insn.stage == Stage.COMPUTE and FREE in pushes_of(insn)):
-            last = i
-    return last + 1 if last >= 0 else next((i for i, s in enumerate(prog) if s.stage == Stage.COMPUTE), 0)
+    return _after_last(prog, lambda s: isinstance(s, GemmInsn) or _pushes_free(s))
 
 
 def _stored_rows(prog: list[Insn]) -> list[tuple[int, int]]:
@@ -131,12 +139,8 @@ def pending_stores(prog: list[Insn], at: int) -> list[MemInsn]:
     finish in order, and each pushes its token when done)."""
     popped = sum(1 for s in prog[:at] if s.stage == Stage.COMPUTE and Queue.S2C in pops_of(s))
     stores = [s for s in prog if s.stage == Stage.STORE]
-    done = 0
-    for i, s in enumerate(stores):
-        if not popped:
-            break
-        if Queue.S2C in pushes_of(s):
-            popped, done = popped - 1, i + 1
+    pushing = [i for i, s in enumerate(stores) if Queue.S2C in pushes_of(s)]
+    done = pushing[min(popped, len(pushing)) - 1] + 1 if popped and pushing else 0
     return [s for s in stores[done:] if isinstance(s, MemInsn) and not s.is_nop]
 
 
@@ -186,12 +190,17 @@ def _load_pops(loads: list[Insn], free_at: int | None, ready_at: int) -> list[li
     share a queue, so the second pop is the one that waits for the ready token)."""
     slots: list[list[Insn]] = [[s] for s in loads] + [[]]
     for at in ((min(free_at, ready_at),) if free_at is not None else ()) + (ready_at,):
-        head = slots[at][0] if slots[at] else None
-        if head is not None and not getattr(head, FREE.pop_flag):
-            setattr(head, FREE.pop_flag, True)
-        else:
-            slots[at].insert(0, nop(Stage.LOAD, FREE.pop_flag))
+        _pop(slots[at])
     return slots
+
+
+def _pop(slot: list[Insn]) -> None:
+    """One more cross-layer pop at a load slot: by its load, unless that already pops (or there is none),
+    else by a no-op ahead of it."""
+    if slot and not getattr(slot[-1], FREE.pop_flag):
+        setattr(slot[-1], FREE.pop_flag, True)
+    else:
+        slot.insert(0, nop(Stage.LOAD, FREE.pop_flag))
 
 
 def _after(prev: list[Insn], body: list[Insn], finish: Insn, link: Link | None) -> list[Insn]:
@@ -274,10 +283,8 @@ ReadUops = Callable[[int, int], np.ndarray]  # (DRAM element index, count) -> mi
 
 
 def _link_free_at(prog: list[Insn]) -> int:
-    """Where an early free token goes: after the last compute -> load push (else before the first compute
-    instruction)."""
-    last = max((i for i, s in enumerate(prog) if s.stage == Stage.COMPUTE and FREE in pushes_of(s)), default=-1)
-    return last + 1 if last >= 0 else next((i for i, s in enumerate(prog) if s.stage == Stage.COMPUTE), 0)
+    """Where a layer's tail begins: after its last compute -> load push (else at its first compute instruction)."""
+    return _after_last(prog, _pushes_free)
 
 
 MAX_FREES = 32  # free tokens an early link pushes at most (one after each of the last GEMMs)
@@ -302,8 +309,8 @@ class Link:
         if self.pending.overlaps(load):
             return len(self.gemms) + 1
         last = {MemType.INP: self.inp_last, MemType.WGT: self.wgt_last}.get(load.mem_type)
-        rows = last[load.sram_base : load.sram_base + load.sram_elems] if last is not None else last
-        return 0 if rows is None or not rows.size else int(rows.max()) + 1
+        rows = last[load.sram_base : load.sram_base + load.sram_elems] if last is not None else ()
+        return int(rows.max()) + 1 if len(rows) else 0
 
     @classmethod
     def of(cls, prog: list[Insn], cfg: HwConfig, read_uops: ReadUops) -> Link:
@@ -363,10 +370,7 @@ def _link_pops(loads: list[Insn], link: Link) -> list[list[Insn]]:
         want = total if own or not first_group else (0 if s.is_nop else link.needs(s))
         first_group = first_group and not (s is not None and s.push_next)
         for _ in range(max(0, want - popped)):
-            if s is not None and not own and not getattr(s, FREE.pop_flag):
-                setattr(s, FREE.pop_flag, True)
-            else:
-                slots[at].insert(0, nop(Stage.LOAD, FREE.pop_flag))
+            _pop(slots[at])
         popped = max(popped, want)
         if own:
             break
