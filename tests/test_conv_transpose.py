@@ -289,6 +289,44 @@ def test_a_layer_stores_its_pixels_at_every_copy_of_a_view(backend):
         compile_conv2d(x.shape, w, epilogue=ep, out_view=OutputView((10, 13), (0, 0), (2, 2), copies=((0, 1),)))
 
 
+@pytest.mark.parametrize("pairs", ["gemm", "alu"])
+def test_a_layer_stores_its_output_and_a_copy_through_a_second_view(pairs, backend):
+    """``copy_view``: the layer stores its output as usual and again through a second view into the ``copy``
+    tensor (here a nearest upsampling by 2x2 into channel blocks 1-2 of a 4-block tensor): pixels doubled in the
+    accumulators by an identity GEMM reading OUT, with the OUT-path multiplier on (``gemm``), or by an ALU pass
+    where the config's GEMMs cannot read OUT (``alu``: block_in != block_out, simulator). The copy tensor's other
+    blocks stay as they were; a copy view that does not hold the output is refused."""
+    from dataclasses import replace
+
+    from vdla.compiler import CompileError, compile_conv2d
+    from vdla.compiler.spec import OutputView
+    from vdla.config import load_config
+    from vdla.graph.epilogue import Epilogue
+    from vdla.runtime import Device
+
+    if pairs == "alu" and backend == "rtl":
+        pytest.skip("the RTL is built for the presets; block_in != block_out is a simulator-only config")
+    cfg = load_config("pynq")
+    cfg = cfg if pairs == "gemm" else replace(cfg, name="odd", block_in=32, inp_buff_bytes=65536)
+    rng = np.random.default_rng(9)
+    x = rng.integers(-128, 128, (1, 32, 5, 7)).astype(np.int8)
+    w = rng.integers(-128, 128, (24, 32, 3, 3)).astype(np.int8)
+    ep = Epilogue(rng.integers(-1000, 1000, 24), rng.integers(1 << 29, 1 << 30, 24), 40)
+    view = OutputView((10, 14), (0, 0), (2, 2), blocks=(1, 4), copies=((0, 1), (1, 0), (1, 1)))
+    layer = compile_conv2d(x.shape, w, padding=1, epilogue=ep, copy_view=view, config=cfg)
+    low = layer.lowering
+    assert low.pair_gemm == (pairs == "gemm") and low.out_mul == (pairs == "gemm")
+    assert low.tensor_bytes()["copy"] == 4 * 10 * 14 * 16
+    run = layer.run(Device(cfg, backend), x)
+    want = oracle.conv2d_reference(x, w, layer.spec, ep)
+    np.testing.assert_array_equal(run.out, want)
+    copy = run.extra["copy"]
+    np.testing.assert_array_equal(copy[:, 16:40], want.repeat(2, axis=2).repeat(2, axis=3))
+    assert not copy[:, :16].any() and not copy[:, 40:].any()
+    with pytest.raises(CompileError, match="does not hold a 5x7 output"):
+        compile_conv2d(x.shape, w, padding=1, epilogue=ep, copy_view=replace(view, full_hw=(10, 13)), config=cfg)
+
+
 @pytest.fixture(scope="module", params=[1, 2], ids=["exact-multiple", "sliced"])
 def compiled_case(request):
     graph = _quantized_convt_graph(*CASES[request.param])

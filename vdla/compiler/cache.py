@@ -26,12 +26,18 @@ def default_cache_dir() -> Path:
 
 
 def cache_key(
-    cfg: HwConfig, spec: Conv2dSpec, epi: EpilogueSpec, vthreads: int | str, view: OutputView | None = None
+    cfg: HwConfig,
+    spec: Conv2dSpec,
+    epi: EpilogueSpec,
+    vthreads: int | str,
+    view: OutputView | None = None,
+    copy_view: OutputView | None = None,
 ) -> str:
-    """The entry of a layer: schema, config name and hash, shape, epilogue structure, thread request, and the
-    output view where the layer stores into a larger tensor."""
+    """The entry of a layer: schema, config name and hash, shape, epilogue structure, thread request, the
+    output view where the layer stores into a larger tensor, and the view of a copy it also stores."""
     key = f"v{SCHEMA}:{cfg.name}:{cfg.hash:08x}:{spec.key()}:{epi.key()}:vt{vthreads}"
-    return key if view is None else f"{key}:{view.key()}"
+    key = key if view is None else f"{key}:{view.key()}"
+    return key if copy_view is None else f"{key}:copy:{copy_view.key()}"
 
 
 class ScheduleCache:

@@ -80,6 +80,7 @@ class CompiledConv2d:
         post: Epilogue | None = None,
         post_res: bool = False,
         gate: PoolSpec | None = None,
+        copy_view: OutputView | None = None,
     ):
         t0 = time.perf_counter()
         if pool is not None:
@@ -104,7 +105,7 @@ class CompiledConv2d:
                     f"got a {gate.op} of {gate.shape}"
                 )
             self.epilogue = replace(self.epilogue, gate=(gate.shift, *gate.clip))
-        self.lowering = ConvLowering(spec, self.epilogue, cfg, imm, view, post_imm)
+        self.lowering = ConvLowering(spec, self.epilogue, cfg, imm, view, post_imm, copy_view=copy_view)
         self.constants = {} if runtime else {"wgt": pack_weights(weights, cfg.block_out, cfg.block_in)}
         self.constants.update(_constants(ep, self.epilogue, spec.oc, cfg))
         if post_ep is not None:  # the post add's rows, and the identity block its GEMM reads
@@ -128,7 +129,7 @@ class CompiledConv2d:
             self.lowering.check_minimal(schedule.vthreads)
             self.search = None
         self.schedule = schedule
-        if schedule.res_inp:  # the identity block the residual GEMM reads
+        if schedule.res_inp or self.lowering.pair_gemm:  # the identity block the residual or pair GEMM reads
             self.constants[EYE] = identity_weights(cfg)
         self.stream = build_stream(self.lowering, schedule)
         self.compile_seconds = time.perf_counter() - t0
@@ -174,14 +175,20 @@ class CompiledConv2d:
             arrays["res"] = pack_activation(residual, cfg.batch, cfg.block_out)
         elif residual is not None:
             raise CompileError("the layer was compiled without a residual input")
-        low = self.lowering
+        low, extra = self.lowering, {}
         shape = (low.ng, low.out_blocks, *low.out_tensor_hw, cfg.batch, cfg.block_out)
-        packed, result = run_bound(dev, low, self.stream, arrays, shape, max_cycles=max_cycles, timeline=timeline)
+        if low.copy_view is not None:  # the copy tensor, returned whole and unpacked as LayerRun.extra["copy"]
+            (h, w), blocks = low.copy_view.full_hw, low.copy_view.out_blocks(low.ob)
+            extra["copy"] = (low.ng, blocks, h, w, cfg.batch, cfg.block_out)
+        packed, result = run_bound(
+            dev, low, self.stream, arrays, shape, extra, max_cycles=max_cycles, timeline=timeline
+        )
+        copies = {k: unpack_activation(v, sp.n, v.shape[1] * cfg.block_out) for k, v in extra.items()}
         if low.view is not None:  # this layer's pixels of the larger tensor
             (y0, x0), (sy, sx), (oh, ow) = low.view.offset, low.view.step, low.out_hw
             b0 = low.view.blocks[0]
             packed = packed[:, b0 : b0 + low.ob, y0 : y0 + (oh - 1) * sy + 1 : sy, x0 : x0 + (ow - 1) * sx + 1 : sx]
-        return LayerRun(unpack_activation(np.ascontiguousarray(packed), sp.n, sp.oc), result)
+        return LayerRun(unpack_activation(np.ascontiguousarray(packed), sp.n, sp.oc), result, copies)
 
     def program(self, dev: Device | None = None) -> list[Insn]:
         """The instruction stream (against scratch buffers), e.g. for disassembly."""
@@ -206,6 +213,7 @@ def compile_conv2d(
     post: Epilogue | None = None,
     post_res: bool = False,
     gate: PoolSpec | None = None,
+    copy_view: OutputView | None = None,
 ) -> CompiledConv2d:
     """Compile conv2d(x, weights) and its ``epilogue`` (:class:`vdla.graph.epilogue.Epilogue`: bias,
     requantization, residual, clamp; the int32 accumulator truncated to int8 without one) for inputs of
@@ -219,7 +227,9 @@ def compile_conv2d(
     ``out_view`` stores the output pixels into a larger tensor (:class:`~vdla.compiler.spec.OutputView`: one
     phase of an interleave; the run returns the layer's own pixels). ``weights`` given as a shape (a tuple)
     are computed at run time: the program loads them from the DRAM tensor bound as ``wgt``, packed by
-    :func:`vdla.graph.layout.pack_weights`, and the layer has no weight constant. ``gate``: a channel scale of the
+    :func:`vdla.graph.layout.pack_weights`, and the layer has no weight constant. ``copy_view``: the output is
+    also stored through this view into a second tensor (the run returns it whole as ``extra["copy"]``, the
+    channels of all its blocks, lanes the layer does not write zero). ``gate``: a channel scale of the
     input (:meth:`~vdla.compiler.pool.PoolSpec.channel_scale`, squeeze-excite's product) fused before the GEMMs: the
     layer computes conv2d(pool_reference(x, gate, s), weights) for the int8 gate ``s`` given to ``run``."""
     shape = weights if isinstance(weights, tuple) else weights.shape
@@ -234,7 +244,7 @@ def compile_conv2d(
         raise CompileError(f"weights {shape} do not match {spec.c} input channels (OIHW)")
     options = dict(
         pool=pool, view=out_view, vthreads=vthreads, schedule=schedule, cache=cache, post=post, post_res=post_res,
-        gate=gate,
+        gate=gate, copy_view=copy_view,
     )  # fmt: skip
     return CompiledConv2d(spec, weights, load_config(config), epilogue or Epilogue(), **options)
 

@@ -174,12 +174,17 @@ class ConvLowering:
         view: OutputView | None = None,
         post_imm: int = 1,
         acc_top: int | None = None,
+        copy_view: OutputView | None = None,
     ):
         """``acc_top``: the ACC rows from it up belong to other layers of a fused step
-        (:mod:`vdla.compiler.dw_pointwise`); the per-channel rows sit right below it (default: ACC's top)."""
+        (:mod:`vdla.compiler.dw_pointwise`); the per-channel rows sit right below it (default: ACC's top).
+        ``copy_view``: the layer also stores its output into a second tensor (role ``copy``) through this view,
+        e.g. the phases of a nearest upsampling that another layer reads (its own output stays where ``view``
+        says: a tensor of its own or channel blocks of a larger one)."""
         self.spec, self.epi, self.cfg = spec, epi, cfg
         acc_end = cfg.acc_depth if acc_top is None else acc_top
         self.view = view  # where the output pixels sit in a larger tensor (None: a tensor of their own)
+        self.copy_view = copy_view
         self.intrinsic = GemmIntrinsic.from_config(cfg)
         top, _, left, _ = spec.pad
         self.tensorized = tensorize(
@@ -196,7 +201,9 @@ class ConvLowering:
         self.taps = spec.kh * spec.kw
         self.limits = Limits.of(cfg)
         # the OUT mirror multiplies the last GEMM's writes (EPI mul): nothing but STOREs may follow that GEMM
-        self.out_mul = cfg.out_multiplier and out_mul_fits(epi) and not (view and view.row_pairs)
+        # whole-row pairs are copied by a GEMM reading OUT where the config can (else an ALU pass reading ACC)
+        self.pair_gemm = bool(self.row_pairs) and identity_fits(cfg) and cfg.src_out_refusal() is None
+        self.out_mul = cfg.out_multiplier and out_mul_fits(epi) and not (self.row_pairs and not self.pair_gemm)
         self.passes: tuple[AluPass, ...] = alu_passes(epi, mul_imm, out_mul=self.out_mul)  # residual on the ALU
         self.residual_gemm = residual_gemm_fits(epi) and identity_fits(cfg)  # may a schedule use res_inp?
         self.gemm_passes = alu_passes(epi, mul_imm, residual_gemm=True) if self.residual_gemm else self.passes
@@ -214,6 +221,10 @@ class ConvLowering:
         self.pool = FusedPool.make(epi.pool, (spec.oh, spec.ow)) if epi.pool else None
         if view is not None:
             view.check(self.out_hw, epi, self.ob)
+        if copy_view is not None:
+            copy_view.check(self.out_hw, epi, self.ob)
+            if view is not None and (view.copies or view.row_pairs):
+                raise CompileError(f"a layer storing copies through {view} stores no further copy")
         if epi.post is not None and (why := self.post_refusal()):
             raise CompileError(f"{spec.key()}: no residual add after the activation table: {why}")
         if self.gate is not None and (why := self.gate_refusal()):
@@ -232,8 +243,10 @@ class ConvLowering:
 
     @property
     def row_pairs(self) -> tuple[int, ...]:
-        """The view's rows of pixels stored twice side by side (:attr:`OutputView.row_pairs`; empty: none)."""
-        return self.view.row_pairs if self.view else ()
+        """The rows of pixels the layer stores twice side by side (:attr:`OutputView.row_pairs` of its copy view,
+        else of its view; empty: none)."""
+        view = self.copy_view or self.view
+        return view.row_pairs if view else ()
 
     @property
     def out_blocks(self) -> int:
@@ -343,9 +356,9 @@ class ConvLowering:
 
     @property
     def eye(self) -> int | None:
-        """The WGT element of the identity block (the top one) for a layer whose residual a GEMM can add, or whose
-        post add reads its results back from OUT."""
-        return self.cfg.wgt_depth - 1 if self.residual_gemm or self.post or self.gate else None
+        """The WGT element of the identity block (the top one) for a layer whose residual a GEMM can add, whose
+        post add reads its results back from OUT, or whose whole-row pairs a GEMM copies (:attr:`pair_gemm`)."""
+        return self.cfg.wgt_depth - 1 if self.residual_gemm or self.post or self.gate or self.pair_gemm else None
 
     @property
     def wgt_free(self) -> int:
@@ -579,7 +592,7 @@ class ConvLowering:
             raise CompileError(f"schedule {s.describe()} does not fit: {'; '.join(problems)}")
         tiles, steps, fresh = self.tiles(s), self.steps(s), self.residency(s)
         out = [ThreadBuilder(self, s, t).blocks(tiles[t :: s.vthreads], steps, fresh[t]) for t in range(s.vthreads)]
-        if s.res_inp or self.post or self.gate:  # the stream's first block: every compute runs after its loads
+        if s.res_inp or self.post or self.gate or self.pair_gemm:  # the first block: all compute after its loads
             first = out[0][0]
             out[0][0] = replace(first, loads=(load_identity(self.eye), *first.loads))
         return out
@@ -629,6 +642,9 @@ class ConvLowering:
             "wgt": self.ob * self.ib * self.taps * c.wgt_elem_bytes,
             "out": pixels_out // self.ob * self.out_blocks * c.out_elem_bytes,
         }
+        if self.copy_view is not None:
+            (h, w), blocks = self.copy_view.full_hw, self.copy_view.out_blocks(self.ob)
+            out["copy"] = self.ng * blocks * h * w * c.out_elem_bytes
         if self.row_names:
             out[ROWS] = self.ob * len(self.row_names) * c.acc_elem_bytes
         if self.epi.table:
@@ -747,10 +763,11 @@ class ThreadBuilder:
         if low.post:
             post, acc = self.post_ops(sub, o0, acc)
             compute += post
+        stores = self.stores(sub, acc, own=True) if low.copy_view is not None else []
         if low.row_pairs:
-            compute.append(self.pair_copy(sub, o0, acc))
+            compute += self.pair_copy(sub, o0, acc)
             acc = self.acc["pairs"] + 2 * o0 * sub.noh * sub.now
-        return compute, self.stores(sub, acc)
+        return compute, stores + self.stores(sub, acc)
 
     def post_ops(self, t: Tile, o0: int, acc: int) -> tuple[list[Op], int]:
         """The post add of the tile's channel blocks from ``o0`` (module docstring), whose tabled results sit in
@@ -776,9 +793,14 @@ class ThreadBuilder:
                 )
         return ops, dst
 
-    def stores(self, t: Tile, acc: int) -> list[Store]:
-        """The STOREs of the tile's outputs from the accumulators at ``acc`` (:meth:`output_transfers`)."""
-        return [Store(acc + tr.sram, "out", tr.offset, tr.y, tr.x, tr.stride) for tr in self.output_transfers(t)]
+    def stores(self, t: Tile, acc: int, own: bool = False) -> list[Store]:
+        """The STOREs of the tile's outputs from the accumulators at ``acc`` (:meth:`output_transfers`): through
+        the copy view into the ``copy`` tensor where the layer has one, unless ``own`` (its own output)."""
+        copy = self.low.copy_view is not None and not own
+        return [
+            Store(acc + tr.sram, "copy" if copy else "out", tr.offset, tr.y, tr.x, tr.stride)
+            for tr in self.output_transfers(t, own)
+        ]
 
     def residual_inp_loads(self, t: Tile) -> list[Load]:
         """The load-stage LOADs of the tile's int8 residual into the thread's INP share (``res_inp``)."""
@@ -787,17 +809,19 @@ class ThreadBuilder:
             for tr in self.residual_transfers(t)
         ]
 
-    def pair_copy(self, t: Tile, o0: int, acc: int) -> Alu:
-        """Each of the tile's finished accumulators copied twice, side by side, after the tile (ALU ADD of the
-        source with a reset destination): the OUT mirror writes each copy as it wrote the source (the epilogue
-        state is the same), and the STOREs then write whole rows, not single pixels two apart."""
-        n = t.noc * t.noh * t.now
+    def pair_copy(self, t: Tile, o0: int, acc: int) -> list[Op]:
+        """Each of the tile's finished pixels copied twice, side by side, after the tile, so that the STOREs write
+        whole rows, not single pixels two apart. With :attr:`ConvLowering.pair_gemm`, an ``init`` GEMM against the
+        identity block reads the int8 results from OUT under an EPI that only clamps (shift 0, no table): one cycle
+        a copy, and the OUT-path multiplier may stay on. Otherwise an ALU ADD of the source accumulator into a reset
+        destination: the OUT mirror writes each copy as it wrote the source (the epilogue state is the same)."""
+        low, n = self.low, t.noc * t.noh * t.now
+        dst = self.acc["pairs"] + 2 * o0 * t.noh * t.now
+        if low.pair_gemm:
+            gemm = identity_gemm(((n, (2, 1)), (2, (1, 0))), dst, acc, low.eye, low.limits, init=True)
+            return [Epi(True, False, 0, None, src_out=True), gemm]
         nest = ((n, (2, 1, 0)), (2, (1, 0, 0)))
-        return Alu(
-            AluOp.ADD,
-            lower_nest(nest, (self.acc["pairs"] + 2 * o0 * t.noh * t.now, acc, 0), self.low.limits),
-            reset=True,
-        )
+        return [Alu(AluOp.ADD, lower_nest(nest, (dst, acc, 0), low.limits), reset=True)]
 
     def pool_ops(self, t: Tile, o0: int, acc: int) -> tuple[list[Op], Tile, int]:
         """The fused pool's passes after the tile's GEMMs (:mod:`vdla.compiler.fused_pool`), the pooled tile and
@@ -870,7 +894,8 @@ class ThreadBuilder:
             gemm = Gemm(lower_nest((oc,) + rest, base, low.limits, pin_outer=True))
         else:
             gemm = Gemm(lower_nest(nest, base, low.limits))
-        return [low.epi_op(t, src_out=src_out), gemm] if low.post or low.out_mul or src_out else [gemm]
+        own_epi = low.post or low.out_mul or src_out or low.pair_gemm
+        return [low.epi_op(t, src_out=src_out), gemm] if own_epi else [gemm]
 
     def elementwise(self, t: Tile, p: AluPass, acc: int, res: int, post: bool = False) -> MicroKernel:
         """The kernel of pass ``p`` over the tile's accumulators (from ``acc``), reading its operand alongside:
@@ -888,22 +913,24 @@ class ThreadBuilder:
         # a held row keeps the channel-block axis the outer loop (when it is 1 too), the pixels inner
         return lower_nest(nest, (acc, src, 0), self.low.limits, pin_outer=p.holds_row)
 
-    def output_transfers(self, t: Tile) -> list:
+    def output_transfers(self, t: Tile, own: bool = False) -> list:
         """The 2-D transfers between the tile's accumulators and an output-shaped tensor (at each of the view's
-        offsets: its copies store the same rows again)."""
+        offsets: its copies store the same rows again): the copy view's where the layer has one, unless ``own``."""
         low = self.low
-        oh, ow = low.out_tensor_hw
-        offsets, (sy, sx) = (low.view.offsets, low.view.step) if low.view else (((0, 0),), (1, 1))
+        view = low.view if own or low.copy_view is None else low.copy_view
+        oh, ow = view.full_hw if view else low.out_hw
+        blocks = view.out_blocks(low.ob) if view else low.ob
+        offsets, (sy, sx) = (view.offsets, view.step) if view else (((0, 0),), (1, 1))
         cols = (t.now, sx)
-        if low.row_pairs:  # whole rows of the pixels written twice (pair_copy)
-            offsets, cols = [(y, 0) for y in low.row_pairs], (2 * t.now, 1)
-        b0 = low.view.blocks[0] if low.view else 0
+        if view is not None and view.row_pairs:  # whole rows of the pixels written twice (pair_copy)
+            offsets, cols = [(y, 0) for y in view.row_pairs], (2 * t.now, 1)
+        b0 = view.blocks[0] if view else 0
         return [
             tr
             for y0, x0 in offsets
             for tr in plan_transfers(
                 0,
-                ((t.ng * low.out_blocks + b0 + t.ob) * oh + y0 + t.oy * sy) * ow + x0 + t.ox * sx,
+                ((t.ng * blocks + b0 + t.ob) * oh + y0 + t.oy * sy) * ow + x0 + t.ox * sx,
                 [(t.noc, oh * ow), (t.noh, sy * ow), cols],
             )
         ]

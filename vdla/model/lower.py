@@ -79,9 +79,11 @@ class ModelBuilder:
         self.fuse_depthwise = fuse_depthwise  # a depthwise layer and the 1x1 conv reading it as one step
         self.fuse_adds = fuse_adds  # a residual add after a table in the conv whose output it adds
         self.fuse_squeeze_excite = fuse_squeeze_excite  # its average into the depthwise layer, its product into the 1x1
-        self.memo: dict[tuple, object] = {}  # (output, fused, view, gated, averaged) -> the layer compiled
+        self.memo: dict[tuple, object] = {}  # (output, fused, view, copy view, gated, averaged) -> the layer compiled
         self.fusion_log: dict[tuple[str, int], tuple[int, int] | str] = {}  # fusion_pays: (fused, apart) or why
         self.views: dict[str, tuple[str, OutputView]] = {}  # stored_interleaves: output -> (tensor, view)
+        self.copies: dict[str, str] = {}  # a layer's output -> the upsampling phase it also stores (store_phases)
+        self.upsamples: dict[str, str] = {}  # a layer's output -> the upsampling phase it stores, also or only
         self.explained: set[str] = set()  # CPU nodes a placement note explains (build_steps)
         self.types = infer_types(graph)
         self.dram: dict[str, tuple[tuple[int, ...], str]] = {}  # DRAM tensor -> (packed shape, dtype)
@@ -153,6 +155,11 @@ class ModelBuilder:
                 self.steps.append(("accel", unit))
                 target = self.views[unit.out][0] if unit.out in self.views else unit.out
                 self.pending[unit.out] = self.pending[target] = self.dram_tensor(target, self.cfg.block_out)
+                if unit.out in self.copies:  # the upsampling it stores as well
+                    target = self.copy_of(unit.out)[0]
+                    self.pending[self.copies[unit.out]] = self.pending[target] = self.dram_tensor(
+                        target, self.cfg.block_out
+                    )
                 if unit.gap is not None:  # the fused average's result, a second output
                     self.pending[unit.gap.out] = self.dram_tensor(unit.gap.out, self.cfg.block_out)
             else:
@@ -243,13 +250,17 @@ class ModelBuilder:
         """``layer`` compiled (once per output, fused layers and output view): a fused depthwise -> 1x1 pair (with
         its expand layer), a depthwise layer on the depthwise mode, or a conv2d (with its fused pool, into its
         view)."""
-        view = self.view_of(layer.out)
-        key = (layer.out, _depth(layer), view, layer.gate is not None, layer.gap is not None)
+        copy = self.copy_of(layer.out)
+        return self.compiled_with(layer, self.view_of(layer.out), copy[1] if copy else None)
+
+    def compiled_with(self, layer: AccelLayer, view: OutputView | None, copy_view: OutputView | None = None):
+        """``layer`` compiled storing through ``view`` (and ``copy_view``), once per such form."""
+        key = (layer.out, _depth(layer), view, copy_view, layer.gate is not None, layer.gap is not None)
         if key not in self.memo:
-            self.memo[key] = self._compile(layer, view)
+            self.memo[key] = self._compile(layer, view, copy_view)
         return self.memo[key]
 
-    def _compile(self, layer: AccelLayer, view: OutputView | None):
+    def _compile(self, layer: AccelLayer, view: OutputView | None, copy_view: OutputView | None = None):
         g, options = layer.geometry, dict(config=self.cfg, cache=self.cache)
         if layer.pre is not None and not layer.pre.dw_mode:  # the residual add after the layer's table
             conv, pg = layer.pre, layer.pre.geometry
@@ -273,7 +284,8 @@ class ModelBuilder:
         gate = layer.gate.spec if layer.gate is not None else None
         return compile_conv2d(
             layer.in_shape, layer.weights, stride=g.stride, padding=g.padding, dilation=g.dilation,
-            epilogue=layer.epilogue, max_pool=layer.max_pool(), out_view=view, gate=gate, **options,
+            epilogue=layer.epilogue, max_pool=layer.max_pool(), out_view=view, gate=gate, copy_view=copy_view,
+            **options,
         )  # fmt: skip
 
     def stored_interleaves(self, units: list) -> list:
@@ -340,10 +352,69 @@ class ModelBuilder:
             offsets = tuple(divmod(p, sw) for p in range(len(phases)))
             self.views[phases[0].out] = (node.output, OutputView(full, offsets[0], (sh, sw), copies=offsets[1:]))
             self.dropped.update(p.out for p in phases[1:])
+            source = self.copy_source(phases[0], layers)
+            anchors = {p.nodes[0] for p in phases}
+            only = source is not None and all(c.output in anchors for c in consumers.get(source, []))
+            if source is None or not self.copy_pays(layers[source], phases[0], only):
+                return True
+            self.dropped.add(phases[0].out)
+            self.upsamples[source] = phases[0].out
+            if only:  # read by the copy alone: it stores the phases as its output
+                self.views[source] = self.views.pop(phases[0].out)
+            else:  # the layer computing the copy's input stores the phases as well
+                self.copies[source] = phases[0].out
             return True
         for p, v in enumerate(node.inputs):
             self.views[v] = (node.output, OutputView(full, divmod(p, sw), (sh, sw)))
         return True
+
+    def copy_source(self, phase: AccelLayer, layers: dict[str, AccelLayer]) -> str | None:
+        """The value whose layer can store the upsampling phase ``phase`` itself, besides its own output: the
+        input of ``phase`` where ``phase`` is an exact copy (a 1x1 identity convolution of :mod:`vdla.graph.copies`
+        between values of one quantization) and that input is a plain conv2d layer's output (no fused pool,
+        residual, gate or fused layer before it), no graph output, storing no other copy. None otherwise: the
+        phase stays a layer of its own."""
+        node = self.g.producers()[phase.nodes[0]]
+        source = layers.get(phase.x)
+        if (
+            node.attrs.get(COPY) != "upsample"
+            or phase.weights.shape[2:] != (1, 1)
+            or self.types[phase.out].quant != self.types[phase.x].quant
+            or source is None
+            or not _stores_through_view(source, joins=False)
+            or source.pre is not None
+            or source.gate is not None
+            or source.gap is not None
+            or source.parts
+            or phase.x in self.g.outputs
+            or phase.x in self.copies
+        ):
+            return None
+        return phase.x
+
+    def copy_pays(self, source: AccelLayer, phase: AccelLayer, only: bool) -> bool:
+        """Whether ``source`` storing the upsampling ``phase`` copies (as its output where ``only``, else besides it)
+        compiles and runs in fewer cycles than the two layers apart (timing-only simulator): it then stores four
+        times the pixels, and its compute stage doubles them, but the copy's loads, GEMMs and step are gone."""
+        view = self.views[phase.out][1]
+        try:
+            both = self.compiled_with(source, view if only else None, None if only else view)
+        except CompileError:
+            return False
+        apart = self.compiled_with(source, None).search.cycles + self.compiled_with(phase, view).search.cycles
+        return both.search.cycles < apart
+
+    def copy_of(self, value: str) -> tuple[str, OutputView] | None:
+        """(the tensor's value, the view) of the upsampling the layer computing ``value`` also stores
+        (:meth:`copy_source`), if any: where :meth:`store_parts` put the phases, a concatenation's slice."""
+        return self.views[self.copies[value]] if value in self.copies else None
+
+    def upsampling(self, value: str) -> OutputView | None:
+        """The view through which the layer computing ``value`` stores a nearest upsampling of it in place of the
+        copy layer (:meth:`copy_source`): besides its output, or as its output where the copy was its only reader."""
+        if value not in self.upsamples:
+            return None
+        return self.views[self.upsamples[value] if value in self.copies else value][1]
 
     def stored_alone(
         self, node: Node, layers: dict[str, AccelLayer], consumers: dict[str, list[Node]], joins: bool = False
@@ -449,8 +520,16 @@ class ModelBuilder:
         return reads
 
     def accel_writes(self, layer: AccelLayer | PoolLayer) -> list[str]:
-        """The DRAM tensors an accelerator layer writes: its output's, and a fused global average's."""
-        return [self.pending[layer.out]] + ([self.pending[layer.gap.out]] if layer.gap is not None else [])
+        """The DRAM tensors an accelerator layer writes: its output's, a fused global average's, and that of the
+        upsampling it also stores (:meth:`copy_of`)."""
+        gap = [self.pending[layer.gap.out]] if layer.gap is not None else []
+        copy = [self.pending[self.copies[layer.out]]] if layer.out in self.copies else []
+        return [self.pending[layer.out]] + gap + copy
+
+    def view_writes(self, layer: AccelLayer | PoolLayer) -> set[str]:
+        """The DRAM tensors ``layer`` writes through a view: other steps write other parts of them."""
+        own = {self.pending[layer.out]} if layer.out in self.views else set()
+        return own | ({self.pending[self.copies[layer.out]]} if layer.out in self.copies else set())
 
     def lifetimes(self) -> list[Lifetime]:
         """Each DRAM tensor from the step writing it to the last step reading it."""
@@ -462,7 +541,7 @@ class ModelBuilder:
             else:
                 reads, writes = list(s.dram_inputs.values()), list(s.dram_outputs.values())
             for t in writes:
-                if t in first and not (kind == "accel" and s.out in self.views):  # phases share their tensor
+                if t in first and not (kind == "accel" and t in self.view_writes(s)):  # views share their tensor
                     raise CompileError(f"DRAM tensor {t!r} is written twice (steps {first[t]} and {i})")
                 first.setdefault(t, i)
                 last[t] = max(last.get(t, i), i)
@@ -581,11 +660,15 @@ class ModelBuilder:
         desc = {"op": op, "input": list(layer.in_shape), **desc}
         attrs = self.g.producers()[layer.nodes[0]].attrs
         folded = f"{attrs[FOLDED]} folded: two rows side by side as channels" if FOLDED in attrs else None
-        note = "; ".join(n for n in (layer.note, folded) if n)
+        up = self.upsampling(layer.out)
+        also = f"stores its nearest upsampling by {up.step[0]}x{up.step[1]}" if up else None
+        note = "; ".join(n for n in (layer.note, folded, also) if n)
         if note:
             desc["note"] = note
         if attrs.get(COPY):
             desc["copy"] = attrs[COPY]
+        if up:
+            desc["also"] = "upsample"  # the copy layer it stands in for (ModelBuilder.copy_source)
         macs = network_macs(attrs, macs)
         return AccelStep(
             layer.out, code.addr, len(insns), macs, self.accel_reads(layer), self.accel_writes(layer), desc
@@ -707,6 +790,8 @@ class ModelBuilder:
             values[GATE] = layer.gate.residual
         if layer.gap is not None:
             tensors["pool"] = self.pending[layer.gap.out]
+        if layer.out in self.copies:
+            tensors["copy"] = self.pending[self.copies[layer.out]]
         buffers: dict[str, Buffer] = {}
         for role, t in tensors.items():
             shape, dtype = self.dram[t]
