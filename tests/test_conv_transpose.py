@@ -327,6 +327,41 @@ def test_a_layer_stores_its_output_and_a_copy_through_a_second_view(pairs, backe
         compile_conv2d(x.shape, w, padding=1, epilogue=ep, copy_view=replace(view, full_hw=(10, 13)), config=cfg)
 
 
+def test_a_1x1_layer_reads_an_upsampled_part_of_its_input_from_the_tensor_it_upsamples(backend):
+    """``up``: input-channel blocks 1-3 of a 1x1 convolution are a nearest 2x upsampling (the last block partly
+    padding): the layer reads them from the 10x12 tensor, each pixel for four output pixels, and never the
+    upsampled channels of its input; equal to the convolution of the whole input. What cannot take it is refused
+    naming why; the tensor is given at run time exactly when the layer reads one."""
+    from vdla.compiler import CompileError, compile_conv2d
+    from vdla.compiler.spec import InputUpsample
+    from vdla.graph.epilogue import Epilogue
+    from vdla.runtime import Device
+
+    rng = np.random.default_rng(10)
+    s = rng.integers(-128, 128, (1, 40, 10, 12)).astype(np.int8)
+    b = rng.integers(-128, 128, (1, 32, 20, 24)).astype(np.int8)
+    up = np.pad(s.repeat(2, axis=2).repeat(2, axis=3), ((0, 0), (0, 8), (0, 0), (0, 0)))
+    x = np.concatenate([b[:, :16], up, b[:, 16:]], axis=1)  # blocks: b, up (3), b
+    w = rng.integers(-8, 8, (40, x.shape[1], 1, 1)).astype(np.int8)
+    ep = Epilogue(rng.integers(-500, 500, 40), rng.integers(1 << 9, 1 << 10, 40), 16)
+    read = InputUpsample(1, 3, (2, 2))
+    layer = compile_conv2d(x.shape, w, epilogue=ep, up=read)
+    assert layer.schedule.toh % 2 == 0 and layer.schedule.tow % 2 == 0  # tiles of whole source pixels
+    steps = layer.lowering.steps(layer.schedule)
+    assert all(read.covers(b0) == read.covers(b0 + n - 1) for b0, n in steps)  # a step reads one tensor
+    assert layer.lowering.tensor_bytes()["up"] == 3 * 10 * 12 * 16
+    blind = x.copy()
+    blind[:, 16:64] = 0  # the upsampled channels are not read
+    got = layer.run(Device("pynq", backend), blind, up=s).out
+    np.testing.assert_array_equal(got, oracle.conv2d_reference(x, w, layer.spec, ep))
+    with pytest.raises(CompileError, match="not a 1x1 convolution of stride 1"):
+        compile_conv2d(x.shape, np.zeros((16, x.shape[1], 3, 3), np.int8), padding=1, up=read)
+    with pytest.raises(CompileError, match="not a multiple of the factor"):
+        compile_conv2d(x.shape, w, up=InputUpsample(1, 3, (3, 2)))
+    with pytest.raises(CompileError, match="exactly when the layer was compiled to read one"):
+        layer.run(Device("pynq", "sim"), x)
+
+
 @pytest.fixture(scope="module", params=[1, 2], ids=["exact-multiple", "sliced"])
 def compiled_case(request):
     graph = _quantized_convt_graph(*CASES[request.param])

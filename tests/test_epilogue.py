@@ -59,7 +59,8 @@ def _graph(ep: Epilogue, residual: str | None, seed: int) -> tuple[Graph, dict]:
 @st.composite
 def epilogues(draw) -> tuple[Epilogue, str | None]:
     """Every kind of epilogue the grammar holds: bias or not, scalar or per-channel multipliers, a residual
-    added as it is (int8 or int32) or rescaled (int8), clamps within int8."""
+    added as it is (int8 or int32) or rescaled (int8), clamps within int8, an activation table or not, a row mask
+    or not."""
     rng = np.random.default_rng(draw(st.integers(0, 2**16)))
     bias = rng.integers(-5000, 5000, OC) if draw(st.booleans()) else None
     per_channel = draw(st.booleans())
@@ -68,11 +69,13 @@ def epilogues(draw) -> tuple[Epilogue, str | None]:
     lo = draw(st.sampled_from([-128, -50, 0]))
     clip = (lo, draw(st.integers(max(lo, 0), 127)))
     kind = draw(st.sampled_from([None, "int8", "int32", "rescaled"]))
+    table = rng.integers(-128, 128, 256).astype(np.int8) if draw(st.booleans()) else None
+    row_mask = rng.random((OC, 5)) < 0.3 if draw(st.booleans()) else None
     if kind != "rescaled":
-        return Epilogue(bias, multiplier, shift, kind, None, clip), kind
+        return Epilogue(bias, multiplier, shift, kind, None, clip, table, row_mask), kind
     y_clip = (draw(st.sampled_from([-128, 0])), 127)
     rescale = Rescale(y_clip, int(rng.integers(1 << 28, 1 << 30)), 30, int(rng.integers(1 << 28, 1 << 30)), 30, 12)
-    return Epilogue(bias, multiplier, shift, "int8", rescale, clip), "int8"
+    return Epilogue(bias, multiplier, shift, "int8", rescale, clip, table, row_mask), "int8"
 
 
 def _same(a: Epilogue, b: Epilogue) -> bool:
@@ -85,7 +88,12 @@ def _same(a: Epilogue, b: Epilogue) -> bool:
         or (a.rescale.as_tuple(), a.rescale.y_multiplier, a.rescale.skip_multiplier)
         == (b.rescale.as_tuple(), b.rescale.y_multiplier, b.rescale.skip_multiplier)
     )
-    return arrays and rescale and (a.shift, a.residual, tuple(a.clip)) == (b.shift, b.residual, tuple(b.clip))
+    optional = all(
+        (x is None) == (y is None) and (x is None or np.array_equal(x, y))
+        for x, y in ((a.table, b.table), (a.row_mask, b.row_mask))
+    )
+    same = (a.shift, a.residual, tuple(a.clip)) == (b.shift, b.residual, tuple(b.clip))
+    return arrays and rescale and optional and same
 
 
 @settings(max_examples=60, deadline=None)
@@ -103,6 +111,8 @@ def test_the_integer_form_reads_back_to_the_epilogue_it_was_written_from(case, s
     assert list(found.nodes) == written[: len(found.nodes)] and set(found.nodes) == set(written)
     acc = conv2d(feeds["x"], graph.params["w"], Window((3, 3), (1, 1), (1, 1), (1, 1, 1, 1)))
     want = epilogue(acc, ep, feeds.get("r"))
+    want = want if ep.table is None else ep.table[want.view(np.uint8)]
+    want = want if ep.row_mask is None else np.where(ep.row_mask[None, :, :, None], 0, want)
     np.testing.assert_array_equal(evaluate(graph, feeds, keep=True)["y"], want)
 
 
@@ -115,6 +125,10 @@ def test_the_compiler_structure_is_derived_from_the_epilogue():
     assert spec.rescale == (-128, 127, 30, 31, 12)
     assert EpilogueSpec.of(Epilogue(multiplier=3)).multiplier == "imm"
     assert EpilogueSpec.of(Epilogue(shift=9, clip=(0, 127))).key() == "b0mnones9c0_127r-"
+    mask = np.zeros((4, 6), bool)
+    mask[:2, 0] = mask[2:, 5] = True
+    assert EpilogueSpec.of(Epilogue(row_mask=mask)).mask == (0, 5)  # the rows an edge mask touches
+    assert EpilogueSpec.of(Epilogue(row_mask=mask)).key().endswith("k0_5")
     with pytest.raises(CompileError, match="clip range"):
         EpilogueSpec.of(Epilogue(clip=(0, 300)))
 

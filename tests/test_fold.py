@@ -21,7 +21,17 @@ from qdq_check import qdq_conv
 
 from vdla.graph import Graph, Node, TensorType, oracle
 from vdla.graph.copies import accelerator_copies
-from vdla.graph.fold import FOLD, MACS, choose_folds, fold_narrow, fold_weights, paired_order, row_fold
+from vdla.graph.fold import (
+    FOLD,
+    MACS,
+    PHASED,
+    choose_folds,
+    edge_mask,
+    fold_narrow,
+    fold_weights,
+    paired_order,
+    row_fold,
+)
 from vdla.graph.im2col import im2col_convs, im2col_window
 from vdla.graph.interp import evaluate
 from vdla.graph.qdq import lower_qdq
@@ -39,6 +49,11 @@ def fold(x: np.ndarray) -> np.ndarray:
     for half in range(FOLD):
         out[:, half * c : (half + 1) * c] = x[:, :, half::FOLD]
     return out
+
+
+def fold_phase(x: np.ndarray, phase: int) -> np.ndarray:
+    """fold(x) with its rows paired from ``-phase``: row ``2 * Y + h - phase`` at (h, Y), zero outside x."""
+    return fold(np.pad(x, ((0, 0), (0, 0), (phase, phase), (0, 0)))) if phase else fold(x)
 
 
 def _conv(x: np.ndarray, w: np.ndarray, stride, pads) -> np.ndarray:
@@ -72,6 +87,30 @@ def test_a_convolution_over_folded_rows_is_the_fold_of_the_convolution(h, kh, st
     assert rf is not None
     got = _conv(fold(x) if fi == 2 else x, fold_weights(w, rf, fi, fo), (rf.stride, 1), (rf.top, rf.bottom, 1, 1))
     np.testing.assert_array_equal(got, fold(want) if fo == 2 else want)
+
+
+@pytest.mark.parametrize("h,kh,stride,top,bottom", CONVS)
+@pytest.mark.parametrize("pi,po", [(0, 1), (1, 0), (1, 1)])
+def test_a_convolution_between_phased_folds_is_the_fold_of_the_convolution(h, kh, stride, top, bottom, pi, po):
+    """Rows paired from -1 (phase 1) on either side: the folded convolution over the phased fold of x, its
+    output halves outside the tensor zeroed (:func:`edge_mask`), is the phased fold of the convolution. A 3x3
+    convolution of stride 1 between opposite phases reads two folded rows, not three."""
+    rng = np.random.default_rng(h * 100 + kh * 10 + stride + 7 * pi + 3 * po)
+    x = rng.integers(-128, 128, (2, 5, h, 7)).astype(np.int8)
+    w = rng.integers(-128, 128, (6, 5, kh, 3)).astype(np.int8)
+    want = _conv(x, w, (stride, 1), (top, bottom, 1, 1))
+    oh = want.shape[2]
+    rf = row_fold(kh, stride, top, h, oh, 2, 2, pi, po)
+    if rf is None:
+        assert oh % 2  # odd output rows do not fold
+        return
+    got = _conv(fold_phase(x, pi), fold_weights(w, rf, 2, 2), (rf.stride, 1), (rf.top, rf.bottom, 1, 1))
+    if po:
+        got[:, edge_mask(np.arange(12), oh)] = 0
+    np.testing.assert_array_equal(got, fold_phase(want, po))
+    if (kh, stride, top) == (3, 1, 1):
+        assert rf.kernel == (2 if pi != po else 3)
+    assert row_fold(kh, stride, top, h, oh, 1, 2, 1, po) is None  # an unfolded input has no phase
 
 
 def test_row_fold_refuses_odd_rows():
@@ -235,6 +274,86 @@ def test_the_stem_packs_its_kernel_rows_once_folded():
     assert im2col.attrs["kernel"] == [5, 1] and im2col.attrs["stride"] == [4, 1]  # two output rows of stride 2
     stem = next(n for n in out.nodes if n.op == "conv2d" and n.inputs[0] == im2col.output)
     assert out.params[stem.inputs[1]].shape == (16, 15, 1, 3)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Rows paired from -1: a narrow 3x3 layer between two others
+
+
+def bottleneck_model(seed: int = 0, image: int = 32) -> Graph:
+    """image -> stem: 3x3 stride 2 (3 -> 8) -> m1: 3x3 (8 -> 8) -> m2: 3x3 (8 -> 8), sigmoid -> c: 3x3 stride 2
+    (8 -> 16): a YOLO bottleneck's two 3x3 layers over narrow values."""
+    rng = np.random.default_rng(seed)
+    nodes = [
+        Node("quantize", ("image",), "xq", {"scale": S, "zero_point": 0}),
+        Node("dequantize", ("xq",), "xd", {"scale": S, "zero_point": 0}),
+    ]
+    params: dict[str, np.ndarray] = {}
+    stem = _qconv(nodes, params, rng, "stem", "xd", 3, 8, 3, 2, 1)
+    m1 = _qconv(nodes, params, rng, "m1", stem, 8, 8, 3, 1, 1)
+    m2 = _qconv(nodes, params, rng, "m2", m1, 8, 8, 3, 1, 1, act="sigmoid")
+    _qconv(nodes, params, rng, "c", m2, 8, 16, 3, 2, 1)
+    inputs = {"image": TensorType((1, 3, image, image), "float32")}
+    return Graph(inputs, nodes, ["c_d"], params, name="bottleneck")
+
+
+def test_the_value_between_two_3x3_layers_pairs_its_rows_from_minus_one():
+    """m1's value is read by m2 alone: folded with its rows paired from -1, m1 and m2 each read two folded rows,
+    not three. m1's pairs outside the tensor (rows -1 and 16) are zeroed by a clip of tensor bounds (the edge
+    mask); the graph computes the same values, m1's the phased fold of the one before."""
+    low = lowered(bottleneck_model())
+    out = fold_narrow(low, 16, 8)
+    types = verify(out, after="fold_narrow")
+    convs = {n.inputs[0]: n for n in out.nodes if n.op == "conv2d"}  # by the value each reads
+    m1, m2 = convs["stem_q"], convs["m1_q"]
+    assert m1.attrs[PHASED] == "output" and m2.attrs[PHASED] == "input"
+    assert [out.params[n.inputs[1]].shape[2] for n in (m1, m2)] == [2, 2]
+    (mask,) = [n for n in out.nodes if n.op == "clip" and len(n.inputs) == 3]
+    assert mask.output == "m1_q" and types["m1_q"].shape == (1, 16, 9, 16)
+    x = _image(0)
+    want, got = evaluate(low, {"image": x}, keep=True), evaluate(out, {"image": x}, keep=True)
+    np.testing.assert_array_equal(got["m1_q"], fold_phase(want["m1_q"], 1)[:, paired_order(8, 8)])
+    np.testing.assert_array_equal(got["c_q"], want["c_q"])
+    plain = fold_narrow(low, 16, 8, phases=False)
+    assert not any(PHASED in n.attrs for n in plain.nodes)
+    kernels = [plain.params[n.inputs[1]].shape[2] for n in plain.nodes if n.inputs[0] in ("stem_q", "m1_q")]
+    assert kernels == [3, 3]
+
+
+@pytest.fixture(scope="module")
+def phased_compiled():
+    from vdla.graph import fold as fold_module
+
+    model = bottleneck_model()
+    phased = compile_graph_model(model, "pynq")[0]
+    keep = fold_module.choose_phases
+    fold_module.choose_phases = lambda *args: {}
+    try:
+        plain = compile_graph_model(model, "pynq")[0]
+    finally:
+        fold_module.choose_phases = keep
+    return model, phased, plain
+
+
+def test_a_phased_model_runs_bit_exact_and_faster(phased_compiled, backend):
+    """On the accelerator m1's epilogue masks its edge rows (two GEMMs reading OUT per masked row): bit for bit
+    the graph before the rewrite, in fewer GEMM iterations and cycles than the same fold without the phase."""
+    model, phased, plain = phased_compiled
+    layers = {s.name: s.layer for s in phased.steps if s.kind == "accel"}
+    assert layers["m1_q"]["note"].endswith("the output's pairs start at row -1")
+    assert layers["m1_q"]["epilogue"].endswith("k0_8") and layers["m2_q"]["kernel"] == [2, 3]
+    assert "the input's pairs start at row -1" in layers["m2_q"]["note"]
+    ref = lower_qdq(model)
+    runs = []
+    for art in (phased, plain):
+        module = Module(art, backend)
+        for seed in (0, 1):
+            x = _image(seed)
+            np.testing.assert_array_equal(module.run(x), evaluate(ref, {"image": x})["c_d"])
+        runs.append(module.last_report)
+        module.close()
+    gemms = [sum(r.result.counters.gemm_iters for r in rep.steps if r.result is not None) for rep in runs]
+    assert gemms[0] < gemms[1] and runs[0].accel_cycles < runs[1].accel_cycles, (gemms, runs)
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ import json
 import os
 from pathlib import Path
 
-from vdla.compiler.spec import Conv2dSpec, EpilogueSpec, OutputView
+from vdla.compiler.spec import Conv2dSpec, EpilogueSpec, InputUpsample, OutputView
 from vdla.config import HwConfig
 
 SCHEMA = 9  # 4: Schedule.res_inp (an int8 residual in INP, added by the identity GEMM); 5: column-subsampled windows;
@@ -32,12 +32,15 @@ def cache_key(
     vthreads: int | str,
     view: OutputView | None = None,
     copy_view: OutputView | None = None,
+    up: InputUpsample | None = None,
 ) -> str:
     """The entry of a layer: schema, config name and hash, shape, epilogue structure, thread request, the
-    output view where the layer stores into a larger tensor, and the view of a copy it also stores."""
+    output view where the layer stores into a larger tensor, the view of a copy it also stores, and the input
+    blocks it reads from the tensor they upsample."""
     key = f"v{SCHEMA}:{cfg.name}:{cfg.hash:08x}:{spec.key()}:{epi.key()}:vt{vthreads}"
     key = key if view is None else f"{key}:{view.key()}"
-    return key if copy_view is None else f"{key}:copy:{copy_view.key()}"
+    key = key if copy_view is None else f"{key}:copy:{copy_view.key()}"
+    return key if up is None else f"{key}:{up.key()}"
 
 
 class ScheduleCache:

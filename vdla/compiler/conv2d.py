@@ -20,7 +20,7 @@ from vdla.compiler.pool import PoolSpec
 from vdla.compiler.run import LayerRun, run_bound
 from vdla.compiler.schedule import GATE, POST, ConvLowering, Schedule
 from vdla.compiler.search import SearchResult, build_stream, emit_program, search
-from vdla.compiler.spec import ROWS, TABLE, CompileError, Conv2dSpec, EpilogueSpec, OutputView
+from vdla.compiler.spec import MASK, ROWS, TABLE, CompileError, Conv2dSpec, EpilogueSpec, InputUpsample, OutputView
 from vdla.config import DEFAULT_PRESET, HwConfig, load_config
 from vdla.graph.epilogue import Epilogue
 from vdla.graph.layout import pack_activation, pack_channels, pack_weights, unpack_activation
@@ -62,6 +62,17 @@ def _constants(ep: Epilogue, spec: EpilogueSpec, oc: int, cfg: HwConfig) -> dict
     return {k: pack_channels(_int_array(names.get(k, k), v, (oc,)), cfg.batch, cfg.block_out) for k, v in rows.items()}
 
 
+def mask_blocks(row_mask: np.ndarray, rows: tuple[int, ...], cfg: HwConfig) -> np.ndarray:
+    """The WGT blocks of a row mask (C, H) bool: for each masked row in ``rows``, each output-channel block's
+    diagonal block, 1 where the lane's channel is kept (padding lanes 0), shape (len(rows) * blocks, bo, bi)."""
+    c, bo = row_mask.shape[0], cfg.block_out
+    blocks = -(-c // bo)
+    keep = np.zeros((len(rows), blocks * bo), np.int8)
+    keep[:, :c] = ~row_mask[:, list(rows)].T
+    eye = np.eye(bo, cfg.block_in, dtype=np.int8)
+    return (keep.reshape(-1, bo)[:, :, None] * eye[None]).astype(np.int8)
+
+
 class CompiledConv2d:
     """A conv2d layer and its epilogue compiled for one hardware config (see :func:`compile_conv2d`)."""
 
@@ -81,6 +92,7 @@ class CompiledConv2d:
         post_res: bool = False,
         gate: PoolSpec | None = None,
         copy_view: OutputView | None = None,
+        up: InputUpsample | None = None,
     ):
         t0 = time.perf_counter()
         if pool is not None:
@@ -105,7 +117,7 @@ class CompiledConv2d:
                     f"got a {gate.op} of {gate.shape}"
                 )
             self.epilogue = replace(self.epilogue, gate=(gate.shift, *gate.clip))
-        self.lowering = ConvLowering(spec, self.epilogue, cfg, imm, view, post_imm, copy_view=copy_view)
+        self.lowering = ConvLowering(spec, self.epilogue, cfg, imm, view, post_imm, copy_view=copy_view, up=up)
         self.constants = {} if runtime else {"wgt": pack_weights(weights, cfg.block_out, cfg.block_in)}
         self.constants.update(_constants(ep, self.epilogue, spec.oc, cfg))
         if post_ep is not None:  # the post add's rows, and the identity block its GEMM reads
@@ -114,6 +126,8 @@ class CompiledConv2d:
         if gate is not None:  # the scale's multiplier row, and the identity block the window's copy reads
             mul = pack_channels(np.full(cfg.block_out, gate.multiplier, np.int32), cfg.batch, cfg.block_out)
             self.constants.update({GATE + "mul": mul, EYE: identity_weights(cfg)})
+        if self.epilogue.mask:  # per masked row, each channel block's diagonal block: 1 where the lane is kept
+            self.constants[MASK] = mask_blocks(np.asarray(ep.row_mask, bool), self.epilogue.mask, cfg)
         if ep.table is not None:  # entry b at byte b: LUT elements of out_elem_bytes entries
             self.constants[TABLE] = np.asarray(ep.table, np.int8).reshape(cfg.lut_depth, cfg.batch, cfg.block_out)
         rows_tensor(self.constants, self.lowering.row_names)
@@ -143,10 +157,13 @@ class CompiledConv2d:
         timeline: bool = False,
         weights: np.ndarray | None = None,
         gate: np.ndarray | None = None,
+        up: np.ndarray | None = None,
     ) -> LayerRun:
         """Run on ``dev``: x is (N, C, H, W) int8; ``residual`` (N, OC, OH, OW) if the layer adds one;
         ``weights`` (OIHW int8) exactly when the layer was compiled for weights given at run time; ``gate``
-        (N, C, 1, 1) int8 exactly when it was compiled with a gated input."""
+        (N, C, 1, 1) int8 exactly when it was compiled with a gated input; ``up`` (N, channels of the upsampled
+        blocks, H / fh, W / fw) int8 exactly when it reads an upsampled input in place (x's channels of those
+        blocks are then not read)."""
         sp, cfg = self.spec, self.cfg
         if (weights is None) != ("wgt" in self.constants):
             raise CompileError("weights are given at run time exactly when the layer was compiled with their shape")
@@ -166,6 +183,17 @@ class CompiledConv2d:
                 want = self.gate.scale_shape
                 raise CompileError(f"the gate must be int8 of shape {want}, got {gate.dtype} {gate.shape}")
             arrays[GATE] = pack_activation(gate, cfg.batch, cfg.block_out)
+        low, extra = self.lowering, {}
+        if (up is None) != (low.up is None):
+            raise CompileError("an upsampled input is given exactly when the layer was compiled to read one")
+        if up is not None:
+            (fh, fw), blocks = low.up.factor, low.up.blocks
+            hw = (sp.h // fh, sp.w // fw)
+            if up.dtype != np.int8 or up.ndim != 4 or (up.shape[0], *up.shape[2:]) != (sp.n, *hw):
+                raise CompileError(f"the upsampled input must be int8 of shape {(sp.n, 'C', *hw)}, got {up.shape}")
+            if -(-up.shape[1] // cfg.block_in) != blocks:
+                raise CompileError(f"the upsampled input has {up.shape[1]} channels, not {blocks} channel blocks")
+            arrays["up"] = pack_activation(up, cfg.batch, cfg.block_in)
         kind = self.epilogue.residual or (self.epilogue.post.residual if self.epilogue.post else None)
         if kind:
             want = RESIDUAL_DTYPES[kind]
@@ -175,7 +203,6 @@ class CompiledConv2d:
             arrays["res"] = pack_activation(residual, cfg.batch, cfg.block_out)
         elif residual is not None:
             raise CompileError("the layer was compiled without a residual input")
-        low, extra = self.lowering, {}
         shape = (low.ng, low.out_blocks, *low.out_tensor_hw, cfg.batch, cfg.block_out)
         if low.copy_view is not None:  # the copy tensor, returned whole and unpacked as LayerRun.extra["copy"]
             (h, w), blocks = low.copy_view.full_hw, low.copy_view.out_blocks(low.ob)
@@ -214,6 +241,7 @@ def compile_conv2d(
     post_res: bool = False,
     gate: PoolSpec | None = None,
     copy_view: OutputView | None = None,
+    up: InputUpsample | None = None,
 ) -> CompiledConv2d:
     """Compile conv2d(x, weights) and its ``epilogue`` (:class:`vdla.graph.epilogue.Epilogue`: bias,
     requantization, residual, clamp; the int32 accumulator truncated to int8 without one) for inputs of
@@ -229,7 +257,9 @@ def compile_conv2d(
     are computed at run time: the program loads them from the DRAM tensor bound as ``wgt``, packed by
     :func:`vdla.graph.layout.pack_weights`, and the layer has no weight constant. ``copy_view``: the output is
     also stored through this view into a second tensor (the run returns it whole as ``extra["copy"]``, the
-    channels of all its blocks, lanes the layer does not write zero). ``gate``: a channel scale of the
+    channels of all its blocks, lanes the layer does not write zero). ``up``: some input-channel blocks are a
+    nearest upsampling the layer reads from the tensor it upsamples (:class:`~vdla.compiler.spec.InputUpsample`,
+    given to ``run`` as ``up``). ``gate``: a channel scale of the
     input (:meth:`~vdla.compiler.pool.PoolSpec.channel_scale`, squeeze-excite's product) fused before the GEMMs: the
     layer computes conv2d(pool_reference(x, gate, s), weights) for the int8 gate ``s`` given to ``run``."""
     shape = weights if isinstance(weights, tuple) else weights.shape
@@ -244,7 +274,7 @@ def compile_conv2d(
         raise CompileError(f"weights {shape} do not match {spec.c} input channels (OIHW)")
     options = dict(
         pool=pool, view=out_view, vthreads=vthreads, schedule=schedule, cache=cache, post=post, post_res=post_res,
-        gate=gate, copy_view=copy_view,
+        gate=gate, copy_view=copy_view, up=up,
     )  # fmt: skip
     return CompiledConv2d(spec, weights, load_config(config), epilogue or Epilogue(), **options)
 

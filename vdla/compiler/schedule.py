@@ -63,7 +63,7 @@ from vdla.compiler.fused_pool import FusedPool
 from vdla.compiler.identity import EYE, identity_bytes, identity_fits, identity_gemm, load_identity
 from vdla.compiler.intrinsic import GemmIntrinsic, conv2d_contraction, tensorize
 from vdla.compiler.microcode import Limits, MicroKernel, fits_loop, lower_nest, uop_count
-from vdla.compiler.spec import ROWS, TABLE, CompileError, Conv2dSpec, EpilogueSpec, OutputView
+from vdla.compiler.spec import MASK, ROWS, TABLE, CompileError, Conv2dSpec, EpilogueSpec, InputUpsample, OutputView
 from vdla.compiler.transfer import MAX_STRIDE, plan_transfers
 from vdla.compiler.vthreads import interleave, prologue_block
 from vdla.config import HwConfig
@@ -175,16 +175,19 @@ class ConvLowering:
         post_imm: int = 1,
         acc_top: int | None = None,
         copy_view: OutputView | None = None,
+        up: InputUpsample | None = None,
     ):
         """``acc_top``: the ACC rows from it up belong to other layers of a fused step
         (:mod:`vdla.compiler.dw_pointwise`); the per-channel rows sit right below it (default: ACC's top).
         ``copy_view``: the layer also stores its output into a second tensor (role ``copy``) through this view,
         e.g. the phases of a nearest upsampling that another layer reads (its own output stays where ``view``
-        says: a tensor of its own or channel blocks of a larger one)."""
+        says: a tensor of its own or channel blocks of a larger one). ``up``: some input-channel blocks are read
+        from the tensor they are a nearest upsampling of (:class:`~vdla.compiler.spec.InputUpsample`)."""
         self.spec, self.epi, self.cfg = spec, epi, cfg
         acc_end = cfg.acc_depth if acc_top is None else acc_top
         self.view = view  # where the output pixels sit in a larger tensor (None: a tensor of their own)
         self.copy_view = copy_view
+        self.up = up
         self.intrinsic = GemmIntrinsic.from_config(cfg)
         top, _, left, _ = spec.pad
         self.tensorized = tensorize(
@@ -225,6 +228,10 @@ class ConvLowering:
             copy_view.check(self.out_hw, epi, self.ob)
             if view is not None and (view.copies or view.row_pairs):
                 raise CompileError(f"a layer storing copies through {view} stores no further copy")
+        if up is not None and (why := self.up_refusal()):
+            raise CompileError(f"{spec.key()}: no upsampled input read in place: {why}")
+        if epi.mask and (why := cfg.src_out_refusal()):
+            raise CompileError(f"{spec.key()}: no row mask: {why}")
         if epi.post is not None and (why := self.post_refusal()):
             raise CompileError(f"{spec.key()}: no residual add after the activation table: {why}")
         if self.gate is not None and (why := self.gate_refusal()):
@@ -299,6 +306,38 @@ class ConvLowering:
             inp[a], inner = inner, inner * ext[a]
         return {a: (dram[a], inp[a]) for a in order}
 
+    def up_refusal(self) -> str | None:
+        """Why the layer cannot read its :attr:`up` blocks from the tensor they upsample (None if it can)."""
+        sp, up = self.spec, self.up
+        (fh, fw), last = up.factor, up.first + up.blocks
+        if (sp.kh, sp.kw, sp.sh, sp.sw) != (1, 1, 1, 1) or any(sp.pad):
+            return "the layer is not a 1x1 convolution of stride 1 without padding"
+        if fh < 1 or fw < 1 or sp.h % fh or sp.w % fw:
+            return f"its {sp.h}x{sp.w} pixels are not a multiple of the factor {up.factor}"
+        if up.first < 0 or up.blocks < 1 or last > self.ib:
+            return f"blocks {up.first}..{last - 1} are not among its {self.ib} input-channel blocks"
+        if self.gate is not None:
+            return "the layer's input is gated"
+        return None
+
+    def is_up(self, ib0: int) -> bool:
+        """Whether the reduction step starting at input-channel block ``ib0`` reads the upsampled tensor."""
+        return self.up is not None and self.up.covers(ib0)
+
+    def up_nest(self, toc: int, toh: int, tow: int, tic: int, wic: int) -> tuple:
+        """The GEMM loop nest of an upsampled step (:meth:`is_up`): output rows and columns split into (source
+        pixel, repeat), the repeats reading the same element of the window of ``toh / fh x tow / fw`` pixels."""
+        (fh, fw), rows, cols = self.up.factor, toh // self.up.factor[0], tow // self.up.factor[1]
+        axes = (
+            (toc, (toh * tow, 0, wic)),
+            (rows, (fh * tow, cols, 0)),
+            (fh, (tow, 0, 0)),
+            (cols, (fw, 1, 0)),
+            (fw, (1, 0, 0)),
+            (tic, (0, rows * cols, 1)),
+        )
+        return tuple(a for a in axes if a[0] > 1)
+
     def post_refusal(self) -> str | None:
         """Why the layer cannot take its ``post`` add (None if it can)."""
         epi, post, cfg = self.epi, self.epi.post, self.cfg
@@ -361,9 +400,15 @@ class ConvLowering:
         return self.cfg.wgt_depth - 1 if self.residual_gemm or self.post or self.gate or self.pair_gemm else None
 
     @property
+    def mask_base(self) -> int:
+        """The WGT element of the first row-mask block (:attr:`EpilogueSpec.mask`: ``ob`` blocks per masked row,
+        in row order), below the identity block."""
+        return self.cfg.wgt_depth - (self.eye is not None) - len(self.epi.mask) * self.ob
+
+    @property
     def wgt_free(self) -> int:
-        """WGT elements for weights: all but the identity block's."""
-        return self.cfg.wgt_depth - (self.eye is not None)
+        """WGT elements for weights: all but the identity block's and the row masks'."""
+        return self.mask_base
 
     def passes_of(self, s: Schedule) -> tuple[AluPass, ...]:
         """The epilogue passes of the schedule's residual form."""
@@ -416,6 +461,7 @@ class ConvLowering:
         acc += 2 * tile * bool(self.row_pairs)  # each pixel twice, for whole-row stores (OutputView.row_pairs)
         acc += tile * self.post_tiles  # the post add's tile (and its residual's)
         acc += self.gate_elems(s)  # the gated input window, read from OUT
+        acc += s.toc * s.tow if self.epi.mask else 0  # one masked row of the tile, in passing (mask_ops)
         wgt = 0 if self.weights_shared else s.toc * wic * self.taps
         return self.window_elems(s) + self.res_elems(s), wgt, acc
 
@@ -462,11 +508,20 @@ class ConvLowering:
             return [self.no_residual_gemm()]
         if self.pool and (pool := self.pool_problems(s)):
             return pool
+        if self.up and (s.toh % self.up.factor[0] or s.tow % self.up.factor[1]):
+            return [f"tile {s.describe()}: an upsampled input takes tiles of whole source pixels {self.up.factor}"]
         out = self.buffer_problems(s)
         if not out:
             wic = self.ib if self.weights_resident(s) else s.tic
-            oc, rest = self.oc_axis(self.gemm_nest(s.toc, s.toh, s.tow, s.tic, wic, self.by_columns(s)), s.toc)
-            n = uop_count((oc,) + rest, self.limits, pin_outer=True) if fits_loop(oc, self.limits) else 0
+            nests = [self.gemm_nest(s.toc, s.toh, s.tow, s.tic, wic, self.by_columns(s))]
+            if self.up:
+                nests.append(self.up_nest(s.toc, s.toh, s.tow, min(s.tic, self.up.blocks), wic))
+            n = 0
+            for nest in nests:
+                oc, rest = self.oc_axis(nest, s.toc)
+                n = max(n, uop_count((oc,) + rest, self.limits, pin_outer=True)) if fits_loop(oc, self.limits) else 0
+                if not n:
+                    break
             if not n:
                 out.append(
                     f"the tile's output-channel loop (strides {oc[1]}) does not fit the GEMM loop fields "
@@ -561,8 +616,16 @@ class ConvLowering:
         return [Tile(sps[p][0], *ocs[o], *sps[p][1], *sps[p][2]) for o, p in zip(*self.tile_order(s))]
 
     def steps(self, s: Schedule) -> list[tuple[int, int]]:
-        """The reduction steps: (first input-channel block, blocks)."""
-        return _ranges(self.ib, s.tic)
+        """The reduction steps: (first input-channel block, blocks), split where the upsampled blocks begin and
+        end (:attr:`up`: a step reads one tensor)."""
+        if self.up is None:
+            return _ranges(self.ib, s.tic)
+        bounds = {self.up.first, self.up.first + self.up.blocks}
+        out = []
+        for lo, n in _ranges(self.ib, s.tic):
+            cuts = sorted({lo, lo + n} | {b for b in bounds if lo < b < lo + n})
+            out += [(a, b - a) for a, b in zip(cuts, cuts[1:])]
+        return out
 
     def residency(self, s: Schedule) -> list[np.ndarray]:
         """Per thread, per block (tile-major, step-minor): must it load its input window, its weights?
@@ -592,9 +655,13 @@ class ConvLowering:
             raise CompileError(f"schedule {s.describe()} does not fit: {'; '.join(problems)}")
         tiles, steps, fresh = self.tiles(s), self.steps(s), self.residency(s)
         out = [ThreadBuilder(self, s, t).blocks(tiles[t :: s.vthreads], steps, fresh[t]) for t in range(s.vthreads)]
-        if s.res_inp or self.post or self.gate or self.pair_gemm:  # the first block: all compute after its loads
-            first = out[0][0]
-            out[0][0] = replace(first, loads=(load_identity(self.eye), *first.loads))
+        first, extra = out[0][0], []  # the stream's first block: all compute runs after its loads
+        if s.res_inp or self.post or self.gate or self.pair_gemm:
+            extra.append(load_identity(self.eye))
+        if self.epi.mask:
+            n = len(self.epi.mask) * self.ob
+            extra.append(Load(MemType.WGT, self.mask_base, MASK, 0, 1, n, n))
+        out[0][0] = replace(first, loads=(*extra, *first.loads))
         return out
 
     def prologue(self, threads: list[list[Block]]) -> Block:
@@ -642,6 +709,9 @@ class ConvLowering:
             "wgt": self.ob * self.ib * self.taps * c.wgt_elem_bytes,
             "out": pixels_out // self.ob * self.out_blocks * c.out_elem_bytes,
         }
+        if self.up is not None:
+            (fh, fw) = self.up.factor
+            out["up"] = self.ng * self.up.blocks * (sp.h // fh) * (sp.w // fw) * c.inp_elem_bytes
         if self.copy_view is not None:
             (h, w), blocks = self.copy_view.full_hw, self.copy_view.out_blocks(self.ob)
             out["copy"] = self.ng * blocks * h * w * c.out_elem_bytes
@@ -651,6 +721,8 @@ class ConvLowering:
             out[TABLE] = c.lut_depth * c.out_elem_bytes
         if self.eye is not None:
             out[EYE] = identity_bytes(c)
+        if self.epi.mask:
+            out[MASK] = len(self.epi.mask) * self.ob * c.wgt_elem_bytes
         residual = self.epi.residual or (self.post.residual if self.post else None)
         if residual:
             out["res"] = pixels_out * (c.out_elem_bytes if residual == "int8" else c.acc_elem_bytes)
@@ -676,6 +748,7 @@ class ThreadBuilder:
         if low.post:  # the post add's tile, then its residual
             self.acc.update(post=after, res=after + tile)
         self.acc["gate"] = thread * acc + low.footprint(s)[2] - low.gate_elems(s)  # the share's last elements
+        self.acc["mask"] = self.acc["gate"] - (s.toc * s.tow if low.epi.mask else 0)  # just below them
         self.res_inp0 = self.inp0 + low.window_elems(s)  # the residual tile in INP (res_inp)
 
     def blocks(self, tiles: list[Tile], steps: list[tuple[int, int]], fresh: np.ndarray) -> list[Block]:
@@ -746,7 +819,10 @@ class ThreadBuilder:
         acc = self.acc["tile"] + o0 * t.noh * t.now
         wic, w_ic0 = self.wgt_span(ib0, nic)
         wgt0 = self.wgt_base(sub, ib0, nic) + (0 if low.weights_shared else o0 * wic * low.taps)
-        nest = low.gemm_nest(noc, t.noh, t.now, nic, wic, self.by_columns)
+        if low.is_up(ib0):
+            nest = low.up_nest(noc, t.noh, t.now, nic, wic)
+        else:
+            nest = low.gemm_nest(noc, t.noh, t.now, nic, wic, self.by_columns)
         gated = low.gate is not None  # the window read from OUT, where gate_ops left it
         src = self.acc["gate"] if gated else self.step_inp0(ib0)
         base = (acc, src, wgt0 + (ib0 - w_ic0) * low.taps)
@@ -759,7 +835,7 @@ class ThreadBuilder:
         if low.pool:
             pooling, sub, acc = self.pool_ops(sub, o0, acc)
             compute += pooling
-        compute += self.residual_loads(sub, o0) + self.epilogue_ops(sub, o0, acc)
+        compute += self.residual_loads(sub, o0) + self.epilogue_ops(sub, o0, acc) + self.mask_ops(sub, acc)
         if low.post:
             post, acc = self.post_ops(sub, o0, acc)
             compute += post
@@ -808,6 +884,22 @@ class ThreadBuilder:
             Load(MemType.INP, self.res_inp0 + tr.sram, "res", tr.offset, tr.y, tr.x, tr.stride)
             for tr in self.residual_transfers(t)
         ]
+
+    def mask_ops(self, t: Tile, acc: int) -> list[Op]:
+        """The row mask over the tile's results at ``acc`` (:attr:`EpilogueSpec.mask`): for each masked output row
+        in the tile, an ``init`` GEMM reads the row's int8 results from OUT against the row's diagonal 0/1 blocks
+        (one per channel block) into a scratch row, and a second one reads them back the same way (a GEMM reading
+        OUT writes no row it reads), both under an EPI that only clamps: the masked lanes become zero, the others
+        stay as they were."""
+        low, pixels = self.low, t.noh * t.now
+        rows = [(k, y) for k, y in enumerate(low.epi.mask) if t.oy <= y < t.oy + t.noh]
+        ops: list[Op] = [Epi(True, False, 0, None, src_out=True)] if rows else []
+        for k, y in rows:
+            at, wgt = acc + (y - t.oy) * t.now, low.mask_base + k * low.ob + t.ob
+            for dst, src, step in ((self.acc["mask"], at, (t.now, pixels)), (at, self.acc["mask"], (pixels, t.now))):
+                nest = ((t.noc, (*step, 1)), (t.now, (1, 1, 0)))
+                ops.append(Gemm(lower_nest(nest, (dst, src, wgt), low.limits), init=True))
+        return ops
 
     def pair_copy(self, t: Tile, o0: int, acc: int) -> list[Op]:
         """Each of the tile's finished pixels copied twice, side by side, after the tile, so that the STOREs write
@@ -894,7 +986,7 @@ class ThreadBuilder:
             gemm = Gemm(lower_nest((oc,) + rest, base, low.limits, pin_outer=True))
         else:
             gemm = Gemm(lower_nest(nest, base, low.limits))
-        own_epi = low.post or low.out_mul or src_out or low.pair_gemm
+        own_epi = low.post or low.out_mul or src_out or low.pair_gemm or low.epi.mask
         return [low.epi_op(t, src_out=src_out), gemm] if own_epi else [gemm]
 
     def elementwise(self, t: Tile, p: AluPass, acc: int, res: int, post: bool = False) -> MicroKernel:
@@ -943,12 +1035,29 @@ class ThreadBuilder:
         offset = ((t.ng * low.ob + t.ob) * oh + t.oy) * ow + t.ox
         return plan_transfers(0, offset, [(t.noc, oh * ow), (t.noh, ow), (t.now, 1)])
 
+    def up_loads(self, t: Tile, ib0: int, nic: int) -> list[Load]:
+        """The window of an upsampled step (:meth:`ConvLowering.is_up`): the tile's source pixels of ``nic`` blocks
+        of the ``up`` tensor, densely (block, row, column) at the step's place in INP."""
+        low, sp = self.low, self.low.spec
+        up, (fh, fw) = low.up, low.up.factor
+        hs, ws, rows, cols = sp.h // fh, sp.w // fw, t.noh // fh, t.now // fw
+        offset = ((t.ng * up.blocks + ib0 - up.first) * hs + t.oy // fh) * ws + t.ox // fw
+        lay = {"ic": (hs * ws, rows * cols), "row": (ws, cols), "col": (1, 1)}
+        ext = {"ic": nic, "row": rows, "col": cols}
+        base = self.step_inp0(ib0)
+        return [
+            Load(MemType.INP, base + tr.sram, "up", tr.offset, tr.y, tr.x, tr.stride)
+            for tr in window_transfers(lay, ext, offset)
+        ]
+
     def input_loads(self, t: Tile, ib0: int, nic: int) -> list[Load]:
         """The input window of a tile for input-channel blocks [ib0, ib0+nic) (:meth:`ConvLowering.window_layout`),
         borders zero padded: unpadded, the fewest 2-D LOADs (:func:`window_transfers`); padded, one LOAD per
         channel block, or per column of each when the window is column-major. Rows step ``row_step`` input rows
         and columns ``col_step`` input columns: a column-subsampled LOAD reads single elements (``x`` = 1)."""
         low, sp = self.low, self.low.spec
+        if low.is_up(ib0):
+            return self.up_loads(t, ib0, nic)
         top, _, left, _ = sp.pad
         rows, cols = low.in_rows(t.noh), low.in_cols(t.now)
         r_first, c_first = t.oy * sp.sh - top, t.ox * sp.sw - left

@@ -175,6 +175,7 @@ def multiplier_kind(multiplier: int | np.ndarray, shift: int = 0) -> str:
 
 TABLE = "table"  # the tensor name of a layer's activation table (a constant: LUT_ENTRIES int8 entries)
 ROWS = "rows"  # the tensor name of a layer's per-channel accumulator rows (bias, multipliers), in their ACC order
+MASK = "mask"  # the tensor name of a layer's row-mask blocks: diagonal 0/1 WGT elements, a channel block per masked row
 
 
 @dataclass(frozen=True)
@@ -204,6 +205,10 @@ class EpilogueSpec:
     identity GEMM copies each step's input window into ACC with that product in the OUT mirror (EPI ``mul``), and
     the layer's GEMMs read it from OUT (EPI ``src_out``).
 
+    ``mask``: the output rows where some channels' elements are then zeroed (the epilogue's ``row_mask``: a value
+    folded with a phase, :mod:`vdla.graph.fold`): an identity GEMM reads those rows' int8 results back from OUT
+    against a diagonal block of 0/1 (EPI ``src_out``) and writes them again in place, the masked lanes zero.
+
     ``rescale`` = (lo, hi, shift_y, shift_k, frac) is the residual add of a quantized model, which rounds
     the layer's output before the add and the sum at another scale:
     out = clip(rshr(mul(clip(rshr((acc + bias) * m, shift), lo, hi), m_y, shift_y)
@@ -221,6 +226,7 @@ class EpilogueSpec:
     post: EpilogueSpec | None = None  # a residual add after the table, read back from OUT
     post_res: bool = False  # the layer's results are the post add's residual (else its input)
     gate: tuple[int, int, int] | None = None  # (shift, lo, hi) of a channel scale of the input (squeeze-excite's)
+    mask: tuple[int, ...] = ()  # output rows with channels zeroed (Epilogue.row_mask), ascending
 
     @classmethod
     def of(cls, ep: Epilogue, pool: Window | None = None) -> EpilogueSpec:
@@ -235,6 +241,7 @@ class EpilogueSpec:
             rescale=None if ep.rescale is None else tuple(int(v) for v in ep.rescale.as_tuple()),
             pool=pool,
             table=ep.table is not None,
+            mask=() if ep.row_mask is None else tuple(int(y) for y in np.flatnonzero(np.any(ep.row_mask, axis=0))),
         )
 
     def __post_init__(self) -> None:
@@ -261,6 +268,8 @@ class EpilogueSpec:
                     f"a gated input's shift {shift} must lie in [0, {MUL_MAX_SHIFT}] and its clamp {(lo, hi)} be "
                     f"int8 or [0, {CLIP_MAX}] (the OUT mirror's)"
                 )
+        if self.mask and (self.pool is not None or self.post is not None):
+            raise CompileError("a row mask zeroes the layer's own output rows: it takes no fused pool or add after it")
         if self.pool is not None and (self.residual or self.multiplier == "imm"):
             what = f"a {self.residual} residual" if self.residual else "an immediate multiplier (its product wraps)"
             raise CompileError(f"a max pool fused before the requantization needs it non-decreasing: {what} is not")
@@ -292,8 +301,31 @@ class EpilogueSpec:
             pool = f"p{kh}x{kw}s{sh}x{sw}p{'_'.join(map(str, pads))}"
         post = f"+{'r' * self.post_res}{self.post.key()}" if self.post is not None else ""
         gate = "g" + "_".join(map(str, self.gate)) if self.gate else ""
+        mask = "k" + "_".join(map(str, self.mask)) if self.mask else ""
         head = f"b{int(self.bias)}m{self.multiplier}s{self.shift}c{lo}_{hi}r{self.residual or '-'}"
-        return f"{head}{rescale}{pool}{post}{gate}"
+        return f"{head}{rescale}{pool}{post}{gate}{mask}"
+
+
+@dataclass(frozen=True)
+class InputUpsample:
+    """Input-channel blocks ``[first, first + blocks)`` of a 1x1 convolution of stride 1 (a concatenation part)
+    are a nearest upsampling by ``factor`` (rows, columns) of another tensor, the ``up`` role: ``blocks`` channel
+    blocks of the layer's rows / ``factor[0]`` x columns / ``factor[1]`` pixels. The layer reads that tensor, each
+    pixel for ``factor[0] x factor[1]`` output pixels, so the upsampled copy is never stored.
+
+    Invariant: the layer's rows and columns are multiples of the factor, and so are its tiles'."""
+
+    first: int
+    blocks: int
+    factor: tuple[int, int]
+
+    def covers(self, block: int) -> bool:
+        """Whether input-channel block ``block`` is one of the upsampled ones."""
+        return self.first <= block < self.first + self.blocks
+
+    def key(self) -> str:
+        """A stable text key (schedule cache)."""
+        return f"up{self.first}_{self.blocks}x{self.factor[0]}_{self.factor[1]}"
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,9 @@ def candidate_tiles(low: ConvLowering, vthreads: int, skip_idle: bool = False) -
     cols, rows = halvings(low.spec.ow, MAX_PARTS), balanced(low.spec.oh)
     if low.pool:  # every column, whole pooled rows (vdla.compiler.fused_pool)
         cols, rows = [low.spec.ow], [n * low.pool.stride[0] for n in balanced(low.out_hw[0])]
+    if low.up:  # whole source pixels of an upsampled input
+        (fh, fw), sp = low.up.factor, low.spec
+        cols, rows = [n * fw for n in halvings(sp.ow // fw, MAX_PARTS)], [n * fh for n in balanced(sp.oh // fh)]
     grid = itertools.product(halvings(low.ib), halvings(low.ob, MAX_PARTS), cols, forms)
     for tic, toc, tow, res_inp in grid:
         for toh in rows:

@@ -8,6 +8,7 @@ What the accelerator computes after a layer's int32 accumulator ``acc`` (the int
     out = clamp(rshift(mul_shift(clamp(y, y_clip), m_y, shift_y)         # a rescaled residual: the layer's
                        + mul_shift(residual, m_k, shift_k), frac), clip) # output and the sum rounded apart
     out = table[byte(out)]                                               # an activation table, if any
+    out = where(row_mask[c, y], 0, out)                                  # whole rows' channels zeroed, if any
 
 :class:`Epilogue` holds that computation with its constants; the compiler derives its program structure
 and cache key from it (:meth:`vdla.compiler.spec.EpilogueSpec.of`), never from a second description.
@@ -20,9 +21,11 @@ Graphs spell an epilogue in two forms. Each is one tuple of named :class:`Epilog
   in float graphs (:mod:`vdla.graph.quantize`); the QDQ lowering (:mod:`vdla.graph.qdq`) reads it in QDQ
   models, where quantize -> dequantize hops may stand between stages (its :class:`Dialect` adds them);
 * the **integer** form (:data:`INTEGER_STAGES`): ``bias -> requant -> round -> residual -> clip* ->
-  rescale -> rescale_add -> rescale_round -> rescale_clip* -> output -> table``, what the QDQ lowering writes
-  (:func:`epilogue_nodes`) and placement reads (:func:`match_integer`); the two are inverse
-  (``tests/test_epilogue.py``).
+  rescale -> rescale_add -> rescale_round -> rescale_clip* -> output -> table -> mask``, what the QDQ lowering
+  writes (:func:`epilogue_nodes`) and placement reads (:func:`match_integer`); the two are inverse
+  (``tests/test_epilogue.py``). The mask is a clip whose bounds are tensors of one value per channel and row,
+  (0, 0) where the element is zeroed and int8's full range elsewhere: the edge rows of a value folded with a
+  phase (:mod:`vdla.graph.fold`), whose halves outside the tensor must read as zero.
 
 Invariants: a :class:`Match` lists its stages in grammar order, every node of the chain once; a stage
 whose ``after`` stages did not match, or whose ``excludes`` did, is not tried.
@@ -72,7 +75,9 @@ class Epilogue:
     None), ``multiplier`` an integer or one per channel with its rounding ``shift``, ``residual`` the dtype
     ("int8", "int32") of a tensor added to the result (None: none), ``rescale`` when that residual is added
     after the layer's own rounding, ``clip`` the final clamp within int8 (ReLU folded in as ``lo >= 0``),
-    ``table`` the 256 int8 entries of an activation applied last (``vdla.graph.tables``; None: none)."""
+    ``table`` the 256 int8 entries of an activation applied next (``vdla.graph.tables``; None: none), ``row_mask``
+    a (channels, rows) bool array, True where every column's element of that channel and output row is then
+    zeroed (None: none; the edge rows of a value folded with a phase, :mod:`vdla.graph.fold`)."""
 
     bias: np.ndarray | None = None
     multiplier: int | np.ndarray = 1
@@ -81,6 +86,7 @@ class Epilogue:
     rescale: Rescale | None = None
     clip: tuple[int, int] = INT8_BOUNDS
     table: np.ndarray | None = None
+    row_mask: np.ndarray | None = None
 
     def table_is_monotonic(self) -> bool:
         """Whether the table (if any) is non-decreasing in its int8 input: a max then commutes with it."""
@@ -399,7 +405,30 @@ def _int_table(node: Node, w: Walk) -> dict | None:
     entries = w.dialect.params.get(node.inputs[1]) if len(node.inputs) == 2 else None
     if entries is None or entries.dtype != np.int8:  # float32 entries: a CPU table, not an epilogue stage
         return None
-    return {"table": entries.reshape(-1), "_stop": True}
+    return {"table": entries.reshape(-1)}
+
+
+def mask_bounds(row_mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The (lo, hi) clip bounds, int8 of shape (1, C, H, 1), that zero the elements ``row_mask`` (C, H) marks and
+    keep every other int8 value."""
+    lo = np.where(row_mask, 0, INT8_MIN).astype(np.int8)[None, :, :, None]
+    hi = np.where(row_mask, 0, INT8_MAX).astype(np.int8)[None, :, :, None]
+    return lo, hi
+
+
+def _int_mask(node: Node, w: Walk) -> dict | None:
+    """A clip by tensor bounds that zeroes whole rows' channels (:func:`mask_bounds`) and keeps the rest."""
+    params, t = w.dialect.params, w.dialect.types[w.value]
+    if len(node.inputs) != 3 or not all(i in params for i in node.inputs[1:]) or len(t.shape) != 4:
+        return None
+    lo, hi = (params[i] for i in node.inputs[1:])
+    if lo.shape != (1, *t.shape[1:3], 1) or hi.shape != lo.shape:
+        return None
+    row_mask = (lo == 0)[0, :, :, 0] & (hi == 0)[0, :, :, 0]
+    want = mask_bounds(row_mask)
+    if not (np.array_equal(lo, want[0]) and np.array_equal(hi, want[1])):
+        return None
+    return {"row_mask": row_mask, "_stop": True}
 
 
 INTEGER_STAGES = (
@@ -416,6 +445,7 @@ INTEGER_STAGES = (
     EpilogueStage("rescale_clip", ("clip", "relu"), _int_clip, repeat=True, after=("rescale_add",), label="clip"),
     EpilogueStage("output", ("cast",), _int_output, label="int8"),
     EpilogueStage("table", ("table",), _int_table, after=("output",), label="activation table"),
+    EpilogueStage("mask", ("clip",), _int_mask, after=("output",), label="row mask"),
 )
 
 
@@ -471,6 +501,7 @@ def match_integer(anchor: Node, graph: Graph, types: Mapping[str, TensorType]) -
         rescale=rescale,
         clip=clip,
         table=get.get("table", {}).get("table"),
+        row_mask=get.get("mask", {}).get("row_mask"),
     )
     nodes = (anchor.output, *(n.output for n in m.nodes()))
     return LayerEpilogue(ep, nodes, m.end, residual)
@@ -517,10 +548,16 @@ def epilogue_nodes(
     lo, hi = ep.clip
     nodes.append(Node("clip", (nodes[-1].output,), f"{base}:clipped", {"lo": lo, "hi": hi}))
     cast = {"dtype": "int8"} if quant is None else {"dtype": "int8", "quant": quant}
+    last = base if ep.row_mask is None else f"{base}:unmasked"
     if ep.table is None:
-        nodes.append(Node("cast", (nodes[-1].output,), base, cast))
-        return nodes
-    nodes.append(Node("cast", (nodes[-1].output,), f"{base}:int8", {"dtype": "int8"}))
-    entries = param(f"{base}:table", np.asarray(ep.table, np.int8).reshape(-1))
-    nodes.append(Node("table", (f"{base}:int8", entries), base, {"quant": None if quant is None else cast["quant"]}))
+        nodes.append(Node("cast", (nodes[-1].output,), last, cast))
+    else:
+        nodes.append(Node("cast", (nodes[-1].output,), f"{base}:int8", {"dtype": "int8"}))
+        entries = param(f"{base}:table", np.asarray(ep.table, np.int8).reshape(-1))
+        table = {"quant": None if quant is None else cast["quant"]}
+        nodes.append(Node("table", (f"{base}:int8", entries), last, table))
+    if ep.row_mask is not None:
+        lo, hi = mask_bounds(np.asarray(ep.row_mask, bool))
+        bounds = param(f"{base}:mask_lo", lo), param(f"{base}:mask_hi", hi)
+        nodes.append(Node("clip", (last, *bounds), base))
     return nodes

@@ -59,6 +59,7 @@ from vdla.graph.window import make_window
 FOLD = 2  # rows per folded row
 MACS = "macs"  # conv2d attribute: the network's multiply-accumulates of a layer rewritten with zero taps
 FOLDED = "folded"  # conv2d attribute: which of its input and output are folded ("input", "output", "input and output")
+PHASED = "phased"  # conv2d attribute: which of its folded input and output pair their rows from -1 (phase 1)
 
 
 @dataclass(frozen=True)
@@ -74,14 +75,17 @@ class RowFold:
     taps: tuple[tuple[int, int, int, int], ...]  # (ho, ky, j, hi)
 
 
-def row_fold(kh: int, stride: int, top: int, h: int, oh: int, fi: int, fo: int) -> RowFold | None:
+def row_fold(
+    kh: int, stride: int, top: int, h: int, oh: int, fi: int, fo: int, pi: int = 0, po: int = 0
+) -> RowFold | None:
     """The rows of a convolution (``kh`` kernel rows, ``stride``, ``top`` padding rows; ``h`` input and ``oh``
-    output rows) over an input folded ``fi`` times into an output folded ``fo`` times, or None where that is
-    not a convolution: an odd ``h`` or ``oh`` to fold, or a stride that does not divide."""
-    if (stride * fo) % fi or h % fi or oh % fo:
+    output rows) over an input folded ``fi`` times with phase ``pi`` into an output folded ``fo`` times with
+    phase ``po``, or None where that is not a convolution: an odd ``h`` or ``oh`` to fold, or a stride that does
+    not divide."""
+    if (stride * fo) % fi or h % fi or oh % fo or (pi and fi == 1) or (po and fo == 1):
         return None
-    s2, h2, oh2 = stride * fo // fi, h // fi, oh // fo
-    rows = [(ho, ky, stride * ho - top + ky) for ho in range(fo) for ky in range(kh)]
+    s2, h2, oh2 = stride * fo // fi, h // fi + pi, oh // fo + po
+    rows = [(ho, ky, stride * (ho - po) - top + ky + pi) for ho in range(fo) for ky in range(kh)]
     offs = [(ho, ky, r // fi, r % fi) for ho, ky, r in rows]
     lo, hi = min(t[2] for t in offs), max(t[2] for t in offs)
     kernel, top2 = hi - lo + 1, -lo
@@ -119,18 +123,18 @@ class _Conv:
     top: int
     host: bool  # its input is computed on the host (an im2col may pack it)
 
-    def fold(self, fi: int, fo: int) -> RowFold | None:
-        return row_fold(self.kh, self.stride, self.top, self.h, self.oh, fi, fo)
+    def fold(self, fi: int, fo: int, pi: int = 0, po: int = 0) -> RowFold | None:
+        return row_fold(self.kh, self.stride, self.top, self.h, self.oh, fi, fo, pi, po)
 
 
-def conv_cost(cv: _Conv, fi: int, fo: int, block: int, bus_bytes: int) -> float:
-    """The cycles a convolution takes at best with its input folded ``fi`` and its output ``fo`` times (inf
-    where that is not a convolution): the larger of its GEMM iterations and its input and output bytes over
-    the bus, channels rounded up to blocks."""
-    rf = cv.fold(fi, fo)
+def conv_cost(cv: _Conv, fi: int, fo: int, block: int, bus_bytes: int, pi: int = 0, po: int = 0) -> float:
+    """The cycles a convolution takes at best with its input folded ``fi`` times with phase ``pi`` and its output
+    ``fo`` times with phase ``po`` (inf where that is not a convolution): the larger of its GEMM iterations and
+    its input and output bytes over the bus, channels rounded up to blocks."""
+    rf = cv.fold(fi, fo, pi, po)
     if rf is None:
         return math.inf
-    c, oc, h, oh, kh = cv.c * fi, cv.oc * fo, cv.h // fi, cv.oh // fo, rf.kernel
+    c, oc, h, oh, kh = cv.c * fi, cv.oc * fo, cv.h // fi + pi, cv.oh // fo + po, rf.kernel
     blocks, in_bytes = math.ceil(c / block) * kh * cv.kw, cv.n * math.ceil(c / block) * block * h * cv.w
     win = im2col_window(c, kh, cv.kw, block) if cv.host else None
     if win is not None:  # the host packs the window's channels (vdla.graph.im2col)
@@ -183,6 +187,7 @@ class _Plan:
 
     def __init__(self, graph: Graph, types: Mapping[str, TensorType], block: int) -> None:
         self.graph, self.types, self.block = graph, types, block
+        self.consumers = graph.consumers()
         self.classes, self.groups = DisjointSets(), DisjointSets()
         self.convs: dict[str, _Conv] = {}
         blocked: set[str] = set(graph.inputs) | set(graph.outputs)
@@ -209,6 +214,7 @@ class _Plan:
                 blocked.update(values + [node.output])
             roots.setdefault(node.output, []).append(node)
         members = self.classes.sets()
+        self.members, self.roots = members, roots
         for node in concats:
             for v in node.inputs:
                 self.groups.union(self.classes.find(v), self.classes.find(node.output))
@@ -271,13 +277,60 @@ class _Plan:
             cv for cv in self.convs.values() if {self.group(cv.node.inputs[0]), self.group(cv.node.output)} & groups
         ]
 
-    def cost(self, convs: list[_Conv], folded: set[str], bus_bytes: int) -> float:
+    def cost(self, convs: list[_Conv], folded: set[str], bus_bytes: int, phased: frozenset[str] = frozenset()) -> float:
         return sum(
             conv_cost(
-                cv, self.factor(cv.node.inputs[0], folded), self.factor(cv.node.output, folded), self.block, bus_bytes
+                cv,
+                self.factor(cv.node.inputs[0], folded),
+                self.factor(cv.node.output, folded),
+                self.block,
+                bus_bytes,
+                self.phase(cv.node.inputs[0], phased),
+                self.phase(cv.node.output, phased),
             )
             for cv in convs
         )
+
+    def phase(self, value: str, phased: frozenset[str] | set[str]) -> int:
+        """1 where ``value``'s class is folded with a phase (its rows paired from -1), else 0."""
+        return int(self.classes.find(value) in phased)
+
+    def phase_candidate(self, k: str, folded: set[str]) -> tuple[str, _Conv, list[_Conv]] | None:
+        """(the value convolutions read, the convolution computing the class, those reading it) where folded class
+        ``k`` may take a phase: a group of its own, computed by one plain convolution (not a copy, its input not the
+        host's), its int8 value read by plain convolutions alone, every one reading that value; else None."""
+        g = self.groups.find(k)
+        if g not in folded or self.group_classes.get(g) != [k]:
+            return None
+        values = set(self.members[k])
+        roots = [n for v in values for n in self.roots.get(v, [])]
+        root = self.convs.get(roots[0].output) if len(roots) == 1 else None
+        if root is None or root.host or COPY in root.node.attrs:
+            return None
+        readers = [n for v in values for n in self.consumers.get(v, []) if n.output not in values]
+        exits = {n.inputs[0] for n in readers}
+        if not readers or len(exits) != 1 or self.types[next(iter(exits))].dtype != "int8":
+            return None
+        convs = [self.convs.get(n.output) for n in readers]
+        if any(cv is None or cv.host or COPY in cv.node.attrs for cv in convs):
+            return None
+        return next(iter(exits)), root, convs
+
+
+def choose_phases(plan: _Plan, folded: set[str], bus_bytes: int) -> dict[str, str]:
+    """The folded classes :func:`fold_narrow` pairs their rows from -1 (class -> the value convolutions read):
+    in graph order, each candidate (:meth:`_Plan.phase_candidate`) whose phase lowers :func:`conv_cost` of the
+    convolution computing it and those reading it, given the phases taken before it. A 3x3 convolution of stride
+    1 between values folded with opposite phases reads two folded rows, not three."""
+    phased: dict[str, str] = {}
+    order = {n.output: i for i, n in enumerate(plan.graph.nodes)}
+    found = [(k, plan.phase_candidate(k, folded)) for k in plan.members]
+    found = sorted(((k, c) for k, c in found if c), key=lambda kc: order[kc[1][1].node.output])
+    for k, (value, root, readers) in found:
+        convs, now = [root, *readers], frozenset(phased)
+        if plan.cost(convs, folded, bus_bytes, now | {k}) < plan.cost(convs, folded, bus_bytes, now):
+            phased[k] = value
+    return phased
 
 
 def choose_folds(graph: Graph, block: int, bus_bytes: int) -> tuple[_Plan, set[str]]:
@@ -307,14 +360,19 @@ def paired_order(c: int, group: int) -> np.ndarray:
     return np.concatenate([h * c + np.arange(k, min(k + group, c)) for k in range(0, c, group) for h in range(FOLD)])
 
 
-def fold_narrow(graph: Graph, block: int, bus_bytes: int) -> Graph:
+def fold_narrow(graph: Graph, block: int, bus_bytes: int, phases: bool = True) -> Graph:
     """Fold every group of narrow values where that pays (see the module docstring); ``block``: the
-    accelerator's ``block_in``, ``bus_bytes``: its DRAM bytes per cycle. The graph's inputs, outputs and the
-    values it computes outside the folded groups are unchanged. A channel selection (:mod:`vdla.graph.copies`)
-    that the fold makes a slice of whole blocks becomes that slice, which the layers reading it read in place."""
+    accelerator's ``block_in``, ``bus_bytes``: its DRAM bytes per cycle; ``phases``: pair some classes' rows
+    from -1 where that pays (:func:`choose_phases`; the accelerator then masks their edge rows, which needs
+    GEMMs reading OUT). The graph's inputs, outputs and the values it computes outside the folded groups are
+    unchanged. A channel selection (:mod:`vdla.graph.copies`) that the fold makes a slice of whole blocks becomes
+    that slice, which the layers reading it read in place."""
     plan, folded = choose_folds(graph, block, bus_bytes)
     if not folded:
         return graph
+    phased = choose_phases(plan, folded, bus_bytes) if phases else {}
+    exits = {v: k for k, v in phased.items()}
+    rows: dict[str, int] = {}  # phased class -> the real rows of its values
     params, param_types = dict(graph.params), dict(graph.param_types)
     taken = set(plan.types) | set(params)
     orders: dict[str, np.ndarray] = {}  # folded class -> the (half, channel) index h * C + c of each channel
@@ -327,14 +385,17 @@ def fold_narrow(graph: Graph, block: int, bus_bytes: int) -> Graph:
             continue
         if cv is not None:
             fi, fo = plan.factor(node.inputs[0], folded), plan.factor(node.output, folded)
+            pi, po = plan.phase(node.inputs[0], phased), plan.phase(node.output, phased)
             if fi == fo == 1:
                 nodes.append(node)
                 continue
+            if po:
+                rows[plan.classes.find(node.output)] = cv.oh
             order_in = orders[plan.classes.find(node.inputs[0])] if fi == FOLD else np.arange(cv.c)
             order_out = paired_order(cv.oc, block // FOLD) if fo == FOLD else np.arange(cv.oc)
             if fo == FOLD:
                 orders[plan.classes.find(node.output)] = order_out
-            conv = _fold_conv(cv, fi, fo, order_in, order_out, params, param_types, taken)
+            conv = _fold_conv(cv, (fi, fo), (pi, po), order_in, order_out, params, param_types, taken)
             view = _block_slice(conv, cv, plan, consumers, params, block)
             if view is not None:
                 skip.update(n.output for n in view[1])
@@ -347,7 +408,33 @@ def fold_narrow(graph: Graph, block: int, bus_bytes: int) -> Graph:
             nodes.append(_fold_elementwise(node, order, params, param_types, taken))
         else:
             nodes.append(node)
+        if nodes and nodes[-1].output in exits:  # a phased class's value: its rows outside the tensor zeroed
+            k = exits[nodes[-1].output]
+            nodes[-1:] = _masked(nodes[-1], orders[k], rows[k], params, taken)
     return graph.copy(nodes=nodes, params=params, param_types=param_types)
+
+
+def edge_mask(order: np.ndarray, rows: int) -> np.ndarray:
+    """The (channels, folded rows) bool mask of a value of ``rows`` real rows folded with phase 1, its channels
+    in ``order`` ((half, channel) indices): True where the half's real row ``2 * Y + h - 1`` is outside it."""
+    c = len(order) // FOLD
+    real = FOLD * np.arange(rows // FOLD + 1)[None, :] + (order // c)[:, None] - 1
+    return (real < 0) | (real >= rows)
+
+
+def _masked(node: Node, order: np.ndarray, rows: int, params: dict, taken: set[str]) -> list[Node]:
+    """``node`` writing the value a phased class's readers read, then the clip that zeroes its halves outside the
+    tensor (:func:`vdla.graph.epilogue.mask_bounds`), which writes the value under its old name."""
+    from vdla.graph.epilogue import mask_bounds
+
+    inner = fresh_name(f"{node.output}:unmasked", taken)
+    taken.add(inner)
+    bounds = []
+    for name, b in zip(("lo", "hi"), mask_bounds(edge_mask(order, rows)), strict=True):
+        bounds.append(fresh_name(f"{node.output}:mask_{name}", taken))
+        taken.add(bounds[-1])
+        params[bounds[-1]] = b
+    return [Node(node.op, node.inputs, inner, dict(node.attrs)), Node("clip", (inner, *bounds), node.output)]
 
 
 def _block_slice(
@@ -428,18 +515,20 @@ def _new_param(name: str, value: np.ndarray, params: dict, param_types: dict, ta
 
 def _fold_conv(
     cv: _Conv,
-    fi: int,
-    fo: int,
+    folds: tuple[int, int],
+    phases: tuple[int, int],
     order_in: np.ndarray,
     order_out: np.ndarray,
     params: dict,
     param_types: dict,
     taken: set[str],
 ) -> Node:
-    """The conv2d of ``cv`` over an input folded ``fi`` times into an output folded ``fo`` times, their channels in
-    ``order_in`` and ``order_out`` ((half, channel) indices)."""
+    """The conv2d of ``cv`` over an input folded ``fi`` times with phase ``pi`` into an output folded ``fo`` times
+    with phase ``po`` (``folds``, ``phases``), their channels in ``order_in`` and ``order_out`` ((half, channel)
+    indices)."""
     node = cv.node
-    rf = cv.fold(fi, fo)
+    (fi, fo), (pi, po) = folds, phases
+    rf = cv.fold(fi, fo, pi, po)
     assert rf is not None, f"{node.output}: chosen with a fold that is not a convolution"
     x, w, *bias = node.inputs
     w2 = _new_param(w, fold_weights(params[w], rf, fi, fo)[order_out][:, order_in], params, param_types, taken)
@@ -455,6 +544,8 @@ def _fold_conv(
     )
     attrs.setdefault(MACS, cv.n * cv.oc * cv.oh * cv.ow * cv.c * cv.kh * cv.kw)
     attrs[FOLDED] = " and ".join(name for name, f in (("input", fi), ("output", fo)) if f == FOLD)
+    if pi or po:
+        attrs[PHASED] = " and ".join(name for name, p in (("input", pi), ("output", po)) if p)
     return Node("conv2d", (x, w2, *bias), node.output, attrs)
 
 

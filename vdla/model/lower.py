@@ -23,11 +23,11 @@ from vdla.compiler.epilogue import normalize
 from vdla.compiler.pool import compile_pool
 from vdla.compiler.schedule import GATE
 from vdla.compiler.search import emit_program
-from vdla.compiler.spec import EpilogueSpec, OutputView
+from vdla.compiler.spec import EpilogueSpec, InputUpsample, OutputView
 from vdla.config import HwConfig
 from vdla.graph.copies import COPY, block_view, channel_span
 from vdla.graph.ew import EPILOGUE_STEP
-from vdla.graph.fold import FOLDED, MACS
+from vdla.graph.fold import FOLDED, MACS, PHASED
 from vdla.graph.graph import Graph, Node
 from vdla.graph.layout import blocked_shape
 from vdla.graph.ops import OPS, infer_types, interleave_type
@@ -84,6 +84,8 @@ class ModelBuilder:
         self.views: dict[str, tuple[str, OutputView]] = {}  # stored_interleaves: output -> (tensor, view)
         self.copies: dict[str, str] = {}  # a layer's output -> the upsampling phase it also stores (store_phases)
         self.upsamples: dict[str, str] = {}  # a layer's output -> the upsampling phase it stores, also or only
+        self.up_candidates: dict[str, tuple[AccelLayer, str]] = {}  # upsampling -> (its phase, the 1x1 layer)
+        self.up_reads: dict[str, tuple[str, InputUpsample]] = {}  # 1x1 layer -> (upsampled value, which blocks)
         self.explained: set[str] = set()  # CPU nodes a placement note explains (build_steps)
         self.types = infer_types(graph)
         self.dram: dict[str, tuple[tuple[int, ...], str]] = {}  # DRAM tensor -> (packed shape, dtype)
@@ -254,13 +256,21 @@ class ModelBuilder:
         return self.compiled_with(layer, self.view_of(layer.out), copy[1] if copy else None)
 
     def compiled_with(self, layer: AccelLayer, view: OutputView | None, copy_view: OutputView | None = None):
-        """``layer`` compiled storing through ``view`` (and ``copy_view``), once per such form."""
-        key = (layer.out, _depth(layer), view, copy_view, layer.gate is not None, layer.gap is not None)
+        """``layer`` compiled storing through ``view`` (and ``copy_view``), once per such form (reading an upsampled
+        input in place where :meth:`read_in_place` chose so)."""
+        up = self.up_reads[layer.out][1] if layer.out in self.up_reads else None
+        key = (layer.out, _depth(layer), view, copy_view, up, layer.gate is not None, layer.gap is not None)
         if key not in self.memo:
-            self.memo[key] = self._compile(layer, view, copy_view)
+            self.memo[key] = self._compile(layer, view, copy_view, up)
         return self.memo[key]
 
-    def _compile(self, layer: AccelLayer, view: OutputView | None, copy_view: OutputView | None = None):
+    def _compile(
+        self,
+        layer: AccelLayer,
+        view: OutputView | None,
+        copy_view: OutputView | None = None,
+        up: InputUpsample | None = None,
+    ):
         g, options = layer.geometry, dict(config=self.cfg, cache=self.cache)
         if layer.pre is not None and not layer.pre.dw_mode:  # the residual add after the layer's table
             conv, pg = layer.pre, layer.pre.geometry
@@ -285,7 +295,7 @@ class ModelBuilder:
         return compile_conv2d(
             layer.in_shape, layer.weights, stride=g.stride, padding=g.padding, dilation=g.dilation,
             epilogue=layer.epilogue, max_pool=layer.max_pool(), out_view=view, gate=gate, copy_view=copy_view,
-            **options,
+            up=up, **options,
         )  # fmt: skip
 
     def stored_interleaves(self, units: list) -> list:
@@ -352,6 +362,10 @@ class ModelBuilder:
             offsets = tuple(divmod(p, sw) for p in range(len(phases)))
             self.views[phases[0].out] = (node.output, OutputView(full, offsets[0], (sh, sw), copies=offsets[1:]))
             self.dropped.update(p.out for p in phases[1:])
+            reader = self.up_reader(node, phases[0], layers, consumers)
+            if reader is not None:  # maybe read in place: store_parts decides
+                self.up_candidates[node.output] = (phases[0], reader)
+                return True
             source = self.copy_source(phases[0], layers)
             anchors = {p.nodes[0] for p in phases}
             only = source is not None and all(c.output in anchors for c in consumers.get(source, []))
@@ -462,6 +476,9 @@ class ModelBuilder:
             elif not phases:
                 self.views[v] = (node.output, OutputView(t.shape[2:], blocks=blocks))
             first += u.shape[1] // bo
+        for v in node.inputs:
+            if v in self.up_candidates:
+                self.read_in_place(v)
         return True
 
     def copied(self, part: str, node: Node, layers: dict[str, AccelLayer], consumers) -> str | None:
@@ -488,6 +505,40 @@ class ModelBuilder:
             return None
         return v if self.operand_only(v, consumers) else None  # the copy reads v as its input too
 
+    def up_reader(self, node: Node, phase: AccelLayer, layers: dict[str, AccelLayer], consumers) -> str | None:
+        """The 1x1 layer that can read the nearest upsampling ``node`` (an interleave of ``phase`` copies) from the
+        tensor it upsamples (:class:`~vdla.compiler.spec.InputUpsample`): ``node`` is read by a channel
+        concatenation alone, at a channel block's start, which a plain 1x1 convolution of stride 1 without padding
+        reads alone; ``phase`` an exact copy of an accelerator layer's output. None otherwise."""
+        cat = consumers.get(node.output, [])
+        if len(cat) != 1 or cat[0].op != "concat" or node.output in self.g.outputs or cat[0].output in self.g.outputs:
+            return None
+        readers = consumers.get(cat[0].output, [])
+        layer = self.readers.get(readers[0].output) if len(readers) == 1 else None
+        if not isinstance(layer, AccelLayer) or layer.x != cat[0].output or not layer.plain or layer.gate:
+            return None
+        try:
+            sp = layer.spec()
+        except CompileError:
+            return None
+        if (sp.kh, sp.kw, sp.sh, sp.sw) != (1, 1, 1, 1) or any(sp.pad):
+            return None
+        at = sum(self.types[v].shape[1] for v in cat[0].inputs[: cat[0].inputs.index(node.output)])
+        producer = self.g.producers()[phase.nodes[0]]
+        exact = producer.attrs.get(COPY) == "upsample" and phase.weights.shape[2:] == (1, 1)
+        if at % self.cfg.block_in or not exact or phase.x not in layers:
+            return None
+        return layer.out if self.types[phase.out].quant == self.types[phase.x].quant else None
+
+    def read_in_place(self, value: str) -> None:
+        """The upsampling ``value`` (:meth:`up_reader`), now stored into a concatenation's slice, read in place by
+        the 1x1 layer reading that concatenation instead: its copy layer dropped, nothing stored into the slice."""
+        phase, reader = self.up_candidates.pop(value)
+        _, view = self.views.pop(phase.out)
+        self.dropped.add(phase.out)
+        blocks = -(-self.types[value].shape[1] // self.cfg.block_in)
+        self.up_reads[reader] = (phase.x, InputUpsample(view.blocks[0], blocks, view.step))
+
     def stored_at(self, value: str) -> tuple[str, int]:
         """The value whose DRAM tensor holds ``value`` (itself, or the concatenation it is stored into: the
         outermost, as :meth:`store_parts` keeps the views; for a slice, where its value is) and the channel block
@@ -511,6 +562,8 @@ class ModelBuilder:
 
     def accel_reads(self, layer: AccelLayer) -> list[str]:
         reads = [self.read_tensor(layer.x, self.cfg.block_in)]
+        if layer.out in self.up_reads:  # the tensor an upsampled part of its input is read from
+            reads.append(self.read_tensor(self.up_reads[layer.out][0], self.cfg.block_in))
         if layer.residual:
             reads.append(self.read_tensor(layer.residual, self.cfg.block_out))
         if layer.w:
@@ -660,9 +713,15 @@ class ModelBuilder:
         desc = {"op": op, "input": list(layer.in_shape), **desc}
         attrs = self.g.producers()[layer.nodes[0]].attrs
         folded = f"{attrs[FOLDED]} folded: two rows side by side as channels" if FOLDED in attrs else None
+        if PHASED in attrs:
+            folded += f"; the {attrs[PHASED]}'s pairs start at row -1"
         up = self.upsampling(layer.out)
         also = f"stores its nearest upsampling by {up.step[0]}x{up.step[1]}" if up else None
-        note = "; ".join(n for n in (layer.note, folded, also) if n)
+        read = self.up_reads.get(layer.out)
+        if read:
+            (fh, fw), value = read[1].factor, read[0]
+            read = f"reads the nearest upsampling by {fh}x{fw} of {value!r} in place (no copy stored)"
+        note = "; ".join(n for n in (layer.note, folded, also, read) if n)
         if note:
             desc["note"] = note
         if attrs.get(COPY):
@@ -792,6 +851,9 @@ class ModelBuilder:
             tensors["pool"] = self.pending[layer.gap.out]
         if layer.out in self.copies:
             tensors["copy"] = self.pending[self.copies[layer.out]]
+        if layer.out in self.up_reads:
+            values["up"] = self.up_reads[layer.out][0]
+            tensors["up"] = self.read_tensor(values["up"], self.cfg.block_in)
         buffers: dict[str, Buffer] = {}
         for role, t in tensors.items():
             shape, dtype = self.dram[t]

@@ -465,7 +465,10 @@ def _runs_as_parts(layer: AccelLayer, cfg: HwConfig) -> tuple[tuple[BlockPart, .
         if why is None:
             return (), ""
     if not depthwise and (
-        layer.op != "conv2d" or parts_refusal(cfg) or not is_block_diagonal(layer.weights, cfg.block_out)
+        layer.op != "conv2d"
+        or parts_refusal(cfg)
+        or layer.epilogue.row_mask is not None  # the parts' epilogues are channel slices: no rows to mask
+        or not is_block_diagonal(layer.weights, cfg.block_out)
     ):
         return (), ""
     try:

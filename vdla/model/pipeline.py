@@ -164,7 +164,9 @@ def compile_graph_model(
     copies = ("accelerator_copies", lambda g: tables[1](lower_qdq(accelerator_copies(g, cfg.block_in))))
     steps = [*(passes or []), ("lower_qdq", lower_qdq), tables, copies]
     # tensors of few channels stored two rows to a pixel (vdla.graph.fold), before im2col packs the stem
-    fold = [("fold_narrow", lambda g: fold_narrow_graph(g, cfg.block_in, cfg.bus_bytes))] if fold_narrow else []
+    # (pairs from row -1 where the GEMMs can read OUT: the mask of their edge rows does)
+    phases = cfg.src_out_refusal() is None
+    fold = [("fold_narrow", lambda g: fold_narrow_graph(g, cfg.block_in, cfg.bus_bytes, phases))] if fold_narrow else []
     for name, fn in [*steps, ("conv_transpose_phases", phase_convs), *fold, im2col]:
         t0 = time.perf_counter()
         graph = after(name, fn(graph), t0)
