@@ -439,3 +439,43 @@ def test_multiplier_rows_with_and_without_bias(out_mul, cache):
         assert {i.alu_opcode for i in prog if isinstance(i, AluInsn)} == (set() if out_mul else {AluOp.MUL})
         assert all(i.bias == (bias is not None) and i.mul == out_mul for i in prog if isinstance(i, EpiInsn))
         assert not any(isinstance(i, GemmInsn) and i.reset for i in prog)
+
+
+def _zero_block_case(cfg: str, seed: int):
+    """A 3x3 layer (40 -> 36 channels) whose weights are zero in random (output block, input block, tap) blocks
+    and in every block of one output-channel block, and the same layer with no zero weight."""
+    rng = np.random.default_rng(seed)
+    c = load_config(cfg)
+    x = rand(rng, (1, 40, 9, 11))
+    w = rand(rng, (36, 40, 3, 3), -20, 20)
+    w[w == 0] = 1
+    dense = w.copy()
+    ob, ib = -(-36 // c.block_out), -(-40 // c.block_in)
+    zero = rng.random((ob, ib, 9)) < 0.4
+    zero[ob - 1] = True  # an output block with no weight at all: the init GEMM still writes its bias
+    for o, i, t in zip(*np.nonzero(zero), strict=True):
+        w[o * c.block_out : (o + 1) * c.block_out, i * c.block_in : (i + 1) * c.block_in, t // 3, t % 3] = 0
+    ep = Epilogue(rand(rng, 36, -3000, 3000, np.int32), rand(rng, 36, 1 << 8, 1 << 10, np.int32), 14)
+    return x, w, dense, ep
+
+
+@pytest.mark.parametrize("cfg", ["pynq", "block8"])
+def test_the_gemms_skip_weight_blocks_that_are_all_zero(devices, cache, cfg):
+    """The micro-ops of all-zero weight blocks are left out (a folded layer's halves that never meet): bit-exact,
+    in fewer GEMM iterations than the same schedule with every block nonzero."""
+    x, w, dense, ep = _zero_block_case(cfg, seed=3)
+    layer = compile_conv2d(x.shape, w, padding=1, epilogue=ep, config=cfg, cache=cache)
+    full = compile_conv2d(x.shape, dense, padding=1, epilogue=ep, config=cfg, schedule=layer.schedule)
+    assert layer.lowering.zero is not None and full.lowering.zero is None
+    run, ref = layer.run(devices[cfg], x), full.run(devices[cfg], x)
+    np.testing.assert_array_equal(run.out, conv2d_reference(x, w, layer.spec, ep))
+    assert run.counters.gemm_iters < ref.counters.gemm_iters
+
+
+def test_zero_weight_blocks_skipped_on_rtl(rtl_library):
+    """The shortened micro-kernels on the RTL: bit-exact, and equal to the simulator."""
+    x, w, _, ep = _zero_block_case("pynq", seed=5)
+    layer = compile_conv2d(x.shape, w, padding=1, epilogue=ep)
+    rtl = layer.run(Device("pynq", backend="rtl"), x)
+    np.testing.assert_array_equal(rtl.out, conv2d_reference(x, w, layer.spec, ep))
+    np.testing.assert_array_equal(rtl.out, layer.run(Device("pynq"), x).out)

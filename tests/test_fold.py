@@ -193,8 +193,8 @@ def _image(seed: int, image: int = 32) -> np.ndarray:
 
 def test_the_pass_folds_the_narrow_values_and_computes_the_same_graph():
     low = lowered(narrow_model())
-    plan, folded = choose_folds(low, 16, 8)
-    assert folded == {plan.group(v) for v in ("stem_q", "p_q", "half_q", "a_q", "cat_q", "b_q")}
+    plan, folded_groups = choose_folds(low, 16, 8)
+    assert folded_groups == {plan.group(v) for v in ("stem_q", "p_q", "half_q", "a_q", "cat_q", "b_q")}
     out = fold_narrow(low, 16, 8)
     types = verify(out, after="fold_narrow")
     # p's channels 8..15 are its second block once folded: the selection convolution became that slice
@@ -210,8 +210,11 @@ def test_the_pass_folds_the_narrow_values_and_computes_the_same_graph():
     np.testing.assert_array_equal(got["c_q"], want["c_q"])
     (cat,) = [n for n in out.nodes if n.op == "concat"]
 
-    def folded(v: str) -> np.ndarray:  # a convolution's folded output: its channels in pairs of half blocks
-        return fold(want[v])[:, paired_order(want[v].shape[1], 8)]
+    halves = {k for k in plan.members if plan.halves(k, folded_groups)}
+    assert {plan.classes.find(v) for v in ("b_q",)} == halves  # 16 channels, read by c alone: whole halves
+
+    def folded(v: str) -> np.ndarray:  # a convolution's folded output: in pairs of half blocks, or whole halves
+        return fold(want[v]) if plan.classes.find(v) in halves else fold(want[v])[:, paired_order(want[v].shape[1], 8)]
 
     for name in types:
         if name in out.params or types[name].shape == want[name].shape:

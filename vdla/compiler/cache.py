@@ -14,10 +14,11 @@ from pathlib import Path
 from vdla.compiler.spec import Conv2dSpec, EpilogueSpec, InputUpsample, OutputView
 from vdla.config import HwConfig
 
-SCHEMA = 9  # 4: Schedule.res_inp (an int8 residual in INP, added by the identity GEMM); 5: column-subsampled windows;
+SCHEMA = 10  # 4: Schedule.res_inp (an int8 residual in INP, added by the identity GEMM); 5: column-subsampled windows;
 # 6: fused depthwise steps share their scratch and load resident weights step by step (their cycles changed);
 # 7: FusedSchedule.split (one band, its steps dealt to the threads in turn); 8: max pools by doubling (cycles changed);
-# 9: a layer's per-channel rows load as one tensor (prologue cycles changed)
+# 9: a layer's per-channel rows load as one tensor (prologue cycles changed); 10: whole-row pairs copied by a GEMM
+# reading OUT, zero weight blocks skipped (cycles changed)
 
 
 def default_cache_dir() -> Path:
@@ -33,14 +34,16 @@ def cache_key(
     view: OutputView | None = None,
     copy_view: OutputView | None = None,
     up: InputUpsample | None = None,
+    zero: str = "",
 ) -> str:
     """The entry of a layer: schema, config name and hash, shape, epilogue structure, thread request, the
-    output view where the layer stores into a larger tensor, the view of a copy it also stores, and the input
-    blocks it reads from the tensor they upsample."""
+    output view where the layer stores into a larger tensor, the view of a copy it also stores, the input
+    blocks it reads from the tensor they upsample, and the key of its zero weight blocks."""
     key = f"v{SCHEMA}:{cfg.name}:{cfg.hash:08x}:{spec.key()}:{epi.key()}:vt{vthreads}"
     key = key if view is None else f"{key}:{view.key()}"
     key = key if copy_view is None else f"{key}:copy:{copy_view.key()}"
-    return key if up is None else f"{key}:{up.key()}"
+    key = key if up is None else f"{key}:{up.key()}"
+    return f"{key}:{zero}" if zero else key
 
 
 class ScheduleCache:

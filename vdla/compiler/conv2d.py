@@ -62,6 +62,15 @@ def _constants(ep: Epilogue, spec: EpilogueSpec, oc: int, cfg: HwConfig) -> dict
     return {k: pack_channels(_int_array(names.get(k, k), v, (oc,)), cfg.batch, cfg.block_out) for k, v in rows.items()}
 
 
+def zero_blocks(weights: np.ndarray, cfg: HwConfig) -> np.ndarray:
+    """(output-channel blocks, input-channel blocks, taps) bool: which WGT blocks of OIHW ``weights`` are all zero."""
+    o, i, kh, kw = weights.shape
+    bo, bi = cfg.block_out, cfg.block_in
+    padded = np.zeros((-(-o // bo) * bo, -(-i // bi) * bi, kh * kw), bool)
+    padded[:o, :i] = weights.reshape(o, i, kh * kw) != 0
+    return ~padded.reshape(-1, bo, padded.shape[1] // bi, bi, kh * kw).any(axis=(1, 3))
+
+
 def mask_blocks(row_mask: np.ndarray, rows: tuple[int, ...], cfg: HwConfig) -> np.ndarray:
     """The WGT blocks of a row mask (C, H) bool: for each masked row in ``rows``, each output-channel block's
     diagonal block, 1 where the lane's channel is kept (padding lanes 0), shape (len(rows) * blocks, bo, bi)."""
@@ -117,7 +126,10 @@ class CompiledConv2d:
                     f"got a {gate.op} of {gate.shape}"
                 )
             self.epilogue = replace(self.epilogue, gate=(gate.shift, *gate.clip))
-        self.lowering = ConvLowering(spec, self.epilogue, cfg, imm, view, post_imm, copy_view=copy_view, up=up)
+        zero = None if runtime else zero_blocks(weights, cfg)
+        self.lowering = ConvLowering(
+            spec, self.epilogue, cfg, imm, view, post_imm, copy_view=copy_view, up=up, zero=zero
+        )
         self.constants = {} if runtime else {"wgt": pack_weights(weights, cfg.block_out, cfg.block_in)}
         self.constants.update(_constants(ep, self.epilogue, spec.oc, cfg))
         if post_ep is not None:  # the post add's rows, and the identity block its GEMM reads

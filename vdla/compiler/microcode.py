@@ -57,6 +57,18 @@ class MicroKernel:
     def iterations(self) -> int:
         return self.iter_out * self.iter_in * len(self.uops)
 
+    def indices(self, field: int) -> np.ndarray:
+        """(uops, iter_out * iter_in) array of the field's index (0 dst, 1 src, 2 wgt) at every iteration."""
+        fo, fi = self.factors(field)
+        steps = (np.arange(self.iter_out)[:, None] * fo + np.arange(self.iter_in)[None, :] * fi).reshape(-1)
+        return self.uops[:, field][:, None] + steps[None, :]
+
+    def keep(self, mask: np.ndarray) -> MicroKernel:
+        """The kernel with the micro-ops ``mask`` selects (at least one), its loops as they are."""
+        uops = self.uops[mask]
+        uops.setflags(write=False)
+        return MicroKernel(uops, self.iter_out, self.iter_in, self.factor_out, self.factor_in)
+
     def factors(self, field: int) -> tuple[int, int]:
         """(outer, inner) factor of one field (0 dst, 1 src, 2 wgt)."""
         return self.factor_out[field], self.factor_in[field]

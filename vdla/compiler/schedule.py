@@ -52,6 +52,7 @@ Invariants: a thread's blocks touch only its shares and the shared regions above
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 from dataclasses import asdict, dataclass, replace
 
@@ -176,18 +177,22 @@ class ConvLowering:
         acc_top: int | None = None,
         copy_view: OutputView | None = None,
         up: InputUpsample | None = None,
+        zero: np.ndarray | None = None,
     ):
         """``acc_top``: the ACC rows from it up belong to other layers of a fused step
         (:mod:`vdla.compiler.dw_pointwise`); the per-channel rows sit right below it (default: ACC's top).
         ``copy_view``: the layer also stores its output into a second tensor (role ``copy``) through this view,
         e.g. the phases of a nearest upsampling that another layer reads (its own output stays where ``view``
         says: a tensor of its own or channel blocks of a larger one). ``up``: some input-channel blocks are read
-        from the tensor they are a nearest upsampling of (:class:`~vdla.compiler.spec.InputUpsample`)."""
+        from the tensor they are a nearest upsampling of (:class:`~vdla.compiler.spec.InputUpsample`). ``zero``:
+        (ob, ib, taps) bool, the weight blocks that are all zero: the GEMMs skip their micro-ops (a folded layer's
+        halves that never meet, :mod:`vdla.graph.fold`)."""
         self.spec, self.epi, self.cfg = spec, epi, cfg
         acc_end = cfg.acc_depth if acc_top is None else acc_top
         self.view = view  # where the output pixels sit in a larger tensor (None: a tensor of their own)
         self.copy_view = copy_view
         self.up = up
+        self.zero = zero if zero is not None and zero.any() else None
         self.intrinsic = GemmIntrinsic.from_config(cfg)
         top, _, left, _ = spec.pad
         self.tensorized = tensorize(
@@ -319,6 +324,14 @@ class ConvLowering:
         if self.gate is not None:
             return "the layer's input is gated"
         return None
+
+    @property
+    def zero_key(self) -> str:
+        """A stable text key of the zero weight blocks (schedule cache; empty: none)."""
+        if self.zero is None:
+            return ""
+        digest = hashlib.sha1(np.packbits(self.zero).tobytes() + str(self.zero.shape).encode())
+        return "z" + digest.hexdigest()[:12]
 
     def is_up(self, ib0: int) -> bool:
         """Whether the reduction step starting at input-channel block ``ib0`` reads the upsampled tensor."""
@@ -827,7 +840,7 @@ class ThreadBuilder:
         src = self.acc["gate"] if gated else self.step_inp0(ib0)
         base = (acc, src, wgt0 + (ib0 - w_ic0) * low.taps)
         gemms = self.init_gemms if k == 0 else self.step_gemms
-        compute = gemms(sub, nest, base, src_out=gated)
+        compute = [self.skip_zero(op, sub.ob, ib0, wic, base[2]) for op in gemms(sub, nest, base, src_out=gated)]
         if k < nsteps - 1:
             return compute, []
         if gated and self.s.res_inp:  # the residual's identity GEMM reads INP again
@@ -961,6 +974,27 @@ class ThreadBuilder:
             Epi(True, lo == 0, 0, None, mul=(row, shift)),
             Gemm(lower_nest(nest, base, low.limits, pin_outer=True), init=True),
         ]
+
+    def skip_zero(self, op: Op, ob0: int, ib0: int, wic: int, wgt0: int) -> Op:
+        """``op`` (one of a step's ops) without the micro-ops whose weight blocks are all zero at every iteration
+        (:attr:`ConvLowering.zero`): they add nothing. The step's weights sit output-channel-major from ``wgt0``
+        (``wic`` input-channel blocks from ``ib0``, ``taps`` each), its output-channel blocks from ``ob0``. An
+        ``init`` GEMM keeps a write of every accumulator, which initialises it."""
+        low = self.low
+        if low.zero is None or not isinstance(op, Gemm):
+            return op
+        k = op.kernel
+        rel = k.indices(2) - wgt0
+        o, rest = np.divmod(rel, wic * low.taps)
+        i, tap = np.divmod(rest, low.taps)
+        drop = low.zero[ob0 + o, ib0 + i, tap].all(axis=1)
+        if op.init:  # every accumulator keeps a write, which initialises it
+            dst = k.indices(0)
+            need = np.setdiff1d(dst, dst[~drop])
+            for j in np.flatnonzero(drop):
+                if need.size and np.isin(dst[j], need).any():
+                    drop[j], need = False, np.setdiff1d(need, dst[j])
+        return op if not drop.any() or drop.all() else replace(op, kernel=k.keep(~drop))
 
     def step_inp0(self, ib0: int) -> int:
         """Where the input window of the step starting at input-channel block ``ib0`` sits."""

@@ -130,7 +130,7 @@ def search(
 ) -> SearchResult:
     """The fastest schedule found for a layer (from the cache when it has one)."""
     t0 = time.perf_counter()
-    key = cache_key(low.cfg, low.spec, low.epi, vthreads, low.view, low.copy_view, low.up)
+    key = cache_key(low.cfg, low.spec, low.epi, vthreads, low.view, low.copy_view, low.up, low.zero_key)
     hit = cache.get(key) if cache else None
     if hit:
         return SearchResult(

@@ -295,6 +295,15 @@ class _Plan:
         """1 where ``value``'s class is folded with a phase (its rows paired from -1), else 0."""
         return int(self.classes.find(value) in phased)
 
+    def halves(self, k: str, folded: set[str]) -> bool:
+        """Whether folded class ``k`` may take the channel order of whole halves (``h * C + c``: each block one
+        row's channels) rather than :func:`paired_order`: whole blocks per half (``C`` a multiple of the block), a
+        group of its own computed by one plain convolution and read by plain convolutions alone. Its readers then
+        skip the blocks of a half their kernel rows never meet (zero weight blocks), where a paired block always
+        holds both halves; no slice or concatenation needs its blocks to hold whole channel groups."""
+        whole = self.types[self.members[k][0]].shape[1] % self.block == 0
+        return whole and self.phase_candidate(k, folded) is not None
+
     def phase_candidate(self, k: str, folded: set[str]) -> tuple[str, _Conv, list[_Conv]] | None:
         """(the value convolutions read, the convolution computing the class, those reading it) where folded class
         ``k`` may take a phase: a group of its own, computed by one plain convolution (not a copy, its input not the
@@ -392,7 +401,10 @@ def fold_narrow(graph: Graph, block: int, bus_bytes: int, phases: bool = True) -
             if po:
                 rows[plan.classes.find(node.output)] = cv.oh
             order_in = orders[plan.classes.find(node.inputs[0])] if fi == FOLD else np.arange(cv.c)
-            order_out = paired_order(cv.oc, block // FOLD) if fo == FOLD else np.arange(cv.oc)
+            if fo == FOLD and plan.halves(plan.classes.find(node.output), folded):
+                order_out = np.arange(FOLD * cv.oc)  # whole blocks of one half: the readers skip the other's
+            else:
+                order_out = paired_order(cv.oc, block // FOLD) if fo == FOLD else np.arange(cv.oc)
             if fo == FOLD:
                 orders[plan.classes.find(node.output)] = order_out
             conv = _fold_conv(cv, (fi, fo), (pi, po), order_in, order_out, params, param_types, taken)
