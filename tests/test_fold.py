@@ -26,6 +26,7 @@ from vdla.graph.fold import (
     MACS,
     PHASED,
     choose_folds,
+    choose_phases,
     edge_mask,
     fold_narrow,
     fold_weights,
@@ -150,18 +151,23 @@ def _qconv(nodes, params, rng, name, x, c_in, c_out, k, stride, pad, act="relu")
     return f"{name}_d"
 
 
-def narrow_model(seed: int = 0, image: int = 32) -> Graph:
-    """image -> stem: 3x3 stride 2 (3 -> 8) -> p: 1x1 (8 -> 16) -> a: 3x3 over p's channels 8..15 (8 -> 8), sigmoid
-    -> concat(p, a) (24) -> b: 1x1 (24 -> 16) -> c: 3x3 stride 2 (16 -> 16), a C2f block's shape. The stem's and
-    a's 8 channels are narrow; the concat folds with a, p with the concat, p's slice (a selection convolution,
-    since the concat reads p whole) and b because they cannot unfold; c unfolds."""
+def _stem(seed: int) -> tuple[np.random.Generator, list[Node], dict[str, np.ndarray], str]:
+    """(rng, nodes, params, stem's value) of a model's start: the image quantized, the stem: 3x3 stride 2 (3 -> 8)."""
     rng = np.random.default_rng(seed)
     nodes = [
         Node("quantize", ("image",), "xq", {"scale": S, "zero_point": 0}),
         Node("dequantize", ("xq",), "xd", {"scale": S, "zero_point": 0}),
     ]
     params: dict[str, np.ndarray] = {}
-    stem = _qconv(nodes, params, rng, "stem", "xd", 3, 8, 3, 2, 1)
+    return rng, nodes, params, _qconv(nodes, params, rng, "stem", "xd", 3, 8, 3, 2, 1)
+
+
+def narrow_model(seed: int = 0, image: int = 32) -> Graph:
+    """image -> stem: 3x3 stride 2 (3 -> 8) -> p: 1x1 (8 -> 16) -> a: 3x3 over p's channels 8..15 (8 -> 8), sigmoid
+    -> concat(p, a) (24) -> b: 1x1 (24 -> 16) -> c: 3x3 stride 2 (16 -> 16), a C2f block's shape. The stem's and
+    a's 8 channels are narrow; the concat folds with a, p with the concat, p's slice (a selection convolution,
+    since the concat reads p whole) and b because they cannot unfold; c unfolds."""
+    rng, nodes, params, stem = _stem(seed)
     p = _qconv(nodes, params, rng, "p", stem, 8, 16, 1, 1, 0)
     h = image // 2
     nodes += [
@@ -286,13 +292,7 @@ def test_the_stem_packs_its_kernel_rows_once_folded():
 def bottleneck_model(seed: int = 0, image: int = 32) -> Graph:
     """image -> stem: 3x3 stride 2 (3 -> 8) -> m1: 3x3 (8 -> 8) -> m2: 3x3 (8 -> 8), sigmoid -> c: 3x3 stride 2
     (8 -> 16): a YOLO bottleneck's two 3x3 layers over narrow values."""
-    rng = np.random.default_rng(seed)
-    nodes = [
-        Node("quantize", ("image",), "xq", {"scale": S, "zero_point": 0}),
-        Node("dequantize", ("xq",), "xd", {"scale": S, "zero_point": 0}),
-    ]
-    params: dict[str, np.ndarray] = {}
-    stem = _qconv(nodes, params, rng, "stem", "xd", 3, 8, 3, 2, 1)
+    rng, nodes, params, stem = _stem(seed)
     m1 = _qconv(nodes, params, rng, "m1", stem, 8, 8, 3, 1, 1)
     m2 = _qconv(nodes, params, rng, "m2", m1, 8, 8, 3, 1, 1, act="sigmoid")
     _qconv(nodes, params, rng, "c", m2, 8, 16, 3, 2, 1)
@@ -413,9 +413,18 @@ def test_random_models_compute_the_same_folded(seed):
 
 
 def test_random_models_fold_somewhere():
-    """The random models above exercise the pass: most of them fold something."""
-    folded = [bool(choose_folds(lowered(random_model(seed)), 16, 8)[1]) for seed in range(24)]
+    """The random models above exercise the pass: most of them fold something, several pair a class's rows from
+    -1, one orders a class as whole halves; the models run on the backends below have all three."""
+    folded, phased, halves = [], set(), set()
+    for seed in range(24):
+        plan, groups = choose_folds(lowered(random_model(seed)), 16, 8)
+        folded.append(bool(groups))
+        if choose_phases(plan, groups, 8):
+            phased.add(seed)
+        if any(plan.halves(k, groups) for k in plan.members):
+            halves.add(seed)
     assert sum(folded) >= 12, folded
+    assert len(phased) >= 4 and halves and phased & set(FOLDING) and halves & set(FOLDING), (phased, halves)
 
 
 FOLDING = (4, 9, 16, 22)  # random models that fold several groups

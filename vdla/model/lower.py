@@ -384,16 +384,13 @@ class ModelBuilder:
 
     def copy_source(self, phase: AccelLayer, layers: dict[str, AccelLayer]) -> str | None:
         """The value whose layer can store the upsampling phase ``phase`` itself, besides its own output: the
-        input of ``phase`` where ``phase`` is an exact copy (a 1x1 identity convolution of :mod:`vdla.graph.copies`
-        between values of one quantization) and that input is a plain conv2d layer's output (no fused pool,
+        input of ``phase`` where ``phase`` is an exact copy (:meth:`exact_upsample`) and that input is a plain conv2d
+        layer's output (no fused pool,
         residual, gate or fused layer before it), no graph output, storing no other copy. None otherwise: the
         phase stays a layer of its own."""
-        node = self.g.producers()[phase.nodes[0]]
         source = layers.get(phase.x)
         if (
-            node.attrs.get(COPY) != "upsample"
-            or phase.weights.shape[2:] != (1, 1)
-            or self.types[phase.out].quant != self.types[phase.x].quant
+            not self.exact_upsample(phase)
             or source is None
             or not _stores_through_view(source, joins=False)
             or source.pre is not None
@@ -405,6 +402,12 @@ class ModelBuilder:
         ):
             return None
         return phase.x
+
+    def exact_upsample(self, phase: AccelLayer) -> bool:
+        """Whether the upsampling phase layer ``phase`` copies its input exactly: a 1x1 identity convolution of
+        :mod:`vdla.graph.copies` between values of one quantization."""
+        copy = self.g.producers()[phase.nodes[0]].attrs.get(COPY) == "upsample"
+        return copy and phase.weights.shape[2:] == (1, 1) and self.types[phase.out].quant == self.types[phase.x].quant
 
     def copy_pays(self, source: AccelLayer, phase: AccelLayer, only: bool) -> bool:
         """Whether ``source`` storing the upsampling ``phase`` copies (as its output where ``only``, else besides it)
@@ -524,11 +527,9 @@ class ModelBuilder:
         if (sp.kh, sp.kw, sp.sh, sp.sw) != (1, 1, 1, 1) or any(sp.pad):
             return None
         at = sum(self.types[v].shape[1] for v in cat[0].inputs[: cat[0].inputs.index(node.output)])
-        producer = self.g.producers()[phase.nodes[0]]
-        exact = producer.attrs.get(COPY) == "upsample" and phase.weights.shape[2:] == (1, 1)
-        if at % self.cfg.block_in or not exact or phase.x not in layers:
+        if at % self.cfg.block_in or not self.exact_upsample(phase) or phase.x not in layers:
             return None
-        return layer.out if self.types[phase.out].quant == self.types[phase.x].quant else None
+        return layer.out
 
     def read_in_place(self, value: str) -> None:
         """The upsampling ``value`` (:meth:`up_reader`), now stored into a concatenation's slice, read in place by
