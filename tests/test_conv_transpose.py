@@ -289,34 +289,26 @@ def test_a_layer_stores_its_pixels_at_every_copy_of_a_view(backend):
         compile_conv2d(x.shape, w, epilogue=ep, out_view=OutputView((10, 13), (0, 0), (2, 2), copies=((0, 1),)))
 
 
-@pytest.mark.parametrize("pairs", ["gemm", "alu"])
-def test_a_layer_stores_its_output_and_a_copy_through_a_second_view(pairs, backend):
+def _second_view(backend: str, cfg) -> None:
     """``copy_view``: the layer stores its output as usual and again through a second view into the ``copy``
-    tensor (here a nearest upsampling by 2x2 into channel blocks 1-2 of a 4-block tensor): pixels doubled in the
-    accumulators by an identity GEMM reading OUT, with the OUT-path multiplier on (``gemm``), or by an ALU pass
-    where the config's GEMMs cannot read OUT (``alu``: block_in != block_out, simulator). The copy tensor's other
+    tensor (here a nearest upsampling by 2x2 into channel blocks 1-2 of a 4-block tensor). The copy tensor's other
     blocks stay as they were; a copy view that does not hold the output is refused."""
     from dataclasses import replace
 
     from vdla.compiler import CompileError, compile_conv2d
     from vdla.compiler.spec import OutputView
-    from vdla.config import load_config
     from vdla.graph.epilogue import Epilogue
     from vdla.runtime import Device
 
-    if pairs == "alu" and backend == "rtl":
-        pytest.skip("the RTL is built for the presets; block_in != block_out is a simulator-only config")
-    cfg = load_config("pynq")
-    cfg = cfg if pairs == "gemm" else replace(cfg, name="odd", block_in=32, inp_buff_bytes=65536)
     rng = np.random.default_rng(9)
     x = rng.integers(-128, 128, (1, 32, 5, 7)).astype(np.int8)
     w = rng.integers(-128, 128, (24, 32, 3, 3)).astype(np.int8)
     ep = Epilogue(rng.integers(-1000, 1000, 24), rng.integers(1 << 29, 1 << 30, 24), 40)
     view = OutputView((10, 14), (0, 0), (2, 2), blocks=(1, 4), copies=((0, 1), (1, 0), (1, 1)))
     layer = compile_conv2d(x.shape, w, padding=1, epilogue=ep, copy_view=view, config=cfg)
-    low = layer.lowering
-    assert low.pair_gemm == (pairs == "gemm") and low.out_mul == (pairs == "gemm")
-    assert low.tensor_bytes()["copy"] == 4 * 10 * 14 * 16
+    gemm = cfg.block_in == cfg.block_out
+    assert layer.lowering.pair_gemm == gemm and layer.lowering.out_mul == gemm
+    assert layer.lowering.tensor_bytes()["copy"] == 4 * 10 * 14 * 16
     run = layer.run(Device(cfg, backend), x)
     want = oracle.conv2d_reference(x, w, layer.spec, ep)
     np.testing.assert_array_equal(run.out, want)
@@ -325,6 +317,24 @@ def test_a_layer_stores_its_output_and_a_copy_through_a_second_view(pairs, backe
     assert not copy[:, :16].any() and not copy[:, 40:].any()
     with pytest.raises(CompileError, match="does not hold a 5x7 output"):
         compile_conv2d(x.shape, w, padding=1, epilogue=ep, copy_view=replace(view, full_hw=(10, 13)), config=cfg)
+
+
+def test_a_layer_stores_its_output_and_a_copy_through_a_second_view(backend):
+    """Pixels doubled in the accumulators by an identity GEMM reading OUT, the OUT-path multiplier on
+    (:func:`_second_view`)."""
+    from vdla.config import load_config
+
+    _second_view(backend, load_config("pynq"))
+
+
+def test_a_second_view_doubles_pixels_on_the_alu_where_gemms_cannot_read_out():
+    """block_in != block_out (a simulator config): the pixels are doubled by an ALU pass, the multiplier on the
+    ALU too (:func:`_second_view`)."""
+    from dataclasses import replace
+
+    from vdla.config import load_config
+
+    _second_view("sim", replace(load_config("pynq"), name="odd", block_in=32, inp_buff_bytes=65536))
 
 
 def test_a_1x1_layer_reads_an_upsampled_part_of_its_input_from_the_tensor_it_upsamples(backend):
