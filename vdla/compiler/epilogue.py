@@ -43,7 +43,8 @@ accumulators).
   use the ALU. With EPI ``mul`` (configs with ``out_multiplier``) the mirror first multiplies a GEMM's writes
   by the multiplier rows and rounds by the layer's shift, so a per-channel requantization costs no pass
   either, only a slot per channel block of each GEMM (:func:`vdla.cycles.out_mul_cycles`): the layer's
-  last GEMM must then write the final sums (no residual, pool or pair copy after it, :func:`out_mul_fits`).
+  last GEMM must then write the final sums (no residual, pool or ALU pair copy after it, :func:`out_mul_fits`;
+  GEMMs reading OUT may follow: they read the finished int8 results).
   Per-channel constants (bias, multipliers) are rows kept in the accumulator buffer.
 """
 
