@@ -215,10 +215,9 @@ class CompiledConv2d:
             arrays["res"] = pack_activation(residual, cfg.batch, cfg.block_out)
         elif residual is not None:
             raise CompileError("the layer was compiled without a residual input")
-        shape = (low.ng, low.out_blocks, *low.out_tensor_hw, cfg.batch, cfg.block_out)
+        shape = (*low.stored_shape(low.view), cfg.batch, cfg.block_out)
         if low.copy_view is not None:  # the copy tensor, returned whole and unpacked as LayerRun.extra["copy"]
-            (h, w), blocks = low.copy_view.full_hw, low.copy_view.out_blocks(low.ob)
-            extra["copy"] = (low.ng, blocks, h, w, cfg.batch, cfg.block_out)
+            extra["copy"] = (*low.stored_shape(low.copy_view), cfg.batch, cfg.block_out)
         packed, result = run_bound(
             dev, low, self.stream, arrays, shape, extra, max_cycles=max_cycles, timeline=timeline
         )

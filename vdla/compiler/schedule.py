@@ -260,15 +260,20 @@ class ConvLowering:
         view = self.copy_view or self.view
         return view.row_pairs if view else ()
 
+    def stored_shape(self, view: OutputView | None) -> tuple[int, int, int, int]:
+        """(image groups, channel blocks, rows, columns) of the tensor the layer stores into through ``view`` (None:
+        a tensor of its own output's shape)."""
+        return (self.ng, view.out_blocks(self.ob), *view.full_hw) if view else (self.ng, self.ob, *self.out_hw)
+
     @property
     def out_blocks(self) -> int:
         """Channel blocks of the output tensor the layer stores into (its view's, or its own)."""
-        return self.view.out_blocks(self.ob) if self.view else self.ob
+        return self.stored_shape(self.view)[1]
 
     @property
     def out_tensor_hw(self) -> tuple[int, int]:
         """Rows and columns of the output tensor the layer stores into (its view's, or its own)."""
-        return self.view.full_hw if self.view else self.out_hw
+        return self.stored_shape(self.view)[2:]
 
     def in_rows(self, noh: int) -> int:
         """Input rows (padding included) held for ``noh`` output rows: every ``row_step``-th row of the input."""
@@ -336,6 +341,15 @@ class ConvLowering:
     def is_up(self, ib0: int) -> bool:
         """Whether the reduction step starting at input-channel block ``ib0`` reads the upsampled tensor."""
         return self.up is not None and self.up.covers(ib0)
+
+    def step_nest(self, toc: int, toh: int, tow: int, ib0: int, nic: int, resident: bool, by_columns: bool) -> tuple:
+        """The GEMM loop nest of a (toc, toh, tow) tile's reduction step of ``nic`` input blocks from ``ib0``: an
+        upsampled step's (:meth:`up_nest`) or :meth:`gemm_nest`, the weights of all input blocks held where they are
+        ``resident``."""
+        wic = self.ib if resident else nic
+        if self.is_up(ib0):
+            return self.up_nest(toc, toh, tow, nic, wic)
+        return self.gemm_nest(toc, toh, tow, nic, wic, by_columns)
 
     def up_nest(self, toc: int, toh: int, tow: int, tic: int, wic: int) -> tuple:
         """The GEMM loop nest of an upsampled step (:meth:`is_up`): output rows and columns split into (source
@@ -524,25 +538,20 @@ class ConvLowering:
         if self.up and (s.toh % self.up.factor[0] or s.tow % self.up.factor[1]):
             return [f"tile {s.describe()}: an upsampled input takes tiles of whole source pixels {self.up.factor}"]
         out = self.buffer_problems(s)
-        if not out:
-            wic = self.ib if self.weights_resident(s) else s.tic
-            nests = [self.gemm_nest(s.toc, s.toh, s.tow, s.tic, wic, self.by_columns(s))]
-            if self.up:
-                nests.append(self.up_nest(s.toc, s.toh, s.tow, min(s.tic, self.up.blocks), wic))
-            n = 0
-            for nest in nests:
-                oc, rest = self.oc_axis(nest, s.toc)
-                n = max(n, uop_count((oc,) + rest, self.limits, pin_outer=True)) if fits_loop(oc, self.limits) else 0
-                if not n:
-                    break
-            if not n:
-                out.append(
+        if out:
+            return out
+        resident, by_columns = self.weights_resident(s), self.by_columns(s)
+        tile = (s.toc, s.toh, s.tow)
+        nests = dict.fromkeys(self.step_nest(*tile, b0, n, resident, by_columns) for b0, n in self.steps(s))
+        for oc, rest in (self.oc_axis(nest, s.toc) for nest in nests):
+            if not fits_loop(oc, self.limits):
+                return [
                     f"the tile's output-channel loop (strides {oc[1]}) does not fit the GEMM loop fields "
                     f"{self.limits.max_factor} that step the bias rows"
-                )
-            elif n > self.cfg.uop_depth:
-                out.append(f"the GEMM micro-kernel needs {n} micro-ops, the UOP buffer holds {self.cfg.uop_depth}")
-        return out
+                ]
+            if (n := uop_count((oc,) + rest, self.limits, pin_outer=True)) > self.cfg.uop_depth:
+                return [f"the GEMM micro-kernel needs {n} micro-ops, the UOP buffer holds {self.cfg.uop_depth}"]
+        return []
 
     def pool_problems(self, s: Schedule) -> list[str]:
         """Why a schedule cannot carry the fused pool (:mod:`vdla.compiler.fused_pool`): its tiles must span
@@ -720,14 +729,13 @@ class ConvLowering:
         out = {
             "inp": self.ng * self.ib * sp.h * sp.w * c.inp_elem_bytes,
             "wgt": self.ob * self.ib * self.taps * c.wgt_elem_bytes,
-            "out": pixels_out // self.ob * self.out_blocks * c.out_elem_bytes,
+            "out": int(np.prod(self.stored_shape(self.view))) * c.out_elem_bytes,
         }
         if self.up is not None:
             (fh, fw) = self.up.factor
             out["up"] = self.ng * self.up.blocks * (sp.h // fh) * (sp.w // fw) * c.inp_elem_bytes
         if self.copy_view is not None:
-            (h, w), blocks = self.copy_view.full_hw, self.copy_view.out_blocks(self.ob)
-            out["copy"] = self.ng * blocks * h * w * c.out_elem_bytes
+            out["copy"] = int(np.prod(self.stored_shape(self.copy_view))) * c.out_elem_bytes
         if self.row_names:
             out[ROWS] = self.ob * len(self.row_names) * c.acc_elem_bytes
         if self.epi.table:
@@ -832,10 +840,7 @@ class ThreadBuilder:
         acc = self.acc["tile"] + o0 * t.noh * t.now
         wic, w_ic0 = self.wgt_span(ib0, nic)
         wgt0 = self.wgt_base(sub, ib0, nic) + (0 if low.weights_shared else o0 * wic * low.taps)
-        if low.is_up(ib0):
-            nest = low.up_nest(noc, t.noh, t.now, nic, wic)
-        else:
-            nest = low.gemm_nest(noc, t.noh, t.now, nic, wic, self.by_columns)
+        nest = low.step_nest(noc, t.noh, t.now, ib0, nic, self.resident, self.by_columns)
         gated = low.gate is not None  # the window read from OUT, where gate_ops left it
         src = self.acc["gate"] if gated else self.step_inp0(ib0)
         base = (acc, src, wgt0 + (ib0 - w_ic0) * low.taps)
@@ -1044,8 +1049,7 @@ class ThreadBuilder:
         offsets: its copies store the same rows again): the copy view's where the layer has one, unless ``own``."""
         low = self.low
         view = low.view if own or low.copy_view is None else low.copy_view
-        oh, ow = view.full_hw if view else low.out_hw
-        blocks = view.out_blocks(low.ob) if view else low.ob
+        _, blocks, oh, ow = low.stored_shape(view)
         offsets, (sy, sx) = (view.offsets, view.step) if view else (((0, 0),), (1, 1))
         cols = (t.now, sx)
         if view is not None and view.row_pairs:  # whole rows of the pixels written twice (pair_copy)

@@ -206,8 +206,8 @@ class EpilogueSpec:
     the layer's GEMMs read it from OUT (EPI ``src_out``).
 
     ``mask``: the output rows where some channels' elements are then zeroed (the epilogue's ``row_mask``: a value
-    folded with a phase, :mod:`vdla.graph.fold`): an identity GEMM reads those rows' int8 results back from OUT
-    against a diagonal block of 0/1 (EPI ``src_out``) and writes them again in place, the masked lanes zero.
+    folded with a phase, :mod:`vdla.graph.fold`): GEMMs read those rows' int8 results from OUT against diagonal
+    0/1 blocks (EPI ``src_out``) into a scratch row and back again, the masked lanes zero.
 
     ``rescale`` = (lo, hi, shift_y, shift_k, frac) is the residual add of a quantized model, which rounds
     the layer's output before the add and the sum at another scale:

@@ -416,6 +416,13 @@ def mask_bounds(row_mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return lo, hi
 
 
+def mask_node(x: str, out: str, row_mask: np.ndarray, param: Callable[[str, np.ndarray], str]) -> Node:
+    """The clip writing ``out``: ``x`` with the elements ``row_mask`` (C, H) marks zeroed (:func:`mask_bounds`);
+    ``param(name, array)`` adds a parameter and returns its name."""
+    lo, hi = mask_bounds(np.asarray(row_mask, bool))
+    return Node("clip", (x, param(f"{out}:mask_lo", lo), param(f"{out}:mask_hi", hi)), out)
+
+
 def _int_mask(node: Node, w: Walk) -> dict | None:
     """A clip by tensor bounds that zeroes whole rows' channels (:func:`mask_bounds`) and keeps the rest."""
     params, t = w.dialect.params, w.dialect.types[w.value]
@@ -557,7 +564,5 @@ def epilogue_nodes(
         table = {"quant": None if quant is None else cast["quant"]}
         nodes.append(Node("table", (f"{base}:int8", entries), last, table))
     if ep.row_mask is not None:
-        lo, hi = mask_bounds(np.asarray(ep.row_mask, bool))
-        bounds = param(f"{base}:mask_lo", lo), param(f"{base}:mask_hi", hi)
-        nodes.append(Node("clip", (last, *bounds), base))
+        nodes.append(mask_node(last, base, ep.row_mask, param))
     return nodes

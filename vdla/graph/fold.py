@@ -47,6 +47,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from vdla.graph.copies import COPY
+from vdla.graph.epilogue import mask_node
 from vdla.graph.ew import is_elementwise
 from vdla.graph.graph import DisjointSets, Graph, Node
 from vdla.graph.im2col import computed_on_host, im2col_window
@@ -302,12 +303,13 @@ class _Plan:
         skip the blocks of a half their kernel rows never meet (zero weight blocks), where a paired block always
         holds both halves; no slice or concatenation needs its blocks to hold whole channel groups."""
         whole = self.types[self.members[k][0]].shape[1] % self.block == 0
-        return whole and self.phase_candidate(k, folded) is not None
+        return whole and self.between_convs(k, folded) is not None
 
-    def phase_candidate(self, k: str, folded: set[str]) -> tuple[str, _Conv, list[_Conv]] | None:
+    def between_convs(self, k: str, folded: set[str]) -> tuple[str, _Conv, list[_Conv]] | None:
         """(the value convolutions read, the convolution computing the class, those reading it) where folded class
-        ``k`` may take a phase: a group of its own, computed by one plain convolution (not a copy, its input not the
-        host's), its int8 value read by plain convolutions alone, every one reading that value; else None."""
+        ``k`` lies between plain convolutions alone: a group of its own, computed by one plain convolution (not a
+        copy, its input not the host's), its int8 value read by plain convolutions alone, every one reading that
+        value; else None. Such a class may take a phase or the order of whole halves."""
         g = self.groups.find(k)
         if g not in folded or self.group_classes.get(g) != [k]:
             return None
@@ -326,19 +328,20 @@ class _Plan:
         return next(iter(exits)), root, convs
 
 
-def choose_phases(plan: _Plan, folded: set[str], bus_bytes: int) -> dict[str, str]:
-    """The folded classes :func:`fold_narrow` pairs their rows from -1 (class -> the value convolutions read):
-    in graph order, each candidate (:meth:`_Plan.phase_candidate`) whose phase lowers :func:`conv_cost` of the
-    convolution computing it and those reading it, given the phases taken before it. A 3x3 convolution of stride
-    1 between values folded with opposite phases reads two folded rows, not three."""
-    phased: dict[str, str] = {}
+def choose_phases(plan: _Plan, folded: set[str], bus_bytes: int) -> dict[str, tuple[str, _Conv]]:
+    """The folded classes :func:`fold_narrow` pairs their rows from -1 (class -> the value convolutions read, the
+    convolution computing it): in graph order, each class between convolutions alone (:meth:`_Plan.between_convs`)
+    whose phase lowers :func:`conv_cost` of the convolution computing it and those reading it, given the phases
+    taken before it. A 3x3 convolution of stride 1 between values folded with opposite phases reads two folded
+    rows, not three."""
+    phased: dict[str, tuple[str, _Conv]] = {}
     order = {n.output: i for i, n in enumerate(plan.graph.nodes)}
-    found = [(k, plan.phase_candidate(k, folded)) for k in plan.members]
+    found = [(k, plan.between_convs(k, folded)) for k in plan.members]
     found = sorted(((k, c) for k, c in found if c), key=lambda kc: order[kc[1][1].node.output])
     for k, (value, root, readers) in found:
         convs, now = [root, *readers], frozenset(phased)
         if plan.cost(convs, folded, bus_bytes, now | {k}) < plan.cost(convs, folded, bus_bytes, now):
-            phased[k] = value
+            phased[k] = (value, root)
     return phased
 
 
@@ -380,8 +383,7 @@ def fold_narrow(graph: Graph, block: int, bus_bytes: int, phases: bool = True) -
     if not folded:
         return graph
     phased = choose_phases(plan, folded, bus_bytes) if phases else {}
-    exits = {v: k for k, v in phased.items()}
-    rows: dict[str, int] = {}  # phased class -> the real rows of its values
+    exits = {value: k for k, (value, _) in phased.items()}  # the value a phased class's readers read -> the class
     params, param_types = dict(graph.params), dict(graph.param_types)
     taken = set(plan.types) | set(params)
     orders: dict[str, np.ndarray] = {}  # folded class -> the (half, channel) index h * C + c of each channel
@@ -398,8 +400,6 @@ def fold_narrow(graph: Graph, block: int, bus_bytes: int, phases: bool = True) -
             if fi == fo == 1:
                 nodes.append(node)
                 continue
-            if po:
-                rows[plan.classes.find(node.output)] = cv.oh
             order_in = orders[plan.classes.find(node.inputs[0])] if fi == FOLD else np.arange(cv.c)
             if fo == FOLD and plan.halves(plan.classes.find(node.output), folded):
                 order_out = np.arange(FOLD * cv.oc)  # whole blocks of one half: the readers skip the other's
@@ -422,7 +422,7 @@ def fold_narrow(graph: Graph, block: int, bus_bytes: int, phases: bool = True) -
             nodes.append(node)
         if nodes and nodes[-1].output in exits:  # a phased class's value: its rows outside the tensor zeroed
             k = exits[nodes[-1].output]
-            nodes[-1:] = _masked(nodes[-1], orders[k], rows[k], params, taken)
+            nodes[-1:] = _masked(nodes[-1], orders[k], phased[k][1].oh, params, taken)
     return graph.copy(nodes=nodes, params=params, param_types=param_types)
 
 
@@ -436,17 +436,15 @@ def edge_mask(order: np.ndarray, rows: int) -> np.ndarray:
 
 def _masked(node: Node, order: np.ndarray, rows: int, params: dict, taken: set[str]) -> list[Node]:
     """``node`` writing the value a phased class's readers read, then the clip that zeroes its halves outside the
-    tensor (:func:`vdla.graph.epilogue.mask_bounds`), which writes the value under its old name."""
-    from vdla.graph.epilogue import mask_bounds
+    tensor (:func:`vdla.graph.epilogue.mask_node`), which writes the value under its old name."""
+
+    def param(name: str, value: np.ndarray) -> str:
+        params[fresh := fresh_name(name, taken)] = value
+        return fresh
 
     inner = fresh_name(f"{node.output}:unmasked", taken)
-    taken.add(inner)
-    bounds = []
-    for name, b in zip(("lo", "hi"), mask_bounds(edge_mask(order, rows)), strict=True):
-        bounds.append(fresh_name(f"{node.output}:mask_{name}", taken))
-        taken.add(bounds[-1])
-        params[bounds[-1]] = b
-    return [Node(node.op, node.inputs, inner, dict(node.attrs)), Node("clip", (inner, *bounds), node.output)]
+    mask = mask_node(inner, node.output, edge_mask(order, rows), param)
+    return [Node(node.op, node.inputs, inner, dict(node.attrs)), mask]
 
 
 def _block_slice(

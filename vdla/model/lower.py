@@ -82,8 +82,8 @@ class ModelBuilder:
         self.memo: dict[tuple, object] = {}  # (output, fused, view, copy view, gated, averaged) -> the layer compiled
         self.fusion_log: dict[tuple[str, int], tuple[int, int] | str] = {}  # fusion_pays: (fused, apart) or why
         self.views: dict[str, tuple[str, OutputView]] = {}  # stored_interleaves: output -> (tensor, view)
-        self.copies: dict[str, str] = {}  # a layer's output -> the upsampling phase it also stores (store_phases)
-        self.upsamples: dict[str, str] = {}  # a layer's output -> the upsampling phase it stores, also or only
+        # a layer's output -> (the upsampling phase it stores, whether besides its own output) (store_phases)
+        self.upsamples: dict[str, tuple[str, bool]] = {}
         self.up_candidates: dict[str, tuple[AccelLayer, str]] = {}  # upsampling -> (its phase, the 1x1 layer)
         self.up_reads: dict[str, tuple[str, InputUpsample]] = {}  # 1x1 layer -> (upsampled value, which blocks)
         self.explained: set[str] = set()  # CPU nodes a placement note explains (build_steps)
@@ -157,11 +157,9 @@ class ModelBuilder:
                 self.steps.append(("accel", unit))
                 target = self.views[unit.out][0] if unit.out in self.views else unit.out
                 self.pending[unit.out] = self.pending[target] = self.dram_tensor(target, self.cfg.block_out)
-                if unit.out in self.copies:  # the upsampling it stores as well
-                    target = self.copy_of(unit.out)[0]
-                    self.pending[self.copies[unit.out]] = self.pending[target] = self.dram_tensor(
-                        target, self.cfg.block_out
-                    )
+                if (phase := self.copy_phase(unit.out)) is not None:  # the upsampling it stores as well
+                    target = self.views[phase][0]
+                    self.pending[phase] = self.pending[target] = self.dram_tensor(target, self.cfg.block_out)
                 if unit.gap is not None:  # the fused average's result, a second output
                     self.pending[unit.gap.out] = self.dram_tensor(unit.gap.out, self.cfg.block_out)
             else:
@@ -372,11 +370,9 @@ class ModelBuilder:
             if source is None or not self.copy_pays(layers[source], phases[0], only):
                 return True
             self.dropped.add(phases[0].out)
-            self.upsamples[source] = phases[0].out
-            if only:  # read by the copy alone: it stores the phases as its output
+            self.upsamples[source] = (phases[0].out, not only)
+            if only:  # read by the copy alone: it stores the phases as its output (else besides it, copy_view)
                 self.views[source] = self.views.pop(phases[0].out)
-            else:  # the layer computing the copy's input stores the phases as well
-                self.copies[source] = phases[0].out
             return True
         for p, v in enumerate(node.inputs):
             self.views[v] = (node.output, OutputView(full, divmod(p, sw), (sh, sw)))
@@ -398,7 +394,7 @@ class ModelBuilder:
             or source.gap is not None
             or source.parts
             or phase.x in self.g.outputs
-            or phase.x in self.copies
+            or phase.x in self.upsamples
         ):
             return None
         return phase.x
@@ -421,17 +417,24 @@ class ModelBuilder:
         apart = self.compiled_with(source, None).search.cycles + self.compiled_with(phase, view).search.cycles
         return both.search.cycles < apart
 
+    def copy_phase(self, value: str) -> str | None:
+        """The upsampling phase the layer computing ``value`` stores besides its own output (:meth:`copy_source`),
+        if any; its view (``self.views``) is where :meth:`store_parts` put the phases, a concatenation's slice."""
+        phase, also = self.upsamples.get(value, (None, False))
+        return phase if also else None
+
     def copy_of(self, value: str) -> tuple[str, OutputView] | None:
-        """(the tensor's value, the view) of the upsampling the layer computing ``value`` also stores
-        (:meth:`copy_source`), if any: where :meth:`store_parts` put the phases, a concatenation's slice."""
-        return self.views[self.copies[value]] if value in self.copies else None
+        """(the tensor's value, the view) of the upsampling the layer computing ``value`` also stores, if any."""
+        phase = self.copy_phase(value)
+        return self.views[phase] if phase is not None else None
 
     def upsampling(self, value: str) -> OutputView | None:
         """The view through which the layer computing ``value`` stores a nearest upsampling of it in place of the
         copy layer (:meth:`copy_source`): besides its output, or as its output where the copy was its only reader."""
         if value not in self.upsamples:
             return None
-        return self.views[self.upsamples[value] if value in self.copies else value][1]
+        phase, also = self.upsamples[value]
+        return self.views[phase if also else value][1]
 
     def stored_alone(
         self, node: Node, layers: dict[str, AccelLayer], consumers: dict[str, list[Node]], joins: bool = False
@@ -577,13 +580,13 @@ class ModelBuilder:
         """The DRAM tensors an accelerator layer writes: its output's, a fused global average's, and that of the
         upsampling it also stores (:meth:`copy_of`)."""
         gap = [self.pending[layer.gap.out]] if layer.gap is not None else []
-        copy = [self.pending[self.copies[layer.out]]] if layer.out in self.copies else []
+        copy = [self.pending[p]] if (p := self.copy_phase(layer.out)) is not None else []
         return [self.pending[layer.out]] + gap + copy
 
     def view_writes(self, layer: AccelLayer | PoolLayer) -> set[str]:
         """The DRAM tensors ``layer`` writes through a view: other steps write other parts of them."""
         own = {self.pending[layer.out]} if layer.out in self.views else set()
-        return own | ({self.pending[self.copies[layer.out]]} if layer.out in self.copies else set())
+        return own | ({self.pending[p]} if (p := self.copy_phase(layer.out)) is not None else set())
 
     def lifetimes(self) -> list[Lifetime]:
         """Each DRAM tensor from the step writing it to the last step reading it."""
@@ -850,8 +853,8 @@ class ModelBuilder:
             values[GATE] = layer.gate.residual
         if layer.gap is not None:
             tensors["pool"] = self.pending[layer.gap.out]
-        if layer.out in self.copies:
-            tensors["copy"] = self.pending[self.copies[layer.out]]
+        if (phase := self.copy_phase(layer.out)) is not None:
+            tensors["copy"] = self.pending[phase]
         if layer.out in self.up_reads:
             values["up"] = self.up_reads[layer.out][0]
             tensors["up"] = self.read_tensor(values["up"], self.cfg.block_in)
