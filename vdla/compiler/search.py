@@ -1,5 +1,6 @@
 """Schedule search: enumerate the tilings and thread counts that fit, rank them with the analytical
-model, confirm the best few with the timing-only simulator on the emitted programs, cache the winner.
+model, confirm the best few with the timing-only simulator on the emitted programs, cache the winner: of those
+within :data:`TIE` of the fastest, the one with the shortest compute span.
 
 The search reaches the simulator only through the runtime's public interface: a ``sim`` :class:`Device`
 running the program with ``functional=False``.
@@ -18,6 +19,7 @@ from vdla.compiler.spec import CompileError
 from vdla.compiler.tiling import candidate_tiles
 from vdla.compiler.vthreads import Stream, emit_stream, lower_vthreads
 from vdla.isa import Insn
+from vdla.isa.instructions import LoopInsn
 from vdla.runtime.counters import Counters
 from vdla.runtime.device import Device
 
@@ -25,7 +27,8 @@ MAX_AUTO_VTHREADS = 4
 CONFIRM = 6  # at most this many best-estimated candidates are confirmed with the timing-only simulator,
 CONFIRM_INSNS = 4000  # as long as their programs total this many instructions (the best two always are)
 SLACK = 0.005  # skip candidates whose lower bound is within this fraction of the second-best estimate
-TIE = 0.003  # among confirmed schedules this close to the fastest, take the one moving the fewest DRAM bytes
+TIE = 0.01  # among confirmed schedules this close to the fastest, take the shortest compute span (then the fewest
+# DRAM bytes): a model's layers run joined (vdla.compiler.chain), each one's fill and drain under its neighbours'
 
 
 @dataclass
@@ -64,6 +67,18 @@ def timed(low: ConvLowering, stream: Stream) -> Counters:
     """Counters of a program under the timing-only simulator."""
     dev = Device(low.cfg, backend="sim")
     return dev.run_program(emit_program(low, stream, dev), functional=False).counters
+
+
+def timed_span(low: ConvLowering, stream: Stream) -> tuple[Counters, int]:
+    """Counters of a program under the timing-only simulator, and its compute span: from the start of its first
+    GEMM or ALU instruction to the end of its last compute-stage instruction (what it adds to a joined stream,
+    whose neighbours' loads and stores overlap the rest)."""
+    dev = Device(low.cfg, backend="sim")
+    insns = emit_program(low, stream, dev)
+    run = dev.run_program(insns, functional=False, timeline=True)
+    compute = [e for e in run.timeline if e.stage == "compute"]
+    first = min((e.start for e in compute if isinstance(insns[e.index], LoopInsn)), default=0)
+    return run.counters, max(e.end for e in compute) - first
 
 
 @dataclass(frozen=True)
@@ -160,10 +175,10 @@ def search(
         insns += sum(len(b.loads) + len(b.compute) + len(b.stores) for b in stream.blocks)
         if k >= 2 and insns > CONFIRM_INSNS:
             break
-        c = timed(low, stream)
-        measured.append((c.cycles, c.dram_bytes, s))
+        c, span = timed_span(low, stream)
+        measured.append((c.cycles, span, c.dram_bytes, s))
     fastest = min(m[0] for m in measured)
-    cycles, _, best_schedule = min((m for m in measured if m[0] <= fastest * (1 + TIE)), key=lambda m: m[1])
+    cycles, _, _, best_schedule = min((m for m in measured if m[0] <= fastest * (1 + TIE)), key=lambda m: m[1:3])
     result = SearchResult(best_schedule, cycles, len(cands), len(measured), time.perf_counter() - t0)
     if cache:
         cache.put(

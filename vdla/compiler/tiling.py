@@ -1,7 +1,7 @@
 """The tilings the schedule search considers: a coarse grid of near-balanced tile sizes per thread count,
-each with the most output rows that fit the buffers, in each residual form the layer allows (the residual
-in the accumulators, or in INP for the identity GEMM: its tile takes INP instead of ACC, so the most rows
-that fit differ)."""
+each with the most output rows that fit the buffers and the most of at most half as many, in each residual
+form the layer allows (the residual in the accumulators, or in INP for the identity GEMM: its tile takes INP
+instead of ACC, so the most rows that fit differ)."""
 
 from __future__ import annotations
 
@@ -36,8 +36,10 @@ def balanced(total: int) -> list[int]:
 
 def candidate_tiles(low: ConvLowering, vthreads: int, skip_idle: bool = False) -> list[Schedule]:
     """The tilings of the coarse grid that fit ``vthreads`` threads, each with the most output rows that fit
-    (``skip_idle``: not those leaving a thread without tiles, which the same tiling on fewer threads matches),
-    for each residual form (:attr:`ConvLowering.residual_gemm`: also with the residual in INP)."""
+    and with the most that fit of at most half as many (shorter tiles start and drain the pipeline sooner and
+    hand the next layer its first rows earlier; ``skip_idle``: not those leaving a thread without tiles, which
+    the same tiling on fewer threads matches), for each residual form (:attr:`ConvLowering.residual_gemm`:
+    also with the residual in INP)."""
     out = []
     forms = (False, True) if low.residual_gemm else (False,)
     cols, rows = halvings(low.spec.ow, MAX_PARTS), balanced(low.spec.oh)
@@ -48,8 +50,11 @@ def candidate_tiles(low: ConvLowering, vthreads: int, skip_idle: bool = False) -
         cols, rows = [n * fw for n in halvings(sp.ow // fw, MAX_PARTS)], [n * fh for n in balanced(sp.oh // fh)]
     grid = itertools.product(halvings(low.ib), halvings(low.ob, MAX_PARTS), cols, forms)
     for tic, toc, tow, res_inp in grid:
+        most = None  # the most rows that fit; then the most of at most half as many
         for toh in rows:
-            if low.problems(Schedule(toc, toh, tow, tic, vthreads, res_inp=res_inp)):
+            if (most is not None and 2 * toh > most + 1) or low.problems(
+                Schedule(toc, toh, tow, tic, vthreads, res_inp=res_inp)
+            ):
                 continue
             spatial_tiles = low.ng * -(-low.spec.oh // toh) * -(-low.spec.ow // tow)
             if skip_idle and vthreads > spatial_tiles * -(-low.ob // toc):
@@ -57,7 +62,9 @@ def candidate_tiles(low: ConvLowering, vthreads: int, skip_idle: bool = False) -
             # walking pixels outermost only pays when inputs can stay resident: one step, several oc tiles
             orders = ORDERS if tic == low.ib and toc < low.ob and spatial_tiles > 1 and not low.pool else ("oc",)
             out += [Schedule(toc, toh, tow, tic, vthreads, order, res_inp) for order in orders]
-            break
+            if most is not None or toh == 1:
+                break
+            most = toh
     return out
 
 
