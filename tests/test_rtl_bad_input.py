@@ -54,14 +54,30 @@ def test_unknown_opcode(dev):
     buf.free()
 
 
-def test_unknown_memory_type(dev):
-    buf = dev.alloc(32)
-    code = bytearray(encode_program([FinishInsn(), FinishInsn()]))
-    code[0], code[1] = 0x80, 0x03  # LOAD (opcode 0) with memory type 7 in bits 9:7
-    buf.write(np.frombuffer(bytes(code), np.uint8))
-    with pytest.raises(FaultError, match="instruction 0: LOAD: unknown memory type 7"):
-        dev.backend.run(dev.dram, buf.addr, 2)
-    buf.free()
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        (
+            "load uop_pre sram=0 dram=0x4000000 y=1 x=15 stride=15 pad=0,0,1,0",
+            "LOAD UOP_PRE cannot have padding \\(0, 0, 1, 0\\)$",
+        ),
+        (
+            "load uop_pre sram=8190 dram=0x4000000 y=1 x=4 stride=4",
+            "LOAD UOP_PRE: SRAM tile \\[8190, 8194\\) exceeds the buffer depth 8192$",
+        ),
+        ("load uop_pre sram=0 dram=0x4000000 y=1 x=4 stride=4 pop_prev", "pop_prev is not valid on the load stage"),
+        ("store uop_pre sram=0 dram=0x7C00000 y=1 x=1 stride=1", "STORE must use memory type OUT, not UOP_PRE$"),
+        ("load out sram=0 dram=0x1000000 y=1 x=1 stride=1", "LOAD cannot use memory type OUT$"),
+    ],
+    ids=["padded", "past-the-buffer", "compute-flag", "store", "load-out"],
+)
+def test_bad_micro_op_loads_ahead(dev, text, message):
+    """LOAD UOP_PRE (micro-ops by the load stage) padded, beyond the micro-op buffer or with a compute-stage flag,
+    a STORE of it and a LOAD of OUT (every 3-bit memory type has a meaning) are refused on both backends with the
+    same message (the hardware's dispatch check on the RTL)."""
+    for target in (Device("pynq"), dev):
+        with pytest.raises(FaultError, match=f"instruction 0 \\(.*\\): {message}"):
+            run_asm(target, text + "\nfinish")
 
 
 def test_deadlock_names_each_stage(dev):

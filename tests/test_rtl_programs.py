@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from vdla.isa import AluOp, MemType, Stage, assemble
+from vdla.isa import AluOp, MemType, Stage, assemble, encode_uops
 from vdla.runtime import Device
 from vdla.zoo.tiled_matmul import reference_matmul, tiled_matmul
 from vdla.zoo.workloads import SUITE, alu_chain, matmul, padded_conv, store_stream
@@ -82,6 +82,43 @@ def test_waveform_dump(tmp_path):
     data = path.read_bytes()
     assert len(data) > 1000 and data[0] == 0  # an FST header block
     assert b"vdla_top" in data or len(data) > 10000
+
+
+def test_micro_ops_loaded_ahead_on_the_load_stage(devices):
+    """LOAD UOP_PRE writes the micro-op buffer from the load stage: a GEMM reading those micro-ops after popping
+    the load -> compute token pushed after them computes what it does after a LOAD UOP on the compute stage, on
+    both backends, with equal counters (the bytes in BYTES_UOP_PRE) and cycles within 5%."""
+    cfg = devices[0].cfg
+    rng = np.random.default_rng(11)
+    rows = 6
+    a = rng.integers(-128, 128, (rows, cfg.block_in), dtype=np.int8)
+    w = rng.integers(-128, 128, (cfg.block_out, cfg.block_in), dtype=np.int8)
+    want = (a.astype(np.int32) @ w.astype(np.int32).T).astype(np.int8)  # OUT: the accumulators' low bytes
+    runs = {}
+    for dev in devices:
+        uops = dev.array(encode_uops(np.array([[r, rows - 1 - r, 0] for r in range(rows)]), cfg))
+        a_d, w_d, out = dev.array(a[::-1].copy()), dev.array(w), dev.alloc(rows * cfg.block_out)
+        for kind in ("uop_pre", "uop"):
+            text = f"""
+                load {kind} sram=4000 dram={uops.addr // 4:#x} y=1 x={rows} stride={rows}
+                load inp sram=0 dram={a_d.addr // a.shape[1]:#x} y=1 x={rows} stride={rows}
+                load wgt sram=0 dram={w_d.addr // w.size:#x} y=1 x=1 stride=1 push_next
+                gemm init uop=4000:{4000 + rows} iter=1,1 dst=0,0 src=0,0 wgt=0,0 pop_prev push_next
+                store out sram=0 dram={out.addr // cfg.block_out:#x} y=1 x={rows} stride={rows} pop_prev
+                finish
+            """
+            run = dev.run_program(assemble(text))
+            np.testing.assert_array_equal(out.read(np.int8).reshape(rows, -1), want)
+            runs[dev.backend.name, kind] = run.counters
+    for kind in ("uop_pre", "uop"):
+        sim, rtl = runs["sim", kind], runs["rtl", kind]
+        for name in FUNCTIONAL:
+            assert getattr(sim, name) == getattr(rtl, name), name
+        assert abs(sim.cycles - rtl.cycles) / rtl.cycles < 0.05
+    ahead, behind = runs["sim", "uop_pre"], runs["sim", "uop"]
+    assert ahead.bytes_loaded["UOP_PRE"] == behind.bytes_loaded["UOP"] == 4 * rows
+    assert ahead.bytes_loaded["UOP"] == behind.bytes_loaded["UOP_PRE"] == 0
+    assert ahead.stage("load").insns == behind.stage("load").insns + 1
 
 
 def test_sram_persists_across_runs(devices):

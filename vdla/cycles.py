@@ -9,7 +9,7 @@ implements the same timing (``benchmarks/cycle_agreement.py`` measures the agree
 from __future__ import annotations
 
 from vdla.config import HwConfig, Timing
-from vdla.isa import AluInsn, AluOp, EpiInsn, FinishInsn, GemmInsn, Insn, MemInsn, MemType, elem_bytes
+from vdla.isa import UOP_TYPES, AluInsn, AluOp, EpiInsn, FinishInsn, GemmInsn, Insn, MemInsn, elem_bytes
 
 SHIFTS = (AluOp.SHR, AluOp.RSHR, AluOp.REQ)  # they form their shift controls as the source row is read
 
@@ -150,5 +150,5 @@ class CycleModel:
             return begin + data + t.dram_write_latency - start
         begin = max(start + t.dma_setup + t.dram_read_latency, self.read_free)
         self.read_free = begin + data
-        pads = insn.sram_elems - insn.x_size * insn.y_size if insn.mem_type != MemType.UOP else 0
+        pads = insn.sram_elems - insn.x_size * insn.y_size if insn.mem_type not in UOP_TYPES else 0
         return begin + data + pads * t.dma_pad_cycles - start

@@ -57,6 +57,10 @@ module vdla_compute (
   output logic [vdla_pkg::LANES-1:0]           out_we_o,  // the OUT mirror's write: the ACC write 2 cycles later
   output logic [vdla_pkg::ACC_AW-1:0]          out_waddr_o,
   output logic [vdla_pkg::OUT_BITS-1:0]        out_wdata_o,
+  // the load stage's micro-op writes (LOAD UOP_PRE): never in a cycle of this stage's own (one read data channel)
+  input  logic [vdla_pkg::UOP_BANKS-1:0]       pre_uop_we_i,
+  input  logic [vdla_pkg::UOP_BANKS-1:0][vdla_pkg::UOP_BANK_AW-1:0] pre_uop_waddr_i,
+  input  logic [vdla_pkg::UOP_BANKS-1:0][31:0] pre_uop_wdata_i,
   // status
   output logic                                 fire_o,
   output logic                                 busy_o,
@@ -231,12 +235,16 @@ module vdla_compute (
   );
 
   // ---- micro-op buffer: U banks, micro-op n in bank n mod U ---------------------------------
+  // Written by this stage's LOAD UOP or the load stage's LOAD UOP_PRE: both take their beats from the one AXI read
+  // data channel, through load engines of the same latency, so never in the same cycle.
   logic           uop_re;
   logic [UAW-1:0] uop_raddr;
   logic [U-1:0][31:0] uop_rdata;
   for (genvar k = 0; k < U; k++) begin : g_uop_bank
     vdla_sram #(.WIDTH(32), .DEPTH(vdla_pkg::UOP_DEPTH / U), .LANE(32)) u_bank (
-      .clk_i, .we_i (uop_we[k]), .waddr_i (uop_waddr[k]), .wdata_i (uop_wdata[k]),
+      .clk_i, .we_i (uop_we[k] || pre_uop_we_i[k]),
+      .waddr_i (pre_uop_we_i[k] ? pre_uop_waddr_i[k] : uop_waddr[k]),
+      .wdata_i (pre_uop_we_i[k] ? pre_uop_wdata_i[k] : uop_wdata[k]),
       .re_i (uop_re), .raddr_i (uop_raddr), .rdata_o (uop_rdata[k])
     );
   end
@@ -381,6 +389,8 @@ module vdla_compute (
   assign out_waddr_o = lw_addr_q;
   assign out_wdata_o = lw_lut_q ? lw_lut : lw_byte_q;
 
+  // The two stages' micro-op loads never write in the same cycle (one read data channel).
+  `ASSERT_NEVER(a_one_uop_writer, (uop_we & pre_uop_we_i) != '0, "compute: two micro-op writes in one cycle")
   // The loop and the load never write ACC in the same cycle (one runs at a time and drains first).
   `ASSERT_NEVER(a_one_acc_writer, rmw_valid && ld_acc_we != '0, "compute: loop and load write ACC in the same cycle")
   // The OUT multiplier's writes come while its GEMM's own (multiplied) ACC writes go on, or drain: no other

@@ -34,11 +34,8 @@ module vdla_compute_load (
   output logic                              done_o,   // the load's last write
   output logic                              err_o     // an AXI error response
 );
-  localparam int U     = vdla_pkg::UOP_BANKS;
-  localparam int UAW   = vdla_pkg::UOP_BANK_AW;
   localparam int BUS_W = vdla_pkg::BUS_WIDTH;
   localparam int LB    = $clog2(BUS_W / 8);
-  localparam int LU    = $clog2(U);
   localparam int LANES = vdla_pkg::LANES;
 
   logic                eng_valid, eng_pad;
@@ -85,23 +82,11 @@ module vdla_compute_load (
     if (start_i) type_q <= insn_i.mem_type;
   end
 
-  // UOP beats: micro-op m of a beat (its bytes 4m..4m+3) is written only if it lies inside the DRAM row (a row
-  // may start or end inside a beat), decided from the beat's offset alone; it goes to bank (wr_idx + m) mod U.
-  logic [U-1:0] in_row;
-  always_comb begin
-    for (int m = 0; m < U; m++) begin
-      logic signed [26:0] pos;
-      pos       = 27'(eng_off) + 27'(m * 4);
-      in_row[m] = pos >= 0 && pos < $signed({2'b0, eng_row_bytes});
-    end
-    for (int k = 0; k < U; k++) begin
-      logic [LU:0] j;
-      j = (LU+1)'((k - int'(eng_idx[LU:0])) & (U - 1));
-      uop_we_o[k]    = eng_valid && type_q == vdla_pkg::MEM_UOP && in_row[j[LU-1:0]];
-      uop_waddr_o[k] = UAW'((eng_idx + 18'(j)) >> LU);
-      uop_wdata_o[k] = eng_data[j[LU-1:0]*32 +: 32];
-    end
-  end
+  // UOP beats: micro-op bank writes (vdla_uop_write)
+  vdla_uop_write u_uop (
+    .valid_i (eng_valid && type_q == vdla_pkg::MEM_UOP), .off_i (eng_off), .row_bytes_i (eng_row_bytes),
+    .idx_i (eng_idx), .data_i (eng_data), .we_o (uop_we_o), .waddr_o (uop_waddr_o), .wdata_o (uop_wdata_o)
+  );
 
   // ACC beats: 32-bit lanes (ACC) or sign-extended bytes (ACC_8BIT); padding zeroes the element.
   logic [7:0] beat;

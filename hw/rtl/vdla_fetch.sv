@@ -114,12 +114,12 @@ module vdla_fetch #(
   assign op           = word.mem.hdr.opcode;
   assign mt           = word.mem.mem_type;
   assign word_finish  = op == vdla_pkg::OP_FINISH;
-  assign word_unknown = op > vdla_pkg::OP_EPI
-                     || ((op == vdla_pkg::OP_LOAD || op == vdla_pkg::OP_STORE) && mt > vdla_pkg::MEM_LUT);
+  assign word_unknown = op > vdla_pkg::OP_EPI;  // every 3-bit memory type is one (a stage refuses those not its own)
   always_comb begin
     word_target = 2'd1;
     if (op == vdla_pkg::OP_STORE) word_target = 2'd2;
-    else if (op == vdla_pkg::OP_LOAD && (mt == vdla_pkg::MEM_INP || mt == vdla_pkg::MEM_WGT)) word_target = 2'd0;
+    else if (op == vdla_pkg::OP_LOAD
+             && (mt == vdla_pkg::MEM_INP || mt == vdla_pkg::MEM_WGT || mt == vdla_pkg::MEM_UOP_PRE)) word_target = 2'd0;
   end
 
   logic            head_valid, head_finish, unknown, early_finish;

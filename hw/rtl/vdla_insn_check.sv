@@ -16,13 +16,15 @@ module vdla_insn_check (
   assign mem    = insn_i.mem;
   assign opcode = mem.hdr.opcode;
 
-  // load: LOADs of INP or WGT (no pop_prev/push_prev), the tile within the buffer
-  logic is_wgt;
+  // load: LOADs of INP, WGT or UOP_PRE (no pop_prev/push_prev), the tile within the buffer, micro-ops unpadded
+  logic is_wgt, is_pre;
   assign is_wgt     = mem.mem_type == vdla_pkg::MEM_WGT;
+  assign is_pre     = mem.mem_type == vdla_pkg::MEM_UOP_PRE;
   assign load_bad_o = mem.hdr.pop_prev || mem.hdr.push_prev
-                   || (mem.mem_type != vdla_pkg::MEM_INP && !is_wgt)
-                   || vdla_pkg::mem_tile_bad(mem, tile_end_i,
-                                             is_wgt ? 34'(vdla_pkg::WGT_DEPTH) : 34'(vdla_pkg::INP_DEPTH));
+                   || (mem.mem_type != vdla_pkg::MEM_INP && !is_wgt && !is_pre)
+                   || vdla_pkg::mem_tile_bad(mem, tile_end_i, is_pre ? 34'(vdla_pkg::UOP_DEPTH)
+                                             : is_wgt ? 34'(vdla_pkg::WGT_DEPTH) : 34'(vdla_pkg::INP_DEPTH))
+                   || (mem.x_size != '0 && is_pre && vdla_pkg::mem_has_pad(mem));
 
   // compute: LOADs of UOP, ACC, ACC_8BIT, LUT (micro-ops and the table unpadded, the table's rows within its
   // LUT_ENTRIES / OUT_ELEM_BYTES elements), GEMM/ALU loops within the micro-op buffer with non-zero iterations

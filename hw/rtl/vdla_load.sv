@@ -1,4 +1,5 @@
-// The load stage: LOADs of INP and WGT tiles (2-D DMA with zero padding). Pops compute->load tokens
+// The load stage: LOADs of INP and WGT tiles (2-D DMA with zero padding) and of micro-ops ahead of the compute
+// stage (UOP_PRE, unpadded: the compute stage's micro-op banks, through vdla_uop_write). Pops compute->load tokens
 // (pop_next) and pushes load->compute tokens (push_next).
 module vdla_load (
   input  logic                          clk_i,
@@ -30,6 +31,9 @@ module vdla_load (
   output logic [vdla_pkg::WGT_BITS/vdla_pkg::BUS_WIDTH-1:0] wgt_we_o,
   output logic [vdla_pkg::WGT_AW-1:0]   wgt_waddr_o,
   output logic [vdla_pkg::WGT_BITS-1:0] wgt_wdata_o,
+  output logic [vdla_pkg::UOP_BANKS-1:0] uop_we_o,  // UOP_PRE: the compute stage's micro-op banks
+  output logic [vdla_pkg::UOP_BANKS-1:0][vdla_pkg::UOP_BANK_AW-1:0] uop_waddr_o,
+  output logic [vdla_pkg::UOP_BANKS-1:0][31:0] uop_wdata_o,
   // status
   output logic                          fire_o,
   output logic                          busy_o,
@@ -44,21 +48,21 @@ module vdla_load (
   localparam int WGT_LANES = vdla_pkg::WGT_BITS / BUS_W;
   localparam int IDX_W     = 16;
   localparam int NOP_EXTRA = vdla_pkg::NOP_CYCLES - 1;
-  localparam int IDX_USED  = vdla_pkg::INP_AW > vdla_pkg::WGT_AW ? vdla_pkg::INP_AW : vdla_pkg::WGT_AW;
 
   // ---- decode and dispatch ------------------------------------------------------------------
   vdla_pkg::mem_insn_t mem;
-  logic tokens_ok, idle, is_nop, is_wgt, bad;
+  logic tokens_ok, idle, is_nop, is_wgt, is_uop, bad;
 
   assign mem    = cmd_i.mem;
   assign is_nop = cmd_no_data_i;
   assign is_wgt = mem.mem_type == vdla_pkg::MEM_WGT;
+  assign is_uop = mem.mem_type == vdla_pkg::MEM_UOP_PRE;
   assign bad    = cmd_bad_i;
 
   typedef enum logic [1:0] {IDLE, BUSY, NOP} state_e;
   state_e     state_q;
   logic [7:0] nop_q;
-  logic       wgt_q, push_q;
+  logic       wgt_q, uop_q, push_q;
   logic       eng_valid, eng_pad, eng_done, eng_err;
 
   assign idle       = state_q == IDLE && !halt_i;
@@ -75,12 +79,13 @@ module vdla_load (
   logic [IDX_W+1:0]   eng_idx;
   logic signed [25:0] eng_off;
   logic [BUS_W-1:0]   eng_data;
-  logic [24:0]        unused_row_bytes;
+  logic [24:0]        eng_row_bytes;
 
   vdla_load_engine #(.IDX_W(IDX_W)) u_engine (
     .clk_i, .rst_ni, .halt_i,
     .start_i     (fire_o && !is_nop),
-    .log_eb_i    (is_wgt ? 4'($clog2(vdla_pkg::WGT_ELEM_BYTES)) : 4'($clog2(vdla_pkg::INP_ELEM_BYTES))),
+    .log_eb_i    (is_uop ? 4'd2 : is_wgt ? 4'($clog2(vdla_pkg::WGT_ELEM_BYTES))
+                                         : 4'($clog2(vdla_pkg::INP_ELEM_BYTES))),
     .sram_base_i (mem.sram_base),
     .dram_base_i (mem.dram_base),
     .y_size_i    (mem.y_size),
@@ -96,7 +101,7 @@ module vdla_load (
     .wr_idx_o    (eng_idx),
     .wr_off_o    (eng_off),
     .wr_data_o   (eng_data),
-    .row_bytes_o (unused_row_bytes),
+    .row_bytes_o (eng_row_bytes),
     .done_o      (eng_done),
     .err_o       (eng_err)
   );
@@ -111,7 +116,7 @@ module vdla_load (
     wgt_waddr_o = eng_idx[vdla_pkg::WGT_AW-1:0];
     inp_wdata_o = eng_pad ? '0 : {INP_LANES{eng_data}};
     wgt_wdata_o = eng_pad ? '0 : {WGT_LANES{eng_data}};
-    if (eng_valid && !wgt_q) begin
+    if (eng_valid && !wgt_q && !uop_q) begin
       if (eng_pad) inp_we_o = '1;
       else inp_we_o[int'(beat) % INP_LANES] = 1'b1;
     end
@@ -120,6 +125,12 @@ module vdla_load (
       else wgt_we_o[int'(beat) % WGT_LANES] = 1'b1;
     end
   end
+
+  // UOP_PRE beats: micro-op bank writes (never padded: vdla_insn_check)
+  vdla_uop_write u_uop (
+    .valid_i (eng_valid && uop_q), .off_i (eng_off), .row_bytes_i (eng_row_bytes), .idx_i (eng_idx),
+    .data_i (eng_data), .we_o (uop_we_o), .waddr_o (uop_waddr_o), .wdata_o (uop_wdata_o)
+  );
 
   // ---- completion ---------------------------------------------------------------------------
   assign done_o     = (state_q == BUSY && eng_done) || (state_q == NOP && nop_q == '0)
@@ -147,14 +158,12 @@ module vdla_load (
   logic unused_rsvd;
   assign unused_rsvd = ^mem.rsvd_63_58;
 
-  logic unused_idx;
-  assign unused_idx = ^eng_idx[IDX_W+1:IDX_USED];  // beyond both buffers' index widths
-
   // the running instruction's buffer, push flag and NOP wait: loaded at dispatch (fire_o implies
   // !halt_i), no reset
   always_ff @(posedge clk_i) begin
     if (fire_o) begin
       wgt_q  <= is_wgt;
+      uop_q  <= is_uop;
       push_q <= mem.hdr.push_next;
       nop_q  <= 8'(NOP_EXTRA - 1);
     end else if (state_q == NOP && !halt_i) begin

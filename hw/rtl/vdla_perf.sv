@@ -62,7 +62,7 @@ module vdla_perf #(
   // go to (its bytes are elems(nibbles) times the counter's element bytes). These registers and the
   // uop-iteration products below load only as an instruction starts (flip-flop enables, no logic on the path):
   // the Verilated model forms them only then, not every cycle.
-  logic        ld_v_q, cm_v_q, st_v_q, ld_wgt_q;
+  logic        ld_v_q, cm_v_q, st_v_q, ld_wgt_q, ld_uop_q;
   logic [79:0] ld_nib_q, cm_nib_q, st_nib_q;
   vdla_pkg::mem_type_e cm_type_q;
   logic [63:0] ld_elems, cm_elems, st_elems;
@@ -73,6 +73,7 @@ module vdla_perf #(
     if (fire_i[0]) begin
       ld_nib_q <= nibbles(ld.y_size, ld.x_size);
       ld_wgt_q <= ld.mem_type == vdla_pkg::MEM_WGT;
+      ld_uop_q <= ld.mem_type == vdla_pkg::MEM_UOP_PRE;
     end
     if (fire_i[1]) begin
       cm_nib_q  <= nibbles(cm.y_size, cm.x_size);
@@ -136,7 +137,8 @@ module vdla_perf #(
       for (int k = 0; k < 3; k++) if (fire_i[k]) stage_q[k] <= stage_q[k] + 1'b1;
       if (fire_i[0]) op_q[0] <= op_q[0] + 1'b1;
       if (ld_v_q && ld_wgt_q) cnt_q[vdla_pkg::CNT_BYTES_WGT] <= cnt_q[vdla_pkg::CNT_BYTES_WGT] + times(ld_elems, WGT_EB);
-      if (ld_v_q && !ld_wgt_q) cnt_q[vdla_pkg::CNT_BYTES_INP] <= cnt_q[vdla_pkg::CNT_BYTES_INP] + times(ld_elems, INP_EB);
+      if (ld_v_q && !ld_wgt_q && !ld_uop_q) cnt_q[vdla_pkg::CNT_BYTES_INP] <= cnt_q[vdla_pkg::CNT_BYTES_INP] + times(ld_elems, INP_EB);
+      if (ld_v_q && ld_uop_q) cnt_q[vdla_pkg::CNT_BYTES_UOP_PRE] <= cnt_q[vdla_pkg::CNT_BYTES_UOP_PRE] + times(ld_elems, 4);
       if (cm_v_q) begin  // the compute stage's loads: other counters than the load stage's
         case (cm_type_q)
           vdla_pkg::MEM_UOP: cnt_q[vdla_pkg::CNT_BYTES_UOP] <= cnt_q[vdla_pkg::CNT_BYTES_UOP] + times(cm_elems, 4);

@@ -32,7 +32,7 @@
 package vdla_pkg;
 
   // ---- Configuration 'pynq' (vdla/config.py) -------------------------------------------------------
-  localparam int ISA_VERSION          = 6;  // ID[15:0]
+  localparam int ISA_VERSION          = 7;  // ID[15:0]
   localparam logic [31:0] CONFIG_HASH = 32'h09837a20;  // CONFIG_HASH register
   localparam int BATCH                = 1;
   localparam int BLOCK_IN             = 16;
@@ -117,7 +117,7 @@ package vdla_pkg;
   } opcode_e;
   typedef enum logic [2:0] {
     MEM_UOP = 3'd0, MEM_WGT = 3'd1, MEM_INP = 3'd2, MEM_ACC = 3'd3, MEM_OUT = 3'd4,
-    MEM_ACC_8BIT = 3'd5, MEM_LUT = 3'd6
+    MEM_ACC_8BIT = 3'd5, MEM_LUT = 3'd6, MEM_UOP_PRE = 3'd7
   } mem_type_e;
   typedef enum logic [2:0] {
     ALU_MIN = 3'd0, ALU_MAX = 3'd1, ALU_ADD = 3'd2, ALU_SHR = 3'd3, ALU_MUL = 3'd4, ALU_RSHR = 3'd5,
@@ -253,7 +253,7 @@ package vdla_pkg;
   localparam int IRQ_PENDING_LSB           = 0;  // 1 bit(s)
   localparam int IRQ_ENABLE_ENABLE_LSB     = 0;  // 1 bit(s)
   localparam logic [8:0] COUNTER_BASE      = 9'h80;  // counter i: LO at +8i, HI at +8i+4
-  localparam int NUM_COUNTERS              = 17;
+  localparam int NUM_COUNTERS              = 18;
   localparam int DEADLOCK_WINDOW           = 16;  // quiet cycles before ERR_DEADLOCK
   localparam int CNT_CYCLES                = 0;  // cycles from START to the end of the run
   localparam int CNT_LOAD_BUSY             = 1;  // cycles the load stage executes an instruction
@@ -272,6 +272,7 @@ package vdla_pkg;
   localparam int CNT_BYTES_ACC_8BIT        = 14;  // bytes loaded into the ACC buffer (8-bit, sign-extended)
   localparam int CNT_BYTES_STORED          = 15;  // bytes stored to DRAM
   localparam int CNT_BYTES_LUT             = 16;  // bytes loaded into the activation table
+  localparam int CNT_BYTES_UOP_PRE         = 17;  // bytes loaded into the UOP buffer by the load stage (LOAD UOP_PRE)
 
   // STATUS.ERROR_CODE (ERR_NONE: no error)
   typedef enum logic [3:0] {

@@ -204,6 +204,9 @@ module vdla_top #(
   end
 
   // ---- stages -------------------------------------------------------------------------------
+  logic [vdla_pkg::UOP_BANKS-1:0]                          pre_uop_we;  // the load stage's LOAD UOP_PRE
+  logic [vdla_pkg::UOP_BANKS-1:0][vdla_pkg::UOP_BANK_AW-1:0] pre_uop_waddr;
+  logic [vdla_pkg::UOP_BANKS-1:0][31:0]                    pre_uop_wdata;
   vdla_load u_load (
     .clk_i, .rst_ni, .halt_i (halt),
     .cmd_valid_i (q_valid[0]), .cmd_i (q_head[0]), .cmd_bad_i (q_bad[0]), .cmd_no_data_i (q_no_data[0]),
@@ -213,6 +216,7 @@ module vdla_top #(
     .arready_i (ar_ready[0]), .rvalid_i (r_valid[0]), .rresp_i (m_axi_rresp), .rdata_i (m_axi_rdata),
     .inp_we_o (inp_we), .inp_waddr_o (inp_waddr), .inp_wdata_o (inp_wdata),
     .wgt_we_o (wgt_we), .wgt_waddr_o (wgt_waddr), .wgt_wdata_o (wgt_wdata),
+    .uop_we_o (pre_uop_we), .uop_waddr_o (pre_uop_waddr), .uop_wdata_o (pre_uop_wdata),
     .fire_o (fire[0]), .busy_o (busy[0]), .stall_o (stall[0]), .done_o (sdone[0]),
     .err_o (serr[0]), .err_code_o (serr_code[0])
   );
@@ -231,6 +235,7 @@ module vdla_top #(
     .acc_re_o (acc_re), .acc_raddr_o (acc_raddr), .acc_rdata_i (acc_rdata),
     .acc_we_o (acc_we), .acc_waddr_o (acc_waddr), .acc_wdata_o (acc_wdata),
     .out_we_o (out_we), .out_waddr_o (out_waddr), .out_wdata_o (out_wdata),
+    .pre_uop_we_i (pre_uop_we), .pre_uop_waddr_i (pre_uop_waddr), .pre_uop_wdata_i (pre_uop_wdata),
     .fire_o (fire[1]), .busy_o (busy[1]), .stall_o (stall[1]), .done_o (sdone[1]), .finish_o (finish),
     .err_o (serr[1]), .err_code_o (serr_code[1])
   );

@@ -48,6 +48,7 @@ BENCHES = {
         Bench("gemm_core", "vdla_gemm_core", ("vdla_gemm_core.sv",), {"BATCH": 1, "BLOCK_IN": 16, "BLOCK_OUT": 16}),
         Bench("alu", "vdla_alu", ("vdla_alu.sv",), {"LANES": 4}),
         Bench("lut", "vdla_lut", ("vdla_lut.sv",), {"LANES": 4, "NB": 8}),
+        Bench("uop_write", "vdla_uop_write", ("vdla_uop_write.sv",)),
         Bench("regfile", "vdla_regfile", ("vdla_regfile.sv",), {"CONFIG_HASH": 0x12345678}),
         Bench("top", "vdla_top", tuple(p.name for p in rtl_sources())),
     )

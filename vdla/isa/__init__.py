@@ -4,6 +4,8 @@ from vdla.isa.asm import assemble, disassemble
 from vdla.isa.instructions import (
     INSN_BYTES,
     ISA_VERSION,
+    LOAD_STAGE_TYPES,
+    UOP_TYPES,
     AluInsn,
     AluOp,
     EpiInsn,
@@ -30,6 +32,8 @@ from vdla.isa.validate import elem_bytes, pops_of, pushes_of, validate_program
 __all__ = [
     "INSN_BYTES",
     "ISA_VERSION",
+    "LOAD_STAGE_TYPES",
+    "UOP_TYPES",
     "AluInsn",
     "AluOp",
     "EpiInsn",

@@ -38,6 +38,7 @@ MEM_NAMES = {
     MemType.OUT: "out",
     MemType.ACC_8BIT: "acc8",
     MemType.LUT: "lut",
+    MemType.UOP_PRE: "uop_pre",
 }
 PAIRS = {
     "iter": ("iter_out", "iter_in"),

@@ -15,7 +15,7 @@ from vdla.errors import VdlaError
 
 # The version of the instruction set: its formats and their meaning. The RTL reports it in ID[15:0] (through the
 # generated package), and a driver refuses a bitstream of another version. Raise it with any change to either.
-ISA_VERSION = 6
+ISA_VERSION = 7
 INSN_BITS = 128
 INSN_BYTES = 16
 
@@ -41,6 +41,11 @@ class MemType(IntEnum):
     OUT = 4
     ACC_8BIT = 5
     LUT = 6  # the activation table (compute stage): LUT_ENTRIES int8 outputs indexed by an int8 value
+    UOP_PRE = 7  # micro-ops loaded by the load stage, ahead of the compute stage (tokens order it with readers)
+
+
+UOP_TYPES = (MemType.UOP, MemType.UOP_PRE)  # the memory types whose LOADs write the micro-op buffer
+LOAD_STAGE_TYPES = (MemType.INP, MemType.WGT, MemType.UOP_PRE)  # the LOADs the load stage runs
 
 
 class AluOp(IntEnum):
@@ -233,7 +238,7 @@ class MemInsn(Insn):
     def stage(self) -> Stage:
         if self.store:
             return Stage.STORE
-        return Stage.LOAD if self.mem_type in (MemType.INP, MemType.WGT) else Stage.COMPUTE
+        return Stage.LOAD if self.mem_type in LOAD_STAGE_TYPES else Stage.COMPUTE
 
     @property
     def is_nop(self) -> bool:

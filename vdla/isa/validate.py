@@ -5,6 +5,7 @@ from __future__ import annotations
 from vdla.config import DW_MAX_K, HwConfig
 from vdla.isa.arith import MUL_MAX_SHIFT
 from vdla.isa.instructions import (
+    UOP_TYPES,
     AluInsn,
     AluOp,
     EpiInsn,
@@ -49,6 +50,7 @@ def buffer_depth(cfg: HwConfig, mem: MemType) -> int:
         MemType.ACC_8BIT: cfg.acc_depth,
         MemType.OUT: cfg.acc_depth,
         MemType.LUT: cfg.lut_depth,
+        MemType.UOP_PRE: cfg.uop_depth,
     }[mem]
 
 
@@ -62,6 +64,7 @@ def elem_bytes(cfg: HwConfig, mem: MemType) -> int:
         MemType.ACC_8BIT: cfg.out_elem_bytes,
         MemType.OUT: cfg.out_elem_bytes,
         MemType.LUT: cfg.out_elem_bytes,
+        MemType.UOP_PRE: cfg.uop_elem_bytes,
     }[mem]
 
 
@@ -89,7 +92,7 @@ def check_insn(insn: Insn, cfg: HwConfig, dram: tuple[int, int] | None = None) -
         if insn.is_nop:
             return problems
         pads = (insn.y_pad_0, insn.y_pad_1, insn.x_pad_0, insn.x_pad_1)
-        if any(pads) and (insn.store or insn.mem_type in (MemType.UOP, MemType.LUT)):
+        if any(pads) and (insn.store or insn.mem_type in (*UOP_TYPES, MemType.LUT)):
             problems.append(f"{kind} {insn.mem_type.name} cannot have padding {pads}")
         if insn.y_size == 0:
             problems.append(f"{kind} {insn.mem_type.name}: y_size is 0 with x_size {insn.x_size}")

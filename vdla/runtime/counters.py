@@ -28,7 +28,7 @@ class Counters:
     compute: StageCounters = field(default_factory=StageCounters)
     store: StageCounters = field(default_factory=StageCounters)
     bytes_loaded: dict[str, int] = field(
-        default_factory=lambda: dict.fromkeys(("INP", "WGT", "UOP", "ACC", "ACC_8BIT", "LUT"), 0)
+        default_factory=lambda: dict.fromkeys(("INP", "WGT", "UOP", "ACC", "ACC_8BIT", "LUT", "UOP_PRE"), 0)
     )
     bytes_stored: int = 0
     insn_bytes: int = 0

@@ -65,7 +65,7 @@ SLCR_SPAN = 0x1000
 SLCR_LOCK, SLCR_UNLOCK, SLCR_LOCK_KEY, SLCR_UNLOCK_KEY = 0x004, 0x008, 0x767B, 0xDF0D
 FPGA_RST_CTRL = 0x240  # bit 0: FPGA0_OUT_RST (1 holds FCLK_RESET0_N low)
 
-_LOAD_TYPES = (MemType.UOP, MemType.WGT, MemType.INP, MemType.ACC, MemType.ACC_8BIT, MemType.LUT)
+_LOAD_TYPES = tuple(m for m in MemType if m != MemType.OUT)
 
 
 class BoardTimeoutError(RunError):

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from vdla.runtime.counters import Counters
 
 ID_MAGIC = 0x5644  # "VD", in ID[31:16]
-ADDR_BITS = 9  # byte address bits decoded by the register file (the map below ends at 0x108)
+ADDR_BITS = 9  # byte address bits decoded by the register file (the map below ends at 0x110)
 
 
 @dataclass(frozen=True)
@@ -114,6 +114,7 @@ COUNTERS = (
     ("BYTES_ACC_8BIT", "bytes_loaded.ACC_8BIT", "bytes loaded into the ACC buffer (8-bit, sign-extended)"),
     ("BYTES_STORED", "bytes_stored", "bytes stored to DRAM"),
     ("BYTES_LUT", "bytes_loaded.LUT", "bytes loaded into the activation table"),
+    ("BYTES_UOP_PRE", "bytes_loaded.UOP_PRE", "bytes loaded into the UOP buffer by the load stage (LOAD UOP_PRE)"),
 )
 COUNTER_BASE = 0x80
 assert COUNTER_BASE + 8 * len(COUNTERS) <= 1 << ADDR_BITS, "the register map outgrew ADDR_BITS"

@@ -100,6 +100,7 @@ def exec_load(sram: Sram, insn: MemInsn, dram: Dram) -> None:
         MemType.ACC_8BIT: (sram.acc, np.int8),
         MemType.UOP: (sram.uop, np.uint32),
         MemType.LUT: (sram.lut, np.int8),
+        MemType.UOP_PRE: (sram.uop, np.uint32),
     }[mem]
     values = data.view(dtype).reshape((insn.y_size, insn.x_size) + target.shape[1:])
     tile = np.zeros((insn.rows, insn.cols) + target.shape[1:], target.dtype)
