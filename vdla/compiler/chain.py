@@ -26,6 +26,11 @@ tail begins). Later loads pop every cross-layer token first, so they do not take
 prologue. Where a tail GEMM's reads cannot be told (the depthwise mode, reads from OUT), one free token after
 the last GEMM guards every INP row and ``k``'s WGT rows.
 
+**Micro-ops ahead.** On request (a model's chain of steps), each layer after the first loads its micro-ops on
+the load stage (LOAD UOP_PRE, ahead of its first load) instead of in its compute-stage prologue, where that is
+safe (:func:`hoist_uop_loads`): its micro-ops then load while the previous layer computes. Its kernels move in
+the micro-op buffer clear of the previous layer's.
+
 Invariants: each layer's instructions keep their order within every stage; every new pop comes after its
 push in stream order (the fetch unit dispatches in stream order, so joining cannot deadlock what ran
 alone); the joined stream is token-balanced and ends with the last layer's FINISH.
@@ -57,6 +62,7 @@ from vdla.isa import (
     pops_of,
     pushes_of,
 )
+from vdla.isa.instructions import LoopInsn
 
 FREE = READY = Queue.C2L  # the two cross-layer tokens travel on the compute -> load queue
 
@@ -394,6 +400,7 @@ def join_programs(
     relocate: Relocate | None = None,
     cfg: HwConfig | None = None,
     read_uops: ReadUops | None = None,
+    hoist_uops: bool = False,
 ) -> Chain:
     """One stream running ``programs`` (finished layer programs, in order) with their fills and drains
     overlapped; the inputs are not modified.
@@ -402,7 +409,9 @@ def join_programs(
     LOAD WGT and GEMM micro-op kernels rewritten) and the buffer's ``wgt_depth``, a layer whose weights would
     overwrite rows the previous layer still reads is moved clear of them where both fit, and then needs no
     free token: its weights load while the previous layer computes. With ``cfg`` and ``read_uops`` (micro-op
-    words from DRAM), consecutive layers join by early links (module docstring).
+    words from DRAM), consecutive layers join by early links (module docstring); with ``hoist_uops`` too, later
+    layers load their micro-ops ahead on the load stage (:func:`hoist_uop_loads`: only in the outermost join,
+    whose token counts its safety check reads; a joined program joined again keeps its LOAD UOPs).
     """
     if not programs:
         raise CompileError("no layer programs to join")
@@ -431,4 +440,117 @@ def join_programs(
         out += body
         prev, finish = body, prog[-1]
     out.append(finish)
+    if cfg is not None and hoist_uops:
+        return hoist_uop_loads(Chain(out, tuple(starts)), cfg)
     return Chain(out, tuple(starts))
+
+
+def _is_uop_load(insn: Insn) -> bool:
+    return isinstance(insn, MemInsn) and insn.mem_type == MemType.UOP and not insn.store and not insn.is_nop
+
+
+def _uop_span(insn: Insn) -> tuple[int, int] | None:
+    """The [lo, hi) micro-op buffer rows an instruction writes (a LOAD UOP or UOP_PRE) or reads (GEMM, ALU)."""
+    if isinstance(insn, LoopInsn):
+        return insn.uop_bgn, insn.uop_end
+    if isinstance(insn, MemInsn) and insn.mem_type in (MemType.UOP, MemType.UOP_PRE) and not insn.is_nop:
+        return insn.sram_base, insn.sram_base + insn.sram_elems
+    return None
+
+
+def _layer_uops(seg: list[Insn]) -> tuple[list[int], tuple[int, int]] | None:
+    """(positions of a layer's micro-op loads, the [lo, hi) rows its micro-ops use) when every LOAD UOP of the
+    layer is a flagless compute-stage prologue load (before its first GEMM or ALU), else None."""
+    first = next((i for i, s in enumerate(seg) if isinstance(s, LoopInsn)), len(seg))
+    loads = [i for i, s in enumerate(seg) if _is_uop_load(s)]
+    if not loads or loads[-1] > first or any(seg[i].deps() for i in loads):
+        return None
+    return loads, _rows_used(seg, None)
+
+
+def _rows_used(seg: list[Insn], prev: tuple[int, int] | None) -> tuple[int, int] | None:
+    """The [lo, hi) micro-op rows a layer loads or reads, ``prev`` (the rows of the layer before) if none."""
+    spans = [sp for s in seg if (sp := _uop_span(s)) is not None]
+    return (min(a for a, _ in spans), max(b for _, b in spans)) if spans else prev
+
+
+def _uop_offset(rows: tuple[int, int], prev: tuple[int, int] | None, depth: int) -> int | None:
+    """A shift of micro-op rows ``rows`` that keeps them inside the buffer and clear of ``prev``: 0, against
+    the top, or just above ``prev``; None if none does."""
+    lo, hi = rows
+    if prev is None:
+        return 0
+    for off in (0, depth - hi, prev[1] - lo):
+        if lo + off >= 0 and hi + off <= depth and (hi + off <= prev[0] or prev[1] <= lo + off):
+            return off
+    return None
+
+
+def _count(insns: Sequence[Insn], stage: Stage, queue: Queue, push: bool) -> int:
+    flag = queue.push_flag if push else queue.pop_flag
+    return sum(1 for s in insns if s.stage == stage and getattr(s, flag))
+
+
+def _hoist_is_safe(done: list[Insn], seg: list[Insn], at: int, rows: tuple[int, int]) -> bool:
+    """Whether a LOAD UOP_PRE of micro-op rows ``rows`` placed at ``seg[at]`` (``done``: the stream before
+    ``seg``) is ordered by the token queues after every earlier compute instruction using those rows (the
+    compute -> load tokens the load stage has popped by then were pushed after them) and before the layer's
+    first GEMM or ALU (it has popped a load -> compute token pushed after the load)."""
+    before = done + seg[:at]
+    popped = _count(before, Stage.LOAD, Queue.C2L, push=False)
+    pushes = [i for i, s in enumerate(done) if s.stage == Stage.COMPUTE and getattr(s, Queue.C2L.push_flag)]
+    users = [
+        i
+        for i, s in enumerate(done)
+        if s.stage == Stage.COMPUTE and (sp := _uop_span(s)) is not None and sp[0] < rows[1] and rows[0] < sp[1]
+    ]
+    # the push a pop matches may come later in the stream: then after every compute instruction of ``done``
+    if users and (popped == 0 or (popped <= len(pushes) and pushes[popped - 1] < users[-1])):
+        return False
+    pushed = _count(before, Stage.LOAD, Queue.L2C, push=True)
+    reader = next(i for i, s in enumerate(seg) if isinstance(s, LoopInsn))
+    return _count(done + seg[: reader + 1], Stage.COMPUTE, Queue.L2C, push=False) > pushed
+
+
+def hoist_uop_loads(chain: Chain, cfg: HwConfig) -> Chain:
+    """``chain`` with each later layer's prologue LOAD UOPs turned into LOAD UOP_PRE on the load stage, placed
+    before the layer's first load, its micro-op rows shifted clear of the previous layer's; a layer stays as it
+    was where its loads are not all flagless prologue loads, no shift fits, or the tokens would not order the
+    load after the last earlier user of its rows and before its own first GEMM or ALU (:func:`_hoist_is_safe`)."""
+    bounds = [*chain.starts, len(chain.insns)]
+    out: list[Insn] = []
+    starts: list[int] = []
+    prev: tuple[int, int] | None = None
+    for j in range(len(chain.starts)):
+        seg = chain.insns[bounds[j] : bounds[j + 1]]
+        found = _layer_uops(seg)
+        first_load = next((i for i, s in enumerate(seg) if s.stage == Stage.LOAD), None)
+        rows = _rows_used(seg, prev)
+        if j and found is not None and first_load is not None:
+            off = _uop_offset(found[1], prev, cfg.uop_depth)
+            if off is not None:
+                moved = _moved(seg, found[0], first_load, off)
+                at = next(i for i, s in enumerate(moved) if isinstance(s, MemInsn) and s.mem_type == MemType.UOP_PRE)
+                new_rows = (found[1][0] + off, found[1][1] + off)
+                if _hoist_is_safe(out, moved, at, new_rows):
+                    seg, rows = moved, new_rows
+        starts.append(len(out))
+        out += seg
+        prev = rows
+    return Chain(out, tuple(starts))
+
+
+def _moved(seg: list[Insn], loads: list[int], first_load: int, off: int) -> list[Insn]:
+    """``seg`` with its micro-op rows shifted by ``off`` and its LOAD UOPs (at ``loads``) moved to the load
+    stage as LOAD UOP_PRE ahead of ``seg[first_load]``."""
+    pre = [replace(seg[i], mem_type=MemType.UOP_PRE, sram_base=seg[i].sram_base + off) for i in loads]
+    out: list[Insn] = []
+    for i, s in enumerate(seg):
+        if i == first_load:
+            out += pre
+        if i in loads:
+            continue
+        if isinstance(s, LoopInsn) and off:
+            s = replace(s, uop_bgn=s.uop_bgn + off, uop_end=s.uop_end + off)
+        out.append(s)
+    return out

@@ -657,16 +657,18 @@ class ModelBuilder:
         """The weight relocator of programs whose micro-op kernels live in ``dev``'s DRAM."""
         return weight_relocator(dev.cfg, self.uop_reader(dev), lambda words: dev.array(words).addr // 4)
 
-    def join(self, programs: list, dev: Device):
-        """``programs`` joined into one stream (:func:`join_programs`, early links) in ``dev``'s DRAM."""
-        return join_programs(programs, self.cfg.wgt_depth, self.relocator(dev), self.cfg, self.uop_reader(dev))
+    def join(self, programs: list, dev: Device, hoist_uops: bool = False):
+        """``programs`` joined into one stream (:func:`join_programs`, early links; ``hoist_uops``: micro-ops loaded
+        ahead, for the outermost join) in ``dev``'s DRAM."""
+        relocate, read = self.relocator(dev), self.uop_reader(dev)
+        return join_programs(programs, self.cfg.wgt_depth, relocate, self.cfg, read, hoist_uops)
 
     def chain(self, steps: list, dev: Device) -> list[AccelChain]:
         """Each run of two or more consecutive accelerator steps joined into one stream in ``dev``'s DRAM."""
         cfg = self.cfg
         chains = []
         for first, count in accel_runs(steps):
-            joined = self.join([self.programs[s.name] for s in steps[first : first + count]], dev)
+            joined = self.join([self.programs[s.name] for s in steps[first : first + count]], dev, hoist_uops=True)
             try:
                 validate_program(joined.insns, cfg, dev.dram.range)
             except IsaError as e:
