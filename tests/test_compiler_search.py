@@ -11,9 +11,9 @@ from vdla.compiler import ScheduleCache, compile_conv2d
 from vdla.compiler.cache import default_cache_dir
 from vdla.compiler.costmodel import CostModel
 from vdla.compiler.schedule import ConvLowering
-from vdla.compiler.search import build_stream, search, timed
+from vdla.compiler.search import build_stream, search, timed, timed_span
 from vdla.compiler.spec import Conv2dSpec, EpilogueSpec
-from vdla.compiler.tiling import candidate_tiles
+from vdla.compiler.tiling import candidate_tiles, half_rows
 from vdla.config import load_config
 from vdla.graph.epilogue import Epilogue
 
@@ -50,6 +50,31 @@ def test_cost_model_tracks_the_simulator_with_the_residual_in_inp(args):
         est = model.estimate(s)
         assert model.bound(s) <= est.cycles
         assert est.cycles == pytest.approx(timed(low, build_stream(low, s)).cycles, rel=0.05)
+
+
+def test_half_row_tilings_of_the_best_candidates_are_searched():
+    """half_rows gives the most rows that fit of at most half a schedule's (None for one row); the search bounds
+    those of its best candidates too; its choice's cycles and compute span are those the simulator gives."""
+    low = lowering((1, 32, 40, 40), 32, 3, 1)
+    cands = [s for v in (1, 2) for s in candidate_tiles(low, v)]
+    for s in cands:
+        h = half_rows(low, s)
+        if s.toh == 1:
+            assert h is None
+        else:
+            assert h is not None and 2 * h.toh <= s.toh + 1 and not low.problems(h)
+            assert (h.toc, h.tow, h.tic, h.vthreads, h.order, h.res_inp) == (
+                s.toc,
+                s.tow,
+                s.tic,
+                s.vthreads,
+                s.order,
+                s.res_inp,
+            )
+    found = search(low, "auto")
+    assert found.candidates > len([s for v in (1, 2, 3, 4) for s in candidate_tiles(low, v, skip_idle=v > 1)])
+    cycles, span = timed_span(low, build_stream(low, found.schedule))
+    assert cycles.cycles == found.cycles and 0 < span < cycles.cycles
 
 
 def test_search_confirms_with_the_simulator_and_beats_one_thread():

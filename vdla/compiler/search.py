@@ -1,6 +1,7 @@
-"""Schedule search: enumerate the tilings and thread counts that fit, rank them with the analytical
-model, confirm the best few with the timing-only simulator on the emitted programs, cache the winner: of those
-within :data:`TIE` of the fastest, the one with the shortest compute span.
+"""Schedule search: enumerate the tilings and thread counts that fit (the most promising also with half
+their rows), rank them with the analytical model, confirm the best few with the timing-only simulator on the
+emitted programs, cache the winner: of those within :data:`TIE` of the fastest, the one with the shortest
+compute span.
 
 The search reaches the simulator only through the runtime's public interface: a ``sim`` :class:`Device`
 running the program with ``functional=False``.
@@ -16,7 +17,7 @@ from vdla.compiler.cache import SCHEMA, ScheduleCache, cache_key
 from vdla.compiler.costmodel import CostModel, Estimate
 from vdla.compiler.schedule import ConvLowering, Schedule
 from vdla.compiler.spec import CompileError
-from vdla.compiler.tiling import candidate_tiles
+from vdla.compiler.tiling import candidate_tiles, half_rows
 from vdla.compiler.vthreads import Stream, emit_stream, lower_vthreads
 from vdla.isa import Insn
 from vdla.isa.instructions import LoopInsn
@@ -26,6 +27,7 @@ from vdla.runtime.device import Device
 MAX_AUTO_VTHREADS = 4
 CONFIRM = 6  # at most this many best-estimated candidates are confirmed with the timing-only simulator,
 CONFIRM_INSNS = 4000  # as long as their programs total this many instructions (the best two always are)
+HALVED = 24  # the candidates of the lowest bounds also run with half their rows (tiling.half_rows)
 SLACK = 0.005  # skip candidates whose lower bound is within this fraction of the second-best estimate
 TIE = 0.01  # among confirmed schedules this close to the fastest, take the shortest compute span (then the fewest
 # DRAM bytes): a model's layers run joined (vdla.compiler.chain), each one's fill and drain under its neighbours'
@@ -164,8 +166,11 @@ def search(
             f"{'; '.join(low.problems(Schedule(1, 1, 1, 1, 1)))}"
         )
     model = CostModel(low)
+    bounded = sorted(((model.bound(s), s) for s in cands), key=lambda bs: bs[0])
+    halves = {h for _, s in bounded[:HALVED] if (h := half_rows(low, s)) is not None} - set(cands)
+    bounded = sorted(bounded + [(model.bound(s), s) for s in halves], key=lambda bs: bs[0])
     best: list[tuple[Estimate, Schedule]] = []  # estimated candidates, best first
-    for bound, s in sorted(((model.bound(s), s) for s in cands), key=lambda bs: bs[0]):
+    for bound, s in bounded:
         if len(best) >= 2 and bound >= best[1][0].cycles * (1 - SLACK):
             break  # estimates are never below their bound: later candidates are at most SLACK better
         best = sorted(best + [(model.estimate(s), s)], key=lambda es: (es[0].cycles, es[0].load))
@@ -179,7 +184,7 @@ def search(
         measured.append((c.cycles, span, c.dram_bytes, s))
     fastest = min(m[0] for m in measured)
     cycles, _, _, best_schedule = min((m for m in measured if m[0] <= fastest * (1 + TIE)), key=lambda m: m[1:3])
-    result = SearchResult(best_schedule, cycles, len(cands), len(measured), time.perf_counter() - t0)
+    result = SearchResult(best_schedule, cycles, len(bounded), len(measured), time.perf_counter() - t0)
     if cache:
         cache.put(
             key,

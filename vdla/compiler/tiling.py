@@ -1,13 +1,13 @@
 """The tilings the schedule search considers: a coarse grid of near-balanced tile sizes per thread count,
-each with the most output rows that fit the buffers and the most of at most half as many, in each residual
-form the layer allows (the residual in the accumulators, or in INP for the identity GEMM: its tile takes INP
-instead of ACC, so the most rows that fit differ)."""
+each with the most output rows that fit the buffers, in each residual form the layer allows (the residual
+in the accumulators, or in INP for the identity GEMM: its tile takes INP instead of ACC, so the most rows
+that fit differ); and, for the most promising, the same with the most rows of at most half as many."""
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from vdla.compiler.blocks import Alu, Load
 from vdla.compiler.microcode import Limits, MicroKernel, lower_nest
@@ -34,27 +34,27 @@ def balanced(total: int) -> list[int]:
     return sorted({-(-total // k) for k in range(1, total + 1)}, reverse=True)
 
 
-def candidate_tiles(low: ConvLowering, vthreads: int, skip_idle: bool = False) -> list[Schedule]:
-    """The tilings of the coarse grid that fit ``vthreads`` threads, each with the most output rows that fit
-    and with the most that fit of at most half as many (shorter tiles start and drain the pipeline sooner and
-    hand the next layer its first rows earlier; ``skip_idle``: not those leaving a thread without tiles, which
-    the same tiling on fewer threads matches), for each residual form (:attr:`ConvLowering.residual_gemm`:
-    also with the residual in INP)."""
-    out = []
-    forms = (False, True) if low.residual_gemm else (False,)
-    cols, rows = halvings(low.spec.ow, MAX_PARTS), balanced(low.spec.oh)
+def grid_sizes(low: ConvLowering) -> tuple[list[int], list[int]]:
+    """(column counts, row counts) of the coarse grid's tiles, largest first."""
     if low.pool:  # every column, whole pooled rows (vdla.compiler.fused_pool)
-        cols, rows = [low.spec.ow], [n * low.pool.stride[0] for n in balanced(low.out_hw[0])]
+        return [low.spec.ow], [n * low.pool.stride[0] for n in balanced(low.out_hw[0])]
     if low.up:  # whole source pixels of an upsampled input
         (fh, fw), sp = low.up.factor, low.spec
-        cols, rows = [n * fw for n in halvings(sp.ow // fw, MAX_PARTS)], [n * fh for n in balanced(sp.oh // fh)]
+        return [n * fw for n in halvings(sp.ow // fw, MAX_PARTS)], [n * fh for n in balanced(sp.oh // fh)]
+    return halvings(low.spec.ow, MAX_PARTS), balanced(low.spec.oh)
+
+
+def candidate_tiles(low: ConvLowering, vthreads: int, skip_idle: bool = False) -> list[Schedule]:
+    """The tilings of the coarse grid that fit ``vthreads`` threads, each with the most output rows that fit
+    (``skip_idle``: not those leaving a thread without tiles, which the same tiling on fewer threads matches),
+    for each residual form (:attr:`ConvLowering.residual_gemm`: also with the residual in INP)."""
+    out = []
+    forms = (False, True) if low.residual_gemm else (False,)
+    cols, rows = grid_sizes(low)
     grid = itertools.product(halvings(low.ib), halvings(low.ob, MAX_PARTS), cols, forms)
     for tic, toc, tow, res_inp in grid:
-        most = None  # the most rows that fit; then the most of at most half as many
         for toh in rows:
-            if (most is not None and 2 * toh > most + 1) or low.problems(
-                Schedule(toc, toh, tow, tic, vthreads, res_inp=res_inp)
-            ):
+            if low.problems(Schedule(toc, toh, tow, tic, vthreads, res_inp=res_inp)):
                 continue
             spatial_tiles = low.ng * -(-low.spec.oh // toh) * -(-low.spec.ow // tow)
             if skip_idle and vthreads > spatial_tiles * -(-low.ob // toc):
@@ -62,10 +62,17 @@ def candidate_tiles(low: ConvLowering, vthreads: int, skip_idle: bool = False) -
             # walking pixels outermost only pays when inputs can stay resident: one step, several oc tiles
             orders = ORDERS if tic == low.ib and toc < low.ob and spatial_tiles > 1 and not low.pool else ("oc",)
             out += [Schedule(toc, toh, tow, tic, vthreads, order, res_inp) for order in orders]
-            if most is not None or toh == 1:
-                break
-            most = toh
+            break
     return out
+
+
+def half_rows(low: ConvLowering, s: Schedule) -> Schedule | None:
+    """``s`` with the most output rows that fit of at most half its own (shorter tiles fill and drain the
+    pipeline sooner and hand the next layer its first rows earlier), or None where ``s`` has one row."""
+    for toh in grid_sizes(low)[1]:
+        if 2 * toh <= s.toh + 1 and toh < s.toh and not low.problems(replace(s, toh=toh)):
+            return replace(s, toh=toh)
+    return None
 
 
 @dataclass(frozen=True)
