@@ -68,7 +68,7 @@ def candidate_tiles(low: ConvLowering, vthreads: int, skip_idle: bool = False) -
 
 def half_rows(low: ConvLowering, s: Schedule) -> Schedule | None:
     """``s`` with the most output rows that fit of at most half its own (shorter tiles fill and drain the
-    pipeline sooner and hand the next layer its first rows earlier), or None where ``s`` has one row."""
+    pipeline sooner and hand the next layer its first rows earlier), or None where none fits (``s`` of one row)."""
     for toh in grid_sizes(low)[1]:
         if 2 * toh <= s.toh + 1 and toh < s.toh and not low.problems(replace(s, toh=toh)):
             return replace(s, toh=toh)
