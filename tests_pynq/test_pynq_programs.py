@@ -55,12 +55,6 @@ def _raw(dev: Device, words: bytes, count: int, offset: int = 0):
         buf.free()
 
 
-def _unknown_memory_type(dev: Device):
-    code = bytearray(encode_program([FinishInsn(), FinishInsn()]))
-    code[0], code[1] = 0x80, 0x03
-    return _raw(dev, bytes(code), 2)
-
-
 def _index_outside(dev: Device):
     uop = dev.array(np.array([2047], np.uint32))
     try:
@@ -88,7 +82,11 @@ def _asm(text: str):
 
 BAD = {
     "unknown opcode": (FaultError, lambda dev: _raw(dev, bytes([7]) + (encode_program([FinishInsn()]) * 2)[1:], 2)),
-    "unknown memory type": (FaultError, _unknown_memory_type),
+    "load of OUT": (FaultError, _asm("load out sram=0 dram=0x1000000 y=1 x=1 stride=1\nfinish")),
+    "padded micro-ops ahead": (
+        FaultError,
+        _asm("load uop_pre sram=0 dram=0x4000000 y=1 x=4 stride=4 pad=0,0,1,0\nfinish"),
+    ),
     "deadlock": (
         DeadlockError,
         _asm(
