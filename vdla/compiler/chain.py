@@ -143,7 +143,7 @@ def pending_stores(prog: list[Insn], at: int) -> list[MemInsn]:
     """The stores of a layer program (FINISH dropped) that may still be running when its compute stage reaches
     ``at``: all after the last whose store -> compute token the compute stage has popped by then (stores
     finish in order, and each pushes its token when done)."""
-    popped = sum(1 for s in prog[:at] if s.stage == Stage.COMPUTE and Queue.S2C in pops_of(s))
+    popped = _count(prog[:at], Queue.S2C, push=False)
     stores = [s for s in prog if s.stage == Stage.STORE]
     pushing = [i for i, s in enumerate(stores) if Queue.S2C in pushes_of(s)]
     done = pushing[min(popped, len(pushing)) - 1] + 1 if popped and pushing else 0
@@ -458,14 +458,12 @@ def _uop_span(insn: Insn) -> tuple[int, int] | None:
     return None
 
 
-def _layer_uops(seg: list[Insn]) -> tuple[list[int], tuple[int, int]] | None:
-    """(positions of a layer's micro-op loads, the [lo, hi) rows its micro-ops use) when every LOAD UOP of the
-    layer is a flagless compute-stage prologue load (before its first GEMM or ALU), else None."""
+def _prologue_uop_loads(seg: list[Insn]) -> list[int]:
+    """The positions of a layer's LOAD UOPs where every one is a flagless compute-stage prologue load (before the
+    layer's first GEMM or ALU), else none."""
     first = next((i for i, s in enumerate(seg) if isinstance(s, LoopInsn)), len(seg))
     loads = [i for i, s in enumerate(seg) if _is_uop_load(s)]
-    if not loads or loads[-1] > first or any(seg[i].deps() for i in loads):
-        return None
-    return loads, _rows_used(seg, None)
+    return [] if not loads or loads[-1] > first or any(seg[i].deps() for i in loads) else loads
 
 
 def _rows_used(seg: list[Insn], prev: tuple[int, int] | None) -> tuple[int, int] | None:
@@ -486,9 +484,9 @@ def _uop_offset(rows: tuple[int, int], prev: tuple[int, int] | None, depth: int)
     return None
 
 
-def _count(insns: Sequence[Insn], stage: Stage, queue: Queue, push: bool) -> int:
-    flag = queue.push_flag if push else queue.pop_flag
-    return sum(1 for s in insns if s.stage == stage and getattr(s, flag))
+def _count(insns: Sequence[Insn], queue: Queue, push: bool) -> int:
+    """How many of ``insns`` push (``push``) or pop a token on ``queue``."""
+    return sum(1 for s in insns if queue in (pushes_of(s) if push else pops_of(s)))
 
 
 def _hoist_is_safe(done: list[Insn], seg: list[Insn], at: int, rows: tuple[int, int]) -> bool:
@@ -497,8 +495,8 @@ def _hoist_is_safe(done: list[Insn], seg: list[Insn], at: int, rows: tuple[int, 
     compute -> load tokens the load stage has popped by then were pushed after them) and before the layer's
     first GEMM or ALU (it has popped a load -> compute token pushed after the load)."""
     before = done + seg[:at]
-    popped = _count(before, Stage.LOAD, Queue.C2L, push=False)
-    pushes = [i for i, s in enumerate(done) if s.stage == Stage.COMPUTE and getattr(s, Queue.C2L.push_flag)]
+    popped = _count(before, Queue.C2L, push=False)
+    pushes = [i for i, s in enumerate(done) if _pushes_free(s)]
     users = [
         i
         for i, s in enumerate(done)
@@ -507,9 +505,9 @@ def _hoist_is_safe(done: list[Insn], seg: list[Insn], at: int, rows: tuple[int, 
     # the push a pop matches may come later in the stream: then after every compute instruction of ``done``
     if users and (popped == 0 or (popped <= len(pushes) and pushes[popped - 1] < users[-1])):
         return False
-    pushed = _count(before, Stage.LOAD, Queue.L2C, push=True)
+    pushed = _count(before, Queue.L2C, push=True)
     reader = next(i for i, s in enumerate(seg) if isinstance(s, LoopInsn))
-    return _count(done + seg[: reader + 1], Stage.COMPUTE, Queue.L2C, push=False) > pushed
+    return _count(done + seg[: reader + 1], Queue.L2C, push=False) > pushed
 
 
 def hoist_uop_loads(chain: Chain, cfg: HwConfig) -> Chain:
@@ -523,34 +521,32 @@ def hoist_uop_loads(chain: Chain, cfg: HwConfig) -> Chain:
     prev: tuple[int, int] | None = None
     for j in range(len(chain.starts)):
         seg = chain.insns[bounds[j] : bounds[j + 1]]
-        found = _layer_uops(seg)
+        loads = _prologue_uop_loads(seg)
         first_load = next((i for i, s in enumerate(seg) if s.stage == Stage.LOAD), None)
         rows = _rows_used(seg, prev)
-        if j and found is not None and first_load is not None:
-            off = _uop_offset(found[1], prev, cfg.uop_depth)
-            if off is not None:
-                moved = _moved(seg, found[0], first_load, off)
-                at = next(i for i, s in enumerate(moved) if isinstance(s, MemInsn) and s.mem_type == MemType.UOP_PRE)
-                new_rows = (found[1][0] + off, found[1][1] + off)
-                if _hoist_is_safe(out, moved, at, new_rows):
-                    seg, rows = moved, new_rows
+        off = _uop_offset(rows, prev, cfg.uop_depth) if j and loads and first_load is not None else None
+        if off is not None:
+            moved, at = _moved(seg, loads, first_load, off)
+            if _hoist_is_safe(out, moved, at, (rows[0] + off, rows[1] + off)):
+                seg, rows = moved, (rows[0] + off, rows[1] + off)
         starts.append(len(out))
         out += seg
         prev = rows
     return Chain(out, tuple(starts))
 
 
-def _moved(seg: list[Insn], loads: list[int], first_load: int, off: int) -> list[Insn]:
+def _moved(seg: list[Insn], loads: list[int], first_load: int, off: int) -> tuple[list[Insn], int]:
     """``seg`` with its micro-op rows shifted by ``off`` and its LOAD UOPs (at ``loads``) moved to the load
-    stage as LOAD UOP_PRE ahead of ``seg[first_load]``."""
+    stage as LOAD UOP_PRE ahead of ``seg[first_load]``, and where the first of them now sits."""
     pre = [replace(seg[i], mem_type=MemType.UOP_PRE, sram_base=seg[i].sram_base + off) for i in loads]
     out: list[Insn] = []
+    at = 0
     for i, s in enumerate(seg):
         if i == first_load:
-            out += pre
+            out, at = out + pre, len(out)
         if i in loads:
             continue
         if isinstance(s, LoopInsn) and off:
             s = replace(s, uop_bgn=s.uop_bgn + off, uop_end=s.uop_end + off)
         out.append(s)
-    return out
+    return out, at

@@ -75,6 +75,7 @@ GEMM_ORDER = ("oc", "oh", "ow", "ic", "ky", "kx")
 UNIT_AXIS = (1, (0, 0, 0))
 TAIL_PARTS = 8  # a thread's last block hands its output channels to the store stage in up to this many parts
 POST = "post_"  # the DRAM tensors of the post add's per-channel rows: its own row names after this prefix
+CLAMP_FROM_OUT = Epi(True, False, 0, None, src_out=True)  # later GEMMs read OUT, their writes only clamped to int8
 GATE = "gate"  # the DRAM tensor of a gated input's int8 gate (N, C, 1, 1), packed; its multiplier row: "gatemul"
 
 
@@ -911,7 +912,7 @@ class ThreadBuilder:
         stay as they were."""
         low, pixels = self.low, t.noh * t.now
         rows = [(k, y) for k, y in enumerate(low.epi.mask) if t.oy <= y < t.oy + t.noh]
-        ops: list[Op] = [Epi(True, False, 0, None, src_out=True)] if rows else []
+        ops: list[Op] = [CLAMP_FROM_OUT] if rows else []
         for k, y in rows:
             at, wgt = acc + (y - t.oy) * t.now, low.mask_base + k * low.ob + t.ob
             for dst, src, step in ((self.acc["mask"], at, (t.now, pixels)), (at, self.acc["mask"], (pixels, t.now))):
@@ -929,7 +930,7 @@ class ThreadBuilder:
         dst = self.acc["pairs"] + 2 * o0 * t.noh * t.now
         if low.pair_gemm:
             gemm = identity_gemm(((n, (2, 1)), (2, (1, 0))), dst, acc, low.eye, low.limits, init=True)
-            return [Epi(True, False, 0, None, src_out=True), gemm]
+            return [CLAMP_FROM_OUT, gemm]
         nest = ((n, (2, 1, 0)), (2, (1, 0, 0)))
         return [Alu(AluOp.ADD, lower_nest(nest, (dst, acc, 0), low.limits), reset=True)]
 

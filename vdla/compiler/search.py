@@ -21,6 +21,7 @@ from vdla.compiler.tiling import candidate_tiles, half_rows
 from vdla.compiler.vthreads import Stream, emit_stream, lower_vthreads
 from vdla.isa import Insn
 from vdla.isa.instructions import LoopInsn
+from vdla.runtime.backend import RunResult
 from vdla.runtime.counters import Counters
 from vdla.runtime.device import Device
 
@@ -65,19 +66,23 @@ def emit_program(low: ConvLowering, stream: Stream, dev: Device, buffers: dict |
                 buf.free()
 
 
+def _timed_run(low: ConvLowering, stream: Stream, timeline: bool = False) -> tuple[list[Insn], RunResult]:
+    """The program and its run under the timing-only simulator."""
+    dev = Device(low.cfg, backend="sim")
+    insns = emit_program(low, stream, dev)
+    return insns, dev.run_program(insns, functional=False, timeline=timeline)
+
+
 def timed(low: ConvLowering, stream: Stream) -> Counters:
     """Counters of a program under the timing-only simulator."""
-    dev = Device(low.cfg, backend="sim")
-    return dev.run_program(emit_program(low, stream, dev), functional=False).counters
+    return _timed_run(low, stream)[1].counters
 
 
 def timed_span(low: ConvLowering, stream: Stream) -> tuple[Counters, int]:
     """Counters of a program under the timing-only simulator, and its compute span: from the start of its first
     GEMM or ALU instruction to the end of its last compute-stage instruction (what it adds to a joined stream,
     whose neighbours' loads and stores overlap the rest)."""
-    dev = Device(low.cfg, backend="sim")
-    insns = emit_program(low, stream, dev)
-    run = dev.run_program(insns, functional=False, timeline=True)
+    insns, run = _timed_run(low, stream, timeline=True)
     compute = [e for e in run.timeline if e.stage == "compute"]
     first = min((e.start for e in compute if isinstance(insns[e.index], LoopInsn)), default=0)
     return run.counters, max(e.end for e in compute) - first
