@@ -489,25 +489,42 @@ def _count(insns: Sequence[Insn], queue: Queue, push: bool) -> int:
     return sum(1 for s in insns if queue in (pushes_of(s) if push else pops_of(s)))
 
 
-def _hoist_is_safe(done: list[Insn], seg: list[Insn], at: int, rows: tuple[int, int]) -> bool:
+class _Tally:
+    """Running counts of a stream as it is built, for :func:`_hoist_is_safe`: compute -> load pops (load stage)
+    and the positions of their pushes (compute stage), load -> compute pushes and pops, and per micro-op row the
+    last compute instruction using it (-1: none)."""
+
+    def __init__(self, uop_depth: int):
+        self.n = self.c2l_pops = self.l2c_pushes = self.l2c_pops = 0
+        self.c2l_pushes: list[int] = []
+        self.last_use = np.full(uop_depth, -1, np.int64)
+
+    def add(self, insns: Sequence[Insn]) -> None:
+        for s in insns:
+            pops, pushes = pops_of(s), pushes_of(s)
+            self.c2l_pops += Queue.C2L in pops
+            self.l2c_pops += Queue.L2C in pops
+            self.l2c_pushes += Queue.L2C in pushes
+            if Queue.C2L in pushes:
+                self.c2l_pushes.append(self.n)
+            if s.stage == Stage.COMPUTE and (span := _uop_span(s)) is not None:
+                self.last_use[span[0] : span[1]] = self.n
+            self.n += 1
+
+
+def _hoist_is_safe(done: _Tally, seg: list[Insn], at: int, rows: tuple[int, int]) -> bool:
     """Whether a LOAD UOP_PRE of micro-op rows ``rows`` placed at ``seg[at]`` (``done``: the stream before
     ``seg``) is ordered by the token queues after every earlier compute instruction using those rows (the
     compute -> load tokens the load stage has popped by then were pushed after them) and before the layer's
     first GEMM or ALU (it has popped a load -> compute token pushed after the load)."""
-    before = done + seg[:at]
-    popped = _count(before, Queue.C2L, push=False)
-    pushes = [i for i, s in enumerate(done) if _pushes_free(s)]
-    users = [
-        i
-        for i, s in enumerate(done)
-        if s.stage == Stage.COMPUTE and (sp := _uop_span(s)) is not None and sp[0] < rows[1] and rows[0] < sp[1]
-    ]
+    popped = done.c2l_pops + _count(seg[:at], Queue.C2L, push=False)
+    user = int(done.last_use[rows[0] : rows[1]].max())
     # the push a pop matches may come later in the stream: then after every compute instruction of ``done``
-    if users and (popped == 0 or (popped <= len(pushes) and pushes[popped - 1] < users[-1])):
+    if user >= 0 and (popped == 0 or (popped <= len(done.c2l_pushes) and done.c2l_pushes[popped - 1] < user)):
         return False
-    pushed = _count(before, Queue.L2C, push=True)
+    pushed = done.l2c_pushes + _count(seg[:at], Queue.L2C, push=True)
     reader = next(i for i, s in enumerate(seg) if isinstance(s, LoopInsn))
-    return _count(done + seg[: reader + 1], Queue.L2C, push=False) > pushed
+    return done.l2c_pops + _count(seg[: reader + 1], Queue.L2C, push=False) > pushed
 
 
 def hoist_uop_loads(chain: Chain, cfg: HwConfig) -> Chain:
@@ -518,6 +535,7 @@ def hoist_uop_loads(chain: Chain, cfg: HwConfig) -> Chain:
     bounds = [*chain.starts, len(chain.insns)]
     out: list[Insn] = []
     starts: list[int] = []
+    tally = _Tally(cfg.uop_depth)
     prev: tuple[int, int] | None = None
     for j in range(len(chain.starts)):
         seg = chain.insns[bounds[j] : bounds[j + 1]]
@@ -527,10 +545,11 @@ def hoist_uop_loads(chain: Chain, cfg: HwConfig) -> Chain:
         off = _uop_offset(rows, prev, cfg.uop_depth) if j and loads and first_load is not None else None
         if off is not None:
             moved, at = _moved(seg, loads, first_load, off)
-            if _hoist_is_safe(out, moved, at, (rows[0] + off, rows[1] + off)):
+            if _hoist_is_safe(tally, moved, at, (rows[0] + off, rows[1] + off)):
                 seg, rows = moved, (rows[0] + off, rows[1] + off)
         starts.append(len(out))
         out += seg
+        tally.add(seg)
         prev = rows
     return Chain(out, tuple(starts))
 
