@@ -46,7 +46,6 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from vdla.compiler.cache import default_cache_dir
 from vdla.cpu_fallback import compile_graph
 from vdla.frontend import FrontendError
 from vdla.frontend.errors import OnnxImportWarning
@@ -54,6 +53,7 @@ from vdla.frontend.onnx import import_onnx
 from vdla.frontend.onnx_ops import SUPPORTED
 from vdla.graph.passes import simplify
 from vdla.graph.types import INT_RANGE, UnsupportedError
+from vdla.paths import cache_root
 
 ROOT = Path(__file__).resolve().parent.parent
 RTOL = 1e-4
@@ -163,7 +163,7 @@ def _generated() -> Iterator[Case]:
 def _cached_generated() -> list[Case]:
     """The generated cases, from ``$VDLA_CACHE_DIR/onnx/node_cases-<onnx version>.pkl`` (written on the first
     run: generating them takes seconds, loading them a fraction of one)."""
-    path = default_cache_dir() / "onnx" / f"node_cases-{onnx.__version__}.pkl"
+    path = cache_root() / "onnx" / f"node_cases-{onnx.__version__}.pkl"
     try:
         rows = pickle.loads(path.read_bytes())
     except (OSError, pickle.UnpicklingError, EOFError, AttributeError):

@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 
 from vdla.compiler import ScheduleCache, compile_conv2d
-from vdla.compiler.cache import default_cache_dir
 from vdla.compiler.costmodel import CostModel
 from vdla.compiler.schedule import ConvLowering
 from vdla.compiler.search import build_stream, search, timed, timed_span
@@ -16,6 +15,7 @@ from vdla.compiler.spec import Conv2dSpec, EpilogueSpec
 from vdla.compiler.tiling import candidate_tiles, half_rows
 from vdla.config import load_config
 from vdla.graph.epilogue import Epilogue
+from vdla.paths import cache_root
 
 EPI = EpilogueSpec(bias=True, shift=8, clip=(0, 127))
 
@@ -110,4 +110,4 @@ def test_corrupt_cache_file_is_replaced(tmp_path):
 
 def test_cache_dir_from_environment(monkeypatch, tmp_path):
     monkeypatch.setenv("VDLA_CACHE_DIR", str(tmp_path))
-    assert default_cache_dir() == tmp_path and ScheduleCache().path == tmp_path / "schedules.json"
+    assert cache_root() == tmp_path and ScheduleCache().path == tmp_path / "schedules.json"

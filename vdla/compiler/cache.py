@@ -1,6 +1,6 @@
 """The schedule cache: the search's choice per (layer shape, epilogue, thread request, hardware config).
 
-A JSON file, ``$VDLA_CACHE_DIR/schedules.json`` (default ``~/.cache/vdla``), updated atomically and
+A JSON file, ``schedules.json`` in the cache root (:func:`vdla.paths.cache_root`), updated atomically and
 merged with concurrent writers' entries. Entries carry a schema version so a compiler change that
 alters schedules can invalidate them.
 """
@@ -13,6 +13,7 @@ from pathlib import Path
 
 from vdla.compiler.spec import Conv2dSpec, EpilogueSpec, InputUpsample, OutputView
 from vdla.config import HwConfig
+from vdla.paths import cache_root
 
 SCHEMA = 12  # 4: Schedule.res_inp (an int8 residual in INP, added by the identity GEMM); 5: column-subsampled windows;
 # 6: fused depthwise steps share their scratch and load resident weights step by step (their cycles changed);
@@ -20,11 +21,6 @@ SCHEMA = 12  # 4: Schedule.res_inp (an int8 residual in INP, added by the identi
 # 9: a layer's per-channel rows load as one tensor (prologue cycles changed); 10: whole-row pairs copied by a GEMM
 # reading OUT, zero weight blocks skipped (cycles changed); 11: tilings of half the rows among the candidates, the
 # shortest compute span among near-ties; 12: half-row variants of the 24 lowest-bound candidates only
-
-
-def default_cache_dir() -> Path:
-    """$VDLA_CACHE_DIR, else ~/.cache/vdla."""
-    return Path(os.environ.get("VDLA_CACHE_DIR") or Path.home() / ".cache" / "vdla")
 
 
 def cache_key(
@@ -51,7 +47,7 @@ class ScheduleCache:
     """Read-through cache of chosen schedules in one JSON file."""
 
     def __init__(self, path: str | Path | None = None):
-        self.path = Path(path) if path else default_cache_dir() / "schedules.json"
+        self.path = Path(path) if path else cache_root() / "schedules.json"
 
     def _read(self) -> dict:
         try:

@@ -6,7 +6,7 @@ from the array struct (see :mod:`abi`). ``kernel(*inputs, out=out)`` runs no Pyt
 allocates a missing output and turns a refusal into a precise error.
 
 Caches: compiled kernels are kept in memory by signature (the frozen spec); object code is also stored
-on disk under ``$VDLA_CACHE_DIR/cpu`` (default ``~/.cache/vdla/cpu``) unless ``VDLA_CPU_DISK_CACHE=0``
+on disk under ``cpu/`` of the cache root (:func:`vdla.paths.cache_root`) unless ``VDLA_CPU_DISK_CACHE=0``
 or :func:`set_disk_cache` disables it. The disk key covers the spec, the host CPU and its features,
 llvmlite's version and a hash of the code generator's sources.
 """
@@ -34,6 +34,7 @@ import vdla.cpu_fallback.kernels_reduce as kernels_reduce  # registers its emitt
 from vdla.cpu_fallback.codegen import CpuTraits
 from vdla.cpu_fallback.specs import Spec, spec_inputs, spec_op
 from vdla.graph.types import TensorType, UnsupportedError
+from vdla.paths import cache_root
 
 
 def source_fingerprint() -> str:
@@ -238,7 +239,7 @@ def disk_cache_dir() -> Path | None:
         return _disk_override[0]
     if os.environ.get("VDLA_CPU_DISK_CACHE", "1") == "0":
         return None
-    return Path(os.environ.get("VDLA_CACHE_DIR") or Path.home() / ".cache" / "vdla") / "cpu"
+    return cache_root() / "cpu"
 
 
 def clear_cache() -> None:
