@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from vdla.graph.graph import Node
+from vdla.graph.opnames import CONCAT, PAD, RESHAPE, SLICE, TRANSPOSE
 from vdla.graph.ops import infer
 from vdla.graph.passes import fresh_name
 from vdla.graph.types import DTYPES, INT_RANGE, TensorType, UnsupportedError
@@ -39,7 +40,7 @@ from vdla.graph.types import DTYPES, INT_RANGE, TensorType, UnsupportedError
 # what vdla holds an ONNX tensor as (named by errors about other dtypes)
 HELD = "float32, int8, int32 and bool (uint8 as int8 value - 128, int64 as int32)"
 # operators that only move their first input's values (an int64 tensor held as int32 stays one)
-MOVES = ("reshape", "transpose", "slice", "concat", "pad")
+MOVES = (RESHAPE, TRANSPOSE, SLICE, CONCAT, PAD)
 
 
 def _short(value: Any) -> str:

@@ -33,6 +33,7 @@ import numpy as np
 
 from vdla.graph.epilogue import match_integer
 from vdla.graph.graph import Graph, Node
+from vdla.graph.opnames import CONV_TRANSPOSE
 from vdla.graph.ops import infer_types, transposed_window
 from vdla.graph.passes import fresh_name
 
@@ -158,7 +159,7 @@ def phase_convs(graph: Graph) -> Graph:
     gone: set[str] = set()
     weights: set[str] = set()
     for node in graph.nodes:
-        if node.op == "conv_transpose":
+        if node.op == CONV_TRANSPOSE:
             found = rw.rewrite(node)
             if found is not None:
                 done[found[0]] = found[1]

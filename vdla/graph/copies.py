@@ -42,6 +42,23 @@ import numpy as np
 
 from vdla.graph.graph import Graph, Node
 from vdla.graph.interp import evaluate_node
+from vdla.graph.opnames import (
+    ADD,
+    CAST,
+    CLIP,
+    CONCAT,
+    CONV2D,
+    DEQUANTIZE,
+    MAX_POOL2D,
+    MUL,
+    QUANTIZE,
+    RESHAPE,
+    RESIZE,
+    RSHIFT,
+    SLICE,
+    TABLE,
+    TRANSPOSE,
+)
 from vdla.graph.ops import RESIZE_OPTIONS, infer_types, resize_type
 from vdla.graph.oracle import resize as oracle_resize
 from vdla.graph.passes import eliminate_dead_code, fresh_name
@@ -54,10 +71,10 @@ COPY = "copy"  # the attribute naming what a 0/1 convolution moves
 def dense_conv(node: Node) -> bool:
     """Whether ``node`` is a conv2d of one group: a layer whose output channels may be sliced or stored into a
     channel-block view (a depthwise layer runs as parts of its own, :mod:`vdla.compiler.blockdiag`)."""
-    return node.op == "conv2d" and int(node.attrs.get("groups", 1)) == 1
+    return node.op == CONV2D and int(node.attrs.get("groups", 1)) == 1
 
 
-EPILOGUE = ("cast", "clip", "mul", "add", "rshift")  # the integer epilogue's operators (vdla.graph.epilogue)
+EPILOGUE = (CAST, CLIP, MUL, ADD, RSHIFT)  # the integer epilogue's operators (vdla.graph.epilogue)
 
 
 class _Rewriter:
@@ -157,7 +174,7 @@ class _Rewriter:
         if node.output in self.g.outputs or not block_view(span, self.types[x].shape, self.block):
             return False
         readers = self.cons.get(x, [])
-        splits = all(r.op == "slice" for r in readers) and self.layer_chain(x) is not None
+        splits = all(r.op == SLICE for r in readers) and self.layer_chain(x) is not None
         if not self.on_accel(x) or (splits and any(self.requantized(r.output) for r in readers)):
             return False
         self.viewed.add(node.output)
@@ -166,7 +183,7 @@ class _Rewriter:
     def requantized(self, v: str) -> bool:
         """Whether a reader of ``v`` maps it to another int8 value: a table, or ``quantize(dequantize(v))``."""
         for r in self.cons.get(v, []):
-            if r.op == "table" or any(self.dq_source_of(q) == v for q in self.cons.get(r.output, [])):
+            if r.op == TABLE or any(self.dq_source_of(q) == v for q in self.cons.get(r.output, [])):
                 return True
         return False
 
@@ -176,7 +193,7 @@ class _Rewriter:
         sliced), so the split costs nothing. False where the chain holds a residual or a reader is no slice."""
         x = node.inputs[0]
         readers = self.cons.get(x, [])
-        if x in self.g.outputs or any(r.op != "slice" or self.channels(r) is None for r in readers):
+        if x in self.g.outputs or any(r.op != SLICE or self.channels(r) is None for r in readers):
             return False
         chain = self.layer_chain(x)
         if chain is None:
@@ -187,7 +204,7 @@ class _Rewriter:
             inputs = [renamed.get(i, i) for i in n.inputs]
             for k, i in enumerate(n.inputs):
                 p = self.params.get(i)
-                axis = 0 if n.op == "conv2d" else 1
+                axis = 0 if n.op == CONV2D else 1
                 if p is not None and p.ndim == 4 and p.shape[axis] > 1:
                     inputs[k] = self.name(f"{node.output}:{i}")
                     self.params[inputs[k]] = np.take(p, np.arange(lo, hi), axis=axis)
@@ -254,14 +271,14 @@ class _Rewriter:
 
     def probe_shuffle(self, node: Node) -> tuple[str, np.ndarray] | None:
         chain = [node]
-        for op in ("transpose", "reshape"):
+        for op in (TRANSPOSE, RESHAPE):
             prev = self.prod.get(chain[-1].inputs[0])
             if prev is None or prev.op != op or [n.output for n in self.cons[prev.output]] != [chain[-1].output]:
                 return None
             chain.append(prev)
         x = chain[-1].inputs[0]
         shape = self.types[x].shape
-        if node.op != "reshape" or self.scale(x) is None or self.types[node.output].shape != shape:
+        if node.op != RESHAPE or self.scale(x) is None or self.types[node.output].shape != shape:
             return None
         n, c, h, w = shape
         index = value = np.arange(n * c * h * w, dtype=np.int32).reshape(shape)
@@ -309,7 +326,7 @@ class _Rewriter:
         (the table applied after the copy), when ``v``'s function cannot be in its source's epilogue
         (:meth:`alone`), else of ``v`` itself."""
         node, src, table = self.prod.get(v), self.read_from(v), None
-        if src == v and node is not None and node.op == "table" and self.alone(node.inputs[0]):
+        if src == v and node is not None and node.op == TABLE and self.alone(node.inputs[0]):
             src, table = node.inputs[0], node
         c = self.types[src].shape[1]
         nodes, conv = self.move("conv2d", src, np.eye(c)[:, :, None, None], "concat", base)
@@ -344,7 +361,7 @@ class _Rewriter:
         """The int8 NCHW value ``value`` dequantizes (per tensor, symmetric, the value's own scale)."""
         node = self.prod.get(value)
         q = qparams(node, self.params) if node is not None else None
-        if q is None or node.op != "dequantize" or not q.per_tensor or q.zero_point != 0:
+        if q is None or node.op != DEQUANTIZE or not q.per_tensor or q.zero_point != 0:
             return None
         src = node.inputs[0]
         s = self.scale(src)
@@ -354,14 +371,14 @@ class _Rewriter:
         """Whether moving on the accelerator keeps data there: every source computed there (:meth:`on_accel`)
         and the result not read by a reshape or transpose (a reordering the CPU would do anyway)."""
         readers = self.cons.get(result, [])
-        reorders = [n for n in readers if n.op in ("reshape", "transpose") and not self.starts_shuffle(n)]
+        reorders = [n for n in readers if n.op in (RESHAPE, TRANSPOSE) and not self.starts_shuffle(n)]
         return all(self.on_accel(v) for v in sources) and not reorders
 
     def starts_shuffle(self, node: Node) -> bool:
         """Whether ``node`` is the first reshape of a channel shuffle (:meth:`shuffle_of`)."""
         nxt = self.cons.get(node.output, [])
         last = self.cons.get(nxt[0].output, []) if len(nxt) == 1 else []
-        return node.op == "reshape" and len(last) == 1 and self.shuffle_of(last[0]) is not None
+        return node.op == RESHAPE and len(last) == 1 and self.shuffle_of(last[0]) is not None
 
     def on_accel(self, v: str) -> bool:
         """Whether ``v`` is computed on the accelerator when this pass is done: an integer epilogue's output
@@ -370,18 +387,18 @@ class _Rewriter:
         node = self.prod.get(v)
         if node is None:
             return False
-        if v in self.replace or v in self.in_place or v in self.viewed or node.op == "cast":
+        if v in self.replace or v in self.in_place or v in self.viewed or node.op == CAST:
             return True
-        if node.op == "quantize" and node.inputs[0] in self.replace:
+        if node.op == QUANTIZE and node.inputs[0] in self.replace:
             return True
-        if node.op == "quantize":
+        if node.op == QUANTIZE:
             return self.source(v) != v and self.on_accel(self.source(v))
-        return node.op in ("table", "max_pool2d") and self.on_accel(node.inputs[0])
+        return node.op in (TABLE, MAX_POOL2D) and self.on_accel(node.inputs[0])
 
     def source(self, v: str) -> str:
         """The int8 value ``v`` requantizes (``quantize(dequantize(src))``), else ``v``."""
         node = self.prod.get(v)
-        src = self.dq_source(node.inputs[0]) if node is not None and node.op == "quantize" else None
+        src = self.dq_source(node.inputs[0]) if node is not None and node.op == QUANTIZE else None
         return src if src is not None else v
 
     def read_from(self, v: str) -> str:
@@ -396,12 +413,12 @@ class _Rewriter:
             return False
         readers = {n.output for n in self.cons.get(src, [])}
         node = self.prod.get(src)
-        return len(readers) > 1 or src in self.g.outputs or node is None or node.op != "cast"
+        return len(readers) > 1 or src in self.g.outputs or node is None or node.op != CAST
 
     def only_quantize(self, value: str) -> Node | None:
         readers = self.cons.get(value, [])
         q = qparams(readers[0], self.params) if len(readers) == 1 else None
-        ok = q is not None and readers[0].op == "quantize" and q.per_tensor and q.zero_point == 0
+        ok = q is not None and readers[0].op == QUANTIZE and q.per_tensor and q.zero_point == 0
         return readers[0] if ok and value not in self.g.outputs else None
 
     def plain_layer_output(self, v: str, concat: Node) -> bool:
@@ -411,7 +428,7 @@ class _Rewriter:
         if self.cons.get(v, []) != [concat] or v in self.g.outputs:
             return False
         node = self.prod.get(v)
-        src = node.inputs[0] if node is not None and node.op == "table" else self.dq_source_of(node)
+        src = node.inputs[0] if node is not None and node.op == TABLE else self.dq_source_of(node)
         if src is None:
             return self.layer_output(v)
         readers = self.cons.get(src, [])
@@ -420,16 +437,16 @@ class _Rewriter:
 
     def dq_source_of(self, node: Node | None) -> str | None:
         """The int8 source of a requantization ``quantize(dequantize(src))`` (None for any other node)."""
-        return self.dq_source(node.inputs[0]) if node is not None and node.op == "quantize" else None
+        return self.dq_source(node.inputs[0]) if node is not None and node.op == QUANTIZE else None
 
     def layer_output(self, v: str) -> bool:
         """Whether ``v`` is the int8 output of a conv2d layer (or of the stride phases of one transposed
         convolution, which store into a concatenation alike): a moved slice or upsampling, a moved add's
         quantization, or the end of an integer epilogue."""
         node = self.prod.get(v)
-        if node is not None and node.op in ("slice", "resize") and v in self.replace:
+        if node is not None and node.op in (SLICE, RESIZE) and v in self.replace:
             return True
-        if node is not None and node.op == "quantize" and node.inputs[0] in self.replace:
+        if node is not None and node.op == QUANTIZE and node.inputs[0] in self.replace:
             return True
         anchor = self.walk_back(v, EPILOGUE)[1]
         return anchor is not None and dense_conv(anchor)
@@ -485,7 +502,7 @@ def join_slices(graph: Graph) -> Graph:
 
     def piece(v: str) -> tuple[str, int, int] | None:
         node = prod.get(v)
-        if node is None or node.op != "slice" or v in graph.outputs:
+        if node is None or node.op != SLICE or v in graph.outputs:
             return None
         span = channel_span(node, types[node.inputs[0]].shape)
         return None if span is None else (node.inputs[0], *span)
@@ -511,7 +528,7 @@ def join_slices(graph: Graph) -> Graph:
 
     nodes, changed = [], False
     for node in graph.nodes:
-        if node.op == "concat" and int(node.attrs.get("axis", 0)) % 4 == 1:
+        if node.op == CONCAT and int(node.attrs.get("axis", 0)) % 4 == 1:
             parts = joined(node)
             if len(parts) != len(node.inputs):
                 node, changed = Node(node.op, tuple(parts), node.output, dict(node.attrs)), True

@@ -52,6 +52,7 @@ from vdla.graph.ew import is_elementwise
 from vdla.graph.graph import DisjointSets, Graph, Node
 from vdla.graph.im2col import computed_on_host, im2col_window
 from vdla.graph.interp import evaluate
+from vdla.graph.opnames import CONCAT, CONV2D, TABLE
 from vdla.graph.ops import infer_types
 from vdla.graph.passes import fresh_name
 from vdla.graph.types import Quant, TensorType
@@ -150,7 +151,7 @@ def conv_cost(cv: _Conv, fi: int, fo: int, block: int, bus_bytes: int, pi: int =
 def _conv(node: Node, types: Mapping[str, TensorType], graph: Graph) -> _Conv | None:
     """The shape of a conv2d node the rewrite takes (see the module docstring), else None."""
     a = node.attrs
-    if node.op != "conv2d" or int(a.get("groups", 1)) != 1 or any(i not in graph.params for i in node.inputs[1:]):
+    if node.op != CONV2D or int(a.get("groups", 1)) != 1 or any(i not in graph.params for i in node.inputs[1:]):
         return None
     x, y, w = types[node.inputs[0]], types[node.output], graph.params[node.inputs[1]]
     win = _window(a, x.shape[2:], w.shape[2:])
@@ -169,13 +170,13 @@ def _window(attrs: Mapping, hw: tuple[int, int], kernel: tuple[int, int]):
 
 
 def _channel_concat(node: Node, types: Mapping[str, TensorType]) -> bool:
-    return node.op == "concat" and len(types[node.output].shape) == 4 and int(node.attrs.get("axis", 0)) % 4 == 1
+    return node.op == CONCAT and len(types[node.output].shape) == 4 and int(node.attrs.get("axis", 0)) % 4 == 1
 
 
 def _operand(node: Node, p: np.ndarray, t: TensorType) -> bool:
     """Whether parameter ``p`` of an elementwise node or table ``node`` applies to a folded value of type ``t``: a
     table of one row, or an operand broadcast as a scalar or per channel."""
-    if node.op == "table":
+    if node.op == TABLE:
         return p.ndim == 1
     return p.size == 1 or (
         len(t.shape) == 4 and p.ndim >= 3 and p.shape[-3:] == (t.shape[1], 1, 1) and p.size == t.shape[1]
@@ -201,7 +202,7 @@ class _Plan:
             cv = _conv(node, types, graph)
             if cv is not None:
                 self.convs[node.output] = cv
-            elif node.op == "table" or is_elementwise(node):
+            elif node.op == TABLE or is_elementwise(node):
                 for v in values:
                     self.classes.union(v, node.output)
                 if not all(
@@ -222,7 +223,7 @@ class _Plan:
         bad = {self.classes.find(v) for v in blocked if v in self.classes.parent}
         for k, vs in members.items():  # a concat's channel order must be its class's only one
             ns = [n for v in vs for n in roots.get(v, [])]
-            if len(ns) > 1 and any(n.op == "concat" for n in ns):
+            if len(ns) > 1 and any(n.op == CONCAT for n in ns):
                 bad.add(k)
         by_group: dict[str, list[str]] = {}
         for k in members:
@@ -414,7 +415,7 @@ def fold_narrow(graph: Graph, block: int, bus_bytes: int, phases: bool = True) -
                 orders[plan.classes.find(view[0].output)] = order_out
             nodes.append(conv if view is None else view[0])
         elif plan.factor(node.output, folded) == FOLD:
-            if node.op == "concat":
+            if node.op == CONCAT:
                 orders[plan.classes.find(node.output)] = _concat_order(node, plan, orders)
             order = orders[plan.classes.find(node.output)]
             nodes.append(_fold_elementwise(node, order, params, param_types, taken))
@@ -562,7 +563,7 @@ def _fold_conv(
 def _fold_elementwise(node: Node, order: np.ndarray, params: dict, param_types: dict, taken: set[str]) -> Node:
     """An elementwise node (or a table, or a concat) over folded values: per-channel operands in ``order``."""
     inputs = list(node.inputs)
-    if node.op not in ("table", "concat"):
+    if node.op not in (TABLE, CONCAT):
         for k, i in enumerate(inputs[1:], 1):
             p = params.get(i)
             if p is not None and p.size > 1:

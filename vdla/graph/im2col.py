@@ -38,6 +38,7 @@ import numpy as np
 
 from vdla.graph.ew import is_elementwise
 from vdla.graph.graph import Graph, Node
+from vdla.graph.opnames import CONV2D
 from vdla.graph.ops import infer_types
 from vdla.graph.passes import fresh_name
 from vdla.graph.types import TensorType
@@ -84,7 +85,7 @@ def _window(node: Node, types: Mapping[str, TensorType], graph: Graph):
 
 def applies(node: Node, graph: Graph, types: Mapping[str, TensorType], block: int) -> bool:
     """Whether :func:`im2col_convs` rewrites ``node`` (see the module docstring)."""
-    if node.op != "conv2d" or int(node.attrs.get("groups", 1)) != 1:
+    if node.op != CONV2D or int(node.attrs.get("groups", 1)) != 1:
         return False
     x, w = node.inputs[0], node.inputs[1]
     if types[x].dtype != "int8" or w not in graph.params or graph.params[w].dtype != np.int8:

@@ -31,6 +31,27 @@ import numpy as np
 
 from vdla.graph.graph import Graph, Node
 from vdla.graph.interp import evaluate_node
+from vdla.graph.opnames import (
+    ADD,
+    BATCH_NORM,
+    CAST,
+    CONCAT,
+    CONV2D,
+    CONV_TRANSPOSE,
+    DENSE,
+    DEQUANTIZE,
+    DIV,
+    GLOBAL_AVG_POOL,
+    LAYER_NORM,
+    MATMUL,
+    MUL,
+    PAD,
+    REDUCE,
+    RESHAPE,
+    SQRT,
+    SUB,
+    TRANSPOSE,
+)
 from vdla.graph.ops import infer_types, norm_type
 from vdla.graph.types import TensorType, UnsupportedError
 from vdla.graph.verify import maybe_verify
@@ -54,15 +75,15 @@ def is_identity(node: Node, types: dict[str, TensorType]) -> bool:
     if x is None or out is None or x != out:
         return False
     a = node.attrs
-    if node.op == "reshape":
+    if node.op == RESHAPE:
         return True
-    if node.op == "transpose":
+    if node.op == TRANSPOSE:
         return tuple(a["perm"]) == tuple(range(len(x.shape)))
-    if node.op == "pad":
+    if node.op == PAD:
         return all(int(p) == 0 for pair in a["pads"] for p in pair)
-    if node.op == "concat":
+    if node.op == CONCAT:
         return len(node.inputs) == 1
-    if node.op == "cast":
+    if node.op == CAST:
         return a.get("dtype") == x.dtype and "quant" not in a
     return False
 
@@ -129,7 +150,7 @@ def fold_batch_norm(graph: Graph) -> Graph:
     replaced: dict[str, list[Node]] = {}  # output of a node -> the nodes that take its place
     dropped: set[str] = set()
     for bn in graph.nodes:
-        if bn.op != "batch_norm":
+        if bn.op != BATCH_NORM:
             continue
         factors = _bn_factors(bn, params)
         x = bn.inputs[0]
@@ -138,7 +159,7 @@ def fold_batch_norm(graph: Graph) -> Graph:
         foldable = (
             factors is not None
             and prev is not None
-            and prev.op in ("conv2d", "dense")
+            and prev.op in (CONV2D, DENSE)
             and readers[x] == 1
             and types[x].dtype == "float32"
             and prev.inputs[1] in params
@@ -179,10 +200,10 @@ def fold_constants(graph: Graph) -> Graph:
     for the quantized weights kept as nodes)."""
     keep: set[str] = set()
     for n in graph.nodes:
-        if n.op in ("conv2d", "conv_transpose", "dense", "matmul") and len(n.inputs) > 1:
+        if n.op in (CONV2D, CONV_TRANSPOSE, DENSE, MATMUL) and len(n.inputs) > 1:
             keep.add(n.inputs[1])
     producers = graph.producers()
-    keep = {v for v in keep if v in producers and producers[v].op == "dequantize"}
+    keep = {v for v in keep if v in producers and producers[v].op == DEQUANTIZE}
     types = infer_types(graph)
     params = dict(graph.params)
     param_types = dict(graph.param_types)
@@ -203,16 +224,16 @@ def _mean_axes(node: Node | None, types: dict[str, TensorType]) -> tuple[int, ..
     if node is None or types[node.output].dtype != "float32":
         return None
     a = node.attrs
-    if node.op == "reduce" and a.get("kind") == "mean" and a.get("keepdims", True):
+    if node.op == REDUCE and a.get("kind") == "mean" and a.get("keepdims", True):
         rank = len(types[node.inputs[0]].shape)
         return tuple(sorted(int(i) % rank for i in a["axes"]))
-    return (2, 3) if node.op == "global_avg_pool" else None
+    return (2, 3) if node.op == GLOBAL_AVG_POOL else None
 
 
 def _epsilon(node: Node | None, value: str, params: dict[str, np.ndarray]) -> float | None:
     """The finite, non-negative epsilon an ``add`` adds to ``value``: its scalar attribute or a one-element
     parameter; None for anything else."""
-    if node is None or node.op != "add" or value not in node.inputs:
+    if node is None or node.op != ADD or value not in node.inputs:
         return None
     others = [i for i in node.inputs if i != value]
     if not others and "b" in node.attrs:
@@ -241,10 +262,10 @@ class _Uses:
 def _layer_norm_chain(div: Node, producers: dict[str, Node], types: dict[str, TensorType], uses: _Uses, params):
     """The nodes ``mean, d = x - mean, d * d, mean, + eps, sqrt, d / sqrt`` ending at ``div``, with ``x``,
     the axes and epsilon, when each intermediate is read by the next step only; else None."""
-    if div.op != "div" or len(div.inputs) != 2:
+    if div.op != DIV or len(div.inputs) != 2:
         return None
     d, std = (producers.get(i) for i in div.inputs)
-    if d is None or std is None or d.op != "sub" or std.op != "sqrt" or len(d.inputs) != 2:
+    if d is None or std is None or d.op != SUB or std.op != SQRT or len(d.inputs) != 2:
         return None
     x, mean = d.inputs[0], producers.get(d.inputs[1])
     axes = _mean_axes(mean, types)
@@ -253,7 +274,7 @@ def _layer_norm_chain(div: Node, producers: dict[str, Node], types: dict[str, Te
     ve = producers.get(std.inputs[0])
     var = producers.get(ve.inputs[0]) if ve is not None else None
     sq = producers.get(var.inputs[0]) if var is not None else None
-    if sq is None or sq.op != "mul" or sq.inputs != (d.output, d.output) or _mean_axes(var, types) != axes:
+    if sq is None or sq.op != MUL or sq.inputs != (d.output, d.output) or _mean_axes(var, types) != axes:
         return None
     eps = _epsilon(ve, var.output, params)
     d_readers = {n.output for n in uses.readers[d.output]}
@@ -275,18 +296,18 @@ def _layer_norm_match(
         return None
     chain, x, axes, eps = found
     affine: list[str] = []
-    for op in ("mul", "add"):  # the scale, then the bias
+    for op in (MUL, ADD):  # the scale, then the bias
         nxt = uses.only(chain[-1].output, op)
         others = [i for i in nxt.inputs if i != chain[-1].output] if nxt is not None else []
         if len(others) != 1 or len(nxt.inputs) != 2:
             break
         try:
-            norm_type("layer_norm", [types[i] for i in (x, *affine, others[0])], axes[0])
+            norm_type(LAYER_NORM, [types[i] for i in (x, *affine, others[0])], axes[0])
         except UnsupportedError:
             break
         affine.append(others[0])
         chain.append(nxt)
-    return chain, Node("layer_norm", (x, *affine), chain[-1].output, {"axis": axes[0], "epsilon": eps})
+    return chain, Node(LAYER_NORM, (x, *affine), chain[-1].output, {"axis": axes[0], "epsilon": eps})
 
 
 def fuse_layer_norm(graph: Graph) -> Graph:

@@ -61,15 +61,28 @@ from vdla.graph.calibrate import (
 )
 from vdla.graph.epilogue import FLOAT_STAGES, FloatDialect, walk
 from vdla.graph.graph import Graph, Node
+from vdla.graph.opnames import (
+    ADD,
+    CONCAT,
+    CONV2D,
+    DEQUANTIZE,
+    GLOBAL_AVG_POOL,
+    MUL,
+    QUANTIZE,
+    RESHAPE,
+    RESIZE,
+    SLICE,
+    TRANSPOSE,
+)
 from vdla.graph.ops import infer_types
 from vdla.graph.passes import fresh_name
 from vdla.graph.qdq import ANCHOR_AXIS as ANCHORS
 from vdla.graph.qdq import COMMUTING, channel_product, is_depthwise
 from vdla.isa.arith import INT8_MAX
 
-SELECTING = ("slice", "resize")  # of an int8 value: keep its scale (int8 selections, vdla.graph.copies)
-MOVING = ("add", "concat", "slice", "resize")  # int8 in and out, the accelerator moves them (vdla.graph.copies)
-REQUANTIZING = ("global_avg_pool",)  # of an int8 value: quantized at its own scale (an integer average)
+SELECTING = (SLICE, RESIZE)  # of an int8 value: keep its scale (int8 selections, vdla.graph.copies)
+MOVING = (ADD, CONCAT, SLICE, RESIZE)  # int8 in and out, the accelerator moves them (vdla.graph.copies)
+REQUANTIZING = (GLOBAL_AVG_POOL,)  # of an int8 value: quantized at its own scale (an integer average)
 WEIGHT_MAX = INT8_MAX  # weights use the symmetric range [-127, 127]
 
 
@@ -208,7 +221,7 @@ class _Planner:
         a = node.attrs
         if int(a.get("groups", 1)) != 1 and not is_depthwise(node, self.types):
             return False
-        if node.op == "conv2d" and a.get("dilation", 1) not in (1, (1, 1), [1, 1]):
+        if node.op == CONV2D and a.get("dilation", 1) not in (1, (1, 1), [1, 1]):
             return False
         return all(self.is_float_param(p) for p in node.inputs[1:])
 
@@ -255,7 +268,7 @@ class _Planner:
         :meth:`moving_inputs`)."""
         if node is None:
             return False
-        return node.op in (*MOVING, *REQUANTIZING) or (node.op == "mul" and self.scales_channels(node))
+        return node.op in (*MOVING, *REQUANTIZING) or (node.op == MUL and self.scales_channels(node))
 
     def moving_inputs(self, needed: set[str], ends: set[str]) -> list[tuple[str, str]]:
         """Add to ``needed`` the float inputs of each add (outside an epilogue), concatenation, slice, resize,
@@ -268,12 +281,12 @@ class _Planner:
         pairs = []
         prod = self.g.producers()
         for node in reversed(self.g.nodes):
-            moves = self.moves(node) or (node.op in ("reshape", "transpose") and self.moves(prod.get(node.inputs[0])))
+            moves = self.moves(node) or (node.op in (RESHAPE, TRANSPOSE) and self.moves(prod.get(node.inputs[0])))
             if not moves or node.output not in needed or node.output in ends or node.output in self.kept:
                 continue
             inputs = [v for v in node.inputs if v not in self.g.params and self.types[v].dtype == "float32"]
             needed.update(inputs)
-            pairs += [(v, node.output) for v in inputs if node.op in ("add", "concat")]
+            pairs += [(v, node.output) for v in inputs if node.op in (ADD, CONCAT)]
         return pairs
 
 
@@ -457,7 +470,7 @@ def quantize_model(
     """
     if method not in METHODS:
         raise QuantizationError(f"unknown calibration method {method!r} (one of {', '.join(METHODS)})")
-    if any(n.op in ("quantize", "dequantize") for n in graph.nodes):
+    if any(n.op in (QUANTIZE, DEQUANTIZE) for n in graph.nodes):
         raise QuantizationError(f"graph {graph.name!r} is already quantized (QDQ): it keeps its own scales")
     check_params(graph)
     plan = plan_quantization(graph, keep_float, align_residuals)

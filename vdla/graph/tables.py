@@ -36,6 +36,7 @@ from vdla.graph.ew import EW
 from vdla.graph.fusion import topological
 from vdla.graph.graph import Graph, Node
 from vdla.graph.interp import evaluate
+from vdla.graph.opnames import CONCAT, DEQUANTIZE, MAX_POOL2D, QUANTIZE, RESHAPE, RESIZE, SLICE, TABLE, TRANSPOSE
 from vdla.graph.ops import infer_types
 from vdla.graph.passes import eliminate_dead_code
 from vdla.graph.types import TensorType
@@ -54,11 +55,11 @@ class Cone:
 
 
 # operators a quantization moves through to their (first) inputs: they only move, select or compare values
-MOVES = ("concat", "max_pool2d", "slice", "reshape", "transpose", "resize")
+MOVES = (CONCAT, MAX_POOL2D, SLICE, RESHAPE, TRANSPOSE, RESIZE)
 
 
 def _moves(node: Node) -> bool:
-    if node.op == "resize":  # nearest only (no interpolation), with no fill value from outside the input
+    if node.op == RESIZE:  # nearest only (no interpolation), with no fill value from outside the input
         return node.attrs.get("mode") == "nearest" and node.attrs.get("coordinate_mode") != "tf_crop_and_resize"
     return node.op in MOVES
 
@@ -79,17 +80,17 @@ def quantize_early(graph: Graph) -> Graph:
 def _move_one(graph: Graph) -> Graph | None:
     producers, readers, outputs = graph.producers(), graph.consumers(), set(graph.outputs)
     for q in graph.nodes:
-        op = producers.get(q.inputs[0]) if q.op == "quantize" else None
+        op = producers.get(q.inputs[0]) if q.op == QUANTIZE else None
         if op is None or not _moves(op) or readers.get(op.output) != [q] or op.output in outputs:
             continue
-        inputs = op.inputs if op.op == "concat" else op.inputs[:1]
+        inputs = op.inputs if op.op == CONCAT else op.inputs[:1]
         new, moved = [], []
         for k, u in enumerate(inputs):
             d = producers.get(u)
-            if d is not None and d.op == "dequantize" and _same_quant(d, q):
+            if d is not None and d.op == DEQUANTIZE and _same_quant(d, q):
                 moved.append(d.inputs[0])  # quantize(dequantize(a)) of one scale: a itself
                 continue
-            twin = next((r for r in readers.get(u, []) if r.op == "quantize" and _same_quant(r, q)), None)
+            twin = next((r for r in readers.get(u, []) if r.op == QUANTIZE and _same_quant(r, q)), None)
             if twin is not None:  # an equal quantization of u already exists (the other half of a split)
                 moved.append(twin.output)
                 continue
@@ -150,8 +151,8 @@ def _compose(graph: Graph) -> Graph:
     prod, readers, params = graph.producers(), graph.consumers(), dict(graph.params)
     merged: dict[str, Node] = {}
     for n in graph.nodes:
-        first = merged.get(n.inputs[0], prod.get(n.inputs[0])) if n.op == "table" else None
-        if first is None or first.op != "table" or len(readers[n.inputs[0]]) != 1 or n.inputs[0] in graph.outputs:
+        first = merged.get(n.inputs[0], prod.get(n.inputs[0])) if n.op == TABLE else None
+        if first is None or first.op != TABLE or len(readers[n.inputs[0]]) != 1 or n.inputs[0] in graph.outputs:
             continue
         entries = params[n.inputs[1]][params[first.inputs[1]].view(np.uint8)]
         name = f"{n.output}:table"

@@ -24,6 +24,7 @@ from vdla.config import HwConfig
 from vdla.graph.copies import COPY
 from vdla.graph.epilogue import Epilogue, match_integer
 from vdla.graph.graph import Graph, Node
+from vdla.graph.opnames import CAST, CLIP, CONV2D, DENSE, GLOBAL_SUM_POOL, MAX_POOL2D, MUL, RELU, RESHAPE
 from vdla.graph.qdq import channel_product, is_depthwise
 from vdla.graph.types import TensorType
 
@@ -95,7 +96,7 @@ class AccelLayer:
         """Whether the layer is a conv2d of one group with constant weights and no parts, fused pool or layer fused
         before it (what each fusion takes, adding its own conditions)."""
         fused = self.parts or self.w or self.pool or self.pre
-        return self.op == "conv2d" and self.groups == 1 and not fused
+        return self.op == CONV2D and self.groups == 1 and not fused
 
     @property
     def dw_mode(self) -> bool:
@@ -130,12 +131,12 @@ def _known_nonneg(value: str, graph: Graph) -> bool:
     """Whether ``value`` is >= 0 by construction: a ReLU, or a clip with a non-negative lower bound (through
     a cast)."""
     node = graph.producers().get(value)
-    if node is not None and node.op == "cast":
+    if node is not None and node.op == CAST:
         node = graph.producers().get(node.inputs[0])
     if node is None:
         return False
     lo = node.attrs.get("lo")
-    return node.op == "relu" or (node.op == "clip" and isinstance(lo, int) and lo >= 0)
+    return node.op == RELU or (node.op == CLIP and isinstance(lo, int) and lo >= 0)
 
 
 def fuse_pool(conv: AccelLayer, pool: PoolLayer, graph: Graph) -> AccelLayer | None:
@@ -143,10 +144,10 @@ def fuse_pool(conv: AccelLayer, pool: PoolLayer, graph: Graph) -> AccelLayer | N
     or None where that is not exact or not possible: the pool must be the output's only reader and
     :meth:`~vdla.compiler.fused_pool.FusedPool.for_layer` take the layer."""
     if (
-        conv.op != "conv2d"
+        conv.op != CONV2D
         or conv.groups != 1
         or conv.parts
-        or pool.op != "max_pool2d"
+        or pool.op != MAX_POOL2D
         or pool.x != conv.out
         or conv.residual
     ):
@@ -257,7 +258,7 @@ def fuse_gap(dw: AccelLayer, pool: PoolLayer, graph: Graph) -> AccelLayer | None
     """The depthwise layer ``dw`` with the global average ``pool`` of its output fused into its tiles, or None
     where that is not possible: ``dw`` runs alone on the depthwise mode (no fusion of its own) and ``pool`` is a
     global average reading its output. Other readers of the output still read it from DRAM."""
-    if not dw.dw_mode or dw.pre is not None or dw.gap is not None or pool.op != "global_sum_pool" or pool.x != dw.out:
+    if not dw.dw_mode or dw.pre is not None or dw.gap is not None or pool.op != GLOBAL_SUM_POOL or pool.x != dw.out:
         return None
     return replace(dw, nodes=(*dw.nodes, *pool.nodes), gap=pool)
 
@@ -284,7 +285,7 @@ def fuse_add(conv: AccelLayer, add: AccelLayer, graph: Graph) -> AccelLayer | No
     or None where that is not possible: ``add`` is a residual add moved onto the accelerator
     (:mod:`vdla.graph.copies`: an identity convolution with a residual), ``conv`` a plain conv2d (no parts,
     depthwise mode, pool, residual or run-time weights) whose output only ``add`` reads (not a graph output)."""
-    if add.op != "conv2d" or add.pre or add.pool or add.w or not add.residual:
+    if add.op != CONV2D or add.pre or add.pool or add.w or not add.residual:
         return None
     if graph.producers()[add.nodes[0]].attrs.get(COPY) != "add":
         return None
@@ -352,7 +353,7 @@ def match_pool(anchor: Node, graph: Graph, types: dict[str, TensorType], cfg: Hw
         return f"a {types[x].dtype} pool (the ALU pools int8 activations: quantize the model)"
     a, shape = anchor.attrs, types[x].shape
     try:
-        if anchor.op == "max_pool2d":
+        if anchor.op == MAX_POOL2D:
             if a.get("dilation", 1) not in (1, (1, 1)):
                 return f"a max pool with dilation {a['dilation']} (the ALU pools dense windows)"
             pad_min = not _known_nonneg(x, graph)
@@ -374,7 +375,7 @@ def match_scale(anchor: Node, graph: Graph, types: dict[str, TensorType], cfg: H
     """The channel scale anchored at the product ``anchor`` (``mul(x, s)`` of an int8 feature map by an int8
     (N, C, 1, 1) vector, requantized: what :meth:`vdla.graph.qdq._QdqLowering.lower_channel_mul` writes), or
     the reason it stays on the CPU. Any other elementwise anchor is not a layer of its own."""
-    order = channel_product([types[v].shape for v in anchor.inputs]) if anchor.op == "mul" else None
+    order = channel_product([types[v].shape for v in anchor.inputs]) if anchor.op == MUL else None
     if order is None or any(types[v].dtype != "int8" for v in anchor.inputs) or anchor.attrs.get("shift"):
         return f"{anchor.op}: not in a layer's epilogue"
     x, s = (anchor.inputs[i] for i in order)
@@ -394,16 +395,16 @@ def _requant_chain(anchor: Node, graph: Graph) -> tuple[list[str], tuple[int, in
     """``anchor -> mul(m, shift) -> clip -> cast(int8)`` [-> reshape to (N, C)] after a global sum or a channel
     product: the node outputs and (m, shift, lo, hi), or why not."""
     consumers, outputs = graph.consumers(), set(graph.outputs)
-    want = ("mul", "clip", "cast", "reshape")
+    want = (MUL, CLIP, CAST, RESHAPE)
     nodes, node = [anchor.output], _chain_next(anchor.output, consumers, outputs)
     while node is not None and len(nodes) <= 4 and node.op == want[len(nodes) - 1] and node.inputs[0] == nodes[-1]:
         nodes.append(node.output)
         node = _chain_next(node.output, consumers, outputs)
     by_op = {graph.producers()[v].op: graph.producers()[v] for v in nodes}
-    mul, clip, cast = by_op.get("mul"), by_op.get("clip"), by_op.get("cast")
+    mul, clip, cast = by_op.get(MUL), by_op.get(CLIP), by_op.get(CAST)
     if len(nodes) < 4 or "b" not in mul.attrs or np.ndim(mul.attrs["b"]) or cast.attrs.get("dtype") != "int8":
         return "a global sum without its requantization (mul by a scalar, clip, cast to int8) runs on the CPU"
-    reshape = by_op.get("reshape")
+    reshape = by_op.get(RESHAPE)
     if reshape is not None and len(reshape.attrs["shape"]) != 2:
         nodes.pop()  # only the (N, C) view keeps the packed bytes
     lo, hi = clip.attrs.get("lo"), clip.attrs.get("hi")
@@ -423,10 +424,10 @@ def match_accel(anchor: Node, graph: Graph, types: dict[str, TensorType], cfg: H
     x, w = anchor.inputs[0], anchor.inputs[1]
     if len(anchor.inputs) > 2:
         return "a float bias (the accelerator adds an int32 bias after quantization)"
-    runtime = anchor.op == "dense" and w not in graph.params and types[w].dtype == "int8"
+    runtime = anchor.op == DENSE and w not in graph.params and types[w].dtype == "int8"
     if types[x].dtype != "int8" or not (runtime or (w in graph.params and graph.params[w].dtype == np.int8)):
         return "not quantized to int8 (run a QDQ model, or quantize with --calib)"
-    conv = anchor.op == "conv2d"
+    conv = anchor.op == CONV2D
     a = anchor.attrs
     groups = int(a.get("groups", 1)) if conv else 1
     if groups != 1 and not is_depthwise(anchor, types):
@@ -465,7 +466,7 @@ def _runs_as_parts(layer: AccelLayer, cfg: HwConfig) -> tuple[tuple[BlockPart, .
         if why is None:
             return (), ""
     if not depthwise and (
-        layer.op != "conv2d"
+        layer.op != CONV2D
         or parts_refusal(cfg)
         or layer.epilogue.row_mask is not None  # the parts' epilogues are channel slices: no rows to mask
         or not is_block_diagonal(layer.weights, cfg.block_out)

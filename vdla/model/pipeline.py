@@ -37,6 +37,7 @@ from vdla.graph.copies import accelerator_copies
 from vdla.graph.fold import fold_narrow as fold_narrow_graph
 from vdla.graph.graph import Graph
 from vdla.graph.im2col import im2col_convs
+from vdla.graph.opnames import DEQUANTIZE, QUANTIZE
 from vdla.graph.ops import infer_types
 from vdla.graph.qdq import lower_qdq
 from vdla.graph.quantize import QuantReport, quantize_model
@@ -268,7 +269,7 @@ def compile_model(
 
         graph = import_onnx(model, opts.input_shapes)
     import_s = time.perf_counter() - t0
-    quantized = any(n.op in ("quantize", "dequantize") for n in graph.nodes)
+    quantized = any(n.op in (QUANTIZE, DEQUANTIZE) for n in graph.nodes)
     passes: list[tuple[str, Callable[[Graph], Graph]]] = [("simplify", simplify)]
     found: list[QuantReport] = []
     if calib is not None:

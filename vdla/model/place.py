@@ -16,6 +16,7 @@ from vdla.config import HwConfig
 from vdla.graph.ew import EPILOGUE_STEP
 from vdla.graph.fusion import Group, fuse_ops
 from vdla.graph.graph import Graph, Node
+from vdla.graph.opnames import MUL
 from vdla.graph.ops import OPS
 from vdla.graph.partition import ACCEL, Capability, Partition, partition
 from vdla.graph.types import TensorType
@@ -62,7 +63,7 @@ def _accel_capability(
         matcher = MATCHERS.get(OPS[anchor.op].accel) if anchor.op in OPS else None
         layer = f"{anchor.op} runs on the CPU" if matcher is None else matcher(anchor, graph, types, cfg)
         if isinstance(layer, str):  # a channel product fused after another layer's table: a layer of its own
-            scales = (match_scale(n, graph, types, cfg) for n in group.nodes if n is not anchor and n.op == "mul")
+            scales = (match_scale(n, graph, types, cfg) for n in group.nodes if n is not anchor and n.op == MUL)
             layer = next((s for s in scales if not isinstance(s, str)), layer)
         if isinstance(layer, str):
             return layer

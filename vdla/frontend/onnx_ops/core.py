@@ -33,6 +33,7 @@ from vdla.frontend.onnx_ops.registry import (
     unary,
 )
 from vdla.graph.graph import Node
+from vdla.graph.opnames import ADD, DEQUANTIZE, MAX, MIN, MUL
 from vdla.graph.ops import matmul_type
 from vdla.graph.window import pads_from_onnx
 
@@ -40,7 +41,7 @@ from vdla.graph.window import pads_from_onnx
 # Elementwise
 
 
-COMMUTATIVE = ("add", "mul", "max", "min")
+COMMUTATIVE = (ADD, MUL, MAX, MIN)
 
 
 def _binary(b: Builder, node: OnnxNode, op: str, i: int, j: int, out: str | None, allowed=ARITH) -> str:
@@ -340,7 +341,7 @@ def _gemm(b: Builder, node: OnnxNode) -> None:
 def _dequantized_const(b: Builder, w: str) -> Node | None:
     """The ``dequantize`` node computing ``w`` from constants only (a QDQ model's weight), else None."""
     dq = next((n for n in reversed(b.nodes) if n.output == w), None)
-    return dq if dq is not None and dq.op == "dequantize" and all(i in b.params for i in dq.inputs) else None
+    return dq if dq is not None and dq.op == DEQUANTIZE and all(i in b.params for i in dq.inputs) else None
 
 
 def _dense_weight(b: Builder, node: OnnxNode, w: str) -> str:
