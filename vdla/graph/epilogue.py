@@ -317,15 +317,6 @@ FLOAT_STAGES = (
 )
 
 
-def float_bounds(steps: list[StageMatch] | tuple[StageMatch, ...]) -> tuple[float, float]:
-    """The clamp the float form's clip stages make together."""
-    lo, hi = -np.inf, np.inf
-    for s in steps:
-        if s.stage == "clip":
-            lo, hi = max(lo, s.got["bounds"][0]), min(hi, s.got["bounds"][1])
-    return lo, hi
-
-
 # ---------------------------------------------------------------------------------------------------------
 # The integer form: what the QDQ lowering writes and placement reads
 

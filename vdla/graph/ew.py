@@ -302,11 +302,6 @@ def _clip_rule(t: StepTyping) -> str:
     return t.value if all(operand_fits(o, t.value, t.inputs) for o in (lo, hi)) else "int32"
 
 
-def same_rule(t: StepTyping) -> str:
-    """The value's own dtype."""
-    return t.value
-
-
 def numeric_rule(t: StepTyping) -> str:
     """The value's own dtype, a number (float32, int8 or int32), with operands of its kind."""
     _matching_operands(t)
