@@ -246,14 +246,23 @@ def walk(stages: tuple[EpilogueStage, ...], anchor: Node, dialect: Dialect) -> M
     return Match(anchor, tuple(w.steps))
 
 
+def intersect_bounds(first: tuple[float, float], *more: tuple[float, float]) -> tuple[float, float]:
+    """The intersection of clip ranges ``(lo, hi)``: the greatest ``lo`` and the least ``hi`` (``lo > hi``
+    where two ranges do not overlap)."""
+    lo, hi = first
+    for a, b in more:
+        lo, hi = max(lo, a), min(hi, b)
+    return lo, hi
+
+
 def _fold(lo: float, hi: float, node: Node, params: Mapping[str, np.ndarray]) -> tuple[float, float] | None:
     """The clamp ``[lo, hi]`` narrowed by a ReLU or a clip with constant bounds (None: computed bounds)."""
     if node.op == "relu":
-        return max(lo, 0), hi
+        return intersect_bounds((lo, hi), (0, np.inf))
     a, b = operand_value(node, "lo", params), operand_value(node, "hi", params)
     if a is None or b is None or np.ndim(a) or np.ndim(b):
         return None
-    return max(lo, a.item()), min(hi, b.item())
+    return intersect_bounds((lo, hi), (a.item(), b.item()))
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -465,9 +474,7 @@ class LayerEpilogue:
 
 
 def _clip_of(steps: list[StageMatch]) -> tuple[int, int]:
-    lo, hi = INT8_BOUNDS
-    for s in steps:
-        lo, hi = max(lo, s.got["bounds"][0]), min(hi, s.got["bounds"][1])
+    lo, hi = intersect_bounds(INT8_BOUNDS, *(s.got["bounds"] for s in steps))
     return int(lo), int(hi)
 
 

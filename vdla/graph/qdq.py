@@ -49,6 +49,7 @@ from vdla.graph.epilogue import (
     Rescale,
     Walk,
     epilogue_nodes,
+    intersect_bounds,
     walk,
 )
 from vdla.graph.ew import operand_input, operand_value
@@ -233,7 +234,7 @@ class _QdqLowering:
                 if hop is not None and not (_close(hop, t.s_skip) and self.dialect.keeps(st.node, hop)):
                     t.rounded = (hop, t.lo, t.hi)  # the model rounds the layer's output at the hop's scale
             elif st.stage == "clip":
-                t.lo, t.hi = max(t.lo, st.got["bounds"][0]), min(t.hi, st.got["bounds"][1])
+                t.lo, t.hi = intersect_bounds((t.lo, t.hi), st.got["bounds"])
         return t
 
     @staticmethod
