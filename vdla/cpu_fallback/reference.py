@@ -145,11 +145,7 @@ def _(spec: CpuConv2dSpec, x: np.ndarray, w: np.ndarray, *operands: np.ndarray) 
 def _(spec: CpuConvTransposeSpec, x: np.ndarray, w: np.ndarray, *bias: np.ndarray) -> np.ndarray:
     win = spec.window
     acc = oracle.conv_transpose(x, w, win.stride, win.dilation, win.pads, spec.out.shape[2:], spec.groups)
-    if not bias:
-        return acc
-    if acc.dtype == np.int32:
-        return (acc.astype(np.int64) + bias[0].reshape(1, -1, 1, 1)).astype(np.int32)
-    return (acc + bias[0].reshape(1, -1, 1, 1)).astype(np.float32)
+    return oracle.add_bias(acc, *bias)
 
 
 @reference.register

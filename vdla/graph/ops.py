@@ -38,7 +38,6 @@ from vdla.graph.graph import Graph, Node, reshaped
 from vdla.graph.layout import blocked_shape
 from vdla.graph.types import INT_RANGE, Quant, TensorType, UnsupportedError, is_float
 from vdla.graph.window import Window, make_window, pair
-from vdla.isa.arith import wrap32
 
 INJECTIVE, REDUCTION, COMPLEX, OPAQUE = "injective", "reduction", "complex", "opaque"
 
@@ -221,15 +220,6 @@ def _check_bias(op: str, bias: list[TensorType], channels: int, acc: str) -> Non
         _need(op, b.dtype == acc, f"bias must be {acc} like the accumulator, got {b.dtype}")
 
 
-def _accumulate_bias(acc: np.ndarray, bias: list[np.ndarray], axis_shape: tuple[int, ...]) -> np.ndarray:
-    if not bias:
-        return acc
-    b = bias[0].reshape(axis_shape)
-    if acc.dtype == np.int32:
-        return wrap32(acc.astype(np.int64) + b.astype(np.int64)).astype(np.int32)
-    return (acc + b.astype(np.float32)).astype(np.float32)
-
-
 def _eval_conv2d(node: Node, args: list[np.ndarray], types: list[TensorType], out: TensorType) -> np.ndarray:
     x, w, *bias = args
     a = node.attrs
@@ -237,7 +227,7 @@ def _eval_conv2d(node: Node, args: list[np.ndarray], types: list[TensorType], ou
         "conv2d", x.shape[2:], w.shape[2:], a.get("stride", 1), a.get("dilation", 1), a.get("padding", 0)
     )
     acc = oracle.conv2d(x, w, win, int(a.get("groups", 1)))
-    return _accumulate_bias(acc, bias, (1, -1, 1, 1))
+    return oracle.add_bias(acc, *bias)
 
 
 @register(
@@ -269,7 +259,7 @@ def _conv2d(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarra
 
 def _eval_dense(node: Node, args: list[np.ndarray], types: list[TensorType], out: TensorType) -> np.ndarray:
     x, w, *bias = args
-    return _accumulate_bias(oracle.dense(x, w), bias, (1, -1))
+    return oracle.add_bias(oracle.dense(x, w), *bias)
 
 
 @register(
@@ -376,7 +366,7 @@ def _eval_conv_transpose(node: Node, args: list[np.ndarray], types: list[TensorT
     x, w, *bias = args
     win, hw = _ct_window(node, x.shape[2:], w.shape[2:])
     acc = oracle.conv_transpose(x, w, win.stride, win.dilation, win.pads, hw, int(node.attrs.get("groups", 1)))
-    return _accumulate_bias(acc, bias, (1, -1, 1, 1))
+    return oracle.add_bias(acc, *bias)
 
 
 @register(

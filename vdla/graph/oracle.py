@@ -101,6 +101,17 @@ def conv_transpose(
     return _accumulated(acc, x.dtype.kind in "iu")
 
 
+def add_bias(acc: np.ndarray, *bias: np.ndarray) -> np.ndarray:
+    """Accumulators ``acc`` (N, C, ...) plus the optional per-channel ``bias`` (C,) of their dtype: int32 wraps
+    like the hardware's accumulators, float32 adds in float32. No bias: ``acc`` itself."""
+    if not bias:
+        return acc
+    b = bias[0].reshape((1, -1) + (1,) * (acc.ndim - 2))
+    if acc.dtype == np.int32:
+        return wrap32(acc.astype(np.int64) + b.astype(np.int64)).astype(np.int32)
+    return (acc + b.astype(np.float32)).astype(np.float32)
+
+
 def interleave(phases: list[np.ndarray], stride: tuple[int, int]) -> np.ndarray:
     """Phases (N, C, J, I), row-major over (py, px), -> (N, C, J*sh, I*sw): phase (py, px) at rows
     ``j*sh + py`` and columns ``i*sw + px``."""
