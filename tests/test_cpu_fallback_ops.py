@@ -7,7 +7,6 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from vdla.cpu_fallback import TensorType, UnsupportedError, ew, get_kernel, ops, set_disk_cache
-from vdla.cpu_fallback.reference import reference
 from vdla.cpu_fallback.specs import (
     make_concat,
     make_conv2d,
@@ -36,8 +35,8 @@ def tensors(dtype, shape):
 
 
 def run_spec(spec, *arrays):
-    """Kernel output and reference for a spec (the kernel is compiled for exactly these arrays)."""
-    return get_kernel(spec)(*arrays), reference(spec, *arrays)
+    """Kernel output and numpy semantics (Spec.evaluate) of a spec (the kernel is compiled for exactly these arrays)."""
+    return get_kernel(spec)(*arrays), spec.evaluate(*arrays)
 
 
 @st.composite
@@ -108,7 +107,7 @@ def test_pack_unpack_blocked_layout(dtype, shape, batch, block):
         for ci in range(cb * block):
             want = x[ni, ci] if ni < n and ci < c else 0
             np.testing.assert_array_equal(packed[ni // batch, ci // block, :, :, ni % batch, ci % block], want)
-    np.testing.assert_array_equal(packed, reference(make_pack(TensorType.of(x, "p"), batch, block), x))
+    np.testing.assert_array_equal(packed, make_pack(TensorType.of(x, "p"), batch, block).evaluate(x))
     np.testing.assert_array_equal(ops.unpack_blocked(packed, c, n), x)
 
 
@@ -328,7 +327,7 @@ def test_depthwise_conv_int8_with_per_channel_requantize_epilogue():
     got = ops.conv2d(x, w, bias, padding=1, groups=8, epilogue=steps)
     r = resolve_steps(None, [ew.add(bias.reshape(1, -1, 1, 1)), *steps])
     spec = make_conv2d(TensorType.of(x, "c"), TensorType.of(w, "c"), 1, 1, 1, 8, r.operand_types, r.steps)
-    np.testing.assert_array_equal(got, reference(spec, x, w, *r.operands))
+    np.testing.assert_array_equal(got, spec.evaluate(x, w, *r.operands))
     assert got.dtype == np.int8 and got.min() >= 0
 
 
@@ -393,9 +392,9 @@ def test_im2col_packed_equals_im2col_then_pack(shape, kernel, stride, padding, d
     x = np.random.default_rng(len(shape)).integers(-128, 128, shape).astype(np.int8)
     spec = make_im2col(TensorType(shape, "int8"), kernel, stride, padding, dilation, packed=packed)
     plain = make_im2col(TensorType(shape, "int8"), kernel, stride, padding, dilation)
-    want = reference(make_pack(plain.out, *packed), reference(plain, x))
+    want = make_pack(plain.out, *packed).evaluate(plain.evaluate(x))
     np.testing.assert_array_equal(get_kernel(spec)(x), want)
-    np.testing.assert_array_equal(reference(spec, x), want)
+    np.testing.assert_array_equal(spec.evaluate(x), want)
 
 
 def _step_graph(nodes, inputs, outputs):
@@ -456,7 +455,7 @@ def test_softmax_of_a_dequantized_int8_tensor_reads_the_int8_values():
     got = compiled.run({"q": q})["p"]
     np.testing.assert_allclose(got, evaluate(g, {"q": q})["p"], rtol=2e-6, atol=1e-30)
     np.testing.assert_allclose(got.sum(axis=2), 1.0, rtol=1e-5)
-    np.testing.assert_allclose(reference(group.kernel.spec, q), got, rtol=2e-6, atol=1e-30)
+    np.testing.assert_allclose(group.kernel.spec.evaluate(q), got, rtol=2e-6, atol=1e-30)
 
 
 def test_softmax_of_int8_refuses_a_bad_scale_or_kind():

@@ -8,8 +8,9 @@ Quick use from numpy::
     z = k(acc, res)
 
 The JIT names (``compile_graph``, ``get_kernel``, ``ops`` ...) load llvmlite on first use and raise an
-ImportError naming the ``jit`` extra where it is missing; the kernel specs, the numpy references and the
-loader of ahead-of-time code (:mod:`~vdla.cpu_fallback.native`, what a board runs) need numpy only.
+ImportError naming the ``jit`` extra where it is missing; the kernel specs (and their numpy semantics,
+``Spec.evaluate``) and the loader of ahead-of-time code (:mod:`~vdla.cpu_fallback.native`, what a board
+runs) need numpy only.
 See docs/cpu_fallback.md for the design (operator stacking, caches, ahead-of-time code) and measured
 performance.
 """
@@ -32,7 +33,6 @@ _JIT_NAMES = {
     "fuse": "stacking",
     "run_chain": "stacking",
     "ops": None,
-    "reference": None,
 }
 
 

@@ -1,7 +1,8 @@
 """Kernel signatures of the CPU fallback: one frozen, hashable ``*Spec`` per operator kernel.
 
 A signature holds only shapes, dtypes and compile-time attributes: it is the key of the kernel cache
-and the input of the code generator. Factories (``make_*``) validate a request and raise
+and the input of the code generator; its :meth:`Spec.evaluate` is what the kernel computes, in numpy (the
+oracle's semantics). Factories (``make_*``) validate a request and raise
 :class:`~vdla.graph.types.UnsupportedError` naming the operator. Value types, elementwise steps and
 window geometry come from :mod:`vdla.graph`; the blocked layout from :mod:`vdla.graph.layout`.
 """
@@ -9,12 +10,14 @@ window geometry come from :mod:`vdla.graph`; the blocked layout from :mod:`vdla.
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
 import numpy as np
 
+import vdla.graph.oracle as oracle
 from vdla.graph.ew import Arg, Const, EwStep, operand_fits, step_result_dtype
-from vdla.graph.layout import blocked_shape
+from vdla.graph.layout import blocked_shape, pack_activation, unpack_activation
 from vdla.graph.ops import (
     SCATTER_REDUCTIONS,
     TransposedWindow,
@@ -39,7 +42,6 @@ from vdla.graph.ops import (
     transpose_type,
     transposed_window,
 )
-from vdla.graph.oracle import ResizeFilter
 from vdla.graph.types import TensorType, UnsupportedError, is_float
 from vdla.graph.window import Window, make_window
 
@@ -54,13 +56,32 @@ def _need(op: str, cond: bool, message: str) -> None:
         raise UnsupportedError(op, message)
 
 
+class Spec(ABC):
+    """The signature of one CPU kernel: a frozen, hashable dataclass of shapes, dtypes and compile-time
+    attributes, with the kernel's output type ``out``.
+
+    Invariant: ``spec.evaluate(*arrays)``, on the kernel's inputs in :func:`spec_inputs` order, is what the
+    kernel for ``spec`` returns. It is the operator's numpy semantics, from :mod:`vdla.graph.oracle` (written
+    from the operator definitions, never from the generated code): the tests and ``vdla cpu-bench`` check the
+    kernels against it. Every kernel spec defines it (an abstract method: a spec without one cannot be made).
+    """
+
+    @abstractmethod
+    def evaluate(self, *arrays: np.ndarray) -> np.ndarray:
+        """The kernel's output on ``arrays``, computed in numpy."""
+
+
 @dataclass(frozen=True)
-class ChainSpec:
+class ChainSpec(Spec):
     """A stack of elementwise steps run as one loop nest over the broadcast shape of all inputs."""
 
     inputs: tuple[TensorType, ...]
     steps: tuple[EwStep, ...]
     out: TensorType
+
+    def evaluate(self, *arrays: np.ndarray) -> np.ndarray:
+        """The steps applied with numpy broadcasting; ``arrays[0]`` is the primary input."""
+        return oracle.chain(self.steps, self.inputs, list(arrays), self.out.shape, self.out.dtype)
 
 
 def broadcast_shape(op: str, shapes: list[tuple[int, ...]]) -> tuple[int, ...]:
@@ -88,7 +109,7 @@ def make_chain(inputs: tuple[TensorType, ...], steps: tuple[EwStep, ...], op: st
 
 
 @dataclass(frozen=True)
-class Pool2dSpec:
+class Pool2dSpec(Spec):
     """Max, average or Lp pooling of an NCHW tensor (average excludes padding unless count_include_pad;
     Lp is ``(sum |x|^p)^(1/p)`` over the window's input elements)."""
 
@@ -99,6 +120,9 @@ class Pool2dSpec:
     out: TensorType
     p: int = 2
 
+    def evaluate(self, x: np.ndarray) -> np.ndarray:
+        return oracle.pool2d(x, self.window, self.kind, self.count_include_pad, self.p)
+
 
 def make_pool2d(
     x: TensorType, kind: str, kernel, stride=None, padding=0, count_include_pad: bool = False, dilation=1, p: int = 2
@@ -108,13 +132,16 @@ def make_pool2d(
 
 
 @dataclass(frozen=True)
-class GlobalAvgPoolSpec:
+class GlobalAvgPoolSpec(Spec):
     """Mean over H and W of an NCHW tensor, output (N, C, 1, 1); int8 rounds half up. Without ``mean``, the
     int32 sum of an int8 tensor (``global_sum_pool``)."""
 
     x: TensorType
     out: TensorType
     mean: bool = True
+
+    def evaluate(self, x: np.ndarray) -> np.ndarray:
+        return oracle.global_avg_pool(x) if self.mean else oracle.global_sum_pool(x)
 
 
 def make_global_avg_pool(x: TensorType, mean: bool = True) -> GlobalAvgPoolSpec:
@@ -124,7 +151,7 @@ def make_global_avg_pool(x: TensorType, mean: bool = True) -> GlobalAvgPoolSpec:
     return GlobalAvgPoolSpec(x, TensorType((*x.shape[:2], 1, 1), x.dtype if mean else "int32"), mean)
 
 
-class SameTypeOut:
+class SameTypeOut(Spec):
     """A kernel whose output has the type of its input ``x`` (the specs below with an ``x`` field)."""
 
     x: TensorType
@@ -135,7 +162,7 @@ class SameTypeOut:
 
 
 @dataclass(frozen=True)
-class SoftmaxSpec:
+class SoftmaxSpec(Spec):
     """Softmax (or log-softmax, or hardmax: ``kind``) along one axis of a float32 tensor; with ``scale``, the
     softmax of an int8 tensor dequantized by ``scale`` (the zero point cancels): ``exp(scale * (q - max q))``
     from a 256-entry table, normalised (a detector's box distributions, read from the accelerator)."""
@@ -144,6 +171,11 @@ class SoftmaxSpec:
     axis: int
     kind: str = "softmax"
     scale: float | None = None
+
+    def evaluate(self, x: np.ndarray) -> np.ndarray:
+        if self.scale is not None:  # exp(scale * (q - max q)) in float64, as the table holds it
+            x = x.astype(np.float64) * self.scale
+        return oracle.softmax(x, self.axis, self.kind)
 
     @property
     def out(self) -> TensorType:
@@ -162,12 +194,15 @@ def make_softmax(x: TensorType, axis: int = -1, kind: str = "softmax", scale: fl
 
 
 @dataclass(frozen=True)
-class TransposeSpec:
+class TransposeSpec(Spec):
     """Generic axis permutation (out.shape[i] = x.shape[perm[i]])."""
 
     x: TensorType
     perm: tuple[int, ...]
     out: TensorType
+
+    def evaluate(self, x: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(x.transpose(self.perm))
 
 
 def make_transpose(x: TensorType, perm: tuple[int, ...]) -> TransposeSpec:
@@ -176,7 +211,7 @@ def make_transpose(x: TensorType, perm: tuple[int, ...]) -> TransposeSpec:
 
 
 @dataclass(frozen=True)
-class PackSpec:
+class PackSpec(Spec):
     """NCHW -> the blocked layout (N/bn, C/B, H, W, bn, B) of :mod:`vdla.graph.layout`, zero padding
     images up to a multiple of ``batch`` and channels up to a multiple of ``block``."""
 
@@ -185,9 +220,12 @@ class PackSpec:
     block: int
     out: TensorType
 
+    def evaluate(self, x: np.ndarray) -> np.ndarray:
+        return pack_activation(x, self.batch, self.block)
+
 
 @dataclass(frozen=True)
-class UnpackSpec:
+class UnpackSpec(Spec):
     """The blocked layout (N/bn, C/B, H, W, bn, B) -> NCHW with ``images`` images and ``channels``
     channels (padding dropped)."""
 
@@ -195,6 +233,9 @@ class UnpackSpec:
     images: int
     channels: int
     out: TensorType
+
+    def evaluate(self, x: np.ndarray) -> np.ndarray:
+        return unpack_activation(x, self.images, self.channels)
 
 
 def make_pack(x: TensorType, batch: int, block: int) -> PackSpec:
@@ -217,10 +258,13 @@ def make_unpack(x: TensorType, channels: int, images: int | None = None) -> Unpa
 
 
 @dataclass(frozen=True)
-class ConcatSpec:
+class ConcatSpec(Spec):
     inputs: tuple[TensorType, ...]
     axis: int
     out: TensorType
+
+    def evaluate(self, *arrays: np.ndarray) -> np.ndarray:
+        return np.concatenate(arrays, axis=self.axis)
 
 
 def make_concat(inputs: tuple[TensorType, ...], axis: int) -> ConcatSpec:
@@ -229,7 +273,7 @@ def make_concat(inputs: tuple[TensorType, ...], axis: int) -> ConcatSpec:
 
 
 @dataclass(frozen=True)
-class Im2colSpec:
+class Im2colSpec(Spec):
     """NCHW -> (N, C*KH*KW, OH, OW): every kernel tap of every input channel becomes a channel, zero where
     the tap falls in the padding (:func:`vdla.graph.ops.im2col_type`, :func:`vdla.graph.oracle.im2col`).
     With ``packed`` (batch, block), the result is written straight in the accelerator's blocked layout, as
@@ -239,6 +283,10 @@ class Im2colSpec:
     window: Window
     out: TensorType
     packed: tuple[int, int] | None = None
+
+    def evaluate(self, x: np.ndarray) -> np.ndarray:
+        cols = oracle.im2col(x, self.window)
+        return cols if self.packed is None else pack_activation(cols, *self.packed)
 
 
 def make_im2col(x: TensorType, kernel, stride=1, padding=0, dilation=1, packed=None) -> Im2colSpec:
@@ -250,13 +298,16 @@ def make_im2col(x: TensorType, kernel, stride=1, padding=0, dilation=1, packed=N
 
 
 @dataclass(frozen=True)
-class PadSpec:
+class PadSpec(Spec):
     """Constant padding: ``pads[i] = (before, after)`` for each axis."""
 
     x: TensorType
     pads: tuple[tuple[int, int], ...]
     value: int | float
     out: TensorType
+
+    def evaluate(self, x: np.ndarray) -> np.ndarray:
+        return np.pad(x, self.pads, constant_values=self.value)
 
 
 def make_pad(x: TensorType, pads, value: int | float = 0) -> PadSpec:
@@ -272,7 +323,7 @@ def make_pad(x: TensorType, pads, value: int | float = 0) -> PadSpec:
 
 
 @dataclass(frozen=True)
-class SliceSpec:
+class SliceSpec(Spec):
     """Strided slicing: output index ``o`` along axis ``i`` reads input index ``starts[i] + o * steps[i]``
     (steps may be negative; every index lies inside the input, see :func:`vdla.graph.ops.slice_type`)."""
 
@@ -281,6 +332,13 @@ class SliceSpec:
     steps: tuple[int, ...]
     out: TensorType
 
+    def evaluate(self, x: np.ndarray) -> np.ndarray:
+        index = tuple(
+            slice(a, a + n * s if a + n * s >= 0 else None, s)
+            for a, s, n in zip(self.starts, self.steps, self.out.shape, strict=True)
+        )
+        return np.ascontiguousarray(x[index])
+
 
 def make_slice(x: TensorType, starts, stops, steps) -> SliceSpec:
     ranges, out = slice_type(x, starts, stops, steps)
@@ -288,17 +346,20 @@ def make_slice(x: TensorType, starts, stops, steps) -> SliceSpec:
 
 
 @dataclass(frozen=True)
-class ResizeSpec:
+class ResizeSpec(Spec):
     """ONNX Resize, nearest (any dtype), linear or cubic (float32), to ``out.shape``: one
     :class:`~vdla.graph.oracle.ResizeFilter` per axis, ``scales`` the coordinate transformation's per-axis
     factors (:func:`vdla.graph.oracle.resize_taps`), ``extrapolation_value`` what tf_crop_and_resize reads
     outside the input."""
 
     x: TensorType
-    filters: tuple[ResizeFilter, ...]
+    filters: tuple[oracle.ResizeFilter, ...]
     scales: tuple[float, ...]
     extrapolation_value: float
     out: TensorType
+
+    def evaluate(self, x: np.ndarray) -> np.ndarray:
+        return oracle.resize(x, self.filters, self.scales, self.out.shape, self.extrapolation_value)
 
 
 def make_resize(
@@ -313,7 +374,7 @@ def make_resize(
 
 
 @dataclass(frozen=True)
-class TakeSpec:
+class TakeSpec(Spec):
     """Per-axis gather (:func:`vdla.graph.ops.take_type`): output index ``o`` along axis ``i`` reads input
     index ``index[i][o]`` (``None``: the whole axis), ``-1`` reading the fill: ``value``, or the one element
     of the second input ``fill`` when there is one."""
@@ -324,6 +385,9 @@ class TakeSpec:
     out: TensorType
     fill: TensorType | None = None
 
+    def evaluate(self, x: np.ndarray, *fill: np.ndarray) -> np.ndarray:
+        return oracle.take(x, self.index, fill[0].reshape(-1)[0] if fill else self.value)
+
 
 def make_take(x: TensorType, fill: TensorType | None = None, *, index, value: int | float = 0) -> TakeSpec:
     tables, out = take_type(x, index, value)
@@ -333,13 +397,16 @@ def make_take(x: TensorType, fill: TensorType | None = None, *, index, value: in
 
 
 @dataclass(frozen=True)
-class GatherSpec:
+class GatherSpec(Spec):
     """``out.flat[k] = x.flat[index.flat[k]]`` with int32 offsets, clamped into ``[0, x.size)`` (constant ones
     were checked by the type rule; computed ones may stray)."""
 
     x: TensorType
     index: TensorType
     out: TensorType
+
+    def evaluate(self, x: np.ndarray, index: np.ndarray) -> np.ndarray:
+        return oracle.gather(x, index)
 
 
 def make_gather(x: TensorType, index: TensorType) -> GatherSpec:
@@ -348,13 +415,16 @@ def make_gather(x: TensorType, index: TensorType) -> GatherSpec:
 
 
 @dataclass(frozen=True)
-class TableSpec:
+class TableSpec(Spec):
     """``out.flat[k] = table[byte(x.flat[k])]``: an int8 or float32 function of an int8 tensor as its 256-entry
     table."""
 
     x: TensorType
     table: TensorType
     out: TensorType
+
+    def evaluate(self, x: np.ndarray, entries: np.ndarray) -> np.ndarray:
+        return oracle.table(x, entries)
 
 
 def make_table(x: TensorType, table: TensorType, quant: object = None) -> TableSpec:
@@ -365,7 +435,7 @@ def make_table(x: TensorType, table: TensorType, quant: object = None) -> TableS
 
 
 @dataclass(frozen=True)
-class ScatterSpec:
+class ScatterSpec(Spec):
     """``x`` with each update applied in order at its flat offset: replaced or reduced (add, mul, max, min)."""
 
     x: TensorType
@@ -377,6 +447,9 @@ class ScatterSpec:
     def out(self) -> TensorType:
         return self.x
 
+    def evaluate(self, x: np.ndarray, index: np.ndarray, updates: np.ndarray) -> np.ndarray:
+        return oracle.scatter(x, index, updates, self.reduction)
+
 
 def make_scatter(x: TensorType, index: TensorType, updates: TensorType, reduction: str = "none") -> ScatterSpec:
     op = "scatter"
@@ -387,7 +460,7 @@ def make_scatter(x: TensorType, index: TensorType, updates: TensorType, reductio
 
 
 @dataclass(frozen=True)
-class OneHotSpec:
+class OneHotSpec(Spec):
     """OneHot of ``indices`` with (off, on) ``values`` (:func:`vdla.graph.ops.one_hot_type`)."""
 
     indices: TensorType
@@ -396,13 +469,16 @@ class OneHotSpec:
     axis: int
     out: TensorType
 
+    def evaluate(self, indices: np.ndarray, values: np.ndarray) -> np.ndarray:
+        return oracle.one_hot(indices, values, self.depth, self.axis)
+
 
 def make_one_hot(indices: TensorType, values: TensorType, depth: int, axis: int) -> OneHotSpec:
     return OneHotSpec(indices, values.plain, depth, axis, one_hot_type(indices, values, depth, axis).plain)
 
 
 @dataclass(frozen=True)
-class GridSampleSpec:
+class GridSampleSpec(Spec):
     """ONNX GridSample of float32 ``x`` at the float32 ``grid`` (:func:`vdla.graph.ops.grid_sample_type`)."""
 
     x: TensorType
@@ -411,6 +487,9 @@ class GridSampleSpec:
     padding_mode: str
     align_corners: bool
     out: TensorType
+
+    def evaluate(self, x: np.ndarray, grid: np.ndarray) -> np.ndarray:
+        return oracle.grid_sample(x, grid, self.mode, self.padding_mode, self.align_corners)
 
 
 def make_grid_sample(
@@ -421,12 +500,15 @@ def make_grid_sample(
 
 
 @dataclass(frozen=True)
-class MatMulSpec:
+class MatMulSpec(Spec):
     """float32 ``a @ b`` with numpy's batch broadcasting: ``(..., M, K) x (..., K, N) -> (..., M, N)``."""
 
     a: TensorType
     b: TensorType
     out: TensorType
+
+    def evaluate(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return oracle.matmul(a, b)
 
 
 def make_matmul(a: TensorType, b: TensorType) -> MatMulSpec:
@@ -441,8 +523,13 @@ def _epilogue(op: str, acc: TensorType, inputs: tuple[TensorType, ...], steps: t
     return chain
 
 
+def _with_epilogue(epilogue: ChainSpec | None, acc: np.ndarray, operands: tuple[np.ndarray, ...]) -> np.ndarray:
+    """The accumulators ``acc`` through the epilogue chain (its input 0), whose other inputs are ``operands``."""
+    return epilogue.evaluate(acc, *operands) if epilogue else acc
+
+
 @dataclass(frozen=True)
-class CpuDenseSpec:
+class CpuDenseSpec(Spec):
     """``out[m, n] = sum_k x[m, k] * w[n, k]`` (int8 -> int32 or float32), then an optional epilogue chain.
 
     The epilogue's input 0 is the accumulator; its other inputs follow ``x`` and ``w`` in the kernel call.
@@ -456,6 +543,9 @@ class CpuDenseSpec:
     @property
     def out(self) -> TensorType:
         return self.epilogue.out if self.epilogue else self.acc
+
+    def evaluate(self, x: np.ndarray, w: np.ndarray, *operands: np.ndarray) -> np.ndarray:
+        return _with_epilogue(self.epilogue, oracle.dense(x, w), operands)
 
 
 def _acc_dtype(op: str, x: TensorType, w: TensorType) -> str:
@@ -477,7 +567,7 @@ def make_dense(x: TensorType, w: TensorType, epilogue_inputs: tuple[TensorType, 
 
 
 @dataclass(frozen=True)
-class CpuConv2dSpec:
+class CpuConv2dSpec(Spec):
     """Direct NCHW x OIHW convolution with groups (depthwise when groups == C), then an optional epilogue."""
 
     x: TensorType
@@ -490,6 +580,9 @@ class CpuConv2dSpec:
     @property
     def out(self) -> TensorType:
         return self.epilogue.out if self.epilogue else self.acc
+
+    def evaluate(self, x: np.ndarray, w: np.ndarray, *operands: np.ndarray) -> np.ndarray:
+        return _with_epilogue(self.epilogue, oracle.conv2d(x, w, self.window, self.groups), operands)
 
 
 def make_conv2d(
@@ -515,7 +608,7 @@ def make_conv2d(
 
 
 @dataclass(frozen=True)
-class CpuConvTransposeSpec:
+class CpuConvTransposeSpec(Spec):
     """Direct grouped transposed convolution: NCHW ``x``, ``w`` (C, O/groups, KH, KW), an optional bias (O,)
     of the accumulator's dtype; int8 -> int32 (wrapping) or float32."""
 
@@ -525,6 +618,11 @@ class CpuConvTransposeSpec:
     window: TransposedWindow
     groups: int
     out: TensorType
+
+    def evaluate(self, x: np.ndarray, w: np.ndarray, *bias: np.ndarray) -> np.ndarray:
+        win = self.window
+        acc = oracle.conv_transpose(x, w, win.stride, win.dilation, win.pads, self.out.shape[2:], self.groups)
+        return oracle.add_bias(acc, *bias)
 
 
 def make_conv_transpose(
@@ -551,13 +649,16 @@ def make_conv_transpose(
 
 
 @dataclass(frozen=True)
-class InterleaveSpec:
+class InterleaveSpec(Spec):
     """``sh * sw`` NCHW phases of one type interleaved into (N, C, J*sh, I*sw)
     (:func:`vdla.graph.oracle.interleave`)."""
 
     inputs: tuple[TensorType, ...]
     stride: tuple[int, int]
     out: TensorType
+
+    def evaluate(self, *phases: np.ndarray) -> np.ndarray:
+        return oracle.interleave(list(phases), self.stride)
 
 
 def make_interleave(inputs: tuple[TensorType, ...], stride) -> InterleaveSpec:
@@ -570,7 +671,7 @@ def make_interleave(inputs: tuple[TensorType, ...], stride) -> InterleaveSpec:
 
 
 @dataclass(frozen=True)
-class ReduceSpec:
+class ReduceSpec(Spec):
     """``x`` reduced over ``axes`` by ``kind`` (:data:`vdla.graph.ops.REDUCE_KINDS`); the output keeps the
     order of the remaining elements (with or without the reduced axes as size 1: ``out.shape``)."""
 
@@ -579,6 +680,9 @@ class ReduceSpec:
     axes: tuple[int, ...]
     select_last_index: bool
     out: TensorType
+
+    def evaluate(self, x: np.ndarray) -> np.ndarray:
+        return oracle.reduce(x, self.kind, self.axes, self.select_last_index).reshape(self.out.shape)
 
 
 def make_reduce(x: TensorType, kind: str, axes, keepdims: bool = True, select_last_index: bool = False) -> ReduceSpec:
@@ -597,6 +701,9 @@ class NormSpec(SameTypeOut):
     axis: int
     epsilon: float
 
+    def evaluate(self, x: np.ndarray, *affine: np.ndarray) -> np.ndarray:
+        return oracle.normalize(x, self.axis, self.epsilon, self.kind == "layer_norm", *affine)
+
 
 def make_norm(x: TensorType, *affine: TensorType, kind: str, axis: int = -1, epsilon: float) -> NormSpec:
     axis, _ = norm_type(kind, (x, *affine), axis)
@@ -612,6 +719,9 @@ class CumSumSpec(SameTypeOut):
     exclusive: bool
     reverse: bool
 
+    def evaluate(self, x: np.ndarray) -> np.ndarray:
+        return oracle.cumsum(x, self.axis, self.exclusive, self.reverse)
+
 
 def make_cumsum(x: TensorType, axis: int, exclusive: bool = False, reverse: bool = False) -> CumSumSpec:
     axis, _ = scan_type(x, axis)
@@ -619,7 +729,7 @@ def make_cumsum(x: TensorType, axis: int, exclusive: bool = False, reverse: bool
 
 
 @dataclass(frozen=True)
-class TopKSpec:
+class TopKSpec(Spec):
     """The ``k`` largest (or smallest) entries along ``axis`` in order (ties: the lower index first; NaN is
     the largest): their values, or with ``indices`` their int32 indices."""
 
@@ -629,6 +739,10 @@ class TopKSpec:
     largest: bool
     indices: bool
     out: TensorType
+
+    def evaluate(self, x: np.ndarray) -> np.ndarray:
+        values, index = oracle.topk(x, self.k, self.axis, self.largest)
+        return index if self.indices else values
 
 
 def make_topk(x: TensorType, k: int, axis: int = -1, largest: bool = True, indices: bool = False) -> TopKSpec:
@@ -644,6 +758,9 @@ class TriluSpec(SameTypeOut):
     upper: bool
     k: int
 
+    def evaluate(self, x: np.ndarray) -> np.ndarray:
+        return oracle.trilu(x, self.upper, self.k)
+
 
 def make_trilu(x: TensorType, upper: bool = True, k: int = 0) -> TriluSpec:
     _need("trilu", len(x.shape) >= 2, f"needs a tensor of rank 2 or more, got shape {x.shape}")
@@ -651,7 +768,7 @@ def make_trilu(x: TensorType, upper: bool = True, k: int = 0) -> TriluSpec:
 
 
 @dataclass(frozen=True)
-class NllLossSpec:
+class NllLossSpec(Spec):
     """Per-element negative log-likelihood ``-x[n, t, d] * weight[t]`` at int32 targets (0 at ``ignore_index``,
     NaN outside the classes), over (N, C, D) viewed inputs."""
 
@@ -661,6 +778,9 @@ class NllLossSpec:
     ignore_index: int | None
     out: TensorType
 
+    def evaluate(self, x: np.ndarray, target: np.ndarray, *weight: np.ndarray) -> np.ndarray:
+        return oracle.nll_loss(x, target, *weight, ignore_index=self.ignore_index)
+
 
 def make_nll_loss(
     x: TensorType, target: TensorType, weight: TensorType | None = None, ignore_index: int | None = None
@@ -668,39 +788,6 @@ def make_nll_loss(
     out = nll_type([x, target, *([weight] if weight is not None else [])])
     ignore = None if ignore_index is None else int(ignore_index)
     return NllLossSpec(x.plain, target.plain, None if weight is None else weight.plain, ignore, out)
-
-
-Spec = (
-    ChainSpec
-    | Pool2dSpec
-    | GlobalAvgPoolSpec
-    | SoftmaxSpec
-    | TransposeSpec
-    | PackSpec
-    | UnpackSpec
-    | ConcatSpec
-    | PadSpec
-    | Im2colSpec
-    | SliceSpec
-    | ResizeSpec
-    | TakeSpec
-    | GatherSpec
-    | TableSpec
-    | ScatterSpec
-    | GridSampleSpec
-    | OneHotSpec
-    | MatMulSpec
-    | CpuDenseSpec
-    | CpuConv2dSpec
-    | CpuConvTransposeSpec
-    | InterleaveSpec
-    | ReduceSpec
-    | NormSpec
-    | CumSumSpec
-    | TopKSpec
-    | TriluSpec
-    | NllLossSpec
-)
 
 
 def spec_inputs(spec: Spec) -> tuple[TensorType, ...]:

@@ -22,7 +22,6 @@ from typing import Any, Protocol
 import numpy as np
 
 import vdla.cpu_fallback.specs as specs
-from vdla.cpu_fallback.reference import reference
 from vdla.cpu_fallback.specs import Spec, contiguous, make_chain
 from vdla.graph.ew import Arg, Const, EwStep, Step, is_elementwise, node_steps
 from vdla.graph.fusion import EPILOGUE_ANCHORS, fuse_ops
@@ -225,9 +224,9 @@ class CompiledGroup:
         """Run the group; ``out`` (a preallocated array of the output's type) receives a kernel's result."""
         return self.kernel(*arrays, out=out) if self.kernel else arrays[0].reshape(self.out.shape)
 
-    def reference(self, *arrays: np.ndarray) -> np.ndarray:
-        """The numpy reference of this step."""
-        return reference(self.kernel.spec, *arrays) if self.kernel else arrays[0].reshape(self.out.shape)
+    def evaluate(self, *arrays: np.ndarray) -> np.ndarray:
+        """This step's output computed in numpy (:meth:`Spec.evaluate <vdla.cpu_fallback.specs.Spec.evaluate>`)."""
+        return self.kernel.spec.evaluate(*arrays) if self.kernel else arrays[0].reshape(self.out.shape)
 
 
 class CompiledGraph:

@@ -20,7 +20,6 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from vdla.config import DEFAULT_PRESET, load_config
 from vdla.cpu_fallback import jit
-from vdla.cpu_fallback.reference import reference
 from vdla.cpu_fallback.specs import (
     make_chain,
     make_conv2d,
@@ -127,7 +126,7 @@ def _chain_case(name: str, x: np.ndarray, steps: list[ew.Step], baselines, exact
     r = resolve_steps(x, steps)
     spec = make_chain((TensorType.of(x, name), *r.operand_types), r.steps)
     args = (x, *r.operands)
-    return Case(name, "x".join(map(str, spec.out.shape)), _fresh(spec), args, reference(spec, *args), baselines, exact)
+    return Case(name, "x".join(map(str, spec.out.shape)), _fresh(spec), args, spec.evaluate(*args), baselines, exact)
 
 
 def elementwise_cases(rng: np.random.Generator) -> list[Case]:
@@ -246,7 +245,7 @@ def pooling_cases(rng: np.random.Generator) -> list[Case]:
                 "1x64x112x112",
                 _fresh(spec),
                 (x,),
-                reference(spec, x),
+                spec.evaluate(x),
                 _max_pool_numpy(x, 3, 2, 1, out),
             )
         )
@@ -266,7 +265,7 @@ def pooling_cases(rng: np.random.Generator) -> list[Case]:
             "1x64x56x56",
             _fresh(spec),
             (x,),
-            reference(spec, x),
+            spec.evaluate(x),
             [np_avg, lambda: x.reshape(1, 64, 28, 2, 28, 2).mean(axis=(3, 5))],
             exact=False,
         )
@@ -279,7 +278,7 @@ def pooling_cases(rng: np.random.Generator) -> list[Case]:
             "1x512x7x7",
             _fresh(spec),
             (feat,),
-            reference(spec, feat),
+            spec.evaluate(feat),
             [
                 lambda: feat.mean(axis=(2, 3), keepdims=True),
                 lambda: feat.reshape(512, 49).sum(axis=1) * np.float32(1 / 49),
@@ -293,7 +292,7 @@ def pooling_cases(rng: np.random.Generator) -> list[Case]:
 def layout_cases(rng: np.random.Generator) -> list[Case]:
     x = rng.integers(-128, 128, (1, 64, 56, 56), dtype=np.int8)
     pack = make_pack(TensorType.of(x, "pack_blocked"), 1, 16)
-    xb = reference(pack, x)
+    xb = pack.evaluate(x)
     unpack = make_unpack(TensorType.of(xb, "unpack_blocked"), 64)
     po, uo = np.empty(xb.shape, np.int8), np.empty(x.shape, np.int8)
     pview = po.reshape(1, 4, 56, 56, 16)
@@ -322,7 +321,7 @@ def layout_cases(rng: np.random.Generator) -> list[Case]:
             "1x64x56x56",
             _fresh(nhwc),
             (x,),
-            reference(nhwc, x),
+            nhwc.evaluate(x),
             [lambda: np.copyto(to, x.transpose(0, 2, 3, 1))],
         ),
     ]
@@ -443,7 +442,7 @@ def conv_cases(rng: np.random.Generator) -> list[Case]:
                 f"x{'x'.join(map(str, xs))}_w{'x'.join(map(str, wsh))}",
                 _fresh(spec),
                 (x, w),
-                reference(spec, x, w),
+                spec.evaluate(x, w),
                 [baseline],
                 others={
                     "onnxruntime": [_qlinearconv_session(x, w, stride, pad, groups, scales, u) for u in (False, True)]
@@ -485,7 +484,7 @@ def dense_softmax_cases(rng: np.random.Generator) -> list[Case]:
             "1x512_w1000x512",
             _fresh(spec),
             (x, w, b),
-            reference(spec, x, w, b),
+            spec.evaluate(x, w, b),
             [np_dense, lambda: x @ w.T + b, lambda: np.dot(w, x[0]) + b[0]],
             exact=False,
         ),
@@ -494,13 +493,13 @@ def dense_softmax_cases(rng: np.random.Generator) -> list[Case]:
             "1x512_w1000x512",
             _fresh(ispec),
             (xi, wi),
-            reference(ispec, xi, wi),
+            ispec.evaluate(xi, wi),
             [
                 lambda: (wf @ xi[0].astype(np.float32)).astype(np.int32),
                 lambda: xi.astype(np.int32) @ wi.T.astype(np.int32),
             ],
         ),
-        Case("softmax_f32", "32x1000", _fresh(sspec), (s,), reference(sspec, s), [np_softmax], exact=False),
+        Case("softmax_f32", "32x1000", _fresh(sspec), (s,), sspec.evaluate(s), [np_softmax], exact=False),
     ]
 
 
@@ -589,7 +588,7 @@ def resnet18_compile_record(rng: np.random.Generator, repeat: int) -> Record:
     outs = compiled(**feeds)
     env = dict(compiled.params) | feeds
     for stage in compiled.groups:
-        env[stage.output] = stage.reference(*(env[a] for a in stage.args))
+        env[stage.output] = stage.evaluate(*(env[a] for a in stage.args))
     correct = all(np.allclose(outs[n], env[n], rtol=1e-5, atol=1e-6) for n in graph.outputs)
     (jit_s,) = measure([lambda: compiled(**feeds)], repeat)
     return Record(
