@@ -1,6 +1,8 @@
 """The operator registry: every operator defined once, and every consumer reading that one definition."""
 
+import dataclasses
 import importlib
+import inspect
 import itertools
 
 import numpy as np
@@ -8,8 +10,8 @@ import pytest
 
 pytest.importorskip("llvmlite")
 
-from vdla.cpu_fallback import compile_graph, fuse, get_kernel  # noqa: E402
-from vdla.cpu_fallback.specs import make_chain  # noqa: E402
+from vdla.cpu_fallback import compile_graph, fuse, get_kernel, kernels  # noqa: E402
+from vdla.cpu_fallback.specs import Spec, make_chain  # noqa: E402
 from vdla.cpu_fallback.stacking import spec_factory  # noqa: E402
 from vdla.graph import oracle  # noqa: E402
 from vdla.graph.ew import EW, Const, EwStep  # noqa: E402
@@ -32,6 +34,26 @@ def test_every_operator_names_a_real_cpu_kernel_and_accelerator_lowering():
     assert {n for n, d in OPS.items() if d.ew is not None} == set(EW)
     assert EPILOGUE_ANCHORS == ("conv2d", "dense")
     assert OPS["reshape"].cpu == VIEW and OPS["batch_norm"].cpu is None
+
+
+def _kernel_specs() -> set[type]:
+    """Every kernel spec class: the dataclasses deriving from Spec, at any depth."""
+    found, todo = set(), [Spec]
+    while todo:
+        cls = todo.pop()
+        todo += cls.__subclasses__()
+        if dataclasses.is_dataclass(cls):
+            found.add(cls)
+    return found
+
+
+def test_every_kernel_spec_has_its_numpy_semantics_and_an_emitter():
+    """Each kernel spec defines Spec.evaluate, what its kernel must return (an abstract method: a spec without
+    it cannot be made), and the specs the code generator emits are exactly the Spec subclasses."""
+    specs = _kernel_specs()
+    assert len(specs) >= 29
+    assert [c.__name__ for c in specs if inspect.isabstract(c)] == []
+    assert specs == set(kernels._emit.registry) - {object}
 
 
 def _steps(op: str):

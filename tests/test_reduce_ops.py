@@ -11,7 +11,8 @@ import pytest
 
 pytest.importorskip("llvmlite")
 
-from vdla.cpu_fallback import compile_graph  # noqa: E402
+from vdla.cpu_fallback import compile_graph, get_kernel  # noqa: E402
+from vdla.cpu_fallback.specs import make_reduce  # noqa: E402
 from vdla.graph import oracle  # noqa: E402
 from vdla.graph.graph import Graph, Node  # noqa: E402
 from vdla.graph.interp import evaluate  # noqa: E402
@@ -80,6 +81,30 @@ def test_reduce_kernel_equals_its_numpy_semantics_on_every_axis_layout(kind):
                     assert dtype != "float32", (kind, dtype)
                     continue
                 _same(got, want, exact=kind in ("max", "min", "argmax", "argmin"), ulp=8)
+
+
+@pytest.mark.parametrize("kind", REDUCE_KINDS)
+def test_reduce_spec_evaluates_what_its_kernel_returns(kind):
+    """ReduceSpec.evaluate (what tests and cpu-bench compare a reduce kernel with) equals the kernel (float
+    results within float32 rounding: log_sum_exp near 0 is a log of a sum near 1) and the interpreter's semantics
+    of the reduce node, with and without the reduced axes kept."""
+    x = (np.random.default_rng(49).standard_normal((2, 3, 4, 5)) * 3).astype(np.float32)
+    x.flat[[1, 17]] = np.nan, np.inf
+    if kind in ("log_sum", "prod"):
+        x = np.abs(x) + np.float32(0.5)
+    exact = kind in ("max", "min", "argmax", "argmin")
+    for axes in [(1,), (3,)] if kind in ("argmax", "argmin") else [(1,), (3,), (0, 2)]:
+        for keep in (True, False):
+            spec = make_reduce(TensorType.of(x, "x"), kind, axes, keep, select_last_index=kind == "argmin")
+            want = spec.evaluate(x)
+            assert want.shape == spec.out.shape and want.dtype == spec.out.dtype
+            got = get_kernel(spec)(x)
+            if exact:
+                np.testing.assert_array_equal(got, want)
+            else:
+                np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-6)
+            attrs = {"kind": kind, "axes": axes, "keepdims": keep, "select_last_index": kind == "argmin"}
+            np.testing.assert_array_equal(want, _one_node("reduce", x, attrs)[1])
 
 
 def test_reduce_semantics_against_numpy_and_math():
