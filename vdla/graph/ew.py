@@ -9,7 +9,8 @@ come), how an int8 result keeps a quantization, and its accelerator lowering. Ad
 Two forms of a step:
 
 * :class:`Step`, what a user asks for, with scalars or arrays (or :class:`TensorType` s) as operands,
-  built by the constructors below (``ew.add(b)``, ``ew.requantize(m, s)``, ...);
+  built by each operator's constructor ``ew.<name>`` (``ew.add(b)``, ``ew.requantize(m, s)``, ...:
+  :func:`step_constructor`, made from its definition);
 * :class:`EwStep`, the resolved, hashable form a kernel is compiled from: every operand is a
   compile-time :class:`Const` or an :class:`Arg` index into the chain's inputs.
 
@@ -32,9 +33,11 @@ Example::
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
 
 import numpy as np
@@ -154,7 +157,11 @@ class EwDef:
     * ``quant``: how an int8 result's quantization follows from the node (None: it has none);
     * ``streaming``: cheap enough that a chain of such steps runs at memory speed (the CPU kernel then
       aligns its stores, ``vdla.cpu_fallback.kernels``);
-    * ``accel``: the accelerator's lowering of the step where it has one (:data:`EPILOGUE_STEP`).
+    * ``accel``: the accelerator's lowering of the step where it has one (:data:`EPILOGUE_STEP`);
+    * ``operand_defaults``: operands its step constructor may leave out, with their value, as (name, value)
+      pairs (a graph node gives every operand);
+    * ``api_name``: the name of its step constructor ``ew.<name>`` and CPU function ``ops.<name>``
+      (:attr:`api`) where that is not the operator's own name.
     """
 
     name: str
@@ -165,10 +172,18 @@ class EwDef:
     quant: QuantRule | None = None
     streaming: bool = False
     accel: str | None = None
+    operand_defaults: tuple[tuple[str, int | float], ...] = ()
+    api_name: str | None = None
 
     @property
     def defaults(self) -> dict[str, int | str | None]:
         return dict(self.attrs)
+
+    @property
+    def api(self) -> str:
+        """The name of its step constructor (:func:`step_constructor`) and CPU function
+        (``vdla.cpu_fallback.ops``)."""
+        return self.api_name or self.name
 
 
 EW: dict[str, EwDef] = {}
@@ -400,6 +415,8 @@ def binary(method: str) -> Expr:
 
 
 def _mul(m: Math, x: Any, o: tuple[Any, ...], t: StepTypes) -> Any:
+    """``x * b``; of integers with a ``shift``, the exact product rounded right by it and wrapped to int32
+    (:func:`vdla.isa.arith.mul_shift`, the ALU's MUL reading a row)."""
     shift = int(t.step.attr("shift"))
     if not t.fl and shift:
         return m.mul_shift(x, o[0], shift)
@@ -435,6 +452,23 @@ def _dequantize(m: Math, x: Any, o: tuple[Any, ...], t: StepTypes) -> Any:
     """(x - zero_point) * scale in float32."""
     scale, zero_point = o
     return m.mul(m.f32(m.sub(m.i32(x), m.i32(zero_point))), m.f32(scale))
+
+
+def _requantize(m: Math, x: Any, o: tuple[Any, ...], t: StepTypes) -> Any:
+    """int32 -> int8: :func:`vdla.isa.arith.requantize`, ``clamp(rounding_shift(wrap32(x * multiplier), shift),
+    lo, hi)``; a tensor shift is clamped to [0, 31] (a constant one outside it is refused)."""
+    return m.requantize(x, *o, int(t.step.attr("lo")), int(t.step.attr("hi")))
+
+
+def _rshift(m: Math, x: Any, o: tuple[Any, ...], t: StepTypes) -> Any:
+    """int -> int32: :func:`vdla.isa.arith.rounding_shift`, ``(x + 2^(s-1)) >> s`` (the ALU's RSHR); a tensor
+    shift is clamped to [0, 31] (a constant one outside it is refused)."""
+    return m.rounding_shift(x, o[0])
+
+
+def _cast(m: Math, x: Any, o: tuple[Any, ...], t: StepTypes) -> Any:
+    """Saturating conversion to ``dtype``; float -> int rounds half to even."""
+    return m.cast(x, t.out)
 
 
 def _softplus(m: Math, x: Any, o: tuple[Any, ...], t: StepTypes) -> Any:
@@ -478,10 +512,9 @@ def _erf(m: Math, x: Any, o: tuple[Any, ...], t: StepTypes) -> Any:
 _ARITH = {"rule": arith_rule, "operands": ("b",), "streaming": True}
 define(EwDef("add", expr=binary("add"), accel=EPILOGUE_STEP, **_ARITH))
 define(EwDef("sub", expr=binary("sub"), **_ARITH))
-# integer mul with a shift: the exact product rounded right by it (vdla.isa.arith.mul_shift, the ALU's MUL)
 define(EwDef("mul", _mul_rule, _mul, ("b",), (("shift", 0),), streaming=True, accel=EPILOGUE_STEP))
-define(EwDef("max", expr=binary("maximum"), quant=keep_quant, **_ARITH))
-define(EwDef("min", expr=binary("minimum"), quant=keep_quant, **_ARITH))
+define(EwDef("max", expr=binary("maximum"), quant=keep_quant, api_name="maximum", **_ARITH))
+define(EwDef("min", expr=binary("minimum"), quant=keep_quant, api_name="minimum", **_ARITH))
 define(EwDef("div", _div_rule, binary("div"), ("b",)))
 define(
     EwDef(
@@ -500,23 +533,24 @@ define(EwDef("exp", float_rule, lambda m, x, o, t: m.exp(x)))
 define(EwDef("sqrt", float_rule, lambda m, x, o, t: m.sqrt(x)))
 define(EwDef("softplus", float_rule, _softplus))
 define(EwDef("erf", float_rule, _erf))
-define(EwDef("quantize", _quantize_rule, _quantize, ("scale", "zero_point"), quant=_quantize_quant))
-define(EwDef("dequantize", _dequantize_rule, _dequantize, ("scale", "zero_point"), streaming=True))
+_ZERO_POINT = {"operands": ("scale", "zero_point"), "operand_defaults": (("zero_point", 0),)}
+define(EwDef("quantize", _quantize_rule, _quantize, quant=_quantize_quant, **_ZERO_POINT))
+define(EwDef("dequantize", _dequantize_rule, _dequantize, streaming=True, **_ZERO_POINT))
 define(
     EwDef(
         "requantize",
         _requantize_rule,
-        lambda m, x, o, t: m.requantize(x, *o, int(t.step.attr("lo")), int(t.step.attr("hi"))),
+        _requantize,
         ("multiplier", "shift"),
         (("lo", INT8_MIN), ("hi", INT8_MAX)),
     )
 )
-define(EwDef("rshift", _rshift_rule, lambda m, x, o, t: m.rounding_shift(x, o[0]), ("shift",), accel=EPILOGUE_STEP))
+define(EwDef("rshift", _rshift_rule, _rshift, ("shift",), accel=EPILOGUE_STEP))
 define(
     EwDef(
         "cast",
         _cast_rule,
-        lambda m, x, o, t: m.cast(x, t.out),
+        _cast,
         attrs=(("dtype", None),),
         quant=keep_quant,
         streaming=True,
@@ -840,84 +874,49 @@ class Step:
     attrs: dict[str, int | str] = field(default_factory=dict)
 
 
-def add(b: StepOperand) -> Step:
-    return Step("add", (b,))
+@cache
+def _constructor(d: EwDef) -> Callable[..., Step]:
+    P = inspect.Parameter
+    omitted = dict(d.operand_defaults)
+    params = [P(n, P.POSITIONAL_OR_KEYWORD, default=omitted.get(n, P.empty)) for n in d.operands]
+    params += [P(n, P.POSITIONAL_OR_KEYWORD, default=P.empty if v is None else v) for n, v in d.attrs]
+    signature = inspect.Signature(params)
+
+    def make(*args: Any, **kwargs: Any) -> Step:
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        given = bound.arguments
+        attrs = {n: np.dtype(given[n]).name if n == "dtype" else given[n] for n, _ in d.attrs}
+        return Step(d.name, tuple(given[n] for n in d.operands), attrs)
+
+    make.__name__ = make.__qualname__ = d.api
+    make.__signature__ = signature
+    make.__doc__ = f"A ``{d.name}`` step (:data:`EW`). {d.expr.__doc__ or ''}".rstrip()
+    return make
 
 
-def sub(b: StepOperand) -> Step:
-    return Step("sub", (b,))
+def step_constructor(api: str) -> Callable[..., Step]:
+    """``ew.<api>``: the :class:`Step` constructor of the elementwise operator whose :attr:`EwDef.api` is ``api``.
 
-
-def mul(b: StepOperand, shift: int = 0) -> Step:
-    """``x * b``; with integers and a ``shift``, the exact product rounded right by it and wrapped to int32
-    (:func:`vdla.isa.arith.mul_shift`, the ALU's MUL reading a row)."""
-    return Step("mul", (b,), {"shift": shift} if shift else {})
-
-
-def maximum(b: StepOperand) -> Step:
-    return Step("max", (b,))
-
-
-def minimum(b: StepOperand) -> Step:
-    return Step("min", (b,))
-
-
-def div(b: StepOperand) -> Step:
-    """float32 division ``x / b`` (IEEE: x / 0 is +-inf or NaN, like numpy)."""
-    return Step("div", (b,))
-
-
-def relu() -> Step:
-    return Step("relu")
-
-
-def clip(lo: StepOperand, hi: StepOperand) -> Step:
-    return Step("clip", (lo, hi))
-
-
-def sigmoid() -> Step:
-    return Step("sigmoid")
-
-
-def tanh() -> Step:
-    return Step("tanh")
-
-
-def exp() -> Step:
-    return Step("exp")
-
-
-def sqrt() -> Step:
-    """float32 square root (IEEE, correctly rounded; NaN for negative inputs, like numpy)."""
-    return Step("sqrt")
-
-
-def quantize(scale: StepOperand, zero_point: StepOperand = 0) -> Step:
-    """float32 -> int8: saturate(round_half_even(x / scale) + zero_point), like onnx QuantizeLinear."""
-    return Step("quantize", (scale, zero_point))
-
-
-def dequantize(scale: StepOperand, zero_point: StepOperand = 0) -> Step:
-    """int8/int32 -> float32: (x - zero_point) * scale."""
-    return Step("dequantize", (scale, zero_point))
-
-
-def requantize(multiplier: StepOperand, shift: StepOperand, lo: int = INT8_MIN, hi: int = INT8_MAX) -> Step:
-    """int32 -> int8: :func:`vdla.isa.arith.requantize`, clamp(rounding_shift(wrap32(x * multiplier), shift), lo, hi).
-
-    Tensor shifts are clamped to [0, 31]; a scalar shift outside that range is an error.
+    It takes the operator's operands (positionally or by name; those of ``operand_defaults`` may be left out),
+    then its attributes (each defaulting to its definition's; a ``dtype`` as anything ``np.dtype`` takes), and
+    the step carries every attribute, given or defaulted, as :func:`node_steps` writes them. Raises
+    AttributeError when no operator has that name.
     """
-    return Step("requantize", (multiplier, shift), {"lo": lo, "hi": hi})
+    d = next((d for d in EW.values() if d.api == api), None)
+    if d is None:
+        named = f" (operator {api!r} goes by {EW[api].api!r})" if api in EW else ""
+        raise AttributeError(f"no elementwise operator is called {api!r}{named}")
+    return _constructor(d)
 
 
-def rshift(shift: StepOperand) -> Step:
-    """int -> int32: :func:`vdla.isa.arith.rounding_shift`, ``(x + 2^(s-1)) >> s`` (the ALU's RSHR).
+def __getattr__(name: str) -> Callable[..., Step]:
+    """The step constructors: ``ew.add(b)``, ``ew.requantize(m, s)``, ... (:func:`step_constructor`)."""
+    try:
+        return step_constructor(name)
+    except AttributeError as e:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}: {e}") from None
 
-    Tensor shifts are clamped to [0, 31]; a scalar shift outside that range is an error.
-    """
-    return Step("rshift", (shift,))
 
-
-def cast(dtype: str | np.dtype | type) -> Step:
-    """Saturating conversion to ``dtype``; float -> int rounds half to even."""
-    return Step("cast", (), {"dtype": np.dtype(dtype).name})
+def __dir__() -> list[str]:
+    return sorted({*globals(), *(d.api for d in EW.values())})
