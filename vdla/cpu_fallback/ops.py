@@ -1,4 +1,5 @@
-"""One function per CPU operator: JIT-compile (cached by signature) for the arguments, then run.
+"""One function per CPU operator: JIT-compile (cached by signature) for the arguments, then run. The
+elementwise operators' functions are made from their definitions (:func:`elementwise_function`).
 
 Inputs go through ``np.ascontiguousarray`` (free for contiguous arrays; a copy otherwise). Every function
 takes ``out=`` to write into a preallocated C-contiguous array that does not overlap the inputs.
@@ -6,7 +7,10 @@ takes ``out=`` to write into a preallocated C-contiguous array that does not ove
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import inspect
+from collections.abc import Callable, Sequence
+from functools import cache
+from typing import Any
 
 import numpy as np
 
@@ -43,7 +47,6 @@ from vdla.cpu_fallback.stacking import resolve_steps, run_chain
 from vdla.graph import ew
 from vdla.graph.ew import Step
 from vdla.graph.types import TensorType, UnsupportedError
-from vdla.isa.arith import INT8_MAX, INT8_MIN
 
 Out = np.ndarray | None
 
@@ -66,76 +69,34 @@ def elementwise(x: np.ndarray, steps: Sequence[Step], out: Out = None) -> np.nda
     return run_chain(_arr("chain", x), steps, out)
 
 
-def add(a: np.ndarray, b: np.ndarray | float, out: Out = None) -> np.ndarray:
-    return elementwise(a, [ew.add(b)], out)
+@cache
+def elementwise_function(name: str) -> Callable[..., np.ndarray]:
+    """``ops.<name>(x, ..., out=None)``: ``elementwise(x, [ew.<name>(...)], out)``, one per elementwise operator,
+    the arguments after ``x`` those of its step constructor (:func:`vdla.graph.ew.step_constructor`: operands,
+    then attributes). Raises AttributeError when no elementwise operator has that name."""
+    make = ew.step_constructor(name)
+    P = inspect.Parameter
+    params = [P("x", P.POSITIONAL_OR_KEYWORD), *inspect.signature(make).parameters.values()]
+
+    def run(x: np.ndarray, *args: Any, out: Out = None, **kwargs: Any) -> np.ndarray:
+        return elementwise(x, [make(*args, **kwargs)], out)
+
+    run.__name__ = run.__qualname__ = name
+    run.__signature__ = inspect.Signature([*params, P("out", P.KEYWORD_ONLY, default=None)])
+    run.__doc__ = f"``elementwise(x, [ew.{name}(...)], out)``: {make.__doc__}"
+    return run
 
 
-def sub(a: np.ndarray, b: np.ndarray | float, out: Out = None) -> np.ndarray:
-    return elementwise(a, [ew.sub(b)], out)
+def __getattr__(name: str) -> Callable[..., np.ndarray]:
+    """The elementwise operators: ``ops.relu(x)``, ``ops.requantize(x, m, s)``, ... (:func:`elementwise_function`)."""
+    try:
+        return elementwise_function(name)
+    except AttributeError as e:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}: {e}") from None
 
 
-def mul(a: np.ndarray, b: np.ndarray | float, out: Out = None) -> np.ndarray:
-    return elementwise(a, [ew.mul(b)], out)
-
-
-def maximum(a: np.ndarray, b: np.ndarray | float, out: Out = None) -> np.ndarray:
-    return elementwise(a, [ew.maximum(b)], out)
-
-
-def minimum(a: np.ndarray, b: np.ndarray | float, out: Out = None) -> np.ndarray:
-    return elementwise(a, [ew.minimum(b)], out)
-
-
-def div(a: np.ndarray, b: np.ndarray | float, out: Out = None) -> np.ndarray:
-    """float32 ``a / b`` (IEEE, like numpy)."""
-    return elementwise(a, [ew.div(b)], out)
-
-
-def sqrt(x: np.ndarray, out: Out = None) -> np.ndarray:
-    return elementwise(x, [ew.sqrt()], out)
-
-
-def relu(x: np.ndarray, out: Out = None) -> np.ndarray:
-    return elementwise(x, [ew.relu()], out)
-
-
-def clip(x: np.ndarray, lo: np.ndarray | float, hi: np.ndarray | float, out: Out = None) -> np.ndarray:
-    return elementwise(x, [ew.clip(lo, hi)], out)
-
-
-def sigmoid(x: np.ndarray, out: Out = None) -> np.ndarray:
-    return elementwise(x, [ew.sigmoid()], out)
-
-
-def tanh(x: np.ndarray, out: Out = None) -> np.ndarray:
-    return elementwise(x, [ew.tanh()], out)
-
-
-def exp(x: np.ndarray, out: Out = None) -> np.ndarray:
-    return elementwise(x, [ew.exp()], out)
-
-
-def quantize(x: np.ndarray, scale: np.ndarray | float, zero_point: np.ndarray | int = 0, out: Out = None):
-    return elementwise(x, [ew.quantize(scale, zero_point)], out)
-
-
-def dequantize(x: np.ndarray, scale: np.ndarray | float, zero_point: np.ndarray | int = 0, out: Out = None):
-    return elementwise(x, [ew.dequantize(scale, zero_point)], out)
-
-
-def requantize(
-    x: np.ndarray,
-    multiplier: np.ndarray | int,
-    shift: np.ndarray | int,
-    lo: int = INT8_MIN,
-    hi: int = INT8_MAX,
-    out: Out = None,
-) -> np.ndarray:
-    return elementwise(x, [ew.requantize(multiplier, shift, lo, hi)], out)
-
-
-def cast(x: np.ndarray, dtype: str | np.dtype | type, out: Out = None) -> np.ndarray:
-    return elementwise(x, [ew.cast(dtype)], out)
+def __dir__() -> list[str]:
+    return sorted({*globals(), *(d.api for d in ew.EW.values())})
 
 
 # -- dense and convolution --------------------------------------------------------------------------------
