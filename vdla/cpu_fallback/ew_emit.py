@@ -18,6 +18,7 @@ from vdla.cpu_fallback.lltypes import F32, I1, I8, I32, I64, LL_TYPES, i64
 from vdla.cpu_fallback.specs import ChainSpec
 from vdla.graph.ew import EW, Arg, Const, EwStep, StepTypes, step_result_dtype
 from vdla.graph.ewmath import Math
+from vdla.graph.opnames import QUANTIZE
 from vdla.graph.oracle import FLOAT_KEY_MASK, quantize_thresholds
 from vdla.graph.types import INT8_MAX, INT8_MIN
 from vdla.isa.arith import MAX_SHIFT, MUL_MAX_SHIFT
@@ -248,7 +249,7 @@ def emit_step(kb: KernelBuilder, step: EwStep, v: ir.Value, dtype: str, out: str
     its operator's expression (:class:`vdla.graph.ew.EwDef`) on :class:`LlvmMath`, except a float32 quantize by
     constants on a CPU whose float division is slow, which is :func:`threshold_quantize` (the same results)."""
     constant = not any(isinstance(o, ir.Value) for o in operands)
-    if step.op == "quantize" and dtype == "float32" and constant and not kb.traits.fast_divide:
+    if step.op == QUANTIZE and dtype == "float32" and constant and not kb.traits.fast_divide:
         scale, zero_point = operands
         thresholds = quantize_thresholds(step, float(scale), int(zero_point))
         multipliers = quantize_multipliers(float(scale))

@@ -26,6 +26,7 @@ from vdla.cpu_fallback.specs import Spec, contiguous, make_chain
 from vdla.graph.ew import Arg, Const, EwStep, Step, is_elementwise, node_steps
 from vdla.graph.fusion import EPILOGUE_ANCHORS, fuse_ops
 from vdla.graph.graph import Graph, Node, reshaped
+from vdla.graph.opnames import CONV2D
 from vdla.graph.ops import OPS, VIEW, CpuKernel, infer_types
 from vdla.graph.passes import fresh_name
 from vdla.graph.types import TensorType, UnsupportedError
@@ -265,7 +266,7 @@ def _anchored_spec(
         if bias[0] not in params:
             raise UnsupportedError(anchor.op, "bias must be a graph parameter")
         shaped = f"{bias[0]}@{anchor.output}"
-        shape = (1, -1, 1, 1) if anchor.op == "conv2d" else (1, -1)
+        shape = (1, -1, 1, 1) if anchor.op == CONV2D else (1, -1)
         params[shaped] = contiguous(params[bias[0]].reshape(shape))
         steps = node_steps([Node("add", (anchor.output, shaped), anchor.output)], names)
     steps += node_steps(chain, names)
@@ -284,7 +285,7 @@ def split_computed_bias(graph: Graph) -> Graph:
             nodes.append(node)
             continue
         acc, rows = (fresh_name(f"{node.output}:{what}", taken) for what in ("acc", "bias_rows"))
-        shape = (1, -1, 1, 1) if node.op == "conv2d" else (1, -1)
+        shape = (1, -1, 1, 1) if node.op == CONV2D else (1, -1)
         nodes += [
             Node("reshape", (node.inputs[2],), rows, {"shape": shape}),
             Node(node.op, node.inputs[:2], acc, node.attrs),

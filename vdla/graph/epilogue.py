@@ -41,6 +41,7 @@ import numpy as np
 
 from vdla.graph.ew import operand_value
 from vdla.graph.graph import Graph, Node
+from vdla.graph.opnames import CLIP, CONV_TRANSPOSE, DENSE, MUL, RELU
 from vdla.graph.types import TensorType
 from vdla.isa.arith import INT8_MAX, INT8_MIN
 
@@ -257,7 +258,7 @@ def intersect_bounds(first: tuple[float, float], *more: tuple[float, float]) -> 
 
 def _fold(lo: float, hi: float, node: Node, params: Mapping[str, np.ndarray]) -> tuple[float, float] | None:
     """The clamp ``[lo, hi]`` narrowed by a ReLU or a clip with constant bounds (None: computed bounds)."""
-    if node.op == "relu":
+    if node.op == RELU:
         return intersect_bounds((lo, hi), (0, np.inf))
     a, b = operand_value(node, "lo", params), operand_value(node, "hi", params)
     if a is None or b is None or np.ndim(a) or np.ndim(b):
@@ -363,7 +364,7 @@ def _int_residual(node: Node, w: Walk) -> dict | str | None:
 
 
 def _int_clip(node: Node, w: Walk) -> dict | None:
-    if node.op == "clip" and not all(isinstance(node.attrs.get(k), int) for k in ("lo", "hi")):
+    if node.op == CLIP and not all(isinstance(node.attrs.get(k), int) for k in ("lo", "hi")):
         return None
     return {"bounds": _fold(INT8_MIN, INT8_MAX, node, {})}
 
@@ -378,7 +379,7 @@ def _scaled_skip(value: str | None, w: Walk) -> Node | None:
     """The ``mul(k, m_k, shift)`` of an int8 residual ``k`` producing ``value`` for this add alone."""
     d = w.dialect
     node = d.producers.get(value) if value is not None else None
-    if node is None or node.op != "mul" or "b" not in node.attrs or "shift" not in node.attrs:
+    if node is None or node.op != MUL or "b" not in node.attrs or "shift" not in node.attrs:
         return None
     if len(d.consumers.get(value, [])) != 1 or d.types[node.inputs[0]].dtype != "int8":
         return None
@@ -529,8 +530,8 @@ def epilogue_nodes(
     residual, else the value added as it is, computed by ``before_add`` where given (they stand right
     before the add); ``param(name, array)`` adds a parameter and returns its name. :func:`match_integer`
     reads the nodes back to ``ep``."""
-    shape = (1, -1) if anchor.op == "dense" else (1, -1, 1, 1)
-    dropped = ("groups",) if anchor.op == "conv_transpose" else ("groups", "dilation")  # dilation 1
+    shape = (1, -1) if anchor.op == DENSE else (1, -1, 1, 1)
+    dropped = ("groups",) if anchor.op == CONV_TRANSPOSE else ("groups", "dilation")  # dilation 1
     attrs = {k: v for k, v in anchor.attrs.items() if k not in dropped or (k == "groups" and int(v) != 1)}
     nodes = [Node(anchor.op, (x, w), f"{base}:acc", attrs)]
     if ep.bias is not None:

@@ -54,11 +54,26 @@ from vdla.graph.epilogue import (
 )
 from vdla.graph.ew import operand_input, operand_value
 from vdla.graph.graph import Graph, Node
+from vdla.graph.opnames import (
+    ADD,
+    CLIP,
+    CONV2D,
+    DENSE,
+    DEQUANTIZE,
+    GLOBAL_AVG_POOL,
+    MATMUL,
+    MAX_POOL2D,
+    MUL,
+    QUANTIZE,
+    RELU,
+    RESHAPE,
+    TRANSPOSE,
+)
 from vdla.graph.ops import infer_types
 from vdla.graph.passes import eliminate_dead_code, fresh_name
 from vdla.isa.arith import INT8_MAX, INT8_MIN, MUL_MAX_SHIFT, choose_multipliers, choose_requantization
 
-COMMUTING = ("max_pool2d", "reshape", "transpose", "relu")
+COMMUTING = (MAX_POOL2D, RESHAPE, TRANSPOSE, RELU)
 # the layers lowered to an integer epilogue, and the weight axis of their output channels
 ANCHOR_AXIS = {"conv2d": 0, "dense": 0, "conv_transpose": 1}
 REL_TOL = 1e-5
@@ -91,7 +106,7 @@ def _close(a: float, b: float) -> bool:
 
 def qparams(node: Node, params) -> QParams | None:
     """The constant scale and zero point of a quantize/dequantize node (None if computed or not one)."""
-    if node.op not in ("quantize", "dequantize"):
+    if node.op not in (QUANTIZE, DEQUANTIZE):
         return None
     scale = operand_value(node, "scale", params)
     zp = operand_value(node, "zero_point", params)
@@ -132,7 +147,7 @@ class QdqDialect(FloatDialect):
         """(int8 source, params) when ``value`` is a symmetric dequantize of an int8 tensor."""
         node = self.producers.get(value)
         q = qparams(node, self.params) if node is not None else None
-        if q is None or node.op != "dequantize" or q.zero_point != 0:
+        if q is None or node.op != DEQUANTIZE or q.zero_point != 0:
             return None
         src = node.inputs[0]
         return (src, q) if self.types[src].dtype in ("int8", "int32") else None
@@ -157,7 +172,7 @@ class QdqDialect(FloatDialect):
         epilogue is exact (one rounding, as the model has)."""
         q = self.only_reader(node.output)
         qp = qparams(q, self.params) if q is not None else None
-        return qp is not None and q.op == "quantize" and qp.per_tensor and _close(float(qp.scale[0]), scale)
+        return qp is not None and q.op == QUANTIZE and qp.per_tensor and _close(float(qp.scale[0]), scale)
 
     def hop(self, node: Node, w: Walk) -> dict | None:
         """A per-tensor symmetric quantize in the chain. The chain goes on through its dequantize (same
@@ -167,12 +182,12 @@ class QdqDialect(FloatDialect):
         if q is None or not q.per_tensor or q.zero_point != 0:
             return None
         dq = self.only_reader(node.output)
-        hop = dq is not None and dq.op == "dequantize" and (dqp := qparams(dq, self.params)) and dqp.same(q)
+        hop = dq is not None and dq.op == DEQUANTIZE and (dqp := qparams(dq, self.params)) and dqp.same(q)
         after = self.only_reader(dq.output) if hop else None
         scale = float(q.scale[0])
-        if after is None or after.op not in ("relu", "clip", "add"):
+        if after is None or after.op not in (RELU, CLIP, ADD):
             return {"scale": scale, "_stop": True}
-        if after.op in ("relu", "clip") and not self.keeps(after, scale):
+        if after.op in (RELU, CLIP) and not self.keeps(after, scale):
             return {"scale": scale, "_stop": True}
         return {"scale": scale, "_next": dq.output, "dq": dq}
 
@@ -249,7 +264,7 @@ class _QdqLowering:
         (:data:`ANCHOR_AXIS`)."""
         if int(c.attrs.get("groups", 1)) != 1 and not is_depthwise(c, self.types):
             return
-        if c.op == "conv2d" and c.attrs.get("dilation", 1) not in (1, (1, 1), [1, 1]):
+        if c.op == CONV2D and c.attrs.get("dilation", 1) not in (1, (1, 1), [1, 1]):
             return
         x, w = self.dq_of(c.inputs[0]), self.dq_of(c.inputs[1])
         if x is None or w is None or not x[1].per_tensor or self.types[x[0]].dtype != "int8":
@@ -385,7 +400,7 @@ class _QdqLowering:
         inner = self.prod.get(q.inputs[0])
         if inner is None or self.only_consumer(inner.output) is not q:
             return
-        if inner.op == "dequantize":
+        if inner.op == DEQUANTIZE:
             dq = self.dq_of(inner.output)
             if dq and self.types[dq[0]].dtype == "int8" and dq[1].same(qq) and q.output not in self.outputs:
                 self.alias[q.output] = dq[0]
@@ -406,7 +421,7 @@ class _QdqLowering:
         inner = self.prod.get(q.inputs[0])
         if qq is None or not qq.per_tensor or qq.zero_point != 0 or q.output in self.replace:
             return
-        if inner is None or inner.op != "global_avg_pool" or self.only_consumer(inner.output) is not q:
+        if inner is None or inner.op != GLOBAL_AVG_POOL or self.only_consumer(inner.output) is not q:
             return
         dq = self.dq_of(inner.inputs[0])
         if dq is None or self.types[dq[0]].dtype != "int8" or not dq[1].per_tensor:
@@ -428,7 +443,7 @@ class _QdqLowering:
         inner = self.prod.get(q.inputs[0])
         if qq is None or not qq.per_tensor or qq.zero_point != 0 or q.output in self.replace:
             return
-        if inner is None or inner.op != "mul" or len(inner.inputs) != 2 or self.only_consumer(inner.output) is not q:
+        if inner is None or inner.op != MUL or len(inner.inputs) != 2 or self.only_consumer(inner.output) is not q:
             return
         dqs = [self.dq_of(v) for v in inner.inputs]
         if any(d is None or self.types[d[0]].dtype != "int8" or not d[1].per_tensor or d[1].zero_point for d in dqs):
@@ -447,10 +462,10 @@ class _QdqLowering:
         for node in self.g.nodes:
             if node.op in ANCHOR_AXIS and node.output not in self.removed:
                 self.lower_anchor(node)
-            elif node.op == "matmul" and node.output not in self.removed:
+            elif node.op == MATMUL and node.output not in self.removed:
                 self.lower_matmul(node)
         for node in self.g.nodes:
-            if node.op == "quantize":
+            if node.op == QUANTIZE:
                 self.lower_global_avg(node)
                 self.lower_channel_mul(node)
                 self.lower_commuting(node)
@@ -470,14 +485,14 @@ class _QdqLowering:
         return name
 
 
-LAYERS = ("conv2d", "dense")
+LAYERS = (CONV2D, DENSE)
 
 
 def _reshape_after_dq(n: Node, g: Graph, producers, consumers, types) -> Node | None:
     """The symmetric per-tensor dequantize of an int8 value that ``n`` reshapes for layers alone, or None."""
-    src = producers.get(n.inputs[0]) if n.op == "reshape" else None
+    src = producers.get(n.inputs[0]) if n.op == RESHAPE else None
     q = qparams(src, g.params) if src is not None else None
-    if q is None or src.op != "dequantize" or not q.per_tensor or q.zero_point != 0 or n.output in g.outputs:
+    if q is None or src.op != DEQUANTIZE or not q.per_tensor or q.zero_point != 0 or n.output in g.outputs:
         return None
     readers = consumers.get(n.output, [])
     ok = readers and all(r.op in LAYERS and r.inputs[0] == n.output for r in readers)
@@ -486,9 +501,9 @@ def _reshape_after_dq(n: Node, g: Graph, producers, consumers, types) -> Node | 
 
 def _quantized_reshape(n: Node, g: Graph, producers, consumers) -> Node | None:
     """The reshape of a layer's output that only the per-tensor quantize ``n`` reads, or None."""
-    src = producers.get(n.inputs[0]) if n.op == "quantize" else None
+    src = producers.get(n.inputs[0]) if n.op == QUANTIZE else None
     q = qparams(n, g.params)
-    if src is None or src.op != "reshape" or q is None or not q.per_tensor or src.output in g.outputs:
+    if src is None or src.op != RESHAPE or q is None or not q.per_tensor or src.output in g.outputs:
         return None
     inner = producers.get(src.inputs[0])
     return src if inner is not None and inner.op in LAYERS and len(consumers.get(src.output, [])) == 1 else None
@@ -537,7 +552,7 @@ def requantized(node: Node, m: int, shift: int, q: QParams, base: str) -> list[N
 
 def is_depthwise(node: Node, types) -> bool:
     """Whether ``node`` is a depthwise conv2d: groups = input channels = output channels (weights (C, 1, kh, kw))."""
-    if node.op != "conv2d":
+    if node.op != CONV2D:
         return False
     c, groups = types[node.inputs[0]].shape[1], int(node.attrs.get("groups", 1))
     return groups == c > 1 and tuple(types[node.inputs[1]].shape[:2]) == (c, 1)
