@@ -1,5 +1,5 @@
 """The first converter family: elementwise arithmetic and activations, convolutions, pools, dense and matmul,
-normalizations, shapes and layouts, quantization (no ``onnx`` import here).
+batch normalization, shapes and layouts, quantization (no ``onnx`` import here).
 
 Each converter reads its node's inputs from the :class:`~vdla.frontend.builder.Builder`, checks every
 attribute value and dtype it is given against what vdla runs, and emits graph nodes whose semantics are
@@ -647,32 +647,6 @@ def _split(b: Builder, node: OnnxNode) -> None:
                 raise unsupported(node, f"output {out!r} is an empty part (vdla has no empty tensors)")
             _slice_onnx(b, node, x, {axis: offset}, out, {axis: offset + part}, {axis: 1}, dt == "uint8")
         offset += part
-
-
-@converter("Softmax", "LogSoftmax", "Hardmax", attrs=("axis",))
-def _softmax(b: Builder, node: OnnxNode) -> None:
-    op = {"Softmax": "softmax", "LogSoftmax": "log_softmax", "Hardmax": "hardmax"}[node.op_type]
-    b.require_dtype(node, 0, FLOAT)
-    xs = b.shape(node, 0)
-    rank = len(xs)
-    if rank == 0:
-        raise unsupported(node, f"{op} of a scalar")
-    x = b.tensor(node, 0)
-    if node.opset >= 13:
-        axis = axis_of(node, int(attr(node, "axis", -1)), rank)
-        b.emit(node, op, (x,), {"axis": axis}, out=node.outputs[0])
-        return
-    # opset < 13: the input is coerced to 2-D (prod(shape[:axis]), prod(shape[axis:])) and normalized per row
-    axis = int(attr(node, "axis", 1))
-    if not -rank <= axis <= rank:
-        raise unsupported(node, f"axis out of range for rank {rank}", "axis")
-    axis %= rank + 1 if axis >= 0 else rank
-    if axis == rank - 1:
-        b.emit(node, op, (x,), {"axis": -1}, out=node.outputs[0])
-        return
-    x2 = b.reshape(node, x, (size(xs[:axis]), size(xs[axis:])))
-    y = b.emit(node, op, (x2,), {"axis": -1}, suffix=op)
-    b.reshape(node, y, xs, out=node.outputs[0])
 
 
 @converter("Shape", attrs=("start", "end"))

@@ -1,11 +1,11 @@
-"""Converters of reductions on any axes, ArgMax/ArgMin, the normalizations (Layer, RMS, Instance, Group, Lp,
-MeanVariance), CumSum, TopK and Trilu (no ``onnx`` import here).
+"""Converters of reductions on any axes, ArgMax/ArgMin, the normalizations (Softmax, LogSoftmax, Hardmax,
+Layer, RMS, Instance, Group, Lp, MeanVariance), CumSum, TopK and Trilu (no ``onnx`` import here).
 
-Each ONNX operator becomes the registry's ``reduce``, ``layer_norm``/``rms_norm``, ``cumsum``, ``topk`` or
-``trilu`` node, or a composition of those and elementwise nodes with the ONNX function's float semantics
-(within float32 rounding: vdla accumulates in float64 and rounds once). Axes, k and the like must be
-constants (vdla compiles for fixed shapes); int64 indices (ArgMax, TopK) are held as int32 and can only be
-graph outputs (:class:`~vdla.frontend.builder.Value`).
+Each ONNX operator becomes the registry's ``reduce``, ``softmax``/``log_softmax``/``hardmax``,
+``layer_norm``/``rms_norm``, ``cumsum``, ``topk`` or ``trilu`` node, or a composition of those and elementwise
+nodes with the ONNX function's float semantics (within float32 rounding: vdla accumulates in float64 and rounds
+once). Axes, k and the like must be constants (vdla compiles for fixed shapes); int64 indices (ArgMax, TopK)
+are held as int32 and can only be graph outputs (:class:`~vdla.frontend.builder.Value`).
 """
 
 from __future__ import annotations
@@ -236,6 +236,33 @@ def _mvn(b: Builder, node: OnnxNode) -> None:
     var = b.emit(node, "sub", (mean_sq, b.emit(node, "mul", (mean, mean), suffix="squared_mean")), suffix="variance")
     std = b.emit(node, "add", (b.emit(node, "sqrt", (var,), suffix="std"),), {"b": 1e-9}, suffix="std_eps")
     b.emit(node, "div", (b.emit(node, "sub", (x, mean), suffix="centered"), std), out=node.outputs[0])
+
+
+@converter("Softmax", "LogSoftmax", "Hardmax", attrs=("axis",))
+def _softmax(b: Builder, node: OnnxNode) -> None:
+    """Along one axis (opset 13 on); before opset 13, per row of the input coerced to 2-D at the axis."""
+    op = {"Softmax": "softmax", "LogSoftmax": "log_softmax", "Hardmax": "hardmax"}[node.op_type]
+    b.require_dtype(node, 0, FLOAT)
+    xs = b.shape(node, 0)
+    rank = len(xs)
+    if rank == 0:
+        raise unsupported(node, f"{op} of a scalar")
+    x = b.tensor(node, 0)
+    if node.opset >= 13:
+        axis = axis_of(node, int(attr(node, "axis", -1)), rank)
+        b.emit(node, op, (x,), {"axis": axis}, out=node.outputs[0])
+        return
+    # opset < 13: the input is coerced to 2-D (prod(shape[:axis]), prod(shape[axis:])) and normalized per row
+    axis = int(attr(node, "axis", 1))
+    if not -rank <= axis <= rank:
+        raise unsupported(node, f"axis out of range for rank {rank}", "axis")
+    axis %= rank + 1 if axis >= 0 else rank
+    if axis == rank - 1:
+        b.emit(node, op, (x,), {"axis": -1}, out=node.outputs[0])
+        return
+    x2 = b.reshape(node, x, (size(xs[:axis]), size(xs[axis:])))
+    y = b.emit(node, op, (x2,), {"axis": -1}, suffix=op)
+    b.reshape(node, y, xs, out=node.outputs[0])
 
 
 # ---------------------------------------------------------------------------------------------------------
