@@ -1,4 +1,4 @@
-"""Elementwise math, comparisons, logic and casts (no ``onnx`` import here).
+"""Elementwise arithmetic, activations, math, comparisons, logic and casts (no ``onnx`` import here).
 
 Each ONNX operator of these families becomes one elementwise graph node (an :class:`~vdla.graph.ew.EwDef`),
 or a short chain of them where a held dtype needs it. Dtypes: float32, int8, int32 and bool as themselves; a
@@ -8,7 +8,9 @@ uint8 tensor is held as int8 ``value - 128`` and an int64 tensor as int32 (:mod:
   others compute on the values widened to int32 and hold the result again;
 * an int64 operand is taken only where the result provably fits int32 (comparisons, selections, min/max,
   remainders, sign, right shifts, bitwise operations, casts from narrower types); an int64 result that
-  could exceed int32 (sums, products, negation, powers, left shifts, casts from float) is refused.
+  could exceed int32 (sums, products, negation, powers, left shifts, casts from float) is refused;
+* the arithmetic operators (Add, Sub, Mul, Div) and the activations take float32 (Add, Sub, Mul, Relu and
+  Clip int32 too, Relu and Clip int8) and refuse held dtypes.
 
 A scalar constant operand becomes the node's attribute (the kernel bakes it in), any other operand a tensor
 input broadcast like numpy's.
@@ -22,8 +24,9 @@ from typing import Any
 
 import numpy as np
 
-from vdla.frontend.builder import Builder, OnnxNode, unsupported
+from vdla.frontend.builder import Builder, OnnxNode, size, unsupported
 from vdla.frontend.onnx_ops.registry import ARITH, FLOAT, Converter, attr, converter, scalar_of, unary
+from vdla.graph.opnames import ADD, MAX, MIN, MUL
 from vdla.graph.types import INT_RANGE
 
 NUMBERS = ("float32", "int8", "int32")
@@ -118,6 +121,129 @@ def _finite(node: OnnxNode, name: str, default: float) -> float:
     if not math.isfinite(v):
         raise unsupported(node, f"{name} must be finite", name)
     return v
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Arithmetic and activations
+
+
+COMMUTATIVE = (ADD, MUL, MAX, MIN)
+
+
+def _binary(b: Builder, node: OnnxNode, op: str, i: int, j: int, out: str | None, allowed=ARITH) -> str:
+    """``op(input i, input j)`` as one elementwise node; a constant scalar operand becomes its attribute."""
+    dt = b.require_dtype(node, i, allowed)
+    b.require_dtype(node, j, allowed)
+    if b.is_uint8(node, i) or b.is_uint8(node, j):
+        raise unsupported(node, "uint8 operands are supported by quantize/dequantize, pooling and reshapes only")
+    if b.is_const(node, i) and not b.is_const(node, j) and op in COMMUTATIVE:
+        i, j = j, i
+    x = b.tensor(node, i)
+    rank = len(b.type_of(x).shape)
+    if b.is_const(node, j):
+        c = b.const(node, j, "operand")
+        if c.size == 1 and c.ndim <= rank:
+            return b.emit(node, op, (x,), {"b": scalar_of(dt, c)}, out=out, suffix=op)
+    return b.emit(node, op, (x, b.tensor(node, j)), out=out, suffix=op)
+
+
+@converter("Add", "Mul")
+def _add_mul(b: Builder, node: OnnxNode) -> None:
+    _binary(b, node, node.op_type.lower(), 0, 1, node.outputs[0])
+
+
+@converter("Sub")
+def _sub(b: Builder, node: OnnxNode) -> None:
+    if b.is_const(node, 0) and not b.is_const(node, 1):  # c - x = (-x) + c, exact in float and int32
+        b.require_dtype(node, 1, ARITH)
+        neg = b.emit(node, "mul", (b.tensor(node, 1),), {"b": -1}, suffix="neg")
+        swapped = OnnxNode(node.name, node.op_type, (b.temp(neg), node.inputs[0]), node.outputs, node.attrs)
+        _binary(b, swapped, "add", 0, 1, node.outputs[0])
+        return
+    _binary(b, node, "sub", 0, 1, node.outputs[0])
+
+
+@converter("Div")
+def _div(b: Builder, node: OnnxNode) -> None:
+    """A constant divisor becomes a multiplication by its float32 reciprocal (one rounding more than a
+    division, well within float32 tolerances, and it fuses as a multiplier); a computed one a float32
+    division (IEEE, as onnxruntime's)."""
+    b.require_dtype(node, 0, FLOAT)
+    b.require_dtype(node, 1, FLOAT)
+    if not b.is_const(node, 1):
+        _binary(b, node, "div", 0, 1, node.outputs[0], FLOAT)
+        return
+    c = np.asarray(b.const(node, 1, "the divisor"), np.float32)
+    if np.any(c == 0) or not np.all(np.isfinite(c)):
+        raise unsupported(node, "a constant divisor must be finite and non-zero")
+    recip = (np.float32(1) / c).astype(np.float32)
+    x = b.tensor(node, 0)
+    if recip.size == 1 and recip.ndim <= len(b.type_of(x).shape):
+        b.emit(node, "mul", (x,), {"b": float(recip.reshape(()))}, out=node.outputs[0])
+    else:
+        b.emit(node, "mul", (x, b.add_param(node.input(1) + ":reciprocal", recip)), out=node.outputs[0])
+
+
+converter("Relu")(unary("relu", ("float32", "int8", "int32")))
+converter("Sigmoid")(unary("sigmoid", FLOAT))
+converter("Tanh")(unary("tanh", FLOAT))
+converter("Exp")(unary("exp", FLOAT))
+converter("Sqrt")(unary("sqrt", FLOAT))
+converter("Softplus")(unary("softplus", FLOAT))
+converter("Erf")(unary("erf", FLOAT))
+
+
+def _hard_sigmoid(b: Builder, node: OnnxNode, x: str, alpha: float, beta: float, out: str | None) -> str:
+    y = b.emit(node, "mul", (x,), {"b": alpha}, suffix="alpha")
+    y = b.emit(node, "add", (y,), {"b": beta}, suffix="beta")
+    return b.emit(node, "clip", (y,), {"lo": 0.0, "hi": 1.0}, out=out, suffix="hard_sigmoid")
+
+
+@converter("HardSigmoid", attrs=("alpha", "beta"))
+def _hardsigmoid(b: Builder, node: OnnxNode) -> None:
+    b.require_dtype(node, 0, FLOAT)
+    alpha, beta = float(attr(node, "alpha", 0.2)), float(attr(node, "beta", 0.5))
+    _hard_sigmoid(b, node, b.tensor(node, 0), alpha, beta, node.outputs[0])
+
+
+@converter("HardSwish")
+def _hardswish(b: Builder, node: OnnxNode) -> None:
+    b.require_dtype(node, 0, FLOAT)
+    x = b.tensor(node, 0)
+    gate = _hard_sigmoid(b, node, x, 1.0 / 6.0, 0.5, None)
+    b.emit(node, "mul", (x, gate), out=node.outputs[0])
+
+
+@converter("Clip")
+def _clip(b: Builder, node: OnnxNode) -> None:
+    dt = b.require_dtype(node, 0, ("float32", "int8", "int32"))
+    x = b.tensor(node, 0)
+    bounds: list[Any] = []
+    for i, name in ((1, "min"), (2, "max")):
+        if b.has(node, i):
+            b.require_dtype(node, i, (dt,))
+            v = b.value(node, i)
+            if size(v.shape) != 1:
+                raise unsupported(node, f"{name} must be a scalar, got shape {v.shape}")
+            bounds.append(scalar_of(dt, v.const) if v.const is not None else b.reshape(node, b.tensor(node, i), ()))
+        else:
+            bounds.append(None)
+    lo, hi = bounds
+    if lo is None and hi is None:
+        b.alias(node.outputs[0], x)
+        return
+    if all(isinstance(v, int | float) for v in bounds):
+        if lo > hi:
+            raise unsupported(node, f"min={lo} is greater than max={hi}")
+        b.finish(node, b.emit(node, "clip", (x,), {"lo": lo, "hi": hi}, suffix="clip"), dt)
+        return
+    value = x  # np.clip(x, lo, hi) = minimum(maximum(x, lo), hi)
+    for op, v in (("max", lo), ("min", hi)):
+        if isinstance(v, str):
+            value = b.emit(node, op, (value, v), suffix=op)
+        elif v is not None:
+            value = b.emit(node, op, (value,), {"b": v}, suffix=op)
+    b.finish(node, value, dt)
 
 
 # ---------------------------------------------------------------------------------------------------------
