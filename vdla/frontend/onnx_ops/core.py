@@ -1,5 +1,5 @@
-"""The first converter family: convolutions, dense and matmul, batch normalization, shapes and layouts,
-quantization (no ``onnx`` import here).
+"""The first converter family: convolutions, dense and matmul, batch normalization, quantization (no ``onnx``
+import here).
 
 Each converter reads its node's inputs from the :class:`~vdla.frontend.builder.Builder`, checks every
 attribute value and dtype it is given against what vdla runs, and emits graph nodes whose semantics are
@@ -21,10 +21,8 @@ import numpy as np
 
 from vdla.frontend.builder import Builder, OnnxNode, broadcast_to_axis, size, unsupported
 from vdla.frontend.onnx_ops.registry import (
-    ANY,
     FLOAT,
     attr,
-    axis_of,
     compact,
     converter,
     ints,
@@ -33,24 +31,6 @@ from vdla.graph.graph import Node
 from vdla.graph.opnames import DEQUANTIZE
 from vdla.graph.ops import matmul_type
 from vdla.graph.window import pads_from_onnx
-
-
-@converter("Identity")
-def _identity(b: Builder, node: OnnxNode) -> None:
-    v = b.value(node, 0)
-    b.alias(node.outputs[0], b.tensor(node, 0), uint8=v.uint8)
-
-
-@converter("Dropout", attrs=("seed",))
-def _dropout(b: Builder, node: OnnxNode) -> None:
-    training = b.const(node, 2, "training_mode")
-    if training is not None and bool(np.asarray(training).reshape(())):
-        raise unsupported(node, "training_mode=True: vdla runs inference only (Dropout is the identity there)")
-    v = b.value(node, 0)
-    b.alias(node.outputs[0], b.tensor(node, 0), uint8=v.uint8)
-    if len(node.outputs) > 1 and node.outputs[1]:
-        b.bind_const(node.outputs[1], np.ones(v.shape, bool))
-
 
 # ---------------------------------------------------------------------------------------------------------
 # Convolution and pooling
@@ -150,12 +130,6 @@ def _conv(b: Builder, node: OnnxNode) -> None:
             b.require_dtype(node, i, FLOAT)
     bias = b.tensor(node, 2) if b.has(node, 2) else None
     _conv_core(b, node, b.tensor(node, 0), b.tensor(node, 1), bias, node.outputs[0])
-
-
-@converter("ConstantOfShape", "Range", attrs=("value",))
-def _fold_only(b: Builder, node: OnnxNode) -> None:
-    """Operators vdla imports only when their inputs are constants (the importer evaluates those)."""
-    raise unsupported(node, "needs constant inputs (vdla compiles for fixed shapes)")
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -335,208 +309,6 @@ def _batch_norm(b: Builder, node: OnnxNode) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Shapes and layouts
-
-
-def _reshape_to(b: Builder, node: OnnxNode, shape: Sequence[int]) -> None:
-    v = b.value(node, 0)
-    if any(int(d) < 1 for d in shape):
-        raise unsupported(node, f"the result shape {tuple(shape)} is empty")
-    b.reshape(node, b.tensor(node, 0), shape, out=node.outputs[0], uint8=v.uint8)
-
-
-@converter("Flatten", attrs=("axis",))
-def _flatten(b: Builder, node: OnnxNode) -> None:
-    xs = b.shape(node, 0)
-    axis = int(attr(node, "axis", 1))
-    if not -len(xs) <= axis <= len(xs):
-        raise unsupported(node, f"axis out of range for rank {len(xs)}", "axis")
-    axis %= len(xs) + 1 if axis >= 0 else len(xs)
-    _reshape_to(b, node, (size(xs[:axis]), size(xs[axis:])))
-
-
-@converter("Reshape", attrs=("allowzero",))
-def _reshape(b: Builder, node: OnnxNode) -> None:
-    xs = b.shape(node, 0)
-    target = [int(d) for d in np.asarray(b.const(node, 1, "shape")).ravel()]
-    allowzero = int(attr(node, "allowzero", 0))
-    if allowzero and 0 in target:
-        raise unsupported(node, f"allowzero=1 with a 0 in shape {target} makes an empty tensor", "allowzero")
-    out = [xs[i] if d == 0 else d for i, d in enumerate(target)]
-    if out.count(-1) > 1 or any(d < -1 for d in out):
-        raise unsupported(node, f"bad target shape {target} for input {xs}")
-    if -1 in out:
-        known = size(d for d in out if d != -1)
-        if known == 0 or size(xs) % known:
-            raise unsupported(node, f"cannot reshape {xs} to {target}")
-        out[out.index(-1)] = size(xs) // known
-    if size(out) != size(xs):
-        raise unsupported(node, f"cannot reshape {xs} ({size(xs)} elements) to {target}")
-    _reshape_to(b, node, out)
-
-
-def _axes(b: Builder, node: OnnxNode) -> list[int] | None:
-    if b.has(node, 1):
-        return [int(a) for a in np.asarray(b.const(node, 1, "axes")).ravel()]
-    return None
-
-
-@converter("Squeeze")
-def _squeeze(b: Builder, node: OnnxNode) -> None:
-    xs = b.shape(node, 0)
-    axes = _axes(b, node)
-    if axes is None:
-        drop = {i for i, d in enumerate(xs) if d == 1}
-    else:
-        drop = {axis_of(node, a, len(xs), "axis", None) for a in axes}
-        if any(xs[i] != 1 for i in drop):
-            raise unsupported(node, f"cannot squeeze axes {sorted(drop)} of shape {xs}: not all of size 1")
-    _reshape_to(b, node, [d for i, d in enumerate(xs) if i not in drop])
-
-
-@converter("Unsqueeze")
-def _unsqueeze(b: Builder, node: OnnxNode) -> None:
-    xs = b.shape(node, 0)
-    axes = _axes(b, node)
-    if axes is None:
-        raise unsupported(node, "Unsqueeze needs axes")
-    rank = len(xs) + len(axes)
-    norm = {axis_of(node, a, rank, "axis", None) for a in axes}
-    if len(norm) != len(axes):
-        raise unsupported(node, f"repeated axes {axes}")
-    it = iter(xs)
-    _reshape_to(b, node, [1 if i in norm else next(it) for i in range(rank)])
-
-
-@converter("Transpose", attrs=("perm",))
-def _transpose(b: Builder, node: OnnxNode) -> None:
-    v = b.value(node, 0)
-    rank = len(v.shape)
-    perm = ints(node, "perm", list(range(rank))[::-1])
-    if sorted(perm) != list(range(rank)):
-        raise unsupported(node, f"not a permutation of {rank} axes", "perm")
-    x = b.tensor(node, 0)
-    if perm == list(range(rank)):
-        b.alias(node.outputs[0], x, uint8=v.uint8)
-        return
-    b.emit(node, "transpose", (x,), {"perm": tuple(perm)}, out=node.outputs[0], uint8=v.uint8)
-
-
-@converter("Concat", attrs=("axis",))
-def _concat(b: Builder, node: OnnxNode) -> None:
-    present = [i for i in range(len(node.inputs)) if b.has(node, i)]
-    dtypes = {b.dtype(node, i) for i in present}
-    if len(dtypes) != 1 or not dtypes <= set(ANY):
-        raise unsupported(node, f"input dtypes {sorted(dtypes)}: vdla concatenates float32, int8, int32 or uint8")
-    rank = len(b.shape(node, present[0]))
-    axis = axis_of(node, int(attr(node, "axis", 0)), rank)
-    uint8 = dtypes == {"uint8"}
-    inputs = [b.tensor(node, i) for i in present if size(b.shape(node, i)) > 0]
-    if len(inputs) == 1:
-        b.alias(node.outputs[0], inputs[0], uint8=uint8)
-        return
-    b.emit(node, "concat", inputs, {"axis": axis}, out=node.outputs[0], uint8=uint8)
-
-
-def _const_ints(b: Builder, node: OnnxNode, i: int, what: str) -> list[int] | None:
-    """The integers of constant input ``i`` (None when absent or empty)."""
-    if not b.has(node, i):
-        return None
-    v = np.asarray(b.const(node, i, what)).ravel()
-    return [int(a) for a in v] if v.size else None
-
-
-def _slice_onnx(b: Builder, node: OnnxNode, x: str, starts: dict[int, int], out: str, ends: dict[int, int],
-                steps: dict[int, int], uint8: bool) -> None:  # fmt: skip
-    """Emit vdla ``slice`` for ONNX-style per-axis bounds (negative counted from the end, then clamped as
-    ONNX Slice clamps); axes not given are kept whole."""
-    xs = b.type_of(x).shape
-    full = ([0] * len(xs), list(xs), [1] * len(xs))
-    for axis, step in steps.items():
-        d = xs[axis]
-        lo, hi = (0, d) if step > 0 else (0, d - 1)
-        start = starts[axis] + d if starts[axis] < 0 else starts[axis]
-        end = ends[axis] + d if ends[axis] < 0 else ends[axis]
-        full[0][axis] = min(max(start, lo), hi)
-        full[1][axis] = min(max(end, lo if step > 0 else -1), hi)
-        full[2][axis] = step
-        if not range(full[0][axis], full[1][axis], step):
-            raise unsupported(node, f"the slice of axis {axis} (size {d}) is empty: vdla has no empty tensors")
-    if full == ([0] * len(xs), list(xs), [1] * len(xs)):
-        b.alias(out, x, uint8=uint8)
-        return
-    b.emit(node, "slice", (x,), {"starts": full[0], "stops": full[1], "steps": full[2]}, out=out, uint8=uint8)
-
-
-@converter("Slice")
-def _slice(b: Builder, node: OnnxNode) -> None:
-    dt = b.require_dtype(node, 0, ANY)
-    rank = len(b.shape(node, 0))
-    starts = _const_ints(b, node, 1, "starts") or []
-    ends = _const_ints(b, node, 2, "ends") or []
-    axes = _const_ints(b, node, 3, "axes")
-    axes = list(range(len(starts))) if axes is None else [axis_of(node, a, rank, "axis", None) for a in axes]
-    steps = _const_ints(b, node, 4, "steps") or [1] * len(starts)
-    if not len(starts) == len(ends) == len(axes) == len(steps) or len(set(axes)) != len(axes):
-        raise unsupported(node, f"starts {starts}, ends {ends}, axes {axes}, steps {steps}: one of each per axis")
-    if 0 in steps:
-        raise unsupported(node, f"steps {steps}: a step of 0")
-    _slice_onnx(
-        b, node, b.tensor(node, 0), dict(zip(axes, starts, strict=True)), node.outputs[0],
-        dict(zip(axes, ends, strict=True)), dict(zip(axes, steps, strict=True)), dt == "uint8",
-    )  # fmt: skip
-
-
-def _split_sizes(b: Builder, node: OnnxNode, d: int) -> list[int]:
-    """The part sizes of a Split along an axis of size ``d``: given (the split input), else equal parts
-    (opset 18's num_outputs: the last part smaller when ``d`` does not divide)."""
-    given = _const_ints(b, node, 1, "split")
-    n = len(node.outputs)
-    if given is not None:
-        parts = given
-    elif "num_outputs" in node.attrs:
-        n = int(node.attrs["num_outputs"])
-        chunk = -(-d // max(n, 1))
-        parts = [min(chunk, max(d - k * chunk, 0)) for k in range(n)]
-    elif d % n:
-        raise unsupported(node, f"an axis of size {d} does not split into {n} equal parts")
-    else:
-        parts = [d // n] * n
-    if len(parts) != len(node.outputs) or sum(parts) != d or any(p < 0 for p in parts):
-        raise unsupported(node, f"parts {parts} do not split an axis of size {d} into {len(node.outputs)} outputs")
-    return parts
-
-
-@converter("Split", attrs=("axis", "num_outputs"))
-def _split(b: Builder, node: OnnxNode) -> None:
-    """Each output is a slice of the input along the axis."""
-    dt = b.require_dtype(node, 0, ANY)
-    xs = b.shape(node, 0)
-    axis = axis_of(node, int(attr(node, "axis", 0)), len(xs))
-    parts = _split_sizes(b, node, xs[axis])
-    x = b.tensor(node, 0)
-    offset = 0
-    for part, out in zip(parts, node.outputs, strict=True):
-        if out and (out in b.used or part > 0):
-            if part == 0:
-                raise unsupported(node, f"output {out!r} is an empty part (vdla has no empty tensors)")
-            _slice_onnx(b, node, x, {axis: offset}, out, {axis: offset + part}, {axis: 1}, dt == "uint8")
-        offset += part
-
-
-@converter("Shape", attrs=("start", "end"))
-def _shape(b: Builder, node: OnnxNode) -> None:
-    xs = b.shape(node, 0)
-    start, end = int(attr(node, "start", 0)), attr(node, "end")
-    b.bind_const(node.outputs[0], np.array(xs[start : None if end is None else int(end)], np.int64))
-
-
-@converter("Size")
-def _size(b: Builder, node: OnnxNode) -> None:
-    b.bind_const(node.outputs[0], np.array(size(b.shape(node, 0)), np.int64))
-
-
-# ---------------------------------------------------------------------------------------------------------
 # Quantization
 
 
@@ -695,22 +467,3 @@ def _qlinear_matmul(b: Builder, node: OnnxNode) -> None:
         bf = _dequantize(b, node, 3, 4, 5, None, axis_attr=len(sb) - 1)  # per-column scales: the last axis
         y = b.emit(node, "matmul", (a, bf), suffix="matmul")
     _quantize(b, node, y, 6, 7, node.outputs[0], axis_attr=-1)
-
-
-@converter("Constant", attrs=("value", "value_float", "value_floats", "value_int", "value_ints", "value_string",
-                              "value_strings", "sparse_value"))  # fmt: skip
-def _constant(b: Builder, node: OnnxNode) -> None:
-    a = node.attrs
-    if "value" in a:
-        v = np.asarray(a["value"])
-    elif "value_float" in a:
-        v = np.array(a["value_float"], np.float32)
-    elif "value_floats" in a:
-        v = np.array(a["value_floats"], np.float32)
-    elif "value_int" in a:
-        v = np.array(a["value_int"], np.int64)
-    elif "value_ints" in a:
-        v = np.array(a["value_ints"], np.int64)
-    else:
-        raise unsupported(node, "only tensor, float and int constants are supported", next(iter(a), None))
-    b.bind_const(node.outputs[0], v)
