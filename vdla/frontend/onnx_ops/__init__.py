@@ -18,6 +18,7 @@ from vdla.frontend.onnx_ops import (  # noqa: F401  (each family registers its c
     legacy,
     math,
     pool,
+    quant,
     reduce,
     tensor,
 )
