@@ -14,8 +14,8 @@ opset's form (attributes that later became inputs, Upsample, Resize-10) before t
 from vdla.frontend.onnx_ops import (  # noqa: F401  (each family registers its converters on import)
     attention,
     convt,
-    core,
     legacy,
+    linear,
     math,
     pool,
     quant,

@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from vdla.frontend.builder import Builder, OnnxNode, size, unsupported
-from vdla.frontend.onnx_ops.core import window_geometry
+from vdla.frontend.onnx_ops.linear import window_geometry
 from vdla.frontend.onnx_ops.registry import FLOAT, attr, compact, converter, ints
 from vdla.graph.window import pads_from_onnx
 

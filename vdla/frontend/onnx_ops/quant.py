@@ -8,8 +8,8 @@ the axis); scales must be positive and finite. Dequantization gives float32, fro
 zero point of 0; blocked quantization is refused.
 
 QLinearConv and QLinearMatMul become their QDQ form: the operands dequantized, the float convolution
-(:func:`vdla.frontend.onnx_ops.core.emit_conv`) or product (a dense layer when the right operand is a 2-D
-constant, :func:`vdla.frontend.onnx_ops.core.emit_dense`), the result quantized.
+(:func:`vdla.frontend.onnx_ops.linear.emit_conv`) or product (a dense layer when the right operand is a 2-D
+constant, :func:`vdla.frontend.onnx_ops.linear.emit_dense`), the result quantized.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from vdla.frontend.builder import Builder, OnnxNode, broadcast_to_axis, size, unsupported
-from vdla.frontend.onnx_ops.core import emit_conv, emit_dense
+from vdla.frontend.onnx_ops.linear import emit_conv, emit_dense
 from vdla.frontend.onnx_ops.registry import FLOAT, attr, converter
 
 

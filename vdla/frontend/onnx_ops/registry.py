@@ -1,6 +1,6 @@
 """The ONNX converter registry: :data:`CONVERTERS` (ONNX op type -> converter), :data:`ATTRS` (the attributes
 each converter understands: any other is refused by the importer before the converter runs) and the helpers
-every converter family shares. The families (:mod:`vdla.frontend.onnx_ops.core`, ...) register with
+every converter family shares. The families (:mod:`vdla.frontend.onnx_ops.linear`, ...) register with
 :func:`converter`; ``vdla.frontend.onnx_ops`` imports them all.
 """
 

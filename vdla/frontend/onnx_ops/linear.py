@@ -1,13 +1,13 @@
-"""The first converter family: convolutions, dense and matmul, batch normalization (no ``onnx`` import here).
+"""The linear layers: Conv, Gemm, MatMul and BatchNormalization (with constant statistics an affine map per
+channel, folded later into the layer before it), and the window geometry the pools share (no ``onnx`` import
+here).
 
-Each converter reads its node's inputs from the :class:`~vdla.frontend.builder.Builder`, checks every
-attribute value and dtype it is given against what vdla runs, and emits graph nodes whose semantics are
-the ONNX operator's (float32 results within the rounding of a reordered float sum; integer results
-exact). Anything else is refused with :func:`~vdla.frontend.builder.unsupported` naming the node, its
-op type, its attributes and the one at fault. :data:`ATTRS` lists the attributes each converter
-understands: an attribute outside it is refused by the importer before the converter runs.
+Conv is ``conv2d``, a 1-D one lifted to a height-1 image. Gemm, and a MatMul whose right operand is a constant
+of rank 1 or 2 or a dequantized 2-D constant (a QDQ model's weight), is a ``dense`` layer (the accelerator's
+GEMM) of an (N, K) weight; any other MatMul is the float32 ``matmul``. :func:`window_geometry` checks and
+resolves the strides, dilations and pads (``auto_pad`` included) of a Conv or pool window.
 
-Padding inside vdla is (top, bottom, left, right); ONNX's (top, left, bottom, right) goes through
+Padding inside vdla is (top, bottom, left, right); a convolution's ONNX (top, left, bottom, right) goes through
 :func:`vdla.graph.window.pads_from_onnx` exactly once, in :func:`_conv_pool_geometry`.
 """
 
@@ -19,20 +19,14 @@ from typing import Any
 import numpy as np
 
 from vdla.frontend.builder import Builder, OnnxNode, size, unsupported
-from vdla.frontend.onnx_ops.registry import (
-    FLOAT,
-    attr,
-    compact,
-    converter,
-    ints,
-)
+from vdla.frontend.onnx_ops.registry import FLOAT, attr, compact, converter, ints
 from vdla.graph.graph import Node
 from vdla.graph.opnames import DEQUANTIZE
 from vdla.graph.ops import matmul_type
 from vdla.graph.window import pads_from_onnx
 
 # ---------------------------------------------------------------------------------------------------------
-# Convolution and pooling
+# Windows and convolution
 
 
 def _auto_pads(node: OnnxNode, mode: str, sizes, kernel, strides, dilations) -> list[int]:
