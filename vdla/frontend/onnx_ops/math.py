@@ -130,26 +130,20 @@ def _finite(node: OnnxNode, name: str, default: float) -> float:
 COMMUTATIVE = (ADD, MUL, MAX, MIN)
 
 
-def _binary(b: Builder, node: OnnxNode, op: str, i: int, j: int, out: str | None, allowed=ARITH) -> str:
-    """``op(input i, input j)`` as one elementwise node; a constant scalar operand becomes its attribute."""
-    dt = b.require_dtype(node, i, allowed)
-    b.require_dtype(node, j, allowed)
-    if b.is_uint8(node, i) or b.is_uint8(node, j):
-        raise unsupported(node, "uint8 operands are supported by quantize/dequantize, pooling and reshapes only")
-    if b.is_const(node, i) and not b.is_const(node, j) and op in COMMUTATIVE:
-        i, j = j, i
-    x = b.tensor(node, i)
-    rank = len(b.type_of(x).shape)
-    if b.is_const(node, j):
-        c = b.const(node, j, "operand")
-        if c.size == 1 and c.ndim <= rank:
-            return b.emit(node, op, (x,), {"b": scalar_of(dt, c)}, out=out, suffix=op)
-    return b.emit(node, op, (x, b.tensor(node, j)), out=out, suffix=op)
+def _arith(b: Builder, node: OnnxNode, op: str, out: str | None, allowed: Sequence[str] = ARITH) -> str:
+    """``op(input 0, input 1)`` of ``allowed`` operands as one node (:func:`_binary_node`), a constant input 0
+    of a commutative ``op`` swapped to the right (a scalar one then is the attribute ``b``)."""
+    dt = b.require_dtype(node, 0, allowed)
+    b.require_dtype(node, 1, allowed)
+    if op in COMMUTATIVE and b.is_const(node, 0) and not b.is_const(node, 1):
+        inputs = (node.inputs[1], node.inputs[0])
+        node = OnnxNode(node.name, node.op_type, inputs, node.outputs, node.attrs, node.opset)
+    return _binary_node(b, node, op, dt, out)
 
 
 @converter("Add", "Mul")
 def _add_mul(b: Builder, node: OnnxNode) -> None:
-    _binary(b, node, node.op_type.lower(), 0, 1, node.outputs[0])
+    _arith(b, node, node.op_type.lower(), node.outputs[0])
 
 
 @converter("Sub")
@@ -158,9 +152,9 @@ def _sub(b: Builder, node: OnnxNode) -> None:
         b.require_dtype(node, 1, ARITH)
         neg = b.emit(node, "mul", (b.tensor(node, 1),), {"b": -1}, suffix="neg")
         swapped = OnnxNode(node.name, node.op_type, (b.temp(neg), node.inputs[0]), node.outputs, node.attrs)
-        _binary(b, swapped, "add", 0, 1, node.outputs[0])
+        _arith(b, swapped, "add", node.outputs[0])
         return
-    _binary(b, node, "sub", 0, 1, node.outputs[0])
+    _arith(b, node, "sub", node.outputs[0])
 
 
 @converter("Div")
@@ -171,7 +165,7 @@ def _div(b: Builder, node: OnnxNode) -> None:
     b.require_dtype(node, 0, FLOAT)
     b.require_dtype(node, 1, FLOAT)
     if not b.is_const(node, 1):
-        _binary(b, node, "div", 0, 1, node.outputs[0], FLOAT)
+        _arith(b, node, "div", node.outputs[0], FLOAT)
         return
     c = np.asarray(b.const(node, 1, "the divisor"), np.float32)
     if np.any(c == 0) or not np.all(np.isfinite(c)):
