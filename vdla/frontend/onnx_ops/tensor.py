@@ -158,9 +158,8 @@ def _reshape(b: Builder, node: OnnxNode) -> None:
 
 
 def _axes(b: Builder, node: OnnxNode) -> list[int] | None:
-    if b.has(node, 1):
-        return [int(a) for a in np.asarray(b.const(node, 1, "axes")).ravel()]
-    return None
+    """The axes input (None when absent, which differs from an empty one)."""
+    return _ints(b, node, 1, "axes").ravel().tolist() if b.has(node, 1) else None
 
 
 @converter("Squeeze")
@@ -222,10 +221,7 @@ def _concat(b: Builder, node: OnnxNode) -> None:
 
 def _const_ints(b: Builder, node: OnnxNode, i: int, what: str) -> list[int] | None:
     """The integers of constant input ``i`` (None when absent or empty)."""
-    if not b.has(node, i):
-        return None
-    v = np.asarray(b.const(node, i, what)).ravel()
-    return [int(a) for a in v] if v.size else None
+    return (_ints(b, node, i, what).ravel().tolist() or None) if b.has(node, i) else None
 
 
 def _slice_onnx(b: Builder, node: OnnxNode, x: str, starts: dict[int, int], out: str, ends: dict[int, int],
