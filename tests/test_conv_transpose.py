@@ -9,7 +9,7 @@ import itertools
 import numpy as np
 import pytest
 
-from vdla.cpu_fallback import ops
+from vdla.cpu_fallback import functions
 from vdla.graph import Graph, Node, TensorType, UnsupportedError, oracle
 from vdla.graph.convt import axis_phase, phase_convs
 from vdla.graph.interp import evaluate
@@ -59,7 +59,7 @@ def test_jit_kernel_and_oracle_match_the_scatter_reference(geometry, dtype):
         w = rng.standard_normal((4, 3, *kernel)).astype(np.float32)
         bias = rng.standard_normal(3 * groups).astype(np.float32)
     want = scatter_reference(x, w, bias, stride, dilation, pads, output_padding, groups)
-    got = ops.conv_transpose(
+    got = functions.conv_transpose(
         x, w, bias, stride=stride, padding=pads, dilation=dilation, output_padding=output_padding, groups=groups
     )
     acc = oracle.conv_transpose(x, w, stride, dilation, pads, want.shape[2:], groups)
@@ -74,9 +74,9 @@ def test_jit_kernel_and_oracle_match_the_scatter_reference(geometry, dtype):
 def test_bad_geometry_is_refused_naming_the_attribute():
     x, w = np.zeros((1, 2, 3, 3), np.float32), np.zeros((2, 2, 3, 3), np.float32)
     with pytest.raises(UnsupportedError, match="output_padding"):
-        ops.conv_transpose(x, w, stride=2, output_padding=2)
+        functions.conv_transpose(x, w, stride=2, output_padding=2)
     with pytest.raises(UnsupportedError, match="groups"):
-        ops.conv_transpose(x, w, groups=3)
+        functions.conv_transpose(x, w, groups=3)
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from vdla.cpu_fallback import UnsupportedError, compile_chain, ew, ops, set_disk_cache
+from vdla.cpu_fallback import UnsupportedError, compile_chain, ew, functions, set_disk_cache
 from vdla.graph.epilogue import Epilogue
 from vdla.graph.oracle import epilogue
 from vdla.isa.arith import requantize
@@ -25,7 +25,7 @@ def f32_arrays(shape, lo=-50.0, hi=50.0):
 def check_chain(x, steps, *, exact=True, rtol=2e-6, atol=0.0):
     """Compile the chain, run it on the arrays given in the steps, compare with the numpy reference."""
     kernel = compile_chain(x, steps)
-    got = ops.elementwise(x, steps)
+    got = functions.elementwise(x, steps)
     operands = [o for s in steps for o in s.operands if isinstance(o, np.ndarray) and o is not x]
     unique = list({id(o): o for o in operands}.values())
     want = kernel.spec.evaluate(x, *unique)
@@ -132,9 +132,9 @@ def test_exp_sigmoid_tanh_accuracy(x):
 def test_transcendental_special_values():
     x = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 88.7, 89.5, -87.5, -103.0, -200.0, 1e-30, -1e-30], np.float32)
     with np.errstate(over="ignore"):
-        np.testing.assert_allclose(ops.exp(x), np.exp(x), rtol=1e-6, atol=1e-44)
-        np.testing.assert_allclose(ops.sigmoid(x), 1 / (1 + np.exp(-x)), rtol=1e-6, atol=1e-44)
-    np.testing.assert_allclose(ops.tanh(x), np.tanh(x), rtol=1e-6)
+        np.testing.assert_allclose(functions.exp(x), np.exp(x), rtol=1e-6, atol=1e-44)
+        np.testing.assert_allclose(functions.sigmoid(x), 1 / (1 + np.exp(-x)), rtol=1e-6, atol=1e-44)
+    np.testing.assert_allclose(functions.tanh(x), np.tanh(x), rtol=1e-6)
 
 
 @SETTINGS
@@ -146,7 +146,7 @@ def test_quantize_matches_quantizelinear(x, scale, zp):
 
 def test_quantize_rounds_half_to_even_and_saturates():
     x = np.array([0.5, 1.5, 2.5, -0.5, -1.5, 126.5, 127.5, 1e9, -1e9, -128.5], np.float32)
-    np.testing.assert_array_equal(ops.quantize(x, 1.0), [0, 2, 2, 0, -2, 126, 127, 127, -128, -128])
+    np.testing.assert_array_equal(functions.quantize(x, 1.0), [0, 2, 2, 0, -2, 126, 127, 127, -128, -128])
 
 
 @SETTINGS
@@ -180,12 +180,12 @@ def test_requantize_is_the_accelerators_integer_function():
     x = rng.integers(-(2**31), 2**31, 4096, dtype=np.int64).astype(np.int32)
     for m, s in ((1, 0), (3, 1), (2**20 + 7, 17), (-(2**30), 31), (2**31 - 1, 24), (2**31 - 1, 55), (-(2**31), 63)):
         want = requantize(x, m, s)
-        np.testing.assert_array_equal(ops.requantize(x, m, s), want)
+        np.testing.assert_array_equal(functions.requantize(x, m, s), want)
     # 2^20 * 2^12 = 2^32: with no shift its low 32 bits are 0; shifted by 10 the exact product is 2^22
-    np.testing.assert_array_equal(ops.requantize(np.array([2**20], np.int32), 2**12, 0), [0])
-    np.testing.assert_array_equal(ops.requantize(np.array([2**20], np.int32), 2**12, 10), [127])
+    np.testing.assert_array_equal(functions.requantize(np.array([2**20], np.int32), 2**12, 0), [0])
+    np.testing.assert_array_equal(functions.requantize(np.array([2**20], np.int32), 2**12, 10), [127])
     # -2^31 * -2^31 = 2^62, the largest product: rounded by 63 it is 1 (half up), with no overflow
-    np.testing.assert_array_equal(ops.requantize(np.array([-(2**31)], np.int32), -(2**31), 63), [1])
+    np.testing.assert_array_equal(functions.requantize(np.array([-(2**31)], np.int32), -(2**31), 63), [1])
 
 
 @SETTINGS
@@ -209,8 +209,8 @@ def test_rshift_and_the_accelerator_epilogue_as_a_chain(data):
 def test_requantize_rounds_half_up_and_saturates():
     x = np.array([3, 5, -3, -5, 2**31 - 1, -(2**31), 1, -1], np.int32)
     # (x + 2) >> 2: 3 -> 1 (0.75), 5 -> 1 (1.25), -3 -> -1, -5 -> -1; halves round up: 2 -> 1, -2 -> 0
-    np.testing.assert_array_equal(ops.requantize(x, 1, 2), [1, 1, -1, -1, 127, -128, 0, 0])
-    np.testing.assert_array_equal(ops.requantize(np.array([2, -2, 6, -6], np.int32), 1, 2), [1, 0, 2, -1])
+    np.testing.assert_array_equal(functions.requantize(x, 1, 2), [1, 1, -1, -1, 127, -128, 0, 0])
+    np.testing.assert_array_equal(functions.requantize(np.array([2, -2, 6, -6], np.int32), 1, 2), [1, 0, 2, -1])
 
 
 @SETTINGS
@@ -329,4 +329,4 @@ def test_chains_on_arrays_at_any_alignment(offsets):
 )
 def test_unsupported_combinations_name_the_operator(x, steps, op):
     with pytest.raises(UnsupportedError, match=f"^{op}: "):
-        ops.elementwise(x, steps)
+        functions.elementwise(x, steps)

@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from vdla.cpu_fallback import TensorType, UnsupportedError, ew, get_kernel, ops, set_disk_cache
+from vdla.cpu_fallback import TensorType, UnsupportedError, ew, functions, get_kernel, set_disk_cache
 from vdla.cpu_fallback.specs import (
     make_concat,
     make_conv2d,
@@ -66,7 +66,7 @@ def test_pool2d(kind, case, include_pad):
 
 def test_int8_avg_pool_rounds_half_up():
     x = np.array([[[[1, 2], [-1, -2]]]], np.int8)  # row means 1.5 and -1.5
-    np.testing.assert_array_equal(ops.avg_pool2d(x, (1, 2))[..., 0], [[[2, -1]]])
+    np.testing.assert_array_equal(functions.avg_pool2d(x, (1, 2))[..., 0], [[[2, -1]]])
 
 
 @SETTINGS
@@ -99,7 +99,7 @@ def test_softmax_any_axis(data):
 )
 def test_pack_unpack_blocked_layout(dtype, shape, batch, block):
     x = np.arange(np.prod(shape)).reshape(shape).astype(dtype)
-    packed = ops.pack_blocked(x, batch, block)
+    packed = functions.pack_blocked(x, batch, block)
     n, c, h, w = shape
     nb, cb = -(-n // batch), -(-c // block)
     assert packed.shape == (nb, cb, h, w, batch, block)
@@ -108,7 +108,7 @@ def test_pack_unpack_blocked_layout(dtype, shape, batch, block):
             want = x[ni, ci] if ni < n and ci < c else 0
             np.testing.assert_array_equal(packed[ni // batch, ci // block, :, :, ni % batch, ci % block], want)
     np.testing.assert_array_equal(packed, make_pack(TensorType.of(x, "p"), batch, block).evaluate(x))
-    np.testing.assert_array_equal(ops.unpack_blocked(packed, c, n), x)
+    np.testing.assert_array_equal(functions.unpack_blocked(packed, c, n), x)
 
 
 @SETTINGS
@@ -132,7 +132,7 @@ def test_transpose(data):
 @pytest.mark.parametrize("dtype", ["int8", "float32"])
 def test_transpose_register_tiles_and_remainders(shape, perm, dtype):
     x = np.arange(np.prod(shape)).reshape(shape).astype(dtype)
-    np.testing.assert_array_equal(ops.transpose(x, perm), x.transpose(perm))
+    np.testing.assert_array_equal(functions.transpose(x, perm), x.transpose(perm))
 
 
 @SETTINGS
@@ -186,9 +186,9 @@ def test_slice_against_python_slicing(case):
 def test_slice_refuses_empty_and_out_of_range():
     x = np.zeros((4, 5), np.float32)
     with pytest.raises(UnsupportedError, match="slice: range.*along axis 1 of size 5"):
-        ops.strided_slice(x, (0, 3), (4, 3), (1, 1))
+        functions.strided_slice(x, (0, 3), (4, 3), (1, 1))
     with pytest.raises(UnsupportedError, match="slice: step 0 along axis 0"):
-        ops.strided_slice(x, (0, 0), (4, 5), (0, 1))
+        functions.strided_slice(x, (0, 0), (4, 5), (0, 1))
 
 
 @SETTINGS
@@ -240,10 +240,10 @@ def test_resize_kernel_against_its_taps(mode, coord, sizes):
 
 def test_nearest_resize_of_int8_is_a_gather_and_linear_refuses_it():
     x = np.arange(-60, 60, dtype=np.int8).reshape(1, 2, 6, 10)
-    got = ops.resize(x, (1, 2, 3, 20), mode="nearest", coordinate_mode="asymmetric", nearest_mode="floor")
+    got = functions.resize(x, (1, 2, 3, 20), mode="nearest", coordinate_mode="asymmetric", nearest_mode="floor")
     np.testing.assert_array_equal(got, x[:, :, ::2][:, :, :, np.arange(20) // 2])
     with pytest.raises(UnsupportedError, match="resize: linear resize needs float32, got int8"):
-        ops.resize(x, (1, 2, 3, 20), mode="linear")
+        functions.resize(x, (1, 2, 3, 20), mode="linear")
 
 
 @SETTINGS
@@ -270,7 +270,7 @@ def test_dense_int8_saturated_inputs_and_fused_epilogue():
     x = np.full((2, 300), -128, np.int8)
     w = np.full((5, 300), -128, np.int8)
     bias = np.array([0, 32767, 32768, -(2**23), 2**23], np.int32)
-    got = ops.dense(x, w, bias, epilogue=[ew.requantize(1, 16), ew.relu()])
+    got = functions.dense(x, w, bias, epilogue=[ew.requantize(1, 16), ew.relu()])
     # acc = 4915200 + bias; (acc + 2^15) >> 16 = 75, 75, 76, -53 -> relu 0, 203 -> 127
     np.testing.assert_array_equal(got, np.broadcast_to(np.array([75, 75, 76, 0, 127], np.int8), (2, 5)))
 
@@ -324,7 +324,7 @@ def test_depthwise_conv_int8_with_per_channel_requantize_epilogue():
     m = rng.integers(2**29, 2**30, (1, 8, 1, 1), dtype=np.int32)
     s = np.full((1, 8, 1, 1), 40, np.int32)
     steps = [ew.requantize(m, s), ew.relu()]
-    got = ops.conv2d(x, w, bias, padding=1, groups=8, epilogue=steps)
+    got = functions.conv2d(x, w, bias, padding=1, groups=8, epilogue=steps)
     r = resolve_steps(None, [ew.add(bias.reshape(1, -1, 1, 1)), *steps])
     spec = make_conv2d(TensorType.of(x, "c"), TensorType.of(w, "c"), 1, 1, 1, 8, r.operand_types, r.steps)
     np.testing.assert_array_equal(got, spec.evaluate(x, w, *r.operands))
@@ -334,38 +334,38 @@ def test_depthwise_conv_int8_with_per_channel_requantize_epilogue():
 @pytest.mark.parametrize(
     ("call", "op"),
     [
-        (lambda: ops.conv2d(np.zeros((1, 4, 5, 5), np.int8), np.zeros((4, 4, 3, 3), np.float32)), "conv2d"),
-        (lambda: ops.conv2d(np.zeros((1, 4, 5, 5), np.int8), np.zeros((4, 3, 3, 3), np.int8)), "conv2d"),
+        (lambda: functions.conv2d(np.zeros((1, 4, 5, 5), np.int8), np.zeros((4, 4, 3, 3), np.float32)), "conv2d"),
+        (lambda: functions.conv2d(np.zeros((1, 4, 5, 5), np.int8), np.zeros((4, 3, 3, 3), np.int8)), "conv2d"),
         (
-            lambda: ops.conv2d(np.zeros((1, 4, 5, 5), np.int8), np.zeros((4, 2, 3, 3), np.int8), groups=3),
+            lambda: functions.conv2d(np.zeros((1, 4, 5, 5), np.int8), np.zeros((4, 2, 3, 3), np.int8), groups=3),
             "conv2d",
         ),
         (
-            lambda: ops.conv2d(np.zeros((1, 4, 2, 2), np.float32), np.zeros((4, 4, 3, 3), np.float32)),
+            lambda: functions.conv2d(np.zeros((1, 4, 2, 2), np.float32), np.zeros((4, 4, 3, 3), np.float32)),
             "conv2d",
         ),
-        (lambda: ops.conv2d(np.zeros((1, 4, 5, 5), np.int32), np.zeros((4, 4, 3, 3), np.int32)), "conv2d"),
+        (lambda: functions.conv2d(np.zeros((1, 4, 5, 5), np.int32), np.zeros((4, 4, 3, 3), np.int32)), "conv2d"),
         (
-            lambda: ops.conv2d(
+            lambda: functions.conv2d(
                 np.zeros((1, 4, 5, 5), np.int8),
                 np.zeros((4, 4, 3, 3), np.int8),
                 epilogue=[ew.add(np.zeros((2, 4, 3, 3), np.int32))],
             ),
             "conv2d",
         ),
-        (lambda: ops.dense(np.zeros((2, 3), np.float32), np.zeros((4, 5), np.float32)), "dense"),
-        (lambda: ops.max_pool2d(np.zeros((1, 2, 5, 5), np.int32), 2), "max_pool2d"),
-        (lambda: ops.avg_pool2d(np.zeros((1, 2, 5, 5), np.float32), 2, 1, 2), "avg_pool2d"),
-        (lambda: ops.max_pool2d(np.zeros((2, 5, 5), np.float32), 2), "max_pool2d"),
-        (lambda: ops.softmax(np.zeros((2, 5), np.int8)), "softmax"),
-        (lambda: ops.softmax(np.zeros((2, 5), np.float32), axis=2), "softmax"),
-        (lambda: ops.unpack_blocked(np.zeros((1, 2, 3, 3, 1, 16), np.int8), 40), "unpack_blocked"),
-        (lambda: ops.concat([np.zeros((2, 3), np.int8), np.zeros((2, 3), np.float32)]), "concat"),
-        (lambda: ops.concat([np.zeros((2, 3), np.int8), np.zeros((3, 3), np.int8)], axis=1), "concat"),
-        (lambda: ops.pad(np.zeros((2, 3), np.int8), [(1, 1), (0, 0)], 300), "pad"),
-        (lambda: ops.transpose(np.zeros((2, 3), np.int8), (0, 0)), "transpose"),
-        (lambda: ops.global_avg_pool(np.zeros((2, 3, 4, 4), np.float64)), "global_avg_pool"),
-        (lambda: ops.relu([1.0, 2.0]), "chain"),
+        (lambda: functions.dense(np.zeros((2, 3), np.float32), np.zeros((4, 5), np.float32)), "dense"),
+        (lambda: functions.max_pool2d(np.zeros((1, 2, 5, 5), np.int32), 2), "max_pool2d"),
+        (lambda: functions.avg_pool2d(np.zeros((1, 2, 5, 5), np.float32), 2, 1, 2), "avg_pool2d"),
+        (lambda: functions.max_pool2d(np.zeros((2, 5, 5), np.float32), 2), "max_pool2d"),
+        (lambda: functions.softmax(np.zeros((2, 5), np.int8)), "softmax"),
+        (lambda: functions.softmax(np.zeros((2, 5), np.float32), axis=2), "softmax"),
+        (lambda: functions.unpack_blocked(np.zeros((1, 2, 3, 3, 1, 16), np.int8), 40), "unpack_blocked"),
+        (lambda: functions.concat([np.zeros((2, 3), np.int8), np.zeros((2, 3), np.float32)]), "concat"),
+        (lambda: functions.concat([np.zeros((2, 3), np.int8), np.zeros((3, 3), np.int8)], axis=1), "concat"),
+        (lambda: functions.pad(np.zeros((2, 3), np.int8), [(1, 1), (0, 0)], 300), "pad"),
+        (lambda: functions.transpose(np.zeros((2, 3), np.int8), (0, 0)), "transpose"),
+        (lambda: functions.global_avg_pool(np.zeros((2, 3, 4, 4), np.float64)), "global_avg_pool"),
+        (lambda: functions.relu([1.0, 2.0]), "chain"),
     ],
 )
 def test_bad_input_names_the_operator(call, op):

@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("llvmlite")
 
-from vdla.cpu_fallback import compile_chain, ops  # noqa: E402
+from vdla.cpu_fallback import compile_chain, functions  # noqa: E402
 from vdla.graph.ew import Step  # noqa: E402
 from vdla.graph.types import UnsupportedError  # noqa: E402
 
@@ -37,7 +37,7 @@ def _ulp_error(got: np.ndarray, exact: np.ndarray) -> float:
 
 
 def _run(x: np.ndarray, op: str, *operands, **attrs) -> np.ndarray:
-    return ops.elementwise(x, [Step(op, operands, attrs)])
+    return functions.elementwise(x, [Step(op, operands, attrs)])
 
 
 FUNCTIONS = {
@@ -285,4 +285,4 @@ def test_activations_are_within_a_few_ulp_of_the_exact_function(op, operands, at
 )
 def test_unsupported_dtypes_are_refused_naming_the_operator(op, dtype, operands, message):
     with pytest.raises(UnsupportedError, match=f"^{op}: {message}"):
-        ops.elementwise(np.zeros(4, dtype), [Step(op, operands)])
+        functions.elementwise(np.zeros(4, dtype), [Step(op, operands)])

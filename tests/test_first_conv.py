@@ -21,7 +21,7 @@ import pytest
 from qdq_check import qdq_conv
 
 from vdla.compiler import compile_conv2d
-from vdla.cpu_fallback import ops
+from vdla.cpu_fallback import functions
 from vdla.graph import Graph, Node, TensorType, UnsupportedError, oracle
 from vdla.graph.im2col import applies, im2col_convs, reduction_blocks
 from vdla.graph.interp import evaluate
@@ -73,7 +73,7 @@ def test_im2col_matches_the_tap_by_tap_reference(shape, kernel, stride, pads, di
     want = taps_reference(x, kernel, stride, pads, dilation)
     win, _ = make_window("im2col", shape[2:], kernel, stride, dilation, pads)
     np.testing.assert_array_equal(oracle.im2col(x, win), want)
-    np.testing.assert_array_equal(ops.im2col(x, kernel, stride, pads, dilation), want)
+    np.testing.assert_array_equal(functions.im2col(x, kernel, stride, pads, dilation), want)
     attrs = {"kernel": kernel, "stride": stride, "padding": pads, "dilation": dilation}
     g = Graph({"x": TensorType(shape, dtype)}, [Node("im2col", ("x",), "y", attrs)], ["y"])
     assert verify(g)["y"] == TensorType(want.shape, dtype)
@@ -92,9 +92,9 @@ def test_im2col_keeps_a_per_tensor_quantization_and_names_bad_input():
     per_channel = TensorType((1, 3, 8, 8), "int8", Quant.of((0.1, 0.2, 0.3), 0, 1))
     assert verify(g.copy(inputs={"x": per_channel}))["y"].quant is None
     with pytest.raises(UnsupportedError, match="im2col.*NCHW"):
-        ops.im2col(np.zeros((3, 8, 8), np.int8), 3)
+        functions.im2col(np.zeros((3, 8, 8), np.int8), 3)
     with pytest.raises(UnsupportedError, match="im2col.*does not fit"):
-        ops.im2col(np.zeros((1, 3, 4, 4), np.int8), 7)
+        functions.im2col(np.zeros((1, 3, 4, 4), np.int8), 7)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -201,9 +201,9 @@ def _c1_packed(multiplier=None):
     returns (run, reference of the 7x7 conv, im2col milliseconds)."""
     case = layer_case("C1", layer_specs()["C1"])
     sp = case.spec
-    cols = ops.im2col(case.x, (sp.kh, sp.kw), (sp.sh, sp.sw), sp.pad)
+    cols = functions.im2col(case.x, (sp.kh, sp.kw), (sp.sh, sp.sw), sp.pad)
     t0 = time.perf_counter()
-    ops.im2col(case.x, (sp.kh, sp.kw), (sp.sh, sp.sw), sp.pad, out=cols)
+    functions.im2col(case.x, (sp.kh, sp.kw), (sp.sh, sp.sw), sp.pad, out=cols)
     ms = (time.perf_counter() - t0) * 1e3
     w = case.w.reshape(sp.oc, -1, 1, 1)
     ep = case.epilogue

@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("llvmlite")
 
-from vdla.cpu_fallback import compile_graph, fuse, get_kernel, kernels, ops  # noqa: E402
+from vdla.cpu_fallback import compile_graph, functions, fuse, get_kernel, kernels  # noqa: E402
 from vdla.cpu_fallback.specs import Spec, make_chain  # noqa: E402
 from vdla.cpu_fallback.stacking import resolve_steps, spec_factory  # noqa: E402
 from vdla.graph import ew, oracle  # noqa: E402
@@ -57,12 +57,13 @@ def test_every_kernel_spec_has_its_numpy_semantics_and_an_emitter():
 
 
 def test_every_elementwise_operator_has_a_step_constructor_and_a_cpu_function():
-    """``ew.<api>`` and ``ops.<api>`` are made from each EwDef (a module global of that name would hide them),
+    """``ew.<api>`` and ``functions.<api>`` are made from each EwDef (a module global of that name would hide them),
     and a constructed step is the one a graph node of the operator gives (every attribute, defaults too)."""
     for d in EW.values():
         make = getattr(ew, d.api)
-        assert make is ew.step_constructor(d.api) and getattr(ops, d.api) is ops.elementwise_function(d.api), d.name
-        assert d.api in dir(ew) and d.api in dir(ops)
+        assert make is ew.step_constructor(d.api), d.name
+        assert getattr(functions, d.api) is functions.elementwise_function(d.api), d.name
+        assert d.api in dir(ew) and d.api in dir(functions)
         required = [p.name for p in inspect.signature(make).parameters.values() if p.default is p.empty]
         args = {n: "int32" if n == "dtype" else 3 for n in required}
         step = make(**args)
@@ -71,10 +72,10 @@ def test_every_elementwise_operator_has_a_step_constructor_and_a_cpu_function():
         assert resolve_steps(None, [step]).steps == node_steps([node], ["x"]), d.name
     assert ew.maximum(1).op == "max" and ew.quantize(0.5).operands == (0.5, 0)
     with pytest.raises(AttributeError, match="'max' goes by 'maximum'"):
-        ops.max  # noqa: B018
+        functions.max  # noqa: B018
     assert ew.cast(np.int8).attrs == {"dtype": "int8"}
     x = np.arange(-4, 4, dtype=np.int32)
-    np.testing.assert_array_equal(ops.rshift(x, 1), ops.elementwise(x, [ew.Step("rshift", (1,))]))
+    np.testing.assert_array_equal(functions.rshift(x, 1), functions.elementwise(x, [ew.Step("rshift", (1,))]))
 
 
 def _steps(op: str):

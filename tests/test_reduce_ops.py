@@ -231,18 +231,20 @@ def test_nll_loss_kernel_and_semantics():
     np.testing.assert_array_equal(oracle.nll_loss(x, target, w, ignore_index=-1)[target == -1], 0)
 
 
-def test_cpu_fallback_ops_functions_run_the_same_kernels():
-    from vdla.cpu_fallback import ops
+def test_cpu_fallback_functions_run_the_same_kernels():
+    from vdla.cpu_fallback import functions
 
     x = _values((3, 4, 5), "float32")
     s = RNG.standard_normal(5).astype(np.float32)
-    np.testing.assert_array_equal(ops.reduce(x, "argmax", (1,), keepdims=False), x.argmax(1))
+    np.testing.assert_array_equal(functions.reduce(x, "argmax", (1,), keepdims=False), x.argmax(1))
     l2 = np.sqrt((x.astype(np.float64) ** 2).sum((0, 2), keepdims=True))
-    np.testing.assert_allclose(ops.reduce(x, "l2", (0, 2)), l2, rtol=1e-6)
-    np.testing.assert_allclose(ops.normalize(x, s, s, axis=2), oracle.normalize(x, 2, 1e-5, True, s, s), rtol=1e-6)
-    np.testing.assert_array_equal(ops.cumsum(x, 1, reverse=True), oracle.cumsum(x, 1, reverse=True))
-    values, index = ops.topk(x, 2, axis=1, largest=False)
+    np.testing.assert_allclose(functions.reduce(x, "l2", (0, 2)), l2, rtol=1e-6)
+    np.testing.assert_allclose(
+        functions.normalize(x, s, s, axis=2), oracle.normalize(x, 2, 1e-5, True, s, s), rtol=1e-6
+    )
+    np.testing.assert_array_equal(functions.cumsum(x, 1, reverse=True), oracle.cumsum(x, 1, reverse=True))
+    values, index = functions.topk(x, 2, axis=1, largest=False)
     np.testing.assert_array_equal(index, np.argsort(x, axis=1, kind="stable")[:, :2])
     np.testing.assert_array_equal(values, np.sort(x, axis=1)[:, :2])
-    np.testing.assert_array_equal(ops.trilu(x, upper=False, k=1), np.tril(x, 1))
-    np.testing.assert_array_equal(ops.softmax(x, 0, "hardmax"), oracle.softmax(x, 0, "hardmax"))
+    np.testing.assert_array_equal(functions.trilu(x, upper=False, k=1), np.tril(x, 1))
+    np.testing.assert_array_equal(functions.softmax(x, 0, "hardmax"), oracle.softmax(x, 0, "hardmax"))

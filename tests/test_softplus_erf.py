@@ -14,7 +14,7 @@ pytest.importorskip("llvmlite")
 
 from onnx import TensorProto, helper  # noqa: E402
 
-from vdla.cpu_fallback import compile_graph, ops  # noqa: E402
+from vdla.cpu_fallback import compile_graph, functions  # noqa: E402
 from vdla.frontend import import_onnx  # noqa: E402
 from vdla.frontend.reference import reference_run  # noqa: E402
 from vdla.graph import oracle  # noqa: E402
@@ -76,10 +76,10 @@ def test_erf_is_accurate_to_float32_rounding():
     +-1 at the ends, NaN for NaN."""
     x = np.concatenate([np.linspace(-6, 6, 200_001, dtype=np.float32), np.array(SPECIAL, np.float32)])
     exact = _exact(math.erf, x)
-    _within_ulp(ops.elementwise(x, [Step("erf")]), exact, 2.0)
+    _within_ulp(functions.elementwise(x, [Step("erf")]), exact, 2.0)
     step = EwStep("erf")
     _within_ulp(oracle.chain((step,), (TensorType(x.shape, "float32"),), [x], x.shape, "float32"), exact, 2.0)
-    assert ops.elementwise(np.array([np.inf, -np.inf], np.float32), [Step("erf")]).tolist() == [1.0, -1.0]
+    assert functions.elementwise(np.array([np.inf, -np.inf], np.float32), [Step("erf")]).tolist() == [1.0, -1.0]
 
 
 def test_softplus_is_stable_for_large_magnitudes():
@@ -87,7 +87,7 @@ def test_softplus_is_stable_for_large_magnitudes():
     (down to the subnormals), within a few ulp of the exact value everywhere."""
     x = np.concatenate([np.linspace(-100, 100, 200_001, dtype=np.float32), np.array(SPECIAL, np.float32)])
     x = np.concatenate([x, np.array([1e30, 3e38, -1e30, -3e38, 88.0, 89.0, -87.0, -103.0], np.float32)])
-    got = ops.elementwise(x, [Step("softplus")])
+    got = functions.elementwise(x, [Step("softplus")])
     _within_ulp(got, _exact(_softplus, x), 4.0)
     assert got[-8:-6].tolist() == [np.float32(1e30), np.float32(3e38)] and got[-6] == 0.0
 
@@ -95,4 +95,4 @@ def test_softplus_is_stable_for_large_magnitudes():
 @pytest.mark.parametrize("op", ["softplus", "erf"])
 def test_integer_inputs_are_refused_naming_the_operator(op):
     with pytest.raises(UnsupportedError, match=f"^{op}: requires a float32 input, got int8"):
-        ops.elementwise(np.zeros(4, np.int8), [Step(op)])
+        functions.elementwise(np.zeros(4, np.int8), [Step(op)])

@@ -2,12 +2,12 @@
 
 Quick use from numpy::
 
-    from vdla.cpu_fallback import compile_chain, ew, ops
-    y = ops.max_pool2d(x, 3, 2, 1)
+    from vdla.cpu_fallback import compile_chain, ew, functions
+    y = functions.max_pool2d(x, 3, 2, 1)
     k = compile_chain(acc, [ew.requantize(m, s), ew.add(res), ew.relu(), ew.clip(0, 127), ew.cast("int8")])
     z = k(acc, res)
 
-The JIT names (``compile_graph``, ``get_kernel``, ``ops`` ...) load llvmlite on first use and raise an
+The JIT names (``compile_graph``, ``get_kernel``, ``functions`` ...) load llvmlite on first use and raise an
 ImportError naming the ``jit`` extra where it is missing; the kernel specs (and their numpy semantics,
 ``Spec.evaluate``) and the loader of ahead-of-time code (:mod:`~vdla.cpu_fallback.native`, what a board
 runs) need numpy only.
@@ -32,7 +32,7 @@ _JIT_NAMES = {
     "compile_graph": "stacking",
     "fuse": "stacking",
     "run_chain": "stacking",
-    "ops": None,
+    "functions": None,
 }
 
 

@@ -182,7 +182,7 @@ class EwDef:
     @property
     def api(self) -> str:
         """The name of its step constructor (:func:`step_constructor`) and CPU function
-        (``vdla.cpu_fallback.ops``)."""
+        (``vdla.cpu_fallback.functions``)."""
         return self.api_name or self.name
 
 

@@ -71,7 +71,7 @@ def elementwise(x: np.ndarray, steps: Sequence[Step], out: Out = None) -> np.nda
 
 @cache
 def elementwise_function(name: str) -> Callable[..., np.ndarray]:
-    """``ops.<name>(x, ..., out=None)``: ``elementwise(x, [ew.<name>(...)], out)``, one per elementwise operator,
+    """``functions.<name>(x, ..., out=None)``: ``elementwise(x, [ew.<name>(...)], out)``, one per elementwise operator,
     the arguments after ``x`` those of its step constructor (:func:`vdla.graph.ew.step_constructor`: operands,
     then attributes). Raises AttributeError when no elementwise operator has that name."""
     make = ew.step_constructor(name)
@@ -88,7 +88,8 @@ def elementwise_function(name: str) -> Callable[..., np.ndarray]:
 
 
 def __getattr__(name: str) -> Callable[..., np.ndarray]:
-    """The elementwise operators: ``ops.relu(x)``, ``ops.requantize(x, m, s)``, ... (:func:`elementwise_function`)."""
+    """The elementwise operators: ``functions.relu(x)``, ``functions.requantize(x, m, s)``, ...
+    (:func:`elementwise_function`)."""
     try:
         return elementwise_function(name)
     except AttributeError as e:
