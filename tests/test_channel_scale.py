@@ -10,11 +10,12 @@ import numpy as np
 import pytest
 
 from vdla.compiler import CompileError, compile_conv2d
-from vdla.compiler.pool import PoolSpec, compile_pool, pool_reference
-from vdla.compiler.spec import Conv2dSpec
+from vdla.compiler.channel_scale import channel_scale_reference, compile_channel_scale
+from vdla.compiler.spec import ChannelScaleSpec, Conv2dSpec
 from vdla.graph import oracle
 from vdla.graph.epilogue import Epilogue
 from vdla.graph.qdq import channel_product
+from vdla.graph.window import make_window
 from vdla.isa.arith import MUL_MAX_SHIFT, choose_multipliers
 from vdla.runtime import Device
 
@@ -46,9 +47,9 @@ def _python_reference(x, s, m: int, shift: int, clip) -> np.ndarray:
 @pytest.mark.parametrize("shape,clip", CASES)
 def test_the_channel_scale_equals_integer_arithmetic_on_sim(shape, clip):
     x, s, m, shift = _case(shape)
-    spec = PoolSpec.channel_scale(shape, m, shift, clip)
-    run = compile_pool(spec).run(Device("pynq"), x, s)
-    np.testing.assert_array_equal(run.out, pool_reference(x, spec, s))
+    spec = ChannelScaleSpec.make(shape, m, shift, clip)
+    run = compile_channel_scale(spec).run(Device("pynq"), x, s)
+    np.testing.assert_array_equal(run.out, channel_scale_reference(x, spec, s))
     if np.prod(shape) <= 5000:
         np.testing.assert_array_equal(run.out, _python_reference(x, s, m, shift, clip))
     # one copy GEMM and one MUL a row: at most 6 cycles per 16 channels of a pixel
@@ -58,22 +59,24 @@ def test_the_channel_scale_equals_integer_arithmetic_on_sim(shape, clip):
 
 def test_the_channel_scale_on_rtl_equals_sim(rtl_library):
     x, s, m, shift = _case((1, 40, 6, 5))
-    spec = PoolSpec.channel_scale(x.shape, m, shift, (-128, 127))
-    sim = compile_pool(spec).run(Device("pynq"), x, s)
-    rtl = compile_pool(spec).run(Device("pynq", backend="rtl"), x, s)
+    spec = ChannelScaleSpec.make(x.shape, m, shift, (-128, 127))
+    sim = compile_channel_scale(spec).run(Device("pynq"), x, s)
+    rtl = compile_channel_scale(spec).run(Device("pynq", backend="rtl"), x, s)
     np.testing.assert_array_equal(rtl.out, sim.out)
-    np.testing.assert_array_equal(rtl.out, pool_reference(x, spec, s))
+    np.testing.assert_array_equal(rtl.out, channel_scale_reference(x, spec, s))
     assert abs(rtl.counters.cycles - sim.counters.cycles) <= 0.05 * sim.counters.cycles
 
 
 def test_bad_channel_scales_name_what_is_wrong():
     with pytest.raises(CompileError, match="single pixels"):
-        PoolSpec.make((1, 16, 8, 8), 3, 1, 1, "scale")
+        ChannelScaleSpec((1, 16, 8, 8), make_window("pool", (8, 8), 3, 1, 1, 1)[0])
     with pytest.raises(CompileError, match="times an int8 gate must fit int32: at most 16777215"):
-        PoolSpec.channel_scale((1, 16, 8, 8), 1 << 30, 40)
+        ChannelScaleSpec.make((1, 16, 8, 8), 1 << 30, 40)
+    with pytest.raises(CompileError, match="clip bounds"):
+        ChannelScaleSpec.make((1, 16, 8, 8), 1, 0, (-200, 0))
     x, s, m, shift = _case((1, 16, 4, 4))
-    compiled = compile_pool(PoolSpec.channel_scale(x.shape, m, shift))
-    with pytest.raises(CompileError, match=r"int8 scale of shape \(1, 16, 1, 1\), got none"):
+    compiled = compile_channel_scale(ChannelScaleSpec.make(x.shape, m, shift))
+    with pytest.raises(CompileError, match=r"int8 gate of shape \(1, 16, 1, 1\), got none"):
         compiled.run(Device("pynq"), x)
     with pytest.raises(CompileError, match=r"got int8 \(1, 8, 1, 1\)"):
         compiled.run(Device("pynq"), x, s[:, :8])
@@ -94,8 +97,8 @@ def _gated(shape, oc: int, clip, residual):
         bias=RNG.integers(-5000, 5000, oc), multiplier=RNG.integers(1 << 14, 1 << 15, oc), shift=27, residual=residual
     )
     res = RNG.integers(-128, 128, (shape[0], oc, *shape[2:]), dtype=np.int8) if residual else None
-    gate = PoolSpec.channel_scale(shape, m, shift, clip)
-    scaled = pool_reference(x, gate, s)
+    gate = ChannelScaleSpec.make(shape, m, shift, clip)
+    scaled = channel_scale_reference(x, gate, s)
     want = oracle.conv2d_reference(scaled, w, Conv2dSpec.make(shape, oc, (1, 1)), ep, res)
     return x, s, w, ep, res, gate, want
 
@@ -111,7 +114,7 @@ def test_a_gated_1x1_conv_equals_the_scale_then_the_conv(shape, oc, clip, residu
     np.testing.assert_array_equal(run.out, want)
     assert np.count_nonzero(want) > want.size // 2
     plain = compile_conv2d(shape, w, epilogue=ep)
-    scale = compile_pool(gate)
+    scale = compile_channel_scale(gate)
     assert layer.search.cycles < plain.search.cycles + scale.search.cycles
 
 
@@ -131,7 +134,7 @@ def test_bad_gated_inputs_name_what_is_wrong():
     with pytest.raises(CompileError, match=r"channel scale of the layer's input \(1, 16, 8, 8\), got a scale of"):
         compile_conv2d((1, 16, 8, 8), w[:, :16], gate=gate)
     with pytest.raises(CompileError, match=r"clamp \(-100, 90\) be int8 or \[0, 127\]"):
-        compile_conv2d(x.shape, w, gate=PoolSpec.channel_scale(x.shape, gate.multiplier, gate.shift, (-100, 90)))
+        compile_conv2d(x.shape, w, gate=ChannelScaleSpec.make(x.shape, gate.multiplier, gate.shift, (-100, 90)))
     layer = compile_conv2d(x.shape, w, epilogue=ep, gate=gate)
     with pytest.raises(CompileError, match="exactly when the layer was compiled with a gated input"):
         layer.run(Device("pynq"), x)

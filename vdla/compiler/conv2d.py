@@ -16,11 +16,20 @@ from vdla.compiler.cache import ScheduleCache
 from vdla.compiler.epilogue import normalize
 from vdla.compiler.fused_pool import FusedPool
 from vdla.compiler.identity import EYE, identity_weights
-from vdla.compiler.pool import PoolSpec
 from vdla.compiler.run import LayerRun, run_bound
 from vdla.compiler.schedule import GATE, POST, ConvLowering, Schedule
 from vdla.compiler.search import SearchResult, build_stream, emit_program, search
-from vdla.compiler.spec import MASK, ROWS, TABLE, CompileError, Conv2dSpec, EpilogueSpec, InputUpsample, OutputView
+from vdla.compiler.spec import (
+    MASK,
+    ROWS,
+    TABLE,
+    ChannelScaleSpec,
+    CompileError,
+    Conv2dSpec,
+    EpilogueSpec,
+    InputUpsample,
+    OutputView,
+)
 from vdla.config import DEFAULT_PRESET, HwConfig, load_config
 from vdla.graph.epilogue import Epilogue
 from vdla.graph.layout import pack_activation, pack_channels, pack_weights, unpack_activation
@@ -99,7 +108,7 @@ class CompiledConv2d:
         cache: ScheduleCache | None = None,
         post: Epilogue | None = None,
         post_res: bool = False,
-        gate: PoolSpec | None = None,
+        gate: ChannelScaleSpec | None = None,
         copy_view: OutputView | None = None,
         up: InputUpsample | None = None,
     ):
@@ -120,10 +129,10 @@ class CompiledConv2d:
         post_imm = int(post_ep.multiplier) if post_ep is not None and self.epilogue.post.multiplier == "imm" else 1
         self.gate = gate
         if gate is not None:
-            if gate.op != "scale" or gate.shape != (spec.n, spec.c, spec.h, spec.w):
+            if gate.shape != (spec.n, spec.c, spec.h, spec.w):
                 raise CompileError(
                     f"a gated input is a channel scale of the layer's input {(spec.n, spec.c, spec.h, spec.w)}, "
-                    f"got a {gate.op} of {gate.shape}"
+                    f"got a scale of {gate.shape}"
                 )
             self.epilogue = replace(self.epilogue, gate=(gate.shift, *gate.clip))
         zero = None if runtime else zero_blocks(weights, cfg)
@@ -191,8 +200,8 @@ class CompiledConv2d:
         if (gate is None) != (self.gate is None):
             raise CompileError("a gate is given at run time exactly when the layer was compiled with a gated input")
         if gate is not None:
-            if gate.dtype != np.int8 or gate.shape != self.gate.scale_shape:
-                want = self.gate.scale_shape
+            if gate.dtype != np.int8 or gate.shape != self.gate.gate_shape:
+                want = self.gate.gate_shape
                 raise CompileError(f"the gate must be int8 of shape {want}, got {gate.dtype} {gate.shape}")
             arrays[GATE] = pack_activation(gate, cfg.batch, cfg.block_out)
         low, extra = self.lowering, {}
@@ -250,7 +259,7 @@ def compile_conv2d(
     cache: ScheduleCache | None = None,
     post: Epilogue | None = None,
     post_res: bool = False,
-    gate: PoolSpec | None = None,
+    gate: ChannelScaleSpec | None = None,
     copy_view: OutputView | None = None,
     up: InputUpsample | None = None,
 ) -> CompiledConv2d:
@@ -271,8 +280,8 @@ def compile_conv2d(
     channels of all its blocks, lanes the layer does not write zero). ``up``: some input-channel blocks are a
     nearest upsampling the layer reads from the tensor it upsamples (:class:`~vdla.compiler.spec.InputUpsample`,
     given to ``run`` as ``up``). ``gate``: a channel scale of the
-    input (:meth:`~vdla.compiler.pool.PoolSpec.channel_scale`, squeeze-excite's product) fused before the GEMMs: the
-    layer computes conv2d(pool_reference(x, gate, s), weights) for the int8 gate ``s`` given to ``run``."""
+    input (:class:`~vdla.compiler.spec.ChannelScaleSpec`, squeeze-excite's product) fused before the GEMMs: the
+    layer computes conv2d(channel_scale_reference(x, gate, s), weights) for the int8 gate ``s`` given to ``run``."""
     shape = weights if isinstance(weights, tuple) else weights.shape
     spec = Conv2dSpec.make(input_shape, shape[0], shape[2:], stride, padding, dilation, groups)
     pool = None

@@ -25,16 +25,9 @@ reduced separably, along the schedule's ``first`` axis, then the other:
 * average only: MUL by the multiplier row with the shift (the exact 64-bit product rounded once,
   :func:`vdla.isa.arith.mul_shift`), then CLIP.
 
-A channel scale ("scale", squeeze-excite's product ``x * s[c]`` requantized) is the same stream with a 1x1
-window and no reduction: a compute-stage LOAD ACC_8BIT brings the tile's rows of the per-channel vector ``s``
-(the DRAM tensor "res", packed like an output) above its window, one MUL by the multiplier row makes them
-``s[c] * m`` (exact: the spec's multiplier times any int8 fits int32), and one MUL holding each channel
-block's row multiplies the copied window in place with the shift: ``mul_shift(x, s * m, shift)``, the same
-exact product rounded once as ``mul_shift(x * s, m, shift)``.
-
 The OUT mirror truncates (the prologue's EPI: no requantization, no bias): every result is already an int8
-value; an average or scale clipped to int8 (or [0, 127]) lets the EPI's requantization with shift 0 clamp it
-instead of a CLIP pass. Two-operand passes cost ``alu_ii`` cycles per element, copies and immediates one.
+value; an average clipped to int8 (or [0, 127]) lets the EPI's requantization with shift 0 clamp it instead of a
+CLIP pass. Two-operand passes cost ``alu_ii`` cycles per element, copies and immediates one.
 Tiles go round-robin to virtual threads (:mod:`vdla.compiler.vthreads`): the loads of one tile and the
 STOREs of another overlap the compute; the schedule (tile, threads, pass order) is the fastest candidate on
 the timing-only simulator.
@@ -52,24 +45,24 @@ from functools import cached_property
 
 import numpy as np
 
-from vdla.compiler.blocks import Alu, Block, Epi, Load, Op, Store
+from vdla.compiler.blocks import Alu, Block, Epi, Gemm, Load, Op, Store
 from vdla.compiler.cache import ScheduleCache
 from vdla.compiler.identity import EYE, identity_bytes, identity_fits, identity_gemm, identity_weights, load_identity
 from vdla.compiler.microcode import Limits
 from vdla.compiler.run import run_band
 from vdla.compiler.search import cached_fastest, emit_program
-from vdla.compiler.spec import CompileError, EpilogueSpec, OutputView, WindowSpec, mirror_relu
+from vdla.compiler.spec import CompileError, EpilogueSpec, OutputView, WindowSpec, check_requantization, mirror_relu
 from vdla.compiler.tiling import BandLowering, BandTile, band_sizes
 from vdla.compiler.transfer import plan_transfers
 from vdla.compiler.vthreads import Stream, lower_vthreads, prologue_block
 from vdla.config import DEFAULT_PRESET, HwConfig, load_config
 from vdla.graph import oracle
-from vdla.graph.layout import pack_activation, pack_channels
+from vdla.graph.layout import pack_channels
 from vdla.isa import AluOp, Insn, MemType, clip_imm
 from vdla.isa.arith import INT8_MAX, INT8_MIN, requantize
 from vdla.runtime.device import Device
 
-POOL_OPS = ("max", "avg", "scale")
+POOL_OPS = ("max", "avg")
 MAX_VTHREADS = 2
 
 
@@ -79,9 +72,7 @@ class PoolSpec(WindowSpec):
 
     ``op`` "max": the window maximum (padded taps read ``INT8_MIN``, or 0 without ``pad_min``). "avg": the
     window sum (no padding: every window holds ``kh*kw`` taps) times ``multiplier`` rounded right by
-    ``shift`` (``mul_shift``), clamped to ``clip``. "scale": each pixel times its channel's entry of a second
-    int8 input of shape (N, C, 1, 1), requantized as "avg" (window 1x1). Frozen: a spec is the cache key of its
-    program.
+    ``shift`` (``mul_shift``), clamped to ``clip``. Frozen: a spec is the cache key of its program.
     """
 
     op: str = "max"
@@ -105,51 +96,32 @@ class PoolSpec(WindowSpec):
         """The sum over all H x W pixels, requantized: a global average pool."""
         return cls.make(shape, tuple(shape[2:]), op="avg", multiplier=multiplier, shift=shift, clip=clip)
 
-    @classmethod
-    def channel_scale(cls, shape, multiplier: int, shift: int, clip=(INT8_MIN, INT8_MAX)) -> PoolSpec:
-        """Each pixel of ``shape`` times its channel's scale, requantized: squeeze-excite's product."""
-        return cls.make(shape, 1, op="scale", multiplier=multiplier, shift=shift, clip=clip)
-
     def check(self) -> None:
         self.check_loads("pool")
-        if self.op == "scale" and self.window.kernel != (1, 1):
-            raise CompileError(f"a channel scale reads single pixels, got a {self.window.kernel} window")
-        if self.op == "scale" and abs(self.multiplier) * -INT8_MIN >= 1 << 31:
-            raise CompileError(
-                f"a channel scale's multiplier {self.multiplier} times an int8 gate must fit int32: "
-                f"at most {((1 << 31) - 1) // -INT8_MIN} (choose_multipliers with a bound of {-INT8_MIN})"
-            )
         if self.op == "avg" and any(self.window.pads):
             raise CompileError(f"an average pool with padding {self.window.pads} divides by varying counts")
-        if not INT8_MIN <= self.clip[0] <= self.clip[1] <= INT8_MAX:
-            raise CompileError(f"clip bounds {self.clip} must lie within int8")
-        if not (-(1 << 31) <= self.multiplier < 1 << 31 and 0 <= self.shift <= 63):
-            raise CompileError(f"multiplier {self.multiplier} must fit int32 and shift {self.shift} lie in [0, 63]")
+        check_requantization(self.multiplier, self.shift, self.clip)
 
     @property
     def requantizes(self) -> bool:
         return self.op != "max" and (self.multiplier, self.shift) != (1, 0)
 
-    @property
-    def scale_shape(self) -> tuple[int, int, int, int] | None:
-        """The shape of the per-channel scale a "scale" reads (None for a pooling)."""
-        return (*self.shape[:2], 1, 1) if self.op == "scale" else None
-
     def describe(self) -> str:
         (kh, kw), sh = self.window.kernel, self.window.stride[0]
         return f"{self.op} {kh}x{kw}/{sh} pad{list(self.window.pads)} {list(self.shape)}"
 
+    def key(self) -> str:
+        """A stable text key of the pooling (schedule cache)."""
+        (lo, hi) = self.clip
+        return f"pool:{self.describe()}:{int(self.pad_min)}:m{self.multiplier}s{self.shift}c{lo}_{hi}"
 
-def pool_reference(x: np.ndarray, spec: PoolSpec, scale: np.ndarray | None = None) -> np.ndarray:
-    """The numpy definition of what the program computes (int8 in, int8 out; ``scale`` the per-channel int8
-    vector of a "scale")."""
+
+def pool_reference(x: np.ndarray, spec: PoolSpec) -> np.ndarray:
+    """The numpy definition of what the program computes (int8 in, int8 out)."""
     if spec.op == "max":
         fill = INT8_MIN if spec.pad_min else 0
         return oracle.windows(x, spec.window, fill).max(axis=(4, 5)).astype(np.int8)
-    if spec.op == "scale":
-        total = x.astype(np.int64) * scale.astype(np.int64)
-    else:
-        total = oracle.windows(x.astype(np.int64), spec.window, 0).sum(axis=(4, 5))
+    total = oracle.windows(x.astype(np.int64), spec.window, 0).sum(axis=(4, 5))
     return requantize(total, spec.multiplier, spec.shift, *spec.clip)
 
 
@@ -187,59 +159,62 @@ class PoolSchedule:
         return f"oc{self.toc} oh{self.toh} vt{self.vthreads} {self.first}"
 
 
-class PoolLowering(BandLowering):
-    """A pooling spec on one config: tile geometry, buffer fit and the block stream.
+class AluBandLowering(BandLowering):
+    """What the ALU's layers share (pooling; the channel scale, :mod:`vdla.compiler.channel_scale`): on one
+    config, tiles of ``toc`` channel blocks x ``toh`` output rows (every column) dealt round-robin to up to
+    :data:`MAX_VTHREADS` threads; each tile's input window LOADed into its thread's INP share and copied into its
+    accumulators by an ``init`` GEMM with the identity weights (acc = x exactly, one cycle per element), ALU
+    passes there, and the STOREs of its results; the multiplier row of a requantization (:attr:`mult_row`) at the
+    top of ACC. A subclass gives the ACC elements of a tile's channel block (:meth:`per_block`) and its passes
+    (:meth:`block`).
 
     Each thread owns ``1/vthreads`` of the INP buffer (its tiles' input windows) and of the accumulators below
-    the multiplier row (the windows, row or column results, outputs); the identity weight block sits at WGT 0,
-    shared by every thread and never overwritten.
+    the multiplier row; the identity weight block sits at WGT 0, shared by every thread and never overwritten.
     """
 
-    def __init__(self, spec: PoolSpec, cfg: HwConfig, view: OutputView | None = None):
-        """``view``: the pooled channel blocks are blocks of a larger tensor (one part of a channel
-        concatenation, :attr:`OutputView.blocks`); a pool takes no other view."""
+    firsts: tuple[str, ...] = FIRST  # the first axes a schedule may reduce (PoolSchedule.first)
+
+    def __init__(self, spec: WindowSpec, cfg: HwConfig, view: OutputView | None = None):
+        """``view``: the layer's channel blocks are blocks of a larger tensor (one part of a channel
+        concatenation, :attr:`OutputView.blocks`); it takes no other view."""
         if not identity_fits(cfg):
             raise CompileError(
-                f"pooling copies packed activations into the accumulators: config {cfg.name!r} has "
+                f"the ALU's layers copy packed activations into the accumulators: config {cfg.name!r} has "
                 f"block_in={cfg.block_in} != block_out={cfg.block_out}"
             )
-        self.spec, self.cfg = spec, cfg
+        self.spec, self.cfg, self.view = spec, cfg, view
         n, c, self.h, self.w = spec.shape
         self.oh, self.ow = spec.out_hw
         self.ng, self.cb = -(-n // cfg.batch), -(-c // cfg.block_out)
         (self.kh, self.kw), (self.sh, self.sw) = spec.window.kernel, spec.window.stride
         self.cols = (self.ow - 1) * self.sw + self.kw
         self.limits = Limits.of(cfg)
-        self.rows_base = cfg.acc_depth - int(spec.requantizes)  # the multiplier row sits at the top
+        self.rows_base = cfg.acc_depth - int(self.mult_row)  # the multiplier row sits at the top
         if view is not None and view != OutputView((self.oh, self.ow), blocks=view.blocks):
-            raise CompileError(f"a pool stores into a view of whole channel blocks only, not {view}")
+            raise CompileError(f"an ALU layer stores into a view of whole channel blocks only, not {view}")
         if view is not None:
             view.check((self.oh, self.ow), EpilogueSpec(), self.cb)
         self.out_block0, self.out_blocks = (view.blocks[0], view.out_blocks(self.cb)) if view else (0, self.cb)
 
+    @property
+    def mult_row(self) -> bool:
+        """Whether the layer multiplies by a multiplier row (``spec.multiplier``, at ACC's top)."""
+        raise NotImplementedError
+
+    @property
+    def epi_clamps(self) -> bool:
+        """Whether the OUT mirror's requantization (EPI ``req`` with shift 0) does the final clamp: results
+        clipped to int8, or to [0, 127]. The last write of each output then leaves it clamped in OUT for the
+        STOREs, and no CLIP pass is needed."""
+        return mirror_relu(self.spec.clip) is not None
+
     def in_rows(self, noh: int) -> int:
         return (noh - 1) * self.sh + self.kh
 
-    def inplace(self, first: str) -> bool:
-        """Whether the first pass reduces in place at each result's first tap: its taps reach at most the
-        first tap of the result after next (``k <= 2 * stride`` along the axis reduced)."""
-        return self.kw <= 2 * self.sw if first == "rows" else self.kh <= 2 * self.sh
-
-    def doubled(self, axis: str) -> bool:
-        """Whether a max pool reduces along ``axis`` ("rows": each row over the column taps, "cols": each column
-        over the row taps) by :func:`doubling` in place: stride 1 and at least 4 taps."""
-        k, stride = (self.kw, self.sw) if axis == "rows" else (self.kh, self.sh)
-        return self.spec.op == "max" and stride == 1 and k >= 4
-
     def per_block(self, noh: int, first: str = "rows") -> tuple[int, int, int]:
-        """ACC elements of one channel block of a tile: (input window, first-pass results, output rows); for a
-        "scale", (window, 0, its scale row)."""
-        rows = self.in_rows(noh)
-        if self.spec.op == "scale":  # the window is the output, in place; one row of the scale above it
-            return rows * self.cols, 0, 1
-        alone = self.inplace(first) or self.doubled(first)  # the first pass runs over the window itself
-        mid = 0 if alone else rows * self.ow if first == "rows" else noh * self.cols
-        return rows * self.cols, mid, noh * self.ow
+        """ACC elements of one channel block of a tile of ``noh`` output rows: (input window, intermediate
+        results, output rows)."""
+        raise NotImplementedError
 
     def fits(self, toc: int, toh: int, vthreads: int, first: str) -> bool:
         """Whether ``toc`` channel blocks of ``toh`` output rows fit a thread's ACC and INP shares."""
@@ -253,12 +228,12 @@ class PoolLowering(BandLowering):
 
     def check_minimal(self) -> None:
         """Raise CompileError, naming the limit, when one output row of one channel block does not fit."""
-        if any(self.fits(1, 1, 1, f) for f in FIRST):
+        if any(self.fits(1, 1, 1, f) for f in self.firsts):
             return
         acc, inp = self.share(1)
         room = min(acc // (self.in_rows(1) + 2), inp // self.in_rows(1))
         raise CompileError(
-            f"one output row of a {self.spec.describe()} pool needs {sum(self.per_block(1))} ACC and "
+            f"one output row of a {self.spec.describe()} layer needs {sum(self.per_block(1))} ACC and "
             f"{self.per_block(1)[0]} INP elements ({self.in_rows(1)} input rows of {self.cols}), the buffers hold "
             f"{acc} and {inp}: inputs up to {room} pixels wide fit"
         )
@@ -270,7 +245,7 @@ class PoolLowering(BandLowering):
         return [
             PoolSchedule(toc, toh, v, first)
             for v in range(1, MAX_VTHREADS + 1)
-            for first in FIRST
+            for first in self.firsts
             for toc, toh in band_sizes(lambda n, t, v=v, f=first: self.fits(n, t, v, f), self.cb, self.oh)
         ]
 
@@ -281,54 +256,125 @@ class PoolLowering(BandLowering):
             EYE: identity_bytes(c),
             "out": self.ng * self.out_blocks * self.oh * self.ow * c.out_elem_bytes,  # its view's tensor
         }
-        if self.spec.op == "scale":
-            out["res"] = self.ng * self.cb * c.out_elem_bytes
-        if self.spec.requantizes:
+        if self.mult_row:
             out["mult"] = c.acc_elem_bytes
         return out
 
     def constants(self) -> dict[str, np.ndarray]:
-        """The identity weight block (the window copy) and, when requantizing, the multiplier row."""
+        """The identity weight block (the window copy) and the multiplier row, if any."""
         c = self.cfg
         out = {EYE: identity_weights(c)}
-        if self.spec.requantizes:
+        if self.mult_row:
             out["mult"] = pack_channels(np.full(c.block_out, self.spec.multiplier), c.batch, c.block_out)
         return out
 
     # ---- one tile ---------------------------------------------------------------------------------
     def block(self, thread: int, t: BandTile, s: PoolSchedule, eye: bool = False) -> Block:
-        """The loads, passes and stores of one tile: its input window LOADed into the thread's INP share (load
-        stage), copied into its accumulators by a GEMM with the identity weights (``init``: acc = x exactly, one
-        cycle per element), reduced there by ALU passes and stored. ``eye``: the stream's first block, which also
-        loads the identity block (the load stage runs in order, so every later block finds it resident)."""
+        """The loads, passes and stores of one tile (:meth:`window_copy`, then the layer's passes)."""
+        raise NotImplementedError
+
+    def window_copy(self, thread: int, t: BandTile, s: PoolSchedule, eye: bool) -> tuple[int, list[Load], Gemm, tuple]:
+        """(its thread's first accumulator, the loads, the copy GEMM, the window's padded border) of tile ``t``:
+        its input window LOADed into the thread's INP share (load stage) and copied into its accumulators by a
+        GEMM with the identity weights (``init``: acc = x exactly, one cycle per element). ``eye``: the stream's
+        first block, which also loads the identity block (the load stage runs in order, so every later block
+        finds it resident)."""
         acc0, inp0 = (thread * n for n in self.share(s.vthreads))
-        win, mb, ob = self.per_block(s.toh, s.first)
-        win_rows = self.in_rows(t.noh)
-        mbase, obase = acc0 + t.noc * win, acc0 + t.noc * (win + mb)
+        win = self.per_block(s.toh, s.first)[0]
         loads, pad = self.window_loads(t, inp0, win)
         if eye:
             loads = [load_identity(0), *loads]
-        copy = ((t.noc, (win, win)), (win_rows * self.cols, (1, 1)))
-        compute: list[Op] = [identity_gemm(copy, acc0, inp0, 0, self.limits, init=True)]
-        if self.spec.op == "scale":
-            compute += self.scale(t, acc0, mbase, win)
-            obase, ob = acc0, win
-        else:
-            if self.spec.op == "max" and self.spec.pad_min:  # the padded border reads INT8_MIN, not zero
-                compute += self.border_fill(t, acc0, win, pad, INT8_MIN)
-            compute += self.reduce(t, s, acc0, mbase, obase, win_rows)
+        copy = ((t.noc, (win, win)), (self.in_rows(t.noh) * self.cols, (1, 1)))
+        return acc0, loads, identity_gemm(copy, acc0, inp0, 0, self.limits, init=True), pad
+
+    def stores(self, t: BandTile, obase: int, ob: int) -> list[Store]:
+        offset = ((t.ng * self.out_blocks + self.out_block0 + t.cb) * self.oh + t.oy) * self.ow
+        axes = [(t.noc, self.oh * self.ow), (t.noh, self.ow), (self.ow, 1)]
+        if ob != t.noh * self.ow:  # a short last row tile: the channel blocks' rows are ob apart
+            return [
+                Store(obase + j * ob + tr.sram, "out", tr.offset, tr.y, tr.x, tr.stride)
+                for j in range(t.noc)
+                for tr in plan_transfers(0, offset + j * self.oh * self.ow, axes[1:])
+            ]
+        return [
+            Store(obase + tr.sram, "out", tr.offset, tr.y, tr.x, tr.stride) for tr in plan_transfers(0, offset, axes)
+        ]
+
+    # ---- the stream -------------------------------------------------------------------------------
+    def stream(self, s: PoolSchedule) -> Stream:
+        if not self.fits(s.toc, s.toh, s.vthreads, s.first):
+            raise CompileError(
+                f"schedule {s.describe()} needs {s.toc * sum(self.per_block(s.toh, s.first))} ACC and "
+                f"{s.toc * self.per_block(s.toh, s.first)[0]} INP elements per thread, the shares hold "
+                f"{self.share(s.vthreads)}"
+            )
+        tiles = self.tiles(s)
+        threads = [
+            [b for i, tile in enumerate(tiles[v :: s.vthreads]) for b in self.tile_blocks(v, tile, s, v == i == 0)]
+            for v in range(s.vthreads)
+        ]
+        return lower_vthreads(threads, self.prologue(threads))
+
+    def tile_blocks(self, thread: int, t: BandTile, s: PoolSchedule, eye: bool) -> list[Block]:
+        """The blocks of one tile on ``thread`` (``eye``: the stream's first, which loads the identity block)."""
+        return [self.block(thread, t, s, eye)]
+
+    def prologue(self, threads: list[list[Block]]) -> Block:
+        """The epilogue state (truncation, no bias: an ``init`` GEMM starts from zero), the multiplier row and
+        every distinct micro-kernel made resident (:func:`~vdla.compiler.vthreads.prologue_block`)."""
+        ops: list[Op] = [Epi(self.epi_clamps, self.epi_clamps and self.spec.clip[0] == 0, 0, None)]
+        if self.mult_row:
+            ops.append(Load(MemType.ACC, self.rows_base, "mult", 0, 1, 1, 1))
+        return prologue_block(ops, threads, self.cfg.uop_depth)
+
+
+class PoolLowering(AluBandLowering):
+    """A pooling spec on one config (:class:`AluBandLowering`): each tile's window reduced in ACC by the
+    separable passes of the module docstring, an average's sums requantized."""
+
+    spec: PoolSpec
+
+    @property
+    def mult_row(self) -> bool:
+        return self.spec.requantizes
+
+    @property
+    def epi_clamps(self) -> bool:
+        """Whether the OUT mirror clamps (:meth:`AluBandLowering.epi_clamps`): an average's results only (a max
+        pool's are its inputs' values)."""
+        return self.spec.op != "max" and super().epi_clamps
+
+    def inplace(self, first: str) -> bool:
+        """Whether the first pass reduces in place at each result's first tap: its taps reach at most the
+        first tap of the result after next (``k <= 2 * stride`` along the axis reduced)."""
+        return self.kw <= 2 * self.sw if first == "rows" else self.kh <= 2 * self.sh
+
+    def doubled(self, axis: str) -> bool:
+        """Whether a max pool reduces along ``axis`` ("rows": each row over the column taps, "cols": each column
+        over the row taps) by :func:`doubling` in place: stride 1 and at least 4 taps."""
+        k, stride = (self.kw, self.sw) if axis == "rows" else (self.kh, self.sh)
+        return self.spec.op == "max" and stride == 1 and k >= 4
+
+    def per_block(self, noh: int, first: str = "rows") -> tuple[int, int, int]:
+        """ACC elements of one channel block of a tile: (input window, first-pass results, output rows)."""
+        rows = self.in_rows(noh)
+        alone = self.inplace(first) or self.doubled(first)  # the first pass runs over the window itself
+        mid = 0 if alone else rows * self.ow if first == "rows" else noh * self.cols
+        return rows * self.cols, mid, noh * self.ow
+
+    def block(self, thread: int, t: BandTile, s: PoolSchedule, eye: bool = False) -> Block:
+        """The loads, passes and stores of one tile: its window copied into its accumulators
+        (:meth:`window_copy`), reduced there by ALU passes (an average's sums requantized) and stored."""
+        acc0, loads, copy, pad = self.window_copy(thread, t, s, eye)
+        win, mb, ob = self.per_block(s.toh, s.first)
+        mbase, obase = acc0 + t.noc * win, acc0 + t.noc * (win + mb)
+        compute: list[Op] = [copy]
+        if self.spec.op == "max" and self.spec.pad_min:  # the padded border reads INT8_MIN, not zero
+            compute += self.border_fill(t, acc0, win, pad, INT8_MIN)
+        compute += self.reduce(t, s, acc0, mbase, obase, self.in_rows(t.noh))
         if self.spec.op != "max":
             compute += self.requantize(t, obase, ob)
         return Block(thread, tuple(loads), tuple(compute), tuple(self.stores(t, obase, ob)))
-
-    def scale(self, t: BandTile, base: int, srow: int, win: int) -> list[Op]:
-        """The tile's scale rows LOADed (ACC_8BIT, compute stage) to ``srow`` and multiplied by the multiplier
-        row, then each channel block's window multiplied in place by its row with the shift (one MUL holding it
-        over the block's pixels)."""
-        load = Load(MemType.ACC_8BIT, srow, "res", t.ng * self.cb + t.cb, 1, t.noc, t.noc)
-        rows = Alu(AluOp.MUL, self.kernel(((t.noc, (1, 0)),), (srow, self.rows_base)))
-        nest = ((t.noc, (win, 1)), (t.noh * self.ow, (1, 0)))
-        return [load, rows, Alu(AluOp.MUL, self.kernel(nest, (base, srow), pin_outer=True), shift=self.spec.shift)]
 
     def reduce(self, t: BandTile, s: PoolSchedule, base: int, mbase: int, obase: int, win_rows: int) -> list[Op]:
         """The separable reduction: the first pass over ``s.first`` (in place at each result's first tap when
@@ -401,59 +447,12 @@ class PoolLowering(BandLowering):
         outputs."""
         nest = ((t.noc, (ob, 0)), (t.noh * self.ow, (1, 0)))
         ops: list[Op] = []
-        if self.spec.requantizes and self.spec.op != "scale":  # a scale's MUL applies the multiplier and shift
+        if self.spec.requantizes:
             mult = self.kernel(nest, (obase, self.rows_base), pin_outer=True)
             ops.append(Alu(AluOp.MUL, mult, shift=self.spec.shift))
         if not self.epi_clamps:
             ops.append(Alu(AluOp.CLIP, self.kernel(nest, (obase, 0)), imm=clip_imm(*self.spec.clip)))
         return ops
-
-    @property
-    def epi_clamps(self) -> bool:
-        """Whether the OUT mirror's requantization (EPI ``req`` with shift 0) does the final clamp: an average
-        or a scale clipped to int8, or to [0, 127]. The last write of each output then leaves it clamped in OUT
-        for the STOREs, and no CLIP pass is needed."""
-        return self.spec.op != "max" and mirror_relu(self.spec.clip) is not None
-
-    def stores(self, t: BandTile, obase: int, ob: int) -> list[Store]:
-        offset = ((t.ng * self.out_blocks + self.out_block0 + t.cb) * self.oh + t.oy) * self.ow
-        axes = [(t.noc, self.oh * self.ow), (t.noh, self.ow), (self.ow, 1)]
-        if ob != t.noh * self.ow:  # a short last row tile: the channel blocks' rows are ob apart
-            return [
-                Store(obase + j * ob + tr.sram, "out", tr.offset, tr.y, tr.x, tr.stride)
-                for j in range(t.noc)
-                for tr in plan_transfers(0, offset + j * self.oh * self.ow, axes[1:])
-            ]
-        return [
-            Store(obase + tr.sram, "out", tr.offset, tr.y, tr.x, tr.stride) for tr in plan_transfers(0, offset, axes)
-        ]
-
-    # ---- the stream -------------------------------------------------------------------------------
-    def stream(self, s: PoolSchedule) -> Stream:
-        if not self.fits(s.toc, s.toh, s.vthreads, s.first):
-            raise CompileError(
-                f"pool schedule {s.describe()} needs {s.toc * sum(self.per_block(s.toh, s.first))} ACC and "
-                f"{s.toc * self.per_block(s.toh, s.first)[0]} INP elements per thread, the shares hold "
-                f"{self.share(s.vthreads)}"
-            )
-        tiles = self.tiles(s)
-        threads = [
-            [b for i, tile in enumerate(tiles[v :: s.vthreads]) for b in self.tile_blocks(v, tile, s, v == i == 0)]
-            for v in range(s.vthreads)
-        ]
-        return lower_vthreads(threads, self.prologue(threads))
-
-    def tile_blocks(self, thread: int, t: BandTile, s: PoolSchedule, eye: bool) -> list[Block]:
-        """The blocks of one tile on ``thread`` (``eye``: the stream's first, which loads the identity block)."""
-        return [self.block(thread, t, s, eye)]
-
-    def prologue(self, threads: list[list[Block]]) -> Block:
-        """The epilogue state (truncation, no bias: an ``init`` GEMM starts from zero), the multiplier row and
-        every distinct micro-kernel made resident (:func:`~vdla.compiler.vthreads.prologue_block`)."""
-        ops: list[Op] = [Epi(self.epi_clamps, self.epi_clamps and self.spec.clip[0] == 0, 0, None)]
-        if self.spec.requantizes:
-            ops.append(Load(MemType.ACC, self.rows_base, "mult", 0, 1, 1, 1))
-        return prologue_block(ops, threads, self.cfg.uop_depth)
 
 
 class GlobalSumLowering(PoolLowering):
@@ -517,23 +516,14 @@ def pool_lowering(spec: PoolSpec, cfg: HwConfig, view: OutputView | None = None)
     return GlobalSumLowering(spec, cfg, view) if spec.op == "avg" and whole else PoolLowering(spec, cfg, view)
 
 
-class CompiledPool:
-    """A pooling compiled for one config: the chosen schedule (fastest on the timing-only simulator among
-    :meth:`PoolLowering.candidates`), its stream and constants."""
+class CompiledAluLayer:
+    """An ALU layer (its lowering, :class:`AluBandLowering`: pooling, channel scale) compiled for one config: the
+    chosen schedule (fastest on the timing-only simulator among the lowering's candidates, or ``schedule`` as
+    given, kept in ``cache`` under the keys of the spec and the view), its stream and constants."""
 
-    def __init__(
-        self,
-        spec: PoolSpec,
-        cfg: HwConfig,
-        schedule: PoolSchedule | None = None,
-        view: OutputView | None = None,
-        cache: ScheduleCache | None = None,
-    ):
-        self.spec, self.cfg = spec, cfg
-        self.lowering = low = pool_lowering(spec, cfg, view)
-        (lo, hi), requant = spec.clip, f"m{spec.multiplier}s{spec.shift}"
-        key = f"pool:{spec.describe()}:{int(spec.pad_min)}:{requant}c{lo}_{hi}"
-        key += f":{view.key()}" if view else ""
+    def __init__(self, low: AluBandLowering, schedule: PoolSchedule | None = None, cache: ScheduleCache | None = None):
+        self.spec, self.cfg, self.lowering = low.spec, low.cfg, low
+        key = low.spec.key() + (f":{low.view.key()}" if low.view else "")
         self.search = cached_fastest(low, low.candidates, PoolSchedule, key, cache, schedule)
         self.schedule, self.stream = self.search.schedule, self.search.stream
 
@@ -544,17 +534,15 @@ class CompiledPool:
     def program(self, dev: Device | None = None) -> list[Insn]:
         return emit_program(self.lowering, self.stream, dev or Device(self.cfg))
 
-    def run(self, dev: Device, x: np.ndarray, scale: np.ndarray | None = None, max_cycles: int | None = None):
-        """Run on ``dev``: ``x`` int8 NCHW (and a "scale"'s int8 ``scale``, N x C x 1 x 1); returns a
-        :class:`~vdla.compiler.run.LayerRun`."""
-        sp, cfg = self.spec, self.cfg
-        constants = dict(self.constants)
-        if sp.scale_shape is not None:
-            if scale is None or scale.dtype != np.int8 or scale.shape != sp.scale_shape:
-                got = "none" if scale is None else f"{scale.dtype} {scale.shape}"
-                raise CompileError(f"a channel scale needs an int8 scale of shape {sp.scale_shape}, got {got}")
-            constants["res"] = pack_activation(scale, cfg.batch, cfg.block_out)
-        return run_band(dev, self.lowering, self.stream, constants, x, "pool", max_cycles=max_cycles)
+
+class CompiledPool(CompiledAluLayer):
+    """A pooling compiled for one config (:class:`CompiledAluLayer`)."""
+
+    spec: PoolSpec
+
+    def run(self, dev: Device, x: np.ndarray, max_cycles: int | None = None):
+        """Run on ``dev``: ``x`` int8 NCHW; returns a :class:`~vdla.compiler.run.LayerRun`."""
+        return run_band(dev, self.lowering, self.stream, self.constants, x, "pool", max_cycles=max_cycles)
 
 
 def compile_pool(
@@ -567,4 +555,4 @@ def compile_pool(
     """Compile a pooling for ``config`` (see the module docstring); ``out_view``: store the pooled channel blocks
     into their blocks of a larger tensor (a concatenation's part); ``cache`` keeps the schedule chosen (or
     ``schedule`` is taken as given)."""
-    return CompiledPool(spec, load_config(config), schedule, out_view, cache)
+    return CompiledPool(pool_lowering(spec, load_config(config), out_view), schedule, cache)

@@ -713,7 +713,7 @@ class ConvLowering:
 
     def gate_prologue(self) -> list[Op]:
         """A gated input's rows: every image's int8 gate (LOAD ACC_8BIT) times the multiplier row (one MUL holding
-        it), the products exact in int32 (:meth:`vdla.compiler.pool.PoolSpec.check`)."""
+        it), the products exact in int32 (:class:`~vdla.compiler.spec.ChannelScaleSpec`'s invariant)."""
         if self.gate is None:
             return []
         n, base = self.ng * self.ib, self.gate_base

@@ -1,6 +1,7 @@
-"""What the compiler is asked to compute: a conv2d layer shape and its fused epilogue.
+"""What the compiler is asked to compute: a conv2d layer shape and its fused epilogue, the windows of the band
+tilings (pooling, depthwise) and squeeze-excite's channel scale.
 
-Both are validated on construction; anything the accelerator cannot express raises
+Each is validated on construction; anything the accelerator cannot express raises
 :class:`CompileError` naming the limit that was hit.
 """
 
@@ -200,7 +201,7 @@ class EpilogueSpec:
     loaded from DRAM, then ``post`` applied and the result stored.
 
     ``gate``: a channel scale of the layer's input fused before its GEMMs (squeeze-excite's product,
-    :meth:`vdla.compiler.pool.PoolSpec.channel_scale`): each input pixel times its channel's int8 gate and the
+    :class:`ChannelScaleSpec`): each input pixel times its channel's int8 gate and the
     scale's multiplier, rounded once by ``shift`` (:func:`vdla.isa.arith.mul_shift`) and clamped to (lo, hi); an
     identity GEMM copies each step's input window into ACC with that product in the OUT mirror (EPI ``mul``), and
     the layer's GEMMs read it from OUT (EPI ``src_out``).
@@ -423,3 +424,56 @@ class WindowSpec:
     @property
     def out_shape(self) -> tuple[int, int, int, int]:
         return (*self.shape[:2], *self.out_hw)
+
+
+def check_requantization(multiplier: int, shift: int, clip: tuple[int, int]) -> None:
+    """Raise CompileError unless an ALU layer's requantization fits: ``clip`` within int8, ``multiplier`` within
+    int32 and ``shift`` in [0, 63] (the MUL's exact product rounded once, :func:`vdla.isa.arith.mul_shift`)."""
+    if not CLIP_MIN <= clip[0] <= clip[1] <= CLIP_MAX:
+        raise CompileError(f"clip bounds {clip} must lie within int8")
+    if not (-(1 << 31) <= multiplier < 1 << 31 and 0 <= shift <= 63):
+        raise CompileError(f"multiplier {multiplier} must fit int32 and shift {shift} lie in [0, 63]")
+
+
+@dataclass(frozen=True)
+class ChannelScaleSpec(WindowSpec):
+    """Squeeze-excite's channel product: each pixel of an int8 NCHW tensor ``shape`` times its channel's entry of
+    an int8 gate of shape (N, C, 1, 1) (:attr:`gate_shape`), times ``multiplier``, rounded right by ``shift`` once
+    (:func:`vdla.isa.arith.mul_shift`) and clamped to ``clip``. Its ``window`` is 1x1: each output pixel reads its
+    own input pixel, in the band tiling the pooling shares. Frozen: a spec is the cache key of its program.
+
+    Invariant: ``multiplier`` times any int8 gate fits int32, so the gate rows times the multiplier are exact."""
+
+    multiplier: int = 1
+    shift: int = 0
+    clip: tuple[int, int] = (CLIP_MIN, CLIP_MAX)
+
+    @classmethod
+    def make(cls, shape, multiplier: int, shift: int, clip=(CLIP_MIN, CLIP_MAX)) -> ChannelScaleSpec:
+        """The checked channel scale of an NCHW tensor ``shape``; raises CompileError naming the limit."""
+        window = cls.window_of("channel scale", "channel_scale", shape, 1, 1, 0)
+        return cls(tuple(int(d) for d in shape), window, int(multiplier), int(shift), tuple(int(v) for v in clip))
+
+    def __post_init__(self) -> None:
+        if self.window.kernel != (1, 1) or self.window.stride != (1, 1) or any(self.window.pads):
+            raise CompileError(f"a channel scale reads single pixels, got a {self.window.kernel} window")
+        self.check_loads("channel scale")
+        check_requantization(self.multiplier, self.shift, self.clip)
+        if abs(self.multiplier) * -INT8_MIN >= 1 << 31:
+            raise CompileError(
+                f"a channel scale's multiplier {self.multiplier} times an int8 gate must fit int32: "
+                f"at most {((1 << 31) - 1) // -INT8_MIN} (choose_multipliers with a bound of {-INT8_MIN})"
+            )
+
+    @property
+    def gate_shape(self) -> tuple[int, int, int, int]:
+        """The shape of the per-channel int8 gate the scale multiplies by: (N, C, 1, 1)."""
+        return (*self.shape[:2], 1, 1)
+
+    def describe(self) -> str:
+        return f"channel scale {list(self.shape)}"
+
+    def key(self) -> str:
+        """A stable text key of the scale (schedule cache)."""
+        (lo, hi) = self.clip
+        return f"scale:{list(self.shape)}:m{self.multiplier}s{self.shift}c{lo}_{hi}"

@@ -17,13 +17,14 @@ import numpy as np
 from vdla.compiler import CompileError, ScheduleCache, compile_conv2d
 from vdla.compiler.blockdiag import region
 from vdla.compiler.chain import join_programs, weight_relocator
+from vdla.compiler.channel_scale import compile_channel_scale
 from vdla.compiler.depthwise import compile_depthwise
 from vdla.compiler.dw_pointwise import compile_dw_pointwise
 from vdla.compiler.epilogue import normalize
 from vdla.compiler.pool import compile_pool
 from vdla.compiler.schedule import GATE
 from vdla.compiler.search import emit_program
-from vdla.compiler.spec import EpilogueSpec, InputUpsample, OutputView
+from vdla.compiler.spec import ChannelScaleSpec, EpilogueSpec, InputUpsample, OutputView
 from vdla.config import HwConfig
 from vdla.graph.copies import COPY, block_view, channel_span
 from vdla.graph.ew import EPILOGUE_STEP
@@ -243,8 +244,13 @@ class ModelBuilder:
             cycles = self.compiled(fused).search.cycles
         except CompileError:
             return False
-        apart = compile_pool(pool.spec, self.cfg, cache=self.cache).search.cycles + self.compiled(alone).search.cycles
+        apart = self.compiled_alu(pool).search.cycles + self.compiled(alone).search.cycles
         return cycles < apart
+
+    def compiled_alu(self, layer: PoolLayer, view: OutputView | None = None):
+        """The ALU layer ``layer`` compiled storing through ``view``: a pooling, or a channel scale."""
+        scale = isinstance(layer.spec, ChannelScaleSpec)
+        return (compile_channel_scale if scale else compile_pool)(layer.spec, self.cfg, out_view=view, cache=self.cache)
 
     def compiled(self, layer: AccelLayer):
         """``layer`` compiled (once per output, fused layers and output view): a fused depthwise -> 1x1 pair (with
@@ -817,8 +823,8 @@ class ModelBuilder:
         return compiled, insns
 
     def compile_pool(self, layer: PoolLayer, dev: Device, addr: dict[str, int]) -> AccelStep:
-        """A pooling on the ALU (:mod:`vdla.compiler.pool`), its schedule timed on the simulator."""
-        compiled = compile_pool(layer.spec, self.cfg, out_view=self.view_of(layer.out), cache=self.cache)
+        """A pooling or channel scale on the ALU (:meth:`compiled_alu`), its schedule timed on the simulator."""
+        compiled = self.compiled_alu(layer, self.view_of(layer.out))
         insns, code = self.emit(layer, compiled.lowering, compiled.stream, compiled.constants, dev, addr)
         sp = layer.spec
         desc = {
@@ -828,8 +834,10 @@ class ModelBuilder:
             "kernel": list(sp.window.kernel),
             "stride": list(sp.window.stride),
             "schedule": compiled.schedule.describe(),
-            "epilogue": f"pad {'int8 min' if sp.pad_min else 'zero (input >= 0)'}" if sp.op == "max" else "requant",
+            "epilogue": "requant",
         }
+        if layer.op == "max_pool2d":
+            desc["epilogue"] = f"pad {'int8 min' if sp.pad_min else 'zero (input >= 0)'}"
         out = [self.pending[layer.out]]
         return AccelStep(layer.out, code.addr, len(insns), 0, self.accel_reads(layer), out, desc)
 

@@ -15,11 +15,12 @@ import numpy as np
 
 from vdla.compiler import CompileError
 from vdla.compiler.blockdiag import BlockPart, block_parts, check_parts, is_block_diagonal, parts_refusal
+from vdla.compiler.channel_scale import ChannelScaleLowering
 from vdla.compiler.depthwise import mode_refusal
 from vdla.compiler.dw_pointwise import dw_pointwise_refusal
 from vdla.compiler.fused_pool import FusedPool
 from vdla.compiler.pool import PoolSpec, pool_lowering
-from vdla.compiler.spec import Conv2dSpec
+from vdla.compiler.spec import ChannelScaleSpec, Conv2dSpec
 from vdla.config import HwConfig
 from vdla.graph.copies import COPY
 from vdla.graph.epilogue import Epilogue, match_integer
@@ -111,16 +112,17 @@ class AccelLayer:
 
 @dataclass(frozen=True)
 class PoolLayer:
-    """A pooling the accelerator's ALU runs (:mod:`vdla.compiler.pool`): the graph values it reads and
-    writes and its spec. A global average is ``global_sum_pool -> mul -> clip -> cast`` [-> reshape to
-    (N, C), which leaves the packed bytes as they are]; a channel scale ``mul(x, s) -> mul -> clip -> cast``,
-    whose per-channel ``s`` it reads as ``residual`` (packed like a layer's output)."""
+    """A layer the accelerator's ALU runs: a pooling (:mod:`vdla.compiler.pool`) or a channel scale
+    (:mod:`vdla.compiler.channel_scale`): the graph values it reads and writes and its spec. A global average is
+    ``global_sum_pool -> mul -> clip -> cast`` [-> reshape to (N, C), which leaves the packed bytes as they are];
+    a channel scale ``mul(x, s) -> mul -> clip -> cast``, whose per-channel ``s`` it reads as ``residual``
+    (packed like a layer's output)."""
 
     op: str
     nodes: tuple[str, ...]
     x: str
     out: str
-    spec: PoolSpec
+    spec: PoolSpec | ChannelScaleSpec
     residual: str | None = None
     w: None = None  # what an accelerator unit may carry, never a pool's: run-time weights,
     gate: None = None  # a fused channel scale,
@@ -384,8 +386,8 @@ def match_scale(anchor: Node, graph: Graph, types: dict[str, TensorType], cfg: H
         return "a channel product without its requantization (mul by a scalar, clip, cast to int8) runs on the CPU"
     nodes, (m, shift, lo, hi) = chain
     try:
-        spec = PoolSpec.channel_scale(types[x].shape, m, shift, (lo, hi))
-        pool_lowering(spec, cfg).check_minimal()
+        spec = ChannelScaleSpec.make(types[x].shape, m, shift, (lo, hi))
+        ChannelScaleLowering(spec, cfg).check_minimal()
     except CompileError as e:
         return str(e)
     return PoolLayer("scale", tuple(nodes), x, nodes[-1], spec, residual=s)
