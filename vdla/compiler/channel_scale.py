@@ -22,13 +22,13 @@ import numpy as np
 
 from vdla.compiler.blocks import Alu, Block, Load, Op
 from vdla.compiler.cache import ScheduleCache
-from vdla.compiler.pool import AluBandLowering, CompiledAluLayer, PoolSchedule
+from vdla.compiler.pool import AluBandLowering, CompiledAluLayer, PoolSchedule, requantize_passes
 from vdla.compiler.run import run_band
 from vdla.compiler.spec import ChannelScaleSpec, CompileError, OutputView
 from vdla.compiler.tiling import BandTile
 from vdla.config import DEFAULT_PRESET, load_config
 from vdla.graph.layout import pack_activation
-from vdla.isa import AluOp, MemType, clip_imm
+from vdla.isa import AluOp, MemType
 from vdla.isa.arith import requantize
 from vdla.runtime.device import Device
 
@@ -61,14 +61,14 @@ class ChannelScaleLowering(AluBandLowering):
 
     def block(self, thread: int, t: BandTile, s: PoolSchedule, eye: bool = False) -> Block:
         """The loads, passes and stores of one tile: its window copied into its accumulators
-        (:meth:`~vdla.compiler.pool.AluBandLowering.window_copy`), scaled in place (:meth:`scale`), clamped by
-        the OUT mirror or a CLIP pass, and stored."""
+        (:meth:`~vdla.compiler.pool.AluBandLowering.window_copy`), scaled in place (:meth:`scale`: the multiplier
+        and shift), clamped by the OUT mirror or a CLIP pass (:func:`~vdla.compiler.pool.requantize_passes`), and
+        stored."""
         acc0, loads, copy, _ = self.window_copy(thread, t, s, eye)
         win = self.per_block(s.toh)[0]
-        compute: list[Op] = [copy, *self.scale(t, acc0, acc0 + t.noc * win, win)]
-        if not self.epi_clamps:
-            nest = ((t.noc, (win, 0)), (t.noh * self.ow, (1, 0)))
-            compute.append(Alu(AluOp.CLIP, self.kernel(nest, (acc0, 0)), imm=clip_imm(*self.spec.clip)))
+        nest = ((t.noc, (win, 0)), (t.noh * self.ow, (1, 0)))
+        clamp = requantize_passes(self.kernel, nest, acc0, None, 0, self.spec.clip)
+        compute: list[Op] = [copy, *self.scale(t, acc0, acc0 + t.noc * win, win), *clamp]
         return Block(thread, tuple(loads), tuple(compute), tuple(self.stores(t, acc0, win)))
 
     def scale(self, t: BandTile, base: int, srow: int, win: int) -> list[Op]:

@@ -38,7 +38,7 @@ from vdla.compiler.blocks import Alu, Block, Epi, Gemm, Load, Op, Store
 from vdla.compiler.cache import ScheduleCache
 from vdla.compiler.identity import EYE, identity_bytes, identity_weights, load_identity
 from vdla.compiler.microcode import Limits, MicroKernel, lower_nest
-from vdla.compiler.pool import PoolSpec
+from vdla.compiler.pool import PoolSpec, requantize_passes
 from vdla.compiler.run import LayerRun, run_band
 from vdla.compiler.search import cached_fastest, emit_program
 from vdla.compiler.spec import TABLE, CompileError, WindowSpec, mirror_relu, refusal
@@ -50,7 +50,7 @@ from vdla.graph import oracle
 from vdla.graph.epilogue import Epilogue
 from vdla.graph.layout import pack_channels, unpack_activation
 from vdla.graph.window import pair
-from vdla.isa import AluOp, Insn, MemType, clip_imm
+from vdla.isa import AluOp, Insn, MemType
 from vdla.runtime.device import Device
 
 MAX_STRIDE_DW = 3  # the EPI dw_stride field is 2 bits
@@ -291,7 +291,8 @@ class DepthwiseLowering(BandLowering):
     def gap_ops(self, t: BandTile, acc0: int, ob: int) -> list[Op]:
         """The tile's int8 outputs (OUT rows from ``acc0``, ``ob`` apart by channel block) summed into their
         blocks' accumulators by a GEMM against the identity block (``init`` on the first band); on the last band,
-        the sums requantized: MUL by the multiplier row with the shift, clamped by the EPI (or a CLIP)."""
+        the sums requantized (:func:`~vdla.compiler.pool.requantize_passes`: MUL by the multiplier row with the shift,
+        clamped by the EPI's requantization or a CLIP)."""
         gap, row = self.gap, self.sum0 + t.ng * self.cb + t.cb
         nest = ((t.noc, (1, ob, 0)), (t.noh * self.ow, (0, 1, 0)))
         gemm = Gemm(lower_nest(nest, (row, acc0, self.eye), self.limits, pin_outer=True), init=t.oy == 0)
@@ -299,11 +300,9 @@ class DepthwiseLowering(BandLowering):
         if t.oy + t.noh < self.oh:
             return ops
         relu = mirror_relu(gap.clip)
-        mul = self.kernel(((t.noc, (1, 0)),), (row, self.sum0 + self.ng * self.cb))
-        ops += [Epi(relu is not None, bool(relu), 0, None), Alu(AluOp.MUL, mul, shift=gap.shift)]
-        if relu is None:
-            ops.append(Alu(AluOp.CLIP, self.kernel(((t.noc, (1, 0)),), (row, 0)), imm=clip_imm(*gap.clip)))
-        return ops
+        mult = self.sum0 + self.ng * self.cb
+        tail = requantize_passes(self.kernel, ((t.noc, (1, 0)),), row, mult, gap.shift, gap.clip)
+        return [*ops, Epi(relu is not None, bool(relu), 0, None), *tail]
 
     def gap_stores(self, t: BandTile) -> list[Store]:
         """The STORE of a channel tile's averages, after its last band."""

@@ -27,7 +27,7 @@ reduced separably, along the schedule's ``first`` axis, then the other:
 
 The OUT mirror truncates (the prologue's EPI: no requantization, no bias): every result is already an int8
 value; an average clipped to int8 (or [0, 127]) lets the EPI's requantization with shift 0 clamp it instead of a
-CLIP pass. Two-operand passes cost ``alu_ii`` cycles per element, copies and immediates one.
+CLIP pass (:func:`requantize_passes`). Two-operand passes cost ``alu_ii`` cycles per element, copies and immediates one.
 Tiles go round-robin to virtual threads (:mod:`vdla.compiler.vthreads`): the loads of one tile and the
 STOREs of another overlap the compute; the schedule (tile, threads, pass order) is the fastest candidate on
 the timing-only simulator.
@@ -126,6 +126,22 @@ def pool_reference(x: np.ndarray, spec: PoolSpec) -> np.ndarray:
 
 
 FIRST = ("rows", "cols")
+
+
+def requantize_passes(kernel, nest, at: int, mult_row: int | None, shift: int, clip: tuple[int, int]) -> list[Alu]:
+    """The requantization of int32 sums in ACC (an average's, a channel scale's products), the ALU layers' and the
+    depthwise layer's fused average's one tail: a MUL of the elements of ``nest`` (axes of (extent, (dst stride,
+    0)), from row ``at``) by the multiplier row ``mult_row`` (None: no multiplier) rounded by ``shift`` (the
+    exact product rounded once, :func:`vdla.isa.arith.mul_shift`), then a CLIP to ``clip`` unless the OUT
+    mirror's requantization clamps them (:func:`~vdla.compiler.spec.mirror_relu`: int8's or ReLU's bounds, the
+    caller's EPI ``req`` with shift 0). ``kernel``: the lowering's ALU micro-kernel of a nest
+    (:meth:`~vdla.compiler.tiling.BandLowering.kernel`)."""
+    ops = []
+    if mult_row is not None:
+        ops.append(Alu(AluOp.MUL, kernel(nest, (at, mult_row), pin_outer=True), shift=shift))
+    if mirror_relu(clip) is None:
+        ops.append(Alu(AluOp.CLIP, kernel(nest, (at, 0)), imm=clip_imm(*clip)))
+    return ops
 
 
 def doubling(taps: int) -> tuple[list[int], int]:
@@ -442,17 +458,12 @@ class PoolLowering(AluBandLowering):
             ops.append(Alu(AluOp.MAX, self.kernel(nest, (at, at + d * step))))
         return ops
 
-    def requantize(self, t: BandTile, obase: int, ob: int) -> list[Op]:
-        """MUL by the multiplier row with the shift, then CLIP (unless :attr:`epi_clamps`), over the tile's
-        outputs."""
+    def requantize(self, t: BandTile, obase: int, ob: int) -> list[Alu]:
+        """An average's :func:`requantize_passes` over the tile's outputs (``ob`` elements a channel block from
+        ``obase``)."""
         nest = ((t.noc, (ob, 0)), (t.noh * self.ow, (1, 0)))
-        ops: list[Op] = []
-        if self.spec.requantizes:
-            mult = self.kernel(nest, (obase, self.rows_base), pin_outer=True)
-            ops.append(Alu(AluOp.MUL, mult, shift=self.spec.shift))
-        if not self.epi_clamps:
-            ops.append(Alu(AluOp.CLIP, self.kernel(nest, (obase, 0)), imm=clip_imm(*self.spec.clip)))
-        return ops
+        mult = self.rows_base if self.spec.requantizes else None
+        return requantize_passes(self.kernel, nest, obase, mult, self.spec.shift, self.spec.clip)
 
 
 class GlobalSumLowering(PoolLowering):
