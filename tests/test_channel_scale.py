@@ -11,7 +11,7 @@ import pytest
 
 from vdla.compiler import CompileError, compile_conv2d
 from vdla.compiler.channel_scale import channel_scale_reference, compile_channel_scale
-from vdla.compiler.spec import ChannelScaleSpec, Conv2dSpec
+from vdla.compiler.spec import ChannelScaleSpec, Conv2dSpec, Fusions
 from vdla.graph import oracle
 from vdla.graph.epilogue import Epilogue
 from vdla.graph.qdq import channel_product
@@ -109,7 +109,7 @@ def test_a_gated_1x1_conv_equals_the_scale_then_the_conv(shape, oc, clip, residu
     in the OUT mirror, the GEMMs reading it from OUT, equal to the scale's reference and then the conv's; one copy
     a window element more than the convolution alone, instead of the scale's round trip through DRAM."""
     x, s, w, ep, res, gate, want = _gated(shape, oc, clip, residual)
-    layer = compile_conv2d(shape, w, epilogue=ep, gate=gate)
+    layer = compile_conv2d(shape, w, epilogue=ep, fusions=Fusions(gate=gate))
     run = layer.run(Device("pynq"), x, res, gate=s)
     np.testing.assert_array_equal(run.out, want)
     assert np.count_nonzero(want) > want.size // 2
@@ -120,7 +120,7 @@ def test_a_gated_1x1_conv_equals_the_scale_then_the_conv(shape, oc, clip, residu
 
 def test_a_gated_1x1_conv_on_rtl_equals_sim(rtl_library):
     x, s, w, ep, res, gate, want = _gated((1, 40, 6, 5), 24, (-128, 127), "int8")
-    layer = compile_conv2d(x.shape, w, epilogue=ep, gate=gate)
+    layer = compile_conv2d(x.shape, w, epilogue=ep, fusions=Fusions(gate=gate))
     sim, rtl = (layer.run(Device("pynq", backend=b), x, res, gate=s) for b in ("sim", "rtl"))
     np.testing.assert_array_equal(rtl.out, sim.out)
     np.testing.assert_array_equal(sim.out, want)
@@ -130,12 +130,14 @@ def test_a_gated_1x1_conv_on_rtl_equals_sim(rtl_library):
 def test_bad_gated_inputs_name_what_is_wrong():
     x, s, w, ep, res, gate, _ = _gated((1, 32, 8, 8), 16, (-128, 127), None)
     with pytest.raises(CompileError, match="not a 1x1 convolution of stride 1 without padding"):
-        compile_conv2d(x.shape, np.zeros((16, 32, 3, 3), np.int8), padding=1, gate=gate)
+        compile_conv2d(x.shape, np.zeros((16, 32, 3, 3), np.int8), padding=1, fusions=Fusions(gate=gate))
     with pytest.raises(CompileError, match=r"channel scale of the layer's input \(1, 16, 8, 8\), got a scale of"):
-        compile_conv2d((1, 16, 8, 8), w[:, :16], gate=gate)
+        compile_conv2d((1, 16, 8, 8), w[:, :16], fusions=Fusions(gate=gate))
     with pytest.raises(CompileError, match=r"clamp \(-100, 90\) be int8 or \[0, 127\]"):
-        compile_conv2d(x.shape, w, gate=ChannelScaleSpec.make(x.shape, gate.multiplier, gate.shift, (-100, 90)))
-    layer = compile_conv2d(x.shape, w, epilogue=ep, gate=gate)
+        compile_conv2d(
+            x.shape, w, fusions=Fusions(gate=ChannelScaleSpec.make(x.shape, gate.multiplier, gate.shift, (-100, 90)))
+        )
+    layer = compile_conv2d(x.shape, w, epilogue=ep, fusions=Fusions(gate=gate))
     with pytest.raises(CompileError, match="exactly when the layer was compiled with a gated input"):
         layer.run(Device("pynq"), x)
     with pytest.raises(CompileError, match=r"gate must be int8 of shape \(1, 32, 1, 1\)"):

@@ -296,7 +296,7 @@ def _second_view(backend: str, cfg) -> None:
     from dataclasses import replace
 
     from vdla.compiler import CompileError, compile_conv2d
-    from vdla.compiler.spec import OutputView
+    from vdla.compiler.spec import Fusions, OutputView
     from vdla.graph.epilogue import Epilogue
     from vdla.runtime import Device
 
@@ -305,7 +305,7 @@ def _second_view(backend: str, cfg) -> None:
     w = rng.integers(-128, 128, (24, 32, 3, 3)).astype(np.int8)
     ep = Epilogue(rng.integers(-1000, 1000, 24), rng.integers(1 << 29, 1 << 30, 24), 40)
     view = OutputView((10, 14), (0, 0), (2, 2), blocks=(1, 4), copies=((0, 1), (1, 0), (1, 1)))
-    layer = compile_conv2d(x.shape, w, padding=1, epilogue=ep, copy_view=view, config=cfg)
+    layer = compile_conv2d(x.shape, w, padding=1, epilogue=ep, fusions=Fusions(copy_view=view), config=cfg)
     gemm = cfg.block_in == cfg.block_out
     assert layer.lowering.pair_gemm == gemm and layer.lowering.out_mul == gemm
     assert layer.lowering.tensor_bytes()["copy"] == 4 * 10 * 14 * 16
@@ -316,7 +316,9 @@ def _second_view(backend: str, cfg) -> None:
     np.testing.assert_array_equal(copy[:, 16:40], want.repeat(2, axis=2).repeat(2, axis=3))
     assert not copy[:, :16].any() and not copy[:, 40:].any()
     with pytest.raises(CompileError, match="does not hold a 5x7 output"):
-        compile_conv2d(x.shape, w, padding=1, epilogue=ep, copy_view=replace(view, full_hw=(10, 13)), config=cfg)
+        compile_conv2d(
+            x.shape, w, padding=1, epilogue=ep, fusions=Fusions(copy_view=replace(view, full_hw=(10, 13))), config=cfg
+        )
 
 
 def test_a_layer_stores_its_output_and_a_copy_through_a_second_view(backend):
@@ -343,7 +345,7 @@ def test_a_1x1_layer_reads_an_upsampled_part_of_its_input_from_the_tensor_it_ups
     upsampled channels of its input; equal to the convolution of the whole input. What cannot take it is refused
     naming why; the tensor is given at run time exactly when the layer reads one."""
     from vdla.compiler import CompileError, compile_conv2d
-    from vdla.compiler.spec import InputUpsample
+    from vdla.compiler.spec import Fusions, InputUpsample
     from vdla.graph.epilogue import Epilogue
     from vdla.runtime import Device
 
@@ -355,7 +357,7 @@ def test_a_1x1_layer_reads_an_upsampled_part_of_its_input_from_the_tensor_it_ups
     w = rng.integers(-8, 8, (40, x.shape[1], 1, 1)).astype(np.int8)
     ep = Epilogue(rng.integers(-500, 500, 40), rng.integers(1 << 9, 1 << 10, 40), 16)
     read = InputUpsample(1, 3, (2, 2))
-    layer = compile_conv2d(x.shape, w, epilogue=ep, up=read)
+    layer = compile_conv2d(x.shape, w, epilogue=ep, fusions=Fusions(up=read))
     assert layer.schedule.toh % 2 == 0 and layer.schedule.tow % 2 == 0  # tiles of whole source pixels
     steps = layer.lowering.steps(layer.schedule)
     assert all(read.covers(b0) == read.covers(b0 + n - 1) for b0, n in steps)  # a step reads one tensor
@@ -365,9 +367,9 @@ def test_a_1x1_layer_reads_an_upsampled_part_of_its_input_from_the_tensor_it_ups
     got = layer.run(Device("pynq", backend), blind, up=s).out
     np.testing.assert_array_equal(got, oracle.conv2d_reference(x, w, layer.spec, ep))
     with pytest.raises(CompileError, match="not a 1x1 convolution of stride 1"):
-        compile_conv2d(x.shape, np.zeros((16, x.shape[1], 3, 3), np.int8), padding=1, up=read)
+        compile_conv2d(x.shape, np.zeros((16, x.shape[1], 3, 3), np.int8), padding=1, fusions=Fusions(up=read))
     with pytest.raises(CompileError, match="not a multiple of the factor"):
-        compile_conv2d(x.shape, w, up=InputUpsample(1, 3, (3, 2)))
+        compile_conv2d(x.shape, w, fusions=Fusions(up=InputUpsample(1, 3, (3, 2))))
     with pytest.raises(CompileError, match="exactly when the layer was compiled to read one"):
         layer.run(Device("pynq", "sim"), x)
 

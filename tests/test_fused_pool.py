@@ -13,6 +13,7 @@ import pytest
 from vdla.compiler import CompileError, compile_conv2d
 from vdla.compiler.epilogue import pool_commutes
 from vdla.compiler.schedule import Schedule
+from vdla.compiler.spec import Fusions
 from vdla.graph import oracle
 from vdla.graph.epilogue import Epilogue
 from vdla.graph.graph import Graph, Node
@@ -59,7 +60,7 @@ CASES = [  # input, out channels, kernel, conv stride/padding, pool, schedule (N
 @pytest.mark.parametrize("shape,oc,k,s,p,pool,schedule", CASES)
 def test_fused_pool_matches_numpy_on_sim(shape, oc, k, s, p, pool, schedule, per_channel):
     x, w, ep = _layer(shape, oc, k, per_channel)
-    c = compile_conv2d(shape, w, stride=s, padding=p, max_pool=pool, schedule=schedule, epilogue=ep)
+    c = compile_conv2d(shape, w, stride=s, padding=p, fusions=Fusions.max_pool(*pool), schedule=schedule, epilogue=ep)
     run = c.run(Device("pynq"), x)
     assert run.out.shape == (shape[0], oc, c.lowering.out_hw[0], c.lowering.out_hw[1])
     assert np.array_equal(run.out, _want(x, w, ep, c.spec, pool))
@@ -70,7 +71,7 @@ def test_resnet_stem_fused_on_sim():
     stored tensor is the pooled one and the carry rows cross many row tiles, threads and input steps."""
     shape = (1, 160, 112, 112)
     x, w, ep = _layer(shape, 64, 1)
-    c = compile_conv2d(shape, w, max_pool=(3, 2, 1), epilogue=ep)
+    c = compile_conv2d(shape, w, fusions=Fusions.max_pool(3, 2, 1), epilogue=ep)
     run = c.run(Device("pynq"), x)
     assert np.array_equal(run.out, _want(x, w, ep, c.spec, (3, 2, 1)))
     assert c.lowering.tensor_bytes()["out"] == 64 * 56 * 56
@@ -80,7 +81,9 @@ def test_resnet_stem_fused_on_sim():
 def test_fused_pool_on_rtl(rtl_library):
     shape, pool = (1, 40, 12, 20), (3, 2, 1)
     x, w, ep = _layer(shape, 24, 3)
-    c = compile_conv2d(shape, w, padding=1, max_pool=pool, schedule=Schedule(2, 4, 20, 1, 2), epilogue=ep)
+    c = compile_conv2d(
+        shape, w, padding=1, fusions=Fusions.max_pool(*pool), schedule=Schedule(2, 4, 20, 1, 2), epilogue=ep
+    )
     sim, rtl = (c.run(Device("pynq", backend=b), x, timeline=True) for b in ("sim", "rtl"))
     assert np.array_equal(rtl.out, _want(x, w, ep, c.spec, pool)) and np.array_equal(rtl.out, sim.out)
     # every compute instruction but the prologue's LOADs (which share the DRAM read channel with the load
@@ -98,18 +101,20 @@ def test_pool_fuses_only_where_exact():
     x, w, ep = _layer((1, 16, 8, 8), 16, 3)
     ep.multiplier[3] = -7
     with pytest.raises(CompileError, match="negative multiplier"):
-        compile_conv2d(x.shape, w, padding=1, max_pool=(3, 2, 1), epilogue=ep)
+        compile_conv2d(x.shape, w, padding=1, fusions=Fusions.max_pool(3, 2, 1), epilogue=ep)
     ep.multiplier[3] = 7
     with pytest.raises(CompileError, match="stride <= kernel < 2 x stride"):
-        compile_conv2d(x.shape, w, padding=1, max_pool=(3, 1, 1), epilogue=ep)
+        compile_conv2d(x.shape, w, padding=1, fusions=Fusions.max_pool(3, 1, 1), epilogue=ep)
     with pytest.raises(CompileError, match="padding before is kernel - stride"):
-        compile_conv2d(x.shape, w, padding=1, max_pool=(3, 2, 0), epilogue=ep)
+        compile_conv2d(x.shape, w, padding=1, fusions=Fusions.max_pool(3, 2, 0), epilogue=ep)
     with pytest.raises(CompileError, match="7 rows to be 2 per pooled output"):
-        compile_conv2d((1, 16, 7, 8), w, padding=1, max_pool=(2, 2, 0), epilogue=ep)
+        compile_conv2d((1, 16, 7, 8), w, padding=1, fusions=Fusions.max_pool(2, 2, 0), epilogue=ep)
     with pytest.raises(CompileError, match="residual"):
-        compile_conv2d(x.shape, w, padding=1, max_pool=(3, 2, 1), epilogue=replace(ep, residual="int8"))
+        compile_conv2d(x.shape, w, padding=1, fusions=Fusions.max_pool(3, 2, 1), epilogue=replace(ep, residual="int8"))
     with pytest.raises(CompileError, match="every column"):
-        compile_conv2d(x.shape, w, padding=1, max_pool=(3, 2, 1), schedule=Schedule(1, 2, 4, 1, 1), epilogue=ep)
+        compile_conv2d(
+            x.shape, w, padding=1, fusions=Fusions.max_pool(3, 2, 1), schedule=Schedule(1, 2, 4, 1, 1), epilogue=ep
+        )
 
 
 def _stem_graph(keep_conv_output: bool) -> tuple[Graph, dict]:

@@ -1,5 +1,5 @@
-"""A residual add after a layer's activation table, fused into the layer (``compile_conv2d(post=...)``): the tabled
-int8 results are read back from OUT by a GEMM against the identity block (EPI ``src_out``), the add's other operand
+"""A residual add after a layer's activation table, fused into the layer (``Fusions.post``): the tabled int8
+results are read back from OUT by a GEMM against the identity block (EPI ``src_out``), the add's other operand
 comes from DRAM, and the add's epilogue runs on chip. Checked against numpy (the layer's reference, its table,
 then the add's epilogue), bit for bit, on the simulator and the RTL; bad input is refused by name."""
 
@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from vdla.compiler import CompileError, compile_conv2d
+from vdla.compiler.spec import Fusions
 from vdla.graph import oracle
 from vdla.graph.epilogue import Epilogue, Rescale
 from vdla.runtime.device import Device
@@ -57,7 +58,7 @@ def test_the_fused_add_equals_the_layer_then_the_add(case, backend):
     w, ep = _layer(c, oc, k)
     post = _add(oc, rescaled)
     compiled = compile_conv2d(
-        (1, c, h, wd), w, stride=stride, padding=k // 2, epilogue=ep, post=post, post_res=post_res
+        (1, c, h, wd), w, stride=stride, padding=k // 2, epilogue=ep, fusions=Fusions(post=post, post_res=post_res)
     )
     assert compiled.epilogue.post is not None and compiled.lowering.eye is not None
     x = RNG.integers(-128, 128, (1, c, h, wd)).astype(np.int8)
@@ -76,7 +77,7 @@ def test_every_schedule_form_of_a_tile_split_in_steps_and_threads():
     post = _add(oc, True)
     x = RNG.integers(-128, 128, (1, c, 8, 8)).astype(np.int8)
     for s in (Schedule(1, 4, 8, 1, 2), Schedule(2, 2, 4, 2, 3), Schedule(2, 8, 8, 4, 1)):
-        compiled = compile_conv2d((1, c, 8, 8), w, padding=1, epilogue=ep, post=post, schedule=s)
+        compiled = compile_conv2d((1, c, 8, 8), w, padding=1, epilogue=ep, fusions=Fusions(post=post), schedule=s)
         other = RNG.integers(-128, 128, compiled.spec.out_shape).astype(np.int8)
         got = compiled.run(Device(compiled.cfg), x, other).out
         np.testing.assert_array_equal(got, _reference(x, w, ep, compiled.spec, post, other, False), err_msg=str(s))
@@ -85,13 +86,17 @@ def test_every_schedule_form_of_a_tile_split_in_steps_and_threads():
 def test_an_add_the_layer_cannot_take_is_refused_by_name():
     w, ep = _layer(16, 16, 3)
     with pytest.raises(CompileError, match="LUT holds one"):
-        compile_conv2d((1, 16, 8, 8), w, padding=1, epilogue=ep, post=Epilogue(residual="int8", table=ep.table))
+        compile_conv2d(
+            (1, 16, 8, 8), w, padding=1, epilogue=ep, fusions=Fusions(post=Epilogue(residual="int8", table=ep.table))
+        )
     with pytest.raises(CompileError, match="int8 residual"):
-        compile_conv2d((1, 16, 8, 8), w, padding=1, epilogue=ep, post=Epilogue())
+        compile_conv2d((1, 16, 8, 8), w, padding=1, epilogue=ep, fusions=Fusions(post=Epilogue()))
+    with pytest.raises(CompileError, match="needs a post add"):
+        Fusions(post_res=True)
     res = Epilogue(bias=ep.bias, multiplier=ep.multiplier, shift=38, residual="int8", table=ep.table)
     with pytest.raises(CompileError, match="has a residual"):
-        compile_conv2d((1, 16, 8, 8), w, padding=1, epilogue=res, post=_add(16, False))
-    compiled = compile_conv2d((1, 16, 8, 8), w, padding=1, epilogue=ep, post=_add(16, False))
+        compile_conv2d((1, 16, 8, 8), w, padding=1, epilogue=res, fusions=Fusions(post=_add(16, False)))
+    compiled = compile_conv2d((1, 16, 8, 8), w, padding=1, epilogue=ep, fusions=Fusions(post=_add(16, False)))
     with pytest.raises(CompileError, match="int8 residual of shape"):
         compiled.run(Device(compiled.cfg), np.zeros((1, 16, 8, 8), np.int8))
 

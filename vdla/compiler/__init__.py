@@ -5,7 +5,7 @@ from vdla.compiler.cache import ScheduleCache
 from vdla.compiler.conv2d import CompiledConv2d, CompiledDense, compile_conv2d, compile_dense
 from vdla.compiler.run import LayerRun
 from vdla.compiler.schedule import Schedule
-from vdla.compiler.spec import CompileError, Conv2dSpec, EpilogueSpec
+from vdla.compiler.spec import CompileError, Conv2dSpec, EpilogueSpec, Fusions
 from vdla.graph.layout import pack_activation, pack_channels, pack_weights, unpack_activation, unpack_weights
 
 __all__ = [
@@ -14,6 +14,7 @@ __all__ = [
     "CompiledDense",
     "Conv2dSpec",
     "EpilogueSpec",
+    "Fusions",
     "LayerRun",
     "Schedule",
     "ScheduleCache",

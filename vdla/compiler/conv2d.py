@@ -19,22 +19,10 @@ from vdla.compiler.identity import EYE, identity_weights
 from vdla.compiler.run import LayerRun, run_bound
 from vdla.compiler.schedule import GATE, POST, ConvLowering, Schedule
 from vdla.compiler.search import SearchResult, build_stream, emit_program, search
-from vdla.compiler.spec import (
-    MASK,
-    ROWS,
-    TABLE,
-    ChannelScaleSpec,
-    CompileError,
-    Conv2dSpec,
-    EpilogueSpec,
-    InputUpsample,
-    OutputView,
-)
+from vdla.compiler.spec import MASK, ROWS, TABLE, CompileError, Conv2dSpec, EpilogueSpec, Fusions, OutputView
 from vdla.config import DEFAULT_PRESET, HwConfig, load_config
 from vdla.graph.epilogue import Epilogue
 from vdla.graph.layout import pack_activation, pack_channels, pack_weights, unpack_activation
-from vdla.graph.types import UnsupportedError
-from vdla.graph.window import Window, make_window
 from vdla.isa import Insn
 from vdla.runtime.device import Device
 
@@ -101,51 +89,42 @@ class CompiledConv2d:
         cfg: HwConfig,
         epilogue: Epilogue,
         *,
-        pool: Window | None = None,
+        fusions: Fusions | None = None,
         view: OutputView | None = None,
         vthreads: int | str = "auto",
         schedule: Schedule | None = None,
         cache: ScheduleCache | None = None,
-        post: Epilogue | None = None,
-        post_res: bool = False,
-        gate: ChannelScaleSpec | None = None,
-        copy_view: OutputView | None = None,
-        up: InputUpsample | None = None,
     ):
         t0 = time.perf_counter()
-        if pool is not None:
-            FusedPool.for_layer(pool, (spec.oh, spec.ow), epilogue)
+        f = fusions or Fusions()
+        if f.pool is not None:
+            FusedPool.for_layer(f.pool, (spec.oh, spec.ow), epilogue)
+        if f.gate is not None and f.gate.shape != (spec.n, spec.c, spec.h, spec.w):
+            raise CompileError(
+                f"a gated input is a channel scale of the layer's input {(spec.n, spec.c, spec.h, spec.w)}, "
+                f"got a scale of {f.gate.shape}"
+            )
         runtime = isinstance(weights, tuple)  # the shape of weights that reach DRAM at run time
         got = (np.dtype(np.int8), weights) if runtime else (weights.dtype, weights.shape)
         if got != (np.dtype(np.int8), spec.weight_shape):
             raise CompileError(f"weights must be int8 of shape {spec.weight_shape} (OIHW), got {got[0]} {got[1]}")
-        ep = normalize(epilogue)
-        self.epilogue = EpilogueSpec.of(ep, pool)
+        ep, post_ep = normalize(epilogue), normalize(f.post) if f.post is not None else None
+        self.fusions = f if post_ep is None else replace(f, post=post_ep)  # as the compiler runs them
+        self.epilogue = EpilogueSpec.of(ep, self.fusions)
         self.spec, self.cfg = spec, cfg
         imm = int(ep.multiplier) if self.epilogue.multiplier == "imm" else 1
-        post_ep = normalize(post) if post is not None else None
-        if post_ep is not None:
-            self.epilogue = replace(self.epilogue, post=EpilogueSpec.of(post_ep), post_res=post_res)
         post_imm = int(post_ep.multiplier) if post_ep is not None and self.epilogue.post.multiplier == "imm" else 1
-        self.gate = gate
-        if gate is not None:
-            if gate.shape != (spec.n, spec.c, spec.h, spec.w):
-                raise CompileError(
-                    f"a gated input is a channel scale of the layer's input {(spec.n, spec.c, spec.h, spec.w)}, "
-                    f"got a scale of {gate.shape}"
-                )
-            self.epilogue = replace(self.epilogue, gate=(gate.shift, *gate.clip))
         zero = None if runtime else zero_blocks(weights, cfg)
         self.lowering = ConvLowering(
-            spec, self.epilogue, cfg, imm, view, post_imm, copy_view=copy_view, up=up, zero=zero
+            spec, self.epilogue, cfg, imm, view, post_imm, copy_view=f.copy_view, up=f.up, zero=zero
         )
         self.constants = {} if runtime else {"wgt": pack_weights(weights, cfg.block_out, cfg.block_in)}
         self.constants.update(_constants(ep, self.epilogue, spec.oc, cfg))
         if post_ep is not None:  # the post add's rows, and the identity block its GEMM reads
             rows = _constants(post_ep, self.epilogue.post, spec.oc, cfg)
             self.constants.update({POST + k: v for k, v in rows.items()}, **{EYE: identity_weights(cfg)})
-        if gate is not None:  # the scale's multiplier row, and the identity block the window's copy reads
-            mul = pack_channels(np.full(cfg.block_out, gate.multiplier, np.int32), cfg.batch, cfg.block_out)
+        if f.gate is not None:  # the scale's multiplier row, and the identity block the window's copy reads
+            mul = pack_channels(np.full(cfg.block_out, f.gate.multiplier, np.int32), cfg.batch, cfg.block_out)
             self.constants.update({GATE + "mul": mul, EYE: identity_weights(cfg)})
         if self.epilogue.mask:  # per masked row, each channel block's diagonal block: 1 where the lane is kept
             self.constants[MASK] = mask_blocks(np.asarray(ep.row_mask, bool), self.epilogue.mask, cfg)
@@ -182,9 +161,9 @@ class CompiledConv2d:
     ) -> LayerRun:
         """Run on ``dev``: x is (N, C, H, W) int8; ``residual`` (N, OC, OH, OW) if the layer adds one;
         ``weights`` (OIHW int8) exactly when the layer was compiled for weights given at run time; ``gate``
-        (N, C, 1, 1) int8 exactly when it was compiled with a gated input; ``up`` (N, channels of the upsampled
-        blocks, H / fh, W / fw) int8 exactly when it reads an upsampled input in place (x's channels of those
-        blocks are then not read)."""
+        (N, C, 1, 1) int8 exactly when it was compiled with a gated input (:attr:`Fusions.gate`); ``up`` (N,
+        channels of the upsampled blocks, H / fh, W / fw) int8 exactly when it reads an upsampled input in place
+        (:attr:`Fusions.up`: x's channels of those blocks are then not read)."""
         sp, cfg = self.spec, self.cfg
         if (weights is None) != ("wgt" in self.constants):
             raise CompileError("weights are given at run time exactly when the layer was compiled with their shape")
@@ -197,11 +176,11 @@ class CompiledConv2d:
             if weights.dtype != np.int8 or weights.shape != sp.weight_shape:
                 raise CompileError(f"weights must be int8 {sp.weight_shape}, got {weights.dtype} {weights.shape}")
             arrays["wgt"] = pack_weights(weights, cfg.block_out, cfg.block_in)
-        if (gate is None) != (self.gate is None):
+        if (gate is None) != (self.fusions.gate is None):
             raise CompileError("a gate is given at run time exactly when the layer was compiled with a gated input")
         if gate is not None:
-            if gate.dtype != np.int8 or gate.shape != self.gate.gate_shape:
-                want = self.gate.gate_shape
+            if gate.dtype != np.int8 or gate.shape != self.fusions.gate.gate_shape:
+                want = self.fusions.gate.gate_shape
                 raise CompileError(f"the gate must be int8 of shape {want}, got {gate.dtype} {gate.shape}")
             arrays[GATE] = pack_activation(gate, cfg.batch, cfg.block_out)
         low, extra = self.lowering, {}
@@ -251,51 +230,28 @@ def compile_conv2d(
     dilation=1,
     groups: int = 1,
     epilogue: Epilogue | None = None,
-    max_pool: tuple | None = None,
+    fusions: Fusions | None = None,
     out_view: OutputView | None = None,
     config=DEFAULT_PRESET,
     vthreads: int | str = "auto",
     schedule: Schedule | None = None,
     cache: ScheduleCache | None = None,
-    post: Epilogue | None = None,
-    post_res: bool = False,
-    gate: ChannelScaleSpec | None = None,
-    copy_view: OutputView | None = None,
-    up: InputUpsample | None = None,
 ) -> CompiledConv2d:
     """Compile conv2d(x, weights) and its ``epilogue`` (:class:`vdla.graph.epilogue.Epilogue`: bias,
     requantization, residual, clamp; the int32 accumulator truncated to int8 without one) for inputs of
-    ``input_shape`` (NCHW) on ``config``. ``post``: the epilogue of a residual add after the layer's activation
-    table, applied on chip to the tabled results (:attr:`~vdla.compiler.spec.EpilogueSpec.post`): the output is
-    ``post`` with the layer's results as its input (``post_res``: as its residual) and the int8 ``residual``
-    given to ``run`` as the other operand. ``max_pool`` =
-    (kernel, stride, padding) fuses a max pool of the
-    output into the layer's tiles (:mod:`vdla.compiler.fused_pool`): the run returns the pooled tensor. The
-    schedule is searched (``vthreads`` virtual threads or "auto", results kept in ``cache``) unless given.
-    ``out_view`` stores the output pixels into a larger tensor (:class:`~vdla.compiler.spec.OutputView`: one
-    phase of an interleave; the run returns the layer's own pixels). ``weights`` given as a shape (a tuple)
-    are computed at run time: the program loads them from the DRAM tensor bound as ``wgt``, packed by
-    :func:`vdla.graph.layout.pack_weights`, and the layer has no weight constant. ``copy_view``: the output is
-    also stored through this view into a second tensor (the run returns it whole as ``extra["copy"]``, the
-    channels of all its blocks, lanes the layer does not write zero). ``up``: some input-channel blocks are a
-    nearest upsampling the layer reads from the tensor it upsamples (:class:`~vdla.compiler.spec.InputUpsample`,
-    given to ``run`` as ``up``). ``gate``: a channel scale of the
-    input (:class:`~vdla.compiler.spec.ChannelScaleSpec`, squeeze-excite's product) fused before the GEMMs: the
-    layer computes conv2d(channel_scale_reference(x, gate, s), weights) for the int8 gate ``s`` given to ``run``."""
+    ``input_shape`` (NCHW) on ``config``, with what ``fusions`` fuses into the layer
+    (:class:`~vdla.compiler.spec.Fusions`: a max pool of the output, a residual add after its table, a channel scale
+    of its input, an upsampled input read in place, a copy of the output stored through a view). The schedule is
+    searched (``vthreads`` virtual threads or "auto", results kept in ``cache``) unless given. ``out_view`` stores
+    the output pixels into a larger tensor (:class:`~vdla.compiler.spec.OutputView`: one phase of an interleave;
+    the run returns the layer's own pixels). ``weights`` given as a shape (a tuple) are computed at run time: the
+    program loads them from the DRAM tensor bound as ``wgt``, packed by :func:`vdla.graph.layout.pack_weights`,
+    and the layer has no weight constant."""
     shape = weights if isinstance(weights, tuple) else weights.shape
     spec = Conv2dSpec.make(input_shape, shape[0], shape[2:], stride, padding, dilation, groups)
-    pool = None
-    if max_pool is not None:
-        try:
-            pool = make_window("max_pool2d", (spec.oh, spec.ow), *max_pool[:2], 1, max_pool[2])[0]
-        except (UnsupportedError, TypeError, IndexError) as e:
-            raise CompileError(f"max_pool must be (kernel, stride, padding) fitting the output: {e}") from e
     if len(shape) != 4 or shape[1] != spec.c:
         raise CompileError(f"weights {shape} do not match {spec.c} input channels (OIHW)")
-    options = dict(
-        pool=pool, view=out_view, vthreads=vthreads, schedule=schedule, cache=cache, post=post, post_res=post_res,
-        gate=gate, copy_view=copy_view, up=up,
-    )  # fmt: skip
+    options = dict(fusions=fusions, view=out_view, vthreads=vthreads, schedule=schedule, cache=cache)
     return CompiledConv2d(spec, weights, load_config(config), epilogue or Epilogue(), **options)
 
 

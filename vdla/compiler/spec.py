@@ -1,5 +1,5 @@
-"""What the compiler is asked to compute: a conv2d layer shape and its fused epilogue, the windows of the band
-tilings (pooling, depthwise) and squeeze-excite's channel scale.
+"""What the compiler is asked to compute: a conv2d layer shape, its fused epilogue and what else is fused into it
+(:class:`Fusions`), the windows of the band tilings (pooling, depthwise) and squeeze-excite's channel scale.
 
 Each is validated on construction; anything the accelerator cannot express raises
 :class:`CompileError` naming the limit that was hit.
@@ -16,7 +16,7 @@ from vdla.compiler.transfer import MAX_STRIDE
 from vdla.errors import VdlaError
 from vdla.graph.epilogue import Epilogue
 from vdla.graph.types import UnsupportedError
-from vdla.graph.window import Window, make_window, normalize_padding
+from vdla.graph.window import Window, make_window, normalize_padding, pair
 from vdla.isa.arith import INT8_MAX, INT8_MIN, MAX_SHIFT, MUL_MAX_SHIFT
 from vdla.isa.instructions import MEM_FIELDS
 
@@ -230,9 +230,11 @@ class EpilogueSpec:
     mask: tuple[int, ...] = ()  # output rows with channels zeroed (Epilogue.row_mask), ascending
 
     @classmethod
-    def of(cls, ep: Epilogue, pool: Window | None = None) -> EpilogueSpec:
-        """The structure of ``ep`` (its multiplier as the compiler applies it: see
-        :func:`vdla.compiler.epilogue.normalize`), with ``pool`` fused into the tiles."""
+    def of(cls, ep: Epilogue, fusions: Fusions | None = None) -> EpilogueSpec:
+        """The structure of ``ep`` with what ``fusions`` fuses into it: the pool, the post add and the gate. ``ep``
+        and the post add's epilogue as the compiler runs them (their multipliers as it applies them:
+        :func:`vdla.compiler.epilogue.normalize`)."""
+        f = fusions or Fusions()
         return cls(
             bias=ep.bias is not None,
             multiplier=multiplier_kind(ep.multiplier, ep.shift),
@@ -240,8 +242,11 @@ class EpilogueSpec:
             clip=tuple(int(v) for v in ep.clip),
             residual=ep.residual,
             rescale=None if ep.rescale is None else tuple(int(v) for v in ep.rescale.as_tuple()),
-            pool=pool,
+            pool=f.pool,
             table=ep.table is not None,
+            post=None if f.post is None else cls.of(f.post),
+            post_res=f.post_res,
+            gate=None if f.gate is None else (f.gate.shift, *f.gate.clip),
             mask=() if ep.row_mask is None else tuple(int(y) for y in np.flatnonzero(np.any(ep.row_mask, axis=0))),
         )
 
@@ -477,3 +482,48 @@ class ChannelScaleSpec(WindowSpec):
         """A stable text key of the scale (schedule cache)."""
         (lo, hi) = self.clip
         return f"scale:{list(self.shape)}:m{self.multiplier}s{self.shift}c{lo}_{hi}"
+
+
+@dataclass(frozen=True, eq=False)
+class Fusions:
+    """What is fused into a conv2d layer besides its epilogue (:func:`vdla.compiler.compile_conv2d`): work that would
+    otherwise be a layer of its own, reading or writing DRAM, done on chip by this one. Frozen; compared by
+    identity (``post`` holds an epilogue's arrays).
+
+    ``pool``: a max pool of the output fused into the tiles (:mod:`vdla.compiler.fused_pool`; :meth:`max_pool`
+    builds it from a pooling's arguments): the layer stores the pooled tensor.
+    ``post``: the epilogue of a residual add after the layer's activation table, applied to the tabled results on
+    chip (:attr:`EpilogueSpec.post`): the output is ``post`` with the layer's results as its input (``post_res``:
+    as its residual) and the int8 residual given to ``run`` as the other operand.
+    ``gate``: a channel scale of the input (squeeze-excite's product) fused before the GEMMs: the layer computes
+    conv2d(channel_scale_reference(x, gate, s), weights) for the int8 gate ``s`` given to ``run``.
+    ``up``: input-channel blocks the layer reads from the tensor they are a nearest upsampling of
+    (:class:`InputUpsample`; that tensor given to ``run`` as ``up``).
+    ``copy_view``: the output is also stored through this view into a second tensor (the run returns it whole as
+    ``extra["copy"]``, the channels of all its blocks, lanes the layer does not write zero).
+
+    The epilogue's structure takes the pool, post add and gate from here (:meth:`EpilogueSpec.of`), the
+    lowering the views. Invariant: ``post_res`` only with ``post``."""
+
+    pool: Window | None = None
+    post: Epilogue | None = None
+    post_res: bool = False
+    gate: ChannelScaleSpec | None = None
+    up: InputUpsample | None = None
+    copy_view: OutputView | None = None
+
+    def __post_init__(self) -> None:
+        if self.post_res and self.post is None:
+            raise CompileError("post_res makes the layer's results the post add's residual: it needs a post add")
+
+    @classmethod
+    def max_pool(cls, kernel, stride=None, padding=0) -> Fusions:
+        """A max pool of ``kernel``, ``stride`` (default: the kernel) and ``padding`` (as a pooling takes them)
+        fused into the tiles; whether it fits the layer's output is checked when the layer compiles."""
+        try:
+            k = pair("max_pool2d", "kernel", kernel)
+            pads = normalize_padding(padding, k, "max_pool2d")
+            window = Window(k, pair("max_pool2d", "stride", stride or kernel), (1, 1), pads)
+        except UnsupportedError as e:
+            raise CompileError(f"a fused max pool: {e}") from e
+        return cls(pool=window)

@@ -24,7 +24,7 @@ from vdla.compiler.epilogue import normalize
 from vdla.compiler.pool import compile_pool
 from vdla.compiler.schedule import GATE
 from vdla.compiler.search import emit_program
-from vdla.compiler.spec import ChannelScaleSpec, EpilogueSpec, InputUpsample, OutputView
+from vdla.compiler.spec import ChannelScaleSpec, EpilogueSpec, Fusions, InputUpsample, OutputView
 from vdla.config import HwConfig
 from vdla.graph.copies import COPY, block_view, channel_span
 from vdla.graph.ew import EPILOGUE_STEP
@@ -278,9 +278,10 @@ class ModelBuilder:
         g, options = layer.geometry, dict(config=self.cfg, cache=self.cache)
         if layer.pre is not None and not layer.pre.dw_mode:  # the residual add after the layer's table
             conv, pg = layer.pre, layer.pre.geometry
+            fusions = Fusions(post=layer.epilogue, post_res=layer.post_res)
             return compile_conv2d(
                 conv.in_shape, conv.weights, stride=pg.stride, padding=pg.padding, dilation=pg.dilation,
-                epilogue=conv.epilogue, out_view=view, post=layer.epilogue, post_res=layer.post_res, **options,
+                epilogue=conv.epilogue, fusions=fusions, out_view=view, **options,
             )  # fmt: skip
         if layer.pre is not None:
             dw, ex = layer.pre, layer.pre.pre
@@ -295,11 +296,12 @@ class ModelBuilder:
                 layer.in_shape, layer.weights, stride=g.stride, padding=g.padding, epilogue=layer.epilogue, gap=gap,
                 **options,
             )  # fmt: skip
+        pool = layer.pool.spec.window if layer.pool is not None else None
         gate = layer.gate.spec if layer.gate is not None else None
+        fusions = Fusions(pool=pool, gate=gate, up=up, copy_view=copy_view)
         return compile_conv2d(
             layer.in_shape, layer.weights, stride=g.stride, padding=g.padding, dilation=g.dilation,
-            epilogue=layer.epilogue, max_pool=layer.max_pool(), out_view=view, gate=gate, copy_view=copy_view,
-            up=up, **options,
+            epilogue=layer.epilogue, fusions=fusions, out_view=view, **options,
         )  # fmt: skip
 
     def stored_interleaves(self, units: list) -> list:

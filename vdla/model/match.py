@@ -56,10 +56,10 @@ class AccelLayer:
     depthwise layer on the mode fused before this 1x1 convolution (:mod:`vdla.compiler.dw_pointwise`; its own ``pre``:
     the 1x1 expand convolution fused before it, the whole inverted residual block one step), or a
     conv2d layer whose tabled output this residual add (an identity convolution, :mod:`vdla.graph.copies`) reads
-    on chip (:attr:`~vdla.compiler.spec.EpilogueSpec.post`): its input ``x`` is then the ``pre`` layer's, whose
+    on chip (:attr:`~vdla.compiler.spec.Fusions.post`): its input ``x`` is then the ``pre`` layer's, whose
     output never reaches DRAM; ``post_res``: that output is the add's residual, and ``residual`` names the add's
     input instead; ``gate``: squeeze-excite's channel scale of the input fused before this 1x1 convolution
-    (:attr:`~vdla.compiler.spec.EpilogueSpec.gate`): ``x`` is then the scale's input, its gate the scale's
+    (:attr:`~vdla.compiler.spec.Fusions.gate`): ``x`` is then the scale's input, its gate the scale's
     ``residual``, and the scaled tensor never reaches DRAM; ``gap``: a global average of this depthwise layer's
     output fused into its tiles (:mod:`vdla.compiler.depthwise`), whose result (``gap.out``) is the layer's second
     output."""
@@ -103,11 +103,6 @@ class AccelLayer:
     def dw_mode(self) -> bool:
         """Whether the layer runs on the depthwise mode (:func:`vdla.compiler.depthwise.compile_depthwise`)."""
         return self.groups != 1 and not self.parts
-
-    def max_pool(self) -> tuple | None:
-        """The fused max pool as :func:`vdla.compiler.compile_conv2d` takes it: (kernel, stride, padding)."""
-        win = self.pool.spec.window if self.pool is not None else None
-        return None if win is None else (win.kernel, win.stride, win.pads)
 
 
 @dataclass(frozen=True)
