@@ -26,9 +26,7 @@ MODEL_COMPILER = (
     *(f"vdla.model.{m}" for m in ("pipeline", "lower", "match", "place")),
 )
 # what runs programs: the chip-design tools never import it (the rtl backend imports them)
-RUNNING = tuple(
-    f"vdla.runtime.{m}" for m in ("rtl", "sim", "pynq_backend", "pynq_sim", "device", "commands", "backend")
-)
+RUNNING = tuple(f"vdla.runtime.{m}" for m in ("rtl", "sim", "pynq_backend", "device", "commands", "backend"))
 # package -> packages it must never import (directly, at any depth of its modules)
 FORBIDDEN = {
     "vdla.config": ("vdla.isa", "vdla.graph", *ABOVE_GRAPH),
@@ -50,14 +48,9 @@ FORBIDDEN = {
     "vdla.hw": ("vdla.graph", "vdla.compiler", "vdla.cpu_fallback", "vdla.model", "vdla.frontend", *RUNNING),
     # loading and running an artifact needs neither the compiler nor ONNX
     **{f"vdla.model.{m}": MODEL_COMPILER for m in ("artifact", "executor", "memplan")},
-    # the board driver: registers, diagnosis and the ISA; neither the RTL simulation, the simulator nor its double
-    "vdla.runtime.pynq_backend": (
-        "vdla.runtime.rtl",
-        "vdla.runtime.sim",
-        "vdla.runtime.pynq_sim",
-        "vdla.model",
-        "vdla.hw",
-    ),
+    # the board driver: registers, diagnosis and the ISA; neither the RTL simulation nor the simulator (the
+    # simulated board is a test fixture, tests_pynq/pynq_sim.py)
+    "vdla.runtime.pynq_backend": ("vdla.runtime.rtl", "vdla.runtime.sim", "vdla.model", "vdla.hw"),
     "vdla.runtime.diagnosis": ("vdla.runtime.rtl", "vdla.runtime.sim", "vdla.runtime.pynq_backend"),
     # the zoo sits on the library: no experiment, no command line
     "vdla.zoo": ("vdla.experiments", "vdla.cli"),
@@ -172,18 +165,15 @@ def test_frontend_without_onnx_says_which_extra_to_install():
 
 
 def test_only_the_pynq_modules_import_pynq():
-    """pynq (a board package pinning numpy<2) is imported by the pynq backend, when one is created, and by
-    the simulated board; nothing else in vdla may import it."""
+    """pynq (a board package pinning numpy<2) is imported by the pynq backend, when one is created (and by the
+    tests' simulated board, outside vdla); nothing else in vdla may import it."""
     bad = []
     for mod, path in _modules().items():
         for node in ast.walk(ast.parse(path.read_text())):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
             if isinstance(node, ast.ImportFrom) and node.module:
                 names = [node.module]
-            if any(n.split(".")[0] == "pynq" for n in names) and mod not in (
-                "vdla.runtime.pynq_backend",
-                "vdla.runtime.pynq_sim",
-            ):
+            if any(n.split(".")[0] == "pynq" for n in names) and mod != "vdla.runtime.pynq_backend":
                 bad.append(mod)
     assert not bad, bad
     top = ast.parse((ROOT / "runtime" / "pynq_backend.py").read_text()).body  # module level: imported lazily

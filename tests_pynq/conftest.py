@@ -1,4 +1,5 @@
-"""The pynq backend's tests: unmodified driver code on the simulated PYNQ board (vdla.runtime.pynq_sim),
+"""The pynq backend's tests: unmodified driver code on the simulated PYNQ board (tests_pynq/pynq_sim.py, a device
+plugin these tests register: imported here, and named in ``VDLA_PYNQ_DEVICES`` for the processes they start),
 through the real ``pynq`` package where it is installed (``make test-pynq``) and through the in-project
 stand-in of the same PYNQ calls (tests_pynq/standin) where it is not; the run says which."""
 
@@ -11,7 +12,9 @@ from pathlib import Path
 import pytest
 
 os.environ["VDLA_PYNQ_SIM"] = "pynq"  # before pynq probes its devices
+os.environ["VDLA_PYNQ_DEVICES"] = "pynq_sim"  # the simulated board: a device plugin of every process started here
 HERE = Path(__file__).parent
+sys.path.insert(0, str(HERE))  # the simulated board, pynq_sim
 sys.path.insert(0, str(HERE.parent / "tests"))  # graph builders shared with the main suite
 
 try:
@@ -27,8 +30,9 @@ except ImportError as e:
         f"({HERE / 'standin'}), not the real package"
     )
 
+from pynq_sim import SimulatedBoard  # noqa: E402
+
 from vdla.runtime import Device  # noqa: E402
-from vdla.runtime.pynq_sim import SimulatedBoard  # noqa: E402
 
 
 def pytest_report_header(config) -> str:

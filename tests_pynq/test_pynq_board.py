@@ -6,13 +6,13 @@ from __future__ import annotations
 import numpy as np
 import pynq
 import pytest
+from pynq_sim import CMA_BASE, LINE, BusError, SimulatedBoard
 
 from vdla.config import load_config
 from vdla.isa import ISA_VERSION, AluOp, MemType, Stage
 from vdla.runtime import BackendError, Device, Dram
 from vdla.runtime import registers as R
 from vdla.runtime.pynq_backend import DEFAULT_BASE_ADDR, PynqBackend
-from vdla.runtime.pynq_sim import CMA_BASE, LINE, BusError, SimulatedBoard
 
 
 def add_program(dev: Device, data: np.ndarray, imm: int):

@@ -33,7 +33,7 @@ def _inputs(seed: int) -> np.ndarray:
 
 def _env() -> dict[str, str]:
     """The environment of a second process: the same simulated board, the same pynq (or stand-in)."""
-    path = [str(HERE.parent), str(HERE.parent / "tests")]
+    path = [str(HERE.parent), str(HERE.parent / "tests"), str(HERE)]
     if "standin" in str(Path(__import__("pynq").__file__)):
         path.append(str(HERE / "standin"))
     return {**os.environ, "VDLA_PYNQ_SIM": "pynq", "PYTHONPATH": os.pathsep.join(path)}

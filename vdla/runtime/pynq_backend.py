@@ -21,15 +21,18 @@ explained from the registers by :mod:`vdla.runtime.diagnosis` exactly as on the 
 timeout the driver resets the programmable logic through the Zynq's SLCR (FPGA_RST_CTRL), so the next run
 starts on an idle accelerator. One process at a time owns the accelerator (a lock file).
 
-``pynq`` is imported when the backend is created, never by ``import vdla.runtime``, together with the modules
-named in the entry-point group :data:`DEVICE_PLUGINS`: each defines ``pynq.Device`` subclasses (a board without
-hardware, such as vdla's simulated one), which pynq's device discovery then probes like its own. The driver
-knows none of them; it asks pynq for the device as on any board.
+``pynq`` is imported when the backend is created, never by ``import vdla.runtime``, together with the device
+plugins: the modules of the entry-point group :data:`DEVICE_PLUGINS` (installed packages; vdla registers none)
+and those named in the environment variable :data:`DEVICE_PLUGINS_ENV` (such as the simulated board of the pynq
+tests, a test fixture). Each defines ``pynq.Device`` subclasses (a board without hardware), which pynq's device
+discovery then probes like its own. The driver knows none of them; it asks pynq for the device as on any board.
+What a board imports to run programs neither builds nor runs the RTL.
 """
 
 from __future__ import annotations
 
 import fcntl
+import importlib
 import os
 import re
 import tempfile
@@ -58,6 +61,7 @@ DEFAULT_DRAM_BYTES = 64 << 20  # the DRAM region: part of the board's CMA pool
 DEFAULT_TIMEOUT_S = 30.0
 PAGE = 4096
 DEVICE_PLUGINS = "vdla.pynq_devices"  # entry-point group: modules defining pynq.Device subclasses
+DEVICE_PLUGINS_ENV = "VDLA_PYNQ_DEVICES"  # further such modules, comma-separated (importable by name)
 
 # The Zynq-7000 System Level Control Registers (UG585, appendix B.28): the PL reset FCLK_RESET0_N.
 SLCR_BASE = 0xF800_0000
@@ -89,17 +93,19 @@ def import_pynq():
 
 @cache
 def load_device_plugins() -> tuple[str, ...]:
-    """Import every module of the :data:`DEVICE_PLUGINS` entry-point group, once per process, before pynq
-    discovers its devices (its discovery probes every ``pynq.Device`` subclass defined by then); returns the
-    plugins' names. A plugin that fails to import is a BackendError naming it."""
-    names = []
-    for ep in entry_points(group=DEVICE_PLUGINS):
+    """Import every device plugin, once per process, before pynq discovers its devices (its discovery probes
+    every ``pynq.Device`` subclass defined by then): the modules of the :data:`DEVICE_PLUGINS` entry-point group,
+    then those :data:`DEVICE_PLUGINS_ENV` names; returns the plugins' names. A plugin that fails to import is a
+    BackendError naming it."""
+    named = [m.strip() for m in os.environ.get(DEVICE_PLUGINS_ENV, "").split(",") if m.strip()]
+    plugins = [(ep.name, ep.value, ep.load) for ep in entry_points(group=DEVICE_PLUGINS)]
+    plugins += [(m, f"${DEVICE_PLUGINS_ENV}", lambda m=m: importlib.import_module(m)) for m in named]
+    for name, source, load in plugins:
         try:
-            ep.load()
+            load()
         except Exception as e:
-            raise BackendError(f"the pynq device plugin {ep.name!r} ({ep.value}) failed to import: {e}") from e
-        names.append(ep.name)
-    return tuple(names)
+            raise BackendError(f"the pynq device plugin {name!r} ({source}) failed to import: {e}") from e
+    return tuple(name for name, _, _ in plugins)
 
 
 @dataclass
@@ -141,7 +147,7 @@ class _BoardLock:
 
 class PynqBackend:
     """Runs programs on the accelerator of a PYNQ board (or of any ``pynq.Device`` pynq discovers, such as a
-    simulated board registered through :data:`DEVICE_PLUGINS`).
+    simulated board a device plugin defines, :func:`load_device_plugins`).
 
     ``overlay``: a ``pynq.Overlay`` or the path of its ``.bit`` (loaded with ``pynq.Overlay``); the
     accelerator is the IP whose name or VLNV contains ``ip_name``. Without an overlay, the registers are at

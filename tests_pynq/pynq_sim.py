@@ -3,10 +3,11 @@
 :class:`SimulatedBoard` is a ``pynq.Device`` subclass. PYNQ 4 discovers devices through each subclass's
 ``_probe_``; this one answers when the environment variable ``VDLA_PYNQ_SIM`` names a configuration (a
 preset or a JSON file), so ``pynq.Device.active_device``, ``pynq.MMIO`` and ``pynq.allocate`` reach it with
-no board and no change to the driver. Defining the class registers it with that discovery: this module is a
-device plugin of the driver (the ``vdla.pynq_devices`` entry point in pyproject.toml, which the pynq backend
-imports before it asks pynq for a device), and a test that imports it registers it too. The driver never names
-it. The board it models is a Zynq-7000 with the accelerator's bitstream loaded:
+no board and no change to the driver. Defining the class registers it with that discovery. It is a test
+fixture, not part of vdla (it runs the Verilated RTL: a board's install never imports it): tests_pynq's conftest
+imports it, and names it in ``VDLA_PYNQ_DEVICES`` for the processes the tests start, whose pynq backend imports
+it as a device plugin (:func:`vdla.runtime.pynq_backend.load_device_plugins`) before it asks pynq for a device.
+The driver never names it. The board it models is a Zynq-7000 with the accelerator's bitstream loaded:
 
 * **Registers** (capability ``REGISTER_RW``: ``MMIO`` calls ``read_registers``/``write_registers``): the
   accelerator's AXI4-Lite slave at :data:`~vdla.runtime.pynq_backend.DEFAULT_BASE_ADDR` is the register
