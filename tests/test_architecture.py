@@ -60,6 +60,7 @@ LIBRARY = (
     "vdla.config",
     "vdla.cycles",
     "vdla.errors",
+    "vdla.paths",
     "vdla.isa",
     "vdla.graph",
     "vdla.compiler",
@@ -180,3 +181,40 @@ def test_only_the_pynq_modules_import_pynq():
     names = [a.name for n in top if isinstance(n, ast.Import) for a in n.names]
     names += [n.module for n in top if isinstance(n, ast.ImportFrom)]
     assert not [n for n in names if n.split(".")[0] == "pynq"], names
+
+
+def _op_literals(tree: ast.AST) -> list[tuple[int, str]]:
+    """(line, literal) of every string literal compared with an ``.op`` attribute (``x.op == "conv2d"``,
+    ``x.op in ("add", "mul")``)."""
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Compare):
+            continue
+        sides = [node.left, *node.comparators]
+        if not any(isinstance(s, ast.Attribute) and s.attr == "op" for s in sides):
+            continue
+        for s in sides:
+            elts = s.elts if isinstance(s, (ast.Tuple, ast.Set, ast.List)) else [s]
+            found += [(e.lineno, e.value) for e in elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+    return found
+
+
+def test_operators_are_compared_against_the_registry_names():
+    """A node's operator is compared against a constant of vdla.graph.opnames (a misspelt one fails at import),
+    never against a string literal; the registry itself (ops.py, ew.py), which defines the names, is exempt."""
+    exempt = {"vdla.graph.ops", "vdla.graph.ew", "vdla.graph.opnames"}
+    bad = [
+        f"{path.relative_to(ROOT.parent)}:{line}: .op compared with {value!r}"
+        for mod, path in _modules().items()
+        if mod not in exempt
+        for line, value in _op_literals(ast.parse(path.read_text()))
+    ]
+    assert not bad, "\n".join(bad)
+
+
+def test_every_operator_name_is_registered_and_every_operator_named():
+    from vdla.graph import opnames
+    from vdla.graph.ops import OPS
+
+    assert opnames.NAMES == set(OPS)
+    assert all(getattr(opnames, name.upper()) == name for name in OPS)

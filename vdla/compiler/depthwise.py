@@ -190,7 +190,7 @@ class DepthwiseLowering(BandLowering):
     def gap_refusal(self, gap: PoolSpec) -> str | None:
         """Why ``gap`` cannot be fused into the layer (None if it can)."""
         n, c = self.spec.shape[:2]
-        if gap.op != "avg" or gap.window.kernel != (self.oh, self.ow) or any(gap.window.pads):
+        if gap.kind != "avg" or gap.window.kernel != (self.oh, self.ow) or any(gap.window.pads):
             return f"a {gap.describe()} is not a global average"
         if gap.shape != (n, c, self.oh, self.ow):
             return f"it averages {gap.shape}, the layer writes {(n, c, self.oh, self.ow)}"

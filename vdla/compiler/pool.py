@@ -62,7 +62,7 @@ from vdla.isa import AluOp, Insn, MemType, clip_imm
 from vdla.isa.arith import INT8_MAX, INT8_MIN, requantize
 from vdla.runtime.device import Device
 
-POOL_OPS = ("max", "avg")
+POOL_KINDS = ("max", "avg")
 MAX_VTHREADS = 2
 
 
@@ -70,45 +70,45 @@ MAX_VTHREADS = 2
 class PoolSpec(WindowSpec):
     """A 2-D pooling of an int8 NCHW tensor ``shape`` over ``window``.
 
-    ``op`` "max": the window maximum (padded taps read ``INT8_MIN``, or 0 without ``pad_min``). "avg": the
+    ``kind`` "max": the window maximum (padded taps read ``INT8_MIN``, or 0 without ``pad_min``). "avg": the
     window sum (no padding: every window holds ``kh*kw`` taps) times ``multiplier`` rounded right by
     ``shift`` (``mul_shift``), clamped to ``clip``. Frozen: a spec is the cache key of its program.
     """
 
-    op: str = "max"
+    kind: str = "max"
     pad_min: bool = True
     multiplier: int = 1
     shift: int = 0
     clip: tuple[int, int] = (INT8_MIN, INT8_MAX)
 
     @classmethod
-    def make(cls, shape, kernel, stride=None, padding=0, op: str = "max", **kw) -> PoolSpec:
+    def make(cls, shape, kernel, stride=None, padding=0, kind: str = "max", **kw) -> PoolSpec:
         """A checked spec; raises CompileError naming the limit."""
-        if op not in POOL_OPS:
-            raise CompileError(f"pool op must be one of {POOL_OPS}, got {op!r}")
-        win = cls.window_of("pool", f"{op}_pool2d", shape, kernel, stride or kernel, padding)
-        spec = cls(tuple(int(d) for d in shape), win, op, **kw)
+        if kind not in POOL_KINDS:
+            raise CompileError(f"pool kind must be one of {POOL_KINDS}, got {kind!r}")
+        win = cls.window_of("pool", f"{kind}_pool2d", shape, kernel, stride or kernel, padding)
+        spec = cls(tuple(int(d) for d in shape), win, kind, **kw)
         spec.check()
         return spec
 
     @classmethod
     def global_avg(cls, shape, multiplier: int, shift: int, clip=(INT8_MIN, INT8_MAX)) -> PoolSpec:
         """The sum over all H x W pixels, requantized: a global average pool."""
-        return cls.make(shape, tuple(shape[2:]), op="avg", multiplier=multiplier, shift=shift, clip=clip)
+        return cls.make(shape, tuple(shape[2:]), kind="avg", multiplier=multiplier, shift=shift, clip=clip)
 
     def check(self) -> None:
         self.check_loads("pool")
-        if self.op == "avg" and any(self.window.pads):
+        if self.kind == "avg" and any(self.window.pads):
             raise CompileError(f"an average pool with padding {self.window.pads} divides by varying counts")
         check_requantization(self.multiplier, self.shift, self.clip)
 
     @property
     def requantizes(self) -> bool:
-        return self.op != "max" and (self.multiplier, self.shift) != (1, 0)
+        return self.kind != "max" and (self.multiplier, self.shift) != (1, 0)
 
     def describe(self) -> str:
         (kh, kw), sh = self.window.kernel, self.window.stride[0]
-        return f"{self.op} {kh}x{kw}/{sh} pad{list(self.window.pads)} {list(self.shape)}"
+        return f"{self.kind} {kh}x{kw}/{sh} pad{list(self.window.pads)} {list(self.shape)}"
 
     def key(self) -> str:
         """A stable text key of the pooling (schedule cache)."""
@@ -118,7 +118,7 @@ class PoolSpec(WindowSpec):
 
 def pool_reference(x: np.ndarray, spec: PoolSpec) -> np.ndarray:
     """The numpy definition of what the program computes (int8 in, int8 out)."""
-    if spec.op == "max":
+    if spec.kind == "max":
         fill = INT8_MIN if spec.pad_min else 0
         return oracle.windows(x, spec.window, fill).max(axis=(4, 5)).astype(np.int8)
     total = oracle.windows(x.astype(np.int64), spec.window, 0).sum(axis=(4, 5))
@@ -358,7 +358,7 @@ class PoolLowering(AluBandLowering):
     def epi_clamps(self) -> bool:
         """Whether the OUT mirror clamps (:meth:`AluBandLowering.epi_clamps`): an average's results only (a max
         pool's are its inputs' values)."""
-        return self.spec.op != "max" and super().epi_clamps
+        return self.spec.kind != "max" and super().epi_clamps
 
     def inplace(self, first: str) -> bool:
         """Whether the first pass reduces in place at each result's first tap: its taps reach at most the
@@ -369,7 +369,7 @@ class PoolLowering(AluBandLowering):
         """Whether a max pool reduces along ``axis`` ("rows": each row over the column taps, "cols": each column
         over the row taps) by :func:`doubling` in place: stride 1 and at least 4 taps."""
         k, stride = (self.kw, self.sw) if axis == "rows" else (self.kh, self.sh)
-        return self.spec.op == "max" and stride == 1 and k >= 4
+        return self.spec.kind == "max" and stride == 1 and k >= 4
 
     def per_block(self, noh: int, first: str = "rows") -> tuple[int, int, int]:
         """ACC elements of one channel block of a tile: (input window, first-pass results, output rows)."""
@@ -385,10 +385,10 @@ class PoolLowering(AluBandLowering):
         win, mb, ob = self.per_block(s.toh, s.first)
         mbase, obase = acc0 + t.noc * win, acc0 + t.noc * (win + mb)
         compute: list[Op] = [copy]
-        if self.spec.op == "max" and self.spec.pad_min:  # the padded border reads INT8_MIN, not zero
+        if self.spec.kind == "max" and self.spec.pad_min:  # the padded border reads INT8_MIN, not zero
             compute += self.border_fill(t, acc0, win, pad, INT8_MIN)
         compute += self.reduce(t, s, acc0, mbase, obase, self.in_rows(t.noh))
-        if self.spec.op != "max":
+        if self.spec.kind != "max":
             compute += self.requantize(t, obase, ob)
         return Block(thread, tuple(loads), tuple(compute), tuple(self.stores(t, obase, ob)))
 
@@ -398,7 +398,7 @@ class PoolLowering(AluBandLowering):
         pass writes it as iterations run in program order; else into ``mbase`` after a copy), then the other
         axis into the dense output tile at ``obase`` (the first tap a copy)."""
         win, mb, ob = self.per_block(s.toh, s.first)
-        op = AluOp.MAX if self.spec.op == "max" else AluOp.ADD
+        op = AluOp.MAX if self.spec.kind == "max" else AluOp.ADD
         if s.first == "rows":  # results (row r < win_rows, output column j), tap k at column j*sw + k
             ext, strides, (taps, stride, tap_step) = (win_rows, self.ow), (self.cols, self.sw), (self.kw, self.sw, 1)
         else:  # results (output row i, column c), tap k at row i*sh + k
@@ -524,7 +524,7 @@ def pool_lowering(spec: PoolSpec, cfg: HwConfig, view: OutputView | None = None)
     """The lowering of ``spec``: a global average sums on the GEMM core (:class:`GlobalSumLowering`), every other
     pooling reduces on the ALU (:class:`PoolLowering`); ``view`` as :class:`PoolLowering` takes it."""
     whole = spec.window.kernel == tuple(spec.shape[2:]) and not any(spec.window.pads)
-    return GlobalSumLowering(spec, cfg, view) if spec.op == "avg" and whole else PoolLowering(spec, cfg, view)
+    return GlobalSumLowering(spec, cfg, view) if spec.kind == "avg" and whole else PoolLowering(spec, cfg, view)
 
 
 class CompiledAluLayer:

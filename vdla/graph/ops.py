@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 import vdla.graph.layout as layout
+import vdla.graph.opnames as opnames
 import vdla.graph.oracle as oracle
 from vdla.graph.ew import EW, EwDef, node_steps, step_result_dtype
 from vdla.graph.graph import Graph, Node, reshaped
@@ -116,6 +117,8 @@ def register(
     sets the other fields of :class:`OpDef`."""
 
     def deco(fn: Infer) -> Infer:
+        if name not in opnames.NAMES:
+            raise ValueError(f"operator {name!r} has no constant in vdla.graph.opnames: add one")
         if name in OPS:
             raise ValueError(f"operator {name!r} is registered twice")
         hi = min_inputs if max_inputs is None else max_inputs
@@ -1195,3 +1198,13 @@ def _nll_loss(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndar
     """``-x[n, t, d...] * weight[t]`` at each target ``t`` (0 where ``t`` is ``ignore_index``; NaN where ``t``
     lies outside the classes): the losses before their reduction."""
     return nll_type(inputs)
+
+
+def _check_every_name_registered() -> None:
+    """Every name of :mod:`vdla.graph.opnames` is an operator of :data:`OPS` (checked once, at import)."""
+    unregistered = sorted(opnames.NAMES - OPS.keys())
+    if unregistered:
+        raise ValueError(f"vdla.graph.opnames names operators the registry does not define: {unregistered}")
+
+
+_check_every_name_registered()

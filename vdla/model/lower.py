@@ -31,6 +31,17 @@ from vdla.graph.ew import EPILOGUE_STEP
 from vdla.graph.fold import FOLDED, MACS, PHASED
 from vdla.graph.graph import Graph, Node
 from vdla.graph.layout import blocked_shape
+from vdla.graph.opnames import (
+    CONCAT,
+    CONV2D,
+    DENSE,
+    GLOBAL_AVG_POOL,
+    GLOBAL_SUM_POOL,
+    INTERLEAVE,
+    MATMUL,
+    MAX_POOL2D,
+    SLICE,
+)
 from vdla.graph.ops import OPS, infer_types, interleave_type
 from vdla.graph.tables import cpu_tables
 from vdla.graph.types import TensorType
@@ -210,12 +221,12 @@ class ModelBuilder:
         fusion's refusal, or its cycles fused and apart (None where there is no such neighbour)."""
         if layer.dw_mode and layer.pre is None:
             pw, depth, what = by_x.get(layer.out), 1, "not fused with the 1x1 layer after it"
-            if pw is None or pw.op != "conv2d" or pw.spec().kh != 1:  # no 1x1 layer reads it: nothing to explain
+            if pw is None or pw.op != CONV2D or pw.spec().kh != 1:  # no 1x1 layer reads it: nothing to explain
                 return None
             why = pointwise_refusal(layer, pw, self.g, self.cfg)
         elif layer.pre is not None and layer.pre.dw_mode and layer.pre.pre is None:
             ex, pw, depth, what = by_out.get(layer.pre.x), layer, 2, "the 1x1 layer before it not fused"
-            if ex is None or ex.op != "conv2d" or ex.spec().kh != 1:
+            if ex is None or ex.op != CONV2D or ex.spec().kh != 1:
                 return None
             why = expand_refusal(ex, layer, self.g, self.cfg)
         else:
@@ -326,8 +337,8 @@ class ModelBuilder:
                     n
                     for n in unit
                     if n.output not in self.sliced
-                    and not (n.op == "interleave" and self.store_phases(n, layers, consumers))
-                    and not (n.op == "concat" and self.store_parts(n, layers, consumers))
+                    and not (n.op == INTERLEAVE and self.store_phases(n, layers, consumers))
+                    and not (n.op == CONCAT and self.store_parts(n, layers, consumers))
                 ]
                 if not unit:
                     continue
@@ -338,7 +349,7 @@ class ModelBuilder:
         """``(value, first block)`` where the slice ``node`` is read in place (:func:`vdla.graph.copies.block_view`):
         whole channel blocks of one image of an accelerator layer's output (or of such a view), read by
         accelerator layers alone as their input or residual, no graph output. None otherwise (a CPU step slices)."""
-        if node.op != "slice" or node.output in self.g.outputs or self.cfg.block_in != self.cfg.block_out:
+        if node.op != SLICE or node.output in self.g.outputs or self.cfg.block_in != self.cfg.block_out:
             return None
         x, block = node.inputs[0], self.cfg.block_out
         span = channel_span(node, self.types[x].shape)
@@ -525,7 +536,7 @@ class ModelBuilder:
         concatenation alone, at a channel block's start, which a plain 1x1 convolution of stride 1 without padding
         reads alone; ``phase`` an exact copy of an accelerator layer's output. None otherwise."""
         cat = consumers.get(node.output, [])
-        if len(cat) != 1 or cat[0].op != "concat" or node.output in self.g.outputs or cat[0].output in self.g.outputs:
+        if len(cat) != 1 or cat[0].op != CONCAT or node.output in self.g.outputs or cat[0].output in self.g.outputs:
             return None
         readers = consumers.get(cat[0].output, [])
         layer = self.readers.get(readers[0].output) if len(readers) == 1 else None
@@ -830,7 +841,7 @@ class ModelBuilder:
         insns, code = self.emit(layer, compiled.lowering, compiled.stream, compiled.constants, dev, addr)
         sp = layer.spec
         desc = {
-            "op": {"global_sum_pool": "global_avg_pool", "scale": "channel_scale"}.get(layer.op, layer.op),
+            "op": {GLOBAL_SUM_POOL: GLOBAL_AVG_POOL}.get(layer.op, layer.op),
             "input": list(sp.shape),
             "output": list(sp.out_shape),
             "kernel": list(sp.window.kernel),
@@ -838,7 +849,7 @@ class ModelBuilder:
             "schedule": compiled.schedule.describe(),
             "epilogue": "requant",
         }
-        if layer.op == "max_pool2d":
+        if layer.op == MAX_POOL2D:
             desc["epilogue"] = f"pad {'int8 min' if sp.pad_min else 'zero (input >= 0)'}"
         out = [self.pending[layer.out]]
         return AccelStep(layer.out, code.addr, len(insns), 0, self.accel_reads(layer), out, desc)
@@ -972,14 +983,14 @@ def network_macs(attrs: dict, macs: int) -> int:
 
 def node_macs(node: Node, types: dict[str, TensorType]) -> int:
     """Multiply-accumulates of a conv2d, dense or matmul node of the graph typed by ``types`` (0 for others)."""
-    if node.op == "conv2d":
+    if node.op == CONV2D:
         n, oc, oh, ow = types[node.output].shape
         _, icg, kh, kw = types[node.inputs[1]].shape
         return network_macs(node.attrs, n * oc * oh * ow * icg * kh * kw)
-    if node.op == "dense":
+    if node.op == DENSE:
         m, n = types[node.output].shape
         return m * n * types[node.inputs[1]].shape[1]
-    if node.op == "matmul":
+    if node.op == MATMUL:
         return int(np.prod(types[node.output].shape)) * types[node.inputs[1]].shape[-2]  # K of (..., K, N)
     return 0
 
@@ -1031,10 +1042,10 @@ def _stores_through_view(layer: AccelLayer | PoolLayer | None, joins: bool) -> b
     (not on the depthwise mode, whose stores take no view) with no fused pool, adding a residual only into a
     concatenation (``joins``); or a max pool's, into a concatenation (its channel blocks only)."""
     if isinstance(layer, PoolLayer):
-        return joins and layer.op == "max_pool2d"
+        return joins and layer.op == MAX_POOL2D
     return (
         layer is not None
-        and layer.op == "conv2d"
+        and layer.op == CONV2D
         and not layer.dw_mode
         and layer.pool is None
         and (joins or not layer.residual)

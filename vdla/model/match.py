@@ -105,6 +105,9 @@ class AccelLayer:
         return self.groups != 1 and not self.parts
 
 
+CHANNEL_SCALE = "channel_scale"  # the op of a PoolLayer that is a channel scale (mul(x, s) -> requantization)
+
+
 @dataclass(frozen=True)
 class PoolLayer:
     """A layer the accelerator's ALU runs: a pooling (:mod:`vdla.compiler.pool`) or a channel scale
@@ -244,7 +247,7 @@ def fuse_gate(scale: PoolLayer, conv: AccelLayer, graph: Graph) -> AccelLayer | 
     before it, or None where that is not possible: ``conv`` is a plain conv2d (no parts, pool, run-time weights or
     fusion of its own) and the only reader of the scale's output (not a graph output). The compiler refuses the
     rest, naming why (:meth:`~vdla.compiler.schedule.ConvLowering.gate_refusal`)."""
-    if scale.op != "scale" or not conv.plain or conv.gate or conv.x != scale.out or scale.out in graph.outputs:
+    if scale.op != CHANNEL_SCALE or not conv.plain or conv.gate or conv.x != scale.out or scale.out in graph.outputs:
         return None
     if len(graph.consumers().get(scale.out, [])) != 1:
         return None
@@ -385,7 +388,7 @@ def match_scale(anchor: Node, graph: Graph, types: dict[str, TensorType], cfg: H
         ChannelScaleLowering(spec, cfg).check_minimal()
     except CompileError as e:
         return str(e)
-    return PoolLayer("scale", tuple(nodes), x, nodes[-1], spec, residual=s)
+    return PoolLayer(CHANNEL_SCALE, tuple(nodes), x, nodes[-1], spec, residual=s)
 
 
 def _requant_chain(anchor: Node, graph: Graph) -> tuple[list[str], tuple[int, int, int, int]] | str:
