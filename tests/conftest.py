@@ -1,11 +1,53 @@
-"""Shared fixtures: the backends every semantics test runs on."""
+"""Shared fixtures (the backends every semantics test runs on), the tiers and the hermetic cache.
+
+The tiers are markers set here from what a test uses: ``rtl`` (it runs the Verilated RTL: the ``rtl_library`` or
+``backend`` fixture on "rtl", or a ``test_rtl_*`` module), ``models`` (whole suite models) and ``conformance``
+(the ONNX backend node cases), set by their modules; ``slow`` is the heaviest tier, left to ``make test-all``
+(pyproject's ``addopts``). Every test runs with its caches in ``.vdla_cache`` of the checkout (git-ignored),
+never in the user's ``~/.cache/vdla``.
+"""
 
 from __future__ import annotations
+
+import os
+from pathlib import Path
 
 import pytest
 
 from vdla.config import load_config
 from vdla.runtime import Device
+
+REPO = Path(__file__).resolve().parents[1]
+CACHE = REPO / ".vdla_cache"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Point every cache of vdla at the checkout's ``.vdla_cache`` (workers inherit it)."""
+    os.environ["VDLA_CACHE_DIR"] = str(CACHE)
+
+
+def _runs_rtl(item: pytest.Item) -> bool:
+    callspec = getattr(item, "callspec", None)
+    on_rtl = callspec is not None and callspec.params.get("backend") == "rtl"
+    return on_rtl or "rtl_library" in getattr(item, "fixturenames", ()) or item.path.name.startswith("test_rtl_")
+
+
+def _shares_module_fixture(item: pytest.Item) -> bool:
+    """Whether ``item`` uses a module-, package- or session-scoped fixture defined in its own module (computed
+    once per process that runs any of its users: under xdist they are kept on one worker)."""
+    defs = getattr(item, "_fixtureinfo", None)
+    defs = defs.name2fixturedefs if defs is not None else {}
+    module = item.nodeid.split("::")[0]
+    return any(d[-1].scope != "function" and d[-1].baseid == module for d in defs.values() if d)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark the tests that run the RTL ``rtl``; put the users of a module's shared fixture in one xdist group."""
+    for item in items:
+        if _runs_rtl(item):
+            item.add_marker(pytest.mark.rtl)
+        if _shares_module_fixture(item):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
 
 
 @pytest.fixture(scope="session")

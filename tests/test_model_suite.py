@@ -10,7 +10,8 @@ committed as ONNX files, each compiled two ways and run on the simulator against
 - four small models on the RTL, bit-exact with the simulator, cycle counts within 5% of its cycle model.
 
 ``benchmarks/models.py`` measures the same suite with more inputs and writes its figures; here each model
-calibrates on 8 samples and checks 2 inputs. The largest models are marked slow (``make test-all``).
+calibrates on 8 samples and checks 2 inputs. Every model run is of the ``models`` tier (``make test-all``,
+CI); the largest are also marked slow.
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ CALIB, TESTS = 8, 2
 
 
 def _models(names):
-    return [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n for n in names]
+    """Each model a parameter of the ``models`` tier (make test-all), the largest also ``slow``."""
+    return [pytest.param(n, marks=[pytest.mark.models, *[pytest.mark.slow] * (n in SLOW)]) for n in names]
 
 
 def _reference(model, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -133,7 +135,7 @@ def test_onnxruntime_qdq_equals_the_reference_up_to_its_rounding_ties(name, qdq_
         assert len(cpu) == 2, f"{name}: CPU steps {cpu} (the input's and the output's only)"
 
 
-@pytest.mark.parametrize("name", ["bert_tiny", "unet", "yolo", "mobilenet_v3_small"])
+@pytest.mark.parametrize("name", _models(["bert_tiny", "unet", "yolo", "mobilenet_v3_small"]))
 def test_small_models_on_the_rtl_are_bit_exact_with_cycles_within_5_percent(name, qdq_compiled, rtl_library):
     m = SUITE[name]
     _, artifact = qdq_compiled(name)

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.conformance  # the ONNX node cases: make test-all and CI
+
 pytest.importorskip("onnx")
 pytest.importorskip("llvmlite")
 
