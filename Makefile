@@ -20,10 +20,11 @@ demo: $(STAMP)
 	$(VENV)/bin/vdla e2e --backend sim --json out/resnet18_e2e.json
 	$(VENV)/bin/vdla roofline --backend sim --out out
 
-# The tests run on every core (pytest-xdist, one worker a core, idle workers stealing tests); the tiers are
-# markers (tests/conftest.py): make test leaves out `slow`, make test-all (CI) runs every test.
+# The tests run on every core (pytest-xdist, one worker a core; the tests sharing a module fixture stay on one
+# worker). The tiers are markers (tests/conftest.py): make test leaves out `models`, `conformance` and `slow`
+# (pyproject's addopts), make test-all (CI) runs every test.
 JOBS ?= auto
-PYTEST := $(PY) -m pytest -q -n $(JOBS) --dist worksteal
+PYTEST := $(PY) -m pytest -q -n $(JOBS) --dist loadgroup
 
 test: $(STAMP)
 	$(PYTEST)
