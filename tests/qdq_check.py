@@ -14,9 +14,9 @@ def lowered_graph(qdq):
     from vdla.frontend.onnx import import_onnx
     from vdla.graph.passes import simplify
     from vdla.graph.qdq import lower_qdq
-    from vdla.graph.tables import fold_tables, quantize_early
+    from vdla.graph.tables import quantize_early, tabulate_chains
 
-    return fold_tables(quantize_early(lower_qdq(simplify(import_onnx(qdq)))))
+    return tabulate_chains(quantize_early(lower_qdq(simplify(import_onnx(qdq)))))
 
 
 def assert_runs_as_lowered(qdq, artifact, lowered, backend: str, shape, seeds=(0, 1)) -> None:

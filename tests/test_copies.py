@@ -17,7 +17,7 @@ from qdq_check import accel_between, assert_runs_as_lowered, float_cosine, lower
 from vdla.graph.copies import COPY, accelerator_copies  # noqa: E402
 from vdla.graph.interp import evaluate  # noqa: E402
 from vdla.graph.qdq import lower_qdq  # noqa: E402
-from vdla.graph.tables import fold_tables, quantize_early  # noqa: E402
+from vdla.graph.tables import quantize_early, tabulate_chains  # noqa: E402
 from vdla.zoo.models import quantize_qdq  # noqa: E402
 
 RNG = np.random.default_rng(11)
@@ -69,7 +69,7 @@ def _tabled(qdq):
 
 def _lowered(qdq):
     """The integer graph the accelerator runs: tables, copies, and the copies lowered."""
-    return fold_tables(quantize_early(lower_qdq(accelerator_copies(_tabled(qdq), 16))))
+    return tabulate_chains(quantize_early(lower_qdq(accelerator_copies(_tabled(qdq), 16))))
 
 
 @pytest.fixture(scope="module", params=[16, 8, 32], ids=["whole_blocks", "half_blocks", "two_blocks"])
@@ -375,7 +375,7 @@ def test_a_slice_of_a_value_another_layer_reads_whole(span, backend):
     np.testing.assert_array_equal(Module(artifact, backend).run(x), evaluate(_lowered(qdq), {"x": x})["y"])
 
 
-def test_a_table_of_a_table_folds_into_one():
+def test_a_table_of_a_table_composes_into_one():
     from vdla.graph.graph import Graph, Node
     from vdla.graph.types import Quant, TensorType
 
@@ -384,7 +384,7 @@ def test_a_table_of_a_table_folds_into_one():
     nodes = [Node("table", ("x", "t1"), "a", q), Node("table", ("a", "t2"), "b", q)]
     x_type = TensorType((1, 16, 4, 4), "int8", Quant((0.1,)))
     graph = Graph({"x": x_type}, nodes, ["b"], {"t1": t1, "t2": t2})
-    folded = fold_tables(graph)
-    assert [n.op for n in folded.nodes] == ["table"] and folded.nodes[0].inputs[0] == "x"
+    composed = tabulate_chains(graph)
+    assert [n.op for n in composed.nodes] == ["table"] and composed.nodes[0].inputs[0] == "x"
     x = RNG.integers(-128, 128, x_type.shape).astype(np.int8)
-    np.testing.assert_array_equal(evaluate(folded, {"x": x})["b"], evaluate(graph, {"x": x})["b"])
+    np.testing.assert_array_equal(evaluate(composed, {"x": x})["b"], evaluate(graph, {"x": x})["b"])

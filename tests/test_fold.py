@@ -36,7 +36,7 @@ from vdla.graph.fold import (
 from vdla.graph.im2col import im2col_convs, im2col_window
 from vdla.graph.interp import evaluate
 from vdla.graph.qdq import lower_qdq
-from vdla.graph.tables import fold_tables, quantize_early
+from vdla.graph.tables import quantize_early, tabulate_chains
 from vdla.graph.verify import verify
 from vdla.graph.window import Window
 from vdla.model import Module
@@ -189,8 +189,8 @@ def narrow_model(seed: int = 0, image: int = 32) -> Graph:
 
 def lowered(graph: Graph) -> Graph:
     """The model compiler's passes before the fold (:func:`vdla.model.pipeline.compile_graph_model`)."""
-    tables = fold_tables(quantize_early(lower_qdq(graph)))
-    return fold_tables(quantize_early(lower_qdq(accelerator_copies(tables, 16))))
+    tables = tabulate_chains(quantize_early(lower_qdq(graph)))
+    return tabulate_chains(quantize_early(lower_qdq(accelerator_copies(tables, 16))))
 
 
 def _image(seed: int, image: int = 32) -> np.ndarray:

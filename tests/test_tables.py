@@ -1,5 +1,5 @@
-"""Activation tables (``vdla.graph.tables``): elementwise functions of one int8 tensor folded into 256-entry
-tables, bit-exact with the unfolded graph (interpreter and CPU JIT) and with onnxruntime's int8 reference; the
+"""Activation tables (``vdla.graph.tables``): elementwise functions of one int8 tensor tabulated as 256-entry
+tables, bit-exact with the graph before (interpreter and CPU JIT) and with onnxruntime's int8 reference; the
 table kernel against its numpy semantics; what ends a cone."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from vdla.graph.graph import Graph, Node  # noqa: E402
 from vdla.graph.interp import evaluate  # noqa: E402
 from vdla.graph.passes import simplify  # noqa: E402
 from vdla.graph.qdq import lower_qdq  # noqa: E402
-from vdla.graph.tables import BYTES, fold_tables  # noqa: E402
+from vdla.graph.tables import BYTES, tabulate_chains  # noqa: E402
 from vdla.graph.types import Quant, TensorType  # noqa: E402
 from vdla.zoo.models import quantize_qdq  # noqa: E402
 
@@ -71,28 +71,28 @@ def _qdq(model):
 
 
 @pytest.mark.parametrize("act", sorted(ACTIVATIONS))
-def test_each_activation_folds_into_one_table_equal_to_the_int8_reference(act):
+def test_each_activation_tabulates_as_one_table_equal_to_the_int8_reference(act):
     qdq = _qdq(_model(act))
     lowered = lower_qdq(simplify(import_onnx(qdq)))
-    folded = fold_tables(lowered)
-    tables = [n for n in folded.nodes if n.op == "table"]
-    assert len(tables) == 1, [n.op for n in folded.nodes]
-    ops = [n.op for n in folded.nodes]
+    tabled = tabulate_chains(lowered)
+    tables = [n for n in tabled.nodes if n.op == "table"]
+    assert len(tables) == 1, [n.op for n in tabled.nodes]
+    ops = [n.op for n in tabled.nodes]
     assert ops.count("dequantize") == 1 and ops[-1] == "dequantize"  # the output's; no float between the convs
-    kernel = compile_graph(folded)
+    kernel = compile_graph(tabled)
     for _ in range(3):
         x = RNG.normal(0, 1.5, (1, 16, 8, 8)).astype(np.float32)
         want = evaluate(lowered, {"x": x})["y"]
-        np.testing.assert_array_equal(evaluate(folded, {"x": x})["y"], want)
+        np.testing.assert_array_equal(evaluate(tabled, {"x": x})["y"], want)
         np.testing.assert_array_equal(kernel(x=x)["y"], want)
         np.testing.assert_array_equal(want, reference_run(qdq, {"x": x})["y"])
 
 
-def test_a_per_channel_constant_ends_the_cone_and_a_scalar_one_folds():
+def test_a_per_channel_constant_ends_the_cone_and_a_scalar_one_tabulates():
     per_channel = lower_qdq(simplify(import_onnx(_qdq(_model("prelu", RNG.uniform(0.05, 0.3, (16, 1, 1)))))))
-    assert not any(n.op == "table" for n in fold_tables(per_channel).nodes)
+    assert not any(n.op == "table" for n in tabulate_chains(per_channel).nodes)
     scalar = lower_qdq(simplify(import_onnx(_qdq(_model("prelu", np.array([0.2]))))))
-    assert sum(n.op == "table" for n in fold_tables(scalar).nodes) == 1
+    assert sum(n.op == "table" for n in tabulate_chains(scalar).nodes) == 1
 
 
 def _graph(nodes: list[Node], outputs: list[str]) -> Graph:
@@ -107,12 +107,12 @@ def test_a_value_read_outside_the_cone_is_kept():
         Node("quantize", ("s",), "q", {"scale": 1 / 128, "zero_point": 0}),
         Node("tanh", ("d",), "t"),  # reads the dequantized value too, and is an output
     ]
-    folded = fold_tables(_graph(nodes, ["q", "t"]))
-    assert [n.op for n in folded.nodes] == [n.op for n in nodes]  # d is read by t: no cone ends at q
+    tabled = tabulate_chains(_graph(nodes, ["q", "t"]))
+    assert [n.op for n in tabled.nodes] == [n.op for n in nodes]  # d is read by t: no cone ends at q
     x = RNG.integers(-128, 128, (2, 8)).astype(np.int8)
-    folded = fold_tables(_graph(nodes[:3], ["q"]))
-    assert [n.op for n in folded.nodes] == ["table"]
-    np.testing.assert_array_equal(evaluate(folded, {"x": x})["q"], evaluate(_graph(nodes[:3], ["q"]), {"x": x})["q"])
+    tabled = tabulate_chains(_graph(nodes[:3], ["q"]))
+    assert [n.op for n in tabled.nodes] == ["table"]
+    np.testing.assert_array_equal(evaluate(tabled, {"x": x})["q"], evaluate(_graph(nodes[:3], ["q"]), {"x": x})["q"])
 
 
 def test_table_kernel_equals_its_numpy_semantics():
@@ -125,7 +125,7 @@ def test_table_kernel_equals_its_numpy_semantics():
     assert oracle.table(np.int8(-1), entries) == entries[255]
 
 
-def test_a_cpu_step_folds_dequantized_activations_into_float32_tables():
+def test_a_cpu_step_tabulates_dequantized_activations_as_float32_tables():
     """In a CPU step (cpu_tables), sigmoid(dequantize(x)) becomes one table of 256 float32 entries, equal
     bit for bit to the graph interpreter and run by the CPU's table kernel; a lone dequantize stays, and so
     does a float cone another value reads into."""
@@ -137,12 +137,12 @@ def test_a_cpu_step_folds_dequantized_activations_into_float32_tables():
         Node("dequantize", ("y",), "e", {"scale": 0.1, "zero_point": 0}),
     ]
     g = Graph({"x": TensorType((2, 8, 3), "int8"), "y": TensorType((4,), "int8")}, nodes, ["s", "e"], name="g")
-    folded = cpu_tables(g)
-    assert [n.op for n in folded.nodes] == ["table", "dequantize"]
-    assert folded.params["s:table"].dtype == np.float32 and folded.params["s:table"].shape == (256,)
+    tabled = cpu_tables(g)
+    assert [n.op for n in tabled.nodes] == ["table", "dequantize"]
+    assert tabled.params["s:table"].dtype == np.float32 and tabled.params["s:table"].shape == (256,)
     feeds = {"x": RNG.integers(-128, 128, (2, 8, 3)).astype(np.int8), "y": RNG.integers(-128, 128, 4).astype(np.int8)}
     want = evaluate(g, feeds)
-    for got in (evaluate(folded, feeds), compile_graph(folded).run(feeds)):
+    for got in (evaluate(tabled, feeds), compile_graph(tabled).run(feeds)):
         np.testing.assert_array_equal(got["s"].view(np.uint32), want["s"].view(np.uint32))
         np.testing.assert_array_equal(got["e"], want["e"])
 
@@ -193,12 +193,12 @@ def _runs_as_the_graph(qdq, artifact, backend: str, sigma: float = 1.0, seeds: i
     from vdla.model import Module
     from vdla.zoo.models import qdq_output_scale
 
-    unfolded = lower_qdq(simplify(import_onnx(qdq)))
+    untabled = lower_qdq(simplify(import_onnx(qdq)))
     module, step = Module(artifact, backend), qdq_output_scale(qdq, "y")
     for seed in range(seeds):
         x = np.random.default_rng(seed).normal(0, sigma, (1, 16, 8, 8)).astype(np.float32)
         got = module.run(x)
-        np.testing.assert_array_equal(got, evaluate(unfolded, {"x": x})["y"])
+        np.testing.assert_array_equal(got, evaluate(untabled, {"x": x})["y"])
         assert np.abs(got - reference_run(qdq, {"x": x})["y"]).max() <= step * 1.01
     module.close()
 
@@ -265,7 +265,7 @@ def test_a_quantization_moves_through_a_concatenation_and_a_pool_exactly(fire):
 
     qdq, _ = fire
     lowered = lower_qdq(simplify(import_onnx(qdq)))
-    moved = fold_tables(quantize_early(lowered))
+    moved = tabulate_chains(quantize_early(lowered))
     ops = [n.op for n in moved.nodes]
     assert ops.count("quantize") == 1 and ops.count("dequantize") == 1  # the input's and the output's
     for seed in range(3):
@@ -308,7 +308,7 @@ def test_a_quantization_moves_through_a_split_and_the_halves_share_it():
     from vdla.graph.tables import quantize_early
 
     graph = _graph(nodes, ["qa", "qb"])
-    moved = fold_tables(quantize_early(graph))
+    moved = tabulate_chains(quantize_early(graph))
     assert sorted(n.op for n in moved.nodes) == ["slice", "slice", "table"]  # one SiLU table, int8 slices
     x = RNG.integers(-128, 128, (2, 8)).astype(np.int8)
     want, got = evaluate(graph, {"x": x}), evaluate(moved, {"x": x})

@@ -1,23 +1,23 @@
-"""Activation tables: every elementwise function of one int8 tensor folded into its 256-entry table.
+"""Activation tables: every elementwise function of one int8 tensor tabulated: its 256-entry table.
 
 In an int8 network, an elementwise subgraph whose only varying input is one int8 tensor ``x`` and whose result
 is int8 has 256 possible inputs: SiLU (``x * sigmoid(x)`` with the quantizations between), sigmoid, tanh,
-hardswish, GELU, Mish, ELU, LeakyReLU, clips, requantizations, and any chain of them. :func:`fold_tables`
+hardswish, GELU, Mish, ELU, LeakyReLU, clips, requantizations, and any chain of them. :func:`tabulate_chains`
 replaces each such subgraph (a *cone*) by one ``table`` node whose entries are the subgraph itself evaluated
 by the graph interpreter on the 256 values: the same float32 operators, quantizations and dequantizations as
-the unfolded graph, so the table's result equals the unfolded graph's on every input, bit for bit.
+the graph before it, so the table's result equals that graph's on every input, bit for bit.
 
-Before the folding, :func:`quantize_early` moves each quantization of a concatenation (or of a max pool,
+Before tabulating, :func:`quantize_early` moves each quantization of a concatenation (or of a max pool,
 a slice, a reshape, a transpose or a nearest resize) to its inputs: ``quantize(concat(dequantize(a),
 dequantize(b)))`` is ``concat(quantize(dequantize(a)), quantize(dequantize(b)))`` exactly, because
 quantization is elementwise and non-decreasing. Each
-``quantize(dequantize(a))`` is then a requantization of ``a`` alone, which folds into a table (into the
+``quantize(dequantize(a))`` is then a requantization of ``a`` alone, which is tabulated (into the
 producing layer's epilogue on the accelerator), and the concatenation runs on int8 values of one scale.
 
 A cone grows from a *source* ``x`` (an int8 graph input or node output) through the elementwise operators of
 :data:`vdla.graph.ew.EW` whose tensor operands are ``x``, values of the cone, or parameters of one element, all
 of ``x``'s shape; it ends at one int8 value ``y``, every other value it computes read only inside it (and not a
-graph output). Of the cones of one source, the one with the most operators is folded. An operator with a
+graph output). Of the cones of one source, the one with the most operators is tabulated. An operator with a
 per-channel constant (PRelu's slopes, a per-channel scale) is not a function of the value alone and ends the
 cone there.
 
@@ -123,13 +123,13 @@ def _same_quant(d: Node, q: Node) -> bool:
     return all(np.array_equal(np.asarray(d.attrs.get(k, 0)), np.asarray(q.attrs.get(k, 0))) for k in keys)
 
 
-def fold_tables(graph: Graph, result: str = "int8", least: int = 1) -> Graph:
+def tabulate_chains(graph: Graph, result: str = "int8", least: int = 1) -> Graph:
     """``graph`` with every cone (module docstring) replaced by one ``table`` node; the tables are new
     parameters named after their outputs (``<output>:table``). Sources are taken in graph order; a value a
-    cone computes (its output included) starts no other cone, so the cones are disjoint and folding one
+    cone computes (its output included) starts no other cone, so the cones are disjoint and tabulating one
     changes no other value's type: the types are inferred once.
 
-    ``result`` float32 folds the cones ending at a float32 value instead, of ``least`` operators or more: the
+    ``result`` float32 tabulates the cones ending at a float32 value instead, of ``least`` operators or more: the
     dequantized activations of a CPU step (``dequantize -> sigmoid`` of a detector's scores), 256 float32
     entries each (:func:`cpu_tables`)."""
     types, readers = infer_types(graph), graph.consumers()
@@ -141,11 +141,11 @@ def fold_tables(graph: Graph, result: str = "int8", least: int = 1) -> Graph:
             cone = _cone(graph, types, readers, index, source, result)
             taken.update(n.output for n in cone.nodes)
             cones += [cone] if len(cone.nodes) >= max(least, 1) else []
-    return _compose(_fold(graph, types, cones) if cones else graph)
+    return _compose(_tabulate(graph, types, cones) if cones else graph)
 
 
 def _compose(graph: Graph) -> Graph:
-    """Each ``table`` of a table's output that nothing else reads folded into one table of the first one's
+    """Each ``table`` of a table's output that nothing else reads composed into one table of the first one's
     input, its entries the two applied in turn (a requantization after an activation a layer's epilogue
     already tables: one table, one epilogue stage)."""
     prod, readers, params = graph.producers(), graph.consumers(), dict(graph.params)
@@ -247,7 +247,7 @@ def table_entries(graph: Graph, types: dict[str, TensorType], cone: Cone) -> np.
     return np.ascontiguousarray(y.reshape(ENTRIES).astype(types[cone.output].dtype))
 
 
-def _fold(graph: Graph, types: dict[str, TensorType], cones: list[Cone]) -> Graph:
+def _tabulate(graph: Graph, types: dict[str, TensorType], cones: list[Cone]) -> Graph:
     """``graph`` with each cone's nodes replaced by its ``table`` node, where its output was computed."""
     tables, params = {}, dict(graph.params)
     for cone in cones:
@@ -265,6 +265,6 @@ def _fold(graph: Graph, types: dict[str, TensorType], cones: list[Cone]) -> Grap
 
 def cpu_tables(graph: Graph) -> Graph:
     """A CPU step's elementwise functions of one int8 value that end in float32, of two operators or more,
-    folded into float32 tables (a detector's ``sigmoid(dequantize(scores))``): one load an element instead of
+    tabulated as float32 tables (a detector's ``sigmoid(dequantize(scores))``): one load an element instead of
     the float math, the same values as the graph interpreter's. A lone dequantize stays (one multiply)."""
-    return fold_tables(graph, "float32", least=2)
+    return tabulate_chains(graph, "float32", least=2)

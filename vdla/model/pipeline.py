@@ -42,7 +42,7 @@ from vdla.graph.ops import infer_types
 from vdla.graph.qdq import lower_qdq
 from vdla.graph.quantize import QuantReport, quantize_model
 from vdla.graph.serialize import graph_from_json, graph_to_json
-from vdla.graph.tables import fold_tables, quantize_early
+from vdla.graph.tables import quantize_early, tabulate_chains
 from vdla.graph.verify import verify
 from vdla.model.artifact import Artifact, CpuStep
 from vdla.model.lower import Log, ModelBuilder
@@ -160,7 +160,7 @@ def compile_graph_model(
     graph = after("input", graph, time.perf_counter())
     # the first convolution's kernel window folded into its reduction (vdla.graph.im2col)
     im2col = ("im2col", lambda g: im2col_convs(g, cfg.block_in))
-    tables = ("activation_tables", lambda g: fold_tables(quantize_early(g)))
+    tables = ("activation_tables", lambda g: tabulate_chains(quantize_early(g)))
     # what the lowering left between layers, as 0/1 convolutions it lowers in turn (vdla.graph.copies)
     copies = ("accelerator_copies", lambda g: tables[1](lower_qdq(accelerator_copies(g, cfg.block_in))))
     steps = [*(passes or []), ("lower_qdq", lower_qdq), tables, copies]
