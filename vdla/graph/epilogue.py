@@ -75,7 +75,7 @@ class Epilogue:
     """The epilogue of one layer (see the module docstring): ``bias`` one integer per output channel (or
     None), ``multiplier`` an integer or one per channel with its rounding ``shift``, ``residual`` the dtype
     ("int8", "int32") of a tensor added to the result (None: none), ``rescale`` when that residual is added
-    after the layer's own rounding, ``clip`` the final clamp within int8 (ReLU folded in as ``lo >= 0``),
+    after the layer's own rounding, ``clip`` the final clamp within int8 (ReLU merged in as ``lo >= 0``),
     ``table`` the 256 int8 entries of an activation applied next (``vdla.graph.tables``; None: none), ``row_mask``
     a (channels, rows) bool array, True where every column's element of that channel and output row is then
     zeroed (None: none; the edge rows of a value folded with a phase, :mod:`vdla.graph.fold`)."""
@@ -256,7 +256,7 @@ def intersect_bounds(first: tuple[float, float], *more: tuple[float, float]) -> 
     return lo, hi
 
 
-def _fold(lo: float, hi: float, node: Node, params: Mapping[str, np.ndarray]) -> tuple[float, float] | None:
+def _narrow_bounds(lo: float, hi: float, node: Node, params: Mapping[str, np.ndarray]) -> tuple[float, float] | None:
     """The clamp ``[lo, hi]`` narrowed by a ReLU or a clip with constant bounds (None: computed bounds)."""
     if node.op == RELU:
         return intersect_bounds((lo, hi), (0, np.inf))
@@ -316,7 +316,7 @@ def _float_residual(node: Node, w: Walk) -> dict | None:
 def _float_clip(node: Node, w: Walk) -> dict | None:
     if node.inputs[0] != w.value:
         return None
-    bounds = _fold(-np.inf, np.inf, node, w.dialect.params)
+    bounds = _narrow_bounds(-np.inf, np.inf, node, w.dialect.params)
     return None if bounds is None else {"bounds": bounds}
 
 
@@ -366,7 +366,7 @@ def _int_residual(node: Node, w: Walk) -> dict | str | None:
 def _int_clip(node: Node, w: Walk) -> dict | None:
     if node.op == CLIP and not all(isinstance(node.attrs.get(k), int) for k in ("lo", "hi")):
         return None
-    return {"bounds": _fold(INT8_MIN, INT8_MAX, node, {})}
+    return {"bounds": _narrow_bounds(INT8_MIN, INT8_MAX, node, {})}
 
 
 def _int_rescale(node: Node, w: Walk) -> dict | None:
