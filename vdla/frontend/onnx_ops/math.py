@@ -362,11 +362,12 @@ def _isinf(b: Builder, node: OnnxNode) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Variadic: numpy broadcasting over any number of inputs, folded left
+# Variadic: numpy broadcasting over any number of inputs, chained left to right
 
 
-def _fold(b: Builder, node: OnnxNode, op: str, dt: str) -> str:
-    """``op`` folded over the present inputs (the running value a tensor, scalar constants attributes)."""
+def _chain_inputs(b: Builder, node: OnnxNode, op: str, dt: str) -> str:
+    """``op`` applied left to right over the present inputs (the running value a tensor, scalar constants
+    attributes)."""
     present = [i for i in range(len(node.inputs)) if b.has(node, i)]
     acc = node.inputs[present[0]]
     for j in present[1:]:
@@ -379,7 +380,7 @@ def _fold(b: Builder, node: OnnxNode, op: str, dt: str) -> str:
 def _max_min(b: Builder, node: OnnxNode) -> None:
     """The result is one of the inputs, so int64 fits; uint8's shift commutes with it."""
     dt = _same_dtype(b, node, (*NUMBERS, *HELD_INT))
-    y = _fold(b, node, node.op_type.lower(), dt)
+    y = _chain_inputs(b, node, node.op_type.lower(), dt)
     if dt == "uint8":
         b.emit(node, "cast", (y,), {"dtype": "int8"}, out=node.outputs[0], uint8=True)
         return
@@ -389,14 +390,14 @@ def _max_min(b: Builder, node: OnnxNode) -> None:
 @converter("Sum")
 def _sum(b: Builder, node: OnnxNode) -> None:
     dt = _same_dtype(b, node, ARITH)
-    b.finish(node, _fold(b, node, "add", dt), dt)
+    b.finish(node, _chain_inputs(b, node, "add", dt), dt)
 
 
 @converter("Mean")
 def _mean(b: Builder, node: OnnxNode) -> None:
     _same_dtype(b, node, FLOAT)
     n = sum(b.has(node, i) for i in range(len(node.inputs)))
-    b.emit(node, "mul", (_fold(b, node, "add", "float32"),), {"b": 1.0 / n}, out=node.outputs[0])
+    b.emit(node, "mul", (_chain_inputs(b, node, "add", "float32"),), {"b": 1.0 / n}, out=node.outputs[0])
 
 
 # ---------------------------------------------------------------------------------------------------------
