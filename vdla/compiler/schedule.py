@@ -187,7 +187,7 @@ class ConvLowering:
         says: a tensor of its own or channel blocks of a larger one). ``up``: some input-channel blocks are read
         from the tensor they are a nearest upsampling of (:class:`~vdla.compiler.spec.InputUpsample`). ``zero``:
         (ob, ib, taps) bool, the weight blocks that are all zero: the GEMMs skip their micro-ops (a folded layer's
-        halves that never meet, :mod:`vdla.graph.fold`)."""
+        halves that never meet, :mod:`vdla.graph.rowpair`)."""
         self.spec, self.epi, self.cfg = spec, epi, cfg
         acc_end = cfg.acc_depth if acc_top is None else acc_top
         self.view = view  # where the output pixels sit in a larger tensor (None: a tensor of their own)

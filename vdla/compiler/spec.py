@@ -207,7 +207,7 @@ class EpilogueSpec:
     the layer's GEMMs read it from OUT (EPI ``src_out``).
 
     ``mask``: the output rows where some channels' elements are then zeroed (the epilogue's ``row_mask``: a value
-    folded with a phase, :mod:`vdla.graph.fold`): GEMMs read those rows' int8 results from OUT against diagonal
+    paired with a phase, :mod:`vdla.graph.rowpair`): GEMMs read those rows' int8 results from OUT against diagonal
     0/1 blocks (EPI ``src_out``) into a scratch row and back again, the masked lanes zero.
 
     ``rescale`` = (lo, hi, shift_y, shift_k, frac) is the residual add of a quantized model, which rounds

@@ -24,8 +24,8 @@ Graphs spell an epilogue in two forms. Each is one tuple of named :class:`Epilog
   rescale -> rescale_add -> rescale_round -> rescale_clip* -> output -> table -> mask``, what the QDQ lowering
   writes (:func:`epilogue_nodes`) and placement reads (:func:`match_integer`); the two are inverse
   (``tests/test_epilogue.py``). The mask is a clip whose bounds are tensors of one value per channel and row,
-  (0, 0) where the element is zeroed and int8's full range elsewhere: the edge rows of a value folded with a
-  phase (:mod:`vdla.graph.fold`), whose halves outside the tensor must read as zero.
+  (0, 0) where the element is zeroed and int8's full range elsewhere: the edge rows of a value paired with a
+  phase (:mod:`vdla.graph.rowpair`), whose halves outside the tensor must read as zero.
 
 Invariants: a :class:`Match` lists its stages in grammar order, every node of the chain once; a stage
 whose ``after`` stages did not match, or whose ``excludes`` did, is not tried.
@@ -78,7 +78,7 @@ class Epilogue:
     after the layer's own rounding, ``clip`` the final clamp within int8 (ReLU merged in as ``lo >= 0``),
     ``table`` the 256 int8 entries of an activation applied next (``vdla.graph.tables``; None: none), ``row_mask``
     a (channels, rows) bool array, True where every column's element of that channel and output row is then
-    zeroed (None: none; the edge rows of a value folded with a phase, :mod:`vdla.graph.fold`)."""
+    zeroed (None: none; the edge rows of a value paired with a phase, :mod:`vdla.graph.rowpair`)."""
 
     bias: np.ndarray | None = None
     multiplier: int | np.ndarray = 1

@@ -19,8 +19,8 @@ only symmetric int8, zero point 0, is lowered). The blocked layout pads ``C*KH*K
 The window may also be the kernel's rows alone (:func:`im2col_window`): ``im2col`` over ``(KH, 1)`` and a
 ``1 x KW`` convolution over its output, whose kernel columns stay taps the accelerator reads from INP
 again for neighbouring outputs. That is chosen where it needs no more reduction blocks than the whole
-window, since the host's tensor is then about ``KW / stride`` times smaller: a stem over folded rows
-(:mod:`vdla.graph.fold`), 3 channels x 5 rows, packs 15 channels into one block for 3 taps, the same 3
+window, since the host's tensor is then about ``KW / stride`` times smaller: a stem over paired rows
+(:mod:`vdla.graph.rowpair`), 3 channels x 5 rows, packs 15 channels into one block for 3 taps, the same 3
 blocks as 45 channels but a third of the bytes.
 
 A conv is rewritten only where it pays and costs no extra conversion: its input is int8 and computed on

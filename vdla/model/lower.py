@@ -28,7 +28,6 @@ from vdla.compiler.spec import ChannelScaleSpec, EpilogueSpec, Fusions, InputUps
 from vdla.config import HwConfig
 from vdla.graph.copies import COPY, block_view, channel_span
 from vdla.graph.ew import EPILOGUE_STEP
-from vdla.graph.fold import FOLDED, MACS, PHASED
 from vdla.graph.graph import Graph, Node
 from vdla.graph.layout import blocked_shape
 from vdla.graph.opnames import (
@@ -43,6 +42,7 @@ from vdla.graph.opnames import (
     SLICE,
 )
 from vdla.graph.ops import OPS, infer_types, interleave_type
+from vdla.graph.rowpair import MACS, PAIRED, PHASED
 from vdla.graph.tables import cpu_tables
 from vdla.graph.types import TensorType
 from vdla.graph.verify import verify
@@ -737,7 +737,7 @@ class ModelBuilder:
         counts no MAC of the network."""
         desc = {"op": op, "input": list(layer.in_shape), **desc}
         attrs = self.g.producers()[layer.nodes[0]].attrs
-        folded = f"{attrs[FOLDED]} folded: two rows side by side as channels" if FOLDED in attrs else None
+        folded = f"{attrs[PAIRED]} paired: two rows side by side as channels" if PAIRED in attrs else None
         if PHASED in attrs:
             folded += f"; the {attrs[PHASED]}'s pairs start at row -1"
         up = self.upsampling(layer.out)
@@ -977,7 +977,7 @@ def accel_runs(steps: list) -> list[tuple[int, int]]:
 def network_macs(attrs: dict, macs: int) -> int:
     """The multiply-accumulates of the network a convolution node (``attrs``) computes, ``macs`` as its shapes
     count them: none for a 0/1 convolution moving values (:data:`~vdla.graph.copies.COPY`), the count it keeps for
-    one rewritten with zero taps (:data:`vdla.graph.fold.MACS`)."""
+    one rewritten with zero taps (:data:`vdla.graph.rowpair.MACS`)."""
     return 0 if attrs.get(COPY) else int(attrs.get(MACS, macs))
 
 

@@ -34,13 +34,13 @@ from vdla.graph import dump as gdump
 from vdla.graph.calibrate import DEFAULT_PERCENTILE, METHODS
 from vdla.graph.convt import phase_convs
 from vdla.graph.copies import accelerator_copies
-from vdla.graph.fold import fold_narrow as fold_narrow_graph
 from vdla.graph.graph import Graph
 from vdla.graph.im2col import im2col_convs
 from vdla.graph.opnames import DEQUANTIZE, QUANTIZE
 from vdla.graph.ops import infer_types
 from vdla.graph.qdq import lower_qdq
 from vdla.graph.quantize import QuantReport, quantize_model
+from vdla.graph.rowpair import pair_rows as pair_rows_graph
 from vdla.graph.serialize import graph_from_json, graph_to_json
 from vdla.graph.tables import quantize_early, tabulate_chains
 from vdla.graph.verify import verify
@@ -66,7 +66,7 @@ class CompileOptions:
     into the depthwise layer whose output it averages and its channel product into the 1x1 convolution reading it
     (:attr:`vdla.compiler.spec.EpilogueSpec.gate`), each only where that is faster; ``fold_narrow`` stores tensors of
     at most half a block of channels with two rows side by side as channels, and rewrites the layers around them
-    (:mod:`vdla.graph.fold`), where that is faster by its cost model.
+    (:mod:`vdla.graph.rowpair`), where that is faster by its cost model.
 
     Invariants: ``calibration`` is one of :data:`vdla.graph.calibrate.METHODS`, ``percentile`` lies in
     (0, 100], ``keep_float`` is a tuple of names, ``input_shapes`` maps names to tuples of ints,
@@ -164,11 +164,11 @@ def compile_graph_model(
     # what the lowering left between layers, as 0/1 convolutions it lowers in turn (vdla.graph.copies)
     copies = ("accelerator_copies", lambda g: tables[1](lower_qdq(accelerator_copies(g, cfg.block_in))))
     steps = [*(passes or []), ("lower_qdq", lower_qdq), tables, copies]
-    # tensors of few channels stored two rows to a pixel (vdla.graph.fold), before im2col packs the stem
+    # tensors of few channels stored two rows to a pixel (vdla.graph.rowpair), before im2col packs the stem
     # (pairs from row -1 where the GEMMs can read OUT: the mask of their edge rows does)
     phases = cfg.src_out_refusal() is None
-    fold = [("fold_narrow", lambda g: fold_narrow_graph(g, cfg.block_in, cfg.bus_bytes, phases))] if fold_narrow else []
-    for name, fn in [*steps, ("conv_transpose_phases", phase_convs), *fold, im2col]:
+    pair = [("pair_rows", lambda g: pair_rows_graph(g, cfg.block_in, cfg.bus_bytes, phases))] if fold_narrow else []
+    for name, fn in [*steps, ("conv_transpose_phases", phase_convs), *pair, im2col]:
         t0 = time.perf_counter()
         graph = after(name, fn(graph), t0)
     t0 = time.perf_counter()

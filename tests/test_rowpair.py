@@ -1,16 +1,16 @@
-"""Narrow tensors folded (``vdla.graph.fold``): two rows of a tensor of few channels side by side as channels.
+"""Row pairing (``vdla.graph.rowpair``): two rows of a tensor of few channels side by side as channels.
 
-* :func:`row_fold` and :func:`fold_weights` against numpy: a convolution over a folded input into a folded
-  output equals the fold of the convolution, for kernels 1 to 5, strides 1 and 2, padding on either side;
+* :func:`row_pairing` and :func:`pair_weights` against numpy: a convolution over a paired input into a paired
+  output equals the pair of the convolution, for kernels 1 to 5, strides 1 and 2, padding on either side;
   the forms that are no convolution are refused;
 * the rows-only im2col window of the stem (``vdla.graph.im2col``);
-* the pass on a quantized model with a stem, a 3x3 layer between folded tensors, a concat of folded values,
-  a 1x1 layer the concat forces to fold and an unfolding stride-2 layer: what folds, the lowered graph's
+* the pass on a quantized model with a stem, a 3x3 layer between paired tensors, a concat of paired values,
+  a 1x1 layer the concat forces to pair and an unpairing stride-2 layer: what pairs, the lowered graph's
   values, bit-exact on sim and rtl against the interpreter of the graph before the rewrite, the network's MACs
   kept and fewer cycles;
-* random chains of narrow convolutions and concats: the folded graph computes the same outputs, and those
-  that fold run bit-exact on sim and rtl;
-* the command line's ``--no-fold-narrow`` (in ``tests/test_quantize.py``).
+* random chains of narrow convolutions and concats: the paired graph computes the same outputs, and those
+  that pair run bit-exact on sim and rtl;
+* the command line's ``--no-pair-rows`` (in ``tests/test_quantize.py``).
 """
 
 from __future__ import annotations
@@ -21,21 +21,21 @@ from qdq_check import qdq_conv
 
 from vdla.graph import Graph, Node, TensorType, oracle
 from vdla.graph.copies import accelerator_copies
-from vdla.graph.fold import (
-    FOLD,
-    MACS,
-    PHASED,
-    choose_folds,
-    choose_phases,
-    edge_mask,
-    fold_narrow,
-    fold_weights,
-    paired_order,
-    row_fold,
-)
 from vdla.graph.im2col import im2col_convs, im2col_window
 from vdla.graph.interp import evaluate
 from vdla.graph.qdq import lower_qdq
+from vdla.graph.rowpair import (
+    MACS,
+    PAIR,
+    PHASED,
+    choose_pairings,
+    choose_phases,
+    edge_mask,
+    pair_rows,
+    pair_weights,
+    paired_order,
+    row_pairing,
+)
 from vdla.graph.tables import quantize_early, tabulate_chains
 from vdla.graph.verify import verify
 from vdla.graph.window import Window
@@ -43,18 +43,18 @@ from vdla.model import Module
 from vdla.model.pipeline import compile_graph_model
 
 
-def fold(x: np.ndarray) -> np.ndarray:
-    """fold(x)[n, h * C + c, Y, X] = x[n, c, 2 * Y + h, X], by its definition."""
+def pair(x: np.ndarray) -> np.ndarray:
+    """pair(x)[n, h * C + c, Y, X] = x[n, c, 2 * Y + h, X], by its definition."""
     n, c, h, w = x.shape
-    out = np.empty((n, FOLD * c, h // FOLD, w), x.dtype)
-    for half in range(FOLD):
-        out[:, half * c : (half + 1) * c] = x[:, :, half::FOLD]
+    out = np.empty((n, PAIR * c, h // PAIR, w), x.dtype)
+    for half in range(PAIR):
+        out[:, half * c : (half + 1) * c] = x[:, :, half::PAIR]
     return out
 
 
-def fold_phase(x: np.ndarray, phase: int) -> np.ndarray:
-    """fold(x) with its rows paired from ``-phase``: row ``2 * Y + h - phase`` at (h, Y), zero outside x."""
-    return fold(np.pad(x, ((0, 0), (0, 0), (phase, phase), (0, 0)))) if phase else fold(x)
+def pair_phase(x: np.ndarray, phase: int) -> np.ndarray:
+    """pair(x) with its rows paired from ``-phase``: row ``2 * Y + h - phase`` at (h, Y), zero outside x."""
+    return pair(np.pad(x, ((0, 0), (0, 0), (phase, phase), (0, 0)))) if phase else pair(x)
 
 
 def _conv(x: np.ndarray, w: np.ndarray, stride, pads) -> np.ndarray:
@@ -75,63 +75,63 @@ CONVS = [  # (h, kernel rows, stride, top, bottom)
 
 @pytest.mark.parametrize("h,kh,stride,top,bottom", CONVS)
 @pytest.mark.parametrize("fi,fo", [(1, 2), (2, 2), (2, 1)])
-def test_a_convolution_over_folded_rows_is_the_fold_of_the_convolution(h, kh, stride, top, bottom, fi, fo):
+def test_a_convolution_over_paired_rows_is_the_pairing_of_the_convolution(h, kh, stride, top, bottom, fi, fo):
     rng = np.random.default_rng(h * 100 + kh * 10 + stride + fi + 3 * fo)
     x = rng.integers(-128, 128, (2, 5, h, 7)).astype(np.int8)
     w = rng.integers(-128, 128, (6, 5, kh, 3)).astype(np.int8)
     want = _conv(x, w, (stride, 1), (top, bottom, 1, 1))
     oh = want.shape[2]
-    rf = row_fold(kh, stride, top, h, oh, fi, fo)
+    rf = row_pairing(kh, stride, top, h, oh, fi, fo)
     if fi == 2 and fo == 1 and stride == 1 or oh % fo:
-        assert rf is None  # an unfolding stride-1 convolution, or odd output rows to fold
+        assert rf is None  # an unpairing stride-1 convolution, or odd output rows to pair
         return
     assert rf is not None
-    got = _conv(fold(x) if fi == 2 else x, fold_weights(w, rf, fi, fo), (rf.stride, 1), (rf.top, rf.bottom, 1, 1))
-    np.testing.assert_array_equal(got, fold(want) if fo == 2 else want)
+    got = _conv(pair(x) if fi == 2 else x, pair_weights(w, rf, fi, fo), (rf.stride, 1), (rf.top, rf.bottom, 1, 1))
+    np.testing.assert_array_equal(got, pair(want) if fo == 2 else want)
 
 
 @pytest.mark.parametrize("h,kh,stride,top,bottom", CONVS)
 @pytest.mark.parametrize("pi,po", [(0, 1), (1, 0), (1, 1)])
-def test_a_convolution_between_phased_folds_is_the_fold_of_the_convolution(h, kh, stride, top, bottom, pi, po):
-    """Rows paired from -1 (phase 1) on either side: the folded convolution over the phased fold of x, its
-    output halves outside the tensor zeroed (:func:`edge_mask`), is the phased fold of the convolution. A 3x3
-    convolution of stride 1 between opposite phases reads two folded rows, not three."""
+def test_a_convolution_between_phased_pairings_is_the_pairing_of_the_convolution(h, kh, stride, top, bottom, pi, po):
+    """Rows paired from -1 (phase 1) on either side: the paired convolution over the phased pair of x, its
+    output halves outside the tensor zeroed (:func:`edge_mask`), is the phased pair of the convolution. A 3x3
+    convolution of stride 1 between opposite phases reads two paired rows, not three."""
     rng = np.random.default_rng(h * 100 + kh * 10 + stride + 7 * pi + 3 * po)
     x = rng.integers(-128, 128, (2, 5, h, 7)).astype(np.int8)
     w = rng.integers(-128, 128, (6, 5, kh, 3)).astype(np.int8)
     want = _conv(x, w, (stride, 1), (top, bottom, 1, 1))
     oh = want.shape[2]
-    rf = row_fold(kh, stride, top, h, oh, 2, 2, pi, po)
+    rf = row_pairing(kh, stride, top, h, oh, 2, 2, pi, po)
     if rf is None:
-        assert oh % 2  # odd output rows do not fold
+        assert oh % 2  # odd output rows do not pair
         return
-    got = _conv(fold_phase(x, pi), fold_weights(w, rf, 2, 2), (rf.stride, 1), (rf.top, rf.bottom, 1, 1))
+    got = _conv(pair_phase(x, pi), pair_weights(w, rf, 2, 2), (rf.stride, 1), (rf.top, rf.bottom, 1, 1))
     if po:
         got[:, edge_mask(np.arange(12), oh)] = 0
-    np.testing.assert_array_equal(got, fold_phase(want, po))
+    np.testing.assert_array_equal(got, pair_phase(want, po))
     if (kh, stride, top) == (3, 1, 1):
         assert rf.kernel == (2 if pi != po else 3)
-    assert row_fold(kh, stride, top, h, oh, 1, 2, 1, po) is None  # an unfolded input has no phase
+    assert row_pairing(kh, stride, top, h, oh, 1, 2, 1, po) is None  # an unpaired input has no phase
 
 
-def test_row_fold_refuses_odd_rows():
-    assert row_fold(3, 1, 1, 9, 9, 2, 2) is None  # 9 input rows do not fold
-    assert row_fold(3, 2, 1, 10, 5, 1, 2) is None  # 5 output rows do not fold
+def test_row_pairing_refuses_odd_rows():
+    assert row_pairing(3, 1, 1, 9, 9, 2, 2) is None  # 9 input rows do not pair
+    assert row_pairing(3, 2, 1, 10, 5, 1, 2) is None  # 5 output rows do not pair
 
 
-def test_the_folded_weights_keep_every_tap_once():
+def test_the_paired_weights_keep_every_tap_once():
     w = np.arange(1, 8 * 4 * 3 * 3 + 1, dtype=np.int32).reshape(8, 4, 3, 3)
-    rf = row_fold(3, 1, 1, 8, 8, 2, 2)
+    rf = row_pairing(3, 1, 1, 8, 8, 2, 2)
     assert (rf.kernel, rf.stride, rf.top, rf.bottom) == (3, 1, 1, 1)
-    folded = fold_weights(w, rf, 2, 2)
-    assert folded.shape == (16, 8, 3, 3)
-    assert sorted(folded[folded != 0].tolist()) == sorted(np.tile(w.ravel(), FOLD).tolist())  # each output half
+    paired = pair_weights(w, rf, 2, 2)
+    assert paired.shape == (16, 8, 3, 3)
+    assert sorted(paired[paired != 0].tolist()) == sorted(np.tile(w.ravel(), PAIR).tolist())  # each output half
 
 
 def test_the_im2col_window_takes_the_kernel_rows_alone_where_that_packs_as_well():
     assert im2col_window(3, 3, 3, 16) == (3, 3)  # 27 channels: 2 blocks, against 3 taps of 9
     assert im2col_window(3, 7, 7, 16) == (7, 7)  # ResNet-18's C1: 10 blocks, against 7 taps of 21
-    assert im2col_window(3, 5, 3, 16) == (5, 1)  # a folded stem: 15 channels x 3 taps = 3 blocks, as 45
+    assert im2col_window(3, 5, 3, 16) == (5, 1)  # a paired stem: 15 channels x 3 taps = 3 blocks, as 45
     assert im2col_window(16, 3, 3, 16) is None
 
 
@@ -165,8 +165,8 @@ def _stem(seed: int) -> tuple[np.random.Generator, list[Node], dict[str, np.ndar
 def narrow_model(seed: int = 0, image: int = 32) -> Graph:
     """image -> stem: 3x3 stride 2 (3 -> 8) -> p: 1x1 (8 -> 16) -> a: 3x3 over p's channels 8..15 (8 -> 8), sigmoid
     -> concat(p, a) (24) -> b: 1x1 (24 -> 16) -> c: 3x3 stride 2 (16 -> 16), a C2f block's shape. The stem's and
-    a's 8 channels are narrow; the concat folds with a, p with the concat, p's slice (a selection convolution,
-    since the concat reads p whole) and b because they cannot unfold; c unfolds."""
+    a's 8 channels are narrow; the concat pairs with a, p with the concat, p's slice (a selection convolution,
+    since the concat reads p whole) and b because they cannot unpair; c unpairs."""
     rng, nodes, params, stem = _stem(seed)
     p = _qconv(nodes, params, rng, "p", stem, 8, 16, 1, 1, 0)
     h = image // 2
@@ -188,7 +188,7 @@ def narrow_model(seed: int = 0, image: int = 32) -> Graph:
 
 
 def lowered(graph: Graph) -> Graph:
-    """The model compiler's passes before the fold (:func:`vdla.model.pipeline.compile_graph_model`)."""
+    """The model compiler's passes before the pair (:func:`vdla.model.pipeline.compile_graph_model`)."""
     tables = tabulate_chains(quantize_early(lower_qdq(graph)))
     return tabulate_chains(quantize_early(lower_qdq(accelerator_copies(tables, 16))))
 
@@ -197,70 +197,70 @@ def _image(seed: int, image: int = 32) -> np.ndarray:
     return np.random.default_rng(seed).normal(0, 2.0, (1, 3, image, image)).astype(np.float32)
 
 
-def test_the_pass_folds_the_narrow_values_and_computes_the_same_graph():
+def test_the_pass_pairs_the_narrow_values_and_computes_the_same_graph():
     low = lowered(narrow_model())
-    plan, folded_groups = choose_folds(low, 16, 8)
-    assert folded_groups == {plan.group(v) for v in ("stem_q", "p_q", "half_q", "a_q", "cat_q", "b_q")}
-    out = fold_narrow(low, 16, 8)
-    types = verify(out, after="fold_narrow")
-    # p's channels 8..15 are its second block once folded: the selection convolution became that slice
+    plan, paired_groups = choose_pairings(low, 16, 8)
+    assert paired_groups == {plan.group(v) for v in ("stem_q", "p_q", "half_q", "a_q", "cat_q", "b_q")}
+    out = pair_rows(low, 16, 8)
+    types = verify(out, after="pair_rows")
+    # p's channels 8..15 are its second block once paired: the selection convolution became that slice
     (view,) = [n for n in out.nodes if n.op == "slice"]
     assert view.inputs == ("p_q",) and view.output == "half_q" and view.attrs["starts"] == [0, 16, 0, 0]
     assert not any(n.attrs.get("copy") == "slice" for n in out.nodes)
     assert types["stem_q"].shape == (1, 16, 8, 16) and types["cat_q"].shape == (1, 48, 8, 16)
     convs = {n.output: n for n in out.nodes if n.op == "conv2d"}
-    assert all(MACS in n.attrs for n in convs.values())  # each reads or writes folded rows
-    assert out.params[convs["c_q:acc"].inputs[1]].shape == (16, 32, 2, 3)  # unfolds: 2 folded rows, stride 1
+    assert all(MACS in n.attrs for n in convs.values())  # each reads or writes paired rows
+    assert out.params[convs["c_q:acc"].inputs[1]].shape == (16, 32, 2, 3)  # unpairs: 2 paired rows, stride 1
     x = _image(0)
     want, got = evaluate(low, {"image": x}, keep=True), evaluate(out, {"image": x}, keep=True)
     np.testing.assert_array_equal(got["c_q"], want["c_q"])
     (cat,) = [n for n in out.nodes if n.op == "concat"]
 
-    halves = {k for k in plan.members if plan.halves(k, folded_groups)}
+    halves = {k for k in plan.members if plan.halves(k, paired_groups)}
     assert {plan.classes.find(v) for v in ("b_q",)} == halves  # 16 channels, read by c alone: whole halves
 
-    def folded(v: str) -> np.ndarray:  # a convolution's folded output: in pairs of half blocks, or whole halves
-        return fold(want[v]) if plan.classes.find(v) in halves else fold(want[v])[:, paired_order(want[v].shape[1], 8)]
+    def paired(v: str) -> np.ndarray:  # a convolution's paired output: in pairs of half blocks, or whole halves
+        return pair(want[v]) if plan.classes.find(v) in halves else pair(want[v])[:, paired_order(want[v].shape[1], 8)]
 
     for name in types:
         if name in out.params or types[name].shape == want[name].shape:
             continue
         if plan.classes.find(name) == plan.classes.find(cat.output):  # each part in its own order: p's, then a's
-            expect = np.concatenate([folded(v) for v in cat.inputs], axis=1)
+            expect = np.concatenate([paired(v) for v in cat.inputs], axis=1)
         else:
-            expect = folded(name)
+            expect = paired(name)
         np.testing.assert_array_equal(got[name], expect, err_msg=name)
 
 
-def test_a_folded_convolution_pairs_the_halves_of_each_half_block():
+def test_a_paired_convolution_pairs_the_halves_of_each_half_block():
     assert paired_order(8, 8).tolist() == list(range(16))
     assert paired_order(16, 8).tolist() == [*range(8), *range(16, 24), *range(8, 16), *range(24, 32)]
     assert paired_order(12, 8).tolist() == [*range(8), *range(12, 20), 8, 9, 10, 11, 20, 21, 22, 23]
 
 
 def test_odd_rows_and_wide_tensors_are_left_alone():
-    odd = lowered(narrow_model(image=28))  # 14 rows after the stem, 7 after c: the stem still folds, not c
-    assert verify(fold_narrow(odd, 16, 8), after="fold_narrow")["c_q"].shape == (1, 16, 7, 7)
+    odd = lowered(narrow_model(image=28))  # 14 rows after the stem, 7 after c: the stem still pairs, not c
+    assert verify(pair_rows(odd, 16, 8), after="pair_rows")["c_q"].shape == (1, 16, 7, 7)
     low = lowered(narrow_model())
-    assert fold_narrow(low, 8, 8).nodes == low.nodes  # 8 channels fill an 8-channel block
+    assert pair_rows(low, 8, 8).nodes == low.nodes  # 8 channels fill an 8-channel block
 
 
 @pytest.fixture(scope="module")
 def compiled():
-    return {fold: compile_graph_model(narrow_model(), "pynq", fold_narrow=fold)[0] for fold in (True, False)}
+    return {pair: compile_graph_model(narrow_model(), "pynq", pair_rows=pair)[0] for pair in (True, False)}
 
 
-def test_the_folded_model_keeps_its_macs_and_runs_faster(compiled):
-    folded, plain = compiled[True], compiled[False]
-    assert folded.total_macs == plain.total_macs == folded.accel_macs
-    layers = {s.name: s.layer for s in folded.steps if s.kind == "accel"}
+def test_the_paired_model_keeps_its_macs_and_runs_faster(compiled):
+    paired, plain = compiled[True], compiled[False]
+    assert paired.total_macs == plain.total_macs == paired.accel_macs
+    layers = {s.name: s.layer for s in paired.steps if s.kind == "accel"}
     assert list(layers) == ["stem_q", "p_q", "a_q", "b_q", "c_q"]  # p's slice read in place, p stored into the concat
     assert "half_q" in {s.name for s in plain.steps}
     assert layers["stem_q"]["input"] == [1, 15, 8, 32] and layers["b_q"]["input"] == [1, 48, 8, 16]
-    assert layers["stem_q"]["note"] == "output folded: two rows side by side as channels"  # the step table says so
-    assert layers["c_q"]["note"].startswith("input folded") and layers["a_q"]["note"].startswith("input and output")
+    assert layers["stem_q"]["note"] == "output paired: two rows side by side as channels"  # the step table says so
+    assert layers["c_q"]["note"].startswith("input paired") and layers["a_q"]["note"].startswith("input and output")
     cycles = []
-    for art in (folded, plain):
+    for art in (paired, plain):
         module = Module(art, "sim")
         module.run(_image(0))
         cycles.append(module.last_report.accel_cycles)
@@ -268,7 +268,7 @@ def test_the_folded_model_keeps_its_macs_and_runs_faster(compiled):
     assert cycles[0] < cycles[1], cycles
 
 
-def test_the_folded_model_is_bit_exact_against_the_graph_before_the_rewrite(compiled, backend):
+def test_the_paired_model_is_bit_exact_against_the_graph_before_the_rewrite(compiled, backend):
     module = Module(compiled[True], backend)
     ref = lower_qdq(narrow_model())
     for seed in (0, 1):
@@ -277,8 +277,8 @@ def test_the_folded_model_is_bit_exact_against_the_graph_before_the_rewrite(comp
     module.close()
 
 
-def test_the_stem_packs_its_kernel_rows_once_folded():
-    out = im2col_convs(fold_narrow(lowered(narrow_model()), 16, 8), 16)
+def test_the_stem_packs_its_kernel_rows_once_paired():
+    out = im2col_convs(pair_rows(lowered(narrow_model()), 16, 8), 16)
     (im2col,) = [n for n in out.nodes if n.op == "im2col"]
     assert im2col.attrs["kernel"] == [5, 1] and im2col.attrs["stride"] == [4, 1]  # two output rows of stride 2
     stem = next(n for n in out.nodes if n.op == "conv2d" and n.inputs[0] == im2col.output)
@@ -301,12 +301,12 @@ def bottleneck_model(seed: int = 0, image: int = 32) -> Graph:
 
 
 def test_the_value_between_two_3x3_layers_pairs_its_rows_from_minus_one():
-    """m1's value is read by m2 alone: folded with its rows paired from -1, m1 and m2 each read two folded rows,
+    """m1's value is read by m2 alone: paired with its rows paired from -1, m1 and m2 each read two paired rows,
     not three. m1's pairs outside the tensor (rows -1 and 16) are zeroed by a clip of tensor bounds (the edge
-    mask); the graph computes the same values, m1's the phased fold of the one before."""
+    mask); the graph computes the same values, m1's the phased pair of the one before."""
     low = lowered(bottleneck_model())
-    out = fold_narrow(low, 16, 8)
-    types = verify(out, after="fold_narrow")
+    out = pair_rows(low, 16, 8)
+    types = verify(out, after="pair_rows")
     convs = {n.inputs[0]: n for n in out.nodes if n.op == "conv2d"}  # by the value each reads
     m1, m2 = convs["stem_q"], convs["m1_q"]
     assert m1.attrs[PHASED] == "output" and m2.attrs[PHASED] == "input"
@@ -315,9 +315,9 @@ def test_the_value_between_two_3x3_layers_pairs_its_rows_from_minus_one():
     assert mask.output == "m1_q" and types["m1_q"].shape == (1, 16, 9, 16)
     x = _image(0)
     want, got = evaluate(low, {"image": x}, keep=True), evaluate(out, {"image": x}, keep=True)
-    np.testing.assert_array_equal(got["m1_q"], fold_phase(want["m1_q"], 1)[:, paired_order(8, 8)])
+    np.testing.assert_array_equal(got["m1_q"], pair_phase(want["m1_q"], 1)[:, paired_order(8, 8)])
     np.testing.assert_array_equal(got["c_q"], want["c_q"])
-    plain = fold_narrow(low, 16, 8, phases=False)
+    plain = pair_rows(low, 16, 8, phases=False)
     assert not any(PHASED in n.attrs for n in plain.nodes)
     kernels = [plain.params[n.inputs[1]].shape[2] for n in plain.nodes if n.inputs[0] in ("stem_q", "m1_q")]
     assert kernels == [3, 3]
@@ -325,22 +325,22 @@ def test_the_value_between_two_3x3_layers_pairs_its_rows_from_minus_one():
 
 @pytest.fixture(scope="module")
 def phased_compiled():
-    from vdla.graph import fold as fold_module
+    from vdla.graph import rowpair as rowpair_module
 
     model = bottleneck_model()
     phased = compile_graph_model(model, "pynq")[0]
-    keep = fold_module.choose_phases
-    fold_module.choose_phases = lambda *args: {}
+    keep = rowpair_module.choose_phases
+    rowpair_module.choose_phases = lambda *args: {}
     try:
         plain = compile_graph_model(model, "pynq")[0]
     finally:
-        fold_module.choose_phases = keep
+        rowpair_module.choose_phases = keep
     return model, phased, plain
 
 
 def test_a_phased_model_runs_bit_exact_and_faster(phased_compiled, backend):
     """On the accelerator m1's epilogue masks its edge rows (two GEMMs reading OUT per masked row): bit for bit
-    the graph before the rewrite, in fewer GEMM iterations and cycles than the same fold without the phase."""
+    the graph before the rewrite, in fewer GEMM iterations and cycles than the same pair without the phase."""
     model, phased, plain = phased_compiled
     layers = {s.name: s.layer for s in phased.steps if s.kind == "accel"}
     assert layers["m1_q"]["note"].endswith("the output's pairs start at row -1")
@@ -360,7 +360,7 @@ def test_a_phased_model_runs_bit_exact_and_faster(phased_compiled, backend):
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Random models: whatever the pass folds, the graph computes the same values
+# Random models: whatever the pass pairs, the graph computes the same values
 
 
 def random_model(seed: int) -> Graph:
@@ -402,43 +402,43 @@ def random_model(seed: int) -> Graph:
 
 
 @pytest.mark.parametrize("seed", range(24))
-def test_random_models_compute_the_same_folded(seed):
+def test_random_models_compute_the_same_paired(seed):
     model = random_model(seed)
     low = lowered(model)
-    out = fold_narrow(low, 16, 8)
-    verify(out, after="fold_narrow")
+    out = pair_rows(low, 16, 8)
+    verify(out, after="pair_rows")
     x = np.random.default_rng(seed).normal(0, 2.0, model.inputs["image"].shape).astype(np.float32)
     (name,) = model.outputs
     np.testing.assert_array_equal(evaluate(out, {"image": x})[name], evaluate(low, {"image": x})[name])
 
 
-def test_random_models_fold_somewhere():
-    """The random models above exercise the pass: most of them fold something, several pair a class's rows from
+def test_random_models_pair_somewhere():
+    """The random models above exercise the pass: most of them pair something, several pair a class's rows from
     -1, one orders a class as whole halves; the models run on the backends below have all three."""
-    folded, phased, halves = [], set(), set()
+    paired, phased, halves = [], set(), set()
     for seed in range(24):
-        plan, groups = choose_folds(lowered(random_model(seed)), 16, 8)
-        folded.append(bool(groups))
+        plan, groups = choose_pairings(lowered(random_model(seed)), 16, 8)
+        paired.append(bool(groups))
         if choose_phases(plan, groups, 8):
             phased.add(seed)
         if any(plan.halves(k, groups) for k in plan.members):
             halves.add(seed)
-    assert sum(folded) >= 12, folded
-    assert len(phased) >= 4 and halves and phased & set(FOLDING) and halves & set(FOLDING), (phased, halves)
+    assert sum(paired) >= 12, paired
+    assert len(phased) >= 4 and halves and phased & set(PAIRING) and halves & set(PAIRING), (phased, halves)
 
 
-FOLDING = (4, 9, 16, 22)  # random models that fold several groups
+PAIRING = (4, 9, 16, 22)  # random models that pair several groups
 
 
 @pytest.fixture(scope="module")
 def random_compiled():
-    return {seed: compile_graph_model(random_model(seed), "pynq")[0] for seed in FOLDING}
+    return {seed: compile_graph_model(random_model(seed), "pynq")[0] for seed in PAIRING}
 
 
-@pytest.mark.parametrize("seed", FOLDING)
-def test_random_folded_models_run_bit_exact(seed, random_compiled, backend):
+@pytest.mark.parametrize("seed", PAIRING)
+def test_random_paired_models_run_bit_exact(seed, random_compiled, backend):
     model, artifact = random_model(seed), random_compiled[seed]
-    assert any("folded" in s.layer.get("note", "") for s in artifact.steps if s.kind == "accel")
+    assert any("paired" in s.layer.get("note", "") for s in artifact.steps if s.kind == "accel")
     x = np.random.default_rng(seed).normal(0, 2.0, model.inputs["image"].shape).astype(np.float32)
     module = Module(artifact, backend)
     np.testing.assert_array_equal(module.run(x), evaluate(lower_qdq(model), {"image": x})[model.outputs[0]])

@@ -1,39 +1,39 @@
-"""Narrow tensors folded: two consecutive rows of a tensor of few channels stored side by side as channels.
+"""Row pairing: two consecutive rows of a tensor of few channels stored side by side as channels.
 
 The accelerator reads and writes activations in blocks of ``block`` channels and reduces over whole blocks,
 so a layer over ``c <= block / 2`` channels wastes at least half of every element it moves: a 3x3
 convolution from 8 channels to 8 uses a quarter of the 16x16 core, and its input and output cross DRAM
-padded to 16 channels. :func:`fold_narrow` rewrites such tensors *folded*,
+padded to 16 channels. :func:`pair_rows` rewrites such tensors *paired*,
 
-    fold(x)[n, h * C + c, Y, X] = x[n, c, 2 * Y + h, X]        (h < 2: the row's half)
+    pair(x)[n, h * C + c, Y, X] = x[n, c, 2 * Y + h, X]        (h < 2: the row's half)
 
 with ``2C`` channels over half the rows, and every node around them to match, so the graph computes the same
-values bit for bit. A folded tensor fills whole blocks; a convolution between folded tensors does half the
+values bit for bit. A paired tensor fills whole blocks; a convolution between paired tensors does half the
 GEMM iterations and moves half the bytes.
 
-**Convolutions** (:func:`row_fold`). Over an input folded ``fi`` times (1 or 2) into an output folded ``fo``
-times, output row ``fo * Y + ho`` reads input row ``r = s * (fo * Y + ho) - top + ky``, which is folded row
+**Convolutions** (:func:`row_pairing`). Over an input paired ``fi`` times (1 or 2) into an output paired ``fo``
+times, output row ``fo * Y + ho`` reads input row ``r = s * (fo * Y + ho) - top + ky``, which is paired row
 ``(s * fo / fi) * Y + (s * ho - top + ky) // fi``, half ``(s * ho - top + ky) % fi``. So the rewrite is a
-plain conv2d of stride ``s * fo / fi`` (an integer: an unfolding convolution needs stride 2) whose kernel rows
+plain conv2d of stride ``s * fo / fi`` (an integer: an unpairing convolution needs stride 2) whose kernel rows
 span those offsets, with weight ``[(ho, o), (hi, c), j, kx] = w[o, c, ky, kx]`` where ``(ho, ky)`` lands on
 row offset ``j`` and half ``hi``, zero elsewhere. Padding stays padding: a padded row is zero in both forms
 (only symmetric int8, zero point 0, is lowered). The rewritten node keeps the network's multiply-accumulates
-in its :data:`MACS` attribute, so the zero taps it adds never count as work done, and says what it folds in
-:data:`FOLDED` (the step table's note).
+in its :data:`MACS` attribute, so the zero taps it adds never count as work done, and says what it pairs in
+:data:`PAIRED` (the step table's note).
 
-**Epilogues and activations** between them (elementwise nodes and tables) apply to a folded tensor as they
-are, their per-channel operands repeated for both halves. **A channel concat** of folded values keeps each
+**Epilogues and activations** between them (elementwise nodes and tables) apply to a paired tensor as they
+are, their per-channel operands repeated for both halves. **A channel concat** of paired values keeps each
 part's channels in its own order (its two halves, then the next part's): the convolutions reading it take that
 order into their weights, and its parts still store into it in place.
 
-**What is folded** (:func:`fold_narrow`). Values joined by elementwise nodes form a *class* (one channel
-order), and classes joined by a channel concat a *group*, folded whole or not at all. A group can fold when its
+**What is paired** (:func:`pair_rows`). Values joined by elementwise nodes form a *class* (one channel
+order), and classes joined by a channel concat a *group*, paired whole or not at all. A group can be paired when its
 values are 4-D integer tensors of the same rows and columns, an even number of rows, per-tensor quantized, and
 every node touching them is an elementwise node with per-channel or scalar operands, a table, a channel concat
-or a conv2d (groups 1, no dilation along the rows); a graph input or output never folds. Folding a group forces
-the output of a convolution over it that cannot unfold (stride 1), and the input of a concatenation part copied
+or a conv2d (groups 1, no dilation along the rows); a graph input or output is never paired. Pairing a group forces
+the output of a convolution over it that cannot unpair (stride 1), and the input of a concatenation part copied
 into it (:mod:`vdla.graph.copies`, which the model compiler elides when the part has the concat's shape).
-:func:`choose_folds` makes moves greedily, each a group with a class of at most ``block / 2`` channels and what it
+:func:`choose_pairings` makes moves greedily, each a group with a class of at most ``block / 2`` channels and what it
 forces, the one that most lowers :func:`conv_cost` of the convolutions it touches first, while one does. A
 convolution whose input the host computes is costed in the form :mod:`vdla.graph.im2col` then gives it.
 """
@@ -58,15 +58,15 @@ from vdla.graph.passes import fresh_name
 from vdla.graph.types import Quant, TensorType
 from vdla.graph.window import make_window
 
-FOLD = 2  # rows per folded row
+PAIR = 2  # rows per paired row
 MACS = "macs"  # conv2d attribute: the network's multiply-accumulates of a layer rewritten with zero taps
-FOLDED = "folded"  # conv2d attribute: which of its input and output are folded ("input", "output", "input and output")
-PHASED = "phased"  # conv2d attribute: which of its folded input and output pair their rows from -1 (phase 1)
+PAIRED = "paired"  # conv2d attribute: which of its input and output are paired ("input", "output", "input and output")
+PHASED = "phased"  # conv2d attribute: which of its paired input and output pair their rows from -1 (phase 1)
 
 
 @dataclass(frozen=True)
-class RowFold:
-    """A convolution's rows rewritten over a folded input and output (:func:`row_fold`): the new kernel rows,
+class RowPairing:
+    """A convolution's rows rewritten over a paired input and output (:func:`row_pairing`): the new kernel rows,
     stride and row padding, and the new row offset ``j`` and input half ``hi`` of each (output half ``ho``,
     kernel row ``ky``)."""
 
@@ -77,12 +77,12 @@ class RowFold:
     taps: tuple[tuple[int, int, int, int], ...]  # (ho, ky, j, hi)
 
 
-def row_fold(
+def row_pairing(
     kh: int, stride: int, top: int, h: int, oh: int, fi: int, fo: int, pi: int = 0, po: int = 0
-) -> RowFold | None:
+) -> RowPairing | None:
     """The rows of a convolution (``kh`` kernel rows, ``stride``, ``top`` padding rows; ``h`` input and ``oh``
-    output rows) over an input folded ``fi`` times with phase ``pi`` into an output folded ``fo`` times with
-    phase ``po``, or None where that is not a convolution: an odd ``h`` or ``oh`` to fold, or a stride that does
+    output rows) over an input paired ``fi`` times with phase ``pi`` into an output paired ``fo`` times with
+    phase ``po``, or None where that is not a convolution: an odd ``h`` or ``oh`` to pair, or a stride that does
     not divide."""
     if (stride * fo) % fi or h % fi or oh % fo or (pi and fi == 1) or (po and fo == 1):
         return None
@@ -94,10 +94,10 @@ def row_fold(
     bottom = max(0, (oh2 - 1) * s2 + kernel - h2 - top2)
     if (h2 + top2 + bottom - kernel) // s2 + 1 != oh2:
         return None
-    return RowFold(kernel, s2, top2, bottom, tuple((ho, ky, j - lo, r) for ho, ky, j, r in offs))
+    return RowPairing(kernel, s2, top2, bottom, tuple((ho, ky, j - lo, r) for ho, ky, j, r in offs))
 
 
-def fold_weights(w: np.ndarray, rf: RowFold, fi: int, fo: int) -> np.ndarray:
+def pair_weights(w: np.ndarray, rf: RowPairing, fi: int, fo: int) -> np.ndarray:
     """OIHW weights ``w`` of a convolution rewritten by ``rf`` (output channel ``ho * O + o``, input channel
     ``hi * C + c``), zero where no kernel row lands."""
     o, c, _, kw = w.shape
@@ -125,15 +125,15 @@ class _Conv:
     top: int
     host: bool  # its input is computed on the host (an im2col may pack it)
 
-    def fold(self, fi: int, fo: int, pi: int = 0, po: int = 0) -> RowFold | None:
-        return row_fold(self.kh, self.stride, self.top, self.h, self.oh, fi, fo, pi, po)
+    def pairing(self, fi: int, fo: int, pi: int = 0, po: int = 0) -> RowPairing | None:
+        return row_pairing(self.kh, self.stride, self.top, self.h, self.oh, fi, fo, pi, po)
 
 
 def conv_cost(cv: _Conv, fi: int, fo: int, block: int, bus_bytes: int, pi: int = 0, po: int = 0) -> float:
-    """The cycles a convolution takes at best with its input folded ``fi`` times with phase ``pi`` and its output
+    """The cycles a convolution takes at best with its input paired ``fi`` times with phase ``pi`` and its output
     ``fo`` times with phase ``po`` (inf where that is not a convolution): the larger of its GEMM iterations and
     its input and output bytes over the bus, channels rounded up to blocks."""
-    rf = cv.fold(fi, fo, pi, po)
+    rf = cv.pairing(fi, fo, pi, po)
     if rf is None:
         return math.inf
     c, oc, h, oh, kh = cv.c * fi, cv.oc * fo, cv.h // fi + pi, cv.oh // fo + po, rf.kernel
@@ -174,7 +174,7 @@ def _channel_concat(node: Node, types: Mapping[str, TensorType]) -> bool:
 
 
 def _operand(node: Node, p: np.ndarray, t: TensorType) -> bool:
-    """Whether parameter ``p`` of an elementwise node or table ``node`` applies to a folded value of type ``t``: a
+    """Whether parameter ``p`` of an elementwise node or table ``node`` applies to a paired value of type ``t``: a
     table of one row, or an operand broadcast as a scalar or per channel."""
     if node.op == TABLE:
         return p.ndim == 1
@@ -184,8 +184,8 @@ def _operand(node: Node, p: np.ndarray, t: TensorType) -> bool:
 
 
 class _Plan:
-    """What can fold: *classes* of values joined by elementwise nodes (one channel order each), *groups* of
-    classes joined by channel concats (folded together), and the convolutions around them."""
+    """What can pair: *classes* of values joined by elementwise nodes (one channel order each), *groups* of
+    classes joined by channel concats (paired together), and the convolutions around them."""
 
     def __init__(self, graph: Graph, types: Mapping[str, TensorType], block: int) -> None:
         self.graph, self.types, self.block = graph, types, block
@@ -231,10 +231,10 @@ class _Plan:
         self.group_classes = {
             g: ks
             for g, ks in by_group.items()
-            if not bad & set(ks) and self._foldable([v for k in ks for v in members[k]])
+            if not bad & set(ks) and self._pairable([v for k in ks for v in members[k]])
         }
 
-    def _foldable(self, values: list[str]) -> bool:
+    def _pairable(self, values: list[str]) -> bool:
         """Values of one shape but channels, 4-D, integer, per-tensor quantized, with an even number of rows."""
         types = [self.types[v] for v in values]
         if any(len(t.shape) != 4 for t in types):
@@ -242,33 +242,33 @@ class _Plan:
         integer = all(t.dtype.startswith(("int", "uint")) for t in types)
         per_tensor = all(t.quant is None or len(t.quant.scale) == 1 for t in types)
         nhw = {(t.shape[0], *t.shape[2:]) for t in types}
-        return integer and per_tensor and len(nhw) == 1 and types[0].shape[2] % FOLD == 0
+        return integer and per_tensor and len(nhw) == 1 and types[0].shape[2] % PAIR == 0
 
     def narrow(self, group: str) -> bool:
-        """Whether a class of the group has at most half a block of channels (a seed of :func:`choose_folds`)."""
+        """Whether a class of the group has at most half a block of channels (a seed of :func:`choose_pairings`)."""
         return any(2 * self.types[k].shape[1] <= self.block for k in self.group_classes[group])
 
     def group(self, value: str) -> str:
         return self.groups.find(self.classes.find(value))
 
-    def factor(self, value: str, folded: set[str]) -> int:
-        return FOLD if self.group(value) in folded else 1
+    def factor(self, value: str, paired: set[str]) -> int:
+        return PAIR if self.group(value) in paired else 1
 
-    def closure(self, seed: str, folded: set[str]) -> set[str] | None:
-        """``seed`` and the groups folding it forces, None where one of those cannot fold: the output of a
-        convolution over it that cannot unfold (stride 1), and the input of a concatenation part copied into it
+    def closure(self, seed: str, paired: set[str]) -> set[str] | None:
+        """``seed`` and the groups pairing it forces, None where one of those cannot pair: the output of a
+        convolution over it that cannot unpair (stride 1), and the input of a concatenation part copied into it
         (:mod:`vdla.graph.copies`), so that the part still stores into the concatenation itself."""
         move, todo = {seed}, [seed]
         while todo:
             g = todo.pop()
             for cv in self.convs.values():
                 src, out = self.group(cv.node.inputs[0]), self.group(cv.node.output)
-                if src == g and out not in move | folded and cv.fold(FOLD, 1) is None:
+                if src == g and out not in move | paired and cv.pairing(PAIR, 1) is None:
                     if out not in self.group_classes:
                         return None
                     move.add(out)
                     todo.append(out)
-                elif out == g and cv.node.attrs.get(COPY) == "concat" and src not in move | folded:
+                elif out == g and cv.node.attrs.get(COPY) == "concat" and src not in move | paired:
                     if src in self.group_classes:
                         move.add(src)
                         todo.append(src)
@@ -279,12 +279,12 @@ class _Plan:
             cv for cv in self.convs.values() if {self.group(cv.node.inputs[0]), self.group(cv.node.output)} & groups
         ]
 
-    def cost(self, convs: list[_Conv], folded: set[str], bus_bytes: int, phased: frozenset[str] = frozenset()) -> float:
+    def cost(self, convs: list[_Conv], paired: set[str], bus_bytes: int, phased: frozenset[str] = frozenset()) -> float:
         return sum(
             conv_cost(
                 cv,
-                self.factor(cv.node.inputs[0], folded),
-                self.factor(cv.node.output, folded),
+                self.factor(cv.node.inputs[0], paired),
+                self.factor(cv.node.output, paired),
                 self.block,
                 bus_bytes,
                 self.phase(cv.node.inputs[0], phased),
@@ -294,25 +294,25 @@ class _Plan:
         )
 
     def phase(self, value: str, phased: frozenset[str] | set[str]) -> int:
-        """1 where ``value``'s class is folded with a phase (its rows paired from -1), else 0."""
+        """1 where ``value``'s class is paired with a phase (its rows paired from -1), else 0."""
         return int(self.classes.find(value) in phased)
 
-    def halves(self, k: str, folded: set[str]) -> bool:
-        """Whether folded class ``k`` may take the channel order of whole halves (``h * C + c``: each block one
+    def halves(self, k: str, paired: set[str]) -> bool:
+        """Whether paired class ``k`` may take the channel order of whole halves (``h * C + c``: each block one
         row's channels) rather than :func:`paired_order`: whole blocks per half (``C`` a multiple of the block), a
         group of its own computed by one plain convolution and read by plain convolutions alone. Its readers then
         skip the blocks of a half their kernel rows never meet (zero weight blocks), where a paired block always
         holds both halves; no slice or concatenation needs its blocks to hold whole channel groups."""
         whole = self.types[self.members[k][0]].shape[1] % self.block == 0
-        return whole and self.between_convs(k, folded) is not None
+        return whole and self.between_convs(k, paired) is not None
 
-    def between_convs(self, k: str, folded: set[str]) -> tuple[str, _Conv, list[_Conv]] | None:
-        """(the value convolutions read, the convolution computing the class, those reading it) where folded class
+    def between_convs(self, k: str, paired: set[str]) -> tuple[str, _Conv, list[_Conv]] | None:
+        """(the value convolutions read, the convolution computing the class, those reading it) where paired class
         ``k`` lies between plain convolutions alone: a group of its own, computed by one plain convolution (not a
         copy, its input not the host's), its int8 value read by plain convolutions alone, every one reading that
         value; else None. Such a class may take a phase or the order of whole halves."""
         g = self.groups.find(k)
-        if g not in folded or self.group_classes.get(g) != [k]:
+        if g not in paired or self.group_classes.get(g) != [k]:
             return None
         values = set(self.members[k])
         roots = [n for v in values for n in self.roots.get(v, [])]
@@ -329,65 +329,65 @@ class _Plan:
         return next(iter(exits)), root, convs
 
 
-def choose_phases(plan: _Plan, folded: set[str], bus_bytes: int) -> dict[str, tuple[str, _Conv]]:
-    """The folded classes :func:`fold_narrow` pairs their rows from -1 (class -> the value convolutions read, the
+def choose_phases(plan: _Plan, paired: set[str], bus_bytes: int) -> dict[str, tuple[str, _Conv]]:
+    """The paired classes :func:`pair_rows` pairs their rows from -1 (class -> the value convolutions read, the
     convolution computing it): in graph order, each class between convolutions alone (:meth:`_Plan.between_convs`)
     whose phase lowers :func:`conv_cost` of the convolution computing it and those reading it, given the phases
-    taken before it. A 3x3 convolution of stride 1 between values folded with opposite phases reads two folded
+    taken before it. A 3x3 convolution of stride 1 between values paired with opposite phases reads two paired
     rows, not three."""
     phased: dict[str, tuple[str, _Conv]] = {}
     order = {n.output: i for i, n in enumerate(plan.graph.nodes)}
-    found = [(k, plan.between_convs(k, folded)) for k in plan.members]
+    found = [(k, plan.between_convs(k, paired)) for k in plan.members]
     found = sorted(((k, c) for k, c in found if c), key=lambda kc: order[kc[1][1].node.output])
     for k, (value, root, readers) in found:
         convs, now = [root, *readers], frozenset(phased)
-        if plan.cost(convs, folded, bus_bytes, now | {k}) < plan.cost(convs, folded, bus_bytes, now):
+        if plan.cost(convs, paired, bus_bytes, now | {k}) < plan.cost(convs, paired, bus_bytes, now):
             phased[k] = (value, root)
     return phased
 
 
-def choose_folds(graph: Graph, block: int, bus_bytes: int) -> tuple[_Plan, set[str]]:
-    """The groups :func:`fold_narrow` folds: repeatedly the move (a narrow group and the groups it forces) that
+def choose_pairings(graph: Graph, block: int, bus_bytes: int) -> tuple[_Plan, set[str]]:
+    """The groups :func:`pair_rows` pairs: repeatedly the move (a narrow group and the groups it forces) that
     lowers :func:`conv_cost` of the convolutions it touches most, while one does."""
     plan = _Plan(graph, infer_types(graph), block)
-    folded: set[str] = set()
+    paired: set[str] = set()
     while True:
         best, gain = None, 0.0
-        for seed in sorted(g for g in plan.group_classes.keys() - folded if plan.narrow(g)):
-            move = plan.closure(seed, folded)
+        for seed in sorted(g for g in plan.group_classes.keys() - paired if plan.narrow(g)):
+            move = plan.closure(seed, paired)
             if move is None:
                 continue
             convs = plan.touching(move)
-            g = plan.cost(convs, folded, bus_bytes) - plan.cost(convs, folded | move, bus_bytes)
+            g = plan.cost(convs, paired, bus_bytes) - plan.cost(convs, paired | move, bus_bytes)
             if g > gain:
                 best, gain = move, g
         if best is None:
-            return plan, folded
-        folded |= best
+            return plan, paired
+        paired |= best
 
 
 def paired_order(c: int, group: int) -> np.ndarray:
-    """The channel order of a folded convolution's output of ``c`` channels: each ``group`` of channels (half a
-    block) in its two halves, ``(h, c)`` as the index ``h * c + ch``. A block of the folded value then holds one
+    """The channel order of a paired convolution's output of ``c`` channels: each ``group`` of channels (half a
+    block) in its two halves, ``(h, c)`` as the index ``h * c + ch``. A block of the paired value then holds one
     group in both halves, so a slice of whole groups of the value before is a slice of whole blocks after it."""
-    return np.concatenate([h * c + np.arange(k, min(k + group, c)) for k in range(0, c, group) for h in range(FOLD)])
+    return np.concatenate([h * c + np.arange(k, min(k + group, c)) for k in range(0, c, group) for h in range(PAIR)])
 
 
-def fold_narrow(graph: Graph, block: int, bus_bytes: int, phases: bool = True) -> Graph:
-    """Fold every group of narrow values where that pays (see the module docstring); ``block``: the
+def pair_rows(graph: Graph, block: int, bus_bytes: int, phases: bool = True) -> Graph:
+    """Pair every group of narrow values where that pays (see the module docstring); ``block``: the
     accelerator's ``block_in``, ``bus_bytes``: its DRAM bytes per cycle; ``phases``: pair some classes' rows
     from -1 where that pays (:func:`choose_phases`; the accelerator then masks their edge rows, which needs
-    GEMMs reading OUT). The graph's inputs, outputs and the values it computes outside the folded groups are
-    unchanged. A channel selection (:mod:`vdla.graph.copies`) that the fold makes a slice of whole blocks becomes
+    GEMMs reading OUT). The graph's inputs, outputs and the values it computes outside the paired groups are
+    unchanged. A channel selection (:mod:`vdla.graph.copies`) that the pairing makes a slice of whole blocks becomes
     that slice, which the layers reading it read in place."""
-    plan, folded = choose_folds(graph, block, bus_bytes)
-    if not folded:
+    plan, paired = choose_pairings(graph, block, bus_bytes)
+    if not paired:
         return graph
-    phased = choose_phases(plan, folded, bus_bytes) if phases else {}
+    phased = choose_phases(plan, paired, bus_bytes) if phases else {}
     exits = {value: k for k, (value, _) in phased.items()}  # the value a phased class's readers read -> the class
     params, param_types = dict(graph.params), dict(graph.param_types)
     taken = set(plan.types) | set(params)
-    orders: dict[str, np.ndarray] = {}  # folded class -> the (half, channel) index h * C + c of each channel
+    orders: dict[str, np.ndarray] = {}  # paired class -> the (half, channel) index h * C + c of each channel
     consumers = graph.consumers()
     nodes: list[Node] = []
     skip: set[str] = set()
@@ -396,29 +396,29 @@ def fold_narrow(graph: Graph, block: int, bus_bytes: int, phases: bool = True) -
         if node.output in skip:
             continue
         if cv is not None:
-            fi, fo = plan.factor(node.inputs[0], folded), plan.factor(node.output, folded)
+            fi, fo = plan.factor(node.inputs[0], paired), plan.factor(node.output, paired)
             pi, po = plan.phase(node.inputs[0], phased), plan.phase(node.output, phased)
             if fi == fo == 1:
                 nodes.append(node)
                 continue
-            order_in = orders[plan.classes.find(node.inputs[0])] if fi == FOLD else np.arange(cv.c)
-            if fo == FOLD and plan.halves(plan.classes.find(node.output), folded):
-                order_out = np.arange(FOLD * cv.oc)  # whole blocks of one half: the readers skip the other's
+            order_in = orders[plan.classes.find(node.inputs[0])] if fi == PAIR else np.arange(cv.c)
+            if fo == PAIR and plan.halves(plan.classes.find(node.output), paired):
+                order_out = np.arange(PAIR * cv.oc)  # whole blocks of one half: the readers skip the other's
             else:
-                order_out = paired_order(cv.oc, block // FOLD) if fo == FOLD else np.arange(cv.oc)
-            if fo == FOLD:
+                order_out = paired_order(cv.oc, block // PAIR) if fo == PAIR else np.arange(cv.oc)
+            if fo == PAIR:
                 orders[plan.classes.find(node.output)] = order_out
-            conv = _fold_conv(cv, (fi, fo), (pi, po), order_in, order_out, params, param_types, taken)
+            conv = _pair_conv(cv, (fi, fo), (pi, po), order_in, order_out, params, param_types, taken)
             view = _block_slice(conv, cv, plan, consumers, params, block)
             if view is not None:
                 skip.update(n.output for n in view[1])
                 orders[plan.classes.find(view[0].output)] = order_out
             nodes.append(conv if view is None else view[0])
-        elif plan.factor(node.output, folded) == FOLD:
+        elif plan.factor(node.output, paired) == PAIR:
             if node.op == CONCAT:
                 orders[plan.classes.find(node.output)] = _concat_order(node, plan, orders)
             order = orders[plan.classes.find(node.output)]
-            nodes.append(_fold_elementwise(node, order, params, param_types, taken))
+            nodes.append(_pair_elementwise(node, order, params, param_types, taken))
         else:
             nodes.append(node)
         if nodes and nodes[-1].output in exits:  # a phased class's value: its rows outside the tensor zeroed
@@ -428,10 +428,10 @@ def fold_narrow(graph: Graph, block: int, bus_bytes: int, phases: bool = True) -
 
 
 def edge_mask(order: np.ndarray, rows: int) -> np.ndarray:
-    """The (channels, folded rows) bool mask of a value of ``rows`` real rows folded with phase 1, its channels
+    """The (channels, paired rows) bool mask of a value of ``rows`` real rows paired with phase 1, its channels
     in ``order`` ((half, channel) indices): True where the half's real row ``2 * Y + h - 1`` is outside it."""
-    c = len(order) // FOLD
-    real = FOLD * np.arange(rows // FOLD + 1)[None, :] + (order // c)[:, None] - 1
+    c = len(order) // PAIR
+    real = PAIR * np.arange(rows // PAIR + 1)[None, :] + (order // c)[:, None] - 1
     return (real < 0) | (real >= rows)
 
 
@@ -456,7 +456,7 @@ def _block_slice(
     params: Mapping[str, np.ndarray],
     block: int,
 ) -> tuple[Node, list[Node]] | None:
-    """A channel selection ``conv`` (rewritten) that selects whole blocks of its folded input in order, whose
+    """A channel selection ``conv`` (rewritten) that selects whole blocks of its paired input in order, whose
     epilogue gives the int8 input back unchanged at the input's quantization, as ``(slice node, the epilogue's
     nodes it replaces)``; else None."""
     if cv.node.attrs.get(COPY) != "slice" or cv.n != 1 or len(conv.inputs) > 2:
@@ -472,7 +472,7 @@ def _block_slice(
     chain = _identity_chain(plan, cv.node.output, consumers)
     if chain is None:
         return None
-    h, wd = plan.types[cv.node.output].shape[2] // FOLD, cv.ow
+    h, wd = plan.types[cv.node.output].shape[2] // PAIR, cv.ow
     attrs = {"starts": [0, lo, 0, 0], "stops": [1, lo + n, h, wd], "steps": [1, 1, 1, 1]}
     return Node("slice", (conv.inputs[0],), chain[-1].output, attrs), chain
 
@@ -502,7 +502,7 @@ def _identity_chain(plan: _Plan, acc: str, consumers: Mapping[str, list[Node]]) 
 
 
 def _concat_order(node: Node, plan: _Plan, orders: Mapping[str, np.ndarray]) -> np.ndarray:
-    """The channel order of a channel concat of folded values: each input's channels in its own order, as
+    """The channel order of a channel concat of paired values: each input's channels in its own order, as
     (half, channel) indices of the concat's channels."""
     total, parts, offset = plan.types[node.output].shape[1], [], 0
     for v in node.inputs:
@@ -514,7 +514,7 @@ def _concat_order(node: Node, plan: _Plan, orders: Mapping[str, np.ndarray]) -> 
 
 
 def _new_param(name: str, value: np.ndarray, params: dict, param_types: dict, taken: set[str]) -> str:
-    fresh = fresh_name(f"{name}:fold", taken)
+    fresh = fresh_name(f"{name}:pair", taken)
     params[fresh] = np.ascontiguousarray(value)
     if name in param_types:
         t, q = param_types[name], param_types[name].quant
@@ -524,9 +524,9 @@ def _new_param(name: str, value: np.ndarray, params: dict, param_types: dict, ta
     return fresh
 
 
-def _fold_conv(
+def _pair_conv(
     cv: _Conv,
-    folds: tuple[int, int],
+    factors: tuple[int, int],
     phases: tuple[int, int],
     order_in: np.ndarray,
     order_out: np.ndarray,
@@ -534,18 +534,18 @@ def _fold_conv(
     param_types: dict,
     taken: set[str],
 ) -> Node:
-    """The conv2d of ``cv`` over an input folded ``fi`` times with phase ``pi`` into an output folded ``fo`` times
-    with phase ``po`` (``folds``, ``phases``), their channels in ``order_in`` and ``order_out`` ((half, channel)
+    """The conv2d of ``cv`` over an input paired ``fi`` times with phase ``pi`` into an output paired ``fo`` times
+    with phase ``po`` (``factors``, ``phases``), their channels in ``order_in`` and ``order_out`` ((half, channel)
     indices)."""
     node = cv.node
-    (fi, fo), (pi, po) = folds, phases
-    rf = cv.fold(fi, fo, pi, po)
-    assert rf is not None, f"{node.output}: chosen with a fold that is not a convolution"
+    (fi, fo), (pi, po) = factors, phases
+    rf = cv.pairing(fi, fo, pi, po)
+    assert rf is not None, f"{node.output}: chosen with a pairing that is not a convolution"
     x, w, *bias = node.inputs
-    w2 = _new_param(w, fold_weights(params[w], rf, fi, fo)[order_out][:, order_in], params, param_types, taken)
-    if bias and fo == FOLD:
+    w2 = _new_param(w, pair_weights(params[w], rf, fi, fo)[order_out][:, order_in], params, param_types, taken)
+    if bias and fo == PAIR:
         b = params[bias[0]]
-        both = np.concatenate([b.reshape(-1)] * FOLD)[order_out].reshape((-1,) + b.shape[1:])
+        both = np.concatenate([b.reshape(-1)] * PAIR)[order_out].reshape((-1,) + b.shape[1:])
         bias = [_new_param(bias[0], both, params, param_types, taken)]
     win = _window(node.attrs, (cv.h, cv.w), (cv.kh, cv.kw))
     _, _, left, right = win.pads
@@ -554,14 +554,14 @@ def _fold_conv(
         stride=[rf.stride, win.stride[1]], padding=[rf.top, rf.bottom, left, right], dilation=[1, win.dilation[1]]
     )
     attrs.setdefault(MACS, cv.n * cv.oc * cv.oh * cv.ow * cv.c * cv.kh * cv.kw)
-    attrs[FOLDED] = " and ".join(name for name, f in (("input", fi), ("output", fo)) if f == FOLD)
+    attrs[PAIRED] = " and ".join(name for name, f in (("input", fi), ("output", fo)) if f == PAIR)
     if pi or po:
         attrs[PHASED] = " and ".join(name for name, p in (("input", pi), ("output", po)) if p)
     return Node("conv2d", (x, w2, *bias), node.output, attrs)
 
 
-def _fold_elementwise(node: Node, order: np.ndarray, params: dict, param_types: dict, taken: set[str]) -> Node:
-    """An elementwise node (or a table, or a concat) over folded values: per-channel operands in ``order``."""
+def _pair_elementwise(node: Node, order: np.ndarray, params: dict, param_types: dict, taken: set[str]) -> Node:
+    """An elementwise node (or a table, or a concat) over paired values: per-channel operands in ``order``."""
     inputs = list(node.inputs)
     if node.op not in (TABLE, CONCAT):
         for k, i in enumerate(inputs[1:], 1):
