@@ -384,7 +384,7 @@ def test_every_compile_option_reaches_the_compiler(model, calib, tmp_path):
     options = compile_options(build_parser().parse_args([*args, "--cpu-target", "aarch64-linux-gnu"]))
     assert {f.name for f in dataclasses.fields(options)} == {
         "config", "input_shapes", "calibration", "percentile", "keep_float", "align_residuals", "power_of_two",
-        "dump", "quant_report", "cpu_targets", "fuse_depthwise", "fuse_adds", "fuse_squeeze_excite", "fold_narrow",
+        "dump", "quant_report", "cpu_targets", "fuse_depthwise", "fuse_adds", "fuse_squeeze_excite", "pair_rows",
     }  # fmt: skip
     assert options.config == "osdi18" and options.input_shapes == {"image": (1, 3, 32, 32)}
     assert options.cpu_targets == ("aarch64-linux-gnu",) and options.fuse_depthwise
@@ -392,8 +392,9 @@ def test_every_compile_option_reaches_the_compiler(model, calib, tmp_path):
     assert options.fuse_adds and not compile_options(build_parser().parse_args([*args, "--no-fuse-adds"])).fuse_adds
     apart = compile_options(build_parser().parse_args([*args, "--no-fuse-squeeze-excite"]))
     assert options.fuse_squeeze_excite and not apart.fuse_squeeze_excite
-    unfolded = compile_options(build_parser().parse_args([*args, "--no-fold-narrow"]))
-    assert options.fold_narrow and not unfolded.fold_narrow
+    unpaired = compile_options(build_parser().parse_args([*args, "--no-pair-rows"]))
+    old_flag = compile_options(build_parser().parse_args([*args, "--no-fold-narrow"]))  # the old name still works
+    assert options.pair_rows and not unpaired.pair_rows and not old_flag.pair_rows
 
 
 def test_cli_compiles_with_calibration(model, calib, tmp_path, capsys):

@@ -92,7 +92,7 @@ def compile_options(args: argparse.Namespace):
         fuse_depthwise=not getattr(args, "no_fuse_depthwise", False),
         fuse_adds=not getattr(args, "no_fuse_adds", False),
         fuse_squeeze_excite=not getattr(args, "no_fuse_squeeze_excite", False),
-        fold_narrow=not getattr(args, "no_fold_narrow", False),
+        pair_rows=not getattr(args, "no_pair_rows", False),
     )
 
 
@@ -316,11 +316,12 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         "that is faster: neither reads the feature map back from DRAM)",
     )
     p.add_argument(
-        "--no-fold-narrow",
+        "--no-pair-rows",
         action="store_true",
         help="keep tensors of at most half a block of channels as they are (by default they are stored with two rows "
         "side by side as channels, filling whole blocks, where the layers around them are faster so)",
     )
+    p.add_argument("--no-fold-narrow", dest="no_pair_rows", action="store_true", help=argparse.SUPPRESS)  # old name
     p.add_argument(
         "--power-of-two",
         action="store_true",

@@ -64,7 +64,7 @@ class CompileOptions:
     ``fuse_adds`` each residual add after an activation table in the convolution whose output it adds
     (:attr:`vdla.compiler.spec.EpilogueSpec.post`), and ``fuse_squeeze_excite`` squeeze-excite's global average
     into the depthwise layer whose output it averages and its channel product into the 1x1 convolution reading it
-    (:attr:`vdla.compiler.spec.EpilogueSpec.gate`), each only where that is faster; ``fold_narrow`` stores tensors of
+    (:attr:`vdla.compiler.spec.EpilogueSpec.gate`), each only where that is faster; ``pair_rows`` stores tensors of
     at most half a block of channels with two rows side by side as channels, and rewrites the layers around them
     (:mod:`vdla.graph.rowpair`), where that is faster by its cost model.
 
@@ -85,7 +85,7 @@ class CompileOptions:
     fuse_depthwise: bool = True
     fuse_adds: bool = True
     fuse_squeeze_excite: bool = True
-    fold_narrow: bool = True
+    pair_rows: bool = True
 
     def __post_init__(self) -> None:
         if self.calibration not in METHODS:
@@ -133,11 +133,11 @@ def compile_graph_model(
     fuse_depthwise: bool = True,
     fuse_adds: bool = True,
     fuse_squeeze_excite: bool = True,
-    fold_narrow: bool = True,
+    pair_rows: bool = True,
 ) -> tuple[Artifact, CompileReport]:
     """Compile a graph (already imported) to an artifact: ``passes`` (name, function) run first, then QDQ
     lowering, partitioning, layout, memory planning and the accelerator layers (``fuse_depthwise``,
-    ``fuse_adds``, ``fuse_squeeze_excite``, ``fold_narrow``: see :class:`CompileOptions`)."""
+    ``fuse_adds``, ``fuse_squeeze_excite``, ``pair_rows``: see :class:`CompileOptions`)."""
     cfg = load_config(config)
     if cfg.block_in != cfg.block_out:
         raise CompileError(
@@ -167,7 +167,7 @@ def compile_graph_model(
     # tensors of few channels stored two rows to a pixel (vdla.graph.rowpair), before im2col packs the stem
     # (pairs from row -1 where the GEMMs can read OUT: the mask of their edge rows does)
     phases = cfg.src_out_refusal() is None
-    pair = [("pair_rows", lambda g: pair_rows_graph(g, cfg.block_in, cfg.bus_bytes, phases))] if fold_narrow else []
+    pair = [("pair_rows", lambda g: pair_rows_graph(g, cfg.block_in, cfg.bus_bytes, phases))] if pair_rows else []
     for name, fn in [*steps, ("conv_transpose_phases", phase_convs), *pair, im2col]:
         t0 = time.perf_counter()
         graph = after(name, fn(graph), t0)
@@ -300,7 +300,7 @@ def compile_model(
         raise CompileError("keep_float needs calibration data (calib): without it a float model runs all in float")
     artifact, report = compile_graph_model(
         graph, opts.config, cache, opts.dump, log, passes=passes, fuse_depthwise=opts.fuse_depthwise,
-        fuse_adds=opts.fuse_adds, fuse_squeeze_excite=opts.fuse_squeeze_excite, fold_narrow=opts.fold_narrow,
+        fuse_adds=opts.fuse_adds, fuse_squeeze_excite=opts.fuse_squeeze_excite, pair_rows=opts.pair_rows,
     )  # fmt: skip
     report.seconds = {"import": import_s, **report.seconds}
     if opts.cpu_targets:
