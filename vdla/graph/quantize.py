@@ -20,12 +20,12 @@ Which values become int8 (the plan, :func:`plan_quantization`; structure only, n
   (:data:`SELECTING`) of an int8 value keeps its scale (exact on int8: it runs on int8 directly);
 * an add outside an epilogue, concatenation, slice or resize (:data:`MOVING`) whose result is quantized has
   its float inputs quantized at their own scales (followed back through chains of them), so the accelerator
-  moves int8 values there (:mod:`vdla.graph.copies`) and an activation before them folds into a table; so
+  moves int8 values there (:mod:`vdla.graph.copies`) and an activation before them is tabulated; so
   has squeeze-excite's product of a feature map by a per-channel vector (the accelerator's channel scale,
-  :func:`vdla.graph.qdq.channel_product`), whose gate activation then folds into a table;
+  :func:`vdla.graph.qdq.channel_product`), whose gate activation then is tabulated;
 * a global average pool of an int8 value is quantized at its own calibrated scale (the lowering turns it
   into the integer sum, multiplier and shift the accelerator runs); where its result is quantized, so is its
-  float input (an activation before the pool then folds into its layer's table);
+  float input (an activation before the pool then joins its layer's table);
 * everything else (and every node named in ``keep_float``) stays float32 on the CPU, reading dequantized
   values; a float value an anchor reads is quantized at its boundary.
 
@@ -274,7 +274,7 @@ class _Planner:
         """Add to ``needed`` the float inputs of each add (outside an epilogue), concatenation, slice, resize,
         global average or channel product whose result is needed (directly, or through a reshape or transpose:
         a pooled vector flattened for a dense layer): int8 on both sides, the accelerator moves, pools or scales
-        them (:mod:`vdla.graph.copies`, the channel scale) and an activation before them folds into a table. In
+        them (:mod:`vdla.graph.copies`, the channel scale) and an activation before them is tabulated. In
         reverse order, so a chain of them is followed back.
         Returns the (input, result) pairs of the adds and concatenations, whose scales the residual alignment
         ties (one rounding fewer: each part and addend at the result's scale)."""
