@@ -461,7 +461,7 @@ def _zero_block_case(cfg: str, seed: int):
 
 @pytest.mark.parametrize("cfg", ["pynq", "block8"])
 def test_the_gemms_skip_weight_blocks_that_are_all_zero(devices, cache, cfg):
-    """The micro-ops of all-zero weight blocks are left out (a folded layer's halves that never meet): bit-exact,
+    """The micro-ops of all-zero weight blocks are left out (a row-paired layer's halves that never meet): bit-exact,
     in fewer GEMM iterations than the same schedule with every block nonzero."""
     x, w, dense, ep = _zero_block_case(cfg, seed=3)
     layer = compile_conv2d(x.shape, w, padding=1, epilogue=ep, config=cfg, cache=cache)
