@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from vdla.compiler import ScheduleCache, compile_conv2d
+from vdla.compiler.conv_lowering import ConvLowering
 from vdla.compiler.costmodel import CostModel
-from vdla.compiler.schedule import ConvLowering
 from vdla.compiler.search import build_stream, search, timed, timed_span
 from vdla.compiler.spec import Conv2dSpec, EpilogueSpec
 from vdla.compiler.tiling import candidate_tiles, half_rows

@@ -94,10 +94,10 @@ def block_parts(in_shape, weights: np.ndarray, epilogue: Epilogue, cfg: HwConfig
 
 def check_parts(parts: list[BlockPart], kernel, stride, padding, cfg: HwConfig) -> None:
     """Raise CompileError, naming the limit, when a part's smallest tile does not fit the buffers (the conv2d
-    compiler's own check, :meth:`~vdla.compiler.schedule.ConvLowering.check_minimal`), so that placement keeps
+    compiler's own check, :meth:`~vdla.compiler.conv_lowering.ConvLowering.check_minimal`), so that placement keeps
     such a layer on the CPU with the reason."""
+    from vdla.compiler.conv_lowering import ConvLowering
     from vdla.compiler.epilogue import normalize
-    from vdla.compiler.schedule import ConvLowering
     from vdla.compiler.spec import Conv2dSpec, EpilogueSpec
 
     for part in {p.in_shape: p for p in parts}.values():  # one part of each shape

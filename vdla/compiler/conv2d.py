@@ -13,11 +13,12 @@ from dataclasses import replace
 import numpy as np
 
 from vdla.compiler.cache import ScheduleCache
+from vdla.compiler.conv_lowering import GATE, POST, ConvLowering
 from vdla.compiler.epilogue import normalize
 from vdla.compiler.fused_pool import FusedPool
 from vdla.compiler.identity import EYE, identity_weights
 from vdla.compiler.run import LayerRun, run_bound
-from vdla.compiler.schedule import GATE, POST, ConvLowering, Schedule
+from vdla.compiler.schedule import Schedule
 from vdla.compiler.search import SearchResult, build_stream, emit_program, search
 from vdla.compiler.spec import MASK, ROWS, TABLE, CompileError, Conv2dSpec, EpilogueSpec, Fusions, OutputView
 from vdla.config import DEFAULT_PRESET, HwConfig, load_config

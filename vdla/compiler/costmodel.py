@@ -22,7 +22,9 @@ from functools import lru_cache
 import numpy as np
 
 from vdla.compiler.blocks import Alu, Epi, Gemm, Load, Op, Store
-from vdla.compiler.schedule import ConvLowering, Schedule, ThreadBuilder, Tile, tail_groups
+from vdla.compiler.conv_emit import ThreadBuilder, tail_groups
+from vdla.compiler.conv_lowering import ConvLowering, Tile
+from vdla.compiler.schedule import Schedule
 from vdla.compiler.vthreads import interleave, thread_deps
 from vdla.config import HwConfig
 from vdla.cycles import CycleModel

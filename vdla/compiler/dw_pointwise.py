@@ -17,7 +17,7 @@ the E channels runs in steps of ``tic`` channel blocks. One block per step:
   an EPI with ``src_out`` and the pointwise OUT mode, and the pointwise GEMM reads those int8 rows from OUT (with
   ``init`` from the bias rows on the first step);
 * the last step: the pointwise epilogue (residual and passes, exactly a conv2d tile's:
-  :class:`~vdla.compiler.schedule.ThreadBuilder`) and the STOREs.
+  :class:`~vdla.compiler.conv_emit.ThreadBuilder`) and the STOREs.
 
 Buffers: each thread's INP share holds a step's windows; its ACC share the pointwise tile (P) and its residual
 (when the layer adds one); D (and X, below) is one scratch region all threads share, since only one block's
@@ -50,12 +50,14 @@ import numpy as np
 from vdla.compiler.blocks import Block, Epi, Gemm, Load, Op
 from vdla.compiler.cache import ScheduleCache
 from vdla.compiler.conv2d import _constants, rows_tensor
+from vdla.compiler.conv_emit import ThreadBuilder
+from vdla.compiler.conv_lowering import ConvLowering, Tile
 from vdla.compiler.depthwise import DepthwiseLowering, DepthwiseSpec, DwPasses, depthwise_reference
 from vdla.compiler.epilogue import normalize
 from vdla.compiler.identity import EYE, identity_weights, load_identity
 from vdla.compiler.microcode import Limits, lower_nest
 from vdla.compiler.run import LayerRun, run_bound
-from vdla.compiler.schedule import ConvLowering, Schedule, ThreadBuilder, Tile
+from vdla.compiler.schedule import Schedule
 from vdla.compiler.search import cached_fastest, emit_program
 from vdla.compiler.spec import ROWS, TABLE, CompileError, Conv2dSpec, EpilogueSpec, OutputView, refusal
 from vdla.compiler.tiling import BandTile, band_tiles, halvings

@@ -7,7 +7,7 @@ the load stage, overlapped with the compute of other blocks: half the compute cy
 a quarter of those of a LOAD ACC_8BIT plus an ALU ADD reading a second accumulator operand.
 
 Users: pooling copies its input windows into the accumulators (:mod:`vdla.compiler.pool`); a conv2d adds its
-int8 residual tile after the requantizing pass (:mod:`vdla.compiler.schedule`).
+int8 residual tile after the requantizing pass (:mod:`vdla.compiler.conv_emit`).
 
 Invariant: the block is only exact when ``block_in == block_out`` (an INP element and an accumulator element
 hold the same channels, :func:`identity_fits`); it is one WGT element, loaded by a load-stage LOAD WGT

@@ -14,8 +14,10 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from vdla.compiler.cache import SCHEMA, ScheduleCache, cache_key
+from vdla.compiler.conv_emit import conv_prologue, conv_threads
+from vdla.compiler.conv_lowering import ConvLowering
 from vdla.compiler.costmodel import CostModel, Estimate
-from vdla.compiler.schedule import ConvLowering, Schedule
+from vdla.compiler.schedule import Schedule
 from vdla.compiler.spec import CompileError
 from vdla.compiler.tiling import candidate_tiles, half_rows
 from vdla.compiler.vthreads import Stream, emit_stream, lower_vthreads
@@ -48,8 +50,8 @@ class SearchResult:
 
 def build_stream(low: ConvLowering, s: Schedule) -> Stream:
     """The interleaved, synchronised blocks of a schedule, after its prologue."""
-    threads = low.threads(s)
-    return lower_vthreads(threads, low.prologue(threads))
+    threads = conv_threads(low, s)
+    return lower_vthreads(threads, conv_prologue(low, threads))
 
 
 def emit_program(low: ConvLowering, stream: Stream, dev: Device, buffers: dict | None = None) -> list[Insn]:

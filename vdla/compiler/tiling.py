@@ -10,8 +10,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from vdla.compiler.blocks import Alu, Load
+from vdla.compiler.conv_lowering import ConvLowering
 from vdla.compiler.microcode import Limits, MicroKernel, lower_nest
-from vdla.compiler.schedule import ORDERS, ConvLowering, Schedule
+from vdla.compiler.schedule import ORDERS, Schedule
 from vdla.compiler.spec import WindowSpec
 from vdla.compiler.transfer import plan_transfers
 from vdla.config import HwConfig

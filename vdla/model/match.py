@@ -246,7 +246,7 @@ def fuse_gate(scale: PoolLayer, conv: AccelLayer, graph: Graph) -> AccelLayer | 
     """The 1x1 convolution ``conv`` with the channel scale ``scale`` of its input (squeeze-excite's product) fused
     before it, or None where that is not possible: ``conv`` is a plain conv2d (no parts, pool, run-time weights or
     fusion of its own) and the only reader of the scale's output (not a graph output). The compiler refuses the
-    rest, naming why (:meth:`~vdla.compiler.schedule.ConvLowering.gate_refusal`)."""
+    rest, naming why (:meth:`~vdla.compiler.conv_lowering.ConvLowering.gate_refusal`)."""
     if scale.op != CHANNEL_SCALE or not conv.plain or conv.gate or conv.x != scale.out or scale.out in graph.outputs:
         return None
     if len(graph.consumers().get(scale.out, [])) != 1:
