@@ -226,7 +226,7 @@ def test_search_adds_the_residual_by_the_identity_gemm_where_it_is_faster(device
     the INP residual; the same tiling with the residual on the ALU takes over 2 more cycles per element."""
     from dataclasses import replace
 
-    from vdla.compiler.epilogue import cycles_per_element
+    from vdla.compiler.epilogue_passes import cycles_per_element
     from vdla.config import load_config
 
     rng = np.random.default_rng(1)
@@ -401,7 +401,7 @@ def test_column_subsampled_windows_on_rtl(rtl_library):
 def test_bias_shift_clip_epilogue_costs_no_alu_pass(devices, cache, relu):
     """Bias + rounding shift + int8/ReLU clip: the first GEMM of each tile starts the accumulators from their
     bias rows (``init``, EPI bias_base) and the OUT mirror requantizes (EPI req): no ALU instruction at all."""
-    from vdla.compiler.epilogue import cycles_per_element
+    from vdla.compiler.epilogue_passes import cycles_per_element
     from vdla.config import load_config
     from vdla.isa import AluInsn, EpiInsn, GemmInsn
 

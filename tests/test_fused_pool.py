@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from vdla.compiler import CompileError, compile_conv2d
-from vdla.compiler.epilogue import pool_commutes
+from vdla.compiler.epilogue_passes import pool_commutes
 from vdla.compiler.schedule import Schedule
 from vdla.compiler.spec import Fusions
 from vdla.graph import oracle

@@ -97,7 +97,7 @@ def check_parts(parts: list[BlockPart], kernel, stride, padding, cfg: HwConfig) 
     compiler's own check, :meth:`~vdla.compiler.conv_lowering.ConvLowering.check_minimal`), so that placement keeps
     such a layer on the CPU with the reason."""
     from vdla.compiler.conv_lowering import ConvLowering
-    from vdla.compiler.epilogue import normalize
+    from vdla.compiler.epilogue_passes import normalize
     from vdla.compiler.spec import Conv2dSpec, EpilogueSpec
 
     for part in {p.in_shape: p for p in parts}.values():  # one part of each shape

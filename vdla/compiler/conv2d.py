@@ -14,7 +14,7 @@ import numpy as np
 
 from vdla.compiler.cache import ScheduleCache
 from vdla.compiler.conv_lowering import GATE, POST, ConvLowering
-from vdla.compiler.epilogue import normalize
+from vdla.compiler.epilogue_passes import normalize
 from vdla.compiler.fused_pool import FusedPool
 from vdla.compiler.identity import EYE, identity_weights
 from vdla.compiler.run import LayerRun, run_bound

@@ -14,7 +14,7 @@ decides what fits and where each thread's share lies), :func:`conv_threads` buil
 * compute: on the first step an EPI (OUT mirror mode, the tile's first bias row) and the step's GEMM
   with ``init`` (the accumulators start from their bias rows, or zero), a plain GEMM on the other
   steps, the epilogue's passes (if any) on the last step: ALU instructions and, with ``res_inp``, the
-  residual GEMM against the identity weights (:mod:`vdla.compiler.epilogue`); without it, a residual is
+  residual GEMM against the identity weights (:mod:`vdla.compiler.epilogue_passes`); without it, a residual is
   LOADed into the accumulator buffer after the tile (a compute-stage LOAD) and added by an ALU ADD;
 * stores: the output tile on the last step.
 
@@ -52,7 +52,7 @@ import numpy as np
 
 from vdla.compiler.blocks import Alu, Block, Epi, Gemm, Load, Op, Store
 from vdla.compiler.conv_lowering import ConvLowering, Tile, ranges, window_transfers
-from vdla.compiler.epilogue import AluPass
+from vdla.compiler.epilogue_passes import AluPass
 from vdla.compiler.identity import identity_gemm, load_identity
 from vdla.compiler.microcode import MicroKernel, lower_nest
 from vdla.compiler.schedule import Schedule

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from vdla.compiler.blocks import Alu, Epi, Load, Op
-from vdla.compiler.epilogue import AluPass, alu_passes, out_mode, out_mul_fits, residual_gemm_fits
+from vdla.compiler.epilogue_passes import AluPass, alu_passes, out_mode, out_mul_fits, residual_gemm_fits
 from vdla.compiler.fused_pool import FusedPool
 from vdla.compiler.identity import EYE, identity_bytes, identity_fits
 from vdla.compiler.intrinsic import GemmIntrinsic, conv2d_contraction, tensorize

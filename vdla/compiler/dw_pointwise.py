@@ -53,7 +53,7 @@ from vdla.compiler.conv2d import _constants, rows_tensor
 from vdla.compiler.conv_emit import ThreadBuilder
 from vdla.compiler.conv_lowering import ConvLowering, Tile
 from vdla.compiler.depthwise import DepthwiseLowering, DepthwiseSpec, DwPasses, depthwise_reference
-from vdla.compiler.epilogue import normalize
+from vdla.compiler.epilogue_passes import normalize
 from vdla.compiler.identity import EYE, identity_weights, load_identity
 from vdla.compiler.microcode import Limits, lower_nest
 from vdla.compiler.run import LayerRun, run_bound

@@ -6,10 +6,10 @@ its 112x112 output to DRAM and the pool reads it back, copies it into the accumu
 it, and only the pooled tile is requantized and stored.
 
 Order of operations. The pool takes the window maximum of the *accumulators* (bias included), and the
-epilogue (multiplier, shift, clamp: :mod:`vdla.compiler.epilogue`) then runs on the pooled elements only, a
+epilogue (multiplier, shift, clamp: :mod:`vdla.compiler.epilogue_passes`) then runs on the pooled elements only, a
 quarter of them for a stride of 2. This is exact because every step of that epilogue is non-decreasing, so
 ``max(f(a), f(b)) == f(max(a, b))``: a rounding shift, a clamp, and a multiplier ``0 <= m < 2^shift`` whose
-rounded product always fits int32 (no wrap; :func:`vdla.compiler.epilogue.pool_commutes` checks the values).
+rounded product always fits int32 (no wrap; :func:`vdla.compiler.epilogue_passes.pool_commutes` checks the values).
 
 Geometry (per axis, kernel ``k``, stride ``s``, padding before ``p``; checked by :meth:`FusedPool.make`):
 ``s <= k < 2s``, ``p == k - s``, and the convolution's extent ``n`` is a multiple of ``s`` with ``n / s``
@@ -42,7 +42,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from vdla.compiler.blocks import Alu
-from vdla.compiler.epilogue import normalize, pool_commutes
+from vdla.compiler.epilogue_passes import normalize, pool_commutes
 from vdla.compiler.microcode import Limits, MicroKernel, lower_nest
 from vdla.compiler.spec import CompileError, multiplier_kind
 from vdla.graph.epilogue import Epilogue

@@ -193,7 +193,7 @@ class EpilogueSpec:
     ``pool``: a max pool over the layer's output fused into its tiles (:mod:`vdla.compiler.fused_pool`): the
     window maximum is taken on the accumulators, before the multiplier, shift and clamp, which is exact because
     they are non-decreasing (the multipliers' values are checked by
-    :func:`~vdla.compiler.epilogue.pool_commutes`); there is then no residual.
+    :func:`~vdla.compiler.epilogue_passes.pool_commutes`); there is then no residual.
 
     ``post``: the epilogue of a residual add after the layer's activation table (a layer of its own otherwise:
     a table is the last stage of an epilogue): the int8 results, tabled in OUT, read back by a GEMM against the
@@ -233,7 +233,7 @@ class EpilogueSpec:
     def of(cls, ep: Epilogue, fusions: Fusions | None = None) -> EpilogueSpec:
         """The structure of ``ep`` with what ``fusions`` fuses into it: the pool, the post add and the gate. ``ep``
         and the post add's epilogue as the compiler runs them (their multipliers as it applies them:
-        :func:`vdla.compiler.epilogue.normalize`)."""
+        :func:`vdla.compiler.epilogue_passes.normalize`)."""
         f = fusions or Fusions()
         return cls(
             bias=ep.bias is not None,

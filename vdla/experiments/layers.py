@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from vdla.compiler.cache import ScheduleCache
-from vdla.compiler.epilogue import cycles_per_element
+from vdla.compiler.epilogue_passes import cycles_per_element
 from vdla.config import DEFAULT_PRESET, HwConfig, load_config
 from vdla.runtime.device import Device
 from vdla.zoo.resnet import LayerCase, ZooError, layer_case, layer_specs

@@ -66,7 +66,7 @@ Operand = Const | Arg
 # node attributes that annotate the result's type (quantization axis, quantization) rather than the computation
 ANNOTATIONS = ("axis", "quant")
 # the accelerator's lowering of an elementwise step: an ALU step of a conv2d/dense layer's epilogue
-EPILOGUE_STEP = "vdla.compiler.epilogue.alu_passes"
+EPILOGUE_STEP = "vdla.compiler.epilogue_passes.alu_passes"
 
 
 @dataclass(frozen=True)

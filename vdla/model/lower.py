@@ -21,7 +21,7 @@ from vdla.compiler.channel_scale import compile_channel_scale
 from vdla.compiler.conv_lowering import GATE
 from vdla.compiler.depthwise import compile_depthwise
 from vdla.compiler.dw_pointwise import compile_dw_pointwise
-from vdla.compiler.epilogue import normalize
+from vdla.compiler.epilogue_passes import normalize
 from vdla.compiler.pool import compile_pool
 from vdla.compiler.search import emit_program
 from vdla.compiler.spec import ChannelScaleSpec, EpilogueSpec, Fusions, InputUpsample, OutputView
