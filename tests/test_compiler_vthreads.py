@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from vdla.compiler import Schedule, compile_conv2d
 from vdla.compiler.blocks import Block, Gemm, Load, Store
 from vdla.compiler.microcode import MicroKernel
-from vdla.compiler.vthreads import Dep, LoweringError, Stream, check_tokens, emit_stream, interleave, lower_vthreads
+from vdla.compiler.vthreads import Dep, LoweringError, Stream, check_tokens, emit_stream, lower_vthreads, round_robin
 from vdla.graph.epilogue import Epilogue
 from vdla.graph.oracle import conv2d_reference
 from vdla.isa import MemType, Queue, encode_program, validate_program
@@ -53,7 +53,7 @@ def test_any_block_structure_runs_to_completion(shape, prologue):
 
 
 def test_round_robin_order():
-    assert interleave([3, 1, 2]) == [(0, 0), (1, 0), (2, 0), (0, 1), (2, 1), (0, 2)]
+    assert round_robin([3, 1, 2]) == [(0, 0), (1, 0), (2, 0), (0, 1), (2, 1), (0, 2)]
 
 
 def test_lowering_emits_the_four_dependencies():

@@ -337,7 +337,7 @@ def test_resident_weights_load_with_their_first_step():
     loaded: dict[str, list[int]] = {}
     for i, blk in enumerate(fused.stream.blocks):
         for ld in (ld for ld in blk.loads if isinstance(ld, Load) and ld.mem == MemType.WGT):
-            assert i < steps * 2, f"block {i} (a later band's) loads weights"  # the first band's, interleaved
+            assert i < steps * 2, f"block {i} (a later band's) loads weights"  # the first band's, both threads' in turn
             loaded.setdefault(ld.tensor, []).append(ld.y * ld.x)
     assert loaded == {"dwwgt": [low.dw.elements] * steps, "exwgt": [1] * steps, "wgt": [2] * steps}
     assert low.wgt_shared

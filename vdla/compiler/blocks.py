@@ -2,8 +2,8 @@
 
 A :class:`Block` is what one virtual thread does in one step of its loop nest: the operations of
 each stage, with DRAM addresses given as (tensor name, element offset) so the same program can be
-bound to any buffers. :mod:`vdla.compiler.vthreads` adds the dependency tokens and interleaves the
-threads; :func:`emit_op` turns one operation into a command of the runtime's builder.
+bound to any buffers. :mod:`vdla.compiler.vthreads` adds the dependency tokens and deals out the blocks of the
+threads in turn; :func:`emit_op` turns one operation into a command of the runtime's builder.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Compiled operators: conv2d and dense (matmul) with a fused epilogue, ready to run on any backend.
 
 Compiling validates the layer, packs the weights and per-channel constants once, picks a schedule
-(searched and cached, or given) and lowers it to the interleaved, synchronised block stream. Running
+(searched and cached, or given) and lowers it to the round-robin, synchronised block stream. Running
 binds that stream to DRAM buffers on a device, executes it and unpacks the int8 result.
 """
 

@@ -29,7 +29,7 @@ other operand into INP after its windows and goes on after the epilogue: EPIs of
 that copy the add's input into a post region after the tile and its residual into a region after that, or add
 the residual after the add's passes where it is an int8 residual as it is; then the add's passes, and the
 STOREs write the post region. Every other step's GEMM then follows an EPI of the layer's own OUT mode (the
-threads' blocks interleave, and the EPI state is global).
+threads' blocks take turns, and the EPI state is global).
 
 With a gated input (``EpilogueSpec.gate``: squeeze-excite's channel scale fused into the 1x1 layer reading it),
 the prologue loads the int8 gate of every input-channel block (a compute-stage LOAD ACC_8BIT of the ``gate``

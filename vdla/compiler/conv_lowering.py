@@ -36,7 +36,7 @@ from vdla.compiler.microcode import Limits, fits_loop, lower_nest, uop_count
 from vdla.compiler.schedule import Schedule
 from vdla.compiler.spec import MASK, ROWS, TABLE, CompileError, Conv2dSpec, EpilogueSpec, InputUpsample, OutputView
 from vdla.compiler.transfer import MAX_STRIDE, plan_transfers
-from vdla.compiler.vthreads import interleave
+from vdla.compiler.vthreads import round_robin
 from vdla.config import HwConfig
 from vdla.isa import AluOp, MemType
 
@@ -587,7 +587,7 @@ class ConvLowering:
             chunks.append((o * n + k).tolist())
         if self.weights_shared:
             seen: set[int] = set()
-            for t, i in interleave([len(c) for c in chunks]):
+            for t, i in round_robin([len(c) for c in chunks]):
                 out[t][i, 1] = chunks[t][i] not in seen
                 seen.add(chunks[t][i])
         return out

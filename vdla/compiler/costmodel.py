@@ -5,7 +5,7 @@ The cost of every operation of one representative (interior) tile comes from
 depends only on the configuration and the ISA). Each thread's blocks are reduced to (load, compute,
 store) durations, with loads skipped exactly where the program skips them
 (:meth:`ConvLowering.residency`), and run after the prologue through the real token structure
-(:func:`vdla.compiler.vthreads.thread_deps`) and round-robin interleaving in a block-level event
+(:func:`vdla.compiler.vthreads.thread_deps`) and the round-robin block order in a block-level event
 simulation. The DRAM read channel is modelled only where it matters most: a compute-stage load (a
 residual tile in the accumulators) waits for the load-stage transfer in flight. A residual in INP
 (``Schedule.res_inp``) is load-stage work of each tile's last step, its identity GEMM compute work; the
@@ -25,7 +25,7 @@ from vdla.compiler.blocks import Alu, Epi, Gemm, Load, Op, Store
 from vdla.compiler.conv_emit import ThreadBuilder, tail_groups
 from vdla.compiler.conv_lowering import ConvLowering, Tile
 from vdla.compiler.schedule import Schedule
-from vdla.compiler.vthreads import interleave, thread_deps
+from vdla.compiler.vthreads import round_robin, thread_deps
 from vdla.config import HwConfig
 from vdla.cycles import CycleModel
 from vdla.isa import AluInsn, EpiInsn, GemmInsn, Insn, MemInsn, MemType, elem_bytes
@@ -238,14 +238,14 @@ class CostModel:
         return len(tail_groups(self.step_costs(s).size[0]))
 
     def estimate(self, s: Schedule) -> Estimate:
-        """Event simulation of the interleaved blocks on the three stages, each stage taking its blocks in
+        """Event simulation of the round-robin blocks on the three stages, each stage taking its blocks in
         stream order and starting each once its tokens are in, the earliest-ready stage first. A thread's last
         block hands its first part to the store stage after its share of the compute."""
         sc = self.step_costs(s)
         longest = sc.longest_load
         parts = self.tail_parts(s)
         work = self.stage_work(s)
-        order = interleave([len(w[0]) for w in work])
+        order = round_robin([len(w[0]) for w in work])
         split = {(t, len(w[0]) - 1) for t, w in enumerate(work)}
         pos = {key: p for p, key in enumerate(order)}
         dur = [[int(work[t][j][i]) for t, i in order] for j in range(3)]

@@ -17,7 +17,7 @@ pooled outputs. Then pooled row ``i`` *owns* convolution rows ``[i*s, i*s + s)``
 *carries* the last ``p`` rows owned by pooled row ``i - 1`` (taps ``0..p-1``; padding for ``i = 0``). A
 tile of ``toh`` convolution rows (a multiple of ``s``, every column) holds the rows its pooled rows own. The
 carried rows of its first pooled row belong to the previous row tile of the same output channels, whose
-accumulators the next tile of that thread may already have reset (virtual threads interleave their
+accumulators the next tile of that thread may already have reset (virtual threads take turns with their
 reduction steps); so every tile but an image's last row tile copies its last ``p`` rows into the *carry
 region* (``p`` rows of every output-channel block, below the per-channel rows, shared by the threads) after
 reading the rows its predecessor left there. The compute stage runs in program order and a tile's last step

@@ -49,7 +49,7 @@ class SearchResult:
 
 
 def build_stream(low: ConvLowering, s: Schedule) -> Stream:
-    """The interleaved, synchronised blocks of a schedule, after its prologue."""
+    """The round-robin, synchronised blocks of a schedule, after its prologue."""
     threads = conv_threads(low, s)
     return lower_vthreads(threads, conv_prologue(low, threads))
 

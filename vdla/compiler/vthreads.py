@@ -1,4 +1,4 @@
-"""Virtual threads lowered to dependency tokens, and interleaved into one instruction stream.
+"""Virtual threads lowered to dependency tokens, and taken in turn into one instruction stream.
 
 Each virtual thread is a sequence of :class:`~vdla.compiler.blocks.Block` working on a private share of
 the INP, WGT and ACC buffers. Within a thread, four kinds of dependency need a token (see
@@ -15,7 +15,7 @@ Entry and exit are balanced by construction: a thread's first loads and first co
 buffers free and pop nothing (VTA's pre-pushed tokens), and its last compute and last store have no
 later consumer and push nothing (VTA's drain pops), so every queue ends empty.
 
-The threads are then interleaved round-robin, one block at a time. Every token of a thread goes from
+The threads then take turns (round-robin), one block at a time. Every token of a thread goes from
 a block to the same block or to the thread's next one, so round-robin keeps the k-th push of each
 queue matched with the k-th pop (the queues are FIFO counters, not tagged) and every token goes
 forward in the stream. :func:`check_tokens` verifies both properties: together with in-order stages
@@ -51,7 +51,7 @@ class Dep:
 
 @dataclass
 class Stream:
-    """Interleaved blocks and the tokens between them (block positions in ``blocks``)."""
+    """The threads' blocks in round-robin order and the tokens between them (block positions in ``blocks``)."""
 
     blocks: list[Block]
     deps: list[Dep]
@@ -88,17 +88,17 @@ def thread_deps(loads: Sequence[bool], stores: Sequence[bool], parts: Sequence[i
     return deps
 
 
-def interleave(lengths: Sequence[int]) -> list[tuple[int, int]]:
+def round_robin(lengths: Sequence[int]) -> list[tuple[int, int]]:
     """Round-robin order of (thread, block index) over threads with the given block counts."""
     return [(t, i) for i in range(max(lengths, default=0)) for t, n in enumerate(lengths) if i < n]
 
 
 def lower_vthreads(threads: Sequence[Sequence[Block]], prologue: Block | None = None) -> Stream:
-    """Insert each thread's tokens, interleave the threads and check the result.
+    """Insert each thread's tokens, order the blocks round-robin and check the result.
 
     A ``prologue`` (compute-stage work on no thread's buffers) goes first; the loads do not wait for it.
     """
-    order = interleave([len(t) for t in threads])
+    order = round_robin([len(t) for t in threads])
     head = [prologue] if prologue is not None else []
     pos = {key: p + len(head) for p, key in enumerate(order)}
     deps = [
@@ -129,7 +129,7 @@ def check_tokens(stream: Stream) -> None:
 
 
 def emit_stream(stream: Stream, cmd: CommandBuilder, buffers: Mapping[str, Buffer]) -> None:
-    """Emit the interleaved blocks with their tokens into a command builder. The compute->store token of
+    """Emit the round-robin blocks with their tokens into a command builder. The compute->store token of
     part j of a block in parts is pushed after the part's last compute op and popped before its first store;
     every other token is popped before the stage's first op and pushed after its last."""
     for pos, block in enumerate(stream.blocks):
@@ -151,12 +151,12 @@ def emit_stream(stream: Stream, cmd: CommandBuilder, buffers: Mapping[str, Buffe
 
 def prologue_block(ops: list[Op], threads: Sequence[Sequence[Block]], uop_depth: int) -> Block:
     """The compute-stage block ahead of every thread: ``ops`` (row loads, EPI state), then every distinct
-    micro-kernel of the threads' GEMM/ALU ops made resident in first-use (interleaved) order, as many as a
+    micro-kernel of the threads' GEMM/ALU ops made resident in first-use (round-robin) order, as many as a
     UOP buffer of ``uop_depth`` micro-ops holds. Later, no kernel LOAD on the compute stage waits for the
     read channel behind a long input or weight transfer."""
     ops = list(ops)
     seen, room = set(), uop_depth
-    for t, i in interleave([len(b) for b in threads]):
+    for t, i in round_robin([len(b) for b in threads]):
         for op in threads[t][i].compute:
             if isinstance(op, Gemm | Alu) and op.kernel.uops.tobytes() not in seen:
                 seen.add(op.kernel.uops.tobytes())

@@ -1,7 +1,7 @@
 """A hand-scheduled tiled int8 matrix multiply on the runtime API (the runtime's worked example).
 
 C = clip((A @ B^T) >> shift, -128, 127) with A (M, K) and B (N, K) int8. Output tiles are processed
-by ``vthreads`` interleaved virtual threads, each with a private share of the INP, WGT and ACC
+by ``vthreads`` virtual threads taking turns, each with a private share of the INP, WGT and ACC
 buffers, synchronised by dependency tokens so that loads, compute and stores overlap.
 """
 
