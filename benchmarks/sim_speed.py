@@ -21,7 +21,7 @@ from rich.table import Table
 
 from vdla.config import DEFAULT_PRESET
 from vdla.runtime import Device
-from vdla.zoo.tiled_matmul import reference_matmul, tiled_matmul
+from vdla.zoo.tiled_matmul import matmul_oracle, tiled_matmul
 
 
 def measure(config: str, size: tuple[int, int, int], vthreads: int, repeats: int) -> dict:
@@ -50,7 +50,7 @@ def measure(config: str, size: tuple[int, int, int], vthreads: int, repeats: int
         "cycles": c.cycles,
         "utilization": c.utilization,
         "instructions": sum(c.insn_counts.values()),
-        "correct": bool(np.array_equal(res.out, reference_matmul(a, b, 12))),
+        "correct": bool(np.array_equal(res.out, matmul_oracle(a, b, 12))),
     }
 
 

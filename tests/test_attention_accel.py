@@ -24,7 +24,7 @@ def test_dense_with_run_time_weights_matches_the_oracle():
     layer = compile_dense(5, (24, 40), epilogue=ep, config="pynq")
     assert "wgt" not in layer.conv.constants
     got = layer.run(Device("pynq"), x, weights=w).out
-    np.testing.assert_array_equal(got, oracle.dense_reference(x, w, ep))
+    np.testing.assert_array_equal(got, oracle.dense_oracle(x, w, ep))
 
 
 def _qdq_matmul_graph(a_shape, b_shape, relu: bool) -> Graph:

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from vdla.compiler import CompileError, compile_conv2d
-from vdla.compiler.channel_scale import channel_scale_reference, compile_channel_scale
+from vdla.compiler.channel_scale import channel_scale_oracle, compile_channel_scale
 from vdla.compiler.spec import ChannelScaleSpec, Conv2dSpec, Fusions
 from vdla.graph import oracle
 from vdla.graph.epilogue import Epilogue
@@ -49,7 +49,7 @@ def test_the_channel_scale_equals_integer_arithmetic_on_sim(shape, clip):
     x, s, m, shift = _case(shape)
     spec = ChannelScaleSpec.make(shape, m, shift, clip)
     run = compile_channel_scale(spec).run(Device("pynq"), x, s)
-    np.testing.assert_array_equal(run.out, channel_scale_reference(x, spec, s))
+    np.testing.assert_array_equal(run.out, channel_scale_oracle(x, spec, s))
     if np.prod(shape) <= 5000:
         np.testing.assert_array_equal(run.out, _python_reference(x, s, m, shift, clip))
     # one copy GEMM and one MUL a row: at most 6 cycles per 16 channels of a pixel
@@ -63,7 +63,7 @@ def test_the_channel_scale_on_rtl_equals_sim(rtl_library):
     sim = compile_channel_scale(spec).run(Device("pynq"), x, s)
     rtl = compile_channel_scale(spec).run(Device("pynq", backend="rtl"), x, s)
     np.testing.assert_array_equal(rtl.out, sim.out)
-    np.testing.assert_array_equal(rtl.out, channel_scale_reference(x, spec, s))
+    np.testing.assert_array_equal(rtl.out, channel_scale_oracle(x, spec, s))
     assert abs(rtl.counters.cycles - sim.counters.cycles) <= 0.05 * sim.counters.cycles
 
 
@@ -98,8 +98,8 @@ def _gated(shape, oc: int, clip, residual):
     )
     res = RNG.integers(-128, 128, (shape[0], oc, *shape[2:]), dtype=np.int8) if residual else None
     gate = ChannelScaleSpec.make(shape, m, shift, clip)
-    scaled = channel_scale_reference(x, gate, s)
-    want = oracle.conv2d_reference(scaled, w, Conv2dSpec.make(shape, oc, (1, 1)), ep, res)
+    scaled = channel_scale_oracle(x, gate, s)
+    want = oracle.conv2d_oracle(scaled, w, Conv2dSpec.make(shape, oc, (1, 1)), ep, res)
     return x, s, w, ep, res, gate, want
 
 

@@ -1,4 +1,4 @@
-"""Compiled conv2d and dense are bit-exact against the numpy reference, on several hardware configs."""
+"""Compiled conv2d and dense are bit-exact against the numpy oracle, on several hardware configs."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from vdla.compiler import ScheduleCache, compile_conv2d, compile_dense
 from vdla.config import load_config
 from vdla.graph.epilogue import Epilogue, Rescale
-from vdla.graph.oracle import conv2d_reference, dense_reference
+from vdla.graph.oracle import conv2d_oracle, dense_oracle
 from vdla.runtime import Device
 from vdla.zoo.resnet import layer_case, layer_specs
 
@@ -73,7 +73,7 @@ def test_conv2d_bit_exact(devices, cache, cfg, n, c, oc, h, w, k, s, pads, vthre
     ep = epilogue({"bias": b, "shift": shift, "relu": relu})
     layer = compile_conv2d(x.shape, wt, stride=s, padding=pad, epilogue=ep, config=cfg, vthreads=vthreads, cache=cache)
     out = layer.run(devices[cfg], x).out
-    ref = conv2d_reference(x, wt, layer.spec, ep)
+    ref = conv2d_oracle(x, wt, layer.spec, ep)
     np.testing.assert_array_equal(out, ref)
 
 
@@ -137,7 +137,7 @@ def test_epilogue_options(devices, cache, cfg, name):
     ep = epilogue(opts)
     layer = compile_conv2d(x.shape, wt, padding=1, epilogue=ep, config=cfg, vthreads=2, cache=cache)
     out = layer.run(devices[cfg], x, residual=res).out
-    ref = conv2d_reference(x, wt, layer.spec, ep, res)
+    ref = conv2d_oracle(x, wt, layer.spec, ep, res)
     np.testing.assert_array_equal(out, ref)
     assert len(np.unique(out)) > 10  # the epilogue keeps a spread of values, not one saturated constant
     if name == "multiplier-power-of-two":
@@ -199,7 +199,7 @@ def test_residual_in_both_forms(devices, cfg, res_inp, name):
         s = Schedule(toc, toh, tow, tic, vt, order, res_inp)
         layer = compile_conv2d(x.shape, wt, padding=1, epilogue=ep, config=cfg, schedule=s)
         out = layer.run(devices[cfg], x, residual=res).out
-        np.testing.assert_array_equal(out, conv2d_reference(x, wt, layer.spec, ep, res), err_msg=s.describe())
+        np.testing.assert_array_equal(out, conv2d_oracle(x, wt, layer.spec, ep, res), err_msg=s.describe())
         ops = residual_ops(layer)
         assert (ops["acc8"] == 0 and ops["add"] == 0 and ops["eye"] == 1) if res_inp else ops["acc8"] > 0
         assert (ops["gemm"] > 0) == (res_inp or tic < layer.lowering.ib)  # the identity's, or later steps
@@ -217,7 +217,7 @@ def test_residual_gemm_on_rtl(rtl_library, name):
         layer = compile_conv2d(x.shape, wt, padding=1, epilogue=ep, schedule=s)
         rtl = layer.run(Device("pynq", backend="rtl"), x, residual=res)
         sim = layer.run(Device("pynq"), x, residual=res)
-        np.testing.assert_array_equal(rtl.out, conv2d_reference(x, wt, layer.spec, ep, res))
+        np.testing.assert_array_equal(rtl.out, conv2d_oracle(x, wt, layer.spec, ep, res))
         np.testing.assert_array_equal(rtl.out, sim.out)
 
 
@@ -236,7 +236,7 @@ def test_search_adds_the_residual_by_the_identity_gemm_where_it_is_faster(device
     assert gemm.schedule.res_inp
     alu = compile_conv2d(x.shape, wt, padding=1, epilogue=ep, schedule=replace(gemm.schedule, res_inp=False))
     runs = [layer.run(devices["pynq"], x, residual=res) for layer in (gemm, alu)]
-    ref = conv2d_reference(x, wt, gemm.spec, ep, res)
+    ref = conv2d_oracle(x, wt, gemm.spec, ep, res)
     for run in runs:
         np.testing.assert_array_equal(run.out, ref)
     assert runs[1].counters.cycles - runs[0].counters.cycles > 2 * 4 * 14 * 14
@@ -261,7 +261,7 @@ def test_a_tile_whose_inp_share_cannot_hold_the_residual_falls_back():
     layer = compile_conv2d(x.shape, wt, padding=1, epilogue=ep, schedule=Schedule(2, 14, 14, 4, 2))
     assert layer.lowering.inputs_resident(layer.schedule) is False and residual_ops(layer)["acc8"] > 0
     out = layer.run(Device("pynq"), x, residual=res).out
-    np.testing.assert_array_equal(out, conv2d_reference(x, wt, layer.spec, ep, res))
+    np.testing.assert_array_equal(out, conv2d_oracle(x, wt, layer.spec, ep, res))
     rows = {s.res_inp: s.toh for s in candidate_tiles(layer.lowering, 2) if (s.toc, s.tow, s.tic) == (2, 14, 4)}
     assert rows[False] == 14 and rows[True] < 14
 
@@ -274,7 +274,7 @@ def test_dense_bit_exact(devices, cache, cfg):
     ep = Epilogue(bias=b, shift=9, residual="int8")
     layer = compile_dense(37, wt, epilogue=ep, config=cfg, cache=cache)
     out = layer.run(devices[cfg], x, residual=res).out
-    np.testing.assert_array_equal(out, dense_reference(x, wt, ep, res))
+    np.testing.assert_array_equal(out, dense_oracle(x, wt, ep, res))
 
 
 def test_resnet_c1_with_padded_channels_is_exact(devices, cache):
@@ -283,7 +283,7 @@ def test_resnet_c1_with_padded_channels_is_exact(devices, cache):
     assert case.spec.pad == (3, 3, 3, 3) and (case.spec.sh, case.spec.sw) == (2, 2)
     layer = case.compile("pynq", cache=cache)
     run = layer.run(devices["pynq"], case.x)
-    np.testing.assert_array_equal(run.out, case.reference((0, 127)))
+    np.testing.assert_array_equal(run.out, case.oracle((0, 127)))
     assert run.counters.utilization > 0.85
 
 
@@ -303,7 +303,7 @@ def test_non_square_kernels_strides_and_pads(devices, cache, cfg, kernel, stride
     ep = Epilogue(shift=7)
     layer = compile_conv2d(x.shape, wt, stride=stride, padding=pad, epilogue=ep, config=cfg, vthreads=2, cache=cache)
     out = layer.run(devices[cfg], x).out
-    np.testing.assert_array_equal(out, conv2d_reference(x, wt, layer.spec, ep))
+    np.testing.assert_array_equal(out, conv2d_oracle(x, wt, layer.spec, ep))
 
 
 # one-column kernels with a column stride (ResNet's downsample convolutions and a padded 3x1): (input, output
@@ -339,7 +339,7 @@ def subsampled_layer(name: str, sched: tuple, cfg: str = "pynq", seed: int = 12)
     x, wt = rand(rng, shape), rand(rng, (oc, shape[1], *kernel))
     ep = Epilogue(shift=8)
     layer = compile_conv2d(x.shape, wt, stride=stride, padding=pad, epilogue=ep, config=cfg, schedule=Schedule(*sched))
-    return layer, x, conv2d_reference(x, wt, layer.spec, ep)
+    return layer, x, conv2d_oracle(x, wt, layer.spec, ep)
 
 
 @pytest.mark.parametrize("cfg", CONFIGS)
@@ -410,7 +410,7 @@ def test_bias_shift_clip_epilogue_costs_no_alu_pass(devices, cache, relu):
     ep = Epilogue(bias=b, shift=11, clip=(0, 127) if relu else (-128, 127))
     layer = compile_conv2d(x.shape, wt, padding=1, epilogue=ep, vthreads=2, cache=cache)
     out = layer.run(devices["pynq"], x).out
-    np.testing.assert_array_equal(out, conv2d_reference(x, wt, layer.spec, ep))
+    np.testing.assert_array_equal(out, conv2d_oracle(x, wt, layer.spec, ep))
     prog = layer.program()
     assert not any(isinstance(i, AluInsn) for i in prog)
     epis = [i for i in prog if isinstance(i, EpiInsn)]
@@ -433,7 +433,7 @@ def test_multiplier_rows_with_and_without_bias(out_mul, cache):
         ep = Epilogue(bias=bias, multiplier=m, shift=13, clip=(0, 127))
         layer = compile_conv2d(x.shape, wt, epilogue=ep, cache=cache, config=cfg)
         out = layer.run(Device(cfg), x).out
-        ref = conv2d_reference(x, wt, layer.spec, ep)
+        ref = conv2d_oracle(x, wt, layer.spec, ep)
         np.testing.assert_array_equal(out, ref)
         prog = layer.program()
         assert {i.alu_opcode for i in prog if isinstance(i, AluInsn)} == (set() if out_mul else {AluOp.MUL})
@@ -468,7 +468,7 @@ def test_the_gemms_skip_weight_blocks_that_are_all_zero(devices, cache, cfg):
     full = compile_conv2d(x.shape, dense, padding=1, epilogue=ep, config=cfg, schedule=layer.schedule)
     assert layer.lowering.zero is not None and full.lowering.zero is None
     run, ref = layer.run(devices[cfg], x), full.run(devices[cfg], x)
-    np.testing.assert_array_equal(run.out, conv2d_reference(x, w, layer.spec, ep))
+    np.testing.assert_array_equal(run.out, conv2d_oracle(x, w, layer.spec, ep))
     assert run.counters.gemm_iters < ref.counters.gemm_iters
 
 
@@ -477,5 +477,5 @@ def test_zero_weight_blocks_skipped_on_rtl(rtl_library):
     x, w, _, ep = _zero_block_case("pynq", seed=5)
     layer = compile_conv2d(x.shape, w, padding=1, epilogue=ep)
     rtl = layer.run(Device("pynq", backend="rtl"), x)
-    np.testing.assert_array_equal(rtl.out, conv2d_reference(x, w, layer.spec, ep))
+    np.testing.assert_array_equal(rtl.out, conv2d_oracle(x, w, layer.spec, ep))
     np.testing.assert_array_equal(rtl.out, layer.run(Device("pynq"), x).out)

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 
 from vdla.compiler import CompileError, compile_conv2d
-from vdla.compiler.depthwise import DepthwiseSchedule, compile_depthwise, depthwise_reference
+from vdla.compiler.depthwise import DepthwiseSchedule, compile_depthwise, depthwise_oracle
 from vdla.compiler.search import emit_program
 from vdla.config import load_config
 from vdla.graph.epilogue import Epilogue
-from vdla.graph.oracle import conv2d_reference
+from vdla.graph.oracle import conv2d_oracle
 from vdla.isa import AluInsn, AluOp, EpiInsn
 from vdla.runtime import Device
 
@@ -60,7 +60,7 @@ def test_depthwise_layers_on_the_simulator(shape, k, stride, padding, kind):
     ep = epilogue(kind, shape[1], bias)
     layer_c = compile_depthwise(shape, w, stride=stride, padding=padding, epilogue=ep)
     run = layer_c.run(Device("pynq"), x)
-    np.testing.assert_array_equal(run.out, depthwise_reference(x, w, layer_c.spec, ep))
+    np.testing.assert_array_equal(run.out, depthwise_oracle(x, w, layer_c.spec, ep))
     blocks = -(-shape[1] // 16)
     assert run.counters.gemm_iters == blocks * layer_c.spec.out_hw[0] * layer_c.spec.out_hw[1]
 
@@ -76,7 +76,7 @@ def test_depthwise_layer_on_the_rtl(rtl_library, vthreads):
     compiled = compile_depthwise(shape, w, stride=2, padding=1, epilogue=ep, schedule=DepthwiseSchedule(1, 3, vthreads))
     sim, rtl = (compiled.run(Device("pynq", backend=b), x) for b in ("sim", "rtl"))
     np.testing.assert_array_equal(rtl.out, sim.out)
-    np.testing.assert_array_equal(sim.out, depthwise_reference(x, w, compiled.spec, ep))
+    np.testing.assert_array_equal(sim.out, depthwise_oracle(x, w, compiled.spec, ep))
     assert rtl.counters.gemm_iters == sim.counters.gemm_iters == 2 * 6 * 6
 
 
@@ -114,8 +114,8 @@ def _layers_with_multiplier_rows(cfg):
     ep_c = Epilogue(multiplier=np.arange(1, 33) << 14, shift=22)
     conv = compile_conv2d(x.shape, wc, padding=1, epilogue=ep_c, config=cfg)
     dev = Device(cfg)
-    np.testing.assert_array_equal(dw.run(dev, x).out, depthwise_reference(x, w, dw.spec, ep))
-    np.testing.assert_array_equal(conv.run(dev, x).out, conv2d_reference(x, wc, conv.spec, ep_c))
+    np.testing.assert_array_equal(dw.run(dev, x).out, depthwise_oracle(x, w, dw.spec, ep))
+    np.testing.assert_array_equal(conv.run(dev, x).out, conv2d_oracle(x, wc, conv.spec, ep_c))
     return dev, (dw, conv)
 
 
@@ -159,7 +159,7 @@ def test_a_fused_global_average_equals_the_layer_then_the_pool(shape, k, stride,
     """Each tile's int8 outputs summed into their blocks' accumulators by the identity GEMM reading OUT, the last
     band's sums requantized and stored: both outputs equal numpy's, in fewer cycles than the layer and the pool
     apart (which reads the output back from DRAM)."""
-    from vdla.compiler.pool import PoolSpec, compile_pool, pool_reference
+    from vdla.compiler.pool import PoolSpec, compile_pool, pool_oracle
 
     x, w, bias = layer(sum(shape) + k, shape, k)
     rng = np.random.default_rng(k)
@@ -169,15 +169,15 @@ def test_a_fused_global_average_equals_the_layer_then_the_pool(shape, k, stride,
     gap = PoolSpec.global_avg((*shape[:2], oh, ow), 1 << 14, 14 + int(np.log2(oh * ow)), clip)
     fused = compile_depthwise(shape, w, stride=stride, padding=k // 2, epilogue=ep, gap=gap)
     run = fused.run(Device("pynq"), x)
-    want = depthwise_reference(x, w, fused.spec, ep)
+    want = depthwise_oracle(x, w, fused.spec, ep)
     np.testing.assert_array_equal(run.out, want)
-    np.testing.assert_array_equal(run.extra["pool"], pool_reference(want, gap))
+    np.testing.assert_array_equal(run.extra["pool"], pool_oracle(want, gap))
     assert len(np.unique(run.extra["pool"])) > 4
     assert fused.search.cycles < alone.search.cycles + compile_pool(gap).search.cycles
 
 
 def test_a_fused_global_average_on_the_rtl(rtl_library):
-    from vdla.compiler.pool import PoolSpec, pool_reference
+    from vdla.compiler.pool import PoolSpec, pool_oracle
 
     x, w, bias = layer(7, (1, 40, 10, 10), 3)
     ep = Epilogue(bias=bias, shift=9)
@@ -186,7 +186,7 @@ def test_a_fused_global_average_on_the_rtl(rtl_library):
     sim, rtl = (fused.run(Device("pynq", backend=b), x) for b in ("sim", "rtl"))
     np.testing.assert_array_equal(rtl.out, sim.out)
     np.testing.assert_array_equal(rtl.extra["pool"], sim.extra["pool"])
-    np.testing.assert_array_equal(sim.extra["pool"], pool_reference(depthwise_reference(x, w, fused.spec, ep), gap))
+    np.testing.assert_array_equal(sim.extra["pool"], pool_oracle(depthwise_oracle(x, w, fused.spec, ep), gap))
     assert abs(rtl.counters.cycles - sim.counters.cycles) <= 0.05 * sim.counters.cycles
 
 

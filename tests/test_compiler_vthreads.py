@@ -12,7 +12,7 @@ from vdla.compiler.blocks import Block, Gemm, Load, Store
 from vdla.compiler.microcode import MicroKernel
 from vdla.compiler.vthreads import Dep, LoweringError, Stream, check_tokens, emit_stream, lower_vthreads, round_robin
 from vdla.graph.epilogue import Epilogue
-from vdla.graph.oracle import conv2d_reference
+from vdla.graph.oracle import conv2d_oracle
 from vdla.isa import MemType, Queue, encode_program, validate_program
 from vdla.runtime import Device, Simulator
 
@@ -109,7 +109,7 @@ def test_vthreads_bit_exact(request, cfg, backend, vthreads, order):
     ep = Epilogue(bias=b, shift=9, clip=(0, 127))
     layer = compile_conv2d(x.shape, w, padding=1, epilogue=ep, config=cfg, schedule=s)
     run = layer.run(Device(cfg, backend=backend), x)
-    np.testing.assert_array_equal(run.out, conv2d_reference(x, w, layer.spec, ep))
+    np.testing.assert_array_equal(run.out, conv2d_oracle(x, w, layer.spec, ep))
 
 
 def test_virtual_threads_hide_latency():
@@ -149,7 +149,7 @@ def test_shared_weights_and_resident_inputs_are_loaded_once():
         layer = compile_conv2d(x.shape, w, padding=1, epilogue=Epilogue(shift=10), schedule=s)
         assert layer.lowering.weights_shared and layer.lowering.inputs_resident(s)
         run = layer.run(Device("pynq"), x)
-        np.testing.assert_array_equal(run.out, conv2d_reference(x, w, layer.spec, Epilogue(shift=10)))
+        np.testing.assert_array_equal(run.out, conv2d_oracle(x, w, layer.spec, Epilogue(shift=10)))
         loaded = run.counters.bytes_loaded
         assert loaded["WGT"] == w.size
         assert loaded["INP"] == x.size * min(vthreads, 4)  # each thread holding the one spatial tile loads it once
@@ -165,7 +165,7 @@ def test_weights_in_thread_shares_when_they_do_not_all_fit(vthreads):
     layer = compile_conv2d(x.shape, w, padding=2, epilogue=ep, config="block8", schedule=s)
     assert not layer.lowering.weights_shared
     run = layer.run(Device("block8"), x)
-    np.testing.assert_array_equal(run.out, conv2d_reference(x, w, layer.spec, ep))
+    np.testing.assert_array_equal(run.out, conv2d_oracle(x, w, layer.spec, ep))
 
 
 def test_last_block_hands_its_parts_to_the_store_stage():
@@ -177,7 +177,7 @@ def test_last_block_hands_its_parts_to_the_store_stage():
     ep = Epilogue(shift=8)
     layer = compile_conv2d(x.shape, w, epilogue=ep, schedule=Schedule(toc=4, toh=8, tow=8, tic=2, vthreads=1))
     run = layer.run(Device("pynq"), x, timeline=True)
-    np.testing.assert_array_equal(run.out, conv2d_reference(x, w, layer.spec, ep))
+    np.testing.assert_array_equal(run.out, conv2d_oracle(x, w, layer.spec, ep))
     tl = run.result.timeline
     gemms = [e for e in tl if e.label.startswith("gemm")]
     stores = [e for e in tl if e.label.startswith("store")]

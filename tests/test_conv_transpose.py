@@ -260,9 +260,7 @@ def test_a_layer_stores_into_an_output_view(backend):
     ep = Epilogue(rng.integers(-1000, 1000, 20), np.full(20, 1 << 30), 40)
     layer = compile_conv2d(x.shape, w, padding=(1, 1, 1, 1), epilogue=ep, out_view=OutputView((18, 19), (1, 0), (2, 2)))
     assert layer.lowering.tensor_bytes()["out"] == 2 * 18 * 19 * 16  # two channel blocks of the full tensor
-    np.testing.assert_array_equal(
-        layer.run(Device("pynq", backend), x).out, oracle.conv2d_reference(x, w, layer.spec, ep)
-    )
+    np.testing.assert_array_equal(layer.run(Device("pynq", backend), x).out, oracle.conv2d_oracle(x, w, layer.spec, ep))
 
 
 def test_a_layer_stores_its_pixels_at_every_copy_of_a_view(backend):
@@ -283,7 +281,7 @@ def test_a_layer_stores_its_pixels_at_every_copy_of_a_view(backend):
     layer = compile_conv2d(x.shape, w, epilogue=ep, out_view=view)
     arrays = dict(layer.constants, inp=pack_activation(x, 1, 16))
     packed, _ = run_bound(Device("pynq", backend), layer.lowering, layer.stream, arrays, (1, 2, 10, 14, 1, 16))
-    want = oracle.conv2d_reference(x, w, layer.spec, ep)
+    want = oracle.conv2d_oracle(x, w, layer.spec, ep)
     np.testing.assert_array_equal(unpack_activation(packed, 1, 24), want.repeat(2, axis=2).repeat(2, axis=3))
     with pytest.raises(CompileError, match="does not hold a 5x7 output"):
         compile_conv2d(x.shape, w, epilogue=ep, out_view=OutputView((10, 13), (0, 0), (2, 2), copies=((0, 1),)))
@@ -310,7 +308,7 @@ def _second_view(backend: str, cfg) -> None:
     assert layer.lowering.pair_gemm == gemm and layer.lowering.out_mul == gemm
     assert layer.lowering.tensor_bytes()["copy"] == 4 * 10 * 14 * 16
     run = layer.run(Device(cfg, backend), x)
-    want = oracle.conv2d_reference(x, w, layer.spec, ep)
+    want = oracle.conv2d_oracle(x, w, layer.spec, ep)
     np.testing.assert_array_equal(run.out, want)
     copy = run.extra["copy"]
     np.testing.assert_array_equal(copy[:, 16:40], want.repeat(2, axis=2).repeat(2, axis=3))
@@ -365,7 +363,7 @@ def test_a_1x1_layer_reads_an_upsampled_part_of_its_input_from_the_tensor_it_ups
     blind = x.copy()
     blind[:, 16:64] = 0  # the upsampled channels are not read
     got = layer.run(Device("pynq", backend), blind, up=s).out
-    np.testing.assert_array_equal(got, oracle.conv2d_reference(x, w, layer.spec, ep))
+    np.testing.assert_array_equal(got, oracle.conv2d_oracle(x, w, layer.spec, ep))
     with pytest.raises(CompileError, match="not a 1x1 convolution of stride 1"):
         compile_conv2d(x.shape, np.zeros((16, x.shape[1], 3, 3), np.int8), padding=1, fusions=Fusions(up=read))
     with pytest.raises(CompileError, match="not a multiple of the factor"):
@@ -474,7 +472,7 @@ def test_a_layer_with_a_residual_stores_into_a_channel_block_view(backend, resca
     view = OutputView((6, 6), blocks=(1, 4))  # blocks 1 and 2 of a 4-block tensor
     layer = compile_conv2d(x.shape, w, padding=1, epilogue=ep, out_view=view)
     assert layer.lowering.tensor_bytes()["out"] == 4 * 36 * 16 and layer.lowering.tensor_bytes()["res"] == 2 * 36 * 16
-    want = oracle.conv2d_reference(x, w, layer.spec, ep, res)
+    want = oracle.conv2d_oracle(x, w, layer.spec, ep, res)
     np.testing.assert_array_equal(layer.run(Device("pynq", backend), x, residual=res).out, want)
     with pytest.raises(CompileError, match="residual only when it selects channel blocks alone"):
         compile_conv2d(x.shape, w, padding=1, epilogue=ep, out_view=OutputView((12, 12), (0, 0), (2, 2)))

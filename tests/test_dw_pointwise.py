@@ -14,7 +14,7 @@ from vdla.compiler import CompileError
 from vdla.compiler.dw_pointwise import (
     FusedSchedule,
     compile_dw_pointwise,
-    dw_pointwise_reference,
+    dw_pointwise_oracle,
     dw_pointwise_refusal,
 )
 from vdla.config import load_config
@@ -75,7 +75,7 @@ def test_fused_pairs_on_the_simulator(shape, k, stride, padding, oc, kind):
     n, _, oh, ow = fused.spec.out_shape
     res = rng.integers(-128, 128, (n, oc, oh, ow), dtype=np.int8) if kind == "residual" else None
     run = fused.run(Device("pynq"), x, res)
-    np.testing.assert_array_equal(run.out, dw_pointwise_reference(x, dw_w, fused.spec, dw_ep, pw_w, pw_ep, res))
+    np.testing.assert_array_equal(run.out, dw_pointwise_oracle(x, dw_w, fused.spec, dw_ep, pw_w, pw_ep, res))
     assert fused.lowering.wgt_shared == (shape[1] < 512)
 
 
@@ -91,7 +91,7 @@ def test_both_residual_forms(res_inp):
     )
     res = rng.integers(-128, 128, (1, oc, 10, 10), dtype=np.int8)
     run = fused.run(Device("pynq"), x, res)
-    np.testing.assert_array_equal(run.out, dw_pointwise_reference(x, dw_w, fused.spec, dw_ep, pw_w, pw_ep, res))
+    np.testing.assert_array_equal(run.out, dw_pointwise_oracle(x, dw_w, fused.spec, dw_ep, pw_w, pw_ep, res))
     adds = [i for i in fused.program() if isinstance(i, AluInsn) and i.alu_opcode == AluOp.ADD]
     assert (not adds) == res_inp  # the ALU adds no residual in the INP form
 
@@ -127,7 +127,7 @@ def test_fused_pair_on_the_rtl(rtl_library, vthreads):
     res = rng.integers(-128, 128, (1, oc, 5, 5), dtype=np.int8)
     sim, rtl = (fused.run(Device("pynq", backend=b), x, res) for b in ("sim", "rtl"))
     np.testing.assert_array_equal(rtl.out, sim.out)
-    np.testing.assert_array_equal(sim.out, dw_pointwise_reference(x, dw_w, fused.spec, dw_ep, pw_w, pw_ep, res))
+    np.testing.assert_array_equal(sim.out, dw_pointwise_oracle(x, dw_w, fused.spec, dw_ep, pw_w, pw_ep, res))
     assert rtl.counters.gemm_iters == sim.counters.gemm_iters
     assert abs(rtl.counters.cycles - sim.counters.cycles) <= 0.05 * sim.counters.cycles
 
@@ -237,7 +237,7 @@ def test_fused_blocks_on_the_simulator(shape, e, k, stride, padding, oc, kind):
     n, _, oh, ow = fused.spec.out_shape
     res = rng.integers(-128, 128, (n, oc, oh, ow), dtype=np.int8) if kind == "residual" else None
     run = fused.run(Device("pynq"), x, res)
-    want = dw_pointwise_reference(x, dw_w, fused.spec, dw_ep, pw_w, pw_ep, res, expand=expand)
+    want = dw_pointwise_oracle(x, dw_w, fused.spec, dw_ep, pw_w, pw_ep, res, expand=expand)
     np.testing.assert_array_equal(run.out, want)
     assert np.count_nonzero(want) > want.size // 4  # not a degenerate case
     assert fused.macs == fused.spec.macs + fused.pw_spec.macs + n * e * shape[1] * shape[2] * shape[3]
@@ -276,7 +276,7 @@ def test_fused_block_on_the_rtl(rtl_library, vthreads, split):
     res = rng.integers(-128, 128, (1, oc, 5, 5), dtype=np.int8)
     sim, rtl = (fused.run(Device("pynq", backend=b), x, res) for b in ("sim", "rtl"))
     np.testing.assert_array_equal(rtl.out, sim.out)
-    want = dw_pointwise_reference(x, dw_w, fused.spec, dw_ep, pw_w, pw_ep, res, expand=expand)
+    want = dw_pointwise_oracle(x, dw_w, fused.spec, dw_ep, pw_w, pw_ep, res, expand=expand)
     np.testing.assert_array_equal(sim.out, want)
     assert rtl.counters.gemm_iters == sim.counters.gemm_iters
     assert abs(rtl.counters.cycles - sim.counters.cycles) <= 0.05 * sim.counters.cycles
@@ -306,7 +306,7 @@ def test_split_schedules_take_a_bands_steps_in_turn(shape, e, oc, res_inp):
     assert [b.thread for b in split.stream.blocks[1:4]] == [0, 1, 0]  # after the prologue
     res = rng.integers(-128, 128, (1, oc, h, h), dtype=np.int8)
     run = split.run(Device("pynq"), x, res)
-    want = dw_pointwise_reference(x, dw_w, split.spec, dw_ep, pw_w, pw_ep, res, expand=expand)
+    want = dw_pointwise_oracle(x, dw_w, split.spec, dw_ep, pw_w, pw_ep, res, expand=expand)
     np.testing.assert_array_equal(run.out, want)
     assert split.search.cycles < one.search.cycles
 

@@ -211,7 +211,7 @@ def _c1_packed(multiplier=None):
         ep = replace(ep, multiplier=multiplier, shift=case.shift + 30)
     layer = compile_conv2d(cols.shape, w, epilogue=ep, config="pynq")
     run = layer.run(Device("pynq"), cols)
-    ref = oracle.conv2d_reference(case.x, case.w, sp, ep)
+    ref = oracle.conv2d_oracle(case.x, case.w, sp, ep)
     return run, ref, ms
 
 

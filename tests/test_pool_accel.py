@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from vdla.compiler import CompileError
-from vdla.compiler.pool import PoolLowering, PoolSchedule, PoolSpec, compile_pool, pool_reference
+from vdla.compiler.pool import PoolLowering, PoolSchedule, PoolSpec, compile_pool, pool_oracle
 from vdla.graph import oracle
 from vdla.graph.graph import Graph, Node
 from vdla.graph.interp import evaluate
@@ -43,7 +43,7 @@ def test_max_pool_matches_numpy_on_sim(shape, k, s, p):
     x = _x(shape)
     run = compile_pool(spec).run(Device("pynq"), x)
     want = oracle.pool2d(x, spec.window, "max")  # padding never wins: the int8 minimum
-    assert np.array_equal(pool_reference(x, spec), want)
+    assert np.array_equal(pool_oracle(x, spec), want)
     assert np.array_equal(run.out, want)
 
 
@@ -91,7 +91,7 @@ def test_every_candidate_schedule_is_exact(shape, k, s, p, op):
     cands = PoolLowering(spec, Device("pynq").cfg).candidates()
     assert {c.first for c in cands} == {"rows", "cols"}
     for sched in cands:
-        assert np.array_equal(compile_pool(spec, schedule=sched).run(Device("pynq"), x).out, pool_reference(x, spec))
+        assert np.array_equal(compile_pool(spec, schedule=sched).run(Device("pynq"), x).out, pool_oracle(x, spec))
 
 
 def test_the_chosen_schedules_are_cached(tmp_path, monkeypatch):
@@ -125,22 +125,22 @@ def test_pools_on_rtl(rtl_library):
     dev = Device("pynq", backend="rtl")
     spec = PoolSpec.make((1, 24, 9, 7), 3, 2, 1, "max")
     x = _x(spec.shape)
-    assert np.array_equal(compile_pool(spec).run(dev, x).out, pool_reference(x, spec))
+    assert np.array_equal(compile_pool(spec).run(dev, x).out, pool_oracle(x, spec))
     spec = PoolSpec.make((1, 20, 7, 6), 3, 2, 1, "max")
     x = _x(spec.shape)
     for first in ("rows", "cols"):
         run = compile_pool(spec, schedule=PoolSchedule(1, 2, 2, first)).run(dev, x)
-        assert np.array_equal(run.out, pool_reference(x, spec))
+        assert np.array_equal(run.out, pool_oracle(x, spec))
     spec = PoolSpec.make((1, 32, 10, 9), 5, 1, 2, "max")  # SPPF's, by doubling
     x = _x(spec.shape)
     for first in ("rows", "cols"):
         run = compile_pool(spec, schedule=PoolSchedule(1, 5, 2, first)).run(dev, x)
-        assert np.array_equal(run.out, pool_reference(x, spec))
+        assert np.array_equal(run.out, pool_oracle(x, spec))
     spec = PoolSpec.global_avg((1, 32, 3, 5), 1431655765, 33, (-100, 90))
     x = _x(spec.shape)
     sim = compile_pool(spec).run(Device("pynq"), x)
     rtl = compile_pool(spec).run(dev, x)
-    assert np.array_equal(rtl.out, pool_reference(x, spec)) and np.array_equal(rtl.out, sim.out)
+    assert np.array_equal(rtl.out, pool_oracle(x, spec)) and np.array_equal(rtl.out, sim.out)
 
 
 def test_bad_pools_name_the_limit():
@@ -222,7 +222,7 @@ def test_a_max_pool_stores_into_its_channel_blocks_of_a_concatenation(backend):
     arrays = dict(pool.constants, inp=pack_activation(x, 1, 16))
     packed, _ = run_bound(Device("pynq", backend), pool.lowering, pool.stream, arrays, (1, 4, 9, 10, 1, 16))
     joined = unpack_activation(packed, 1, 64)
-    np.testing.assert_array_equal(joined[:, 16:48], pool_reference(x, spec))
+    np.testing.assert_array_equal(joined[:, 16:48], pool_oracle(x, spec))
     assert not joined[:, :16].any() and not joined[:, 48:].any()  # run_bound's fresh buffer: zeros elsewhere
     with pytest.raises(CompileError, match="whole channel blocks only"):
         compile_pool(spec, out_view=OutputView((18, 20), (0, 0), (2, 2)))

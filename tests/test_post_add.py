@@ -38,7 +38,7 @@ def _add(oc: int, rescaled: bool) -> Epilogue:
 
 
 def _reference(x, w, ep, spec, post, other, post_res):
-    y = oracle.table(oracle.conv2d_reference(x, w, spec, ep), ep.table)
+    y = oracle.table(oracle.conv2d_oracle(x, w, spec, ep), ep.table)
     acc, res = (other, y) if post_res else (y, other)
     return oracle.epilogue(acc.astype(np.int32), post, res)
 

@@ -148,7 +148,7 @@ def dense_program(dev: Device, p: dict, shift: int, req: bool, relu: bool, lut: 
     return {"out": out(), "acc": acc()}, run
 
 
-def dense_reference(p: dict, shift: int, req: bool, relu: bool, lut: bool, rshift: int) -> dict:
+def dense_oracle(p: dict, shift: int, req: bool, relu: bool, lut: bool, rshift: int) -> dict:
     n_out, n_in, n_uop = p["n_out"], p["n_in"], p["n_uop"]
     acc = np.zeros((n_out * n_uop, C), np.int64)
     for o in range(n_out):
@@ -171,7 +171,7 @@ def test_dense_gemms_under_mul(devices, shift, form):
     req, relu, lut = form != "plain", form == "relu_lut", form == "relu_lut"
     rshift = {0: 0, 1: 3, 31: 9, 37: 1, 63: 0}[shift] if req else 0
     got = both(devices, lambda dev: dense_program(dev, p, shift, req, relu, lut, rshift))
-    want = dense_reference(p, shift, req, relu, lut, rshift)
+    want = dense_oracle(p, shift, req, relu, lut, rshift)
     np.testing.assert_array_equal(got["acc"], want["acc"])
     np.testing.assert_array_equal(got["out"], want["out"])
 
@@ -185,7 +185,7 @@ def test_random_dense_programs(devices, seed):
     req, relu, lut = bool(rng.random() < 0.6), bool(rng.random() < 0.3), bool(rng.random() < 0.3)
     rshift = int(rng.integers(0, 12)) if req else 0
     got = both(devices, lambda dev: dense_program(dev, p, shift, req, relu, lut, rshift))
-    want = dense_reference(p, shift, req, relu, lut, rshift)
+    want = dense_oracle(p, shift, req, relu, lut, rshift)
     np.testing.assert_array_equal(got["out"], want["out"])
 
 

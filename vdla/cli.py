@@ -105,7 +105,7 @@ def _backend_options(args: argparse.Namespace) -> dict:
 
 def cmd_matmul(args: argparse.Namespace) -> int:
     from vdla.runtime import Device, write_chrome_trace
-    from vdla.zoo.tiled_matmul import reference_matmul, tiled_matmul
+    from vdla.zoo.tiled_matmul import matmul_oracle, tiled_matmul
 
     dev = Device(args.config, backend=args.backend, **_backend_options(args))
     rng = np.random.default_rng(args.seed)
@@ -113,7 +113,7 @@ def cmd_matmul(args: argparse.Namespace) -> int:
     a = rng.integers(-128, 128, (m, k), dtype=np.int8)
     b = rng.integers(-128, 128, (n, k), dtype=np.int8)
     res = tiled_matmul(dev, a, b, shift=args.shift, vthreads=args.vthreads, timeline=bool(args.trace))
-    correct = bool(np.array_equal(res.out, reference_matmul(a, b, args.shift)))
+    correct = bool(np.array_equal(res.out, matmul_oracle(a, b, args.shift)))
     c = res.run.counters
     console.print(
         counters_table(

@@ -12,7 +12,7 @@ mirror clamps to int8 (or [0, 127]) on that last write; other bounds take a CLIP
 The scale fused before the 1x1 convolution reading it is a gated input of that layer instead
 (:attr:`vdla.compiler.spec.Fusions.gate`).
 
-Invariant: the program computes exactly :func:`channel_scale_reference` of the spec (bit for bit, on every
+Invariant: the program computes exactly :func:`channel_scale_oracle` of the spec (bit for bit, on every
 backend).
 """
 
@@ -33,7 +33,7 @@ from vdla.isa.arith import requantize
 from vdla.runtime.device import Device
 
 
-def channel_scale_reference(x: np.ndarray, spec: ChannelScaleSpec, gate: np.ndarray) -> np.ndarray:
+def channel_scale_oracle(x: np.ndarray, spec: ChannelScaleSpec, gate: np.ndarray) -> np.ndarray:
     """The numpy definition of what the program computes: int8 ``x`` times the int8 ``gate`` (N, C, 1, 1),
     requantized to int8."""
     return requantize(x.astype(np.int64) * gate.astype(np.int64), spec.multiplier, spec.shift, *spec.clip)

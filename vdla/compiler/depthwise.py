@@ -24,7 +24,7 @@ block reading the tile's OUT rows, EPI ``src_out``, ``dst`` repeated over the pi
 its sums (MUL by the average's multiplier row with its shift, the EPI's clamp or a CLIP) and stores them to the
 ``pool`` tensor, so the output is not read back from DRAM to be averaged.
 
-Invariant: the program computes exactly :func:`depthwise_reference` (bit for bit, on every backend).
+Invariant: the program computes exactly :func:`depthwise_oracle` (bit for bit, on every backend).
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ class DepthwiseSpec(WindowSpec):
         return f"depthwise {self.k}x{self.k}/{self.stride} pad{list(self.window.pads)} {list(self.shape)}"
 
 
-def depthwise_reference(x: np.ndarray, w: np.ndarray, spec: DepthwiseSpec, ep: Epilogue | None) -> np.ndarray:
+def depthwise_oracle(x: np.ndarray, w: np.ndarray, spec: DepthwiseSpec, ep: Epilogue | None) -> np.ndarray:
     """The numpy definition of what the program computes: int8 NCHW ``x``, int8 (C, 1, k, k) ``w``."""
     acc = oracle.conv2d(x, w, spec.window, groups=spec.shape[1])
     out = oracle.epilogue(acc, ep)

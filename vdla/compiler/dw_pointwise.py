@@ -36,8 +36,8 @@ multiplier by EPI ``mul``: the expand layer may need no ALU pass), and the depth
 from X's OUT rows (EPI ``src_out``). Consecutive bands share ``k - s`` window rows, which each band computes
 again.
 
-Invariant: the program computes exactly the pointwise layer's reference on the depthwise layer's int8 output
-(:func:`dw_pointwise_reference`), bit for bit, on every backend.
+Invariant: the program computes exactly the pointwise layer's oracle on the depthwise layer's int8 output
+(:func:`dw_pointwise_oracle`), bit for bit, on every backend.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ from vdla.compiler.cache import ScheduleCache
 from vdla.compiler.conv2d import _constants, rows_tensor
 from vdla.compiler.conv_emit import ThreadBuilder
 from vdla.compiler.conv_lowering import ConvLowering, Tile
-from vdla.compiler.depthwise import DepthwiseLowering, DepthwiseSpec, DwPasses, depthwise_reference
+from vdla.compiler.depthwise import DepthwiseLowering, DepthwiseSpec, DwPasses, depthwise_oracle
 from vdla.compiler.epilogue_passes import normalize
 from vdla.compiler.identity import EYE, identity_weights, load_identity
 from vdla.compiler.microcode import Limits, lower_nest
@@ -94,7 +94,7 @@ class FusedSchedule:
         return f"oh{self.toh} ic{self.tic} vt{self.vthreads}" + " res-inp" * self.res_inp + " split" * self.split
 
 
-def dw_pointwise_reference(
+def dw_pointwise_oracle(
     x: np.ndarray, dw_w: np.ndarray, dw_spec: DepthwiseSpec, dw_ep: Epilogue, pw_w: np.ndarray, pw_ep: Epilogue,
     residual: np.ndarray | None = None, expand: tuple[np.ndarray, Epilogue] | None = None,
 ) -> np.ndarray:  # fmt: skip
@@ -102,10 +102,10 @@ def dw_pointwise_reference(
     output of ``x`` first; the depthwise layer's int8 output; then the 1x1 layer on it."""
     if expand is not None:
         ew, eep = expand
-        x = oracle.conv2d_reference(x, ew, Conv2dSpec.make(x.shape, ew.shape[0], (1, 1)), eep)
+        x = oracle.conv2d_oracle(x, ew, Conv2dSpec.make(x.shape, ew.shape[0], (1, 1)), eep)
         x = x if eep.table is None else oracle.table(x, eep.table)
-    mid = depthwise_reference(x, dw_w, dw_spec, dw_ep)
-    out = oracle.conv2d_reference(mid, pw_w, Conv2dSpec.make(mid.shape, pw_w.shape[0], (1, 1)), pw_ep, residual)
+    mid = depthwise_oracle(x, dw_w, dw_spec, dw_ep)
+    out = oracle.conv2d_oracle(mid, pw_w, Conv2dSpec.make(mid.shape, pw_w.shape[0], (1, 1)), pw_ep, residual)
     return out if pw_ep.table is None else oracle.table(out, pw_ep.table)
 
 

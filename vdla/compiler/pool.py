@@ -32,7 +32,7 @@ Tiles go round-robin to virtual threads (:mod:`vdla.compiler.vthreads`): the loa
 STOREs of another overlap the compute; the schedule (tile, threads, pass order) is the fastest candidate on
 the timing-only simulator.
 
-Invariant: the program computes exactly :func:`pool_reference` of the spec (bit for bit, on every
+Invariant: the program computes exactly :func:`pool_oracle` of the spec (bit for bit, on every
 backend); padded taps read the int8 minimum (max) unless ``pad_min`` is off, which is exact only for
 inputs known to be >= 0.
 """
@@ -116,7 +116,7 @@ class PoolSpec(WindowSpec):
         return f"pool:{self.describe()}:{int(self.pad_min)}:m{self.multiplier}s{self.shift}c{lo}_{hi}"
 
 
-def pool_reference(x: np.ndarray, spec: PoolSpec) -> np.ndarray:
+def pool_oracle(x: np.ndarray, spec: PoolSpec) -> np.ndarray:
     """The numpy definition of what the program computes (int8 in, int8 out)."""
     if spec.kind == "max":
         fill = INT8_MIN if spec.pad_min else 0

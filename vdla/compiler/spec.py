@@ -496,7 +496,7 @@ class Fusions:
     chip (:attr:`EpilogueSpec.post`): the output is ``post`` with the layer's results as its input (``post_res``:
     as its residual) and the int8 residual given to ``run`` as the other operand.
     ``gate``: a channel scale of the input (squeeze-excite's product) fused before the GEMMs: the layer computes
-    conv2d(channel_scale_reference(x, gate, s), weights) for the int8 gate ``s`` given to ``run``.
+    conv2d(channel_scale_oracle(x, gate, s), weights) for the int8 gate ``s`` given to ``run``.
     ``up``: input-channel blocks the layer reads from the tensor they are a nearest upsampling of
     (:class:`InputUpsample`; that tensor given to ``run`` as ``up``).
     ``copy_view``: the output is also stored through this view into a second tensor (the run returns it whole as

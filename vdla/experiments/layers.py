@@ -42,11 +42,11 @@ class LayerRecord:
 def run_layer(
     case: LayerCase, cfg: HwConfig, dev: Device, vthreads: int | str = "auto", cache: ScheduleCache | None = None
 ) -> LayerRecord:
-    """Compile and run one layer, check it against the numpy reference and derive its metrics."""
+    """Compile and run one layer, check it against the numpy oracle and derive its metrics."""
     sp = case.spec
     layer = case.compile(cfg, vthreads=vthreads, cache=cache)
     run = layer.run(dev, case.x)
-    ref = case.reference(layer.epilogue.bounds)
+    ref = case.oracle(layer.epilogue.bounds)
     c = run.counters
     ops = 2 * sp.macs
     search = layer.search

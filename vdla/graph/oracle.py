@@ -1,7 +1,7 @@
 """Numpy oracle of the graph's operators: convolution, dense, the fused integer epilogue, elementwise
 steps, pooling, softmax and resize.
 
-The one reference of these semantics, written from the operator definitions (not from any generated
+The one definition of these semantics, written from the operator definitions (not from any generated
 code): the accelerator's compiled layers, the CPU fallback's kernels and the simulator are all
 checked against it. Integer accumulation wraps to int32 like the hardware's accumulators; floats
 accumulate in float64 and round to float32 once.
@@ -159,14 +159,14 @@ def epilogue(
     return np.clip(v, *ep.clip).astype(np.int8)
 
 
-def conv2d_reference(
+def conv2d_oracle(
     x: np.ndarray, w: np.ndarray, spec, ep: Epilogue | None = None, residual: np.ndarray | None = None
 ) -> np.ndarray:
     """conv2d of a layer ``spec`` (anything with a ``window``) followed by :func:`epilogue`."""
     return epilogue(conv2d(x, w, spec.window), ep, residual)
 
 
-def dense_reference(
+def dense_oracle(
     x: np.ndarray, w: np.ndarray, ep: Epilogue | None = None, residual: np.ndarray | None = None
 ) -> np.ndarray:
     """dense followed by :func:`epilogue` over the output-feature axis."""

@@ -5,7 +5,7 @@
   the comparisons made with it (``qdq_output_scale``, ``cosine_rows``);
 * ``vdla.zoo.resnet``: the ResNet-18 layer table C1..C12 and each layer's seeded int8 data (``layer_specs``,
   ``layer_case``);
-* ``vdla.zoo.tiled_matmul``: the hand-scheduled tiled int8 matmul on the runtime API and its numpy reference;
+* ``vdla.zoo.tiled_matmul``: the hand-scheduled tiled int8 matmul on the runtime API and its numpy oracle;
 * ``vdla.zoo.workloads``: the programs that characterise the accelerator (``SUITE``, ``gemm_bound``), each
   checked against numpy.
 

@@ -15,7 +15,7 @@ from vdla.compiler.conv2d import compile_conv2d
 from vdla.compiler.spec import Conv2dSpec
 from vdla.errors import VdlaError
 from vdla.graph.epilogue import Epilogue
-from vdla.graph.oracle import conv2d_reference
+from vdla.graph.oracle import conv2d_oracle
 from vdla.isa.arith import INT8_MAX
 
 
@@ -65,9 +65,9 @@ class LayerCase:
             shape, self.w, stride=(sp.sh, sp.sw), padding=sp.pad, epilogue=self.epilogue, config=config, **kwargs
         )
 
-    def reference(self, bounds: tuple[int, int] = (0, INT8_MAX)) -> np.ndarray:
+    def oracle(self, bounds: tuple[int, int] = (0, INT8_MAX)) -> np.ndarray:
         """The numpy result of the layer on its input (ReLU's bounds by default)."""
-        return conv2d_reference(self.x, self.w, self.spec, replace(self.epilogue, clip=bounds))
+        return conv2d_oracle(self.x, self.w, self.spec, replace(self.epilogue, clip=bounds))
 
 
 def layer_specs(model: str = "resnet18", batch: int = 1) -> dict[str, Conv2dSpec]:

@@ -25,7 +25,7 @@ class MatmulResult:
     tiles: int
 
 
-def reference_matmul(a: np.ndarray, b: np.ndarray, shift: int) -> np.ndarray:
+def matmul_oracle(a: np.ndarray, b: np.ndarray, shift: int) -> np.ndarray:
     """The same integer arithmetic in plain numpy."""
     acc = a.astype(np.int32) @ b.astype(np.int32).T
     return np.clip(acc >> shift, INT8_MIN, INT8_MAX).astype(np.int8)

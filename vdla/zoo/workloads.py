@@ -19,7 +19,7 @@ from vdla.isa import AluOp, MemType, Stage, clip_imm
 from vdla.isa.arith import INT8_MAX, INT8_MIN
 from vdla.runtime.backend import RunError, RunResult
 from vdla.runtime.device import Device
-from vdla.zoo.tiled_matmul import reference_matmul, tiled_matmul
+from vdla.zoo.tiled_matmul import matmul_oracle, tiled_matmul
 
 
 class WorkloadError(RunError):
@@ -42,7 +42,7 @@ def matmul(
     a = rng.integers(-128, 128, (m, k), dtype=np.int8)
     b = rng.integers(-128, 128, (n, k), dtype=np.int8)
     res = tiled_matmul(dev, a, b, shift=10, vthreads=vthreads, tile_rows=tile_rows)
-    if not np.array_equal(res.out, reference_matmul(a, b, 10)):
+    if not np.array_equal(res.out, matmul_oracle(a, b, 10)):
         raise WorkloadError(f"matmul {m}x{k}x{n} is wrong on the {dev.backend.name} backend")
     return res.run
 
