@@ -14,7 +14,7 @@ per pass, loaded by the stream's first block); the bias rows and multiplier rows
 the top of ACC, loaded by the prologue with the activation table. The epilogue (:class:`vdla.graph.epilogue.Epilogue`):
 bias by ``init``; a multiplier (per channel or scalar) by an ALU MUL of its row with the rounding shift (the
 exact product, rounded once); a shift alone by the OUT mirror's requantization; the clamp by the mirror
-(int8, ReLU) or, for other bounds, folded into the activation table (EPI ``lut``: the clamp, then the layer's
+(int8, ReLU) or, for other bounds, merged into the activation table (EPI ``lut``: the clamp, then the layer's
 own table if any), so no CLIP pass. A residual is refused (CompileError).
 
 With a fused global average of the output (``gap``: squeeze-excite's pool, read from the layer's own results),
