@@ -95,6 +95,26 @@ package vdla_pkg;
   localparam int AXI_ADDR_W = 64;  // AXI4 address bits
   localparam int AXI_ID_W   = 2;  // AXI4 ID bits (read requesters: load, compute, fetch)
 
+  // The AXI4 read channel between a requester (vdla_fetch, and vdla_load_engine's vdla_dma_rd in each of the
+  // load and compute stages) and the read arbiter (vdla_axi_rd_arb), after pulp's axi_pkg: the request carries
+  // AR, the response AR's ready and the R beat, whose r_valid the arbiter sets for the beat's requester alone
+  // (by RID). Every requester takes a beat as it comes (RREADY is 1). vdla_top unpacks them onto its flat
+  // m_axi_* ports, where ARID, ARSIZE, ARBURST and RLAST are added. The arbiter's requesters' structs travel as
+  // flat vectors of their widths (a packed array of a packed struct reads as 1-bit elements in Yosys).
+  typedef struct packed {
+    logic        ar_valid;  // AR: a burst is requested
+    logic [63:0] ar_addr;   // its byte address (AXI_ADDR_W bits)
+    logic [7:0]  ar_len;    // its beats - 1
+  } axi_rd_req_t;
+  typedef struct packed {
+    logic        ar_ready;  // AR: the request is accepted
+    logic        r_valid;   // R: a beat of this requester's
+    logic [1:0]  r_resp;    // its response (2'b00: OKAY)
+    logic [63:0] r_data;    // its data (BUS_WIDTH bits)
+  } axi_rd_rsp_t;
+  localparam int AXI_RD_REQ_W = 73;  // $bits(axi_rd_req_t)
+  localparam int AXI_RD_RSP_W = 68;  // $bits(axi_rd_rsp_t)
+
   // Slots of the accumulator read-modify-write (vdla_acc_rmw): SRC reads the second ALU operand (kept for
   // the next slot), ALU applies the ALU operation, GEMM adds the GEMM core's sums, ZERO writes zeros.
   typedef enum logic [1:0] {SLOT_SRC = 2'd0, SLOT_ALU = 2'd1, SLOT_GEMM = 2'd2, SLOT_ZERO = 2'd3} slot_e;

@@ -48,6 +48,28 @@ REGENERATE = "vdla gen-rtl"
 AXI_ADDR_W = 64
 AXI_ID_W = 2
 
+# The AXI4 read channel between a requester and the read arbiter (vdla_axi_rd_arb), as two packed structs
+# (pulp axi_pkg's req_t/resp_t split): the members of each, MSB first, as (name, bits, comment); bits None is
+# the configuration's bus width. axi_rd_structs() gives them for a bus, packed_layout() their bit positions.
+_AXI_RD_REQ = (
+    ("ar_valid", 1, "AR: a burst is requested"),
+    ("ar_addr", AXI_ADDR_W, "its byte address (AXI_ADDR_W bits)"),
+    ("ar_len", 8, "its beats - 1"),
+)
+_AXI_RD_RSP = (
+    ("ar_ready", 1, "AR: the request is accepted"),
+    ("r_valid", 1, "R: a beat of this requester's"),
+    ("r_resp", 2, "its response (2'b00: OKAY)"),
+    ("r_data", None, "its data (BUS_WIDTH bits)"),
+)
+_AXI_RD_DOC = """\
+  // The AXI4 read channel between a requester (vdla_fetch, and vdla_load_engine's vdla_dma_rd in each of the
+  // load and compute stages) and the read arbiter (vdla_axi_rd_arb), after pulp's axi_pkg: the request carries
+  // AR, the response AR's ready and the R beat, whose r_valid the arbiter sets for the beat's requester alone
+  // (by RID). Every requester takes a beat as it comes (RREADY is 1). vdla_top unpacks them onto its flat
+  // m_axi_* ports, where ARID, ARSIZE, ARBURST and RLAST are added. The arbiter's requesters' structs travel as
+  // flat vectors of their widths (a packed array of a packed struct reads as 1-bit elements in Yosys)."""
+
 # Enum-typed instruction fields: field name -> (SV type, Python enum, value prefix).
 _ENUM_FIELDS = {
     "opcode": ("opcode_e", Opcode, "OP_"),
@@ -276,6 +298,46 @@ def _field_type(name: str, width: int) -> str:
     return "logic" if width == 1 else f"logic [{width - 1}:0]"
 
 
+def axi_rd_structs(bus_bits: int) -> dict[str, tuple[tuple[str, int, str], ...]]:
+    """The AXI4 read channel's structs for a bus of ``bus_bits``: ``axi_rd_req_t`` and ``axi_rd_rsp_t``, each
+    one's members MSB first as (name, bits, comment)."""
+    return {
+        name: tuple((n, bus_bits if bits is None else bits, c) for n, bits, c in members)
+        for name, members in (("axi_rd_req_t", _AXI_RD_REQ), ("axi_rd_rsp_t", _AXI_RD_RSP))
+    }
+
+
+def packed_layout(members: tuple[tuple[str, int, str], ...]) -> dict[str, tuple[int, int]]:
+    """Each member's (lsb, bits) in a packed struct of ``members`` (MSB first), e.g. for a bench that drives
+    the struct as one vector."""
+    out, lsb = {}, sum(bits for _, bits, _ in members)
+    for name, bits, _ in members:
+        lsb -= bits
+        out[name] = (lsb, bits)
+    return out
+
+
+def _typedef(name: str, rows: list[tuple[str, str, str]], doc: list[str]) -> list[str]:
+    """``typedef struct packed {...} name;`` of (type, member, comment) rows, MSB first, aligned, after the
+    comment lines ``doc``."""
+    tw = max(len(t) for t, _, _ in rows)
+    nw = max(len(n) for _, n, _ in rows) + 1
+    out = [*doc, "  typedef struct packed {"]
+    out += [f"    {t.ljust(tw)} {(n + ';').ljust(nw)}  // {c}" for t, n, c in rows]
+    out.append(f"  }} {name};")
+    return out
+
+
+def _axi_rd(cfg: HwConfig) -> list[str]:
+    """The AXI4 read channel's structs and their widths (the arbiter's requesters travel as flat vectors)."""
+    out = ["", *_AXI_RD_DOC.splitlines()]
+    widths = []
+    for name, members in axi_rd_structs(cfg.bus_width_bits).items():
+        out += _typedef(name, [(_field_type("", bits), n, c) for n, bits, c in members], [])
+        widths.append(("int", f"{name.removesuffix('_t').upper()}_W", sum(b for _, b, _ in members), f"$bits({name})"))
+    return out + _params(widths)
+
+
 def _struct(name: str, fields: tuple[tuple[str, int, int], ...], lsb0: int, doc: str) -> list[str]:
     """A packed struct of ``fields`` covering bits [INSN_BITS-1:lsb0] (or [_HDR_BITS-1:0] for the header),
     gaps filled with ``rsvd_<msb>_<lsb>``; members are declared from the MSB down."""
@@ -295,12 +357,7 @@ def _struct(name: str, fields: tuple[tuple[str, int, int], ...], lsb0: int, doc:
         rows.append((_field_type("", pos - lsb0), f"rsvd_{pos - 1}_{lsb0}", "reserved"))
     if lsb0:
         rows.append(("insn_hdr_t", "hdr", f"[{lsb0 - 1}:0]"))
-    tw = max(len(t) for t, _, _ in rows)
-    nw = max(len(n) for _, n, _ in rows) + 1
-    out = [f"  // {doc}", "  typedef struct packed {"]
-    out += [f"    {t.ljust(tw)} {(n + ';').ljust(nw)}  // {c}" for t, n, c in rows]
-    out.append(f"  }} {name};")
-    return out
+    return _typedef(name, rows, [f"  // {doc}"])
 
 
 def _isa() -> list[str]:
@@ -376,6 +433,7 @@ def package_source(cfg: HwConfig) -> str:
             ("int", "AXI_ID_W", AXI_ID_W, "AXI4 ID bits (read requesters: load, compute, fetch)"),
         ]
     )
+    lines += _axi_rd(cfg)
     lines += [""] + _RTL_TYPES.splitlines()
     lines += _isa()
     lines += _registers()
