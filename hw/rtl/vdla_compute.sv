@@ -30,14 +30,9 @@ module vdla_compute (
   output logic                                 c2l_push_o,
   input  logic                                 c2s_room_i,
   output logic                                 c2s_push_o,
-  // AXI read
-  output logic                                 arvalid_o,
-  output logic [vdla_pkg::AXI_ADDR_W-1:0]      araddr_o,
-  output logic [7:0]                           arlen_o,
-  input  logic                                 arready_i,
-  input  logic                                 rvalid_i,
-  input  logic [1:0]                           rresp_i,
-  input  logic [vdla_pkg::BUS_WIDTH-1:0]       rdata_i,
+  // AXI read (its LOADs': vdla_compute_load)
+  output vdla_pkg::axi_rd_req_t                axi_rd_req_o,
+  input  vdla_pkg::axi_rd_rsp_t                axi_rd_rsp_i,
   // INP and WGT read ports
   output logic                                 inp_re_o,
   output logic [vdla_pkg::INP_AW-1:0]          inp_raddr_o,
@@ -220,7 +215,7 @@ module vdla_compute (
     .clk_i, .rst_ni, .halt_i,
     .start_i     (fire_o && is_load && !is_nop),
     .insn_i      (mem),
-    .arvalid_o, .araddr_o, .arlen_o, .arready_i, .rvalid_i, .rresp_i, .rdata_i,
+    .axi_rd_req_o, .axi_rd_rsp_i,
     .uop_we_o    (uop_we),
     .uop_waddr_o (uop_waddr),
     .uop_wdata_o (uop_wdata),

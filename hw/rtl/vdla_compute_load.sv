@@ -11,14 +11,9 @@ module vdla_compute_load (
   input  logic                              halt_i,
   input  logic                              start_i,  // a LOAD that moves data starts
   input  vdla_pkg::mem_insn_t               insn_i,
-  // AXI read
-  output logic                              arvalid_o,
-  output logic [vdla_pkg::AXI_ADDR_W-1:0]   araddr_o,
-  output logic [7:0]                        arlen_o,
-  input  logic                              arready_i,
-  input  logic                              rvalid_i,
-  input  logic [1:0]                        rresp_i,
-  input  logic [vdla_pkg::BUS_WIDTH-1:0]    rdata_i,
+  // AXI read (the load engine's)
+  output vdla_pkg::axi_rd_req_t             axi_rd_req_o,
+  input  vdla_pkg::axi_rd_rsp_t             axi_rd_rsp_i,
   // micro-op banks
   output logic [vdla_pkg::UOP_BANKS-1:0]    uop_we_o,
   output logic [vdla_pkg::UOP_BANKS-1:0][vdla_pkg::UOP_BANK_AW-1:0] uop_waddr_o,
@@ -63,7 +58,7 @@ module vdla_compute_load (
     .y_pad_1_i   (insn_i.y_pad_1),
     .x_pad_0_i   (insn_i.x_pad_0),
     .x_pad_1_i   (insn_i.x_pad_1),
-    .arvalid_o, .araddr_o, .arlen_o, .arready_i, .rvalid_i, .rresp_i, .rdata_i,
+    .axi_rd_req_o, .axi_rd_rsp_i,
     .wr_valid_o  (eng_valid),
     .wr_pad_o    (eng_pad),
     .wr_idx_o    (eng_idx),

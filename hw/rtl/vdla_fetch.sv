@@ -5,8 +5,6 @@
 // With each routed instruction goes its tile's end (vdla_pkg::mem_tile_end, the dispatch checks' product),
 // formed into a register as the instruction is assembled and kept beside it (below): the checks compare it.
 module vdla_fetch #(
-  parameter int ADDR_W     = vdla_pkg::AXI_ADDR_W,
-  parameter int BUS_W      = vdla_pkg::BUS_WIDTH,
   parameter int FIFO_DEPTH = 32,
   parameter int CHUNK      = 8   // instructions per burst
 ) (
@@ -14,16 +12,11 @@ module vdla_fetch #(
   input  logic               rst_ni,
   input  logic               halt_i,
   input  logic               start_i,
-  input  logic [ADDR_W-1:0]  insn_addr_i,
+  input  logic [vdla_pkg::AXI_ADDR_W-1:0] insn_addr_i,
   input  logic [31:0]        insn_count_i,
   // AXI read
-  output logic               arvalid_o,
-  output logic [ADDR_W-1:0]  araddr_o,
-  output logic [7:0]         arlen_o,
-  input  logic               arready_i,
-  input  logic               rvalid_i,
-  input  logic [1:0]         rresp_i,
-  input  logic [BUS_W-1:0]   rdata_i,
+  output vdla_pkg::axi_rd_req_t axi_rd_req_o,
+  input  vdla_pkg::axi_rd_rsp_t axi_rd_rsp_i,
   // command queues
   output vdla_pkg::insn_t    insn_o,
   output logic [33:0]        tile_end_o,  // vdla_pkg::mem_tile_end(insn_o.mem)
@@ -36,12 +29,14 @@ module vdla_fetch #(
   output logic               err_o,
   output vdla_pkg::err_code_e err_code_o
 );
-  localparam int IW  = vdla_pkg::INSN_BITS;
-  localparam int BPI = IW / BUS_W;  // beats per instruction
-  localparam int CW  = $clog2(FIFO_DEPTH) + 1;
-  localparam int NW  = $clog2(CHUNK + 1);   // a burst's instruction count
-  localparam int SW  = $clog2(2 * CHUNK);   // a count below 2 * CHUNK
-  localparam int PAGE = 4096 / (IW / 8);    // instructions per 4 KiB page
+  localparam int ADDR_W = vdla_pkg::AXI_ADDR_W;
+  localparam int BUS_W  = vdla_pkg::BUS_WIDTH;
+  localparam int IW     = vdla_pkg::INSN_BITS;
+  localparam int BPI    = IW / BUS_W;  // beats per instruction
+  localparam int CW     = $clog2(FIFO_DEPTH) + 1;
+  localparam int NW     = $clog2(CHUNK + 1);   // a burst's instruction count
+  localparam int SW     = $clog2(2 * CHUNK);   // a count below 2 * CHUNK
+  localparam int PAGE   = 4096 / (IW / 8);    // instructions per 4 KiB page
 
   // Every count the request and routing decisions test is kept so that the test reads registers:
   // down-counters and the next burst's size, updated with the step that changes them.
@@ -81,22 +76,26 @@ module vdla_fetch #(
   assign to_4k_next = to_4k_wrap ? ($clog2(PAGE+1))'(PAGE) : to_4k_q - ($clog2(PAGE+1))'(n_q);
 
   // a burst is requested when the FIFO has room for all of it (n_q is 0 once all are requested)
-  assign arvalid_o = running_q && !halt_i && !misaligned_q && n_q != '0 && CW'(n_q) <= space_q;
-  assign araddr_o  = addr_q;
-  assign arlen_o   = 8'(n_q * BPI - 1);
-  assign accept    = arvalid_o && arready_i;
+  logic ar_valid;
+  assign ar_valid              = running_q && !halt_i && !misaligned_q && n_q != '0 && CW'(n_q) <= space_q;
+  assign axi_rd_req_o.ar_valid = ar_valid;
+  assign axi_rd_req_o.ar_addr  = addr_q;
+  assign axi_rd_req_o.ar_len   = 8'(n_q * BPI - 1);
+  assign accept                = ar_valid && axi_rd_rsp_i.ar_ready;
 
   // ---- data: assemble instructions from beats -----------------------------------------------
   logic [$clog2(BPI+1)-1:0] beat_q;
   logic                     insn_done, beat_en;
+  logic                     rvalid;  // a beat of this requester's
   logic [IW-1:0]            insn_word;
-  assign beat_en   = rvalid_i && !start_i && !halt_i;
-  assign insn_done = rvalid_i && beat_q == ($clog2(BPI+1))'(BPI - 1);
+  assign rvalid    = axi_rd_rsp_i.r_valid;
+  assign beat_en   = rvalid && !start_i && !halt_i;
+  assign insn_done = rvalid && beat_q == ($clog2(BPI+1))'(BPI - 1);
   if (BPI == 1) begin : g_one_beat
-    assign insn_word = rdata_i;
+    assign insn_word = axi_rd_rsp_i.r_data;
   end else begin : g_beats
     logic [IW-1:BUS_W] shift_q;  // the instruction's earlier beats, last one on top
-    assign insn_word = {rdata_i, shift_q};
+    assign insn_word = {axi_rd_rsp_i.r_data, shift_q};
     always_ff @(posedge clk_i) begin
       if (beat_en) shift_q <= insn_word[IW-1:BUS_W];
     end
@@ -162,7 +161,7 @@ module vdla_fetch #(
 
   logic misaligned, bus_err;
   assign misaligned = running_q && misaligned_q;
-  assign bus_err    = rvalid_i && rresp_i != 2'b00 && !halt_i;
+  assign bus_err    = rvalid && axi_rd_rsp_i.r_resp != 2'b00 && !halt_i;
   assign route      = head_valid && !halt_i && !unknown && !early_finish && !full_i[target];
   assign insn_o     = head;
   always_comb begin
@@ -175,7 +174,7 @@ module vdla_fetch #(
   assign fetched_o  = fetched_q;
   assign tile_end_o = ends_valid ? ends_head : tile_end_q;
   assign done_o     = done_q;
-  assign active_o   = arvalid_o || inflight_q != '0 || route;
+  assign active_o   = ar_valid || inflight_q != '0 || route;
 
   // control: running, and the routed-instruction counts that decide done_o and FINISH's check
   always_ff @(posedge clk_i or negedge rst_ni) begin
@@ -231,7 +230,7 @@ module vdla_fetch #(
       // the burst's reservation is the last step (accept arrives late): a choice of two sums
       inflight_q <= accept ? inflight_left + CW'(n_q) : inflight_left;
       space_q    <= accept ? space_freed - CW'(n_q) : space_freed;
-      if (rvalid_i) beat_q <= insn_done ? '0 : beat_q + 1'b1;
+      if (rvalid) beat_q <= insn_done ? '0 : beat_q + 1'b1;
     end
   end
 

@@ -10,8 +10,6 @@
 // earlier: the first beat follows a burst request that follows the start, so no beat arrives in the first
 // DATA cycle (asserted), and the walk runs after DATA. Every cycle and every write is unchanged.
 module vdla_load_engine #(
-  parameter int ADDR_W      = vdla_pkg::AXI_ADDR_W,
-  parameter int BUS_W       = vdla_pkg::BUS_WIDTH,
   parameter int MAX_BEATS   = vdla_pkg::MAX_BURST_BEATS,
   parameter int IDX_W       = 16,  // SRAM element index width
   // cycles from start to the first burst request, minus one; cycles per padding element
@@ -33,23 +31,23 @@ module vdla_load_engine #(
   input  logic [3:0]         x_pad_0_i,
   input  logic [3:0]         x_pad_1_i,
   // AXI read request and data (beats of this requester)
-  output logic               arvalid_o,
-  output logic [ADDR_W-1:0]  araddr_o,
-  output logic [7:0]         arlen_o,
-  input  logic               arready_i,
-  input  logic               rvalid_i,
-  input  logic [1:0]         rresp_i,
-  input  logic [BUS_W-1:0]   rdata_i,
+  output vdla_pkg::axi_rd_req_t axi_rd_req_o,
+  input  vdla_pkg::axi_rd_rsp_t axi_rd_rsp_i,
   // SRAM write offers
   output logic               wr_valid_o,
   output logic               wr_pad_o,     // a padding element (write zeros to all of it)
   output logic [IDX_W+1:0]   wr_idx_o,     // signed: element index of the beat's first byte
   output logic signed [25:0] wr_off_o,     // beat's byte offset from the start of its DRAM row
-  output logic [BUS_W-1:0]   wr_data_o,
+  output logic [vdla_pkg::BUS_WIDTH-1:0] wr_data_o,
   output logic [24:0]        row_bytes_o,
   output logic               done_o,
   output logic               err_o
 );
+  localparam int ADDR_W = vdla_pkg::AXI_ADDR_W;
+
+  logic rvalid;  // a beat of this requester's
+  assign rvalid = axi_rd_rsp_i.r_valid;
+
   typedef enum logic [1:0] {IDLE, DATA, PAD} state_e;
   state_e state_q;
 
@@ -132,7 +130,7 @@ module vdla_load_engine #(
   // (y_pad_0 + y_pad_1) * cols + y_size * (x_pad_0 + x_pad_1): the first and last runs and those between
   assign pads_total = 32'(first_run_q) + 32'(last_run_q) + 32'(mids_run_q);
 
-  vdla_dma_rd #(.ADDR_W(ADDR_W), .BUS_W(BUS_W), .MAX_BEATS(MAX_BEATS), .OFF_W(26)) u_dma (
+  vdla_dma_rd #(.MAX_BEATS(MAX_BEATS), .OFF_W(26)) u_dma (
     .clk_i, .rst_ni, .halt_i,
     .start_i     (start_i && state_q == IDLE),
     .addr_i      (ADDR_W'(dram_base_i) << log_eb_i),
@@ -140,8 +138,7 @@ module vdla_load_engine #(
     .row_bytes_i (25'(x_size_i) << log_eb_i),
     .rows_i      (y_size_i),
     .hold_i      (state_q == DATA && waiting_q),
-    .arvalid_o, .araddr_o, .arlen_o, .arready_i,
-    .rvalid_i, .rresp_i,
+    .axi_rd_req_o, .axi_rd_rsp_i,
     .beat_off_o  (beat_off),
     .beat_row_end_o (beat_row_end),
     .beat_last_o (beat_last),
@@ -155,12 +152,12 @@ module vdla_load_engine #(
 
   // A DRAM beat (DATA) and a padding element (PAD) never coincide: what is written, and where, follows the
   // state alone; only the valid and done flags wait for the beat.
-  assign wr_valid_o = (state_q == DATA && rvalid_i) || pad_fire;
+  assign wr_valid_o = (state_q == DATA && rvalid) || pad_fire;
   assign wr_pad_o   = pad_fire;
   assign wr_idx_o   = pad_fire ? pidx_q : row_base_q + (IDX_W+2)'($signed(beat_off) >>> log_eb_q);
   assign wr_off_o   = beat_off;
-  assign wr_data_o  = rdata_i;
-  assign done_o     = (state_q == DATA && rvalid_i && beat_last && pads_none_q) || (pad_fire && pads_last_q);
+  assign wr_data_o  = axi_rd_rsp_i.r_data;
+  assign done_o     = (state_q == DATA && rvalid && beat_last && pads_none_q) || (pad_fire && pads_last_q);
 
   always_ff @(posedge clk_i or negedge rst_ni) begin
     if (!rst_ni) begin
@@ -173,7 +170,7 @@ module vdla_load_engine #(
       init_q <= state_q == IDLE && start_i;
       case (state_q)
         IDLE: if (start_i) state_q <= DATA;
-        DATA: if (!waiting_q && rvalid_i && beat_last) state_q <= pads_none_q ? IDLE : PAD;
+        DATA: if (!waiting_q && rvalid && beat_last) state_q <= pads_none_q ? IDLE : PAD;
         PAD: if (!waiting_q && pads_last_q) state_q <= IDLE;
         default: state_q <= IDLE;
       endcase
@@ -231,7 +228,7 @@ module vdla_load_engine #(
           if (waiting_q) begin
             wait_q    <= wait_q - 1'b1;
             waiting_q <= wait_q != WAIT_W'(1);
-          end else if (rvalid_i) begin
+          end else if (rvalid) begin
             if (beat_row_end) row_base_q <= row_base_q + (IDX_W+2)'(cols_q);
             if (beat_last) begin
               wait_q    <= WAIT_W'(PAD_CYCLES - 1);
@@ -263,7 +260,7 @@ module vdla_load_engine #(
   end
 
   // The walk is loaded before its first reader: no beat in the first DATA cycle.
-  `ASSERT(a_init_before_beat, init_q |-> !rvalid_i,
+  `ASSERT(a_init_before_beat, init_q |-> !rvalid,
           "load engine: a beat arrived before the walk and the row base were loaded")
   // The registered products are those of the started instruction's fields, in their one-cycle forms.
 `ifdef INC_ASSERT

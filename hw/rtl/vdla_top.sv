@@ -109,24 +109,31 @@ module vdla_top #(
   end
 
   // ---- AXI read arbiter: load 0, compute 1, fetch 2 (lower index wins a tie) ---------------
-  logic [2:0]          ar_valid, ar_ready, r_valid;
-  logic [3*ADDR_W-1:0] ar_addr;
-  logic [3*8-1:0]      ar_len;
-  vdla_axi_rd_arb #(.N(3), .ADDR_W(ADDR_W), .IDW(IDW)) u_arb (
-    .clk_i, .rst_ni,
-    .req_valid_i (ar_valid), .req_addr_i (ar_addr), .req_len_i (ar_len), .req_ready_o (ar_ready),
-    .arvalid_o (m_axi_arvalid), .arid_o (m_axi_arid), .araddr_o (m_axi_araddr), .arlen_o (m_axi_arlen),
-    .arready_i (m_axi_arready), .rid_i (m_axi_rid), .rvalid_i (m_axi_rvalid), .rvalid_o (r_valid)
+  // Each requester's read channel is a vdla_pkg::axi_rd_req_t and axi_rd_rsp_t; the arbiter's are those of the
+  // m_axi_* ports, unpacked here (the ports stay flat for the harness, the benches and the block design).
+  logic [2:0][vdla_pkg::AXI_RD_REQ_W-1:0] rd_req;  // axi_rd_req_t of load, compute, fetch
+  logic [2:0][vdla_pkg::AXI_RD_RSP_W-1:0] rd_rsp;  // axi_rd_rsp_t of load, compute, fetch
+  vdla_pkg::axi_rd_req_t                  m_rd_req;
+  vdla_pkg::axi_rd_rsp_t                  m_rd_rsp;
+  vdla_axi_rd_arb #(.N(3), .IDW(IDW)) u_arb (
+    .clk_i, .rst_ni, .req_i (rd_req), .rsp_o (rd_rsp),
+    .axi_rd_req_o (m_rd_req), .arid_o (m_axi_arid), .axi_rd_rsp_i (m_rd_rsp), .rid_i (m_axi_rid)
   );
-  assign m_axi_arsize  = 3'($clog2(BUS_W / 8));
-  assign m_axi_arburst = 2'b01;
-  assign m_axi_rready  = 1'b1;
+  assign m_axi_arvalid     = m_rd_req.ar_valid;
+  assign m_axi_araddr      = m_rd_req.ar_addr;
+  assign m_axi_arlen       = m_rd_req.ar_len;
+  assign m_axi_arsize      = 3'($clog2(BUS_W / 8));
+  assign m_axi_arburst     = 2'b01;
+  assign m_axi_rready      = 1'b1;
+  assign m_rd_rsp.ar_ready = m_axi_arready;
+  assign m_rd_rsp.r_valid  = m_axi_rvalid;
+  assign m_rd_rsp.r_resp   = m_axi_rresp;
+  assign m_rd_rsp.r_data   = m_axi_rdata;
 
   // ---- fetch and command queues -------------------------------------------------------------
-  vdla_fetch #(.ADDR_W(ADDR_W)) u_fetch (
+  vdla_fetch u_fetch (
     .clk_i, .rst_ni, .halt_i (halt), .start_i (start), .insn_addr_i (insn_addr), .insn_count_i (insn_count),
-    .arvalid_o (ar_valid[2]), .araddr_o (ar_addr[2*ADDR_W +: ADDR_W]), .arlen_o (ar_len[16 +: 8]),
-    .arready_i (ar_ready[2]), .rvalid_i (r_valid[2]), .rresp_i (m_axi_rresp), .rdata_i (m_axi_rdata),
+    .axi_rd_req_o (rd_req[2]), .axi_rd_rsp_i (rd_rsp[2]),
     .insn_o (fetch_insn), .tile_end_o (fetch_tile_end), .push_o (q_push), .full_i (q_full), .fetched_o (fetched),
     .done_o (fetch_done), .active_o (fetch_active), .err_o (fetch_err), .err_code_o (fetch_err_code)
   );
@@ -212,8 +219,7 @@ module vdla_top #(
     .cmd_valid_i (q_valid[0]), .cmd_i (q_head[0]), .cmd_bad_i (q_bad[0]), .cmd_no_data_i (q_no_data[0]),
     .cmd_pop_o (q_pop[0]),
     .c2l_avail_i (t_avail[1]), .c2l_pop_o (t_pop[1]), .l2c_room_i (t_room[0]), .l2c_push_o (t_push[0]),
-    .arvalid_o (ar_valid[0]), .araddr_o (ar_addr[0 +: ADDR_W]), .arlen_o (ar_len[0 +: 8]),
-    .arready_i (ar_ready[0]), .rvalid_i (r_valid[0]), .rresp_i (m_axi_rresp), .rdata_i (m_axi_rdata),
+    .axi_rd_req_o (rd_req[0]), .axi_rd_rsp_i (rd_rsp[0]),
     .inp_we_o (inp_we), .inp_waddr_o (inp_waddr), .inp_wdata_o (inp_wdata),
     .wgt_we_o (wgt_we), .wgt_waddr_o (wgt_waddr), .wgt_wdata_o (wgt_wdata),
     .uop_we_o (pre_uop_we), .uop_waddr_o (pre_uop_waddr), .uop_wdata_o (pre_uop_wdata),
@@ -227,8 +233,7 @@ module vdla_top #(
     .cmd_pop_o (q_pop[1]),
     .l2c_avail_i (t_avail[0]), .l2c_pop_o (t_pop[0]), .s2c_avail_i (t_avail[3]), .s2c_pop_o (t_pop[3]),
     .c2l_room_i (t_room[1]), .c2l_push_o (t_push[1]), .c2s_room_i (t_room[2]), .c2s_push_o (t_push[2]),
-    .arvalid_o (ar_valid[1]), .araddr_o (ar_addr[ADDR_W +: ADDR_W]), .arlen_o (ar_len[8 +: 8]),
-    .arready_i (ar_ready[1]), .rvalid_i (r_valid[1]), .rresp_i (m_axi_rresp), .rdata_i (m_axi_rdata),
+    .axi_rd_req_o (rd_req[1]), .axi_rd_rsp_i (rd_rsp[1]),
     .inp_re_o (inp_re), .inp_raddr_o (inp_raddr), .inp_rdata_i (gemm_rdata),
     .inp_src_out_o (inp_src_out), .inp_out_raddr_o (inp_out_raddr),
     .wgt_re_o (wgt_re), .wgt_raddr_o (wgt_raddr), .wgt_rdata_i (wgt_rdata),

@@ -1,6 +1,7 @@
 """A small AXI4 memory for the cocotb benches: in-order reads after a fixed latency, one beat per cycle,
 writes with a response; it checks every burst against the AXI rules the RTL must follow (aligned,
-INCR, no 4 KiB crossing, at most `max_beats` beats). Signals are driven on the falling clock edge."""
+INCR, no 4 KiB crossing, at most `max_beats` beats). Signals are driven on the falling clock edge; they are
+`dut`'s attributes `prefix` + the AXI name (`arvalid`, `rdata`, ...), and `dut` has `clk_i`."""
 
 from collections import deque
 
@@ -19,11 +20,9 @@ class AxiMemory:
         max_beats: int = 256,
         prefix: str = "",
         write: bool = True,
-        names: dict[str, str] | None = None,
     ):
         self.dut, self.mem, self.base, self.latency, self.max_beats = dut, mem, base, latency, max_beats
         self.p = prefix
-        self.names = names or {}
         self.write = write
         self.reads: deque = deque()  # (ready cycle, addr, beats, id)
         self.writes: deque = deque()
@@ -33,10 +32,10 @@ class AxiMemory:
         self.beat = self.wbeat = 0
 
     def sig(self, name):
-        return getattr(self.dut, self.names.get(name, self.p + name))
+        return getattr(self.dut, self.p + name)
 
     def has(self, name):
-        return hasattr(self.dut, self.names.get(name, self.p + name))
+        return hasattr(self.dut, self.p + name)
 
     def check_burst(self, addr: int, beats: int) -> None:
         assert addr % BUS == 0, f"unaligned burst at {addr:#x}"

@@ -1,16 +1,47 @@
 """cocotb bench of vdla_load_engine: 2-D DMA reads (bursts split at MAX_BEATS=4 and at 4 KiB) and zero
 padding. The engine's SRAM write offers are applied to a byte model of the buffer and compared with the
-padded tile the ISA defines; every byte outside the tile must stay untouched."""
+padded tile the ISA defines; every byte outside the tile must stay untouched. The engine's AXI read
+channel (vdla_pkg::axi_rd_req_t, axi_rd_rsp_t) is a pair of packed structs, driven and read as whole vectors."""
 
 import random
+from types import SimpleNamespace
 
 import cocotb
-from axi_mem import AxiMemory
+from axi_mem import BUS, AxiMemory
 from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, FallingEdge, ReadOnly
 
+from vdla.hw.rtlgen import axi_rd_structs, packed_layout
+
 BASE = 0x10000
 SRAM_ELEMS = 4096
+
+
+class Member:
+    """One member of a packed-struct port, as a signal of its own. A write updates the whole vector from the
+    port's copy (cocotb keeps only a signal's last write in a cycle, so the members set in one cycle all count)."""
+
+    def __init__(self, port, lsb, bits):
+        self.port, self.lsb, self.mask = port, lsb, (1 << bits) - 1
+
+    @property
+    def value(self):
+        return (int(self.port.handle.value) >> self.lsb) & self.mask
+
+    @value.setter
+    def value(self, v):
+        self.port.word = (self.port.word & ~(self.mask << self.lsb)) | ((int(v) & self.mask) << self.lsb)
+        self.port.handle.value = self.port.word
+
+
+class StructPort:
+    """A packed-struct port of the DUT with its members (MSB first, as vdla.hw.rtlgen gives them) as attributes."""
+
+    def __init__(self, handle, members):
+        self.handle, self.word = handle, 0
+        handle.value = 0
+        for name, (lsb, bits) in packed_layout(members).items():
+            setattr(self, name, Member(self, lsb, bits))
 
 
 async def load(dut, mem, eb, sram_base, dram_base, y, x, stride, pads):
@@ -34,8 +65,8 @@ async def load(dut, mem, eb, sram_base, dram_base, y, x, stride, pads):
                 sram[idx * eb : (idx + 1) * eb] = bytes(eb)
             else:
                 off = dut.wr_off_o.value.to_signed()
-                data = int(dut.wr_data_o.value).to_bytes(8, "little")
-                for b in range(8):
+                data = int(dut.wr_data_o.value).to_bytes(BUS, "little")
+                for b in range(BUS):
                     if 0 <= off + b < row_bytes:  # bytes of the beat that belong to the row
                         sram[idx * eb + off % eb + b] = data[b]
             if int(dut.done_o.value):
@@ -64,24 +95,29 @@ def expected(mem, eb, sram_base, dram_base, y, x, stride, pads):
 @cocotb.test()
 async def padded_strided_tiles(dut):
     cocotb.start_soon(Clock(dut.clk_i, 10, unit="ns").start())
-    dut.halt_i.value = dut.start_i.value = dut.arready_i.value = 0
+    structs = axi_rd_structs(BUS * 8)
+    req = StructPort(dut.axi_rd_req_o, structs["axi_rd_req_t"])
+    rsp = StructPort(dut.axi_rd_rsp_i, structs["axi_rd_rsp_t"])
+    dut.halt_i.value = dut.start_i.value = 0
     dut.rst_ni.value = 0
     await ClockCycles(dut.clk_i, 2)
     dut.rst_ni.value = 1
-    dut.arready_i.value = 1
+    rsp.ar_ready.value = 1
     await FallingEdge(dut.clk_i)
     rng = random.Random(3)
     mem = bytearray(rng.randbytes(1 << 16))
-    names = {
-        "arready": "arready_i",
-        "arvalid": "arvalid_o",
-        "araddr": "araddr_o",
-        "arlen": "arlen_o",
-        "rvalid": "rvalid_i",
-        "rdata": "rdata_i",
-        "rresp": "rresp_i",
-    }
-    axi = AxiMemory(dut, mem, BASE, latency=5, max_beats=4, write=False, names=names)
+    # the memory's view of the channel: the structs' members under its signal names
+    port = SimpleNamespace(
+        clk_i=dut.clk_i,
+        arvalid=req.ar_valid,
+        araddr=req.ar_addr,
+        arlen=req.ar_len,
+        arready=rsp.ar_ready,
+        rvalid=rsp.r_valid,
+        rresp=rsp.r_resp,
+        rdata=rsp.r_data,
+    )
+    axi = AxiMemory(port, mem, BASE, latency=5, max_beats=4, write=False)
     cocotb.start_soon(axi.run())
     cases = [
         (16, 0, BASE // 16, 1, 1, 1, (0, 0, 0, 0)),
