@@ -49,15 +49,7 @@ module vdla_compute_load (
     .start_i,
     .log_eb_i    (is_uop ? 4'd2 : is_acc8 ? 4'($clog2(vdla_pkg::OUT_ELEM_BYTES))
                                           : 4'($clog2(vdla_pkg::ACC_ELEM_BYTES))),
-    .sram_base_i (insn_i.sram_base),
-    .dram_base_i (insn_i.dram_base),
-    .y_size_i    (insn_i.y_size),
-    .x_size_i    (insn_i.x_size),
-    .x_stride_i  (insn_i.x_stride),
-    .y_pad_0_i   (insn_i.y_pad_0),
-    .y_pad_1_i   (insn_i.y_pad_1),
-    .x_pad_0_i   (insn_i.x_pad_0),
-    .x_pad_1_i   (insn_i.x_pad_1),
+    .insn_i,
     .axi_rd_req_o, .axi_rd_rsp_i,
     .wr_valid_o  (eng_valid),
     .wr_pad_o    (eng_pad),
@@ -68,9 +60,6 @@ module vdla_compute_load (
     .done_o,
     .err_o
   );
-
-  logic unused_insn;  // the stage decodes the header; the reserved bits are not read
-  assign unused_insn = ^{insn_i.rsvd_63_58, insn_i.hdr};
 
   // the running load's memory type (start_i implies an unhalted, idle stage)
   always_ff @(posedge clk_i) begin

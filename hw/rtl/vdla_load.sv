@@ -81,15 +81,7 @@ module vdla_load (
     .start_i     (fire_o && !is_nop),
     .log_eb_i    (is_uop ? 4'd2 : is_wgt ? 4'($clog2(vdla_pkg::WGT_ELEM_BYTES))
                                          : 4'($clog2(vdla_pkg::INP_ELEM_BYTES))),
-    .sram_base_i (mem.sram_base),
-    .dram_base_i (mem.dram_base),
-    .y_size_i    (mem.y_size),
-    .x_size_i    (mem.x_size),
-    .x_stride_i  (mem.x_stride),
-    .y_pad_0_i   (mem.y_pad_0),
-    .y_pad_1_i   (mem.y_pad_1),
-    .x_pad_0_i   (mem.x_pad_0),
-    .x_pad_1_i   (mem.x_pad_1),
+    .insn_i      (mem),
     .axi_rd_req_o, .axi_rd_rsp_i,
     .wr_valid_o  (eng_valid),
     .wr_pad_o    (eng_pad),
@@ -149,9 +141,6 @@ module vdla_load (
       endcase
     end
   end
-
-  logic unused_rsvd;
-  assign unused_rsvd = ^mem.rsvd_63_58;
 
   // the running instruction's buffer, push flag and NOP wait: loaded at dispatch (fire_o implies
   // !halt_i), no reset

@@ -21,15 +21,9 @@ module vdla_load_engine #(
   input  logic               halt_i,
   input  logic               start_i,
   input  logic [3:0]         log_eb_i,    // log2 of the element size in bytes
-  input  logic [IDX_W-1:0]   sram_base_i,
-  input  logic [31:0]        dram_base_i, // in elements
-  input  logic [15:0]        y_size_i,
-  input  logic [15:0]        x_size_i,
-  input  logic [15:0]        x_stride_i,
-  input  logic [3:0]         y_pad_0_i,
-  input  logic [3:0]         y_pad_1_i,
-  input  logic [3:0]         x_pad_0_i,
-  input  logic [3:0]         x_pad_1_i,
+  // the LOAD: its tile (sram_base, dram_base in elements, sizes, stride, padding); its header and memory type
+  // are the caller's
+  input  vdla_pkg::mem_insn_t insn_i,
   // AXI read request and data (beats of this requester)
   output vdla_pkg::axi_rd_req_t axi_rd_req_o,
   input  vdla_pkg::axi_rd_rsp_t axi_rd_rsp_i,
@@ -47,6 +41,9 @@ module vdla_load_engine #(
 
   logic rvalid;  // a beat of this requester's
   assign rvalid = axi_rd_rsp_i.r_valid;
+
+  logic unused_insn;  // the caller decodes the header and the memory type; the reserved bits are not read
+  assign unused_insn = ^{insn_i.rsvd_63_58, insn_i.mem_type, insn_i.hdr};
 
   typedef enum logic [1:0] {IDLE, DATA, PAD} state_e;
   state_e state_q;
@@ -93,13 +90,13 @@ module vdla_load_engine #(
   logic [RUN_W-1:0] first_run_q, last_run_q;
   logic [RUN_W-1:0] mids_run_q;  // (y_size - 1) * (x_pad_0 + x_pad_1)
   logic [IDX_W+1:0] block_q;     // y_size * x_size
-  assign cols   = 17'(x_pad_0_i) + 17'(x_size_i) + 17'(x_pad_1_i);
-  assign mid_in = 5'(x_pad_0_i) + 5'(x_pad_1_i);
+  assign cols   = 17'(insn_i.x_pad_0) + 17'(insn_i.x_size) + 17'(insn_i.x_pad_1);
+  assign mid_in = 5'(insn_i.x_pad_0) + 5'(insn_i.x_pad_1);
   always_ff @(posedge clk_i) begin
-    first_run_q <= RUN_W'(y_pad_0_i) * RUN_W'(cols) + RUN_W'(x_pad_0_i);
-    last_run_q  <= RUN_W'(x_pad_1_i) + RUN_W'(y_pad_1_i) * RUN_W'(cols);
-    mids_run_q  <= RUN_W'(16'(y_size_i - 1'b1)) * RUN_W'(mid_in);
-    block_q     <= (IDX_W+2)'(y_size_i) * (IDX_W+2)'(x_size_i);
+    first_run_q <= RUN_W'(insn_i.y_pad_0) * RUN_W'(cols) + RUN_W'(insn_i.x_pad_0);
+    last_run_q  <= RUN_W'(insn_i.x_pad_1) + RUN_W'(insn_i.y_pad_1) * RUN_W'(cols);
+    mids_run_q  <= RUN_W'(16'(insn_i.y_size - 1'b1)) * RUN_W'(mid_in);
+    block_q     <= (IDX_W+2)'(insn_i.y_size) * (IDX_W+2)'(insn_i.x_size);
   end
 
   // the walk's runs and skip, from the registered fields and products
@@ -133,10 +130,10 @@ module vdla_load_engine #(
   vdla_dma_rd #(.MAX_BEATS(MAX_BEATS), .OFF_W(26)) u_dma (
     .clk_i, .rst_ni, .halt_i,
     .start_i     (start_i && state_q == IDLE),
-    .addr_i      (ADDR_W'(dram_base_i) << log_eb_i),
-    .stride_i    (ADDR_W'(x_stride_i) << log_eb_i),
-    .row_bytes_i (25'(x_size_i) << log_eb_i),
-    .rows_i      (y_size_i),
+    .addr_i      (ADDR_W'(insn_i.dram_base) << log_eb_i),
+    .stride_i    (ADDR_W'(insn_i.x_stride) << log_eb_i),
+    .row_bytes_i (25'(insn_i.x_size) << log_eb_i),
+    .rows_i      (insn_i.y_size),
     .hold_i      (state_q == DATA && waiting_q),
     .axi_rd_req_o, .axi_rd_rsp_i,
     .beat_off_o  (beat_off),
@@ -194,16 +191,16 @@ module vdla_load_engine #(
           wait_q      <= WAIT_W'(SETUP);
           waiting_q   <= SETUP != 0;
           log_eb_q    <= log_eb_i;
-          row_bytes_q <= 25'(x_size_i) << log_eb_i;
+          row_bytes_q <= 25'(insn_i.x_size) << log_eb_i;
           cols_q      <= cols;
-          y_size_q    <= y_size_i;
-          x_size_q    <= x_size_i;
-          y_pad_0_q   <= y_pad_0_i;
-          y_pad_1_q   <= y_pad_1_i;
-          x_pad_0_q   <= x_pad_0_i;
-          x_pad_1_q   <= x_pad_1_i;
-          row_base_q  <= (IDX_W+2)'(sram_base_i);  // the walk's offsets are added in the first DATA cycle
-          pidx_q      <= (IDX_W+2)'(sram_base_i);
+          y_size_q    <= insn_i.y_size;
+          x_size_q    <= insn_i.x_size;
+          y_pad_0_q   <= insn_i.y_pad_0;
+          y_pad_1_q   <= insn_i.y_pad_1;
+          x_pad_0_q   <= insn_i.x_pad_0;
+          x_pad_1_q   <= insn_i.x_pad_1;
+          row_base_q  <= (IDX_W+2)'(insn_i.sram_base);  // the walk's offsets are added in the first DATA cycle
+          pidx_q      <= (IDX_W+2)'(insn_i.sram_base);
         end
         DATA: begin
           if (init_q) begin

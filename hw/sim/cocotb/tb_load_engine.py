@@ -1,7 +1,8 @@
 """cocotb bench of vdla_load_engine: 2-D DMA reads (bursts split at MAX_BEATS=4 and at 4 KiB) and zero
 padding. The engine's SRAM write offers are applied to a byte model of the buffer and compared with the
-padded tile the ISA defines; every byte outside the tile must stay untouched. The engine's AXI read
-channel (vdla_pkg::axi_rd_req_t, axi_rd_rsp_t) is a pair of packed structs, driven and read as whole vectors."""
+padded tile the ISA defines; every byte outside the tile must stay untouched. The engine's LOAD (a
+vdla_pkg::mem_insn_t) and its AXI read channel (axi_rd_req_t, axi_rd_rsp_t) are packed structs, driven and
+read as whole vectors."""
 
 import random
 from types import SimpleNamespace
@@ -12,6 +13,7 @@ from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, FallingEdge, ReadOnly
 
 from vdla.hw.rtlgen import axi_rd_structs, packed_layout
+from vdla.isa import MemInsn, encode
 
 BASE = 0x10000
 SRAM_ELEMS = 4096
@@ -46,10 +48,10 @@ class StructPort:
 
 async def load(dut, mem, eb, sram_base, dram_base, y, x, stride, pads):
     """Run one LOAD; return (buffer bytes, write count, done count)."""
-    log_eb = eb.bit_length() - 1
-    dut.log_eb_i.value, dut.sram_base_i.value, dut.dram_base_i.value = log_eb, sram_base, dram_base
-    dut.y_size_i.value, dut.x_size_i.value, dut.x_stride_i.value = y, x, stride
-    dut.y_pad_0_i.value, dut.y_pad_1_i.value, dut.x_pad_0_i.value, dut.x_pad_1_i.value = pads
+    dut.log_eb_i.value = eb.bit_length() - 1
+    yp0, yp1, xp0, xp1 = pads
+    tile = dict(sram_base=sram_base, dram_base=dram_base, y_size=y, x_size=x, x_stride=stride)
+    dut.insn_i.value = encode(MemInsn(**tile, y_pad_0=yp0, y_pad_1=yp1, x_pad_0=xp0, x_pad_1=xp1))
     dut.start_i.value = 1
     await FallingEdge(dut.clk_i)
     dut.start_i.value = 0
