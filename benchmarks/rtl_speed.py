@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from vdla.config import DEFAULT_PRESET, load_config
-from vdla.hw.verilator import BUILD_ROOT
+from vdla.hw.toolchain import BUILD_ROOT
 from vdla.runtime import Device
 from vdla.runtime.rtl import RtlBackend, build
 from vdla.zoo.workloads import WorkloadError, gemm_bound

@@ -15,7 +15,7 @@ import pytest
 
 from vdla.hw.lint import DIRECTED_DIR
 from vdla.hw.rtlgen import RTL_DIR
-from vdla.hw.verilator import verilator_env
+from vdla.hw.toolchain import verilator_env
 from vdla.runtime.backend import RunError
 from vdla.runtime.rtl.harness import RtlAssertionError
 from vdla.runtime.rtl.verilate import verilator_build_command

@@ -8,7 +8,7 @@ import pytest
 
 from vdla.config import ConfigError, load_config
 from vdla.hw.rtlgen import PACKAGE_PATH, generate, package_source
-from vdla.hw.verilator import rtl_sources
+from vdla.hw.toolchain import rtl_sources
 from vdla.isa import ISA_VERSION
 from vdla.runtime import registers as R
 from vdla.runtime.rtl import RtlBackend, RtlBuildError, build

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from vdla.config import HwConfig, load_config
 from vdla.hw.rtlgen import RTL_DIR, package_for
-from vdla.hw.verilator import BUILD_ROOT, rtl_sources, use_verilator_env
+from vdla.hw.toolchain import BUILD_ROOT, rtl_sources, use_verilator_env
 
 BENCH_DIR = RTL_DIR.parent / "sim" / "cocotb"
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from vdla.config import DEFAULT_PRESET, load_config
 from vdla.hw.lut_depth import longest_path_file
 from vdla.hw.rtlgen import package_for
-from vdla.hw.verilator import TOP, rtl_sources
+from vdla.hw.toolchain import TOP, rtl_sources
 
 PART = "xc7z020 (PYNQ-Z1)"
 ABC9_WIRE_PS = 5000  # synth_xilinx.abc9.W: ABC9's wire delay per LUT level, in ps (Yosys' default is 300)

@@ -19,7 +19,7 @@ from pathlib import Path
 from vdla.config import DEFAULT_PRESET, load_config
 from vdla.hw.cocotb_benches import BENCHES
 from vdla.hw.rtlgen import REPO, RTL_DIR, package_for
-from vdla.hw.verilator import rtl_sources, verilator_env, verilator_root
+from vdla.hw.toolchain import rtl_sources, verilator_env, verilator_root
 
 LINT_WAIVERS = RTL_DIR / "lint" / "verilator.vlt"
 DIRECTED_DIR = REPO / "hw" / "sim" / "directed"

@@ -4,7 +4,7 @@ The model is Verilated on first use (:mod:`vdla.runtime.rtl.verilate`); the chip
 same RTL (lint, fit, cocotb benches, the package generator) are :mod:`vdla.hw`.
 """
 
-from vdla.hw.verilator import RtlBuildError
+from vdla.hw.toolchain import RtlBuildError
 from vdla.runtime.rtl.backend import RtlBackend
 from vdla.runtime.rtl.verilate import build
 

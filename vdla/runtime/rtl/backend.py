@@ -14,7 +14,7 @@ from pathlib import Path
 
 import vdla.runtime.registers as R
 from vdla.config import HwConfig
-from vdla.hw.verilator import BUILD_ROOT
+from vdla.hw.toolchain import BUILD_ROOT
 from vdla.isa.asm import disassemble_insn
 from vdla.runtime.backend import BackendError, CycleLimitError, RunResult, TokenError
 from vdla.runtime.counters import STAGES, TimelineEntry

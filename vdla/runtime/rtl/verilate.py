@@ -21,7 +21,7 @@ from pathlib import Path
 
 from vdla.config import HwConfig
 from vdla.hw.rtlgen import REPO, package_for, package_source
-from vdla.hw.verilator import BUILD_ROOT, TOP, RtlBuildError, rtl_sources, verilator_env, verilator_root
+from vdla.hw.toolchain import BUILD_ROOT, TOP, RtlBuildError, rtl_sources, verilator_env, verilator_root
 
 HARNESS = REPO / "hw" / "sim" / "harness.cpp"
 LZ4_DIR = REPO / "hw" / "sim" / "lz4"  # literal-only LZ4 encoder for the FST writer (no system lz4 needed)
