@@ -1,7 +1,6 @@
 """The operator registry: every operator defined once, and every consumer reading that one definition."""
 
 import dataclasses
-import importlib
 import inspect
 import itertools
 
@@ -25,12 +24,16 @@ SHAPE = (3, 41)
 
 
 def test_every_operator_names_a_real_cpu_kernel_and_accelerator_lowering():
+    from vdla.model.lowering import LOWERINGS, AccelLowering
+
     for name, d in OPS.items():
         if d.cpu is not None and d.cpu != VIEW:
             assert callable(spec_factory(d.cpu)), name
-        if d.accel is not None:
-            module, _, attr = d.accel.rpartition(".")
-            assert callable(getattr(importlib.import_module(module), attr)), (name, d.accel)
+    for name, lowering in LOWERINGS.items():
+        assert name in OPS and isinstance(lowering, AccelLowering), name
+        assert all(callable(getattr(lowering, f.name)) for f in dataclasses.fields(lowering)), name
+    assert LOWERINGS["conv2d"] is LOWERINGS["dense"] and LOWERINGS["max_pool2d"] is LOWERINGS["global_sum_pool"]
+    assert {n for n, d in OPS.items() if d.epilogue_step} == {n for n, d in EW.items() if d.epilogue_step}
     assert {n for n, d in OPS.items() if d.ew is not None} == set(EW)
     assert EPILOGUE_ANCHORS == ("conv2d", "dense")
     assert OPS["reshape"].cpu == VIEW and OPS["batch_norm"].cpu is None

@@ -3,8 +3,9 @@ nest (chains, conv/dense epilogues).
 
 An elementwise operator's definition holds its operands and attributes, its dtype rule, its computation as
 an expression over :class:`~vdla.graph.ewmath.Math` (from which both its numpy semantics and its JIT kernel
-come), how an int8 result keeps a quantization, and its accelerator lowering. Adding one is adding a
-:func:`define` below; :mod:`vdla.graph.ops` registers every definition as an operator of the graph.
+come), how an int8 result keeps a quantization, and whether an accelerator layer's epilogue can run it.
+Adding one is adding a :func:`define` below; :mod:`vdla.graph.ops` registers every definition as an
+operator of the graph.
 
 Two forms of a step:
 
@@ -65,8 +66,6 @@ class Arg:
 Operand = Const | Arg
 # node attributes that annotate the result's type (quantization axis, quantization) rather than the computation
 ANNOTATIONS = ("axis", "quant")
-# the accelerator's lowering of an elementwise step: an ALU step of a conv2d/dense layer's epilogue
-EPILOGUE_STEP = "vdla.compiler.epilogue_passes.alu_passes"
 
 
 @dataclass(frozen=True)
@@ -157,7 +156,8 @@ class EwDef:
     * ``quant``: how an int8 result's quantization follows from the node (None: it has none);
     * ``streaming``: cheap enough that a chain of such steps runs at memory speed (the CPU kernel then
       aligns its stores, ``vdla.cpu_fallback.kernels``);
-    * ``accel``: the accelerator's lowering of the step where it has one (:data:`EPILOGUE_STEP`);
+    * ``epilogue_step``: it can be an ALU step of an accelerator layer's epilogue (a conv2d/dense layer's,
+      ``vdla.compiler.epilogue.alu_passes``);
     * ``operand_defaults``: operands its step constructor may leave out, with their value, as (name, value)
       pairs (a graph node gives every operand);
     * ``api_name``: the name of its step constructor ``ew.<name>`` and CPU function ``ops.<name>``
@@ -171,7 +171,7 @@ class EwDef:
     attrs: tuple[tuple[str, int | str | None], ...] = ()
     quant: QuantRule | None = None
     streaming: bool = False
-    accel: str | None = None
+    epilogue_step: bool = False
     operand_defaults: tuple[tuple[str, int | float], ...] = ()
     api_name: str | None = None
 
@@ -510,9 +510,9 @@ def _erf(m: Math, x: Any, o: tuple[Any, ...], t: StepTypes) -> Any:
 
 
 _ARITH = {"rule": arith_rule, "operands": ("b",), "streaming": True}
-define(EwDef("add", expr=binary("add"), accel=EPILOGUE_STEP, **_ARITH))
+define(EwDef("add", expr=binary("add"), epilogue_step=True, **_ARITH))
 define(EwDef("sub", expr=binary("sub"), **_ARITH))
-define(EwDef("mul", _mul_rule, _mul, ("b",), (("shift", 0),), streaming=True, accel=EPILOGUE_STEP))
+define(EwDef("mul", _mul_rule, _mul, ("b",), (("shift", 0),), streaming=True, epilogue_step=True))
 define(EwDef("max", expr=binary("maximum"), quant=keep_quant, api_name="maximum", **_ARITH))
 define(EwDef("min", expr=binary("minimum"), quant=keep_quant, api_name="minimum", **_ARITH))
 define(EwDef("div", _div_rule, binary("div"), ("b",)))
@@ -523,10 +523,10 @@ define(
         lambda m, x, o, t: m.maximum(x, m.like(0, x)),
         quant=keep_quant,
         streaming=True,
-        accel=EPILOGUE_STEP,
+        epilogue_step=True,
     )
 )
-define(EwDef("clip", _clip_rule, _clip, ("lo", "hi"), quant=keep_quant, streaming=True, accel=EPILOGUE_STEP))
+define(EwDef("clip", _clip_rule, _clip, ("lo", "hi"), quant=keep_quant, streaming=True, epilogue_step=True))
 define(EwDef("sigmoid", float_rule, _sigmoid))
 define(EwDef("tanh", float_rule, lambda m, x, o, t: m.tanh(x)))
 define(EwDef("exp", float_rule, lambda m, x, o, t: m.exp(x)))
@@ -545,7 +545,7 @@ define(
         (("lo", INT8_MIN), ("hi", INT8_MAX)),
     )
 )
-define(EwDef("rshift", _rshift_rule, _rshift, ("shift",), accel=EPILOGUE_STEP))
+define(EwDef("rshift", _rshift_rule, _rshift, ("shift",), epilogue_step=True))
 define(
     EwDef(
         "cast",
@@ -554,7 +554,7 @@ define(
         attrs=(("dtype", None),),
         quant=keep_quant,
         streaming=True,
-        accel=EPILOGUE_STEP,
+        epilogue_step=True,
     )
 )
 

@@ -2,10 +2,10 @@
 
 An operator's definition holds or names everything about it: its pattern kind for fusion, its type rule,
 its numpy semantics (evaluated by :mod:`vdla.graph.interp`), its CPU kernel (named, as the graph does not
-import the CPU fallback: the kernel-spec factory of :mod:`vdla.cpu_fallback.specs`), and its accelerator
-lowering where one exists. Elementwise operators are defined in :mod:`vdla.graph.ew` (:class:`EwDef`) and
-registered here from their definition; every other operator is defined below by :func:`register` on its
-type rule.
+import the CPU fallback: the kernel-spec factory of :mod:`vdla.cpu_fallback.specs`); its accelerator
+lowering is the model compiler's (``vdla.model.lowering``), which the graph does not import. Elementwise
+operators are defined in :mod:`vdla.graph.ew` (:class:`EwDef`) and registered here from their definition;
+every other operator is defined below by :func:`register` on its type rule.
 
 Every node of a :class:`~vdla.graph.graph.Graph` names one of these operators. The pattern kind is
 TVM's, used by the fusion pass: ``injective`` (each output element depends on one input element:
@@ -74,9 +74,9 @@ class OpDef:
       :class:`UnsupportedError` naming the operator);
     * ``evaluate``: its numpy semantics (the interpreter, :mod:`vdla.graph.interp`);
     * ``cpu``: its CPU kernel (None: the CPU fallback cannot run it);
-    * ``accel``: the accelerator lowering that runs it (a ``module.function`` of :mod:`vdla.compiler`), None
-      where only the CPU does; ``epilogue``: its kernel (accelerator layer and CPU kernel alike) takes a
-      chain of elementwise consumers as its epilogue;
+    * ``epilogue``: its kernel (accelerator layer and CPU kernel alike) takes a chain of elementwise
+      consumers as its epilogue (the accelerator's lowerings are the model compiler's,
+      ``vdla.model.lowering``);
     * ``ew``: for an elementwise operator, its :class:`~vdla.graph.ew.EwDef`, which all of the above
       derive from.
     """
@@ -88,10 +88,14 @@ class OpDef:
     infer: Infer
     evaluate: Eval
     cpu: CpuKernel | None = None
-    accel: str | None = None
     epilogue: bool = False
     broadcast: bool = False
     ew: EwDef | None = None
+
+    @property
+    def epilogue_step(self) -> bool:
+        """Whether the operator can be a step of an accelerator layer's epilogue (:attr:`EwDef.epilogue_step`)."""
+        return self.ew is not None and self.ew.epilogue_step
 
 
 OPS: dict[str, OpDef] = {}
@@ -110,7 +114,6 @@ def register(
     *,
     evaluate: Eval,
     cpu: CpuKernel | None = None,
-    accel: str | None = None,
     **more: Any,
 ) -> Callable[[Infer], Infer]:
     """Decorator adding an operator with its type rule (the decorated function) to :data:`OPS`; ``more``
@@ -122,7 +125,7 @@ def register(
         if name in OPS:
             raise ValueError(f"operator {name!r} is registered twice")
         hi = min_inputs if max_inputs is None else max_inputs
-        OPS[name] = OpDef(name, kind, min_inputs, hi, fn, evaluate, cpu, accel, **more)
+        OPS[name] = OpDef(name, kind, min_inputs, hi, fn, evaluate, cpu, **more)
         return fn
 
     return deco
@@ -200,7 +203,6 @@ for _d in EW.values():
         1 + len(_d.operands),
         evaluate=_evaluate_elementwise,
         cpu=CHAIN,
-        accel=_d.accel,
         broadcast=True,
         ew=_d,
     )(_elementwise)
@@ -240,7 +242,6 @@ def _eval_conv2d(node: Node, args: list[np.ndarray], types: list[TensorType], ou
     3,
     evaluate=_eval_conv2d,
     cpu=CpuKernel("make_conv2d"),
-    accel="vdla.compiler.compile_conv2d",
     epilogue=True,
 )
 def _conv2d(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarray]) -> TensorType:
@@ -272,7 +273,6 @@ def _eval_dense(node: Node, args: list[np.ndarray], types: list[TensorType], out
     3,
     evaluate=_eval_dense,
     cpu=CpuKernel("make_dense"),
-    accel="vdla.compiler.compile_dense",
     epilogue=True,
 )
 def _dense(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarray]) -> TensorType:
@@ -499,7 +499,6 @@ register(
     1,
     evaluate=_eval_pool("max"),
     cpu=CpuKernel("make_pool2d", (("kind", "max"),)),
-    accel="vdla.compiler.pool.compile_pool",
 )(_pool("max"))
 register("avg_pool2d", REDUCTION, 1, evaluate=_eval_pool("avg"), cpu=CpuKernel("make_pool2d", (("kind", "avg"),)))(
     _pool("avg")
@@ -529,7 +528,6 @@ def _global_avg_pool(node: Node, inputs: list[TensorType], params: Mapping[str, 
     1,
     evaluate=lambda node, args, types, out: oracle.global_sum_pool(args[0]),
     cpu=CpuKernel("make_global_avg_pool", (("mean", False),)),
-    accel="vdla.compiler.pool.compile_pool",
 )
 def _global_sum_pool(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarray]) -> TensorType:
     """The int32 sum over H and W of an int8 NCHW tensor, (N, C, 1, 1): a quantized global average pool is

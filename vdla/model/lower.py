@@ -15,39 +15,34 @@ from dataclasses import replace
 import numpy as np
 
 from vdla.compiler import CompileError, ScheduleCache, compile_conv2d
-from vdla.compiler.blockdiag import region
 from vdla.compiler.chain import join_programs, weight_relocator
 from vdla.compiler.channel_scale import compile_channel_scale
-from vdla.compiler.conv_lowering import GATE
 from vdla.compiler.depthwise import compile_depthwise
 from vdla.compiler.dw_pointwise import compile_dw_pointwise
-from vdla.compiler.epilogue_passes import normalize
 from vdla.compiler.pool import compile_pool
+from vdla.compiler.schedule import GATE
 from vdla.compiler.search import emit_program
-from vdla.compiler.spec import ChannelScaleSpec, EpilogueSpec, Fusions, InputUpsample, OutputView
+from vdla.compiler.spec import ChannelScaleSpec, Fusions, InputUpsample, OutputView
 from vdla.config import HwConfig
 from vdla.graph.copies import COPY, block_view, channel_span
-from vdla.graph.ew import EPILOGUE_STEP
 from vdla.graph.graph import Graph, Node
 from vdla.graph.layout import blocked_shape
 from vdla.graph.opnames import (
     CONCAT,
     CONV2D,
     DENSE,
-    GLOBAL_AVG_POOL,
-    GLOBAL_SUM_POOL,
     INTERLEAVE,
     MATMUL,
     MAX_POOL2D,
     SLICE,
 )
 from vdla.graph.ops import OPS, infer_types, interleave_type
-from vdla.graph.rowpair import MACS, PAIRED, PHASED
 from vdla.graph.tables import cpu_tables
 from vdla.graph.types import TensorType
 from vdla.graph.verify import verify
 from vdla.isa import Insn, IsaError, encode_program, validate_program
 from vdla.model.artifact import AccelChain, AccelStep, Artifact, CpuStep, DramTensor
+from vdla.model.lowering import LOWERINGS, compile_layer, network_macs
 from vdla.model.match import (
     AccelLayer,
     PoolLayer,
@@ -646,7 +641,7 @@ class ModelBuilder:
             if progress:
                 progress(s.out)
             try:
-                steps.append(self.compile_layer(s, dev, addr))
+                steps.append(compile_layer(self, s, dev, addr))
             except CompileError as e:
                 shape = "x".join(map(str, self.types[s.x].shape))
                 raise CompileError(f"layer {s.out!r} ({s.op} of a {shape} input): {e}") from e
@@ -695,164 +690,6 @@ class ModelBuilder:
             code = dev.array(np.frombuffer(encode_program(joined.insns), np.uint8))
             chains.append(AccelChain(first, count, code.addr, len(joined.insns), list(joined.starts)))
         return chains
-
-    def compile_layer(self, layer: AccelLayer | PoolLayer, dev: Device, addr: dict[str, int]) -> AccelStep:
-        """Compile one accelerator layer and emit its instruction stream against the planned tensors."""
-        if isinstance(layer, PoolLayer):
-            return self.compile_pool(layer, dev, addr)
-        if layer.parts:
-            return self.compile_parts(layer, dev, addr)
-        if layer.dw_mode:
-            return self.compile_depthwise(layer, dev, addr)
-        if layer.pre is not None and layer.pre.dw_mode:
-            return self.compile_dw_pointwise(layer, dev, addr)
-        compiled = self.compiled(layer)
-        insns, code = self.emit(layer, compiled.lowering, compiled.stream, compiled.constants, dev, addr)
-        gated = layer.gate is not None
-        op = "channel_scale+" * gated + layer.op + "+max_pool2d" * (layer.pool is not None)
-        op += "+add" * (layer.pre is not None)
-        schedule = "residual add fused, " * (layer.pre is not None) + "channel scale fused, " * gated
-        schedule += compiled.schedule.describe()
-        desc = self.conv_desc(layer.pre or layer, compiled, schedule)
-        if layer.pre is not None:
-            desc["input"] = list(layer.pre.in_shape)
-        return self.conv_step(layer, op, insns, code, compiled.spec.macs, desc)
-
-    @staticmethod
-    def conv_desc(layer: AccelLayer, compiled, schedule: str) -> dict:
-        """The output shape, kernel, stride, ``schedule`` and epilogue of a convolution layer ``compiled`` (its last
-        part, for one of parts) as the tables show them."""
-        sp = compiled.spec
-        return {
-            "output": [layer.in_shape[0], sp.oc if not layer.parts else layer.in_shape[1], *compiled.lowering.out_hw],
-            "kernel": [sp.kh, sp.kw],
-            "stride": [sp.sh, sp.sw],
-            "schedule": schedule,
-            "epilogue": compiled.epilogue.key(),
-        }
-
-    def conv_step(self, layer: AccelLayer, op: str, insns, code, macs: int, desc: dict) -> AccelStep:
-        """The step of a convolution layer (``desc``: its shapes and schedule, :meth:`conv_desc`) as the tables
-        show it, with the layer's note; a 0/1 convolution that moves values (:data:`~vdla.graph.copies.COPY`)
-        counts no MAC of the network."""
-        desc = {"op": op, "input": list(layer.in_shape), **desc}
-        attrs = self.g.producers()[layer.nodes[0]].attrs
-        folded = f"{attrs[PAIRED]} paired: two rows side by side as channels" if PAIRED in attrs else None
-        if PHASED in attrs:
-            folded += f"; the {attrs[PHASED]}'s pairs start at row -1"
-        up = self.upsampling(layer.out)
-        also = f"stores its nearest upsampling by {up.step[0]}x{up.step[1]}" if up else None
-        read = self.up_reads.get(layer.out)
-        if read:
-            (fh, fw), value = read[1].factor, read[0]
-            read = f"reads the nearest upsampling by {fh}x{fw} of {value!r} in place (no copy stored)"
-        note = "; ".join(n for n in (layer.note, folded, also, read) if n)
-        if note:
-            desc["note"] = note
-        if attrs.get(COPY):
-            desc["copy"] = attrs[COPY]
-        if up:
-            desc["also"] = "upsample"  # the copy layer it stands in for (ModelBuilder.copy_source)
-        macs = network_macs(attrs, macs)
-        return AccelStep(
-            layer.out, code.addr, len(insns), macs, self.accel_reads(layer), self.accel_writes(layer), desc
-        )
-
-    def compile_parts(self, layer: AccelLayer, dev: Device, addr: dict[str, int]) -> AccelStep:
-        """A depthwise or block-diagonal layer as its parts (:mod:`vdla.compiler.blockdiag`), each compiled by
-        :meth:`compile_part` (the schedule searched once per part shape), joined into one stream."""
-        schedules: dict[tuple, object] = {}
-        programs, compiled = [], None
-        for part in layer.parts:
-            compiled, insns = self.compile_part(layer, part, schedules.get(part.in_shape), dev, addr)
-            schedules.setdefault(part.in_shape, compiled.schedule)
-            programs.append(insns)
-        joined = self.join(programs, dev)
-        self.programs[layer.out] = joined.insns
-        code = dev.array(np.frombuffer(encode_program(joined.insns), np.uint8))
-        n, c = layer.in_shape[:2]
-        sp, depthwise = compiled.spec, layer.groups > 1
-        macs = n * c * sp.oh * sp.ow * sp.kh * sp.kw * (1 if depthwise else c)
-        schedule = f"{len(programs)} block-diagonal parts, {compiled.schedule.describe()}"
-        op = "depthwise_conv2d" if depthwise else layer.op
-        return self.conv_step(layer, op, joined.insns, code, macs, self.conv_desc(layer, compiled, schedule))
-
-    def compile_depthwise(self, layer: AccelLayer, dev: Device, addr: dict[str, int]) -> AccelStep:
-        """A depthwise layer on the depthwise mode (:mod:`vdla.compiler.depthwise`), its schedule timed on the
-        simulator."""
-        compiled = self.compiled(layer)
-        insns, code = self.emit(layer, compiled.lowering, compiled.stream, compiled.constants, dev, addr)
-        sp = compiled.spec
-        desc = {
-            "output": list(sp.out_shape),
-            "kernel": [sp.k, sp.k],
-            "stride": [sp.stride, sp.stride],
-            "schedule": f"depthwise mode, {'global average fused, ' * bool(layer.gap)}{compiled.schedule.describe()}",
-            "epilogue": EpilogueSpec.of(normalize(layer.epilogue)).key(),
-        }
-        op = "depthwise_conv2d" + "+global_avg_pool" * (layer.gap is not None)
-        return self.conv_step(layer, op, insns, code, sp.macs, desc)
-
-    def compile_dw_pointwise(self, layer: AccelLayer, dev: Device, addr: dict[str, int]) -> AccelStep:
-        """A depthwise layer and the 1x1 convolution reading it, fused (:mod:`vdla.compiler.dw_pointwise`), with the
-        1x1 expand layer before them where it is fused too, its schedule timed on the simulator."""
-        expand = layer.pre.pre is not None
-        compiled = self.compiled(layer)
-        insns, code = self.emit(layer, compiled.lowering, compiled.stream, compiled.constants, dev, addr)
-        sp, pw = compiled.spec, compiled.pw_spec
-        desc = {
-            "input": list(compiled.in_shape),
-            "output": [pw.n, pw.oc, pw.oh, pw.ow],
-            "kernel": [sp.k, sp.k],
-            "stride": [sp.stride, sp.stride],
-            "schedule": f"{'1x1 -> ' * expand}depthwise -> 1x1 fused, {compiled.schedule.describe()}",
-            "epilogue": compiled.epilogue.key(),
-        }
-        return self.conv_step(layer, "conv2d+" * expand + "depthwise_conv2d+conv2d", insns, code, compiled.macs, desc)
-
-    def compile_part(self, layer: AccelLayer, part, schedule, dev: Device, addr: dict[str, int]):
-        """One part of a parts layer, compiled (with ``schedule`` where it fits, else searched) to read its regions
-        of the layer's input and residual and to store through a view selecting its channel block of the output
-        (or of the tensor the layer's own view stores into): (the compiled part, its bound program)."""
-        g, cfg, (_, c, h, w) = layer.geometry, self.cfg, layer.in_shape
-        own = -(-c // cfg.block_out)
-        sp = layer.spec()  # the output's height and width (a depthwise layer's: one channel's)
-        full = self.view_of(layer.out) or OutputView((sp.oh, sp.ow))
-        total = full.out_blocks(own)
-        view = replace(full, blocks=(full.blocks[0] + part.block, total))
-        options = dict(stride=g.stride, padding=g.padding, epilogue=part.epilogue, out_view=view, config=cfg)
-        try:
-            compiled = compile_conv2d(part.in_shape, part.weights, schedule=schedule, cache=self.cache, **options)
-        except CompileError:
-            if schedule is None:
-                raise
-            compiled = compile_conv2d(part.in_shape, part.weights, cache=self.cache, **options)
-        regions = {
-            "inp": region(part, own, (h, w), cfg),
-            "res": region(part, own, (sp.oh, sp.ow), cfg),
-            "out": region(part, total, full.full_hw, cfg, whole=True),
-        }
-        insns = self.bind(layer, compiled.lowering, compiled.stream, compiled.constants, dev, addr, regions)
-        return compiled, insns
-
-    def compile_pool(self, layer: PoolLayer, dev: Device, addr: dict[str, int]) -> AccelStep:
-        """A pooling or channel scale on the ALU (:meth:`compiled_alu`), its schedule timed on the simulator."""
-        compiled = self.compiled_alu(layer, self.view_of(layer.out))
-        insns, code = self.emit(layer, compiled.lowering, compiled.stream, compiled.constants, dev, addr)
-        sp = layer.spec
-        desc = {
-            "op": {GLOBAL_SUM_POOL: GLOBAL_AVG_POOL}.get(layer.op, layer.op),
-            "input": list(sp.shape),
-            "output": list(sp.out_shape),
-            "kernel": list(sp.window.kernel),
-            "stride": list(sp.window.stride),
-            "schedule": compiled.schedule.describe(),
-            "epilogue": "requant",
-        }
-        if layer.op == MAX_POOL2D:
-            desc["epilogue"] = f"pad {'int8 min' if sp.pad_min else 'zero (input >= 0)'}"
-        out = [self.pending[layer.out]]
-        return AccelStep(layer.out, code.addr, len(insns), 0, self.accel_reads(layer), out, desc)
 
     def emit(self, layer, low, stream, constants: dict, dev: Device, addr: dict[str, int]):
         """The layer's instruction stream bound to its planned DRAM tensors and constants: (insns, code)."""
@@ -974,13 +811,6 @@ def accel_runs(steps: list) -> list[tuple[int, int]]:
     return runs
 
 
-def network_macs(attrs: dict, macs: int) -> int:
-    """The multiply-accumulates of the network a convolution node (``attrs``) computes, ``macs`` as its shapes
-    count them: none for a 0/1 convolution moving values (:data:`~vdla.graph.copies.COPY`), the count it keeps for
-    one rewritten with zero taps (:data:`vdla.graph.rowpair.MACS`)."""
-    return 0 if attrs.get(COPY) else int(attrs.get(MACS, macs))
-
-
 def node_macs(node: Node, types: dict[str, TensorType]) -> int:
     """Multiply-accumulates of a conv2d, dense or matmul node of the graph typed by ``types`` (0 for others)."""
     if node.op == CONV2D:
@@ -1007,18 +837,15 @@ ONLY_WHEN = {
 def _cpu_reasons(nodes: list[Node]) -> list[str]:
     """Why a CPU step's operators (the host's conversions aside) are not on the accelerator: the one form it
     takes them in (:data:`ONLY_WHEN`), else by the operator registry, an operator without an accelerator
-    lowering or an elementwise step outside every layer's epilogue."""
-    ops = sorted({n.op for n in nodes if n.op not in HOST_OPS and n.op in OPS})
+    lowering (:data:`~vdla.model.lowering.LOWERINGS`) or an elementwise step outside every layer's epilogue."""
+    ops = sorted({n.op for n in nodes if n.op not in HOST_OPS and n.op in OPS and n.op not in ONLY_WHEN})
     kinds = {
-        "no accelerator form": [op for op in ops if op not in ONLY_WHEN and OPS[op].accel is None],
-        "not in a layer's epilogue": [op for op in ops if op not in ONLY_WHEN and OPS[op].accel == EPILOGUE_STEP],
-        "not taken by the accelerator here": [
-            op for op in ops if op not in ONLY_WHEN and OPS[op].accel not in (None, EPILOGUE_STEP)
-        ],
+        "no accelerator form": [op for op in ops if not OPS[op].epilogue_step and op not in LOWERINGS],
+        "not in a layer's epilogue": [op for op in ops if OPS[op].epilogue_step],
+        "not taken by the accelerator here": [op for op in ops if not OPS[op].epilogue_step and op in LOWERINGS],
     }
-    return [f"{op}: {ONLY_WHEN[op]}" for op in ops if op in ONLY_WHEN] + [
-        f"{', '.join(v)}: {k}" for k, v in kinds.items() if v
-    ]
+    only = sorted({n.op for n in nodes if n.op in ONLY_WHEN})
+    return [f"{op}: {ONLY_WHEN[op]}" for op in only] + [f"{', '.join(v)}: {k}" for k, v in kinds.items() if v]
 
 
 def same_layer(a: AccelLayer, b: AccelLayer) -> bool:

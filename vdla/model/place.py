@@ -1,9 +1,11 @@
 """Where the model runs: the post-dominator fusion's groups partitioned between the accelerator and the CPU.
 
-Each group anchored at a conv2d/dense is offered to :func:`vdla.model.match.match_accel`, each anchored at a
-max pool or a global sum to :func:`~vdla.model.match.match_pool`; the accelerator claims the anchor and the
-epilogue chain it expresses (the rest of the group goes to the CPU) when the compiler takes the layer's
-shape. Everything else runs on the CPU, connected CPU groups stacked into one region.
+Each group is offered to the matcher of its anchor's accelerator lowering (:data:`vdla.model.lowering.LOWERINGS`:
+a conv2d/dense to :func:`vdla.model.match.match_accel`, a max pool or a global sum to
+:func:`~vdla.model.match.match_pool`, a channel product to :func:`~vdla.model.match.match_scale`); the
+accelerator claims the anchor and the epilogue chain it expresses (the rest of the group goes to the CPU)
+when the compiler takes the layer's shape. Everything else runs on the CPU, connected CPU groups stacked
+into one region.
 """
 
 from __future__ import annotations
@@ -13,22 +15,14 @@ from dataclasses import dataclass
 
 from vdla.compiler import CompileError
 from vdla.config import HwConfig
-from vdla.graph.ew import EPILOGUE_STEP
 from vdla.graph.fusion import Group, fuse_ops
 from vdla.graph.graph import Graph, Node
 from vdla.graph.opnames import MUL
 from vdla.graph.ops import OPS
 from vdla.graph.partition import ACCEL, Capability, Partition, partition
 from vdla.graph.types import TensorType
-from vdla.model.match import AccelLayer, PoolLayer, match_accel, match_pool, match_scale
-
-# the matcher of each accelerator lowering the operator registry names (OpDef.accel)
-MATCHERS = {
-    "vdla.compiler.compile_conv2d": match_accel,
-    "vdla.compiler.compile_dense": match_accel,
-    "vdla.compiler.pool.compile_pool": match_pool,
-    EPILOGUE_STEP: match_scale,  # an elementwise anchor: only a channel scale is a layer of its own
-}
+from vdla.model.lowering import LOWERINGS
+from vdla.model.match import AccelLayer, PoolLayer
 
 
 @dataclass(frozen=True)
@@ -51,19 +45,26 @@ class Placement:
         return [(r.target, self.layers[r.index] if r.target == ACCEL else list(r.nodes)) for r in regions]
 
 
+def _no_layer(op: str) -> str:
+    """Why a group anchored at ``op``, which has no accelerator lowering, runs on the CPU."""
+    step = op in OPS and OPS[op].epilogue_step
+    return f"{op}: not in a layer's epilogue" if step else f"{op} runs on the CPU"
+
+
 def _accel_capability(
     graph: Graph, types: dict[str, TensorType], cfg: HwConfig, found: dict[frozenset[str], AccelLayer | PoolLayer]
 ) -> Capability:
     """The accelerator's capability hook (see the module docstring): a group is offered to the matcher of its
-    anchor's accelerator lowering (the operator registry's ``OpDef.accel``); a layer the matcher takes is kept
+    anchor's accelerator lowering (:data:`~vdla.model.lowering.LOWERINGS`); a layer the matcher takes is kept
     in ``found`` by its node outputs (the region it becomes)."""
 
     def can(group: Group) -> str | tuple[str, ...]:
         anchor = group.anchor
-        matcher = MATCHERS.get(OPS[anchor.op].accel) if anchor.op in OPS else None
-        layer = f"{anchor.op} runs on the CPU" if matcher is None else matcher(anchor, graph, types, cfg)
+        lowering = LOWERINGS.get(anchor.op)
+        layer = _no_layer(anchor.op) if lowering is None else lowering.match(anchor, graph, types, cfg)
         if isinstance(layer, str):  # a channel product fused after another layer's table: a layer of its own
-            scales = (match_scale(n, graph, types, cfg) for n in group.nodes if n is not anchor and n.op == MUL)
+            products = (n for n in group.nodes if n is not anchor and n.op == MUL)
+            scales = (LOWERINGS[MUL].match(n, graph, types, cfg) for n in products)
             layer = next((s for s in scales if not isinstance(s, str)), layer)
         if isinstance(layer, str):
             return layer
@@ -90,6 +91,6 @@ def place(graph: Graph, types: dict[str, TensorType], cfg: HwConfig) -> Placemen
         if nodes not in found:
             raise CompileError(f"accelerator region {r.label} does not hold exactly its layer's nodes")
         layers[r.index] = found[nodes]
-    layers_of = set(MATCHERS) - {EPILOGUE_STEP}  # an elementwise step's notes are the step table's, not a layer's
-    anchors = {n.output for n in graph.nodes if n.op in OPS and OPS[n.op].accel in layers_of}
+    # an elementwise step's notes are the step table's, not a layer's
+    anchors = {n.output for n in graph.nodes if n.op in LOWERINGS and not OPS[n.op].epilogue_step}
     return Placement(part, layers, {v: why for v, why in part.notes().items() if v in anchors})
