@@ -195,7 +195,7 @@ class ModelBuilder:
         except CompileError as e:
             self.fusion_log[key] = str(e)
             return False
-        apart = apart or [layer.pre, replace(layer, pre=None)]
+        apart = apart or [layer.fused_before, replace(layer, depthwise=None, source=None)]
         self.fusion_log[key] = (fused.search.cycles, sum(self.compiled(u).search.cycles for u in apart))
         return self.fusion_log[key][0] < self.fusion_log[key][1]
 
@@ -214,13 +214,13 @@ class ModelBuilder:
         """Why ``layer`` (a depthwise layer alone, or a fused pair without its expand layer) runs apart from its
         neighbour, a 1x1 convolution reading its output (or computing its input): the tensor's other readers, the
         fusion's refusal, or its cycles fused and apart (None where there is no such neighbour)."""
-        if layer.dw_mode and layer.pre is None:
+        if layer.dw_mode and layer.expand is None:
             pw, depth, what = by_x.get(layer.out), 1, "not fused with the 1x1 layer after it"
             if pw is None or pw.op != CONV2D or pw.spec().kh != 1:  # no 1x1 layer reads it: nothing to explain
                 return None
             why = pointwise_refusal(layer, pw, self.g, self.cfg)
-        elif layer.pre is not None and layer.pre.dw_mode and layer.pre.pre is None:
-            ex, pw, depth, what = by_out.get(layer.pre.x), layer, 2, "the 1x1 layer before it not fused"
+        elif layer.depthwise is not None and layer.depthwise.expand is None:
+            ex, pw, depth, what = by_out.get(layer.depthwise.x), layer, 2, "the 1x1 layer before it not fused"
             if ex is None or ex.op != CONV2D or ex.spec().kh != 1:
                 return None
             why = expand_refusal(ex, layer, self.g, self.cfg)
@@ -282,15 +282,15 @@ class ModelBuilder:
         up: InputUpsample | None = None,
     ):
         g, options = layer.geometry, dict(config=self.cfg, cache=self.cache)
-        if layer.pre is not None and not layer.pre.dw_mode:  # the residual add after the layer's table
-            conv, pg = layer.pre, layer.pre.geometry
+        if layer.source is not None:  # the residual add after the layer's table
+            conv, pg = layer.source, layer.source.geometry
             fusions = Fusions(post=layer.epilogue, post_res=layer.post_res)
             return compile_conv2d(
                 conv.in_shape, conv.weights, stride=pg.stride, padding=pg.padding, dilation=pg.dilation,
                 epilogue=conv.epilogue, fusions=fusions, out_view=view, **options,
             )  # fmt: skip
-        if layer.pre is not None:
-            dw, ex = layer.pre, layer.pre.pre
+        if layer.depthwise is not None:
+            dw, ex = layer.depthwise, layer.depthwise.expand
             in_shape, expand = (dw.in_shape, None) if ex is None else (ex.in_shape, (ex.weights, ex.epilogue))
             return compile_dw_pointwise(
                 in_shape, dw.weights, layer.weights, stride=dw.geometry.stride, padding=dw.geometry.padding,
@@ -403,7 +403,7 @@ class ModelBuilder:
             not self.exact_upsample(phase)
             or source is None
             or not _stores_through_view(source, joins=False)
-            or source.pre is not None
+            or source.fused_before is not None
             or source.gate is not None
             or source.gap is not None
             or source.parts
@@ -851,7 +851,14 @@ def _cpu_reasons(nodes: list[Node]) -> list[str]:
 def same_layer(a: AccelLayer, b: AccelLayer) -> bool:
     """Whether two layers compute the same values: the same input, weights, window and epilogue, and neither
     reads a residual or a run-time weight (the phases of a nearest upsampling)."""
-    if (a.x, a.geometry, a.op, a.groups, a.pool, a.pre) != (b.x, b.geometry, b.op, b.groups, b.pool, b.pre):
+    if (a.x, a.geometry, a.op, a.groups, a.pool, a.fused_before) != (
+        b.x,
+        b.geometry,
+        b.op,
+        b.groups,
+        b.pool,
+        b.fused_before,
+    ):
         return False
     if a.residual or b.residual or a.w or b.w or not np.array_equal(a.weights, b.weights):  # parts: of the weights
         return False
@@ -880,8 +887,8 @@ def _stores_through_view(layer: AccelLayer | PoolLayer | None, joins: bool) -> b
 
 
 def _depth(layer: AccelLayer) -> int:
-    """How many layers are fused before ``layer`` (its ``pre`` chain)."""
-    depth, pre = 0, layer.pre
-    while pre is not None:
-        depth, pre = depth + 1, pre.pre
+    """How many layers are fused before ``layer`` (its :attr:`~vdla.model.match.AccelLayer.fused_before` chain)."""
+    depth, before = 0, layer.fused_before
+    while before is not None:
+        depth, before = depth + 1, before.fused_before
     return depth

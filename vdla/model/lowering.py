@@ -94,10 +94,10 @@ def describe_conv(layer: AccelLayer) -> str:
         return "depthwise_conv2d" if layer.groups > 1 else layer.op
     if layer.dw_mode:
         return "depthwise_conv2d" + "+global_avg_pool" * (layer.gap is not None)
-    if layer.pre is not None and layer.pre.dw_mode:
-        return "conv2d+" * (layer.pre.pre is not None) + "depthwise_conv2d+conv2d"
+    if layer.depthwise is not None:
+        return "conv2d+" * (layer.depthwise.expand is not None) + "depthwise_conv2d+conv2d"
     op = "channel_scale+" * (layer.gate is not None) + layer.op + "+max_pool2d" * (layer.pool is not None)
-    return op + "+add" * (layer.pre is not None)
+    return op + "+add" * (layer.source is not None)
 
 
 def describe_alu(layer: PoolLayer) -> str:
@@ -113,15 +113,15 @@ def compile_conv(b: StepBuilder, layer: AccelLayer, dev: Device, addr: dict[str,
         return compile_parts(b, layer, dev, addr)
     if layer.dw_mode:
         return compile_depthwise(b, layer, dev, addr)
-    if layer.pre is not None and layer.pre.dw_mode:
+    if layer.depthwise is not None:
         return compile_dw_pointwise(b, layer, dev, addr)
     compiled = b.compiled(layer)
     insns, code = b.emit(layer, compiled.lowering, compiled.stream, compiled.constants, dev, addr)
-    schedule = "residual add fused, " * (layer.pre is not None) + "channel scale fused, " * (layer.gate is not None)
+    schedule = "residual add fused, " * (layer.source is not None) + "channel scale fused, " * (layer.gate is not None)
     schedule += compiled.schedule.describe()
-    desc = conv_desc(layer.pre or layer, compiled, schedule)
-    if layer.pre is not None:
-        desc["input"] = list(layer.pre.in_shape)
+    desc = conv_desc(layer.source or layer, compiled, schedule)
+    if layer.source is not None:
+        desc["input"] = list(layer.source.in_shape)
     return conv_step(b, layer, insns, code, compiled.spec.macs, desc)
 
 
@@ -202,7 +202,7 @@ def compile_depthwise(b: StepBuilder, layer: AccelLayer, dev: Device, addr: dict
 def compile_dw_pointwise(b: StepBuilder, layer: AccelLayer, dev: Device, addr: dict[str, int]) -> AccelStep:
     """A depthwise layer and the 1x1 convolution reading it, fused (:mod:`vdla.compiler.dw_pointwise`), with the
     1x1 expand layer before them where it is fused too, its schedule timed on the simulator."""
-    expand = layer.pre.pre is not None
+    expand = layer.depthwise.expand is not None
     compiled = b.compiled(layer)
     insns, code = b.emit(layer, compiled.lowering, compiled.stream, compiled.constants, dev, addr)
     sp, pw = compiled.spec, compiled.pw_spec

@@ -52,13 +52,17 @@ class AccelLayer:
     the layer runs as these block-diagonal parts (:mod:`vdla.compiler.blockdiag`), a depthwise one or one whose
     dense weights are block-diagonal, built and checked once, at placement; a depthwise layer without parts
     runs on the GEMM core's depthwise mode (:mod:`vdla.compiler.depthwise`, ``dw_mode``); ``note``: why the
-    layer runs as it does where the step table should say so (a depthwise layer the mode refused); ``pre``: a
-    depthwise layer on the mode fused before this 1x1 convolution (:mod:`vdla.compiler.dw_pointwise`; its own ``pre``:
-    the 1x1 expand convolution fused before it, the whole inverted residual block one step), or a
-    conv2d layer whose tabled output this residual add (an identity convolution, :mod:`vdla.graph.copies`) reads
-    on chip (:attr:`~vdla.compiler.spec.Fusions.post`): its input ``x`` is then the ``pre`` layer's, whose
-    output never reaches DRAM; ``post_res``: that output is the add's residual, and ``residual`` names the add's
-    input instead; ``gate``: squeeze-excite's channel scale of the input fused before this 1x1 convolution
+    layer runs as it does where the step table should say so (a depthwise layer the mode refused);
+    ``depthwise``: a depthwise layer on the mode fused before this 1x1 convolution
+    (:mod:`vdla.compiler.dw_pointwise`), whose ``expand`` may be the 1x1 expand convolution fused before it (the
+    whole inverted residual block one step); ``source``: the conv2d layer whose tabled output this residual add
+    (an identity convolution, :mod:`vdla.graph.copies`) reads on chip (:attr:`~vdla.compiler.spec.Fusions.post`).
+    At most one of ``depthwise``, ``expand`` and ``source`` is set (:attr:`fused_before`). With a ``depthwise``
+    or a ``source``, the layer's input ``x`` is the first fused layer's (a ``depthwise`` with an ``expand``: the
+    expand's), whose outputs never reach DRAM; ``expand`` is set only on the ``depthwise`` of a 1x1 layer, which
+    keeps its own ``x`` (the expand's output); ``post_res``: the
+    ``source``'s output is the add's residual, and ``residual`` names the add's input instead; ``gate``:
+    squeeze-excite's channel scale of the input fused before this 1x1 convolution
     (:attr:`~vdla.compiler.spec.Fusions.gate`): ``x`` is then the scale's input, its gate the scale's
     ``residual``, and the scaled tensor never reaches DRAM; ``gap``: a global average of this depthwise layer's
     output fused into its tiles (:mod:`vdla.compiler.depthwise`), whose result (``gap.out``) is the layer's second
@@ -78,7 +82,9 @@ class AccelLayer:
     groups: int = 1
     parts: tuple[BlockPart, ...] = ()
     note: str = ""
-    pre: AccelLayer | None = None
+    depthwise: AccelLayer | None = None
+    expand: AccelLayer | None = None
+    source: AccelLayer | None = None
     post_res: bool = False
     gate: PoolLayer | None = None
     gap: PoolLayer | None = None
@@ -96,8 +102,14 @@ class AccelLayer:
     def plain(self) -> bool:
         """Whether the layer is a conv2d of one group with constant weights and no parts, fused pool or layer fused
         before it (what each fusion takes, adding its own conditions)."""
-        fused = self.parts or self.w or self.pool or self.pre
+        fused = self.parts or self.w or self.pool or self.fused_before
         return self.op == CONV2D and self.groups == 1 and not fused
+
+    @property
+    def fused_before(self) -> AccelLayer | None:
+        """The layer fused before this one, whose output stays on chip: its ``depthwise``, ``expand`` or
+        ``source`` layer (None where there is none)."""
+        return self.depthwise or self.expand or self.source
 
     @property
     def dw_mode(self) -> bool:
@@ -193,7 +205,7 @@ def pointwise_refusal(dw: AccelLayer, pw: AccelLayer, graph: Graph, cfg: HwConfi
     None: ``dw`` runs on the depthwise mode, ``pw`` is a conv2d with constant weights, no parts and no fused pool,
     the only reader of ``dw``'s output (not a graph output), and
     :class:`~vdla.compiler.dw_pointwise.DwPointwiseLowering` takes the pair on ``cfg``."""
-    if not dw.dw_mode or dw.pre:
+    if not dw.dw_mode or dw.expand:
         return "the depthwise layer runs as block-diagonal parts" if dw.parts else "it is no depthwise layer alone"
     if pw.x != dw.out:
         return f"the layer after it reads {pw.x!r}, not its output"
@@ -211,7 +223,7 @@ def fuse_pointwise(dw: AccelLayer, pw: AccelLayer, graph: Graph, cfg: HwConfig) 
     (:mod:`vdla.compiler.dw_pointwise`), or None where :func:`pointwise_refusal` names why not."""
     if pointwise_refusal(dw, pw, graph, cfg):
         return None
-    return replace(pw, nodes=(*dw.nodes, *pw.nodes), x=dw.x, pre=dw)
+    return replace(pw, nodes=(*dw.nodes, *pw.nodes), x=dw.x, depthwise=dw)
 
 
 def expand_refusal(ex: AccelLayer, pair: AccelLayer, graph: Graph, cfg: HwConfig) -> str | None:
@@ -219,8 +231,8 @@ def expand_refusal(ex: AccelLayer, pair: AccelLayer, graph: Graph, cfg: HwConfig
     input it computes (:func:`fuse_expand`), or None: ``ex`` is a plain conv2d (no parts, pool, residual, run-time
     weights or fusion of its own) whose output only the depthwise layer reads (not a graph output), and
     :class:`~vdla.compiler.dw_pointwise.DwPointwiseLowering` takes the block on ``cfg``."""
-    dw = pair.pre
-    if dw is None or not dw.dw_mode or dw.pre is not None or dw.x != ex.out:
+    dw = pair.depthwise
+    if dw is None or not dw.dw_mode or dw.expand is not None or dw.x != ex.out:
         return "it is no fused depthwise -> 1x1 layer reading the 1x1 layer's output"
     if not ex.plain or ex.residual:
         return "the layer before it is no plain convolution (parts, a pool, a residual, run-time weights or a fusion)"
@@ -238,8 +250,8 @@ def fuse_expand(ex: AccelLayer, pair: AccelLayer, graph: Graph, cfg: HwConfig) -
     :func:`expand_refusal` names why not."""
     if expand_refusal(ex, pair, graph, cfg):
         return None
-    block = replace(pair.pre, nodes=(*ex.nodes, *pair.pre.nodes), pre=ex)
-    return replace(pair, nodes=(*ex.nodes, *pair.nodes), x=ex.x, pre=block)
+    block = replace(pair.depthwise, nodes=(*ex.nodes, *pair.depthwise.nodes), expand=ex)
+    return replace(pair, nodes=(*ex.nodes, *pair.nodes), x=ex.x, depthwise=block)
 
 
 def fuse_gate(scale: PoolLayer, conv: AccelLayer, graph: Graph) -> AccelLayer | None:
@@ -258,7 +270,7 @@ def fuse_gap(dw: AccelLayer, pool: PoolLayer, graph: Graph) -> AccelLayer | None
     """The depthwise layer ``dw`` with the global average ``pool`` of its output fused into its tiles, or None
     where that is not possible: ``dw`` runs alone on the depthwise mode (no fusion of its own) and ``pool`` is a
     global average reading its output. Other readers of the output still read it from DRAM."""
-    if not dw.dw_mode or dw.pre is not None or dw.gap is not None or pool.op != GLOBAL_SUM_POOL or pool.x != dw.out:
+    if not dw.dw_mode or dw.expand is not None or dw.gap is not None or pool.op != GLOBAL_SUM_POOL or pool.x != dw.out:
         return None
     return replace(dw, nodes=(*dw.nodes, *pool.nodes), gap=pool)
 
@@ -285,7 +297,7 @@ def fuse_add(conv: AccelLayer, add: AccelLayer, graph: Graph) -> AccelLayer | No
     or None where that is not possible: ``add`` is a residual add moved onto the accelerator
     (:mod:`vdla.graph.copies`: an identity convolution with a residual), ``conv`` a plain conv2d (no parts,
     depthwise mode, pool, residual or run-time weights) whose output only ``add`` reads (not a graph output)."""
-    if add.op != CONV2D or add.pre or add.pool or add.w or not add.residual:
+    if add.op != CONV2D or add.fused_before or add.pool or add.w or not add.residual:
         return None
     if graph.producers()[add.nodes[0]].attrs.get(COPY) != "add":
         return None
@@ -301,7 +313,7 @@ def fuse_add(conv: AccelLayer, add: AccelLayer, graph: Graph) -> AccelLayer | No
         return None
     other = add.residual if add.x == conv.out else add.x
     nodes = (*conv.nodes, *add.nodes)
-    return replace(add, nodes=nodes, x=conv.x, residual=other, parts=(), pre=conv, post_res=add.x != conv.out)
+    return replace(add, nodes=nodes, x=conv.x, residual=other, parts=(), source=conv, post_res=add.x != conv.out)
 
 
 def fuse_adds(units: list, graph: Graph, pays: Callable[[AccelLayer], bool]) -> list:
