@@ -23,7 +23,11 @@ ABOVE_GRAPH = ("vdla.compiler", "vdla.cpu_fallback", "vdla.runtime", "vdla.model
 MODEL_COMPILER = (
     "vdla.compiler",
     "vdla.frontend",
-    *(f"vdla.model.{m}" for m in ("pipeline", "lower", "lowering", "match", "place")),
+    *(
+        f"vdla.model.{m}"
+        for m in ("pipeline", "lower", "lowering", "match", "place")
+        + ("fusion_choice", "views", "lifetimes", "cpu_regions")
+    ),
 )
 # what runs programs: the chip-design tools never import it (the rtl backend imports them)
 RUNNING = tuple(f"vdla.runtime.{m}" for m in ("rtl", "sim", "pynq_backend", "device", "commands", "backend"))

@@ -229,7 +229,8 @@ def test_loading_and_running_an_artifact_imports_neither_onnx_nor_the_compiler(c
     np.save(tmp_path / "want.npy", Module(artifact).run(x))
     code = f"""
 import importlib.abc, sys
-COMPILER = ("vdla.model.pipeline", "vdla.model.lower", "vdla.model.lowering", "vdla.model.match", "vdla.model.place")
+COMPILER = ("vdla.model.pipeline", "vdla.model.lower", "vdla.model.lowering", "vdla.model.match", "vdla.model.place",
+            "vdla.model.fusion_choice", "vdla.model.views", "vdla.model.lifetimes", "vdla.model.cpu_regions")
 BLOCKED = ("onnx", "onnxruntime", "vdla.compiler", "vdla.frontend", *COMPILER)
 class Block(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):

@@ -144,7 +144,7 @@ def prepare(
 def reference_macs(graph: Graph) -> int:
     """The model's real multiply-accumulates, counted on the reference graph (no padding of any rewrite)."""
     from vdla.graph.ops import infer_types
-    from vdla.model.lower import node_macs
+    from vdla.model.cpu_regions import node_macs
 
     types = infer_types(graph)
     return sum(node_macs(n, types) for n in graph.nodes)

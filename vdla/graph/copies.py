@@ -30,7 +30,7 @@ made only where the data stays on the accelerator (:meth:`_Rewriter.pays`):
   previous one's result as a residual of the same scale.
 
 Every such convolution carries the attribute ``copy`` (what it moves): it counts no multiply-accumulates of the
-network (:func:`vdla.model.lower.node_macs`), though its GEMM cycles are counted like any layer's.
+network (:func:`vdla.model.cpu_regions.node_macs`), though its GEMM cycles are counted like any layer's.
 
 Invariant: the rewritten graph computes every value as before, bit for bit (each rewrite is exact in float:
 products by 1 and sums with 0; the QDQ lowering then rounds as the model does), ``tests/test_copies.py``.
