@@ -18,13 +18,13 @@ import numpy as np
 
 from vdla.compiler import CompileError, compile_conv2d
 from vdla.compiler.blockdiag import region
-from vdla.compiler.epilogue import normalize
+from vdla.compiler.epilogue_passes import normalize
 from vdla.compiler.spec import EpilogueSpec, OutputView
 from vdla.config import HwConfig
 from vdla.graph.copies import COPY
-from vdla.graph.fold import FOLDED, MACS, PHASED
 from vdla.graph.graph import Graph, Node
 from vdla.graph.opnames import CONV2D, DENSE, GLOBAL_AVG_POOL, GLOBAL_SUM_POOL, MAX_POOL2D, MUL
+from vdla.graph.rowpair import MACS, PAIRED, PHASED
 from vdla.graph.types import TensorType
 from vdla.isa import encode_program
 from vdla.model.artifact import AccelStep
@@ -144,16 +144,16 @@ def conv_step(b: StepBuilder, layer: AccelLayer, insns, code, macs: int, desc: d
     values (:data:`~vdla.graph.copies.COPY`) counts no MAC of the network."""
     desc = {"op": describe_conv(layer), "input": list(layer.in_shape), **desc}
     attrs = b.g.producers()[layer.nodes[0]].attrs
-    folded = f"{attrs[FOLDED]} folded: two rows side by side as channels" if FOLDED in attrs else None
+    paired = f"{attrs[PAIRED]} paired: two rows side by side as channels" if PAIRED in attrs else None
     if PHASED in attrs:
-        folded += f"; the {attrs[PHASED]}'s pairs start at row -1"
+        paired += f"; the {attrs[PHASED]}'s pairs start at row -1"
     up = b.upsampling(layer.out)
     also = f"stores its nearest upsampling by {up.step[0]}x{up.step[1]}" if up else None
     read = b.up_reads.get(layer.out)
     if read:
         (fh, fw), value = read[1].factor, read[0]
         read = f"reads the nearest upsampling by {fh}x{fw} of {value!r} in place (no copy stored)"
-    note = "; ".join(n for n in (layer.note, folded, also, read) if n)
+    note = "; ".join(n for n in (layer.note, paired, also, read) if n)
     if note:
         desc["note"] = note
     if attrs.get(COPY):
@@ -267,7 +267,7 @@ def compile_alu(b: StepBuilder, layer: PoolLayer, dev: Device, addr: dict[str, i
 def network_macs(attrs: dict, macs: int) -> int:
     """The multiply-accumulates of the network a convolution node (``attrs``) computes, ``macs`` as its shapes
     count them: none for a 0/1 convolution moving values (:data:`~vdla.graph.copies.COPY`), the count it keeps for
-    one rewritten with zero taps (:data:`vdla.graph.fold.MACS`)."""
+    one rewritten with zero taps (:data:`vdla.graph.rowpair.MACS`)."""
     return 0 if attrs.get(COPY) else int(attrs.get(MACS, macs))
 
 
