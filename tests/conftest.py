@@ -10,8 +10,10 @@ never in the user's ``~/.cache/vdla``.
 from __future__ import annotations
 
 import os
+import zlib
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from vdla.config import load_config
@@ -48,6 +50,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.rtl)
         if _shares_module_fixture(item):
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+
+
+@pytest.fixture(autouse=True)
+def _module_rng_seeded_per_test(request: pytest.FixtureRequest) -> None:
+    """A test module's generator (``RNG`` or ``rng`` at module level) is seeded again for each test from the test's
+    id, so the values a test draws do not depend on which tests ran before it in its process (pytest-xdist deals
+    tests to its workers in any order)."""
+    module = getattr(request, "module", None)
+    for name in ("RNG", "rng"):
+        if isinstance(getattr(module, name, None), np.random.Generator):
+            setattr(module, name, np.random.default_rng(zlib.crc32(request.node.nodeid.encode())))
 
 
 @pytest.fixture(scope="session")

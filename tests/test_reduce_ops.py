@@ -50,6 +50,10 @@ def _same(got: np.ndarray, want: np.ndarray, exact: bool, ulp: int = 4) -> None:
     np.testing.assert_array_max_ulp(got[ok], want[ok], maxulp=ulp)
 
 
+# float32 sums of up to 40 terms added in another order than numpy's (and exp before them): 8 ulp held on one
+# draw of values and 9 to 12 on others; a reordered float32 sum of n terms can be off by up to n - 1 ulp
+FLOAT_SUM_ULP = 16
+
 SHAPES_AXES = [
     ((3, 5, 7), (1,)),
     ((4, 33), (1,)),
@@ -80,7 +84,7 @@ def test_reduce_kernel_equals_its_numpy_semantics_on_every_axis_layout(kind):
                 except UnsupportedError:
                     assert dtype != "float32", (kind, dtype)
                     continue
-                _same(got, want, exact=kind in ("max", "min", "argmax", "argmin"), ulp=8)
+                _same(got, want, exact=kind in ("max", "min", "argmax", "argmin"), ulp=FLOAT_SUM_ULP)
 
 
 @pytest.mark.parametrize("kind", REDUCE_KINDS)
@@ -159,7 +163,7 @@ def test_softmax_family_kernels_on_any_axis(kind):
             if kind == "log_softmax":  # x - max - log(sum): absolute errors of the log's order (cancellation)
                 np.testing.assert_allclose(got, want, rtol=0, atol=4e-6 * float(np.abs(want).max()))
                 continue
-            _same(got, want, exact=kind == "hardmax", ulp=8)
+            _same(got, want, exact=kind == "hardmax", ulp=FLOAT_SUM_ULP)
     x = RNG.standard_normal((4, 6)).astype(np.float64)
     e = np.exp(x - x.max(axis=0))
     np.testing.assert_allclose(oracle.softmax(x.astype(np.float32), 0, "log_softmax"), np.log(e / e.sum(0)), atol=1e-6)
