@@ -115,6 +115,8 @@ def test_llvmlite_emits_objects_for_every_target(name):
     assert (cls, machine) == ELF[name] and data == 1 and kind == ET_REL
 
 
+# zig links each board's libc stubs on first use (tens of seconds a target): make test-all, CI and make test-arm
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["armv7-linux-gnueabihf", "aarch64-linux-gnu"])
 def test_linked_board_code_is_a_shared_object_of_the_board(name):
     spec, _ = _requantize_chain()

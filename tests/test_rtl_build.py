@@ -59,6 +59,7 @@ def test_builds_are_cached_and_keyed_by_the_configuration(rtl_library):
     assert build_dir(cfg, assertions=False) != build_dir(cfg)
 
 
+@pytest.mark.slow  # a second Verilator build of the whole design: make test-all and CI
 def test_speed_flavour_has_no_assertions(rtl_library):
     backend = RtlBackend(load_config(), assertions=False)
     assert not backend.harness.assertions and backend.library != rtl_library
