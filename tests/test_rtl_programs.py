@@ -59,6 +59,7 @@ def test_timeline_matches_the_counters(devices):
     assert any(ls < ge and gs < le for ls, le in loads for gs, ge in gemms)  # overlap in hardware
 
 
+@pytest.mark.slow  # a Verilator build of each preset: make test-all and CI
 @pytest.mark.parametrize("preset", ["block8", "batch2"])
 def test_other_presets(preset):
     """The RTL is generic in the configuration: a different GEMM shape and batch build and agree."""
@@ -72,6 +73,7 @@ def test_other_presets(preset):
         assert run(sim).counters.gemm_iters == run(rtl).counters.gemm_iters
 
 
+@pytest.mark.slow  # the tracing build of the design: make test-all and CI
 def test_waveform_dump(tmp_path):
     path = tmp_path / "run.fst"
     dev = Device("pynq", backend="rtl", wave=path)
