@@ -40,6 +40,14 @@ MODEL, DATA = HERE / "digits.onnx", HERE / "digits_data.npz"
 ACCURACY_MARGIN = 0.01  # issue 11: int8 top-1 within one percentage point of the float model's
 
 
+@pytest.fixture(params=["sim", pytest.param("rtl", marks=pytest.mark.models)])
+def backend(request) -> str:
+    """The held-out split on each backend; the RTL's run of it is of the ``models`` tier (make test-all, CI)."""
+    if request.param == "rtl":
+        request.getfixturevalue("rtl_library")
+    return request.param
+
+
 @pytest.fixture(scope="module")
 def data() -> dict[str, np.ndarray]:
     """The committed split: standardized test images and labels, the calibration subset."""

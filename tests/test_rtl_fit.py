@@ -104,6 +104,7 @@ def test_yosys_faults_are_found_in_its_log():
     assert elaboration_faults("Warning: Replacing memory \\t with list of registers.\n") == []
 
 
+@pytest.mark.slow  # a Yosys elaboration of the whole design: make test-all and CI
 def test_yosys_reads_the_rtl_as_written():
     """Yosys elaborates the whole design without resolving a name as an implicit wire or a select as undefined
     (the fit would otherwise measure another design: the ALU's shift controls once were)."""
