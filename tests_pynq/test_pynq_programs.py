@@ -32,7 +32,7 @@ def layers():
     for name in ("C5", "C11", "C12"):
         case = layer_case(name, specs[name], 0)
         layer = case.compile(cfg, vthreads=2)
-        ref = case.reference(layer.epilogue.bounds)
+        ref = case.oracle(layer.epilogue.bounds)
         out[name] = (layer, case.x, ref)
     return out
 
