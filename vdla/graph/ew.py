@@ -157,10 +157,10 @@ class EwDef:
     * ``streaming``: cheap enough that a chain of such steps runs at memory speed (the CPU kernel then
       aligns its stores, ``vdla.cpu_fallback.kernels``);
     * ``epilogue_step``: it can be an ALU step of an accelerator layer's epilogue (a conv2d/dense layer's,
-      ``vdla.compiler.epilogue.alu_passes``);
+      ``vdla.compiler.epilogue_passes.alu_passes``);
     * ``operand_defaults``: operands its step constructor may leave out, with their value, as (name, value)
       pairs (a graph node gives every operand);
-    * ``api_name``: the name of its step constructor ``ew.<name>`` and CPU function ``ops.<name>``
+    * ``api_name``: the name of its step constructor ``ew.<name>`` and CPU function ``functions.<name>``
       (:attr:`api`) where that is not the operator's own name.
     """
 
