@@ -14,6 +14,7 @@ import pytest
 os.environ["VDLA_PYNQ_SIM"] = "pynq"  # before pynq probes its devices
 os.environ["VDLA_PYNQ_DEVICES"] = "pynq_sim"  # the simulated board: a device plugin of every process started here
 HERE = Path(__file__).parent
+os.environ["VDLA_CACHE_DIR"] = str(HERE.parent / ".vdla_cache")  # the checkout's caches, never ~/.cache/vdla
 sys.path.insert(0, str(HERE))  # the simulated board, pynq_sim
 sys.path.insert(0, str(HERE.parent / "tests"))  # graph builders shared with the main suite
 
