@@ -107,7 +107,7 @@ def test_run_checks_its_inputs():
         layer.run(dev, x[:, :3])
     with pytest.raises(CompileError, match="adds a int8 residual"):
         layer.run(dev, x)
-    with pytest.raises(CompileError, match="compiled for config 'pynq'"):
+    with pytest.raises(CompileError, match="compiled for config 'pynq-z2'"):
         layer.run(Device("block8"), x, residual=np.zeros((1, 8, 8, 8), np.int8))
     plain = compile_conv2d((1, 4, 8, 8), w8(8, 4, 3, 3), padding=1)
     with pytest.raises(CompileError, match="without a residual"):

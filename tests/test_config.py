@@ -7,9 +7,9 @@ from vdla.hw.rtlgen import PACKAGE_PATH, generated_files
 
 
 def test_presets_and_peaks():
-    assert {"pynq", "osdi18"} <= set(preset_names())
+    assert {"pynq-z2", "aup-zu3", "kv260", "zcu104", "osdi18"} <= set(preset_names())
     pynq = load_config()
-    assert pynq.name == "pynq"
+    assert pynq.name == "pynq-z2" and load_config("pynq") == pynq  # the old name is an alias
     assert (pynq.batch, pynq.block_in, pynq.block_out) == (1, 16, 16)
     assert (pynq.inp_buff_bytes, pynq.wgt_buff_bytes, pynq.acc_buff_bytes, pynq.uop_buff_bytes) == (
         32 << 10,

@@ -14,6 +14,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 from test_graph_qdq import S_A, residual_graph  # noqa: E402
 
+from vdla.config import dict_hash, load_config  # noqa: E402
 from vdla.graph.interp import evaluate  # noqa: E402
 from vdla.graph.qdq import lower_qdq  # noqa: E402
 from vdla.model import ArtifactError, ModelInputError, Module, load, load_artifact  # noqa: E402
@@ -66,11 +67,23 @@ def test_artifact_round_trip_and_refusals(compiled, tmp_path):
     module = load(path)
     x = _inputs(3)
     np.testing.assert_array_equal(module.run(x), Module(artifact).run(x))
-    with pytest.raises(ArtifactError, match="compiled for config 'pynq'"):
-        load_artifact(path, config=__import__("vdla.config").config.load_config("osdi18"))
+    with pytest.raises(
+        ArtifactError, match="compiled for config 'pynq-z2'.*runs 'osdi18'.*wgt_buff_bytes 262144 vs 32768"
+    ):
+        load_artifact(path, config=load_config("osdi18"))
     with zipfile.ZipFile(path) as z:
         files = {n: z.read(n) for n in z.namelist()}
     manifest = json.loads(files["manifest.json"])
+    # an artifact from before the board presets: preset 'pynq', no board keys, the whole dict hashed
+    old = {k: v for k, v in manifest["config"].items() if k not in ("part", "boards", "reg_base_addr", "axi_addr_bits")}
+    old["name"] = "pynq"
+    before = tmp_path / "before.vdla"
+    with zipfile.ZipFile(before, "w") as z:
+        for n, data in files.items():
+            m = {**manifest, "config": old, "config_hash": dict_hash(old)}
+            z.writestr(n, json.dumps(m) if n == "manifest.json" else data)
+    assert load_artifact(before, config=load_config("pynq-z2")).config.hash == load_config("pynq").hash
+    np.testing.assert_array_equal(load(before).run(x), Module(artifact).run(x))
     manifest["format_version"] = 99
     bad = tmp_path / "old.vdla"
     with zipfile.ZipFile(bad, "w") as z:

@@ -15,7 +15,7 @@ try:
 except ImportError as e:  # a board installs the runtime alone
     raise SystemExit("error: the vdla command line needs the 'cli' extra: pip install 'vdla[cli]'") from e
 
-from vdla.config import DEFAULT_PRESET, load_config, preset_names
+from vdla.config import ADDRESS_KEYS, DEFAULT_PRESET, UNIT_FLAGS, board_presets, load_config, preset_names
 from vdla.errors import VdlaError
 
 console = Console()
@@ -39,18 +39,98 @@ def _add_config(p: argparse.ArgumentParser) -> None:
 def cmd_info(args: argparse.Namespace) -> int:
     cfg = load_config(args.config)
     if args.json:
-        print(json.dumps({"config": cfg.to_dict(), "derived": cfg.derived()}, indent=2))
+        print(json.dumps({"config": cfg.to_dict(), "derived": cfg.derived(), "part": part_summary(cfg)}, indent=2))
         return 0
     table = Table(title=f"vdla hardware configuration '{cfg.name}'", show_header=False)
     table.add_column(style="bold")
     table.add_column()
     for k, v in cfg.to_dict().items():
         if k != "timing":
-            table.add_row(k, f"{v:#x}" if k == "dram_base_addr" else str(v))
+            table.add_row(k, f"{v:#x}" if k in ADDRESS_KEYS else ", ".join(v) if k == "boards" else str(v))
     for k, v in cfg.derived().items():
         table.add_row(k, str(v), style="cyan")
+    for k, v in part_summary(cfg).items():
+        table.add_row(k, str(v), style="magenta")
     console.print(table)
     console.print("timing: " + ", ".join(f"{k}={v}" for k, v in cfg.to_dict()["timing"].items()))
+    return 0
+
+
+def part_summary(cfg) -> dict:
+    """The part's capacity, the timing-closure budget and the level budget at the config's clock, with the
+    committed fit's figures where the checkout has one (``benchmarks/fit/NAME.json``)."""
+    from vdla.hw.fit import committed_fit
+
+    part = cfg.part_spec
+    out = {
+        "part family": f"{part.package} ({part.family}, {part.dsp_name})",
+        "capacity": ", ".join(f"{r} {n:,}" for r, n in part.capacity.items()),
+        "budget (failfast)": ", ".join(f"{r} {n:,}" for r, n in part.limits().items() if part.capacity[r]),
+        "LUT levels at the clock": part.level_budget(cfg.clock_mhz),
+    }
+    fit = committed_fit(cfg.name)
+    if fit is not None:
+        out["fit (Yosys)"] = (
+            ", ".join(
+                f"{r} {v['used']:,.0f} ({v['share']:.0%})"
+                for r, v in fit["budget"]["resources"].items()
+                if v["capacity"]
+            )
+            + f"; {fit['logic_levels']['levels']} levels; {'within' if fit['budget']['within'] else 'OVER'} budget"
+        )
+    return out
+
+
+def cmd_boards(args: argparse.Namespace) -> int:
+    from vdla.hw.fit import committed_fit
+
+    rows = []
+    for cfg in board_presets():
+        fit = committed_fit(cfg.name)
+        budget = fit["budget"] if fit else None
+        rows.append(
+            {
+                "preset": cfg.name,
+                "boards": list(cfg.boards),
+                "part": cfg.part,
+                "clock_mhz": cfg.clock_mhz,
+                "gemm": f"{cfg.batch}x{cfg.block_in}x{cfg.block_out}",
+                "bus_bits": cfg.bus_width_bits,
+                "peak_gops": round(cfg.peak_gops, 1),
+                "units": [u for u in UNIT_FLAGS if getattr(cfg, u)],
+                "fit": None
+                if budget is None
+                else {r: round(v["share"], 4) for r, v in budget["resources"].items() if v["capacity"]}
+                | {"within": budget["within"], "levels": fit["logic_levels"]["levels"]},
+                "level_budget": cfg.part_spec.level_budget(cfg.clock_mhz),
+            }
+        )
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    t = Table(title="board presets (vdla info --config NAME for one)")
+    for col in ("preset", "boards", "part", "MHz", "GEMM", "bus", "GOPS", "LUT", "DSP", "BRAM", "levels"):
+        t.add_column(col, justify="left" if col in ("preset", "boards", "part") else "right", overflow="fold")
+    for r in rows:
+        fit = r["fit"] or {}
+        share = [f"{fit[k]:.0%}" if k in fit else "-" for k in ("LUT", "DSP", "BRAM36")]
+        levels = f"{fit['levels']}/{r['level_budget']}" if fit else f"-/{r['level_budget']}"
+        t.add_row(
+            r["preset"],
+            ", ".join(r["boards"]),
+            r["part"],
+            f"{r['clock_mhz']:.4g}",
+            r["gemm"].removeprefix("1x"),
+            f"{r['bus_bits']}",
+            f"{r['peak_gops']:g}",
+            *share,
+            levels,
+        )
+    t.caption = (
+        "bus: AXI data bits; GOPS: peak; LUT, DSP, BRAM (36 Kb): the committed Yosys fit's share of the part "
+        "(budget 70/80/80%); levels: deepest path / budget at the clock"
+    )
+    console.print(t)
     return 0
 
 
@@ -221,6 +301,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config(p)
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_info)
+
+    p = sub.add_parser("boards", help="list the board presets: part, clock, peak GOPS and their committed fits")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_boards)
 
     p = sub.add_parser("asm", help="assemble a text program into machine code")
     p.add_argument("source")

@@ -16,10 +16,24 @@ from pathlib import Path
 from typing import ClassVar
 
 from vdla.errors import VdlaError
+from vdla.parts import PartError, get_part
 
-DEFAULT_PRESET = "pynq"
+DEFAULT_PRESET = "pynq-z2"
+PRESET_ALIASES = {"pynq": "pynq-z2"}  # old preset names: artifacts and commands that use them keep working
 LUT_ENTRIES = 256  # the activation table: one int8 output per int8 input (EPI lut, LOAD LUT)
-OPTIONAL_KEYS = ("description", "depthwise_mode", "out_multiplier")  # keys a preset may leave out (their defaults)
+# keys a preset may leave out: their defaults (the board keys default to the PYNQ-Z1/Z2's xc7z020)
+OPTIONAL_KEYS = (
+    "description",
+    "depthwise_mode",
+    "out_multiplier",
+    "part",
+    "boards",
+    "reg_base_addr",
+    "axi_addr_bits",
+)
+UNIT_FLAGS = ("depthwise_mode", "out_multiplier")  # the optional units a build may leave out
+ADDRESS_KEYS = ("reg_base_addr", "dram_base_addr", "dram_bytes")  # integers a preset may write as hex strings
+NOT_HASHED = ("description", "boards")  # keys that do not change what a bitstream computes or how it is driven
 DW_MAX_K = 5  # the depthwise mode's window: DW_MAX_K rows (kernel rows) of DW_MAX_K INP elements (EPI dw)
 
 
@@ -75,11 +89,18 @@ class HwConfig:
     dram_bytes: int
     dram_base_addr: int
     description: str = ""
+    # the board: its part (vdla.parts.PARTS), the boards that carry it, the accelerator's register base on the
+    # PS's general-purpose master port, and the address bits of its AXI master ports (the PS's HP ports')
+    part: str = "xc7z020"
+    boards: tuple[str, ...] = ()
+    reg_base_addr: int = 0x43C0_0000
+    axi_addr_bits: int = 32
     depthwise_mode: bool = True  # the GEMM core's depthwise mode (EPI dw), where batch and blocks allow it
     out_multiplier: bool = True  # the per-channel multiplier in the OUT mirror's path (EPI mul)
     timing: Timing = field(default_factory=Timing)
 
     def __post_init__(self) -> None:
+        self._check_types()
         for f in (
             "batch",
             "block_in",
@@ -116,8 +137,60 @@ class HwConfig:
                 f"config {self.name!r}: an OUT element of {self.out_elem_bytes} bytes exceeds the activation "
                 f"table's {LUT_ENTRIES} entries (batch x block_out at most {LUT_ENTRIES})"
             )
-        if self.dram_base_addr % 4096 or self.dram_base_addr + self.dram_bytes > 1 << 40:
-            raise ConfigError(f"config {self.name!r}: dram_base_addr must be 4 KiB aligned and in range")
+        self._check_board()
+
+    def _check_types(self) -> None:
+        """Every field has its declared type (a bool is not an int; an int clock is a float), naming the field."""
+        for f in fields(self):
+            v, t = getattr(self, f.name), f.type
+            ok = {
+                "str": isinstance(v, str),
+                "int": type(v) is int,
+                "bool": type(v) is bool,
+                "float": type(v) in (int, float) and math.isfinite(v),
+                "tuple[str, ...]": isinstance(v, tuple) and all(isinstance(b, str) for b in v),
+                "Timing": isinstance(v, Timing),
+            }[t]
+            if not ok:
+                raise ConfigError(f"config {self.name!r}: {f.name} must be {_TYPE_WORDS[t]}, got {v!r}")
+        for f in fields(Timing):
+            v = getattr(self.timing, f.name)
+            if type(v) is not int or v < 0:
+                raise ConfigError(f"config {self.name!r}: timing.{f.name} must be a non-negative integer, got {v!r}")
+
+    def _check_board(self) -> None:
+        """The board fields: a known part, a clock, address ranges and a bus the part's ports have."""
+        where = f"config {self.name!r}"
+        try:
+            part = get_part(self.part)
+        except PartError as e:
+            raise ConfigError(f"{where}: part: {e}") from None
+        if not 1 <= self.clock_mhz <= 1000:
+            raise ConfigError(f"{where}: clock_mhz must be between 1 and 1000 MHz, got {self.clock_mhz}")
+        if not 32 <= self.axi_addr_bits <= part.addr_bits:
+            raise ConfigError(
+                f"{where}: axi_addr_bits must be between 32 and the {self.part}'s {part.addr_bits}, "
+                f"got {self.axi_addr_bits}"
+            )
+        top = 1 << self.axi_addr_bits
+        if self.dram_base_addr % 4096 or self.dram_base_addr + self.dram_bytes > top:
+            raise ConfigError(
+                f"{where}: the DRAM window {self.dram_base_addr:#x} + {self.dram_bytes:#x} must be 4 KiB aligned "
+                f"and below 2**{self.axi_addr_bits} (axi_addr_bits)"
+            )
+        if self.reg_base_addr % 4096 or not 0 <= self.reg_base_addr < 1 << part.addr_bits:
+            raise ConfigError(
+                f"{where}: reg_base_addr {self.reg_base_addr:#x} must be 4 KiB aligned and below "
+                f"2**{part.addr_bits} (the {self.part}'s address space)"
+            )
+        if self.bus_width_bits > part.hp_width_bits:
+            raise ConfigError(
+                f"{where}: bus_width_bits {self.bus_width_bits} is wider than the {self.part}'s "
+                f"{part.hp_width_bits}-bit HP ports"
+            )
+        over = self.capacity_overruns()
+        if over:
+            raise ConfigError(f"{where}: does not fit the {self.part}: {'; '.join(over)}")
 
     # ---- element sizes (bytes) of each memory type ------------------------------------------
     @property
@@ -230,14 +303,52 @@ class HwConfig:
 
     @cached_property
     def hash(self) -> int:
-        """32-bit hash of every parameter: identifies a bitstream built for this configuration."""
-        blob = json.dumps(self.to_dict(), sort_keys=True).encode()
-        return int.from_bytes(hashlib.sha256(blob).digest()[:4], "little")
+        """32-bit hash of every parameter but :data:`NOT_HASHED`: identifies a bitstream built for this
+        configuration (and the programs compiled for it)."""
+        d = self.to_dict()
+        return dict_hash({k: v for k, v in d.items() if k not in NOT_HASHED})
+
+    @property
+    def part_spec(self):
+        """The :class:`vdla.parts.Part` this config builds for."""
+        return get_part(self.part)
 
     def to_dict(self) -> dict:
         d = {f.name: getattr(self, f.name) for f in fields(self) if f.init}
+        d["boards"] = list(self.boards)
         d["timing"] = asdict(self.timing)
         return d
+
+    # ---- hard blocks the build needs (an estimate; `vdla fit` measures) ----------------------
+    def buffers(self) -> dict[str, tuple[int, int]]:
+        """The on-chip memories the RTL builds: name -> (width bits, depth). OUT has a second copy (the GEMM's
+        source-from-OUT read port) where block_in == block_out; the UOP buffer is one bank per micro-op of a
+        bus beat."""
+        banks = max(1, self.bus_bytes // self.uop_elem_bytes)
+        out = {
+            "inp": (self.inp_elem_bytes * 8, self.inp_depth),
+            "wgt": (self.wgt_elem_bytes * 8, self.wgt_depth),
+            "acc": (self.acc_elem_bytes * 8, self.acc_depth),
+            "out": (self.out_elem_bytes * 8, self.acc_depth),
+            "uop": (banks * 32, self.uop_depth // banks),
+        }
+        if self.src_out_refusal() is None:
+            out["out_src"] = out["out"]
+        return out
+
+    def hard_block_estimate(self) -> dict[str, int]:
+        """DSP and BRAM36 the build needs, estimated from its parameters as Yosys maps the RTL: two int8 products
+        per DSP in the GEMM core, four DSPs per ALU lane's 32-bit multiply, a dozen elsewhere; each buffer in
+        BRAM36 (32 Kbit of data, 1 to 64 bits wide) or, for a memory shallower than 64 words, LUT RAM.
+        ``tests/test_boards.py`` holds it to each committed fit."""
+        bram = sum(_bram36(w, d) for w, d in self.buffers().values())
+        dsp = self.macs_per_cycle // 2 + 4 * self.batch * self.block_out + 13
+        return {"DSP": dsp, "BRAM36": bram}
+
+    def capacity_overruns(self) -> list[str]:
+        """What this config needs beyond its part's capacity (:meth:`hard_block_estimate`), one phrase each."""
+        cap = get_part(self.part).capacity
+        return [f"{r} needs about {n:,} of {cap[r]:,}" for r, n in self.hard_block_estimate().items() if n > cap[r]]
 
     def derived(self) -> dict:
         """Derived values, for `vdla info` and the docs."""
@@ -267,12 +378,55 @@ class HwConfig:
         return replace(self, timing=replace(self.timing, **changes))
 
 
+_TYPE_WORDS = {
+    "str": "a string",
+    "int": "an integer",
+    "bool": "true or false",
+    "float": "a number",
+    "tuple[str, ...]": "a list of strings",
+    "Timing": "an object of timing parameters",
+}
+
+
 def _log2(n: int) -> int:
     return max(1, math.ceil(math.log2(n)))
 
 
+def _bram36(width: int, depth: int) -> int:
+    """BRAM36 for a ``width`` x ``depth`` memory: the fewest of the block's aspect ratios (32K x 1 ... 512 x 64
+    data bits), 0 for a memory shallower than 64 words (LUT RAM)."""
+    if depth < 64:
+        return 0
+    return min(-(-width // w) * -(-depth // (32768 // w)) for w in (1, 2, 4, 8, 16, 32, 64))
+
+
+def dict_hash(d: dict) -> int:
+    """32-bit hash of a JSON-able dict (sorted keys): a config's :attr:`HwConfig.hash`."""
+    blob = json.dumps(d, sort_keys=True).encode()
+    return int.from_bytes(hashlib.sha256(blob).digest()[:4], "little")
+
+
+def config_mismatch(compiled: HwConfig, device: HwConfig) -> str:
+    """Why code compiled for ``compiled`` cannot run on ``device``: both names and hashes, and the hashed fields
+    that differ (a few of them)."""
+    a, b = compiled.to_dict(), device.to_dict()
+    diff = [f"{k} {a[k]!r} vs {b[k]!r}" for k in a if k not in NOT_HASHED + ("name",) and a[k] != b.get(k)]
+    more = f" (differing: {'; '.join(diff[:4])}{'; ...' if len(diff) > 4 else ''})" if diff else ""
+    return (
+        f"compiled for config {compiled.name!r} (hash {compiled.hash:#010x}), the device runs {device.name!r} "
+        f"(hash {device.hash:#010x}){more}: compile for {device.name!r} or run on a {compiled.name!r} device"
+    )
+
+
 def preset_names() -> list[str]:
+    """The presets shipped in ``vdla/presets`` (aliases not included: :data:`PRESET_ALIASES`)."""
     return sorted(p.name[:-5] for p in resources.files("vdla.presets").iterdir() if p.name.endswith(".json"))
+
+
+def board_presets() -> list[HwConfig]:
+    """The presets that name boards (``vdla boards``), largest part last."""
+    cfgs = [load_config(n) for n in preset_names()]
+    return sorted((c for c in cfgs if c.boards), key=lambda c: (c.part_spec.capacity["LUT"], c.name))
 
 
 def from_dict(d: dict) -> HwConfig:
@@ -287,8 +441,25 @@ def from_dict(d: dict) -> HwConfig:
     if missing:
         raise ConfigError(f"missing config keys: {sorted(missing)}")
     tknown = {f.name for f in fields(Timing)}
+    if not isinstance(timing, dict):
+        raise ConfigError(f"config {d.get('name')!r}: timing must be an object of timing parameters, got {timing!r}")
     if set(timing) - tknown:
         raise ConfigError(f"unknown timing keys: {sorted(set(timing) - tknown)}")
+    d["name"] = PRESET_ALIASES.get(d["name"], d["name"])
+    for k in ADDRESS_KEYS:  # addresses may be written in hex: "0x43c00000"
+        if isinstance(d.get(k), str):
+            try:
+                d[k] = int(d[k], 0)
+            except ValueError:
+                raise ConfigError(f"config {d['name']!r}: {k} must be an integer, got {d[k]!r}") from None
+    if "boards" in d:
+        b = d["boards"]
+        d["boards"] = tuple(b) if isinstance(b, list) else b
+    if "axi_addr_bits" not in d and isinstance(d.get("part"), str):
+        try:
+            d["axi_addr_bits"] = get_part(d["part"]).addr_bits
+        except PartError:
+            pass  # HwConfig names the unknown part
     return HwConfig(**d, timing=Timing(**timing))
 
 
@@ -297,12 +468,14 @@ def load_config(name_or_path: str | Path | HwConfig | None = None) -> HwConfig:
     if isinstance(name_or_path, HwConfig):
         return name_or_path
     name = str(name_or_path or DEFAULT_PRESET)
+    name = PRESET_ALIASES.get(name, name)
     if name in preset_names():
         text = resources.files("vdla.presets").joinpath(f"{name}.json").read_text()
     elif Path(name).is_file():
         text = Path(name).read_text()
     else:
-        raise ConfigError(f"no preset or file named {name!r}; presets: {', '.join(preset_names())}")
+        aliases = ", ".join(f"{a} (= {n})" for a, n in PRESET_ALIASES.items())
+        raise ConfigError(f"no preset or file named {name!r}; presets: {', '.join(preset_names())}; aliases: {aliases}")
     try:
         return from_dict(json.loads(text))
     except json.JSONDecodeError as e:

@@ -27,7 +27,7 @@ module vdla_regfile #(
   input  logic                    rready_i,
   // control
   output logic                    start_o,      // pulse
-  output logic [63:0]             insn_addr_o,
+  output logic [vdla_pkg::AXI_ADDR_W-1:0] insn_addr_o,  // the instruction address's low AXI_ADDR_W bits
   output logic [31:0]             insn_count_o,
   output logic                    irq_o,
   // status
@@ -97,7 +97,7 @@ module vdla_regfile #(
     end
   end
 
-  assign insn_addr_o  = insn_addr_q;
+  assign insn_addr_o  = insn_addr_q[vdla_pkg::AXI_ADDR_W-1:0];
   assign insn_count_o = insn_count_q;
   assign irq_o        = irq_pending_q && irq_en_q;
 

@@ -78,7 +78,7 @@ module vdla_top #(
   vdla_pkg::err_code_e err_code_q;
   logic [1:0]  err_unit_q;
   logic [31:0] err_insn_q;
-  logic [63:0] insn_addr;
+  logic [ADDR_W-1:0] insn_addr;
   logic [31:0] insn_count;
   logic        halt;
   logic [QUIET_W-1:0] quiet_q;  // consecutive quiet cycles, up to the deadlock window

@@ -16,6 +16,7 @@ proxy counts them (and as routing makes them on the part), for a few percent mor
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -163,6 +164,16 @@ def run_fit(config: str = DEFAULT_PRESET, workdir: str | Path | None = None, top
         "logic_levels": path.to_dict(),
         "cells": dict(sorted(cells.items())),
     }
+
+
+FIT_DIR = Path(__file__).resolve().parents[2] / "benchmarks" / "fit"  # the committed fits, one per board preset
+
+
+def committed_fit(name: str) -> dict | None:
+    """The committed fit of preset ``name`` (``benchmarks/fit/NAME.json``), or None where the checkout has none
+    (an installed vdla has no benchmarks/)."""
+    path = FIT_DIR / f"{name}.json"
+    return json.loads(path.read_text()) if path.is_file() else None
 
 
 def fit_table(report: dict) -> str:

@@ -44,16 +44,17 @@ PACKAGE_PATH = RTL_DIR / PACKAGE_NAME
 REGS_DOC_PATH = REPO / "docs" / "registers.md"
 REGENERATE = "vdla gen-rtl"
 
-# Constants of the RTL itself (not of a configuration): the AXI address and ID widths.
-AXI_ADDR_W = 64
+# Constants of the RTL itself (not of a configuration): the AXI ID width. (The address width is the config's
+# axi_addr_bits: the PS's HP ports'.)
 AXI_ID_W = 2
 
 # The AXI4 read channel between a requester and the read arbiter (vdla_axi_rd_arb), as two packed structs
 # (pulp axi_pkg's req_t/resp_t split): the members of each, MSB first, as (name, bits, comment); bits None is
-# the configuration's bus width. axi_rd_structs() gives them for a bus, packed_layout() their bit positions.
+# the configuration's bus width, "addr" its address width. axi_rd_structs() gives them for a bus,
+# packed_layout() their bit positions.
 _AXI_RD_REQ = (
     ("ar_valid", 1, "AR: a burst is requested"),
-    ("ar_addr", AXI_ADDR_W, "its byte address (AXI_ADDR_W bits)"),
+    ("ar_addr", "addr", "its byte address (AXI_ADDR_W bits)"),
     ("ar_len", 8, "its beats - 1"),
 )
 _AXI_RD_RSP = (
@@ -298,11 +299,12 @@ def _field_type(name: str, width: int) -> str:
     return "logic" if width == 1 else f"logic [{width - 1}:0]"
 
 
-def axi_rd_structs(bus_bits: int) -> dict[str, tuple[tuple[str, int, str], ...]]:
-    """The AXI4 read channel's structs for a bus of ``bus_bits``: ``axi_rd_req_t`` and ``axi_rd_rsp_t``, each
-    one's members MSB first as (name, bits, comment)."""
+def axi_rd_structs(bus_bits: int, addr_bits: int) -> dict[str, tuple[tuple[str, int, str], ...]]:
+    """The AXI4 read channel's structs for a bus of ``bus_bits`` data and ``addr_bits`` address bits:
+    ``axi_rd_req_t`` and ``axi_rd_rsp_t``, each one's members MSB first as (name, bits, comment)."""
+    width = {None: bus_bits, "addr": addr_bits}
     return {
-        name: tuple((n, bus_bits if bits is None else bits, c) for n, bits, c in members)
+        name: tuple((n, width.get(bits, bits), c) for n, bits, c in members)
         for name, members in (("axi_rd_req_t", _AXI_RD_REQ), ("axi_rd_rsp_t", _AXI_RD_RSP))
     }
 
@@ -332,7 +334,7 @@ def _axi_rd(cfg: HwConfig) -> list[str]:
     """The AXI4 read channel's structs and their widths (the arbiter's requesters travel as flat vectors)."""
     out = ["", *_AXI_RD_DOC.splitlines()]
     widths = []
-    for name, members in axi_rd_structs(cfg.bus_width_bits).items():
+    for name, members in axi_rd_structs(cfg.bus_width_bits, cfg.axi_addr_bits).items():
         out += _typedef(name, [(_field_type("", bits), n, c) for n, bits, c in members], [])
         widths.append(("int", f"{name.removesuffix('_t').upper()}_W", sum(b for _, b, _ in members), f"$bits({name})"))
     return out + _params(widths)
@@ -429,7 +431,7 @@ def package_source(cfg: HwConfig) -> str:
     lines += _config_params(cfg)
     lines += _section("RTL constants and internal types") + _params(
         [
-            ("int", "AXI_ADDR_W", AXI_ADDR_W, "AXI4 address bits"),
+            ("int", "AXI_ADDR_W", cfg.axi_addr_bits, "AXI4 address bits: the config's axi_addr_bits"),
             ("int", "AXI_ID_W", AXI_ID_W, "AXI4 ID bits (read requesters: load, compute, fetch)"),
         ]
     )

@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from vdla._version import __version__
-from vdla.config import HwConfig, from_dict
+from vdla.config import HwConfig, config_mismatch, dict_hash, from_dict
 from vdla.cpu_fallback.native import TARGETS, NativeLibrary
 from vdla.errors import VdlaError
 from vdla.graph.graph import Graph
@@ -237,15 +237,13 @@ def load_artifact(path: str | Path, config: HwConfig | None = None) -> Artifact:
             f"({__version__}) reads {FORMAT!r} version {FORMAT_VERSION}: compile the model again"
         )
     cfg = from_dict(manifest["config"])
-    if cfg.hash != manifest["config_hash"]:
+    # an artifact written before the board presets hashed its config dict whole, as stored (dict_hash)
+    if manifest["config_hash"] not in (cfg.hash, dict_hash(manifest["config"])):
         raise ArtifactError(
             f"{path}: the stored config hashes to {cfg.hash:#010x}, not {manifest['config_hash']:#010x}"
         )
     if config is not None and config.hash != cfg.hash:
-        raise ArtifactError(
-            f"{path}: compiled for config {cfg.name!r} (hash {cfg.hash:#010x}), the device is {config.name!r} "
-            f"(hash {config.hash:#010x})"
-        )
+        raise ArtifactError(f"{path}: {config_mismatch(cfg, config)}")
     if image.size != manifest["image_bytes"]:
         raise ArtifactError(
             f"{path}: the DRAM image has {image.size} bytes, the manifest says {manifest['image_bytes']}"

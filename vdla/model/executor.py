@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from vdla.config import config_mismatch
 from vdla.cpu_fallback.native import NativeCodeError, machine, target_for_machine
 from vdla.cpu_fallback.stacking import compile_graph
 from vdla.errors import VdlaError
@@ -229,10 +230,7 @@ class Module:
         self.device = device or Device(artifact.config, backend, **options)
         cfg = self.device.cfg
         if cfg.hash != artifact.config.hash:
-            raise VdlaError(
-                f"the model was compiled for config {artifact.config.name!r} (hash {artifact.config.hash:#010x}), "
-                f"the device runs {cfg.name!r} (hash {cfg.hash:#010x})"
-            )
+            raise VdlaError(f"the model: {config_mismatch(artifact.config, cfg)}")
         self._image = self.device.dram.reserve(cfg.dram_base_addr, max(artifact.image.size, 1))
         self._image.write(artifact.image)
         self._warned: set[str] = set()

@@ -12,6 +12,7 @@ from axi_mem import BUS, AxiMemory
 from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, FallingEdge, ReadOnly
 
+from vdla.config import load_config
 from vdla.hw.rtlgen import axi_rd_structs, packed_layout
 from vdla.isa import MemInsn, encode
 
@@ -97,7 +98,7 @@ def expected(mem, eb, sram_base, dram_base, y, x, stride, pads):
 @cocotb.test()
 async def padded_strided_tiles(dut):
     cocotb.start_soon(Clock(dut.clk_i, 10, unit="ns").start())
-    structs = axi_rd_structs(BUS * 8)
+    structs = axi_rd_structs(BUS * 8, load_config().axi_addr_bits)  # the checked-in package's preset
     req = StructPort(dut.axi_rd_req_o, structs["axi_rd_req_t"])
     rsp = StructPort(dut.axi_rd_rsp_i, structs["axi_rd_rsp_t"])
     dut.halt_i.value = dut.start_i.value = 0
