@@ -33,7 +33,7 @@ CONFIRM_INSNS = 4000  # as long as their programs total this many instructions (
 HALVED = 24  # the candidates of the lowest bounds also run with half their rows (tiling.half_rows)
 SLACK = 0.005  # skip candidates whose lower bound is within this fraction of the second-best estimate
 TIE = 0.01  # among confirmed schedules this close to the fastest, take the shortest compute span (then the fewest
-# DRAM bytes): a model's layers run joined (vdla.compiler.chain), each one's fill and drain under its neighbours'
+# DRAM bytes): a model's layers run joined (vdla.compiler.stream), each one's fill and drain under its neighbours'
 
 
 @dataclass

@@ -217,7 +217,7 @@ def run_e2e(
 ) -> E2EResult:
     """One inference of ``prep`` on ``backend`` (``sim``, ``rtl``), checked against the CPU reference.
 
-    With ``overlap`` the accelerator layers run as joined streams (:mod:`vdla.compiler.chain`), else one at a
+    With ``overlap`` the accelerator layers run as joined streams (:mod:`vdla.compiler.stream`), else one at a
     time; on the simulator an overlapped run is followed by one without, for the ``separate`` figures. With
     ``timeline`` (default: on the simulator, where it costs nothing; joined streams always record one) each
     accelerator step's fill and drain cycles are measured."""

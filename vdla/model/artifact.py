@@ -98,7 +98,7 @@ Step = AccelStep | CpuStep
 @dataclass
 class AccelChain:
     """Steps ``first .. first + count - 1`` (all accelerator steps) joined into one instruction stream at
-    ``insn_addr`` (:func:`vdla.compiler.chain.join_programs`): each layer's fill and drain overlap its
+    ``insn_addr`` (:func:`vdla.compiler.stream.join_programs`): each layer's fill and drain overlap its
     neighbours'. ``starts[k]`` is the index of layer ``k``'s first instruction in the stream. Each step keeps
     its own stream too, to run the layers one at a time."""
 

@@ -14,7 +14,6 @@ from collections.abc import Callable
 import numpy as np
 
 from vdla.compiler import CompileError, ScheduleCache, compile_conv2d
-from vdla.compiler.chain import join_programs, weight_relocator
 from vdla.compiler.channel_scale import compile_channel_scale
 from vdla.compiler.conv_lowering import GATE
 from vdla.compiler.depthwise import compile_depthwise
@@ -22,6 +21,7 @@ from vdla.compiler.dw_pointwise import compile_dw_pointwise
 from vdla.compiler.pool import compile_pool
 from vdla.compiler.search import emit_program
 from vdla.compiler.spec import ChannelScaleSpec, Fusions, InputUpsample, OutputView
+from vdla.compiler.stream import join_programs, weight_relocator
 from vdla.config import HwConfig
 from vdla.graph.graph import Graph
 from vdla.graph.layout import blocked_shape

@@ -26,7 +26,7 @@ tail begins). Later loads pop every cross-layer token first, so they do not take
 prologue. Where a tail GEMM's reads cannot be told (the depthwise mode, reads from OUT), one free token after
 the last GEMM guards every INP row and ``k``'s WGT rows.
 
-**Micro-ops ahead.** On request (a model's chain of steps), each layer after the first loads its micro-ops on
+**Micro-ops ahead.** On request (a model's joined steps), each layer after the first loads its micro-ops on
 the load stage (LOAD UOP_PRE, ahead of its first load) instead of in its compute-stage prologue, where that is
 safe (:func:`hoist_uop_loads`): its micro-ops then load while the previous layer computes. Its kernels move in
 the micro-op buffer clear of the previous layer's.
@@ -68,7 +68,7 @@ FREE = READY = Queue.C2L  # the two cross-layer tokens travel on the compute -> 
 
 
 @dataclass(frozen=True)
-class Chain:
+class LayerStream:
     """A joined stream: ``insns`` and, per layer, the index of its first instruction (``starts``)."""
 
     insns: list[Insn]
@@ -401,7 +401,7 @@ def join_programs(
     cfg: HwConfig | None = None,
     read_uops: ReadUops | None = None,
     hoist_uops: bool = False,
-) -> Chain:
+) -> LayerStream:
     """One stream running ``programs`` (finished layer programs, in order) with their fills and drains
     overlapped; the inputs are not modified.
 
@@ -441,8 +441,8 @@ def join_programs(
         prev, finish = body, prog[-1]
     out.append(finish)
     if cfg is not None and hoist_uops:
-        return hoist_uop_loads(Chain(out, tuple(starts)), cfg)
-    return Chain(out, tuple(starts))
+        return hoist_uop_loads(LayerStream(out, tuple(starts)), cfg)
+    return LayerStream(out, tuple(starts))
 
 
 def _is_uop_load(insn: Insn) -> bool:
@@ -527,18 +527,18 @@ def _hoist_is_safe(done: _Tally, seg: list[Insn], at: int, rows: tuple[int, int]
     return done.l2c_pops + _count(seg[: reader + 1], Queue.L2C, push=False) > pushed
 
 
-def hoist_uop_loads(chain: Chain, cfg: HwConfig) -> Chain:
-    """``chain`` with each later layer's prologue LOAD UOPs turned into LOAD UOP_PRE on the load stage, placed
+def hoist_uop_loads(stream: LayerStream, cfg: HwConfig) -> LayerStream:
+    """``stream`` with each later layer's prologue LOAD UOPs turned into LOAD UOP_PRE on the load stage, placed
     before the layer's first load, its micro-op rows shifted clear of the previous layer's; a layer stays as it
     was where its loads are not all flagless prologue loads, no shift fits, or the tokens would not order the
     load after the last earlier user of its rows and before its own first GEMM or ALU (:func:`_hoist_is_safe`)."""
-    bounds = [*chain.starts, len(chain.insns)]
+    bounds = [*stream.starts, len(stream.insns)]
     out: list[Insn] = []
     starts: list[int] = []
     tally = _Tally(cfg.uop_depth)
     prev: tuple[int, int] | None = None
-    for j in range(len(chain.starts)):
-        seg = chain.insns[bounds[j] : bounds[j + 1]]
+    for j in range(len(stream.starts)):
+        seg = stream.insns[bounds[j] : bounds[j + 1]]
         loads = _prologue_uop_loads(seg)
         first_load = next((i for i, s in enumerate(seg) if s.stage == Stage.LOAD), None)
         rows = _rows_used(seg, prev)
@@ -551,7 +551,7 @@ def hoist_uop_loads(chain: Chain, cfg: HwConfig) -> Chain:
         out += seg
         tally.add(seg)
         prev = rows
-    return Chain(out, tuple(starts))
+    return LayerStream(out, tuple(starts))
 
 
 def _moved(seg: list[Insn], loads: list[int], first_load: int, off: int) -> tuple[list[Insn], int]:

@@ -1,4 +1,4 @@
-"""Layers overlapped: consecutive accelerator steps joined into one stream (vdla.compiler.chain), checked
+"""Layers overlapped: consecutive accelerator steps joined into one stream (vdla.compiler.stream), checked
 against the same model run one layer at a time and against the CPU reference, on sim and rtl."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from qdq_check import qdq_conv  # noqa: E402
 from test_graph_qdq import S_A, residual_graph  # noqa: E402
 
-import vdla.compiler.chain as chain_mod  # noqa: E402
-from vdla.compiler.chain import join_programs, weight_offset, wgt_rows  # noqa: E402
+import vdla.compiler.stream as stream_mod  # noqa: E402
+from vdla.compiler.stream import join_programs, weight_offset, wgt_rows  # noqa: E402
 from vdla.config import load_config  # noqa: E402
 from vdla.graph import Graph, Node, TensorType  # noqa: E402
 from vdla.graph.interp import evaluate  # noqa: E402
@@ -92,13 +92,13 @@ def test_joined_run_is_bit_exact_and_its_cycles_split_per_layer(artifact, backen
 
 def _ready_after_the_last_load(monkeypatch):
     """Joined without early links, the ready token popped only after the layer's last load."""
-    monkeypatch.setattr(chain_mod, "_ready_at", lambda loads: len(loads))
+    monkeypatch.setattr(stream_mod, "_ready_at", lambda loads: len(loads))
     monkeypatch.setattr(ModelBuilder, "join", _join_without_links)
 
 
 def _links_popped_late(monkeypatch):
     """Early links whose tokens are popped only at the first load of the layer's own (or its end)."""
-    monkeypatch.setattr(chain_mod, "_link_pops", _pops_at_first_own)
+    monkeypatch.setattr(stream_mod, "_link_pops", _pops_at_first_own)
 
 
 @pytest.mark.parametrize("breakage", [_ready_after_the_last_load, _links_popped_late])
@@ -181,7 +181,7 @@ def test_early_links_load_the_next_layer_while_the_last_tiles_compute(conv_chain
 
 def _uop_users(insns, a: int, b: int) -> list[tuple[int, int]]:
     """The micro-op rows instructions a..b load or read."""
-    return [sp for x in insns[a:b] if (sp := chain_mod._uop_span(x)) is not None]
+    return [sp for x in insns[a:b] if (sp := stream_mod._uop_span(x)) is not None]
 
 
 def test_later_layers_load_their_micro_ops_ahead_on_the_load_stage(conv_chain, monkeypatch):
@@ -206,7 +206,7 @@ def test_later_layers_load_their_micro_ops_ahead_on_the_load_stage(conv_chain, m
     want = evaluate(lower_qdq(graph), {"x": x})["y"]
     ahead = Module(conv_chain)
     np.testing.assert_array_equal(ahead.run(x), want)
-    monkeypatch.setattr(chain_mod, "hoist_uop_loads", lambda chain, cfg: chain)
+    monkeypatch.setattr(stream_mod, "hoist_uop_loads", lambda stream, cfg: stream)
     plain = Module(compile_graph_model(graph, "pynq")[0])
     np.testing.assert_array_equal(plain.run(x), want)
     fast, slow = (next(s.result.counters for s in m.last_report.steps if s.result) for m in (ahead, plain))
@@ -218,8 +218,8 @@ def test_later_layers_load_their_micro_ops_ahead_on_the_load_stage(conv_chain, m
 def test_micro_ops_loaded_ahead_into_the_rows_in_use_break_the_run(monkeypatch):
     """The test can fail: loaded ahead into the rows the previous layer's tail still reads (no shift, no token
     check), the layers read one another's micro-ops."""
-    monkeypatch.setattr(chain_mod, "_uop_offset", lambda rows, prev, depth: 0)
-    monkeypatch.setattr(chain_mod, "_hoist_is_safe", lambda *a: True)
+    monkeypatch.setattr(stream_mod, "_uop_offset", lambda rows, prev, depth: 0)
+    monkeypatch.setattr(stream_mod, "_hoist_is_safe", lambda *a: True)
     graph = _conv_chain()
     broken = compile_graph_model(graph, "pynq")[0]
     x = np.random.default_rng(3).normal(0, 1, (1, 16, 24, 24)).astype(np.float32)
@@ -255,7 +255,7 @@ def test_micro_ops_stay_on_the_compute_stage_where_tokens_would_not_order_them()
 def _pops_at_first_own(loads, link):
     """Every cross-layer token popped only at the first load popping one of its own layer (or the end)."""
     slots = [[s] for s in loads] + [[]]
-    at = next((i for i, s in enumerate(loads) if chain_mod.FREE in pops_of(s)), len(loads))
+    at = next((i for i, s in enumerate(loads) if stream_mod.FREE in pops_of(s)), len(loads))
     slots[at][:0] = [nop(Stage.LOAD, "pop_next") for _ in range(len(link.gemms) + 1)]
     return slots
 
@@ -266,7 +266,7 @@ def test_a_load_pops_up_to_the_free_token_of_the_last_gemm_reading_its_rows():
     inp[100:200], inp[150:160], wgt[0:4] = 0, 2, 1  # three tail GEMMs: 0 reads INP 100-149 and 160-199, ...
     stores = [MemInsn(store=True, mem_type=MemType.OUT, dram_base=1000, y_size=2, x_size=4, x_stride=10)]
     gemms = (GemmInsn(), GemmInsn(), GemmInsn())
-    link = chain_mod.Link(gemms, inp, wgt, chain_mod.Pending.of(stores, cfg))
+    link = stream_mod.Link(gemms, inp, wgt, stream_mod.Pending.of(stores, cfg))
 
     def load(mem, sram, n, dram=0, **flags):
         return MemInsn(mem_type=mem, sram_base=sram, dram_base=dram, y_size=1, x_size=n, x_stride=n, **flags)
@@ -283,7 +283,7 @@ def test_a_load_pops_up_to_the_free_token_of_the_last_gemm_reading_its_rows():
         load(MemType.INP, 0, 10),  # after the first group: every token
         load(MemType.INP, 0, 10, pop_next=True),  # its own layer's token
     ]
-    slots = chain_mod._link_pops(loads, link)
+    slots = stream_mod._link_pops(loads, link)
     pops = [sum(bool(i.pop_next) for i in slot) for slot in slots]
     assert pops == [0, 1, 0, 3, 1, 0]
     assert sum(pops[:-1]) - 1 == len(gemms) + 1  # every cross-layer token, and the load's own
@@ -358,7 +358,7 @@ def test_an_early_link_guards_the_rows_its_tail_gemms_read():
         return MemInsn(mem_type=mem, sram_base=sram, dram_base=1 << 20, y_size=1, x_size=n, x_stride=n)
 
     prog, tail = _tail_program(src_out=False)
-    link = chain_mod.Link.of(prog, cfg, read)
+    link = stream_mod.Link.of(prog, cfg, read)
     assert link.gemms == tuple(tail)  # the GEMMs after the last compute -> load push, in order
     assert link.needs(load(MemType.INP, 100, 2)) == 1  # rows 100, 101: read by the first tail GEMM only
     assert link.needs(load(MemType.INP, 300, 1)) == 2  # row 300: by the second
@@ -366,7 +366,7 @@ def test_an_early_link_guards_the_rows_its_tail_gemms_read():
     assert link.needs(load(MemType.WGT, 5, 1)) == 2 and link.needs(load(MemType.WGT, 7, 4)) == 0
 
     prog, tail = _tail_program(src_out=True)  # reads from OUT cannot be told: one token after the last GEMM
-    link = chain_mod.Link.of(prog, cfg, read)
+    link = stream_mod.Link.of(prog, cfg, read)
     assert link.gemms == (tail[1],)
     assert link.needs(load(MemType.INP, 2, 90)) == 1  # every INP row
     assert link.needs(load(MemType.WGT, 5, 2)) == 1 and link.needs(load(MemType.WGT, 7, 4)) == 0  # its WGT rows
