@@ -3,7 +3,9 @@ against the same model run one layer at a time and against the CPU reference, on
 
 from __future__ import annotations
 
+import json
 import sys
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -32,7 +34,7 @@ from vdla.isa import (  # noqa: E402
     pops_of,
     validate_program,
 )
-from vdla.model import Module  # noqa: E402
+from vdla.model import Module, load_artifact  # noqa: E402
 from vdla.model.lower import ModelBuilder  # noqa: E402
 from vdla.model.pipeline import compile_graph_model  # noqa: E402
 
@@ -60,15 +62,15 @@ def _programs(artifact, first: int, count: int):
     return [insns(s.insn_addr, s.insn_count) for s in steps]
 
 
-def test_the_accelerator_steps_are_one_chain(artifact):
-    (chain,) = artifact.chains
+def test_the_accelerator_steps_are_one_stream(artifact):
+    (stream,) = artifact.streams
     accel = [i for i, s in enumerate(artifact.steps) if s.kind == "accel"]
-    assert (chain.first, chain.count) == (accel[0], len(accel)) and len(accel) == 3
-    joined = _programs(artifact, chain.first, chain.count)
-    assert chain.insn_count < sum(len(p) for p in joined) + 8  # a few token no-ops, FINISHes dropped
+    assert (stream.first, stream.count) == (accel[0], len(accel)) and len(accel) == 3
+    joined = _programs(artifact, stream.first, stream.count)
+    assert stream.insn_count < sum(len(p) for p in joined) + 8  # a few token no-ops, FINISHes dropped
     base = artifact.config.dram_base_addr
-    lo = chain.insn_addr - base
-    insns = decode_program(artifact.image[lo : lo + 16 * chain.insn_count].tobytes())
+    lo = stream.insn_addr - base
+    insns = decode_program(artifact.image[lo : lo + 16 * stream.insn_count].tobytes())
     assert [i for i, x in enumerate(insns) if isinstance(x, FinishInsn)] == [len(insns) - 1]
 
 
@@ -80,14 +82,35 @@ def test_joined_run_is_bit_exact_and_its_cycles_split_per_layer(artifact, backen
     np.testing.assert_array_equal(joined.run(x), want)
     np.testing.assert_array_equal(alone.run(x), want)
     one, many = joined.last_report, alone.last_report
-    chained = [s for s in one.steps if s.where == "accel"]
-    (run,) = {id(s.result) for s in chained}  # one stream
-    assert sum(s.cycles for s in chained) == chained[0].result.counters.cycles
-    assert all(s.cycles > 0 for s in chained) and all(0 < s.utilization <= 1 for s in chained)
+    streamed = [s for s in one.steps if s.where == "accel"]
+    (run,) = {id(s.result) for s in streamed}  # one stream
+    assert sum(s.cycles for s in streamed) == streamed[0].result.counters.cycles
+    assert all(s.cycles > 0 for s in streamed) and all(0 < s.utilization <= 1 for s in streamed)
     assert len({id(s.result) for s in many.steps if s.where == "accel"}) == 3
     assert one.accel_cycles < many.accel_cycles  # the fills and drains overlap
     joined.close()
     alone.close()
+
+
+def test_an_artifact_naming_its_streams_chains_loads_them(artifact, tmp_path):
+    """A manifest that names the joined streams "chains" (the key's older name) loads them as "streams" does,
+    and its accelerator steps run as one stream."""
+    old = tmp_path / "old.vdla"
+    with zipfile.ZipFile(artifact.save(tmp_path / "new.vdla")) as z, zipfile.ZipFile(old, "w") as out:
+        for item in z.infolist():
+            data = z.read(item)
+            if item.filename == "manifest.json":
+                manifest = json.loads(data)
+                manifest["chains"] = manifest.pop("streams")
+                data = json.dumps(manifest).encode()
+            out.writestr(item, data)
+    loaded = load_artifact(old)
+    assert loaded.streams == artifact.streams and len(loaded.streams) == 1
+    x = _x(7)
+    module = Module(loaded)
+    np.testing.assert_array_equal(module.run(x), evaluate(lower_qdq(_graph()), {"x": x})["y"])
+    assert len({id(s.result) for s in module.last_report.steps if s.where == "accel"}) == 1
+    module.close()
 
 
 def _ready_after_the_last_load(monkeypatch):
@@ -117,7 +140,7 @@ def _join_without_links(self, programs, dev, hoist_uops=False):
     return join_programs(programs, self.cfg.wgt_depth, self.relocator(dev))
 
 
-def _conv_chain():
+def _three_convs():
     """x (1, 16, 24, 24) -> 3x3 conv 16 -> 32, ReLU -> 3x3 conv 32 -> 32 -> 1x1 conv 32 -> 32 -> y: layers of
     several tiles each."""
     rng, nodes, params = np.random.default_rng(4), [], {}
@@ -134,23 +157,23 @@ def _conv_chain():
         ]
         v, s = f"d{i}", 0.1
     nodes[-1] = Node("dequantize", ("q2",), "y", {"scale": 0.1, "zero_point": 0})
-    return Graph({"x": TensorType((1, 16, 24, 24), "float32")}, nodes, ["y"], params, name="conv_chain")
+    return Graph({"x": TensorType((1, 16, 24, 24), "float32")}, nodes, ["y"], params, name="three_convs")
 
 
 @pytest.fixture(scope="module")
-def conv_chain():
-    return compile_graph_model(_conv_chain(), "pynq")[0]
+def three_convs():
+    return compile_graph_model(_three_convs(), "pynq")[0]
 
 
 def _early_inp_loads(artifact, result) -> int:
     """Boundaries where an INP load of layer k + 1 starts before layer k's last GEMM ends."""
-    chain = artifact.chains[0]
-    lo = chain.insn_addr - artifact.config.dram_base_addr
-    insns = decode_program(artifact.image[lo : lo + 16 * chain.insn_count].tobytes())
+    stream = artifact.streams[0]
+    lo = stream.insn_addr - artifact.config.dram_base_addr
+    insns = decode_program(artifact.image[lo : lo + 16 * stream.insn_count].tobytes())
     times = {e.index: e for e in result.timeline}
     early = 0
-    for k in range(1, chain.count):
-        (a, b), (c, d) = chain.span(k - 1), chain.span(k)
+    for k in range(1, stream.count):
+        (a, b), (c, d) = stream.span(k - 1), stream.span(k)
         last_gemm = max(times[i].end for i in range(a, b) if isinstance(insns[i], GemmInsn))
         loads = [
             times[i].start for i in range(c, d) if isinstance(insns[i], MemInsn) and insns[i].mem_type == MemType.INP
@@ -159,17 +182,17 @@ def _early_inp_loads(artifact, result) -> int:
     return early
 
 
-def test_early_links_load_the_next_layer_while_the_last_tiles_compute(conv_chain, backend, monkeypatch):
-    graph = _conv_chain()
+def test_early_links_load_the_next_layer_while_the_last_tiles_compute(three_convs, backend, monkeypatch):
+    graph = _three_convs()
     x = np.random.default_rng(1).normal(0, 1, (1, 16, 24, 24)).astype(np.float32)
     want = evaluate(lower_qdq(graph), {"x": x})["y"]
-    module = Module(conv_chain, backend)
+    module = Module(three_convs, backend)
     np.testing.assert_array_equal(module.run(x), want)
-    (chain,) = conv_chain.chains
-    assert chain.count == 3
+    (stream,) = three_convs.streams
+    assert stream.count == 3
     if backend == "sim":
         run = module.last_report.steps[1].result
-        assert _early_inp_loads(conv_chain, run) >= 1
+        assert _early_inp_loads(three_convs, run) >= 1
         monkeypatch.setattr(ModelBuilder, "join", _join_without_links)
         plain = compile_graph_model(graph, "pynq")[0]
         before = Module(plain)
@@ -184,16 +207,16 @@ def _uop_users(insns, a: int, b: int) -> list[tuple[int, int]]:
     return [sp for x in insns[a:b] if (sp := stream_mod._uop_span(x)) is not None]
 
 
-def test_later_layers_load_their_micro_ops_ahead_on_the_load_stage(conv_chain, monkeypatch):
+def test_later_layers_load_their_micro_ops_ahead_on_the_load_stage(three_convs, monkeypatch):
     """In the joined stream every layer after the first loads its micro-ops on the load stage (LOAD UOP_PRE)
     into rows clear of the previous layer's, none on the compute stage; bit for bit the stream without, in fewer
     cycles, the compute stage busy for fewer."""
-    (chain,) = conv_chain.chains
-    lo = chain.insn_addr - conv_chain.config.dram_base_addr
-    insns = decode_program(conv_chain.image[lo : lo + 16 * chain.insn_count].tobytes())
+    (stream,) = three_convs.streams
+    lo = stream.insn_addr - three_convs.config.dram_base_addr
+    insns = decode_program(three_convs.image[lo : lo + 16 * stream.insn_count].tobytes())
     rows = []
-    for k in range(chain.count):
-        a, b = chain.span(k)
+    for k in range(stream.count):
+        a, b = stream.span(k)
         pre = [x for x in insns[a:b] if isinstance(x, MemInsn) and x.mem_type == MemType.UOP_PRE]
         on_compute = [x for x in insns[a:b] if isinstance(x, MemInsn) and x.mem_type == MemType.UOP and not x.is_nop]
         assert (len(pre) >= 1, len(on_compute)) == ((k > 0), 0 if k else len(on_compute))
@@ -201,10 +224,10 @@ def test_later_layers_load_their_micro_ops_ahead_on_the_load_stage(conv_chain, m
         spans = _uop_users(insns, a, b)
         rows.append((min(s for s, _ in spans), max(e for _, e in spans)))
     assert all(p[1] <= q[0] or q[1] <= p[0] for p, q in zip(rows, rows[1:]))  # neighbours' rows apart
-    graph = _conv_chain()
+    graph = _three_convs()
     x = np.random.default_rng(3).normal(0, 1, (1, 16, 24, 24)).astype(np.float32)
     want = evaluate(lower_qdq(graph), {"x": x})["y"]
-    ahead = Module(conv_chain)
+    ahead = Module(three_convs)
     np.testing.assert_array_equal(ahead.run(x), want)
     monkeypatch.setattr(stream_mod, "hoist_uop_loads", lambda stream, cfg: stream)
     plain = Module(compile_graph_model(graph, "pynq")[0])
@@ -220,7 +243,7 @@ def test_micro_ops_loaded_ahead_into_the_rows_in_use_break_the_run(monkeypatch):
     check), the layers read one another's micro-ops."""
     monkeypatch.setattr(stream_mod, "_uop_offset", lambda rows, prev, depth: 0)
     monkeypatch.setattr(stream_mod, "_hoist_is_safe", lambda *a: True)
-    graph = _conv_chain()
+    graph = _three_convs()
     broken = compile_graph_model(graph, "pynq")[0]
     x = np.random.default_rng(3).normal(0, 1, (1, 16, 24, 24)).astype(np.float32)
     want = evaluate(lower_qdq(graph), {"x": x})["y"]
@@ -298,21 +321,21 @@ def test_weights_move_clear_of_the_previous_layer():
 
 
 def test_relocated_weights_and_tokens(artifact):
-    chain = artifact.chains[0]
+    stream = artifact.streams[0]
     base = artifact.config.dram_base_addr
-    lo = chain.insn_addr - base
-    insns = decode_program(artifact.image[lo : lo + 16 * chain.insn_count].tobytes())
-    spans = [chain.span(k) for k in range(chain.count)]
+    lo = stream.insn_addr - base
+    insns = decode_program(artifact.image[lo : lo + 16 * stream.insn_count].tobytes())
+    spans = [stream.span(k) for k in range(stream.count)]
     rows = [wgt_rows(insns[a:b]) for a, b in spans]
     moved = 0
-    for k in range(1, chain.count):
+    for k in range(1, stream.count):
         a, b = spans[k - 1]
         last_gemm = max(i for i in range(a, b) if isinstance(insns[i], GemmInsn))
         free = [i for i in range(last_gemm, b) if insns[i].stage == Stage.COMPUTE and insns[i].push_prev]
         if any(p < s and r < q for p, q in rows[k - 1] for r, s in rows[k]):
             assert free, f"layer {k} overwrites weights of layer {k - 1} without the free token"
         else:
-            moved += rows[k] != wgt_rows(_programs(artifact, chain.first + k, 1)[0])
+            moved += rows[k] != wgt_rows(_programs(artifact, stream.first + k, 1)[0])
     assert moved >= 1  # the pool's identity weights moved clear of the first convolution's
     validate_program(insns, artifact.config, (base, base + artifact.config.dram_bytes))
 
@@ -372,8 +395,8 @@ def test_an_early_link_guards_the_rows_its_tail_gemms_read():
     assert link.needs(load(MemType.WGT, 5, 2)) == 1 and link.needs(load(MemType.WGT, 7, 4)) == 0  # its WGT rows
 
 
-def _random_chain(seed: int):
-    """A random chain of 3 or 4 QDQ convolutions (random channels, 1x1 or 3x3 kernels, strides 1 or 2, ReLU or
+def _random_convs(seed: int):
+    """A random sequence of 3 or 4 QDQ convolutions (random channels, 1x1 or 3x3 kernels, strides 1 or 2, ReLU or
     none) on a random map: layers of one tile or several, joined by early links."""
     rng, nodes, params = np.random.default_rng(100 + seed), [], {}
     c, h, w = int(rng.choice([8, 16, 24])), int(rng.integers(10, 29)), int(rng.integers(10, 29))
@@ -395,16 +418,16 @@ def _random_chain(seed: int):
         h, w = (h + 2 * (k // 2) - k) // stride + 1, (w + 2 * (k // 2) - k) // stride + 1
     last = nodes.pop()
     nodes.append(Node("dequantize", last.inputs, "y", last.attrs))
-    return Graph({"x": TensorType(shape, "float32")}, nodes, ["y"], params, name=f"chain{seed}")
+    return Graph({"x": TensorType(shape, "float32")}, nodes, ["y"], params, name=f"convs{seed}")
 
 
 @pytest.mark.parametrize("seed", range(16))
-def test_random_chains_joined_by_early_links_run_as_the_layers_alone(seed, rtl_library):
-    """Every joined run of a random chain equals the lowered graph and the layers run one at a time, bit for
+def test_random_convolutions_joined_by_early_links_run_as_the_layers_alone(seed, rtl_library):
+    """Every joined run of random convolutions equals the lowered graph and the layers run one at a time, bit for
     bit; on the RTL too for every other seed."""
-    graph = _random_chain(seed)
+    graph = _random_convs(seed)
     artifact = compile_graph_model(graph, "pynq")[0]
-    assert artifact.chains and artifact.chains[0].count >= 3
+    assert artifact.streams and artifact.streams[0].count >= 3
     x = np.random.default_rng(seed).normal(0, 1, graph.inputs["x"].shape).astype(np.float32)
     want = evaluate(lower_qdq(graph), {"x": x})["y"]
     for backend in ("sim", "rtl") if seed % 2 == 0 else ("sim",):

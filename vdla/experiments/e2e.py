@@ -166,7 +166,7 @@ def _work_span(report: StepReport) -> tuple[int, int] | None:
 
 def fill_and_drain(reports: list[StepReport]) -> list[tuple[int | None, int | None]]:
     """Per step: (cycles the compute stage waits before its first GEMM/ALU, after its last). Before: since the
-    start of its run or the last GEMM/ALU of the step before it in the same run (a chain); after: until the
+    start of its run or the last GEMM/ALU of the step before it in the same run (a stream); after: until the
     end of its run, or 0 when the next step runs in the same stream. (None, None) without a timeline."""
     spans = [_work_span(r) if r.where == "accel" else None for r in reports]
     out: list[tuple[int | None, int | None]] = []
@@ -228,7 +228,7 @@ def run_e2e(
         prep, backend, progress, backend == "sim" if timeline is None else timeline, overlap, options
     )
     separate = None
-    if overlap and backend == "sim" and prep.artifact.chains:
+    if overlap and backend == "sim" and prep.artifact.streams:
         alone, _, _ = _run(prep, backend, None, True, False, options)
         separate = {"cycles": alone.accel_cycles, "idle_between_layers": _idle(fill_and_drain(alone.steps))}
     want = evaluate(prep.reference, {"image": prep.image})
@@ -252,7 +252,7 @@ def run_e2e(
         quantize_s=prep.quantize_seconds,
         layers=_records(report, prep.artifact, per_cycle),
         max_abs_prob_diff=prob_diff,
-        overlap=overlap and bool(prep.artifact.chains),
+        overlap=overlap and bool(prep.artifact.streams),
         separate=separate,
     )
 

@@ -15,9 +15,10 @@ A ``.vdla`` file is a zip archive:
   the machines that run it, its SHA-256 and its kernels. A machine with code here needs no LLVM.
 
 An accelerator step is one instruction stream already in the image (address and length); consecutive
-accelerator steps are also joined into one stream (a chain) that overlaps their fills and drains. A CPU step
-is a graph of CPU operators (run by the artifact's code for the machine, else JIT-compiled at load, else
-interpreted with numpy) whose ``@dram`` inputs and outputs are packed tensors read from and written to DRAM.
+accelerator steps are also joined into one stream (the manifest's ``streams``) that overlaps their fills and
+drains. A CPU step is a graph of CPU operators (run by the artifact's code for the machine, else JIT-compiled
+at load, else interpreted with numpy) whose ``@dram`` inputs and outputs are packed tensors read from and
+written to DRAM.
 Writing is atomic (a temporary file renamed into place): no partial artifact is ever left behind.
 """
 
@@ -96,7 +97,7 @@ Step = AccelStep | CpuStep
 
 
 @dataclass
-class AccelChain:
+class AccelStream:
     """Steps ``first .. first + count - 1`` (all accelerator steps) joined into one instruction stream at
     ``insn_addr`` (:func:`vdla.compiler.stream.join_programs`): each layer's fill and drain overlap its
     neighbours'. ``starts[k]`` is the index of layer ``k``'s first instruction in the stream. Each step keeps
@@ -109,7 +110,7 @@ class AccelChain:
     starts: list[int]
 
     def span(self, k: int) -> tuple[int, int]:
-        """The [lo, hi) instruction indices of the chain's layer ``k``."""
+        """The [lo, hi) instruction indices of the stream's layer ``k``."""
         return self.starts[k], self.starts[k + 1] if k + 1 < self.count else self.insn_count
 
 
@@ -125,7 +126,7 @@ class Artifact:
     image: np.ndarray  # uint8, placed at config.dram_base_addr
     memory: dict = field(default_factory=dict)
     meta: dict = field(default_factory=dict)
-    chains: list[AccelChain] = field(default_factory=list)
+    streams: list[AccelStream] = field(default_factory=list)
     cpu_code: dict[str, NativeLibrary] = field(default_factory=dict)  # target name -> its CPU steps' kernels
 
     @property
@@ -192,7 +193,7 @@ class Artifact:
             "image_bytes": int(self.image.size),
             "memory": self.memory,
             "meta": self.meta,
-            "chains": [asdict(c) for c in self.chains],
+            "streams": [asdict(s) for s in self.streams],
             "cpu_code": {
                 name: {
                     "file": f"cpu/{name}.so",
@@ -257,6 +258,7 @@ def load_artifact(path: str | Path, config: HwConfig | None = None) -> Artifact:
             params = {k[len(prefix) :]: v for k, v in arrays.items() if k.startswith(prefix)}
             graph = graph_from_json(s["graph"], params)
             steps.append(CpuStep(s["name"], graph, s["dram_inputs"], s["dram_outputs"], s["macs"], s["note"]))
+    streams = manifest.get("streams", manifest.get("chains", []))  # older vdla wrote the key as "chains"
     return Artifact(
         config=cfg,
         inputs={k: type_from_json(t) for k, t in manifest["inputs"].items()},
@@ -266,6 +268,6 @@ def load_artifact(path: str | Path, config: HwConfig | None = None) -> Artifact:
         image=image,
         memory=manifest["memory"],
         meta=manifest["meta"],
-        chains=[AccelChain(**c) for c in manifest.get("chains", [])],
+        streams=[AccelStream(**s) for s in streams],
         cpu_code=code,
     )

@@ -27,7 +27,7 @@ from vdla.errors import VdlaError
 from vdla.graph.interp import evaluate
 from vdla.graph.types import INT_RANGE, TensorType, narrow_integers
 from vdla.isa import INSN_BYTES, GemmInsn, decode_program
-from vdla.model.artifact import AccelChain, AccelStep, Artifact, CpuStep, load_artifact
+from vdla.model.artifact import AccelStep, AccelStream, Artifact, CpuStep, load_artifact
 from vdla.model.memplan import Lifetime, MemoryPlan, plan_memory
 from vdla.runtime.backend import RunResult
 from vdla.runtime.counters import STAGES
@@ -226,7 +226,7 @@ class Module:
         """``cpu_kernels`` and ``allow_reference_kernels``: where the CPU steps run, see :func:`choose_cpu_kernels`
         (the choice made is ``self.cpu_kernels``)."""
         self.artifact = artifact
-        self.chains = {c.first: c for c in artifact.chains} if overlap else {}
+        self.streams = {s.first: s for s in artifact.streams} if overlap else {}
         self.device = device or Device(artifact.config, backend, **options)
         cfg = self.device.cfg
         if cfg.hash != artifact.config.hash:
@@ -319,21 +319,21 @@ class Module:
         timeline: bool = False,
         max_cycles: int | None = None,
     ) -> np.ndarray | dict[str, np.ndarray]:
-        """Run the model once; ``progress(done, total, step_name)`` is called after each step (after a chain
-        of joined steps, once for the chain)."""
+        """Run the model once; ``progress(done, total, step_name)`` is called after each step (after a stream
+        of joined steps, once for the stream)."""
         env: dict[str, np.ndarray] = self._feeds(inputs)
         reports: list[StepReport] = []
         steps = self.artifact.steps
         i = 0
         while i < len(steps):
-            chain = self.chains.get(i)
-            if chain is not None:
+            stream = self.streams.get(i)
+            if stream is not None:
                 tick = None
                 if progress:
-                    names = f"{steps[i].name}..{steps[i + chain.count - 1].name}"
+                    names = f"{steps[i].name}..{steps[i + stream.count - 1].name}"
                     tick = lambda cycles, i=i, names=names: progress(i, len(steps), f"{names} {cycles:,} cycles")  # noqa: E731
-                reports += self._run_chain(chain, max_cycles, tick)
-                i += chain.count
+                reports += self._run_stream(stream, max_cycles, tick)
+                i += stream.count
             else:
                 step = steps[i]
                 if isinstance(step, AccelStep):
@@ -356,27 +356,27 @@ class Module:
             step.name, step.layer.get("op", "conv2d"), "accel", step.macs, c.cycles, c.utilization, result=result
         )
 
-    def _run_chain(
-        self, chain: AccelChain, max_cycles: int | None, tick: Callable[[int], None] | None
+    def _run_stream(
+        self, stream: AccelStream, max_cycles: int | None, tick: Callable[[int], None] | None
     ) -> list[StepReport]:
-        """Run a chain of joined steps as one stream (``tick(cycles)`` now and then); its cycles split per step
-        by the timeline (see :func:`split_chain`)."""
+        """Run a stream of joined steps (``tick(cycles)`` now and then); its cycles split per step by the
+        timeline (see :func:`split_stream`)."""
         result = self.device.backend.run(
-            self.device.dram, chain.insn_addr, chain.insn_count, max_cycles=max_cycles, timeline=True, progress=tick
+            self.device.dram, stream.insn_addr, stream.insn_count, max_cycles=max_cycles, timeline=True, progress=tick
         )
-        steps = self.artifact.steps[chain.first : chain.first + chain.count]
-        return split_chain(result, chain, steps, self._chain_gemm_iters(chain))
+        steps = self.artifact.steps[stream.first : stream.first + stream.count]
+        return split_stream(result, stream, steps, self._stream_gemm_iters(stream))
 
-    def _chain_gemm_iters(self, chain: AccelChain) -> list[int]:
-        """Multiply-accumulate uop-iterations of each step of the chain, counted on its instructions."""
-        if chain.first not in self._gemm_iters:
-            lo = chain.insn_addr - self.artifact.config.dram_base_addr
-            insns = decode_program(self.artifact.image[lo : lo + chain.insn_count * INSN_BYTES].tobytes())
-            self._gemm_iters[chain.first] = [
+    def _stream_gemm_iters(self, stream: AccelStream) -> list[int]:
+        """Multiply-accumulate uop-iterations of each step of the stream, counted on its instructions."""
+        if stream.first not in self._gemm_iters:
+            lo = stream.insn_addr - self.artifact.config.dram_base_addr
+            insns = decode_program(self.artifact.image[lo : lo + stream.insn_count * INSN_BYTES].tobytes())
+            self._gemm_iters[stream.first] = [
                 sum(x.iterations for x in insns[a:b] if isinstance(x, GemmInsn) and not x.reset)
-                for a, b in map(chain.span, range(chain.count))
+                for a, b in map(stream.span, range(stream.count))
             ]
-        return self._gemm_iters[chain.first]
+        return self._gemm_iters[stream.first]
 
     def _run_cpu(self, i: int, step: CpuStep, env: dict[str, np.ndarray]) -> StepReport:
         feeds = {}
@@ -407,24 +407,24 @@ class Module:
         return self.artifact.save(path)
 
 
-def split_chain(
-    result: RunResult, chain: AccelChain, steps: list[AccelStep], gemm_iters: list[int]
+def split_stream(
+    result: RunResult, stream: AccelStream, steps: list[AccelStep], gemm_iters: list[int]
 ) -> list[StepReport]:
-    """One report per step of a chain run. With a timeline, step ``k`` is charged the cycles from the end of
+    """One report per step of a stream's run. With a timeline, step ``k`` is charged the cycles from the end of
     step ``k - 1``'s last instruction to the end of its own (the last step up to the end of the run), so the
     steps' cycles add up to the run's. Without one (a board), the first step carries the whole run."""
     total = result.counters.cycles
-    ends = [0] * chain.count
+    ends = [0] * stream.count
     for e in result.timeline:
-        k = bisect.bisect_right(chain.starts, e.index) - 1
+        k = bisect.bisect_right(stream.starts, e.index) - 1
         ends[k] = max(ends[k], e.end)
     cycles = []
     done = 0
-    for k in range(chain.count):
-        end = total if k == chain.count - 1 else max(done, ends[k])
+    for k in range(stream.count):
+        end = total if k == stream.count - 1 else max(done, ends[k])
         cycles.append(end - done if result.timeline else (total if k == 0 else 0))
         done = end
-    note = "" if result.timeline else f"one stream of {chain.count} layers, not split without a timeline"
+    note = "" if result.timeline else f"one stream of {stream.count} layers, not split without a timeline"
     return [
         StepReport(
             s.name,
@@ -435,7 +435,7 @@ def split_chain(
             it / c if c else 0.0,
             note=note if k == 0 else "",
             result=result,
-            span=chain.span(k),
+            span=stream.span(k),
         )
         for k, (s, c, it) in enumerate(zip(steps, cycles, gemm_iters, strict=True))
     ]
@@ -455,7 +455,7 @@ def write_profile(report: RunReport, path: str | Path) -> None:
         {"name": "thread_name", "ph": "M", "pid": 0, "tid": i, "args": {"name": t}} for i, t in enumerate(tracks)
     ]
     now = 0.0
-    run_start: dict[int, float] = {}  # id of a run's result -> when it started (the steps of a chain share one)
+    run_start: dict[int, float] = {}  # id of a run's result -> when it started (the steps of a stream share one)
     for s in report.steps:
         if s.where == "accel":
             dur = s.cycles / report.clock_mhz

@@ -27,7 +27,7 @@ from vdla.graph.graph import Graph
 from vdla.graph.layout import blocked_shape
 from vdla.graph.ops import infer_types
 from vdla.isa import Insn, IsaError, encode_program, validate_program
-from vdla.model.artifact import AccelChain, AccelStep, Artifact, DramTensor
+from vdla.model.artifact import AccelStep, AccelStream, Artifact, DramTensor
 from vdla.model.cpu_regions import CpuRegions
 from vdla.model.fusion_choice import FusionChoices, fusion_depth
 from vdla.model.lifetimes import TensorLifetimes
@@ -244,7 +244,7 @@ class ModelBuilder(FusionChoices, StoredViews, TensorLifetimes, CpuRegions):
             except CompileError as e:
                 shape = "x".join(map(str, self.types[s.x].shape))
                 raise CompileError(f"layer {s.out!r} ({s.op} of a {shape} input): {e}") from e
-        chains = self.chain(steps, dev)
+        streams = self.joined_streams(steps, dev)
         live = dev.dram._live.values()
         high = max(b.addr + b.nbytes for b in live) - dev.dram.base
         image = dev.dram.mem[:high].copy()
@@ -259,7 +259,7 @@ class ModelBuilder(FusionChoices, StoredViews, TensorLifetimes, CpuRegions):
         }
         inputs = {k: t for k, t in self.g.inputs.items()}
         outputs = {o: self.types[o] for o in self.g.outputs}
-        return Artifact(cfg, inputs, outputs, steps, tensors, image, memory, {"model": self.g.name}, chains)
+        return Artifact(cfg, inputs, outputs, steps, tensors, image, memory, {"model": self.g.name}, streams)
 
     @staticmethod
     def uop_reader(dev: Device):
@@ -276,10 +276,10 @@ class ModelBuilder(FusionChoices, StoredViews, TensorLifetimes, CpuRegions):
         relocate, read = self.relocator(dev), self.uop_reader(dev)
         return join_programs(programs, self.cfg.wgt_depth, relocate, self.cfg, read, hoist_uops)
 
-    def chain(self, steps: list, dev: Device) -> list[AccelChain]:
+    def joined_streams(self, steps: list, dev: Device) -> list[AccelStream]:
         """Each run of two or more consecutive accelerator steps joined into one stream in ``dev``'s DRAM."""
         cfg = self.cfg
-        chains = []
+        streams = []
         for first, count in accel_runs(steps):
             joined = self.join([self.programs[s.name] for s in steps[first : first + count]], dev, hoist_uops=True)
             try:
@@ -287,8 +287,8 @@ class ModelBuilder(FusionChoices, StoredViews, TensorLifetimes, CpuRegions):
             except IsaError as e:
                 raise CompileError(f"joining steps {first}..{first + count - 1}: {e}") from e
             code = dev.array(np.frombuffer(encode_program(joined.insns), np.uint8))
-            chains.append(AccelChain(first, count, code.addr, len(joined.insns), list(joined.starts)))
-        return chains
+            streams.append(AccelStream(first, count, code.addr, len(joined.insns), list(joined.starts)))
+        return streams
 
     def emit(self, layer, low, stream, constants: dict, dev: Device, addr: dict[str, int]):
         """The layer's instruction stream bound to its planned DRAM tensors and constants: (insns, code)."""
