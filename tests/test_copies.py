@@ -202,7 +202,7 @@ def test_a_concatenation_part_other_layers_read_is_stored_in_place(monkeypatch):
 def test_a_split_the_concatenation_puts_back_together_is_not_computed_twice(half, backend, monkeypatch):
     """With vdla's calibration the split halves share the concatenation's scale, so the concatenation of the
     halves is the first layer's output: that layer runs once and stores into the concatenation (no split
-    layers, no chain of selections); the bottleneck and its residual read the second half there, a view where
+    layers, no selections); the bottleneck and its residual read the second half there, a view where
     it is whole blocks, else through a selection; the residual sum, the last part, stores in place even where it
     ends inside a block. Bit for bit what the split layers give, in fewer steps and cycles."""
     from vdla.graph import copies

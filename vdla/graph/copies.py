@@ -26,7 +26,7 @@ made only where the data stays on the accelerator (:meth:`_Rewriter.pays`):
 * a **channel concatenation**: where every part starts a channel block (all but the last whole blocks), parts
   that are not already a plain convolution's output read by the concatenation alone get a copy (a 1x1 identity
   convolution) that stores into its slice of the result (``vdla.model.lower``; the last part's padding lanes
-  are the result's); otherwise the parts are joined by a chain of selection convolutions, each adding the
+  are the result's); otherwise the parts are joined by selection convolutions in turn, each adding the
   previous one's result as a residual of the same scale.
 
 Every such convolution carries the attribute ``copy`` (what it moves): it counts no multiply-accumulates of the
@@ -302,7 +302,7 @@ class _Rewriter:
         if all(c % self.block == 0 for c in sizes[:-1]):  # each part starts a channel block
             self.copy_parts(node, s)
         else:
-            self.chain(node, s, sizes, out.shape[1])
+            self.select_parts(node, s, sizes, out.shape[1])
 
     def copy_parts(self, node: Node, s: float) -> None:
         """Each part that is not a plain layer's output read by this concatenation alone -> its copy. A part
@@ -335,7 +335,7 @@ class _Rewriter:
             nodes.append(Node("table", (nodes[-1].output, *table.inputs[1:]), self.name(base), dict(table.attrs)))
         return nodes
 
-    def chain(self, node: Node, s: float, sizes: list[int], total: int) -> None:
+    def select_parts(self, node: Node, s: float, sizes: list[int], total: int) -> None:
         """Parts not of whole blocks: part ``k`` placed at its channels by a selection conv, the previous parts'
         result added as a residual of the same scale (a part requantizing a value other layers read is selected
         from that value, the requantization in the selection's epilogue)."""

@@ -90,7 +90,8 @@ class FusionChoices:
 
 
 def fusion_depth(layer: AccelLayer) -> int:
-    """How many layers are fused before ``layer`` (its :attr:`~vdla.model.match.AccelLayer.fused_before` chain)."""
+    """How many layers are fused before ``layer`` (following its :attr:`~vdla.model.match.AccelLayer.fused_before`
+    links)."""
     depth, before = 0, layer.fused_before
     while before is not None:
         depth, before = depth + 1, before.fused_before
