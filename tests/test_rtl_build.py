@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from vdla.config import ConfigError, load_config
+from vdla.config import ConfigError, from_dict, load_config
 from vdla.hw.rtlgen import PACKAGE_PATH, generate, package_source
 from vdla.hw.toolchain import rtl_sources
 from vdla.isa import ISA_VERSION
@@ -42,8 +42,10 @@ def test_register_map_is_consistent():
 
 def test_unsupported_configurations_are_refused():
     cfg = load_config()
-    with pytest.raises(RtlBuildError, match="bus_width_bits=128"):
-        check_config(cfg.__class__(**{**cfg.to_dict(), "bus_width_bits": 128, "timing": cfg.timing}))
+    check_config(load_config("kv260"))  # a 128-bit bus, 49-bit addresses
+    narrow = load_config("block8").to_dict() | {"part": "xck26", "bus_width_bits": 128, "axi_addr_bits": 49}
+    with pytest.raises(RtlBuildError, match="inp elements of 8 bytes are not whole bus beats"):
+        check_config(from_dict(narrow))
     with pytest.raises(RtlBuildError, match="timing alu_ii=1 is below the RTL's minimum 2"):
         check_config(cfg.with_timing(alu_ii=1))
     with pytest.raises(RtlBuildError, match="gemm_pipeline=3"):

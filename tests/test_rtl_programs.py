@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from test_rtl_differential import random_program
 
+from vdla.config import board_presets
 from vdla.isa import AluOp, MemType, Stage, assemble, encode_uops
-from vdla.runtime import Device
+from vdla.runtime import Device, Dram
+from vdla.zoo.resnet import layer_case, layer_specs
 from vdla.zoo.tiled_matmul import matmul_oracle, tiled_matmul
 from vdla.zoo.workloads import SUITE, alu_chain, matmul, padded_conv, store_stream
 
@@ -71,6 +74,46 @@ def test_other_presets(preset):
         lambda d: store_stream(d, 2, tiles=3),
     ):
         assert run(sim).counters.gemm_iters == run(rtl).counters.gemm_iters
+
+
+ZU_PRESETS = [c.name for c in board_presets() if c.part_spec.family == "xcup"]
+ZU_PROGRAMS = ("gemm_bound_vt2", "load_bound_vt1", "alu_bound_vt1", "store_bound_vt2", "padded_conv_vt1")
+HIGH_DRAM = 0x2_0000_0000  # 8 GiB: past 32 address bits, within the 16 GiB a micro-op's element index reaches
+
+
+@pytest.mark.slow  # a Verilator build of each preset (about 100 s on 2 shared cores): make test-all and CI
+@pytest.mark.parametrize("preset", ZU_PRESETS)
+def test_zynq_ultrascale_presets(preset):
+    """Each Zynq UltraScale+ board preset's RTL (a 128-bit bus, so four micro-op banks, and 49-bit addresses)
+    computes what the simulator does: workload programs (checked against numpy) and compiled ResNet-18 layers in
+    cycles within 1% of the model's, random programs leaving the same DRAM, and programs whose DRAM lies above
+    4 GiB."""
+    sim, rtl = Device(preset), Device(preset, backend="rtl")
+    assert rtl.cfg.bus_width_bits == 128 and rtl.cfg.axi_addr_bits == 49
+    for w in (w for w in SUITE if w.name in ZU_PROGRAMS):
+        model, hw = w.run(sim).counters, w.run(rtl).counters
+        for name in FUNCTIONAL:
+            assert getattr(model, name) == getattr(hw, name), (w.name, name)
+        assert abs(model.cycles - hw.cycles) <= 0.01 * hw.cycles, (w.name, model.cycles, hw.cycles)
+    specs = layer_specs("resnet18")
+    for name in ("C5", "C11"):  # compiled ResNet-18 layers
+        case = layer_case(name, specs[name], 0)
+        layer = case.compile(sim.cfg, vthreads=2)
+        model, hw = layer.run(sim, case.x), layer.run(rtl, case.x)
+        np.testing.assert_array_equal(hw.out, case.oracle(layer.epilogue.bounds))
+        np.testing.assert_array_equal(model.out, hw.out)
+        assert abs(model.counters.cycles - hw.counters.cycles) <= 0.01 * hw.counters.cycles, name
+    for seed in (1, 2):  # on both devices, whose buffers keep what the programs before left
+        for d in (sim, rtl):
+            d.dram = d.backend.make_dram()
+            random_program(d, seed)
+        assert np.array_equal(sim.dram.mem, rtl.dram.mem), seed
+    for d in (sim, rtl):
+        d.dram = Dram(64 << 20, HIGH_DRAM)
+        matmul(d, 64, 64, 64, 2)
+        padded_conv(d, 2, tiles=2)
+    assert np.array_equal(sim.dram.mem, rtl.dram.mem)
+    rtl.backend.close()
 
 
 @pytest.mark.slow  # the tracing build of the design: make test-all and CI

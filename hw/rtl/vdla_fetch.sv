@@ -85,16 +85,17 @@ module vdla_fetch #(
 
   // ---- data: assemble instructions from beats -----------------------------------------------
   logic [$clog2(BPI+1)-1:0] beat_q;
-  logic                     insn_done, beat_en;
+  logic                     insn_done;
   logic                     rvalid;  // a beat of this requester's
   logic [IW-1:0]            insn_word;
   assign rvalid    = axi_rd_rsp_i.r_valid;
-  assign beat_en   = rvalid && !start_i && !halt_i;
   assign insn_done = rvalid && beat_q == ($clog2(BPI+1))'(BPI - 1);
   if (BPI == 1) begin : g_one_beat
     assign insn_word = axi_rd_rsp_i.r_data;
   end else begin : g_beats
+    logic              beat_en;
     logic [IW-1:BUS_W] shift_q;  // the instruction's earlier beats, last one on top
+    assign beat_en   = rvalid && !start_i && !halt_i;
     assign insn_word = {axi_rd_rsp_i.r_data, shift_q};
     always_ff @(posedge clk_i) begin
       if (beat_en) shift_q <= insn_word[IW-1:BUS_W];

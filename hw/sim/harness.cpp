@@ -2,7 +2,8 @@
 //
 // It clocks the model in a tight loop and serves its AXI4 master from a DRAM model that works on
 // the caller's memory (a numpy array) in place: in-order reads with a fixed latency from the
-// accepted AR to the first beat, one beat per cycle on the read and on the write channel, an idle
+// accepted AR to the first beat, one beat of the configuration's bus width (VH_BUS_BITS: 32, 64, or a
+// multiple of 32 above, which Verilator holds as a VlWide) per cycle on the read and on the write channel, an idle
 // gap after every burst, and a write response a fixed latency after the last beat of a burst.
 // Accesses outside the region get SLVERR: reads return zeros, writes are dropped.
 //
@@ -40,8 +41,22 @@ void vl_stop(const char* filename, int linenum, const char* hier) {
 
 namespace {
 
-static_assert(VH_BUS_BITS == 64, "the harness serves a 64-bit AXI data bus");
-constexpr int kBusBytes = 8;
+static_assert(VH_BUS_BITS == 32 || VH_BUS_BITS % 64 == 0, "the harness serves a bus of 32 or a multiple of 64 bits");
+constexpr int kBusBytes = VH_BUS_BITS / 8;
+
+// A beat between the DRAM model's bytes and the model's data port: IData (32 bits), QData (64) or VlWide.
+inline void beat_in(uint32_t& port, const uint8_t* src) { std::memcpy(&port, src, 4); }
+inline void beat_in(uint64_t& port, const uint8_t* src) { std::memcpy(&port, src, 8); }
+template <std::size_t N>
+inline void beat_in(VlWide<N>& port, const uint8_t* src) {
+  std::memcpy(port.data(), src, N * 4);
+}
+inline void beat_out(uint32_t port, uint8_t* dst) { std::memcpy(dst, &port, 4); }
+inline void beat_out(uint64_t port, uint8_t* dst) { std::memcpy(dst, &port, 8); }
+template <std::size_t N>
+inline void beat_out(const VlWide<N>& port, uint8_t* dst) {
+  std::memcpy(dst, port.data(), N * 4);
+}
 
 struct Burst {
   uint64_t addr;
@@ -88,9 +103,8 @@ struct Harness {
     if (rv) {
       const Burst& b = reads.front();
       uint64_t a = b.addr + uint64_t(r_beat) * kBusBytes;
-      uint64_t v = 0;
-      if (!b.err) std::memcpy(&v, mem + (a - base), kBusBytes);
-      t.m_axi_rdata = v;
+      static const uint8_t zeros[kBusBytes] = {};
+      beat_in(t.m_axi_rdata, b.err ? zeros : mem + (a - base));
       t.m_axi_rid = b.id;
       t.m_axi_rresp = b.err ? 2 : 0;
       t.m_axi_rlast = r_beat + 1 == b.beats;
@@ -125,8 +139,7 @@ struct Harness {
     }
     if (t.m_axi_wvalid && t.m_axi_wready) {
       Burst& b = writes.front();
-      uint64_t v = t.m_axi_wdata;
-      if (!b.err) std::memcpy(mem + (b.addr - base + uint64_t(w_beat) * kBusBytes), &v, kBusBytes);
+      if (!b.err) beat_out(t.m_axi_wdata, mem + (b.addr - base + uint64_t(w_beat) * kBusBytes));
       if (++w_beat == b.beats) {
         resps.push_back({0, 0, 0, cycle + wr_lat, b.err});
         writes.pop_front();

@@ -2,7 +2,8 @@
 
 Every target is linted with the waiver file ``hw/rtl/lint/verilator.vlt`` (each waiver there says why the
 warning is expected); any other warning or error fails the gate. The targets are the accelerator's top
-(``vdla_top``) with the default preset's package and with ``block8``'s (the cocotb bench's), the top of
+(``vdla_top``) with the default preset's package, with ``kv260``'s (a Zynq UltraScale+ board's: a 128-bit bus,
+49-bit addresses) and with ``block8``'s (the cocotb bench's), the top of
 every cocotb unit bench with that bench's parameters, and the directed assertion bench.
 
     python -m vdla.hw.lint        # `make lint` runs it; exit status 1 on any warning
@@ -37,9 +38,10 @@ class LintTarget:
 
 
 def targets() -> list[LintTarget]:
-    """What the gate lints: the top for the default preset and block8, each unit bench's top, the directed
-    bench."""
-    out = [LintTarget("top", "vdla_top"), LintTarget("top-block8", "vdla_top", "block8")]
+    """What the gate lints: the top for the default preset, kv260 and block8, each unit bench's top, the
+    directed bench."""
+    out = [LintTarget("top", "vdla_top"), LintTarget("top-kv260", "vdla_top", "kv260")]
+    out.append(LintTarget("top-block8", "vdla_top", "block8"))
     out += [LintTarget(f"bench-{b.name}", b.toplevel, "block8", b.parameters) for b in BENCHES.values()]
     out.append(LintTarget("directed-queues", "tb_queues", extra_sources=(DIRECTED_DIR / "tb_queues.sv",)))
     return out

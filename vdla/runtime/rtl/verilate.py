@@ -66,8 +66,6 @@ def check_config(cfg: HwConfig) -> None:
     """Reject configurations this RTL does not implement, naming the reason."""
     t = cfg.timing
     problems = []
-    if cfg.bus_width_bits != 64:
-        problems.append(f"bus_width_bits={cfg.bus_width_bits} (the RTL and its harness use a 64-bit AXI bus)")
     for name in ("inp", "wgt", "acc", "out"):
         if getattr(cfg, f"{name}_elem_bytes") % cfg.bus_bytes:
             problems.append(f"{name} elements of {getattr(cfg, f'{name}_elem_bytes')} bytes are not whole bus beats")
@@ -164,7 +162,8 @@ def build(
         shutil.rmtree(work, ignore_errors=True)
         work.mkdir(parents=True)
         package = package_for(cfg, work)
-        defines = f"-fPIC {CPU_FLAGS} -DVH_BUS_BITS=64 -DVL_USER_STOP -DVH_ASSERTIONS={int(assertions)}"
+        defines = f"-fPIC {CPU_FLAGS} -DVH_BUS_BITS={cfg.bus_width_bits} -DVL_USER_STOP"
+        defines += f" -DVH_ASSERTIONS={int(assertions)}"
         defines += f" -DVH_TRACE -I{LZ4_DIR}" if trace else ""
         ldflags = "-shared"
         if trace:  # the FST writer links -llz4; LZ4_DIR's header is inline, so an empty archive will do
