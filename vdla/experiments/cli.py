@@ -211,10 +211,11 @@ def cmd_e2e(args: argparse.Namespace) -> int:
 
 
 def cmd_cycle_agreement(args: argparse.Namespace) -> int:
-    from vdla.experiments.cycle_agreement import cycle_agreement, cycle_agreement_table
+    from vdla.experiments.cycle_agreement import board_preset_names, cycle_agreement, cycle_agreement_table, worst_table
 
-    records = cycle_agreement(args.config)
-    print(cycle_agreement_table(records), end="")
+    configs = (args.config or []) + (board_preset_names() if args.boards else [])
+    records = [r for c in dict.fromkeys(configs or [DEFAULT_PRESET]) for r in cycle_agreement(c)]
+    print(cycle_agreement_table(records) + "\n" + worst_table(records), end="")
     if args.json:
         Path(args.json).write_text(json.dumps(records, indent=2) + "\n")
     return 0
@@ -260,7 +261,8 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "cycle-agreement", help="compare the simulator's cycle model with the RTL on the suite of workload programs"
     )
-    p.add_argument("--config", default=DEFAULT_PRESET, help="preset or JSON file")
+    p.add_argument("--config", action="append", help=f"preset or JSON file (repeatable; default {DEFAULT_PRESET})")
+    p.add_argument("--boards", action="store_true", help="every board preset (one Verilator build each)")
     p.add_argument("--json", help="write the records as JSON")
     p.set_defaults(func=cmd_cycle_agreement)
 
