@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from vdla.config import ConfigError, from_dict, load_config
+from vdla.config import DEFAULT_PRESET, ConfigError, from_dict, load_config
 from vdla.hw.rtlgen import PACKAGE_PATH, generate, package_source
 from vdla.hw.toolchain import rtl_sources
 from vdla.isa import ISA_VERSION
@@ -21,7 +21,7 @@ def test_package_per_configuration(tmp_path):
     [path] = generate("block8", tmp_path / "vdla_pkg.sv")
     text = path.read_text()
     assert text == package_source(load_config("block8")) and "localparam int BLOCK_IN = 8;" in " ".join(text.split())
-    with pytest.raises(ConfigError, match="checked-in package is the 'pynq' preset's"):
+    with pytest.raises(ConfigError, match=f"checked-in package is the '{DEFAULT_PRESET}' preset's"):
         generate("block8")
     assert PACKAGE_PATH not in rtl_sources()
     for src in rtl_sources():
@@ -86,4 +86,4 @@ def test_cli_commands(rtl_library, capsys):
     assert args.func(args) == 0
     assert f"{rtl_library} (cached)" in capsys.readouterr().out
     assert parser.parse_args(["cycle-agreement", "--json", "x.json"]).json == "x.json"
-    assert parser.parse_args(["fit"]).config == "pynq"
+    assert parser.parse_args(["fit"]).config == DEFAULT_PRESET
