@@ -14,7 +14,7 @@ import pytest
 
 from vdla.config import load_config
 from vdla.hw.rtlgen import write_package
-from vdla.runtime.pynq_backend import DEFAULT_BASE_ADDR
+from vdla.runtime.pynq_backend import board_base_addr
 
 ROOT = Path(__file__).resolve().parents[1]
 FPGA = ROOT / "hw" / "fpga"
@@ -127,7 +127,7 @@ def test_the_build_runs_through_with_stubbed_vivado(board, tmp_path):
     assert int(ps["CONFIG.PCW_S_AXI_HP0_DATA_WIDTH"]) == cfg.bus_width_bits
     assert ps["CONFIG.PCW_USE_S_AXI_HP0"] == ps["CONFIG.PCW_USE_FABRIC_INTERRUPT"] == "1"
     props = {c[0]: c[1] for c in calls(log, "set_property") if c[0] in ("offset", "range")}
-    assert int(props["offset"], 16) == DEFAULT_BASE_ADDR
+    assert int(props["offset"], 16) == board_base_addr(cfg)
     window = int(props["range"].rstrip("K")) * 1024
     reg_bits = int(re.search(r"REG_ADDR_BITS\s*=\s*(\d+)", (tmp_path / "vdla_pkg.sv").read_text())[1])
     assert 1 << reg_bits <= window

@@ -7,22 +7,25 @@ no board and no change to the driver. Defining the class registers it with that 
 fixture, not part of vdla (it runs the Verilated RTL: a board's install never imports it): tests_pynq's conftest
 imports it, and names it in ``VDLA_PYNQ_DEVICES`` for the processes the tests start, whose pynq backend imports
 it as a device plugin (:func:`vdla.runtime.pynq_backend.load_device_plugins`) before it asks pynq for a device.
-The driver never names it. The board it models is a Zynq-7000 with the accelerator's bitstream loaded:
+The driver never names it. The board it models is the configuration's (a Zynq-7000 or a Zynq UltraScale+
+board, by its part) with the accelerator's bitstream loaded:
 
 * **Registers** (capability ``REGISTER_RW``: ``MMIO`` calls ``read_registers``/``write_registers``): the
-  accelerator's AXI4-Lite slave at :data:`~vdla.runtime.pynq_backend.DEFAULT_BASE_ADDR` is the register
-  file of the Verilated RTL (:class:`~vdla.runtime.rtl.harness.Harness`); the SLCR page models the
-  lock/unlock keys and FPGA_RST_CTRL, whose FPGA0 reset resets the RTL. Any other address is a bus error.
+  accelerator's AXI4-Lite slave at the configuration's ``reg_base_addr`` (where hw/fpga's block design puts it)
+  is the register file of the Verilated RTL (:class:`~vdla.runtime.rtl.harness.Harness`). The PS's reset of
+  the logic: on a Zynq-7000 the SLCR page models the lock/unlock keys and FPGA_RST_CTRL, whose FPGA0 reset
+  resets the RTL; on a Zynq UltraScale+ the PS GPIO page models bank 5's DATA, DIRM and OEN registers, whose
+  pin 95 (pl_resetn0) resets the RTL when it is driven low and released. Any other address is a bus error.
 * **Time**: the RTL advances only when the board is looked at. While a run is in flight, each register
   read first lets the logic run up to :data:`CYCLES_PER_READ` cycles (stopping at the interrupt), as real
   time passes between two polls of a driver; register accesses themselves take their AXI4-Lite cycles.
 * **Memory** (``allocate``/``flush``/``invalidate``): buffers live in the harness's DRAM (the board's CMA
-  pool at :data:`CMA_BASE`), and the CPU sees them through a write-back cache that is not coherent with
-  the accelerator's port. The cache is modelled at its worst: every line of a buffer is cached. A CPU write
-  reaches DRAM only when ``flush`` covers its line (only dirty lines are written back, 32-byte lines as on
-  the Cortex-A9); the CPU sees an accelerator write only after ``invalidate`` covers its line (which
-  discards the CPU's lines, writing back dirty lines only at an unaligned edge, as Linux does on ARMv7).
-  ``allocate(..., cacheable=False)`` gives a coherent (uncached) buffer instead.
+  pool, at :data:`CMA_BASE` unless ``cma_base`` says otherwise), and the CPU sees them through a write-back
+  cache that is not coherent with the accelerator's port. The cache is modelled at its worst: every line of a
+  buffer is cached. A CPU write reaches DRAM only when ``flush`` covers its line (only dirty lines are written
+  back, 32-byte lines as on the Cortex-A9); the CPU sees an accelerator write only after ``invalidate`` covers
+  its line (which discards the CPU's lines, writing back dirty lines only at an unaligned edge, as Linux does on
+  ARMv7). ``allocate(..., cacheable=False)`` gives a coherent (uncached) buffer instead.
 """
 
 from __future__ import annotations
@@ -38,8 +41,13 @@ from vdla.config import DEFAULT_PRESET, HwConfig, load_config
 from vdla.errors import VdlaError
 from vdla.runtime.dram import Buffer, Dram
 from vdla.runtime.pynq_backend import (
-    DEFAULT_BASE_ADDR,
     FPGA_RST_CTRL,
+    GPIO_DATA_5,
+    GPIO_DIRM_5,
+    GPIO_OEN_5,
+    PL_RESETN0,
+    PS_GPIO_BASE,
+    PS_GPIO_SPAN,
     REGISTER_SPAN,
     SLCR_BASE,
     SLCR_LOCK,
@@ -123,17 +131,22 @@ class SimulatedBoard(pynq.Device):
         config = os.environ.get(ENV)
         return [cls(config)] if config else []
 
-    def __init__(self, config: str | HwConfig = DEFAULT_PRESET, assertions: bool = True):
+    def __init__(self, config: str | HwConfig = DEFAULT_PRESET, assertions: bool = True, cma_base: int = CMA_BASE):
         self.cfg = load_config(config)
-        super().__init__(f"vdla-sim-{self.cfg.name}")
+        where = "" if cma_base == CMA_BASE else f"-cma{cma_base:x}"  # a second board: its own lock file
+        super().__init__(f"vdla-sim-{self.cfg.name}{where}")
         self.capabilities = {"REGISTER_RW": True}
+        self.base = self.cfg.reg_base_addr
+        self.zynqmp = self.cfg.part_spec.family == "xcup"  # else a Zynq-7000
         self.mem = np.zeros(CMA_BYTES, np.uint8)
-        self.cma = Dram(CMA_BYTES, CMA_BASE, mem=self.mem)
+        self.cma = Dram(CMA_BYTES, cma_base, mem=self.mem)
         self.harness = Harness(build(self.cfg, assertions=assertions).library, self.cfg)
-        self.harness.set_memory(self.mem, CMA_BASE)
+        self.harness.set_memory(self.mem, cma_base)
         self._running = False
         self._slcr = {SLCR_LOCKSTA: 1, FPGA_RST_CTRL: 0}
-        self.resets = 0  # how many times the logic was reset through the SLCR
+        # bank 5 of the PS GPIO as psu_init leaves it: pl_resetn0 an output, driven high (released)
+        self._gpio = {GPIO_DATA_5: PL_RESETN0, GPIO_DIRM_5: PL_RESETN0, GPIO_OEN_5: PL_RESETN0}
+        self.resets = 0  # how many times the logic was reset through the PS (the SLCR or the PS GPIO)
 
     # ---- pynq.Device: memory --------------------------------------------------------------------
     def allocate(self, shape, dtype, cacheable: bool = True, **kwargs) -> PynqBuffer:
@@ -171,19 +184,22 @@ class SimulatedBoard(pynq.Device):
             self._write32(address + i, int.from_bytes(data[i : i + 4], "little"))
 
     def _slave(self, address: int) -> tuple[str, int]:
-        if DEFAULT_BASE_ADDR <= address < DEFAULT_BASE_ADDR + REGISTER_SPAN:
-            return "accel", address - DEFAULT_BASE_ADDR
-        if SLCR_BASE <= address < SLCR_BASE + SLCR_SPAN:
-            return "slcr", address - SLCR_BASE
+        if self.base <= address < self.base + REGISTER_SPAN:
+            return "accel", address - self.base
+        ps, ps_base, ps_span = ("gpio", PS_GPIO_BASE, PS_GPIO_SPAN) if self.zynqmp else ("slcr", SLCR_BASE, SLCR_SPAN)
+        if ps_base <= address < ps_base + ps_span:
+            return ps, address - ps_base
         raise BusError(
-            f"no slave at {address:#x} on the simulated board (the accelerator's registers are at "
-            f"[{DEFAULT_BASE_ADDR:#x}, {DEFAULT_BASE_ADDR + REGISTER_SPAN:#x}), the SLCR at {SLCR_BASE:#x})"
+            f"no slave at {address:#x} on the simulated {self.cfg.name} board (the accelerator's registers are at "
+            f"[{self.base:#x}, {self.base + REGISTER_SPAN:#x}), the {ps.upper()} at {ps_base:#x})"
         )
 
     def _read32(self, address: int) -> int:
         slave, offset = self._slave(address)
         if slave == "slcr":
             return self._slcr.get(offset, 0)
+        if slave == "gpio":
+            return self._gpio.get(offset, 0)
         if self._running:  # time passes between two looks at the board
             if self.harness.run(CYCLES_PER_READ) or not self.harness.read(R.offset("CONTROL")) & 1:
                 self._running = False
@@ -193,6 +209,9 @@ class SimulatedBoard(pynq.Device):
         slave, offset = self._slave(address)
         if slave == "slcr":
             self._write_slcr(offset, value)
+            return
+        if slave == "gpio":
+            self._write_gpio(offset, value)
             return
         self.harness.write(offset, value)
         if offset == R.offset("CONTROL") and R.get_field(value, "CONTROL", "START"):
@@ -210,6 +229,15 @@ class SimulatedBoard(pynq.Device):
                 self.harness.reset()
                 self._running = False
                 self.resets += 1
+
+    def _write_gpio(self, offset: int, value: int) -> None:
+        was = self._gpio.get(offset, 0)
+        self._gpio[offset] = value
+        driven = self._gpio[GPIO_DIRM_5] & self._gpio[GPIO_OEN_5] & PL_RESETN0
+        if offset == GPIO_DATA_5 and driven and not was & PL_RESETN0 and value & PL_RESETN0:  # pl_resetn0 released
+            self.harness.reset()
+            self._running = False
+            self.resets += 1
 
     def close(self) -> None:
         """Free the RTL model."""

@@ -12,7 +12,7 @@ from vdla.config import load_config
 from vdla.isa import ISA_VERSION, AluOp, MemType, Stage
 from vdla.runtime import BackendError, Device, Dram
 from vdla.runtime import registers as R
-from vdla.runtime.pynq_backend import DEFAULT_BASE_ADDR, PynqBackend
+from vdla.runtime.pynq_backend import PynqBackend, board_base_addr
 
 
 def add_program(dev: Device, data: np.ndarray, imm: int):
@@ -36,7 +36,7 @@ def test_pynq_discovers_the_simulated_board_through_probe(board):
     assert board in pynq.Device.devices
     assert pynq.Device.active_device is board
     assert board.has_capability("REGISTER_RW") and not board.has_capability("MEMORY_MAPPED")
-    regs = pynq.MMIO(DEFAULT_BASE_ADDR, 0x100)
+    regs = pynq.MMIO(board_base_addr(load_config("pynq")), 0x100)
     ident = regs.read(R.offset("ID"))
     assert ident >> 16 == R.ID_MAGIC and ident & 0xFFFF == ISA_VERSION
     assert regs.read(R.offset("CONFIG_HASH")) == load_config("pynq").hash
@@ -145,4 +145,4 @@ def test_no_board_found_is_a_clear_error(board, monkeypatch):
 
 
 def test_a_second_board_object_is_not_the_simulated_one(board):
-    assert isinstance(board, SimulatedBoard) and board.tag == "vdla-sim-pynq"
+    assert isinstance(board, SimulatedBoard) and board.tag == f"vdla-sim-{load_config('pynq').name}"

@@ -1,8 +1,14 @@
-"""The ``pynq`` backend: the accelerator on a PYNQ board (PYNQ-Z1/Z2), driven through the PYNQ library.
+"""The ``pynq`` backend: the accelerator on a PYNQ board, driven through the PYNQ library.
+
+It drives every board preset (``vdla boards``): the Zynq-7000 boards (PYNQ-Z1/Z2) and the Zynq UltraScale+ ones
+(AUP-ZU3, Ultra96-V2, KV260, KR260, ZCU104). What differs per board comes from the config (its preset): the
+register base (``reg_base_addr``, where hw/fpga's block design puts the accelerator), the AXI address bits of
+its DMA (``axi_addr_bits``: a buffer the accelerator cannot address is refused, naming its address), and the
+PS's reset of the programmable logic (by the part's family, :data:`PL_RESETS`).
 
 Written as a PYNQ user writes a driver: the accelerator's AXI4-Lite slave is a ``pynq.MMIO`` (found in a
-``pynq.Overlay``'s ``ip_dict``, or at a given base address on ``pynq.Device.active_device``), its registers
-are those of :mod:`vdla.runtime.registers`, and all memory it reaches is ``pynq.allocate`` buffers:
+``pynq.Overlay``'s ``ip_dict``, or at the config's register base on ``pynq.Device.active_device``), its
+registers are those of :mod:`vdla.runtime.registers`, and all memory it reaches is ``pynq.allocate`` buffers:
 
 * the DRAM region programs run against (:meth:`PynqBackend.make_dram`) is one ``pynq.allocate`` buffer;
   vdla's :class:`~vdla.runtime.dram.Dram` allocator places weights, micro-op kernels, activations and
@@ -13,13 +19,14 @@ are those of :mod:`vdla.runtime.registers`, and all memory it reaches is ``pynq.
   every transfer lies inside the region: a bad program never reaches memory the region does not own);
 * ``flush()`` covers what the accelerator reads and writes before START, ``invalidate()`` what it wrote
   after the run, so the CPU's cache and the accelerator's view of DRAM agree (PYNQ's buffers are cached
-  and the Zynq-7000's HP ports are not coherent).
+  and the HP ports are not coherent).
 
 A run writes INSN_ADDR/INSN_COUNT, START, and polls IRQ.PENDING until it is set, the cycle limit passes or
 ``timeout_s`` seconds pass. Errors are the runtime's backend-neutral ones (:mod:`vdla.runtime.backend`),
 explained from the registers by :mod:`vdla.runtime.diagnosis` exactly as on the ``rtl`` backend. After a
-timeout the driver resets the programmable logic through the Zynq's SLCR (FPGA_RST_CTRL), so the next run
-starts on an idle accelerator. One process at a time owns the accelerator (a lock file).
+timeout the driver resets the programmable logic through the PS (the Zynq-7000's SLCR FPGA_RST_CTRL, the
+Zynq UltraScale+'s PS GPIO pin of pl_resetn0), so the next run starts on an idle accelerator. One process at
+a time owns the accelerator (a lock file).
 
 ``pynq`` is imported when the backend is created, never by ``import vdla.runtime``, together with the device
 plugins: the modules of the entry-point group :data:`DEVICE_PLUGINS` (installed packages; vdla registers none)
@@ -55,7 +62,6 @@ from vdla.runtime.backend import BackendError, CycleLimitError, FaultError, RunE
 from vdla.runtime.diagnosis import Diagnosis, Program, token_counts
 from vdla.runtime.dram import Dram
 
-DEFAULT_BASE_ADDR = 0x43C0_0000  # the first AXI4-Lite slave on M_AXI_GP0 (hw/fpga's block design puts it here)
 REGISTER_SPAN = 0x1_0000  # the address window the block design gives the slave (it decodes REG_ADDR_BITS = 9)
 DEFAULT_DRAM_BYTES = 64 << 20  # the DRAM region: part of the board's CMA pool
 DEFAULT_TIMEOUT_S = 30.0
@@ -63,17 +69,35 @@ PAGE = 4096
 DEVICE_PLUGINS = "vdla.pynq_devices"  # entry-point group: modules defining pynq.Device subclasses
 DEVICE_PLUGINS_ENV = "VDLA_PYNQ_DEVICES"  # further such modules, comma-separated (importable by name)
 
+ISA_ADDR_FIELD_BITS = 32  # a LOAD/STORE's DRAM address field: an element index (vdla.isa.instructions)
+
 # The Zynq-7000 System Level Control Registers (UG585, appendix B.28): the PL reset FCLK_RESET0_N.
 SLCR_BASE = 0xF800_0000
 SLCR_SPAN = 0x1000
 SLCR_LOCK, SLCR_UNLOCK, SLCR_LOCK_KEY, SLCR_UNLOCK_KEY = 0x004, 0x008, 0x767B, 0xDF0D
 FPGA_RST_CTRL = 0x240  # bit 0: FPGA0_OUT_RST (1 holds FCLK_RESET0_N low)
 
+# Zynq UltraScale+: the PL resets are EMIO pins of the PS GPIO (UG1085, GPIO; psu_init releases them after
+# configuration): pl_resetn0 is EMIO pin 95, bit 31 of bank 5, whose DATA register holds the pins' output.
+PS_GPIO_BASE = 0xFF0A_0000
+PS_GPIO_SPAN = 0x1000
+GPIO_DATA_5, GPIO_DIRM_5, GPIO_OEN_5 = 0x054, 0x344, 0x348
+PL_RESETN0 = 1 << 31
+
+# The PL reset hw/fpga's block design resets the accelerator from, by the part's family (vdla.parts)
+PL_RESETS = {"xc7": "FCLK_RESET0_N (the SLCR's FPGA_RST_CTRL)", "xcup": "pl_resetn0 (PS GPIO EMIO pin 95)"}
+
 _LOAD_TYPES = tuple(m for m in MemType if m != MemType.OUT)
 
 
 class BoardTimeoutError(RunError):
     """The board did not end the run (IRQ.PENDING) within the driver's timeout."""
+
+
+def board_base_addr(cfg: HwConfig) -> int:
+    """Where the accelerator's registers are on the config's board: its preset's ``reg_base_addr`` (where
+    hw/fpga's block design puts them)."""
+    return cfg.reg_base_addr
 
 
 def import_pynq():
@@ -151,7 +175,8 @@ class PynqBackend:
 
     ``overlay``: a ``pynq.Overlay`` or the path of its ``.bit`` (loaded with ``pynq.Overlay``); the
     accelerator is the IP whose name or VLNV contains ``ip_name``. Without an overlay, the registers are at
-    ``base_addr`` on ``pynq.Device.active_device`` (the bitstream already loaded). ``dram_bytes``: size of
+    ``base_addr`` (default: the config's ``reg_base_addr``) on ``pynq.Device.active_device`` (the bitstream
+    already loaded). ``dram_bytes``: size of
     the DRAM region allocated from the board's CMA pool; ``timeout_s``: how long a run may take before the
     board is declared stuck; ``poll_s``: sleep between polls of IRQ.PENDING.
     """
@@ -187,13 +212,13 @@ class PynqBackend:
                     f"(device plugins loaded: {', '.join(load_device_plugins()) or 'none'}; docs/deploy-pynq.md, "
                     "Testing without a board)"
                 ) from e
-            base, span = (DEFAULT_BASE_ADDR if base_addr is None else base_addr), REGISTER_SPAN
+            base, span = (board_base_addr(cfg) if base_addr is None else base_addr), REGISTER_SPAN
         self.base_addr = base
         self._lock = _BoardLock(getattr(self.device, "tag", type(self.device).__name__), base)
         self._running = threading.Lock()
         self._regions: list[tuple[Dram, object]] = []  # (vdla DRAM, its pynq buffer)
         self._insn = None  # the instruction buffer, grown as programs need
-        self._slcr = None
+        self._ps_regs = None  # the PS's registers the PL reset is behind (the SLCR or the PS GPIO)
         try:
             self.mmio = self.pynq.MMIO(base, span, device=self.device)
             self.diagnosis = Diagnosis(cfg, self._read)
@@ -243,8 +268,13 @@ class PynqBackend:
         """The DRAM region: one ``pynq.allocate`` buffer, addressed from the config's ``dram_base_addr``."""
         buf = self.pynq.allocate((self.dram_bytes,), np.uint8, target=self.device)
         delta = int(buf.physical_address) - self.cfg.dram_base_addr
-        if delta % PAGE:
-            raise BackendError(f"pynq.allocate returned a buffer at {buf.physical_address:#x}, not page aligned")
+        try:
+            if delta % PAGE:
+                raise BackendError(f"pynq.allocate returned a buffer at {buf.physical_address:#x}, not page aligned")
+            self._check_reach(buf, "the DRAM region")
+        except BackendError:
+            buf.freebuffer()
+            raise
         dram = Dram(self.dram_bytes, self.cfg.dram_base_addr, mem=buf)
         self._regions.append((dram, buf))
         return dram
@@ -258,6 +288,17 @@ class PynqBackend:
             "backend.make_dram() (a Device does), so that the accelerator can reach it"
         )
 
+    def _check_reach(self, buf, what: str) -> None:
+        """Refuse a buffer the accelerator's AXI master cannot address (past 2**axi_addr_bits), naming it."""
+        lo = int(buf.physical_address)
+        hi = lo + int(buf.nbytes)
+        if hi > 1 << self.cfg.axi_addr_bits:
+            raise BackendError(
+                f"{what} at physical address {lo:#x} (to {hi:#x}) is past the {self.cfg.axi_addr_bits} address bits "
+                f"of config {self.cfg.name!r}'s AXI master (axi_addr_bits: up to {1 << self.cfg.axi_addr_bits:#x}): "
+                "allocate it in memory the accelerator reaches (the board's CMA pool in low DDR)"
+            )
+
     def _insn_buffer(self, nbytes: int):
         if self._insn is None or self._insn.nbytes < nbytes:
             cap = PAGE
@@ -265,7 +306,14 @@ class PynqBackend:
                 cap *= 2
             if self._insn is not None:
                 self._insn.freebuffer()
-            self._insn = self.pynq.allocate((cap,), np.uint8, target=self.device)
+                self._insn = None
+            buf = self.pynq.allocate((cap,), np.uint8, target=self.device)
+            try:
+                self._check_reach(buf, "the instruction buffer")
+            except BackendError:
+                buf.freebuffer()
+                raise
+            self._insn = buf
         return self._insn
 
     def _relocate(self, dram: Dram, phys: int, insn_addr: int, count: int) -> _Stream:
@@ -307,6 +355,16 @@ class PynqBackend:
             raise FaultError(f"instruction {i} ({disassemble_insn(insn)}): {'; '.join(problems)}")
         delta = phys - lo_r
         new_base = base + np.where(dma, delta // np.maximum(ebs, 1), 0)
+        past = dma & (new_base + (y - 1) * stride.astype(np.int64) + x > 1 << ISA_ADDR_FIELD_BITS)
+        if past.any():  # the region lies beyond what the instruction's element index reaches for this type
+            i = int(np.argmax(past))
+            insn = decode(int(lo[i]) | int(hi[i]) << 64)
+            raise FaultError(
+                f"instruction {i} ({disassemble_insn(insn)}): the DRAM region at physical address {phys:#x} lies "
+                f"past the {ISA_ADDR_FIELD_BITS}-bit element index of its {MemType(int(mem[i])).name} transfers "
+                f"({int(ebs[i])}-byte elements reach {int(ebs[i]) << ISA_ADDR_FIELD_BITS:#x}): allocate the region "
+                "lower (the board's CMA pool in low DDR)"
+            )
         field = np.uint64(0xFFFFFFFF << 26)
         words[:, 0] = (lo & ~field) | ((new_base.astype(np.uint64) << np.uint64(26)) & field)
 
@@ -418,20 +476,31 @@ class PynqBackend:
                 time.sleep(self.poll_s)
 
     def _reset_logic(self) -> None:
-        """Reset the programmable logic (FCLK_RESET0_N through the SLCR's FPGA_RST_CTRL), then check that
-        the accelerator is back, idle and the same bitstream."""
-        if self._slcr is None:
-            self._slcr = self.pynq.MMIO(SLCR_BASE, SLCR_SPAN, device=self.device)
-        slcr = self._slcr
-        slcr.write(SLCR_UNLOCK, SLCR_UNLOCK_KEY)
-        value = int(slcr.read(FPGA_RST_CTRL))
-        slcr.write(FPGA_RST_CTRL, value | 1)
-        slcr.write(FPGA_RST_CTRL, value & ~1 & 0xFFFFFFFF)
-        slcr.write(SLCR_LOCK, SLCR_LOCK_KEY)
+        """Reset the programmable logic through the PS (:data:`PL_RESETS`: the Zynq-7000's FCLK_RESET0_N through
+        the SLCR's FPGA_RST_CTRL, Zynq UltraScale+'s pl_resetn0 through its PS GPIO pin), then check that the
+        accelerator is back, idle and the same bitstream."""
+        if self.cfg.part_spec.family == "xc7":
+            if self._ps_regs is None:
+                self._ps_regs = self.pynq.MMIO(SLCR_BASE, SLCR_SPAN, device=self.device)
+            slcr = self._ps_regs
+            slcr.write(SLCR_UNLOCK, SLCR_UNLOCK_KEY)
+            value = int(slcr.read(FPGA_RST_CTRL))
+            slcr.write(FPGA_RST_CTRL, value | 1)
+            slcr.write(FPGA_RST_CTRL, value & ~1 & 0xFFFFFFFF)
+            slcr.write(SLCR_LOCK, SLCR_LOCK_KEY)
+        else:
+            if self._ps_regs is None:
+                self._ps_regs = self.pynq.MMIO(PS_GPIO_BASE, PS_GPIO_SPAN, device=self.device)
+            gpio = self._ps_regs
+            for reg in (GPIO_DIRM_5, GPIO_OEN_5):  # an output (psu_init makes it one; a reset must not rely on it)
+                gpio.write(reg, int(gpio.read(reg)) | PL_RESETN0)
+            value = int(gpio.read(GPIO_DATA_5))
+            gpio.write(GPIO_DATA_5, value & ~PL_RESETN0 & 0xFFFFFFFF)
+            gpio.write(GPIO_DATA_5, value | PL_RESETN0)
         if self._busy():
             raise BackendError(
-                f"the accelerator at {self.base_addr:#x} is still busy after a reset of the programmable logic: "
-                "reload the overlay"
+                f"the accelerator at {self.base_addr:#x} is still busy after a reset of the programmable logic "
+                f"({PL_RESETS[self.cfg.part_spec.family]}): reload the overlay"
             )
         self._check_identity()
 
