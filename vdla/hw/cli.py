@@ -14,9 +14,13 @@ from vdla.config import DEFAULT_PRESET
 
 
 def cmd_gen_rtl(args: argparse.Namespace) -> int:
+    from vdla.hw.fpga import write_tcl_params
     from vdla.hw.rtlgen import generate
 
-    for path in generate(args.config, args.output):
+    paths = generate(args.config, args.output) if args.output or not args.tcl else []
+    if args.tcl:
+        paths.append(write_tcl_params(args.config or DEFAULT_PRESET, args.tcl))
+    for path in paths:
         print(f"wrote {path}")
     return 0
 
@@ -45,6 +49,7 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--config", help="with -o: the preset (or JSON file) whose package to write")
     p.add_argument("-o", "--output", help="write only the package of --config to this file")
+    p.add_argument("--tcl", help="write the Vivado flow's parameters of --config (hw/fpga) to this file")
     p.set_defaults(func=cmd_gen_rtl)
 
     p = subparsers.add_parser("fit", help="synthesize for the PYNQ-Z1 part with Yosys and report the resources")

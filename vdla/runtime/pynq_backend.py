@@ -62,7 +62,7 @@ from vdla.runtime.backend import BackendError, CycleLimitError, FaultError, RunE
 from vdla.runtime.diagnosis import Diagnosis, Program, token_counts
 from vdla.runtime.dram import Dram
 
-REGISTER_SPAN = 0x1_0000  # the address window the block design gives the slave (it decodes REG_ADDR_BITS = 9)
+REGISTER_SPAN = R.SPAN  # the address window the block design gives the slave (it decodes R.ADDR_BITS = 9)
 DEFAULT_DRAM_BYTES = 64 << 20  # the DRAM region: part of the board's CMA pool
 DEFAULT_TIMEOUT_S = 30.0
 PAGE = 4096

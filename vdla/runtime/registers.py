@@ -15,6 +15,7 @@ from vdla.runtime.counters import Counters
 
 ID_MAGIC = 0x5644  # "VD", in ID[31:16]
 ADDR_BITS = 9  # byte address bits decoded by the register file (the map below ends at 0x110)
+SPAN = 0x1_0000  # the address window a board's block design gives the register file (hw/fpga, the pynq driver)
 
 
 @dataclass(frozen=True)

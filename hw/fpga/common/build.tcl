@@ -1,21 +1,46 @@
-# Vivado batch flow for the vdla accelerator on a Zynq-7000 PYNQ board: package the RTL as an IP, build the
-# block design, synthesize, implement, and write the .bit and .hwh that pynq.Overlay loads.
+# Vivado batch flow for the vdla accelerator on a Zynq board (Zynq-7000 or Zynq UltraScale+): package the RTL as
+# an IP, build the block design, synthesize, implement, and write the .bit and .hwh that pynq.Overlay loads.
 #
-#   vivado -mode batch -source ../common/build.tcl -tclargs <board.tcl> <package.sv> <out_dir> <fclk_mhz>
+#   vivado -mode batch -source ../common/build.tcl -tclargs <board.tcl> <vdla_pkg.sv> <vdla_config.tcl> <out_dir> [<board>]
 #
-# <board.tcl> sets BOARD, PART, BOARD_PART; <package.sv> is the configuration's generated vdla_pkg.sv
-# (`vdla gen-rtl --config <preset> -o FILE`) and <fclk_mhz> its clock_mhz (the Makefile reads both from
-# the configuration). The address map is the driver's
-# (vdla/runtime/pynq_backend.py): the accelerator's AXI4-Lite slave at 0x43C0_0000 (64 KiB) on M_AXI_GP0,
-# its AXI4 master to S_AXI_HP0 over all of DDR, its reset from FCLK_RESET0_N (the driver's recovery after a
-# timeout), its irq to IRQ_F2P.
+# <vdla_pkg.sv> and <vdla_config.tcl> are the configuration's generated package and Vivado parameters
+# (`vdla gen-rtl --config <preset> -o <vdla_pkg.sv> --tcl <vdla_config.tcl>`, which board.mk runs): the part
+# (PART, PART_NAME), the processing system (PS: ps7 or ps8), the fabric clock (FCLK_MHZ), the HP port's width
+# (BUS_WIDTH), the AXI address bits and the register window (REG_BASE_ADDR, REG_RANGE: the driver's,
+# vdla/runtime/pynq_backend.py). Nothing here or in a board directory repeats them. <board.tcl> names the boards
+# of its directory (BOARDS: a dict of board -> {board_part <Vivado board part> [package <part>]
+# [connections <board_connections>]}); <board> picks one (default: the first). A board's package replaces PART
+# when the board carries another package or speed grade of the same part (PART_NAME).
+#
+# common/bd_$PS.tcl builds the block design: the PS with its board preset, the accelerator's AXI4-Lite slave on
+# the PS's general-purpose master at REG_BASE_ADDR, its AXI4 master on an HP port over all of DDR, the fabric
+# clock at FCLK_MHZ, the accelerator's reset from a Processor System Reset driven by the PS's PL reset (the
+# driver's recovery after a timeout), its irq to the PS.
 
-if {[llength $argv] != 4} {
-  puts "usage: vivado -mode batch -source build.tcl -tclargs <board.tcl> <vdla_pkg.sv> <out_dir> <fclk_mhz>"
+if {[llength $argv] < 4 || [llength $argv] > 5} {
+  puts "usage: vivado -mode batch -source build.tcl -tclargs <board.tcl> <vdla_pkg.sv> <vdla_config.tcl> <out_dir> \[<board>\]"
   exit 2
 }
-lassign $argv board_tcl pkg_sv out_dir FCLK_MHZ
+lassign $argv board_tcl pkg_sv config_tcl out_dir board
+source $config_tcl
 source $board_tcl
+
+if {$board eq ""} { set board [lindex [dict keys $BOARDS] 0] }
+if {![dict exists $BOARDS $board]} {
+  puts "unknown board '$board' in $board_tcl: its boards are [dict keys $BOARDS]"
+  exit 2
+}
+set board_info [dict get $BOARDS $board]
+set BOARD $board
+set BOARD_PART [dict get $board_info board_part]
+if {[dict exists $board_info package]} {
+  set package [dict get $board_info package]
+  if {![string match "${PART_NAME}*" $package]} {
+    puts "board $board: package $package is not a package of the configuration's part $PART_NAME"
+    exit 2
+  }
+  set PART $package
+}
 
 set here [file dirname [file normalize [info script]]]
 set rtl_dir [file normalize [file join $here .. .. rtl]]
@@ -45,7 +70,7 @@ ipx::infer_bus_interface irq_o xilinx.com:signal:interrupt_rtl:1.0 $core
 ipx::infer_bus_interfaces xilinx.com:interface:aximm_rtl:1.0 $core
 ipx::associate_bus_interfaces -busif s_axil -clock clk_i $core
 ipx::associate_bus_interfaces -busif m_axi -clock clk_i $core
-# clk_i's reset is rst_ni: the AXI automation then drives it from the Processor System Reset (FCLK_RESET0_N)
+# clk_i's reset is rst_ni: the block design drives it from the Processor System Reset of the PS's PL reset
 ipx::associate_bus_interfaces -clock clk_i -reset rst_ni $core
 set_property value ACTIVE_LOW [ipx::get_bus_parameters POLARITY -of_objects [ipx::get_bus_interfaces rst_ni -of_objects $core]]
 set_property value LEVEL_HIGH [ipx::get_bus_parameters SENSITIVITY -of_objects [ipx::get_bus_interfaces irq_o -of_objects $core]]
@@ -57,30 +82,13 @@ close_project
 # ---- 2. the block design ---------------------------------------------------------------------------------
 create_project -force vdla_$BOARD [file join $out_dir project] -part $PART
 set_property board_part $BOARD_PART [current_project]
+if {[dict exists $board_info connections]} {
+  set_property board_connections [dict get $board_info connections] [current_project]
+}
 set_property ip_repo_paths [list $ip_dir] [current_project]
 update_ip_catalog
 create_bd_design vdla
-
-set ps [create_bd_cell -type ip -vlnv xilinx.com:ip:processing_system7:5.5 ps7]
-apply_bd_automation -rule xilinx.com:bd_rule:processing_system7 -config {make_external "FIXED_IO, DDR" apply_board_preset "1"} $ps
-set_property -dict [list \
-  CONFIG.PCW_FPGA0_PERIPHERAL_FREQMHZ $FCLK_MHZ \
-  CONFIG.PCW_USE_S_AXI_HP0 1 \
-  CONFIG.PCW_S_AXI_HP0_DATA_WIDTH 64 \
-  CONFIG.PCW_USE_FABRIC_INTERRUPT 1 \
-  CONFIG.PCW_IRQ_F2P_INTR 1 \
-] $ps
-
-set accel [create_bd_cell -type ip -vlnv vdla.dev:vdla:vdla_top:1.0 vdla_0]
-
-# AXI4-Lite: PS M_AXI_GP0 -> interconnect -> vdla_0/s_axil; AXI4: vdla_0/m_axi -> interconnect -> S_AXI_HP0.
-apply_bd_automation -rule xilinx.com:bd_rule:axi4 -config [list Master /ps7/M_AXI_GP0 Clk Auto] [get_bd_intf_pins vdla_0/s_axil]
-apply_bd_automation -rule xilinx.com:bd_rule:axi4 -config [list Master /vdla_0/m_axi Clk Auto] [get_bd_intf_pins ps7/S_AXI_HP0]
-connect_bd_net [get_bd_pins vdla_0/irq_o] [get_bd_pins ps7/IRQ_F2P]
-
-set_property offset 0x43C00000 [get_bd_addr_segs {ps7/Data/SEG_vdla_0_reg0}]
-set_property range 64K [get_bd_addr_segs {ps7/Data/SEG_vdla_0_reg0}]
-assign_bd_address
+source [file join $here bd_$PS.tcl]
 validate_bd_design
 save_bd_design
 
@@ -106,4 +114,4 @@ report_utilization -file [file join $out_dir utilization.rpt]
 set impl_dir [get_property DIRECTORY [get_runs impl_1]]
 file copy -force [file join $impl_dir vdla_wrapper.bit] [file join $out_dir vdla.bit]
 file copy -force [file join $out_dir project vdla_$BOARD.gen sources_1 bd vdla hw_handoff vdla.hwh] [file join $out_dir vdla.hwh]
-puts "wrote [file join $out_dir vdla.bit] and [file join $out_dir vdla.hwh]"
+puts "wrote [file join $out_dir vdla.bit] and [file join $out_dir vdla.hwh] for $BOARD ($CONFIG, config hash $CONFIG_HASH)"
