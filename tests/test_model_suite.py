@@ -23,6 +23,7 @@ pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 pytest.importorskip("llvmlite")
 
+from vdla.config import board_presets  # noqa: E402
 from vdla.frontend.onnx import import_onnx  # noqa: E402
 from vdla.frontend.reference import compare_layers, reference_session  # noqa: E402
 from vdla.graph.passes import simplify  # noqa: E402
@@ -146,4 +147,26 @@ def test_small_models_on_the_rtl_are_bit_exact_with_cycles_within_5_percent(name
         np.testing.assert_array_equal(got if k is None else got[k], want if k is None else want[k])
     cycles = rtl.last_report.accel_cycles, sim.last_report.accel_cycles
     assert abs(cycles[0] - cycles[1]) <= 0.05 * cycles[0], f"rtl {cycles[0]:,} cycles, sim {cycles[1]:,}"
+    rtl.close()
+
+
+ZU_PRESETS = [c.name for c in board_presets() if c.part_spec.family == "xcup"]
+
+
+@pytest.mark.slow  # a Verilator build of each Zynq UltraScale+ preset (about 100 s on 2 cores)
+@pytest.mark.parametrize("preset", ZU_PRESETS)
+@pytest.mark.parametrize("name", _models(["unet"]))
+def test_a_small_model_on_each_zynq_ultrascale_presets_rtl(name, preset):
+    """Compiled for a Zynq UltraScale+ board preset (a 128-bit bus), a suite model runs on that preset's RTL
+    bit-exact with its simulator, in cycles within 1%."""
+    m = SUITE[name]
+    qmodel = quantize_qdq(m.load(), m.samples(CALIB, 1))
+    artifact, _ = compile_model(qmodel, None, CompileOptions(input_shapes=m.input_shapes(), config=preset))
+    (feed,) = m.feeds(1, 11)
+    sim, rtl = Module(artifact, "sim"), Module(artifact, "rtl")
+    want, got = sim.run(feed), rtl.run(feed)
+    for k in want if isinstance(want, dict) else [None]:
+        np.testing.assert_array_equal(got if k is None else got[k], want if k is None else want[k])
+    cycles = rtl.last_report.accel_cycles, sim.last_report.accel_cycles
+    assert abs(cycles[0] - cycles[1]) <= 0.01 * cycles[0], f"rtl {cycles[0]:,} cycles, sim {cycles[1]:,}"
     rtl.close()
