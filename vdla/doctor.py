@@ -16,6 +16,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from vdla.config import board_presets
 from vdla.cpu_fallback.native import HOST, TARGETS, NativeCodeError, machine, target_for_machine
 from vdla.errors import VdlaError
 
@@ -103,7 +104,8 @@ def check_board(mem: dict[str, int], overlay: Path | None) -> list[Finding]:
         found.append(Finding("pynq", NOTE, "not installed (needed by --backend pynq, on a board)"))
     if overlay is not None:
         missing = [p.name for p in (overlay, overlay.with_suffix(".hwh")) if not p.is_file()]
-        fix = f"copy vdla.bit and vdla.hwh (make -C hw/fpga/pynq-z2, docs/deploy-pynq.md) to {overlay.parent}"
+        boards = ", ".join(c.name for c in board_presets())
+        fix = f"copy vdla.bit and vdla.hwh (make -C hw/fpga/<board>: {boards}; docs/deploy-pynq.md) to {overlay.parent}"
         detail = f"{overlay} and its .hwh" + (f": missing {', '.join(missing)}" if missing else "")
         found.append(Finding("overlay", PROBLEM if missing else OK, detail, fix if missing else ""))
     if board:
