@@ -47,7 +47,7 @@ def test_dense_block_diagonal_weights_run_as_their_diagonal_blocks():
     parts = block_parts((2, 40, 4, 4), eye, Epilogue(), cfg)
     assert [(p.group, p.block) for p in parts] == [(g, b) for g in range(2) for b in range(3)]
     assert all(np.array_equal(p.weights, np.eye(p.in_shape[1], dtype=np.int8)[:, :, None, None]) for p in parts)
-    odd = replace(cfg, name="odd", block_in=32, inp_buff_bytes=65536)
+    odd = replace(cfg, name="odd", block_in=32, inp_buff_bytes=65536, part="xczu7ev")
     assert "block_in == block_out" in parts_refusal(odd) and parts_refusal(cfg) is None
 
 

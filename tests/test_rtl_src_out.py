@@ -311,7 +311,7 @@ def test_depthwise_window_over_its_own_rows_faults():
 
 def test_src_out_needs_out_rows_to_be_inp_rows():
     cfg = load_config("pynq")
-    odd = replace(cfg, name="odd", block_in=32, inp_buff_bytes=65536)
+    odd = replace(cfg, name="odd", block_in=32, inp_buff_bytes=65536, part="xczu7ev")
     assert check_insn(EpiInsn(src_out=True), cfg) == []
     [problem] = check_insn(EpiInsn(src_out=True), odd)
     assert "block_in == block_out" in problem and "'odd' has 32 and 16" in problem
