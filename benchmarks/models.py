@@ -1,11 +1,13 @@
 """The model suite on the accelerator: each model of ``vdla.zoo.suite`` compiled twice (float with vdla's
 calibration, and onnxruntime's QDQ model), run on the simulator and checked against the reference.
 
-    python benchmarks/models.py [--json out/models.json] [--only NAME ...] [--tests 4] [--calib 16]
+    python benchmarks/models.py [--config PRESET] [--json out/models.json] [--only NAME ...] [--tests 4] [--calib 16]
 
-One record per (model, quantization):
+One record per (model, quantization), for one preset (default pynq-z2; ``benchmarks/models/PRESET.json``
+holds each board preset's):
 
-    {"model", "quantization", "macs", "accel_mac_share", "accel_cycles", "mac_bound_cycles", "ratio",
+    {"model", "quantization", "preset", "clock_mhz", "latency_ms", "fps", "macs", "accel_mac_share",
+     "accel_cycles", "mac_bound_cycles", "ratio",
      "layer_roofline_cycles", "roofline_ratio", "cpu_steps", "cpu_ms", "correct", "agreement", "compile_s",
      "compile_warm_s", "cpu_ops"[, "depthwise"]}
 
@@ -15,12 +17,13 @@ pairs fused with the 1x1 convolution after them (``fused_pairs``, ``fused_cycles
 have the 1x1 expand layer before them fused too (the whole inverted residual block on chip);
 ``pairs`` lists each fused step (its op, cycles and own bound).
 
-``mac_bound_cycles`` = MACs / (BATCH x BLOCK_IN x BLOCK_OUT) of the config, ``ratio`` = accel_cycles /
-mac_bound_cycles. ``layer_roofline_cycles``: the sum over the accelerator steps of each step's own bound, its
-MACs over the core's MACs per cycle or the bytes of the activations it reads (input, residual) and writes
-(its output, channels padded to blocks) over the bus's bytes per cycle, whichever is larger (weights not
-counted): what layer-by-layer execution cannot beat, where only fusing layers on chip goes below;
-``roofline_ratio`` = accel_cycles / layer_roofline_cycles.
+``latency_ms`` = accel_cycles at the preset's clock (the accelerator's time; the CPU steps' time on the board
+is not in it), ``fps`` its inverse. ``mac_bound_cycles`` = MACs / (BATCH x BLOCK_IN x BLOCK_OUT) of the
+config, ``ratio`` = accel_cycles / mac_bound_cycles. ``layer_roofline_cycles``: the sum over the accelerator
+steps of each step's own bound, its MACs over the core's MACs per cycle or the bytes of the activations it
+reads (input, residual) and writes (its output, channels padded to blocks) over the bus's bytes per cycle,
+whichever is larger (weights not counted): what layer-by-layer execution cannot beat, where only fusing layers
+on chip goes below; ``roofline_ratio`` = accel_cycles / layer_roofline_cycles.
 
 ``correct``: for vdla's calibration, the cosine of every output with onnxruntime's float output (graph
 optimizations off: ``vdla.frontend.reference``) is at least 0.99 on every test input; for the QDQ model,
@@ -104,6 +107,10 @@ def record(m: SuiteModel, quantization: str, artifact, report, run, cold: float,
     rec = {
         "model": m.name,
         "quantization": quantization,
+        "preset": cfg.name,
+        "clock_mhz": cfg.clock_mhz,
+        "latency_ms": round(run.accel_cycles / (cfg.clock_mhz * 1e3), 3),
+        "fps": round(cfg.clock_mhz * 1e6 / run.accel_cycles, 1) if run.accel_cycles else None,
         "macs": int(artifact.total_macs),
         "accel_mac_share": artifact.accel_macs / artifact.total_macs if artifact.total_macs else 0.0,
         "accel_cycles": int(run.accel_cycles),
@@ -135,9 +142,9 @@ def record(m: SuiteModel, quantization: str, artifact, report, run, cold: float,
     return rec
 
 
-def float_calibrated(m: SuiteModel, model, calib, tests, work: Path) -> dict:
+def float_calibrated(m: SuiteModel, model, calib, tests, work: Path, config: str) -> dict:
     """vdla's calibration on ``calib``; every output's cosine with the reference's float output."""
-    options = CompileOptions(config=DEFAULT_PRESET, input_shapes=m.input_shapes(), calibration=m.calibration)
+    options = CompileOptions(config=config, input_shapes=m.input_shapes(), calibration=m.calibration)
     artifact, report, cold, warm = compile_twice(model, calib, options, work / "vdla")
     outs, run = run_all(Module(artifact, "sim"), tests)
     session = reference_session(model)
@@ -151,11 +158,11 @@ def float_calibrated(m: SuiteModel, model, calib, tests, work: Path) -> dict:
     return rec
 
 
-def qdq(m: SuiteModel, model, calib, tests, work: Path) -> dict:
+def qdq(m: SuiteModel, model, calib, tests, work: Path, config: str) -> dict:
     """onnxruntime's QDQ model; every output against the reference running it, differences explained by the
     layer-by-layer comparison (each a rounding tie of the reference's float32 arithmetic)."""
     qmodel = quantize_qdq(model, calib)
-    options = CompileOptions(config=DEFAULT_PRESET, input_shapes=m.input_shapes())
+    options = CompileOptions(config=config, input_shapes=m.input_shapes())
     artifact, report, cold, warm = compile_twice(qmodel, None, options, work / "qdq")
     outs, run = run_all(Module(artifact, "sim"), tests)
     session = reference_session(qmodel)
@@ -179,9 +186,9 @@ def qdq(m: SuiteModel, model, calib, tests, work: Path) -> dict:
     return rec
 
 
-def table(records: list[dict]) -> Table:
-    t = Table(title=f"the model suite on {DEFAULT_PRESET!r}, simulator")
-    columns = ("model", "quant", "MACs", "accel share", "cycles", "bound", "ratio", "vs roofline", "CPU steps")
+def table(records: list[dict], config: str) -> Table:
+    t = Table(title=f"the model suite on {config!r}, simulator")
+    columns = ("model", "quant", "MACs", "accel share", "cycles", "ms", "bound", "ratio", "vs roofline", "CPU steps")
     for c in (*columns, "CPU ms", "ok"):
         t.add_column(c, justify="left" if c in ("model", "quant") else "right")
     for r in records:
@@ -193,6 +200,7 @@ def table(records: list[dict]) -> Table:
             f"{r['macs'] / 1e6:,.1f} M",
             f"{r['accel_mac_share']:.1%}",
             f"{r['accel_cycles']:,}",
+            f"{r['latency_ms']:.2f}",
             f"{r['mac_bound_cycles']:,}",
             ratio,
             roof,
@@ -205,12 +213,14 @@ def table(records: list[dict]) -> Table:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--config", default=DEFAULT_PRESET, help="preset (vdla boards) or JSON file")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--only", nargs="*", choices=sorted(SUITE))
     ap.add_argument("--tests", type=int, default=4, help="test inputs per model")
     ap.add_argument("--calib", type=int, default=16, help="calibration samples per model")
     args = ap.parse_args()
-    load_config(DEFAULT_PRESET)
+    config = args.config
+    load_config(config)  # an unknown preset fails here, before any model is compiled
     records = []
     for name in args.only or SUITE:
         m = SUITE[name]
@@ -220,11 +230,11 @@ def main() -> int:
             for kind, fn in (("vdla", float_calibrated), ("ort-qdq", qdq)):
                 console.print(f"{name}: {kind}")
                 try:
-                    records.append(fn(m, model, calib, tests, Path(d)))
+                    records.append(fn(m, model, calib, tests, Path(d), config))
                 except Exception as e:  # a model the suite cannot compile yet: recorded, not hidden
                     records.append({"model": name, "quantization": kind, "error": f"{type(e).__name__}: {e}"})
                     console.print(f"[red]{name} {kind}: {type(e).__name__}: {str(e)[:400]}[/]")
-    Console().print(table([r for r in records if "error" not in r]))
+    Console().print(table([r for r in records if "error" not in r], config))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(records, indent=2) + "\n")
