@@ -26,12 +26,14 @@ OPTIONAL_KEYS = (
     "description",
     "depthwise_mode",
     "out_multiplier",
+    "alu_lanes",
+    "src_out",
     "part",
     "boards",
     "reg_base_addr",
     "axi_addr_bits",
 )
-UNIT_FLAGS = ("depthwise_mode", "out_multiplier")  # the optional units a build may leave out
+UNIT_FLAGS = ("depthwise_mode", "out_multiplier", "src_out")  # the optional units a build may leave out
 ADDRESS_KEYS = ("reg_base_addr", "dram_base_addr", "dram_bytes")  # integers a preset may write as hex strings
 NOT_HASHED = ("description", "boards")  # keys that do not change what a bitstream computes or how it is driven
 DW_MAX_K = 5  # the depthwise mode's window: DW_MAX_K rows (kernel rows) of DW_MAX_K INP elements (EPI dw)
@@ -97,6 +99,8 @@ class HwConfig:
     axi_addr_bits: int = 32
     depthwise_mode: bool = True  # the GEMM core's depthwise mode (EPI dw), where batch and blocks allow it
     out_multiplier: bool = True  # the per-channel multiplier in the OUT mirror's path (EPI mul)
+    alu_lanes: int = 0  # the ALU's lanes: 0 one per ACC lane; half that, two passes a row (but ADD): alu_passes
+    src_out: bool = True  # the GEMMs' input rows from OUT (EPI src_out): a copy of the OUT mirror, block RAM
     timing: Timing = field(default_factory=Timing)
 
     def __post_init__(self) -> None:
@@ -119,9 +123,24 @@ class HwConfig:
             raise ConfigError(
                 f"config {self.name!r}: only int8 inputs/weights/outputs with int32 accumulators are supported"
             )
-        for flag in ("depthwise_mode", "out_multiplier"):
+        for flag in ("depthwise_mode", "out_multiplier", "src_out"):
             if not isinstance(getattr(self, flag), bool):
                 raise ConfigError(f"config {self.name!r}: {flag} must be true or false, got {getattr(self, flag)!r}")
+        lanes = self.batch * self.block_out
+        if (
+            not isinstance(self.alu_lanes, int)
+            or isinstance(self.alu_lanes, bool)
+            or (self.alu_lanes not in (0, lanes) and (lanes % 2 or self.alu_lanes != lanes // 2))
+        ):
+            raise ConfigError(
+                f"config {self.name!r}: alu_lanes must be 0 or {lanes} (one per accumulator lane) or "
+                f"{lanes // 2} (half: two passes a row), got {self.alu_lanes!r}"
+            )
+        if self.alu_passes > 1 and self.out_multiplier:
+            raise ConfigError(
+                f"config {self.name!r}: alu_lanes {self.alu_lanes} (a half-width ALU) cannot multiply a row a cycle, "
+                "which the OUT-path multiplier needs: set out_multiplier false"
+            )
         if self.bus_width_bits < 32:
             raise ConfigError(f"config {self.name!r}: bus_width_bits must be >= 32")
         for buf in ("inp", "wgt", "acc"):
@@ -223,21 +242,31 @@ class HwConfig:
         return LUT_ENTRIES // self.out_elem_bytes
 
     @property
+    def alu_passes(self) -> int:
+        """Passes an ALU operation other than ADD takes per row: 1 with an ALU lane per accumulator lane, 2 with
+        half as many (``alu_lanes``; its result comes a cycle later, as a MUL's, vdla.cycles.alu_two_cycle). ADD
+        (the GEMMs' accumulation too) keeps a lane per accumulator lane and one pass."""
+        return 2 if self.alu_lanes and self.alu_lanes < self.batch * self.block_out else 1
+
+    @property
     def dw_supported(self) -> bool:
         """Whether the GEMM core has the depthwise mode (EPI dw): see :meth:`dw_refusal`."""
         return self.dw_refusal() is None
 
     def src_out_refusal(self) -> str | None:
         """Why GEMMs cannot read OUT rows as their input rows on this config (EPI ``src_out``: a fused layer's
-        int8 results as the next GEMM's input), or None: an OUT row must be an INP row, block_out == block_in."""
+        int8 results as the next GEMM's input), or None: ``src_out`` off (a build without the OUT mirror's copy
+        the GEMMs read, 8 BRAM36 on ``pynq``), or an OUT row that is not an INP row (block_out != block_in)."""
+        if not self.src_out:
+            return f"GEMMs read OUT rows as input rows: config {self.name!r} has no copy of OUT (src_out is false)"
         if self.block_in != self.block_out:
             return f"GEMMs read OUT rows as input rows: config {self.name!r} has block_in != block_out"
         return None
 
     def dw_refusal(self) -> str | None:
         """Why this config has no depthwise mode, or None: ``depthwise_mode`` off (a build without its logic,
-        6,176 LUT on ``pynq``), or a shape it cannot have (one input channel per output lane needs batch 1 and
-        block_in == block_out)."""
+        about 6,400 LUT, left out of ``pynq``), or a shape it cannot have (one input channel per output lane needs
+        batch 1 and block_in == block_out)."""
         if not self.depthwise_mode:
             return f"config {self.name!r} has no depthwise mode (depthwise_mode is false)"
         if self.batch != 1 or self.block_in != self.block_out:
@@ -364,6 +393,8 @@ class HwConfig:
             "lut_depth": self.lut_depth,
             "depthwise_mode": self.dw_supported,
             "out_multiplier": self.out_multiplier,
+            "src_out": self.src_out_refusal() is None,
+            "alu_lanes (passes a row)": f"{self.alu_lanes or self.batch * self.block_out} ({self.alu_passes})",
             "uop_bits (dst/src/wgt)": f"{self.uop_dst_bits}/{self.uop_src_bits}/{self.uop_wgt_bits}",
             "macs_per_cycle": self.macs_per_cycle,
             "peak_gops": round(self.peak_gops, 3),

@@ -37,38 +37,77 @@ def src_reads(insn: AluInsn) -> int:
     return insn.iter_out if holds_src(insn) else insn.iterations
 
 
-def alu_ii(t: Timing, op: AluOp, use_imm: bool, reset: bool = False, same_src: bool = False, pipe: bool = False) -> int:
+def two_cycle(op: AluOp, passes: int = 1) -> bool:
+    """Whether an ALU operation's result comes from the read-modify-write's M stage, a cycle after a one-cycle
+    operation's: a MUL's (its multiply is registered), and on a half-width ALU (``passes`` 2,
+    :attr:`vdla.config.HwConfig.alu_passes`) every operation's but ADD (each pass registers its half of the
+    operands in C and computes in M)."""
+    return op == AluOp.MUL or (passes > 1 and op != AluOp.ADD)
+
+
+def alu_ii(
+    t: Timing,
+    op: AluOp,
+    use_imm: bool,
+    reset: bool = False,
+    same_src: bool = False,
+    pipe: bool = False,
+    passes: int = 1,
+) -> int:
     """Cycles per uop-iteration of an ALU instruction: ``alu_ii`` when it reads ``ACC[src]`` as well as
     ``ACC[dst]`` (one ACC read port), else 1: an immediate, a reset, or (``same_src``: one source row for the
     whole inner loop) a row held across the inner loop (:func:`holds_src`; read once per outer iteration,
-    which this per-iteration figure leaves out). A MUL takes ``alu_mul_cycles - 1`` more (:func:`mul_extra`),
-    unless pipelined (``pipe``: then only each inner loop's last, also left out here). The RTL
-    (``vdla_loop_seq``) issues by the same rule; the compiler's epilogue cost uses this function too."""
-    base = 1 if reset or use_imm or _held(op, same_src) else t.alu_ii
-    return base + (0 if pipe else mul_extra(t, op))
+    which this per-iteration figure leaves out). A :func:`two_cycle` operation (a MUL) takes ``alu_mul_cycles -
+    1`` more (:func:`mul_extra`), unless pipelined (``pipe``: then only each inner loop's last, also left out
+    here). On a half-width ALU (``passes`` 2) an operation other than ADD issues each iteration twice, once per
+    half of the lanes, the second followed by :func:`mul_extra`. The RTL (``vdla_loop_seq``) issues by the same
+    rule; the compiler's epilogue cost uses this function too."""
+    reads = not (reset or use_imm or _held(op, same_src))
+    base = t.alu_ii if reads else 1
+    if passes > 1 and op != AluOp.ADD:
+        base += passes - 1
+        if reads and op not in SHIFTS:  # the next iteration's source read follows the second pass at once
+            return base
+    return base + (0 if pipe else mul_extra(t, op, passes))
 
 
-def mul_extra(t: Timing, op: AluOp) -> int:
-    """Cycles a MUL uop-iteration takes beyond another operation's: ``alu_mul_cycles - 1``, 0 for the others.
-    Its multiply is registered in the DSPs (the timing proxy): its slot spends a cycle in the read-modify-write's
-    C stage (the partial products), then one in M (their sum), so the sequencer leaves the cycle after it
-    without an issue, and the next iteration sees its result (resets too: the rule is the operation's alone)."""
-    return t.alu_mul_cycles - 1 if op == AluOp.MUL else 0
+def mul_extra(t: Timing, op: AluOp, passes: int = 1) -> int:
+    """Cycles a :func:`two_cycle` uop-iteration (a MUL; on a half-width ALU every operation but ADD) takes beyond
+    a one-cycle operation's: ``alu_mul_cycles - 1``, 0 for the others. Its slot spends a cycle in the
+    read-modify-write's C stage (a MUL's partial products, a half's operands), then one in M (their sum, the
+    half's result), so the sequencer leaves the cycle after it without an issue, and the next iteration sees its
+    result (resets too: the rule is the operation's alone)."""
+    return t.alu_mul_cycles - 1 if two_cycle(op, passes) else 0
 
 
-def mul_gaps(insn: AluInsn) -> int:
+def mul_gaps(insn: AluInsn, passes: int = 1) -> int:
     """Uop-iterations of an ALU instruction followed by :func:`mul_extra` cycles without an issue: every one of a
-    MUL, or with ``pipe`` (:mod:`vdla.isa.pipe`: one micro-op) only each inner loop's last; none otherwise."""
-    if insn.alu_opcode != AluOp.MUL:
+    :func:`two_cycle` operation (a MUL; on a half-width ALU every operation but ADD, after its second pass), or
+    with ``pipe`` (:mod:`vdla.isa.pipe`: a MUL of one micro-op) only each inner loop's last; none otherwise. On a
+    half-width ALU a two-operand instruction that is not a shift or pipelined has none before an iteration that
+    reads its source row in a SRC slot (every one, or those at inner index 0 when it holds the row), which takes
+    the cycle (the RTL forwards the row it reads, ``vdla_acc_rmw``), but after its last."""
+    if not two_cycle(insn.alu_opcode, passes):
         return 0
-    return insn.iter_out if insn.pipe else insn.iterations
+    if insn.pipe:
+        return insn.iter_out
+    if passes > 1 and src_reads(insn) and insn.alu_opcode not in SHIFTS:
+        return insn.iterations - src_reads(insn) + 1  # not before an iteration's SRC slot, but after the last
+    return insn.iterations
 
 
-def alu_cycles(t: Timing, insn: AluInsn) -> int:
-    """Cycles of an ALU instruction: setup, one per uop-iteration plus ``alu_ii - 1`` per source-row read
-    (:func:`src_reads`) and :func:`mul_extra` per :func:`mul_gaps`, and the pipeline drain."""
-    extra = mul_gaps(insn) * mul_extra(t, insn.alu_opcode) + src_reads(insn) * (t.alu_ii - 1)
-    return t.alu_setup + insn.iterations + extra + t.alu_pipeline
+def alu_issues(insn: AluInsn, passes: int = 1) -> int:
+    """Slots an ALU instruction issues: one per uop-iteration, ``passes`` per uop-iteration of an operation other
+    than ADD on a half-width ALU (:attr:`vdla.config.HwConfig.alu_passes`)."""
+    return insn.iterations * (passes if insn.alu_opcode != AluOp.ADD else 1)
+
+
+def alu_cycles(t: Timing, insn: AluInsn, passes: int = 1) -> int:
+    """Cycles of an ALU instruction: setup, one per issue (:func:`alu_issues`) plus ``alu_ii - 1`` per source-row
+    read (:func:`src_reads`) and :func:`mul_extra` per :func:`mul_gaps`, and the pipeline drain."""
+    op = insn.alu_opcode
+    extra = mul_gaps(insn, passes) * mul_extra(t, op, passes) + src_reads(insn) * (t.alu_ii - 1)
+    return t.alu_setup + alu_issues(insn, passes) + extra + t.alu_pipeline
 
 
 def burst_beats(addr: int, nbytes: int, bus_bytes: int, max_beats: int) -> tuple[int, int]:
@@ -139,7 +178,7 @@ class CycleModel:
         if isinstance(insn, EpiInsn):
             self.epi = insn
         if isinstance(insn, AluInsn):
-            return alu_cycles(t, insn)
+            return alu_cycles(t, insn, self.cfg.alu_passes)
         if isinstance(insn, FinishInsn | EpiInsn) or (isinstance(insn, MemInsn) and insn.is_nop):
             return t.nop_cycles
         beats, bursts = transfer_shape(insn, self.cfg)

@@ -26,6 +26,13 @@
 // om_data_o two cycles after the write (vdla_compute forms the mirror from it). The multipliers' operands are
 // their own AND-OR of the sources (ma, mb: a MUL's a and b, or W and b_q), its selects registered, since the C
 // stage's a and b meanwhile carry the next slot's accumulation.
+// A half-width ALU (vdla_pkg::ALU_PASSES 2) runs every ALU operation but ADD as a two-cycle slot like a MUL's: the
+// ALU registers its half of the operands (or of the products) in C and computes in M; its first pass (r_lo_i:
+// the low half) writes nothing (the ALU keeps its result), the second writes the row from M. After a second
+// pass whose next iteration reads its source row (not a shift, vdla_loop_seq's nogap_q) the sequencer leaves no
+// cycle: that SRC slot meets the pass in C and may read the row it writes before it is written, so the first
+// pass after it, in R as the second is in M, takes its b from W instead of b_q (src_fw), and the W write of the
+// held row updates b_q for the pass after (a shift's controls would be stale: shifts keep the cycle).
 module vdla_acc_rmw #(
   parameter int LANES = vdla_pkg::LANES,
   parameter int AW    = vdla_pkg::ACC_AW
@@ -41,6 +48,7 @@ module vdla_acc_rmw #(
   input  logic                r_hit_c_i,  // r_addr_i == the slot in C's r_waddr_i (the caller's compare)
   input  logic                r_hit_m_i,  // r_addr_i == the slot in M's r_waddr_i
   input  logic                r_hit_w_i,  // r_addr_i == the slot in W's r_waddr_i
+  input  logic                r_lo_i,     // a half-width ALU's first pass: it writes nothing
   input  vdla_pkg::alu_op_e   alu_op_i,   // held for the whole instruction
   input  logic                use_imm_i,
   input  logic                a_zero_i,
@@ -67,15 +75,17 @@ module vdla_acc_rmw #(
   vdla_pkg::slot_e     c_kind_q;
   logic [AW-1:0]       c_addr_q, c_waddr_q, m_waddr_q, w_addr_q, held_addr_q;
   logic [LANES*32-1:0] w_data, f_data_q, b_q, rd, a, b;
-  logic                c_alu, c_src, c_mul, c_next, req;
-  logic                c_mul_q;  // the slot in C is a MUL's ALU slot (its result from M)
+  logic                c_alu, c_src, c_two, c_mul, c_next, req;
+  logic                c_mul_q;  // the slot in C is a two-cycle ALU slot (a MUL's; half-width: all but ADD's)
+  logic                c_lo_q;   // ... a half-width ALU's first pass (it writes nothing)
   localparam int CW = vdla_pkg::ALU_CTL_W;
   logic [LANES*CW-1:0] ctl_q;  // the shift controls of b (vdla_pkg::alu_lane_ctl), lane l's in [l*CW +: CW]
 
   assign req   = alu_op_i == vdla_pkg::ALU_REQ;
   assign c_src = c_valid_q && c_kind_q == vdla_pkg::SLOT_SRC;
-  assign c_alu = c_valid_q && !c_src;  // a slot in C that writes
-  assign c_mul = c_alu && c_mul_q;     // ... from M, a cycle later
+  assign c_alu = c_valid_q && !c_src;  // a slot in C that writes (but a first pass)
+  assign c_two = c_alu && c_mul_q;     // a two-cycle slot: the ALU registers its products or operands
+  assign c_mul = c_two && !c_lo_q;     // ... that writes from M, a cycle later
   assign c_next = c_alu && !c_mul_q;   // ... next cycle, from W
 
   // no read for a ZERO slot, a slot that sees zeros, or op(0, imm)
@@ -97,13 +107,19 @@ module vdla_acc_rmw #(
   // a two-operand ALU slot without its SRC slot in C: its b is the held row, which the slot writing next
   // cycle may write
   assign held_r    = alu_r && !use_imm_i && !a_zero_i && !c_src;
-  assign held_fw   = held_r && ((m_valid_q && m_waddr_q == held_addr_q) || (c_next && c_waddr_q == held_addr_q));
+  // (half-width: the SRC slot in C read the row the second pass in M writes, src_fw)
+  logic src_fw;
+  assign src_fw    = vdla_pkg::ALU_PASSES > 1 && alu_r && c_src && m_valid_q && m_waddr_q == c_addr_q;
+  assign held_fw   = (held_r && ((m_valid_q && m_waddr_q == held_addr_q) || (c_next && c_waddr_q == held_addr_q)))
+                  || src_fw;
   assign zero_op   = alu_op_i == vdla_pkg::ALU_SHR || alu_op_i == vdla_pkg::ALU_RSHR || alu_op_i == vdla_pkg::ALU_REQ
                   || alu_op_i == vdla_pkg::ALU_MUL;  // op(0, v) = 0
 
   assign fw_w      = (m_valid_q && r_hit_m_i) || (c_next && r_hit_c_i);  // m_waddr_q, c_waddr_q == r_addr_i
   assign fw_f      = w_valid_q && r_hit_w_i;  // w_addr_q == r_addr_i
-  assign hazard_o  = c_mul && ((acc_re_o && r_hit_c_i) || (r_valid_i && held_r && c_waddr_q == held_addr_q));
+  // (a SRC slot meeting a half-width pass in C is no hazard: src_fw)
+  assign hazard_o  = c_mul && ((acc_re_o && r_hit_c_i && r_kind_i != vdla_pkg::SLOT_SRC)
+                            || (r_valid_i && held_r && c_waddr_q == held_addr_q));
   assign a_en      = !r_zero_i && !(alu_r && a_zero_i && use_imm_i);  // op(0, imm) reads nothing
 
   // The multipliers' operand selects: a MUL's a and b (its slot in R, now entering C), or (om_next: the GEMM slot
@@ -150,7 +166,8 @@ module vdla_acc_rmw #(
   vdla_alu #(.LANES(LANES)) u_alu (
     .clk_i,
     .en_i   (c_next || m_valid_q),
-    .mul_en_i (c_mul),
+    .mul_en_i (c_two),
+    .lo_i   (c_lo_q),
     .omul_en_i (om_q),
     .zero_i (zero_q),
     .clip_a_i (clip_a_q),
@@ -188,7 +205,9 @@ module vdla_acc_rmw #(
   end
 
   always_ff @(posedge clk_i) begin
-    c_mul_q   <= r_kind_i == vdla_pkg::SLOT_ALU && alu_op_i == vdla_pkg::ALU_MUL;
+    c_mul_q   <= r_kind_i == vdla_pkg::SLOT_ALU && (alu_op_i == vdla_pkg::ALU_MUL
+                 || (vdla_pkg::ALU_PASSES > 1 && alu_op_i != vdla_pkg::ALU_ADD));
+    c_lo_q    <= r_lo_i;
     c_kind_q  <= r_kind_i;
     c_addr_q  <= r_addr_i;
     c_waddr_q <= r_waddr_i;

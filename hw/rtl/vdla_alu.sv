@@ -24,6 +24,13 @@
 // at registers. Each compare is the sign of a 33-bit (or 35-bit) difference (a carry chain with one LUT in
 // front); REQ's int8 clamp (vdla_pkg::requant_limit) compares 2a with bounds that are functions of the shift
 // alone, so nothing of REQ's but the shared rounding add follows the shifter.
+// Half-width (vdla_pkg::ALU_PASSES 2, the config's alu_lanes; g_half): ADD keeps a lane per accumulator lane and
+// one cycle (the GEMMs' accumulation, en_i); every other operation runs in LANES / 2 lanes over two passes of its
+// row, each two cycles like a MUL's: with mul_en_i (C) the pass registers its half of a, b and the shift controls
+// (the low half with lo_i, else the high), or of the multiplier operands' products (MUL), with the operation,
+// zero_i and clip_a_i; in the next cycle (M) the lanes compute from those registers, the first pass into a
+// register of its own, the second (en_i) into res_o's high half, the first's result into its low half. No OUT
+// path (the config refuses out_multiplier with a half-width ALU): ores_o is zero.
 module vdla_alu #(
   parameter int LANES = vdla_pkg::LANES
 ) (
@@ -31,6 +38,7 @@ module vdla_alu #(
   input  logic                en_i,         // register the result
   input  logic                mul_en_i,     // register MUL's partial products (the cycle before its en_i)
   input  logic                omul_en_i,    // register the OUT path's partial products (ores_o next cycle)
+  input  logic                lo_i,         // half-width: with mul_en_i, the first pass (the low half of the lanes)
   input  logic                zero_i,
   input  logic                clip_a_i,     // CLIP(0, a) instead of CLIP(a, b)
   input  vdla_pkg::alu_op_e   op_i,
@@ -134,58 +142,130 @@ module vdla_alu #(
     for (int j = 0; j < 31; j++) round_half[32 + j] = ms == 6'(j + 33);
   endfunction
 
-  // MUL's first cycle: a * b from partial products of 16-bit halves (lo unsigned, hi signed), p = hh << 32
-  // + mid << 16 + ll with mid = hl + lh: four DSP48E1 multiplies, mid's add and R in their post-adders, each
-  // registered in its DSP's P register (no register between the multiply and the post-adder, so that P is the
-  // path's start). ll + R < 2^32 and hh + R <= 2^31 (33 bits).
-  logic signed [32:0] hh_q [LANES];
-  logic signed [47:0] mid_q [LANES];
-  logic        [31:0] ll_q [LANES];
-  logic         [5:0] ms_q;        // the MUL's shift
-  logic               mul2_q;      // the MUL's second cycle: res_o takes its result
-  logic               om2_q;       // the OUT path's second cycle: ores_o takes the rounded product
-  always_ff @(posedge clk_i) begin
-    mul2_q <= mul_en_i;
-    om2_q  <= omul_en_i;
-    if (mul_en_i || omul_en_i) begin
-      logic [15:0] r_lo, r_mid;
-      logic [30:0] r_hi;
-      {r_hi, r_mid, r_lo} = round_half(mul_shift_i);
-      for (int l = 0; l < LANES; l++) begin
-        hh_q[l]  <= 33'($signed(ma_i[l*32 + 16 +: 16])) * 33'($signed(mb_i[l*32 + 16 +: 16])) + 33'(r_hi);
-        mid_q[l] <= 48'($signed(ma_i[l*32 + 16 +: 16])) * 48'($signed({1'b0, mb_i[l*32 +: 16]})) + 48'(r_mid)
-                  + 48'($signed({1'b0, ma_i[l*32 +: 16]})) * 48'($signed(mb_i[l*32 + 16 +: 16]));
-        ll_q[l]  <= 32'(ma_i[l*32 +: 16]) * 32'(mb_i[l*32 +: 16]) + 32'(r_lo);
+  if (vdla_pkg::ALU_PASSES == 1) begin : g_full
+    // MUL's first cycle: a * b from partial products of 16-bit halves (lo unsigned, hi signed), p = hh << 32
+    // + mid << 16 + ll with mid = hl + lh: four DSP48E1 multiplies, mid's add and R in their post-adders, each
+    // registered in its DSP's P register (no register between the multiply and the post-adder, so that P is the
+    // path's start). ll + R < 2^32 and hh + R <= 2^31 (33 bits).
+    logic signed [32:0] hh_q [LANES];
+    logic signed [47:0] mid_q [LANES];
+    logic        [31:0] ll_q [LANES];
+    logic         [5:0] ms_q;        // the MUL's shift
+    logic               mul2_q;      // the MUL's second cycle: res_o takes its result
+    logic               om2_q;       // the OUT path's second cycle: ores_o takes the rounded product
+    always_ff @(posedge clk_i) begin
+      mul2_q <= mul_en_i;
+      om2_q  <= omul_en_i;
+      if (mul_en_i || omul_en_i) begin
+        logic [15:0] r_lo, r_mid;
+        logic [30:0] r_hi;
+        {r_hi, r_mid, r_lo} = round_half(mul_shift_i);
+        for (int l = 0; l < LANES; l++) begin
+          hh_q[l]  <= 33'($signed(ma_i[l*32 + 16 +: 16])) * 33'($signed(mb_i[l*32 + 16 +: 16])) + 33'(r_hi);
+          mid_q[l] <= 48'($signed(ma_i[l*32 + 16 +: 16])) * 48'($signed({1'b0, mb_i[l*32 +: 16]})) + 48'(r_mid)
+                    + 48'($signed({1'b0, ma_i[l*32 +: 16]})) * 48'($signed(mb_i[l*32 + 16 +: 16]));
+          ll_q[l]  <= 32'(ma_i[l*32 +: 16]) * 32'(mb_i[l*32 +: 16]) + 32'(r_lo);
+        end
+        ms_q <= mul_shift_i;
       end
-      ms_q <= mul_shift_i;
     end
+
+    // The rounded product of each lane, once (its 65-bit add and shifter), for res_o (a MUL) and ores_o (the OUT
+    // path); formed only in a multiply's second cycle (the Verilated model skips it otherwise; synthesis drops the
+    // don't-care select).
+    logic [31:0] mr [LANES];
+    always_comb begin
+      for (int l = 0; l < LANES; l++) begin
+        mr[l] = 'x;
+        if (mul2_q || om2_q) mr[l] = mul_round(hh_q[l], mid_q[l], ll_q[l], ms_q);
+      end
+    end
+
+    always_ff @(posedge clk_i) begin
+      if (en_i) begin
+        for (int l = 0; l < LANES; l++)
+          res_o[l*32 +: 32] <= lane(op_i, zero_i, a_i[l*32 +: 32], b_i[l*32 +: 32],
+                                    ctl_i[l*vdla_pkg::ALU_CTL_W +: vdla_pkg::ALU_CTL_W], clip_a_i, mul2_q, mr[l]);
+      end
+      if (om2_q) begin
+        for (int l = 0; l < LANES; l++) ores_o[l*32 +: 32] <= mr[l];
+      end
+    end
+    logic unused_lo;
+    assign unused_lo = lo_i;
+  end else begin : g_half
+    localparam int H = LANES / 2;
+    // the pass in M: its operation and flags, its half of the operands and controls (registered in C)
+    logic                  s2_q, lo2_q, zero2_q, clip2_q;
+    vdla_pkg::alu_op_e     op2_q;
+    logic [H*32-1:0]       a2_q, b2_q, part_q;  // part_q: the first pass's result, the row's low half
+    logic [H*vdla_pkg::ALU_CTL_W-1:0] ctl2_q;
+    logic signed [32:0]    hh_q [H];
+    logic signed [47:0]    mid_q [H];
+    logic        [31:0]    ll_q [H];
+    logic         [5:0]    ms_q;
+    always_ff @(posedge clk_i) begin
+      s2_q <= mul_en_i;
+      if (mul_en_i) begin
+        lo2_q   <= lo_i;
+        op2_q   <= op_i;
+        zero2_q <= zero_i;
+        clip2_q <= clip_a_i;
+        a2_q    <= lo_i ? a_i[0 +: H*32] : a_i[H*32 +: H*32];
+        b2_q    <= lo_i ? b_i[0 +: H*32] : b_i[H*32 +: H*32];
+        ctl2_q  <= lo_i ? ctl_i[0 +: H*vdla_pkg::ALU_CTL_W] : ctl_i[H*vdla_pkg::ALU_CTL_W +: H*vdla_pkg::ALU_CTL_W];
+      end
+      if (mul_en_i && op_i == vdla_pkg::ALU_MUL) begin
+        logic [15:0] r_lo, r_mid;
+        logic [30:0] r_hi;
+        logic [H*32-1:0] ma, mb;
+        {r_hi, r_mid, r_lo} = round_half(mul_shift_i);
+        ma = lo_i ? ma_i[0 +: H*32] : ma_i[H*32 +: H*32];
+        mb = lo_i ? mb_i[0 +: H*32] : mb_i[H*32 +: H*32];
+        for (int l = 0; l < H; l++) begin
+          hh_q[l]  <= 33'($signed(ma[l*32 + 16 +: 16])) * 33'($signed(mb[l*32 + 16 +: 16])) + 33'(r_hi);
+          mid_q[l] <= 48'($signed(ma[l*32 + 16 +: 16])) * 48'($signed({1'b0, mb[l*32 +: 16]})) + 48'(r_mid)
+                    + 48'($signed({1'b0, ma[l*32 +: 16]})) * 48'($signed(mb[l*32 + 16 +: 16]));
+          ll_q[l]  <= 32'(ma[l*32 +: 16]) * 32'(mb[l*32 +: 16]) + 32'(r_lo);
+        end
+        ms_q <= mul_shift_i;
+      end
+    end
+
+    // M: the half's results (zero unless a pass is in M: the AND-OR of each lane's selects); C: ADD over all lanes
+    logic [H*32-1:0] r2;
+    logic [31:0]     mr;
+    logic            mul2;
+    always_comb begin
+      mul2 = s2_q && op2_q == vdla_pkg::ALU_MUL;
+      for (int l = 0; l < H; l++) begin
+        mr = 'x;
+        if (mul2) mr = mul_round(hh_q[l], mid_q[l], ll_q[l], ms_q);
+        r2[l*32 +: 32] = lane(op2_q, zero2_q || !s2_q, a2_q[l*32 +: 32], b2_q[l*32 +: 32],
+                              ctl2_q[l*vdla_pkg::ALU_CTL_W +: vdla_pkg::ALU_CTL_W], clip2_q, mul2, mr);
+      end
+    end
+
+    always_ff @(posedge clk_i) begin
+      if (s2_q && lo2_q) part_q <= r2;
+      if (en_i) begin
+        if (s2_q) begin  // the second pass in M (en_i: it writes)
+          res_o <= {r2, part_q};
+        end else begin   // ADD (a GEMM's accumulation), or zeros
+          for (int l = 0; l < LANES; l++)
+            res_o[l*32 +: 32] <= zero_i ? 32'd0 : a_i[l*32 +: 32] + b_i[l*32 +: 32];
+        end
+      end
+    end
+    assign ores_o = '0;
+    logic unused_half;
+    assign unused_half = omul_en_i;
   end
 
-  // The rounded product of each lane, once (its 65-bit add and shifter), for res_o (a MUL) and ores_o (the OUT
-  // path); formed only in a multiply's second cycle (the Verilated model skips it otherwise; synthesis drops the
-  // don't-care select).
-  logic [31:0] mr [LANES];
-  always_comb begin
-    for (int l = 0; l < LANES; l++) begin
-      mr[l] = 'x;
-      if (mul2_q || om2_q) mr[l] = mul_round(hh_q[l], mid_q[l], ll_q[l], ms_q);
-    end
-  end
-
-  always_ff @(posedge clk_i) begin
-    if (en_i) begin
-      for (int l = 0; l < LANES; l++)
-        res_o[l*32 +: 32] <= lane(op_i, zero_i, a_i[l*32 +: 32], b_i[l*32 +: 32],
-                                  ctl_i[l*vdla_pkg::ALU_CTL_W +: vdla_pkg::ALU_CTL_W], clip_a_i, mul2_q, mr[l]);
-    end
-    if (om2_q) begin
-      for (int l = 0; l < LANES; l++) ores_o[l*32 +: 32] <= mr[l];
-    end
-  end
 `ifdef INC_ASSERT
   // (the ALU has no reset: its assertions are never disabled)
   for (genvar l = 0; l < LANES; l++) begin : g_mul_reset
-    `ASSERT(a_mul_reset, mul_en_i && zero_i |-> ma_i[l*32 +: 32] == '0 || mb_i[l*32 +: 32] == '0,
+    `ASSERT(a_mul_reset, mul_en_i && zero_i && op_i == vdla_pkg::ALU_MUL |-> ma_i[l*32 +: 32] == '0 || mb_i[l*32 +: 32] == '0,
             "alu: a MUL's reset has neither operand zero", clk_i, 1'b0)  // the lane: g_mul_reset[l] in the name
   end
   `ASSERT(a_one_multiply, !(mul_en_i && omul_en_i), "alu: a MUL and the OUT path multiply in the same cycle",

@@ -74,7 +74,7 @@ module vdla_compute_loop (
   localparam int FW1       = FW + 1;
 
   // ---- S0: the sequencer --------------------------------------------------------------------
-  logic              issue, gemm_q, reset_q, init_q, use_imm_q, src_rd;
+  logic              issue, gemm_q, reset_q, init_q, use_imm_q, src_rd, alu_lo;
   logic [12:0]       u;
   logic [13:0]       o;
   logic [31:0]       dst_off, src_off, wgt_off;
@@ -93,14 +93,14 @@ module vdla_compute_loop (
     .dw_grp_o (dw_grp),
     .issue_o (issue), .u_o (u), .o_o (o), .dst_off_o (dst_off), .src_off_o (src_off), .wgt_off_o (wgt_off),
     .gemm_o (gemm_q), .reset_o (reset_q), .init_o (init_q), .alu_op_o (alu_op_q), .use_imm_o (use_imm_q),
-    .imm_o (imm_q), .src_rd_o (src_rd), .done_o
+    .imm_o (imm_q), .src_rd_o (src_rd), .alu_lo_o (alu_lo), .done_o
   );
 
   assign uop_re_o    = issue;
   assign uop_raddr_o = u[LU +: vdla_pkg::UOP_BANK_AW];
 
   // ---- S1: form the indices -----------------------------------------------------------------
-  logic              s1_valid_q, s1_src_rd_q;
+  logic              s1_valid_q, s1_src_rd_q, s1_lo_q;  // s1_lo_q: a half-width ALU's first pass
   logic [LU-1:0]     s1_bank_q;
   logic [ACC_AW-1:0] s1_dst_off_q, dst;  // the indices' low bits (their range is checked in full)
   logic [SW-1:0]     s1_src_off_q, src;
@@ -168,6 +168,7 @@ module vdla_compute_loop (
     s1_grp_q     <= dw_grp;
     s1_bank_q    <= u[LU-1:0];
     s1_src_rd_q  <= src_rd;
+    s1_lo_q      <= alu_lo;
     s1_dst_off_q <= ACC_AW'(dst_off);
     s1_src_off_q <= SW'(src_off);
     s1_wgt_off_q <= vdla_pkg::WGT_AW'(wgt_off);
@@ -299,7 +300,8 @@ module vdla_compute_loop (
   // held, vdla.cycles.holds_src) or two: SRC from S1, then the destination in the next cycle. An init GEMM's first update of a row reads the bias row or zero.
   logic              alu_pend_q;   // the ALU slot following a SRC slot
   logic [ACC_AW-1:0] alu_dst_q;
-  logic              r_valid, r_zero, fresh;  // fresh: an init GEMM's first update of the row
+  logic              alu_lo_q;     // ... a half-width ALU's first pass
+  logic              r_valid, r_zero, r_lo, fresh;  // fresh: an init GEMM's first update of the row
   vdla_pkg::slot_e   r_kind;
   logic [ACC_AW-1:0] r_addr, r_waddr;
   logic              r_hit_c, r_hit_m, r_hit_w;  // r_addr equals the write address of the slot in C, M, W
@@ -361,6 +363,7 @@ module vdla_compute_loop (
     r_hit_m = (reset_q && !use_imm_q) ? src_field == m_src_q : dst_field == m_dst_q;
     r_hit_w = (reset_q && !use_imm_q) ? src_field == w_src_q : dst_field == w_dst_q;
     r_waddr = dst;
+    r_lo    = 1'b0;
     if (s3_valid_q || s3_mrow_q) begin  // a GEMM slot, or the multiplier row's (SRC: it loads b_q)
       r_valid = 1'b1;
       if (s3_mrow_q) r_kind = vdla_pkg::SLOT_SRC;
@@ -377,10 +380,12 @@ module vdla_compute_loop (
       r_hit_m = alu_dst_q == m_waddr;
       r_hit_w = alu_dst_q == w_waddr;
       r_waddr = alu_dst_q;
+      r_lo    = alu_lo_q;
     end else if (s1_valid_q && !gemm_q) begin
       // neither the address nor the valid waits for the range check (index_err): a slot it fails is dropped
       // in C (kill_q) and the run halts
       r_valid = s1_alu;
+      r_lo    = s1_lo_q;
       if (s1_src_rd_q) begin
         r_kind  = vdla_pkg::SLOT_SRC;
         r_addr  = src[ACC_AW-1:0];
@@ -398,6 +403,7 @@ module vdla_compute_loop (
 
   always_ff @(posedge clk_i) begin
     alu_dst_q <= dst;
+    alu_lo_q  <= s1_lo_q;
     // only init GEMMs touch the vector (a 2048-bit update every cycle slows the Verilated model); the row's
     // word enable is one compare of its high bits with a constant, its bit a decode of the low bits (a
     // variable bit index would be mapped as a shifter, several levels deep)
@@ -420,6 +426,7 @@ module vdla_compute_loop (
     .r_hit_c_i   (r_hit_c),
     .r_hit_m_i   (r_hit_m),
     .r_hit_w_i   (r_hit_w),
+    .r_lo_i      (r_lo),
     .alu_op_i    (alu_op_q),
     .use_imm_i   (use_imm_q),
     .a_zero_i    (!gemm_q && reset_q),

@@ -56,7 +56,7 @@ module vdla_insn_check (
          || (insn_i.epi.dw && (vdla_pkg::DW_SUPPORTED == 0 || insn_i.epi.dw_k == '0
                                || insn_i.epi.dw_k > 3'(vdla_pkg::DW_MAX_K) || insn_i.epi.dw_stride == '0
                                || 3'(insn_i.epi.dw_stride) > insn_i.epi.dw_k))
-         || (insn_i.epi.src_out && vdla_pkg::BLOCK_IN != vdla_pkg::BLOCK_OUT)  // OUT rows read as INP rows
+         || (insn_i.epi.src_out && vdla_pkg::SRC_OUT_SUPPORTED == 0)  // OUT rows read as INP rows, their copy
          || (insn_i.epi.mul && (vdla_pkg::OUT_MUL_SUPPORTED == 0
                                 || 17'(insn_i.epi.mul_base) >= 17'(vdla_pkg::ACC_DEPTH)));  // the OUT multiplier
     end else begin

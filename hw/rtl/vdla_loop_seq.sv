@@ -7,6 +7,15 @@
 // followed by ALU_II - 1 cycles without an issue (two reads on the one ACC read port), and a MUL iteration by
 // ALU_MUL_CYCLES - 1 more (its result comes from the M stage, vdla_acc_rmw), except a pipelined MUL's (pipe:
 // one micro-op) iterations but each inner loop's last (vdla.cycles.mul_gaps); vdla.cycles models the same rules.
+// A half-width ALU (ALU_PASSES 2) issues each iteration of an operation other than ADD twice (alu_lo_o: the
+// first pass, the lanes' low half, which writes nothing; then the high half, which writes the row): the first
+// reads ACC[src] where the iteration does (its gap), the second leaves ALU_MUL_CYCLES - 1 cycles, as a MUL
+// (its result comes from the M stage), but a pipelined MUL's, whose passes issue back to back but after each
+// inner loop's last (the next iteration's first pass meets the second in C: the same hazard as a full MUL's),
+// and, but the last, a two-operand one's that is not a shift or pipelined (nogap_q) whose next iteration reads
+// its source row (every one, or at inner index 0 when held): that SRC slot meets the second pass in C, and the
+// next first pass, in R as that pass is in M, takes the source row from W if the SRC slot read the row being
+// written (vdla_acc_rmw).
 // After the last issue it drains the pipeline: done_o rises GEMM_PIPELINE + 1 cycles after the last micro-op
 // read (ALU: ALU_PIPELINE + 1, plus the gap that iteration leaves). A halt stops it at once.
 // A GEMM in the depthwise mode (dw_i, the EPI state; not a reset) issues its uop-iterations (pixels) as slot
@@ -53,6 +62,7 @@ module vdla_loop_seq (
   output logic                        use_imm_o,
   output logic [15:0]                 imm_o,
   output logic                        src_rd_o,  // this issue reads ACC[src] in a SRC slot before its ALU slot
+  output logic                        alu_lo_o,  // this issue is a half-width ALU's first pass (it writes nothing)
   output logic                        omul_o,    // the running GEMM's writes go through the OUT multiplier
   output logic                        dw_o,      // the running GEMM is in the depthwise mode
   output logic                        dw_rd_o,   // this issue reads a window row
@@ -79,6 +89,8 @@ module vdla_loop_seq (
   logic [13:0] o_q, i_q;
   // data: the instruction's loop bounds and factors, and the index offsets
   logic        gemm_q, reset_q, init_q, use_imm_q, two_op_q, hold_q, mul_q, pipe_q;
+  logic        half_q, hi_q;  // two passes an iteration (a half-width ALU's, not ADD); the next is the second
+  logic        nogap_q;       // ... and no gap after it before a SRC slot: two operands, no shift, no pipe
   vdla_pkg::alu_op_e alu_op_q;
   logic [15:0] imm_q;
   logic [12:0] u_bgn_q;
@@ -158,9 +170,11 @@ module vdla_loop_seq (
   assign ready     = state_q == RUN && wait_q == '0 && phase_q == '0 && !halt_i;
   assign issue     = ready && !mpend_q;
   assign mrow_o    = ready && mpend_q;
-  assign src_rd    = two_op_q && !(hold_q && i_q != '0);
+  assign src_rd    = two_op_q && !(hold_q && i_q != '0) && !hi_q;
   assign gap       = (src_rd ? 8'(vdla_pkg::ALU_II - 1) : '0)
-                   + ((mul_q && !(pipe_q && !i_last)) ? 8'(vdla_pkg::ALU_MUL_CYCLES - 1) : '0);
+                   + (((mul_q || hi_q) && !(half_q && !hi_q) && !(pipe_q && !i_last)
+                       && !(nogap_q && (!hold_q || n_fresh) && !last_iter))
+                      ? 8'(vdla_pkg::ALU_MUL_CYCLES - 1) : '0);
   // the last index of each loop, compared with the bounds minus one (taken when the instruction starts): no
   // adder before the compares
   assign u_last    = 14'(u_q) == u_last_q;
@@ -178,7 +192,7 @@ module vdla_loop_seq (
   assign n_rd        = n_fresh ? kk_q : ks_q;
   assign n_len       = n_fresh ? lenf_q : lens_q;
   assign one_uop     = gemm.uop_end == 14'(gemm.uop_bgn) + 14'd1;
-  assign step        = issue && (!dw_q || (grp_end && !(ovl_q && fin_q) && !last_iter));
+  assign step        = issue && (!dw_q || (grp_end && !(ovl_q && fin_q) && !last_iter)) && !(half_q && !hi_q);
   assign dw_done     = issue && dw_q && grp_end && (ovl_q ? fin_q : last_iter);
   assign run_done    = dw_q ? dw_done : step && last_iter;
   always_ff @(posedge clk_i or negedge rst_ni) begin
@@ -213,6 +227,7 @@ module vdla_loop_seq (
           pass_q  <= '0;
           first_q <= 1'b1;
           fin_q   <= 1'b0;
+          hi_q    <= 1'b0;
           // the first group: k * k reads (then a free slot and the passes, unless overlapped)
           cnt_q   <= one_uop ? first_ovl(dw_k_i) : grp_len(dw_k_i, dw_k_i, 1'b0);
           nrd_q   <= k_times(dw_k_i, dw_k_i);
@@ -239,6 +254,8 @@ module vdla_loop_seq (
               nrd_q   <= n_rd;
             end
           end
+          if (issue && half_q) hi_q <= !hi_q;
+          if (issue && half_q && !hi_q) phase_q <= gap;  // the first pass: its source read's gap
           if (step) begin
             phase_q <= gap;
             if (!u_last) begin
@@ -289,6 +306,13 @@ module vdla_loop_seq (
       use_imm_q <= gemm.hdr.opcode == vdla_pkg::OP_ALU && insn_i.alu.use_imm;  // (a GEMM's bit is a factor's)
       mul_q     <= gemm.hdr.opcode == vdla_pkg::OP_ALU && insn_i.alu.alu_opcode == vdla_pkg::ALU_MUL;
       pipe_q    <= gemm.hdr.opcode == vdla_pkg::OP_ALU && insn_i.alu.pipe;  // vdla_insn_check: a MUL's alone
+      half_q    <= vdla_pkg::ALU_PASSES > 1 && gemm.hdr.opcode == vdla_pkg::OP_ALU
+                   && insn_i.alu.alu_opcode != vdla_pkg::ALU_ADD;
+      // vdla.cycles.mul_gaps: two operands, not a shift, not pipelined
+      nogap_q   <= vdla_pkg::ALU_PASSES > 1 && gemm.hdr.opcode == vdla_pkg::OP_ALU && !gemm.reset
+                   && !insn_i.alu.use_imm && !insn_i.alu.pipe && insn_i.alu.alu_opcode != vdla_pkg::ALU_ADD
+                   && insn_i.alu.alu_opcode != vdla_pkg::ALU_SHR && insn_i.alu.alu_opcode != vdla_pkg::ALU_RSHR
+                   && insn_i.alu.alu_opcode != vdla_pkg::ALU_REQ;
       imm_q     <= insn_i.alu.imm;
       two_op_q  <= gemm.hdr.opcode == vdla_pkg::OP_ALU && !gemm.reset && !insn_i.alu.use_imm;
       // vdla.cycles.holds_src: one micro-op, the same source row for every inner iteration, not a shift
@@ -397,6 +421,7 @@ module vdla_loop_seq (
   assign use_imm_o = use_imm_q;
   assign imm_o     = imm_q;
   assign src_rd_o  = src_rd;
+  assign alu_lo_o  = half_q && !hi_q;
   assign dw_o      = dw_q;
   assign dw_rd_o   = dw_q && slot_rd;
   assign dw_ps_o   = dw_q && slot_ps;

@@ -33,7 +33,7 @@ package vdla_pkg;
 
   // ---- Configuration 'pynq-z2' (vdla/config.py) ----------------------------------------------------
   localparam int ISA_VERSION          = 7;  // ID[15:0]
-  localparam logic [31:0] CONFIG_HASH = 32'h0134eb5c;  // CONFIG_HASH register
+  localparam logic [31:0] CONFIG_HASH = 32'hac5c039a;  // CONFIG_HASH register
   localparam int BATCH                = 1;
   localparam int BLOCK_IN             = 16;
   localparam int BLOCK_OUT            = 16;
@@ -54,6 +54,8 @@ package vdla_pkg;
   localparam int DW_MAX_K             = 5;  // depthwise window: DW_MAX_K registers of DW_MAX_K INP rows
   localparam int DW_SUPPORTED         = 1;  // depthwise mode (EPI dw): the config's depthwise_mode, BATCH 1, BLOCK_IN == BLOCK_OUT
   localparam int OUT_MUL_SUPPORTED    = 1;  // the OUT-path multiplier (EPI mul)
+  localparam int SRC_OUT_SUPPORTED    = 1;  // the GEMMs' input from OUT (EPI src_out)
+  localparam int ALU_PASSES           = 1;  // passes a row of an ALU operation but ADD takes (alu_lanes: 2 is half-width)
   localparam int UOP_DST_BITS         = 11;  // micro-op fields: dst [DST-1:0]
   localparam int UOP_SRC_BITS         = 11;  // src above dst
   localparam int UOP_WGT_BITS         = 10;  // wgt above src

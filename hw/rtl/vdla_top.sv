@@ -190,10 +190,11 @@ module vdla_top #(
 
   // EPI src_out: the compute stage reads its input rows from OUT, through a read-only copy of it written with it
   // (the store stage reads the other), on the INP read's port and in its cycles (the configuration's OUT rows are
-  // INP rows: BLOCK_IN == BLOCK_OUT, else vdla_insn_check refuses src_out). The read's source is registered with
-  // the read, as the data is, so the choice of the data is the read's even when an EPI changes the state in the
-  // cycle the data arrives; the choice sits right after the block RAMs' output registers.
-  if (vdla_pkg::BLOCK_IN == vdla_pkg::BLOCK_OUT) begin : g_src_out
+  // INP rows, BLOCK_IN == BLOCK_OUT, and the config builds it, SRC_OUT_SUPPORTED; else vdla_insn_check refuses
+  // src_out). The read's source is registered with the read, as the data is, so the choice of the data is the
+  // read's even when an EPI changes the state in the cycle the data arrives; the choice sits right after the block
+  // RAMs' output registers.
+  if (vdla_pkg::SRC_OUT_SUPPORTED != 0) begin : g_src_out
     logic [OUT_W-1:0] src_rdata;
     logic             src_out_q;  // the source of the row read last (the data now at the block RAMs' outputs)
     vdla_sram #(.WIDTH(OUT_W), .DEPTH(vdla_pkg::ACC_DEPTH), .LANE(8)) u_out_src (

@@ -208,15 +208,30 @@ def pool_commutes(multiplier, shift: int) -> str | None:
 
 
 def cycles_per_element(
-    epi: EpilogueSpec, timing: Timing, mul_imm: int = 1, residual_gemm: bool = False, out_mul: bool = False
+    epi: EpilogueSpec,
+    timing: Timing,
+    mul_imm: int = 1,
+    residual_gemm: bool = False,
+    out_mul: bool = False,
+    passes: int = 1,
 ) -> int:
     """Compute-stage cycles the epilogue's passes take per accumulator element, by the cycle model's rule
     (:func:`vdla.cycles.alu_ii`): one per ALU pass with an immediate or a per-channel row (held across the
     pixels; its one read per channel block is left out) and for the residual GEMM, ``alu_ii`` per ALU pass
-    reading the residual tile (init and requantization are free; the ALU residual's LOAD is not counted)."""
+    reading the residual tile (init and requantization are free; the ALU residual's LOAD is not counted);
+    ``passes``: :attr:`vdla.config.HwConfig.alu_passes` (a half-width ALU)."""
     from vdla.cycles import alu_ii
 
     return sum(
-        1 if p.gemm else alu_ii(timing, p.op, use_imm=p.imm is not None, same_src=p.holds_row, pipe=p.pipelined)
+        1
+        if p.gemm
+        else alu_ii(
+            timing,
+            p.op,
+            use_imm=p.imm is not None,
+            same_src=p.holds_row,
+            pipe=p.pipelined,
+            passes=passes,
+        )
         for p in alu_passes(epi, mul_imm, residual_gemm, out_mul)
     )

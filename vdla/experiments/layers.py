@@ -51,7 +51,7 @@ def run_layer(
     ops = 2 * sp.macs
     search = layer.search
     gemm = layer.lowering.ib * sp.kh * sp.kw  # GEMM iterations per accumulator element
-    epi = cycles_per_element(layer.epilogue, cfg.timing, out_mul=layer.lowering.out_mul)
+    epi = cycles_per_element(layer.epilogue, cfg.timing, out_mul=layer.lowering.out_mul, passes=cfg.alu_passes)
     return LayerRecord(
         name=case.name,
         config=cfg.name,

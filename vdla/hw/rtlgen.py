@@ -266,6 +266,10 @@ def _config_params(cfg: HwConfig) -> list[str]:
         )
     )
     rows.append((i, "OUT_MUL_SUPPORTED", int(cfg.out_multiplier), "the OUT-path multiplier (EPI mul)"))
+    rows.append((i, "SRC_OUT_SUPPORTED", int(cfg.src_out_refusal() is None), "the GEMMs' input from OUT (EPI src_out)"))
+    rows.append(
+        (i, "ALU_PASSES", cfg.alu_passes, "passes a row of an ALU operation but ADD takes (alu_lanes: 2 is half-width)")
+    )
     rows += [
         (i, "UOP_DST_BITS", cfg.uop_dst_bits, "micro-op fields: dst [DST-1:0]"),
         (i, "UOP_SRC_BITS", cfg.uop_src_bits, "src above dst"),

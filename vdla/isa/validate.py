@@ -142,6 +142,8 @@ def check_insn(insn: Insn, cfg: HwConfig, dram: tuple[int, int] | None = None) -
                 f"EPI src_out: GEMMs read OUT rows as INP rows, which needs block_in == block_out; config "
                 f"{cfg.name!r} has {cfg.block_in} and {cfg.block_out}"
             )
+        elif insn.src_out and not cfg.src_out:
+            problems.append(f"EPI src_out: config {cfg.name!r} has no copy of OUT for the GEMMs (src_out is false)")
     return problems
 
 
