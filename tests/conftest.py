@@ -83,3 +83,11 @@ def backend(request) -> str:
 def device(backend: str) -> Device:
     """A pynq-preset device on the backend under test."""
     return Device("pynq", backend=backend)
+
+
+@pytest.fixture
+def full_device(backend: str) -> Device:
+    """A device of the pynq preset with every optional unit (full_units.FULL) on the backend under test."""
+    from full_units import FULL
+
+    return Device(FULL, backend=backend)

@@ -10,6 +10,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from full_units import FULL
 
 from vdla.compiler import CompileError
 from vdla.compiler.blockdiag import block_parts, is_block_diagonal, parts_refusal, region
@@ -97,7 +98,7 @@ def qdq_block(request):
     from vdla.model.pipeline import compile_model
     from vdla.zoo.models import quantize_qdq
 
-    cfg = replace(load_config("pynq"), name="pynq_no_dw") if not request.param else load_config("pynq")
+    cfg = replace(FULL, name="pynq_no_dw") if not request.param else FULL
     cfg = replace(cfg, depthwise_mode=request.param)
     qdq = quantize_qdq(_model(), _calib(), input_name="x")
     return qdq, compile_model(qdq, config=cfg)[0]

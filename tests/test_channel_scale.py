@@ -6,8 +6,11 @@ reference; a product of two feature maps of one shape is left to the activation 
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import pytest
+from full_units import FULL
 
 from vdla.compiler import CompileError, compile_conv2d
 from vdla.compiler.channel_scale import channel_scale_oracle, compile_channel_scale
@@ -18,6 +21,10 @@ from vdla.graph.qdq import channel_product
 from vdla.graph.window import make_window
 from vdla.isa.arith import MUL_MAX_SHIFT, choose_multipliers
 from vdla.runtime import Device
+
+# the gate of a 1x1 layer is the OUT-path multiplier's (EPI mul): the build with it (full_units.FULL); the channel
+# products alone run on the pynq build (its half-width ALU's MUL)
+compile_conv2d = partial(compile_conv2d, config=FULL)
 
 RNG = np.random.default_rng(29)
 CASES = [  # x shape, clip
@@ -110,7 +117,7 @@ def test_a_gated_1x1_conv_equals_the_scale_then_the_conv(shape, oc, clip, residu
     a window element more than the convolution alone, instead of the scale's round trip through DRAM."""
     x, s, w, ep, res, gate, want = _gated(shape, oc, clip, residual)
     layer = compile_conv2d(shape, w, epilogue=ep, fusions=Fusions(gate=gate))
-    run = layer.run(Device("pynq"), x, res, gate=s)
+    run = layer.run(Device(FULL), x, res, gate=s)
     np.testing.assert_array_equal(run.out, want)
     assert np.count_nonzero(want) > want.size // 2
     plain = compile_conv2d(shape, w, epilogue=ep)
@@ -121,7 +128,7 @@ def test_a_gated_1x1_conv_equals_the_scale_then_the_conv(shape, oc, clip, residu
 def test_a_gated_1x1_conv_on_rtl_equals_sim(rtl_library):
     x, s, w, ep, res, gate, want = _gated((1, 40, 6, 5), 24, (-128, 127), "int8")
     layer = compile_conv2d(x.shape, w, epilogue=ep, fusions=Fusions(gate=gate))
-    sim, rtl = (layer.run(Device("pynq", backend=b), x, res, gate=s) for b in ("sim", "rtl"))
+    sim, rtl = (layer.run(Device(FULL, backend=b), x, res, gate=s) for b in ("sim", "rtl"))
     np.testing.assert_array_equal(rtl.out, sim.out)
     np.testing.assert_array_equal(sim.out, want)
     assert abs(rtl.counters.cycles - sim.counters.cycles) <= 0.05 * sim.counters.cycles
@@ -139,9 +146,9 @@ def test_bad_gated_inputs_name_what_is_wrong():
         )
     layer = compile_conv2d(x.shape, w, epilogue=ep, fusions=Fusions(gate=gate))
     with pytest.raises(CompileError, match="exactly when the layer was compiled with a gated input"):
-        layer.run(Device("pynq"), x)
+        layer.run(Device(FULL), x)
     with pytest.raises(CompileError, match=r"gate must be int8 of shape \(1, 32, 1, 1\)"):
-        layer.run(Device("pynq"), x, gate=s[:, :16])
+        layer.run(Device(FULL), x, gate=s[:, :16])
 
 
 def test_only_a_per_channel_vector_makes_a_channel_product():
@@ -196,7 +203,7 @@ def qdq_se(request):
     from vdla.zoo.models import quantize_qdq
 
     qdq = quantize_qdq(_se_block(request.param), _calib(), input_name="x")
-    return qdq, compile_model(qdq)[0]
+    return qdq, compile_model(qdq, config=FULL)[0]
 
 
 def test_a_qdq_squeeze_excite_block_runs_with_no_cpu_step_between_layers(qdq_se):
@@ -222,7 +229,7 @@ def test_vdla_calibration_quantizes_the_gate_and_runs_the_block_on_chip():
     from vdla.model.pipeline import compile_model
 
     model = _se_block()
-    artifact = compile_model(model, _calib(16))[0]
+    artifact = compile_model(model, _calib(16), config=FULL)[0]
     assert "channel_scale+conv2d" in _accel_between(artifact)
     assert float_cosine(model, artifact, SHAPE) > 0.99
 
@@ -260,7 +267,7 @@ def qdq_dw_se():
 
     calib = RNG.normal(0, 1, (8, *DW_SHAPE[1:])).astype(np.float32)
     qdq = quantize_qdq(_dw_se_block(), calib, input_name="x")
-    return qdq, compile_model(qdq)[0]
+    return qdq, compile_model(qdq, config=FULL)[0]
 
 
 def test_the_pool_runs_in_the_depthwise_tiles_and_the_product_in_the_1x1(qdq_dw_se):
@@ -288,7 +295,7 @@ def test_apart_the_block_computes_the_same_bits(qdq_dw_se):
     from vdla.model.pipeline import CompileOptions, compile_model
 
     qdq, fused = qdq_dw_se
-    apart = compile_model(qdq, options=CompileOptions(fuse_squeeze_excite=False))[0]
+    apart = compile_model(qdq, options=CompileOptions(fuse_squeeze_excite=False, config=FULL))[0]
     assert {"global_avg_pool", "channel_scale", "depthwise_conv2d"} <= set(_accel_between(apart))
     x = np.random.default_rng(5).normal(0, 1, DW_SHAPE).astype(np.float32)
     np.testing.assert_array_equal(Module(fused, "sim").run(x), Module(apart, "sim").run(x))

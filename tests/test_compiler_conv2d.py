@@ -6,6 +6,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from full_units import FULL
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
@@ -426,7 +427,7 @@ def test_multiplier_rows_with_and_without_bias(out_mul, cache):
     multiplier by one MUL pass; with a bias or without, the layer is exact."""
     from vdla.isa import AluInsn, AluOp, EpiInsn, GemmInsn
 
-    cfg = load_config("pynq") if out_mul else replace(load_config("pynq"), name="no_out_mul", out_multiplier=False)
+    cfg = FULL if out_mul else replace(FULL, name="no_out_mul", out_multiplier=False)
     rng = np.random.default_rng(6)
     x, wt, m = rand(rng, (1, 20, 6, 6)), rand(rng, (18, 20, 1, 1)), rng.integers(-300, 300, 18)
     for bias in (None, rng.integers(-5000, 5000, 18)):

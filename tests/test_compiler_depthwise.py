@@ -6,18 +6,23 @@ same cycles; the named errors of layers it cannot take."""
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import partial
 
 import numpy as np
 import pytest
+from full_units import FULL
 
 from vdla.compiler import CompileError, compile_conv2d
 from vdla.compiler.depthwise import DepthwiseSchedule, compile_depthwise, depthwise_oracle
 from vdla.compiler.search import emit_program
-from vdla.config import load_config
 from vdla.graph.epilogue import Epilogue
 from vdla.graph.oracle import conv2d_oracle
 from vdla.isa import AluInsn, AluOp, EpiInsn
 from vdla.runtime import Device
+
+# the depthwise mode's compiles are for the build that has it (full_units.FULL): the pynq build leaves it out
+compile_conv2d = partial(compile_conv2d, config=FULL)
+compile_depthwise = partial(compile_depthwise, config=FULL)
 
 
 def layer(seed: int, shape, k: int):
@@ -59,7 +64,7 @@ def test_depthwise_layers_on_the_simulator(shape, k, stride, padding, kind):
     x, w, bias = layer(shape[1] + k, shape, k)
     ep = epilogue(kind, shape[1], bias)
     layer_c = compile_depthwise(shape, w, stride=stride, padding=padding, epilogue=ep)
-    run = layer_c.run(Device("pynq"), x)
+    run = layer_c.run(Device(FULL), x)
     np.testing.assert_array_equal(run.out, depthwise_oracle(x, w, layer_c.spec, ep))
     blocks = -(-shape[1] // 16)
     assert run.counters.gemm_iters == blocks * layer_c.spec.out_hw[0] * layer_c.spec.out_hw[1]
@@ -74,7 +79,7 @@ def test_depthwise_layer_on_the_rtl(rtl_library, vthreads):
     x, w, bias = layer(7, shape, k)
     ep = epilogue("relu6", shape[1], bias)
     compiled = compile_depthwise(shape, w, stride=2, padding=1, epilogue=ep, schedule=DepthwiseSchedule(1, 3, vthreads))
-    sim, rtl = (compiled.run(Device("pynq", backend=b), x) for b in ("sim", "rtl"))
+    sim, rtl = (compiled.run(Device(FULL, backend=b), x) for b in ("sim", "rtl"))
     np.testing.assert_array_equal(rtl.out, sim.out)
     np.testing.assert_array_equal(sim.out, depthwise_oracle(x, w, compiled.spec, ep))
     assert rtl.counters.gemm_iters == sim.counters.gemm_iters == 2 * 6 * 6
@@ -124,7 +129,7 @@ def test_requantizing_muls_are_pipelined():
     convolution, holds its row over the tile's pixels as the inner loop, so the command builder pipelines it
     (vdla.isa.pipe): one cycle a row. With one channel block a tile the depthwise layer's pixels are still the
     inner loop (its channel-block loop is pinned outer, even of extent 1), and the layers stay exact."""
-    cfg = replace(load_config("pynq"), name="pynq_no_out_mul", out_multiplier=False)
+    cfg = replace(FULL, name="pynq_no_out_mul", out_multiplier=False)
     dev, layers = _layers_with_multiplier_rows(cfg)
     for compiled in layers:
         muls = [i for i in emit_program(compiled.lowering, compiled.stream, dev) if isinstance(i, AluInsn)]
@@ -136,7 +141,7 @@ def test_requantizing_muls_are_pipelined():
 def test_out_path_multiplier_replaces_the_muls():
     """With the OUT-path multiplier (``pynq``), the same layers run no ALU instruction: their GEMMs' EPI mul
     names the first multiplier row of each tile and the layer's shift, and they stay exact."""
-    _, layers = _layers_with_multiplier_rows(load_config("pynq"))
+    _, layers = _layers_with_multiplier_rows(FULL)
     for compiled in layers:
         prog = compiled.program()
         assert not any(isinstance(i, AluInsn) for i in prog)
@@ -168,12 +173,12 @@ def test_a_fused_global_average_equals_the_layer_then_the_pool(shape, k, stride,
     oh, ow = alone.spec.out_hw
     gap = PoolSpec.global_avg((*shape[:2], oh, ow), 1 << 14, 14 + int(np.log2(oh * ow)), clip)
     fused = compile_depthwise(shape, w, stride=stride, padding=k // 2, epilogue=ep, gap=gap)
-    run = fused.run(Device("pynq"), x)
+    run = fused.run(Device(FULL), x)
     want = depthwise_oracle(x, w, fused.spec, ep)
     np.testing.assert_array_equal(run.out, want)
     np.testing.assert_array_equal(run.extra["pool"], pool_oracle(want, gap))
     assert len(np.unique(run.extra["pool"])) > 4
-    assert fused.search.cycles < alone.search.cycles + compile_pool(gap).search.cycles
+    assert fused.search.cycles < alone.search.cycles + compile_pool(gap, config=FULL).search.cycles
 
 
 def test_a_fused_global_average_on_the_rtl(rtl_library):
@@ -183,7 +188,7 @@ def test_a_fused_global_average_on_the_rtl(rtl_library):
     ep = Epilogue(bias=bias, shift=9)
     gap = PoolSpec.global_avg((1, 40, 10, 10), 1 << 14, 21)
     fused = compile_depthwise(x.shape, w, padding=1, epilogue=ep, gap=gap, schedule=DepthwiseSchedule(1, 4, 2))
-    sim, rtl = (fused.run(Device("pynq", backend=b), x) for b in ("sim", "rtl"))
+    sim, rtl = (fused.run(Device(FULL, backend=b), x) for b in ("sim", "rtl"))
     np.testing.assert_array_equal(rtl.out, sim.out)
     np.testing.assert_array_equal(rtl.extra["pool"], sim.extra["pool"])
     np.testing.assert_array_equal(sim.extra["pool"], pool_oracle(depthwise_oracle(x, w, fused.spec, ep), gap))

@@ -11,15 +11,17 @@ def test_presets_and_peaks():
     pynq = load_config()
     assert pynq.name == "pynq-z2" and load_config("pynq") == pynq  # the old name is an alias
     assert (pynq.batch, pynq.block_in, pynq.block_out) == (1, 16, 16)
+    # the build within Xilinx's timing-closure budget on the xc7z020 (benchmarks/fit.json)
     assert (pynq.inp_buff_bytes, pynq.wgt_buff_bytes, pynq.acc_buff_bytes, pynq.uop_buff_bytes) == (
         32 << 10,
-        256 << 10,
         128 << 10,
-        32 << 10,
+        128 << 10,
+        16 << 10,
     )
+    assert not (pynq.depthwise_mode or pynq.out_multiplier or pynq.src_out) and pynq.alu_passes == 2
     assert pynq.macs_per_cycle == 256 and pynq.peak_gops == pytest.approx(51.2)
-    assert (pynq.inp_depth, pynq.wgt_depth, pynq.acc_depth, pynq.uop_depth) == (2048, 1024, 2048, 8192)
-    assert (pynq.uop_dst_bits, pynq.uop_src_bits, pynq.uop_wgt_bits) == (11, 11, 10)
+    assert (pynq.inp_depth, pynq.wgt_depth, pynq.acc_depth, pynq.uop_depth) == (2048, 512, 2048, 4096)
+    assert (pynq.uop_dst_bits, pynq.uop_src_bits, pynq.uop_wgt_bits) == (11, 11, 9)
     assert pynq.bus_bytes == 8
     osdi = load_config("osdi18")
     assert osdi.clock_mhz == 200 and osdi.peak_gops == pytest.approx(102.4) and osdi.wgt_depth == 128
@@ -31,7 +33,7 @@ def test_config_from_file_and_errors(tmp_path):
     d["name"], d["block_in"] = "b8", 8
     path = tmp_path / "b8.json"
     path.write_text(json.dumps(d))
-    with pytest.raises(ConfigError, match="buffer depths need 11\\+12\\+11 micro-op bits > 32"):
+    with pytest.raises(ConfigError, match="buffer depths need 11\\+12\\+10 micro-op bits > 32"):
         load_config(str(path))
     d["inp_buff_bytes"], d["wgt_buff_bytes"] = 16 << 10, 128 << 10
     path.write_text(json.dumps(d))
@@ -47,9 +49,18 @@ def test_config_from_file_and_errors(tmp_path):
     with pytest.raises(ConfigError, match="missing config keys: \\['batch'\\]"):
         from_dict({k: v for k, v in d.items() if k != "batch"})
     pynq = load_config("pynq").to_dict()
-    without = {k: v for k, v in pynq.items() if k not in ("description", "depthwise_mode", "out_multiplier")}
+    without = {
+        k: v for k, v in pynq.items() if k not in ("description", "depthwise_mode", "out_multiplier", "alu_lanes")
+    }
     assert from_dict(without).depthwise_mode and from_dict(without).dw_supported  # optional keys, defaults
-    assert from_dict(without).out_multiplier
+    assert from_dict(without).out_multiplier and from_dict(without).alu_passes == 1
+    assert load_config("pynq").alu_passes == 2 and from_dict({**pynq, "alu_lanes": 16}).alu_passes == 1
+    with pytest.raises(ConfigError, match="alu_lanes must be 0 or 16 .* or 8 .*, got 4"):
+        from_dict({**pynq, "alu_lanes": 4})
+    with pytest.raises(ConfigError, match="alu_lanes must be an integer, got True"):
+        from_dict({**pynq, "alu_lanes": True})
+    with pytest.raises(ConfigError, match="alu_lanes 8 .* set out_multiplier false"):
+        from_dict({**pynq, "out_multiplier": True})
     with pytest.raises(ConfigError, match="out_multiplier must be true or false, got 'yes'"):
         from_dict({**pynq, "out_multiplier": "yes"})
     assert not from_dict({**pynq, "depthwise_mode": False}).dw_supported

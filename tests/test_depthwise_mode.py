@@ -9,6 +9,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from full_units import FULL
 
 from vdla.config import DW_MAX_K, load_config
 from vdla.cycles import dw_slots
@@ -125,7 +126,7 @@ CASES = [  # (H, W, K, stride, pad)
 
 @pytest.fixture(scope="module")
 def devices(rtl_library) -> tuple[Device, Device]:
-    return Device("pynq"), Device("pynq", backend="rtl")
+    return Device(FULL), Device(FULL, backend="rtl")
 
 
 def both(devices, program):
@@ -187,7 +188,7 @@ def test_window_rows_shift_in_columns():
 
 
 def test_cycle_model_counts_reads_and_passes():
-    cfg = load_config("pynq")
+    cfg = FULL
     epi = EpiInsn(dw=True, dw_k=3, dw_stride=2, dw_pitch=20)
     g = GemmInsn(iter_out=4, iter_in=6)
     # 4 fresh windows of 9 rows and 20 shifts of 2 columns x 3 rows, each overlapping the 2 passes (one WGT
@@ -209,7 +210,7 @@ def test_encoding_and_assembly_round_trip():
 
 
 def test_bad_depthwise_state_is_refused():
-    cfg = load_config("pynq")
+    cfg = FULL
     assert any("kernel 6" in p for p in check_insn(EpiInsn(dw=True, dw_k=6, dw_stride=1), cfg))
     assert any("stride 3" in p for p in check_insn(EpiInsn(dw=True, dw_k=2, dw_stride=3), cfg))
     assert any(
@@ -221,7 +222,7 @@ def test_bad_depthwise_state_is_refused():
 
 
 def test_window_beyond_inp_is_refused_by_the_builder():
-    dev = Device("pynq")
+    dev = Device(FULL)
     cmd = dev.commands()
     cmd.epi(dw=(3, 1, dev.cfg.inp_depth // 2))
     with pytest.raises(CommandError, match="src index"):

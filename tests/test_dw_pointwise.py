@@ -7,8 +7,11 @@ take refused with the reason.
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import pytest
+from full_units import FULL
 
 from vdla.compiler import CompileError
 from vdla.compiler.dw_pointwise import (
@@ -17,10 +20,12 @@ from vdla.compiler.dw_pointwise import (
     dw_pointwise_oracle,
     dw_pointwise_refusal,
 )
-from vdla.config import load_config
 from vdla.graph.epilogue import Epilogue
 from vdla.isa import AluInsn, AluOp, EpiInsn, GemmInsn
 from vdla.runtime import Device
+
+# the depthwise mode's compiles are for the build that has it (full_units.FULL): the pynq build leaves it out
+compile_dw_pointwise = partial(compile_dw_pointwise, config=FULL)
 
 
 def pair(seed: int, shape, k: int, oc: int):
@@ -74,7 +79,7 @@ def test_fused_pairs_on_the_simulator(shape, k, stride, padding, oc, kind):
     )
     n, _, oh, ow = fused.spec.out_shape
     res = rng.integers(-128, 128, (n, oc, oh, ow), dtype=np.int8) if kind == "residual" else None
-    run = fused.run(Device("pynq"), x, res)
+    run = fused.run(Device(FULL), x, res)
     np.testing.assert_array_equal(run.out, dw_pointwise_oracle(x, dw_w, fused.spec, dw_ep, pw_w, pw_ep, res))
     assert fused.lowering.wgt_shared == (shape[1] < 512)
 
@@ -90,7 +95,7 @@ def test_both_residual_forms(res_inp):
         shape, dw_w, pw_w, padding=1, dw_epilogue=dw_ep, pw_epilogue=pw_ep, schedule=FusedSchedule(4, 2, 2, res_inp)
     )
     res = rng.integers(-128, 128, (1, oc, 10, 10), dtype=np.int8)
-    run = fused.run(Device("pynq"), x, res)
+    run = fused.run(Device(FULL), x, res)
     np.testing.assert_array_equal(run.out, dw_pointwise_oracle(x, dw_w, fused.spec, dw_ep, pw_w, pw_ep, res))
     adds = [i for i in fused.program() if isinstance(i, AluInsn) and i.alu_opcode == AluOp.ADD]
     assert (not adds) == res_inp  # the ALU adds no residual in the INP form
@@ -125,7 +130,7 @@ def test_fused_pair_on_the_rtl(rtl_library, vthreads):
         schedule=FusedSchedule(2, 1, vthreads, res_inp=vthreads == 2),  # the residual in ACC, then in INP
     )  # fmt: skip
     res = rng.integers(-128, 128, (1, oc, 5, 5), dtype=np.int8)
-    sim, rtl = (fused.run(Device("pynq", backend=b), x, res) for b in ("sim", "rtl"))
+    sim, rtl = (fused.run(Device(FULL, backend=b), x, res) for b in ("sim", "rtl"))
     np.testing.assert_array_equal(rtl.out, sim.out)
     np.testing.assert_array_equal(sim.out, dw_pointwise_oracle(x, dw_w, fused.spec, dw_ep, pw_w, pw_ep, res))
     assert rtl.counters.gemm_iters == sim.counters.gemm_iters
@@ -138,9 +143,9 @@ def test_pairs_it_cannot_take_are_named():
     dw_ep, pw_ep = epilogues(rng, 32, 16, "per-channel")
     table = np.arange(256).astype(np.uint8).view(np.int8)
     both = (Epilogue(shift=9, table=table), Epilogue(shift=9, table=table[::-1].copy()))
-    assert "LUT holds one" in dw_pointwise_refusal(shape, dw_w, 1, 1, *both[:1], pw_w, both[1], load_config("pynq"))
+    assert "LUT holds one" in dw_pointwise_refusal(shape, dw_w, 1, 1, *both[:1], pw_w, both[1], FULL)
     wide = np.zeros((16, 32, 3, 3), np.int8)
-    assert "(OC, 32, 1, 1)" in dw_pointwise_refusal(shape, dw_w, 1, 1, dw_ep, wide, pw_ep, load_config("pynq"))
+    assert "(OC, 32, 1, 1)" in dw_pointwise_refusal(shape, dw_w, 1, 1, dw_ep, wide, pw_ep, FULL)
     with pytest.raises(CompileError, match="one output row needs"):
         compile_dw_pointwise((1, 16, 8, 2000), dw_w[:16], pw_w[:, :16], padding=1)
 
@@ -160,7 +165,7 @@ def test_a_mobilenet_fuses_its_blocks_and_matches_onnxruntime():
     x = calibration_images((3, 64, 64), 1, seed=7)
     runs = {}
     for fuse in (True, False):
-        artifact, _ = compile_model(model, None, CompileOptions(fuse_depthwise=fuse))
+        artifact, _ = compile_model(model, None, CompileOptions(fuse_depthwise=fuse, config=FULL))
         module = Module(artifact, "sim")
         ops = [s.layer["op"] for s in artifact.steps if s.kind == "accel"]
         fused = ops.count("depthwise_conv2d+conv2d") + ops.count("conv2d+depthwise_conv2d+conv2d")
@@ -190,13 +195,15 @@ def test_the_chosen_schedules_are_cached(tmp_path, monkeypatch):
     cache = ScheduleCache(tmp_path / "schedules.json")
     options = dict(padding=1, dw_epilogue=dw_ep, pw_epilogue=pw_ep, cache=cache)
     first = compile_dw_pointwise(shape, dw_w, pw_w, **options)
-    alone = compile_depthwise(shape, dw_w, padding=1, epilogue=dw_ep, cache=cache)
+    alone = compile_depthwise(shape, dw_w, padding=1, epilogue=dw_ep, cache=cache, config=FULL)
     keys = sorted(k.split(":")[3] for k in json.loads((tmp_path / "schedules.json").read_text()))
     assert keys == ["dw", "dwpw"]
     monkeypatch.setattr(search, "timed", lambda *a: pytest.fail("a cached choice was timed again"))
     again = compile_dw_pointwise(shape, dw_w, pw_w, **options)
     assert (again.schedule, again.search.cycles) == (first.schedule, first.search.cycles)
-    assert compile_depthwise(shape, dw_w, padding=1, epilogue=dw_ep, cache=cache).schedule == alone.schedule
+    assert (
+        compile_depthwise(shape, dw_w, padding=1, epilogue=dw_ep, cache=cache, config=FULL).schedule == alone.schedule
+    )
 
 
 # ---- the expand layer fused too: the inverted residual block -------------------------------------------------
@@ -236,7 +243,7 @@ def test_fused_blocks_on_the_simulator(shape, e, k, stride, padding, oc, kind):
     )
     n, _, oh, ow = fused.spec.out_shape
     res = rng.integers(-128, 128, (n, oc, oh, ow), dtype=np.int8) if kind == "residual" else None
-    run = fused.run(Device("pynq"), x, res)
+    run = fused.run(Device(FULL), x, res)
     want = dw_pointwise_oracle(x, dw_w, fused.spec, dw_ep, pw_w, pw_ep, res, expand=expand)
     np.testing.assert_array_equal(run.out, want)
     assert np.count_nonzero(want) > want.size // 4  # not a degenerate case
@@ -274,7 +281,7 @@ def test_fused_block_on_the_rtl(rtl_library, vthreads, split):
         schedule=FusedSchedule(5 if split else 2, 1, vthreads, res_inp=vthreads == 2, split=split),
     )  # fmt: skip
     res = rng.integers(-128, 128, (1, oc, 5, 5), dtype=np.int8)
-    sim, rtl = (fused.run(Device("pynq", backend=b), x, res) for b in ("sim", "rtl"))
+    sim, rtl = (fused.run(Device(FULL, backend=b), x, res) for b in ("sim", "rtl"))
     np.testing.assert_array_equal(rtl.out, sim.out)
     want = dw_pointwise_oracle(x, dw_w, fused.spec, dw_ep, pw_w, pw_ep, res, expand=expand)
     np.testing.assert_array_equal(sim.out, want)
@@ -305,7 +312,7 @@ def test_split_schedules_take_a_bands_steps_in_turn(shape, e, oc, res_inp):
     one = compile_dw_pointwise(shape, dw_w, pw_w, schedule=FusedSchedule(h, tic, 1, res_inp), **options)
     assert [b.thread for b in split.stream.blocks[1:4]] == [0, 1, 0]  # after the prologue
     res = rng.integers(-128, 128, (1, oc, h, h), dtype=np.int8)
-    run = split.run(Device("pynq"), x, res)
+    run = split.run(Device(FULL), x, res)
     want = dw_pointwise_oracle(x, dw_w, split.spec, dw_ep, pw_w, pw_ep, res, expand=expand)
     np.testing.assert_array_equal(run.out, want)
     assert split.search.cycles < one.search.cycles
@@ -346,7 +353,7 @@ def test_resident_weights_load_with_their_first_step():
 def test_blocks_it_cannot_take_are_named():
     shape, e, k, oc = (1, 16, 8, 8), 32, 3, 16
     rng, x, (ex_w, ex_ep), dw_w, dw_ep, pw_w, pw_ep = block(6, shape, e, k, oc, "per-channel")
-    cfg, table = load_config("pynq"), np.arange(256).astype(np.uint8).view(np.int8)
+    cfg, table = FULL, np.arange(256).astype(np.uint8).view(np.int8)
 
     def why(expand, dw=dw_ep, pw=pw_ep):
         return dw_pointwise_refusal(shape, dw_w, 1, 1, dw, pw_w, pw, cfg, expand)
@@ -382,6 +389,6 @@ def test_the_step_table_says_why_a_layer_runs_apart():
         helper.make_node("Add", ["p", "o"], ["y"]),
     ]
     model = onnx_model(nodes, inits, "apart", (1, 16, 12, 12), (1, 16, 12, 12))
-    artifact = compile_model(model, rng.normal(0, 1, (8, 16, 12, 12)).astype(np.float32))[0]
+    artifact = compile_model(model, rng.normal(0, 1, (8, 16, 12, 12)).astype(np.float32), config=FULL)[0]
     (pair,) = [s for s in artifact.steps if s.kind == "accel" and s.layer["op"] == "depthwise_conv2d+conv2d"]
     assert pair.layer["note"] == "the 1x1 layer before it not fused: the 1x1 layer's output is also read by conv2d"

@@ -18,6 +18,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from full_units import FULL
 from qdq_check import qdq_conv
 
 from vdla.compiler import compile_conv2d
@@ -196,7 +197,7 @@ def test_the_compiled_model_is_bit_exact_against_the_graph_before_the_rewrite(co
 # ResNet-18's C1 in the packed form
 
 
-def _c1_packed(multiplier=None):
+def _c1_packed(multiplier=None, config="pynq"):
     """C1's input, im2col'ed by the CPU kernel, compiled as the 1x1 conv over 147 channels on the simulator;
     returns (run, reference of the 7x7 conv, im2col milliseconds)."""
     case = layer_case("C1", layer_specs()["C1"])
@@ -209,8 +210,8 @@ def _c1_packed(multiplier=None):
     ep = case.epilogue
     if multiplier is not None:
         ep = replace(ep, multiplier=multiplier, shift=case.shift + 30)
-    layer = compile_conv2d(cols.shape, w, epilogue=ep, config="pynq")
-    run = layer.run(Device("pynq"), cols)
+    layer = compile_conv2d(cols.shape, w, epilogue=ep, config=config)
+    run = layer.run(Device(config), cols)
     ref = oracle.conv2d_oracle(case.x, case.w, sp, ep)
     return run, ref, ms
 
@@ -228,9 +229,9 @@ def test_resnet18_c1_packed_with_a_per_channel_multiplier_is_exact():
     """A per-channel requantizing MUL holds its multiplier row across the tile's pixels, pipelined: its 1 cycle
     per output element over 10 GEMM cycles caps C1 at 10 / 11 of the GEMM rate, 82.8% of real MACs (76% when
     each MUL row took two cycles; in the whole network the max pool in C1's tiles leaves the MUL a quarter of
-    these elements)."""
+    these elements). With the full ALU: the pynq build's half-width one takes 2 cycles a MUL row (10 / 12)."""
     m = np.random.default_rng(5).integers(1 << 29, 1 << 30, 64)
-    run, ref, _ = _c1_packed(m)
+    run, ref, _ = _c1_packed(m, FULL)
     np.testing.assert_array_equal(run.out, ref)
     efficiency = C1_MACS / (run.counters.cycles * 256)
     print(f"C1 packed, per-channel multiplier: {run.counters.cycles} cycles, {efficiency:.1%} of real MACs")

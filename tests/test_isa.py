@@ -1,5 +1,6 @@
 import numpy as np
 import pytest
+from full_units import FULL
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -237,9 +238,9 @@ def test_decode_errors():
 
 @given(st.lists(st.tuples(bits(11), bits(11), bits(10)), min_size=1, max_size=50))
 def test_uop_round_trip(uops):
-    words = encode_uops(np.array(uops), CFG)
+    words = encode_uops(np.array(uops), FULL)  # 1024 WGT rows (the pynq build has 512: 9 bits)
     assert words.dtype == np.uint32
-    dst, src, wgt = decode_uops(words, CFG)
+    dst, src, wgt = decode_uops(words, FULL)
     assert list(zip(dst, src, wgt)) == uops
     d, s, w = uops[0]
     assert int(words[0]) == d | s << 11 | w << 22  # dst [10:0], src [21:11], wgt [31:22]
@@ -247,7 +248,7 @@ def test_uop_round_trip(uops):
 
 def test_uop_errors_and_config_widths():
     with pytest.raises(IsaError, match="micro-op 1: wgt=1024 does not fit in 10 bits"):
-        encode_uops(np.array([[0, 0, 0], [0, 0, 1024]]), CFG)
+        encode_uops(np.array([[0, 0, 0], [0, 0, 1024]]), FULL)
     osdi = load_config("osdi18")  # 128-deep weight buffer: 7-bit wgt index
     assert decode_uops(encode_uops(np.array([[5, 6, 127]]), osdi), osdi)[2][0] == 127
     with pytest.raises(IsaError, match="does not fit in 7 bits"):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from full_units import FULL
 
 from vdla.isa import FinishInsn, MemInsn, MemType, assemble, encode_program
 from vdla.runtime import CommandError, CycleLimitError, DeadlockError, Device, FaultError, TokenError
@@ -16,14 +17,21 @@ def dev(rtl_library) -> Device:
     return Device("pynq", backend="rtl")
 
 
+@pytest.fixture(scope="module")
+def full_dev(rtl_library) -> Device:
+    """The RTL with every optional unit (full_units.FULL): the depthwise mode's checks."""
+    return Device(FULL, backend="rtl")
+
+
 def run_asm(dev: Device, text: str, **kw):
     return dev.run_program(assemble(text), **kw)
 
 
 @pytest.fixture(autouse=True)
-def still_works_and_nothing_lost(dev, monkeypatch):
+def still_works_and_nothing_lost(request, monkeypatch):
     """Around every run of a bad program: DRAM outside STORE_ZONE (where the programs below store) is left
-    as it was when the run started; afterwards a good program runs."""
+    as it was when the run started; afterwards a good program runs (on the RTL device the test uses)."""
+    dev = request.getfixturevalue("full_dev" if "full_dev" in request.fixturenames else "dev")
     real_run = dev.backend.run
     checked = []
 
@@ -62,8 +70,8 @@ def test_unknown_opcode(dev):
             "LOAD UOP_PRE cannot have padding \\(0, 0, 1, 0\\)$",
         ),
         (
-            "load uop_pre sram=8190 dram=0x4000000 y=1 x=4 stride=4",
-            "LOAD UOP_PRE: SRAM tile \\[8190, 8194\\) exceeds the buffer depth 8192$",
+            "load uop_pre sram=4094 dram=0x4000000 y=1 x=4 stride=4",
+            "LOAD UOP_PRE: SRAM tile \\[4094, 4098\\) exceeds the buffer depth 4096$",
         ),
         ("load uop_pre sram=0 dram=0x4000000 y=1 x=4 stride=4 pop_prev", "pop_prev is not valid on the load stage"),
         ("store uop_pre sram=0 dram=0x7C00000 y=1 x=1 stride=1", "STORE must use memory type OUT, not UOP_PRE$"),
@@ -276,20 +284,20 @@ def test_an_error_shows_with_its_details(dev, phase):
     ],
     ids=["kernel-6", "kernel-0", "stride-3"],
 )
-def test_bad_depthwise_state(dev, text, message):
+def test_bad_depthwise_state(full_dev, text, message):
     """An EPI dw whose kernel the window cannot hold, or whose stride exceeds its kernel, is refused on both
     backends with the same message (the hardware's dispatch check on the RTL)."""
-    for target in (Device("pynq"), dev):
+    for target in (Device(FULL), full_dev):
         with pytest.raises(FaultError, match=f"instruction 0 \\(.*\\): {message}"):
             run_asm(target, text + "\nfinish")
 
 
-def test_depthwise_window_outside_inp(dev):
+def test_depthwise_window_outside_inp(full_dev):
     """A depthwise-mode GEMM whose window reaches past INP (rows src + ky * pitch + kx) stops with an index
     error on both backends, though its micro-op's src lies inside."""
     for target, index in (
-        (Device("pynq"), "GEMM INP \\(depthwise window row\\) index 2050"),
-        (dev, "a micro-op index lies outside its buffer"),
+        (Device(FULL), "GEMM INP \\(depthwise window row\\) index 2050"),
+        (full_dev, "a micro-op index lies outside its buffer"),
     ):
         uop = target.array(np.array([2040 << 11], np.uint32))  # dst 0, src 2040, wgt 0
         with pytest.raises(FaultError, match=f"instruction 2 \\(gemm .*\\): {index}"):
@@ -339,3 +347,20 @@ def test_pipelined_mul_hazard(dev, dst, src, loop, where):
             run_asm(target, text.format(" pipe"))
         run_asm(target, text.format(""))
         uop.free()
+
+
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ("epi dw=3,1,8", "EPI dw: config 'pynq-z2' has no depthwise mode"),
+        ("epi mul=4,0", "EPI mul: config 'pynq-z2' has no OUT-path multiplier"),
+        ("epi src_out", "EPI src_out: config 'pynq-z2' has no copy of OUT"),
+    ],
+    ids=["dw", "mul", "src_out"],
+)
+def test_units_the_pynq_build_leaves_out(dev, text, message):
+    """The pynq build (within the xc7z020's timing-closure budget) has no depthwise mode, OUT-path multiplier or
+    copy of OUT for the GEMMs: an EPI that asks for one is refused on both backends (the dispatch check)."""
+    for target in (Device("pynq"), dev):
+        with pytest.raises(FaultError, match=f"instruction 0 \\(.*\\): {message}"):
+            run_asm(target, text + "\nfinish")

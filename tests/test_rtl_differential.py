@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from full_units import BOTH
 
 from vdla.config import DW_MAX_K, HwConfig
 from vdla.isa import AluOp, MemType, Stage
@@ -86,6 +87,7 @@ def _epi(cmd, rng, a0: int, dst: int, dw: Dw = None, src_out: bool = False) -> N
     req, relu, shift = rng.random() < 0.5, rng.random() < 0.5, int(rng.integers(0, 32))
     # the OUT-path multiplier's rows (up to 3) in the shared area, which no GEMM writes
     mul = (BIAS_AREA + int(rng.integers(0, BIAS_ROWS - 2)), int(rng.integers(0, 64))) if rng.random() < 0.4 else None
+    mul = mul if cmd.cfg.out_multiplier else None
     cmd.epi(req=req, relu=relu, shift=shift, bias_base=base, dw=dw, src_out=src_out, mul=mul)
 
 
@@ -157,7 +159,7 @@ def random_program(dev: Device, seed: int) -> None:
         for _ in range(int(rng.integers(1, 4))):
             epi = rng.random() < 0.5
             if epi:
-                src_out = cfg.block_in == cfg.block_out and rng.random() < 0.3
+                src_out = cfg.src_out_refusal() is None and rng.random() < 0.3
                 dw = _dw(rng, cfg, src_out)
             io, ii, f, uops = _loop(rng, _gemm_sizes(cfg, dw, src_out))
             if src_out:  # OUT rows of one half of the share, into the other
@@ -212,9 +214,10 @@ def random_program(dev: Device, seed: int) -> None:
     cmd.synchronize()
 
 
+@pytest.mark.parametrize("config", BOTH, ids=("pynq", "full"))
 @pytest.mark.parametrize("seed", range(16))
-def test_random_programs_agree(seed, rtl_library):
-    sim, rtl = Device("pynq"), Device("pynq", backend="rtl")
+def test_random_programs_agree(seed, config, rtl_library):
+    sim, rtl = Device(config), Device(config, backend="rtl")
     random_program(sim, seed)
     random_program(rtl, seed)
     assert np.array_equal(sim.dram.mem, rtl.dram.mem)

@@ -11,6 +11,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 from acc_readback import read_acc
+from full_units import BOTH
 
 from vdla.config import load_config
 from vdla.cycles import alu_cycles, alu_ii, holds_src, src_reads
@@ -21,6 +22,7 @@ from vdla.runtime import Device
 ROWS = 64
 
 
+OPS = [AluOp.MUL, AluOp.MUL, AluOp.MUL, AluOp.MAX, AluOp.MIN, AluOp.CLIP, AluOp.SHR, AluOp.REQ]  # chains, overlaps
 HELD_OPS = [AluOp.MUL, AluOp.ADD, AluOp.MIN, AluOp.MAX, AluOp.CLIP, AluOp.SHR]  # SHR never holds its row
 
 
@@ -71,7 +73,7 @@ def _program(dev: Device, seed: int) -> tuple[np.ndarray, list[tuple[str, int, i
     for _ in range(16):
         n = int(rng.integers(1, 9))
         kind = rng.choice(["chain", "overlap", "imm", "reset", "reset_imm", "other", "held", "held", "pipe", "pipe"])
-        op = AluOp.ADD if kind == "other" else AluOp.MUL
+        op = AluOp.ADD if kind == "other" else OPS[int(rng.integers(0, len(OPS)))]
         d, s = int(rng.integers(0, ROWS - n)), int(rng.integers(0, ROWS - n))
         shift = int(rng.choice([0, 1, 17, 31, 32, 62, 63, rng.integers(0, 64)]))
         if kind == "held":
@@ -79,10 +81,10 @@ def _program(dev: Device, seed: int) -> tuple[np.ndarray, list[tuple[str, int, i
         elif kind == "pipe":
             _pipelined(cmd, rng)
         elif kind == "chain":  # every iteration reads the row the previous one wrote, as destination and source
-            cmd.alu(op, [(d, d)], iter_out=n, shift=shift)
+            cmd.alu(op, [(d, d)], iter_out=n, shift=shift if op == AluOp.MUL else 0)
         elif kind == "overlap":  # the source is the previous iteration's destination, forwarded from W
             d = max(d, 1)
-            cmd.alu(op, [(d, d - 1)], iter_out=n, dst_factor=(1, 0), src_factor=(1, 0), shift=shift)
+            cmd.alu(op, [(d, d - 1)], iter_out=n, dst_factor=(1, 0), src_factor=(1, 0), shift=shift * (op == AluOp.MUL))
         elif kind in ("imm", "reset_imm"):
             imm = int(rng.integers(-(1 << 15), 1 << 15))
             cmd.alu(op, [(d, 0)], iter_out=n, dst_factor=(1, 0), imm=imm, reset=kind == "reset_imm")
@@ -95,12 +97,14 @@ def _program(dev: Device, seed: int) -> tuple[np.ndarray, list[tuple[str, int, i
     return stored(), [(e.label, e.start, e.end) for e in run.timeline if e.label.startswith("alu")]
 
 
+@pytest.mark.parametrize("config", BOTH, ids=("pynq", "full"))
 @pytest.mark.parametrize("seed", range(8))
-def test_mul_and_held_programs_agree_in_data_and_cycles(seed, rtl_library):
+def test_mul_and_held_programs_agree_in_data_and_cycles(seed, config, rtl_library):
     """Equal data, and every ALU instruction takes the same cycles on both (the program's total may differ by
-    the DMA of its first LOAD, which is not what this test is about)."""
-    sim_out, sim_alu = _program(Device("pynq"), seed)
-    rtl_out, rtl_alu = _program(Device("pynq", backend="rtl"), seed)
+    the DMA of its first LOAD, which is not what this test is about): on the half-width ALU of the pynq build
+    (two passes a row) and on the full one."""
+    sim_out, sim_alu = _program(Device(config), seed)
+    rtl_out, rtl_alu = _program(Device(config, backend="rtl"), seed)
     np.testing.assert_array_equal(sim_out, rtl_out)
     assert len(sim_alu) == 19
     assert [(label, end - start) for label, start, end in sim_alu] == [(lb, e - s) for lb, s, e in rtl_alu]
@@ -137,3 +141,31 @@ def test_alu_cycle_rule():
     # pipelined: the MUL's extra cycle only after each inner loop's last iteration
     assert alu_cycles(t, _insn(mul, pipe=True, **loop)) == base + 30 + 3 * (m - 1) + 3 * (t.alu_ii - 1)
     assert alu_ii(t, mul, False, same_src=True, pipe=True) == 1
+
+
+def test_half_width_alu_cycle_rule():
+    """A half-width ALU (alu_lanes: the pynq build) issues every iteration of an operation but ADD twice, one
+    pass per half of the lanes, and leaves alu_mul_cycles - 1 after the second (its result comes from M, as a
+    MUL's), but before an iteration that reads its source row first (not a shift: the RTL forwards the row);
+    the source row's read costs what it costs on the full ALU; ADD keeps one pass; a pipelined MUL's passes
+    issue back to back but after each inner loop's last."""
+    cfg = load_config("pynq")
+    t, p = cfg.timing, cfg.alu_passes
+    assert p == 2
+    base = t.alu_setup + t.alu_pipeline
+    loop = {"iter_out": 3, "iter_in": 10}
+    m = t.alu_mul_cycles
+    for op in (AluOp.MUL, AluOp.MIN, AluOp.SHR, AluOp.CLIP, AluOp.REQ):
+        assert alu_cycles(t, _insn(op, use_imm=True, **loop), p) == base + 30 * (2 + m - 1)
+        assert alu_ii(t, op, use_imm=True, passes=p) == 2 + m - 1
+        # reading the source row every iteration: the next iteration's SRC slot follows the second pass at once,
+        # but after a shift (its controls come from the row as it is read)
+        # (but the last iteration's, before the drain)
+        gap = m - 1 if op in (AluOp.SHR, AluOp.REQ) else 0
+        last = 0 if gap else m - 1
+        assert alu_cycles(t, _insn(op, src_factor_in=1, **loop), p) == base + 30 * (2 + gap + t.alu_ii - 1) + last
+        assert alu_ii(t, op, use_imm=False, passes=p) == 2 + gap + t.alu_ii - 1
+    assert alu_cycles(t, _insn(AluOp.MUL, pipe=True, **loop), p) == base + 30 * 2 + 3 * (m - 1) + 3 * (t.alu_ii - 1)
+    assert alu_ii(t, AluOp.MUL, False, same_src=True, pipe=True, passes=p) == 2
+    assert alu_cycles(t, _insn(AluOp.ADD, src_factor_in=1, **loop), p) == base + 30 * t.alu_ii
+    assert alu_ii(t, AluOp.ADD, use_imm=True, passes=p) == 1

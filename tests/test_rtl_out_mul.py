@@ -14,9 +14,10 @@ from dataclasses import replace
 import numpy as np
 import pytest
 from acc_readback import read_acc
+from full_units import FULL
 from test_depthwise_mode import reference, window_weights
 
-from vdla.config import LUT_ENTRIES, load_config
+from vdla.config import LUT_ENTRIES
 from vdla.cycles import out_mul_cycles
 from vdla.isa import AluOp, EpiInsn, FinishInsn, GemmInsn, MemType, Stage, encode_program
 from vdla.isa.validate import check_insn
@@ -28,7 +29,7 @@ EDGE = [-(1 << 31), (1 << 31) - 1, -1, 0, 1, 1 << 30, -(1 << 30), 0x7FFF, -0x800
 
 @pytest.fixture(scope="module")
 def devices(rtl_library) -> tuple[Device, Device]:
-    return Device("pynq"), Device("pynq", backend="rtl")
+    return Device(FULL), Device(FULL, backend="rtl")
 
 
 def mul_shift(v: np.ndarray, m: np.ndarray, s: int) -> np.ndarray:
@@ -190,7 +191,7 @@ def test_random_dense_programs(devices, seed):
 
 
 def test_cycle_rule():
-    t = load_config("pynq").timing
+    t = FULL.timing
     g = GemmInsn(iter_out=5, iter_in=3)
     assert t.out_mul_lag == 2
     assert out_mul_cycles(t, EpiInsn(mul=True), g) == 5 + 2
@@ -334,11 +335,11 @@ def test_alu_muls_share_the_multipliers(devices, shift):
 
 
 def test_a_gemm_writing_its_multiplier_rows_faults():
-    cmd = Device("pynq").commands()
+    cmd = Device(FULL).commands()
     cmd.epi(mul=(10, 0))
     cmd.gemm([(12, 0, 0)], iter_out=1)  # rows 10.. are its multiplier rows for outer index 0: 10 only
     cmd.synchronize()
-    cmd = Device("pynq").commands()
+    cmd = Device(FULL).commands()
     cmd.epi(mul=(10, 0))
     cmd.gemm([(10, 0, 0)], iter_out=3, dst_factor=(1, 0))
     with pytest.raises(FaultError, match="multiplier row"):
@@ -356,7 +357,7 @@ def test_multiplier_rows_beyond_acc_fault_on_both(devices):
 
 
 def test_no_multiplier_refuses_epi_mul():
-    cfg = load_config("pynq")
+    cfg = FULL
     off = replace(cfg, out_multiplier=False)
     assert off.hash != cfg.hash
     assert check_insn(EpiInsn(mul=True, mul_base=4), cfg) == []
@@ -368,7 +369,7 @@ def test_no_multiplier_refuses_epi_mul():
 @pytest.mark.slow
 def test_rtl_without_the_multiplier_refuses_epi_mul():
     """The RTL built without the multiplier (OUT_MUL_SUPPORTED 0) stops at an EPI mul with ERR_INSN."""
-    off = replace(load_config("pynq"), name="pynq", out_multiplier=False)
+    off = replace(FULL, name="pynq", out_multiplier=False)
     dev = Device(off, backend="rtl")
     buf = dev.alloc(64)
     buf.write(np.frombuffer(encode_program([EpiInsn(mul=True, mul_base=4), FinishInsn()]), np.uint8))

@@ -11,9 +11,9 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from full_units import FULL
 from test_depthwise_mode import reference, window_weights
 
-from vdla.config import load_config
 from vdla.isa import AluOp, EpiInsn, MemType, Stage, assemble, decode, disassemble, encode
 from vdla.isa.validate import check_insn
 from vdla.runtime import CommandError, Device, FaultError
@@ -23,7 +23,7 @@ C = 16  # pynq: block_in == block_out == 16, batch 1
 
 @pytest.fixture(scope="module")
 def devices(rtl_library) -> tuple[Device, Device]:
-    return Device("pynq"), Device("pynq", backend="rtl")
+    return Device(FULL), Device(FULL, backend="rtl")
 
 
 def both(devices, program):
@@ -282,7 +282,7 @@ def test_encoding_and_assembly_round_trip():
 
 
 def test_gemm_writing_a_row_it_reads_from_out_faults():
-    dev = Device("pynq")
+    dev = Device(FULL)
     cmd = dev.commands()
     cmd.epi(src_out=True)
     # rows 0 .. 11 read, 10 .. 21 written: 10 and 11 both
@@ -297,7 +297,7 @@ def test_gemm_writing_a_row_it_reads_from_out_faults():
 
 def test_depthwise_window_over_its_own_rows_faults():
     """A depthwise GEMM's window rows count as read: one of them written by the GEMM faults."""
-    dev = Device("pynq")
+    dev = Device(FULL)
     cmd = dev.commands()
     cmd.epi(dw=(3, 1, 10), src_out=True)  # window rows src + ky * 10 + kx: 0..2, 10..12, 20..22
     cmd.gemm([(21, 0, 0)], init=True)
@@ -310,7 +310,7 @@ def test_depthwise_window_over_its_own_rows_faults():
 
 
 def test_src_out_needs_out_rows_to_be_inp_rows():
-    cfg = load_config("pynq")
+    cfg = FULL
     odd = replace(cfg, name="odd", block_in=32, inp_buff_bytes=65536, part="xczu7ev")
     assert check_insn(EpiInsn(src_out=True), cfg) == []
     [problem] = check_insn(EpiInsn(src_out=True), odd)

@@ -280,10 +280,11 @@ def test_epi_req_requantizes_the_out_mirror(device, relu):
 
 @pytest.mark.parametrize("mode", ["plain", "req", "relu"])
 @pytest.mark.parametrize("mshift", [0, 1, 31, 37, 63])
-def test_epi_mul_multiplies_the_out_mirror_of_gemm_writes(device, mode, mshift):
+def test_epi_mul_multiplies_the_out_mirror_of_gemm_writes(full_device, mode, mshift):
     """With EPI mul, the OUT row of each ACC write of a GEMM is formed from mul_shift(v, ACC[mul_base + o], s)
     (the ALU MUL's exact 64-bit product rounded right by s), o the outer index of the row's last write, then
     requantized (req) as before; ACC keeps the int32 sum. ALU writes and GEMM resets are not multiplied."""
+    device = full_device  # the OUT-path multiplier: not in the pynq build
     acc, mult = rand_acc(24), rand_acc(3)
     mult[1, 0, :3] = [INT32[0], INT32[1], 1 << 30]
     cmd, x, w = _gemm_program(device, acc)
@@ -318,9 +319,10 @@ def test_epi_mul_multiplies_the_out_mirror_of_gemm_writes(device, mode, mshift):
 
 
 @pytest.mark.parametrize("iter_out", [1, 3])
-def test_epi_mul_costs_a_slot_per_outer_iteration_and_its_lag(device, iter_out):
+def test_epi_mul_costs_a_slot_per_outer_iteration_and_its_lag(full_device, iter_out):
     """A GEMM after EPI mul takes iter_out + out_mul_lag cycles more than after EPI without it
     (vdla.cycles.out_mul_cycles); a reset takes none more."""
+    device = full_device  # the OUT-path multiplier: not in the pynq build
     from vdla.cycles import out_mul_cycles
     from vdla.isa import EpiInsn, GemmInsn
 

@@ -367,11 +367,12 @@ class HwConfig:
 
     def hard_block_estimate(self) -> dict[str, int]:
         """DSP and BRAM36 the build needs, estimated from its parameters as Yosys maps the RTL: two int8 products
-        per DSP in the GEMM core, four DSPs per ALU lane's 32-bit multiply, a dozen elsewhere; each buffer in
+        per DSP in the GEMM core, four DSPs per ALU lane's 32-bit multiply (half the lanes on a half-width ALU,
+        ``alu_lanes``), a dozen elsewhere; each buffer in
         BRAM36 (32 Kbit of data, 1 to 64 bits wide) or, for a memory shallower than 64 words, LUT RAM.
         ``tests/test_boards.py`` holds it to each committed fit."""
         bram = sum(_bram36(w, d) for w, d in self.buffers().values())
-        dsp = self.macs_per_cycle // 2 + 4 * self.batch * self.block_out + 13
+        dsp = self.macs_per_cycle // 2 + 4 * self.batch * self.block_out // self.alu_passes + 13
         return {"DSP": dsp, "BRAM36": bram}
 
     def capacity_overruns(self) -> list[str]:

@@ -33,7 +33,7 @@ package vdla_pkg;
 
   // ---- Configuration 'pynq-z2' (vdla/config.py) ----------------------------------------------------
   localparam int ISA_VERSION          = 7;  // ID[15:0]
-  localparam logic [31:0] CONFIG_HASH = 32'hac5c039a;  // CONFIG_HASH register
+  localparam logic [31:0] CONFIG_HASH = 32'hfa4cadad;  // CONFIG_HASH register
   localparam int BATCH                = 1;
   localparam int BLOCK_IN             = 16;
   localparam int BLOCK_OUT            = 16;
@@ -42,9 +42,9 @@ package vdla_pkg;
   localparam int ACC_WIDTH            = 32;
   localparam int OUT_WIDTH            = 8;
   localparam int INP_DEPTH            = 2048;  // INP buffer elements
-  localparam int WGT_DEPTH            = 1024;  // WGT buffer elements
+  localparam int WGT_DEPTH            = 512;  // WGT buffer elements
   localparam int ACC_DEPTH            = 2048;  // ACC buffer elements
-  localparam int UOP_DEPTH            = 8192;  // UOP buffer elements
+  localparam int UOP_DEPTH            = 4096;  // UOP buffer elements
   localparam int INP_ELEM_BYTES       = 16;
   localparam int WGT_ELEM_BYTES       = 256;
   localparam int ACC_ELEM_BYTES       = 64;
@@ -52,13 +52,13 @@ package vdla_pkg;
   localparam int LUT_ENTRIES          = 256;  // activation table entries (int8 in, int8 out)
   localparam int LUT_DEPTH            = 16;  // activation table elements: LUT_ENTRIES / OUT_ELEM_BYTES
   localparam int DW_MAX_K             = 5;  // depthwise window: DW_MAX_K registers of DW_MAX_K INP rows
-  localparam int DW_SUPPORTED         = 1;  // depthwise mode (EPI dw): the config's depthwise_mode, BATCH 1, BLOCK_IN == BLOCK_OUT
-  localparam int OUT_MUL_SUPPORTED    = 1;  // the OUT-path multiplier (EPI mul)
-  localparam int SRC_OUT_SUPPORTED    = 1;  // the GEMMs' input from OUT (EPI src_out)
-  localparam int ALU_PASSES           = 1;  // passes a row of an ALU operation but ADD takes (alu_lanes: 2 is half-width)
+  localparam int DW_SUPPORTED         = 0;  // depthwise mode (EPI dw): the config's depthwise_mode, BATCH 1, BLOCK_IN == BLOCK_OUT
+  localparam int OUT_MUL_SUPPORTED    = 0;  // the OUT-path multiplier (EPI mul)
+  localparam int SRC_OUT_SUPPORTED    = 0;  // the GEMMs' input from OUT (EPI src_out)
+  localparam int ALU_PASSES           = 2;  // passes a row of an ALU operation but ADD takes (alu_lanes: 2 is half-width)
   localparam int UOP_DST_BITS         = 11;  // micro-op fields: dst [DST-1:0]
   localparam int UOP_SRC_BITS         = 11;  // src above dst
-  localparam int UOP_WGT_BITS         = 10;  // wgt above src
+  localparam int UOP_WGT_BITS         = 9;  // wgt above src
   localparam int BUS_WIDTH            = 64;  // AXI data bits
   localparam logic [63:0] DRAM_BASE   = 64'h0000000010000000;
   localparam logic [63:0] DRAM_BYTES  = 64'h0000000010000000;
@@ -86,12 +86,12 @@ package vdla_pkg;
   localparam int ACC_BITS             = 512;  // bits of one ACC element (LANES int32)
   localparam int OUT_BITS             = 128;  // bits of one OUT element (LANES int8)
   localparam int INP_AW               = 11;  // $clog2(INP_DEPTH)
-  localparam int WGT_AW               = 10;  // $clog2(WGT_DEPTH)
+  localparam int WGT_AW               = 9;  // $clog2(WGT_DEPTH)
   localparam int ACC_AW               = 11;  // $clog2(ACC_DEPTH)
-  localparam int UOP_AW               = 13;  // $clog2(UOP_DEPTH)
+  localparam int UOP_AW               = 12;  // $clog2(UOP_DEPTH)
   localparam int BUS_BYTES            = 8;  // bytes per AXI beat
   localparam int UOP_BANKS            = 2;  // micro-ops per AXI beat = UOP buffer banks
-  localparam int UOP_BANK_AW          = 12;  // bank address bits
+  localparam int UOP_BANK_AW          = 11;  // bank address bits
 
   // ---- RTL constants and internal types ------------------------------------------------------------
   localparam int AXI_ADDR_W = 32;  // AXI4 address bits: the config's axi_addr_bits
