@@ -126,3 +126,13 @@ def test_vdla_boards_and_info(capsys):
 def test_every_part_is_used_or_documented():
     assert set(BOARDS.values()) <= set(PARTS)
     assert set(preset_names()) >= set(BOARDS)
+
+
+def test_rtl_families():
+    """The Zynq UltraScale+ presets simulate one design (tests/rtl_presets.py): the RTL tests build it once. A
+    preset that changes what Verilator simulates (here, another bus) is a family of its own."""
+    from rtl_presets import ZU_PRESETS, ZU_RTL, rtl_representatives, simulated_design
+
+    assert len(ZU_PRESETS) == 3 and ZU_RTL == ["kv260"]
+    assert simulated_design("aup-zu3") == simulated_design("zcu104") == simulated_design("kv260")
+    assert rtl_representatives(["pynq-z2", *ZU_PRESETS]) == ["pynq-z2", "aup-zu3"]

@@ -23,7 +23,8 @@ pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 pytest.importorskip("llvmlite")
 
-from vdla.config import board_presets  # noqa: E402
+from rtl_presets import ZU_RTL  # noqa: E402
+
 from vdla.frontend.onnx import import_onnx  # noqa: E402
 from vdla.frontend.reference import compare_layers, reference_session  # noqa: E402
 from vdla.graph.passes import simplify  # noqa: E402
@@ -150,14 +151,12 @@ def test_small_models_on_the_rtl_are_bit_exact_with_cycles_within_5_percent(name
     rtl.close()
 
 
-ZU_PRESETS = [c.name for c in board_presets() if c.part_spec.family == "xcup"]
-
-
 @pytest.mark.slow  # a Verilator build of each Zynq UltraScale+ preset (about 100 s on 2 cores)
-@pytest.mark.parametrize("preset", ZU_PRESETS)
+@pytest.mark.parametrize("preset", ZU_RTL)  # one build per simulated design (rtl_presets)
 @pytest.mark.parametrize("name", _models(["unet"]))
 def test_a_small_model_on_each_zynq_ultrascale_presets_rtl(name, preset):
-    """Compiled for a Zynq UltraScale+ board preset (a 128-bit bus), a suite model runs on that preset's RTL
+    """Compiled for the Zynq UltraScale+ presets' design (one for the three: tests/rtl_presets.py; a 128-bit
+    bus), a suite model runs on that preset's RTL
     bit-exact with its simulator, in cycles within 1%."""
     m = SUITE[name]
     qmodel = quantize_qdq(m.load(), m.samples(CALIB, 1))

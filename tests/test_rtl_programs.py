@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from rtl_presets import ZU_RTL
 from test_rtl_differential import random_program
 
-from vdla.config import board_presets
 from vdla.isa import AluOp, MemType, Stage, assemble, encode_uops
 from vdla.runtime import Device, Dram
 from vdla.zoo.resnet import layer_case, layer_specs
@@ -76,15 +76,15 @@ def test_other_presets(preset):
         assert run(sim).counters.gemm_iters == run(rtl).counters.gemm_iters
 
 
-ZU_PRESETS = [c.name for c in board_presets() if c.part_spec.family == "xcup"]
 ZU_PROGRAMS = ("gemm_bound_vt2", "load_bound_vt1", "alu_bound_vt1", "store_bound_vt2", "padded_conv_vt1")
 HIGH_DRAM = 0x2_0000_0000  # 8 GiB: past 32 address bits, within the 16 GiB a micro-op's element index reaches
 
 
 @pytest.mark.slow  # a Verilator build of each preset (about 100 s on 2 shared cores): make test-all and CI
-@pytest.mark.parametrize("preset", ZU_PRESETS)
+@pytest.mark.parametrize("preset", ZU_RTL)  # one build per simulated design (rtl_presets)
 def test_zynq_ultrascale_presets(preset):
-    """Each Zynq UltraScale+ board preset's RTL (a 128-bit bus, so four micro-op banks, and 49-bit addresses)
+    """The Zynq UltraScale+ presets' RTL (one design for the three: tests/rtl_presets.py; a 128-bit bus, so four
+    micro-op banks, and 49-bit addresses)
     computes what the simulator does: workload programs (checked against numpy) and compiled ResNet-18 layers in
     cycles within 1% of the model's, random programs leaving the same DRAM, and programs whose DRAM lies above
     4 GiB."""
