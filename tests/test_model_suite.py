@@ -139,15 +139,20 @@ def test_onnxruntime_qdq_equals_the_reference_up_to_its_rounding_ties(name, qdq_
 
 @pytest.mark.parametrize("name", _models(["bert_tiny", "unet", "yolo", "mobilenet_v3_small"]))
 def test_small_models_on_the_rtl_are_bit_exact_with_cycles_within_5_percent(name, qdq_compiled, rtl_library):
-    m = SUITE[name]
     _, artifact = qdq_compiled(name)
+    sim_and_rtl_agree(SUITE[name], artifact, 0.05)
+
+
+def sim_and_rtl_agree(m, artifact, tolerance: float) -> None:
+    """``artifact`` run on one of ``m``'s inputs: the RTL's outputs equal the simulator's, its accelerator cycles
+    within ``tolerance`` of the simulator's."""
     (feed,) = m.feeds(1, 11)
     sim, rtl = Module(artifact, "sim"), Module(artifact, "rtl")
     want, got = sim.run(feed), rtl.run(feed)
     for k in want if isinstance(want, dict) else [None]:
         np.testing.assert_array_equal(got if k is None else got[k], want if k is None else want[k])
     cycles = rtl.last_report.accel_cycles, sim.last_report.accel_cycles
-    assert abs(cycles[0] - cycles[1]) <= 0.05 * cycles[0], f"rtl {cycles[0]:,} cycles, sim {cycles[1]:,}"
+    assert abs(cycles[0] - cycles[1]) <= tolerance * cycles[0], f"rtl {cycles[0]:,} cycles, sim {cycles[1]:,}"
     rtl.close()
 
 
@@ -156,16 +161,8 @@ def test_small_models_on_the_rtl_are_bit_exact_with_cycles_within_5_percent(name
 @pytest.mark.parametrize("name", _models(["unet"]))
 def test_a_small_model_on_each_zynq_ultrascale_presets_rtl(name, preset):
     """Compiled for the Zynq UltraScale+ presets' design (one for the three: tests/rtl_presets.py; a 128-bit
-    bus), a suite model runs on that preset's RTL
-    bit-exact with its simulator, in cycles within 1%."""
+    bus), a suite model runs on that preset's RTL bit-exact with its simulator, in cycles within 1%."""
     m = SUITE[name]
     qmodel = quantize_qdq(m.load(), m.samples(CALIB, 1))
     artifact, _ = compile_model(qmodel, None, CompileOptions(input_shapes=m.input_shapes(), config=preset))
-    (feed,) = m.feeds(1, 11)
-    sim, rtl = Module(artifact, "sim"), Module(artifact, "rtl")
-    want, got = sim.run(feed), rtl.run(feed)
-    for k in want if isinstance(want, dict) else [None]:
-        np.testing.assert_array_equal(got if k is None else got[k], want if k is None else want[k])
-    cycles = rtl.last_report.accel_cycles, sim.last_report.accel_cycles
-    assert abs(cycles[0] - cycles[1]) <= 0.01 * cycles[0], f"rtl {cycles[0]:,} cycles, sim {cycles[1]:,}"
-    rtl.close()
+    sim_and_rtl_agree(m, artifact, 0.01)
