@@ -321,10 +321,10 @@ def _second_view(backend: str, cfg) -> None:
 
 def test_a_layer_stores_its_output_and_a_copy_through_a_second_view(backend):
     """Pixels doubled in the accumulators by an identity GEMM reading OUT, the OUT-path multiplier on
-    (:func:`_second_view`)."""
-    from vdla.config import load_config
+    (:func:`_second_view`): the full-unit build, which has both."""
+    from full_units import FULL
 
-    _second_view(backend, load_config("pynq"))
+    _second_view(backend, FULL)
 
 
 def test_a_second_view_doubles_pixels_on_the_alu_where_gemms_cannot_read_out():

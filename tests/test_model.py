@@ -68,7 +68,7 @@ def test_artifact_round_trip_and_refusals(compiled, tmp_path):
     x = _inputs(3)
     np.testing.assert_array_equal(module.run(x), Module(artifact).run(x))
     with pytest.raises(
-        ArtifactError, match="compiled for config 'pynq-z2'.*runs 'osdi18'.*wgt_buff_bytes 262144 vs 32768"
+        ArtifactError, match="compiled for config 'pynq-z2'.*runs 'osdi18'.*wgt_buff_bytes 131072 vs 32768"
     ):
         load_artifact(path, config=load_config("osdi18"))
     with zipfile.ZipFile(path) as z:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from full_units import FULL
 from qdq_check import qdq_conv
 
 from vdla.graph import Graph, Node, TensorType, oracle
@@ -328,11 +329,11 @@ def phased_compiled():
     from vdla.graph import rowpair as rowpair_module
 
     model = bottleneck_model()
-    phased = compile_graph_model(model, "pynq")[0]
+    phased = compile_graph_model(model, FULL)[0]  # the phases as the full-unit build chooses them
     keep = rowpair_module.choose_phases
     rowpair_module.choose_phases = lambda *args: {}
     try:
-        plain = compile_graph_model(model, "pynq")[0]
+        plain = compile_graph_model(model, FULL)[0]
     finally:
         rowpair_module.choose_phases = keep
     return model, phased, plain

@@ -37,6 +37,7 @@ from vdla.isa import (  # noqa: E402
 from vdla.model import Module, load_artifact  # noqa: E402
 from vdla.model.lower import ModelBuilder  # noqa: E402
 from vdla.model.pipeline import compile_graph_model  # noqa: E402
+from vdla.runtime.backend import FaultError  # noqa: E402
 
 
 def _graph():
@@ -247,7 +248,11 @@ def test_micro_ops_loaded_ahead_into_the_rows_in_use_break_the_run(monkeypatch):
     broken = compile_graph_model(graph, "pynq")[0]
     x = np.random.default_rng(3).normal(0, 1, (1, 16, 24, 24)).astype(np.float32)
     want = evaluate(lower_qdq(graph), {"x": x})["y"]
-    assert not np.array_equal(Module(broken).run(x), want)
+    try:
+        got = Module(broken).run(x)
+    except FaultError:  # the read micro-ops make an instruction the simulator refuses: broken as well
+        return
+    assert not np.array_equal(got, want)
 
 
 def test_micro_ops_stay_on_the_compute_stage_where_tokens_would_not_order_them():
