@@ -138,3 +138,38 @@ def test_the_deepest_path_of_each_unit():
     assert list(ends) == ["u_x.u_y", "(top)", "(unnamed)"]
     assert ends["u_x.u_y"] == {"start": "FDRE a -> a_q", "end": "FDRE b (-> u_x.u_y.u_z.z_q).D"}
     assert ends["(top)"]["end"] == "FDRE c (-> q).D"
+
+
+def test_ultrascale_plus_cells_count_as_their_7_series_counterparts():
+    """DSP48E2 as DSP48E1 (the same pins and register parameters), CARRY8 as CARRY4 (one level entering at S,
+    none along CI), MUXF9 free; RAMB36E2, RAMB18E2 and URAM288 read into registers: boundaries."""
+    mult, add = DSP_MULT_LEVELS, DSP_ADD_LEVELS
+    regs = {"AREG": 0, "BREG": 0, "CREG": 0, "MREG": 0, "PREG": 0}
+    dsp = _dsp(regs, {"A": (IN, [11]), "P": (OUT, [12])})
+    dsp["type"] = "DSP48E2"
+    carry8 = _cell("CARRY8", {"S": (IN, [12] + ["0"] * 7), "CI": (IN, ["0"]), "CO": (OUT, [13] + [80] * 7)})
+    carry8b = _cell("CARRY8", {"S": (IN, ["0"] * 8), "CI": (IN, [13]), "CI_TOP": (IN, [10]), "CO": (OUT, [14])})
+    mux9 = _cell("MUXF9", {"I0": (IN, [14]), "I1": (IN, [10]), "S": (IN, [10]), "O": (OUT, [15])})
+    cells = {
+        "ff_a": _ff(5, 10),
+        "l0": _lut("LUT1", [10], 11),
+        "m0": dsp,
+        "c0": carry8,
+        "c1": carry8b,
+        "m9": mux9,
+        "ff_b": _ff(15, 16),
+    }
+    path = longest_path(_netlist(cells, {"a_q": 10, "b_q": 16}), "top")
+    assert path.levels == 1 + mult + add + 1 and path.unknown == ()
+    assert [s.cell for s in path.steps] == ["l0", "m0", "c0", "c1", "m9"]
+    for kind, out_pin in (("RAMB36E2", "DOUTBDOUT"), ("RAMB18E2", "DOUTBDOUT"), ("URAM288", "DOUT_B")):
+        ram = {
+            "ff_a": _ff(5, 10),
+            "l0": _lut("LUT1", [10], 11),
+            "l1": _lut("LUT1", [11], 12),
+            "mem": _cell(kind, {"ADDR_B": (IN, [12]), out_pin: (OUT, [20])}),
+            "l2": _lut("LUT1", [20], 21),
+            "ff_b": _ff(21, 22),
+        }
+        path = longest_path(_netlist(ram, {}), "top")
+        assert path.levels == 2 and path.end == f"{kind} mem.ADDR_B" and path.unknown == (), kind

@@ -5,20 +5,27 @@ Counting rules (one definition, used by ``vdla fit``):
 
 * **Boundaries.** A path starts at the output of a flip-flop (``FD*``), a block RAM (``RAMB*``), an input
   buffer or a top-level input, and ends at an input of one of those, an output buffer or a top-level output.
-* **DSP48E1.** Its registers are boundaries like flip-flops, and the stages between them count as LUT levels
-  of about their delay (Yosys' xc7 timing model, at about 1 ns a level): the multiplier (``A``, ``B``, ``D``
-  and their cascades to ``M``) :data:`DSP_MULT_LEVELS`, the post-adder (``M``, ``C``, ``PCIN``, carry and
-  mode inputs to ``P``) :data:`DSP_ADD_LEVELS`. A DSP with ``PREG`` off is combinational to ``P``/``PCOUT``
+* **Hard blocks of both families.** Block RAM (``RAMB18E1``/``RAMB36E1`` of 7-series, ``RAMB18E2``/``RAMB36E2``
+  of UltraScale+) and UltraRAM (``URAM288``) read into registers: their outputs start paths and every input
+  ends one, as a flip-flop's.
+* **DSP48E1 and DSP48E2.** Their registers are boundaries like flip-flops, and the stages between them count
+  as LUT levels of about their delay (Yosys' xc7 timing model, at about 1 ns a level; an UltraScale+ slice's
+  stages take about 60% of that time at -1 and 50% at -2, as its LUT levels do, so the same counts hold): the
+  multiplier (``A``, ``B``, ``D`` and their cascades to ``M``) :data:`DSP_MULT_LEVELS`, the post-adder (``M``,
+  ``C``, ``PCIN``, carry and mode inputs to ``P``) :data:`DSP_ADD_LEVELS`. The two slices' pins and register
+  parameters have the same names. A DSP with ``PREG`` off is combinational to ``P``/``PCOUT``
   (a path goes on through it); with ``MREG`` on, ``P`` starts a path at :data:`DSP_ADD_LEVELS`; an input
   whose stage is registered ends the path there, plus the levels before that register.
 * **Levels.** Each LUT (``LUT1``..``LUT6``, ``INV``) on the path is one level, and so is the asynchronous read
   of a LUT RAM or shift register (``RAM32M``, ``RAM64X1D``, ``SRL16E``, ...: address to data out; its data and
   write-enable inputs are path ends, like a flip-flop's). ``MUXF7``/``MUXF8`` combine LUTs of one slice and
-  add none. A carry chain counts one level where a path enters it (``S``, ``DI`` or ``CYINIT`` of a
-  ``CARRY4``) and none along it (``CI`` from the previous ``CARRY4``): a 32-bit add is one level, as its
-  dedicated carry logic is several times faster than a LUT and its routing.
-* The target for 100 MHz on the xc7z020's -1 speed grade is at most :data:`TARGET_LEVELS` (about 0.5 ns per LUT
-  plus about 0.6 ns of routing per level, with setup and clock-to-out, in a 10 ns period).
+  add none (``MUXF9`` of UltraScale+ too). A carry chain counts one level where a path enters it (``S``,
+  ``DI`` or ``CYINIT`` of a ``CARRY4``, ``S`` or ``DI`` of UltraScale+'s ``CARRY8``) and none along it (``CI``
+  from the previous block, ``CI_TOP``): a 32-bit add is one level, as its dedicated carry logic is several
+  times faster than a LUT and its routing.
+* The budget a path is held to is the part's at the preset's clock (:meth:`vdla.parts.Part.level_budget`):
+  :data:`TARGET_LEVELS`, 8, for 100 MHz on the xc7z020's -1 speed grade; :meth:`LogicPath.to_dict` takes
+  another.
 
 Unknown cell types are boundaries too and are listed in the result, so a new primitive is never silently
 counted as a LUT.
@@ -38,10 +45,12 @@ DSP_MULT_LEVELS = 3  # an unregistered 25x18 multiply, A/B to M: about 2.6 ns on
 DSP_ADD_LEVELS = 1  # the post-adder, C/PCIN/M to P: about 1.2 ns
 
 _LUT = re.compile(r"LUT[1-6]|INV")
-_SEQUENTIAL = re.compile(r"FD[CPRS]E?(_1)?|RAMB(18|36)E1|IBUF|OBUF|BUFG")
-_MEMORY_READ = re.compile(r"RAM(32|64|128|256)(M|M16|M8|X1[SD])|SRLC?(16|32)E")
+_SEQUENTIAL = re.compile(r"FD[CPRS]E?(_1)?|RAMB(18|36)E[12]|URAM288|IBUF|OBUF|BUFGC?E?")
+_MEMORY_READ = re.compile(r"RAM(16|32|64|128|256|512)(M|M16|M8|X1[SD])|RAM64X8SW|RAM32X16DR8|SRLC?(16|32)E")
 _READ_PIN = re.compile(r"ADDR[A-H]|A\d*|DPRA\d*")  # the address pins of a LUT RAM or shift register
-_FREE = {"MUXF7", "MUXF8"}
+_FREE = {"MUXF7", "MUXF8", "MUXF9"}
+_CARRY = {"CARRY4", "CARRY8"}
+_DSP = {"DSP48E1", "DSP48E2"}
 _IGNORED = {"$scopeinfo"}  # Yosys' record of a flattened module's scope: no pins
 
 
@@ -78,11 +87,12 @@ class LogicPath:
     def meets_target(self) -> bool:
         return self.levels <= TARGET_LEVELS
 
-    def to_dict(self) -> dict:
+    def to_dict(self, target: int = TARGET_LEVELS) -> dict:
+        """The path as a record, held to ``target`` levels (the part's level budget at the clock)."""
         return {
             "levels": self.levels,
-            "target": TARGET_LEVELS,
-            "meets_target": self.meets_target,
+            "target": target,
+            "meets_target": self.levels <= target,
             "start": self.start,
             "end": self.end,
             "path": [f"{s.type} {s.cell} -> {s.net}" for s in self.steps],
@@ -128,9 +138,9 @@ def _kind(cell_type: str) -> str:
         return "ignored"
     if _LUT.fullmatch(cell_type):
         return "lut"
-    if cell_type == "CARRY4":
+    if cell_type in _CARRY:
         return "carry"
-    if cell_type == "DSP48E1":
+    if cell_type in _DSP:
         return "dsp"
     if cell_type in _FREE:
         return "free"
@@ -142,7 +152,7 @@ def _kind(cell_type: str) -> str:
 
 
 def _on(cell: dict, param: str) -> bool:
-    """A DSP48E1 register parameter is set (Yosys writes parameters as binary strings or integers)."""
+    """A DSP48E1/DSP48E2 register parameter is set (Yosys writes parameters as binary strings or integers)."""
     value = cell.get("parameters", {}).get(param, 0)
     return int(value, 2) != 0 if isinstance(value, str) else bool(value)
 
@@ -171,14 +181,14 @@ def _pin(cell: dict, kind: str, pin: str) -> tuple[int, bool] | None:
         return (1, False) if _READ_PIN.fullmatch(pin) else (0, True)
     if kind == "dsp":
         return _dsp_pin(cell, pin)
-    if kind == "free" or (kind == "carry" and pin == "CI"):
+    if kind == "free" or (kind == "carry" and pin in ("CI", "CI_TOP")):
         return 0, False
     return (1, False) if kind in ("lut", "carry") else None
 
 
 def _dsp_pin(cell: dict, pin: str) -> tuple[int, bool] | None:
     """(levels from ``pin`` to the DSP's first register or its P outputs, whether they reach a register) for
-    an input pin of a DSP48E1; None for a pin the rules do not follow (clocks, enables, resets)."""
+    an input pin of a DSP48E1 or DSP48E2; None for a pin the rules do not follow (clocks, enables, resets)."""
     if pin in _DSP_MULT_PINS:
         reg = _DSP_MULT_PINS[pin]
         if _on(cell, reg) or (pin == "D" and _on(cell, "ADREG")):
