@@ -68,12 +68,30 @@ def test_preset_refusals_name_the_field():
         ({"timing": {"gemm_setup": -1}}, "timing.gemm_setup must be a non-negative integer"),
         ({"timing": [1]}, "timing must be an object"),
         ({"block_in": 32, "block_out": 32, "alu_lanes": 0}, "does not fit the xc7z020: DSP needs about 653 of 220"),
+        ({"uram_buffers": ["wgt"]}, "uram_buffers \\['wgt'\\]: the xc7z020 has no UltraRAM"),
+        ({"uram_buffers": "wgt"}, "uram_buffers must be a list of strings, got 'wgt'"),
     ]
     for change, message in cases:
         with pytest.raises(ConfigError, match=message):
             from_dict({**d, **change})
     with pytest.raises(ConfigError, match="no preset or file named 'zcu102'; presets: .*kv260.*aliases: pynq"):
         load_config("zcu102")
+
+
+def test_uram_buffers_name_known_buffers_on_parts_with_uram():
+    d = load_config("zcu104").to_dict()
+    for bad in (["weights"], ["wgt", "wgt"]):
+        with pytest.raises(ConfigError, match=r"uram_buffers must name each buffer at most once, of inp, wgt, acc"):
+            from_dict({**d, "uram_buffers": bad})
+    with pytest.raises(ConfigError, match="uram_buffers \\['acc'\\]: the xczu3eg has no UltraRAM"):
+        from_dict({**load_config("aup-zu3").to_dict(), "uram_buffers": ["acc"]})
+    cfg = from_dict({**d, "uram_buffers": ["wgt", "out"]})
+    assert cfg.uram_buffers == ("wgt", "out") and cfg.in_uram("out_src") and not cfg.in_uram("acc")
+    assert cfg.hash == load_config("zcu104").hash  # where a buffer is built does not change what runs
+    from vdla.hw.rtlgen import package_source
+
+    text = package_source(cfg)
+    assert "localparam bit WGT_URAM             = 1'b1;" in text and "ACC_URAM             = 1'b0" in text
 
 
 def test_presets_in_hex_and_defaults(tmp_path):
@@ -97,15 +115,18 @@ def test_presets_in_hex_and_defaults(tmp_path):
 
 def test_hard_block_estimate_counts_each_buffer():
     """BRAM36: 32 Kbit of data per block at the widest aspect (64 bits x 512); the OUT buffer twice where GEMMs
-    read OUT rows. The committed fits hold it to Yosys' count (test_fit_records)."""
+    read OUT rows; a buffer in UltraRAM one URAM288 per 64 bits of width and 4K words of depth. The committed fits
+    hold it to Yosys' count (tests/test_fit_records.py)."""
     from full_units import FULL
 
     assert FULL.buffers()["wgt"] == (2048, 1024) and "out_src" in FULL.buffers()
-    assert FULL.hard_block_estimate() == {"DSP": 205, "BRAM36": 8 + 64 + 32 + 8 + 8 + 8}
+    assert FULL.hard_block_estimate() == {"DSP": 205, "BRAM36": 8 + 64 + 32 + 8 + 8 + 8, "URAM": 0}
     cfg = load_config("pynq-z2")  # the build within the timing-closure budget: Yosys counts 173 and 84
     assert cfg.buffers()["wgt"] == (2048, 512) and "out_src" not in cfg.buffers()
-    assert cfg.hard_block_estimate() == {"DSP": 173, "BRAM36": 8 + 32 + 32 + 8 + 4}
+    assert cfg.hard_block_estimate() == {"DSP": 173, "BRAM36": 8 + 32 + 32 + 8 + 4, "URAM": 0}
     assert load_config("block8").hard_block_estimate()["BRAM36"] < 40
+    zu = from_dict({**load_config("zcu104").to_dict(), "uram_buffers": ["wgt", "acc"]})
+    assert zu.hard_block_estimate()["BRAM36"] == 8 + 8 + 8 + 8 and zu.hard_block_estimate()["URAM"] == 32 + 8
 
 
 def test_vdla_boards_and_info(capsys):

@@ -32,10 +32,14 @@ OPTIONAL_KEYS = (
     "boards",
     "reg_base_addr",
     "axi_addr_bits",
+    "uram_buffers",
 )
 UNIT_FLAGS = ("depthwise_mode", "out_multiplier", "src_out")  # the optional units a build may leave out
 ADDRESS_KEYS = ("reg_base_addr", "dram_base_addr", "dram_bytes")  # integers a preset may write as hex strings
-NOT_HASHED = ("description", "boards")  # keys that do not change what a bitstream computes or how it is driven
+# keys that do not change what a bitstream computes or how it is driven (uram_buffers: where a buffer is built)
+NOT_HASHED = ("description", "boards", "uram_buffers")
+URAM_BUFFER_NAMES = ("inp", "wgt", "acc", "out", "uop")  # the buffers a preset may build in UltraRAM (out: both copies)
+URAM_BITS = (4096, 64)  # a URAM288 as Yosys maps a buffer: 4K words of 64 data bits (its 72, byte enables of 8)
 DW_MAX_K = 5  # the depthwise mode's window: DW_MAX_K rows (kernel rows) of DW_MAX_K INP elements (EPI dw)
 
 
@@ -97,6 +101,8 @@ class HwConfig:
     boards: tuple[str, ...] = ()
     reg_base_addr: int = 0x43C0_0000
     axi_addr_bits: int = 32
+    # the buffers built in UltraRAM (URAM288) instead of block RAM, on parts that have it (kv260: the WGT buffer)
+    uram_buffers: tuple[str, ...] = ()
     depthwise_mode: bool = True  # the GEMM core's depthwise mode (EPI dw), where batch and blocks allow it
     out_multiplier: bool = True  # the per-channel multiplier in the OUT mirror's path (EPI mul)
     alu_lanes: int = 0  # the ALU's lanes: 0 one per ACC lane; half that, two passes a row (but ADD): alu_passes
@@ -206,6 +212,16 @@ class HwConfig:
             raise ConfigError(
                 f"{where}: bus_width_bits {self.bus_width_bits} is wider than the {self.part}'s "
                 f"{part.hp_width_bits}-bit HP ports"
+            )
+        unknown = [b for b in self.uram_buffers if b not in URAM_BUFFER_NAMES]
+        if unknown or len(set(self.uram_buffers)) != len(self.uram_buffers):
+            raise ConfigError(
+                f"{where}: uram_buffers must name each buffer at most once, of {', '.join(URAM_BUFFER_NAMES)}; "
+                f"got {list(self.uram_buffers)}"
+            )
+        if self.uram_buffers and not part.capacity["URAM"]:
+            raise ConfigError(
+                f"{where}: uram_buffers {list(self.uram_buffers)}: the {self.part} has no UltraRAM (URAM288)"
             )
         over = self.capacity_overruns()
         if over:
@@ -345,6 +361,7 @@ class HwConfig:
     def to_dict(self) -> dict:
         d = {f.name: getattr(self, f.name) for f in fields(self) if f.init}
         d["boards"] = list(self.boards)
+        d["uram_buffers"] = list(self.uram_buffers)
         d["timing"] = asdict(self.timing)
         return d
 
@@ -365,15 +382,23 @@ class HwConfig:
             out["out_src"] = out["out"]
         return out
 
+    def in_uram(self, buffer: str) -> bool:
+        """Whether ``buffer`` (a key of :meth:`buffers`) is built in UltraRAM: ``uram_buffers`` names it (``out``
+        names both copies of OUT)."""
+        return buffer.removesuffix("_src") in self.uram_buffers
+
     def hard_block_estimate(self) -> dict[str, int]:
-        """DSP and BRAM36 the build needs, estimated from its parameters as Yosys maps the RTL: two int8 products
-        per DSP in the GEMM core, four DSPs per ALU lane's 32-bit multiply (half the lanes on a half-width ALU,
-        ``alu_lanes``), a dozen elsewhere; each buffer in
-        BRAM36 (32 Kbit of data, 1 to 64 bits wide) or, for a memory shallower than 64 words, LUT RAM.
-        ``tests/test_boards.py`` holds it to each committed fit."""
-        bram = sum(_bram36(w, d) for w, d in self.buffers().values())
+        """DSP, BRAM36 and URAM the build needs, estimated from its parameters as Yosys maps the RTL: two int8
+        products per DSP in the GEMM core, four DSPs per ALU lane's 32-bit multiply (half the lanes on a half-width
+        ALU, ``alu_lanes``), a dozen elsewhere; each buffer in BRAM36 (32 Kbit of data, 1 to 64 bits wide) or, for a
+        memory shallower than 64 words, LUT RAM; a buffer of ``uram_buffers`` in URAM288 (:data:`URAM_BITS`: 4K words
+        of 64 bits, one block per 64 bits of width and 4K words of depth). ``tests/test_fit_records.py`` holds it to
+        each committed fit."""
+        bufs = self.buffers()
+        bram = sum(_bram36(w, d) for b, (w, d) in bufs.items() if not self.in_uram(b))
+        uram = sum(_uram288(w, d) for b, (w, d) in bufs.items() if self.in_uram(b))
         dsp = self.macs_per_cycle // 2 + 4 * self.batch * self.block_out // self.alu_passes + 13
-        return {"DSP": dsp, "BRAM36": bram}
+        return {"DSP": dsp, "BRAM36": bram, "URAM": uram}
 
     def capacity_overruns(self) -> list[str]:
         """What this config needs beyond its part's capacity (:meth:`hard_block_estimate`), one phrase each."""
@@ -432,6 +457,12 @@ def _bram36(width: int, depth: int) -> int:
     return min(-(-width // w) * -(-depth // (32768 // w)) for w in (1, 2, 4, 8, 16, 32, 64))
 
 
+def _uram288(width: int, depth: int) -> int:
+    """URAM288 for a ``width`` x ``depth`` memory, as Yosys maps it (:data:`URAM_BITS`)."""
+    words, bits = URAM_BITS
+    return -(-width // bits) * -(-depth // words)
+
+
 def dict_hash(d: dict) -> int:
     """32-bit hash of a JSON-able dict (sorted keys): a config's :attr:`HwConfig.hash`."""
     blob = json.dumps(d, sort_keys=True).encode()
@@ -484,9 +515,9 @@ def from_dict(d: dict) -> HwConfig:
                 d[k] = int(d[k], 0)
             except ValueError:
                 raise ConfigError(f"config {d['name']!r}: {k} must be an integer, got {d[k]!r}") from None
-    if "boards" in d:
-        b = d["boards"]
-        d["boards"] = tuple(b) if isinstance(b, list) else b
+    for k in ("boards", "uram_buffers"):  # lists of strings in JSON
+        if isinstance(d.get(k), list):
+            d[k] = tuple(d[k])
     if "axi_addr_bits" not in d and isinstance(d.get("part"), str):
         try:
             d["axi_addr_bits"] = get_part(d["part"]).addr_bits

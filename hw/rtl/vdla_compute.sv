@@ -236,7 +236,7 @@ module vdla_compute (
   logic [UAW-1:0] uop_raddr;
   logic [U-1:0][31:0] uop_rdata;
   for (genvar k = 0; k < U; k++) begin : g_uop_bank
-    vdla_sram #(.WIDTH(32), .DEPTH(vdla_pkg::UOP_DEPTH / U), .LANE(32)) u_bank (
+    vdla_sram #(.WIDTH(32), .DEPTH(vdla_pkg::UOP_DEPTH / U), .LANE(32), .ULTRA(vdla_pkg::UOP_URAM)) u_bank (
       .clk_i, .we_i (uop_we[k] || pre_uop_we_i[k]),
       .waddr_i (pre_uop_we_i[k] ? pre_uop_waddr_i[k] : uop_waddr[k]),
       .wdata_i (pre_uop_we_i[k] ? pre_uop_wdata_i[k] : uop_wdata[k]),

@@ -56,6 +56,11 @@ package vdla_pkg;
   localparam int OUT_MUL_SUPPORTED    = 0;  // the OUT-path multiplier (EPI mul)
   localparam int SRC_OUT_SUPPORTED    = 0;  // the GEMMs' input from OUT (EPI src_out)
   localparam int ALU_PASSES           = 2;  // passes a row of an ALU operation but ADD takes (alu_lanes: 2 is half-width)
+  localparam bit INP_URAM             = 1'b0;  // INP in UltraRAM (uram_buffers)
+  localparam bit WGT_URAM             = 1'b0;  // WGT in UltraRAM (uram_buffers)
+  localparam bit ACC_URAM             = 1'b0;  // ACC in UltraRAM (uram_buffers)
+  localparam bit OUT_URAM             = 1'b0;  // OUT in UltraRAM (uram_buffers)
+  localparam bit UOP_URAM             = 1'b0;  // UOP in UltraRAM (uram_buffers)
   localparam int UOP_DST_BITS         = 11;  // micro-op fields: dst [DST-1:0]
   localparam int UOP_SRC_BITS         = 11;  // src above dst
   localparam int UOP_WGT_BITS         = 9;  // wgt above src

@@ -1,9 +1,12 @@
-// Simple dual-port RAM: one write port with per-lane enables, one registered read port.
-// Infers block RAM (the lane enables map to BRAM byte-write enables); contents are not reset.
+// Simple dual-port RAM: one write port with per-lane enables, one registered read port; contents are not reset.
+// Block RAM (the lane enables map to BRAM byte-write enables), or UltraRAM (URAM288) where ULTRA is set (the
+// preset's uram_buffers: vdla_pkg's *_URAM). The ram_style says which, so that a synthesis that may infer URAM
+// (Yosys' -uram, Vivado) builds each buffer where the preset says. Verilator ignores it.
 module vdla_sram #(
   parameter int WIDTH = 64,
   parameter int DEPTH = 1024,
-  parameter int LANE  = 64  // write-enable granularity in bits; WIDTH is a multiple
+  parameter int LANE  = 64,   // write-enable granularity in bits; WIDTH is a multiple
+  parameter bit ULTRA = 1'b0  // build it in UltraRAM (both ports on clk_i, as URAM288 has)
 ) (
   input  logic                     clk_i,
   input  logic [WIDTH/LANE-1:0]    we_i,
@@ -15,19 +18,38 @@ module vdla_sram #(
 );
   localparam int LANES = WIDTH / LANE;
 
-  logic [WIDTH-1:0] mem [DEPTH];
+  // The two branches differ only in the memory's ram_style (an attribute takes no parameter).
+  if (ULTRA) begin : g_ultra
+    (* ram_style = "ultra" *) logic [WIDTH-1:0] mem [DEPTH];
 
-  always_ff @(posedge clk_i) begin
-    if (&we_i) begin  // a whole row (the common case, cheaper to simulate)
-      mem[waddr_i] <= wdata_i;
-    end else begin
-      for (int l = 0; l < LANES; l++) begin
-        if (we_i[l]) mem[waddr_i][l*LANE +: LANE] <= wdata_i[l*LANE +: LANE];
+    always_ff @(posedge clk_i) begin
+      if (&we_i) begin  // a whole row (the common case, cheaper to simulate)
+        mem[waddr_i] <= wdata_i;
+      end else begin
+        for (int l = 0; l < LANES; l++) begin
+          if (we_i[l]) mem[waddr_i][l*LANE +: LANE] <= wdata_i[l*LANE +: LANE];
+        end
       end
     end
-  end
 
-  always_ff @(posedge clk_i) begin
-    if (re_i) rdata_o <= mem[raddr_i];
+    always_ff @(posedge clk_i) begin
+      if (re_i) rdata_o <= mem[raddr_i];
+    end
+  end else begin : g_block
+    (* ram_style = "block" *) logic [WIDTH-1:0] mem [DEPTH];
+
+    always_ff @(posedge clk_i) begin
+      if (&we_i) begin
+        mem[waddr_i] <= wdata_i;
+      end else begin
+        for (int l = 0; l < LANES; l++) begin
+          if (we_i[l]) mem[waddr_i][l*LANE +: LANE] <= wdata_i[l*LANE +: LANE];
+        end
+      end
+    end
+
+    always_ff @(posedge clk_i) begin
+      if (re_i) rdata_o <= mem[raddr_i];
+    end
   end
 endmodule

@@ -175,16 +175,16 @@ module vdla_top #(
   logic [OUT_W-1:0]       out_wdata, out_rdata;
   logic                   acc_re, out_re;
 
-  vdla_sram #(.WIDTH(INP_W), .DEPTH(vdla_pkg::INP_DEPTH), .LANE(BUS_W)) u_inp (
+  vdla_sram #(.WIDTH(INP_W), .DEPTH(vdla_pkg::INP_DEPTH), .LANE(BUS_W), .ULTRA(vdla_pkg::INP_URAM)) u_inp (
     .clk_i, .we_i (inp_we), .waddr_i (inp_waddr), .wdata_i (inp_wdata),
     .re_i (inp_re && !inp_src_out), .raddr_i (inp_raddr), .rdata_o (inp_rdata));
-  vdla_sram #(.WIDTH(WGT_W), .DEPTH(vdla_pkg::WGT_DEPTH), .LANE(BUS_W)) u_wgt (
+  vdla_sram #(.WIDTH(WGT_W), .DEPTH(vdla_pkg::WGT_DEPTH), .LANE(BUS_W), .ULTRA(vdla_pkg::WGT_URAM)) u_wgt (
     .clk_i, .we_i (wgt_we), .waddr_i (wgt_waddr), .wdata_i (wgt_wdata),
     .re_i (wgt_re), .raddr_i (wgt_raddr), .rdata_o (wgt_rdata));
-  vdla_sram #(.WIDTH(ACC_W), .DEPTH(vdla_pkg::ACC_DEPTH), .LANE(32)) u_acc (
+  vdla_sram #(.WIDTH(ACC_W), .DEPTH(vdla_pkg::ACC_DEPTH), .LANE(32), .ULTRA(vdla_pkg::ACC_URAM)) u_acc (
     .clk_i, .we_i (acc_we), .waddr_i (acc_waddr), .wdata_i (acc_wdata),
     .re_i (acc_re), .raddr_i (acc_raddr), .rdata_o (acc_rdata));
-  vdla_sram #(.WIDTH(OUT_W), .DEPTH(vdla_pkg::ACC_DEPTH), .LANE(8)) u_out (
+  vdla_sram #(.WIDTH(OUT_W), .DEPTH(vdla_pkg::ACC_DEPTH), .LANE(8), .ULTRA(vdla_pkg::OUT_URAM)) u_out (
     .clk_i, .we_i (out_we), .waddr_i (out_waddr), .wdata_i (out_wdata),
     .re_i (out_re), .raddr_i (out_raddr), .rdata_o (out_rdata));
 
@@ -197,7 +197,7 @@ module vdla_top #(
   if (vdla_pkg::SRC_OUT_SUPPORTED != 0) begin : g_src_out
     logic [OUT_W-1:0] src_rdata;
     logic             src_out_q;  // the source of the row read last (the data now at the block RAMs' outputs)
-    vdla_sram #(.WIDTH(OUT_W), .DEPTH(vdla_pkg::ACC_DEPTH), .LANE(8)) u_out_src (
+    vdla_sram #(.WIDTH(OUT_W), .DEPTH(vdla_pkg::ACC_DEPTH), .LANE(8), .ULTRA(vdla_pkg::OUT_URAM)) u_out_src (
       .clk_i, .we_i (out_we), .waddr_i (out_waddr), .wdata_i (out_wdata),
       .re_i (inp_re && inp_src_out), .raddr_i (inp_out_raddr), .rdata_o (src_rdata));
     always_ff @(posedge clk_i or negedge rst_ni) begin

@@ -23,7 +23,15 @@ from dataclasses import asdict
 from pathlib import Path
 
 import vdla.runtime.registers as R
-from vdla.config import DEFAULT_PRESET, DW_MAX_K, LUT_ENTRIES, ConfigError, HwConfig, load_config
+from vdla.config import (
+    DEFAULT_PRESET,
+    DW_MAX_K,
+    LUT_ENTRIES,
+    URAM_BUFFER_NAMES,
+    ConfigError,
+    HwConfig,
+    load_config,
+)
 from vdla.isa.instructions import (
     ALU_FIELDS,
     COMMON_FIELDS,
@@ -270,6 +278,10 @@ def _config_params(cfg: HwConfig) -> list[str]:
     rows.append(
         (i, "ALU_PASSES", cfg.alu_passes, "passes a row of an ALU operation but ADD takes (alu_lanes: 2 is half-width)")
     )
+    for buf in URAM_BUFFER_NAMES:
+        rows.append(
+            ("bit", f"{buf.upper()}_URAM", f"1'b{int(cfg.in_uram(buf))}", f"{buf.upper()} in UltraRAM (uram_buffers)")
+        )
     rows += [
         (i, "UOP_DST_BITS", cfg.uop_dst_bits, "micro-op fields: dst [DST-1:0]"),
         (i, "UOP_SRC_BITS", cfg.uop_src_bits, "src above dst"),
