@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-all test-pynq test-arm check-fpga lint bench models lock clean
+.PHONY: demo test test-all test-pynq test-arm check-fpga lint fit bench models lock clean
 
 # Every package is pinned by constraints.txt (constraints-pynq.txt for .venv-pynq) to the versions the suite
 # last passed with; `make lock` refreshes both from the newest releases (then run make test and make test-pynq
@@ -73,6 +73,13 @@ test-arm: $(STAMP)
 # Debian's tcl package), the files it names, and the block design against the RTL top's ports.
 check-fpga: $(STAMP)
 	$(PY) -m pytest -q tests/test_fpga_flow.py -rs
+
+# The Yosys fit of every board preset (`vdla boards`), one after another, minutes each: benchmarks/fit/NAME.json,
+# the resources against the part's budget, the LUT levels, the cost per unit (docs/boards.md). Not in make test
+# or CI's tiers; tests/test_fit_records.py fails when a record is stale (the RTL or a preset changed). Exit 1
+# when a preset is over its budget (every record is written).
+fit: $(STAMP)
+	$(PY) benchmarks/fit.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -27,9 +27,10 @@ def cmd_gen_rtl(args: argparse.Namespace) -> int:
 
 def cmd_fit(args: argparse.Namespace) -> int:
     from vdla.hw.fit import fit_table, run_fit
+    from vdla.hw.toolchain import TOP
 
-    report = run_fit(args.config, top=args.module) if args.module else run_fit(args.config)
-    print(fit_table(report), end="")
+    report = run_fit(args.config, workdir=args.workdir, top=args.module or TOP)
+    print(fit_table(report, units=args.units), end="")
     if args.path:
         lv = report["logic_levels"]
         print("Deepest path:", lv["start"], *lv["path"], sep="\n  ")
@@ -38,8 +39,9 @@ def cmd_fit(args: argparse.Namespace) -> int:
             ends = lv["by_unit_ends"][u]
             print(f"{u}, {n} levels: from `{ends['start']}` to `{ends['end']}`")
     if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
-    return 0 if report["fits"] else 1
+    return 0 if report["budget"]["within"] and report["logic_levels"]["meets_target"] else 1
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
@@ -52,9 +54,13 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--tcl", help="write the Vivado flow's parameters of --config (hw/fpga) to this file")
     p.set_defaults(func=cmd_gen_rtl)
 
-    p = subparsers.add_parser("fit", help="synthesize for the PYNQ-Z1 part with Yosys and report the resources")
+    p = subparsers.add_parser(
+        "fit",
+        help="synthesize a preset for its part with Yosys: resources against the part's budget, LUT levels, "
+        "per-unit costs (exit 1 when over the budget)",
+    )
     p.add_argument("--config", default=DEFAULT_PRESET, help="preset or JSON file")
-    p.add_argument("--json", help="write the report as JSON")
+    p.add_argument("--json", help="write the report as JSON (benchmarks/fit/NAME.json: the committed fit)")
     p.add_argument(
         "--module",
         help="synthesize one module (e.g. vdla_acc_rmw) with its submodules: its depth in a minute or less",
@@ -62,6 +68,8 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--path",
         action="store_true",
-        help="print the deepest path's cells, and where each unit's deepest path over the target starts and ends",
+        help="print the deepest path's cells, and where each unit's deepest path over the budget starts and ends",
     )
+    p.add_argument("--units", type=int, default=12, help="units shown in the per-unit table (most LUTs first)")
+    p.add_argument("--workdir", help="keep Yosys' files (script, log, netlist.json) in this folder")
     p.set_defaults(func=cmd_fit)
