@@ -76,7 +76,8 @@ def part_summary(cfg) -> dict:
                 for r, v in fit["budget"]["resources"].items()
                 if v["capacity"]
             )
-            + f"; {fit['logic_levels']['levels']} levels; {'within' if fit['budget']['within'] else 'OVER'} budget"
+            + f"; {'within' if fit['budget']['within'] else 'OVER'} budget; {fit['logic_levels']['levels']} levels "
+            + f"(budget {part.level_budget(cfg.clock_mhz)})"
         )
     return out
 
