@@ -4,7 +4,7 @@ For each preset (``vdla boards``; or those named), one after another, it writes 
 LUT, FF, DSP, BRAM36 and URAM against the part's capacity and Xilinx's timing-closure budget
 (``vdla.parts.Part.budget``: LUT <= 70%, FF <= 50%, DSP, BRAM, URAM <= 80%, their average <= 70%), the deepest
 path in LUT levels against the part's level budget at the preset's clock, the cost of each unit, and the hashes
-that say when the record is stale (``tests/test_fit_records.py``). Each synthesis takes 5-15 minutes on the
+that say when the record is stale (``tests/test_fit_records.py``). Each synthesis takes 20-25 minutes on the
 2-core development machine. Exit status 1 when a preset is over its budget (every record is written).
 
     python benchmarks/fit.py [--config NAME ...] [--out benchmarks/fit] [--markdown out/fit.md]
