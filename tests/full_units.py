@@ -1,7 +1,7 @@
 """The ``pynq`` preset with every optional unit built, for the tests of those units.
 
 The ``pynq`` preset is the build that fits the xc7z020 within Xilinx's timing-closure budget
-(``benchmarks/fit.json``): it leaves out the depthwise mode, the OUT-path multiplier and the GEMMs' input from OUT
+(``benchmarks/fit/``): it leaves out the depthwise mode, the OUT-path multiplier and the GEMMs' input from OUT
 (``src_out``), has a half-width ALU (``alu_lanes``) and a smaller WGT buffer. ``FULL`` is the same configuration
 with all of them, a lane of the ALU per accumulator lane and the 256 KiB WGT buffer (the design before the budget):
 the tests of those units run there, and the tests that compare both builds run on each.

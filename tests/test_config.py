@@ -11,7 +11,7 @@ def test_presets_and_peaks():
     pynq = load_config()
     assert pynq.name == "pynq-z2" and load_config("pynq") == pynq  # the old name is an alias
     assert (pynq.batch, pynq.block_in, pynq.block_out) == (1, 16, 16)
-    # the build within Xilinx's timing-closure budget on the xc7z020 (benchmarks/fit.json)
+    # the build within Xilinx's timing-closure budget on the xc7z020 (benchmarks/fit/pynq-z2.json)
     assert (pynq.inp_buff_bytes, pynq.wgt_buff_bytes, pynq.acc_buff_bytes, pynq.uop_buff_bytes) == (
         32 << 10,
         128 << 10,
