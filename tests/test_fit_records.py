@@ -18,7 +18,6 @@ BOARD_PRESETS = [c.name for c in board_presets()]
 # 8 of 150 MHz on -1 (docs/boards.md).
 ZU_LEVELS = "issue 50: the GEMM core's packed-weight add in fabric (no DSP48E2 pre-adder in Yosys' xcup mapping)"
 OVER_BUDGET = {
-    "pynq-z2": "issue 50: reductions in progress",
     "aup-zu3": f"issue 50: 56,124 LUT, 79.5% of the xczu3eg; {ZU_LEVELS.removeprefix('issue 50: ')}",
     "kv260": ZU_LEVELS,
     "zcu104": ZU_LEVELS,
