@@ -129,15 +129,8 @@ class HwConfig:
             raise ConfigError(
                 f"config {self.name!r}: only int8 inputs/weights/outputs with int32 accumulators are supported"
             )
-        for flag in ("depthwise_mode", "out_multiplier", "src_out"):
-            if not isinstance(getattr(self, flag), bool):
-                raise ConfigError(f"config {self.name!r}: {flag} must be true or false, got {getattr(self, flag)!r}")
-        lanes = self.batch * self.block_out
-        if (
-            not isinstance(self.alu_lanes, int)
-            or isinstance(self.alu_lanes, bool)
-            or (self.alu_lanes not in (0, lanes) and (lanes % 2 or self.alu_lanes != lanes // 2))
-        ):
+        lanes = self.batch * self.block_out  # (types: _check_types)
+        if self.alu_lanes not in (0, lanes) and (lanes % 2 or self.alu_lanes != lanes // 2):
             raise ConfigError(
                 f"config {self.name!r}: alu_lanes must be 0 or {lanes} (one per accumulator lane) or "
                 f"{lanes // 2} (half: two passes a row), got {self.alu_lanes!r}"
