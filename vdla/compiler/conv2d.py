@@ -21,7 +21,7 @@ from vdla.compiler.run import LayerRun, run_bound
 from vdla.compiler.schedule import Schedule
 from vdla.compiler.search import SearchResult, build_stream, emit_program, search
 from vdla.compiler.spec import MASK, ROWS, TABLE, CompileError, Conv2dSpec, EpilogueSpec, Fusions, OutputView
-from vdla.config import DEFAULT_PRESET, HwConfig, load_config
+from vdla.config import DEFAULT_PRESET, HwConfig, config_mismatch, load_config
 from vdla.graph.epilogue import Epilogue
 from vdla.graph.layout import pack_activation, pack_channels, pack_weights, unpack_activation
 from vdla.isa import Insn
@@ -168,8 +168,8 @@ class CompiledConv2d:
         sp, cfg = self.spec, self.cfg
         if (weights is None) != ("wgt" in self.constants):
             raise CompileError("weights are given at run time exactly when the layer was compiled with their shape")
-        if dev.cfg != cfg:
-            raise CompileError(f"compiled for config {cfg.name!r}, the device runs {dev.cfg.name!r}")
+        if dev.cfg.hash != cfg.hash:
+            raise CompileError(config_mismatch(cfg, dev.cfg))
         if x.dtype != np.int8 or x.shape != (sp.n, sp.c, sp.h, sp.w):
             raise CompileError(f"input must be int8 of shape {(sp.n, sp.c, sp.h, sp.w)}, got {x.dtype} {x.shape}")
         arrays = dict(self.constants, inp=pack_activation(x, cfg.batch, cfg.block_in))
