@@ -25,7 +25,7 @@ from rich.console import Console
 from rich.table import Table
 
 from vdla.config import board_presets, load_config
-from vdla.hw.fit import committed_fit
+from vdla.hw.fit import fit_summary
 
 sys.path.insert(0, str(Path(__file__).parent))
 from models import float_calibrated  # noqa: E402  (benchmarks/models.py: the suite's vdla-calibration record)
@@ -62,21 +62,6 @@ def suite_model(name: str, config: str) -> dict:
     return out
 
 
-def fit_summary(name: str, clock_mhz: float) -> dict | None:
-    fit = committed_fit(name)
-    if fit is None:
-        return None
-    b = fit["budget"]
-    return {
-        "share": {r: round(v["share"], 4) for r, v in b["resources"].items() if v["capacity"]},
-        "used": {r: v["used"] for r, v in b["resources"].items() if v["capacity"]},
-        "hard_average": round(b["hard_average"]["share"], 4),
-        "within": b["within"],
-        "levels": fit["logic_levels"]["levels"],
-        "level_budget": load_config(name).part_spec.level_budget(clock_mhz),
-    }
-
-
 def measure(name: str) -> dict:
     cfg = load_config(name)
     console.print(f"[bold]{cfg.name}[/]: ResNet-18")
@@ -91,7 +76,7 @@ def measure(name: str) -> dict:
         "clock_mhz": cfg.clock_mhz,
         "bus_width_bits": cfg.bus_width_bits,
         "peak_gops": round(cfg.peak_gops, 1),
-        "fit": fit_summary(cfg.name, cfg.clock_mhz),
+        "fit": fit_summary(cfg),
         "models": models,
     }
 
@@ -148,7 +133,7 @@ def main() -> int:
             ap.error("--fits-only refreshes the records of an existing --json file")
         records = json.loads(args.json.read_text())
         for r in records:
-            r["fit"] = fit_summary(r["preset"], r["clock_mhz"])
+            r["fit"] = fit_summary(load_config(r["preset"]))
         args.json.write_text(json.dumps(records, indent=2) + "\n")
         if args.markdown:
             print(markdown(records))

@@ -59,7 +59,7 @@ def cmd_info(args: argparse.Namespace) -> int:
 def part_summary(cfg) -> dict:
     """The part's capacity, the timing-closure budget and the level budget at the config's clock, with the
     committed fit's figures where the checkout has one (``benchmarks/fit/NAME.json``)."""
-    from vdla.hw.fit import committed_fit
+    from vdla.hw.fit import fit_summary
 
     part = cfg.part_spec
     out = {
@@ -68,27 +68,22 @@ def part_summary(cfg) -> dict:
         "budget (failfast)": ", ".join(f"{r} {n:,}" for r, n in part.limits().items() if part.capacity[r]),
         "LUT levels at the clock": part.level_budget(cfg.clock_mhz),
     }
-    fit = committed_fit(cfg.name)
+    fit = fit_summary(cfg)
     if fit is not None:
         out["fit (Yosys)"] = (
-            ", ".join(
-                f"{r} {v['used']:,.0f} ({v['share']:.0%})"
-                for r, v in fit["budget"]["resources"].items()
-                if v["capacity"]
-            )
-            + f"; {'within' if fit['budget']['within'] else 'OVER'} budget; {fit['logic_levels']['levels']} levels "
-            + f"(budget {part.level_budget(cfg.clock_mhz)})"
+            ", ".join(f"{r} {fit['used'][r]:,.0f} ({share:.0%})" for r, share in fit["share"].items())
+            + f"; {'within' if fit['within'] else 'OVER'} budget; {fit['levels']} levels "
+            + f"(budget {fit['level_budget']})"
         )
     return out
 
 
 def cmd_boards(args: argparse.Namespace) -> int:
-    from vdla.hw.fit import committed_fit
+    from vdla.hw.fit import fit_summary
 
     rows = []
     for cfg in board_presets():
-        fit = committed_fit(cfg.name)
-        budget = fit["budget"] if fit else None
+        fit = fit_summary(cfg)
         rows.append(
             {
                 "preset": cfg.name,
@@ -99,10 +94,7 @@ def cmd_boards(args: argparse.Namespace) -> int:
                 "bus_bits": cfg.bus_width_bits,
                 "peak_gops": round(cfg.peak_gops, 1),
                 "units": [u for u in UNIT_FLAGS if getattr(cfg, u)],
-                "fit": None
-                if budget is None
-                else {r: round(v["share"], 4) for r, v in budget["resources"].items() if v["capacity"]}
-                | {"within": budget["within"], "levels": fit["logic_levels"]["levels"]},
+                "fit": None if fit is None else {**fit["share"], "within": fit["within"], "levels": fit["levels"]},
                 "level_budget": cfg.part_spec.level_budget(cfg.clock_mhz),
             }
         )

@@ -238,6 +238,24 @@ def committed_fit(name: str) -> dict | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
+def fit_summary(cfg) -> dict | None:
+    """The committed fit of ``cfg``'s preset in short (None without one): each resource's count and share of the
+    part (those it has), the hard blocks' average share, whether it is within the budget, and its LUT levels
+    against the level budget at ``cfg``'s clock."""
+    fit = committed_fit(cfg.name)
+    if fit is None:
+        return None
+    b = fit["budget"]
+    return {
+        "share": {r: round(v["share"], 4) for r, v in b["resources"].items() if v["capacity"]},
+        "used": {r: v["used"] for r, v in b["resources"].items() if v["capacity"]},
+        "hard_average": round(b["hard_average"]["share"], 4),
+        "within": b["within"],
+        "levels": fit["logic_levels"]["levels"],
+        "level_budget": cfg.part_spec.level_budget(cfg.clock_mhz),
+    }
+
+
 def refresh_command(name: str) -> str:
     """The commands that rewrite preset ``name``'s committed fit."""
     return f"`{REFRESH}` or `vdla fit --config {name} --json benchmarks/fit/{name}.json`"
