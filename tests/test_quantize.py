@@ -32,8 +32,9 @@ from vdla.graph.calibrate import (
 from vdla.graph.graph import Graph, Node
 from vdla.graph.interp import evaluate
 from vdla.graph.qdq import lower_qdq
-from vdla.graph.quantize import QuantizationWarning, plan_quantization, quantize_model
+from vdla.graph.quantize import QuantizationWarning, plan_quantization, quantize_model, weight_scales
 from vdla.graph.types import TensorType
+from vdla.isa import IsaError
 
 
 def _stats(x: np.ndarray, chunks: int = 7):
@@ -245,6 +246,49 @@ def test_zero_tensor_warns_and_bad_weights_and_names_are_refused():
     nan_w[1, 0, 0, 0] = np.inf
     with pytest.raises(QuantizationError, match=r"conv2d 'c1' \(weights 'w1'\): .*NaN or infinite"):
         quantize_model(_conv_graph(nan_w, np.zeros(4, np.float32)), data)
+
+
+def test_negligible_channels_are_quantized_as_zero_channels():
+    """Trained layers hold channels of weights far below the rest (1e-30, a denormal 1e-40): such a channel takes
+    the layer's largest scale, its weights round to 0 and its bias is kept at that accumulator scale; a small
+    channel above 2^-16 of the largest keeps its own scale."""
+    rng = np.random.default_rng(12)
+    w = rng.normal(0, 0.5, (4, 2, 3, 3)).astype(np.float32)
+    w[1] *= np.float32(1e-30)
+    w[2] = np.float32(1e-40) * np.sign(w[2])  # denormal in float32
+    w[3] *= np.float32(2.0**-14)  # small, but not negligible
+    scales = weight_scales(w, "test")
+    largest = np.abs(w[0]).max() / 127
+    assert scales[1] == scales[2] == np.float32(largest) and scales[3] == np.float32(np.abs(w[3]).max() / 127)
+    b = np.array([0.1, 0.3691, -0.2, 0.05], np.float32)
+    data = {"x": rng.normal(0, 1, (8, 2, 4, 4)).astype(np.float32)}
+    q, report = quantize_model(_conv_graph(w, b), data, "minmax")
+    assert report.layers[0].weight_scale_min == pytest.approx(float(scales[3]))
+    w_q, b_q, b_s = (q.params[f"c1:{k}"] for k in ("w_q", "b_q", "b_scale"))
+    assert not w_q[1:3].any() and np.abs(w_q[3]).max() == 127  # the negligible channels are zero
+    np.testing.assert_allclose(b_q * b_s.astype(np.float64), b, rtol=1e-3)  # every bias at its own scale
+    low = lower_qdq(q)
+    x = data["x"][:1]
+    want, got = evaluate(_conv_graph(w, b), {"x": x})["y"], evaluate(low, {"x": x})["y"]
+    assert np.abs(want - got).max() <= 6 * next(t.scale for t in report.tensors if t.name == "y")
+
+
+def test_quantization_errors_name_the_node_the_tensor_and_the_channel():
+    """A bias that truly cannot fit int32 (a small, not negligible channel with a large bias), and a QDQ model whose
+    own weight scales span more than the multiplier resolves, are refused naming the node, tensor and channel."""
+    rng = np.random.default_rng(13)
+    w = rng.normal(0, 0.5, (4, 2, 3, 3)).astype(np.float32)
+    w[2] *= np.float32(1e-4)
+    b = np.array([0.1, 0.2, 1e4, 0.3], np.float32)
+    data = {"x": rng.normal(0, 1, (8, 2, 4, 4)).astype(np.float32)}
+    with pytest.raises(QuantizationError, match=r"conv2d 'c1': bias 'b1' channel 2 does not fit int32 .*b = 1e\+04"):
+        quantize_model(_conv_graph(w, b), data, "minmax")
+    q, _ = quantize_model(_conv_graph(w, b.clip(-1, 1)), data, "minmax")
+    q.params["c1:w_scale"], q.params["c1:b_q"] = q.params["c1:w_scale"].copy(), q.params["c1:b_q"].copy()
+    q.params["c1:w_scale"][3], q.params["c1:b_q"][3] = 1e-38, 0  # a QDQ model keeps the scales it carries
+    named = r"conv2d 'c1' \(weights 'c1:w_q', output 'r1:q'\), s_x \* s_w\[c\] / s_y: .* \(channel 3\) is below"
+    with pytest.raises(IsaError, match=named):
+        lower_qdq(q)
 
 
 def test_calibration_observes_intermediate_values_and_reports_progress():

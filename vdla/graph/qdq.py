@@ -285,15 +285,17 @@ class _QdqLowering:
             extra = np.rint(tail.bias / s_acc).astype(np.int64)
             bias = extra if bias is None else bias + extra
         base, quant = tail.last.output, (tail.scale, 0)
+        where = f"{c.op} {c.output!r} (weights {w_q!r}, output {base!r})"
         if tail.rounded is not None:
-            ep = self.rescaled(s_acc, bias, tail)
+            ep = self.rescaled(s_acc, bias, tail, where)
             new = epilogue_nodes(c, x_q, w_q, ep, base, self.param, tail.skip, quant)
         else:
-            m, shift = choose_requantization(s_acc / tail.scale)
+            m, shift = choose_requantization(s_acc / tail.scale, f"{where}, s_x * s_w[c] / s_y")
             ep = Epilogue(bias, m, int(shift), clip=self.int_bounds(tail.lo, tail.hi, tail.scale))
             skip, before = tail.skip, ()
             if skip is not None and abs(tail.s_skip - tail.scale) > REL_TOL * tail.scale:
-                before = (self.rescaled_skip(skip, tail.s_skip, tail.scale, base),)  # the skip at the output scale
+                # the skip at the output scale
+                before = (self.rescaled_skip(skip, tail.s_skip, tail.scale, base, where),)
                 skip = before[0].output
             new = epilogue_nodes(c, x_q, w_q, ep, base, self.param, skip, quant, before)
         self.removed.update(n.output for n in [c, *tail.nodes])
@@ -314,24 +316,24 @@ class _QdqLowering:
             return None
         return q.astype(np.int64)
 
-    def rescaled(self, s_acc: np.ndarray, bias: np.ndarray | None, t: _Tail) -> Epilogue:
+    def rescaled(self, s_acc: np.ndarray, bias: np.ndarray | None, t: _Tail, where: str) -> Epilogue:
         """The residual add of a QDQ model that rounds the layer's output y at its scale s_y before adding the
         skip k at s_k and rounding the sum at s_out: y as usual (clamped to its bounds), then
         ``rshift(mul(y, m_y, shift=j_y) + mul(k, m_k, shift=j_k), F)`` with ``F`` fractional bits, so each
-        term's rounding error stays below 2^-F of an output step."""
+        term's rounding error stays below 2^-F of an output step. ``where`` names the layer in errors."""
         s_y, lo_y, hi_y = t.rounded
-        m, shift = choose_requantization(s_acc / s_y)
+        m, shift = choose_requantization(s_acc / s_y, f"{where}, s_x * s_w[c] / s_y")
         r_y, r_k = s_y / t.scale, t.s_skip / t.scale
         frac = int(np.clip(29 - np.ceil(np.log2(128 * (r_y + r_k))), 0, 20))  # |sum| * 2^F stays below 2^29
-        (m_y,), j_y = choose_requantization(r_y * 2.0**frac)
-        (m_k,), j_k = choose_requantization(r_k * 2.0**frac)
+        (m_y,), j_y = choose_requantization(r_y * 2.0**frac, f"{where}, the output's rescale s_y / s_out")
+        (m_k,), j_k = choose_requantization(r_k * 2.0**frac, f"{where}, the skip's rescale s_skip / s_out")
         y_clip = self.int_bounds(lo_y, hi_y, s_y)
         rescale = Rescale(y_clip, int(m_y), int(j_y), int(m_k), int(j_k), frac)
         return Epilogue(bias, m, int(shift), "int8", rescale, self.int_bounds(t.lo, t.hi, t.scale))
 
-    def rescaled_skip(self, skip_q: str, s_k: float, s_out: float, base: str) -> Node:
+    def rescaled_skip(self, skip_q: str, s_k: float, s_out: float, base: str, where: str) -> Node:
         """``mul(skip_q, m_k, shift=s_k)``: the int8 skip at the output scale, as int32."""
-        (mk,), sk = choose_requantization(s_k / s_out)
+        (mk,), sk = choose_requantization(s_k / s_out, f"{where}, the skip {skip_q!r} rescaled: s_skip / s_out")
         return Node("mul", (skip_q,), f"{base}:skip", {"b": int(mk), "shift": int(sk)})
 
     def lower_matmul(self, c: Node) -> None:
@@ -349,7 +351,8 @@ class _QdqLowering:
         tail = self.tail(c)
         if tail is None or tail.bias is not None or tail.skip is not None:
             return
-        (m,), shift = choose_requantization(np.array([float(qa.scale[0]) * float(qb.scale[0]) / tail.scale]))
+        real = np.array([float(qa.scale[0]) * float(qb.scale[0]) / tail.scale])
+        (m,), shift = choose_requantization(real, f"matmul {c.output!r} ({a_q!r} by {b_q!r}), s_a * s_b / s_y")
         out = self.types[c.output].shape
         mult = np.full(out[-1], int(m), np.int64)  # one per output feature, as a dense layer's epilogue holds it
         ep = Epilogue(None, mult, int(shift), clip=self.int_bounds(tail.lo, tail.hi, tail.scale))
@@ -427,7 +430,8 @@ class _QdqLowering:
         if dq is None or self.types[dq[0]].dtype != "int8" or not dq[1].per_tensor:
             return
         _, _, h, w = self.types[dq[0]].shape
-        (m,), shift = choose_requantization(float(dq[1].scale[0]) / (h * w * float(qq.scale[0])))
+        real = float(dq[1].scale[0]) / (h * w * float(qq.scale[0]))
+        (m,), shift = choose_requantization(real, f"global_avg_pool {q.output!r} (of {dq[0]!r}), s_x / (H*W*s_y)")
         base = q.output
         self.removed.update((inner.output, q.output))
         self.replace[q.output] = requantized(Node("global_sum_pool", (dq[0],), f"{base}:sum"), m, shift, qq, base)
@@ -453,7 +457,8 @@ class _QdqLowering:
             return
         (x, s_x), (s, s_s) = (dqs[i] for i in order)
         real = float(s_x.scale[0]) * float(s_s.scale[0]) / float(qq.scale[0])
-        (m,), shift = choose_multipliers(real, -INT8_MIN, MUL_MAX_SHIFT)  # m times any int8 gate fits int32
+        where = f"channel product {q.output!r} ({x!r} by {s!r}), s_x * s_s / s_y"
+        (m,), shift = choose_multipliers(real, -INT8_MIN, MUL_MAX_SHIFT, where)  # m times any int8 gate fits int32
         base = q.output
         self.removed.update((inner.output, q.output))
         self.replace[q.output] = requantized(Node("mul", (x, s), f"{base}:product"), m, shift, qq, base)

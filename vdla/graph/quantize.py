@@ -84,6 +84,9 @@ SELECTING = (SLICE, RESIZE)  # of an int8 value: keep its scale (int8 selections
 MOVING = (ADD, CONCAT, SLICE, RESIZE)  # int8 in and out, the accelerator moves them (vdla.graph.copies)
 REQUANTIZING = (GLOBAL_AVG_POOL,)  # of an int8 value: quantized at its own scale (an integer average)
 WEIGHT_MAX = INT8_MAX  # weights use the symmetric range [-127, 127]
+# a weight channel below this fraction of its layer's largest is negligible: quantized as a zero channel
+# (:func:`weight_scales`)
+NEGLIGIBLE = 2.0**-16
 
 
 class QuantizationWarning(UserWarning):
@@ -330,16 +333,24 @@ def check_params(graph: Graph) -> None:
 
 
 def weight_scales(w: np.ndarray, where: str, power_of_two: bool = False) -> np.ndarray:
-    """Per-output-channel symmetric scales ``max|w[c]| / 127`` (float32); an all-zero channel takes the
-    largest scale of the others (any scale represents it). With ``power_of_two`` one scale for the whole
-    tensor, the power of two at or above ``max|w| / 127`` (:func:`pow2_scale`)."""
+    """Per-output-channel symmetric scales ``max|w[c]| / 127`` (float32). A *negligible* channel, whose
+    largest magnitude is below :data:`NEGLIGIBLE` (2^-16) of the layer's largest (an all-zero channel too),
+    takes the layer's largest scale: at that scale its weights round to 0 (each lies below 127 * 2^-16 of a
+    step), so it is quantized as the zero channel it all but is. The weights it drops are under 1/500 of one
+    int8 step of the layer quantized per tensor, where they would round to 0 as well. With ``power_of_two``
+    one scale for the whole tensor, the power of two at or above ``max|w| / 127`` (:func:`pow2_scale`).
+
+    Invariants: every scale is positive, finite and within a factor 2^16 of the layer's largest, so each
+    channel's requantization multiplier is at least 2^-16 of the largest (which lies in [2^30, 2^31)): a
+    relative error of at most 2^-15; a negligible channel's bias is quantized at the layer's coarsest
+    accumulator scale ``s_x * max|w| / 127``, not at a near-zero one."""
     if not np.all(np.isfinite(w)):
         raise QuantizationError(f"{where}: the weights have NaN or infinite values")
     absmax = np.abs(w.reshape(w.shape[0], -1)).max(axis=1).astype(np.float64)
-    fallback = absmax.max() if absmax.max() > 0 else 1.0
+    largest = absmax.max() if absmax.max() > 0 else 1.0
     if power_of_two:
-        return np.full(w.shape[0], pow2_scale(fallback / WEIGHT_MAX), np.float32)
-    return (np.where(absmax > 0, absmax, fallback) / WEIGHT_MAX).astype(np.float32)
+        return np.full(w.shape[0], pow2_scale(largest / WEIGHT_MAX), np.float32)
+    return (np.where(absmax >= largest * NEGLIGIBLE, absmax, largest) / WEIGHT_MAX).astype(np.float32)
 
 
 def pow2_scale(scale: float) -> float:
@@ -398,10 +409,14 @@ class _QdqWriter:
             raise QuantizationError(f"{node.op} {node.output!r}: bias {node.inputs[2]!r} has NaN or infinite values")
         s_acc = s_x * s_w.astype(np.float64)
         b_q = np.rint(b / s_acc)
-        if np.any(np.abs(b_q) >= 2**31):
+        over = np.flatnonzero(np.abs(b_q) >= 2**31)
+        if over.size:
+            c = int(over[0])
+            more = f" (and {over.size - 1} more channels)" if over.size > 1 else ""
             raise QuantizationError(
-                f"{node.op} {node.output!r}: bias {node.inputs[2]!r} does not fit int32 at the accumulator scale "
-                f"(|b| up to {np.abs(b).max():.4g}, scale down to {s_acc.min():.3g})"
+                f"{node.op} {node.output!r}: bias {node.inputs[2]!r} channel {c}{more} does not fit int32 at its "
+                f"accumulator scale: b = {b[c]:.4g}, s_x * s_w[{c}] = {s_x:.4g} * {s_w[c]:.4g} = {s_acc[c]:.4g} "
+                f"(weights {node.inputs[1]!r}, input {node.inputs[0]!r})"
             )
         base = node.output
         bq = self.param(f"{base}:b_q", b_q.astype(np.int32))

@@ -64,16 +64,16 @@ def requantize(
     return np.clip(mul_shift(x, multiplier, shift), lo, hi).astype(np.int8)
 
 
-def choose_requantization(real: np.ndarray | float) -> tuple[np.ndarray, int]:
+def choose_requantization(real: np.ndarray | float, where: str = "") -> tuple[np.ndarray, int]:
     """Per-channel multipliers and one shift with ``mul_shift(acc, m, shift)`` closest to ``acc * real``:
     the largest shift in [0, MUL_MAX_SHIFT] whose rounded multipliers all fit in int32, so the largest
     multiplier lies in [2^30, 2^31) (a relative error of at most 2^-31) and the result is the exact
-    product rounded once, for any int32 accumulator."""
-    return choose_multipliers(real, 1, MUL_MAX_SHIFT)
+    product rounded once, for any int32 accumulator. ``where`` names the layer in errors."""
+    return choose_multipliers(real, 1, MUL_MAX_SHIFT, where)
 
 
 def choose_multipliers(
-    real: np.ndarray | float, acc_bound: np.ndarray | int, max_shift: int = MAX_SHIFT
+    real: np.ndarray | float, acc_bound: np.ndarray | int, max_shift: int = MAX_SHIFT, where: str = ""
 ) -> tuple[np.ndarray, int]:
     """Integer multipliers and one common shift with ``m / 2^shift`` closest to each positive ``real``
     scale, such that ``acc * m`` stays within int32 for every ``|acc| <= acc_bound`` (per entry).
@@ -82,16 +82,31 @@ def choose_multipliers(
     the multipliers per channel): the largest shift in [0, ``max_shift``] whose rounded multipliers all
     fit, which minimises the relative error of every scale. With ``acc_bound`` 1 only the multiplier
     itself must fit in int32 (the 64-bit product of MUL with a shift).
+
+    Raises :class:`IsaError` prefixed by ``where`` (the layer and tensor), naming the channel (the entry of
+    ``real``) whose scale is not positive and finite, rounds to a zero multiplier or does not fit.
     """
     r = np.atleast_1d(np.asarray(real, np.float64))
-    if np.any(~np.isfinite(r)) or np.any(r <= 0):
-        raise IsaError(f"requantization scales must be positive and finite, got {r}")
+    at = f"{where}: " if where else ""
+    bad = np.flatnonzero(~np.isfinite(r) | ~(r > 0))
+    if bad.size:
+        raise IsaError(f"{at}requantization scales must be positive and finite, got {_entry(r, int(bad[0]))}")
     m_max = np.maximum((2**31 - 1) // np.maximum(np.broadcast_to(np.asarray(acc_bound, np.int64), r.shape), 1), 1)
     for shift in range(max_shift, -1, -1):
         m_f = np.rint(r * 2.0**shift)  # compared in float: a large shift would overflow int64
         if np.all(m_f <= m_max):
             m = m_f.astype(np.int64)
             if np.any(m == 0):
-                raise IsaError(f"a requantization scale of {r.min():.4g} is below the multiplier's resolution")
+                c = int(np.argmin(r))
+                raise IsaError(
+                    f"{at}a requantization scale of {_entry(r, c)} is below the multiplier's resolution (at shift "
+                    f"{shift}, {2.0**-shift:.3g} is its step; the largest scale is {r.max():.4g})"
+                )
             return m, shift
-    raise IsaError(f"a requantization scale of {r.max():.4g} does not fit: at most {m_max.min()} (shift 0)")
+    c = int(np.argmax(r / m_max))
+    raise IsaError(f"{at}a requantization scale of {_entry(r, c)} does not fit: at most {m_max[c]} (shift 0)")
+
+
+def _entry(r: np.ndarray, c: int) -> str:
+    """Entry ``c`` of the scales ``r``, with its channel where there are several."""
+    return f"{r[c]:.4g} (channel {c})" if r.size > 1 else f"{r[c]:.4g}"
