@@ -210,23 +210,20 @@ def _hardswish(b: Builder, node: OnnxNode) -> None:
 
 @converter("Clip")
 def _clip(b: Builder, node: OnnxNode) -> None:
+    """``clip(x, lo, hi)``; an absent or infinite bound (``-inf`` min, ``+inf`` max: what ``torch.clamp(min=)``
+    exports) is no bound, a NaN bound is refused. With one constant bound the other is the unbounded value of
+    the dtype (``-inf``/``+inf`` for float32, the integer range otherwise), so the node stays a ``clip``: the
+    epilogue folds it like a ReLU."""
     dt = b.require_dtype(node, 0, ("float32", "int8", "int32"))
     x = b.tensor(node, 0)
-    bounds: list[Any] = []
-    for i, name in ((1, "min"), (2, "max")):
-        if b.has(node, i):
-            b.require_dtype(node, i, (dt,))
-            v = b.value(node, i)
-            if size(v.shape) != 1:
-                raise unsupported(node, f"{name} must be a scalar, got shape {v.shape}")
-            bounds.append(scalar_of(dt, v.const) if v.const is not None else b.reshape(node, b.tensor(node, i), ()))
-        else:
-            bounds.append(None)
+    bounds = [_clip_bound(b, node, i, name, dt) for i, name in ((1, "min"), (2, "max"))]
     lo, hi = bounds
     if lo is None and hi is None:
         b.alias(node.outputs[0], x)
         return
-    if all(isinstance(v, int | float) for v in bounds):
+    if not any(isinstance(v, str) for v in bounds):
+        unbounded = (-math.inf, math.inf) if dt == "float32" else INT_RANGE[dt]
+        lo, hi = (unbounded[k] if v is None else v for k, v in enumerate(bounds))
         if lo > hi:
             raise unsupported(node, f"min={lo} is greater than max={hi}")
         b.finish(node, b.emit(node, "clip", (x,), {"lo": lo, "hi": hi}, suffix="clip"), dt)
@@ -238,6 +235,27 @@ def _clip(b: Builder, node: OnnxNode) -> None:
         elif v is not None:
             value = b.emit(node, op, (value,), {"b": v}, suffix=op)
     b.finish(node, value, dt)
+
+
+def _clip_bound(b: Builder, node: OnnxNode, i: int, name: str, dt: str) -> int | float | str | None:
+    """Clip's bound input ``i``: a number, a computed scalar (graph value), or None where absent or infinite
+    on its own side (``-inf`` min, ``+inf`` max). NaN, ``+inf`` min and ``-inf`` max are refused."""
+    if not b.has(node, i):
+        return None
+    b.require_dtype(node, i, (dt,))
+    v = b.value(node, i)
+    if size(v.shape) != 1:
+        raise unsupported(node, f"{name} must be a scalar, got shape {v.shape}")
+    if v.const is None:
+        return b.reshape(node, b.tensor(node, i), ())
+    bound = scalar_of(dt, v.const)
+    if math.isnan(bound):
+        raise unsupported(node, f"{name} is NaN (input {node.inputs[i]!r})")
+    if math.isinf(bound):
+        if (bound < 0) == (name == "min"):
+            return None  # no bound
+        raise unsupported(node, f"{name} is {bound} (input {node.inputs[i]!r}): every value would be {bound}")
+    return bound
 
 
 # ---------------------------------------------------------------------------------------------------------
