@@ -12,13 +12,14 @@ rules"):
 3. set the shapes the model stores for computed values (``value_info``, outputs) aside as hints, rewrite
    float16/float64 as float32 (an :class:`OnnxImportWarning` names what), run ONNX shape inference;
 4. convert node by node (:mod:`vdla.frontend.onnx_ops`): initializers and ``Constant`` nodes are
-   constants, ``Shape`` of a value is a constant; a node whose inputs are all constants (shape arithmetic,
-   folded weights) is evaluated now with ``onnx.reference`` (except ``DequantizeLinear``, kept so quantized
-   weights stay int8); an ``If`` on a constant condition is replaced by its taken branch; every other node
-   is brought to its operator's newest form (:func:`vdla.frontend.onnx_ops.legacy.modernize`) and must have
-   a converter, attributes and dtypes it accepts, else an :class:`~vdla.graph.types.UnsupportedError` names
-   the node, its op type and attributes. Every node vdla cannot run is reported together, before anything
-   runs;
+   constants (an initializer holding NaN, or an infinity where a node reads it as weights, is a
+   :class:`FrontendError` naming it and the node), ``Shape`` of a value is a constant; a node whose inputs
+   are all constants (shape arithmetic, folded weights) is evaluated now with ``onnx.reference`` (except
+   ``DequantizeLinear``, kept so quantized weights stay int8); an ``If`` on a constant condition is replaced
+   by its taken branch; every other node is brought to its operator's newest form
+   (:func:`vdla.frontend.onnx_ops.legacy.modernize`) and must have a converter, attributes and dtypes it
+   accepts, else an :class:`~vdla.graph.types.UnsupportedError` names the node, its op type and attributes.
+   Every node vdla cannot run is reported together, before anything runs;
 5. check every converted value against ONNX's inferred shape and element type, warn where a stored hint
    disagrees with vdla's shape (vdla's wins), name the graph outputs as in the model, and verify the graph
    (:func:`vdla.graph.verify.verify`, ``after="onnx import"``).
@@ -68,6 +69,13 @@ _WIDE_FLOATS = {onnx.TensorProto.FLOAT16: "float16", onnx.TensorProto.DOUBLE: "f
 # every op type the importer takes: the converters' and If (inlined on a constant condition)
 IMPORTED = tuple(sorted((*SUPPORTED, "If")))
 Shape = tuple[int | None, ...]  # None: a dimension not known (dynamic, symbolic or missing)
+# the inputs of each op type that are its weights: an initializer read there must be finite (NaN anywhere is
+# refused; an infinity elsewhere is a mask or an unbounded clip)
+WEIGHT_INPUTS = {
+    "Conv": (1, 2), "ConvTranspose": (1, 2), "Gemm": (0, 1, 2), "MatMul": (0, 1), "BatchNormalization": (1, 2, 3, 4),
+    "InstanceNormalization": (1, 2), "LayerNormalization": (1, 2), "PRelu": (1,), "LSTM": (1, 2, 3), "GRU": (1, 2, 3),
+    "RNN": (1, 2, 3),
+}  # fmt: skip
 
 
 def max_opset() -> int:
@@ -299,6 +307,7 @@ class _Importer:
         self.poisoned: set[str] = set()
         self.inferred: dict[str, tuple[str, Shape | None]] = {}
         self.node_names: set[str] = set()
+        self.readers: dict[str, list[tuple[onnx.NodeProto, int]]] = {}  # value -> (node, input index) reading it
 
     def infer_shapes(self) -> None:
         """ONNX's shape inference of the model (its stored hints stripped), the cross-check of every converted
@@ -331,6 +340,10 @@ class _Importer:
         b.used = {i for sub in graphs for n in sub.node for i in n.input if i} | {
             o.name for sub in graphs for o in sub.output
         }
+        for sub in graphs:
+            for n in sub.node:
+                for i, name in enumerate(n.input):
+                    self.readers.setdefault(name, []).append((n, i))
         self.bind_initializers(g)
         if g.sparse_initializer:
             raise FrontendError(f"{self.where}: sparse initializers are not supported")
@@ -355,9 +368,31 @@ class _Importer:
     def bind_initializers(self, g: onnx.GraphProto) -> None:
         for t in g.initializer:
             try:
-                self.b.bind_const(t.name, numpy_helper.to_array(t))
+                value = numpy_helper.to_array(t)
             except Exception as e:  # external data not found, unknown element type, ...
                 raise FrontendError(f"{self.where}: initializer {t.name!r} cannot be read: {e}") from e
+            self.check_finite(t.name, value)
+            self.b.bind_const(t.name, value)
+
+    def check_finite(self, name: str, value: np.ndarray) -> None:
+        """Refuse a float initializer holding NaN, or holding an infinity where a node reads it as weights
+        (:data:`WEIGHT_INPUTS`), naming it, the first bad element and the node reading it."""
+        if value.dtype.kind != "f" or np.isfinite(value).all():
+            return
+        nan = np.isnan(value)
+        readers = self.readers.get(name, [])
+        weights = [(n, i) for n, i in readers if i in WEIGHT_INPUTS.get(n.op_type, ())]
+        if not nan.any() and not weights:
+            return
+        bad = nan if nan.any() else ~np.isfinite(value)
+        at = tuple(int(k) for k in np.argwhere(bad)[0]) if value.ndim else ()
+        n, i = (weights or readers or [(None, 0)])[0]
+        reader = f", input {i} of {n.op_type} node {n.name or n.output[0]!r}" if n is not None else ""
+        raise FrontendError(
+            f"{self.where}: initializer {name!r}{reader} holds {int(bad.sum())} {'NaN' if nan.any() else 'infinite'} "
+            f"value(s) of {value.size} (the first at {list(at)}: {value[at]}): "
+            + ("the weights of a model must be finite" if weights else "a NaN constant makes what it touches NaN")
+        )
 
     def bind_inputs(self, g: onnx.GraphProto) -> None:
         b = self.b
