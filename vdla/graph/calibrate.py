@@ -36,6 +36,12 @@ BINS = 2048  # histogram bins over the running magnitude range
 LEVELS = 128  # quantization levels of a symmetric int8 magnitude (0..127): the entropy method's target
 METHODS = ("minmax", "percentile", "entropy")
 DEFAULT_PERCENTILE = 99.99
+RANDOM = "random"  # calibration data asked for by name: seeded random inputs (:func:`random_calibration`)
+RANDOM_SAMPLES = 8  # model batches of random calibration inputs
+RANDOM_WARNING = (
+    "calibrated on seeded random inputs (calib 'random'): the scales fit random data, not the data the model "
+    "was made for, so the accuracy of the compiled model is meaningless; pass real calibration data to deploy it"
+)
 
 Feeds = Mapping[str, np.ndarray]
 Runner = Callable[[Graph], Callable[[Feeds], Mapping[str, np.ndarray]]]
@@ -141,6 +147,23 @@ def check_calibration(inputs: Mapping[str, TensorType], data: Mapping[str, np.nd
     counts = {name: a.shape[0] for name, a in out.items()}
     if len(set(counts.values())) > 1:
         raise QuantizationError(f"calibration arrays hold different numbers of samples: {counts}")
+    return out
+
+
+def random_calibration(
+    inputs: Mapping[str, TensorType], batches: int = RANDOM_SAMPLES, seed: int = 0
+) -> dict[str, np.ndarray]:
+    """Seeded random calibration data for a quick trial: ``batches`` model batches per graph input, in the
+    form :func:`check_calibration` takes (``(batches * shape[0], *shape[1:])``). A float input gets standard
+    normal values (an image normalized by its mean and deviation), an integer one 0 or 1 (a mask, or token ids
+    any vocabulary holds). Scales chosen on them fit no real data (:data:`RANDOM_WARNING`)."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name, t in inputs.items():
+        shape = (batches * t.shape[0], *t.shape[1:]) if t.shape else (batches,)
+        out[name] = (
+            rng.integers(0, 2, shape, np.int32) if t.dtype in INT_RANGE else rng.standard_normal(shape, np.float32)
+        )
     return out
 
 

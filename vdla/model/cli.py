@@ -96,6 +96,15 @@ def compile_options(args: argparse.Namespace):
     )
 
 
+def float_model_note(model: str) -> str:
+    """The one line ``vdla compile`` prints first for a float model compiled without calibration data."""
+    return (
+        f"{model} is a float model and no --calib was given: it runs in float32 on the CPU, 0% of its MACs on the "
+        "accelerator. Pass --calib FILE.npz (one array per model input, samples first) to quantize it to int8, or "
+        "--calib random for a quick trial on seeded random inputs (its accuracy is then meaningless)"
+    )
+
+
 def cmd_compile(args: argparse.Namespace) -> int:
     from vdla.compiler import ScheduleCache
     from vdla.model.pipeline import compile_model
@@ -116,6 +125,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
         log = lambda msg: bar.update(status, description=msg)  # noqa: E731
         artifact, report = compile_model(args.model, args.calib, options, cache=cache, log=log, progress=progress)
     artifact.save(out)
+    if not artifact.meta.get("quantized"):
+        console.print(f"[yellow]note:[/] {float_model_note(args.model)}")
     if report.quantization is not None:
         console.print(_quant_table(report.quantization))
         for w in report.quantization.warnings:
@@ -281,7 +292,10 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("-o", "--output", help="the artifact (default: MODEL with .vdla)")
     p.add_argument("--config", default=DEFAULT_PRESET, help="preset or JSON file")
     p.add_argument(
-        "--calib", help="quantize a float model to int8: .npz with one array per model input, samples on the first axis"
+        "--calib",
+        metavar="FILE.npz|random",
+        help="quantize a float model to int8: .npz with one array per model input, samples on the first axis; "
+        "'random' for a quick trial on seeded random inputs (the accuracy is then meaningless)",
     )
     p.add_argument(
         "--calibration", choices=METHODS, default="percentile", help="how each tensor's scale is chosen (with --calib)"

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import time
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -31,7 +32,7 @@ from vdla.compiler import CompileError, ScheduleCache
 from vdla.config import DEFAULT_PRESET, HwConfig, load_config
 from vdla.cpu_fallback.native import TARGETS, NativeCodeError, resolve_target
 from vdla.graph import dump as gdump
-from vdla.graph.calibrate import DEFAULT_PERCENTILE, METHODS
+from vdla.graph.calibrate import DEFAULT_PERCENTILE, METHODS, RANDOM, RANDOM_WARNING, random_calibration
 from vdla.graph.convt import phase_convs
 from vdla.graph.copies import accelerator_copies
 from vdla.graph.graph import Graph
@@ -39,7 +40,7 @@ from vdla.graph.im2col import im2col_convs
 from vdla.graph.opnames import DEQUANTIZE, QUANTIZE
 from vdla.graph.ops import infer_types
 from vdla.graph.qdq import lower_qdq
-from vdla.graph.quantize import QuantReport, quantize_model
+from vdla.graph.quantize import QuantizationWarning, QuantReport, quantize_model
 from vdla.graph.rowpair import pair_rows as pair_rows_graph
 from vdla.graph.serialize import graph_from_json, graph_to_json
 from vdla.graph.tables import quantize_early, tabulate_chains
@@ -209,11 +210,16 @@ def add_cpu_code(artifact: Artifact, targets: tuple[str, ...], log: Log | None =
             artifact.cpu_code[name] = build_library(specs, TARGETS[name])
 
 
-def _load_calib(calib: str | Path | Mapping[str, np.ndarray] | np.ndarray) -> dict[str, np.ndarray]:
+def _load_calib(calib: str | Path | Mapping[str, np.ndarray] | np.ndarray, graph: Graph) -> dict[str, np.ndarray]:
     """Calibration arrays by input name: an .npz path, a mapping or one array (for a single-input model),
-    checked against the model's inputs by :func:`vdla.graph.calibrate.check_calibration`."""
+    checked against the model's inputs by :func:`vdla.graph.calibrate.check_calibration`; ``"random"``: seeded
+    random inputs of ``graph``'s input shapes and dtypes (:func:`vdla.graph.calibrate.random_calibration`),
+    with a :class:`~vdla.graph.quantize.QuantizationWarning` that the accuracy is then meaningless."""
     if isinstance(calib, np.ndarray):
         return {"calib": calib}
+    if isinstance(calib, str) and calib == RANDOM:
+        warnings.warn(RANDOM_WARNING, QuantizationWarning, stacklevel=3)
+        return random_calibration(graph.inputs)
     if isinstance(calib, str | Path):
         try:
             with np.load(calib) as npz:
@@ -252,7 +258,8 @@ def compile_model(
     say (:class:`CompileOptions`; its fields may also be given as keywords, which replace them).
 
     A float model with ``calib`` (an .npz path or a dict: one float array per model input, samples along
-    the first axis; a single-input model also takes the array itself) is quantized to int8 first
+    the first axis; a single-input model also takes the array itself; ``"random"`` for a quick trial on
+    seeded random inputs, whose accuracy is meaningless) is quantized to int8 first
     (:func:`vdla.graph.quantize.quantize_model`), ``progress(done, total)`` called per calibration batch,
     the report in ``CompileReport.quantization`` (and written to ``options.quant_report``). A QDQ model
     keeps its own scales: ``calib`` for one is refused. Without ``calib`` a float model runs in float on the
@@ -277,7 +284,7 @@ def compile_model(
             raise CompileError(
                 "the model is already quantized (QDQ): it keeps the scales it carries; drop the calibration data"
             )
-        arrays = _load_calib(calib)
+        arrays = _load_calib(calib, graph)
         runner = calibration_runner(log or (lambda msg: None))
 
         def quantize(g: Graph) -> Graph:
@@ -292,6 +299,8 @@ def compile_model(
                 opts.align_residuals,
                 opts.power_of_two,
             )
+            if isinstance(calib, str) and calib == RANDOM:
+                qreport = replace(qreport, warnings=(RANDOM_WARNING, *qreport.warnings))
             found.append(qreport)
             return qgraph
 
