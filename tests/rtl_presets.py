@@ -3,8 +3,9 @@
 The generated package of a preset is its whole RTL configuration. Two presets whose packages differ only in the
 lines that name the configuration, its CONFIG_HASH register value, and where a buffer is built (``*_URAM``: a
 ``ram_style`` attribute for synthesis, which Verilator ignores) simulate the same design, cycle for cycle. The
-Zynq UltraScale+ presets are such a family (the same 16x16 core, 128-bit bus and 49-bit addresses at three
-clocks), so the tests that build each preset's RTL (about 100 s each) build one of them;
+kv260 and zcu104 are such a family (the same 16x16 core, 128-bit bus and 49-bit addresses at one clock; ACC in
+UltraRAM on the kv260), so the tests that build each preset's RTL (about 100 s each) build one of them, and
+aup-zu3 (a half-width ALU) another;
 ``test_rtl_families`` checks the claim on the packages themselves, so a preset that changes its design gets a
 build of its own.
 """

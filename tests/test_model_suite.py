@@ -160,7 +160,7 @@ def sim_and_rtl_agree(m, artifact, tolerance: float) -> None:
 @pytest.mark.parametrize("preset", ZU_RTL)  # one build per simulated design (rtl_presets)
 @pytest.mark.parametrize("name", _models(["unet"]))
 def test_a_small_model_on_each_zynq_ultrascale_presets_rtl(name, preset):
-    """Compiled for the Zynq UltraScale+ presets' design (one for the three: tests/rtl_presets.py; a 128-bit
+    """Compiled for the Zynq UltraScale+ presets' designs (two for the three: tests/rtl_presets.py; a 128-bit
     bus), a suite model runs on that preset's RTL bit-exact with its simulator, in cycles within 1%."""
     m = SUITE[name]
     qmodel = quantize_qdq(m.load(), m.samples(CALIB, 1))

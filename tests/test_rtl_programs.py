@@ -83,7 +83,7 @@ HIGH_DRAM = 0x2_0000_0000  # 8 GiB: past 32 address bits, within the 16 GiB a mi
 @pytest.mark.slow  # a Verilator build of each preset (about 100 s on 2 shared cores): make test-all and CI
 @pytest.mark.parametrize("preset", ZU_RTL)  # one build per simulated design (rtl_presets)
 def test_zynq_ultrascale_presets(preset):
-    """The Zynq UltraScale+ presets' RTL (one design for the three: tests/rtl_presets.py; a 128-bit bus, so four
+    """The Zynq UltraScale+ presets' RTL (two designs: tests/rtl_presets.py; a 128-bit bus, so four
     micro-op banks, and 49-bit addresses)
     computes what the simulator does: workload programs (checked against numpy) and compiled ResNet-18 layers in
     cycles within 1% of the model's, random programs leaving the same DRAM, and programs whose DRAM lies above
