@@ -31,6 +31,7 @@ import vdla.cpu_fallback.abi as abi
 import vdla.cpu_fallback.kernels as kernels
 import vdla.cpu_fallback.kernels_layout as kernels_layout
 import vdla.cpu_fallback.kernels_reduce as kernels_reduce  # registers its emitters with kernels.emit
+import vdla.cpu_fallback.kernels_rnn as kernels_rnn  # registers its emitter with kernels.emit
 from vdla.cpu_fallback.codegen import CpuTraits
 from vdla.cpu_fallback.specs import Spec, spec_inputs, spec_op
 from vdla.graph.types import TensorType, UnsupportedError
@@ -48,7 +49,7 @@ def source_fingerprint() -> str:
     from vdla.isa import arith
 
     h = hashlib.sha256()
-    modules = (abi, lltypes, entry, codegen, ew_emit, specs, kernels, kernels_layout, kernels_reduce)
+    modules = (abi, lltypes, entry, codegen, ew_emit, specs, kernels, kernels_layout, kernels_reduce, kernels_rnn)
     modules += (ew, ewmath, ops, oracle, types, window, arith)
     for mod in modules:
         h.update(Path(mod.__file__).read_bytes())

@@ -20,6 +20,7 @@ from vdla.graph.ew import Arg, Const, EwStep, operand_fits, step_result_dtype
 from vdla.graph.layout import blocked_shape, pack_activation, unpack_activation
 from vdla.graph.ops import (
     SCATTER_REDUCTIONS,
+    RecurrenceAttrs,
     TransposedWindow,
     concat_type,
     grid_sample_type,
@@ -31,6 +32,8 @@ from vdla.graph.ops import (
     one_hot_type,
     pad_type,
     pool_window,
+    recurrence_attrs,
+    recurrence_type,
     reduce_type,
     resize_type,
     scan_type,
@@ -790,9 +793,34 @@ def make_nll_loss(
     return NllLossSpec(x.plain, target.plain, None if weight is None else weight.plain, ignore, out)
 
 
+@dataclass(frozen=True)
+class RecurrenceSpec(Spec):
+    """ONNX's RNN, GRU or LSTM after the input projection (:func:`vdla.graph.ops.recurrence_type`): inputs
+    gates, R, Rb, lengths, h0 (and c0, P for the LSTM); the output holds Y, then Y_h (and Y_c)."""
+
+    inputs: tuple[TensorType, ...]
+    attrs: RecurrenceAttrs
+    out: TensorType
+
+    def evaluate(self, *arrays: np.ndarray) -> np.ndarray:
+        a = self.attrs
+        return oracle.recurrence(
+            a.cell, *arrays, reverse=a.reverse, activations=a.activations,
+            linear_before_reset=a.linear_before_reset, input_forget=a.input_forget,
+        )  # fmt: skip
+
+
+def make_recurrence(*inputs: TensorType, **attrs: object) -> RecurrenceSpec:
+    """The recurrence's kernel for ``inputs``; ``attrs`` are the node's (cell, directions, activations,
+    clip, linear_before_reset, input_forget)."""
+    a = recurrence_attrs(attrs)
+    out = recurrence_type(inputs, a)
+    return RecurrenceSpec(tuple(t.plain for t in inputs), a, out)
+
+
 def spec_inputs(spec: Spec) -> tuple[TensorType, ...]:
     """Types of the arrays a kernel for ``spec`` takes, in call order (the output comes last)."""
-    if isinstance(spec, ChainSpec | ConcatSpec | InterleaveSpec):
+    if isinstance(spec, ChainSpec | ConcatSpec | InterleaveSpec | RecurrenceSpec):
         return spec.inputs
     if isinstance(spec, CpuDenseSpec | CpuConv2dSpec):
         return (spec.x, spec.w, *(spec.epilogue.inputs[1:] if spec.epilogue else ()))
@@ -846,6 +874,7 @@ _OP_NAMES = {
     TopKSpec: "topk",
     TriluSpec: "trilu",
     NllLossSpec: "nll_loss",
+    RecurrenceSpec: "recurrence",
 }
 
 

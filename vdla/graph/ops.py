@@ -34,7 +34,7 @@ import numpy as np
 import vdla.graph.layout as layout
 import vdla.graph.opnames as opnames
 import vdla.graph.oracle as oracle
-from vdla.graph.ew import EW, EwDef, node_steps, step_result_dtype
+from vdla.graph.ew import EW, EwDef, EwStep, node_steps, step_result_dtype
 from vdla.graph.graph import Graph, Node, reshaped
 from vdla.graph.layout import blocked_shape
 from vdla.graph.types import INT_RANGE, Quant, TensorType, UnsupportedError, is_float
@@ -1196,6 +1196,124 @@ def _nll_loss(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndar
     """``-x[n, t, d...] * weight[t]`` at each target ``t`` (0 where ``t`` is ``ignore_index``; NaN where ``t``
     lies outside the classes): the losses before their reduction."""
     return nll_type(inputs)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Recurrent cells: ONNX's RNN, GRU and LSTM as the recurrence over input gates projected beforehand (the
+# importer makes X W^T + Wb one dense layer over every time step, which the accelerator can run)
+
+RNN_CELLS = tuple(oracle.RNN_GATES)
+RNN_DIRECTIONS = ("forward", "reverse")
+
+
+@dataclass(frozen=True)
+class RecurrenceAttrs:
+    """The checked attributes of a ``recurrence`` node: the cell, whether each direction runs in reverse,
+    each direction's activation slots in turn (float32 elementwise steps, the clip first where the cell
+    clips), GRU's ``linear_before_reset`` and LSTM's ``input_forget``."""
+
+    cell: str
+    reverse: tuple[bool, ...]
+    activations: tuple[tuple[EwStep, ...], ...]
+    linear_before_reset: bool
+    input_forget: bool
+
+
+def activation_steps(op: str, activation: Any, clip: float | None = None) -> tuple[EwStep, ...]:
+    """A recurrent activation written as a list of steps ``[name, *operand values]`` (``[["mul", 2.0],
+    ["tanh"]]``), each a float32 elementwise operator of :mod:`vdla.graph.ew` with its operands as constants,
+    as :class:`EwStep` s; a ``clip`` threshold becomes a clip to [-clip, clip] before them."""
+    steps = [["clip", -clip, clip]] if clip is not None else []
+    resolved = []
+    for step in [*steps, *activation]:
+        _need(
+            op,
+            isinstance(step, list | tuple) and len(step) >= 1,
+            f"an activation step is [name, *operands], got {step!r}",
+        )
+        name, *values = step
+        d = EW.get(name)
+        _need(op, d is not None, f"unknown activation step {name!r}")
+        _need(op, len(values) == len(d.operands), f"activation step {name!r} takes operands {d.operands}, got {values}")
+        _need(
+            op,
+            all(math.isfinite(float(v)) for v in values),
+            f"activation step {name!r} has a non-finite operand {values}",
+        )
+        node = Node(name, ("x",), "y", {k: float(v) for k, v in zip(d.operands, values, strict=True)})
+        (es,) = node_steps([node], ["x"])
+        try:
+            ok = step_result_dtype(es, "float32", ()) == "float32"
+        except UnsupportedError:
+            ok = False
+        _need(op, ok, f"activation step {name!r} does not map float32 to float32")
+        resolved.append(es)
+    return tuple(resolved)
+
+
+def recurrence_attrs(a: Mapping[str, Any]) -> RecurrenceAttrs:
+    """The checked attributes of a ``recurrence`` node (see :class:`RecurrenceAttrs`); ``clip`` None or absent
+    is no clip, else a positive threshold."""
+    op = "recurrence"
+    cell = a.get("cell")
+    _need(op, cell in RNN_CELLS, f"cell {cell!r} is not one of {RNN_CELLS}")
+    directions = list(a.get("directions", ["forward"]))
+    _need(op, 1 <= len(directions) <= 2 and all(d in RNN_DIRECTIONS for d in directions),
+          f"directions {directions} must be one or two of {RNN_DIRECTIONS}")  # fmt: skip
+    clip = a.get("clip")
+    _need(op, clip is None or (math.isfinite(float(clip)) and float(clip) > 0), f"clip {clip} must be positive")
+    acts = list(a.get("activations", ()))
+    k = oracle.RNN_ACTIVATIONS[cell]
+    _need(op, len(acts) == k * len(directions), f"a {cell} takes {k} activations per direction, got {len(acts)}")
+    clip = None if clip is None else float(clip)
+    return RecurrenceAttrs(
+        cell,
+        tuple(d == "reverse" for d in directions),
+        tuple(activation_steps(op, act, clip) for act in acts),
+        bool(a.get("linear_before_reset", False)),
+        bool(a.get("input_forget", False)),
+    )
+
+
+def recurrence_type(inputs: list[TensorType] | tuple[TensorType, ...], attrs: RecurrenceAttrs) -> TensorType:
+    """The output type of a recurrence: (T + S, D, B, H) float32, S = 2 for the LSTM (Y, Y_h, Y_c) and 1
+    otherwise, for inputs gates (T, B, D, G*H), R (D, G*H, H), Rb (D, G*H), int32 lengths (B,), the initial
+    state h0 (D, B, H) and for the LSTM c0 (D, B, H) and the peepholes P (D, 3*H)."""
+    op = "recurrence"
+    cell = attrs.cell
+    want = 7 if cell == "lstm" else 5
+    _need(op, len(inputs) == want, f"a {cell} takes {want} inputs, got {len(inputs)}")
+    gates, r, rb, lens, h0, *lstm = inputs
+    _need(op, len(gates.shape) == 4, f"gates must be (T, B, D, G*H), got {gates.shape}")
+    t_n, b_n, d_n, gh = gates.shape
+    _need(op, d_n == len(attrs.reverse), f"gates have {d_n} directions, the node {len(attrs.reverse)}")
+    _need(op, len(r.shape) == 3 and r.shape[0] == d_n, f"R must be (D={d_n}, G*H, H), got {r.shape}")
+    n = r.shape[2]
+    g = oracle.RNN_GATES[cell]
+    _need(op, n >= 1 and r.shape[1] == gh == g * n, f"R {r.shape} and gates {gates.shape} need G*H = {g}*{n}")
+    expect = {"Rb": (rb, (d_n, g * n)), "h0": (h0, (d_n, b_n, n))}
+    if cell == "lstm":
+        expect |= {"c0": (lstm[0], (d_n, b_n, n)), "P": (lstm[1], (d_n, 3 * n))}
+    for name, (t, shape) in {"gates": (gates, gates.shape), "R": (r, r.shape), **expect}.items():
+        _need(op, t.dtype == "float32", f"{name} must be float32, got {t.dtype}")
+        _need(op, t.shape == shape, f"{name} must have shape {shape}, got {t.shape}")
+    _need(op, lens.dtype == "int32" and lens.shape == (b_n,), f"lengths must be int32 ({b_n},), got {lens}")
+    return TensorType((t_n + oracle.RNN_STATES[cell], d_n, b_n, n), "float32")
+
+
+def _eval_recurrence(node: Node, args: list[np.ndarray], types: list[TensorType], out: TensorType) -> np.ndarray:
+    a = recurrence_attrs(node.attrs)
+    return oracle.recurrence(
+        a.cell, *args, reverse=a.reverse, activations=a.activations,
+        linear_before_reset=a.linear_before_reset, input_forget=a.input_forget,
+    )  # fmt: skip
+
+
+@register("recurrence", OPAQUE, 5, 7, evaluate=_eval_recurrence, cpu=CpuKernel("make_recurrence"))
+def _recurrence(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarray]) -> TensorType:
+    """ONNX's RNN, GRU or LSTM after the input projection: see :func:`recurrence_type` and
+    :func:`vdla.graph.oracle.recurrence`."""
+    return recurrence_type(inputs, recurrence_attrs(node.attrs))
 
 
 def _check_every_name_registered() -> None:

@@ -19,7 +19,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from vdla.graph.epilogue import Epilogue
 from vdla.graph.ew import EW, Arg, EwStep, StepTypes, step_result_dtype
 from vdla.graph.ewmath import Math
-from vdla.graph.types import INT_RANGE, UnsupportedError, is_float
+from vdla.graph.types import INT_RANGE, TensorType, UnsupportedError, is_float
 from vdla.graph.window import Window
 from vdla.isa.arith import MAX_SHIFT, MUL_MAX_SHIFT, mul_shift, requantize, rounding_shift, wrap32
 
@@ -826,3 +826,83 @@ def nll_loss(
     if ignore_index is not None:
         loss = np.where(t == int(ignore_index), np.float32(0), loss)
     return loss.astype(np.float32)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Recurrent cells (ONNX RNN, GRU, LSTM): the recurrence over input gates projected beforehand
+
+RNN_GATES = {"rnn": 1, "gru": 3, "lstm": 4}  # gate blocks of H per cell: RNN (h), GRU (z, r, h), LSTM (i, o, f, c)
+RNN_ACTIVATIONS = {"rnn": 1, "gru": 2, "lstm": 3}  # activation slots per direction: f; f, g; f, g, h
+RNN_STATES = {"rnn": 1, "gru": 1, "lstm": 2}  # state rows after the sequence: Y_h; Y_h, Y_c
+
+
+def activate(steps: tuple[EwStep, ...], x: np.ndarray) -> np.ndarray:
+    """A recurrent cell's activation (its clip first, when it has one): float32 elementwise ``steps``."""
+    return chain(steps, (TensorType(x.shape, "float32"),), [x], x.shape, "float32")
+
+
+def _cell(cell: str, x: np.ndarray, h: np.ndarray, c: np.ndarray, r: np.ndarray, rb: np.ndarray,
+          p: np.ndarray | None, acts: tuple[tuple[EwStep, ...], ...], lbr: bool, coupled: bool):  # fmt: skip
+    """One step of ``cell`` for every batch item: (new h, new c) from the projected gates ``x`` (B, G*H)."""
+    n = h.shape[1]
+    if cell == "rnn":
+        return activate(acts[0], x + h @ r.T + rb), c
+    if cell == "gru":
+        zr = x[:, : 2 * n] + h @ r[: 2 * n].T + rb[: 2 * n]
+        z, rg = activate(acts[0], zr[:, :n]), activate(acts[0], zr[:, n:])
+        rh, rbh = r[2 * n :], rb[2 * n :]
+        inner = rg * (h @ rh.T + rbh) if lbr else (rg * h) @ rh.T + rbh
+        hh = activate(acts[1], x[:, 2 * n :] + inner)
+        return (np.float32(1) - z) * hh + z * h, c
+    a = x + h @ r.T + rb
+    ai, ao, af, ac = (a[:, k * n : (k + 1) * n] for k in range(4))
+    pi, po, pf = (np.zeros(n, np.float32),) * 3 if p is None else (p[k * n : (k + 1) * n] for k in range(3))
+    i = activate(acts[0], ai + pi * c)
+    f = np.float32(1) - i if coupled else activate(acts[0], af + pf * c)
+    c = f * c + i * activate(acts[1], ac)
+    o = activate(acts[0], ao + po * c)
+    return o * activate(acts[2], c), c
+
+
+def recurrence(
+    cell: str,
+    gates: np.ndarray,
+    r: np.ndarray,
+    rb: np.ndarray,
+    lens: np.ndarray,
+    h0: np.ndarray,
+    c0: np.ndarray | None = None,
+    p: np.ndarray | None = None,
+    *,
+    reverse: tuple[bool, ...],
+    activations: tuple[tuple[EwStep, ...], ...],
+    linear_before_reset: bool = False,
+    input_forget: bool = False,
+) -> np.ndarray:
+    """ONNX's RNN, GRU or LSTM over input gates already projected (``gates`` (T, B, D, G*H) = X W^T + Wb):
+    the states ``(T + S, D, B, H)``: rows 0..T-1 are Y (each direction's hidden state at each step, zero at
+    and after a batch item's length), row T is Y_h (the last state: after step len-1 forward, after step 0 in
+    reverse) and, for the LSTM, row T+1 is Y_c. Lengths are clamped to [0, T]; ``activations`` holds the
+    cell's slots for each direction in turn, each a float32 chain (a clip first where the model clips).
+    Computed in float32, every batch item at once."""
+    t_n, b_n, d_n, _ = gates.shape
+    n = r.shape[-1]
+    k = RNN_ACTIVATIONS[cell]
+    out = np.zeros((t_n + RNN_STATES[cell], d_n, b_n, n), np.float32)
+    lens = np.clip(lens.astype(np.int64), 0, t_n)
+    rows = np.arange(b_n)
+    for d in range(d_n):
+        h = h0[d].astype(np.float32)
+        c = np.zeros_like(h) if c0 is None else c0[d].astype(np.float32)
+        pd = None if p is None else p[d]
+        for s in range(t_n):
+            active = s < lens
+            t = np.where(active, lens - 1 - s if reverse[d] else s, 0)
+            acts = activations[d * k : (d + 1) * k]
+            h2, c2 = _cell(cell, gates[t, rows, d], h, c, r[d], rb[d], pd, acts, linear_before_reset, input_forget)
+            h, c = np.where(active[:, None], h2, h), np.where(active[:, None], c2, c)
+            out[t[active], d, rows[active]] = h[active]
+        out[t_n, d] = h
+        if cell == "lstm":
+            out[t_n + 1, d] = c
+    return out

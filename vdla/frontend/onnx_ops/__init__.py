@@ -19,6 +19,7 @@ from vdla.frontend.onnx_ops import (  # noqa: F401  (each family registers its c
     math,
     pool,
     quant,
+    recurrent,
     reduce,
     tensor,
 )
