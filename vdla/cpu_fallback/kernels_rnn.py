@@ -174,8 +174,8 @@ def _start(kb: KernelBuilder, spec: RecurrenceSpec, d: int, bi: ir.Value) -> Non
         kb.store(ir.Constant(F32, 0.0), "float32", kb.out, kb.linear([t, bi, k], [d_n * b_n * n, n, 1], d * b_n * n))
 
 
-def _finish(kb: KernelBuilder, spec: RecurrenceSpec, d: int, bi: ir.Value) -> None:
-    """The final states (Y_h, and Y_c for the LSTM) into rows T and T+1."""
+def _finish(kb: KernelBuilder, spec: RecurrenceSpec, d: int, bi: ir.Value, length: ir.Value) -> None:
+    """The final states (Y_h, and Y_c for the LSTM) into rows T and T+1; zero after a length 0."""
     t_n, b_n, d_n, _ = spec.inputs[0].shape
     n = spec.inputs[1].shape[2]
     st = _Step(spec, d, bi, i64(0))
@@ -183,7 +183,9 @@ def _finish(kb: KernelBuilder, spec: RecurrenceSpec, d: int, bi: ir.Value) -> No
     with kb.loop(0, n) as k:
         for name, row in rows:
             at = kb.linear([bi, k], [n, 1], (row * d_n + d) * b_n * n)
-            kb.store(_scr(kb, _off(kb, st.slot(name), k)), "float32", kb.out, at)
+            v = _scr(kb, _off(kb, st.slot(name), k))
+            ran = kb.b.icmp_signed(">", length, i64(0))
+            kb.store(kb.b.select(ran, v, ir.Constant(F32, 0.0)), "float32", kb.out, at)
 
 
 @register_emitter
@@ -199,4 +201,4 @@ def _recurrence(spec: RecurrenceSpec, kb: KernelBuilder) -> None:
             with kb.loop(0, length) as s:
                 t = b.sub(b.sub(length, i64(1)), s) if spec.attrs.reverse[d] else s
                 _STEPS[spec.attrs.cell](kb, _Step(spec, d, bi, t), acts)
-            _finish(kb, spec, d, bi)
+            _finish(kb, spec, d, bi, length)

@@ -1253,7 +1253,8 @@ def activation_steps(op: str, activation: Any, clip: float | None = None) -> tup
 
 def recurrence_attrs(a: Mapping[str, Any]) -> RecurrenceAttrs:
     """The checked attributes of a ``recurrence`` node (see :class:`RecurrenceAttrs`); ``clip`` None or absent
-    is no clip, else a positive threshold."""
+    is no clip, else a positive threshold applied to the gates' pre-activations (an LSTM's cell state goes to
+    its activation h unclipped, as onnxruntime computes it)."""
     op = "recurrence"
     cell = a.get("cell")
     _need(op, cell in RNN_CELLS, f"cell {cell!r} is not one of {RNN_CELLS}")
@@ -1269,7 +1270,7 @@ def recurrence_attrs(a: Mapping[str, Any]) -> RecurrenceAttrs:
     return RecurrenceAttrs(
         cell,
         tuple(d == "reverse" for d in directions),
-        tuple(activation_steps(op, act, clip) for act in acts),
+        tuple(activation_steps(op, act, None if cell == "lstm" and i % k == 2 else clip) for i, act in enumerate(acts)),
         bool(a.get("linear_before_reset", False)),
         bool(a.get("input_forget", False)),
     )

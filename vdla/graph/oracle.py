@@ -882,8 +882,9 @@ def recurrence(
     """ONNX's RNN, GRU or LSTM over input gates already projected (``gates`` (T, B, D, G*H) = X W^T + Wb):
     the states ``(T + S, D, B, H)``: rows 0..T-1 are Y (each direction's hidden state at each step, zero at
     and after a batch item's length), row T is Y_h (the last state: after step len-1 forward, after step 0 in
-    reverse) and, for the LSTM, row T+1 is Y_c. Lengths are clamped to [0, T]; ``activations`` holds the
-    cell's slots for each direction in turn, each a float32 chain (a clip first where the model clips).
+    reverse) and, for the LSTM, row T+1 is Y_c (both zero for a length 0, as onnxruntime gives them). Lengths
+    are clamped to [0, T]; ``activations`` holds the cell's slots for each direction in turn, each a float32
+    chain (a clip first where the model clips).
     Computed in float32, every batch item at once."""
     t_n, b_n, d_n, _ = gates.shape
     n = r.shape[-1]
@@ -902,7 +903,8 @@ def recurrence(
             h2, c2 = _cell(cell, gates[t, rows, d], h, c, r[d], rb[d], pd, acts, linear_before_reset, input_forget)
             h, c = np.where(active[:, None], h2, h), np.where(active[:, None], c2, c)
             out[t[active], d, rows[active]] = h[active]
-        out[t_n, d] = h
+        ran = (lens > 0)[:, None]
+        out[t_n, d] = np.where(ran, h, np.float32(0))
         if cell == "lstm":
-            out[t_n + 1, d] = c
+            out[t_n + 1, d] = np.where(ran, c, np.float32(0))
     return out

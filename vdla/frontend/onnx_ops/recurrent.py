@@ -28,11 +28,11 @@ DIRECTIONS = {"forward": ["forward"], "reverse": ["reverse"], "bidirectional": [
 DEFAULT_ACTIVATIONS = {"rnn": ["Tanh"], "gru": ["Sigmoid", "Tanh"], "lstm": ["Sigmoid", "Tanh", "Tanh"]}
 # ONNX activation (lower case) -> (default alpha, default beta) of those that take them (onnxruntime's)
 ACTIVATION_PARAMS = {
-    "affine": (1.0, 0.0),
-    "scaledtanh": (1.0, 1.0),
+    "affine": (0.0, 0.0),
+    "scaledtanh": (0.0, 0.0),
     "hardsigmoid": (0.2, 0.5),
     "leakyrelu": (0.01, None),
-    "thresholdedrelu": (1.0, None),
+    "thresholdedrelu": (0.0, None),
     "elu": (1.0, None),
 }
 PLAIN_ACTIVATIONS = {"sigmoid": "sigmoid", "tanh": "tanh", "relu": "relu", "softsign": "softsign",
