@@ -158,7 +158,7 @@ def _bad(op: str, **change):
     consts = _weights(rng, op, 1)
     attrs = {"direction": "forward"}
     for k, v in change.items():
-        if k in consts:
+        if k in consts or k == "sequence_lens":
             consts[k] = v
         else:
             attrs[k] = v
@@ -178,6 +178,8 @@ def _bad(op: str, **change):
         ("LSTM", {"P": np.zeros((1, H), np.float32)}, ["P", "shape"]),
         ("LSTM", {"clip": -1.0}, ["clip"]),
         ("GRU", {"linear_before_reset": 2}, ["linear_before_reset"]),
+        ("LSTM", {"sequence_lens": np.array([T + 1] + [T] * (B - 1), np.int32)}, ["sequence_lens", f"0..{T}"]),
+        ("RNN", {"sequence_lens": np.array([-1] + [T] * (B - 1), np.int32)}, ["sequence_lens"]),
     ],
 )
 def test_bad_attributes_are_refused_naming_node_and_attribute(op, change, words):

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from vdla.graph.graph import Graph, Node
-from vdla.graph.opnames import CONV2D, DENSE, MATMUL
+from vdla.graph.opnames import CONV2D, DENSE, MATMUL, RECURRENCE
 from vdla.graph.ops import OPS
 from vdla.graph.tables import cpu_tables
 from vdla.graph.types import TensorType
@@ -83,7 +83,8 @@ class CpuRegions:
 
 
 def node_macs(node: Node, types: dict[str, TensorType]) -> int:
-    """Multiply-accumulates of a conv2d, dense or matmul node of the graph typed by ``types`` (0 for others)."""
+    """Multiply-accumulates of a conv2d, dense, matmul or recurrence node (its steps' H @ R^T; the input
+    projection is a dense node of its own) of the graph typed by ``types`` (0 for others)."""
     if node.op == CONV2D:
         n, oc, oh, ow = types[node.output].shape
         _, icg, kh, kw = types[node.inputs[1]].shape
@@ -93,6 +94,9 @@ def node_macs(node: Node, types: dict[str, TensorType]) -> int:
         return m * n * types[node.inputs[1]].shape[1]
     if node.op == MATMUL:
         return int(np.prod(types[node.output].shape)) * types[node.inputs[1]].shape[-2]  # K of (..., K, N)
+    if node.op == RECURRENCE:  # each step's H @ R^T: gates (T, B, D, G*H), R (D, G*H, H)
+        t_n, b_n, d_n, gh = types[node.inputs[0]].shape
+        return t_n * b_n * d_n * gh * types[node.inputs[1]].shape[2]
     return 0
 
 

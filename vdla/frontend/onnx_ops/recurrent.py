@@ -110,6 +110,11 @@ class _Geometry:
         for i, what, shape in ((1, "W", (self.d, gh, self.i)), (2, "R", (self.d, gh, self.h)),
                                (3, "B", (self.d, 2 * gh)), (4, "sequence_lens", (self.b,))):  # fmt: skip
             _expect_shape(b, node, i, what, shape)
+        if b.has(node, 4) and b.is_const(node, 4):
+            lens = np.asarray(b.const(node, 4, "sequence_lens"))
+            if lens.size and (lens.min() < 0 or lens.max() > self.t):
+                what = f"sequence_lens {lens.tolist()} must lie in 0..{self.t} (X's steps)"
+                raise unsupported(node, what, "sequence_lens")
         state = (self.d, self.b, self.h) if self.layout == 0 else (self.b, self.d, self.h)
         for i in (5, 6)[: 2 if cell == "lstm" else 1]:
             _expect_shape(b, node, i, ("initial_h", "initial_c")[i - 5], state)
