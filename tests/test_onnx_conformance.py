@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 import onnx_conformance as conformance  # noqa: E402
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # kept while other modules' tests run between this one's on its worker
 def results():
     res, total = conformance.run_all()
     return res, total

@@ -1,5 +1,6 @@
-"""`vdla fit`: the resource accounting of both families, the report, and (slow) a full Yosys synthesis that
-reproduces the committed fit of the default preset."""
+"""`vdla fit`: the resource accounting of both families, the report, a Yosys elaboration of the whole design
+(slow), and (``synth``: make fit-check) a full synthesis that reproduces the committed fit of the default preset
+and the control units' syntheses against the timing proxy."""
 
 from __future__ import annotations
 
@@ -108,7 +109,7 @@ def test_the_table_shows_budget_margins_levels_and_units():
     assert "each unit over the budget: u_alu 9, u_regs 12." in fit_table(report)
 
 
-@pytest.mark.slow
+@pytest.mark.synth
 def test_a_synthesis_reproduces_the_committed_fit(tmp_path):
     """Yosys is deterministic: the default preset's synthesis gives its committed record's figures (make fit
     wrote them; tests/test_fit_records.py checks they are current and within the budget)."""
@@ -128,7 +129,7 @@ CONTROL_UNITS += ["vdla_alu"]  # and the ALU, its MUL registered in its DSP48E1s
 CONTROL_UNITS += ["vdla_gemm_core"]  # and the GEMM core, its adder tree split between its two stages
 
 
-@pytest.mark.slow
+@pytest.mark.synth
 @pytest.mark.parametrize("module", CONTROL_UNITS)
 def test_control_units_meet_the_timing_proxy(module):
     """Each control unit alone (`vdla fit --module`) is within the 8 LUT levels of 100 MHz: its counts are

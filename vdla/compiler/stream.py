@@ -420,7 +420,7 @@ def join_programs(
     prev: list[Insn] = []
     finish: Insn | None = None
     link: Link | None = None
-    progs = [copy.deepcopy(list(p)) for p in programs]
+    progs = [[copy.copy(insn) for insn in p] for p in programs]  # an instruction's fields are scalars
     for i, prog in enumerate(progs):
         if not prog or not isinstance(prog[-1], FinishInsn):
             raise CompileError(f"layer program {i} does not end with FINISH")

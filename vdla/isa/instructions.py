@@ -6,6 +6,7 @@ so the layout exists in exactly one place (docs/isa.md documents the same table)
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from enum import IntEnum
 
@@ -129,15 +130,18 @@ class Queue(IntEnum):
                 return q
         raise IsaError(f"no dependency queue from the {src.name.lower()} stage to the {dst.name.lower()} stage")
 
-    @classmethod
-    def popped_by(cls, stage: Stage) -> tuple[Queue, ...]:
-        """The queues instructions of ``stage`` pop (in queue order)."""
-        return tuple(q for q in cls if q.dst == stage)
+    @staticmethod
+    @functools.cache
+    def popped_by(stage: Stage) -> tuple[Queue, ...]:
+        """The queues instructions of ``stage`` pop (in queue order); computed once a stage (the simulator and
+        the validator ask for each instruction)."""
+        return tuple(q for q in Queue if q.dst == stage)
 
-    @classmethod
-    def pushed_by(cls, stage: Stage) -> tuple[Queue, ...]:
-        """The queues instructions of ``stage`` push (in queue order)."""
-        return tuple(q for q in cls if q.src == stage)
+    @staticmethod
+    @functools.cache
+    def pushed_by(stage: Stage) -> tuple[Queue, ...]:
+        """The queues instructions of ``stage`` push (in queue order); computed once a stage."""
+        return tuple(q for q in Queue if q.src == stage)
 
 
 # (name, lsb, width). Opcode [2:0] and the four dependency flags [6:3] are common to all kinds.

@@ -47,6 +47,27 @@ class Simulator:
     def __init__(self, cfg: HwConfig):
         self.cfg = cfg
         self.sram = semantics.Sram(cfg)
+        self._checked: dict[tuple[bytes, tuple[int, int]], tuple[Insn, ...]] = {}  # see _fetch
+
+    CHECKED_PROGRAMS = 8  # programs kept decoded and checked (a model's streams run once per inference)
+
+    def _fetch(self, code: bytes, dram_range: tuple[int, int]) -> tuple[Insn, ...]:
+        """The program ``code`` decoded and each instruction checked (FaultError naming the first bad one). The
+        result depends only on the bytes, the DRAM window and the configuration, so :meth:`run` keeps the last
+        few: a program run again (the next inference) is neither decoded nor checked again."""
+        try:
+            insns = decode_program(code)
+        except IsaError as e:
+            raise FaultError(f"cannot fetch the program: {e}") from e
+        for i, insn in enumerate(insns):
+            problems = check_insn(insn, self.cfg, dram_range)
+            if isinstance(insn, FinishInsn) and i != len(insns) - 1:
+                problems.append("FINISH before the end of the program")
+            if problems:
+                raise FaultError(f"instruction {i} ({disassemble_insn(insn)}): {'; '.join(problems)}")
+        if not insns or not isinstance(insns[-1], FinishInsn):
+            raise FaultError("the program does not end with FINISH")
+        return tuple(insns)
 
     def make_dram(self) -> Dram:
         """The DRAM region of the configuration."""
@@ -68,18 +89,16 @@ class Simulator:
         counters are the same): how the schedule search times its candidates."""
         t0 = time.perf_counter()
         try:
-            insns = decode_program(bytes(dram.view(insn_addr, insn_count * self.cfg.insn_bytes)))
-        except (IsaError, DramError) as e:
+            code = bytes(dram.view(insn_addr, insn_count * self.cfg.insn_bytes))
+        except DramError as e:
             raise FaultError(f"cannot fetch the program: {e}") from e
-        for i, insn in enumerate(insns):
-            problems = check_insn(insn, self.cfg, dram.range)
-            if isinstance(insn, FinishInsn) and i != len(insns) - 1:
-                problems.append("FINISH before the end of the program")
-            if problems:
-                raise FaultError(f"instruction {i} ({disassemble_insn(insn)}): {'; '.join(problems)}")
-        if not insns or not isinstance(insns[-1], FinishInsn):
-            raise FaultError("the program does not end with FINISH")
-        result = _Run(self, dram, insns, max_cycles, timeline, functional).execute()
+        key = (code, dram.range)
+        insns = self._checked.get(key)
+        if insns is None:
+            insns = self._checked[key] = self._fetch(code, dram.range)
+            while len(self._checked) > self.CHECKED_PROGRAMS:
+                del self._checked[next(iter(self._checked))]
+        result = _Run(self, dram, list(insns), max_cycles, timeline, functional).execute()
         result.wall_s = time.perf_counter() - t0
         return result
 
