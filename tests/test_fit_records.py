@@ -11,17 +11,8 @@ from vdla.hw.fit import committed_fit, refresh_command, stale_reason
 
 BOARD_PRESETS = [c.name for c in board_presets()]
 # The presets whose committed fit is over its budget today, with why: strict, so the test fails once one fits and
-# its mark must go. The xc7z020 build is over on LUT, DSP and BRAM until issue 50's reductions land, the xczu3eg's
-# on LUT (the design as Yosys maps it for UltraScale+). On the ZU+ parts Yosys does not use the DSP48E2's pre-adder
-# for the GEMM core's packed weights (the xc7z020's DSP48E1s take it in their D port), so the add sits in fabric in
-# front of the multiplier: 10 levels from the WGT block RAM to the group sums, over the 9 of 166.7 MHz on -2 and the
-# 8 of 150 MHz on -1 (docs/boards.md).
-ZU_LEVELS = "issue 50: the GEMM core's packed-weight add in fabric (no DSP48E2 pre-adder in Yosys' xcup mapping)"
-OVER_BUDGET = {
-    "aup-zu3": f"issue 50: 56,124 LUT, 79.5% of the xczu3eg; {ZU_LEVELS.removeprefix('issue 50: ')}",
-    "kv260": ZU_LEVELS,
-    "zcu104": ZU_LEVELS,
-}
+# its mark must go. None is: the ZU+ presets run at the clocks their 10-level GEMM path allows (docs/boards.md).
+OVER_BUDGET: dict[str, str] = {}
 
 
 def _fit(name: str) -> dict:
@@ -30,9 +21,8 @@ def _fit(name: str) -> dict:
     return record
 
 
-# records not yet refreshed after the unit options (alu_lanes, src_out) entered the package: their presets build
-# every unit, the same logic as the record's; a refresh (make fit, ~20 min each here) makes these pass
-STALE = {n: "issue 50: record of the RTL before the unit options; refresh with make fit" for n in ("aup-zu3", "zcu104")}
+# records not yet refreshed after their preset's clock changed (make fit, ~40 min each here): strict
+STALE = {n: "issue 50: record of the preset's old clock; refresh with make fit" for n in ("kv260", "zcu104")}
 
 
 @pytest.mark.parametrize(
