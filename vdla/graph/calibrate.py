@@ -129,25 +129,50 @@ def check_calibration(inputs: Mapping[str, TensorType], data: Mapping[str, np.nd
     ``(N, *shape)`` is accepted too); an integer input's (token ids, a mask) in its integer dtype, exactly. A
     single array for a single-input graph may have any name.
 
-    Raises :class:`QuantizationError` naming the input for a missing or unknown array, a non-float dtype for
-    a float input, an integer outside an integer input's range, a wrong shape, an empty set, counts that
-    differ between inputs or non-finite values (with a sample index).
+    Every array is checked before anything is refused, and one :class:`QuantizationError` names each
+    mismatch (the input, what it takes and what the array holds): a missing or unknown array, a non-float
+    dtype for a float input or a non-integer one for an integer input, an integer outside an integer input's
+    range, a wrong shape, no samples, samples that do not fill whole model batches, non-finite values (with a
+    sample index), and, once each array is good, counts that differ between inputs.
     """
     data = dict(data)
     if len(inputs) == 1 and len(data) == 1:
         data = {next(iter(inputs)): next(iter(data.values()))}
-    missing, unknown = sorted(set(inputs) - set(data)), sorted(set(data) - set(inputs))
-    if missing or unknown:
+    problems = [_missing(name, t) for name, t in inputs.items() if name not in data]
+    problems += [_unknown(name, np.asarray(a), inputs) for name, a in data.items() if name not in inputs]
+    out = {}
+    for name, t in inputs.items():
+        if name in data:
+            try:
+                out[name] = _samples(name, t, np.asarray(data[name]))
+            except QuantizationError as e:
+                problems.append(str(e))
+    if not problems:
+        counts = {name: a.shape[0] for name, a in out.items()}
+        if len(set(counts.values())) > 1:
+            problems.append(f"calibration arrays hold different numbers of samples: {counts}")
+    if len(problems) == 1:
+        raise QuantizationError(problems[0])
+    if problems:
+        listed = "".join(f"\n  {i}. {p}" for i, p in enumerate(problems, 1))
         raise QuantizationError(
-            f"calibration data has arrays {sorted(data)}, the model's inputs are {sorted(inputs)}"
-            + (f"; missing {missing}" if missing else "")
-            + (f"; unknown {unknown}" if unknown else "")
+            f"calibration data (arrays {sorted(data)}) does not match the model's inputs {sorted(inputs)}: "
+            f"{len(problems)} problems{listed}"
         )
-    out = {name: _samples(name, t, np.asarray(data[name])) for name, t in inputs.items()}
-    counts = {name: a.shape[0] for name, a in out.items()}
-    if len(set(counts.values())) > 1:
-        raise QuantizationError(f"calibration arrays hold different numbers of samples: {counts}")
     return out
+
+
+def _missing(name: str, t: TensorType) -> str:
+    return f"calibration input {name!r} is missing: the model takes {_wanted(t)} (input {t})"
+
+
+def _unknown(name: str, a: np.ndarray, inputs: Mapping[str, TensorType]) -> str:
+    return f"calibration array {name!r} ({a.dtype} {a.shape}) is unknown: the model's inputs are {sorted(inputs)}"
+
+
+def _wanted(t: TensorType) -> str:
+    """What a calibration array for an input of type ``t`` holds: ``float32 Nx3x32x32``."""
+    return f"{t.dtype} " + "x".join(map(str, ("N", *t.shape[1:])))
 
 
 def random_calibration(
@@ -168,15 +193,23 @@ def random_calibration(
 
 
 def _samples(name: str, t: TensorType, a: np.ndarray) -> np.ndarray:
+    """Input ``name``'s samples, checked (a wrong shape and a wrong kind of dtype are named together)."""
     per = t.shape[1:]
+    shaped = a.ndim == len(t.shape) and a.shape[1:] == per
     if a.ndim == len(t.shape) + 1 and a.shape[1:] == t.shape:
-        a = a.reshape(-1, *per)
-    elif a.ndim != len(t.shape) or a.shape[1:] != per:
-        want = "x".join(map(str, ("N", *per)))
-        raise QuantizationError(f"calibration input {name!r}: shape {a.shape} does not match {want} (input {t})")
+        a, shaped = a.reshape(-1, *per), True
+    wrong = [] if shaped else [f"shape {a.shape} does not match {'x'.join(map(str, ('N', *per)))}"]
+    integer = t.dtype in INT_RANGE
+    if a.dtype.kind not in ("iub" if integer else "f"):
+        hint = (
+            "the integer values (token ids, a mask) it reads" if integer else "float values preprocessed as it expects"
+        )
+        wrong.append(f"dtype {a.dtype}, the model takes {t.dtype}: pass {hint}")
+    if wrong:
+        raise QuantizationError(f"calibration input {name!r}: {'; '.join(wrong)} (input {t})")
     if a.shape[0] == 0:
         raise QuantizationError(f"calibration input {name!r} has no samples")
-    a = _integer_samples(name, t, a) if a.dtype.kind in "iu" and t.dtype in INT_RANGE else _float_samples(name, t, a)
+    a = _integer_samples(name, t, a) if integer else _float_samples(name, a)
     batch = t.shape[0]
     if a.shape[0] % batch:
         raise QuantizationError(
@@ -193,12 +226,8 @@ def _integer_samples(name: str, t: TensorType, a: np.ndarray) -> np.ndarray:
         raise QuantizationError(f"calibration input {name!r} ({a.dtype}) for {t.dtype}: {e}") from e
 
 
-def _float_samples(name: str, t: TensorType, a: np.ndarray) -> np.ndarray:
-    if a.dtype.kind != "f":
-        raise QuantizationError(
-            f"calibration input {name!r} is {a.dtype}, the model takes {t.dtype}: pass float values "
-            "preprocessed as the model expects them"
-        )
+def _float_samples(name: str, a: np.ndarray) -> np.ndarray:
+    """Float samples as float32, every sample finite."""
     a = a.astype(np.float32)
     bad = ~np.isfinite(a).reshape(a.shape[0], -1).all(axis=1)
     if bad.any():

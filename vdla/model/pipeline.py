@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import time
 import warnings
+import zipfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -32,7 +33,14 @@ from vdla.compiler import CompileError, ScheduleCache
 from vdla.config import DEFAULT_PRESET, HwConfig, load_config
 from vdla.cpu_fallback.native import TARGETS, NativeCodeError, resolve_target
 from vdla.graph import dump as gdump
-from vdla.graph.calibrate import DEFAULT_PERCENTILE, METHODS, RANDOM, RANDOM_WARNING, random_calibration
+from vdla.graph.calibrate import (
+    DEFAULT_PERCENTILE,
+    METHODS,
+    RANDOM,
+    RANDOM_WARNING,
+    check_calibration,
+    random_calibration,
+)
 from vdla.graph.convt import phase_convs
 from vdla.graph.copies import accelerator_copies
 from vdla.graph.graph import Graph
@@ -211,26 +219,44 @@ def add_cpu_code(artifact: Artifact, targets: tuple[str, ...], log: Log | None =
 
 
 def _load_calib(calib: str | Path | Mapping[str, np.ndarray] | np.ndarray, graph: Graph) -> dict[str, np.ndarray]:
-    """Calibration arrays by input name: an .npz path, a mapping or one array (for a single-input model),
-    checked against the model's inputs by :func:`vdla.graph.calibrate.check_calibration`; ``"random"``: seeded
+    """Calibration arrays by input name: an .npz path (:func:`read_calib_file`), a mapping or one array (for a
+    single-input model), checked against the model's inputs by :func:`vdla.graph.calibrate.check_calibration`
+    before anything compiles (every mismatch named at once); ``"random"``: seeded
     random inputs of ``graph``'s input shapes and dtypes (:func:`vdla.graph.calibrate.random_calibration`),
     with a :class:`~vdla.graph.quantize.QuantizationWarning` that the accuracy is then meaningless."""
-    if isinstance(calib, np.ndarray):
-        return {"calib": calib}
     if isinstance(calib, str) and calib == RANDOM:
         warnings.warn(RANDOM_WARNING, QuantizationWarning, stacklevel=3)
         return random_calibration(graph.inputs)
-    if isinstance(calib, str | Path):
-        try:
-            with np.load(calib) as npz:
-                return {k: npz[k] for k in npz.files}
-        except (OSError, ValueError, AttributeError) as e:
-            raise CompileError(f"{calib}: not a readable .npz of calibration arrays ({e})") from e
-    if not isinstance(calib, Mapping):
+    if isinstance(calib, np.ndarray):
+        arrays = {"calib": calib}
+    elif isinstance(calib, str | Path):
+        arrays = read_calib_file(calib)
+    elif isinstance(calib, Mapping):
+        arrays = dict(calib)
+    else:
         raise CompileError(
             f"calib must be an .npz path, a dict of arrays by input name or one array, got {type(calib).__name__}"
         )
-    return dict(calib)
+    return check_calibration(graph.inputs, arrays)
+
+
+def read_calib_file(path: str | Path) -> dict[str, np.ndarray]:
+    """The arrays of the .npz file ``path`` by name; a missing or unreadable file, or one that is not an .npz
+    archive (a .npy array, a pickle, text), is refused naming the path."""
+    try:
+        loaded = np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
+        raise CompileError(f"calibration file {path}: not a readable .npz of calibration arrays ({e})") from e
+    if not isinstance(loaded, np.lib.npyio.NpzFile):
+        raise CompileError(
+            f"calibration file {path}: a single .npy array, not an .npz archive of arrays by input name (save it "
+            "with np.savez(path, NAME=array) for each model input)"
+        )
+    try:
+        with loaded:
+            return {k: loaded[k] for k in loaded.files}
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:  # a truncated or corrupt member
+        raise CompileError(f"calibration file {path}: not a readable .npz of calibration arrays ({e})") from e
 
 
 def calibration_runner(log: Log) -> Callable[[Graph], Callable] | None:
