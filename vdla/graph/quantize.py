@@ -42,6 +42,7 @@ the fake-quantized one by the requantization multiplier's rounding (at most one 
 from __future__ import annotations
 
 import difflib
+import math
 import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
@@ -127,7 +128,8 @@ class QuantPlan:
 @dataclass(frozen=True)
 class TensorQuant:
     """One int8 value: its calibration range, the clipping threshold and scale, the fraction of calibration
-    elements beyond the threshold, and the value whose calibration chose the scale."""
+    elements beyond the threshold, the value whose calibration chose the scale, and where measured its error in
+    the int8 model (SQNR in dB, cosine)."""
 
     name: str
     min: float
@@ -136,11 +138,16 @@ class TensorQuant:
     scale: float
     clipped: float
     scale_of: str
+    # in the int8 model against the float model (:mod:`vdla.graph.qerror`; None unless measured)
+    sqnr_db: float | None = None
+    cosine: float | None = None
 
 
 @dataclass(frozen=True)
 class LayerQuant:
-    """One anchor: its input and output values and the range of its per-channel weight scales."""
+    """One anchor: its input and output values, the range of its per-channel weight scales, and where measured
+    the error of the model with only this layer quantized: its output's SQNR (dB), the model outputs' SQNR and
+    cosine."""
 
     name: str
     op: str
@@ -148,6 +155,11 @@ class LayerQuant:
     output: str
     weight_scale_min: float
     weight_scale_max: float
+    # with only this layer quantized: its output's and the model output's error (:mod:`vdla.graph.qerror`; None
+    # unless measured)
+    sqnr_db: float | None = None
+    output_sqnr_db: float | None = None
+    output_cosine: float | None = None
 
 
 @dataclass(frozen=True)
@@ -168,12 +180,18 @@ class QuantReport:
             "method": self.method,
             "percentile": self.percentile if self.method == "percentile" else None,
             "samples": self.samples,
-            "tensors": [asdict(t) for t in self.tensors],
-            "layers": [asdict(layer) for layer in self.layers],
+            "tensors": [_json_numbers(asdict(t)) for t in self.tensors],
+            "layers": [_json_numbers(asdict(layer)) for layer in self.layers],
             "kept_float": list(self.kept_float),
             "warnings": list(self.warnings),
             "power_of_two": self.power_of_two,
         }
+
+
+def _json_numbers(row: dict) -> dict:
+    """``row`` with infinite floats as the strings ``"inf"``/``"-inf"`` (strict JSON has no infinity): an SQNR of
+    a value the quantization leaves exact."""
+    return {k: (str(v) if isinstance(v, float) and math.isinf(v) else v) for k, v in row.items()}
 
 
 # ---------------------------------------------------------------------------------------------------------

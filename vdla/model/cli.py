@@ -58,16 +58,34 @@ def _placement_table(artifact, report) -> Table:
 
 
 def _quant_table(q) -> Table:
-    """The int8 values of a float model quantized with calibration data: range, threshold, scale, clipping."""
+    """The int8 values of a float model quantized with calibration data: range, threshold, scale, clipping; with
+    ``--report``, each value's and each layer's quantization error."""
     how = f"percentile {q.percentile:g}" if q.method == "percentile" else q.method
     t = Table(title=f"int8 quantization: {how}, {q.samples} calibration samples")
-    for c in ("tensor", "range", "threshold", "scale", "clipped", "scale of"):
+    measured = any(v.sqnr_db is not None for v in q.tensors)
+    errors = ("SQNR dB", "layer SQNR dB", "out SQNR dB", "out cos") if measured else ()
+    for c in ("tensor", "range", "threshold", "scale", "clipped", "scale of", *errors):
         t.add_column(c, justify="left" if c in ("tensor", "scale of") else "right")
+    layers = {layer.output: layer for layer in q.layers}
     for v in q.tensors:
         shared = "" if v.scale_of == v.name else v.scale_of
         rng = f"[{v.min:.4g}, {v.max:.4g}]"
-        t.add_row(v.name, rng, f"{v.threshold:.4g}", f"{v.scale:.4g}", f"{v.clipped:.4%}", shared)
+        row = [v.name, rng, f"{v.threshold:.4g}", f"{v.scale:.4g}", f"{v.clipped:.4%}", shared]
+        t.add_row(*row, *(_error_cells(v, layers.get(v.name)) if measured else ()))
     return t
+
+
+def _error_cells(v, layer) -> tuple[str, ...]:
+    """A tensor's SQNR in the int8 model; for a layer's output, the layer's own SQNR and the model output's SQNR
+    and cosine with only that layer quantized (:mod:`vdla.graph.qerror`)."""
+    own = (
+        ("", "", "") if layer is None else (_db(layer.sqnr_db), _db(layer.output_sqnr_db), f"{layer.output_cosine:.5f}")
+    )
+    return (_db(v.sqnr_db), *own)
+
+
+def _db(x: float | None) -> str:
+    return "" if x is None else f"{x:.1f}"
 
 
 def _keep_float(specs: list[str]) -> tuple[str, ...]:

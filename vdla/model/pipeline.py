@@ -48,6 +48,7 @@ from vdla.graph.im2col import im2col_convs
 from vdla.graph.opnames import DEQUANTIZE, QUANTIZE
 from vdla.graph.ops import infer_types
 from vdla.graph.qdq import lower_qdq
+from vdla.graph.qerror import with_errors
 from vdla.graph.quantize import QuantizationWarning, QuantReport, quantize_model
 from vdla.graph.rowpair import pair_rows as pair_rows_graph
 from vdla.graph.serialize import graph_from_json, graph_to_json
@@ -311,7 +312,8 @@ def compile_model(
                 "the model is already quantized (QDQ): it keeps the scales it carries; drop the calibration data"
             )
         arrays = _load_calib(calib, graph)
-        runner = calibration_runner(log or (lambda msg: None))
+        log = log or (lambda msg: None)
+        runner = calibration_runner(log)
 
         def quantize(g: Graph) -> Graph:
             qgraph, qreport = quantize_model(
@@ -325,6 +327,9 @@ def compile_model(
                 opts.align_residuals,
                 opts.power_of_two,
             )
+            if opts.quant_report is not None:  # the error analysis runs only for the report
+                log(f"measuring the quantization error of {len(qreport.layers)} layers")
+                qreport = with_errors(qreport, g, qgraph, check_calibration(g.inputs, arrays))
             if isinstance(calib, str) and calib == RANDOM:
                 qreport = replace(qreport, warnings=(RANDOM_WARNING, *qreport.warnings))
             found.append(qreport)
