@@ -37,7 +37,7 @@ from vdla.graph.quantize import LayerQuant, QuantPlan, QuantReport, quantize_gra
 ERROR_BATCHES = 8  # model batches of the calibration set the error analysis runs on
 
 
-class _Error:
+class _Sums:
     """Running sums of a float reference ``f`` and its quantized value ``q`` over batches."""
 
     def __init__(self) -> None:
@@ -69,7 +69,7 @@ def with_errors(
     """``report`` (of :func:`vdla.graph.quantize.quantize_model` on the float ``graph``, giving ``qgraph``) with
     every tensor's and layer's error filled in, measured on the first ``batches`` model batches of ``data``
     (calibration arrays as :func:`vdla.graph.calibrate.check_calibration` returns them)."""
-    tensor_err = {t.name: _Error() for t in report.tensors}
+    tensor_err = {t.name: _Sums() for t in report.tensors}
     layers = {layer.name: _LayerRun(graph, layer, report) for layer in report.layers}
     read = {t.name: _dequantized(qgraph, t.name) for t in report.tensors}
     for feeds in _batches(graph, data, batches):
@@ -115,7 +115,7 @@ class _LayerRun:
         others = {other.output for other in report.layers} - {layer.output}
         self.graph = _float_reads(qgraph, [v for v in points if points[v] in others])
         self.types = infer_types(self.graph)
-        self.own, self.model = _Error(), _Error()
+        self.own, self.model = _Sums(), _Sums()
 
     def add(self, ref: Mapping[str, np.ndarray]) -> None:
         got = _rerun(self.graph, self.types, ref)
