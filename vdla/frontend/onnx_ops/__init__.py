@@ -14,6 +14,7 @@ opset's form (attributes that later became inputs, Upsample, Resize-10) before t
 from vdla.frontend.onnx_ops import (  # noqa: F401  (each family registers its converters on import)
     attention,
     convt,
+    dynquant,
     legacy,
     linear,
     math,
