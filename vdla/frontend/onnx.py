@@ -97,6 +97,21 @@ def _warn(message: str) -> None:
     warnings.warn(message, OnnxImportWarning, stacklevel=2)
 
 
+def _dynamic_rewrites(proto: onnx.ModelProto, dequantize: bool) -> onnx.ModelProto:
+    """``proto``, or a rewritten copy when it holds onnxruntime's fused or (``dequantize``) dynamic units."""
+    from vdla.frontend import dynamic
+
+    kinds = {n.op_type for n in proto.graph.node}
+    if not kinds & {"DynamicQuantizeMatMul", "MatMulIntegerToFloat", "DynamicQuantizeLinear"}:
+        return proto
+    copy = onnx.ModelProto()
+    copy.CopyFrom(proto)
+    dynamic.expand_contrib(copy)
+    if dequantize:
+        dynamic.dequantize_dynamic(copy)
+    return copy
+
+
 def _load(model: str | os.PathLike | onnx.ModelProto) -> tuple[onnx.ModelProto, str]:
     """The model and how errors name it (the file path, or the graph name of a ModelProto)."""
     if isinstance(model, onnx.ModelProto):
@@ -592,16 +607,22 @@ class _Importer:
 
 
 def import_onnx(
-    model: str | os.PathLike | onnx.ModelProto, input_shapes: dict[str, tuple[int, ...]] | None = None
+    model: str | os.PathLike | onnx.ModelProto,
+    input_shapes: dict[str, tuple[int, ...]] | None = None,
+    dequantize_dynamic: bool = False,
 ) -> Graph:
     """Import an ONNX model (a file path or an ``onnx.ModelProto``) as a verified vdla :class:`Graph`.
 
-    ``input_shapes`` fixes dynamic input dimensions (``{"input": (1, 3, 224, 224)}``). Raises
+    ``input_shapes`` fixes dynamic input dimensions (``{"input": (1, 3, 224, 224)}``). onnxruntime's fused
+    dynamic quantization operators are expanded to standard ones; ``dequantize_dynamic`` (the model compiler
+    sets it when it calibrates) turns dynamically quantized MatMul/Conv units with constant weights back into
+    float operators (:mod:`vdla.frontend.dynamic`); the model given is never modified. Raises
     :class:`FrontendError` for a file or model that cannot be read as given (naming the file) and
     :class:`~vdla.graph.types.UnsupportedError` naming every node vdla cannot run (its name, op type,
     attributes and the attribute or dtype at fault).
     """
     proto, where = _load(model)
+    proto = _dynamic_rewrites(proto, dequantize_dynamic)
     opset = model_opset(proto, where)
     try:
         onnx.checker.check_model(proto)

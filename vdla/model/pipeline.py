@@ -301,7 +301,7 @@ def compile_model(
     else:
         from vdla.frontend.onnx import import_onnx
 
-        graph = import_onnx(model, opts.input_shapes)
+        graph = import_onnx(model, opts.input_shapes, dequantize_dynamic=calib is not None)
     import_s = time.perf_counter() - t0
     quantized = any(n.op in (QUANTIZE, DEQUANTIZE) for n in graph.nodes)
     passes: list[tuple[str, Callable[[Graph], Graph]]] = [("simplify", simplify)]

@@ -18,7 +18,7 @@
 Invariant: the int32 results equal ONNX's for any int32-representable sum. Zero points are per tensor for
 the left operand / input, per tensor or per output column / channel for the weight; their dtype is their
 operand's. Anything else is refused naming the node and the input. With ``--calib``, the model compiler
-first turns the dequantized patterns back into float operators (:mod:`vdla.frontend.dequantize_dynamic`),
+first turns the dequantized patterns back into float operators (:func:`vdla.frontend.dynamic.dequantize_dynamic`),
 so that vdla's own static quantization places them on the accelerator.
 """
 
