@@ -99,16 +99,16 @@ def _warn(message: str) -> None:
 
 def _dynamic_rewrites(proto: onnx.ModelProto, dequantize: bool) -> onnx.ModelProto:
     """``proto``, or a rewritten copy when it holds onnxruntime's fused or (``dequantize``) dynamic units."""
-    from vdla.frontend import dynamic
+    from vdla.frontend.dynamic import dequantize_dynamic, expand_contrib
 
     kinds = {n.op_type for n in proto.graph.node}
     if not kinds & {"DynamicQuantizeMatMul", "MatMulIntegerToFloat", "DynamicQuantizeLinear"}:
         return proto
     copy = onnx.ModelProto()
     copy.CopyFrom(proto)
-    dynamic.expand_contrib(copy)
+    expand_contrib(copy)
     if dequantize:
-        dynamic.dequantize_dynamic(copy)
+        dequantize_dynamic(copy)
     return copy
 
 

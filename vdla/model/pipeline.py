@@ -309,7 +309,8 @@ def compile_model(
     if calib is not None:
         if quantized:
             raise CompileError(
-                "the model is already quantized (QDQ): it keeps the scales it carries; drop the calibration data"
+                "the model is already quantized (QDQ, or dynamic units whose weight is not a constant): it keeps "
+                "the scales it carries; drop the calibration data"
             )
         arrays = _load_calib(calib, graph)
         log = log or (lambda msg: None)
