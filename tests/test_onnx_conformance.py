@@ -39,6 +39,7 @@ def test_conformance_covers_the_operators_models_need(results):
         "Conv", "Gemm", "MatMul", "Relu", "Clip", "MaxPool", "AveragePool", "GlobalAveragePool", "Add", "Mul",
         "Softmax", "Flatten", "Reshape", "Transpose", "Concat", "Sigmoid", "Tanh", "Exp", "QuantizeLinear",
         "DequantizeLinear", "Div", "Sqrt", "Slice", "Split", "Resize", "BatchNormalization",
+        "DynamicQuantizeLinear", "MatMulInteger", "ConvInteger",
     ):  # fmt: skip
         assert op in table, op
         assert table[op]["pass"] > 0, (op, table[op])
