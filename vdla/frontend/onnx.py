@@ -53,7 +53,11 @@ from vdla.graph.verify import verify
 
 try:
     import onnx
-    from onnx import numpy_helper
+    from onnx import helper, numpy_helper
+
+    from vdla.frontend.control import MAX_ITERATIONS, MAX_UNROLLED_NODES, copy_graph, identity, stack, subgraph, take
+    from vdla.frontend.control import attr as proto_attr
+    from vdla.frontend.control import constant as const_node
 except ModuleNotFoundError as e:  # pragma: no cover - the onnx extra
     if e.name is None or not e.name.startswith("onnx"):
         raise
@@ -64,10 +68,12 @@ MIN_OPSET = 7
 _DTYPE_ATTRS = ("to", "output_dtype", "dtype")
 # never evaluated at import even on constant inputs: a dequantized int8 weight stays int8 in the graph
 _KEEP = ("DequantizeLinear",)
+# control flow: the importer's method for each (branches compiled both, loops unrolled)
+_CONTROL = {"If": "inline_if", "Loop": "unroll_loop", "Scan": "unroll_scan"}
 # float element types a model may compute in, which vdla computes in float32
 _WIDE_FLOATS = {onnx.TensorProto.FLOAT16: "float16", onnx.TensorProto.DOUBLE: "float64"}
 # every op type the importer takes: the converters' and If (inlined on a constant condition)
-IMPORTED = tuple(sorted((*SUPPORTED, "If")))
+IMPORTED = tuple(sorted((*SUPPORTED, *_CONTROL)))
 Shape = tuple[int | None, ...]  # None: a dimension not known (dynamic, symbolic or missing)
 # the inputs of each op type that are its weights: an initializer read there must be finite (NaN anywhere is
 # refused; an infinity elsewhere is a mask or an unbounded clip)
@@ -464,8 +470,8 @@ class _Importer:
         if node.op_type == "Constant":
             CONVERTERS["Constant"](b, node)
             return
-        if node.op_type == "If":
-            self.inline_if(node, proto)
+        if node.op_type in _CONTROL:
+            getattr(self, _CONTROL[node.op_type])(node, proto)
             return
         if present and node.op_type not in _KEEP and all(b.values[i].const is not None for i in present):
             try:
@@ -485,16 +491,16 @@ class _Importer:
 
     def inline_if(self, node: OnnxNode, proto: onnx.NodeProto) -> None:
         """An If whose condition is a constant (once the input shapes are fixed, as exporters' shape checks
-        are): the taken branch's nodes converted in place, its outputs bound to the If's."""
+        are): the taken branch's nodes converted in place, its outputs bound to the If's. A condition
+        computed at run time: :meth:`runtime_if`."""
         v = self.b.value(node, 0)
-        if v.const is None or v.const.size != 1:
-            what = "computed at run time" if v.const is None else f"of shape {v.const.shape}"
-            raise unsupported(
-                node, f"the condition {node.input(0)!r} is {what}: vdla compiles one branch, so the condition must "
-                "be a single constant once the input shapes are fixed",
-            )  # fmt: skip
+        if v.const is None:
+            self.runtime_if(node, proto)
+            return
+        if v.const.size != 1:
+            raise unsupported(node, f"the condition {node.input(0)!r} is of shape {v.const.shape}, not one value")
         taken = "then_branch" if bool(v.const.reshape(-1)[0]) else "else_branch"
-        branch = next(a.g for a in proto.attribute if a.name == taken)
+        branch = subgraph(proto, taken)
         self.bind_initializers(branch)
         self.convert_nodes(branch.node)
         for out, result in zip(node.outputs, branch.output, strict=False):
@@ -506,6 +512,167 @@ class _Importer:
                 raise unsupported(node, f"{taken} output {result.name!r} is not defined")
             else:
                 self.b.values[out] = self.b.values[result.name]
+
+    def convert_generated(self, nodes: Sequence[onnx.NodeProto]) -> None:
+        """Convert nodes made here (renamed subgraph copies, the glue around them): their names registered
+        as the model's are (:meth:`run`), then converted in order."""
+        b = self.b
+        b.reserve(o for n in nodes for o in n.output)
+        b.used.update(i for n in nodes for i in n.input if i)
+        for sub in (
+            s for n in nodes for a in n.attribute for s in ([a.g] if a.type == onnx.AttributeProto.GRAPH else a.graphs)
+        ):
+            for g in _graphs(sub):
+                b.used.update(i for n in g.node for i in n.input if i)
+                b.used.update(o.name for o in g.output)
+        self.convert_nodes(nodes)
+
+    def branch_result(self, node: OnnxNode, which: str, name: str) -> Value | None:
+        """The value ``name`` a branch or body gives, None when its node failed (the error is recorded)."""
+        if name in self.poisoned:
+            return None
+        if name not in self.b.values:
+            raise unsupported(node, f"{which} output {name!r} is not defined")
+        return self.b.values[name]
+
+    def runtime_if(self, node: OnnxNode, proto: onnx.NodeProto) -> None:
+        """An If whose condition is computed at run time: both branches imported (every value of branch
+        ``then`` of node X named ``X.then/...``, so each branch's steps say which they belong to), each output
+        ``Where(cond, then, else)``. Both branches compute on every input, so calibration sees every sample in
+        both. The two branches' outputs must agree in shape and element type, else the node is refused."""
+        cond = self.b.value(node, 0)
+        if cond.shape and int(np.prod(cond.shape)) != 1:
+            raise unsupported(node, f"the condition {node.input(0)!r} is of shape {cond.shape}, not one value")
+        copies = {k: copy_graph(subgraph(proto, f"{k}_branch"), f"{node.name}.{k}/") for k in ("then", "else")}
+        for c in copies.values():
+            self.convert_generated(c.nodes)
+        glue = []
+        for k, out in enumerate(node.outputs):
+            then_out, else_out = copies["then"].outputs[k], copies["else"].outputs[k]
+            t = self.branch_result(node, "then_branch", then_out)
+            e = self.branch_result(node, "else_branch", else_out)
+            if not out or t is None or e is None:
+                self.poisoned.update([out] if out and (t is None or e is None) else [])
+                continue
+            if t.shape != e.shape or t.onnx_dtype != e.onnx_dtype:
+                raise unsupported(
+                    node, f"output {k} {out!r}: the then branch gives {t.onnx_dtype}{list(t.shape)}, the else branch "
+                    f"{e.onnx_dtype}{list(e.shape)}; vdla compiles both, so they must agree",
+                )  # fmt: skip
+            glue.append(
+                helper.make_node("Where", [node.input(0), then_out, else_out], [out], name=f"{node.name}.select{k}")
+            )
+        self.convert_generated(glue)
+
+    def loop_bound(self, node: OnnxNode) -> tuple[int, bool]:
+        """The most iterations a Loop runs and whether its body's condition may end it sooner; refused,
+        naming the node, when they are not known once the input shapes are fixed."""
+        m = self.b.value(node, 0).const if node.input(0) else None
+        c = self.b.value(node, 1).const if node.input(1) else np.array(True)
+        if node.input(0) and m is None:
+            both = " and its condition" if c is None else ""
+            raise unsupported(
+                node, f"the trip count {node.input(0)!r}{both} computed at run time: vdla cannot bound the loop "
+                "(it unrolls a Loop whose trip count is a constant once the input shapes are fixed)",
+            )  # fmt: skip
+        if c is None:
+            raise unsupported(
+                node, f"the condition {node.input(1)!r} is computed at run time: vdla cannot bound the loop (it "
+                "unrolls a Loop whose condition is a constant once the input shapes are fixed)",
+            )  # fmt: skip
+        if not bool(np.asarray(c).reshape(-1)[0]):
+            return 0, False
+        if m is None:
+            return MAX_ITERATIONS, True
+        trips = int(np.asarray(m).reshape(-1)[0])
+        if trips > MAX_ITERATIONS:
+            raise unsupported(node, f"trip count {trips} is above the {MAX_ITERATIONS} iterations vdla unrolls")
+        return max(trips, 0), False
+
+    def unroll_loop(self, node: OnnxNode, proto: onnx.NodeProto) -> None:
+        """A Loop unrolled at import: each iteration a renamed copy of the body (``X.iter<i>/...``), its
+        iteration number and condition constants, its loop-carried values the previous iteration's; scan
+        outputs stacked along a new first axis. The body's condition must be a constant in every iteration."""
+        trips, until_false = self.loop_bound(node)
+        body = subgraph(proto, "body")
+        n_state = len(node.inputs) - 2
+        state = list(node.inputs[2:])
+        scans: list[list[str]] = [[] for _ in range(len(body.output) - 1 - n_state)]
+        budget = MAX_UNROLLED_NODES
+        for i in range(trips):
+            copy = copy_graph(body, f"{node.name}.iter{i}/")
+            budget -= len(copy.nodes)
+            if budget < 0:
+                raise unsupported(node, f"unrolled, its {i} iterations hold over {MAX_UNROLLED_NODES} nodes")
+            head = [const_node(copy.inputs[0], i, np.int64), const_node(copy.inputs[1], True, np.bool_)]
+            head += [identity(s, d) for s, d in zip(state, copy.inputs[2:], strict=True)]
+            self.convert_generated([*head, *copy.nodes])
+            results = [self.branch_result(node, "body", o) for o in copy.outputs]
+            if any(r is None for r in results):
+                self.poisoned.update(o for o in node.outputs if o)
+                return
+            state = copy.outputs[1 : 1 + n_state]
+            for k, o in enumerate(copy.outputs[1 + n_state :]):
+                scans[k].append(o)
+            done = results[0].const
+            if done is None:
+                raise unsupported(node, f"the body's condition {body.output[0].name!r} is computed at run time")
+            if not bool(np.asarray(done).reshape(-1)[0]):
+                break
+        else:
+            if until_false:
+                raise unsupported(node, f"its condition stays true past {MAX_ITERATIONS} iterations")
+        self.bind_results(node, state, scans, [0] * len(scans))
+
+    def bind_results(self, node: OnnxNode, state: list[str], scans: list[list[str]], axes: list[int]) -> None:
+        """The Loop's or Scan's outputs: the final loop-carried values, then each scan output stacked."""
+        glue = [identity(s, o) for s, o in zip(state, node.outputs, strict=False) if o]
+        for parts, axis, out in zip(scans, axes, node.outputs[len(state) :], strict=False):
+            if not out:
+                continue
+            if not parts:
+                raise unsupported(node, f"scan output {out!r} would be empty (no iteration runs)")
+            glue += stack(parts, out, axis, self.opset)
+        self.convert_generated(glue)
+
+    def unroll_scan(self, node: OnnxNode, proto: onnx.NodeProto) -> None:
+        """A Scan (opset 9 and later) unrolled over its sequence length, known from the input shapes: each
+        iteration a renamed copy of the body, fed slice t of every scan input (from the end where its
+        direction is 1), its scan outputs stacked along their axes (in reverse order where the direction is 1)."""
+        if self.opset < 9:
+            raise unsupported(node, "Scan of opset 8 (with a batch axis and sequence_lens) is not supported")
+        body = subgraph(proto, "body")
+        m = int(proto_attr(proto, "num_scan_inputs", 0))
+        n_state = len(node.inputs) - m
+        xs = list(node.inputs[n_state:])
+        ranks = [len(self.b.value(node, n_state + j).shape) for j in range(m)]
+        in_axes = [a % r for a, r in zip(proto_attr(proto, "scan_input_axes", [0] * m), ranks, strict=True)]
+        in_dirs = list(proto_attr(proto, "scan_input_directions", [0] * m))
+        lengths = {self.b.value(node, n_state + j).shape[a] for j, a in enumerate(in_axes)}
+        if len(lengths) != 1:
+            raise unsupported(node, f"its scan inputs have different sequence lengths {sorted(lengths)}")
+        length = lengths.pop()
+        if length > MAX_ITERATIONS:
+            raise unsupported(node, f"sequence length {length} is above the {MAX_ITERATIONS} iterations vdla unrolls")
+        k_out = len(body.output) - n_state
+        state, scans = list(node.inputs[:n_state]), [[] for _ in range(k_out)]
+        for t in range(length):
+            copy = copy_graph(body, f"{node.name}.iter{t}/")
+            head = [identity(s, d) for s, d in zip(state, copy.inputs[:n_state], strict=True)]
+            for j, (x, a, d) in enumerate(zip(xs, in_axes, in_dirs, strict=True)):
+                head += take(x, copy.inputs[n_state + j], length - 1 - t if d else t, a)
+            self.convert_generated([*head, *copy.nodes])
+            if any(self.branch_result(node, "body", o) is None for o in copy.outputs):
+                self.poisoned.update(o for o in node.outputs if o)
+                return
+            state = copy.outputs[:n_state]
+            for k, o in enumerate(copy.outputs[n_state:]):
+                scans[k].append(o)
+        out_dirs = list(proto_attr(proto, "scan_output_directions", [0] * k_out))
+        scans = [p[::-1] if d else p for p, d in zip(scans, out_dirs, strict=True)]
+        out_axes = list(proto_attr(proto, "scan_output_axes", [0] * k_out))
+        axes = [a % (len(self.b.values[p[0]].shape) + 1) if p else 0 for a, p in zip(out_axes, scans, strict=True)]
+        self.bind_results(node, state, scans, axes)
 
     def warn_stale_hints(self) -> None:
         """One warning naming the stored shapes (:func:`_strip_hints`) that disagree with vdla's."""
