@@ -72,7 +72,7 @@ SHAPE_INPUTS: dict[str, tuple[int, ...]] = {
     "Col2Im": (1, 2),
     "DFT": (1, 2),
     "Dropout": (1, 2),
-    "Loop": (0,),
+    "Loop": (0, 1),  # the trip count and the first condition: vdla unrolls a Loop at import
     "MaxUnpool": (2,),
     "MelWeightMatrix": (0, 1, 2, 3, 4),
     "NonMaxSuppression": (2, 3, 4),
