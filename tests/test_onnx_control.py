@@ -18,6 +18,7 @@ pytest.importorskip("onnxruntime")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 from vdla.cli import main  # noqa: E402
+from vdla.frontend.control import MAX_ITERATIONS  # noqa: E402
 from vdla.frontend.reference import reference_session  # noqa: E402
 from vdla.graph.types import UnsupportedError  # noqa: E402
 from vdla.model import Module  # noqa: E402
@@ -234,3 +235,10 @@ def test_scan_is_unrolled_over_its_sequence(reverse):
     want = reference_session(model).run(None, {"x": x})
     for name, w in zip(["acc", "ys"], want, strict=True):
         np.testing.assert_allclose(got[name], w, rtol=1e-5, atol=1e-5)
+
+
+def test_loop_past_the_unroll_limit_is_refused_naming_the_node():
+    model = loop_model(trips=MAX_ITERATIONS + 1)
+    model.graph.node[-1].name = "long_loop"
+    with pytest.raises(UnsupportedError, match=rf"long_loop.*trip count {MAX_ITERATIONS + 1} is above the"):
+        compile_model(model)

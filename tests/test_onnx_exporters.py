@@ -203,14 +203,15 @@ def test_if_on_a_constant_condition_inlines_the_taken_branch(batch):
     _compiled_matches_reference(model, {"x": x}, {"x": (batch, 4, 3)})
 
 
-def test_if_on_a_computed_condition_is_refused_naming_the_node():
+def test_if_on_a_computed_condition_with_branches_of_different_shapes_is_refused_naming_the_node():
+    """Both branches of a run-time If are compiled: they must agree (here (4, 3) against (1, 12))."""
     model = if_on_batch()
     node = next(n for n in model.graph.node if n.op_type == "If")
     del node.input[:]
     node.input.append("flag")
     model.graph.input.append(helper.make_tensor_value_info("flag", TensorProto.BOOL, []))
-    with pytest.raises(UnsupportedError, match=r"node 'branch'.*the condition 'flag' is computed at run time"):
-        import_onnx(model, {"x": (2, 4, 3)})
+    with pytest.raises(UnsupportedError, match=r"node 'branch'.*then branch gives float32\[4, 3\], the else branch"):
+        import_onnx(model, {"x": (1, 4, 3)})
 
 
 # ---------------------------------------------------------------------------------------------------------
