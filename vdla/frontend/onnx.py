@@ -640,7 +640,8 @@ class _Importer:
         iteration a renamed copy of the body, fed slice t of every scan input (from the end where its
         direction is 1), its scan outputs stacked along their axes (in reverse order where the direction is 1)."""
         if self.opset < 9:
-            raise unsupported(node, "Scan of opset 8 (with a batch axis and sequence_lens) is not supported")
+            self.unroll_scan8(node, proto)
+            return
         body = subgraph(proto, "body")
         m = int(proto_attr(proto, "num_scan_inputs", 0))
         n_state = len(node.inputs) - m
@@ -655,24 +656,76 @@ class _Importer:
         if length > MAX_ITERATIONS:
             raise unsupported(node, f"sequence length {length} is above the {MAX_ITERATIONS} iterations vdla unrolls")
         k_out = len(body.output) - n_state
-        state, scans = list(node.inputs[:n_state]), [[] for _ in range(k_out)]
-        for t in range(length):
-            copy = copy_graph(body, f"{node.name}.iter{t}/")
-            head = [identity(s, d) for s, d in zip(state, copy.inputs[:n_state], strict=True)]
-            for j, (x, a, d) in enumerate(zip(xs, in_axes, in_dirs, strict=True)):
-                head += take(x, copy.inputs[n_state + j], length - 1 - t if d else t, a)
-            self.convert_generated([*head, *copy.nodes])
-            if any(self.branch_result(node, "body", o) is None for o in copy.outputs):
-                self.poisoned.update(o for o in node.outputs if o)
-                return
-            state = copy.outputs[:n_state]
-            for k, o in enumerate(copy.outputs[n_state:]):
-                scans[k].append(o)
+        run = self.scan_body(node, body, list(node.inputs[:n_state]), xs, in_axes, in_dirs, length, node.name)
+        if run is None:
+            return
+        state, scans = run
         out_dirs = list(proto_attr(proto, "scan_output_directions", [0] * k_out))
         scans = [p[::-1] if d else p for p, d in zip(scans, out_dirs, strict=True)]
         out_axes = list(proto_attr(proto, "scan_output_axes", [0] * k_out))
         axes = [a % (len(self.b.values[p[0]].shape) + 1) if p else 0 for a, p in zip(out_axes, scans, strict=True)]
         self.bind_results(node, state, scans, axes)
+
+    def scan_body(
+        self, node: OnnxNode, body: onnx.GraphProto, state: list[str], xs: list[str], axes: list[int],
+        dirs: list[int], length: int, prefix: str,
+    ) -> tuple[list[str], list[list[str]]] | None:  # fmt: skip
+        """``length`` renamed copies of a Scan's ``body`` (``<prefix>.iter<t>/...``), copy t fed the previous
+        state and slice t of each of ``xs`` along its axis (from the end where its direction is 1): the final
+        state and each scan output's per-iteration values, None when a body node failed (recorded)."""
+        scans: list[list[str]] = [[] for _ in body.output[len(state) :]]
+        for t in range(length):
+            copy = copy_graph(body, f"{prefix}.iter{t}/")
+            head = [identity(s, d) for s, d in zip(state, copy.inputs, strict=False)]
+            for j, (x, a, d) in enumerate(zip(xs, axes, dirs, strict=True)):
+                head += take(x, copy.inputs[len(state) + j], length - 1 - t if d else t, a)
+            self.convert_generated([*head, *copy.nodes])
+            if any(self.branch_result(node, "body", o) is None for o in copy.outputs):
+                self.poisoned.update(o for o in node.outputs if o)
+                return None
+            for k, o in enumerate(copy.outputs[len(state) :]):
+                scans[k].append(o)
+            state = copy.outputs[: len(state)]
+        return state, scans
+
+    def unroll_scan8(self, node: OnnxNode, proto: onnx.NodeProto) -> None:
+        """Opset 8's Scan: a batch axis 0 on every input and output, the sequence on axis 1, ``directions``
+        per scan input; unrolled per batch entry (``sequence_lens``, when given, must be a constant holding
+        the full length for every entry)."""
+        body = subgraph(proto, "body")
+        m = int(proto_attr(proto, "num_scan_inputs", 0))
+        n_state = len(node.inputs) - 1 - m
+        batch, length = self.b.value(node, 1 + n_state).shape[:2]
+        if node.input(0):
+            lens = self.b.value(node, 0).const
+            if lens is None or np.any(np.asarray(lens) != length):
+                raise unsupported(node, f"sequence_lens must be a constant holding the full length {length}")
+        if batch * length > MAX_ITERATIONS:
+            raise unsupported(node, f"{batch} x {length} iterations are above the {MAX_ITERATIONS} vdla unrolls")
+        dirs = list(proto_attr(proto, "directions", [0] * m))
+        finals: list[list[str]] = [[] for _ in range(n_state)]
+        outs: list[list[str]] = [[] for _ in body.output[n_state:]]
+        for b in range(batch):
+            pick = [(v, f"{node.name}.batch{b}/{v}") for v in node.inputs[1:]]
+            self.convert_generated([n for v, d in pick for n in take(v, d, b, 0)])
+            names = [d for _, d in pick]
+            run = self.scan_body(
+                node, body, names[:n_state], names[n_state:], [0] * m, dirs, length, f"{node.name}.b{b}"
+            )
+            if run is None:
+                return
+            for k, s in enumerate(run[0]):
+                finals[k].append(s)
+            for k, parts in enumerate(run[1]):
+                outs[k].append(f"{node.name}.b{b}/scan{k}")
+                self.convert_generated(stack(parts, outs[k][-1], 0, self.opset))
+        glue = [
+            n
+            for parts, o in zip([*finals, *outs], node.outputs, strict=False)
+            if o
+            for n in stack(parts, o, 0, self.opset)
+        ]
+        self.convert_generated(glue)
 
     def warn_stale_hints(self) -> None:
         """One warning naming the stored shapes (:func:`_strip_hints`) that disagree with vdla's."""
