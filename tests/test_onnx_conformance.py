@@ -111,3 +111,10 @@ def test_every_layout_indexing_and_pooling_case_passes_or_needs_what_vdla_lacks(
     for r in mine:
         assert r.status == "pass" or any(w in r.message for w in needs), r
     assert sum(r.status == "pass" for r in mine) >= 97
+
+
+def test_every_if_loop_and_scan_case_passes(results):
+    """Control flow (issue 51, item 5): a run-time If compiles both branches, Loop and Scan are unrolled."""
+    res, _ = results
+    cases = {r.name: r.status for r in res if r.name.startswith(("test_if", "test_loop", "test_scan"))}
+    assert len(cases) >= 6 and all(s == "pass" for s in cases.values()), cases
