@@ -242,3 +242,48 @@ def test_loop_past_the_unroll_limit_is_refused_naming_the_node():
     model.graph.node[-1].name = "long_loop"
     with pytest.raises(UnsupportedError, match=rf"long_loop.*trip count {MAX_ITERATIONS + 1} is above the"):
         compile_model(model)
+
+
+def nested_model() -> onnx.ModelProto:
+    """A Loop of 4 whose body holds an If on the iteration number (constant per copy) and an If on a computed
+    sign (both branches compiled), each reading outer-scope values; the scan output is the first If's."""
+    then = helper.make_graph([helper.make_node("Add", ["s_in", "x"], ["ta"])], "t", [], [_f("ta", [3])])
+    other = helper.make_graph([helper.make_node("Sub", ["s_in", "x"], ["ea"])], "e", [], [_f("ea", [3])])
+    relu = helper.make_graph([helper.make_node("Relu", ["a"], ["r"])], "t2", [], [_f("r", [3])])
+    neg = helper.make_graph([helper.make_node("Neg", ["a"], ["ng"])], "e2", [], [_f("ng", [3])])
+    body = helper.make_graph(
+        [
+            helper.make_node("Less", ["i", "two"], ["small"]),
+            helper.make_node("If", ["small"], ["a"], then_branch=then, else_branch=other),
+            helper.make_node("ReduceSum", ["a"], ["sa"], keepdims=0),
+            helper.make_node("Greater", ["sa", "zero"], ["pos"]),
+            helper.make_node("If", ["pos"], ["s_out"], then_branch=relu, else_branch=neg),
+            helper.make_node("Identity", ["c"], ["c_out"]),
+        ],
+        "body",
+        [
+            helper.make_tensor_value_info("i", TensorProto.INT64, []),
+            helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+            _f("s_in", [3]),
+        ],
+        [helper.make_tensor_value_info("c_out", TensorProto.BOOL, []), _f("s_out", [3]), _f("a", [3])],
+    )
+    inits = [
+        numpy_helper.from_array(np.array(4, np.int64), "M"),
+        numpy_helper.from_array(np.array(2, np.int64), "two"),
+        _init("s0", np.zeros(3)),
+        _init("zero", np.array(0.0)),
+    ]
+    loop = helper.make_node("Loop", ["M", "", "s0"], ["s", "scan"], body=body)
+    return _model([loop], [_f("x", [3])], [_f("s", [3]), _f("scan", [4, 3])], inits)
+
+
+def test_ifs_nested_in_a_loop_body():
+    model = nested_model()
+    art, _ = compile_model(model)
+    module, session = Module(art, "sim"), reference_session(model)
+    for seed in range(4):
+        x = np.random.default_rng(seed).normal(size=3).astype(np.float32)
+        got, want = module.run(x), session.run(None, {"x": x})
+        np.testing.assert_allclose(got["s"], want[0], rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(got["scan"], want[1], rtol=1e-6, atol=1e-6)

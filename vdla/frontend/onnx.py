@@ -499,19 +499,18 @@ class _Importer:
             return
         if v.const.size != 1:
             raise unsupported(node, f"the condition {node.input(0)!r} is of shape {v.const.shape}, not one value")
-        taken = "then_branch" if bool(v.const.reshape(-1)[0]) else "else_branch"
-        branch = subgraph(proto, taken)
-        self.bind_initializers(branch)
-        self.convert_nodes(branch.node)
-        for out, result in zip(node.outputs, branch.output, strict=False):
-            if not out:
-                continue
-            if result.name in self.poisoned:
+        taken = "then" if bool(v.const.reshape(-1)[0]) else "else"
+        branch = subgraph(proto, f"{taken}_branch")
+        for t in branch.initializer:
+            self.check_finite(t.name, numpy_helper.to_array(t))
+        copy = copy_graph(branch, f"{node.name}.{taken}/")  # renamed: a loop body's copies hold one each
+        self.convert_generated(copy.nodes)
+        for out, result in zip(node.outputs, copy.outputs, strict=False):
+            r = self.branch_result(node, f"{taken}_branch", result) if out else None
+            if r is None and out:
                 self.poisoned.add(out)
-            elif result.name not in self.b.values:
-                raise unsupported(node, f"{taken} output {result.name!r} is not defined")
-            else:
-                self.b.values[out] = self.b.values[result.name]
+            elif out:
+                self.b.values[out] = r
 
     def convert_generated(self, nodes: Sequence[onnx.NodeProto]) -> None:
         """Convert nodes made here (renamed subgraph copies, the glue around them): their names registered
