@@ -21,8 +21,8 @@ def _fit(name: str) -> dict:
     return record
 
 
-# records not yet refreshed after their preset's clock changed (make fit, ~40 min each here): strict
-STALE = {n: "issue 50: record of the preset's old clock; refresh with make fit" for n in ("kv260", "zcu104")}
+# records known to be stale, with why (strict: the mark must go once make fit refreshes them); none today
+STALE: dict[str, str] = {}
 
 
 @pytest.mark.parametrize(
