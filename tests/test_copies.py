@@ -323,6 +323,7 @@ def test_a_1x1_layer_reads_the_upsampled_part_of_its_concatenation_in_place(back
     _same_and_faster(read, stored, backend, seed=5)
 
 
+@pytest.mark.models  # a whole YOLOv8 compiled and run (40 s): make test-all and CI
 def test_a_small_yolov8_runs_with_one_cpu_step_before_and_one_after_the_accelerator():
     from vdla.model.pipeline import compile_model
     from vdla.zoo.models import yolov8

@@ -150,6 +150,7 @@ def test_pairs_it_cannot_take_are_named():
         compile_dw_pointwise((1, 16, 8, 2000), dw_w[:16], pw_w[:, :16], padding=1)
 
 
+@pytest.mark.models  # a whole MobileNet compiled and run (40 s): make test-all and CI
 def test_a_mobilenet_fuses_its_blocks_and_matches_onnxruntime():
     """MobileNet-V2 (width 0.35, 64x64, QDQ by onnxruntime): the builder fuses the pairs, and the expand layers
     before them, where that is faster than apart (here all 17 blocks, expand layers included), the outputs equal

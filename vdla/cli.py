@@ -11,6 +11,7 @@ import numpy as np
 
 try:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 except ImportError as e:  # a board installs the runtime alone
     raise SystemExit("error: the vdla command line needs the 'cli' extra: pip install 'vdla[cli]'") from e
@@ -406,7 +407,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except (VdlaError, OSError) as e:  # anything else is a bug: let its traceback show
-        console.print(f"[red]error:[/] {e}")
+        # the message as written: not wrapped inside a path, its brackets not read as markup
+        console.print(f"[red]error:[/] {escape(str(e))}", soft_wrap=True)
         return 2
 
 
