@@ -189,14 +189,17 @@ def loop_model(trips: int | None = 5, cond_runtime: bool = False) -> onnx.ModelP
     return _model(nodes, inputs, [_f("s", [2, 3]), _f("scans", [trips or 1, 2, 3])], inits)
 
 
-def test_loop_with_a_constant_trip_count_is_unrolled():
-    model = loop_model()
-    x = np.random.default_rng(0).normal(size=(2, 3)).astype(np.float32)
-    art, _ = compile_model(model)
-    got = Module(art, "sim").run(x)
+def _float_run_matches_onnxruntime(model: onnx.ModelProto, x: np.ndarray, outputs: list[str]) -> None:
+    """``model`` compiled without calibration and run on sim gives onnxruntime's ``outputs`` for input x."""
+    got = Module(compile_model(model)[0], "sim").run(x)
     want = reference_session(model).run(None, {"x": x})
-    for name, w in zip(["s", "scans"], want, strict=True):
+    for name, w in zip(outputs, want, strict=True):
         np.testing.assert_allclose(got[name], w, rtol=1e-5, atol=1e-5)
+
+
+def test_loop_with_a_constant_trip_count_is_unrolled():
+    x = np.random.default_rng(0).normal(size=(2, 3)).astype(np.float32)
+    _float_run_matches_onnxruntime(loop_model(), x, ["s", "scans"])
 
 
 def test_unbounded_loop_is_refused_naming_the_node():
@@ -228,13 +231,8 @@ def scan_model(reverse: int = 0) -> onnx.ModelProto:
 
 @pytest.mark.parametrize("reverse", [0, 1])
 def test_scan_is_unrolled_over_its_sequence(reverse):
-    model = scan_model(reverse)
     x = np.random.default_rng(1).normal(size=(2, 5, 3)).astype(np.float32)
-    art, _ = compile_model(model)
-    got = Module(art, "sim").run(x)
-    want = reference_session(model).run(None, {"x": x})
-    for name, w in zip(["acc", "ys"], want, strict=True):
-        np.testing.assert_allclose(got[name], w, rtol=1e-5, atol=1e-5)
+    _float_run_matches_onnxruntime(scan_model(reverse), x, ["acc", "ys"])
 
 
 def test_loop_past_the_unroll_limit_is_refused_naming_the_node():
