@@ -16,6 +16,8 @@ CI); the largest are also marked slow.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 
@@ -97,24 +99,18 @@ def test_calibrated_by_vdla_from_the_command_line_tracks_onnxruntime_float(name,
                 assert cosine(got[k], w) >= 0.99, f"{name} output {k!r}, input {i}: cosine {cosine(got[k], w)}"
 
 
-@pytest.fixture(scope="module")
-def qdq_compiled():
-    """name -> (QDQ model, artifact, lowered graph), compiled once per module."""
-    done: dict = {}
-
-    def get(name: str):
-        if name not in done:
-            m = SUITE[name]
-            qmodel = quantize_qdq(m.load(), m.samples(CALIB, 1))
-            artifact, _ = compile_model(qmodel, None, CompileOptions(input_shapes=m.input_shapes()))
-            done[name] = qmodel, artifact
-        return done[name]
-
-    return get
+@functools.cache
+def qdq_compiled(name: str):
+    """(QDQ model, artifact) of a suite model, compiled once per worker process. A cache, not a module fixture:
+    the tests using it are then dealt to every worker instead of being kept on one (conftest's xdist groups)."""
+    m = SUITE[name]
+    qmodel = quantize_qdq(m.load(), m.samples(CALIB, 1))
+    artifact, _ = compile_model(qmodel, None, CompileOptions(input_shapes=m.input_shapes()))
+    return qmodel, artifact
 
 
 @pytest.mark.parametrize("name", _models(SUITE))
-def test_onnxruntime_qdq_equals_the_reference_up_to_its_rounding_ties(name, qdq_compiled):
+def test_onnxruntime_qdq_equals_the_reference_up_to_its_rounding_ties(name):
     m = SUITE[name]
     qmodel, artifact = qdq_compiled(name)
     module = Module(artifact, "sim")
@@ -138,7 +134,7 @@ def test_onnxruntime_qdq_equals_the_reference_up_to_its_rounding_ties(name, qdq_
 
 
 @pytest.mark.parametrize("name", _models(["bert_tiny", "unet", "yolo", "mobilenet_v3_small"]))
-def test_small_models_on_the_rtl_are_bit_exact_with_cycles_within_5_percent(name, qdq_compiled, rtl_library):
+def test_small_models_on_the_rtl_are_bit_exact_with_cycles_within_5_percent(name, rtl_library):
     _, artifact = qdq_compiled(name)
     sim_and_rtl_agree(SUITE[name], artifact, 0.05)
 
