@@ -43,13 +43,35 @@ def _shares_module_fixture(item: pytest.Item) -> bool:
     return any(d[-1].scope != "function" and d[-1].baseid == module for d in defs.values() if d)
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark the tests that run the RTL ``rtl``; put the users of a module's shared fixture in one xdist group."""
+@pytest.hookimpl(wrapper=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]):
+    """Mark the tests that run the RTL ``rtl`` (before ``-m`` selects) and put the users of a module's shared
+    fixture in one xdist group; after every other hook, name each test's group in its id for ``--dist
+    loadgroup``."""
     for item in items:
         if _runs_rtl(item):
             item.add_marker(pytest.mark.rtl)
         if _shares_module_fixture(item):
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+    result = yield
+    if getattr(config.option, "loadgroup", False):  # an xdist worker under --dist loadgroup
+        _name_groups_in_ids(items)
+    return result
+
+
+def _name_groups_in_ids(items: list[pytest.Item]) -> None:
+    """``test_x.py::test_y@GROUP``: the id by which xdist's loadgroup scheduler deals a group to one worker.
+    pytest-xdist 3.8 writes it to ``item._nodeid``, which pytest 9 no longer reads (a node's id is ``_id``), so
+    every group was dealt test by test and its shared fixture computed on each worker; this writes it where
+    pytest reads it (a no-op where xdist's own renaming took)."""
+    from _pytest.nodeid import coerce_node_id
+
+    for item in items:
+        groups = sorted(
+            {str(m.args[0] if m.args else m.kwargs.get("name", "default")) for m in item.iter_markers("xdist_group")}
+        )
+        if groups and "@" not in item.nodeid:
+            item._id = coerce_node_id(f"{item.nodeid}@{'_'.join(groups)}")
 
 
 @pytest.fixture(autouse=True)
