@@ -59,7 +59,8 @@ test-pynq: $(PYNQ_STAMP)
 	$(PYNQ_PY) -m pytest -q -p no:cacheprovider tests_pynq
 
 # The boards' CPU path without a board: ResNet-18, MobileNet-V2 and the suite's detector compiled with ARM code
-# (vdla compile --cpu-target) and run by `vdla run` in emulated armhf and arm64 Debian userlands (python3, numpy,
+# (vdla compile --cpu-target) and run by `vdla run` (ResNet-18 on armhf, MobileNet-V2 on arm64, the detector on
+# both; schedules from the checkout's .vdla_cache) in emulated armhf and arm64 Debian userlands (python3, numpy,
 # rich: the board-side install, no llvmlite), bit-exact with the host. qemu-user-static and debootstrap come from
 # Debian's packages (installed here in CI); tests_arm/rootfs.sh caches the root file systems in ~/.cache/vdla/arm.
 test-arm: $(STAMP)

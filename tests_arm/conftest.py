@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -11,10 +12,13 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from emulation import ARCHES, MODELS, compile_for_boards, guest, rootfs  # noqa: E402
+from emulation import ARCHES, MODELS, RUNS, compile_for_boards, guest, rootfs  # noqa: E402
 
 from vdla.model import load  # noqa: E402
 
+# the checkout's caches, never ~/.cache/vdla: the schedules make test-all worked out for the same layers are
+# found again (the root file systems stay in ~/.cache/vdla/arm, tests_arm/rootfs.sh)
+os.environ["VDLA_CACHE_DIR"] = str(Path(__file__).resolve().parents[1] / ".vdla_cache")
 TIMES: list[str] = []
 
 
@@ -59,7 +63,7 @@ def guest_runs(roots, compiled, tmp_path_factory) -> dict[tuple[str, str], tuple
         TIMES.append(f"{model} on emulated {arch}: vdla run {seconds:.1f} s")
         return code, stdout, stderr, seconds, (dict(np.load(y)) if code == 0 else {})
 
-    keys = [(m, a) for m in MODELS for a in ARCHES]
+    keys = list(RUNS)
     with ThreadPoolExecutor(2) as pool:
         return dict(zip(keys, pool.map(run, keys), strict=True))
 

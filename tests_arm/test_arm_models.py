@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from emulation import ARCHES, MODELS, guest
+from emulation import ARCHES, RUNS, guest
 
 
 @pytest.mark.parametrize("arch", sorted(ARCHES))
@@ -19,8 +19,7 @@ def test_the_guest_is_the_board_side_install(arch, roots, tmp_path):
     assert out.split() == [ARCHES[arch].machine, "[]"]  # the emulated machine, and no LLVM nor linker
 
 
-@pytest.mark.parametrize("arch", sorted(ARCHES))
-@pytest.mark.parametrize("model", MODELS)
+@pytest.mark.parametrize(("model", "arch"), RUNS)
 def test_model_runs_native_code_bit_exact_with_the_host(model, arch, compiled, guest_runs):
     code, stdout, stderr, _, outputs = guest_runs[model, arch]
     assert code == 0, stderr[-3000:]
