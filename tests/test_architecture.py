@@ -57,7 +57,7 @@ FORBIDDEN = {
     "vdla.runtime.pynq_backend": ("vdla.runtime.rtl", "vdla.runtime.sim", "vdla.model", "vdla.hw"),
     "vdla.runtime.diagnosis": ("vdla.runtime.rtl", "vdla.runtime.sim", "vdla.runtime.pynq_backend"),
     # the zoo sits on the library: no experiment, no command line
-    "vdla.zoo": ("vdla.experiments", "vdla.cli"),
+    "vdla.zoo": ("vdla.experiments", "vdla.sweep", "vdla.cli"),
 }
 # the library: it never imports the zoo, the experiments or the command line above it
 LIBRARY = (
@@ -74,7 +74,7 @@ LIBRARY = (
     "vdla.model",
     "vdla.hw",
 )
-ABOVE_LIBRARY = ("vdla.zoo", "vdla.experiments", "vdla.cli")
+ABOVE_LIBRARY = ("vdla.zoo", "vdla.experiments", "vdla.sweep", "vdla.cli")
 
 
 def _modules() -> dict[str, Path]:
