@@ -395,10 +395,12 @@ def build_parser() -> argparse.ArgumentParser:
     from vdla.experiments.cli import add_commands as add_experiment_commands
     from vdla.hw.cli import add_commands as add_hw_commands
     from vdla.model.cli import add_commands as add_model_commands
+    from vdla.sweep.cli import add_commands as add_sweep_commands
 
     add_model_commands(sub)
     add_experiment_commands(sub)
     add_hw_commands(sub)
+    add_sweep_commands(sub)
     return parser
 
 
