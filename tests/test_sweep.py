@@ -250,3 +250,40 @@ def test_cli_sweep(tiny, tmp_path, capsys):
     assert main(["sweep", str(bad), "--out", str(tmp_path / "bad")]) == 2
     assert "space.block_size: unknown parameter" in capsys.readouterr().out
     assert not (tmp_path / "bad").exists(), "refused before any work"
+
+
+def test_fit_cached_by_content_and_reported(tmp_path, monkeypatch):
+    """point.fit: the Yosys fit in short with its failfast margins, cached by RTL and config hash (run_fit is
+    replaced here: a synthesis takes minutes); the report then ranks by the fit's LUT, DSP and BRAM36."""
+    import vdla.hw.fit
+    from vdla.config import load_config
+    from vdla.sweep import point
+    from vdla.sweep.report import summarize, table, write_report
+
+    monkeypatch.setenv("VDLA_CACHE_DIR", str(tmp_path / "cache"))
+    calls = []
+
+    def fake_fit(cfg):
+        calls.append(cfg)
+        used = {"LUT": 30000.0, "FF": 40000.0, **cfg.hard_block_estimate()}
+        return {"used": used, "budget": cfg.part_spec.budget(used), "logic_levels": {"levels": 8},
+                "rtl_hash": vdla.hw.fit.rtl_hash(cfg), "tool": "fake", "seconds": 1.0}  # fmt: skip
+
+    monkeypatch.setattr(vdla.hw.fit, "run_fit", fake_fit)
+    cfg = load_config("pynq-z2")
+    first = point.fit(cfg)
+    assert point.fit(cfg) == first and len(calls) == 1, "the second fit comes from the cache"
+    assert first["margins"]["LUT"] == pytest.approx(0.70 - 30000 / 53200, abs=1e-4) and first["within"]
+    assert first["level_budget"] == 8 and set(first["used"]) == {"LUT", "FF", "DSP", "BRAM36", "URAM"}
+    spec = spec_from_dict({"models": ["unet"], "measure": ["fit"], "space": {"wgt_buff_bytes": [65536]}})
+    recs = []
+    for i, lut in enumerate((30000.0, 20000.0, 45000.0)):
+        f = dict(first, used=dict(first["used"], LUT=lut), within=lut <= 37240)
+        models = {"unet": {"latency_ms": 2.0 - i * 0.5, "ratio": 1.2}}
+        recs.append({"hash": f"h{i}", "params": {}, "base": i == 0, "status": "ok", "fit": f,
+                     "estimate": point.estimate(cfg), "models": models})  # fmt: skip
+    s = summarize(recs, spec)
+    assert s["resources"] == "fit" and s["fronts"]["unet"] == ["h1", "h2"] and s["best"]["unet"] == "h1"
+    files, _ = write_report(recs, spec, tmp_path)
+    assert "fit.margin.LUT" in files["csv"].read_text().splitlines()[0] and (tmp_path / "pareto_unet.png").is_file()
+    assert "LUT" in [c.header for c in table(recs, spec, s).columns]
