@@ -287,3 +287,15 @@ def test_fit_cached_by_content_and_reported(tmp_path, monkeypatch):
     files, _ = write_report(recs, spec, tmp_path)
     assert "fit.margin.LUT" in files["csv"].read_text().splitlines()[0] and (tmp_path / "pareto_unet.png").is_file()
     assert "LUT" in [c.header for c in table(recs, spec, s).columns]
+
+
+@pytest.mark.slow
+def test_rtl_measured(tiny, tmp_path):
+    """measure = ["rtl"]: the RTL's cycles and its outputs bit-exact with the simulator's (a Verilator build of
+    the point's configuration: minutes when not cached)."""
+    spec = write_spec(tiny, "bus_width_bits = [64]", 'measure = ["sim", "rtl"]')
+    res = run(spec, tmp_path / "out", workers=1)
+    (rec,) = res.records
+    assert rec["base"] and rec["params"] == {}, "the grid's one point is the base preset's"
+    m = rec["models"]["small"]
+    assert m["rtl_bit_exact"] and abs(m["rtl_cycles"] - m["cycles"]) <= 0.05 * m["cycles"]

@@ -127,13 +127,14 @@ def run(
         for params in space:
             key, item = pts.prepare(params)
             keys.append(key)
-            if item is not None:
+            if item is not None and key not in pending:  # a grid point that is the base keeps the base's item
                 pending[key] = item
         state["total"] = len(dict.fromkeys(keys))
         state["done"] = state["total"] - len(pending)
         for _ in _execute(spec, pending, pts, store, state, evaluate):
             pass
-    records = [store.records[k] for k in dict.fromkeys(keys) if k in store.records]
+    # the base preset's point is marked as this run's, whichever spec recorded it first
+    records = [dict(store.records[k], base=k == base_key) for k in dict.fromkeys(keys) if k in store.records]
     result = SweepResult(spec, out, records, state["evaluated"], len(pts.reused), 0.0)
     if report and records:
         from vdla.sweep.report import write_report
