@@ -69,7 +69,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 def _point(r: dict) -> str:
     p = r.get("params") or {}
-    return ", ".join(f"{k}={v}" for k, v in p.items()) or "the base preset"
+    return ", ".join(f"{k}={v}" for k, v in p.items()) or f"the base preset ({r['hash'][:8]})"
 
 
 def add_commands(sub) -> None:

@@ -71,9 +71,23 @@ def summarize(records: list[dict], spec: SweepSpec) -> dict:
             "resources": source, "counts": counts}  # fmt: skip
 
 
+SHORT = {"_buff_bytes": "", "bus_width_bits": "bus", "clock_mhz": "MHz"}  # the table's parameter names
+
+
+def _short(name: str, v) -> str:
+    """``wgt=64K``, ``bus=64``, ``uram_buffers=acc``: a parameter as the table shows it."""
+    for long, short in SHORT.items():
+        name = name.replace(long, short)
+    if isinstance(v, list | tuple):
+        v = ",".join(v) or "none"
+    elif type(v) is int and v >= 1024 and v % 1024 == 0:
+        v = f"{v // 1024}K"
+    return f"{name}={v}"
+
+
 def _params(rec: dict) -> str:
     p = rec.get("params") or {}
-    text = ", ".join(f"{k}={','.join(v) if isinstance(v, list | tuple) else v}" for k, v in p.items())
+    text = " ".join(_short(k, v) for k, v in p.items())
     return ("base " if rec.get("base") else "") + (text or "(preset)")
 
 
@@ -206,6 +220,7 @@ def table(records: list[dict], spec: SweepSpec, summary: dict):
         t.add_column("x bound", justify="right")
     for c in (["LUT"] if src == "fit" else []) + ["DSP", "BRAM36", "budget"]:
         t.add_column(c, justify="right")
+    t.add_column("why not ok", max_width=48, overflow="ellipsis", no_wrap=True)
     for r in records:
         row = [_params(r), r.get("status", "")]
         for m in models:
@@ -218,5 +233,14 @@ def table(records: list[dict], spec: SweepSpec, summary: dict):
             row += [f"{res[k]:,.0f}" for k in res] + ["within" if within_budget(r) else "over"]
         else:
             row += ["-"] * ((src == "fit") + 3)
-        t.add_row(*row)
+        t.add_row(*row, _why(r))
     return t
+
+
+def _why(rec: dict) -> str:
+    """The first line of a point's error (its config's name left out), or of its first model's."""
+    errors = [rec.get("error"), *(m.get("error") for m in rec.get("models", {}).values())]
+    errors.append(rec.get("fit", {}).get("error"))
+    first = next((e for e in errors if e), "")
+    first = first.splitlines()[0] if first else ""
+    return first.split("': ", 1)[1] if first.startswith("config '") else first
