@@ -109,7 +109,9 @@ def rows(records: list[dict], spec: SweepSpec) -> tuple[list[str], list[list]]:
     out = []
     for r in records:
         p = r.get("params") or {}
-        row = [r["hash"], r.get("status"), bool(r.get("base")), *(_cell(p.get(n, "")) for n in params)]
+        cfg = r.get("determined_by", {}).get("config", {})  # the base's own values where a point leaves one out
+        given = [p[n] if n in p else cfg.get("block_in" if n == "block" else n, "") for n in params]
+        row = [r["hash"], r.get("status"), bool(r.get("base")), *(_cell(v) for v in given)]
         for m in models:
             mr = r.get("models", {}).get(m, {})
             row += [mr.get("cycles", ""), mr.get("latency_ms", ""), mr.get("fps", ""), mr.get("ratio", "")]
