@@ -1,7 +1,7 @@
 """The architecture's rules, checked on the source: one name per public class, and imports that flow one way
 (docs/architecture.md): config -> isa -> graph -> cpu_fallback | runtime -> compiler -> model, the frontend
 beside the model compiler, chip-design tools (vdla.hw) beside the runtime's RTL backend; the zoo above the
-library, experiments and the command line on top."""
+library, experiments, the sweep and the command line on top."""
 
 from __future__ import annotations
 

@@ -4,6 +4,7 @@ process pool and on a real local Ray."""
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 
@@ -29,6 +30,8 @@ def flaky(arg):
         open(path, "w").close()
         if how == "exit":
             os._exit(3)
+        if how == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
         raise RuntimeError("first try")
     return "ok"
 
@@ -55,7 +58,7 @@ def test_pool_values_and_errors():
 
 
 def test_pool_retries_a_dead_worker_and_an_exception(tmp_path):
-    items = {f"{how}{i}": (str(tmp_path / f"{how}{i}"), how) for how in ("exit", "raise") for i in range(2)}
+    items = {f"{how}{i}": (str(tmp_path / f"{how}{i}"), how) for how in ("exit", "kill", "raise") for i in range(2)}
     outs = _run(flaky, items, workers=2, retries=2)
     assert all(o.value == "ok" and o.error is None for o in outs.values()), outs
     assert all(2 <= o.attempts <= 3 for o in outs.values())
@@ -102,7 +105,7 @@ def test_ray_matches_pool(local_ray, tmp_path):
     for k in items:
         assert (on_ray[k].value, on_ray[k].attempts) == (on_pool[k].value, on_pool[k].attempts)
         assert (on_ray[k].error or "").split("\n")[0] == (on_pool[k].error or "").split("\n")[0]
-    flaky_items = {f"{how}": (str(tmp_path / how), how) for how in ("exit", "raise")}
+    flaky_items = {f"{how}": (str(tmp_path / how), how) for how in ("exit", "kill", "raise")}
     outs = _run(flaky, flaky_items, ray="auto", retries=2)
     assert all(o.value == "ok" and o.attempts == 2 for o in outs.values()), outs
     outs = _run(sleepy, {"a": "a", "hang": "hang"}, ray="auto", retries=0, timeout=3)
