@@ -13,8 +13,9 @@
 
 Locally, the items run in a process pool (``spawn``: workers share no state with the caller, so fn must be a
 module-level function and the items picklable). At most ``workers`` items are in flight at once, so a task's
-clock starts when it starts. A worker that dies breaks the whole pool: the pool cannot tell which task killed
-it, so each task in flight then counts a failed try, and the pool is rebuilt for the rest. A task past its
+clock starts when it starts. A worker that dies breaks the whole pool, which cannot tell which task killed it:
+the tasks it reports broken count a failed try (those it has not reported yet start again without), and the pool
+is rebuilt for the rest. A task past its
 timeout is a failed try; its worker cannot be stopped alone, so the pool's processes are killed and the other
 tasks in flight are resubmitted without counting a try.
 """
