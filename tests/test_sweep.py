@@ -123,6 +123,24 @@ def test_interrupted_sweep_resumes_each_point_once(tiny, tmp_path, marks):
     assert all(r["status"] == "ok" for r in third.records)
 
 
+def test_sweep_interrupted_by_ctrl_c_resumes(tiny, tmp_path, marks):
+    """A KeyboardInterrupt after the second record (as Ctrl-C): the records so far are kept, the workers stopped,
+    and the next run computes only the rest."""
+    spec = write_spec(tiny, "wgt_buff_bytes = [16384, 32768, 65536]")
+
+    def interrupt(ev: dict) -> None:
+        if ev["record"] is not None and ev["done"] == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run(spec, tmp_path / "out", workers=1, evaluate=counting, progress=interrupt)
+    assert len(records_of(tmp_path / "out")) == 2
+    res = run(spec, tmp_path / "out", workers=1, evaluate=counting)
+    assert res.evaluated == 2 and res.reused == 2 and all(r["status"] == "ok" for r in res.records)
+    done = [p.name.split(".")[0] for p in marks.iterdir()]
+    assert sorted(done) == sorted(r["hash"] for r in res.records), "each point computed once"
+
+
 def test_killed_worker_is_retried(tiny, tmp_path, marks):
     res = run(write_spec(tiny, "wgt_buff_bytes = [32768, 65536]"), tmp_path / "out", workers=2, evaluate=dies_once)
     killed = (marks / "died").read_text()
