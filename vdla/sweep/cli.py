@@ -25,6 +25,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         BarColumn(),
         MofNCompleteColumn(),
         TextColumn("{task.fields[running]} running, {task.fields[failed]} failed"),
+        TextColumn("elapsed"),
         TimeElapsedColumn(),
         TextColumn("left"),
         TimeRemainingColumn(),

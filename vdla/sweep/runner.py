@@ -153,10 +153,11 @@ def _execute(spec, pending: dict[str, dict], pts: _Points, store: ResultStore, s
         if state["evaluated"] >= state["limit"]:
             return
         pending = dict(list(pending.items())[: state["limit"] - state["evaluated"]])
-    if spec.ray is None:  # quantize each model once, here, before the workers load it from the cache
-        for ref in pts.refs:
-            quantized(ref)
-        forget_models()
+    # quantize each model once, here, before the workers load it from the cache directory (Ray workers on other
+    # machines quantize it once into theirs)
+    for ref in pts.refs:
+        quantized(ref)
+    forget_models()
     workers = spec.workers
     items = {k: p["item"] for k, p in pending.items()}
     _report(state, len(pending), workers, None)
