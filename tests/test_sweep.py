@@ -242,6 +242,7 @@ def test_unreachable_ray_refused(tiny, tmp_path):
 
     with pytest.raises(RayUnavailableError, match="cannot reach the Ray cluster at 127.0.0.1:1"):
         run(write_spec(tiny, "wgt_buff_bytes = [65536]"), tmp_path / "out", ray="127.0.0.1:1")
+    assert not (tmp_path / "out").exists(), "refused before any work, never run locally"
 
 
 def test_ray_and_pool_give_the_same_records(tiny, tmp_path):

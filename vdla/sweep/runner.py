@@ -21,7 +21,7 @@ from typing import Any
 
 from vdla._version import __version__
 from vdla.config import ConfigError, HwConfig, load_config
-from vdla.sweep.executor import run_tasks
+from vdla.sweep.executor import connect_ray, run_tasks
 from vdla.sweep.point import content_hash, evaluate, forget_models, make_config, model_refs, quantized
 from vdla.sweep.space import Nsga2Search, grid, random_points
 from vdla.sweep.spec import SweepSpec, load_spec
@@ -111,6 +111,8 @@ def run(
     if not isinstance(spec, SweepSpec):
         spec = load_spec(spec)
     spec = spec.replaced(workers=workers, ray=ray, method=method, samples=samples)
+    if spec.ray is not None:  # an unreachable cluster fails now, before the models are built and quantized
+        connect_ray(spec.ray)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     store = ResultStore(out / RESULTS)
