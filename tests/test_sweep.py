@@ -170,6 +170,7 @@ def test_failed_point_recorded_and_sweep_goes_on(tiny, tmp_path):
         ("[space]\nblock = [8]\nblock_in = [8]", "space.block: sets block_in and block_out"),
         ("[serach]\nmethod = 'grid'", "serach: unknown key"),
         ("[search]\nmethod = 'anneal'", "search.method: 'anneal' is not one of"),
+        ("[search]\nmethod = 'random'", "search.samples: the random search needs a number of points"),
         ("[run]\nretries = -1", "run.retries: must be >= 0"),
         ("[run]\nworker = 2", "run.worker: unknown key"),
         ("measure = ['sim', 'synth']", "measure[1]: 'synth' is not one of"),

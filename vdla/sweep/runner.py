@@ -124,7 +124,7 @@ def run(
     if spec.method == "nsga2":
         keys += _nsga2(spec, pts, store, state, evaluate, base_item)
     else:
-        space = grid(spec.space) if spec.method == "grid" else random_points(spec.space, spec.samples or 1, spec.seed)
+        space = grid(spec.space) if spec.method == "grid" else random_points(spec.space, spec.samples, spec.seed)
         pending = {base_key: base_item} if base_item else {}
         for params in space:
             key, item = pts.prepare(params)

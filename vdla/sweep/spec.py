@@ -182,8 +182,8 @@ def _check_run(spec: SweepSpec) -> None:
         raise SpecError(f"search.method: {spec.method!r} is not one of {', '.join(METHODS)}")
     if spec.samples is not None and spec.samples < 1:
         raise SpecError(f"search.samples: must be >= 1, got {spec.samples}")
-    if spec.method == "nsga2" and spec.samples is None:
-        raise SpecError("search.samples: the nsga2 search needs a number of points (samples)")
+    if spec.method in ("random", "nsga2") and spec.samples is None:
+        raise SpecError(f"search.samples: the {spec.method} search needs a number of points (samples)")
     if spec.workers is not None and spec.workers < 1:
         raise SpecError(f"run.workers: must be >= 1, got {spec.workers}")
     if spec.retries < 0:
