@@ -260,6 +260,9 @@ def test_ray_and_pool_give_the_same_records(tiny, tmp_path):
 
 
 def test_cli_sweep(tiny, tmp_path, capsys):
+    from vdla.sweep import cli, spec
+
+    assert cli.METHODS == spec.METHODS
     spec = write_spec(tiny, "wgt_buff_bytes = [65536]")
     assert main(["sweep", str(spec), "--out", str(tmp_path / "out"), "--workers", "1"]) == 0
     text = capsys.readouterr().out

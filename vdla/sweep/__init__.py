@@ -7,8 +7,23 @@ runs its programs on it too.
 
 from __future__ import annotations
 
-from vdla.sweep.executor import Outcome, run_tasks
-from vdla.sweep.runner import SweepResult, run
-from vdla.sweep.spec import SpecError, SweepSpec, load_spec
+import importlib
 
-__all__ = ["Outcome", "SpecError", "SweepResult", "SweepSpec", "load_spec", "run", "run_tasks"]
+# the public names, imported on first use: `import vdla.sweep.executor` (each worker of a pool does) and the `vdla`
+# command's parser load nothing else of the package
+_NAMES = {
+    "Outcome": "executor",
+    "run_tasks": "executor",
+    "SweepResult": "runner",
+    "run": "runner",
+    "SpecError": "spec",
+    "SweepSpec": "spec",
+    "load_spec": "spec",
+}
+__all__ = sorted(_NAMES)
+
+
+def __getattr__(name: str) -> object:
+    if name not in _NAMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_NAMES[name]}"), name)
