@@ -489,6 +489,7 @@ def quantize_model(
     progress: Progress | None = None,
     align_residuals: bool = True,
     power_of_two: bool = False,
+    stats_cache: dict[str, TensorStats] | None = None,
 ) -> tuple[Graph, QuantReport]:
     """Profile-guided quantization of a float ``graph`` (simplified: batch norms folded): calibrate on
     ``data`` (one float array per graph input, samples on the first axis), choose each value's scale by
@@ -497,6 +498,10 @@ def quantize_model(
     the scheme of TVM's VTA: every scale a power of two (activations rounded up from their threshold, weights
     one scale per tensor), so each requantization is a plain rounding shift, free in the accelerator's
     epilogue, at some cost in accuracy against per-channel weight scales.
+
+    ``stats_cache`` (a dict, filled in place) keeps the calibration statistics of every value observed, so that
+    quantizing the same graph on the same ``data`` again (other ``keep_float``: :mod:`vdla.graph.autofloat`)
+    calibrates only the values not seen before; the result is the same as without it.
 
     Returns the QDQ graph (for :func:`vdla.graph.qdq.lower_qdq`) and the report. A value that is zero on
     every calibration sample gets scale ``1/127`` and a :class:`QuantizationWarning` naming it.
@@ -509,7 +514,11 @@ def quantize_model(
     plan = plan_quantization(graph, keep_float, align_residuals)
     data = check_calibration(graph.inputs, data)
     samples = next(iter(data.values())).shape[0]
-    stats = calibrate(graph, data, plan.points, runner, progress)
+    cache = {} if stats_cache is None else stats_cache
+    missing = [v for v in plan.points if v not in cache]
+    if missing or stats_cache is None:
+        cache.update(calibrate(graph, data, missing, runner, progress))
+    stats = {v: cache[v] for v in plan.points}
     thresholds = {v: choose_threshold(stats[v], method, percentile) for v in plan.calibrated}
     notes = [
         f"{v!r} is zero on every calibration sample: scale 1/127 (values at inference beyond +-1 saturate)"
