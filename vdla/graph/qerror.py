@@ -58,6 +58,8 @@ class _Sums:
 
     @property
     def cosine(self) -> float:
+        if self.ee == 0.0:  # equal values: exactly 1 (the formula may round to 1 - 2^-52)
+            return 1.0
         if self.ff == 0.0 or self.qq == 0.0:
             return 1.0 if self.ff == self.qq else 0.0
         return self.fq / math.sqrt(self.ff * self.qq)
