@@ -427,8 +427,9 @@ def test_every_compile_option_reaches_the_compiler(model, calib, tmp_path):
     args = ["compile", "m.onnx", "--config", "osdi18", "--input-shape", "image=1x3x32x32"]
     options = compile_options(build_parser().parse_args([*args, "--cpu-target", "aarch64-linux-gnu"]))
     assert {f.name for f in dataclasses.fields(options)} == {
-        "config", "input_shapes", "calibration", "percentile", "keep_float", "align_residuals", "power_of_two",
-        "dump", "quant_report", "cpu_targets", "fuse_depthwise", "fuse_adds", "fuse_squeeze_excite", "pair_rows",
+        "config", "input_shapes", "calibration", "percentile", "keep_float", "auto_float", "align_residuals",
+        "power_of_two", "dump", "quant_report", "cpu_targets", "fuse_depthwise", "fuse_adds", "fuse_squeeze_excite",
+        "pair_rows",
     }  # fmt: skip
     assert options.config == "osdi18" and options.input_shapes == {"image": (1, 3, 32, 32)}
     assert options.cpu_targets == ("aarch64-linux-gnu",) and options.fuse_depthwise

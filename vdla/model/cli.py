@@ -88,6 +88,53 @@ def _db(x: float | None) -> str:
     return "" if x is None else f"{x:.1f}"
 
 
+def _auto_float_table(auto) -> Table:
+    """The layers ``--auto-float`` kept in float: op, MACs and their share of the model's, and the error each
+    adds to the model's outputs alone (the ranking's measure)."""
+    sqnr = dict(auto.ranking)
+    t = Table(title=f"auto-float: layers kept in float32 on the CPU for cosine >= {auto.target:g}")
+    for c in ("layer", "op", "MACs", "share of MACs", "out SQNR dB alone"):
+        t.add_column(c, justify="left" if c in ("layer", "op") else "right")
+    for name in auto.kept:
+        macs = auto.macs.get(name, 0)
+        share = macs / auto.total_macs if auto.total_macs else 0.0
+        t.add_row(name, auto.ops.get(name, ""), f"{macs:,}", f"{share:.2%}", _db(sqnr.get(name)))
+    return t
+
+
+def auto_float_lines(auto) -> list[str]:
+    """What ``vdla compile --auto-float`` prints after its table: the outcome, the cosines before and after, on
+    which samples, and the evaluations."""
+    where = (
+        f"{auto.eval_samples} held-out calibration samples (scales calibrated on the other {auto.calib_samples})"
+        if auto.held_out
+        else f"the first {auto.eval_samples} of the {auto.calib_samples} calibration samples (too few to hold out)"
+    )
+    user = f" besides --keep-float {','.join(auto.user_kept)}" if auto.user_kept else ""
+    if not auto.kept:
+        outcome = f"no layer needs to stay in float{user}: int8 reaches cosine {auto.cosine_before:.6f}"
+    else:
+        outcome = (
+            f"{len(auto.kept)} of {len(auto.ranking)} layers kept in float{user}, {auto.float_share:.2%} of the "
+            f"model's MACs ({auto.float_macs:,}) leave the accelerator; cosine {auto.cosine_before:.6f} with "
+            f"every layer int8 -> {auto.cosine_after:.6f}"
+        )
+    phases: dict[str, int] = {}
+    for e in auto.evaluations:
+        phases[e.phase] = phases.get(e.phase, 0) + 1
+    counts = ", ".join(f"{n} {p}" for p, n in phases.items())
+    pruned = f"; pruned {', '.join(auto.pruned)}" if auto.pruned else ""
+    skipped = "; prune skipped (too many layers)" if auto.prune_skipped else ""
+    measured = "" if auto.artifact_cosine is None else f"{auto.artifact_cosine:.6f}"
+    return [
+        f"auto-float: target cosine {auto.target:g}: {outcome}",
+        f"auto-float: {len(auto.evaluations)} evaluations of the QDQ graph ({counts}{pruned}{skipped}) in "
+        f"{auto.seconds:.1f} s, on {where}",
+        f"auto-float: the compiled model on {auto.backend}: cosine {measured} against the float model on the same "
+        "samples",
+    ]
+
+
 def _keep_float(specs: list[str]) -> tuple[str, ...]:
     return tuple(name.strip() for spec in specs for name in spec.split(",") if name.strip())
 
@@ -102,6 +149,7 @@ def compile_options(args: argparse.Namespace):
         calibration=args.calibration,
         percentile=args.percentile,
         keep_float=_keep_float(args.keep_float),
+        auto_float=getattr(args, "auto_float", None),
         align_residuals=not args.separate_residual_scales,
         power_of_two=args.power_of_two,
         dump=args.dump,
@@ -151,6 +199,11 @@ def cmd_compile(args: argparse.Namespace) -> int:
             console.print(f"[yellow]warning:[/] {w}")
         if args.report:
             console.print(f"quantization report written to {args.report}")
+    if report.auto_float is not None:
+        if report.auto_float.kept:
+            console.print(_auto_float_table(report.auto_float))
+        for line in auto_float_lines(report.auto_float):
+            console.print(line)
     console.print(_placement_table(artifact, report))
     m = artifact.memory
     share = artifact.accel_macs / artifact.total_macs if artifact.total_macs else 0.0
@@ -163,9 +216,10 @@ def cmd_compile(args: argparse.Namespace) -> int:
         console.print(f"graph dumps (text and DOT, one per pass) in {args.dump}")
     console.print(f"wrote {out}")
     if args.json:
-        Path(args.json).write_text(
-            json.dumps({"seconds": report.seconds, "notes": report.notes, "memory": m}, indent=2)
-        )
+        doc = {"seconds": report.seconds, "notes": report.notes, "memory": m}
+        if report.auto_float is not None:
+            doc["auto_float"] = report.auto_float.to_dict()
+        Path(args.json).write_text(json.dumps(doc, indent=2))
     return 0
 
 
@@ -325,6 +379,14 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         default=[],
         metavar="NODE,...",
         help="nodes (named by their output) left in float32 on the CPU (with --calib; repeatable)",
+    )
+    p.add_argument(
+        "--auto-float",
+        type=float,
+        metavar="TARGET_COSINE",
+        help="keep the fewest layers in float32 (besides --keep-float's) that bring the outputs to this cosine in "
+        "(0, 1] against the float model on the calibration data (held-out samples where there are 16 or more); "
+        "the compiled model's cosine is measured on sim (with --calib)",
     )
     p.add_argument("--report", metavar="quant.json", help="write the quantization report as JSON (with --calib)")
     p.add_argument(

@@ -32,7 +32,9 @@ import numpy as np
 from vdla.compiler import CompileError, ScheduleCache
 from vdla.config import DEFAULT_PRESET, HwConfig, load_config
 from vdla.cpu_fallback.native import TARGETS, NativeCodeError, resolve_target
+from vdla.errors import VdlaError
 from vdla.graph import dump as gdump
+from vdla.graph.autofloat import AutoFloatReport, AutoFloatResult, auto_float, check_target
 from vdla.graph.calibrate import (
     DEFAULT_PERCENTILE,
     METHODS,
@@ -48,13 +50,14 @@ from vdla.graph.im2col import im2col_convs
 from vdla.graph.opnames import DEQUANTIZE, QUANTIZE
 from vdla.graph.ops import infer_types
 from vdla.graph.qdq import lower_qdq
-from vdla.graph.qerror import with_errors
+from vdla.graph.qerror import _Sums, with_errors
 from vdla.graph.quantize import QuantizationWarning, QuantReport, quantize_model
 from vdla.graph.rowpair import pair_rows as pair_rows_graph
 from vdla.graph.serialize import graph_from_json, graph_to_json
 from vdla.graph.tables import quantize_early, tabulate_chains
 from vdla.graph.verify import verify
 from vdla.model.artifact import Artifact, CpuStep
+from vdla.model.cpu_regions import node_macs
 from vdla.model.lower import Log, ModelBuilder
 from vdla.model.place import place
 
@@ -76,17 +79,20 @@ class CompileOptions:
     into the depthwise layer whose output it averages and its channel product into the 1x1 convolution reading it
     (:attr:`vdla.compiler.spec.EpilogueSpec.gate`), each only where that is faster; ``pair_rows`` stores tensors of
     at most half a block of channels with two rows side by side as channels, and rewrites the layers around them
-    (:mod:`vdla.graph.rowpair`), where that is faster by its cost model.
+    (:mod:`vdla.graph.rowpair`), where that is faster by its cost model. ``auto_float`` (a cosine in (0, 1], with
+    calibration data) keeps the fewest further layers in float that bring the outputs to that cosine against
+    the float model (:mod:`vdla.graph.autofloat`; the compiled artifact's own cosine measured on ``sim``).
 
     Invariants: ``calibration`` is one of :data:`vdla.graph.calibrate.METHODS`, ``percentile`` lies in
-    (0, 100], ``keep_float`` is a tuple of names, ``input_shapes`` maps names to tuples of ints,
-    ``cpu_targets`` is a tuple of distinct known target names."""
+    (0, 100], ``auto_float`` is None or a float in (0, 1], ``keep_float`` is a tuple of names, ``input_shapes``
+    maps names to tuples of ints, ``cpu_targets`` is a tuple of distinct known target names."""
 
     config: str | HwConfig = DEFAULT_PRESET
     input_shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict, hash=False)
     calibration: str = "percentile"
     percentile: float = DEFAULT_PERCENTILE
     keep_float: tuple[str, ...] = ()
+    auto_float: float | None = None
     align_residuals: bool = True
     power_of_two: bool = False
     dump: str | Path | None = None
@@ -102,6 +108,11 @@ class CompileOptions:
             raise CompileError(f"unknown calibration method {self.calibration!r} (one of {', '.join(METHODS)})")
         if not 0 < self.percentile <= 100:
             raise CompileError(f"percentile must lie in (0, 100], got {self.percentile}")
+        if self.auto_float is not None:
+            try:
+                object.__setattr__(self, "auto_float", check_target(self.auto_float))
+            except VdlaError as e:
+                raise CompileError(str(e)) from None
         keep = (self.keep_float,) if isinstance(self.keep_float, str) else tuple(self.keep_float)
         object.__setattr__(self, "keep_float", keep)
         shapes = {str(k): tuple(int(d) for d in v) for k, v in dict(self.input_shapes or {}).items()}
@@ -131,6 +142,7 @@ class CompileReport:
     notes: dict[str, str] = field(default_factory=dict)
     placement: dict[str, str] = field(default_factory=dict)
     quantization: QuantReport | None = None  # profile-guided quantization of a float model (``calib``)
+    auto_float: AutoFloatReport | None = None  # the layers ``auto_float`` kept in float and the cosines
 
 
 def compile_graph_model(
@@ -260,6 +272,30 @@ def read_calib_file(path: str | Path) -> dict[str, np.ndarray]:
         raise CompileError(f"calibration file {path}: not a readable .npz of calibration arrays ({e})") from e
 
 
+def artifact_cosine(artifact: Artifact, result: AutoFloatResult, backend: str = "sim") -> float:
+    """The cosine of ``artifact``'s outputs run on ``backend`` against the float model's, over the samples
+    ``result`` (an :class:`~vdla.graph.autofloat.AutoFloatResult`) measured its cosines on, all outputs as one
+    vector."""
+    from vdla.model.executor import Module
+
+    module, sums = Module(artifact, backend), _Sums()
+    for feeds, ref in zip(result.eval_feeds, result.eval_refs, strict=True):
+        got = module.run(feeds)
+        got = got if isinstance(got, dict) else {next(iter(artifact.outputs)): got}
+        for name in artifact.outputs:
+            sums.add(ref[name], got[name])
+    return sums.cosine
+
+
+def auto_float_shortfall(auto: AutoFloatReport) -> str:
+    """The warning for a compiled model below the auto-float target that its QDQ graph reached."""
+    return (
+        f"auto-float: the compiled model reaches cosine {auto.artifact_cosine:.6f} on {auto.backend}, below the "
+        f"target {auto.target:g} that its QDQ graph reached ({auto.cosine_after:.6f}): the integer epilogue's "
+        "rounding differs from the QDQ graph's; raise the target a little or keep more layers with --keep-float"
+    )
+
+
 def calibration_runner(log: Log) -> Callable[[Graph], Callable] | None:
     """The CPU fallback's JIT as the calibration runner (None: the numpy interpreter, where llvmlite is
     missing)."""
@@ -306,6 +342,7 @@ def compile_model(
     quantized = any(n.op in (QUANTIZE, DEQUANTIZE) for n in graph.nodes)
     passes: list[tuple[str, Callable[[Graph], Graph]]] = [("simplify", simplify)]
     found: list[QuantReport] = []
+    searched: list[AutoFloatResult] = []  # the auto-float search's result
     if calib is not None:
         if quantized:
             raise CompileError(
@@ -317,17 +354,16 @@ def compile_model(
         runner = calibration_runner(log)
 
         def quantize(g: Graph) -> Graph:
-            qgraph, qreport = quantize_model(
-                g,
-                arrays,
-                opts.calibration,
-                opts.percentile,
-                opts.keep_float,
-                runner,
-                progress,
-                opts.align_residuals,
-                opts.power_of_two,
-            )
+            how = (opts.calibration, opts.percentile, opts.keep_float, runner, progress)
+            if opts.auto_float is not None:
+                result = auto_float(g, arrays, opts.auto_float, *how, opts.align_residuals, opts.power_of_two, log=log)
+                qgraph, qreport = result.qgraph, result.quant
+                types = infer_types(g)
+                macs = {n.output: node_macs(n, types) for n in g.nodes}
+                auto = replace(result.report, macs=macs, total_macs=sum(macs.values()))
+                searched.append(replace(result, report=auto))
+            else:
+                qgraph, qreport = quantize_model(g, arrays, *how, opts.align_residuals, opts.power_of_two)
             if opts.quant_report is not None:  # the error analysis runs only for the report
                 log(f"measuring the quantization error of {len(qreport.layers)} layers")
                 qreport = with_errors(qreport, g, qgraph, check_calibration(g.inputs, arrays))
@@ -339,6 +375,11 @@ def compile_model(
         passes.append(("quantize", quantize))
     elif opts.keep_float:
         raise CompileError("keep_float needs calibration data (calib): without it a float model runs all in float")
+    elif opts.auto_float is not None:
+        raise CompileError(
+            "auto_float needs calibration data (calib): it chooses the layers kept in float by their quantization "
+            "error on that data" + (" (a QDQ model keeps its own scales)" if quantized else "")
+        )
     artifact, report = compile_graph_model(
         graph, opts.config, cache, opts.dump, log, passes=passes, fuse_depthwise=opts.fuse_depthwise,
         fuse_adds=opts.fuse_adds, fuse_squeeze_excite=opts.fuse_squeeze_excite, pair_rows=opts.pair_rows,
@@ -349,8 +390,20 @@ def compile_model(
         add_cpu_code(artifact, opts.cpu_targets, log)
         report.seconds["cpu code"] = time.perf_counter() - t0
     report.quantization = found[0] if found else None
+    if searched:
+        t0 = time.perf_counter()
+        log(f"auto-float: measuring the compiled model on sim ({searched[0].report.eval_samples} samples)")
+        report.auto_float = replace(searched[0].report, artifact_cosine=artifact_cosine(artifact, searched[0]))
+        report.seconds["auto-float check on sim"] = time.perf_counter() - t0
+        if report.auto_float.artifact_cosine < report.auto_float.target:
+            note = auto_float_shortfall(report.auto_float)
+            warnings.warn(note, QuantizationWarning, stacklevel=2)
+            report.quantization = replace(report.quantization, warnings=(*report.quantization.warnings, note))
     if report.quantization is not None and opts.quant_report is not None:
-        Path(opts.quant_report).write_text(json.dumps(report.quantization.to_dict(), indent=2))
+        doc = report.quantization.to_dict()
+        if report.auto_float is not None:
+            doc["auto_float"] = report.auto_float.to_dict()
+        Path(opts.quant_report).write_text(json.dumps(doc, indent=2))
     artifact.meta["compile_seconds"] = sum(report.seconds.values())
     artifact.meta["quantized"] = quantized or report.quantization is not None
     return artifact, report
