@@ -102,6 +102,7 @@ class AutoFloatReport:
     seconds: float
     pruned: tuple[str, ...] = ()
     prune_skipped: bool = False
+    rank_seconds: float = 0.0  # of ``seconds``: the ranking (the per-layer errors)
     macs: Mapping[str, int] = field(default_factory=dict, hash=False)
     total_macs: int = 0
     artifact_cosine: float | None = None
@@ -147,6 +148,7 @@ class AutoFloatReport:
             "eval_samples": self.eval_samples,
             "held_out": self.held_out,
             "seconds": self.seconds,
+            "rank_seconds": self.rank_seconds,
         }
 
 
@@ -267,7 +269,9 @@ def auto_float(
     feeds = [{k: a[s : s + batch] for k, a in held.items()} for s in range(0, total, batch)]
     refs = [evaluate(graph, f) for f in feeds]
     log(f"auto-float: ranking {len(qreport.layers)} layers by the error each adds to the model's outputs")
+    t_rank = time.perf_counter()
     ranked_layers = with_errors(qreport, graph, qgraph, held, len(feeds)).layers
+    rank_seconds = time.perf_counter() - t_rank
     order = sorted(ranked_layers, key=lambda layer: (layer.output_sqnr_db, layer.output_cosine))
     ranking = tuple((layer.name, layer.output_sqnr_db) for layer in order)
     found: dict[tuple[str, ...], tuple[Graph, QuantReport]] = {(): (qgraph, qreport)}
@@ -304,5 +308,6 @@ def auto_float(
         seconds=time.perf_counter() - t0,
         pruned=pruned,
         prune_skipped=skipped,
+        rank_seconds=rank_seconds,
     )
     return AutoFloatResult(qgraph, qreport, report, feeds, refs)

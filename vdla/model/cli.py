@@ -128,8 +128,8 @@ def auto_float_lines(auto) -> list[str]:
     measured = "" if auto.artifact_cosine is None else f"{auto.artifact_cosine:.6f}"
     return [
         f"auto-float: target cosine {auto.target:g}: {outcome}",
-        f"auto-float: {len(auto.evaluations)} evaluations of the QDQ graph ({counts}{pruned}{skipped}) in "
-        f"{auto.seconds:.1f} s, on {where}",
+        f"auto-float: {len(auto.evaluations)} evaluations of the QDQ graph ({counts}{pruned}{skipped}) on {where}; "
+        f"{auto.seconds:.1f} s, of which {auto.rank_seconds:.1f} s ranking the layers",
         f"auto-float: the compiled model on {auto.backend}: cosine {measured} against the float model on the same "
         "samples",
     ]
