@@ -193,6 +193,14 @@ def test_search_prunes_layers_a_prefix_does_not_need():
     assert all(e.cosine >= 0.99 for e in evals if set(e.kept) == set(kept))
 
 
+def test_search_prunes_only_when_cheap():
+    ranked = [f"l{i}" for i in range(40)]  # 40 layers: the prune tries at most max(16, 20) of them
+    kept, evals, _, skipped = search(ranked, _curve(set(ranked[:22])), 0.99)
+    assert len(kept) == 22 and skipped and evals[-1].phase == "bisect"
+    kept, evals, pruned, skipped = search(ranked, _curve(set(ranked[:21])), 0.99)
+    assert len(kept) == 21 and not skipped and not pruned and evals[-1].phase == "prune"
+
+
 def test_search_keeps_none_or_refuses_an_unreachable_target():
     kept, evals, _, _ = search(RANKED, lambda kept: 0.995, 0.99)
     assert kept == () and len(evals) == 1

@@ -20,7 +20,10 @@ The method (:func:`auto_float`):
    2, 4, ... until the target is reached (or every layer is float), then bisection between the last miss and
    the first hit: ``O(log L)`` evaluations for ``L`` layers, exact where ``cosine(k)`` grows with ``k``.
 4. **Prune.** Each chosen layer but the last (without which the prefix is already known to miss) is dropped
-   once, least harmful first, where the rest still reach the target: at most :data:`PRUNE_MAX` evaluations.
+   once, least harmful first, where the rest still reach the target, when that is cheap: at most
+   ``max(PRUNE_MIN, L // 2)`` evaluations (:data:`PRUNE_MIN`), each one model run a sample, so the prune costs at
+   most about what the ranking did (about ``L / 2`` model runs a sample); else it is skipped and the report says
+   so.
 
 The outcome is one of: no layer needed (int8 reaches the target), the set found, or an
 :class:`AutoFloatError` when even every layer in float misses the target (naming the best cosine reached).
@@ -49,7 +52,7 @@ from vdla.graph.qerror import ERROR_BATCHES, _Sums, with_errors
 from vdla.graph.quantize import QuantReport, quantize_model
 
 HOLDOUT_MIN_BATCHES = 16  # from this many model batches of calibration data on, the search holds some out
-PRUNE_MAX = 16  # the greedy prune tries at most this many layers
+PRUNE_MIN = 16  # the greedy prune tries up to this many layers, or half the layers ranked where more
 
 
 class AutoFloatError(QuantizationError):
@@ -184,11 +187,12 @@ def split_calibration(
 
 
 def search(
-    ranked: list[str], cosine_of: Callable[[tuple[str, ...]], float], target: float, prune_max: int = PRUNE_MAX
+    ranked: list[str], cosine_of: Callable[[tuple[str, ...]], float], target: float, prune_max: int | None = None
 ) -> tuple[tuple[str, ...], list[Evaluation], tuple[str, ...], bool]:
     """The fewest of ``ranked`` (worst first) to keep in float for ``cosine_of(kept) >= target``: the geometric
     search and bisection over prefixes, then the greedy prune (the module docstring, 3. and 4.). Returns the
-    set, every evaluation in order, the layers pruned and whether the prune was skipped (too many layers).
+    set, every evaluation in order, the layers pruned and whether the prune was skipped (more than
+    ``prune_max`` candidates; by default ``max(PRUNE_MIN, len(ranked) // 2)``).
     Raises :class:`AutoFloatError` when every layer in float misses the target."""
     evals: list[Evaluation] = []
 
@@ -223,7 +227,7 @@ def search(
             lo = mid
     kept = list(ranked[:hi])
     candidates = kept[-2::-1]  # without the last the prefix misses (lo); least harmful first
-    if len(candidates) > prune_max:
+    if len(candidates) > (max(PRUNE_MIN, n // 2) if prune_max is None else prune_max):
         return tuple(kept), evals, (), True
     pruned = []
     for name in candidates:
