@@ -168,6 +168,16 @@ def test_auto_float_without_calibration_is_refused(tmp_path, capsys):
     assert not (tmp_path / "m.vdla").exists()
 
 
+def test_auto_float_on_a_qdq_model_is_refused():
+    from vdla.zoo.models import quantize_qdq
+
+    qdq = quantize_qdq(_model(), _calib(4), input_name="x")
+    with pytest.raises(VdlaError, match=r"already quantized \(QDQ\) and keeps the scales it carries: drop auto_float"):
+        compile_model(qdq, auto_float=0.99)
+    with pytest.raises(VdlaError, match="already quantized"):  # with calibration data: refused as ever
+        compile_model(qdq, _calib(4), auto_float=0.99)
+
+
 # the search on its own: layers "a".."h" ranked worst first
 
 

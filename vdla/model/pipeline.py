@@ -375,10 +375,15 @@ def compile_model(
         passes.append(("quantize", quantize))
     elif opts.keep_float:
         raise CompileError("keep_float needs calibration data (calib): without it a float model runs all in float")
+    elif opts.auto_float is not None and quantized:
+        raise CompileError(
+            "auto_float chooses which layers of a float model vdla's calibration quantizes; this model is already "
+            "quantized (QDQ) and keeps the scales it carries: drop auto_float"
+        )
     elif opts.auto_float is not None:
         raise CompileError(
             "auto_float needs calibration data (calib): it chooses the layers kept in float by their quantization "
-            "error on that data" + (" (a QDQ model keeps its own scales)" if quantized else "")
+            "error on that data"
         )
     artifact, report = compile_graph_model(
         graph, opts.config, cache, opts.dump, log, passes=passes, fuse_depthwise=opts.fuse_depthwise,
