@@ -48,7 +48,7 @@ import numpy as np
 from vdla.graph.calibrate import DEFAULT_PERCENTILE, Progress, QuantizationError, Runner, check_calibration
 from vdla.graph.graph import Graph
 from vdla.graph.interp import evaluate
-from vdla.graph.qerror import ERROR_BATCHES, _Sums, with_errors
+from vdla.graph.qerror import ERROR_BATCHES, ErrorSums, with_errors
 from vdla.graph.quantize import QuantReport, quantize_model
 
 HOLDOUT_MIN_BATCHES = 16  # from this many model batches of calibration data on, the search holds some out
@@ -286,7 +286,7 @@ def auto_float(
             found.clear()  # keep one graph only (the last): each is a model's worth of parameters
             found[key] = quantize(kept)
         log(f"auto-float: {len(kept)} layers in float")
-        sums = _Sums()
+        sums = ErrorSums()
         for f, ref in zip(feeds, refs, strict=True):
             got = evaluate(found[key][0], f)
             for o in graph.outputs:

@@ -37,8 +37,9 @@ from vdla.graph.quantize import LayerQuant, QuantPlan, QuantReport, quantize_gra
 ERROR_BATCHES = 8  # model batches of the calibration set the error analysis runs on
 
 
-class _Sums:
-    """Running sums of a float reference ``f`` and its quantized value ``q`` over batches."""
+class ErrorSums:
+    """Running sums of a float reference ``f`` and its quantized value ``q`` over batches: their SQNR and cosine
+    (the one measure of :mod:`vdla.graph.qerror`, also the auto-float search's and its check on ``sim``)."""
 
     def __init__(self) -> None:
         self.ff = self.ee = self.fq = self.qq = 0.0
@@ -71,7 +72,7 @@ def with_errors(
     """``report`` (of :func:`vdla.graph.quantize.quantize_model` on the float ``graph``, giving ``qgraph``) with
     every tensor's and layer's error filled in, measured on the first ``batches`` model batches of ``data``
     (calibration arrays as :func:`vdla.graph.calibrate.check_calibration` returns them)."""
-    tensor_err = {t.name: _Sums() for t in report.tensors}
+    tensor_err = {t.name: ErrorSums() for t in report.tensors}
     layers = {layer.name: _LayerRun(graph, layer, report) for layer in report.layers}
     read = {t.name: _dequantized(qgraph, t.name) for t in report.tensors}
     for feeds in _batches(graph, data, batches):
@@ -117,7 +118,7 @@ class _LayerRun:
         others = {other.output for other in report.layers} - {layer.output}
         self.graph = _float_reads(qgraph, [v for v in points if points[v] in others])
         self.types = infer_types(self.graph)
-        self.own, self.model = _Sums(), _Sums()
+        self.own, self.model = ErrorSums(), ErrorSums()
 
     def add(self, ref: Mapping[str, np.ndarray]) -> None:
         got = _rerun(self.graph, self.types, ref)

@@ -50,7 +50,7 @@ from vdla.graph.im2col import im2col_convs
 from vdla.graph.opnames import DEQUANTIZE, QUANTIZE
 from vdla.graph.ops import infer_types
 from vdla.graph.qdq import lower_qdq
-from vdla.graph.qerror import _Sums, with_errors
+from vdla.graph.qerror import ErrorSums, with_errors
 from vdla.graph.quantize import QuantizationWarning, QuantReport, quantize_model
 from vdla.graph.rowpair import pair_rows as pair_rows_graph
 from vdla.graph.serialize import graph_from_json, graph_to_json
@@ -278,7 +278,7 @@ def artifact_cosine(artifact: Artifact, result: AutoFloatResult, backend: str = 
     vector."""
     from vdla.model.executor import Module
 
-    module, sums = Module(artifact, backend), _Sums()
+    module, sums = Module(artifact, backend), ErrorSums()
     for feeds, ref in zip(result.eval_feeds, result.eval_refs, strict=True):
         got = module.run(feeds)
         got = got if isinstance(got, dict) else {next(iter(artifact.outputs)): got}
