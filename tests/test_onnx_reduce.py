@@ -272,6 +272,54 @@ def test_losses_match_onnxruntime(reduction):
     matches_onnxruntime(m, {"x": x, "w": w[::-1].copy()})
 
 
+@pytest.mark.parametrize("reduction", ["none", "sum", "mean"])
+def test_losses_with_run_time_targets_match_onnxruntime(reduction):
+    """Targets fed at run time (an int64 graph input, int32 inside vdla): with and without class weights,
+    an ignored class, an (N, C) input and a mean over targets that are all ignored (0 / 0, NaN)."""
+    x = RNG.standard_normal((3, 5, 2, 4)).astype(np.float32)
+    target = RNG.integers(0, 5, (3, 2, 4)).astype(np.int64)
+    target[0, 0, :2] = 2
+    w = RNG.uniform(0.5, 2, 5).astype(np.float32)
+    shape = (3, 2, 4) if reduction == "none" else ()
+    nodes = [
+        helper.make_node("NegativeLogLikelihoodLoss", ["x", "t"], ["a"], reduction=reduction),
+        helper.make_node("NegativeLogLikelihoodLoss", ["x", "t", "w"], ["b"], reduction=reduction, ignore_index=2),
+        helper.make_node("SoftmaxCrossEntropyLoss", ["x", "t", "w"], ["c", "logp"], reduction=reduction),
+        helper.make_node("SoftmaxCrossEntropyLoss", ["x", "t"], ["d"], reduction=reduction, ignore_index=2),
+        helper.make_node("SoftmaxCrossEntropyLoss", ["x2", "t2"], ["e"], reduction=reduction, ignore_index=1),
+    ]
+    outs = [("a", F, shape), ("b", F, shape), ("c", F, shape), ("logp", F, x.shape), ("d", F, shape)]
+    outs.append(("e", F, (4,) if reduction == "none" else ()))
+    inputs = [("x", F, x.shape), ("t", I64, target.shape), ("w", F, (5,)), ("x2", F, (4, 3)), ("t2", I64, (4,))]
+    m = model(nodes, inputs, outs, opset=13)
+    feeds = {"x": x, "t": target, "w": w, "x2": RNG.standard_normal((4, 3)).astype(np.float32)}
+    feeds["t2"] = np.ones(4, np.int64)  # every target ignored: the mean is NaN
+    got = compile_graph(simplify(import_onnx(m), verify=True))(
+        **{k: v.astype(np.int32) if v.dtype == np.int64 else v for k, v in feeds.items()}
+    )
+    want = reference_run(m, feeds)
+    for name, ref in want.items():
+        np.testing.assert_allclose(got[name], ref, rtol=1e-5, atol=1e-5, err_msg=name)
+    assert np.isnan(got["e"]).all() == (reduction == "mean")
+
+
+@pytest.mark.filterwarnings("ignore:.*ONNX shape inference fails")
+def test_run_time_loss_targets_are_checked_at_import():
+    """A run-time target of the wrong shape or type, and NegativeLogLikelihoodLoss's ambiguous mean (no
+    weight, ignore_index -1) that a run-time target may reach, are refused naming the node."""
+    node = helper.make_node("NegativeLogLikelihoodLoss", ["x", "t"], ["y"], reduction="sum")
+    m = model([node], [("x", F, (2, 3)), ("t", I64, (3,))], [("y", F, ())], opset=13)
+    with pytest.raises(UnsupportedError, match=r"NegativeLogLikelihoodLoss_0.*target must have shape \(2,\)"):
+        import_onnx(m)
+    m = model([node], [("x", F, (2, 3)), ("t", F, (2,))], [("y", F, ())], opset=13)
+    with pytest.raises(UnsupportedError, match="input 1 't' has dtype float32"):
+        import_onnx(m)
+    node = helper.make_node("NegativeLogLikelihoodLoss", ["x", "t"], ["y"], ignore_index=-1)
+    m = model([node], [("x", F, (2, 3)), ("t", I64, (2,))], [("y", F, ())], opset=13)
+    with pytest.raises(UnsupportedError, match="attribute ignore_index=-1"):
+        import_onnx(m)
+
+
 def test_loss_targets_are_checked_at_import():
     x = RNG.standard_normal((2, 3)).astype(np.float32)
     node = helper.make_node("NegativeLogLikelihoodLoss", ["x", "t"], ["y"], reduction="sum")

@@ -323,29 +323,41 @@ def _trilu(b: Builder, node: OnnxNode) -> None:
 
 
 def _loss(b: Builder, node: OnnxNode, log_prob: str, quirk: bool) -> None:
-    """The per-element ``nll_loss`` of ``log_prob`` at the node's constant targets (input 1), then the
-    reduction: none, sum, or the mean weighted by the targets' class weights (ignored targets left out).
+    """The per-element ``nll_loss`` of ``log_prob`` at the node's targets (input 1: a constant, checked here,
+    or a tensor computed or fed at run time), then the reduction: none, sum, or the mean weighted by the
+    targets' class weights (1 each without ``weight``; ignored targets left out).
     ``quirk``: NegativeLogLikelihoodLoss's reference averages over every element when ignore_index is -1
-    and no weight is given, where its other forms leave ignored elements out; that ambiguous case is refused."""
+    and no weight is given, where its other forms leave ignored elements out; that ambiguous case is refused
+    (for run-time targets whenever it can arise). A target outside the classes, and not ignore_index, gives a
+    NaN loss (ONNX leaves it undefined)."""
     xs = b.type_of(log_prob).shape
     if len(xs) < 2:
         raise unsupported(node, f"needs an (N, C, ...) input, got shape {xs}")
     reduction = str(attr(node, "reduction", "mean"))
     if reduction not in ("none", "sum", "mean"):
         raise unsupported(node, "reduction must be none, sum or mean", "reduction")
-    target = np.asarray(b.const(node, 1, "target"))
-    if target.dtype.kind not in "iu" or target.shape != (xs[0], *xs[2:]):
-        raise unsupported(node, f"target must hold integers of shape {(xs[0], *xs[2:])}, got {target.shape}")
+    want = (xs[0], *xs[2:])
     ignore = attr(node, "ignore_index")
-    ignored = target == int(ignore) if ignore is not None else np.zeros(target.shape, bool)
-    if np.any(~ignored & ((target < 0) | (target >= xs[1]))):
-        raise unsupported(node, f"target classes outside [0, {xs[1]}) (and not ignore_index)")
     weight = b.tensor(node, 2) if b.has(node, 2) else None
     if weight is not None:
         b.require_dtype(node, 2, FLOAT)
-    if quirk and weight is None and ignore is not None and int(ignore) == -1 and reduction == "mean" and ignored.any():
+    ambiguous = quirk and weight is None and ignore is not None and int(ignore) == -1 and reduction == "mean"
+    if b.is_const(node, 1):
+        target = np.asarray(b.const(node, 1, "target"))
+        if target.dtype.kind not in "iu" or target.shape != want:
+            raise unsupported(node, f"target must hold integers of shape {want}, got {target.shape}")
+        ignored = target == int(ignore) if ignore is not None else np.zeros(target.shape, bool)
+        if np.any(~ignored & ((target < 0) | (target >= xs[1]))):
+            raise unsupported(node, f"target classes outside [0, {xs[1]}) (and not ignore_index)")
+        ambiguous = ambiguous and bool(ignored.any())
+        t = b.add_param(f"{node.input(1)}:int32", target.astype(np.int32))
+    else:
+        b.require_dtype(node, 1, ("int32", "int64"))
+        if b.shape(node, 1) != want:
+            raise unsupported(node, f"target must have shape {want}, got {b.shape(node, 1)}")
+        t = b.tensor(node, 1)
+    if ambiguous:
         raise unsupported(node, "mean with ignored targets and no weight: the reference counts them", "ignore_index")
-    t = b.add_param(f"{node.input(1)}:int32", target.astype(np.int32))
     attrs = {"ignore_index": None if ignore is None else int(ignore)}
     out = node.outputs[0]
     inputs = (log_prob, t, *([weight] if weight is not None else []))
@@ -357,11 +369,10 @@ def _loss(b: Builder, node: OnnxNode, log_prob: str, quirk: bool) -> None:
     total = b.emit(node, "reduce", (losses,), every, out=out if reduction == "sum" else None, suffix="sum")
     if reduction == "sum":
         return
-    if weight is None:  # 0 / 0 is NaN, as the reference's mean of no element
-        b.emit(node, "div", (total,), {"b": float(np.count_nonzero(~ignored))}, out=out)
-        return
-    minus_one = b.add_param(f"{out}:minus_one", np.full(xs, -1, np.float32))  # the targets' weights' sum: the
-    weights = b.emit(node, "nll_loss", (minus_one, t, weight), attrs, suffix="target_weights")  # loss of -1s
+    # the mean's divisor, the targets' weights' sum, is the loss of -1s (0 / 0 is NaN, as the reference's
+    # mean of no element)
+    minus_one = b.add_param(f"{out}:minus_one", np.full(xs, -1, np.float32))
+    weights = b.emit(node, "nll_loss", (minus_one, *inputs[1:]), attrs, suffix="target_weights")
     b.emit(node, "div", (total, b.emit(node, "reduce", (weights,), every, suffix="weight_sum")), out=out)
 
 
