@@ -297,3 +297,35 @@ def test_rank_zero_values_stay_rank_zero_on_the_jit_and_the_interpreter():
     x, n = np.array(0.75, np.float32), np.array(2, np.int64)
     assert _check(_model("Cos", {"x": x}, "float32"), {"x": x}, False) == ["cos"]
     _check(_model("Less", {"n": n}, "bool", consts={"k": np.int64(3)}), {"n": n}, True)
+
+
+def test_infinite_constants_where_they_are_exact():
+    """An infinity compared with, selected or padded with (attention's -inf masks) is exact, on the JIT and
+    the interpreter as in onnxruntime; in arithmetic it stays refused."""
+    x = _floats((3, 4))
+    x.flat[6:9] = [-np.inf, np.inf, np.nan]
+    ninf, pinf = (numpy_helper.from_array(np.float32(v), n) for v, n in ((-np.inf, "ninf"), (np.inf, "pinf")))
+    nodes = [
+        helper.make_node("Equal", ["x", "ninf"], ["eq"]),
+        helper.make_node("Less", ["x", "pinf"], ["lt"]),
+        helper.make_node("GreaterOrEqual", ["x", "ninf"], ["ge"]),
+        helper.make_node("Where", ["lt", "x", "ninf"], ["sel"]),
+        helper.make_node("Where", ["eq", "pinf", "x"], ["sel2"]),
+        helper.make_node("Pad", ["x", "pads", "ninf"], ["pad"]),
+    ]
+    pads = numpy_helper.from_array(np.array([0, 1, 2, 0], np.int64), "pads")
+    outs = [("eq", "bool", (3, 4)), ("lt", "bool", (3, 4)), ("ge", "bool", (3, 4)), ("sel", "float32", (3, 4)),
+            ("sel2", "float32", (3, 4)), ("pad", "float32", (5, 5))]  # fmt: skip
+    graph = helper.make_graph(
+        nodes, "inf", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4])],
+        [helper.make_tensor_value_info(n, ONNX_TYPES[d], list(s)) for n, d, s in outs], initializer=[ninf, pinf, pads],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+    want = reference_run(model, {"x": x})
+    g = import_onnx(model)
+    for got in (compile_graph(g)(x=x), evaluate(g, {"x": x})):
+        for name, w in want.items():
+            np.testing.assert_array_equal(got[name], w, err_msg=name)
+    add = _model("Add", {"x": x}, "float32", consts={"c": np.float32(-np.inf)})
+    with pytest.raises(UnsupportedError, match=r"Add: node 'add' .*operand b must be finite, got -inf"):
+        import_onnx(add)

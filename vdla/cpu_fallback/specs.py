@@ -317,7 +317,7 @@ def make_pad(x: TensorType, pads, value: int | float = 0) -> PadSpec:
     op = "pad"
     pads, out = pad_type(x, pads)
     if is_float(x.dtype):
-        _need(op, math.isfinite(value), f"pad value must be finite, got {value}")
+        _need(op, not math.isnan(value), f"pad value must be a number, got {value}")  # an infinity is copied
         value = float(value)
     else:
         _need(op, float(value).is_integer() and operand_fits(Const(int(value)), x.dtype, ()), f"bad value {value}")

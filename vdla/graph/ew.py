@@ -206,19 +206,27 @@ def is_elementwise(node: Node) -> bool:
 # Dtype rules
 
 
-# the infinite constants an operand may take: a clip's -inf lo or +inf hi is no bound
-UNBOUNDED = {("clip", "lo"): -math.inf, ("clip", "hi"): math.inf}
+# the infinite constants an operand may take: a clip's -inf lo or +inf hi is no bound; a comparison with an
+# infinity and a selection of one are exact (neither computes with it: attention's -inf masks)
+_EITHER = (-math.inf, math.inf)
+UNBOUNDED = {
+    ("clip", "lo"): (-math.inf,),
+    ("clip", "hi"): (math.inf,),
+    ("where", "a"): _EITHER,
+    ("where", "b"): _EITHER,
+}
+UNBOUNDED |= {(op, "b"): _EITHER for op in ("equal", "less", "greater", "less_equal", "greater_equal")}
 
 
 def _operand_kind(op: str, name: str, operand: Operand, inputs: tuple[TensorType, ...]) -> str:
-    """'int', 'float' or 'bool' kind of an operand (a constant is a finite int or float, or the infinity of
+    """'int', 'float' or 'bool' kind of an operand (a constant is a finite int or float, or an infinity of
     :data:`UNBOUNDED`)."""
     if isinstance(operand, Arg):
         return dtype_kind(inputs[operand.index].dtype)
     v = operand.value
     if isinstance(v, bool) or not isinstance(v, int | float):
         raise UnsupportedError(op, f"operand {name} must be a number or an array, got {type(v).__name__}")
-    if isinstance(v, float) and not math.isfinite(v) and UNBOUNDED.get((op, name)) != v:
+    if isinstance(v, float) and not math.isfinite(v) and v not in UNBOUNDED.get((op, name), ()):
         raise UnsupportedError(op, f"operand {name} must be finite, got {v}")
     return "int" if isinstance(v, int) else "float"
 

@@ -810,11 +810,14 @@ def _unpack(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarra
 # Indexing: per-axis gathers (take), gathers and scatters by flat offsets
 
 
-def _fill_value(op: str, dtype: str, value) -> int | float:
-    """A fill value of ``dtype``: finite for float32, an integer inside the range of an integer dtype."""
+def _fill_value(op: str, dtype: str, value, infinite: bool = False) -> int | float:
+    """A fill value of ``dtype``: finite for float32 (``infinite``: or an infinity, which the operator only
+    copies), an integer inside the range of an integer dtype."""
     if is_float(dtype):
-        _need(op, math.isfinite(float(value)), f"the fill value {value} must be finite")
-        return float(value)
+        v = float(value)
+        ok = math.isfinite(v) or (infinite and math.isinf(v))
+        _need(op, ok, f"the fill value {value} must be {'a number' if infinite else 'finite'}")
+        return v
     lo, hi = INT_RANGE[dtype]
     _need(op, float(value).is_integer() and lo <= int(value) <= hi, f"the fill value {value} does not fit {dtype}")
     return int(value)
@@ -834,7 +837,7 @@ def take_type(x: TensorType, index, value=0) -> tuple[tuple[tuple[int, ...] | No
         ok = len(t) >= 1 and all(-1 <= i < d for i in t)
         _need("take", ok, f"the table of axis {axis} (size {d}) must hold 1 or more indices in [-1, {d})")
         tables.append(t)
-    _fill_value("take", x.dtype, value)
+    _fill_value("take", x.dtype, value, infinite=True)
     shape = tuple(d if t is None else len(t) for d, t in zip(x.shape, tables, strict=True))
     q = x.quant if x.quant is None or x.quant.axis is None or tables[x.quant.axis] is None else None
     return tuple(tables), TensorType(shape, x.dtype, q)

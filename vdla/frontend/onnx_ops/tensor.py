@@ -85,12 +85,13 @@ def _gather_offsets(b: Builder, node: OnnxNode, x: str, offsets: np.ndarray, uin
     b.reshape(node, y, (), out=node.outputs[0], uint8=uint8)
 
 
-def _fill(node: OnnxNode, dt: str, value) -> int | float:
-    """A fill value of ONNX dtype ``dt`` as vdla holds it (uint8 as int8 ``value - 128``)."""
+def _fill(node: OnnxNode, dt: str, value, infinite: bool = False) -> int | float:
+    """A fill value of ONNX dtype ``dt`` as vdla holds it (uint8 as int8 ``value - 128``); ``infinite``: a
+    float32 fill may be an infinity (a pad copies it, exactly), never NaN."""
     if dt == "float32":
         v = float(value)
-        if not math.isfinite(v):
-            raise unsupported(node, f"the fill value {v} must be finite")
+        if math.isnan(v) or (math.isinf(v) and not infinite):
+            raise unsupported(node, f"the fill value {v} must be {'a number' if infinite else 'finite'}")
         return v
     v = int(value) - (128 if dt == "uint8" else 0)
     lo, hi = INT_RANGE["int32" if dt == "int32" else "int8"]
@@ -396,7 +397,7 @@ def _pad(b: Builder, node: OnnxNode) -> None:
         pairs[a] = (pads[k], pads[len(axes) + k])
     if any(d + p0 + p1 < 1 for d, (p0, p1) in zip(xs, pairs, strict=True)):
         raise unsupported(node, f"pads {pads} leave an axis empty: vdla has no empty tensors")
-    value = _fill(node, dt, value)
+    value = _fill(node, dt, value, infinite=True)
     x, uint8 = b.tensor(node, 0), dt == "uint8"
     if mode == "constant" and fill is None and all(p0 >= 0 and p1 >= 0 for p0, p1 in pairs):
         if not any(p0 or p1 for p0, p1 in pairs):
