@@ -167,13 +167,63 @@ def test_attention_refusals_name_the_input_or_attribute():
     m, _ = _attention_model(q, k, v, {"qk_matmul_output_mode": 4}, outputs=4)
     with pytest.raises(UnsupportedError, match="attribute qk_matmul_output_mode=4"):
         import_onnx(m)
-    node = helper.make_node("Attention", ["q", "k", "v", "mask"], ["y"])
-    inputs = [helper.make_tensor_value_info(n, F, a.shape) for n, a in (("q", q), ("k", k), ("v", v))]
-    inputs.append(helper.make_tensor_value_info("mask", TensorProto.BOOL, (4, 6)))
-    graph = helper.make_graph([node], "m", inputs, [helper.make_tensor_value_info("y", F, q.shape)])
-    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)], ir_version=10)
-    with pytest.raises(UnsupportedError, match="input 3 'mask' has dtype bool"):
+    m = _typed_attention_model(q, k, v, {}, {"mask": np.zeros((4, 6), np.int32)})
+    with pytest.raises(UnsupportedError, match="input 3 'mask' has dtype int32"):
         import_onnx(m)
+    m = _typed_attention_model(q, k, v, {}, {"nonpad": np.array([6, 6, 6], np.int64)})
+    with pytest.raises(UnsupportedError, match=r"nonpad_kv_seqlen of shape \(3,\) for a batch of 2"):
+        import_onnx(m)
+
+
+def _typed_attention_model(q, k, v, attrs, extra: dict[str, np.ndarray], consts=()):
+    """An Attention model whose mask (``mask``) or padding lengths (``nonpad``, input 6) are of any dtype: graph
+    inputs, or initializers where named in ``consts``."""
+    names = ["q", "k", "v", "mask" if "mask" in extra else "", "", "", "nonpad" if "nonpad" in extra else ""]
+    while not names[-1]:
+        names.pop()
+    node = helper.make_node("Attention", names, ["y"], **attrs)
+    types = {np.dtype(np.float32): F, np.dtype(bool): TensorProto.BOOL, np.dtype(np.int64): TensorProto.INT64,
+             np.dtype(np.int32): TensorProto.INT32}  # fmt: skip
+    feeds = {"q": q, "k": k, "v": v} | {n: a for n, a in extra.items() if n not in consts}
+    inputs = [helper.make_tensor_value_info(n, types[a.dtype], a.shape) for n, a in feeds.items()]
+    inits = [onnx.numpy_helper.from_array(extra[n], n) for n in consts]
+    shape = (*q.shape[:-1], v.shape[-1])
+    graph = helper.make_graph([node], "m", inputs, [helper.make_tensor_value_info("y", F, shape)], inits)
+    opset = 25 if "nonpad" in extra else 23  # (nonpad_kv_seqlen: opset 24; the window attributes: 25)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=10)
+
+
+def _matches_reference_fed(m, feeds) -> None:
+    """:func:`_matches_reference` with int64 inputs fed to vdla as int32 (how it holds them)."""
+    got = compile_graph(simplify(import_onnx(m), verify=True))(
+        **{n: a.astype(np.int32) if a.dtype == np.int64 else a for n, a in feeds.items()}
+    )
+    want = ReferenceEvaluator(m).run(None, feeds)
+    for o, w in zip(m.graph.output, want, strict=True):
+        np.testing.assert_allclose(got[o.name], w, rtol=1e-5, atol=1e-5, err_msg=o.name)
+
+
+@pytest.mark.parametrize("const", [False, True])
+def test_attention_with_a_bool_mask_matches_onnx_reference(const):
+    """True attends, False masks (a -inf bias); a fully masked row gives zero probabilities, not NaN."""
+    q, k, v = _f32(2, 3, 4, 8), _f32(2, 3, 6, 8), _f32(2, 3, 6, 8)
+    mask = RNG.random((2, 1, 4, 5)) < 0.7  # shorter than the 6 keys: padded with False
+    mask[1, 0, 3, :] = False
+    for attrs in ({}, {"is_causal": 1}):
+        m = _typed_attention_model(q, k, v, attrs, {"mask": mask}, consts=("mask",) if const else ())
+        _matches_reference_fed(m, {"q": q, "k": k, "v": v} | ({} if const else {"mask": mask}))
+
+
+def test_attention_with_run_time_padding_lengths_matches_onnx_reference():
+    """nonpad_kv_seqlen fed at run time (int64, int32 inside vdla): the keys past each batch's length are
+    masked, and with is_causal and a window the queries sit at the end of each batch's keys."""
+    q, k, v = _f32(3, 2, 3, 8), _f32(3, 2, 7, 8), _f32(3, 2, 7, 8)
+    nonpad = np.array([7, 4, 3], np.int64)
+    mask = _f32(3, 1, 3, 7)
+    for attrs, extra in [({}, {}), ({"is_causal": 1}, {}), ({"is_causal": 1, "left_window_size": 1}, {"mask": mask}),
+                         ({"right_window_size": 0, "left_window_size": 2}, {})]:  # fmt: skip
+        m = _typed_attention_model(q, k, v, attrs, {"nonpad": nonpad} | extra)
+        _matches_reference_fed(m, {"q": q, "k": k, "v": v, "nonpad": nonpad} | extra)
 
 
 @pytest.mark.parametrize("interleaved, rot", [(0, 0), (1, 0), (0, 4), (1, 4)])

@@ -2,8 +2,8 @@
 slice, concat, the float32 ``matmul``, ``reduce``, ``softmax`` and elementwise nodes (no ``onnx`` import here).
 
 The lowerings keep ONNX's semantics (its reference implementation's order of operations, within float32
-rounding); what vdla cannot lower (an Einsum diagonal, boolean masks before vdla has a bool dtype, float16
-inputs) is refused at import naming the node, the attribute or input and its value.
+rounding); what vdla cannot lower (an Einsum diagonal, bfloat16 inputs, position ids or padding lengths computed
+at run time) is refused at import naming the node, the attribute or input and its value.
 """
 
 from __future__ import annotations
@@ -169,7 +169,7 @@ def _split_heads(b: Builder, node: OnnxNode, x: str, heads: int, what: str) -> s
 
 def _heads(b: Builder, node: OnnxNode) -> _Heads:
     """Q, K and V in (B, H, S, D) form, the past keys and values concatenated in front of K and V."""
-    for i in (0, 1, 2, 3, 4, 5):
+    for i in (0, 1, 2, 4, 5):  # (the mask, input 3, may be bool too: _mask)
         if b.has(node, i):
             b.require_dtype(node, i, FLOAT)
     ranks = {len(b.shape(node, i)) for i in (0, 1, 2)}
@@ -228,10 +228,11 @@ def _allowed_keys(node: OnnxNode, h: _Heads, kv_len: int, nonpad: np.ndarray | N
 
 
 def _mask(b: Builder, node: OnnxNode, h: _Heads, kv_len: int) -> str | np.ndarray | None:
-    """The float attention mask padded with -inf to the key length (a constant stays an array)."""
+    """The attention mask as an additive float bias padded with -inf to the key length (a constant stays an
+    array): a float mask as it is, a bool mask (True: the key is attended) as 0 where True, -inf where False."""
     if not b.has(node, 3):
         return None
-    b.require_dtype(node, 3, FLOAT)  # a bool mask waits for vdla's bool dtype
+    boolean = b.require_dtype(node, 3, (*FLOAT, "bool")) == "bool"
     shape = b.shape(node, 3)
     if not shape or shape[-1] > kv_len:
         raise unsupported(node, f"attn_mask of shape {shape} for {kv_len} keys")
@@ -241,8 +242,12 @@ def _mask(b: Builder, node: OnnxNode, h: _Heads, kv_len: int) -> str | np.ndarra
         raise unsupported(node, f"attn_mask of shape {shape} does not broadcast to the scores") from e
     pad = (*shape[:-1], kv_len - shape[-1])
     if b.is_const(node, 3):
-        return np.concatenate([np.asarray(b.const(node, 3, "attn_mask"), np.float32), np.full(pad, NEG_INF)], -1)
+        mask = np.asarray(b.const(node, 3, "attn_mask"))
+        mask = np.where(mask, np.float32(0), NEG_INF) if boolean else mask.astype(np.float32)
+        return np.concatenate([mask, np.full(pad, NEG_INF)], -1)
     mask = b.tensor(node, 3)
+    if boolean:
+        mask = b.emit(node, "where", (mask,), {"a": 0.0, "b": float(NEG_INF)}, suffix="mask_bias")
     if pad[-1]:
         fill = b.add_param(f"{node.input(3)}:padding", np.full(pad, NEG_INF, np.float32))
         mask = b.emit(node, "concat", (mask, fill), {"axis": len(shape) - 1}, suffix="mask_padded")
@@ -262,15 +267,47 @@ class _Bias:
     keep: str | None
 
 
+def _allowed_keys_at_run_time(b: Builder, node: OnnxNode, h: _Heads, kv_len: int) -> str:
+    """The additive bias (0 or -inf, (B, 1, S, L)) of :func:`_allowed_keys` for a ``nonpad_kv_seqlen`` (B,)
+    computed or fed at run time: ``diff = i - S - j + nonpad[b]`` and ``j < nonpad[b]`` compared in int32."""
+    b.require_dtype(node, 6, ("int32", "int64"))
+    if b.shape(node, 6) != (h.batch,):
+        raise unsupported(node, f"nonpad_kv_seqlen of shape {b.shape(node, 6)} for a batch of {h.batch}")
+    out = node.outputs[0]
+    lengths = b.reshape(node, b.tensor(node, 6), (h.batch, 1, 1, 1))
+    i = np.arange(h.q_len, dtype=np.int32).reshape(1, 1, -1, 1)
+    j = np.arange(kv_len, dtype=np.int32).reshape(1, 1, 1, -1)
+    keys = b.add_param(f"{out}:key_positions", j)
+    allowed = b.emit(node, "less", (keys, lengths), suffix="unpadded")  # (B, 1, 1, L)
+    tests = []
+    if int(attr(node, "is_causal", 0)):
+        tests.append(("greater_equal", 0))
+    left, right = int(attr(node, "left_window_size", -1)), int(attr(node, "right_window_size", -1))
+    if left >= 0:
+        tests.append(("less_equal", left))
+    if right >= 0:
+        tests.append(("greater_equal", -right))
+    if tests:
+        diff = b.emit(node, "add", (b.add_param(f"{out}:query_offsets", i - h.q_len - j), lengths), suffix="diff")
+        for op, bound in tests:
+            allowed = b.emit(node, "bit_and", (b.emit(node, op, (diff,), {"b": bound}, suffix="window"), allowed),
+                             suffix="allowed")  # fmt: skip
+    return b.emit(node, "where", (allowed,), {"a": 0.0, "b": float(NEG_INF)}, suffix="allowed_bias")
+
+
 def _bias(b: Builder, node: OnnxNode, h: _Heads, kv_len: int) -> _Bias | None:
-    nonpad = b.const(node, 6, "nonpad_kv_seqlen") if b.has(node, 6) else None
-    if nonpad is not None and h.past:
+    if b.has(node, 6) and h.past:
         raise unsupported(node, "nonpad_kv_seqlen cannot be combined with past_key/past_value")
-    fixed = _allowed_keys(node, h, kv_len, None if nonpad is None else np.asarray(nonpad, np.int64))
+    lengths = None  # the padding lengths' bias when they are known only at run time
+    if b.has(node, 6) and not b.is_const(node, 6):
+        lengths, fixed = _allowed_keys_at_run_time(b, node, h, kv_len), None
+    else:
+        nonpad = b.const(node, 6, "nonpad_kv_seqlen") if b.has(node, 6) else None
+        fixed = _allowed_keys(node, h, kv_len, None if nonpad is None else np.asarray(nonpad, np.int64))
     mask = _mask(b, node, h, kv_len)
     out = node.outputs[0]
-    if isinstance(mask, np.ndarray) or mask is None:  # constant: the fully masked rows are known now
-        bias = mask if fixed is None else fixed if mask is None else (mask + fixed).astype(np.float32)
+    if lengths is None and (isinstance(mask, np.ndarray) or mask is None):  # constant: the fully masked rows
+        bias = mask if fixed is None else fixed if mask is None else (mask + fixed).astype(np.float32)  # are known
         if bias is None:
             return None
         raw = b.add_param(f"{out}:bias", bias)
@@ -279,8 +316,12 @@ def _bias(b: Builder, node: OnnxNode, h: _Heads, kv_len: int) -> _Bias | None:
             return _Bias(raw, raw, None)
         safe = b.add_param(f"{out}:safe_bias", np.where(masked, np.float32(0), bias).astype(np.float32))
         return _Bias(raw, safe, b.add_param(f"{out}:keep", (~masked).astype(np.float32)))
+    if isinstance(mask, np.ndarray):
+        mask = b.add_param(f"{out}:mask", mask)
     if fixed is not None:
         mask = b.emit(node, "add", (mask, b.add_param(f"{out}:fixed_bias", fixed)), suffix="bias")
+    if lengths is not None:
+        mask = lengths if mask is None else b.emit(node, "add", (mask, lengths), suffix="bias")
     # at run time: w = min(max(m, -FLT_MAX) - m, 1) is 1 where the row maximum m is -inf, else 0 (exactly)
     rank = len(b.type_of(mask).shape)
     row_max = b.emit(node, "reduce", (mask,), {"kind": "max", "axes": (rank - 1,), "keepdims": True}, suffix="row_max")
