@@ -18,9 +18,9 @@ mapping onto vdla's operators:
   tiling, broadcasting, a gather along one axis, compressing) is one ``take``: a table of input
   indices per axis, ``-1`` reading the fill value;
 * whatever gathers element by element (GatherElements, GatherND, ReverseSequence) is one ``gather`` of
-  constant flat offsets (an int32 parameter shaped like the output); a Gather of indices computed at run
-  time (token ids) is one ``gather`` of offsets computed from them; OneHot is vdla ``one_hot``, whose
-  indices may be computed at run time;
+  constant flat offsets (an int32 parameter shaped like the output); a Gather, GatherElements or GatherND of
+  indices computed at run time (token ids, a loss's targets) is one ``gather`` of offsets computed from them;
+  OneHot is vdla ``one_hot``, whose indices may be computed at run time;
 * the scatters are one ``scatter`` of constant flat offsets (one per update element, in the order ONNX
   applies them) with their reduction;
 * DepthToSpace and SpaceToDepth are a reshape, a transpose and a reshape.
@@ -595,20 +595,77 @@ def nd_offsets(node: OnnxNode, xs: Sequence[int], idx: np.ndarray, batch: int) -
 
 @converter("GatherElements", attrs=("axis",))
 def _gather_elements(b: Builder, node: OnnxNode) -> None:
+    """A ``gather`` of flat offsets: constant ones for constant indices; for indices computed at run time,
+    ``base + mod(index, n) * stride`` in int32, ``base`` the offsets of the index's other coordinates (``mod``
+    wraps negative indices as ONNX counts them; indices outside ``[-n, n)``, undefined in ONNX, wrap too)."""
     dt = b.require_dtype(node, 0, ANY)
     xs = b.shape(node, 0)
     axis = axis_of(node, int(attr(node, "axis", 0)), len(xs))
-    offsets = elements_offsets(node, xs, _ints(b, node, 1, "indices"), axis)
-    _gather_offsets(b, node, b.tensor(node, 0), offsets, dt == "uint8")
+    if b.is_const(node, 1):
+        offsets = elements_offsets(node, xs, _ints(b, node, 1, "indices"), axis)
+        _gather_offsets(b, node, b.tensor(node, 0), offsets, dt == "uint8")
+        return
+    b.require_dtype(node, 1, ("int64", "int32"))
+    ishape = b.shape(node, 1)
+    if len(ishape) != len(xs) or any(t > d for k, (t, d) in enumerate(zip(ishape, xs, strict=True)) if k != axis):
+        raise unsupported(node, f"indices of shape {ishape} do not fit the input shape {tuple(xs)}")
+    if size(ishape) < 1:
+        raise unsupported(node, f"the result shape {ishape} is empty: vdla has no empty tensors")
+    if size(xs) >= 2**31:
+        raise unsupported(node, f"an input of {size(xs)} elements: int32 offsets address at most 2**31 - 1")
+    out, one = node.outputs[0], (1,) * len(xs)
+    coords = list(np.indices(ishape))
+    coords[axis] = np.zeros(ishape, np.int64)
+    base = np.ravel_multi_index(coords, tuple(xs)).astype(np.int32)
+    wrapped = b.emit(node, "mod", (b.tensor(node, 1), b.add_param(f"{out}:n", np.full(one, xs[axis], np.int32))))
+    stride = np.full(one, size(xs[axis + 1 :]), np.int32)
+    scaled = b.emit(node, "mul", (wrapped, b.add_param(f"{out}:stride", stride)))
+    offsets = b.emit(node, "add", (scaled, b.add_param(f"{out}:base", base)), suffix="offsets")
+    b.emit(node, "gather", (b.tensor(node, 0), offsets), out=out, uint8=dt == "uint8")
 
 
 @converter("GatherND", attrs=("batch_dims",))
 def _gather_nd(b: Builder, node: OnnxNode) -> None:
+    """A ``gather`` of flat offsets: constant ones for constant indices; for indices (..., k) computed at run
+    time, the sum over the last axis of ``mod(index, n_j) * stride_j`` (int32) plus the constant offsets of
+    the batch and slice coordinates."""
     dt = b.require_dtype(node, 0, ANY)
-    offsets, _ = nd_offsets(node, b.shape(node, 0), _ints(b, node, 1, "indices"), int(attr(node, "batch_dims", 0)))
+    batch = int(attr(node, "batch_dims", 0))
+    if not b.is_const(node, 1):
+        _runtime_gather_nd(b, node, b.shape(node, 0), batch, dt == "uint8")
+        return
+    offsets, _ = nd_offsets(node, b.shape(node, 0), _ints(b, node, 1, "indices"), batch)
     if offsets.size < 1:
         raise unsupported(node, "the result is empty: vdla has no empty tensors")
     _gather_offsets(b, node, b.tensor(node, 0), offsets, dt == "uint8")
+
+
+def _runtime_gather_nd(b: Builder, node: OnnxNode, xs: tuple[int, ...], batch: int, uint8: bool) -> None:
+    b.require_dtype(node, 1, ("int64", "int32"))
+    ishape = b.shape(node, 1)
+    k = ishape[-1] if ishape else 0
+    if not ishape or k < 1 or batch < 0 or batch + k > len(xs) or tuple(ishape[:batch]) != tuple(xs[:batch]):
+        raise unsupported(node, f"indices of shape {ishape} (batch_dims {batch}) do not fit the input {tuple(xs)}")
+    lead, rest = tuple(ishape[:-1]), tuple(xs[batch + k :])
+    out_shape = (*lead, *rest)
+    if size(out_shape) < 1:
+        raise unsupported(node, "the result is empty: vdla has no empty tensors")
+    if size(xs) >= 2**31:
+        raise unsupported(node, f"an input of {size(xs)} elements: int32 offsets address at most 2**31 - 1")
+    out = node.outputs[0]
+    strides = np.array([size(xs[a + 1 :]) for a in range(batch, batch + k)], np.int32)
+    dims = np.array(xs[batch : batch + k], np.int32)
+    wrapped = b.emit(node, "mod", (b.tensor(node, 1), b.add_param(f"{out}:dims", dims)))
+    scaled = b.emit(node, "mul", (wrapped, b.add_param(f"{out}:strides", strides)))
+    summed = b.emit(node, "reduce", (scaled,), {"kind": "sum", "axes": (len(ishape) - 1,), "keepdims": False},
+                    suffix="index_offsets")  # fmt: skip
+    placed = b.reshape(node, summed, (*lead, *(1,) * len(rest)))
+    grid = np.indices(out_shape)
+    coords = [grid[d] for d in range(batch)] + [np.zeros(out_shape, np.int64)] * k
+    coords += [grid[len(lead) + d] for d in range(len(rest))]
+    base = np.ravel_multi_index(coords, tuple(xs)).astype(np.int32)
+    offsets = b.emit(node, "add", (placed, b.add_param(f"{out}:base", base)), suffix="offsets")
+    b.emit(node, "gather", (b.tensor(node, 0), offsets), out=out, uint8=uint8)
 
 
 @converter("ReverseSequence", attrs=("batch_axis", "time_axis"))
