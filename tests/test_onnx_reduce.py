@@ -177,6 +177,29 @@ def test_cumsum_topk_trilu_match_onnxruntime():
     matches_onnxruntime(model(nodes, [("x", F, x.shape)], outs, inits, opset=14), {"x": x})
 
 
+def test_trilu_topk_and_one_hot_of_int64_tensors_match_onnxruntime():
+    """int64 tensors fed at run time (int32 inside vdla): Trilu zeroes them, TopK orders them (ties: the lower
+    index first), OneHot takes them as indices (negative ones count from the end, outside ones give off)."""
+    x = RNG.integers(-50, 50, (3, 4, 6)).astype(np.int64)
+    x[0, 0, :3] = 7
+    idx = np.array([[0, -1, 5], [-6, 2, 9]], np.int64)
+    nodes = [
+        helper.make_node("Trilu", ["x", "kd"], ["t0"]),
+        helper.make_node("Trilu", ["x"], ["t1"], upper=0),
+        helper.make_node("TopK", ["x", "k"], ["v0", "i0"], axis=-1),
+        helper.make_node("TopK", ["x", "k"], ["v1", "i1"], axis=1, largest=0),
+        helper.make_node("OneHot", ["idx", "depth", "vals"], ["oh"], axis=1),
+    ]
+    inits = [("kd", np.array(1, np.int64)), ("k", np.array([3], np.int64)), ("depth", np.array(6, np.int64)),
+             ("vals", np.array([-1.0, 2.0], np.float32))]  # fmt: skip
+    outs = [("t0", I64, x.shape), ("t1", I64, x.shape), ("v0", I64, (3, 4, 3)), ("i0", I64, (3, 4, 3)),
+            ("v1", I64, (3, 3, 6)), ("i1", I64, (3, 3, 6)), ("oh", F, (2, 6, 3))]  # fmt: skip
+    m = model(nodes, [("x", I64, x.shape), ("idx", I64, idx.shape)], outs, inits, opset=14)
+    got = compile_graph(simplify(import_onnx(m), verify=True))(x=x.astype(np.int32), idx=idx.astype(np.int32))
+    for name, want in reference_run(m, {"x": x, "idx": idx}).items():
+        np.testing.assert_array_equal(got[name], want, err_msg=name)
+
+
 @pytest.mark.parametrize(
     "node, inputs, shape, opset, why",
     [

@@ -289,9 +289,10 @@ def _cumsum(b: Builder, node: OnnxNode) -> None:
 
 @converter("TopK", attrs=("axis", "k", "largest", "sorted"))
 def _topk(b: Builder, node: OnnxNode) -> None:
-    """One ``topk`` node per output read: the values (uint8 too: the order commutes with its encoding) and
-    the indices (held int64). ``sorted=0`` leaves the order unspecified: vdla's sorted order is one."""
-    dt = b.require_dtype(node, 0, ("float32", "int32", "int8", "uint8"))
+    """One ``topk`` node per output read: the values (uint8 too: the order commutes with its encoding; int64
+    held as int32) and the indices (held int64). ``sorted=0`` leaves the order unspecified: vdla's sorted
+    order is one."""
+    dt = b.require_dtype(node, 0, ("float32", "int32", "int8", "uint8", "int64"))
     xs = b.shape(node, 0)
     if not xs:
         raise unsupported(node, "TopK of a scalar")
@@ -305,17 +306,20 @@ def _topk(b: Builder, node: OnnxNode) -> None:
     for i, out in enumerate(node.outputs[:2]):
         if out and (out in b.used or i == 0):
             attrs = {**base, "indices": i == 1}
-            b.emit(node, "topk", (x,), attrs, out=out, suffix="topk", uint8=i == 0 and dt == "uint8", int64=i == 1)
+            values = i == 0
+            int64 = not values or dt == "int64"
+            b.emit(node, "topk", (x,), attrs, out=out, suffix="topk", uint8=values and dt == "uint8", int64=int64)
 
 
 @converter("Trilu", attrs=("upper",))
 def _trilu(b: Builder, node: OnnxNode) -> None:
-    b.require_dtype(node, 0, ("float32", "int32", "int8"))
+    """vdla ``trilu``; an int64 tensor (held as int32) too: the operator only zeroes elements."""
+    dt = b.require_dtype(node, 0, ("float32", "int32", "int8", "int64"))
     if len(b.shape(node, 0)) < 2:
         raise unsupported(node, f"needs a tensor of rank 2 or more, got shape {b.shape(node, 0)}")
     k = _const_int(b, node, 1, "k") if b.has(node, 1) else 0
     attrs = {"upper": bool(int(attr(node, "upper", 1))), "k": k}
-    b.emit(node, "trilu", (b.tensor(node, 0),), attrs, out=node.outputs[0])
+    b.emit(node, "trilu", (b.tensor(node, 0),), attrs, out=node.outputs[0], int64=dt == "int64")
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -686,7 +686,7 @@ def _reverse_sequence(b: Builder, node: OnnxNode) -> None:
 
 @converter("OneHot", attrs=("axis",))
 def _one_hot(b: Builder, node: OnnxNode) -> None:
-    """vdla ``one_hot`` of the indices (float32, int32 or int8 computed at run time, or constants of any
+    """vdla ``one_hot`` of the indices (float32, int32, int8 or int64 computed at run time, or constants of any
     integer type, which an out-of-range index keeps out of range) and the (off, on) values; the depth fixes
     the output shape, so it must be a constant."""
     dt = b.require_dtype(node, 2, ANY)
@@ -702,7 +702,7 @@ def _one_hot(b: Builder, node: OnnxNode) -> None:
         idx = np.where((idx >= -depth) & (idx < depth), idx, far).astype(np.int32)
         indices = b.add_param(f"{node.outputs[0]}:indices", idx)
     else:
-        b.require_dtype(node, 0, ("float32", "int32", "int8"))
+        b.require_dtype(node, 0, ("float32", "int32", "int8", "int64"))  # (int64 held as int32)
         indices = b.tensor(node, 0)
     rank = len(b.shape(node, 0)) + 1
     axis = axis_of(node, int(attr(node, "axis", -1)), rank)
