@@ -238,3 +238,7 @@ def test_rotary_embedding_matches_onnx_reference(interleaved, rot):
               [("pos", positions)], opset=23)  # fmt: skip
     _matches_reference(m, {"x": x, "cos": cos, "sin": sin})
     matches_onnxruntime(m, {"x": x, "cos": cos, "sin": sin})
+    # the positions fed at run time (int64, int32 inside vdla): the cache rows gathered by the JIT
+    m.graph.initializer.pop()
+    m.graph.input.append(helper.make_tensor_value_info("pos", TensorProto.INT64, positions.shape))
+    _matches_reference_fed(m, {"x": x, "cos": cos, "sin": sin, "pos": positions})

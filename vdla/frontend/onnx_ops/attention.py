@@ -2,8 +2,9 @@
 slice, concat, the float32 ``matmul``, ``reduce``, ``softmax`` and elementwise nodes (no ``onnx`` import here).
 
 The lowerings keep ONNX's semantics (its reference implementation's order of operations, within float32
-rounding); what vdla cannot lower (an Einsum diagonal, bfloat16 inputs, position ids or padding lengths computed
-at run time) is refused at import naming the node, the attribute or input and its value.
+rounding); what vdla cannot lower (an Einsum diagonal, bfloat16 inputs) is refused at import naming the node, the
+attribute or input and its value. Masks, padding lengths and position ids may be constants or computed at run
+time.
 """
 
 from __future__ import annotations
@@ -437,11 +438,30 @@ def _gather_rows(b: Builder, node: OnnxNode, cache: str, positions: np.ndarray) 
     return b.reshape(node, rows, (*positions.shape, width))
 
 
+def _gather_rows_at_run_time(b: Builder, node: OnnxNode, cache: str) -> str:
+    """``cache[position_ids]`` of a (max_positions, R/2) cache for (B, S) positions computed or fed at run
+    time: one ``gather`` of the flat offsets ``mod(position, max_positions) * R/2 + column`` (int32; a
+    position outside the cache, undefined in ONNX, wraps)."""
+    b.require_dtype(node, 3, ("int32", "int64"))
+    ps = b.shape(node, 3)
+    rows, width = b.type_of(cache).shape
+    if len(ps) != 2:
+        raise unsupported(node, f"position_ids must be (batch, sequence), got shape {ps}")
+    out = node.outputs[0]
+    wrapped = b.emit(node, "mod", (b.tensor(node, 3),), {"b": rows}, suffix="positions")
+    scaled = b.emit(node, "mul", (wrapped,), {"b": width}, suffix="row_offsets")
+    placed = b.reshape(node, scaled, (*ps, 1))
+    columns = b.add_param(f"{out}:cache_columns", np.arange(width, dtype=np.int32).reshape(1, 1, width))
+    offsets = b.emit(node, "add", (placed, columns), suffix="cache_offsets")
+    return b.emit(node, "gather", (cache, offsets), suffix="cache_rows")
+
+
 @converter("RotaryEmbedding", attrs=("interleaved", "num_heads", "rotary_embedding_dim"))
 def _rotary_embedding(b: Builder, node: OnnxNode) -> None:
     """The first ``rotary_embedding_dim`` features of each head rotated pairwise (halves, or even/odd pairs when
     ``interleaved``) by the cached cos/sin of the token's position: slices, four products, a difference, a
-    sum and concatenations; position_ids must be constants (the cache rows are gathered at import)."""
+    sum and concatenations; the cache rows of constant position_ids are gathered at import, of position_ids
+    computed at run time by one gather."""
     for i in (0, 1, 2):
         b.require_dtype(node, i, FLOAT)
     xs = b.shape(node, 0)
@@ -458,9 +478,11 @@ def _rotary_embedding(b: Builder, node: OnnxNode) -> None:
     if rot > head or rot % 2:
         raise unsupported(node, f"must be even and at most the head size {head}", "rotary_embedding_dim")
     caches = [b.tensor(node, i) for i in (1, 2)]
-    if b.has(node, 3):
+    if b.has(node, 3) and b.is_const(node, 3):
         positions = np.asarray(b.const(node, 3, "position_ids"), np.int64)
         caches = [_gather_rows(b, node, c, positions) for c in caches]
+    elif b.has(node, 3):
+        caches = [_gather_rows_at_run_time(b, node, c) for c in caches]
     for c in caches:
         if b.type_of(c).shape != (xs[0], xs[1 if len(xs) == 3 else 2], rot // 2):
             raise unsupported(node, f"cos/sin cache of shape {b.type_of(c).shape} for rotary dimension {rot}")
