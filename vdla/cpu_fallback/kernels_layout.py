@@ -417,7 +417,7 @@ def _table(spec: TableSpec, kb: KernelBuilder) -> None:
 @register_emitter
 def _scatter(spec: ScatterSpec, kb: KernelBuilder) -> None:
     """Copy the input, then apply the updates one after the other in order (a later update of the same
-    element sees the earlier one)."""
+    element sees the earlier one), each offset clamped into the input (computed offsets may stray)."""
     b, dt, (x, index, updates), y = kb.b, spec.x.dtype, kb.inputs, kb.out
     fl = is_float(dt)
     with kb.loop(0, spec.x.size) as k:
@@ -430,6 +430,7 @@ def _scatter(spec: ScatterSpec, kb: KernelBuilder) -> None:
     }
     with kb.loop(0, spec.updates.size) as k:
         o = b.sext(kb.load("int32", index, k), I64)
+        o = kb.smin(kb.smax(o, i64(0)), i64(spec.x.size - 1))
         u = kb.load(dt, updates, k)
         if spec.reduction != "none":
             u = combine[spec.reduction](kb.load(dt, y, o), u)

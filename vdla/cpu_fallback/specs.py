@@ -439,7 +439,8 @@ def make_table(x: TensorType, table: TensorType, quant: object = None) -> TableS
 
 @dataclass(frozen=True)
 class ScatterSpec(Spec):
-    """``x`` with each update applied in order at its flat offset: replaced or reduced (add, mul, max, min)."""
+    """``x`` with each update applied in order at its flat offset (clamped into ``x``: computed offsets may
+    stray): replaced or reduced (add, mul, max, min)."""
 
     x: TensorType
     index: TensorType

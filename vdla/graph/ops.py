@@ -868,8 +868,8 @@ def offsets_type(
     op: str, x: TensorType, index: TensorType, params: Mapping[str, np.ndarray], name: str, computed: bool = False
 ) -> None:
     """Checks the flat offsets ``index`` into ``x`` of a gather or scatter: int32; a constant (a parameter)
-    has every entry checked here, at compile time, to lie in ``[0, x.size)``. Only a gather (``computed``)
-    takes offsets computed at run time; its kernel clamps them into that range."""
+    has every entry checked here, at compile time, to lie in ``[0, x.size)``; offsets computed at run time
+    (``computed``: a gather's or a scatter's) are clamped into that range by the kernel."""
     _need(op, index.dtype == "int32", f"offsets must be int32, got {index.dtype}")
     if name not in params:
         _need(op, computed, f"offsets {name!r} must be a constant (vdla checks every offset when compiling)")
@@ -927,14 +927,15 @@ SCATTER_REDUCTIONS = ("none", "add", "mul", "max", "min")
 )
 def _scatter(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarray]) -> TensorType:
     """``x`` with ``out.flat[index.flat[k]] = reduce(out.flat[index.flat[k]], updates.flat[k])`` applied for
-    every ``k`` in order (reduction none: the update replaces it, so the last of repeated offsets wins)."""
+    every ``k`` in order (reduction none: the update replaces it, so the last of repeated offsets wins);
+    offsets computed at run time (ScatterElements/ScatterND of run-time indices) are clamped into ``x``."""
     x, index, updates = inputs
     reduction = node.attrs.get("reduction", "none")
     _need("scatter", reduction in SCATTER_REDUCTIONS, f"reduction {reduction!r} is not one of {SCATTER_REDUCTIONS}")
     _need("scatter", x.dtype in ("float32", "int32"), f"dtype {x.dtype} is not supported (float32, int32)")
     _need("scatter", updates.dtype == x.dtype, f"updates are {updates.dtype}, the input {x.dtype}")
     _need("scatter", updates.shape == index.shape, f"updates {updates.shape} and offsets {index.shape} differ")
-    offsets_type("scatter", x, index, params, node.inputs[1])
+    offsets_type("scatter", x, index, params, node.inputs[1], computed=True)
     return x.plain
 
 

@@ -620,9 +620,10 @@ _SCATTER_UFUNC = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": n
 
 def scatter(x: np.ndarray, index: np.ndarray, updates: np.ndarray, reduction: str = "none") -> np.ndarray:
     """``x`` with every update applied in order at its flat offset: replaced (the last of repeated offsets
-    wins) or combined by the reduction (integer sums and products wrap to int32)."""
+    wins) or combined by the reduction (integer sums and products wrap to int32); offsets outside ``[0,
+    x.size)`` (only computed ones can be) are clamped into it."""
     out = np.array(x, order="C").reshape(-1)
-    flat, upd = index.reshape(-1).astype(np.int64), updates.reshape(-1)
+    flat, upd = np.clip(index.reshape(-1).astype(np.int64), 0, x.size - 1), updates.reshape(-1)
     if reduction == "none":
         last = len(flat) - 1 - np.unique(flat[::-1], return_index=True)[1]
         out[flat[last]] = upd[last]

@@ -21,8 +21,8 @@ mapping onto vdla's operators:
   constant flat offsets (an int32 parameter shaped like the output); a Gather, GatherElements or GatherND of
   indices computed at run time (token ids, a loss's targets) is one ``gather`` of offsets computed from them;
   OneHot is vdla ``one_hot``, whose indices may be computed at run time;
-* the scatters are one ``scatter`` of constant flat offsets (one per update element, in the order ONNX
-  applies them) with their reduction;
+* the scatters are one ``scatter`` of flat offsets (one per update element, in the order ONNX applies them)
+  with their reduction: constant offsets, or offsets computed from indices known at run time;
 * DepthToSpace and SpaceToDepth are a reshape, a transpose and a reshape.
 """
 
@@ -595,9 +595,8 @@ def nd_offsets(node: OnnxNode, xs: Sequence[int], idx: np.ndarray, batch: int) -
 
 @converter("GatherElements", attrs=("axis",))
 def _gather_elements(b: Builder, node: OnnxNode) -> None:
-    """A ``gather`` of flat offsets: constant ones for constant indices; for indices computed at run time,
-    ``base + mod(index, n) * stride`` in int32, ``base`` the offsets of the index's other coordinates (``mod``
-    wraps negative indices as ONNX counts them; indices outside ``[-n, n)``, undefined in ONNX, wrap too)."""
+    """A ``gather`` of flat offsets: constant ones for constant indices, else computed at run time
+    (:func:`_runtime_elements_offsets`)."""
     dt = b.require_dtype(node, 0, ANY)
     xs = b.shape(node, 0)
     axis = axis_of(node, int(attr(node, "axis", 0)), len(xs))
@@ -605,14 +604,26 @@ def _gather_elements(b: Builder, node: OnnxNode) -> None:
         offsets = elements_offsets(node, xs, _ints(b, node, 1, "indices"), axis)
         _gather_offsets(b, node, b.tensor(node, 0), offsets, dt == "uint8")
         return
+    offsets = _runtime_elements_offsets(b, node, xs, axis)
+    b.emit(node, "gather", (b.tensor(node, 0), offsets), out=node.outputs[0], uint8=dt == "uint8")
+
+
+def _int32_offsets(node: OnnxNode, xs: Sequence[int], out_shape: Sequence[int]) -> None:
+    if size(out_shape) < 1:
+        raise unsupported(node, f"the result shape {tuple(out_shape)} is empty: vdla has no empty tensors")
+    if size(xs) >= 2**31:
+        raise unsupported(node, f"an input of {size(xs)} elements: int32 offsets address at most 2**31 - 1")
+
+
+def _runtime_elements_offsets(b: Builder, node: OnnxNode, xs: tuple[int, ...], axis: int) -> str:
+    """The flat offsets of GatherElements / ScatterElements for indices (input 1) computed at run time:
+    ``base + mod(index, n) * stride`` in int32, ``base`` the offsets of the index's other coordinates (``mod``
+    wraps negative indices as ONNX counts them; indices outside ``[-n, n)``, undefined in ONNX, wrap too)."""
     b.require_dtype(node, 1, ("int64", "int32"))
     ishape = b.shape(node, 1)
     if len(ishape) != len(xs) or any(t > d for k, (t, d) in enumerate(zip(ishape, xs, strict=True)) if k != axis):
         raise unsupported(node, f"indices of shape {ishape} do not fit the input shape {tuple(xs)}")
-    if size(ishape) < 1:
-        raise unsupported(node, f"the result shape {ishape} is empty: vdla has no empty tensors")
-    if size(xs) >= 2**31:
-        raise unsupported(node, f"an input of {size(xs)} elements: int32 offsets address at most 2**31 - 1")
+    _int32_offsets(node, xs, ishape)
     out, one = node.outputs[0], (1,) * len(xs)
     coords = list(np.indices(ishape))
     coords[axis] = np.zeros(ishape, np.int64)
@@ -620,8 +631,7 @@ def _gather_elements(b: Builder, node: OnnxNode) -> None:
     wrapped = b.emit(node, "mod", (b.tensor(node, 1), b.add_param(f"{out}:n", np.full(one, xs[axis], np.int32))))
     stride = np.full(one, size(xs[axis + 1 :]), np.int32)
     scaled = b.emit(node, "mul", (wrapped, b.add_param(f"{out}:stride", stride)))
-    offsets = b.emit(node, "add", (scaled, b.add_param(f"{out}:base", base)), suffix="offsets")
-    b.emit(node, "gather", (b.tensor(node, 0), offsets), out=out, uint8=dt == "uint8")
+    return b.emit(node, "add", (scaled, b.add_param(f"{out}:base", base)), suffix="offsets")
 
 
 @converter("GatherND", attrs=("batch_dims",))
@@ -632,7 +642,8 @@ def _gather_nd(b: Builder, node: OnnxNode) -> None:
     dt = b.require_dtype(node, 0, ANY)
     batch = int(attr(node, "batch_dims", 0))
     if not b.is_const(node, 1):
-        _runtime_gather_nd(b, node, b.shape(node, 0), batch, dt == "uint8")
+        offsets = _runtime_nd_offsets(b, node, b.shape(node, 0), batch)
+        b.emit(node, "gather", (b.tensor(node, 0), offsets), out=node.outputs[0], uint8=dt == "uint8")
         return
     offsets, _ = nd_offsets(node, b.shape(node, 0), _ints(b, node, 1, "indices"), batch)
     if offsets.size < 1:
@@ -640,7 +651,10 @@ def _gather_nd(b: Builder, node: OnnxNode) -> None:
     _gather_offsets(b, node, b.tensor(node, 0), offsets, dt == "uint8")
 
 
-def _runtime_gather_nd(b: Builder, node: OnnxNode, xs: tuple[int, ...], batch: int, uint8: bool) -> None:
+def _runtime_nd_offsets(b: Builder, node: OnnxNode, xs: tuple[int, ...], batch: int) -> str:
+    """The flat offsets of GatherND / ScatterND for indices (..., k) (input 1) computed at run time, shaped
+    (indices, slice): the sum over the last axis of ``mod(index_j, n_j) * stride_j`` (int32) plus the constant
+    offsets of the batch and slice coordinates."""
     b.require_dtype(node, 1, ("int64", "int32"))
     ishape = b.shape(node, 1)
     k = ishape[-1] if ishape else 0
@@ -648,10 +662,7 @@ def _runtime_gather_nd(b: Builder, node: OnnxNode, xs: tuple[int, ...], batch: i
         raise unsupported(node, f"indices of shape {ishape} (batch_dims {batch}) do not fit the input {tuple(xs)}")
     lead, rest = tuple(ishape[:-1]), tuple(xs[batch + k :])
     out_shape = (*lead, *rest)
-    if size(out_shape) < 1:
-        raise unsupported(node, "the result is empty: vdla has no empty tensors")
-    if size(xs) >= 2**31:
-        raise unsupported(node, f"an input of {size(xs)} elements: int32 offsets address at most 2**31 - 1")
+    _int32_offsets(node, xs, out_shape)
     out = node.outputs[0]
     strides = np.array([size(xs[a + 1 :]) for a in range(batch, batch + k)], np.int32)
     dims = np.array(xs[batch : batch + k], np.int32)
@@ -664,8 +675,7 @@ def _runtime_gather_nd(b: Builder, node: OnnxNode, xs: tuple[int, ...], batch: i
     coords = [grid[d] for d in range(batch)] + [np.zeros(out_shape, np.int64)] * k
     coords += [grid[len(lead) + d] for d in range(len(rest))]
     base = np.ravel_multi_index(coords, tuple(xs)).astype(np.int32)
-    offsets = b.emit(node, "add", (placed, b.add_param(f"{out}:base", base)), suffix="offsets")
-    b.emit(node, "gather", (b.tensor(node, 0), offsets), out=out, uint8=uint8)
+    return b.emit(node, "add", (placed, b.add_param(f"{out}:base", base)), suffix="offsets")
 
 
 @converter("ReverseSequence", attrs=("batch_axis", "time_axis"))
@@ -710,29 +720,38 @@ def _one_hot(b: Builder, node: OnnxNode) -> None:
     b.emit(node, "one_hot", (indices, b.tensor(node, 2)), attrs, out=node.outputs[0], uint8=dt == "uint8")
 
 
-def _scatter(b: Builder, node: OnnxNode, offsets: np.ndarray) -> None:
-    """Emit ``scatter`` of the updates (input 2) at constant flat ``offsets`` into the data (input 0)."""
+def _scatter(b: Builder, node: OnnxNode, offsets: np.ndarray | str) -> None:
+    """Emit ``scatter`` of the updates (input 2) at flat ``offsets`` into the data (input 0): constant ones, or
+    a value computed at run time (which the kernel clamps into the data)."""
     b.require_dtype(node, 0, SCATTER_TYPES)
     b.require_dtype(node, 2, SCATTER_TYPES)
     reduction = str(attr(node, "reduction", "none"))
     if reduction not in ("none", "add", "mul", "max", "min"):
         raise unsupported(node, "reduction must be none, add, mul, max or min", "reduction")
-    if tuple(offsets.shape) != b.shape(node, 2):
-        raise unsupported(node, f"updates of shape {b.shape(node, 2)} where the indices address {offsets.shape}")
-    name = b.add_param(f"{node.outputs[0]}:offsets", offsets.astype(np.int32))
+    shape = b.type_of(offsets).shape if isinstance(offsets, str) else tuple(offsets.shape)
+    if shape != b.shape(node, 2):
+        raise unsupported(node, f"updates of shape {b.shape(node, 2)} where the indices address {shape}")
+    if not isinstance(offsets, str):
+        offsets = b.add_param(f"{node.outputs[0]}:offsets", offsets.astype(np.int32))
     x, updates = b.tensor(node, 0), b.tensor(node, 2)
-    b.emit(node, "scatter", (x, name, updates), {"reduction": reduction}, out=node.outputs[0])
+    b.emit(node, "scatter", (x, offsets, updates), {"reduction": reduction}, out=node.outputs[0])
 
 
 @converter("ScatterElements", "Scatter", attrs=("axis", "reduction"))
 def _scatter_elements(b: Builder, node: OnnxNode) -> None:
     xs = b.shape(node, 0)
     axis = axis_of(node, int(attr(node, "axis", 0)), len(xs))
+    if not b.is_const(node, 1):
+        _scatter(b, node, _runtime_elements_offsets(b, node, xs, axis))
+        return
     _scatter(b, node, elements_offsets(node, xs, _ints(b, node, 1, "indices"), axis))
 
 
 @converter("ScatterND", attrs=("reduction",))
 def _scatter_nd(b: Builder, node: OnnxNode) -> None:
+    if not b.is_const(node, 1):
+        _scatter(b, node, _runtime_nd_offsets(b, node, b.shape(node, 0), 0))
+        return
     _scatter(b, node, nd_offsets(node, b.shape(node, 0), _ints(b, node, 1, "indices"), 0)[0])
 
 
