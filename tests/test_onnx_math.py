@@ -329,3 +329,15 @@ def test_infinite_constants_where_they_are_exact():
     add = _model("Add", {"x": x}, "float32", consts={"c": np.float32(-np.inf)})
     with pytest.raises(UnsupportedError, match=r"Add: node 'add' .*operand b must be finite, got -inf"):
         import_onnx(add)
+
+
+def test_swiglu_is_swish_of_the_gate_times_the_value():
+    """SwiGLU (opset 28) against numpy: ``a * sigmoid(alpha * a) * b``; inputs of two shapes are refused."""
+    a, v = _floats((3, 8)), _floats((3, 8))
+    model = _model("SwiGLU", {"a": a, "v": v}, "float32", opset=28, alpha=1.702)
+    graph = import_onnx(model)
+    want = a * (1 / (1 + np.exp(-1.702 * a.astype(np.float64)))) * v
+    for got in (compile_graph(graph)(a=a, v=v)["y"], evaluate(graph, {"a": a, "v": v})["y"]):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    with pytest.raises(UnsupportedError, match=r"SwiGLU: node 'swiglu' .*must have one shape"):
+        import_onnx(_model("SwiGLU", {"a": a, "v": v[:1]}, "float32", opset=28))

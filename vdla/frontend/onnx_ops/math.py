@@ -336,6 +336,17 @@ converter("Shrink", attrs=("bias", "lambd"))(_activation("shrink", lambd=0.5, bi
 converter("Swish", attrs=("alpha",))(_activation("swish", alpha=1.0))
 
 
+@converter("SwiGLU", attrs=("alpha",))
+def _swiglu(b: Builder, node: OnnxNode) -> None:
+    """``swish(A, alpha) * B`` (opset 28): the Swish step and a product; A and B have one shape."""
+    for i in (0, 1):
+        b.require_dtype(node, i, FLOAT)
+    if b.shape(node, 0) != b.shape(node, 1):
+        raise unsupported(node, f"A {b.shape(node, 0)} and B {b.shape(node, 1)} must have one shape (no broadcasting)")
+    gate = b.emit(node, "swish", (b.tensor(node, 0),), {"alpha": _finite(node, "alpha", 1.0)}, suffix="gate")
+    b.emit(node, "mul", (gate, b.tensor(node, 1)), out=node.outputs[0])
+
+
 @converter("Celu", attrs=("alpha",))
 def _celu(b: Builder, node: OnnxNode) -> None:
     b.require_dtype(node, 0, FLOAT)
