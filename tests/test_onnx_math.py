@@ -341,3 +341,39 @@ def test_swiglu_is_swish_of_the_gate_times_the_value():
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
     with pytest.raises(UnsupportedError, match=r"SwiGLU: node 'swiglu' .*must have one shape"):
         import_onnx(_model("SwiGLU", {"a": a, "v": v[:1]}, "float32", opset=28))
+
+
+@pytest.mark.parametrize(
+    "shape,axis,attrs,length",
+    [
+        ((2, 7, 3, 1), 1, {}, None),  # real input, the first signal axis
+        ((2, 7, 3, 2), 2, {}, 5),  # complex, another axis, truncated to 5
+        ((2, 7, 3, 2), -2, {"inverse": 1}, 9),  # inverse, zero padded to 9
+        ((3, 8, 1), 1, {"onesided": 1}, None),  # rfft: 5 bins
+        ((3, 5, 2), 1, {"onesided": 1, "inverse": 1}, None),  # irfft: 8 real samples
+        ((3, 5, 2), 1, {"onesided": 1, "inverse": 1}, 9),  # irfft of odd length
+    ],
+)
+def test_dft_is_a_dense_layer_matching_onnx_reference(shape, axis, attrs, length):
+    """DFT (opset 20: dft_length and axis inputs) as one dense layer of a constant matrix: numpy's fft, ifft,
+    rfft and irfft with their truncation and padding, as ONNX's reference computes them."""
+    from onnx.reference import ReferenceEvaluator
+
+    x = _floats(shape)
+    consts = {"axis": np.array(axis, np.int64)}
+    names = ["x", "len" if length else "", "axis"]
+    if length:
+        consts["len"] = np.array(length, np.int64)
+    node = helper.make_node("DFT", names, ["y"], **attrs)
+    inits = [numpy_helper.from_array(a, k) for k, a in consts.items()]
+    out = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    graph = helper.make_graph([node], "dft", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)], [out],
+                              initializer=inits)  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+    (want,) = ReferenceEvaluator(model).run(None, {"x": x})
+    model.graph.output[0].CopyFrom(helper.make_tensor_value_info("y", TensorProto.FLOAT, want.shape))
+    graph = import_onnx(model)
+    assert [n.op for n in graph.nodes if n.op in ("dense", "matmul")] == ["dense"]
+    got = compile_graph(graph)(x=x)["y"]
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())

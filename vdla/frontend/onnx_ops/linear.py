@@ -1,6 +1,6 @@
-"""The linear layers: Conv, Gemm, MatMul and BatchNormalization (with constant statistics an affine map per
-channel, folded later into the layer before it), and the window geometry the pools share (no ``onnx`` import
-here).
+"""The linear layers: Conv, Gemm, MatMul, DFT (a dense layer of a constant matrix) and BatchNormalization (with
+constant statistics an affine map per channel, folded later into the layer before it), and the window geometry
+the pools share (no ``onnx`` import here).
 
 Conv is ``conv2d``, a 1-D one lifted to a height-1 image. Gemm, and a MatMul whose right operand is a constant
 of rank 1 or 2 or a dequantized 2-D constant (a QDQ model's weight), is a ``dense`` layer (the accelerator's
@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from vdla.frontend.builder import Builder, OnnxNode, size, unsupported
-from vdla.frontend.onnx_ops.registry import FLOAT, attr, compact, converter, ints
+from vdla.frontend.onnx_ops.registry import FLOAT, attr, axis_of, compact, converter, ints
 from vdla.graph.graph import Node
 from vdla.graph.opnames import DEQUANTIZE
 from vdla.graph.ops import matmul_type
@@ -233,6 +233,89 @@ def _matmul_shape(node: OnnxNode, sa: tuple[int, ...], sb: tuple[int, ...]) -> t
     except ValueError as e:
         raise unsupported(node, f"batch dimensions of {sa} and {sb} do not broadcast") from e
     return (*batch, *sa[-2:-1], *(sb[-1:] if len(sb) > 1 else ()))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# DFT: a dense layer of a constant matrix
+
+DFT_MAX_ENTRIES = 1 << 24  # the largest DFT matrix vdla builds (64 MiB of float32)
+
+
+def dft_matrix(n_in: int, c_in: int, length: int, inverse: bool, onesided: bool) -> np.ndarray:
+    """The real matrix (n_in * c_in, n_out * c_out) of ONNX's DFT along one axis of ``n_in`` samples (or bins),
+    each ``c_in`` values (1: real, 2: real and imaginary, interleaved), as numpy's ``fft`` (``ifft``, or
+    ``irfft`` when ``inverse`` and ``onesided``) with ``n=length`` computes it: the input truncated or zero
+    padded to ``length``, the output ``length`` complex values (``length // 2 + 1`` when ``onesided``; real ones
+    for ``irfft``), in float64."""
+    rows = np.arange(n_in)[:, None]
+    if not inverse:
+        cols = np.arange(length // 2 + 1 if onesided else length)[None, :]
+        angle = 2 * np.pi * (rows * cols % length) / length
+        cos, sin = np.cos(angle), np.sin(angle)
+        blocks = [[cos, -sin], [sin, cos]]  # (re, im) in -> (re, im) out: x * e^(-i angle)
+    elif not onesided:
+        cols = np.arange(length)[None, :]
+        angle = 2 * np.pi * (rows * cols % length) / length
+        cos, sin = np.cos(angle) / length, np.sin(angle) / length
+        blocks = [[cos, sin], [-sin, cos]]  # x * e^(+i angle) / length
+    else:  # irfft: the bins k < length // 2 + 1 weighted 2, but the constant and the Nyquist ones 1
+        cols = np.arange(length)[None, :]
+        angle = 2 * np.pi * (rows * cols % length) / length
+        weight = np.where((rows == 0) | (2 * rows == length), 1.0, 2.0) / length
+        blocks = [[weight * np.cos(angle)], [-weight * np.sin(angle)]]
+    used = (rows < (length // 2 + 1 if inverse and onesided else length)).astype(np.float64)
+    c_out = len(blocks[0])
+    m = np.zeros((n_in, c_in, cols.shape[1], c_out))
+    for i in range(c_in):
+        for j in range(c_out):
+            m[:, i, :, j] = blocks[i][j] * used
+    return m.reshape(n_in * c_in, cols.shape[1] * c_out)
+
+
+@converter("DFT", attrs=("axis", "inverse", "onesided"))
+def _dft(b: Builder, node: OnnxNode) -> None:
+    """The DFT along one signal axis as a ``dense`` layer of a constant matrix (:func:`dft_matrix`): the axis
+    moved next to the (real, imaginary) axis, both flattened, multiplied, and moved back. The length and the
+    axis (opset 20's inputs 1 and 2, or the opset 17 attribute) must be constants."""
+    b.require_dtype(node, 0, FLOAT)
+    xs = b.shape(node, 0)
+    rank = len(xs)
+    if rank < 2 or xs[-1] not in (1, 2):
+        raise unsupported(node, f"needs a (..., 1) real or (..., 2) complex input, got shape {xs}")
+    if b.opset >= 20:
+        axis = int(np.asarray(b.const(node, 2, "axis")).reshape(())) if b.has(node, 2) else -2
+    else:
+        axis = int(attr(node, "axis", 1))
+    axis = axis_of(node, axis, rank)
+    if axis == rank - 1:
+        raise unsupported(node, "the axis must be a signal axis, not the last (real, imaginary) one", "axis")
+    inverse, onesided = bool(int(attr(node, "inverse", 0))), bool(int(attr(node, "onesided", 0)))
+    n_in, c_in = xs[axis], xs[-1]
+    if b.has(node, 1):
+        length = int(np.asarray(b.const(node, 1, "dft_length")).reshape(()))
+    else:
+        length = 2 * (n_in - 1) if inverse and onesided else n_in
+    if length < 1:
+        raise unsupported(node, f"dft_length {length} must be positive")
+    m = dft_matrix(n_in, c_in, length, inverse, onesided)
+    if m.size > DFT_MAX_ENTRIES:
+        raise unsupported(node, f"a DFT of {n_in} samples to {length} is a matrix of {m.size} entries, more than "
+                          f"vdla builds ({DFT_MAX_ENTRIES})")  # fmt: skip
+    n_out, c_out = (length, 1) if inverse and onesided else (m.shape[1] // 2, 2)
+    others = [a for a in range(rank - 1) if a != axis]
+    perm = (*others, axis, rank - 1)
+    x = b.tensor(node, 0)
+    if perm != tuple(range(rank)):
+        x = b.emit(node, "transpose", (x,), {"perm": perm}, suffix="dft_signal_last")
+    lead = tuple(xs[a] for a in others)
+    w = b.add_param(f"{node.outputs[0]}:dft", np.ascontiguousarray(m.T).astype(np.float32))
+    y = b.emit(node, "dense", (b.reshape(node, x, (size(lead), n_in * c_in)), w), suffix="dft")
+    y = b.reshape(node, y, (*lead, n_out, c_out))
+    if perm == tuple(range(rank)):
+        b.finish(node, y, "float32")
+        return
+    back = tuple(int(i) for i in np.argsort(perm))
+    b.emit(node, "transpose", (y,), {"perm": back}, out=node.outputs[0])
 
 
 @converter("MatMul")
