@@ -177,6 +177,25 @@ def test_cumsum_topk_trilu_match_onnxruntime():
     matches_onnxruntime(model(nodes, [("x", F, x.shape)], outs, inits, opset=14), {"x": x})
 
 
+def test_cumprod_matches_onnx_reference():
+    """CumProd (opset 26) is vdla's cumsum with ``product``: exclusive (from 1) and reverse, float32 and int32."""
+    from onnx.reference import ReferenceEvaluator
+
+    x = RNG.uniform(0.5, 1.5, (3, 4, 5)).astype(np.float32)
+    n = RNG.integers(-3, 4, (3, 4, 5)).astype(np.int32)
+    nodes = [
+        helper.make_node("CumProd", ["x", "ax"], ["a"]),
+        helper.make_node("CumProd", ["x", "ax"], ["b"], exclusive=1, reverse=1),
+        helper.make_node("CumProd", ["n", "ax2"], ["c"], exclusive=1),
+    ]
+    outs = [("a", F, x.shape), ("b", F, x.shape), ("c", TensorProto.INT32, n.shape)]
+    inits = [("ax", np.array(1, np.int64)), ("ax2", np.array(-1, np.int32))]
+    m = model(nodes, [("x", F, x.shape), ("n", TensorProto.INT32, n.shape)], outs, inits, opset=26)
+    got = compile_graph(simplify(import_onnx(m), verify=True))(x=x, n=n)
+    for o, want in zip(("a", "b", "c"), ReferenceEvaluator(m).run(None, {"x": x, "n": n}), strict=True):
+        np.testing.assert_allclose(got[o], want, rtol=1e-6, err_msg=o)
+
+
 def test_trilu_topk_and_one_hot_of_int64_tensors_match_onnxruntime():
     """int64 tensors fed at run time (int32 inside vdla): Trilu zeroes them, TopK orders them (ties: the lower
     index first), OneHot takes them as indices (negative ones count from the end, outside ones give off)."""

@@ -194,6 +194,10 @@ def test_cumsum_topk_trilu_kernels_are_exact():
                 for reverse in (False, True):
                     attrs = {"axis": axis, "exclusive": exclusive, "reverse": reverse}
                     _same(*_one_node("cumsum", x, attrs), exact=True)
+            if axis in (0, 1):  # CumProd (3 shapes, for the cold JIT time): int32 products wrap, float32 overflow
+                for flag in (False, True):
+                    attrs = {"axis": axis, "exclusive": flag, "reverse": flag, "product": True}
+                    _same(*_one_node("cumsum", x, attrs), exact=True)
         for dtype in ("float32", "int32", "int8"):
             x = _values(shape, dtype)
             x.flat[::3] = x.flat[0]  # ties
@@ -212,6 +216,10 @@ def test_cumsum_topk_trilu_kernels_are_exact():
             _same(got, want, exact=True)
             np.testing.assert_array_equal(got, np.triu(x, k) if upper else np.tril(x, k))
     np.testing.assert_array_equal(oracle.cumsum(np.arange(1, 5, dtype=np.int32), 0, True, True), [9, 7, 4, 0])
+    np.testing.assert_array_equal(oracle.cumsum(np.arange(1, 5, dtype=np.int32), 0, True, True, True), [24, 12, 4, 1])
+    big = np.full(40, 7, np.int32)  # 7^k wraps modulo 2^32 as int32 multiplication does
+    want = np.array([pow(7, k + 1, 2**32) for k in range(40)], np.int64)
+    np.testing.assert_array_equal(oracle.cumsum(big, 0, product=True).view(np.uint32), want)
     values, index = oracle.topk(np.array([3, 1, 3, np.nan, 2], np.float32), 3, 0)
     assert np.isnan(values[0]) and values[1:].tolist() == [3, 3] and index.tolist() == [3, 0, 2]
 

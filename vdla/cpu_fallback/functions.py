@@ -245,9 +245,11 @@ def normalize(
     return _run(make_norm(*types, kind=kind, axis=axis, epsilon=epsilon), arrays, out)
 
 
-def cumsum(x: np.ndarray, axis: int, exclusive: bool = False, reverse: bool = False, *, out: Out = None) -> np.ndarray:
+def cumsum(
+    x: np.ndarray, axis: int, exclusive: bool = False, reverse: bool = False, product: bool = False, *, out: Out = None
+) -> np.ndarray:
     x = _arr("cumsum", x)
-    return _run(make_cumsum(TensorType.of(x, "cumsum"), axis, exclusive, reverse), [x], out)
+    return _run(make_cumsum(TensorType.of(x, "cumsum"), axis, exclusive, reverse, product), [x], out)
 
 
 def topk(x: np.ndarray, k: int, axis: int = -1, largest: bool = True) -> tuple[np.ndarray, np.ndarray]:

@@ -275,11 +275,13 @@ def _split(shape: tuple[int, ...], axis: int) -> tuple[int, int, int]:
 @register_emitter
 def _cumsum(spec: CumSumSpec, kb: KernelBuilder) -> None:
     """Along the axis in order (from the end when ``reverse``), each step adding the previous sum and one
-    element (the previous one when ``exclusive``) for all ``inner`` positions at once (contiguous)."""
+    element (the previous one when ``exclusive``) for all ``inner`` positions at once (contiguous); with
+    ``product`` multiplying, from 1."""
     b, (x,), y, dt = kb.b, kb.inputs, kb.out, spec.x.dtype
     outer, n, inner = _split(spec.x.shape, spec.axis)
     fl = is_float(dt)
-    zero = ir.Constant(LL_TYPES[dt], 0.0 if fl else 0)
+    zero = ir.Constant(LL_TYPES[dt], (1.0 if fl else 1) if spec.product else (0.0 if fl else 0))
+    combine = (b.fmul if fl else b.mul) if spec.product else (b.fadd if fl else b.add)
     step = -inner if spec.reverse else inner  # element offset from one sum to the next
     with kb.loop(0, outer) as o:
         start = b.add(b.mul(o, i64(n * inner)), i64((n - 1) * inner if spec.reverse else 0))
@@ -291,7 +293,7 @@ def _cumsum(spec: CumSumSpec, kb: KernelBuilder) -> None:
             prev = b.sub(off, i64(step))
             term = kb.load(dt, x, prev if spec.exclusive else off)
             acc = kb.load(dt, y, prev)
-            kb.store(b.fadd(acc, term) if fl else b.add(acc, term), dt, y, off)
+            kb.store(combine(acc, term), dt, y, off)
 
 
 @scratch_elements.register

@@ -716,20 +716,24 @@ def make_norm(x: TensorType, *affine: TensorType, kind: str, axis: int = -1, eps
 
 @dataclass(frozen=True)
 class CumSumSpec(SameTypeOut):
-    """Cumulative sum along ``axis``, ``exclusive`` of each element itself, from the end when ``reverse``."""
+    """Cumulative sum (``product``: product) along ``axis``, ``exclusive`` of each element itself, from the end
+    when ``reverse``."""
 
     x: TensorType
     axis: int
     exclusive: bool
     reverse: bool
+    product: bool = False
 
     def evaluate(self, x: np.ndarray) -> np.ndarray:
-        return oracle.cumsum(x, self.axis, self.exclusive, self.reverse)
+        return oracle.cumsum(x, self.axis, self.exclusive, self.reverse, self.product)
 
 
-def make_cumsum(x: TensorType, axis: int, exclusive: bool = False, reverse: bool = False) -> CumSumSpec:
+def make_cumsum(
+    x: TensorType, axis: int, exclusive: bool = False, reverse: bool = False, product: bool = False
+) -> CumSumSpec:
     axis, _ = scan_type(x, axis)
-    return CumSumSpec(x.plain, axis, bool(exclusive), bool(reverse))
+    return CumSumSpec(x.plain, axis, bool(exclusive), bool(reverse), bool(product))
 
 
 @dataclass(frozen=True)

@@ -1112,7 +1112,8 @@ for _kind in NORM_KINDS:  # (x - mean) / sqrt(var + eps) and x / sqrt(mean(x^2) 
 
 
 def scan_type(x: TensorType, axis: int) -> tuple[int, TensorType]:
-    """The normalised axis and the output type of a cumulative sum of float32 or int32 ``x`` along ``axis``."""
+    """The normalised axis and the output type of a cumulative sum (or product) of float32 or int32 ``x`` along
+    ``axis``."""
     _need("cumsum", x.dtype in ("float32", "int32"), f"dtype {x.dtype} is not supported (float32, int32)")
     rank = len(x.shape)
     _need("cumsum", rank >= 1 and -rank <= axis < rank, f"axis {axis} out of range for {x.shape}")
@@ -1122,11 +1123,14 @@ def scan_type(x: TensorType, axis: int) -> tuple[int, TensorType]:
 def _eval_cumsum(node: Node, args: list[np.ndarray], types: list[TensorType], out: TensorType) -> np.ndarray:
     a = node.attrs
     axis, _ = scan_type(types[0], int(a["axis"]))
-    return oracle.cumsum(args[0], axis, bool(a.get("exclusive", False)), bool(a.get("reverse", False)))
+    flags = (bool(a.get(k, False)) for k in ("exclusive", "reverse", "product"))
+    return oracle.cumsum(args[0], axis, *flags)
 
 
 @register("cumsum", OPAQUE, 1, evaluate=_eval_cumsum, cpu=CpuKernel("make_cumsum"))
 def _cumsum(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarray]) -> TensorType:
+    """The cumulative sum along ``axis`` (``exclusive``: each element left out of its own; ``reverse``: from the
+    end), or with ``product`` the cumulative product (CumProd; the exclusive one starts at 1)."""
     return scan_type(inputs[0], int(node.attrs["axis"]))[1]
 
 

@@ -776,19 +776,23 @@ def normalize(
     return y.astype(np.float32)
 
 
-def cumsum(x: np.ndarray, axis: int, exclusive: bool = False, reverse: bool = False) -> np.ndarray:
-    """Cumulative sum along ``axis`` in ``x``'s dtype (float32 summed in order, one rounding per step as
-    numpy's; int32 wrapping); ``exclusive`` leaves each element out of its own sum, ``reverse`` sums from
-    the end."""
+def cumsum(
+    x: np.ndarray, axis: int, exclusive: bool = False, reverse: bool = False, product: bool = False
+) -> np.ndarray:
+    """Cumulative sum (``product``: product) along ``axis`` in ``x``'s dtype (float32 accumulated in order, one
+    rounding per step as numpy's; int32 wrapping); ``exclusive`` leaves each element out of its own sum
+    (product), which starts at 0 (1), ``reverse`` accumulates from the end."""
     v = np.flip(x, axis) if reverse else x
+    scan = np.cumprod if product else np.cumsum
     if x.dtype.kind in "iu":
-        c = wrap32(np.cumsum(v.astype(np.int64), axis=axis)).astype(x.dtype)
+        with np.errstate(over="ignore"):  # int64 wraps modulo 2^64, so modulo 2^32 too
+            c = wrap32(scan(v.astype(np.int64), axis=axis)).astype(x.dtype)
     else:
         with np.errstate(all="ignore"):
-            c = np.cumsum(v, axis=axis, dtype=x.dtype)
+            c = scan(v, axis=axis, dtype=x.dtype)
     if exclusive:
         c = np.roll(c, 1, axis)
-        c[(slice(None),) * axis + (0,)] = 0
+        c[(slice(None),) * axis + (0,)] = 1 if product else 0
     return np.ascontiguousarray(np.flip(c, axis) if reverse else c)
 
 

@@ -276,14 +276,17 @@ def _const_int(b: Builder, node: OnnxNode, i: int, what: str) -> int:
     return int(v.reshape(()))
 
 
-@converter("CumSum", attrs=("exclusive", "reverse"))
+@converter("CumSum", "CumProd", attrs=("exclusive", "reverse"))
 def _cumsum(b: Builder, node: OnnxNode) -> None:
+    """vdla ``cumsum`` along the constant axis; CumProd (opset 26) is its ``product`` form."""
     b.require_dtype(node, 0, ("float32", "int32"))
     rank = len(b.shape(node, 0))
     if rank == 0:
-        raise unsupported(node, "CumSum of a scalar")
+        raise unsupported(node, f"{node.op_type} of a scalar")
     axis = axis_of(node, _const_int(b, node, 1, "axis"), rank, "axis", None)
     attrs = {"axis": axis, **{k: bool(int(attr(node, k, 0))) for k in ("exclusive", "reverse")}}
+    if node.op_type == "CumProd":
+        attrs["product"] = True
     b.emit(node, "cumsum", (b.tensor(node, 0),), attrs, out=node.outputs[0])
 
 
