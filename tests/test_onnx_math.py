@@ -377,3 +377,15 @@ def test_dft_is_a_dense_layer_matching_onnx_reference(shape, axis, attrs, length
     got = compile_graph(graph)(x=x)["y"]
     assert got.shape == want.shape
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+def test_eye_like_is_a_constant_of_the_input_shape():
+    """EyeLike reads only its input's shape: a constant at import, here added to the input (onnxruntime)."""
+    x = _floats((3, 5))
+    eye = helper.make_node("EyeLike", ["x"], ["e"], k=1)
+    add = helper.make_node("Add", ["x", "e"], ["y"])
+    out = helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 5])
+    graph = helper.make_graph([eye, add], "eye", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 5])], [out])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 22)])
+    assert [n.op for n in import_onnx(model).nodes] == ["add"]
+    _check(model, {"x": x}, True)

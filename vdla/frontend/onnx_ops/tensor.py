@@ -344,6 +344,21 @@ def _fold_only(b: Builder, node: OnnxNode) -> None:
     raise unsupported(node, "needs constant inputs (vdla compiles for fixed shapes)")
 
 
+@converter("EyeLike", attrs=("dtype", "k"))
+def _eye_like(b: Builder, node: OnnxNode) -> None:
+    """Ones on the ``k``-th diagonal of a 2-D tensor of the input's shape: a constant (only the input's shape is
+    read), of the ``dtype`` attribute's type or else the input's."""
+    xs = b.shape(node, 0)
+    if len(xs) != 2:
+        raise unsupported(node, f"needs a 2-D input, got shape {xs}")
+    dt = str(attr(node, "dtype", b.dtype(node, 0)))
+    try:
+        dtype = np.dtype(dt)
+    except TypeError as e:
+        raise unsupported(node, f"dtype {dt} is not a numpy type", "dtype") from e
+    b.bind_const(node.outputs[0], np.eye(xs[0], xs[1], int(attr(node, "k", 0)), dtype=dtype))
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Per-axis gathers
 
