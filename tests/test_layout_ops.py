@@ -469,6 +469,33 @@ def test_grid_sample_matches_onnxruntime(mode, padding_mode, align_corners):
     np.testing.assert_allclose(evaluate(graph, feeds)["y"], got, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.filterwarnings("ignore:divide by zero")  # the reference's step over a size-1 axis
+@pytest.mark.parametrize("align_corners", [0, 1])
+@pytest.mark.parametrize("size", [(2, 3, 4, 7), (2, 1, 3, 1, 5)])
+def test_affine_grid_matches_onnx_reference_and_feeds_grid_sample(size, align_corners):
+    """AffineGrid of thetas fed at run time: one batched matmul of the constant base grid, as ONNX's reference
+    computes it (2-D and 3-D, a size-1 axis included); in 2-D, a spatial transformer with GridSample agrees
+    with onnxruntime."""
+    from onnx.reference import ReferenceEvaluator
+
+    d = len(size) - 2
+    theta = RNG.normal(0, 0.6, (size[0], d, d + 1)).astype(np.float32)
+    m = Model()
+    m.node("AffineGrid", ["theta", _i64(m, "size", size)], "grid", align_corners=align_corners)
+    grid_shape = [size[0], *size[2:], d]
+    model = m.build([("theta", F, list(theta.shape))], [("grid", F, grid_shape)], opset=20)
+    graph = import_onnx(model)
+    got = run_float_cpu(graph, {"theta": theta})["grid"]
+    _close(got, ReferenceEvaluator(model).run(None, {"theta": theta})[0], rtol=1e-6)
+    if d == 3:
+        return
+    m.node("GridSample", ["x", "grid"], "y", align_corners=align_corners)
+    x = RNG.normal(0, 1, size).astype(np.float32)
+    model = m.build([("theta", F, list(theta.shape)), ("x", F, list(size))], [("y", F, list(size))], opset=20)
+    feeds = {"theta": theta, "x": x}
+    _close(run_float_cpu(import_onnx(model), feeds)["y"], run_ort(model, feeds)["y"], rtol=1e-5)
+
+
 def test_grid_sample_kernel_of_a_volume_equals_its_numpy_semantics_and_survives_any_grid():
     x = RNG.normal(0, 1, (1, 2, 3, 4, 5)).astype(np.float32)
     grid = RNG.normal(0, 1.5, (1, 2, 3, 4, 3)).astype(np.float32)

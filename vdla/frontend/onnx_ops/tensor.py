@@ -2,7 +2,7 @@
 Flatten, Reshape, Squeeze, Unsqueeze, Transpose, Concat, Slice, Split), the shapes and constants (Shape, Size,
 Constant; ConstantOfShape and Range when folded), and Pad (every mode), Tile, Expand, Gather, Compress,
 CenterCropPad, DepthToSpace, SpaceToDepth, GatherElements, GatherND, ReverseSequence, OneHot, ScatterElements,
-Scatter and ScatterND, Resize, GridSample.
+Scatter and ScatterND, Resize, GridSample and AffineGrid.
 
 A view or copy is vdla's ``reshape``, ``transpose``, ``concat`` or ``slice``, or an alias of its input where
 it moves nothing; a uint8 input stays held as int8 ``value - 128`` through it. Shape, Size and Constant bind
@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from vdla.frontend.builder import Builder, OnnxNode, size, unsupported
-from vdla.frontend.onnx_ops.registry import ANY, attr, axis_of, converter, ints
+from vdla.frontend.onnx_ops.registry import ANY, FLOAT, attr, axis_of, converter, ints
 from vdla.graph.types import INT_RANGE
 
 SCATTER_TYPES = ("float32", "int32")
@@ -856,6 +856,41 @@ def _resize(b: Builder, node: OnnxNode) -> None:
         attrs["roi"] = tuple(_roi(b, node, rank, axes))
         attrs["extrapolation_value"] = _fill(node, dt, attr(node, "extrapolation_value", 0.0))
     b.emit(node, "resize", (b.tensor(node, 0),), attrs, out=node.outputs[0], uint8=dt == "uint8")
+
+
+def affine_base_grid(sizes: Sequence[int], align_corners: bool) -> np.ndarray:
+    """The homogeneous coordinates ``(x, y, [z,] 1)`` of every output point of AffineGrid, (prod(sizes), d + 1)
+    in float64: each axis normalised to [-1, 1], at the pixel centres or (``align_corners``) the corners, the
+    last (width) axis first, as ONNX's reference builds them."""
+    axes = []
+    for n in sizes:
+        if align_corners:
+            axes.append(np.array([-1.0]) if n == 1 else -1 + np.arange(n) * (2.0 / (n - 1)))
+        else:
+            axes.append(-1 + 1.0 / n + np.arange(n) * (2.0 / n))
+    mesh = np.meshgrid(*axes, indexing="ij")
+    coords = [m.reshape(-1) for m in reversed(mesh)]
+    return np.stack([*coords, np.ones(coords[0].shape)], axis=1)
+
+
+@converter("AffineGrid", attrs=("align_corners",))
+def _affine_grid(b: Builder, node: OnnxNode) -> None:
+    """The sampling grid (N, [D,] H, W, d) of the affine maps theta (N, d, d + 1) computed at run time: one
+    batched ``matmul`` of the constant homogeneous base grid (:func:`affine_base_grid`) and theta transposed.
+    The size input must be a constant."""
+    b.require_dtype(node, 0, FLOAT)
+    ts = b.shape(node, 0)
+    size_v = [int(v) for v in _ints(b, node, 1, "size").ravel()]
+    d = len(size_v) - 2
+    if d not in (2, 3) or ts != (size_v[0], d, d + 1) or min(size_v) < 1:
+        raise unsupported(node, f"theta of shape {ts} and size {size_v}: needs (N, 2, 3) with (N, C, H, W) or "
+                          "(N, 3, 4) with (N, C, D, H, W)")  # fmt: skip
+    spatial = size_v[2:]
+    base = affine_base_grid(spatial, bool(int(attr(node, "align_corners", 0))))
+    grid = b.add_param(f"{node.outputs[0]}:base_grid", base.astype(np.float32).reshape(1, *base.shape))
+    theta_t = b.emit(node, "transpose", (b.tensor(node, 0),), {"perm": (0, 2, 1)}, suffix="theta_t")
+    y = b.emit(node, "matmul", (grid, theta_t), suffix="grid")
+    b.reshape(node, y, (size_v[0], *spatial, d), out=node.outputs[0])
 
 
 @converter("GridSample", attrs=("align_corners", "mode", "padding_mode"))
