@@ -469,6 +469,29 @@ def test_grid_sample_matches_onnxruntime(mode, padding_mode, align_corners):
     np.testing.assert_allclose(evaluate(graph, feeds)["y"], got, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize(
+    "image,block,attrs",
+    [
+        ((5, 6), (2, 3), {}),
+        ((7, 6), (3, 2), {"strides": [2, 1], "pads": [1, 0, 2, 1], "dilations": [1, 2]}),
+    ],
+)
+def test_col2im_matches_onnxruntime(image, block, attrs):
+    """Col2Im sums the overlapping blocks back (a scatter add at constant offsets; elements in the padding
+    dropped), with strides, pads and dilations, as onnxruntime does."""
+    strides, dil = attrs.get("strides", [1, 1]), attrs.get("dilations", [1, 1])
+    pads = attrs.get("pads", [0, 0, 0, 0])
+    blocks = [(image[d] + pads[d] + pads[2 + d] - dil[d] * (block[d] - 1) - 1) // strides[d] + 1 for d in (0, 1)]
+    shape = [2, 3 * block[0] * block[1], blocks[0] * blocks[1]]
+    m = Model()
+    m.node("Col2Im", ["x", _i64(m, "image", image), _i64(m, "block", block)], "y", **attrs)
+    model = m.build([("x", F, shape)], [("y", F, [2, 3, *image])], opset=18)
+    x = RNG.normal(0, 1, shape).astype(np.float32)
+    graph = import_onnx(model)
+    _close(run_float_cpu(graph, {"x": x})["y"], run_ort(model, {"x": x})["y"], rtol=1e-6)
+    _close(evaluate(graph, {"x": x})["y"], run_ort(model, {"x": x})["y"], rtol=1e-6)
+
+
 @pytest.mark.filterwarnings("ignore:divide by zero")  # the reference's step over a size-1 axis
 @pytest.mark.parametrize("align_corners", [0, 1])
 @pytest.mark.parametrize("size", [(2, 3, 4, 7), (2, 1, 3, 1, 5)])

@@ -2,7 +2,7 @@
 Flatten, Reshape, Squeeze, Unsqueeze, Transpose, Concat, Slice, Split), the shapes and constants (Shape, Size,
 Constant; ConstantOfShape and Range when folded), and Pad (every mode), Tile, Expand, Gather, Compress,
 CenterCropPad, DepthToSpace, SpaceToDepth, GatherElements, GatherND, ReverseSequence, OneHot, ScatterElements,
-Scatter and ScatterND, Resize, GridSample and AffineGrid.
+Scatter and ScatterND, Col2Im, Resize, GridSample and AffineGrid.
 
 A view or copy is vdla's ``reshape``, ``transpose``, ``concat`` or ``slice``, or an alias of its input where
 it moves nothing; a uint8 input stays held as int8 ``value - 128`` through it. Shape, Size and Constant bind
@@ -768,6 +768,49 @@ def _scatter_nd(b: Builder, node: OnnxNode) -> None:
         _scatter(b, node, _runtime_nd_offsets(b, node, b.shape(node, 0), 0))
         return
     _scatter(b, node, nd_offsets(node, b.shape(node, 0), _ints(b, node, 1, "indices"), 0)[0])
+
+
+@converter("Col2Im", attrs=("dilations", "pads", "strides"))
+def _col2im(b: Builder, node: OnnxNode) -> None:
+    """The sliding blocks (N, C * prod(block), L) summed back into the image (N, C, *image_shape): one ``scatter``
+    add of the input at constant flat offsets into zeros with one extra element, where the block elements that
+    fall in the padding land, then a slice and a reshape. image_shape and block_shape must be constants."""
+    b.require_dtype(node, 0, FLOAT)
+    xs = b.shape(node, 0)
+    image = [int(v) for v in _ints(b, node, 1, "image_shape").ravel()]
+    block = [int(v) for v in _ints(b, node, 2, "block_shape").ravel()]
+    nd = len(image)
+    dil = [int(v) for v in attr(node, "dilations", [1] * nd)]
+    strides = [int(v) for v in attr(node, "strides", [1] * nd)]
+    pads = [int(v) for v in attr(node, "pads", [0] * 2 * nd)]
+    if len(block) != nd or len(dil) != nd or len(strides) != nd or len(pads) != 2 * nd or nd < 1:
+        raise unsupported(node, f"image_shape {image}, block_shape {block}, dilations, strides and pads must "
+                          "describe the same spatial axes")  # fmt: skip
+    if min(image + block + dil + strides) < 1 or min(pads) < 0:
+        raise unsupported(node, "image and block sizes, dilations and strides must be positive, pads non-negative")
+    k = size(block)
+    blocks = [(image[d] + pads[d] + pads[nd + d] - dil[d] * (block[d] - 1) - 1) // strides[d] + 1 for d in range(nd)]
+    if len(xs) != 3 or xs[1] % k or min(blocks) < 1 or xs[2] != size(blocks):
+        raise unsupported(node, f"input of shape {xs} is not (N, C * {k}, {size(blocks)}) for the blocks {blocks}")
+    n, c = xs[0], xs[1] // k
+    grid = np.indices((n, c, *block, *blocks))
+    inside = np.ones(grid.shape[1:], bool)
+    pixel = np.zeros(grid.shape[1:], np.int64)
+    for d in range(nd):
+        coord = grid[2 + nd + d] * strides[d] - pads[d] + grid[2 + d] * dil[d]
+        inside &= (coord >= 0) & (coord < image[d])
+        pixel = pixel * image[d] + coord
+    total = n * c * size(image)
+    if total + 1 >= 2**31:
+        raise unsupported(node, f"an image of {total} elements: int32 offsets address at most 2**31 - 1")
+    offsets = np.where(inside, (grid[0] * c + grid[1]) * size(image) + pixel, total).reshape(-1)
+    out = node.outputs[0]
+    zeros = b.add_param(f"{out}:zeros", np.zeros(total + 1, np.float32))
+    index = b.add_param(f"{out}:offsets", offsets.astype(np.int32))
+    flat = b.reshape(node, b.tensor(node, 0), (offsets.size,))
+    summed = b.emit(node, "scatter", (zeros, index, flat), {"reduction": "add"}, suffix="col2im")
+    image_flat = b.emit(node, "slice", (summed,), {"starts": (0,), "stops": (total,), "steps": (1,)}, suffix="image")
+    b.reshape(node, image_flat, (n, c, *image), out=out)
 
 
 # ---------------------------------------------------------------------------------------------------------
