@@ -469,6 +469,21 @@ def test_grid_sample_matches_onnxruntime(mode, padding_mode, align_corners):
     np.testing.assert_allclose(evaluate(graph, feeds)["y"], got, rtol=1e-5, atol=1e-5)
 
 
+def test_an_empty_split_part_is_left_out_of_a_concat_and_refused_elsewhere():
+    """Split into (4, 0) parts, as RotaryEmbedding's function body does when it rotates every feature: the
+    empty part holds nothing and Concat leaves it out; an empty graph output is refused, naming it."""
+    x = RNG.normal(0, 1, (2, 4)).astype(np.float32)
+    m = Model()
+    m.node("Split", ["x", _i64(m, "parts", [4, 0])], ["a", "e"], axis=1)
+    m.node("Concat", ["a", "e"], "y", axis=1)
+    model = m.build([("x", F, [2, 4])], [("y", F, [2, 4])], opset=18)
+    np.testing.assert_array_equal(run_float_cpu(import_onnx(model), {"x": x})["y"], x)
+    m.node("Relu", ["e"], "r")
+    model = m.build([("x", F, [2, 4])], [("y", F, [2, 4]), ("r", F, [2, 0])], opset=18)
+    with pytest.raises(UnsupportedError, match=r"output r.*'r' is empty \(shape \(2, 0\)\)"):
+        import_onnx(model)
+
+
 @pytest.mark.parametrize(
     "image,block,attrs",
     [

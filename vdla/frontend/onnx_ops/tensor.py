@@ -288,7 +288,8 @@ def _split_sizes(b: Builder, node: OnnxNode, d: int) -> list[int]:
 
 @converter("Split", attrs=("axis", "num_outputs"))
 def _split(b: Builder, node: OnnxNode) -> None:
-    """Each output is a slice of the input along the axis."""
+    """Each output is a slice of the input along the axis; an empty part is an empty constant (it holds no
+    value: Concat leaves it out; as a kernel's input or a graph output it is refused, named)."""
     dt = b.require_dtype(node, 0, ANY)
     xs = b.shape(node, 0)
     axis = axis_of(node, int(attr(node, "axis", 0)), len(xs))
@@ -296,9 +297,9 @@ def _split(b: Builder, node: OnnxNode) -> None:
     x = b.tensor(node, 0)
     offset = 0
     for part, out in zip(parts, node.outputs, strict=True):
-        if out and (out in b.used or part > 0):
-            if part == 0:
-                raise unsupported(node, f"output {out!r} is an empty part (vdla has no empty tensors)")
+        if out and part == 0:
+            b.bind_const(out, np.zeros((*xs[:axis], 0, *xs[axis + 1 :]), np.dtype(dt)))
+        elif out:
             _slice_onnx(b, node, x, {axis: offset}, out, {axis: offset + part}, {axis: 1}, dt == "uint8")
         offset += part
 
