@@ -18,9 +18,9 @@ vdla compiles for fixed shapes: a graph input in a position that fixes a shape o
 parameter of its operator (:data:`SHAPE_INPUTS`: Reshape's shape, Slice's bounds, the axes of a
 reduction, Resize's scales, ...) is bound as a constant holding the test's values. Every other input is fed
 at run time: uint8 and int64 ones as int32 holding the same values (vdla holds uint8 as int8 ``value -
-128`` and int64 as int32 inside the graph), float16 and float64 ones as float32 (vdla computes such a model in
-float32: float16 outputs are compared within float16's precision), the others as they are. A case whose
-every output was computed at import (the importer evaluates a node whose inputs are all constants) passes
+128`` and int64 as int32 inside the graph), float16, bfloat16 and float64 ones as float32 (vdla computes such
+a model in float32: float16 and bfloat16 outputs are compared within their precision), the others as they are.
+A case whose every output was computed at import (the importer evaluates a node whose inputs are all constants) passes
 without running a kernel; the report counts those cases apart.
 
 Prints the per-operator table and writes the Markdown report: the figures, the per-operator table over
@@ -59,6 +59,7 @@ ROOT = Path(__file__).resolve().parent.parent
 RTOL = 1e-4
 ATOL = 1e-4  # times the largest expected magnitude (at least 1)
 STATUSES = ("pass", "unsupported", "fail")  # reported as passed, refused, wrong
+BFLOAT16_EPS = 2.0**-7  # bfloat16's machine epsilon (8 significant bits)
 
 # operator -> its inputs that fix a shape or are compile-time parameters (bound to the test's values)
 _REDUCTIONS = ("ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ReduceMax", "ReduceMean", "ReduceMin",
@@ -238,19 +239,22 @@ def refusal_reason(case: Case) -> str:
 
 def fed(a: np.ndarray) -> np.ndarray:
     """An input as vdla takes it: uint8 and int64 as int32 holding the same values (an int64 value outside
-    int32 is refused while running: the case is wrong), float16/float64 as float32 (the importer computes such
+    int32 is refused while running: the case is wrong), float16/bfloat16/float64 as float32 (the importer computes such
     a model in float32; ``Module.run`` converts such inputs the same way), the others as they are."""
     if a.dtype == np.int64:
         lo, hi = INT_RANGE["int32"]
         if a.size and (a.min() < lo or a.max() > hi):
             raise UnsupportedError("input", f"int64 values {a.min()}..{a.max()} exceed int32 (vdla's int64)")
-    if a.dtype in (np.float16, np.float64):
+    if a.dtype in (np.float16, np.float64) or a.dtype.name == "bfloat16":
         return a.astype(np.float32)
     return a.astype(np.int32) if a.dtype in (np.uint8, np.int64) else a
 
 
 def _compare(got: np.ndarray, want: np.ndarray) -> tuple[bool, float, str]:
     got = np.asarray(got)
+    eps = BFLOAT16_EPS if want.dtype.name == "bfloat16" else None  # (ml_dtypes' bfloat16: numpy kind 'V')
+    if eps is not None:
+        want = want.astype(np.float32)
     if want.dtype.kind == "f":
         if got.dtype.kind != "f":
             return False, float("inf"), f"dtype {got.dtype} where {want.dtype} was expected"
@@ -260,7 +264,7 @@ def _compare(got: np.ndarray, want: np.ndarray) -> tuple[bool, float, str]:
         g = got.astype(np.float64)
         finite = np.isfinite(w)
         scale = max(1.0, float(np.abs(w[finite]).max())) if finite.any() else 1.0
-        tol = max(RTOL, float(np.finfo(want.dtype).eps))  # a float16 result holds 11 bits
+        tol = max(RTOL, eps or float(np.finfo(want.dtype).eps))  # a float16 result holds 11 bits, bfloat16 8
         ok = np.allclose(g, w, rtol=tol, atol=tol * scale, equal_nan=True)
         err = float(np.nanmax(np.abs(g[finite] - w[finite]))) if finite.any() else 0.0
         return bool(ok), err, "" if ok else f"max abs error {err:.3g} (scale {scale:.3g})"
@@ -280,7 +284,7 @@ def run_case(case: Case) -> Result:
     stage = "import"
     try:
         frozen = freeze_shape_inputs(case)
-        with warnings.catch_warnings():  # float16/float64 computed in float32: the comparison allows for it
+        with warnings.catch_warnings():  # float16/bfloat16/float64 computed in float32: the comparison allows for it
             warnings.simplefilter("ignore", OnnxImportWarning)
             graph = import_onnx(frozen.model)
         stage = "simplify"

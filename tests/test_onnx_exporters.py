@@ -364,6 +364,29 @@ def test_float16_and_float64_models_are_computed_in_float32_with_a_warning(dtype
     assert module.run(x).dtype == np.float32  # the model's own dtype is converted at run time too (with a note)
 
 
+def test_a_bfloat16_model_is_computed_in_float32_within_bfloat16s_precision():
+    """bfloat16 (initializers, input, output, a Cast target) is computed in float32 as float16 is, with the
+    warning; the result agrees with ONNX's reference within bfloat16's precision, and the compiled module
+    takes a bfloat16 input (converted, with a note)."""
+    from onnx.reference import ReferenceEvaluator
+
+    bf16 = helper.tensor_dtype_to_np_dtype(TensorProto.BFLOAT16)
+    m = Model(11)
+    y = m.node("MatMul", ["x", m.init("w", m.rng.normal(0, 0.3, (12, 8)).astype(bf16))], "mm")
+    y32 = m.node("Cast", [m.node("Celu", [y], "celu", alpha=1.5)], "as_float", to=F)
+    m.node("Cast", [m.node("Sigmoid", [y32], "sig")], "y", to=TensorProto.BFLOAT16)
+    model = m.build([("x", TensorProto.BFLOAT16, [2, 12])], [("y", TensorProto.BFLOAT16, [2, 8])], opset=13)
+    with pytest.warns(OnnxImportWarning, match=r"bfloat16 computed in float32.*initializer 'w'"):
+        graph = import_onnx(model)
+    assert graph.inputs["x"].dtype == "float32"
+    x = np.random.default_rng(3).normal(size=(2, 12)).astype(bf16)
+    want = ReferenceEvaluator(model).run(None, {"x": x})[0].astype(np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", OnnxImportWarning)
+        got = vdla.compile(model).run(x)
+    np.testing.assert_allclose(got, want, rtol=2**-7, atol=2**-7)
+
+
 # ---------------------------------------------------------------------------------------------------------
 # The command line
 

@@ -10,7 +10,7 @@ rules"):
    ``input_shapes`` (else an error naming the input, the dimensions and the ``--input-shape`` that fixes
    them); a fixed one given there must be given its own value;
 3. set the shapes the model stores for computed values (``value_info``, outputs) aside as hints, rewrite
-   float16/float64 as float32 (an :class:`OnnxImportWarning` names what), run ONNX shape inference;
+   float16/bfloat16/float64 as float32 (an :class:`OnnxImportWarning` names what), run ONNX shape inference;
 4. convert node by node (:mod:`vdla.frontend.onnx_ops`): initializers and ``Constant`` nodes are
    constants (an initializer holding NaN, or an infinity where a node reads it as weights, is a
    :class:`FrontendError` naming it and the node), ``Shape`` of a value is a constant; a node whose inputs
@@ -71,7 +71,8 @@ _KEEP = ("DequantizeLinear",)
 # control flow: the importer's method for each (branches compiled both, loops unrolled)
 _CONTROL = {"If": "inline_if", "Loop": "unroll_loop", "Scan": "unroll_scan"}
 # float element types a model may compute in, which vdla computes in float32
-_WIDE_FLOATS = {onnx.TensorProto.FLOAT16: "float16", onnx.TensorProto.DOUBLE: "float64"}
+_WIDE_FLOATS = {onnx.TensorProto.FLOAT16: "float16", onnx.TensorProto.BFLOAT16: "bfloat16",
+                onnx.TensorProto.DOUBLE: "float64"}  # fmt: skip
 # every op type the importer takes: the converters' and If (inlined on a constant condition)
 IMPORTED = tuple(sorted((*SUPPORTED, *_CONTROL)))
 Shape = tuple[int | None, ...]  # None: a dimension not known (dynamic, symbolic or missing)
@@ -237,7 +238,7 @@ def _strip_hints(proto: onnx.ModelProto) -> dict[str, Shape]:
 
 
 def _narrow(t: onnx.TensorProto) -> str | None:
-    """Rewrite a float16/float64 tensor as float32 in place; its old dtype name, else None."""
+    """Rewrite a float16/bfloat16/float64 tensor as float32 in place; its old dtype name, else None."""
     wide = _WIDE_FLOATS.get(t.data_type)
     if wide is not None:
         t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float32), t.name))
@@ -253,7 +254,7 @@ def _listing(kind: str, names: list[str]) -> str:
 
 
 def _as_float32(proto: onnx.ModelProto, where: str) -> None:
-    """Rewrite every float16/float64 tensor, value type and Cast target of the model as float32, in place,
+    """Rewrite every float16/bfloat16/float64 tensor, value type and Cast target of the model as float32, in place,
     with one :class:`OnnxImportWarning` per dtype naming what changed (vdla computes in float32)."""
     found: dict[str, dict[str, list[str]]] = {}  # dtype -> kind -> names
 

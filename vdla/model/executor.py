@@ -274,10 +274,10 @@ class Module:
     def _feed(self, name: str, value: np.ndarray, t: TensorType) -> np.ndarray:
         """One input checked against its spec: the shape exactly; the dtype exactly, except that any other
         float dtype given for a float32 input is converted to float32 with a note (numpy's default float64
-        among them), and integers for an integer input are narrowed when every value fits (an ONNX model's
-        int64 token ids, which vdla holds as int32), else refused naming the first that does not; every
-        float value finite (NaN or an infinity, given or made by the conversion, is an error naming the input
-        and the first bad index). A 0-d input stays 0-d."""
+        and ml_dtypes' bfloat16 among them), and integers for an integer input are narrowed when every value
+        fits (an ONNX model's int64 token ids, which vdla holds as int32), else refused naming the first that
+        does not; every float value finite (NaN or an infinity, given or made by the conversion, is an error
+        naming the input and the first bad index). A 0-d input stays 0-d."""
         a = np.asarray(value)
         if a.shape != t.shape:
             raise ModelInputError(f"input {name!r} must have shape {t.shape}, got {a.shape}")
@@ -288,7 +288,8 @@ class Module:
             except ValueError as e:
                 raise ModelInputError(f"input {name!r} ({a.dtype.name}) for {t.dtype}: {e}") from e
         if a.dtype.name != t.dtype:
-            if not (a.dtype.kind == "f" and t.dtype == "float32"):
+            floating = a.dtype.kind == "f" or a.dtype.name == "bfloat16"  # (ml_dtypes' bfloat16 is kind 'V')
+            if not (floating and t.dtype == "float32"):
                 raise ModelInputError(f"input {name!r} must be {t.dtype}, got {a.dtype.name}")
             _check_finite(name, a, "")
             converted = f" after conversion from {a.dtype.name} to float32 (outside float32's range)"
