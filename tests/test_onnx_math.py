@@ -389,3 +389,30 @@ def test_eye_like_is_a_constant_of_the_input_shape():
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 22)])
     assert [n.op for n in import_onnx(model).nodes] == ["add"]
     _check(model, {"x": x}, True)
+
+
+@pytest.mark.parametrize("k,past,bias,activation", [(4, True, True, "silu"), (3, False, False, "none"),
+                                                    (2, True, False, "swish")])  # fmt: skip
+def test_causal_conv_with_state_matches_onnx_reference(k, past, bias, activation):
+    """CausalConvWithState (opset 27) with weights, bias and past state fed at run time: the output and the
+    present state, as ONNX's reference computes them."""
+    from onnx.reference import ReferenceEvaluator
+
+    feeds = {"x": _floats((2, 3, 6)), "w": _floats((3, 1, k))}
+    if bias:
+        feeds["b"] = _floats((3,))
+    if past:
+        feeds["s"] = _floats((2, 3, k - 1))
+    names = ["x", "w", "b" if bias else "", "s" if past else ""]
+    while not names[-1]:
+        names.pop()
+    node = helper.make_node("CausalConvWithState", names, ["y", "state"], activation=activation)
+    ins = [helper.make_tensor_value_info(n, TensorProto.FLOAT, a.shape) for n, a in feeds.items()]
+    outs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3, 6]),
+            helper.make_tensor_value_info("state", TensorProto.FLOAT, [2, 3, k - 1])]  # fmt: skip
+    model = helper.make_model(helper.make_graph([node], "ccs", ins, outs), opset_imports=[helper.make_opsetid("", 27)])
+    want = dict(zip(("y", "state"), ReferenceEvaluator(model).run(None, feeds), strict=True))
+    graph = import_onnx(model)
+    for got in (compile_graph(graph)(**feeds), evaluate(graph, feeds)):
+        for name, w in want.items():
+            np.testing.assert_allclose(got[name], w, rtol=1e-5, atol=1e-6, err_msg=name)

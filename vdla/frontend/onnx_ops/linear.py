@@ -1,6 +1,6 @@
-"""The linear layers: Conv, Gemm, MatMul, DFT (a dense layer of a constant matrix) and BatchNormalization (with
-constant statistics an affine map per channel, folded later into the layer before it), and the window geometry
-the pools share (no ``onnx`` import here).
+"""The linear layers: Conv, CausalConvWithState, Gemm, MatMul, DFT (a dense layer of a constant matrix) and
+BatchNormalization (with constant statistics an affine map per channel, folded later into the layer before it),
+and the window geometry the pools share (no ``onnx`` import here).
 
 Conv is ``conv2d``, a 1-D one lifted to a height-1 image. Gemm, and a MatMul whose right operand is a constant
 of rank 1 or 2 or a dequantized 2-D constant (a QDQ model's weight), is a ``dense`` layer (the accelerator's
@@ -233,6 +233,66 @@ def _matmul_shape(node: OnnxNode, sa: tuple[int, ...], sb: tuple[int, ...]) -> t
     except ValueError as e:
         raise unsupported(node, f"batch dimensions of {sa} and {sb} do not broadcast") from e
     return (*batch, *sa[-2:-1], *(sb[-1:] if len(sb) > 1 else ()))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# CausalConvWithState: a depthwise causal 1-D convolution carrying its last inputs
+
+
+@converter("CausalConvWithState", attrs=("activation",))
+def _causal_conv_with_state(b: Builder, node: OnnxNode) -> None:
+    """``y[b, c, t] = sum_j w[c, 0, j] * p[b, c, t + j] + bias[c]`` over ``p``, the past state (zeros when
+    absent) joined in front of the input, then SiLU where asked; the present state is ``p``'s last ``k - 1``
+    positions. The weights may be computed at run time: ``k`` slices of ``p`` times the weight's columns,
+    summed in order (the kernels are short)."""
+    for i in (0, 1, 2, 3):
+        if b.has(node, i):
+            b.require_dtype(node, i, FLOAT)
+    xs, ws = b.shape(node, 0), b.shape(node, 1)
+    if len(xs) != 3 or len(ws) != 3 or ws[0] != xs[1] or ws[1] != 1:
+        raise unsupported(node, f"input {xs} and weight {ws} must be (B, C, L) and (C, 1, k)")
+    (n, c, length), k = xs, ws[2]
+    activation = str(attr(node, "activation", "none"))
+    if activation not in ("none", "silu", "swish"):
+        raise unsupported(node, "activation must be none, silu or swish", "activation")
+    if b.has(node, 2) and b.shape(node, 2) != (c,):
+        raise unsupported(node, f"bias of shape {b.shape(node, 2)} for {c} channels")
+    if b.has(node, 3) and b.shape(node, 3) != (n, c, k - 1):
+        raise unsupported(node, f"past_state of shape {b.shape(node, 3)} where ({n}, {c}, {k - 1}) is needed")
+    x = b.tensor(node, 0)
+    padded = x
+    if k > 1:
+        past = b.tensor(node, 3) if b.has(node, 3) else b.add_param(f"{node.outputs[0]}:zero_state",
+                                                                    np.zeros((n, c, k - 1), np.float32))  # fmt: skip
+        padded = b.emit(node, "concat", (past, x), {"axis": 2}, suffix="padded")
+    w = b.tensor(node, 1)
+    acc = None
+    for j in range(k):
+        window = _slice_last(b, node, padded, j, j + length, "window")
+        tap = b.reshape(node, _slice_last(b, node, w, j, j + 1, "tap"), (c, 1))
+        term = b.emit(node, "mul", (window, tap), suffix="tap_product")
+        acc = term if acc is None else b.emit(node, "add", (acc, term), suffix="tap_sum")
+    assert acc is not None
+    if b.has(node, 2):
+        acc = b.emit(node, "add", (acc, b.reshape(node, b.tensor(node, 2), (c, 1))), suffix="biased")
+    if activation != "none":
+        acc = b.emit(node, "swish", (acc,), {"alpha": 1.0}, suffix="silu")
+    b.finish(node, acc, "float32")
+    if len(node.outputs) > 1 and node.outputs[1] in b.used:
+        if k == 1:
+            raise unsupported(node, "a kernel of length 1 carries an empty present_state (vdla has no empty tensors)")
+        state = _slice_last(b, node, padded, length, length + k - 1, "present_state")
+        b.alias(node.outputs[1], state)
+
+
+def _slice_last(b: Builder, node: OnnxNode, x: str, start: int, stop: int, what: str) -> str:
+    """``x[..., start:stop]`` (no node for the whole axis)."""
+    shape = b.type_of(x).shape
+    if (start, stop) == (0, shape[-1]):
+        return x
+    rank = len(shape)
+    attrs = {"starts": (0,) * (rank - 1) + (start,), "stops": (*shape[:-1], stop), "steps": (1,) * rank}
+    return b.emit(node, "slice", (x,), attrs, suffix=what)
 
 
 # ---------------------------------------------------------------------------------------------------------
