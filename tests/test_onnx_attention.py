@@ -242,3 +242,46 @@ def test_rotary_embedding_matches_onnx_reference(interleaved, rot):
     m.graph.initializer.pop()
     m.graph.input.append(helper.make_tensor_value_info("pos", TensorProto.INT64, positions.shape))
     _matches_reference_fed(m, {"x": x, "cos": cos, "sin": sin, "pos": positions})
+
+
+@pytest.mark.parametrize(
+    "rule,heads,decay_width,beta_width,past",
+    [
+        ("gated_delta", (4, 2), 2, 2, True),  # grouped query heads, a decay per head, the state carried in
+        ("gated", (2, 2), 2 * 4, None, False),  # a decay per key feature
+        ("delta", (2, 1), None, 1, True),  # one key/value head, one beta for all
+        ("linear", (3, 3), None, None, False),
+    ],
+)
+def test_linear_attention_matches_onnx_reference(rule, heads, decay_width, beta_width, past):
+    """LinearAttention (opset 27) unrolled over 5 steps: output and present state as ONNX's reference."""
+    (qh, kvh), bsz, seq, dk, dv = heads, 2, 5, 4, 3
+    feeds = {"q": _f32(bsz, seq, qh * dk), "k": _f32(bsz, seq, kvh * dk) * 0.5, "v": _f32(bsz, seq, kvh * dv)}
+    names = ["q", "k", "v", "", "", ""]
+    if past:
+        feeds["s"], names[3] = _f32(bsz, kvh, dk, dv), "s"
+    if decay_width:
+        feeds["g"], names[4] = -np.abs(_f32(bsz, seq, decay_width)), "g"
+    if beta_width:
+        feeds["beta"], names[5] = 1 / (1 + np.exp(-_f32(bsz, seq, beta_width))), "beta"
+    while not names[-1]:
+        names.pop()
+    node = helper.make_node("LinearAttention", names, ["y", "state"], q_num_heads=qh, kv_num_heads=kvh,
+                            update_rule=rule, chunk_size=2)  # fmt: skip
+    m = model([node], [(n, F, a.shape) for n, a in feeds.items()],
+              [("y", F, (bsz, seq, qh * dv)), ("state", F, (bsz, kvh, dk, dv))], opset=27)  # fmt: skip
+    _matches_reference(m, feeds)
+
+
+def test_linear_attention_refusals_name_the_attribute_or_input():
+    q = _f32(1, 2, 8)
+    for attrs, names, match in [
+        ({"update_rule": "linear"}, ["q", "q", "q", "", "g"], "update_rule 'linear' takes no decay input"),
+        ({"update_rule": "gated_delta"}, ["q", "q", "q"], "update_rule 'gated_delta' needs decay input"),
+        ({"update_rule": "fast"}, ["q", "q", "q"], "attribute update_rule='fast'"),
+    ]:
+        node = helper.make_node("LinearAttention", names, ["y", "s"], q_num_heads=2, kv_num_heads=2, **attrs)
+        inputs = [("q", F, q.shape)] + ([("g", F, (1, 2, 2))] if "g" in names else [])
+        m = model([node], inputs, [("y", F, q.shape), ("s", F, (1, 2, 4, 4))], opset=27)
+        with pytest.raises(UnsupportedError, match=match):
+            import_onnx(m)

@@ -1,10 +1,11 @@
-"""Converters lowering Einsum, Attention and RotaryEmbedding to vdla's primitives at import: transpose, reshape,
-slice, concat, the float32 ``matmul``, ``reduce``, ``softmax`` and elementwise nodes (no ``onnx`` import here).
+"""Converters lowering Einsum, Attention, LinearAttention and RotaryEmbedding to vdla's primitives at import:
+transpose, reshape, slice, concat, the float32 ``matmul``, ``reduce``, ``softmax`` and elementwise nodes (no
+``onnx`` import here).
 
 The lowerings keep ONNX's semantics (its reference implementation's order of operations, within float32
-rounding); what vdla cannot lower (an Einsum diagonal, bfloat16 inputs) is refused at import naming the node, the
-attribute or input and its value. Masks, padding lengths and position ids may be constants or computed at run
-time.
+rounding); what vdla cannot lower (an Einsum diagonal, inputs that do not fit the attributes) is refused at
+import naming the node, the attribute or input and its value. Masks, padding lengths and position ids may be
+constants or computed at run time.
 """
 
 from __future__ import annotations
@@ -399,6 +400,106 @@ def _attention(b: Builder, node: OnnxNode) -> None:
     for i, value in enumerate((y, h.k, h.v, qk_out)):
         if i == 0 or (len(node.outputs) > i and node.outputs[i] in b.used):
             b.alias(node.outputs[i], value)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# LinearAttention (opset 27): the recurrence unrolled over the sequence
+
+_UPDATE_RULES = ("linear", "gated", "delta", "gated_delta")
+
+
+def _step(b: Builder, node: OnnxNode, x: str, axis: int, i: int, shape: Sequence[int], what: str) -> str:
+    """``x``'s element ``i`` along ``axis`` (kept, length 1), reshaped to ``shape``."""
+    xs = b.type_of(x).shape
+    starts = [0] * len(xs)
+    stops = list(xs)
+    starts[axis], stops[axis] = i, i + 1
+    attrs = {"starts": tuple(starts), "stops": tuple(stops), "steps": (1,) * len(xs)}
+    return b.reshape(node, b.emit(node, "slice", (x,), attrs, suffix=what), tuple(shape))
+
+
+def _per_head(b: Builder, node: OnnxNode, i: int, heads: int, what: str) -> str:
+    """Input ``i`` (B, T, H * D) as (B, H, T, D)."""
+    bsz, seq, hidden = b.shape(node, i)
+    x = b.reshape(node, b.tensor(node, i), (bsz, seq, heads, hidden // heads))
+    return b.emit(node, "transpose", (x,), {"perm": (0, 2, 1, 3)}, suffix=what)
+
+
+@converter("LinearAttention", attrs=("chunk_size", "kv_num_heads", "q_num_heads", "scale", "update_rule"))
+def _linear_attention(b: Builder, node: OnnxNode) -> None:
+    """The recurrence of every time step as ONNX's reference runs it, unrolled at import (the sequence length is
+    fixed): per step the state (B, H_kv, d_k, d_v) decays by ``exp(decay)`` (gated rules), the value is
+    corrected by the state's read-out times ``beta`` (delta rules), the outer product ``k v^T`` is added, and
+    ``scale * q^T S`` is the output (query heads grouped over the key/value heads). ``chunk_size`` is a tuning
+    hint with no effect on the result."""
+    rule = str(attr(node, "update_rule", "gated_delta"))
+    if rule not in _UPDATE_RULES:
+        raise unsupported(node, f"update_rule must be one of {', '.join(_UPDATE_RULES)}", "update_rule")
+    gating, delta = rule in ("gated", "gated_delta"), rule in ("delta", "gated_delta")
+    for i in range(6):
+        if b.has(node, i):
+            b.require_dtype(node, i, FLOAT)
+    for i, name, needed in ((4, "decay", gating), (5, "beta", delta)):
+        if b.has(node, i) != needed:
+            raise unsupported(node, f"update_rule {rule!r} {'needs' if needed else 'takes no'} {name} input")
+    if "q_num_heads" not in node.attrs or "kv_num_heads" not in node.attrs:
+        raise unsupported(node, "needs the q_num_heads and kv_num_heads attributes")
+    qh, kvh = _int_attr(node, "q_num_heads", 0, low=1), _int_attr(node, "kv_num_heads", 0, low=1)
+    shapes = [b.shape(node, i) for i in (0, 1, 2)]
+    if qh % kvh or any(len(s) != 3 for s in shapes) or len({s[:2] for s in shapes}) != 1:
+        raise unsupported(node, f"query, key, value {shapes} must be (B, T, H * D) with q_num_heads a multiple of "
+                          "kv_num_heads")  # fmt: skip
+    bsz, seq = shapes[0][:2]
+    if shapes[0][2] % qh or shapes[1][2] % kvh or shapes[2][2] % kvh or shapes[0][2] // qh != shapes[1][2] // kvh:
+        raise unsupported(node, f"query, key, value {shapes} do not split into {qh} and {kvh} heads of one key size")
+    dk, dv, groups = shapes[0][2] // qh, shapes[2][2] // kvh, qh // kvh
+    scale = float(attr(node, "scale", 0.0)) or 1.0 / math.sqrt(dk)
+    if not math.isfinite(scale):
+        raise unsupported(node, "scale must be finite", "scale")
+    out = node.outputs[0]
+    q = b.reshape(node, _per_head(b, node, 0, qh, "q_heads"), (bsz, kvh, groups, seq, dk))
+    k, v = _per_head(b, node, 1, kvh, "k_heads"), _per_head(b, node, 2, kvh, "v_heads")
+    decay = beta = None
+    if gating:
+        last = b.shape(node, 4)[-1] if len(b.shape(node, 4)) == 3 else -1
+        if b.shape(node, 4)[:2] != (bsz, seq) or last not in (kvh, kvh * dk):
+            raise unsupported(node, f"decay of shape {b.shape(node, 4)}: needs ({bsz}, {seq}, {kvh} or {kvh * dk})")
+        decay = _per_head(b, node, 4, kvh, "decay_heads")  # (B, H_kv, T, 1 or d_k)
+        decay = b.emit(node, "exp", (decay,), suffix="decay_factor")
+    if delta:
+        last = b.shape(node, 5)[-1] if len(b.shape(node, 5)) == 3 else -1
+        if b.shape(node, 5)[:2] != (bsz, seq) or last not in (kvh, 1):
+            raise unsupported(node, f"beta of shape {b.shape(node, 5)}: needs ({bsz}, {seq}, {kvh} or 1)")
+        beta = _per_head(b, node, 5, last, "beta_heads")  # (B, H_kv or 1, T, 1)
+    state_shape = (bsz, kvh, dk, dv)
+    if b.has(node, 3):
+        if b.shape(node, 3) != state_shape:
+            raise unsupported(node, f"past_state of shape {b.shape(node, 3)} where {state_shape} is needed")
+        state = b.tensor(node, 3)
+    else:
+        state = b.add_param(f"{out}:zero_state", np.zeros(state_shape, np.float32))
+    outputs = []
+    for i in range(seq):
+        k_t = _step(b, node, k, 2, i, (bsz, kvh, 1, dk), "k_t")
+        v_t = _step(b, node, v, 2, i, (bsz, kvh, 1, dv), "v_t")
+        if decay is not None:
+            width = b.type_of(decay).shape[3]
+            state = b.emit(node, "mul", (state, _step(b, node, decay, 2, i, (bsz, kvh, width, 1), "g_t")),
+                           suffix="decayed")  # fmt: skip
+        if beta is not None:
+            read = b.emit(node, "matmul", (k_t, state), suffix="retrieved")
+            beta_t = _step(b, node, beta, 2, i, (bsz, b.type_of(beta).shape[1], 1, 1), "beta_t")
+            v_t = b.emit(node, "mul", (b.emit(node, "sub", (v_t, read), suffix="v_error"), beta_t), suffix="v_delta")
+        outer = b.emit(node, "matmul", (b.reshape(node, k_t, (bsz, kvh, dk, 1)), v_t), suffix="kv_outer")
+        state = b.emit(node, "add", (state, outer), suffix="state")
+        q_t = _step(b, node, q, 3, i, (bsz, kvh, groups, dk), "q_t")
+        o_t = b.emit(node, "mul", (b.emit(node, "matmul", (q_t, state), suffix="read"),), {"b": scale}, suffix="o_t")
+        outputs.append(b.reshape(node, o_t, (bsz, kvh, groups, 1, dv)))
+    y = outputs[0] if len(outputs) == 1 else b.emit(node, "concat", outputs, {"axis": 3}, suffix="outputs")
+    y = b.emit(node, "transpose", (b.reshape(node, y, (bsz, qh, seq, dv)),), {"perm": (0, 2, 1, 3)}, suffix="y_t")
+    b.reshape(node, y, (bsz, seq, qh * dv), out=out)
+    if len(node.outputs) > 1 and node.outputs[1] in b.used:
+        b.alias(node.outputs[1], state)
 
 
 # ---------------------------------------------------------------------------------------------------------
