@@ -469,6 +469,23 @@ def test_grid_sample_matches_onnxruntime(mode, padding_mode, align_corners):
     np.testing.assert_allclose(evaluate(graph, feeds)["y"], got, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("batch_axis,time_axis", [(1, 0), (0, 1)])
+def test_reverse_sequence_of_lengths_fed_at_run_time_matches_onnxruntime(batch_axis, time_axis):
+    """ReverseSequence with int64 sequence_lens fed at run time (0 and the full length included): offsets
+    computed in int32 and one gather."""
+    shape = [5, 3, 4] if time_axis == 0 else [3, 5, 4]
+    x = RNG.normal(0, 1, shape).astype(np.float32)
+    lens = np.array([5, 0, 2], np.int64) if time_axis == 0 else np.array([1, 5, 3], np.int64)
+    m = Model()
+    m.node("ReverseSequence", ["x", "lens"], "y", batch_axis=batch_axis, time_axis=time_axis)
+    model = m.build([("x", F, shape), ("lens", I64, [3])], [("y", F, shape)], opset=18)
+    want = run_ort(model, {"x": x, "lens": lens})["y"]
+    graph = import_onnx(model)
+    feeds = {"x": x, "lens": lens.astype(np.int32)}
+    np.testing.assert_array_equal(run_float_cpu(graph, feeds)["y"], want)
+    np.testing.assert_array_equal(evaluate(graph, feeds)["y"], want)
+
+
 def test_an_empty_split_part_is_left_out_of_a_concat_and_refused_elsewhere():
     """Split into (4, 0) parts, as RotaryEmbedding's function body does when it rotates every feature: the
     empty part holds nothing and Concat leaves it out; an empty graph output is refused, naming it."""

@@ -696,11 +696,37 @@ def _runtime_nd_offsets(b: Builder, node: OnnxNode, xs: tuple[int, ...], batch: 
 
 @converter("ReverseSequence", attrs=("batch_axis", "time_axis"))
 def _reverse_sequence(b: Builder, node: OnnxNode) -> None:
-    """Along the time axis, the first ``lens[i]`` elements of batch entry ``i`` reversed (constant lengths)."""
+    """Along the time axis, the first ``lens[i]`` elements of batch entry ``i`` reversed: a gather of constant
+    offsets for constant lengths, else of offsets computed at run time (the time coordinate ``lens - 1 - t``
+    where ``t < lens``, in int32)."""
     dt = b.require_dtype(node, 0, ANY)
     xs = b.shape(node, 0)
     batch = axis_of(node, int(attr(node, "batch_axis", 1)), len(xs), "batch_axis", "batch_axis")
     time = axis_of(node, int(attr(node, "time_axis", 0)), len(xs), "time_axis", "time_axis")
+    if batch == time or len(xs) < 2:
+        raise unsupported(node, f"batch_axis and time_axis must be two axes of the input {xs}")
+    if not b.is_const(node, 1):
+        b.require_dtype(node, 1, ("int32", "int64"))
+        if b.shape(node, 1) != (xs[batch],):
+            raise unsupported(node, f"sequence_lens of shape {b.shape(node, 1)} for {xs[batch]} batch entries")
+        one = [1] * len(xs)
+        lens_shape, t_shape = list(one), list(one)
+        lens_shape[batch], t_shape[time] = xs[batch], xs[time]
+        out = node.outputs[0]
+        n = b.reshape(node, b.tensor(node, 1), tuple(lens_shape))
+        t = np.arange(xs[time], dtype=np.int32).reshape(t_shape)
+        t_value = b.add_param(f"{out}:time", t)
+        reversed_t = b.emit(node, "sub", (n, b.add_param(f"{out}:time_plus_one", t + 1)), suffix="reversed_time")
+        inside = b.emit(node, "less", (t_value, n), suffix="inside")
+        coord = b.emit(node, "where", (inside, reversed_t, t_value), suffix="time_coordinate")
+        coords = list(np.indices(xs))
+        coords[time] = np.zeros(xs, np.int64)
+        base = b.add_param(f"{out}:base", np.ravel_multi_index(coords, xs).astype(np.int32))
+        stride = size(xs[time + 1 :])
+        offsets = b.emit(node, "add", (b.emit(node, "mul", (coord,), {"b": stride}, suffix="time_offsets"), base),
+                         suffix="offsets")  # fmt: skip
+        b.emit(node, "gather", (b.tensor(node, 0), offsets), out=out, uint8=dt == "uint8")
+        return
     lens = _ints(b, node, 1, "sequence_lens").ravel()
     if batch == time or len(xs) < 2 or len(lens) != xs[batch] or np.any((lens < 0) | (lens > xs[time])):
         raise unsupported(node, f"sequence_lens {lens.tolist()} must give one length in [0, {xs[time]}] per batch")
