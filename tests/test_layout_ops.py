@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytest.importorskip("onnx")
+onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 pytest.importorskip("llvmlite")
 
@@ -484,6 +484,19 @@ def test_reverse_sequence_of_lengths_fed_at_run_time_matches_onnxruntime(batch_a
     feeds = {"x": x, "lens": lens.astype(np.int32)}
     np.testing.assert_array_equal(run_float_cpu(graph, feeds)["y"], want)
     np.testing.assert_array_equal(evaluate(graph, feeds)["y"], want)
+
+
+def test_dropout_in_training_mode_is_the_identity_only_at_ratio_zero():
+    m = Model()
+    m.node("Dropout", ["x", m.init("r", np.array(0.0, np.float32)), m.init("t", np.array(True))], ["y", "mask"])
+    model = m.build([("x", F, [2, 3])], [("y", F, [2, 3]), ("mask", 9, [2, 3])], opset=13)
+    x = RNG.normal(0, 1, (2, 3)).astype(np.float32)
+    got = run_float_cpu(import_onnx(model), {"x": x})
+    np.testing.assert_array_equal(got["y"], x)
+    np.testing.assert_array_equal(got["mask"], np.ones((2, 3), bool))
+    model.graph.initializer[0].CopyFrom(onnx.numpy_helper.from_array(np.array(0.5, np.float32), "r"))
+    with pytest.raises(UnsupportedError, match="training_mode=True with a ratio above 0"):
+        import_onnx(model)
 
 
 def test_an_empty_split_part_is_left_out_of_a_concat_and_refused_elsewhere():

@@ -112,9 +112,14 @@ def _identity(b: Builder, node: OnnxNode) -> None:
 
 @converter("Dropout", attrs=("seed",))
 def _dropout(b: Builder, node: OnnxNode) -> None:
+    """The identity (the mask all true): at inference, and in training mode with a ratio of 0 (no element
+    dropped); other training-mode ratios drop random elements and are refused."""
     training = b.const(node, 2, "training_mode")
     if training is not None and bool(np.asarray(training).reshape(())):
-        raise unsupported(node, "training_mode=True: vdla runs inference only (Dropout is the identity there)")
+        ratio = b.const(node, 1, "ratio") if b.has(node, 1) else None
+        if ratio is None or float(np.asarray(ratio).reshape(())) != 0.0:
+            raise unsupported(node, "training_mode=True with a ratio above 0: vdla drops no random elements "
+                              "(it runs inference, where Dropout is the identity)")  # fmt: skip
     v = b.value(node, 0)
     b.alias(node.outputs[0], b.tensor(node, 0), uint8=v.uint8)
     if len(node.outputs) > 1 and node.outputs[1]:
