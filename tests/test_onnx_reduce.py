@@ -177,6 +177,23 @@ def test_cumsum_topk_trilu_match_onnxruntime():
     matches_onnxruntime(model(nodes, [("x", F, x.shape)], outs, inits, opset=14), {"x": x})
 
 
+@pytest.mark.parametrize("size,attrs", [(5, {"alpha": 1e-3, "beta": 0.75, "bias": 2.0}), (2, {}), (1, {})])
+def test_lrn_matches_onnxruntime(size, attrs):
+    """LRN across channels: odd and even windows (one channel more after than before; onnxruntime takes odd
+    sizes only, so the even one is checked against the operator's definition in numpy; onnx.reference's LRN
+    loops over the batch where it means the channels) and a window of one."""
+    x = (RNG.standard_normal((2, 6, 3, 4)) * 3).astype(np.float32)
+    node = helper.make_node("LRN", ["x"], ["y"], size=size, **attrs)
+    m = model([node], [("x", F, x.shape)], [("y", F, x.shape)], opset=13)
+    if size % 2:
+        matches_onnxruntime(m, {"x": x})
+        return
+    got = compile_graph(simplify(import_onnx(m), verify=True))(x=x)["y"]
+    sq = x.astype(np.float64) ** 2
+    s = np.stack([sq[:, max(0, c - (size - 1) // 2) : c + size // 2 + 1].sum(1) for c in range(6)], 1)
+    np.testing.assert_allclose(got, x / (1.0 + 1e-4 / size * s) ** 0.75, rtol=1e-5, atol=1e-6)
+
+
 def test_cumprod_matches_onnx_reference():
     """CumProd (opset 26) is vdla's cumsum with ``product``: exclusive (from 1) and reverse, float32 and int32."""
     from onnx.reference import ReferenceEvaluator

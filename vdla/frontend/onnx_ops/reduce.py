@@ -222,6 +222,39 @@ def _lp_norm(b: Builder, node: OnnxNode) -> None:
     b.emit(node, "div", (x, safe), out=node.outputs[0])
 
 
+@converter("LRN", attrs=("alpha", "beta", "bias", "size"))
+def _lrn(b: Builder, node: OnnxNode) -> None:
+    """Local response normalization across channels: ``x / (bias + alpha / size * s) ** beta``, ``s`` the sum
+    of the squares over the ``size`` channels around each one (``(size - 1) // 2`` before, the rest after,
+    zeros beyond the edges): the squares padded along the channels, ``size`` slices of them summed in order."""
+    b.require_dtype(node, 0, FLOAT)
+    xs = b.shape(node, 0)
+    if len(xs) < 3:
+        raise unsupported(node, f"needs an (N, C, D1, ...) input, got shape {xs}")
+    n = int(attr(node, "size", 0))
+    if n < 1:
+        raise unsupported(node, "size must be a positive channel count", "size")
+    alpha, beta, bias = (float(attr(node, k, d)) for k, d in (("alpha", 1e-4), ("beta", 0.75), ("bias", 1.0)))
+    if not np.all(np.isfinite((alpha, beta, bias))):
+        raise unsupported(node, "alpha, beta and bias must be finite")
+    x = b.tensor(node, 0)
+    squares = b.emit(node, "mul", (x, x), suffix="square")
+    before, after = (n - 1) // 2, n - 1 - (n - 1) // 2
+    pads = tuple((before, after) if a == 1 else (0, 0) for a in range(len(xs)))
+    padded = b.emit(node, "pad", (squares,), {"pads": pads, "value": 0.0}, suffix="padded") if n > 1 else squares
+    total = None
+    for j in range(n):
+        starts, stops = [0] * len(xs), list(xs)
+        starts[1], stops[1] = j, j + xs[1]
+        attrs = {"starts": tuple(starts), "stops": tuple(stops), "steps": (1,) * len(xs)}
+        part = b.emit(node, "slice", (padded,), attrs, suffix="window") if n > 1 else padded
+        total = part if total is None else b.emit(node, "add", (total, part), suffix="window_sum")
+    assert total is not None
+    base = b.emit(node, "add", (b.emit(node, "mul", (total,), {"b": alpha / n}, suffix="scaled"),), {"b": bias},
+                  suffix="base")  # fmt: skip
+    b.emit(node, "div", (x, b.emit(node, "pow", (base,), {"y": beta}, suffix="denominator")), out=node.outputs[0])
+
+
 @converter("MeanVarianceNormalization", attrs=("axes",))
 def _mvn(b: Builder, node: OnnxNode) -> None:
     """The ONNX function: ``(x - E[x]) / (sqrt(E[x^2] - E[x]^2) + 1e-9)`` over the axes (default 0, 2, 3)."""
