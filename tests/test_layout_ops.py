@@ -486,6 +486,27 @@ def test_reverse_sequence_of_lengths_fed_at_run_time_matches_onnxruntime(batch_a
     np.testing.assert_array_equal(evaluate(graph, feeds)["y"], want)
 
 
+def test_max_unpool_of_indices_fed_at_run_time():
+    """MaxUnpool of MaxPool-style flat indices fed at run time (int64): equal to onnxruntime; with a larger
+    output_shape, the unpooled result padded at the end of each axis as ONNX's reference does."""
+    from onnx.reference import ReferenceEvaluator
+
+    x = RNG.normal(0, 1, (2, 3, 2, 3)).astype(np.float32)
+    rows, cols = np.meshgrid(np.arange(2) * 2, np.arange(3) * 2, indexing="ij")
+    pick = (rows + RNG.integers(0, 2, (2, 3, 2, 3))) * 6 + cols + RNG.integers(0, 2, (2, 3, 2, 3))
+    i = (pick + np.arange(6).reshape(2, 3, 1, 1) * 24).astype(np.int64)  # flat over (N, C, 4, 6)
+    feeds, fed = {"x": x, "i": i}, {"x": x, "i": i.astype(np.int32)}
+    m = Model()
+    m.node("MaxUnpool", ["x", "i"], "y", kernel_shape=[2, 2], strides=[2, 2])
+    model = m.build([("x", F, [2, 3, 2, 3]), ("i", I64, [2, 3, 2, 3])], [("y", F, [2, 3, 4, 6])], opset=11)
+    np.testing.assert_array_equal(run_float_cpu(import_onnx(model), fed)["y"], run_ort(model, feeds)["y"])
+    m = Model()
+    m.node("MaxUnpool", ["x", "i", _i64(m, "shape", [2, 3, 5, 7])], "y", kernel_shape=[2, 2], strides=[2, 2])
+    model = m.build([("x", F, [2, 3, 2, 3]), ("i", I64, [2, 3, 2, 3])], [("y", F, [2, 3, 5, 7])], opset=11)
+    want = ReferenceEvaluator(model).run(None, feeds)[0]
+    np.testing.assert_array_equal(run_float_cpu(import_onnx(model), fed)["y"], want)
+
+
 def test_dropout_in_training_mode_is_the_identity_only_at_ratio_zero():
     m = Model()
     m.node("Dropout", ["x", m.init("r", np.array(0.0, np.float32)), m.init("t", np.array(True))], ["y", "mask"])

@@ -23,6 +23,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+import numpy as np
+
 from vdla.frontend.builder import Builder, OnnxNode, size, unsupported
 from vdla.frontend.onnx_ops.linear import window_geometry
 from vdla.frontend.onnx_ops.registry import FLOAT, attr, compact, converter, ints
@@ -178,3 +180,36 @@ def _global(b: Builder, node: OnnxNode) -> None:
     if not isinstance(p, int) or p < 1:
         raise unsupported(node, "p must be a positive integer", "p")
     global_pool(b, node, b.tensor(node, 0), node.outputs[0], kind, p)
+
+
+@converter("MaxUnpool", attrs=("kernel_shape", "pads", "strides"))
+def _max_unpool(b: Builder, node: OnnxNode) -> None:
+    """Zeros of the unpooled shape (each spatial axis ``(in - 1) * stride + kernel - pads``) with ``X``'s values
+    written at the flat indices ``I`` (MaxPool's Indices, computed at run time or constant): one ``scatter``,
+    whose kernel clamps an index outside the output. A larger ``output_shape`` pads that result with zeros at
+    the end of each axis, as ONNX's reference does."""
+    b.require_dtype(node, 0, FLOAT)
+    b.require_dtype(node, 1, ("int32", "int64"))
+    xs = b.shape(node, 0)
+    nd = len(xs) - 2
+    kernel = [int(v) for v in attr(node, "kernel_shape", [])]
+    strides = [int(v) for v in attr(node, "strides", [1] * nd)]
+    pads = [int(v) for v in attr(node, "pads", [0] * 2 * nd)]
+    if nd < 1 or len(kernel) != nd or len(strides) != nd or len(pads) != 2 * nd or b.shape(node, 1) != xs:
+        raise unsupported(node, f"X {xs}, I {b.shape(node, 1)}: kernel_shape, strides and pads must describe the "
+                          "spatial axes, I have X's shape")  # fmt: skip
+    spatial = [(xs[2 + d] - 1) * strides[d] + kernel[d] - pads[d] - pads[nd + d] for d in range(nd)]
+    inferred = [*xs[:2], *spatial]
+    shape = [int(v) for v in np.asarray(b.const(node, 2, "output_shape")).ravel()] if b.has(node, 2) else inferred
+    if min(inferred) < 1 or len(shape) != len(xs) or any(o < i for o, i in zip(shape, inferred, strict=True)):
+        raise unsupported(node, f"output shape {shape} is smaller than the unpooled {inferred}")
+    out = node.outputs[0]
+    zeros = b.add_param(f"{out}:zeros", np.zeros(size(inferred), np.float32))
+    flat = lambda v: b.reshape(node, v, (size(xs),))  # noqa: E731
+    y = b.emit(node, "scatter", (zeros, flat(b.tensor(node, 1)), flat(b.tensor(node, 0))), suffix="unpooled")
+    if shape == inferred:
+        b.reshape(node, y, tuple(shape), out=out)
+        return
+    y = b.reshape(node, y, tuple(inferred))
+    grow = tuple((0, o - i) for o, i in zip(shape, inferred, strict=True))
+    b.emit(node, "pad", (y,), {"pads": grow, "value": 0.0}, out=out)
