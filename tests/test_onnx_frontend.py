@@ -420,6 +420,27 @@ def test_batch_norm_with_computed_statistics_matches_onnxruntime():
     _close(run_float_cpu(import_onnx(model), feeds)["y"], run_ort(model, feeds)["y"])
 
 
+@pytest.mark.parametrize("const_stats", [False, True])
+def test_batch_norm_in_training_mode_matches_onnx_reference(const_stats):
+    """training_mode=1: the batch's mean and biased variance normalize; the running mean and variance mix the
+    given ones with the batch's by the momentum (given statistics fed or constant)."""
+    from onnx.reference import ReferenceEvaluator
+
+    rng = np.random.default_rng(19)
+    shapes = {"x": [2, 3, 4, 5], "scale": [3], "bias": [3], "mean": [3], "var": [3]}
+    arrays = {k: rng.normal(0, 1, s).astype(np.float32) for k, s in shapes.items()}
+    arrays["var"] = np.abs(arrays["var"])
+    m = Model()
+    names = ["x"] + [m.init(k, arrays[k]) if const_stats and k != "x" else k for k in list(shapes)[1:]]
+    m.node("BatchNormalization", names, ["y", "rmean", "rvar"], epsilon=1e-3, momentum=0.8, training_mode=1)
+    fed = {k: a for k, a in arrays.items() if k == "x" or not const_stats}
+    model = m.build([(k, F, shapes[k]) for k in fed], [("y", F, shapes["x"]), ("rmean", F, [3]), ("rvar", F, [3])],
+                    opset=15)  # fmt: skip
+    got = run_float_cpu(import_onnx(model), fed)
+    for name, want in zip(("y", "rmean", "rvar"), ReferenceEvaluator(model).run(None, fed), strict=True):
+        _close(got[name], want, rtol=1e-5)
+
+
 def test_depthwise_convolution_matches_onnxruntime():
     m = Model()
     w = m.weight("w", (6, 1, 3, 3))

@@ -417,27 +417,45 @@ def _matmul(b: Builder, node: OnnxNode) -> None:
 
 @converter("BatchNormalization", attrs=("epsilon", "momentum", "training_mode", "spatial"))
 def _batch_norm(b: Builder, node: OnnxNode) -> None:
-    if int(attr(node, "training_mode", 0)):
-        raise unsupported(node, "training mode is not supported (vdla runs inference)", "training_mode")
+    """Inference: ``(x - mean) / sqrt(var + epsilon) * scale + bias`` with the given statistics (constant ones
+    fold into the layer before). ``training_mode``: the batch's own mean and (biased) variance over every axis
+    but the channels normalize, and the running mean/variance outputs are ``given * momentum + batch's * (1 -
+    momentum)``, as ONNX's reference computes them."""
+    training = bool(int(attr(node, "training_mode", 0)))
     if not int(attr(node, "spatial", 1)):
         raise unsupported(node, "spatial=0 (per-element statistics) is not supported", "spatial")
-    if any(o in b.used for o in node.outputs[1:] if o):
-        raise unsupported(node, "the running mean/variance outputs (training) are not supported")
+    if not training and any(o in b.used for o in node.outputs[1:] if o):
+        raise unsupported(node, "the running mean/variance outputs are those of training_mode=1")
     for i in range(5):
         b.require_dtype(node, i, FLOAT)
     eps = float(attr(node, "epsilon", 1e-5))
     inputs = [b.tensor(node, i) for i in range(5)]
-    if all(b.is_const(node, i) for i in range(1, 5)):  # folded into the weights or a multiply-add later
-        b.emit(node, "batch_norm", inputs, {"epsilon": eps}, out=node.outputs[0])
+    if not training and all(b.is_const(node, i) for i in range(1, 5)):  # folded into the weights or a
+        b.emit(node, "batch_norm", inputs, {"epsilon": eps}, out=node.outputs[0])  # multiply-add later
         return
     # computed statistics: ONNX's (x - mean) / sqrt(var + epsilon) * scale + bias, statistics along axis 1
     x, scale, bias, mean, var = inputs
     rank = len(b.type_of(x).shape)
     if rank < 2:
         raise unsupported(node, f"needs an (N, C, ...) input, got shape {b.type_of(x).shape}")
-    channels = (1, b.type_of(x).shape[1]) + (1,) * (rank - 2)
+    c = b.type_of(x).shape[1]
+    channels = (1, c) + (1,) * (rank - 2)
     scale, bias, mean, var = (b.reshape(node, v, channels) for v in (scale, bias, mean, var))
-    centered = b.emit(node, "sub", (x, mean), suffix="centered")
+    if training:
+        momentum = float(attr(node, "momentum", 0.9))
+        over = {"kind": "mean", "axes": (0, *range(2, rank)), "keepdims": True}
+        batch_mean = b.emit(node, "reduce", (x,), over, suffix="batch_mean")
+        centered = b.emit(node, "sub", (x, batch_mean), suffix="centered")
+        batch_var = b.emit(node, "reduce", (b.emit(node, "mul", (centered, centered), suffix="square"),), over,
+                           suffix="batch_var")  # fmt: skip
+        for i, given, batch in ((1, mean, batch_mean), (2, var, batch_var)):
+            if len(node.outputs) > i and node.outputs[i] in b.used:
+                kept = b.emit(node, "mul", (given,), {"b": momentum}, suffix="kept")
+                new = b.emit(node, "mul", (batch,), {"b": 1.0 - momentum}, suffix="new")
+                b.reshape(node, b.emit(node, "add", (kept, new), suffix="running"), (c,), out=node.outputs[i])
+        var = batch_var
+    else:
+        centered = b.emit(node, "sub", (x, mean), suffix="centered")
     std = b.emit(node, "sqrt", (b.emit(node, "add", (var,), {"b": eps}, suffix="var_eps"),), suffix="std")
     normed = b.emit(node, "div", (centered, std), suffix="normalized")
     scaled = b.emit(node, "mul", (normed, scale), suffix="scaled")
