@@ -507,6 +507,27 @@ def test_max_unpool_of_indices_fed_at_run_time():
     np.testing.assert_array_equal(run_float_cpu(import_onnx(model), fed)["y"], want)
 
 
+@pytest.mark.parametrize("mode", ["linear", "circular"])
+@pytest.mark.parametrize("const_indices", [False, True])
+def test_tensor_scatter_matches_onnx_reference(mode, const_indices):
+    """TensorScatter (a KV cache update) along axis 2 from per-batch write indices, fed at run time or
+    constant; circular mode wraps past the cache's end."""
+    from onnx.reference import ReferenceEvaluator
+
+    cache = RNG.normal(0, 1, (2, 3, 6, 4)).astype(np.float32)
+    update = RNG.normal(0, 1, (2, 3, 3, 4)).astype(np.float32)
+    idx = np.array([1, 5 if mode == "circular" else 3], np.int64)
+    m = Model()
+    names = ["cache", "update", _i64(m, "idx", idx) if const_indices else "idx"]
+    m.node("TensorScatter", names, "y", axis=2, mode=mode)
+    inputs = [("cache", F, [2, 3, 6, 4]), ("update", F, [2, 3, 3, 4])] + ([] if const_indices else [("idx", I64, [2])])
+    model = m.build(inputs, [("y", F, [2, 3, 6, 4])], opset=24)
+    feeds = {"cache": cache, "update": update} | ({} if const_indices else {"idx": idx})
+    want = ReferenceEvaluator(model).run(None, feeds)[0]
+    fed = {k: v.astype(np.int32) if v.dtype == np.int64 else v for k, v in feeds.items()}
+    np.testing.assert_array_equal(run_float_cpu(import_onnx(model), fed)["y"], want)
+
+
 def test_dropout_in_training_mode_is_the_identity_only_at_ratio_zero():
     m = Model()
     m.node("Dropout", ["x", m.init("r", np.array(0.0, np.float32)), m.init("t", np.array(True))], ["y", "mask"])

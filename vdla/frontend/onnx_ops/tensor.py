@@ -2,7 +2,7 @@
 Flatten, Reshape, Squeeze, Unsqueeze, Transpose, Concat, Slice, Split), the shapes and constants (Shape, Size,
 Constant; ConstantOfShape and Range when folded), and Pad (every mode), Tile, Expand, Gather, Compress,
 CenterCropPad, DepthToSpace, SpaceToDepth, GatherElements, GatherND, ReverseSequence, OneHot, ScatterElements,
-Scatter and ScatterND, Col2Im, Resize, GridSample and AffineGrid.
+Scatter and ScatterND, TensorScatter, Col2Im, Resize, GridSample and AffineGrid.
 
 A view or copy is vdla's ``reshape``, ``transpose``, ``concat`` or ``slice``, or an alias of its input where
 it moves nothing; a uint8 input stays held as int8 ``value - 128`` through it. Shape, Size and Constant bind
@@ -800,6 +800,51 @@ def _scatter_nd(b: Builder, node: OnnxNode) -> None:
         _scatter(b, node, _runtime_nd_offsets(b, node, b.shape(node, 0), 0))
         return
     _scatter(b, node, nd_offsets(node, b.shape(node, 0), _ints(b, node, 1, "indices"), 0)[0])
+
+
+@converter("TensorScatter", attrs=("axis", "mode"))
+def _tensor_scatter(b: Builder, node: OnnxNode) -> None:
+    """The cache with the update written along the sequence axis from each batch entry's write index (0 when
+    absent; ``circular``: modulo the cache length): one ``scatter`` of the update at flat offsets, constant ones
+    for constant indices, else computed in int32 (a linear write past the cache's end, undefined in ONNX, is
+    clamped into the cache by the kernel)."""
+    b.require_dtype(node, 0, SCATTER_TYPES)
+    b.require_dtype(node, 1, SCATTER_TYPES)
+    cs, us = b.shape(node, 0), b.shape(node, 1)
+    axis = axis_of(node, int(attr(node, "axis", -2)), len(cs))
+    mode = str(attr(node, "mode", "linear"))
+    if mode not in ("linear", "circular"):
+        raise unsupported(node, "mode must be linear or circular", "mode")
+    if axis == 0 or len(us) != len(cs) or any(u != c for k, (u, c) in enumerate(zip(us, cs, strict=True)) if k != axis):
+        raise unsupported(node, f"update {us} must have the cache's shape {cs} but along the sequence axis {axis} "
+                          "(not the batch axis)")  # fmt: skip
+    if us[axis] > cs[axis]:
+        raise unsupported(node, f"an update of {us[axis]} positions for a cache of {cs[axis]}")
+    out = node.outputs[0]
+    grid = np.indices(us)
+    seq = grid[axis]
+    stride = size(cs[axis + 1 :])
+    coords = list(grid)
+    coords[axis] = np.zeros(us, np.int64)
+    base = np.ravel_multi_index(coords, tuple(cs))
+    if not b.has(node, 2) or b.is_const(node, 2):
+        start = np.zeros(cs[0], np.int64) if not b.has(node, 2) else np.asarray(b.const(node, 2, "write_indices"))
+        pos = start.reshape((-1,) + (1,) * (len(cs) - 1)) + seq
+        pos = pos % cs[axis] if mode == "circular" else np.clip(pos, 0, cs[axis] - 1)
+        offsets: np.ndarray | str = (base + pos * stride).astype(np.int32)
+    else:
+        b.require_dtype(node, 2, ("int32", "int64"))
+        if b.shape(node, 2) != (cs[0],):
+            raise unsupported(node, f"write_indices of shape {b.shape(node, 2)} for a batch of {cs[0]}")
+        start = b.reshape(node, b.tensor(node, 2), (cs[0],) + (1,) * (len(cs) - 1))
+        pos = b.emit(node, "add", (start, b.add_param(f"{out}:positions", seq.astype(np.int32))), suffix="positions")
+        if mode == "circular":
+            pos = b.emit(node, "mod", (pos,), {"b": cs[axis]}, suffix="wrapped")
+        scaled = b.emit(node, "mul", (pos,), {"b": stride}, suffix="position_offsets")
+        offsets = b.emit(node, "add", (scaled, b.add_param(f"{out}:base", base.astype(np.int32))), suffix="offsets")
+    if not isinstance(offsets, str):
+        offsets = b.add_param(f"{out}:offsets", offsets)
+    b.emit(node, "scatter", (b.tensor(node, 0), offsets, b.tensor(node, 1)), out=out)
 
 
 @converter("Col2Im", attrs=("dilations", "pads", "strides"))
