@@ -416,3 +416,21 @@ def test_causal_conv_with_state_matches_onnx_reference(k, past, bias, activation
     for got in (compile_graph(graph)(**feeds), evaluate(graph, feeds)):
         for name, w in want.items():
             np.testing.assert_allclose(got[name], w, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_bitcast_reinterprets_the_bits_it_holds():
+    """BitCast (opset 26) float32 <-> int32 (NaN payloads, infinities and -0.0 kept bit for bit, on the JIT and
+    the interpreter), int8 -> uint8 and bool -> uint8 against numpy's views; other pairs are refused."""
+    f = np.array([1.5, -0.0, np.inf, -np.inf, np.nan, 1e-45, -3.25], np.float32)
+    f.view(np.int32)[4] = 0x7FC01234  # a NaN with a payload
+    i = f.view(np.int32).copy()
+    for x, to, want in [(f, "int32", i), (i, "float32", f), (np.array([-128, -1, 0, 127], np.int8), "uint8", None),
+                        (np.array([True, False]), "uint8", None)]:  # fmt: skip
+        model = _model("BitCast", {"x": x}, to, opset=26, to=ONNX_TYPES[to])
+        graph = import_onnx(model)
+        want = want if want is not None else x.view(np.uint8).astype(np.int32)
+        for got in (compile_graph(graph)(x=x)["y"], evaluate(graph, {"x": x})["y"]):
+            np.testing.assert_array_equal(np.asarray(got).view(np.int32), np.asarray(want).view(np.int32))
+    model = _model("BitCast", {"x": np.zeros(3, np.int8)}, "bool", opset=26, to=TensorProto.BOOL)
+    with pytest.raises(UnsupportedError, match=r"BitCast: node 'bitcast' .*bit cast of int8 to bool"):
+        import_onnx(model)

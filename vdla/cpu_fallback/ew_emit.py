@@ -136,6 +136,9 @@ class LlvmMath(Math[ir.Value]):
     def convert(self, v, dtype):
         return self.kb.convert(v, dtype_of(v), dtype)
 
+    def bitcast(self, v, dtype):
+        return v if v.type == LL_TYPES[dtype] else self.kb.b.bitcast(v, LL_TYPES[dtype])
+
     def narrow(self, v, dtype):
         return v if v.type == LL_TYPES[dtype] else self.kb.b.trunc(v, LL_TYPES[dtype])
 

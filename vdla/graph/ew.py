@@ -336,6 +336,13 @@ def numeric_rule(t: StepTyping) -> str:
     return t.value
 
 
+def _bitcast_rule(t: StepTyping) -> str:
+    """float32 <-> int32 (the two held dtypes of one width)."""
+    to = t.step.attr("dtype")
+    _need(t.op, {t.value, to} <= {"float32", "int32"}, f"reinterprets float32 and int32 only, got {t.value} to {to}")
+    return str(to)
+
+
 def _cast_rule(t: StepTyping) -> str:
     _need(t.op, t.step.attr("dtype") in DTYPES, f"cannot cast to {t.step.attr('dtype')}")
     return str(t.step.attr("dtype"))
@@ -812,6 +819,9 @@ define(EwDef("shift_right", _shift_rule, _shift, ("s",)))
 define(EwDef("where", _where_rule, lambda m, x, o, t: m.select(x, *(_typed(m, v, t.out) for v in o)), ("a", "b"),
              streaming=True))  # fmt: skip
 define(EwDef("convert", _cast_rule, lambda m, x, o, t: m.convert(x, t.out), attrs=(("dtype", None),), streaming=True))
+define(
+    EwDef("bitcast", _bitcast_rule, lambda m, x, o, t: m.bitcast(x, t.out), attrs=(("dtype", None),), streaming=True)
+)
 define(EwDef("elu", float_rule, _elu, ("alpha",)))
 define(EwDef("selu", float_rule, _selu, ("alpha", "gamma")))
 define(EwDef("celu", float_rule, _celu, ("alpha",)))

@@ -63,6 +63,10 @@ class Math(ABC, Generic[V]):
         ``v != 0``, from bool 0 or 1."""
 
     @abstractmethod
+    def bitcast(self, v: V, dtype: str) -> V:
+        """The bits of a float32 or int32 value read as the other (of one width: ONNX BitCast)."""
+
+    @abstractmethod
     def narrow(self, v: V, dtype: str) -> V:
         """An int32 value, known to fit the integer ``dtype``, in that dtype."""
 

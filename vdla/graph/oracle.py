@@ -221,6 +221,9 @@ class NumpyMath(Math[np.ndarray]):
     def convert(self, v, dtype):
         return convert(v, dtype)
 
+    def bitcast(self, v, dtype):
+        return np.ascontiguousarray(v).view(dtype)
+
     def narrow(self, v, dtype):
         return v.astype(dtype)
 

@@ -555,6 +555,29 @@ def _cast(b: Builder, node: OnnxNode) -> None:
     cast_value(b, node, 0, str(attr(node, "to")), node.outputs[0])
 
 
+@converter("BitCast", attrs=("to",))
+def _bitcast(b: Builder, node: OnnxNode) -> None:
+    """The bits read as another type of one width: float32 <-> int32 as vdla ``bitcast``; int8 <-> uint8 (uint8
+    held as int8 ``value - 128``, whose bits are the uint8's with the top one flipped: a ``bit_xor`` with
+    -128) and bool -> uint8 (0 or 1) exactly; other pairs are refused."""
+    src, to = b.dtype(node, 0), str(attr(node, "to"))
+    x = b.tensor(node, 0)
+    out = node.outputs[0]
+    if src == to:
+        b.alias(out, x, uint8=src == "uint8")
+    elif {src, to} == {"float32", "int32"}:
+        b.emit(node, "bitcast", (x,), {"dtype": to}, out=out)
+    elif {src, to} == {"int8", "uint8"}:
+        b.emit(node, "bit_xor", (x,), {"b": -128}, out=out, uint8=to == "uint8")
+    elif (src, to) == ("bool", "uint8"):
+        held = b.emit(node, "add", (b.emit(node, "convert", (x,), {"dtype": "int32"}, suffix="widen"),), {"b": -128},
+                      suffix="shifted")  # fmt: skip
+        b.emit(node, "cast", (held,), {"dtype": "int8"}, out=out, uint8=True)
+    else:
+        raise unsupported(node, f"bit cast of {src} to {to}: vdla reinterprets float32/int32, int8/uint8 and "
+                          "bool to uint8 (it holds no other pair of one width)", "to")  # fmt: skip
+
+
 @converter("CastLike", attrs=("saturate", "round_mode"))
 def _cast_like(b: Builder, node: OnnxNode) -> None:
     """Cast to input 1's dtype; a constant input is converted now (the exponent of an expanded function)."""
