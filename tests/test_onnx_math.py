@@ -434,3 +434,14 @@ def test_bitcast_reinterprets_the_bits_it_holds():
     model = _model("BitCast", {"x": np.zeros(3, np.int8)}, "bool", opset=26, to=TensorProto.BOOL)
     with pytest.raises(UnsupportedError, match=r"BitCast: node 'bitcast' .*bit cast of int8 to bool"):
         import_onnx(model)
+
+
+@pytest.mark.parametrize("shape", [(3, 3), (4, 2, 2), (2, 3, 1, 1), (2, 3, 3)])
+def test_det_of_small_matrices_matches_onnxruntime(shape):
+    """Det as the cofactor expansion of 1x1, 2x2 and 3x3 matrices; a 4x4 one is refused."""
+    x = _floats(shape, scale=1.0)
+    model = _model("Det", {"x": x}, "float32", opset=22)
+    model.graph.output[0].CopyFrom(helper.make_tensor_value_info("y", TensorProto.FLOAT, list(shape[:-2])))
+    _check(model, {"x": x}, False, rtol=1e-5, atol=1e-5)
+    with pytest.raises(UnsupportedError, match=r"Det: node 'det' .*1x1, 2x2 and 3x3 matrices"):
+        import_onnx(_model("Det", {"x": _floats((4, 4))}, "float32", opset=22))

@@ -1,4 +1,4 @@
-"""The linear layers: Conv, CausalConvWithState, Gemm, MatMul, DFT (a dense layer of a constant matrix) and
+"""The linear layers: Conv, CausalConvWithState, Gemm, MatMul, Det, DFT (a dense layer of a constant matrix) and
 BatchNormalization (with constant statistics an affine map per channel, folded later into the layer before it),
 and the window geometry the pools share (no ``onnx`` import here).
 
@@ -293,6 +293,44 @@ def _slice_last(b: Builder, node: OnnxNode, x: str, start: int, stop: int, what:
     rank = len(shape)
     attrs = {"starts": (0,) * (rank - 1) + (start,), "stops": (*shape[:-1], stop), "steps": (1,) * rank}
     return b.emit(node, "slice", (x,), attrs, suffix=what)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Det: the cofactor expansion of small matrices
+
+
+@converter("Det")
+def _det(b: Builder, node: OnnxNode) -> None:
+    """The determinant of each (..., n, n) matrix for n up to 3, as its cofactor expansion over the entries
+    (slices, products and sums); larger matrices (which need a factorization) are refused."""
+    b.require_dtype(node, 0, FLOAT)
+    xs = b.shape(node, 0)
+    if len(xs) < 2 or xs[-1] != xs[-2] or not 1 <= xs[-1] <= 3:
+        raise unsupported(node, f"input of shape {xs}: vdla computes the determinants of 1x1, 2x2 and 3x3 matrices")
+    n, lead, rank = xs[-1], tuple(xs[:-2]), len(xs)
+    x = b.tensor(node, 0)
+
+    def entry(i: int, j: int) -> str:
+        attrs = {"starts": (0,) * (rank - 2) + (i, j), "stops": (*lead, i + 1, j + 1), "steps": (1,) * rank}
+        return b.reshape(node, b.emit(node, "slice", (x,), attrs, suffix=f"a{i}{j}"), lead)
+
+    def mul(p: str, q: str) -> str:
+        return b.emit(node, "mul", (p, q), suffix="product")
+
+    def minor(r0: int, r1: int, c0: int, c1: int) -> str:
+        return b.emit(node, "sub", (mul(entry(r0, c0), entry(r1, c1)), mul(entry(r0, c1), entry(r1, c0))),
+                      suffix="minor")  # fmt: skip
+
+    out = node.outputs[0]
+    if n == 1:
+        b.finish(node, entry(0, 0), "float32")
+    elif n == 2:
+        b.emit(node, "sub", (mul(entry(0, 0), entry(1, 1)), mul(entry(0, 1), entry(1, 0))), out=out)
+    else:
+        terms = [mul(entry(0, 0), minor(1, 2, 1, 2)), mul(entry(0, 1), minor(1, 2, 0, 2)),
+                 mul(entry(0, 2), minor(1, 2, 0, 1))]  # fmt: skip
+        first = b.emit(node, "sub", (terms[0], terms[1]), suffix="cofactors")
+        b.emit(node, "add", (first, terms[2]), out=out)
 
 
 # ---------------------------------------------------------------------------------------------------------
