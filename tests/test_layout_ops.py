@@ -528,6 +528,36 @@ def test_tensor_scatter_matches_onnx_reference(mode, const_indices):
     np.testing.assert_array_equal(run_float_cpu(import_onnx(model), fed)["y"], want)
 
 
+@pytest.mark.parametrize(
+    "attrs,mask",
+    [
+        ({"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}, False),
+        ({"kernel_shape": [2, 3], "strides": [2, 1], "dilations": [1, 2], "group": 2, "offset_group": 2}, True),
+    ],
+)
+def test_deform_conv_matches_onnx_reference(attrs, mask):
+    """DeformConv with offsets (and mask, weights, bias) fed at run time: per offset group one bilinear
+    grid_sample of the moved kernel taps, then one batched matmul, as ONNX's reference computes it."""
+    from onnx.reference import ReferenceEvaluator
+
+    kh, kw = attrs["kernel_shape"]
+    group, og = attrs.get("group", 1), attrs.get("offset_group", 1)
+    strides, dil, pads = attrs.get("strides", [1, 1]), attrs.get("dilations", [1, 1]), attrs.get("pads", [0] * 4)
+    n, c, ih, iw, oc = 2, 4, 6, 7, 6
+    oh, ow = ((d + pads[a] + pads[a + 2] - (k - 1) * dil[a] - 1) // strides[a] + 1
+              for a, (d, k) in enumerate(((ih, kh), (iw, kw))))  # fmt: skip
+    feeds = {"x": RNG.normal(0, 1, (n, c, ih, iw)), "w": RNG.normal(0, 0.5, (oc, c // group, kh, kw)),
+             "off": RNG.normal(0, 1.5, (n, og * kh * kw * 2, oh, ow)), "b": RNG.normal(0, 1, (oc,))}  # fmt: skip
+    if mask:
+        feeds["mask"] = RNG.uniform(0, 1, (n, og * kh * kw, oh, ow))
+    feeds = {k: v.astype(np.float32) for k, v in feeds.items()}
+    m = Model()
+    m.node("DeformConv", list(feeds), "y", **attrs)
+    model = m.build([(k, F, list(v.shape)) for k, v in feeds.items()], [("y", F, [n, oc, oh, ow])], opset=19)
+    want = ReferenceEvaluator(model).run(None, feeds)[0]
+    _close(run_float_cpu(import_onnx(model), feeds)["y"], want, rtol=1e-5)
+
+
 def test_dropout_in_training_mode_is_the_identity_only_at_ratio_zero():
     m = Model()
     m.node("Dropout", ["x", m.init("r", np.array(0.0, np.float32)), m.init("t", np.array(True))], ["y", "mask"])

@@ -2,7 +2,7 @@
 Flatten, Reshape, Squeeze, Unsqueeze, Transpose, Concat, Slice, Split), the shapes and constants (Shape, Size,
 Constant; ConstantOfShape and Range when folded), and Pad (every mode), Tile, Expand, Gather, Compress,
 CenterCropPad, DepthToSpace, SpaceToDepth, GatherElements, GatherND, ReverseSequence, OneHot, ScatterElements,
-Scatter and ScatterND, TensorScatter, Col2Im, Resize, GridSample and AffineGrid.
+Scatter and ScatterND, TensorScatter, Col2Im, Resize, GridSample, AffineGrid and DeformConv.
 
 A view or copy is vdla's ``reshape``, ``transpose``, ``concat`` or ``slice``, or an alias of its input where
 it moves nothing; a uint8 input stays held as int8 ``value - 128`` through it. Shape, Size and Constant bind
@@ -991,6 +991,67 @@ def affine_base_grid(sizes: Sequence[int], align_corners: bool) -> np.ndarray:
     mesh = np.meshgrid(*axes, indexing="ij")
     coords = [m.reshape(-1) for m in reversed(mesh)]
     return np.stack([*coords, np.ones(coords[0].shape)], axis=1)
+
+
+@converter("DeformConv", attrs=("dilations", "group", "kernel_shape", "offset_group", "pads", "strides"))
+def _deform_conv(b: Builder, node: OnnxNode) -> None:
+    """A 2-D deformable convolution as ONNX's reference computes it: every kernel tap of every output point
+    samples the input bilinearly (zeros outside) at its place moved by the offsets, one ``grid_sample`` per
+    offset group (align_corners: pixel coordinates map exactly), times the mask; then the grouped
+    contraction with the weights as one batched ``matmul``, plus the bias."""
+    for i in range(5):
+        if b.has(node, i):
+            b.require_dtype(node, i, FLOAT)
+    xs, ws, offs = b.shape(node, 0), b.shape(node, 1), b.shape(node, 2)
+    if len(xs) != 4 or len(ws) != 4 or len(offs) != 4:
+        raise unsupported(node, f"X {xs}, W {ws}, offset {offs}: vdla runs 2-D deformable convolutions")
+    (n, c, ih, iw), (oc, cpg, kh, kw), (oh, ow) = xs, ws, offs[2:]
+    kernel = [int(v) for v in attr(node, "kernel_shape", [kh, kw])]
+    dil = [int(v) for v in attr(node, "dilations", [1, 1])]
+    strides = [int(v) for v in attr(node, "strides", [1, 1])]
+    pads = [int(v) for v in attr(node, "pads", [0, 0, 0, 0])]
+    group, og = int(attr(node, "group", 1)), int(attr(node, "offset_group", 1))
+    k = kh * kw
+    ok = kernel == [kh, kw] and len(dil) == 2 and len(strides) == 2 and len(pads) == 4 and group >= 1 and og >= 1
+    if not ok or c != cpg * group or oc % group or c % og or offs[:2] != (n, og * k * 2):
+        raise unsupported(node, f"X {xs}, W {ws}, offset {offs} do not fit group {group}, offset_group {og} and "
+                          f"kernel_shape {kernel}")  # fmt: skip
+    if (oh, ow) != tuple((size_ + pads[a] + pads[a + 2] - (kern - 1) * dil[a] - 1) // strides[a] + 1
+                         for a, (size_, kern) in enumerate(((ih, kh), (iw, kw)))):  # fmt: skip
+        raise unsupported(node, f"the offsets' {oh}x{ow} output does not fit the input, kernel, pads and strides")
+    if ih < 2 or iw < 2:
+        raise unsupported(node, f"an input of {ih}x{iw}: the sampling grid normalizes by (size - 1)")
+    if b.has(node, 4) and b.shape(node, 4) != (n, og * k, oh, ow):
+        raise unsupported(node, f"mask of shape {b.shape(node, 4)} where {(n, og * k, oh, ow)} is needed")
+    out = node.outputs[0]
+    p = oh * ow
+    # the grid: normalized (x, y) per (batch and offset group, tap, output point)
+    taps = np.indices((kh, kw)).reshape(2, k, 1, 1)
+    points = np.indices((oh, ow)).reshape(2, 1, oh, ow)
+    base = [-pads[a] + strides[a] * points[a] + dil[a] * taps[a] for a in (0, 1)]  # (K, oh, ow) each
+    scale = [2.0 / (ih - 1), 2.0 / (iw - 1)]
+    offsets = b.reshape(node, b.tensor(node, 2), (n * og, k, 2, p))
+    coords = []
+    for a in (1, 0):  # x (width) first, as GridSample takes it
+        off = b.emit(node, "slice", (offsets,), {"starts": (0, 0, a, 0), "stops": (n * og, k, a + 1, p),
+                                                 "steps": (1, 1, 1, 1)}, suffix="offset_axis")  # fmt: skip
+        shifted = b.emit(node, "mul", (b.reshape(node, off, (n * og, k, p, 1)),), {"b": scale[a]}, suffix="scaled")
+        start = (base[a] * scale[a] - 1.0).reshape(1, k, p, 1).astype(np.float32)
+        coords.append(b.emit(node, "add", (shifted, b.add_param(f"{out}:grid_base{a}", start)), suffix="coord"))
+    grid = b.emit(node, "concat", coords, {"axis": 3}, suffix="grid")
+    x = b.reshape(node, b.tensor(node, 0), (n * og, c // og, ih, iw))
+    attrs = {"mode": "linear", "padding_mode": "zeros", "align_corners": True}
+    sampled = b.emit(node, "grid_sample", (x, grid), attrs, suffix="sampled")  # (N * OG, C / OG, K, P)
+    if b.has(node, 4):
+        mask = b.reshape(node, b.tensor(node, 4), (n * og, 1, k, p))
+        sampled = b.emit(node, "mul", (sampled, mask), suffix="masked")
+    columns = b.reshape(node, sampled, (n, group, cpg * k, p))
+    weights = b.reshape(node, b.tensor(node, 1), (1, group, oc // group, cpg * k))
+    y = b.emit(node, "matmul", (weights, columns), suffix="deform_conv")  # (N, G, OC / G, P)
+    y = b.reshape(node, y, (n, oc, oh, ow))
+    if b.has(node, 3):
+        y = b.emit(node, "add", (y, b.reshape(node, b.tensor(node, 3), (1, oc, 1, 1))), suffix="biased")
+    b.finish(node, y, "float32")
 
 
 @converter("AffineGrid", attrs=("align_corners",))
