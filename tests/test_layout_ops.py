@@ -558,6 +558,36 @@ def test_deform_conv_matches_onnx_reference(attrs, mask):
     _close(run_float_cpu(import_onnx(model), feeds)["y"], want, rtol=1e-5)
 
 
+@pytest.mark.parametrize("cmode", ["half_pixel", "output_half_pixel"])
+def test_roi_align_matches_onnx_reference(cmode):
+    """Average RoiAlign of regions and batch indices fed at run time (a region reaching outside the image,
+    one smaller than a pixel): bilinear samples at border-clamped coordinates, points beyond one pixel
+    outside counting 0, as ONNX's reference computes it; max mode and sampling_ratio 0 are refused."""
+    from onnx.reference import ReferenceEvaluator
+
+    x = RNG.normal(0, 1, (2, 3, 8, 9)).astype(np.float32)
+    rois = np.array([[0.5, 1.0, 6.0, 7.5], [-3.0, 2.0, 12.0, 9.5], [2.2, 3.1, 2.6, 3.4]], np.float32)
+    idx = np.array([1, 0, 1], np.int64)
+    attrs = {"coordinate_transformation_mode": cmode, "output_height": 3, "output_width": 4, "sampling_ratio": 2,
+             "spatial_scale": 0.9}  # fmt: skip
+    m = Model()
+    m.node("RoiAlign", ["x", "rois", "idx"], "y", **attrs)
+    inputs = [("x", F, [2, 3, 8, 9]), ("rois", F, [3, 4]), ("idx", I64, [3])]
+    model = m.build(inputs, [("y", F, [3, 3, 3, 4])], opset=16)
+    want = ReferenceEvaluator(model).run(None, {"x": x, "rois": rois, "idx": idx})[0]
+    got = run_float_cpu(import_onnx(model), {"x": x, "rois": rois, "idx": idx.astype(np.int32)})["y"]
+    _close(got, want, rtol=1e-5)
+    for name, value in (("mode", "max"), ("sampling_ratio", 0)):
+        bad = onnx.ModelProto()
+        bad.CopyFrom(model)
+        node = bad.graph.node[0]
+        kept = [a for a in node.attribute if a.name != name]
+        del node.attribute[:]
+        node.attribute.extend([*kept, onnx.helper.make_attribute(name, value)])
+        with pytest.raises(UnsupportedError, match=f"attribute {name}="):
+            import_onnx(bad)
+
+
 def test_dropout_in_training_mode_is_the_identity_only_at_ratio_zero():
     m = Model()
     m.node("Dropout", ["x", m.init("r", np.array(0.0, np.float32)), m.init("t", np.array(True))], ["y", "mask"])

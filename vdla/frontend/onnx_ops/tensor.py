@@ -2,7 +2,7 @@
 Flatten, Reshape, Squeeze, Unsqueeze, Transpose, Concat, Slice, Split), the shapes and constants (Shape, Size,
 Constant; ConstantOfShape and Range when folded), and Pad (every mode), Tile, Expand, Gather, Compress,
 CenterCropPad, DepthToSpace, SpaceToDepth, GatherElements, GatherND, ReverseSequence, OneHot, ScatterElements,
-Scatter and ScatterND, TensorScatter, Col2Im, Resize, GridSample, AffineGrid and DeformConv.
+Scatter and ScatterND, TensorScatter, Col2Im, Resize, GridSample, AffineGrid, DeformConv and RoiAlign.
 
 A view or copy is vdla's ``reshape``, ``transpose``, ``concat`` or ``slice``, or an alias of its input where
 it moves nothing; a uint8 input stays held as int8 ``value - 128`` through it. Shape, Size and Constant bind
@@ -1052,6 +1052,83 @@ def _deform_conv(b: Builder, node: OnnxNode) -> None:
     if b.has(node, 3):
         y = b.emit(node, "add", (y, b.reshape(node, b.tensor(node, 3), (1, oc, 1, 1))), suffix="biased")
     b.finish(node, y, "float32")
+
+
+_ROI_ATTRS = ("coordinate_transformation_mode", "mode", "output_height", "output_width", "sampling_ratio",
+              "spatial_scale")  # fmt: skip
+
+
+@converter("RoiAlign", attrs=_ROI_ATTRS)
+def _roi_align(b: Builder, node: OnnxNode) -> None:
+    """Average RoiAlign as ONNX's reference computes it: each region's ``sampling_ratio`` x ``sampling_ratio``
+    points per output bin, sampled bilinearly from its batch entry's image with coordinates clamped into the
+    image (one ``grid_sample``, border padding, align_corners), a point more than one pixel outside counting
+    0, and the points averaged (a ``reduce``). The regions and batch indices may be computed at run time.
+    Max mode (the reference takes the maximum of the weighted corners, not of the samples) and the adaptive
+    sampling ratio 0 (its point count depends on the regions' run-time sizes) are refused."""
+    b.require_dtype(node, 0, FLOAT)
+    b.require_dtype(node, 1, FLOAT)
+    b.require_dtype(node, 2, ("int32", "int64"))
+    if str(attr(node, "mode", "avg")) != "avg":
+        raise unsupported(node, "only mode='avg' (max takes the maximum of weighted corners, not of samples)", "mode")
+    cmode = str(attr(node, "coordinate_transformation_mode", "half_pixel" if node.opset >= 16 else "output_half_pixel"))
+    if cmode not in ("half_pixel", "output_half_pixel"):
+        raise unsupported(node, "coordinate_transformation_mode must be half_pixel or output_half_pixel",
+                          "coordinate_transformation_mode")  # fmt: skip
+    g = int(attr(node, "sampling_ratio", 0))
+    if g < 1:
+        raise unsupported(node, "sampling_ratio 0 (adaptive) samples a number of points that depends on the "
+                          "regions' run-time sizes", "sampling_ratio")  # fmt: skip
+    oh, ow = int(attr(node, "output_height", 1)), int(attr(node, "output_width", 1))
+    scale = float(attr(node, "spatial_scale", 1.0))
+    (_, c, ih, iw), rs = b.shape(node, 0), b.shape(node, 1)
+    if len(b.shape(node, 0)) != 4 or len(rs) != 2 or rs[1] != 4 or b.shape(node, 2) != (rs[0],) or oh < 1 or ow < 1:
+        raise unsupported(node, f"X {b.shape(node, 0)}, rois {rs}, batch_indices {b.shape(node, 2)}: needs "
+                          "(N, C, H, W), (R, 4), (R,) and a positive output size")  # fmt: skip
+    if ih < 2 or iw < 2:
+        raise unsupported(node, f"an input of {ih}x{iw}: the sampling grid normalizes by (size - 1)")
+    r, out = rs[0], node.outputs[0]
+    half = cmode == "half_pixel"
+    rois = b.tensor(node, 1)
+
+    def column(j: int) -> str:
+        col = b.emit(node, "slice", (rois,), {"starts": (0, j), "stops": (r, j + 1), "steps": (1, 1)}, suffix="roi")
+        scaled = b.emit(node, "mul", (col,), {"b": scale}, suffix="roi_scaled")
+        return b.emit(node, "sub", (scaled,), {"b": 0.5}, suffix="roi_shifted") if half else scaled
+
+    grid_axes = []
+    for start_col, size_px, bins, what in ((0, iw, ow, "x"), (1, ih, oh, "y")):
+        start, end = column(start_col), column(start_col + 2)
+        extent = b.emit(node, "sub", (end, start), suffix=f"roi_{what}_extent")
+        if not half:
+            extent = b.emit(node, "max", (extent,), {"b": 1.0}, suffix=f"roi_{what}_extent_min1")
+        frac = ((np.arange(bins)[:, None] + (np.arange(g)[None, :] + 0.5) / g) / bins).reshape(1, bins * g)
+        pos = b.emit(node, "add", (start, b.emit(node, "mul", (extent, b.add_param(f"{out}:{what}_fractions",
+                     frac.astype(np.float32))), suffix=f"{what}_span")), suffix=f"{what}_points")  # fmt: skip
+        inside = b.emit(node, "bit_and", (b.emit(node, "greater_equal", (pos,), {"b": -1.0}, suffix="not_before"),
+                        b.emit(node, "less_equal", (pos,), {"b": float(size_px)}, suffix="not_after")),
+                        suffix=f"{what}_inside")  # fmt: skip
+        norm = b.emit(node, "add", (b.emit(node, "mul", (pos,), {"b": 2.0 / (size_px - 1)}, suffix="normalized"),),
+                      {"b": -1.0}, suffix=f"{what}_grid")  # fmt: skip
+        grid_axes.append((norm, inside, bins * g))
+    (gx, ix, nx), (gy, iy, ny) = grid_axes
+    zeros = b.add_param(f"{out}:grid_zeros", np.zeros((1, ny, nx, 1), np.float32))
+    gx4 = b.emit(node, "add", (b.reshape(node, gx, (r, 1, nx, 1)), zeros), suffix="grid_x")
+    gy4 = b.emit(node, "add", (b.reshape(node, gy, (r, ny, 1, 1)), zeros), suffix="grid_y")
+    grid = b.emit(node, "concat", (gx4, gy4), {"axis": 3}, suffix="grid")
+    # each region's image: a gather of its batch entry (flat offsets index * C*H*W + position)
+    per_image = c * ih * iw
+    idx = b.emit(node, "mul", (b.reshape(node, b.tensor(node, 2), (r, 1)),), {"b": per_image}, suffix="image_offset")
+    offsets = b.emit(node, "add", (idx, b.add_param(f"{out}:image_positions",
+                     np.arange(per_image, dtype=np.int32).reshape(1, per_image))), suffix="offsets")  # fmt: skip
+    images = b.reshape(node, b.emit(node, "gather", (b.tensor(node, 0), offsets), suffix="images"), (r, c, ih, iw))
+    attrs = {"mode": "linear", "padding_mode": "border", "align_corners": True}
+    sampled = b.emit(node, "grid_sample", (images, grid), attrs, suffix="sampled")  # (R, C, ny, nx)
+    valid = b.emit(node, "bit_and", (b.reshape(node, iy, (r, 1, ny, 1)), b.reshape(node, ix, (r, 1, 1, nx))),
+                   suffix="valid")  # fmt: skip
+    kept = b.emit(node, "where", (valid, sampled), {"b": 0.0}, suffix="kept")
+    bins6 = b.reshape(node, kept, (r, c, oh, g, ow, g))
+    b.emit(node, "reduce", (bins6,), {"kind": "mean", "axes": (3, 5), "keepdims": False}, out=out)
 
 
 @converter("AffineGrid", attrs=("align_corners",))
