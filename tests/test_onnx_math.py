@@ -445,3 +445,31 @@ def test_det_of_small_matrices_matches_onnxruntime(shape):
     _check(model, {"x": x}, False, rtol=1e-5, atol=1e-5)
     with pytest.raises(UnsupportedError, match=r"Det: node 'det' .*1x1, 2x2 and 3x3 matrices"):
         import_onnx(_model("Det", {"x": _floats((4, 4))}, "float32", opset=22))
+
+
+@pytest.mark.parametrize("window,onesided", [(False, None), (True, 0), (True, None)])
+def test_stft_matches_onnx_reference(window, onesided):
+    """STFT (opset 17): frames of the signal (one take), the window fed at run time, and each frame's DFT as one
+    dense layer; onesided defaults to 1 (ONNX's shape inference reads its absence as 0: not checked there)."""
+    from onnx.reference import ReferenceEvaluator
+
+    feeds = {"s": _floats((2, 40, 1))}
+    names = ["s", "step", "w" if window else "", "len"]
+    if window:
+        feeds["w"] = np.hanning(10).astype(np.float32)
+    attrs = {} if onesided is None else {"onesided": onesided}
+    node = helper.make_node("STFT", names, ["y"], **attrs)
+    inits = [
+        numpy_helper.from_array(np.array(6, np.int64), "step"),
+        numpy_helper.from_array(np.array(10, np.int64), "len"),
+    ]
+    ins = [helper.make_tensor_value_info(n, TensorProto.FLOAT, a.shape) for n, a in feeds.items()]
+    bins = 10 if onesided == 0 else 6
+    out = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 6, bins, 2])
+    model = helper.make_model(
+        helper.make_graph([node], "stft", ins, [out], inits), opset_imports=[helper.make_opsetid("", 17)]
+    )
+    want = ReferenceEvaluator(model).run(None, feeds)[0]
+    got = compile_graph(import_onnx(model))(**feeds)["y"]
+    assert got.shape == want.shape == (2, 6, bins, 2)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())

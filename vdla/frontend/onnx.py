@@ -20,7 +20,8 @@ rules"):
    (:func:`vdla.frontend.onnx_ops.legacy.modernize`) and must have a converter, attributes and dtypes it
    accepts, else an :class:`~vdla.graph.types.UnsupportedError` names the node, its op type and attributes.
    Every node vdla cannot run is reported together, before anything runs;
-5. check every converted value against ONNX's inferred shape and element type, warn where a stored hint
+5. check every converted value against ONNX's inferred shape (except where that inference is known wrong:
+   :data:`_INFERENCE_DEFAULT_WRONG`) and element type, warn where a stored hint
    disagrees with vdla's shape (vdla's wins), name the graph outputs as in the model, and verify the graph
    (:func:`vdla.graph.verify.verify`, ``after="onnx import"``).
 
@@ -70,6 +71,9 @@ _DTYPE_ATTRS = ("to", "output_dtype", "dtype")
 _KEEP = ("DequantizeLinear",)
 # control flow: the importer's method for each (branches compiled both, loops unrolled)
 _CONTROL = {"If": "inline_if", "Loop": "unroll_loop", "Scan": "unroll_scan"}
+# (op type, attribute) whose absence ONNX's shape inference reads as 0 where the operator's default is 1 (onnx
+# 1.23.2: STFT's onesided): such a node's outputs are not checked against the inferred shapes
+_INFERENCE_DEFAULT_WRONG = {("STFT", "onesided")}
 # float element types a model may compute in, which vdla computes in float32
 _WIDE_FLOATS = {onnx.TensorProto.FLOAT16: "float16", onnx.TensorProto.BFLOAT16: "bfloat16",
                 onnx.TensorProto.DOUBLE: "float64"}  # fmt: skip
@@ -759,6 +763,8 @@ class _Importer:
             if want is None:
                 continue
             dtype, shape = want
+            if any(op == node.op_type and a not in node.attrs for op, a in _INFERENCE_DEFAULT_WRONG):
+                shape = None
             if shape is not None and all(d is not None for d in shape) and tuple(shape) != v.shape:
                 raise FrontendError(
                     f"{self.where}: importing {node.op_type} {node.describe()} gave output {o!r} shape {v.shape}, "

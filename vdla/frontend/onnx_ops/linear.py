@@ -1,6 +1,6 @@
-"""The linear layers: Conv, CausalConvWithState, Gemm, MatMul, Det, DFT (a dense layer of a constant matrix) and
-BatchNormalization (with constant statistics an affine map per channel, folded later into the layer before it),
-and the window geometry the pools share (no ``onnx`` import here).
+"""The linear layers: Conv, CausalConvWithState, Gemm, MatMul, Det, DFT and STFT (dense layers of a constant
+matrix) and BatchNormalization (with constant statistics an affine map per channel, folded later into the layer
+before it), and the window geometry the pools share (no ``onnx`` import here).
 
 Conv is ``conv2d``, a 1-D one lifted to a height-1 image. Gemm, and a MatMul whose right operand is a constant
 of rank 1 or 2 or a dequantized 2-D constant (a QDQ model's weight), is a ``dense`` layer (the accelerator's
@@ -414,6 +414,45 @@ def _dft(b: Builder, node: OnnxNode) -> None:
         return
     back = tuple(int(i) for i in np.argsort(perm))
     b.emit(node, "transpose", (y,), {"perm": back}, out=node.outputs[0])
+
+
+@converter("STFT", attrs=("onesided",))
+def _stft(b: Builder, node: OnnxNode) -> None:
+    """The short-time Fourier transform as ONNX's reference computes it: the signal's frames (one ``take`` of
+    constant indices, ``frame_step`` apart), times the window where given, then the DFT of each frame at
+    ``frame_length`` as one ``dense`` layer (:func:`dft_matrix`; ``onesided``, default 1: the first
+    ``frame_length // 2 + 1`` bins). frame_step and frame_length must be constants; the window may be
+    computed at run time."""
+    b.require_dtype(node, 0, FLOAT)
+    xs = b.shape(node, 0)
+    if len(xs) != 3 or xs[2] not in (1, 2):
+        raise unsupported(node, f"needs a (batch, length, 1) real or (batch, length, 2) complex signal, got {xs}")
+    bsz, length, c_in = xs
+    step = int(np.asarray(b.const(node, 1, "frame_step")).reshape(()))
+    window = b.tensor(node, 2) if b.has(node, 2) else None
+    if window is not None:
+        b.require_dtype(node, 2, FLOAT)
+        if len(b.shape(node, 2)) != 1:
+            raise unsupported(node, f"window of shape {b.shape(node, 2)}: needs one dimension")
+    wsize = b.shape(node, 2)[0] if window is not None else None
+    given = int(np.asarray(b.const(node, 3, "frame_length")).reshape(())) if b.has(node, 3) else None
+    frame = given or wsize or length
+    wsize = wsize or frame
+    frames = 1 + (length - frame) // step if step >= 1 else 0
+    if frames < 1 or wsize < 1:
+        raise unsupported(node, f"frame_step {step} and frame_length {frame} make no frame of a {length}-long signal")
+    m = dft_matrix(wsize, c_in, frame, False, bool(int(attr(node, "onesided", 1))))
+    if m.size > DFT_MAX_ENTRIES:
+        raise unsupported(node, f"a DFT of {frame} is a matrix of {m.size} entries, more than vdla builds")
+    table = [f * step + t if f * step + t < length else -1 for f in range(frames) for t in range(wsize)]
+    x = b.emit(node, "take", (b.tensor(node, 0),), {"index": (None, tuple(table), None), "value": 0.0},
+               suffix="frames")  # fmt: skip
+    x = b.reshape(node, x, (bsz, frames, wsize, c_in))
+    if window is not None:
+        x = b.emit(node, "mul", (x, b.reshape(node, window, (1, 1, wsize, 1))), suffix="windowed")
+    w = b.add_param(f"{node.outputs[0]}:dft", np.ascontiguousarray(m.T).astype(np.float32))
+    y = b.emit(node, "dense", (b.reshape(node, x, (bsz * frames, wsize * c_in)), w), suffix="stft")
+    b.reshape(node, y, (bsz, frames, m.shape[1] // 2, 2), out=node.outputs[0])
 
 
 @converter("MatMul")
