@@ -9,18 +9,7 @@ the tests of those units run there, and the tests that compare both builds run o
 
 from __future__ import annotations
 
-from dataclasses import replace
+from vdla.zoo.random_programs import pynq_full
 
-from vdla.config import load_config
-
-FULL = replace(
-    load_config("pynq"),
-    name="pynq-full",
-    depthwise_mode=True,
-    out_multiplier=True,
-    alu_lanes=0,
-    src_out=True,
-    wgt_buff_bytes=262144,
-    uop_buff_bytes=32768,
-)
+FULL = pynq_full()  # defined in the zoo: the campaign (vdla fuzz --config pynq-full) runs it too
 BOTH = ("pynq", FULL)  # the fitted build and the full one

@@ -7,7 +7,9 @@
   ``layer_case``);
 * ``vdla.zoo.tiled_matmul``: the hand-scheduled tiled int8 matmul on the runtime API and its numpy oracle;
 * ``vdla.zoo.workloads``: the programs that characterise the accelerator (``SUITE``, ``gemm_bound``), each
-  checked against numpy.
+  checked against numpy;
+* ``vdla.zoo.random_programs``: random valid programs over the whole instruction set, on any configuration (the
+  simulator-against-RTL campaign's, ``vdla fuzz``, and tests/test_rtl_differential.py's).
 
 Invariants: everything here is deterministic (seeded); the zoo imports the library (``vdla.config``,
 ``vdla.isa``, ``vdla.compiler``, ``vdla.graph``, ``vdla.runtime``) and never ``vdla.experiments``; no
