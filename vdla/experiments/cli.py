@@ -1,5 +1,5 @@
 """The experiments on the ``vdla`` command line: ``vdla layers``, ``vdla roofline``, ``vdla e2e``,
-``vdla cycle-agreement`` and ``vdla cpu-bench``."""
+``vdla cycle-agreement``, ``vdla fuzz`` and ``vdla cpu-bench``."""
 
 from __future__ import annotations
 
@@ -29,6 +29,16 @@ def _vthreads(text: str) -> int | str:
         return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"--vthreads takes a positive integer or 'auto', got {text!r}") from None
+
+
+def _positive(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"takes a positive integer, got {text!r}")
+    return n
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -221,6 +231,95 @@ def cmd_cycle_agreement(args: argparse.Namespace) -> int:
     return 0
 
 
+def _fuzz_configs(names: list[str] | None) -> list[str]:
+    """The configurations of ``vdla fuzz --config`` ("all": every one the campaign knows)."""
+    from vdla.zoo.random_programs import campaign_configs
+
+    out = []
+    for name in names or [DEFAULT_PRESET]:
+        out += campaign_configs() if name == "all" else [name]
+    return list(dict.fromkeys(out))
+
+
+def fuzz_table(summary) -> Table:
+    """The campaign's summary: per configuration, programs, matches, findings, failures and cycles."""
+    t = Table(title=f"vdla fuzz: {summary.programs:,} programs, simulator against RTL")
+    for col in ("config", "programs", "match", "mismatch", "error", "failed", "cycles sim/rtl", "worst gap"):
+        t.add_column(col, justify="left" if col == "config" else "right")
+    for name, r in summary.tallies.items():
+        ratio = f"{r.cycles_sim / r.cycles_rtl:.4f}" if r.cycles_rtl else "-"
+        t.add_row(
+            name,
+            f"{r.programs:,}",
+            f"{r.matches:,}",
+            f"[red]{r.mismatches}[/]" if r.mismatches else "0",
+            f"[red]{r.errors}[/]" if r.errors else "0",
+            f"[red]{r.failures}[/]" if r.failures else "0",
+            ratio,
+            f"{r.max_cycle_gap:.1%}",
+        )
+    t.caption = "cycles sim/rtl: summed cycles of the simulator's model over the RTL's; worst gap: one program's"
+    return t
+
+
+def cmd_fuzz(args: argparse.Namespace) -> int:
+    """`vdla fuzz`: random programs on the simulator and the RTL, DRAM compared (exit status 1 on any finding)."""
+    from rich.progress import ProgressColumn
+    from rich.text import Text
+
+    from vdla.experiments.fuzz import run_campaign
+
+    configs = _fuzz_configs(args.config)
+    total = args.programs * len(configs)
+
+    class Rate(ProgressColumn):
+        def render(self, task) -> Text:
+            return Text(f"{task.completed / task.elapsed:.1f} programs/s" if task.elapsed else "")
+
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("mismatches {task.fields[bad]}, failures {task.fields[failed]}"),
+        Rate(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=not sys.stdout.isatty(),
+    ) as prog:
+        task = prog.add_task("building the RTL", total=total, bad=0, failed=0)
+        counts = {"bad": 0, "failed": 0}
+
+        def on_result(key: str, result, error: str | None) -> None:
+            if error is not None:
+                counts["failed"] += 1
+                prog.console.print(f"[red]failed[/] {key}: {error.splitlines()[-1] if error else ''}")
+            elif not result.ok:
+                counts["bad"] += 1
+                prog.console.print(f"[red]finding[/] {result.describe()}")
+            prog.update(task, advance=1, description="fuzzing", **counts)
+
+        summary = run_campaign(
+            configs, args.programs, args.seed, args.workers, args.ray, args.out, on_result, timeout=args.timeout
+        )
+    console.print(fuzz_table(summary))
+    rate = summary.programs / summary.seconds if summary.seconds else 0.0
+    workers = args.workers or "one per core"
+    verdict = "[green]no mismatches[/]" if summary.clean else f"[red]{len(summary.findings)} findings[/]"
+    console.print(
+        f"{summary.programs:,} programs in {summary.seconds:.1f} s ({rate:.1f} programs/s, workers: {workers}; "
+        f"seeds {args.seed}..{args.seed + args.programs - 1}): {verdict}"
+        + (f", {len(summary.failures)} failed tasks" if summary.failures else "")
+    )
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "summary.json").write_text(json.dumps(summary.to_dict(), indent=2) + "\n")
+        console.print(
+            f"wrote {out / 'summary.json'}" + (f" and {len(summary.findings)} cases" if summary.findings else "")
+        )
+    return 0 if summary.clean else 1
+
+
 def cmd_cpu_bench(args: argparse.Namespace) -> int:
     from vdla.experiments import cpu_bench
 
@@ -228,8 +327,8 @@ def cmd_cpu_bench(args: argparse.Namespace) -> int:
 
 
 def add_commands(subparsers: argparse._SubParsersAction) -> None:
-    """Register the experiments (``layers``, ``roofline``, ``e2e``, ``cycle-agreement``, ``cpu-bench``) on the
-    ``vdla`` command line."""
+    """Register the experiments (``layers``, ``roofline``, ``e2e``, ``cycle-agreement``, ``fuzz``, ``cpu-bench``) on
+    the ``vdla`` command line."""
     p = subparsers.add_parser("layers", help="run a model's conv layers on the accelerator, checked against numpy")
     _common(p)
     p.add_argument("--vthreads", type=_vthreads, default="auto", help="virtual threads: a number or auto (searched)")
@@ -265,6 +364,25 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--boards", action="store_true", help="every board preset (one Verilator build each)")
     p.add_argument("--json", help="write the records as JSON")
     p.set_defaults(func=cmd_cycle_agreement)
+
+    p = subparsers.add_parser(
+        "fuzz",
+        help="random programs over the whole ISA on the simulator and the RTL, their DRAM compared "
+        "(exit 1 on any mismatch); each program a task of the sweep executor",
+    )
+    p.add_argument("--programs", type=_positive, default=100, help="programs per configuration (default 100)")
+    p.add_argument(
+        "--config",
+        action="append",
+        metavar="NAME",
+        help=f"preset, JSON file, pynq-full, or all (repeatable; default {DEFAULT_PRESET})",
+    )
+    p.add_argument("--seed", type=int, default=0, help="the first program's seed (default 0)")
+    p.add_argument("--workers", type=_positive, help="processes (default: one per core; on Ray, the cluster's CPUs)")
+    p.add_argument("--ray", metavar="ADDR", help="run each program as a Ray task on this cluster (or 'auto')")
+    p.add_argument("--out", metavar="DIR", help="save each mismatching case, and summary.json, here")
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds a program may take (default 600)")
+    p.set_defaults(func=cmd_fuzz)
 
     p = subparsers.add_parser("cpu-bench", help="benchmark the LLVM-JIT CPU fallback kernels against numpy")
     try:
