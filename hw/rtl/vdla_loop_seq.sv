@@ -104,7 +104,12 @@ module vdla_loop_seq (
   // dst offset and outer index
   logic        omul_q, mpend_q;  // a GEMM under EPI mul; its multiplier row's slot comes before the next issue
   logic        dw_q, ovl_q, first_q, fin_q;
-  logic [4:0]  cnt_q, nrd_q, kk_q, ks_q, np_q, lenf_q, lens_q, cap_q;
+  // the slot counts' width: a group of k * m reads and a pixel's passes (k = m = DW_MAX_K, not overlapped) is the
+  // longest, 33 slots with BLOCK_IN 8 (6 bits), 29 with BLOCK_IN 16 (5 bits)
+  localparam int DW_SLOTS = vdla_pkg::DW_MAX_K * vdla_pkg::DW_MAX_K
+                          + 2 * ((vdla_pkg::DW_MAX_K * vdla_pkg::DW_MAX_K + vdla_pkg::BLOCK_IN - 1) / vdla_pkg::BLOCK_IN);
+  localparam int SW = $clog2(DW_SLOTS + 1);
+  logic [SW-1:0] cnt_q, nrd_q, kk_q, ks_q, np_q, lenf_q, lens_q, cap_q;
   logic [31:0] pdst_q;
   logic [13:0] po_q;
   logic [2:0]  k_q, ky_q, c_q;
@@ -127,35 +132,35 @@ module vdla_loop_seq (
   function automatic logic [3:0] last_pass(logic [2:0] k);
     last_pass = 4'(passes_of(int'(k)) - 1);
   endfunction
-  function automatic logic [4:0] k_times(logic [2:0] k, logic [2:0] m);
+  function automatic logic [SW-1:0] k_times(logic [2:0] k, logic [2:0] m);
     k_times = '0;
     for (int i = 1; i <= vdla_pkg::DW_MAX_K; i++)
       for (int j = 1; j <= vdla_pkg::DW_MAX_K; j++)
-        if (k == 3'(i) && m == 3'(j)) k_times = 5'(i * j);
+        if (k == 3'(i) && m == 3'(j)) k_times = SW'(i * j);
   endfunction
-  function automatic logic [4:0] grp_len(logic [2:0] k, logic [2:0] m, logic ovl);
+  function automatic logic [SW-1:0] grp_len(logic [2:0] k, logic [2:0] m, logic ovl);
     grp_len = '0;
     for (int i = 1; i <= vdla_pkg::DW_MAX_K; i++)
       for (int j = 1; j <= vdla_pkg::DW_MAX_K; j++)
         if (k == 3'(i) && m == 3'(j))
-          grp_len = ovl ? 5'((i * j > passes_of(i) + 1 ? i * j : passes_of(i) + 1) - 1) : 5'(i * j + passes_of(i));
+          grp_len = ovl ? SW'((i * j > passes_of(i) + 1 ? i * j : passes_of(i) + 1) - 1) : SW'(i * j + passes_of(i));
   endfunction
   // the passes per pixel (plus one: the slot count left at a group's last read when not overlapped), and the
   // first group's slots - 1 when overlapped (its k * k reads alone)
-  function automatic logic [4:0] passes(logic [2:0] k, logic plus_one);
+  function automatic logic [SW-1:0] passes(logic [2:0] k, logic plus_one);
     passes = '0;
     for (int i = 1; i <= vdla_pkg::DW_MAX_K; i++)
-      if (k == 3'(i)) passes = plus_one ? 5'(passes_of(i) + 1) : 5'(passes_of(i));
+      if (k == 3'(i)) passes = plus_one ? SW'(passes_of(i) + 1) : SW'(passes_of(i));
   endfunction
-  function automatic logic [4:0] first_ovl(logic [2:0] k);
+  function automatic logic [SW-1:0] first_ovl(logic [2:0] k);
     first_ovl = '0;
     for (int i = 1; i <= vdla_pkg::DW_MAX_K; i++)
-      if (k == 3'(i)) first_ovl = 5'(i * i - 1);
+      if (k == 3'(i)) first_ovl = SW'(i * i - 1);
   endfunction
 
   logic issue, u_last, i_last, last_iter, src_rd, step, rd_col_last, rd_row_last, n_fresh;
   logic slot_rd, slot_ps, grp_end, dw_done, run_done;
-  logic [4:0] n_rd, n_len;        // the next group's reads and slots - 1
+  logic [SW-1:0] n_rd, n_len;        // the next group's reads and slots - 1
   logic       one_uop;            // the starting instruction has one micro-op
   logic [2:0] n_cols;  // columns this iteration reads: k at inner index 0, else the stride
   logic dw_start;      // the instruction starting runs in the depthwise mode
@@ -187,7 +192,7 @@ module vdla_loop_seq (
   assign n_fresh     = u_last ? i_last : i_q == '0;  // the next iteration is at inner index 0
   // overlapped, a group's reads and passes end with its last slot (cnt_q == 0); else the reads come first
   assign slot_rd     = ovl_q ? !fin_q && cnt_q < nrd_q : cnt_q > np_q;
-  assign slot_ps     = (!ovl_q || !first_q) && cnt_q <= 5'(pass_last_q);
+  assign slot_ps     = (!ovl_q || !first_q) && cnt_q <= SW'(pass_last_q);
   assign grp_end     = cnt_q == '0;
   assign n_rd        = n_fresh ? kk_q : ks_q;
   assign n_len       = n_fresh ? lenf_q : lens_q;
@@ -246,7 +251,7 @@ module vdla_loop_seq (
             end
             if (slot_ps) pass_q <= pass_q == pass_last_q ? '0 : pass_q + 4'd1;
             if (!grp_end) begin
-              cnt_q <= cnt_q - 5'd1;
+              cnt_q <= cnt_q - SW'(1);
             end else begin  // the reading pixel's passes come next, with the next pixel's reads, or alone
               first_q <= 1'b0;
               fin_q   <= last_iter;
