@@ -5,6 +5,7 @@ error reported as a finding, and the command line on the sweep executor."""
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 
 import numpy as np
 import pytest
@@ -152,3 +153,17 @@ def test_block8_depthwise_5x5_with_several_micro_ops():
         got.append(out.read(np.uint8, (4, 4, 8)))
     assert got[0].any()
     np.testing.assert_array_equal(got[1], got[0])
+
+
+@pytest.mark.slow  # a local Ray (the dist extra)
+def test_campaign_on_ray_matches_the_pool(rtl_library):
+    """The same programs as Ray tasks (a local cluster) give the same results as on the process pool."""
+    ray = pytest.importorskip("ray", reason="Ray is the dist extra: pip install 'vdla[dist]'")
+    on_pool = fuzz.run_campaign(["pynq"], 6, seed=40, workers=2)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        on_ray = fuzz.run_campaign(["pynq"], 6, seed=40, ray="auto")
+    finally:
+        ray.shutdown()
+    assert on_pool.clean and on_ray.clean
+    assert asdict(on_ray.tallies["pynq-z2"]) == asdict(on_pool.tallies["pynq-z2"])
