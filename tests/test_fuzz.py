@@ -108,6 +108,15 @@ def test_fuzz_items_and_configs():
     assert campaign_config("pynq-full").src_out and not campaign_config("pynq-z2").src_out
 
 
+def test_fuzz_command_refuses_an_unknown_config_and_counts_aliases_once(capsys):
+    """An unknown configuration is refused before anything runs, naming the known ones; pynq and pynq-z2 are one."""
+    assert main(["fuzz", "--config", "nosuch"]) == 2
+    assert "no preset or file named 'nosuch'" in capsys.readouterr().out
+    from vdla.experiments.cli import _fuzz_configs
+
+    assert _fuzz_configs(["pynq", "pynq-z2", "all"]) == ["pynq"] + campaign_configs()[1:]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", campaign_configs())
 def test_campaign_on_every_config(name):

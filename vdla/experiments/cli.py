@@ -232,13 +232,15 @@ def cmd_cycle_agreement(args: argparse.Namespace) -> int:
 
 
 def _fuzz_configs(names: list[str] | None) -> list[str]:
-    """The configurations of ``vdla fuzz --config`` ("all": every one the campaign knows)."""
-    from vdla.zoo.random_programs import campaign_configs
+    """The configurations of ``vdla fuzz --config`` ("all": every one the campaign knows), each once however named
+    (an unknown name is refused here, before anything is built)."""
+    from vdla.zoo.random_programs import campaign_config, campaign_configs
 
-    out = []
+    out: dict[str, str] = {}
     for name in names or [DEFAULT_PRESET]:
-        out += campaign_configs() if name == "all" else [name]
-    return list(dict.fromkeys(out))
+        for n in campaign_configs() if name == "all" else [name]:
+            out.setdefault(campaign_config(n).name, n)
+    return list(out.values())
 
 
 def fuzz_table(summary) -> Table:

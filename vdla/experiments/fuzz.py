@@ -288,7 +288,10 @@ def run_campaign(
     from vdla.runtime.rtl.verilate import build
     from vdla.sweep.executor import run_tasks
 
-    configs = list(dict.fromkeys(configs))
+    by_name = {}  # one entry per configuration, however named (pynq and pynq-z2 are one)
+    for name in configs:
+        by_name.setdefault(campaign_config(name).name, name)
+    configs = list(by_name.values())
     for name in configs:
         build(campaign_config(name))
     items = fuzz_items(configs, programs, seed, out)

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from vdla.config import DW_MAX_K, HwConfig, board_presets, load_config
+from vdla.config import DW_MAX_K, ConfigError, HwConfig, board_presets, load_config
 from vdla.isa import (
     AluInsn,
     AluOp,
@@ -91,7 +91,12 @@ def campaign_config(name: str | HwConfig) -> HwConfig:
     """The configuration ``name``: a preset (or JSON file) or one of :data:`EXTRA_CONFIGS`."""
     if isinstance(name, HwConfig):
         return name
-    return EXTRA_CONFIGS[name]() if name in EXTRA_CONFIGS else load_config(name)
+    if name in EXTRA_CONFIGS:
+        return EXTRA_CONFIGS[name]()
+    try:
+        return load_config(name)
+    except ConfigError as e:
+        raise ConfigError(f"{e}; and the campaign's own: {', '.join(EXTRA_CONFIGS)}") from None
 
 
 # ---------------------------------------------------------------------------------------------------------
