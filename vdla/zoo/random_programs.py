@@ -19,6 +19,11 @@ configuration; :func:`program_features` what a program uses):
 * one or two virtual threads (double-buffered loads) whose token pattern orders every producer before its
   consumer, so that the result does not depend on timing.
 
+A configuration's optional units decide its EPI flags: without the depthwise mode (``depthwise_mode`` false, or
+batch > 1, or block_in != block_out) no ``dw``, without ``out_multiplier`` (a half-width ALU, ``alu_lanes``, has
+none) no ``mul``, without ``src_out`` no ``src_out``. The half-width ALU runs every opcode (in two passes a row),
+so every one is drawn.
+
 A program is self-contained: it loads every buffer row it reads before reading it (the buffers keep their
 contents from one run to the next, on every backend), so a backend may run programs one after another. Every
 accumulator region is stored back, 8 bits at a time, at the end, through truncating, requantizing or table
