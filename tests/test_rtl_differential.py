@@ -3,7 +3,8 @@ depthwise layers compiled to the block-diagonal parts that run MobileNets' depth
 
 The programs are the campaign's (``vdla fuzz``), drawn by :mod:`vdla.zoo.random_programs`: every instruction,
 memory type and EPI flag the configuration builds, one or two virtual threads whose tokens make the result
-independent of timing. tests/test_fuzz.py checks that they cover the instruction set and runs the campaign.
+independent of timing. tests/test_random_programs.py checks that they cover the instruction set, tests/test_fuzz.py
+runs the campaign.
 """
 
 from __future__ import annotations
