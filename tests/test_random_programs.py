@@ -4,6 +4,8 @@ on what the on-chip buffers held before), so that a backend may run them one aft
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -63,3 +65,30 @@ def test_programs_are_self_contained(name):
         again = Device(cfg, backend=dev.backend)
         random_program(again, seed)
         assert np.array_equal(again.dram.mem, fresh[seed]), seed
+
+
+@pytest.mark.parametrize("name", ["pynq-z2", "pynq-full"])
+def test_results_do_not_depend_on_timing(name):
+    """The tokens order every producer before its consumer: with DRAM 10x slower to answer, slower compute and
+    short queues, a program runs in other cycles and leaves the same DRAM."""
+    cfg = campaign_config(name)
+    t = cfg.timing
+    slow = replace(
+        t,
+        dram_read_latency=10 * t.dram_read_latency,
+        dram_write_latency=10 * t.dram_write_latency,
+        gemm_setup=7 * t.gemm_setup,
+        alu_setup=5 * t.alu_setup,
+        cmd_queue_depth=2,
+        token_queue_depth=2,
+        max_burst_beats=4,
+    )
+    other = replace(cfg, timing=slow)
+    for seed in range(8):
+        runs = []
+        for c in (cfg, other):
+            dev = Device(c)
+            runs.append((random_program(dev, seed).counters.cycles, dev.dram.mem))
+        (fast_cycles, fast), (slow_cycles, slow_mem) = runs
+        assert slow_cycles > fast_cycles
+        assert np.array_equal(fast, slow_mem), seed
