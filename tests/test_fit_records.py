@@ -21,12 +21,8 @@ def _fit(name: str) -> dict:
     return record
 
 
-# records known to be stale, with why (strict: the mark must go once make fit refreshes them)
-_DW_SLOTS = (
-    "vdla_loop_seq.sv's depthwise slot counters take their width from BLOCK_IN (the block8 fix found by vdla fuzz): "
-    "still 5 bits at BLOCK_IN 16, the same logic, but the RTL hash changed; refresh with make fit"
-)
-STALE: dict[str, str] = dict.fromkeys(("zcu104",), _DW_SLOTS)
+# records known to be stale, with why (strict: the mark must go once make fit refreshes them); none today
+STALE: dict[str, str] = {}
 
 
 @pytest.mark.parametrize(
