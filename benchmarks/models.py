@@ -93,12 +93,12 @@ def step_bound(s, artifact) -> float:
     n, c, h, w = s.layer["output"]
     out = -(-n // cfg.batch) * cfg.batch * -(-c // cfg.block_out) * cfg.block_out * h * w
     read = sum(artifact.dram[r].nbytes for r in s.reads)
-    return max(s.macs / (cfg.batch * cfg.block_in * cfg.block_out), (read + out) / cfg.bus_bytes)
+    return max(s.macs / cfg.macs_per_cycle, (read + out) / cfg.bus_bytes)
 
 
 def record(m: SuiteModel, quantization: str, artifact, report, run, cold: float, warm: float) -> dict:
     cfg = artifact.config
-    bound = artifact.total_macs / (cfg.batch * cfg.block_in * cfg.block_out)
+    bound = artifact.total_macs / cfg.macs_per_cycle
     roof = layer_roofline(artifact)
     cpu_ops = sorted({n.op for s in artifact.steps if s.kind == "cpu" for n in s.graph.nodes})
     apart = ("depthwise_conv2d", "depthwise_conv2d+global_avg_pool")  # alone, or with the average of its output
@@ -109,7 +109,7 @@ def record(m: SuiteModel, quantization: str, artifact, report, run, cold: float,
         "quantization": quantization,
         "preset": cfg.name,
         "clock_mhz": cfg.clock_mhz,
-        "latency_ms": round(run.accel_cycles / (cfg.clock_mhz * 1e3), 3),
+        "latency_ms": round(run.accel_ms, 3),
         "fps": round(cfg.clock_mhz * 1e6 / run.accel_cycles, 1) if run.accel_cycles else None,
         "macs": int(artifact.total_macs),
         "accel_mac_share": artifact.accel_macs / artifact.total_macs if artifact.total_macs else 0.0,

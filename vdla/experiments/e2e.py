@@ -234,7 +234,7 @@ def run_e2e(
     want = evaluate(prep.reference, {"image": prep.image})
     exact = np.array_equal(got["logits"], want["logits"])
     prob_diff = float(np.abs(got["probs"] - want["probs"]).max())
-    per_cycle = cfg.batch * cfg.block_in * cfg.block_out
+    per_cycle = cfg.macs_per_cycle
     total_macs = reference_macs(prep.reference)
     return E2EResult(
         model="resnet18",

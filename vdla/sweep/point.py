@@ -211,10 +211,10 @@ def run_model(cfg: HwConfig, ref: dict, rtl: bool, timings: dict) -> dict:
     run = module.last_report
     timings[f"{name}.sim"] = round(time.perf_counter() - t0, 3)
     cycles = int(run.accel_cycles)
-    bound = artifact.total_macs / (cfg.batch * cfg.block_in * cfg.block_out)
+    bound = artifact.total_macs / cfg.macs_per_cycle
     rec = {
         "cycles": cycles,
-        "latency_ms": round(cycles / (cfg.clock_mhz * 1e3), 4),
+        "latency_ms": round(run.accel_ms, 4),
         "fps": round(cfg.clock_mhz * 1e6 / cycles, 2) if cycles else None,
         "macs": int(artifact.total_macs),
         "accel_mac_share": round(artifact.accel_macs / artifact.total_macs, 4) if artifact.total_macs else 0.0,
