@@ -252,10 +252,14 @@ def _differences(signed: dict, now: dict) -> list[str]:
         out.append("image.bin changed")
     for part, label in (("arrays", "cpu.npz array(s)"), ("code", "code object(s)")):
         a, b = signed[part], now[part]
-        changed = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
-        if changed:
-            shown = [f"cpu/{k}.so" for k in changed] if part == "code" else changed
-            out.append(f"{label} {shown[:8]}{' ...' if len(shown) > 8 else ''} changed, added or removed")
+        for verb, names in (
+            ("changed", [k for k in a if k in b and a[k] != b[k]]),
+            ("added", [k for k in b if k not in a]),
+            ("removed", [k for k in a if k not in b]),
+        ):
+            shown = [f"cpu/{k}.so" for k in sorted(names)] if part == "code" else sorted(names)
+            if shown:
+                out.append(f"{label} {shown[:8]}{' ...' if len(shown) > 8 else ''} {verb}")
     return out
 
 
