@@ -144,6 +144,8 @@ def check_artifact(path: Path, mem: dict[str, int], dram_bytes: int) -> tuple[li
     cpu_steps = sum(s.kind == "cpu" for s in artifact.steps)
     notes: list[str] = []
     try:
+        if here is not None and here.name in artifact.cpu_code:
+            artifact.cpu_code[here.name].check()  # corrupt code is a problem, trusted or not (a hash: nothing runs)
         where, _ = choose_cpu_kernels(artifact, "auto", False, notes.append) if cpu_steps else ("none", None)
     except NativeCodeError as e:
         found.append(Finding("CPU code", PROBLEM, f"carries {carried}: {e}", _compile_fix(here)))
