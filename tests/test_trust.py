@@ -126,6 +126,8 @@ def test_trust_add_list_remove_round_trip(keys, store):
     trust_key(b)  # again: still one file
     assert sorted(k.id for k in trusted_keys()) == sorted([a.id, b.id]) and len(list(store.glob("*.pub"))) == 2
     assert {k.id: k.name for k in trusted_keys()}[b.id] == "bob"
+    with pytest.raises(TrustError, match="'0123456789abcdef' is not among the 2 key"):
+        untrust_key("0123456789abcdef")
     assert untrust_key(a.id).raw == a.raw  # by ID
     assert untrust_key(b.text).raw == b.raw  # by the key itself
     assert trusted_keys() == []

@@ -138,7 +138,7 @@ def check_artifact(path: Path, mem: dict[str, int], dram_bytes: int) -> tuple[li
     except (VdlaError, OSError) as e:
         return [Finding("artifact", PROBLEM, str(e), f"vdla compile MODEL.onnx -o {path.name} (again)")], None
     found = [Finding("artifact", OK, f"{path}: config {artifact.config.name!r} (hash {artifact.config.hash:#010x})")]
-    found.append(check_signature(artifact))
+    found.append(check_trust(artifact))
     carried = ", ".join(artifact.cpu_code) or "none"
     here = target_for_machine(machine())
     cpu_steps = sum(s.kind == "cpu" for s in artifact.steps)
@@ -178,7 +178,7 @@ def check_artifact(path: Path, mem: dict[str, int], dram_bytes: int) -> tuple[li
     return found, artifact
 
 
-def check_signature(artifact) -> Finding:
+def check_trust(artifact) -> Finding:
     """The artifact's signature (as loaded: one that failed was refused) against this machine's trusted keys:
     ok when signed by a trusted key, a note otherwise (its native code then loads only with --trust-native)."""
     from vdla.model.trust import describe, distrust_reason

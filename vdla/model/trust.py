@@ -351,7 +351,10 @@ def untrust_key(spec: str, store: str | Path | None = None) -> PublicKey:
     """Stop trusting the key ``spec`` names (the key, a file holding it, or its ID); returns it."""
     keys = trusted_keys(store)
     spec = spec.strip()
-    match = [k for k in keys if k.id == spec.lower()] or [k for k in keys if k.raw == read_public_key(spec).raw]
+    match = [k for k in keys if k.id == spec.lower()]
+    if not match and (spec.startswith(KEY_PREFIX) or Path(spec).is_file()):
+        raw = read_public_key(spec).raw
+        match = [k for k in keys if k.raw == raw]
     if not match:
         raise TrustError(f"{spec!r} is not among the {len(keys)} key(s) trusted in {_store(store)} (vdla trust list)")
     (_store(store) / f"{match[0].id}.pub").unlink()
