@@ -163,7 +163,7 @@ def test_a_signed_artifact_runs_native_only_where_its_key_is_trusted(signed, key
     assert load(signed["signed"]).cpu_kernels == "jit"  # another key trusted: still not
     trust_key(a)
     module = load(signed["signed"])
-    assert module.cpu_kernels == "native" and capsys.readouterr().err.count("note") == 1  # the first load's
+    assert module.cpu_kernels == "native" and capsys.readouterr().err.count("note") == 1  # b's load only
     np.testing.assert_array_equal(module.run(_x(2)), load(signed["unsigned"], cpu_kernels="jit").run(_x(2)))
     untrust_key(a.id)
     assert load(signed["signed"]).cpu_kernels == "jit"
