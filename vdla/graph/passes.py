@@ -14,6 +14,10 @@ outputs (under the same names), which :func:`vdla.graph.verify.verify` accepts.
   or matmul: that int8 weight is what the quantized lowering (:mod:`vdla.graph.qdq`) consumes;
 * :func:`fuse_layer_norm`: layer normalization written out (mean, deviation, squared, mean, plus epsilon,
   square root, division, then optionally times a scale and plus a bias) becomes one ``layer_norm`` node;
+* :func:`sink_reshapes`: a reshape keeping the last axis whose only reader is an elementwise node over
+  constants of one element or of the last axis (the bias add and activation after a MatMul flattened into a
+  dense layer) moves after that node, and a reshape of a reshape reads the first one's input, so the dense
+  layer's bias, activation and the next layer's flattening meet it with no reshape between;
 * :func:`eliminate_dead_code`: nodes and parameters no graph output depends on are dropped;
 * :func:`simplify`: identities, constants, batch norms, layer norms, dead code (constants before batch
   norms: their statistics may be constant expressions, e.g. dequantized in a QDQ model), each verified
@@ -29,6 +33,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from vdla.graph.ew import EW
 from vdla.graph.graph import Graph, Node
 from vdla.graph.interp import evaluate_node
 from vdla.graph.opnames import (
@@ -333,6 +338,78 @@ def fuse_layer_norm(graph: Graph) -> Graph:
     return graph.copy(nodes=nodes)
 
 
+def _row_operand(value: str, params: dict[str, np.ndarray], rank: int, last: int) -> np.ndarray | None:
+    """The constant ``value`` as an operand of rank at most ``rank`` broadcasting along the last axis only
+    (one element, or ``last`` elements on the last axis), or None where it is not such a constant."""
+    p = params.get(value)
+    if p is None or (p.size != 1 and (p.ndim == 0 or p.shape[-1] != last or p.size != last)):
+        return None
+    return p if p.ndim <= rank else p.reshape(p.shape[-1:] if p.size == last else ())
+
+
+def _sink_one(graph: Graph, types: dict[str, TensorType], node: Node) -> Graph | None:
+    """``graph`` with the elementwise ``node`` computed before the reshapes it reads and one reshape after it
+    (:func:`sink_reshapes`), or None where it cannot be: a tensor input that is neither such a reshape (all
+    of one input shape, keeping the last axis) nor a constant of one element or of the last axis."""
+    producers = graph.producers()
+    shapes = {
+        (types[producers[v].inputs[0]].shape, types[v].shape)
+        for v in node.inputs
+        if v in producers and producers[v].op == RESHAPE
+    }
+    if node.op not in EW or len(shapes) != 1:
+        return None
+    ((x, y),) = shapes
+    if not x or not y or x[-1] != y[-1] or types[node.output].shape != y:
+        return None
+    params, inputs = dict(graph.params), []
+    for v in node.inputs:
+        if v in producers and producers[v].op == RESHAPE:
+            inputs.append(producers[v].inputs[0])
+            continue
+        p = _row_operand(v, params, len(x), x[-1])
+        if p is None:
+            return None
+        if p is not params[v]:
+            v = fresh_name(f"{v}:row", set(params) | set(types))
+            params[v] = p
+        inputs.append(v)
+    flat = fresh_name(f"{node.output}:flat", set(params) | set(types))
+    moved = Node(node.op, tuple(inputs), flat, dict(node.attrs))
+    after = Node(RESHAPE, (flat,), node.output, {"shape": y})
+    nodes = list(graph.nodes)
+    at = nodes.index(node)
+    nodes[at : at + 1] = [moved, after]
+    return graph.copy(nodes=nodes, params=params)
+
+
+def sink_reshapes(graph: Graph) -> Graph:
+    """Each elementwise node whose tensor inputs are reshapes keeping the last axis (of one input shape) or
+    constants of one element or of the last axis computed before the reshapes, one reshape after it,
+    repeatedly (a bias add, then a GELU written out with its diamond); then each reshape of a reshape reads
+    the first one's input (a reshape to the same shape then is an identity, :func:`remove_identities`), and
+    the reshapes no longer read are dropped. Exact: an elementwise function of each element and its column
+    commutes with a reshape that keeps the columns."""
+    while True:
+        types, moved = infer_types(graph), None
+        for n in graph.nodes:
+            moved = _sink_one(graph, types, n) if n.op in EW else None
+            if moved is not None:
+                break
+        if moved is None:
+            break
+        graph = moved
+    producers = graph.producers()
+    nodes = []
+    for n in graph.nodes:
+        first = producers.get(n.inputs[0]) if n.op == RESHAPE else None
+        while first is not None and first.op == RESHAPE:
+            n = Node(n.op, first.inputs, n.output, dict(n.attrs))
+            first = producers.get(n.inputs[0])
+        nodes.append(n)
+    return eliminate_dead_code(remove_identities(graph.copy(nodes=nodes)))
+
+
 def eliminate_dead_code(graph: Graph) -> Graph:
     """Drop nodes and parameters that no graph output depends on (graph inputs stay: they are the
     interface)."""
@@ -352,6 +429,7 @@ PASSES: tuple[tuple[str, Pass], ...] = (
     ("fold_constants", fold_constants),  # first: batch-norm statistics may be computed from constants
     ("fold_batch_norm", fold_batch_norm),
     ("fuse_layer_norm", fuse_layer_norm),
+    ("sink_reshapes", sink_reshapes),
     ("eliminate_dead_code", eliminate_dead_code),
 )
 
