@@ -5,6 +5,7 @@ model bit-exact against the lowered quantized graph and close to onnxruntime's f
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -126,11 +127,18 @@ def _activations(count: int, seed: int) -> np.ndarray:
     return np.random.default_rng(seed).normal(0, 1, (count, 1, TOKENS, DIM)).astype(np.float32)
 
 
-@pytest.mark.parametrize("form", ["none", "tanh", "erf", "tanh_written_out"])
-def test_gelu_runs_in_the_epilogue_of_the_dense_layer_before_it(form):
+@functools.cache
+def compiled_mlp(form: str) -> tuple:
+    """The MLP block with GELU in ``form``: the ONNX model, its quantized graph (vdla's calibration) and the
+    artifact for ``pynq``."""
     model = mlp_model(form)
     qgraph, _ = quantize_model(simplify(import_onnx(model)), {"x": _activations(8, 1)[:, 0]}, "percentile")
-    art, _ = compile_graph_model(qgraph, "pynq")
+    return model, qgraph, compile_graph_model(qgraph, "pynq")[0]
+
+
+@pytest.mark.parametrize("form", ["none", "tanh", "erf", "tanh_written_out"])
+def test_gelu_runs_in_the_epilogue_of_the_dense_layer_before_it(form):
+    model, qgraph, art = compiled_mlp(form)
     accel = [s for s in art.steps if s.kind == "accel"]
     assert [s.layer["op"] for s in accel] == ["dense", "dense"]
     assert art.accel_macs == art.total_macs
@@ -144,4 +152,12 @@ def test_gelu_runs_in_the_epilogue_of_the_dense_layer_before_it(form):
         got = module.run(x)
         np.testing.assert_array_equal(got, evaluate(low, {"x": x})["y"])
         assert cosine(got, session.run(None, {"x": x})[0]) >= 0.995
+    module.close()
+
+
+def test_gelu_in_the_epilogue_is_bit_exact_on_each_backend(backend):
+    _, qgraph, art = compiled_mlp("erf")
+    module, low = Module(art, backend), lower_qdq(qgraph)
+    for x in _activations(2, 11):
+        np.testing.assert_array_equal(module.run(x), evaluate(low, {"x": x})["y"])
     module.close()
