@@ -60,13 +60,17 @@ def test_sink_reshapes_moves_the_flattening_after_the_bias_and_activation():
     np.testing.assert_array_equal(evaluate(out, {"x": x})["y"], evaluate(g, {"x": x})["y"])
 
 
-def test_sink_reshapes_leaves_a_reshape_that_moves_the_last_axis():
+@pytest.mark.parametrize(
+    "x_shape, shape",
+    [((3, 4), (2, 6)), ((1, 2, 5, 8), (2, 5, 8))],  # the last axis moves; no (rows, columns) value (a head's slice)
+)
+def test_sink_reshapes_leaves_other_reshapes(x_shape, shape):
     nodes = [
-        Node("reshape", ("x",), "r", {"shape": (2, 6)}),
-        Node("gelu", ("r",), "y", {"approximate": "none"}),
+        Node("reshape", ("x",), "r", {"shape": shape}),
+        Node("quantize", ("r",), "y", {"scale": 0.5, "zero_point": 0}),
     ]
-    g = Graph({"x": TensorType((3, 4), "float32")}, nodes, ["y"])
-    assert [n.op for n in sink_reshapes(g).nodes] == ["reshape", "gelu"]
+    g = Graph({"x": TensorType(x_shape, "float32")}, nodes, ["y"])
+    assert [n.op for n in sink_reshapes(g).nodes] == ["reshape", "quantize"]
 
 
 def _gelu_nodes(form: str, x: str, y: str) -> tuple[list, list]:

@@ -14,10 +14,11 @@ outputs (under the same names), which :func:`vdla.graph.verify.verify` accepts.
   or matmul: that int8 weight is what the quantized lowering (:mod:`vdla.graph.qdq`) consumes;
 * :func:`fuse_layer_norm`: layer normalization written out (mean, deviation, squared, mean, plus epsilon,
   square root, division, then optionally times a scale and plus a bias) becomes one ``layer_norm`` node;
-* :func:`sink_reshapes`: a reshape keeping the last axis whose only reader is an elementwise node over
-  constants of one element or of the last axis (the bias add and activation after a MatMul flattened into a
-  dense layer) moves after that node, and a reshape of a reshape reads the first one's input, so the dense
-  layer's bias, activation and the next layer's flattening meet it with no reshape between;
+* :func:`sink_reshapes`: a reshape of a (rows, columns) value keeping the columns as its last axis (a
+  MatMul flattened into a dense layer, unflattened) moves after the elementwise nodes reading it over
+  constants of one element or of the last axis (its bias add, activation, quantizations), and a reshape of
+  a reshape reads the first one's input, so the dense layer's bias, activation and the next layer's
+  flattening meet it with no reshape between;
 * :func:`eliminate_dead_code`: nodes and parameters no graph output depends on are dropped;
 * :func:`simplify`: identities, constants, batch norms, layer norms, dead code (constants before batch
   norms: their statistics may be constant expressions, e.g. dequantized in a QDQ model), each verified
@@ -350,7 +351,8 @@ def _row_operand(value: str, params: dict[str, np.ndarray], rank: int, last: int
 def _sink_one(graph: Graph, types: dict[str, TensorType], node: Node) -> Graph | None:
     """``graph`` with the elementwise ``node`` computed before the reshapes it reads and one reshape after it
     (:func:`sink_reshapes`), or None where it cannot be: a tensor input that is neither such a reshape (all
-    of one input shape, keeping the last axis) nor a constant of one element or of the last axis."""
+    of one (rows, columns) input shape, keeping the columns) nor a constant of one element or of the last
+    axis."""
     producers = graph.producers()
     shapes = {
         (types[producers[v].inputs[0]].shape, types[v].shape)
@@ -360,7 +362,7 @@ def _sink_one(graph: Graph, types: dict[str, TensorType], node: Node) -> Graph |
     if node.op not in EW or len(shapes) != 1:
         return None
     ((x, y),) = shapes
-    if not x or not y or x[-1] != y[-1] or types[node.output].shape != y:
+    if len(x) != 2 or not y or x[-1] != y[-1] or types[node.output].shape != y:
         return None
     params, inputs = dict(graph.params), []
     for v in node.inputs:
@@ -384,7 +386,8 @@ def _sink_one(graph: Graph, types: dict[str, TensorType], node: Node) -> Graph |
 
 
 def sink_reshapes(graph: Graph) -> Graph:
-    """Each elementwise node whose tensor inputs are reshapes keeping the last axis (of one input shape) or
+    """Each elementwise node whose tensor inputs are reshapes of one (rows, columns) shape (a dense layer's,
+    a flattened MatMul's) keeping the columns as the last axis, or
     constants of one element or of the last axis computed before the reshapes, one reshape after it,
     repeatedly (a bias add, then a GELU written out with its diamond); then each reshape of a reshape reads
     the first one's input (a reshape to the same shape then is an identity, :func:`remove_identities`), and
