@@ -12,7 +12,8 @@ outputs (under the same names), which :func:`vdla.graph.verify.verify` accepts.
 * :func:`fold_constants`: a node whose inputs are all parameters is evaluated (:mod:`vdla.graph.interp`)
   and becomes a parameter, except a ``dequantize`` producing the weight of a conv2d, conv_transpose, dense
   or matmul: that int8 weight is what the quantized lowering (:mod:`vdla.graph.qdq`) consumes;
-* :func:`fuse_layer_norm`: layer normalization written out (mean, deviation, squared, mean, plus epsilon,
+* :func:`fuse_layer_norm`: layer normalization written out (mean, deviation, squared by a product or a
+  ``pow`` of 2, mean, plus epsilon,
   square root, division, then optionally times a scale and plus a bias) becomes one ``layer_norm`` node;
 * :func:`sink_reshapes`: a reshape of a (rows, columns) value keeping the columns as its last axis (a
   MatMul flattened into a dense layer, unflattened) moves after the elementwise nodes reading it over
@@ -52,6 +53,7 @@ from vdla.graph.opnames import (
     MATMUL,
     MUL,
     PAD,
+    POW,
     REDUCE,
     RESHAPE,
     SQRT,
@@ -265,6 +267,21 @@ class _Uses:
         return nodes[0] if ok else None
 
 
+def _squares(node: Node | None, value: str, params: dict[str, np.ndarray]) -> bool:
+    """Whether ``node`` squares ``value``: ``value * value``, or ``value ** 2`` (an exporter's Pow, the
+    exponent an attribute or a one-element parameter)."""
+    if node is None or node.inputs[0] != value:
+        return False
+    if node.op == MUL:
+        return node.inputs == (value, value)
+    if node.op != POW:
+        return False
+    if len(node.inputs) == 1:
+        return float(node.attrs.get("y", 0)) == 2.0
+    e = params.get(node.inputs[1])
+    return len(node.inputs) == 2 and e is not None and e.size == 1 and float(e.reshape(())) == 2.0
+
+
 def _layer_norm_chain(div: Node, producers: dict[str, Node], types: dict[str, TensorType], uses: _Uses, params):
     """The nodes ``mean, d = x - mean, d * d, mean, + eps, sqrt, d / sqrt`` ending at ``div``, with ``x``,
     the axes and epsilon, when each intermediate is read by the next step only; else None."""
@@ -280,7 +297,7 @@ def _layer_norm_chain(div: Node, producers: dict[str, Node], types: dict[str, Te
     ve = producers.get(std.inputs[0])
     var = producers.get(ve.inputs[0]) if ve is not None else None
     sq = producers.get(var.inputs[0]) if var is not None else None
-    if sq is None or sq.op != MUL or sq.inputs != (d.output, d.output) or _mean_axes(var, types) != axes:
+    if not _squares(sq, d.output, params) or _mean_axes(var, types) != axes:
         return None
     eps = _epsilon(ve, var.output, params)
     d_readers = {n.output for n in uses.readers[d.output]}
@@ -317,7 +334,7 @@ def _layer_norm_match(
 
 
 def fuse_layer_norm(graph: Graph) -> Graph:
-    """Each layer normalization written out as ``d = x - mean(x)``, ``d * d``, its mean, ``+ epsilon``,
+    """Each layer normalization written out as ``d = x - mean(x)``, ``d * d`` (or ``d ** 2``), its mean, ``+ epsilon``,
     ``sqrt``, ``d / that`` (the means over the same trailing axes, keeping them; every intermediate read by
     the next step only), then optionally ``* scale`` and ``+ bias`` (tensors broadcasting to ``x``),
     becomes one ``layer_norm`` node with the same float semantics (computed in float64, rounded once)."""
