@@ -2,6 +2,7 @@
 transformers' own activations (issue 53; docs/transformers.md).
 
     python benchmarks/transformer_ops.py [--json benchmarks/transformer_ops.json] [--tests 4] [--calib 16]
+        [--deit PRESET ...]
 
 For ``vit_tiny`` and ``bert_tiny`` of ``vdla.zoo.suite``, the float graph is evaluated on seeded calibration
 and test inputs (images, token ids with padded tails) and every gelu, softmax and layer_norm input is kept. Each
@@ -11,6 +12,11 @@ computes the operator in integers from those int8 values only. The result is com
 operator on the float input (float64): largest and RMS error and cosine, per operator node; for softmax in
 units of the int8 output step 1/127 (probabilities), for LayerNorm in units of the output's own step
 (its float range over 127).
+
+``--deit PRESET``: DeiT-Tiny at 224 (``vdla.zoo.models.deit_tiny``, seeded weights, 12 layers) compiled with
+vdla's calibration for each preset (a name or a JSON config file) and run on the simulator on ``--tests``
+images (``suite_images``): MACs, the accelerator's share, CPU steps, cycles and their ratio to the MAC bound,
+the cosine of the logits with onnxruntime's float model, and the CPU operators left.
 
 GELU (``table``): the 256-entry int8 table the compiler puts in the dense layer's epilogue,
 ``round(gelu(s q) / s_out)`` clamped to int8, the output scale the calibrated one of GELU's output.
@@ -43,10 +49,15 @@ from pathlib import Path
 
 import numpy as np
 
+from vdla.config import load_config
 from vdla.frontend.onnx import import_onnx
+from vdla.frontend.reference import reference_session
 from vdla.graph.interp import evaluate
 from vdla.graph.passes import simplify
-from vdla.zoo.suite import SUITE
+from vdla.model import Module
+from vdla.model.pipeline import CompileOptions, compile_model
+from vdla.zoo.models import cosine, deit_tiny
+from vdla.zoo.suite import SUITE, suite_images
 
 PERCENTILE = 99.99
 EXP_BITS = 15  # the table's exp values: 15 bits, two int8 tables (high and low byte)
@@ -226,16 +237,44 @@ def measure(name: str, calib: int, tests: int) -> list[dict]:
     return records
 
 
+def deit(preset: str, calib: int, tests: int) -> dict:
+    """DeiT-Tiny at 224 on ``preset`` (module docstring)."""
+    model, shape = deit_tiny(), {"image": (1, 3, 224, 224)}
+    options = CompileOptions(config=preset, input_shapes=shape)
+    art, _ = compile_model(model, {"image": suite_images(calib, 224, 1)}, options)
+    module, session = Module(art, "sim"), reference_session(model)
+    cosines = []
+    for x in suite_images(tests, 224, 7):
+        cosines.append(cosine(module.run(x[None]), session.run(None, {"image": x[None]})[0]))
+    run, cfg = module.last_report, art.config
+    bound = art.total_macs / cfg.macs_per_cycle
+    return {
+        "model": "deit_tiny",
+        "preset": load_config(preset).name,
+        "macs": int(art.total_macs),
+        "accel_mac_share": art.accel_macs / art.total_macs,
+        "cpu_steps": sum(s.kind == "cpu" for s in art.steps),
+        "accel_cycles": int(run.accel_cycles),
+        "ratio": run.accel_cycles / bound,
+        "cosine_min": min(cosines),
+        "cpu_ops": sorted({n.op for s in art.steps if s.kind == "cpu" for n in s.graph.nodes}),
+    }
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", type=Path)
     ap.add_argument("--tests", type=int, default=4)
     ap.add_argument("--calib", type=int, default=16)
+    ap.add_argument("--deit", nargs="*", default=[], help="presets to run DeiT-Tiny at 224 on")
     args = ap.parse_args()
     records = [r for name in ("vit_tiny", "bert_tiny") for r in measure(name, args.calib, args.tests)]
     for r in records:
         figs = {k: v for k, v in r.items() if isinstance(v, dict)}
         print(r["model"], r["node"], r["op"], f"row {r['row']}", json.dumps(figs))
+    for preset in args.deit:
+        records.append(deit(preset, args.calib, args.tests))
+        print(json.dumps(records[-1]))
     if args.json:
         args.json.write_text(json.dumps(records, indent=2) + "\n")
     return 0
