@@ -186,3 +186,22 @@ def test_deit_as_torch_exports_it_runs_gelu_on_the_accelerator_and_one_layer_nor
     for x in suite_images(2, 64, 7):
         assert cosine(module.run(x[None]), session.run(None, {"image": x[None]})[0]) >= 0.99
     module.close()
+
+
+@pytest.mark.parametrize("form", ["none", "erf"])
+def test_onnxruntime_qdq_mlp_runs_its_gelu_in_the_dense_epilogue(form):
+    """onnxruntime's QDQ model of the MLP block (quantize/dequantize pairs around the bias add and the GELU):
+    the two layers back to back on the accelerator, within one output step of onnxruntime's int8 reference."""
+    from vdla.frontend.reference import reference_run
+    from vdla.model.pipeline import compile_model
+    from vdla.zoo.models import qdq_output_scale, quantize_qdq
+
+    qmodel = quantize_qdq(mlp_model(form), _activations(8, 1)[:, 0], input_name="x")
+    art, _ = compile_model(qmodel)
+    assert [s.kind for s in art.steps] == ["cpu", "accel", "accel", "cpu"], [s.name for s in art.steps]
+    step = qdq_output_scale(qmodel, "y")
+    module = Module(art, "sim")
+    for x in _activations(2, 13):
+        got, want = module.run(x), reference_run(qmodel, {"x": x})["y"]
+        assert np.abs(got - want).max() <= step * 1.01 and np.mean(got == want) > 0.95
+    module.close()
