@@ -13,8 +13,8 @@ outputs (under the same names), which :func:`vdla.graph.verify.verify` accepts.
   and becomes a parameter, except a ``dequantize`` producing the weight of a conv2d, conv_transpose, dense
   or matmul: that int8 weight is what the quantized lowering (:mod:`vdla.graph.qdq`) consumes;
 * :func:`fuse_layer_norm`: layer normalization written out (mean, deviation, squared by a product or a
-  ``pow`` of 2, mean, plus epsilon,
-  square root, division, then optionally times a scale and plus a bias) becomes one ``layer_norm`` node;
+  ``pow`` of 2, mean, plus epsilon, square root, division, then optionally times a scale and plus a bias)
+  becomes one ``layer_norm`` node;
 * :func:`sink_reshapes`: a reshape of a (rows, columns) value keeping the columns as its last axis (a
   MatMul flattened into a dense layer, unflattened) moves after the elementwise nodes reading it over
   constants of one element or of the last axis (its bias add, activation, quantizations), and a reshape of
@@ -60,7 +60,7 @@ from vdla.graph.opnames import (
     SUB,
     TRANSPOSE,
 )
-from vdla.graph.ops import infer_types, norm_type
+from vdla.graph.ops import infer, infer_types, norm_type
 from vdla.graph.types import TensorType, UnsupportedError
 from vdla.graph.verify import maybe_verify
 
@@ -334,10 +334,11 @@ def _layer_norm_match(
 
 
 def fuse_layer_norm(graph: Graph) -> Graph:
-    """Each layer normalization written out as ``d = x - mean(x)``, ``d * d`` (or ``d ** 2``), its mean, ``+ epsilon``,
-    ``sqrt``, ``d / that`` (the means over the same trailing axes, keeping them; every intermediate read by
-    the next step only), then optionally ``* scale`` and ``+ bias`` (tensors broadcasting to ``x``),
-    becomes one ``layer_norm`` node with the same float semantics (computed in float64, rounded once)."""
+    """Each layer normalization written out as ``d = x - mean(x)``, ``d * d`` (or ``d ** 2``), its mean,
+    ``+ epsilon``, ``sqrt``, ``d / that`` (the means over the same trailing axes, keeping them; every
+    intermediate read by the next step only), then optionally ``* scale`` and ``+ bias`` (tensors
+    broadcasting to ``x``), becomes one ``layer_norm`` node with the same float semantics (computed in
+    float64, rounded once)."""
     types = infer_types(graph)
     uses = _Uses(graph)
     producers = graph.producers()
@@ -365,12 +366,11 @@ def _row_operand(value: str, params: dict[str, np.ndarray], rank: int, last: int
     return p if p.ndim <= rank else p.reshape(p.shape[-1:] if p.size == last else ())
 
 
-def _sink_one(graph: Graph, types: dict[str, TensorType], node: Node) -> Graph | None:
+def _sink_one(graph: Graph, types: dict[str, TensorType], producers: dict[str, Node], node: Node) -> Graph | None:
     """``graph`` with the elementwise ``node`` computed before the reshapes it reads and one reshape after it
-    (:func:`sink_reshapes`), or None where it cannot be: a tensor input that is neither such a reshape (all
-    of one (rows, columns) input shape, keeping the columns) nor a constant of one element or of the last
-    axis."""
-    producers = graph.producers()
+    (:func:`sink_reshapes`; ``types`` gains the new values'), or None where it cannot be: a tensor input
+    that is neither such a reshape (all of one (rows, columns) input shape, keeping the columns) nor a
+    constant of one element or of the last axis."""
     shapes = {
         (types[producers[v].inputs[0]].shape, types[v].shape)
         for v in node.inputs
@@ -395,25 +395,29 @@ def _sink_one(graph: Graph, types: dict[str, TensorType], node: Node) -> Graph |
         inputs.append(v)
     flat = fresh_name(f"{node.output}:flat", set(params) | set(types))
     moved = Node(node.op, tuple(inputs), flat, dict(node.attrs))
-    after = Node(RESHAPE, (flat,), node.output, {"shape": y})
+    for v in inputs:  # the new values' types: the reshaped constants' and the moved node's
+        if v not in types:
+            types[v] = TensorType.of(params[v], v)
+    types[flat] = infer(moved, [types[v] for v in inputs], params)
     nodes = list(graph.nodes)
     at = nodes.index(node)
-    nodes[at : at + 1] = [moved, after]
+    nodes[at : at + 1] = [moved, Node(RESHAPE, (flat,), node.output, {"shape": y})]
     return graph.copy(nodes=nodes, params=params)
 
 
 def sink_reshapes(graph: Graph) -> Graph:
     """Each elementwise node whose tensor inputs are reshapes of one (rows, columns) shape (a dense layer's,
-    a flattened MatMul's) keeping the columns as the last axis, or
-    constants of one element or of the last axis computed before the reshapes, one reshape after it,
-    repeatedly (a bias add, then a GELU written out with its diamond); then each reshape of a reshape reads
+    a flattened MatMul's) keeping the columns as the last axis, or constants of one element or of the last
+    axis, computed before the reshapes, one reshape after it, repeatedly (a bias add, then a GELU written out
+    with its diamond); then each reshape of a reshape reads
     the first one's input (a reshape to the same shape then is an identity, :func:`remove_identities`), and
     the reshapes no longer read are dropped. Exact: an elementwise function of each element and its column
     commutes with a reshape that keeps the columns."""
+    types, moved = infer_types(graph), None
     while True:
-        types, moved = infer_types(graph), None
+        producers = graph.producers()
         for n in graph.nodes:
-            moved = _sink_one(graph, types, n) if n.op in EW else None
+            moved = _sink_one(graph, types, producers, n) if n.op in EW else None
             if moved is not None:
                 break
         if moved is None:
