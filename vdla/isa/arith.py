@@ -50,6 +50,18 @@ def mul_shift(x: np.ndarray | int, multiplier: np.ndarray | int, shift: np.ndarr
     return wrap32(rounding_shift(p, shift, MUL_MAX_SHIFT))
 
 
+def shift_lanes(a: np.ndarray | int, amount: np.ndarray | int, rounding: bool = False) -> np.ndarray:
+    """The ALU's SHR (``rounding``: RSHR) on int32 values: ``s = clamp(amount, -31, 31)``; ``a >> s``
+    (arithmetic; RSHR adds ``2^(s-1)`` first, computed without overflow) for ``s >= 0``, else ``a << -s``,
+    wrapped to int32. ``amount`` is an immediate or, lane by lane, a row's own values. Returned as int64."""
+    a = np.asarray(a, np.int64)
+    s = np.clip(np.asarray(amount, np.int64), -31, 31)
+    right = np.maximum(s, 0)
+    if rounding:
+        a = a + np.where(right > 0, np.left_shift(1, np.maximum(right - 1, 0)), 0)
+    return wrap32(np.where(s >= 0, a >> right, a << np.maximum(-s, 0)))
+
+
 def requantize(
     x: np.ndarray,
     multiplier: np.ndarray | int = 1,

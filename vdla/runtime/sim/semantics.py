@@ -12,7 +12,7 @@ import numpy as np
 
 from vdla.config import DW_MAX_K, HwConfig
 from vdla.isa import AluInsn, AluOp, EpiInsn, GemmInsn, Insn, MemInsn, MemType, clip_bounds, decode_uops, elem_bytes
-from vdla.isa.arith import INT8_MAX, INT8_MIN, mul_shift, requantize
+from vdla.isa.arith import INT8_MAX, INT8_MIN, mul_shift, requantize, shift_lanes
 from vdla.isa.pipe import pipe_hazard
 from vdla.runtime.backend import FaultError
 from vdla.runtime.dram import Dram
@@ -361,11 +361,7 @@ def _alu_apply(op: AluOp, a: np.ndarray, b: np.ndarray, shift: int = 0) -> np.nd
     elif op == AluOp.MUL:
         r = mul_shift(a, b, shift)
     elif op in (AluOp.SHR, AluOp.RSHR):
-        s = np.clip(b, -31, 31)
-        right = np.maximum(s, 0)
-        if op == AluOp.RSHR:
-            a = a + np.where(right > 0, np.left_shift(1, np.maximum(right - 1, 0)), 0)
-        r = np.where(s >= 0, a >> right, a << np.maximum(-s, 0))
+        r = shift_lanes(a, b, rounding=op == AluOp.RSHR)
     elif op == AluOp.CLIP:
         lo, hi = clip_bounds(b)
         r = np.minimum(np.maximum(a, lo), hi)
