@@ -16,12 +16,14 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from vdla.graph import layernorm as ln
 from vdla.graph.epilogue import Epilogue
 from vdla.graph.ew import EW, Arg, EwStep, StepTypes, step_result_dtype
 from vdla.graph.ewmath import Math
+from vdla.graph.layernorm import IntLayerNorm
 from vdla.graph.types import INT_RANGE, TensorType, UnsupportedError, is_float
 from vdla.graph.window import Window
-from vdla.isa.arith import MAX_SHIFT, MUL_MAX_SHIFT, mul_shift, requantize, rounding_shift, wrap32
+from vdla.isa.arith import MAX_SHIFT, MUL_MAX_SHIFT, mul_shift, requantize, rounding_shift, shift_lanes, wrap32
 
 
 def windows(x: np.ndarray, window: Window, fill: float | int = 0) -> np.ndarray:
@@ -777,6 +779,56 @@ def normalize(
         if bias is not None:
             y = y + bias.astype(np.float64)
     return y.astype(np.float32)
+
+
+def layer_norm_int(q: np.ndarray, p: IntLayerNorm) -> np.ndarray:
+    """LayerNorm over the last axis of int8 ``q`` (rows of ``p.n`` values) -> int8, step by step as the
+    accelerator computes it (:mod:`vdla.graph.layernorm`): the exact int32 statistics, ``k`` and ``1/sqrt`` by
+    Newton in fixed point, the normalized value, gamma and beta per channel, the requantization."""
+    if q.shape[-1] != p.n:
+        raise UnsupportedError("layer_norm", f"rows of {q.shape[-1]} values, the parameters' {p.n}")
+    d, v = layer_norm_stats(q, p.prescale, p.epsilon)
+    k = rsqrt_exponent(v)
+    z = shift_lanes(mul_shift(d, rsqrt_fixed(v, k), ln.Z_SHIFT), k - p.prescale, rounding=True)
+    w = mul_shift(z, np.asarray(p.multipliers, np.int64), p.gamma_shift) + np.asarray(p.biases, np.int64)
+    return requantize(w, 1, ln.OUT_FRAC)
+
+
+def layer_norm_stats(q: np.ndarray, prescale: int, epsilon: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(d, V)`` of int8 rows ``q`` (last axis, ``n`` values): ``d = n q - S1`` and ``V = max(SHR(n S2 - S1^2,
+    -2 prescale) + epsilon, 1)``, ``S1``/``S2`` the row sums of ``q`` and of its square planes (keepdims)."""
+    n = q.shape[-1]
+    x = np.asarray(q, np.int64)
+    hi, lo = ln.square_planes(q)
+    s1 = x.sum(axis=-1, keepdims=True)
+    s2 = 256 * hi.astype(np.int64).sum(axis=-1, keepdims=True) + lo.astype(np.int64).sum(axis=-1, keepdims=True)
+    d = mul_shift(x, n) - s1
+    v = shift_lanes(mul_shift(s2, n) - mul_shift(s1, s1), -2 * prescale) + epsilon
+    return wrap32(d), np.maximum(wrap32(v), 1)
+
+
+def rsqrt_exponent(v: np.ndarray) -> np.ndarray:
+    """``k = floor(log2(v) / 2)`` of positive int32 ``v`` by the ALU's binary search: for each step ``b`` of
+    :data:`~vdla.graph.layernorm.K_STEPS`, ``c = b min(v >> 2b, 1)``, ``v >>= 2c`` (a lane's own amount),
+    ``k += c``."""
+    w, k = np.asarray(v, np.int64), np.zeros(np.shape(v), np.int64)
+    for b in ln.K_STEPS:
+        c = mul_shift(np.minimum(shift_lanes(w, 2 * b), 1), b)
+        w = shift_lanes(w, 2 * c)
+        k = k + c
+    return k
+
+
+def rsqrt_fixed(v: np.ndarray, k: np.ndarray) -> np.ndarray:
+    """``y ~ 2^FRAC / sqrt(m)``, ``m = v 4^-k`` in [1, 4) held as ``SHR(v, 2k - FRAC)``: the seed, then Newton's
+    ``y <- MUL(y, 3 - MUL(m, MUL(y, y) >> F) >> F) >> (F + 1)`` (``F`` = FRAC, each product rounded once)."""
+    f = ln.FRAC
+    m = shift_lanes(v, 2 * k - f)
+    y = np.full(np.shape(v), ln.SEED[0] << (f - ln.SEED[1]), np.int64)
+    for _ in range(ln.ITERATIONS):
+        t = (3 << f) - mul_shift(m, mul_shift(y, y, f), f)
+        y = mul_shift(y, t, f + 1)
+    return y
 
 
 def cumsum(
