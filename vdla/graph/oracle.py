@@ -809,24 +809,25 @@ def layer_norm_stats(q: np.ndarray, prescale: int, epsilon: int) -> tuple[np.nda
 
 def rsqrt_exponent(v: np.ndarray) -> np.ndarray:
     """``k = floor(log2(v) / 2)`` of positive int32 ``v`` by the ALU's binary search: for each step ``b`` of
-    :data:`~vdla.graph.layernorm.K_STEPS`, ``c = b min(v >> 2b, 1)``, ``v >>= 2c`` (a lane's own amount),
-    ``k += c``."""
+    :data:`~vdla.graph.layernorm.K_STEPS`, ``c2 = 2b min(v >> 2b, 1)``, ``v >>= c2`` (a lane's own amount),
+    ``k += c2 >> 1``."""
     w, k = np.asarray(v, np.int64), np.zeros(np.shape(v), np.int64)
     for b in ln.K_STEPS:
-        c = mul_shift(np.minimum(shift_lanes(w, 2 * b), 1), b)
-        w = shift_lanes(w, 2 * c)
-        k = k + c
+        c2 = mul_shift(np.minimum(shift_lanes(w, 2 * b), 1), 2 * b)
+        w = shift_lanes(w, c2)
+        k = k + shift_lanes(c2, 1)
     return k
 
 
 def rsqrt_fixed(v: np.ndarray, k: np.ndarray) -> np.ndarray:
-    """``y ~ 2^FRAC / sqrt(m)``, ``m = v 4^-k`` in [1, 4) held as ``SHR(v, 2k - FRAC)``: the seed, then Newton's
-    ``y <- MUL(y, 3 - MUL(m, MUL(y, y) >> F) >> F) >> (F + 1)`` (``F`` = FRAC, each product rounded once)."""
+    """``y ~ 2^FRAC / sqrt(m)``, ``m = v 4^-k`` in [1, 4) held negated as ``-SHR(v, 2k - FRAC)``: the seed, then
+    Newton's ``y <- MUL(y, 3 + MUL(-m, MUL(y, y) >> F) >> F) >> (F + 1)`` (``F`` = FRAC, each product rounded
+    once, half up)."""
     f = ln.FRAC
-    m = shift_lanes(v, 2 * k - f)
+    neg_m = mul_shift(shift_lanes(v, 2 * k - f), -1)
     y = np.full(np.shape(v), ln.SEED[0] << (f - ln.SEED[1]), np.int64)
     for _ in range(ln.ITERATIONS):
-        t = (3 << f) - mul_shift(m, mul_shift(y, y, f), f)
+        t = (3 << f) + mul_shift(neg_m, mul_shift(y, y, f), f)
         y = mul_shift(y, t, f + 1)
     return y
 

@@ -1,0 +1,62 @@
+"""LayerNorm on the accelerator (issue 53, vdla.compiler.layer_norm): the compiled program bit-exact against
+the integer reference (oracle.layer_norm_int) on the simulator for several shapes and presets, and on the RTL."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from vdla.compiler.layer_norm import LayerNormSpec, compile_layer_norm
+from vdla.compiler.spec import CompileError
+from vdla.config import load_config
+from vdla.graph import oracle
+from vdla.graph.layernorm import IntLayerNorm
+from vdla.runtime.device import Device
+from vdla.zoo.random_programs import pynq_full
+
+RNG = np.random.default_rng(53)
+
+
+def case(tokens: int, n: int) -> tuple[np.ndarray, LayerNormSpec]:
+    """Random int8 rows with a constant row, a row of the extremes and a row of small spread; gamma with a
+    negative and a zero entry."""
+    x = RNG.integers(-128, 128, (tokens, n)).astype(np.int8)
+    x[0] = 7
+    if tokens > 2:
+        x[1] = RNG.choice([-128, 127], n)
+        x[2] = RNG.integers(-2, 3, n)
+    gamma, beta = RNG.normal(1, 0.4, n), RNG.normal(0, 0.4, n)
+    gamma[:2] = (-0.5, 0.0)
+    return x, LayerNormSpec(tokens, IntLayerNorm.of(n, 0.03, 0.025, gamma, beta, 1e-5))
+
+
+@pytest.mark.parametrize("n", [128, 192])
+@pytest.mark.parametrize("tokens", [1, 17, 65, 197])
+def test_bit_exact_on_the_simulator(tokens, n):
+    x, spec = case(tokens, n)
+    layer = compile_layer_norm(spec)
+    out = layer.run(Device(layer.lowering.cfg), x).out
+    want = oracle.layer_norm_int(x, spec.ln)
+    np.testing.assert_array_equal(out, want)
+    assert len(np.unique(want)) > 50
+
+
+@pytest.mark.parametrize("preset", ["pynq-full", "zcu104", "block8"])
+def test_bit_exact_on_other_presets(preset):
+    cfg = pynq_full() if preset == "pynq-full" else load_config(preset)
+    x, spec = case(40, 64)
+    layer = compile_layer_norm(spec, cfg)
+    np.testing.assert_array_equal(layer.run(Device(cfg), x).out, oracle.layer_norm_int(x, spec.ln))
+
+
+def test_a_batch_of_two_rows_is_refused_naming_the_config():
+    _, spec = case(4, 128)
+    with pytest.raises(CompileError, match="batch 1"):
+        compile_layer_norm(spec, "batch2")
+
+
+def test_bit_exact_on_rtl(rtl_library):
+    x, spec = case(23, 128)
+    layer = compile_layer_norm(spec, "pynq")
+    rtl = layer.run(Device("pynq", backend="rtl"), x)
+    np.testing.assert_array_equal(rtl.out, oracle.layer_norm_int(x, spec.ln))

@@ -1,0 +1,286 @@
+"""LayerNorm over the rows of an int8 (tokens, features) tensor in DRAM, composed of existing instructions
+(issue 53, docs/transformers.md): exactly :func:`vdla.graph.oracle.layer_norm_int` of the spec's
+:class:`~vdla.graph.layernorm.IntLayerNorm`.
+
+The tokens go in tiles of ``R`` rows (:meth:`LayerNormLowering.tile_rows`); for each tile:
+
+* a LOAD INP of its ``R x C`` input elements (``C = features / block_in``, token-major);
+* the row sums ``S1`` by a GEMM against the ones block (each row's sum in every lane of its accumulator row);
+  two identity GEMMs copy the tile into the accumulators twice (``X``, ``Q``); ``Q = MUL(Q, Q)`` leaves the
+  squares' low bytes in the OUT mirror, which a GEMM reading OUT (EPI ``src_out``) against the ones block sums
+  into ``S_lo``; ``RSHR(Q, 8)`` leaves their high parts, summed so into ``S_hi``;
+* the per-row ALU program on ``R`` accumulator rows (the statistics replicated over the lanes): ``V``, the
+  binary search of ``k``, ``m``, the seed and the Newton steps, ``k - j``;
+* over the tile's ``R x C`` rows: ``d = n x - S1``, ``z = RSHR(MUL(d, y) >> Z_SHIFT, k - j)``, gamma by a MUL
+  holding each channel block's multiplier row, beta by an ADD of its bias row, REQ; the OUT mirror stored.
+
+The multiplier and bias rows and the constant rows (``3 2^F``, ``E``, the seed) are one LOAD ACC of the
+``consts`` tensor ahead of the tiles. One virtual thread: a tile's loads wait for the previous tile's compute.
+
+Invariant: bit for bit :func:`~vdla.graph.oracle.layer_norm_int` on every backend (the ALU and GEMM semantics
+are the oracle's steps); ``block_in == block_out`` (the identity block and the GEMM reading OUT).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from vdla.compiler.blocks import Alu, Block, Epi, Gemm, Load, Op, Store
+from vdla.compiler.identity import identity_fits, identity_weights
+from vdla.compiler.microcode import Limits, lower_nest
+from vdla.compiler.run import LayerRun, run_bound
+from vdla.compiler.spec import CompileError
+from vdla.compiler.vthreads import Stream, lower_vthreads, prologue_block
+from vdla.config import DEFAULT_PRESET, HwConfig, load_config
+from vdla.graph import layernorm as ln
+from vdla.graph.layernorm import IntLayerNorm
+from vdla.isa import AluOp, MemType
+from vdla.runtime.device import Device
+
+ONES = "ones"  # the all-ones weight block: a GEMM against it sums an input row into every lane
+ROWS = ("s1", "slo", "shi", "v", "w", "k", "m", "y", "t")  # the per-row accumulator rows of a tile
+CONSTS = ("c3", "e", "seed")  # constant rows after the multiplier and bias rows
+WGT_ONES, WGT_EYE = 0, 1
+
+
+@dataclass(frozen=True)
+class LayerNormSpec:
+    """A LayerNorm over the last axis of an int8 (tokens, features) tensor with the integer parameters ``ln``
+    (features = ``ln.n``). Frozen: the cache key of its program."""
+
+    tokens: int
+    ln: IntLayerNorm
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.tokens, self.ln.n
+
+
+class LayerNormLowering:
+    """The program of one LayerNorm on one config (module docstring)."""
+
+    def __init__(self, spec: LayerNormSpec, cfg: HwConfig):
+        if not identity_fits(cfg) or spec.ln.n % cfg.block_in or cfg.batch != 1:
+            raise CompileError(
+                f"layer_norm: {spec.ln.n} features need whole blocks of {cfg.block_in}, batch 1 and block_in == "
+                f"block_out on {cfg.name} (batch {cfg.batch}, block_out {cfg.block_out})"
+            )
+        self.spec, self.cfg, self.limits = spec, cfg, Limits.of(cfg)
+        self.c = spec.ln.n // cfg.block_in
+        self.r = self.tile_rows()
+        rc = self.r * self.c
+        self.x, self.q, self.q2 = 0, rc, 2 * rc  # the tile (then d, z, the output), its squares' two planes
+        self.row = {name: 3 * rc + i * self.r for i, name in enumerate(ROWS)}
+        self.g = 3 * rc + len(ROWS) * self.r  # gamma multiplier rows, then beta's, then the constants
+        self.const = {name: self.g + 2 * self.c + i for i, name in enumerate(CONSTS)}
+
+    def tile_rows(self) -> int:
+        """Tokens a tile: the most whose three copies, per-row rows and constants fit ACC and whose two square
+        planes fit INP; raises where not even one does."""
+        cfg, c = self.cfg, self.c
+        room = (cfg.acc_depth - 2 * c - len(CONSTS)) // (3 * c + len(ROWS))
+        r = min(room, cfg.inp_depth // (2 * c), self.spec.tokens)
+        if r < 1:
+            raise CompileError(f"layer_norm: a row of {self.spec.ln.n} features does not fit ACC on {cfg.name}")
+        return r
+
+    def tensor_bytes(self) -> dict[str, int]:
+        cfg, sp = self.cfg, self.spec
+        rows = sp.tokens * self.c
+        return {
+            "inp": rows * cfg.inp_elem_bytes,
+            "out": rows * cfg.out_elem_bytes,
+            "sq": 2 * rows * cfg.inp_elem_bytes,
+            "wgt": 2 * cfg.wgt_elem_bytes,
+            "consts": (2 * self.c + len(CONSTS)) * cfg.acc_elem_bytes,
+        }
+
+    def constants(self) -> dict[str, np.ndarray]:
+        """The weight blocks (ones, identity) and the constant rows, packed."""
+        cfg, p, lanes = self.cfg, self.spec.ln, self.cfg.block_out
+        wgt = np.concatenate([np.ones_like(identity_weights(cfg)), identity_weights(cfg)])
+        g = np.asarray(p.multipliers, np.int64).reshape(self.c, lanes)
+        b = np.asarray(p.biases, np.int64).reshape(self.c, lanes)
+        seed = ln.SEED[0] << (ln.FRAC - ln.SEED[1])
+        rows = np.concatenate([g, b, np.repeat([[3 << ln.FRAC], [p.epsilon], [seed]], lanes, axis=1)])
+        return {"wgt": wgt, "consts": rows.astype(np.int32)}
+
+    # ------------------------------------------------------------------------------------------------------
+    # kernels
+
+    def alu(self, op: AluOp, nest, dst: int, src: int = 0, **kw) -> Alu:
+        """An ALU instruction over ``nest`` ((extent, (dst stride, src stride)) axes) from rows dst, src."""
+        full = tuple((e, (d, s, 0)) for e, (d, s) in nest)
+        return Alu(op, lower_nest(full, (dst, src, 0), self.limits), **kw)
+
+    def rows(self, op: AluOp, dst: str, src: str | None = None, **kw) -> Alu:
+        """``op`` over the tile's ``R`` per-row rows ``dst`` (from ``src``'s rows, or a constant row's)."""
+        s = self.const[src] if src in self.const else self.row.get(src, 0)
+        step = 0 if src in self.const else 1
+        return self.alu(op, ((self.r, (1, step)),), self.row[dst], s, **kw)
+
+    def gemm(self, nest, dst: int, src: int, wgt: int) -> Gemm:
+        """A GEMM with ``init`` over (extent, (dst, src, wgt) strides) axes."""
+        return Gemm(lower_nest(tuple(nest), (dst, src, wgt), self.limits), init=True)
+
+    def sums(self, dst: str, src: int) -> Gemm:
+        """Each token's ``C`` input (or OUT) rows from ``src`` summed into its row ``dst`` against the ones."""
+        return self.gemm(((self.r, (1, self.c, 0)), (self.c, (0, 1, 0))), self.row[dst], src, WGT_ONES)
+
+    def copy(self, dst: int) -> Gemm:
+        rc = self.r * self.c
+        return self.gemm(((rc, (1, 1, 0)),), dst, 0, WGT_EYE)
+
+    # ------------------------------------------------------------------------------------------------------
+    # the program
+
+    def squares(self) -> list[Op]:
+        """``S1`` of the tile's rows, the tile copied to ``x``, its squares to ``q`` (the OUT mirror: their low
+        bytes) and ``q2`` (their high parts, ``RSHR 8``), for the stores of the two planes."""
+        each = ((self.r * self.c, (1, 1)),)
+        return [
+            Epi(False, False, 0, None),  # the OUT mirror truncates: the previous tile's requantized
+            self.sums("s1", 0),
+            self.copy(self.x),
+            self.copy(self.q),
+            self.alu(AluOp.MUL, each, self.q, self.q),
+            self.alu(AluOp.ADD, each, self.q2, self.q, reset=True),
+            self.alu(AluOp.RSHR, each, self.q2, imm=8),
+        ]
+
+    def variance(self) -> list[Op]:
+        """``V = max(SHR(n S2 - S1^2, -2j) + E, 1)`` in row ``v``."""
+        rows, p = self.rows, self.spec.ln
+        return [
+            rows(AluOp.ADD, "v", "shi", reset=True),
+            rows(AluOp.SHR, "v", imm=-8),
+            rows(AluOp.ADD, "v", "slo"),
+            rows(AluOp.MUL, "v", imm=p.n),
+            rows(AluOp.ADD, "t", "s1", reset=True),
+            rows(AluOp.MUL, "t", "s1"),
+            rows(AluOp.MUL, "t", imm=-1),
+            rows(AluOp.ADD, "v", "t"),
+            *([rows(AluOp.SHR, "v", imm=-2 * p.prescale)] if p.prescale else []),
+            rows(AluOp.ADD, "v", "e"),
+            rows(AluOp.MAX, "v", imm=1),
+        ]
+
+    def exponent(self) -> list[Op]:
+        """``k`` by the binary search (:func:`~vdla.graph.oracle.rsqrt_exponent`) in row ``k``, ``w`` a copy of
+        ``V`` shifted down as it goes."""
+        rows = self.rows
+        ops = [rows(AluOp.ADD, "w", "v", reset=True), rows(AluOp.ADD, "k", imm=0, reset=True)]
+        for b in ln.K_STEPS:
+            ops += [
+                rows(AluOp.ADD, "t", "w", reset=True),
+                rows(AluOp.SHR, "t", imm=2 * b),
+                rows(AluOp.MIN, "t", imm=1),
+                rows(AluOp.MUL, "t", imm=2 * b),  # c2
+                rows(AluOp.SHR, "w", "t"),  # by each lane's own c2
+                rows(AluOp.SHR, "t", imm=1),
+                rows(AluOp.ADD, "k", "t"),
+            ]
+        return ops
+
+    def rsqrt(self) -> list[Op]:
+        """``m = SHR(V, 2k - F)``, then ``y`` from the seed by Newton (:func:`~vdla.graph.oracle.rsqrt_fixed`)."""
+        rows, f = self.rows, ln.FRAC
+        ops = [
+            rows(AluOp.ADD, "t", "k", reset=True),
+            rows(AluOp.MUL, "t", imm=2),
+            rows(AluOp.ADD, "t", imm=-f),
+            rows(AluOp.ADD, "m", "v", reset=True),
+            rows(AluOp.SHR, "m", "t"),
+            rows(AluOp.MUL, "m", imm=-1),
+            rows(AluOp.ADD, "y", "seed", reset=True),
+        ]
+        for _ in range(ln.ITERATIONS):
+            ops += [
+                rows(AluOp.ADD, "t", "y", reset=True),
+                rows(AluOp.MUL, "t", "y", shift=f),
+                rows(AluOp.MUL, "t", "m", shift=f),
+                rows(AluOp.ADD, "t", "c3"),
+                rows(AluOp.MUL, "y", "t", shift=f + 1),
+            ]
+        j = self.spec.ln.prescale
+        return ops + ([rows(AluOp.ADD, "k", imm=-j)] if j else [])
+
+    def output(self) -> list[Op]:
+        """Over the tile's ``R x C`` rows: ``d``, ``z``, gamma, then beta with the OUT mirror requantizing (EPI
+        ``req``: the int8 output)."""
+        r, c, p = self.r, self.c, self.spec.ln
+        per_row = ((r, (c, 1)), (c, (1, 0)))  # each token's C rows against its per-row row
+        per_block = ((c, (1, 1)), (r, (c, 0)))  # each channel block's rows against its constant row
+        return [
+            self.alu(AluOp.MUL, ((r * c, (1, 1)),), self.x, imm=p.n),
+            self.rows(AluOp.ADD, "t", "s1", reset=True),
+            self.rows(AluOp.MUL, "t", imm=-1),
+            self.alu(AluOp.ADD, per_row, self.x, self.row["t"]),
+            self.alu(AluOp.MUL, per_row, self.x, self.row["y"], shift=ln.Z_SHIFT),
+            self.alu(AluOp.RSHR, per_row, self.x, self.row["k"]),
+            self.alu(AluOp.MUL, per_block, self.x, self.g, shift=p.gamma_shift),
+            Epi(True, False, ln.OUT_FRAC, None),  # the ADD's OUT mirror requantized: REQ at no cost
+            self.alu(AluOp.ADD, per_block, self.x, self.g + c),
+        ]
+
+    def blocks(self, t0: int) -> list[Block]:
+        """The tile of tokens from ``t0``: its squares stored as two int8 planes (``sq``), a block that waits
+        for those stores to land (store -> compute), the planes loaded as input rows and summed, the per-row
+        program and the output."""
+        r, c = min(self.r, self.spec.tokens - t0), self.c
+        low = self if r == self.r else _Partial(self, r)
+        rc, plane = r * c, 2 * t0 * c
+        loads = (Load(MemType.INP, 0, "inp", t0 * c, 1, rc, rc), Load(MemType.WGT, 0, "wgt", 0, 1, 2, 2))
+        planes = (Store(self.q, "sq", plane, 1, rc, rc), Store(self.q2, "sq", plane + rc, 1, rc, rc))
+        sums = (low.sums("slo", 0), low.sums("shi", rc))
+        compute = (*sums, *low.variance(), *low.exponent(), *low.rsqrt(), *low.output())
+        return [
+            Block(0, loads, tuple(low.squares()), planes),
+            Block(0, (), (Epi(False, False, 0, None),), ()),
+            Block(0, (Load(MemType.INP, 0, "sq", plane, 1, 2 * rc, 2 * rc),), compute, (self.store(t0, rc),)),
+        ]
+
+    def store(self, t0: int, rc: int) -> Store:
+        return Store(self.x, "out", t0 * self.c, 1, rc, rc)
+
+    def stream(self) -> Stream:
+        blocks = [b for t0 in range(0, self.spec.tokens, self.r) for b in self.blocks(t0)]
+        load = Load(MemType.ACC, self.g, "consts", 0, 1, 2 * self.c + len(CONSTS), 2 * self.c + len(CONSTS))
+        return lower_vthreads([blocks], prologue_block([load], [blocks], self.cfg.uop_depth))
+
+
+class _Partial(LayerNormLowering):
+    """The last tile's program when it has fewer tokens: the same rows, ``r`` of them used."""
+
+    def __init__(self, full: LayerNormLowering, r: int):
+        self.__dict__.update(full.__dict__)
+        self.r = r
+
+
+@dataclass
+class CompiledLayerNorm:
+    """A LayerNorm compiled for one config."""
+
+    lowering: LayerNormLowering
+    stream: Stream
+
+    @property
+    def spec(self) -> LayerNormSpec:
+        return self.lowering.spec
+
+    def run(self, dev: Device, x: np.ndarray, **run_options) -> LayerRun:
+        """Run on ``dev``: ``x`` int8 (tokens, features); the int8 output in the same shape."""
+        if x.dtype != np.int8 or x.shape != self.spec.shape:
+            raise CompileError(f"layer_norm input must be int8 of shape {self.spec.shape}, got {x.dtype} {x.shape}")
+        low = self.lowering
+        arrays = dict(low.constants(), inp=np.ascontiguousarray(x), sq=np.zeros(low.tensor_bytes()["sq"], np.int8))
+        out, result = run_bound(dev, low, self.stream, arrays, x.shape, **run_options)
+        return LayerRun(out, result)
+
+
+def compile_layer_norm(spec: LayerNormSpec, config=DEFAULT_PRESET) -> CompiledLayerNorm:
+    """Compile a LayerNorm for ``config`` (module docstring)."""
+    low = LayerNormLowering(spec, load_config(config))
+    return CompiledLayerNorm(low, low.stream())
