@@ -6,19 +6,23 @@ The tokens go in tiles of ``R`` rows (:meth:`LayerNormLowering.tile_rows`); for 
 
 * a LOAD INP of its ``R x C`` input elements (``C = features / block_in``, token-major);
 * the row sums ``S1`` by a GEMM against the ones block (each row's sum in every lane of its accumulator row);
-  two identity GEMMs copy the tile into the accumulators twice (``X``, ``Q``); ``Q = MUL(Q, Q)`` leaves the
-  squares' low bytes in the OUT mirror, which a GEMM reading OUT (EPI ``src_out``) against the ones block sums
-  into ``S_lo``; ``RSHR(Q, 8)`` leaves their high parts, summed so into ``S_hi``;
+  two identity GEMMs copy the tile into the accumulators (``x``, ``q``); ``q = MUL(q, q)`` leaves the squares'
+  low bytes in the OUT mirror, a copy ``q2 = RSHR(q, 8)`` their high parts: both stored to the ``sq`` tensor;
+* a compute-only block that pops the stores' store -> compute token, so that the next load (after its
+  compute -> load token) reads the planes landed; the planes loaded as input rows and summed against the ones
+  block into ``S_lo`` and ``S_hi``;
 * the per-row ALU program on ``R`` accumulator rows (the statistics replicated over the lanes): ``V``, the
-  binary search of ``k``, ``m``, the seed and the Newton steps, ``k - j``;
+  binary search of ``k``, ``-m``, the seed and the Newton steps, ``k - j``;
 * over the tile's ``R x C`` rows: ``d = n x - S1``, ``z = RSHR(MUL(d, y) >> Z_SHIFT, k - j)``, gamma by a MUL
-  holding each channel block's multiplier row, beta by an ADD of its bias row, REQ; the OUT mirror stored.
+  holding each channel block's multiplier row, beta by an ADD of its bias row with the OUT mirror requantizing
+  (EPI ``req``); the OUT mirror stored.
 
 The multiplier and bias rows and the constant rows (``3 2^F``, ``E``, the seed) are one LOAD ACC of the
 ``consts`` tensor ahead of the tiles. One virtual thread: a tile's loads wait for the previous tile's compute.
 
 Invariant: bit for bit :func:`~vdla.graph.oracle.layer_norm_int` on every backend (the ALU and GEMM semantics
-are the oracle's steps); ``block_in == block_out`` (the identity block and the GEMM reading OUT).
+are the oracle's steps); ``block_in == block_out`` (the identity block) and batch 1. It needs no optional unit
+(depthwise mode, OUT-path multiplier, ``src_out``): the ALU MUL by a held row is gamma on every preset.
 """
 
 from __future__ import annotations
@@ -42,7 +46,6 @@ from vdla.runtime.device import Device
 ONES = "ones"  # the all-ones weight block: a GEMM against it sums an input row into every lane
 ROWS = ("s1", "slo", "shi", "v", "w", "k", "m", "y", "t")  # the per-row accumulator rows of a tile
 CONSTS = ("c3", "e", "seed")  # constant rows after the multiplier and bias rows
-WGT_ONES, WGT_EYE = 0, 1
 
 
 @dataclass(frozen=True)
@@ -69,22 +72,38 @@ class LayerNormLowering:
             )
         self.spec, self.cfg, self.limits = spec, cfg, Limits.of(cfg)
         self.c = spec.ln.n // cfg.block_in
-        self.r = self.tile_rows()
+        self.threads = 1 if spec.tokens <= self.tile_rows(1) else 2
+        self.r = self.tile_rows(self.threads)
         rc = self.r * self.c
+        self.span = 3 * rc + len(ROWS) * self.r  # a thread's accumulator rows
         self.x, self.q, self.q2 = 0, rc, 2 * rc  # the tile (then d, z, the output), its squares' two planes
         self.row = {name: 3 * rc + i * self.r for i, name in enumerate(ROWS)}
-        self.g = 3 * rc + len(ROWS) * self.r  # gamma multiplier rows, then beta's, then the constants
+        self.g = self.threads * self.span  # gamma multiplier rows, then beta's, then the constants
         self.const = {name: self.g + 2 * self.c + i for i, name in enumerate(CONSTS)}
+        self.thread, self.inp0, self.ones, self.eye = 0, 0, 0, 1  # thread 0's INP and WGT rows
 
-    def tile_rows(self) -> int:
-        """Tokens a tile: the most whose three copies, per-row rows and constants fit ACC and whose two square
-        planes fit INP; raises where not even one does."""
+    def tile_rows(self, threads: int) -> int:
+        """Tokens a tile with ``threads`` virtual threads: the most whose three copies and per-row rows fit a
+        thread's share of ACC beside the constants and whose two square planes fit its share of INP; raises
+        where not even one does."""
         cfg, c = self.cfg, self.c
-        room = (cfg.acc_depth - 2 * c - len(CONSTS)) // (3 * c + len(ROWS))
-        r = min(room, cfg.inp_depth // (2 * c), self.spec.tokens)
+        room = (cfg.acc_depth - 2 * c - len(CONSTS)) // threads // (3 * c + len(ROWS))
+        r = min(room, cfg.inp_depth // threads // (2 * c), -(-self.spec.tokens // threads))
         if r < 1:
             raise CompileError(f"layer_norm: a row of {self.spec.ln.n} features does not fit ACC on {cfg.name}")
         return r
+
+    def view(self, thread: int, r: int) -> LayerNormLowering:
+        """The program of ``r`` tokens on virtual thread ``thread``: its share of ACC, INP and WGT."""
+        if (thread, r) == (0, self.r):
+            return self
+        v = _View.__new__(_View)
+        v.__dict__.update(self.__dict__)
+        base = thread * self.span
+        v.r, v.thread, v.x, v.q, v.q2 = r, thread, base + self.x, base + self.q, base + self.q2
+        v.row = {name: base + row for name, row in self.row.items()}
+        v.inp0, v.ones, v.eye = thread * self.cfg.inp_depth // 2, 2 * thread, 2 * thread + 1
+        return v
 
     def tensor_bytes(self) -> dict[str, int]:
         cfg, sp = self.cfg, self.spec
@@ -127,11 +146,11 @@ class LayerNormLowering:
 
     def sums(self, dst: str, src: int) -> Gemm:
         """Each token's ``C`` input (or OUT) rows from ``src`` summed into its row ``dst`` against the ones."""
-        return self.gemm(((self.r, (1, self.c, 0)), (self.c, (0, 1, 0))), self.row[dst], src, WGT_ONES)
+        return self.gemm(((self.r, (1, self.c, 0)), (self.c, (0, 1, 0))), self.row[dst], src, self.ones)
 
     def copy(self, dst: int) -> Gemm:
         rc = self.r * self.c
-        return self.gemm(((rc, (1, 1, 0)),), dst, 0, WGT_EYE)
+        return self.gemm(((rc, (1, 1, 0)),), dst, self.inp0, self.eye)
 
     # ------------------------------------------------------------------------------------------------------
     # the program
@@ -142,7 +161,7 @@ class LayerNormLowering:
         each = ((self.r * self.c, (1, 1)),)
         return [
             Epi(False, False, 0, None),  # the OUT mirror truncates: the previous tile's requantized
-            self.sums("s1", 0),
+            self.sums("s1", self.inp0),
             self.copy(self.x),
             self.copy(self.q),
             self.alu(AluOp.MUL, each, self.q, self.q),
@@ -225,38 +244,37 @@ class LayerNormLowering:
             self.alu(AluOp.ADD, per_block, self.x, self.g + c),
         ]
 
-    def blocks(self, t0: int) -> list[Block]:
-        """The tile of tokens from ``t0``: its squares stored as two int8 planes (``sq``), a block that waits
-        for those stores to land (store -> compute), the planes loaded as input rows and summed, the per-row
-        program and the output."""
-        r, c = min(self.r, self.spec.tokens - t0), self.c
-        low = self if r == self.r else _Partial(self, r)
-        rc, plane = r * c, 2 * t0 * c
-        loads = (Load(MemType.INP, 0, "inp", t0 * c, 1, rc, rc), Load(MemType.WGT, 0, "wgt", 0, 1, 2, 2))
-        planes = (Store(self.q, "sq", plane, 1, rc, rc), Store(self.q2, "sq", plane + rc, 1, rc, rc))
-        sums = (low.sums("slo", 0), low.sums("shi", rc))
+    def blocks(self, t0: int, thread: int) -> list[Block]:
+        """The tile of tokens from ``t0`` on virtual thread ``thread``: its squares stored as two int8 planes
+        (``sq``), a block that waits for those stores to land (store -> compute), the planes loaded as input
+        rows and summed, the per-row program and the output."""
+        low = self.view(thread, min(self.r, self.spec.tokens - t0))
+        rc, plane, i0 = low.r * self.c, 2 * t0 * self.c, low.inp0
+        loads = (Load(MemType.INP, i0, "inp", t0 * self.c, 1, rc, rc), Load(MemType.WGT, low.ones, "wgt", 0, 1, 2, 2))
+        planes = (Store(low.q, "sq", plane, 1, rc, rc), Store(low.q2, "sq", plane + rc, 1, rc, rc))
+        sums = (low.sums("slo", i0), low.sums("shi", i0 + rc))
         compute = (*sums, *low.variance(), *low.exponent(), *low.rsqrt(), *low.output())
         return [
-            Block(0, loads, tuple(low.squares()), planes),
-            Block(0, (), (Epi(False, False, 0, None),), ()),
-            Block(0, (Load(MemType.INP, 0, "sq", plane, 1, 2 * rc, 2 * rc),), compute, (self.store(t0, rc),)),
+            Block(thread, loads, tuple(low.squares()), planes),
+            Block(thread, (), (Epi(False, False, 0, None),), ()),
+            Block(thread, (Load(MemType.INP, i0, "sq", plane, 1, 2 * rc, 2 * rc),), compute, (low.store(t0),)),
         ]
 
-    def store(self, t0: int, rc: int) -> Store:
-        return Store(self.x, "out", t0 * self.c, 1, rc, rc)
+    def store(self, t0: int) -> Store:
+        return Store(self.x, "out", t0 * self.c, 1, self.r * self.c, self.r * self.c)
 
     def stream(self) -> Stream:
-        blocks = [b for t0 in range(0, self.spec.tokens, self.r) for b in self.blocks(t0)]
-        load = Load(MemType.ACC, self.g, "consts", 0, 1, 2 * self.c + len(CONSTS), 2 * self.c + len(CONSTS))
-        return lower_vthreads([blocks], prologue_block([load], [blocks], self.cfg.uop_depth))
+        """The tiles dealt out to the threads in turn (each thread's three blocks in order)."""
+        starts = range(0, self.spec.tokens, self.r)
+        threads = [[b for k, t0 in enumerate(starts) if k % self.threads == t for b in self.blocks(t0, t)]
+                   for t in range(self.threads)]  # fmt: skip
+        width = 2 * self.c + len(CONSTS)
+        load = Load(MemType.ACC, self.g, "consts", 0, 1, width, width)
+        return lower_vthreads(threads, prologue_block([load], threads, self.cfg.uop_depth))
 
 
-class _Partial(LayerNormLowering):
-    """The last tile's program when it has fewer tokens: the same rows, ``r`` of them used."""
-
-    def __init__(self, full: LayerNormLowering, r: int):
-        self.__dict__.update(full.__dict__)
-        self.r = r
+class _View(LayerNormLowering):
+    """A tile's program on a thread's share of the buffers, or with fewer tokens (:meth:`LayerNormLowering.view`)."""
 
 
 @dataclass
