@@ -36,7 +36,12 @@ normalization's own error):
 * ``ibert``: I-BERT's integer square root of the variance (Newton in integers from ``2^ceil(bits/2)``) and
   the integer division ``(q - mean) * 2^F / std``;
 * ``newton_rsqrt``: ``1 / sqrt(var)`` by Newton's iteration in fixed point from a constant seed after
-  normalizing by the leading one (what ALU MUL with its shift computes), four iterations, then a multiply.
+  normalizing by the leading one (what ALU MUL with its shift computes), four iterations, then a multiply;
+* ``accelerator``: the compiled program's arithmetic (``vdla.graph.oracle.layer_norm_int``, gamma 1 and beta
+  0), its int8 output at the normalized value's step.
+
+``--ln PRESET ...``: each LayerNorm compiled (``vdla.compiler.layer_norm``, the node's gamma and beta) and run
+on one sample's (tokens, features) rows on the simulator of each preset (a name or a JSON config): ``cycles``.
 """
 
 from __future__ import annotations
@@ -49,13 +54,17 @@ from pathlib import Path
 
 import numpy as np
 
+from vdla.compiler.layer_norm import LayerNormSpec, compile_layer_norm
 from vdla.config import load_config
 from vdla.frontend.onnx import import_onnx
 from vdla.frontend.reference import reference_session
+from vdla.graph import oracle
 from vdla.graph.interp import evaluate
+from vdla.graph.layernorm import IntLayerNorm
 from vdla.graph.passes import simplify
 from vdla.model import Module
 from vdla.model.pipeline import CompileOptions, compile_model
+from vdla.runtime.device import Device
 from vdla.zoo.models import cosine, deit_tiny
 from vdla.zoo.suite import SUITE, suite_images
 
@@ -178,8 +187,28 @@ def layer_norm_int(q: np.ndarray, method: str, frac: int = 15) -> np.ndarray:
 def layer_norm_errors(x: np.ndarray, s: float, eps: float, method: str) -> dict:
     v = x.astype(np.float64)
     want = (v - v.mean(-1, keepdims=True)) / np.sqrt(v.var(-1, keepdims=True) + eps)
-    got = layer_norm_int(int8(x, s), method)
-    return errors(got, want, float(np.abs(want).max()) / 127)
+    step = float(np.abs(want).max()) / 127
+    if method == "accelerator":  # the compiled program's arithmetic, int8 out at ``step`` (gamma 1, beta 0)
+        n = x.shape[-1]
+        p = IntLayerNorm.of(n, s, step, np.ones(n), np.zeros(n), eps)
+        return errors(oracle.layer_norm_int(int8(x, s).astype(np.int8), p) * step, want, step)
+    return errors(layer_norm_int(int8(x, s), method), want, step)
+
+
+def layer_norm_cycles(node, g, x: np.ndarray, s: float, eps: float, presets: list[str]) -> dict:
+    """Cycles of the compiled LayerNorm (``vdla.compiler.layer_norm``) over one sample's rows (tokens, features)
+    with the node's gamma and beta, on each preset (the simulator); its output scale that of the float output."""
+    n, tokens = x.shape[-1], x.shape[-2]
+    gamma, beta = (g.params[i] for i in node.inputs[1:3])
+    v = x.astype(np.float64)
+    out = (v - v.mean(-1, keepdims=True)) / np.sqrt(v.var(-1, keepdims=True) + eps) * gamma + beta
+    spec = LayerNormSpec(tokens, IntLayerNorm.of(n, s, float(np.abs(out).max()) / 127, gamma, beta, eps))
+    q = int8(x.reshape(-1, tokens, n)[0], s).astype(np.int8)
+    cycles = {}
+    for preset in presets:
+        layer = compile_layer_norm(spec, preset)
+        cycles[load_config(preset).name] = int(layer.run(Device(layer.lowering.cfg), q).counters.cycles)
+    return {"tokens": tokens, "cycles": cycles}
 
 
 def errors(got: np.ndarray, want: np.ndarray, step: float) -> dict:
@@ -195,8 +224,9 @@ def errors(got: np.ndarray, want: np.ndarray, step: float) -> dict:
 # ---------------------------------------------------------------------------------------------------------
 
 
-def activations(name: str, calib: int, tests: int) -> tuple[dict, dict, dict]:
-    """The float graph's softmax and layer_norm inputs on the calibration and test inputs, and the nodes."""
+def activations(name: str, calib: int, tests: int):
+    """The float graph, its gelu, softmax and layer_norm nodes and their inputs on the calibration and test
+    inputs."""
     m = SUITE[name]
     g = simplify(import_onnx(m.load(), m.input_shapes()))
     nodes = {n.output: n for n in g.nodes if n.op in ("gelu", "softmax", "layer_norm")}
@@ -211,11 +241,11 @@ def activations(name: str, calib: int, tests: int) -> tuple[dict, dict, dict]:
 
     samples = m.samples(calib, 1)
     feeds = [{k: v[i : i + 1] for k, v in samples.items()} for i in range(calib)]
-    return nodes, run(feeds), run(m.feeds(tests, 7))
+    return g, nodes, run(feeds), run(m.feeds(tests, 7))
 
 
-def measure(name: str, calib: int, tests: int) -> list[dict]:
-    nodes, cal, test = activations(name, calib, tests)
+def measure(name: str, calib: int, tests: int, presets: list[str]) -> list[dict]:
+    g, nodes, cal, test = activations(name, calib, tests)
     records = []
     for k, n in nodes.items():
         x = np.concatenate(test[k])
@@ -232,7 +262,9 @@ def measure(name: str, calib: int, tests: int) -> list[dict]:
         else:
             s = threshold(cal[k]) / 127
             eps = float(n.attrs["epsilon"])
-            methods = {m: layer_norm_errors(x, s, eps, m) for m in ("ibert", "newton_rsqrt")}
+            methods = {m: layer_norm_errors(x, s, eps, m) for m in ("ibert", "newton_rsqrt", "accelerator")}
+            if presets:
+                methods["compiled"] = layer_norm_cycles(n, g, x, s, eps, presets)
         records.append({"model": name, "node": k, "op": n.op, "scale": s, "row": int(x.shape[-1]), **methods})
     return records
 
@@ -267,8 +299,9 @@ def main() -> int:
     ap.add_argument("--tests", type=int, default=4)
     ap.add_argument("--calib", type=int, default=16)
     ap.add_argument("--deit", nargs="*", default=[], help="presets to run DeiT-Tiny at 224 on")
+    ap.add_argument("--ln", nargs="*", default=[], help="presets to time the compiled LayerNorms on")
     args = ap.parse_args()
-    records = [r for name in ("vit_tiny", "bert_tiny") for r in measure(name, args.calib, args.tests)]
+    records = [r for name in ("vit_tiny", "bert_tiny") for r in measure(name, args.calib, args.tests, args.ln)]
     for r in records:
         figs = {k: v for k, v in r.items() if isinstance(v, dict)}
         print(r["model"], r["node"], r["op"], f"row {r['row']}", json.dumps(figs))
