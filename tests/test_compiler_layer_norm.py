@@ -50,10 +50,14 @@ def test_bit_exact_on_other_presets(preset):
     np.testing.assert_array_equal(layer.run(Device(cfg), x).out, oracle.layer_norm_int(x, spec.ln))
 
 
-def test_a_batch_of_two_rows_is_refused_naming_the_config():
+def test_a_batch_of_two_rows_or_a_partial_block_is_refused_naming_the_config():
     _, spec = case(4, 128)
     with pytest.raises(CompileError, match="batch 1"):
         compile_layer_norm(spec, "batch2")
+    with pytest.raises(CompileError, match="100 features need whole blocks of 16"):
+        compile_layer_norm(case(4, 100)[1])
+    with pytest.raises(CompileError, match=r"input must be int8 of shape \(4, 128\)"):
+        compile_layer_norm(spec).run(Device("pynq"), np.zeros((4, 128), np.int16))
 
 
 def test_bit_exact_on_rtl(rtl_library):
