@@ -42,14 +42,15 @@ import math
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
-from vdla.graph.calibrate import DEFAULT_PERCENTILE, Progress, QuantizationError, Runner, check_calibration
+from vdla.graph.calibrate import Progress, QuantizationError, Runner, check_calibration
 from vdla.graph.graph import Graph
 from vdla.graph.interp import evaluate
 from vdla.graph.qerror import ERROR_BATCHES, ErrorSums, with_errors
-from vdla.graph.quantize import QuantReport, quantize_model
+from vdla.graph.quantize import QuantOptions, QuantReport, quant_options, quantize_model
 
 HOLDOUT_MIN_BATCHES = 16  # from this many model batches of calibration data on, the search holds some out
 PRUNE_MIN = 16  # the greedy prune tries up to this many layers, or half the layers ranked where more
@@ -242,30 +243,28 @@ def auto_float(
     graph: Graph,
     data: Mapping[str, np.ndarray],
     target: float,
-    method: str = "percentile",
-    percentile: float = DEFAULT_PERCENTILE,
-    keep_float: Iterable[str] = (),
+    options: QuantOptions | None = None,
+    *,
     runner: Runner | None = None,
     progress: Progress | None = None,
-    align_residuals: bool = True,
-    power_of_two: bool = False,
     log: Callable[[str], None] | None = None,
+    **option_fields: Any,
 ) -> AutoFloatResult:
-    """Quantize the float ``graph`` on ``data`` with the fewest layers kept in float (besides ``keep_float``)
-    that reach cosine >= ``target`` (see the module docstring); the other arguments are
-    :func:`~vdla.graph.quantize.quantize_model`'s."""
+    """Quantize the float ``graph`` on ``data`` with the fewest layers kept in float (besides ``options``'
+    ``keep_float``) that reach cosine >= ``target`` (see the module docstring); ``options`` (and its fields as
+    keywords), ``runner`` and ``progress`` are :func:`~vdla.graph.quantize.quantize_model`'s."""
     target = check_target(target)
+    opts = quant_options(options, option_fields)
     log = log or (lambda msg: None)
     t0 = time.perf_counter()
     data = check_calibration(graph.inputs, data)
     calib, held, held_out = split_calibration(graph, data)
-    user = tuple(dict.fromkeys(keep_float))
+    user = tuple(dict.fromkeys(opts.keep_float))
     cache: dict = {}
 
     def quantize(extra: tuple[str, ...], prog: Progress | None = None) -> tuple[Graph, QuantReport]:
-        return quantize_model(
-            graph, calib, method, percentile, (*user, *extra), runner, prog, align_residuals, power_of_two, cache
-        )
+        kept = opts.updated(keep_float=(*user, *extra))
+        return quantize_model(graph, calib, kept, runner=runner, progress=prog, stats_cache=cache)
 
     qgraph, qreport = quantize((), progress)
     batch = next(iter(graph.inputs.values())).shape[0]

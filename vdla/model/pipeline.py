@@ -23,7 +23,7 @@ import time
 import warnings
 import zipfile
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -36,8 +36,6 @@ from vdla.errors import VdlaError
 from vdla.graph import dump as gdump
 from vdla.graph.autofloat import AutoFloatReport, AutoFloatResult, auto_float, check_target
 from vdla.graph.calibrate import (
-    DEFAULT_PERCENTILE,
-    METHODS,
     RANDOM,
     RANDOM_WARNING,
     check_calibration,
@@ -51,7 +49,7 @@ from vdla.graph.opnames import DEQUANTIZE, QUANTIZE
 from vdla.graph.ops import infer_types
 from vdla.graph.qdq import lower_qdq
 from vdla.graph.qerror import ErrorSums, with_errors
-from vdla.graph.quantize import QuantizationWarning, QuantReport, quantize_model
+from vdla.graph.quantize import QuantizationWarning, QuantOptions, QuantReport, quantize_model
 from vdla.graph.rowpair import pair_rows as pair_rows_graph
 from vdla.graph.serialize import graph_from_json, graph_to_json
 from vdla.graph.tables import quantize_early, tabulate_chains
@@ -63,14 +61,13 @@ from vdla.model.place import place
 
 
 @dataclass(frozen=True)
-class CompileOptions:
+class CompileOptions(QuantOptions):
     """How a model compiles: the hardware ``config`` (a preset name, a JSON file or an :class:`HwConfig`);
-    ``input_shapes`` fixing dynamic input dimensions; for a float model with calibration data, the
-    ``calibration`` method (``minmax``, ``percentile`` at ``percentile``, ``entropy``), the nodes left in
-    float (``keep_float``, by output name), residual skips sharing their sum's scale (``align_residuals``)
-    and power-of-two scales (``power_of_two``, VTA's scheme); ``dump`` a folder for the graph after every
-    pass and ``quant_report`` a path for the quantization report (JSON); ``cpu_targets`` the machines whose
-    ahead-of-time CPU code the artifact carries (``--cpu-target``: ``host`` or a name of
+    ``input_shapes`` fixing dynamic input dimensions; for a float model with calibration data, the quantization
+    options it inherits from :class:`~vdla.graph.quantize.QuantOptions` (keyword-only: ``calibration``,
+    ``percentile``, ``keep_float``, ``align_residuals``, ``power_of_two``); ``dump`` a folder for the
+    graph after every pass and ``quant_report`` a path for the quantization report (JSON); ``cpu_targets`` the
+    machines whose ahead-of-time CPU code the artifact carries (``--cpu-target``: ``host`` or a name of
     :data:`vdla.cpu_fallback.native.TARGETS`; stored resolved); ``fuse_depthwise`` runs each depthwise layer and
     the 1x1 convolution reading it (and the 1x1 expand layer computing its input) as one fused step
     (:mod:`vdla.compiler.dw_pointwise`) where they fit, and
@@ -83,18 +80,12 @@ class CompileOptions:
     calibration data) keeps the fewest further layers in float that bring the outputs to that cosine against
     the float model (:mod:`vdla.graph.autofloat`; the compiled artifact's own cosine measured on ``sim``).
 
-    Invariants: ``calibration`` is one of :data:`vdla.graph.calibrate.METHODS`, ``percentile`` lies in
-    (0, 100], ``auto_float`` is None or a float in (0, 1], ``keep_float`` is a tuple of names, ``input_shapes``
-    maps names to tuples of ints, ``cpu_targets`` is a tuple of distinct known target names."""
+    Invariants: those of :class:`~vdla.graph.quantize.QuantOptions`; ``auto_float`` is None or a float in (0, 1],
+    ``input_shapes`` maps names to tuples of ints, ``cpu_targets`` is a tuple of distinct known target names."""
 
     config: str | HwConfig = DEFAULT_PRESET
     input_shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict, hash=False)
-    calibration: str = "percentile"
-    percentile: float = DEFAULT_PERCENTILE
-    keep_float: tuple[str, ...] = ()
     auto_float: float | None = None
-    align_residuals: bool = True
-    power_of_two: bool = False
     dump: str | Path | None = None
     quant_report: str | Path | None = None
     cpu_targets: tuple[str, ...] = ()
@@ -103,18 +94,15 @@ class CompileOptions:
     fuse_squeeze_excite: bool = True
     pair_rows: bool = True
 
+    kind = "compile"
+
     def __post_init__(self) -> None:
-        if self.calibration not in METHODS:
-            raise CompileError(f"unknown calibration method {self.calibration!r} (one of {', '.join(METHODS)})")
-        if not 0 < self.percentile <= 100:
-            raise CompileError(f"percentile must lie in (0, 100], got {self.percentile}")
-        if self.auto_float is not None:
-            try:
+        try:
+            super().__post_init__()
+            if self.auto_float is not None:
                 object.__setattr__(self, "auto_float", check_target(self.auto_float))
-            except VdlaError as e:
-                raise CompileError(str(e)) from None
-        keep = (self.keep_float,) if isinstance(self.keep_float, str) else tuple(self.keep_float)
-        object.__setattr__(self, "keep_float", keep)
+        except VdlaError as e:
+            raise CompileError(str(e)) from None
         shapes = {str(k): tuple(int(d) for d in v) for k, v in dict(self.input_shapes or {}).items()}
         object.__setattr__(self, "input_shapes", shapes)
         targets = (self.cpu_targets,) if isinstance(self.cpu_targets, str) else tuple(self.cpu_targets)
@@ -124,14 +112,9 @@ class CompileOptions:
             raise CompileError(str(e)) from None
         object.__setattr__(self, "cpu_targets", resolved)
 
-    def updated(self, **changes: Any) -> CompileOptions:
-        """These options with ``changes`` (field names of this class; anything else is refused, naming the
-        fields there are)."""
-        known = [f.name for f in fields(self)]
-        unknown = sorted(set(changes) - set(known))
-        if unknown:
-            raise CompileError(f"unknown compile option(s) {unknown}; the options are {', '.join(known)}")
-        return replace(self, **changes) if changes else self
+    @staticmethod
+    def option_error(message: str) -> Exception:
+        return CompileError(message)
 
 
 @dataclass
@@ -354,16 +337,16 @@ def compile_model(
         runner = calibration_runner(log)
 
         def quantize(g: Graph) -> Graph:
-            how = (opts.calibration, opts.percentile, opts.keep_float, runner, progress)
+            how = {"runner": runner, "progress": progress}
             if opts.auto_float is not None:
-                result = auto_float(g, arrays, opts.auto_float, *how, opts.align_residuals, opts.power_of_two, log=log)
+                result = auto_float(g, arrays, opts.auto_float, opts.quant, **how, log=log)
                 qgraph, qreport = result.qgraph, result.quant
                 types = infer_types(g)
                 macs = {n.output: node_macs(n, types) for n in g.nodes}
                 auto = replace(result.report, macs=macs, total_macs=sum(macs.values()))
                 searched.append(replace(result, report=auto))
             else:
-                qgraph, qreport = quantize_model(g, arrays, *how, opts.align_residuals, opts.power_of_two)
+                qgraph, qreport = quantize_model(g, arrays, opts.quant, **how)
             if opts.quant_report is not None:  # the error analysis runs only for the report
                 log(f"measuring the quantization error of {len(qreport.layers)} layers")
                 qreport = with_errors(qreport, g, qgraph, check_calibration(g.inputs, arrays))
