@@ -428,7 +428,8 @@ def test_every_compile_option_reaches_the_compiler(model, calib, tmp_path):
     options = compile_options(build_parser().parse_args([*args, "--cpu-target", "aarch64-linux-gnu"]))
     assert {f.name for f in dataclasses.fields(options)} == {
         "config", "input_shapes", "calibration", "percentile", "keep_float", "auto_float", "align_residuals",
-        "power_of_two", "dump", "quant_report", "cpu_targets", "fuse_depthwise", "fuse_adds", "fuse_squeeze_excite",
+        "power_of_two", "equalize", "dump", "quant_report", "cpu_targets", "fuse_depthwise", "fuse_adds",
+        "fuse_squeeze_excite",
         "pair_rows",
     }  # fmt: skip
     assert options.config == "osdi18" and options.input_shapes == {"image": (1, 3, 32, 32)}

@@ -41,12 +41,13 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from vdla.graph.calibrate import Progress, QuantizationError, Runner, check_calibration
+from vdla.graph.equalize import equalize
 from vdla.graph.graph import Graph
 from vdla.graph.interp import evaluate
 from vdla.graph.qerror import ERROR_BATCHES, ErrorSums, with_errors
@@ -261,6 +262,10 @@ def auto_float(
     calib, held, held_out = split_calibration(graph, data)
     user = tuple(dict.fromkeys(opts.keep_float))
     cache: dict = {}
+    source, equalized = graph, None
+    if opts.equalize:  # once, on the calibration part: every evaluation quantizes the same equalized graph
+        graph, equalized = equalize(graph, calib, runner)
+        opts = opts.updated(equalize=False)
 
     def quantize(extra: tuple[str, ...], prog: Progress | None = None) -> tuple[Graph, QuantReport]:
         kept = opts.updated(keep_float=(*user, *extra))
@@ -270,7 +275,7 @@ def auto_float(
     batch = next(iter(graph.inputs.values())).shape[0]
     total = next(iter(held.values())).shape[0]
     feeds = [{k: a[s : s + batch] for k, a in held.items()} for s in range(0, total, batch)]
-    refs = [evaluate(graph, f) for f in feeds]
+    refs = [evaluate(source, f) for f in feeds]
     log(f"auto-float: ranking {len(qreport.layers)} layers by the error each adds to the model's outputs")
     t_rank = time.perf_counter()
     ranked_layers = with_errors(qreport, graph, qgraph, held, len(feeds)).layers
@@ -295,6 +300,7 @@ def auto_float(
     kept, evals, pruned, skipped = search([name for name, _ in ranking], cosine_of, target)
     key = tuple(sorted(kept))
     qgraph, qreport = found[key] if key in found else quantize(kept)
+    qreport = replace(qreport, equalization=equalized)  # measured against the float graph (vdla.graph.qerror)
     after = next(e.cosine for e in reversed(evals) if set(e.kept) == set(kept))
     report = AutoFloatReport(
         target=target,

@@ -62,6 +62,7 @@ from vdla.graph.calibrate import (
     choose_threshold,
 )
 from vdla.graph.epilogue import FLOAT_STAGES, FloatDialect, walk
+from vdla.graph.equalize import Equalization, equalize
 from vdla.graph.graph import Graph, Node
 from vdla.graph.opnames import (
     ADD,
@@ -101,7 +102,8 @@ class QuantOptions:
     :func:`vdla.graph.autofloat.auto_float`, :class:`vdla.model.pipeline.CompileOptions` (a subclass) and ``vdla
     compile`` share: the ``calibration`` method (``minmax``, ``percentile`` at ``percentile``, ``entropy``), the
     nodes left in float (``keep_float``, by output name), residual skips sharing their sum's scale
-    (``align_residuals``) and power-of-two scales (``power_of_two``, VTA's scheme).
+    (``align_residuals``), power-of-two scales (``power_of_two``, VTA's scheme) and per-channel equalization of
+    the float graph before calibration (``equalize``, :mod:`vdla.graph.equalize`).
 
     Invariants: ``calibration`` is one of :data:`vdla.graph.calibrate.METHODS`, ``percentile`` lies in (0, 100],
     ``keep_float`` is a tuple of names. Keyword-only, so that a subclass keeps its own positional fields."""
@@ -111,6 +113,7 @@ class QuantOptions:
     keep_float: tuple[str, ...] = ()
     align_residuals: bool = True
     power_of_two: bool = False
+    equalize: bool = False
 
     kind = "quantization"  # what :meth:`updated` calls an option (a class attribute, not a field)
 
@@ -231,6 +234,8 @@ class QuantReport:
     kept_float: tuple[str, ...]
     warnings: tuple[str, ...]
     power_of_two: bool = False
+    # the per-channel equalization of the float graph before calibration (``QuantOptions.equalize``; None: off)
+    equalization: Equalization | None = None
 
     def to_dict(self) -> dict:
         return {
@@ -242,6 +247,7 @@ class QuantReport:
             "kept_float": list(self.kept_float),
             "warnings": list(self.warnings),
             "power_of_two": self.power_of_two,
+            "equalization": None if self.equalization is None else self.equalization.to_dict(),
         }
 
 
@@ -553,8 +559,11 @@ def quantize_model(
     through residual adds sharing their group's largest threshold when ``align_residuals``, and rewrite into QDQ
     form. ``power_of_two`` is the scheme of TVM's VTA: every scale a power of two (activations rounded up from
     their threshold, weights one scale per tensor), so each requantization is a plain rounding shift, free in the
-    accelerator's epilogue, at some cost in accuracy against per-channel weight scales. ``runner`` runs the float
-    graph for calibration (the numpy interpreter by default), ``progress(done, total)`` is called per batch.
+    accelerator's epilogue, at some cost in accuracy against per-channel weight scales. With ``equalize`` the float
+    graph is first equalized on ``data`` (:func:`vdla.graph.equalize.equalize`): the QDQ graph is that of the
+    equalized graph, and the report's ``equalization`` says how (:func:`vdla.graph.qerror.with_errors` measures
+    against the float graph equalized alike). ``runner`` runs the float graph for calibration (the numpy
+    interpreter by default), ``progress(done, total)`` is called per batch.
 
     ``stats_cache`` (a dict, filled in place) keeps the calibration statistics of every value observed, so that
     quantizing the same graph on the same ``data`` again (other ``keep_float``: :mod:`vdla.graph.autofloat`)
@@ -568,6 +577,9 @@ def quantize_model(
         raise QuantizationError(f"graph {graph.name!r} is already quantized (QDQ): it keeps its own scales")
     check_params(graph)
     data = check_calibration(graph.inputs, data)
+    equalized = None
+    if opts.equalize:
+        graph, equalized = equalize(graph, data, runner)
     plan = plan_quantization(graph, opts.keep_float, opts.align_residuals)
     cache = {} if stats_cache is None else stats_cache
     missing = [v for v in plan.points if v not in cache]
@@ -579,7 +591,8 @@ def quantize_model(
     tensors = tuple(_tensor_quant(v, src, stats[v], thresholds[src], scales[src]) for v, src in plan.points.items())
     samples = next(iter(data.values())).shape[0]
     report = QuantReport(
-        opts.calibration, opts.percentile, samples, tensors, tuple(layers), plan.kept, notes, opts.power_of_two
+        opts.calibration, opts.percentile, samples, tensors, tuple(layers), plan.kept, notes, opts.power_of_two,
+        equalized,
     )  # fmt: skip
     return qgraph, report
 

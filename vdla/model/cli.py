@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -135,6 +136,21 @@ def auto_float_lines(auto) -> list[str]:
     ]
 
 
+def equalization_line(eq) -> str:
+    """What ``vdla compile --equalize`` prints after the quantization table: the groups equalized (their channels'
+    range spread before and after, the worst group) and the groups skipped, by reason."""
+    kinds = Counter(reason.split(" '")[0] for reason in eq.skipped.values())
+    skipped = ", ".join(f"{n} at {kind}" for kind, n in kinds.most_common())
+    if not eq.groups:
+        return f"equalization: no group to equalize ({len(eq.skipped)} skipped: {skipped})"
+    worst = max(eq.groups, key=lambda g: g.spread_before)
+    return (
+        f"equalization: {len(eq.groups)} groups, {sum(g.scales.size for g in eq.groups)} channels rescaled "
+        f"(widest: {', '.join(worst.producers)}, channel ranges {worst.spread_before:.3g}x apart -> "
+        f"{worst.spread_after:.3g}x); {len(eq.skipped)} skipped ({skipped or 'none'})"
+    )
+
+
 def _keep_float(specs: list[str]) -> tuple[str, ...]:
     return tuple(name.strip() for spec in specs for name in spec.split(",") if name.strip())
 
@@ -152,6 +168,7 @@ def compile_options(args: argparse.Namespace):
         auto_float=getattr(args, "auto_float", None),
         align_residuals=not args.separate_residual_scales,
         power_of_two=args.power_of_two,
+        equalize=args.equalize,
         dump=args.dump,
         quant_report=args.report,
         cpu_targets=tuple(args.cpu_target),
@@ -195,6 +212,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
         console.print(f"[yellow]note:[/] {float_model_note(args.model)}")
     if report.quantization is not None:
         console.print(_quant_table(report.quantization))
+        if report.quantization.equalization is not None:
+            console.print(equalization_line(report.quantization.equalization))
         for w in report.quantization.warnings:
             console.print(f"[yellow]warning:[/] {w}")
         if args.report:
@@ -421,6 +440,13 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="power-of-two scales, one per weight tensor (TVM VTA's scheme): every requantization is a free "
         "shift; less accurate than the default per-channel weight scales (with --calib)",
+    )
+    p.add_argument(
+        "--equalize",
+        action="store_true",
+        help="equalize per-channel ranges between layers before calibration (cross-layer equalization: each "
+        "channel's range moved from the activation into the next layer's weights where the float model's outputs "
+        "stay the same; with --calib)",
     )
     p.add_argument(
         "--separate-residual-scales",

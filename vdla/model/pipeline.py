@@ -65,7 +65,7 @@ class CompileOptions(QuantOptions):
     """How a model compiles: the hardware ``config`` (a preset name, a JSON file or an :class:`HwConfig`);
     ``input_shapes`` fixing dynamic input dimensions; for a float model with calibration data, the quantization
     options it inherits from :class:`~vdla.graph.quantize.QuantOptions` (keyword-only: ``calibration``,
-    ``percentile``, ``keep_float``, ``align_residuals``, ``power_of_two``); ``dump`` a folder for the
+    ``percentile``, ``keep_float``, ``align_residuals``, ``power_of_two``, ``equalize``); ``dump`` a folder for the
     graph after every pass and ``quant_report`` a path for the quantization report (JSON); ``cpu_targets`` the
     machines whose ahead-of-time CPU code the artifact carries (``--cpu-target``: ``host`` or a name of
     :data:`vdla.cpu_fallback.native.TARGETS`; stored resolved); ``fuse_depthwise`` runs each depthwise layer and
