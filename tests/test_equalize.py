@@ -24,7 +24,7 @@ from vdla.cli import main  # noqa: E402
 from vdla.frontend import import_onnx  # noqa: E402
 from vdla.frontend.reference import reference_session  # noqa: E402
 from vdla.graph.autofloat import auto_float  # noqa: E402
-from vdla.graph.equalize import choose_scales, equalize  # noqa: E402
+from vdla.graph.equalize import choose_scales, equalize, worth_equalizing  # noqa: E402
 from vdla.graph.graph import Graph, Node  # noqa: E402
 from vdla.graph.interp import evaluate  # noqa: E402
 from vdla.graph.passes import simplify  # noqa: E402
@@ -167,6 +167,10 @@ def test_scales_balance_ranges_and_flatten_before_depthwise_layers():
     np.testing.assert_allclose(r_x[:2] / s[:2], 100.0)  # sqrt(r_x r_w) is the same for both: flat
     flat = choose_scales(np.array([8.0, 2.0, 0.5]), np.ones(3), 1.0)
     np.testing.assert_allclose(np.array([8.0, 2.0, 0.5]) / flat, 8.0)
+    narrow, ones = np.array([1.0, 2.0, 6.0]), np.ones(3)
+    assert not worth_equalizing(narrow, ones, False) and worth_equalizing(np.array([1.0, 16.0]), ones[:2], False)
+    dead = np.array([1.0, 2.0, 0.0])  # a dead channel a 1x1 convolution reads: its stale weights may set the scale
+    assert worth_equalizing(dead, ones, False) and not worth_equalizing(dead, ones, True)
 
 
 def test_layer_norm_outliers_move_into_the_dense_weights():
