@@ -22,7 +22,7 @@ around it without changing the float model, the tensor can be made flat:
   skipped, the first offending node named: :attr:`Equalization.skipped`), and only where it can gain
   (:func:`worth_equalizing`): its channels' ranges spread over :data:`MIN_SPREAD` (3 bits) or more, or a dead
   channel's stale weights may set a consumer's weight scale. Measured on MobileNet-V2's residual streams (ranges
-  within 2.3 to 6.5x), flattening them moved the model's cosine by -0.005 to +0.0002, the noise of rounding;
+  within 2.3 to 6.5x), flattening them moved the model's cosine by -0.0045 to +0.0002, the noise of rounding;
   groups of 17x and more gained (``docs/quantization.md``).
 
 **Scales.** Per channel, ``r_x[c]`` is the largest magnitude of the group's values over the calibration data,
@@ -33,7 +33,7 @@ ranges become ``sqrt(r_x r_w)``, SmoothQuant's balance); where every consumer is
 channel to an output channel and quantized per channel, so moving range into them costs nothing: ``alpha`` = 1
 flattens the tensor. The scales are normalized so the tensor's largest channel keeps its range, and held within
 :data:`MAX_SPREAD` of each other (a consumer's channel scaled down further could fall under the quantizer's
-negligible-channel floor, :data:`vdla.graph.quantize.NEGLIGIBLE`). A channel below :data:`NEGLIGIBLE` of the
+negligible-channel floor, :data:`vdla.graph.quantize.NEGLIGIBLE`). A channel below :data:`DEAD` of the
 largest (dead on the data) takes the smallest scale: the consumers' weights reading it, stale in a trained model
 (no gradient reaches them) and often the largest of their output channel, shrink as far as allowed and no longer
 set that channel's weight scale; a channel no consumer reads takes the largest. A producer's per-output-channel
@@ -77,7 +77,7 @@ from vdla.graph.types import TensorType
 ALPHA = 0.5  # SmoothQuant's migration strength where a consumer shares input channels across an output channel
 MIN_SPREAD = 8.0  # a group whose live channels' ranges lie within this ratio (3 bits) is left as it is
 MAX_SPREAD = 2.0**8  # the largest ratio of two scales of one group
-NEGLIGIBLE = 2.0**-16  # a channel below this fraction of its group's largest range keeps its scale (1)
+DEAD = 2.0**-16  # a channel whose range is below this fraction of its group's largest is dead on the data
 ELEMENTWISE = (RELU, PRELU, CLIP, ADD, MUL)
 POOLS = (MAX_POOL2D, AVG_POOL2D, GLOBAL_AVG_POOL)
 NORMS = (LAYER_NORM, RMS_NORM)
@@ -320,10 +320,10 @@ def consumer_ranges(graph: Graph, consumers: Iterable[Node], channels: int, type
 
 def choose_scales(r_x: np.ndarray, r_w: np.ndarray, alpha: float) -> np.ndarray:
     """``s = r_x ** alpha / r_w ** (1 - alpha)`` normalized so the largest channel keeps its range, within
-    :data:`MAX_SPREAD`; a dead channel (below :data:`NEGLIGIBLE` of the largest) takes the smallest scale, one no
+    :data:`MAX_SPREAD`; a dead channel (below :data:`DEAD` of the largest) takes the smallest scale, one no
     consumer reads the largest (see the module docstring)."""
     top = float(r_x.max()) if r_x.size else 0.0
-    dead = r_x <= NEGLIGIBLE * top
+    dead = r_x <= DEAD * top
     live = ~dead & (r_w > 0)
     s = np.ones_like(r_x)
     if not live.any():
@@ -340,13 +340,13 @@ def worth_equalizing(r_x: np.ndarray, r_w: np.ndarray, depthwise_only: bool) -> 
     """Whether a group's channels' ranges ``r_x`` spread over :data:`MIN_SPREAD` or more, or a dead channel has
     weights in a consumer that shares an output channel's scale among input channels (stale weights there set
     that scale)."""
-    dead_read = (r_x <= NEGLIGIBLE * r_x.max()) & (r_w > 0)
+    dead_read = (r_x <= DEAD * r_x.max()) & (r_w > 0)
     return spread(r_x) >= MIN_SPREAD or (not depthwise_only and bool(dead_read.any()))
 
 
 def spread(r: np.ndarray) -> float:
-    """The largest over the smallest live (above :data:`NEGLIGIBLE` of the largest) of ``r``."""
-    live = r[r > NEGLIGIBLE * r.max()] if r.size and r.max() > 0 else np.ones(1)
+    """The largest over the smallest live (above :data:`DEAD` of the largest) of ``r``."""
+    live = r[r > DEAD * r.max()] if r.size and r.max() > 0 else np.ones(1)
     return float(live.max() / live.min())
 
 
