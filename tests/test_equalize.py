@@ -212,10 +212,13 @@ def _sim_cosine(artifact, model: onnx.ModelProto, x: np.ndarray) -> float:
     return cosine(got, _onnxruntime(model, x))
 
 
-def test_equalization_lifts_the_int8_model_on_sim(model, calib):
+@pytest.mark.parametrize("power_of_two", [False, True])
+def test_equalization_lifts_the_int8_model_on_sim(model, calib, power_of_two):
+    """Measured: 0.98956 -> 0.99994 (per-channel weight scales), 0.91379 -> 0.99957 (power-of-two scales, one
+    per weight tensor: the producers' weights get flatter too)."""
     x = calibration_images(SHAPE, 4, seed=9)
-    plain, _ = compile_model(model, calib, config="pynq")
-    equalized, report = compile_model(model, calib, config="pynq", equalize=True)
+    plain, _ = compile_model(model, calib, config="pynq", power_of_two=power_of_two)
+    equalized, report = compile_model(model, calib, config="pynq", equalize=True, power_of_two=power_of_two)
     assert report.quantization.equalization is not None and len(report.quantization.equalization.groups) == 4
     c_plain, c_eq = _sim_cosine(plain, model, x), _sim_cosine(equalized, model, x)
     assert c_eq > c_plain and c_eq >= 0.999, (c_plain, c_eq)
