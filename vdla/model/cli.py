@@ -20,6 +20,7 @@ from vdla.config import DEFAULT_PRESET
 from vdla.cpu_fallback.native import HOST, PRESET_TARGETS, TARGETS
 from vdla.errors import VdlaError
 from vdla.graph.calibrate import DEFAULT_PERCENTILE, METHODS
+from vdla.graph.equalize import Equalization
 
 console = Console(width=None if sys.stdout.isatty() else 160)
 
@@ -136,7 +137,7 @@ def auto_float_lines(auto) -> list[str]:
     ]
 
 
-def equalization_line(eq) -> str:
+def equalization_line(eq: Equalization) -> str:
     """What ``vdla compile --equalize`` prints after the quantization table: the groups equalized (their channels'
     range spread before and after, the worst group) and the groups skipped, by reason."""
     kinds = Counter(reason.split(" '")[0] for reason in eq.skipped.values())
