@@ -4,7 +4,8 @@ that needs the compiler or ONNX to read.
 A ``.vdla`` file is a zip archive:
 
 * ``manifest.json``: format version, vdla version, the hardware config and its hash, the model's
-  inputs and outputs (types with quantization), the steps in execution order, the DRAM tensors
+  inputs and outputs (types with quantization), the steps in execution order (a step of a branch with its
+  guard, ``when``: the conditions under which a run needs it), the DRAM tensors
   (address, packed shape, dtype), the memory plan and the per-layer descriptions;
 * ``image.bin``: the DRAM image from the config's base address: packed weights and per-channel
   constants, micro-op kernels and the accelerator instruction streams (activations are planned in
@@ -15,8 +16,8 @@ A ``.vdla`` file is a zip archive:
   the machines that run it, its SHA-256 and its kernels. A machine with code here needs no LLVM.
 
 An accelerator step is one instruction stream already in the image (address and length); consecutive
-accelerator steps are also joined into one stream (the manifest's ``streams``) that overlaps their fills and
-drains. A CPU step is a graph of CPU operators (run by the artifact's code for the machine, else JIT-compiled
+accelerator steps of one guard are also joined into one stream (the manifest's ``streams``) that overlaps their
+fills and drains. A CPU step is a graph of CPU operators (run by the artifact's code for the machine, else JIT-compiled
 at load, else interpreted with numpy) whose ``@dram`` inputs and outputs are packed tensors read from and
 written to DRAM.
 Writing is atomic (a temporary file renamed into place): no partial artifact is ever left behind.
@@ -38,6 +39,7 @@ from vdla._version import __version__
 from vdla.config import HwConfig, config_mismatch, dict_hash, from_dict
 from vdla.cpu_fallback.native import TARGETS, NativeLibrary
 from vdla.errors import VdlaError
+from vdla.graph.branches import Guard
 from vdla.graph.graph import Graph
 from vdla.graph.serialize import graph_from_json, graph_to_json, type_from_json, type_to_json
 from vdla.graph.types import TensorType
@@ -65,7 +67,8 @@ class DramTensor:
 
 @dataclass
 class AccelStep:
-    """One accelerator layer: the instruction stream at ``insn_addr`` and what it reads and writes."""
+    """One accelerator layer: the instruction stream at ``insn_addr`` and what it reads and writes; ``when``
+    the guard under which a run needs it (:mod:`vdla.graph.branches`: ``()``, always)."""
 
     name: str
     insn_addr: int
@@ -74,6 +77,7 @@ class AccelStep:
     reads: list[str]
     writes: list[str]
     layer: dict = field(default_factory=dict)  # op, shapes, schedule, epilogue (for tables)
+    when: Guard = ()
 
     kind = "accel"
 
@@ -81,7 +85,8 @@ class AccelStep:
 @dataclass
 class CpuStep:
     """A CPU region: a graph whose ``dram_inputs``/``dram_outputs`` (graph value -> DRAM tensor) are
-    read from and written to DRAM; its other inputs and outputs are host values."""
+    read from and written to DRAM; its other inputs and outputs are host values; ``when`` as for
+    :class:`AccelStep`."""
 
     name: str
     graph: Graph
@@ -89,6 +94,7 @@ class CpuStep:
     dram_outputs: dict[str, str]
     macs: int = 0
     note: str = ""
+    when: Guard = ()
 
     kind = "cpu"
 
@@ -163,8 +169,9 @@ class Artifact:
         arrays: dict[str, np.ndarray] = {}
         steps = []
         for i, s in enumerate(self.steps):
+            when = {"when": [[c, v] for c, v in s.when]} if s.when else {}  # absent: always (older readers too)
             if isinstance(s, AccelStep):
-                steps.append({"kind": "accel", **{k: v for k, v in asdict(s).items()}})
+                steps.append({"kind": "accel", **{k: v for k, v in asdict(s).items() if k != "when"}, **when})
                 continue
             desc, params = graph_to_json(s.graph)
             for k, v in params.items():
@@ -178,6 +185,7 @@ class Artifact:
                     "dram_outputs": s.dram_outputs,
                     "macs": s.macs,
                     "note": s.note,
+                    **when,
                 }
             )
         manifest = {
@@ -227,6 +235,13 @@ def _read(path: Path) -> tuple[dict, np.ndarray, dict[str, np.ndarray], dict[str
     return manifest, image, arrays, code
 
 
+def _guard(path: Path, i: int, when: list) -> Guard:
+    """Step ``i``'s guard as the manifest stores it: pairs of a condition value and a bool."""
+    if not all(isinstance(x, list) and len(x) == 2 and isinstance(x[0], str) and isinstance(x[1], bool) for x in when):
+        raise ArtifactError(f"{path}: step {i}: 'when' must be [condition, true|false] pairs, got {when!r}")
+    return tuple((c, v) for c, v in when)
+
+
 def load_artifact(path: str | Path, config: HwConfig | None = None) -> Artifact:
     """Read an artifact, refusing another format version, a corrupt file, or (when ``config`` is given)
     an artifact compiled for another hardware configuration."""
@@ -251,13 +266,14 @@ def load_artifact(path: str | Path, config: HwConfig | None = None) -> Artifact:
         )
     steps: list[Step] = []
     for i, s in enumerate(manifest["steps"]):
+        when = _guard(path, i, s.get("when", []))  # written by vdla since branch skipping; absent: always
         if s["kind"] == "accel":
-            steps.append(AccelStep(**{k: v for k, v in s.items() if k != "kind"}))
+            steps.append(AccelStep(**{k: v for k, v in s.items() if k not in ("kind", "when")}, when=when))
         else:
             prefix = f"{i}/"
             params = {k[len(prefix) :]: v for k, v in arrays.items() if k.startswith(prefix)}
             graph = graph_from_json(s["graph"], params)
-            steps.append(CpuStep(s["name"], graph, s["dram_inputs"], s["dram_outputs"], s["macs"], s["note"]))
+            steps.append(CpuStep(s["name"], graph, s["dram_inputs"], s["dram_outputs"], s["macs"], s["note"], when))
     streams = manifest.get("streams", manifest.get("chains", []))  # older vdla wrote the key as "chains"
     return Artifact(
         config=cfg,

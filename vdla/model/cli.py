@@ -49,12 +49,21 @@ def _placement_table(artifact, report) -> Table:
     for s in artifact.steps:
         if s.kind == "accel":
             shape = f"{s.layer['input']} -> {s.layer['output']} k{s.layer['kernel'][0]} s{s.layer['stride'][0]}"
-            note = s.layer.get("note", "")
+            note = _joined(guard_text(s.when), s.layer.get("note", ""))
             t.add_row(s.name, "[cyan]accel[/]", s.layer["op"], f"{shape}  {s.layer['schedule']}", f"{s.macs:,}", note)
         else:
             ops = sorted({n.op for n in s.graph.nodes})
-            t.add_row(s.name, "[yellow]cpu[/]", "+".join(ops), "", f"{s.macs:,}", s.note)
+            t.add_row(s.name, "[yellow]cpu[/]", "+".join(ops), "", f"{s.macs:,}", _joined(guard_text(s.when), s.note))
     return t
+
+
+def guard_text(when) -> str:
+    """A step's guard as the tables print it: ``only when gate is true``, or "" for a step that always runs."""
+    return "only when " + " and ".join(f"{c} is {str(v).lower()}" for c, v in when) if when else ""
+
+
+def _joined(*parts: str) -> str:
+    return "; ".join(p for p in parts if p)
 
 
 def _quant_table(q) -> Table:
@@ -290,17 +299,26 @@ def _run_table(report, artifact) -> Table:
     for c in ("step", "op", "where", "cycles", "CPU ms", "GEMM util", "MACs"):
         t.add_column(c, justify="left" if c in ("step", "op", "where") else "right")
     for s in report.steps:
-        accel = s.where == "accel"
+        accel, ran = s.where == "accel", not s.skipped
         t.add_row(
             s.name,
             s.op,
-            "[cyan]accel[/]" if accel else "[yellow]cpu[/]",
-            f"{s.cycles:,}" if accel else "",
-            "" if accel else f"{s.cpu_ms:.3f}",
-            f"{s.utilization:.1%}" if accel else "",
+            ("[cyan]accel[/]" if accel else "[yellow]cpu[/]") + ("" if ran else f" [dim]skipped: {s.skipped}[/]"),
+            f"{s.cycles:,}" if accel and ran else "",
+            f"{s.cpu_ms:.3f}" if not accel and ran else "",
+            f"{s.utilization:.1%}" if accel and ran else "",
             f"{s.macs:,}",
         )
     return t
+
+
+def branch_line(report) -> str:
+    """Which branches a run took and what it skipped ("" for a model without branches chosen at run time)."""
+    if not report.conditions:
+        return ""
+    taken = ", ".join(f"{c} = {str(v).lower()}" for c, v in report.conditions.items())
+    skipped = [s for s in report.steps if s.skipped]
+    return f"branches: {taken}; {len(skipped)} steps skipped ({sum(s.macs for s in skipped):,} MACs not run)"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -340,6 +358,8 @@ def run(args: argparse.Namespace) -> int:
         )
     report = module.last_report
     console.print(_run_table(report, artifact))
+    if branch_line(report):
+        console.print(branch_line(report))
     console.print(
         f"accelerator: {report.accel_cycles:,} cycles = {report.accel_ms:.3f} ms at {artifact.config.clock_mhz:g} MHz; "
         f"CPU: {report.cpu_ms:.3f} ms ({module.cpu_kernels} kernels); "
