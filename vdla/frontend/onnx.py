@@ -543,7 +543,8 @@ class _Importer:
         """An If whose condition is computed at run time: both branches imported (every value of branch
         ``then`` of node X named ``X.then/...``, so each branch's steps say which they belong to), each output
         ``Where(cond, then, else)``. Both branches compute on every input in calibration, so it sees every sample
-        in both; a compiled model runs only the branch taken (:mod:`vdla.graph.branches`). The two branches' outputs must agree in shape and element type, else the node is refused."""
+        in both; a compiled model runs only the branch taken (:mod:`vdla.graph.branches`). The two branches'
+        outputs must agree in shape and element type, else the node is refused."""
         cond = self.b.value(node, 0)
         if cond.shape and int(np.prod(cond.shape)) != 1:
             raise unsupported(node, f"the condition {node.input(0)!r} is of shape {cond.shape}, not one value")
