@@ -4,7 +4,8 @@
 immediate post-dominator's group when every path between the two is fusable, which takes a conv2d's whole
 integer epilogue (diamonds included) into the conv's group. Its groups are then cut to what a target's
 kernels run: :func:`split_groups` cuts a group around the part a target claims (the model compiler's
-partition: the accelerator's epilogue chain, the rest of the group to the CPU), and the CPU fallback cuts
+partition: the accelerator's epilogue chain, the rest of the group to the CPU), :func:`split_by_guard` cuts
+them where a run may skip a branch chosen at run time (:mod:`vdla.graph.branches`), and the CPU fallback cuts
 each group into the chains its kernels stack (``vdla.cpu_fallback.stacking.fuse``).
 
 Fusion rules of :func:`fuse_ops` (TVM's, on the finer :class:`Pattern` levels; an *edge* is the pattern
