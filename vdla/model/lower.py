@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 
@@ -46,6 +47,7 @@ from vdla.model.match import (
 )
 from vdla.model.memplan import plan_memory
 from vdla.model.place import Placement
+from vdla.model.prefetch import prefetch_schedules
 from vdla.model.views import StoredViews, packed
 from vdla.runtime.device import Device
 from vdla.runtime.dram import Buffer
@@ -243,17 +245,15 @@ class ModelBuilder(FusionChoices, StoredViews, TensorLifetimes, CpuRegions):
         arena = dev.alloc(max(plan.total, 1))
         addr = {t: arena.addr + off for t, off in plan.offsets.items()}
         steps = []
-        for kind, s in self.steps:
-            if kind == "cpu":
-                steps.append(s)
-                continue
-            if progress:
-                progress(s.out)
-            try:
-                steps.append(replace(compile_layer(self, s, dev, addr), when=self.when.get(s.out, ())))
-            except CompileError as e:
-                shape = "x".join(map(str, self.types[s.x].shape))
-                raise CompileError(f"layer {s.out!r} ({s.op} of a {shape} input): {e}") from e
+        layers = [s for kind, s in self.steps if kind == "accel"]
+        with prefetch_schedules(lambda layer: compile_layer(self, layer, dev, addr), layers, self.cache_file):
+            for kind, s in self.steps:
+                if kind == "cpu":
+                    steps.append(s)
+                    continue
+                if progress:
+                    progress(s.out)
+                steps.append(replace(self.compiled_step(s, dev, addr), when=self.when.get(s.out, ())))
         steps = computed_guards(steps, set(self.g.inputs))
         streams = self.joined_streams(steps, dev)
         live = dev.dram._live.values()
@@ -271,6 +271,19 @@ class ModelBuilder(FusionChoices, StoredViews, TensorLifetimes, CpuRegions):
         inputs = {k: t for k, t in self.g.inputs.items()}
         outputs = {o: self.types[o] for o in self.g.outputs}
         return Artifact(cfg, inputs, outputs, steps, tensors, image, memory, {"model": self.g.name}, streams)
+
+    @property
+    def cache_file(self) -> Path | None:
+        """The schedule cache's file (None without a cache): what :func:`prefetch_schedules` fills."""
+        return None if self.cache is None else self.cache.path
+
+    def compiled_step(self, layer: AccelLayer | PoolLayer, dev: Device, addr: dict[str, int]) -> AccelStep:
+        """The accelerator step of ``layer`` against its planned addresses; an error names the layer."""
+        try:
+            return compile_layer(self, layer, dev, addr)
+        except CompileError as e:
+            shape = "x".join(map(str, self.types[layer.x].shape))
+            raise CompileError(f"layer {layer.out!r} ({layer.op} of a {shape} input): {e}") from e
 
     @staticmethod
     def uop_reader(dev: Device):
