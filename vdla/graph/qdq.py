@@ -533,10 +533,11 @@ LAYERS = (CONV2D, DENSE)
 
 def negligible_channels(real: np.ndarray) -> np.ndarray:
     """The channels whose requantization scale rounds to a zero multiplier at the shift the largest scale sets
-    (:func:`choose_requantization`), as a mask (none where a scale is not positive and finite: that is refused)."""
+    (:func:`choose_requantization`), as a mask (none where a scale is not positive and finite or the largest does
+    not fit: those are refused)."""
     r = np.asarray(real, np.float64)
-    if not np.all(np.isfinite(r) & (r > 0)):
-        return np.zeros(r.shape, bool)
+    if not np.all(np.isfinite(r) & (r > 0)) or r.max() >= 2**31:
+        return np.zeros(r.shape, bool)  # refused by choose_requantization, naming the layer
     shift = choose_requantization(r.max())[1]
     return np.rint(r * 2.0**shift) == 0
 
