@@ -1,5 +1,5 @@
-"""The schedule search of a large model on two cores (:mod:`vdla.model.prefetch`): the forked helper fills the
-schedule cache from the last layer backwards, the artifact is the same byte for byte, and a failing helper
+"""A cold compile on two cores (:mod:`vdla.model.prefetch`): the forked helper fills the schedule cache and the
+JIT's disk cache from the last item backwards, the artifact is the same byte for byte, and a failing helper
 changes nothing."""
 
 from __future__ import annotations
@@ -14,6 +14,9 @@ import pytest
 from test_graph_qdq import S_A, residual_graph
 
 from vdla.compiler import ScheduleCache
+from vdla.cpu_fallback import jit
+from vdla.cpu_fallback.stacking import compile_graph, graph_specs
+from vdla.graph.interp import evaluate
 from vdla.model import prefetch
 from vdla.model.pipeline import compile_graph_model
 
@@ -31,7 +34,7 @@ def _wait_for(paths, timeout: float = 120.0) -> bool:
 
 
 def test_the_helper_runs_every_layer_backwards_and_is_stopped(tmp_path):
-    marks = [tmp_path / f"layer{k}" for k in range(prefetch.MIN_LAYERS)]
+    marks = [tmp_path / f"layer{k}" for k in range(prefetch.MIN_ITEMS)]
 
     def compile_layer(path):
         path.write_text(str(time.monotonic_ns()))
@@ -44,7 +47,7 @@ def test_the_helper_runs_every_layer_backwards_and_is_stopped(tmp_path):
 
 
 def test_no_helper_for_a_small_model_or_without_a_cache(tmp_path):
-    marks = [tmp_path / f"layer{k}" for k in range(prefetch.MIN_LAYERS)]
+    marks = [tmp_path / f"layer{k}" for k in range(prefetch.MIN_ITEMS)]
     for layers, cache in ((marks[:-1], tmp_path / "schedules.json"), (marks, None)):
         with prefetch.prefetch_schedules(lambda p: p.write_text("x"), layers, cache):
             time.sleep(0.5)
@@ -55,7 +58,7 @@ def test_a_failing_helper_changes_nothing(tmp_path):
     def compile_layer(path):
         raise RuntimeError("the helper fails")
 
-    marks = [tmp_path / f"layer{k}" for k in range(prefetch.MIN_LAYERS)]
+    marks = [tmp_path / f"layer{k}" for k in range(prefetch.MIN_ITEMS)]
     with prefetch.prefetch_schedules(compile_layer, marks, tmp_path / "schedules.json"):
         pass  # the compiler's own loop runs on
 
@@ -72,9 +75,9 @@ def test_the_artifact_is_the_same_with_the_helper(tmp_path, monkeypatch):
     """A model compiled with the helper (its minimum lowered to 2 layers) equals the one compiled without, byte for
     byte, and the helper's entries are in the cache."""
     graph = residual_graph(np.random.default_rng(0), S_A)
-    monkeypatch.setattr(prefetch, "MIN_LAYERS", 10**6)
+    monkeypatch.setattr(prefetch, "MIN_ITEMS", 10**6)
     alone, _ = compile_graph_model(graph, cache=ScheduleCache(tmp_path / "alone.json"))
-    monkeypatch.setattr(prefetch, "MIN_LAYERS", 2)
+    monkeypatch.setattr(prefetch, "MIN_ITEMS", 2)
     helped, _ = compile_graph_model(graph, cache=ScheduleCache(tmp_path / "helped.json"))
     assert sum(s.kind == "accel" for s in helped.steps) >= 2
     assert _artifact_bytes(alone, tmp_path / "a.vdla") == _artifact_bytes(helped, tmp_path / "b.vdla")
@@ -82,3 +85,28 @@ def test_the_artifact_is_the_same_with_the_helper(tmp_path, monkeypatch):
         json.loads((tmp_path / "helped.json").read_text()).keys()
         == json.loads((tmp_path / "alone.json").read_text()).keys()
     )
+
+
+def test_the_helper_compiles_the_calibration_kernels_into_the_disk_cache(tmp_path, monkeypatch):
+    """Every kernel of a graph JIT-compiled by the helper into an empty disk cache, which the compiler then reads
+    (``from_disk``) and runs as it would its own (the interpreter's outputs)."""
+    graph = residual_graph(np.random.default_rng(1), S_A)
+    monkeypatch.setattr(prefetch, "MIN_ITEMS", 1)
+    jit.set_disk_cache(tmp_path / "cpu")
+    try:
+        jit.clear_cache()
+        specs = list(dict.fromkeys(graph_specs(graph)))
+        files = [jit._disk_entry(s, jit.engine())[1] for s in specs]
+        with prefetch.prefetch_kernels(graph):
+            assert _wait_for(files)
+        compiled = compile_graph(graph)
+        assert all(group.kernel.from_disk for group in compiled.groups if group.kernel is not None)
+        x = {k: np.random.default_rng(2).integers(-128, 128, t.shape).astype(t.dtype) for k, t in graph.inputs.items()}
+        want = evaluate(graph, x)
+        got = compiled.run(x)
+        for name in graph.outputs:
+            np.testing.assert_array_equal(got[name], want[name])
+    finally:
+        jit.set_disk_cache(None)
+        jit._disk_override.clear()
+        jit.clear_cache()

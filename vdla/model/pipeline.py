@@ -304,7 +304,16 @@ def calibration_runner(log: Log) -> Callable[[Graph], Callable] | None:
     except ImportError:
         log("llvmlite is not installed: calibration runs on the numpy interpreter (pip install 'vdla[jit]')")
         return None
-    return lambda graph: compile_graph(graph).run
+    return lambda graph: _prefetched(compile_graph, graph).run
+
+
+def _prefetched(compile_graph: Callable, graph: Graph):
+    """``compile_graph(graph)`` with a forked helper compiling its kernels from the last on two cores
+    (:func:`vdla.model.prefetch.prefetch_kernels`)."""
+    from vdla.model.prefetch import prefetch_kernels
+
+    with prefetch_kernels(graph):
+        return compile_graph(graph)
 
 
 def compile_model(
