@@ -46,12 +46,18 @@ def test_the_helper_runs_every_layer_backwards_and_is_stopped(tmp_path):
     assert not list(tmp_path.glob("*.tmp"))
 
 
-def test_no_helper_for_a_small_model_or_without_a_cache(tmp_path):
+def test_no_helper_for_a_small_model_or_without_a_cache(tmp_path, monkeypatch):
+    forks = []
+    monkeypatch.setattr(prefetch.os, "fork", lambda: forks.append(1) or 1 / 0)
     marks = [tmp_path / f"layer{k}" for k in range(prefetch.MIN_ITEMS)]
     for layers, cache in ((marks[:-1], tmp_path / "schedules.json"), (marks, None)):
         with prefetch.prefetch_schedules(lambda p: p.write_text("x"), layers, cache):
-            time.sleep(0.5)
-        assert not any(p.exists() for p in marks)
+            pass
+    assert not forks
+    with pytest.raises(ZeroDivisionError):  # the recorder sees a fork where one is due
+        with prefetch.prefetch_schedules(lambda p: p.write_text("x"), marks, tmp_path / "schedules.json"):
+            pass
+    assert forks == [1]
 
 
 def test_a_failing_helper_changes_nothing(tmp_path):
