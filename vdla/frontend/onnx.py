@@ -475,7 +475,7 @@ class _Importer:
         if self.errors:
             if len(self.errors) == 1:  # named with the file, as the list of several is
                 e = self.errors[0]
-                raise UnsupportedError(e.op, f"{self.where}: {str(e).removeprefix(f'{e.op}: ')}") from e
+                raise UnsupportedError(e.op, f"{str(e).removeprefix(f'{e.op}: ')} (in {self.where})") from e
             lines = "\n".join(f"  - {e}" for e in self.errors)
             raise UnsupportedError(
                 self.errors[0].op, f"{self.where}: {len(self.errors)} nodes cannot be imported:\n{lines}"
