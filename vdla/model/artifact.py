@@ -215,7 +215,7 @@ class Artifact:
         return manifest, arrays
 
 
-_MALFORMED = (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError, RecursionError)
+_MALFORMED = (ArithmeticError, LookupError, TypeError, ValueError, AttributeError, RecursionError)
 
 
 @contextmanager
