@@ -335,3 +335,15 @@ def test_finding_a_zip_of_a_version_python_does_not_read(tmp_path):
     path.write_bytes(hostile._patch(data, "image.bin", 6, "<H", 255))
     with pytest.raises(ArtifactError, match=r"case.vdla: not a readable zip archive \(zip file version 25.5\)"):
         load_artifact(path)
+
+
+def test_finding_a_lut_load_of_four_billion_rows_is_refused_without_a_set_of_them(tmp_path):
+    """``load lut ... y=4294967296``: validation built the set of every table element the load claims (a
+    MemoryError under the campaign's RLIMIT_AS); it now counts the table's own elements only."""
+    from vdla.isa import validate_program
+    from vdla.zoo.random_programs import pynq_full
+
+    path = tmp_path / "case.s"
+    path.write_text("load lut sram=0 dram=0x1004b0b y=4294967296 x=16 stride=16\nfinish\n")
+    with pytest.raises(IsaError, match=r"case.s: invalid program:\n  instruction 0: LOAD: field y_size=4294967296"):
+        validate_program(assemble_file(path), pynq_full(), where=str(path))

@@ -170,7 +170,10 @@ def validate_program(insns: list[Insn], cfg: HwConfig, dram: tuple[int, int] | N
     for i, insn in enumerate(insns):
         problems += [f"instruction {i}: {p}" for p in check_insn(insn, cfg, dram)]
         if isinstance(insn, MemInsn) and insn.mem_type == MemType.LUT and not insn.is_nop and not insn.store:
-            loaded.update(range(insn.sram_base, insn.sram_base + insn.sram_elems))
+            # the table's elements only (check_insn reports a tile past the table): a hostile size is not a set
+            loaded.update(
+                range(min(insn.sram_base, cfg.lut_depth), min(insn.sram_base + insn.sram_elems, cfg.lut_depth))
+            )
         missing = sorted(set(range(cfg.lut_depth)) - loaded)
         if isinstance(insn, EpiInsn) and insn.lut and not loaded:
             problems.append(f"instruction {i}: EPI lut before any LOAD LUT (the activation table is not loaded)")
