@@ -604,7 +604,7 @@ def worker(target: str, count: int, hypothesis_seed: int, out: Path) -> int:
 
     try:
         one()
-    except Finding as f:
+    except Exception as f:  # a Finding, or a group of them (the timer fired while the reader was failing)
         _save_finding(out, target, str(f), current.read_bytes())
         print(json.dumps({"cases": sum(outcomes.values()), "finding": str(f)[:1000]}), flush=True)
         return 1
