@@ -353,14 +353,21 @@ def build_parser() -> argparse.ArgumentParser:
         "--cpu-kernels",
         choices=("auto", "native", "jit", "reference"),
         default="auto",
-        help="model artifacts: where CPU steps run (auto: the artifact's code for this machine, else the JIT, else "
-        "numpy reference kernels; native, jit: that or an error; reference: numpy)",
+        help="model artifacts: where CPU steps run (auto: the artifact's code for this machine if signed by a trusted "
+        "key or --trust-native, else the JIT, else numpy reference kernels; native, jit: that or an error; "
+        "reference: numpy)",
     )
     p.add_argument(
         "--allow-reference-kernels",
         action="store_true",
         help="model artifacts: run CPU steps on numpy reference kernels when the artifact's code for this machine "
         "is corrupt or has the wrong hash (refused otherwise)",
+    )
+    p.add_argument(
+        "--trust-native",
+        action="store_true",
+        help="model artifacts: load the artifact's native CPU code for this run although it is not signed by a "
+        "trusted key (vdla trust): its code runs with your rights, so only for an artifact whose author you trust",
     )
     p.add_argument("--trace", help="write a Chrome/Perfetto trace JSON of the run")
     p.add_argument("--json", help="write the counters as JSON")

@@ -12,7 +12,10 @@ A ``.vdla`` file is a zip archive:
 * ``cpu.npz``: the parameters of the CPU steps' graphs;
 * ``cpu/<target>.so`` (optional, ``vdla compile --cpu-target``): the CPU steps' kernels compiled ahead of time
   for a machine (:mod:`vdla.cpu_fallback.native`); the manifest's ``cpu_code`` gives each one's LLVM triple,
-  the machines that run it, its SHA-256 and its kernels. A machine with code here needs no LLVM.
+  the machines that run it, its SHA-256 and its kernels. A machine with code here needs no LLVM;
+* ``signature.json`` (optional, ``vdla compile --sign KEY``): an Ed25519 signature of every other member
+  (:mod:`vdla.model.trust`). A signed artifact that fails it is refused; native code loads only from an artifact
+  signed by a trusted key, or when the user says so for one run (docs/security.md).
 
 An accelerator step is one instruction stream already in the image (address and length); consecutive
 accelerator steps are also joined into one stream (the manifest's ``streams``) that overlaps their fills and
@@ -46,6 +49,7 @@ from vdla.graph.serialize import graph_from_json, graph_to_json, type_from_json,
 from vdla.graph.types import DTYPES, TensorType
 from vdla.graph.verify import verify
 from vdla.isa.instructions import INSN_BYTES
+from vdla.model.trust import Signature, SigningKey, add_signature, check_signature, content_digest, read_signature
 from vdla.untrusted import ZipReader, check_size, max_read_bytes, npz_arrays, read_file
 
 FORMAT = "vdla-model"
@@ -134,6 +138,7 @@ class Artifact:
     meta: dict = field(default_factory=dict)
     streams: list[AccelStream] = field(default_factory=list)
     cpu_code: dict[str, NativeLibrary] = field(default_factory=dict)  # target name -> its CPU steps' kernels
+    signature: Signature | None = None  # the checked signature it was loaded with (save() signs only with a key)
 
     @property
     def accel_macs(self) -> int:
@@ -143,8 +148,8 @@ class Artifact:
     def total_macs(self) -> int:
         return sum(s.macs for s in self.steps)
 
-    def save(self, path: str | Path) -> Path:
-        """Write the artifact atomically to ``path``."""
+    def save(self, path: str | Path, key: SigningKey | None = None) -> Path:
+        """Write the artifact atomically to ``path``, signed by ``key`` if given (the contents as read back)."""
         path = Path(path)
         manifest, arrays = self._manifest()
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -159,6 +164,8 @@ class Artifact:
                 z.writestr("cpu.npz", buf.getvalue())
                 for name, lib in self.cpu_code.items():
                     z.writestr(f"cpu/{name}.so", lib.code)
+            if key is not None:
+                add_signature(tmp, key, _digest(read_signature(tmp)[1], *_read(Path(tmp))))
             os.replace(tmp, path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
@@ -255,13 +262,21 @@ def _kernels(kernels: dict) -> dict[str, int]:
     return {str(k): int(v) for k, v in dict(kernels).items()}
 
 
+def _digest(names: list[str], manifest: dict, image: np.ndarray, arrays: dict, code: dict[str, NativeLibrary]) -> dict:
+    """The signed digest of the contents as read and the zip's members (:func:`vdla.model.trust.content_digest`)."""
+    return content_digest(manifest, image, arrays, {t: lib.code for t, lib in code.items()}, names)
+
+
 def load_artifact(path: str | Path, config: HwConfig | None = None, max_bytes: int | None = None) -> Artifact:
     """Read an artifact, refusing another format version, a corrupt or malformed file (naming the file and the
     place), one that claims more than the read limit (``max_bytes``, :func:`vdla.untrusted.max_read_bytes`)
-    anywhere, or (when ``config`` is given) an artifact compiled for another hardware configuration."""
+    anywhere, a signed artifact that fails its signature (:class:`vdla.model.trust.SignatureError`), or (when
+    ``config`` is given) an artifact compiled for another hardware configuration."""
     path = Path(path)
     limit = max_read_bytes(max_bytes)
     manifest, image, arrays, code = _read(path, limit)
+    doc, names = read_signature(path)
+    signature = check_signature(path, doc, names, _digest(names, manifest, image, arrays, code) if doc else {})
     if manifest.get("format") != FORMAT or manifest.get("format_version") != FORMAT_VERSION:
         raise ArtifactError(
             f"{path}: format {manifest.get('format')!r} version {manifest.get('format_version')!r}; this vdla "
@@ -290,7 +305,7 @@ def load_artifact(path: str | Path, config: HwConfig | None = None, max_bytes: i
         streams = [_stream(path, s, len(steps), window) for s in manifest.get("streams", manifest.get("chains", []))]
     with _place(path, "memory and meta"):
         memory, meta = dict(manifest["memory"]), dict(manifest["meta"])
-    return Artifact(cfg, inputs, outputs, steps, dram, image, memory, meta, streams, code)
+    return Artifact(cfg, inputs, outputs, steps, dram, image, memory, meta, streams, code, signature=signature)
 
 
 def _list(value: object) -> list:

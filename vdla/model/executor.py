@@ -3,9 +3,11 @@
 Loading places the artifact's DRAM image at the config's base address once; a run allocates no DRAM
 (every tensor has its planned address), so running twice gives identical results and leaves the
 allocator where it was. CPU steps run on the first of (:func:`choose_cpu_kernels`): the artifact's ahead-of-time
-code for this machine (loaded with ctypes after a check of its hash), the CPU fallback's JIT where llvmlite
-is installed, and the numpy reference kernels (a one-line warning names the ``--cpu-target`` that would
-give native code). Nothing here imports the compiler or ONNX, nor llvmlite unless the JIT runs.
+code for this machine (loaded with ctypes after a check of its hash, and only when the artifact is signed by a
+key this machine trusts or the caller passes ``trust_native=True``: :mod:`vdla.model.trust`), the CPU fallback's
+JIT where llvmlite is installed, and the numpy reference kernels (a one-line note or warning says why, and
+names the ``--cpu-target`` that would give native code). Nothing here imports the compiler or ONNX, nor
+llvmlite unless the JIT runs.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from vdla.graph.types import INT_RANGE, TensorType, narrow_integers
 from vdla.isa import INSN_BYTES, GemmInsn, decode_program
 from vdla.model.artifact import AccelStep, AccelStream, Artifact, CpuStep, load_artifact
 from vdla.model.memplan import Lifetime, MemoryPlan, plan_memory
+from vdla.model.trust import distrust_reason
 from vdla.runtime.backend import RunResult
 from vdla.runtime.counters import STAGES
 from vdla.runtime.device import Device
@@ -121,15 +124,26 @@ def _missing_code(artifact: Artifact) -> str:
     return f"the artifact carries CPU code for {carried}, none for this machine ({machine()}): {fix}"
 
 
+TRUST_FIX = "vdla run --trust-native loads it for one run (Module(..., trust_native=True); docs/security.md)"
+
+
 def choose_cpu_kernels(
-    artifact: Artifact, choice: str = "auto", allow_reference: bool = False, warn: Callable[[str], None] = print
+    artifact: Artifact,
+    choice: str = "auto",
+    allow_reference: bool = False,
+    warn: Callable[[str], None] = print,
+    trust_native: bool = False,
+    note: Callable[[str], None] | None = None,
 ) -> tuple[str, Callable | None]:
     """Where ``artifact``'s CPU steps run here: ``("native", source)`` (the artifact's code for this machine),
     ``("jit", source)`` or ``("reference", None)`` (the numpy kernels), the source mapping a kernel spec to
     a callable kernel.
 
     ``choice`` ``auto`` takes the first that is available, in that order; the numpy kernels come last, with
-    a warning naming the ``--cpu-target`` that would fix it. Code for this machine that is corrupt or has
+    a warning naming the ``--cpu-target`` that would fix it. The artifact's code is available only when its
+    signature verifies against a key this machine trusts (:func:`vdla.model.trust.distrust_reason`) or with
+    ``trust_native``; otherwise ``note`` (default ``warn``) says why in one line and the JIT runs (the numpy
+    kernels, with a warning, where llvmlite is missing). Code for this machine that is corrupt or has
     another hash is refused (:class:`NativeCodeError`), or, with ``allow_reference``, warned about and
     replaced by the numpy kernels. ``native`` and ``jit`` refuse to fall back; ``reference`` forces numpy.
     """
@@ -139,7 +153,8 @@ def choose_cpu_kernels(
         return "reference", None
     here = target_for_machine(machine())
     lib = artifact.cpu_code.get(here.name) if here and choice in ("auto", "native") else None
-    if lib is not None:
+    distrust = None if lib is None or trust_native else distrust_reason(artifact.signature)
+    if lib is not None and distrust is None:
         try:
             return "native", lib.load().kernel
         except NativeCodeError as e:
@@ -147,14 +162,18 @@ def choose_cpu_kernels(
                 raise NativeCodeError(f"{e} (--allow-reference-kernels runs the numpy kernels instead)") from e
             warn(f"{e}: CPU steps run on numpy reference kernels")
             return "reference", None
+    untrusted = f"the artifact's {here.name} code is not loaded: {distrust}" if distrust else ""
     if choice == "native":
-        raise NativeCodeError(_missing_code(artifact))
+        raise NativeCodeError(f"{untrusted}; {TRUST_FIX}" if distrust else _missing_code(artifact))
     jit = _jit_source()
     if jit is not None:
+        if distrust:
+            (note or warn)(f"{untrusted}. CPU steps run on the JIT; {TRUST_FIX}")
         return "jit", jit
     if choice == "jit":
         raise VdlaError("cpu_kernels='jit' needs llvmlite: pip install 'vdla[jit]'")
-    warn(f"CPU steps run on numpy reference kernels: {_missing_code(artifact)} (or pip install 'vdla[jit]')")
+    why = f"{untrusted}; {TRUST_FIX}" if distrust else f"{_missing_code(artifact)} (or pip install 'vdla[jit]')"
+    warn(f"CPU steps run on numpy reference kernels: {why}")
     return "reference", None
 
 
@@ -221,10 +240,12 @@ class Module:
         overlap: bool = True,
         cpu_kernels: str = "auto",
         allow_reference_kernels: bool = False,
+        trust_native: bool = False,
         **options,
     ):
-        """``cpu_kernels`` and ``allow_reference_kernels``: where the CPU steps run, see :func:`choose_cpu_kernels`
-        (the choice made is ``self.cpu_kernels``)."""
+        """``cpu_kernels``, ``allow_reference_kernels`` and ``trust_native``: where the CPU steps run, see
+        :func:`choose_cpu_kernels` (the choice made is ``self.cpu_kernels``). ``trust_native=True`` loads the
+        artifact's native code without a trusted signature: only for an artifact whose author you trust."""
         self.artifact = artifact
         self.streams = {s.first: s for s in artifact.streams} if overlap else {}
         self.device = device or Device(artifact.config, backend, **options)
@@ -236,7 +257,9 @@ class Module:
         self._warned: set[str] = set()
         cpu_steps = {i: s for i, s in enumerate(artifact.steps) if isinstance(s, CpuStep)}
         self.cpu_kernels, source = (
-            choose_cpu_kernels(artifact, cpu_kernels, allow_reference_kernels, self._warn)
+            choose_cpu_kernels(
+                artifact, cpu_kernels, allow_reference_kernels, self._warn, trust_native, lambda m: self._warn(m, True)
+            )
             if cpu_steps
             else ("none", None)
         )
@@ -443,7 +466,8 @@ def split_stream(
 
 
 def load(path: str | Path, backend: str = "sim", **options) -> Module:
-    """Load a ``.vdla`` artifact and bind it to a device of ``backend``."""
+    """Load a ``.vdla`` artifact and bind it to a device of ``backend``; ``options`` go to :class:`Module`
+    (``cpu_kernels``, ``trust_native``, ...) and on to the device."""
     return Module(load_artifact(path), backend, **options)
 
 
