@@ -165,7 +165,7 @@ class Artifact:
                 for name, lib in self.cpu_code.items():
                     z.writestr(f"cpu/{name}.so", lib.code)
             if key is not None:
-                add_signature(tmp, key, _digest(read_signature(tmp)[1], *_read(Path(tmp))))
+                add_signature(tmp, key, _digest(read_signature(tmp)[1], *_read(Path(tmp), max_read_bytes(None))))
             os.replace(tmp, path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
