@@ -20,6 +20,7 @@ from vdla.config import DEFAULT_PRESET
 from vdla.cpu_fallback.native import HOST, PRESET_TARGETS, TARGETS
 from vdla.errors import VdlaError
 from vdla.graph.calibrate import DEFAULT_PERCENTILE, METHODS
+from vdla.untrusted import max_read_bytes, read_arrays
 
 console = Console(width=None if sys.stdout.isatty() else 160)
 
@@ -244,12 +245,11 @@ def _inputs(specs: list[str], names: list[str]) -> dict[str, np.ndarray]:
     for spec in specs:
         name, sep, file = spec.rpartition("=")
         try:
-            data = np.load(file)
-        except (OSError, ValueError) as e:
+            data = read_arrays(Path(file), f"--input {spec!r}: {file}", max_read_bytes(), ModelCliError)
+        except OSError as e:
             raise ModelCliError(f"--input {spec!r}: cannot read {file} as a .npy or .npz array ({e})") from e
-        if isinstance(data, np.lib.npyio.NpzFile):
-            with data:
-                arrays = {k: data[k] for k in data.files}
+        if isinstance(data, dict):
+            arrays = data
             if sep:
                 if len(arrays) != 1:
                     raise ModelCliError(f"--input {spec!r}: {file} holds {sorted(arrays)}, not one array for {name!r}")
