@@ -4,7 +4,7 @@ The tiers are markers set here from what a test uses: ``rtl`` (it runs the Veril
 ``backend`` fixture on "rtl", or a ``test_rtl_*`` module), ``models`` (whole suite models) and ``conformance``
 (the ONNX backend node cases), set by their modules; ``slow`` is the heaviest tier, left to ``make test-all``
 (pyproject's ``addopts``). Every test runs with its caches in ``.vdla_cache`` of the checkout (git-ignored),
-never in the user's ``~/.cache/vdla``.
+never in the user's ``~/.cache/vdla``, nor with the user's trusted keys.
 """
 
 from __future__ import annotations
@@ -24,8 +24,11 @@ CACHE = REPO / ".vdla_cache"
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Point every cache of vdla at the checkout's ``.vdla_cache`` (workers inherit it)."""
+    """Point every cache of vdla at the checkout's ``.vdla_cache`` (workers inherit it), and the trust store at
+    a folder of its own there, never the user's: the suite trusts no key unless a test points
+    ``VDLA_TRUST_DIR`` at a store of its own (``tmp_path``)."""
     os.environ["VDLA_CACHE_DIR"] = str(CACHE)
+    os.environ["VDLA_TRUST_DIR"] = str(CACHE / "trusted-keys")
 
 
 def _runs_rtl(item: pytest.Item) -> bool:

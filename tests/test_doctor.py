@@ -66,30 +66,56 @@ def test_artifact_without_code_for_this_machine_names_the_cpu_target(artifact_pa
     assert found["memory"].status == OK
 
 
-def test_corrupt_code_and_memory_beyond_the_board_are_problems(artifact_path, tmp_path):
+def _rewrite(src: Path, dst: Path, edit) -> Path:
+    with zipfile.ZipFile(src) as z:
+        files = {n: z.read(n) for n in z.namelist()}
+    edit(files)
+    with zipfile.ZipFile(dst, "w") as z:
+        for n, data in files.items():
+            z.writestr(n, data)
+    return dst
+
+
+def test_corrupt_code_and_memory_beyond_the_board_are_problems(artifact_path, tmp_path, monkeypatch):
     pytest.importorskip("ziglang")
     from vdla.model.artifact import load_artifact
     from vdla.model.pipeline import add_cpu_code
+    from vdla.model.trust import generate_key, load_signing_key, trust_key
 
+    monkeypatch.setenv("VDLA_TRUST_DIR", str(tmp_path / "trust"))
     artifact = load_artifact(artifact_path)
     here = target_for_machine(machine())
     add_cpu_code(artifact, (here.name,))
-    good = artifact.save(tmp_path / "good.vdla")
+    unsigned = artifact.save(tmp_path / "unsigned.vdla")
+    found = _by_item(diagnose(unsigned, meminfo_text=""))
+    assert found["signature"].status == NOTE and "unsigned: its native code loads only with --trust-native" in (
+        found["signature"].detail
+    )
+    assert (
+        found["CPU code"].status == OK
+        and "the JIT" in found["CPU code"].detail
+        and "not trusted" in (found["CPU code"].detail)
+    )
+    trust_key(generate_key(tmp_path / "key"))
+    good = artifact.save(tmp_path / "good.vdla", key=load_signing_key(tmp_path / "key"))
     found = _by_item(diagnose(good, meminfo_text=BOARD_MEMINFO.format(free=1024)))
+    assert found["signature"].status == OK and "trusted here" in found["signature"].detail
     assert found["CPU code"].status == OK and f"its {here.name} code" in found["CPU code"].detail
     assert found["memory"].status == PROBLEM and "larger than the CMA pool's free 1 MiB" in found["memory"].detail
     found = _by_item(diagnose(good, dram_bytes=1 << 12, meminfo_text=""))
     assert found["memory"].status == PROBLEM and "dram_bytes=1 << 20" in found["memory"].fix
 
-    with zipfile.ZipFile(good) as z:
-        files = {n: z.read(n) for n in z.namelist()}
     name = f"cpu/{here.name}.so"
-    files[name] = bytes(len(files[name]))
-    with zipfile.ZipFile(tmp_path / "bad.vdla", "w") as z:
-        for n, data in files.items():
-            z.writestr(n, data)
-    found = _by_item(diagnose(tmp_path / "bad.vdla", meminfo_text=""))
+
+    def zero(files):
+        files[name] = bytes(len(files[name]))
+
+    found = _by_item(diagnose(_rewrite(unsigned, tmp_path / "bad.vdla", zero), meminfo_text=""))
     assert found["CPU code"].status == PROBLEM and "corrupt" in found["CPU code"].detail
+    found = _by_item(diagnose(_rewrite(good, tmp_path / "tampered.vdla", zero), meminfo_text=""))
+    assert found["artifact"].status == PROBLEM and found["signature"].status == PROBLEM
+    assert f"code object(s) ['{name}'] changed after signing" in found["signature"].detail
+    assert "CPU code" not in found
 
 
 def test_cli_exit_status_and_json(artifact_path, capsys):

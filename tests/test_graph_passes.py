@@ -175,6 +175,7 @@ def test_simplify_runs_every_pass_verified(monkeypatch):
         "fold_constants",
         "fold_batch_norm",
         "fuse_layer_norm",
+        "sink_reshapes",
         "eliminate_dead_code",
     ]
     # a broken input is reported as such, a pass that breaks an invariant by its name

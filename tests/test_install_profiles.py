@@ -24,6 +24,7 @@ OPTIONAL = (
     "scipy",
     "hypothesis",
     "pynq",
+    "cryptography",  # checking an artifact's signature (the sign extra, in cli): never for running a program
 )
 
 BLOCKER = f"""
@@ -171,3 +172,34 @@ def test_doctor_runs_with_only_numpy():
     )
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("ok")
+
+
+def test_a_signed_artifact_loads_without_cryptography(tmp_path):
+    """A board without the cryptography package loads a signed artifact: the hashes are checked, the signature
+    cannot be, so its native code would not load (tests/test_trust.py); nothing fails."""
+    import pytest
+
+    pytest.importorskip("cryptography")
+    sys.path.insert(0, str(ROOT / "tests"))
+    from test_graph_qdq import S_A, residual_graph
+
+    from vdla.model.pipeline import compile_graph_model
+    from vdla.model.trust import generate_key, load_signing_key
+
+    generate_key(tmp_path / "key")
+    artifact, _ = compile_graph_model(residual_graph(s_b=S_A, s_out=S_A), "pynq")
+    path = artifact.save(tmp_path / "m.vdla", key=load_signing_key(tmp_path / "key"))
+    r = _run(
+        f"""
+        import numpy as np
+        import vdla
+        module = vdla.load({str(path)!r})
+        assert not module.artifact.signature.verified
+        module.run(np.zeros((1, 8, 6, 6), np.float32))
+        loaded = sorted({{m.split(".")[0] for m in sys.modules}} & set(BLOCKED))
+        assert not loaded, loaded
+        print("ok", module.artifact.signature.key.id)
+        """
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("ok ")

@@ -1,4 +1,5 @@
-"""Ahead-of-time CPU code in model artifacts: stored with its hash, chosen by machine, refused when corrupt."""
+"""Ahead-of-time CPU code in model artifacts: stored with its hash, chosen by machine, refused when corrupt.
+(Loaded here with ``trust_native=True``: the signatures that make it trusted are tests/test_trust.py's.)"""
 
 from __future__ import annotations
 
@@ -68,7 +69,7 @@ def test_artifact_carries_code_per_target_with_triple_and_hash(saved):
 
 
 def test_the_machines_code_runs_and_matches_the_jit_and_numpy(saved):
-    module = load(saved)
+    module = load(saved, trust_native=True)
     assert module.cpu_kernels == "native"
     x = _x(1)
     y = module.run(x)
@@ -85,8 +86,8 @@ def test_corrupt_code_is_refused_unless_reference_kernels_are_allowed(saved, tmp
 
     bad = _rewrite(saved, tmp_path / "bad.vdla", flip)
     with pytest.raises(NativeCodeError, match=f"{HERE.name} CPU code is corrupt.*--allow-reference-kernels"):
-        load(bad)
-    module = load(bad, allow_reference_kernels=True)
+        load(bad, trust_native=True)
+    module = load(bad, allow_reference_kernels=True, trust_native=True)
     assert module.cpu_kernels == "reference" and "corrupt" in capsys.readouterr().err
     np.testing.assert_array_equal(module.run(_x()), load(saved).run(_x()))
 
@@ -98,7 +99,7 @@ def test_code_with_another_recorded_hash_is_refused(saved, tmp_path):
         files["manifest.json"] = json.dumps(manifest).encode()
 
     with pytest.raises(NativeCodeError, match="records 0000"):
-        load(_rewrite(saved, tmp_path / "rehash.vdla", rehash))
+        load(_rewrite(saved, tmp_path / "rehash.vdla", rehash), trust_native=True)
 
 
 def test_without_code_for_the_machine_or_llvmlite_numpy_runs_and_the_warning_names_the_fix(

@@ -269,14 +269,16 @@ def test_int64_indices_move_but_are_not_added():
         import_onnx(m)
 
 
-def _decomposed_layer_norm(axes, eps_as_input: bool, extra_reader: str | None = None, opset: int = 13):
-    """LayerNorm as exporters write it out: ReduceMean, Sub, Mul (the square), ReduceMean, Add eps, Sqrt, Div,
-    Mul scale, Add bias; ``extra_reader`` also makes that intermediate a graph output."""
+def _decomposed_layer_norm(
+    axes, eps_as_input: bool, extra_reader: str | None = None, opset: int = 13, square: str = "Mul"
+):
+    """LayerNorm as exporters write it out: ReduceMean, Sub, Mul or Pow 2 (the square, ``square``), ReduceMean,
+    Add eps, Sqrt, Div, Mul scale, Add bias; ``extra_reader`` also makes that intermediate a graph output."""
     s = RNG.standard_normal(X.shape[axes[0] :]).astype(np.float32)
     nodes = [
         helper.make_node("ReduceMean", ["x"], ["mean"], axes=axes),
         helper.make_node("Sub", ["x", "mean"], ["d"]),
-        helper.make_node("Mul", ["d", "d"], ["sq"]),
+        helper.make_node(square, ["d", "d" if square == "Mul" else "two"], ["sq"]),
         helper.make_node("ReduceMean", ["sq"], ["var"], axes=axes),
         helper.make_node("Add", ["var", "eps"] if eps_as_input else ["eps", "var"], ["ve"]),
         helper.make_node("Sqrt", ["ve"], ["std"]),
@@ -284,7 +286,7 @@ def _decomposed_layer_norm(axes, eps_as_input: bool, extra_reader: str | None = 
         helper.make_node("Mul", ["n", "scale"], ["scaled"]),
         helper.make_node("Add", ["scaled", "bias"], ["y"]),
     ]
-    inits = [("eps", np.float32(1e-5)), ("scale", s), ("bias", s[..., ::-1].copy())]
+    inits = [("eps", np.float32(1e-5)), ("scale", s), ("bias", s[..., ::-1].copy()), ("two", np.float32(2.0))]
     outs = [("y", F, X.shape)]
     if extra_reader:
         kept = [1 if i >= axes[0] % 4 else d for i, d in enumerate(X.shape)]
@@ -292,9 +294,10 @@ def _decomposed_layer_norm(axes, eps_as_input: bool, extra_reader: str | None = 
     return model(nodes, [("x", F, X.shape)], outs, inits, opset)
 
 
+@pytest.mark.parametrize("square", ["Mul", "Pow"])  # torch's opset-13 export writes Pow(d, 2)
 @pytest.mark.parametrize("axes", [[-1], [2, 3], [1, 2, 3]])
-def test_decomposed_layer_norm_becomes_one_layer_norm_node_with_the_same_values(axes):
-    m = _decomposed_layer_norm(axes, eps_as_input=axes != [2, 3])
+def test_decomposed_layer_norm_becomes_one_layer_norm_node_with_the_same_values(axes, square):
+    m = _decomposed_layer_norm(axes, eps_as_input=axes != [2, 3], square=square)
     graph = simplify(import_onnx(m), verify=True)
     assert [n.op for n in graph.nodes] == ["layer_norm"]
     assert graph.nodes[0].attrs["axis"] == axes[0] % 4 and len(graph.nodes[0].inputs) == 3

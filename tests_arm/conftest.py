@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from emulation import ARCHES, MODELS, RUNS, compile_for_boards, guest, rootfs  # noqa: E402
+from emulation import ARCHES, MODELS, RUNS, compile_for_boards, guest, rootfs, trust_in_guest  # noqa: E402
 
 from vdla.model import load  # noqa: E402
 
@@ -28,12 +28,22 @@ def roots() -> dict[str, Path]:
 
 
 @pytest.fixture(scope="session")
-def compiled(tmp_path_factory) -> dict[str, tuple[Path, Path, dict[str, np.ndarray]]]:
-    """Per model: the artifact, its input (.npy) and the host's outputs (JIT kernels, sim backend)."""
+def signing_key(tmp_path_factory):
+    """The key the artifacts are signed with (the guest trusts it: docs/security.md)."""
+    from vdla.model.trust import generate_key, load_signing_key
+
+    path = tmp_path_factory.mktemp("key") / "signer"
+    generate_key(path, "make test-arm")
+    return load_signing_key(path)
+
+
+@pytest.fixture(scope="session")
+def compiled(tmp_path_factory, signing_key) -> dict[str, tuple[Path, Path, dict[str, np.ndarray]]]:
+    """Per model: the artifact (signed), its input (.npy) and the host's outputs (JIT kernels, sim backend)."""
     out = tmp_path_factory.mktemp("models")
     models = {}
     for name in MODELS:
-        path, feed = compile_for_boards(name, out)
+        path, feed = compile_for_boards(name, out, signing_key)
         (key, x), *rest = feed.items()
         assert not rest, f"{name}: one input expected"
         np.save(out / f"{name}.npy", x)
@@ -49,10 +59,12 @@ def compiled(tmp_path_factory) -> dict[str, tuple[Path, Path, dict[str, np.ndarr
 
 
 @pytest.fixture(scope="session")
-def guest_runs(roots, compiled, tmp_path_factory) -> dict[tuple[str, str], tuple]:
-    """Per (model, arch): ``vdla run --cpu-kernels native`` in the guest, (return code, stdout, stderr,
-    seconds, outputs)."""
+def guest_runs(roots, compiled, signing_key, tmp_path_factory) -> dict[tuple[str, str], tuple]:
+    """Per (model, arch): ``vdla run --cpu-kernels native`` in the guest, which trusts the artifacts' key and
+    checks their signature with its cryptography (without that, native code would not load: an error), (return
+    code, stdout, stderr, seconds, outputs)."""
     out = tmp_path_factory.mktemp("guest")
+    trust_in_guest(out / "home", signing_key)
 
     def run(key: tuple[str, str]) -> tuple:
         model, arch = key

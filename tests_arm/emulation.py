@@ -1,9 +1,10 @@
 """The emulated ARM userland of ``make test-arm`` (and ``benchmarks/arm_cpu.py``): Debian root file systems
 (``tests_arm/rootfs.sh``), their Python run under qemu-user, and the models compiled for the boards.
 
-The guest sees the vdla checkout on ``PYTHONPATH`` and Debian's python3, numpy and rich: the board-side
-install (``vdla[cli]`` without extras). It has no llvmlite, compiler or linker, so a CPU step runs on the
-artifact's ahead-of-time code or on numpy.
+The guest sees the vdla checkout on ``PYTHONPATH`` and Debian's python3, numpy, rich and cryptography: the
+board-side install (``vdla[cli]`` without extras). It has no llvmlite, compiler or linker, so a CPU step runs on
+the artifact's ahead-of-time code or on numpy. The artifacts are signed and the guest trusts their key
+(:func:`trust_in_guest`), as a board that loads native code does (docs/security.md).
 """
 
 from __future__ import annotations
@@ -85,9 +86,9 @@ def build_model(name: str) -> tuple[object, dict[str, np.ndarray], dict[str, tup
     return m.load(), m.samples(CALIB_SAMPLES, 1), m.input_shapes(), m.feeds(1, 9)[0]
 
 
-def compile_for_boards(name: str, out_dir: Path) -> tuple[Path, dict[str, np.ndarray]]:
-    """``name`` quantized and compiled for the pynq preset with code for every emulated board: the
-    artifact's path and its test input."""
+def compile_for_boards(name: str, out_dir: Path, key: object = None) -> tuple[Path, dict[str, np.ndarray]]:
+    """``name`` quantized and compiled for the pynq preset with code for every emulated board, signed by
+    ``key`` (a :class:`vdla.model.trust.SigningKey`) if given: the artifact's path and its test input."""
     from vdla.compiler import ScheduleCache
     from vdla.model.pipeline import CompileOptions, compile_model
 
@@ -95,4 +96,16 @@ def compile_for_boards(name: str, out_dir: Path) -> tuple[Path, dict[str, np.nda
     targets = tuple(a.target for a in ARCHES.values())
     options = CompileOptions("pynq", input_shapes=shapes, cpu_targets=targets)
     artifact, _ = compile_model(model, calib, options, cache=ScheduleCache())
-    return artifact.save(out_dir / f"{name}.vdla"), feed
+    return artifact.save(out_dir / f"{name}.vdla", key=key), feed
+
+
+def guest_trust_dir(home: Path) -> Path:
+    """The guest's trust store: the default one (``~/.config/vdla/trusted-keys``) of the HOME :func:`guest` gives."""
+    return home / ".config" / "vdla" / "trusted-keys"
+
+
+def trust_in_guest(home: Path, key: object) -> None:
+    """Make the guest of ``home`` trust the public key of ``key`` (a SigningKey), as ``vdla trust add`` does."""
+    from vdla.model.trust import trust_key
+
+    trust_key(key.public, guest_trust_dir(home))

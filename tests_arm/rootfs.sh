@@ -13,7 +13,9 @@ arch=${1:?usage: $0 armhf|arm64}
 suite=${VDLA_ARM_SUITE:-trixie} # Python 3.13 and numpy 2.2 (vdla needs numpy >= 1.26; bookworm has 1.24)
 mirror=${VDLA_ARM_MIRROR:-http://deb.debian.org/debian}
 cache=${VDLA_ARM_CACHE:-$HOME/.cache/vdla/arm}
-packages=python3,python3-numpy,python3-rich # vdla[cli] without extras: numpy and rich
+# vdla[cli] without extras: numpy, rich and cryptography (checking artifact signatures; its cffi backend named:
+# debootstrap does not resolve the virtual packages cryptography depends on)
+packages=python3,python3-numpy,python3-rich,python3-cryptography,python3-cffi-backend
 case $arch in
   armhf) qemu=qemu-arm-static triple=arm-linux-gnueabihf ;;
   arm64) qemu=qemu-aarch64-static triple=aarch64-linux-gnu ;;
@@ -40,7 +42,7 @@ for lib in blas lapack; do
   ln -sf "$lib/lib$lib.so.3" "$root.tmp/usr/lib/$triple/lib$lib.so.3"
 done
 rm -rf "$root.tmp/var/cache/apt/archives/"*.deb
-$qemu -L "$root.tmp" "$root.tmp/usr/bin/python3" -c "import numpy, rich; print('python', __import__('sys').version.split()[0], 'numpy', numpy.__version__)" >&2
+$qemu -L "$root.tmp" "$root.tmp/usr/bin/python3" -c "import numpy, rich, cryptography; print('python', __import__('sys').version.split()[0], 'numpy', numpy.__version__)" >&2
 rm -rf "$root"
 mv "$root.tmp" "$root"
 echo "$stamp" >"$root/.vdla-rootfs"

@@ -2,9 +2,10 @@
 
 :func:`diagnose` returns :class:`Finding` s: the machine and Python; numpy, llvmlite and pynq; the overlay
 (the ``.bit`` and ``.hwh`` files) and the accelerator in the loaded bitstream (ID and CONFIG_HASH, read by the
-``pynq`` backend's own check); the CMA pool (``/proc/meminfo``); and for an artifact: the CPU targets it
-carries and where its CPU steps would run here, the config hash against the bitstream's, and the memory it
-needs against what the board has. Every problem names the command that fixes it. Needs numpy only (pynq
+``pynq`` backend's own check); the CMA pool (``/proc/meminfo``); and for an artifact: its signature (unsigned,
+signed by a key this machine trusts or not, or failing: refused), the CPU targets it carries and where its CPU
+steps would run here, the config hash against the bitstream's, and the memory it needs against what the board
+has. Every problem names the command that fixes it. Needs numpy only (pynq
 where present); reading the accelerator's registers happens only with a bitstream loaded by pynq.
 """
 
@@ -118,6 +119,7 @@ def check_board(mem: dict[str, int], overlay: Path | None) -> list[Finding]:
     return found
 
 
+_TRUST_FIX = "sign it (vdla compile --sign KEY) and trust the key (vdla trust add PUBKEY), or vdla run --trust-native"
 _CMA_FIX = "raise the kernel's cma= boot argument (PYNQ images reserve 128 MiB or more), or free pynq.allocate buffers"
 
 
@@ -126,17 +128,24 @@ def check_artifact(path: Path, mem: dict[str, int], dram_bytes: int) -> tuple[li
     findings and the artifact (None if unreadable)."""
     from vdla.model.artifact import load_artifact
     from vdla.model.executor import choose_cpu_kernels
+    from vdla.model.trust import SignatureError
 
     try:
         artifact = load_artifact(path)
+    except SignatureError as e:
+        fix = "do not run it: get the artifact again from whoever signed it"
+        return [Finding("artifact", PROBLEM, f"{path}: refused", fix), Finding("signature", PROBLEM, str(e), fix)], None
     except (VdlaError, OSError) as e:
         return [Finding("artifact", PROBLEM, str(e), f"vdla compile MODEL.onnx -o {path.name} (again)")], None
     found = [Finding("artifact", OK, f"{path}: config {artifact.config.name!r} (hash {artifact.config.hash:#010x})")]
+    found.append(check_trust(artifact))
     carried = ", ".join(artifact.cpu_code) or "none"
     here = target_for_machine(machine())
     cpu_steps = sum(s.kind == "cpu" for s in artifact.steps)
     notes: list[str] = []
     try:
+        if here is not None and here.name in artifact.cpu_code:
+            artifact.cpu_code[here.name].check()  # corrupt code is a problem, trusted or not (a hash: nothing runs)
         where, _ = choose_cpu_kernels(artifact, "auto", False, notes.append) if cpu_steps else ("none", None)
     except NativeCodeError as e:
         found.append(Finding("CPU code", PROBLEM, f"carries {carried}: {e}", _compile_fix(here)))
@@ -148,7 +157,10 @@ def check_artifact(path: Path, mem: dict[str, int], dram_bytes: int) -> tuple[li
             "none": "nothing: the artifact has no CPU steps",
         }[where]
         status = PROBLEM if where == "reference" else OK
-        fix = _compile_fix(here) if where == "reference" else ""
+        untrusted = here is not None and here.name in artifact.cpu_code and where in ("jit", "reference")
+        fix = "" if where != "reference" else _TRUST_FIX if untrusted else _compile_fix(here)
+        if untrusted:
+            how += f" (its {here.name} code is not trusted: see signature)"
         found.append(Finding("CPU code", status, f"carries {carried}; {cpu_steps} CPU steps run here on {how}", fix))
     need = artifact.image.size
     region = f"the DRAM region ({dram_bytes / MIB:.0f} MiB, Device(..., dram_bytes=...))"
@@ -164,6 +176,24 @@ def check_artifact(path: Path, mem: dict[str, int], dram_bytes: int) -> tuple[li
         free = f", CMA free {mem['CmaFree'] / MIB:.0f} MiB" if "CmaFree" in mem else ""
         found.append(Finding("memory", OK, f"image {need / MIB:.1f} MiB in {region}{free}"))
     return found, artifact
+
+
+def check_trust(artifact) -> Finding:
+    """The artifact's signature (as loaded: one that failed was refused) against this machine's trusted keys:
+    ok when signed by a trusted key, a note otherwise (its native code then loads only with --trust-native)."""
+    from vdla.model.trust import describe, distrust_reason
+
+    sig = artifact.signature
+    if distrust_reason(sig) is None:
+        return Finding("signature", OK, f"{describe(sig)}: its native code loads here")
+    if not artifact.cpu_code:
+        return Finding("signature", NOTE, f"{describe(sig)}: it carries no native code, so nothing needs trust")
+    hint = (
+        "vdla compile --sign KEY signs it"
+        if sig is None
+        else "vdla trust add its key if you know the key is of someone you trust"
+    )
+    return Finding("signature", NOTE, f"{describe(sig)}: its native code loads only with --trust-native ({hint})")
 
 
 def _compile_fix(here) -> str:

@@ -12,8 +12,14 @@ outputs (under the same names), which :func:`vdla.graph.verify.verify` accepts.
 * :func:`fold_constants`: a node whose inputs are all parameters is evaluated (:mod:`vdla.graph.interp`)
   and becomes a parameter, except a ``dequantize`` producing the weight of a conv2d, conv_transpose, dense
   or matmul: that int8 weight is what the quantized lowering (:mod:`vdla.graph.qdq`) consumes;
-* :func:`fuse_layer_norm`: layer normalization written out (mean, deviation, squared, mean, plus epsilon,
-  square root, division, then optionally times a scale and plus a bias) becomes one ``layer_norm`` node;
+* :func:`fuse_layer_norm`: layer normalization written out (mean, deviation, squared by a product or a
+  ``pow`` of 2, mean, plus epsilon, square root, division, then optionally times a scale and plus a bias)
+  becomes one ``layer_norm`` node;
+* :func:`sink_reshapes`: a reshape of a (rows, columns) value keeping the columns as its last axis (a
+  MatMul flattened into a dense layer, unflattened) moves after the elementwise nodes reading it over
+  constants of one element or of the last axis (its bias add, activation, quantizations), and a reshape of
+  a reshape reads the first one's input, so the dense layer's bias, activation and the next layer's
+  flattening meet it with no reshape between;
 * :func:`eliminate_dead_code`: nodes and parameters no graph output depends on are dropped;
 * :func:`simplify`: identities, constants, batch norms, layer norms, dead code (constants before batch
   norms: their statistics may be constant expressions, e.g. dequantized in a QDQ model), each verified
@@ -29,6 +35,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from vdla.graph.ew import EW
 from vdla.graph.graph import Graph, Node
 from vdla.graph.interp import evaluate_node
 from vdla.graph.opnames import (
@@ -46,13 +53,14 @@ from vdla.graph.opnames import (
     MATMUL,
     MUL,
     PAD,
+    POW,
     REDUCE,
     RESHAPE,
     SQRT,
     SUB,
     TRANSPOSE,
 )
-from vdla.graph.ops import infer_types, norm_type
+from vdla.graph.ops import infer, infer_types, norm_type
 from vdla.graph.types import TensorType, UnsupportedError
 from vdla.graph.verify import maybe_verify
 
@@ -259,6 +267,21 @@ class _Uses:
         return nodes[0] if ok else None
 
 
+def _squares(node: Node | None, value: str, params: dict[str, np.ndarray]) -> bool:
+    """Whether ``node`` squares ``value``: ``value * value``, or ``value ** 2`` (an exporter's Pow, the
+    exponent an attribute or a one-element parameter)."""
+    if node is None or node.inputs[0] != value:
+        return False
+    if node.op == MUL:
+        return node.inputs == (value, value)
+    if node.op != POW:
+        return False
+    if len(node.inputs) == 1:
+        return float(node.attrs.get("y", 0)) == 2.0
+    e = params.get(node.inputs[1])
+    return len(node.inputs) == 2 and e is not None and e.size == 1 and float(e.reshape(())) == 2.0
+
+
 def _layer_norm_chain(div: Node, producers: dict[str, Node], types: dict[str, TensorType], uses: _Uses, params):
     """The nodes ``mean, d = x - mean, d * d, mean, + eps, sqrt, d / sqrt`` ending at ``div``, with ``x``,
     the axes and epsilon, when each intermediate is read by the next step only; else None."""
@@ -274,7 +297,7 @@ def _layer_norm_chain(div: Node, producers: dict[str, Node], types: dict[str, Te
     ve = producers.get(std.inputs[0])
     var = producers.get(ve.inputs[0]) if ve is not None else None
     sq = producers.get(var.inputs[0]) if var is not None else None
-    if sq is None or sq.op != MUL or sq.inputs != (d.output, d.output) or _mean_axes(var, types) != axes:
+    if not _squares(sq, d.output, params) or _mean_axes(var, types) != axes:
         return None
     eps = _epsilon(ve, var.output, params)
     d_readers = {n.output for n in uses.readers[d.output]}
@@ -311,10 +334,11 @@ def _layer_norm_match(
 
 
 def fuse_layer_norm(graph: Graph) -> Graph:
-    """Each layer normalization written out as ``d = x - mean(x)``, ``d * d``, its mean, ``+ epsilon``,
-    ``sqrt``, ``d / that`` (the means over the same trailing axes, keeping them; every intermediate read by
-    the next step only), then optionally ``* scale`` and ``+ bias`` (tensors broadcasting to ``x``),
-    becomes one ``layer_norm`` node with the same float semantics (computed in float64, rounded once)."""
+    """Each layer normalization written out as ``d = x - mean(x)``, ``d * d`` (or ``d ** 2``), its mean,
+    ``+ epsilon``, ``sqrt``, ``d / that`` (the means over the same trailing axes, keeping them; every
+    intermediate read by the next step only), then optionally ``* scale`` and ``+ bias`` (tensors
+    broadcasting to ``x``), becomes one ``layer_norm`` node with the same float semantics (computed in
+    float64, rounded once)."""
     types = infer_types(graph)
     uses = _Uses(graph)
     producers = graph.producers()
@@ -331,6 +355,83 @@ def fuse_layer_norm(graph: Graph) -> Graph:
         return graph
     nodes = [fused.get(n.output, n) for n in graph.nodes if n.output not in dropped or n.output in fused]
     return graph.copy(nodes=nodes)
+
+
+def _row_operand(value: str, params: dict[str, np.ndarray], rank: int, last: int) -> np.ndarray | None:
+    """The constant ``value`` as an operand of rank at most ``rank`` broadcasting along the last axis only
+    (one element, or ``last`` elements on the last axis), or None where it is not such a constant."""
+    p = params.get(value)
+    if p is None or (p.size != 1 and (p.ndim == 0 or p.shape[-1] != last or p.size != last)):
+        return None
+    return p if p.ndim <= rank else p.reshape(p.shape[-1:] if p.size == last else ())
+
+
+def _sink_one(graph: Graph, types: dict[str, TensorType], producers: dict[str, Node], node: Node) -> Graph | None:
+    """``graph`` with the elementwise ``node`` computed before the reshapes it reads and one reshape after it
+    (:func:`sink_reshapes`; ``types`` gains the new values'), or None where it cannot be: a tensor input
+    that is neither such a reshape (all of one (rows, columns) input shape, keeping the columns) nor a
+    constant of one element or of the last axis."""
+    shapes = {
+        (types[producers[v].inputs[0]].shape, types[v].shape)
+        for v in node.inputs
+        if v in producers and producers[v].op == RESHAPE
+    }
+    if node.op not in EW or len(shapes) != 1:
+        return None
+    ((x, y),) = shapes
+    if len(x) != 2 or not y or x[-1] != y[-1] or types[node.output].shape != y:
+        return None
+    params, inputs = dict(graph.params), []
+    for v in node.inputs:
+        if v in producers and producers[v].op == RESHAPE:
+            inputs.append(producers[v].inputs[0])
+            continue
+        p = _row_operand(v, params, len(x), x[-1])
+        if p is None:
+            return None
+        if p is not params[v]:
+            v = fresh_name(f"{v}:row", set(params) | set(types))
+            params[v] = p
+        inputs.append(v)
+    flat = fresh_name(f"{node.output}:flat", set(params) | set(types))
+    moved = Node(node.op, tuple(inputs), flat, dict(node.attrs))
+    for v in inputs:  # the new values' types: the reshaped constants' and the moved node's
+        if v not in types:
+            types[v] = TensorType.of(params[v], v)
+    types[flat] = infer(moved, [types[v] for v in inputs], params)
+    nodes = list(graph.nodes)
+    at = nodes.index(node)
+    nodes[at : at + 1] = [moved, Node(RESHAPE, (flat,), node.output, {"shape": y})]
+    return graph.copy(nodes=nodes, params=params)
+
+
+def sink_reshapes(graph: Graph) -> Graph:
+    """Each elementwise node whose tensor inputs are reshapes of one (rows, columns) shape (a dense layer's,
+    a flattened MatMul's) keeping the columns as the last axis, or constants of one element or of the last
+    axis, computed before the reshapes, one reshape after it, repeatedly (a bias add, then a GELU written out
+    with its diamond); then each reshape of a reshape reads
+    the first one's input (a reshape to the same shape then is an identity, :func:`remove_identities`), and
+    the reshapes no longer read are dropped. Exact: an elementwise function of each element and its column
+    commutes with a reshape that keeps the columns."""
+    types, moved = infer_types(graph), None
+    while True:
+        producers = graph.producers()
+        for n in graph.nodes:
+            moved = _sink_one(graph, types, producers, n) if n.op in EW else None
+            if moved is not None:
+                break
+        if moved is None:
+            break
+        graph = moved
+    producers = graph.producers()
+    nodes = []
+    for n in graph.nodes:
+        first = producers.get(n.inputs[0]) if n.op == RESHAPE else None
+        while first is not None and first.op == RESHAPE:
+            n = Node(n.op, first.inputs, n.output, dict(n.attrs))
+            first = producers.get(n.inputs[0])
+        nodes.append(n)
+    return eliminate_dead_code(remove_identities(graph.copy(nodes=nodes)))
 
 
 def eliminate_dead_code(graph: Graph) -> Graph:
@@ -352,6 +453,7 @@ PASSES: tuple[tuple[str, Pass], ...] = (
     ("fold_constants", fold_constants),  # first: batch-norm statistics may be computed from constants
     ("fold_batch_norm", fold_batch_norm),
     ("fuse_layer_norm", fuse_layer_norm),
+    ("sink_reshapes", sink_reshapes),
     ("eliminate_dead_code", eliminate_dead_code),
 )
 

@@ -33,11 +33,13 @@ def compile(  # noqa: A001 - the public name the API promises (vdla.compile)
     ``calibration="entropy"``, ``keep_float=[...]``, ``power_of_two=True``, ...), and bind it to a device of
     ``backend`` (``backend_options`` go to the device). ``calib`` (an ``.npz`` path or a dict of arrays,
     samples along the first axis) quantizes a float model (docs/quantization.md); a QDQ model keeps its own
-    scales. The compile report is ``module.compile_report``."""
+    scales. The compile report is ``module.compile_report``. The module runs the CPU code this call compiled
+    for this machine (``cpu_targets``) without a signature (``trust_native``, see docs/security.md)."""
     from vdla.model.pipeline import compile_model
 
     artifact, report = compile_model(model, calib, options, cache=cache, log=log, progress=progress, **option_fields)
-    module = Module(artifact, backend, **(backend_options or {}))
+    # the artifact's native code (cpu_targets) was built by this process: trusted without a signature
+    module = Module(artifact, backend, **{"trust_native": True, **(backend_options or {})})
     module.compile_report = report
     return module
 

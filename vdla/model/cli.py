@@ -1,4 +1,5 @@
-"""``vdla compile`` and ``vdla run MODEL.vdla``: the model compiler and executor on the command line.
+"""``vdla compile``, ``vdla run MODEL.vdla`` and ``vdla trust``: the model compiler, the executor and the keys
+this machine trusts (:mod:`vdla.model.trust`) on the command line.
 
 ``vdla/cli.py`` registers :func:`add_commands` and hands ``vdla run`` of a ``.vdla`` file to :func:`run`.
 """
@@ -21,6 +22,7 @@ from vdla.cpu_fallback.native import HOST, PRESET_TARGETS, TARGETS
 from vdla.errors import VdlaError
 from vdla.graph.calibrate import DEFAULT_PERCENTILE, METHODS
 from vdla.graph.equalize import Equalization
+from vdla.untrusted import max_read_bytes, read_arrays
 
 console = Console(width=None if sys.stdout.isatty() else 160)
 
@@ -51,12 +53,21 @@ def _placement_table(artifact, report) -> Table:
     for s in artifact.steps:
         if s.kind == "accel":
             shape = f"{s.layer['input']} -> {s.layer['output']} k{s.layer['kernel'][0]} s{s.layer['stride'][0]}"
-            note = s.layer.get("note", "")
+            note = _joined(guard_text(s.when), s.layer.get("note", ""))
             t.add_row(s.name, "[cyan]accel[/]", s.layer["op"], f"{shape}  {s.layer['schedule']}", f"{s.macs:,}", note)
         else:
             ops = sorted({n.op for n in s.graph.nodes})
-            t.add_row(s.name, "[yellow]cpu[/]", "+".join(ops), "", f"{s.macs:,}", s.note)
+            t.add_row(s.name, "[yellow]cpu[/]", "+".join(ops), "", f"{s.macs:,}", _joined(guard_text(s.when), s.note))
     return t
+
+
+def guard_text(when) -> str:
+    """A step's guard as the tables print it: ``only when gate is true``, or "" for a step that always runs."""
+    return "only when " + " and ".join(f"{c} is {str(v).lower()}" for c, v in when) if when else ""
+
+
+def _joined(*parts: str) -> str:
+    return "; ".join(p for p in parts if p)
 
 
 def _quant_table(q) -> Table:
@@ -192,9 +203,11 @@ def float_model_note(model: str) -> str:
 def cmd_compile(args: argparse.Namespace) -> int:
     from vdla.compiler import ScheduleCache
     from vdla.model.pipeline import compile_model
+    from vdla.model.trust import load_signing_key
 
     out = Path(args.output or Path(args.model).with_suffix(".vdla"))
     options = compile_options(args)
+    key = load_signing_key(args.sign) if getattr(args, "sign", None) else None  # before compiling: fail early
     cache = None if args.no_cache else ScheduleCache()
     columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
     with Progress(*columns, TimeElapsedColumn(), console=console, transient=True) as bar:
@@ -208,7 +221,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
         log = lambda msg: bar.update(status, description=msg)  # noqa: E731
         artifact, report = compile_model(args.model, args.calib, options, cache=cache, log=log, progress=progress)
-    artifact.save(out)
+    artifact.save(out, key=key)
     if not artifact.meta.get("quantized"):
         console.print(f"[yellow]note:[/] {float_model_note(args.model)}")
     if report.quantization is not None:
@@ -235,6 +248,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
     if args.dump:
         console.print(f"graph dumps (text and DOT, one per pass) in {args.dump}")
     console.print(f"wrote {out}")
+    if key is not None:
+        console.print(f"signed by key {key.public.id} ({key.public.text})", soft_wrap=True)
     if args.json:
         doc = {"seconds": report.seconds, "notes": report.notes, "memory": m}
         if report.auto_float is not None:
@@ -250,12 +265,11 @@ def _inputs(specs: list[str], names: list[str]) -> dict[str, np.ndarray]:
     for spec in specs:
         name, sep, file = spec.rpartition("=")
         try:
-            data = np.load(file)
-        except (OSError, ValueError) as e:
+            data = read_arrays(Path(file), f"--input {spec!r}: {file}", max_read_bytes(), ModelCliError)
+        except OSError as e:
             raise ModelCliError(f"--input {spec!r}: cannot read {file} as a .npy or .npz array ({e})") from e
-        if isinstance(data, np.lib.npyio.NpzFile):
-            with data:
-                arrays = {k: data[k] for k in data.files}
+        if isinstance(data, dict):
+            arrays = data
             if sep:
                 if len(arrays) != 1:
                     raise ModelCliError(f"--input {spec!r}: {file} holds {sorted(arrays)}, not one array for {name!r}")
@@ -310,17 +324,26 @@ def _run_table(report, artifact) -> Table:
     for c in ("step", "op", "where", "cycles", "CPU ms", "GEMM util", "MACs"):
         t.add_column(c, justify="left" if c in ("step", "op", "where") else "right")
     for s in report.steps:
-        accel = s.where == "accel"
+        accel, ran = s.where == "accel", not s.skipped
         t.add_row(
             s.name,
             s.op,
-            "[cyan]accel[/]" if accel else "[yellow]cpu[/]",
-            f"{s.cycles:,}" if accel else "",
-            "" if accel else f"{s.cpu_ms:.3f}",
-            f"{s.utilization:.1%}" if accel else "",
+            ("[cyan]accel[/]" if accel else "[yellow]cpu[/]") + ("" if ran else f" [dim]skipped: {s.skipped}[/]"),
+            f"{s.cycles:,}" if accel and ran else "",
+            f"{s.cpu_ms:.3f}" if not accel and ran else "",
+            f"{s.utilization:.1%}" if accel and ran else "",
             f"{s.macs:,}",
         )
     return t
+
+
+def branch_line(report) -> str:
+    """Which branches a run took and what it skipped ("" for a model without branches chosen at run time)."""
+    if not report.conditions:
+        return ""
+    taken = ", ".join(f"{c} = {str(v).lower()}" for c, v in report.conditions.items())
+    skipped = [s for s in report.steps if s.skipped]
+    return f"branches: {taken}; {len(skipped)} steps skipped ({sum(s.macs for s in skipped):,} MACs not run)"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -338,6 +361,7 @@ def run(args: argparse.Namespace) -> int:
         overlap=not getattr(args, "no_overlap", False),
         cpu_kernels=getattr(args, "cpu_kernels", "auto"),
         allow_reference_kernels=getattr(args, "allow_reference_kernels", False),
+        trust_native=getattr(args, "trust_native", False),
         **options,
     )
     feeds = _inputs(args.input, list(artifact.inputs))
@@ -360,6 +384,8 @@ def run(args: argparse.Namespace) -> int:
         )
     report = module.last_report
     console.print(_run_table(report, artifact))
+    if branch_line(report):
+        console.print(branch_line(report))
     console.print(
         f"accelerator: {report.accel_cycles:,} cycles = {report.accel_ms:.3f} ms at {artifact.config.clock_mhz:g} MHz; "
         f"CPU: {report.cpu_ms:.3f} ms ({module.cpu_kernels} kernels); "
@@ -471,7 +497,65 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         f"{', '.join([HOST, *TARGETS])} (the pynq preset's boards: {PRESET_TARGETS['pynq'][0]}); "
         "needs the aot extra",
     )
+    p.add_argument(
+        "--sign",
+        metavar="KEY",
+        help="sign the artifact (manifest, image, arrays and code) with the Ed25519 private key KEY (vdla trust "
+        "keygen makes one): machines that trust its public key (vdla trust add) load its native code",
+    )
     p.add_argument("--dump", metavar="DIR", help="write the graph as text and DOT after every pass")
     p.add_argument("--no-cache", action="store_true", help="search every schedule again")
     p.add_argument("--json", help="write the compile report as JSON")
     p.set_defaults(func=cmd_compile)
+    add_trust_commands(subparsers)
+
+
+def cmd_trust(args: argparse.Namespace) -> int:
+    """``vdla trust keygen|add|list|remove``: the keys whose signed artifacts may load native code here."""
+    from vdla.model import trust
+    from vdla.paths import trust_dir
+
+    store = trust_dir()
+    if args.action == "keygen":
+        key = trust.generate_key(args.key, args.name or "")
+        console.print(f"private key {args.key} (mode 0600: keep it secret), public key {args.key}.pub", soft_wrap=True)
+        console.print(f"key {key.id}: {key.text}", soft_wrap=True)
+        console.print(f"sign with: vdla compile MODEL.onnx --sign {args.key}; trust with: vdla trust add {key.text}")
+    elif args.action == "add":
+        key = trust.read_public_key(args.key, args.name or "")
+        path = trust.trust_key(key)
+        console.print(f"trusted key {key.id} ({key.text}) in {path}", soft_wrap=True)
+    elif args.action == "remove":
+        key = trust.untrust_key(args.key)
+        console.print(f"no longer trusted: key {key.id} ({key.text})", soft_wrap=True)
+    else:
+        keys = trust.trusted_keys()
+        if args.json:
+            print(json.dumps([{"id": k.id, "key": k.text, "name": k.name} for k in keys], indent=1))
+            return 0
+        t = Table(title=f"trusted keys ({store})")
+        for c in ("id", "public key", "name"):
+            t.add_column(c)
+        for k in keys:
+            t.add_row(k.id, k.text, k.name)
+        console.print(t if keys else f"no trusted keys in {store}: vdla trust add PUBKEY", soft_wrap=True)
+    return 0
+
+
+def add_trust_commands(subparsers: argparse._SubParsersAction) -> None:
+    """Register ``trust`` (docs/security.md)."""
+    p = subparsers.add_parser(
+        "trust", help="the keys whose signed artifacts may load their native code on this machine (docs/security.md)"
+    )
+    sub = p.add_subparsers(dest="action", required=True)
+    q = sub.add_parser("keygen", help="make an Ed25519 key pair: KEY (private, mode 0600) and KEY.pub")
+    q.add_argument("key", metavar="KEY", help="the private key file to write (never overwritten)")
+    q.add_argument("--name", help="a name kept with the public key (who signs with it)")
+    q = sub.add_parser("add", help="trust a public key on this machine")
+    q.add_argument("key", metavar="PUBKEY", help="ed25519:BASE64, or a file holding it (KEY.pub)")
+    q.add_argument("--name", help="a name to list it by (who signs with it)")
+    q = sub.add_parser("list", help="the trusted keys")
+    q.add_argument("--json", action="store_true", help="print JSON")
+    q = sub.add_parser("remove", help="stop trusting a key")
+    q.add_argument("key", metavar="PUBKEY", help="ed25519:BASE64, a file holding it, or the key's id")
+    p.set_defaults(func=cmd_trust)

@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import time
 import warnings
-import zipfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -38,6 +37,7 @@ from vdla.graph.autofloat import AutoFloatReport, AutoFloatResult, auto_float, c
 from vdla.graph.calibrate import (
     RANDOM,
     RANDOM_WARNING,
+    QuantizationError,
     check_calibration,
     random_calibration,
 )
@@ -58,6 +58,7 @@ from vdla.model.artifact import Artifact, CpuStep
 from vdla.model.cpu_regions import node_macs
 from vdla.model.lower import Log, ModelBuilder
 from vdla.model.place import place
+from vdla.untrusted import max_read_bytes, read_arrays
 
 
 @dataclass(frozen=True)
@@ -227,6 +228,10 @@ def _load_calib(calib: str | Path | Mapping[str, np.ndarray] | np.ndarray, graph
         arrays = {"calib": calib}
     elif isinstance(calib, str | Path):
         arrays = read_calib_file(calib)
+        try:
+            return check_calibration(graph.inputs, arrays)
+        except QuantizationError as e:
+            raise QuantizationError(f"calibration file {calib}: {e}") from e
     elif isinstance(calib, Mapping):
         arrays = dict(calib)
     else:
@@ -236,23 +241,22 @@ def _load_calib(calib: str | Path | Mapping[str, np.ndarray] | np.ndarray, graph
     return check_calibration(graph.inputs, arrays)
 
 
-def read_calib_file(path: str | Path) -> dict[str, np.ndarray]:
-    """The arrays of the .npz file ``path`` by name; a missing or unreadable file, or one that is not an .npz
-    archive (a .npy array, a pickle, text), is refused naming the path."""
+def read_calib_file(path: str | Path, max_bytes: int | None = None) -> dict[str, np.ndarray]:
+    """The arrays of the .npz file ``path`` by name; a missing or unreadable file, one that is not an .npz
+    archive (a .npy array, a pickle, text) or claims more than the read limit (``max_bytes``,
+    :func:`vdla.untrusted.max_read_bytes`) is refused naming the path (and the array)."""
+    path = Path(path)
+    limit = max_read_bytes(max_bytes)
     try:
-        loaded = np.load(path, allow_pickle=False)
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
-        raise CompileError(f"calibration file {path}: not a readable .npz of calibration arrays ({e})") from e
-    if not isinstance(loaded, np.lib.npyio.NpzFile):
+        arrays = read_arrays(path, f"calibration file {path}", limit, CompileError)
+    except FileNotFoundError as e:
+        raise CompileError(f"calibration file {path}: not a readable .npz of calibration arrays (no such file)") from e
+    if isinstance(arrays, np.ndarray):
         raise CompileError(
             f"calibration file {path}: a single .npy array, not an .npz archive of arrays by input name (save it "
             "with np.savez(path, NAME=array) for each model input)"
         )
-    try:
-        with loaded:
-            return {k: loaded[k] for k in loaded.files}
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:  # a truncated or corrupt member
-        raise CompileError(f"calibration file {path}: not a readable .npz of calibration arrays ({e})") from e
+    return arrays
 
 
 def artifact_cosine(artifact: Artifact, result: AutoFloatResult, backend: str = "sim") -> float:
@@ -287,7 +291,16 @@ def calibration_runner(log: Log) -> Callable[[Graph], Callable] | None:
     except ImportError:
         log("llvmlite is not installed: calibration runs on the numpy interpreter (pip install 'vdla[jit]')")
         return None
-    return lambda graph: compile_graph(graph).run
+    return lambda graph: _prefetched(compile_graph, graph).run
+
+
+def _prefetched(compile_graph: Callable, graph: Graph):
+    """``compile_graph(graph)`` with a forked helper compiling its kernels from the last on two cores
+    (:func:`vdla.model.prefetch.prefetch_kernels`)."""
+    from vdla.model.prefetch import prefetch_kernels
+
+    with prefetch_kernels(graph):
+        return compile_graph(graph)
 
 
 def compile_model(

@@ -479,6 +479,97 @@ def attention(seed: int = 0, tokens: int = 8, dim: int = 32, heads: int = 2):
     )
 
 
+class _Encoder:
+    """A pre-norm transformer encoder written as torch's opset-13 export writes it: Linear as MatMul + Add,
+    LayerNorm decomposed (ReduceMean, Sub, Pow, ReduceMean, Add epsilon, Sqrt, Div, Mul, Add), GELU as
+    ``x * 0.5 * (1 + erf(x / sqrt 2))``, attention as reshapes, transposes, two batched MatMuls and a
+    Softmax over the last axis. Weights seeded (LeCun-normal), LayerNorm gains near 1."""
+
+    def __init__(self, b: _Builder, tokens: int, dim: int, heads: int):
+        self.b, self.tokens, self.dim, self.heads = b, tokens, dim, heads
+
+    def node(self, op: str, inputs: list[str], **attrs) -> str:
+        out = self.b.name(op.lower())
+        self.b.nodes.append(self.b.helper.make_node(op, inputs, [out], **attrs))
+        return out
+
+    def const(self, value: float) -> str:
+        return self.b.init("c", np.array(value))
+
+    def linear(self, x: str, n_in: int, n_out: int) -> str:
+        w = self.b.init("w", self.b.rng.normal(0, np.sqrt(1.0 / n_in), (n_in, n_out)))
+        return self.node("Add", [self.node("MatMul", [x, w]), self.b.init("bias", self.b.rng.normal(0, 0.02, n_out))])
+
+    def layer_norm(self, x: str) -> str:
+        mean = self.node("ReduceMean", [x], axes=[-1], keepdims=1)
+        d = self.node("Sub", [x, mean])
+        var = self.node("ReduceMean", [self.node("Pow", [d, self.const(2.0)])], axes=[-1], keepdims=1)
+        std = self.node("Sqrt", [self.node("Add", [var, self.const(1e-6)])])
+        gain = self.b.init("gamma", self.b.rng.uniform(0.8, 1.2, self.dim))
+        return self.node(
+            "Add",
+            [
+                self.node("Mul", [self.node("Div", [d, std]), gain]),
+                self.b.init("beta", self.b.rng.normal(0, 0.02, self.dim)),
+            ],
+        )
+
+    def gelu(self, x: str) -> str:
+        erf = self.node("Erf", [self.node("Div", [x, self.const(np.sqrt(2.0))])])
+        return self.node("Mul", [self.node("Mul", [x, self.node("Add", [erf, self.const(1.0)])]), self.const(0.5)])
+
+    def attention(self, x: str) -> str:
+        t, d, h = self.tokens, self.dim, self.heads
+        shape = self.b.init("shape", np.array([1, t, 3, h, d // h]), np.int64)
+        qkv = self.node("Transpose", [self.node("Reshape", [self.linear(x, d, 3 * d), shape])], perm=[2, 0, 3, 1, 4])
+        q, k, v = (self.node("Gather", [qkv, self.b.init("i", np.array(i), np.int64)], axis=0) for i in range(3))
+        scores = self.node("MatMul", [q, self.node("Transpose", [k], perm=[0, 1, 3, 2])])
+        probs = self.node("Softmax", [self.node("Div", [scores, self.const(np.sqrt(d // h))])], axis=-1)
+        ctx = self.node("Transpose", [self.node("MatMul", [probs, v])], perm=[0, 2, 1, 3])
+        merged = self.node("Reshape", [ctx, self.b.init("merged", np.array([1, t, d]), np.int64)])
+        return self.linear(merged, d, d)
+
+    def layer(self, x: str, mlp: int) -> str:
+        x = self.node("Add", [x, self.attention(self.layer_norm(x))])
+        hidden = self.gelu(self.linear(self.layer_norm(x), self.dim, mlp))
+        return self.node("Add", [x, self.linear(hidden, mlp, self.dim)])
+
+
+def deit_tiny(seed: int = 0, image: int = 224, depth: int = 12, classes: int = 1000):
+    """DeiT-Tiny (Touvron et al. 2021; dim 192, 3 heads of 64, MLP 768, 16x16 patches, class and distillation
+    tokens) as an ``onnx.ModelProto`` (opset 13, :class:`_Encoder`'s form) with seeded weights: input
+    ``image`` (1, 3, image, image), output ``logits`` (1, classes), the mean of the class token's head and
+    the distillation token's (DeiT's inference)."""
+    b = _Builder(seed)
+    helper, tp = b.helper, b.TensorProto
+    dim, patch = 192, 16
+    tokens = (image // patch) ** 2 + 2
+    enc = _Encoder(b, tokens, dim, 3)
+    w = b.init("patch_w", b.rng.normal(0, np.sqrt(1.0 / (3 * patch * patch)), (dim, 3, patch, patch)))
+    x = enc.node("Conv", ["image", w, b.init("patch_b", np.zeros(dim))], kernel_shape=[patch] * 2, strides=[patch] * 2)
+    x = enc.node(
+        "Transpose", [enc.node("Reshape", [x, b.init("flat", np.array([1, dim, -1]), np.int64)])], perm=[0, 2, 1]
+    )
+    extra = b.init("cls_dist", b.rng.normal(0, 0.02, (1, 2, dim)))
+    x = enc.node(
+        "Add", [enc.node("Concat", [extra, x], axis=1), b.init("pos", b.rng.normal(0, 0.02, (1, tokens, dim)))]
+    )
+    for _ in range(depth):
+        x = enc.layer(x, 4 * dim)
+    x = enc.layer_norm(x)
+    heads = []
+    for i in range(2):  # the class token's head and the distillation token's
+        tok = enc.node("Gather", [x, b.init("i", np.array(i), np.int64)], axis=1)
+        heads.append(enc.linear(tok, dim, classes))
+    b.nodes.append(helper.make_node("Mul", [enc.node("Add", heads), enc.const(0.5)], ["logits"]))
+    return _model(
+        b,
+        "deit_tiny",
+        [helper.make_tensor_value_info("image", tp.FLOAT, [1, 3, image, image])],
+        [helper.make_tensor_value_info("logits", tp.FLOAT, [1, classes])],
+    )
+
+
 def calibration_images(shape: Sequence[int], count: int, seed: int = 0) -> np.ndarray:
     """Seeded images (count, C, H, W): smooth random fields with per-image contrast, like natural images
     after normalization (a plain Gaussian would make every activation range the same)."""
