@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-all test-pynq test-arm check-fpga lint fit fit-check bench models lock clean
+.PHONY: demo test test-all test-pynq test-arm check-fpga lint fit fit-check fuzz bench models lock clean
 
 # Every package is pinned by constraints.txt (constraints-pynq.txt for .venv-pynq) to the versions the suite
 # last passed with; `make lock` refreshes both from the newest releases (then run make test and make test-pynq
@@ -87,6 +87,13 @@ fit: $(STAMP)
 # 30 minutes); tests/test_fit_records.py, in make test, checks the committed records are current.
 fit-check: $(STAMP)
 	$(PYTEST) -m synth
+
+# The hostile-input campaign (docs/security.md): 100,000 mutated artifacts, ONNX models, calibration files and
+# assembler programs thrown at vdla's readers by worker processes under RLIMIT_AS and a per-case timer; findings
+# (and out/hostile/summary.json) in out/hostile. make test runs a few thousand of the same cases in process.
+FUZZ_CASES ?= 100000
+fuzz: $(STAMP)
+	$(PY) tests/hostile.py --cases $(FUZZ_CASES) --workers 2 --out out/hostile
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -137,6 +137,7 @@ def test_cli_compiles_and_runs_the_if_model(gated, tmp_path, capsys):
     assert main(args) == 0, capsys.readouterr().out
     text = capsys.readouterr().out
     assert "If_7.then/" in text and "If_7.else/" in text, text
+    assert "only when gate is true" in text and "only when gate is false" in text, text  # each branch's steps
     session = reference_session(model)
     for x in [then_x[0], else_x[0]]:
         np.save(tmp_path / "x.npy", x)

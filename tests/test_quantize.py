@@ -274,8 +274,10 @@ def test_negligible_channels_are_quantized_as_zero_channels():
 
 
 def test_quantization_errors_name_the_node_the_tensor_and_the_channel():
-    """A bias that truly cannot fit int32 (a small, not negligible channel with a large bias), and a QDQ model whose
-    own weight scales span more than the multiplier resolves, are refused naming the node, tensor and channel."""
+    """A bias that truly cannot fit int32 (a small, not negligible channel with a large bias) is refused naming the
+    node, tensor and channel. A QDQ model whose own weight scales span more than the multiplier resolves keeps the
+    unresolvable channel as the zero channel with its bias (here 0: its int8 output is 0), and is refused, naming
+    the channel, only where the channel's weights could still move the output by a step (a huge largest scale)."""
     rng = np.random.default_rng(13)
     w = rng.normal(0, 0.5, (4, 2, 3, 3)).astype(np.float32)
     w[2] *= np.float32(1e-4)
@@ -286,8 +288,13 @@ def test_quantization_errors_name_the_node_the_tensor_and_the_channel():
     q, _ = quantize_model(_conv_graph(w, b.clip(-1, 1)), data, "minmax")
     q.params["c1:w_scale"], q.params["c1:b_q"] = q.params["c1:w_scale"].copy(), q.params["c1:b_q"].copy()
     q.params["c1:w_scale"][3], q.params["c1:b_q"][3] = 1e-38, 0  # a QDQ model keeps the scales it carries
-    named = r"conv2d 'c1' \(weights 'c1:w_q', output 'r1:q'\), s_x \* s_w\[c\] / s_y: .* \(channel 3\) is below"
-    with pytest.raises(IsaError, match=named):
+    low = lower_qdq(q)
+    assert not evaluate(low, {"x": data["x"][:1]}, keep=True)["r1:q"][:, 3].any()
+    q.params["c1:w_scale"] = q.params["c1:w_scale"].copy()
+    q.params["c1:w_scale"][0] *= 2.0**28  # the layer's largest scale (near 1e6): its shift falls near 10
+    q.params["c1:w_scale"][3] = q.params["c1:w_scale"][0] * 2.0**-33  # below the resolution, yet steps of output
+    named = r"conv2d 'c1' \(weights 'c1:w_q', output 'r1:q'\), s_x \* s_w\[c\] / s_y: channel 3's scale .* is below"
+    with pytest.raises(IsaError, match=named + r".*not negligible"):
         lower_qdq(q)
 
 
@@ -428,7 +435,8 @@ def test_every_compile_option_reaches_the_compiler(model, calib, tmp_path):
     options = compile_options(build_parser().parse_args([*args, "--cpu-target", "aarch64-linux-gnu"]))
     assert {f.name for f in dataclasses.fields(options)} == {
         "config", "input_shapes", "calibration", "percentile", "keep_float", "auto_float", "align_residuals",
-        "power_of_two", "dump", "quant_report", "cpu_targets", "fuse_depthwise", "fuse_adds", "fuse_squeeze_excite",
+        "power_of_two", "equalize", "dump", "quant_report", "cpu_targets", "fuse_depthwise", "fuse_adds",
+        "fuse_squeeze_excite",
         "pair_rows",
     }  # fmt: skip
     assert options.config == "osdi18" and options.input_shapes == {"image": (1, 3, 32, 32)}

@@ -236,6 +236,8 @@ def test_nsga2_search(tiny, tmp_path):
     res = run(spec, tmp_path / "out", workers=2, method="nsga2", samples=4)
     assert res.records[0]["base"] and all(r["status"] == "ok" for r in res.records)
     assert 1 < len(res.records) <= 5 and res.report["fronts"]["small"]
+    # a new folder: every point was evaluated in this run, those NSGA-II asked twice once
+    assert res.reused == 0 and res.evaluated == len(res.records)
 
 
 def test_unreachable_ray_refused(tiny, tmp_path):

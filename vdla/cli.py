@@ -129,12 +129,12 @@ def cmd_boards(args: argparse.Namespace) -> int:
 
 
 def cmd_asm(args: argparse.Namespace) -> int:
-    from vdla.isa import assemble, encode_program, validate_program
+    from vdla.isa import assemble_file, encode_program, validate_program
 
     cfg = load_config(args.config)
-    insns = assemble(Path(args.source).read_text(), args.source)
+    insns = assemble_file(args.source)
     if not args.no_validate:
-        validate_program(insns, cfg)
+        validate_program(insns, cfg, where=args.source)
     out = Path(args.output or Path(args.source).with_suffix(".bin"))
     tmp = out.with_name(out.name + ".tmp")
     tmp.write_bytes(encode_program(insns))
@@ -220,7 +220,7 @@ def _split_spec(spec: str, form: str) -> list[str]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from vdla.isa import assemble, decode_program
+    from vdla.isa import assemble_file, decode_program
     from vdla.runtime import Device, write_chrome_trace
 
     path = Path(args.program)
@@ -230,7 +230,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         return run(args)
     if args.input or args.output or args.profile:
         raise UsageError("--input, --output and --profile are for model artifacts (.vdla)")
-    insns = assemble(path.read_text(), str(path)) if path.suffix == ".s" else decode_program(path.read_bytes())
+    insns = assemble_file(path) if path.suffix == ".s" else decode_program(path.read_bytes())
     dev = Device(args.config, backend=args.backend, **_backend_options(args))
     for spec in args.load:
         addr, file = _split_spec(spec, "ADDR=FILE")

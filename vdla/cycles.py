@@ -167,6 +167,7 @@ class CycleModel:
         self.cfg, self.t = cfg, cfg.timing
         self.read_free = 0  # first cycle the AXI read data channel is free
         self.write_free = 0
+        self.last_reader: int | None = None  # the stage whose read transfer had the read channel last
         self.epi = EpiInsn()
 
     def duration(self, insn: Insn, start: int) -> int:
@@ -188,6 +189,6 @@ class CycleModel:
             self.write_free = begin + data
             return begin + data + t.dram_write_latency - start
         begin = max(start + t.dma_setup + t.dram_read_latency, self.read_free)
-        self.read_free = begin + data
+        self.read_free, self.last_reader = begin + data, insn.stage
         pads = insn.sram_elems - insn.x_size * insn.y_size if insn.mem_type not in UOP_TYPES else 0
         return begin + data + pads * t.dma_pad_cycles - start

@@ -142,11 +142,24 @@ module vdla_alu #(
     for (int j = 0; j < 31; j++) round_half[32 + j] = ms == 6'(j + 33);
   endfunction
 
+  // A MUL's first cycle, one lane: a * b's partial products of 16-bit halves (lo unsigned, hi signed) with the
+  // rounding addend R's parts, {hh + R_hi (33 bits), hl + lh + R_mid (48), ll + R_lo (32)}: four DSP48 multiplies,
+  // mid's add and R in their post-adders (mul_round sums them: p = hh << 32 + mid << 16 + ll).
+  function automatic logic [112:0] partials(logic [31:0] a, logic [31:0] b, logic [30:0] r_hi,
+                                            logic [15:0] r_mid, logic [15:0] r_lo);
+    logic signed [32:0] hh;
+    logic signed [47:0] mid;
+    logic        [31:0] ll;
+    hh  = 33'($signed(a[31:16])) * 33'($signed(b[31:16])) + 33'(r_hi);
+    mid = 48'($signed(a[31:16])) * 48'($signed({1'b0, b[15:0]})) + 48'(r_mid)
+        + 48'($signed({1'b0, a[15:0]})) * 48'($signed(b[31:16]));
+    ll  = 32'(a[15:0]) * 32'(b[15:0]) + 32'(r_lo);
+    partials = {hh, mid, ll};
+  endfunction
+
   if (vdla_pkg::ALU_PASSES == 1) begin : g_full
-    // MUL's first cycle: a * b from partial products of 16-bit halves (lo unsigned, hi signed), p = hh << 32
-    // + mid << 16 + ll with mid = hl + lh: four DSP48E1 multiplies, mid's add and R in their post-adders, each
-    // registered in its DSP's P register (no register between the multiply and the post-adder, so that P is the
-    // path's start). ll + R < 2^32 and hh + R <= 2^31 (33 bits).
+    // MUL's first cycle: each lane's partials, each part registered in its DSP's P register (no register between
+    // the multiply and the post-adder, so that P is the path's start). ll + R < 2^32 and hh + R <= 2^31 (33 bits).
     logic signed [32:0] hh_q [LANES];
     logic signed [47:0] mid_q [LANES];
     logic        [31:0] ll_q [LANES];
@@ -160,12 +173,8 @@ module vdla_alu #(
         logic [15:0] r_lo, r_mid;
         logic [30:0] r_hi;
         {r_hi, r_mid, r_lo} = round_half(mul_shift_i);
-        for (int l = 0; l < LANES; l++) begin
-          hh_q[l]  <= 33'($signed(ma_i[l*32 + 16 +: 16])) * 33'($signed(mb_i[l*32 + 16 +: 16])) + 33'(r_hi);
-          mid_q[l] <= 48'($signed(ma_i[l*32 + 16 +: 16])) * 48'($signed({1'b0, mb_i[l*32 +: 16]})) + 48'(r_mid)
-                    + 48'($signed({1'b0, ma_i[l*32 +: 16]})) * 48'($signed(mb_i[l*32 + 16 +: 16]));
-          ll_q[l]  <= 32'(ma_i[l*32 +: 16]) * 32'(mb_i[l*32 +: 16]) + 32'(r_lo);
-        end
+        for (int l = 0; l < LANES; l++)
+          {hh_q[l], mid_q[l], ll_q[l]} <= partials(ma_i[l*32 +: 32], mb_i[l*32 +: 32], r_hi, r_mid, r_lo);
         ms_q <= mul_shift_i;
       end
     end
@@ -222,12 +231,8 @@ module vdla_alu #(
         {r_hi, r_mid, r_lo} = round_half(mul_shift_i);
         ma = lo_i ? ma_i[0 +: H*32] : ma_i[H*32 +: H*32];
         mb = lo_i ? mb_i[0 +: H*32] : mb_i[H*32 +: H*32];
-        for (int l = 0; l < H; l++) begin
-          hh_q[l]  <= 33'($signed(ma[l*32 + 16 +: 16])) * 33'($signed(mb[l*32 + 16 +: 16])) + 33'(r_hi);
-          mid_q[l] <= 48'($signed(ma[l*32 + 16 +: 16])) * 48'($signed({1'b0, mb[l*32 +: 16]})) + 48'(r_mid)
-                    + 48'($signed({1'b0, ma[l*32 +: 16]})) * 48'($signed(mb[l*32 + 16 +: 16]));
-          ll_q[l]  <= 32'(ma[l*32 +: 16]) * 32'(mb[l*32 +: 16]) + 32'(r_lo);
-        end
+        for (int l = 0; l < H; l++)
+          {hh_q[l], mid_q[l], ll_q[l]} <= partials(ma[l*32 +: 32], mb[l*32 +: 32], r_hi, r_mid, r_lo);
         ms_q <= mul_shift_i;
       end
     end

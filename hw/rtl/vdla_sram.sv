@@ -18,38 +18,28 @@ module vdla_sram #(
 );
   localparam int LANES = WIDTH / LANE;
 
-  // The two branches differ only in the memory's ram_style (an attribute takes no parameter).
+  // Both branches build the same ports on their memory `m`; they differ only in its ram_style (an attribute
+  // takes no parameter). A whole-row write is the common case, cheaper to simulate than the lane loop.
+`define VDLA_SRAM_PORTS(m) \
+    always_ff @(posedge clk_i) begin \
+      if (&we_i) begin \
+        m[waddr_i] <= wdata_i; \
+      end else begin \
+        for (int l = 0; l < LANES; l++) begin \
+          if (we_i[l]) m[waddr_i][l*LANE +: LANE] <= wdata_i[l*LANE +: LANE]; \
+        end \
+      end \
+    end \
+    always_ff @(posedge clk_i) begin \
+      if (re_i) rdata_o <= m[raddr_i]; \
+    end
+
   if (ULTRA) begin : g_ultra
     (* ram_style = "ultra" *) logic [WIDTH-1:0] mem [DEPTH];
-
-    always_ff @(posedge clk_i) begin
-      if (&we_i) begin  // a whole row (the common case, cheaper to simulate)
-        mem[waddr_i] <= wdata_i;
-      end else begin
-        for (int l = 0; l < LANES; l++) begin
-          if (we_i[l]) mem[waddr_i][l*LANE +: LANE] <= wdata_i[l*LANE +: LANE];
-        end
-      end
-    end
-
-    always_ff @(posedge clk_i) begin
-      if (re_i) rdata_o <= mem[raddr_i];
-    end
+    `VDLA_SRAM_PORTS(mem)
   end else begin : g_block
     (* ram_style = "block" *) logic [WIDTH-1:0] mem [DEPTH];
-
-    always_ff @(posedge clk_i) begin
-      if (&we_i) begin
-        mem[waddr_i] <= wdata_i;
-      end else begin
-        for (int l = 0; l < LANES; l++) begin
-          if (we_i[l]) mem[waddr_i][l*LANE +: LANE] <= wdata_i[l*LANE +: LANE];
-        end
-      end
-    end
-
-    always_ff @(posedge clk_i) begin
-      if (re_i) rdata_o <= mem[raddr_i];
-    end
+    `VDLA_SRAM_PORTS(mem)
   end
+`undef VDLA_SRAM_PORTS
 endmodule

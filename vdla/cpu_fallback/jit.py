@@ -268,6 +268,22 @@ def write_disk(path: Path | None, obj: bytes) -> None:
         pass  # the disk cache is an optimization: an unwritable directory only costs a recompile
 
 
+def _disk_entry(spec: Spec, eng: _Engine) -> tuple[str, Path | None]:
+    """The kernel's symbol name and its object file in the disk cache (None: no disk cache)."""
+    key = hashlib.sha256(f"{eng.fingerprint}|{spec!r}".encode()).hexdigest()
+    cache_dir = disk_cache_dir()
+    return f"vdla_{spec_op(spec)}_{key[:20]}", cache_dir / f"{key}.o" if cache_dir is not None else None
+
+
+def is_cached(spec: Spec) -> bool:
+    """Whether :func:`get_kernel` has ``spec``'s kernel without compiling it (in memory or on disk)."""
+    with _lock:
+        if spec in _kernels:
+            return True
+        path = _disk_entry(spec, engine())[1]
+    return path is not None and path.exists()
+
+
 def get_kernel(spec: Spec) -> Kernel:
     """The kernel for ``spec``: from the memory cache, else the disk cache, else JIT-compiled."""
     with _lock:
@@ -276,10 +292,7 @@ def get_kernel(spec: Spec) -> Kernel:
             return kernel
         eng = engine()
         t0 = time.perf_counter()
-        key = hashlib.sha256(f"{eng.fingerprint}|{spec!r}".encode()).hexdigest()
-        name = f"vdla_{spec_op(spec)}_{key[:20]}"
-        cache_dir = disk_cache_dir()
-        path = cache_dir / f"{key}.o" if cache_dir is not None else None
+        name, path = _disk_entry(spec, eng)
         obj = read_disk(path)
         from_disk = obj is not None
         if obj is None:

@@ -34,6 +34,7 @@ int64 output returned, as int32. A bool tensor is a bool graph value.
 from __future__ import annotations
 
 import functools
+import math
 import os
 import warnings
 from collections import Counter
@@ -43,6 +44,7 @@ from typing import Any
 
 import numpy as np
 
+from vdla.errors import VdlaError
 from vdla.frontend.builder import Builder, OnnxNode, Value, unsupported, valid_name
 from vdla.frontend.errors import FrontendError, OnnxImportWarning
 from vdla.frontend.onnx_ops import ATTRS, CONVERTERS, SUPPORTED
@@ -51,6 +53,7 @@ from vdla.graph.graph import Graph, Node
 from vdla.graph.passes import fresh_name
 from vdla.graph.types import DTYPES, TensorType, UnsupportedError
 from vdla.graph.verify import verify
+from vdla.untrusted import check_size, max_read_bytes, read_file
 
 try:
     import onnx
@@ -79,6 +82,9 @@ _WIDE_FLOATS = {onnx.TensorProto.FLOAT16: "float16", onnx.TensorProto.BFLOAT16: 
                 onnx.TensorProto.DOUBLE: "float64"}  # fmt: skip
 # every op type the importer takes: the converters' and If (inlined on a constant condition)
 IMPORTED = tuple(sorted((*SUPPORTED, *_CONTROL)))
+# what a converter raises on a node that is malformed in a way its checks did not foresee (reported as the node's
+# UnsupportedError, like a node vdla cannot run)
+_MALFORMED = (ArithmeticError, LookupError, TypeError, ValueError, AttributeError, RecursionError)
 Shape = tuple[int | None, ...]  # None: a dimension not known (dynamic, symbolic or missing)
 # the inputs of each op type that are its weights: an initializer read there must be finite (NaN anywhere is
 # refused; an infinity elsewhere is a mask or an unbounded clip)
@@ -101,7 +107,12 @@ def _dtype_name(elem_type: int) -> str:
     try:
         return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem_type)).name
     except (KeyError, TypeError, ValueError):
-        return onnx.TensorProto.DataType.Name(elem_type).lower() if elem_type else "undefined"
+        if not elem_type:
+            return "undefined"
+        try:
+            return onnx.TensorProto.DataType.Name(elem_type).lower()
+        except ValueError:  # not an element type of this onnx
+            return f"element type {elem_type}"
 
 
 def _warn(message: str) -> None:
@@ -123,23 +134,103 @@ def _dynamic_rewrites(proto: onnx.ModelProto, dequantize: bool) -> onnx.ModelPro
     return copy
 
 
-def _load(model: str | os.PathLike | onnx.ModelProto) -> tuple[onnx.ModelProto, str]:
-    """The model and how errors name it (the file path, or the graph name of a ModelProto)."""
+def _load(model: str | os.PathLike | onnx.ModelProto, limit: int) -> tuple[onnx.ModelProto, str]:
+    """The model and how errors name it (the file path, or the graph name of a ModelProto); the file, each tensor
+    it holds and all of them together within the read limit ``limit`` (:mod:`vdla.untrusted`) before any tensor
+    is made an array."""
     if isinstance(model, onnx.ModelProto):
-        return model, f"ONNX model {model.graph.name or '(unnamed)'!r}"
+        where = f"ONNX model {model.graph.name or '(unnamed)'!r}"
+        _check_claims(model, where, limit)
+        return model, where
     if not isinstance(model, str | os.PathLike):
         raise FrontendError(f"expected an ONNX file path or an onnx.ModelProto, got {type(model).__name__}")
     path = Path(model)
     where = str(path)
     if not path.is_file():
         raise FrontendError(f"{where}: no such ONNX file")
+    data = read_file(path, limit, FrontendError)
     try:
-        proto = onnx.load(str(path))
-    except Exception as e:  # protobuf DecodeError, external-data OSError, ...
+        proto = onnx.load_from_string(data)
+    except Exception as e:  # protobuf DecodeError, ...
         raise FrontendError(f"{where}: not a readable ONNX model (malformed or truncated file?): {e}") from e
     if not proto.graph.node and not proto.graph.output:
         raise FrontendError(f"{where}: not a readable ONNX model: it has no graph (empty or truncated file?)")
+    _check_claims(proto, where, limit)
+    _load_external(proto, path, where, limit)
     return proto, where
+
+
+def _tensors(proto: onnx.ModelProto) -> Iterator[tuple[str, onnx.TensorProto]]:
+    """Every tensor the model holds, with what it is: initializers and tensor attributes, subgraphs included."""
+    for g in _graphs(proto.graph):
+        for t in g.initializer:
+            yield f"initializer {t.name!r}", t
+        for node in g.node:
+            for a in node.attribute:
+                for t in [a.t] if a.type == onnx.AttributeProto.TENSOR else a.tensors:
+                    yield f"{node.op_type} node {node.name or node.output[:1]!r} attribute {a.name!r}", t
+
+
+def _names(g: onnx.GraphProto) -> Iterator[tuple[str, str | bytes]]:
+    """Every name of graph ``g`` itself (not its subgraphs'), with what it names."""
+    yield "the graph's name", g.name
+    for kind, items in (("initializer", g.initializer), ("input", g.input), ("output", g.output)):
+        yield from ((f"{kind} {k}", t.name) for k, t in enumerate(items))
+    yield from ((f"value_info {k}", vi.name) for k, vi in enumerate(g.value_info))
+    for k, n in enumerate(g.node):
+        yield from ((f"node {k} {field}", getattr(n, field)) for field in ("name", "op_type", "domain"))
+        yield from ((f"node {k} input {i}", v) for i, v in enumerate(n.input))
+        yield from ((f"node {k} output {i}", v) for i, v in enumerate(n.output))
+        yield from ((f"node {k} attribute {i}", a.name) for i, a in enumerate(n.attribute))
+
+
+def _check_text(proto: onnx.ModelProto, where: str) -> None:
+    """Refuse a name that is not UTF-8 text (protobuf hands it over as bytes)."""
+    for g in _graphs(proto.graph):
+        for what, name in _names(g):
+            if not isinstance(name, str):
+                raise FrontendError(f"{where}: {what} in graph {g.name!r}: its name {name[:40]!r} is not UTF-8 text")
+
+
+def _check_claims(proto: onnx.ModelProto, where: str, limit: int) -> None:
+    """Refuse a name that is not text, a tensor with a negative dimension, or whose shape claims more than
+    ``limit`` bytes (alone, or all together), before any is made an array."""
+    _check_text(proto, where)
+    total = 0
+    for what, t in _tensors(proto):
+        if any(d < 0 for d in t.dims):
+            raise FrontendError(f"{where}: {what}: shape {list(t.dims)} has a negative dimension")
+        dtype = _dtype_name(t.data_type)
+        itemsize = np.dtype(dtype).itemsize if dtype in np.sctypeDict else 1
+        nbytes = math.prod(t.dims) * max(itemsize, 1)
+        check_size(nbytes, limit, f"{where}: {what}", f"a {dtype} tensor of shape {list(t.dims)}", FrontendError)
+        total += nbytes
+        check_size(total, limit, f"{where}: {what}", "the tensors up to this one", FrontendError)
+
+
+def _load_external(proto: onnx.ModelProto, path: Path, where: str, limit: int) -> None:
+    """Load the tensors stored in files beside the model, each a regular file inside the model's directory whose
+    size (or the ``length`` read of it) is within the read limit."""
+    base = path.parent.resolve()
+    external = [(what, t) for what, t in _tensors(proto) if t.data_location == onnx.TensorProto.EXTERNAL]
+    for what, t in external:
+        info = {e.key: e.value for e in t.external_data}
+        target = (base / info.get("location", "")).resolve()
+        if not target.is_relative_to(base) or not target.is_file():
+            raise FrontendError(
+                f"{where}: {what}: its external data {info.get('location')!r} is not a file beside the model"
+            )
+        size = target.stat().st_size
+        try:
+            size = min(size, int(info.get("length", size)))
+        except ValueError as e:
+            raise FrontendError(f"{where}: {what}: external data length {info.get('length')!r}") from e
+        check_size(size, limit, f"{where}: {what}", f"its external data {info.get('location')!r}", FrontendError)
+    if external:
+        try:
+            onnx.load_external_data_for_model(proto, str(base))
+        except Exception as e:  # missing file, a bad offset, ...
+            raise FrontendError(f"{where}: the external data cannot be read: {e}") from e
 
 
 def model_opset(proto: onnx.ModelProto, where: str) -> int:
@@ -241,11 +332,15 @@ def _strip_hints(proto: onnx.ModelProto) -> dict[str, Shape]:
     return hints
 
 
-def _narrow(t: onnx.TensorProto) -> str | None:
+def _narrow(t: onnx.TensorProto, where: str) -> str | None:
     """Rewrite a float16/bfloat16/float64 tensor as float32 in place; its old dtype name, else None."""
     wide = _WIDE_FLOATS.get(t.data_type)
     if wide is not None:
-        t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float32), t.name))
+        try:
+            value = numpy_helper.to_array(t)
+        except Exception as e:  # data that does not fill its dims, ...
+            raise FrontendError(f"{where}: tensor {t.name!r} ({wide}) cannot be read: {e}") from e
+        t.CopyFrom(numpy_helper.from_array(value.astype(np.float32), t.name))
     return wide
 
 
@@ -268,7 +363,7 @@ def _as_float32(proto: onnx.ModelProto, where: str) -> None:
 
     for g in _graphs(proto.graph):
         for t in g.initializer:
-            note(_narrow(t), "initializer", t.name)
+            note(_narrow(t, where), "initializer", t.name)
         for kind, infos in (("input", g.input), ("output", g.output)):
             for vi in infos:
                 tt = vi.type.tensor_type
@@ -279,7 +374,7 @@ def _as_float32(proto: onnx.ModelProto, where: str) -> None:
             for a in node.attribute:
                 wide = None
                 if a.type == onnx.AttributeProto.TENSOR:
-                    wide = _narrow(a.t)
+                    wide = _narrow(a.t, where)
                 elif a.type == onnx.AttributeProto.INT and a.name in _DTYPE_ATTRS and a.i in _WIDE_FLOATS:
                     wide, a.i = _WIDE_FLOATS[a.i], onnx.TensorProto.FLOAT
                 note(wide, node.op_type, node.name or node.output[0])
@@ -326,8 +421,8 @@ def _shape_text(shape: Shape) -> str:
 
 
 class _Importer:
-    def __init__(self, proto: onnx.ModelProto, where: str, opset: int, hints: Mapping[str, Shape]) -> None:
-        self.proto, self.where, self.opset, self.hints = proto, where, opset, hints
+    def __init__(self, proto: onnx.ModelProto, where: str, opset: int, hints: Mapping[str, Shape], limit: int) -> None:
+        self.proto, self.where, self.opset, self.hints, self.limit = proto, where, opset, hints, limit
         self.b = Builder(opset)
         self.errors: list[UnsupportedError] = []
         self.poisoned: set[str] = set()
@@ -378,8 +473,9 @@ class _Importer:
         outputs = self.outputs()
         self.warn_stale_hints()
         if self.errors:
-            if len(self.errors) == 1:
-                raise self.errors[0]
+            if len(self.errors) == 1:  # named with the file, as the list of several is
+                e = self.errors[0]
+                raise UnsupportedError(e.op, f"{str(e).removeprefix(f'{e.op}: ')} (in {self.where})") from e
             lines = "\n".join(f"  - {e}" for e in self.errors)
             raise UnsupportedError(
                 self.errors[0].op, f"{self.where}: {len(self.errors)} nodes cannot be imported:\n{lines}"
@@ -388,7 +484,7 @@ class _Importer:
         params = {k: v for k, v in b.params.items() if k in used}
         stem = Path(self.where).stem if Path(self.where).suffix == ".onnx" else ""
         graph = Graph(dict(b.inputs), list(b.nodes), outputs, params, name=valid_name(g.name or stem, "onnx"))
-        verify(graph, after="onnx import")
+        verify(graph, after=f"onnx import of {self.where}")
         return graph
 
     def bind_initializers(self, g: onnx.GraphProto) -> None:
@@ -429,6 +525,9 @@ class _Importer:
             tt = vi.type.tensor_type
             dtype = _dtype_name(tt.elem_type)
             shape = tuple(int(d.dim_value) for d in tt.shape.dim)
+            if dtype in np.sctypeDict:
+                nbytes = math.prod(shape) * np.dtype(dtype).itemsize
+                check_size(nbytes, self.limit, f"{self.where}: input {vi.name!r}", f"shape {shape}", FrontendError)
             vname = b.preferred[vi.name]
             if dtype in DTYPES or dtype == "int64":  # an int64 input is fed as int32 (its values must fit)
                 t = TensorType(shape, "int32" if dtype == "int64" else dtype)
@@ -463,6 +562,13 @@ class _Importer:
             except UnsupportedError as e:
                 self.errors.append(e)
                 self.poisoned.update(o for o in node.outputs if o)
+            except VdlaError:
+                raise
+            except _MALFORMED as e:  # a converter's own check missed it: the node is malformed, named as any other
+                self.errors.append(
+                    unsupported(node, f"its inputs or attributes are malformed ({type(e).__name__}: {e})")
+                )
+                self.poisoned.update(o for o in node.outputs if o)
 
     def convert(self, node: OnnxNode, proto: onnx.NodeProto) -> None:
         b = self.b
@@ -479,6 +585,7 @@ class _Importer:
             getattr(self, _CONTROL[node.op_type])(node, proto)
             return
         if present and node.op_type not in _KEEP and all(b.values[i].const is not None for i in present):
+            self.check_claims(node)
             try:
                 results = _fold(proto, self.opset, {i: b.values[i].const for i in present})
             except Exception as e:
@@ -542,8 +649,9 @@ class _Importer:
     def runtime_if(self, node: OnnxNode, proto: onnx.NodeProto) -> None:
         """An If whose condition is computed at run time: both branches imported (every value of branch
         ``then`` of node X named ``X.then/...``, so each branch's steps say which they belong to), each output
-        ``Where(cond, then, else)``. Both branches compute on every input, so calibration sees every sample in
-        both. The two branches' outputs must agree in shape and element type, else the node is refused."""
+        ``Where(cond, then, else)``. Both branches compute on every input in calibration, so it sees every sample
+        in both; a compiled model runs only the branch taken (:mod:`vdla.graph.branches`). The two branches'
+        outputs must agree in shape and element type, else the node is refused."""
         cond = self.b.value(node, 0)
         if cond.shape and int(np.prod(cond.shape)) != 1:
             raise unsupported(node, f"the condition {node.input(0)!r} is of shape {cond.shape}, not one value")
@@ -748,8 +856,23 @@ class _Importer:
                 f"shapes given (vdla uses the shapes it computes): {shown}"
             )
 
+    def check_claims(self, node: OnnxNode) -> None:
+        """Refuse to evaluate a node whose outputs ONNX's shape inference sizes above the read limit."""
+        for o in node.outputs:
+            dtype, shape = self.inferred.get(o, ("undefined", None))
+            if shape is not None and None not in shape and dtype in np.sctypeDict:
+                nbytes = math.prod(shape) * np.dtype(dtype).itemsize
+                check_size(
+                    nbytes,
+                    self.limit,
+                    f"{self.where}: node {node.name!r} ({node.op_type})",
+                    f"output {o!r}",
+                    FrontendError,
+                )
+
     def check(self, node: OnnxNode) -> None:
-        """Every output a later node or the graph reads is defined, with ONNX's inferred shape and type."""
+        """Every output a later node or the graph reads is defined, within the read limit, with ONNX's inferred
+        shape and type."""
         b = self.b
         for k, o in enumerate(node.outputs):
             if not o or o in self.poisoned:
@@ -759,6 +882,10 @@ class _Importer:
                 if o not in b.used:
                     continue  # an optional output nothing reads
                 raise unsupported(node, f"output {k} {o!r} is read but not supported")
+            nbytes = v.const.nbytes if v.const is not None else v.type.size * v.type.np_dtype.itemsize
+            check_size(
+                nbytes, self.limit, f"{self.where}: node {node.name!r} ({node.op_type})", f"output {o!r}", FrontendError
+            )
             want = self.inferred.get(o)
             if want is None:
                 continue
@@ -836,18 +963,22 @@ def import_onnx(
     model: str | os.PathLike | onnx.ModelProto,
     input_shapes: dict[str, tuple[int, ...]] | None = None,
     dequantize_dynamic: bool = False,
+    max_bytes: int | None = None,
 ) -> Graph:
     """Import an ONNX model (a file path or an ``onnx.ModelProto``) as a verified vdla :class:`Graph`.
 
     ``input_shapes`` fixes dynamic input dimensions (``{"input": (1, 3, 224, 224)}``). onnxruntime's fused
     dynamic quantization operators are expanded to standard ones; ``dequantize_dynamic`` (the model compiler
     sets it when it calibrates) turns dynamically quantized MatMul/Conv units with constant weights back into
-    float operators (:mod:`vdla.frontend.dynamic`); the model given is never modified. Raises
+    float operators (:mod:`vdla.frontend.dynamic`); the model given is never modified. The file, each tensor it
+    holds and each value it computes must fit the read limit (``max_bytes``, :func:`vdla.untrusted.max_read_bytes`),
+    checked before they are allocated. Raises
     :class:`FrontendError` for a file or model that cannot be read as given (naming the file) and
     :class:`~vdla.graph.types.UnsupportedError` naming every node vdla cannot run (its name, op type,
     attributes and the attribute or dtype at fault).
     """
-    proto, where = _load(model)
+    limit = max_read_bytes(max_bytes)
+    proto, where = _load(model, limit)
     proto = _dynamic_rewrites(proto, dequantize_dynamic)
     opset = model_opset(proto, where)
     try:
@@ -857,6 +988,6 @@ def import_onnx(
     fixed = _static_inputs(proto, where, input_shapes)
     hints = _strip_hints(fixed)
     _as_float32(fixed, where)
-    importer = _Importer(fixed, where, opset, hints)
+    importer = _Importer(fixed, where, opset, hints, limit)
     importer.infer_shapes()
     return importer.run()

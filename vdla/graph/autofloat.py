@@ -41,15 +41,17 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
-from vdla.graph.calibrate import DEFAULT_PERCENTILE, Progress, QuantizationError, Runner, check_calibration
+from vdla.graph.calibrate import Progress, QuantizationError, Runner, check_calibration
+from vdla.graph.equalize import equalize
 from vdla.graph.graph import Graph
 from vdla.graph.interp import evaluate
 from vdla.graph.qerror import ERROR_BATCHES, ErrorSums, with_errors
-from vdla.graph.quantize import QuantReport, quantize_model
+from vdla.graph.quantize import QuantOptions, QuantReport, quant_options, quantize_model
 
 HOLDOUT_MIN_BATCHES = 16  # from this many model batches of calibration data on, the search holds some out
 PRUNE_MIN = 16  # the greedy prune tries up to this many layers, or half the layers ranked where more
@@ -242,36 +244,38 @@ def auto_float(
     graph: Graph,
     data: Mapping[str, np.ndarray],
     target: float,
-    method: str = "percentile",
-    percentile: float = DEFAULT_PERCENTILE,
-    keep_float: Iterable[str] = (),
+    options: QuantOptions | None = None,
+    *,
     runner: Runner | None = None,
     progress: Progress | None = None,
-    align_residuals: bool = True,
-    power_of_two: bool = False,
     log: Callable[[str], None] | None = None,
+    **option_fields: Any,
 ) -> AutoFloatResult:
-    """Quantize the float ``graph`` on ``data`` with the fewest layers kept in float (besides ``keep_float``)
-    that reach cosine >= ``target`` (see the module docstring); the other arguments are
-    :func:`~vdla.graph.quantize.quantize_model`'s."""
+    """Quantize the float ``graph`` on ``data`` with the fewest layers kept in float (besides ``options``'
+    ``keep_float``) that reach cosine >= ``target`` (see the module docstring); ``options`` (and its fields as
+    keywords), ``runner`` and ``progress`` are :func:`~vdla.graph.quantize.quantize_model`'s."""
     target = check_target(target)
+    opts = quant_options(options, option_fields)
     log = log or (lambda msg: None)
     t0 = time.perf_counter()
     data = check_calibration(graph.inputs, data)
     calib, held, held_out = split_calibration(graph, data)
-    user = tuple(dict.fromkeys(keep_float))
+    user = tuple(dict.fromkeys(opts.keep_float))
     cache: dict = {}
+    source, equalized = graph, None
+    if opts.equalize:  # once, on the calibration part: every evaluation quantizes the same equalized graph
+        graph, equalized = equalize(graph, calib, runner)
+        opts = opts.updated(equalize=False)
 
     def quantize(extra: tuple[str, ...], prog: Progress | None = None) -> tuple[Graph, QuantReport]:
-        return quantize_model(
-            graph, calib, method, percentile, (*user, *extra), runner, prog, align_residuals, power_of_two, cache
-        )
+        kept = opts.updated(keep_float=(*user, *extra))
+        return quantize_model(graph, calib, kept, runner=runner, progress=prog, stats_cache=cache)
 
     qgraph, qreport = quantize((), progress)
     batch = next(iter(graph.inputs.values())).shape[0]
     total = next(iter(held.values())).shape[0]
     feeds = [{k: a[s : s + batch] for k, a in held.items()} for s in range(0, total, batch)]
-    refs = [evaluate(graph, f) for f in feeds]
+    refs = [evaluate(source, f) for f in feeds]
     log(f"auto-float: ranking {len(qreport.layers)} layers by the error each adds to the model's outputs")
     t_rank = time.perf_counter()
     ranked_layers = with_errors(qreport, graph, qgraph, held, len(feeds)).layers
@@ -296,6 +300,7 @@ def auto_float(
     kept, evals, pruned, skipped = search([name for name, _ in ranking], cosine_of, target)
     key = tuple(sorted(kept))
     qgraph, qreport = found[key] if key in found else quantize(kept)
+    qreport = replace(qreport, equalization=equalized)  # measured against the float graph (vdla.graph.qerror)
     after = next(e.cosine for e in reversed(evals) if set(e.kept) == set(kept))
     report = AutoFloatReport(
         target=target,

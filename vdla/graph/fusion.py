@@ -4,7 +4,8 @@
 immediate post-dominator's group when every path between the two is fusable, which takes a conv2d's whole
 integer epilogue (diamonds included) into the conv's group. Its groups are then cut to what a target's
 kernels run: :func:`split_groups` cuts a group around the part a target claims (the model compiler's
-partition: the accelerator's epilogue chain, the rest of the group to the CPU), and the CPU fallback cuts
+partition: the accelerator's epilogue chain, the rest of the group to the CPU), :func:`split_by_guard` cuts
+them where a run may skip a branch chosen at run time (:mod:`vdla.graph.branches`), and the CPU fallback cuts
 each group into the chains its kernels stack (``vdla.cpu_fallback.stacking.fuse``).
 
 Fusion rules of :func:`fuse_ops` (TVM's, on the finer :class:`Pattern` levels; an *edge* is the pattern
@@ -29,7 +30,7 @@ from __future__ import annotations
 import heapq
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from enum import IntEnum
 
 from vdla.graph.graph import DisjointSets, Graph, Node
@@ -287,12 +288,15 @@ class Fusion:
     topological order of the group DAG (a group reads only graph inputs, parameters and outputs of
     earlier groups); every group is convex (no path leaves it and comes back); at most one COMPLEX node
     per group. ``group_of`` maps each node output to its group's index; ``ipdom`` each node output to its
-    immediate post-dominator (``None``: the virtual sink).
+    immediate post-dominator (``None``: the virtual sink). ``after`` holds ordering beyond the dataflow: node
+    output -> the values it must follow (the conditions of a branch's nodes, :func:`split_by_guard`), which the
+    group order and every later split keep as if the node read them.
     """
 
     groups: tuple[Group, ...]
     group_of: Mapping[str, int]
     ipdom: Mapping[str, str | None]
+    after: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 def readers_of(graph: Graph) -> dict[str, set[str]]:
@@ -432,7 +436,7 @@ def split_groups(
     position = {n.output: i for i, n in enumerate(graph.nodes)}
     pieces = _pieces(graph, fusion, claims)
     owner = {n.output: k for k, nodes in enumerate(pieces) for n in nodes}
-    edges = ((owner[v], owner[n.output]) for n in graph.nodes for v in n.inputs if v in owner)
+    edges = ((owner[v], owner[n.output]) for n in graph.nodes for v in _follows(n, fusion.after) if v in owner)
     first = sorted(range(len(pieces)), key=lambda k: position[pieces[k][0].output])
     rank = {k: r for r, k in enumerate(first)}
     order = topological(list(range(len(pieces))), ((rank[a], rank[b]) for a, b in edges))
@@ -442,9 +446,37 @@ def split_groups(
         nodes = tuple(pieces[first[r]])
         anchor = max(reversed(nodes), key=lambda n: node_pattern(n, types))
         groups.append(Group(g, nodes, anchor, *boundary(graph, nodes, readers)))
-    result = Fusion(tuple(groups), {n.output: g.index for g in groups for n in g.nodes}, fusion.ipdom)
+    group_of = {n.output: g.index for g in groups for n in g.nodes}
+    result = Fusion(tuple(groups), group_of, fusion.ipdom, fusion.after)
     check_fusion(graph, result)
     return result
+
+
+def _follows(node: Node, after: Mapping[str, tuple[str, ...]]) -> tuple[str, ...]:
+    """The values ``node`` must follow: those it reads and those ``after`` orders it after."""
+    return (*node.inputs, *after.get(node.output, ()))
+
+
+def split_by_guard(graph: Graph, fusion: Fusion, guard_of: Mapping[str, tuple]) -> Fusion:
+    """``fusion`` with every group cut by its nodes' guards (:func:`vdla.graph.branches.guards`) and by the
+    conditions they read (directly or not), so that no group mixes a branch with what runs either way, nor a
+    condition's computation with what follows it: a run then skips whole groups, and the condition can be
+    computed before the branches. Raises :class:`~vdla.graph.verify.GraphError` where the pieces are not convex
+    (the result is checked with :func:`check_fusion`)."""
+    conds = {c for g in guard_of.values() for c, _ in g}
+    if not conds:
+        return fusion
+    seen: dict[str, frozenset[str]] = {}  # node output -> the conditions it reads, directly or not
+    for node in graph.nodes:
+        reads = (seen.get(v, frozenset()) | ({v} & conds) for v in node.inputs)
+        seen[node.output] = frozenset().union(*reads)
+    pieces: dict[tuple, list[str]] = {}
+    for node in graph.nodes:
+        key = (fusion.group_of[node.output], guard_of.get(node.output, ()), seen[node.output])
+        pieces.setdefault(key, []).append(node.output)
+    produced = set(fusion.group_of)
+    after = {v: tuple(c for c, _ in g if c in produced) for v, g in guard_of.items() if g}
+    return split_groups(graph, replace(fusion, after=after), list(pieces.values()))
 
 
 def reach_masks(preds: Sequence[Iterable[int]]) -> tuple[list[int], list[int]]:
@@ -485,9 +517,10 @@ def check_fusion(graph: Graph, fusion: Fusion) -> None:
     if set(counted) != set(index) or any(c != 1 for c in counted.values()):
         raise fail("the groups do not cover every node exactly once")
     for node in graph.nodes:
-        late = [v for v in node.inputs if v in index and fusion.group_of[v] > fusion.group_of[node.output]]
+        own = fusion.group_of[node.output]
+        late = [v for v in _follows(node, fusion.after) if v in index and fusion.group_of[v] > own]
         if late:
-            raise fail(f"node {node.output!r} reads {late} from a later group")
+            raise fail(f"node {node.output!r} reads or follows {late} from a later group")
     down, up = reach_masks([[index[v] for v in n.inputs if v in index] for n in graph.nodes])
     for g in fusion.groups:
         if sum(kind(n.op) == COMPLEX for n in g.nodes) > 1:

@@ -14,8 +14,10 @@ otherwise, or where it overlaps an earlier claim, the whole group stays on the C
 Every accelerator group is a region of its own. CPU groups connected through each other merge into one
 CPU region, compiled by the CPU fallback as one graph, as long as the region stays convex: two CPU groups
 with an accelerator group on a path between them stay in separate regions. CPU regions no accelerator group
-orders (no path between them passes one) join too. Regions come in a
-topological order; :func:`region_graph` turns a region (or a single group) into a stand-alone
+orders (no path between them passes one) join too. Only CPU groups of one guard (the conditions under which a
+run needs them, :mod:`vdla.graph.branches`) join, and a branch's groups follow the groups computing its
+condition (:attr:`~vdla.graph.fusion.Fusion.after`), so a run can skip the branch it does not take. Regions
+come in a topological order; :func:`region_graph` turns a region (or a single group) into a stand-alone
 :class:`~vdla.graph.graph.Graph`.
 
 Example::
@@ -32,6 +34,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
+from vdla.graph.branches import Guard, common
 from vdla.graph.fusion import Fusion, Group, boundary, convex, reach_masks, readers_of, split_groups, topological
 from vdla.graph.graph import Graph, Node
 from vdla.graph.ops import infer_types
@@ -181,40 +184,44 @@ def _split_reason(fusion: Fusion, piece: Group, refused: Mapping[int, str]) -> s
 
 
 def _group_preds(graph: Graph, fusion: Fusion) -> list[list[int]]:
-    """The groups each group reads from, as indices (groups are in topological order)."""
+    """The groups each group reads from or follows (:attr:`Fusion.after`), as indices (groups are in
+    topological order)."""
     preds: list[set[int]] = [set() for _ in fusion.groups]
     for g in fusion.groups:
-        preds[g.index].update(fusion.group_of[v] for v in g.inputs if v in fusion.group_of)
+        follows = [*g.inputs, *(v for n in g.nodes for v in fusion.after.get(n.output, ()))]
+        preds[g.index].update(fusion.group_of[v] for v in follows if v in fusion.group_of)
+        preds[g.index].discard(g.index)
     return [sorted(p) for p in preds]
 
 
-def _merge_cpu(targets: Sequence[str], preds: Sequence[Sequence[int]]) -> list[list[int]]:
-    """Regions as lists of group indices: each CPU group joins the regions of its CPU producers that
-    the merged region can take (in producer order) while it stays convex and the regions stay acyclic."""
+def _merge_cpu(targets: Sequence[str], preds: Sequence[Sequence[int]], guards: Sequence[Guard]) -> list[list[int]]:
+    """Regions as lists of group indices: each CPU group joins the regions of its CPU producers of its guard
+    that the merged region can take (in producer order) while it stays convex and the regions stay acyclic."""
     down, up = reach_masks(preds)
     regions: dict[int, list[int]] = {}
     region_of: dict[int, int] = {}
     for g, target in enumerate(targets):
         members = [g]
         if target == CPU:
-            for r in dict.fromkeys(region_of[p] for p in preds[g] if targets[p] == CPU):
+            for r in dict.fromkeys(region_of[p] for p in preds[g] if targets[p] == CPU and guards[p] == guards[g]):
                 others = [m for k, m in regions.items() if k != r]
                 if convex(members + regions[r], down, up) and _acyclic([*others, members + regions[r]], preds):
                     members += regions.pop(r)
         regions[g] = sorted(members)
         region_of.update(dict.fromkeys(members, g))
-    return _join_independent(list(regions.values()), targets, preds, down, up)
+    return _join_independent(list(regions.values()), targets, preds, down, up, guards)
 
 
-def _join_independent(regions: list[list[int]], targets: Sequence[str], preds, down, up) -> list[list[int]]:
-    """CPU regions that no accelerator region orders (their union stays convex, the regions acyclic) joined
-    into one, each into the last earlier one it can join: e.g. a detector's decode of its box and score heads,
-    one CPU step."""
+def _join_independent(regions: list[list[int]], targets: Sequence[str], preds, down, up, guards) -> list[list[int]]:
+    """CPU regions of one guard that no accelerator region orders (their union stays convex, the regions
+    acyclic) joined into one, each into the last earlier one it can join: e.g. a detector's decode of its box
+    and score heads, one CPU step."""
     out: list[list[int]] = []
     for i, r in enumerate(regions):
         if targets[r[0]] == CPU:
             later = regions[i + 1 :]
-            into = next((m for m in reversed(out) if _joins(m, r, out, later, targets, preds, down, up)), None)
+            same = (m for m in reversed(out) if guards[m[0]] == guards[r[0]])
+            into = next((m for m in same if _joins(m, r, out, later, targets, preds, down, up)), None)
             if into is not None:
                 into[:] = sorted(into + r)
                 continue
@@ -249,16 +256,25 @@ def _order(regions: list[list[int]], preds: Sequence[Sequence[int]]) -> list[lis
     return [first[k] for k in topological(list(first), edges)]
 
 
-def partition(graph: Graph, fusion: Fusion, can_accelerate: Capability, cost: CostHook | None = None) -> Partition:
+def partition(
+    graph: Graph,
+    fusion: Fusion,
+    can_accelerate: Capability,
+    cost: CostHook | None = None,
+    guard_of: Mapping[str, Guard] | None = None,
+) -> Partition:
     """Place every group of ``fusion`` (from :func:`~vdla.graph.fusion.fuse_ops` on ``graph``), splitting
     the groups the accelerator runs only part of, and merge the CPU groups into regions (see the module
-    docstring for the rules)."""
+    docstring for the rules); ``guard_of`` (:func:`vdla.graph.branches.guards`, the fusion cut by
+    :func:`~vdla.graph.fusion.split_by_guard`) keeps the CPU groups of different guards in different regions."""
     fusion, targets, reasons = _place(graph, fusion, can_accelerate, cost)
     preds = _group_preds(graph, fusion)
+    guard_of = guard_of or {}
+    guards = [common([guard_of.get(n.output, ()) for n in g.nodes]) for g in fusion.groups]
     position = {n.output: i for i, n in enumerate(graph.nodes)}
     readers = readers_of(graph)
     regions: list[Region] = []
-    for k, members in enumerate(_order(_merge_cpu(targets, preds), preds)):
+    for k, members in enumerate(_order(_merge_cpu(targets, preds, guards), preds)):
         nodes = sorted((n for g in members for n in fusion.groups[g].nodes), key=lambda n: position[n.output])
         io = boundary(graph, nodes, readers)
         regions.append(Region(k, targets[members[0]], tuple(members), tuple(nodes), *io))

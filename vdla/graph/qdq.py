@@ -32,7 +32,8 @@ Only symmetric int8 (zero point 0) is lowered.
 Invariant: the rewritten graph computes every kept value as the float-between-QDQ semantics does up to
 the multiplier's relative error of 2^-31, 2^-24 for a channel product (a value within that of a rounding
 boundary may round the other way; ties round half up where QuantizeLinear rounds half to even); with equal
-scales it is exact.
+scales it is exact. A negligible channel (a scale the multiplier cannot resolve, :meth:`_QdqLowering.requantization`)
+is the zero channel with its bias: within :func:`negligible_bound` (under one step) of the model's value.
 """
 
 from __future__ import annotations
@@ -71,6 +72,7 @@ from vdla.graph.opnames import (
 )
 from vdla.graph.ops import infer_types
 from vdla.graph.passes import eliminate_dead_code, fresh_name
+from vdla.isa import IsaError
 from vdla.isa.arith import INT8_MAX, INT8_MIN, MUL_MAX_SHIFT, choose_multipliers, choose_requantization
 
 COMMUTING = (MAX_POOL2D, RESHAPE, TRANSPOSE, RELU)
@@ -286,11 +288,12 @@ class _QdqLowering:
             bias = extra if bias is None else bias + extra
         base, quant = tail.last.output, (tail.scale, 0)
         where = f"{c.op} {c.output!r} (weights {w_q!r}, output {base!r})"
+        s_y = tail.scale if tail.rounded is None else tail.rounded[0]
+        w_q, bias, m, shift = self.requantization(w_q, axis, s_acc / s_y, bias, f"{where}, s_x * s_w[c] / s_y")
         if tail.rounded is not None:
-            ep = self.rescaled(s_acc, bias, tail, where)
+            ep = self.rescaled(m, shift, bias, tail, where)
             new = epilogue_nodes(c, x_q, w_q, ep, base, self.param, tail.skip, quant)
         else:
-            m, shift = choose_requantization(s_acc / tail.scale, f"{where}, s_x * s_w[c] / s_y")
             ep = Epilogue(bias, m, int(shift), clip=self.int_bounds(tail.lo, tail.hi, tail.scale))
             skip, before = tail.skip, ()
             if skip is not None and abs(tail.s_skip - tail.scale) > REL_TOL * tail.scale:
@@ -316,13 +319,48 @@ class _QdqLowering:
             return None
         return q.astype(np.int64)
 
-    def rescaled(self, s_acc: np.ndarray, bias: np.ndarray | None, t: _Tail, where: str) -> Epilogue:
-        """The residual add of a QDQ model that rounds the layer's output y at its scale s_y before adding the
-        skip k at s_k and rounding the sum at s_out: y as usual (clamped to its bounds), then
-        ``rshift(mul(y, m_y, shift=j_y) + mul(k, m_k, shift=j_k), F)`` with ``F`` fractional bits, so each
-        term's rounding error stays below 2^-F of an output step. ``where`` names the layer in errors."""
+    def requantization(
+        self, w_q: str, axis: int, real: np.ndarray, bias: np.ndarray | None, where: str
+    ) -> tuple[str, np.ndarray | None, np.ndarray, int]:
+        """The requantization of a layer whose per-channel scales ``real`` (``s_x * s_w[c] / s_y``) the multipliers
+        take (:func:`choose_requantization`): ``(weights, bias, multipliers, shift)``.
+
+        A *negligible* channel, whose scale rounds to a zero multiplier at the layer's shift (a dead channel of
+        a trained model, its weight scale near zero: 1e-30 against 1e-2), is computed as the zero channel it all
+        but is: its int8 weights are dropped (a copy of ``w_q`` with the channel zeroed), its multiplier is 1 and
+        its bias is carried at ``2^-shift`` of an output step, ``round(b * real * 2^shift)``. Its output then
+        differs from the model's value ``(acc + b) * real`` before the final rounding by at most
+        ``128 * sum|w_q[c]| * real + 2^-(shift + 1)`` output steps (:func:`negligible_bound`), so it is the
+        model's rounded output or one step from it, and exactly the zero point where ``|acc + b| * real`` stays
+        below half a step for every input. A bound of a step or more is refused, naming the channel."""
+        r = np.asarray(real, np.float64)
+        tiny = negligible_channels(r)
+        if not tiny.any():
+            m, shift = choose_requantization(r, where)
+            return w_q, bias, m, int(shift)
+        m, shift = choose_requantization(np.where(tiny, r.max(), r), where)
+        w = self.params[w_q]
+        bound = negligible_bound(w, axis, r, shift)
+        worst = int(np.argmax(np.where(tiny, bound, -1.0)))
+        if bound[worst] >= 1.0:
+            raise IsaError(
+                f"{where}: channel {worst}'s scale {r[worst]:.4g} is below the multiplier's resolution at shift "
+                f"{shift} (the largest scale is {r.max():.4g}), and its int8 weights could still reach "
+                f"{bound[worst]:.3g} output steps: it is not negligible"
+            )
+        b = np.zeros(r.shape, np.int64) if bias is None else np.array(bias, np.int64)
+        b[tiny] = np.rint(b[tiny] * r[tiny] * 2.0**shift).astype(np.int64)
+        m = np.array(m, np.int64)
+        m[tiny] = 1
+        live = self.param(f"{w_q}:live", zero_channels(w, axis, tiny))
+        return live, (None if bias is None and not b.any() else b), m, int(shift)
+
+    def rescaled(self, m: np.ndarray, shift: int, bias: np.ndarray | None, t: _Tail, where: str) -> Epilogue:
+        """The residual add of a QDQ model that rounds the layer's output y at its scale s_y (requantized by ``m``
+        and ``shift``) before adding the skip k at s_k and rounding the sum at s_out: y as usual (clamped to its
+        bounds), then ``rshift(mul(y, m_y, shift=j_y) + mul(k, m_k, shift=j_k), F)`` with ``F`` fractional bits,
+        so each term's rounding error stays below 2^-F of an output step. ``where`` names the layer in errors."""
         s_y, lo_y, hi_y = t.rounded
-        m, shift = choose_requantization(s_acc / s_y, f"{where}, s_x * s_w[c] / s_y")
         r_y, r_k = s_y / t.scale, t.s_skip / t.scale
         frac = int(np.clip(29 - np.ceil(np.log2(128 * (r_y + r_k))), 0, 20))  # |sum| * 2^F stays below 2^29
         (m_y,), j_y = choose_requantization(r_y * 2.0**frac, f"{where}, the output's rescale s_y / s_out")
@@ -491,6 +529,34 @@ class _QdqLowering:
 
 
 LAYERS = (CONV2D, DENSE)
+
+
+def negligible_channels(real: np.ndarray) -> np.ndarray:
+    """The channels whose requantization scale rounds to a zero multiplier at the shift the largest scale sets
+    (:func:`choose_requantization`), as a mask (none where a scale is not positive and finite or the largest does
+    not fit: those are refused)."""
+    r = np.asarray(real, np.float64)
+    if not np.all(np.isfinite(r) & (r > 0)) or r.max() >= 2**31:
+        return np.zeros(r.shape, bool)  # refused by choose_requantization, naming the layer
+    shift = choose_requantization(r.max())[1]
+    return np.rint(r * 2.0**shift) == 0
+
+
+def zero_channels(w: np.ndarray, axis: int, mask: np.ndarray) -> np.ndarray:
+    """A copy of ``w`` with the channels ``mask`` selects on ``axis`` set to zero."""
+    out = w.copy()
+    index = [slice(None)] * w.ndim
+    index[axis] = np.asarray(mask, bool)
+    out[tuple(index)] = 0
+    return out
+
+
+def negligible_bound(w: np.ndarray, axis: int, real: np.ndarray, shift: int) -> np.ndarray:
+    """Per output channel (``axis`` of the int8 weights ``w``), in output steps: the most the weights can add,
+    ``128 * sum|w[c]| * real[c]`` (an int8 input is at most 128 in magnitude), and the rounding of a bias carried
+    at ``2^-shift`` of a step."""
+    others = tuple(a for a in range(w.ndim) if a != axis)
+    return 128.0 * np.abs(w.astype(np.int64)).sum(axis=others) * np.asarray(real, np.float64) + 2.0 ** -(shift + 1)
 
 
 def _reshape_after_dq(n: Node, g: Graph, producers, consumers, types) -> Node | None:

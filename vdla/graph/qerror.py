@@ -71,7 +71,10 @@ def with_errors(
 ) -> QuantReport:
     """``report`` (of :func:`vdla.graph.quantize.quantize_model` on the float ``graph``, giving ``qgraph``) with
     every tensor's and layer's error filled in, measured on the first ``batches`` model batches of ``data``
-    (calibration arrays as :func:`vdla.graph.calibrate.check_calibration` returns them)."""
+    (calibration arrays as :func:`vdla.graph.calibrate.check_calibration` returns them). A report whose float
+    graph was equalized first (``report.equalization``) is measured against ``graph`` equalized alike."""
+    if report.equalization is not None:
+        graph = report.equalization.apply(graph)
     tensor_err = {t.name: ErrorSums() for t in report.tensors}
     layers = {layer.name: _LayerRun(graph, layer, report) for layer in report.layers}
     read = {t.name: _dequantized(qgraph, t.name) for t in report.tensors}

@@ -45,7 +45,8 @@ import difflib
 import math
 import warnings
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -61,6 +62,7 @@ from vdla.graph.calibrate import (
     choose_threshold,
 )
 from vdla.graph.epilogue import FLOAT_STAGES, FloatDialect, walk
+from vdla.graph.equalize import Equalization, equalize
 from vdla.graph.graph import Graph, Node
 from vdla.graph.opnames import (
     ADD,
@@ -92,6 +94,64 @@ NEGLIGIBLE = 2.0**-16
 
 class QuantizationWarning(UserWarning):
     """A tensor that calibration cannot scale meaningfully (zero on every sample), named."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class QuantOptions:
+    """How vdla's calibration quantizes a float model, the one set of options :func:`quantize_model`,
+    :func:`vdla.graph.autofloat.auto_float`, :class:`vdla.model.pipeline.CompileOptions` (a subclass) and ``vdla
+    compile`` share: the ``calibration`` method (``minmax``, ``percentile`` at ``percentile``, ``entropy``), the
+    nodes left in float (``keep_float``, by output name), residual skips sharing their sum's scale
+    (``align_residuals``), power-of-two scales (``power_of_two``, VTA's scheme) and per-channel equalization of
+    the float graph before calibration (``equalize``, :mod:`vdla.graph.equalize`).
+
+    Invariants: ``calibration`` is one of :data:`vdla.graph.calibrate.METHODS`, ``percentile`` lies in (0, 100],
+    ``keep_float`` is a tuple of names. Keyword-only, so that a subclass keeps its own positional fields."""
+
+    calibration: str = "percentile"
+    percentile: float = DEFAULT_PERCENTILE
+    keep_float: tuple[str, ...] = ()
+    align_residuals: bool = True
+    power_of_two: bool = False
+    equalize: bool = False
+
+    kind = "quantization"  # what :meth:`updated` calls an option (a class attribute, not a field)
+
+    def __post_init__(self) -> None:
+        if self.calibration not in METHODS:
+            raise QuantizationError(f"unknown calibration method {self.calibration!r} (one of {', '.join(METHODS)})")
+        if not 0 < self.percentile <= 100:
+            raise QuantizationError(f"percentile must lie in (0, 100], got {self.percentile}")
+        keep = (self.keep_float,) if isinstance(self.keep_float, str) else tuple(self.keep_float)
+        object.__setattr__(self, "keep_float", keep)
+
+    @property
+    def quant(self) -> QuantOptions:
+        """The quantization options alone (of a subclass: its :class:`QuantOptions` fields)."""
+        return QuantOptions(**{f.name: getattr(self, f.name) for f in fields(QuantOptions)})
+
+    def updated(self: _Options, **changes: Any) -> _Options:
+        """These options with ``changes`` (field names of this class; anything else is refused, naming the
+        fields there are, positional ones first)."""
+        known = [f.name for f in fields(self) if not f.kw_only] + [f.name for f in fields(self) if f.kw_only]
+        unknown = sorted(set(changes) - set(known))
+        if unknown:
+            raise self.option_error(f"unknown {self.kind} option(s) {unknown}; the options are {', '.join(known)}")
+        return replace(self, **changes) if changes else self
+
+    @staticmethod
+    def option_error(message: str) -> Exception:
+        return QuantizationError(message)
+
+
+_Options = TypeVar("_Options", bound=QuantOptions)
+
+
+def quant_options(options: QuantOptions | str | None, changes: Mapping[str, Any]) -> QuantOptions:
+    """``options`` (None: the defaults; a string: the calibration method, as :func:`quantize_model`'s third
+    argument once was) with the fields ``changes`` names replaced."""
+    base = QuantOptions(calibration=options) if isinstance(options, str) else options or QuantOptions()
+    return base.updated(**changes)
 
 
 @dataclass(frozen=True)
@@ -174,6 +234,8 @@ class QuantReport:
     kept_float: tuple[str, ...]
     warnings: tuple[str, ...]
     power_of_two: bool = False
+    # the per-channel equalization of the float graph before calibration (``QuantOptions.equalize``; None: off)
+    equalization: Equalization | None = None
 
     def to_dict(self) -> dict:
         return {
@@ -185,6 +247,7 @@ class QuantReport:
             "kept_float": list(self.kept_float),
             "warnings": list(self.warnings),
             "power_of_two": self.power_of_two,
+            "equalization": None if self.equalization is None else self.equalization.to_dict(),
         }
 
 
@@ -482,22 +545,25 @@ def quantize_graph(
 def quantize_model(
     graph: Graph,
     data: Mapping[str, np.ndarray],
-    method: str = "percentile",
-    percentile: float = DEFAULT_PERCENTILE,
-    keep_float: Iterable[str] = (),
+    options: QuantOptions | str | None = None,
+    *,
     runner: Runner | None = None,
     progress: Progress | None = None,
-    align_residuals: bool = True,
-    power_of_two: bool = False,
     stats_cache: dict[str, TensorStats] | None = None,
+    **option_fields: Any,
 ) -> tuple[Graph, QuantReport]:
-    """Profile-guided quantization of a float ``graph`` (simplified: batch norms folded): calibrate on
-    ``data`` (one float array per graph input, samples on the first axis), choose each value's scale by
-    ``method`` (``minmax``, ``percentile`` or ``entropy``), the values tied through residual adds sharing
-    their group's largest threshold when ``align_residuals``, and rewrite into QDQ form. ``power_of_two`` is
-    the scheme of TVM's VTA: every scale a power of two (activations rounded up from their threshold, weights
-    one scale per tensor), so each requantization is a plain rounding shift, free in the accelerator's
-    epilogue, at some cost in accuracy against per-channel weight scales.
+    """Profile-guided quantization of a float ``graph`` (simplified: batch norms folded) as ``options`` say
+    (:class:`QuantOptions`, or the calibration method's name; its fields may also be given as keywords, which
+    replace them): calibrate on ``data`` (one float array per graph input, samples on the first axis), choose
+    each value's scale by the ``calibration`` method (``minmax``, ``percentile`` or ``entropy``), the values tied
+    through residual adds sharing their group's largest threshold when ``align_residuals``, and rewrite into QDQ
+    form. ``power_of_two`` is the scheme of TVM's VTA: every scale a power of two (activations rounded up from
+    their threshold, weights one scale per tensor), so each requantization is a plain rounding shift, free in the
+    accelerator's epilogue, at some cost in accuracy against per-channel weight scales. With ``equalize`` the float
+    graph is first equalized on ``data`` (:func:`vdla.graph.equalize.equalize`): the QDQ graph is that of the
+    equalized graph, and the report's ``equalization`` says how (:func:`vdla.graph.qerror.with_errors` measures
+    against the float graph equalized alike). ``runner`` runs the float graph for calibration (the numpy
+    interpreter by default), ``progress(done, total)`` is called per batch.
 
     ``stats_cache`` (a dict, filled in place) keeps the calibration statistics of every value observed, so that
     quantizing the same graph on the same ``data`` again (other ``keep_float``: :mod:`vdla.graph.autofloat`)
@@ -506,37 +572,50 @@ def quantize_model(
     Returns the QDQ graph (for :func:`vdla.graph.qdq.lower_qdq`) and the report. A value that is zero on
     every calibration sample gets scale ``1/127`` and a :class:`QuantizationWarning` naming it.
     """
-    if method not in METHODS:
-        raise QuantizationError(f"unknown calibration method {method!r} (one of {', '.join(METHODS)})")
+    opts = quant_options(options, option_fields)
     if any(n.op in (QUANTIZE, DEQUANTIZE) for n in graph.nodes):
         raise QuantizationError(f"graph {graph.name!r} is already quantized (QDQ): it keeps its own scales")
     check_params(graph)
-    plan = plan_quantization(graph, keep_float, align_residuals)
     data = check_calibration(graph.inputs, data)
-    samples = next(iter(data.values())).shape[0]
+    equalized = None
+    if opts.equalize:
+        graph, equalized = equalize(graph, data, runner)
+    plan = plan_quantization(graph, opts.keep_float, opts.align_residuals)
     cache = {} if stats_cache is None else stats_cache
     missing = [v for v in plan.points if v not in cache]
     if missing or stats_cache is None:
         cache.update(calibrate(graph, data, missing, runner, progress))
     stats = {v: cache[v] for v in plan.points}
-    thresholds = {v: choose_threshold(stats[v], method, percentile) for v in plan.calibrated}
-    notes = [
+    thresholds, scales, notes = _scales(plan, stats, opts)
+    qgraph, layers = quantize_graph(graph, plan, scales, opts.power_of_two)
+    tensors = tuple(_tensor_quant(v, src, stats[v], thresholds[src], scales[src]) for v, src in plan.points.items())
+    samples = next(iter(data.values())).shape[0]
+    report = QuantReport(
+        opts.calibration, opts.percentile, samples, tensors, tuple(layers), plan.kept, notes, opts.power_of_two,
+        equalized,
+    )  # fmt: skip
+    return qgraph, report
+
+
+def _scales(
+    plan: QuantPlan, stats: Mapping[str, TensorStats], opts: QuantOptions
+) -> tuple[dict[str, float], dict[str, float], tuple[str, ...]]:
+    """Each calibrated value's threshold (the one its scale clips at) and scale, and the warnings (a value zero
+    on every calibration sample, warned of as a :class:`QuantizationWarning`)."""
+    thresholds = {v: choose_threshold(stats[v], opts.calibration, opts.percentile) for v in plan.calibrated}
+    notes = tuple(
         f"{v!r} is zero on every calibration sample: scale 1/127 (values at inference beyond +-1 saturate)"
         for v, t in thresholds.items()
         if t == 0.0
-    ]
+    )
     for note in notes:
-        warnings.warn(note, QuantizationWarning, stacklevel=2)
+        warnings.warn(note, QuantizationWarning, stacklevel=3)
     thresholds = plan.shared_thresholds(thresholds)
     scales = {v: (t if t > 0 else 1.0) / INT8_MAX for v, t in thresholds.items()}
-    if power_of_two:
+    if opts.power_of_two:  # the threshold the power-of-two scale actually clips at
         scales = {v: pow2_scale(sc) for v, sc in scales.items()}
-    qgraph, layers = quantize_graph(graph, plan, scales, power_of_two)
-    if power_of_two:  # the threshold the power-of-two scale actually clips at
         thresholds = {v: scales[v] * INT8_MAX for v in thresholds}
-    tensors = tuple(_tensor_quant(v, src, stats[v], thresholds[src], scales[src]) for v, src in plan.points.items())
-    report = QuantReport(method, percentile, samples, tensors, tuple(layers), plan.kept, tuple(notes), power_of_two)
-    return qgraph, report
+    return thresholds, scales, notes
 
 
 def _tensor_quant(value: str, src: str, st: TensorStats, threshold: float, scale: float) -> TensorQuant:

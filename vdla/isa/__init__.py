@@ -1,6 +1,6 @@
 """The VDLA instruction set: instructions, micro-ops, assembler and program validation."""
 
-from vdla.isa.asm import assemble, disassemble
+from vdla.isa.asm import assemble, assemble_file, disassemble
 from vdla.isa.instructions import (
     INSN_BYTES,
     ISA_VERSION,
@@ -49,6 +49,7 @@ __all__ = [
     "Uop",
     "nop",
     "assemble",
+    "assemble_file",
     "clip_bounds",
     "clip_imm",
     "decode",

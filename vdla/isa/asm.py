@@ -17,6 +17,8 @@ One instruction per line; ``#`` starts a comment. Examples::
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from vdla.isa.instructions import (
     AluInsn,
     AluOp,
@@ -28,6 +30,7 @@ from vdla.isa.instructions import (
     MemInsn,
     MemType,
 )
+from vdla.untrusted import max_read_bytes, read_file
 
 FLAGS = ("pop_prev", "pop_next", "push_prev", "push_next")
 MEM_NAMES = {
@@ -192,3 +195,16 @@ def assemble(text: str, source: str = "<asm>") -> list[Insn]:
         if insn is not None:
             insns.append(insn)
     return insns
+
+
+def assemble_file(path: str | Path, max_bytes: int | None = None) -> list[Insn]:
+    """Assemble the UTF-8 text file ``path``, its size within the read limit (``max_bytes``,
+    :func:`vdla.untrusted.max_read_bytes`); errors name the file and the line (or the byte that is not UTF-8)."""
+    path = Path(path)
+    data = read_file(path, max_read_bytes(max_bytes), IsaError)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        raise IsaError(f"{path}:{line}: byte {e.start} ({data[e.start]:#04x}) is not UTF-8 text") from e
+    return assemble(text, str(path))

@@ -160,17 +160,20 @@ def _dw_problems(insn: EpiInsn, cfg: HwConfig) -> list[str]:
     return []
 
 
-def validate_program(insns: list[Insn], cfg: HwConfig, dram: tuple[int, int] | None = None) -> None:
+def validate_program(insns: list[Insn], cfg: HwConfig, dram: tuple[int, int] | None = None, where: str = "") -> None:
     """Raise IsaError listing every problem: bad fields, out-of-buffer tiles, flags invalid on the stage,
     unbalanced token queues, FINISH not last, an EPI ``lut`` before LOAD LUTs of the whole activation table.
-    ``dram`` is the [lo, hi) physical byte range."""
+    ``dram`` is the [lo, hi) physical byte range; ``where`` (the program's file) leads the message."""
     problems = []
     loaded: set[int] = set()  # table elements LOADed so far (LOAD LUT and EPI both run on the compute stage,
     # in program order; the table is not cleared by START, so a program must load every element it may read)
     for i, insn in enumerate(insns):
         problems += [f"instruction {i}: {p}" for p in check_insn(insn, cfg, dram)]
         if isinstance(insn, MemInsn) and insn.mem_type == MemType.LUT and not insn.is_nop and not insn.store:
-            loaded.update(range(insn.sram_base, insn.sram_base + insn.sram_elems))
+            # the table's elements only (check_insn reports a tile past the table): a hostile size is not a set
+            loaded.update(
+                range(min(insn.sram_base, cfg.lut_depth), min(insn.sram_base + insn.sram_elems, cfg.lut_depth))
+            )
         missing = sorted(set(range(cfg.lut_depth)) - loaded)
         if isinstance(insn, EpiInsn) and insn.lut and not loaded:
             problems.append(f"instruction {i}: EPI lut before any LOAD LUT (the activation table is not loaded)")
@@ -197,4 +200,4 @@ def validate_program(insns: list[Insn], cfg: HwConfig, dram: tuple[int, int] | N
             )
     if problems:
         shown = problems[:20] + ([f"... and {len(problems) - 20} more"] if len(problems) > 20 else [])
-        raise IsaError("invalid program:\n  " + "\n  ".join(shown))
+        raise IsaError(f"{where}{': ' if where else ''}invalid program:\n  " + "\n  ".join(shown))

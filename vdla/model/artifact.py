@@ -4,7 +4,8 @@ that needs the compiler or ONNX to read.
 A ``.vdla`` file is a zip archive:
 
 * ``manifest.json``: format version, vdla version, the hardware config and its hash, the model's
-  inputs and outputs (types with quantization), the steps in execution order, the DRAM tensors
+  inputs and outputs (types with quantization), the steps in execution order (a step of a branch with its
+  guard, ``when``: the conditions under which a run needs it), the DRAM tensors
   (address, packed shape, dtype), the memory plan and the per-layer descriptions;
 * ``image.bin``: the DRAM image from the config's base address: packed weights and per-channel
   constants, micro-op kernels and the accelerator instruction streams (activations are planned in
@@ -18,8 +19,8 @@ A ``.vdla`` file is a zip archive:
   signed by a trusted key, or when the user says so for one run (docs/security.md).
 
 An accelerator step is one instruction stream already in the image (address and length); consecutive
-accelerator steps are also joined into one stream (the manifest's ``streams``) that overlaps their fills and
-drains. A CPU step is a graph of CPU operators (run by the artifact's code for the machine, else JIT-compiled
+accelerator steps of one guard are also joined into one stream (the manifest's ``streams``) that overlaps their
+fills and drains. A CPU step is a graph of CPU operators (run by the artifact's code for the machine, else JIT-compiled
 at load, else interpreted with numpy) whose ``@dram`` inputs and outputs are packed tensors read from and
 written to DRAM.
 Writing is atomic (a temporary file renamed into place): no partial artifact is ever left behind.
@@ -29,9 +30,12 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import os
 import tempfile
 import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -41,10 +45,14 @@ from vdla._version import __version__
 from vdla.config import HwConfig, config_mismatch, dict_hash, from_dict
 from vdla.cpu_fallback.native import TARGETS, NativeLibrary
 from vdla.errors import VdlaError
+from vdla.graph.branches import Guard
 from vdla.graph.graph import Graph
 from vdla.graph.serialize import graph_from_json, graph_to_json, type_from_json, type_to_json
-from vdla.graph.types import TensorType
+from vdla.graph.types import DTYPES, TensorType
+from vdla.graph.verify import verify
+from vdla.isa.instructions import INSN_BYTES
 from vdla.model.trust import Signature, SigningKey, add_signature, check_signature, content_digest, read_signature
+from vdla.untrusted import ZipReader, check_size, max_read_bytes, npz_arrays, read_file
 
 FORMAT = "vdla-model"
 FORMAT_VERSION = 1
@@ -69,7 +77,8 @@ class DramTensor:
 
 @dataclass
 class AccelStep:
-    """One accelerator layer: the instruction stream at ``insn_addr`` and what it reads and writes."""
+    """One accelerator layer: the instruction stream at ``insn_addr`` and what it reads and writes; ``when``
+    the guard under which a run needs it (:mod:`vdla.graph.branches`: ``()``, always)."""
 
     name: str
     insn_addr: int
@@ -78,6 +87,7 @@ class AccelStep:
     reads: list[str]
     writes: list[str]
     layer: dict = field(default_factory=dict)  # op, shapes, schedule, epilogue (for tables)
+    when: Guard = ()
 
     kind = "accel"
 
@@ -85,7 +95,8 @@ class AccelStep:
 @dataclass
 class CpuStep:
     """A CPU region: a graph whose ``dram_inputs``/``dram_outputs`` (graph value -> DRAM tensor) are
-    read from and written to DRAM; its other inputs and outputs are host values."""
+    read from and written to DRAM; its other inputs and outputs are host values; ``when`` as for
+    :class:`AccelStep`."""
 
     name: str
     graph: Graph
@@ -93,6 +104,7 @@ class CpuStep:
     dram_outputs: dict[str, str]
     macs: int = 0
     note: str = ""
+    when: Guard = ()
 
     kind = "cpu"
 
@@ -159,7 +171,7 @@ class Artifact:
                 for name, lib in self.cpu_code.items():
                     z.writestr(f"cpu/{name}.so", lib.code)
             if key is not None:
-                add_signature(tmp, key, _digest(read_signature(tmp)[1], *_read(Path(tmp))))
+                add_signature(tmp, key, _digest(read_signature(tmp)[1], *_read(Path(tmp), max_read_bytes(None))))
             os.replace(tmp, path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
@@ -170,8 +182,9 @@ class Artifact:
         arrays: dict[str, np.ndarray] = {}
         steps = []
         for i, s in enumerate(self.steps):
+            when = {"when": [[c, v] for c, v in s.when]} if s.when else {}  # absent: always (older readers too)
             if isinstance(s, AccelStep):
-                steps.append({"kind": "accel", **{k: v for k, v in asdict(s).items()}})
+                steps.append({"kind": "accel", **{k: v for k, v in asdict(s).items() if k != "when"}, **when})
                 continue
             desc, params = graph_to_json(s.graph)
             for k, v in params.items():
@@ -185,6 +198,7 @@ class Artifact:
                     "dram_outputs": s.dram_outputs,
                     "macs": s.macs,
                     "note": s.note,
+                    **when,
                 }
             )
         manifest = {
@@ -216,22 +230,51 @@ class Artifact:
         return manifest, arrays
 
 
-def _read(path: Path) -> tuple[dict, np.ndarray, dict[str, np.ndarray], dict[str, NativeLibrary]]:
+_MALFORMED = (ArithmeticError, LookupError, TypeError, ValueError, AttributeError, RecursionError)
+
+
+@contextmanager
+def _place(path: Path, place: str) -> Iterator[None]:
+    """Name the file and the manifest's ``place`` in any error from reading it (a malformed or hostile one)."""
     try:
-        with zipfile.ZipFile(path) as z:
-            manifest = json.loads(z.read("manifest.json"))
-            image = np.frombuffer(z.read("image.bin"), np.uint8).copy()
-            with np.load(io.BytesIO(z.read("cpu.npz"))) as npz:
-                arrays = {k: npz[k] for k in npz.files}
-            code = {
-                name: NativeLibrary(name, z.read(c["file"]), c["sha256"], dict(c["kernels"]))
-                for name, c in manifest.get("cpu_code", {}).items()
-            }
-    except FileNotFoundError:
+        yield
+    except ArtifactError:
         raise
-    except (zipfile.BadZipFile, KeyError, json.JSONDecodeError, ValueError, OSError) as e:
-        raise ArtifactError(f"{path}: not a readable vdla model artifact ({e})") from e
+    except _MALFORMED as e:  # a VdlaError among them (ConfigError, GraphError, ...) keeps its words
+        detail = str(e) if isinstance(e, VdlaError) else f"{type(e).__name__}: {e}"
+        raise ArtifactError(f"{path}: manifest {place}: {detail}") from e
+
+
+def _read(path: Path, limit: int) -> tuple[dict, np.ndarray, dict[str, np.ndarray], dict[str, NativeLibrary]]:
+    """The manifest, the DRAM image, the CPU parameters and the CPU code, each member read by its exact name
+    within the read limit (:mod:`vdla.untrusted`)."""
+    zr = ZipReader(read_file(path, limit, ArtifactError), str(path), limit, ArtifactError)
+    with _place(path, "(manifest.json)"):
+        manifest = json.loads(zr.read("manifest.json"))
+        if not isinstance(manifest, dict):
+            raise ArtifactError(f"{path}: manifest.json holds a {type(manifest).__name__}, not an object")
+    image = np.frombuffer(zr.read("image.bin"), np.uint8).copy()
+    arrays = npz_arrays(ZipReader(zr.read("cpu.npz"), f"{path}: cpu.npz", limit - zr.spent, ArtifactError))
+    code = {}
+    with _place(path, "cpu_code"):
+        libraries = dict(manifest.get("cpu_code", {})).items()
+    for name, c in libraries:
+        with _place(path, f"cpu_code {name!r}"):
+            if c["file"] != f"cpu/{name}.so":
+                raise ArtifactError(f"{path}: manifest cpu_code {name!r}: its file is {c['file']!r}, not cpu/{name}.so")
+            code[name] = NativeLibrary(name, zr.read(c["file"]), str(c["sha256"]), _kernels(c["kernels"]))
     return manifest, image, arrays, code
+
+
+def _guard(path: Path, i: int, when: list) -> Guard:
+    """Step ``i``'s guard as the manifest stores it: pairs of a condition value and a bool."""
+    if not all(isinstance(x, list) and len(x) == 2 and isinstance(x[0], str) and isinstance(x[1], bool) for x in when):
+        raise ArtifactError(f"{path}: step {i}: 'when' must be [condition, true|false] pairs, got {when!r}")
+    return tuple((c, v) for c, v in when)
+
+
+def _kernels(kernels: dict) -> dict[str, int]:
+    return {str(k): int(v) for k, v in dict(kernels).items()}
 
 
 def _digest(names: list[str], manifest: dict, image: np.ndarray, arrays: dict, code: dict[str, NativeLibrary]) -> dict:
@@ -239,12 +282,14 @@ def _digest(names: list[str], manifest: dict, image: np.ndarray, arrays: dict, c
     return content_digest(manifest, image, arrays, {t: lib.code for t, lib in code.items()}, names)
 
 
-def load_artifact(path: str | Path, config: HwConfig | None = None) -> Artifact:
-    """Read an artifact, refusing another format version, a corrupt file, a signed artifact that fails its
-    signature (:class:`vdla.model.trust.SignatureError`), or (when ``config`` is given) an artifact compiled for
-    another hardware configuration."""
+def load_artifact(path: str | Path, config: HwConfig | None = None, max_bytes: int | None = None) -> Artifact:
+    """Read an artifact, refusing another format version, a corrupt or malformed file (naming the file and the
+    place), one that claims more than the read limit (``max_bytes``, :func:`vdla.untrusted.max_read_bytes`)
+    anywhere, a signed artifact that fails its signature (:class:`vdla.model.trust.SignatureError`), or (when
+    ``config`` is given) an artifact compiled for another hardware configuration."""
     path = Path(path)
-    manifest, image, arrays, code = _read(path)
+    limit = max_read_bytes(max_bytes)
+    manifest, image, arrays, code = _read(path, limit)
     doc, names = read_signature(path)
     signature = check_signature(path, doc, names, _digest(names, manifest, image, arrays, code) if doc else {})
     if manifest.get("format") != FORMAT or manifest.get("format_version") != FORMAT_VERSION:
@@ -252,38 +297,122 @@ def load_artifact(path: str | Path, config: HwConfig | None = None) -> Artifact:
             f"{path}: format {manifest.get('format')!r} version {manifest.get('format_version')!r}; this vdla "
             f"({__version__}) reads {FORMAT!r} version {FORMAT_VERSION}: compile the model again"
         )
+    with _place(path, "config"):
+        cfg = _config(path, manifest, config)
+    with _place(path, "image_bytes"):
+        if image.size != manifest["image_bytes"]:
+            raise ArtifactError(
+                f"{path}: the DRAM image has {image.size} bytes, the manifest says {manifest['image_bytes']}"
+            )
+        if image.size > cfg.dram_bytes:
+            raise ArtifactError(f"{path}: the DRAM image ({image.size} bytes) is larger than the DRAM window")
+    with _place(path, "inputs"):
+        inputs = _types(path, "inputs", manifest["inputs"], limit)
+    with _place(path, "outputs"):
+        outputs = _types(path, "outputs", manifest["outputs"], limit)
+    with _place(path, "dram"):
+        dram = {str(k): _dram_tensor(path, cfg, str(k), d, limit) for k, d in manifest["dram"].items()}
+    window = (cfg.dram_base_addr, cfg.dram_base_addr + image.size)
+    with _place(path, "steps"):
+        listed = _list(manifest["steps"])
+    steps = [_step(path, i, s, arrays, window, limit) for i, s in enumerate(listed)]
+    with _place(path, "streams"):
+        streams = [_stream(path, s, len(steps), window) for s in manifest.get("streams", manifest.get("chains", []))]
+    with _place(path, "memory and meta"):
+        memory, meta = dict(manifest["memory"]), dict(manifest["meta"])
+    return Artifact(cfg, inputs, outputs, steps, dram, image, memory, meta, streams, code, signature=signature)
+
+
+def _list(value: object) -> list:
+    if not isinstance(value, list):
+        raise TypeError(f"expected a list, got {type(value).__name__}")
+    return value
+
+
+def _config(path: Path, manifest: dict, config: HwConfig | None) -> HwConfig:
     cfg = from_dict(manifest["config"])
     # an artifact written before the board presets hashed its config dict whole, as stored (dict_hash)
     if manifest["config_hash"] not in (cfg.hash, dict_hash(manifest["config"])):
-        raise ArtifactError(
-            f"{path}: the stored config hashes to {cfg.hash:#010x}, not {manifest['config_hash']:#010x}"
-        )
+        raise ArtifactError(f"{path}: the stored config hashes to {cfg.hash:#010x}, not {manifest['config_hash']!r}")
     if config is not None and config.hash != cfg.hash:
         raise ArtifactError(f"{path}: {config_mismatch(cfg, config)}")
-    if image.size != manifest["image_bytes"]:
-        raise ArtifactError(
-            f"{path}: the DRAM image has {image.size} bytes, the manifest says {manifest['image_bytes']}"
-        )
-    steps: list[Step] = []
-    for i, s in enumerate(manifest["steps"]):
-        if s["kind"] == "accel":
-            steps.append(AccelStep(**{k: v for k, v in s.items() if k != "kind"}))
-        else:
-            prefix = f"{i}/"
-            params = {k[len(prefix) :]: v for k, v in arrays.items() if k.startswith(prefix)}
-            graph = graph_from_json(s["graph"], params)
-            steps.append(CpuStep(s["name"], graph, s["dram_inputs"], s["dram_outputs"], s["macs"], s["note"]))
-    streams = manifest.get("streams", manifest.get("chains", []))  # older vdla wrote the key as "chains"
-    return Artifact(
-        config=cfg,
-        inputs={k: type_from_json(t) for k, t in manifest["inputs"].items()},
-        outputs={k: type_from_json(t) for k, t in manifest["outputs"].items()},
-        steps=steps,
-        dram={k: DramTensor(d["addr"], tuple(d["shape"]), d["dtype"]) for k, d in manifest["dram"].items()},
-        image=image,
-        memory=manifest["memory"],
-        meta=manifest["meta"],
-        streams=[AccelStream(**s) for s in streams],
-        cpu_code=code,
-        signature=signature,
+    return cfg
+
+
+def _types(path: Path, place: str, types: dict, limit: int) -> dict[str, TensorType]:
+    out = {}
+    for k, t in dict(types).items():
+        out[str(k)] = _checked_type(path, f"{place} {k!r}", type_from_json(t), limit)
+    return out
+
+
+def _checked_type(path: Path, place: str, t: TensorType, limit: int) -> TensorType:
+    """``t``, refused when a dimension is below 1, its dtype unknown or it claims more than ``limit`` bytes."""
+    if any(d < 1 for d in t.shape) or t.dtype not in DTYPES:
+        raise ArtifactError(f"{path}: manifest {place}: {t.dtype}{list(t.shape)} is not a tensor type vdla runs")
+    check_size(
+        math.prod(t.shape) * np.dtype(t.dtype).itemsize, limit, f"{path}: manifest {place}", str(t), ArtifactError
     )
+    return t
+
+
+def _dram_tensor(path: Path, cfg: HwConfig, name: str, d: dict, limit: int) -> DramTensor:
+    """A DRAM tensor of the manifest, which must lie inside the DRAM window."""
+    t = DramTensor(int(d["addr"]), tuple(int(s) for s in d["shape"]), str(d["dtype"]))
+    _checked_type(path, f"dram {name!r}", TensorType(t.shape, t.dtype), limit)
+    if t.addr < cfg.dram_base_addr or t.addr + t.nbytes > cfg.dram_base_addr + cfg.dram_bytes:
+        raise ArtifactError(
+            f"{path}: manifest dram {name!r}: {t.nbytes} bytes at {t.addr:#x} lie outside the DRAM window"
+        )
+    return t
+
+
+def _insns_inside(path: Path, place: str, addr: int, count: int, window: tuple[int, int]) -> None:
+    """Refuse an instruction stream (``count`` instructions at ``addr``) not inside the image's ``window``."""
+    if not all(isinstance(v, int) for v in (addr, count)) or count < 0:
+        raise ArtifactError(f"{path}: manifest {place}: insn_addr and insn_count must be integers, count >= 0")
+    if addr < window[0] or addr + count * INSN_BYTES > window[1]:
+        raise ArtifactError(
+            f"{path}: manifest {place}: {count} instructions at {addr:#x} lie outside the image "
+            f"[{window[0]:#x}, {window[1]:#x})"
+        )
+
+
+def _step(path: Path, i: int, s: dict, arrays: dict[str, np.ndarray], window: tuple[int, int], limit: int) -> Step:
+    with _place(path, f"steps[{i}]"):
+        when = _guard(path, i, s.get("when", []))  # written by vdla since branch skipping; absent: always
+        if s["kind"] == "accel":
+            step = AccelStep(**{k: v for k, v in s.items() if k not in ("kind", "when")}, when=when)
+            _insns_inside(path, f"steps[{i}]", step.insn_addr, step.insn_count, window)
+            return step
+        if s["kind"] != "cpu":
+            raise ArtifactError(f"{path}: manifest steps[{i}]: kind {s['kind']!r} is neither 'accel' nor 'cpu'")
+        prefix = f"{i}/"
+        params = {k[len(prefix) :]: v for k, v in arrays.items() if k.startswith(prefix)}
+        graph = graph_from_json(s["graph"], params)
+        for name, t in verify(graph, after=f"loading {path.name} steps[{i}]").items():
+            _checked_type(path, f"steps[{i}] value {name!r}", t, limit)
+        return CpuStep(
+            str(s["name"]),
+            graph,
+            _names(s["dram_inputs"]),
+            _names(s["dram_outputs"]),
+            int(s["macs"]),
+            str(s["note"]),
+            when,
+        )
+
+
+def _names(mapping: dict) -> dict[str, str]:
+    return {str(k): str(v) for k, v in dict(mapping).items()}
+
+
+def _stream(path: Path, s: dict, steps: int, window: tuple[int, int]) -> AccelStream:
+    stream = AccelStream(**s)
+    _insns_inside(path, "streams", stream.insn_addr, stream.insn_count, window)
+    ints = (stream.first, stream.count, *stream.starts)
+    if not all(isinstance(v, int) for v in ints) or not 0 <= stream.first < stream.first + stream.count <= steps:
+        raise ArtifactError(f"{path}: manifest streams: {s!r} does not name steps of the artifact")
+    if len(stream.starts) != stream.count:
+        raise ArtifactError(f"{path}: manifest streams: {stream.count} steps, {len(stream.starts)} starts")
+    return stream

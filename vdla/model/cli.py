@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +21,8 @@ from vdla.config import DEFAULT_PRESET
 from vdla.cpu_fallback.native import HOST, PRESET_TARGETS, TARGETS
 from vdla.errors import VdlaError
 from vdla.graph.calibrate import DEFAULT_PERCENTILE, METHODS
+from vdla.graph.equalize import Equalization
+from vdla.untrusted import max_read_bytes, read_arrays
 
 console = Console(width=None if sys.stdout.isatty() else 160)
 
@@ -50,12 +53,21 @@ def _placement_table(artifact, report) -> Table:
     for s in artifact.steps:
         if s.kind == "accel":
             shape = f"{s.layer['input']} -> {s.layer['output']} k{s.layer['kernel'][0]} s{s.layer['stride'][0]}"
-            note = s.layer.get("note", "")
+            note = _joined(guard_text(s.when), s.layer.get("note", ""))
             t.add_row(s.name, "[cyan]accel[/]", s.layer["op"], f"{shape}  {s.layer['schedule']}", f"{s.macs:,}", note)
         else:
             ops = sorted({n.op for n in s.graph.nodes})
-            t.add_row(s.name, "[yellow]cpu[/]", "+".join(ops), "", f"{s.macs:,}", s.note)
+            t.add_row(s.name, "[yellow]cpu[/]", "+".join(ops), "", f"{s.macs:,}", _joined(guard_text(s.when), s.note))
     return t
+
+
+def guard_text(when) -> str:
+    """A step's guard as the tables print it: ``only when gate is true``, or "" for a step that always runs."""
+    return "only when " + " and ".join(f"{c} is {str(v).lower()}" for c, v in when) if when else ""
+
+
+def _joined(*parts: str) -> str:
+    return "; ".join(p for p in parts if p)
 
 
 def _quant_table(q) -> Table:
@@ -136,6 +148,21 @@ def auto_float_lines(auto) -> list[str]:
     ]
 
 
+def equalization_line(eq: Equalization) -> str:
+    """What ``vdla compile --equalize`` prints after the quantization table: the groups equalized (their channels'
+    range spread before and after, the worst group) and the groups skipped, by reason."""
+    kinds = Counter(reason.split(" '")[0] for reason in eq.skipped.values())
+    skipped = ", ".join(f"{n} at {kind}" for kind, n in kinds.most_common())
+    if not eq.groups:
+        return f"equalization: no group to equalize ({len(eq.skipped)} skipped: {skipped})"
+    worst = max(eq.groups, key=lambda g: g.spread_before)
+    return (
+        f"equalization: {len(eq.groups)} groups, {sum(g.scales.size for g in eq.groups)} channels rescaled "
+        f"(widest: {', '.join(worst.producers)}, channel ranges {worst.spread_before:.3g}x apart -> "
+        f"{worst.spread_after:.3g}x); {len(eq.skipped)} skipped ({skipped or 'none'})"
+    )
+
+
 def _keep_float(specs: list[str]) -> tuple[str, ...]:
     return tuple(name.strip() for spec in specs for name in spec.split(",") if name.strip())
 
@@ -153,6 +180,7 @@ def compile_options(args: argparse.Namespace):
         auto_float=getattr(args, "auto_float", None),
         align_residuals=not args.separate_residual_scales,
         power_of_two=args.power_of_two,
+        equalize=args.equalize,
         dump=args.dump,
         quant_report=args.report,
         cpu_targets=tuple(args.cpu_target),
@@ -198,6 +226,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
         console.print(f"[yellow]note:[/] {float_model_note(args.model)}")
     if report.quantization is not None:
         console.print(_quant_table(report.quantization))
+        if report.quantization.equalization is not None:
+            console.print(equalization_line(report.quantization.equalization))
         for w in report.quantization.warnings:
             console.print(f"[yellow]warning:[/] {w}")
         if args.report:
@@ -235,12 +265,11 @@ def _inputs(specs: list[str], names: list[str]) -> dict[str, np.ndarray]:
     for spec in specs:
         name, sep, file = spec.rpartition("=")
         try:
-            data = np.load(file)
-        except (OSError, ValueError) as e:
+            data = read_arrays(Path(file), f"--input {spec!r}: {file}", max_read_bytes(), ModelCliError)
+        except OSError as e:
             raise ModelCliError(f"--input {spec!r}: cannot read {file} as a .npy or .npz array ({e})") from e
-        if isinstance(data, np.lib.npyio.NpzFile):
-            with data:
-                arrays = {k: data[k] for k in data.files}
+        if isinstance(data, dict):
+            arrays = data
             if sep:
                 if len(arrays) != 1:
                     raise ModelCliError(f"--input {spec!r}: {file} holds {sorted(arrays)}, not one array for {name!r}")
@@ -295,17 +324,26 @@ def _run_table(report, artifact) -> Table:
     for c in ("step", "op", "where", "cycles", "CPU ms", "GEMM util", "MACs"):
         t.add_column(c, justify="left" if c in ("step", "op", "where") else "right")
     for s in report.steps:
-        accel = s.where == "accel"
+        accel, ran = s.where == "accel", not s.skipped
         t.add_row(
             s.name,
             s.op,
-            "[cyan]accel[/]" if accel else "[yellow]cpu[/]",
-            f"{s.cycles:,}" if accel else "",
-            "" if accel else f"{s.cpu_ms:.3f}",
-            f"{s.utilization:.1%}" if accel else "",
+            ("[cyan]accel[/]" if accel else "[yellow]cpu[/]") + ("" if ran else f" [dim]skipped: {s.skipped}[/]"),
+            f"{s.cycles:,}" if accel and ran else "",
+            f"{s.cpu_ms:.3f}" if not accel and ran else "",
+            f"{s.utilization:.1%}" if accel and ran else "",
             f"{s.macs:,}",
         )
     return t
+
+
+def branch_line(report) -> str:
+    """Which branches a run took and what it skipped ("" for a model without branches chosen at run time)."""
+    if not report.conditions:
+        return ""
+    taken = ", ".join(f"{c} = {str(v).lower()}" for c, v in report.conditions.items())
+    skipped = [s for s in report.steps if s.skipped]
+    return f"branches: {taken}; {len(skipped)} steps skipped ({sum(s.macs for s in skipped):,} MACs not run)"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -346,6 +384,8 @@ def run(args: argparse.Namespace) -> int:
         )
     report = module.last_report
     console.print(_run_table(report, artifact))
+    if branch_line(report):
+        console.print(branch_line(report))
     console.print(
         f"accelerator: {report.accel_cycles:,} cycles = {report.accel_ms:.3f} ms at {artifact.config.clock_mhz:g} MHz; "
         f"CPU: {report.cpu_ms:.3f} ms ({module.cpu_kernels} kernels); "
@@ -427,6 +467,13 @@ def add_commands(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="power-of-two scales, one per weight tensor (TVM VTA's scheme): every requantization is a free "
         "shift; less accurate than the default per-channel weight scales (with --calib)",
+    )
+    p.add_argument(
+        "--equalize",
+        action="store_true",
+        help="equalize per-channel ranges between layers before calibration (cross-layer equalization: each "
+        "channel's range moved from the activation into the next layer's weights where the float model's outputs "
+        "stay the same; with --calib)",
     )
     p.add_argument(
         "--separate-residual-scales",

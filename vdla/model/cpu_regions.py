@@ -79,7 +79,8 @@ class CpuRegions:
         unexplained = [n for n in nodes if n.output not in self.explained]
         note = "; ".join([*(f"{k}: {v}" for k, v in notes.items() if k in defined), *_cpu_reasons(unexplained)])
         name = nodes[-1].output if nodes else f"convert {','.join(extra_outputs)}"
-        return CpuStep(name, graph, dram_inputs, dram_outputs, sum(node_macs(n, self.types) for n in nodes), note)
+        macs = sum(node_macs(n, self.types) for n in nodes)
+        return CpuStep(name, graph, dram_inputs, dram_outputs, macs, note, self.guard(n.output for n in nodes))
 
 
 def node_macs(node: Node, types: dict[str, TensorType]) -> int:

@@ -26,6 +26,7 @@ from vdla.config import config_mismatch
 from vdla.cpu_fallback.native import NativeCodeError, machine, target_for_machine
 from vdla.cpu_fallback.stacking import compile_graph
 from vdla.errors import VdlaError
+from vdla.graph.branches import holds
 from vdla.graph.interp import evaluate
 from vdla.graph.types import INT_RANGE, TensorType, narrow_integers
 from vdla.isa import INSN_BYTES, GemmInsn, decode_program
@@ -55,6 +56,7 @@ class StepReport:
     note: str = ""
     result: RunResult | None = field(default=None, repr=False)
     span: tuple[int, int] | None = None  # the step's instructions in ``result``'s program (None: all of it)
+    skipped: str = ""  # why the step did not run (a branch not taken: "gate is false"), "" when it ran
 
 
 @dataclass
@@ -63,6 +65,12 @@ class RunReport:
 
     steps: list[StepReport]
     clock_mhz: float
+    conditions: dict[str, bool] = field(default_factory=dict)  # each branch condition the run computed
+
+    @property
+    def ran(self) -> list[StepReport]:
+        """The steps that ran (a branch not taken is skipped)."""
+        return [s for s in self.steps if not s.skipped]
 
     @property
     def accel_cycles(self) -> int:
@@ -78,8 +86,9 @@ class RunReport:
 
     @property
     def accel_mac_share(self) -> float:
-        total = sum(s.macs for s in self.steps)
-        return sum(s.macs for s in self.steps if s.where == "accel") / total if total else 0.0
+        """The share of the MACs run on the accelerator, of the steps that ran."""
+        total = sum(s.macs for s in self.ran)
+        return sum(s.macs for s in self.ran if s.where == "accel") / total if total else 0.0
 
     def to_dict(self) -> dict:
         return {
@@ -87,6 +96,7 @@ class RunReport:
             "accel_ms": self.accel_ms,
             "cpu_ms": self.cpu_ms,
             "accel_mac_share": self.accel_mac_share,
+            "conditions": self.conditions,
             "steps": [{k: v for k, v in s.__dict__.items() if k != "result"} for s in self.steps],
         }
 
@@ -247,7 +257,9 @@ class Module:
         :func:`choose_cpu_kernels` (the choice made is ``self.cpu_kernels``). ``trust_native=True`` loads the
         artifact's native code without a trusted signature: only for an artifact whose author you trust."""
         self.artifact = artifact
-        self.streams = {s.first: s for s in artifact.streams} if overlap else {}
+        steps = artifact.steps  # a stream runs or is skipped whole: one joining steps of two guards is not used
+        joined = [s for s in artifact.streams if len({steps[k].when for k in range(s.first, s.first + s.count)}) == 1]
+        self.streams = {s.first: s for s in joined} if overlap else {}
         self.device = device or Device(artifact.config, backend, **options)
         cfg = self.device.cfg
         if cfg.hash != artifact.config.hash:
@@ -272,6 +284,8 @@ class Module:
             self._buffers.setdefault(i, {})[value] = self._host[off : off + nbytes].view(dtype).reshape(shape)
         self.last_report: RunReport | None = None
         self._gemm_iters: dict[int, list[int]] = {}
+        self._conditions = list(dict.fromkeys(c for s in artifact.steps for c, _ in s.when))
+        self._not_run: set[str] = set()  # host values of the CPU steps the current run skipped
 
     def _warn(self, message: str, note: bool = False) -> None:
         """Print ``message`` to stderr once per module, as a warning or a note."""
@@ -346,30 +360,61 @@ class Module:
         """Run the model once; ``progress(done, total, step_name)`` is called after each step (after a stream
         of joined steps, once for the stream)."""
         env: dict[str, np.ndarray] = self._feeds(inputs)
+        self._not_run = set()
         reports: list[StepReport] = []
         steps = self.artifact.steps
         i = 0
         while i < len(steps):
-            stream = self.streams.get(i)
-            if stream is not None:
-                tick = None
-                if progress:
-                    names = f"{steps[i].name}..{steps[i + stream.count - 1].name}"
-                    tick = lambda cycles, i=i, names=names: progress(i, len(steps), f"{names} {cycles:,} cycles")  # noqa: E731
-                reports += self._run_stream(stream, max_cycles, tick)
-                i += stream.count
-            else:
-                step = steps[i]
-                if isinstance(step, AccelStep):
-                    reports.append(self._run_accel(step, timeline, max_cycles))
-                else:
-                    reports.append(self._run_cpu(i, step, env))
-                i += 1
+            done = self._run_from(i, env, progress, timeline, max_cycles)
+            reports += done
+            i += len(done)
             if progress:
                 progress(i, len(steps), steps[i - 1].name)
-        self.last_report = RunReport(reports, self.artifact.config.clock_mhz)
+        conditions = {c: bool(np.asarray(env[c]).reshape(-1)[0]) for c in self._conditions if c in env}
+        self.last_report = RunReport(reports, self.artifact.config.clock_mhz, conditions)
         outs = {name: env[name].copy() for name in self.artifact.outputs}  # the arena is reused next run
         return next(iter(outs.values())) if len(outs) == 1 else outs
+
+    def _run_from(
+        self,
+        i: int,
+        env: dict[str, np.ndarray],
+        progress: Callable[[int, int, str], None] | None,
+        timeline: bool,
+        max_cycles: int | None,
+    ) -> list[StepReport]:
+        """Run step ``i``, or the stream of joined steps starting there, or skip it (a branch not taken: its guard
+        does not hold for ``env``); the reports of the steps done."""
+        steps, stream = self.artifact.steps, self.streams.get(i)
+        taken, why = holds(steps[i].when, env)  # a stream's steps share one guard
+        if not taken:
+            return [self._skip(k, why) for k in range(i, i + (stream.count if stream is not None else 1))]
+        if stream is not None:
+            tick = None
+            if progress:
+                names = f"{steps[i].name}..{steps[i + stream.count - 1].name}"
+                tick = lambda cycles: progress(i, len(steps), f"{names} {cycles:,} cycles")  # noqa: E731
+            return self._run_stream(stream, max_cycles, tick)
+        if isinstance(steps[i], AccelStep):
+            return [self._run_accel(steps[i], timeline, max_cycles)]
+        return [self._run_cpu(i, steps[i], env)]
+
+    def _skip(self, i: int, why: str) -> StepReport:
+        """Step ``i`` not run (its guard does not hold: ``why``); a CPU step's host outputs are then not computed
+        (:meth:`_host_value`)."""
+        step = self.artifact.steps[i]
+        if isinstance(step, CpuStep):
+            self._not_run.update(v for v in step.graph.outputs if v not in step.dram_outputs)
+        op = step.layer.get("op", "conv2d") if isinstance(step, AccelStep) else "+".join(_ops(step))
+        return StepReport(step.name, op, step.kind, step.macs, note=f"skipped: {why}", skipped=why)
+
+    def _host_value(self, step: CpuStep, name: str, env: dict[str, np.ndarray]) -> np.ndarray:
+        """Host input ``name`` of ``step``: its value, or zeros of its type where the step computing it was skipped
+        (only the select of the branch taken reads it, and discards it)."""
+        if name in env or name not in self._not_run:
+            return env[name]
+        t = step.graph.inputs[name]
+        return np.zeros(t.shape, t.dtype)
 
     def _run_accel(self, step: AccelStep, timeline: bool, max_cycles: int | None) -> StepReport:
         result = self.device.backend.run(
@@ -405,7 +450,8 @@ class Module:
     def _run_cpu(self, i: int, step: CpuStep, env: dict[str, np.ndarray]) -> StepReport:
         feeds = {}
         for name in step.graph.inputs:
-            feeds[name] = self._dram_read(step.dram_inputs[name]) if name in step.dram_inputs else env[name]
+            dram = step.dram_inputs.get(name)
+            feeds[name] = self._dram_read(dram) if dram is not None else self._host_value(step, name, env)
         t0 = time.perf_counter()
         compiled = self._cpu[i]
         outs = evaluate(step.graph, feeds) if compiled is None else compiled.run(feeds, self._buffers.get(i))
@@ -415,10 +461,7 @@ class Module:
                 self._dram_write(step.dram_outputs[name], value)
             else:
                 env[name] = value
-        ops = sorted({n.op for n in step.graph.nodes} - {"reshape"})
-        return StepReport(
-            step.name, "+".join(ops[:4]) + ("+..." if len(ops) > 4 else ""), "cpu", step.macs, cpu_ms=ms, note=step.note
-        )
+        return StepReport(step.name, "+".join(_ops(step)), "cpu", step.macs, cpu_ms=ms, note=step.note)
 
     def close(self) -> None:
         """Give the image's DRAM back (the module cannot run afterwards)."""
@@ -429,6 +472,12 @@ class Module:
     def save(self, path: str | Path) -> Path:
         """Write the artifact (``vdla.load`` reads it back)."""
         return self.artifact.save(path)
+
+
+def _ops(step: CpuStep) -> list[str]:
+    """The operators of a CPU step for its report row (four at most)."""
+    ops = sorted({n.op for n in step.graph.nodes} - {"reshape"})
+    return ops[:4] + (["..."] if len(ops) > 4 else [])
 
 
 def split_stream(
@@ -473,7 +522,7 @@ def load(path: str | Path, backend: str = "sim", **options) -> Module:
 
 def write_profile(report: RunReport, path: str | Path) -> None:
     """One Perfetto/Chrome trace of a run: the accelerator's stages and the CPU on separate tracks, the
-    steps laid end to end (accelerator time at the config's clock, CPU time as measured)."""
+    steps that ran laid end to end (accelerator time at the config's clock, CPU time as measured)."""
     events = [{"name": "process_name", "ph": "M", "pid": 0, "args": {"name": "vdla model"}}]
     tracks = [*STAGES, "accelerator layers", "cpu"]
     events += [
@@ -481,7 +530,7 @@ def write_profile(report: RunReport, path: str | Path) -> None:
     ]
     now = 0.0
     run_start: dict[int, float] = {}  # id of a run's result -> when it started (the steps of a stream share one)
-    for s in report.steps:
+    for s in report.ran:
         if s.where == "accel":
             dur = s.cycles / report.clock_mhz
             t0 = run_start.setdefault(id(s.result), now)

@@ -9,7 +9,9 @@ addresses, and runs of consecutive accelerator steps are joined into one instruc
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 
@@ -23,11 +25,12 @@ from vdla.compiler.search import emit_program
 from vdla.compiler.spec import ChannelScaleSpec, Fusions, InputUpsample, OutputView
 from vdla.compiler.stream import join_programs, weight_relocator
 from vdla.config import HwConfig
+from vdla.graph.branches import Guard, common
 from vdla.graph.graph import Graph
 from vdla.graph.layout import blocked_shape
 from vdla.graph.ops import infer_types
 from vdla.isa import Insn, IsaError, encode_program, validate_program
-from vdla.model.artifact import AccelStep, AccelStream, Artifact, DramTensor
+from vdla.model.artifact import AccelStep, AccelStream, Artifact, CpuStep, DramTensor
 from vdla.model.cpu_regions import CpuRegions
 from vdla.model.fusion_choice import FusionChoices, fusion_depth
 from vdla.model.lifetimes import TensorLifetimes
@@ -44,6 +47,7 @@ from vdla.model.match import (
 )
 from vdla.model.memplan import plan_memory
 from vdla.model.place import Placement
+from vdla.model.prefetch import prefetch_schedules
 from vdla.model.views import StoredViews, packed
 from vdla.runtime.device import Device
 from vdla.runtime.dram import Buffer
@@ -82,6 +86,8 @@ class ModelBuilder(FusionChoices, StoredViews, TensorLifetimes, CpuRegions):
         self.types = infer_types(graph)
         self.dram: dict[str, tuple[tuple[int, ...], str]] = {}  # DRAM tensor -> (packed shape, dtype)
         self.steps: list = []
+        self.guard_of: Mapping[str, Guard] = {}  # node output -> its guard (vdla.graph.branches), if any
+        self.when: dict[str, Guard] = {}  # accelerator step -> its guard
         self.programs: dict[str, list[Insn]] = {}  # accelerator step -> its instruction stream
 
     def dram_tensor(self, value: str, block: int) -> str:
@@ -114,6 +120,7 @@ class ModelBuilder(FusionChoices, StoredViews, TensorLifetimes, CpuRegions):
         if self.fuse_depthwise:
             units = self.fusion_notes(units)
         units = self.stored_interleaves(units)
+        self.guard_of = plan.guards
         groups = plan.partition.fusion.groups  # a noted conv's group is explained by its note
         self.explained = {n.output for g in groups if g.anchor.output in plan.notes for n in g.nodes}
         accel_needs: dict[str, set[int]] = {}  # value -> blocks an accelerator layer reads it in
@@ -147,6 +154,7 @@ class ModelBuilder(FusionChoices, StoredViews, TensorLifetimes, CpuRegions):
         for kind, unit in units:
             if kind == "accel":
                 self.steps.append(("accel", unit))
+                self.when[unit.out] = self.guard(unit.nodes)
                 target = self.views[unit.out][0] if unit.out in self.views else unit.out
                 self.pending[unit.out] = self.pending[target] = self.dram_tensor(target, self.cfg.block_out)
                 if (phase := self.copy_phase(unit.out)) is not None:  # the upsampling it stores as well
@@ -166,6 +174,10 @@ class ModelBuilder(FusionChoices, StoredViews, TensorLifetimes, CpuRegions):
         if direct:
             step = self.cpu_region([], accel_needs, host_needs, accel_out, {}, extra_outputs=direct)
             self.steps.insert(0, ("cpu", step))
+
+    def guard(self, nodes: Iterable[str]) -> Guard:
+        """The guard of a step computing ``nodes``: what their guards have in common."""
+        return common([self.guard_of.get(v, ()) for v in nodes])
 
     def compiled_alu(self, layer: PoolLayer, view: OutputView | None = None):
         """The ALU layer ``layer`` compiled storing through ``view``: a pooling, or a channel scale."""
@@ -233,17 +245,16 @@ class ModelBuilder(FusionChoices, StoredViews, TensorLifetimes, CpuRegions):
         arena = dev.alloc(max(plan.total, 1))
         addr = {t: arena.addr + off for t, off in plan.offsets.items()}
         steps = []
-        for kind, s in self.steps:
-            if kind == "cpu":
-                steps.append(s)
-                continue
-            if progress:
-                progress(s.out)
-            try:
-                steps.append(compile_layer(self, s, dev, addr))
-            except CompileError as e:
-                shape = "x".join(map(str, self.types[s.x].shape))
-                raise CompileError(f"layer {s.out!r} ({s.op} of a {shape} input): {e}") from e
+        layers = [s for kind, s in self.steps if kind == "accel"]
+        with prefetch_schedules(lambda layer: compile_layer(self, layer, dev, addr), layers, self.cache_file):
+            for kind, s in self.steps:
+                if kind == "cpu":
+                    steps.append(s)
+                    continue
+                if progress:
+                    progress(s.out)
+                steps.append(replace(self.compiled_step(s, dev, addr), when=self.when.get(s.out, ())))
+        steps = computed_guards(steps, set(self.g.inputs))
         streams = self.joined_streams(steps, dev)
         live = dev.dram._live.values()
         high = max(b.addr + b.nbytes for b in live) - dev.dram.base
@@ -261,6 +272,19 @@ class ModelBuilder(FusionChoices, StoredViews, TensorLifetimes, CpuRegions):
         outputs = {o: self.types[o] for o in self.g.outputs}
         return Artifact(cfg, inputs, outputs, steps, tensors, image, memory, {"model": self.g.name}, streams)
 
+    @property
+    def cache_file(self) -> Path | None:
+        """The schedule cache's file (None without a cache): what :func:`prefetch_schedules` fills."""
+        return None if self.cache is None else self.cache.path
+
+    def compiled_step(self, layer: AccelLayer | PoolLayer, dev: Device, addr: dict[str, int]) -> AccelStep:
+        """The accelerator step of ``layer`` against its planned addresses; an error names the layer."""
+        try:
+            return compile_layer(self, layer, dev, addr)
+        except CompileError as e:
+            shape = "x".join(map(str, self.types[layer.x].shape))
+            raise CompileError(f"layer {layer.out!r} ({layer.op} of a {shape} input): {e}") from e
+
     @staticmethod
     def uop_reader(dev: Device):
         """``read(index, n)``: ``n`` micro-op words from ``dev``'s DRAM element ``index``."""
@@ -277,7 +301,8 @@ class ModelBuilder(FusionChoices, StoredViews, TensorLifetimes, CpuRegions):
         return join_programs(programs, self.cfg.wgt_depth, relocate, self.cfg, read, hoist_uops)
 
     def joined_streams(self, steps: list, dev: Device) -> list[AccelStream]:
-        """Each run of two or more consecutive accelerator steps joined into one stream in ``dev``'s DRAM."""
+        """Each run of two or more consecutive accelerator steps of one guard joined into one stream in ``dev``'s
+        DRAM."""
         cfg = self.cfg
         streams = []
         for first, count in accel_runs(steps):
@@ -339,13 +364,28 @@ class ModelBuilder(FusionChoices, StoredViews, TensorLifetimes, CpuRegions):
 
 
 def accel_runs(steps: list) -> list[tuple[int, int]]:
-    """(first, count) of each run of two or more consecutive accelerator steps."""
+    """(first, count) of each run of two or more consecutive accelerator steps of one guard (a run skips or
+    runs a stream whole)."""
     runs, start = [], None
     for i, s in enumerate([*steps, None]):
-        if isinstance(s, AccelStep):
-            start = i if start is None else start
-        elif start is not None:
+        if start is not None and not (isinstance(s, AccelStep) and s.when == steps[start].when):
             if i - start > 1:
                 runs.append((start, i - start))
             start = None
+        if isinstance(s, AccelStep) and start is None:
+            start = i
     return runs
+
+
+def computed_guards(steps: list, inputs: set[str]) -> list:
+    """``steps`` with each guard kept to the conditions the host holds when the step comes (graph inputs and
+    the host outputs of earlier CPU steps): a condition computed later (or on the accelerator) cannot decide,
+    so the step runs whatever it is. Normally every condition is (the partition orders a branch after its
+    condition's CPU step)."""
+    host, out = set(inputs), []
+    for s in steps:
+        kept = tuple(lit for lit in s.when if lit[0] in host)
+        out.append(s if kept == s.when else replace(s, when=kept))
+        if isinstance(s, CpuStep):
+            host.update(v for v in s.graph.outputs if v not in s.dram_outputs)
+    return out

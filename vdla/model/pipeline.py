@@ -21,9 +21,8 @@ from __future__ import annotations
 import json
 import time
 import warnings
-import zipfile
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -36,10 +35,9 @@ from vdla.errors import VdlaError
 from vdla.graph import dump as gdump
 from vdla.graph.autofloat import AutoFloatReport, AutoFloatResult, auto_float, check_target
 from vdla.graph.calibrate import (
-    DEFAULT_PERCENTILE,
-    METHODS,
     RANDOM,
     RANDOM_WARNING,
+    QuantizationError,
     check_calibration,
     random_calibration,
 )
@@ -51,7 +49,7 @@ from vdla.graph.opnames import DEQUANTIZE, QUANTIZE
 from vdla.graph.ops import infer_types
 from vdla.graph.qdq import lower_qdq
 from vdla.graph.qerror import ErrorSums, with_errors
-from vdla.graph.quantize import QuantizationWarning, QuantReport, quantize_model
+from vdla.graph.quantize import QuantizationWarning, QuantOptions, QuantReport, quantize_model
 from vdla.graph.rowpair import pair_rows as pair_rows_graph
 from vdla.graph.serialize import graph_from_json, graph_to_json
 from vdla.graph.tables import quantize_early, tabulate_chains
@@ -60,17 +58,17 @@ from vdla.model.artifact import Artifact, CpuStep
 from vdla.model.cpu_regions import node_macs
 from vdla.model.lower import Log, ModelBuilder
 from vdla.model.place import place
+from vdla.untrusted import max_read_bytes, read_arrays
 
 
 @dataclass(frozen=True)
-class CompileOptions:
+class CompileOptions(QuantOptions):
     """How a model compiles: the hardware ``config`` (a preset name, a JSON file or an :class:`HwConfig`);
-    ``input_shapes`` fixing dynamic input dimensions; for a float model with calibration data, the
-    ``calibration`` method (``minmax``, ``percentile`` at ``percentile``, ``entropy``), the nodes left in
-    float (``keep_float``, by output name), residual skips sharing their sum's scale (``align_residuals``)
-    and power-of-two scales (``power_of_two``, VTA's scheme); ``dump`` a folder for the graph after every
-    pass and ``quant_report`` a path for the quantization report (JSON); ``cpu_targets`` the machines whose
-    ahead-of-time CPU code the artifact carries (``--cpu-target``: ``host`` or a name of
+    ``input_shapes`` fixing dynamic input dimensions; for a float model with calibration data, the quantization
+    options it inherits from :class:`~vdla.graph.quantize.QuantOptions` (keyword-only: ``calibration``,
+    ``percentile``, ``keep_float``, ``align_residuals``, ``power_of_two``, ``equalize``); ``dump`` a folder for the
+    graph after every pass and ``quant_report`` a path for the quantization report (JSON); ``cpu_targets`` the
+    machines whose ahead-of-time CPU code the artifact carries (``--cpu-target``: ``host`` or a name of
     :data:`vdla.cpu_fallback.native.TARGETS`; stored resolved); ``fuse_depthwise`` runs each depthwise layer and
     the 1x1 convolution reading it (and the 1x1 expand layer computing its input) as one fused step
     (:mod:`vdla.compiler.dw_pointwise`) where they fit, and
@@ -83,18 +81,12 @@ class CompileOptions:
     calibration data) keeps the fewest further layers in float that bring the outputs to that cosine against
     the float model (:mod:`vdla.graph.autofloat`; the compiled artifact's own cosine measured on ``sim``).
 
-    Invariants: ``calibration`` is one of :data:`vdla.graph.calibrate.METHODS`, ``percentile`` lies in
-    (0, 100], ``auto_float`` is None or a float in (0, 1], ``keep_float`` is a tuple of names, ``input_shapes``
-    maps names to tuples of ints, ``cpu_targets`` is a tuple of distinct known target names."""
+    Invariants: those of :class:`~vdla.graph.quantize.QuantOptions`; ``auto_float`` is None or a float in (0, 1],
+    ``input_shapes`` maps names to tuples of ints, ``cpu_targets`` is a tuple of distinct known target names."""
 
     config: str | HwConfig = DEFAULT_PRESET
     input_shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict, hash=False)
-    calibration: str = "percentile"
-    percentile: float = DEFAULT_PERCENTILE
-    keep_float: tuple[str, ...] = ()
     auto_float: float | None = None
-    align_residuals: bool = True
-    power_of_two: bool = False
     dump: str | Path | None = None
     quant_report: str | Path | None = None
     cpu_targets: tuple[str, ...] = ()
@@ -103,18 +95,15 @@ class CompileOptions:
     fuse_squeeze_excite: bool = True
     pair_rows: bool = True
 
+    kind = "compile"
+
     def __post_init__(self) -> None:
-        if self.calibration not in METHODS:
-            raise CompileError(f"unknown calibration method {self.calibration!r} (one of {', '.join(METHODS)})")
-        if not 0 < self.percentile <= 100:
-            raise CompileError(f"percentile must lie in (0, 100], got {self.percentile}")
-        if self.auto_float is not None:
-            try:
+        try:
+            super().__post_init__()
+            if self.auto_float is not None:
                 object.__setattr__(self, "auto_float", check_target(self.auto_float))
-            except VdlaError as e:
-                raise CompileError(str(e)) from None
-        keep = (self.keep_float,) if isinstance(self.keep_float, str) else tuple(self.keep_float)
-        object.__setattr__(self, "keep_float", keep)
+        except VdlaError as e:
+            raise CompileError(str(e)) from None
         shapes = {str(k): tuple(int(d) for d in v) for k, v in dict(self.input_shapes or {}).items()}
         object.__setattr__(self, "input_shapes", shapes)
         targets = (self.cpu_targets,) if isinstance(self.cpu_targets, str) else tuple(self.cpu_targets)
@@ -124,14 +113,9 @@ class CompileOptions:
             raise CompileError(str(e)) from None
         object.__setattr__(self, "cpu_targets", resolved)
 
-    def updated(self, **changes: Any) -> CompileOptions:
-        """These options with ``changes`` (field names of this class; anything else is refused, naming the
-        fields there are)."""
-        known = [f.name for f in fields(self)]
-        unknown = sorted(set(changes) - set(known))
-        if unknown:
-            raise CompileError(f"unknown compile option(s) {unknown}; the options are {', '.join(known)}")
-        return replace(self, **changes) if changes else self
+    @staticmethod
+    def option_error(message: str) -> Exception:
+        return CompileError(message)
 
 
 @dataclass
@@ -244,6 +228,10 @@ def _load_calib(calib: str | Path | Mapping[str, np.ndarray] | np.ndarray, graph
         arrays = {"calib": calib}
     elif isinstance(calib, str | Path):
         arrays = read_calib_file(calib)
+        try:
+            return check_calibration(graph.inputs, arrays)
+        except QuantizationError as e:
+            raise QuantizationError(f"calibration file {calib}: {e}") from e
     elif isinstance(calib, Mapping):
         arrays = dict(calib)
     else:
@@ -253,23 +241,22 @@ def _load_calib(calib: str | Path | Mapping[str, np.ndarray] | np.ndarray, graph
     return check_calibration(graph.inputs, arrays)
 
 
-def read_calib_file(path: str | Path) -> dict[str, np.ndarray]:
-    """The arrays of the .npz file ``path`` by name; a missing or unreadable file, or one that is not an .npz
-    archive (a .npy array, a pickle, text), is refused naming the path."""
+def read_calib_file(path: str | Path, max_bytes: int | None = None) -> dict[str, np.ndarray]:
+    """The arrays of the .npz file ``path`` by name; a missing or unreadable file, one that is not an .npz
+    archive (a .npy array, a pickle, text) or claims more than the read limit (``max_bytes``,
+    :func:`vdla.untrusted.max_read_bytes`) is refused naming the path (and the array)."""
+    path = Path(path)
+    limit = max_read_bytes(max_bytes)
     try:
-        loaded = np.load(path, allow_pickle=False)
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
-        raise CompileError(f"calibration file {path}: not a readable .npz of calibration arrays ({e})") from e
-    if not isinstance(loaded, np.lib.npyio.NpzFile):
+        arrays = read_arrays(path, f"calibration file {path}", limit, CompileError)
+    except FileNotFoundError as e:
+        raise CompileError(f"calibration file {path}: not a readable .npz of calibration arrays (no such file)") from e
+    if isinstance(arrays, np.ndarray):
         raise CompileError(
             f"calibration file {path}: a single .npy array, not an .npz archive of arrays by input name (save it "
             "with np.savez(path, NAME=array) for each model input)"
         )
-    try:
-        with loaded:
-            return {k: loaded[k] for k in loaded.files}
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:  # a truncated or corrupt member
-        raise CompileError(f"calibration file {path}: not a readable .npz of calibration arrays ({e})") from e
+    return arrays
 
 
 def artifact_cosine(artifact: Artifact, result: AutoFloatResult, backend: str = "sim") -> float:
@@ -304,7 +291,16 @@ def calibration_runner(log: Log) -> Callable[[Graph], Callable] | None:
     except ImportError:
         log("llvmlite is not installed: calibration runs on the numpy interpreter (pip install 'vdla[jit]')")
         return None
-    return lambda graph: compile_graph(graph).run
+    return lambda graph: _prefetched(compile_graph, graph).run
+
+
+def _prefetched(compile_graph: Callable, graph: Graph):
+    """``compile_graph(graph)`` with a forked helper compiling its kernels from the last on two cores
+    (:func:`vdla.model.prefetch.prefetch_kernels`)."""
+    from vdla.model.prefetch import prefetch_kernels
+
+    with prefetch_kernels(graph):
+        return compile_graph(graph)
 
 
 def compile_model(
@@ -354,16 +350,16 @@ def compile_model(
         runner = calibration_runner(log)
 
         def quantize(g: Graph) -> Graph:
-            how = (opts.calibration, opts.percentile, opts.keep_float, runner, progress)
+            how = {"runner": runner, "progress": progress}
             if opts.auto_float is not None:
-                result = auto_float(g, arrays, opts.auto_float, *how, opts.align_residuals, opts.power_of_two, log=log)
+                result = auto_float(g, arrays, opts.auto_float, opts.quant, **how, log=log)
                 qgraph, qreport = result.qgraph, result.quant
                 types = infer_types(g)
                 macs = {n.output: node_macs(n, types) for n in g.nodes}
                 auto = replace(result.report, macs=macs, total_macs=sum(macs.values()))
                 searched.append(replace(result, report=auto))
             else:
-                qgraph, qreport = quantize_model(g, arrays, *how, opts.align_residuals, opts.power_of_two)
+                qgraph, qreport = quantize_model(g, arrays, opts.quant, **how)
             if opts.quant_report is not None:  # the error analysis runs only for the report
                 log(f"measuring the quantization error of {len(qreport.layers)} layers")
                 qreport = with_errors(qreport, g, qgraph, check_calibration(g.inputs, arrays))

@@ -11,16 +11,18 @@ into one region.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from vdla.compiler import CompileError
 from vdla.config import HwConfig
-from vdla.graph.fusion import Group, fuse_ops
+from vdla.graph.branches import Guard, guards
+from vdla.graph.fusion import Group, fuse_ops, split_by_guard
 from vdla.graph.graph import Graph, Node
 from vdla.graph.opnames import MUL
 from vdla.graph.ops import OPS
 from vdla.graph.partition import ACCEL, Capability, Partition, partition
 from vdla.graph.types import TensorType
+from vdla.graph.verify import GraphError
 from vdla.model.lowering import LOWERINGS
 from vdla.model.match import AccelLayer, PoolLayer
 
@@ -32,12 +34,15 @@ class Placement:
 
     Invariants: ``layers`` holds one layer per accelerator region of ``partition`` (by region index),
     whose ``nodes`` are the region's nodes; ``notes`` says, for every conv2d/dense on the CPU (by its
-    output), why the accelerator does not run it.
+    output), why the accelerator does not run it; ``guards`` the guard of every node output
+    (:func:`vdla.graph.branches.guards`; empty where the regions could not be cut by them, and then every
+    step runs on every input).
     """
 
     partition: Partition
     layers: Mapping[int, AccelLayer | PoolLayer]
     notes: Mapping[str, str]
+    guards: Mapping[str, Guard] = field(default_factory=dict)
 
     def units(self) -> list[tuple[str, AccelLayer | PoolLayer | list[Node]]]:
         """The regions in order: ``("accel", layer)`` or ``("cpu", nodes)``."""
@@ -82,9 +87,18 @@ def _accel_capability(
 def place(graph: Graph, types: dict[str, TensorType], cfg: HwConfig) -> Placement:
     """Fuse ``graph`` by the post-dominator rules (:func:`vdla.graph.fusion.fuse_ops`) and partition the
     groups between the accelerator and the CPU (:func:`vdla.graph.partition.partition`): each accelerator
-    region is one layer, the CPU regions stack consecutive CPU groups."""
+    region is one layer, the CPU regions stack consecutive CPU groups. The groups are cut by their guards
+    first (:func:`vdla.graph.fusion.split_by_guard`), so that a run can skip a branch; where that cut cannot
+    be made (a piece that would not be convex), the model is placed as if no value were guarded."""
     found: dict[frozenset[str], AccelLayer | PoolLayer] = {}
-    part = partition(graph, fuse_ops(graph, types), _accel_capability(graph, types, cfg, found))
+    fusion, guard_of = fuse_ops(graph, types), guards(graph, types)
+    try:
+        cut = split_by_guard(graph, fusion, guard_of)
+        part = partition(graph, cut, _accel_capability(graph, types, cfg, found), guard_of=guard_of)
+    except GraphError:
+        found.clear()
+        guard_of = {}
+        part = partition(graph, fusion, _accel_capability(graph, types, cfg, found))
     layers = {}
     for r in part.on(ACCEL):
         nodes = frozenset(n.output for n in r.nodes)
@@ -93,4 +107,5 @@ def place(graph: Graph, types: dict[str, TensorType], cfg: HwConfig) -> Placemen
         layers[r.index] = found[nodes]
     # an elementwise step's notes are the step table's, not a layer's
     anchors = {n.output for n in graph.nodes if n.op in LOWERINGS and not OPS[n.op].epilogue_step}
-    return Placement(part, layers, {v: why for v, why in part.notes().items() if v in anchors})
+    notes = {v: why for v, why in part.notes().items() if v in anchors}
+    return Placement(part, layers, notes, {v: g for v, g in guard_of.items() if g})

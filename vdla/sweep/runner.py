@@ -58,7 +58,8 @@ class _Points:
         self.base = load_config(spec.base)
         self.refs = model_refs(spec)
         self.measure = list(spec.measure)
-        self.reused: set[str] = set()  # valid points found in the results file
+        self.reused: set[str] = set()  # valid points the results file held before this run
+        self._before = set(store.records)  # a point asked twice in one run (NSGA-II) is not reused
 
     def prepare(self, params: dict[str, Any], is_base: bool = False) -> tuple[str, dict | None]:
         """(hash, the item to evaluate, or None when the store has the point or it is invalid (then recorded))."""
@@ -74,7 +75,8 @@ class _Points:
         determined = self.determined_by(cfg)
         key = content_hash(determined)[:24]
         if self.store.done(key):
-            self.reused.add(key)
+            if key in self._before:
+                self.reused.add(key)
             return key, None
         item = {"hash": key, "params": params, "config": cfg.to_dict(), "models": self.refs, "measure": self.measure}
         return key, {"item": item, "determined_by": determined, "base": is_base}

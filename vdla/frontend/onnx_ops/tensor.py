@@ -150,6 +150,8 @@ def _reshape(b: Builder, node: OnnxNode) -> None:
     allowzero = int(attr(node, "allowzero", 0))
     if allowzero and 0 in target:
         raise unsupported(node, f"allowzero=1 with a 0 in shape {target} makes an empty tensor", "allowzero")
+    if any(d == 0 and i >= len(xs) for i, d in enumerate(target)):
+        raise unsupported(node, f"target shape {target} copies (0) a dimension the input {xs} does not have")
     out = [xs[i] if d == 0 else d for i, d in enumerate(target)]
     if out.count(-1) > 1 or any(d < -1 for d in out):
         raise unsupported(node, f"bad target shape {target} for input {xs}")

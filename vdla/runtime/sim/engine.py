@@ -173,11 +173,12 @@ class _Run:
                 ready = max(
                     [self.free_at[s], self.arrival[index]] + [self.tokens[q][0] for q in pops_of(self.insns[index])]
                 )
-                if best is None or ready < best[0]:
-                    best = (ready, s, index)
+                rank = (ready, self._arbiter_rank(s, self.insns[index]))
+                if best is None or rank < best[0]:
+                    best = (rank, s, index)
             if best is None:
                 break
-            self._step(*best)
+            self._step(best[0][0], best[1], best[2])
         unfinished = [s for s in Stage if self.cursor[s] < len(self.by_stage[s])]
         if unfinished:
             raise DeadlockError("deadlock: no stage can proceed\n" + self._describe())
@@ -190,6 +191,13 @@ class _Run:
             st = c.stage(name)
             st.idle += c.cycles - self.free_at[s]
         return RunResult(c, self.timeline)
+
+    def _arbiter_rank(self, s: int, insn: Insn) -> int:
+        """Order among stages that can start in the same cycle: the read channel's arbiter (``vdla_axi_rd_arb``)
+        grants the requester it granted last if it requests again, else the lowest-numbered one (load, then
+        compute), so a read transfer of the stage that read last goes first; otherwise the stage order."""
+        reads = isinstance(insn, MemInsn) and not insn.store and not insn.is_nop
+        return -1 if reads and s == self.model.last_reader else s
 
     def _describe(self) -> str:
         lines = []
