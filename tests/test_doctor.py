@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import json
 import sys
-import zipfile
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
+from artifact_edits import rewrite_zip
 from test_graph_qdq import S_A, residual_graph  # noqa: E402
 
 from vdla.cli import main  # noqa: E402
@@ -66,16 +66,6 @@ def test_artifact_without_code_for_this_machine_names_the_cpu_target(artifact_pa
     assert found["memory"].status == OK
 
 
-def _rewrite(src: Path, dst: Path, edit) -> Path:
-    with zipfile.ZipFile(src) as z:
-        files = {n: z.read(n) for n in z.namelist()}
-    edit(files)
-    with zipfile.ZipFile(dst, "w") as z:
-        for n, data in files.items():
-            z.writestr(n, data)
-    return dst
-
-
 def test_corrupt_code_and_memory_beyond_the_board_are_problems(artifact_path, tmp_path, monkeypatch):
     pytest.importorskip("ziglang")
     from vdla.model.artifact import load_artifact
@@ -110,9 +100,9 @@ def test_corrupt_code_and_memory_beyond_the_board_are_problems(artifact_path, tm
     def zero(files):
         files[name] = bytes(len(files[name]))
 
-    found = _by_item(diagnose(_rewrite(unsigned, tmp_path / "bad.vdla", zero), meminfo_text=""))
+    found = _by_item(diagnose(rewrite_zip(unsigned, tmp_path / "bad.vdla", zero), meminfo_text=""))
     assert found["CPU code"].status == PROBLEM and "corrupt" in found["CPU code"].detail
-    found = _by_item(diagnose(_rewrite(good, tmp_path / "tampered.vdla", zero), meminfo_text=""))
+    found = _by_item(diagnose(rewrite_zip(good, tmp_path / "tampered.vdla", zero), meminfo_text=""))
     assert found["artifact"].status == PROBLEM and found["signature"].status == PROBLEM
     assert f"code object(s) ['{name}'] changed after signing" in found["signature"].detail
     assert "CPU code" not in found

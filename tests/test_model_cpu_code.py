@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
+from artifact_edits import rewrite_zip, sample_input
 from test_graph_qdq import S_A, residual_graph  # noqa: E402
 
 import vdla.model.executor as executor  # noqa: E402
@@ -40,21 +41,6 @@ def saved(tmp_path_factory):
     return path
 
 
-def _x(seed: int = 0) -> np.ndarray:
-    return np.random.default_rng(seed).normal(0, 1.5, (1, 8, 6, 6)).astype(np.float32)
-
-
-def _rewrite(src: Path, dst: Path, edit) -> Path:
-    """A copy of the artifact with ``edit(files)`` applied to its entries (name -> bytes)."""
-    with zipfile.ZipFile(src) as z:
-        files = {n: z.read(n) for n in z.namelist()}
-    edit(files)
-    with zipfile.ZipFile(dst, "w") as z:
-        for n, data in files.items():
-            z.writestr(n, data)
-    return dst
-
-
 def test_artifact_carries_code_per_target_with_triple_and_hash(saved):
     artifact = load_artifact(saved)
     assert set(artifact.cpu_code) == {HERE.name, BOARD}
@@ -71,7 +57,7 @@ def test_artifact_carries_code_per_target_with_triple_and_hash(saved):
 def test_the_machines_code_runs_and_matches_the_jit_and_numpy(saved):
     module = load(saved, trust_native=True)
     assert module.cpu_kernels == "native"
-    x = _x(1)
+    x = sample_input(1)
     y = module.run(x)
     for other in ("jit", "reference"):
         m = load(saved, cpu_kernels=other)
@@ -84,12 +70,12 @@ def test_corrupt_code_is_refused_unless_reference_kernels_are_allowed(saved, tmp
         name = f"cpu/{HERE.name}.so"
         files[name] = files[name][:-1] + bytes([files[name][-1] ^ 0xFF])
 
-    bad = _rewrite(saved, tmp_path / "bad.vdla", flip)
+    bad = rewrite_zip(saved, tmp_path / "bad.vdla", flip)
     with pytest.raises(NativeCodeError, match=f"{HERE.name} CPU code is corrupt.*--allow-reference-kernels"):
         load(bad, trust_native=True)
     module = load(bad, allow_reference_kernels=True, trust_native=True)
     assert module.cpu_kernels == "reference" and "corrupt" in capsys.readouterr().err
-    np.testing.assert_array_equal(module.run(_x()), load(saved).run(_x()))
+    np.testing.assert_array_equal(module.run(sample_input()), load(saved).run(sample_input()))
 
 
 def test_code_with_another_recorded_hash_is_refused(saved, tmp_path):
@@ -99,7 +85,7 @@ def test_code_with_another_recorded_hash_is_refused(saved, tmp_path):
         files["manifest.json"] = json.dumps(manifest).encode()
 
     with pytest.raises(NativeCodeError, match="records 0000"):
-        load(_rewrite(saved, tmp_path / "rehash.vdla", rehash), trust_native=True)
+        load(rewrite_zip(saved, tmp_path / "rehash.vdla", rehash), trust_native=True)
 
 
 def test_without_code_for_the_machine_or_llvmlite_numpy_runs_and_the_warning_names_the_fix(
@@ -111,7 +97,7 @@ def test_without_code_for_the_machine_or_llvmlite_numpy_runs_and_the_warning_nam
         files["manifest.json"] = json.dumps(manifest).encode()
         del files[f"cpu/{HERE.name}.so"]
 
-    path = _rewrite(saved, tmp_path / "board.vdla", board_only)
+    path = rewrite_zip(saved, tmp_path / "board.vdla", board_only)
     with pytest.raises(NativeCodeError, match=f"carries CPU code for {BOARD}.*--cpu-target {HERE.name}"):
         load(path, cpu_kernels="native")
     monkeypatch.setattr(executor, "_jit_source", lambda: None)
@@ -120,7 +106,7 @@ def test_without_code_for_the_machine_or_llvmlite_numpy_runs_and_the_warning_nam
     assert module.cpu_kernels == "reference"
     assert f"carries CPU code for {BOARD}, none for this machine ({machine()})" in err
     assert f"compile with --cpu-target {HERE.name}" in err
-    np.testing.assert_array_equal(module.run(_x()), load(saved).run(_x()))
+    np.testing.assert_array_equal(module.run(sample_input()), load(saved).run(sample_input()))
 
     def no_code(files):
         manifest = json.loads(files["manifest.json"])
@@ -130,7 +116,7 @@ def test_without_code_for_the_machine_or_llvmlite_numpy_runs_and_the_warning_nam
         files["manifest.json"] = json.dumps(manifest).encode()
 
     with pytest.raises(NativeCodeError, match=f"carries no CPU code .*--cpu-target {HERE.name}"):
-        load(_rewrite(saved, tmp_path / "none.vdla", no_code), cpu_kernels="native")
+        load(rewrite_zip(saved, tmp_path / "none.vdla", no_code), cpu_kernels="native")
 
 
 def test_unknown_target_is_refused_listing_the_known_ones():

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
+from artifact_edits import rewrite_zip, sample_input
 from test_graph_qdq import S_A, residual_graph  # noqa: E402
 
 import vdla.model.executor as executor  # noqa: E402
@@ -85,21 +86,6 @@ def store(tmp_path, monkeypatch) -> Path:
     return tmp_path / "trust"
 
 
-def _x(seed: int = 0) -> np.ndarray:
-    return np.random.default_rng(seed).normal(0, 1.5, (1, 8, 6, 6)).astype(np.float32)
-
-
-def _rewrite(src: Path, dst: Path, edit) -> Path:
-    """A copy of the zip with ``edit(files)`` applied to its members (name -> bytes)."""
-    with zipfile.ZipFile(src) as z:
-        files = {n: z.read(n) for n in z.namelist()}
-    edit(files)
-    with zipfile.ZipFile(dst, "w") as z:
-        for n, data in files.items():
-            z.writestr(n, data)
-    return dst
-
-
 def test_keygen_writes_a_private_key_of_mode_0600_and_never_overwrites(tmp_path):
     key = generate_key(tmp_path / "k", "staff")
     assert stat.S_IMODE(os.stat(tmp_path / "k").st_mode) == 0o600
@@ -148,7 +134,7 @@ def test_an_unsigned_artifact_with_native_code_runs_on_the_jit_with_a_note(signe
         load(signed["unsigned"], cpu_kernels="native")
     native = load(signed["unsigned"], trust_native=True)  # for this one module
     assert native.cpu_kernels == "native" and capsys.readouterr().err == ""
-    np.testing.assert_array_equal(native.run(_x(1)), module.run(_x(1)))
+    np.testing.assert_array_equal(native.run(sample_input(1)), module.run(sample_input(1)))
     assert load(signed["unsigned"]).cpu_kernels == "jit"  # and not afterwards
 
 
@@ -164,7 +150,9 @@ def test_a_signed_artifact_runs_native_only_where_its_key_is_trusted(signed, key
     trust_key(a)
     module = load(signed["signed"])
     assert module.cpu_kernels == "native" and capsys.readouterr().err.count("note") == 1  # b's load only
-    np.testing.assert_array_equal(module.run(_x(2)), load(signed["unsigned"], cpu_kernels="jit").run(_x(2)))
+    np.testing.assert_array_equal(
+        module.run(sample_input(2)), load(signed["unsigned"], cpu_kernels="jit").run(sample_input(2))
+    )
     untrust_key(a.id)
     assert load(signed["signed"]).cpu_kernels == "jit"
 
@@ -261,7 +249,7 @@ def test_a_tampered_signed_artifact_is_refused_naming_what_failed(how, signed, k
     trust_key(read_public_key(str(keys / "a.pub")))
     trust_key(read_public_key(str(keys / "b.pub")))
     edit, message = TAMPERING[how]
-    bad = _rewrite(signed["float"], tmp_path / "bad.vdla", lambda files: edit(files, ctx))
+    bad = rewrite_zip(signed["float"], tmp_path / "bad.vdla", lambda files: edit(files, ctx))
     for loader in (load_artifact, lambda p: load(p, trust_native=True), lambda p: load(p, cpu_kernels="reference")):
         with pytest.raises(SignatureError, match=message):
             loader(bad)
@@ -282,7 +270,7 @@ def test_where_cryptography_is_missing_the_hashes_are_checked_and_no_native_code
     assert load(signed["signed"]).cpu_kernels == "jit"
     assert "cannot be checked here: pip install 'vdla[sign]'" in capsys.readouterr().err
     with pytest.raises(SignatureError, match="image.bin changed"):
-        load_artifact(_rewrite(signed["signed"], signed["signed"].with_name("img.vdla"), _edit_image))
+        load_artifact(rewrite_zip(signed["signed"], signed["signed"].with_name("img.vdla"), _edit_image))
 
 
 def test_vdla_compile_returns_a_module_that_runs_its_own_code():
