@@ -322,3 +322,21 @@ def test_cli_compile_sign_trust_run_and_doctor(keys, store, tmp_path, capsys):
     assert main(["trust", "remove", pub.id]) == 2 and "is not among" in capsys.readouterr().out
     assert main(["compile", str(model), "-o", str(out), "--sign", str(tmp_path / "nokey")]) == 2
     assert "nokey: not an unencrypted PEM private key" in capsys.readouterr().out
+
+
+def test_a_signature_member_zipfile_cannot_open_is_a_signature_error(signed, tmp_path):
+    """signature.json is not one of the members the artifact reader reads, so the signature reader meets its
+    compression method itself: one Python's zipfile does not implement is refused, named, like any other."""
+    path = rewrite_zip(signed["signed"], tmp_path / "method.vdla", lambda files: None)
+    data = bytearray(path.read_bytes())
+    name = SIGNATURE_MEMBER.encode()
+    for sig, method_at in ((b"PK\x03\x04", 8), (b"PK\x01\x02", 10)):  # local header, central directory entry
+        at = data.find(sig)
+        while at >= 0:
+            name_at = at + (30 if sig == b"PK\x03\x04" else 46)
+            if data[name_at : name_at + len(name)] == name:
+                data[at + method_at : at + method_at + 2] = (99).to_bytes(2, "little")  # no such method
+            at = data.find(sig, at + 4)
+    path.write_bytes(bytes(data))
+    with pytest.raises(SignatureError, match="cannot read signature.json"):
+        load_artifact(path)

@@ -37,6 +37,7 @@ import json
 import os
 import tempfile
 import zipfile
+import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -231,7 +232,7 @@ def read_signature(path: str | Path) -> tuple[bytes | None, list[str]]:
                 return None, names
             with z.open(SIGNATURE_MEMBER) as f:
                 doc = f.read(MAX_SIGNATURE_BYTES + 1)
-    except (zipfile.BadZipFile, ValueError, EOFError) as e:
+    except (zipfile.BadZipFile, ValueError, EOFError, NotImplementedError, RuntimeError, OSError, zlib.error) as e:
         raise SignatureError(f"{path}: cannot read {SIGNATURE_MEMBER} ({e})") from e
     if len(doc) > MAX_SIGNATURE_BYTES:
         raise SignatureError(f"{path}: {SIGNATURE_MEMBER} is larger than {MAX_SIGNATURE_BYTES >> 20} MiB")
