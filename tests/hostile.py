@@ -1,7 +1,8 @@
 """The hostile-input campaign (docs/security.md, "Readers: limits and the hostile-input campaign"): real files
 (seeds) mutated by Hypothesis-drawn edits, thrown at vdla's four readers of files that travel.
 
-* ``artifact``: :func:`vdla.model.load_artifact` of ``.vdla`` files (two compiled models, CPU and accelerator steps);
+* ``artifact``: :func:`vdla.model.load_artifact` of ``.vdla`` files (two compiled models, CPU and accelerator
+  steps; one of them also signed, so that the signature's reader is in the campaign);
 * ``onnx``: :func:`vdla.frontend.import_onnx` of ONNX files (small models of the zoo, two suite models);
 * ``npz``: the calibration reader (:func:`vdla.model.pipeline.read_calib_file` and
   :func:`vdla.graph.calibrate.check_calibration`) of ``.npz`` files (stored and deflated);
@@ -99,6 +100,7 @@ def _artifact_seeds() -> list[Seed]:
     from test_graph_qdq import S_A, residual_graph
 
     from vdla.model.pipeline import compile_graph_model, compile_model
+    from vdla.model.trust import generate_key, load_signing_key
     from vdla.zoo.models import mlp
 
     out = []
@@ -108,6 +110,9 @@ def _artifact_seeds() -> list[Seed]:
             "mlp": compile_model(mlp(features=16, hidden=(16,), classes=4), "random"),
         }.items():
             out.append(Seed(name, artifact.save(Path(d) / f"{name}.vdla").read_bytes()))
+        generate_key(Path(d) / "key")
+        key = load_signing_key(Path(d) / "key")
+        out.append(Seed("mlp-signed", artifact.save(Path(d) / "signed.vdla", key=key).read_bytes()))
     return out
 
 
