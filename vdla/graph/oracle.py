@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from vdla.graph import layernorm as ln
+import vdla.graph.layernorm as ln
 from vdla.graph.epilogue import Epilogue
 from vdla.graph.ew import EW, Arg, EwStep, StepTypes, step_result_dtype
 from vdla.graph.ewmath import Math
