@@ -4,6 +4,8 @@ configuration. (tests/test_config.py checks that the generated files are fresh.)
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from vdla.config import DEFAULT_PRESET, ConfigError, from_dict, load_config
@@ -17,7 +19,8 @@ from vdla.runtime.rtl.verilate import build_dir, check_config
 
 def test_package_per_configuration(tmp_path):
     """`vdla gen-rtl -o` writes another preset's package; the checked-in one is only the default's; no
-    module includes a header any more (the package is the one place for widths and codes)."""
+    module includes a header (the package is the one place for widths and codes), and a module's own macro
+    is undefined in the file that defines it (vdla_sram's port body: a file-local text, not a shared constant)."""
     [path] = generate("block8", tmp_path / "vdla_pkg.sv")
     text = path.read_text()
     assert text == package_source(load_config("block8")) and "localparam int BLOCK_IN = 8;" in " ".join(text.split())
@@ -25,7 +28,10 @@ def test_package_per_configuration(tmp_path):
         generate("block8")
     assert PACKAGE_PATH not in rtl_sources()
     for src in rtl_sources():
-        assert "`include" not in src.read_text() and "`define" not in src.read_text(), src.name
+        text = src.read_text()
+        assert "`include" not in text, src.name
+        for name in re.findall(r"`define\s+(\w+)", text):
+            assert f"`undef {name}" in text, f"{src.name}: `define {name} is not undefined in the file"
 
 
 def test_register_map_is_consistent():
