@@ -30,11 +30,20 @@ Guard = tuple[Literal, ...]
 
 
 def select_condition(node: Node, types: Mapping[str, TensorType], params: Mapping) -> str | None:
-    """The condition of ``node`` when it is a select (a ``where`` of one computed bool value), else None."""
-    if node.op != WHERE or node.inputs[0] in params:
-        return None
+    """The condition of ``node`` when it is a select (a ``where`` of one computed bool value choosing between two
+    tensors, as an ``If`` is imported), else None."""
+    if node.op != WHERE or node.inputs[0] in params or "a" in node.attrs or "b" in node.attrs:
+        return None  # a choice held as a scalar attribute (a guard against a zero scale, ...) is no branch
     t = types[node.inputs[0]]
     return node.inputs[0] if t.dtype == "bool" and int(np.prod(t.shape)) == 1 else None
+
+
+def choice_inputs(node: Node) -> dict[int, bool]:
+    """A select's tensor inputs after the condition, by index, and the truth under which each is read: ``a``
+    (read when true), then ``b``, each unless the node holds it as a scalar attribute (as ``where``'s
+    operands are taken, :func:`vdla.graph.ew.node_steps`)."""
+    tensors = [truth for name, truth in (("a", True), ("b", False)) if name not in node.attrs]
+    return {k + 1: truth for k, truth in enumerate(tensors[: len(node.inputs) - 1])}
 
 
 def guards(graph: Graph, types: Mapping[str, TensorType]) -> dict[str, Guard]:
@@ -43,8 +52,9 @@ def guards(graph: Graph, types: Mapping[str, TensorType]) -> dict[str, Guard]:
     for node in reversed(graph.nodes):
         own = need.setdefault(node.output, frozenset())
         cond = select_condition(node, types, graph.params)
+        chosen = choice_inputs(node) if cond is not None else {}
         for k, v in enumerate(node.inputs):
-            lit = {1: ((cond, True),), 2: ((cond, False),)}.get(k, ()) if cond is not None else ()
+            lit = ((cond, chosen[k]),) if k in chosen else ()
             req = own.union(lit)
             need[v] = need[v] & req if v in need else req
     return {n.output: tuple(sorted(need[n.output])) for n in graph.nodes}
