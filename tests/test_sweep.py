@@ -325,3 +325,41 @@ def test_rtl_measured(tiny, tmp_path):
     assert rec["base"] and rec["params"] == {}, "the grid's one point is the base preset's"
     m = rec["models"]["small"]
     assert m["rtl_bit_exact"] and abs(m["rtl_cycles"] - m["cycles"]) <= 0.05 * m["cycles"]
+
+
+def test_a_pool_broken_between_waits_is_replaced(monkeypatch):
+    """A worker can die after its task's result came back: the pool is then broken when the next task is
+    submitted (not in any result). The executor starts a new pool and runs every task, each try counted once."""
+    from concurrent.futures.process import BrokenProcessPool
+
+    import vdla.sweep.executor as ex
+
+    real, made = ex._new_pool, []
+
+    class BrokenOnce:
+        """A real pool whose first submit fails as a broken pool's does."""
+
+        def __init__(self, pool, fail: bool):
+            self.pool, self.fail, self._processes = pool, fail, pool._processes
+
+        def submit(self, *args):
+            if self.fail:
+                self.fail = False
+                raise BrokenProcessPool("a worker died")
+            return self.pool.submit(*args)
+
+        def shutdown(self, **kw):
+            self.pool.shutdown(**kw)
+
+    def new_pool(workers):
+        made.append(BrokenOnce(real(workers), not made))
+        return made[-1]
+
+    monkeypatch.setattr(ex, "_new_pool", new_pool)
+    outs = list(ex._run_pool(abs, {"a": -1, "b": -2, "c": -3}, 2, 0, None))
+    assert sorted((o.key, o.value, o.error, o.attempts) for o in outs) == [
+        ("a", 1, None, 1),
+        ("b", 2, None, 1),
+        ("c", 3, None, 1),
+    ]
+    assert len(made) == 2

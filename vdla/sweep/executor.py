@@ -148,16 +148,34 @@ def _run_pool(fn, items: dict, workers: int, retries: int, timeout: float | None
     suspects: list[str] = []  # in flight when a worker died beside others: each runs again alone, first
     running: dict[Future, tuple[str, float]] = {}
     pool = _new_pool(workers)
+
+    def submit(key: str, queue: list[str]) -> bool:
+        """Start ``key`` on the pool; False (``key`` back at the front of ``queue``, its try not counted) when
+        the pool broke since the last wait: a worker died after its task's result came back."""
+        tries.start(key)
+        try:
+            running[pool.submit(fn, items[key])] = (key, time.monotonic())
+        except BrokenProcessPool:
+            tries.count[key] -= 1
+            queue.insert(0, key)
+            return False
+        return True
+
     try:
         while todo or running or suspects:
+            ok = True
             if suspects and not running:
-                key = suspects.pop(0)
-                tries.start(key)
-                running[pool.submit(fn, items[key])] = (key, time.monotonic())
-            while todo and not suspects and len(running) < workers:
-                key = todo.pop(0)
-                tries.start(key)
-                running[pool.submit(fn, items[key])] = (key, time.monotonic())
+                ok = submit(suspects.pop(0), suspects)
+            while ok and todo and not suspects and len(running) < workers:
+                ok = submit(todo.pop(0), todo)
+            if not ok:  # a new pool; the tasks in flight on the broken one run again alone, uncharged
+                _kill_pool(pool)
+                for key, _ in running.values():
+                    tries.count[key] -= 1
+                    suspects.append(key)
+                running.clear()
+                pool = _new_pool(workers)
+                continue
             wait_for = None
             if timeout is not None:
                 first_deadline = min(t0 for _, t0 in running.values()) + timeout
