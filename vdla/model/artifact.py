@@ -51,7 +51,16 @@ from vdla.graph.serialize import graph_from_json, graph_to_json, type_from_json,
 from vdla.graph.types import DTYPES, TensorType
 from vdla.graph.verify import verify
 from vdla.isa.instructions import INSN_BYTES
-from vdla.model.trust import Signature, SigningKey, add_signature, check_signature, content_digest, read_signature
+from vdla.model.trust import (
+    MAX_SIGNATURE_BYTES,
+    SIGNATURE_MEMBER,
+    Signature,
+    SignatureError,
+    SigningKey,
+    add_signature,
+    check_signature,
+    content_digest,
+)
 from vdla.untrusted import ZipReader, check_size, max_read_bytes, npz_arrays, read_file
 
 FORMAT = "vdla-model"
@@ -171,7 +180,8 @@ class Artifact:
                 for name, lib in self.cpu_code.items():
                     z.writestr(f"cpu/{name}.so", lib.code)
             if key is not None:
-                add_signature(tmp, key, _digest(read_signature(tmp)[1], *_read(Path(tmp), max_read_bytes(None))))
+                *contents, zr = _read(Path(tmp), max_read_bytes(None))
+                add_signature(tmp, key, _digest(zr.names(), *contents))
             os.replace(tmp, path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
@@ -245,9 +255,12 @@ def _place(path: Path, place: str) -> Iterator[None]:
         raise ArtifactError(f"{path}: manifest {place}: {detail}") from e
 
 
-def _read(path: Path, limit: int) -> tuple[dict, np.ndarray, dict[str, np.ndarray], dict[str, NativeLibrary]]:
+def _read(
+    path: Path, limit: int
+) -> tuple[dict, np.ndarray, dict[str, np.ndarray], dict[str, NativeLibrary], ZipReader]:
     """The manifest, the DRAM image, the CPU parameters and the CPU code, each member read by its exact name
-    within the read limit (:mod:`vdla.untrusted`)."""
+    within the read limit (:mod:`vdla.untrusted`), and the archive's reader (its members' names, and the
+    signature: :func:`_signature_doc`)."""
     zr = ZipReader(read_file(path, limit, ArtifactError), str(path), limit, ArtifactError)
     with _place(path, "(manifest.json)"):
         manifest = json.loads(zr.read("manifest.json"))
@@ -263,7 +276,21 @@ def _read(path: Path, limit: int) -> tuple[dict, np.ndarray, dict[str, np.ndarra
             if c["file"] != f"cpu/{name}.so":
                 raise ArtifactError(f"{path}: manifest cpu_code {name!r}: its file is {c['file']!r}, not cpu/{name}.so")
             code[name] = NativeLibrary(name, zr.read(c["file"]), str(c["sha256"]), _kernels(c["kernels"]))
-    return manifest, image, arrays, code
+    return manifest, image, arrays, code, zr
+
+
+def _signature_doc(path: Path, zr: ZipReader) -> bytes | None:
+    """The archive's ``signature.json`` (None: unsigned), read like every other member, at most
+    :data:`vdla.model.trust.MAX_SIGNATURE_BYTES`; a member that cannot be read is a SignatureError."""
+    info = zr.infos.get(SIGNATURE_MEMBER)
+    if info is None:
+        return None
+    if info.file_size > MAX_SIGNATURE_BYTES:
+        raise SignatureError(f"{path}: {SIGNATURE_MEMBER} is larger than {MAX_SIGNATURE_BYTES >> 20} MiB")
+    try:
+        return zr.read(SIGNATURE_MEMBER)
+    except ArtifactError as e:
+        raise SignatureError(f"{path}: cannot read {SIGNATURE_MEMBER} ({e})") from e
 
 
 def _guard(path: Path, i: int, when: list) -> Guard:
@@ -289,8 +316,9 @@ def load_artifact(path: str | Path, config: HwConfig | None = None, max_bytes: i
     ``config`` is given) an artifact compiled for another hardware configuration."""
     path = Path(path)
     limit = max_read_bytes(max_bytes)
-    manifest, image, arrays, code = _read(path, limit)
-    doc, names = read_signature(path)
+    manifest, image, arrays, code, zr = _read(path, limit)
+    doc = _signature_doc(path, zr)
+    names = zr.names()
     signature = check_signature(path, doc, names, _digest(names, manifest, image, arrays, code) if doc else {})
     if manifest.get("format") != FORMAT or manifest.get("format_version") != FORMAT_VERSION:
         raise ArtifactError(

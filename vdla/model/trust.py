@@ -37,7 +37,6 @@ import json
 import os
 import tempfile
 import zipfile
-import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -223,22 +222,6 @@ def add_signature(path: str | Path, key: SigningKey, digest: dict) -> None:
         z.writestr(SIGNATURE_MEMBER, json.dumps(doc, indent=1))
 
 
-def read_signature(path: str | Path) -> tuple[bytes | None, list[str]]:
-    """``signature.json`` of the zip at ``path`` (None: unsigned) and the zip's member names, in order."""
-    try:
-        with zipfile.ZipFile(path) as z:
-            names = z.namelist()
-            if SIGNATURE_MEMBER not in names:
-                return None, names
-            with z.open(SIGNATURE_MEMBER) as f:
-                doc = f.read(MAX_SIGNATURE_BYTES + 1)
-    except (zipfile.BadZipFile, ValueError, EOFError, NotImplementedError, RuntimeError, OSError, zlib.error) as e:
-        raise SignatureError(f"{path}: cannot read {SIGNATURE_MEMBER} ({e})") from e
-    if len(doc) > MAX_SIGNATURE_BYTES:
-        raise SignatureError(f"{path}: {SIGNATURE_MEMBER} is larger than {MAX_SIGNATURE_BYTES >> 20} MiB")
-    return doc, names
-
-
 def _differences(signed: dict, now: dict) -> list[str]:
     """What of ``now`` (the loaded contents' digest) differs from the ``signed`` payload, in words."""
     out = []
@@ -280,7 +263,7 @@ def _parse(doc: bytes, where: str) -> tuple[dict, PublicKey, bytes]:
 
 
 def check_signature(path: str | Path, doc: bytes | None, names: list[str], digest: dict) -> Signature | None:
-    """Check the signature ``doc`` (from :func:`read_signature`) against ``digest``, the digest of the contents
+    """Check the signature ``doc`` against ``digest``, the digest of the contents
     as loaded, with ``names`` the zip's members. None: unsigned. A signature that fails raises
     :class:`SignatureError` naming what failed; where ``cryptography`` is missing, the hashes are checked and the
     result says the signature was not (``verified`` False)."""
