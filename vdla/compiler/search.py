@@ -10,7 +10,7 @@ running the program with ``functional=False``.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 
 from vdla.compiler.cache import SCHEMA, ScheduleCache, cache_key
@@ -149,6 +149,13 @@ def thread_counts(low: ConvLowering, vthreads: int | str) -> list[int]:
     return [vthreads]
 
 
+def _unique(schedules: Iterable[Schedule]) -> list[Schedule]:
+    """``schedules`` without repeats, in their first order. Not a set: a set of schedules iterates in the order
+    of their string hashes, which differ between processes, and equal bounds keep that order into the choice
+    (the same layer took different schedules from run to run)."""
+    return list(dict.fromkeys(schedules))
+
+
 def search(
     low: ConvLowering, vthreads: int | str = "auto", cache: ScheduleCache | None = None, confirm: int = CONFIRM
 ) -> SearchResult:
@@ -174,7 +181,7 @@ def search(
         )
     model = CostModel(low)
     bounded = sorted(((model.bound(s), s) for s in cands), key=lambda bs: bs[0])
-    halves = {h for _, s in bounded[:HALVED] if (h := half_rows(low, s)) is not None} - set(cands)
+    halves = _unique(h for _, s in bounded[:HALVED] if (h := half_rows(low, s)) is not None and h not in cands)
     bounded = sorted(bounded + [(model.bound(s), s) for s in halves], key=lambda bs: bs[0])
     best: list[tuple[Estimate, Schedule]] = []  # estimated candidates, best first
     for bound, s in bounded:
