@@ -1,0 +1,469 @@
+"""One attention head compiled entirely on the accelerator, softmax included (issue 53, docs/transformers.md):
+exactly :func:`vdla.graph.oracle.attention_int` of the spec's :class:`~vdla.graph.attention.IntAttention`.
+
+``Q``, ``K`` and ``V`` (T, d) are channel-block views of one int8 token-major tensor in DRAM (a QKV
+projection's output: ``C`` channels a token, each view ``d`` of them from its own offset); the output (T, d)
+goes into a channel-block view of another (the concatenated heads). ``L`` = ``block_out`` keys a block,
+``UB = ceil(T / L)`` key blocks, ``CB = d / L`` channel blocks. On virtual thread 0 first:
+
+* ``K`` and ``V`` into the weight layout with no CPU step: each copied into ACC by an identity GEMM in the
+  order (channel block, token) (``UB L`` tokens, the load's padding rows zero), so that one STORE puts token
+  ``u``'s block ``c`` at row ``u % L`` of weight tile ``(c, u // L)``;
+* after a block that waits for those stores (store -> compute), the ``K`` and ``V`` tiles loaded as WGT and
+  ``V^T`` by GEMMs of the identity's rows ``e_j`` as input against ``V``'s tiles (``out[j, o] = V[u0 + o, j]``),
+  in the order (channel block, key block, j): one STORE puts them in the weight layout of ``P V``, tile
+  ``(j // L, u // L)``; another wait, and thread 0's first tile loads those tiles over ``V``'s.
+
+Then the queries in tiles of ``R`` tokens (:meth:`AttentionLowering.tile_rows`), one or two virtual threads (a
+thread's half of ACC and INP; the weight tiles are shared, thread 1 starting after thread 0's setup):
+
+* LOAD INP of the tile's ``Q`` rows; the scores by GEMMs against ``K``'s tiles with ``init`` from the bias rows
+  (the key mask, per key block: the outer loop); an ALU MUL by the score multiplier row with its rounding
+  shift under EPI ``req`` (the clamp to int8) and ``lut`` with the high exp table: the OUT mirror holds the
+  high plane; an ALU copy under the low table: the low plane; both stored;
+* after a wait, the planes loaded as INP rows: the GEMMs of the high plane against ``V^T``'s tiles and the
+  ones block (the row sum in every lane of the token's ``z`` row), an ALU SHR by -8, the same GEMMs of the low
+  plane accumulating: ``U`` and ``Z``;
+* the per-token ALU program on the ``z`` rows (:data:`~vdla.graph.attention.K_STEPS` search of the leading
+  one, the seed and the Newton steps of ``1 / m``), then over the tile's ``R x CB`` rows: MUL by ``r``,
+  RSHR by ``k - G``, MUL by the output multiplier row under EPI ``req``: the int8 output; STORE into the
+  output view.
+
+The bias rows (a constant mask, or a run-time keep vector by LOAD ACC_8BIT, ADD -1 and SHR by
+``-mask_shift``) and the constant rows are one load ahead of the blocks. Padded keys (``T`` to ``UB L``)
+are masked: their exp is 0 in every sum.
+
+Invariant: bit for bit :func:`~vdla.graph.oracle.attention_int` on every backend; ``block_in == block_out`` and
+batch 1; no optional unit (OUT-path multiplier, ``src_out``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from vdla.compiler.blocks import Alu, Block, Epi, Gemm, Load, Op, Store, alu_nest, gemm_nest
+from vdla.compiler.identity import identity_fits, identity_gemm, identity_weights
+from vdla.compiler.microcode import Limits
+from vdla.compiler.run import LayerRun, run_bound
+from vdla.compiler.spec import CompileError
+from vdla.compiler.vthreads import Stream, lower_vthreads, prologue_block
+from vdla.config import DEFAULT_PRESET, HwConfig, load_config
+from vdla.graph import attention as att
+from vdla.graph.attention import IntAttention
+from vdla.isa import AluOp, MemType
+from vdla.runtime.device import Device
+
+ONES, EYE = 0, 1  # WGT blocks: the all-ones block (row sums in every lane) and the identity (copies)
+CONSTS = ("sm", "c1", "c2", "two", "mo")  # constant rows after the bias rows: score multiplier, seed, 2, output
+TOKEN_ROWS = ("z", "w", "k", "t", "nm", "r")  # rows a token: Z (after U), the search's copy, k, scratch, -m, r
+WAIT = (Epi(False, False, 0, None),)  # a compute-only block that pops the stores' store -> compute token
+
+
+@dataclass(frozen=True)
+class AttentionSpec:
+    """One head of ``head.d`` channels over ``tokens`` tokens (batch 1). ``Q``/``K``/``V`` are the channels from
+    ``q_at``/``k_at``/``v_at`` of an int8 input of ``in_channels`` a token (0: ``3 d``, the views ``0, d, 2 d``:
+    a QKV projection's output); the output goes to channels from ``out_at`` of an output of ``out_channels``
+    (0: ``d``). The key mask: ``keep`` per key (a constant; None: every key) or, with ``runtime_mask``, a keep
+    vector given to each run. Frozen: the cache key of its program."""
+
+    tokens: int
+    head: IntAttention
+    in_channels: int = 0
+    q_at: int = 0
+    k_at: int | None = None
+    v_at: int | None = None
+    out_channels: int = 0
+    out_at: int = 0
+    keep: tuple[bool, ...] | None = None
+    runtime_mask: bool = False
+
+    @property
+    def d(self) -> int:
+        return self.head.d
+
+    @property
+    def views(self) -> tuple[int, int, int, int, int, int]:
+        """(in_channels, q_at, k_at, v_at, out_channels, out_at) with the defaults filled in."""
+        d = self.d
+        k_at = d if self.k_at is None else self.k_at
+        v_at = 2 * d if self.v_at is None else self.v_at
+        return self.in_channels or 3 * d, self.q_at, k_at, v_at, self.out_channels or d, self.out_at
+
+
+@dataclass(frozen=True)
+class _Tile:
+    """A tile of ``r`` query tokens on a thread: its ACC rows from ``a`` and INP rows from ``i``."""
+
+    thread: int
+    r: int
+    a: int
+    i: int
+    ub: int
+    cb: int
+
+    @property
+    def s(self) -> int:  # the scores (then the high plane in OUT); the copy ``s + r ub`` (the low plane)
+        return self.a
+
+    @property
+    def o(self) -> int:  # U, then the output: r x cb rows, the z rows right after
+        return self.a + 2 * self.r * self.ub
+
+    def row(self, name: str) -> int:
+        return self.o + self.r * self.cb + TOKEN_ROWS.index(name) * self.r
+
+
+class AttentionLowering:
+    """The program of one attention head on one config (module docstring)."""
+
+    def __init__(self, spec: AttentionSpec, cfg: HwConfig):
+        self.spec, self.cfg, self.limits = spec, cfg, Limits.of(cfg)
+        self.check_views()
+        lanes = cfg.block_out
+        self.cb, self.ub = spec.d // lanes, -(-spec.tokens // lanes)
+        self.up = self.ub * lanes  # keys padded to whole blocks
+        self.ib, self.ob = spec.views[0] // lanes, spec.views[4] // lanes
+        self.kt, self.vt = 2, 2 + self.cb * self.ub  # WGT: K's tiles, then V's (V^T's)
+        self.c0 = cfg.acc_depth - self.ub - len(CONSTS)  # the bias rows, then the constant rows
+        self.const = {name: self.c0 + self.ub + i for i, name in enumerate(CONSTS)}
+        self.check_fits()
+        self.threads = 1 if self.spec.tokens <= min(self.tile_rows(1), cfg.block_out) else 2
+        self.r = self.tile_rows(self.threads)
+
+    # ------------------------------------------------------------------------------------------------------
+    # limits
+
+    def check_views(self) -> None:
+        sp, cfg = self.spec, self.cfg
+        if not identity_fits(cfg) or cfg.batch != 1:
+            raise CompileError(f"attention: needs batch 1 and block_in == block_out on {cfg.name} (batch {cfg.batch}, "
+                               f"block_in {cfg.block_in}, block_out {cfg.block_out})")  # fmt: skip
+        c, q, k, v, oc, o = sp.views
+        blk = cfg.block_in
+        if any(x % blk for x in (sp.d, c, q, k, v, oc, o)) or max(q, k, v) + sp.d > c or o + sp.d > oc:
+            raise CompileError(
+                f"attention: a head of {sp.d} channels at q {q}, k {k}, v {v} of {c} and out {o} of {oc} needs "
+                f"whole blocks of {blk} inside the tensors"
+            )
+        if not 1 <= sp.tokens <= att.MAX_TOKENS:
+            raise CompileError(f"attention: {sp.tokens} tokens; U and Z are exact in int32 up to {att.MAX_TOKENS}")
+        if sp.keep is not None and (len(sp.keep) != sp.tokens or sp.runtime_mask):
+            raise CompileError(
+                f"attention: a constant mask of {len(sp.keep)} keys for {sp.tokens} (and no run-time one)"
+            )
+
+    def share(self, threads: int) -> tuple[int, int]:
+        """(ACC rows, INP rows) of a thread's share."""
+        return self.c0 // threads, self.cfg.inp_depth // threads
+
+    def tile_rows(self, threads: int) -> int:
+        """Query tokens a tile with ``threads`` virtual threads: the most whose rows fit a thread's share of ACC
+        and whose ``Q`` rows and exp planes fit its share of INP."""
+        acc, inp = self.share(threads)
+        per = 2 * self.ub + self.cb + len(TOKEN_ROWS)
+        return min(acc // per, inp // max(self.cb, 2 * self.ub), -(-self.spec.tokens // threads))
+
+    def fits(self) -> bool:
+        """Whether ``K``/``V`` (a thread's share of ACC and INP), the weight tiles and a query's rows fit."""
+        acc, inp = self.share(2)
+        wgt = 2 + 2 * self.cb * self.ub
+        return wgt <= self.cfg.wgt_depth and self.tile_rows(2) >= 1 and self.cb * self.up <= min(acc, inp)
+
+    def check_fits(self) -> None:
+        """Raise naming the limit where ``K``/``V``, the weight tiles or one query's rows do not fit."""
+        if self.fits():
+            return
+        cfg, t, d = self.cfg, self.spec.tokens, self.spec.d
+        most = max((n for n in range(1, att.MAX_TOKENS + 1) if _Probe(self, n).fits()), default=0)
+        raise CompileError(
+            f"attention: {t} tokens of a head of {d} do not fit {cfg.name}'s buffers (K and V {self.cb * self.up} "
+            f"ACC and INP rows a thread, {2 + 2 * self.cb * self.ub} weight blocks of {cfg.wgt_depth}): at most "
+            f"{most} tokens"
+        )
+
+    # ------------------------------------------------------------------------------------------------------
+    # tensors
+
+    def tensor_bytes(self) -> dict[str, int]:
+        cfg, t, e = self.cfg, self.spec.tokens, self.cfg.inp_elem_bytes
+        kv = self.cb * self.up * cfg.out_elem_bytes
+        return {
+            "inp": t * self.ib * e,
+            "out": t * self.ob * cfg.out_elem_bytes,
+            "wgt": 2 * cfg.wgt_elem_bytes,
+            "kw": kv,
+            "vw": kv,
+            "vt": kv,
+            "ex": 2 * t * self.ub * cfg.out_elem_bytes,
+            "lut": 2 * cfg.lut_depth * cfg.batch * cfg.block_out,
+            "consts": (self.ub + len(CONSTS)) * cfg.acc_elem_bytes,
+            "keep": self.up,
+        }
+
+    def constants(self) -> dict[str, np.ndarray]:
+        """The ones and identity blocks, the two exp tables (entry ``i`` for the score whose byte is ``i``), the
+        bias rows of a constant mask and the constant rows."""
+        cfg, p, lanes, f = self.cfg, self.spec.head, self.cfg.block_out, att.FRAC
+        eye = identity_weights(cfg)
+        hi, lo = att.exp_planes(np.asarray(p.exp, np.int64))
+        byte = np.arange(256).astype(np.uint8).view(np.int8).astype(np.int64) + 128  # the score of byte i
+        keep = None if self.spec.runtime_mask else self.spec.keep
+        bias = np.zeros(self.up, np.int64)
+        bias[: self.spec.tokens] = att.key_bias(p, keep, self.spec.tokens)
+        bias[self.spec.tokens :] = p.mask_bias
+        c1, c2 = (round(c * (1 << f)) for c in att.SEED)
+        rows = [p.score_multiplier, c1, c2, 2 << f, p.out_multiplier]
+        consts = np.concatenate([bias.reshape(self.ub, lanes), np.repeat(np.array(rows)[:, None], lanes, axis=1)])
+        return {
+            "wgt": np.concatenate([np.ones_like(eye), eye]),
+            "lut": np.concatenate([hi[byte], lo[byte]]),
+            "consts": consts.astype(np.int32),
+        }
+
+    def keep_vector(self, keep: np.ndarray | None) -> np.ndarray:
+        """The run-time keep vector as int8 0/1 over the padded keys (padding masked)."""
+        t = self.spec.tokens
+        k = np.ones(t, bool) if keep is None else np.asarray(keep).astype(bool).ravel()
+        if k.shape != (t,):
+            raise CompileError(f"attention: a key mask of {k.size} values for {t} keys")
+        out = np.zeros(self.up, np.int8)
+        out[:t] = k
+        return out
+
+    # ------------------------------------------------------------------------------------------------------
+    # kernels
+
+    def alu(self, op: AluOp, nest, dst: int, src: int = 0, **kw) -> Alu:
+        return alu_nest(op, nest, dst, src, self.limits, **kw)
+
+    def rows(self, tile: _Tile, op: AluOp, dst: str, src: str | None = None, **kw) -> Alu:
+        """``op`` over the tile's per-token rows ``dst`` (from ``src``'s rows, or a constant row's)."""
+        if src in self.const:
+            return self.alu(op, ((tile.r, (1, 0)),), tile.row(dst), self.const[src], **kw)
+        return self.alu(op, ((tile.r, (1, 1)),), tile.row(dst), tile.row(src) if src else 0, **kw)
+
+    def kv_copy(self) -> Gemm:
+        """``K`` or ``V`` rows (token-major from INP 0, ``UB L`` tokens) copied to ACC 0 in (block, token) order."""
+        nest = ((self.cb, (self.up, 1)), (self.up, (1, self.cb)))
+        return identity_gemm(nest, 0, 0, EYE, self.limits, init=True)
+
+    def transpose(self) -> Gemm:
+        """``V^T`` rows (block, key block, j) to ACC 0: the identity's rows ``e_j`` (INP 0) against ``V``'s tiles."""
+        n = self.cb * self.ub
+        return gemm_nest(
+            ((n, (self.cfg.block_out, 0, 1)), (self.cfg.block_out, (1, 1, 0))), (0, 0, self.vt), self.limits
+        )
+
+    def scores(self, tile: _Tile) -> Gemm:
+        """The tile's scores (token, key block) from its ``Q`` rows against ``K``'s tiles, each accumulator from its
+        key block's bias row (the outer loop)."""
+        ub, cb = self.ub, self.cb
+        nest = ((ub, (1, 0, 1)), (tile.r, (ub, cb, 0)), (cb, (0, 1, ub)))
+        return gemm_nest(nest, (tile.s, tile.i, self.kt), self.limits, pin_outer=True)
+
+    def products(self, tile: _Tile, src: int, init: bool) -> list[Gemm]:
+        """A plane (INP ``src``: token, key block) against ``V^T``'s tiles into ``U`` and the ones block into ``z``."""
+        ub, cb, r = self.ub, self.cb, tile.r
+        pv = ((r, (cb, ub, 0)), (cb, (1, 0, ub)), (ub, (0, 1, 1)))
+        sums = ((r, (1, ub, 0)), (ub, (0, 1, 0)))
+        return [
+            gemm_nest(pv, (tile.o, src, self.vt), self.limits, init),
+            gemm_nest(sums, (tile.row("z"), src, ONES), self.limits, init),
+        ]
+
+    # ------------------------------------------------------------------------------------------------------
+    # the program
+
+    def exp_planes(self, tile: _Tile) -> list[Op]:
+        """The scores requantized (MUL by the multiplier row, EPI ``req``), their high exp plane in the OUT mirror
+        of ``s`` (the table by EPI ``lut``) and the low one in that of the copy ``s + r UB``."""
+        n, cfg = tile.r * self.ub, self.cfg
+        table = (Load(MemType.LUT, 0, "lut", k * cfg.lut_depth, 1, cfg.lut_depth, cfg.lut_depth) for k in (0, 1))
+        return [
+            Epi(False, False, 0, self.c0),
+            self.scores(tile),
+            next(table),
+            Epi(True, False, 0, None, lut=True),
+            self.alu(AluOp.MUL, ((n, (1, 0)),), tile.s, self.const["sm"], shift=self.spec.head.score_shift),
+            next(table),
+            self.alu(AluOp.ADD, ((n, (1, 1)),), tile.s + n, tile.s, reset=True),
+        ]
+
+    def sums(self, tile: _Tile) -> list[Op]:
+        """``U`` and ``Z`` from the two planes (INP from ``tile.i``): ``256 (hi ...) + lo ...``."""
+        n = tile.r * (self.cb + 1)
+        return [
+            Epi(False, False, 0, None),
+            *self.products(tile, tile.i, True),
+            self.alu(AluOp.SHR, ((n, (1, 1)),), tile.o, imm=-8),
+            *self.products(tile, tile.i + tile.r * self.ub, False),
+        ]
+
+    def exponent(self, tile: _Tile) -> list[Op]:
+        """``k`` of ``Z = max(Z, 1)`` by the binary search (:func:`~vdla.graph.oracle.reciprocal_exponent`)."""
+        rows = self.rows
+        ops = [rows(tile, AluOp.MAX, "z", imm=1), rows(tile, AluOp.ADD, "w", "z", reset=True)]
+        ops.append(rows(tile, AluOp.ADD, "k", imm=0, reset=True))
+        for b in att.K_STEPS:
+            ops += [
+                rows(tile, AluOp.ADD, "t", "w", reset=True),
+                rows(tile, AluOp.SHR, "t", imm=b),
+                rows(tile, AluOp.MIN, "t", imm=1),
+                rows(tile, AluOp.MUL, "t", imm=b),  # c
+                rows(tile, AluOp.SHR, "w", "t"),  # by each lane's own c
+                rows(tile, AluOp.ADD, "k", "t"),
+            ]
+        return ops
+
+    def reciprocal(self, tile: _Tile) -> list[Op]:
+        """``m = SHR(Z, k - F)``, ``r`` from the seed by Newton (:func:`~vdla.graph.oracle.reciprocal_fixed`), then
+        ``k - G`` in ``k``."""
+        rows, f = self.rows, att.FRAC
+        ops = [
+            rows(tile, AluOp.ADD, "t", "k", reset=True),
+            rows(tile, AluOp.ADD, "t", imm=-f),
+            rows(tile, AluOp.ADD, "nm", "z", reset=True),
+            rows(tile, AluOp.SHR, "nm", "t"),
+            rows(tile, AluOp.ADD, "r", "nm", reset=True),
+            rows(tile, AluOp.MUL, "r", "c2", shift=f),
+            rows(tile, AluOp.MUL, "r", imm=-1),
+            rows(tile, AluOp.ADD, "r", "c1"),
+            rows(tile, AluOp.MUL, "nm", imm=-1),
+        ]
+        for _ in range(att.ITERATIONS):
+            ops += [
+                rows(tile, AluOp.ADD, "t", "nm", reset=True),
+                rows(tile, AluOp.MUL, "t", "r", shift=f),
+                rows(tile, AluOp.ADD, "t", "two"),
+                rows(tile, AluOp.MUL, "r", "t", shift=f),
+            ]
+        return ops + [rows(tile, AluOp.ADD, "k", imm=-att.G)]
+
+    def output(self, tile: _Tile) -> list[Op]:
+        """Over the tile's ``R x CB`` rows of ``U``: MUL by ``r``, RSHR by ``k - G``, MUL by the output multiplier row
+        with the OUT mirror requantizing (EPI ``req``): the int8 output."""
+        r, cb = tile.r, self.cb
+        per_row = ((r, (cb, 1)), (cb, (1, 0)))
+        return [
+            self.alu(AluOp.MUL, per_row, tile.o, tile.row("r"), shift=att.FRAC),
+            self.alu(AluOp.RSHR, per_row, tile.o, tile.row("k")),
+            Epi(True, False, 0, None),
+            self.alu(AluOp.MUL, ((r * cb, (1, 0)),), tile.o, self.const["mo"], shift=self.spec.head.out_shift),
+        ]
+
+    def setup(self) -> list[Block]:
+        """Thread 0's blocks that put ``K`` and ``V^T`` in the weight layout (module docstring)."""
+        _, _, k_at, v_at, _, _ = self.spec.views
+        t, blk, n, tiles = self.spec.tokens, self.cfg.block_in, self.cb * self.up, self.cb * self.ub
+        pad = (0, self.up - t, 0, 0)
+        k_rows, v_rows = (Load(MemType.INP, 0, "inp", at // blk, t, self.cb, self.ib, pad) for at in (k_at, v_at))
+        consts = Load(MemType.WGT, 0, "wgt", 0, 1, 2, 2)
+        eye_rows = Load(MemType.INP, 0, "wgt", EYE * self.cfg.block_out, 1, self.cfg.block_out, self.cfg.block_out)
+        kv_tiles = tuple(
+            Load(MemType.WGT, at, name, 0, 1, tiles, tiles) for at, name in ((self.kt, "kw"), (self.vt, "vw"))
+        )
+        return [
+            Block(0, (k_rows, consts), (*WAIT, self.kv_copy()), (Store(0, "kw", 0, 1, n, n),)),
+            Block(0, (v_rows,), (*WAIT, self.kv_copy()), (Store(0, "vw", 0, 1, n, n),)),
+            Block(0, (), WAIT, ()),
+            Block(0, (*kv_tiles, eye_rows), (*WAIT, self.transpose()), (Store(0, "vt", 0, 1, n, n),)),
+            Block(0, (), WAIT, ()),
+        ]
+
+    def tile(self, k: int, thread: int) -> _Tile:
+        acc, inp = self.share(self.threads)
+        r = min(self.r, self.spec.tokens - k * self.r)
+        return _Tile(thread, r, thread * acc, thread * inp, self.ub, self.cb)
+
+    def blocks(self, k: int, thread: int) -> list[Block]:
+        """Query tile ``k`` on ``thread``: the scores and their exp planes (stored to ``ex``), a wait, the planes
+        loaded, ``U`` and ``Z``, the division and the output (stored into the output view)."""
+        _, q_at, _, _, _, out_at = self.spec.views
+        blk, t0, tile = self.cfg.block_in, k * self.r, self.tile(k, thread)
+        plane, n = 2 * t0 * self.ub, 2 * tile.r * self.ub
+        loads = [Load(MemType.INP, tile.i, "inp", t0 * self.ib + q_at // blk, tile.r, self.cb, self.ib)]
+        if k == 0:  # thread 0's first tile: V^T's tiles over V's
+            tiles = self.cb * self.ub
+            loads.append(Load(MemType.WGT, self.vt, "vt", 0, 1, tiles, tiles))
+        division = (*self.exponent(tile), *self.reciprocal(tile), *self.output(tile))
+        out = Store(tile.o, "out", t0 * self.ob + out_at // blk, tile.r, self.cb, self.ob)
+        return [
+            Block(thread, tuple(loads), tuple(self.exp_planes(tile)), (Store(tile.s, "ex", plane, 1, n, n),)),
+            Block(thread, (), WAIT, ()),
+            Block(thread, (Load(MemType.INP, tile.i, "ex", plane, 1, n, n),), (*self.sums(tile), *division), (out,)),
+        ]
+
+    @property
+    def tiles(self) -> int:
+        return -(-self.spec.tokens // self.r)
+
+    def prologue(self) -> list[Op]:
+        """The constant rows; with a run-time mask the bias rows from the keep vector: ``(keep - 1) << mask_shift``."""
+        width = self.ub + len(CONSTS)
+        ops: list[Op] = [Load(MemType.ACC, self.c0, "consts", 0, 1, width, width)]
+        if self.spec.runtime_mask:
+            each = ((self.ub, (1, 1)),)
+            ops += [
+                Load(MemType.ACC_8BIT, self.c0, "keep", 0, 1, self.ub, self.ub),
+                self.alu(AluOp.ADD, each, self.c0, imm=-1),
+                self.alu(AluOp.SHR, each, self.c0, imm=-self.spec.head.mask_shift),
+            ]
+        return ops
+
+    def stream(self) -> Stream:
+        """Thread 0: the setup, then its tiles; thread 1 (if any) starts after thread 0's first tile."""
+        setup = self.setup()
+        threads = [[b for k in range(self.tiles) if k % self.threads == t for b in self.blocks(k, t)]
+                   for t in range(self.threads)]  # fmt: skip
+        threads[0] = setup + threads[0]
+        if self.threads == 2:
+            threads[1] = [Block(1, (), WAIT, ())] * (len(setup) + 1) + threads[1]  # its first load pops their token
+        return lower_vthreads(threads, prologue_block(self.prologue(), threads, self.cfg.uop_depth))
+
+
+class _Probe(AttentionLowering):
+    """The buffer arithmetic of ``tokens`` tokens of another lowering's head and config (no checks)."""
+
+    def __init__(self, low: AttentionLowering, tokens: int):
+        lanes = low.cfg.block_out
+        self.spec, self.cfg, self.cb = AttentionSpec(tokens, low.spec.head), low.cfg, low.cb
+        self.ub = -(-tokens // lanes)
+        self.up = self.ub * lanes
+        self.c0 = low.cfg.acc_depth - self.ub - len(CONSTS)
+
+
+@dataclass
+class CompiledAttention:
+    """An attention head compiled for one config."""
+
+    lowering: AttentionLowering
+    stream: Stream
+
+    @property
+    def spec(self) -> AttentionSpec:
+        return self.lowering.spec
+
+    def run(self, dev: Device, x: np.ndarray, keep: np.ndarray | None = None, **run_options) -> LayerRun:
+        """Run on ``dev``: ``x`` int8 (tokens, in_channels) holding ``Q``, ``K``, ``V``; ``keep`` the run-time key
+        mask (nonzero: kept) of a spec with ``runtime_mask``. The output tensor (tokens, out_channels), the
+        head's channels written."""
+        sp, low = self.spec, self.lowering
+        shape = (sp.tokens, sp.views[0])
+        if x.dtype != np.int8 or x.shape != shape:
+            raise CompileError(f"attention input must be int8 of shape {shape}, got {x.dtype} {x.shape}")
+        if keep is not None and not sp.runtime_mask:
+            raise CompileError("attention: a run-time key mask for a head compiled without one (runtime_mask)")
+        sizes = low.tensor_bytes()
+        scratch = {name: np.zeros(sizes[name], np.int8) for name in ("kw", "vw", "vt", "ex")}
+        arrays = dict(low.constants(), inp=np.ascontiguousarray(x), keep=low.keep_vector(keep), **scratch)
+        out, result = run_bound(dev, low, self.stream, arrays, (sp.tokens, sp.views[4]), **run_options)
+        return LayerRun(out, result)
+
+
+def compile_attention(spec: AttentionSpec, config=DEFAULT_PRESET) -> CompiledAttention:
+    """Compile an attention head for ``config`` (module docstring)."""
+    low = AttentionLowering(spec, load_config(config))
+    return CompiledAttention(low, low.stream())
