@@ -3,35 +3,41 @@ exactly :func:`vdla.graph.oracle.attention_int` of the spec's :class:`~vdla.grap
 
 ``Q``, ``K`` and ``V`` (T, d) are channel-block views of one int8 token-major tensor in DRAM (a QKV
 projection's output: ``C`` channels a token, each view ``d`` of them from its own offset); the output (T, d)
-goes into a channel-block view of another (the concatenated heads). ``L`` = ``block_out`` keys a block,
-``UB = ceil(T / L)`` key blocks, ``CB = d / L`` channel blocks. On virtual thread 0 first:
+goes into a channel-block view of another (the concatenated heads). ``L`` = ``block_out`` tokens a block,
+``UB = ceil(T / L)`` key blocks, ``CB = d / L`` channel blocks. The products run transposed, ``O^T = V^T P^T``,
+so that a token's row sum and its reciprocal sit in the token's own lane (16 tokens an accumulator row) beside
+its output column: the division is a per-row ALU program on ``T / L`` rows, no value crosses lanes.
+
+On virtual thread 0 first (the setup):
 
 * ``K`` and ``V`` into the weight layout with no CPU step: each copied into ACC by an identity GEMM in the
   order (channel block, token) (``UB L`` tokens, the load's padding rows zero), so that one STORE puts token
   ``u``'s block ``c`` at row ``u % L`` of weight tile ``(c, u // L)``;
-* after a block that waits for those stores (store -> compute), the ``K`` and ``V`` tiles loaded as WGT and
-  ``V^T`` by GEMMs of the identity's rows ``e_j`` as input against ``V``'s tiles (``out[j, o] = V[u0 + o, j]``),
-  in the order (channel block, key block, j): one STORE puts them in the weight layout of ``P V``, tile
-  ``(j // L, u // L)``; another wait, and thread 0's first tile loads those tiles over ``V``'s.
+* after a block that waits for those stores (store -> compute), the tiles loaded as WGT and ``V^T`` by GEMMs of
+  the identity's rows ``e_j`` as input against ``V``'s tiles (``out[j, o] = V[u0 + o, j]``), stored; another
+  wait, and thread 0's first tile loads ``V^T``'s rows as INP rows (with the ones and identity rows), where
+  every tile of both threads reads them.
 
-Then the queries in tiles of ``R`` tokens (:meth:`AttentionLowering.tile_rows`), one or two virtual threads (a
-thread's half of ACC and INP; the weight tiles are shared, thread 1 starting after thread 0's setup):
+Then the queries in tiles of ``TB`` query blocks (:meth:`AttentionLowering.tile_blocks`), one or two virtual
+threads (a thread's share of ACC, INP and WGT; thread 1 starts after thread 0's setup):
 
-* LOAD INP of the tile's ``Q`` rows; the scores by GEMMs against ``K``'s tiles with ``init`` from the bias rows
-  (the key mask, per key block: the outer loop); an ALU MUL by the score multiplier row with its rounding
-  shift under EPI ``req`` (the clamp to int8) and ``lut`` with the high exp table: the OUT mirror holds the
-  high plane; an ALU copy under the low table: the low plane; both stored;
-* after a wait, the planes loaded as INP rows: the GEMMs of the high plane against ``V^T``'s tiles and the
-  ones block (the row sum in every lane of the token's ``z`` row), an ALU SHR by -8, the same GEMMs of the low
-  plane accumulating: ``U`` and ``Z``;
-* the per-token ALU program on the ``z`` rows (:data:`~vdla.graph.attention.K_STEPS` search of the leading
-  one, the seed and the Newton steps of ``1 / m``), then over the tile's ``R x CB`` rows: MUL by ``r``,
-  RSHR by ``k - G``, MUL by the output multiplier row under EPI ``req``: the int8 output; STORE into the
+* LOAD INP of the tile's ``Q`` rows (padded to whole blocks); the scores by GEMMs against ``K``'s tiles with
+  ``init`` from the bias rows (the key mask, per key block: the outer loop), in the order (query block, key
+  block, query) so that their OUT rows are ``P^T``'s weight tiles; an ALU MUL by the score multiplier row with
+  its rounding shift under EPI ``req`` (the clamp to int8) and ``lut`` with the high exp table: the OUT mirror
+  holds the high plane; an ALU copy under the low table: the low plane; both stored;
+* after a wait, the planes loaded as WGT: ``O^T`` by GEMMs of ``V^T``'s rows against the high plane's tiles and
+  ``Z`` (a token's row sum in its lane) of the ones row, an ALU SHR by -8, the same GEMMs on the low plane
+  accumulating: ``U^T = 256 (V^T hi^T) + V^T lo^T`` and ``Z``;
+* the per-row ALU program on the ``Z`` rows (:data:`~vdla.graph.attention.K_STEPS` search of the leading one,
+  the seed and the Newton steps of ``1 / m``), then over ``U^T``'s rows: MUL by ``r``, RSHR by ``k - G`` (each
+  row's own lanes), MUL by the output multiplier row under EPI ``req``: the int8 ``O^T``, stored as weight
+  tiles; after a wait, loaded as WGT and transposed back by GEMMs of the identity rows: ``O``, stored into the
   output view.
 
 The bias rows (a constant mask, or a run-time keep vector by LOAD ACC_8BIT, ADD -1 and SHR by
 ``-mask_shift``) and the constant rows are one load ahead of the blocks. Padded keys (``T`` to ``UB L``)
-are masked: their exp is 0 in every sum.
+are masked: their exp is 0 in every sum; padded queries (zero rows) are computed and not stored.
 
 Invariant: bit for bit :func:`~vdla.graph.oracle.attention_int` on every backend; ``block_in == block_out`` and
 batch 1; no optional unit (OUT-path multiplier, ``src_out``).
@@ -55,9 +61,9 @@ from vdla.graph.attention import IntAttention
 from vdla.isa import AluOp, MemType
 from vdla.runtime.device import Device
 
-ONES, EYE = 0, 1  # WGT blocks: the all-ones block (row sums in every lane) and the identity (copies)
+ONES, EYE = 0, 1  # WGT blocks (and their rows as INP rows): all ones (row sums) and the identity (copies)
 CONSTS = ("sm", "c1", "c2", "two", "mo")  # constant rows after the bias rows: score multiplier, seed, 2, output
-TOKEN_ROWS = ("z", "w", "k", "t", "nm", "r")  # rows a token: Z (after U), the search's copy, k, scratch, -m, r
+BLOCK_ROWS = ("z", "w", "k", "t", "nm", "r")  # rows a query block: Z (after U^T), the search's copy, k, scratch, -m, r
 WAIT = (Epi(False, False, 0, None),)  # a compute-only block that pops the stores' store -> compute token
 
 
@@ -95,25 +101,30 @@ class AttentionSpec:
 
 @dataclass(frozen=True)
 class _Tile:
-    """A tile of ``r`` query tokens on a thread: its ACC rows from ``a`` and INP rows from ``i``."""
+    """A tile of ``r`` query tokens (``tb`` query blocks of ``lanes``) on a thread: its ACC rows from ``a``, INP rows
+    from ``i`` and WGT blocks from ``w``; ``ub`` key blocks, ``d`` channels."""
 
-    thread: int
     r: int
+    tb: int
     a: int
     i: int
+    w: int
     ub: int
-    cb: int
+    d: int
+    lanes: int
 
     @property
-    def s(self) -> int:  # the scores (then the high plane in OUT); the copy ``s + r ub`` (the low plane)
-        return self.a
+    def planes(self) -> int:
+        """Rows (and weight-tile rows) of one exp plane: query block, key block, query."""
+        return self.tb * self.ub * self.lanes
 
     @property
-    def o(self) -> int:  # U, then the output: r x cb rows, the z rows right after
-        return self.a + 2 * self.r * self.ub
+    def o(self) -> int:
+        """``U^T`` (query block, channel), then ``O^T``, then ``O`` (query, channel block); the per-block rows after."""
+        return self.a + 2 * self.planes
 
     def row(self, name: str) -> int:
-        return self.o + self.r * self.cb + TOKEN_ROWS.index(name) * self.r
+        return self.o + self.tb * self.d + BLOCK_ROWS.index(name) * self.tb
 
 
 class AttentionLowering:
@@ -122,16 +133,18 @@ class AttentionLowering:
     def __init__(self, spec: AttentionSpec, cfg: HwConfig):
         self.spec, self.cfg, self.limits = spec, cfg, Limits.of(cfg)
         self.check_views()
-        lanes = cfg.block_out
-        self.cb, self.ub = spec.d // lanes, -(-spec.tokens // lanes)
-        self.up = self.ub * lanes  # keys padded to whole blocks
-        self.ib, self.ob = spec.views[0] // lanes, spec.views[4] // lanes
-        self.kt, self.vt = 2, 2 + self.cb * self.ub  # WGT: K's tiles, then V's (V^T's)
-        self.c0 = cfg.acc_depth - self.ub - len(CONSTS)  # the bias rows, then the constant rows
+        self.lanes = cfg.block_out
+        self.cb, self.ub = spec.d // self.lanes, -(-spec.tokens // self.lanes)
+        self.up = self.ub * self.lanes  # tokens padded to whole blocks (keys and queries)
+        self.ib, self.ob = spec.views[0] // self.lanes, spec.views[4] // self.lanes
+        self.kt, self.w0 = 2, 2 + self.cb * self.ub  # WGT: ones, identity, K's tiles, then the threads' shares
+        self.vt = 2 * self.lanes  # INP: the ones and identity rows, V^T's rows (channel block, key block, j)
+        self.i0 = self.vt + self.cb * self.up  # then the threads' shares
+        self.c0 = cfg.acc_depth - self.ub - len(CONSTS)  # ACC: the threads' shares, the bias rows, the constants
         self.const = {name: self.c0 + self.ub + i for i, name in enumerate(CONSTS)}
         self.check_fits()
-        self.threads = 1 if self.spec.tokens <= min(self.tile_rows(1), cfg.block_out) else 2
-        self.r = self.tile_rows(self.threads)
+        self.threads = 1 if self.ub == 1 else 2
+        self.tb = self.tile_blocks(self.threads)
 
     # ------------------------------------------------------------------------------------------------------
     # limits
@@ -155,32 +168,34 @@ class AttentionLowering:
                 f"attention: a constant mask of {len(sp.keep)} keys for {sp.tokens} (and no run-time one)"
             )
 
-    def share(self, threads: int) -> tuple[int, int]:
-        """(ACC rows, INP rows) of a thread's share."""
-        return self.c0 // threads, self.cfg.inp_depth // threads
+    def share(self, threads: int) -> tuple[int, int, int]:
+        """(ACC rows, INP rows, WGT blocks) of a thread's share."""
+        cfg = self.cfg
+        return self.c0 // threads, (cfg.inp_depth - self.i0) // threads, (cfg.wgt_depth - self.w0) // threads
 
-    def tile_rows(self, threads: int) -> int:
-        """Query tokens a tile with ``threads`` virtual threads: the most whose rows fit a thread's share of ACC
-        and whose ``Q`` rows and exp planes fit its share of INP."""
-        acc, inp = self.share(threads)
-        per = 2 * self.ub + self.cb + len(TOKEN_ROWS)
-        return min(acc // per, inp // max(self.cb, 2 * self.ub), -(-self.spec.tokens // threads))
+    def tile_blocks(self, threads: int) -> int:
+        """Query blocks a tile with ``threads`` virtual threads: the most whose rows fit a thread's share of ACC,
+        whose ``Q`` rows fit its share of INP and whose exp planes and ``O^T`` tiles fit its share of WGT."""
+        acc, inp, wgt = self.share(threads)
+        lanes, ub, cb = self.lanes, self.ub, self.cb
+        per_acc = 2 * lanes * ub + self.spec.d + len(BLOCK_ROWS)
+        return min(acc // per_acc, inp // (lanes * cb), wgt // max(2 * ub, cb), -(-ub // threads))
 
     def fits(self) -> bool:
-        """Whether ``K``/``V`` (a thread's share of ACC and INP), the weight tiles and a query's rows fit."""
-        acc, inp = self.share(2)
-        wgt = 2 + 2 * self.cb * self.ub
-        return wgt <= self.cfg.wgt_depth and self.tile_rows(2) >= 1 and self.cb * self.up <= min(acc, inp)
+        """Whether the setup (``K``/``V`` in ACC and INP, ``V``'s tiles in WGT) and one query block fit."""
+        cfg, n = self.cfg, self.cb * self.up
+        setup = 2 * n <= min(self.c0, cfg.inp_depth) and self.w0 + self.cb * self.ub <= cfg.wgt_depth
+        return setup and self.i0 < cfg.inp_depth and self.w0 < cfg.wgt_depth and self.tile_blocks(2) >= 1
 
     def check_fits(self) -> None:
-        """Raise naming the limit where ``K``/``V``, the weight tiles or one query's rows do not fit."""
+        """Raise naming the limit where the setup or one query block does not fit."""
         if self.fits():
             return
         cfg, t, d = self.cfg, self.spec.tokens, self.spec.d
         most = max((n for n in range(1, att.MAX_TOKENS + 1) if _Probe(self, n).fits()), default=0)
         raise CompileError(
-            f"attention: {t} tokens of a head of {d} do not fit {cfg.name}'s buffers (K and V {self.cb * self.up} "
-            f"ACC and INP rows a thread, {2 + 2 * self.cb * self.ub} weight blocks of {cfg.wgt_depth}): at most "
+            f"attention: {t} tokens of a head of {d} do not fit {cfg.name}'s buffers (V^T {self.cb * self.up} INP "
+            f"rows, K and V {2 * self.cb * self.ub} weight blocks of {cfg.wgt_depth}, a query block's rows): at most "
             f"{most} tokens"
         )
 
@@ -194,10 +209,10 @@ class AttentionLowering:
             "inp": t * self.ib * e,
             "out": t * self.ob * cfg.out_elem_bytes,
             "wgt": 2 * cfg.wgt_elem_bytes,
-            "kw": kv,
-            "vw": kv,
+            "kw": 2 * kv,
             "vt": kv,
-            "ex": 2 * t * self.ub * cfg.out_elem_bytes,
+            "ot": kv,
+            "ex": 2 * self.up * self.ub * cfg.out_elem_bytes,
             "lut": 2 * cfg.lut_depth * cfg.batch * cfg.block_out,
             "consts": (self.ub + len(CONSTS)) * cfg.acc_elem_bytes,
             "keep": self.up,
@@ -206,14 +221,13 @@ class AttentionLowering:
     def constants(self) -> dict[str, np.ndarray]:
         """The ones and identity blocks, the two exp tables (entry ``i`` for the score whose byte is ``i``), the
         bias rows of a constant mask and the constant rows."""
-        cfg, p, lanes, f = self.cfg, self.spec.head, self.cfg.block_out, att.FRAC
+        cfg, p, lanes, f = self.cfg, self.spec.head, self.lanes, att.FRAC
         eye = identity_weights(cfg)
         hi, lo = att.exp_planes(np.asarray(p.exp, np.int64))
         byte = np.arange(256).astype(np.uint8).view(np.int8).astype(np.int64) + 128  # the score of byte i
         keep = None if self.spec.runtime_mask else self.spec.keep
-        bias = np.zeros(self.up, np.int64)
+        bias = np.full(self.up, p.mask_bias, np.int64)
         bias[: self.spec.tokens] = att.key_bias(p, keep, self.spec.tokens)
-        bias[self.spec.tokens :] = p.mask_bias
         c1, c2 = (round(c * (1 << f)) for c in att.SEED)
         rows = [p.score_multiplier, c1, c2, 2 << f, p.out_multiplier]
         consts = np.concatenate([bias.reshape(self.ub, lanes), np.repeat(np.array(rows)[:, None], lanes, axis=1)])
@@ -240,66 +254,74 @@ class AttentionLowering:
         return alu_nest(op, nest, dst, src, self.limits, **kw)
 
     def rows(self, tile: _Tile, op: AluOp, dst: str, src: str | None = None, **kw) -> Alu:
-        """``op`` over the tile's per-token rows ``dst`` (from ``src``'s rows, or a constant row's)."""
+        """``op`` over the tile's per-block rows ``dst`` (from ``src``'s rows, or a constant row's)."""
         if src in self.const:
-            return self.alu(op, ((tile.r, (1, 0)),), tile.row(dst), self.const[src], **kw)
-        return self.alu(op, ((tile.r, (1, 1)),), tile.row(dst), tile.row(src) if src else 0, **kw)
+            return self.alu(op, ((tile.tb, (1, 0)),), tile.row(dst), self.const[src], **kw)
+        return self.alu(op, ((tile.tb, (1, 1)),), tile.row(dst), tile.row(src) if src else 0, **kw)
 
     def kv_copy(self) -> Gemm:
-        """``K`` or ``V`` rows (token-major from INP 0, ``UB L`` tokens) copied to ACC 0 in (block, token) order."""
-        nest = ((self.cb, (self.up, 1)), (self.up, (1, self.cb)))
+        """``K``'s then ``V``'s rows (token-major from INP 0, ``UB L`` tokens each) copied to ACC 0 in (tensor, block,
+        token) order."""
+        n = self.cb * self.up
+        nest = ((2, (n, n)), (self.cb, (self.up, 1)), (self.up, (1, self.cb)))
         return identity_gemm(nest, 0, 0, EYE, self.limits, init=True)
 
     def transpose(self) -> Gemm:
         """``V^T`` rows (block, key block, j) to ACC 0: the identity's rows ``e_j`` (INP 0) against ``V``'s tiles."""
-        n = self.cb * self.ub
-        return gemm_nest(
-            ((n, (self.cfg.block_out, 0, 1)), (self.cfg.block_out, (1, 1, 0))), (0, 0, self.vt), self.limits
-        )
+        n, lanes = self.cb * self.ub, self.lanes
+        return gemm_nest(((n, (lanes, 0, 1)), (lanes, (1, 1, 0))), (0, 0, self.w0), self.limits)
 
     def scores(self, tile: _Tile) -> Gemm:
-        """The tile's scores (token, key block) from its ``Q`` rows against ``K``'s tiles, each accumulator from its
-        key block's bias row (the outer loop)."""
-        ub, cb = self.ub, self.cb
-        nest = ((ub, (1, 0, 1)), (tile.r, (ub, cb, 0)), (cb, (0, 1, ub)))
-        return gemm_nest(nest, (tile.s, tile.i, self.kt), self.limits, pin_outer=True)
+        """The tile's scores (query block, key block, query) from its ``Q`` rows against ``K``'s tiles, each
+        accumulator from its key block's bias row (the outer loop)."""
+        ub, cb, lanes = self.ub, self.cb, self.lanes
+        nest = ((ub, (lanes, 0, 1)), (tile.tb, (ub * lanes, lanes * cb, 0)), (lanes, (1, cb, 0)), (cb, (0, 1, ub)))
+        return gemm_nest(nest, (tile.a, tile.i, self.kt), self.limits, pin_outer=True)
 
-    def products(self, tile: _Tile, src: int, init: bool) -> list[Gemm]:
-        """A plane (INP ``src``: token, key block) against ``V^T``'s tiles into ``U`` and the ones block into ``z``."""
-        ub, cb, r = self.ub, self.cb, tile.r
-        pv = ((r, (cb, ub, 0)), (cb, (1, 0, ub)), (ub, (0, 1, 1)))
-        sums = ((r, (1, ub, 0)), (ub, (0, 1, 0)))
+    def products(self, tile: _Tile, w: int, init: bool) -> list[Gemm]:
+        """``V^T``'s rows against a plane's tiles (WGT ``w``: query block, key block) into ``U^T``, and the ones row
+        into ``z`` (each query's row sum in its lane)."""
+        ub, cb, lanes, d = self.ub, self.cb, self.lanes, self.spec.d
+        ut = ((tile.tb, (d, 0, ub)), (cb, (lanes, ub * lanes, 0)), (lanes, (1, 1, 0)), (ub, (0, lanes, 1)))
+        sums = ((tile.tb, (1, 0, ub)), (ub, (0, 0, 1)))
         return [
-            gemm_nest(pv, (tile.o, src, self.vt), self.limits, init),
-            gemm_nest(sums, (tile.row("z"), src, ONES), self.limits, init),
+            gemm_nest(ut, (tile.o, self.vt, w), self.limits, init),
+            gemm_nest(sums, (tile.row("z"), ONES * lanes, w), self.limits, init),
         ]
+
+    def untranspose(self, tile: _Tile) -> Gemm:
+        """``O`` (query, channel block) from ``O^T``'s tiles (WGT ``tile.w``: query block, channel block) against the
+        identity rows (query ``t``: row ``e_(t % L)``)."""
+        cb, lanes = self.cb, self.lanes
+        nest = ((tile.tb, (lanes * cb, 0, cb)), (lanes, (cb, 1, 0)), (cb, (1, 0, 1)))
+        return gemm_nest(nest, (tile.o, EYE * lanes, tile.w), self.limits)
 
     # ------------------------------------------------------------------------------------------------------
     # the program
 
     def exp_planes(self, tile: _Tile) -> list[Op]:
         """The scores requantized (MUL by the multiplier row, EPI ``req``), their high exp plane in the OUT mirror
-        of ``s`` (the table by EPI ``lut``) and the low one in that of the copy ``s + r UB``."""
-        n, cfg = tile.r * self.ub, self.cfg
+        of the scores (the table by EPI ``lut``) and the low one in that of their copy."""
+        n, cfg = tile.planes, self.cfg
         table = (Load(MemType.LUT, 0, "lut", k * cfg.lut_depth, 1, cfg.lut_depth, cfg.lut_depth) for k in (0, 1))
         return [
             Epi(False, False, 0, self.c0),
             self.scores(tile),
             next(table),
             Epi(True, False, 0, None, lut=True),
-            self.alu(AluOp.MUL, ((n, (1, 0)),), tile.s, self.const["sm"], shift=self.spec.head.score_shift),
+            self.alu(AluOp.MUL, ((n, (1, 0)),), tile.a, self.const["sm"], shift=self.spec.head.score_shift),
             next(table),
-            self.alu(AluOp.ADD, ((n, (1, 1)),), tile.s + n, tile.s, reset=True),
+            self.alu(AluOp.ADD, ((n, (1, 1)),), tile.a + n, tile.a, reset=True),
         ]
 
     def sums(self, tile: _Tile) -> list[Op]:
-        """``U`` and ``Z`` from the two planes (INP from ``tile.i``): ``256 (hi ...) + lo ...``."""
-        n = tile.r * (self.cb + 1)
+        """``U^T`` and ``Z`` from the two planes' tiles: ``256 (hi ...) + lo ...``."""
+        n = tile.tb * (self.spec.d + 1)
         return [
             Epi(False, False, 0, None),
-            *self.products(tile, tile.i, True),
+            *self.products(tile, tile.w, True),
             self.alu(AluOp.SHR, ((n, (1, 1)),), tile.o, imm=-8),
-            *self.products(tile, tile.i + tile.r * self.ub, False),
+            *self.products(tile, tile.w + tile.tb * self.ub, False),
         ]
 
     def exponent(self, tile: _Tile) -> list[Op]:
@@ -343,62 +365,82 @@ class AttentionLowering:
         return ops + [rows(tile, AluOp.ADD, "k", imm=-att.G)]
 
     def output(self, tile: _Tile) -> list[Op]:
-        """Over the tile's ``R x CB`` rows of ``U``: MUL by ``r``, RSHR by ``k - G``, MUL by the output multiplier row
-        with the OUT mirror requantizing (EPI ``req``): the int8 output."""
-        r, cb = tile.r, self.cb
-        per_row = ((r, (cb, 1)), (cb, (1, 0)))
+        """Over ``U^T``'s rows (each query block's ``d``): MUL by the block's ``r``, RSHR by its ``k - G``, MUL by the
+        output multiplier row with the OUT mirror requantizing (EPI ``req``): the int8 ``O^T``."""
+        d, n = self.spec.d, tile.tb * self.spec.d
+        per_block = ((tile.tb, (d, 1)), (d, (1, 0)))
         return [
-            self.alu(AluOp.MUL, per_row, tile.o, tile.row("r"), shift=att.FRAC),
-            self.alu(AluOp.RSHR, per_row, tile.o, tile.row("k")),
+            self.alu(AluOp.MUL, per_block, tile.o, tile.row("r"), shift=att.FRAC),
+            self.alu(AluOp.RSHR, per_block, tile.o, tile.row("k")),
             Epi(True, False, 0, None),
-            self.alu(AluOp.MUL, ((r * cb, (1, 0)),), tile.o, self.const["mo"], shift=self.spec.head.out_shift),
+            self.alu(AluOp.MUL, ((n, (1, 0)),), tile.o, self.const["mo"], shift=self.spec.head.out_shift),
         ]
 
     def setup(self) -> list[Block]:
-        """Thread 0's blocks that put ``K`` and ``V^T`` in the weight layout (module docstring)."""
+        """Thread 0's blocks that put ``K``'s tiles in WGT and ``V^T``'s rows in DRAM (module docstring)."""
         _, _, k_at, v_at, _, _ = self.spec.views
-        t, blk, n, tiles = self.spec.tokens, self.cfg.block_in, self.cb * self.up, self.cb * self.ub
+        t, blk, n, tiles, lanes = self.spec.tokens, self.cfg.block_in, self.cb * self.up, self.cb * self.ub, self.lanes
         pad = (0, self.up - t, 0, 0)
-        k_rows, v_rows = (Load(MemType.INP, 0, "inp", at // blk, t, self.cb, self.ib, pad) for at in (k_at, v_at))
-        consts = Load(MemType.WGT, 0, "wgt", 0, 1, 2, 2)
-        eye_rows = Load(MemType.INP, 0, "wgt", EYE * self.cfg.block_out, 1, self.cfg.block_out, self.cfg.block_out)
-        kv_tiles = tuple(
-            Load(MemType.WGT, at, name, 0, 1, tiles, tiles) for at, name in ((self.kt, "kw"), (self.vt, "vw"))
+        rows = tuple(
+            Load(MemType.INP, i * n, "inp", at // blk, t, self.cb, self.ib, pad) for i, at in enumerate((k_at, v_at))
         )
+        consts = Load(MemType.WGT, 0, "wgt", 0, 1, 2, 2)
+        eye_rows = Load(MemType.INP, 0, "wgt", EYE * lanes, 1, lanes, lanes)
+        kv_tiles = Load(MemType.WGT, self.kt, "kw", 0, 1, 2 * tiles, 2 * tiles)  # K's tiles, then V's at w0
         return [
-            Block(0, (k_rows, consts), (*WAIT, self.kv_copy()), (Store(0, "kw", 0, 1, n, n),)),
-            Block(0, (v_rows,), (*WAIT, self.kv_copy()), (Store(0, "vw", 0, 1, n, n),)),
+            Block(0, (*rows, consts), (*WAIT, self.kv_copy()), (Store(0, "kw", 0, 1, 2 * n, 2 * n),)),
             Block(0, (), WAIT, ()),
-            Block(0, (*kv_tiles, eye_rows), (*WAIT, self.transpose()), (Store(0, "vt", 0, 1, n, n),)),
+            Block(0, (kv_tiles, eye_rows), (*WAIT, self.transpose()), (Store(0, "vt", 0, 1, n, n),)),
             Block(0, (), WAIT, ()),
         ]
 
     def tile(self, k: int, thread: int) -> _Tile:
-        acc, inp = self.share(self.threads)
-        r = min(self.r, self.spec.tokens - k * self.r)
-        return _Tile(thread, r, thread * acc, thread * inp, self.ub, self.cb)
+        acc, inp, wgt = self.share(self.threads)
+        r = min(self.tb * self.lanes, self.spec.tokens - k * self.tb * self.lanes)
+        tb = -(-r // self.lanes)
+        return _Tile(
+            r, tb, thread * acc, self.i0 + thread * inp, self.w0 + thread * wgt, self.ub, self.spec.d, self.lanes
+        )
 
     def blocks(self, k: int, thread: int) -> list[Block]:
         """Query tile ``k`` on ``thread``: the scores and their exp planes (stored to ``ex``), a wait, the planes
-        loaded, ``U`` and ``Z``, the division and the output (stored into the output view)."""
+        loaded as weight tiles, ``U^T`` and ``Z``, the division, ``O^T`` (stored to ``ot``), a wait, ``O^T``'s tiles
+        loaded and ``O`` stored into the output view."""
         _, q_at, _, _, _, out_at = self.spec.views
-        blk, t0, tile = self.cfg.block_in, k * self.r, self.tile(k, thread)
-        plane, n = 2 * t0 * self.ub, 2 * tile.r * self.ub
-        loads = [Load(MemType.INP, tile.i, "inp", t0 * self.ib + q_at // blk, tile.r, self.cb, self.ib)]
-        if k == 0:  # thread 0's first tile: V^T's tiles over V's
-            tiles = self.cb * self.ub
-            loads.append(Load(MemType.WGT, self.vt, "vt", 0, 1, tiles, tiles))
+        blk, lanes, cb = self.cfg.block_in, self.lanes, self.cb
+        t0, tile = k * self.tb * lanes, self.tile(k, thread)
+        plane, n, ot = 2 * t0 * self.ub, 2 * tile.planes, t0 * cb  # offsets in OUT rows (16 a weight tile)
+        pad = (0, tile.tb * lanes - tile.r, 0, 0)
+        loads = [Load(MemType.INP, tile.i, "inp", t0 * self.ib + q_at // blk, tile.r, cb, self.ib, pad)]
+        if k == 0:  # thread 0's first tile: the ones, identity and V^T rows every tile reads
+            loads += [
+                Load(MemType.INP, 0, "wgt", 0, 1, 2 * lanes, 2 * lanes),
+                Load(MemType.INP, self.vt, "vt", 0, 1, cb * self.up, cb * self.up),
+            ]
         division = (*self.exponent(tile), *self.reciprocal(tile), *self.output(tile))
-        out = Store(tile.o, "out", t0 * self.ob + out_at // blk, tile.r, self.cb, self.ob)
+        pt, tt = 2 * tile.tb * self.ub, tile.tb * cb  # weight tiles of the planes, of O^T
+        out = Store(tile.o, "out", t0 * self.ob + out_at // blk, tile.r, cb, self.ob)
         return [
-            Block(thread, tuple(loads), tuple(self.exp_planes(tile)), (Store(tile.s, "ex", plane, 1, n, n),)),
+            Block(thread, tuple(loads), tuple(self.exp_planes(tile)), (Store(tile.a, "ex", plane, 1, n, n),)),
             Block(thread, (), WAIT, ()),
-            Block(thread, (Load(MemType.INP, tile.i, "ex", plane, 1, n, n),), (*self.sums(tile), *division), (out,)),
+            Block(
+                thread,
+                (Load(MemType.WGT, tile.w, "ex", plane // lanes, 1, pt, pt),),
+                (*self.sums(tile), *division),
+                (Store(tile.o, "ot", ot, 1, tile.tb * self.spec.d, tile.tb * self.spec.d),),
+            ),
+            Block(thread, (), WAIT, ()),
+            Block(
+                thread,
+                (Load(MemType.WGT, tile.w, "ot", ot // lanes, 1, tt, tt),),
+                (*WAIT, self.untranspose(tile)),
+                (out,),
+            ),
         ]
 
     @property
     def tiles(self) -> int:
-        return -(-self.spec.tokens // self.r)
+        return -(-self.ub // self.tb)
 
     def prologue(self) -> list[Op]:
         """The constant rows; with a run-time mask the bias rows from the keep vector: ``(keep - 1) << mask_shift``."""
@@ -419,8 +461,8 @@ class AttentionLowering:
         threads = [[b for k in range(self.tiles) if k % self.threads == t for b in self.blocks(k, t)]
                    for t in range(self.threads)]  # fmt: skip
         threads[0] = setup + threads[0]
-        if self.threads == 2:
-            threads[1] = [Block(1, (), WAIT, ())] * (len(setup) + 1) + threads[1]  # its first load pops their token
+        if self.threads == 2:  # its first load pops the last one's token
+            threads[1] = [Block(1, (), WAIT, ())] * (len(setup) + 1) + threads[1]
         return lower_vthreads(threads, prologue_block(self.prologue(), threads, self.cfg.uop_depth))
 
 
@@ -428,10 +470,11 @@ class _Probe(AttentionLowering):
     """The buffer arithmetic of ``tokens`` tokens of another lowering's head and config (no checks)."""
 
     def __init__(self, low: AttentionLowering, tokens: int):
-        lanes = low.cfg.block_out
-        self.spec, self.cfg, self.cb = AttentionSpec(tokens, low.spec.head), low.cfg, low.cb
-        self.ub = -(-tokens // lanes)
-        self.up = self.ub * lanes
+        self.spec, self.cfg, self.cb, self.lanes = AttentionSpec(tokens, low.spec.head), low.cfg, low.cb, low.lanes
+        self.ub = -(-tokens // self.lanes)
+        self.up = self.ub * self.lanes
+        self.w0, self.vt = 2 + self.cb * self.ub, 2 * self.lanes
+        self.i0 = self.vt + self.cb * self.up
         self.c0 = low.cfg.acc_depth - self.ub - len(CONSTS)
 
 
@@ -457,7 +500,7 @@ class CompiledAttention:
         if keep is not None and not sp.runtime_mask:
             raise CompileError("attention: a run-time key mask for a head compiled without one (runtime_mask)")
         sizes = low.tensor_bytes()
-        scratch = {name: np.zeros(sizes[name], np.int8) for name in ("kw", "vw", "vt", "ex")}
+        scratch = {name: np.zeros(sizes[name], np.int8) for name in ("kw", "vt", "ot", "ex")}
         arrays = dict(low.constants(), inp=np.ascontiguousarray(x), keep=low.keep_vector(keep), **scratch)
         out, result = run_bound(dev, low, self.stream, arrays, (sp.tokens, sp.views[4]), **run_options)
         return LayerRun(out, result)
