@@ -48,7 +48,7 @@ def test_a_fully_masked_row_and_a_single_key_give_exact_values():
     assert not oracle.attention_int(q, k, v, p, np.zeros(5, bool)).any()  # Z = 0: U = 0, the output 0
     one = np.zeros(5, bool)
     one[3] = True
-    ratio = p.out_multiplier / 2.0**p.out_shift * 2**att.G  # v_scale / out_scale
+    ratio = p.out_multiplier / 2.0**p.out_shift * 2**p.out_exponent  # v_scale / out_scale
     want = np.clip(np.rint(v[3] * ratio), -128, 127)
     got = oracle.attention_int(q, k, v, p, one)
     assert np.abs(got - want[None, :]).max() <= 1  # softmax of one key is 1: V requantized (within rounding)

@@ -30,9 +30,9 @@ threads (a thread's share of ACC, INP and WGT; thread 1 starts after thread 0's 
   ``Z`` (a token's row sum in its lane) of the ones row, an ALU SHR by -8, the same GEMMs on the low plane
   accumulating: ``U^T = 256 (V^T hi^T) + V^T lo^T`` and ``Z``;
 * the per-row ALU program on the ``Z`` rows (:data:`~vdla.graph.attention.K_STEPS` search of the leading one,
-  the seed and the Newton steps of ``1 / m``), then over ``U^T``'s rows: MUL by ``r``, RSHR by ``k - G`` (each
-  row's own lanes), MUL by the output multiplier row under EPI ``req``: the int8 ``O^T``, stored as weight
-  tiles; after a wait, loaded as WGT and transposed back by GEMMs of the identity rows: ``O``, stored into the
+  the seed and the Newton steps of ``1 / m``, ``q = r a 2^-H`` and ``2^(30 - k)``), then over ``U^T``'s rows
+  (each query block's two rows held across the inner loop): MUL by ``q``, MUL by ``2^(30 - k)`` under EPI
+  ``req``: the int8 ``O^T``, stored as weight tiles; after a wait, loaded as WGT and transposed back by GEMMs of the identity rows: ``O``, stored into the
   output view.
 
 The bias rows (a constant mask, or a run-time keep vector by LOAD ACC_8BIT, ADD -1 and SHR by
@@ -49,7 +49,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from vdla.compiler.blocks import Alu, Block, Epi, Gemm, Load, Op, Store, alu_nest, gemm_nest
+from vdla.compiler.blocks import Alu, Block, Epi, Gemm, Load, Op, Store, alu_held, alu_nest, gemm_nest
 from vdla.compiler.identity import identity_fits, identity_gemm, identity_weights
 from vdla.compiler.microcode import Limits
 from vdla.compiler.run import LayerRun, run_bound
@@ -62,8 +62,9 @@ from vdla.isa import AluOp, MemType
 from vdla.runtime.device import Device
 
 ONES, EYE = 0, 1  # WGT blocks (and their rows as INP rows): all ones (row sums) and the identity (copies)
-CONSTS = ("sm", "c1", "c2", "two", "mo")  # constant rows after the bias rows: score multiplier, seed, 2, output
-BLOCK_ROWS = ("z", "w", "k", "t", "nm", "r")  # rows a query block: Z (after U^T), the search's copy, k, scratch, -m, r
+CONSTS = ("sm", "c1", "c2", "two", "mo", "p")  # after the bias rows: score multiplier, seed, 2, output, 2^30
+BLOCK_ROWS = ("z", "w", "k", "t", "nm", "r")  # rows a query block: Z (after U^T), the search's Z then 2^(30 - k), k,
+# scratch, -m, r then q
 WAIT = (Epi(False, False, 0, None),)  # a compute-only block that pops the stores' store -> compute token
 
 
@@ -143,8 +144,7 @@ class AttentionLowering:
         self.c0 = cfg.acc_depth - self.ub - len(CONSTS)  # ACC: the threads' shares, the bias rows, the constants
         self.const = {name: self.c0 + self.ub + i for i, name in enumerate(CONSTS)}
         self.check_fits()
-        self.threads = 1 if self.ub == 1 else 2
-        self.tb = self.tile_blocks(self.threads)
+        self.tb = self.tile_blocks(2)
 
     # ------------------------------------------------------------------------------------------------------
     # limits
@@ -184,8 +184,9 @@ class AttentionLowering:
     def fits(self) -> bool:
         """Whether the setup (``K``/``V`` in ACC and INP, ``V``'s tiles in WGT) and one query block fit."""
         cfg, n = self.cfg, self.cb * self.up
-        setup = 2 * n <= min(self.c0, cfg.inp_depth) and self.w0 + self.cb * self.ub <= cfg.wgt_depth
-        return setup and self.i0 < cfg.inp_depth and self.w0 < cfg.wgt_depth and self.tile_blocks(2) >= 1
+        acc, _, wgt = self.share(2)
+        setup = n <= acc and self.i0 + n <= cfg.inp_depth and self.cb * self.ub <= wgt
+        return setup and self.tile_blocks(2) >= 1
 
     def check_fits(self) -> None:
         """Raise naming the limit where the setup or one query block does not fit."""
@@ -209,7 +210,7 @@ class AttentionLowering:
             "inp": t * self.ib * e,
             "out": t * self.ob * cfg.out_elem_bytes,
             "wgt": 2 * cfg.wgt_elem_bytes,
-            "kw": 2 * kv,
+            "kw": 2 * kv,  # K's tiles, then V's
             "vt": kv,
             "ot": kv,
             "ex": 2 * self.up * self.ub * cfg.out_elem_bytes,
@@ -229,7 +230,7 @@ class AttentionLowering:
         bias = np.full(self.up, p.mask_bias, np.int64)
         bias[: self.spec.tokens] = att.key_bias(p, keep, self.spec.tokens)
         c1, c2 = (round(c * (1 << f)) for c in att.SEED)
-        rows = [p.score_multiplier, c1, c2, 2 << f, p.out_multiplier]
+        rows = [p.score_multiplier, c1, c2, 2 << f, p.out_multiplier, 1 << att.P_BITS]
         consts = np.concatenate([bias.reshape(self.ub, lanes), np.repeat(np.array(rows)[:, None], lanes, axis=1)])
         return {
             "wgt": np.concatenate([np.ones_like(eye), eye]),
@@ -259,17 +260,17 @@ class AttentionLowering:
             return self.alu(op, ((tile.tb, (1, 0)),), tile.row(dst), self.const[src], **kw)
         return self.alu(op, ((tile.tb, (1, 1)),), tile.row(dst), tile.row(src) if src else 0, **kw)
 
-    def kv_copy(self) -> Gemm:
-        """``K``'s then ``V``'s rows (token-major from INP 0, ``UB L`` tokens each) copied to ACC 0 in (tensor, block,
+    def kv_copy(self, acc: int, inp: int) -> Gemm:
+        """``K``'s or ``V``'s rows (token-major from INP ``inp``, ``UB L`` tokens) copied to ACC ``acc`` in (block,
         token) order."""
-        n = self.cb * self.up
-        nest = ((2, (n, n)), (self.cb, (self.up, 1)), (self.up, (1, self.cb)))
-        return identity_gemm(nest, 0, 0, EYE, self.limits, init=True)
+        nest = ((self.cb, (self.up, 1)), (self.up, (1, self.cb)))
+        return identity_gemm(nest, acc, inp, EYE, self.limits, init=True)
 
-    def transpose(self) -> Gemm:
-        """``V^T`` rows (block, key block, j) to ACC 0: the identity's rows ``e_j`` (INP 0) against ``V``'s tiles."""
+    def transpose(self, acc: int, inp: int, wgt: int) -> Gemm:
+        """``V^T`` rows (block, key block, j) to ACC ``acc``: the identity's rows ``e_j`` (INP ``inp``) against ``V``'s
+        tiles (WGT ``wgt``)."""
         n, lanes = self.cb * self.ub, self.lanes
-        return gemm_nest(((n, (lanes, 0, 1)), (lanes, (1, 1, 0))), (0, 0, self.w0), self.limits)
+        return gemm_nest(((n, (lanes, 0, 1)), (lanes, (1, 1, 0))), (acc, inp, wgt), self.limits)
 
     def scores(self, tile: _Tile) -> Gemm:
         """The tile's scores (query block, key block, query) from its ``Q`` rows against ``K``'s tiles, each
@@ -309,7 +310,7 @@ class AttentionLowering:
             self.scores(tile),
             next(table),
             Epi(True, False, 0, None, lut=True),
-            self.alu(AluOp.MUL, ((n, (1, 0)),), tile.a, self.const["sm"], shift=self.spec.head.score_shift),
+            alu_held(AluOp.MUL, n, tile.a, self.const["sm"], self.limits, shift=self.spec.head.score_shift),
             next(table),
             self.alu(AluOp.ADD, ((n, (1, 1)),), tile.a + n, tile.a, reset=True),
         ]
@@ -342,7 +343,7 @@ class AttentionLowering:
 
     def reciprocal(self, tile: _Tile) -> list[Op]:
         """``m = SHR(Z, k - F)``, ``r`` from the seed by Newton (:func:`~vdla.graph.oracle.reciprocal_fixed`), then
-        ``k - G`` in ``k``."""
+        ``q = MUL(r, M_o) >> shift_o`` in ``r`` and ``2^(30 - k)`` in ``w``."""
         rows, f = self.rows, att.FRAC
         ops = [
             rows(tile, AluOp.ADD, "t", "k", reset=True),
@@ -362,40 +363,58 @@ class AttentionLowering:
                 rows(tile, AluOp.ADD, "t", "two"),
                 rows(tile, AluOp.MUL, "r", "t", shift=f),
             ]
-        return ops + [rows(tile, AluOp.ADD, "k", imm=-att.G)]
+        return ops + [
+            rows(tile, AluOp.MUL, "r", "mo", shift=self.spec.head.out_shift),
+            rows(tile, AluOp.ADD, "w", "p", reset=True),
+            rows(tile, AluOp.SHR, "w", "k"),
+        ]
 
     def output(self, tile: _Tile) -> list[Op]:
-        """Over ``U^T``'s rows (each query block's ``d``): MUL by the block's ``r``, RSHR by its ``k - G``, MUL by the
-        output multiplier row with the OUT mirror requantizing (EPI ``req``): the int8 ``O^T``."""
-        d, n = self.spec.d, tile.tb * self.spec.d
+        """Over ``U^T``'s rows (each query block's ``d``, its row held): MUL by the block's ``q``, then by its
+        ``2^(30 - k)`` with the OUT mirror requantizing (EPI ``req``): the int8 ``O^T``."""
+        d, h = self.spec.d, self.spec.head.out_exponent
         per_block = ((tile.tb, (d, 1)), (d, (1, 0)))
         return [
             self.alu(AluOp.MUL, per_block, tile.o, tile.row("r"), shift=att.FRAC),
-            self.alu(AluOp.RSHR, per_block, tile.o, tile.row("k")),
             Epi(True, False, 0, None),
-            self.alu(AluOp.MUL, ((n, (1, 0)),), tile.o, self.const["mo"], shift=self.spec.head.out_shift),
+            self.alu(AluOp.MUL, per_block, tile.o, tile.row("w"), shift=att.P_BITS - h),
         ]
 
-    def setup(self) -> list[Block]:
-        """Thread 0's blocks that put ``K``'s tiles in WGT and ``V^T``'s rows in DRAM (module docstring)."""
+    def setup(self) -> tuple[list[Block], list[Block]]:
+        """The blocks ahead of each thread's tiles (module docstring): thread 0 puts ``K`` in the weight layout,
+        thread 1 ``V`` and then ``V^T``, whose rows its last block loads where every tile reads them."""
         _, _, k_at, v_at, _, _ = self.spec.views
         t, blk, n, tiles, lanes = self.spec.tokens, self.cfg.block_in, self.cb * self.up, self.cb * self.ub, self.lanes
+        acc, inp, wgt = self.share(2)
         pad = (0, self.up - t, 0, 0)
-        rows = tuple(
-            Load(MemType.INP, i * n, "inp", at // blk, t, self.cb, self.ib, pad) for i, at in enumerate((k_at, v_at))
+        k_rows, v_rows = (
+            Load(MemType.INP, i, "inp", at // blk, t, self.cb, self.ib, pad)
+            for i, at in ((self.vt, k_at), (self.i0, v_at))
         )
         consts = Load(MemType.WGT, 0, "wgt", 0, 1, 2, 2)
-        eye_rows = Load(MemType.INP, 0, "wgt", EYE * lanes, 1, lanes, lanes)
-        kv_tiles = Load(MemType.WGT, self.kt, "kw", 0, 1, 2 * tiles, 2 * tiles)  # K's tiles, then V's at w0
-        return [
-            Block(0, (*rows, consts), (*WAIT, self.kv_copy()), (Store(0, "kw", 0, 1, 2 * n, 2 * n),)),
-            Block(0, (), WAIT, ()),
-            Block(0, (kv_tiles, eye_rows), (*WAIT, self.transpose()), (Store(0, "vt", 0, 1, n, n),)),
+        eye_rows = Load(MemType.INP, self.i0 + inp, "wgt", EYE * lanes, 1, lanes, lanes)
+        v_tiles = Load(MemType.WGT, self.w0 + wgt, "kw", tiles, 1, tiles, tiles)
+        shared = (Load(MemType.INP, 0, "wgt", 0, 1, 2 * lanes, 2 * lanes), Load(MemType.INP, self.vt, "vt", 0, 1, n, n))
+        k_blocks = [
+            Block(0, (k_rows, consts), (*WAIT, self.kv_copy(0, self.vt)), (Store(0, "kw", 0, 1, n, n),)),
             Block(0, (), WAIT, ()),
         ]
+        v_blocks = [
+            Block(1, (v_rows,), (*WAIT, self.kv_copy(acc, self.i0)), (Store(acc, "kw", n, 1, n, n),)),
+            Block(1, (), WAIT, ()),
+            Block(
+                1,
+                (v_tiles, eye_rows),
+                (*WAIT, self.transpose(acc, self.i0 + inp, self.w0 + wgt)),
+                (Store(acc, "vt", 0, 1, n, n),),
+            ),
+            Block(1, (), WAIT, ()),
+            Block(1, shared, WAIT, ()),
+        ]
+        return k_blocks, v_blocks
 
     def tile(self, k: int, thread: int) -> _Tile:
-        acc, inp, wgt = self.share(self.threads)
+        acc, inp, wgt = self.share(2)
         r = min(self.tb * self.lanes, self.spec.tokens - k * self.tb * self.lanes)
         tb = -(-r // self.lanes)
         return _Tile(
@@ -412,11 +431,8 @@ class AttentionLowering:
         plane, n, ot = 2 * t0 * self.ub, 2 * tile.planes, t0 * cb  # offsets in OUT rows (16 a weight tile)
         pad = (0, tile.tb * lanes - tile.r, 0, 0)
         loads = [Load(MemType.INP, tile.i, "inp", t0 * self.ib + q_at // blk, tile.r, cb, self.ib, pad)]
-        if k == 0:  # thread 0's first tile: the ones, identity and V^T rows every tile reads
-            loads += [
-                Load(MemType.INP, 0, "wgt", 0, 1, 2 * lanes, 2 * lanes),
-                Load(MemType.INP, self.vt, "vt", 0, 1, cb * self.up, cb * self.up),
-            ]
+        if k == 0:  # thread 0's first tile: K's tiles every tile reads
+            loads.append(Load(MemType.WGT, self.kt, "kw", 0, 1, self.cb * self.ub, self.cb * self.ub))
         division = (*self.exponent(tile), *self.reciprocal(tile), *self.output(tile))
         pt, tt = 2 * tile.tb * self.ub, tile.tb * cb  # weight tiles of the planes, of O^T
         out = Store(tile.o, "out", t0 * self.ob + out_at // blk, tile.r, cb, self.ob)
@@ -456,13 +472,13 @@ class AttentionLowering:
         return ops
 
     def stream(self) -> Stream:
-        """Thread 0: the setup, then its tiles; thread 1 (if any) starts after thread 0's first tile."""
-        setup = self.setup()
-        threads = [[b for k in range(self.tiles) if k % self.threads == t for b in self.blocks(k, t)]
-                   for t in range(self.threads)]  # fmt: skip
-        threads[0] = setup + threads[0]
-        if self.threads == 2:  # its first load pops the last one's token
-            threads[1] = [Block(1, (), WAIT, ())] * (len(setup) + 1) + threads[1]
+        """Each thread's setup, then its tiles; thread 0's first tile reads ``V^T``'s rows (its third block) only
+        after thread 1's last setup block has loaded them, and after thread 1's first scores (two wait blocks between
+        put it there in the stream: the compute stage works on those while the planes make their round trip)."""
+        k_blocks, v_blocks = self.setup()
+        tiles = [[b for k in range(self.tiles) if k % 2 == t for b in self.blocks(k, t)] for t in range(2)]
+        first = tiles[0][:2] + [Block(0, (), WAIT, ())] * 2 + tiles[0][2:]
+        threads = [k_blocks + first, v_blocks + tiles[1]]
         return lower_vthreads(threads, prologue_block(self.prologue(), threads, self.cfg.uop_depth))
 
 

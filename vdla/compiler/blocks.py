@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+import numpy as np
+
 from vdla.compiler.microcode import Limits, MicroKernel, lower_nest
 from vdla.isa import AluOp, MemType
 from vdla.runtime.commands import CommandBuilder
@@ -109,6 +111,17 @@ def alu_nest(op: AluOp, nest, dst: int, src: int, limits: Limits, **kw) -> Alu:
     (``kw``: the :class:`Alu` fields imm, shift, reset)."""
     full = tuple((e, (d, s, 0)) for e, (d, s) in nest)
     return Alu(op, lower_nest(full, (dst, src, 0), limits), **kw)
+
+
+def alu_held(op: AluOp, rows: int, dst: int, src: int, limits: Limits, **kw) -> Alu:
+    """An ALU instruction over ``rows`` consecutive ACC rows from ``dst``, each with the one row ``src``: on the inner
+    loop, so that the row is read once and held (a cycle per row instead of ``alu_ii``; a MUL may pipeline,
+    :mod:`vdla.isa.pipe`). A single-axis nest would put the rows on the outer loop (:func:`lower_nest`)."""
+    if rows > limits.max_iter:
+        return alu_nest(op, ((rows, (1, 0)),), dst, src, limits, **kw)
+    uops = np.array([[dst, src, 0]], np.int64)
+    uops.setflags(write=False)
+    return Alu(op, MicroKernel(uops, 1, rows, (0, 0, 0), (1, 0, 0)), **kw)
 
 
 def gemm_nest(nest, base: tuple[int, int, int], limits: Limits, init: bool = True, pin_outer: bool = False) -> Gemm:

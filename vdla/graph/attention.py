@@ -15,8 +15,10 @@ The method, for int8 ``Q``, ``K``, ``V`` (T, d) and a per-key mask:
    :data:`MAX_TOKENS`;
 4. ``Z = m 2^k`` (``k`` by a binary search of the leading one, :data:`K_STEPS`), ``r ~ 2^(2 FRAC) / m`` from the
    linear seed :data:`SEED` by :data:`ITERATIONS` Newton steps ``r (2 - m r)``;
-5. the output ``clamp(MUL(RSHR(MUL(U, r) >> FRAC, k - G), M_o) >> shift_o)`` to int8: ``U / Z`` with ``G``
-   fractional bits, then ``v_scale / out_scale`` as a multiplier.
+5. ``v_scale / out_scale = a`` folded into ``r``: ``q = MUL(r, M_o) >> shift_o ~ r a 2^-H``; the output
+   ``clamp(MUL(MUL(U, q) >> FRAC, 2^(30 - k)) >> (30 - H))`` to int8, ``U a / Z`` rounded once more: the shift by
+   the lane's ``k`` as a MUL by a power of two (two per-query MULs, no shift by a lane's amount over the
+   output).
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ FRAC = 29  # fractional bits of m in [1, 2) and r in (1/2, 1]: 2^(FRAC + 1) fits
 SEED = (24 / 17, 8 / 17)  # r0 = 24/17 - 8/17 m: within 1/17 of 1/m on [1, 2)
 ITERATIONS = 2  # relative error of r: 1/17 -> 3.5e-3 -> 1.2e-5
 K_STEPS = (16, 8, 4, 2, 1)  # the binary search of k: Z < 2^31
-G = 16  # fractional bits of U / Z before the output multiplier (|U / Z| <= 128: 2^(7 + G) fits)
+P_BITS = 30  # the power of two 2^(P_BITS - k) that shifts the output by k (k <= 23: Z < 2^24)
 
 
 @dataclass(frozen=True)
@@ -47,7 +49,9 @@ class IntAttention:
 
     ``score_multiplier``/``score_shift``: ``q_scale k_scale / (sqrt(d) score_scale)``; ``exp``: the 256 15-bit
     exp values by int8 score (index ``s + 128``); ``mask_shift``: a masked key's bias is ``-2^mask_shift``, which
-    takes every accumulator to a score of -128; ``out_multiplier``/``out_shift``: ``v_scale / (out_scale 2^G)``.
+    takes every accumulator to a score of -128; ``out_multiplier``/``out_shift``: ``a 2^-out_exponent``, ``a =
+    v_scale / out_scale``, ``out_exponent = H`` the least keeping it below 1/2 (so that ``MUL(U, q) >> FRAC``, at
+    most ``128 a 2^(k - H)``, fits int32; it has ``k - H`` fractional bits of the output step).
     Invariant (checked by :meth:`of`): every intermediate fits int32 for T up to :data:`MAX_TOKENS`."""
 
     d: int
@@ -57,6 +61,7 @@ class IntAttention:
     mask_shift: int
     out_multiplier: int
     out_shift: int
+    out_exponent: int
 
     @classmethod
     def of(
@@ -78,9 +83,14 @@ class IntAttention:
         if d * ACC_BOUND * real >= 1 << 30:
             raise UnsupportedError("attention", f"a score multiplier of {real:.4g} overflows int32 on {d} channels")
         m_s, sh_s = choose_requantization(real, "attention scores")
-        m_o, sh_o = choose_requantization(v_scale / out_scale / (1 << G), "attention output")
+        a = v_scale / out_scale
+        h = max(0, math.floor(math.log2(a)) + 2)  # a 2^-h in [1/4, 1/2)
+        if h > P_BITS:
+            raise UnsupportedError("attention", f"an output ratio v_scale / out_scale of {a:.4g} beyond 2^{P_BITS - 1}")
+        m_o, sh_o = choose_requantization(a / (1 << h), "attention output")
         bias = d * ACC_BOUND + math.ceil(256 / real)  # every accumulator minus it scores below -128
-        return cls(d, int(m_s[0]), sh_s, exp_table(score_scale), math.ceil(math.log2(bias)), int(m_o[0]), sh_o)
+        mask = math.ceil(math.log2(bias))
+        return cls(d, int(m_s[0]), sh_s, exp_table(score_scale), mask, int(m_o[0]), sh_o, h)
 
     @property
     def mask_bias(self) -> int:

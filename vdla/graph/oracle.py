@@ -866,12 +866,13 @@ def attention_sums(plane: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.nda
 
 def attention_divide(u: np.ndarray, z: np.ndarray, p: IntAttention) -> np.ndarray:
     """int8 ``U / Z`` times ``v_scale / out_scale``: ``Z = m 2^k`` (``Z`` at least 1), ``r ~ 1/m``, then
-    ``clamp(MUL(RSHR(MUL(U, r) >> FRAC, k - G), M_o) >> shift_o)``."""
+    ``q = MUL(r, M_o) >> shift_o`` (``r a 2^-H``), ``clamp(MUL(MUL(U, q) >> FRAC, 2^(30 - k)) >> (30 - H))``."""
     z = np.maximum(z, 1)
     k = reciprocal_exponent(z)
     r = reciprocal_fixed(shift_lanes(z, k - att.FRAC))
-    w = shift_lanes(mul_shift(u, r, att.FRAC), k - att.G, rounding=True)
-    return requantize(w, p.out_multiplier, p.out_shift)
+    q = mul_shift(r, p.out_multiplier, p.out_shift)
+    power = shift_lanes(1 << att.P_BITS, k)
+    return requantize(mul_shift(u, q, att.FRAC), power, att.P_BITS - p.out_exponent)
 
 
 def reciprocal_exponent(z: np.ndarray) -> np.ndarray:
