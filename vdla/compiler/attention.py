@@ -27,13 +27,13 @@ threads (a thread's share of ACC, INP and WGT; thread 1 starts after thread 0's 
   its rounding shift under EPI ``req`` (the clamp to int8) and ``lut`` with the high exp table: the OUT mirror
   holds the high plane; an ALU copy under the low table: the low plane; both stored;
 * after a wait, the planes loaded as WGT: ``O^T`` by GEMMs of ``V^T``'s rows against the high plane's tiles and
-  ``Z`` (a token's row sum in its lane) of the ones row, an ALU SHR by -8, the same GEMMs on the low plane
+  ``Z`` (a token's row sum in its lane) of the ones row, an ALU MUL by 256, the same GEMMs on the low plane
   accumulating: ``U^T = 256 (V^T hi^T) + V^T lo^T`` and ``Z``;
 * the per-row ALU program on the ``Z`` rows (:data:`~vdla.graph.attention.K_STEPS` search of the leading one,
   the seed and the Newton steps of ``1 / m``, ``q = r a 2^-H`` and ``2^(30 - k)``), then over ``U^T``'s rows
   (each query block's two rows held across the inner loop): MUL by ``q``, MUL by ``2^(30 - k)`` under EPI
-  ``req``: the int8 ``O^T``, stored as weight tiles; after a wait, loaded as WGT and transposed back by GEMMs of the identity rows: ``O``, stored into the
-  output view.
+  ``req``: the int8 ``O^T``, stored as weight tiles; after a wait, loaded as WGT and transposed back by GEMMs
+  of the identity rows: ``O``, stored into the output view.
 
 The bias rows (a constant mask, or a run-time keep vector by LOAD ACC_8BIT, ADD -1 and SHR by
 ``-mask_shift``) and the constant rows are one load ahead of the blocks. Padded keys (``T`` to ``UB L``)
@@ -62,7 +62,7 @@ from vdla.isa import AluOp, MemType
 from vdla.runtime.device import Device
 
 ONES, EYE = 0, 1  # WGT blocks (and their rows as INP rows): all ones (row sums) and the identity (copies)
-CONSTS = ("sm", "c1", "c2", "two", "mo", "p")  # after the bias rows: score multiplier, seed, 2, output, 2^30
+CONSTS = ("sm", "c1", "c2", "two", "mo", "p", "hi")  # after the bias rows: score multiplier, seed, 2, output, 2^30, 256
 BLOCK_ROWS = ("z", "w", "k", "t", "nm", "r")  # rows a query block: Z (after U^T), the search's Z then 2^(30 - k), k,
 # scratch, -m, r then q
 WAIT = (Epi(False, False, 0, None),)  # a compute-only block that pops the stores' store -> compute token
@@ -230,7 +230,7 @@ class AttentionLowering:
         bias = np.full(self.up, p.mask_bias, np.int64)
         bias[: self.spec.tokens] = att.key_bias(p, keep, self.spec.tokens)
         c1, c2 = (round(c * (1 << f)) for c in att.SEED)
-        rows = [p.score_multiplier, c1, c2, 2 << f, p.out_multiplier, 1 << att.P_BITS]
+        rows = [p.score_multiplier, c1, c2, 2 << f, p.out_multiplier, 1 << att.P_BITS, 256]
         consts = np.concatenate([bias.reshape(self.ub, lanes), np.repeat(np.array(rows)[:, None], lanes, axis=1)])
         return {
             "wgt": np.concatenate([np.ones_like(eye), eye]),
@@ -316,12 +316,13 @@ class AttentionLowering:
         ]
 
     def sums(self, tile: _Tile) -> list[Op]:
-        """``U^T`` and ``Z`` from the two planes' tiles: ``256 (hi ...) + lo ...``."""
+        """``U^T`` and ``Z`` from the two planes' tiles: ``256 (hi ...) + lo ...`` (the high plane's sums times 256 by
+        a MUL holding the row of 256: 2 cycles a row on a half-width ALU against an SHR's 3)."""
         n = tile.tb * (self.spec.d + 1)
         return [
             Epi(False, False, 0, None),
             *self.products(tile, tile.w, True),
-            self.alu(AluOp.SHR, ((n, (1, 1)),), tile.o, imm=-8),
+            alu_held(AluOp.MUL, n, tile.o, self.const["hi"], self.limits),  # SHR by -8: a pipelined MUL by 256
             *self.products(tile, tile.w + tile.tb * self.ub, False),
         ]
 
