@@ -70,6 +70,12 @@ def test_bit_exact_on_other_presets(preset):
     check(AttentionSpec(197, params(32)), cfg)
 
 
+def test_bit_exact_with_blocks_of_8():
+    check(AttentionSpec(40, params(32), runtime_mask=True), "block8", keep=keep_vector(40))
+    with pytest.raises(CompileError, match="do not fit block8's buffers.*at most 56 tokens"):
+        compile_attention(AttentionSpec(65, params(64)), "block8")
+
+
 def test_views_of_a_qkv_tensor_and_of_the_concatenated_heads():
     """Head 1 of 3 heads of 32 (Q, K, V of all heads one after another in a 288-channel tensor), written into
     channels 32..63 of the 96-channel concatenation; the other channels left alone."""
