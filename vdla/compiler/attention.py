@@ -62,9 +62,10 @@ from vdla.isa import AluOp, MemType
 from vdla.runtime.device import Device
 
 ONES, EYE = 0, 1  # WGT blocks (and their rows as INP rows): all ones (row sums) and the identity (copies)
-CONSTS = ("sm", "c1", "c2", "two", "mo", "p", "hi")  # after the bias rows: score multiplier, seed, 2, output, 2^30, 256
-BLOCK_ROWS = ("z", "w", "k", "t", "nm", "r")  # rows a query block: Z (after U^T), the search's Z then 2^(30 - k), k,
-# scratch, -m, r then q
+# the constant rows after the bias rows: score multiplier, seed (c1, c2), 2, output multiplier, 2^30, 256
+CONSTS = ("sm", "c1", "c2", "two", "mo", "p", "c256")
+# the rows of a query block after U^T: Z, the search's copy of Z (then 2^(30 - k)), k, scratch, -m, r (then q)
+BLOCK_ROWS = ("z", "w", "k", "t", "nm", "r")
 WAIT = (Epi(False, False, 0, None),)  # a compute-only block that pops the stores' store -> compute token
 
 
@@ -322,7 +323,7 @@ class AttentionLowering:
         return [
             Epi(False, False, 0, None),
             *self.products(tile, tile.w, True),
-            alu_held(AluOp.MUL, n, tile.o, self.const["hi"], self.limits),  # SHR by -8: a pipelined MUL by 256
+            alu_held(AluOp.MUL, n, tile.o, self.const["c256"], self.limits),  # SHR by -8: a pipelined MUL by 256
             *self.products(tile, tile.w + tile.tb * self.ub, False),
         ]
 
