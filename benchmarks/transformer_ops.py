@@ -40,6 +40,13 @@ normalization's own error):
 * ``accelerator``: the compiled program's arithmetic (``vdla.graph.oracle.layer_norm_int``, gamma 1 and beta
   0), its int8 output at the normalized value's step.
 
+``--attention``: every attention head of both models compiled (``vdla.compiler.attention``) and checked on the
+test inputs: Q, K, V (and BERT's key mask) captured at the products around each softmax, quantized per tensor
+at the calibrated threshold, the scores and the output too; the integer head (``oracle.attention_int``, which
+the compiled program equals bit for bit) against float attention (softmax in float64) on the dequantized int8
+inputs and against the model's own float output, in output steps; cycles of one head on the simulator of
+``pynq-z2`` and ``pynq-full`` (the run checked against the oracle).
+
 ``--ln PRESET ...``: each LayerNorm compiled (``vdla.compiler.layer_norm``, the node's gamma and beta) and run
 on one sample's (tokens, features) rows on the simulator of each preset (a name or a JSON config): ``cycles``.
 """
@@ -54,11 +61,13 @@ from pathlib import Path
 
 import numpy as np
 
+from vdla.compiler.attention import AttentionSpec, compile_attention
 from vdla.compiler.layer_norm import LayerNormSpec, compile_layer_norm
 from vdla.config import load_config
 from vdla.frontend.onnx import import_onnx
 from vdla.frontend.reference import reference_session
 from vdla.graph import oracle
+from vdla.graph.attention import IntAttention
 from vdla.graph.interp import evaluate
 from vdla.graph.layernorm import IntLayerNorm
 from vdla.graph.passes import simplify
@@ -66,6 +75,7 @@ from vdla.model import Module
 from vdla.model.pipeline import CompileOptions, compile_model
 from vdla.runtime.device import Device
 from vdla.zoo.models import cosine, deit_tiny
+from vdla.zoo.random_programs import pynq_full
 from vdla.zoo.suite import SUITE, suite_images
 
 PERCENTILE = 99.99
@@ -269,6 +279,95 @@ def measure(name: str, calib: int, tests: int, presets: list[str]) -> list[dict]
     return records
 
 
+# ---------------------------------------------------------------------------------------------------------
+# attention
+
+
+def attention_tensors(name: str, calib: int, tests: int) -> tuple[dict, dict]:
+    """Per softmax node: the float Q, K, V, key mask (0 or -10000 added to the scores; zeros without one), scores
+    and output, (samples, heads, tokens, channels), on the calibration and the test inputs."""
+    m = SUITE[name]
+    g = simplify(import_onnx(m.load(), m.input_shapes()))
+    prod = {n.output: n for n in g.nodes}
+    heads = {}
+    for n in g.nodes:
+        if n.op == "matmul" and n.inputs[0] in prod and prod[n.inputs[0]].op == "softmax":
+            sm = prod[n.inputs[0]]
+            pre = prod[sm.inputs[0]]
+            mask = pre.inputs[1] if pre.op == "add" else None
+            qk = prod[pre.inputs[0]] if pre.op == "add" else pre
+            qk = prod[qk.inputs[0]] if qk.op == "mul" else qk
+            heads[sm.output] = (qk.inputs[0], qk.inputs[1], n.inputs[1], mask, sm.inputs[0], n.output)
+
+    def run(feeds: list[dict]) -> dict[str, list[np.ndarray]]:
+        kept: dict[str, list] = {k: [] for k in heads}
+        for f in feeds:
+            vals = evaluate(g, {k: v.astype(np.int32) if v.dtype == np.int64 else v for k, v in f.items()}, keep=True)
+            for k, (q, kt, v, mask, scores, out) in heads.items():
+                mk = vals[mask][..., 0, :] if mask else np.zeros(1, np.float32)  # (samples, 1, keys)
+                kv = np.swapaxes(vals[kt], -1, -2)
+                kept[k].append((vals[q], kv, vals[v], np.broadcast_to(mk, kv.shape[:-1]), vals[scores], vals[out]))
+        return {k: [np.concatenate(x) for x in zip(*v)] for k, v in kept.items()}
+
+    samples = m.samples(calib, 1)
+    return run([{k: v[i : i + 1] for k, v in samples.items()} for i in range(calib)]), run(m.feeds(tests, 7))
+
+
+def float_attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, keep: np.ndarray) -> np.ndarray:
+    """softmax(q k^T / sqrt(d) + mask) v in float64, masked keys excluded."""
+    s = q @ np.swapaxes(k, -1, -2) / math.sqrt(q.shape[-1])
+    return float_softmax(np.where(keep[..., None, :], s, -np.inf)) @ v
+
+
+def attention_records(name: str, calib: int, tests: int) -> list[dict]:
+    cal, test = attention_tensors(name, calib, tests)
+    records = []
+    for node, (q, k, v, mask, _, out) in test.items():
+        cq, ck, cv, cm, cs, co = cal[node]
+        sq, sk, sv, so = (threshold([x]) / 127 for x in (cq, ck, cv, co))
+        ss = threshold([cs[cm[..., None, :].repeat(cs.shape[-2], -2) > -MASKED]]) / 127
+        d, tokens = q.shape[-1], q.shape[-2]
+        record = {"model": name, "node": node, "tokens": tokens, "d": d, "score_scale": ss}
+        try:
+            p = IntAttention.of(d, sq, sk, sv, ss, so)
+        except Exception as e:  # noqa: BLE001 - the refusal is the record
+            records.append({**record, "refused": str(e)})
+            continue
+        qi, ki, vi = (int8(x, s).astype(np.int8) for x, s in ((q, sq), (k, sk), (v, sv)))
+        keep = mask > -MASKED
+        got = np.stack([np.stack([oracle.attention_int(qi[n, h], ki[n, h], vi[n, h], p, keep[n, h])
+                                  for h in range(q.shape[1])]) for n in range(q.shape[0])])  # fmt: skip
+        dequantized = float_attention(qi * sq, ki * sk, vi * sv, keep)
+        record["vs_float_on_int8_inputs"] = errors(got * so, dequantized, so)
+        record["vs_model_float"] = errors(got * so, out.astype(np.float64), so)
+        record["least_row_max_exp"] = least_row_max_exp(qi, ki, keep, p)
+        record["cycles"] = attention_cycles(p, tokens, qi[0, 0], ki[0, 0], vi[0, 0], keep[0, 0])
+        records.append(record)
+    return records
+
+
+def least_row_max_exp(q: np.ndarray, k: np.ndarray, keep: np.ndarray, p: IntAttention) -> int:
+    """The smallest row maximum of the 15-bit exps (the precision left at the top of a row)."""
+    acc = np.einsum("nhtc,nhuc->nhtu", q.astype(np.int64), k.astype(np.int64))
+    s = np.clip(oracle.mul_shift(acc, p.score_multiplier, p.score_shift), -128, 127)
+    e = np.asarray(p.exp)[np.where(keep[..., None, :], s, -128) + 128]
+    return int(e.max(axis=-1).min())
+
+
+def attention_cycles(p: IntAttention, tokens: int, q, k, v, keep) -> dict:
+    """Cycles of one compiled head (run-time mask) on pynq-z2 and pynq-full, its output checked bit for bit."""
+    x = np.concatenate([q, k, v], axis=1)
+    spec = AttentionSpec(tokens, p, runtime_mask=True)
+    cycles = {}
+    for cfg in (load_config("pynq-z2"), pynq_full()):
+        layer = compile_attention(spec, cfg)
+        run = layer.run(Device(cfg), x, keep)
+        if not np.array_equal(run.out, oracle.attention_int(q, k, v, p, keep)):
+            raise AssertionError(f"the compiled head differs from oracle.attention_int on {cfg.name}")
+        cycles[cfg.name] = int(run.counters.cycles)
+    return cycles
+
+
 def deit(preset: str, calib: int, tests: int) -> dict:
     """DeiT-Tiny at 224 on ``preset`` (module docstring)."""
     model, shape = deit_tiny(), {"image": (1, 3, 224, 224)}
@@ -300,7 +399,15 @@ def main() -> int:
     ap.add_argument("--calib", type=int, default=16)
     ap.add_argument("--deit", nargs="*", default=[], help="presets to run DeiT-Tiny at 224 on")
     ap.add_argument("--ln", nargs="*", default=[], help="presets to time the compiled LayerNorms on")
+    ap.add_argument("--attention", action="store_true", help="the compiled attention heads: error and cycles")
     args = ap.parse_args()
+    if args.attention:
+        records = [r for name in ("vit_tiny", "bert_tiny") for r in attention_records(name, args.calib, args.tests)]
+        for r in records:
+            print(json.dumps(r))
+        if args.json:
+            args.json.write_text(json.dumps(records, indent=2) + "\n")
+        return 0
     records = [r for name in ("vit_tiny", "bert_tiny") for r in measure(name, args.calib, args.tests, args.ln)]
     for r in records:
         figs = {k: v for k, v in r.items() if isinstance(v, dict)}

@@ -11,7 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from vdla.compiler.microcode import MicroKernel
+import numpy as np
+
+from vdla.compiler.microcode import Limits, MicroKernel, lower_nest
 from vdla.isa import AluOp, MemType
 from vdla.runtime.commands import CommandBuilder
 from vdla.runtime.dram import Buffer
@@ -102,6 +104,30 @@ class Block:
     compute: tuple[Op, ...]
     stores: tuple[Store, ...]
     parts: tuple[tuple[int, int], ...] = ()  # (compute ops, stores) done by the end of each part, if split
+
+
+def alu_nest(op: AluOp, nest, dst: int, src: int, limits: Limits, **kw) -> Alu:
+    """An ALU instruction over ``nest`` ((extent, (dst stride, src stride)) axes) from ACC rows ``dst``, ``src``
+    (``kw``: the :class:`Alu` fields imm, shift, reset)."""
+    full = tuple((e, (d, s, 0)) for e, (d, s) in nest)
+    return Alu(op, lower_nest(full, (dst, src, 0), limits), **kw)
+
+
+def alu_held(op: AluOp, rows: int, dst: int, src: int, limits: Limits, **kw) -> Alu:
+    """An ALU instruction over ``rows`` consecutive ACC rows from ``dst``, each with the one row ``src``: on the inner
+    loop, so that the row is read once and held (a cycle per row instead of ``alu_ii``; a MUL may pipeline,
+    :mod:`vdla.isa.pipe`). A single-axis nest would put the rows on the outer loop (:func:`lower_nest`)."""
+    if rows > limits.max_iter:
+        return alu_nest(op, ((rows, (1, 0)),), dst, src, limits, **kw)
+    uops = np.array([[dst, src, 0]], np.int64)
+    uops.setflags(write=False)
+    return Alu(op, MicroKernel(uops, 1, rows, (0, 0, 0), (1, 0, 0)), **kw)
+
+
+def gemm_nest(nest, base: tuple[int, int, int], limits: Limits, init: bool = True, pin_outer: bool = False) -> Gemm:
+    """A GEMM over ``nest`` ((extent, (dst, src, wgt) strides) axes) from ``base``; ``pin_outer``: the first
+    axis on the outer loop (an ``init`` GEMM's bias row follows it)."""
+    return Gemm(lower_nest(tuple(nest), base, limits, pin_outer), init=init)
 
 
 def emit_op(op: Op, cmd: CommandBuilder, buffers: Mapping[str, Buffer]) -> None:

@@ -16,7 +16,9 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+import vdla.graph.attention as att
 import vdla.graph.layernorm as ln
+from vdla.graph.attention import IntAttention
 from vdla.graph.epilogue import Epilogue
 from vdla.graph.ew import EW, Arg, EwStep, StepTypes, step_result_dtype
 from vdla.graph.ewmath import Math
@@ -830,6 +832,71 @@ def rsqrt_fixed(v: np.ndarray, k: np.ndarray) -> np.ndarray:
         t = (3 << f) + mul_shift(neg_m, mul_shift(y, y, f), f)
         y = mul_shift(y, t, f + 1)
     return y
+
+
+def attention_int(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, p: IntAttention, keep: np.ndarray | None = None
+) -> np.ndarray:
+    """One attention head on int8 ``q``, ``k``, ``v`` (T, d) -> int8 (T, d), step by step as the accelerator
+    computes it (:mod:`vdla.graph.attention`): the int8 scores with the mask's bias (``keep``: per key, default
+    every key), their exp as two int8 planes, ``U`` and the row sums ``Z`` from the planes, ``1 / Z`` by Newton
+    in fixed point, the output requantized."""
+    t, d = q.shape
+    if q.shape != k.shape or q.shape != v.shape or d != p.d:
+        raise UnsupportedError("attention", f"q, k, v of shapes {q.shape}, {k.shape}, {v.shape} for a head of {p.d}")
+    hi, lo = attention_exp(q, k, p, keep)
+    (u_hi, z_hi), (u_lo, z_lo) = attention_sums(hi, v), attention_sums(lo, v)
+    return attention_divide(wrap32(shift_lanes(u_hi, -8) + u_lo), wrap32(shift_lanes(z_hi, -8) + z_lo), p)
+
+
+def attention_exp(
+    q: np.ndarray, k: np.ndarray, p: IntAttention, keep: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """The exp planes ``(hi, lo)`` (T, T) int8 of the scores ``clamp(MUL(q k^T + bias, M_s) >> shift_s)``."""
+    acc = wrap32(dense(q, k) + att.key_bias(p, keep, k.shape[0])[None, :])
+    s = requantize(acc, p.score_multiplier, p.score_shift).astype(np.int64)
+    return att.exp_planes(np.asarray(p.exp, np.int64)[s + 128])
+
+
+def attention_sums(plane: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(plane V, the plane's row sums)`` in int32 (the GEMMs against ``V^T`` and the ones block)."""
+    x = plane.astype(np.int64)
+    return wrap32(x @ v.astype(np.int64)), wrap32(x.sum(axis=-1, keepdims=True))
+
+
+def attention_divide(u: np.ndarray, z: np.ndarray, p: IntAttention) -> np.ndarray:
+    """int8 ``U / Z`` times ``v_scale / out_scale``: ``Z = m 2^k`` (``Z`` at least 1), ``r ~ 1/m``, then
+    ``q = MUL(r, M_o) >> shift_o`` (``r a 2^-H``), ``clamp(MUL(MUL(U, q) >> FRAC, 2^(30 - k)) >> (30 - H))``."""
+    z = np.maximum(z, 1)
+    k = reciprocal_exponent(z)
+    r = reciprocal_fixed(shift_lanes(z, k - att.FRAC))
+    q = mul_shift(r, p.out_multiplier, p.out_shift)
+    power = shift_lanes(1 << att.P_BITS, k)
+    return requantize(mul_shift(u, q, att.FRAC), power, att.P_BITS - p.out_exponent)
+
+
+def reciprocal_exponent(z: np.ndarray) -> np.ndarray:
+    """``k = floor(log2(z))`` of positive int32 ``z`` by the ALU's binary search: for each step ``b`` of
+    :data:`~vdla.graph.attention.K_STEPS`, ``c = b min(z >> b, 1)``, ``z >>= c`` (a lane's own amount),
+    ``k += c``."""
+    w, k = np.asarray(z, np.int64), np.zeros(np.shape(z), np.int64)
+    for b in att.K_STEPS:
+        c = mul_shift(np.minimum(shift_lanes(w, b), 1), b)
+        w = shift_lanes(w, c)
+        k = k + c
+    return k
+
+
+def reciprocal_fixed(m: np.ndarray) -> np.ndarray:
+    """``r ~ 2^(2 FRAC) / m`` of ``m`` in [2^FRAC, 2^(FRAC + 1)): the linear seed ``C1 - MUL(m, C2) >> F``, then
+    Newton's ``r <- MUL(r, 2^(F + 1) + MUL(-m, r) >> F) >> F`` (``F`` = FRAC, each product rounded once)."""
+    f = att.FRAC
+    c1, c2 = (round(c * (1 << f)) for c in att.SEED)
+    neg_m = mul_shift(m, -1)
+    r = c1 - mul_shift(m, c2, f)
+    for _ in range(att.ITERATIONS):
+        r = mul_shift(r, (2 << f) + mul_shift(neg_m, r, f), f)
+    return r
 
 
 def cumsum(

@@ -1,0 +1,111 @@
+"""One attention head on the accelerator (issue 53, vdla.compiler.attention): the compiled program bit-exact against
+the integer reference (oracle.attention_int) on the simulator for several shapes, masks, views and presets, and on
+the RTL; the refusals naming their limits."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from vdla.compiler.attention import AttentionSpec, compile_attention
+from vdla.compiler.spec import CompileError
+from vdla.config import load_config
+from vdla.graph import oracle
+from vdla.graph.attention import IntAttention
+from vdla.runtime.device import Device
+from vdla.zoo.random_programs import pynq_full
+
+RNG = np.random.default_rng(53)
+
+
+def qkv(tokens: int, channels: int) -> np.ndarray:
+    """A QKV projection's int8 output (tokens, channels): normal at a quarter of the int8 range, a row of the
+    extremes among them."""
+    x = np.clip(np.rint(RNG.normal(0, 32, (tokens, channels))), -128, 127).astype(np.int8)
+    if tokens > 2:
+        x[tokens // 2] = RNG.choice([-128, 127], x.shape[1])
+    return x
+
+
+def params(d: int) -> IntAttention:
+    """Scores spread over most of the int8 range (softmax neither flat nor one-hot)."""
+    return IntAttention.of(d, 1 / 32, 1 / 32, 1 / 32, 0.02, 1 / 48)
+
+
+def keep_vector(tokens: int) -> np.ndarray:
+    keep = RNG.random(tokens) > 0.3
+    keep[0] = True
+    return keep
+
+
+def check(spec: AttentionSpec, config="pynq-z2", keep=None, backend="sim") -> None:
+    c, q, k, v, oc, o = spec.views
+    x = qkv(spec.tokens, c)
+    layer = compile_attention(spec, config)
+    got = layer.run(Device(layer.lowering.cfg, backend=backend), x, keep).out
+    mask = spec.keep if keep is None else keep
+    d = spec.d
+    want = oracle.attention_int(x[:, q : q + d], x[:, k : k + d], x[:, v : v + d], spec.head, mask)
+    np.testing.assert_array_equal(got[:, o : o + d], want)
+    assert len(np.unique(want)) > 20
+
+
+@pytest.mark.parametrize("d", [32, 64])
+@pytest.mark.parametrize("tokens", [1, 17, 32, 65, 197])
+@pytest.mark.parametrize("mask", ["none", "constant", "runtime"])
+def test_bit_exact_on_the_simulator(tokens, d, mask):
+    keep = keep_vector(tokens)
+    if mask == "none":
+        check(AttentionSpec(tokens, params(d)))
+    elif mask == "constant":
+        check(AttentionSpec(tokens, params(d), keep=tuple(bool(b) for b in keep)))
+    else:
+        check(AttentionSpec(tokens, params(d), runtime_mask=True), keep=keep)
+
+
+@pytest.mark.parametrize("preset", ["pynq-full", "zcu104"])
+def test_bit_exact_on_other_presets(preset):
+    cfg = pynq_full() if preset == "pynq-full" else load_config(preset)
+    check(AttentionSpec(65, params(64), runtime_mask=True), cfg, keep=keep_vector(65))
+    check(AttentionSpec(197, params(32)), cfg)
+
+
+def test_bit_exact_with_blocks_of_8():
+    check(AttentionSpec(40, params(32), runtime_mask=True), "block8", keep=keep_vector(40))
+    with pytest.raises(CompileError, match="do not fit block8's buffers.*at most 56 tokens"):
+        compile_attention(AttentionSpec(65, params(64)), "block8")
+
+
+def test_views_of_a_qkv_tensor_and_of_the_concatenated_heads():
+    """Head 1 of 3 heads of 32 (Q, K, V of all heads one after another in a 288-channel tensor), written into
+    channels 32..63 of the 96-channel concatenation; the other channels left alone."""
+    spec = AttentionSpec(40, params(32), in_channels=288, q_at=32, k_at=128, v_at=224, out_channels=96, out_at=32)
+    check(spec)
+
+
+def test_the_two_threads_start_after_the_weights_are_in_place():
+    layer = compile_attention(AttentionSpec(197, params(64)))
+    low = layer.lowering
+    assert low.tiles > 2 and 197 % (low.tb * low.lanes)  # a short last tile
+
+
+def test_refusals_name_the_limit():
+    with pytest.raises(CompileError, match="at most 240 tokens"):
+        compile_attention(AttentionSpec(300, params(64)))
+    with pytest.raises(CompileError, match="exact in int32 up to 511"):
+        compile_attention(AttentionSpec(600, params(32)))
+    with pytest.raises(CompileError, match="batch 1"):
+        compile_attention(AttentionSpec(17, params(64)), "batch2")
+    with pytest.raises(CompileError, match="whole blocks of 16 inside the tensors"):
+        compile_attention(AttentionSpec(17, params(64), in_channels=200))
+    with pytest.raises(CompileError, match="a constant mask of 3 keys for 17"):
+        compile_attention(AttentionSpec(17, params(64), keep=(True,) * 3))
+    layer = compile_attention(AttentionSpec(17, params(64)))
+    with pytest.raises(CompileError, match=r"input must be int8 of shape \(17, 192\)"):
+        layer.run(Device("pynq"), np.zeros((17, 64), np.int8))
+    with pytest.raises(CompileError, match="compiled without one"):
+        layer.run(Device("pynq"), qkv(17, 192), np.ones(17, bool))
+
+
+def test_bit_exact_on_rtl(rtl_library):
+    check(AttentionSpec(65, params(64), runtime_mask=True), "pynq", keep=keep_vector(65), backend="rtl")

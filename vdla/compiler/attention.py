@@ -1,0 +1,530 @@
+"""One attention head compiled entirely on the accelerator, softmax included (issue 53, docs/transformers.md):
+exactly :func:`vdla.graph.oracle.attention_int` of the spec's :class:`~vdla.graph.attention.IntAttention`.
+
+``Q``, ``K`` and ``V`` (T, d) are channel-block views of one int8 token-major tensor in DRAM (a QKV
+projection's output: ``C`` channels a token, each view ``d`` of them from its own offset); the output (T, d)
+goes into a channel-block view of another (the concatenated heads). ``L`` = ``block_out`` tokens a block,
+``UB = ceil(T / L)`` key blocks, ``CB = d / L`` channel blocks. The products run transposed, ``O^T = V^T P^T``,
+so that a token's row sum and its reciprocal sit in the token's own lane (16 tokens an accumulator row) beside
+its output column: the division is a per-row ALU program on ``T / L`` rows, no value crosses lanes.
+
+On virtual thread 0 first (the setup):
+
+* ``K`` and ``V`` into the weight layout with no CPU step: each copied into ACC by an identity GEMM in the
+  order (channel block, token) (``UB L`` tokens, the load's padding rows zero), so that one STORE puts token
+  ``u``'s block ``c`` at row ``u % L`` of weight tile ``(c, u // L)``;
+* after a block that waits for those stores (store -> compute), the tiles loaded as WGT and ``V^T`` by GEMMs of
+  the identity's rows ``e_j`` as input against ``V``'s tiles (``out[j, o] = V[u0 + o, j]``), stored; another
+  wait, and thread 0's first tile loads ``V^T``'s rows as INP rows (with the ones and identity rows), where
+  every tile of both threads reads them.
+
+Then the queries in tiles of ``TB`` query blocks (:meth:`AttentionLowering.tile_blocks`), one or two virtual
+threads (a thread's share of ACC, INP and WGT; thread 1 starts after thread 0's setup):
+
+* LOAD INP of the tile's ``Q`` rows (padded to whole blocks); the scores by GEMMs against ``K``'s tiles with
+  ``init`` from the bias rows (the key mask, per key block: the outer loop), in the order (query block, key
+  block, query) so that their OUT rows are ``P^T``'s weight tiles; an ALU MUL by the score multiplier row with
+  its rounding shift under EPI ``req`` (the clamp to int8) and ``lut`` with the high exp table: the OUT mirror
+  holds the high plane; an ALU copy under the low table: the low plane; both stored;
+* after a wait, the planes loaded as WGT: ``O^T`` by GEMMs of ``V^T``'s rows against the high plane's tiles and
+  ``Z`` (a token's row sum in its lane) of the ones row, an ALU MUL by 256, the same GEMMs on the low plane
+  accumulating: ``U^T = 256 (V^T hi^T) + V^T lo^T`` and ``Z``;
+* the per-row ALU program on the ``Z`` rows (:data:`~vdla.graph.attention.K_STEPS` search of the leading one,
+  the seed and the Newton steps of ``1 / m``, ``q = r a 2^-H`` and ``2^(30 - k)``), then over ``U^T``'s rows
+  (each query block's two rows held across the inner loop): MUL by ``q``, MUL by ``2^(30 - k)`` under EPI
+  ``req``: the int8 ``O^T``, stored as weight tiles; after a wait, loaded as WGT and transposed back by GEMMs
+  of the identity rows: ``O``, stored into the output view.
+
+The bias rows (a constant mask, or a run-time keep vector by LOAD ACC_8BIT, ADD -1 and SHR by
+``-mask_shift``) and the constant rows are one load ahead of the blocks. Padded keys (``T`` to ``UB L``)
+are masked: their exp is 0 in every sum; padded queries (zero rows) are computed and not stored.
+
+Invariant: bit for bit :func:`~vdla.graph.oracle.attention_int` on every backend; ``block_in == block_out`` and
+batch 1; no optional unit (OUT-path multiplier, ``src_out``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from vdla.compiler.blocks import Alu, Block, Epi, Gemm, Load, Op, Store, alu_held, alu_nest, gemm_nest
+from vdla.compiler.identity import identity_fits, identity_gemm, identity_weights
+from vdla.compiler.microcode import Limits
+from vdla.compiler.run import LayerRun, run_bound
+from vdla.compiler.spec import CompileError
+from vdla.compiler.vthreads import Stream, lower_vthreads, prologue_block
+from vdla.config import DEFAULT_PRESET, HwConfig, load_config
+from vdla.graph import attention as att
+from vdla.graph.attention import IntAttention
+from vdla.isa import AluOp, MemType
+from vdla.runtime.device import Device
+
+ONES, EYE = 0, 1  # WGT blocks (and their rows as INP rows): all ones (row sums) and the identity (copies)
+# the constant rows after the bias rows: score multiplier, seed (c1, c2), 2, output multiplier, 2^30, 256
+CONSTS = ("sm", "c1", "c2", "two", "mo", "p", "c256")
+# the rows of a query block after U^T: Z, the search's copy of Z (then 2^(30 - k)), k, scratch, -m, r (then q)
+BLOCK_ROWS = ("z", "w", "k", "t", "nm", "r")
+WAIT = (Epi(False, False, 0, None),)  # a compute-only block that pops the stores' store -> compute token
+
+
+@dataclass(frozen=True)
+class AttentionSpec:
+    """One head of ``head.d`` channels over ``tokens`` tokens (batch 1). ``Q``/``K``/``V`` are the channels from
+    ``q_at``/``k_at``/``v_at`` of an int8 input of ``in_channels`` a token (0: ``3 d``, the views ``0, d, 2 d``:
+    a QKV projection's output); the output goes to channels from ``out_at`` of an output of ``out_channels``
+    (0: ``d``). The key mask: ``keep`` per key (a constant; None: every key) or, with ``runtime_mask``, a keep
+    vector given to each run. Frozen: the cache key of its program."""
+
+    tokens: int
+    head: IntAttention
+    in_channels: int = 0
+    q_at: int = 0
+    k_at: int | None = None
+    v_at: int | None = None
+    out_channels: int = 0
+    out_at: int = 0
+    keep: tuple[bool, ...] | None = None
+    runtime_mask: bool = False
+
+    @property
+    def d(self) -> int:
+        return self.head.d
+
+    @property
+    def views(self) -> tuple[int, int, int, int, int, int]:
+        """(in_channels, q_at, k_at, v_at, out_channels, out_at) with the defaults filled in."""
+        d = self.d
+        k_at = d if self.k_at is None else self.k_at
+        v_at = 2 * d if self.v_at is None else self.v_at
+        return self.in_channels or 3 * d, self.q_at, k_at, v_at, self.out_channels or d, self.out_at
+
+
+@dataclass(frozen=True)
+class _Tile:
+    """A tile of ``r`` query tokens (``tb`` query blocks of ``lanes``) on a thread: its ACC rows from ``a``, INP rows
+    from ``i`` and WGT blocks from ``w``; ``ub`` key blocks, ``d`` channels."""
+
+    r: int
+    tb: int
+    a: int
+    i: int
+    w: int
+    ub: int
+    d: int
+    lanes: int
+
+    @property
+    def planes(self) -> int:
+        """Rows (and weight-tile rows) of one exp plane: query block, key block, query."""
+        return self.tb * self.ub * self.lanes
+
+    @property
+    def o(self) -> int:
+        """``U^T`` (query block, channel), then ``O^T``, then ``O`` (query, channel block); the per-block rows after."""
+        return self.a + 2 * self.planes
+
+    def row(self, name: str) -> int:
+        return self.o + self.tb * self.d + BLOCK_ROWS.index(name) * self.tb
+
+
+class AttentionLowering:
+    """The program of one attention head on one config (module docstring)."""
+
+    def __init__(self, spec: AttentionSpec, cfg: HwConfig):
+        self.spec, self.cfg, self.limits = spec, cfg, Limits.of(cfg)
+        self.check_views()
+        self.lanes = cfg.block_out
+        self.cb, self.ub = spec.d // self.lanes, -(-spec.tokens // self.lanes)
+        self.up = self.ub * self.lanes  # tokens padded to whole blocks (keys and queries)
+        self.ib, self.ob = spec.views[0] // self.lanes, spec.views[4] // self.lanes
+        self.kt, self.w0 = 2, 2 + self.cb * self.ub  # WGT: ones, identity, K's tiles, then the threads' shares
+        self.vt = 2 * self.lanes  # INP: the ones and identity rows, V^T's rows (channel block, key block, j)
+        self.i0 = self.vt + self.cb * self.up  # then the threads' shares
+        self.c0 = cfg.acc_depth - self.ub - len(CONSTS)  # ACC: the threads' shares, the bias rows, the constants
+        self.const = {name: self.c0 + self.ub + i for i, name in enumerate(CONSTS)}
+        self.check_fits()
+        self.tb = self.tile_blocks(2)
+
+    # ------------------------------------------------------------------------------------------------------
+    # limits
+
+    def check_views(self) -> None:
+        sp, cfg = self.spec, self.cfg
+        if not identity_fits(cfg) or cfg.batch != 1:
+            raise CompileError(f"attention: needs batch 1 and block_in == block_out on {cfg.name} (batch {cfg.batch}, "
+                               f"block_in {cfg.block_in}, block_out {cfg.block_out})")  # fmt: skip
+        c, q, k, v, oc, o = sp.views
+        blk = cfg.block_in
+        if any(x % blk for x in (sp.d, c, q, k, v, oc, o)) or max(q, k, v) + sp.d > c or o + sp.d > oc:
+            raise CompileError(
+                f"attention: a head of {sp.d} channels at q {q}, k {k}, v {v} of {c} and out {o} of {oc} needs "
+                f"whole blocks of {blk} inside the tensors"
+            )
+        if not 1 <= sp.tokens <= att.MAX_TOKENS:
+            raise CompileError(f"attention: {sp.tokens} tokens; U and Z are exact in int32 up to {att.MAX_TOKENS}")
+        if sp.keep is not None and (len(sp.keep) != sp.tokens or sp.runtime_mask):
+            raise CompileError(
+                f"attention: a constant mask of {len(sp.keep)} keys for {sp.tokens} (and no run-time one)"
+            )
+
+    def share(self, threads: int) -> tuple[int, int, int]:
+        """(ACC rows, INP rows, WGT blocks) of a thread's share."""
+        cfg = self.cfg
+        return self.c0 // threads, (cfg.inp_depth - self.i0) // threads, (cfg.wgt_depth - self.w0) // threads
+
+    def tile_blocks(self, threads: int) -> int:
+        """Query blocks a tile with ``threads`` virtual threads: the most whose rows fit a thread's share of ACC,
+        whose ``Q`` rows fit its share of INP and whose exp planes and ``O^T`` tiles fit its share of WGT."""
+        acc, inp, wgt = self.share(threads)
+        lanes, ub, cb = self.lanes, self.ub, self.cb
+        per_acc = 2 * lanes * ub + self.spec.d + len(BLOCK_ROWS)
+        return min(acc // per_acc, inp // (lanes * cb), wgt // max(2 * ub, cb), -(-ub // threads))
+
+    def fits(self) -> bool:
+        """Whether the setup (``K``/``V`` in ACC and INP, ``V``'s tiles in WGT) and one query block fit."""
+        cfg, n = self.cfg, self.cb * self.up
+        acc, _, wgt = self.share(2)
+        setup = n <= acc and self.i0 + n <= cfg.inp_depth and self.cb * self.ub <= wgt
+        return setup and self.tile_blocks(2) >= 1
+
+    def check_fits(self) -> None:
+        """Raise naming the limit where the setup or one query block does not fit."""
+        if self.fits():
+            return
+        cfg, t, d = self.cfg, self.spec.tokens, self.spec.d
+        most = max((n for n in range(1, att.MAX_TOKENS + 1) if _Probe(self, n).fits()), default=0)
+        raise CompileError(
+            f"attention: {t} tokens of a head of {d} do not fit {cfg.name}'s buffers (V^T {self.cb * self.up} INP "
+            f"rows, K and V {2 * self.cb * self.ub} weight blocks of {cfg.wgt_depth}, a query block's rows): at most "
+            f"{most} tokens"
+        )
+
+    # ------------------------------------------------------------------------------------------------------
+    # tensors
+
+    def tensor_bytes(self) -> dict[str, int]:
+        cfg, t, e = self.cfg, self.spec.tokens, self.cfg.inp_elem_bytes
+        kv = self.cb * self.up * cfg.out_elem_bytes
+        return {
+            "inp": t * self.ib * e,
+            "out": t * self.ob * cfg.out_elem_bytes,
+            "wgt": 2 * cfg.wgt_elem_bytes,
+            "kw": 2 * kv,  # K's tiles, then V's
+            "vt": kv,
+            "ot": kv,
+            "ex": 2 * self.up * self.ub * cfg.out_elem_bytes,
+            "lut": 2 * cfg.lut_depth * cfg.batch * cfg.block_out,
+            "consts": (self.ub + len(CONSTS)) * cfg.acc_elem_bytes,
+            "keep": self.up,
+        }
+
+    def constants(self) -> dict[str, np.ndarray]:
+        """The ones and identity blocks, the two exp tables (entry ``i`` for the score whose byte is ``i``), the
+        bias rows of a constant mask and the constant rows."""
+        cfg, p, lanes, f = self.cfg, self.spec.head, self.lanes, att.FRAC
+        eye = identity_weights(cfg)
+        hi, lo = att.exp_planes(np.asarray(p.exp, np.int64))
+        byte = np.arange(256).astype(np.uint8).view(np.int8).astype(np.int64) + 128  # the score of byte i
+        keep = None if self.spec.runtime_mask else self.spec.keep
+        bias = np.full(self.up, p.mask_bias, np.int64)
+        bias[: self.spec.tokens] = att.key_bias(p, keep, self.spec.tokens)
+        c1, c2 = (round(c * (1 << f)) for c in att.SEED)
+        rows = [p.score_multiplier, c1, c2, 2 << f, p.out_multiplier, 1 << att.P_BITS, 256]
+        consts = np.concatenate([bias.reshape(self.ub, lanes), np.repeat(np.array(rows)[:, None], lanes, axis=1)])
+        return {
+            "wgt": np.concatenate([np.ones_like(eye), eye]),
+            "lut": np.concatenate([hi[byte], lo[byte]]),
+            "consts": consts.astype(np.int32),
+        }
+
+    def keep_vector(self, keep: np.ndarray | None) -> np.ndarray:
+        """The run-time keep vector as int8 0/1 over the padded keys (padding masked)."""
+        t = self.spec.tokens
+        k = np.ones(t, bool) if keep is None else np.asarray(keep).astype(bool).ravel()
+        if k.shape != (t,):
+            raise CompileError(f"attention: a key mask of {k.size} values for {t} keys")
+        out = np.zeros(self.up, np.int8)
+        out[:t] = k
+        return out
+
+    # ------------------------------------------------------------------------------------------------------
+    # kernels
+
+    def alu(self, op: AluOp, nest, dst: int, src: int = 0, **kw) -> Alu:
+        return alu_nest(op, nest, dst, src, self.limits, **kw)
+
+    def rows(self, tile: _Tile, op: AluOp, dst: str, src: str | None = None, **kw) -> Alu:
+        """``op`` over the tile's per-block rows ``dst`` (from ``src``'s rows, or a constant row's)."""
+        if src in self.const:
+            return self.alu(op, ((tile.tb, (1, 0)),), tile.row(dst), self.const[src], **kw)
+        return self.alu(op, ((tile.tb, (1, 1)),), tile.row(dst), tile.row(src) if src else 0, **kw)
+
+    def kv_copy(self, acc: int, inp: int) -> Gemm:
+        """``K``'s or ``V``'s rows (token-major from INP ``inp``, ``UB L`` tokens) copied to ACC ``acc`` in (block,
+        token) order."""
+        nest = ((self.cb, (self.up, 1)), (self.up, (1, self.cb)))
+        return identity_gemm(nest, acc, inp, EYE, self.limits, init=True)
+
+    def transpose(self, acc: int, inp: int, wgt: int) -> Gemm:
+        """``V^T`` rows (block, key block, j) to ACC ``acc``: the identity's rows ``e_j`` (INP ``inp``) against ``V``'s
+        tiles (WGT ``wgt``)."""
+        n, lanes = self.cb * self.ub, self.lanes
+        return gemm_nest(((n, (lanes, 0, 1)), (lanes, (1, 1, 0))), (acc, inp, wgt), self.limits)
+
+    def scores(self, tile: _Tile) -> Gemm:
+        """The tile's scores (query block, key block, query) from its ``Q`` rows against ``K``'s tiles, each
+        accumulator from its key block's bias row (the outer loop)."""
+        ub, cb, lanes = self.ub, self.cb, self.lanes
+        nest = ((ub, (lanes, 0, 1)), (tile.tb, (ub * lanes, lanes * cb, 0)), (lanes, (1, cb, 0)), (cb, (0, 1, ub)))
+        return gemm_nest(nest, (tile.a, tile.i, self.kt), self.limits, pin_outer=True)
+
+    def products(self, tile: _Tile, w: int, init: bool) -> list[Gemm]:
+        """``V^T``'s rows against a plane's tiles (WGT ``w``: query block, key block) into ``U^T``, and the ones row
+        into ``z`` (each query's row sum in its lane)."""
+        ub, cb, lanes, d = self.ub, self.cb, self.lanes, self.spec.d
+        ut = ((tile.tb, (d, 0, ub)), (cb, (lanes, ub * lanes, 0)), (lanes, (1, 1, 0)), (ub, (0, lanes, 1)))
+        sums = ((tile.tb, (1, 0, ub)), (ub, (0, 0, 1)))
+        return [
+            gemm_nest(ut, (tile.o, self.vt, w), self.limits, init),
+            gemm_nest(sums, (tile.row("z"), ONES * lanes, w), self.limits, init),
+        ]
+
+    def untranspose(self, tile: _Tile) -> Gemm:
+        """``O`` (query, channel block) from ``O^T``'s tiles (WGT ``tile.w``: query block, channel block) against the
+        identity rows (query ``t``: row ``e_(t % L)``)."""
+        cb, lanes = self.cb, self.lanes
+        nest = ((tile.tb, (lanes * cb, 0, cb)), (lanes, (cb, 1, 0)), (cb, (1, 0, 1)))
+        return gemm_nest(nest, (tile.o, EYE * lanes, tile.w), self.limits)
+
+    # ------------------------------------------------------------------------------------------------------
+    # the program
+
+    def exp_planes(self, tile: _Tile) -> list[Op]:
+        """The scores requantized (MUL by the multiplier row, EPI ``req``), their high exp plane in the OUT mirror
+        of the scores (the table by EPI ``lut``) and the low one in that of their copy."""
+        n, cfg = tile.planes, self.cfg
+        table = (Load(MemType.LUT, 0, "lut", k * cfg.lut_depth, 1, cfg.lut_depth, cfg.lut_depth) for k in (0, 1))
+        return [
+            Epi(False, False, 0, self.c0),
+            self.scores(tile),
+            next(table),
+            Epi(True, False, 0, None, lut=True),
+            alu_held(AluOp.MUL, n, tile.a, self.const["sm"], self.limits, shift=self.spec.head.score_shift),
+            next(table),
+            self.alu(AluOp.ADD, ((n, (1, 1)),), tile.a + n, tile.a, reset=True),
+        ]
+
+    def sums(self, tile: _Tile) -> list[Op]:
+        """``U^T`` and ``Z`` from the two planes' tiles: ``256 (hi ...) + lo ...`` (the high plane's sums times 256 by
+        a MUL holding the row of 256: 2 cycles a row on a half-width ALU against an SHR's 3)."""
+        n = tile.tb * (self.spec.d + 1)
+        return [
+            Epi(False, False, 0, None),
+            *self.products(tile, tile.w, True),
+            alu_held(AluOp.MUL, n, tile.o, self.const["c256"], self.limits),  # SHR by -8: a pipelined MUL by 256
+            *self.products(tile, tile.w + tile.tb * self.ub, False),
+        ]
+
+    def exponent(self, tile: _Tile) -> list[Op]:
+        """``k`` of ``Z = max(Z, 1)`` by the binary search (:func:`~vdla.graph.oracle.reciprocal_exponent`)."""
+        rows = self.rows
+        ops = [rows(tile, AluOp.MAX, "z", imm=1), rows(tile, AluOp.ADD, "w", "z", reset=True)]
+        ops.append(rows(tile, AluOp.ADD, "k", imm=0, reset=True))
+        for b in att.K_STEPS:
+            ops += [
+                rows(tile, AluOp.ADD, "t", "w", reset=True),
+                rows(tile, AluOp.SHR, "t", imm=b),
+                rows(tile, AluOp.MIN, "t", imm=1),
+                rows(tile, AluOp.MUL, "t", imm=b),  # c
+                rows(tile, AluOp.SHR, "w", "t"),  # by each lane's own c
+                rows(tile, AluOp.ADD, "k", "t"),
+            ]
+        return ops
+
+    def reciprocal(self, tile: _Tile) -> list[Op]:
+        """``m = SHR(Z, k - F)``, ``r`` from the seed by Newton (:func:`~vdla.graph.oracle.reciprocal_fixed`), then
+        ``q = MUL(r, M_o) >> shift_o`` in ``r`` and ``2^(30 - k)`` in ``w``."""
+        rows, f = self.rows, att.FRAC
+        ops = [
+            rows(tile, AluOp.ADD, "t", "k", reset=True),
+            rows(tile, AluOp.ADD, "t", imm=-f),
+            rows(tile, AluOp.ADD, "nm", "z", reset=True),
+            rows(tile, AluOp.SHR, "nm", "t"),
+            rows(tile, AluOp.ADD, "r", "nm", reset=True),
+            rows(tile, AluOp.MUL, "r", "c2", shift=f),
+            rows(tile, AluOp.MUL, "r", imm=-1),
+            rows(tile, AluOp.ADD, "r", "c1"),
+            rows(tile, AluOp.MUL, "nm", imm=-1),
+        ]
+        for _ in range(att.ITERATIONS):
+            ops += [
+                rows(tile, AluOp.ADD, "t", "nm", reset=True),
+                rows(tile, AluOp.MUL, "t", "r", shift=f),
+                rows(tile, AluOp.ADD, "t", "two"),
+                rows(tile, AluOp.MUL, "r", "t", shift=f),
+            ]
+        return ops + [
+            rows(tile, AluOp.MUL, "r", "mo", shift=self.spec.head.out_shift),
+            rows(tile, AluOp.ADD, "w", "p", reset=True),
+            rows(tile, AluOp.SHR, "w", "k"),
+        ]
+
+    def output(self, tile: _Tile) -> list[Op]:
+        """Over ``U^T``'s rows (each query block's ``d``, its row held): MUL by the block's ``q``, then by its
+        ``2^(30 - k)`` with the OUT mirror requantizing (EPI ``req``): the int8 ``O^T``."""
+        d, h = self.spec.d, self.spec.head.out_exponent
+        per_block = ((tile.tb, (d, 1)), (d, (1, 0)))
+        return [
+            self.alu(AluOp.MUL, per_block, tile.o, tile.row("r"), shift=att.FRAC),
+            Epi(True, False, 0, None),
+            self.alu(AluOp.MUL, per_block, tile.o, tile.row("w"), shift=att.P_BITS - h),
+        ]
+
+    def setup(self) -> tuple[list[Block], list[Block]]:
+        """The blocks ahead of each thread's tiles (module docstring): thread 0 puts ``K`` in the weight layout,
+        thread 1 ``V`` and then ``V^T``, whose rows its last block loads where every tile reads them."""
+        _, _, k_at, v_at, _, _ = self.spec.views
+        t, blk, n, tiles, lanes = self.spec.tokens, self.cfg.block_in, self.cb * self.up, self.cb * self.ub, self.lanes
+        acc, inp, wgt = self.share(2)
+        pad = (0, self.up - t, 0, 0)
+        k_rows, v_rows = (
+            Load(MemType.INP, i, "inp", at // blk, t, self.cb, self.ib, pad)
+            for i, at in ((self.vt, k_at), (self.i0, v_at))
+        )
+        consts = Load(MemType.WGT, 0, "wgt", 0, 1, 2, 2)
+        eye_rows = Load(MemType.INP, self.i0 + inp, "wgt", EYE * lanes, 1, lanes, lanes)
+        v_tiles = Load(MemType.WGT, self.w0 + wgt, "kw", tiles, 1, tiles, tiles)
+        shared = (Load(MemType.INP, 0, "wgt", 0, 1, 2 * lanes, 2 * lanes), Load(MemType.INP, self.vt, "vt", 0, 1, n, n))
+        k_blocks = [
+            Block(0, (k_rows, consts), (*WAIT, self.kv_copy(0, self.vt)), (Store(0, "kw", 0, 1, n, n),)),
+            Block(0, (), WAIT, ()),
+        ]
+        v_blocks = [
+            Block(1, (v_rows,), (*WAIT, self.kv_copy(acc, self.i0)), (Store(acc, "kw", n, 1, n, n),)),
+            Block(1, (), WAIT, ()),
+            Block(
+                1,
+                (v_tiles, eye_rows),
+                (*WAIT, self.transpose(acc, self.i0 + inp, self.w0 + wgt)),
+                (Store(acc, "vt", 0, 1, n, n),),
+            ),
+            Block(1, (), WAIT, ()),
+            Block(1, shared, WAIT, ()),
+        ]
+        return k_blocks, v_blocks
+
+    def tile(self, k: int, thread: int) -> _Tile:
+        acc, inp, wgt = self.share(2)
+        r = min(self.tb * self.lanes, self.spec.tokens - k * self.tb * self.lanes)
+        tb = -(-r // self.lanes)
+        return _Tile(
+            r, tb, thread * acc, self.i0 + thread * inp, self.w0 + thread * wgt, self.ub, self.spec.d, self.lanes
+        )
+
+    def blocks(self, k: int, thread: int) -> list[Block]:
+        """Query tile ``k`` on ``thread``: the scores and their exp planes (stored to ``ex``), a wait, the planes
+        loaded as weight tiles, ``U^T`` and ``Z``, the division, ``O^T`` (stored to ``ot``), a wait, ``O^T``'s tiles
+        loaded and ``O`` stored into the output view."""
+        _, q_at, _, _, _, out_at = self.spec.views
+        blk, lanes, cb = self.cfg.block_in, self.lanes, self.cb
+        t0, tile = k * self.tb * lanes, self.tile(k, thread)
+        plane, n, ot = 2 * t0 * self.ub, 2 * tile.planes, t0 * cb  # offsets in OUT rows (16 a weight tile)
+        pad = (0, tile.tb * lanes - tile.r, 0, 0)
+        loads = [Load(MemType.INP, tile.i, "inp", t0 * self.ib + q_at // blk, tile.r, cb, self.ib, pad)]
+        if k == 0:  # thread 0's first tile: K's tiles every tile reads
+            loads.append(Load(MemType.WGT, self.kt, "kw", 0, 1, self.cb * self.ub, self.cb * self.ub))
+        division = (*self.exponent(tile), *self.reciprocal(tile), *self.output(tile))
+        pt, tt = 2 * tile.tb * self.ub, tile.tb * cb  # weight tiles of the planes, of O^T
+        out = Store(tile.o, "out", t0 * self.ob + out_at // blk, tile.r, cb, self.ob)
+        return [
+            Block(thread, tuple(loads), tuple(self.exp_planes(tile)), (Store(tile.a, "ex", plane, 1, n, n),)),
+            Block(thread, (), WAIT, ()),
+            Block(
+                thread,
+                (Load(MemType.WGT, tile.w, "ex", plane // lanes, 1, pt, pt),),
+                (*self.sums(tile), *division),
+                (Store(tile.o, "ot", ot, 1, tile.tb * self.spec.d, tile.tb * self.spec.d),),
+            ),
+            Block(thread, (), WAIT, ()),
+            Block(
+                thread,
+                (Load(MemType.WGT, tile.w, "ot", ot // lanes, 1, tt, tt),),
+                (*WAIT, self.untranspose(tile)),
+                (out,),
+            ),
+        ]
+
+    @property
+    def tiles(self) -> int:
+        return -(-self.ub // self.tb)
+
+    def prologue(self) -> list[Op]:
+        """The constant rows; with a run-time mask the bias rows from the keep vector: ``(keep - 1) << mask_shift``."""
+        width = self.ub + len(CONSTS)
+        ops: list[Op] = [Load(MemType.ACC, self.c0, "consts", 0, 1, width, width)]
+        if self.spec.runtime_mask:
+            each = ((self.ub, (1, 1)),)
+            ops += [
+                Load(MemType.ACC_8BIT, self.c0, "keep", 0, 1, self.ub, self.ub),
+                self.alu(AluOp.ADD, each, self.c0, imm=-1),
+                self.alu(AluOp.SHR, each, self.c0, imm=-self.spec.head.mask_shift),
+            ]
+        return ops
+
+    def stream(self) -> Stream:
+        """Each thread's setup, then its tiles; thread 0's first tile reads ``V^T``'s rows (its third block) only
+        after thread 1's last setup block has loaded them, and after thread 1's first scores (two wait blocks between
+        put it there in the stream: the compute stage works on those while the planes make their round trip)."""
+        k_blocks, v_blocks = self.setup()
+        tiles = [[b for k in range(self.tiles) if k % 2 == t for b in self.blocks(k, t)] for t in range(2)]
+        first = tiles[0][:2] + [Block(0, (), WAIT, ())] * 2 + tiles[0][2:]
+        threads = [k_blocks + first, v_blocks + tiles[1]]
+        return lower_vthreads(threads, prologue_block(self.prologue(), threads, self.cfg.uop_depth))
+
+
+class _Probe(AttentionLowering):
+    """The buffer arithmetic of ``tokens`` tokens of another lowering's head and config (no checks)."""
+
+    def __init__(self, low: AttentionLowering, tokens: int):
+        self.spec, self.cfg, self.cb, self.lanes = AttentionSpec(tokens, low.spec.head), low.cfg, low.cb, low.lanes
+        self.ub = -(-tokens // self.lanes)
+        self.up = self.ub * self.lanes
+        self.w0, self.vt = 2 + self.cb * self.ub, 2 * self.lanes
+        self.i0 = self.vt + self.cb * self.up
+        self.c0 = low.cfg.acc_depth - self.ub - len(CONSTS)
+
+
+@dataclass
+class CompiledAttention:
+    """An attention head compiled for one config."""
+
+    lowering: AttentionLowering
+    stream: Stream
+
+    @property
+    def spec(self) -> AttentionSpec:
+        return self.lowering.spec
+
+    def run(self, dev: Device, x: np.ndarray, keep: np.ndarray | None = None, **run_options) -> LayerRun:
+        """Run on ``dev``: ``x`` int8 (tokens, in_channels) holding ``Q``, ``K``, ``V``; ``keep`` the run-time key
+        mask (nonzero: kept) of a spec with ``runtime_mask``. The output tensor (tokens, out_channels), the
+        head's channels written."""
+        sp, low = self.spec, self.lowering
+        shape = (sp.tokens, sp.views[0])
+        if x.dtype != np.int8 or x.shape != shape:
+            raise CompileError(f"attention input must be int8 of shape {shape}, got {x.dtype} {x.shape}")
+        if keep is not None and not sp.runtime_mask:
+            raise CompileError("attention: a run-time key mask for a head compiled without one (runtime_mask)")
+        sizes = low.tensor_bytes()
+        scratch = {name: np.zeros(sizes[name], np.int8) for name in ("kw", "vt", "ot", "ex")}
+        arrays = dict(low.constants(), inp=np.ascontiguousarray(x), keep=low.keep_vector(keep), **scratch)
+        out, result = run_bound(dev, low, self.stream, arrays, (sp.tokens, sp.views[4]), **run_options)
+        return LayerRun(out, result)
+
+
+def compile_attention(spec: AttentionSpec, config=DEFAULT_PRESET) -> CompiledAttention:
+    """Compile an attention head for ``config`` (module docstring)."""
+    low = AttentionLowering(spec, load_config(config))
+    return CompiledAttention(low, low.stream())
