@@ -214,3 +214,31 @@ def test_onnxruntime_qdq_block_runs_its_layer_norms_on_the_accelerator():
     lns = [a for a in layers if a.value.startswith(("a_", "n2_"))]
     assert len(lns) == 2 and all(a.worst <= 1 for a in lns)
     assert sum(a.differing for a in layers) == sum(a.ties for a in layers)
+
+
+def test_vdla_quantizer_keeps_a_cpu_computed_layer_norm_input_and_an_embedding_add_in_float():
+    """The embeddings ``x + pos`` (an add of a constant, which the accelerator does not move) are the residual
+    stream's first value: quantized for the dense layer's epilogue that adds them, but their input ``x`` is not
+    (one rounding, not two), and the LayerNorm reading them on the CPU reads the float value itself (a row of
+    small spread, a class token, cannot bear the stream's int8 step)."""
+    from vdla.graph.quantize import plan_quantization
+
+    params = {
+        "pos": RNG.normal(0, 0.02, (1, TOKENS, DIM)).astype(np.float32),
+        "w": RNG.normal(0, DIM**-0.5, (DIM, DIM)).astype(np.float32),
+    }
+    nodes = [
+        Node("add", ("x", "pos"), "e"),
+        Node("layer_norm", ("e",), "n", {"axis": 2, "epsilon": 1e-6}),
+        Node("reshape", ("n",), "n2", {"shape": (TOKENS, DIM)}),
+        Node("dense", ("n2", "w"), "h"),
+        Node("reshape", ("h",), "h3", {"shape": (1, TOKENS, DIM)}),
+        Node("add", ("e", "h3"), "r"),
+    ]
+    g = simplify(Graph({"x": TensorType((1, TOKENS, DIM), "float32")}, nodes, ["r"], params))
+    plan = plan_quantization(g)
+    assert "e" in plan.points and "e" in plan.cpu_values and "x" not in plan.points
+    q, _ = quantize_model(g, {"x": _inputs(4, 2)[:, 0]}, "percentile")
+    ln = next(n for n in q.nodes if n.op == "layer_norm")
+    assert q.producers()[ln.inputs[0]].op == "add"  # e as computed, not dequantize(quantize(e))
+    assert not any(n.op == "quantize" and n.inputs[0] == "x" for n in q.nodes)
