@@ -147,6 +147,9 @@ def test_layer_norm_runs_on_the_accelerator_between_the_dense_layers():
     low = lower_qdq(qgraph)
     assert sum(n.op == "layer_norm_int" for n in low.nodes) == 2
     assert not any(n.op == "layer_norm" for n in low.nodes)
+    from vdla.model.cli import _placement_table
+
+    assert _placement_table(art, None).row_count == len(art.steps)  # the step table describes its steps
     module, session = Module(art, "sim"), reference_session(model)
     for x in _inputs(3, 9):
         got = module.run(x)

@@ -293,12 +293,14 @@ def compile_norm(b: StepBuilder, layer: PoolLayer, dev: Device, addr: dict[str, 
     low = compiled.lowering
     scratch = {name: np.zeros(low.tensor_bytes()[name], np.int8) for name in ("sq", "dg")}
     insns, code = b.emit(layer, low, compiled.stream, {**low.constants(), **scratch}, dev, addr)
-    shape = list(layer.spec.shape)
+    shape = [*layer.spec.shape, 1, 1]  # NCHW as a dense layer's rows are described
     threads = f"{low.threads} virtual threads" if low.threads > 1 else "1 thread"
     desc = {
         "op": describe_alu(layer),
         "input": shape,
         "output": shape,
+        "kernel": [1, 1],
+        "stride": [1, 1],
         "schedule": f"tiles of {low.r} tokens, {threads}",
         "epilogue": "requant",
     }
