@@ -245,3 +245,24 @@ def test_vdla_quantizer_keeps_a_cpu_computed_layer_norm_input_and_an_embedding_a
     ln = next(n for n in q.nodes if n.op == "layer_norm")
     assert q.producers()[ln.inputs[0]].op == "add"  # e as computed, not dequantize(quantize(e))
     assert not any(n.op == "quantize" and n.inputs[0] == "x" for n in q.nodes)
+
+
+def test_a_dequantized_residual_stream_is_flattened_on_the_int8_side():
+    """``reshape(dequantize(s_q))`` read by the residual add (the stream flattened for a dense layer's epilogue)
+    becomes ``dequantize(reshape(s_q))``, so the epilogue finds its int8 skip; values unchanged."""
+    from vdla.graph.passes import eliminate_dead_code
+    from vdla.graph.qdq import reshapes_inside_qdq
+
+    q = {"scale": 0.05, "zero_point": 0}
+    nodes = [
+        Node("dequantize", ("s",), "sf", q),
+        Node("reshape", ("sf",), "s2", {"shape": (TOKENS, DIM)}),
+        Node("dequantize", ("h",), "hf", q),
+        Node("add", ("s2", "hf"), "y"),
+    ]
+    types = {"s": TensorType((1, TOKENS, DIM), "int8"), "h": TensorType((TOKENS, DIM), "int8")}
+    g = Graph(types, nodes, ["y"])
+    out = eliminate_dead_code(reshapes_inside_qdq(g))
+    assert [n.op for n in out.nodes] == ["reshape", "dequantize", "dequantize", "add"]
+    feeds = {k: RNG.integers(-128, 128, t.shape).astype(np.int8) for k, t in types.items()}
+    np.testing.assert_array_equal(evaluate(out, feeds)["y"], evaluate(g, feeds)["y"])

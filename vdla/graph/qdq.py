@@ -584,13 +584,14 @@ def negligible_bound(w: np.ndarray, axis: int, real: np.ndarray, shift: int) -> 
 
 
 def _reshape_after_dq(n: Node, g: Graph, producers, consumers, types) -> Node | None:
-    """The symmetric per-tensor dequantize of an int8 value that ``n`` reshapes for layers alone, or None."""
+    """The symmetric per-tensor dequantize of an int8 value that ``n`` reshapes for layers and adds alone (a residual
+    stream flattened for the add in a dense layer's epilogue, :func:`~vdla.graph.passes.sink_reshapes`), or None."""
     src = producers.get(n.inputs[0]) if n.op == RESHAPE else None
     q = qparams(src, g.params) if src is not None else None
     if q is None or src.op != DEQUANTIZE or not q.per_tensor or q.zero_point != 0 or n.output in g.outputs:
         return None
     readers = consumers.get(n.output, [])
-    ok = readers and all(r.op in LAYERS and r.inputs[0] == n.output for r in readers)
+    ok = readers and all((r.op in LAYERS and r.inputs[0] == n.output) or r.op == ADD for r in readers)
     return src if ok and types[src.inputs[0]].dtype == "int8" else None
 
 
@@ -607,8 +608,8 @@ def _quantized_reshape(n: Node, g: Graph, producers, consumers) -> Node | None:
 def reshapes_inside_qdq(graph: Graph) -> Graph:
     """Move the reshapes that stand between a dense/conv2d layer and its quantize/dequantize nodes to the
     int8 side (the ONNX importer flattens a batched MatMul's input to the dense layer's (M, K) and shapes its
-    output back): ``reshape(dequantize(x_q))`` read only by layers becomes ``dequantize(reshape(x_q))``, and
-    ``quantize(reshape(layer output))`` becomes ``reshape(quantize(layer output))``. Both are exact (a
+    output back): ``reshape(dequantize(x_q))`` read only by layers and adds becomes ``dequantize(reshape(x_q))``,
+    and ``quantize(reshape(layer output))`` becomes ``reshape(quantize(layer output))``. Both are exact (a
     reshape moves no value; the quantization is per tensor) and keep every value's name."""
     types, producers, consumers = infer_types(graph), graph.producers(), graph.consumers()
     taken = set(types)
