@@ -513,7 +513,7 @@ class _QdqLowering:
         constant gamma and beta -> ``layer_norm_int(x)`` (:mod:`vdla.graph.layernorm`: within 0.52 output steps of
         the float LayerNorm of the int8 input) where :meth:`IntLayerNorm.of <vdla.graph.layernorm.IntLayerNorm.of>`
         takes its row, epsilon and gamma and ``self.layer_norms`` accepts it; else it stays in float
-        (:func:`layer_norm_refusal` names why)."""
+        (:func:`int_layer_norm` or the check names why: the model compiler's placement note)."""
         found = int_layer_norm(q, self.g, self.types, self.params)
         if isinstance(found, str) or q.output in self.replace:
             return
