@@ -128,7 +128,7 @@ def test_onnxruntime_qdq_equals_the_reference_up_to_its_rounding_ties(name):
         assert not unexplained, f"{name}: {differing} output elements differ; layers (name, differing, ties)"
     share = artifact.accel_macs / artifact.total_macs
     assert share == 1.0, f"{name}: {share:.1%} of the MACs on the accelerator"
-    if name not in ("vit_tiny", "bert_tiny"):  # attention and LayerNorm run on the CPU (docs/transformers.md)
+    if name not in ("vit_tiny", "bert_tiny"):  # attention runs on the CPU (docs/transformers.md)
         cpu = [s.name for s in artifact.steps if s.kind == "cpu"]
         assert len(cpu) == 2, f"{name}: CPU steps {cpu} (the input's and the output's only)"
 

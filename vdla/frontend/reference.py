@@ -114,7 +114,10 @@ class LayerAgreement:
 
     ``ties`` counts the differing elements whose reference value before rounding (the QuantizeLinear's
     float input over its scale) lies within :data:`TIE` steps of a .5 boundary: the reference's float32
-    arithmetic and vdla's integer requantization may round those either way.
+    arithmetic and vdla's integer requantization may round those either way. For a LayerNorm in integers
+    (``layer_norm_int``), a difference of one step within the integer method's error of the boundary
+    (:func:`vdla.graph.layernorm.rounding_band`) is such a tie: vdla computes it in fixed point, the reference
+    in float.
     """
 
     value: str
@@ -132,7 +135,10 @@ def compare_layers(model: Any, graph: Any, feeds: Sequence[Mapping[str, np.ndarr
     from onnx import numpy_helper
 
     from vdla.graph.interp import evaluate_node
+    from vdla.graph.layernorm import rounding_band
+    from vdla.graph.opnames import LAYER_NORM_INT
     from vdla.graph.ops import infer_types
+    from vdla.graph.passes import FLAT
 
     inits = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
     quant = {n.output[0]: n for n in model.graph.node if n.op_type == "QuantizeLinear"}
@@ -146,27 +152,39 @@ def compare_layers(model: Any, graph: Any, feeds: Sequence[Mapping[str, np.ndarr
     names = [o.name for o in session.get_outputs()]
     types = infer_types(graph)
     found: dict[str, LayerAgreement] = {}
+
+    def model_value(v: str) -> str | None:
+        """The QDQ model's int8 value ``v`` is, or that ``sink_reshapes`` flattened into ``v`` (``<value>:flat``)."""
+        base = v.removesuffix(FLAT)
+        return base if base in quant and (base == v or base not in types) else None
+
     for feed in feeds:
         ref = dict(zip(names, session.run(names, dict(feed)), strict=True))
         env = {**graph.params, **feed}
         for node in graph.nodes:
-            args = [ref[i] if i in quant and ref[i].dtype == np.int8 else env[i] for i in node.inputs]
+            args = []
+            for i in node.inputs:
+                m = model_value(i)
+                args.append(ref[m].reshape(types[i].shape) if m and ref[m].dtype == np.int8 else env[i])
             env[node.output] = evaluate_node(node, args, [types[i] for i in node.inputs], types[node.output])
-            want = ref.get(node.output)
-            if node.output not in quant or want is None or want.dtype != np.int8 or env[node.output].dtype != np.int8:
+            m = model_value(node.output)
+            want = ref.get(m) if m else None
+            if want is None or want.dtype != np.int8 or env[node.output].dtype != np.int8:
                 continue
-            q = quant[node.output]
-            diff = np.abs(env[node.output].astype(np.int32) - want)
-            a = found.setdefault(node.output, LayerAgreement(node.output))
+            diff = np.abs(env[node.output].astype(np.int32) - want.reshape(env[node.output].shape))
+            a = found.setdefault(m, LayerAgreement(m))
             a.elements += diff.size
             a.differing += int(np.count_nonzero(diff))
             a.worst = max(a.worst, int(diff.max()))
             if diff.any():
                 tie = np.zeros(diff.shape, bool)
-                for value, scale, qnode in _roundings(q, producer, inits):
-                    steps = ref[value].astype(np.float64) / _channel_scale(scale, qnode, diff.ndim)
-                    tie |= np.abs(steps - np.floor(steps) - 0.5) <= TIE
-                a.ties += int(np.count_nonzero((diff > 0) & tie))
+                for value, scale, qnode in _roundings(quant[m], producer, inits):
+                    steps = (ref[value].astype(np.float64) / _channel_scale(scale, qnode, ref[value].ndim)).reshape(
+                        diff.shape
+                    )
+                    band = rounding_band(steps) + TIE if node.op == LAYER_NORM_INT else TIE
+                    tie |= np.abs(steps - np.floor(steps) - 0.5) <= band
+                a.ties += int(np.count_nonzero((diff == 1 if node.op == LAYER_NORM_INT else diff > 0) & tie))
     return list(found.values())
 
 

@@ -25,10 +25,13 @@ A constant row (variance 0) has ``d = 0``: its output is ``beta`` requantized, w
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
+from vdla.graph.graph import Node
+from vdla.graph.opnames import LAYER_NORM_INT
 from vdla.graph.types import UnsupportedError
 from vdla.isa.arith import MUL_MAX_SHIFT
 
@@ -41,6 +44,9 @@ Z_SHIFT = 18  # MUL(d, y) >> 18 < sqrt(MAX_ROW) 2^(15 + FRAC - 18) < 2^31
 Z_FRAC = FRAC - Z_SHIFT  # fractional bits of the normalized value z
 OUT_FRAC = 8  # fractional bits of the output step before the final REQ
 INT32_MAX = (1 << 31) - 1
+# the arithmetic's error against the float LayerNorm of the int8 input, in output steps before the rounding (beside
+# the rounding's 0.5): Newton's relative error of 1/sqrt (4e-4 at most) on the value, and the fixed point's 0.02
+RSQRT_ERROR, FIXED_ERROR = 4e-4, 0.02
 Z_MAX = math.sqrt(MAX_ROW)  # |z| <= sqrt(n - 1): a normalized value's bound
 
 
@@ -81,6 +87,32 @@ class IntLayerNorm:
                 f"{np.abs(b).max() / (1 << OUT_FRAC):.4g} overflow int32 at {OUT_FRAC} fractional bits"
             )  # fmt: skip
         return cls(n, j, e, tuple(int(v) for v in m), shift, tuple(int(v) for v in np.rint(b)))
+
+    def rows(self) -> tuple[np.ndarray, np.ndarray]:
+        """The multipliers and the biases as int32 rows (a ``layer_norm_int`` node's constant inputs)."""
+        return np.asarray(self.multipliers, np.int32), np.asarray(self.biases, np.int32)
+
+    @classmethod
+    def of_node(cls, node: Node, params: Mapping[str, np.ndarray]) -> IntLayerNorm:
+        """The parameters a ``layer_norm_int`` node carries (:func:`layer_norm_node`): its attributes and its
+        multiplier and bias rows (constants)."""
+        a, m, b = node.attrs, *(np.asarray(params[v]).ravel() for v in node.inputs[1:3])
+        return cls(m.size, int(a["prescale"]), int(a["epsilon"]), tuple(int(v) for v in m), int(a["gamma_shift"]),
+                   tuple(int(v) for v in b))  # fmt: skip
+
+
+def layer_norm_node(x: str, p: IntLayerNorm, out: str, rows: tuple[str, str], out_scale: float) -> Node:
+    """The ``layer_norm_int`` node of ``p`` over the last axis of int8 ``x`` into ``out`` (int8 at ``out_scale``,
+    zero point 0): its inputs ``x`` and the int32 multiplier and bias rows, named ``rows`` (the caller adds them
+    as constants, :meth:`IntLayerNorm.rows`), its scalars as attributes."""
+    attrs = {"prescale": p.prescale, "epsilon": p.epsilon, "gamma_shift": p.gamma_shift, "quant": (out_scale, 0)}
+    return Node(LAYER_NORM_INT, (x, *rows), out, attrs)
+
+
+def rounding_band(steps: np.ndarray) -> np.ndarray:
+    """How far from a rounding tie (in output steps) the float LayerNorm's value ``steps`` (its output over the
+    output scale) may lie where the integer form rounds it the other way: the arithmetic's error bound."""
+    return RSQRT_ERROR * np.abs(steps) + FIXED_ERROR
 
 
 def prescale(n: int, eps: float) -> tuple[int, int]:

@@ -36,6 +36,7 @@ import vdla.graph.opnames as opnames
 import vdla.graph.oracle as oracle
 from vdla.graph.ew import EW, EwDef, EwStep, node_steps, step_result_dtype
 from vdla.graph.graph import Graph, Node, reshaped
+from vdla.graph.layernorm import IntLayerNorm
 from vdla.graph.layout import blocked_shape
 from vdla.graph.types import INT_RANGE, Quant, TensorType, UnsupportedError, is_float
 from vdla.graph.window import Window, make_window, pair
@@ -1109,6 +1110,28 @@ for _kind in NORM_KINDS:  # (x - mean) / sqrt(var + eps) and x / sqrt(mean(x^2) 
     register(_kind, OPAQUE, 1, 3, evaluate=_eval_norm(_kind), cpu=CpuKernel("make_norm", (("kind", _kind),)))(
         _norm_rule(_kind)
     )
+
+
+def _eval_layer_norm_int(node: Node, args: list[np.ndarray], types: list[TensorType], out: TensorType) -> np.ndarray:
+    p = IntLayerNorm.of_node(node, dict(zip(node.inputs[1:], args[1:], strict=True)))
+    return oracle.layer_norm_int(args[0], p)
+
+
+@register("layer_norm_int", OPAQUE, 3, evaluate=_eval_layer_norm_int)
+def _layer_norm_int(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarray]) -> TensorType:
+    """LayerNorm over the last axis of int8 ``x`` in integers, as the accelerator computes it
+    (:func:`vdla.graph.oracle.layer_norm_int`; :mod:`vdla.graph.layernorm`): inputs ``x`` and the int32 rows of
+    gamma's multipliers and beta's biases (one per feature), attributes ``prescale``, ``epsilon``, ``gamma_shift``
+    and the output's ``quant`` (scale, zero point 0). No CPU kernel: the QDQ lowering writes it only where the
+    accelerator runs it (:func:`vdla.graph.qdq.lower_qdq`'s ``layer_norms``)."""
+    x, m, b = inputs
+    n = x.shape[-1] if x.shape else 0
+    _need("layer_norm_int", x.dtype == "int8", f"requires int8, got {x.dtype}")
+    _need("layer_norm_int", m.dtype == b.dtype == "int32", f"multipliers and biases must be int32, got {m}, {b}")
+    _need("layer_norm_int", m.shape == b.shape == (n,), f"{n} multipliers and biases for {x}, got {m}, {b}")
+    a = node.attrs
+    _need("layer_norm_int", all(k in a for k in ("prescale", "epsilon", "gamma_shift", "quant")), f"attrs {a}")
+    return TensorType(x.shape, "int8", Quant.of(*a["quant"]))
 
 
 def scan_type(x: TensorType, axis: int) -> tuple[int, TensorType]:

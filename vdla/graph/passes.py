@@ -56,6 +56,7 @@ from vdla.graph.opnames import (
     POW,
     REDUCE,
     RESHAPE,
+    RMS_NORM,
     SQRT,
     SUB,
     TRANSPOSE,
@@ -367,24 +368,31 @@ def _row_operand(value: str, params: dict[str, np.ndarray], rank: int, last: int
 
 
 def _sink_one(graph: Graph, types: dict[str, TensorType], producers: dict[str, Node], node: Node) -> Graph | None:
-    """``graph`` with the elementwise ``node`` computed before the reshapes it reads and one reshape after it
-    (:func:`sink_reshapes`; ``types`` gains the new values'), or None where it cannot be: a tensor input
-    that is neither such a reshape (all of one (rows, columns) input shape, keeping the columns) nor a
-    constant of one element or of the last axis."""
+    """``graph`` with the elementwise or row-wise ``node`` computed before the reshapes it reads and one reshape
+    after it (:func:`sink_reshapes`; ``types`` gains the new values'), or None where it cannot be: a tensor
+    input that is neither such a reshape (all of one (rows, columns) input shape, keeping the columns), nor a
+    value of the node's output shape (reshaped to (rows, columns) before it), nor a constant of one element or
+    of the last axis."""
     shapes = {
         (types[producers[v].inputs[0]].shape, types[v].shape)
         for v in node.inputs
         if v in producers and producers[v].op == RESHAPE
     }
-    if node.op not in EW or len(shapes) != 1:
+    if not _sinks(node, types) or len(shapes) != 1:
         return None
     ((x, y),) = shapes
     if len(x) != 2 or not y or x[-1] != y[-1] or types[node.output].shape != y:
         return None
-    params, inputs = dict(graph.params), []
+    params, inputs, flattened = dict(graph.params), [], []
     for v in node.inputs:
-        if v in producers and producers[v].op == RESHAPE:
+        if v in producers and producers[v].op == RESHAPE and types[producers[v].inputs[0]].shape == x:
             inputs.append(producers[v].inputs[0])
+            continue
+        if v not in params and types[v].shape == y:  # the residual stream: reshaped to (rows, columns) here
+            flat = fresh_name(f"{v}{FLAT}", set(params) | set(types))
+            flattened.append(Node(RESHAPE, (v,), flat, {"shape": x}))
+            types[flat] = TensorType(x, types[v].dtype, types[v].quant)
+            inputs.append(flat)
             continue
         p = _row_operand(v, params, len(x), x[-1])
         if p is None:
@@ -393,8 +401,9 @@ def _sink_one(graph: Graph, types: dict[str, TensorType], producers: dict[str, N
             v = fresh_name(f"{v}:row", set(params) | set(types))
             params[v] = p
         inputs.append(v)
-    flat = fresh_name(f"{node.output}:flat", set(params) | set(types))
-    moved = Node(node.op, tuple(inputs), flat, dict(node.attrs))
+    flat = fresh_name(f"{node.output}{FLAT}", set(params) | set(types))
+    attrs = dict(node.attrs, axis=len(x) - 1) if node.op in ROW_WISE else dict(node.attrs)
+    moved = Node(node.op, tuple(inputs), flat, attrs)
     for v in inputs:  # the new values' types: the reshaped constants' and the moved node's
         if v not in types:
             types[v] = TensorType.of(params[v], v)
@@ -402,22 +411,40 @@ def _sink_one(graph: Graph, types: dict[str, TensorType], producers: dict[str, N
     nodes = list(graph.nodes)
     at = nodes.index(node)
     nodes[at : at + 1] = [moved, Node(RESHAPE, (flat,), node.output, {"shape": y})]
+    for r in flattened:  # right after the value it reshapes: computed as early as that value (a layer's skip)
+        src = producers.get(r.inputs[0])
+        nodes.insert(nodes.index(src) + 1 if src is not None else 0, r)
     return graph.copy(nodes=nodes, params=params)
 
 
+FLAT = ":flat"  # the suffix of a value sink_reshapes computes on (rows, columns) instead of the value's shape
+ROW_WISE = (LAYER_NORM, RMS_NORM)  # functions of each row of their normalized axes (sink_reshapes: the last)
+
+
+def _sinks(node: Node, types: dict[str, TensorType]) -> bool:
+    """Whether :func:`sink_reshapes` may move ``node`` before a reshape keeping the last axis: an elementwise
+    node, or a LayerNorm/RMSNorm over the last axis alone."""
+    if node.op in ROW_WISE:
+        rank = len(types[node.inputs[0]].shape)
+        return rank > 0 and int(node.attrs.get("axis", -1)) % rank == rank - 1
+    return node.op in EW
+
+
 def sink_reshapes(graph: Graph) -> Graph:
-    """Each elementwise node whose tensor inputs are reshapes of one (rows, columns) shape (a dense layer's,
-    a flattened MatMul's) keeping the columns as the last axis, or constants of one element or of the last
-    axis, computed before the reshapes, one reshape after it, repeatedly (a bias add, then a GELU written out
-    with its diamond); then each reshape of a reshape reads
-    the first one's input (a reshape to the same shape then is an identity, :func:`remove_identities`), and
-    the reshapes no longer read are dropped. Exact: an elementwise function of each element and its column
-    commutes with a reshape that keeps the columns."""
+    """Each elementwise node, or row-wise node (a ``layer_norm``/``rms_norm`` over the last axis alone), whose
+    tensor inputs are reshapes of one (rows, columns) shape (a dense layer's, a flattened MatMul's) keeping the
+    columns as the last axis, tensors of the node's own output shape (the residual stream beside a dense layer's
+    output: reshaped to (rows, columns) where they are read), or constants of one element or of the last axis,
+    computed before the reshapes, one reshape after it, repeatedly (a bias add, then a GELU written out with its
+    diamond; a residual add, then its LayerNorm); then each reshape of a reshape reads the first one's input (a
+    reshape to the same shape then is an identity, :func:`remove_identities`), and the reshapes no longer read
+    are dropped. Exact: an elementwise function of each element and its column, and a function of each row of
+    the last axis, commute with a reshape that keeps the columns (row-major: each row stays one row)."""
     types, moved = infer_types(graph), None
     while True:
         producers = graph.producers()
         for n in graph.nodes:
-            moved = _sink_one(graph, types, producers, n) if n.op in EW else None
+            moved = _sink_one(graph, types, producers, n) if _sinks(n, types) else None
             if moved is not None:
                 break
         if moved is None:

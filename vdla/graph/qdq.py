@@ -38,6 +38,7 @@ is the zero channel with its bias: within :func:`negligible_bound` (under one st
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -55,6 +56,7 @@ from vdla.graph.epilogue import (
 )
 from vdla.graph.ew import operand_input, operand_value
 from vdla.graph.graph import Graph, Node
+from vdla.graph.layernorm import IntLayerNorm, layer_norm_node
 from vdla.graph.opnames import (
     ADD,
     CLIP,
@@ -62,6 +64,7 @@ from vdla.graph.opnames import (
     DENSE,
     DEQUANTIZE,
     GLOBAL_AVG_POOL,
+    LAYER_NORM,
     MATMUL,
     MAX_POOL2D,
     MUL,
@@ -72,9 +75,12 @@ from vdla.graph.opnames import (
 )
 from vdla.graph.ops import infer_types
 from vdla.graph.passes import eliminate_dead_code, fresh_name
+from vdla.graph.types import TensorType, UnsupportedError
 from vdla.isa import IsaError
 from vdla.isa.arith import INT8_MAX, INT8_MIN, MUL_MAX_SHIFT, choose_multipliers, choose_requantization
 
+# why a LayerNorm in integers (its parameters, its input shape) cannot run where compiled for, or None
+LayerNormCheck = Callable[[IntLayerNorm, tuple[int, ...]], str | None]
 COMMUTING = (MAX_POOL2D, RESHAPE, TRANSPOSE, RELU)
 # the layers lowered to an integer epilogue, and the weight axis of their output channels
 ANCHOR_AXIS = {"conv2d": 0, "dense": 0, "conv_transpose": 1}
@@ -197,8 +203,9 @@ class QdqDialect(FloatDialect):
 class _QdqLowering:
     """Finds the patterns on the original graph and rebuilds the node list once."""
 
-    def __init__(self, graph: Graph):
+    def __init__(self, graph: Graph, layer_norms: LayerNormCheck | None = None):
         self.g = graph
+        self.layer_norms = layer_norms
         self.params = dict(graph.params)
         self.types = infer_types(graph)
         self.prod = graph.producers()
@@ -501,6 +508,22 @@ class _QdqLowering:
         self.removed.update((inner.output, q.output))
         self.replace[q.output] = requantized(Node("mul", (x, s), f"{base}:product"), m, shift, qq, base)
 
+    def lower_layer_norm(self, q: Node) -> None:
+        """``quantize(layer_norm(dequantize(x)))`` over the last axis of int8 ``x``, per-tensor and symmetric, with
+        constant gamma and beta -> ``layer_norm_int(x)`` (:mod:`vdla.graph.layernorm`: within 0.52 output steps of
+        the float LayerNorm of the int8 input) where :meth:`IntLayerNorm.of <vdla.graph.layernorm.IntLayerNorm.of>`
+        takes its row, epsilon and gamma and ``self.layer_norms`` accepts it; else it stays in float
+        (:func:`int_layer_norm` or the check names why: the model compiler's placement note)."""
+        found = int_layer_norm(q, self.g, self.types, self.params)
+        if isinstance(found, str) or q.output in self.replace:
+            return
+        ln_node, x, p, out_scale = found
+        if self.layer_norms is not None and self.layer_norms(p, self.types[x].shape) is not None:
+            return
+        rows = tuple(self.param(f"{q.output}:{k}", r) for k, r in zip(("gamma", "beta"), p.rows(), strict=True))
+        self.removed.update((ln_node.output, q.output))
+        self.replace[q.output] = [layer_norm_node(x, p, q.output, rows, out_scale)]
+
     def run(self) -> Graph:
         for node in self.g.nodes:
             if node.op in ANCHOR_AXIS and node.output not in self.removed:
@@ -511,6 +534,7 @@ class _QdqLowering:
             if node.op == QUANTIZE:
                 self.lower_global_avg(node)
                 self.lower_channel_mul(node)
+                self.lower_layer_norm(node)
                 self.lower_commuting(node)
         nodes: list[Node] = []
         for node in self.g.nodes:
@@ -560,13 +584,14 @@ def negligible_bound(w: np.ndarray, axis: int, real: np.ndarray, shift: int) -> 
 
 
 def _reshape_after_dq(n: Node, g: Graph, producers, consumers, types) -> Node | None:
-    """The symmetric per-tensor dequantize of an int8 value that ``n`` reshapes for layers alone, or None."""
+    """The symmetric per-tensor dequantize of an int8 value that ``n`` reshapes for layers and adds alone (a residual
+    stream flattened for the add in a dense layer's epilogue, :func:`~vdla.graph.passes.sink_reshapes`), or None."""
     src = producers.get(n.inputs[0]) if n.op == RESHAPE else None
     q = qparams(src, g.params) if src is not None else None
     if q is None or src.op != DEQUANTIZE or not q.per_tensor or q.zero_point != 0 or n.output in g.outputs:
         return None
     readers = consumers.get(n.output, [])
-    ok = readers and all(r.op in LAYERS and r.inputs[0] == n.output for r in readers)
+    ok = readers and all((r.op in LAYERS and r.inputs[0] == n.output) or r.op == ADD for r in readers)
     return src if ok and types[src.inputs[0]].dtype == "int8" else None
 
 
@@ -583,8 +608,8 @@ def _quantized_reshape(n: Node, g: Graph, producers, consumers) -> Node | None:
 def reshapes_inside_qdq(graph: Graph) -> Graph:
     """Move the reshapes that stand between a dense/conv2d layer and its quantize/dequantize nodes to the
     int8 side (the ONNX importer flattens a batched MatMul's input to the dense layer's (M, K) and shapes its
-    output back): ``reshape(dequantize(x_q))`` read only by layers becomes ``dequantize(reshape(x_q))``, and
-    ``quantize(reshape(layer output))`` becomes ``reshape(quantize(layer output))``. Both are exact (a
+    output back): ``reshape(dequantize(x_q))`` read only by layers and adds becomes ``dequantize(reshape(x_q))``,
+    and ``quantize(reshape(layer output))`` becomes ``reshape(quantize(layer output))``. Both are exact (a
     reshape moves no value; the quantization is per tensor) and keep every value's name."""
     types, producers, consumers = infer_types(graph), graph.producers(), graph.consumers()
     taken = set(types)
@@ -608,6 +633,25 @@ def reshapes_inside_qdq(graph: Graph) -> Graph:
         else:
             nodes.append(n)
     return graph.copy(nodes=nodes)
+
+
+def same_scale_pairs(graph: Graph) -> Graph:
+    """``quantize(dequantize(x))`` of int8 ``x`` with one scale and zero point (left where a reshape moved out of a
+    QDQ pair, :func:`~vdla.graph.passes.sink_reshapes`) read as ``x`` itself, so that a layer's epilogue walks
+    through one hop, not two, to the residual add after it. Exact: the pair gives back ``x``."""
+    types, producers, params = infer_types(graph), graph.producers(), graph.params
+    alias: dict[str, str] = {}
+    for q in graph.nodes:
+        d = producers.get(q.inputs[0]) if q.op == QUANTIZE and q.output not in graph.outputs else None
+        if d is None or d.op != DEQUANTIZE or types[d.inputs[0]].dtype != "int8":
+            continue
+        qq, dq = qparams(q, params), qparams(d, params)
+        if qq is not None and dq is not None and qq.same(dq) and types[q.output].dtype == "int8":
+            alias[q.output] = alias.get(d.inputs[0], d.inputs[0])
+    if not alias:
+        return graph
+    nodes = [Node(n.op, tuple(alias.get(i, i) for i in n.inputs), n.output, n.attrs) for n in graph.nodes]
+    return eliminate_dead_code(graph.copy(nodes=[n for n in nodes if n.output not in alias]))
 
 
 def requantized(node: Node, m: int, shift: int, q: QParams, base: str) -> list[Node]:
@@ -641,7 +685,45 @@ def channel_product(shapes: list[tuple[int, ...]]) -> tuple[int, int] | None:
     return None
 
 
-def lower_qdq(graph: Graph) -> Graph:
+def int_layer_norm(
+    q: Node, graph: Graph, types: dict[str, TensorType], params: Mapping[str, np.ndarray]
+) -> tuple[Node, str, IntLayerNorm, float] | str:
+    """The float ``layer_norm`` node that the quantize ``q`` quantizes, the int8 value ``x`` it normalizes (through
+    its dequantize), its integer parameters and ``q``'s scale: ``quantize(layer_norm(dequantize(x)))`` over the
+    last axis, both quantizations per-tensor and symmetric, gamma and beta constants, the layer_norm read by
+    ``q`` alone; or why it is not such a LayerNorm in integers (:meth:`IntLayerNorm.of`'s refusal among them)."""
+    node = graph.producers().get(q.inputs[0])
+    if node is None or node.op != LAYER_NORM or len(graph.consumers().get(node.output, [])) != 1:
+        return "not a quantized layer_norm"
+    rank = len(types[node.inputs[0]].shape)
+    axis = int(node.attrs.get("axis", -1)) % max(rank, 1)
+    if axis != rank - 1:
+        return f"layer_norm over axes {axis}.. of rank {rank}: the integer form normalizes the last axis only"
+    d = graph.producers().get(node.inputs[0])
+    dq, qq = qparams(d, params) if d is not None and d.op == DEQUANTIZE else None, qparams(q, params)
+    if dq is None or qq is None or types[d.inputs[0]].dtype != "int8":
+        return "layer_norm of a value that is not dequantized int8"
+    if not (dq.per_tensor and qq.per_tensor) or dq.zero_point or qq.zero_point:
+        return "layer_norm between quantizations that are not per-tensor and symmetric"
+    n = types[node.inputs[0]].shape[-1]
+    affine = [params.get(v) for v in node.inputs[1:]]
+    if any(a is None for a in affine):
+        return "layer_norm with a computed gamma or beta"
+    gamma = affine[0] if affine else np.ones(n)
+    beta = affine[1] if len(affine) > 1 else np.zeros(n)
+    try:
+        s_in, s_out = float(dq.scale[0]), float(qq.scale[0])
+        p = IntLayerNorm.of(n, s_in, s_out, gamma, beta, float(node.attrs["epsilon"]))
+    except UnsupportedError as e:
+        return str(e)
+    return node, d.inputs[0], p, s_out
+
+
+def lower_qdq(graph: Graph, layer_norms: LayerNormCheck | None = None) -> Graph:
     """Rewrite the QDQ patterns of ``graph`` into integer operators (see the module docstring), after moving
-    the reshapes around its layers inside their quantization (:func:`reshapes_inside_qdq`)."""
-    return _QdqLowering(reshapes_inside_qdq(graph)).run()
+    the reshapes around its layers inside their quantization (:func:`reshapes_inside_qdq`) and reading each
+    requantization at the same scale as its int8 input (:func:`same_scale_pairs`). ``layer_norms(p,
+    shape)``: why a LayerNorm in integers (parameters ``p``, input shape ``shape``) cannot run where the graph
+    is compiled for (None: it can; the model compiler's accelerator check), so that it stays in float; without
+    it every one :func:`int_layer_norm` finds is lowered."""
+    return _QdqLowering(same_scale_pairs(reshapes_inside_qdq(graph)), layer_norms).run()

@@ -20,14 +20,16 @@ Which values become int8 (the plan, :func:`plan_quantization`; structure only, n
   (:data:`SELECTING`) of an int8 value keeps its scale (exact on int8: it runs on int8 directly);
 * an add outside an epilogue, concatenation, slice or resize (:data:`MOVING`) whose result is quantized has
   its float inputs quantized at their own scales (followed back through chains of them), so the accelerator
-  moves int8 values there (:mod:`vdla.graph.copies`) and an activation before them is tabulated; so
+  moves int8 values there (:mod:`vdla.graph.copies`) and an activation before them is tabulated (not an add of
+  a constant, such as a position embedding, which the accelerator does not move: its input stays float); so
   has squeeze-excite's product of a feature map by a per-channel vector (the accelerator's channel scale,
   :func:`vdla.graph.qdq.channel_product`), whose gate activation then is tabulated;
 * a global average pool of an int8 value is quantized at its own calibrated scale (the lowering turns it
   into the integer sum, multiplier and shift the accelerator runs); where its result is quantized, so is its
   float input (an activation before the pool then joins its layer's table);
 * everything else (and every node named in ``keep_float``) stays float32 on the CPU, reading dequantized
-  values; a float value an anchor reads is quantized at its boundary.
+  values; a float value an anchor reads is quantized at its boundary. A ``layer_norm`` reads a value computed in
+  float on the CPU (:attr:`QuantPlan.cpu_values`) as it is, not its quantization.
 
 Each quantized value ``v`` becomes ``quantize(v:float) -> v:q -> dequantize -> v`` (graph inputs:
 ``v -> v:q -> v:dq``), so every reader and the graph's outputs keep their names; weights and biases
@@ -70,6 +72,7 @@ from vdla.graph.opnames import (
     CONV2D,
     DEQUANTIZE,
     GLOBAL_AVG_POOL,
+    LAYER_NORM,
     MUL,
     QUANTIZE,
     RESHAPE,
@@ -161,7 +164,11 @@ class QuantPlan:
     ``points`` maps each quantized value to the value whose calibrated scale it uses (itself, or for a
     max pool/reshape/transpose/ReLU of an int8 value, that value's source); ``chains`` maps each anchor
     to the value its epilogue ends at; ``ties`` maps each calibrated value to the representative of its
-    group of values that must share one scale (residual skips and their sums; itself when alone).
+    group of values that must share one scale (residual skips and their sums; itself when alone);
+    ``cpu_values`` are the quantized values computed in float on the CPU wherever the model is placed (not an
+    anchor's epilogue, nor an operator the accelerator moves on int8): a ``layer_norm`` reading one reads the
+    float value itself (as the CPU has it), not its quantization, whose rounding a row of small spread cannot
+    bear (a class token beside the residual stream's outliers).
     """
 
     anchors: tuple[str, ...]
@@ -169,6 +176,7 @@ class QuantPlan:
     points: Mapping[str, str] = field(hash=False)
     kept: tuple[str, ...] = ()
     ties: Mapping[str, str] = field(default_factory=dict, hash=False)
+    cpu_values: tuple[str, ...] = ()
 
     @property
     def calibrated(self) -> tuple[str, ...]:
@@ -340,7 +348,12 @@ class _Planner:
             elif node.output in needed:
                 points[node.output] = node.output
         ties = _tie_groups([(points[k], points[e]) for k, e in pairs]) if self.align else {}
-        return QuantPlan(tuple(a.output for a in anchors), chains, points, tuple(sorted(self.kept)), ties)
+        ends, prod = set(chains.values()), self.g.producers()
+        cpu = tuple(
+            v for v, src in points.items()
+            if v == src and v in prod and v not in ends and v not in chains and not self.moves_int8(prod[v])
+        )  # fmt: skip
+        return QuantPlan(tuple(a.output for a in anchors), chains, points, tuple(sorted(self.kept)), ties, cpu)
 
     def scales_channels(self, node: Node) -> bool:
         """Whether ``node`` multiplies a feature map by a per-channel vector, both computed (squeeze-excite)."""
@@ -353,6 +366,11 @@ class _Planner:
         if node is None:
             return False
         return node.op in (*MOVING, *REQUANTIZING) or (node.op == MUL and self.scales_channels(node))
+
+    def moves_int8(self, node: Node) -> bool:
+        """Whether the accelerator may run ``node`` on int8 (:meth:`moves`): not an add of a constant (a position
+        embedding), which the accelerator does not move."""
+        return self.moves(node) and not (node.op == ADD and any(v in self.g.params for v in node.inputs))
 
     def moving_inputs(self, needed: set[str], ends: set[str]) -> list[tuple[str, str]]:
         """Add to ``needed`` the float inputs of each add (outside an epilogue), concatenation, slice, resize,
@@ -368,6 +386,8 @@ class _Planner:
             moves = self.moves(node) or (node.op in (RESHAPE, TRANSPOSE) and self.moves(prod.get(node.inputs[0])))
             if not moves or node.output not in needed or node.output in ends or node.output in self.kept:
                 continue
+            if not self.moves_int8(node) and node.op == ADD:
+                continue  # an add of a constant runs on the CPU: its input stays float (one rounding, not two)
             inputs = [v for v in node.inputs if v not in self.g.params and self.types[v].dtype == "float32"]
             needed.update(inputs)
             pairs += [(v, node.output) for v in inputs if node.op in (ADD, CONCAT)]
@@ -507,11 +527,14 @@ class _QdqWriter:
     def run(self) -> Graph:
         points, anchors = self.plan.points, set(self.plan.anchors)
         read = {v: self.fresh(f"{v}:dq") for v in self.g.inputs if v in points}
+        exact: dict[str, str] = {}  # a value computed in float on the CPU -> that float value (plan.cpu_values)
         nodes: list[Node] = []
         for v, dst in read.items():
             nodes += self.qdq(v, v, dst)
         for node in self.g.nodes:
             inputs = tuple(read.get(i, i) for i in node.inputs)
+            if node.op == LAYER_NORM:  # a row's spread, not the tensor's range, sets the precision it needs
+                inputs = (exact.get(inputs[0], inputs[0]), *inputs[1:])
             if node.output in anchors:
                 extra, inputs = self.anchor_inputs(node, node.inputs[0])
                 inputs = (read.get(inputs[0], inputs[0]), *inputs[1:])
@@ -520,6 +543,8 @@ class _QdqWriter:
                 renamed = self.fresh(f"{node.output}:float")
                 nodes.append(Node(node.op, inputs, renamed, node.attrs))
                 nodes += self.qdq(renamed, node.output, node.output)
+                if node.output in self.plan.cpu_values:
+                    exact[node.output] = renamed
             else:
                 nodes.append(Node(node.op, inputs, node.output, node.attrs))
         return self.g.copy(nodes=nodes, params=self.params)

@@ -19,16 +19,34 @@ import numpy as np
 from vdla.compiler import CompileError, compile_conv2d
 from vdla.compiler.blockdiag import region
 from vdla.compiler.epilogue_passes import normalize
+from vdla.compiler.layer_norm import compile_layer_norm
 from vdla.compiler.spec import EpilogueSpec, OutputView
 from vdla.config import HwConfig
 from vdla.graph.copies import COPY
 from vdla.graph.graph import Graph, Node
-from vdla.graph.opnames import CONV2D, DENSE, GLOBAL_AVG_POOL, GLOBAL_SUM_POOL, MAX_POOL2D, MUL
+from vdla.graph.opnames import (
+    CONV2D,
+    DENSE,
+    GLOBAL_AVG_POOL,
+    GLOBAL_SUM_POOL,
+    LAYER_NORM,
+    LAYER_NORM_INT,
+    MAX_POOL2D,
+    MUL,
+)
 from vdla.graph.rowpair import MACS, PAIRED, PHASED
 from vdla.graph.types import TensorType
 from vdla.isa import encode_program
 from vdla.model.artifact import AccelStep
-from vdla.model.match import CHANNEL_SCALE, AccelLayer, PoolLayer, match_accel, match_pool, match_scale
+from vdla.model.match import (
+    CHANNEL_SCALE,
+    AccelLayer,
+    PoolLayer,
+    match_accel,
+    match_layer_norm,
+    match_pool,
+    match_scale,
+)
 from vdla.runtime.device import Device
 
 Layer = AccelLayer | PoolLayer
@@ -101,8 +119,9 @@ def describe_conv(layer: AccelLayer) -> str:
 
 
 def describe_alu(layer: PoolLayer) -> str:
-    """The step table's operator of an ALU layer (a global sum's is the average it computes)."""
-    return {GLOBAL_SUM_POOL: GLOBAL_AVG_POOL}.get(layer.op, layer.op)
+    """The step table's operator of an ALU layer (a global sum's is the average it computes, a LayerNorm in
+    integers the LayerNorm)."""
+    return {GLOBAL_SUM_POOL: GLOBAL_AVG_POOL, LAYER_NORM_INT: LAYER_NORM}.get(layer.op, layer.op)
 
 
 def compile_conv(b: StepBuilder, layer: AccelLayer, dev: Device, addr: dict[str, int]) -> AccelStep:
@@ -264,6 +283,30 @@ def compile_alu(b: StepBuilder, layer: PoolLayer, dev: Device, addr: dict[str, i
     return AccelStep(layer.out, code.addr, len(insns), 0, b.accel_reads(layer), out, desc)
 
 
+def compile_norm(b: StepBuilder, layer: PoolLayer, dev: Device, addr: dict[str, int]) -> AccelStep:
+    """A LayerNorm over (tokens, features) rows on the ALU and the GEMM core (:mod:`vdla.compiler.layer_norm`),
+    reading and writing the dense layers' token-major layout; its scratch tensors (the square and digit
+    planes) are constants of the image, one each per step."""
+    if b.view_of(layer.out) is not None:
+        raise CompileError(f"layer_norm {layer.out!r}: the program stores its whole output, not into a view")
+    compiled = compile_layer_norm(layer.spec, b.cfg)
+    low = compiled.lowering
+    scratch = {name: np.zeros(low.tensor_bytes()[name], np.int8) for name in ("sq", "dg")}
+    insns, code = b.emit(layer, low, compiled.stream, {**low.constants(), **scratch}, dev, addr)
+    shape = [*layer.spec.shape, 1, 1]  # NCHW as a dense layer's rows are described
+    threads = f"{low.threads} virtual threads" if low.threads > 1 else "1 thread"
+    desc = {
+        "op": describe_alu(layer),
+        "input": shape,
+        "output": shape,
+        "kernel": [1, 1],
+        "stride": [1, 1],
+        "schedule": f"tiles of {low.r} tokens, {threads}",
+        "epilogue": "requant",
+    }
+    return AccelStep(layer.out, code.addr, len(insns), 0, b.accel_reads(layer), [b.pending[layer.out]], desc)
+
+
 def network_macs(attrs: dict, macs: int) -> int:
     """The multiply-accumulates of the network a convolution node (``attrs``) computes, ``macs`` as its shapes
     count them: none for a 0/1 convolution moving values (:data:`~vdla.graph.copies.COPY`), the count it keeps for
@@ -274,6 +317,7 @@ def network_macs(attrs: dict, macs: int) -> int:
 CONVOLUTION = AccelLowering(match_accel, compile_conv, describe_conv)
 POOL = AccelLowering(match_pool, compile_alu, describe_alu)
 CHANNEL_SCALING = AccelLowering(match_scale, compile_alu, describe_alu)
+NORMALIZATION = AccelLowering(match_layer_norm, compile_norm, describe_alu)  # a float layer_norm: the reason only
 # operator -> its accelerator lowering (the operators the accelerator runs as a layer of their own)
 LOWERINGS: dict[str, AccelLowering] = {
     CONV2D: CONVOLUTION,
@@ -281,4 +325,6 @@ LOWERINGS: dict[str, AccelLowering] = {
     MAX_POOL2D: POOL,
     GLOBAL_SUM_POOL: POOL,
     MUL: CHANNEL_SCALING,
+    LAYER_NORM_INT: NORMALIZATION,
+    LAYER_NORM: NORMALIZATION,
 }

@@ -19,14 +19,29 @@ from vdla.compiler.channel_scale import ChannelScaleLowering
 from vdla.compiler.depthwise import mode_refusal
 from vdla.compiler.dw_pointwise import dw_pointwise_refusal
 from vdla.compiler.fused_pool import FusedPool
+from vdla.compiler.layer_norm import LayerNormLowering, LayerNormSpec
 from vdla.compiler.pool import PoolSpec, pool_lowering
 from vdla.compiler.spec import ChannelScaleSpec, Conv2dSpec
 from vdla.config import HwConfig
 from vdla.graph.copies import COPY
 from vdla.graph.epilogue import Epilogue, match_integer
 from vdla.graph.graph import Graph, Node
-from vdla.graph.opnames import CAST, CLIP, CONV2D, DENSE, GLOBAL_SUM_POOL, MAX_POOL2D, MUL, RELU, RESHAPE
-from vdla.graph.qdq import channel_product, is_depthwise
+from vdla.graph.layernorm import IntLayerNorm
+from vdla.graph.opnames import (
+    CAST,
+    CLIP,
+    CONV2D,
+    DENSE,
+    GLOBAL_SUM_POOL,
+    LAYER_NORM,
+    LAYER_NORM_INT,
+    MAX_POOL2D,
+    MUL,
+    QUANTIZE,
+    RELU,
+    RESHAPE,
+)
+from vdla.graph.qdq import channel_product, int_layer_norm, is_depthwise
 from vdla.graph.types import TensorType
 
 
@@ -122,8 +137,10 @@ CHANNEL_SCALE = "channel_scale"  # the op of a PoolLayer that is a channel scale
 
 @dataclass(frozen=True)
 class PoolLayer:
-    """A layer the accelerator's ALU runs: a pooling (:mod:`vdla.compiler.pool`) or a channel scale
-    (:mod:`vdla.compiler.channel_scale`): the graph values it reads and writes and its spec. A global average is
+    """A layer the accelerator's ALU runs: a pooling (:mod:`vdla.compiler.pool`), a channel scale
+    (:mod:`vdla.compiler.channel_scale`) or a LayerNorm over (tokens, features) rows
+    (:mod:`vdla.compiler.layer_norm`, op ``layer_norm_int``, read and written in a dense layer's token-major layout):
+    the graph values it reads and writes and its spec. A global average is
     ``global_sum_pool -> mul -> clip -> cast`` [-> reshape to (N, C), which leaves the packed bytes as they are];
     a channel scale ``mul(x, s) -> mul -> clip -> cast``, whose per-channel ``s`` it reads as ``residual``
     (packed like a layer's output)."""
@@ -132,7 +149,7 @@ class PoolLayer:
     nodes: tuple[str, ...]
     x: str
     out: str
-    spec: PoolSpec | ChannelScaleSpec
+    spec: PoolSpec | ChannelScaleSpec | LayerNormSpec
     residual: str | None = None
     w: None = None  # what an accelerator unit may carry, never a pool's: run-time weights,
     gate: None = None  # a fused channel scale,
@@ -401,6 +418,40 @@ def match_scale(anchor: Node, graph: Graph, types: dict[str, TensorType], cfg: H
     except CompileError as e:
         return str(e)
     return PoolLayer(CHANNEL_SCALE, tuple(nodes), x, nodes[-1], spec, residual=s)
+
+
+def layer_norm_refusal(p: IntLayerNorm, shape: tuple[int, ...], cfg: HwConfig) -> str | None:
+    """Why the accelerator cannot run a LayerNorm in integers of parameters ``p`` over an int8 input of
+    ``shape`` on ``cfg`` (:mod:`vdla.compiler.layer_norm`), or None: the input must be (tokens, features), a dense
+    layer's rows, and :class:`~vdla.compiler.layer_norm.LayerNormLowering` take it (batch 1, whole blocks of
+    features, ACC room for a tile)."""
+    if len(shape) != 2:
+        return f"layer_norm of a {'x'.join(map(str, shape))} input: the accelerator normalizes (tokens, features) rows"
+    try:
+        LayerNormLowering(LayerNormSpec(shape[0], p), cfg)
+    except CompileError as e:
+        return str(e)
+    return None
+
+
+def match_layer_norm(anchor: Node, graph: Graph, types: dict[str, TensorType], cfg: HwConfig) -> PoolLayer | str:
+    """The LayerNorm on the accelerator anchored at ``anchor``, a ``layer_norm_int`` of int8 (tokens, features)
+    (what :func:`vdla.graph.qdq.lower_qdq` writes for ``quantize(layer_norm(dequantize(x)))``); or the reason it
+    stays on the CPU: for a float ``layer_norm``, why the QDQ lowering left it in float."""
+    x = anchor.inputs[0]
+    if anchor.op == LAYER_NORM:
+        readers = graph.consumers().get(anchor.output, [])
+        q = readers[0] if len(readers) == 1 and readers[0].op == QUANTIZE else None
+        if q is None:
+            read = ", ".join(sorted({r.op for r in readers})) or "the caller"
+            return f"layer_norm: its output is read by {read}, not quantized right after it"
+        found = int_layer_norm(q, graph, types, graph.params)
+        if not isinstance(found, str):
+            found = layer_norm_refusal(found[2], types[x].shape, cfg) or "the QDQ lowering left it in float"
+        return found if found.startswith("layer_norm") else f"layer_norm: {found}"
+    spec = LayerNormSpec(types[x].shape[0], IntLayerNorm.of_node(anchor, graph.params))
+    why = layer_norm_refusal(spec.ln, types[x].shape, cfg)
+    return why or PoolLayer(LAYER_NORM_INT, (anchor.output,), x, anchor.output, spec)
 
 
 def _requant_chain(anchor: Node, graph: Graph) -> tuple[list[str], tuple[int, int, int, int]] | str:
