@@ -38,9 +38,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from vdla.compiler.blocks import Alu, Block, Epi, Gemm, Load, Op, Store
+from vdla.compiler.blocks import Alu, Block, Epi, Gemm, Load, Op, Store, alu_nest, gemm_nest
 from vdla.compiler.identity import identity_fits, identity_weights
-from vdla.compiler.microcode import Limits, lower_nest
+from vdla.compiler.microcode import Limits
 from vdla.compiler.run import LayerRun, run_bound
 from vdla.compiler.spec import CompileError
 from vdla.compiler.vthreads import Stream, lower_vthreads, prologue_block
@@ -162,8 +162,7 @@ class LayerNormLowering:
 
     def alu(self, op: AluOp, nest, dst: int, src: int = 0, **kw) -> Alu:
         """An ALU instruction over ``nest`` ((extent, (dst stride, src stride)) axes) from rows dst, src."""
-        full = tuple((e, (d, s, 0)) for e, (d, s) in nest)
-        return Alu(op, lower_nest(full, (dst, src, 0), self.limits), **kw)
+        return alu_nest(op, nest, dst, src, self.limits, **kw)
 
     def rows(self, op: AluOp, dst: str, src: str | None = None, **kw) -> Alu:
         """``op`` over the tile's packed rows ``dst`` (from ``src``'s rows, or a constant row's)."""
@@ -173,7 +172,7 @@ class LayerNormLowering:
 
     def gemm(self, nest, dst: int, src: int, wgt: int) -> Gemm:
         """A GEMM with ``init`` over (extent, (dst, src, wgt) strides) axes."""
-        return Gemm(lower_nest(tuple(nest), (dst, src, wgt), self.limits), init=True)
+        return gemm_nest(nest, (dst, src, wgt), self.limits)
 
     def sums(self, src: int) -> Gemm:
         """Each token's ``C`` input rows from ``src`` summed into its row ``s1`` against the ones (replicated)."""
