@@ -81,3 +81,26 @@ def test_select_rows_first_moves_a_slice_of_rows_and_leaves_a_gather_of_offsets(
     gather = Node("gather", ("n", "i"), "y")
     g = Graph({"x": TensorType((TOKENS, DIM), "float32")}, [ln, gather], ["y"], offsets)
     assert [n.op for n in select_rows_first(g).nodes] == ["layer_norm", "gather"]
+
+
+def test_a_selection_moves_before_a_quantize_only_onto_an_int8_value():
+    """In a QDQ graph ``add -> Q -> DQ -> layer_norm -> Q -> DQ -> take`` the take moves onto the int8 value the
+    first quantize writes (the LayerNorm on the selected rows between its quantizations) and no further: the sum
+    stays quantized whole, as the previous layer's epilogue computes it."""
+    q = {"scale": 0.05, "zero_point": 0}
+    nodes = [
+        Node("add", ("x", "z"), "s"),
+        Node("quantize", ("s",), "sq", q),
+        Node("dequantize", ("sq",), "sf", q),
+        Node("layer_norm", ("sf",), "n", {"axis": 1, "epsilon": 1e-5}),
+        Node("quantize", ("n",), "nq", q),
+        Node("dequantize", ("nq",), "nf", q),
+        Node("take", ("nf",), "y", {"index": ((0,), None)}),
+    ]
+    t = TensorType((TOKENS, DIM), "float32")
+    g = Graph({"x": t, "z": t}, nodes, ["y"])
+    out = select_rows_first(g)
+    ops = ["add", "quantize", "take", "dequantize", "layer_norm", "quantize", "dequantize"]
+    assert [n.op for n in out.nodes] == ops
+    feeds = {k: RNG.normal(0, 1, (TOKENS, DIM)).astype(np.float32) for k in "xz"}
+    np.testing.assert_array_equal(evaluate(out, feeds)["y"], evaluate(g, feeds)["y"])

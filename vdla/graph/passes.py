@@ -58,6 +58,7 @@ from vdla.graph.opnames import (
     MUL,
     PAD,
     POW,
+    QUANTIZE,
     REDUCE,
     RESHAPE,
     RMS_NORM,
@@ -474,6 +475,19 @@ def _merge_reshapes(graph: Graph) -> Graph:
 
 
 SELECTIONS = (TAKE, SLICE)  # per-axis selections select_rows_first moves
+ROWS = ":rows"  # the suffix of a value select_rows_first computes on the selected rows alone
+
+
+def row_selections(graph: Graph) -> dict[str, Node]:
+    """Each value :func:`select_rows_first` computes on selected rows (``<value>:rows``) -> the selection node whose
+    rows it holds: a selection's output, and each row-wise node's reading one."""
+    found: dict[str, Node] = {}
+    for n in graph.nodes:
+        if n.output.endswith(ROWS):
+            src = n if n.op in SELECTIONS else next((found[i] for i in n.inputs if i in found), None)
+            if src is not None:
+                found[n.output] = src
+    return found
 
 
 def selected_axes(node: Node, shape: tuple[int, ...]) -> set[int] | None:
@@ -523,6 +537,15 @@ def _commutes(node: Node, axes: set[int], types: dict[str, TensorType], params: 
     return next(iter(tensors)) if flat else None
 
 
+def _passes_on(value: str, axes: set[int], graph: Graph, types: dict[str, TensorType]) -> bool:
+    """Whether a selection of ``axes`` of ``value`` moves on before the node computing it (read by one node alone):
+    a selection moves before a ``quantize`` only so, that it reaches an int8 value beyond (a QDQ model's
+    ``quantize(layer_norm(dequantize(x)))``) and never stays between a value and its quantization (a residual sum
+    the previous layer's epilogue computes and quantizes)."""
+    src, alone = graph.producers().get(value), len(graph.consumers().get(value, [])) == 1
+    return src is not None and alone and src.op != RESHAPE and _commutes(src, axes, types, graph.params) is not None
+
+
 def _select_one(
     graph: Graph, types: dict[str, TensorType], node: Node, through: tuple[str, ...] | None
 ) -> Graph | None:
@@ -540,13 +563,13 @@ def _select_one(
         k = len(types[x].shape) - len(types[src.inputs[0]].shape)
         if k < 0 or types[x].shape[k:] != types[src.inputs[0]].shape or min(axes) < k:
             return None
-        inner = Node(node.op, (src.inputs[0],), fresh_name(f"{src.inputs[0]}:rows", taken), _selection_tail(node, k))
+        inner = Node(node.op, (src.inputs[0],), fresh_name(f"{src.inputs[0]}{ROWS}", taken), _selection_tail(node, k))
         moved = [inner, Node(RESHAPE, (inner.output,), node.output, {"shape": types[node.output].shape})]
     else:
         u = _commutes(src, axes, types, graph.params)
-        if u is None:
+        if u is None or (src.op == QUANTIZE and not _passes_on(u, axes, graph, types)):
             return None
-        inner = Node(node.op, (u,), fresh_name(f"{u}:rows", taken), dict(node.attrs))
+        inner = Node(node.op, (u,), fresh_name(f"{u}{ROWS}", taken), dict(node.attrs))
         inputs = tuple(inner.output if v == u else v for v in src.inputs)
         moved = [inner, Node(src.op, inputs, node.output, dict(src.attrs))]
     types[inner.output] = infer(inner, [types[inner.inputs[0]]], graph.params)
@@ -560,7 +583,8 @@ def select_rows_first(graph: Graph, through: tuple[str, ...] | None = None) -> G
     """Each ``take`` or ``slice`` (:func:`selected_axes`) of a value only it reads computed before the node
     producing that value, repeatedly: before a row-wise node (:func:`_commutes`: a LayerNorm/RMSNorm over the last
     axis selecting other axes, an elementwise node over constants that do not vary along the selected axes, a
-    quantization per tensor) and before a reshape adding leading axes of size one (the selection of the input's
+    quantization per tensor: a ``quantize`` only where the selection moves on past the node before it,
+    :func:`_passes_on`) and before a reshape adding leading axes of size one (the selection of the input's
     axes, reshaped). The class token a classifier reads (``take`` of token 0 after the final LayerNorm) is then
     normalized alone, and selected straight from the last layer's (tokens, features) output. ``through``: the
     operators a selection may move before (default: all those above; :func:`vdla.graph.qdq.lower_qdq` moves one
