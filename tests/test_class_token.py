@@ -205,6 +205,15 @@ def test_the_class_token_is_normalized_on_the_accelerator_reading_the_last_layer
     module.close()
 
 
+def test_the_token_read_in_place_is_bit_exact_on_each_backend(backend):
+    """Token 3's LayerNorm reading the last dense layer's tensor from that token's bytes, on the RTL too."""
+    _, qgraph, art = compiled_classifier(3)
+    module, low = Module(art, backend), lower_qdq(qgraph)
+    x = _inputs(1, 12)[0]
+    np.testing.assert_array_equal(module.run(x), evaluate(low, {"x": x})["y"])
+    module.close()
+
+
 def test_scattered_tokens_stay_on_the_cpu_naming_why():
     """Tokens 0 and 2 are no contiguous bytes of the token-major output: a CPU step takes them, its note saying
     what the accelerator reads in place; still exact against the lowered graph."""
