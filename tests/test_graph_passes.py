@@ -176,6 +176,7 @@ def test_simplify_runs_every_pass_verified(monkeypatch):
         "fold_batch_norm",
         "fuse_layer_norm",
         "sink_reshapes",
+        "select_rows_first",
         "eliminate_dead_code",
     ]
     # a broken input is reported as such, a pass that breaks an invariant by its name

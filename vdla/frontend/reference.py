@@ -130,7 +130,9 @@ class LayerAgreement:
 def compare_layers(model: Any, graph: Any, feeds: Sequence[Mapping[str, np.ndarray]]) -> list[LayerAgreement]:
     """Every int8 value of vdla's compiled ``graph`` (the QDQ model ``model`` imported and lowered) that a
     QuantizeLinear of ``model`` also writes, against the reference on each of ``feeds``; every node of the
-    graph reads the reference's int8 values where the model has them, so each layer is judged on its own."""
+    graph reads the reference's int8 values where the model has them, so each layer is judged on its own. A value
+    computed on selected rows (``<value>:rows``, :func:`~vdla.graph.passes.select_rows_first`) is the model's
+    value at those rows."""
     import onnx
     from onnx import numpy_helper
 
@@ -138,7 +140,7 @@ def compare_layers(model: Any, graph: Any, feeds: Sequence[Mapping[str, np.ndarr
     from vdla.graph.layernorm import rounding_band
     from vdla.graph.opnames import LAYER_NORM_INT
     from vdla.graph.ops import infer_types
-    from vdla.graph.passes import FLAT
+    from vdla.graph.passes import FLAT, ROWS, row_selections
 
     inits = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
     quant = {n.output[0]: n for n in model.graph.node if n.op_type == "QuantizeLinear"}
@@ -154,9 +156,20 @@ def compare_layers(model: Any, graph: Any, feeds: Sequence[Mapping[str, np.ndarr
     found: dict[str, LayerAgreement] = {}
 
     def model_value(v: str) -> str | None:
-        """The QDQ model's int8 value ``v`` is, or that ``sink_reshapes`` flattened into ``v`` (``<value>:flat``)."""
-        base = v.removesuffix(FLAT)
+        """The QDQ model's int8 value ``v`` is, or that ``sink_reshapes`` flattened into ``v`` (``<value>:flat``),
+        or whose rows ``select_rows_first`` computes as ``v`` (``<value>[:flat]:rows``)."""
+        base = v.removesuffix(ROWS).removesuffix(FLAT)
         return base if base in quant and (base == v or base not in types) else None
+
+    selections = row_selections(graph)
+
+    def rows(v: str, a: np.ndarray) -> np.ndarray:
+        """The model's value ``a`` as ``v`` holds it: at the rows ``v`` computes, if a selection's."""
+        if v not in selections:
+            return a
+        s = selections[v]
+        x = types[s.inputs[0]]
+        return evaluate_node(s, [a.reshape(x.shape)], [x], types[s.output])
 
     for feed in feeds:
         ref = dict(zip(names, session.run(names, dict(feed)), strict=True))
@@ -165,10 +178,10 @@ def compare_layers(model: Any, graph: Any, feeds: Sequence[Mapping[str, np.ndarr
             args = []
             for i in node.inputs:
                 m = model_value(i)
-                args.append(ref[m].reshape(types[i].shape) if m and ref[m].dtype == np.int8 else env[i])
+                args.append(rows(i, ref[m]).reshape(types[i].shape) if m and ref[m].dtype == np.int8 else env[i])
             env[node.output] = evaluate_node(node, args, [types[i] for i in node.inputs], types[node.output])
             m = model_value(node.output)
-            want = ref.get(m) if m else None
+            want = rows(node.output, ref[m]) if m and m in ref else None
             if want is None or want.dtype != np.int8 or env[node.output].dtype != np.int8:
                 continue
             diff = np.abs(env[node.output].astype(np.int32) - want.reshape(env[node.output].shape))
@@ -179,9 +192,8 @@ def compare_layers(model: Any, graph: Any, feeds: Sequence[Mapping[str, np.ndarr
             if diff.any():
                 tie = np.zeros(diff.shape, bool)
                 for value, scale, qnode in _roundings(quant[m], producer, inits):
-                    steps = (ref[value].astype(np.float64) / _channel_scale(scale, qnode, ref[value].ndim)).reshape(
-                        diff.shape
-                    )
+                    real = ref[value].astype(np.float64) / _channel_scale(scale, qnode, ref[value].ndim)
+                    steps = rows(node.output, real).reshape(diff.shape)
                     band = rounding_band(steps) + TIE if node.op == LAYER_NORM_INT else TIE
                     tie |= np.abs(steps - np.floor(steps) - 0.5) <= band
                 a.ties += int(np.count_nonzero((diff == 1 if node.op == LAYER_NORM_INT else diff > 0) & tie))

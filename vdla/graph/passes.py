@@ -20,10 +20,14 @@ outputs (under the same names), which :func:`vdla.graph.verify.verify` accepts.
   constants of one element or of the last axis (its bias add, activation, quantizations), and a reshape of
   a reshape reads the first one's input, so the dense layer's bias, activation and the next layer's
   flattening meet it with no reshape between;
+* :func:`select_rows_first`: a ``take`` or ``slice`` of whole rows moves before the row-wise nodes computing its
+  input (a LayerNorm over the last axis, elementwise nodes over constants the rows share, a per-tensor
+  quantization) and before a reshape adding leading axes of one, so those nodes compute the selected rows alone
+  (a classifier's class token normalized alone, selected from the last layer's (tokens, features) output);
 * :func:`eliminate_dead_code`: nodes and parameters no graph output depends on are dropped;
-* :func:`simplify`: identities, constants, batch norms, layer norms, dead code (constants before batch
-  norms: their statistics may be constant expressions, e.g. dequantized in a QDQ model), each verified
-  when asked (or with ``VDLA_VERIFY=1``).
+* :func:`simplify`: identities, constants, batch norms, layer norms, reshapes, selections, dead code (constants
+  before batch norms: their statistics may be constant expressions, e.g. dequantized in a QDQ model), each
+  verified when asked (or with ``VDLA_VERIFY=1``).
 
 Graph inputs and graph output names never change.
 """
@@ -54,11 +58,14 @@ from vdla.graph.opnames import (
     MUL,
     PAD,
     POW,
+    QUANTIZE,
     REDUCE,
     RESHAPE,
     RMS_NORM,
+    SLICE,
     SQRT,
     SUB,
+    TAKE,
     TRANSPOSE,
 )
 from vdla.graph.ops import infer, infer_types, norm_type
@@ -450,6 +457,12 @@ def sink_reshapes(graph: Graph) -> Graph:
         if moved is None:
             break
         graph = moved
+    return _merge_reshapes(graph)
+
+
+def _merge_reshapes(graph: Graph) -> Graph:
+    """``graph`` with each reshape of a reshape reading the first one's input (a reshape to the same shape then
+    an identity, :func:`remove_identities`), identities and what no output reads dropped."""
     producers = graph.producers()
     nodes = []
     for n in graph.nodes:
@@ -459,6 +472,133 @@ def sink_reshapes(graph: Graph) -> Graph:
             first = producers.get(n.inputs[0])
         nodes.append(n)
     return eliminate_dead_code(remove_identities(graph.copy(nodes=nodes)))
+
+
+SELECTIONS = (TAKE, SLICE)  # per-axis selections select_rows_first moves
+ROWS = ":rows"  # the suffix of a value select_rows_first computes on the selected rows alone
+
+
+def row_selections(graph: Graph) -> dict[str, Node]:
+    """Each value :func:`select_rows_first` computes on selected rows (``<value>:rows``) -> the selection node whose
+    rows it holds: a selection's output, and each row-wise node's reading one."""
+    found: dict[str, Node] = {}
+    for n in graph.nodes:
+        if n.output.endswith(ROWS):
+            src = n if n.op in SELECTIONS else next((found[i] for i in n.inputs if i in found), None)
+            if src is not None:
+                found[n.output] = src
+    return found
+
+
+def selected_axes(node: Node, shape: tuple[int, ...]) -> set[int] | None:
+    """The axes of an input of ``shape`` along which the ``take`` (no fill entries, no fill tensor) or ``slice``
+    ``node`` selects (the others kept whole, in order), or None where ``node`` is no such selection."""
+    if node.op == TAKE and len(node.inputs) == 1 and len(node.attrs["index"]) == len(shape):
+        tables = node.attrs["index"]
+        if any(t is not None and min(t) < 0 for t in tables):
+            return None
+        return {
+            a
+            for a, (t, d) in enumerate(zip(tables, shape, strict=True))
+            if t is not None and tuple(t) != tuple(range(d))
+        }
+    if node.op == SLICE:
+        ranges = zip(node.attrs["starts"], node.attrs["stops"], node.attrs["steps"], strict=True)
+        return {a for a, (lo, hi, st) in enumerate(ranges) if range(lo, hi, st) != range(shape[a])}
+    return None
+
+
+def _selection_tail(node: Node, k: int) -> dict:
+    """The attributes of the selection ``node`` without its first ``k`` axes (kept whole)."""
+    if node.op == TAKE:
+        return dict(node.attrs, index=tuple(node.attrs["index"])[k:])
+    return dict(node.attrs, **{a: tuple(node.attrs[a])[k:] for a in ("starts", "stops", "steps")})
+
+
+def _commutes(node: Node, axes: set[int], types: dict[str, TensorType], params: dict[str, np.ndarray]) -> str | None:
+    """The one tensor input of ``node`` when selecting ``axes`` of its output is selecting them of that input and
+    applying ``node`` to the selection (a row-wise node), else None: a ``layer_norm``/``rms_norm`` over the last
+    axis alone, ``axes`` not holding it; an elementwise node of one tensor input of the output's shape and
+    constants none of ``axes`` varies along (one element, or of lower rank; per-axis attributes only with
+    one-element constants)."""
+    out = types[node.output].shape
+    tensors = {v for v in node.inputs if v not in params}
+    if len(tensors) != 1 or types[next(iter(tensors))].shape != out:
+        return None
+    if node.op in ROW_WISE:
+        return next(iter(tensors)) if _sinks(node, types) and len(out) - 1 not in axes else None
+    if node.op not in EW:
+        return None
+    consts = [params[v] for v in node.inputs if v in params]
+    if "axis" in node.attrs and any(c.size != 1 for c in consts):
+        return None
+    rank = len(out)
+    flat = all(a < rank - c.ndim or c.shape[a - rank + c.ndim] == 1 for c in consts for a in axes)
+    return next(iter(tensors)) if flat else None
+
+
+def _passes_on(value: str, axes: set[int], graph: Graph, types: dict[str, TensorType]) -> bool:
+    """Whether a selection of ``axes`` of ``value`` moves on before the node computing it (read by one node alone):
+    a selection moves before a ``quantize`` only so, that it reaches an int8 value beyond (a QDQ model's
+    ``quantize(layer_norm(dequantize(x)))``) and never stays between a value and its quantization (a residual sum
+    the previous layer's epilogue computes and quantizes)."""
+    src, alone = graph.producers().get(value), len(graph.consumers().get(value, [])) == 1
+    return src is not None and alone and src.op != RESHAPE and _commutes(src, axes, types, graph.params) is not None
+
+
+def _select_one(
+    graph: Graph, types: dict[str, TensorType], node: Node, through: tuple[str, ...] | None
+) -> Graph | None:
+    """``graph`` with the selection ``node`` moved one node earlier (:func:`select_rows_first`), or None."""
+    producers, consumers = graph.producers(), graph.consumers()
+    x = node.inputs[0]
+    src = producers.get(x)
+    axes = selected_axes(node, types[x].shape)
+    if src is None or not axes or consumers.get(x) != [node] or x in graph.outputs:
+        return None
+    if through is not None and src.op not in through:
+        return None
+    taken = set(types) | set(graph.params)
+    if src.op == RESHAPE:  # a reshape adding leading ones: the selection of the reshaped value's own axes
+        k = len(types[x].shape) - len(types[src.inputs[0]].shape)
+        if k < 0 or types[x].shape[k:] != types[src.inputs[0]].shape or min(axes) < k:
+            return None
+        inner = Node(node.op, (src.inputs[0],), fresh_name(f"{src.inputs[0]}{ROWS}", taken), _selection_tail(node, k))
+        moved = [inner, Node(RESHAPE, (inner.output,), node.output, {"shape": types[node.output].shape})]
+    else:
+        u = _commutes(src, axes, types, graph.params)
+        if u is None or (src.op == QUANTIZE and not _passes_on(u, axes, graph, types)):
+            return None
+        inner = Node(node.op, (u,), fresh_name(f"{u}{ROWS}", taken), dict(node.attrs))
+        inputs = tuple(inner.output if v == u else v for v in src.inputs)
+        moved = [inner, Node(src.op, inputs, node.output, dict(src.attrs))]
+    types[inner.output] = infer(inner, [types[inner.inputs[0]]], graph.params)
+    nodes = [n for n in graph.nodes if n is not src]
+    at = nodes.index(node)
+    nodes[at : at + 1] = moved
+    return graph.copy(nodes=nodes)
+
+
+def select_rows_first(graph: Graph, through: tuple[str, ...] | None = None) -> Graph:
+    """Each ``take`` or ``slice`` (:func:`selected_axes`) of a value only it reads computed before the node
+    producing that value, repeatedly: before a row-wise node (:func:`_commutes`: a LayerNorm/RMSNorm over the last
+    axis selecting other axes, an elementwise node over constants that do not vary along the selected axes, a
+    quantization per tensor: a ``quantize`` only where the selection moves on past the node before it,
+    :func:`_passes_on`) and before a reshape adding leading axes of size one (the selection of the input's
+    axes, reshaped). The class token a classifier reads (``take`` of token 0 after the final LayerNorm) is then
+    normalized alone, and selected straight from the last layer's (tokens, features) output. ``through``: the
+    operators a selection may move before (default: all those above; :func:`vdla.graph.qdq.lower_qdq` moves one
+    before a ``dequantize`` alone, onto the int8 value). Exact: a function of each row selects with its rows."""
+    types = infer_types(graph)
+    while True:
+        moved = None
+        for n in graph.nodes:
+            moved = _select_one(graph, types, n, through) if n.op in SELECTIONS else None
+            if moved is not None:
+                break
+        if moved is None:
+            return _merge_reshapes(graph)
+        graph = moved
 
 
 def eliminate_dead_code(graph: Graph) -> Graph:
@@ -481,6 +621,7 @@ PASSES: tuple[tuple[str, Pass], ...] = (
     ("fold_batch_norm", fold_batch_norm),
     ("fuse_layer_norm", fuse_layer_norm),
     ("sink_reshapes", sink_reshapes),
+    ("select_rows_first", select_rows_first),  # after sink_reshapes: the LayerNorm on (tokens, features)
     ("eliminate_dead_code", eliminate_dead_code),
 )
 

@@ -74,7 +74,7 @@ from vdla.graph.opnames import (
     TRANSPOSE,
 )
 from vdla.graph.ops import infer_types
-from vdla.graph.passes import eliminate_dead_code, fresh_name
+from vdla.graph.passes import eliminate_dead_code, fresh_name, select_rows_first
 from vdla.graph.types import TensorType, UnsupportedError
 from vdla.isa import IsaError
 from vdla.isa.arith import INT8_MAX, INT8_MIN, MUL_MAX_SHIFT, choose_multipliers, choose_requantization
@@ -721,9 +721,12 @@ def int_layer_norm(
 
 def lower_qdq(graph: Graph, layer_norms: LayerNormCheck | None = None) -> Graph:
     """Rewrite the QDQ patterns of ``graph`` into integer operators (see the module docstring), after moving
-    the reshapes around its layers inside their quantization (:func:`reshapes_inside_qdq`) and reading each
+    each row selection of a dequantized value onto its int8 value
+    (:func:`~vdla.graph.passes.select_rows_first`), the reshapes around its layers inside their quantization
+    (:func:`reshapes_inside_qdq`) and reading each
     requantization at the same scale as its int8 input (:func:`same_scale_pairs`). ``layer_norms(p,
     shape)``: why a LayerNorm in integers (parameters ``p``, input shape ``shape``) cannot run where the graph
     is compiled for (None: it can; the model compiler's accelerator check), so that it stays in float; without
     it every one :func:`int_layer_norm` finds is lowered."""
+    graph = select_rows_first(graph, (DEQUANTIZE,))  # a selection of a dequantized value: of the int8 value
     return _QdqLowering(same_scale_pairs(reshapes_inside_qdq(graph)), layer_norms).run()

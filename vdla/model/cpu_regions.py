@@ -107,6 +107,7 @@ ONLY_WHEN = {
     "concat": "stored in place only as a channel concat of conv2d outputs in whole channel blocks",
     "interleave": "stored in place only when its phases are conv2d layers nothing else reads",
     "table": "runs in an epilogue only right after a conv2d/dense layer's int8 output",
+    "take": "read in place only as consecutive whole rows of a (tokens, features) accelerator output, batch 1",
 }
 
 

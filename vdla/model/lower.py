@@ -347,10 +347,8 @@ class ModelBuilder(FusionChoices, StoredViews, TensorLifetimes, CpuRegions):
             shape, dtype = self.dram[t]
             offset, nbytes = 0, int(np.prod(shape)) * np.dtype(dtype).itemsize
             target, first = self.stored_at(values[role]) if role in values else (None, 0)
-            if target is not None and target != values[role]:  # its channel blocks of another value's tensor
-                own = packed(self.types[values[role]], self.cfg, self.cfg.block_out)[0]
-                nbytes = int(np.prod(own))
-                offset = first * nbytes // own[1]
+            if target is not None and target != values[role]:  # its bytes of another value's tensor (a view)
+                offset, nbytes = first, int(np.prod(packed(self.types[values[role]], self.cfg, self.cfg.block_out)[0]))
             if role in (regions or {}):
                 offset, nbytes = offset + regions[role][0], regions[role][1]
             if nbytes != need[role]:

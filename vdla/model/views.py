@@ -1,5 +1,6 @@
 """Where accelerator layers store and read in place: channel concats and interleaves stored through output
-views, the phases of a nearest upsampling computed once, block parts, upsampled inputs read in place
+views, the phases of a nearest upsampling computed once, block parts, selections (channel blocks, token rows)
+and upsampled inputs read in place
 (:class:`StoredViews`, a part of :class:`vdla.model.lower.ModelBuilder`), and the DRAM tensor a value lives in.
 """
 
@@ -15,8 +16,9 @@ from vdla.config import HwConfig
 from vdla.graph.copies import COPY, block_view, channel_span
 from vdla.graph.graph import Node
 from vdla.graph.layout import blocked_shape
-from vdla.graph.opnames import CONCAT, CONV2D, INTERLEAVE, MAX_POOL2D, SLICE
+from vdla.graph.opnames import CONCAT, CONV2D, INTERLEAVE, MAX_POOL2D, SLICE, TAKE
 from vdla.graph.ops import interleave_type
+from vdla.graph.passes import selected_axes
 from vdla.graph.types import TensorType
 from vdla.model.match import AccelLayer, PoolLayer
 
@@ -44,7 +46,7 @@ class StoredViews:
         self.aliases: set[str] = set()  # values stored as channel blocks of a concatenation others read there
         self.readers = {n: u for kind, u in units if kind == "accel" for n in u.nodes}  # node output -> its unit
         cpu_nodes = [n for kind, unit in units if kind == "cpu" for n in unit]
-        self.sliced: dict[str, tuple[str, int]] = {}  # slice -> (value, first block), filled next
+        self.sliced: dict[str, tuple[str, int]] = {}  # selection -> (value, byte offset), filled next
         self.sliced = {n.output: v for n in cpu_nodes if (v := self.view(n, layers, consumers))}
         out = []
         for kind, unit in units:
@@ -62,16 +64,17 @@ class StoredViews:
         return [(kind, unit) for kind, unit in out if kind != "accel" or unit.out not in self.dropped]
 
     def view(self, node: Node, layers: dict[str, AccelLayer], consumers) -> tuple[str, int] | None:
-        """``(value, first block)`` where the slice ``node`` is read in place (:func:`vdla.graph.copies.block_view`):
-        whole channel blocks of one image of an accelerator layer's output (or of such a view), read by
-        accelerator layers alone as their input or residual, no graph output. None otherwise (a CPU step slices)."""
-        if node.op != SLICE or node.output in self.g.outputs or self.cfg.block_in != self.cfg.block_out:
+        """``(value, byte offset)`` where the selection ``node`` is read in place (:func:`view_offset`: whole channel
+        blocks of one image, or whole contiguous rows of a token-major (tokens, features) value) of an accelerator
+        layer's output (or of such a view) at its quantization, read by accelerator layers alone as their input or
+        residual, no graph output. None otherwise (a CPU step selects)."""
+        if node.op not in (SLICE, TAKE) or node.output in self.g.outputs or self.cfg.block_in != self.cfg.block_out:
             return None
-        x, block = node.inputs[0], self.cfg.block_out
-        span = channel_span(node, self.types[x].shape)
-        if span is None or not block_view(span, self.types[x].shape, block) or x not in layers:
+        x = node.inputs[0]
+        offset = view_offset(node, self.types[x], self.types[node.output], self.cfg)
+        if offset is None or x not in layers:
             return None
-        return (x, span[0] // block) if self.operand_only(node.output, consumers) else None
+        return (x, offset) if self.operand_only(node.output, consumers) else None
 
     def operand_only(self, value: str, consumers) -> bool:
         """Whether every reader of ``value`` is an accelerator layer reading it as its input or residual (or a slice
@@ -280,16 +283,16 @@ class StoredViews:
 
     def stored_at(self, value: str) -> tuple[str, int]:
         """The value whose DRAM tensor holds ``value`` (itself, or the concatenation it is stored into: the
-        outermost, as :meth:`store_parts` keeps the views; for a slice, where its value is) and the channel block
-        where ``value`` starts in it."""
+        outermost, as :meth:`store_parts` keeps the views; for a selection read in place, where its value is) and
+        the byte offset where ``value`` starts in it."""
         if value in self.sliced:
             source, first = self.sliced[value]
-            target, block = self.stored_at(source)
-            return target, block + first
+            target, offset = self.stored_at(source)
+            return target, offset + first
         if value not in self.aliases:
             return value, 0
         target, view = self.views[value]
-        return target, view.blocks[0]
+        return target, view.blocks[0] * block_bytes(self.types[value], self.cfg)
 
     def view_of(self, value: str) -> OutputView | None:
         """The view through which the layer computing ``value`` stores it (:meth:`stored_interleaves`), if any."""
@@ -298,6 +301,39 @@ class StoredViews:
     def read_tensor(self, value: str, block: int) -> str:
         """The DRAM tensor a layer reads ``value`` from (:meth:`stored_at`)."""
         return self.dram_tensor(self.stored_at(value)[0], block)
+
+
+def block_bytes(t: TensorType, cfg: HwConfig) -> int:
+    """The bytes of one channel block of an image of ``t`` in the packed layout (``block_out`` lanes)."""
+    shape = packed(t, cfg, cfg.block_out)[0]
+    return int(np.prod(shape)) // shape[1]
+
+
+def view_offset(node: Node, x: TensorType, out: TensorType, cfg: HwConfig) -> int | None:
+    """The byte offset in ``x``'s packed tensor at which the selection ``node`` of ``x`` (output type ``out``) lies
+    contiguous, so that a reader may read it in place: a ``slice`` of whole channel blocks of one NCHW image
+    (:func:`vdla.graph.copies.block_view`), or a ``take``/``slice`` of consecutive rows of an int8 (tokens,
+    features) value, every feature, on a batch-1 config (token-major: token ``t`` starts ``t`` times a token's
+    channel blocks in). None for any other selection (scattered or reordered rows, a non-leading
+    axis, a quantization the selection changes)."""
+    if node.op == SLICE and (span := channel_span(node, x.shape)) is not None:
+        return span[0] // cfg.block_out * block_bytes(out, cfg) if block_view(span, x.shape, cfg.block_out) else None
+    rows = row_span(node, x.shape)
+    if rows is None or len(x.shape) != 2 or x.dtype != "int8" or cfg.batch != 1 or out.quant != x.quant:
+        return None
+    return rows[0] * int(np.prod(packed(x, cfg, cfg.block_out)[0][1:]))  # a token's bytes: its channel blocks
+
+
+def row_span(node: Node, shape: tuple[int, ...]) -> tuple[int, int] | None:
+    """``(first, count)`` where the ``take`` or ``slice`` ``node`` of a value of ``shape`` selects consecutive
+    indices ``first .. first + count - 1`` of its first axis, in order, and every index of the others; else None."""
+    if selected_axes(node, shape) != {0}:
+        return None
+    if node.op == TAKE:
+        rows = tuple(node.attrs["index"][0])
+        return (rows[0], len(rows)) if rows == tuple(range(rows[0], rows[0] + len(rows))) else None
+    lo, hi, step = (int(node.attrs[k][0]) for k in ("starts", "stops", "steps"))
+    return (lo, len(range(lo, min(hi, shape[0]), step))) if step == 1 else None
 
 
 def same_layer(a: AccelLayer, b: AccelLayer) -> bool:

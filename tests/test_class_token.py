@@ -1,0 +1,254 @@
+"""The class token selected before the final LayerNorm and read in place (issue 53): ``select_rows_first`` moves a
+row selection (``take``/``slice`` of whole rows) before the row-wise nodes computing its input, so the LayerNorm
+runs on the selected rows alone; consecutive rows of a token-major accelerator output are a DRAM view
+(``vdla.model.views.view_offset``), so the LayerNorm step reads the class token where the last dense layer stored
+it and no CPU step stands between that layer and the output's. Scattered rows stay on the CPU, the note naming
+why."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+
+from vdla.graph import Graph, Node, TensorType
+from vdla.graph.interp import evaluate
+from vdla.graph.passes import select_rows_first, simplify
+from vdla.graph.verify import verify
+
+onnx = pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
+
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+from vdla.frontend.onnx import import_onnx  # noqa: E402
+from vdla.frontend.reference import reference_session  # noqa: E402
+from vdla.graph.qdq import lower_qdq  # noqa: E402
+from vdla.graph.quantize import quantize_model  # noqa: E402
+from vdla.model import Module  # noqa: E402
+from vdla.model.pipeline import compile_graph_model  # noqa: E402
+from vdla.zoo.models import cosine  # noqa: E402
+
+TOKENS, DIM, HIDDEN, CLASSES = 17, 64, 128, 32
+RNG = np.random.default_rng(531)
+
+
+def _rows_graph(index: tuple) -> Graph:
+    """``(T, D) -> mul by a column constant -> layer_norm -> reshape (1, T, D) -> take(index) -> dense``."""
+    params = {
+        "c": RNG.uniform(0.5, 2.0, (DIM,)).astype(np.float32),
+        "g": RNG.uniform(0.5, 1.5, (DIM,)).astype(np.float32),
+        "b": RNG.normal(0, 0.1, (DIM,)).astype(np.float32),
+        "w": RNG.normal(0, 0.2, (DIM, DIM)).astype(np.float32),
+    }
+    n = len(index[1])
+    nodes = [
+        Node("mul", ("x", "c"), "m"),
+        Node("layer_norm", ("m", "g", "b"), "n", {"axis": 1, "epsilon": 1e-5}),
+        Node("reshape", ("n",), "n3", {"shape": (1, TOKENS, DIM)}),
+        Node("take", ("n3",), "t", {"index": index}),
+        Node("reshape", ("t",), "t2", {"shape": (n, DIM)}),
+        Node("dense", ("t2", "w"), "y"),
+    ]
+    return Graph({"x": TensorType((TOKENS, DIM), "float32")}, nodes, ["y"], params)
+
+
+@pytest.mark.parametrize("rows", [(0,), (3, 4, 5), (2, 0, 9)])
+def test_select_rows_first_normalizes_the_selected_rows_alone(rows):
+    """The take moves before the reshape, the LayerNorm and the column product onto the input's rows (any rows:
+    the move is exact for each); values unchanged, bit for bit."""
+    g = _rows_graph((None, rows, None))
+    out = select_rows_first(g)
+    verify(out, after="select_rows_first")
+    assert [n.op for n in out.nodes][:3] == ["take", "mul", "layer_norm"]
+    assert out.nodes[0].inputs == ("x",) and out.nodes[0].attrs["index"] == (rows, None)
+    x = RNG.normal(0, 1, (TOKENS, DIM)).astype(np.float32)
+    np.testing.assert_array_equal(evaluate(out, {"x": x})["y"], evaluate(g, {"x": x})["y"])
+
+
+def test_select_rows_first_leaves_what_does_not_commute():
+    """A selection of features before a LayerNorm over them, a take of a value another node reads too, and a take
+    after a constant that varies along the token axis all stay where they are."""
+    nodes = [
+        Node("layer_norm", ("x",), "n", {"axis": 1, "epsilon": 1e-5}),
+        Node("take", ("n",), "y", {"index": ((0,), (0, 1, 2))}),
+    ]
+    features = Graph({"x": TensorType((TOKENS, DIM), "float32")}, nodes, ["y"])
+    assert [n.op for n in select_rows_first(features).nodes] == ["layer_norm", "take"]
+    shared = _rows_graph((None, (0,), None))
+    shared = shared.copy(outputs=["y", "n3"])
+    assert [n.op for n in select_rows_first(shared).nodes][:3] == ["mul", "layer_norm", "reshape"]
+    params = {"c": RNG.normal(0, 1, (TOKENS, 1)).astype(np.float32)}
+    nodes = [Node("add", ("x", "c"), "a"), Node("take", ("a",), "y", {"index": ((0,), None)})]
+    per_token = Graph({"x": TensorType((TOKENS, DIM), "float32")}, nodes, ["y"], params)
+    assert [n.op for n in select_rows_first(per_token).nodes] == ["add", "take"]
+
+
+def test_select_rows_first_moves_a_slice_of_rows_and_leaves_a_gather_of_offsets():
+    """A ``slice`` of rows 2..9 moves before the LayerNorm as a ``take`` does; a ``gather`` by flat offsets (rows
+    scattered through the flattened value) stays after it."""
+    ln = Node("layer_norm", ("x",), "n", {"axis": 1, "epsilon": 1e-5})
+    rows = Node("slice", ("n",), "y", {"starts": (2, 0), "stops": (9, DIM), "steps": (1, 1)})
+    g = Graph({"x": TensorType((TOKENS, DIM), "float32")}, [ln, rows], ["y"])
+    out = select_rows_first(g)
+    assert [n.op for n in out.nodes] == ["slice", "layer_norm"]
+    x = RNG.normal(0, 1, (TOKENS, DIM)).astype(np.float32)
+    np.testing.assert_array_equal(evaluate(out, {"x": x})["y"], evaluate(g, {"x": x})["y"])
+    offsets = {"i": (np.arange(DIM, dtype=np.int32) + 3 * DIM).reshape(1, DIM)}
+    gather = Node("gather", ("n", "i"), "y")
+    g = Graph({"x": TensorType((TOKENS, DIM), "float32")}, [ln, gather], ["y"], offsets)
+    assert [n.op for n in select_rows_first(g).nodes] == ["layer_norm", "gather"]
+
+
+def test_a_selection_moves_before_a_quantize_only_onto_an_int8_value():
+    """In a QDQ graph ``add -> Q -> DQ -> layer_norm -> Q -> DQ -> take`` the take moves onto the int8 value the
+    first quantize writes (the LayerNorm on the selected rows between its quantizations) and no further: the sum
+    stays quantized whole, as the previous layer's epilogue computes it."""
+    q = {"scale": 0.05, "zero_point": 0}
+    nodes = [
+        Node("add", ("x", "z"), "s"),
+        Node("quantize", ("s",), "sq", q),
+        Node("dequantize", ("sq",), "sf", q),
+        Node("layer_norm", ("sf",), "n", {"axis": 1, "epsilon": 1e-5}),
+        Node("quantize", ("n",), "nq", q),
+        Node("dequantize", ("nq",), "nf", q),
+        Node("take", ("nf",), "y", {"index": ((0,), None)}),
+    ]
+    t = TensorType((TOKENS, DIM), "float32")
+    g = Graph({"x": t, "z": t}, nodes, ["y"])
+    out = select_rows_first(g)
+    ops = ["add", "quantize", "take", "dequantize", "layer_norm", "quantize", "dequantize"]
+    assert [n.op for n in out.nodes] == ops
+    feeds = {k: RNG.normal(0, 1, (TOKENS, DIM)).astype(np.float32) for k in "xz"}
+    np.testing.assert_array_equal(evaluate(out, feeds)["y"], evaluate(g, feeds)["y"])
+
+
+def classifier_model(index=0) -> onnx.ModelProto:
+    """A post-norm encoder layer ending as ViT's and BERT's do: a projection of (1, TOKENS, DIM) into the residual
+    stream, the MLP (MatMul + Add, Gelu, MatMul + Add) added to it, the final ``LayerNormalization`` over all
+    tokens, ``Gather`` of the class token (``index`` 0: one row; a list: those rows) along the token axis and the
+    classifier head."""
+    rng = np.random.default_rng(5)
+    inits = []
+
+    def c(name: str, v, dtype=np.float32) -> str:
+        inits.append(numpy_helper.from_array(np.asarray(v, dtype), name))
+        return name
+
+    w0 = rng.normal(0, DIM**-0.5, (DIM, DIM))
+    w0[:, 5] *= 6
+    g = rng.uniform(0.5, 1.5, DIM)
+    g[7] = -0.3
+    nodes = [
+        helper.make_node("MatMul", ["x", c("w0", w0)], ["m0"]),
+        helper.make_node("Add", ["m0", c("b0", rng.normal(0, 0.1, DIM))], ["r0"]),
+        helper.make_node("MatMul", ["r0", c("w1", rng.normal(0, DIM**-0.5, (DIM, HIDDEN)))], ["m1"]),
+        helper.make_node("Add", ["m1", c("b1", rng.normal(0, 0.1, HIDDEN))], ["h"]),
+        helper.make_node("Gelu", ["h"], ["gl"]),
+        helper.make_node("MatMul", ["gl", c("w2", rng.normal(0, HIDDEN**-0.5, (HIDDEN, DIM)))], ["m2"]),
+        helper.make_node("Add", ["m2", c("b2", rng.normal(0, 0.1, DIM))], ["f"]),
+        helper.make_node("Add", ["r0", "f"], ["r1"]),
+        helper.make_node("LayerNormalization", ["r1", c("g", g), c("be", rng.normal(0, 0.05, DIM))], ["n"], axis=-1),
+        helper.make_node("Gather", ["n", c("i", index, np.int64)], ["cls"], axis=1),
+        helper.make_node("MatMul", ["cls", c("w3", rng.normal(0, DIM**-0.5, (DIM, CLASSES)))], ["m3"]),
+        helper.make_node("Add", ["m3", c("b3", rng.normal(0, 0.1, CLASSES))], ["y"]),
+    ]
+    f = TensorProto.FLOAT
+    out = [1, CLASSES] if np.ndim(index) == 0 else [1, len(index), CLASSES]
+    graph = helper.make_graph(
+        nodes,
+        "classifier",
+        [helper.make_tensor_value_info("x", f, [1, TOKENS, DIM])],
+        [helper.make_tensor_value_info("y", f, out)],
+        inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)], ir_version=9)
+
+
+def _inputs(count: int, seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).normal(0, 1, (count, 1, TOKENS, DIM)).astype(np.float32)
+
+
+@functools.cache
+def compiled_classifier(index=0) -> tuple:
+    """The classifier quantized by vdla's calibration: the ONNX model, its quantized graph and the artifact."""
+    model = classifier_model(index)
+    qgraph, _ = quantize_model(simplify(import_onnx(model)), {"x": _inputs(8, 1)[:, 0]}, "percentile")
+    return model, qgraph, compile_graph_model(qgraph, "pynq")[0]
+
+
+def _described(art) -> list:
+    return [(s.kind, s.name, getattr(s, "note", "")) for s in art.steps]
+
+
+@pytest.mark.parametrize("index", [0, 3])
+def test_the_class_token_is_normalized_on_the_accelerator_reading_the_last_layer_in_place(index):
+    """vdla's calibration: the final LayerNorm an accelerator step of one token reading the last dense layer's
+    output in place (its tensor, from the token's bytes on: token 0, the class token, and token 3), the head
+    after it; no CPU step but the input's and the output's; bit-exact against the lowered graph on the
+    simulator, close to onnxruntime's float model."""
+    model, qgraph, art = compiled_classifier(index)
+    assert [s.kind for s in art.steps] == ["cpu", *["accel"] * 5, "cpu"], _described(art)
+    ops = [s.layer["op"] for s in art.steps if s.kind == "accel"]
+    assert ops == ["dense", "dense", "dense", "layer_norm", "dense"]
+    fc2, ln, head = art.steps[3:6]
+    assert ln.reads == [f"{fc2.name}@16"] and ln.layer["input"] == [1, DIM, 1, 1]
+    assert head.reads == ln.writes
+    low = lower_qdq(qgraph)
+    assert [n.op for n in low.nodes if n.op in ("take", "layer_norm_int")] == ["take", "layer_norm_int"]
+    module, session = Module(art, "sim"), reference_session(model)
+    for x in _inputs(3, 9):
+        got = module.run(x)
+        np.testing.assert_array_equal(got, evaluate(low, {"x": x})["y"])
+        assert cosine(got, session.run(None, {"x": x})[0]) >= 0.99
+    module.close()
+
+
+def test_the_token_read_in_place_is_bit_exact_on_each_backend(backend):
+    """Token 3's LayerNorm reading the last dense layer's tensor from that token's bytes, on the RTL too."""
+    _, qgraph, art = compiled_classifier(3)
+    module, low = Module(art, backend), lower_qdq(qgraph)
+    x = _inputs(1, 12)[0]
+    np.testing.assert_array_equal(module.run(x), evaluate(low, {"x": x})["y"])
+    module.close()
+
+
+def test_scattered_tokens_stay_on_the_cpu_naming_why():
+    """Tokens 0 and 2 are no contiguous bytes of the token-major output: a CPU step takes them, its note saying
+    what the accelerator reads in place; still exact against the lowered graph."""
+    _, qgraph, art = compiled_classifier((0, 2))
+    cpu = [s for s in art.steps if s.kind == "cpu" and any(n.op == "take" for n in s.graph.nodes)]
+    assert len(cpu) == 1 and "take: read in place only as consecutive whole rows" in cpu[0].note, _described(art)
+    module, low = Module(art, "sim"), lower_qdq(qgraph)
+    x = _inputs(1, 4)[0]
+    np.testing.assert_array_equal(module.run(x), evaluate(low, {"x": x})["y"])
+    module.close()
+
+
+def test_onnxruntime_qdq_classifier_selects_the_class_token_in_place():
+    """onnxruntime's QDQ model of the classifier: the selection moves onto the int8 side of its dequantize, the
+    final LayerNorm runs on the class token on the accelerator with no CPU step after the last dense layer but the
+    output's; bit-exact against the lowered graph, each LayerNorm within one step of onnxruntime's (ties aside,
+    as ``compare_layers`` counts them)."""
+    from qdq_check import lowered_graph
+
+    from vdla.frontend.reference import compare_layers, reference_run
+    from vdla.model.pipeline import compile_model
+    from vdla.zoo.models import qdq_output_scale, quantize_qdq
+
+    qmodel = quantize_qdq(classifier_model(), _inputs(8, 1)[:, 0], input_name="x")
+    art, _ = compile_model(qmodel)
+    kinds = [s.kind for s in art.steps]
+    assert kinds == ["cpu", *["accel"] * (len(kinds) - 2), "cpu"], _described(art)
+    assert [s.layer["op"] for s in art.steps[-3:-1]] == ["layer_norm", "dense"]
+    low = lowered_graph(qmodel)
+    module, step = Module(art, "sim"), qdq_output_scale(qmodel, "y")
+    feeds = [{"x": x} for x in _inputs(2, 3)]
+    for f in feeds:
+        got = module.run(f["x"])
+        np.testing.assert_array_equal(got, evaluate(low, f)["y"])
+        assert np.abs(got - reference_run(qmodel, f)["y"]).max() <= 4 * step
+    module.close()
+    layers = compare_layers(qmodel, low, feeds)
+    assert sum(a.differing for a in layers) == sum(a.ties for a in layers)
