@@ -166,6 +166,9 @@ def test_attention_runs_on_the_accelerator_between_the_projections(heads, d, tok
     assert ("run-time key mask" in step.layer["schedule"]) == (mask is not None)
     low = lower_qdq(qgraph)
     assert [n.op for n in low.nodes].count("attention_int") == 1 and not any(n.op == "softmax" for n in low.nodes)
+    from vdla.model.cli import _placement_table
+
+    assert _placement_table(art, None).row_count == len(art.steps)  # the step table describes its steps
     module, session = Module(art, "sim"), reference_session(model)
     for f in feeds(heads, d, tokens, mask, 2, 9):
         got = module.run(_vdla(f))
@@ -231,4 +234,48 @@ def test_onnxruntime_qdq_attention_keeps_its_per_head_layers_with_the_reason():
     module = Module(art, "sim")
     f = feeds(2, 32, 17, None, 1, 3)[0]
     np.testing.assert_array_equal(module.run(f["x"]), evaluate(low, f)["y"])
+    module.close()
+
+
+def onnx_attention_model(heads: int, d: int, tokens: int) -> onnx.ModelProto:
+    """ONNX's ``Attention`` (opset 23, 3-D inputs, its default scale) on the three parts of one QKV projection
+    (``Split``), between an input and an output projection."""
+    rng = np.random.default_rng(23)
+    dim = heads * d
+    inits = [
+        numpy_helper.from_array(np.asarray(v, np.float32), n)
+        for n, v in (
+            ("wqkv", rng.normal(0, 0.8 * dim**-0.5, (dim, 3 * dim))),
+            ("bqkv", rng.normal(0, 0.1, 3 * dim)),
+            ("wo", rng.normal(0, dim**-0.5, (dim, dim))),
+            ("w0", rng.normal(0, dim**-0.5, (dim, dim))),
+        )
+    ]
+    nodes = [
+        helper.make_node("MatMul", ["x", "w0"], ["a"]),
+        helper.make_node("MatMul", ["a", "wqkv"], ["mq"]),
+        helper.make_node("Add", ["mq", "bqkv"], ["qkv"]),
+        helper.make_node("Split", ["qkv"], ["q", "k", "v"], axis=-1, num_outputs=3),
+        helper.make_node("Attention", ["q", "k", "v"], ["att"], q_num_heads=heads, kv_num_heads=heads),
+        helper.make_node("MatMul", ["att", "wo"], ["y"]),
+    ]
+    f = TensorProto.FLOAT
+    graph = helper.make_graph(nodes, "onnx_attention", [helper.make_tensor_value_info("x", f, [1, tokens, dim])],
+                              [helper.make_tensor_value_info("y", f, [1, tokens, dim])], inits)  # fmt: skip
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)], ir_version=10)
+
+
+def test_the_onnx_attention_operator_is_placed_too():
+    """The ONNX ``Attention`` import's form (``Q`` scaled before ``Q K^T``) is the same attention block: one
+    accelerator step, bit-exact against the lowered graph, close to onnxruntime's float model."""
+    model = onnx_attention_model(2, 32, 17)
+    x = np.random.default_rng(4).normal(0, 1, (9, 1, 17, 64)).astype(np.float32)
+    qgraph, _ = quantize_model(simplify(import_onnx(model)), {"x": x[:8, 0]}, "percentile")
+    art = compile_graph_model(qgraph, "pynq")[0]
+    assert [s.kind for s in art.steps] == ["cpu", *["accel"] * (len(art.steps) - 2), "cpu"]
+    assert len(_attention_steps(art)) == 1
+    module, low = Module(art, "sim"), lower_qdq(qgraph)
+    got = module.run(x[8])
+    np.testing.assert_array_equal(got, evaluate(low, {"x": x[8]})["y"])
+    assert cosine(got, reference_session(model).run(None, {"x": x[8]})[0]) >= 0.99
     module.close()

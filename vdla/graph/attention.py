@@ -135,13 +135,17 @@ def key_bias(p: IntAttention, keep: np.ndarray | None, tokens: int) -> np.ndarra
 @dataclass(frozen=True)
 class Scores:
     """The float scores of an attention block, as read by its ``softmax`` over the last axis: ``scaled`` the value
-    ``matmul(Q, K^T) * scale`` (a ``mul`` or ``div`` by a constant scalar), ``mask`` the additive mask added to it
-    (one value per key, broadcast over the heads and queries; None: no mask), ``product`` the ``Q K^T`` matmul."""
+    ``matmul(Q, K^T) * scale`` (a ``mul`` or ``div`` of the product by a constant scalar, or of ``Q`` before it,
+    as the ONNX ``Attention`` import writes it), ``mask`` the additive mask added to it (one value per key,
+    broadcast over the heads and queries; None: no mask), ``product`` the ``Q K^T`` matmul and ``q``, ``k`` the
+    values it multiplies (``Q`` before its scaling)."""
 
     scaled: str
     mask: str | None
     scale: float
     product: Node
+    q: str
+    k: str
 
 
 def softmax_scores(
@@ -162,18 +166,27 @@ def softmax_scores(
             return None
         mask = per_key[0]
         value = b if mask == a else a
-    scaled = value
     node = _through_qdq(value, producers)
+    factor = _scalar_factor(node, params)
+    product = producers.get(node.inputs[0]) if factor is not None else node
+    if product is None or product.op != MATMUL or types[product.output].shape != x.shape:
+        return None
+    q, k = product.inputs
+    on_q = _scalar_factor(producers.get(q), params)
+    if on_q is not None:
+        q = producers[q].inputs[0]
+    return Scores(value, mask, (factor or 1.0) * (on_q or 1.0), product, q, k)
+
+
+def _scalar_factor(node: Node | None, params: Mapping[str, np.ndarray]) -> float | None:
+    """The positive constant factor of a ``mul`` (or ``div``: its inverse) of one value by a scalar, or None."""
     if node is None or node.op not in (MUL, DIV) or len(node.inputs) != 1 + ("b" not in node.attrs):
         return None
     b = operand_value(node, "b", params)
     if b is None or np.asarray(b).size != 1 or not float(np.asarray(b).ravel()[0]) > 0:
         return None
     factor = float(np.asarray(b).ravel()[0])
-    product = producers.get(node.inputs[0])
-    if product is None or product.op != MATMUL or types[product.output].shape != x.shape:
-        return None
-    return Scores(scaled, mask, factor if node.op == MUL else 1.0 / factor, product)
+    return factor if node.op == MUL else 1.0 / factor
 
 
 def _per_key(shape: tuple[int, ...], scores: tuple[int, ...]) -> bool:

@@ -820,8 +820,7 @@ def int_attention(
     sq = qparams(sq, params) if sq is not None and sq.op == DEQUANTIZE else None
     if qq is None or sq is None or not (qq.per_tensor and sq.per_tensor) or qq.zero_point or sq.zero_point:
         return "attention whose scores or output are not quantized per tensor and symmetric"
-    found = [_view_source(v, prod, types, params) for v in (scores.product.inputs[0], scores.product.inputs[1],
-                                                            node.inputs[1])]  # fmt: skip
+    found = [_view_source(v, prod, types, params) for v in (scores.q, scores.k, node.inputs[1])]
     if any(isinstance(f, str) for f in found):
         return next(f for f in found if isinstance(f, str))
     if len({(f[0], round(f[2] / found[0][2], 6)) for f in found}) != 1:
