@@ -29,14 +29,16 @@ from vdla.model.pipeline import compile_graph_model  # noqa: E402
 from vdla.zoo.models import cosine  # noqa: E402
 
 
-def block_model(heads: int, d: int, tokens: int, mask: str | None, q_gain: float = 1.0) -> onnx.ModelProto:
+def block_model(
+    heads: int, d: int, tokens: int, mask: str | None, q_gain: float = 1.0, gather: bool = False
+) -> onnx.ModelProto:
     """A pre-norm attention block on (1, tokens, heads x d) as torch exports it, weights shaped like trained ones:
     an input projection whose channel 5 is an outlier of the residual stream, LayerNormalization, the QKV
     projection (one MatMul + Add; ``Q``'s weights times ``q_gain``, head 0's channel 3 of ``Q`` dead), the
-    per-head split (Reshape, Transpose, Slice, Reshape), ``Q K^T`` (K transposed) times ``1/sqrt(d)``, the mask
-    of an int64 input (``None``; ``"additive"``: BERT's ``(1 - mask) * -10000``; ``"bool"``: ``Where(mask as bool,
-    0, -1e9)``), Softmax, ``P V``, the heads back to (1, tokens, D), the output projection, the
-    residual Add and a last projection."""
+    per-head split (Reshape, Transpose, then Slice and Reshape, or with ``gather`` torch's ``qkv[i]``: Gather),
+    ``Q K^T`` (K transposed) times ``1/sqrt(d)``, the mask of an int64 input (``None``; ``"additive"``: BERT's
+    ``(1 - mask) * -10000``; ``"bool"``: ``Where(mask as bool, 0, -1e9)``), Softmax, ``P V``, the heads back to
+    (1, tokens, D), the output projection, the residual Add and a last projection."""
     rng = np.random.default_rng(heads * 1000 + d + tokens)
     dim = heads * d
     inits = []
@@ -70,6 +72,9 @@ def block_model(heads: int, d: int, tokens: int, mask: str | None, q_gain: float
         helper.make_node("Transpose", ["view"], ["perm"], perm=[2, 0, 3, 1, 4]),
     ]
     for i, name in enumerate("qkv"):
+        if gather:
+            nodes.append(helper.make_node("Gather", ["perm", c(f"i{i}", i, np.int64)], [f"{name}h"], axis=0))
+            continue
         at = [c(f"s{i}", [i], np.int64), c(f"e{i}", [i + 1], np.int64), c(f"ax{i}", [0], np.int64)]
         nodes += [
             helper.make_node("Slice", ["perm", *at], [f"{name}5"]),
@@ -136,13 +141,13 @@ def _vdla(f: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 
 @functools.cache
-def compiled(heads: int, d: int, tokens: int, mask: str | None, q_gain: float = 1.0, config: str = "pynq") -> tuple:
+def compiled(heads: int, d: int, tokens: int, mask: str | None, q_gain: float = 1.0, gather: bool = False) -> tuple:
     """The block quantized by vdla's calibration: the ONNX model, its quantized graph and the artifact."""
-    model = block_model(heads, d, tokens, mask, q_gain)
+    model = block_model(heads, d, tokens, mask, q_gain, gather)
     calib = feeds(heads, d, tokens, mask, 8, 1)
     calib = {k: np.concatenate([_vdla(f)[k] for f in calib]) for k in calib[0]}
     qgraph, _ = quantize_model(simplify(import_onnx(model)), calib, "percentile")
-    return model, qgraph, compile_graph_model(qgraph, config)[0]
+    return model, qgraph, compile_graph_model(qgraph, "pynq")[0]
 
 
 def _attention_steps(art) -> list:
@@ -150,14 +155,14 @@ def _attention_steps(art) -> list:
 
 
 @pytest.mark.parametrize(
-    "heads, d, tokens, mask",
-    [(2, 32, 17, None), (3, 32, 33, "additive"), (2, 64, 17, "bool"), (3, 64, 33, None)],
+    "heads, d, tokens, mask, gather",
+    [(2, 32, 17, None, False), (3, 32, 33, "additive", False), (2, 64, 17, "bool", False), (3, 64, 33, None, True)],
 )
-def test_attention_runs_on_the_accelerator_between_the_projections(heads, d, tokens, mask):
+def test_attention_runs_on_the_accelerator_between_the_projections(heads, d, tokens, mask, gather):
     """vdla's calibration: the attention block one accelerator step between the QKV and the output projections,
     no CPU step but the input's (the run-time mask's keep vector among it) and the output's; bit-exact against the
     lowered integer graph (one ``attention_int``), close to onnxruntime's float model."""
-    model, qgraph, art = compiled(heads, d, tokens, mask)
+    model, qgraph, art = compiled(heads, d, tokens, mask, gather=gather)
     kinds = [s.kind for s in art.steps]
     assert kinds == ["cpu", *["accel"] * (len(kinds) - 2), "cpu"], [(s.kind, s.name, getattr(s, "note", "")) for s
                                                                    in art.steps]  # fmt: skip

@@ -77,6 +77,7 @@ from vdla.graph.opnames import (
     RESHAPE,
     SLICE,
     SOFTMAX,
+    TAKE,
     TRANSPOSE,
 )
 from vdla.graph.ops import infer_types
@@ -790,7 +791,9 @@ class AttentionBlock:
     mask: str | None = None
 
 
-VIEWS = (RESHAPE, TRANSPOSE, SLICE)  # what the per-head split and the concatenation of the heads consist of
+# what the per-head split and the concatenation of the heads consist of: selections of elements by constant
+# indices (a take with constant indices is torch's ``qkv[0]``), which int_attention replays on element indices
+VIEWS = (RESHAPE, TRANSPOSE, SLICE, TAKE)
 
 
 def int_attention(
@@ -856,6 +859,8 @@ def _view_source(
     src, chain, scale = None, [], None
     v = value
     while (node := prod.get(v)) is not None and node.op in (*VIEWS, QUANTIZE, DEQUANTIZE):
+        if node.op == TAKE and (len(node.inputs) > 1 or any(-1 in (t or ()) for t in node.attrs["index"])):
+            break  # a take that fills (index -1) does not only select
         if node.op in VIEWS:
             views.append(node)
         else:
@@ -895,6 +900,8 @@ def _heads(
         return f"attention over a batch of {int(np.prod(lead[:-1]))}: the accelerator runs batch 1"
     h, d = (lead[-1] if lead else 1), pv_shape[-1]
     q, k, v = (_replay(f[1], (t, c), types).reshape(-1) for f in found)
+    if any(view.size != h * t * d for view in (q, k, v)):
+        return f"attention whose Q, K or V are not {h} heads of {t} tokens of the ({t}, {c}) value"
     q, v = q.reshape(h, t, d), v.reshape(h, t, d)
     k = k.reshape(h, d, t).transpose(0, 2, 1)
     base = np.arange(t * c, dtype=np.int64).reshape(t, c)
