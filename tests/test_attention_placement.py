@@ -284,3 +284,13 @@ def test_the_onnx_attention_operator_is_placed_too():
     np.testing.assert_array_equal(got, evaluate(low, {"x": x[8]})["y"])
     assert cosine(got, reference_session(model).run(None, {"x": x[8]})[0]) >= 0.99
     module.close()
+
+
+def test_a_batch_of_two_leaves_the_attention_in_float_naming_the_config():
+    """The accelerator runs attention at batch 1 only: on ``batch2`` the QDQ lowering keeps the block in float (no
+    ``attention_int`` reaches a CPU step) and the note says why."""
+    _, qgraph, _ = compiled(2, 32, 17, None)
+    art = compile_graph_model(qgraph, "batch2")[0]
+    notes = [s.note for s in art.steps if s.kind == "cpu" and any(n.op == "softmax" for n in s.graph.nodes)]
+    assert notes and all("batch 1" in n for n in notes), notes
+    assert not _attention_steps(art)
