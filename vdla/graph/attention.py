@@ -24,11 +24,15 @@ The method, for int8 ``Q``, ``K``, ``V`` (T, d) and a per-key mask:
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
-from vdla.graph.types import UnsupportedError
+from vdla.graph.ew import operand_value
+from vdla.graph.graph import Node
+from vdla.graph.opnames import ADD, ATTENTION_INT, DEQUANTIZE, DIV, MATMUL, MUL, QUANTIZE, SOFTMAX
+from vdla.graph.types import TensorType, UnsupportedError
 from vdla.isa.arith import choose_requantization
 
 EXP_BITS = 15  # the exp table's precision: two int8 planes
@@ -122,3 +126,120 @@ def key_bias(p: IntAttention, keep: np.ndarray | None, tokens: int) -> np.ndarra
     if k.shape != (tokens,):
         raise UnsupportedError("attention", f"a key mask of {k.size} values for {tokens} keys")
     return np.where(k, 0, p.mask_bias).astype(np.int64)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The attention block in a graph: ``softmax(Q K^T * scale [+ mask]) V`` over the per-head views of one value
+
+
+@dataclass(frozen=True)
+class Scores:
+    """The float scores of an attention block, as read by its ``softmax`` over the last axis: ``scaled`` the value
+    ``matmul(Q, K^T) * scale`` (a ``mul`` or ``div`` of the product by a constant scalar, or of ``Q`` before it,
+    as the ONNX ``Attention`` import writes it), ``mask`` the additive mask added to it (one value per key,
+    broadcast over the heads and queries; None: no mask), ``product`` the ``Q K^T`` matmul and ``q``, ``k`` the
+    values it multiplies (``Q`` before its scaling)."""
+
+    scaled: str
+    mask: str | None
+    scale: float
+    product: Node
+    q: str
+    k: str
+
+
+def softmax_scores(
+    softmax: Node, producers: Mapping[str, Node], types: Mapping[str, TensorType], params: Mapping[str, np.ndarray]
+) -> Scores | None:
+    """The scores ``softmax`` reads where it is an attention block's (a softmax over the last axis of
+    ``scale * matmul(Q, K^T)`` plus at most one per-key mask), following dequantize/quantize pairs at one scale
+    between the product and the softmax; None where it is not."""
+    x = types[softmax.inputs[0]]
+    if softmax.op != SOFTMAX or int(softmax.attrs.get("axis", -1)) % max(len(x.shape), 1) != len(x.shape) - 1:
+        return None
+    value, mask = softmax.inputs[0], None
+    node = producers.get(value)
+    if node is not None and node.op == ADD and len(node.inputs) == 2:
+        a, b = node.inputs
+        per_key = [v for v in (a, b) if _per_key(types[v].shape, x.shape)]
+        if len(per_key) != 1 or types[per_key[0]].shape == x.shape:
+            return None
+        mask = per_key[0]
+        value = b if mask == a else a
+    node = _through_qdq(value, producers)
+    factor = _scalar_factor(node, params)
+    product = producers.get(node.inputs[0]) if factor is not None else node
+    if product is None or product.op != MATMUL or types[product.output].shape != x.shape:
+        return None
+    q, k = product.inputs
+    on_q = _scalar_factor(producers.get(q), params)
+    if on_q is not None:
+        q = producers[q].inputs[0]
+    return Scores(value, mask, (factor or 1.0) * (on_q or 1.0), product, q, k)
+
+
+def _scalar_factor(node: Node | None, params: Mapping[str, np.ndarray]) -> float | None:
+    """The positive constant factor of a ``mul`` (or ``div``: its inverse) of one value by a scalar, or None."""
+    if node is None or node.op not in (MUL, DIV) or len(node.inputs) != 1 + ("b" not in node.attrs):
+        return None
+    b = operand_value(node, "b", params)
+    if b is None or np.asarray(b).size != 1 or not float(np.asarray(b).ravel()[0]) > 0:
+        return None
+    factor = float(np.asarray(b).ravel()[0])
+    return factor if node.op == MUL else 1.0 / factor
+
+
+def _per_key(shape: tuple[int, ...], scores: tuple[int, ...]) -> bool:
+    """Whether ``shape`` broadcasts to the ``scores`` shape with one value per key (the last axis)."""
+    if len(shape) > len(scores) or not shape or shape[-1] != scores[-1]:
+        return False
+    return all(s == 1 for s in shape[:-1])
+
+
+def _through_qdq(value: str, producers: Mapping[str, Node]) -> Node | None:
+    """The producer of ``value``, looking through a ``quantize -> dequantize`` pair (the calibrated scores)."""
+    node = producers.get(value)
+    if node is not None and node.op == DEQUANTIZE:
+        q = producers.get(node.inputs[0])
+        if q is not None and q.op == QUANTIZE:
+            return producers.get(q.inputs[0])
+    return node
+
+
+@dataclass(frozen=True)
+class AttentionHead:
+    """One head's views: ``Q``, ``K``, ``V`` the channels from ``q_at``, ``k_at``, ``v_at`` of the input, its
+    output the channels from ``out_at`` of the output."""
+
+    q_at: int
+    k_at: int
+    v_at: int
+    out_at: int
+
+
+def attention_node(
+    x: str,
+    keep: str | None,
+    out: str,
+    d: int,
+    heads: tuple[AttentionHead, ...],
+    scales: tuple[float, float, float, float],
+) -> Node:
+    """The ``attention_int`` node over int8 ``x`` (tokens, channels) into ``out`` (tokens, out channels): heads of
+    ``d`` channels, their views (:class:`AttentionHead`), ``scales`` (``Q``'s: the input's times the scores'
+    factor times ``sqrt(d)``; the input's; the scores'; the output's) from which :meth:`IntAttention.of` derives
+    every integer parameter, and ``keep`` the per-key keep vector (int8 or bool, nonzero kept; None: every key)."""
+    views = tuple((h.q_at, h.k_at, h.v_at, h.out_at) for h in heads)
+    attrs = {"head": d, "heads": views, "scales": tuple(float(s) for s in scales), "quant": (float(scales[3]), 0)}
+    return Node(ATTENTION_INT, (x,) if keep is None else (x, keep), out, attrs)
+
+
+def node_heads(node: Node) -> tuple[AttentionHead, ...]:
+    """The heads of an ``attention_int`` node."""
+    return tuple(AttentionHead(*h) for h in node.attrs["heads"])
+
+
+def node_params(node: Node) -> IntAttention:
+    """The integer parameters of an ``attention_int`` node's heads (:func:`attention_node`)."""
+    q_scale, x_scale, score_scale, out_scale = node.attrs["scales"]
+    return IntAttention.of(int(node.attrs["head"]), q_scale, x_scale, x_scale, score_scale, out_scale)

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+import vdla.graph.attention as att
 import vdla.graph.layout as layout
 import vdla.graph.opnames as opnames
 import vdla.graph.oracle as oracle
@@ -1132,6 +1133,39 @@ def _layer_norm_int(node: Node, inputs: list[TensorType], params: Mapping[str, n
     a = node.attrs
     _need("layer_norm_int", all(k in a for k in ("prescale", "epsilon", "gamma_shift", "quant")), f"attrs {a}")
     return TensorType(x.shape, "int8", Quant.of(*a["quant"]))
+
+
+def _eval_attention_int(node: Node, args: list[np.ndarray], types: list[TensorType], out: TensorType) -> np.ndarray:
+    p, x = att.node_params(node), args[0]
+    keep = args[1].ravel() if len(args) > 1 else None
+    y = np.zeros(out.shape, np.int8)
+    for h in att.node_heads(node):
+        q, k, v = (x[:, at : at + p.d] for at in (h.q_at, h.k_at, h.v_at))
+        y[:, h.out_at : h.out_at + p.d] = oracle.attention_int(q, k, v, p, keep)
+    return y
+
+
+@register("attention_int", OPAQUE, 1, 2, evaluate=_eval_attention_int)
+def _attention_int(node: Node, inputs: list[TensorType], params: Mapping[str, np.ndarray]) -> TensorType:
+    """The heads of an attention block in integers, as the accelerator computes them (each head
+    :func:`vdla.graph.oracle.attention_int`; :mod:`vdla.graph.attention`): inputs int8 ``x`` (tokens, channels)
+    holding every head's ``Q``, ``K``, ``V`` and optionally the per-key keep vector (int8 or bool, nonzero kept);
+    attributes ``head`` (d), ``heads`` (each head's ``(q_at, k_at, v_at, out_at)`` channel offsets), ``scales``
+    (:func:`vdla.graph.attention.attention_node`) and the output's ``quant``. The output (tokens, heads x d)
+    holds head ``h``'s channels from its ``out_at``. No CPU kernel: the QDQ lowering writes it only where the
+    accelerator runs it (:func:`vdla.graph.qdq.lower_qdq`'s ``attentions``)."""
+    x, a = inputs[0], node.attrs
+    _need("attention_int", all(k in a for k in ("head", "heads", "scales", "quant")), f"attrs {a}")
+    _need("attention_int", x.dtype == "int8" and len(x.shape) == 2, f"requires int8 (tokens, channels), got {x}")
+    d, heads = int(a["head"]), tuple(a["heads"])
+    width = len(heads) * d
+    inside = all(0 <= at and at + d <= x.shape[1] for h in heads for at in h[:3])
+    _need("attention_int", inside and all(0 <= h[3] and h[3] + d <= width for h in heads), f"views {heads} of {x}")
+    if len(inputs) > 1:
+        k = inputs[1]
+        ok = k.dtype in ("int8", "bool") and int(np.prod(k.shape)) == x.shape[0]
+        _need("attention_int", ok, f"a keep vector of {x.shape[0]} int8 or bool values, got {k}")
+    return TensorType((x.shape[0], width), "int8", Quant.of(*a["quant"]))
 
 
 def scan_type(x: TensorType, axis: int) -> tuple[int, TensorType]:

@@ -43,6 +43,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from vdla.graph.attention import AttentionHead, IntAttention, attention_node, softmax_scores
 from vdla.graph.epilogue import (
     FLOAT_STAGES,
     Epilogue,
@@ -56,14 +57,17 @@ from vdla.graph.epilogue import (
 )
 from vdla.graph.ew import operand_input, operand_value
 from vdla.graph.graph import Graph, Node
+from vdla.graph.interp import evaluate_node
 from vdla.graph.layernorm import IntLayerNorm, layer_norm_node
 from vdla.graph.opnames import (
     ADD,
+    CAST,
     CLIP,
     CONV2D,
     DENSE,
     DEQUANTIZE,
     GLOBAL_AVG_POOL,
+    GREATER,
     LAYER_NORM,
     MATMUL,
     MAX_POOL2D,
@@ -71,6 +75,9 @@ from vdla.graph.opnames import (
     QUANTIZE,
     RELU,
     RESHAPE,
+    SLICE,
+    SOFTMAX,
+    TAKE,
     TRANSPOSE,
 )
 from vdla.graph.ops import infer_types
@@ -81,6 +88,8 @@ from vdla.isa.arith import INT8_MAX, INT8_MIN, MUL_MAX_SHIFT, choose_multipliers
 
 # why a LayerNorm in integers (its parameters, its input shape) cannot run where compiled for, or None
 LayerNormCheck = Callable[[IntLayerNorm, tuple[int, ...]], str | None]
+# likewise for an attention block in integers (:func:`int_attention`)
+AttentionCheck = Callable[["AttentionBlock"], str | None]
 COMMUTING = (MAX_POOL2D, RESHAPE, TRANSPOSE, RELU)
 # the layers lowered to an integer epilogue, and the weight axis of their output channels
 ANCHOR_AXIS = {"conv2d": 0, "dense": 0, "conv_transpose": 1}
@@ -203,9 +212,12 @@ class QdqDialect(FloatDialect):
 class _QdqLowering:
     """Finds the patterns on the original graph and rebuilds the node list once."""
 
-    def __init__(self, graph: Graph, layer_norms: LayerNormCheck | None = None):
+    def __init__(
+        self, graph: Graph, layer_norms: LayerNormCheck | None = None, attentions: AttentionCheck | None = None
+    ):
         self.g = graph
         self.layer_norms = layer_norms
+        self.attentions = attentions
         self.params = dict(graph.params)
         self.types = infer_types(graph)
         self.prod = graph.producers()
@@ -524,6 +536,32 @@ class _QdqLowering:
         self.removed.update((ln_node.output, q.output))
         self.replace[q.output] = [layer_norm_node(x, p, q.output, rows, out_scale)]
 
+    def lower_attention(self, q: Node) -> None:
+        """``quantize`` of an attention block on dequantized int8 views of one value (:func:`int_attention`) ->
+        ``attention_int`` (:mod:`vdla.graph.attention`) where :meth:`IntAttention.of
+        <vdla.graph.attention.IntAttention.of>` takes its scales and ``self.attentions`` accepts it, the keep
+        vector of a run-time mask computed beside it (``greater(mask, -span / 2)`` as int8 (1, tokens): one channel a
+        key, packed as the program reads it); else the block stays
+        in float (the model compiler's placement note names why)."""
+        found = int_attention(q, self.g, self.types, self.params)
+        if isinstance(found, str) or q.output in self.replace:
+            return
+        if self.attentions is not None and self.attentions(found) is not None:
+            return
+        nodes, keep = [], None
+        if found.keep is not None:
+            keep = self.param(f"{q.output}:keep", np.asarray(found.keep, np.int8))
+        elif found.mask is not None:
+            flat, above = f"{q.output}:mask", f"{q.output}:kept"
+            keep = f"{q.output}:keep"
+            nodes = [
+                Node(RESHAPE, (found.mask,), flat, {"shape": (1, found.tokens)}),
+                Node(GREATER, (flat,), above, {"b": -found.span / 2}),
+                Node(CAST, (above,), keep, {"dtype": "int8"}),
+            ]
+        self.removed.add(q.output)
+        self.replace[q.output] = [*nodes, attention_node(found.x, keep, q.output, found.d, found.heads, found.scales)]
+
     def run(self) -> Graph:
         for node in self.g.nodes:
             if node.op in ANCHOR_AXIS and node.output not in self.removed:
@@ -535,6 +573,7 @@ class _QdqLowering:
                 self.lower_global_avg(node)
                 self.lower_channel_mul(node)
                 self.lower_layer_norm(node)
+                self.lower_attention(node)
                 self.lower_commuting(node)
         nodes: list[Node] = []
         for node in self.g.nodes:
@@ -719,7 +758,9 @@ def int_layer_norm(
     return node, d.inputs[0], p, s_out
 
 
-def lower_qdq(graph: Graph, layer_norms: LayerNormCheck | None = None) -> Graph:
+def lower_qdq(
+    graph: Graph, layer_norms: LayerNormCheck | None = None, attentions: AttentionCheck | None = None
+) -> Graph:
     """Rewrite the QDQ patterns of ``graph`` into integer operators (see the module docstring), after moving
     each row selection of a dequantized value onto its int8 value
     (:func:`~vdla.graph.passes.select_rows_first`), the reshapes around its layers inside their quantization
@@ -727,6 +768,160 @@ def lower_qdq(graph: Graph, layer_norms: LayerNormCheck | None = None) -> Graph:
     requantization at the same scale as its int8 input (:func:`same_scale_pairs`). ``layer_norms(p,
     shape)``: why a LayerNorm in integers (parameters ``p``, input shape ``shape``) cannot run where the graph
     is compiled for (None: it can; the model compiler's accelerator check), so that it stays in float; without
-    it every one :func:`int_layer_norm` finds is lowered."""
+    it every one :func:`int_layer_norm` finds is lowered. ``attentions(block)`` likewise for an attention block
+    (:func:`int_attention`)."""
     graph = select_rows_first(graph, (DEQUANTIZE,))  # a selection of a dequantized value: of the int8 value
-    return _QdqLowering(same_scale_pairs(reshapes_inside_qdq(graph)), layer_norms).run()
+    return _QdqLowering(same_scale_pairs(reshapes_inside_qdq(graph)), layer_norms, attentions).run()
+
+
+@dataclass(frozen=True)
+class AttentionBlock:
+    """An attention block in integers (:func:`int_attention`): int8 ``x`` (``tokens``, channels) holding every
+    head's ``Q``, ``K``, ``V`` as channel views, heads of ``d`` channels (:class:`AttentionHead`: the views, and
+    each head's channels of the (tokens, heads x d) output), the scales of
+    :func:`~vdla.graph.attention.attention_node`, the parameters ``p``; the mask: ``keep`` a constant keep
+    vector, or ``mask`` the float additive mask computed at run time (one value per key; kept where above
+    ``-span / 2``, ``span`` the scores' int8 range in nats), or neither."""
+
+    x: str
+    tokens: int
+    d: int
+    heads: tuple[AttentionHead, ...]
+    scales: tuple[float, float, float, float]
+    p: IntAttention
+    span: float
+    keep: tuple[bool, ...] | None = None
+    mask: str | None = None
+
+
+# what the per-head split and the concatenation of the heads consist of: selections of elements by constant
+# indices (a take with constant indices is torch's ``qkv[0]``), which int_attention replays on element indices
+VIEWS = (RESHAPE, TRANSPOSE, SLICE, TAKE)
+
+
+def int_attention(
+    q: Node,
+    graph: Graph,
+    types: dict[str, TensorType],
+    params: Mapping[str, np.ndarray],
+    after: tuple[Node, ...] = (),
+) -> AttentionBlock | str:
+    """The attention block that the quantize ``q`` quantizes, in integers: ``q`` of reshapes/transposes of
+    ``matmul(softmax(scores), V)``, the scores :func:`~vdla.graph.attention.softmax_scores` (``matmul(Q, K^T)``
+    times a constant, quantized at their own scale, plus at most a per-key mask), ``Q``, ``K``, ``V`` dequantized
+    views (reshapes, transposes, slices) of the channels of one int8 (tokens, channels) value at one scale, the
+    output the heads side by side (after the reshapes/transposes of ``q``'s int8 output in ``after``, where the
+    lowering moved them there); or why it is not one (``"not a quantized attention block"`` where ``q``
+    quantizes something else)."""
+    prod = graph.producers()
+    node, out_views = prod.get(q.inputs[0]), []
+    while node is not None and node.op in (RESHAPE, TRANSPOSE):
+        out_views.append(node)
+        node = prod.get(node.inputs[0])
+    sm = prod.get(node.inputs[0]) if node is not None and node.op == MATMUL else None
+    scores = softmax_scores(sm, prod, types, params) if sm is not None and sm.op == SOFTMAX else None
+    if scores is None:
+        return "not a quantized attention block"
+    qq, sq = qparams(q, params), prod.get(scores.scaled)
+    sq = qparams(sq, params) if sq is not None and sq.op == DEQUANTIZE else None
+    if qq is None or sq is None or not (qq.per_tensor and sq.per_tensor) or qq.zero_point or sq.zero_point:
+        return "attention whose scores or output are not quantized per tensor and symmetric"
+    found = [_view_source(v, prod, types, params) for v in (scores.q, scores.k, node.inputs[1])]
+    if any(isinstance(f, str) for f in found):
+        return next(f for f in found if isinstance(f, str))
+    if len({(f[0], round(f[2] / found[0][2], 6)) for f in found}) != 1:
+        return "attention whose Q, K and V are not views of one int8 value at one scale"
+    x, s_x = found[0][0], found[0][2]
+    out_shape = types[after[-1].output if after else q.output].shape
+    heads = _heads(found, node, [*after[::-1], *out_views], types, out_shape)
+    if isinstance(heads, str):
+        return heads
+    tokens, d = types[x].shape[0], types[node.inputs[1]].shape[-1]
+    s_s, s_y = float(sq.scale[0]), float(qq.scale[0])
+    scales = (s_x * scores.scale * float(np.sqrt(d)), s_x, s_s, s_y)
+    try:
+        p = IntAttention.of(d, scales[0], s_x, s_x, s_s, s_y)
+    except UnsupportedError as e:
+        return str(e)
+    span = 255 * s_s
+    if scores.mask is None or scores.mask not in params:
+        return AttentionBlock(x, tokens, d, heads, scales, p, span, mask=scores.mask)
+    m = np.asarray(params[scores.mask], np.float64).ravel()
+    if np.any((m != 0) & (m > -span)):
+        return f"attention with an additive mask of values other than 0 and at most -{span:.4g} (the scores' range)"
+    return AttentionBlock(x, tokens, d, heads, scales, p, span, keep=tuple(bool(v) for v in m == 0))
+
+
+def _view_source(
+    value: str, prod: Mapping[str, Node], types: dict[str, TensorType], params: Mapping[str, np.ndarray]
+) -> tuple[str, list[Node], float] | str:
+    """The int8 (tokens, channels) value that ``value`` views through reshapes, transposes, slices and
+    quantize/dequantize at one per-tensor symmetric scale: (that value, the views from it to ``value`` in order,
+    the scale); or why there is none."""
+    views: list[Node] = []
+    src, chain, scale = None, [], None
+    v = value
+    while (node := prod.get(v)) is not None and node.op in (*VIEWS, QUANTIZE, DEQUANTIZE):
+        if node.op == TAKE and (len(node.inputs) > 1 or any(-1 in (t or ()) for t in node.attrs["index"])):
+            break  # a take that fills (index -1) does not only select
+        if node.op in VIEWS:
+            views.append(node)
+        else:
+            qp = qparams(node, params)
+            if qp is None or not qp.per_tensor or qp.zero_point:
+                return "attention on Q, K or V not quantized per tensor and symmetric"
+            if scale is not None and not _close(scale, float(qp.scale[0])):
+                return "attention on Q, K or V requantized between the projection and the product"
+            scale = float(qp.scale[0])
+        v = node.inputs[0]
+        if types[v].dtype == "int8":
+            src, chain = v, list(views)
+    if src is None or scale is None or len(types[src].shape) != 2:
+        return "attention on Q, K or V that are not views of an int8 (tokens, channels) value"
+    return src, chain[::-1], scale
+
+
+def _replay(views: list[Node], shape: tuple[int, ...], types: dict[str, TensorType]) -> np.ndarray:
+    """The element indices of a value of ``shape`` after ``views``: where each element of the result comes from
+    (int32: an attention block's value is far below 2^31 elements)."""
+    idx = np.arange(int(np.prod(shape)), dtype=np.int32).reshape(shape)
+    for node in views:
+        idx = evaluate_node(node, [idx], [types[node.inputs[0]]], types[node.output])
+    return idx
+
+
+def _heads(
+    found: list, pv: Node, out_views: list[Node], types: dict[str, TensorType], out_shape: tuple[int, ...]
+) -> tuple[AttentionHead, ...] | str:
+    """Each head's channel offsets of ``Q``, ``K``, ``V`` in their source and of its output in the quantized
+    output (:func:`int_attention`), or why the views are not whole channel ranges of one batch."""
+    x = found[0][0]
+    t, c = types[x].shape
+    pv_shape = types[pv.output].shape
+    lead = pv_shape[:-2]
+    if int(np.prod(lead[:-1])) != 1:
+        return f"attention over a batch of {int(np.prod(lead[:-1]))}: the accelerator runs batch 1"
+    h, d = (lead[-1] if lead else 1), pv_shape[-1]
+    q, k, v = (_replay(f[1], (t, c), types).reshape(-1) for f in found)
+    if any(view.size != h * t * d for view in (q, k, v)):
+        return f"attention whose Q, K or V are not {h} heads of {t} tokens of the ({t}, {c}) value"
+    q, v = q.reshape(h, t, d), v.reshape(h, t, d)
+    k = k.reshape(h, d, t).transpose(0, 2, 1)
+    base = np.arange(t * c, dtype=np.int64).reshape(t, c)
+    offsets = []
+    for view in (q, k, v):
+        at = [int(view[i, 0, 0]) for i in range(h)]
+        if any(a + d > c or not np.array_equal(view[i], base[:, a : a + d]) for i, a in enumerate(at)):
+            return "attention whose Q, K or V are not channel ranges of the projection's (tokens, channels) output"
+        offsets.append(at)
+    out = _replay(out_views[::-1], pv_shape, types)
+    pv_idx = np.arange(out.size, dtype=np.int64).reshape(h, t, d)
+    if out.shape != (t, h * d) or tuple(out_shape) != out.shape:
+        return f"attention whose heads are not concatenated into ({t}, {h * d})"
+    outs = []
+    for i in range(h):
+        at = int(np.argwhere(out == pv_idx[i, 0, 0])[0][1])
+        if at + d > h * d or not np.array_equal(out[:, at : at + d], pv_idx[i]):
+            return "attention whose heads are not concatenated as channel ranges of the output"
+        outs.append(at)
+    return tuple(AttentionHead(*views) for views in zip(*offsets, outs, strict=True))

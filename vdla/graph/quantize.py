@@ -27,6 +27,8 @@ Which values become int8 (the plan, :func:`plan_quantization`; structure only, n
 * a global average pool of an int8 value is quantized at its own calibrated scale (the lowering turns it
   into the integer sum, multiplier and shift the accelerator runs); where its result is quantized, so is its
   float input (an activation before the pool then joins its layer's table);
+* the scaled scores an attention block's softmax reads (before its additive mask) are quantized at their own
+  calibrated scale: the score scale of the integer attention (:mod:`vdla.graph.attention`);
 * everything else (and every node named in ``keep_float``) stays float32 on the CPU, reading dequantized
   values; a float value an anchor reads is quantized at its boundary. A ``layer_norm`` reads a value computed in
   float on the CPU (:attr:`QuantPlan.cpu_values`) as it is, not its quantization.
@@ -52,6 +54,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from vdla.graph.attention import softmax_scores
 from vdla.graph.calibrate import (
     DEFAULT_PERCENTILE,
     METHODS,
@@ -78,6 +81,7 @@ from vdla.graph.opnames import (
     RESHAPE,
     RESIZE,
     SLICE,
+    SOFTMAX,
     TRANSPOSE,
 )
 from vdla.graph.ops import infer_types
@@ -336,6 +340,7 @@ class _Planner:
             chains[a.output] = end
             needed.update([a.inputs[0], end, *skips])
             pairs += [(k, end) for k in skips]
+        needed.update(self.attention_scores())
         pairs += self.moving_inputs(needed, set(chains.values()))
         points: dict[str, str] = {v: v for v in self.g.inputs if v in needed}
         for node in self.g.nodes:
@@ -354,6 +359,19 @@ class _Planner:
             if v == src and v in prod and v not in ends and v not in chains and not self.moves_int8(prod[v])
         )  # fmt: skip
         return QuantPlan(tuple(a.output for a in anchors), chains, points, tuple(sorted(self.kept)), ties, cpu)
+
+    def attention_scores(self) -> list[str]:
+        """The scaled scores each attention block's softmax reads (:func:`vdla.graph.attention.softmax_scores`):
+        quantized at their own calibrated scale, the score scale of the integer attention
+        (:mod:`vdla.graph.attention`); the range is the scores' before the additive mask, which the integer form
+        applies as a per-key bias instead."""
+        prod = self.g.producers()
+        found = [
+            softmax_scores(n, prod, self.types, self.g.params)
+            for n in self.g.nodes
+            if n.op == SOFTMAX and n.output not in self.kept
+        ]
+        return [s.scaled for s in found if s is not None and s.scaled not in self.kept]
 
     def scales_channels(self, node: Node) -> bool:
         """Whether ``node`` multiplies a feature map by a per-channel vector, both computed (squeeze-excite)."""

@@ -328,8 +328,9 @@ class ModelBuilder(FusionChoices, StoredViews, TensorLifetimes, CpuRegions):
         tensors = {"inp": self.read_tensor(layer.x, self.cfg.block_in), "out": self.pending[layer.out]}
         values = {"inp": layer.x}
         if layer.residual:
-            tensors["res"] = self.read_tensor(layer.residual, self.cfg.block_out)
-            values["res"] = layer.residual
+            role = getattr(layer, "residual_role", "res")
+            tensors[role] = self.read_tensor(layer.residual, self.cfg.block_out)
+            values[role] = layer.residual
         if layer.w:
             tensors["wgt"] = self.weight_tensor(layer.w)
         if layer.gate is not None:

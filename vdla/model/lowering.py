@@ -17,6 +17,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from vdla.compiler import CompileError, compile_conv2d
+from vdla.compiler.attention import compile_attention
 from vdla.compiler.blockdiag import region
 from vdla.compiler.epilogue_passes import normalize
 from vdla.compiler.layer_norm import compile_layer_norm
@@ -25,6 +26,7 @@ from vdla.config import HwConfig
 from vdla.graph.copies import COPY
 from vdla.graph.graph import Graph, Node
 from vdla.graph.opnames import (
+    ATTENTION_INT,
     CONV2D,
     DENSE,
     GLOBAL_AVG_POOL,
@@ -33,6 +35,7 @@ from vdla.graph.opnames import (
     LAYER_NORM_INT,
     MAX_POOL2D,
     MUL,
+    SOFTMAX,
 )
 from vdla.graph.rowpair import MACS, PAIRED, PHASED
 from vdla.graph.types import TensorType
@@ -43,6 +46,7 @@ from vdla.model.match import (
     AccelLayer,
     PoolLayer,
     match_accel,
+    match_attention,
     match_layer_norm,
     match_pool,
     match_scale,
@@ -121,7 +125,9 @@ def describe_conv(layer: AccelLayer) -> str:
 def describe_alu(layer: PoolLayer) -> str:
     """The step table's operator of an ALU layer (a global sum's is the average it computes, a LayerNorm in
     integers the LayerNorm)."""
-    return {GLOBAL_SUM_POOL: GLOBAL_AVG_POOL, LAYER_NORM_INT: LAYER_NORM}.get(layer.op, layer.op)
+    return {GLOBAL_SUM_POOL: GLOBAL_AVG_POOL, LAYER_NORM_INT: LAYER_NORM, ATTENTION_INT: "attention"}.get(
+        layer.op, layer.op
+    )
 
 
 def compile_conv(b: StepBuilder, layer: AccelLayer, dev: Device, addr: dict[str, int]) -> AccelStep:
@@ -307,6 +313,41 @@ def compile_norm(b: StepBuilder, layer: PoolLayer, dev: Device, addr: dict[str, 
     return AccelStep(layer.out, code.addr, len(insns), 0, b.accel_reads(layer), [b.pending[layer.out]], desc)
 
 
+def compile_attention_block(b: StepBuilder, layer: PoolLayer, dev: Device, addr: dict[str, int]) -> AccelStep:
+    """An attention block (:func:`vdla.model.match.match_attention`): each head's program
+    (:mod:`vdla.compiler.attention`) bound to the QKV tensor, the concatenated output and a run-time keep vector,
+    the heads joined into one stream; each head's scratch tensors (``K``/``V`` tiles, ``V^T``, ``O^T``, the exp
+    planes) are constants of the image."""
+    if b.view_of(layer.out) is not None:
+        raise CompileError(f"attention {layer.out!r}: the heads store their whole output, not into a view")
+    programs = []
+    for spec in layer.spec:
+        low = compile_attention(spec, b.cfg).lowering
+        sizes = low.tensor_bytes()
+        scratch = {name: np.zeros(sizes[name], np.int8) for name in ("kw", "vt", "ot", "ex")}
+        constants = {**low.constants(), **scratch}
+        if layer.residual is None:
+            constants["keep"] = low.keep_vector(None)
+        programs.append(b.bind(layer, low, low.stream(), constants, dev, addr))
+    joined = b.join(programs, dev)
+    b.programs[layer.out] = joined.insns
+    code = dev.array(np.frombuffer(encode_program(joined.insns), np.uint8))
+    first = layer.spec[0]
+    tokens, d = first.tokens, first.d
+    desc = {
+        "op": describe_alu(layer),
+        "input": [tokens, first.views[0], 1, 1],
+        "output": [tokens, first.views[4], 1, 1],
+        "kernel": [1, 1],
+        "stride": [1, 1],
+        "schedule": f"{len(layer.spec)} heads of {d}, one after the other"
+        + (", run-time key mask" if layer.residual else ", constant key mask" if first.keep else ""),
+        "epilogue": "requant",
+    }
+    macs = 2 * len(layer.spec) * tokens * tokens * d
+    return AccelStep(layer.out, code.addr, len(joined.insns), macs, b.accel_reads(layer), [b.pending[layer.out]], desc)
+
+
 def network_macs(attrs: dict, macs: int) -> int:
     """The multiply-accumulates of the network a convolution node (``attrs``) computes, ``macs`` as its shapes
     count them: none for a 0/1 convolution moving values (:data:`~vdla.graph.copies.COPY`), the count it keeps for
@@ -318,6 +359,7 @@ CONVOLUTION = AccelLowering(match_accel, compile_conv, describe_conv)
 POOL = AccelLowering(match_pool, compile_alu, describe_alu)
 CHANNEL_SCALING = AccelLowering(match_scale, compile_alu, describe_alu)
 NORMALIZATION = AccelLowering(match_layer_norm, compile_norm, describe_alu)  # a float layer_norm: the reason only
+ATTENTION = AccelLowering(match_attention, compile_attention_block, describe_alu)  # a float softmax: the reason only
 # operator -> its accelerator lowering (the operators the accelerator runs as a layer of their own)
 LOWERINGS: dict[str, AccelLowering] = {
     CONV2D: CONVOLUTION,
@@ -327,4 +369,6 @@ LOWERINGS: dict[str, AccelLowering] = {
     MUL: CHANNEL_SCALING,
     LAYER_NORM_INT: NORMALIZATION,
     LAYER_NORM: NORMALIZATION,
+    ATTENTION_INT: ATTENTION,
+    SOFTMAX: ATTENTION,
 }

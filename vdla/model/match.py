@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from vdla.compiler import CompileError
+from vdla.compiler.attention import AttentionLowering, AttentionSpec
 from vdla.compiler.blockdiag import BlockPart, block_parts, check_parts, is_block_diagonal, parts_refusal
 from vdla.compiler.channel_scale import ChannelScaleLowering
 from vdla.compiler.depthwise import mode_refusal
@@ -23,11 +24,13 @@ from vdla.compiler.layer_norm import LayerNormLowering, LayerNormSpec
 from vdla.compiler.pool import PoolSpec, pool_lowering
 from vdla.compiler.spec import ChannelScaleSpec, Conv2dSpec
 from vdla.config import HwConfig
+from vdla.graph import attention as att
 from vdla.graph.copies import COPY
 from vdla.graph.epilogue import Epilogue, match_integer
 from vdla.graph.graph import Graph, Node
 from vdla.graph.layernorm import IntLayerNorm
 from vdla.graph.opnames import (
+    ATTENTION_INT,
     CAST,
     CLIP,
     CONV2D,
@@ -35,13 +38,16 @@ from vdla.graph.opnames import (
     GLOBAL_SUM_POOL,
     LAYER_NORM,
     LAYER_NORM_INT,
+    MATMUL,
     MAX_POOL2D,
     MUL,
     QUANTIZE,
     RELU,
     RESHAPE,
+    SOFTMAX,
+    TRANSPOSE,
 )
-from vdla.graph.qdq import channel_product, int_layer_norm, is_depthwise
+from vdla.graph.qdq import AttentionBlock, channel_product, int_attention, int_layer_norm, is_depthwise
 from vdla.graph.types import TensorType
 
 
@@ -149,8 +155,9 @@ class PoolLayer:
     nodes: tuple[str, ...]
     x: str
     out: str
-    spec: PoolSpec | ChannelScaleSpec | LayerNormSpec
+    spec: PoolSpec | ChannelScaleSpec | LayerNormSpec | tuple[AttentionSpec, ...]
     residual: str | None = None
+    residual_role: str = "res"  # the program's name of the tensor ``residual`` is bound to
     w: None = None  # what an accelerator unit may carry, never a pool's: run-time weights,
     gate: None = None  # a fused channel scale,
     gap: None = None  # a fused global average
@@ -452,6 +459,86 @@ def match_layer_norm(anchor: Node, graph: Graph, types: dict[str, TensorType], c
     spec = LayerNormSpec(types[x].shape[0], IntLayerNorm.of_node(anchor, graph.params))
     why = layer_norm_refusal(spec.ln, types[x].shape, cfg)
     return why or PoolLayer(LAYER_NORM_INT, (anchor.output,), x, anchor.output, spec)
+
+
+def attention_specs(
+    tokens: int,
+    heads: tuple[att.AttentionHead, ...],
+    p: att.IntAttention,
+    in_channels: int,
+    keep: tuple[bool, ...] | None,
+    runtime_mask: bool,
+) -> tuple[AttentionSpec, ...]:
+    """One :class:`~vdla.compiler.attention.AttentionSpec` a head of an attention block: its views of the input
+    of ``in_channels`` and of the concatenated output."""
+    out = len(heads) * p.d
+    return tuple(
+        AttentionSpec(tokens, p, in_channels, h.q_at, h.k_at, h.v_at, out, h.out_at, keep, runtime_mask)
+        for h in heads
+    )  # fmt: skip
+
+
+def attention_refusal(block: AttentionBlock, in_channels: int, cfg: HwConfig) -> str | None:
+    """Why the accelerator cannot run the attention block ``block`` (:func:`vdla.graph.qdq.int_attention`) over an
+    input of ``in_channels`` on ``cfg`` (:mod:`vdla.compiler.attention`: batch 1, whole channel blocks, the
+    tokens' limits), or None."""
+    specs = attention_specs(block.tokens, block.heads, block.p, in_channels, block.keep, block.mask is not None)
+    return _lowering_refusal(specs, cfg)
+
+
+def _lowering_refusal(specs: tuple[AttentionSpec, ...], cfg: HwConfig) -> str | None:
+    """Why :class:`~vdla.compiler.attention.AttentionLowering` refuses a head of ``specs`` on ``cfg``, or None."""
+    try:
+        for spec in specs:
+            AttentionLowering(spec, cfg)
+    except CompileError as e:
+        return str(e)
+    return None
+
+
+def match_attention(anchor: Node, graph: Graph, types: dict[str, TensorType], cfg: HwConfig) -> PoolLayer | str:
+    """The attention block on the accelerator anchored at ``anchor``, an ``attention_int`` (what
+    :func:`vdla.graph.qdq.lower_qdq` writes for a quantized attention block): its heads' programs one after the
+    other, reading the QKV value's channel views and writing their channel blocks of the output, a run-time keep
+    vector read as the program's ``keep`` tensor; or the reason it stays on the CPU: for a float ``softmax``, why
+    the QDQ lowering left its attention block in float."""
+    if anchor.op == SOFTMAX:
+        why = _attention_reason(anchor, graph, types, cfg)
+        return why if why.startswith("attention") else f"attention: {why}"
+    x = anchor.inputs[0]
+    keep = anchor.inputs[1] if len(anchor.inputs) > 1 else None
+    constant = keep is not None and keep in graph.params
+    mask = tuple(bool(v) for v in np.asarray(graph.params[keep]).ravel()) if constant else None
+    p = att.node_params(anchor)
+    specs = attention_specs(types[x].shape[0], att.node_heads(anchor), p, types[x].shape[1], mask,
+                            keep is not None and not constant)  # fmt: skip
+    why = _lowering_refusal(specs, cfg)
+    if why is not None:
+        return why
+    runtime = None if constant else keep
+    return PoolLayer(ATTENTION_INT, (anchor.output,), x, anchor.output, specs, runtime, "keep")
+
+
+def _attention_reason(softmax: Node, graph: Graph, types: dict[str, TensorType], cfg: HwConfig) -> str:
+    """Why the attention block of a float ``softmax`` stays on the CPU: its probabilities quantized (an
+    onnxruntime QDQ model), :func:`vdla.graph.qdq.int_attention`'s reason or the accelerator's."""
+    readers, consumers = graph.consumers().get(softmax.output, []), graph.consumers()
+    if len(readers) == 1 and readers[0].op == QUANTIZE:
+        return ("its probabilities are quantized (an onnxruntime QDQ model): the integer attention is not that "
+                "model's reference; its products run as per-head dense layers")  # fmt: skip
+    node = readers[0] if len(readers) == 1 and readers[0].op == MATMUL else None
+    chain = []  # the matmul's readers up to the quantize and the views of its int8 output after it
+    while node is not None and (not chain or node.op in (RESHAPE, TRANSPOSE, QUANTIZE)):
+        chain.append(node)
+        after = consumers.get(node.output, [])
+        node = after[0] if len(after) == 1 else None
+    q = next((n for n in chain if n.op == QUANTIZE), None)
+    if q is None:
+        return "its output is not quantized (vdla's quantizer leaves it in float)"
+    found = int_attention(q, graph, types, graph.params, tuple(chain[chain.index(q) + 1 :]))
+    if isinstance(found, str):
+        return found
+    return attention_refusal(found, types[found.x].shape[1], cfg) or "the QDQ lowering left it in float"
 
 
 def _requant_chain(anchor: Node, graph: Graph) -> tuple[list[str], tuple[int, int, int, int]] | str:

@@ -57,7 +57,7 @@ from vdla.graph.verify import verify
 from vdla.model.artifact import Artifact, CpuStep
 from vdla.model.cpu_regions import node_macs
 from vdla.model.lower import Log, ModelBuilder
-from vdla.model.match import layer_norm_refusal
+from vdla.model.match import attention_refusal, layer_norm_refusal
 from vdla.model.place import place
 from vdla.untrusted import max_read_bytes, read_arrays
 
@@ -168,9 +168,18 @@ def compile_graph_model(
     # the first convolution's kernel window folded into its reduction (vdla.graph.im2col)
     im2col = ("im2col", lambda g: im2col_convs(g, cfg.block_in))
     tables = ("activation_tables", lambda g: tabulate_chains(quantize_early(g)))
+
     # what the lowering left between layers, as 0/1 convolutions it lowers in turn (vdla.graph.copies)
     # a LayerNorm in integers where the accelerator runs it, else in float on the CPU (vdla.model.match)
-    lower = lambda g: lower_qdq(g, lambda p, shape: layer_norm_refusal(p, shape, cfg))  # noqa: E731
+    # an attention block in integers likewise (vdla.model.match.attention_refusal)
+    def lower(g: Graph) -> Graph:
+        types = infer_types(g)
+        return lower_qdq(
+            g,
+            lambda p, shape: layer_norm_refusal(p, shape, cfg),
+            lambda block: attention_refusal(block, types[block.x].shape[1], cfg),
+        )
+
     copies = ("accelerator_copies", lambda g: tables[1](lower(accelerator_copies(g, cfg.block_in))))
     steps = [*(passes or []), ("lower_qdq", lower), tables, copies]
     # tensors of few channels stored two rows to a pixel (vdla.graph.rowpair), before im2col packs the stem
