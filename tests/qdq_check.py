@@ -38,6 +38,44 @@ def assert_runs_as_lowered(qdq, artifact, lowered, backend: str, shape, seeds=(0
         module.close()
 
 
+def assert_lowered_and_near_float(artifact, lowered, model, inputs, least: float = 0.99) -> None:
+    """For each input ``x`` of ``inputs`` on the simulator: the artifact's output ``y`` equals the ``lowered``
+    graph's bit for bit and has a cosine of at least ``least`` with the float ``model``'s (onnxruntime)."""
+    from vdla.frontend.reference import reference_session
+    from vdla.graph.interp import evaluate
+    from vdla.model import Module
+
+    module, session = Module(artifact, "sim"), reference_session(model)
+    try:
+        for x in inputs:
+            got, want = module.run(x), session.run(None, {"x": x})[0]
+            np.testing.assert_array_equal(got, evaluate(lowered, {"x": x})["y"])
+            assert float(np.dot(got.ravel(), want.ravel()) / np.linalg.norm(got) / np.linalg.norm(want)) >= least
+    finally:
+        module.close()
+
+
+def initializer_adder(inits: list):
+    """``c(name, value, dtype=float32) -> name``: appends ``value`` to ``inits`` as the ONNX initializer ``name``."""
+    from onnx import numpy_helper
+
+    def c(name: str, v, dtype=np.float32) -> str:
+        inits.append(numpy_helper.from_array(np.asarray(v, dtype), name))
+        return name
+
+    return c
+
+
+def outlier_projection(rng: np.random.Generator, dim: int) -> tuple[np.ndarray, np.ndarray]:
+    """Weights (dim, dim) and bias of a projection into a residual stream as trained transformers have it: output
+    channel 5 an outlier (8x the weights, a bias of 3) beside channels of ``dim ** -0.5`` weights."""
+    w = rng.normal(0, dim**-0.5, (dim, dim))
+    w[:, 5] *= 8
+    b = rng.normal(0, 0.1, dim)
+    b[5] = 3.0
+    return w, b
+
+
 def float_cosine(model, artifact, shape, seed: int = 3) -> float:
     """The cosine between the artifact's output ``y`` (simulator) and the float model's (onnxruntime)."""
     from vdla.frontend.reference import reference_run

@@ -18,6 +18,7 @@ onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+from qdq_check import initializer_adder, outlier_projection  # noqa: E402
 
 from vdla.frontend.onnx import import_onnx  # noqa: E402
 from vdla.frontend.reference import reference_session  # noqa: E402
@@ -42,15 +43,9 @@ def block_model(
     rng = np.random.default_rng(heads * 1000 + d + tokens)
     dim = heads * d
     inits = []
+    c = initializer_adder(inits)
 
-    def c(name: str, v, dtype=np.float32) -> str:
-        inits.append(numpy_helper.from_array(np.asarray(v, dtype), name))
-        return name
-
-    w0 = rng.normal(0, dim**-0.5, (dim, dim))
-    w0[:, 5] *= 8
-    b0 = rng.normal(0, 0.1, dim)
-    b0[5] = 3.0
+    w0, b0 = outlier_projection(rng, dim)
     wqkv = rng.normal(0, 0.8 * dim**-0.5, (dim, 3 * dim))
     wqkv[:, :dim] *= q_gain
     wqkv[:, 3] = 0  # a dead channel of head 0's Q

@@ -20,15 +20,14 @@ from vdla.graph.verify import verify
 onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
-from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+from onnx import TensorProto, helper  # noqa: E402
+from qdq_check import assert_lowered_and_near_float, initializer_adder  # noqa: E402
 
 from vdla.frontend.onnx import import_onnx  # noqa: E402
-from vdla.frontend.reference import reference_session  # noqa: E402
 from vdla.graph.qdq import lower_qdq  # noqa: E402
 from vdla.graph.quantize import quantize_model  # noqa: E402
 from vdla.model import Module  # noqa: E402
 from vdla.model.pipeline import compile_graph_model  # noqa: E402
-from vdla.zoo.models import cosine  # noqa: E402
 
 TOKENS, DIM, HIDDEN, CLASSES = 17, 64, 128, 32
 RNG = np.random.default_rng(531)
@@ -131,10 +130,7 @@ def classifier_model(index=0) -> onnx.ModelProto:
     classifier head."""
     rng = np.random.default_rng(5)
     inits = []
-
-    def c(name: str, v, dtype=np.float32) -> str:
-        inits.append(numpy_helper.from_array(np.asarray(v, dtype), name))
-        return name
+    c = initializer_adder(inits)
 
     w0 = rng.normal(0, DIM**-0.5, (DIM, DIM))
     w0[:, 5] *= 6
@@ -197,12 +193,7 @@ def test_the_class_token_is_normalized_on_the_accelerator_reading_the_last_layer
     assert head.reads == ln.writes
     low = lower_qdq(qgraph)
     assert [n.op for n in low.nodes if n.op in ("take", "layer_norm_int")] == ["take", "layer_norm_int"]
-    module, session = Module(art, "sim"), reference_session(model)
-    for x in _inputs(3, 9):
-        got = module.run(x)
-        np.testing.assert_array_equal(got, evaluate(low, {"x": x})["y"])
-        assert cosine(got, session.run(None, {"x": x})[0]) >= 0.99
-    module.close()
+    assert_lowered_and_near_float(art, low, model, _inputs(3, 9))
 
 
 def test_the_token_read_in_place_is_bit_exact_on_each_backend(backend):

@@ -20,6 +20,7 @@ onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+from qdq_check import assert_lowered_and_near_float  # noqa: E402
 
 from vdla.frontend.onnx import import_onnx  # noqa: E402
 from vdla.frontend.reference import reference_session  # noqa: E402
@@ -151,12 +152,7 @@ def test_gelu_runs_in_the_epilogue_of_the_dense_layer_before_it(form):
     assert kinds == ["cpu", "accel", "accel", "cpu"], [(s.kind, s.name, getattr(s, "note", "")) for s in art.steps]
     cpu_ops = {n.op for s in art.steps if s.kind == "cpu" for n in s.graph.nodes}
     assert not cpu_ops & {"gelu", "erf", "tanh", "table"}
-    module, low, session = Module(art, "sim"), lower_qdq(qgraph), reference_session(model)
-    for x in _activations(2, 9):
-        got = module.run(x)
-        np.testing.assert_array_equal(got, evaluate(low, {"x": x})["y"])
-        assert cosine(got, session.run(None, {"x": x})[0]) >= 0.995
-    module.close()
+    assert_lowered_and_near_float(art, lower_qdq(qgraph), model, _activations(2, 9), least=0.995)
 
 
 def test_gelu_in_the_epilogue_is_bit_exact_on_each_backend(backend):
