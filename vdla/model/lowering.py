@@ -307,7 +307,7 @@ def compile_norm(b: StepBuilder, layer: PoolLayer, dev: Device, addr: dict[str, 
         "output": shape,
         "kernel": [1, 1],
         "stride": [1, 1],
-        "schedule": f"tiles of {low.r} tokens, {threads}",
+        "schedule": f"tiles of {low.r} token{'s' * (low.r > 1)}, {threads}",
         "epilogue": "requant",
     }
     return AccelStep(layer.out, code.addr, len(insns), 0, b.accel_reads(layer), [b.pending[layer.out]], desc)
