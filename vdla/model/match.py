@@ -35,6 +35,7 @@ from vdla.graph.opnames import (
     CLIP,
     CONV2D,
     DENSE,
+    DEQUANTIZE,
     GLOBAL_SUM_POOL,
     LAYER_NORM,
     LAYER_NORM_INT,
@@ -44,7 +45,9 @@ from vdla.graph.opnames import (
     QUANTIZE,
     RELU,
     RESHAPE,
+    SLICE,
     SOFTMAX,
+    TAKE,
     TRANSPOSE,
 )
 from vdla.graph.qdq import AttentionBlock, channel_product, int_attention, int_layer_norm, is_depthwise
@@ -503,6 +506,8 @@ def match_attention(anchor: Node, graph: Graph, types: dict[str, TensorType], cf
     vector read as the program's ``keep`` tensor; or the reason it stays on the CPU: for a float ``softmax``, why
     the QDQ lowering left its attention block in float."""
     if anchor.op == SOFTMAX:
+        if not _weights_a_product(anchor, graph.consumers()):
+            return "softmax: no accelerator form outside an attention block (softmax(Q K^T) V)"
         why = _attention_reason(anchor, graph, types, cfg)
         return why if why.startswith("attention") else f"attention: {why}"
     x = anchor.inputs[0]
@@ -517,6 +522,20 @@ def match_attention(anchor: Node, graph: Graph, types: dict[str, TensorType], cf
         return why
     runtime = None if constant else keep
     return PoolLayer(ATTENTION_INT, (anchor.output,), x, anchor.output, specs, runtime, "keep")
+
+
+def _weights_a_product(softmax: Node, consumers: dict[str, list[Node]]) -> bool:
+    """Whether the probabilities of ``softmax`` reach a product with a computed operand (a ``matmul``, or the
+    ``dense`` layers with run-time weights a QDQ model's ``P V`` lowers to, a head each) through quantizations and
+    views only: an attention block's softmax, not a decode's."""
+    through = (QUANTIZE, DEQUANTIZE, RESHAPE, TRANSPOSE, SLICE, TAKE)
+    frontier = [softmax]
+    for _ in range(6):
+        frontier = [r for n in frontier for r in consumers.get(n.output, [])]
+        if any(r.op in (MATMUL, DENSE) for r in frontier):
+            return True
+        frontier = [r for r in frontier if r.op in through]
+    return False
 
 
 def _attention_reason(softmax: Node, graph: Graph, types: dict[str, TensorType], cfg: HwConfig) -> str:
