@@ -52,7 +52,7 @@ import numpy as np
 from vdla.compiler.blocks import Alu, Block, Epi, Gemm, Load, Op, Store, alu_held, alu_nest, gemm_nest
 from vdla.compiler.identity import identity_fits, identity_gemm, identity_weights
 from vdla.compiler.microcode import Limits
-from vdla.compiler.run import LayerRun, run_bound
+from vdla.compiler.run import LayerRun, run_bound, scratch_arrays
 from vdla.compiler.spec import CompileError
 from vdla.compiler.vthreads import Stream, lower_vthreads, prologue_block
 from vdla.config import DEFAULT_PRESET, HwConfig, load_config
@@ -131,6 +131,8 @@ class _Tile:
 
 class AttentionLowering:
     """The program of one attention head on one config (module docstring)."""
+
+    SCRATCH = ("kw", "vt", "ot", "ex")  # K's and V's weight tiles, V^T, O^T, the exp planes: DRAM round trips
 
     def __init__(self, spec: AttentionSpec, cfg: HwConfig):
         self.spec, self.cfg, self.limits = spec, cfg, Limits.of(cfg)
@@ -517,9 +519,7 @@ class CompiledAttention:
             raise CompileError(f"attention input must be int8 of shape {shape}, got {x.dtype} {x.shape}")
         if keep is not None and not sp.runtime_mask:
             raise CompileError("attention: a run-time key mask for a head compiled without one (runtime_mask)")
-        sizes = low.tensor_bytes()
-        scratch = {name: np.zeros(sizes[name], np.int8) for name in ("kw", "vt", "ot", "ex")}
-        arrays = dict(low.constants(), inp=np.ascontiguousarray(x), keep=low.keep_vector(keep), **scratch)
+        arrays = dict(low.constants(), inp=np.ascontiguousarray(x), keep=low.keep_vector(keep), **scratch_arrays(low))
         out, result = run_bound(dev, low, self.stream, arrays, (sp.tokens, sp.views[4]), **run_options)
         return LayerRun(out, result)
 

@@ -41,7 +41,7 @@ import numpy as np
 from vdla.compiler.blocks import Alu, Block, Epi, Gemm, Load, Op, Store, alu_nest, gemm_nest
 from vdla.compiler.identity import identity_fits, identity_weights
 from vdla.compiler.microcode import Limits
-from vdla.compiler.run import LayerRun, run_bound
+from vdla.compiler.run import LayerRun, run_bound, scratch_arrays
 from vdla.compiler.spec import CompileError
 from vdla.compiler.vthreads import Stream, lower_vthreads, prologue_block
 from vdla.config import DEFAULT_PRESET, HwConfig, load_config
@@ -72,6 +72,8 @@ class LayerNormSpec:
 
 class LayerNormLowering:
     """The program of one LayerNorm on one config (module docstring)."""
+
+    SCRATCH = ("sq", "dg")  # the square and digit planes: DRAM round trips
 
     def __init__(self, spec: LayerNormSpec, cfg: HwConfig):
         if not identity_fits(cfg) or spec.ln.n % cfg.block_in or cfg.batch != 1:
@@ -382,8 +384,7 @@ class CompiledLayerNorm:
         if x.dtype != np.int8 or x.shape != self.spec.shape:
             raise CompileError(f"layer_norm input must be int8 of shape {self.spec.shape}, got {x.dtype} {x.shape}")
         low = self.lowering
-        scratch = {name: np.zeros(low.tensor_bytes()[name], np.int8) for name in ("sq", "dg")}
-        arrays = dict(low.constants(), inp=np.ascontiguousarray(x), **scratch)
+        arrays = dict(low.constants(), inp=np.ascontiguousarray(x), **scratch_arrays(low))
         out, result = run_bound(dev, low, self.stream, arrays, x.shape, **run_options)
         return LayerRun(out, result)
 

@@ -56,6 +56,13 @@ def run_bound(
             buf.free()
 
 
+def scratch_arrays(lowering) -> dict[str, np.ndarray]:
+    """Zeroed int8 arrays of ``lowering``'s scratch tensors (``lowering.SCRATCH``: the DRAM its program stores
+    planes to and loads them back from), sized by its ``tensor_bytes()``."""
+    sizes = lowering.tensor_bytes()
+    return {name: np.zeros(sizes[name], np.int8) for name in lowering.SCRATCH}
+
+
 def run_band(
     dev: Device, lowering, stream, constants: dict[str, np.ndarray], x: np.ndarray, what: str, **run_options
 ) -> LayerRun:

@@ -21,6 +21,7 @@ from vdla.compiler.attention import compile_attention
 from vdla.compiler.blockdiag import region
 from vdla.compiler.epilogue_passes import normalize
 from vdla.compiler.layer_norm import compile_layer_norm
+from vdla.compiler.run import scratch_arrays
 from vdla.compiler.spec import EpilogueSpec, OutputView
 from vdla.config import HwConfig
 from vdla.graph.copies import COPY
@@ -297,8 +298,7 @@ def compile_norm(b: StepBuilder, layer: PoolLayer, dev: Device, addr: dict[str, 
         raise CompileError(f"layer_norm {layer.out!r}: the program stores its whole output, not into a view")
     compiled = compile_layer_norm(layer.spec, b.cfg)
     low = compiled.lowering
-    scratch = {name: np.zeros(low.tensor_bytes()[name], np.int8) for name in ("sq", "dg")}
-    insns, code = b.emit(layer, low, compiled.stream, {**low.constants(), **scratch}, dev, addr)
+    insns, code = b.emit(layer, low, compiled.stream, {**low.constants(), **scratch_arrays(low)}, dev, addr)
     shape = [*layer.spec.shape, 1, 1]  # NCHW as a dense layer's rows are described
     threads = f"{low.threads} virtual threads" if low.threads > 1 else "1 thread"
     desc = {
@@ -322,13 +322,12 @@ def compile_attention_block(b: StepBuilder, layer: PoolLayer, dev: Device, addr:
         raise CompileError(f"attention {layer.out!r}: the heads store their whole output, not into a view")
     programs = []
     for spec in layer.spec:
-        low = compile_attention(spec, b.cfg).lowering
-        sizes = low.tensor_bytes()
-        scratch = {name: np.zeros(sizes[name], np.int8) for name in ("kw", "vt", "ot", "ex")}
-        constants = {**low.constants(), **scratch}
+        compiled = compile_attention(spec, b.cfg)
+        low = compiled.lowering
+        constants = {**low.constants(), **scratch_arrays(low)}
         if layer.residual is None:
             constants["keep"] = low.keep_vector(None)
-        programs.append(b.bind(layer, low, low.stream(), constants, dev, addr))
+        programs.append(b.bind(layer, low, compiled.stream, constants, dev, addr))
     joined = b.join(programs, dev)
     b.programs[layer.out] = joined.insns
     code = dev.array(np.frombuffer(encode_program(joined.insns), np.uint8))
