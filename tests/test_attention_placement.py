@@ -31,7 +31,7 @@ from vdla.zoo.models import cosine  # noqa: E402
 
 
 def block_model(
-    heads: int, d: int, tokens: int, mask: str | None, q_gain: float = 1.0, gather: bool = False
+    heads: int, d: int, tokens: int, mask: str | None, q_gain: float = 1.0, gather: bool = False, split: bool = False
 ) -> onnx.ModelProto:
     """A pre-norm attention block on (1, tokens, heads x d) as torch exports it, weights shaped like trained ones:
     an input projection whose channel 5 is an outlier of the residual stream, LayerNormalization, the QKV
@@ -39,7 +39,9 @@ def block_model(
     per-head split (Reshape, Transpose, then Slice and Reshape, or with ``gather`` torch's ``qkv[i]``: Gather),
     ``Q K^T`` (K transposed) times ``1/sqrt(d)``, the mask of an int64 input (``None``; ``"additive"``: BERT's
     ``(1 - mask) * -10000``; ``"bool"``: ``Where(mask as bool, 0, -1e9)``), Softmax, ``P V``, the heads back to
-    (1, tokens, D), the output projection, the residual Add and a last projection."""
+    (1, tokens, D), the output projection, the residual Add and a last projection. With ``split``, Q, K and V are
+    three projections (MatMul + Add each, reshaped to (1, tokens, heads, d) and transposed), as Hugging Face's
+    BERT and ViT export them."""
     rng = np.random.default_rng(heads * 1000 + d + tokens)
     dim = heads * d
     inits = []
@@ -61,12 +63,18 @@ def block_model(
             axis=-1,
             epsilon=1e-6,
         ),  # fmt: skip
-        helper.make_node("MatMul", ["a", c("wqkv", wqkv)], ["mq"]),
-        helper.make_node("Add", ["mq", c("bqkv", rng.normal(0, 0.1, 3 * dim))], ["qkv"]),
-        helper.make_node("Reshape", ["qkv", shape5], ["view"]),
-        helper.make_node("Transpose", ["view"], ["perm"], perm=[2, 0, 3, 1, 4]),
     ]
-    for i, name in enumerate("qkv"):
+    bqkv = rng.normal(0, 0.1, 3 * dim)
+    if split:
+        nodes += _split_projections(c, wqkv, bqkv, tokens, heads, d)
+    else:
+        nodes += [
+            helper.make_node("MatMul", ["a", c("wqkv", wqkv)], ["mq"]),
+            helper.make_node("Add", ["mq", c("bqkv", bqkv)], ["qkv"]),
+            helper.make_node("Reshape", ["qkv", shape5], ["view"]),
+            helper.make_node("Transpose", ["view"], ["perm"], perm=[2, 0, 3, 1, 4]),
+        ]
+    for i, name in enumerate("qkv" * (not split)):
         if gather:
             nodes.append(helper.make_node("Gather", ["perm", c(f"i{i}", i, np.int64)], [f"{name}h"], axis=0))
             continue
@@ -117,6 +125,22 @@ def block_model(
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)], ir_version=9)
 
 
+def _split_projections(c, wqkv: np.ndarray, bqkv: np.ndarray, tokens: int, heads: int, d: int) -> list:
+    """Q, K and V (``qh``, ``kh``, ``vh``: (1, heads, tokens, d)) of LayerNorm output ``a``, each its own MatMul +
+    Add of its third of ``wqkv`` and ``bqkv``, reshaped to (1, tokens, heads, d) and transposed."""
+    dim, nodes = heads * d, []
+    shape = c("shape_h", [1, tokens, heads, d], np.int64)
+    for i, name in enumerate("qkv"):
+        cols = slice(i * dim, (i + 1) * dim)
+        nodes += [
+            helper.make_node("MatMul", ["a", c(f"w{name}", wqkv[:, cols])], [f"m{name}"]),
+            helper.make_node("Add", [f"m{name}", c(f"b{name}", bqkv[cols])], [f"{name}p"]),
+            helper.make_node("Reshape", [f"{name}p", shape], [f"{name}4"]),
+            helper.make_node("Transpose", [f"{name}4"], [f"{name}h"], perm=[0, 2, 1, 3]),
+        ]
+    return nodes
+
+
 def feeds(heads: int, d: int, tokens: int, mask: str | None, count: int, seed: int) -> list[dict[str, np.ndarray]]:
     """``count`` inputs: ``x`` normal; the mask keeps a random prefix of at least half the tokens (padding)."""
     rng = np.random.default_rng(seed)
@@ -136,9 +160,11 @@ def _vdla(f: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 
 @functools.cache
-def compiled(heads: int, d: int, tokens: int, mask: str | None, q_gain: float = 1.0, gather: bool = False) -> tuple:
+def compiled(
+    heads: int, d: int, tokens: int, mask: str | None, q_gain: float = 1.0, gather: bool = False, split: bool = False
+) -> tuple:
     """The block quantized by vdla's calibration: the ONNX model, its quantized graph and the artifact."""
-    model = block_model(heads, d, tokens, mask, q_gain, gather)
+    model = block_model(heads, d, tokens, mask, q_gain, gather, split)
     calib = feeds(heads, d, tokens, mask, 8, 1)
     calib = {k: np.concatenate([_vdla(f)[k] for f in calib]) for k in calib[0]}
     qgraph, _ = quantize_model(simplify(import_onnx(model)), calib, "percentile")
@@ -150,14 +176,21 @@ def _attention_steps(art) -> list:
 
 
 @pytest.mark.parametrize(
-    "heads, d, tokens, mask, gather",
-    [(2, 32, 17, None, False), (3, 32, 33, "additive", False), (2, 64, 17, "bool", False), (3, 64, 33, None, True)],
+    "heads, d, tokens, mask, form",
+    [
+        (2, 32, 17, None, "slice"),
+        (3, 32, 33, "additive", "slice"),
+        (2, 64, 17, "bool", "slice"),
+        (3, 64, 33, None, "gather"),
+        (2, 32, 17, "additive", "split"),
+    ],
 )
-def test_attention_runs_on_the_accelerator_between_the_projections(heads, d, tokens, mask, gather):
-    """vdla's calibration: the attention block one accelerator step between the QKV and the output projections,
-    no CPU step but the input's (the run-time mask's keep vector among it) and the output's; bit-exact against the
-    lowered integer graph (one ``attention_int``), close to onnxruntime's float model."""
-    model, qgraph, art = compiled(heads, d, tokens, mask, gather=gather)
+def test_attention_runs_on_the_accelerator_between_the_projections(heads, d, tokens, mask, form):
+    """vdla's calibration: the attention block one accelerator step between the QKV and the output projections
+    (three separate projections merged into one), no CPU step but the input's (the run-time mask's keep vector
+    among it) and the output's; bit-exact against the lowered integer graph (one ``attention_int``), close to
+    onnxruntime's float model."""
+    model, qgraph, art = compiled(heads, d, tokens, mask, gather=form == "gather", split=form == "split")
     kinds = [s.kind for s in art.steps]
     assert kinds == ["cpu", *["accel"] * (len(kinds) - 2), "cpu"], [(s.kind, s.name, getattr(s, "note", "")) for s
                                                                    in art.steps]  # fmt: skip

@@ -176,6 +176,7 @@ def test_simplify_runs_every_pass_verified(monkeypatch):
         "fold_batch_norm",
         "fuse_layer_norm",
         "sink_reshapes",
+        "merge_projections",
         "select_rows_first",
         "eliminate_dead_code",
     ]
@@ -191,3 +192,49 @@ def test_simplify_runs_every_pass_verified(monkeypatch):
     monkeypatch.setenv("VDLA_VERIFY", "1")
     with pytest.raises(GraphError, match=r"after drop_first: node 0 'batch_norm' -> 'bn': reads \['conv'\]"):
         simplify(g)
+
+
+def _projections(bias_input: bool, feed_product: bool) -> Graph:
+    """Three dense layers over ``x`` (16, 32) — Q, K and V of one head: the first two with a bias add (or with
+    ``bias_input`` a bias input), V without a bias; with ``feed_product`` Q K^T and (Q K^T) V, else their sum."""
+    params, nodes = {}, []
+    for name, bias in (("q", True), ("k", True), ("v", False)):
+        params[f"w{name}"] = _f32(24 if name == "v" else 32, 32, scale=0.2)
+        inputs = ("x", f"w{name}")
+        if bias:
+            params[f"b{name}"] = _f32(32, scale=0.1)
+        if bias and bias_input:
+            nodes.append(Node("dense", (*inputs, f"b{name}"), name))
+            continue
+        nodes.append(Node("dense", inputs, name if not bias else f"{name}:d"))
+        if bias:
+            nodes.append(Node("add", (f"{name}:d", f"b{name}"), name))
+    if feed_product:
+        nodes += [
+            Node("transpose", ("k",), "kt", {"perm": (1, 0)}),
+            Node("mul", ("q",), "qs", {"b": 0.125}),
+            Node("matmul", ("qs", "kt"), "s"),
+            Node("softmax", ("s",), "p", {"axis": 1}),
+            Node("matmul", ("p", "v"), "y"),
+        ]
+    else:
+        nodes += [Node("add", ("q", "k"), "qk"), Node("relu", ("v",), "y2"), Node("add", ("qk", "q"), "y")]
+    outputs = ["y", "y2"] if not feed_product else ["y"]
+    return Graph({"x": TensorType((16, 32), "float32")}, nodes, outputs, params)
+
+
+@pytest.mark.parametrize("bias_input", [False, True])
+def test_merge_projections_makes_one_dense_layer_of_attentions_three(bias_input):
+    g = _projections(bias_input, feed_product=True)
+    merged = passes.merge_projections(g)
+    verify(merged)
+    dense = [n for n in merged.nodes if n.op == "dense"]
+    assert len(dense) == 1 and merged.params[dense[0].inputs[1]].shape == (88, 32)
+    assert [n.attrs["stops"][1] - n.attrs["starts"][1] for n in merged.nodes if n.op == "slice"] == [32, 32, 24]
+    x = {"x": _f32(16, 32)}
+    np.testing.assert_allclose(evaluate(merged, x)["y"], evaluate(g, x)["y"], rtol=1e-5, atol=1e-6)
+
+
+def test_merge_projections_leaves_layers_that_feed_no_product():
+    g = _projections(False, feed_product=False)
+    assert passes.merge_projections(g) is g

@@ -20,14 +20,19 @@ outputs (under the same names), which :func:`vdla.graph.verify.verify` accepts.
   constants of one element or of the last axis (its bias add, activation, quantizations), and a reshape of
   a reshape reads the first one's input, so the dense layer's bias, activation and the next layer's
   flattening meet it with no reshape between;
+* :func:`merge_projections`: float dense layers over one input (the same value, or reshapes of it to one
+  shape), each feeding a product of two computed values (attention's separate query, key and value
+  projections; after :func:`sink_reshapes`, each bias add right after its layer), become one dense layer with
+  their weights and biases side by side, each former output a slice of its columns (the form an attention export
+  with one QKV projection has);
 * :func:`select_rows_first`: a ``take`` or ``slice`` of whole rows moves before the row-wise nodes computing its
   input (a LayerNorm over the last axis, elementwise nodes over constants the rows share, a per-tensor
   quantization) and before a reshape adding leading axes of one, so those nodes compute the selected rows alone
   (a classifier's class token normalized alone, selected from the last layer's (tokens, features) output);
 * :func:`eliminate_dead_code`: nodes and parameters no graph output depends on are dropped;
-* :func:`simplify`: identities, constants, batch norms, layer norms, reshapes, selections, dead code (constants
-  before batch norms: their statistics may be constant expressions, e.g. dequantized in a QDQ model), each
-  verified when asked (or with ``VDLA_VERIFY=1``).
+* :func:`simplify`: identities, constants, batch norms, layer norms, reshapes, projections, selections, dead
+  code (constants before batch norms: their statistics may be constant expressions, e.g. dequantized in a QDQ
+  model), each verified when asked (or with ``VDLA_VERIFY=1``).
 
 Graph inputs and graph output names never change.
 """
@@ -437,6 +442,107 @@ def _sinks(node: Node, types: dict[str, TensorType]) -> bool:
     return node.op in EW
 
 
+VIEWS_AND_SCALES = (RESHAPE, TRANSPOSE, SLICE, TAKE, MUL, DIV, ADD)  # between a projection and its product
+
+
+def _projection(node: Node, graph: Graph, producers: dict[str, Node]) -> tuple | None:
+    """(source, shape) of a float dense layer ``node`` with a constant weight (and bias, if it has one), whose
+    input is ``source`` itself (shape None) or its reshape to ``shape``; None for any other node."""
+    if node.op != DENSE or not all(i in graph.params and i not in graph.param_types for i in node.inputs[1:]):
+        return None
+    r = producers.get(node.inputs[0])
+    return (r.inputs[0], tuple(r.attrs["shape"])) if r is not None and r.op == RESHAPE else (node.inputs[0], None)
+
+
+def _bias_add(dense: Node, graph: Graph, readers: dict[str, list[Node]], uses: Counter) -> Node | None:
+    """The add of a constant bias of the dense layer's columns that alone reads the output of ``dense`` (one
+    without a bias input), or None."""
+    found = readers.get(dense.output, [])
+    if len(dense.inputs) > 2 or uses[dense.output] != 1 or len(found) != 1:
+        return None
+    add, width = found[0], graph.params[dense.inputs[1]].shape[0]
+    b = graph.params.get(add.inputs[1]) if add.op == ADD and len(add.inputs) == 2 else None
+    return add if add.inputs[0] == dense.output and b is not None and b.shape == (width,) else None
+
+
+def _feeds_product(value: str, graph: Graph, readers: dict[str, list[Node]]) -> bool:
+    """Whether ``value`` reaches a matmul of two computed values through views and elementwise nodes with
+    constant operands only (a query, key or value on its way to attention's products)."""
+    todo, seen = [value], set()
+    while todo:
+        v = todo.pop()
+        for n in readers.get(v, []):
+            if n.op == MATMUL and not any(i in graph.params for i in n.inputs):
+                return True
+            if n.op in VIEWS_AND_SCALES and all(i in graph.params for i in n.inputs[1:]) and n.output not in seen:
+                seen.add(n.output)
+                todo.append(n.output)
+    return False
+
+
+def merge_projections(graph: Graph) -> Graph:
+    """Merge the float dense layers over one input that each feed a product of two computed values (module
+    docstring): one dense layer with the weights (and biases, zero where one has none) concatenated along the
+    output columns, each former output (the dense layer's, or its bias add's) a slice of those columns, under
+    its own name. Exact: the columns of a product are the products of the weight's rows."""
+    producers, readers = graph.producers(), graph.consumers()
+    uses = Counter(i for n in graph.nodes for i in n.inputs)
+    uses.update(graph.outputs)
+    groups: dict[tuple, list[tuple[Node, Node | None]]] = {}
+    for n in graph.nodes:
+        source = _projection(n, graph, producers)
+        add = _bias_add(n, graph, readers, uses) if source else None
+        if source and _feeds_product((add or n).output, graph, readers):
+            groups.setdefault(source, []).append((n, add))
+    groups = {k: g for k, g in groups.items() if len(g) > 1}
+    return _merged(graph, list(groups.values())) if groups else graph
+
+
+def _bias(dense: Node, add: Node | None, params: dict[str, np.ndarray]) -> np.ndarray | None:
+    """The bias of a projection: its dense layer's bias input, its bias add's constant, or None."""
+    if len(dense.inputs) > 2:
+        return params[dense.inputs[2]]
+    return params[add.inputs[1]] if add is not None else None
+
+
+def _merged(graph: Graph, groups: list[list[tuple[Node, Node | None]]]) -> Graph:
+    """``graph`` with each group of (dense, bias add) pairs replaced by one dense layer, its bias add and slices,
+    placed where the group's first dense layer is."""
+    types = infer_types(graph)
+    params, taken = dict(graph.params), set(types) | set(graph.params)
+    dropped, placed = set(), {}
+    for group in groups:
+        first = group[0][0]
+        ws = [graph.params[d.inputs[1]] for d, _ in group]
+        bs = [_bias(d, a, graph.params) for d, a in group]
+        w_name = fresh_name(f"{first.output}:merged_w", taken)
+        params[w_name] = np.concatenate(ws, axis=0)
+        out = fresh_name(f"{first.output}:merged", taken)
+        nodes = [Node(DENSE, (first.inputs[0], w_name), out, dict(first.attrs))]
+        if any(b is not None for b in bs):
+            b_name = fresh_name(f"{first.output}:merged_b", taken)
+            params[b_name] = np.concatenate([np.zeros(w.shape[0], w.dtype) if b is None else b for b, w in zip(bs, ws)])
+            biased = fresh_name(f"{first.output}:merged_add", taken)
+            nodes.append(Node(ADD, (out, b_name), biased))
+            out = biased
+        rows, lo = types[first.output].shape[0], 0
+        for (d, a), w in zip(group, ws):
+            stop = lo + w.shape[0]
+            nodes.append(
+                Node(SLICE, (out,), (a or d).output, {"starts": [0, lo], "stops": [rows, stop], "steps": [1, 1]})
+            )
+            lo = stop
+            dropped.update(n.output for n in (d, a) if n is not None)
+        placed[first.output] = nodes
+    kept = []
+    for n in graph.nodes:
+        if n.output in placed:
+            kept += placed[n.output]
+        elif n.output not in dropped:
+            kept.append(n)
+    return eliminate_dead_code(graph.copy(nodes=kept, params=params))
+
+
 def sink_reshapes(graph: Graph) -> Graph:
     """Each elementwise node, or row-wise node (a ``layer_norm``/``rms_norm`` over the last axis alone), whose
     tensor inputs are reshapes of one (rows, columns) shape (a dense layer's, a flattened MatMul's) keeping the
@@ -621,6 +727,7 @@ PASSES: tuple[tuple[str, Pass], ...] = (
     ("fold_batch_norm", fold_batch_norm),
     ("fuse_layer_norm", fuse_layer_norm),
     ("sink_reshapes", sink_reshapes),
+    ("merge_projections", merge_projections),  # after sink_reshapes: each projection's bias add right after it
     ("select_rows_first", select_rows_first),  # after sink_reshapes: the LayerNorm on (tokens, features)
     ("eliminate_dead_code", eliminate_dead_code),
 )
