@@ -38,7 +38,8 @@ def block_model(
     projection (one MatMul + Add; ``Q``'s weights times ``q_gain``, head 0's channel 3 of ``Q`` dead), the
     per-head split (Reshape, Transpose, then Slice and Reshape, or with ``gather`` torch's ``qkv[i]``: Gather),
     ``Q K^T`` (K transposed) times ``1/sqrt(d)``, the mask of an int64 input (``None``; ``"additive"``: BERT's
-    ``(1 - mask) * -10000``; ``"bool"``: ``Where(mask as bool, 0, -1e9)``), Softmax, ``P V``, the heads back to
+    ``(1 - mask) * -10000``; ``"bool"``: ``Where(mask as bool, 0, -1e9)``; ``"causal"``: a constant (tokens, tokens)
+    mask of -1e9 above the diagonal), Softmax, ``P V``, the heads back to
     (1, tokens, D), the output projection, the residual Add and a last projection. With ``split``, Q, K and V are
     three projections (MatMul + Add each, reshaped to (1, tokens, heads, d) and transposed), as Hugging Face's
     BERT and ViT export them."""
@@ -90,7 +91,11 @@ def block_model(
     ]
     inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, tokens, dim])]
     scores = "scores"
-    if mask is not None:
+    if mask == "causal":
+        causal = np.triu(np.full((tokens, tokens), -1e9), 1)[None, None]
+        nodes.append(helper.make_node("Add", ["scores", c("causal", causal)], ["masked"]))
+        scores = "masked"
+    elif mask is not None:
         shape_m = c("shape_m", [1, 1, 1, tokens], np.int64)
         inputs.append(helper.make_tensor_value_info("mask", TensorProto.INT64, [1, tokens]))
         if mask == "additive":
@@ -147,7 +152,7 @@ def feeds(heads: int, d: int, tokens: int, mask: str | None, count: int, seed: i
     out = []
     for _ in range(count):
         f = {"x": rng.normal(0, 1, (1, tokens, heads * d)).astype(np.float32)}
-        if mask is not None:
+        if mask not in (None, "causal"):
             keep = np.arange(tokens)[None, :] < rng.integers(tokens // 2, tokens + 1)
             f["mask"] = keep.astype(np.int64)
         out.append(f)
@@ -322,3 +327,16 @@ def test_a_batch_of_two_leaves_the_attention_in_float_naming_the_config():
     notes = [s.note for s in art.steps if s.kind == "cpu" and any(n.op == "softmax" for n in s.graph.nodes)]
     assert notes and all("batch 1" in n for n in notes), notes
     assert not _attention_steps(art)
+
+
+def test_a_causal_mask_leaves_the_attention_in_float_naming_why():
+    """A mask of one value per query and key (causal) is not the integer attention's per-key mask: the block stays
+    in float on the CPU, its note naming that, and the model still computes onnxruntime's float result."""
+    model, _, art = compiled(2, 32, 17, "causal")
+    notes = [s.note for s in art.steps if s.kind == "cpu" and any(n.op == "softmax" for n in s.graph.nodes)]
+    assert len(notes) == 1 and "one value per query and key" in notes[0], notes
+    assert not _attention_steps(art)
+    module, session = Module(art, "sim"), reference_session(model)
+    for f in feeds(2, 32, 17, "causal", 2, 9):
+        assert cosine(module.run(f), session.run(None, f)[0]) >= 0.99
+    module.close()

@@ -821,7 +821,7 @@ def int_attention(
     sm = prod.get(node.inputs[0]) if node is not None and node.op == MATMUL else None
     scores = softmax_scores(sm, prod, types, params) if sm is not None and sm.op == SOFTMAX else None
     if scores is None:
-        return "not a quantized attention block"
+        return _mask_refusal(sm, prod, types) or "not a quantized attention block"
     qq, sq = qparams(q, params), prod.get(scores.scaled)
     sq = qparams(sq, params) if sq is not None and sq.op == DEQUANTIZE else None
     if qq is None or sq is None or not (qq.per_tensor and sq.per_tensor) or qq.zero_point or sq.zero_point:
@@ -850,6 +850,22 @@ def int_attention(
     if np.any((m != 0) & (m > -span)):
         return f"attention with an additive mask of values other than 0 and at most -{span:.4g} (the scores' range)"
     return AttentionBlock(x, tokens, d, heads, scales, p, span, keep=tuple(bool(v) for v in m == 0))
+
+
+def _mask_refusal(sm: Node | None, prod: Mapping[str, Node], types: dict[str, TensorType]) -> str | None:
+    """Why a softmax over the last axis of scores plus a mask with more than one value per key (a causal or other
+    per-query mask) is no integer attention block; None for any other node."""
+    add = prod.get(sm.inputs[0]) if sm is not None and sm.op == SOFTMAX else None
+    if add is None or add.op != ADD or len(add.inputs) != 2:
+        return None
+    shape = types[add.output].shape
+    rows = [types[v].shape[-2:] for v in add.inputs if len(types[v].shape) >= 2]  # the scores' and the mask's
+    if len(rows) != 2 or any(r != shape[-2:] for r in rows) or shape[-2] < 2:
+        return None
+    return (
+        "attention with a mask of one value per query and key (causal or per query): the integer attention takes "
+        "a mask of one value per key"
+    )
 
 
 def _view_source(
