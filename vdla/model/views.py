@@ -15,7 +15,7 @@ from vdla.compiler.spec import InputUpsample, OutputView
 from vdla.config import HwConfig
 from vdla.graph.copies import COPY, block_view, channel_span
 from vdla.graph.graph import Node
-from vdla.graph.layout import blocked_shape
+from vdla.graph.layout import blocked_shape, pack_activation
 from vdla.graph.opnames import CONCAT, CONV2D, INTERLEAVE, MAX_POOL2D, SLICE, TAKE
 from vdla.graph.ops import interleave_type
 from vdla.graph.passes import selected_axes
@@ -57,6 +57,7 @@ class StoredViews:
                     if n.output not in self.sliced
                     and not (n.op == INTERLEAVE and self.store_phases(n, layers, consumers))
                     and not (n.op == CONCAT and self.store_parts(n, layers, consumers))
+                    and not (n.op == CONCAT and self.store_rows(n, layers, consumers))
                 ]
                 if not unit:
                     continue
@@ -85,6 +86,45 @@ class StoredViews:
             unit = self.readers.get(reader.output)
             if unit is None or value not in (unit.x, getattr(unit, "residual", None)):
                 return False
+        return True
+
+    def store_rows(self, node: Node, layers: dict[str, AccelLayer], consumers: dict[str, list[Node]]) -> bool:
+        """Whether the concatenation ``node`` of constant token rows (a class token's, a distillation token's) and
+        one accelerator layer's int8 (tokens, features) output along the tokens can be stored in place; if so the
+        layer stores its rows into the concatenation's tensor (``self.rows``: its value -> (the concatenation, the
+        byte offset of its first token)), whose constant rows the image holds (``self.image_tensors``). It can on
+        a batch-1 config where the parts share the concatenation's quantization and the layer (no view, no
+        parts) is read elsewhere only by accelerator layers as their input or residual."""
+        t, cfg = self.types[node.output], self.cfg
+        computed = [v for v in node.inputs if v not in self.g.params]
+        if len(t.shape) != 2 or t.dtype != "int8" or int(node.attrs.get("axis", 0)) % 2 or cfg.batch != 1:
+            return False
+        if len(computed) != 1 or len(node.inputs) < 2 or node.output in self.g.outputs:
+            return False
+        (v,) = computed
+        layer = layers.get(v)
+        if layer is None or getattr(layer, "parts", ()) or v in self.views or v in self.rows or v in self.g.outputs:
+            return False
+        if any(self.types[u].quant != t.quant for u in node.inputs):
+            return False
+        for reader in consumers.get(v, []):
+            unit = self.readers.get(reader.output)
+            if reader is not node and (unit is None or v not in (unit.x, getattr(unit, "residual", None))):
+                return False
+        token = int(np.prod(packed(t, cfg, cfg.block_out)[0][1:]))  # a token's bytes: its channel blocks
+        rows, first = [], 0
+        for u in node.inputs:
+            size = self.types[u].shape[0]
+            if u == v:
+                self.rows[v] = (node.output, first * token)
+                rows.append(np.zeros(self.types[u].shape, np.int8))
+            else:
+                rows.append(self.g.params[u].astype(np.int8))
+            first += size
+        content = np.concatenate(rows).reshape(*t.shape, 1, 1)
+        self.image_tensors[self.dram_tensor(node.output, cfg.block_out)] = pack_activation(
+            content, cfg.batch, cfg.block_out
+        )
         return True
 
     def store_phases(self, node: Node, layers: dict[str, AccelLayer], consumers: dict[str, list[Node]]) -> bool:
@@ -284,7 +324,10 @@ class StoredViews:
     def stored_at(self, value: str) -> tuple[str, int]:
         """The value whose DRAM tensor holds ``value`` (itself, or the concatenation it is stored into: the
         outermost, as :meth:`store_parts` keeps the views; for a selection read in place, where its value is) and
-        the byte offset where ``value`` starts in it."""
+        the byte offset where ``value`` starts in it: the rows of a concatenation with constant rows,
+        :meth:`store_rows`)."""
+        if value in self.rows:
+            return self.rows[value]
         if value in self.sliced:
             source, first = self.sliced[value]
             target, offset = self.stored_at(source)
