@@ -571,8 +571,8 @@ def _split_one(graph: Graph, types: dict[str, TensorType], node: Node) -> Graph 
     output their concatenation (:func:`constant_rows_first`), or None."""
     producers = graph.producers()
     tensors = {v for v in node.inputs if v not in graph.params}
-    if len(tensors) != 1 or not _sinks(node, types):
-        return None
+    if len(tensors) != 1 or not _sinks(node, types) or types[node.output].dtype != "float32":
+        return None  # float nodes only: a QDQ model's quantizations keep their place
     (cat,) = tensors
     src = producers.get(cat)
     k = _constant_parts(src, graph, types)
@@ -595,7 +595,7 @@ def _split_one(graph: Graph, types: dict[str, TensorType], node: Node) -> Graph 
                               TensorType(types[v].shape, types[node.output].dtype))  # fmt: skip
         name = fresh_name(f"{node.output}:const{i}", taken)
         taken.add(name)
-        params[name] = np.ascontiguousarray(value, np.float32)
+        params[name] = np.ascontiguousarray(value)
         parts.append(name)
     moved = next(p for p in parts if isinstance(p, Node))
     joined = Node(CONCAT, tuple(p.output if isinstance(p, Node) else p for p in parts), node.output, dict(src.attrs))
