@@ -15,19 +15,26 @@ outputs (under the same names), which :func:`vdla.graph.verify.verify` accepts.
 * :func:`fuse_layer_norm`: layer normalization written out (mean, deviation, squared by a product or a
   ``pow`` of 2, mean, plus epsilon, square root, division, then optionally times a scale and plus a bias)
   becomes one ``layer_norm`` node;
+* :func:`patch_rows`: a patch embedding (a conv2d whose stride is its kernel, flattened and transposed to
+  (1, patches, channels): a ViT's tokens) becomes a dense layer over the patches as rows, the tokens token-major
+  as every dense layer stores them;
 * :func:`sink_reshapes`: a reshape of a (rows, columns) value keeping the columns as its last axis (a
   MatMul flattened into a dense layer, unflattened) moves after the elementwise nodes reading it over
-  constants of one element or of the last axis (its bias add, activation, quantizations), and a reshape of
-  a reshape reads the first one's input, so the dense layer's bias, activation and the next layer's
-  flattening meet it with no reshape between;
+  constants of one element, of the last axis or of the value's shape (its bias add, activation,
+  quantizations, a position embedding's add), and a reshape of a reshape reads the first one's input, so the
+  dense layer's bias, activation and the next layer's flattening meet it with no reshape between;
+* :func:`constant_rows_first`: a row-wise node reading a concatenation of constant tokens (a class token, a
+  distillation token) and one computed value along the tokens computes the constant rows at compile time and
+  the computed ones alone (the position embedding's add, the first LayerNorm), the concatenation after it, as
+  (rows, columns) values;
 * :func:`select_rows_first`: a ``take`` or ``slice`` of whole rows moves before the row-wise nodes computing its
   input (a LayerNorm over the last axis, elementwise nodes over constants the rows share, a per-tensor
   quantization) and before a reshape adding leading axes of one, so those nodes compute the selected rows alone
   (a classifier's class token normalized alone, selected from the last layer's (tokens, features) output);
 * :func:`eliminate_dead_code`: nodes and parameters no graph output depends on are dropped;
-* :func:`simplify`: identities, constants, batch norms, layer norms, reshapes, selections, dead code (constants
-  before batch norms: their statistics may be constant expressions, e.g. dequantized in a QDQ model), each
-  verified when asked (or with ``VDLA_VERIFY=1``).
+* :func:`simplify`: identities, constants, batch norms, layer norms, patch embeddings, reshapes, constant rows,
+  selections, dead code (constants before batch norms: their statistics may be constant expressions, e.g.
+  dequantized in a QDQ model), each verified when asked (or with ``VDLA_VERIFY=1``).
 
 Graph inputs and graph output names never change.
 """
@@ -379,8 +386,8 @@ def _sink_one(graph: Graph, types: dict[str, TensorType], producers: dict[str, N
     """``graph`` with the elementwise or row-wise ``node`` computed before the reshapes it reads and one reshape
     after it (:func:`sink_reshapes`; ``types`` gains the new values'), or None where it cannot be: a tensor
     input that is neither such a reshape (all of one (rows, columns) input shape, keeping the columns), nor a
-    value of the node's output shape (reshaped to (rows, columns) before it), nor a constant of one element or
-    of the last axis."""
+    value of the node's output shape (reshaped to (rows, columns) before it), nor a constant of one element, of
+    the last axis or of the output's shape."""
     shapes = {
         (types[producers[v].inputs[0]].shape, types[v].shape)
         for v in node.inputs
@@ -444,7 +451,8 @@ def sink_reshapes(graph: Graph) -> Graph:
     """Each elementwise node, or row-wise node (a ``layer_norm``/``rms_norm`` over the last axis alone), whose
     tensor inputs are reshapes of one (rows, columns) shape (a dense layer's, a flattened MatMul's) keeping the
     columns as the last axis, tensors of the node's own output shape (the residual stream beside a dense layer's
-    output: reshaped to (rows, columns) where they are read), or constants of one element or of the last axis,
+    output: reshaped to (rows, columns) where they are read), or constants of one element, of the last axis or
+    of the node's output shape (reshaped too),
     computed before the reshapes, one reshape after it, repeatedly (a bias add, then a GELU written out with its
     diamond; a residual add, then its LayerNorm); then each reshape of a reshape reads the first one's input (a
     reshape to the same shape then is an identity, :func:`remove_identities`), and the reshapes no longer read

@@ -25,8 +25,10 @@ QuantizeLinear rounds the float mean half to even: within one step of it). Squee
 ``s_x * s_s / s_y`` (:meth:`_QdqLowering.lower_channel_mul`). A conv_transpose is lowered like a
 conv2d (its weight per output channel on axis 1). ``quantize(matmul(dequantize(a_q), dequantize(b_q)))`` of
 two computed int8 tensors becomes one ``dense`` per batch index, ``a[i]`` by the run-time weight ``b[i]^T``,
-with the requantizing epilogue (:meth:`_QdqLowering.lower_matmul`). Everything else stays in float
-with its quantize/dequantize nodes (the CPU fallback runs it exactly as written).
+with the requantizing epilogue (:meth:`_QdqLowering.lower_matmul`). ``quantize(concat(...))`` of constants and
+int8 values dequantized at the result's scale (a class token's rows beside the patch rows) becomes the ``concat``
+of the constants quantized and the int8 values (:meth:`_QdqLowering.lower_constant_rows`). Everything else stays
+in float with its quantize/dequantize nodes (the CPU fallback runs it exactly as written).
 Only symmetric int8 (zero point 0) is lowered.
 
 Invariant: the rewritten graph computes every kept value as the float-between-QDQ semantics does up to

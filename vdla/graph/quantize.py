@@ -10,8 +10,10 @@ Which values become int8 (the plan, :func:`plan_quantization`; structure only, n
   output channel (axis 0, a conv_transpose's axis 1; symmetric int8 in [-127, 127], scale
   ``max|w[c]| / 127``), its bias to int32 at ``s_x * s_w[c]``;
 * an anchor's *epilogue chain* (the nodes that read only the previous one: a constant bias add, at most
-  one residual add of a value computed before the anchor, then ReLU or a constant clip) ends in a value
-  quantized at its own calibrated scale: ReLU/clip fold into the epilogue's clamp. With
+  one residual add of a value computed before the anchor or of a constant of the output's shape, then ReLU or a
+  constant clip) ends in a value quantized at its own calibrated scale: ReLU/clip fold into the epilogue's
+  clamp; a constant residual (a position embedding added to a patch embedding's rows) is quantized at the sum's
+  scale (:attr:`QuantPlan.constant_skips`). With
   ``align_residuals`` (the default) the residual add's other operand shares the sum's scale (the values
   tied through residual adds form groups that take the largest threshold of their members), so the
   epilogue adds the int8 skip as it is: one exact integer add, no rescaling of the skip. Without it the
