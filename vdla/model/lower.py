@@ -138,9 +138,8 @@ class ModelBuilder(FusionChoices, StoredViews, TensorLifetimes, CpuRegions):
             if kind == "accel":
                 accel_needs.setdefault(unit.x, set()).add(self.cfg.block_in)
                 if unit.residual in self.g.params:  # a constant residual: a tensor of the image
-                    self.image_tensors[self.dram_tensor(unit.residual, self.cfg.block_out)] = self.packed_constant(
-                        unit.residual
-                    )
+                    tensor = self.dram_tensor(unit.residual, self.cfg.block_out)
+                    self.image_tensors[tensor] = self.packed_constant(unit.residual)
                 elif unit.residual:
                     accel_needs.setdefault(unit.residual, set()).add(self.cfg.block_out)
                 if unit.gate is not None:

@@ -90,42 +90,45 @@ class StoredViews:
 
     def store_rows(self, node: Node, layers: dict[str, AccelLayer], consumers: dict[str, list[Node]]) -> bool:
         """Whether the concatenation ``node`` of constant token rows (a class token's, a distillation token's) and
-        one accelerator layer's int8 (tokens, features) output along the tokens can be stored in place; if so the
+        one accelerator layer's output along the tokens can be stored in place (:meth:`rows_part`); if so the
         layer stores its rows into the concatenation's tensor (``self.rows``: its value -> (the concatenation, the
-        byte offset of its first token)), whose constant rows the image holds (``self.image_tensors``). It can on
-        a batch-1 config where the parts share the concatenation's quantization and the layer (no view, no
-        parts) is read elsewhere only by accelerator layers as their input or residual."""
+        byte offset of its first token)), whose constant rows the image holds (``self.image_tensors``)."""
+        v = self.rows_part(node, layers, consumers)
+        if v is None:
+            return False
         t, cfg = self.types[node.output], self.cfg
+        token = int(np.prod(packed(t, cfg, cfg.block_out)[0][1:]))  # a token's bytes: its channel blocks
+        rows = []
+        for u in node.inputs:
+            if u == v:
+                self.rows[v] = (node.output, sum(len(r) for r in rows) * token)
+            rows.append(np.zeros(self.types[u].shape, np.int8) if u == v else self.g.params[u].astype(np.int8))
+        content = pack_activation(np.concatenate(rows).reshape(*t.shape, 1, 1), cfg.batch, cfg.block_out)
+        self.image_tensors[self.dram_tensor(node.output, cfg.block_out)] = content
+        return True
+
+    def rows_part(self, node: Node, layers: dict[str, AccelLayer], consumers: dict[str, list[Node]]) -> str | None:
+        """The one computed part of the concatenation ``node`` where it may store its rows in place: ``node`` joins
+        int8 (tokens, features) constants and that part along the tokens, at one quantization, on a batch-1
+        config, no graph output; the part is an accelerator layer's output (no view, no parts, no graph output)
+        read elsewhere only by accelerator layers as their input or residual. None otherwise."""
+        t = self.types[node.output]
         computed = [v for v in node.inputs if v not in self.g.params]
-        if len(t.shape) != 2 or t.dtype != "int8" or int(node.attrs.get("axis", 0)) % 2 or cfg.batch != 1:
-            return False
+        if len(t.shape) != 2 or t.dtype != "int8" or int(node.attrs.get("axis", 0)) % 2 or self.cfg.batch != 1:
+            return None
         if len(computed) != 1 or len(node.inputs) < 2 or node.output in self.g.outputs:
-            return False
+            return None
         (v,) = computed
         layer = layers.get(v)
         if layer is None or getattr(layer, "parts", ()) or v in self.views or v in self.rows or v in self.g.outputs:
-            return False
+            return None
         if any(self.types[u].quant != t.quant for u in node.inputs):
-            return False
+            return None
         for reader in consumers.get(v, []):
             unit = self.readers.get(reader.output)
             if reader is not node and (unit is None or v not in (unit.x, getattr(unit, "residual", None))):
-                return False
-        token = int(np.prod(packed(t, cfg, cfg.block_out)[0][1:]))  # a token's bytes: its channel blocks
-        rows, first = [], 0
-        for u in node.inputs:
-            size = self.types[u].shape[0]
-            if u == v:
-                self.rows[v] = (node.output, first * token)
-                rows.append(np.zeros(self.types[u].shape, np.int8))
-            else:
-                rows.append(self.g.params[u].astype(np.int8))
-            first += size
-        content = np.concatenate(rows).reshape(*t.shape, 1, 1)
-        self.image_tensors[self.dram_tensor(node.output, cfg.block_out)] = pack_activation(
-            content, cfg.batch, cfg.block_out
-        )
-        return True
+                return None
+        return v
 
     def store_phases(self, node: Node, layers: dict[str, AccelLayer], consumers: dict[str, list[Node]]) -> bool:
         """Whether the phases of the interleave ``node`` can store in place; if so their views are recorded."""
@@ -323,9 +326,9 @@ class StoredViews:
 
     def stored_at(self, value: str) -> tuple[str, int]:
         """The value whose DRAM tensor holds ``value`` (itself, or the concatenation it is stored into: the
-        outermost, as :meth:`store_parts` keeps the views; for a selection read in place, where its value is) and
-        the byte offset where ``value`` starts in it: the rows of a concatenation with constant rows,
-        :meth:`store_rows`)."""
+        outermost, as :meth:`store_parts` keeps the views, or the one it stores its rows into after constant rows,
+        :meth:`store_rows`; for a selection read in place, where its value is) and the byte offset where ``value``
+        starts in it."""
         if value in self.rows:
             return self.rows[value]
         if value in self.sliced:
