@@ -385,3 +385,37 @@ def test_a_token_computed_from_the_input_stays_on_the_cpu_naming_why():
     x = _images(1, 4)[0]
     np.testing.assert_array_equal(module.run(x), evaluate(low, {"x": x})["y"])
     module.close()
+
+
+KEPT = ["conv2d", "reshape", "transpose"]
+
+
+@pytest.mark.parametrize(
+    "stride, pads, perm, ops",
+    [
+        ((8, 8), (0, 0, 0, 0), (0, 2, 1), ["reshape", "transpose", "reshape", "dense", "reshape"]),
+        ((4, 4), (0, 0, 0, 0), (0, 2, 1), KEPT),
+        ((8, 8), (1, 1, 1, 1), (0, 2, 1), KEPT),
+        ((8, 8), (0, 0, 0, 0), (0, 1, 2), KEPT),
+    ],
+)
+def test_patch_rows_takes_a_patch_embedding_alone(stride, pads, perm, ops):
+    """A convolution whose stride is its kernel, flattened and transposed to tokens, becomes the patches as rows and
+    a dense layer (values unchanged); one whose stride is not its kernel, one with padding, or one whose flattened
+    output is not transposed to tokens stays a convolution."""
+    from vdla.graph.passes import patch_rows
+
+    params = {"w": RNG.normal(0, 0.1, (DIM, CHANNELS, PATCH, PATCH)).astype(np.float32)}
+    x = {"x": TensorType((1, CHANNELS, SIDE, SIDE), "float32")}
+    conv = Node("conv2d", ("x", "w"), "p", {"stride": stride, "padding": pads, "dilation": 1, "groups": 1})
+    _, _, h, w = verify(Graph(x, [conv], ["p"], params))["p"].shape
+    nodes = [
+        conv,
+        Node("reshape", ("p",), "pf", {"shape": (1, DIM, h * w)}),
+        Node("transpose", ("pf",), "y", {"perm": perm}),
+    ]
+    g = Graph(x, nodes, ["y"], params)
+    out = patch_rows(g)
+    assert [n.op for n in out.nodes] == ops
+    feed = {"x": RNG.normal(0, 1, (1, CHANNELS, SIDE, SIDE)).astype(np.float32)}
+    np.testing.assert_allclose(evaluate(out, feed)["y"], evaluate(g, feed)["y"], rtol=1e-5, atol=1e-5)
