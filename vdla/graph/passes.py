@@ -573,11 +573,10 @@ def _constant_parts(node: Node | None, graph: Graph, types: dict[str, TensorType
     return computed[0] if len(computed) == 1 and len(set(node.inputs)) == len(node.inputs) else None
 
 
-def _split_one(graph: Graph, types: dict[str, TensorType], node: Node) -> Graph | None:
+def _split_one(graph: Graph, types: dict[str, TensorType], producers: dict[str, Node], node: Node) -> Graph | None:
     """``graph`` with the row-wise ``node`` reading a concatenation of constants and one computed value
     (:func:`_constant_parts`) computed on the computed part alone and at compile time on the constants, its
     output their concatenation (:func:`constant_rows_first`), or None."""
-    producers = graph.producers()
     tensors = {v for v in node.inputs if v not in graph.params}
     if len(tensors) != 1 or not _sinks(node, types) or types[node.output].dtype != "float32":
         return None  # float nodes only: a QDQ model's quantizations keep their place
@@ -626,11 +625,12 @@ def _rows_of(params: dict, name: str, rank: int, axis: int, first: int, size: in
     return rows
 
 
-def _flatten_concat(node: Node, graph: Graph, types: dict[str, TensorType], params: dict) -> Node | None:
+def _flatten_concat(
+    node: Node, graph: Graph, types: dict[str, TensorType], producers: dict[str, Node], params: dict
+) -> Node | None:
     """The reshape ``node`` to (rows, columns) of a concatenation of constants and reshapes of (rows, columns)
     values along the rows' axis (leading axes of one), as one concatenation along axis 0 of the constants reshaped
     (new parameters in ``params``) and the values themselves, or None."""
-    producers = graph.producers()
     cat = producers.get(node.inputs[0]) if node.op == RESHAPE else None
     y = types[node.output].shape
     if cat is None or cat.op != CONCAT or len(y) != 2:
@@ -671,9 +671,9 @@ def constant_rows_first(graph: Graph) -> Graph:
     concatenation along the rows is the concatenation of its values on each part."""
     types = infer_types(graph)
     while True:
-        moved = None
+        moved, producers = None, graph.producers()
         for n in graph.nodes:
-            moved = _split_one(graph, types, n)
+            moved = _split_one(graph, types, producers, n)
             if moved is not None:
                 break
         if moved is None:
@@ -683,7 +683,8 @@ def constant_rows_first(graph: Graph) -> Graph:
     graph = sink_reshapes(graph)
     types = infer_types(graph)
     params = dict(graph.params)
-    nodes = [_flatten_concat(n, graph, types, params) or n for n in graph.nodes]
+    producers = graph.producers()
+    nodes = [_flatten_concat(n, graph, types, producers, params) or n for n in graph.nodes]
     return _merge_reshapes(graph.copy(nodes=nodes, params=params))
 
 
