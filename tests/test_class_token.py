@@ -243,3 +243,179 @@ def test_onnxruntime_qdq_classifier_selects_the_class_token_in_place():
     module.close()
     layers = compare_layers(qmodel, low, feeds)
     assert sum(a.differing for a in layers) == sum(a.ties for a in layers)
+
+
+PATCH, SIDE, CHANNELS = 8, 32, 3  # 4 x 4 patches of 8 x 8 pixels: 16 patch tokens
+
+
+def embedding_model(constant_tokens: int = 1, computed_token: bool = False) -> onnx.ModelProto:
+    """A ViT's embedding and first encoder layer as torch exports them, shaped like trained ones: the patch
+    convolution (stride its kernel; output channel 5 an outlier of the residual stream, 8x the weights and a bias
+    of 3) flattened and transposed to tokens, ``constant_tokens`` leading tokens (a class token, DeiT's
+    distillation token: small spread, as trained, and so their position embedding's rows) concatenated, the wide
+    position embedding added, ``LayerNormalization``, a projection added to the stream, the final
+    ``LayerNormalization`` and a projection of every token (the model's output: each row, the constant ones too).
+    ``computed_token``: the leading token is the patches' mean instead, a token that depends on the input."""
+    rng = np.random.default_rng(532)
+    inits = []
+    c = initializer_adder(inits)
+    w = rng.normal(0, (CHANNELS * PATCH * PATCH) ** -0.5, (DIM, CHANNELS, PATCH, PATCH))
+    w[5] *= 8
+    b = rng.normal(0, 0.1, DIM)
+    b[5] = 3.0
+    patches = (SIDE // PATCH) ** 2
+    lead = 1 if computed_token else constant_tokens
+    pos = rng.normal(0, 0.5, (1, lead + patches, DIM))
+    pos[:, :lead] = rng.normal(0, 0.01, (1, lead, DIM))
+    g = rng.uniform(0.5, 1.5, DIM)
+    g[7] = -0.3
+    ln = dict(axis=-1, epsilon=1e-6)
+    leads = [f"lead{k}" for k in range(lead)]
+    if computed_token:
+        first = [helper.make_node("ReduceMean", ["tok", c("ax", [1], np.int64)], leads, keepdims=1)]
+    else:  # each token a parameter of its own, as torch's cls_token and dist_token
+        first = [helper.make_node("Identity", [c(f"t{k}", rng.normal(0, 0.01, (1, 1, DIM)))], [v])
+                 for k, v in enumerate(leads)]  # fmt: skip
+    nodes = [
+        helper.make_node(
+            "Conv", ["x", c("w", w), c("b", b)], ["p"], kernel_shape=[PATCH, PATCH], strides=[PATCH, PATCH]
+        ),  # fmt: skip
+        helper.make_node("Reshape", ["p", c("s", [1, DIM, patches], np.int64)], ["pf"]),
+        helper.make_node("Transpose", ["pf"], ["tok"], perm=[0, 2, 1]),
+        *first,
+        helper.make_node("Concat", [*leads, "tok"], ["cat"], axis=1),
+        helper.make_node("Add", ["cat", c("pos", pos)], ["e"]),
+        helper.make_node(
+            "LayerNormalization",
+            ["e", c("g1", rng.uniform(0.5, 1.5, DIM)), c("be1", rng.normal(0, 0.05, DIM))],
+            ["a"],
+            **ln,
+        ),  # fmt: skip
+        helper.make_node("MatMul", ["a", c("w1", rng.normal(0, DIM**-0.5, (DIM, DIM)))], ["m1"]),
+        helper.make_node("Add", ["m1", c("b1", rng.normal(0, 0.1, DIM))], ["f"]),
+        helper.make_node("Add", ["e", "f"], ["r"]),
+        helper.make_node("LayerNormalization", ["r", c("g", g), c("be", rng.normal(0, 0.05, DIM))], ["n"], **ln),
+        helper.make_node("MatMul", ["n", c("w3", rng.normal(0, DIM**-0.5, (DIM, CLASSES)))], ["m3"]),
+        helper.make_node("Add", ["m3", c("b3", rng.normal(0, 0.1, CLASSES))], ["y"]),
+    ]
+    f = TensorProto.FLOAT
+    graph = helper.make_graph(
+        nodes,
+        "embedding",
+        [helper.make_tensor_value_info("x", f, [1, CHANNELS, SIDE, SIDE])],
+        [helper.make_tensor_value_info("y", f, [1, lead + patches, CLASSES])],
+        inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)], ir_version=9)
+
+
+def _images(count: int, seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).normal(0, 1, (count, 1, CHANNELS, SIDE, SIDE)).astype(np.float32)
+
+
+@functools.cache
+def compiled_embedding(constant_tokens: int = 1, computed_token: bool = False) -> tuple:
+    """The embedding model quantized by vdla's calibration: the ONNX model, its quantized graph and the artifact."""
+    model = embedding_model(constant_tokens, computed_token)
+    qgraph, _ = quantize_model(simplify(import_onnx(model)), {"x": _images(8, 1)[:, 0]}, "percentile")
+    return model, qgraph, compile_graph_model(qgraph, "pynq")[0]
+
+
+@pytest.mark.parametrize("constant_tokens", [1, 2])
+def test_constant_rows_first_computes_the_constant_tokens_at_compile_time(constant_tokens):
+    """``simplify``: the patch convolution a dense layer over the patches as rows; the position embedding's add and
+    the first LayerNorm computed on the patch rows alone, their constant rows (the class token's, the distillation
+    token's) parameters of (rows, features) concatenations along the rows; the model's output unchanged."""
+    model = embedding_model(constant_tokens)
+    g0 = import_onnx(model)
+    g = simplify(g0)
+    verify(g, after="simplify")
+    cats = [n for n in g.nodes if n.op == "concat"]
+    assert len(cats) == 2 and all(n.attrs["axis"] == 0 for n in cats)
+    for cat in cats:
+        consts, computed = cat.inputs[:-1], cat.inputs[-1]
+        assert all(g.params[v].shape == (1, DIM) for v in consts) and len(consts) == constant_tokens
+        assert g.producers()[computed].op in ("add", "layer_norm")
+    ln = g.producers()[cats[1].inputs[-1]]
+    assert ln.op == "layer_norm" and ln.inputs[0] == cats[0].inputs[-1]  # the patch rows alone
+    assert [n.op for n in g.nodes[:5]] == ["reshape", "transpose", "reshape", "dense", "add"]
+    x = _images(1, 2)[0]
+    np.testing.assert_allclose(evaluate(g, {"x": x})["y"], evaluate(g0, {"x": x})["y"], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("constant_tokens", [1, 2])
+def test_the_embedding_runs_on_the_accelerator_with_its_constant_tokens_in_the_image(constant_tokens):
+    """vdla's calibration: the patch rows a dense layer whose epilogue adds the position embedding (a constant
+    residual at the stream's scale) and stores into the stream's rows after the constant tokens, the first
+    LayerNorm a step over those rows alone storing after its constant rows; only the input's CPU step (the patches
+    as rows) and the output's; bit-exact against the lowered graph (run after run: the constant rows stay in the
+    image), close to onnxruntime's float model."""
+    model, qgraph, art = compiled_embedding(constant_tokens)
+    assert [s.kind for s in art.steps] == ["cpu", *["accel"] * 5, "cpu"], _described(art)
+    ops = [s.layer["op"] for s in art.steps if s.kind == "accel"]
+    assert ops == ["dense", "layer_norm", "dense", "layer_norm", "dense"]
+    patch, ln = art.steps[1:3]
+    assert len(patch.reads) == 2 and ln.reads == patch.writes  # the constant residual; the stream's tensor
+    assert ln.layer["input"] == [(SIDE // PATCH) ** 2, DIM, 1, 1]
+    low = lower_qdq(qgraph)
+    cats = [n for n in low.nodes if n.op == "concat"]
+    assert len(cats) == 2 and all(low.params[v].dtype == np.int8 for n in cats for v in n.inputs[:-1])
+    assert_lowered_and_near_float(art, low, model, _images(3, 9), least=0.995)
+
+
+def test_the_embedding_is_bit_exact_on_each_backend(backend):
+    """The class and distillation tokens' constant rows, the constant residual and the stores after them, on the
+    RTL too."""
+    _, qgraph, art = compiled_embedding(2)
+    module, low = Module(art, backend), lower_qdq(qgraph)
+    for x in _images(2, 13):
+        np.testing.assert_array_equal(module.run(x), evaluate(low, {"x": x})["y"])
+    module.close()
+
+
+def test_a_token_computed_from_the_input_stays_on_the_cpu_naming_why():
+    """A leading token that depends on the input (the patches' mean) is no constant row: the concatenation, the
+    position embedding's add and the first LayerNorm stay one CPU step, its note naming the concatenation's one
+    accelerator form; still exact against the lowered graph."""
+    _, qgraph, art = compiled_embedding(computed_token=True)
+    cpu = [s for s in art.steps if s.kind == "cpu" and any(n.op == "concat" for n in s.graph.nodes)]
+    assert len(cpu) == 1 and "constant token rows beside one accelerator layer's" in cpu[0].note, _described(art)
+    assert sum(s.kind == "cpu" for s in art.steps) == 3
+    module, low = Module(art, "sim"), lower_qdq(qgraph)
+    x = _images(1, 4)[0]
+    np.testing.assert_array_equal(module.run(x), evaluate(low, {"x": x})["y"])
+    module.close()
+
+
+KEPT = ["conv2d", "reshape", "transpose"]
+
+
+@pytest.mark.parametrize(
+    "stride, pads, perm, ops",
+    [
+        ((8, 8), (0, 0, 0, 0), (0, 2, 1), ["reshape", "transpose", "reshape", "dense", "reshape"]),
+        ((4, 4), (0, 0, 0, 0), (0, 2, 1), KEPT),
+        ((8, 8), (1, 1, 1, 1), (0, 2, 1), KEPT),
+        ((8, 8), (0, 0, 0, 0), (0, 1, 2), KEPT),
+    ],
+)
+def test_patch_rows_takes_a_patch_embedding_alone(stride, pads, perm, ops):
+    """A convolution whose stride is its kernel, flattened and transposed to tokens, becomes the patches as rows and
+    a dense layer (values unchanged); one whose stride is not its kernel, one with padding, or one whose flattened
+    output is not transposed to tokens stays a convolution."""
+    from vdla.graph.passes import patch_rows
+
+    params = {"w": RNG.normal(0, 0.1, (DIM, CHANNELS, PATCH, PATCH)).astype(np.float32)}
+    x = {"x": TensorType((1, CHANNELS, SIDE, SIDE), "float32")}
+    conv = Node("conv2d", ("x", "w"), "p", {"stride": stride, "padding": pads, "dilation": 1, "groups": 1})
+    _, _, h, w = verify(Graph(x, [conv], ["p"], params))["p"].shape
+    nodes = [
+        conv,
+        Node("reshape", ("p",), "pf", {"shape": (1, DIM, h * w)}),
+        Node("transpose", ("pf",), "y", {"perm": perm}),
+    ]
+    g = Graph(x, nodes, ["y"], params)
+    out = patch_rows(g)
+    assert [n.op for n in out.nodes] == ops
+    feed = {"x": RNG.normal(0, 1, (1, CHANNELS, SIDE, SIDE)).astype(np.float32)}
+    np.testing.assert_allclose(evaluate(out, feed)["y"], evaluate(g, feed)["y"], rtol=1e-5, atol=1e-5)

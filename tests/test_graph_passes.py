@@ -175,8 +175,10 @@ def test_simplify_runs_every_pass_verified(monkeypatch):
         "fold_constants",
         "fold_batch_norm",
         "fuse_layer_norm",
+        "patch_rows",
         "sink_reshapes",
         "merge_projections",
+        "constant_rows_first",
         "select_rows_first",
         "eliminate_dead_code",
     ]

@@ -218,6 +218,34 @@ def test_plan_and_rewrite_of_a_small_graph():
     assert np.abs(want - got).max() <= 6 * step  # a few output steps after two int8 layers
 
 
+def test_a_constant_residual_is_quantized_at_the_sums_scale_and_added_in_the_epilogue():
+    """A dense layer whose output is added to a constant of its shape (a position embedding after a patch
+    embedding): the add ends the layer's epilogue chain, the constant quantized at the sum's scale (rounded half to
+    even, as QuantizeLinear), the lowered epilogue adding that int8 tensor as a skip, within a step of the float
+    sum."""
+    rng = np.random.default_rng(8)
+    params = {
+        "w": rng.normal(0, 0.3, (16, 16)).astype(np.float32),
+        "pos": rng.normal(0, 0.5, (8, 16)).astype(np.float32),
+    }
+    nodes = [Node("dense", ("x", "w"), "d"), Node("add", ("d", "pos"), "y")]
+    g = Graph({"x": TensorType((8, 16), "float32")}, nodes, ["y"], params)
+    plan = plan_quantization(g)
+    assert plan.chains == {"d": "y"} and plan.constant_skips == {"y": ("pos", "y")}
+    data = {"x": rng.normal(0, 1, (16, 8, 16)).astype(np.float32)}
+    q, report = quantize_model(g, data, "minmax")
+    low = lower_qdq(q)
+    (add,) = [n for n in low.nodes if n.op == "add"]
+    pos_q = low.params[add.inputs[1]]
+    step = [t.scale for t in report.tensors if t.name == "y"][0]
+    assert pos_q.dtype == np.int8 and np.array_equal(
+        pos_q, np.clip(np.rint(params["pos"] / np.float32(step)), -128, 127)
+    )
+    x = data["x"][0]
+    want, got = evaluate(g, {"x": x})["y"], evaluate(low, {"x": x})["y"]
+    assert np.abs(want - got).max() <= 2.5 * step  # the input's, the layer's and the constant's roundings
+
+
 def test_grouped_convolutions_and_kept_nodes_stay_float_with_quantized_boundaries():
     rng = np.random.default_rng(10)
     g = _conv_graph(rng.normal(0, 0.3, (4, 1, 3, 3)).astype(np.float32), np.zeros(4, np.float32))

@@ -17,9 +17,10 @@ Graphs spell an epilogue in two forms. Each is one tuple of named :class:`Epilog
 (:func:`walk`) along the single-reader chain that follows the anchor:
 
 * the **float** form (:data:`FLOAT_STAGES`): ``bias -> residual -> clip*`` (a constant per-channel add, the
-  add of a value computed before the anchor, ReLU or constant clips). The quantization planner reads it
-  in float graphs (:mod:`vdla.graph.quantize`); the QDQ lowering (:mod:`vdla.graph.qdq`) reads it in QDQ
-  models, where quantize -> dequantize hops may stand between stages (its :class:`Dialect` adds them);
+  add of a value computed before the anchor or of a constant of the output's shape, ReLU or constant clips).
+  The quantization planner reads it in float graphs (:mod:`vdla.graph.quantize`); the QDQ lowering
+  (:mod:`vdla.graph.qdq`) reads it in QDQ models, where quantize -> dequantize hops may stand between stages
+  (its :class:`Dialect` adds them);
 * the **integer** form (:data:`INTEGER_STAGES`): ``bias -> requant -> round -> residual -> clip* ->
   rescale -> rescale_add -> rescale_round -> rescale_clip* -> output -> table -> mask``, what the QDQ lowering
   writes (:func:`epilogue_nodes`) and placement reads (:func:`match_integer`); the two are inverse
@@ -159,8 +160,11 @@ class Dialect:
         return node
 
     def before(self, value: str, anchor: Node) -> bool:
-        """Whether ``value`` is ready when ``anchor`` runs: a graph input or a node output computed earlier."""
-        return value in self.graph.inputs or self.index.get(value, len(self.index)) < self.index[anchor.output]
+        """Whether ``value`` is ready when ``anchor`` runs: a graph input, a constant or a node output computed
+        earlier."""
+        if value in self.graph.inputs or value in self.params:
+            return True
+        return self.index.get(value, len(self.index)) < self.index[anchor.output]
 
 
 @dataclass
@@ -272,7 +276,8 @@ def _narrow_bounds(lo: float, hi: float, node: Node, params: Mapping[str, np.nda
 
 class FloatDialect(Dialect):
     """The float form of a graph before quantization: a bias is a float32 constant, one value per output
-    channel; a residual is a float32 value computed before the anchor, of the output's shape."""
+    channel; a residual is a float32 value computed before the anchor, of the output's shape, or a constant of
+    the output's shape (a position embedding: a constant residual, a tensor of the image)."""
 
     either_side = ("add",)
 
@@ -297,7 +302,7 @@ class FloatDialect(Dialect):
     def skip(self, other: str, w: Walk) -> dict | None:
         """The residual operand's captures ({"skip": value}), or None."""
         t = self.types[other]
-        ok = t.dtype == "float32" and t.shape == self.types[w.value].shape and other not in self.params
+        ok = t.dtype == "float32" and t.shape == self.types[w.value].shape
         return {"skip": other} if ok and self.before(other, w.anchor) else None
 
 
@@ -355,9 +360,11 @@ def _int_round(node: Node, w: Walk) -> dict | None:
 
 def _int_residual(node: Node, w: Walk) -> dict | str | None:
     other = node.inputs[1] if len(node.inputs) > 1 else None
-    if other is None or other in w.dialect.params or other == w.value:
+    if other is None or other == w.value:
         return None
     t, mine = w.dialect.types[other], w.dialect.types[w.value]
+    if other in w.dialect.params and (t.dtype != "int8" or t.shape != mine.shape):
+        return None  # a constant residual is an int8 tensor of the output's shape (the image holds it)
     if t.dtype not in ("int8", "int32") or t.shape != mine.shape:
         return f"a residual of type {t} (int8 or int32 of the output's shape fits)"
     return {"residual": other, "dtype": t.dtype}

@@ -15,24 +15,31 @@ outputs (under the same names), which :func:`vdla.graph.verify.verify` accepts.
 * :func:`fuse_layer_norm`: layer normalization written out (mean, deviation, squared by a product or a
   ``pow`` of 2, mean, plus epsilon, square root, division, then optionally times a scale and plus a bias)
   becomes one ``layer_norm`` node;
+* :func:`patch_rows`: a patch embedding (a conv2d whose stride is its kernel, flattened and transposed to
+  (1, patches, channels): a ViT's tokens) becomes a dense layer over the patches as rows, the tokens token-major
+  as every dense layer stores them;
 * :func:`sink_reshapes`: a reshape of a (rows, columns) value keeping the columns as its last axis (a
   MatMul flattened into a dense layer, unflattened) moves after the elementwise nodes reading it over
-  constants of one element or of the last axis (its bias add, activation, quantizations), and a reshape of
-  a reshape reads the first one's input, so the dense layer's bias, activation and the next layer's
-  flattening meet it with no reshape between;
+  constants of one element, of the last axis or of the value's shape (its bias add, activation,
+  quantizations, a position embedding's add), and a reshape of a reshape reads the first one's input, so the
+  dense layer's bias, activation and the next layer's flattening meet it with no reshape between;
 * :func:`merge_projections`: float dense layers over one input (the same value, or reshapes of it to one
   shape), each feeding a product of two computed values (attention's separate query, key and value
   projections; after :func:`sink_reshapes`, each bias add right after its layer), become one dense layer with
   their weights and biases side by side, each former output a slice of its columns (the form an attention export
   with one QKV projection has);
+* :func:`constant_rows_first`: a row-wise node reading a concatenation of constant tokens (a class token, a
+  distillation token) and one computed value along the tokens computes the constant rows at compile time and
+  the computed ones alone (the position embedding's add, the first LayerNorm), the concatenation after it, as
+  (rows, columns) values;
 * :func:`select_rows_first`: a ``take`` or ``slice`` of whole rows moves before the row-wise nodes computing its
   input (a LayerNorm over the last axis, elementwise nodes over constants the rows share, a per-tensor
   quantization) and before a reshape adding leading axes of one, so those nodes compute the selected rows alone
   (a classifier's class token normalized alone, selected from the last layer's (tokens, features) output);
 * :func:`eliminate_dead_code`: nodes and parameters no graph output depends on are dropped;
-* :func:`simplify`: identities, constants, batch norms, layer norms, reshapes, projections, selections, dead
-  code (constants before batch norms: their statistics may be constant expressions, e.g. dequantized in a QDQ
-  model), each verified when asked (or with ``VDLA_VERIFY=1``).
+* :func:`simplify`: identities, constants, batch norms, layer norms, patch embeddings, reshapes, projections,
+  constant rows, selections, dead code (constants before batch norms: their statistics may be constant
+  expressions, e.g. dequantized in a QDQ model), each verified when asked (or with ``VDLA_VERIFY=1``).
 
 Graph inputs and graph output names never change.
 """
@@ -76,6 +83,7 @@ from vdla.graph.opnames import (
 from vdla.graph.ops import infer, infer_types, norm_type
 from vdla.graph.types import TensorType, UnsupportedError
 from vdla.graph.verify import maybe_verify
+from vdla.graph.window import make_window
 
 Pass = Callable[[Graph], Graph]
 
@@ -383,8 +391,8 @@ def _sink_one(graph: Graph, types: dict[str, TensorType], producers: dict[str, N
     """``graph`` with the elementwise or row-wise ``node`` computed before the reshapes it reads and one reshape
     after it (:func:`sink_reshapes`; ``types`` gains the new values'), or None where it cannot be: a tensor
     input that is neither such a reshape (all of one (rows, columns) input shape, keeping the columns), nor a
-    value of the node's output shape (reshaped to (rows, columns) before it), nor a constant of one element or
-    of the last axis."""
+    value of the node's output shape (reshaped to (rows, columns) before it), nor a constant of one element, of
+    the last axis or of the output's shape."""
     shapes = {
         (types[producers[v].inputs[0]].shape, types[v].shape)
         for v in node.inputs
@@ -407,6 +415,8 @@ def _sink_one(graph: Graph, types: dict[str, TensorType], producers: dict[str, N
             inputs.append(flat)
             continue
         p = _row_operand(v, params, len(x), x[-1])
+        if p is None and v in params and params[v].shape == y:  # a constant of the value's shape, reshaped too
+            p = params[v].reshape(x)
         if p is None:
             return None
         if p is not params[v]:
@@ -547,7 +557,8 @@ def sink_reshapes(graph: Graph) -> Graph:
     """Each elementwise node, or row-wise node (a ``layer_norm``/``rms_norm`` over the last axis alone), whose
     tensor inputs are reshapes of one (rows, columns) shape (a dense layer's, a flattened MatMul's) keeping the
     columns as the last axis, tensors of the node's own output shape (the residual stream beside a dense layer's
-    output: reshaped to (rows, columns) where they are read), or constants of one element or of the last axis,
+    output: reshaped to (rows, columns) where they are read), or constants of one element, of the last axis or
+    of the node's output shape (reshaped too),
     computed before the reshapes, one reshape after it, repeatedly (a bias add, then a GELU written out with its
     diamond; a residual add, then its LayerNorm); then each reshape of a reshape reads the first one's input (a
     reshape to the same shape then is an identity, :func:`remove_identities`), and the reshapes no longer read
@@ -578,6 +589,209 @@ def _merge_reshapes(graph: Graph) -> Graph:
             first = producers.get(n.inputs[0])
         nodes.append(n)
     return eliminate_dead_code(remove_identities(graph.copy(nodes=nodes)))
+
+
+def _patch_conv(node: Node, graph: Graph, types: dict[str, TensorType]) -> tuple[Node, Node] | None:
+    """The reshape to (1, C, OH*OW) and the transpose to (1, OH*OW, C) reading the conv2d ``node`` one after the
+    other, alone, where ``node`` is a patch embedding: a float conv2d of one image, constant weights (and bias),
+    groups 1, no padding or dilation, its stride its kernel, tiling its input exactly; else None."""
+    if node.op != CONV2D or len(node.inputs) < 2:
+        return None
+    a, (x, w) = node.attrs, node.inputs[:2]
+    if int(a.get("groups", 1)) != 1 or w not in graph.params or types[x].dtype != "float32":
+        return None
+    if any(v not in graph.params for v in node.inputs[1:]) or len(types[x].shape) != 4 or types[x].shape[0] != 1:
+        return None
+    try:
+        win, (oh, ow) = make_window("conv2d", types[x].shape[2:], graph.params[w].shape[2:], a.get("stride", 1),
+                                    a.get("dilation", 1), a.get("padding", 0))  # fmt: skip
+    except UnsupportedError:
+        return None
+    if win.stride != win.kernel or win.dilation != (1, 1) or any(win.pads):
+        return None
+    if types[x].shape[2:] != (oh * win.kernel[0], ow * win.kernel[1]):
+        return None
+    consumers = graph.consumers()
+    flat = consumers.get(node.output, [])
+    if len(flat) != 1 or flat[0].op != RESHAPE or node.output in graph.outputs:
+        return None
+    rows = consumers.get(flat[0].output, [])
+    c = types[node.output].shape[1]
+    if types[flat[0].output].shape != (1, c, oh * ow) or len(rows) != 1 or rows[0].op != TRANSPOSE:
+        return None
+    if tuple(rows[0].attrs["perm"]) != (0, 2, 1) or flat[0].output in graph.outputs:
+        return None
+    return flat[0], rows[0]
+
+
+def patch_rows(graph: Graph) -> Graph:
+    """Each patch embedding (:func:`_patch_conv`: a conv2d whose stride is its kernel, its output flattened and
+    transposed to (1, patches, channels), a ViT's tokens) computed as a dense layer over the patches as rows,
+    ``reshape(transpose(reshape(x, (C, OH, KH, OW, KW)), (OH, OW, C, KH, KW)), (OH*OW, C*KH*KW))``, and the
+    bias added, reshaped to (1, patches, channels): the tokens come out token-major, as every dense layer stores
+    them, and the layout moves run on the input. Exact: each output is the same sum of the same products."""
+    types = infer_types(graph)
+    params, taken = dict(graph.params), set(types)
+    replaced: dict[str, list[Node]] = {}
+    dropped: set[str] = set()
+    for node in graph.nodes:
+        found = _patch_conv(node, graph, types)
+        if found is None:
+            continue
+        flat, rows = found
+        x, w = node.inputs[:2]
+        _, c, h, wd = types[x].shape
+        o, _, kh, kw = params[w].shape
+        oh, ow = h // kh, wd // kw
+        names = [fresh_name(f"{node.output}:{k}", taken) for k in ("split", "moved", "patches", "w", "dense")]
+        taken.update(names)
+        split, moved, patches, weight, dense = names
+        params[weight] = params[w].reshape(o, c * kh * kw)
+        new = [
+            Node(RESHAPE, (x,), split, {"shape": (c, oh, kh, ow, kw)}),
+            Node(TRANSPOSE, (split,), moved, {"perm": (1, 3, 0, 2, 4)}),
+            Node(RESHAPE, (moved,), patches, {"shape": (oh * ow, c * kh * kw)}),
+            Node(DENSE, (patches, weight), dense),
+        ]
+        if len(node.inputs) > 2:
+            biased = fresh_name(f"{node.output}:biased", taken)
+            taken.add(biased)
+            new.append(Node(ADD, (dense, node.inputs[2]), biased))
+            dense = biased
+        new.append(Node(RESHAPE, (dense,), rows.output, {"shape": (1, oh * ow, o)}))
+        replaced[rows.output] = new
+        dropped.update((node.output, flat.output))
+    if not replaced:
+        return graph
+    nodes = [m for n in graph.nodes if n.output not in dropped for m in replaced.get(n.output, [n])]
+    return eliminate_dead_code(graph.copy(nodes=nodes, params=params))
+
+
+def _constant_parts(node: Node | None, graph: Graph, types: dict[str, TensorType]) -> int | None:
+    """The index of the one computed input of the ``concat`` ``node`` when every other input is a constant and
+    the axis is not the last (token rows beside a class token, a distillation token), else None."""
+    if node is None or node.op != CONCAT:
+        return None
+    rank = len(types[node.output].shape)
+    if rank < 2 or int(node.attrs.get("axis", 0)) % rank == rank - 1:
+        return None
+    computed = [i for i, v in enumerate(node.inputs) if v not in graph.params]
+    return computed[0] if len(computed) == 1 and len(set(node.inputs)) == len(node.inputs) else None
+
+
+def _split_one(graph: Graph, types: dict[str, TensorType], producers: dict[str, Node], node: Node) -> Graph | None:
+    """``graph`` with the row-wise ``node`` reading a concatenation of constants and one computed value
+    (:func:`_constant_parts`) computed on the computed part alone and at compile time on the constants, its
+    output their concatenation (:func:`constant_rows_first`), or None."""
+    tensors = {v for v in node.inputs if v not in graph.params}
+    if len(tensors) != 1 or not _sinks(node, types) or types[node.output].dtype != "float32":
+        return None  # float nodes only: a QDQ model's quantizations keep their place
+    (cat,) = tensors
+    src = producers.get(cat)
+    k = _constant_parts(src, graph, types)
+    out = types[node.output].shape
+    if k is None or types[cat].shape != out or (node.op not in ROW_WISE and "axis" in node.attrs):
+        return None
+    axis = int(src.attrs.get("axis", 0)) % len(out)
+    params, taken = dict(graph.params), set(types) | set(graph.params)
+    parts, first = [], 0
+    for i, v in enumerate(src.inputs):
+        size = types[v].shape[axis]
+        inputs = [v if u == cat else _rows_of(params, u, len(out), axis, first, size, taken) for u in node.inputs]
+        first += size
+        if i == k:
+            moved = Node(node.op, tuple(inputs), fresh_name(f"{node.output}{COMPUTED}", taken), dict(node.attrs))
+            taken.add(moved.output)
+            parts.append(moved)
+            continue
+        value = evaluate_node(node, [params[u] for u in inputs], [TensorType.of(params[u], u) for u in inputs],
+                              TensorType(types[v].shape, types[node.output].dtype))  # fmt: skip
+        name = fresh_name(f"{node.output}:const{i}", taken)
+        taken.add(name)
+        params[name] = np.ascontiguousarray(value)
+        parts.append(name)
+    moved = next(p for p in parts if isinstance(p, Node))
+    joined = Node(CONCAT, tuple(p.output if isinstance(p, Node) else p for p in parts), node.output, dict(src.attrs))
+    nodes = list(graph.nodes)
+    at = nodes.index(node)
+    nodes[at : at + 1] = [moved, joined]
+    return eliminate_dead_code(graph.copy(nodes=nodes, params=params))
+
+
+def _rows_of(params: dict, name: str, rank: int, axis: int, first: int, size: int, taken: set[str]) -> str:
+    """The constant ``name`` (an operand of a node of rank ``rank``) on rows ``first .. first + size - 1`` of
+    ``axis``: itself where it does not vary along the axis, else its slice (a new parameter)."""
+    p = params[name]
+    at = axis - rank + p.ndim
+    if at < 0 or p.shape[at] == 1:
+        return name
+    rows = fresh_name(f"{name}:rows{first}", taken)
+    taken.add(rows)
+    params[rows] = np.ascontiguousarray(np.take(p, range(first, first + size), axis=at))
+    return rows
+
+
+def _flatten_concat(
+    node: Node, graph: Graph, types: dict[str, TensorType], producers: dict[str, Node], params: dict
+) -> Node | None:
+    """The reshape ``node`` to (rows, columns) of a concatenation of constants and reshapes of (rows, columns)
+    values along the rows' axis (leading axes of one), as one concatenation along axis 0 of the constants reshaped
+    (new parameters in ``params``) and the values themselves, or None."""
+    cat = producers.get(node.inputs[0]) if node.op == RESHAPE else None
+    y = types[node.output].shape
+    if cat is None or cat.op != CONCAT or len(y) != 2:
+        return None
+    shape = types[cat.output].shape
+    axis = int(cat.attrs.get("axis", 0)) % len(shape)
+    if axis != len(shape) - 2 or any(d != 1 for d in shape[:-2]):
+        return None
+    inputs = []
+    for v in cat.inputs:
+        src = producers.get(v)
+        if v in graph.params:
+            inputs.append(v)
+            continue
+        if src is not None and src.op == RESHAPE and types[src.inputs[0]].shape == types[v].shape[-2:]:
+            inputs.append(src.inputs[0])
+        else:
+            return None
+    for i, v in enumerate(inputs):
+        if v in graph.params:
+            inputs[i] = fresh_name(f"{v}{FLAT}", set(params) | set(types))
+            params[inputs[i]] = graph.params[v].reshape(-1, y[1])
+    return Node(CONCAT, tuple(inputs), node.output, {"axis": 0})
+
+
+COMPUTED = ":computed"  # the suffix of a value constant_rows_first computes on the computed rows alone
+
+
+def constant_rows_first(graph: Graph) -> Graph:
+    """Each row-wise node (an elementwise node over constants, a LayerNorm/RMSNorm over the last axis) reading a
+    concatenation, along an axis other than the last, of constants and one computed value (a ViT's class token, a
+    DeiT's class and distillation tokens, before the patch rows) computed on the computed rows alone, and at
+    compile time, in float, on the constant ones; its output the concatenation of the two. Repeatedly: the
+    position embedding's add, then the first LayerNorm, so that the rows that do not depend on the input are
+    constants of each tensor holding them (their LayerNorm computed from the float rows, not from their
+    quantization). Then :func:`sink_reshapes`, and a reshape to (rows, columns) of such a concatenation of
+    reshaped (rows, columns) values concatenates the values along axis 0. Exact: a row-wise function of a
+    concatenation along the rows is the concatenation of its values on each part."""
+    types = infer_types(graph)
+    while True:
+        moved, producers = None, graph.producers()
+        for n in graph.nodes:
+            moved = _split_one(graph, types, producers, n)
+            if moved is not None:
+                break
+        if moved is None:
+            break
+        graph = moved
+        types = infer_types(graph)
+    graph = sink_reshapes(graph)
+    types = infer_types(graph)
+    params = dict(graph.params)
+    producers = graph.producers()
+    nodes = [_flatten_concat(n, graph, types, producers, params) or n for n in graph.nodes]
+    return _merge_reshapes(graph.copy(nodes=nodes, params=params))
 
 
 SELECTIONS = (TAKE, SLICE)  # per-axis selections select_rows_first moves
@@ -726,8 +940,10 @@ PASSES: tuple[tuple[str, Pass], ...] = (
     ("fold_constants", fold_constants),  # first: batch-norm statistics may be computed from constants
     ("fold_batch_norm", fold_batch_norm),
     ("fuse_layer_norm", fuse_layer_norm),
+    ("patch_rows", patch_rows),  # before sink_reshapes: the patch embedding's bias add meets its rows
     ("sink_reshapes", sink_reshapes),
     ("merge_projections", merge_projections),  # after sink_reshapes: each projection's bias add right after it
+    ("constant_rows_first", constant_rows_first),  # after sink_reshapes: the constant rows beside dense rows
     ("select_rows_first", select_rows_first),  # after sink_reshapes: the LayerNorm on (tokens, features)
     ("eliminate_dead_code", eliminate_dead_code),
 )

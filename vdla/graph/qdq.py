@@ -25,8 +25,10 @@ QuantizeLinear rounds the float mean half to even: within one step of it). Squee
 ``s_x * s_s / s_y`` (:meth:`_QdqLowering.lower_channel_mul`). A conv_transpose is lowered like a
 conv2d (its weight per output channel on axis 1). ``quantize(matmul(dequantize(a_q), dequantize(b_q)))`` of
 two computed int8 tensors becomes one ``dense`` per batch index, ``a[i]`` by the run-time weight ``b[i]^T``,
-with the requantizing epilogue (:meth:`_QdqLowering.lower_matmul`). Everything else stays in float
-with its quantize/dequantize nodes (the CPU fallback runs it exactly as written).
+with the requantizing epilogue (:meth:`_QdqLowering.lower_matmul`). ``quantize(concat(...))`` of constants and
+int8 values dequantized at the result's scale (a class token's rows beside the patch rows) becomes the ``concat``
+of the constants quantized and the int8 values (:meth:`_QdqLowering.lower_constant_rows`). Everything else stays
+in float with its quantize/dequantize nodes (the CPU fallback runs it exactly as written).
 Only symmetric int8 (zero point 0) is lowered.
 
 Invariant: the rewritten graph computes every kept value as the float-between-QDQ semantics does up to
@@ -63,6 +65,7 @@ from vdla.graph.opnames import (
     ADD,
     CAST,
     CLIP,
+    CONCAT,
     CONV2D,
     DENSE,
     DEQUANTIZE,
@@ -227,6 +230,7 @@ class _QdqLowering:
         self.alias: dict[str, str] = {}
         self.outputs = set(graph.outputs)
         self.dialect = QdqDialect(graph, self.types, self.params)
+        self.param_types = dict(graph.param_types)  # the quantized constants' types (their scale)
 
     # -- helpers ----------------------------------------------------------------------------------------
     def only_consumer(self, value: str) -> Node | None:
@@ -536,6 +540,32 @@ class _QdqLowering:
         self.removed.update((ln_node.output, q.output))
         self.replace[q.output] = [layer_norm_node(x, p, q.output, rows, out_scale)]
 
+    def lower_constant_rows(self, q: Node) -> None:
+        """``quantize(concat(...))`` of constants and dequantized int8 values at ``q``'s scale (per tensor,
+        symmetric), at least one constant (the rows of a class token beside the patch rows) -> ``concat`` of the
+        constants quantized as ``q`` quantizes them and the int8 values: exact."""
+        qq = qparams(q, self.params)
+        inner = self.prod.get(q.inputs[0])
+        if qq is None or not qq.per_tensor or qq.zero_point != 0 or q.output in self.replace:
+            return
+        if inner is None or inner.op != CONCAT or self.only_consumer(inner.output) is not q:
+            return
+        consts = [v for v in inner.inputs if v in self.params and self.params[v].dtype == np.float32]
+        computed = [self.dq_of(v) for v in inner.inputs if v not in consts]
+        if not consts or any(d is None or self.types[d[0]].dtype != "int8" or not d[1].same(qq) for d in computed):
+            return
+        scale, parts, found = float(qq.scale[0]), [], iter(computed)
+        quant = self.types[computed[0][0]].quant if computed else (scale, 0)
+        for v in inner.inputs:
+            if v in consts:
+                c = np.clip(np.rint(self.params[v].astype(np.float64) / scale), INT8_MIN, INT8_MAX).astype(np.int8)
+                parts.append(self.param(f"{v}:q", c))
+                self.param_types[parts[-1]] = TensorType(c.shape, "int8", quant)
+            else:
+                parts.append(next(found)[0])
+        self.removed.update((inner.output, q.output))
+        self.replace[q.output] = [Node(CONCAT, tuple(parts), q.output, dict(inner.attrs))]
+
     def lower_attention(self, q: Node) -> None:
         """``quantize`` of an attention block on dequantized int8 views of one value (:func:`int_attention`) ->
         ``attention_int`` (:mod:`vdla.graph.attention`) where :meth:`IntAttention.of
@@ -574,6 +604,7 @@ class _QdqLowering:
                 self.lower_channel_mul(node)
                 self.lower_layer_norm(node)
                 self.lower_attention(node)
+                self.lower_constant_rows(node)
                 self.lower_commuting(node)
         nodes: list[Node] = []
         for node in self.g.nodes:
@@ -583,7 +614,8 @@ class _QdqLowering:
                 nodes.append(node)
         nodes = [Node(n.op, tuple(self.resolve(i) for i in n.inputs), n.output, n.attrs) for n in nodes]
         outputs = [self.resolve(o) for o in self.g.outputs]
-        return eliminate_dead_code(self.g.copy(nodes=nodes, outputs=outputs, params=self.params))
+        graph = self.g.copy(nodes=nodes, outputs=outputs, params=self.params, param_types=self.param_types)
+        return eliminate_dead_code(graph)
 
     def resolve(self, name: str) -> str:
         while name in self.alias:

@@ -10,8 +10,10 @@ Which values become int8 (the plan, :func:`plan_quantization`; structure only, n
   output channel (axis 0, a conv_transpose's axis 1; symmetric int8 in [-127, 127], scale
   ``max|w[c]| / 127``), its bias to int32 at ``s_x * s_w[c]``;
 * an anchor's *epilogue chain* (the nodes that read only the previous one: a constant bias add, at most
-  one residual add of a value computed before the anchor, then ReLU or a constant clip) ends in a value
-  quantized at its own calibrated scale: ReLU/clip fold into the epilogue's clamp. With
+  one residual add of a value computed before the anchor or of a constant of the output's shape, then ReLU or a
+  constant clip) ends in a value quantized at its own calibrated scale: ReLU/clip fold into the epilogue's
+  clamp; a constant residual (a position embedding added to a patch embedding's rows) is quantized at the sum's
+  scale (:attr:`QuantPlan.constant_skips`). With
   ``align_residuals`` (the default) the residual add's other operand shares the sum's scale (the values
   tied through residual adds form groups that take the largest threshold of their members), so the
   epilogue adds the int8 skip as it is: one exact integer add, no rescaling of the skip. Without it the
@@ -172,7 +174,9 @@ class QuantPlan:
     ``cpu_values`` are the quantized values computed in float on the CPU wherever the model is placed (not an
     anchor's epilogue, nor an operator the accelerator moves on int8): a ``layer_norm`` reading one reads the
     float value itself (as the CPU has it), not its quantization, whose rounding a row of small spread cannot
-    bear (a class token beside the residual stream's outliers).
+    bear (a class token beside the residual stream's outliers). ``constant_skips`` maps each residual add of a
+    constant in an epilogue (a position embedding added to a patch embedding's rows) to the constant and the
+    value at whose scale it is quantized, the sum's (the epilogue adds it as it adds an int8 skip).
     """
 
     anchors: tuple[str, ...]
@@ -181,6 +185,7 @@ class QuantPlan:
     kept: tuple[str, ...] = ()
     ties: Mapping[str, str] = field(default_factory=dict, hash=False)
     cpu_values: tuple[str, ...] = ()
+    constant_skips: Mapping[str, tuple[str, str]] = field(default_factory=dict, hash=False)
 
     @property
     def calibrated(self) -> tuple[str, ...]:
@@ -324,20 +329,24 @@ class _Planner:
     def is_float_param(self, name: str) -> bool:
         return name in self.g.params and self.g.params[name].dtype == np.float32
 
-    def chain(self, anchor: Node) -> tuple[str, list[str]]:
-        """The value an anchor's epilogue ends at (the float form of :mod:`vdla.graph.epilogue`), and the
-        residual operand it adds (if any)."""
+    def chain(self, anchor: Node) -> tuple[str, list[str], dict[str, str]]:
+        """The value an anchor's epilogue ends at (the float form of :mod:`vdla.graph.epilogue`), the residual
+        operand it adds (if any) computed, and a constant one (the residual add -> the constant)."""
         m = walk(FLOAT_STAGES, anchor, self.dialect)
-        return m.end, [s.got["skip"] for s in m.get("residual")]
+        skips = [(s.got["skip"], s.node.output) for s in m.get("residual")]
+        constants = {add: k for k, add in skips if k in self.g.params}
+        return m.end, [k for k, _ in skips if k not in self.g.params], constants
 
     def plan(self) -> QuantPlan:
         anchors = [n for n in self.g.nodes if self.is_anchor(n)]
         chains: dict[str, str] = {}
         needed: set[str] = set()
         pairs: list[tuple[str, str]] = []  # (skip, sum) of each residual add
+        constant_skips: dict[str, tuple[str, str]] = {}
         for a in anchors:
-            end, skips = self.chain(a)
+            end, skips, constants = self.chain(a)
             chains[a.output] = end
+            constant_skips.update({add: (k, end) for add, k in constants.items()})
             needed.update([a.inputs[0], end, *skips])
             pairs += [(k, end) for k in skips]
         needed.update(self.attention_scores())
@@ -358,7 +367,8 @@ class _Planner:
             v for v, src in points.items()
             if v == src and v in prod and v not in ends and v not in chains and not self.moves_int8(prod[v])
         )  # fmt: skip
-        return QuantPlan(tuple(a.output for a in anchors), chains, points, tuple(sorted(self.kept)), ties, cpu)
+        kept = tuple(sorted(self.kept))
+        return QuantPlan(tuple(a.output for a in anchors), chains, points, kept, ties, cpu, constant_skips)
 
     def attention_scores(self) -> list[str]:
         """The scaled scores each attention block's softmax reads (:func:`vdla.graph.attention.softmax_scores`):
@@ -542,6 +552,14 @@ class _QdqWriter:
         bs = self.param(f"{base}:b_scale", s_acc.astype(np.float32))
         return Node("dequantize", (bq, bs), self.fresh(f"{base}:b"), {"axis": 0, "zero_point": 0})
 
+    def constant_skip(self, const: str, value: str) -> list[Node]:
+        """``dequantize`` of the constant residual ``const`` quantized at ``value``'s scale (int8, rounded half to
+        even and saturated as QuantizeLinear does): what the epilogue adds."""
+        scale = self.scale[value]
+        q = np.clip(np.rint(self.g.params[const].astype(np.float64) / scale), -128, 127).astype(np.int8)
+        attrs = {"scale": scale, "zero_point": 0}
+        return [Node("dequantize", (self.param(f"{const}:q", q),), self.fresh(f"{const}:dq"), attrs)]
+
     def run(self) -> Graph:
         points, anchors = self.plan.points, set(self.plan.anchors)
         read = {v: self.fresh(f"{v}:dq") for v in self.g.inputs if v in points}
@@ -551,6 +569,10 @@ class _QdqWriter:
             nodes += self.qdq(v, v, dst)
         for node in self.g.nodes:
             inputs = tuple(read.get(i, i) for i in node.inputs)
+            if node.output in self.plan.constant_skips:
+                const, end = self.plan.constant_skips[node.output]
+                nodes += self.constant_skip(const, end)
+                inputs = tuple(nodes[-1].output if i == const else i for i in inputs)
             if node.op == LAYER_NORM:  # a row's spread, not the tensor's range, sets the precision it needs
                 inputs = (exact.get(inputs[0], inputs[0]), *inputs[1:])
             if node.output in anchors:

@@ -104,7 +104,8 @@ def node_macs(node: Node, types: dict[str, TensorType]) -> int:
 HOST_OPS = ("quantize", "dequantize", "cast", "reshape", "pack_blocked", "unpack_blocked", "im2col")  # boundaries
 # operators the accelerator takes in one form only, and why a CPU step holds them otherwise
 ONLY_WHEN = {
-    "concat": "stored in place only as a channel concat of conv2d outputs in whole channel blocks",
+    "concat": "stored in place only as a channel concat of conv2d outputs in whole channel blocks, or as constant "
+    "token rows beside one accelerator layer's int8 (tokens, features) output read by accelerator layers, batch 1",
     "interleave": "stored in place only when its phases are conv2d layers nothing else reads",
     "table": "runs in an epilogue only right after a conv2d/dense layer's int8 output",
     "take": "read in place only as consecutive whole rows of a (tokens, features) accelerator output, batch 1",

@@ -40,7 +40,8 @@ class TensorLifetimes:
         return own | ({self.pending[p]} if (p := self.copy_phase(layer.out)) is not None else set())
 
     def lifetimes(self) -> list[Lifetime]:
-        """Each DRAM tensor from the step writing it to the last step reading it."""
+        """Each DRAM tensor of the arena from the step writing it to the last step reading it (the tensors the image
+        holds, ``image_tensors``, live outside it for the whole run)."""
         first: dict[str, int] = {}
         last: dict[str, int] = {}
         for i, (kind, s) in enumerate(self.steps):
@@ -54,10 +55,13 @@ class TensorLifetimes:
                 first.setdefault(t, i)
                 last[t] = max(last.get(t, i), i)
             for t in reads:
+                if t in self.image_tensors:  # the image holds it: no step writes it first
+                    continue
                 if t not in first:
                     raise CompileError(f"step {i} reads DRAM tensor {t!r} before any step writes it")
                 last[t] = max(last[t], i)
         return [
             Lifetime(t, int(np.prod(shape)) * np.dtype(dtype).itemsize, first[t], last[t])
             for t, (shape, dtype) in self.dram.items()
+            if t not in self.image_tensors
         ]

@@ -27,7 +27,7 @@ from vdla.compiler.stream import join_programs, weight_relocator
 from vdla.config import HwConfig
 from vdla.graph.branches import Guard, common
 from vdla.graph.graph import Graph
-from vdla.graph.layout import blocked_shape
+from vdla.graph.layout import blocked_shape, pack_activation
 from vdla.graph.ops import infer_types
 from vdla.isa import Insn, IsaError, encode_program, validate_program
 from vdla.model.artifact import AccelStep, AccelStream, Artifact, CpuStep, DramTensor
@@ -78,6 +78,9 @@ class ModelBuilder(FusionChoices, StoredViews, TensorLifetimes, CpuRegions):
         self.memo: dict[tuple, object] = {}  # (output, fused, view, copy view, gated, averaged) -> the layer compiled
         self.fusion_log: dict[tuple[str, int], tuple[int, int] | str] = {}  # fusion_pays: (fused, apart) or why
         self.views: dict[str, tuple[str, OutputView]] = {}  # stored_interleaves: output -> (tensor, view)
+        self.rows: dict[str, tuple[str, int]] = {}  # store_rows: output -> (concatenation, byte offset)
+        # DRAM tensors the image holds, outside the arena: their packed contents (constant rows, residuals)
+        self.image_tensors: dict[str, np.ndarray] = {}
         # a layer's output -> (the upsampling phase it stores, whether besides its own output) (store_phases)
         self.upsamples: dict[str, tuple[str, bool]] = {}
         self.up_candidates: dict[str, tuple[AccelLayer, str]] = {}  # upsampling -> (its phase, the 1x1 layer)
@@ -95,6 +98,12 @@ class ModelBuilder(FusionChoices, StoredViews, TensorLifetimes, CpuRegions):
         name = f"{value}@{block}"
         self.dram.setdefault(name, (packed(t, self.cfg, block)[0], t.dtype))
         return name
+
+    def packed_constant(self, value: str) -> np.ndarray:
+        """The int8 parameter ``value`` (a constant residual) packed as an accelerator layer reads it."""
+        nchw = packed(self.types[value], self.cfg, self.cfg.block_out)[1]
+        data = self.g.params[value].astype(np.int8).reshape(nchw)
+        return pack_activation(data, self.cfg.batch, self.cfg.block_out)
 
     def weight_tensor(self, value: str) -> str:
         """The DRAM tensor of a dense layer's weight computed at run time: the (N, K) int8 ``value`` in the
@@ -128,7 +137,10 @@ class ModelBuilder(FusionChoices, StoredViews, TensorLifetimes, CpuRegions):
         for kind, unit in units:
             if kind == "accel":
                 accel_needs.setdefault(unit.x, set()).add(self.cfg.block_in)
-                if unit.residual:
+                if unit.residual in self.g.params:  # a constant residual: a tensor of the image
+                    tensor = self.dram_tensor(unit.residual, self.cfg.block_out)
+                    self.image_tensors[tensor] = self.packed_constant(unit.residual)
+                elif unit.residual:
                     accel_needs.setdefault(unit.residual, set()).add(self.cfg.block_out)
                 if unit.gate is not None:
                     accel_needs.setdefault(unit.gate.residual, set()).add(self.cfg.block_out)
@@ -147,6 +159,7 @@ class ModelBuilder(FusionChoices, StoredViews, TensorLifetimes, CpuRegions):
             return {v for v, readers in cpu_readers.items() if readers - region} | graph_outputs
 
         accel_out = {unit.out for kind, unit in units if kind == "accel"} | {v for v, _ in self.views.values()}
+        accel_out |= {v for v, _ in self.rows.values()}
         accel_out |= {unit.gap.out for kind, unit in units if kind == "accel" and unit.gap is not None}
         if self.weight_needs & accel_out:
             raise CompileError(f"run-time weights {sorted(self.weight_needs & accel_out)} must be packed on the host")
@@ -156,6 +169,7 @@ class ModelBuilder(FusionChoices, StoredViews, TensorLifetimes, CpuRegions):
                 self.steps.append(("accel", unit))
                 self.when[unit.out] = self.guard(unit.nodes)
                 target = self.views[unit.out][0] if unit.out in self.views else unit.out
+                target = self.rows[unit.out][0] if unit.out in self.rows else target
                 self.pending[unit.out] = self.pending[target] = self.dram_tensor(target, self.cfg.block_out)
                 if (phase := self.copy_phase(unit.out)) is not None:  # the upsampling it stores as well
                     target = self.views[phase][0]
@@ -244,6 +258,7 @@ class ModelBuilder(FusionChoices, StoredViews, TensorLifetimes, CpuRegions):
         dev = Device(cfg, "sim")
         arena = dev.alloc(max(plan.total, 1))
         addr = {t: arena.addr + off for t, off in plan.offsets.items()}
+        addr.update({t: dev.array(data).addr for t, data in self.image_tensors.items()})
         steps = []
         layers = [s for kind, s in self.steps if kind == "accel"]
         with prefetch_schedules(lambda layer: compile_layer(self, layer, dev, addr), layers, self.cache_file):
@@ -327,6 +342,8 @@ class ModelBuilder(FusionChoices, StoredViews, TensorLifetimes, CpuRegions):
         need = low.tensor_bytes()
         tensors = {"inp": self.read_tensor(layer.x, self.cfg.block_in), "out": self.pending[layer.out]}
         values = {"inp": layer.x}
+        if layer.out in self.rows:  # its rows of a concatenation with constant rows
+            values["out"] = layer.out
         if layer.residual:
             role = getattr(layer, "residual_role", "res")
             tensors[role] = self.read_tensor(layer.residual, self.cfg.block_out)

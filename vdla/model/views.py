@@ -15,7 +15,7 @@ from vdla.compiler.spec import InputUpsample, OutputView
 from vdla.config import HwConfig
 from vdla.graph.copies import COPY, block_view, channel_span
 from vdla.graph.graph import Node
-from vdla.graph.layout import blocked_shape
+from vdla.graph.layout import blocked_shape, pack_activation
 from vdla.graph.opnames import CONCAT, CONV2D, INTERLEAVE, MAX_POOL2D, SLICE, TAKE
 from vdla.graph.ops import interleave_type
 from vdla.graph.passes import selected_axes
@@ -57,6 +57,7 @@ class StoredViews:
                     if n.output not in self.sliced
                     and not (n.op == INTERLEAVE and self.store_phases(n, layers, consumers))
                     and not (n.op == CONCAT and self.store_parts(n, layers, consumers))
+                    and not (n.op == CONCAT and self.store_rows(n, layers, consumers))
                 ]
                 if not unit:
                     continue
@@ -86,6 +87,48 @@ class StoredViews:
             if unit is None or value not in (unit.x, getattr(unit, "residual", None)):
                 return False
         return True
+
+    def store_rows(self, node: Node, layers: dict[str, AccelLayer], consumers: dict[str, list[Node]]) -> bool:
+        """Whether the concatenation ``node`` of constant token rows (a class token's, a distillation token's) and
+        one accelerator layer's output along the tokens can be stored in place (:meth:`rows_part`); if so the
+        layer stores its rows into the concatenation's tensor (``self.rows``: its value -> (the concatenation, the
+        byte offset of its first token)), whose constant rows the image holds (``self.image_tensors``)."""
+        v = self.rows_part(node, layers, consumers)
+        if v is None:
+            return False
+        t, cfg = self.types[node.output], self.cfg
+        token = int(np.prod(packed(t, cfg, cfg.block_out)[0][1:]))  # a token's bytes: its channel blocks
+        rows = []
+        for u in node.inputs:
+            if u == v:
+                self.rows[v] = (node.output, sum(len(r) for r in rows) * token)
+            rows.append(np.zeros(self.types[u].shape, np.int8) if u == v else self.g.params[u].astype(np.int8))
+        content = pack_activation(np.concatenate(rows).reshape(*t.shape, 1, 1), cfg.batch, cfg.block_out)
+        self.image_tensors[self.dram_tensor(node.output, cfg.block_out)] = content
+        return True
+
+    def rows_part(self, node: Node, layers: dict[str, AccelLayer], consumers: dict[str, list[Node]]) -> str | None:
+        """The one computed part of the concatenation ``node`` where it may store its rows in place: ``node`` joins
+        int8 (tokens, features) constants and that part along the tokens, at one quantization, on a batch-1
+        config, no graph output; the part is an accelerator layer's output (no view, no parts, no graph output)
+        read elsewhere only by accelerator layers as their input or residual. None otherwise."""
+        t = self.types[node.output]
+        computed = [v for v in node.inputs if v not in self.g.params]
+        if len(t.shape) != 2 or t.dtype != "int8" or int(node.attrs.get("axis", 0)) % 2 or self.cfg.batch != 1:
+            return None
+        if len(computed) != 1 or len(node.inputs) < 2 or node.output in self.g.outputs:
+            return None
+        (v,) = computed
+        layer = layers.get(v)
+        if layer is None or getattr(layer, "parts", ()) or v in self.views or v in self.rows or v in self.g.outputs:
+            return None
+        if any(self.types[u].quant != t.quant for u in node.inputs):
+            return None
+        for reader in consumers.get(v, []):
+            unit = self.readers.get(reader.output)
+            if reader is not node and (unit is None or v not in (unit.x, getattr(unit, "residual", None))):
+                return None
+        return v
 
     def store_phases(self, node: Node, layers: dict[str, AccelLayer], consumers: dict[str, list[Node]]) -> bool:
         """Whether the phases of the interleave ``node`` can store in place; if so their views are recorded."""
@@ -283,8 +326,11 @@ class StoredViews:
 
     def stored_at(self, value: str) -> tuple[str, int]:
         """The value whose DRAM tensor holds ``value`` (itself, or the concatenation it is stored into: the
-        outermost, as :meth:`store_parts` keeps the views; for a selection read in place, where its value is) and
-        the byte offset where ``value`` starts in it."""
+        outermost, as :meth:`store_parts` keeps the views, or the one it stores its rows into after constant rows,
+        :meth:`store_rows`; for a selection read in place, where its value is) and the byte offset where ``value``
+        starts in it."""
+        if value in self.rows:
+            return self.rows[value]
         if value in self.sliced:
             source, first = self.sliced[value]
             target, offset = self.stored_at(source)
