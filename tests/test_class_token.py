@@ -123,11 +123,12 @@ def test_a_selection_moves_before_a_quantize_only_onto_an_int8_value():
     np.testing.assert_array_equal(evaluate(out, feeds)["y"], evaluate(g, feeds)["y"])
 
 
-def classifier_model(index=0) -> onnx.ModelProto:
+def classifier_model(index=0, heads: int = 1) -> onnx.ModelProto:
     """A post-norm encoder layer ending as ViT's and BERT's do: a projection of (1, TOKENS, DIM) into the residual
     stream, the MLP (MatMul + Add, Gelu, MatMul + Add) added to it, the final ``LayerNormalization`` over all
     tokens, ``Gather`` of the class token (``index`` 0: one row; a list: those rows) along the token axis and the
-    classifier head."""
+    classifier head; with ``heads`` 2, DeiT's end: ``Gather`` of token 0 and of token 1 (the distillation token),
+    a head each and their mean."""
     rng = np.random.default_rng(5)
     inits = []
     c = initializer_adder(inits)
@@ -146,10 +147,17 @@ def classifier_model(index=0) -> onnx.ModelProto:
         helper.make_node("Add", ["m2", c("b2", rng.normal(0, 0.1, DIM))], ["f"]),
         helper.make_node("Add", ["r0", "f"], ["r1"]),
         helper.make_node("LayerNormalization", ["r1", c("g", g), c("be", rng.normal(0, 0.05, DIM))], ["n"], axis=-1),
-        helper.make_node("Gather", ["n", c("i", index, np.int64)], ["cls"], axis=1),
-        helper.make_node("MatMul", ["cls", c("w3", rng.normal(0, DIM**-0.5, (DIM, CLASSES)))], ["m3"]),
-        helper.make_node("Add", ["m3", c("b3", rng.normal(0, 0.1, CLASSES))], ["y"]),
     ]
+    for h in range(heads):
+        at, y = (index, "y") if heads == 1 else (index + h, f"y{h}")
+        w3, b3 = rng.normal(0, DIM**-0.5, (DIM, CLASSES)), rng.normal(0, 0.1, CLASSES)
+        nodes += [
+            helper.make_node("Gather", ["n", c(f"i{h}", at, np.int64)], [f"cls{h}"], axis=1),
+            helper.make_node("MatMul", [f"cls{h}", c(f"w3{h}", w3)], [f"m3{h}"]),
+            helper.make_node("Add", [f"m3{h}", c(f"b3{h}", b3)], [y]),
+        ]
+    if heads == 2:
+        nodes += [helper.make_node("Add", ["y0", "y1"], ["ys"]), helper.make_node("Mul", ["ys", c("half", 0.5)], ["y"])]
     f = TensorProto.FLOAT
     out = [1, CLASSES] if np.ndim(index) == 0 else [1, len(index), CLASSES]
     graph = helper.make_graph(
@@ -167,9 +175,9 @@ def _inputs(count: int, seed: int) -> np.ndarray:
 
 
 @functools.cache
-def compiled_classifier(index=0) -> tuple:
+def compiled_classifier(index=0, heads: int = 1) -> tuple:
     """The classifier quantized by vdla's calibration: the ONNX model, its quantized graph and the artifact."""
-    model = classifier_model(index)
+    model = classifier_model(index, heads)
     qgraph, _ = quantize_model(simplify(import_onnx(model)), {"x": _inputs(8, 1)[:, 0]}, "percentile")
     return model, qgraph, compile_graph_model(qgraph, "pynq")[0]
 
@@ -194,6 +202,37 @@ def test_the_class_token_is_normalized_on_the_accelerator_reading_the_last_layer
     low = lower_qdq(qgraph)
     assert [n.op for n in low.nodes if n.op in ("take", "layer_norm_int")] == ["take", "layer_norm_int"]
     assert_lowered_and_near_float(art, low, model, _inputs(3, 9))
+
+
+def test_select_rows_first_gives_each_of_two_selections_its_own_rows():
+    """Two takes of one LayerNorm's output (DeiT's class and distillation tokens): each moves before its own copy of
+    the LayerNorm and the column product, which then normalize one row each; values unchanged, bit for bit."""
+    g = _rows_graph((None, (0,), None))
+    two = [
+        Node("take", ("n3",), "t1", {"index": (None, (1,), None)}),
+        Node("reshape", ("t1",), "u", {"shape": (1, DIM)}),
+    ]
+    g = g.copy(nodes=[*g.nodes, *two, Node("dense", ("u", "w"), "y1")], outputs=["y", "y1"])
+    out = select_rows_first(g)
+    verify(out, after="select_rows_first")
+    assert [n.op for n in out.nodes].count("layer_norm") == 2
+    assert all(out.producers()[n.inputs[0]].op == "mul" for n in out.nodes if n.op == "layer_norm")
+    x = RNG.normal(0, 1, (TOKENS, DIM)).astype(np.float32)
+    for k in ("y", "y1"):
+        np.testing.assert_array_equal(evaluate(out, {"x": x})[k], evaluate(g, {"x": x})[k])
+
+
+def test_two_tokens_each_normalized_on_the_accelerator_for_two_heads():
+    """DeiT's end (the class and the distillation token, a head each): two one-token LayerNorm steps reading the
+    last dense layer in place, no CPU step but the input's and the output's (the heads' mean); bit-exact against
+    the lowered graph, close to onnxruntime's float model."""
+    model, qgraph, art = compiled_classifier(0, heads=2)
+    assert [s.kind for s in art.steps].count("cpu") == 2 and art.steps[0].kind == "cpu", _described(art)
+    lns = [s for s in art.steps if s.kind == "accel" and s.layer["op"] == "layer_norm"]
+    assert len(lns) == 2 and all(s.layer["input"] == [1, DIM, 1, 1] for s in lns)
+    last = [s for s in art.steps if s.kind == "accel"][2]  # the MLP's second layer, the residual sum in place
+    assert all(s.reads == [f"{last.name}@16"] for s in lns), _described(art)
+    assert_lowered_and_near_float(art, lower_qdq(qgraph), model, _inputs(3, 9))
 
 
 def test_the_token_read_in_place_is_bit_exact_on_each_backend(backend):

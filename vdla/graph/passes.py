@@ -874,7 +874,8 @@ def _select_one(
     x = node.inputs[0]
     src = producers.get(x)
     axes = selected_axes(node, types[x].shape)
-    if src is None or not axes or consumers.get(x) != [node] or x in graph.outputs:
+    readers = consumers.get(x, [])
+    if src is None or not axes or any(r.op not in SELECTIONS for r in readers) or x in graph.outputs:
         return None
     if through is not None and src.op not in through:
         return None
@@ -893,20 +894,21 @@ def _select_one(
         inputs = tuple(inner.output if v == u else v for v in src.inputs)
         moved = [inner, Node(src.op, inputs, node.output, dict(src.attrs))]
     types[inner.output] = infer(inner, [types[inner.inputs[0]]], graph.params)
-    nodes = [n for n in graph.nodes if n is not src]
+    nodes = [n for n in graph.nodes if n is not src or len(readers) > 1]  # kept for the other selections
     at = nodes.index(node)
     nodes[at : at + 1] = moved
     return graph.copy(nodes=nodes)
 
 
 def select_rows_first(graph: Graph, through: tuple[str, ...] | None = None) -> Graph:
-    """Each ``take`` or ``slice`` (:func:`selected_axes`) of a value only it reads computed before the node
-    producing that value, repeatedly: before a row-wise node (:func:`_commutes`: a LayerNorm/RMSNorm over the last
-    axis selecting other axes, an elementwise node over constants that do not vary along the selected axes, a
-    quantization per tensor: a ``quantize`` only where the selection moves on past the node before it,
-    :func:`_passes_on`) and before a reshape adding leading axes of size one (the selection of the input's
-    axes, reshaped). The class token a classifier reads (``take`` of token 0 after the final LayerNorm) is then
-    normalized alone, and selected straight from the last layer's (tokens, features) output. ``through``: the
+    """Each ``take`` or ``slice`` (:func:`selected_axes`) of a value only selections read computed before the node
+    producing that value (a copy of that node for each selection, where several read it: DeiT's class and
+    distillation tokens each normalized alone), repeatedly: before a row-wise node (:func:`_commutes`: a
+    LayerNorm/RMSNorm over the last axis selecting other axes, an elementwise node over constants that do not vary
+    along the selected axes, a quantization per tensor: a ``quantize`` only where the selection moves on past the
+    node before it, :func:`_passes_on`) and before a reshape adding leading axes of size one (the selection of the
+    input's axes, reshaped). The class token a classifier reads (``take`` of token 0 after the final LayerNorm) is
+    then normalized alone, and selected straight from the last layer's (tokens, features) output. ``through``: the
     operators a selection may move before (default: all those above; :func:`vdla.graph.qdq.lower_qdq` moves one
     before a ``dequantize`` alone, onto the int8 value). Exact: a function of each row selects with its rows."""
     types = infer_types(graph)
