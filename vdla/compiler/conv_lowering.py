@@ -40,7 +40,7 @@ from vdla.compiler.vthreads import round_robin
 from vdla.config import HwConfig
 from vdla.isa import AluOp, MemType
 
-GEMM_ORDER = ("oc", "oh", "ow", "ic", "ky", "kx")
+GEMM_ORDER = ("oc", "b", "oh", "ow", "ic", "ky", "kx")
 UNIT_AXIS = (1, (0, 0, 0))
 POST = "post_"  # the DRAM tensors of the post add's per-channel rows: its own row names after this prefix
 GATE = "gate"  # the DRAM tensor of a gated input's int8 gate (N, C, 1, 1), packed; its multiplier row: "gatemul"
@@ -53,7 +53,9 @@ def epilogue_rows(epi: EpilogueSpec) -> list[str]:
 
 @dataclass(frozen=True)
 class Tile:
-    """An output tile: batch group, output-channel blocks [ob, ob+noc), rows [oy, oy+noh), cols [ox, ox+now)."""
+    """An output tile: batch groups [ng, ng+nn), output-channel blocks [ob, ob+noc), rows [oy, oy+noh), cols
+    [ox, ox+now). Its accumulators sit densely as the output's DRAM layout orders them: batch group, channel
+    block, row, column (several batch groups only where each is one pixel: :attr:`ConvLowering.token_tiles`)."""
 
     ng: int
     ob: int
@@ -62,6 +64,12 @@ class Tile:
     noh: int
     ox: int
     now: int
+    nn: int = 1
+
+    @property
+    def pixels(self) -> int:
+        """Pixels of the tile per output-channel block, over all its batch groups."""
+        return self.nn * self.noh * self.now
 
 
 def ranges(total: int, size: int) -> list[tuple[int, int]]:
@@ -171,6 +179,25 @@ class ConvLowering:
 
     # ---- geometry -------------------------------------------------------------------------------
     @property
+    def token_refusal(self) -> str | None:
+        """Why a tile may not span several batch groups (None: it may). It may for a 1x1 layer of stride 1 over
+        1x1 images (a dense layer's tokens, each an image of the token-major layout) without a fused pool, a view,
+        a post add, a gate, a row mask or an upsampled input: each group's window and output are single elements,
+        so a tile of ``tn`` groups loads its inputs in one 2-D LOAD (``tn`` rows of ``tic`` blocks, ``ib`` apart) and
+        its GEMM loops over the groups."""
+        sp, epi = self.spec, self.epi
+        if (sp.h, sp.w, sp.kh, sp.kw, sp.sh, sp.sw) != (1, 1, 1, 1, 1, 1) or any(sp.pad):
+            return f"{sp.key()} is not a 1x1 layer of stride 1 over 1x1 images"
+        if self.view or self.copy_view or self.up or self.gate or epi.pool or epi.post or epi.mask:
+            return "the layer has an output view, an upsampled or gated input, a fused pool, a post add or a row mask"
+        return None
+
+    @property
+    def token_tiles(self) -> bool:
+        """Whether a tile may span several batch groups (:meth:`token_refusal`)."""
+        return self.token_refusal is None
+
+    @property
     def out_hw(self) -> tuple[int, int]:
         """Rows and columns of the stored output: the convolution's, or the fused pool's."""
         return self.pool.out_hw if self.pool else (self.spec.oh, self.spec.ow)
@@ -220,19 +247,22 @@ class ConvLowering:
         if self.col_step == 1 or top + bottom:
             return self.col_step > 1
         rows, cols = self.in_rows(s.toh), self.in_cols(s.tow)
-        ext = {"ic": s.tic, "row": rows, "col": cols}
+        ext = {"n": 1, "ic": s.tic, "row": rows, "col": cols}
         loads = [len(window_transfers(self.window_layout(s.tic, rows, cols, by), ext, 0)) for by in (False, True)]
         return loads[1] < loads[0]
 
-    def window_layout(self, nic: int, rows: int, cols: int, by_columns: bool) -> dict[str, tuple[int, int]]:
-        """(DRAM element stride, INP element stride) of each axis of a step's input window of ``nic`` channel
-        blocks of ``rows`` x ``cols`` elements, outer to inner as it sits, densely, in INP: channel block, row,
-        column (row-major) or column, channel block, row (column-major: a LOAD down a column of a window
-        spanning the input's height continues into the next channel block's column at the same stride)."""
+    def window_layout(
+        self, nic: int, rows: int, cols: int, by_columns: bool, nn: int = 1
+    ) -> dict[str, tuple[int, int]]:
+        """(DRAM element stride, INP element stride) of each axis of a step's input window of ``nn`` batch groups
+        (outermost) of ``nic`` channel blocks of ``rows`` x ``cols`` elements, outer to inner as it sits, densely,
+        in INP: channel block, row, column (row-major) or column, channel block, row (column-major: a LOAD down a
+        column of a window spanning the input's height continues into the next channel block's column at the
+        same stride)."""
         sp = self.spec
-        dram = {"ic": sp.h * sp.w, "row": self.row_step * sp.w, "col": self.col_step}
-        ext = {"ic": nic, "row": rows, "col": cols}
-        order = ("col", "ic", "row") if by_columns else ("ic", "row", "col")
+        dram = {"n": self.ib * sp.h * sp.w, "ic": sp.h * sp.w, "row": self.row_step * sp.w, "col": self.col_step}
+        ext = {"n": nn, "ic": nic, "row": rows, "col": cols}
+        order = ("n", "col", "ic", "row") if by_columns else ("n", "ic", "row", "col")
         inp, inner = {}, 1
         for a in reversed(order):
             inp[a], inner = inner, inner * ext[a]
@@ -264,14 +294,16 @@ class ConvLowering:
         """Whether the reduction step starting at input-channel block ``ib0`` reads the upsampled tensor."""
         return self.up is not None and self.up.covers(ib0)
 
-    def step_nest(self, toc: int, toh: int, tow: int, ib0: int, nic: int, resident: bool, by_columns: bool) -> tuple:
-        """The GEMM loop nest of a (toc, toh, tow) tile's reduction step of ``nic`` input blocks from ``ib0``: an
-        upsampled step's (:meth:`up_nest`) or :meth:`gemm_nest`, the weights of all input blocks held where they are
-        ``resident``."""
+    def step_nest(
+        self, toc: int, toh: int, tow: int, ib0: int, nic: int, resident: bool, by_columns: bool, nn: int = 1
+    ) -> tuple:
+        """The GEMM loop nest of a (toc, toh, tow) tile's reduction step of ``nic`` input blocks from ``ib0`` over
+        ``nn`` batch groups: an upsampled step's (:meth:`up_nest`) or :meth:`gemm_nest`, the weights of all input
+        blocks held where they are ``resident``."""
         wic = self.ib if resident else nic
         if self.is_up(ib0):
             return self.up_nest(toc, toh, tow, nic, wic)
-        return self.gemm_nest(toc, toh, tow, nic, wic, by_columns)
+        return self.gemm_nest(toc, toh, tow, nic, wic, by_columns, nn)
 
     def up_nest(self, toc: int, toh: int, tow: int, tic: int, wic: int) -> tuple:
         """The GEMM loop nest of an upsampled step (:meth:`is_up`): output rows and columns split into (source
@@ -388,23 +420,24 @@ class ConvLowering:
     def inputs_resident(self, s: Schedule) -> bool:
         """Whether the thread keeps the input windows of all reduction steps of its spatial tile, each step's
         at its own place, so that they are loaded once per spatial tile."""
-        window = self.in_rows(s.toh) * self.in_cols(s.tow)
+        window = s.tn * self.in_rows(s.toh) * self.in_cols(s.tow)
         return s.tic < self.ib and self.ib * window + self.res_elems(s) <= self.shares(s.vthreads)[0]
 
     def res_elems(self, s: Schedule) -> int:
         """INP elements of the full-size tile's residual (0 unless ``res_inp``), or of the post add's operand."""
-        return s.toc * s.toh * s.tow if s.res_inp or self.post else 0
+        return s.toc * s.tn * s.toh * s.tow if s.res_inp or self.post else 0
 
     def window_elems(self, s: Schedule) -> int:
         """INP elements of the thread's input windows (all reduction steps' when resident); the residual of a
         ``res_inp`` schedule follows them."""
-        return (self.ib if self.inputs_resident(s) else s.tic) * self.in_rows(s.toh) * self.in_cols(s.tow)
+        steps = self.ib if self.inputs_resident(s) else s.tic
+        return steps * s.tn * self.in_rows(s.toh) * self.in_cols(s.tow)
 
     def footprint(self, s: Schedule) -> tuple[int, int, int]:
         """(INP, WGT, ACC) elements one thread needs for the schedule's full-size tile (no WGT share when the
         weights are shared); a residual takes a tile's worth of INP (``res_inp``) or of ACC."""
         wic = self.ib if self.weights_resident(s) else s.tic
-        tile = s.toc * s.toh * s.tow
+        tile = s.toc * s.tn * s.toh * s.tow
         acc = tile * (2 if self.epi.residual and not s.res_inp else 1)
         acc += self.pool.acc_elems(s.toc, s.toh) if self.pool else 0
         acc += 2 * tile * bool(self.row_pairs)  # each pixel twice, for whole-row stores (OutputView.row_pairs)
@@ -414,21 +447,21 @@ class ConvLowering:
         wgt = 0 if self.weights_shared else s.toc * wic * self.taps
         return self.window_elems(s) + self.res_elems(s), wgt, acc
 
-    def gemm_nest(self, toc: int, toh: int, tow: int, tic: int, wic: int, by_columns: bool) -> tuple:
-        """The GEMM loop nest of one reduction step of a (toc, toh, tow) tile over ``tic`` input blocks, its
-        input window column-major when ``by_columns`` (:meth:`window_layout`)."""
-        key = (toc, toh, tow, tic, wic, by_columns)
+    def gemm_nest(self, toc: int, toh: int, tow: int, tic: int, wic: int, by_columns: bool, nn: int = 1) -> tuple:
+        """The GEMM loop nest of one reduction step of a (toc, toh, tow) tile of ``nn`` batch groups over ``tic``
+        input blocks, its input window column-major when ``by_columns`` (:meth:`window_layout`)."""
+        key = (toc, toh, tow, tic, wic, by_columns, nn)
         if key not in self._nests:
             self._nests[key] = self._gemm_nest(*key)
         return self._nests[key]
 
-    def _gemm_nest(self, toc: int, toh: int, tow: int, tic: int, wic: int, by_columns: bool) -> tuple:
-        window = self.window_layout(tic, self.in_rows(toh), self.in_cols(tow), by_columns)
+    def _gemm_nest(self, toc: int, toh: int, tow: int, tic: int, wic: int, by_columns: bool, nn: int) -> tuple:
+        window = self.window_layout(tic, self.in_rows(toh), self.in_cols(tow), by_columns, nn)
         inp = {a: stride for a, (_, stride) in window.items()}
-        tile = {"oc": toc, "oh": toh, "ow": tow, "ic": tic, "ky": self.spec.kh, "kx": self.spec.kw}
-        layouts = {
-            "out": ((0, 1), (toh * tow, 1), (tow, 1), (1, 1)),
-            "lhs": ((0, 1), (inp["ic"], 1), (inp["row"], self.row_step), (inp["col"], self.col_step)),
+        tile = {"oc": toc, "b": nn, "oh": toh, "ow": tow, "ic": tic, "ky": self.spec.kh, "kx": self.spec.kw}
+        layouts = {  # the accumulators batch-group-major (Tile)
+            "out": ((toc * toh * tow, 1), (toh * tow, 1), (tow, 1), (1, 1)),
+            "lhs": ((inp["n"], 1), (inp["ic"], 1), (inp["row"], self.row_step), (inp["col"], self.col_step)),
             "rhs": ((wic * self.taps, 1), (self.taps, 1), (self.spec.kw, 1), (1, 1)),
         }
         return self.tensorized.nest(tile, layouts, GEMM_ORDER)
@@ -448,11 +481,13 @@ class ConvLowering:
 
     def problems(self, s: Schedule) -> list[str]:
         """Why a schedule does not fit (empty if it does)."""
-        if s.toc > self.ob or s.tic > self.ib or s.toh > self.spec.oh or s.tow > self.spec.ow:
+        if s.toc > self.ob or s.tic > self.ib or s.toh > self.spec.oh or s.tow > self.spec.ow or s.tn > self.ng:
             return [
                 f"tile {s.describe()} exceeds the layer ({self.ob} output / {self.ib} input channel blocks, "
-                f"{self.spec.oh}x{self.spec.ow} pixels)"
+                f"{self.ng} batch groups of {self.spec.oh}x{self.spec.ow} pixels)"
             ]
+        if s.tn > 1 and (why := self.token_refusal):
+            return [f"tile {s.describe()} spans {s.tn} batch groups: {why}"]
         if s.res_inp and not self.residual_gemm:
             return [self.no_residual_gemm()]
         if self.pool and (pool := self.pool_problems(s)):
@@ -464,7 +499,7 @@ class ConvLowering:
             return out
         resident, by_columns = self.weights_resident(s), self.by_columns(s)
         tile = (s.toc, s.toh, s.tow)
-        nests = dict.fromkeys(self.step_nest(*tile, b0, n, resident, by_columns) for b0, n in self.steps(s))
+        nests = dict.fromkeys(self.step_nest(*tile, b0, n, resident, by_columns, s.tn) for b0, n in self.steps(s))
         for oc, rest in (self.oc_axis(nest, s.toc) for nest in nests):
             if not fits_loop(oc, self.limits):
                 return [
@@ -542,22 +577,25 @@ class ConvLowering:
     def tile_order(self, s: Schedule) -> tuple[np.ndarray, np.ndarray]:
         """(output-channel tile index, spatial tile index) of every tile in execution order."""
         n_oc = -(-self.ob // s.toc)
-        n_sp = self.ng * -(-self.spec.oh // s.toh) * -(-self.spec.ow // s.tow)
+        n_sp = -(-self.ng // s.tn) * -(-self.spec.oh // s.toh) * -(-self.spec.ow // s.tow)
         if s.order == "oc":
             return np.repeat(np.arange(n_oc), n_sp), np.tile(np.arange(n_sp), n_oc)
         return np.tile(np.arange(n_oc), n_sp), np.repeat(np.arange(n_sp), n_oc)
 
     def tile_sizes(self, s: Schedule) -> tuple[np.ndarray, np.ndarray]:
-        """Output-channel blocks of each output-channel tile, pixels of each spatial tile (by tile index)."""
+        """Output-channel blocks of each output-channel tile, pixels of each spatial tile (by tile index; of all
+        its batch groups)."""
         rows, cols = ranges(self.spec.oh, s.toh), ranges(self.spec.ow, s.tow)
-        pixels = [h * w for _, (_, h), (_, w) in itertools.product(range(self.ng), rows, cols)]
+        pixels = [n * h * w for (_, n), (_, h), (_, w) in itertools.product(ranges(self.ng, s.tn), rows, cols)]
         return np.array([n for _, n in ranges(self.ob, s.toc)]), np.array(pixels)
 
     def tiles(self, s: Schedule) -> list[Tile]:
         """Every output tile, in execution order."""
         ocs = ranges(self.ob, s.toc)
-        sps = list(itertools.product(range(self.ng), ranges(self.spec.oh, s.toh), ranges(self.spec.ow, s.tow)))
-        return [Tile(sps[p][0], *ocs[o], *sps[p][1], *sps[p][2]) for o, p in zip(*self.tile_order(s))]
+        sps = list(itertools.product(ranges(self.ng, s.tn), ranges(self.spec.oh, s.toh), ranges(self.spec.ow, s.tow)))
+        return [
+            Tile(sps[p][0][0], *ocs[o], *sps[p][1], *sps[p][2], nn=sps[p][0][1]) for o, p in zip(*self.tile_order(s))
+        ]
 
     def steps(self, s: Schedule) -> list[tuple[int, int]]:
         """The reduction steps: (first input-channel block, blocks), split where the upsampled blocks begin and

@@ -22,7 +22,7 @@ from functools import lru_cache
 import numpy as np
 
 from vdla.compiler.blocks import Alu, Epi, Gemm, Load, Op, Store
-from vdla.compiler.conv_emit import ThreadBuilder, tail_groups
+from vdla.compiler.conv_emit import ThreadBuilder, tail_parts
 from vdla.compiler.conv_lowering import ConvLowering, Tile
 from vdla.compiler.schedule import Schedule
 from vdla.compiler.vthreads import round_robin, thread_deps
@@ -104,6 +104,7 @@ class StepCosts:
     split_store: int  # the last step's STOREs split by output-channel group (a thread's last block)
     kernel_uops: int  # micro-ops of the distinct micro-kernels of such a tile
     size: tuple[int, int]  # the tile's output-channel blocks and pixels
+    parts: int  # the parts a thread's last block is split in (tail_parts)
     longest_load: int  # the longest load-stage instruction: what a compute-stage load may wait for
 
 
@@ -128,11 +129,12 @@ class CostModel:
         """Costs of the middle tile's blocks (they depend on the tile geometry only). Only the first, second
         and last reduction steps are built: the steps between repeat the second."""
         low = self.low
-        key = (s.toc, s.toh, s.tow, s.tic, low.weights_resident(s), s.res_inp)
+        key = (s.toc, s.toh, s.tow, s.tic, low.weights_resident(s), s.res_inp, s.tn)
         if key not in self._steps:
             oy = (-(-low.spec.oh // s.toh) // 2) * s.toh
             ox = (-(-low.spec.ow // s.tow) // 2) * s.tow
-            tile = Tile(0, 0, min(s.toc, low.ob), oy, min(s.toh, low.spec.oh - oy), ox, min(s.tow, low.spec.ow - ox))
+            noh, now = min(s.toh, low.spec.oh - oy), min(s.tow, low.spec.ow - ox)
+            tile = Tile(0, 0, min(s.toc, low.ob), oy, noh, ox, now, nn=min(s.tn, low.ng))
             steps = low.steps(s)
             n = len(steps)
             built = sorted({0, min(1, n - 1), n - 1})
@@ -175,7 +177,8 @@ class CostModel:
                     op_cycles(op, self.cfg) for op in builder.block(tile, n - 1, steps[-1], n, split=True).stores
                 ),
                 kernel_uops=sum(kernels.values()) + unbuilt * max(kernels.values()),
-                size=(tile.noc, tile.noh * tile.now),
+                size=(tile.noc, tile.pixels),
+                parts=len(tail_parts(tile)),
                 longest_load=max(
                     (
                         c
@@ -235,7 +238,7 @@ class CostModel:
 
     def tail_parts(self, s: Schedule) -> int:
         """Parts a thread's last block is split in (see :meth:`ThreadBuilder.blocks`)."""
-        return len(tail_groups(self.step_costs(s).size[0]))
+        return self.step_costs(s).parts
 
     def estimate(self, s: Schedule) -> Estimate:
         """Event simulation of the round-robin blocks on the three stages, each stage taking its blocks in
