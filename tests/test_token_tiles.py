@@ -43,21 +43,25 @@ def dense_case(seed: int, tokens: int, k: int, n: int, residual: bool):
 
 @pytest.mark.parametrize("cfg", BOTH, ids=("pynq", "full"))
 @pytest.mark.parametrize(
-    "schedule",
+    ("k", "schedule"),
     [
-        Schedule(3, 1, 1, 4, 2, tn=TOKENS),  # every token in one tile, three reduction steps
-        Schedule(2, 1, 1, 12, 3, tn=24, order="spatial"),  # ragged token tiles, inputs kept across channel tiles
-        Schedule(5, 1, 1, 6, 2, tn=33, res_inp=True),  # the residual in INP, added by the identity GEMM
-        Schedule(4, 1, 1, 3, 1, tn=17),  # resident input windows of every step
+        (192, Schedule(3, 1, 1, 4, 2, tn=TOKENS)),  # every token in one tile, three steps, the input shared
+        (192, Schedule(2, 1, 1, 12, 3, tn=24, order="spatial")),  # ragged token tiles
+        (192, Schedule(5, 1, 1, 6, 2, tn=33, res_inp=True)),  # the residual in INP, added by the identity GEMM
+        (768, Schedule(2, 1, 1, 8, 2, tn=33, res_inp=True)),  # an input too large to share: each thread's windows
+        (768, Schedule(3, 1, 1, 8, 1, tn=2)),  # every step's window resident in the thread's share
     ],
-    ids=lambda s: s.describe(),
+    ids=lambda v: v.describe() if isinstance(v, Schedule) else str(v),
 )
-def test_token_tiles_are_exact(cfg, schedule):
-    """Ragged token tiles and channel tiles, several reduction steps, both residual forms: the simulator's outputs
-    equal the numpy oracle's integer arithmetic."""
-    x, w, ep, res = dense_case(1, TOKENS, 192, 150, residual=True)
+def test_token_tiles_are_exact(cfg, k, schedule):
+    """Ragged token tiles and channel tiles, several reduction steps, both residual forms, the input shared by the
+    threads or not: the simulator's outputs equal the numpy oracle's integer arithmetic."""
+    x, w, ep, res = dense_case(1, TOKENS, k, 150, residual=True)
     layer = compile_conv2d(x.shape, w, epilogue=ep, config=cfg, schedule=schedule)
     assert layer.schedule == schedule
+    low = layer.lowering
+    assert low.inputs_shared(schedule) == (k == 192)
+    assert low.inputs_resident(schedule) == (schedule.tn == 2)
     out = layer.run(Device(cfg), x, res).out
     np.testing.assert_array_equal(out, conv2d_oracle(x, w, layer.spec, ep, res))
 
@@ -107,3 +111,16 @@ def test_token_tiles_only_where_a_group_is_one_pixel():
     assert all(s.tn == 1 for s in candidate_tiles(low, 2))
     (why,) = low.problems(Schedule(1, 5, 5, 1, 1, tn=2))
     assert "not a 1x1 layer of stride 1 over 1x1 images" in why
+
+
+@pytest.mark.parametrize(
+    "schedule", [Schedule(2, 1, 1, 2, 2, tn=9, res_inp=True), Schedule(3, 1, 1, 3, 1, tn=20)], ids=Schedule.describe
+)
+def test_token_tiles_on_rtl(rtl_library, schedule):
+    """The RTL runs a token-tiled program (ragged groups, steps, the residual in INP and in ACC, a split tail) as
+    the simulator does: bit-exact against numpy, equal to the simulator."""
+    x, w, ep, res = dense_case(4, 20, 48, 40, residual=True)
+    layer = compile_conv2d(x.shape, w, epilogue=ep, schedule=schedule)
+    rtl = layer.run(Device("pynq", backend="rtl"), x, res)
+    np.testing.assert_array_equal(rtl.out, conv2d_oracle(x, w, layer.spec, ep, res))
+    np.testing.assert_array_equal(rtl.out, layer.run(Device("pynq"), x, res).out)

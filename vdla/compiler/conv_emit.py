@@ -112,8 +112,9 @@ class ThreadBuilder:
 
     def __init__(self, low: ConvLowering, s: Schedule, thread: int):
         self.low, self.s, self.thread = low, s, thread
-        inp, wgt, acc = low.shares(s.vthreads)
-        self.inp0, self.wgt0 = thread * inp, 0 if low.weights_shared else thread * wgt
+        inp, wgt, acc = low.thread_shares(s)
+        self.inp0 = low.shared_inp_elems(s) + thread * inp
+        self.wgt0 = 0 if low.weights_shared else thread * wgt
         self.resident = low.weights_resident(s)
         self.by_columns = low.by_columns(s)
         tile = s.toc * s.tn * s.toh * s.tow
@@ -198,7 +199,7 @@ class ThreadBuilder:
         nest = low.step_nest(sub.noc, t.noh, t.now, ib0, nic, self.resident, self.by_columns, sub.nn)
         gated = low.gate is not None  # the window read from OUT, where gate_ops left it
         window = nic * low.in_rows(t.noh) * low.in_cols(t.now)  # a batch group's, in INP (window_layout)
-        src = self.acc["gate"] if gated else self.step_inp0(ib0) + (sub.ng - t.ng) * window
+        src = self.acc["gate"] if gated else self.step_inp0(t, ib0, nic) + (sub.ng - t.ng) * window
         base = (acc, src, wgt0 + (ib0 - w_ic0) * low.taps)
         gemms = self.init_gemms if k == 0 else self.step_gemms
         compute = [self.skip_zero(op, sub.ob, ib0, wic, base[2]) for op in gemms(sub, nest, base, src_out=gated)]
@@ -330,7 +331,7 @@ class ThreadBuilder:
         win = low.in_rows(t.noh) * low.in_cols(t.now)
         row = low.gate_base + t.ng * low.ib + ib0
         nest = ((nic, (win, win, 0)), (win, (1, 1, 0)))
-        base = (self.acc["gate"], self.step_inp0(ib0), low.eye)
+        base = (self.acc["gate"], self.step_inp0(t, ib0, nic), low.eye)
         return [
             Epi(True, lo == 0, 0, None, mul=(row, shift)),
             Gemm(lower_nest(nest, base, low.limits, pin_outer=True), init=True),
@@ -357,8 +358,10 @@ class ThreadBuilder:
                     drop[j], need = False, np.setdiff1d(need, dst[j])
         return op if not drop.any() or drop.all() else replace(op, kernel=k.keep(~drop))
 
-    def step_inp0(self, ib0: int) -> int:
-        """Where the input window of the step starting at input-channel block ``ib0`` sits."""
+    def step_inp0(self, t: Tile, ib0: int, nic: int) -> int:
+        """Where tile ``t``'s input window of the step of ``nic`` blocks from input-channel block ``ib0`` sits."""
+        if self.low.inputs_shared(self.s):  # step-major, batch-group-major within the step
+            return self.low.ng * ib0 + t.ng * nic
         if not self.low.inputs_resident(self.s):
             return self.inp0
         return self.inp0 + ib0 * self.s.tn * self.low.in_rows(self.s.toh) * self.low.in_cols(self.s.tow)
@@ -439,7 +442,7 @@ class ThreadBuilder:
         offset = ((t.ng * up.blocks + ib0 - up.first) * hs + t.oy // fh) * ws + t.ox // fw
         lay = {"ic": (hs * ws, rows * cols), "row": (ws, cols), "col": (1, 1)}
         ext = {"ic": nic, "row": rows, "col": cols}
-        base = self.step_inp0(ib0)
+        base = self.step_inp0(t, ib0, nic)
         return [
             Load(MemType.INP, base + tr.sram, "up", tr.offset, tr.y, tr.x, tr.stride)
             for tr in window_transfers(lay, ext, offset)
@@ -462,7 +465,7 @@ class ThreadBuilder:
         lay = low.window_layout(nic, rows, cols, by_columns, t.nn)
         ext = {"n": t.nn, "ic": nic, "row": r_hi - r_lo, "col": c_hi - c_lo}
         pad = (r_lo, rows - r_hi, c_lo, cols - c_hi)
-        base = self.step_inp0(ib0)
+        base = self.step_inp0(t, ib0, nic)
         if not any(pad):
             return [
                 Load(MemType.INP, base + tr.sram, "inp", tr.offset, tr.y, tr.x, tr.stride)

@@ -401,10 +401,29 @@ class ConvLowering:
         and shared by all threads; the threads' shares lie below it."""
         return self.rows_base - (self.pool.carry_elems(self.ob) if self.pool else 0)
 
-    def shares(self, vthreads: int) -> tuple[int, int, int]:
-        """(INP, WGT, ACC) elements of one thread's buffer share."""
+    def shares(self, vthreads: int, shared_inp: int = 0) -> tuple[int, int, int]:
+        """(INP, WGT, ACC) elements of one thread's buffer share (``shared_inp``: INP elements from 0 that every
+        thread shares, :meth:`inputs_shared`)."""
         c = self.cfg
-        return c.inp_depth // vthreads, self.wgt_free // vthreads, max(self.carry_base, 0) // vthreads
+        inp = (c.inp_depth - shared_inp) // vthreads
+        return inp, self.wgt_free // vthreads, max(self.carry_base, 0) // vthreads
+
+    def thread_shares(self, s: Schedule) -> tuple[int, int, int]:
+        """(INP, WGT, ACC) elements of one thread's share under schedule ``s`` (after a shared input)."""
+        return self.shares(s.vthreads, self.shared_inp_elems(s))
+
+    def inputs_shared(self, s: Schedule) -> bool:
+        """Whether the whole input sits once in INP from element 0, shared by every thread: for token tiles
+        (``s.tn > 1``) when it fits beside every thread's residual. It sits step-major (reduction step k's blocks
+        of every batch group from ``ng * ib0(k)``, batch-group-major), and each step's blocks of a token tile are
+        loaded once, by the first block in stream order that uses them: every later user's compute follows that
+        block's in the in-order compute stream, which waited for the load, and nothing overwrites them (as with
+        :attr:`weights_shared`)."""
+        return s.tn > 1 and self.ng * self.ib + s.vthreads * self.res_elems(s) <= self.cfg.inp_depth
+
+    def shared_inp_elems(self, s: Schedule) -> int:
+        """INP elements of the shared input (:meth:`inputs_shared`; 0 without one)."""
+        return self.ng * self.ib if self.inputs_shared(s) else 0
 
     @property
     def weights_shared(self) -> bool:
@@ -421,15 +440,19 @@ class ConvLowering:
         """Whether the thread keeps the input windows of all reduction steps of its spatial tile, each step's
         at its own place, so that they are loaded once per spatial tile."""
         window = s.tn * self.in_rows(s.toh) * self.in_cols(s.tow)
-        return s.tic < self.ib and self.ib * window + self.res_elems(s) <= self.shares(s.vthreads)[0]
+        if self.inputs_shared(s) or s.tic >= self.ib:
+            return False
+        return self.ib * window + self.res_elems(s) <= self.thread_shares(s)[0]
 
     def res_elems(self, s: Schedule) -> int:
         """INP elements of the full-size tile's residual (0 unless ``res_inp``), or of the post add's operand."""
         return s.toc * s.tn * s.toh * s.tow if s.res_inp or self.post else 0
 
     def window_elems(self, s: Schedule) -> int:
-        """INP elements of the thread's input windows (all reduction steps' when resident); the residual of a
-        ``res_inp`` schedule follows them."""
+        """INP elements of the thread's input windows (all reduction steps' when resident, none in its share when
+        the input is shared); the residual of a ``res_inp`` schedule follows them."""
+        if self.inputs_shared(s):
+            return 0
         steps = self.ib if self.inputs_resident(s) else s.tic
         return steps * s.tn * self.in_rows(s.toh) * self.in_cols(s.tow)
 
@@ -475,7 +498,7 @@ class ConvLowering:
         """Buffers the schedule's tile overflows (empty if it fits)."""
         return [
             f"{buf} needs {need} elements per thread, the share holds {have}"
-            for buf, need, have in zip(("INP", "WGT", "ACC"), self.footprint(s), self.shares(s.vthreads))
+            for buf, need, have in zip(("INP", "WGT", "ACC"), self.footprint(s), self.thread_shares(s))
             if need > have
         ]
 
@@ -612,22 +635,23 @@ class ConvLowering:
     def residency(self, s: Schedule) -> list[np.ndarray]:
         """Per thread, per block (tile-major, step-minor): must it load its input window, its weights?
         Each is skipped when the thread's share still holds it from the thread's previous block; shared
-        weights are loaded by the first block in stream order that uses them."""
+        weights (a shared input) are loaded by the first block in stream order that uses them."""
         oc, sp = self.tile_order(s)
         n = len(self.steps(s))
-        out, chunks = [], []
+        out, chunks = [], {0: [], 1: []}  # per thread, each block's (spatial tile, step) and (oc tile, step)
         for t in range(s.vthreads):
             o, p = np.repeat(oc[t :: s.vthreads], n), np.repeat(sp[t :: s.vthreads], n)
             k = np.tile(np.arange(n), len(oc[t :: s.vthreads]))
             wgt = _changed(o) if self.weights_resident(s) else _changed(o, k)
             inp = np.repeat(_changed(p[::n]), n) if self.inputs_resident(s) else _changed(p, k)
             out.append(np.stack([inp, wgt], axis=1))
-            chunks.append((o * n + k).tolist())
-        if self.weights_shared:
+            chunks[0].append((p * n + k).tolist())
+            chunks[1].append((o * n + k).tolist())
+        for col in [c for c, shared in ((0, self.inputs_shared(s)), (1, self.weights_shared)) if shared]:
             seen: set[int] = set()
-            for t, i in round_robin([len(c) for c in chunks]):
-                out[t][i, 1] = chunks[t][i] not in seen
-                seen.add(chunks[t][i])
+            for t, i in round_robin([len(c) for c in chunks[col]]):
+                out[t][i, col] = chunks[col][t][i] not in seen
+                seen.add(chunks[col][t][i])
         return out
 
     @property

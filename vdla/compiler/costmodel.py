@@ -162,7 +162,7 @@ class CostModel:
                 for op, _ in cost[k]
                 if isinstance(op, Gemm | Alu)
             }
-            own = low.weights_resident(s) or low.weights_shared or low.inputs_resident(s)
+            own = low.weights_resident(s) or low.weights_shared or low.inputs_resident(s) or low.inputs_shared(s)
             unbuilt = n - len(built) if own else 0  # each step has its own GEMM kernel
             gemm = [total(k, lambda op: isinstance(op, Gemm)) for k in rep]
             self._steps[key] = StepCosts(
