@@ -62,6 +62,7 @@ from vdla.compiler.vthreads import prologue_block
 from vdla.isa import AluOp, MemType
 
 TAIL_PARTS = 8  # a thread's last block hands its output channels to the store stage in up to this many parts
+TOKEN_TAIL_PARTS = 4  # or its batch groups in up to this many (each issues the GEMM and every pass again)
 CLAMP_FROM_OUT = Epi(True, False, 0, None, src_out=True)  # later GEMMs read OUT, their writes only clamped to int8
 
 
@@ -71,7 +72,7 @@ def tail_parts(t: Tile) -> list[tuple[Tile, int]]:
     batch-group-major, so each group's are dense), else of its output-channel blocks."""
     if t.nn > 1:
         per = t.noc * t.noh * t.now
-        return [(replace(t, ng=t.ng + n0, nn=n), n0 * per) for n0, n in ranges(t.nn, -(-t.nn // TAIL_PARTS))]
+        return [(replace(t, ng=t.ng + n0, nn=n), n0 * per) for n0, n in ranges(t.nn, -(-t.nn // TOKEN_TAIL_PARTS))]
     return [(replace(t, ob=t.ob + o0, noc=n), o0 * t.pixels) for o0, n in ranges(t.noc, -(-t.noc // TAIL_PARTS))]
 
 
