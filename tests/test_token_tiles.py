@@ -73,6 +73,16 @@ def test_token_tiles_are_exact_on_two_batch_lanes():
     np.testing.assert_array_equal(layer.run(Device("batch2"), x, res).out, conv2d_oracle(x, w, layer.spec, ep, res))
 
 
+@pytest.mark.parametrize("cfg", ["pynq", "block8", "batch2"])
+@pytest.mark.parametrize("residual", [False, True])
+def test_searched_token_tiles_are_exact_on_each_preset(cfg, residual):
+    """The search's choice for 40 tokens spans several on the 16x16, 8x8 and two-lane presets, and is exact."""
+    x, w, ep, res = dense_case(5, 40, 72, 52, residual)
+    layer = compile_conv2d(x.shape, w, epilogue=ep, config=cfg)
+    assert layer.schedule.tn > 1
+    np.testing.assert_array_equal(layer.run(Device(cfg), x, res).out, conv2d_oracle(x, w, layer.spec, ep, res))
+
+
 def lowering(cfg, tokens: int, k: int, n: int, residual: bool) -> ConvLowering:
     epi = EpilogueSpec(bias=True, multiplier="row", shift=24, residual="int8" if residual else None)
     return ConvLowering(Conv2dSpec.make((tokens, k, 1, 1), n, 1), epi, cfg)
