@@ -90,12 +90,12 @@ def lowering(cfg, tokens: int, k: int, n: int, residual: bool) -> ConvLowering:
 
 @pytest.mark.parametrize("shape", [(192, 576, False), (192, 192, True), (768, 192, True)])
 def test_cost_model_tracks_the_simulator_on_token_tiles(shape):
-    """ViT-Tiny's dense layers (q/k/v, the projection with its residual, the MLP's second layer): every token
-    tiling the search considers (a residual in INP, the form the search takes for them), estimated within 5% of
-    the timing-only simulator, never below the bound."""
+    """ViT-Tiny's dense layers (q/k/v, the projection with its residual, the MLP's second layer): token tilings
+    the search considers (the residual in INP and in the accumulators, whose compute-stage LOAD waits for the
+    load-stage instruction in flight), estimated within 5% of the timing-only simulator, never below the bound."""
     low = lowering(FULL, TOKENS, *shape)
     model = CostModel(low)
-    cands = [s for v in (1, 2, 4) for s in candidate_tiles(low, v) if s.tn > 1 and s.res_inp == shape[2]]
+    cands = [s for v in (1, 2, 4) for s in candidate_tiles(low, v) if s.tn > 1]
     assert cands
     for s in cands[:: max(1, len(cands) // 5)]:
         est = model.estimate(s)
