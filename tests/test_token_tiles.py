@@ -9,6 +9,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 from full_units import BOTH, FULL
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from vdla.compiler import compile_conv2d
 from vdla.compiler.conv_lowering import ConvLowering
@@ -81,6 +83,29 @@ def test_searched_token_tiles_are_exact_on_each_preset(cfg, residual):
     layer = compile_conv2d(x.shape, w, epilogue=ep, config=cfg)
     assert layer.schedule.tn > 1
     np.testing.assert_array_equal(layer.run(Device(cfg), x, res).out, conv2d_oracle(x, w, layer.spec, ep, res))
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    cfg=st.sampled_from(["pynq", "batch2", "block8", FULL]),
+    tokens=st.integers(2, 80),
+    k=st.integers(1, 100),
+    n=st.integers(1, 70),
+    residual=st.booleans(),
+    pick=st.integers(0, 1 << 20),
+)
+def test_token_tilings_of_random_layers_are_exact(cfg, tokens, k, n, residual, pick):
+    """Random dense shapes (ragged channel blocks, odd token counts), any token tiling the search considers, both
+    residual forms where the layer has one: exact against the numpy oracle on the simulator."""
+    x, w, ep, res = dense_case(pick, tokens, k, n, residual)
+    low = ConvLowering(Conv2dSpec.make(x.shape, n, 1), EpilogueSpec.of(ep), load_config(cfg))
+    cands = [s for v in (1, 2, 3) for s in candidate_tiles(low, v) if s.tn > 1]
+    assume(cands)
+    s = cands[pick % len(cands)]
+    layer = compile_conv2d(x.shape, w, epilogue=ep, config=cfg, schedule=s)
+    np.testing.assert_array_equal(
+        layer.run(Device(cfg), x, res).out, conv2d_oracle(x, w, layer.spec, ep, res), err_msg=s.describe()
+    )
 
 
 def lowering(cfg, tokens: int, k: int, n: int, residual: bool) -> ConvLowering:
