@@ -18,6 +18,12 @@ decides what fits and where each thread's share lies), :func:`conv_threads` buil
   LOADed into the accumulator buffer after the tile (a compute-stage LOAD) and added by an ALU ADD;
 * stores: the output tile on the last step.
 
+A tile of several batch groups (``Schedule.tn``, a dense layer's tokens: :attr:`ConvLowering.token_tiles`) loads
+its window in one 2-D LOAD per step (its groups' blocks, image-major), or takes it from the input shared by the
+threads (:meth:`ConvLowering.inputs_shared`); its GEMM loops over the groups, and its accumulators sit
+batch-group-major (:class:`~vdla.compiler.conv_lowering.Tile`), so one STORE writes it; a thread's last block splits
+by groups of tokens.
+
 With a fused max pool (:mod:`vdla.compiler.fused_pool`), tiles span every column and whole pooled rows; on
 the last step the pool's passes reduce the tile into a pooled region after it (the carried rows of its first
 pooled row from the carry region below the per-channel rows), and the epilogue and the STOREs work on the

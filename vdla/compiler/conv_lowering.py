@@ -10,9 +10,10 @@ tiles and the reduction steps, and which loads a step can skip. The blocks thems
 
 Tiles are dealt to the threads round-robin; each thread owns ``1/vthreads`` of every buffer, except the
 per-channel rows (bias, multipliers) of all output channels, which a prologue loads once into the top of
-the accumulator buffer for every thread to read, and, for a layer whose residual a GEMM can add, the
+the accumulator buffer for every thread to read, for a layer whose residual a GEMM can add, the
 identity weight block at the top of the WGT buffer (loaded by the stream's first block, on the load stage,
-when the schedule uses it).
+when the schedule uses it), weights that all fit WGT (:attr:`ConvLowering.weights_shared`) and the whole input of
+a token-tiled schedule where it fits INP (:meth:`ConvLowering.inputs_shared`, from INP element 0).
 
 Invariants: a thread's blocks touch only its shares and the shared regions above; a schedule fits
 (:meth:`ConvLowering.problems` empty) exactly when its full-size tile's :meth:`ConvLowering.footprint`

@@ -108,8 +108,9 @@ class StepCosts:
     kernel_uops: int  # micro-ops of the distinct micro-kernels of such a tile
     size: tuple[int, int]  # the tile's output-channel blocks and pixels
     parts: int  # the parts a thread's last block is split in (tail_parts)
-    loads: tuple[tuple[tuple[int, int], ...], ...]  # per step, its load-stage instructions in order: (part, cycles),
-    # part 0 the input, 1 the weights, 2 the residual: what a compute-stage load waits for the one in flight of
+    # per step, its load-stage instructions in order as (PARTS index, cycles): a compute-stage LOAD waits for the
+    # one on the read channel when it issues
+    loads: tuple[tuple[tuple[int, int], ...], ...]
 
 
 @dataclass(frozen=True)
