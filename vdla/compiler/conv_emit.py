@@ -322,12 +322,17 @@ class ThreadBuilder:
         ALU instructions, and the GEMM adding the residual from INP against the identity weights (``res_inp``)."""
         low = self.low
         res = self.acc["res"] + off
-        return [
-            identity_gemm(((t.noc * t.pixels, (1, 1)),), acc, self.res_inp0 + off, low.eye, low.limits)
-            if p.gemm
-            else Alu(p.op, self.elementwise(t, p, res if p.dst == "res" else acc, res), p.imm, p.shift)
-            for p in low.passes_of(self.s)
-        ]
+        ops: list[Op] = []
+        for p in low.passes_of(self.s):
+            if p.gemm and p.dst == "res":  # a rescaled residual copied from INP: an init GEMM without the bias
+                ops.append(low.epi_op(t))
+            if p.gemm:
+                nest = ((t.noc * t.pixels, (1, 1)),)
+                to = res if p.dst == "res" else acc
+                ops.append(identity_gemm(nest, to, self.res_inp0 + off, low.eye, low.limits, init=p.dst == "res"))
+            else:
+                ops.append(Alu(p.op, self.elementwise(t, p, res if p.dst == "res" else acc, res), p.imm, p.shift))
+        return ops
 
     def gate_ops(self, t: Tile, ib0: int, nic: int) -> list[Op]:
         """A gated step's input window (``nic`` channel blocks from ``ib0``) copied into the gate scratch by an

@@ -29,7 +29,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from vdla.compiler.blocks import Alu, Epi, Load, Op
-from vdla.compiler.epilogue_passes import AluPass, alu_passes, out_mode, out_mul_fits, residual_gemm_fits
+from vdla.compiler.epilogue_passes import (
+    AluPass,
+    alu_passes,
+    out_mode,
+    out_mul_fits,
+    residual_gemm_fits,
+    residual_inp_fits,
+)
 from vdla.compiler.fused_pool import FusedPool
 from vdla.compiler.identity import EYE, identity_bytes, identity_fits
 from vdla.compiler.intrinsic import GemmIntrinsic, conv2d_contraction, tensorize
@@ -144,7 +151,7 @@ class ConvLowering:
         self.pair_gemm = bool(self.row_pairs) and identity_fits(cfg) and cfg.src_out_refusal() is None
         self.out_mul = cfg.out_multiplier and out_mul_fits(epi) and not (self.row_pairs and not self.pair_gemm)
         self.passes: tuple[AluPass, ...] = alu_passes(epi, mul_imm, out_mul=self.out_mul)  # residual on the ALU
-        self.residual_gemm = residual_gemm_fits(epi) and identity_fits(cfg)  # may a schedule use res_inp?
+        self.residual_gemm = residual_inp_fits(epi) and identity_fits(cfg)  # may a schedule use res_inp?
         self.gemm_passes = alu_passes(epi, mul_imm, residual_gemm=True) if self.residual_gemm else self.passes
         self.out_mode = out_mode(epi, self.out_mul)
         self.rows = epilogue_rows(epi)
@@ -462,7 +469,7 @@ class ConvLowering:
         weights are shared); a residual takes a tile's worth of INP (``res_inp``) or of ACC."""
         wic = self.ib if self.weights_resident(s) else s.tic
         tile = s.toc * s.tn * s.toh * s.tow
-        acc = tile * (2 if self.epi.residual and not s.res_inp else 1)
+        acc = tile * (2 if self.epi.residual and (self.epi.rescale or not s.res_inp) else 1)
         acc += self.pool.acc_elems(s.toc, s.toh) if self.pool else 0
         acc += 2 * tile * bool(self.row_pairs)  # each pixel twice, for whole-row stores (OutputView.row_pairs)
         acc += tile * self.post_tiles  # the post add's tile (and its residual's)
@@ -544,9 +551,9 @@ class ConvLowering:
 
     def no_residual_gemm(self) -> str:
         """Why a ``res_inp`` schedule does not apply to this layer."""
-        if not residual_gemm_fits(self.epi):
+        if not residual_inp_fits(self.epi):
             form = "no residual" if not self.epi.residual else f"a {self.epi.residual} residual"
-            return f"res-inp adds an int8 residual as it is, the layer has {form}{' rescaled' * bool(self.epi.rescale)}"
+            return f"res-inp brings an int8 residual through INP, the layer has {form}"
         return (
             f"res-inp needs block_in == block_out for the identity weights, config {self.cfg.name!r} has "
             f"{self.cfg.block_in} and {self.cfg.block_out}"
@@ -560,7 +567,8 @@ class ConvLowering:
             return [(self.in_rows(sh) * self.in_cols(ow), self.taps, sh * ow + self.pool.out_hw[1])]
         window, gate = self.in_rows(1) * self.in_cols(1), self.gate is not None
         needs = [(window + bool(self.post), self.taps, (2 if self.epi.residual else 1 + self.post_tiles) + gate)]
-        return needs + [(window + 1, self.taps, 1 + gate)] * self.residual_gemm
+        in_acc = 2 if self.epi.rescale else 1  # a rescaled residual is copied into ACC for the ALU
+        return needs + [(window + 1, self.taps, in_acc + gate)] * self.residual_gemm
 
     def check_minimal(self, vthreads: int) -> None:
         """Raise CompileError, naming the limit, if even the smallest tile (in either residual form) does not fit

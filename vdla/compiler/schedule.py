@@ -23,7 +23,8 @@ class Schedule:
     ``order`` "oc" walks output-channel tiles outermost (weights stay resident across pixels);
     "spatial" walks pixel tiles outermost (inputs stay resident across output-channel tiles).
     ``res_inp``: the int8 residual comes into the INP share on the load stage and a GEMM against the
-    identity weights adds it (else it is LOADed into the accumulators on the compute stage, added on the ALU).
+    identity weights adds it to the accumulators (a rescaled one: copies it into them, for the ALU to multiply
+    and add); else it is LOADed into the accumulators on the compute stage and added on the ALU.
     ``tn``: image groups per tile (batch lanes each), more than one only where
     :attr:`~vdla.compiler.conv_lowering.ConvLowering.token_tiles` allows it (a dense layer's tokens).
     """
