@@ -114,12 +114,11 @@ EPILOGUES = {
 }
 
 
-@pytest.mark.parametrize("cfg", ["pynq", "block8"])
-@pytest.mark.parametrize("name", sorted(EPILOGUES))
-def test_epilogue_options(devices, cache, cfg, name):
+def epilogue_case(name: str, n: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, Epilogue]:
+    """(x, weights, residual or None, epilogue) of one entry of EPILOGUES over ``n`` images."""
     rng = np.random.default_rng(7)
     opts = dict(EPILOGUES[name])
-    x, wt = rand(rng, (1, 24, 9, 10)), rand(rng, (20, 24, 3, 3))
+    x, wt = rand(rng, (n, 24, 9, 10)), rand(rng, (20, 24, 3, 3))
     if opts.pop("bias", False):
         opts["bias"] = rng.integers(-100000, 100000, 20)
     if opts.get("multiplier") == "pow2":
@@ -132,10 +131,16 @@ def test_epilogue_options(devices, cache, cfg, name):
         opts["rescale_multipliers"] = (rng.integers(1 << 29, (1 << 31) - 1, 20), int(rng.integers(1 << 29, 1 << 31)))
     res = None
     if opts.get("residual") == "int8":
-        res = rand(rng, (1, 20, 9, 10))
+        res = rand(rng, (n, 20, 9, 10))
     elif opts.get("residual") == "int32":
-        res = rand(rng, (1, 20, 9, 10), -400, 400, np.int32)  # beyond int8: only an int32 residual holds it
-    ep = epilogue(opts)
+        res = rand(rng, (n, 20, 9, 10), -400, 400, np.int32)  # beyond int8: only an int32 residual holds it
+    return x, wt, res, epilogue(opts)
+
+
+@pytest.mark.parametrize("cfg", ["pynq", "block8"])
+@pytest.mark.parametrize("name", sorted(EPILOGUES))
+def test_epilogue_options(devices, cache, cfg, name):
+    x, wt, res, ep = epilogue_case(name)
     layer = compile_conv2d(x.shape, wt, padding=1, epilogue=ep, config=cfg, vthreads=2, cache=cache)
     out = layer.run(devices[cfg], x, residual=res).out
     ref = conv2d_oracle(x, wt, layer.spec, ep, res)
@@ -205,6 +210,39 @@ def test_residual_in_both_forms(devices, cfg, res_inp, name):
         assert (ops["acc8"] == 0 and ops["add"] == 0 and ops["eye"] == 1) if res_inp else ops["acc8"] > 0
         assert (ops["gemm"] > 0) == (res_inp or tic < layer.lowering.ib)  # the identity's, or later steps
     assert len(np.unique(out)) > 10
+
+
+@pytest.mark.parametrize("cfg", ["pynq", "block8"])
+@pytest.mark.parametrize("res_inp", [True, False], ids=["inp", "acc"])
+@pytest.mark.parametrize("name", ["rescaled-residual", "rescaled-residual-clip"])
+def test_rescaled_residual_in_both_forms(devices, cfg, res_inp, name):
+    """A rescaled int8 residual brought through INP on the load stage (res_inp: an init GEMM against the identity
+    block copies it into the accumulators) or LOADed into them on the compute stage, then multiplied and added on
+    the ALU: bit-exact on 1-4 threads with several tiles and reduction steps."""
+    from vdla.compiler import Schedule
+
+    x, wt, res, ep = epilogue_case(name, n=2)
+    for toc, toh, tow, tic, vt, order in RESIDUAL_SCHEDULES:
+        s = Schedule(toc, toh, tow, tic, vt, order, res_inp)
+        layer = compile_conv2d(x.shape, wt, padding=1, epilogue=ep, config=cfg, schedule=s)
+        out = layer.run(devices[cfg], x, residual=res).out
+        np.testing.assert_array_equal(out, conv2d_oracle(x, wt, layer.spec, ep, res), err_msg=s.describe())
+        ops = residual_ops(layer)
+        assert (ops["acc8"] == 0 and ops["inp"] > 0) if res_inp else ops["acc8"] > 0
+        assert ops["add"] > 0  # the rescaled residual is added on the ALU either way
+    assert len(np.unique(out)) > 10
+
+
+def test_rescaled_residual_through_inp_on_rtl(rtl_library):
+    """The rescaled residual's INP form on the RTL: bit-exact, and equal to the simulator."""
+    from vdla.compiler import Schedule
+
+    x, wt, res, ep = epilogue_case("rescaled-residual-clip", n=2)
+    for s in (Schedule(1, 3, 5, 1, 2, res_inp=True), Schedule(2, 9, 10, 2, 1, res_inp=True)):
+        layer = compile_conv2d(x.shape, wt, padding=1, epilogue=ep, schedule=s)
+        rtl = layer.run(Device("pynq", backend="rtl"), x, residual=res)
+        np.testing.assert_array_equal(rtl.out, conv2d_oracle(x, wt, layer.spec, ep, res))
+        np.testing.assert_array_equal(rtl.out, layer.run(Device("pynq"), x, residual=res).out)
 
 
 @pytest.mark.parametrize("name", ["per-channel-relu", "power-of-two", "clip"])

@@ -55,6 +55,23 @@ def test_cost_model_tracks_the_simulator_with_the_residual_in_inp(args):
         assert est.cycles == pytest.approx(timed(low, build_stream(low, s)).cycles, rel=0.05)
 
 
+@pytest.mark.parametrize("rescale", [None, (-128, 127, 13, 11, 20)])
+@pytest.mark.parametrize("args", [((1, 64, 14, 14), 64, 3, 1), ((1, 32, 56, 56), 32, 1, 1)])
+def test_cost_model_tracks_the_simulator_with_the_residual_in_the_accumulators(args, rescale):
+    """A residual LOADed into the accumulators on the compute stage (as it is, or rescaled): the LOAD, after the
+    tile's last GEMM, waits for the load-stage instruction then in flight on the DRAM read channel."""
+    shape, oc, k, s = args
+    epi = EpilogueSpec(bias=True, multiplier="row", shift=12, clip=(0, 127), residual="int8", rescale=rescale)
+    low = ConvLowering(Conv2dSpec.make(shape, oc, k, s, "same"), epi, load_config("pynq"))
+    model = CostModel(low)
+    cands = [s for v in (1, 2, 4) for s in candidate_tiles(low, v) if not s.res_inp]
+    assert cands
+    for s in cands[:: max(1, len(cands) // 6)]:
+        est = model.estimate(s)
+        assert model.bound(s) <= est.cycles
+        assert est.cycles == pytest.approx(timed(low, build_stream(low, s)).cycles, rel=0.05)
+
+
 def test_half_row_tilings_of_the_best_candidates_are_searched():
     """half_rows gives the most rows that fit of at most half a schedule's (None for one row); the search bounds
     those of its best candidates too; its choice's cycles and compute span are those the simulator gives."""

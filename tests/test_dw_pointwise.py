@@ -101,6 +101,31 @@ def test_both_residual_forms(res_inp):
     assert (not adds) == res_inp  # the ALU adds no residual in the INP form
 
 
+def test_a_rescaled_residual_stays_in_acc():
+    """A rescaled residual (a QDQ model's add) is LOADed into the accumulators: the fused tile keeps no region of
+    its own for a residual copied from INP, so no schedule brings it through INP, and the search's is exact."""
+    from vdla.graph.epilogue import Rescale
+
+    shape, k, oc = (1, 48, 10, 10), 3, 32
+    rng, x, dw_w, pw_w = pair(9, shape, k, oc)
+    dw_ep, pw_ep = epilogues(rng, shape[1], oc, "residual")
+    pw_ep = Epilogue(
+        bias=pw_ep.bias,
+        multiplier=rng.integers(1 << 29, (1 << 31) - 1, oc),
+        shift=42,
+        residual="int8",
+        rescale=Rescale((-120, 110), rng.integers(1 << 29, (1 << 31) - 1, oc), 13, 1 << 30, 13, 18),
+    )
+    options = dict(padding=1, dw_epilogue=dw_ep, pw_epilogue=pw_ep)
+    with pytest.raises(CompileError, match="res-inp adds an int8 residual as it is, the pointwise layer's is rescaled"):
+        compile_dw_pointwise(shape, dw_w, pw_w, schedule=FusedSchedule(4, 2, 2, True), **options)
+    fused = compile_dw_pointwise(shape, dw_w, pw_w, **options)
+    assert not fused.schedule.res_inp
+    res = rng.integers(-128, 128, (1, oc, 10, 10), dtype=np.int8)
+    run = fused.run(Device(FULL), x, res)
+    np.testing.assert_array_equal(run.out, dw_pointwise_oracle(x, dw_w, fused.spec, dw_ep, pw_w, pw_ep, res))
+
+
 def test_the_pointwise_gemm_reads_out():
     """Every pointwise GEMM runs after an EPI with src_out, every depthwise GEMM after one without it."""
     shape, k, oc = (1, 48, 10, 10), 3, 32

@@ -15,14 +15,15 @@ from vdla.compiler.spec import Conv2dSpec, EpilogueSpec, InputUpsample, OutputVi
 from vdla.config import HwConfig
 from vdla.paths import cache_root
 
-SCHEMA = 14  # 4: Schedule.res_inp (an int8 residual in INP, added by the identity GEMM); 5: column-subsampled windows;
+SCHEMA = 15  # 4: Schedule.res_inp (an int8 residual in INP, added by the identity GEMM); 5: column-subsampled windows;
 # 6: fused depthwise steps share their scratch and load resident weights step by step (their cycles changed);
 # 7: FusedSchedule.split (one band, its steps dealt to the threads in turn); 8: max pools by doubling (cycles changed);
 # 9: a layer's per-channel rows load as one tensor (prologue cycles changed); 10: whole-row pairs copied by a GEMM
 # reading OUT, zero weight blocks skipped (cycles changed); 11: tilings of half the rows among the candidates, the
 # shortest compute span among near-ties; 12: half-row variants of the 24 lowest-bound candidates only; 13: the
 # read arbiter's tie-break in the cycle model (cycles of two-thread programs changed); 14: ties among equal bounds
-# in a fixed order (they followed the process's string hashes: a cached choice may be the other one)
+# in a fixed order (they followed the process's string hashes: a cached choice may be the other one); 15: tiles of
+# several batch groups (Schedule.tn) for 1x1 layers over 1x1 images, a tile's accumulators batch-group-major
 
 
 def cache_key(

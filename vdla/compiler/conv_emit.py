@@ -18,6 +18,12 @@ decides what fits and where each thread's share lies), :func:`conv_threads` buil
   LOADed into the accumulator buffer after the tile (a compute-stage LOAD) and added by an ALU ADD;
 * stores: the output tile on the last step.
 
+A tile of several batch groups (``Schedule.tn``, a dense layer's tokens: :attr:`ConvLowering.token_tiles`) loads
+its window in one 2-D LOAD per step (its groups' blocks, image-major), or takes it from the input shared by the
+threads (:meth:`ConvLowering.inputs_shared`); its GEMM loops over the groups, and its accumulators sit
+batch-group-major (:class:`~vdla.compiler.conv_lowering.Tile`), so one STORE writes it; a thread's last block splits
+by groups of tokens.
+
 With a fused max pool (:mod:`vdla.compiler.fused_pool`), tiles span every column and whole pooled rows; on
 the last step the pool's passes reduce the tile into a pooled region after it (the carried rows of its first
 pooled row from the carry region below the per-channel rows), and the epilogue and the STOREs work on the
@@ -62,12 +68,18 @@ from vdla.compiler.vthreads import prologue_block
 from vdla.isa import AluOp, MemType
 
 TAIL_PARTS = 8  # a thread's last block hands its output channels to the store stage in up to this many parts
+TOKEN_TAIL_PARTS = 4  # or its batch groups in up to this many (each issues the GEMM and every pass again)
 CLAMP_FROM_OUT = Epi(True, False, 0, None, src_out=True)  # later GEMMs read OUT, their writes only clamped to int8
 
 
-def tail_groups(noc: int) -> list[tuple[int, int]]:
-    """The output-channel groups (first block, blocks) a split block hands to the store stage one by one."""
-    return ranges(noc, -(-noc // TAIL_PARTS))
+def tail_parts(t: Tile) -> list[tuple[Tile, int]]:
+    """The parts of tile ``t`` a split block hands to the store stage one by one, each with its first accumulator
+    element relative to the tile's: groups of its batch groups where it spans several (its accumulators are
+    batch-group-major, so each group's are dense), else of its output-channel blocks."""
+    if t.nn > 1:
+        per = t.noc * t.noh * t.now
+        return [(replace(t, ng=t.ng + n0, nn=n), n0 * per) for n0, n in ranges(t.nn, -(-t.nn // TOKEN_TAIL_PARTS))]
+    return [(replace(t, ob=t.ob + o0, noc=n), o0 * t.pixels) for o0, n in ranges(t.noc, -(-t.noc // TAIL_PARTS))]
 
 
 def _span(first: int, n: int, extent: int, step: int) -> tuple[int, int]:
@@ -107,11 +119,12 @@ class ThreadBuilder:
 
     def __init__(self, low: ConvLowering, s: Schedule, thread: int):
         self.low, self.s, self.thread = low, s, thread
-        inp, wgt, acc = low.shares(s.vthreads)
-        self.inp0, self.wgt0 = thread * inp, 0 if low.weights_shared else thread * wgt
+        inp, wgt, acc = low.thread_shares(s)
+        self.inp0 = low.shared_inp_elems(s) + thread * inp
+        self.wgt0 = 0 if low.weights_shared else thread * wgt
         self.resident = low.weights_resident(s)
         self.by_columns = low.by_columns(s)
-        tile = s.toc * s.toh * s.tow
+        tile = s.toc * s.tn * s.toh * s.tow
         # after the tile: the residual, the pool's results, or each pixel twice (row_pairs), never two of them
         after = thread * acc + tile
         self.acc = {"tile": thread * acc, "res": after, "pool": after, "pairs": after}
@@ -142,8 +155,8 @@ class ThreadBuilder:
         split: bool = False,
     ) -> Block:
         """One step of a tile; ``inp``/``wgt`` say whether its input window and weights must be loaded. With
-        ``split``, the tile's last step hands each output-channel group (:func:`tail_groups`) to the store
-        stage as soon as its GEMM is done."""
+        ``split``, the tile's last step hands each part (:func:`tail_parts`) to the store stage as soon as its
+        GEMM is done."""
         ib0, nic = step
         low = self.low
         loads: list[Load] = []
@@ -159,12 +172,12 @@ class ThreadBuilder:
             ]
         if (self.s.res_inp or low.post) and k == nsteps - 1:
             loads += self.residual_inp_loads(t)
-        groups = tail_groups(t.noc) if split and k == nsteps - 1 else [(0, t.noc)]
+        parts = tail_parts(t) if split and k == nsteps - 1 else [(t, 0)]
         compute: list[Op] = self.gate_ops(t, ib0, nic) if low.gate else []
         stores: list[Store] = []
         cuts = []
-        for o0, noc in groups:
-            c, st = self.step_ops(t, k, step, nsteps, o0, noc)
+        for sub, off in parts:
+            c, st = self.step_ops(t, k, step, nsteps, sub, off)
             compute += c
             stores += st
             cuts.append((len(compute), len(stores)))
@@ -180,18 +193,20 @@ class ThreadBuilder:
         return low.ob * ib0 * low.taps + t.ob * nic * low.taps if low.weights_shared else self.wgt0
 
     def step_ops(
-        self, t: Tile, k: int, step: tuple[int, int], nsteps: int, o0: int, noc: int
+        self, t: Tile, k: int, step: tuple[int, int], nsteps: int, sub: Tile, off: int
     ) -> tuple[list[Op], list[Store]]:
-        """Compute and store operations of the step for the tile's output-channel blocks [o0, o0 + noc)."""
+        """Compute and store operations of the step for the part ``sub`` of tile ``t`` whose accumulators begin
+        ``off`` elements after the tile's (:func:`tail_parts`; the whole tile at 0)."""
         ib0, nic = step
         low = self.low
-        sub = replace(t, ob=t.ob + o0, noc=noc)
-        acc = self.acc["tile"] + o0 * t.noh * t.now
+        o0 = sub.ob - t.ob
+        acc = self.acc["tile"] + off
         wic, w_ic0 = self.wgt_span(ib0, nic)
         wgt0 = self.wgt_base(sub, ib0, nic) + (0 if low.weights_shared else o0 * wic * low.taps)
-        nest = low.step_nest(noc, t.noh, t.now, ib0, nic, self.resident, self.by_columns)
+        nest = low.step_nest(sub.noc, t.noh, t.now, ib0, nic, self.resident, self.by_columns, sub.nn)
         gated = low.gate is not None  # the window read from OUT, where gate_ops left it
-        src = self.acc["gate"] if gated else self.step_inp0(ib0)
+        window = nic * low.in_rows(t.noh) * low.in_cols(t.now)  # a batch group's, in INP (window_layout)
+        src = self.acc["gate"] if gated else self.step_inp0(t, ib0, nic) + (sub.ng - t.ng) * window
         base = (acc, src, wgt0 + (ib0 - w_ic0) * low.taps)
         gemms = self.init_gemms if k == 0 else self.step_gemms
         compute = [self.skip_zero(op, sub.ob, ib0, wic, base[2]) for op in gemms(sub, nest, base, src_out=gated)]
@@ -202,23 +217,23 @@ class ThreadBuilder:
         if low.pool:
             pooling, sub, acc = self.pool_ops(sub, o0, acc)
             compute += pooling
-        compute += self.residual_loads(sub, o0) + self.epilogue_ops(sub, o0, acc) + self.mask_ops(sub, acc)
+        compute += self.residual_loads(sub, off) + self.epilogue_ops(sub, off, acc) + self.mask_ops(sub, acc)
         if low.post:
-            post, acc = self.post_ops(sub, o0, acc)
+            post, acc = self.post_ops(sub, off, acc)
             compute += post
         stores = self.stores(sub, acc, own=True) if low.copy_view is not None else []
         if low.row_pairs:
-            compute += self.pair_copy(sub, o0, acc)
-            acc = self.acc["pairs"] + 2 * o0 * sub.noh * sub.now
+            compute += self.pair_copy(sub, off, acc)
+            acc = self.acc["pairs"] + 2 * off
         return compute, stores + self.stores(sub, acc)
 
-    def post_ops(self, t: Tile, o0: int, acc: int) -> tuple[list[Op], int]:
-        """The post add of the tile's channel blocks from ``o0`` (module docstring), whose tabled results sit in
+    def post_ops(self, t: Tile, off: int, acc: int) -> tuple[list[Op], int]:
+        """The post add of the tile part ``off`` elements into the tile (module docstring), whose tabled results sit in
         OUT at ``acc``, its other operand in INP (loaded on the load stage with the last step's windows): its
         operations and where its results sit. GEMMs against the identity block copy the add's input into the
         post region and its residual into a region of its own (``post_gemm``: add it after the passes)."""
         low, pixels = self.low, t.noh * t.now
-        dst, res, inp = (base + o0 * pixels for base in (self.acc["post"], self.acc["res"], self.res_inp0))
+        dst, res, inp = (base + off for base in (self.acc["post"], self.acc["res"], self.res_inp0))
         m, from_out = low.post_mode, not low.epi.post_res  # where the add's input comes from (else its residual)
 
         def copy(to: int, out: bool, init: bool) -> list[Op]:
@@ -268,14 +283,14 @@ class ThreadBuilder:
                 ops.append(Gemm(lower_nest(nest, (dst, src, wgt), low.limits), init=True))
         return ops
 
-    def pair_copy(self, t: Tile, o0: int, acc: int) -> list[Op]:
+    def pair_copy(self, t: Tile, off: int, acc: int) -> list[Op]:
         """Each of the tile's finished pixels copied twice, side by side, after the tile, so that the STOREs write
         whole rows, not single pixels two apart. With :attr:`ConvLowering.pair_gemm`, an ``init`` GEMM against the
         identity block reads the int8 results from OUT under an EPI that only clamps (shift 0, no table): one cycle
         a copy, and the OUT-path multiplier may stay on. Otherwise an ALU ADD of the source accumulator into a reset
         destination: the OUT mirror writes each copy as it wrote the source (the epilogue state is the same)."""
         low, n = self.low, t.noc * t.noh * t.now
-        dst = self.acc["pairs"] + 2 * o0 * t.noh * t.now
+        dst = self.acc["pairs"] + 2 * off
         if low.pair_gemm:
             gemm = identity_gemm(((n, (2, 1)), (2, (1, 0))), dst, acc, low.eye, low.limits, init=True)
             return [CLAMP_FROM_OUT, gemm]
@@ -294,25 +309,30 @@ class ThreadBuilder:
         passes = pool.passes(t.noc, t.noh, acc, carry, rows, out, low.limits)
         return passes, replace(t, oy=t.oy // sh, noh=nph, ox=0, now=owp), out
 
-    def residual_loads(self, t: Tile, o0: int) -> list[Op]:
+    def residual_loads(self, t: Tile, off: int) -> list[Op]:
         """The compute-stage LOAD of the residual into the accumulators after the tile (ALU form), if any."""
         if not self.low.epi.residual or self.s.res_inp:
             return []
         mem = MemType.ACC_8BIT if self.low.epi.residual == "int8" else MemType.ACC
-        res = self.acc["res"] + o0 * t.noh * t.now
+        res = self.acc["res"] + off
         return [Load(mem, res + tr.sram, "res", tr.offset, tr.y, tr.x, tr.stride) for tr in self.residual_transfers(t)]
 
-    def epilogue_ops(self, t: Tile, o0: int, acc: int) -> list[Op]:
-        """The epilogue passes over the accumulators from ``acc`` of the tile's channel blocks from ``o0``: ALU
-        instructions, and the GEMM adding the residual from INP against the identity weights (``res_inp``)."""
-        low, pixels = self.low, t.noh * t.now
-        res = self.acc["res"] + o0 * pixels
-        return [
-            identity_gemm(((t.noc * pixels, (1, 1)),), acc, self.res_inp0 + o0 * pixels, low.eye, low.limits)
-            if p.gemm
-            else Alu(p.op, self.elementwise(t, p, res if p.dst == "res" else acc, res), p.imm, p.shift)
-            for p in low.passes_of(self.s)
-        ]
+    def epilogue_ops(self, t: Tile, off: int, acc: int) -> list[Op]:
+        """The epilogue passes over the accumulators from ``acc`` of the tile part ``off`` elements into the tile:
+        ALU instructions, and the GEMM adding the residual from INP against the identity weights (``res_inp``)."""
+        low = self.low
+        res = self.acc["res"] + off
+        ops: list[Op] = []
+        for p in low.passes_of(self.s):
+            if p.gemm and p.dst == "res":  # a rescaled residual copied from INP: an init GEMM without the bias
+                ops.append(low.epi_op(t))
+            if p.gemm:
+                nest = ((t.noc * t.pixels, (1, 1)),)
+                to = res if p.dst == "res" else acc
+                ops.append(identity_gemm(nest, to, self.res_inp0 + off, low.eye, low.limits, init=p.dst == "res"))
+            else:
+                ops.append(Alu(p.op, self.elementwise(t, p, res if p.dst == "res" else acc, res), p.imm, p.shift))
+        return ops
 
     def gate_ops(self, t: Tile, ib0: int, nic: int) -> list[Op]:
         """A gated step's input window (``nic`` channel blocks from ``ib0``) copied into the gate scratch by an
@@ -323,7 +343,7 @@ class ThreadBuilder:
         win = low.in_rows(t.noh) * low.in_cols(t.now)
         row = low.gate_base + t.ng * low.ib + ib0
         nest = ((nic, (win, win, 0)), (win, (1, 1, 0)))
-        base = (self.acc["gate"], self.step_inp0(ib0), low.eye)
+        base = (self.acc["gate"], self.step_inp0(t, ib0, nic), low.eye)
         return [
             Epi(True, lo == 0, 0, None, mul=(row, shift)),
             Gemm(lower_nest(nest, base, low.limits, pin_outer=True), init=True),
@@ -350,11 +370,13 @@ class ThreadBuilder:
                     drop[j], need = False, np.setdiff1d(need, dst[j])
         return op if not drop.any() or drop.all() else replace(op, kernel=k.keep(~drop))
 
-    def step_inp0(self, ib0: int) -> int:
-        """Where the input window of the step starting at input-channel block ``ib0`` sits."""
+    def step_inp0(self, t: Tile, ib0: int, nic: int) -> int:
+        """Where tile ``t``'s input window of the step of ``nic`` blocks from input-channel block ``ib0`` sits."""
+        if self.low.inputs_shared(self.s):  # step-major, batch-group-major within the step
+            return self.low.ng * ib0 + t.ng * nic
         if not self.low.inputs_resident(self.s):
             return self.inp0
-        return self.inp0 + ib0 * self.low.in_rows(self.s.toh) * self.low.in_cols(self.s.tow)
+        return self.inp0 + ib0 * self.s.tn * self.low.in_rows(self.s.toh) * self.low.in_cols(self.s.tow)
 
     def init_gemms(self, t: Tile, nest: tuple, base: tuple[int, int, int], src_out: bool = False) -> list[Op]:
         """The first step's EPI and GEMM with ``init``, its outer loop stepping through the tile's bias rows
@@ -384,9 +406,10 @@ class ThreadBuilder:
         from one or two micro-kernels."""
         pixels, low = t.noh * t.now, self.low
         if not p.holds_row:
-            nest, src = ((t.noc * pixels, (1, 1, 0)),), res
-        else:
-            nest = ((t.noc, (pixels, 1, 0)), (pixels, (1, 0, 0)))
+            nest, src = ((t.noc * t.pixels, (1, 1, 0)),), res
+        else:  # batch groups outermost in the accumulators (Tile)
+            groups = ((t.nn, (t.noc * pixels, 0, 0)),) if t.nn > 1 else ()
+            nest = ((t.noc, (pixels, 1, 0)), *groups, (pixels, (1, 0, 0)))
             rows, base = (low.post_rows, low.post_rows_base) if post else (low.rows, low.rows_base)
             name = p.operand or (rows[0] if rows else None)
             src = base + rows.index(name) * low.ob + t.ob if name else 0
@@ -410,7 +433,7 @@ class ThreadBuilder:
             for tr in plan_transfers(
                 0,
                 ((t.ng * blocks + b0 + t.ob) * oh + y0 + t.oy * sy) * ow + x0 + t.ox * sx,
-                [(t.noc, oh * ow), (t.noh, sy * ow), cols],
+                [(t.nn, blocks * oh * ow), (t.noc, oh * ow), (t.noh, sy * ow), cols],
             )
         ]
 
@@ -420,7 +443,7 @@ class ThreadBuilder:
         low = self.low
         oh, ow = low.out_hw
         offset = ((t.ng * low.ob + t.ob) * oh + t.oy) * ow + t.ox
-        return plan_transfers(0, offset, [(t.noc, oh * ow), (t.noh, ow), (t.now, 1)])
+        return plan_transfers(0, offset, [(t.nn, low.ob * oh * ow), (t.noc, oh * ow), (t.noh, ow), (t.now, 1)])
 
     def up_loads(self, t: Tile, ib0: int, nic: int) -> list[Load]:
         """The window of an upsampled step (:meth:`ConvLowering.is_up`): the tile's source pixels of ``nic`` blocks
@@ -431,7 +454,7 @@ class ThreadBuilder:
         offset = ((t.ng * up.blocks + ib0 - up.first) * hs + t.oy // fh) * ws + t.ox // fw
         lay = {"ic": (hs * ws, rows * cols), "row": (ws, cols), "col": (1, 1)}
         ext = {"ic": nic, "row": rows, "col": cols}
-        base = self.step_inp0(ib0)
+        base = self.step_inp0(t, ib0, nic)
         return [
             Load(MemType.INP, base + tr.sram, "up", tr.offset, tr.y, tr.x, tr.stride)
             for tr in window_transfers(lay, ext, offset)
@@ -451,10 +474,10 @@ class ThreadBuilder:
         (r_lo, r_hi), (c_lo, c_hi) = _span(r_first, rows, sp.h, low.row_step), _span(c_first, cols, sp.w, low.col_step)
         offset = ((t.ng * low.ib + ib0) * sp.h + r_first + r_lo * low.row_step) * sp.w + c_first + c_lo * low.col_step
         by_columns = self.by_columns
-        lay = low.window_layout(nic, rows, cols, by_columns)
-        ext = {"ic": nic, "row": r_hi - r_lo, "col": c_hi - c_lo}
+        lay = low.window_layout(nic, rows, cols, by_columns, t.nn)
+        ext = {"n": t.nn, "ic": nic, "row": r_hi - r_lo, "col": c_hi - c_lo}
         pad = (r_lo, rows - r_hi, c_lo, cols - c_hi)
-        base = self.step_inp0(ib0)
+        base = self.step_inp0(t, ib0, nic)
         if not any(pad):
             return [
                 Load(MemType.INP, base + tr.sram, "inp", tr.offset, tr.y, tr.x, tr.stride)

@@ -10,9 +10,10 @@ tiles and the reduction steps, and which loads a step can skip. The blocks thems
 
 Tiles are dealt to the threads round-robin; each thread owns ``1/vthreads`` of every buffer, except the
 per-channel rows (bias, multipliers) of all output channels, which a prologue loads once into the top of
-the accumulator buffer for every thread to read, and, for a layer whose residual a GEMM can add, the
+the accumulator buffer for every thread to read, for a layer whose residual a GEMM can add, the
 identity weight block at the top of the WGT buffer (loaded by the stream's first block, on the load stage,
-when the schedule uses it).
+when the schedule uses it), weights that all fit WGT (:attr:`ConvLowering.weights_shared`) and the whole input of
+a token-tiled schedule where it fits INP (:meth:`ConvLowering.inputs_shared`, from INP element 0).
 
 Invariants: a thread's blocks touch only its shares and the shared regions above; a schedule fits
 (:meth:`ConvLowering.problems` empty) exactly when its full-size tile's :meth:`ConvLowering.footprint`
@@ -28,7 +29,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from vdla.compiler.blocks import Alu, Epi, Load, Op
-from vdla.compiler.epilogue_passes import AluPass, alu_passes, out_mode, out_mul_fits, residual_gemm_fits
+from vdla.compiler.epilogue_passes import (
+    AluPass,
+    alu_passes,
+    out_mode,
+    out_mul_fits,
+    residual_gemm_fits,
+    residual_inp_fits,
+)
 from vdla.compiler.fused_pool import FusedPool
 from vdla.compiler.identity import EYE, identity_bytes, identity_fits
 from vdla.compiler.intrinsic import GemmIntrinsic, conv2d_contraction, tensorize
@@ -40,7 +48,7 @@ from vdla.compiler.vthreads import round_robin
 from vdla.config import HwConfig
 from vdla.isa import AluOp, MemType
 
-GEMM_ORDER = ("oc", "oh", "ow", "ic", "ky", "kx")
+GEMM_ORDER = ("oc", "b", "oh", "ow", "ic", "ky", "kx")
 UNIT_AXIS = (1, (0, 0, 0))
 POST = "post_"  # the DRAM tensors of the post add's per-channel rows: its own row names after this prefix
 GATE = "gate"  # the DRAM tensor of a gated input's int8 gate (N, C, 1, 1), packed; its multiplier row: "gatemul"
@@ -53,7 +61,9 @@ def epilogue_rows(epi: EpilogueSpec) -> list[str]:
 
 @dataclass(frozen=True)
 class Tile:
-    """An output tile: batch group, output-channel blocks [ob, ob+noc), rows [oy, oy+noh), cols [ox, ox+now)."""
+    """An output tile: batch groups [ng, ng+nn), output-channel blocks [ob, ob+noc), rows [oy, oy+noh), cols
+    [ox, ox+now). Its accumulators sit densely as the output's DRAM layout orders them: batch group, channel
+    block, row, column (several batch groups only where each is one pixel: :attr:`ConvLowering.token_tiles`)."""
 
     ng: int
     ob: int
@@ -62,6 +72,12 @@ class Tile:
     noh: int
     ox: int
     now: int
+    nn: int = 1
+
+    @property
+    def pixels(self) -> int:
+        """Pixels of the tile per output-channel block, over all its batch groups."""
+        return self.nn * self.noh * self.now
 
 
 def ranges(total: int, size: int) -> list[tuple[int, int]]:
@@ -135,7 +151,7 @@ class ConvLowering:
         self.pair_gemm = bool(self.row_pairs) and identity_fits(cfg) and cfg.src_out_refusal() is None
         self.out_mul = cfg.out_multiplier and out_mul_fits(epi) and not (self.row_pairs and not self.pair_gemm)
         self.passes: tuple[AluPass, ...] = alu_passes(epi, mul_imm, out_mul=self.out_mul)  # residual on the ALU
-        self.residual_gemm = residual_gemm_fits(epi) and identity_fits(cfg)  # may a schedule use res_inp?
+        self.residual_gemm = residual_inp_fits(epi) and identity_fits(cfg)  # may a schedule use res_inp?
         self.gemm_passes = alu_passes(epi, mul_imm, residual_gemm=True) if self.residual_gemm else self.passes
         self.out_mode = out_mode(epi, self.out_mul)
         self.rows = epilogue_rows(epi)
@@ -170,6 +186,25 @@ class ConvLowering:
             )
 
     # ---- geometry -------------------------------------------------------------------------------
+    @property
+    def token_refusal(self) -> str | None:
+        """Why a tile may not span several batch groups (None: it may). It may for a 1x1 layer of stride 1 over
+        1x1 images (a dense layer's tokens, each an image of the token-major layout) without a fused pool, a view,
+        a post add, a gate, a row mask or an upsampled input: each group's window and output are single elements,
+        so a tile of ``tn`` groups loads its inputs in one 2-D LOAD (``tn`` rows of ``tic`` blocks, ``ib`` apart) and
+        its GEMM loops over the groups."""
+        sp, epi = self.spec, self.epi
+        if (sp.h, sp.w, sp.kh, sp.kw, sp.sh, sp.sw) != (1, 1, 1, 1, 1, 1) or any(sp.pad):
+            return f"{sp.key()} is not a 1x1 layer of stride 1 over 1x1 images"
+        if self.view or self.copy_view or self.up or self.gate or epi.pool or epi.post or epi.mask:
+            return "the layer has an output view, an upsampled or gated input, a fused pool, a post add or a row mask"
+        return None
+
+    @property
+    def token_tiles(self) -> bool:
+        """Whether a tile may span several batch groups (:meth:`token_refusal`)."""
+        return self.token_refusal is None
+
     @property
     def out_hw(self) -> tuple[int, int]:
         """Rows and columns of the stored output: the convolution's, or the fused pool's."""
@@ -220,19 +255,22 @@ class ConvLowering:
         if self.col_step == 1 or top + bottom:
             return self.col_step > 1
         rows, cols = self.in_rows(s.toh), self.in_cols(s.tow)
-        ext = {"ic": s.tic, "row": rows, "col": cols}
+        ext = {"n": 1, "ic": s.tic, "row": rows, "col": cols}
         loads = [len(window_transfers(self.window_layout(s.tic, rows, cols, by), ext, 0)) for by in (False, True)]
         return loads[1] < loads[0]
 
-    def window_layout(self, nic: int, rows: int, cols: int, by_columns: bool) -> dict[str, tuple[int, int]]:
-        """(DRAM element stride, INP element stride) of each axis of a step's input window of ``nic`` channel
-        blocks of ``rows`` x ``cols`` elements, outer to inner as it sits, densely, in INP: channel block, row,
-        column (row-major) or column, channel block, row (column-major: a LOAD down a column of a window
-        spanning the input's height continues into the next channel block's column at the same stride)."""
+    def window_layout(
+        self, nic: int, rows: int, cols: int, by_columns: bool, nn: int = 1
+    ) -> dict[str, tuple[int, int]]:
+        """(DRAM element stride, INP element stride) of each axis of a step's input window of ``nn`` batch groups
+        (outermost) of ``nic`` channel blocks of ``rows`` x ``cols`` elements, outer to inner as it sits, densely,
+        in INP: channel block, row, column (row-major) or column, channel block, row (column-major: a LOAD down a
+        column of a window spanning the input's height continues into the next channel block's column at the
+        same stride)."""
         sp = self.spec
-        dram = {"ic": sp.h * sp.w, "row": self.row_step * sp.w, "col": self.col_step}
-        ext = {"ic": nic, "row": rows, "col": cols}
-        order = ("col", "ic", "row") if by_columns else ("ic", "row", "col")
+        dram = {"n": self.ib * sp.h * sp.w, "ic": sp.h * sp.w, "row": self.row_step * sp.w, "col": self.col_step}
+        ext = {"n": nn, "ic": nic, "row": rows, "col": cols}
+        order = ("n", "col", "ic", "row") if by_columns else ("n", "ic", "row", "col")
         inp, inner = {}, 1
         for a in reversed(order):
             inp[a], inner = inner, inner * ext[a]
@@ -264,14 +302,16 @@ class ConvLowering:
         """Whether the reduction step starting at input-channel block ``ib0`` reads the upsampled tensor."""
         return self.up is not None and self.up.covers(ib0)
 
-    def step_nest(self, toc: int, toh: int, tow: int, ib0: int, nic: int, resident: bool, by_columns: bool) -> tuple:
-        """The GEMM loop nest of a (toc, toh, tow) tile's reduction step of ``nic`` input blocks from ``ib0``: an
-        upsampled step's (:meth:`up_nest`) or :meth:`gemm_nest`, the weights of all input blocks held where they are
-        ``resident``."""
+    def step_nest(
+        self, toc: int, toh: int, tow: int, ib0: int, nic: int, resident: bool, by_columns: bool, nn: int = 1
+    ) -> tuple:
+        """The GEMM loop nest of a (toc, toh, tow) tile's reduction step of ``nic`` input blocks from ``ib0`` over
+        ``nn`` batch groups: an upsampled step's (:meth:`up_nest`) or :meth:`gemm_nest`, the weights of all input
+        blocks held where they are ``resident``."""
         wic = self.ib if resident else nic
         if self.is_up(ib0):
             return self.up_nest(toc, toh, tow, nic, wic)
-        return self.gemm_nest(toc, toh, tow, nic, wic, by_columns)
+        return self.gemm_nest(toc, toh, tow, nic, wic, by_columns, nn)
 
     def up_nest(self, toc: int, toh: int, tow: int, tic: int, wic: int) -> tuple:
         """The GEMM loop nest of an upsampled step (:meth:`is_up`): output rows and columns split into (source
@@ -369,10 +409,29 @@ class ConvLowering:
         and shared by all threads; the threads' shares lie below it."""
         return self.rows_base - (self.pool.carry_elems(self.ob) if self.pool else 0)
 
-    def shares(self, vthreads: int) -> tuple[int, int, int]:
-        """(INP, WGT, ACC) elements of one thread's buffer share."""
+    def shares(self, vthreads: int, shared_inp: int = 0) -> tuple[int, int, int]:
+        """(INP, WGT, ACC) elements of one thread's buffer share (``shared_inp``: INP elements from 0 that every
+        thread shares, :meth:`inputs_shared`)."""
         c = self.cfg
-        return c.inp_depth // vthreads, self.wgt_free // vthreads, max(self.carry_base, 0) // vthreads
+        inp = (c.inp_depth - shared_inp) // vthreads
+        return inp, self.wgt_free // vthreads, max(self.carry_base, 0) // vthreads
+
+    def thread_shares(self, s: Schedule) -> tuple[int, int, int]:
+        """(INP, WGT, ACC) elements of one thread's share under schedule ``s`` (after a shared input)."""
+        return self.shares(s.vthreads, self.shared_inp_elems(s))
+
+    def inputs_shared(self, s: Schedule) -> bool:
+        """Whether the whole input sits once in INP from element 0, shared by every thread: for token tiles
+        (``s.tn > 1``) when it fits beside every thread's residual. It sits step-major (reduction step k's blocks
+        of every batch group from ``ng * ib0(k)``, batch-group-major), and each step's blocks of a token tile are
+        loaded once, by the first block in stream order that uses them: every later user's compute follows that
+        block's in the in-order compute stream, which waited for the load, and nothing overwrites them (as with
+        :attr:`weights_shared`)."""
+        return s.tn > 1 and self.ng * self.ib + s.vthreads * self.res_elems(s) <= self.cfg.inp_depth
+
+    def shared_inp_elems(self, s: Schedule) -> int:
+        """INP elements of the shared input (:meth:`inputs_shared`; 0 without one)."""
+        return self.ng * self.ib if self.inputs_shared(s) else 0
 
     @property
     def weights_shared(self) -> bool:
@@ -388,24 +447,29 @@ class ConvLowering:
     def inputs_resident(self, s: Schedule) -> bool:
         """Whether the thread keeps the input windows of all reduction steps of its spatial tile, each step's
         at its own place, so that they are loaded once per spatial tile."""
-        window = self.in_rows(s.toh) * self.in_cols(s.tow)
-        return s.tic < self.ib and self.ib * window + self.res_elems(s) <= self.shares(s.vthreads)[0]
+        window = s.tn * self.in_rows(s.toh) * self.in_cols(s.tow)
+        if self.inputs_shared(s) or s.tic >= self.ib:
+            return False
+        return self.ib * window + self.res_elems(s) <= self.thread_shares(s)[0]
 
     def res_elems(self, s: Schedule) -> int:
         """INP elements of the full-size tile's residual (0 unless ``res_inp``), or of the post add's operand."""
-        return s.toc * s.toh * s.tow if s.res_inp or self.post else 0
+        return s.toc * s.tn * s.toh * s.tow if s.res_inp or self.post else 0
 
     def window_elems(self, s: Schedule) -> int:
-        """INP elements of the thread's input windows (all reduction steps' when resident); the residual of a
-        ``res_inp`` schedule follows them."""
-        return (self.ib if self.inputs_resident(s) else s.tic) * self.in_rows(s.toh) * self.in_cols(s.tow)
+        """INP elements of the thread's input windows (all reduction steps' when resident, none in its share when
+        the input is shared); the residual of a ``res_inp`` schedule follows them."""
+        if self.inputs_shared(s):
+            return 0
+        steps = self.ib if self.inputs_resident(s) else s.tic
+        return steps * s.tn * self.in_rows(s.toh) * self.in_cols(s.tow)
 
     def footprint(self, s: Schedule) -> tuple[int, int, int]:
         """(INP, WGT, ACC) elements one thread needs for the schedule's full-size tile (no WGT share when the
         weights are shared); a residual takes a tile's worth of INP (``res_inp``) or of ACC."""
         wic = self.ib if self.weights_resident(s) else s.tic
-        tile = s.toc * s.toh * s.tow
-        acc = tile * (2 if self.epi.residual and not s.res_inp else 1)
+        tile = s.toc * s.tn * s.toh * s.tow
+        acc = tile * (2 if self.epi.residual and (self.epi.rescale or not s.res_inp) else 1)
         acc += self.pool.acc_elems(s.toc, s.toh) if self.pool else 0
         acc += 2 * tile * bool(self.row_pairs)  # each pixel twice, for whole-row stores (OutputView.row_pairs)
         acc += tile * self.post_tiles  # the post add's tile (and its residual's)
@@ -414,21 +478,21 @@ class ConvLowering:
         wgt = 0 if self.weights_shared else s.toc * wic * self.taps
         return self.window_elems(s) + self.res_elems(s), wgt, acc
 
-    def gemm_nest(self, toc: int, toh: int, tow: int, tic: int, wic: int, by_columns: bool) -> tuple:
-        """The GEMM loop nest of one reduction step of a (toc, toh, tow) tile over ``tic`` input blocks, its
-        input window column-major when ``by_columns`` (:meth:`window_layout`)."""
-        key = (toc, toh, tow, tic, wic, by_columns)
+    def gemm_nest(self, toc: int, toh: int, tow: int, tic: int, wic: int, by_columns: bool, nn: int = 1) -> tuple:
+        """The GEMM loop nest of one reduction step of a (toc, toh, tow) tile of ``nn`` batch groups over ``tic``
+        input blocks, its input window column-major when ``by_columns`` (:meth:`window_layout`)."""
+        key = (toc, toh, tow, tic, wic, by_columns, nn)
         if key not in self._nests:
             self._nests[key] = self._gemm_nest(*key)
         return self._nests[key]
 
-    def _gemm_nest(self, toc: int, toh: int, tow: int, tic: int, wic: int, by_columns: bool) -> tuple:
-        window = self.window_layout(tic, self.in_rows(toh), self.in_cols(tow), by_columns)
+    def _gemm_nest(self, toc: int, toh: int, tow: int, tic: int, wic: int, by_columns: bool, nn: int) -> tuple:
+        window = self.window_layout(tic, self.in_rows(toh), self.in_cols(tow), by_columns, nn)
         inp = {a: stride for a, (_, stride) in window.items()}
-        tile = {"oc": toc, "oh": toh, "ow": tow, "ic": tic, "ky": self.spec.kh, "kx": self.spec.kw}
-        layouts = {
-            "out": ((0, 1), (toh * tow, 1), (tow, 1), (1, 1)),
-            "lhs": ((0, 1), (inp["ic"], 1), (inp["row"], self.row_step), (inp["col"], self.col_step)),
+        tile = {"oc": toc, "b": nn, "oh": toh, "ow": tow, "ic": tic, "ky": self.spec.kh, "kx": self.spec.kw}
+        layouts = {  # the accumulators batch-group-major (Tile)
+            "out": ((toc * toh * tow, 1), (toh * tow, 1), (tow, 1), (1, 1)),
+            "lhs": ((inp["n"], 1), (inp["ic"], 1), (inp["row"], self.row_step), (inp["col"], self.col_step)),
             "rhs": ((wic * self.taps, 1), (self.taps, 1), (self.spec.kw, 1), (1, 1)),
         }
         return self.tensorized.nest(tile, layouts, GEMM_ORDER)
@@ -442,17 +506,19 @@ class ConvLowering:
         """Buffers the schedule's tile overflows (empty if it fits)."""
         return [
             f"{buf} needs {need} elements per thread, the share holds {have}"
-            for buf, need, have in zip(("INP", "WGT", "ACC"), self.footprint(s), self.shares(s.vthreads))
+            for buf, need, have in zip(("INP", "WGT", "ACC"), self.footprint(s), self.thread_shares(s))
             if need > have
         ]
 
     def problems(self, s: Schedule) -> list[str]:
         """Why a schedule does not fit (empty if it does)."""
-        if s.toc > self.ob or s.tic > self.ib or s.toh > self.spec.oh or s.tow > self.spec.ow:
+        if s.toc > self.ob or s.tic > self.ib or s.toh > self.spec.oh or s.tow > self.spec.ow or s.tn > self.ng:
             return [
                 f"tile {s.describe()} exceeds the layer ({self.ob} output / {self.ib} input channel blocks, "
-                f"{self.spec.oh}x{self.spec.ow} pixels)"
+                f"{self.ng} batch groups of {self.spec.oh}x{self.spec.ow} pixels)"
             ]
+        if s.tn > 1 and (why := self.token_refusal):
+            return [f"tile {s.describe()} spans {s.tn} batch groups: {why}"]
         if s.res_inp and not self.residual_gemm:
             return [self.no_residual_gemm()]
         if self.pool and (pool := self.pool_problems(s)):
@@ -464,7 +530,7 @@ class ConvLowering:
             return out
         resident, by_columns = self.weights_resident(s), self.by_columns(s)
         tile = (s.toc, s.toh, s.tow)
-        nests = dict.fromkeys(self.step_nest(*tile, b0, n, resident, by_columns) for b0, n in self.steps(s))
+        nests = dict.fromkeys(self.step_nest(*tile, b0, n, resident, by_columns, s.tn) for b0, n in self.steps(s))
         for oc, rest in (self.oc_axis(nest, s.toc) for nest in nests):
             if not fits_loop(oc, self.limits):
                 return [
@@ -485,9 +551,9 @@ class ConvLowering:
 
     def no_residual_gemm(self) -> str:
         """Why a ``res_inp`` schedule does not apply to this layer."""
-        if not residual_gemm_fits(self.epi):
+        if not residual_inp_fits(self.epi):
             form = "no residual" if not self.epi.residual else f"a {self.epi.residual} residual"
-            return f"res-inp adds an int8 residual as it is, the layer has {form}{' rescaled' * bool(self.epi.rescale)}"
+            return f"res-inp brings an int8 residual through INP, the layer has {form}"
         return (
             f"res-inp needs block_in == block_out for the identity weights, config {self.cfg.name!r} has "
             f"{self.cfg.block_in} and {self.cfg.block_out}"
@@ -501,7 +567,8 @@ class ConvLowering:
             return [(self.in_rows(sh) * self.in_cols(ow), self.taps, sh * ow + self.pool.out_hw[1])]
         window, gate = self.in_rows(1) * self.in_cols(1), self.gate is not None
         needs = [(window + bool(self.post), self.taps, (2 if self.epi.residual else 1 + self.post_tiles) + gate)]
-        return needs + [(window + 1, self.taps, 1 + gate)] * self.residual_gemm
+        in_acc = 2 if self.epi.rescale else 1  # a rescaled residual is copied into ACC for the ALU
+        return needs + [(window + 1, self.taps, in_acc + gate)] * self.residual_gemm
 
     def check_minimal(self, vthreads: int) -> None:
         """Raise CompileError, naming the limit, if even the smallest tile (in either residual form) does not fit
@@ -542,22 +609,25 @@ class ConvLowering:
     def tile_order(self, s: Schedule) -> tuple[np.ndarray, np.ndarray]:
         """(output-channel tile index, spatial tile index) of every tile in execution order."""
         n_oc = -(-self.ob // s.toc)
-        n_sp = self.ng * -(-self.spec.oh // s.toh) * -(-self.spec.ow // s.tow)
+        n_sp = -(-self.ng // s.tn) * -(-self.spec.oh // s.toh) * -(-self.spec.ow // s.tow)
         if s.order == "oc":
             return np.repeat(np.arange(n_oc), n_sp), np.tile(np.arange(n_sp), n_oc)
         return np.tile(np.arange(n_oc), n_sp), np.repeat(np.arange(n_sp), n_oc)
 
     def tile_sizes(self, s: Schedule) -> tuple[np.ndarray, np.ndarray]:
-        """Output-channel blocks of each output-channel tile, pixels of each spatial tile (by tile index)."""
+        """Output-channel blocks of each output-channel tile, pixels of each spatial tile (by tile index; of all
+        its batch groups)."""
         rows, cols = ranges(self.spec.oh, s.toh), ranges(self.spec.ow, s.tow)
-        pixels = [h * w for _, (_, h), (_, w) in itertools.product(range(self.ng), rows, cols)]
+        pixels = [n * h * w for (_, n), (_, h), (_, w) in itertools.product(ranges(self.ng, s.tn), rows, cols)]
         return np.array([n for _, n in ranges(self.ob, s.toc)]), np.array(pixels)
 
     def tiles(self, s: Schedule) -> list[Tile]:
         """Every output tile, in execution order."""
         ocs = ranges(self.ob, s.toc)
-        sps = list(itertools.product(range(self.ng), ranges(self.spec.oh, s.toh), ranges(self.spec.ow, s.tow)))
-        return [Tile(sps[p][0], *ocs[o], *sps[p][1], *sps[p][2]) for o, p in zip(*self.tile_order(s))]
+        sps = list(itertools.product(ranges(self.ng, s.tn), ranges(self.spec.oh, s.toh), ranges(self.spec.ow, s.tow)))
+        return [
+            Tile(sps[p][0][0], *ocs[o], *sps[p][1], *sps[p][2], nn=sps[p][0][1]) for o, p in zip(*self.tile_order(s))
+        ]
 
     def steps(self, s: Schedule) -> list[tuple[int, int]]:
         """The reduction steps: (first input-channel block, blocks), split where the upsampled blocks begin and
@@ -574,22 +644,23 @@ class ConvLowering:
     def residency(self, s: Schedule) -> list[np.ndarray]:
         """Per thread, per block (tile-major, step-minor): must it load its input window, its weights?
         Each is skipped when the thread's share still holds it from the thread's previous block; shared
-        weights are loaded by the first block in stream order that uses them."""
+        weights (a shared input) are loaded by the first block in stream order that uses them."""
         oc, sp = self.tile_order(s)
         n = len(self.steps(s))
-        out, chunks = [], []
+        out, chunks = [], {0: [], 1: []}  # per thread, each block's (spatial tile, step) and (oc tile, step)
         for t in range(s.vthreads):
             o, p = np.repeat(oc[t :: s.vthreads], n), np.repeat(sp[t :: s.vthreads], n)
             k = np.tile(np.arange(n), len(oc[t :: s.vthreads]))
             wgt = _changed(o) if self.weights_resident(s) else _changed(o, k)
             inp = np.repeat(_changed(p[::n]), n) if self.inputs_resident(s) else _changed(p, k)
             out.append(np.stack([inp, wgt], axis=1))
-            chunks.append((o * n + k).tolist())
-        if self.weights_shared:
+            chunks[0].append((p * n + k).tolist())
+            chunks[1].append((o * n + k).tolist())
+        for col in [c for c, shared in ((0, self.inputs_shared(s)), (1, self.weights_shared)) if shared]:
             seen: set[int] = set()
-            for t, i in round_robin([len(c) for c in chunks]):
-                out[t][i, 1] = chunks[t][i] not in seen
-                seen.add(chunks[t][i])
+            for t, i in round_robin([len(c) for c in chunks[col]]):
+                out[t][i, col] = chunks[col][t][i] not in seen
+                seen.add(chunks[col][t][i])
         return out
 
     @property

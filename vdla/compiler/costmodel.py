@@ -7,7 +7,9 @@ store) durations, with loads skipped exactly where the program skips them
 (:meth:`ConvLowering.residency`), and run after the prologue through the real token structure
 (:func:`vdla.compiler.vthreads.thread_deps`) and the round-robin block order in a block-level event
 simulation. The DRAM read channel is modelled only where it matters most: a compute-stage load (a
-residual tile in the accumulators) waits for the load-stage transfer in flight. A residual in INP
+residual tile in the accumulators, issued after the tile's last GEMM: a split block's first part's) waits for
+the load-stage instruction in flight at that moment, whose end the block's instructions in order give
+(:attr:`StepCosts.loads`). A residual in INP
 (``Schedule.res_inp``) is load-stage work of each tile's last step, its identity GEMM compute work; the
 one-element LOAD of the identity block in the stream's first block is ignored. Instruction fetch is ignored; the search
 confirms its best candidates with the timing-only simulator.
@@ -22,7 +24,7 @@ from functools import lru_cache
 import numpy as np
 
 from vdla.compiler.blocks import Alu, Epi, Gemm, Load, Op, Store
-from vdla.compiler.conv_emit import ThreadBuilder, tail_groups
+from vdla.compiler.conv_emit import ThreadBuilder, tail_parts
 from vdla.compiler.conv_lowering import ConvLowering, Tile
 from vdla.compiler.schedule import Schedule
 from vdla.compiler.vthreads import round_robin, thread_deps
@@ -32,6 +34,7 @@ from vdla.isa import AluInsn, EpiInsn, GemmInsn, Insn, MemInsn, MemType, elem_by
 from vdla.isa.pipe import can_pipe
 
 PAGE = 4096  # AXI bursts split at 4 KiB boundaries
+PARTS = ("inp", "wgt", "res")  # the load-stage tensors of a block, as StepCosts.loads numbers them
 
 
 def op_insn(op: Op) -> Insn:
@@ -104,7 +107,10 @@ class StepCosts:
     split_store: int  # the last step's STOREs split by output-channel group (a thread's last block)
     kernel_uops: int  # micro-ops of the distinct micro-kernels of such a tile
     size: tuple[int, int]  # the tile's output-channel blocks and pixels
-    longest_load: int  # the longest load-stage instruction: what a compute-stage load may wait for
+    parts: int  # the parts a thread's last block is split in (tail_parts)
+    # per step, its load-stage instructions in order as (PARTS index, cycles): a compute-stage LOAD waits for the
+    # one on the read channel when it issues
+    loads: tuple[tuple[tuple[int, int], ...], ...]
 
 
 @dataclass(frozen=True)
@@ -128,11 +134,12 @@ class CostModel:
         """Costs of the middle tile's blocks (they depend on the tile geometry only). Only the first, second
         and last reduction steps are built: the steps between repeat the second."""
         low = self.low
-        key = (s.toc, s.toh, s.tow, s.tic, low.weights_resident(s), s.res_inp)
+        key = (s.toc, s.toh, s.tow, s.tic, low.weights_resident(s), s.res_inp, s.tn)
         if key not in self._steps:
             oy = (-(-low.spec.oh // s.toh) // 2) * s.toh
             ox = (-(-low.spec.ow // s.tow) // 2) * s.tow
-            tile = Tile(0, 0, min(s.toc, low.ob), oy, min(s.toh, low.spec.oh - oy), ox, min(s.tow, low.spec.ow - ox))
+            noh, now = min(s.toh, low.spec.oh - oy), min(s.tow, low.spec.ow - ox)
+            tile = Tile(0, 0, min(s.toc, low.ob), oy, noh, ox, now, nn=min(s.tn, low.ng))
             steps = low.steps(s)
             n = len(steps)
             built = sorted({0, min(1, n - 1), n - 1})
@@ -160,7 +167,7 @@ class CostModel:
                 for op, _ in cost[k]
                 if isinstance(op, Gemm | Alu)
             }
-            own = low.weights_resident(s) or low.weights_shared or low.inputs_resident(s)
+            own = low.weights_resident(s) or low.weights_shared or low.inputs_resident(s) or low.inputs_shared(s)
             unbuilt = n - len(built) if own else 0  # each step has its own GEMM kernel
             gemm = [total(k, lambda op: isinstance(op, Gemm)) for k in rep]
             self._steps[key] = StepCosts(
@@ -175,15 +182,15 @@ class CostModel:
                     op_cycles(op, self.cfg) for op in builder.block(tile, n - 1, steps[-1], n, split=True).stores
                 ),
                 kernel_uops=sum(kernels.values()) + unbuilt * max(kernels.values()),
-                size=(tile.noc, tile.noh * tile.now),
-                longest_load=max(
-                    (
-                        c
-                        for k in built
+                size=(tile.noc, tile.pixels),
+                parts=len(tail_parts(tile)),
+                loads=tuple(
+                    tuple(
+                        (PARTS.index(op.tensor), c)
                         for op, c in cost[k]
-                        if isinstance(op, Load) and op.mem in (MemType.INP, MemType.WGT)
-                    ),
-                    default=0,
+                        if isinstance(op, Load) and op.mem in (MemType.INP, MemType.WGT) and op.tensor in PARTS
+                    )
+                    for k in rep
                 ),
             )
         return self._steps[key]
@@ -207,19 +214,46 @@ class CostModel:
         to each tile's size (ragged edge tiles do less)."""
         sc = self.step_costs(s)
         n = len(sc.gemm)
-        oc, sp = self.low.tile_order(s)
-        nocs, pixels = self.low.tile_sizes(s)
         inp, wgt, res = np.array(sc.inp), np.array(sc.wgt), np.r_[np.zeros(n - 1), sc.res]
         comp = np.array(sc.gemm) + np.r_[sc.epi, np.zeros(n - 1)] + np.r_[np.zeros(n - 1), sc.tail]
         store = np.r_[np.zeros(n - 1), sc.store]
         out = []
-        for t, fresh in enumerate(self.low.residency(s)):
-            f_oc = (nocs[oc[t :: s.vthreads]] / sc.size[0])[:, None]
-            f_px = (pixels[sp[t :: s.vthreads]] / sc.size[1])[:, None]
-            fresh = fresh.reshape(-1, n, 2)
+        for fresh, f_oc, f_px in self.block_factors(s):
             load = fresh[..., 0] * inp * f_px + fresh[..., 1] * wgt * f_oc + res * f_oc * f_px
             work = (load, comp * f_oc * f_px, store * f_oc * f_px)
             out.append(tuple(np.rint(a).reshape(-1).astype(np.int64) for a in work))
+        return out
+
+    def block_factors(self, s: Schedule) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """Per thread: which loads each block makes (tiles x steps x (input, weights)), and each tile's size
+        relative to the representative tile's, in output channels and in pixels (tiles x 1)."""
+        n = len(self.step_costs(s).gemm)
+        size = self.step_costs(s).size
+        oc, sp = self.low.tile_order(s)
+        nocs, pixels = self.low.tile_sizes(s)
+        return [
+            (
+                fresh.reshape(-1, n, 2),
+                (nocs[oc[t :: s.vthreads]] / size[0])[:, None],
+                (pixels[sp[t :: s.vthreads]] / size[1])[:, None],
+            )
+            for t, fresh in enumerate(self.low.residency(s))
+        ]
+
+    def load_ends(self, s: Schedule) -> list[list[np.ndarray]]:
+        """Per thread, per block: the ends of its load-stage instructions from the block's start (the input's and
+        weights' where the block makes them, the residual's; scaled like :meth:`stage_work`)."""
+        sc = self.step_costs(s)
+        n = len(sc.gemm)
+        out = []
+        for fresh, f_oc, f_px in self.block_factors(s):
+            blocks = []
+            for j in range(fresh.shape[0] * n):
+                tile, k = divmod(j, n)
+                scale = (f_px[tile, 0], f_oc[tile, 0], f_oc[tile, 0] * f_px[tile, 0])
+                made = (fresh[tile, k, 0], fresh[tile, k, 1], True)
+                blocks.append(np.cumsum([c * scale[part] for part, c in sc.loads[k] if made[part]]))
+            out.append(blocks)
         return out
 
     def bound(self, s: Schedule) -> int:
@@ -235,14 +269,13 @@ class CostModel:
 
     def tail_parts(self, s: Schedule) -> int:
         """Parts a thread's last block is split in (see :meth:`ThreadBuilder.blocks`)."""
-        return len(tail_groups(self.step_costs(s).size[0]))
+        return self.step_costs(s).parts
 
     def estimate(self, s: Schedule) -> Estimate:
         """Event simulation of the round-robin blocks on the three stages, each stage taking its blocks in
         stream order and starting each once its tokens are in, the earliest-ready stage first. A thread's last
         block hands its first part to the store stage after its share of the compute."""
         sc = self.step_costs(s)
-        longest = sc.longest_load
         parts = self.tail_parts(s)
         work = self.stage_work(s)
         order = round_robin([len(w[0]) for w in work])
@@ -256,6 +289,11 @@ class CostModel:
             dur[2][p] += sc.split_store - sc.store
         in_acc = bool(self.low.epi.residual) and not s.res_inp
         bus = [in_acc and bool(dur[2][p]) for p in range(len(order))]  # compute-stage residual LOADs
+        ends = self.load_ends(s) if in_acc else None
+        last = sc.gemm[-1] + sc.epi * (len(sc.gemm) == 1)  # a last step's compute ahead of its residual LOAD
+        ahead = last / max(last + sc.tail, 1)
+        # where a block's first compute-stage LOAD issues after its start (a split block's: its first part's)
+        pre = [work[t][1][i] * ahead / (parts if (t, i) in split else 1) for t, i in order]
         waits: list[dict[int, list[tuple[int, int]]]] = [{}, {}, {}]  # stage -> position -> (stage, position)
         for t, w in enumerate(work):
             for d in thread_deps(w[0] > 0, w[2] > 0):
@@ -270,7 +308,7 @@ class CostModel:
         handoff: dict[int, int] = {}  # compute of a split block: when its first part reaches the store stage
         start_at = self.prologue(s)  # the first loads share the read channel with the prologue
         cursor, free = [0, 0, 0], [start_at, start_at, 0]
-        loading = (0, 0)  # interval of the load-stage block last started
+        loading = (0, np.zeros(0))  # start of the load-stage block last started, its instructions' ends after it
         while True:
             best = None
             for stage in (0, 1, 2):
@@ -289,14 +327,18 @@ class CostModel:
             if best is None:
                 break
             start, stage, p = best
-            if stage == 1 and bus[p] and loading[0] <= start < loading[1]:
-                start += min(loading[1] - start, longest)  # its compute-stage LOADs wait for the read channel
-            end[stage][p] = free[stage] = start + dur[stage][p]
+            wait = 0
+            if stage == 1 and bus[p]:  # its compute-stage LOAD waits for the load-stage instruction in flight
+                issue = start + pre[p]
+                later = loading[0] + loading[1][loading[0] + loading[1] > issue]
+                wait = int(later[0] - issue) if len(later) else 0
+            end[stage][p] = free[stage] = start + dur[stage][p] + wait
             if stage == 2 and p in handoff:  # the last part's store follows the end of the compute
                 end[2][p] = free[2] = max(free[2], end[1][p] + -(-dur[2][p] // parts))
             if stage == 1 and order[p] in split:
-                handoff[p] = start + -(-dur[1][p] // parts)
+                handoff[p] = start + wait + -(-dur[1][p] // parts)
             cursor[stage] += 1
-            if stage == 0:
-                loading = (start, free[0])
+            if stage == 0 and ends is not None:
+                t, i = order[p]
+                loading = (start, ends[t][i])
         return Estimate(max(free), sum(dur[0]), start_at + sum(dur[1]), sum(dur[2]))

@@ -53,7 +53,7 @@ from vdla.compiler.conv2d import _constants, rows_tensor
 from vdla.compiler.conv_emit import ThreadBuilder
 from vdla.compiler.conv_lowering import ConvLowering, Tile
 from vdla.compiler.depthwise import DepthwiseLowering, DepthwiseSpec, DwPasses, depthwise_oracle
-from vdla.compiler.epilogue_passes import normalize
+from vdla.compiler.epilogue_passes import normalize, residual_gemm_fits
 from vdla.compiler.identity import EYE, identity_weights, load_identity
 from vdla.compiler.microcode import Limits, lower_nest
 from vdla.compiler.run import LayerRun, run_bound
@@ -205,9 +205,18 @@ class DwPointwiseLowering:
         wgt = 0 if self.wgt_shared else self.pw.ob * tic
         return self.windows(toh, tic) + tile * res_inp, wgt, tile * (1 + (self.residual and not res_inp))
 
+    @property
+    def residual_inp(self) -> bool:
+        """Whether the pointwise layer's residual may come through INP (``res_inp``): an int8 residual added as it
+        is, by the identity GEMM. A rescaled one would need a region of its own in ACC, which the fused tile does
+        not keep (the pointwise tile's residual region is its own accumulators)."""
+        return self.pw.residual_gemm and residual_gemm_fits(self.pw.epi)
+
     def fits(self, toh: int, tic: int, vthreads: int, res_inp: bool = False, split: bool = False) -> bool:
         """Whether a schedule's tiles fit the buffers; ``split`` (:class:`FusedSchedule`): one band, one tile (and
         residual) in ACC for every thread, and with an expand layer the band's input rows in the whole of INP."""
+        if res_inp and not self.residual_inp:
+            return False
         pixels = toh * self.ow
         factors = max(pixels, self.dw.per_block(toh)[0]) <= min(self.limits.max_factor[:2]) or tic == 1
         if split and toh != self.oh:
@@ -236,7 +245,7 @@ class DwPointwiseLowering:
         its loads wait for its compute."""
         self.check_minimal()
         out = []
-        forms = (False, True) if self.pw.residual_gemm else (False,)
+        forms = (False, True) if self.residual_inp else (False,)
         for tic, res_inp in itertools.product(halvings(self.cb), forms):
             for v in range(MAX_VTHREADS, 0, -1):  # two threads where a row fits them (one waits for its loads)
                 toh = max((t for t in range(1, self.oh + 1) if self.fits(t, tic, v, res_inp)), default=0)
@@ -380,6 +389,11 @@ class DwPointwiseLowering:
 
     # ---- the stream -------------------------------------------------------------------------------
     def stream(self, s: FusedSchedule) -> Stream:
+        if s.res_inp and not self.residual_inp:
+            raise CompileError(
+                f"fused schedule {s.describe()}: res-inp adds an int8 residual as it is, the pointwise layer's is "
+                f"{'rescaled' if self.pw.epi.rescale else 'not one'}"
+            )
         if not self.fits(s.toh, s.tic, s.vthreads, s.res_inp, s.split):
             band = " (split: one band of every output row)" if s.split else ""
             raise CompileError(

@@ -16,8 +16,9 @@ accumulators).
       MUL row multiplier, shift                     (EPI req: the OUT mirror clamps)
       MUL row multiplier, shift -> GEMM residual    (EPI req, shift 0: the OUT mirror clamps the sum)
       MUL row multiplier, shift -> ADD residual     (the same, the residual tile in the accumulators)
-      MUL row multiplier, shift -> CLIP -> MUL row m_y, shift_y -> MUL residual by row m_k, shift_k
-          -> ADD residual [-> RSHR frac -> CLIP]             (a rescaled residual; EPI req: shift frac)
+      MUL row multiplier, shift -> CLIP -> MUL row m_y, shift_y [-> GEMM copy of the residual]
+          -> MUL residual by row m_k, shift_k -> ADD residual [-> RSHR frac -> CLIP]
+                                                    (a rescaled residual; EPI req: shift frac)
       [MUL imm multiplier] [-> RSHR shift] [-> GEMM or ADD residual] [-> CLIP, for bounds the mirror cannot clamp]
 
   A row multiplier's MUL forms the exact 64-bit product and rounds it right by the layer's shift in the
@@ -29,12 +30,14 @@ accumulators).
   - *GEMM residual* (``res_inp``): the load stage LOADs the residual tile into the thread's INP share,
     overlapped with compute like the inputs, and a GEMM against the identity weights
     (:mod:`vdla.compiler.identity`, one WGT element kept at the top of the WGT buffer) adds it to the
-    accumulators after the requantizing MUL or RSHR: 1 compute cycle per element.
+    accumulators after the requantizing MUL or RSHR: 1 compute cycle per element. A rescaled residual comes
+    through INP the same way and an ``init`` GEMM against the identity block copies it into the accumulators
+    (under an EPI of the layer's mode without the bias row), where the ALU multiplies and adds it.
   - *ALU residual*: a compute-stage LOAD ACC_8BIT (or ACC, for int32) brings the tile into the accumulator
     buffer next to the output tile and an ALU ADD reads it as a second operand: about 2 + ``alu_ii``
     compute cycles per element, and the LOAD waits for the DRAM read channel. It is the only form of an
-    int32 residual, of a rescaled residual (whose residual is multiplied on the ALU first) and of configs
-    with ``block_in != block_out``, and the fallback of tiles whose INP share cannot hold the residual.
+    int32 residual and of configs with ``block_in != block_out``, and the fallback of tiles whose INP share
+    cannot hold the residual.
 
   Integer addition wraps modulo 2^32 in the GEMM as in the ALU ADD, so both forms give the same int32 sum.
 
@@ -71,7 +74,8 @@ class AluPass:
     imm: int | None = None
     shift: int = 0
     dst: str = "acc"  # "res": the pass updates the residual tile
-    gemm: bool = False  # the residual add as a GEMM of the INP residual tile against the identity weights
+    gemm: bool = False  # a GEMM of the INP residual tile against the identity weights: adding it to the
+    # accumulators, or (dst "res") copying it into the residual tile's accumulators (init, from zero)
 
     @property
     def holds_row(self) -> bool:
@@ -152,18 +156,25 @@ def residual_gemm_fits(epi: EpilogueSpec) -> bool:
     return epi.residual == "int8" and not epi.rescale
 
 
+def residual_inp_fits(epi: EpilogueSpec) -> bool:
+    """Whether the layer's int8 residual can come through INP on the load stage (``Schedule.res_inp``): a GEMM
+    against the identity weights adds it as it is (:func:`residual_gemm_fits`), or copies a rescaled one into the
+    accumulators for the ALU to multiply and add (in place of a compute-stage LOAD ACC_8BIT)."""
+    return epi.residual == "int8"
+
+
 def alu_passes(
     epi: EpilogueSpec, mul_imm: int = 1, residual_gemm: bool = False, out_mul: bool = False
 ) -> tuple[AluPass, ...]:
     """The passes after the last GEMM, in execution order; with ``residual_gemm`` the residual add is a GEMM
     (``AluPass.gemm``) instead of an ALU ADD (only where :func:`residual_gemm_fits`); with ``out_mul`` none where
     the OUT mirror multiplies (:func:`out_mul_fits`)."""
-    if residual_gemm and not residual_gemm_fits(epi):
-        raise CompileError(f"a {epi.residual} residual{' rescaled' * bool(epi.rescale)} cannot be added by a GEMM")
+    if residual_gemm and not residual_inp_fits(epi):
+        raise CompileError(f"a {epi.residual} residual cannot come through INP")
     if out_mul and out_mul_fits(epi):
         return ()
     if epi.rescale:
-        return _rescale_passes(epi)
+        return _rescale_passes(epi, residual_gemm)
     passes = []
     if epi.multiplier == "imm":
         passes.append(AluPass(AluOp.MUL, imm=mul_imm))
@@ -181,12 +192,14 @@ def alu_passes(
     return tuple(passes)
 
 
-def _rescale_passes(epi: EpilogueSpec) -> tuple[AluPass, ...]:
+def _rescale_passes(epi: EpilogueSpec, residual_gemm: bool = False) -> tuple[AluPass, ...]:
+    """The rescaled residual's passes; ``residual_gemm``: the residual tile copied from INP by a GEMM first."""
     lo, hi, shift_y, shift_k, frac = epi.rescale
     passes = [
         AluPass(AluOp.MUL, "mult", shift=epi.shift),
         AluPass(AluOp.CLIP, imm=clip_imm(lo, hi)),
         AluPass(AluOp.MUL, "mult_y", shift=shift_y),
+        *[AluPass(AluOp.ADD, "res", dst="res", gemm=True)] * residual_gemm,
         AluPass(AluOp.MUL, "mult_k", shift=shift_k, dst="res"),
         AluPass(AluOp.ADD, "res"),
     ]

@@ -1,7 +1,9 @@
 """The tilings the schedule search considers: a coarse grid of near-balanced tile sizes per thread count,
-each with the most output rows that fit the buffers, in each residual form the layer allows (the residual
-in the accumulators, or in INP for the identity GEMM: its tile takes INP instead of ACC, so the most rows
-that fit differ); and, for the most promising, the same with the most rows of at most half as many."""
+each with the most output rows that fit the buffers (for a layer whose tiles may span several batch groups,
+:attr:`~vdla.compiler.conv_lowering.ConvLowering.token_tiles`, the most batch groups: a dense layer's tokens),
+in each residual form the layer allows (the residual in the accumulators, or in INP for the identity GEMM: its
+tile takes INP instead of ACC, so the most rows that fit differ); and, for the most promising, the same with the
+most rows (batch groups) of at most half as many."""
 
 from __future__ import annotations
 
@@ -45,34 +47,44 @@ def grid_sizes(low: ConvLowering) -> tuple[list[int], list[int]]:
     return halvings(low.spec.ow, MAX_PARTS), balanced(low.spec.oh)
 
 
+def spans(low: ConvLowering) -> list[tuple[int, int]]:
+    """(output rows, batch groups) of the coarse grid's tiles, largest first: the row counts of one group, or,
+    where tiles may span several groups (:attr:`ConvLowering.token_tiles`: one pixel each), the group counts."""
+    if low.token_tiles:
+        return [(1, n) for n in balanced(low.ng)]
+    return [(toh, 1) for toh in grid_sizes(low)[1]]
+
+
 def candidate_tiles(low: ConvLowering, vthreads: int, skip_idle: bool = False) -> list[Schedule]:
     """The tilings of the coarse grid that fit ``vthreads`` threads, each with the most output rows that fit
     (``skip_idle``: not those leaving a thread without tiles, which the same tiling on fewer threads matches),
     for each residual form (:attr:`ConvLowering.residual_gemm`: also with the residual in INP)."""
     out = []
     forms = (False, True) if low.residual_gemm else (False,)
-    cols, rows = grid_sizes(low)
+    cols = grid_sizes(low)[0]
     grid = itertools.product(halvings(low.ib), halvings(low.ob, MAX_PARTS), cols, forms)
     for tic, toc, tow, res_inp in grid:
-        for toh in rows:
-            if low.problems(Schedule(toc, toh, tow, tic, vthreads, res_inp=res_inp)):
+        for toh, tn in spans(low):
+            if low.problems(Schedule(toc, toh, tow, tic, vthreads, res_inp=res_inp, tn=tn)):
                 continue
-            spatial_tiles = low.ng * -(-low.spec.oh // toh) * -(-low.spec.ow // tow)
+            spatial_tiles = -(-low.ng // tn) * -(-low.spec.oh // toh) * -(-low.spec.ow // tow)
             if skip_idle and vthreads > spatial_tiles * -(-low.ob // toc):
                 break
             # walking pixels outermost only pays when inputs can stay resident: one step, several oc tiles
             orders = ORDERS if tic == low.ib and toc < low.ob and spatial_tiles > 1 and not low.pool else ("oc",)
-            out += [Schedule(toc, toh, tow, tic, vthreads, order, res_inp) for order in orders]
+            out += [Schedule(toc, toh, tow, tic, vthreads, order, res_inp, tn) for order in orders]
             break
     return out
 
 
 def half_rows(low: ConvLowering, s: Schedule) -> Schedule | None:
-    """``s`` with the most output rows that fit of at most half its own (shorter tiles fill and drain the
-    pipeline sooner and hand the next layer its first rows earlier), or None where none fits (``s`` of one row)."""
-    for toh in grid_sizes(low)[1]:
-        if 2 * toh <= s.toh + 1 and toh < s.toh and not low.problems(replace(s, toh=toh)):
-            return replace(s, toh=toh)
+    """``s`` with the most output rows (batch groups, where its tiles span several) that fit of at most half its
+    own (shorter tiles fill and drain the pipeline sooner and hand the next layer its first rows earlier), or None
+    where none fits (``s`` of one row)."""
+    for toh, tn in spans(low):
+        have, want = (s.tn, tn) if s.tn > 1 else (s.toh, toh)
+        if 2 * want <= have + 1 and want < have and not low.problems(half := replace(s, toh=toh, tn=tn)):
+            return half
     return None
 
 
