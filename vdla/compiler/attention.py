@@ -269,11 +269,12 @@ class AttentionLowering:
         nest = ((self.cb, (self.up, 1)), (self.up, (1, self.cb)))
         return identity_gemm(nest, acc, inp, EYE, self.limits, init=True)
 
-    def transpose(self, acc: int, inp: int, wgt: int) -> Gemm:
-        """``V^T`` rows (block, key block, j) to ACC ``acc``: the identity's rows ``e_j`` (INP ``inp``) against ``V``'s
-        tiles (WGT ``wgt``)."""
-        n, lanes = self.cb * self.ub, self.lanes
-        return gemm_nest(((n, (lanes, 0, 1)), (lanes, (1, 1, 0))), (acc, inp, wgt), self.limits)
+    def transpose(self, acc: int, inp: int, wgt: int, tiles: range) -> Gemm:
+        """``V^T`` rows (block, key block, j) of ``V``'s weight tiles ``tiles`` to ACC ``acc``: the identity's rows
+        ``e_j`` (INP ``inp``) against those tiles (WGT ``wgt``)."""
+        lanes, at = self.lanes, tiles.start
+        nest = ((len(tiles), (lanes, 0, 1)), (lanes, (1, 1, 0)))
+        return gemm_nest(nest, (acc + at * lanes, inp, wgt + at), self.limits)
 
     def scores(self, tile: _Tile) -> Gemm:
         """The tile's scores (query block, key block, query) from its ``Q`` rows against ``K``'s tiles, each
@@ -386,7 +387,10 @@ class AttentionLowering:
 
     def setup(self) -> tuple[list[Block], list[Block]]:
         """The blocks ahead of each thread's tiles (module docstring): thread 0 puts ``K`` in the weight layout,
-        thread 1 ``V`` and then ``V^T``, whose rows its last block loads where every tile reads them."""
+        thread 1 (the first to compute: it loads the ones and identity blocks) ``V`` and then ``V^T`` (its
+        transposes in two blocks, the store after the second), whose rows thread 1's first tile loads where every
+        tile reads them. Each store is followed by one wait block, each load by at least two blocks of work before
+        the next wait (:meth:`stream`)."""
         _, _, k_at, v_at, _, _ = self.spec.views
         t, blk, n, tiles, lanes = self.spec.tokens, self.cfg.block_in, self.cb * self.up, self.cb * self.ub, self.lanes
         acc, inp, wgt = self.share(2)
@@ -398,24 +402,26 @@ class AttentionLowering:
         consts = Load(MemType.WGT, 0, "wgt", 0, 1, 2, 2)
         eye_rows = Load(MemType.INP, self.i0 + inp, "wgt", EYE * lanes, 1, lanes, lanes)
         v_tiles = Load(MemType.WGT, self.w0 + wgt, "kw", tiles, 1, tiles, tiles)
-        shared = (Load(MemType.INP, 0, "wgt", 0, 1, 2 * lanes, 2 * lanes), Load(MemType.INP, self.vt, "vt", 0, 1, n, n))
+        half = tiles // 2
+        halves = (range(half), range(half, tiles))
+        transposes = [self.transpose(acc, self.i0 + inp, self.w0 + wgt, r) for r in halves if r]
         k_blocks = [
-            Block(0, (k_rows, consts), (*WAIT, self.kv_copy(0, self.vt)), (Store(0, "kw", 0, 1, n, n),)),
+            Block(0, (k_rows,), (*WAIT, self.kv_copy(0, self.vt)), (Store(0, "kw", 0, 1, n, n),)),
             Block(0, (), WAIT, ()),
         ]
         v_blocks = [
-            Block(1, (v_rows,), (*WAIT, self.kv_copy(acc, self.i0)), (Store(acc, "kw", n, 1, n, n),)),
+            Block(1, (v_rows, consts), (*WAIT, self.kv_copy(acc, self.i0)), (Store(acc, "kw", n, 1, n, n),)),
             Block(1, (), WAIT, ()),
-            Block(
-                1,
-                (v_tiles, eye_rows),
-                (*WAIT, self.transpose(acc, self.i0 + inp, self.w0 + wgt)),
-                (Store(acc, "vt", 0, 1, n, n),),
-            ),
+            Block(1, (v_tiles, eye_rows), (*WAIT, transposes[0]), ()),
+            Block(1, (), (*WAIT, *transposes[1:]), (Store(acc, "vt", 0, 1, n, n),)),
             Block(1, (), WAIT, ()),
-            Block(1, shared, WAIT, ()),
         ]
         return k_blocks, v_blocks
+
+    def shared_rows(self) -> tuple[Load, Load]:
+        """The ones and identity rows and ``V^T``'s rows as INP rows, which every tile reads."""
+        n, lanes = self.cb * self.up, self.lanes
+        return Load(MemType.INP, 0, "wgt", 0, 1, 2 * lanes, 2 * lanes), Load(MemType.INP, self.vt, "vt", 0, 1, n, n)
 
     def tile(self, k: int, thread: int) -> _Tile:
         acc, inp, wgt = self.share(2)
@@ -425,28 +431,34 @@ class AttentionLowering:
             r, tb, thread * acc, self.i0 + thread * inp, self.w0 + thread * wgt, self.ub, self.spec.d, self.lanes
         )
 
-    def blocks(self, k: int, thread: int) -> list[Block]:
-        """Query tile ``k`` on ``thread``: the scores and their exp planes (stored to ``ex``), a wait, the planes
-        loaded as weight tiles, ``U^T`` and ``Z``, the division, ``O^T`` (stored to ``ot``), a wait, ``O^T``'s tiles
-        loaded and ``O`` stored into the output view."""
+    def blocks(self, k: int, thread: int, first: bool = False) -> list[Block]:
+        """Query tile ``k`` on ``thread``: the scores; their exp planes (stored to ``ex``); a wait; the planes loaded
+        as weight tiles, ``U^T`` and ``Z``; the division and ``O^T`` (stored to ``ot``); a wait; ``O^T``'s tiles
+        loaded and ``O`` stored into the output view. Two blocks of work between waits, so that another thread's
+        work hides each round trip (:meth:`stream`). ``first``: the thread's first tile, which loads the rows (thread
+        1) or ``K``'s tiles (thread 0) every tile reads."""
         _, q_at, _, _, _, out_at = self.spec.views
         blk, lanes, cb = self.cfg.block_in, self.lanes, self.cb
         t0, tile = k * self.tb * lanes, self.tile(k, thread)
         plane, n, ot = 2 * t0 * self.ub, 2 * tile.planes, t0 * cb  # offsets in OUT rows (16 a weight tile)
         pad = (0, tile.tb * lanes - tile.r, 0, 0)
         loads = [Load(MemType.INP, tile.i, "inp", t0 * self.ib + q_at // blk, tile.r, cb, self.ib, pad)]
-        if k == 0:  # thread 0's first tile: K's tiles every tile reads
-            loads.append(Load(MemType.WGT, self.kt, "kw", 0, 1, self.cb * self.ub, self.cb * self.ub))
+        if first:
+            kw = self.cb * self.ub
+            loads += [Load(MemType.WGT, self.kt, "kw", 0, 1, kw, kw)] if thread == 0 else [*self.shared_rows()]
         division = (*self.exponent(tile), *self.reciprocal(tile), *self.output(tile))
         pt, tt = 2 * tile.tb * self.ub, tile.tb * cb  # weight tiles of the planes, of O^T
         out = Store(tile.o, "out", t0 * self.ob + out_at // blk, tile.r, cb, self.ob)
+        planes = self.exp_planes(tile)
         return [
-            Block(thread, tuple(loads), tuple(self.exp_planes(tile)), (Store(tile.a, "ex", plane, 1, n, n),)),
+            Block(thread, tuple(loads), tuple(planes[:2]), ()),
+            Block(thread, (), tuple(planes[2:]), (Store(tile.a, "ex", plane, 1, n, n),)),
             Block(thread, (), WAIT, ()),
+            Block(thread, (Load(MemType.WGT, tile.w, "ex", plane // lanes, 1, pt, pt),), tuple(self.sums(tile)), ()),
             Block(
                 thread,
-                (Load(MemType.WGT, tile.w, "ex", plane // lanes, 1, pt, pt),),
-                (*self.sums(tile), *division),
+                (),
+                (Epi(False, False, 0, None), *division),
                 (Store(tile.o, "ot", ot, 1, tile.tb * self.spec.d, tile.tb * self.spec.d),),
             ),
             Block(thread, (), WAIT, ()),
@@ -476,14 +488,29 @@ class AttentionLowering:
         return ops
 
     def stream(self) -> Stream:
-        """Each thread's setup, then its tiles; thread 0's first tile reads ``V^T``'s rows (its third block) only
-        after thread 1's last setup block has loaded them, and after thread 1's first scores (two wait blocks between
-        put it there in the stream: the compute stage works on those while the planes make their round trip)."""
+        """Each thread's setup, then its tiles, every thread's waits every third block (:meth:`setup`,
+        :meth:`blocks`). Thread 0 starts ``LAG`` blocks late, so that its waits fall one block before thread 1's:
+        each store is under one block of thread 1's work and each load under the next (round-robin order).
+        Thread 1's first tile loads ``V^T``'s rows after thread 0's first tile has loaded ``K``'s tiles, and thread
+        0 reads ``V^T`` only after that load: :func:`check_shared_order`."""
         k_blocks, v_blocks = self.setup()
-        tiles = [[b for k in range(self.tiles) if k % 2 == t for b in self.blocks(k, t)] for t in range(2)]
-        first = tiles[0][:2] + [Block(0, (), WAIT, ())] * 2 + tiles[0][2:]
-        threads = [k_blocks + first, v_blocks + tiles[1]]
+        tiles = [[b for k in range(self.tiles) if k % 2 == t for b in self.blocks(k, t, k == t)] for t in range(2)]
+        if not tiles[1]:  # one tile: thread 1 loads the shared rows on its own
+            v_blocks.append(Block(1, self.shared_rows(), WAIT, ()))
+        threads = [[Block(0, (), WAIT, ())] * LAG + k_blocks + tiles[0], v_blocks + tiles[1]]
+        check_shared_order(threads, len(k_blocks) + LAG, len(v_blocks))
         return lower_vthreads(threads, prologue_block(self.prologue(), threads, self.cfg.uop_depth))
+
+
+LAG = 2  # blocks ahead of thread 0's setup (:meth:`AttentionLowering.stream`)
+
+
+def check_shared_order(threads: list[list[Block]], k_first: int, v_first: int) -> None:
+    """Raise unless, in round-robin order, thread 0's first tile (from block ``k_first``: ``K``'s tiles) computes
+    before thread 1's first scores (block ``v_first``) and thread 1's first tile (loading ``V^T``'s rows) before
+    thread 0's first sums (its tile's fourth block): every tile reads both only after their loads."""
+    if not k_first <= v_first < k_first + 3:
+        raise CompileError(f"attention: shared rows loaded out of order (thread blocks {k_first}, {v_first})")
 
 
 class _Probe(AttentionLowering):
