@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from vdla.compiler.attention import AttentionSpec, compile_attention
+from vdla.compiler.attention import AttentionSpec, compile_attention, compile_attention_heads
 from vdla.compiler.spec import CompileError
 from vdla.config import load_config
 from vdla.graph import oracle
@@ -105,6 +105,64 @@ def test_refusals_name_the_limit():
         layer.run(Device("pynq"), np.zeros((17, 64), np.int8))
     with pytest.raises(CompileError, match="compiled without one"):
         layer.run(Device("pynq"), qkv(17, 192), np.ones(17, bool))
+
+
+def head_specs(tokens: int, heads: int, d: int, **kw) -> list[AttentionSpec]:
+    """The heads of a QKV projection's output (every head's Q, then every K, then every V) written into their
+    concatenation."""
+    c = heads * d
+    return [
+        AttentionSpec(tokens, params(d), 3 * c, h * d, c + h * d, 2 * c + h * d, c, h * d, **kw) for h in range(heads)
+    ]
+
+
+def run_heads(specs: list[AttentionSpec], config, x: np.ndarray, keep=None, backend="sim") -> int:
+    """The heads' one program on ``x`` bit-exact against the reference head by head; its cycles."""
+    layer = compile_attention_heads(specs, config)
+    run = layer.run(Device(layer.lowering.cfg, backend=backend), x, keep)
+    mask = specs[0].keep if keep is None else keep
+    for sp in specs:
+        _, q, k, v, _, o = sp.views
+        d = sp.d
+        want = oracle.attention_int(x[:, q : q + d], x[:, k : k + d], x[:, v : v + d], sp.head, mask)
+        np.testing.assert_array_equal(run.out[:, o : o + d], want)
+    return run.counters.cycles
+
+
+@pytest.mark.parametrize(
+    ("tokens", "heads", "d", "mask", "preset"),
+    [
+        (65, 3, 64, "runtime", "pynq-full"),
+        (32, 2, 64, "runtime", "pynq-full"),
+        (17, 4, 32, "constant", "pynq-z2"),
+        (65, 2, 32, "none", "zcu104"),
+        (1, 3, 64, "none", "pynq-full"),
+    ],
+)
+def test_heads_in_one_program_bit_exact_and_faster_than_in_turn(tokens, heads, d, mask, preset):
+    """Each head's setup beside the previous head's tiles: every head bit-exact, fewer cycles than the heads'
+    own programs one after the other (the simulator's cycles of two schedules of the same work)."""
+    cfg = pynq_full() if preset == "pynq-full" else load_config(preset)
+    keep = keep_vector(tokens)
+    kw = {"runtime_mask": True} if mask == "runtime" else {"keep": tuple(map(bool, keep))} if mask == "constant" else {}
+    specs = head_specs(tokens, heads, d, **kw)
+    runtime = keep if mask == "runtime" else None
+    x = qkv(tokens, specs[0].views[0])
+    together = run_heads(specs, cfg, x, runtime)
+    alone = sum(compile_attention(sp, cfg).run(Device(cfg), x, runtime).counters.cycles for sp in specs)
+    assert together < alone
+
+
+def test_heads_whose_setups_do_not_fit_beside_each_other_go_in_turn():
+    assert compile_attention_heads(head_specs(197, 3, 64), pynq_full()) is None
+    assert compile_attention_heads(head_specs(197, 3, 32), pynq_full()) is not None
+    with pytest.raises(CompileError, match="one token count, parameters and mask"):
+        compile_attention_heads([*head_specs(17, 1, 64), *head_specs(32, 1, 64)], pynq_full())
+
+
+def test_heads_in_one_program_bit_exact_on_rtl(rtl_library):
+    specs = head_specs(32, 2, 64, runtime_mask=True)
+    run_heads(specs, "pynq", qkv(32, specs[0].views[0]), keep_vector(32), backend="rtl")
 
 
 def test_bit_exact_on_rtl(rtl_library):

@@ -45,6 +45,7 @@ batch 1; no optional unit (OUT-path multiplier, ``src_out``).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -134,8 +135,13 @@ class AttentionLowering:
 
     SCRATCH = ("kw", "vt", "ot", "ex")  # K's and V's weight tiles, V^T, O^T, the exp planes: DRAM round trips
 
-    def __init__(self, spec: AttentionSpec, cfg: HwConfig):
+    def __init__(self, spec: AttentionSpec, cfg: HwConfig, head: tuple[int, int] = (0, 1), private: bool = False):
+        """``head``: (index, count) of the head among those of one program (:class:`AttentionHeads`), whose scratch
+        tensors hold each head's part in turn; ``private``: each thread's setup in its own share only, so that a
+        head's setup may run beside another head's tiles."""
         self.spec, self.cfg, self.limits = spec, cfg, Limits.of(cfg)
+        (self.index, self.count), self.private = head, private
+        self.kth = self.index % 2 if private else 0  # the thread putting K in the weight layout (:meth:`setup`)
         self.check_views()
         self.lanes = cfg.block_out
         self.cb, self.ub = spec.d // self.lanes, -(-spec.tokens // self.lanes)
@@ -184,12 +190,14 @@ class AttentionLowering:
         per_acc = 2 * lanes * ub + self.spec.d + len(BLOCK_ROWS)
         return min(acc // per_acc, inp // (lanes * cb), wgt // max(2 * ub, cb), -(-ub // threads))
 
-    def fits(self) -> bool:
-        """Whether the setup (``K``/``V`` in ACC and INP, ``V``'s tiles in WGT) and one query block fit."""
+    def fits(self, private: bool = False) -> bool:
+        """Whether the setup (``K``/``V`` in ACC and INP, ``V``'s tiles in WGT; with ``private``, ``K``'s and ``V``'s
+        rows and the identity rows in the threads' own INP shares) and one query block fit."""
         cfg, n = self.cfg, self.cb * self.up
         acc, _, wgt = self.share(2)
         setup = n <= acc and self.i0 + n <= cfg.inp_depth and self.cb * self.ub <= wgt
-        return setup and self.tile_blocks(2) >= 1
+        staging = not private or n + self.lanes <= self.share(2)[1]
+        return setup and staging and self.tile_blocks(2) >= 1
 
     def check_fits(self) -> None:
         """Raise naming the limit where the setup or one query block does not fit."""
@@ -208,19 +216,25 @@ class AttentionLowering:
 
     def tensor_bytes(self) -> dict[str, int]:
         cfg, t, e = self.cfg, self.spec.tokens, self.cfg.inp_elem_bytes
-        kv = self.cb * self.up * cfg.out_elem_bytes
         return {
             "inp": t * self.ib * e,
             "out": t * self.ob * cfg.out_elem_bytes,
             "wgt": 2 * cfg.wgt_elem_bytes,
-            "kw": 2 * kv,  # K's tiles, then V's
-            "vt": kv,
-            "ot": kv,
-            "ex": 2 * self.up * self.ub * cfg.out_elem_bytes,
+            **{name: rows * cfg.out_elem_bytes * self.count for name, rows in self.scratch_rows().items()},
             "lut": 2 * cfg.lut_depth * cfg.batch * cfg.block_out,
             "consts": (self.ub + len(CONSTS)) * cfg.acc_elem_bytes,
             "keep": self.up,
         }
+
+    def scratch_rows(self) -> dict[str, int]:
+        """OUT rows of one head's part of each scratch tensor: ``K``'s tiles then ``V``'s, ``V^T``, ``O^T``, the exp
+        planes."""
+        n = self.cb * self.up
+        return {"kw": 2 * n, "vt": n, "ot": n, "ex": 2 * self.up * self.ub}
+
+    def at(self, name: str) -> int:
+        """The first OUT row of this head's part of scratch tensor ``name`` (a whole weight tile)."""
+        return self.index * self.scratch_rows()[name]
 
     def constants(self) -> dict[str, np.ndarray]:
         """The ones and identity blocks, the two exp tables (entry ``i`` for the score whose byte is ``i``), the
@@ -304,30 +318,36 @@ class AttentionLowering:
     # ------------------------------------------------------------------------------------------------------
     # the program
 
-    def exp_planes(self, tile: _Tile) -> list[Op]:
+    def exp_planes(self, tile: _Tile, rank: int | None = None) -> list[Op]:
         """The scores requantized (MUL by the multiplier row, EPI ``req``), their high exp plane in the OUT mirror
-        of the scores (the table by EPI ``lut``) and the low one in that of their copy."""
+        of the scores (the table by EPI ``lut``) and the low one in that of their copy. ``rank``: the tile's place
+        among the program's tiles in compute order (None: the only one); an odd rank makes its low plane first,
+        with the table the tile before it left in the LUT, which a rank above 0 does not load again."""
         n, cfg = tile.planes, self.cfg
-        table = (Load(MemType.LUT, 0, "lut", k * cfg.lut_depth, 1, cfg.lut_depth, cfg.lut_depth) for k in (0, 1))
+        order = (1, 0) if rank is not None and rank % 2 else (0, 1)
+        table = (Load(MemType.LUT, 0, "lut", k * cfg.lut_depth, 1, cfg.lut_depth, cfg.lut_depth) for k in order)
+        first = next(table)
         return [
             Epi(False, False, 0, self.c0),
             self.scores(tile),
-            next(table),
+            *((first,) if not rank else ()),
             Epi(True, False, 0, None, lut=True),
             alu_held(AluOp.MUL, n, tile.a, self.const["sm"], self.limits, shift=self.spec.head.score_shift),
             next(table),
             self.alu(AluOp.ADD, ((n, (1, 1)),), tile.a + n, tile.a, reset=True),
         ]
 
-    def sums(self, tile: _Tile) -> list[Op]:
+    def sums(self, tile: _Tile, low_first: bool = False) -> list[Op]:
         """``U^T`` and ``Z`` from the two planes' tiles: ``256 (hi ...) + lo ...`` (the high plane's sums times 256 by
-        a MUL holding the row of 256: 2 cycles a row on a half-width ALU against an SHR's 3)."""
+        a MUL holding the row of 256: 2 cycles a row on a half-width ALU against an SHR's 3); ``low_first``: the low
+        plane's tiles first (:meth:`exp_planes`)."""
         n = tile.tb * (self.spec.d + 1)
+        hi, lo = (tile.w, tile.w + tile.tb * self.ub)[:: -1 if low_first else 1]
         return [
             Epi(False, False, 0, None),
-            *self.products(tile, tile.w, True),
+            *self.products(tile, hi, True),
             alu_held(AluOp.MUL, n, tile.o, self.const["c256"], self.limits),  # SHR by -8: a pipelined MUL by 256
-            *self.products(tile, tile.w + tile.tb * self.ub, False),
+            *self.products(tile, lo, False),
         ]
 
     def exponent(self, tile: _Tile) -> list[Op]:
@@ -386,42 +406,50 @@ class AttentionLowering:
         ]
 
     def setup(self) -> tuple[list[Block], list[Block]]:
-        """The blocks ahead of each thread's tiles (module docstring): thread 0 puts ``K`` in the weight layout,
-        thread 1 (the first to compute: it loads the ones and identity blocks) ``V`` and then ``V^T`` (its
-        transposes in two blocks, the store after the second), whose rows thread 1's first tile loads where every
-        tile reads them. Each store is followed by one wait block, each load by at least two blocks of work before
-        the next wait (:meth:`stream`)."""
+        """The blocks ahead of each thread's tiles (module docstring): thread ``kth`` puts ``K`` in the weight
+        layout, the other (the first to compute: the first head's loads the ones and identity blocks) ``V`` and then
+        ``V^T`` (its transposes in two blocks, the store after the second), whose rows that thread's first tile
+        loads where every tile reads them. Each store is followed by one wait block, each load by at least two
+        blocks of work before the next wait (:func:`heads_stream`). A ``private`` setup uses its thread's share
+        only; otherwise (thread 0 putting ``K``) ``K``'s rows go where ``V^T``'s will be and ``V``'s into thread
+        0's share."""
         _, _, k_at, v_at, _, _ = self.spec.views
         t, blk, n, tiles, lanes = self.spec.tokens, self.cfg.block_in, self.cb * self.up, self.cb * self.ub, self.lanes
         acc, inp, wgt = self.share(2)
+        kth, vth = self.kth, 1 - self.kth
         pad = (0, self.up - t, 0, 0)
+        own = self.i0 + kth * inp, self.i0 + vth * inp
+        staged = (*own, own[1] + n) if self.private else (self.vt, self.i0, self.i0 + inp)
+        k_in, v_in, eye = staged  # INP rows of K, of V, of the identity
         k_rows, v_rows = (
-            Load(MemType.INP, i, "inp", at // blk, t, self.cb, self.ib, pad)
-            for i, at in ((self.vt, k_at), (self.i0, v_at))
+            Load(MemType.INP, i, "inp", at // blk, t, self.cb, self.ib, pad) for i, at in ((k_in, k_at), (v_in, v_at))
         )
-        consts = Load(MemType.WGT, 0, "wgt", 0, 1, 2, 2)
-        eye_rows = Load(MemType.INP, self.i0 + inp, "wgt", EYE * lanes, 1, lanes, lanes)
-        v_tiles = Load(MemType.WGT, self.w0 + wgt, "kw", tiles, 1, tiles, tiles)
+        consts = (Load(MemType.WGT, 0, "wgt", 0, 1, 2, 2),) if self.index == 0 else ()
+        eye_rows = Load(MemType.INP, eye, "wgt", EYE * lanes, 1, lanes, lanes)
+        kw, vt = self.at("kw"), self.at("vt")
+        v_w, k_acc, v_acc = self.w0 + vth * wgt, kth * acc, vth * acc
+        v_tiles = Load(MemType.WGT, v_w, "kw", (kw + n) // lanes, 1, tiles, tiles)
         half = tiles // 2
         halves = (range(half), range(half, tiles))
-        transposes = [self.transpose(acc, self.i0 + inp, self.w0 + wgt, r) for r in halves if r]
+        transposes = [self.transpose(v_acc, eye, v_w, r) for r in halves if r]
         k_blocks = [
-            Block(0, (k_rows,), (*WAIT, self.kv_copy(0, self.vt)), (Store(0, "kw", 0, 1, n, n),)),
-            Block(0, (), WAIT, ()),
+            Block(kth, (k_rows,), (*WAIT, self.kv_copy(k_acc, k_in)), (Store(k_acc, "kw", kw, 1, n, n),)),
+            Block(kth, (), WAIT, ()),
         ]
         v_blocks = [
-            Block(1, (v_rows, consts), (*WAIT, self.kv_copy(acc, self.i0)), (Store(acc, "kw", n, 1, n, n),)),
-            Block(1, (), WAIT, ()),
-            Block(1, (v_tiles, eye_rows), (*WAIT, transposes[0]), ()),
-            Block(1, (), (*WAIT, *transposes[1:]), (Store(acc, "vt", 0, 1, n, n),)),
-            Block(1, (), WAIT, ()),
+            Block(vth, (v_rows, *consts), (*WAIT, self.kv_copy(v_acc, v_in)), (Store(v_acc, "kw", kw + n, 1, n, n),)),
+            Block(vth, (), WAIT, ()),
+            Block(vth, (v_tiles, eye_rows), (*WAIT, transposes[0]), ()),
+            Block(vth, (), (*WAIT, *transposes[1:]), (Store(v_acc, "vt", vt, 1, n, n),)),
+            Block(vth, (), WAIT, ()),
         ]
         return k_blocks, v_blocks
 
-    def shared_rows(self) -> tuple[Load, Load]:
-        """The ones and identity rows and ``V^T``'s rows as INP rows, which every tile reads."""
+    def shared_rows(self) -> tuple[Load, ...]:
+        """``V^T``'s rows as INP rows, which every tile reads, and the first head's ones and identity rows."""
         n, lanes = self.cb * self.up, self.lanes
-        return Load(MemType.INP, 0, "wgt", 0, 1, 2 * lanes, 2 * lanes), Load(MemType.INP, self.vt, "vt", 0, 1, n, n)
+        ones = (Load(MemType.INP, 0, "wgt", 0, 1, 2 * lanes, 2 * lanes),) if self.index == 0 else ()
+        return *ones, Load(MemType.INP, self.vt, "vt", self.at("vt"), 1, n, n)
 
     def tile(self, k: int, thread: int) -> _Tile:
         acc, inp, wgt = self.share(2)
@@ -431,30 +459,37 @@ class AttentionLowering:
             r, tb, thread * acc, self.i0 + thread * inp, self.w0 + thread * wgt, self.ub, self.spec.d, self.lanes
         )
 
-    def blocks(self, k: int, thread: int, first: bool = False) -> list[Block]:
+    def blocks(self, k: int, thread: int, first: bool = False, rank: int | None = None) -> list[Block]:
         """Query tile ``k`` on ``thread``: the scores; their exp planes (stored to ``ex``); a wait; the planes loaded
         as weight tiles, ``U^T`` and ``Z``; the division and ``O^T`` (stored to ``ot``); a wait; ``O^T``'s tiles
         loaded and ``O`` stored into the output view. Two blocks of work between waits, so that another thread's
         work hides each round trip (:meth:`stream`). ``first``: the thread's first tile, which loads the rows (thread
-        1) or ``K``'s tiles (thread 0) every tile reads."""
+        1) or ``K``'s tiles (thread 0) every tile reads; ``rank``: its exp planes' (:meth:`exp_planes`)."""
         _, q_at, _, _, _, out_at = self.spec.views
         blk, lanes, cb = self.cfg.block_in, self.lanes, self.cb
         t0, tile = k * self.tb * lanes, self.tile(k, thread)
-        plane, n, ot = 2 * t0 * self.ub, 2 * tile.planes, t0 * cb  # offsets in OUT rows (16 a weight tile)
+        plane, n = self.at("ex") + 2 * t0 * self.ub, 2 * tile.planes  # offsets in OUT rows (16 a weight tile)
+        ot = self.at("ot") + t0 * cb
         pad = (0, tile.tb * lanes - tile.r, 0, 0)
         loads = [Load(MemType.INP, tile.i, "inp", t0 * self.ib + q_at // blk, tile.r, cb, self.ib, pad)]
         if first:
             kw = self.cb * self.ub
-            loads += [Load(MemType.WGT, self.kt, "kw", 0, 1, kw, kw)] if thread == 0 else [*self.shared_rows()]
+            k_tiles = Load(MemType.WGT, self.kt, "kw", self.at("kw") // lanes, 1, kw, kw)
+            loads += [k_tiles] if thread == self.kth else [*self.shared_rows()]
         division = (*self.exponent(tile), *self.reciprocal(tile), *self.output(tile))
         pt, tt = 2 * tile.tb * self.ub, tile.tb * cb  # weight tiles of the planes, of O^T
         out = Store(tile.o, "out", t0 * self.ob + out_at // blk, tile.r, cb, self.ob)
-        planes = self.exp_planes(tile)
+        planes = self.exp_planes(tile, rank)
         return [
             Block(thread, tuple(loads), tuple(planes[:2]), ()),
             Block(thread, (), tuple(planes[2:]), (Store(tile.a, "ex", plane, 1, n, n),)),
             Block(thread, (), WAIT, ()),
-            Block(thread, (Load(MemType.WGT, tile.w, "ex", plane // lanes, 1, pt, pt),), tuple(self.sums(tile)), ()),
+            Block(
+                thread,
+                (Load(MemType.WGT, tile.w, "ex", plane // lanes, 1, pt, pt),),
+                tuple(self.sums(tile, bool(rank and rank % 2))),
+                (),
+            ),
             Block(
                 thread,
                 (),
@@ -487,30 +522,90 @@ class AttentionLowering:
             ]
         return ops
 
+    def head_blocks(self) -> _HeadBlocks:
+        """This head's blocks on each thread (its setup, then its tiles in turn from thread ``kth``; the other
+        thread's first tile, or a block of its own where it has no tile, loads ``V^T``'s rows; thread ``kth``'s first
+        tile ``K``'s tiles) and where they load and read the rows every tile reads."""
+        kth, vth = self.kth, 1 - self.kth
+        setup = {kth: [], vth: []}
+        setup[kth], setup[vth] = self.setup()
+        ks = [[k for k in range(self.tiles) if (kth + k) % 2 == t] for t in range(2)]
+        tiles = [[b for k in ks[t] for b in self.blocks(k, t, k == ks[t][0])] for t in range(2)]
+        if not tiles[vth]:
+            setup[vth].append(Block(vth, self.shared_rows(), WAIT, ()))
+        loads = {kth: (kth, len(setup[kth])), vth: (vth, len(setup[vth]) - (not tiles[vth]))}
+        starts = [len(setup[t]) for t in range(2)]
+        scores = tuple((t, i) for t in range(2) for i in range(starts[t], starts[t] + len(tiles[t]), TILE_BLOCKS))
+        sums = tuple((t, i + SUMS_BLOCK) for t, i in scores)
+        threads = (setup[0] + tiles[0], setup[1] + tiles[1])
+        return _HeadBlocks(threads, (loads[kth], loads[vth]), (scores, sums))
+
     def stream(self) -> Stream:
-        """Each thread's setup, then its tiles, every thread's waits every third block (:meth:`setup`,
-        :meth:`blocks`). Thread 0 starts ``LAG`` blocks late, so that its waits fall one block before thread 1's:
-        each store is under one block of thread 1's work and each load under the next (round-robin order).
-        Thread 1's first tile loads ``V^T``'s rows after thread 0's first tile has loaded ``K``'s tiles, and thread
-        0 reads ``V^T`` only after that load: :func:`check_shared_order`."""
-        k_blocks, v_blocks = self.setup()
-        tiles = [[b for k in range(self.tiles) if k % 2 == t for b in self.blocks(k, t, k == t)] for t in range(2)]
-        if not tiles[1]:  # one tile: thread 1 loads the shared rows on its own
-            v_blocks.append(Block(1, self.shared_rows(), WAIT, ()))
-        threads = [[Block(0, (), WAIT, ())] * LAG + k_blocks + tiles[0], v_blocks + tiles[1]]
-        check_shared_order(threads, len(k_blocks) + LAG, len(v_blocks))
-        return lower_vthreads(threads, prologue_block(self.prologue(), threads, self.cfg.uop_depth))
+        """The head alone (:func:`heads_stream`)."""
+        return heads_stream([self])
 
 
-LAG = 2  # blocks ahead of thread 0's setup (:meth:`AttentionLowering.stream`)
+TILE_BLOCKS, SUMS_BLOCK = 7, 3  # blocks of a tile (:meth:`AttentionLowering.blocks`), that of U^T and Z among them
+LAG = 2  # blocks ahead of thread 0's first setup (:func:`heads_stream`)
+Place = tuple[int, int]  # (thread, block)
 
 
-def check_shared_order(threads: list[list[Block]], k_first: int, v_first: int) -> None:
-    """Raise unless, in round-robin order, thread 0's first tile (from block ``k_first``: ``K``'s tiles) computes
-    before thread 1's first scores (block ``v_first``) and thread 1's first tile (loading ``V^T``'s rows) before
-    thread 0's first sums (its tile's fourth block): every tile reads both only after their loads."""
-    if not k_first <= v_first < k_first + 3:
-        raise CompileError(f"attention: shared rows loaded out of order (thread blocks {k_first}, {v_first})")
+@dataclass(frozen=True)
+class _HeadBlocks:
+    """One head's blocks on each thread, the blocks that load ``K``'s tiles and ``V^T``'s rows (``loads``) and
+    those that read each (``reads``: the scores, ``U^T`` and ``Z``)."""
+
+    threads: tuple[list[Block], list[Block]]
+    loads: tuple[Place, Place]
+    reads: tuple[tuple[Place, ...], tuple[Place, ...]]
+
+    def moved(self, at: tuple[int, int]) -> _HeadBlocks:
+        """The places with each thread's blocks from ``at[thread]``."""
+
+        def move(p: Place) -> Place:
+            return p[0], p[1] + at[p[0]]
+
+        reads = tuple(tuple(move(p) for p in r) for r in self.reads)
+        return _HeadBlocks(self.threads, (move(self.loads[0]), move(self.loads[1])), reads)
+
+
+def _before(a: Place, b: Place) -> bool:
+    """Whether block ``a``'s compute comes no later than ``b``'s in round-robin order (the compute stage in order)."""
+    return (a[1], a[0]) <= (b[1], b[0])
+
+
+def shared_in_order(prev: _HeadBlocks | None, cur: _HeadBlocks) -> bool:
+    """Whether ``cur``'s loads of ``K``'s tiles and ``V^T``'s rows (the same buffer rows for every head) come
+    before every block of ``cur`` reading them (each load's block pops its load's token: later blocks find the
+    rows there) and after every block of ``prev`` reading the rows they overwrite (the load waits for the compute
+    of its thread's previous block, and with it for every compute before that)."""
+    for (t, i), readers, old in zip(cur.loads, cur.reads, prev.reads if prev else ((), ())):
+        if not all(_before((t, i), r) for r in readers) or not all(_before(r, (t, i - 1)) for r in old):
+            return False
+    return True
+
+
+def heads_stream(heads: Sequence[AttentionLowering]) -> Stream:
+    """The heads' programs in turn on two virtual threads, each head's blocks after the previous head's on each
+    thread: a head's setup (a thread's own share with ``private`` lowerings) beside the previous head's tiles.
+    Every thread waits every third block (:meth:`AttentionLowering.setup`, :meth:`~AttentionLowering.blocks`),
+    thread 0 from ``LAG`` blocks late: each of its waits lies under thread 1's work and the other way round. A head
+    starts on a thread after the fewest empty blocks that put its shared loads in order
+    (:func:`shared_in_order`)."""
+    threads: list[list[Block]] = [[Block(0, (), WAIT, ())] * LAG, []]
+    prev = None
+    for low in heads:
+        part = low.head_blocks()
+        pads = next(
+            (p0, total - p0)
+            for total in range(4 * TILE_BLOCKS)
+            for p0 in range(total + 1)
+            if shared_in_order(prev, part.moved((len(threads[0]) + p0, len(threads[1]) + total - p0)))
+        )
+        for t in range(2):
+            threads[t] += [Block(t, (), WAIT, ())] * pads[t] + part.threads[t]
+        prev = part.moved((len(threads[0]) - len(part.threads[0]), len(threads[1]) - len(part.threads[1])))
+    return lower_vthreads(threads, prologue_block(heads[0].prologue(), threads, heads[0].cfg.uop_depth))
 
 
 class _Probe(AttentionLowering):
@@ -529,7 +624,7 @@ class _Probe(AttentionLowering):
 class CompiledAttention:
     """An attention head compiled for one config."""
 
-    lowering: AttentionLowering
+    lowering: AttentionLowering | AttentionHeads
     stream: Stream
 
     @property
@@ -549,6 +644,50 @@ class CompiledAttention:
         arrays = dict(low.constants(), inp=np.ascontiguousarray(x), keep=low.keep_vector(keep), **scratch_arrays(low))
         out, result = run_bound(dev, low, self.stream, arrays, (sp.tokens, sp.views[4]), **run_options)
         return LayerRun(out, result)
+
+
+class AttentionHeads:
+    """Several heads of one shape (tokens, parameters and mask; each its own views) in one program
+    (:func:`heads_stream`): each head's setup in a thread's own share beside the previous head's tiles, the heads'
+    scratch tensors each head's part in turn. :meth:`fits` says whether the private setups fit the buffers."""
+
+    SCRATCH = AttentionLowering.SCRATCH
+
+    def __init__(self, specs: Sequence[AttentionSpec], cfg: HwConfig):
+        first = specs[0]
+        shape = (first.tokens, first.head, first.keep, first.runtime_mask)
+        if any((s.tokens, s.head, s.keep, s.runtime_mask) != shape for s in specs):
+            raise CompileError("attention: heads of one program need one token count, parameters and mask")
+        count = len(specs)
+        self.heads = [AttentionLowering(s, cfg, (h, count), private=True) for h, s in enumerate(specs)]
+        self.cfg = cfg
+
+    @property
+    def spec(self) -> AttentionSpec:
+        """The first head's spec (the tensors' shapes and the mask are every head's)."""
+        return self.heads[0].spec
+
+    def fits(self) -> bool:
+        return self.heads[0].fits(private=True)
+
+    def tensor_bytes(self) -> dict[str, int]:
+        return self.heads[0].tensor_bytes()
+
+    def constants(self) -> dict[str, np.ndarray]:
+        return self.heads[0].constants()
+
+    def keep_vector(self, keep: np.ndarray | None) -> np.ndarray:
+        return self.heads[0].keep_vector(keep)
+
+    def stream(self) -> Stream:
+        return heads_stream(self.heads)
+
+
+def compile_attention_heads(specs: Sequence[AttentionSpec], config=DEFAULT_PRESET) -> CompiledAttention | None:
+    """The heads in one program for ``config`` (:class:`AttentionHeads`), or None where their private setups do
+    not fit its buffers (then each head's own program, :func:`compile_attention`, in turn)."""
+    low = AttentionHeads(specs, load_config(config))
+    return CompiledAttention(low, low.stream()) if low.fits() else None
 
 
 def compile_attention(spec: AttentionSpec, config=DEFAULT_PRESET) -> CompiledAttention:

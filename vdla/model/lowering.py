@@ -17,7 +17,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from vdla.compiler import CompileError, compile_conv2d
-from vdla.compiler.attention import compile_attention
+from vdla.compiler.attention import compile_attention, compile_attention_heads
 from vdla.compiler.blockdiag import region
 from vdla.compiler.epilogue_passes import normalize
 from vdla.compiler.layer_norm import compile_layer_norm
@@ -314,15 +314,16 @@ def compile_norm(b: StepBuilder, layer: PoolLayer, dev: Device, addr: dict[str, 
 
 
 def compile_attention_block(b: StepBuilder, layer: PoolLayer, dev: Device, addr: dict[str, int]) -> AccelStep:
-    """An attention block (:func:`vdla.model.match.match_attention`): each head's program
-    (:mod:`vdla.compiler.attention`) bound to the QKV tensor, the concatenated output and a run-time keep vector,
-    the heads joined into one stream; each head's scratch tensors (``K``/``V`` tiles, ``V^T``, ``O^T``, the exp
-    planes) are constants of the image."""
+    """An attention block (:func:`vdla.model.match.match_attention`): the heads' one program
+    (:func:`~vdla.compiler.attention.compile_attention_heads`), or where its setups do not fit the buffers each
+    head's program in turn (:mod:`vdla.compiler.attention`), bound to the QKV tensor, the concatenated output and
+    a run-time keep vector, joined into one stream; the scratch tensors (``K``/``V`` tiles, ``V^T``, ``O^T``, the
+    exp planes) are constants of the image."""
     if b.view_of(layer.out) is not None:
         raise CompileError(f"attention {layer.out!r}: the heads store their whole output, not into a view")
+    together = compile_attention_heads(layer.spec, b.cfg)
     programs = []
-    for spec in layer.spec:
-        compiled = compile_attention(spec, b.cfg)
+    for compiled in [together] if together else [compile_attention(spec, b.cfg) for spec in layer.spec]:
         low = compiled.lowering
         constants = {**low.constants(), **scratch_arrays(low)}
         if layer.residual is None:
@@ -339,7 +340,8 @@ def compile_attention_block(b: StepBuilder, layer: PoolLayer, dev: Device, addr:
         "output": [tokens, first.views[4], 1, 1],
         "kernel": [1, 1],
         "stride": [1, 1],
-        "schedule": f"{len(layer.spec)} heads of {d}, one after the other"
+        "schedule": f"{len(layer.spec)} heads of {d}, "
+        + ("each head's setup beside the previous head's tiles" if together else "one after the other")
         + (", run-time key mask" if layer.residual else ", constant key mask" if first.keep else ""),
         "epilogue": "requant",
     }
