@@ -522,15 +522,16 @@ class AttentionLowering:
             ]
         return ops
 
-    def head_blocks(self) -> _HeadBlocks:
+    def head_blocks(self, ranks: dict[int, int]) -> _HeadBlocks:
         """This head's blocks on each thread (its setup, then its tiles in turn from thread ``kth``; the other
         thread's first tile, or a block of its own where it has no tile, loads ``V^T``'s rows; thread ``kth``'s first
-        tile ``K``'s tiles) and where they load and read the rows every tile reads."""
+        tile ``K``'s tiles) and where they load and read the rows every tile reads; ``ranks``: tile -> its rank
+        (:meth:`exp_planes`), where known."""
         kth, vth = self.kth, 1 - self.kth
         setup = {kth: [], vth: []}
         setup[kth], setup[vth] = self.setup()
         ks = [[k for k in range(self.tiles) if (kth + k) % 2 == t] for t in range(2)]
-        tiles = [[b for k in ks[t] for b in self.blocks(k, t, k == ks[t][0])] for t in range(2)]
+        tiles = [[b for k in ks[t] for b in self.blocks(k, t, k == ks[t][0], ranks.get(k))] for t in range(2)]
         if not tiles[vth]:
             setup[vth].append(Block(vth, self.shared_rows(), WAIT, ()))
         loads = {kth: (kth, len(setup[kth])), vth: (vth, len(setup[vth]) - (not tiles[vth]))}
@@ -538,7 +539,7 @@ class AttentionLowering:
         scores = tuple((t, i) for t in range(2) for i in range(starts[t], starts[t] + len(tiles[t]), TILE_BLOCKS))
         sums = tuple((t, i + SUMS_BLOCK) for t, i in scores)
         threads = (setup[0] + tiles[0], setup[1] + tiles[1])
-        return _HeadBlocks(threads, (loads[kth], loads[vth]), (scores, sums))
+        return _HeadBlocks(threads, (loads[kth], loads[vth]), (scores, sums), (*ks[0], *ks[1]))
 
     def stream(self) -> Stream:
         """The head alone (:func:`heads_stream`)."""
@@ -558,6 +559,7 @@ class _HeadBlocks:
     threads: tuple[list[Block], list[Block]]
     loads: tuple[Place, Place]
     reads: tuple[tuple[Place, ...], tuple[Place, ...]]
+    tiles: tuple[int, ...]  # the tile of each scores block (``reads[0]``)
 
     def moved(self, at: tuple[int, int]) -> _HeadBlocks:
         """The places with each thread's blocks from ``at[thread]``."""
@@ -566,7 +568,7 @@ class _HeadBlocks:
             return p[0], p[1] + at[p[0]]
 
         reads = tuple(tuple(move(p) for p in r) for r in self.reads)
-        return _HeadBlocks(self.threads, (move(self.loads[0]), move(self.loads[1])), reads)
+        return _HeadBlocks(self.threads, (move(self.loads[0]), move(self.loads[1])), reads, self.tiles)
 
 
 def _before(a: Place, b: Place) -> bool:
@@ -591,11 +593,26 @@ def heads_stream(heads: Sequence[AttentionLowering]) -> Stream:
     Every thread waits every third block (:meth:`AttentionLowering.setup`, :meth:`~AttentionLowering.blocks`),
     thread 0 from ``LAG`` blocks late: each of its waits lies under thread 1's work and the other way round. A head
     starts on a thread after the fewest empty blocks that put its shared loads in order
-    (:func:`shared_in_order`)."""
+    (:func:`shared_in_order`). The tiles' exp planes take turns with the LUT's two tables in the order their
+    blocks compute (:meth:`~AttentionLowering.exp_planes`, the compute stage in order), which the block counts
+    fix: a first pass places the blocks."""
+    placed = _placed(heads, [{} for _ in heads])[1]
+    order = sorted((i, t, h, k) for h, part in enumerate(placed) for (t, i), k in zip(part.reads[0], part.tiles))
+    ranks: list[dict[int, int]] = [{} for _ in heads]
+    for rank, (_, _, h, k) in enumerate(order):
+        ranks[h][k] = rank
+    threads = _placed(heads, ranks)[0]
+    return lower_vthreads(threads, prologue_block(heads[0].prologue(), threads, heads[0].cfg.uop_depth))
+
+
+def _placed(heads: Sequence[AttentionLowering], ranks: list[dict[int, int]]) -> tuple[list[list[Block]], list]:
+    """The two threads' blocks of :func:`heads_stream` and each head's :class:`_HeadBlocks` where they are
+    placed."""
     threads: list[list[Block]] = [[Block(0, (), WAIT, ())] * LAG, []]
-    prev = None
-    for low in heads:
-        part = low.head_blocks()
+    placed: list[_HeadBlocks] = []
+    for low, rank in zip(heads, ranks):
+        part = low.head_blocks(rank)
+        prev = placed[-1] if placed else None
         pads = next(
             (p0, total - p0)
             for total in range(4 * TILE_BLOCKS)
@@ -604,8 +621,8 @@ def heads_stream(heads: Sequence[AttentionLowering]) -> Stream:
         )
         for t in range(2):
             threads[t] += [Block(t, (), WAIT, ())] * pads[t] + part.threads[t]
-        prev = part.moved((len(threads[0]) - len(part.threads[0]), len(threads[1]) - len(part.threads[1])))
-    return lower_vthreads(threads, prologue_block(heads[0].prologue(), threads, heads[0].cfg.uop_depth))
+        placed.append(part.moved((len(threads[0]) - len(part.threads[0]), len(threads[1]) - len(part.threads[1]))))
+    return threads, placed
 
 
 class _Probe(AttentionLowering):
