@@ -46,7 +46,7 @@ batch 1; no optional unit (OUT-path multiplier, ``src_out``).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -196,8 +196,12 @@ class AttentionLowering:
         cfg, n = self.cfg, self.cb * self.up
         acc, _, wgt = self.share(2)
         setup = n <= acc and self.i0 + n <= cfg.inp_depth and self.cb * self.ub <= wgt
-        staging = not private or n + self.lanes <= self.share(2)[1]
+        staging = not private or self.tb_q_rows() + n + self.lanes <= self.share(2)[1]
         return setup and staging and self.tile_blocks(2) >= 1
+
+    def tb_q_rows(self) -> int:
+        """INP rows of a tile's ``Q`` (the most query blocks a tile has)."""
+        return self.tile_blocks(2) * self.lanes * self.cb
 
     def check_fits(self) -> None:
         """Raise naming the limit where the setup or one query block does not fit."""
@@ -418,7 +422,7 @@ class AttentionLowering:
         acc, inp, wgt = self.share(2)
         kth, vth = self.kth, 1 - self.kth
         pad = (0, self.up - t, 0, 0)
-        own = self.i0 + kth * inp, self.i0 + vth * inp
+        own = self.i0 + kth * inp + self.tb_q_rows(), self.i0 + vth * inp + self.tb_q_rows()  # after Q's rows
         staged = (*own, own[1] + n) if self.private else (self.vt, self.i0, self.i0 + inp)
         k_in, v_in, eye = staged  # INP rows of K, of V, of the identity
         k_rows, v_rows = (
@@ -532,6 +536,11 @@ class AttentionLowering:
         setup[kth], setup[vth] = self.setup()
         ks = [[k for k in range(self.tiles) if (kth + k) % 2 == t] for t in range(2)]
         tiles = [[b for k in ks[t] for b in self.blocks(k, t, k == ks[t][0], ranks.get(k))] for t in range(2)]
+        if self.private:  # each thread's first Q rows loaded in its setup's last block (a wait)
+            for t in (t for t in range(2) if tiles[t]):
+                first, wait = tiles[t][0], setup[t][-1]
+                setup[t][-1] = replace(wait, loads=first.loads[:1])
+                tiles[t][0] = replace(first, loads=first.loads[1:])
         if not tiles[vth]:
             setup[vth].append(Block(vth, self.shared_rows(), WAIT, ()))
         loads = {kth: (kth, len(setup[kth])), vth: (vth, len(setup[vth]) - (not tiles[vth]))}
@@ -708,6 +717,10 @@ def compile_attention_heads(specs: Sequence[AttentionSpec], config=DEFAULT_PRESE
 
 
 def compile_attention(spec: AttentionSpec, config=DEFAULT_PRESET) -> CompiledAttention:
-    """Compile an attention head for ``config`` (module docstring)."""
-    low = AttentionLowering(spec, load_config(config))
+    """Compile an attention head for ``config`` (module docstring): its setups in the threads' own shares where
+    they fit there (``private``, :meth:`AttentionLowering.fits`)."""
+    cfg = load_config(config)
+    low = AttentionLowering(spec, cfg)
+    if low.fits(private=True):
+        low = AttentionLowering(spec, cfg, private=True)
     return CompiledAttention(low, low.stream())
