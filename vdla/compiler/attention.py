@@ -629,9 +629,25 @@ def _placed(heads: Sequence[AttentionLowering], ranks: list[dict[int, int]]) -> 
             if shared_in_order(prev, part.moved((len(threads[0]) + p0, len(threads[1]) + total - p0)))
         )
         for t in range(2):
-            threads[t] += [Block(t, (), WAIT, ())] * pads[t] + part.threads[t]
+            blocks = list(part.threads[t])
+            if low.private and prev is not None:
+                blocks[0] = _hoisted(threads[t], blocks[0])
+            threads[t] += [Block(t, (), WAIT, ())] * pads[t] + blocks
         placed.append(part.moved((len(threads[0]) - len(part.threads[0]), len(threads[1]) - len(part.threads[1]))))
     return threads, placed
+
+
+def _hoisted(before: list[Block], first: Block) -> Block:
+    """``first`` (a private setup's first block) without its load of ``K``'s or ``V``'s rows, which goes to the
+    first wait among the thread's last :data:`TILE_BLOCKS` blocks ``before`` (a block of ``WAIT`` alone after a
+    store, waiting for it anyway while the rows come: a thread's own INP rows no block between reads, from the
+    input no block writes), if there is one."""
+    start = max(len(before) - TILE_BLOCKS, 1)
+    for i in range(start, len(before)):
+        if before[i].compute == WAIT and not before[i].loads and before[i - 1].stores:
+            before[i] = replace(before[i], loads=first.loads[:1])
+            return replace(first, loads=first.loads[1:])
+    return first
 
 
 class _Probe(AttentionLowering):
