@@ -8,24 +8,26 @@ goes into a channel-block view of another (the concatenated heads). ``L`` = ``bl
 so that a token's row sum and its reciprocal sit in the token's own lane (16 tokens an accumulator row) beside
 its output column: the division is a per-row ALU program on ``T / L`` rows, no value crosses lanes.
 
-On virtual thread 0 first (the setup):
+First the setup, on two virtual threads (:meth:`AttentionLowering.setup`):
 
-* ``K`` and ``V`` into the weight layout with no CPU step: each copied into ACC by an identity GEMM in the
-  order (channel block, token) (``UB L`` tokens, the load's padding rows zero), so that one STORE puts token
-  ``u``'s block ``c`` at row ``u % L`` of weight tile ``(c, u // L)``;
-* after a block that waits for those stores (store -> compute), the tiles loaded as WGT and ``V^T`` by GEMMs of
-  the identity's rows ``e_j`` as input against ``V``'s tiles (``out[j, o] = V[u0 + o, j]``), stored; another
-  wait, and thread 0's first tile loads ``V^T``'s rows as INP rows (with the ones and identity rows), where
-  every tile of both threads reads them.
+* ``K`` and ``V`` into the weight layout with no CPU step, one on each thread: each copied into ACC by an
+  identity GEMM in the order (channel block, token) (``UB L`` tokens, the load's padding rows zero), so that
+  one STORE puts token ``u``'s block ``c`` at row ``u % L`` of weight tile ``(c, u // L)``;
+* after a block that waits for the store (store -> compute), ``V``'s tiles loaded as WGT and ``V^T`` by GEMMs
+  of the identity's rows ``e_j`` as input against them (``out[j, o] = V[u0 + o, j]``), stored; another wait.
+  A ``private`` setup keeps its rows in its thread's own INP share, after the rows of the thread's first
+  ``Q``, which the setup's last block loads.
 
-Then the queries in tiles of ``TB`` query blocks (:meth:`AttentionLowering.tile_blocks`), one or two virtual
-threads (a thread's share of ACC, INP and WGT; thread 1 starts after thread 0's setup):
+Then the queries in tiles of ``TB`` query blocks (:meth:`AttentionLowering.tile_blocks`) on the two threads in
+turn (a thread's share of ACC, INP and WGT); the first tile of the thread that put ``K`` loads ``K``'s tiles,
+the other thread's first tile ``V^T``'s rows, which every tile reads (:meth:`AttentionLowering.blocks`):
 
 * LOAD INP of the tile's ``Q`` rows (padded to whole blocks); the scores by GEMMs against ``K``'s tiles with
   ``init`` from the bias rows (the key mask, per key block: the outer loop), in the order (query block, key
-  block, query) so that their OUT rows are ``P^T``'s weight tiles; an ALU MUL by the score multiplier row with
-  its rounding shift under EPI ``req`` (the clamp to int8) and ``lut`` with the high exp table: the OUT mirror
-  holds the high plane; an ALU copy under the low table: the low plane; both stored;
+  block, query) so that their OUT rows are ``P^T``'s weight tiles; in the next block an ALU MUL by the score
+  multiplier row with its rounding shift under EPI ``req`` (the clamp to int8) and ``lut`` with one exp table:
+  the OUT mirror holds one plane; an ALU copy under the other table: the other plane (the tables take turns,
+  :meth:`AttentionLowering.exp_planes`); both stored;
 * after a wait, the planes loaded as WGT: ``O^T`` by GEMMs of ``V^T``'s rows against the high plane's tiles and
   ``Z`` (a token's row sum in its lane) of the ones row, an ALU MUL by 256, the same GEMMs on the low plane
   accumulating: ``U^T = 256 (V^T hi^T) + V^T lo^T`` and ``Z``;
@@ -34,6 +36,12 @@ threads (a thread's share of ACC, INP and WGT; thread 1 starts after thread 0's 
   (each query block's two rows held across the inner loop): MUL by ``q``, MUL by ``2^(30 - k)`` under EPI
   ``req``: the int8 ``O^T``, stored as weight tiles; after a wait, loaded as WGT and transposed back by GEMMs
   of the identity rows: ``O``, stored into the output view.
+
+The schedule (:func:`heads_stream`): the scores, the exp planes, ``U^T`` and ``Z``, the division with ``O^T``,
+each a block of its own; every store is followed by one wait block and every load by two blocks of
+work before the next wait, thread 0 two blocks late, so that the other thread's work runs under each round
+trip. Several heads of one shape make one program (:class:`AttentionHeads`): each head's blocks after the
+previous head's on each thread, its setup beside the previous head's last tiles.
 
 The bias rows (a constant mask, or a run-time keep vector by LOAD ACC_8BIT, ADD -1 and SHR by
 ``-mask_shift``) and the constant rows are one load ahead of the blocks. Padded keys (``T`` to ``UB L``)
