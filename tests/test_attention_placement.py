@@ -200,7 +200,7 @@ def test_attention_runs_on_the_accelerator_between_the_projections(heads, d, tok
     assert kinds == ["cpu", *["accel"] * (len(kinds) - 2), "cpu"], [(s.kind, s.name, getattr(s, "note", "")) for s
                                                                    in art.steps]  # fmt: skip
     (step,) = _attention_steps(art)
-    assert f"{heads} heads of {d}" in step.layer["schedule"]
+    assert f"{heads} heads of {d}, each head's setup beside the previous head's tiles" in step.layer["schedule"]
     assert ("run-time key mask" in step.layer["schedule"]) == (mask is not None)
     low = lower_qdq(qgraph)
     assert [n.op for n in low.nodes].count("attention_int") == 1 and not any(n.op == "softmax" for n in low.nodes)
