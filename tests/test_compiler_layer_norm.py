@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from vdla.compiler.layer_norm import LayerNormSpec, compile_layer_norm
+from vdla.compiler.layer_norm import LayerNormSpec, compile_layer_norm, scale_parts
 from vdla.compiler.spec import CompileError
 from vdla.config import load_config
 from vdla.graph import oracle
@@ -47,6 +47,16 @@ def test_bit_exact_on_other_presets(preset):
     x, spec = case(40, 64)
     layer = compile_layer_norm(spec, cfg)
     np.testing.assert_array_equal(layer.run(Device(cfg), x).out, oracle.layer_norm_int(x, spec.ln))
+
+
+@pytest.mark.parametrize("n", [16, 48, 256, 352])
+def test_bit_exact_for_a_prescale_and_n_in_up_to_three_int8_parts(n):
+    """Short rows take a prescale ``j`` (the rounding shift by ``k - j`` may shift left: ``2^(30 - k)`` against the
+    shift ``30 - j``); ``n`` above 127 is two or three identity blocks in ``d``'s GEMM."""
+    x, spec = case(20, n)
+    layer = compile_layer_norm(spec)
+    assert (spec.ln.prescale > 0) == (n < 182) and sum(scale_parts(n)) == n and max(scale_parts(n)) <= 127
+    np.testing.assert_array_equal(layer.run(Device(layer.lowering.cfg), x).out, oracle.layer_norm_int(x, spec.ln))
 
 
 def test_a_batch_of_two_rows_or_a_partial_block_is_refused_naming_the_config():

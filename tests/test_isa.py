@@ -67,7 +67,7 @@ alu_insns = st.builds(
     alu_opcode=st.sampled_from(list(AluOp)),
     use_imm=st.booleans(),
     imm=st.integers(-(1 << 15), (1 << 15) - 1),
-    **loop,
+    **(loop | {"iter_in": bits(13)}),  # the ALU's iter_in is 13 bits (bit 62 is use_imm)
 )
 epi_insns = st.builds(
     EpiInsn,
@@ -191,11 +191,15 @@ def test_documented_bit_layout():
             (20, 8): 1,
             (34, 21): 2,
             (48, 35): 1,
-            (62, 49): 1,
-            (110, 108): 3,
-            (111, 111): 1,
+            (61, 49): 1,
+            (62, 62): 1,
+            (111, 108): 3,
             (127, 112): 0xFFFE,
         }
+    )
+    lsum = AluInsn(alu_opcode=AluOp.LSUM, reset=True, iter_in=(1 << 13) - 1, pipe=True)
+    assert encode(lsum) == pack(
+        {(2, 0): 4, (7, 7): 1, (34, 21): 1, (48, 35): 1, (61, 49): 0x1FFF, (63, 63): 1, (111, 108): 8}
     )
     assert encode(FinishInsn()) == 3
     epi = EpiInsn(req=True, relu=True, shift=21, bias=True, bias_base=0xBEEF, pop_next=True)
@@ -217,6 +221,7 @@ def test_documented_bit_layout():
         (GemmInsn(iter_out=1 << 14), "GEMM: field iter_out=16384 out of range \\[0, 16383\\] \\(14 bits\\)"),
         (MemInsn(sram_base=-1), "LOAD: field sram_base=-1 out of range"),
         (AluInsn(imm=1 << 15), "ALU: field imm=32768 out of range \\[-32768, 32767\\]"),
+        (AluInsn(iter_in=1 << 13), "ALU: field iter_in=8192 out of range \\[0, 8191\\] \\(13 bits\\)"),
         (MemInsn(y_pad_0=16), "field y_pad_0=16"),
     ],
 )
@@ -229,7 +234,9 @@ def test_decode_errors():
     with pytest.raises(IsaError, match="unknown opcode 7"):
         decode(7)
     assert decode(7 << 7).mem_type == MemType.UOP_PRE  # every 3-bit memory type is defined
-    assert decode(4 | 7 << 108).alu_opcode == AluOp.REQ  # every 3-bit ALU opcode is defined
+    assert decode(4 | 8 << 108).alu_opcode == AluOp.LSUM
+    with pytest.raises(IsaError, match="unknown ALU opcode 9"):
+        decode(4 | 9 << 108)
     with pytest.raises(IsaError, match="instruction 1: unknown opcode 6"):
         decode_program(encode_program([FinishInsn()]) + (6).to_bytes(16, "little"))
     with pytest.raises(IsaError, match="not a multiple of 16"):

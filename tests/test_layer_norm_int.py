@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from vdla.graph import layernorm as ln
 from vdla.graph import oracle
-from vdla.graph.layernorm import IntLayerNorm, square_planes
+from vdla.graph.layernorm import IntLayerNorm
 from vdla.graph.types import UnsupportedError
 from vdla.isa.arith import requantize
 
@@ -30,13 +30,6 @@ def case(q: np.ndarray, in_scale: float, gamma: np.ndarray, beta: np.ndarray) ->
     want = oracle.normalize(q.astype(np.float64) * in_scale, q.ndim - 1, EPS, True, gamma, beta).astype(np.float64)
     out_scale = max(float(np.abs(want).max()), 1e-3) / 127
     return IntLayerNorm.of(q.shape[-1], in_scale, out_scale, gamma, beta, EPS), want, out_scale
-
-
-def test_square_planes_split_every_int8_square_into_two_int8_planes():
-    q = np.arange(-128, 128, dtype=np.int8)
-    hi, lo = square_planes(q)
-    assert np.array_equal(256 * hi.astype(np.int64) + lo, q.astype(np.int64) ** 2)
-    assert hi.min() == 0 and hi.max() == 64 and lo.min() >= -128 and lo.max() <= 127
 
 
 rows = st.integers(1, ln.MAX_ROW).flatmap(

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from acc_readback import read_acc
+from full_units import BOTH
 
 from vdla.isa import AluOp, MemType
 from vdla.runtime import Device
@@ -60,10 +61,11 @@ def _program(dev: Device, seed: int) -> tuple[np.ndarray, list[tuple[str, int]]]
     return stored(), [(e.label, e.end - e.start) for e in run.timeline if e.label.startswith("alu")]
 
 
+@pytest.mark.parametrize("cfg", BOTH, ids=["pynq", "full"])  # the half-width ALU and the full-width one
 @pytest.mark.parametrize("seed", range(4))
-def test_alu_forms_agree_in_data_and_cycles(seed, rtl_library):
-    sim_out, sim_alu = _program(Device("pynq"), seed)
-    rtl_out, rtl_alu = _program(Device("pynq", backend="rtl"), seed)
+def test_alu_forms_agree_in_data_and_cycles(seed, cfg, rtl_library):
+    sim_out, sim_alu = _program(Device(cfg), seed)
+    rtl_out, rtl_alu = _program(Device(cfg, backend="rtl"), seed)
     np.testing.assert_array_equal(sim_out, rtl_out)
     assert len(sim_alu) == 4 * len(AluOp) + 3
     assert sim_alu == rtl_alu

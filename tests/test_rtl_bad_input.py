@@ -62,6 +62,19 @@ def test_unknown_opcode(dev):
     buf.free()
 
 
+def test_unknown_alu_operation(dev):
+    """The 4-bit ALU operation field's values past LSUM (8) are no operation: the compute stage's dispatch check
+    stops the run (ERR_INSN), and the error names the instruction as the host's decoder does."""
+    buf = dev.alloc(32)
+    buf.write(np.frombuffer(encode_program([FinishInsn()]) * 2, np.uint8))
+    buf.view()[:16] = np.frombuffer((4 | 9 << 108 | 1 << 21 | 1 << 35 | 1 << 49).to_bytes(16, "little"), np.uint8)
+    with pytest.raises(
+        FaultError, match="^instruction 0: ALU: unknown ALU opcode 9 \\(rejected by the hardware: INSN\\)"
+    ):
+        dev.backend.run(dev.dram, buf.addr, 2)
+    buf.free()
+
+
 @pytest.mark.parametrize(
     "text,message",
     [

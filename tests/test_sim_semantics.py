@@ -137,6 +137,14 @@ def alu_reference(op, a, b):
     raise AssertionError(op)
 
 
+def row_reference(op, ra, rb):
+    """One ACC row of ``op(a, b)``: lane by lane, but LSUM's every lane the sum of b's lanes (``rb`` a row, or an
+    immediate every lane holds), wrapped to int32."""
+    if op == AluOp.LSUM:
+        return [wrap32(sum(int(y) for y in np.broadcast_to(rb, ra.shape)))] * len(ra)
+    return [alu_reference(op, x, y) for x, y in zip(ra, np.broadcast_to(rb, ra.shape))]
+
+
 @pytest.mark.parametrize("op", list(AluOp))
 @pytest.mark.parametrize("use_imm", [True, False])
 def test_alu_ops(device, op, use_imm):
@@ -154,13 +162,31 @@ def test_alu_ops(device, op, use_imm):
     got = read_acc(device, cmd, 0, n)
     cmd.synchronize()
     expect = np.array(
-        [
-            [alu_reference(op, x, imm if use_imm else y) for x, y in zip(ra, rb)]
-            for ra, rb in zip(a.reshape(n, 16), b.reshape(n, 16))
-        ],
+        [row_reference(op, ra, imm if use_imm else rb) for ra, rb in zip(a.reshape(n, 16), b.reshape(n, 16))],
         np.int64,
     )
     np.testing.assert_array_equal(got().reshape(n, 16), expect.astype(np.int32))
+
+
+def test_lane_sum_at_its_edges(device):
+    """LSUM wrapping past int32 both ways, of a mixed row and of zeros, in both forms (reading the destination row
+    too, or with reset only the source row): the destination's values do not count."""
+    big = np.full((1, 1, 16), (1 << 31) - 1, np.int32)  # 16 x (2^31 - 1): the sum wraps
+    low = np.full((1, 1, 16), -(1 << 31), np.int32)
+    mixed = rand_acc(1)
+    rows = np.concatenate([big, low, mixed, np.zeros((1, 1, 16), np.int32), np.zeros((4, 1, 16), np.int32) + 7])
+    buf = device.array(rows)
+    cmd = device.commands()
+    cmd.load(MemType.ACC, 0, buf, 0, 1, rows.shape[0], rows.shape[0])
+    cmd.alu(AluOp.LSUM, [(4, 0)], iter_out=4, dst_factor=(1, 0), src_factor=(1, 0))  # each row's sum (not + 7)
+    cmd.alu(AluOp.LSUM, [(0, 2)], reset=True)  # row 0 = the lane sum of row 2 (mixed) alone
+    got = read_acc(device, cmd, 0, rows.shape[0])
+    cmd.synchronize()
+    out = got().reshape(-1, 16).astype(np.int64)
+    sums = [wrap32(int(r.astype(np.int64).sum())) for r in (big, low, mixed)]
+    assert sums[0] == wrap32(16 * (2**31 - 1)) == -16 and sums[1] == 0
+    np.testing.assert_array_equal(out[4:8], np.array(sums + [0])[:, None].repeat(16, 1))
+    np.testing.assert_array_equal(out[0], [sums[2]] * 16)
 
 
 def test_alu_sequential_semantics_with_overlapping_indices(device):

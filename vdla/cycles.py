@@ -12,6 +12,12 @@ from vdla.config import HwConfig, Timing
 from vdla.isa import UOP_TYPES, AluInsn, AluOp, EpiInsn, FinishInsn, GemmInsn, Insn, MemInsn, elem_bytes
 
 SHIFTS = (AluOp.SHR, AluOp.RSHR, AluOp.REQ)  # they form their shift controls as the source row is read
+# the operations a half-width ALU runs over the whole row in one cycle (ADD's adders, the GEMM's accumulation):
+# every other one takes two passes of half the lanes (alu_passes)
+FULL_WIDTH = (AluOp.ADD,)
+# the operations whose result comes from the read-modify-write's M stage on every ALU: MUL registers its partial
+# products, LSUM four partial sums of its adder tree
+TWO_CYCLE = (AluOp.MUL, AluOp.LSUM)
 
 
 def _held(op: AluOp, same_src: bool) -> bool:
@@ -39,10 +45,10 @@ def src_reads(insn: AluInsn) -> int:
 
 def two_cycle(op: AluOp, passes: int = 1) -> bool:
     """Whether an ALU operation's result comes from the read-modify-write's M stage, a cycle after a one-cycle
-    operation's: a MUL's (its multiply is registered), and on a half-width ALU (``passes`` 2,
-    :attr:`vdla.config.HwConfig.alu_passes`) every operation's but ADD (each pass registers its half of the
-    operands in C and computes in M)."""
-    return op == AluOp.MUL or (passes > 1 and op != AluOp.ADD)
+    operation's: a MUL's and an LSUM's (:data:`TWO_CYCLE`: the products, the tree's partial sums registered), and
+    on a half-width ALU (``passes`` 2, :attr:`vdla.config.HwConfig.alu_passes`) every operation's
+    but ADD's (each pass registers its half of the operands in C and computes in M)."""
+    return op in TWO_CYCLE or (passes > 1 and op not in FULL_WIDTH)
 
 
 def alu_ii(
@@ -59,12 +65,12 @@ def alu_ii(
     whole inner loop) a row held across the inner loop (:func:`holds_src`; read once per outer iteration,
     which this per-iteration figure leaves out). A :func:`two_cycle` operation (a MUL) takes ``alu_mul_cycles -
     1`` more (:func:`mul_extra`), unless pipelined (``pipe``: then only each inner loop's last, also left out
-    here). On a half-width ALU (``passes`` 2) an operation other than ADD issues each iteration twice, once per
+    here). On a half-width ALU (``passes`` 2) an operation other than ADD and LSUM issues each iteration twice, once per
     half of the lanes, the second followed by :func:`mul_extra`. The RTL (``vdla_loop_seq``) issues by the same
     rule; the compiler's epilogue cost uses this function too."""
     reads = not (reset or use_imm or _held(op, same_src))
     base = t.alu_ii if reads else 1
-    if passes > 1 and op != AluOp.ADD:
+    if passes > 1 and op not in FULL_WIDTH:
         base += passes - 1
         if reads and op not in SHIFTS:  # the next iteration's source read follows the second pass at once
             return base
@@ -72,8 +78,8 @@ def alu_ii(
 
 
 def mul_extra(t: Timing, op: AluOp, passes: int = 1) -> int:
-    """Cycles a :func:`two_cycle` uop-iteration (a MUL; on a half-width ALU every operation but ADD) takes beyond
-    a one-cycle operation's: ``alu_mul_cycles - 1``, 0 for the others. Its slot spends a cycle in the
+    """Cycles a :func:`two_cycle` uop-iteration (a MUL or an LSUM; on a half-width ALU every operation but ADD) takes
+    beyond a one-cycle operation's: ``alu_mul_cycles - 1``, 0 for the others. Its slot spends a cycle in the
     read-modify-write's C stage (a MUL's partial products, a half's operands), then one in M (their sum, the
     half's result), so the sequencer leaves the cycle after it without an issue, and the next iteration sees its
     result (resets too: the rule is the operation's alone)."""
@@ -82,24 +88,25 @@ def mul_extra(t: Timing, op: AluOp, passes: int = 1) -> int:
 
 def mul_gaps(insn: AluInsn, passes: int = 1) -> int:
     """Uop-iterations of an ALU instruction followed by :func:`mul_extra` cycles without an issue: every one of a
-    :func:`two_cycle` operation (a MUL; on a half-width ALU every operation but ADD, after its second pass), or
-    with ``pipe`` (:mod:`vdla.isa.pipe`: a MUL of one micro-op) only each inner loop's last; none otherwise. On a
-    half-width ALU a two-operand instruction that is not a shift or pipelined has none before an iteration that
+    :func:`two_cycle` operation (a MUL or an LSUM; on a half-width ALU every operation but ADD, after its second
+    pass), or with ``pipe`` (:mod:`vdla.isa.pipe`: a MUL of one micro-op) only each inner loop's last; none
+    otherwise. On a half-width ALU a two-operand instruction that is not a shift or pipelined has none before an
+    iteration that
     reads its source row in a SRC slot (every one, or those at inner index 0 when it holds the row), which takes
     the cycle (the RTL forwards the row it reads, ``vdla_acc_rmw``), but after its last."""
     if not two_cycle(insn.alu_opcode, passes):
         return 0
     if insn.pipe:
         return insn.iter_out
-    if passes > 1 and src_reads(insn) and insn.alu_opcode not in SHIFTS:
+    if passes > 1 and src_reads(insn) and insn.alu_opcode not in SHIFTS + FULL_WIDTH:
         return insn.iterations - src_reads(insn) + 1  # not before an iteration's SRC slot, but after the last
     return insn.iterations
 
 
 def alu_issues(insn: AluInsn, passes: int = 1) -> int:
     """Slots an ALU instruction issues: one per uop-iteration, ``passes`` per uop-iteration of an operation other
-    than ADD on a half-width ALU (:attr:`vdla.config.HwConfig.alu_passes`)."""
-    return insn.iterations * (passes if insn.alu_opcode != AluOp.ADD else 1)
+    than ADD and LSUM on a half-width ALU (:attr:`vdla.config.HwConfig.alu_passes`)."""
+    return insn.iterations * (passes if insn.alu_opcode not in FULL_WIDTH else 1)
 
 
 def alu_cycles(t: Timing, insn: AluInsn, passes: int = 1) -> int:

@@ -97,7 +97,8 @@ module vdla_acc_rmw #(
   // read with the rows that will be in W (the slot in M, else the one in C that is no MUL) and in F (written the
   // cycle before: the slot in W) when the slot is in C. A reset
   // with a row operand, op(0, ACC[src]), computes op(ACC[src], 0) (MIN, MAX and ADD commute; CLIP takes its
-  // bounds from a, u_alu's clip_a_i; SHR, RSHR, REQ and MUL give 0), so b is never the row read in C.
+  // bounds from a, LSUM its operand, u_alu's clip_a_i; SHR, RSHR, REQ and MUL give 0), so b is never
+  // the row read in C.
   logic          alu_r, held_r, held_fw, zero_op, fw_w, fw_f, a_en;
   logic          rd_w_q, rd_f_q;            // the row read comes from W, from F, else from the RAM
   logic          a_w_q, a_f_q, a_r_q;       // a: the row read from W, F or the RAM (none: a = 0)
@@ -205,8 +206,8 @@ module vdla_acc_rmw #(
   end
 
   always_ff @(posedge clk_i) begin
-    c_mul_q   <= r_kind_i == vdla_pkg::SLOT_ALU && (alu_op_i == vdla_pkg::ALU_MUL
-                 || (vdla_pkg::ALU_PASSES > 1 && alu_op_i != vdla_pkg::ALU_ADD));
+    c_mul_q   <= r_kind_i == vdla_pkg::SLOT_ALU && (vdla_pkg::alu_two_cycle(alu_op_i)
+                 || (vdla_pkg::ALU_PASSES > 1 && !vdla_pkg::alu_full_width(alu_op_i)));
     c_lo_q    <= r_lo_i;
     c_kind_q  <= r_kind_i;
     c_addr_q  <= r_addr_i;

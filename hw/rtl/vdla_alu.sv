@@ -3,8 +3,13 @@
 // (RSHR rounds half up); CLIP clamps to [sext8(b[7:0]), sext8(b[15:8])]; REQ shifts right by b[4:0] rounding
 // half up and clamps to [b[5] ? 0 : -128, 127] (vdla_pkg::requantize). `zero_i` writes zeros (the reset of a
 // GEMM, and the resets whose result is 0 whatever v is: SHR, RSHR, REQ and MUL). With clip_i, CLIP takes its
-// bounds from a and clips 0 (the reset CLIP(0, ACC[src]), whose row comes as a). These take one cycle (MUL two, below):
-// res_o holds the result after en_i.
+// bounds from a and clips 0 (the reset CLIP(0, ACC[src]), whose row comes as a). These take one cycle (MUL and
+// LSUM two, below): res_o holds the result after en_i.
+// LSUM (every lane: the sum of the operand's LANES lanes, wrapping) reads one operand, b (a for the reset
+// LSUM(0, ACC[src]), whose row comes as a: clip_a_i). It takes two cycles as a MUL (vdla.cycles.TWO_CYCLE): C forms
+// four partial sums of the operand's lanes (two adder levels) into registers, M adds them (two more) and the sum
+// comes out through MUL's result (mr), so that the lanes gain no result to select (on the half-width ALU each of
+// its two passes sums the whole row).
 // What the shifts take from b comes formed in ctl_i (vdla_pkg::alu_lane_ctl(op_i == ALU_REQ, b) per lane): the caller
 // forms it before the cycle the lane computes, from the immediate or as the source row is read, so that the
 // lane's path starts at its shifter (the timing proxy, docs/rtl.md).
@@ -40,7 +45,7 @@ module vdla_alu #(
   input  logic                omul_en_i,    // register the OUT path's partial products (ores_o next cycle)
   input  logic                lo_i,         // half-width: with mul_en_i, the first pass (the low half of the lanes)
   input  logic                zero_i,
-  input  logic                clip_a_i,     // CLIP(0, a) instead of CLIP(a, b)
+  input  logic                clip_a_i,     // CLIP(0, a) instead of CLIP(a, b); LSUM of a instead of b
   input  vdla_pkg::alu_op_e   op_i,
   input  logic [5:0]          mul_shift_i,  // MUL's rounding shift of the 64-bit product
   // alu_lane_ctl(op_i == ALU_REQ, b) of each lane: lane l's alu_lane_ctl_t in ctl_i[l*ALU_CTL_W +: ALU_CTL_W]
@@ -56,6 +61,17 @@ module vdla_alu #(
   // x < y (signed) as the sign of the 33-bit difference
   function automatic logic slt(logic signed [31:0] x, logic signed [31:0] y);
     slt = 1'(({x[31], x} - {y[31], y}) >> 32);
+  endfunction
+
+  // LSUM's first cycle: four partial sums of x's lanes, {lanes l mod 4 = 3, ..., = 0} (wrapping).
+  function automatic logic [127:0] quad_sums(logic [LANES*32-1:0] x);
+    quad_sums = '0;
+    for (int l = 0; l < LANES; l++) quad_sums[(l % 4)*32 +: 32] = quad_sums[(l % 4)*32 +: 32] + x[l*32 +: 32];
+  endfunction
+
+  // LSUM's second cycle: the four partial sums added.
+  function automatic logic [31:0] quad_total(logic [127:0] q);
+    quad_total = (q[0 +: 32] + q[32 +: 32]) + (q[64 +: 32] + q[96 +: 32]);
   endfunction
 
   // One 4:1 step of a right shift by a registered amount: v >>> (k * unit) for a constant unit, so that each
@@ -84,10 +100,12 @@ module vdla_alu #(
   // ((2a >> rs) + 1) >> 1 serves SHR, RSHR and REQ, one comparator MIN and MAX. The rounded shift r is the
   // deepest result (operand mux, shifter, add): it joins last, selected for SHR/RSHR and for a REQ within its
   // bounds (whose result is then r itself, an int8), in one LUT after its add; all else is OR'd before.
-  // MUL's second cycle (mul2) selects its rounded product (mul_res, formed beside the lanes) alone. Each result
+  // MUL's second cycle (mul2) selects its rounded product (mul_res, formed beside the lanes) alone (as LSUM's second
+  // cycle its sum, which takes its place). The lanes see the low three bits of the operation (the eight that have a
+  // result of their own here). Each result
   // is formed under its select (`if (s) x = ...`, zero otherwise: the AND of the AND-OR), so that the Verilated
   // model computes only the selected one (the GEMM's ADD every GEMM cycle) instead of all of them in every lane.
-  function automatic logic [31:0] lane(vdla_pkg::alu_op_e op, logic zero, logic signed [31:0] a,
+  function automatic logic [31:0] lane(logic [2:0] op, logic zero, logic signed [31:0] a,
                                        logic signed [31:0] b, vdla_pkg::alu_lane_ctl_t ctl, logic clip_a,
                                        logic mul2, logic [31:0] mul_res);
     logic signed [32:0] x;
@@ -97,20 +115,20 @@ module vdla_alu #(
     logic               on, shift, req, s_r;
     begin
       on    = !zero && !mul2;
-      shift = on && (op == vdla_pkg::ALU_SHR || op == vdla_pkg::ALU_RSHR);
-      req   = on && op == vdla_pkg::ALU_REQ;
+      shift = on && (op == 3'(vdla_pkg::ALU_SHR) || op == 3'(vdla_pkg::ALU_RSHR));
+      req   = on && op == 3'(vdla_pkg::ALU_REQ);
       {mm, sum, sl, cl, lo8, mr, r, lim} = '0;
       // MIN/MAX: MIN a < b ? a : b, MAX a < b ? b : a
-      if (on && (op == vdla_pkg::ALU_MIN || op == vdla_pkg::ALU_MAX))
-        mm = (slt(a, b) ^ (op == vdla_pkg::ALU_MAX)) ? a : b;
-      if (on && op == vdla_pkg::ALU_ADD) sum = a + b;
+      if (on && (op == 3'(vdla_pkg::ALU_MIN) || op == 3'(vdla_pkg::ALU_MAX)))
+        mm = (slt(a, b) ^ (op == 3'(vdla_pkg::ALU_MAX))) ? a : b;
+      if (on && op == 3'(vdla_pkg::ALU_ADD)) sum = a + b;
       // SHR/RSHR: left by ls (negative amounts)
       if (shift && ctl.left) sl = a << ctl.ls;
       // REQ (vdla_pkg::requantize): r within the bounds (lim[8]), else the limit; the bounds from rs and relu alone
       if (req) lim = vdla_pkg::requant_limit(a, vdla_pkg::requant_bounds(ctl.rs, ctl.relu));
       if (req && !lim[8]) lo8 = 32'(signed'(lim[7:0]));
       // CLIP: max(v, lo) then min(., hi), the three compares side by side
-      if (on && op == vdla_pkg::ALU_CLIP) begin
+      if (on && op == 3'(vdla_pkg::ALU_CLIP)) begin
         bounds = clip_a ? a[15:0] : b[15:0];
         v      = clip_a ? '0 : a;
         c_hi   = 32'(signed'(bounds[15:8]));
@@ -124,7 +142,7 @@ module vdla_alu #(
       s_r = (shift && !ctl.left) || (req && lim[8]);
       if (s_r) begin
         x = $signed({a, 1'b0}) >>> ctl.rs;  // 2a >> rs: the rounding shift before its rounding add
-        r = 32'((x + ((op != vdla_pkg::ALU_SHR) ? 33'sd1 : 33'sd0)) >>> 1);
+        r = 32'((x + ((op != 3'(vdla_pkg::ALU_SHR)) ? 33'sd1 : 33'sd0)) >>> 1);
       end
       lane = (mm | sum | sl | cl | lo8 | mr) | r;
     end
@@ -157,6 +175,12 @@ module vdla_alu #(
     partials = {hh, mid, ll};
   endfunction
 
+  // LSUM's operand (the reset's row comes as a), and whether the instruction (its operation held) is an LSUM
+  logic [LANES*32-1:0] x1;
+  logic                lsum_c;
+  assign x1     = clip_a_i ? a_i : b_i;
+  assign lsum_c = op_i == vdla_pkg::ALU_LSUM;
+
   if (vdla_pkg::ALU_PASSES == 1) begin : g_full
     // MUL's first cycle: each lane's partials, each part registered in its DSP's P register (no register between
     // the multiply and the post-adder, so that P is the path's start). ll + R < 2^32 and hh + R <= 2^31 (33 bits).
@@ -166,10 +190,14 @@ module vdla_alu #(
     logic         [5:0] ms_q;        // the MUL's shift
     logic               mul2_q;      // the MUL's second cycle: res_o takes its result
     logic               om2_q;       // the OUT path's second cycle: ores_o takes the rounded product
+    logic               ls2_q;       // LSUM's second cycle: res_o takes the sum
+    logic       [127:0] ls_q;        // LSUM's four partial sums
     always_ff @(posedge clk_i) begin
-      mul2_q <= mul_en_i;
+      mul2_q <= mul_en_i && !lsum_c;
       om2_q  <= omul_en_i;
-      if (mul_en_i || omul_en_i) begin
+      ls2_q  <= mul_en_i && lsum_c;
+      if (mul_en_i && lsum_c) ls_q <= quad_sums(x1);
+      if ((mul_en_i && !lsum_c) || omul_en_i) begin
         logic [15:0] r_lo, r_mid;
         logic [30:0] r_hi;
         {r_hi, r_mid, r_lo} = round_half(mul_shift_i);
@@ -181,20 +209,22 @@ module vdla_alu #(
 
     // The rounded product of each lane, once (its 65-bit add and shifter), for res_o (a MUL) and ores_o (the OUT
     // path); formed only in a multiply's second cycle (the Verilated model skips it otherwise; synthesis drops the
-    // don't-care select).
+    // don't-care select). LSUM's sum (its partial sums added) takes its place in its second cycle.
     logic [31:0] mr [LANES];
     always_comb begin
       for (int l = 0; l < LANES; l++) begin
         mr[l] = 'x;
         if (mul2_q || om2_q) mr[l] = mul_round(hh_q[l], mid_q[l], ll_q[l], ms_q);
+        else if (ls2_q) mr[l] = quad_total(ls_q);
       end
     end
 
     always_ff @(posedge clk_i) begin
       if (en_i) begin
         for (int l = 0; l < LANES; l++)
-          res_o[l*32 +: 32] <= lane(op_i, zero_i, a_i[l*32 +: 32], b_i[l*32 +: 32],
-                                    ctl_i[l*vdla_pkg::ALU_CTL_W +: vdla_pkg::ALU_CTL_W], clip_a_i, mul2_q, mr[l]);
+          res_o[l*32 +: 32] <= lane(3'(op_i), zero_i, a_i[l*32 +: 32], b_i[l*32 +: 32],
+                                    ctl_i[l*vdla_pkg::ALU_CTL_W +: vdla_pkg::ALU_CTL_W], clip_a_i,
+                                    mul2_q || ls2_q, mr[l]);
       end
       if (om2_q) begin
         for (int l = 0; l < LANES; l++) ores_o[l*32 +: 32] <= mr[l];
@@ -205,8 +235,9 @@ module vdla_alu #(
   end else begin : g_half
     localparam int H = LANES / 2;
     // the pass in M: its operation and flags, its half of the operands and controls (registered in C)
-    logic                  s2_q, lo2_q, zero2_q, clip2_q;
-    vdla_pkg::alu_op_e     op2_q;
+    logic                  s2_q, lo2_q, zero2_q, clip2_q, ls2_q;
+    logic [2:0]            op2_q;     // the lanes' operation (the low bits)
+    logic [127:0]          ls_q;      // LSUM's four partial sums of the whole row (ls2_q: it is in M)
     logic [H*32-1:0]       a2_q, b2_q, part_q;  // part_q: the first pass's result, the row's low half
     logic [H*vdla_pkg::ALU_CTL_W-1:0] ctl2_q;
     logic signed [32:0]    hh_q [H];
@@ -215,9 +246,11 @@ module vdla_alu #(
     logic         [5:0]    ms_q;
     always_ff @(posedge clk_i) begin
       s2_q <= mul_en_i;
+      ls2_q <= mul_en_i && lsum_c;
+      if (mul_en_i && lsum_c) ls_q <= quad_sums(x1);  // the whole row's (each pass)
       if (mul_en_i) begin
         lo2_q   <= lo_i;
-        op2_q   <= op_i;
+        op2_q   <= 3'(op_i);
         zero2_q <= zero_i;
         clip2_q <= clip_a_i;
         a2_q    <= lo_i ? a_i[0 +: H*32] : a_i[H*32 +: H*32];
@@ -242,12 +275,14 @@ module vdla_alu #(
     logic [31:0]     mr;
     logic            mul2;
     always_comb begin
-      mul2 = s2_q && op2_q == vdla_pkg::ALU_MUL;
+      mul2 = s2_q && op2_q == 3'(vdla_pkg::ALU_MUL);
       for (int l = 0; l < H; l++) begin
         mr = 'x;
         if (mul2) mr = mul_round(hh_q[l], mid_q[l], ll_q[l], ms_q);
+        else if (ls2_q) mr = quad_total(ls_q);
         r2[l*32 +: 32] = lane(op2_q, zero2_q || !s2_q, a2_q[l*32 +: 32], b2_q[l*32 +: 32],
-                              ctl2_q[l*vdla_pkg::ALU_CTL_W +: vdla_pkg::ALU_CTL_W], clip2_q, mul2, mr);
+                              ctl2_q[l*vdla_pkg::ALU_CTL_W +: vdla_pkg::ALU_CTL_W], clip2_q, mul2 || ls2_q,
+                              mr);
       end
     end
 

@@ -49,8 +49,9 @@ module vdla_insn_check (
     end else if (opcode == vdla_pkg::OP_GEMM || opcode == vdla_pkg::OP_ALU) begin
       compute_bad_o = 14'(insn_i.gemm.uop_bgn) >= insn_i.gemm.uop_end
          || insn_i.gemm.uop_end > 14'(vdla_pkg::UOP_DEPTH)
-         || insn_i.gemm.iter_out == '0 || insn_i.gemm.iter_in == '0
-         || (opcode == vdla_pkg::OP_ALU && insn_i.alu.pipe && !pipe_ok);
+         || insn_i.gemm.iter_out == '0 || vdla_pkg::loop_iter_in(insn_i) == '0
+         || (opcode == vdla_pkg::OP_ALU && insn_i.alu.pipe && !pipe_ok)
+         || (opcode == vdla_pkg::OP_ALU && insn_i.alu.alu_opcode > vdla_pkg::ALU_LSUM);  // no such operation
     end else if (opcode == vdla_pkg::OP_EPI) begin
       compute_bad_o = (insn_i.epi.bias && 17'(insn_i.epi.bias_base) >= 17'(vdla_pkg::ACC_DEPTH))
          || (insn_i.epi.dw && (vdla_pkg::DW_SUPPORTED == 0 || insn_i.epi.dw_k == '0

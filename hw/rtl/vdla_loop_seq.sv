@@ -75,11 +75,12 @@ module vdla_loop_seq (
 );
   typedef enum logic [1:0] {IDLE, RUN, DRAIN} state_e;
 
-  // GEMM and ALU share the loop fields (insn_i.gemm); the ALU's own fields overlay the weight factors
+  // GEMM and ALU share the loop fields (insn_i.gemm) but iter_in (the ALU's is 13 bits: vdla_pkg::loop_iter_in);
+  // the ALU's own fields overlay the weight factors
   vdla_pkg::gemm_insn_t gemm;
   assign gemm = insn_i.gemm;
-  logic unused_flags;  // the dependency flags are the stage's business
-  assign unused_flags = ^{gemm.hdr.pop_prev, gemm.hdr.pop_next, gemm.hdr.push_prev, gemm.hdr.push_next};
+  logic unused_flags;  // the dependency flags are the stage's business; iter_in is vdla_pkg::loop_iter_in's
+  assign unused_flags = ^{gemm.hdr.pop_prev, gemm.hdr.pop_next, gemm.hdr.push_prev, gemm.hdr.push_next, gemm.iter_in};
 
   // control: the state; the wait and issue-phase counters and the loop indices
   state_e      state_q;
@@ -309,13 +310,13 @@ module vdla_loop_seq (
       init_q    <= gemm.init;
       alu_op_q  <= insn_i.alu.alu_opcode;
       use_imm_q <= gemm.hdr.opcode == vdla_pkg::OP_ALU && insn_i.alu.use_imm;  // (a GEMM's bit is a factor's)
-      mul_q     <= gemm.hdr.opcode == vdla_pkg::OP_ALU && insn_i.alu.alu_opcode == vdla_pkg::ALU_MUL;
+      mul_q     <= gemm.hdr.opcode == vdla_pkg::OP_ALU && vdla_pkg::alu_two_cycle(insn_i.alu.alu_opcode);
       pipe_q    <= gemm.hdr.opcode == vdla_pkg::OP_ALU && insn_i.alu.pipe;  // vdla_insn_check: a MUL's alone
       half_q    <= vdla_pkg::ALU_PASSES > 1 && gemm.hdr.opcode == vdla_pkg::OP_ALU
-                   && insn_i.alu.alu_opcode != vdla_pkg::ALU_ADD;
+                   && !vdla_pkg::alu_full_width(insn_i.alu.alu_opcode);
       // vdla.cycles.mul_gaps: two operands, not a shift, not pipelined
       nogap_q   <= vdla_pkg::ALU_PASSES > 1 && gemm.hdr.opcode == vdla_pkg::OP_ALU && !gemm.reset
-                   && !insn_i.alu.use_imm && !insn_i.alu.pipe && insn_i.alu.alu_opcode != vdla_pkg::ALU_ADD
+                   && !insn_i.alu.use_imm && !insn_i.alu.pipe && !vdla_pkg::alu_full_width(insn_i.alu.alu_opcode)
                    && insn_i.alu.alu_opcode != vdla_pkg::ALU_SHR && insn_i.alu.alu_opcode != vdla_pkg::ALU_RSHR
                    && insn_i.alu.alu_opcode != vdla_pkg::ALU_REQ;
       imm_q     <= insn_i.alu.imm;
@@ -327,7 +328,7 @@ module vdla_loop_seq (
       u_bgn_q   <= gemm.uop_bgn;
       u_last_q   <= gemm.uop_end - 1'b1;
       n_out_m1_q <= gemm.iter_out - 1'b1;
-      n_in_m1_q  <= gemm.iter_in - 1'b1;
+      n_in_m1_q  <= vdla_pkg::loop_iter_in(insn_i) - 1'b1;
       dfo_q     <= gemm.dst_factor_out;
       dfi_q     <= gemm.dst_factor_in;
       sfo_q     <= gemm.src_factor_out;

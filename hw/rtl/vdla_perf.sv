@@ -102,7 +102,7 @@ module vdla_perf #(
     it2_v_q    <= rst_ni && !clear_i && it1_v_q;
     if (fire_i[1]) begin
       it1_cnt_q  <= cm.hdr.opcode == vdla_pkg::OP_ALU ? IT_ALU : compute_cmd_i.gemm.reset ? IT_GEMM_RESET : IT_GEMM;
-      it_loops_q <= 28'(compute_cmd_i.gemm.iter_out) * 28'(compute_cmd_i.gemm.iter_in);
+      it_loops_q <= 28'(compute_cmd_i.gemm.iter_out) * 28'(vdla_pkg::loop_iter_in(compute_cmd_i));
       it_uops_q  <= compute_cmd_i.gemm.uop_end - 14'(compute_cmd_i.gemm.uop_bgn);
     end
     if (it1_v_q) begin
@@ -179,7 +179,7 @@ module vdla_perf #(
 `ifdef INC_ASSERT
   logic [IT_W-1:0] it_check_q [2];  // the one-cycle form, from the command word at the start
   always_ff @(posedge clk_i) begin
-    it_check_q[0] <= IT_W'(compute_cmd_i.gemm.iter_out) * IT_W'(compute_cmd_i.gemm.iter_in)
+    it_check_q[0] <= IT_W'(compute_cmd_i.gemm.iter_out) * IT_W'(vdla_pkg::loop_iter_in(compute_cmd_i))
                    * IT_W'(compute_cmd_i.gemm.uop_end - 14'(compute_cmd_i.gemm.uop_bgn));
     it_check_q[1] <= it_check_q[0];
   end

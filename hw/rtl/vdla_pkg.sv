@@ -32,7 +32,7 @@
 package vdla_pkg;
 
   // ---- Configuration 'pynq-z2' (vdla/config.py) ----------------------------------------------------
-  localparam int ISA_VERSION          = 7;  // ID[15:0]
+  localparam int ISA_VERSION          = 8;  // ID[15:0]
   localparam logic [31:0] CONFIG_HASH = 32'hfa4cadad;  // CONFIG_HASH register
   localparam int BATCH                = 1;
   localparam int BLOCK_IN             = 16;
@@ -146,9 +146,9 @@ package vdla_pkg;
     MEM_UOP = 3'd0, MEM_WGT = 3'd1, MEM_INP = 3'd2, MEM_ACC = 3'd3, MEM_OUT = 3'd4,
     MEM_ACC_8BIT = 3'd5, MEM_LUT = 3'd6, MEM_UOP_PRE = 3'd7
   } mem_type_e;
-  typedef enum logic [2:0] {
-    ALU_MIN = 3'd0, ALU_MAX = 3'd1, ALU_ADD = 3'd2, ALU_SHR = 3'd3, ALU_MUL = 3'd4, ALU_RSHR = 3'd5,
-    ALU_CLIP = 3'd6, ALU_REQ = 3'd7
+  typedef enum logic [3:0] {
+    ALU_MIN = 4'd0, ALU_MAX = 4'd1, ALU_ADD = 4'd2, ALU_SHR = 4'd3, ALU_MUL = 4'd4, ALU_RSHR = 4'd5,
+    ALU_CLIP = 4'd6, ALU_REQ = 4'd7, ALU_LSUM = 4'd8
   } alu_op_e;
 
   // Common to every instruction: opcode and dependency flags.
@@ -196,14 +196,14 @@ package vdla_pkg;
   // ALU: the two-level micro-op loop, ACC[dst] = op(ACC[dst], ACC[src] or imm).
   typedef struct packed {
     logic [15:0] imm;             // [127:112]
-    logic        use_imm;         // [111]
-    alu_op_e     alu_opcode;      // [110:108]
+    alu_op_e     alu_opcode;      // [111:108]
     logic [10:0] src_factor_in;   // [107:97]
     logic [10:0] src_factor_out;  // [96:86]
     logic [10:0] dst_factor_in;   // [85:75]
     logic [10:0] dst_factor_out;  // [74:64]
     logic        pipe;            // [63]
-    logic [13:0] iter_in;         // [62:49]
+    logic        use_imm;         // [62]
+    logic [12:0] iter_in;         // [61:49]
     logic [13:0] iter_out;        // [48:35]
     logic [13:0] uop_end;         // [34:21]
     logic [12:0] uop_bgn;         // [20:8]
@@ -327,6 +327,25 @@ package vdla_pkg;
   // Any of the four padding fields is non-zero.
   function automatic logic mem_has_pad(mem_insn_t insn);
     mem_has_pad = {insn.y_pad_0, insn.y_pad_1, insn.x_pad_0, insn.x_pad_1} != '0;
+  endfunction
+
+  // (The enum constants are qualified: Yosys resolves a package function's names where it is called.)
+  // The inner loop extent of a GEMM or ALU instruction: GEMM's 14-bit iter_in, the ALU's 13 bits (its bit 62 is
+  // use_imm, so that alu_opcode has 4 bits).
+  function automatic logic [13:0] loop_iter_in(insn_t insn);
+    loop_iter_in = insn.gemm.hdr.opcode == vdla_pkg::OP_ALU ? 14'(insn.alu.iter_in) : insn.gemm.iter_in;
+  endfunction
+
+  // The ALU operations a half-width ALU runs over the whole row in one cycle (vdla.cycles.FULL_WIDTH): ADD (the
+  // GEMMs' accumulation); the others take two passes of half the lanes.
+  function automatic logic alu_full_width(alu_op_e op);
+    alu_full_width = op == vdla_pkg::ALU_ADD;
+  endfunction
+
+  // The ALU operations whose result comes from the read-modify-write's M stage on every ALU (vdla.cycles.TWO_CYCLE):
+  // MUL (its products registered) and LSUM (its tree's partial sums registered).
+  function automatic logic alu_two_cycle(alu_op_e op);
+    alu_two_cycle = op == vdla_pkg::ALU_MUL || op == vdla_pkg::ALU_LSUM;
   endfunction
 
   // requantize's bounds {hi, zero, lo} on 2v for `shift` and `relu` (34-bit signed each): 2v >= hi is

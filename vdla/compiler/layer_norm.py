@@ -1,31 +1,30 @@
-"""LayerNorm over the rows of an int8 (tokens, features) tensor in DRAM, composed of existing instructions
-(issue 53, docs/transformers.md): exactly :func:`vdla.graph.oracle.layer_norm_int` of the spec's
-:class:`~vdla.graph.layernorm.IntLayerNorm`.
+"""LayerNorm over the rows of an int8 (tokens, features) tensor in DRAM (issue 53, docs/transformers.md):
+exactly :func:`vdla.graph.oracle.layer_norm_int` of the spec's :class:`~vdla.graph.layernorm.IntLayerNorm`.
 
-The tokens go in tiles of ``R`` rows (:meth:`LayerNormLowering.tile_rows`); for each tile:
+The tokens go in tiles of ``R`` rows (:meth:`LayerNormLowering.tile_rows`), each one block: a LOAD INP of its
+``R x C`` input elements (``C = features / block_in``, token-major), then on the accelerator alone
 
-* a LOAD INP of its ``R x C`` input elements (``C = features / block_in``, token-major);
-* ``S1`` by a GEMM against the ones block (each token's sum in every lane of its row, for ``d``) and again
-  against the lane selectors (token ``t``'s sum in lane ``t % L`` of packed row ``t // L``, ``L = block_out``:
-  the per-row program then runs on ``L`` tokens a row); two identity GEMMs copy the tile into the accumulators (``x``,
-  ``q``); ``q = MUL(q, q)`` leaves the squares' low bytes in the OUT mirror, a copy ``q2 = RSHR(q, 8)`` their
-  high parts: both stored to the ``sq`` tensor;
-* a compute-only block that pops the stores' store -> compute token, so that the next load (after its
-  compute -> load token) reads the planes landed; the planes loaded as input rows and summed against the
-  selectors into the packed ``S_lo`` and ``S_hi``;
-* the per-row ALU program on the packed rows: ``V``, the binary search of ``k``, ``-m``, the seed and the
-  Newton steps, ``k - j``; then ``y`` as four signed int8 digits (the OUT mirror's low bytes of ``y`` and of
-  its RSHR by 8, 16, 24) and ``k - j`` stored to the ``dg`` tensor;
-* another such wait; the digits loaded and broadcast back to every lane of their token's row by GEMMs against
-  the lane broadcasts (the ALU works lane by lane: only the GEMM core moves a value across lanes), ``y`` put
-  together again by SHR and ADD;
-* over the tile's ``R x C`` rows: ``d = n x - S1``, ``z = RSHR(MUL(d, y) >> Z_SHIFT, k - j)``, gamma by a MUL
-  holding each channel block's multiplier row, beta by an ADD of its bias row with the OUT mirror requantizing
-  (EPI ``req``); the OUT mirror stored.
+* ``-S1`` by a GEMM against the minus-ones block (each token's in every lane of its row); ``d = n x - S1`` by
+  GEMMs of the tile against ``n`` times the identity (:func:`scale_parts` blocks, ``n`` may exceed int8) with
+  ``init`` from the token's ``-S1`` row (EPI bias, the token on the outer loop); an identity GEMM copies the tile
+  into ``q``;
+* ``S2``: ``q = MUL(q, q)``, each token's ``C`` rows of squares added lane by lane into its first, whose ALU
+  LSUM (the sum of a row's lanes, into every lane) is the token's ``S2``; a MUL by the one-hot row ``E_l`` of
+  its lane keeps it (and ``-S1``) in lane ``t % L`` alone (``L = block_out``) and ADDs put the ``L`` tokens of a
+  packed row together: the per-row program runs on ``L`` tokens a row;
+* the per-row ALU program on the packed rows: ``V``, the binary search of ``k``, ``-m``, the seed, the Newton
+  steps, ``2^(30 - k)``;
+* ``y`` and ``2^(30 - k)`` back in every lane of each token's row: the packed row copied to each of its tokens'
+  rows, a MUL by ``E_l`` keeps the token's lane, an LSUM puts it in every lane;
+* over the tile's ``R x C`` rows: ``z = RSHR(MUL(d, y) >> Z_SHIFT, k - j)`` as ``MUL(MUL(d, y) >> Z_SHIFT,
+  2^(30 - k)) >> (30 - j)`` (bit for bit the rounding shift: each a pipelined MUL holding the token's row),
+  gamma by a MUL holding each channel block's multiplier row, beta by an ADD of its bias row with the OUT mirror
+  requantizing (EPI ``req``); the OUT mirror stored.
 
-The multiplier and bias rows and the constant rows (``3 2^F``, ``E``, the seed) are one LOAD ACC of the
-``consts`` tensor ahead of the tiles. A LayerNorm of more tokens than one tile's share takes two virtual
-threads, each half of ACC and INP and its own weight blocks.
+No value goes through DRAM but the input and the output. The multiplier and bias rows and the constant rows
+(``3 2^F``, ``E``, the seed, the one-hot rows) are one LOAD ACC of the ``consts`` tensor ahead of the tiles. A
+LayerNorm of more tokens than one tile's share takes two virtual threads, each half of ACC and INP and its own
+weight blocks.
 
 Invariant: bit for bit :func:`~vdla.graph.oracle.layer_norm_int` on every backend (the ALU and GEMM semantics
 are the oracle's steps); ``block_in == block_out`` (the identity block) and batch 1. It needs no optional unit
@@ -50,11 +49,16 @@ from vdla.graph.layernorm import IntLayerNorm
 from vdla.isa import AluOp, MemType
 from vdla.runtime.device import Device
 
-ONES = "ones"  # the all-ones weight block: a GEMM against it sums an input row into every lane
-TOKEN_ROWS = ("s1", "y3", "y2", "y1", "y0", "kb")  # a tile's rows a token: S1, y's four digits (then y), k - j
-ROWS = ("p1", "slo", "shi", "v", "w", "k", "m", "y", "t", "d0", "d1", "d2", "d3", "d4")  # rows a group of tokens
-DIGITS = ("d0", "d1", "d2", "d3", "d4")  # the packed rows stored as int8 planes for the broadcast
-CONSTS = ("c3", "e", "seed")  # constant rows after the multiplier and bias rows
+TOKEN_ROWS = ("s1", "s2", "y", "kb")  # a tile's rows a token: -S1, S2 (then their lane alone), y, 2^(30 - k)
+ROWS = ("p1", "s2", "v", "k", "m", "y", "t", "w")  # rows a group of tokens (packed: token t in lane t % L)
+CONSTS = ("c3", "e", "seed", "p30")  # constant rows after the multiplier and bias rows, then the one-hot rows
+POW = 30  # the row 2^(POW - k) that z's MUL takes for the rounding shift by k - j (POW - j its shift)
+
+
+def scale_parts(n: int) -> list[int]:
+    """``n`` as int8 weights (identity blocks times each part) that sum to it: as few parts of at most 127."""
+    parts = -(-n // 127)
+    return [n // parts + (i < n % parts) for i in range(parts)]
 
 
 @dataclass(frozen=True)
@@ -73,7 +77,7 @@ class LayerNormSpec:
 class LayerNormLowering:
     """The program of one LayerNorm on one config (module docstring)."""
 
-    SCRATCH = ("sq", "dg")  # the square and digit planes: DRAM round trips
+    SCRATCH = ()  # nothing goes through DRAM but the input and the output
 
     def __init__(self, spec: LayerNormSpec, cfg: HwConfig):
         if not identity_fits(cfg) or spec.ln.n % cfg.block_in or cfg.batch != 1:
@@ -84,35 +88,43 @@ class LayerNormLowering:
         self.spec, self.cfg, self.limits = spec, cfg, Limits.of(cfg)
         self.c = spec.ln.n // cfg.block_in
         self.lanes = cfg.block_out  # tokens a packed row: token t in lane t % lanes of row t // lanes
-        self.threads = 1 if spec.tokens <= self.tile_rows(1) else 2
+        # beyond one packed row of tokens two threads, one tile's load and store beside the other's compute (65 x 192
+        # on pynq-z2: 18,253 cycles, 19,382 in one tile of one thread)
+        self.threads = 1 if spec.tokens <= self.lanes else 2
         self.r = self.tile_rows(self.threads)
         self.gr = self.groups(self.r)
         rc = self.r * self.c
         self.span = self.acc_rows(self.r)  # a thread's accumulator rows
-        self.x, self.q, self.q2 = 0, rc, 2 * rc  # the tile (then d, z, the output), its squares' two planes
-        self.tok = {name: 3 * rc + i * self.r for i, name in enumerate(TOKEN_ROWS)}
-        self.row = {name: 3 * rc + len(TOKEN_ROWS) * self.r + i * self.gr for i, name in enumerate(ROWS)}
+        self.x, self.q = 0, rc  # the tile (then d, z, the output), its squares
+        self.tok = {name: 2 * rc + i * self.r for i, name in enumerate(TOKEN_ROWS)}
+        self.row = {name: 2 * rc + len(TOKEN_ROWS) * self.r + i * self.gr for i, name in enumerate(ROWS)}
         self.g = self.threads * self.span  # gamma multiplier rows, then beta's, then the constants
         self.const = {name: self.g + 2 * self.c + i for i, name in enumerate(CONSTS)}
+        self.onehot = self.g + 2 * self.c + len(CONSTS)  # row E_l: 1 in lane l, 0 elsewhere
         self.thread, self.inp0, self.w0 = 0, 0, 0  # thread 0's INP and WGT rows
 
     def groups(self, r: int) -> int:
         return -(-r // self.lanes)
 
     def acc_rows(self, r: int) -> int:
-        return (3 * self.c + len(TOKEN_ROWS)) * r + len(ROWS) * self.groups(r)
+        return (2 * self.c + len(TOKEN_ROWS)) * r + len(ROWS) * self.groups(r)
+
+    @property
+    def const_rows(self) -> int:
+        """The multiplier and bias rows, the constants and the one-hot rows."""
+        return 2 * self.c + len(CONSTS) + self.lanes
 
     @property
     def wgt_blocks(self) -> int:
-        """Weight blocks a thread: the ones, the identity, a lane's selector and its broadcast for each lane."""
-        return 2 + 2 * self.lanes
+        """Weight blocks a thread: the minus ones, the identity and the identity times each of ``n``'s parts."""
+        return 2 + len(scale_parts(self.spec.ln.n))
 
     def tile_rows(self, threads: int) -> int:
         """Tokens a tile with ``threads`` virtual threads: the most whose rows fit a thread's share of ACC beside
-        the constants and whose two square planes fit its share of INP; raises where not even one does."""
+        the constants and whose input rows fit its share of INP; raises where not even one does."""
         cfg, c = self.cfg, self.c
-        room = (cfg.acc_depth - 2 * c - len(CONSTS)) // threads
-        r = min(cfg.inp_depth // threads // (2 * c), -(-self.spec.tokens // threads))
+        room = (cfg.acc_depth - self.const_rows) // threads
+        r = min(cfg.inp_depth // threads // c, -(-self.spec.tokens // threads))
         while r >= 1 and self.acc_rows(r) > room:
             r -= 1
         if r < 1 or self.wgt_blocks * threads > cfg.wgt_depth:
@@ -126,7 +138,7 @@ class LayerNormLowering:
         v = _View.__new__(_View)
         v.__dict__.update(self.__dict__)
         base = thread * self.span
-        v.r, v.gr, v.thread, v.x, v.q, v.q2 = r, self.groups(r), thread, base + self.x, base + self.q, base + self.q2
+        v.r, v.gr, v.thread, v.x, v.q = r, self.groups(r), thread, base + self.x, base + self.q
         v.tok = {name: base + row for name, row in self.tok.items()}
         v.row = {name: base + row for name, row in self.row.items()}
         v.inp0, v.w0 = thread * self.cfg.inp_depth // 2, thread * self.wgt_blocks
@@ -138,25 +150,21 @@ class LayerNormLowering:
         return {
             "inp": rows * cfg.inp_elem_bytes,
             "out": rows * cfg.out_elem_bytes,
-            "sq": 2 * rows * cfg.inp_elem_bytes,
             "wgt": self.wgt_blocks * cfg.wgt_elem_bytes,
-            "dg": len(DIGITS) * self.gr * self.tiles * cfg.inp_elem_bytes,
-            "consts": (2 * self.c + len(CONSTS)) * cfg.acc_elem_bytes,
+            "consts": self.const_rows * cfg.acc_elem_bytes,
         }
 
     def constants(self) -> dict[str, np.ndarray]:
-        """The weight blocks (ones, identity, the selectors, the broadcasts) and the constant rows, packed."""
+        """The weight blocks (minus ones, identity, the identity times ``n``'s parts) and the constant rows,
+        packed."""
         cfg, p, lanes = self.cfg, self.spec.ln, self.cfg.block_out
         eye = identity_weights(cfg)
-        select = np.zeros((lanes, lanes, cfg.block_in), np.int8)
-        select[np.arange(lanes), np.arange(lanes), :] = 1  # block l: output lane l sums every input lane
-        broadcast = np.zeros((lanes, lanes, cfg.block_in), np.int8)
-        broadcast[np.arange(lanes), :, np.arange(lanes)] = 1  # block l: every output lane takes input lane l
-        wgt = np.concatenate([np.ones_like(eye), eye, select, broadcast])
+        wgt = np.concatenate([-np.ones_like(eye), eye, *(eye * k for k in scale_parts(p.n))])
         g = np.asarray(p.multipliers, np.int64).reshape(self.c, lanes)
         b = np.asarray(p.biases, np.int64).reshape(self.c, lanes)
         seed = ln.SEED[0] << (ln.FRAC - ln.SEED[1])
-        rows = np.concatenate([g, b, np.repeat([[3 << ln.FRAC], [p.epsilon], [seed]], lanes, axis=1)])
+        consts = np.repeat([[3 << ln.FRAC], [p.epsilon], [seed], [1 << POW]], lanes, axis=1)
+        rows = np.concatenate([g, b, consts, np.eye(lanes, dtype=np.int64)])
         return {"wgt": wgt, "consts": rows.astype(np.int32)}
 
     # ------------------------------------------------------------------------------------------------------
@@ -176,62 +184,64 @@ class LayerNormLowering:
         """A GEMM with ``init`` over (extent, (dst, src, wgt) strides) axes."""
         return gemm_nest(nest, (dst, src, wgt), self.limits)
 
-    def sums(self, src: int) -> Gemm:
-        """Each token's ``C`` input rows from ``src`` summed into its row ``s1`` against the ones (replicated)."""
-        return self.gemm(((self.r, (1, self.c, 0)), (self.c, (0, 1, 0))), self.tok["s1"], src, self.w0)
+    def sums(self) -> Gemm:
+        """Each token's ``C`` input rows summed into its row ``s1`` against the minus ones: ``-S1`` in every lane."""
+        return self.gemm(((self.r, (1, self.c, 0)), (self.c, (0, 1, 0))), self.tok["s1"], self.inp0, self.w0)
 
     def copy(self, dst: int) -> Gemm:
         rc = self.r * self.c
         return self.gemm(((rc, (1, 1, 0)),), dst, self.inp0, self.w0 + 1)
 
-    def by_group(self, inner, dst: int, src: int, wgt: int, step: tuple[int, int]) -> list[Gemm]:
-        """GEMMs over the tile's tokens in groups of ``lanes`` (token ``t``: group ``t // lanes``, lane ``t %
-        lanes``): ``inner`` the axes within a group, ``step`` the (dst, src) strides of a group; the last group
-        a GEMM of its own where it is short."""
+    def deviations(self) -> list[Op]:
+        """``d = n x - S1`` into ``x``: the tile against ``n``'s parts of the identity, each accumulator starting
+        from its token's ``-S1`` row (EPI bias; the token on the outer loop, the bias row's index)."""
+        r, c, parts = self.r, self.c, len(scale_parts(self.spec.ln.n))
+        nest = ((r, (c, c, 0)), (c, (1, 1, 0)), (parts, (0, 0, 1)))
+        gemm = gemm_nest(nest, (self.x, self.inp0, self.w0 + 2), self.limits, pin_outer=True)
+        return [Epi(False, False, 0, self.tok["s1"]), gemm, Epi(False, False, 0, None)]
+
+    def by_lane(self, op: AluOp, inner, dst: int, src: int, step: tuple[int, int], **kw) -> list[Alu]:
+        """ALU instructions over the tile's tokens in groups of ``lanes`` (token ``t``: group ``t // lanes``, lane
+        ``t % lanes``): ``inner(n)`` the ((extent, (dst, src) strides)) axes within a group of ``n`` tokens, ``step``
+        a group's (dst, src) strides; the last group an instruction of its own where it is short."""
         full, rest = divmod(self.r, self.lanes)
-        out = [self.gemm(((full, (*step, 0)), *inner(self.lanes)), dst, src, wgt)] if full else []
+        out = [self.alu(op, ((full, step), *inner(self.lanes)), dst, src, **kw)] if full else []
         if rest:
-            out.append(self.gemm(inner(rest), dst + full * step[0], src + full * step[1], wgt))
+            out.append(self.alu(op, inner(rest), dst + full * step[0], src + full * step[1], **kw))
         return out
 
-    def packed_sums(self, dst: str, src: int) -> list[Gemm]:
-        """Each token's ``C`` input rows from ``src`` summed into lane ``t % lanes`` of packed row ``dst``."""
-        c = self.c
-        return self.by_group(
-            lambda n: ((n, (0, c, 1)), (c, (0, 1, 0))), self.row[dst], src, self.w0 + 2, (1, self.lanes * c)
-        )
+    def lane_only(self, tok: str) -> list[Alu]:
+        """Each token's row ``tok`` times the one-hot row ``E_l`` of its lane ``l = t % lanes``: its lane alone."""
+        return self.by_lane(AluOp.MUL, lambda n: ((n, (1, 1)),), self.tok[tok], self.onehot, (self.lanes, 0))
 
-    def broadcast(self, dst: str, src: int) -> list[Gemm]:
-        """Each token's lane of the packed int8 input row (from ``src``) into every lane of its row ``dst``."""
-        return self.by_group(lambda n: ((n, (1, 0, 1)),), self.tok[dst], src, self.w0 + 2 + self.lanes, (self.lanes, 1))
+    def pack(self, row: str, tok: str) -> list[Alu]:
+        """The tokens' rows ``tok`` (each its own lane alone) added into packed row ``row`` (cleared before)."""
+        return self.by_lane(AluOp.ADD, lambda n: ((n, (0, 1)),), self.row[row], self.tok[tok], (1, self.lanes))
 
     # ------------------------------------------------------------------------------------------------------
     # the program
 
     def squares(self) -> list[Op]:
-        """``S1`` of the tile's rows, the tile copied to ``x``, its squares to ``q`` (the OUT mirror: their low
-        bytes) and ``q2`` (their high parts, ``RSHR 8``), for the stores of the two planes."""
-        each = ((self.r * self.c, (1, 1)),)
-        return [
-            Epi(False, False, 0, None),  # the OUT mirror truncates: the previous tile's requantized
-            self.sums(self.inp0),
-            *self.packed_sums("p1", self.inp0),
-            self.copy(self.x),
-            self.copy(self.q),
-            self.alu(AluOp.MUL, each, self.q, self.q),
-            self.alu(AluOp.ADD, each, self.q2, self.q, reset=True),
-            self.alu(AluOp.RSHR, each, self.q2, imm=8),
-        ]
+        """``-S1`` (every lane of ``s1``), ``d`` in ``x``, the squares in ``q``, each token's rows added into its
+        first and their lane sum ``S2`` (``s2``); both statistics packed (``p1``, ``s2``), token ``t`` in lane
+        ``t % lanes``."""
+        r, c = self.r, self.c
+        ops: list[Op] = [Epi(False, False, 0, None), self.sums(), *self.deviations(), self.copy(self.q)]
+        ops.append(self.alu(AluOp.MUL, ((r * c, (1, 1)),), self.q, self.q))
+        if c > 1:
+            ops.append(self.alu(AluOp.ADD, ((r, (c, c)), (c - 1, (0, 1))), self.q, self.q + 1))
+        ops += [self.alu(AluOp.LSUM, ((r, (1, c)),), self.tok["s2"], self.q, reset=True)]
+        ops += [*self.lane_only("s1"), *self.lane_only("s2")]
+        ops += [self.rows(AluOp.ADD, row, imm=0, reset=True) for row in ("p1", "s2")]
+        return ops + self.pack("p1", "s1") + self.pack("s2", "s2")
 
     def variance(self) -> list[Op]:
         """``V = max(SHR(n S2 - S1^2, -2j) + E, 1)`` in row ``v``."""
         rows, p = self.rows, self.spec.ln
         return [
-            rows(AluOp.ADD, "v", "shi", reset=True),
-            rows(AluOp.SHR, "v", imm=-8),
-            rows(AluOp.ADD, "v", "slo"),
+            rows(AluOp.ADD, "v", "s2", reset=True),
             rows(AluOp.MUL, "v", imm=p.n),
-            rows(AluOp.ADD, "t", "p1", reset=True),
+            rows(AluOp.ADD, "t", "p1", reset=True),  # -S1
             rows(AluOp.MUL, "t", "p1"),
             rows(AluOp.MUL, "t", imm=-1),
             rows(AluOp.ADD, "v", "t"),
@@ -258,7 +268,8 @@ class LayerNormLowering:
         return ops
 
     def rsqrt(self) -> list[Op]:
-        """``m = SHR(V, 2k - F)``, then ``y`` from the seed by Newton (:func:`~vdla.graph.oracle.rsqrt_fixed`)."""
+        """``m = SHR(V, 2k - F)``, then ``y`` from the seed by Newton (:func:`~vdla.graph.oracle.rsqrt_fixed`), and
+        ``2^(POW - k)`` in ``w``."""
         rows, f = self.rows, ln.FRAC
         ops = [
             rows(AluOp.ADD, "t", "k", reset=True),
@@ -277,76 +288,43 @@ class LayerNormLowering:
                 rows(AluOp.ADD, "t", "c3"),
                 rows(AluOp.MUL, "y", "t", shift=f + 1),
             ]
-        j = self.spec.ln.prescale
-        return ops + ([rows(AluOp.ADD, "k", imm=-j)] if j else [])
-
-    def digits(self) -> list[Op]:
-        """``y`` as four signed int8 digits (``d0``..``d3``: the OUT mirror's low bytes of ``y`` and of its RSHR by
-        8, 16, 24) and ``k - j`` (``d4``), for the stores that take them to the tokens' rows."""
-        rows = self.rows
-        ops = [rows(AluOp.ADD, "d0", "y", reset=True), rows(AluOp.ADD, "d1", "y", reset=True)]
-        for a, b in (("d1", "d2"), ("d2", "d3")):
-            ops += [rows(AluOp.RSHR, a, imm=8), rows(AluOp.ADD, b, a, reset=True)]
-        return ops + [rows(AluOp.RSHR, "d3", imm=8), rows(AluOp.ADD, "d4", "k", reset=True)]
+        return ops + [rows(AluOp.ADD, "w", "p30", reset=True), rows(AluOp.SHR, "w", "k")]
 
     def unpack(self) -> list[Op]:
-        """The digits loaded (INP from ``inp0``, one plane of ``groups`` rows each) broadcast to the tokens' rows
-        and ``y`` put together again in ``y3``: ``((d3 256 + d2) 256 + d1) 256 + d0``."""
+        """``y`` and ``2^(POW - k)`` from the packed rows into every lane of each token's row (``y``, ``kb``): the
+        packed row copied to its tokens' rows, each token's lane kept (:meth:`lane_only`), its lane sum."""
         ops: list[Op] = []
-        for i, name in enumerate(("y0", "y1", "y2", "y3", "kb")):
-            ops += self.broadcast(name, self.inp0 + i * self.gr)
-        each = ((self.r, (1, 1)),)
-        for low in ("y2", "y1", "y0"):
-            ops += [
-                self.alu(AluOp.SHR, each, self.tok["y3"], imm=-8),
-                self.alu(AluOp.ADD, each, self.tok["y3"], self.tok[low]),
-            ]
+        for tok, row in (("y", "y"), ("kb", "w")):
+            ops += self.by_lane(
+                AluOp.ADD, lambda n: ((n, (1, 0)),), self.tok[tok], self.row[row], (self.lanes, 1), reset=True
+            )
+            ops += self.lane_only(tok)
+            ops.append(self.alu(AluOp.LSUM, ((self.r, (1, 1)),), self.tok[tok], self.tok[tok], reset=True))
         return ops
 
     def output(self) -> list[Op]:
-        """Over the tile's ``R x C`` rows: ``d``, ``z``, gamma, then beta with the OUT mirror requantizing (EPI
+        """Over the tile's ``R x C`` rows (``d``): ``z``, gamma, then beta with the OUT mirror requantizing (EPI
         ``req``: the int8 output)."""
         r, c, p = self.r, self.c, self.spec.ln
         per_row = ((r, (c, 1)), (c, (1, 0)))  # each token's C rows against its per-row row
         per_block = ((c, (1, 1)), (r, (c, 0)))  # each channel block's rows against its constant row
         return [
-            self.alu(AluOp.MUL, ((r * c, (1, 1)),), self.x, imm=p.n),
-            self.alu(AluOp.MUL, ((r, (1, 0)),), self.tok["s1"], imm=-1),
-            self.alu(AluOp.ADD, per_row, self.x, self.tok["s1"]),
-            self.alu(AluOp.MUL, per_row, self.x, self.tok["y3"], shift=ln.Z_SHIFT),
-            self.alu(AluOp.RSHR, per_row, self.x, self.tok["kb"]),
+            self.alu(AluOp.MUL, per_row, self.x, self.tok["y"], shift=ln.Z_SHIFT),
+            self.alu(AluOp.MUL, per_row, self.x, self.tok["kb"], shift=POW - p.prescale),  # RSHR by k - j
             self.alu(AluOp.MUL, per_block, self.x, self.g, shift=p.gamma_shift),
             Epi(True, False, ln.OUT_FRAC, None),  # the ADD's OUT mirror requantized: REQ at no cost
             self.alu(AluOp.ADD, per_block, self.x, self.g + c),
         ]
 
     def blocks(self, k: int, thread: int) -> list[Block]:
-        """Tile ``k`` on virtual thread ``thread``: its squares stored as two int8 planes (``sq``), a block that
-        waits for those stores to land (store -> compute), the planes loaded and summed, the per-row program on
-        the packed rows and ``y`` and ``k - j`` stored as digits (``dg``), another wait, the digits loaded and
-        broadcast to the tokens' rows, the output."""
+        """Tile ``k`` on virtual thread ``thread``: one block, its input loaded, the statistics, the per-row program
+        on the packed rows, ``y`` and ``k - j`` back in the tokens' rows, the output stored."""
         t0 = k * self.r
         low = self.view(thread, min(self.r, self.spec.tokens - t0))
-        rc, plane, i0, n = low.r * self.c, 2 * t0 * self.c, low.inp0, low.gr
-        nw, dg = self.wgt_blocks, len(DIGITS) * self.gr * k
+        rc, i0, nw = low.r * self.c, low.inp0, self.wgt_blocks
         loads = (Load(MemType.INP, i0, "inp", t0 * self.c, 1, rc, rc), Load(MemType.WGT, low.w0, "wgt", 0, 1, nw, nw))
-        planes = (Store(low.q, "sq", plane, 1, rc, rc), Store(low.q2, "sq", plane + rc, 1, rc, rc))
-        sums = (*low.packed_sums("slo", i0), *low.packed_sums("shi", i0 + rc))
-        stats = (*sums, *low.variance(), *low.exponent(), *low.rsqrt(), *low.digits())
-        digits = tuple(Store(low.row[d], "dg", dg + i * n, 1, n, n) for i, d in enumerate(DIGITS))
-        wait = (Epi(False, False, 0, None),)
-        return [
-            Block(thread, loads, tuple(low.squares()), planes),
-            Block(thread, (), wait, ()),
-            Block(thread, (Load(MemType.INP, i0, "sq", plane, 1, 2 * rc, 2 * rc),), stats, digits),
-            Block(thread, (), wait, ()),
-            Block(
-                thread,
-                (Load(MemType.INP, i0, "dg", dg, 1, 5 * n, 5 * n),),
-                (*low.unpack(), *low.output()),
-                (low.store(t0),),
-            ),
-        ]
+        compute = (*low.squares(), *low.variance(), *low.exponent(), *low.rsqrt(), *low.unpack(), *low.output())
+        return [Block(thread, loads, compute, (low.store(t0),))]
 
     @property
     def tiles(self) -> int:
@@ -356,10 +334,10 @@ class LayerNormLowering:
         return Store(self.x, "out", t0 * self.c, 1, self.r * self.c, self.r * self.c)
 
     def stream(self) -> Stream:
-        """The tiles dealt out to the threads in turn (each thread's three blocks in order)."""
+        """The tiles dealt out to the threads in turn (each thread's blocks in order)."""
         threads = [[b for k in range(self.tiles) if k % self.threads == t for b in self.blocks(k, t)]
                    for t in range(self.threads)]  # fmt: skip
-        width = 2 * self.c + len(CONSTS)
+        width = self.const_rows
         load = Load(MemType.ACC, self.g, "consts", 0, 1, width, width)
         return lower_vthreads(threads, prologue_block([load], threads, self.cfg.uop_depth))
 

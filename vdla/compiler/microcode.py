@@ -19,10 +19,12 @@ import numpy as np
 
 from vdla.compiler.spec import CompileError
 from vdla.config import HwConfig
-from vdla.isa.instructions import GEMM_FIELDS
+from vdla.isa.instructions import ALU_FIELDS, GEMM_FIELDS
 
 Nest = tuple[tuple[int, tuple[int, int, int]], ...]
 _WIDTH = {name: width for name, _, width in GEMM_FIELDS}
+# the iteration counts both instructions take on both levels (the ALU's iter_in is the narrowest)
+_ITER_BITS = min(width for name, _, width in GEMM_FIELDS + ALU_FIELDS if name.startswith("iter_"))
 
 
 @dataclass(frozen=True)
@@ -35,9 +37,10 @@ class Limits:
 
     @classmethod
     def of(cls, cfg: HwConfig) -> Limits:
-        """The ISA's loop-field widths and the config's UOP buffer depth."""
+        """The ISA's loop-field widths (the narrowest iteration field of GEMM and ALU) and the config's UOP buffer
+        depth."""
         return cls(
-            max_iter=(1 << _WIDTH["iter_out"]) - 1,
+            max_iter=(1 << _ITER_BITS) - 1,
             max_factor=tuple((1 << _WIDTH[f"{f}_factor_out"]) - 1 for f in ("dst", "src", "wgt")),
             max_uops=cfg.uop_depth,
         )

@@ -5,9 +5,8 @@ the calibrated scales (:class:`IntLayerNorm`); the integer reference itself is
 
 The method (chosen by measurement, ``benchmarks/transformer_ops.py``), for a row ``q`` of ``n`` int8 values:
 
-1. the row sums ``S1 = sum q`` and ``S2 = sum q^2``, exact in int32; ``q^2`` (at most 2^14) as two int8 planes,
-   ``hi = RSHR(q^2, 8)`` in [0, 64] and ``lo`` its signed low byte (:func:`square_planes`), so that a GEMM with a
-   ones block sums each;
+1. the row sums ``S1 = sum q`` (a GEMM against a ones block) and ``S2 = sum q^2`` (the squares by MUL, added up by
+   ADD and the ALU's lane sum LSUM), exact in int32;
 2. ``d = n q - S1`` (``n`` times the deviation, exact) and ``V = max(4^j (n S2 - S1^2) + E, 1)``: ``4^j n^2``
    times the variance plus ``E``, the epsilon in these units, ``j`` the largest that keeps it below 2^31 (0 for
    rows of 182 to :data:`MAX_ROW`);
@@ -152,11 +151,3 @@ def gamma_multipliers(real: np.ndarray) -> tuple[np.ndarray, int]:
     if np.abs(m).max() > INT32_MAX:
         raise UnsupportedError("layer_norm", f"a gamma multiplier of {top:.4g} does not fit int32")
     return m.astype(np.int64), shift
-
-
-def square_planes(q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``q^2`` of int8 ``q`` as two int8 planes ``(hi, lo)``, ``q^2 = 256 hi + lo``: ``hi = RSHR(q^2, 8)`` in
-    [0, 64] and ``lo`` the signed low byte of ``q^2`` (what the OUT mirror holds of an ACC row of ``q^2``)."""
-    sq = np.asarray(q, np.int64) ** 2
-    hi = (sq + 128) >> 8
-    return hi.astype(np.int8), (sq - 256 * hi).astype(np.int8)

@@ -798,12 +798,11 @@ def layer_norm_int(q: np.ndarray, p: IntLayerNorm) -> np.ndarray:
 
 def layer_norm_stats(q: np.ndarray, prescale: int, epsilon: int) -> tuple[np.ndarray, np.ndarray]:
     """``(d, V)`` of int8 rows ``q`` (last axis, ``n`` values): ``d = n q - S1`` and ``V = max(SHR(n S2 - S1^2,
-    -2 prescale) + epsilon, 1)``, ``S1``/``S2`` the row sums of ``q`` and of its square planes (keepdims)."""
+    -2 prescale) + epsilon, 1)``, ``S1``/``S2`` the row sums of ``q`` and of its squares (keepdims)."""
     n = q.shape[-1]
     x = np.asarray(q, np.int64)
-    hi, lo = ln.square_planes(q)
     s1 = x.sum(axis=-1, keepdims=True)
-    s2 = 256 * hi.astype(np.int64).sum(axis=-1, keepdims=True) + lo.astype(np.int64).sum(axis=-1, keepdims=True)
+    s2 = (x * x).sum(axis=-1, keepdims=True)
     d = mul_shift(x, n) - s1
     v = shift_lanes(mul_shift(s2, n) - mul_shift(s1, s1), -2 * prescale) + epsilon
     return wrap32(d), np.maximum(wrap32(v), 1)

@@ -157,6 +157,25 @@ _FUNCTIONS = """\
     mem_has_pad = {insn.y_pad_0, insn.y_pad_1, insn.x_pad_0, insn.x_pad_1} != '0;
   endfunction
 
+  // (The enum constants are qualified: Yosys resolves a package function's names where it is called.)
+  // The inner loop extent of a GEMM or ALU instruction: GEMM's 14-bit iter_in, the ALU's 13 bits (its bit 62 is
+  // use_imm, so that alu_opcode has 4 bits).
+  function automatic logic [13:0] loop_iter_in(insn_t insn);
+    loop_iter_in = insn.gemm.hdr.opcode == vdla_pkg::OP_ALU ? 14'(insn.alu.iter_in) : insn.gemm.iter_in;
+  endfunction
+
+  // The ALU operations a half-width ALU runs over the whole row in one cycle (vdla.cycles.FULL_WIDTH): ADD (the
+  // GEMMs' accumulation); the others take two passes of half the lanes.
+  function automatic logic alu_full_width(alu_op_e op);
+    alu_full_width = op == vdla_pkg::ALU_ADD;
+  endfunction
+
+  // The ALU operations whose result comes from the read-modify-write's M stage on every ALU (vdla.cycles.TWO_CYCLE):
+  // MUL (its products registered) and LSUM (its tree's partial sums registered).
+  function automatic logic alu_two_cycle(alu_op_e op);
+    alu_two_cycle = op == vdla_pkg::ALU_MUL || op == vdla_pkg::ALU_LSUM;
+  endfunction
+
   // requantize's bounds {hi, zero, lo} on 2v for `shift` and `relu` (34-bit signed each): 2v >= hi is
   // x >= 255, 2v < zero is relu and x <= -2, 2v < lo is x <= -258 (255 << shift, -1 << shift, -257 << shift;
   // beyond every 2v for shifts over 24, and zero without relu).

@@ -62,6 +62,16 @@ def shift_lanes(a: np.ndarray | int, amount: np.ndarray | int, rounding: bool = 
     return wrap32(np.where(s >= 0, a >> right, a << np.maximum(-s, 0)))
 
 
+def lane_sum(v: np.ndarray | int, shape: tuple[int, ...]) -> np.ndarray:
+    """The ALU's LSUM: the sum of each row's lanes in every lane, wrapped to int32 (the adder tree's carries past
+    bit 31 are dropped, as ADD's). ``v``: rows whose last two axes (batch x block_out) are the lanes, or an
+    immediate, which every lane holds; ``shape``: the result's (the destination rows'). Returned as int64."""
+    v = np.asarray(v, np.int64)
+    lanes = shape[-2] * shape[-1]
+    total = v * lanes if v.ndim == 0 else v.reshape(v.shape[: v.ndim - 2] + (-1,)).sum(-1)[..., None, None]
+    return wrap32(np.broadcast_to(total, shape))
+
+
 def requantize(
     x: np.ndarray,
     multiplier: np.ndarray | int = 1,

@@ -16,7 +16,7 @@ from vdla.errors import VdlaError
 
 # The version of the instruction set: its formats and their meaning. The RTL reports it in ID[15:0] (through the
 # generated package), and a driver refuses a bitstream of another version. Raise it with any change to either.
-ISA_VERSION = 7
+ISA_VERSION = 8
 INSN_BITS = 128
 INSN_BYTES = 16
 
@@ -58,6 +58,7 @@ class AluOp(IntEnum):
     RSHR = 5  # rounding shift right (round half up); a negative amount shifts left
     CLIP = 6  # clamp to [sext8(v[7:0]), sext8(v[15:8])]
     REQ = 7  # requantize to int8: RSHR by v[4:0], then clamp to [0 if v[5] else -128, 127]
+    LSUM = 8  # the sum of v's lanes in every lane of the row (int32, wraps): a lane-sum adder tree; a is not used
 
 
 def clip_imm(lo: int, hi: int) -> int:
@@ -170,7 +171,9 @@ LOOP_FIELDS = (
     ("src_factor_in", 97, 11),
 )
 GEMM_FIELDS = LOOP_FIELDS + (("wgt_factor_out", 108, 10), ("wgt_factor_in", 118, 10), ("init", 63, 1))
-ALU_FIELDS = LOOP_FIELDS + (("alu_opcode", 108, 3), ("use_imm", 111, 1), ("imm", 112, 16), ("pipe", 63, 1))
+# The ALU's loop fields are GEMM's but a 13-bit iter_in: its bit 62 is use_imm, so that alu_opcode is 4 bits.
+ALU_LOOP_FIELDS = tuple((n, lsb, 13 if n == "iter_in" else w) for n, lsb, w in LOOP_FIELDS)
+ALU_FIELDS = ALU_LOOP_FIELDS + (("use_imm", 62, 1), ("pipe", 63, 1), ("alu_opcode", 108, 4), ("imm", 112, 16))
 EPI_FIELDS = (
     ("req", 7, 1),
     ("relu", 8, 1),

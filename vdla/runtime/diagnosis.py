@@ -92,7 +92,11 @@ class Diagnosis:
                     f"outside the DRAM region [{dram.base:#x}, {dram.base + dram.size:#x})"
                 )
             return FaultError(f"instruction {index}: FINISH before the end of the program")
-        i = program.global_index(Stage[unit.upper()], index)
+        stage = Stage[unit.upper()]
+        if index >= len(program.by_stage[stage]) and len(program.insns) < len(program.words):
+            # the stopping instruction lies past the first one the host cannot decode (a field the hardware checks)
+            return FaultError(f"{program.decode_error(len(program.insns))} (rejected by the hardware: {code})")
+        i = program.global_index(stage, index)
         insn = program.insns[i]
         where = f"instruction {i} ({disassemble_insn(insn)})"
         problems = check_insn(insn, self.cfg, dram.range)

@@ -12,7 +12,7 @@ import numpy as np
 
 from vdla.config import DW_MAX_K, HwConfig
 from vdla.isa import AluInsn, AluOp, EpiInsn, GemmInsn, Insn, MemInsn, MemType, clip_bounds, decode_uops, elem_bytes
-from vdla.isa.arith import INT8_MAX, INT8_MIN, mul_shift, requantize, shift_lanes
+from vdla.isa.arith import INT8_MAX, INT8_MIN, lane_sum, mul_shift, requantize, shift_lanes
 from vdla.isa.pipe import pipe_hazard
 from vdla.runtime.backend import FaultError
 from vdla.runtime.dram import Dram
@@ -367,6 +367,8 @@ def _alu_apply(op: AluOp, a: np.ndarray, b: np.ndarray, shift: int = 0) -> np.nd
         r = np.minimum(np.maximum(a, lo), hi)
     elif op == AluOp.REQ:
         r = requantize(a, 1, b & 0x1F, np.where(b & 0x20, 0, INT8_MIN), INT8_MAX).astype(np.int64)  # b: shift | relu<<5
+    elif op == AluOp.LSUM:  # a row's lanes are its last two axes (batch, block_out)
+        r = lane_sum(b, np.broadcast_shapes(np.shape(a), np.shape(b)))
     else:
         raise FaultError(f"unknown ALU opcode {op}")
     return (np.asarray(r) & 0xFFFFFFFF).astype(np.uint32).view(np.int32)
@@ -411,7 +413,7 @@ def exec_alu(sram: Sram, insn: AluInsn) -> None:
     reads_written = not insn.use_imm and bool(np.any((owner[src] >= 0) & (src != dst)))
     if reads_written or (not insn.use_imm and rank.max() > 0 and np.any(owner[src] >= 0)):
         for n in range(dst.size):  # a source is also a destination: only a sequential order is exact
-            a = np.int64(0) if insn.reset else acc[dst[n]].astype(np.int64)
+            a = np.zeros(acc[dst[n]].shape, np.int64) if insn.reset else acc[dst[n]].astype(np.int64)
             acc[dst[n]] = _alu_apply(insn.alu_opcode, a, acc[src[n]].astype(np.int64), mul_sh)
         sram.mirror(_distinct(dst, cfg.acc_depth))
         return
