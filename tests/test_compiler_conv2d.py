@@ -198,18 +198,27 @@ def residual_ops(layer) -> dict[str, int]:
 def test_residual_in_both_forms(devices, cfg, res_inp, name):
     """An int8 residual added by the identity GEMM from INP (res_inp) or by an ALU ADD from the accumulators,
     bit-exact on 1-4 threads with several tiles and reduction steps."""
+    runs = list(_each_residual_schedule(devices, cfg, res_inp, residual_case(name)))
+    for layer, _ in runs:
+        ops = residual_ops(layer)
+        assert (ops["acc8"] == 0 and ops["add"] == 0 and ops["eye"] == 1) if res_inp else ops["acc8"] > 0
+        tic = layer.schedule.tic
+        assert (ops["gemm"] > 0) == (res_inp or tic < layer.lowering.ib)  # the identity's, or later steps
+    assert len(np.unique(runs[-1][1])) > 10
+
+
+def _each_residual_schedule(devices, cfg: str, res_inp: bool, case: tuple):
+    """Each of RESIDUAL_SCHEDULES with ``res_inp``: the layer of ``case`` (x, weights, residual, epilogue)
+    compiled with it and its output, checked bit for bit against the oracle."""
     from vdla.compiler import Schedule
 
-    x, wt, res, ep = residual_case(name)
+    x, wt, res, ep = case
     for toc, toh, tow, tic, vt, order in RESIDUAL_SCHEDULES:
         s = Schedule(toc, toh, tow, tic, vt, order, res_inp)
         layer = compile_conv2d(x.shape, wt, padding=1, epilogue=ep, config=cfg, schedule=s)
         out = layer.run(devices[cfg], x, residual=res).out
         np.testing.assert_array_equal(out, conv2d_oracle(x, wt, layer.spec, ep, res), err_msg=s.describe())
-        ops = residual_ops(layer)
-        assert (ops["acc8"] == 0 and ops["add"] == 0 and ops["eye"] == 1) if res_inp else ops["acc8"] > 0
-        assert (ops["gemm"] > 0) == (res_inp or tic < layer.lowering.ib)  # the identity's, or later steps
-    assert len(np.unique(out)) > 10
+        yield layer, out
 
 
 @pytest.mark.parametrize("cfg", ["pynq", "block8"])
@@ -219,18 +228,12 @@ def test_rescaled_residual_in_both_forms(devices, cfg, res_inp, name):
     """A rescaled int8 residual brought through INP on the load stage (res_inp: an init GEMM against the identity
     block copies it into the accumulators) or LOADed into them on the compute stage, then multiplied and added on
     the ALU: bit-exact on 1-4 threads with several tiles and reduction steps."""
-    from vdla.compiler import Schedule
-
-    x, wt, res, ep = epilogue_case(name, n=2)
-    for toc, toh, tow, tic, vt, order in RESIDUAL_SCHEDULES:
-        s = Schedule(toc, toh, tow, tic, vt, order, res_inp)
-        layer = compile_conv2d(x.shape, wt, padding=1, epilogue=ep, config=cfg, schedule=s)
-        out = layer.run(devices[cfg], x, residual=res).out
-        np.testing.assert_array_equal(out, conv2d_oracle(x, wt, layer.spec, ep, res), err_msg=s.describe())
+    runs = list(_each_residual_schedule(devices, cfg, res_inp, epilogue_case(name, n=2)))
+    for layer, _ in runs:
         ops = residual_ops(layer)
         assert (ops["acc8"] == 0 and ops["inp"] > 0) if res_inp else ops["acc8"] > 0
         assert ops["add"] > 0  # the rescaled residual is added on the ALU either way
-    assert len(np.unique(out)) > 10
+    assert len(np.unique(runs[-1][1])) > 10
 
 
 def test_rescaled_residual_through_inp_on_rtl(rtl_library):
