@@ -3,7 +3,8 @@ simulator's golden semantics (vdla.runtime.sim.semantics). Driven and sampled on
 
 Every operation gives its result the cycle after en_i. A MUL takes two cycles: mul_en_i with the operands on
 ma_i and mb_i (the partial products are registered), then en_i with other operands on a and b (MUL's second
-cycle reads only what it registered); the bench then changes the inputs without en_i and checks the result
+cycle reads only what it registered); an LSUM likewise, its operand on b_i in the first cycle (the four partial
+sums registered), its sum in every lane; the bench then changes the inputs without en_i and checks the result
 holds. The OUT path's multiply (omul_en_i) gives its rounded product on ores_o while res_o takes ADDs. The
 shift controls ctl_i, which the read-modify-write forms from b before the ALU's cycle, come from lane_ctl
 (the documented semantics of vdla_pkg::alu_lane_ctl); the whole-accelerator tests check that function."""
@@ -31,6 +32,13 @@ def lane_ctl(op, b):
     return rs << 7 | (-s & 31) << 2 | left << 1 | (b >> 5 & 1)
 
 
+def golden(op, a, b, shift):
+    """The simulator's result of ``op`` on the lanes ``a`` and ``b``: one row of LANES lanes (LSUM sums them)."""
+    row = (1, LANES)
+    a, b = np.array(a, np.int64).reshape(row), np.array(b, np.int64).reshape(row)
+    return _alu_apply(op, a, b, shift).ravel().tolist()
+
+
 def pack_ctl(op, b):
     return sum(lane_ctl(op, v) << (12 * i) for i, v in enumerate(b))
 
@@ -56,6 +64,7 @@ async def every_opcode_matches_the_golden_model(dut):
     dut.clip_a_i.value = 0
     await FallingEdge(dut.clk_i)
     muls = 0
+    two_cycle = (AluOp.MUL, AluOp.LSUM)
     for op in AluOp:
         for _ in range(40):
             a = [
@@ -69,7 +78,7 @@ async def every_opcode_matches_the_golden_model(dut):
             shift = rng.choice([0, 1, 31, 32, 62, 63, rng.randint(0, 63)])
             dut.op_i.value, dut.a_i.value, dut.b_i.value, dut.en_i.value = int(op), pack(a), pack(b), 1
             dut.ctl_i.value, dut.mul_shift_i.value = pack_ctl(op, b), shift
-            if op == AluOp.MUL:  # first cycle: the partial products; second: the result from them alone
+            if op in two_cycle:  # first cycle: the partial products (sums); second: the result from them alone
                 dut.ma_i.value, dut.mb_i.value = pack(a), pack(b)
                 dut.en_i.value, dut.mul_en_i.value = 0, 1
                 await FallingEdge(dut.clk_i)
@@ -77,15 +86,15 @@ async def every_opcode_matches_the_golden_model(dut):
                 dut.a_i.value, dut.b_i.value = pack([11] * LANES), pack([13] * LANES)
                 dut.ma_i.value, dut.mb_i.value = pack([5] * LANES), pack([6] * LANES)
             await FallingEdge(dut.clk_i)
-            expect = _alu_apply(op, np.array(a, np.int64), np.array(b, np.int64), shift).tolist()
+            expect = golden(op, a, b, shift)
             assert unpack(int(dut.res_o.value)) == expect, (op.name, a, b, shift)
-            if op == AluOp.MUL:  # other inputs without en_i: the result holds
+            if op in two_cycle:  # other inputs without en_i: the result holds
                 dut.en_i.value = 0
                 dut.a_i.value, dut.b_i.value, dut.mul_shift_i.value = pack([7] * LANES), pack([-3] * LANES), 5
                 await FallingEdge(dut.clk_i)
                 assert unpack(int(dut.res_o.value)) == expect, (a, b, shift)
                 muls += 1
-    assert muls == 40
+    assert muls == 40 * len(two_cycle)
 
 
 @cocotb.test()
