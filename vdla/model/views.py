@@ -97,7 +97,7 @@ class StoredViews:
         if v is None:
             return False
         t, cfg = self.types[node.output], self.cfg
-        token = int(np.prod(packed(t, cfg, cfg.block_out)[0][1:]))  # a token's bytes: its channel blocks
+        token = token_bytes(t, cfg)
         rows = []
         for u in node.inputs:
             if u == v:
@@ -355,6 +355,11 @@ def block_bytes(t: TensorType, cfg: HwConfig) -> int:
     return int(np.prod(shape)) // shape[1]
 
 
+def token_bytes(t: TensorType, cfg: HwConfig) -> int:
+    """The bytes of one token (row) of a token-major (tokens, features) value ``t`` packed: its channel blocks."""
+    return int(np.prod(packed(t, cfg, cfg.block_out)[0][1:]))
+
+
 def view_offset(node: Node, x: TensorType, out: TensorType, cfg: HwConfig) -> int | None:
     """The byte offset in ``x``'s packed tensor at which the selection ``node`` of ``x`` (output type ``out``) lies
     contiguous, so that a reader may read it in place: a ``slice`` of whole channel blocks of one NCHW image
@@ -367,7 +372,7 @@ def view_offset(node: Node, x: TensorType, out: TensorType, cfg: HwConfig) -> in
     rows = row_span(node, x.shape)
     if rows is None or len(x.shape) != 2 or x.dtype != "int8" or cfg.batch != 1 or out.quant != x.quant:
         return None
-    return rows[0] * int(np.prod(packed(x, cfg, cfg.block_out)[0][1:]))  # a token's bytes: its channel blocks
+    return rows[0] * token_bytes(x, cfg)
 
 
 def row_span(node: Node, shape: tuple[int, ...]) -> tuple[int, int] | None:
