@@ -13,12 +13,12 @@ The tokens go in tiles of ``R`` rows (:meth:`LayerNormLowering.tile_rows`), each
   its lane keeps it (and ``-S1``) in lane ``t % L`` alone (``L = block_out``) and ADDs put the ``L`` tokens of a
   packed row together: the per-row program runs on ``L`` tokens a row;
 * the per-row ALU program on the packed rows: ``V``, the binary search of ``k``, ``-m``, the seed, the Newton
-  steps, ``2^(30 - k)``;
-* ``y`` and ``2^(30 - k)`` back in every lane of each token's row: the packed row copied to each of its tokens'
-  rows, a MUL by ``E_l`` keeps the token's lane, an LSUM puts it in every lane;
-* over the tile's ``R x C`` rows: ``z = RSHR(MUL(d, y) >> Z_SHIFT, k - j)`` as ``MUL(MUL(d, y) >> Z_SHIFT,
-  2^(30 - k)) >> (30 - j)`` (bit for bit the rounding shift: each a pipelined MUL holding the token's row),
-  gamma by a MUL holding each channel block's multiplier row, beta by an ADD of its bias row with the OUT mirror
+  steps, then ``y`` scaled to ``RSHR(y, k - j)`` (:func:`~vdla.graph.oracle.rsqrt_scaled`: a MUL by ``2^(30 -
+  max(k, j))`` with the shift ``30 - j``);
+* that ``y`` back in every lane of each token's row: the packed row copied to each of its tokens' rows, a MUL by
+  ``E_l`` keeps the token's lane, an LSUM puts it in every lane;
+* over the tile's ``R x C`` rows: ``z = MUL(d, y) >> Z_SHIFT`` (a pipelined MUL holding the token's row), gamma by
+  a MUL holding each channel block's multiplier row, beta by an ADD of its bias row with the OUT mirror
   requantizing (EPI ``req``); the OUT mirror stored.
 
 No value goes through DRAM but the input and the output. The multiplier and bias rows and the constant rows
@@ -49,10 +49,10 @@ from vdla.graph.layernorm import IntLayerNorm
 from vdla.isa import AluOp, MemType
 from vdla.runtime.device import Device
 
-TOKEN_ROWS = ("s1", "s2", "y", "kb")  # a tile's rows a token: -S1, S2 (then their lane alone), y, 2^(30 - k)
+TOKEN_ROWS = ("s1", "s2", "y")  # a tile's rows a token: -S1, S2 (then their lane alone), RSHR(y, k - j)
 ROWS = ("p1", "s2", "v", "k", "m", "y", "t", "w")  # rows a group of tokens (packed: token t in lane t % L)
 CONSTS = ("c3", "e", "seed", "p30")  # constant rows after the multiplier and bias rows, then the one-hot rows
-POW = 30  # the row 2^(POW - k) that z's MUL takes for the rounding shift by k - j (POW - j its shift)
+POW = 30  # the row 2^(POW - max(k, j)) that y's MUL takes for the rounding shift by k - j (POW - j its shift)
 
 
 def scale_parts(n: int) -> list[int]:
@@ -269,8 +269,9 @@ class LayerNormLowering:
 
     def rsqrt(self) -> list[Op]:
         """``m = SHR(V, 2k - F)``, then ``y`` from the seed by Newton (:func:`~vdla.graph.oracle.rsqrt_fixed`), and
-        ``2^(POW - k)`` in ``w``."""
-        rows, f = self.rows, ln.FRAC
+        ``y`` scaled to ``RSHR(y, k - j)`` by a MUL of ``2^(POW - max(k, j))`` (in ``w``) with the shift ``POW - j``
+        (:func:`~vdla.graph.oracle.rsqrt_scaled`)."""
+        rows, f, j = self.rows, ln.FRAC, self.spec.ln.prescale
         ops = [
             rows(AluOp.ADD, "t", "k", reset=True),
             rows(AluOp.MUL, "t", imm=2),
@@ -288,19 +289,16 @@ class LayerNormLowering:
                 rows(AluOp.ADD, "t", "c3"),
                 rows(AluOp.MUL, "y", "t", shift=f + 1),
             ]
-        return ops + [rows(AluOp.ADD, "w", "p30", reset=True), rows(AluOp.SHR, "w", "k")]
+        ops += [rows(AluOp.MAX, "k", imm=j)] if j else []  # k >= 0 already
+        ops += [rows(AluOp.ADD, "w", "p30", reset=True), rows(AluOp.SHR, "w", "k")]
+        return ops + [rows(AluOp.MUL, "y", "w", shift=POW - j)]
 
     def unpack(self) -> list[Op]:
-        """``y`` and ``2^(POW - k)`` from the packed rows into every lane of each token's row (``y``, ``kb``): the
-        packed row copied to its tokens' rows, each token's lane kept (:meth:`lane_only`), its lane sum."""
-        ops: list[Op] = []
-        for tok, row in (("y", "y"), ("kb", "w")):
-            ops += self.by_lane(
-                AluOp.ADD, lambda n: ((n, (1, 0)),), self.tok[tok], self.row[row], (self.lanes, 1), reset=True
-            )
-            ops += self.lane_only(tok)
-            ops.append(self.alu(AluOp.LSUM, ((self.r, (1, 1)),), self.tok[tok], self.tok[tok], reset=True))
-        return ops
+        """The scaled ``y`` from the packed rows into every lane of each token's row ``y``: the packed row copied to
+        its tokens' rows, each token's lane kept (:meth:`lane_only`), its lane sum."""
+        y = self.tok["y"]
+        ops: list[Op] = self.by_lane(AluOp.ADD, lambda n: ((n, (1, 0)),), y, self.row["y"], (self.lanes, 1), reset=True)
+        return [*ops, *self.lane_only("y"), self.alu(AluOp.LSUM, ((self.r, (1, 1)),), y, y, reset=True)]
 
     def output(self) -> list[Op]:
         """Over the tile's ``R x C`` rows (``d``): ``z``, gamma, then beta with the OUT mirror requantizing (EPI
@@ -310,7 +308,6 @@ class LayerNormLowering:
         per_block = ((c, (1, 1)), (r, (c, 0)))  # each channel block's rows against its constant row
         return [
             self.alu(AluOp.MUL, per_row, self.x, self.tok["y"], shift=ln.Z_SHIFT),
-            self.alu(AluOp.MUL, per_row, self.x, self.tok["kb"], shift=POW - p.prescale),  # RSHR by k - j
             self.alu(AluOp.MUL, per_block, self.x, self.g, shift=p.gamma_shift),
             Epi(True, False, ln.OUT_FRAC, None),  # the ADD's OUT mirror requantized: REQ at no cost
             self.alu(AluOp.ADD, per_block, self.x, self.g + c),
@@ -318,7 +315,7 @@ class LayerNormLowering:
 
     def blocks(self, k: int, thread: int) -> list[Block]:
         """Tile ``k`` on virtual thread ``thread``: one block, its input loaded, the statistics, the per-row program
-        on the packed rows, ``y`` and ``k - j`` back in the tokens' rows, the output stored."""
+        on the packed rows, the scaled ``y`` back in the tokens' rows, the output stored."""
         t0 = k * self.r
         low = self.view(thread, min(self.r, self.spec.tokens - t0))
         rc, i0, nw = low.r * self.c, low.inp0, self.wgt_blocks

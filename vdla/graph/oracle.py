@@ -791,7 +791,7 @@ def layer_norm_int(q: np.ndarray, p: IntLayerNorm) -> np.ndarray:
         raise UnsupportedError("layer_norm", f"rows of {q.shape[-1]} values, the parameters' {p.n}")
     d, v = layer_norm_stats(q, p.prescale, p.epsilon)
     k = rsqrt_exponent(v)
-    z = shift_lanes(mul_shift(d, rsqrt_fixed(v, k), ln.Z_SHIFT), k - p.prescale, rounding=True)
+    z = mul_shift(d, rsqrt_scaled(rsqrt_fixed(v, k), k, p.prescale), ln.Z_SHIFT)
     w = mul_shift(z, np.asarray(p.multipliers, np.int64), p.gamma_shift) + np.asarray(p.biases, np.int64)
     return requantize(w, 1, ln.OUT_FRAC)
 
@@ -818,6 +818,12 @@ def rsqrt_exponent(v: np.ndarray) -> np.ndarray:
         w = shift_lanes(w, c2)
         k = k + shift_lanes(c2, 1)
     return k
+
+
+def rsqrt_scaled(y: np.ndarray, k: np.ndarray, prescale: int) -> np.ndarray:
+    """``RSHR(y, max(k, j) - j)`` (``j`` = ``prescale``) as the ALU computes it: ``MUL(y, 2^(30 - max(k, j))) >> (30 -
+    j)``, ``y`` times ``2^(j - k)`` rounded once, half up; ``k < j`` only where the row is constant (``d = 0``)."""
+    return mul_shift(y, np.left_shift(1, 30 - np.maximum(k, prescale)), 30 - prescale)
 
 
 def rsqrt_fixed(v: np.ndarray, k: np.ndarray) -> np.ndarray:
