@@ -69,9 +69,26 @@ def test_a_batch_of_two_rows_or_a_partial_block_is_refused_naming_the_config():
         compile_layer_norm(spec).run(Device("pynq"), np.zeros((4, 128), np.int16))
 
 
+def test_every_token_resident_where_they_fit_else_tiles():
+    """65 x 192 (ViT-Tiny's) fits with every token resident (chunks of 16 tokens, one per-row program); 197 x 352
+    does not fit INP: tiles on two threads, the last one shorter."""
+    resident = compile_layer_norm(case(65, 192)[1]).lowering
+    tiled = compile_layer_norm(case(197, 352)[1]).lowering
+    assert resident.resident and resident.gr == 5
+    assert not tiled.resident and tiled.threads == 2 and 197 % tiled.r
+
+
 def test_bit_exact_on_rtl(rtl_library):
     x, spec = case(65, 192)
     layer = compile_layer_norm(spec, "pynq")
-    assert layer.lowering.threads == 2 and 65 % layer.lowering.r  # two virtual threads, the last tile shorter
+    assert layer.lowering.resident  # five chunks, the last of one token
+    rtl = layer.run(Device("pynq", backend="rtl"), x)
+    np.testing.assert_array_equal(rtl.out, oracle.layer_norm_int(x, spec.ln))
+
+
+def test_tiles_bit_exact_on_rtl(rtl_library):
+    x, spec = case(197, 192)  # DeiT-Tiny's: 2,364 input rows, more than INP holds
+    layer = compile_layer_norm(spec, "pynq")
+    assert not layer.lowering.resident and layer.lowering.threads == 2
     rtl = layer.run(Device("pynq", backend="rtl"), x)
     np.testing.assert_array_equal(rtl.out, oracle.layer_norm_int(x, spec.ln))

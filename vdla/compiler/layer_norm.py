@@ -88,6 +88,10 @@ class LayerNormLowering:
         self.spec, self.cfg, self.limits = spec, cfg, Limits.of(cfg)
         self.c = spec.ln.n // cfg.block_in
         self.lanes = cfg.block_out  # tokens a packed row: token t in lane t % lanes of row t // lanes
+        self.resident = self.resident_fits()
+        if self.resident:
+            self.init_resident()
+            return
         # beyond one packed row of tokens two threads, one tile's load and store beside the other's compute (65 x 192
         # on pynq-z2: 18,253 cycles, 19,382 in one tile of one thread)
         self.threads = 1 if spec.tokens <= self.lanes else 2
@@ -102,6 +106,66 @@ class LayerNormLowering:
         self.const = {name: self.g + 2 * self.c + i for i, name in enumerate(CONSTS)}
         self.onehot = self.g + 2 * self.c + len(CONSTS)  # row E_l: 1 in lane l, 0 elsewhere
         self.thread, self.inp0, self.w0 = 0, 0, 0  # thread 0's INP and WGT rows
+
+    def resident_fits(self) -> bool:
+        """Whether every token's rows fit INP and ACC at once beside the squares of one chunk of ``lanes`` tokens
+        and the constants (:meth:`resident_stream`)."""
+        cfg, t, c = self.cfg, self.spec.tokens, self.c
+        acc = t * c + self.lanes * c + len(TOKEN_ROWS) * t + len(ROWS) * self.groups(t) + self.const_rows
+        return t * c <= cfg.inp_depth and acc <= cfg.acc_depth and self.wgt_blocks <= cfg.wgt_depth
+
+    def init_resident(self) -> None:
+        """The whole program's rows (:meth:`resident_stream`): every token's input rows from INP row 0 and ACC row 0
+        (``x``), one chunk's squares (``q``), the tokens' rows, the packed rows of all of them, the constants."""
+        t, c = self.spec.tokens, self.c
+        self.threads, self.r, self.gr = 2, t, self.groups(t)
+        self.x, self.q = 0, t * c
+        self.tok = {name: (t + self.lanes) * c + i * t for i, name in enumerate(TOKEN_ROWS)}
+        self.row = {name: (t + self.lanes) * c + len(TOKEN_ROWS) * t + i * self.gr for i, name in enumerate(ROWS)}
+        self.g = self.row[ROWS[-1]] + self.gr
+        self.const = {name: self.g + 2 * c + i for i, name in enumerate(CONSTS)}
+        self.onehot = self.g + 2 * c + len(CONSTS)
+        self.thread, self.inp0, self.w0, self.span = 0, 0, 0, 0
+
+    def chunk(self, g: int) -> LayerNormLowering:
+        """The resident program's view of chunk ``g``: tokens ``g lanes`` on (at most ``lanes``), their rows in place,
+        their packed row ``g``, the shared squares' rows."""
+        v = _View.__new__(_View)
+        v.__dict__.update(self.__dict__)
+        t0 = g * self.lanes
+        v.r, v.gr = min(self.lanes, self.spec.tokens - t0), 1
+        v.x = v.inp0 = t0 * self.c
+        v.tok = {name: row + t0 for name, row in self.tok.items()}
+        v.row = {name: row + g for name, row in self.row.items()}
+        return v
+
+    def resident_stream(self) -> Stream:
+        """Every token resident (:meth:`resident_fits`), in chunks of ``lanes`` tokens (one packed row each): each
+        chunk's input loaded and its statistics, then one per-row program on all the packed rows, then each
+        chunk's output and its store. Blocks alternate between two threads in that order, so that a chunk's load
+        hides under the previous chunk's statistics and a chunk's store under the next chunk's output: the first
+        load and the last store are a chunk's, and the per-row program runs once."""
+        chunks = [self.chunk(g) for g in range(self.gr)]
+        nw, blocks = self.wgt_blocks, []
+        for g, low in enumerate(chunks):
+            rc = low.r * self.c
+            loads = (Load(MemType.WGT, 0, "wgt", 0, 1, nw, nw),) if g == 0 else ()
+            loads += (Load(MemType.INP, low.inp0, "inp", low.inp0, 1, rc, rc),)
+            blocks.append((loads, tuple(low.squares()), ()))
+        blocks.append(((), (*self.variance(), *self.exponent(), *self.rsqrt()), ()))
+        for low in chunks:
+            out = (Epi(False, False, 0, None), *low.unpack(), *low.output())
+            blocks.append(((), out, (Store(low.x, "out", low.x, 1, low.r * self.c, low.r * self.c),)))
+        threads: list[list[Block]] = [[], []]
+        for i, (loads, compute, stores) in enumerate(blocks):
+            threads[i % 2].append(Block(i % 2, loads, compute, stores))
+        return lower_vthreads(threads, self.prologue(threads))
+
+    def prologue(self, threads: list[list[Block]]) -> Block:
+        """The constant rows' load and the kernels made resident, ahead of the threads."""
+        width = self.const_rows
+        load = Load(MemType.ACC, self.g, "consts", 0, 1, width, width)
+        return prologue_block([load], threads, self.cfg.uop_depth)
 
     def groups(self, r: int) -> int:
         return -(-r // self.lanes)
@@ -331,12 +395,13 @@ class LayerNormLowering:
         return Store(self.x, "out", t0 * self.c, 1, self.r * self.c, self.r * self.c)
 
     def stream(self) -> Stream:
-        """The tiles dealt out to the threads in turn (each thread's blocks in order)."""
+        """Every token resident where they fit (:meth:`resident_stream`), else the tiles dealt out to the threads in
+        turn (each thread's blocks in order)."""
+        if self.resident:
+            return self.resident_stream()
         threads = [[b for k in range(self.tiles) if k % self.threads == t for b in self.blocks(k, t)]
                    for t in range(self.threads)]  # fmt: skip
-        width = self.const_rows
-        load = Load(MemType.ACC, self.g, "consts", 0, 1, width, width)
-        return lower_vthreads(threads, prologue_block([load], threads, self.cfg.uop_depth))
+        return lower_vthreads(threads, self.prologue(threads))
 
 
 class _View(LayerNormLowering):
