@@ -292,8 +292,8 @@ def compile_alu(b: StepBuilder, layer: PoolLayer, dev: Device, addr: dict[str, i
 
 def compile_norm(b: StepBuilder, layer: PoolLayer, dev: Device, addr: dict[str, int]) -> AccelStep:
     """A LayerNorm over (tokens, features) rows on the ALU and the GEMM core (:mod:`vdla.compiler.layer_norm`),
-    reading and writing the dense layers' token-major layout; its scratch tensors (the square and digit
-    planes) are constants of the image, one each per step."""
+    reading and writing the dense layers' token-major layout (no scratch tensor: nothing but its input and output
+    goes through DRAM)."""
     if b.view_of(layer.out) is not None:
         raise CompileError(f"layer_norm {layer.out!r}: the program stores its whole output, not into a view")
     compiled = compile_layer_norm(layer.spec, b.cfg)
@@ -301,13 +301,16 @@ def compile_norm(b: StepBuilder, layer: PoolLayer, dev: Device, addr: dict[str, 
     insns, code = b.emit(layer, low, compiled.stream, {**low.constants(), **scratch_arrays(low)}, dev, addr)
     shape = [*layer.spec.shape, 1, 1]  # NCHW as a dense layer's rows are described
     threads = f"{low.threads} virtual threads" if low.threads > 1 else "1 thread"
+    tiles = f"tiles of {low.r} token{'s' * (low.r > 1)}"
+    if low.resident:
+        tiles = f"every token resident, chunks of {low.lanes}"
     desc = {
         "op": describe_alu(layer),
         "input": shape,
         "output": shape,
         "kernel": [1, 1],
         "stride": [1, 1],
-        "schedule": f"tiles of {low.r} token{'s' * (low.r > 1)}, {threads}",
+        "schedule": f"{tiles}, {threads}",
         "epilogue": "requant",
     }
     return AccelStep(layer.out, code.addr, len(insns), 0, b.accel_reads(layer), [b.pending[layer.out]], desc)
