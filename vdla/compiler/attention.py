@@ -25,10 +25,11 @@ the other thread's first tile ``V^T``'s rows, which every tile reads (:meth:`Att
 * LOAD INP of the tile's ``Q`` rows; the scores by GEMMs against ``K``'s tiles with ``init`` from the bias rows
   (the key mask, per key block: the outer loop), in the order (query block, key block, query) so that their
   OUT rows are ``P^T``'s weight tiles: one GEMM over the whole query blocks, one over a partial last block's
-  real queries; in the next block an ALU MUL by the score
-  multiplier row with its rounding shift under EPI ``req`` (the clamp to int8) and ``lut`` with one exp table:
-  the OUT mirror holds one plane; an ALU copy under the other table: the other plane (the tables take turns,
-  :meth:`AttentionLowering.exp_planes`); both stored;
+  real queries, their rows packed (key block, query); in the next block, over the real queries' rows, an ALU
+  MUL by the score multiplier row with its rounding shift under EPI ``req`` (the clamp to int8) and ``lut``
+  with one exp table: the OUT mirror holds one plane; an ALU copy under the other table: the other plane (the
+  tables take turns, :meth:`AttentionLowering.exp_planes`); both stored, a partial block's packed rows into
+  the first rows of its weight tiles;
 * after a wait, the planes loaded as WGT: ``O^T`` by GEMMs of ``V^T``'s rows against the high plane's tiles and
   ``Z`` (a token's row sum in its lane) of the ones row, an ALU MUL by 256, the same GEMMs on the low plane
   accumulating: ``U^T = 256 (V^T hi^T) + V^T lo^T`` and ``Z``;
@@ -49,11 +50,12 @@ The bias rows (a constant mask, or a run-time keep vector by LOAD ACC_8BIT, ADD 
 tokens) is loaded and computed nowhere a row of its own costs an iteration: a padded key's ``K`` and ``V``
 rows and a padded query's score rows hold whatever the buffers held. A padded key's bias is the mask's, which
 takes any int8 ``K`` row's accumulator to the score -128, whose exp planes are exactly 0: it adds 0 to every
-real query's ``U`` and ``Z`` whatever its ``V`` row. A padded query is a row of the scores and of ``O`` (not
-computed, not stored) and a lane everywhere else: its exp planes, ``U^T`` and ``Z`` lanes and ``O^T`` lane hold
-values of no meaning (wrapping int32 arithmetic, no fault) that no real query's lane reads; the transposes
-back read only a real query's own lane. Where padded tokens are lanes (``V^T``'s key lanes, the products'
-query lanes, the per-query program) they cost nothing of their own.
+real query's ``U`` and ``Z`` whatever its ``V`` row. A padded query is a row of the scores, of their exp planes
+and of ``O`` (not computed, not stored) and a lane everywhere else: its rows of the planes' weight tiles (what
+the scratch tensor held), ``U^T`` and ``Z`` lanes and ``O^T`` lane hold values of no meaning (wrapping int32
+arithmetic, no fault) that no real query's lane reads; the transposes back read only a real query's own lane.
+Where padded tokens are lanes (``V^T``'s key lanes, the products' query lanes, the per-query program) they
+cost nothing of their own.
 
 Invariant: bit for bit :func:`~vdla.graph.oracle.attention_int` on every backend; ``block_in == block_out`` and
 batch 1; no optional unit (OUT-path multiplier, ``src_out``).
@@ -138,6 +140,12 @@ class _Tile:
         return self.tb * self.ub * self.lanes
 
     @property
+    def scored(self) -> int:
+        """ACC rows of one exp plane's real queries from its first row: the whole blocks' rows, then a partial last
+        block's packed (key block, query), ``r`` rows a key block (:meth:`runs`)."""
+        return self.ub * self.r
+
+    @property
     def o(self) -> int:
         """``U^T`` (query block, channel), then ``O^T``, then ``O`` (query, channel block); the per-block rows after."""
         return self.a + 2 * self.planes
@@ -147,7 +155,8 @@ class _Tile:
 
     def runs(self) -> list[tuple[int, int, int]]:
         """The real queries as (first block, blocks, queries a block): the whole blocks, then a partial last
-        block's queries; a padded query's row is in none."""
+        block's queries, whose score rows are packed (key block, query) in ACC; a padded query's row is in
+        none."""
         whole, rest = divmod(self.r, self.lanes)
         return [run for run in ((0, whole, self.lanes), (whole, 1, rest)) if run[1] and run[2]]
 
@@ -320,11 +329,11 @@ class AttentionLowering:
     def scores(self, tile: _Tile) -> list[Gemm]:
         """The tile's scores (query block, key block, query) from its ``Q`` rows against ``K``'s tiles, each
         accumulator from its key block's bias row (the outer loop): one GEMM over the whole query blocks, one over
-        a partial last block's real queries (:meth:`_Tile.runs`); a padded query's rows keep what they held."""
+        a partial last block's real queries, their rows packed (:meth:`_Tile.runs`)."""
         ub, cb, lanes = self.ub, self.cb, self.lanes
         return [
             gemm_nest(
-                ((ub, (lanes, 0, 1)), (n, (ub * lanes, lanes * cb, 0)), (q, (1, cb, 0)), (cb, (0, 1, ub))),
+                ((ub, (q, 0, 1)), (n, (ub * q, lanes * cb, 0)), (q, (1, cb, 0)), (cb, (0, 1, ub))),
                 (tile.a + b * ub * lanes, tile.i + b * lanes * cb, self.kt),
                 self.limits,
                 pin_outer=True,
@@ -363,8 +372,9 @@ class AttentionLowering:
         """The scores requantized (MUL by the multiplier row, EPI ``req``), their high exp plane in the OUT mirror
         of the scores (the table by EPI ``lut``) and the low one in that of their copy. ``rank``: the tile's place
         among the program's tiles in compute order (None: the only one); an odd rank makes its low plane first,
-        with the table the tile before it left in the LUT, which a rank above 0 does not load again."""
-        n, cfg = tile.planes, self.cfg
+        with the table the tile before it left in the LUT, which a rank above 0 does not load again. Over the real
+        queries' rows (:attr:`_Tile.scored`), the low plane from the tile's second plane row."""
+        n, cfg = tile.scored, self.cfg
         order = (1, 0) if rank is not None and rank % 2 else (0, 1)
         table = (Load(MemType.LUT, 0, "lut", k * cfg.lut_depth, 1, cfg.lut_depth, cfg.lut_depth) for k in order)
         first = next(table)
@@ -375,8 +385,23 @@ class AttentionLowering:
             Epi(True, False, 0, None, lut=True),
             alu_held(AluOp.MUL, n, tile.a, self.const["sm"], self.limits, shift=self.spec.head.score_shift),
             next(table),
-            self.alu(AluOp.ADD, ((n, (1, 1)),), tile.a + n, tile.a, reset=True),
+            self.alu(AluOp.ADD, ((n, (1, 1)),), tile.a + tile.planes, tile.a, reset=True),
         ]
+
+    def plane_stores(self, tile: _Tile, at: int) -> list[Store]:
+        """The two exp planes' real rows into ``ex`` from OUT row ``at`` (the planes' weight tiles, query block, key
+        block): the whole blocks' rows, a partial last block's packed rows into the first rows of its tiles; one
+        store where every block is whole."""
+        ub, lanes, n = self.ub, self.lanes, tile.planes
+        if tile.r == tile.tb * lanes:
+            return [Store(tile.a, "ex", at, 1, 2 * n, 2 * n)]
+        stores = []
+        for plane in (0, n):
+            for b, blocks, q in tile.runs():
+                row = plane + b * ub * lanes
+                shape = (1, blocks * ub * lanes, blocks * ub * lanes) if q == lanes else (ub, q, lanes)
+                stores.append(Store(tile.a + row, "ex", at + row, *shape))
+        return stores
 
     def sums(self, tile: _Tile, low_first: bool = False) -> list[Op]:
         """``U^T`` and ``Z`` from the two planes' tiles: ``256 (hi ...) + lo ...`` (the high plane's sums times 256 by
@@ -508,7 +533,7 @@ class AttentionLowering:
         _, q_at, _, _, _, out_at = self.spec.views
         blk, lanes, cb = self.cfg.block_in, self.lanes, self.cb
         t0, tile = k * self.tb * lanes, self.tile(k, thread)
-        plane, n = self.at("ex") + 2 * t0 * self.ub, 2 * tile.planes  # offsets in OUT rows (16 a weight tile)
+        plane = self.at("ex") + 2 * t0 * self.ub  # offset in OUT rows (16 a weight tile)
         ot = self.at("ot") + t0 * cb
         loads = [Load(MemType.INP, tile.i, "inp", t0 * self.ib + q_at // blk, tile.r, cb, self.ib)]
         if first:
@@ -522,7 +547,7 @@ class AttentionLowering:
         scores = 1 + len(tile.runs())  # the EPI and the scores' GEMMs: a block of their own
         return [
             Block(thread, tuple(loads), tuple(planes[:scores]), ()),
-            Block(thread, (), tuple(planes[scores:]), (Store(tile.a, "ex", plane, 1, n, n),)),
+            Block(thread, (), tuple(planes[scores:]), tuple(self.plane_stores(tile, plane))),
             Block(thread, (), WAIT, ()),
             Block(
                 thread,
