@@ -104,7 +104,8 @@ def test_a_partial_last_query_block_on_stale_buffers(tokens, preset):
 def test_the_padded_queries_and_keys_take_no_gemm_iterations(tokens):
     """The program's GEMM iterations (uop-iterations) are those of the real tokens: ``K``'s and ``V``'s copies
     ``T`` tokens each, the scores and ``O`` ``T`` queries; the transposes of ``V``'s tiles and the products, whose
-    padded tokens are lanes, whole blocks. The exp planes stored are the real queries' rows."""
+    padded tokens are lanes, whole blocks. The rows stored of ``K`` and ``V`` and of the exp planes are the real
+    tokens'."""
     d = 64
     layer = compile_attention(AttentionSpec(tokens, params(d)), pynq_full())
     lanes, ub, cb = 16, -(-tokens // 16), d // 16
@@ -112,8 +113,10 @@ def test_the_padded_queries_and_keys_take_no_gemm_iterations(tokens):
     scores, products, untranspose = tokens * ub * cb, 2 * (ub * d * ub + ub * ub), tokens * cb
     gemms = [op for block in layer.stream.blocks for op in block.compute if isinstance(op, Gemm)]
     assert sum(g.kernel.iterations for g in gemms) == copies + transposes + scores + products + untranspose
-    planes = [op for block in layer.stream.blocks for op in block.stores if op.tensor == "ex"]
-    assert sum(s.y * s.x for s in planes) == 2 * tokens * ub
+    stored = {
+        name: sum(s.y * s.x for b in layer.stream.blocks for s in b.stores if s.tensor == name) for name in ("kw", "ex")
+    }
+    assert stored == {"kw": 2 * tokens * cb, "ex": 2 * tokens * ub}
 
 
 def test_bit_exact_with_blocks_of_8():

@@ -11,8 +11,8 @@ its output column: the division is a per-row ALU program on ``T / L`` rows, no v
 First the setup, on two virtual threads (:meth:`AttentionLowering.setup`):
 
 * ``K`` and ``V`` into the weight layout with no CPU step, one on each thread: each copied into ACC by an
-  identity GEMM in the order (channel block, token) (the ``T`` tokens, ``UB L`` rows a channel block), so that
-  one STORE puts token ``u``'s block ``c`` at row ``u % L`` of weight tile ``(c, u // L)``;
+  identity GEMM in the order (channel block, token) (the ``T`` tokens), so that one STORE (a row of ``T`` a
+  channel block) puts token ``u``'s block ``c`` at row ``u % L`` of weight tile ``(c, u // L)``;
 * after a block that waits for the store (store -> compute), ``V``'s tiles loaded as WGT and ``V^T`` by GEMMs
   of the identity's rows ``e_j`` as input against them (``out[j, o] = V[u0 + o, j]``), stored; another wait.
   A ``private`` setup keeps its rows in its thread's own INP share, after the rows of the thread's first
@@ -314,10 +314,16 @@ class AttentionLowering:
 
     def kv_copy(self, acc: int, inp: int) -> Gemm:
         """``K``'s or ``V``'s rows (token-major from INP ``inp``, ``T`` tokens) copied to ACC ``acc`` in (block,
-        token) order, ``UB L`` rows a block: a padded key's rows are not written (whatever int8 they hold, its
-        score is the mask's -128 and its exp 0)."""
-        nest = ((self.cb, (self.up, 1)), (self.spec.tokens, (1, self.cb)))
-        return identity_gemm(nest, acc, inp, EYE, self.limits, init=True)
+        token) order, ``T`` rows a block (:meth:`kv_store` puts them in the weight layout)."""
+        t = self.spec.tokens
+        return identity_gemm(((self.cb, (t, 1)), (t, (1, self.cb))), acc, inp, EYE, self.limits, init=True)
+
+    def kv_store(self, acc: int, at: int) -> Store:
+        """The rows of :meth:`kv_copy` from ACC ``acc`` into ``kw`` from OUT row ``at``: token ``u``'s block ``c`` at
+        row ``u % L`` of weight tile ``(c, u // L)``. A padded key's rows hold what the scratch tensor held:
+        whatever int8 they are, its score is the mask's -128 and its exp 0. One row where no key is padded."""
+        t, n = self.spec.tokens, self.cb * self.up
+        return Store(acc, "kw", at, 1, n, n) if t == self.up else Store(acc, "kw", at, self.cb, t, self.up)
 
     def transpose(self, acc: int, inp: int, wgt: int, tiles: range) -> Gemm:
         """``V^T`` rows (block, key block, j) of ``V``'s weight tiles ``tiles`` to ACC ``acc``: the identity's rows
@@ -498,11 +504,11 @@ class AttentionLowering:
         halves = (range(half), range(half, tiles))
         transposes = [self.transpose(v_acc, eye, v_w, r) for r in halves if r]
         k_blocks = [
-            Block(kth, (k_rows,), (*WAIT, self.kv_copy(k_acc, k_in)), (Store(k_acc, "kw", kw, 1, n, n),)),
+            Block(kth, (k_rows,), (*WAIT, self.kv_copy(k_acc, k_in)), (self.kv_store(k_acc, kw),)),
             Block(kth, (), WAIT, ()),
         ]
         v_blocks = [
-            Block(vth, (v_rows, *consts), (*WAIT, self.kv_copy(v_acc, v_in)), (Store(v_acc, "kw", kw + n, 1, n, n),)),
+            Block(vth, (v_rows, *consts), (*WAIT, self.kv_copy(v_acc, v_in)), (self.kv_store(v_acc, kw + n),)),
             Block(vth, (), WAIT, ()),
             Block(vth, (v_tiles, eye_rows), (*WAIT, transposes[0]), ()),
             Block(vth, (), (*WAIT, *transposes[1:]), (Store(v_acc, "vt", vt, 1, n, n),)),
