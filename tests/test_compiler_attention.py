@@ -86,13 +86,14 @@ def last_key_masked(tokens: int) -> np.ndarray:
     return keep
 
 
-@pytest.mark.parametrize("tokens", [17, 33, 63, 65, 81])
+@pytest.mark.parametrize("tokens", [17, 33, 63, 65, 81, 197])
 @pytest.mark.parametrize("preset", ["pynq-z2", "pynq-full"])
 def test_a_partial_last_query_block_on_stale_buffers(tokens, preset):
     """The padded queries of a partial last query block and the padded keys are not computed, their rows holding
     what the buffers held (another head's values): every real query bit-exact, with a run-time and a constant mask
     (the last real key masked). 17, 33, 65, 81: a last block of one real query (alone in its tile at 17 and 33,
-    after whole blocks at 65 and 81); 63: of 15."""
+    after whole blocks at 65 and 81); 63: of 15; 197: of 5, 197 x 64 with the setup outside the threads' own
+    shares."""
     cfg = pynq_full() if preset == "pynq-full" else load_config(preset)
     keep = last_key_masked(tokens)
     check(AttentionSpec(tokens, params(64), runtime_mask=True), cfg, keep=keep, dev=stale_device(cfg))
