@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from vdla.compiler.attention import AttentionSpec, compile_attention, compile_attention_heads
+from vdla.compiler.blocks import Gemm
 from vdla.compiler.spec import CompileError
 from vdla.config import load_config
 from vdla.graph import oracle
@@ -38,11 +39,11 @@ def keep_vector(tokens: int) -> np.ndarray:
     return keep
 
 
-def check(spec: AttentionSpec, config="pynq-z2", keep=None, backend="sim") -> None:
+def check(spec: AttentionSpec, config="pynq-z2", keep=None, backend="sim", dev: Device | None = None) -> None:
     c, q, k, v, oc, o = spec.views
     x = qkv(spec.tokens, c)
     layer = compile_attention(spec, config)
-    got = layer.run(Device(layer.lowering.cfg, backend=backend), x, keep).out
+    got = layer.run(dev or Device(layer.lowering.cfg, backend=backend), x, keep).out
     mask = spec.keep if keep is None else keep
     d = spec.d
     want = oracle.attention_int(x[:, q : q + d], x[:, k : k + d], x[:, v : v + d], spec.head, mask)
@@ -68,6 +69,55 @@ def test_bit_exact_on_other_presets(preset):
     cfg = pynq_full() if preset == "pynq-full" else load_config(preset)
     check(AttentionSpec(65, params(64), runtime_mask=True), cfg, keep=keep_vector(65))
     check(AttentionSpec(197, params(32)), cfg)
+
+
+def stale_device(cfg, backend="sim") -> Device:
+    """A device whose buffers hold another head's values (81 tokens of extreme inputs): what a padded query's or
+    key's rows hold when the program does not write them."""
+    layer = compile_attention(AttentionSpec(81, params(64)), cfg)
+    dev = Device(layer.lowering.cfg, backend=backend)
+    layer.run(dev, RNG.choice(np.array([-128, 127], np.int8), (81, 192)))
+    return dev
+
+
+def last_key_masked(tokens: int) -> np.ndarray:
+    keep = keep_vector(tokens)
+    keep[-1] = tokens == 1
+    return keep
+
+
+@pytest.mark.parametrize("tokens", [17, 33, 63, 65, 81, 197])
+@pytest.mark.parametrize("preset", ["pynq-z2", "pynq-full"])
+def test_a_partial_last_query_block_on_stale_buffers(tokens, preset):
+    """The padded queries of a partial last query block and the padded keys are not computed, their rows holding
+    what the buffers held (another head's values): every real query bit-exact, with a run-time and a constant mask
+    (the last real key masked). 17, 33, 65, 81: a last block of one real query (alone in its tile at 17 and 33,
+    after whole blocks at 65 and 81); 63: of 15; 197: of 5, 197 x 64 with the setup outside the threads' own
+    shares."""
+    cfg = pynq_full() if preset == "pynq-full" else load_config(preset)
+    keep = last_key_masked(tokens)
+    check(AttentionSpec(tokens, params(64), runtime_mask=True), cfg, keep=keep, dev=stale_device(cfg))
+    constant = AttentionSpec(tokens, params(32), keep=tuple(map(bool, keep)))
+    check(constant, cfg, dev=stale_device(cfg))
+
+
+@pytest.mark.parametrize("tokens", [1, 17, 32, 65, 197])
+def test_the_padded_queries_and_keys_take_no_gemm_iterations(tokens):
+    """The program's GEMM iterations (uop-iterations) are those of the real tokens: ``K``'s and ``V``'s copies
+    ``T`` tokens each, the scores and ``O`` ``T`` queries; the transposes of ``V``'s tiles and the products, whose
+    padded tokens are lanes, whole blocks. The rows stored of ``K`` and ``V`` and of the exp planes are the real
+    tokens'."""
+    d = 64
+    layer = compile_attention(AttentionSpec(tokens, params(d)), pynq_full())
+    lanes, ub, cb = 16, -(-tokens // 16), d // 16
+    copies, transposes = 2 * tokens * cb, cb * ub * lanes
+    scores, products, untranspose = tokens * ub * cb, 2 * (ub * d * ub + ub * ub), tokens * cb
+    gemms = [op for block in layer.stream.blocks for op in block.compute if isinstance(op, Gemm)]
+    assert sum(g.kernel.iterations for g in gemms) == copies + transposes + scores + products + untranspose
+    stored = {
+        name: sum(s.y * s.x for b in layer.stream.blocks for s in b.stores if s.tensor == name) for name in ("kw", "ex")
+    }
+    assert stored == {"kw": 2 * tokens * cb, "ex": 2 * tokens * ub}
 
 
 def test_bit_exact_with_blocks_of_8():
@@ -167,3 +217,8 @@ def test_heads_in_one_program_bit_exact_on_rtl(rtl_library):
 
 def test_bit_exact_on_rtl(rtl_library):
     check(AttentionSpec(65, params(64), runtime_mask=True), "pynq", keep=keep_vector(65), backend="rtl")
+
+
+def test_a_partial_last_query_block_on_stale_buffers_on_rtl(rtl_library):
+    spec = AttentionSpec(49, params(64), runtime_mask=True)
+    check(spec, "pynq", keep=last_key_masked(49), backend="rtl", dev=stale_device("pynq", "rtl"))

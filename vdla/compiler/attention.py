@@ -11,8 +11,8 @@ its output column: the division is a per-row ALU program on ``T / L`` rows, no v
 First the setup, on two virtual threads (:meth:`AttentionLowering.setup`):
 
 * ``K`` and ``V`` into the weight layout with no CPU step, one on each thread: each copied into ACC by an
-  identity GEMM in the order (channel block, token) (``UB L`` tokens, the load's padding rows zero), so that
-  one STORE puts token ``u``'s block ``c`` at row ``u % L`` of weight tile ``(c, u // L)``;
+  identity GEMM in the order (channel block, token) (the ``T`` tokens), so that one STORE (a row of ``T`` a
+  channel block) puts token ``u``'s block ``c`` at row ``u % L`` of weight tile ``(c, u // L)``;
 * after a block that waits for the store (store -> compute), ``V``'s tiles loaded as WGT and ``V^T`` by GEMMs
   of the identity's rows ``e_j`` as input against them (``out[j, o] = V[u0 + o, j]``), stored; another wait.
   A ``private`` setup keeps its rows in its thread's own INP share, after the rows of the thread's first
@@ -22,12 +22,14 @@ Then the queries in tiles of ``TB`` query blocks (:meth:`AttentionLowering.tile_
 turn (a thread's share of ACC, INP and WGT); the first tile of the thread that put ``K`` loads ``K``'s tiles,
 the other thread's first tile ``V^T``'s rows, which every tile reads (:meth:`AttentionLowering.blocks`):
 
-* LOAD INP of the tile's ``Q`` rows (padded to whole blocks); the scores by GEMMs against ``K``'s tiles with
-  ``init`` from the bias rows (the key mask, per key block: the outer loop), in the order (query block, key
-  block, query) so that their OUT rows are ``P^T``'s weight tiles; in the next block an ALU MUL by the score
-  multiplier row with its rounding shift under EPI ``req`` (the clamp to int8) and ``lut`` with one exp table:
-  the OUT mirror holds one plane; an ALU copy under the other table: the other plane (the tables take turns,
-  :meth:`AttentionLowering.exp_planes`); both stored;
+* LOAD INP of the tile's ``Q`` rows; the scores by GEMMs against ``K``'s tiles with ``init`` from the bias rows
+  (the key mask, per key block: the outer loop), in the order (query block, key block, query) so that their
+  OUT rows are ``P^T``'s weight tiles: one GEMM over the whole query blocks, one over a partial last block's
+  real queries, their rows packed (key block, query); in the next block, over the real queries' rows, an ALU
+  MUL by the score multiplier row with its rounding shift under EPI ``req`` (the clamp to int8) and ``lut``
+  with one exp table: the OUT mirror holds one plane; an ALU copy under the other table: the other plane (the
+  tables take turns, :meth:`AttentionLowering.exp_planes`); both stored, a partial block's packed rows into
+  the first rows of its weight tiles;
 * after a wait, the planes loaded as WGT: ``O^T`` by GEMMs of ``V^T``'s rows against the high plane's tiles and
   ``Z`` (a token's row sum in its lane) of the ones row, an ALU MUL by 256, the same GEMMs on the low plane
   accumulating: ``U^T = 256 (V^T hi^T) + V^T lo^T`` and ``Z``;
@@ -35,7 +37,7 @@ the other thread's first tile ``V^T``'s rows, which every tile reads (:meth:`Att
   the seed and the Newton steps of ``1 / m``, ``q = r a 2^-H`` and ``2^(30 - k)``), then over ``U^T``'s rows
   (each query block's two rows held across the inner loop): MUL by ``q``, MUL by ``2^(30 - k)`` under EPI
   ``req``: the int8 ``O^T``, stored as weight tiles; after a wait, loaded as WGT and transposed back by GEMMs
-  of the identity rows: ``O``, stored into the output view.
+  of the identity rows (the real queries', split as the scores): ``O``, stored into the output view.
 
 The schedule (:func:`heads_stream`): the scores, the exp planes, ``U^T`` and ``Z``, the division with ``O^T``,
 each a block of its own; every store is followed by one wait block and every load by two blocks of
@@ -44,8 +46,16 @@ trip. Several heads of one shape make one program (:class:`AttentionHeads`): eac
 previous head's on each thread, its setup beside the previous head's last tiles.
 
 The bias rows (a constant mask, or a run-time keep vector by LOAD ACC_8BIT, ADD -1 and SHR by
-``-mask_shift``) and the constant rows are one load ahead of the blocks. Padded keys (``T`` to ``UB L``)
-are masked: their exp is 0 in every sum; padded queries (zero rows) are computed and not stored.
+``-mask_shift``) and the constant rows are one load ahead of the blocks. The padding (``T`` to ``UB L``
+tokens) is loaded and computed nowhere a row of its own costs an iteration: a padded key's ``K`` and ``V``
+rows and a padded query's score rows hold whatever the buffers held. A padded key's bias is the mask's, which
+takes any int8 ``K`` row's accumulator to the score -128, whose exp planes are exactly 0: it adds 0 to every
+real query's ``U`` and ``Z`` whatever its ``V`` row. A padded query is a row of the scores, of their exp planes
+and of ``O`` (not computed, not stored) and a lane everywhere else: its rows of the planes' weight tiles (what
+the scratch tensor held), ``U^T`` and ``Z`` lanes and ``O^T`` lane hold values of no meaning (wrapping int32
+arithmetic, no fault) that no real query's lane reads; the transposes back read only a real query's own lane.
+Where padded tokens are lanes (``V^T``'s key lanes, the products' query lanes, the per-query program) they
+cost nothing of their own.
 
 Invariant: bit for bit :func:`~vdla.graph.oracle.attention_int` on every backend; ``block_in == block_out`` and
 batch 1; no optional unit (OUT-path multiplier, ``src_out``).
@@ -130,12 +140,25 @@ class _Tile:
         return self.tb * self.ub * self.lanes
 
     @property
+    def scored(self) -> int:
+        """ACC rows of one exp plane's real queries from its first row: the whole blocks' rows, then a partial last
+        block's packed (key block, query), ``r`` rows a key block (:meth:`runs`)."""
+        return self.ub * self.r
+
+    @property
     def o(self) -> int:
         """``U^T`` (query block, channel), then ``O^T``, then ``O`` (query, channel block); the per-block rows after."""
         return self.a + 2 * self.planes
 
     def row(self, name: str) -> int:
         return self.o + self.tb * self.d + BLOCK_ROWS.index(name) * self.tb
+
+    def runs(self) -> list[tuple[int, int, int]]:
+        """The real queries as (first block, blocks, queries a block): the whole blocks, then a partial last
+        block's queries, whose score rows are packed (key block, query) in ACC; a padded query's row is in
+        none."""
+        whole, rest = divmod(self.r, self.lanes)
+        return [run for run in ((0, whole, self.lanes), (whole, 1, rest)) if run[1] and run[2]]
 
 
 class AttentionLowering:
@@ -290,10 +313,17 @@ class AttentionLowering:
         return self.alu(op, ((tile.tb, (1, 1)),), tile.row(dst), tile.row(src) if src else 0, **kw)
 
     def kv_copy(self, acc: int, inp: int) -> Gemm:
-        """``K``'s or ``V``'s rows (token-major from INP ``inp``, ``UB L`` tokens) copied to ACC ``acc`` in (block,
-        token) order."""
-        nest = ((self.cb, (self.up, 1)), (self.up, (1, self.cb)))
-        return identity_gemm(nest, acc, inp, EYE, self.limits, init=True)
+        """``K``'s or ``V``'s rows (token-major from INP ``inp``, ``T`` tokens) copied to ACC ``acc`` in (block,
+        token) order, ``T`` rows a block (:meth:`kv_store` puts them in the weight layout)."""
+        t = self.spec.tokens
+        return identity_gemm(((self.cb, (t, 1)), (t, (1, self.cb))), acc, inp, EYE, self.limits, init=True)
+
+    def kv_store(self, acc: int, at: int) -> Store:
+        """The rows of :meth:`kv_copy` from ACC ``acc`` into ``kw`` from OUT row ``at``: token ``u``'s block ``c`` at
+        row ``u % L`` of weight tile ``(c, u // L)``. A padded key's rows hold what the scratch tensor held:
+        whatever int8 they are, its score is the mask's -128 and its exp 0. One row where no key is padded."""
+        t, n = self.spec.tokens, self.cb * self.up
+        return Store(acc, "kw", at, 1, n, n) if t == self.up else Store(acc, "kw", at, self.cb, t, self.up)
 
     def transpose(self, acc: int, inp: int, wgt: int, tiles: range) -> Gemm:
         """``V^T`` rows (block, key block, j) of ``V``'s weight tiles ``tiles`` to ACC ``acc``: the identity's rows
@@ -302,12 +332,20 @@ class AttentionLowering:
         nest = ((len(tiles), (lanes, 0, 1)), (lanes, (1, 1, 0)))
         return gemm_nest(nest, (acc + at * lanes, inp, wgt + at), self.limits)
 
-    def scores(self, tile: _Tile) -> Gemm:
+    def scores(self, tile: _Tile) -> list[Gemm]:
         """The tile's scores (query block, key block, query) from its ``Q`` rows against ``K``'s tiles, each
-        accumulator from its key block's bias row (the outer loop)."""
+        accumulator from its key block's bias row (the outer loop): one GEMM over the whole query blocks, one over
+        a partial last block's real queries, their rows packed (:meth:`_Tile.runs`)."""
         ub, cb, lanes = self.ub, self.cb, self.lanes
-        nest = ((ub, (lanes, 0, 1)), (tile.tb, (ub * lanes, lanes * cb, 0)), (lanes, (1, cb, 0)), (cb, (0, 1, ub)))
-        return gemm_nest(nest, (tile.a, tile.i, self.kt), self.limits, pin_outer=True)
+        return [
+            gemm_nest(
+                ((ub, (q, 0, 1)), (n, (ub * q, lanes * cb, 0)), (q, (1, cb, 0)), (cb, (0, 1, ub))),
+                (tile.a + b * ub * lanes, tile.i + b * lanes * cb, self.kt),
+                self.limits,
+                pin_outer=True,
+            )
+            for b, n, q in tile.runs()
+        ]
 
     def products(self, tile: _Tile, w: int, init: bool) -> list[Gemm]:
         """``V^T``'s rows against a plane's tiles (WGT ``w``: query block, key block) into ``U^T``, and the ones row
@@ -320,12 +358,18 @@ class AttentionLowering:
             gemm_nest(sums, (tile.row("z"), ONES * lanes, w), self.limits, init),
         ]
 
-    def untranspose(self, tile: _Tile) -> Gemm:
+    def untranspose(self, tile: _Tile) -> list[Gemm]:
         """``O`` (query, channel block) from ``O^T``'s tiles (WGT ``tile.w``: query block, channel block) against the
-        identity rows (query ``t``: row ``e_(t % L)``)."""
+        identity rows (query ``t``: row ``e_(t % L)``), the real queries' rows only (:meth:`_Tile.runs`)."""
         cb, lanes = self.cb, self.lanes
-        nest = ((tile.tb, (lanes * cb, 0, cb)), (lanes, (cb, 1, 0)), (cb, (1, 0, 1)))
-        return gemm_nest(nest, (tile.o, EYE * lanes, tile.w), self.limits)
+        return [
+            gemm_nest(
+                ((n, (lanes * cb, 0, cb)), (q, (cb, 1, 0)), (cb, (1, 0, 1))),
+                (tile.o + b * lanes * cb, EYE * lanes, tile.w + b * cb),
+                self.limits,
+            )
+            for b, n, q in tile.runs()
+        ]
 
     # ------------------------------------------------------------------------------------------------------
     # the program
@@ -334,20 +378,36 @@ class AttentionLowering:
         """The scores requantized (MUL by the multiplier row, EPI ``req``), their high exp plane in the OUT mirror
         of the scores (the table by EPI ``lut``) and the low one in that of their copy. ``rank``: the tile's place
         among the program's tiles in compute order (None: the only one); an odd rank makes its low plane first,
-        with the table the tile before it left in the LUT, which a rank above 0 does not load again."""
-        n, cfg = tile.planes, self.cfg
+        with the table the tile before it left in the LUT, which a rank above 0 does not load again. Over the real
+        queries' rows (:attr:`_Tile.scored`), the low plane from the tile's second plane row."""
+        n, cfg = tile.scored, self.cfg
         order = (1, 0) if rank is not None and rank % 2 else (0, 1)
         table = (Load(MemType.LUT, 0, "lut", k * cfg.lut_depth, 1, cfg.lut_depth, cfg.lut_depth) for k in order)
         first = next(table)
         return [
             Epi(False, False, 0, self.c0),
-            self.scores(tile),
+            *self.scores(tile),
             *((first,) if not rank else ()),
             Epi(True, False, 0, None, lut=True),
             alu_held(AluOp.MUL, n, tile.a, self.const["sm"], self.limits, shift=self.spec.head.score_shift),
             next(table),
-            self.alu(AluOp.ADD, ((n, (1, 1)),), tile.a + n, tile.a, reset=True),
+            self.alu(AluOp.ADD, ((n, (1, 1)),), tile.a + tile.planes, tile.a, reset=True),
         ]
+
+    def plane_stores(self, tile: _Tile, at: int) -> list[Store]:
+        """The two exp planes' real rows into ``ex`` from OUT row ``at`` (the planes' weight tiles, query block, key
+        block): the whole blocks' rows, a partial last block's packed rows into the first rows of its tiles; one
+        store where every block is whole."""
+        ub, lanes, n = self.ub, self.lanes, tile.planes
+        if tile.r == tile.tb * lanes:
+            return [Store(tile.a, "ex", at, 1, 2 * n, 2 * n)]
+        stores = []
+        for plane in (0, n):
+            for b, blocks, q in tile.runs():
+                row = plane + b * ub * lanes
+                shape = (1, blocks * ub * lanes, blocks * ub * lanes) if q == lanes else (ub, q, lanes)
+                stores.append(Store(tile.a + row, "ex", at + row, *shape))
+        return stores
 
     def sums(self, tile: _Tile, low_first: bool = False) -> list[Op]:
         """``U^T`` and ``Z`` from the two planes' tiles: ``256 (hi ...) + lo ...`` (the high plane's sums times 256 by
@@ -429,12 +489,11 @@ class AttentionLowering:
         t, blk, n, tiles, lanes = self.spec.tokens, self.cfg.block_in, self.cb * self.up, self.cb * self.ub, self.lanes
         acc, inp, wgt = self.share(2)
         kth, vth = self.kth, 1 - self.kth
-        pad = (0, self.up - t, 0, 0)
         own = self.i0 + kth * inp + self.tb_q_rows(), self.i0 + vth * inp + self.tb_q_rows()  # after Q's rows
         staged = (*own, own[1] + n) if self.private else (self.vt, self.i0, self.i0 + inp)
         k_in, v_in, eye = staged  # INP rows of K, of V, of the identity
         k_rows, v_rows = (
-            Load(MemType.INP, i, "inp", at // blk, t, self.cb, self.ib, pad) for i, at in ((k_in, k_at), (v_in, v_at))
+            Load(MemType.INP, i, "inp", at // blk, t, self.cb, self.ib) for i, at in ((k_in, k_at), (v_in, v_at))
         )
         consts = (Load(MemType.WGT, 0, "wgt", 0, 1, 2, 2),) if self.index == 0 else ()
         eye_rows = Load(MemType.INP, eye, "wgt", EYE * lanes, 1, lanes, lanes)
@@ -445,11 +504,11 @@ class AttentionLowering:
         halves = (range(half), range(half, tiles))
         transposes = [self.transpose(v_acc, eye, v_w, r) for r in halves if r]
         k_blocks = [
-            Block(kth, (k_rows,), (*WAIT, self.kv_copy(k_acc, k_in)), (Store(k_acc, "kw", kw, 1, n, n),)),
+            Block(kth, (k_rows,), (*WAIT, self.kv_copy(k_acc, k_in)), (self.kv_store(k_acc, kw),)),
             Block(kth, (), WAIT, ()),
         ]
         v_blocks = [
-            Block(vth, (v_rows, *consts), (*WAIT, self.kv_copy(v_acc, v_in)), (Store(v_acc, "kw", kw + n, 1, n, n),)),
+            Block(vth, (v_rows, *consts), (*WAIT, self.kv_copy(v_acc, v_in)), (self.kv_store(v_acc, kw + n),)),
             Block(vth, (), WAIT, ()),
             Block(vth, (v_tiles, eye_rows), (*WAIT, transposes[0]), ()),
             Block(vth, (), (*WAIT, *transposes[1:]), (Store(v_acc, "vt", vt, 1, n, n),)),
@@ -480,10 +539,9 @@ class AttentionLowering:
         _, q_at, _, _, _, out_at = self.spec.views
         blk, lanes, cb = self.cfg.block_in, self.lanes, self.cb
         t0, tile = k * self.tb * lanes, self.tile(k, thread)
-        plane, n = self.at("ex") + 2 * t0 * self.ub, 2 * tile.planes  # offsets in OUT rows (16 a weight tile)
+        plane = self.at("ex") + 2 * t0 * self.ub  # offset in OUT rows (16 a weight tile)
         ot = self.at("ot") + t0 * cb
-        pad = (0, tile.tb * lanes - tile.r, 0, 0)
-        loads = [Load(MemType.INP, tile.i, "inp", t0 * self.ib + q_at // blk, tile.r, cb, self.ib, pad)]
+        loads = [Load(MemType.INP, tile.i, "inp", t0 * self.ib + q_at // blk, tile.r, cb, self.ib)]
         if first:
             kw = self.cb * self.ub
             k_tiles = Load(MemType.WGT, self.kt, "kw", self.at("kw") // lanes, 1, kw, kw)
@@ -492,9 +550,10 @@ class AttentionLowering:
         pt, tt = 2 * tile.tb * self.ub, tile.tb * cb  # weight tiles of the planes, of O^T
         out = Store(tile.o, "out", t0 * self.ob + out_at // blk, tile.r, cb, self.ob)
         planes = self.exp_planes(tile, rank)
+        scores = 1 + len(tile.runs())  # the EPI and the scores' GEMMs: a block of their own
         return [
-            Block(thread, tuple(loads), tuple(planes[:2]), ()),
-            Block(thread, (), tuple(planes[2:]), (Store(tile.a, "ex", plane, 1, n, n),)),
+            Block(thread, tuple(loads), tuple(planes[:scores]), ()),
+            Block(thread, (), tuple(planes[scores:]), tuple(self.plane_stores(tile, plane))),
             Block(thread, (), WAIT, ()),
             Block(
                 thread,
@@ -512,7 +571,7 @@ class AttentionLowering:
             Block(
                 thread,
                 (Load(MemType.WGT, tile.w, "ot", ot // lanes, 1, tt, tt),),
-                (*WAIT, self.untranspose(tile)),
+                (*WAIT, *self.untranspose(tile)),
                 (out,),
             ),
         ]
