@@ -318,19 +318,28 @@ def test_validate_program():
 
 
 def test_an_activation_table_must_be_loaded_whole_before_epi_lut():
-    table = "load lut sram=0 dram=0 y=1 x={x} stride=16\n"
+    """The table an EPI lut selects must be loaded whole first: pynq's one (elements 0..15), or either of the full
+    build's two (0..15 and 16..31); a table beyond the config's is refused."""
+    table = "load lut sram={at} dram=0 y=1 x={x} stride=16\n"
     use = "epi req lut shift=2\nfinish\n"
-    validate_program(assemble(table.format(x=16) + use), CFG)
-    validate_program(assemble(table.format(x=10) + "load lut sram=10 dram=10 y=1 x=6 stride=6\n" + use), CFG)
-    with pytest.raises(IsaError, match="instruction 0: EPI lut before any LOAD LUT"):
+    validate_program(assemble(table.format(at=0, x=16) + use), CFG)
+    validate_program(assemble(table.format(at=0, x=10) + "load lut sram=10 dram=10 y=1 x=6 stride=6\n" + use), CFG)
+    validate_program(assemble(table.format(at=16, x=16) + "epi req lut shift=2 table=1\nfinish\n"), FULL)
+    with pytest.raises(IsaError, match=r"instruction 0: EPI lut \(table 0\) before any LOAD LUT of that table"):
         validate_program(assemble(use), CFG)
-    with pytest.raises(IsaError, match=r"instruction 1: EPI lut with table elements \[12, 13, 14, 15\] never loaded"):
-        validate_program(assemble(table.format(x=12) + use), CFG)
+    with pytest.raises(IsaError, match=r"instruction 1: EPI lut \(table 1\) before any LOAD LUT of that table"):
+        validate_program(assemble(table.format(at=0, x=16) + "epi lut table=1\nfinish\n"), FULL)
+    with pytest.raises(IsaError, match=r"instruction 1: EPI lut_table=1: config 'pynq-z2' holds 1 table"):
+        validate_program(assemble(table.format(at=0, x=16) + "epi lut table=1\nfinish\n"), CFG)
+    with pytest.raises(IsaError, match=r"instruction 1: EPI lut \(table 0\) with table elements \[12, 13, 14, 15\] "):
+        validate_program(assemble(table.format(at=0, x=12) + use), CFG)
     bad = "load lut sram=8 dram=0 y=1 x=9 stride=9\nload lut sram=0 dram=0 y=1 x=16 stride=16 pad=1,0,0,0\nfinish"
     with pytest.raises(IsaError) as info:
         validate_program(assemble(bad), CFG)
     assert "LOAD LUT: SRAM tile [8, 17) exceeds the buffer depth 16" in str(info.value)
     assert "LOAD LUT cannot have padding (1, 0, 0, 0)" in str(info.value)
+    with pytest.raises(IsaError, match=r"LOAD LUT: SRAM tile \[24, 33\) exceeds the buffer depth 32"):
+        validate_program(assemble("load lut sram=24 dram=0 y=1 x=9 stride=9\nfinish"), FULL)
 
 
 def test_queue_topology():

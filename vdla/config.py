@@ -28,6 +28,7 @@ OPTIONAL_KEYS = (
     "out_multiplier",
     "alu_lanes",
     "src_out",
+    "lut_tables",
     "part",
     "boards",
     "reg_base_addr",
@@ -107,6 +108,7 @@ class HwConfig:
     out_multiplier: bool = True  # the per-channel multiplier in the OUT mirror's path (EPI mul)
     alu_lanes: int = 0  # the ALU's lanes: 0 one per ACC lane; half that, two passes a row (but ADD): alu_passes
     src_out: bool = True  # the GEMMs' input rows from OUT (EPI src_out): a copy of the OUT mirror, block RAM
+    lut_tables: int = 2  # activation tables held at once, 1 or 2 (EPI lut_table selects one): per-lane LUT RAM
     timing: Timing = field(default_factory=Timing)
 
     def __post_init__(self) -> None:
@@ -130,6 +132,8 @@ class HwConfig:
                 f"config {self.name!r}: only int8 inputs/weights/outputs with int32 accumulators are supported"
             )
         lanes = self.batch * self.block_out  # (types: _check_types)
+        if self.lut_tables not in (1, 2):
+            raise ConfigError(f"config {self.name!r}: lut_tables must be 1 or 2, got {self.lut_tables!r}")
         if self.alu_lanes not in (0, lanes) and (lanes % 2 or self.alu_lanes != lanes // 2):
             raise ConfigError(
                 f"config {self.name!r}: alu_lanes must be 0 or {lanes} (one per accumulator lane) or "
@@ -247,8 +251,13 @@ class HwConfig:
 
     @property
     def lut_depth(self) -> int:
-        """Elements (OUT-sized rows of table entries) of the activation table: LUT_ENTRIES bytes."""
+        """Elements (OUT-sized rows of table entries) of one activation table: LUT_ENTRIES bytes."""
         return LUT_ENTRIES // self.out_elem_bytes
+
+    @property
+    def lut_buffer_depth(self) -> int:
+        """Elements of the LUT buffer: ``lut_tables`` tables, table ``k`` from element ``k * lut_depth``."""
+        return self.lut_tables * self.lut_depth
 
     @property
     def alu_passes(self) -> int:
@@ -410,6 +419,7 @@ class HwConfig:
             "acc_depth": self.acc_depth,
             "uop_depth": self.uop_depth,
             "lut_depth": self.lut_depth,
+            "lut_tables": self.lut_tables,
             "depthwise_mode": self.dw_supported,
             "out_multiplier": self.out_multiplier,
             "src_out": self.src_out_refusal() is None,

@@ -142,7 +142,7 @@ module vdla_compute (
   end
 
   // ---- epilogue state ----------------------------------------------------------------------
-  logic        epi_req_q, epi_relu_q, epi_bias_q, epi_lut_q;
+  logic        epi_req_q, epi_relu_q, epi_bias_q, epi_lut_q, epi_lut_table_q;
   logic [4:0]  epi_shift_q;
   logic [15:0] epi_base_q;
   logic        epi_dw_q;
@@ -162,6 +162,7 @@ module vdla_compute (
       epi_bias_q  <= 1'b0;
       epi_base_q  <= '0;
       epi_lut_q   <= 1'b0;
+      epi_lut_table_q <= 1'b0;
       epi_dw_q    <= 1'b0;
       epi_src_out_q <= 1'b0;
       epi_mul_q   <= 1'b0;
@@ -172,6 +173,7 @@ module vdla_compute (
       epi_bias_q  <= 1'b0;
       epi_base_q  <= '0;
       epi_lut_q   <= 1'b0;
+      epi_lut_table_q <= 1'b0;
       epi_dw_q    <= 1'b0;
       epi_src_out_q <= 1'b0;
       epi_mul_q   <= 1'b0;
@@ -182,6 +184,7 @@ module vdla_compute (
       epi_bias_q  <= cmd_i.epi.bias;
       epi_base_q  <= cmd_i.epi.bias_base;
       epi_lut_q   <= cmd_i.epi.lut;
+      epi_lut_table_q <= cmd_i.epi.lut_table;
       epi_dw_q    <= cmd_i.epi.dw;
       epi_src_out_q <= cmd_i.epi.src_out;
       epi_mul_q   <= vdla_pkg::OUT_MUL_SUPPORTED != 0 && cmd_i.epi.mul;
@@ -206,7 +209,7 @@ module vdla_compute (
   logic [LANES-1:0]              ld_acc_we;
   logic [vdla_pkg::ACC_AW-1:0]   ld_acc_waddr;
   logic [vdla_pkg::ACC_BITS-1:0] ld_acc_wdata;
-  localparam int LUT_AW = $clog2(vdla_pkg::LUT_ENTRIES / (vdla_pkg::BUS_WIDTH / 8));
+  localparam int LUT_AW = $clog2(vdla_pkg::LUT_TABLES * vdla_pkg::LUT_ENTRIES / (vdla_pkg::BUS_WIDTH / 8));
   logic                          lut_we;
   logic [LUT_AW-1:0]             lut_waddr;
   logic [vdla_pkg::BUS_WIDTH-1:0] lut_wdata;
@@ -299,7 +302,8 @@ module vdla_compute (
   // state as the ACC write is, so the bounds' compares start at flip-flops too. Without req (ow_req_q) the
   // value is the low byte, taken as such: the Verilated model runs no requantization for a plain GEMM (a tenth
   // of its instructions). The value is registered (lw_*); in the second cycle, with `lut` (lw_lut_q), each
-  // lane's byte is looked up in the activation table (vdla_lut, asynchronous LUT RAM), and the mirror written.
+  // lane's byte is looked up in activation table lw_table_q (vdla_lut, asynchronous LUT RAM), and the mirror
+  // written.
   // A read of the mirror in the cycle of that write, or in the cycle before it, gets the written lanes from
   // the write (vdla_store): the store sees every row as if the mirror were written with ACC.
   // Under EPI mul (omul: a GEMM's writes, not a reset's) the first cycle takes instead, two cycles after each ACC
@@ -326,7 +330,7 @@ module vdla_compute (
   logic [vdla_pkg::ACC_AW-1:0]   ow_addr_q;
   logic [vdla_pkg::ACC_BITS-1:0] ow_data_q;
   logic [4:0]                    ow_shift_q;
-  logic                          ow_req_q, ow_lut_q;
+  logic                          ow_req_q, ow_lut_q, ow_table_q;
   logic [101:0]                  ow_bounds_q;
   logic [vdla_pkg::OUT_BITS-1:0] ow_byte;
 
@@ -342,6 +346,7 @@ module vdla_compute (
     ow_shift_q  <= epi_shift_q;
     ow_req_q    <= epi_req_q;
     ow_lut_q    <= epi_lut_q;
+    ow_table_q  <= epi_lut_table_q;
     ow_bounds_q <= vdla_pkg::requant_bounds(epi_shift_q, epi_relu_q);
   end
 
@@ -356,7 +361,7 @@ module vdla_compute (
   logic [LANES-1:0]              lw_we_q;
   logic [vdla_pkg::ACC_AW-1:0]   lw_addr_q;
   logic [vdla_pkg::OUT_BITS-1:0] lw_byte_q, lw_lut;
-  logic                          lw_lut_q;
+  logic                          lw_lut_q, lw_table_q;
 
   always_ff @(posedge clk_i or negedge rst_ni) begin
     if (!rst_ni) lw_we_q <= '0;
@@ -368,6 +373,7 @@ module vdla_compute (
       lw_addr_q <= ow_addr_q;
       lw_byte_q <= ow_byte;
       lw_lut_q  <= ow_lut_q;
+      lw_table_q <= ow_table_q;
     end
   end
 
@@ -376,6 +382,7 @@ module vdla_compute (
     .we_i    (lut_we),
     .waddr_i (lut_waddr),
     .wdata_i (lut_wdata),
+    .table_i (lw_table_q),
     .idx_i   (lw_byte_q),
     .data_o  (lw_lut)
   );

@@ -24,7 +24,7 @@ module vdla_compute_load (
   output logic [vdla_pkg::ACC_BITS-1:0]     acc_wdata_o,
   // activation table: a write of BUS_WIDTH / 8 entries (vdla_lut)
   output logic                              lut_we_o,
-  output logic [$clog2(vdla_pkg::LUT_ENTRIES / (vdla_pkg::BUS_WIDTH / 8))-1:0] lut_waddr_o,
+  output logic [$clog2(vdla_pkg::LUT_TABLES * vdla_pkg::LUT_ENTRIES / (vdla_pkg::BUS_WIDTH / 8))-1:0] lut_waddr_o,
   output logic [vdla_pkg::BUS_WIDTH-1:0]    lut_wdata_o,
   output logic                              done_o,   // the load's last write
   output logic                              err_o     // an AXI error response
@@ -96,12 +96,12 @@ module vdla_compute_load (
     if (!eng_valid || type_q == vdla_pkg::MEM_UOP || type_q == vdla_pkg::MEM_LUT) acc_we_o = '0;
   end
 
-  // LUT beats: the table's beat index is the element's times E plus the beat within the element. The write is
+  // LUT beats: the tables' beat index is the element's times E plus the beat within the element. The write is
   // registered (it lands a cycle after the beat, long before an EPI lut can look anything up: the load's last
   // write ends it, and a lookup comes two cycles after an ACC write of a later instruction), so that the LUT
   // RAM's write address starts at a flip-flop: its port D's address is also a read address.
   localparam int E   = vdla_pkg::OUT_BITS / BUS_W;
-  localparam int LAW = $clog2(vdla_pkg::LUT_ENTRIES / (BUS_W / 8));
+  localparam int LAW = $clog2(vdla_pkg::LUT_TABLES * vdla_pkg::LUT_ENTRIES / (BUS_W / 8));
   always_ff @(posedge clk_i or negedge rst_ni) begin
     if (!rst_ni) lut_we_o <= 1'b0;
     else lut_we_o <= eng_valid && !eng_pad && type_q == vdla_pkg::MEM_LUT;

@@ -44,7 +44,7 @@ module vdla_insn_check (
     if (opcode == vdla_pkg::OP_LOAD) begin
       compute_bad_o = !(is_uop || is_acc8 || is_lut || mem.mem_type == vdla_pkg::MEM_ACC)
          || vdla_pkg::mem_tile_bad(mem, tile_end_i, is_uop ? 34'(vdla_pkg::UOP_DEPTH)
-                                                  : is_lut ? 34'(vdla_pkg::LUT_DEPTH) : 34'(vdla_pkg::ACC_DEPTH))
+                                                  : is_lut ? 34'(vdla_pkg::LUT_TABLES * vdla_pkg::LUT_DEPTH) : 34'(vdla_pkg::ACC_DEPTH))
          || (mem.x_size != '0 && (is_uop || is_lut) && vdla_pkg::mem_has_pad(mem));  // not padded
     end else if (opcode == vdla_pkg::OP_GEMM || opcode == vdla_pkg::OP_ALU) begin
       compute_bad_o = 14'(insn_i.gemm.uop_bgn) >= insn_i.gemm.uop_end

@@ -32,8 +32,8 @@
 package vdla_pkg;
 
   // ---- Configuration 'pynq-z2' (vdla/config.py) ----------------------------------------------------
-  localparam int ISA_VERSION          = 8;  // ID[15:0]
-  localparam logic [31:0] CONFIG_HASH = 32'hfa4cadad;  // CONFIG_HASH register
+  localparam int ISA_VERSION          = 9;  // ID[15:0]
+  localparam logic [31:0] CONFIG_HASH = 32'ha7c05714;  // CONFIG_HASH register
   localparam int BATCH                = 1;
   localparam int BLOCK_IN             = 16;
   localparam int BLOCK_OUT            = 16;
@@ -51,6 +51,7 @@ package vdla_pkg;
   localparam int OUT_ELEM_BYTES       = 16;
   localparam int LUT_ENTRIES          = 256;  // activation table entries (int8 in, int8 out)
   localparam int LUT_DEPTH            = 16;  // activation table elements: LUT_ENTRIES / OUT_ELEM_BYTES
+  localparam int LUT_TABLES           = 1;  // activation tables (EPI lut_table), t from element t LUT_DEPTH
   localparam int DW_MAX_K             = 5;  // depthwise window: DW_MAX_K registers of DW_MAX_K INP rows
   localparam int DW_SUPPORTED         = 0;  // depthwise mode (EPI dw): the config's depthwise_mode, BATCH 1, BLOCK_IN == BLOCK_OUT
   localparam int OUT_MUL_SUPPORTED    = 0;  // the OUT-path multiplier (EPI mul)
@@ -213,7 +214,8 @@ package vdla_pkg;
 
   // EPI: the compute stage's epilogue state (requantization, bias, depthwise).
   typedef struct packed {
-    logic [49:0] rsvd_127_78;  // reserved
+    logic [48:0] rsvd_127_79;  // reserved
+    logic        lut_table;    // [78]
     logic [15:0] mul_base;     // [77:62]
     logic [5:0]  mul_shift;    // [61:56]
     logic        mul;          // [55]

@@ -66,6 +66,7 @@ class Epi:
     dw: tuple[int, int, int] | None = None  # the depthwise mode of later GEMMs: (kernel, stride, pitch)
     src_out: bool = False  # later GEMMs read their input rows from OUT (the int8 mirror of ACC), not INP
     mul: tuple[int, int] | None = None  # (first multiplier row, shift): the OUT mirror multiplies GEMM writes
+    lut_table: int = 0  # the activation table ``lut`` reads (of the config's lut_tables)
 
 
 @dataclass(frozen=True, eq=False)
@@ -140,7 +141,7 @@ def emit_op(op: Op, cmd: CommandBuilder, buffers: Mapping[str, Buffer]) -> None:
         k = op.kernel
         cmd.gemm(k.uops, k.iter_out, k.iter_in, k.factors(0), k.factors(1), k.factors(2), init=op.init)
     elif isinstance(op, Epi):
-        cmd.epi(op.req, op.relu, op.shift, op.bias_base, lut=op.lut, dw=op.dw, src_out=op.src_out, mul=op.mul)
+        cmd.epi(op.req, op.relu, op.shift, op.bias_base, op.lut, op.dw, op.src_out, op.mul, op.lut_table)
     elif isinstance(op, PreloadKernel):
         cmd.load_kernel(op.kernel.uops)
     else:

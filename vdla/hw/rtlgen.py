@@ -283,6 +283,7 @@ def _config_params(cfg: HwConfig) -> list[str]:
         rows.append((i, f"{buf.upper()}_ELEM_BYTES", getattr(cfg, f"{buf}_elem_bytes"), ""))
     rows.append((i, "LUT_ENTRIES", LUT_ENTRIES, "activation table entries (int8 in, int8 out)"))
     rows.append((i, "LUT_DEPTH", cfg.lut_depth, "activation table elements: LUT_ENTRIES / OUT_ELEM_BYTES"))
+    rows.append((i, "LUT_TABLES", cfg.lut_tables, "activation tables (EPI lut_table), t from element t LUT_DEPTH"))
     rows.append((i, "DW_MAX_K", DW_MAX_K, "depthwise window: DW_MAX_K registers of DW_MAX_K INP rows"))
     rows.append(
         (

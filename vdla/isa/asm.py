@@ -77,6 +77,8 @@ def disassemble_insn(insn: Insn) -> str:
             words.append(f"dw={insn.dw_k},{insn.dw_stride},{insn.dw_pitch}")
         if insn.mul or insn.mul_base or insn.mul_shift:
             words.append(f"{'mul' if insn.mul else 'mulbase'}={insn.mul_base},{insn.mul_shift}")
+        if insn.lut_table:
+            words.append(f"table={insn.lut_table}")
     else:
         words = ["gemm"] if isinstance(insn, GemmInsn) else ["alu", insn.alu_opcode.name.lower()]
         words += [f for f in ("reset", "init", "pipe") if getattr(insn, f, False)]
@@ -133,7 +135,7 @@ def assemble_line(line: str, where: str = "line") -> Insn | None:
     elif mnemonic == "finish":
         cls, keys = FinishInsn, {}
     elif mnemonic == "epi":
-        cls, keys = EpiInsn, {"shift": "shift", "base": "bias_base"}
+        cls, keys = EpiInsn, {"shift": "shift", "base": "bias_base", "table": "lut_table"}
     else:
         raise IsaError(f"{where}: unknown mnemonic {mnemonic!r}")
     for word in rest:

@@ -16,7 +16,7 @@ from vdla.errors import VdlaError
 
 # The version of the instruction set: its formats and their meaning. The RTL reports it in ID[15:0] (through the
 # generated package), and a driver refuses a bitstream of another version. Raise it with any change to either.
-ISA_VERSION = 8
+ISA_VERSION = 9
 INSN_BITS = 128
 INSN_BYTES = 16
 
@@ -189,6 +189,7 @@ EPI_FIELDS = (
     ("mul", 55, 1),
     ("mul_shift", 56, 6),
     ("mul_base", 62, 16),
+    ("lut_table", 78, 1),
 )
 SIGNED_FIELDS = {"imm"}
 BOOL_FIELDS = {"reset", "use_imm", "init", "req", "relu", "bias", "lut", "dw", "pipe", "src_out", "mul"}
@@ -335,7 +336,8 @@ class AluInsn(LoopInsn):
 class EpiInsn(Insn):
     """Sets the compute stage's epilogue state. ``req``: every later ACC write also writes its OUT mirror
     requantized, clamp((v + 2^(shift-1)) >> shift, 0 if relu else -128, 127), instead of v[7:0]; ``lut``:
-    that int8 value then indexes the activation table (LOAD LUT), whose entry is written instead;
+    that int8 value then indexes activation table ``lut_table`` (of the config's ``lut_tables``, LOAD LUT), whose
+    entry is written instead;
     ``bias``/``bias_base``: the init value of GEMMs with ``init`` (see :class:`GemmInsn`); ``dw``: later GEMMs
     (not resets) run in the depthwise mode, each uop-iteration one output pixel over a ``dw_k`` x ``dw_k``
     window of INP rows ``dw_pitch`` apart, the window moving by ``dw_stride`` columns between the inner
@@ -361,6 +363,7 @@ class EpiInsn(Insn):
     mul: bool = False
     mul_shift: int = 0
     mul_base: int = 0
+    lut_table: int = 0
 
     OPCODE = Opcode.EPI
     FIELDS = EPI_FIELDS

@@ -41,6 +41,20 @@ def _invalid_flags(insn: Insn) -> list[str]:
     ]
 
 
+def _table_unloaded(table: int, loaded: set[int], cfg: HwConfig) -> list[str]:
+    """Why an EPI ``lut`` reading activation table ``table`` reads entries no LOAD LUT wrote (none: it may)."""
+    first = table * cfg.lut_depth
+    missing = sorted(set(range(first, first + cfg.lut_depth)) - loaded)
+    if not missing:
+        return []
+    if len(missing) == cfg.lut_depth:
+        return [f"EPI lut (table {table}) before any LOAD LUT of that table (its elements {first}..)"]
+    return [
+        f"EPI lut (table {table}) with table elements {missing} never loaded by this program (LOAD LUT all "
+        f"{cfg.lut_depth} elements of the table, from element {first}, first: entries not loaded are undefined)"
+    ]
+
+
 def buffer_depth(cfg: HwConfig, mem: MemType) -> int:
     return {
         MemType.UOP: cfg.uop_depth,
@@ -49,7 +63,7 @@ def buffer_depth(cfg: HwConfig, mem: MemType) -> int:
         MemType.ACC: cfg.acc_depth,
         MemType.ACC_8BIT: cfg.acc_depth,
         MemType.OUT: cfg.acc_depth,
-        MemType.LUT: cfg.lut_depth,
+        MemType.LUT: cfg.lut_buffer_depth,
         MemType.UOP_PRE: cfg.uop_depth,
     }[mem]
 
@@ -133,6 +147,8 @@ def check_insn(insn: Insn, cfg: HwConfig, dram: tuple[int, int] | None = None) -
         if insn.bias and insn.bias_base >= cfg.acc_depth:
             problems.append(f"EPI bias_base={insn.bias_base} is outside the ACC buffer (depth {cfg.acc_depth})")
         problems += _dw_problems(insn, cfg)
+        if insn.lut_table >= cfg.lut_tables:
+            problems.append(f"EPI lut_table={insn.lut_table}: config {cfg.name!r} holds {cfg.lut_tables} table(s)")
         if insn.mul and not cfg.out_multiplier:
             problems.append(f"EPI mul: config {cfg.name!r} has no OUT-path multiplier (out_multiplier is false)")
         if insn.mul and insn.mul_base >= cfg.acc_depth:
@@ -162,7 +178,7 @@ def _dw_problems(insn: EpiInsn, cfg: HwConfig) -> list[str]:
 
 def validate_program(insns: list[Insn], cfg: HwConfig, dram: tuple[int, int] | None = None, where: str = "") -> None:
     """Raise IsaError listing every problem: bad fields, out-of-buffer tiles, flags invalid on the stage,
-    unbalanced token queues, FINISH not last, an EPI ``lut`` before LOAD LUTs of the whole activation table.
+    unbalanced token queues, FINISH not last, an EPI ``lut`` before LOAD LUTs of its whole activation table.
     ``dram`` is the [lo, hi) physical byte range; ``where`` (the program's file) leads the message."""
     problems = []
     loaded: set[int] = set()  # table elements LOADed so far (LOAD LUT and EPI both run on the compute stage,
@@ -170,18 +186,11 @@ def validate_program(insns: list[Insn], cfg: HwConfig, dram: tuple[int, int] | N
     for i, insn in enumerate(insns):
         problems += [f"instruction {i}: {p}" for p in check_insn(insn, cfg, dram)]
         if isinstance(insn, MemInsn) and insn.mem_type == MemType.LUT and not insn.is_nop and not insn.store:
-            # the table's elements only (check_insn reports a tile past the table): a hostile size is not a set
-            loaded.update(
-                range(min(insn.sram_base, cfg.lut_depth), min(insn.sram_base + insn.sram_elems, cfg.lut_depth))
-            )
-        missing = sorted(set(range(cfg.lut_depth)) - loaded)
-        if isinstance(insn, EpiInsn) and insn.lut and not loaded:
-            problems.append(f"instruction {i}: EPI lut before any LOAD LUT (the activation table is not loaded)")
-        elif isinstance(insn, EpiInsn) and insn.lut and missing:
-            problems.append(
-                f"instruction {i}: EPI lut with table elements {missing} never loaded by this program "
-                f"(LOAD LUT all {cfg.lut_depth} elements first: entries not loaded are undefined)"
-            )
+            # the buffer's elements only (check_insn reports a tile past it): a hostile size is not a set
+            top = cfg.lut_buffer_depth
+            loaded.update(range(min(insn.sram_base, top), min(insn.sram_base + insn.sram_elems, top)))
+        if isinstance(insn, EpiInsn) and insn.lut:
+            problems += [f"instruction {i}: {p}" for p in _table_unloaded(insn.lut_table, loaded, cfg)]
         if isinstance(insn, FinishInsn) and i != len(insns) - 1:
             problems.append(f"instruction {i}: FINISH before the end of the program")
     if not insns or not isinstance(insns[-1], FinishInsn):

@@ -356,16 +356,22 @@ class CommandBuilder:
         dw: tuple[int, int, int] | None = None,
         src_out: bool = False,
         mul: tuple[int, int] | None = None,
+        lut_table: int = 0,
     ) -> int:
         """Set the epilogue state: with ``req`` later ACC writes store their OUT rows requantized (rounding
         right shift by ``shift``, clamp to [0 if ``relu`` else -128, 127]); with ``lut`` that int8 value is
-        then replaced by its entry in the activation table (:meth:`load_table` first); ``bias_base`` (None:
+        then replaced by its entry in activation table ``lut_table`` (:meth:`load_table` first); ``bias_base`` (None:
         no bias) is the first bias row of GEMMs with ``init``; ``dw`` = (kernel, stride, pitch) puts later
         GEMMs in the depthwise mode; with ``src_out`` later GEMMs read their input rows from OUT instead of INP;
         ``mul`` = (row, shift): the OUT writes of later GEMMs are first multiplied by the multiplier row
         ACC[row + outer index], the product rounded right by ``shift`` (docs/isa.md)."""
         if not 0 <= shift < 32:
             raise CommandError(f"EPI: shift {shift} is outside [0, 31]")
+        if not 0 <= lut_table < self.cfg.lut_tables:
+            raise CommandError(
+                f"EPI: activation table {lut_table} is outside [0, {self.cfg.lut_tables - 1}] (lut_tables of "
+                f"config {self.cfg.name!r})"
+            )
         if bias_base is not None and not 0 <= bias_base < self.cfg.acc_depth:
             raise CommandError(f"EPI: bias row {bias_base} is outside the ACC buffer (depth {self.cfg.acc_depth})")
         k, stride, pitch = dw or (0, 0, 0)
@@ -380,16 +386,22 @@ class CommandBuilder:
                 f"in [0, {MUL_MAX_SHIFT}]"
             )
         muls = {"mul": mul is not None, "mul_base": row, "mul_shift": mshift}
-        insn = EpiInsn(req=req, relu=relu, shift=shift, lut=lut, **bias, **dws, src_out=src_out, **muls)
+        insn = EpiInsn(req=req, relu=relu, shift=shift, lut=lut, lut_table=lut_table, **bias, **dws, src_out=src_out,
+                       **muls)  # fmt: skip
         index = self.emit(insn)
         self._epi = insn
         return index
 
-    def load_table(self, buf: Buffer, offset: int = 0) -> int:
-        """LOAD LUT: the whole activation table (LUT_ENTRIES int8 entries, entry ``i`` the output for the
+    def load_table(self, buf: Buffer, offset: int = 0, table: int = 0) -> int:
+        """LOAD LUT: the whole activation table ``table`` (LUT_ENTRIES int8 entries, entry ``i`` the output for the
         int8 input whose byte is ``i``) from ``buf``, ``offset`` table elements in."""
+        if not 0 <= table < self.cfg.lut_tables:
+            raise CommandError(
+                f"LOAD LUT: activation table {table} is outside [0, {self.cfg.lut_tables - 1}] (lut_tables of "
+                f"config {self.cfg.name!r})"
+            )
         n = self.cfg.lut_depth
-        return self.load(MemType.LUT, 0, buf, offset, 1, n, n)
+        return self.load(MemType.LUT, table * n, buf, offset, 1, n, n)
 
     # ---- finishing --------------------------------------------------------------------------
     def finish(self) -> list[Insn]:

@@ -67,8 +67,8 @@ INP_ROWS, WGT_ROWS, ACC_ROWS = 512, 64, 256  # rows of the DRAM tensors the load
 
 def pynq_full() -> HwConfig:
     """The ``pynq-z2`` preset with every optional unit built (the depthwise mode, the OUT-path multiplier, GEMM
-    input from OUT, a lane of the ALU per accumulator lane) and the 256 KiB WGT buffer: the design before the
-    xc7z020's timing budget, where the tests of those units run (tests/full_units.py)."""
+    input from OUT, a lane of the ALU per accumulator lane, two activation tables) and the 256 KiB WGT buffer: the
+    design before the xc7z020's timing budget, where the tests of those units run (tests/full_units.py)."""
     return replace(
         load_config("pynq"),
         name="pynq-full",
@@ -76,6 +76,7 @@ def pynq_full() -> HwConfig:
         out_multiplier=True,
         alu_lanes=0,
         src_out=True,
+        lut_tables=2,
         wgt_buff_bytes=262144,
         uop_buff_bytes=32768,
     )
@@ -217,7 +218,9 @@ def _epi(rng, cfg: HwConfig, a0: int, dst: int, lut: bool, dw: Dw = None, src_ou
     mul = (BIAS_AREA + int(rng.integers(0, BIAS_ROWS - 2)), int(rng.integers(0, 64))) if rng.random() < 0.4 else None
     mul = mul if cfg.out_multiplier else None
     table = lut and rng.random() < 0.4
-    return dict(req=req, relu=relu, shift=shift, bias_base=base, lut=table, dw=dw, src_out=src_out, mul=mul)
+    which = int(rng.integers(0, cfg.lut_tables))
+    return dict(req=req, relu=relu, shift=shift, bias_base=base, lut=table, dw=dw, src_out=src_out, mul=mul,
+                lut_table=which)  # fmt: skip
 
 
 @dataclass
@@ -373,9 +376,9 @@ def build_program(dev: Device, seed: int) -> RandomProgram:
     cmd.load(MemType.WGT, 0, wgt, int(rng.integers(0, WGT_ROWS - vt * WGT_SHARE)), 1, vt * WGT_SHARE, vt * WGT_SHARE)
     cmd.load(MemType.ACC, 0, acc, int(rng.integers(0, ACC_ROWS - vt * ACC_SHARE)), 1, vt * ACC_SHARE, vt * ACC_SHARE)
     cmd.load(MemType.ACC, BIAS_AREA, acc, 200, 1, BIAS_ROWS, BIAS_ROWS)
-    lut = rng.random() < 0.7  # the whole activation table, so that EPIs may use it
-    if lut:
-        cmd.load_table(tables, int(rng.integers(0, 2 * cfg.lut_depth + 1)))
+    lut = rng.random() < 0.7  # every activation table whole, so that EPIs may use either
+    for table in range(cfg.lut_tables) if lut else ():
+        cmd.load_table(tables, int(rng.integers(0, 2 * cfg.lut_depth + 1)), table)
     state = {"dw": None, "src_out": False}  # the EPI state's depthwise mode and src_out
     for j in range(tiles):
         t = j % vt
@@ -440,11 +443,11 @@ def build_program(dev: Device, seed: int) -> RandomProgram:
             x + int(rng.integers(0, 3)),
             pad=pads,
         )
-        if lut and rng.random() < 0.3:  # new entries for some elements of the table
+        if lut and rng.random() < 0.3:  # new entries for some elements of the tables
             n = int(rng.integers(1, cfg.lut_depth + 1))
             cmd.load(
                 MemType.LUT,
-                int(rng.integers(0, cfg.lut_depth - n + 1)),
+                int(rng.integers(0, cfg.lut_buffer_depth - n + 1)),
                 tables,
                 int(rng.integers(0, 2 * cfg.lut_depth)),
                 1,

@@ -26,8 +26,8 @@ class Sram:
     INP and WGT hold int8 values in float32 arrays: GEMMs run as float32 BLAS products, which are exact
     for integer sums below 2^24 (up to 1024 int8 x int8 terms; longer sums are split). OUT mirrors ACC
     as int8: every ACC write also writes its OUT row, truncated or (after an EPI with ``req``) requantized,
-    then (after an EPI with ``lut``) looked up in the activation table ``lut`` (LUT_ENTRIES int8 entries,
-    indexed by the int8 value's two's-complement byte).
+    then (after an EPI with ``lut``) looked up in activation table ``lut_table`` of ``lut`` (``lut_tables`` tables of
+    LUT_ENTRIES int8 entries, each indexed by the int8 value's two's-complement byte).
     """
 
     def __init__(self, cfg: HwConfig):
@@ -37,7 +37,7 @@ class Sram:
         self.acc = np.zeros((cfg.acc_depth, cfg.batch, cfg.block_out), np.int32)
         self.out = np.zeros((cfg.acc_depth, cfg.batch, cfg.block_out), np.int8)
         self.uop = np.zeros(cfg.uop_depth, np.uint32)
-        self.lut = np.zeros((cfg.lut_depth, cfg.batch, cfg.block_out), np.int8)
+        self.lut = np.zeros((cfg.lut_buffer_depth, cfg.batch, cfg.block_out), np.int8)
         self.epi = EpiInsn()
 
     def mirror(self, rows: np.ndarray | slice, mult: np.ndarray | None = None) -> None:
@@ -50,7 +50,7 @@ class Sram:
             v = _alu_apply(AluOp.REQ, v.astype(np.int64), np.int64(self.epi.shift | self.epi.relu << 5))
         v = v.astype(np.int8)
         if self.epi.lut:
-            v = self.lut.reshape(-1)[v.view(np.uint8)]
+            v = self.lut.reshape(self.cfg.lut_tables, -1)[self.epi.lut_table, v.view(np.uint8)]
         self.out[rows] = v
 
     @property
