@@ -8,11 +8,12 @@ import numpy as np
 import pytest
 
 from vdla.compiler.attention import AttentionSpec, compile_attention, compile_attention_heads
-from vdla.compiler.blocks import Gemm
+from vdla.compiler.blocks import Gemm, Load
 from vdla.compiler.spec import CompileError
 from vdla.config import load_config
 from vdla.graph import oracle
 from vdla.graph.attention import IntAttention
+from vdla.isa import MemType
 from vdla.runtime.device import Device
 from vdla.zoo.random_programs import pynq_full
 
@@ -213,6 +214,17 @@ def test_heads_whose_setups_do_not_fit_beside_each_other_go_in_turn():
 def test_heads_in_one_program_bit_exact_on_rtl(rtl_library):
     specs = head_specs(32, 2, 64, runtime_mask=True)
     run_heads(specs, "pynq", qkv(32, specs[0].views[0]), keep_vector(32), backend="rtl")
+
+
+def test_two_activation_tables_bit_exact_on_rtl(rtl_library):
+    """pynq-full holds both exp tables (lut_tables 2): loaded once ahead of the heads, an EPI selects each plane's;
+    bit-exact on the RTL, with no LOAD LUT among the tiles."""
+    cfg = pynq_full()
+    specs = head_specs(33, 2, 32, runtime_mask=True)
+    layer = compile_attention_heads(specs, cfg)
+    loads = [[op for op in b.compute if isinstance(op, Load) and op.mem == MemType.LUT] for b in layer.stream.blocks]
+    assert cfg.lut_tables == 2 and [len(x) for x in loads] == [1] + [0] * (len(loads) - 1)  # the prologue's
+    run_heads(specs, cfg, qkv(33, specs[0].views[0]), keep_vector(33), backend="rtl")
 
 
 def test_bit_exact_on_rtl(rtl_library):

@@ -376,23 +376,37 @@ class AttentionLowering:
 
     def exp_planes(self, tile: _Tile, rank: int | None = None) -> list[Op]:
         """The scores requantized (MUL by the multiplier row, EPI ``req``), their high exp plane in the OUT mirror
-        of the scores (the table by EPI ``lut``) and the low one in that of their copy. ``rank``: the tile's place
-        among the program's tiles in compute order (None: the only one); an odd rank makes its low plane first,
-        with the table the tile before it left in the LUT, which a rank above 0 does not load again. Over the real
-        queries' rows (:attr:`_Tile.scored`), the low plane from the tile's second plane row."""
+        of the scores (the table by EPI ``lut``) and the low one in that of their copy. With two activation tables
+        (``lut_tables``) both are loaded ahead of the program (:meth:`prologue`) and an EPI selects each. With one,
+        the tiles take turns: ``rank`` is the tile's place among the program's tiles in compute order (None: the
+        only one); an odd rank makes its low plane first, with the table the tile before it left in the LUT, which
+        a rank above 0 does not load again. Over the real queries' rows (:attr:`_Tile.scored`), the low plane from
+        the tile's second plane row."""
         n, cfg = tile.scored, self.cfg
-        order = (1, 0) if rank is not None and rank % 2 else (0, 1)
-        table = (Load(MemType.LUT, 0, "lut", k * cfg.lut_depth, 1, cfg.lut_depth, cfg.lut_depth) for k in order)
+        order = (1, 0) if self.low_first(rank) else (0, 1)
+        if cfg.lut_tables > 1:
+            table = iter(((), ()))
+            selects = order
+        else:
+            table = iter([(Load(MemType.LUT, 0, "lut", k * cfg.lut_depth, 1, cfg.lut_depth, cfg.lut_depth),)
+                          for k in order])  # fmt: skip
+            selects = (0, 0)
         first = next(table)
         return [
             Epi(False, False, 0, self.c0),
             *self.scores(tile),
-            *((first,) if not rank else ()),
-            Epi(True, False, 0, None, lut=True),
+            *(first if not rank else ()),
+            Epi(True, False, 0, None, lut=True, lut_table=selects[0]),
             alu_held(AluOp.MUL, n, tile.a, self.const["sm"], self.limits, shift=self.spec.head.score_shift),
-            next(table),
+            *next(table),
+            *((Epi(True, False, 0, None, lut=True, lut_table=selects[1]),) if cfg.lut_tables > 1 else ()),
             self.alu(AluOp.ADD, ((n, (1, 1)),), tile.a + tile.planes, tile.a, reset=True),
         ]
+
+    def low_first(self, rank: int | None) -> bool:
+        """Whether a tile of ``rank`` (:meth:`exp_planes`) computes its low plane first: an odd rank, where the tiles
+        take turns with one activation table."""
+        return self.cfg.lut_tables == 1 and rank is not None and rank % 2 == 1
 
     def plane_stores(self, tile: _Tile, at: int) -> list[Store]:
         """The two exp planes' real rows into ``ex`` from OUT row ``at`` (the planes' weight tiles, query block, key
@@ -558,7 +572,7 @@ class AttentionLowering:
             Block(
                 thread,
                 (Load(MemType.WGT, tile.w, "ex", plane // lanes, 1, pt, pt),),
-                tuple(self.sums(tile, bool(rank and rank % 2))),
+                tuple(self.sums(tile, self.low_first(rank))),
                 (),
             ),
             Block(
@@ -581,9 +595,11 @@ class AttentionLowering:
         return -(-self.ub // self.tb)
 
     def prologue(self) -> list[Op]:
-        """The constant rows; with a run-time mask the bias rows from the keep vector: ``(keep - 1) << mask_shift``."""
-        width = self.ub + len(CONSTS)
+        """The constant rows; with two activation tables both exp tables (:meth:`exp_planes`); with a run-time mask
+        the bias rows from the keep vector: ``(keep - 1) << mask_shift``."""
+        width, tables = self.ub + len(CONSTS), 2 * self.cfg.lut_depth
         ops: list[Op] = [Load(MemType.ACC, self.c0, "consts", 0, 1, width, width)]
+        ops += [Load(MemType.LUT, 0, "lut", 0, 1, tables, tables)] if self.cfg.lut_tables > 1 else []
         if self.spec.runtime_mask:
             each = ((self.ub, (1, 1)),)
             ops += [
