@@ -49,6 +49,21 @@ def test_bit_exact_on_other_presets(preset):
     np.testing.assert_array_equal(layer.run(Device(cfg), x).out, oracle.layer_norm_int(x, spec.ln))
 
 
+@pytest.mark.parametrize("preset", ["pynq", "pynq-full", "zcu104", "block8"])
+def test_squares_by_pipelined_sqr(preset):
+    """Every element's square is an ALU SQR pipelined over the tile's rows (a row a cycle on a full-width ALU,
+    two on the half-width one): the SQRs, each pipelined, cover the 65 x 192 elements' rows once."""
+    cfg = pynq_full() if preset == "pynq-full" else load_config(preset)
+    x, spec = case(65, 192)
+    layer = compile_layer_norm(spec, cfg)
+    run = layer.run(Device(cfg), x, timeline=True)
+    np.testing.assert_array_equal(run.out, oracle.layer_norm_int(x, spec.ln))
+    labels = [e.label for e in run.result.timeline if e.label.startswith("alu sqr")]
+    assert labels and all(" pipe " in label for label in labels), labels
+    rows = sum(int(np.prod([int(v) for v in lb.split("iter=")[1].split()[0].split(",")])) for lb in labels)
+    assert rows == 65 * 192 // cfg.block_out
+
+
 @pytest.mark.parametrize("n", [16, 48, 256, 352])
 def test_bit_exact_for_a_prescale_and_n_in_up_to_three_int8_parts(n):
     """Short rows take a prescale ``j`` (the rounding shift by ``k - j`` may shift left: ``2^(30 - k)`` against the

@@ -201,6 +201,10 @@ def test_documented_bit_layout():
     assert encode(lsum) == pack(
         {(2, 0): 4, (7, 7): 1, (34, 21): 1, (48, 35): 1, (61, 49): 0x1FFF, (63, 63): 1, (111, 108): 8}
     )
+    sqr = AluInsn(alu_opcode=AluOp.SQR, imm=63, iter_in=5, pipe=True)  # imm: the product's shift
+    assert encode(sqr) == pack(
+        {(2, 0): 4, (34, 21): 1, (48, 35): 1, (61, 49): 5, (63, 63): 1, (111, 108): 9, (127, 112): 63}
+    )
     assert encode(FinishInsn()) == 3
     epi = EpiInsn(req=True, relu=True, shift=21, bias=True, bias_base=0xBEEF, pop_next=True)
     assert encode(epi) == pack({(2, 0): 5, (4, 4): 1, (7, 7): 1, (8, 8): 1, (13, 9): 21, (14, 14): 1, (31, 16): 0xBEEF})
@@ -235,8 +239,9 @@ def test_decode_errors():
         decode(7)
     assert decode(7 << 7).mem_type == MemType.UOP_PRE  # every 3-bit memory type is defined
     assert decode(4 | 8 << 108).alu_opcode == AluOp.LSUM
-    with pytest.raises(IsaError, match="unknown ALU opcode 9"):
-        decode(4 | 9 << 108)
+    assert decode(4 | 9 << 108).alu_opcode == AluOp.SQR
+    with pytest.raises(IsaError, match="unknown ALU opcode 10"):
+        decode(4 | 10 << 108)
     with pytest.raises(IsaError, match="instruction 1: unknown opcode 6"):
         decode_program(encode_program([FinishInsn()]) + (6).to_bytes(16, "little"))
     with pytest.raises(IsaError, match="not a multiple of 16"):

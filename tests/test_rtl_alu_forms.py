@@ -1,8 +1,9 @@
-"""Every ALU operation in every form (immediate or ACC[src], with and without reset) on rows that chain, against
-the simulator in data and cycles. The read-modify-write picks each slot's operands while the slot is in R
-(the forwarding match, the zeroing, b's source) and forms the shift controls from the immediate or the source
-row before the ALU's cycle (vdla_acc_rmw): these programs reach each of those choices, with the rows written
-one and two cycles before and with operands at the shift clamp's and the int8 clamp's edges."""
+"""Every ALU operation in every form (immediate or ACC[src], with and without reset; SQR reading ACC[dst] alone,
+pipelined and not) on rows that chain, against the simulator in data and cycles. The read-modify-write picks each
+slot's operands while the slot is in R (the forwarding match, the zeroing, b's source) and forms the shift
+controls from the immediate or the source row before the ALU's cycle (vdla_acc_rmw): these programs reach each of
+those choices, with the rows written one and two cycles before and with operands at the shift clamp's and the
+int8 clamp's edges."""
 
 from __future__ import annotations
 
@@ -31,6 +32,9 @@ def _program(dev: Device, seed: int) -> tuple[np.ndarray, list[tuple[str, int]]]
     cmd = dev.commands()
     cmd.load(MemType.ACC, 0, acc_d, 0, 1, ROWS, ROWS)
     for op in AluOp:
+        if op == AluOp.SQR:
+            _squares(cmd, rng)
+            continue
         for form in ("imm", "row"):
             for reset in (False, True):
                 n = int(rng.integers(2, 7))
@@ -59,6 +63,22 @@ def _program(dev: Device, seed: int) -> tuple[np.ndarray, list[tuple[str, int]]]
     stored = read_acc(dev, cmd, 0, ROWS)
     run = cmd.synchronize(timeline=True)
     return stored(), [(e.label, e.end - e.start) for e in run.timeline if e.label.startswith("alu")]
+
+
+def _squares(cmd, rng: np.random.Generator) -> None:
+    """Four SQRs (no immediate or reset form: it reads ACC[dst] alone), each with a product shift: one row
+    squared over and over (forwarded, not pipelined), rows along the outer loop, and two pipelined over the
+    inner loop (distinct rows; the second over iter_out 2, its rows overlapping those just written)."""
+    n = int(rng.integers(2, 7))
+    d = int(rng.integers(1, ROWS - 2 * n))
+
+    def shift() -> int:
+        return int(rng.choice([0, 3, 31, 33, 63]))
+
+    cmd.alu(AluOp.SQR, [(d, 0)], iter_in=n, shift=shift())  # the same row: no pipe (its hazard)
+    cmd.alu(AluOp.SQR, [(d, 0)], iter_out=n, dst_factor=(1, 0), shift=shift())
+    cmd.alu(AluOp.SQR, [(d, 0)], iter_in=n, dst_factor=(0, 1), shift=shift(), pipe=True)
+    cmd.alu(AluOp.SQR, [(d + 1, 0)], iter_out=2, iter_in=n, dst_factor=(n, 1), shift=shift(), pipe=True)
 
 
 @pytest.mark.parametrize("cfg", BOTH, ids=["pynq", "full"])  # the half-width ALU and the full-width one

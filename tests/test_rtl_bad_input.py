@@ -63,13 +63,13 @@ def test_unknown_opcode(dev):
 
 
 def test_unknown_alu_operation(dev):
-    """The 4-bit ALU operation field's values past LSUM (8) are no operation: the compute stage's dispatch check
+    """The 4-bit ALU operation field's values past SQR (9) are no operation: the compute stage's dispatch check
     stops the run (ERR_INSN), and the error names the instruction as the host's decoder does."""
     buf = dev.alloc(32)
     buf.write(np.frombuffer(encode_program([FinishInsn()]) * 2, np.uint8))
-    buf.view()[:16] = np.frombuffer((4 | 9 << 108 | 1 << 21 | 1 << 35 | 1 << 49).to_bytes(16, "little"), np.uint8)
+    buf.view()[:16] = np.frombuffer((4 | 10 << 108 | 1 << 21 | 1 << 35 | 1 << 49).to_bytes(16, "little"), np.uint8)
     with pytest.raises(
-        FaultError, match="^instruction 0: ALU: unknown ALU opcode 9 \\(rejected by the hardware: INSN\\)"
+        FaultError, match="^instruction 0: ALU: unknown ALU opcode 10 \\(rejected by the hardware: INSN\\)"
     ):
         dev.backend.run(dev.dram, buf.addr, 2)
     buf.free()
@@ -325,15 +325,19 @@ def test_depthwise_window_outside_inp(full_dev):
 @pytest.mark.parametrize(
     "text,message",
     [
-        ("alu add pipe uop=0:1 iter=1,2 dst=0,1 src=0,0", "pipe is a MUL's, not ADD's$"),
+        ("alu add pipe uop=0:1 iter=1,2 dst=0,1 src=0,0", "pipe is a MUL's or an SQR's, not ADD's$"),
         ("alu mul pipe uop=0:1 iter=1,2 dst=0,1 src=0,0 imm=3", "a pipelined MUL reads its source row"),
         ("alu mul pipe uop=0:2 iter=1,2 dst=0,1 src=0,0", "a pipelined MUL holds .*one micro-op \\(has 2\\)"),
         ("alu mul pipe uop=0:1 iter=1,2 dst=0,1 src=0,1", "a pipelined MUL holds .* src_factor_in 0 \\(is 1\\)$"),
+        ("alu sqr pipe uop=0:2 iter=1,2 dst=0,1 src=0,0", "a pipelined SQR has one micro-op \\(has 2\\)$"),
+        ("alu sqr uop=0:1 iter=1,2 dst=0,1 src=0,0 imm=3", "SQR reads ACC\\[dst\\] alone: no immediate, no reset$"),
+        ("alu sqr reset uop=0:1 iter=1,2 dst=0,1 src=0,0", "SQR reads ACC\\[dst\\] alone: no immediate, no reset$"),
     ],
-    ids=["add", "imm", "two-uops", "moving-source"],
+    ids=["add", "imm", "two-uops", "moving-source", "sqr-two-uops", "sqr-imm", "sqr-reset"],
 )
 def test_bad_pipe_flag(dev, text, message):
-    """ALU pipe on anything but a MUL holding one source row is refused on both backends with the same message
+    """ALU pipe on anything but a MUL holding one source row or an SQR of one micro-op, and an SQR with an
+    immediate or a reset, are refused on both backends with the same message
     (the hardware's dispatch check on the RTL)."""
     for target in (Device("pynq"), dev):
         with pytest.raises(FaultError, match=f"instruction 0 \\(.*\\): {message}"):
@@ -348,15 +352,27 @@ def test_bad_pipe_flag(dev, text, message):
     ],
     ids=["destination", "held-row"],
 )
-def test_pipelined_mul_hazard(dev, dst, src, loop, where):
+@pytest.mark.parametrize("op", ["mul", "sqr"])
+def test_pipelined_mul_hazard(dev, dst, src, loop, where, op):
     """A pipelined MUL whose inner iteration reads the row the one before it writes (its destination, or the
     held source row) stops with a fault on both backends: the simulator names the iteration, the hardware the
-    instruction (ERR_HAZARD). Without pipe the same instruction runs."""
-    for target, message in ((Device("pynq"), f"pipelined MUL: {where}"), (dev, "pipelined MUL: an iteration reads")):
+    instruction (ERR_HAZARD). Without pipe the same instruction runs. A pipelined SQR reads no source row: the
+    same destination faults, the rows past the micro-op's src field run."""
+    name = op.upper()
+    if op == "sqr" and "held" in where:
+        where = None
+    for target, message in (
+        (Device("pynq"), f"pipelined {name}: {where}"),
+        (dev, f"pipelined {name}: an iteration reads"),
+    ):
         uop = target.array(np.array([dst | src << 11], np.uint32))
         load = f"load uop sram=0 dram={uop.elem(4)} y=1 x=1 stride=1\n"
-        text = load + f"alu mul{{}} uop=0:1 iter=1,4 {loop} src=0,0\nfinish"
-        with pytest.raises(FaultError, match=f"instruction 1 \\(alu mul pipe .*\\): {message}"):
+        text = load + f"alu {op}{{}} uop=0:1 iter=1,4 {loop} src=0,0\nfinish"
+        if where is None:  # an SQR over rows 5..8: its micro-op's source row 7 is not read
+            run_asm(target, text.format(" pipe"))
+            uop.free()
+            continue
+        with pytest.raises(FaultError, match=f"instruction 1 \\(alu {op} pipe .*\\): {message}"):
             run_asm(target, text.format(" pipe"))
         run_asm(target, text.format(""))
         uop.free()

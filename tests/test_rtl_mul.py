@@ -141,6 +141,12 @@ def test_alu_cycle_rule():
     # pipelined: the MUL's extra cycle only after each inner loop's last iteration
     assert alu_cycles(t, _insn(mul, pipe=True, **loop)) == base + 30 + 3 * (m - 1) + 3 * (t.alu_ii - 1)
     assert alu_ii(t, mul, False, same_src=True, pipe=True) == 1
+    # SQR reads ACC[dst] alone: a MUL's cycles without a source read, one a cycle pipelined
+    sqr = AluOp.SQR
+    assert src_reads(_insn(sqr, src_factor_in=1, **loop)) == 0 and not holds_src(_insn(sqr, **loop))
+    assert alu_cycles(t, _insn(sqr, src_factor_in=1, **loop)) == base + 30 * m
+    assert alu_cycles(t, _insn(sqr, pipe=True, **loop)) == base + 30 + 3 * (m - 1)
+    assert alu_ii(t, sqr, False) == m and alu_ii(t, sqr, False, pipe=True) == 1
 
 
 def test_half_width_alu_cycle_rule():
@@ -167,5 +173,9 @@ def test_half_width_alu_cycle_rule():
         assert alu_ii(t, op, use_imm=False, passes=p) == 2 + gap + t.alu_ii - 1
     assert alu_cycles(t, _insn(AluOp.MUL, pipe=True, **loop), p) == base + 30 * 2 + 3 * (m - 1) + 3 * (t.alu_ii - 1)
     assert alu_ii(t, AluOp.MUL, False, same_src=True, pipe=True, passes=p) == 2
+    # SQR: two passes and the MUL's cycle (no source read); pipelined, its passes back to back
+    assert alu_cycles(t, _insn(AluOp.SQR, **loop), p) == base + 30 * (2 + m - 1)
+    assert alu_cycles(t, _insn(AluOp.SQR, pipe=True, **loop), p) == base + 30 * 2 + 3 * (m - 1)
+    assert alu_ii(t, AluOp.SQR, False, passes=p) == 3 and alu_ii(t, AluOp.SQR, False, pipe=True, passes=p) == 2
     assert alu_cycles(t, _insn(AluOp.ADD, src_factor_in=1, **loop), p) == base + 30 * t.alu_ii
     assert alu_ii(t, AluOp.ADD, use_imm=True, passes=p) == 1

@@ -8,6 +8,8 @@ import pytest
 from acc_readback import read_acc
 
 from vdla.isa import AluOp, MemType, Stage
+from vdla.runtime.backend import FaultError
+from vdla.runtime.commands import CommandError
 
 RNG = np.random.default_rng(1234)
 INT32 = (-(1 << 31), (1 << 31) - 1)
@@ -119,6 +121,8 @@ def alu_reference(op, a, b):
         return wrap32(a + b)
     if op == AluOp.MUL:
         return wrap32(a * b)
+    if op == AluOp.SQR:
+        return wrap32(a * a)
     if op in (AluOp.SHR, AluOp.RSHR):
         s = max(-31, min(31, b))
         if s < 0:
@@ -151,6 +155,10 @@ def test_alu_ops(device, op, use_imm):
     n = 6
     a = rand_acc(n)
     b = rand_acc(n)
+    if op == AluOp.SQR and use_imm:  # it reads ACC[dst] alone
+        with pytest.raises(CommandError, match="SQR reads ACC.dst. alone"):
+            device.commands().alu(op, [(0, n)], imm=3)
+        return
     if op in (AluOp.SHR, AluOp.RSHR):  # shift amounts around the interesting range, including clamping
         b = RNG.integers(-40, 40, b.shape).astype(np.int32)
     imm = {AluOp.SHR: 5, AluOp.RSHR: 3, AluOp.CLIP: (100 << 8) | (-20 & 0xFF), AluOp.REQ: 0x20 | 9}.get(op, -12345)
@@ -187,6 +195,44 @@ def test_lane_sum_at_its_edges(device):
     assert sums[0] == wrap32(16 * (2**31 - 1)) == -16 and sums[1] == 0
     np.testing.assert_array_equal(out[4:8], np.array(sums + [0])[:, None].repeat(16, 1))
     np.testing.assert_array_equal(out[0], [sums[2]] * 16)
+
+
+def test_square_rounds_and_chains(device):
+    """SQR: ACC[dst]^2 as a 64-bit product rounded right by its shift (half up) and wrapped to int32, its
+    micro-op's src field (row 2047, never loaded) not read; the same row squared twice in one instruction (the
+    second sees the first), and pipelined over distinct rows."""
+    vals = rand_acc(8)
+    vals[1, 0, :6] = [46340, 46341, -46341, 65536, 3, -3]  # around 2^31 (46341^2 wraps) and 2^32 (wraps to 0)
+    buf = device.array(vals)
+    cmd = device.commands()
+    cmd.load(MemType.ACC, 0, buf, 0, 1, 8, 8)
+    far = (1 << 11) - 1  # the micro-op's widest src index, a row this program does not load
+    cmd.alu(AluOp.SQR, [(0, far)], shift=33)
+    cmd.alu(AluOp.SQR, [(1, far)])
+    cmd.alu(AluOp.SQR, [(2, 0)], iter_in=2, shift=31)  # row 2 squared twice, in order
+    cmd.alu(AluOp.SQR, [(3, 0)], iter_in=5, dst_factor=(0, 1), shift=1, pipe=True)  # rows 3..7 pipelined
+    got = read_acc(device, cmd, 0, 8)
+    cmd.synchronize()
+
+    def sq(x, shift):  # mul_shift's arithmetic: exact product, round half up, wrap
+        return wrap32((int(x) * int(x) + ((1 << shift) >> 1)) >> shift)
+
+    v = vals.reshape(8, 16)
+    expect = [[sq(x, 33) for x in v[0]], [sq(x, 0) for x in v[1]], [sq(sq(x, 31), 31) for x in v[2]]]
+    expect += [[sq(x, 1) for x in row] for row in v[3:]]
+    np.testing.assert_array_equal(got().reshape(8, 16), np.array(expect, np.int64).astype(np.int32))
+    assert [sq(x, 0) for x in (46340, 46341, 65536)] == [2147395600, -2147479015, 0]
+
+
+def test_pipelined_square_faults_on_its_hazard(device):
+    """A pipelined SQR whose next inner iteration reads the row it writes (the same destination) is a fault on
+    every backend; the builder, left to choose, does not pipeline it."""
+    cmd = device.commands()
+    cmd.alu(AluOp.SQR, [(0, 0)], iter_in=3)
+    assert not cmd.insns[-1].pipe
+    cmd.alu(AluOp.SQR, [(0, 0)], iter_in=3, pipe=True)
+    with pytest.raises(FaultError, match="pipelined SQR: .*iteration"):
+        cmd.synchronize()
 
 
 def test_alu_sequential_semantics_with_overlapping_indices(device):

@@ -15,14 +15,15 @@ SHIFTS = (AluOp.SHR, AluOp.RSHR, AluOp.REQ)  # they form their shift controls as
 # the operations a half-width ALU runs over the whole row in one cycle (ADD's adders, the GEMM's accumulation):
 # every other one takes two passes of half the lanes (alu_passes)
 FULL_WIDTH = (AluOp.ADD,)
-# the operations whose result comes from the read-modify-write's M stage on every ALU: MUL registers its partial
-# products, LSUM four partial sums of its adder tree
-TWO_CYCLE = (AluOp.MUL, AluOp.LSUM)
+# the operations whose result comes from the read-modify-write's M stage on every ALU: MUL and SQR register their
+# partial products, LSUM four partial sums of its adder tree
+TWO_CYCLE = (AluOp.MUL, AluOp.SQR, AluOp.LSUM)
 
 
 def _held(op: AluOp, same_src: bool) -> bool:
-    """A source row that stays the same for the whole inner loop is held, unless the operation is a shift."""
-    return same_src and op not in SHIFTS
+    """A source row that stays the same for the whole inner loop is held, unless the operation is a shift (or an
+    SQR, which reads no source row)."""
+    return same_src and op not in SHIFTS + (AluOp.SQR,)
 
 
 def holds_src(insn: AluInsn) -> bool:
@@ -37,15 +38,17 @@ def holds_src(insn: AluInsn) -> bool:
 def src_reads(insn: AluInsn) -> int:
     """Uop-iterations of an ALU instruction that read ``ACC[src]`` in a cycle of their own (the ACC has one
     read port): every iteration of a two-operand instruction, or one per outer iteration when it holds its
-    source row (:func:`holds_src`); none with an immediate or a reset (``op(0, v)`` reads one row)."""
-    if insn.reset or insn.use_imm:
+    source row (:func:`holds_src`); none with an immediate or a reset (``op(0, v)`` reads one row), nor for an
+    SQR (:attr:`vdla.isa.AluInsn.reads_src`)."""
+    if insn.reset or not insn.reads_src:
         return 0
     return insn.iter_out if holds_src(insn) else insn.iterations
 
 
 def two_cycle(op: AluOp, passes: int = 1) -> bool:
     """Whether an ALU operation's result comes from the read-modify-write's M stage, a cycle after a one-cycle
-    operation's: a MUL's and an LSUM's (:data:`TWO_CYCLE`: the products, the tree's partial sums registered), and
+    operation's: a MUL's, an SQR's and an LSUM's (:data:`TWO_CYCLE`: the products, the tree's partial sums
+    registered), and
     on a half-width ALU (``passes`` 2, :attr:`vdla.config.HwConfig.alu_passes`) every operation's
     but ADD's (each pass registers its half of the operands in C and computes in M)."""
     return op in TWO_CYCLE or (passes > 1 and op not in FULL_WIDTH)
@@ -61,14 +64,14 @@ def alu_ii(
     passes: int = 1,
 ) -> int:
     """Cycles per uop-iteration of an ALU instruction: ``alu_ii`` when it reads ``ACC[src]`` as well as
-    ``ACC[dst]`` (one ACC read port), else 1: an immediate, a reset, or (``same_src``: one source row for the
-    whole inner loop) a row held across the inner loop (:func:`holds_src`; read once per outer iteration,
-    which this per-iteration figure leaves out). A :func:`two_cycle` operation (a MUL) takes ``alu_mul_cycles -
-    1`` more (:func:`mul_extra`), unless pipelined (``pipe``: then only each inner loop's last, also left out
-    here). On a half-width ALU (``passes`` 2) an operation other than ADD and LSUM issues each iteration twice, once per
-    half of the lanes, the second followed by :func:`mul_extra`. The RTL (``vdla_loop_seq``) issues by the same
-    rule; the compiler's epilogue cost uses this function too."""
-    reads = not (reset or use_imm or _held(op, same_src))
+    ``ACC[dst]`` (one ACC read port), else 1: an immediate, a reset, an SQR (no source row) or (``same_src``: one
+    source row for the whole inner loop) a row held across the inner loop (:func:`holds_src`; read once per outer
+    iteration, which this per-iteration figure leaves out). A :func:`two_cycle` operation (a MUL) takes
+    ``alu_mul_cycles - 1`` more (:func:`mul_extra`), unless pipelined (``pipe``: then only each inner loop's last,
+    also left out here). On a half-width ALU (``passes`` 2) an operation other than ADD (:data:`FULL_WIDTH`)
+    issues each iteration twice, once per half of the lanes, the second followed by :func:`mul_extra`. The RTL
+    (``vdla_loop_seq``) issues by the same rule; the compiler's epilogue cost uses this function too."""
+    reads = not (reset or use_imm or op == AluOp.SQR or _held(op, same_src))
     base = t.alu_ii if reads else 1
     if passes > 1 and op not in FULL_WIDTH:
         base += passes - 1
@@ -78,7 +81,7 @@ def alu_ii(
 
 
 def mul_extra(t: Timing, op: AluOp, passes: int = 1) -> int:
-    """Cycles a :func:`two_cycle` uop-iteration (a MUL or an LSUM; on a half-width ALU every operation but ADD) takes
+    """Cycles a :func:`two_cycle` uop-iteration (a MUL, SQR or LSUM; on a half-width ALU every operation but ADD) takes
     beyond a one-cycle operation's: ``alu_mul_cycles - 1``, 0 for the others. Its slot spends a cycle in the
     read-modify-write's C stage (a MUL's partial products, a half's operands), then one in M (their sum, the
     half's result), so the sequencer leaves the cycle after it without an issue, and the next iteration sees its
@@ -88,8 +91,9 @@ def mul_extra(t: Timing, op: AluOp, passes: int = 1) -> int:
 
 def mul_gaps(insn: AluInsn, passes: int = 1) -> int:
     """Uop-iterations of an ALU instruction followed by :func:`mul_extra` cycles without an issue: every one of a
-    :func:`two_cycle` operation (a MUL or an LSUM; on a half-width ALU every operation but ADD, after its second
-    pass), or with ``pipe`` (:mod:`vdla.isa.pipe`: a MUL of one micro-op) only each inner loop's last; none
+    :func:`two_cycle` operation (a MUL, an SQR or an LSUM; on a half-width ALU every operation but ADD, after its
+    second pass), or with ``pipe`` (:mod:`vdla.isa.pipe`: a MUL or an SQR of one micro-op) only each inner loop's
+    last; none
     otherwise. On a half-width ALU a two-operand instruction that is not a shift or pipelined has none before an
     iteration that
     reads its source row in a SRC slot (every one, or those at inner index 0 when it holds the row), which takes
@@ -105,7 +109,7 @@ def mul_gaps(insn: AluInsn, passes: int = 1) -> int:
 
 def alu_issues(insn: AluInsn, passes: int = 1) -> int:
     """Slots an ALU instruction issues: one per uop-iteration, ``passes`` per uop-iteration of an operation other
-    than ADD and LSUM on a half-width ALU (:attr:`vdla.config.HwConfig.alu_passes`)."""
+    than ADD (:data:`FULL_WIDTH`) on a half-width ALU (:attr:`vdla.config.HwConfig.alu_passes`)."""
     return insn.iterations * (passes if insn.alu_opcode not in FULL_WIDTH else 1)
 
 

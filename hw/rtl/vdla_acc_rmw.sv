@@ -20,6 +20,8 @@
 // cycle after a MUL without an issue (vdla.cycles.mul_extra), except between a pipelined MUL's inner
 // iterations (vdla.isa.pipe): then the slot in R meets a MUL in C, whose result comes too late for it, and
 // reading the row that MUL writes (as the destination, or as the held row) is a fault (hazard_o).
+// An SQR slot is a MUL's whose multipliers take the row read (a) as both operands (mb's selects are ma's): it
+// has no SRC slot and no held row, and pipelines as a MUL does (its destination alone can meet the hazard).
 // The OUT path's multiplier (EPI mul: omul_i, a GEMM's whole run): a SRC slot of a GEMM (the multiplier row's,
 // one at the start of each outer iteration) loads b_q like an ALU's; each GEMM slot's result, as it leaves W,
 // goes to the ALU's multipliers with b_q (omul_en), so that the rounded product of each ACC write comes out of
@@ -99,15 +101,16 @@ module vdla_acc_rmw #(
   // with a row operand, op(0, ACC[src]), computes op(ACC[src], 0) (MIN, MAX and ADD commute; CLIP takes its
   // bounds from a, LSUM its operand, u_alu's clip_a_i; SHR, RSHR, REQ and MUL give 0), so b is never
   // the row read in C.
-  logic          alu_r, held_r, held_fw, zero_op, fw_w, fw_f, a_en;
+  logic          alu_r, held_r, held_fw, zero_op, fw_w, fw_f, a_en, sqr;
   logic          rd_w_q, rd_f_q;            // the row read comes from W, from F, else from the RAM
   logic          a_w_q, a_f_q, a_r_q;       // a: the row read from W, F or the RAM (none: a = 0)
   logic          b_sum_q, b_w_q, b_bq_q;    // b: the GEMM sums, W (the held row just written), b_q (none: 0)
   logic          zero_q, clip_a_q;
   assign alu_r     = r_kind_i == vdla_pkg::SLOT_ALU;
+  assign sqr       = alu_op_i == vdla_pkg::ALU_SQR;  // (no reset, no immediate: vdla_insn_check)
   // a two-operand ALU slot without its SRC slot in C: its b is the held row, which the slot writing next
-  // cycle may write
-  assign held_r    = alu_r && !use_imm_i && !a_zero_i && !c_src;
+  // cycle may write (not an SQR's: it reads no source row)
+  assign held_r    = alu_r && !use_imm_i && !a_zero_i && !c_src && !sqr;
   // (half-width: the SRC slot in C read the row the second pass in M writes, src_fw)
   logic src_fw;
   assign src_fw    = vdla_pkg::ALU_PASSES > 1 && alu_r && c_src && m_valid_q && m_waddr_q == c_addr_q;
@@ -123,10 +126,11 @@ module vdla_acc_rmw #(
                             || (r_valid_i && held_r && c_waddr_q == held_addr_q));
   assign a_en      = !r_zero_i && !(alu_r && a_zero_i && use_imm_i);  // op(0, imm) reads nothing
 
-  // The multipliers' operand selects: a MUL's a and b (its slot in R, now entering C), or (om_next: the GEMM slot
-  // entering W under omul_i) W's result and the multiplier row in b_q; the two never meet (one instruction runs).
+  // The multipliers' operand selects: a MUL's a and b (its slot in R, now entering C), an SQR's a twice, or
+  // (om_next: the GEMM slot entering W under omul_i) W's result and the multiplier row in b_q; the two never meet
+  // (one instruction runs).
   logic om_next, om_q;
-  logic ma_w_q, ma_f_q, ma_r_q, mb_w_q, mb_bq_q;
+  logic ma_w_q, ma_f_q, ma_r_q, mb_w_q, mb_f_q, mb_r_q, mb_bq_q;
   logic [LANES*32-1:0] ma, mb;
   assign om_next = vdla_pkg::OUT_MUL_SUPPORTED != 0 && omul_i && c_next && !c_kill_i;
 
@@ -135,8 +139,10 @@ module vdla_acc_rmw #(
     ma_w_q   <= om_next || (a_en && fw_w);
     ma_f_q   <= !om_next && a_en && fw_f && !fw_w;
     ma_r_q   <= !om_next && a_en && !fw_w && !fw_f;
-    mb_w_q   <= !om_next && held_fw;
-    mb_bq_q  <= om_next || (alu_r && (use_imm_i || !a_zero_i) && !held_fw);
+    mb_w_q   <= !om_next && (held_fw || (sqr && a_en && fw_w));
+    mb_f_q   <= !om_next && sqr && a_en && fw_f && !fw_w;
+    mb_r_q   <= !om_next && sqr && a_en && !fw_w && !fw_f;
+    mb_bq_q  <= om_next || (alu_r && (use_imm_i || !a_zero_i) && !held_fw && !sqr);
   end
 
   always_ff @(posedge clk_i) begin
@@ -161,7 +167,8 @@ module vdla_acc_rmw #(
     a = ({LANES*32{a_w_q}} & w_data) | ({LANES*32{a_f_q}} & f_data_q) | ({LANES*32{a_r_q}} & acc_rdata_i);
     b = ({LANES*32{b_sum_q}} & sum_i) | ({LANES*32{b_w_q}} & w_data) | ({LANES*32{b_bq_q}} & b_q);
     ma = ({LANES*32{ma_w_q}} & w_data) | ({LANES*32{ma_f_q}} & f_data_q) | ({LANES*32{ma_r_q}} & acc_rdata_i);
-    mb = ({LANES*32{mb_w_q}} & w_data) | ({LANES*32{mb_bq_q}} & b_q);
+    mb = ({LANES*32{mb_w_q}} & w_data) | ({LANES*32{mb_f_q}} & f_data_q) | ({LANES*32{mb_r_q}} & acc_rdata_i)
+       | ({LANES*32{mb_bq_q}} & b_q);
   end
 
   vdla_alu #(.LANES(LANES)) u_alu (

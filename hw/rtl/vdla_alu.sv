@@ -16,7 +16,7 @@
 // MUL forms the exact 64-bit product and rounds it right by mul_shift_i (half up; 0 keeps the product's low
 // 32 bits), then keeps 32 bits. It takes two cycles (vdla.cycles.mul_extra): with mul_en_i (its slot's first
 // cycle in C) each lane registers its four 16x16 partial products of the multiplier operands ma_i and mb_i (the
-// caller gives a MUL's a and b there), one DSP48E1 each with its P register; with en_i in the next cycle it sums
+// caller gives a MUL's a and b there, an SQR's a as both: SQR is a MUL here), one DSP48E1 each with its P register; with en_i in the next cycle it sums
 // them, shifts and rounds, from what it registered with the products (the shift); op_i, zero_i, clip_a_i and
 // mul_shift_i are not read then. A MUL's reset (zero_i) comes with a or b zero, so its result is 0 (p = 0 and
 // R < 2^ms: asserted).
@@ -100,10 +100,10 @@ module vdla_alu #(
   // ((2a >> rs) + 1) >> 1 serves SHR, RSHR and REQ, one comparator MIN and MAX. The rounded shift r is the
   // deepest result (operand mux, shifter, add): it joins last, selected for SHR/RSHR and for a REQ within its
   // bounds (whose result is then r itself, an int8), in one LUT after its add; all else is OR'd before.
-  // MUL's second cycle (mul2) selects its rounded product (mul_res, formed beside the lanes) alone (as LSUM's second
-  // cycle its sum, which takes its place). The lanes see the low three bits of the operation (the eight that have a
-  // result of their own here). Each result
-  // is formed under its select (`if (s) x = ...`, zero otherwise: the AND of the AND-OR), so that the Verilated
+  // MUL's and SQR's second cycle (mul2) selects the rounded product (mul_res, formed beside the lanes) alone (as
+  // LSUM's second cycle its sum, which takes its place). The lanes see the low three bits of the operation (the
+  // eight that have a result of their own here; mul2 masks them for SQR and LSUM). Each result is formed under its
+  // select (`if (s) x = ...`, zero otherwise: the AND of the AND-OR), so that the Verilated
   // model computes only the selected one (the GEMM's ADD every GEMM cycle) instead of all of them in every lane.
   function automatic logic [31:0] lane(logic [2:0] op, logic zero, logic signed [31:0] a,
                                        logic signed [31:0] b, vdla_pkg::alu_lane_ctl_t ctl, logic clip_a,
@@ -235,7 +235,10 @@ module vdla_alu #(
   end else begin : g_half
     localparam int H = LANES / 2;
     // the pass in M: its operation and flags, its half of the operands and controls (registered in C)
-    logic                  s2_q, lo2_q, zero2_q, clip2_q, ls2_q;
+    logic                  s2_q, lo2_q, zero2_q, clip2_q, ls2_q, mul2_q;  // mul2_q: a MUL's or SQR's pass
+    // a MUL or an SQR (the caller gives an SQR's operand as ma_i and mb_i: the multipliers see a MUL)
+    logic                  mul_c;
+    assign mul_c = op_i == vdla_pkg::ALU_MUL || op_i == vdla_pkg::ALU_SQR;
     logic [2:0]            op2_q;     // the lanes' operation (the low bits)
     logic [127:0]          ls_q;      // LSUM's four partial sums of the whole row (ls2_q: it is in M)
     logic [H*32-1:0]       a2_q, b2_q, part_q;  // part_q: the first pass's result, the row's low half
@@ -247,6 +250,7 @@ module vdla_alu #(
     always_ff @(posedge clk_i) begin
       s2_q <= mul_en_i;
       ls2_q <= mul_en_i && lsum_c;
+      mul2_q <= mul_en_i && mul_c;
       if (mul_en_i && lsum_c) ls_q <= quad_sums(x1);  // the whole row's (each pass)
       if (mul_en_i) begin
         lo2_q   <= lo_i;
@@ -257,7 +261,7 @@ module vdla_alu #(
         b2_q    <= lo_i ? b_i[0 +: H*32] : b_i[H*32 +: H*32];
         ctl2_q  <= lo_i ? ctl_i[0 +: H*vdla_pkg::ALU_CTL_W] : ctl_i[H*vdla_pkg::ALU_CTL_W +: H*vdla_pkg::ALU_CTL_W];
       end
-      if (mul_en_i && op_i == vdla_pkg::ALU_MUL) begin
+      if (mul_en_i && mul_c) begin
         logic [15:0] r_lo, r_mid;
         logic [30:0] r_hi;
         logic [H*32-1:0] ma, mb;
@@ -275,7 +279,7 @@ module vdla_alu #(
     logic [31:0]     mr;
     logic            mul2;
     always_comb begin
-      mul2 = s2_q && op2_q == 3'(vdla_pkg::ALU_MUL);
+      mul2 = mul2_q;
       for (int l = 0; l < H; l++) begin
         mr = 'x;
         if (mul2) mr = mul_round(hh_q[l], mid_q[l], ll_q[l], ms_q);

@@ -175,7 +175,7 @@ module vdla_compute_loop (
     s1_bias_q    <= ACC_AW'(17'(epi_base_i) + 17'(o));
     s1_dst_rng_q  <= range_of(dst_off, 34'(ACC_DEPTH), DST_BITS, 1'b1);
     s1_src_rng_q  <= range_of(src_off, (gemm_q && !epi_src_out_i) ? 34'(vdla_pkg::INP_DEPTH) : 34'(ACC_DEPTH),
-                              SRC_BITS, gemm_rd || (!gemm_q && !use_imm_q));
+                              SRC_BITS, gemm_rd || (!gemm_q && !use_imm_q && vdla_pkg::alu_reads_src(alu_op_q)));
     s1_wgt_rng_q  <= range_of(wgt_off, 34'(vdla_pkg::WGT_DEPTH), WGT_BITS, gemm_rd);
     s1_bias_bad_q <= gemm_rd && init_q && epi_bias_i && 17'(epi_base_i) + 17'(o) >= 17'(ACC_DEPTH);
   end

@@ -28,13 +28,17 @@ module vdla_insn_check (
 
   // compute: LOADs of UOP, ACC, ACC_8BIT, LUT (micro-ops and the table unpadded, the table's rows within its
   // LUT_ENTRIES / OUT_ELEM_BYTES elements), GEMM/ALU loops within the micro-op buffer with non-zero iterations
-  // (an ALU's pipe on a MUL holding its source row), EPI with its bias rows within ACC, a depthwise kernel and
+  // (an ALU's pipe on a MUL holding its source row or an SQR of one micro-op; an SQR with neither reset nor
+  // use_imm), EPI with its bias rows within ACC, a depthwise kernel and
   // stride the window holds, src_out only where OUT rows are INP rows, mul only with the OUT multiplier (its
   // first row within ACC), FINISH
-  // vdla.isa.pipe.pipe_refusal: a pipelined MUL reads one source row, held across the inner loop
-  logic pipe_ok;
-  assign pipe_ok = insn_i.alu.alu_opcode == vdla_pkg::ALU_MUL && !insn_i.alu.reset && !insn_i.alu.use_imm
-                && insn_i.alu.uop_end == 14'(insn_i.alu.uop_bgn) + 14'd1 && insn_i.alu.src_factor_in == '0;
+  // vdla.isa.pipe.pipe_refusal: a pipelined MUL reads one source row, held across the inner loop; a pipelined
+  // SQR has one micro-op (it reads no source row); neither is a reset or has an immediate
+  logic pipe_ok, sqr_bad;
+  assign pipe_ok = (insn_i.alu.alu_opcode == vdla_pkg::ALU_SQR
+                    || (insn_i.alu.alu_opcode == vdla_pkg::ALU_MUL && insn_i.alu.src_factor_in == '0))
+                && !insn_i.alu.reset && !insn_i.alu.use_imm && insn_i.alu.uop_end == 14'(insn_i.alu.uop_bgn) + 14'd1;
+  assign sqr_bad = insn_i.alu.alu_opcode == vdla_pkg::ALU_SQR && (insn_i.alu.reset || insn_i.alu.use_imm);
   logic is_uop, is_acc8, is_lut;
   assign is_uop  = mem.mem_type == vdla_pkg::MEM_UOP;
   assign is_acc8 = mem.mem_type == vdla_pkg::MEM_ACC_8BIT;
@@ -51,7 +55,8 @@ module vdla_insn_check (
          || insn_i.gemm.uop_end > 14'(vdla_pkg::UOP_DEPTH)
          || insn_i.gemm.iter_out == '0 || vdla_pkg::loop_iter_in(insn_i) == '0
          || (opcode == vdla_pkg::OP_ALU && insn_i.alu.pipe && !pipe_ok)
-         || (opcode == vdla_pkg::OP_ALU && insn_i.alu.alu_opcode > vdla_pkg::ALU_LSUM);  // no such operation
+         || (opcode == vdla_pkg::OP_ALU && sqr_bad)
+         || (opcode == vdla_pkg::OP_ALU && insn_i.alu.alu_opcode > vdla_pkg::ALU_SQR);  // no such operation
     end else if (opcode == vdla_pkg::OP_EPI) begin
       compute_bad_o = (insn_i.epi.bias && 17'(insn_i.epi.bias_base) >= 17'(vdla_pkg::ACC_DEPTH))
          || (insn_i.epi.dw && (vdla_pkg::DW_SUPPORTED == 0 || insn_i.epi.dw_k == '0

@@ -3,10 +3,11 @@
 // with the outer and inner index offsets
 //   dst_off = o * dst_factor_out + i * dst_factor_in   (likewise src and wgt).
 // An ALU iteration that reads ACC[src] in a slot of its own (src_rd_o: every iteration of a two-operand
-// instruction, or only those at inner index 0 when it holds its source row, vdla.cycles.holds_src) is
-// followed by ALU_II - 1 cycles without an issue (two reads on the one ACC read port), and a MUL iteration by
-// ALU_MUL_CYCLES - 1 more (its result comes from the M stage, vdla_acc_rmw), except a pipelined MUL's (pipe:
-// one micro-op) iterations but each inner loop's last (vdla.cycles.mul_gaps); vdla.cycles models the same rules.
+// instruction, or only those at inner index 0 when it holds its source row, vdla.cycles.holds_src; never an
+// SQR's, which reads ACC[dst] alone) is followed by ALU_II - 1 cycles without an issue (two reads on the one
+// ACC read port), and a MUL or SQR iteration by ALU_MUL_CYCLES - 1 more (its result comes from the M stage,
+// vdla_acc_rmw), except a pipelined MUL's or SQR's (pipe: one micro-op) iterations but each inner loop's last
+// (vdla.cycles.mul_gaps); vdla.cycles models the same rules.
 // A half-width ALU (ALU_PASSES 2) issues each iteration of an operation other than ADD twice (alu_lo_o: the
 // first pass, the lanes' low half, which writes nothing; then the high half, which writes the row): the first
 // reads ACC[src] where the iteration does (its gap), the second leaves ALU_MUL_CYCLES - 1 cycles, as a MUL
@@ -311,16 +312,18 @@ module vdla_loop_seq (
       alu_op_q  <= insn_i.alu.alu_opcode;
       use_imm_q <= gemm.hdr.opcode == vdla_pkg::OP_ALU && insn_i.alu.use_imm;  // (a GEMM's bit is a factor's)
       mul_q     <= gemm.hdr.opcode == vdla_pkg::OP_ALU && vdla_pkg::alu_two_cycle(insn_i.alu.alu_opcode);
-      pipe_q    <= gemm.hdr.opcode == vdla_pkg::OP_ALU && insn_i.alu.pipe;  // vdla_insn_check: a MUL's alone
+      pipe_q    <= gemm.hdr.opcode == vdla_pkg::OP_ALU && insn_i.alu.pipe;  // vdla_insn_check: a MUL's, an SQR's
       half_q    <= vdla_pkg::ALU_PASSES > 1 && gemm.hdr.opcode == vdla_pkg::OP_ALU
                    && !vdla_pkg::alu_full_width(insn_i.alu.alu_opcode);
       // vdla.cycles.mul_gaps: two operands, not a shift, not pipelined
       nogap_q   <= vdla_pkg::ALU_PASSES > 1 && gemm.hdr.opcode == vdla_pkg::OP_ALU && !gemm.reset
-                   && !insn_i.alu.use_imm && !insn_i.alu.pipe && !vdla_pkg::alu_full_width(insn_i.alu.alu_opcode)
+                   && !insn_i.alu.use_imm && vdla_pkg::alu_reads_src(insn_i.alu.alu_opcode)
+                   && !insn_i.alu.pipe && !vdla_pkg::alu_full_width(insn_i.alu.alu_opcode)
                    && insn_i.alu.alu_opcode != vdla_pkg::ALU_SHR && insn_i.alu.alu_opcode != vdla_pkg::ALU_RSHR
                    && insn_i.alu.alu_opcode != vdla_pkg::ALU_REQ;
       imm_q     <= insn_i.alu.imm;
-      two_op_q  <= gemm.hdr.opcode == vdla_pkg::OP_ALU && !gemm.reset && !insn_i.alu.use_imm;
+      two_op_q  <= gemm.hdr.opcode == vdla_pkg::OP_ALU && !gemm.reset && !insn_i.alu.use_imm
+                   && vdla_pkg::alu_reads_src(insn_i.alu.alu_opcode);  // (an SQR reads ACC[dst] alone)
       // vdla.cycles.holds_src: one micro-op, the same source row for every inner iteration, not a shift
       hold_q    <= one_uop && gemm.src_factor_in == '0
                    && insn_i.alu.alu_opcode != vdla_pkg::ALU_SHR && insn_i.alu.alu_opcode != vdla_pkg::ALU_RSHR

@@ -149,7 +149,7 @@ package vdla_pkg;
   } mem_type_e;
   typedef enum logic [3:0] {
     ALU_MIN = 4'd0, ALU_MAX = 4'd1, ALU_ADD = 4'd2, ALU_SHR = 4'd3, ALU_MUL = 4'd4, ALU_RSHR = 4'd5,
-    ALU_CLIP = 4'd6, ALU_REQ = 4'd7, ALU_LSUM = 4'd8
+    ALU_CLIP = 4'd6, ALU_REQ = 4'd7, ALU_LSUM = 4'd8, ALU_SQR = 4'd9
   } alu_op_e;
 
   // Common to every instruction: opcode and dependency flags.
@@ -345,9 +345,15 @@ package vdla_pkg;
   endfunction
 
   // The ALU operations whose result comes from the read-modify-write's M stage on every ALU (vdla.cycles.TWO_CYCLE):
-  // MUL (its products registered) and LSUM (its tree's partial sums registered).
+  // MUL and SQR (their products registered) and LSUM (its tree's partial sums registered).
   function automatic logic alu_two_cycle(alu_op_e op);
-    alu_two_cycle = op == vdla_pkg::ALU_MUL || op == vdla_pkg::ALU_LSUM;
+    alu_two_cycle = op == vdla_pkg::ALU_MUL || op == vdla_pkg::ALU_SQR || op == vdla_pkg::ALU_LSUM;
+  endfunction
+
+  // The ALU operations that read a source row (vdla.isa.AluInsn.reads_src, with no immediate): all but SQR, whose
+  // operand is its destination row.
+  function automatic logic alu_reads_src(alu_op_e op);
+    alu_reads_src = op != vdla_pkg::ALU_SQR;
   endfunction
 
   // requantize's bounds {hi, zero, lo} on 2v for `shift` and `relu` (34-bit signed each): 2v >= hi is

@@ -76,7 +76,7 @@ class Alu:
     op: AluOp
     kernel: MicroKernel
     imm: int | None = None
-    shift: int = 0  # a MUL reading the kernel's src rounds its 64-bit product right by this
+    shift: int = 0  # a MUL reading the kernel's src (an SQR) rounds its 64-bit product right by this
     reset: bool = False  # the destination reads as zero: ADD copies src (or writes imm)
 
 
@@ -117,7 +117,8 @@ def alu_nest(op: AluOp, nest, dst: int, src: int, limits: Limits, **kw) -> Alu:
 def alu_held(op: AluOp, rows: int, dst: int, src: int, limits: Limits, **kw) -> Alu:
     """An ALU instruction over ``rows`` consecutive ACC rows from ``dst``, each with the one row ``src``: on the inner
     loop, so that the row is read once and held (a cycle per row instead of ``alu_ii``; a MUL may pipeline,
-    :mod:`vdla.isa.pipe`). A single-axis nest would put the rows on the outer loop (:func:`lower_nest`)."""
+    :mod:`vdla.isa.pipe`). An SQR reads no source row: over rows on the inner loop it pipelines too. A single-axis
+    nest would put the rows on the outer loop (:func:`lower_nest`)."""
     if rows > limits.max_iter:
         return alu_nest(op, ((rows, (1, 0)),), dst, src, limits, **kw)
     uops = np.array([[dst, src, 0]], np.int64)

@@ -8,10 +8,11 @@ The tokens go in tiles of ``R`` rows (:meth:`LayerNormLowering.tile_rows`), each
   GEMMs of the tile against ``n`` times the identity (:func:`scale_parts` blocks, ``n`` may exceed int8) with
   ``init`` from the token's ``-S1`` row (EPI bias, the token on the outer loop); an identity GEMM copies the tile
   into ``q``;
-* ``S2``: ``q = MUL(q, q)``, each token's ``C`` rows of squares added lane by lane into its first, whose ALU
-  LSUM (the sum of a row's lanes, into every lane) is the token's ``S2``; a MUL by the one-hot row ``E_l`` of
-  its lane keeps it (and ``-S1``) in lane ``t % L`` alone (``L = block_out``) and ADDs put the ``L`` tokens of a
-  packed row together: the per-row program runs on ``L`` tokens a row;
+* ``S2``: ``q = SQR(q)`` (the ALU's square, pipelined over the tile's rows: a row a cycle, two on a half-width
+  ALU), each token's ``C`` rows of squares added lane by lane into its first, whose ALU LSUM (the sum of a row's
+  lanes, into every lane) is the token's ``S2``; a MUL by the one-hot row ``E_l`` of its lane keeps it (and
+  ``-S1``) in lane ``t % L`` alone (``L = block_out``) and ADDs put the ``L`` tokens of a packed row together:
+  the per-row program runs on ``L`` tokens a row;
 * the per-row ALU program on the packed rows: ``V``, the binary search of ``k``, ``-m``, the seed, the Newton
   steps, then ``y`` scaled to ``RSHR(y, k - j)`` (:func:`~vdla.graph.oracle.rsqrt_scaled`: a MUL by ``2^(30 -
   max(k, j))`` with the shift ``30 - j``);
@@ -37,7 +38,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from vdla.compiler.blocks import Alu, Block, Epi, Gemm, Load, Op, Store, alu_nest, gemm_nest
+from vdla.compiler.blocks import Alu, Block, Epi, Gemm, Load, Op, Store, alu_held, alu_nest, gemm_nest
 from vdla.compiler.identity import identity_fits, identity_weights
 from vdla.compiler.microcode import Limits
 from vdla.compiler.run import LayerRun, run_bound, scratch_arrays
@@ -291,7 +292,7 @@ class LayerNormLowering:
         ``t % lanes``."""
         r, c = self.r, self.c
         ops: list[Op] = [Epi(False, False, 0, None), self.sums(), *self.deviations(), self.copy(self.q)]
-        ops.append(self.alu(AluOp.MUL, ((r * c, (1, 1)),), self.q, self.q))
+        ops.append(alu_held(AluOp.SQR, r * c, self.q, self.q, self.limits))  # the rows on the inner loop: pipe
         if c > 1:
             ops.append(self.alu(AluOp.ADD, ((r, (c, c)), (c - 1, (0, 1))), self.q, self.q + 1))
         ops += [self.alu(AluOp.LSUM, ((r, (1, c)),), self.tok["s2"], self.q, reset=True)]

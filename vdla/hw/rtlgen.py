@@ -171,9 +171,15 @@ _FUNCTIONS = """\
   endfunction
 
   // The ALU operations whose result comes from the read-modify-write's M stage on every ALU (vdla.cycles.TWO_CYCLE):
-  // MUL (its products registered) and LSUM (its tree's partial sums registered).
+  // MUL and SQR (their products registered) and LSUM (its tree's partial sums registered).
   function automatic logic alu_two_cycle(alu_op_e op);
-    alu_two_cycle = op == vdla_pkg::ALU_MUL || op == vdla_pkg::ALU_LSUM;
+    alu_two_cycle = op == vdla_pkg::ALU_MUL || op == vdla_pkg::ALU_SQR || op == vdla_pkg::ALU_LSUM;
+  endfunction
+
+  // The ALU operations that read a source row (vdla.isa.AluInsn.reads_src, with no immediate): all but SQR, whose
+  // operand is its destination row.
+  function automatic logic alu_reads_src(alu_op_e op);
+    alu_reads_src = op != vdla_pkg::ALU_SQR;
   endfunction
 
   // requantize's bounds {hi, zero, lo} on 2v for `shift` and `relu` (34-bit signed each): 2v >= hi is

@@ -88,7 +88,7 @@ def disassemble_insn(insn: Insn) -> str:
                 words.append(f"{key}={getattr(insn, fo)},{getattr(insn, fi)}")
         if isinstance(insn, AluInsn) and insn.use_imm:
             words.append(f"imm={insn.imm}")
-        elif isinstance(insn, AluInsn) and insn.imm:  # MUL reading ACC[src]: the product's shift
+        elif isinstance(insn, AluInsn) and insn.imm:  # MUL reading ACC[src], SQR: the product's shift
             words.append(f"shift={insn.imm}")
     return " ".join(words + deps)
 
@@ -170,7 +170,7 @@ def assemble_line(line: str, where: str = "line") -> Insn | None:
             kw.update(zip(PAIRS[key], (_int(p, where) for p in parts)))
         elif cls is AluInsn and key == "imm":
             kw.update(use_imm=True, imm=_int(value, where))
-        elif cls is AluInsn and key == "shift" and kw.get("alu_opcode") == AluOp.MUL:
+        elif cls is AluInsn and key == "shift" and kw.get("alu_opcode") in (AluOp.MUL, AluOp.SQR):
             kw.update(use_imm=False, imm=_int(value, where))
         elif cls is EpiInsn and key == "bias":
             kw.update(bias=True, bias_base=_int(value, where))

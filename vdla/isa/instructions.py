@@ -59,6 +59,7 @@ class AluOp(IntEnum):
     CLIP = 6  # clamp to [sext8(v[7:0]), sext8(v[15:8])]
     REQ = 7  # requantize to int8: RSHR by v[4:0], then clamp to [0 if v[5] else -128, 127]
     LSUM = 8  # the sum of v's lanes in every lane of the row (int32, wraps): a lane-sum adder tree; a is not used
+    SQR = 9  # a * a, MUL's arithmetic (imm: the product's shift); reads ACC[dst] alone (no source row, no reset)
 
 
 def clip_imm(lo: int, hi: int) -> int:
@@ -318,10 +319,11 @@ class GemmInsn(LoopInsn):
 
 @dataclass(kw_only=True)
 class AluInsn(LoopInsn):
-    """ACC[dst] = op(ACC[dst], imm or ACC[src]) over the loop (``reset``: ACC[dst] reads as zero). ``pipe`` (a MUL
-    holding its source row, :func:`vdla.isa.pipe.pipe_refusal`) issues the inner iterations one a cycle instead
+    """ACC[dst] = op(ACC[dst], imm or ACC[src]) over the loop (``reset``: ACC[dst] reads as zero); SQR reads
+    ACC[dst] alone (:attr:`reads_src`). ``pipe`` (a MUL holding its source row or an SQR,
+    :func:`vdla.isa.pipe.pipe_refusal`) issues the inner iterations one a cycle instead
     of one every ``alu_mul_cycles``: an iteration may then not read a row the one just before it writes, which
-    is a fault (:func:`vdla.isa.pipe.pipe_hazard`; docs/isa.md, "Pipelined MUL")."""
+    is a fault (:func:`vdla.isa.pipe.pipe_hazard`; docs/isa.md, "Pipelined MUL and SQR")."""
 
     alu_opcode: AluOp = AluOp.ADD
     use_imm: bool = False
@@ -330,6 +332,12 @@ class AluInsn(LoopInsn):
 
     OPCODE = Opcode.ALU
     FIELDS = ALU_FIELDS
+
+    @property
+    def reads_src(self) -> bool:
+        """Whether the operation's second operand is the row ACC[src]: not with an immediate, and not an SQR
+        (its operand is ACC[dst] itself; the micro-ops' src field is not read)."""
+        return not self.use_imm and self.alu_opcode != AluOp.SQR
 
 
 @dataclass(kw_only=True)

@@ -135,10 +135,12 @@ def check_insn(insn: Insn, cfg: HwConfig, dram: tuple[int, int] | None = None) -
         if isinstance(insn, AluInsn) and insn.use_imm and not -(1 << 15) <= insn.imm < 1 << 15:
             problems.append(f"imm={insn.imm} does not fit in 16 signed bits")
         if isinstance(insn, AluInsn) and not insn.use_imm and insn.imm:
-            if insn.alu_opcode != AluOp.MUL:
-                problems.append(f"imm={insn.imm} without use_imm (only MUL reads it, as its shift)")
+            if insn.alu_opcode not in (AluOp.MUL, AluOp.SQR):
+                problems.append(f"imm={insn.imm} without use_imm (only MUL and SQR read it, as their shift)")
             elif not 0 <= insn.imm <= MUL_MAX_SHIFT:
-                problems.append(f"MUL shift={insn.imm} outside [0, {MUL_MAX_SHIFT}]")
+                problems.append(f"{insn.alu_opcode.name} shift={insn.imm} outside [0, {MUL_MAX_SHIFT}]")
+        if isinstance(insn, AluInsn) and insn.alu_opcode == AluOp.SQR and (insn.use_imm or insn.reset):
+            problems.append("SQR reads ACC[dst] alone: no immediate, no reset")
         if isinstance(insn, AluInsn) and insn.pipe and (why := pipe_refusal(insn)):
             problems.append(why)
         if isinstance(insn, GemmInsn) and insn.reset and insn.init:

@@ -319,11 +319,13 @@ class CommandBuilder:
         pipe: bool | None = None,
     ) -> int:
         """ALU micro-kernel: ACC[dst'] = op(ACC[dst'], imm if given else ACC[src']); with ``reset`` ACC[dst']
-        reads as zero (ADD copies). ``shift``: a MUL reading ACC[src'] rounds its 64-bit product right by it
-        (:func:`vdla.isa.arith.mul_shift`). Uops are (dst, src) or (dst, src, 0) triples. ``pipe``: issue a
-        MUL's inner iterations one a cycle (:mod:`vdla.isa.pipe`); None sets it wherever it is valid and gains."""
+        reads as zero (ADD copies); SQR: ACC[dst'] = ACC[dst']^2 (src' not read). ``shift``: a MUL reading
+        ACC[src'] or an SQR rounds its 64-bit product right by it (:func:`vdla.isa.arith.mul_shift`). Uops are
+        (dst, src) or (dst, src, 0) triples. ``pipe``: issue a MUL's or an SQR's inner iterations one a cycle
+        (:mod:`vdla.isa.pipe`); None sets it wherever it is valid and gains."""
         arr = self._uop_array(uops)
-        factors = {"dst": dst_factor} if imm is not None else {"dst": dst_factor, "src": src_factor}
+        reads_src = imm is None and AluOp(op) != AluOp.SQR
+        factors = {"dst": dst_factor, "src": src_factor} if reads_src else {"dst": dst_factor}
         self._loop_check(
             f"ALU {AluOp(op).name}",
             arr,
@@ -333,9 +335,10 @@ class CommandBuilder:
         )
         if imm is not None and not -(1 << 15) <= imm < 1 << 15:
             raise CommandError(f"ALU {AluOp(op).name}: immediate {imm} does not fit in 16 signed bits")
-        if shift and (AluOp(op) != AluOp.MUL or imm is not None or not 0 <= shift <= MUL_MAX_SHIFT):
+        if shift and (AluOp(op) not in (AluOp.MUL, AluOp.SQR) or imm is not None or not 0 <= shift <= MUL_MAX_SHIFT):
             raise CommandError(
-                f"ALU {AluOp(op).name}: shift={shift} needs MUL reading ACC[src] and lies in [0, {MUL_MAX_SHIFT}]"
+                f"ALU {AluOp(op).name}: shift={shift} needs MUL reading ACC[src] or SQR and lies in "
+                f"[0, {MUL_MAX_SHIFT}]"
             )
         bgn, end = self._kernel(arr)
         loop = _loop_fields(bgn, end, (iter_out, iter_in), dst=dst_factor, src=src_factor)

@@ -104,8 +104,8 @@ class Diagnosis:
             return FaultError(f"{where}: a micro-op index lies outside its buffer (stopped by the hardware)")
         if code == "HAZARD":
             return FaultError(
-                f"{where}: pipelined MUL: an iteration reads the ACC row the one before it writes (stopped by the "
-                "hardware: drop pipe or reorder the rows)"
+                f"{where}: pipelined {insn.alu_opcode.name}: an iteration reads the ACC row the one before it writes "
+                "(stopped by the hardware: drop pipe or reorder the rows)"
             )
         if code == "BUS" and not problems:
             problems = [

@@ -92,7 +92,7 @@ ERRORS = {
         f"start for {DEADLOCK_WINDOW} cycles)",
     ),
     "ALIGN": (6, "INSN_ADDR not 16-byte aligned"),
-    "HAZARD": (7, "a pipelined MUL's iteration reads the row the iteration just before it writes"),
+    "HAZARD": (7, "a pipelined MUL's or SQR's iteration reads the row the iteration just before it writes"),
 }
 ERROR_UNITS = ("fetch", "load", "compute", "store")
 

@@ -10,7 +10,7 @@ configuration; :func:`program_features` what a program uses):
   kept for them), the activation table (LOAD LUT: all of it, then updates of some of its elements), STOREs of
   OUT, and token-only no-ops;
 * GEMMs with random micro-op kernels and loop factors, resets and ``init``; every ALU opcode with immediates or
-  overlapping second operands, resets, MUL's rounding shift and the pipelined MUL;
+  overlapping second operands, resets, MUL's and SQR's rounding shift and the pipelined MUL and SQR;
 * EPI states with every flag the configuration builds: OUT requantization (with ReLU), bias rows in the thread's
   share, among its destinations or in a shared area, the activation table (``lut``), the OUT-path multiplier
   (``mul``, its rows in the shared area), the depthwise mode (random kernels up to DW_MAX_K, strides and window
@@ -280,7 +280,8 @@ def _plan_gemms(rng, cfg: HwConfig, a0: int, i0: int, w0: int, state: dict, lut:
 
 
 def _plan_alus(rng, a0: int) -> list[_Kernel]:
-    """A tile's ALU instructions: random opcodes and loops, and sometimes a MUL that may issue pipelined."""
+    """A tile's ALU instructions: random opcodes and loops (an SQR with neither immediate nor reset: it reads
+    ACC[dst] alone), and sometimes a MUL or an SQR that may issue pipelined."""
     out = []
     for _ in range(int(rng.integers(1, 5))):
         op = AluOp(int(rng.integers(0, len(AluOp))))
@@ -288,21 +289,19 @@ def _plan_alus(rng, a0: int) -> list[_Kernel]:
         uops = [(a0 + d, a0 + s) for d, s in uops]
         shift = op in (AluOp.SHR, AluOp.RSHR)
         imm = int(rng.integers(-40, 40) if shift else rng.integers(-(1 << 15), 1 << 15))
-        imm = imm if rng.random() < 0.5 else None
-        reset = rng.random() < 0.05
-        mshift = (
-            int(rng.integers(0, MUL_MAX_SHIFT + 1)) if op == AluOp.MUL and imm is None and rng.random() < 0.5 else 0
-        )
+        imm = imm if rng.random() < 0.5 and op != AluOp.SQR else None
+        reset = rng.random() < 0.05 and op != AluOp.SQR
+        mul = op in (AluOp.MUL, AluOp.SQR)
+        mshift = int(rng.integers(0, MUL_MAX_SHIFT + 1)) if mul and imm is None and rng.random() < 0.5 else 0
         out.append(_Kernel("alu", io, ii, f, uops, reset=reset, op=op, imm=imm, shift=mshift))
-    if rng.random() < 0.3:  # a MUL holding its source row over the inner loop: the builder pipelines it
+    if rng.random() < 0.3:  # a MUL holding its source row over the inner loop, or an SQR: the builder pipelines it
+        op = AluOp.SQR if rng.random() < 0.3 else AluOp.MUL
         io, ii, fi = int(rng.integers(1, 4)), int(rng.integers(2, 5)), int(rng.integers(1, 3))
         dst = a0 + int(rng.integers(0, HALF - io * ii * fi + 1))  # rows of one half, the held rows in the other
         src = a0 + HALF + int(rng.integers(0, HALF - io + 1))
         f = {"dst": (ii * fi, fi), "src": (1, 0)}
         mshift = int(rng.integers(0, MUL_MAX_SHIFT + 1))
-        out.insert(
-            int(rng.integers(0, len(out) + 1)), _Kernel("alu", io, ii, f, [(dst, src)], op=AluOp.MUL, shift=mshift)
-        )
+        out.insert(int(rng.integers(0, len(out) + 1)), _Kernel("alu", io, ii, f, [(dst, src)], op=op, shift=mshift))
     return out
 
 

@@ -3,8 +3,9 @@ simulator's golden semantics (vdla.runtime.sim.semantics). Driven and sampled on
 
 Every operation gives its result the cycle after en_i. A MUL takes two cycles: mul_en_i with the operands on
 ma_i and mb_i (the partial products are registered), then en_i with other operands on a and b (MUL's second
-cycle reads only what it registered); an LSUM likewise, its operand on b_i in the first cycle (the four partial
-sums registered), its sum in every lane; the bench then changes the inputs without en_i and checks the result
+cycle reads only what it registered); an SQR likewise, its operand a on ma_i and mb_i both (as the
+read-modify-write gives it); an LSUM likewise, its operand on b_i in the first cycle (the four partial sums
+registered), its sum in every lane; the bench then changes the inputs without en_i and checks the result
 holds. The OUT path's multiply (omul_en_i) gives its rounded product on ores_o while res_o takes ADDs. The
 shift controls ctl_i, which the read-modify-write forms from b before the ALU's cycle, come from lane_ctl
 (the documented semantics of vdla_pkg::alu_lane_ctl); the whole-accelerator tests check that function."""
@@ -64,7 +65,7 @@ async def every_opcode_matches_the_golden_model(dut):
     dut.clip_a_i.value = 0
     await FallingEdge(dut.clk_i)
     muls = 0
-    two_cycle = (AluOp.MUL, AluOp.LSUM)
+    two_cycle = (AluOp.MUL, AluOp.SQR, AluOp.LSUM)
     for op in AluOp:
         for _ in range(40):
             a = [
@@ -79,7 +80,7 @@ async def every_opcode_matches_the_golden_model(dut):
             dut.op_i.value, dut.a_i.value, dut.b_i.value, dut.en_i.value = int(op), pack(a), pack(b), 1
             dut.ctl_i.value, dut.mul_shift_i.value = pack_ctl(op, b), shift
             if op in two_cycle:  # first cycle: the partial products (sums); second: the result from them alone
-                dut.ma_i.value, dut.mb_i.value = pack(a), pack(b)
+                dut.ma_i.value, dut.mb_i.value = pack(a), pack(a if op == AluOp.SQR else b)
                 dut.en_i.value, dut.mul_en_i.value = 0, 1
                 await FallingEdge(dut.clk_i)
                 dut.en_i.value, dut.mul_en_i.value = 1, 0

@@ -350,8 +350,8 @@ def _products(sram: Sram, src: np.ndarray, wgt: np.ndarray) -> np.ndarray:
 
 
 def _alu_apply(op: AluOp, a: np.ndarray, b: np.ndarray, shift: int = 0) -> np.ndarray:
-    """One ALU operation lane-wise on int64 copies of int32 values; returns int32. ``shift``: MUL's
-    rounding shift of the 64-bit product (the imm of a MUL reading ACC[src])."""
+    """One ALU operation lane-wise on int64 copies of int32 values; returns int32. ``shift``: MUL's and SQR's
+    rounding shift of the 64-bit product (the imm of a MUL reading ACC[src], of an SQR); SQR does not read b."""
     if op == AluOp.MIN:
         r = np.minimum(a, b)
     elif op == AluOp.MAX:
@@ -360,6 +360,8 @@ def _alu_apply(op: AluOp, a: np.ndarray, b: np.ndarray, shift: int = 0) -> np.nd
         r = a + b
     elif op == AluOp.MUL:
         r = mul_shift(a, b, shift)
+    elif op == AluOp.SQR:
+        r = mul_shift(a, a, shift)
     elif op in (AluOp.SHR, AluOp.RSHR):
         r = shift_lanes(a, b, rounding=op == AluOp.RSHR)
     elif op == AluOp.CLIP:
@@ -374,22 +376,24 @@ def _alu_apply(op: AluOp, a: np.ndarray, b: np.ndarray, shift: int = 0) -> np.nd
     return (np.asarray(r) & 0xFFFFFFFF).astype(np.uint32).view(np.int32)
 
 
-def _check_pipe(dst: np.ndarray, src: np.ndarray) -> None:
-    """A pipelined MUL (one micro-op: rows shaped (iter_out, iter_in)) whose inner iteration reads the row the
-    one before it writes: the hardware stops before that read (:func:`vdla.isa.pipe.pipe_hazard`)."""
+def _check_pipe(dst: np.ndarray, src: np.ndarray | None, name: str) -> None:
+    """A pipelined MUL or SQR ``name`` (one micro-op: rows shaped (iter_out, iter_in); ``src`` None for an SQR)
+    whose inner iteration reads the row the one before it writes: the hardware stops before that read
+    (:func:`vdla.isa.pipe.pipe_hazard`)."""
     at = pipe_hazard(dst, src)
     if at is not None:
         o, i = at
         row = int(dst[o, i])
         what = "destination" if dst[o, i + 1] == row else "held source row"
         raise FaultError(
-            f"pipelined MUL: iteration ({o}, {i}) writes ACC row {row}, which the next iteration reads as its "
-            f"{what} (a pipelined MUL's next iteration cannot see it: drop pipe or reorder the rows)"
+            f"pipelined {name}: iteration ({o}, {i}) writes ACC row {row}, which the next iteration reads as its "
+            f"{what} (a pipelined {name}'s next iteration cannot see it: drop pipe or reorder the rows)"
         )
 
 
 def exec_alu(sram: Sram, insn: AluInsn) -> None:
-    """ACC[dst] = op(ACC[dst], imm or ACC[src]) over the micro-op loop, with sequential semantics.
+    """ACC[dst] = op(ACC[dst], imm or ACC[src]) over the micro-op loop, with sequential semantics (SQR:
+    ACC[dst] = mul_shift(ACC[dst], ACC[dst], imm), no source row).
 
     With reset, ACC[dst] reads as zero: ACC[dst] = op(0, imm or ACC[src]) (ADD copies, ADD imm 0 clears).
     """
@@ -397,10 +401,12 @@ def exec_alu(sram: Sram, insn: AluInsn) -> None:
     dst, src = (x.reshape(-1) for x in _loop_indices(sram, insn, ("dst", "src")))
     _check_range(dst, cfg.acc_depth, "ALU ACC (dst)")
     acc = sram.acc
-    if not insn.use_imm:
+    reads_src = insn.reads_src
+    if reads_src:
         _check_range(src, cfg.acc_depth, "ALU ACC (src)")
     if insn.pipe:
-        _check_pipe(dst.reshape(insn.iter_out, insn.iter_in), src.reshape(insn.iter_out, insn.iter_in))
+        rows = src.reshape(insn.iter_out, insn.iter_in) if reads_src else None
+        _check_pipe(dst.reshape(insn.iter_out, insn.iter_in), rows, insn.alu_opcode.name)
     # Occurrence number of each dst: iterations with equal rank touch distinct entries.
     order = np.argsort(dst, kind="stable")
     sd = dst[order]
@@ -409,9 +415,9 @@ def exec_alu(sram: Sram, insn: AluInsn) -> None:
     rank[order] = np.arange(dst.size) - np.maximum.accumulate(np.where(first, np.arange(dst.size), 0))
     owner = np.full(cfg.acc_depth, -1, np.int64)
     owner[dst] = np.arange(dst.size)  # with duplicates, some writer of each entry
-    mul_sh = 0 if insn.use_imm else insn.imm  # MUL reading ACC[src]: imm is the product's shift
-    reads_written = not insn.use_imm and bool(np.any((owner[src] >= 0) & (src != dst)))
-    if reads_written or (not insn.use_imm and rank.max() > 0 and np.any(owner[src] >= 0)):
+    mul_sh = 0 if insn.use_imm else insn.imm  # MUL reading ACC[src], SQR: imm is the product's shift
+    reads_written = reads_src and bool(np.any((owner[src] >= 0) & (src != dst)))
+    if reads_written or (reads_src and rank.max() > 0 and np.any(owner[src] >= 0)):
         for n in range(dst.size):  # a source is also a destination: only a sequential order is exact
             a = np.zeros(acc[dst[n]].shape, np.int64) if insn.reset else acc[dst[n]].astype(np.int64)
             acc[dst[n]] = _alu_apply(insn.alu_opcode, a, acc[src[n]].astype(np.int64), mul_sh)
@@ -421,7 +427,7 @@ def exec_alu(sram: Sram, insn: AluInsn) -> None:
     for r in range(int(rank.max()) + 1):
         sel = rank == r if rank.max() else slice(None)
         d = dst[sel]
-        b = imm if insn.use_imm else acc[src[sel]].astype(np.int64)
+        b = acc[src[sel]].astype(np.int64) if reads_src else imm
         a = np.zeros(acc[d].shape, np.int64) if insn.reset else acc[d].astype(np.int64)
         acc[d] = _alu_apply(insn.alu_opcode, a, b, mul_sh)
     sram.mirror(_distinct(dst, cfg.acc_depth))
