@@ -26,6 +26,15 @@ tail begins). Later loads pop every cross-layer token first, so they do not take
 prologue. Where a tail GEMM's reads cannot be told (the depthwise mode, reads from OUT), one free token after
 the last GEMM guards every INP row and ``k``'s WGT rows.
 
+**Weights ahead.** Given the configuration and a relocation, layer ``k + 1`` loads the first weights of
+``k + 2`` (the weight loads of its first load group, the group's flags moved to its last load of another type)
+ahead of its own first INP load and the cross-layer pops before it, where its load stage waits for ``k``'s ready
+token: they then load while ``k``'s last tiles compute. That is where they take longer to load than ``k + 1``'s
+compute-stage instructions take (a short layer: a one-token LayerNorm before a classifier head), fit clear of the
+WGT rows of ``k`` and ``k + 1`` (``k + 2`` is relocated there) and read no DRAM byte a store of ``k`` or ``k + 1``
+writes. Every earlier layer is done with the rows: ``k``'s loads, ahead of them, pop every cross-layer token of
+``k - 1``.
+
 **Micro-ops ahead.** On request (a model's joined steps), each layer after the first loads its micro-ops on
 the load stage (LOAD UOP_PRE, ahead of its first load) instead of in its compute-stage prologue, where that is
 safe (:func:`hoist_uop_loads`): its micro-ops then load while the previous layer computes. Its kernels move in
@@ -46,6 +55,7 @@ import numpy as np
 
 from vdla.compiler.spec import CompileError
 from vdla.config import HwConfig
+from vdla.cycles import CycleModel
 from vdla.isa import (
     EpiInsn,
     FinishInsn,
@@ -179,6 +189,60 @@ def _reorder_first_group(loads: list[Insn]) -> list[Insn]:
     for f, v in flags.items():
         setattr(ordered[-1], f, v)
     return ordered + loads[g + 1 :]
+
+
+def _lead_weights(prog: list[Insn], take: bool = False) -> list[Insn]:
+    """The weight loads of a layer program's first load group (FINISH dropped) where that group pops no token
+    and holds a load of another type, else none. With ``take``, they move ahead of the layer
+    (:func:`_weights_ahead`): the group's flags go to its last load of another type."""
+    loads = [s for s in prog if s.stage == Stage.LOAD]
+    g = next((i for i, s in enumerate(loads) if s.deps()), None)
+    if g is None or pops_of(loads[g]):
+        return []
+    group = loads[: g + 1]
+    rest = [s for s in group if s.mem_type != MemType.WGT]
+    lead = [s for s in group if s.mem_type == MemType.WGT and not s.is_nop]
+    if not rest or not lead:
+        return []
+    if take and loads[g] not in rest:
+        for f in ("push_prev", "push_next"):
+            setattr(rest[-1], f, getattr(loads[g], f))
+            setattr(loads[g], f, False)
+    return lead
+
+
+def _weights_ahead(body: list[Insn], ahead: list[Insn]) -> list[Insn]:
+    """A joined layer ``body`` with the next layer's lead weight loads (``ahead``) issued ahead of its first
+    INP load and the cross-layer pops just before it, where its load stage waits for the ready token."""
+    at = next(i for i, s in enumerate(body) if _is_inp_load(s))
+    while at and body[at - 1].stage == Stage.LOAD and body[at - 1].is_nop:
+        at -= 1
+    return body[:at] + ahead + body[at:]
+
+
+def _is_inp_load(insn: Insn) -> bool:
+    return isinstance(insn, MemInsn) and insn.mem_type == MemType.INP and insn.stage == Stage.LOAD and not insn.is_nop
+
+
+def _can_take_weights(before: list[Insn], prog: list[Insn], nxt: list[Insn], cfg: HwConfig) -> bool:
+    """Whether layer program ``prog`` (after ``before``) may issue the lead weight loads of ``nxt`` (the layer
+    after it) ahead of its first INP load: it has one, and those loads read no DRAM byte that a store of
+    ``before`` or ``prog`` writes."""
+    lead = _lead_weights(nxt[:-1])
+    if not lead or not any(_is_inp_load(s) for s in prog):
+        return False
+    if _busy(lead, cfg) <= _busy([s for s in prog if s.stage == Stage.COMPUTE], cfg):
+        return False
+    written = Pending.of([s for s in before + prog if isinstance(s, MemInsn) and s.store and not s.is_nop], cfg)
+    return not any(written.overlaps(s) for s in lead)
+
+
+def _busy(insns: Sequence[Insn], cfg: HwConfig) -> int:
+    """The cycles ``insns`` take run one after the other on their own (:class:`CycleModel`)."""
+    model, t = CycleModel(cfg), 0
+    for insn in insns:
+        t += model.duration(insn, t)
+    return t
 
 
 def _ready_at(loads: list[Insn]) -> int:
@@ -408,7 +472,8 @@ def join_programs(
     With ``relocate`` (``relocate(program, offset)``: the program with its WGT rows moved by ``offset``, its
     LOAD WGT and GEMM micro-op kernels rewritten) and the buffer's ``wgt_depth``, a layer whose weights would
     overwrite rows the previous layer still reads is moved clear of them where both fit, and then needs no
-    free token: its weights load while the previous layer computes. With ``cfg`` and ``read_uops`` (micro-op
+    free token: its weights load while the previous layer computes; with ``cfg`` too, a short layer loads the
+    next one's first weights ahead of its own input (module docstring). With ``cfg`` and ``read_uops`` (micro-op
     words from DRAM), consecutive layers join by early links (module docstring); with ``hoist_uops`` too, later
     layers load their micro-ops ahead on the load stage (:func:`hoist_uop_loads`: only in the outermost join,
     whose token counts its safety check reads; a joined program joined again keeps its LOAD UOPs).
@@ -421,14 +486,24 @@ def join_programs(
     finish: Insn | None = None
     link: Link | None = None
     progs = [[copy.copy(insn) for insn in p] for p in programs]  # an instruction's fields are scalars
+    ahead: list[Insn] = []  # this layer's lead weight loads, issued in the previous layer's load stream
     for i, prog in enumerate(progs):
         if not prog or not isinstance(prog[-1], FinishInsn):
             raise CompileError(f"layer program {i} does not end with FINISH")
+        moved: list[Insn] = []
         if i + 1 < len(progs) and relocate is not None and wgt_depth is not None:
-            off = weight_offset(wgt_rows(prog), wgt_rows(progs[i + 1]), wgt_depth)
-            if off:
-                progs[i + 1] = relocate(progs[i + 1], off)
-        body = prog[:-1] if finish is None else _after(prev, prog[:-1], finish, link)
+            nxt = progs[i + 1]
+            if i and cfg is not None and _can_take_weights(progs[i - 1], prog, nxt, cfg):
+                off = weight_offset(wgt_rows(progs[i - 1]) + wgt_rows(prog), wgt_rows(nxt), wgt_depth)
+                if off is not None:
+                    progs[i + 1] = nxt = relocate(nxt, off) if off else nxt
+                    moved = _lead_weights(nxt[:-1], take=True)
+            if not moved:
+                off = weight_offset(wgt_rows(prog), wgt_rows(nxt), wgt_depth)
+                if off:
+                    progs[i + 1] = relocate(nxt, off)
+        own = [s for s in prog[:-1] if all(s is not a for a in ahead)]
+        body = own if finish is None else _after(prev, own, finish, link)
         link = None
         if i + 1 < len(progs) and cfg is not None and read_uops is not None:
             link = Link.of(prog[:-1], cfg, read_uops)
@@ -436,9 +511,11 @@ def join_programs(
         elif i + 1 < len(progs) and _overlap(wgt_rows(prog), wgt_rows(progs[i + 1])):
             at = _free_at(body)
             body = body[:at] + [nop(Stage.COMPUTE, FREE.push_flag)] + body[at:]
+        if moved:
+            body = _weights_ahead(body, moved)
         starts.append(len(out))
         out += body
-        prev, finish = body, prog[-1]
+        prev, finish, ahead = prog[:-1], prog[-1], moved
     out.append(finish)
     if cfg is not None and hoist_uops:
         return hoist_uop_loads(LayerStream(out, tuple(starts)), cfg)
