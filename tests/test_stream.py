@@ -237,7 +237,8 @@ def test_a_short_layer_loads_the_next_layers_first_weights_ahead_of_its_input(ba
     own = wgt_rows(insns[a0:b0]) + wgt_rows([x for x in insns[a:b] if all(x is not y for y in ahead)])
     assert not stream_mod._overlap(own, wgt_rows(ahead))
     later = [x for x in insns[c:d] if _is_load(x, MemType.WGT)]
-    assert len(ahead) + len(later) == len([x for x in alone[2] if _is_load(x, MemType.WGT)])  # moved, not copied
+    tiles = [sum(x.sram_elems for x in loads if _is_load(x, MemType.WGT)) for loads in (ahead + later, alone[2])]
+    assert tiles[0] == tiles[1]  # moved, not copied
     x = np.random.default_rng(2).normal(0, 1, (1, 32, 4, 4)).astype(np.float32)
     want = evaluate(lower_qdq(graph), {"x": x})["y"]
     np.testing.assert_array_equal(Module(artifact, backend).run(x), want)
@@ -265,8 +266,8 @@ def _relocate_weights(prog, offset):
 
 def test_weights_load_ahead_of_a_short_layer_only_when_nothing_writes_them_and_they_take_longer():
     """The third layer's weights move ahead of the short layer's first INP load (its flags to its own INP load,
-    their rows clear of both layers' before it) when they take longer to load than the short layer computes and no
-    store of the two writes their DRAM bytes; else they stay with the third layer."""
+    their rows clear of both layers' before it) as far as they take longer to load than the short layer computes,
+    where no store of the two writes their DRAM bytes; else they stay with the third layer."""
     cfg = load_config("pynq")
 
     def joined(stored: int, alu_iterations: int):
@@ -281,6 +282,15 @@ def test_weights_load_ahead_of_a_short_layer_only_when_nothing_writes_them_and_t
     inp3 = next(x for x in insns[third:] if _is_load(x, MemType.INP))
     assert inp3.push_next and not any(_is_load(x, MemType.WGT) for x in insns[third:])
     assert progs[2][1].push_next and not progs[2][0].push_next  # the inputs are not modified
+    # the short layer's ALU pass takes about half as long as the weights load: the first part of them moves, the
+    # rest stays in the third layer's first load group, which it closes
+    stream = joined(stored=1 << 18, alu_iterations=400)[0]
+    insns, (_, second, third) = stream.insns, stream.starts
+    (part,) = [x for x in insns[second:third] if _is_load(x, MemType.WGT)]
+    rest, inp3 = [x for x in insns[third:] if _is_load(x, MemType.INP) or _is_load(x, MemType.WGT)]
+    assert 0 < part.x_size < 64 and part.x_size + rest.x_size == 64 and not part.deps() and not rest.deps()
+    assert (rest.sram_base, rest.dram_base) == (part.sram_base + part.x_size, part.dram_base + part.x_size)
+    assert inp3.push_next  # the group (weights first) closes with the input
     for stored, alu_iterations in ((40, 1), (1 << 18, 4096)):  # a store writes the weights' bytes; a long layer
         stream = joined(stored, alu_iterations)[0]
         insns, (_, second, third) = stream.insns, stream.starts

@@ -26,14 +26,16 @@ tail begins). Later loads pop every cross-layer token first, so they do not take
 prologue. Where a tail GEMM's reads cannot be told (the depthwise mode, reads from OUT), one free token after
 the last GEMM guards every INP row and ``k``'s WGT rows.
 
-**Weights ahead.** Given the configuration and a relocation, layer ``k + 1`` loads the first weights of
-``k + 2`` (the weight loads of its first load group, the group's flags moved to its last load of another type)
-ahead of its own first INP load and the cross-layer pops before it, where its load stage waits for ``k``'s ready
-token: they then load while ``k``'s last tiles compute. That is where they take longer to load than ``k + 1``'s
-compute-stage instructions take (a short layer: a one-token LayerNorm before a classifier head), fit clear of the
-WGT rows of ``k`` and ``k + 1`` (``k + 2`` is relocated there) and read no DRAM byte a store of ``k`` or ``k + 1``
-writes. Every earlier layer is done with the rows: ``k``'s loads, ahead of them, pop every cross-layer token of
-``k - 1``.
+**Weights ahead.** Given the configuration and a relocation, layer ``k + 1`` loads part of the first weights
+of ``k + 2`` (the weight loads of its first load group) ahead of its own first INP load and the cross-layer pops
+before it, where its load stage waits for ``k``'s ready token: that part loads while ``k``'s last tiles compute.
+The part is what they take to load beyond the time ``k + 1``'s GEMMs and ALU instructions take (the cycle model;
+the last load moved split by rows, or by elements of a one-row load): the rest stays in ``k + 2``'s first load
+group, which loads while ``k + 1`` computes, and the group's flags stay on its last load left. A short layer (a
+one-token LayerNorm before a classifier head) so gives part of the time, a long one none. The weights move where
+they fit clear of the WGT rows of ``k`` and ``k + 1`` (``k + 2`` is relocated there) and read no DRAM byte a store
+of ``k`` or ``k + 1`` writes. Every earlier layer is done with the rows: ``k``'s loads, ahead of them, pop every
+cross-layer token of ``k - 1``.
 
 **Micro-ops ahead.** On request (a model's joined steps), each layer after the first loads its micro-ops on
 the load stage (LOAD UOP_PRE, ahead of its first load) instead of in its compute-stage prologue, where that is
@@ -191,24 +193,17 @@ def _reorder_first_group(loads: list[Insn]) -> list[Insn]:
     return ordered + loads[g + 1 :]
 
 
-def _lead_weights(prog: list[Insn], take: bool = False) -> list[Insn]:
+def _lead_weights(prog: list[Insn]) -> list[Insn]:
     """The weight loads of a layer program's first load group (FINISH dropped) where that group pops no token
-    and holds a load of another type, else none. With ``take``, they move ahead of the layer
-    (:func:`_weights_ahead`): the group's flags go to its last load of another type."""
+    and holds a load of another type, else none."""
     loads = [s for s in prog if s.stage == Stage.LOAD]
     g = next((i for i, s in enumerate(loads) if s.deps()), None)
     if g is None or pops_of(loads[g]):
         return []
     group = loads[: g + 1]
-    rest = [s for s in group if s.mem_type != MemType.WGT]
-    lead = [s for s in group if s.mem_type == MemType.WGT and not s.is_nop]
-    if not rest or not lead:
+    if all(s.mem_type == MemType.WGT for s in group):
         return []
-    if take and loads[g] not in rest:
-        for f in ("push_prev", "push_next"):
-            setattr(rest[-1], f, getattr(loads[g], f))
-            setattr(loads[g], f, False)
-    return lead
+    return [s for s in group if s.mem_type == MemType.WGT and not s.is_nop]
 
 
 def _weights_ahead(body: list[Insn], ahead: list[Insn]) -> list[Insn]:
@@ -224,17 +219,55 @@ def _is_inp_load(insn: Insn) -> bool:
     return isinstance(insn, MemInsn) and insn.mem_type == MemType.INP and insn.stage == Stage.LOAD and not insn.is_nop
 
 
-def _can_take_weights(before: list[Insn], prog: list[Insn], nxt: list[Insn], cfg: HwConfig) -> bool:
-    """Whether layer program ``prog`` (after ``before``) may issue the lead weight loads of ``nxt`` (the layer
-    after it) ahead of its first INP load: it has one, and those loads read no DRAM byte that a store of
-    ``before`` or ``prog`` writes."""
+def _cycles_ahead(before: list[Insn], prog: list[Insn], nxt: list[Insn], cfg: HwConfig) -> int:
+    """How many cycles of the lead weight loads of ``nxt`` (the layer after ``prog``, which follows ``before``)
+    ``prog`` issues ahead of its first INP load: what they take beyond ``prog``'s compute-stage instructions
+    (those after the first INP load hide the rest), where it has an INP load and they read no DRAM byte that a
+    store of ``before`` or ``prog`` writes; else 0."""
     lead = _lead_weights(nxt[:-1])
     if not lead or not any(_is_inp_load(s) for s in prog):
-        return False
-    if _busy(lead, cfg) <= _busy([s for s in prog if s.stage == Stage.COMPUTE], cfg):
-        return False
+        return 0
     written = Pending.of([s for s in before + prog if isinstance(s, MemInsn) and s.store and not s.is_nop], cfg)
-    return not any(written.overlaps(s) for s in lead)
+    if any(written.overlaps(s) for s in lead):
+        return 0
+    work = [s for s in prog if s.stage == Stage.COMPUTE and not isinstance(s, MemInsn)]
+    return max(0, _busy(lead, cfg) - _busy(work, cfg))
+
+
+def _take_ahead(prog: list[Insn], cycles: int, cfg: HwConfig) -> tuple[list[Insn], list[Insn]]:
+    """The lead weight loads of ``prog`` (:func:`_lead_weights`) that take ``cycles`` to load, in order, the last
+    split by rows (by elements in a one-row load) where only part of it is needed; and ``prog`` with a split
+    load replaced by its two parts and the load group's flags on its last load left (they move ahead of the
+    layer: :func:`_weights_ahead`)."""
+    loads = [s for s in prog if s.stage == Stage.LOAD]
+    g = next(i for i, s in enumerate(loads) if s.deps())
+    holder, group = loads[g], loads[: g + 1]
+    ahead: list[Insn] = []
+    out = list(prog)
+    for load in _lead_weights(prog):
+        took = _busy([load], cfg)
+        one_row = load.y_size == 1
+        units = load.x_size if one_row else load.y_size
+        n = -(-cycles * units // took)  # rounded up
+        if n < units and load.sram_elems == load.x_size * load.y_size:
+            size, rows, stride = ("x_size", 1, 1) if one_row else ("y_size", load.x_size, load.x_stride)
+            part = replace(load, **{size: n}, push_prev=False, push_next=False)
+            base = {"sram_base": load.sram_base + n * rows, "dram_base": load.dram_base + n * stride}
+            rest = replace(load, **{size: units - n}, **base)
+            k = next(i for i, s in enumerate(out) if s is load)
+            out[k : k + 1] = [part, rest]
+            ahead.append(part)
+            break
+        ahead.append(load)
+        cycles -= took
+        if cycles <= 0:
+            break
+    if any(holder is s for s in ahead):
+        kept = [s for s in group if all(s is not a for a in ahead)]
+        for f in ("push_prev", "push_next"):
+            setattr(kept[-1], f, getattr(holder, f))
+            setattr(holder, f, False)
+    return ahead, out
 
 
 def _busy(insns: Sequence[Insn], cfg: HwConfig) -> int:
@@ -472,8 +505,8 @@ def join_programs(
     With ``relocate`` (``relocate(program, offset)``: the program with its WGT rows moved by ``offset``, its
     LOAD WGT and GEMM micro-op kernels rewritten) and the buffer's ``wgt_depth``, a layer whose weights would
     overwrite rows the previous layer still reads is moved clear of them where both fit, and then needs no
-    free token: its weights load while the previous layer computes; with ``cfg`` too, a short layer loads the
-    next one's first weights ahead of its own input (module docstring). With ``cfg`` and ``read_uops`` (micro-op
+    free token: its weights load while the previous layer computes; with ``cfg`` too, a short layer loads part of
+    the next one's first weights ahead of its own input (module docstring). With ``cfg`` and ``read_uops`` (micro-op
     words from DRAM), consecutive layers join by early links (module docstring); with ``hoist_uops`` too, later
     layers load their micro-ops ahead on the load stage (:func:`hoist_uop_loads`: only in the outermost join,
     whose token counts its safety check reads; a joined program joined again keeps its LOAD UOPs).
@@ -493,11 +526,11 @@ def join_programs(
         moved: list[Insn] = []
         if i + 1 < len(progs) and relocate is not None and wgt_depth is not None:
             nxt = progs[i + 1]
-            if i and cfg is not None and _can_take_weights(progs[i - 1], prog, nxt, cfg):
-                off = weight_offset(wgt_rows(progs[i - 1]) + wgt_rows(prog), wgt_rows(nxt), wgt_depth)
-                if off is not None:
-                    progs[i + 1] = nxt = relocate(nxt, off) if off else nxt
-                    moved = _lead_weights(nxt[:-1], take=True)
+            cycles = _cycles_ahead(progs[i - 1], prog, nxt, cfg) if i and cfg is not None else 0
+            off = weight_offset(wgt_rows(progs[i - 1]) + wgt_rows(prog), wgt_rows(nxt), wgt_depth) if cycles else None
+            if off is not None:
+                nxt = relocate(nxt, off) if off else nxt
+                moved, progs[i + 1] = _take_ahead(nxt, cycles, cfg)
             if not moved:
                 off = weight_offset(wgt_rows(prog), wgt_rows(nxt), wgt_depth)
                 if off:
