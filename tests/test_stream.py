@@ -218,8 +218,8 @@ def _is_load(insn, mem: MemType) -> bool:
 
 def test_a_short_layer_loads_the_next_layers_first_weights_ahead_of_its_input(backend):
     """A 1x1 convolution on a 4 x 4 map computes for less time than the 3x3 convolution after it takes to load its
-    first weights: its load stage loads them ahead of its own first input, into WGT rows clear of its own and
-    the layer's before it; bit for bit the lowered graph and the layers run one at a time."""
+    first weights: its load stage loads them, the first of them ahead of its own first input, into WGT rows clear
+    of its own and the layer's before it; bit for bit the lowered graph and the layers run one at a time."""
     layers = [(32, 64, 3, "relu"), (64, 16, 1, None), (16, 128, 3, None), (128, 32, 1, None)]
     graph = _convs((1, 32, 4, 4), layers, "short_middle")
     artifact = compile_graph_model(graph, "pynq")[0]
@@ -231,13 +231,14 @@ def test_a_short_layer_loads_the_next_layers_first_weights_ahead_of_its_input(ba
     alone = _programs(artifact, stream.first, stream.count)
     (a0, b0), (a, b), (c, d) = (stream.span(k) for k in range(3))
     first_inp = next(i for i in range(a, b) if _is_load(insns[i], MemType.INP))
-    third = {x.dram_base for x in alone[2] if _is_load(x, MemType.WGT)}
-    ahead = [x for x in insns[a:first_inp] if _is_load(x, MemType.WGT) and x.dram_base in third]
-    assert ahead and all(not x.deps() for x in ahead)
-    own = wgt_rows(insns[a0:b0]) + wgt_rows([x for x in insns[a:b] if all(x is not y for y in ahead)])
-    assert not stream_mod._overlap(own, wgt_rows(ahead))
+    third = stream_mod.Pending.of([x for x in alone[2] if _is_load(x, MemType.WGT)], artifact.config)
+    moved = [x for x in insns[a:b] if _is_load(x, MemType.WGT) and third.overlaps(x)]
+    assert any(_is_load(x, MemType.WGT) and third.overlaps(x) for x in insns[a:first_inp])  # ahead of the input
+    assert moved and all(not x.deps() for x in moved)
+    own = wgt_rows(insns[a0:b0]) + wgt_rows([x for x in insns[a:b] if all(x is not y for y in moved)])
+    assert not stream_mod._overlap(own, wgt_rows(moved))
     later = [x for x in insns[c:d] if _is_load(x, MemType.WGT)]
-    tiles = [sum(x.sram_elems for x in loads if _is_load(x, MemType.WGT)) for loads in (ahead + later, alone[2])]
+    tiles = [sum(x.sram_elems for x in loads if _is_load(x, MemType.WGT)) for loads in (moved + later, alone[2])]
     assert tiles[0] == tiles[1]  # moved, not copied
     x = np.random.default_rng(2).normal(0, 1, (1, 32, 4, 4)).astype(np.float32)
     want = evaluate(lower_qdq(graph), {"x": x})["y"]
@@ -265,9 +266,10 @@ def _relocate_weights(prog, offset):
 
 
 def test_weights_load_ahead_of_a_short_layer_only_when_nothing_writes_them_and_they_take_longer():
-    """The third layer's weights move ahead of the short layer's first INP load (its flags to its own INP load,
-    their rows clear of both layers' before it) as far as they take longer to load than the short layer computes,
-    where no store of the two writes their DRAM bytes; else they stay with the third layer."""
+    """The third layer's weights move to the short layer's load stream (their flags to the third layer's INP load,
+    their rows clear of both layers' before it), ahead of its first INP load as far as they take longer to load
+    than the short layer computes, where no store of the two writes their DRAM bytes; else they stay with the
+    third layer."""
     cfg = load_config("pynq")
 
     def joined(stored: int, alu_iterations: int):
@@ -282,15 +284,19 @@ def test_weights_load_ahead_of_a_short_layer_only_when_nothing_writes_them_and_t
     inp3 = next(x for x in insns[third:] if _is_load(x, MemType.INP))
     assert inp3.push_next and not any(_is_load(x, MemType.WGT) for x in insns[third:])
     assert progs[2][1].push_next and not progs[2][0].push_next  # the inputs are not modified
-    # the short layer's ALU pass takes about half as long as the weights load: the first part of them moves, the
-    # rest stays in the third layer's first load group, which it closes
+    # the short layer's ALU pass takes about half as long as the weights load: the first part of them loads ahead
+    # of its input, the rest just after its last load
     stream = joined(stored=1 << 18, alu_iterations=400)[0]
     insns, (_, second, third) = stream.insns, stream.starts
-    (part,) = [x for x in insns[second:third] if _is_load(x, MemType.WGT)]
-    rest, inp3 = [x for x in insns[third:] if _is_load(x, MemType.INP) or _is_load(x, MemType.WGT)]
+    first_inp = next(i for i in range(second, third) if _is_load(insns[i], MemType.INP))
+    last_load = max(i for i in range(second, third) if insns[i].stage == Stage.LOAD)
+    part, rest = [x for x in insns[second:third] if _is_load(x, MemType.WGT)]
+    at = next(i for i, x in enumerate(insns) if x is part)
+    assert at < first_inp < last_load and insns[last_load] is rest
     assert 0 < part.x_size < 64 and part.x_size + rest.x_size == 64 and not part.deps() and not rest.deps()
     assert (rest.sram_base, rest.dram_base) == (part.sram_base + part.x_size, part.dram_base + part.x_size)
-    assert inp3.push_next  # the group (weights first) closes with the input
+    (inp3,) = [x for x in insns[third:] if _is_load(x, MemType.INP) or _is_load(x, MemType.WGT)]
+    assert inp3.push_next
     for stored, alu_iterations in ((40, 1), (1 << 18, 4096)):  # a store writes the weights' bytes; a long layer
         stream = joined(stored, alu_iterations)[0]
         insns, (_, second, third) = stream.insns, stream.starts

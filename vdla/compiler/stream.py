@@ -26,15 +26,16 @@ tail begins). Later loads pop every cross-layer token first, so they do not take
 prologue. Where a tail GEMM's reads cannot be told (the depthwise mode, reads from OUT), one free token after
 the last GEMM guards every INP row and ``k``'s WGT rows.
 
-**Weights ahead.** Given the configuration and a relocation, layer ``k + 1`` loads part of the first weights
-of ``k + 2`` (the weight loads of its first load group) ahead of its own first INP load and the cross-layer pops
-before it, where its load stage waits for ``k``'s ready token: that part loads while ``k``'s last tiles compute.
-The part is what they take to load beyond the time ``k + 1``'s GEMMs and ALU instructions take (the cycle model;
-the last load moved split by rows, or by elements of a one-row load): the rest stays in ``k + 2``'s first load
-group, which loads while ``k + 1`` computes, and the group's flags stay on its last load left. A short layer (a
-one-token LayerNorm before a classifier head) so gives part of the time, a long one none. The weights move where
-they fit clear of the WGT rows of ``k`` and ``k + 1`` (``k + 2`` is relocated there) and read no DRAM byte a store
-of ``k`` or ``k + 1`` writes. Every earlier layer is done with the rows: ``k``'s loads, ahead of them, pop every
+**Weights ahead.** Given the configuration and a relocation, layer ``k + 1`` loads the first weights of ``k + 2``
+(the weight loads of its first load group; the group's flags move to its last load of another type) where its
+GEMMs and ALU instructions take less time than they take to load (the cycle model): a short layer, such as a
+one-token LayerNorm before a classifier head. The part beyond that time loads ahead of ``k + 1``'s first INP load
+and the cross-layer pops before it, where its load stage waits for ``k``'s ready token, so it loads while ``k``'s
+last tiles compute; the rest just after ``k + 1``'s last load, while ``k + 1`` computes (the load at the border
+split by rows, or by elements of a one-row load). Both are in ``k + 1``'s part of the stream, which the fetch
+unit reaches before ``k + 1``'s compute instructions fill the command queue. The weights move where they fit
+clear of the WGT rows of ``k`` and ``k + 1`` (``k + 2`` is relocated there) and read no DRAM byte a store of ``k``
+or ``k + 1`` writes. Every earlier layer is done with the rows: ``k``'s loads, ahead of them, pop every
 cross-layer token of ``k - 1``.
 
 **Micro-ops ahead.** On request (a model's joined steps), each layer after the first loads its micro-ops on
@@ -206,9 +207,12 @@ def _lead_weights(prog: list[Insn]) -> list[Insn]:
     return [s for s in group if s.mem_type == MemType.WGT and not s.is_nop]
 
 
-def _weights_ahead(body: list[Insn], ahead: list[Insn]) -> list[Insn]:
-    """A joined layer ``body`` with the next layer's lead weight loads (``ahead``) issued ahead of its first
-    INP load and the cross-layer pops just before it, where its load stage waits for the ready token."""
+def _weights_ahead(body: list[Insn], ahead: list[Insn], after: list[Insn]) -> list[Insn]:
+    """A joined layer ``body`` with the next layer's lead weight loads issued in its load stream: ``ahead`` ahead of
+    its first INP load and the cross-layer pops just before it (where its load stage waits for the ready token),
+    ``after`` just after its last load."""
+    end = _after_last(body, lambda s: s.stage == Stage.LOAD)
+    body = body[:end] + after + body[end:]
     at = next(i for i, s in enumerate(body) if _is_inp_load(s))
     while at and body[at - 1].stage == Stage.LOAD and body[at - 1].is_nop:
         at -= 1
@@ -221,9 +225,9 @@ def _is_inp_load(insn: Insn) -> bool:
 
 def _cycles_ahead(before: list[Insn], prog: list[Insn], nxt: list[Insn], cfg: HwConfig) -> int:
     """How many cycles of the lead weight loads of ``nxt`` (the layer after ``prog``, which follows ``before``)
-    ``prog`` issues ahead of its first INP load: what they take beyond ``prog``'s compute-stage instructions
-    (those after the first INP load hide the rest), where it has an INP load and they read no DRAM byte that a
-    store of ``before`` or ``prog`` writes; else 0."""
+    ``prog`` issues ahead of its first INP load: what they take to load beyond the time ``prog``'s GEMMs and ALU
+    instructions take (the rest loads meanwhile), where it has an INP load and they read no DRAM byte that a store
+    of ``before`` or ``prog`` writes; else 0 (then none of them moves)."""
     lead = _lead_weights(nxt[:-1])
     if not lead or not any(_is_inp_load(s) for s in prog):
         return 0
@@ -234,40 +238,41 @@ def _cycles_ahead(before: list[Insn], prog: list[Insn], nxt: list[Insn], cfg: Hw
     return max(0, _busy(lead, cfg) - _busy(work, cfg))
 
 
-def _take_ahead(prog: list[Insn], cycles: int, cfg: HwConfig) -> tuple[list[Insn], list[Insn]]:
-    """The lead weight loads of ``prog`` (:func:`_lead_weights`) that take ``cycles`` to load, in order, the last
-    split by rows (by elements in a one-row load) where only part of it is needed; and ``prog`` with a split
-    load replaced by its two parts and the load group's flags on its last load left (they move ahead of the
-    layer: :func:`_weights_ahead`)."""
+def _take_ahead(prog: list[Insn], cycles: int, cfg: HwConfig) -> tuple[list[Insn], list[Insn], list[Insn]]:
+    """The lead weight loads of ``prog`` (:func:`_lead_weights`) in two parts, in order: those that take ``cycles``
+    to load, where only part of a load is needed split by rows (by elements in a one-row load), and the rest;
+    and ``prog`` with a split load replaced by its two parts and the load group's flags on its last load of
+    another type (the weights move to the layer before: :func:`_weights_ahead`)."""
     loads = [s for s in prog if s.stage == Stage.LOAD]
     g = next(i for i, s in enumerate(loads) if s.deps())
     holder, group = loads[g], loads[: g + 1]
     ahead: list[Insn] = []
+    after: list[Insn] = []
     out = list(prog)
     for load in _lead_weights(prog):
         took = _busy([load], cfg)
         one_row = load.y_size == 1
         units = load.x_size if one_row else load.y_size
         n = -(-cycles * units // took)  # rounded up
-        if n < units and load.sram_elems == load.x_size * load.y_size:
+        if 0 < n < units and load.sram_elems == load.x_size * load.y_size:
             size, rows, stride = ("x_size", 1, 1) if one_row else ("y_size", load.x_size, load.x_stride)
-            part = replace(load, **{size: n}, push_prev=False, push_next=False)
+            flagless = {"push_prev": False, "push_next": False}
+            part = replace(load, **{size: n}, **flagless)
             base = {"sram_base": load.sram_base + n * rows, "dram_base": load.dram_base + n * stride}
-            rest = replace(load, **{size: units - n}, **base)
+            rest = replace(load, **{size: units - n}, **base, **flagless)
             k = next(i for i, s in enumerate(out) if s is load)
             out[k : k + 1] = [part, rest]
             ahead.append(part)
-            break
-        ahead.append(load)
+            after.append(rest)
+        else:
+            (ahead if cycles > 0 else after).append(load)
         cycles -= took
-        if cycles <= 0:
-            break
-    if any(holder is s for s in ahead):
-        kept = [s for s in group if all(s is not a for a in ahead)]
+    if holder.mem_type == MemType.WGT:
+        kept = [s for s in group if s.mem_type != MemType.WGT]
         for f in ("push_prev", "push_next"):
             setattr(kept[-1], f, getattr(holder, f))
             setattr(holder, f, False)
-    return ahead, out
+    return ahead, after, out
 
 
 def _busy(insns: Sequence[Insn], cfg: HwConfig) -> int:
@@ -505,11 +510,12 @@ def join_programs(
     With ``relocate`` (``relocate(program, offset)``: the program with its WGT rows moved by ``offset``, its
     LOAD WGT and GEMM micro-op kernels rewritten) and the buffer's ``wgt_depth``, a layer whose weights would
     overwrite rows the previous layer still reads is moved clear of them where both fit, and then needs no
-    free token: its weights load while the previous layer computes; with ``cfg`` too, a short layer loads part of
-    the next one's first weights ahead of its own input (module docstring). With ``cfg`` and ``read_uops`` (micro-op
-    words from DRAM), consecutive layers join by early links (module docstring); with ``hoist_uops`` too, later
-    layers load their micro-ops ahead on the load stage (:func:`hoist_uop_loads`: only in the outermost join,
-    whose token counts its safety check reads; a joined program joined again keeps its LOAD UOPs).
+    free token: its weights load while the previous layer computes; with ``cfg`` too, a short layer loads the
+    next one's first weights, part of them ahead of its own input (module docstring). With ``cfg`` and
+    ``read_uops`` (micro-op words from DRAM), consecutive layers join by early links (module docstring); with
+    ``hoist_uops`` too, later layers load their micro-ops ahead on the load stage (:func:`hoist_uop_loads`: only
+    in the outermost join, whose token counts its safety check reads; a joined program joined again keeps its
+    LOAD UOPs).
     """
     if not programs:
         raise CompileError("no layer programs to join")
@@ -519,23 +525,24 @@ def join_programs(
     finish: Insn | None = None
     link: Link | None = None
     progs = [[copy.copy(insn) for insn in p] for p in programs]  # an instruction's fields are scalars
-    ahead: list[Insn] = []  # this layer's lead weight loads, issued in the previous layer's load stream
+    taken: list[Insn] = []  # this layer's lead weight loads, issued in the previous layer's load stream
     for i, prog in enumerate(progs):
         if not prog or not isinstance(prog[-1], FinishInsn):
             raise CompileError(f"layer program {i} does not end with FINISH")
-        moved: list[Insn] = []
+        ahead: list[Insn] = []
+        after: list[Insn] = []
         if i + 1 < len(progs) and relocate is not None and wgt_depth is not None:
             nxt = progs[i + 1]
             cycles = _cycles_ahead(progs[i - 1], prog, nxt, cfg) if i and cfg is not None else 0
             off = weight_offset(wgt_rows(progs[i - 1]) + wgt_rows(prog), wgt_rows(nxt), wgt_depth) if cycles else None
             if off is not None:
                 nxt = relocate(nxt, off) if off else nxt
-                moved, progs[i + 1] = _take_ahead(nxt, cycles, cfg)
-            if not moved:
+                ahead, after, progs[i + 1] = _take_ahead(nxt, cycles, cfg)
+            if not ahead:
                 off = weight_offset(wgt_rows(prog), wgt_rows(nxt), wgt_depth)
                 if off:
                     progs[i + 1] = relocate(nxt, off)
-        own = [s for s in prog[:-1] if all(s is not a for a in ahead)]
+        own = [s for s in prog[:-1] if all(s is not a for a in taken)]
         body = own if finish is None else _after(prev, own, finish, link)
         link = None
         if i + 1 < len(progs) and cfg is not None and read_uops is not None:
@@ -544,11 +551,11 @@ def join_programs(
         elif i + 1 < len(progs) and _overlap(wgt_rows(prog), wgt_rows(progs[i + 1])):
             at = _free_at(body)
             body = body[:at] + [nop(Stage.COMPUTE, FREE.push_flag)] + body[at:]
-        if moved:
-            body = _weights_ahead(body, moved)
+        if ahead:
+            body = _weights_ahead(body, ahead, after)
         starts.append(len(out))
         out += body
-        prev, finish, ahead = prog[:-1], prog[-1], moved
+        prev, finish, taken = prog[:-1], prog[-1], ahead + after
     out.append(finish)
     if cfg is not None and hoist_uops:
         return hoist_uop_loads(LayerStream(out, tuple(starts)), cfg)
