@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import sys
 import zipfile
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +23,7 @@ from vdla.graph import Graph, Node, TensorType  # noqa: E402
 from vdla.graph.interp import evaluate  # noqa: E402
 from vdla.graph.qdq import lower_qdq  # noqa: E402
 from vdla.isa import (  # noqa: E402
+    AluInsn,
     EpiInsn,
     FinishInsn,
     GemmInsn,
@@ -141,24 +143,31 @@ def _join_without_links(self, programs, dev, hoist_uops=False):
     return join_programs(programs, self.cfg.wgt_depth, self.relocator(dev))
 
 
-def _three_convs():
-    """x (1, 16, 24, 24) -> 3x3 conv 16 -> 32, ReLU -> 3x3 conv 32 -> 32 -> 1x1 conv 32 -> 32 -> y: layers of
-    several tiles each."""
+def _convs(shape: tuple[int, ...], layers, name: str):
+    """x ``shape`` -> QDQ convolutions ``layers`` ((in, out, kernel, activation) each) -> y."""
     rng, nodes, params = np.random.default_rng(4), [], {}
     nodes += [
         Node("quantize", ("x",), "xq", {"scale": 0.05, "zero_point": 0}),
         Node("dequantize", ("xq",), "xd", {"scale": 0.05, "zero_point": 0}),
     ]
     v, s = "xd", 0.05
-    for i, (ci, co, k, act) in enumerate([(16, 32, 3, "relu"), (32, 32, 3, None), (32, 32, 1, None)]):
+    for i, (ci, co, k, act) in enumerate(layers):
         v = qdq_conv(nodes, params, rng, f"c{i}", v, ci, co, k, s, act=act)
         nodes += [
             Node("quantize", (v,), f"q{i}", {"scale": 0.1, "zero_point": 0}),
             Node("dequantize", (f"q{i}",), f"d{i}", {"scale": 0.1, "zero_point": 0}),
         ]
         v, s = f"d{i}", 0.1
-    nodes[-1] = Node("dequantize", ("q2",), "y", {"scale": 0.1, "zero_point": 0})
-    return Graph({"x": TensorType((1, 16, 24, 24), "float32")}, nodes, ["y"], params, name="three_convs")
+    last = nodes.pop()
+    nodes.append(Node("dequantize", last.inputs, "y", last.attrs))
+    return Graph({"x": TensorType(shape, "float32")}, nodes, ["y"], params, name=name)
+
+
+def _three_convs():
+    """x (1, 16, 24, 24) -> 3x3 conv 16 -> 32, ReLU -> 3x3 conv 32 -> 32 -> 1x1 conv 32 -> 32 -> y: layers of
+    several tiles each."""
+    layers = [(16, 32, 3, "relu"), (32, 32, 3, None), (32, 32, 1, None)]
+    return _convs((1, 16, 24, 24), layers, "three_convs")
 
 
 @pytest.fixture(scope="module")
@@ -201,6 +210,99 @@ def test_early_links_load_the_next_layer_while_the_last_tiles_compute(three_conv
         assert _early_inp_loads(plain, before.last_report.steps[1].result) == 0
         assert module.last_report.accel_cycles < before.last_report.accel_cycles
     module.close()
+
+
+def _is_load(insn, mem: MemType) -> bool:
+    return isinstance(insn, MemInsn) and insn.mem_type == mem and not insn.store and not insn.is_nop
+
+
+def test_a_short_layer_loads_the_next_layers_first_weights_ahead_of_its_input(backend):
+    """A 1x1 convolution on a 4 x 4 map computes for less time than the 3x3 convolution after it takes to load its
+    first weights: its load stage loads them, the first of them ahead of its own first input, into WGT rows clear
+    of its own and the layer's before it; bit for bit the lowered graph and the layers run one at a time."""
+    layers = [(32, 64, 3, "relu"), (64, 16, 1, None), (16, 128, 3, None), (128, 32, 1, None)]
+    graph = _convs((1, 32, 4, 4), layers, "short_middle")
+    artifact = compile_graph_model(graph, "pynq")[0]
+    (stream,) = artifact.streams
+    lo = stream.insn_addr - artifact.config.dram_base_addr
+    insns = decode_program(artifact.image[lo : lo + 16 * stream.insn_count].tobytes())
+    base = artifact.config.dram_base_addr
+    validate_program(insns, artifact.config, (base, base + artifact.config.dram_bytes))
+    alone = _programs(artifact, stream.first, stream.count)
+    (a0, b0), (a, b), (c, d) = (stream.span(k) for k in range(3))
+    first_inp = next(i for i in range(a, b) if _is_load(insns[i], MemType.INP))
+    third = stream_mod.Pending.of([x for x in alone[2] if _is_load(x, MemType.WGT)], artifact.config)
+    moved = [x for x in insns[a:b] if _is_load(x, MemType.WGT) and third.overlaps(x)]
+    assert any(_is_load(x, MemType.WGT) and third.overlaps(x) for x in insns[a:first_inp])  # ahead of the input
+    assert moved and all(not x.deps() for x in moved)
+    own = wgt_rows(insns[a0:b0]) + wgt_rows([x for x in insns[a:b] if all(x is not y for y in moved)])
+    assert not stream_mod._overlap(own, wgt_rows(moved))
+    later = [x for x in insns[c:d] if _is_load(x, MemType.WGT)]
+    tiles = [sum(x.sram_elems for x in loads if _is_load(x, MemType.WGT)) for loads in (moved + later, alone[2])]
+    assert tiles[0] == tiles[1]  # moved, not copied
+    x = np.random.default_rng(2).normal(0, 1, (1, 32, 4, 4)).astype(np.float32)
+    want = evaluate(lower_qdq(graph), {"x": x})["y"]
+    np.testing.assert_array_equal(Module(artifact, backend).run(x), want)
+    np.testing.assert_array_equal(Module(artifact, backend, overlap=False).run(x), want)
+
+
+def _weights_ahead_programs(stored: int, alu_iterations: int):
+    """Three layer programs: weights and a GEMM; a short layer (an INP load, an ALU pass of ``alu_iterations``, a
+    store to DRAM element ``stored``); 64 rows of weights from DRAM element 0 loaded with the first input."""
+    wgt = MemInsn(mem_type=MemType.WGT, sram_base=0, y_size=1, x_size=8, x_stride=8, push_next=True)
+    first = [wgt, GemmInsn(uop_bgn=0, uop_end=1, pop_prev=True), FinishInsn()]
+    inp = MemInsn(mem_type=MemType.INP, y_size=1, x_size=1, x_stride=1, dram_base=1 << 16, push_next=True)
+    alu = AluInsn(uop_bgn=0, uop_end=1, iter_out=alu_iterations, pop_prev=True, push_next=True)
+    out = MemInsn(store=True, mem_type=MemType.OUT, dram_base=stored, y_size=1, x_size=1, x_stride=1, pop_prev=True)
+    short = [inp, alu, out, FinishInsn()]
+    inp3 = MemInsn(mem_type=MemType.INP, y_size=1, x_size=1, x_stride=1, dram_base=1 << 17)
+    wgt3 = MemInsn(mem_type=MemType.WGT, sram_base=0, y_size=1, x_size=64, x_stride=64, push_next=True)
+    third = [inp3, wgt3, GemmInsn(uop_bgn=0, uop_end=1, pop_prev=True), FinishInsn()]
+    return [first, short, third]
+
+
+def _relocate_weights(prog, offset):
+    return [replace(x, sram_base=x.sram_base + offset) if _is_load(x, MemType.WGT) else x for x in prog]
+
+
+def test_weights_load_ahead_of_a_short_layer_only_when_nothing_writes_them_and_they_take_longer():
+    """The third layer's weights move to the short layer's load stream (their flags to the third layer's INP load,
+    their rows clear of both layers' before it), ahead of its first INP load as far as they take longer to load
+    than the short layer computes, where no store of the two writes their DRAM bytes; else they stay with the
+    third layer."""
+    cfg = load_config("pynq")
+
+    def joined(stored: int, alu_iterations: int):
+        progs = _weights_ahead_programs(stored, alu_iterations)
+        return join_programs(progs, cfg.wgt_depth, _relocate_weights, cfg), progs
+
+    stream, progs = joined(stored=1 << 18, alu_iterations=1)
+    insns, (_, second, third) = stream.insns, stream.starts
+    first_inp = next(i for i in range(second, third) if _is_load(insns[i], MemType.INP))
+    (moved,) = [x for x in insns[second:first_inp] if _is_load(x, MemType.WGT)]
+    assert moved.x_size == 64 and not moved.deps() and moved.sram_base >= 8  # clear of the first layer's rows
+    inp3 = next(x for x in insns[third:] if _is_load(x, MemType.INP))
+    assert inp3.push_next and not any(_is_load(x, MemType.WGT) for x in insns[third:])
+    assert progs[2][1].push_next and not progs[2][0].push_next  # the inputs are not modified
+    # the short layer's ALU pass takes about half as long as the weights load: the first part of them loads ahead
+    # of its input, the rest just after its last load
+    stream = joined(stored=1 << 18, alu_iterations=400)[0]
+    insns, (_, second, third) = stream.insns, stream.starts
+    first_inp = next(i for i in range(second, third) if _is_load(insns[i], MemType.INP))
+    last_load = max(i for i in range(second, third) if insns[i].stage == Stage.LOAD)
+    part, rest = [x for x in insns[second:third] if _is_load(x, MemType.WGT)]
+    at = next(i for i, x in enumerate(insns) if x is part)
+    assert at < first_inp < last_load and insns[last_load] is rest
+    assert 0 < part.x_size < 64 and part.x_size + rest.x_size == 64 and not part.deps() and not rest.deps()
+    assert (rest.sram_base, rest.dram_base) == (part.sram_base + part.x_size, part.dram_base + part.x_size)
+    (inp3,) = [x for x in insns[third:] if _is_load(x, MemType.INP) or _is_load(x, MemType.WGT)]
+    assert inp3.push_next
+    for stored, alu_iterations in ((40, 1), (1 << 18, 4096)):  # a store writes the weights' bytes; a long layer
+        stream = joined(stored, alu_iterations)[0]
+        insns, (_, second, third) = stream.insns, stream.starts
+        assert not any(_is_load(x, MemType.WGT) for x in insns[second:third])
+        (wgt3,) = [x for x in insns[third:] if _is_load(x, MemType.WGT)]
+        assert wgt3.x_size == 64
 
 
 def _uop_users(insns, a: int, b: int) -> list[tuple[int, int]]:

@@ -26,6 +26,18 @@ tail begins). Later loads pop every cross-layer token first, so they do not take
 prologue. Where a tail GEMM's reads cannot be told (the depthwise mode, reads from OUT), one free token after
 the last GEMM guards every INP row and ``k``'s WGT rows.
 
+**Weights ahead.** Given the configuration and a relocation, layer ``k + 1`` loads the first weights of ``k + 2``
+(the weight loads of its first load group; the group's flags move to its last load of another type) where its
+GEMMs and ALU instructions take less time than they take to load (the cycle model): a short layer, such as a
+one-token LayerNorm before a classifier head. The part beyond that time loads ahead of ``k + 1``'s first INP load
+and the cross-layer pops before it, where its load stage waits for ``k``'s ready token, so it loads while ``k``'s
+last tiles compute; the rest just after ``k + 1``'s last load, while ``k + 1`` computes (the load at the border
+split by rows, or by elements of a one-row load). Both are in ``k + 1``'s part of the stream, which the fetch
+unit reaches before ``k + 1``'s compute instructions fill the command queue. The weights move where they fit
+clear of the WGT rows of ``k`` and ``k + 1`` (``k + 2`` is relocated there) and read no DRAM byte a store of ``k``
+or ``k + 1`` writes. Every earlier layer is done with the rows: ``k``'s loads, ahead of them, pop every
+cross-layer token of ``k - 1``.
+
 **Micro-ops ahead.** On request (a model's joined steps), each layer after the first loads its micro-ops on
 the load stage (LOAD UOP_PRE, ahead of its first load) instead of in its compute-stage prologue, where that is
 safe (:func:`hoist_uop_loads`): its micro-ops then load while the previous layer computes. Its kernels move in
@@ -46,6 +58,7 @@ import numpy as np
 
 from vdla.compiler.spec import CompileError
 from vdla.config import HwConfig
+from vdla.cycles import CycleModel
 from vdla.isa import (
     EpiInsn,
     FinishInsn,
@@ -179,6 +192,95 @@ def _reorder_first_group(loads: list[Insn]) -> list[Insn]:
     for f, v in flags.items():
         setattr(ordered[-1], f, v)
     return ordered + loads[g + 1 :]
+
+
+def _lead_weights(prog: list[Insn]) -> list[Insn]:
+    """The weight loads of a layer program's first load group (FINISH dropped) where that group pops no token
+    and holds a load of another type, else none."""
+    loads = [s for s in prog if s.stage == Stage.LOAD]
+    g = next((i for i, s in enumerate(loads) if s.deps()), None)
+    if g is None or pops_of(loads[g]):
+        return []
+    group = loads[: g + 1]
+    if all(s.mem_type == MemType.WGT for s in group):
+        return []
+    return [s for s in group if s.mem_type == MemType.WGT and not s.is_nop]
+
+
+def _weights_ahead(body: list[Insn], ahead: list[Insn], after: list[Insn]) -> list[Insn]:
+    """A joined layer ``body`` with the next layer's lead weight loads issued in its load stream: ``ahead`` ahead of
+    its first INP load and the cross-layer pops just before it (where its load stage waits for the ready token),
+    ``after`` just after its last load."""
+    end = _after_last(body, lambda s: s.stage == Stage.LOAD)
+    body = body[:end] + after + body[end:]
+    at = next(i for i, s in enumerate(body) if _is_inp_load(s))
+    while at and body[at - 1].stage == Stage.LOAD and body[at - 1].is_nop:
+        at -= 1
+    return body[:at] + ahead + body[at:]
+
+
+def _is_inp_load(insn: Insn) -> bool:
+    return isinstance(insn, MemInsn) and insn.mem_type == MemType.INP and insn.stage == Stage.LOAD and not insn.is_nop
+
+
+def _cycles_ahead(before: list[Insn], prog: list[Insn], nxt: list[Insn], cfg: HwConfig) -> int:
+    """How many cycles of the lead weight loads of ``nxt`` (the layer after ``prog``, which follows ``before``)
+    ``prog`` issues ahead of its first INP load: what they take to load beyond the time ``prog``'s GEMMs and ALU
+    instructions take (the rest loads meanwhile), where it has an INP load and they read no DRAM byte that a store
+    of ``before`` or ``prog`` writes; else 0 (then none of them moves)."""
+    lead = _lead_weights(nxt[:-1])
+    if not lead or not any(_is_inp_load(s) for s in prog):
+        return 0
+    written = Pending.of([s for s in before + prog if isinstance(s, MemInsn) and s.store and not s.is_nop], cfg)
+    if any(written.overlaps(s) for s in lead):
+        return 0
+    work = [s for s in prog if s.stage == Stage.COMPUTE and not isinstance(s, MemInsn)]
+    return max(0, _busy(lead, cfg) - _busy(work, cfg))
+
+
+def _take_ahead(prog: list[Insn], cycles: int, cfg: HwConfig) -> tuple[list[Insn], list[Insn], list[Insn]]:
+    """The lead weight loads of ``prog`` (:func:`_lead_weights`) in two parts, in order: those that take ``cycles``
+    to load, where only part of a load is needed split by rows (by elements in a one-row load), and the rest;
+    and ``prog`` with a split load replaced by its two parts and the load group's flags on its last load of
+    another type (the weights move to the layer before: :func:`_weights_ahead`)."""
+    loads = [s for s in prog if s.stage == Stage.LOAD]
+    g = next(i for i, s in enumerate(loads) if s.deps())
+    holder, group = loads[g], loads[: g + 1]
+    ahead: list[Insn] = []
+    after: list[Insn] = []
+    out = list(prog)
+    for load in _lead_weights(prog):
+        took = _busy([load], cfg)
+        one_row = load.y_size == 1
+        units = load.x_size if one_row else load.y_size
+        n = -(-cycles * units // took)  # rounded up
+        if 0 < n < units and load.sram_elems == load.x_size * load.y_size:
+            size, rows, stride = ("x_size", 1, 1) if one_row else ("y_size", load.x_size, load.x_stride)
+            flagless = {"push_prev": False, "push_next": False}
+            part = replace(load, **{size: n}, **flagless)
+            base = {"sram_base": load.sram_base + n * rows, "dram_base": load.dram_base + n * stride}
+            rest = replace(load, **{size: units - n}, **base, **flagless)
+            k = next(i for i, s in enumerate(out) if s is load)
+            out[k : k + 1] = [part, rest]
+            ahead.append(part)
+            after.append(rest)
+        else:
+            (ahead if cycles > 0 else after).append(load)
+        cycles -= took
+    if holder.mem_type == MemType.WGT:
+        kept = [s for s in group if s.mem_type != MemType.WGT]
+        for f in ("push_prev", "push_next"):
+            setattr(kept[-1], f, getattr(holder, f))
+            setattr(holder, f, False)
+    return ahead, after, out
+
+
+def _busy(insns: Sequence[Insn], cfg: HwConfig) -> int:
+    """The cycles ``insns`` take run one after the other on their own (:class:`CycleModel`)."""
+    model, t = CycleModel(cfg), 0
+    for insn in insns:
+        t += model.duration(insn, t)
+    return t
 
 
 def _ready_at(loads: list[Insn]) -> int:
@@ -408,10 +510,12 @@ def join_programs(
     With ``relocate`` (``relocate(program, offset)``: the program with its WGT rows moved by ``offset``, its
     LOAD WGT and GEMM micro-op kernels rewritten) and the buffer's ``wgt_depth``, a layer whose weights would
     overwrite rows the previous layer still reads is moved clear of them where both fit, and then needs no
-    free token: its weights load while the previous layer computes. With ``cfg`` and ``read_uops`` (micro-op
-    words from DRAM), consecutive layers join by early links (module docstring); with ``hoist_uops`` too, later
-    layers load their micro-ops ahead on the load stage (:func:`hoist_uop_loads`: only in the outermost join,
-    whose token counts its safety check reads; a joined program joined again keeps its LOAD UOPs).
+    free token: its weights load while the previous layer computes; with ``cfg`` too, a short layer loads the
+    next one's first weights, part of them ahead of its own input (module docstring). With ``cfg`` and
+    ``read_uops`` (micro-op words from DRAM), consecutive layers join by early links (module docstring); with
+    ``hoist_uops`` too, later layers load their micro-ops ahead on the load stage (:func:`hoist_uop_loads`: only
+    in the outermost join, whose token counts its safety check reads; a joined program joined again keeps its
+    LOAD UOPs).
     """
     if not programs:
         raise CompileError("no layer programs to join")
@@ -421,14 +525,25 @@ def join_programs(
     finish: Insn | None = None
     link: Link | None = None
     progs = [[copy.copy(insn) for insn in p] for p in programs]  # an instruction's fields are scalars
+    taken: list[Insn] = []  # this layer's lead weight loads, issued in the previous layer's load stream
     for i, prog in enumerate(progs):
         if not prog or not isinstance(prog[-1], FinishInsn):
             raise CompileError(f"layer program {i} does not end with FINISH")
+        ahead: list[Insn] = []
+        after: list[Insn] = []
         if i + 1 < len(progs) and relocate is not None and wgt_depth is not None:
-            off = weight_offset(wgt_rows(prog), wgt_rows(progs[i + 1]), wgt_depth)
-            if off:
-                progs[i + 1] = relocate(progs[i + 1], off)
-        body = prog[:-1] if finish is None else _after(prev, prog[:-1], finish, link)
+            nxt = progs[i + 1]
+            cycles = _cycles_ahead(progs[i - 1], prog, nxt, cfg) if i and cfg is not None else 0
+            off = weight_offset(wgt_rows(progs[i - 1]) + wgt_rows(prog), wgt_rows(nxt), wgt_depth) if cycles else None
+            if off is not None:
+                nxt = relocate(nxt, off) if off else nxt
+                ahead, after, progs[i + 1] = _take_ahead(nxt, cycles, cfg)
+            if not ahead:
+                off = weight_offset(wgt_rows(prog), wgt_rows(nxt), wgt_depth)
+                if off:
+                    progs[i + 1] = relocate(nxt, off)
+        own = [s for s in prog[:-1] if all(s is not a for a in taken)]
+        body = own if finish is None else _after(prev, own, finish, link)
         link = None
         if i + 1 < len(progs) and cfg is not None and read_uops is not None:
             link = Link.of(prog[:-1], cfg, read_uops)
@@ -436,9 +551,11 @@ def join_programs(
         elif i + 1 < len(progs) and _overlap(wgt_rows(prog), wgt_rows(progs[i + 1])):
             at = _free_at(body)
             body = body[:at] + [nop(Stage.COMPUTE, FREE.push_flag)] + body[at:]
+        if ahead:
+            body = _weights_ahead(body, ahead, after)
         starts.append(len(out))
         out += body
-        prev, finish = body, prog[-1]
+        prev, finish, taken = prog[:-1], prog[-1], ahead + after
     out.append(finish)
     if cfg is not None and hoist_uops:
         return hoist_uop_loads(LayerStream(out, tuple(starts)), cfg)
