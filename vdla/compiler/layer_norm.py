@@ -1,7 +1,10 @@
 """LayerNorm over the rows of an int8 (tokens, features) tensor in DRAM (issue 53, docs/transformers.md):
 exactly :func:`vdla.graph.oracle.layer_norm_int` of the spec's :class:`~vdla.graph.layernorm.IntLayerNorm`.
 
-The tokens go in tiles of ``R`` rows (:meth:`LayerNormLowering.tile_rows`), each one block: a LOAD INP of its
+Where every token's rows fit INP and ACC at once (:meth:`LayerNormLowering.resident_fits`) they stay resident,
+in chunks of ``block_out`` tokens (:meth:`LayerNormLowering.resident_stream`: each chunk's load and statistics,
+one per-row program over all packed rows, each chunk's output and store). Otherwise the tokens go in tiles of
+``R`` rows (:meth:`LayerNormLowering.tile_rows`), each one block. Either way a chunk or tile is a LOAD INP of its
 ``R x C`` input elements (``C = features / block_in``, token-major), then on the accelerator alone
 
 * ``-S1`` by a GEMM against the minus-ones block (each token's in every lane of its row); ``d = n x - S1`` by
@@ -23,9 +26,9 @@ The tokens go in tiles of ``R`` rows (:meth:`LayerNormLowering.tile_rows`), each
   requantizing (EPI ``req``); the OUT mirror stored.
 
 No value goes through DRAM but the input and the output. The multiplier and bias rows and the constant rows
-(``3 2^F``, ``E``, the seed, the one-hot rows) are one LOAD ACC of the ``consts`` tensor ahead of the tiles. A
-LayerNorm of more tokens than one tile's share takes two virtual threads, each half of ACC and INP and its own
-weight blocks.
+(``3 2^F``, ``E``, the seed, the one-hot rows) are one LOAD ACC of the ``consts`` tensor ahead of the chunks or tiles.
+Tiles of more tokens than one packed row take two virtual threads, each half of ACC and INP and its own weight
+blocks.
 
 Invariant: bit for bit :func:`~vdla.graph.oracle.layer_norm_int` on every backend (the ALU and GEMM semantics
 are the oracle's steps); ``block_in == block_out`` (the identity block) and batch 1. It needs no optional unit
