@@ -48,10 +48,10 @@ def _table_unloaded(table: int, loaded: set[int], cfg: HwConfig) -> list[str]:
     if not missing:
         return []
     if len(missing) == cfg.lut_depth:
-        return [f"EPI lut (table {table}) before any LOAD LUT of that table (its elements {first}..)"]
+        return [f"EPI lut before any LOAD LUT of table {table} (elements {first}..{first + cfg.lut_depth - 1})"]
     return [
-        f"EPI lut (table {table}) with table elements {missing} never loaded by this program (LOAD LUT all "
-        f"{cfg.lut_depth} elements of the table, from element {first}, first: entries not loaded are undefined)"
+        f"EPI lut with table elements {missing} never loaded by this program (LOAD LUT all {cfg.lut_depth} "
+        f"elements of table {table}, from element {first}, first: entries not loaded are undefined)"
     ]
 
 
