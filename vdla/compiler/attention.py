@@ -161,6 +161,11 @@ class _Tile:
         return [run for run in ((0, whole, self.lanes), (whole, 1, rest)) if run[1] and run[2]]
 
 
+def _lut_epi(table: int) -> Epi:
+    """The EPI that requantizes the OUT mirror (``req``) and looks it up in exp table ``table``."""
+    return Epi(True, False, 0, None, lut=True, lut_table=table)
+
+
 class AttentionLowering:
     """The program of one attention head on one config (module docstring)."""
 
@@ -382,26 +387,28 @@ class AttentionLowering:
         only one); an odd rank makes its low plane first, with the table the tile before it left in the LUT, which
         a rank above 0 does not load again. Over the real queries' rows (:attr:`_Tile.scored`), the low plane from
         the tile's second plane row."""
-        n, cfg = tile.scored, self.cfg
-        order = (1, 0) if self.low_first(rank) else (0, 1)
-        if cfg.lut_tables > 1:
-            table = iter(((), ()))
-            selects = order
+        n = tile.scored
+        first, second = (1, 0) if self.low_first(rank) else (0, 1)
+        if self.cfg.lut_tables > 1:
+            before_mul, before_copy = [_lut_epi(first)], [_lut_epi(second)]
         else:
-            table = iter([(Load(MemType.LUT, 0, "lut", k * cfg.lut_depth, 1, cfg.lut_depth, cfg.lut_depth),)
-                          for k in order])  # fmt: skip
-            selects = (0, 0)
-        first = next(table)
+            before_mul = [*([self.table_load(first)] if not rank else []), _lut_epi(0)]
+            before_copy = [self.table_load(second)]
         return [
             Epi(False, False, 0, self.c0),
             *self.scores(tile),
-            *(first if not rank else ()),
-            Epi(True, False, 0, None, lut=True, lut_table=selects[0]),
+            *before_mul,
             alu_held(AluOp.MUL, n, tile.a, self.const["sm"], self.limits, shift=self.spec.head.score_shift),
-            *next(table),
-            *((Epi(True, False, 0, None, lut=True, lut_table=selects[1]),) if cfg.lut_tables > 1 else ()),
+            *before_copy,
             self.alu(AluOp.ADD, ((n, (1, 1)),), tile.a + tile.planes, tile.a, reset=True),
         ]
+
+    def table_load(self, first: int, tables: int = 1) -> Load:
+        """LOAD LUT of ``tables`` exp tables from table ``first`` of the ``lut`` tensor (high, then low) into the
+        LUT buffer's tables from ``first`` where the config holds them all, else into its one table."""
+        n = self.cfg.lut_depth
+        at = first * n if self.cfg.lut_tables > 1 else 0
+        return Load(MemType.LUT, at, "lut", first * n, 1, tables * n, tables * n)
 
     def low_first(self, rank: int | None) -> bool:
         """Whether a tile of ``rank`` (:meth:`exp_planes`) computes its low plane first: an odd rank, where the tiles
@@ -597,9 +604,9 @@ class AttentionLowering:
     def prologue(self) -> list[Op]:
         """The constant rows; with two activation tables both exp tables (:meth:`exp_planes`); with a run-time mask
         the bias rows from the keep vector: ``(keep - 1) << mask_shift``."""
-        width, tables = self.ub + len(CONSTS), 2 * self.cfg.lut_depth
+        width = self.ub + len(CONSTS)
         ops: list[Op] = [Load(MemType.ACC, self.c0, "consts", 0, 1, width, width)]
-        ops += [Load(MemType.LUT, 0, "lut", 0, 1, tables, tables)] if self.cfg.lut_tables > 1 else []
+        ops += [self.table_load(0, 2)] if self.cfg.lut_tables > 1 else []
         if self.spec.runtime_mask:
             each = ((self.ub, (1, 1)),)
             ops += [

@@ -134,13 +134,15 @@ class LayerNormLowering:
     def chunk(self, g: int) -> LayerNormLowering:
         """The resident program's view of chunk ``g``: tokens ``g lanes`` on (at most ``lanes``), their rows in place,
         their packed row ``g``, the shared squares' rows."""
-        v = _View.__new__(_View)
-        v.__dict__.update(self.__dict__)
         t0 = g * self.lanes
-        v.r, v.gr = min(self.lanes, self.spec.tokens - t0), 1
-        v.x = v.inp0 = t0 * self.c
-        v.tok = {name: row + t0 for name, row in self.tok.items()}
-        v.row = {name: row + g for name, row in self.row.items()}
+        tok = {name: row + t0 for name, row in self.tok.items()}
+        return self.derived(r=min(self.lanes, self.spec.tokens - t0), gr=1, x=t0 * self.c, inp0=t0 * self.c, tok=tok,
+                            row={name: row + g for name, row in self.row.items()})  # fmt: skip
+
+    def derived(self, **fields) -> LayerNormLowering:
+        """A copy of this program's layout with ``fields`` replaced (:meth:`view`, :meth:`chunk`)."""
+        v = _View.__new__(_View)
+        v.__dict__.update(self.__dict__, **fields)
         return v
 
     def resident_stream(self) -> Stream:
@@ -150,16 +152,14 @@ class LayerNormLowering:
         hides under the previous chunk's statistics and a chunk's store under the next chunk's output: the first
         load and the last store are a chunk's, and the per-row program runs once."""
         chunks = [self.chunk(g) for g in range(self.gr)]
-        nw, blocks = self.wgt_blocks, []
+        blocks = []
         for g, low in enumerate(chunks):
-            rc = low.r * self.c
-            loads = (Load(MemType.WGT, 0, "wgt", 0, 1, nw, nw),) if g == 0 else ()
-            loads += (Load(MemType.INP, low.inp0, "inp", low.inp0, 1, rc, rc),)
-            blocks.append((loads, tuple(low.squares()), ()))
+            loads = (low.weights_load(),) if g == 0 else ()
+            blocks.append(((*loads, low.input_load(g * self.lanes)), tuple(low.squares()), ()))
         blocks.append(((), (*self.variance(), *self.exponent(), *self.rsqrt()), ()))
-        for low in chunks:
+        for g, low in enumerate(chunks):
             out = (Epi(False, False, 0, None), *low.unpack(), *low.output())
-            blocks.append(((), out, (Store(low.x, "out", low.x, 1, low.r * self.c, low.r * self.c),)))
+            blocks.append(((), out, (low.store(g * self.lanes),)))
         threads: list[list[Block]] = [[], []]
         for i, (loads, compute, stores) in enumerate(blocks):
             threads[i % 2].append(Block(i % 2, loads, compute, stores))
@@ -203,14 +203,13 @@ class LayerNormLowering:
         """The program of ``r`` tokens on virtual thread ``thread``: its share of ACC, INP and WGT."""
         if (thread, r) == (0, self.r):
             return self
-        v = _View.__new__(_View)
-        v.__dict__.update(self.__dict__)
         base = thread * self.span
-        v.r, v.gr, v.thread, v.x, v.q = r, self.groups(r), thread, base + self.x, base + self.q
-        v.tok = {name: base + row for name, row in self.tok.items()}
-        v.row = {name: base + row for name, row in self.row.items()}
-        v.inp0, v.w0 = thread * self.cfg.inp_depth // 2, thread * self.wgt_blocks
-        return v
+        return self.derived(
+            r=r, gr=self.groups(r), thread=thread, x=base + self.x, q=base + self.q,
+            tok={name: base + row for name, row in self.tok.items()},
+            row={name: base + row for name, row in self.row.items()},
+            inp0=thread * self.cfg.inp_depth // 2, w0=thread * self.wgt_blocks,
+        )  # fmt: skip
 
     def tensor_bytes(self) -> dict[str, int]:
         cfg, sp = self.cfg, self.spec
@@ -386,14 +385,23 @@ class LayerNormLowering:
         on the packed rows, the scaled ``y`` back in the tokens' rows, the output stored."""
         t0 = k * self.r
         low = self.view(thread, min(self.r, self.spec.tokens - t0))
-        rc, i0, nw = low.r * self.c, low.inp0, self.wgt_blocks
-        loads = (Load(MemType.INP, i0, "inp", t0 * self.c, 1, rc, rc), Load(MemType.WGT, low.w0, "wgt", 0, 1, nw, nw))
+        loads = (low.input_load(t0), low.weights_load())
         compute = (*low.squares(), *low.variance(), *low.exponent(), *low.rsqrt(), *low.unpack(), *low.output())
         return [Block(thread, loads, compute, (low.store(t0),))]
 
     @property
     def tiles(self) -> int:
         return -(-self.spec.tokens // self.r)
+
+    def input_load(self, t0: int) -> Load:
+        """This view's ``r`` tokens' input rows from token ``t0`` into its INP rows."""
+        rc = self.r * self.c
+        return Load(MemType.INP, self.inp0, "inp", t0 * self.c, 1, rc, rc)
+
+    def weights_load(self) -> Load:
+        """The weight blocks (:meth:`constants`) into this view's WGT rows."""
+        nw = self.wgt_blocks
+        return Load(MemType.WGT, self.w0, "wgt", 0, 1, nw, nw)
 
     def store(self, t0: int) -> Store:
         return Store(self.x, "out", t0 * self.c, 1, self.r * self.c, self.r * self.c)

@@ -194,17 +194,19 @@ def _reorder_first_group(loads: list[Insn]) -> list[Insn]:
     return ordered + loads[g + 1 :]
 
 
-def _lead_weights(prog: list[Insn]) -> list[Insn]:
-    """The weight loads of a layer program's first load group (FINISH dropped) where that group pops no token
-    and holds a load of another type, else none."""
+def _lead_group(prog: list[Insn]) -> list[Insn]:
+    """A layer program's first load group, up to and including its first load with a token flag, where that load
+    pops no token and the group holds a load other than WGT; else none."""
     loads = [s for s in prog if s.stage == Stage.LOAD]
     g = next((i for i, s in enumerate(loads) if s.deps()), None)
-    if g is None or pops_of(loads[g]):
+    if g is None or pops_of(loads[g]) or all(s.mem_type == MemType.WGT for s in loads[: g + 1]):
         return []
-    group = loads[: g + 1]
-    if all(s.mem_type == MemType.WGT for s in group):
-        return []
-    return [s for s in group if s.mem_type == MemType.WGT and not s.is_nop]
+    return loads[: g + 1]
+
+
+def _lead_weights(prog: list[Insn]) -> list[Insn]:
+    """The weight loads of a layer program's first load group (:func:`_lead_group`; FINISH dropped)."""
+    return [s for s in _lead_group(prog) if s.mem_type == MemType.WGT and not s.is_nop]
 
 
 def _weights_ahead(body: list[Insn], ahead: list[Insn], after: list[Insn]) -> list[Insn]:
@@ -243,13 +245,17 @@ def _take_ahead(prog: list[Insn], cycles: int, cfg: HwConfig) -> tuple[list[Insn
     to load, where only part of a load is needed split by rows (by elements in a one-row load), and the rest;
     and ``prog`` with a split load replaced by its two parts and the load group's flags on its last load of
     another type (the weights move to the layer before: :func:`_weights_ahead`)."""
-    loads = [s for s in prog if s.stage == Stage.LOAD]
-    g = next(i for i, s in enumerate(loads) if s.deps())
-    holder, group = loads[g], loads[: g + 1]
+    group, copies = _lead_group(prog), {}
+    holder = group[-1]
+    if holder.mem_type == MemType.WGT:  # its flags go to the group's last load of another type, on copies
+        kept = next(s for s in reversed(group) if s.mem_type != MemType.WGT)
+        flags = {f: getattr(holder, f) for f in ("push_prev", "push_next")}
+        copies = {id(holder): replace(holder, push_prev=False, push_next=False), id(kept): replace(kept, **flags)}
+    lead = [copies.get(id(s), s) for s in _lead_weights(prog)]
+    out = [copies.get(id(s), s) for s in prog]
     ahead: list[Insn] = []
     after: list[Insn] = []
-    out = list(prog)
-    for load in _lead_weights(prog):
+    for load in lead:
         took = _busy([load], cfg)
         one_row = load.y_size == 1
         units = load.x_size if one_row else load.y_size
@@ -267,11 +273,6 @@ def _take_ahead(prog: list[Insn], cycles: int, cfg: HwConfig) -> tuple[list[Insn
         else:
             (ahead if cycles > 0 else after).append(load)
         cycles -= took
-    if holder.mem_type == MemType.WGT:
-        kept = [s for s in group if s.mem_type != MemType.WGT]
-        for f in ("push_prev", "push_next"):
-            setattr(kept[-1], f, getattr(holder, f))
-            setattr(holder, f, False)
     return ahead, after, out
 
 
@@ -542,7 +543,8 @@ def join_programs(
                 off = weight_offset(wgt_rows(prog), wgt_rows(nxt), wgt_depth)
                 if off:
                     progs[i + 1] = relocate(nxt, off)
-        own = [s for s in prog[:-1] if all(s is not a for a in taken)]
+        moved = {id(s) for s in taken}
+        own = [s for s in prog[:-1] if id(s) not in moved]
         body = own if finish is None else _after(prev, own, finish, link)
         link = None
         if i + 1 < len(progs) and cfg is not None and read_uops is not None:

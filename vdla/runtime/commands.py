@@ -370,11 +370,7 @@ class CommandBuilder:
         ACC[row + outer index], the product rounded right by ``shift`` (docs/isa.md)."""
         if not 0 <= shift < 32:
             raise CommandError(f"EPI: shift {shift} is outside [0, 31]")
-        if not 0 <= lut_table < self.cfg.lut_tables:
-            raise CommandError(
-                f"EPI: activation table {lut_table} is outside [0, {self.cfg.lut_tables - 1}] (lut_tables of "
-                f"config {self.cfg.name!r})"
-            )
+        self._check_table("EPI", lut_table)
         if bias_base is not None and not 0 <= bias_base < self.cfg.acc_depth:
             raise CommandError(f"EPI: bias row {bias_base} is outside the ACC buffer (depth {self.cfg.acc_depth})")
         k, stride, pitch = dw or (0, 0, 0)
@@ -395,14 +391,18 @@ class CommandBuilder:
         self._epi = insn
         return index
 
+    def _check_table(self, what: str, table: int) -> None:
+        """Raise naming ``what`` where ``table`` is not one of the config's activation tables."""
+        if not 0 <= table < self.cfg.lut_tables:
+            raise CommandError(
+                f"{what}: activation table {table} is outside [0, {self.cfg.lut_tables - 1}] (lut_tables of "
+                f"config {self.cfg.name!r})"
+            )
+
     def load_table(self, buf: Buffer, offset: int = 0, table: int = 0) -> int:
         """LOAD LUT: the whole activation table ``table`` (LUT_ENTRIES int8 entries, entry ``i`` the output for the
         int8 input whose byte is ``i``) from ``buf``, ``offset`` table elements in."""
-        if not 0 <= table < self.cfg.lut_tables:
-            raise CommandError(
-                f"LOAD LUT: activation table {table} is outside [0, {self.cfg.lut_tables - 1}] (lut_tables of "
-                f"config {self.cfg.name!r})"
-            )
+        self._check_table("LOAD LUT", table)
         n = self.cfg.lut_depth
         return self.load(MemType.LUT, table * n, buf, offset, 1, n, n)
 
