@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from vdla.compiler.layer_norm import LayerNormSpec, compile_layer_norm, scale_parts
+from vdla.compiler.layer_norm import SQUARES, CompiledLayerNorm, LayerNormSpec, compile_layer_norm, scale_parts
 from vdla.compiler.spec import CompileError
 from vdla.config import load_config
 from vdla.graph import oracle
@@ -49,19 +49,46 @@ def test_bit_exact_on_other_presets(preset):
     np.testing.assert_array_equal(layer.run(Device(cfg), x).out, oracle.layer_norm_int(x, spec.ln))
 
 
+def sqr_rows(run) -> int:
+    """Rows the run's ALU SQRs square (each SQR pipelined)."""
+    labels = [e.label for e in run.result.timeline if e.label.startswith("alu sqr")]
+    assert all(" pipe " in label for label in labels), labels
+    return sum(int(np.prod([int(v) for v in lb.split("iter=")[1].split()[0].split(",")])) for lb in labels)
+
+
 @pytest.mark.parametrize("preset", ["pynq", "pynq-full", "zcu104", "block8"])
-def test_squares_by_pipelined_sqr(preset):
-    """Every element's square is an ALU SQR pipelined over the tile's rows (a row a cycle on a full-width ALU,
-    two on the half-width one): the SQRs, each pipelined, cover the 65 x 192 elements' rows once."""
+@pytest.mark.parametrize("tokens", [17, 197])
+def test_squares_by_pipelined_sqr(preset, tokens):
+    """In tiles (197 tokens) and in a resident program's squares order (17), every element's square is an ALU SQR
+    pipelined over the rows (a row a cycle on a full-width ALU, two on the half-width one): the SQRs cover the
+    elements' rows once."""
     cfg = pynq_full() if preset == "pynq-full" else load_config(preset)
-    x, spec = case(65, 192)
+    x, spec = case(tokens, 192)
     layer = compile_layer_norm(spec, cfg)
+    if layer.lowering.resident:
+        layer = CompiledLayerNorm(layer.lowering, layer.lowering.stream(SQUARES), SQUARES)
     run = layer.run(Device(cfg), x, timeline=True)
     np.testing.assert_array_equal(run.out, oracle.layer_norm_int(x, spec.ln))
-    labels = [e.label for e in run.result.timeline if e.label.startswith("alu sqr")]
-    assert labels and all(" pipe " in label for label in labels), labels
-    rows = sum(int(np.prod([int(v) for v in lb.split("iter=")[1].split()[0].split(",")])) for lb in labels)
-    assert rows == 65 * 192 // cfg.block_out
+    assert sqr_rows(run) == tokens * 192 // cfg.block_out
+
+
+@pytest.mark.parametrize("preset", ["pynq", "pynq-full", "zcu104"])
+@pytest.mark.parametrize("tokens, n", [(65, 192), (32, 128), (80, 64)])
+def test_resident_squares_by_the_gram_gemm(preset, tokens, n):
+    """Resident chunks take ``S2`` from the GEMM core: each chunk's copy goes to DRAM as weight tiles and comes
+    back as WGT (``xw``), its rows against them the Gram matrix: no SQR, bit-exact, faster than the squares on the
+    ALU (the order timed against them), the short last chunk of 65 tokens included."""
+    cfg = pynq_full() if preset == "pynq-full" else load_config(preset)
+    x, spec = case(tokens, n)
+    layer = compile_layer_norm(spec, cfg)
+    low = layer.lowering
+    assert layer.order.gram and low.SCRATCH == ("xw",) and layer.order in low.resident_orders()
+    run = layer.run(Device(cfg), x, timeline=True)
+    np.testing.assert_array_equal(run.out, oracle.layer_norm_int(x, spec.ln))
+    assert sqr_rows(run) == 0
+    squares = CompiledLayerNorm(low, low.stream(SQUARES), SQUARES).run(Device(cfg), x)
+    np.testing.assert_array_equal(squares.out, run.out)
+    assert run.counters.cycles < squares.counters.cycles
 
 
 @pytest.mark.parametrize("n", [16, 48, 256, 352])
@@ -96,9 +123,18 @@ def test_every_token_resident_where_they_fit_else_tiles():
 def test_bit_exact_on_rtl(rtl_library):
     x, spec = case(65, 192)
     layer = compile_layer_norm(spec, "pynq")
-    assert layer.lowering.resident  # five chunks, the last of one token
+    assert layer.lowering.resident and layer.order.gram  # five chunks, the last of one token; the tiles' round trip
     rtl = layer.run(Device("pynq", backend="rtl"), x)
     np.testing.assert_array_equal(rtl.out, oracle.layer_norm_int(x, spec.ln))
+    sim = layer.run(Device("pynq"), x)
+    assert abs(rtl.counters.cycles - sim.counters.cycles) <= 0.01 * sim.counters.cycles
+
+
+def test_squares_resident_bit_exact_on_rtl(rtl_library):
+    x, spec = case(1, 128)  # one chunk: the squares on the ALU
+    layer = compile_layer_norm(spec, "pynq")
+    assert layer.lowering.resident and not layer.order.gram
+    np.testing.assert_array_equal(layer.run(Device("pynq", backend="rtl"), x).out, oracle.layer_norm_int(x, spec.ln))
 
 
 def test_tiles_bit_exact_on_rtl(rtl_library):

@@ -68,7 +68,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from vdla.compiler.blocks import Alu, Block, Epi, Gemm, Load, Op, Store, alu_held, alu_nest, gemm_nest
+from vdla.compiler.blocks import WAIT, Alu, Block, Epi, Gemm, Load, Op, Store, alu_held, alu_nest, gemm_nest
 from vdla.compiler.identity import identity_fits, identity_gemm, identity_weights
 from vdla.compiler.microcode import Limits
 from vdla.compiler.run import LayerRun, run_bound, scratch_arrays
@@ -85,7 +85,6 @@ ONES, EYE = 0, 1  # WGT blocks (and their rows as INP rows): all ones (row sums)
 CONSTS = ("sm", "c1", "c2", "two", "mo", "p", "c256")
 # the rows of a query block after U^T: Z, the search's copy of Z (then 2^(30 - k)), k, scratch, -m, r (then q)
 BLOCK_ROWS = ("z", "w", "k", "t", "nm", "r")
-WAIT = (Epi(False, False, 0, None),)  # a compute-only block that pops the stores' store -> compute token
 
 
 @dataclass(frozen=True)

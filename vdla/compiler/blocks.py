@@ -88,6 +88,9 @@ class PreloadKernel:
 
 
 Op = Load | Store | Gemm | Alu | PreloadKernel | Epi
+# the compute of a block that only waits (for the store -> compute token of its thread's previous block's stores):
+# the OUT mirror plain, no bias
+WAIT = (Epi(False, False, 0, None),)
 
 
 @dataclass(frozen=True)

@@ -11,11 +11,16 @@ one per-row program over all packed rows, each chunk's output and store). Otherw
   GEMMs of the tile against ``n`` times the identity (:func:`scale_parts` blocks, ``n`` may exceed int8) with
   ``init`` from the token's ``-S1`` row (EPI bias, the token on the outer loop); an identity GEMM copies the tile
   into ``q``;
-* ``S2``: ``q = SQR(q)`` (the ALU's square, pipelined over the tile's rows: a row a cycle, two on a half-width
-  ALU), each token's ``C`` rows of squares added lane by lane into its first, whose ALU LSUM (the sum of a row's
-  lanes, into every lane) is the token's ``S2``; a MUL by the one-hot row ``E_l`` of its lane keeps it (and
-  ``-S1``) in lane ``t % L`` alone (``L = block_out``) and ADDs put the ``L`` tokens of a packed row together:
-  the per-row program runs on ``L`` tokens a row;
+* ``S2``, in a tile: ``q = SQR(q)`` (the ALU's square, pipelined over the tile's rows: a row a cycle, two on a
+  half-width ALU), each token's ``C`` rows of squares added lane by lane into its first, whose ALU LSUM (the sum
+  of a row's lanes, into every lane) is the token's ``S2``. In a resident chunk the GEMM core takes it: the
+  identity GEMM copies the chunk into ``q`` in the order (channel block, token), one STORE puts that into the
+  weight layout in DRAM (``xw``: token ``t``'s block ``b`` is row ``t`` of weight tile ``b``), and two blocks
+  later (:meth:`LayerNormLowering.resident_stream`) the chunk's rows against those tiles give each token its row
+  of the chunk's Gram matrix, whose lane ``t % L`` is ``S2`` (:meth:`LayerNormLowering.gram`);
+* a MUL by the one-hot row ``E_l`` of its lane keeps ``S2`` (and ``-S1``) in lane ``t % L`` alone (``L =
+  block_out``) and ADDs put the ``L`` tokens of a packed row together: the per-row program runs on ``L`` tokens a
+  row;
 * the per-row ALU program on the packed rows: ``V``, the binary search of ``k``, ``-m``, the seed, the Newton
   steps, then ``y`` scaled to ``RSHR(y, k - j)`` (:func:`~vdla.graph.oracle.rsqrt_scaled`: a MUL by ``2^(30 -
   max(k, j))`` with the shift ``30 - j``);
@@ -25,10 +30,11 @@ one per-row program over all packed rows, each chunk's output and store). Otherw
   a MUL holding each channel block's multiplier row, beta by an ADD of its bias row with the OUT mirror
   requantizing (EPI ``req``); the OUT mirror stored.
 
-No value goes through DRAM but the input and the output. The multiplier and bias rows and the constant rows
-(``3 2^F``, ``E``, the seed, the one-hot rows) are one LOAD ACC of the ``consts`` tensor ahead of the chunks or tiles.
-Tiles of more tokens than one packed row take two virtual threads, each half of ACC and INP and its own weight
-blocks.
+No value goes through DRAM but the input, the output and a resident chunk's weight tiles. The multiplier and
+bias rows and the constant rows (``3 2^F``, ``E``, the seed, the one-hot rows) are one LOAD ACC of the ``consts``
+tensor ahead of the chunks or tiles. Tiles of more tokens than one packed row take two virtual threads, each half
+of ACC and INP and its own weight blocks; a resident program is the fastest of a few orders on the timing-only
+simulator (:meth:`LayerNormLowering.resident_orders`: the squares or the Gram GEMM, two or three threads).
 
 Invariant: bit for bit :func:`~vdla.graph.oracle.layer_norm_int` on every backend (the ALU and GEMM semantics
 are the oracle's steps); ``block_in == block_out`` (the identity block) and batch 1. It needs no optional unit
@@ -41,10 +47,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from vdla.compiler.blocks import Alu, Block, Epi, Gemm, Load, Op, Store, alu_held, alu_nest, gemm_nest
+from vdla.compiler.blocks import WAIT, Alu, Block, Epi, Gemm, Load, Op, Store, alu_held, alu_nest, gemm_nest
 from vdla.compiler.identity import identity_fits, identity_weights
 from vdla.compiler.microcode import Limits
 from vdla.compiler.run import LayerRun, run_bound, scratch_arrays
+from vdla.compiler.search import fastest
 from vdla.compiler.spec import CompileError
 from vdla.compiler.vthreads import Stream, lower_vthreads, prologue_block
 from vdla.config import DEFAULT_PRESET, HwConfig, load_config
@@ -56,6 +63,7 @@ from vdla.runtime.device import Device
 TOKEN_ROWS = ("s1", "s2", "y")  # a tile's rows a token: -S1, S2 (then their lane alone), RSHR(y, k - j)
 ROWS = ("p1", "s2", "v", "k", "m", "y", "t", "w")  # rows a group of tokens (packed: token t in lane t % L)
 CONSTS = ("c3", "e", "seed", "p30")  # constant rows after the multiplier and bias rows, then the one-hot rows
+GRAM_THREADS = (2, 3)  # the thread counts of a resident program with the Gram GEMM (:meth:`resident_orders`)
 POW = 30  # the row 2^(POW - max(k, j)) that y's MUL takes for the rounding shift by k - j (POW - j its shift)
 
 
@@ -63,6 +71,19 @@ def scale_parts(n: int) -> list[int]:
     """``n`` as int8 weights (identity blocks times each part) that sum to it: as few parts of at most 127."""
     parts = -(-n // 127)
     return [n // parts + (i < n % parts) for i in range(parts)]
+
+
+@dataclass(frozen=True)
+class ResidentOrder:
+    """How a resident program takes its chunks (:meth:`LayerNormLowering.resident_stream`): ``S2`` by the Gram
+    GEMM against each chunk's weight tiles (``gram``) or the ALU's squares as in a tile; on ``threads`` virtual
+    threads."""
+
+    threads: int
+    gram: bool
+
+
+SQUARES = ResidentOrder(2, False)
 
 
 @dataclass(frozen=True)
@@ -81,7 +102,7 @@ class LayerNormSpec:
 class LayerNormLowering:
     """The program of one LayerNorm on one config (module docstring)."""
 
-    SCRATCH = ()  # nothing goes through DRAM but the input and the output
+    SCRATCH: tuple[str, ...] = ()  # tiles: nothing goes through DRAM but the input and the output
 
     def __init__(self, spec: LayerNormSpec, cfg: HwConfig):
         if not identity_fits(cfg) or spec.ln.n % cfg.block_in or cfg.batch != 1:
@@ -111,33 +132,53 @@ class LayerNormLowering:
         self.onehot = self.g + 2 * self.c + len(CONSTS)  # row E_l: 1 in lane l, 0 elsewhere
         self.thread, self.inp0, self.w0 = 0, 0, 0  # thread 0's INP and WGT rows
 
-    def resident_fits(self) -> bool:
-        """Whether every token's rows fit INP and ACC at once beside the squares of one chunk of ``lanes`` tokens
-        and the constants (:meth:`resident_stream`)."""
-        cfg, t, c = self.cfg, self.spec.tokens, self.c
-        acc = t * c + self.lanes * c + len(TOKEN_ROWS) * t + len(ROWS) * self.groups(t) + self.const_rows
-        return t * c <= cfg.inp_depth and acc <= cfg.acc_depth and self.wgt_blocks <= cfg.wgt_depth
+    def resident_layout(self, threads: int, gram: bool) -> tuple[int, int]:
+        """(ACC rows, WGT blocks) of a resident program on ``threads`` threads (:meth:`init_resident`): every token's
+        input rows, a chunk's copy for each thread (``q``), the tokens' rows, the packed rows, the constants; the
+        weight blocks and, with ``gram``, every chunk's weight tiles."""
+        t, c, chunks = self.spec.tokens, self.c, self.groups(self.spec.tokens)
+        tokens = t * c + threads * self.lanes * c + len(TOKEN_ROWS) * t
+        return tokens + len(ROWS) * chunks + self.const_rows, self.wgt_blocks + gram * chunks * c
+
+    def resident_fits(self, order: ResidentOrder = SQUARES) -> bool:
+        """Whether every token's rows fit INP and the resident program of ``order`` fits ACC and WGT
+        (:meth:`resident_layout`)."""
+        cfg, (acc, wgt) = self.cfg, self.resident_layout(order.threads, order.gram)
+        return self.spec.tokens * self.c <= cfg.inp_depth and acc <= cfg.acc_depth and wgt <= cfg.wgt_depth
+
+    def resident_orders(self) -> list[ResidentOrder]:
+        """The resident programs :func:`compile_layer_norm` times: the squares on the ALU, and from two chunks on the
+        Gram GEMM on two threads up to one a chunk, where they fit."""
+        grams = [ResidentOrder(n, True) for n in GRAM_THREADS if n <= self.gr]
+        return [SQUARES, *(o for o in grams if self.resident_fits(o))]
 
     def init_resident(self) -> None:
-        """The whole program's rows (:meth:`resident_stream`): every token's input rows from INP row 0 and ACC row 0
-        (``x``), one chunk's squares (``q``), the tokens' rows, the packed rows of all of them, the constants."""
+        """The whole program's rows (:meth:`resident_stream`, :meth:`resident_layout`): every token's input rows
+        from INP row 0 and ACC row 0 (``x``), a chunk copy for each thread of the largest of
+        :meth:`resident_orders` (``q``), the tokens' rows, the packed rows of all of them, the constants; each
+        chunk's weight tiles after the weight blocks (in DRAM: the ``xw`` tensor) where a Gram order fits."""
         t, c = self.spec.tokens, self.c
-        self.threads, self.r, self.gr = 2, t, self.groups(t)
+        self.r, self.gr = t, self.groups(t)
+        orders = self.resident_orders()
+        self.threads = max(o.threads for o in orders)
+        self.SCRATCH = ("xw",) * any(o.gram for o in orders)
         self.x, self.q = 0, t * c
-        self.tok = {name: (t + self.lanes) * c + i * t for i, name in enumerate(TOKEN_ROWS)}
-        self.row = {name: (t + self.lanes) * c + len(TOKEN_ROWS) * t + i * self.gr for i, name in enumerate(ROWS)}
+        rows = (t + self.threads * self.lanes) * c
+        self.tok = {name: rows + i * t for i, name in enumerate(TOKEN_ROWS)}
+        self.row = {name: rows + len(TOKEN_ROWS) * t + i * self.gr for i, name in enumerate(ROWS)}
         self.g = self.row[ROWS[-1]] + self.gr
         self.const = {name: self.g + 2 * c + i for i, name in enumerate(CONSTS)}
         self.onehot = self.g + 2 * c + len(CONSTS)
         self.thread, self.inp0, self.w0, self.span = 0, 0, 0, 0
 
-    def chunk(self, g: int) -> LayerNormLowering:
-        """The resident program's view of chunk ``g``: tokens ``g lanes`` on (at most ``lanes``), their rows in place,
-        their packed row ``g``, the shared squares' rows."""
+    def chunk(self, g: int, thread: int) -> LayerNormLowering:
+        """The resident program's view of chunk ``g`` on ``thread``: tokens ``g lanes`` on (at most ``lanes``), their
+        rows in place, their packed row ``g``, the thread's copy rows."""
         t0 = g * self.lanes
         tok = {name: row + t0 for name, row in self.tok.items()}
+        q = self.q + thread * self.lanes * self.c
         return self.derived(r=min(self.lanes, self.spec.tokens - t0), gr=1, x=t0 * self.c, inp0=t0 * self.c, tok=tok,
-                            row={name: row + g for name, row in self.row.items()})  # fmt: skip
+                            row={name: row + g for name, row in self.row.items()}, q=q, thread=thread)  # fmt: skip
 
     def derived(self, **fields) -> LayerNormLowering:
         """A copy of this program's layout with ``fields`` replaced (:meth:`view`, :meth:`chunk`)."""
@@ -145,24 +186,36 @@ class LayerNormLowering:
         v.__dict__.update(self.__dict__, **fields)
         return v
 
-    def resident_stream(self) -> Stream:
-        """Every token resident (:meth:`resident_fits`), in chunks of ``lanes`` tokens (one packed row each): each
-        chunk's input loaded and its statistics, then one per-row program on all the packed rows, then each
-        chunk's output and its store. Blocks alternate between two threads in that order, so that a chunk's load
-        hides under the previous chunk's statistics and a chunk's store under the next chunk's output: the first
-        load and the last store are a chunk's, and the per-row program runs once."""
-        chunks = [self.chunk(g) for g in range(self.gr)]
-        blocks = []
+    def resident_stream(self, order: ResidentOrder) -> Stream:
+        """Every token resident (:meth:`resident_fits`), in chunks of ``lanes`` tokens (one packed row each) dealt to
+        ``order.threads`` threads (:func:`chunk_threads`), each thread's blocks in turn: each chunk's input loaded and
+        its statistics; one per-row program on all the packed rows; each chunk's output and its store. The
+        statistics with ``order.gram``: ``-S1``, ``d`` and the chunk's copy stored as weight tiles in a first block,
+        the tiles loaded, ``S2`` by the Gram GEMM and both statistics packed in a second block of the chunk's thread,
+        after every first block of the thread, and a wait block between where the thread has one chunk: the block
+        after a chunk's first waits for the store of its tiles (store -> compute) and the second's load for that
+        block (compute -> load), the other threads' work running meanwhile. A chunk's input load hides under the
+        previous chunk's work, its output's store under the next one's; the first load and the last store are a
+        chunk's, and the per-row program runs once, after every thread's statistics (the compute stage in order)."""
+        owner = chunk_threads(self.gr, order.threads)
+        chunks = [self.chunk(g, owner[g]) for g in range(self.gr)]
+        threads: list[list[Block]] = [[] for _ in range(order.threads)]
         for g, low in enumerate(chunks):
-            loads = (low.weights_load(),) if g == 0 else ()
-            blocks.append(((*loads, low.input_load(g * self.lanes)), tuple(low.squares()), ()))
-        blocks.append(((), (*self.variance(), *self.exponent(), *self.rsqrt()), ()))
-        for g, low in enumerate(chunks):
-            out = (Epi(False, False, 0, None), *low.unpack(), *low.output())
-            blocks.append(((), out, (low.store(g * self.lanes),)))
-        threads: list[list[Block]] = [[], []]
-        for i, (loads, compute, stores) in enumerate(blocks):
-            threads[i % 2].append(Block(i % 2, loads, compute, stores))
+            loads = (*(low.weights_load(),) * (g == 0), low.input_load(g * self.lanes))
+            first = (low.deviations_copy(), (low.tiles_store(g),)) if order.gram else (low.squares(), ())
+            threads[low.thread].append(Block(low.thread, loads, tuple(first[0]), first[1]))
+        for t, blocks in enumerate(threads):
+            mine = [g for g in range(self.gr) if owner[g] == t] if order.gram else []
+            blocks += [Block(t, (), WAIT, ())] * (len(mine) == 1)
+            blocks += [Block(t, (chunks[g].tiles_load(g),), tuple(chunks[g].squares_packed(g)), ()) for g in mine]
+        depth = max(map(len, threads))
+        rest = [((), (*self.variance(), *self.exponent(), *self.rsqrt()), ())]
+        rest += [((), (*WAIT, *c.unpack(), *c.output()), (c.store(g * self.lanes),)) for g, c in enumerate(chunks)]
+        for t, blocks in enumerate(threads):
+            blocks += [Block(t, (), WAIT, ())] * (depth - len(blocks))
+        for i, (loads, compute, stores) in enumerate(rest):
+            t = i % order.threads
+            threads[t].append(Block(t, loads, compute, stores))
         return lower_vthreads(threads, self.prologue(threads))
 
     def prologue(self, threads: list[list[Block]]) -> Block:
@@ -214,11 +267,13 @@ class LayerNormLowering:
     def tensor_bytes(self) -> dict[str, int]:
         cfg, sp = self.cfg, self.spec
         rows = sp.tokens * self.c
+        tiles = {"xw": self.gr * self.c * cfg.wgt_elem_bytes} if self.SCRATCH else {}
         return {
             "inp": rows * cfg.inp_elem_bytes,
             "out": rows * cfg.out_elem_bytes,
             "wgt": self.wgt_blocks * cfg.wgt_elem_bytes,
             "consts": self.const_rows * cfg.acc_elem_bytes,
+            **tiles,
         }
 
     def constants(self) -> dict[str, np.ndarray]:
@@ -289,18 +344,54 @@ class LayerNormLowering:
     # the program
 
     def squares(self) -> list[Op]:
-        """``-S1`` (every lane of ``s1``), ``d`` in ``x``, the squares in ``q``, each token's rows added into its
-        first and their lane sum ``S2`` (``s2``); both statistics packed (``p1``, ``s2``), token ``t`` in lane
-        ``t % lanes``."""
+        """A tile's statistics: ``-S1`` (every lane of ``s1``), ``d`` in ``x``, the squares in ``q``, each token's rows
+        added into its first and their lane sum ``S2`` (``s2``); both packed (:meth:`packed`)."""
         r, c = self.r, self.c
-        ops: list[Op] = [Epi(False, False, 0, None), self.sums(), *self.deviations(), self.copy(self.q)]
+        ops: list[Op] = [*WAIT, self.sums(), *self.deviations(), self.copy(self.q)]
         ops.append(alu_held(AluOp.SQR, r * c, self.q, self.q, self.limits))  # the rows on the inner loop: pipe
         if c > 1:
             ops.append(self.alu(AluOp.ADD, ((r, (c, c)), (c - 1, (0, 1))), self.q, self.q + 1))
         ops += [self.alu(AluOp.LSUM, ((r, (1, c)),), self.tok["s2"], self.q, reset=True)]
-        ops += [*self.lane_only("s1"), *self.lane_only("s2")]
+        return ops + self.packed()
+
+    def packed(self) -> list[Op]:
+        """``-S1`` and ``S2`` each in its token's lane alone, packed (``p1``, ``s2``): token ``t`` in lane
+        ``t % lanes``."""
+        ops = [*self.lane_only("s1"), *self.lane_only("s2")]
         ops += [self.rows(AluOp.ADD, row, imm=0, reset=True) for row in ("p1", "s2")]
         return ops + self.pack("p1", "s1") + self.pack("s2", "s2")
+
+    def deviations_copy(self) -> list[Op]:
+        """A resident chunk's first part: ``-S1``, ``d``, and its input rows copied into ``q`` in the weight layout's
+        order (channel block, token) for :meth:`tiles_store`."""
+        order = ((self.c, (self.lanes, 1, 0)), (self.r, (1, self.c, 0)))
+        copy = self.gemm(order, self.q, self.inp0, self.w0 + 1)
+        return [*WAIT, self.sums(), *self.deviations(), copy]
+
+    def squares_packed(self, g: int) -> list[Op]:
+        """A resident chunk's second part: ``S2`` by :meth:`gram` against its tiles, both statistics packed."""
+        return [*WAIT, self.gram(self.tiles_at(g)), *self.packed()]
+
+    def gram(self, w: int) -> Gemm:
+        """Each token's input rows against the chunk's weight tiles from WGT ``w`` (tile ``b``: the chunk's tokens'
+        block ``b``): token ``t``'s row ``s2`` is its row of the chunk's Gram matrix, ``S2`` in lane ``t % lanes``, its
+        products with the chunk's other tokens (or with the stale rows of a short chunk's tiles) in the other lanes,
+        which :meth:`lane_only` clears. Every lane's sum of ``n`` int8 products stays within int32 as ``S2`` does."""
+        return self.gemm(((self.r, (1, self.c, 0)), (self.c, (0, 1, 1))), self.tok["s2"], self.inp0, w)
+
+    def tiles_at(self, g: int) -> int:
+        """The WGT row of resident chunk ``g``'s first weight tile."""
+        return self.w0 + self.wgt_blocks + g * self.c
+
+    def tiles_store(self, g: int) -> Store:
+        """``q``'s mirror (chunk ``g``'s input rows in the order (block, token)) into ``xw`` as the chunk's ``c``
+        weight tiles: row ``t`` of tile ``b`` is token ``t``'s block ``b`` (past a short chunk's tokens, stale rows)."""
+        rows = self.lanes * self.c
+        return Store(self.q, "xw", g * rows, 1, rows, rows)
+
+    def tiles_load(self, g: int) -> Load:
+        """Chunk ``g``'s weight tiles (:meth:`tiles_store`) from ``xw`` into WGT."""
+        return Load(MemType.WGT, self.tiles_at(g), "xw", g * self.c, 1, self.c, self.c)
 
     def variance(self) -> list[Op]:
         """``V = max(SHR(n S2 - S1^2, -2j) + E, 1)`` in row ``v``."""
@@ -406,14 +497,22 @@ class LayerNormLowering:
     def store(self, t0: int) -> Store:
         return Store(self.x, "out", t0 * self.c, 1, self.r * self.c, self.r * self.c)
 
-    def stream(self) -> Stream:
-        """Every token resident where they fit (:meth:`resident_stream`), else the tiles dealt out to the threads in
-        turn (each thread's blocks in order)."""
+    def stream(self, order: ResidentOrder = SQUARES) -> Stream:
+        """Every token resident where they fit (:meth:`resident_stream` of ``order``), else the tiles dealt out to the
+        threads in turn (each thread's blocks in order)."""
         if self.resident:
-            return self.resident_stream()
+            return self.resident_stream(order)
         threads = [[b for k in range(self.tiles) if k % self.threads == t for b in self.blocks(k, t)]
                    for t in range(self.threads)]  # fmt: skip
         return lower_vthreads(threads, self.prologue(threads))
+
+
+def chunk_threads(chunks: int, threads: int) -> list[int]:
+    """The thread of each chunk of a resident program (:meth:`LayerNormLowering.resident_stream`): chunk ``g`` on
+    thread ``g % threads`` while every thread gets one more, the rest on the last threads in turn (five chunks on
+    three threads: 0, 1, 2, 1, 2; the short last chunk of 65 tokens on a thread with a long one)."""
+    whole = chunks - chunks % threads
+    return [g % threads if g < whole else threads - chunks % threads + g - whole for g in range(chunks)]
 
 
 class _View(LayerNormLowering):
@@ -426,6 +525,7 @@ class CompiledLayerNorm:
 
     lowering: LayerNormLowering
     stream: Stream
+    order: ResidentOrder | None = None  # a resident program's (:meth:`LayerNormLowering.resident_orders`)
 
     @property
     def spec(self) -> LayerNormSpec:
@@ -442,6 +542,10 @@ class CompiledLayerNorm:
 
 
 def compile_layer_norm(spec: LayerNormSpec, config=DEFAULT_PRESET) -> CompiledLayerNorm:
-    """Compile a LayerNorm for ``config`` (module docstring)."""
+    """Compile a LayerNorm for ``config`` (module docstring): a resident program the fastest of its orders on the
+    timing-only simulator (:meth:`LayerNormLowering.resident_orders`)."""
     low = LayerNormLowering(spec, load_config(config))
-    return CompiledLayerNorm(low, low.stream())
+    if not low.resident:
+        return CompiledLayerNorm(low, low.stream())
+    choice = fastest(low, low.resident_orders())
+    return CompiledLayerNorm(low, choice.stream, choice.schedule)
