@@ -3,9 +3,13 @@ the integer reference (oracle.layer_norm_int) on the simulator for several shape
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
+from vdla.compiler import search
+from vdla.compiler.cache import ScheduleCache
 from vdla.compiler.layer_norm import SQUARES, CompiledLayerNorm, LayerNormSpec, compile_layer_norm, scale_parts
 from vdla.compiler.spec import CompileError
 from vdla.config import load_config
@@ -143,3 +147,22 @@ def test_tiles_bit_exact_on_rtl(rtl_library):
     assert not layer.lowering.resident and layer.lowering.threads == 2
     rtl = layer.run(Device("pynq", backend="rtl"), x)
     np.testing.assert_array_equal(rtl.out, oracle.layer_norm_int(x, spec.ln))
+
+
+def test_the_resident_order_is_kept_in_the_schedule_cache(tmp_path, monkeypatch):
+    """The timed choice of a resident order is stored under the shape's key: another LayerNorm of that shape (other
+    gamma and beta) takes it from the cache, timing nothing."""
+    cache = ScheduleCache(tmp_path / "s.json")
+    x, spec = case(65, 192)
+    first = compile_layer_norm(spec, "pynq", cache)
+    assert first.order.gram and json.loads((tmp_path / "s.json").read_text())
+    other = LayerNormSpec(65, IntLayerNorm.of(192, 0.03, 0.02, RNG.normal(1, 0.2, 192), RNG.normal(0, 0.2, 192), 1e-5))
+    assert other.key() == spec.key() and other != spec
+
+    def untimed(*args, **kwargs):
+        raise AssertionError("timed a cached choice")
+
+    monkeypatch.setattr(search, "fastest", untimed)
+    again = compile_layer_norm(other, "pynq", cache)
+    assert again.order == first.order
+    np.testing.assert_array_equal(again.run(Device("pynq"), x).out, oracle.layer_norm_int(x, other.ln))

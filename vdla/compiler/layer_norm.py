@@ -48,10 +48,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from vdla.compiler.blocks import WAIT, Alu, Block, Epi, Gemm, Load, Op, Store, alu_held, alu_nest, gemm_nest
+from vdla.compiler.cache import ScheduleCache
 from vdla.compiler.identity import identity_fits, identity_weights
 from vdla.compiler.microcode import Limits
 from vdla.compiler.run import LayerRun, run_bound, scratch_arrays
-from vdla.compiler.search import fastest
+from vdla.compiler.search import cached_fastest
 from vdla.compiler.spec import CompileError
 from vdla.compiler.vthreads import Stream, lower_vthreads, prologue_block
 from vdla.config import DEFAULT_PRESET, HwConfig, load_config
@@ -97,6 +98,11 @@ class LayerNormSpec:
     @property
     def shape(self) -> tuple[int, int]:
         return self.tokens, self.ln.n
+
+    def key(self) -> str:
+        """A stable text key of what the program's timing depends on (schedule cache): the shape and the
+        prescale (the per-row program's instructions), not the multipliers and biases."""
+        return f"layer_norm:{self.tokens}x{self.ln.n}:j{self.ln.prescale}"
 
 
 class LayerNormLowering:
@@ -541,11 +547,13 @@ class CompiledLayerNorm:
         return LayerRun(out, result)
 
 
-def compile_layer_norm(spec: LayerNormSpec, config=DEFAULT_PRESET) -> CompiledLayerNorm:
+def compile_layer_norm(
+    spec: LayerNormSpec, config=DEFAULT_PRESET, cache: ScheduleCache | None = None
+) -> CompiledLayerNorm:
     """Compile a LayerNorm for ``config`` (module docstring): a resident program the fastest of its orders on the
-    timing-only simulator (:meth:`LayerNormLowering.resident_orders`)."""
+    timing-only simulator (:meth:`LayerNormLowering.resident_orders`), the choice kept in ``cache``."""
     low = LayerNormLowering(spec, load_config(config))
     if not low.resident:
         return CompiledLayerNorm(low, low.stream())
-    choice = fastest(low, low.resident_orders())
+    choice = cached_fastest(low, low.resident_orders, ResidentOrder, spec.key(), cache)
     return CompiledLayerNorm(low, choice.stream, choice.schedule)

@@ -292,18 +292,20 @@ def compile_alu(b: StepBuilder, layer: PoolLayer, dev: Device, addr: dict[str, i
 
 def compile_norm(b: StepBuilder, layer: PoolLayer, dev: Device, addr: dict[str, int]) -> AccelStep:
     """A LayerNorm over (tokens, features) rows on the ALU and the GEMM core (:mod:`vdla.compiler.layer_norm`),
-    reading and writing the dense layers' token-major layout (no scratch tensor: nothing but its input and output
-    goes through DRAM)."""
+    reading and writing the dense layers' token-major layout (a resident program's chunks go through DRAM as
+    weight tiles too: its scratch tensor)."""
     if b.view_of(layer.out) is not None:
         raise CompileError(f"layer_norm {layer.out!r}: the program stores its whole output, not into a view")
-    compiled = compile_layer_norm(layer.spec, b.cfg)
+    compiled = compile_layer_norm(layer.spec, b.cfg, b.cache)
     low = compiled.lowering
     insns, code = b.emit(layer, low, compiled.stream, {**low.constants(), **scratch_arrays(low)}, dev, addr)
     shape = [*layer.spec.shape, 1, 1]  # NCHW as a dense layer's rows are described
     threads = f"{low.threads} virtual threads" if low.threads > 1 else "1 thread"
     tiles = f"tiles of {low.r} token{'s' * (low.r > 1)}"
-    if low.resident:
-        tiles = f"every token resident, chunks of {low.lanes}"
+    if compiled.order:
+        threads = f"{compiled.order.threads} virtual threads"
+        squares = "S2 by the Gram GEMM" if compiled.order.gram else "S2 by SQR"
+        tiles = f"every token resident, chunks of {low.lanes}, {squares}"
     desc = {
         "op": describe_alu(layer),
         "input": shape,
