@@ -9,7 +9,7 @@ implements the same timing (``benchmarks/cycle_agreement.py`` measures the agree
 from __future__ import annotations
 
 from vdla.config import HwConfig, Timing
-from vdla.isa import UOP_TYPES, AluInsn, AluOp, EpiInsn, FinishInsn, GemmInsn, Insn, MemInsn, elem_bytes
+from vdla.isa import UOP_TYPES, AluInsn, AluOp, EpiInsn, FinishInsn, GemmInsn, Insn, MemInsn, alu_reads_src, elem_bytes
 
 SHIFTS = (AluOp.SHR, AluOp.RSHR, AluOp.REQ)  # they form their shift controls as the source row is read
 # the operations a half-width ALU runs over the whole row in one cycle (ADD's adders, the GEMM's accumulation):
@@ -21,9 +21,9 @@ TWO_CYCLE = (AluOp.MUL, AluOp.SQR, AluOp.LSUM)
 
 
 def _held(op: AluOp, same_src: bool) -> bool:
-    """A source row that stays the same for the whole inner loop is held, unless the operation is a shift (or an
-    SQR, which reads no source row)."""
-    return same_src and op not in SHIFTS + (AluOp.SQR,)
+    """A source row that stays the same for the whole inner loop is held, unless the operation is a shift (of an
+    operation that reads one: :func:`vdla.isa.instructions.alu_reads_src`)."""
+    return same_src and op not in SHIFTS
 
 
 def holds_src(insn: AluInsn) -> bool:
@@ -32,7 +32,7 @@ def holds_src(insn: AluInsn) -> bool:
     shift (SHR, RSHR and REQ form their shift controls as the row is read). Writes to the held row by the
     instruction's own iterations are seen (the RTL forwards them), so the data semantics are unchanged."""
     same_src = insn.uop_end - insn.uop_bgn == 1 and insn.src_factor_in == 0
-    return not insn.reset and not insn.use_imm and _held(insn.alu_opcode, same_src)
+    return not insn.reset and insn.reads_src and _held(insn.alu_opcode, same_src)
 
 
 def src_reads(insn: AluInsn) -> int:
@@ -71,7 +71,7 @@ def alu_ii(
     also left out here). On a half-width ALU (``passes`` 2) an operation other than ADD (:data:`FULL_WIDTH`)
     issues each iteration twice, once per half of the lanes, the second followed by :func:`mul_extra`. The RTL
     (``vdla_loop_seq``) issues by the same rule; the compiler's epilogue cost uses this function too."""
-    reads = not (reset or use_imm or op == AluOp.SQR or _held(op, same_src))
+    reads = alu_reads_src(op, use_imm) and not (reset or _held(op, same_src))
     base = t.alu_ii if reads else 1
     if passes > 1 and op not in FULL_WIDTH:
         base += passes - 1

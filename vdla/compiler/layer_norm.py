@@ -138,13 +138,21 @@ class LayerNormLowering:
         self.onehot = self.g + 2 * self.c + len(CONSTS)  # row E_l: 1 in lane l, 0 elsewhere
         self.thread, self.inp0, self.w0 = 0, 0, 0  # thread 0's INP and WGT rows
 
+    def resident_rows(self, threads: int) -> dict[str, int]:
+        """The first ACC row of each region of a resident program on ``threads`` threads (:meth:`init_resident`):
+        every token's input rows from row 0, a chunk's copy for each thread (``q``), the tokens' rows (``tok``), the
+        packed rows (``row``), the multiplier, bias and constant rows (``g``), and the end of them all."""
+        t, c = self.spec.tokens, self.c
+        q = t * c
+        tok = q + threads * self.lanes * c
+        row = tok + len(TOKEN_ROWS) * t
+        g = row + len(ROWS) * self.groups(t)
+        return {"q": q, "tok": tok, "row": row, "g": g, "end": g + self.const_rows}
+
     def resident_layout(self, threads: int, gram: bool) -> tuple[int, int]:
-        """(ACC rows, WGT blocks) of a resident program on ``threads`` threads (:meth:`init_resident`): every token's
-        input rows, a chunk's copy for each thread (``q``), the tokens' rows, the packed rows, the constants; the
-        weight blocks and, with ``gram``, every chunk's weight tiles."""
-        t, c, chunks = self.spec.tokens, self.c, self.groups(self.spec.tokens)
-        tokens = t * c + threads * self.lanes * c + len(TOKEN_ROWS) * t
-        return tokens + len(ROWS) * chunks + self.const_rows, self.wgt_blocks + gram * chunks * c
+        """(ACC rows, WGT blocks) of a resident program on ``threads`` threads (:meth:`resident_rows`): the weight
+        blocks and, with ``gram``, every chunk's weight tiles."""
+        return self.resident_rows(threads)["end"], self.wgt_blocks + gram * self.groups(self.spec.tokens) * self.c
 
     def resident_fits(self, order: ResidentOrder = SQUARES) -> bool:
         """Whether every token's rows fit INP and the resident program of ``order`` fits ACC and WGT
@@ -159,20 +167,19 @@ class LayerNormLowering:
         return [SQUARES, *(o for o in grams if self.resident_fits(o))]
 
     def init_resident(self) -> None:
-        """The whole program's rows (:meth:`resident_stream`, :meth:`resident_layout`): every token's input rows
-        from INP row 0 and ACC row 0 (``x``), a chunk copy for each thread of the largest of
-        :meth:`resident_orders` (``q``), the tokens' rows, the packed rows of all of them, the constants; each
-        chunk's weight tiles after the weight blocks (in DRAM: the ``xw`` tensor) where a Gram order fits."""
+        """The whole program's rows (:meth:`resident_stream`, :meth:`resident_rows`): every token's input rows from
+        INP row 0 and ACC row 0 (``x``), a chunk copy for each thread of the largest of :meth:`resident_orders`
+        (``q``), the tokens' rows, the packed rows of all of them, the constants; each chunk's weight tiles after
+        the weight blocks (in DRAM: the ``xw`` tensor) where a Gram order fits."""
         t, c = self.spec.tokens, self.c
         self.r, self.gr = t, self.groups(t)
         orders = self.resident_orders()
         self.threads = max(o.threads for o in orders)
         self.SCRATCH = ("xw",) * any(o.gram for o in orders)
-        self.x, self.q = 0, t * c
-        rows = (t + self.threads * self.lanes) * c
-        self.tok = {name: rows + i * t for i, name in enumerate(TOKEN_ROWS)}
-        self.row = {name: rows + len(TOKEN_ROWS) * t + i * self.gr for i, name in enumerate(ROWS)}
-        self.g = self.row[ROWS[-1]] + self.gr
+        at = self.resident_rows(self.threads)
+        self.x, self.q, self.g = 0, at["q"], at["g"]
+        self.tok = {name: at["tok"] + i * t for i, name in enumerate(TOKEN_ROWS)}
+        self.row = {name: at["row"] + i * self.gr for i, name in enumerate(ROWS)}
         self.const = {name: self.g + 2 * c + i for i, name in enumerate(CONSTS)}
         self.onehot = self.g + 2 * c + len(CONSTS)
         self.thread, self.inp0, self.w0, self.span = 0, 0, 0, 0

@@ -335,9 +335,14 @@ class AluInsn(LoopInsn):
 
     @property
     def reads_src(self) -> bool:
-        """Whether the operation's second operand is the row ACC[src]: not with an immediate, and not an SQR
-        (its operand is ACC[dst] itself; the micro-ops' src field is not read)."""
-        return not self.use_imm and self.alu_opcode != AluOp.SQR
+        """Whether the operation's second operand is the row ACC[src] (:func:`alu_reads_src`)."""
+        return alu_reads_src(self.alu_opcode, self.use_imm)
+
+
+def alu_reads_src(op: AluOp, use_imm: bool) -> bool:
+    """Whether an ALU operation's second operand is the row ACC[src]: not with an immediate, and not an SQR (its
+    operand is ACC[dst] itself; the micro-ops' src field is not read)."""
+    return not use_imm and op != AluOp.SQR
 
 
 @dataclass(kw_only=True)
