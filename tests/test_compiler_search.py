@@ -154,3 +154,23 @@ def test_corrupt_cache_file_is_replaced(tmp_path):
 def test_cache_dir_from_environment(monkeypatch, tmp_path):
     monkeypatch.setenv("VDLA_CACHE_DIR", str(tmp_path))
     assert cache_root() == tmp_path and ScheduleCache().path == tmp_path / "schedules.json"
+
+
+def test_concurrent_puts_keep_every_entry(tmp_path):
+    """Two processes putting entries into one cache file at once (the compiler and its prefetch helper) keep every
+    entry: each read-merge-write holds the file's lock."""
+    path = tmp_path / "s.json"
+    pids = []
+    for p in range(2):
+        pid = os.fork()
+        if pid == 0:  # the child writes its entries and leaves at once
+            try:
+                cache = ScheduleCache(path)
+                for i in range(60):
+                    cache.put(f"p{p}:{i}", {"cycles": i})
+            finally:
+                os._exit(0)
+        pids.append(pid)
+    for pid in pids:
+        assert os.waitpid(pid, 0)[1] == 0
+    assert sorted(json.loads(path.read_text())) == sorted(f"p{p}:{i}" for p in range(2) for i in range(60))

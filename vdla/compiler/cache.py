@@ -1,14 +1,19 @@
 """The schedule cache: the search's choice per (layer shape, epilogue, thread request, hardware config).
 
 A JSON file, ``schedules.json`` in the cache root (:func:`vdla.paths.cache_root`), updated atomically and
-merged with concurrent writers' entries. Entries carry a schema version so a compiler change that
-alters schedules can invalidate them.
+merged with concurrent writers' entries: each read-merge-write holds an exclusive lock on ``schedules.json.lock``
+(POSIX ``flock``), so that two processes writing at once (the compiler and its helper, :mod:`vdla.model.prefetch`)
+keep both their entries. Entries carry a schema version so a compiler change that alters schedules can
+invalidate them.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from vdla.compiler.spec import Conv2dSpec, EpilogueSpec, InputUpsample, OutputView
@@ -64,10 +69,41 @@ class ScheduleCache:
         return self._read().get(key)
 
     def put(self, key: str, record: dict) -> None:
-        """Add a record, merged with the file's current entries and written atomically."""
+        """Add a record, merged with the file's current entries and written atomically, under the file's lock
+        (:func:`_locked`)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        data = self._read()
-        data[key] = record
-        tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
-        tmp.replace(self.path)
+        with _locked(self.path.with_name(f"{self.path.name}.lock")):
+            data = self._read()
+            data[key] = record
+            tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
+            tmp.replace(self.path)
+
+
+LOCK_SECONDS = 10.0  # the longest a put waits for another process's (then it writes unlocked: an entry may be lost)
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """An exclusive ``flock`` on ``path`` while the block runs, waited for at most :data:`LOCK_SECONDS` (a holder
+    that dies releases it); without ``fcntl`` (not POSIX), or past the wait, the block runs unlocked."""
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    with open(path, "a") as f:
+        deadline, locked = time.monotonic() + LOCK_SECONDS, False
+        while not locked:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                locked = True
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.002)
+        try:
+            yield
+        finally:
+            if locked:
+                fcntl.flock(f, fcntl.LOCK_UN)

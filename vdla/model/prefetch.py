@@ -5,10 +5,10 @@ Two kinds of work are cached on disk and dominate a cold compile: the schedule s
 (the schedule cache's file, :func:`prefetch_schedules`) and the LLVM compilation of the calibration's JIT kernels
 (the JIT's disk cache, :func:`prefetch_kernels`). Each cached result is a function of its key alone (what a warm
 cache relies on), so what the compiler reads back from the helper is what it would have computed itself: the
-artifact is the same, byte for byte. Both caches write atomically (the schedule cache merging entries), so at
-worst an entry is lost and computed again. The helper only writes cache entries, its other results are thrown
-away; the compiler never waits for it and kills it when its own loop is done (or fails); a helper that fails
-just stops helping.
+artifact is the same, byte for byte. Both caches write atomically, the schedule cache merging entries under
+its file's lock (:mod:`vdla.compiler.cache`), so no entry is lost. The helper only writes cache entries, its other
+results are thrown away; the compiler never waits for it and kills it when its own loop is done (or fails; a
+lock it holds goes with it); a helper that fails just stops helping.
 
 Used where it pays and is possible: at least :data:`MIN_ITEMS` items, a cache on disk, ``os.fork`` (POSIX) and a
 free core (:func:`free_core`). On a busy machine a helper only splits the compile's share of the cores, and the
