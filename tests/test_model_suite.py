@@ -139,6 +139,17 @@ def test_small_models_on_the_rtl_are_bit_exact_with_cycles_within_5_percent(name
     sim_and_rtl_agree(SUITE[name], artifact, 0.05)
 
 
+@pytest.mark.parametrize("name", _models(["vit_tiny", "bert_tiny"]))
+def test_transformers_with_their_layers_on_the_accelerator_are_bit_exact_on_the_rtl(name, rtl_library):
+    """Under vdla's calibration (every LayerNorm, attention block, GELU and residual add on the accelerator, two CPU
+    steps) the whole model on the RTL equals the simulator, its cycles within 1%."""
+    m = SUITE[name]
+    options = CompileOptions(input_shapes=m.input_shapes(), calibration=m.calibration)
+    artifact, _ = compile_model(m.load(), m.samples(8, 0), options)
+    assert sum(s.kind == "cpu" for s in artifact.steps) == 2
+    sim_and_rtl_agree(m, artifact, 0.01)
+
+
 def sim_and_rtl_agree(m, artifact, tolerance: float) -> None:
     """``artifact`` run on one of ``m``'s inputs: the RTL's outputs equal the simulator's, its accelerator cycles
     within ``tolerance`` of the simulator's."""
