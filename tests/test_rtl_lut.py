@@ -229,9 +229,9 @@ def test_two_tables_selected_by_epi(rtl_library):
     """Both activation tables loaded once (table 1 before table 0, table 0 in two partial loads); ALU passes'
     OUT writes alternate between them by EPI ``lut_table`` alone, with no LOAD between, and each row is its
     table's lookup, equal on both backends. Selecting a table costs no cycle: each backend takes as long as for
-    the same program on table 0 alone. (On a 64-bit bus the RTL's instruction fetch, in bursts of 8 instructions
-    on the read channel, feeds a run of short instructions, these 24, a few cycles later than the cycle model's
-    steady 2 cycles an instruction, table or not, so the backends' cycles are compared each with itself.)"""
+    the same program on table 0 alone. (The RTL's instruction fetch holds the read channel while the program
+    streams in, bursts of 8 instructions, and the compute stage's table, row and kernel loads wait for it; the
+    cycle model fetches off the channel. So the backends' cycles are compared each with itself.)"""
     devices = Device(FULL), Device(FULL, backend="rtl")  # lut_tables 2
     rng = np.random.default_rng(53)
     rows, lanes = 12, devices[0].cfg.block_out
