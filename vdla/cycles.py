@@ -9,7 +9,19 @@ implements the same timing (``benchmarks/cycle_agreement.py`` measures the agree
 from __future__ import annotations
 
 from vdla.config import HwConfig, Timing
-from vdla.isa import UOP_TYPES, AluInsn, AluOp, EpiInsn, FinishInsn, GemmInsn, Insn, MemInsn, alu_reads_src, elem_bytes
+from vdla.isa import (
+    PRODUCT_OPS,
+    UOP_TYPES,
+    AluInsn,
+    AluOp,
+    EpiInsn,
+    FinishInsn,
+    GemmInsn,
+    Insn,
+    MemInsn,
+    alu_reads_src,
+    elem_bytes,
+)
 
 SHIFTS = (AluOp.SHR, AluOp.RSHR, AluOp.REQ)  # they form their shift controls as the source row is read
 # the operations a half-width ALU runs over the whole row in one cycle (ADD's adders, the GEMM's accumulation):
@@ -17,7 +29,7 @@ SHIFTS = (AluOp.SHR, AluOp.RSHR, AluOp.REQ)  # they form their shift controls as
 FULL_WIDTH = (AluOp.ADD,)
 # the operations whose result comes from the read-modify-write's M stage on every ALU: MUL and SQR register their
 # partial products, LSUM four partial sums of its adder tree
-TWO_CYCLE = (AluOp.MUL, AluOp.SQR, AluOp.LSUM)
+TWO_CYCLE = (*PRODUCT_OPS, AluOp.LSUM)
 
 
 def _held(op: AluOp, same_src: bool) -> bool:

@@ -20,6 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from vdla.isa.instructions import (
+    PRODUCT_OPS,
     AluInsn,
     AluOp,
     EpiInsn,
@@ -170,7 +171,7 @@ def assemble_line(line: str, where: str = "line") -> Insn | None:
             kw.update(zip(PAIRS[key], (_int(p, where) for p in parts)))
         elif cls is AluInsn and key == "imm":
             kw.update(use_imm=True, imm=_int(value, where))
-        elif cls is AluInsn and key == "shift" and kw.get("alu_opcode") in (AluOp.MUL, AluOp.SQR):
+        elif cls is AluInsn and key == "shift" and kw.get("alu_opcode") in PRODUCT_OPS:
             kw.update(use_imm=False, imm=_int(value, where))
         elif cls is EpiInsn and key == "bias":
             kw.update(bias=True, bias_base=_int(value, where))

@@ -62,6 +62,10 @@ class AluOp(IntEnum):
     SQR = 9  # a * a, MUL's arithmetic (imm: the product's shift); reads ACC[dst] alone (no source row, no reset)
 
 
+# the operations that form a 64-bit product: without use_imm their imm is its rounding shift; they may pipeline
+PRODUCT_OPS = (AluOp.MUL, AluOp.SQR)
+
+
 def clip_imm(lo: int, hi: int) -> int:
     """The CLIP immediate of the clamp [``lo``, ``hi``] (int8 bounds): lo in bits [7:0], hi in bits [15:8]."""
     return hi * 256 + (lo & 0xFF)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from vdla.isa.instructions import AluInsn, AluOp
+from vdla.isa.instructions import PRODUCT_OPS, AluInsn, AluOp
 
 
 def pipe_refusal(insn: AluInsn) -> str | None:
@@ -19,7 +19,7 @@ def pipe_refusal(insn: AluInsn) -> str | None:
     iteration and holding it across the inner loop (not a reset, no immediate, one micro-op,
     ``src_factor_in == 0``), or an SQR of one micro-op (it reads no source row)."""
     name = insn.alu_opcode.name
-    if insn.alu_opcode not in (AluOp.MUL, AluOp.SQR):
+    if insn.alu_opcode not in PRODUCT_OPS:
         return f"pipe is a MUL's or an SQR's, not {name}'s"
     if insn.alu_opcode == AluOp.SQR:  # (no reset or immediate: vdla.isa.validate refuses them on every SQR)
         if insn.uop_end - insn.uop_bgn != 1:

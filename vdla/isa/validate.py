@@ -5,6 +5,7 @@ from __future__ import annotations
 from vdla.config import DW_MAX_K, HwConfig
 from vdla.isa.arith import MUL_MAX_SHIFT
 from vdla.isa.instructions import (
+    PRODUCT_OPS,
     UOP_TYPES,
     AluInsn,
     AluOp,
@@ -135,7 +136,7 @@ def check_insn(insn: Insn, cfg: HwConfig, dram: tuple[int, int] | None = None) -
         if isinstance(insn, AluInsn) and insn.use_imm and not -(1 << 15) <= insn.imm < 1 << 15:
             problems.append(f"imm={insn.imm} does not fit in 16 signed bits")
         if isinstance(insn, AluInsn) and not insn.use_imm and insn.imm:
-            if insn.alu_opcode not in (AluOp.MUL, AluOp.SQR):
+            if insn.alu_opcode not in PRODUCT_OPS:
                 problems.append(f"imm={insn.imm} without use_imm (only MUL and SQR read it, as their shift)")
             elif not 0 <= insn.imm <= MUL_MAX_SHIFT:
                 problems.append(f"{insn.alu_opcode.name} shift={insn.imm} outside [0, {MUL_MAX_SHIFT}]")

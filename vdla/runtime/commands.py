@@ -17,6 +17,7 @@ import numpy as np
 from vdla.config import HwConfig
 from vdla.errors import VdlaError
 from vdla.isa import (
+    PRODUCT_OPS,
     AluInsn,
     AluOp,
     EpiInsn,
@@ -28,6 +29,7 @@ from vdla.isa import (
     MemType,
     Queue,
     Stage,
+    alu_reads_src,
     elem_bytes,
     encode_program,
     encode_uops,
@@ -324,7 +326,7 @@ class CommandBuilder:
         (dst, src) or (dst, src, 0) triples. ``pipe``: issue a MUL's or an SQR's inner iterations one a cycle
         (:mod:`vdla.isa.pipe`); None sets it wherever it is valid and gains."""
         arr = self._uop_array(uops)
-        reads_src = imm is None and AluOp(op) != AluOp.SQR
+        reads_src = alu_reads_src(AluOp(op), imm is not None)
         factors = {"dst": dst_factor, "src": src_factor} if reads_src else {"dst": dst_factor}
         self._loop_check(
             f"ALU {AluOp(op).name}",
@@ -335,7 +337,7 @@ class CommandBuilder:
         )
         if imm is not None and not -(1 << 15) <= imm < 1 << 15:
             raise CommandError(f"ALU {AluOp(op).name}: immediate {imm} does not fit in 16 signed bits")
-        if shift and (AluOp(op) not in (AluOp.MUL, AluOp.SQR) or imm is not None or not 0 <= shift <= MUL_MAX_SHIFT):
+        if shift and (AluOp(op) not in PRODUCT_OPS or imm is not None or not 0 <= shift <= MUL_MAX_SHIFT):
             raise CommandError(
                 f"ALU {AluOp(op).name}: shift={shift} needs MUL reading ACC[src] or SQR and lies in "
                 f"[0, {MUL_MAX_SHIFT}]"

@@ -38,6 +38,7 @@ import numpy as np
 
 from vdla.config import DW_MAX_K, ConfigError, HwConfig, board_presets, load_config
 from vdla.isa import (
+    PRODUCT_OPS,
     AluInsn,
     AluOp,
     EpiInsn,
@@ -291,7 +292,7 @@ def _plan_alus(rng, a0: int) -> list[_Kernel]:
         imm = int(rng.integers(-40, 40) if shift else rng.integers(-(1 << 15), 1 << 15))
         imm = imm if rng.random() < 0.5 and op != AluOp.SQR else None
         reset = rng.random() < 0.05 and op != AluOp.SQR
-        mul = op in (AluOp.MUL, AluOp.SQR)
+        mul = op in PRODUCT_OPS
         mshift = int(rng.integers(0, MUL_MAX_SHIFT + 1)) if mul and imm is None and rng.random() < 0.5 else 0
         out.append(_Kernel("alu", io, ii, f, uops, reset=reset, op=op, imm=imm, shift=mshift))
     if rng.random() < 0.3:  # a MUL holding its source row over the inner loop, or an SQR: the builder pipelines it
