@@ -253,28 +253,6 @@ def test_a_block_the_integer_form_or_the_accelerator_refuses_stays_on_the_cpu_wi
     assert not any(n.op == "attention_int" for s in art.steps if s.kind == "cpu" for n in s.graph.nodes)
 
 
-def test_onnxruntime_qdq_attention_keeps_its_per_head_layers_with_the_reason():
-    """onnxruntime's QDQ model quantizes the probabilities: its reference is not the integer attention, so the
-    block keeps the QDQ path (per-head dense layers, float softmax on the CPU), bit-exact against its lowered graph,
-    the note saying why."""
-    from qdq_check import lowered_graph
-
-    from vdla.model.pipeline import compile_model
-    from vdla.zoo.models import quantize_qdq
-
-    calib = np.concatenate([f["x"] for f in feeds(2, 32, 17, None, 8, 1)])
-    qmodel = quantize_qdq(block_model(2, 32, 17, None), calib, input_name="x")
-    art, _ = compile_model(qmodel)
-    assert not _attention_steps(art)
-    cpu = [s for s in art.steps if s.kind == "cpu" and any(n.op == "softmax" for n in s.graph.nodes)]
-    assert cpu and all("onnxruntime QDQ model" in s.note for s in cpu), [s.note for s in cpu]
-    low = lowered_graph(qmodel)
-    module = Module(art, "sim")
-    f = feeds(2, 32, 17, None, 1, 3)[0]
-    np.testing.assert_array_equal(module.run(f["x"]), evaluate(low, f)["y"])
-    module.close()
-
-
 def onnx_attention_model(heads: int, d: int, tokens: int) -> onnx.ModelProto:
     """ONNX's ``Attention`` (opset 23, 3-D inputs, its default scale) on the three parts of one QKV projection
     (``Split``), between an input and an output projection."""

@@ -473,7 +473,8 @@ class AttentionLowering:
             rows(tile, AluOp.ADD, "r", "c1"),
             rows(tile, AluOp.MUL, "nm", imm=-1),
         ]
-        for _ in range(att.ITERATIONS):
+        shift, iterations = self.division()
+        for _ in range(iterations):
             ops += [
                 rows(tile, AluOp.ADD, "t", "nm", reset=True),
                 rows(tile, AluOp.MUL, "t", "r", shift=f),
@@ -481,10 +482,14 @@ class AttentionLowering:
                 rows(tile, AluOp.MUL, "r", "t", shift=f),
             ]
         return ops + [
-            rows(tile, AluOp.MUL, "r", "mo", shift=self.spec.head.out_shift),
+            rows(tile, AluOp.MUL, "r", "mo", shift=shift),
             rows(tile, AluOp.ADD, "w", "p", reset=True),
             rows(tile, AluOp.SHR, "w", "k"),
         ]
+
+    def division(self) -> tuple[int, int]:
+        """(the shift of ``q = MUL(r, M_o) >> shift``, Newton steps) of the per-row division."""
+        return self.spec.head.out_shift, att.ITERATIONS
 
     def output(self, tile: _Tile) -> list[Op]:
         """Over ``U^T``'s rows (each query block's ``d``, its row held): MUL by the block's ``q``, then by its

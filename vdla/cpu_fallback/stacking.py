@@ -26,7 +26,7 @@ from vdla.cpu_fallback.specs import Spec, contiguous, make_chain
 from vdla.graph.ew import Arg, Const, EwStep, Step, is_elementwise, node_steps
 from vdla.graph.fusion import EPILOGUE_ANCHORS, fuse_ops
 from vdla.graph.graph import Graph, Node, reshaped
-from vdla.graph.opnames import CONV2D
+from vdla.graph.opnames import CONV2D, REFUSAL
 from vdla.graph.ops import OPS, VIEW, CpuKernel, infer_types
 from vdla.graph.passes import fresh_name
 from vdla.graph.types import TensorType, UnsupportedError
@@ -120,8 +120,9 @@ def node_spec(node: Node, types: Sequence[TensorType], **extra: Any) -> Spec:
     and ``extra``."""
     kernel = OPS[node.op].cpu
     args = (tuple(types),) if kernel.variadic else tuple(types)
+    attrs = {k: v for k, v in node.attrs.items() if k != REFUSAL}
     try:
-        return spec_factory(kernel)(*args, **dict(kernel.fixed), **node.attrs, **extra)
+        return spec_factory(kernel)(*args, **dict(kernel.fixed), **attrs, **extra)
     except TypeError as e:  # attributes that the operator does not take
         raise UnsupportedError(node.op, f"bad attributes {node.attrs}: {e}") from e
 

@@ -119,6 +119,123 @@ def exp_planes(e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return hi.astype(np.int8), (e - 256 * hi).astype(np.int8)
 
 
+# ---------------------------------------------------------------------------------------------------------
+# The attention of a QDQ model (onnxruntime's quantizer): its probabilities quantized to int8 before ``P V``
+
+QDQ_EXP_BITS = 22  # e(0) = 2^22: Z of up to MAX_TOKENS keys fits int32; three int8 planes
+QDQ_ITERATIONS = 3  # Newton steps of 1 / m: the relative error of r at the fixed point's 2^-FRAC
+QDQ_PLANES = 3  # e = 2^16 p0 + 2^8 p1 + p2: p0 in [0, 64], p1 and p2 in [-128, 127]
+QDQ_FIXED_SPAN = 6 * math.log(2)  # a softmax input spanning at most this (nats): e(x - 127) keeps 16 bits or more
+
+
+@dataclass(frozen=True)
+class QdqAttention:
+    """The integer parameters of one attention head of a QDQ model, where the scores pass a chain of
+    quantize/dequantize steps (the product's own quantization, the scale, the additive mask, each requantized)
+    and the softmax's probabilities are quantized to int8 at ``p_scale`` before ``P V``. Frozen: the cache key of
+    its program.
+
+    The method: ``s = clamp(MUL(Q K^T, M_s) >> shift_s)`` (int8, the product quantized as the model's dense
+    layers are); ``x = kept[s]`` (``masked[s]`` for a masked key): the int8 softmax input, the chain of float
+    steps evaluated on every int8 ``s`` as the reference evaluates it; ``d = x - max(x)`` over the row (``fixed``:
+    ``d = x - 127``, where the input spans at most :data:`QDQ_FIXED_SPAN`), in [-255, 0]; ``e = exp[d + 255] =
+    round(2^22 exp(softmax_scale d))``; ``Z`` the row sum; ``P = clamp(MUL(MUL(e,
+    q) >> FRAC, 2^(30 - k)) >> (30 - H))`` with ``Z = m 2^k`` and ``q ~ 2^FRAC a 2^-H / m``, ``a = 1 / p_scale``
+    (the division of :class:`IntAttention`, with :data:`QDQ_ITERATIONS` Newton steps): ``e a / Z`` rounded half
+    up; the output ``clamp(MUL(P V, M_o) >> shift_o)``.
+    Invariant (checked by :meth:`of`): every intermediate fits int32 for T up to :data:`MAX_TOKENS`."""
+
+    d: int
+    score_multiplier: int
+    score_shift: int
+    kept: tuple[int, ...]
+    masked: tuple[int, ...] | None
+    exp: tuple[int, ...]
+    prob_multiplier: int
+    prob_shift: int
+    prob_exponent: int
+    out_multiplier: int
+    out_shift: int
+    fixed: bool
+
+    @classmethod
+    def of(
+        cls,
+        d: int,
+        score_scale: float,
+        kept: np.ndarray,
+        masked: np.ndarray | None,
+        softmax_scale: float,
+        p_scale: float,
+        pv_scale: float,
+    ) -> QdqAttention:
+        """The parameters of a head of width ``d``: ``score_scale`` the product's real requantization
+        (``q_scale k_scale / s_scale``), ``kept``/``masked`` the 256 int8 softmax inputs by int8 score (index ``s +
+        128``), ``softmax_scale`` the softmax input's scale, ``p_scale`` the probabilities', ``pv_scale`` the
+        output's real requantization (``p_scale v_scale / out_scale``); raises :class:`UnsupportedError` naming a
+        scale that does not fit."""
+        if d < 1:
+            raise UnsupportedError("attention", f"a head of {d} channels")
+        if not (softmax_scale > 0 and math.isfinite(softmax_scale)):
+            raise UnsupportedError("attention", f"a softmax input scale of {softmax_scale}")
+        if d * ACC_BOUND * score_scale >= 1 << 30:
+            raise UnsupportedError("attention", f"a score scale of {score_scale:.4g} overflows int32 on {d} channels")
+        m_s, sh_s = choose_requantization(score_scale, "attention scores")
+        a = 1.0 / p_scale
+        h = max(0, math.floor(math.log2(a)) + 2)
+        if not 1 <= a < 1 << 16:
+            raise UnsupportedError("attention", f"probabilities at scale {p_scale:.4g}: 1/scale beyond [1, 2^16)")
+        m_p, sh_p = choose_requantization(a / (1 << h), "attention probabilities")
+        if 128 * d * pv_scale >= 1 << 30:
+            raise UnsupportedError("attention", f"an output scale of {pv_scale:.4g} overflows int32 on {d} channels")
+        m_o, sh_o = choose_requantization(pv_scale, "attention output")
+        tables = [tuple(int(v) for v in np.asarray(t, np.int64).ravel()) for t in (kept, masked) if t is not None]
+        if any(len(t) != 256 or min(t) < -128 or max(t) > 127 for t in tables):
+            raise UnsupportedError("attention", "softmax input tables of 256 int8 values")
+        exp = qdq_exp_table(softmax_scale)
+        fixed = 255 * softmax_scale <= QDQ_FIXED_SPAN
+        return cls(d, int(m_s[0]), sh_s, tables[0], tables[1] if masked is not None else None, exp,
+                   int(m_p[0]), sh_p, h, int(m_o[0]), sh_o, fixed)  # fmt: skip
+
+    def attrs(self) -> dict:
+        """The fields as an ``attention_int`` node's ``qdq`` attribute (:func:`attention_node`)."""
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}
+
+    @classmethod
+    def from_attrs(cls, a: Mapping) -> QdqAttention:
+        """The parameters an :meth:`attrs` dict holds (lists, from JSON, as tuples)."""
+        return cls(**{k: tuple(v) if isinstance(v, list | tuple) else v for k, v in a.items()})
+
+
+def qdq_exp_table(softmax_scale: float) -> tuple[int, ...]:
+    """``round(2^22 exp(softmax_scale d))`` for ``d`` in [-255, 0] (index ``d + 255``)."""
+    d = np.arange(-255, 1, dtype=np.float64)
+    return tuple(int(v) for v in np.rint(np.exp(softmax_scale * d) * (1 << QDQ_EXP_BITS)))
+
+
+def qdq_exp_ranges(exp: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """The exp table as two tables indexed by int8 (index ``j + 128``) so that ``e(d) = near[clamp(d)] +
+    far[clamp(d + 128)]`` (``clamp`` to [-128, 127]) for ``d`` in [-255, 0] and anything below: ``near[j] =
+    e(j)`` for ``j`` in [-127, 0], ``far[j] = e(j - 128)`` for ``j`` in [-127, 0]; 0 elsewhere (``d <= -256``, a
+    padded key's, is 0)."""
+    e = np.asarray(exp, np.int64)
+    near, far = np.zeros(256, np.int64), np.zeros(256, np.int64)
+    j = np.arange(-127, 1)
+    near[j + 128] = e[j + 255]
+    far[j + 128] = e[j - 128 + 255]
+    return near, far
+
+
+def qdq_planes(table: np.ndarray) -> np.ndarray:
+    """A 22-bit table as :data:`QDQ_PLANES` int8 planes (planes, 256): ``t = 2^16 p0 + 2^8 p1 + p2``, the lower two
+    in [-128, 127] (each rounded to the nearest, the high plane in [0, 64])."""
+    t = np.asarray(table, np.int64)
+    lo = ((t + 128) & 255) - 128
+    mid = ((((t - lo) >> 8) + 128) & 255) - 128
+    hi = (t - lo - (mid << 8)) >> 16
+    return np.stack([hi, mid, lo]).astype(np.int8)
+
+
 def key_bias(p: IntAttention, keep: np.ndarray | None, tokens: int) -> np.ndarray:
     """The per-key accumulator bias of ``tokens`` keys: 0 where ``keep`` (default: every key) is true, else
     :attr:`IntAttention.mask_bias`."""
@@ -161,24 +278,24 @@ def softmax_scores(
     node = producers.get(value)
     if node is not None and node.op == ADD and len(node.inputs) == 2:
         a, b = node.inputs
-        per_key = [v for v in (a, b) if _per_key(types[v].shape, x.shape)]
-        if len(per_key) != 1 or types[per_key[0]].shape == x.shape:
+        keyed = [v for v in (a, b) if per_key(types[v].shape, x.shape)]
+        if len(keyed) != 1 or types[keyed[0]].shape == x.shape:
             return None
-        mask = per_key[0]
+        mask = keyed[0]
         value = b if mask == a else a
     node = _through_qdq(value, producers)
-    factor = _scalar_factor(node, params)
+    factor = scalar_factor(node, params)
     product = producers.get(node.inputs[0]) if factor is not None else node
     if product is None or product.op != MATMUL or types[product.output].shape != x.shape:
         return None
     q, k = product.inputs
-    on_q = _scalar_factor(producers.get(q), params)
+    on_q = scalar_factor(producers.get(q), params)
     if on_q is not None:
         q = producers[q].inputs[0]
     return Scores(value, mask, (factor or 1.0) * (on_q or 1.0), product, q, k)
 
 
-def _scalar_factor(node: Node | None, params: Mapping[str, np.ndarray]) -> float | None:
+def scalar_factor(node: Node | None, params: Mapping[str, np.ndarray]) -> float | None:
     """The positive constant factor of a ``mul`` (or ``div``: its inverse) of one value by a scalar, or None."""
     if node is None or node.op not in (MUL, DIV) or len(node.inputs) != 1 + ("b" not in node.attrs):
         return None
@@ -189,7 +306,7 @@ def _scalar_factor(node: Node | None, params: Mapping[str, np.ndarray]) -> float
     return factor if node.op == MUL else 1.0 / factor
 
 
-def _per_key(shape: tuple[int, ...], scores: tuple[int, ...]) -> bool:
+def per_key(shape: tuple[int, ...], scores: tuple[int, ...]) -> bool:
     """Whether ``shape`` broadcasts to the ``scores`` shape with one value per key (the last axis)."""
     if len(shape) > len(scores) or not shape or shape[-1] != scores[-1]:
         return False
@@ -224,13 +341,17 @@ def attention_node(
     d: int,
     heads: tuple[AttentionHead, ...],
     scales: tuple[float, float, float, float],
+    qdq: QdqAttention | None = None,
 ) -> Node:
     """The ``attention_int`` node over int8 ``x`` (tokens, channels) into ``out`` (tokens, out channels): heads of
     ``d`` channels, their views (:class:`AttentionHead`), ``scales`` (``Q``'s: the input's times the scores'
     factor times ``sqrt(d)``; the input's; the scores'; the output's) from which :meth:`IntAttention.of` derives
-    every integer parameter, and ``keep`` the per-key keep vector (int8 or bool, nonzero kept; None: every key)."""
+    every integer parameter, or a QDQ model's parameters ``qdq`` (attribute ``qdq``), and ``keep`` the per-key
+    keep vector (int8 or bool, nonzero kept; None: every key)."""
     views = tuple((h.q_at, h.k_at, h.v_at, h.out_at) for h in heads)
     attrs = {"head": d, "heads": views, "scales": tuple(float(s) for s in scales), "quant": (float(scales[3]), 0)}
+    if qdq is not None:
+        attrs["qdq"] = qdq.attrs()
     return Node(ATTENTION_INT, (x,) if keep is None else (x, keep), out, attrs)
 
 
@@ -239,7 +360,9 @@ def node_heads(node: Node) -> tuple[AttentionHead, ...]:
     return tuple(AttentionHead(*h) for h in node.attrs["heads"])
 
 
-def node_params(node: Node) -> IntAttention:
+def node_params(node: Node) -> IntAttention | QdqAttention:
     """The integer parameters of an ``attention_int`` node's heads (:func:`attention_node`)."""
+    if "qdq" in node.attrs:
+        return QdqAttention.from_attrs(node.attrs["qdq"])
     q_scale, x_scale, score_scale, out_scale = node.attrs["scales"]
     return IntAttention.of(int(node.attrs["head"]), q_scale, x_scale, x_scale, score_scale, out_scale)

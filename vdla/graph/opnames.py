@@ -116,3 +116,7 @@ WHERE = "where"
 
 # every operator name, as the registry must hold them
 NAMES = frozenset(v for k, v in dict(globals()).items() if k.isupper() and isinstance(v, str))
+
+# node attributes that describe a node and parametrize no kernel: why the QDQ lowering left an attention block's
+# softmax in float (the placement note)
+REFUSAL = "refusal"

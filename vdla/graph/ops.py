@@ -1141,7 +1141,8 @@ def _eval_attention_int(node: Node, args: list[np.ndarray], types: list[TensorTy
     y = np.zeros(out.shape, np.int8)
     for h in att.node_heads(node):
         q, k, v = (x[:, at : at + p.d] for at in (h.q_at, h.k_at, h.v_at))
-        y[:, h.out_at : h.out_at + p.d] = oracle.attention_int(q, k, v, p, keep)
+        head = oracle.attention_qdq if isinstance(p, att.QdqAttention) else oracle.attention_int
+        y[:, h.out_at : h.out_at + p.d] = head(q, k, v, p, keep)
     return y
 
 
@@ -1151,9 +1152,10 @@ def _attention_int(node: Node, inputs: list[TensorType], params: Mapping[str, np
     :func:`vdla.graph.oracle.attention_int`; :mod:`vdla.graph.attention`): inputs int8 ``x`` (tokens, channels)
     holding every head's ``Q``, ``K``, ``V`` and optionally the per-key keep vector (int8 or bool, nonzero kept);
     attributes ``head`` (d), ``heads`` (each head's ``(q_at, k_at, v_at, out_at)`` channel offsets), ``scales``
-    (:func:`vdla.graph.attention.attention_node`) and the output's ``quant``. The output (tokens, heads x d)
-    holds head ``h``'s channels from its ``out_at``. No CPU kernel: the QDQ lowering writes it only where the
-    accelerator runs it (:func:`vdla.graph.qdq.lower_qdq`'s ``attentions``)."""
+    (:func:`vdla.graph.attention.attention_node`), the output's ``quant`` and, for a QDQ model's block, ``qdq``
+    (:class:`~vdla.graph.attention.QdqAttention`, each head :func:`vdla.graph.oracle.attention_qdq`). The output
+    (tokens, heads x d) holds head ``h``'s channels from its ``out_at``. No CPU kernel: the QDQ lowering writes it
+    only where the accelerator runs it (:func:`vdla.graph.qdq.lower_qdq`'s ``attentions``)."""
     x, a = inputs[0], node.attrs
     _need("attention_int", all(k in a for k in ("head", "heads", "scales", "quant")), f"attrs {a}")
     _need("attention_int", x.dtype == "int8" and len(x.shape) == 2, f"requires int8 (tokens, channels), got {x}")

@@ -18,7 +18,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 import vdla.graph.attention as att
 import vdla.graph.layernorm as ln
-from vdla.graph.attention import IntAttention
+from vdla.graph.attention import IntAttention, QdqAttention
 from vdla.graph.epilogue import Epilogue
 from vdla.graph.ew import EW, Arg, EwStep, StepTypes, step_result_dtype
 from vdla.graph.ewmath import Math
@@ -851,7 +851,8 @@ def attention_int(
         raise UnsupportedError("attention", f"q, k, v of shapes {q.shape}, {k.shape}, {v.shape} for a head of {p.d}")
     hi, lo = attention_exp(q, k, p, keep)
     (u_hi, z_hi), (u_lo, z_lo) = attention_sums(hi, v), attention_sums(lo, v)
-    return attention_divide(wrap32(shift_lanes(u_hi, -8) + u_lo), wrap32(shift_lanes(z_hi, -8) + z_lo), p)
+    u, z = wrap32(shift_lanes(u_hi, -8) + u_lo), wrap32(shift_lanes(z_hi, -8) + z_lo)
+    return attention_divide(u, z, p.out_multiplier, p.out_shift, p.out_exponent)
 
 
 def attention_exp(
@@ -869,15 +870,45 @@ def attention_sums(plane: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.nda
     return wrap32(x @ v.astype(np.int64)), wrap32(x.sum(axis=-1, keepdims=True))
 
 
-def attention_divide(u: np.ndarray, z: np.ndarray, p: IntAttention) -> np.ndarray:
-    """int8 ``U / Z`` times ``v_scale / out_scale``: ``Z = m 2^k`` (``Z`` at least 1), ``r ~ 1/m``, then
-    ``q = MUL(r, M_o) >> shift_o`` (``r a 2^-H``), ``clamp(MUL(MUL(U, q) >> FRAC, 2^(30 - k)) >> (30 - H))``."""
+def attention_divide(
+    u: np.ndarray, z: np.ndarray, multiplier: int, shift: int, exponent: int, iterations: int = att.ITERATIONS
+) -> np.ndarray:
+    """int8 ``U / Z`` times ``a``, ``a 2^-H = multiplier 2^-shift`` (``H`` = ``exponent``): ``Z = m 2^k`` (``Z`` at
+    least 1), ``r ~ 1/m`` by ``iterations`` Newton steps, then ``q = MUL(r, multiplier) >> shift`` (``r a
+    2^-H``), ``clamp(MUL(MUL(U, q) >> FRAC, 2^(30 - k)) >> (30 - H))``."""
     z = np.maximum(z, 1)
     k = reciprocal_exponent(z)
-    r = reciprocal_fixed(shift_lanes(z, k - att.FRAC))
-    q = mul_shift(r, p.out_multiplier, p.out_shift)
+    r = reciprocal_fixed(shift_lanes(z, k - att.FRAC), iterations)
+    q = mul_shift(r, multiplier, shift)
     power = shift_lanes(1 << att.P_BITS, k)
-    return requantize(mul_shift(u, q, att.FRAC), power, att.P_BITS - p.out_exponent)
+    return requantize(mul_shift(u, q, att.FRAC), power, att.P_BITS - exponent)
+
+
+def attention_qdq(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, p: QdqAttention, keep: np.ndarray | None = None
+) -> np.ndarray:
+    """One attention head of a QDQ model on int8 ``q``, ``k``, ``v`` (T, d) -> int8 (T, d), step by step as the
+    accelerator computes it (:class:`~vdla.graph.attention.QdqAttention`): the int8 scores, the softmax input by
+    table (``keep``: per key, the kept table where true, else the masked one), ``d = x - max`` (or ``x - 127``),
+    the 22-bit exp,
+    the row sums, the int8 probabilities by the division, ``P V`` requantized."""
+    t, d = q.shape
+    if q.shape != k.shape or q.shape != v.shape or d != p.d:
+        raise UnsupportedError("attention", f"q, k, v of shapes {q.shape}, {k.shape}, {v.shape} for a head of {p.d}")
+    probs = attention_qdq_probs(requantize(dense(q, k), p.score_multiplier, p.score_shift), p, keep)
+    return requantize(dense(probs, v.T), p.out_multiplier, p.out_shift)
+
+
+def attention_qdq_probs(s: np.ndarray, p: QdqAttention, keep: np.ndarray | None = None) -> np.ndarray:
+    """The int8 probabilities (T, T) of int8 scores ``s`` (:func:`attention_qdq`)."""
+    s = np.asarray(s, np.int64) + 128
+    x = np.asarray(p.kept, np.int64)[s]
+    if keep is not None and p.masked is not None:
+        kept = np.asarray(keep).astype(bool).ravel()[None, :]
+        x = np.where(kept, x, np.asarray(p.masked, np.int64)[s])
+    e = np.asarray(p.exp, np.int64)[x - (127 if p.fixed else x.max(axis=-1, keepdims=True)) + 255]
+    z = e.sum(axis=-1, keepdims=True)
+    return attention_divide(e, z, p.prob_multiplier, p.prob_shift, p.prob_exponent, att.QDQ_ITERATIONS)
 
 
 def reciprocal_exponent(z: np.ndarray) -> np.ndarray:
@@ -892,14 +923,14 @@ def reciprocal_exponent(z: np.ndarray) -> np.ndarray:
     return k
 
 
-def reciprocal_fixed(m: np.ndarray) -> np.ndarray:
+def reciprocal_fixed(m: np.ndarray, iterations: int = att.ITERATIONS) -> np.ndarray:
     """``r ~ 2^(2 FRAC) / m`` of ``m`` in [2^FRAC, 2^(FRAC + 1)): the linear seed ``C1 - MUL(m, C2) >> F``, then
     Newton's ``r <- MUL(r, 2^(F + 1) + MUL(-m, r) >> F) >> F`` (``F`` = FRAC, each product rounded once)."""
     f = att.FRAC
     c1, c2 = (round(c * (1 << f)) for c in att.SEED)
     neg_m = mul_shift(m, -1)
     r = c1 - mul_shift(m, c2, f)
-    for _ in range(att.ITERATIONS):
+    for _ in range(iterations):
         r = mul_shift(r, (2 << f) + mul_shift(neg_m, r, f), f)
     return r
 

@@ -45,7 +45,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from vdla.graph.attention import AttentionHead, IntAttention, attention_node, softmax_scores
+from vdla.graph.attention import (
+    AttentionHead,
+    IntAttention,
+    QdqAttention,
+    attention_node,
+    per_key,
+    scalar_factor,
+    softmax_scores,
+)
 from vdla.graph.epilogue import (
     FLOAT_STAGES,
     Epilogue,
@@ -59,7 +67,7 @@ from vdla.graph.epilogue import (
 )
 from vdla.graph.ew import operand_input, operand_value
 from vdla.graph.graph import Graph, Node
-from vdla.graph.interp import evaluate_node
+from vdla.graph.interp import evaluate, evaluate_node
 from vdla.graph.layernorm import IntLayerNorm, layer_norm_node
 from vdla.graph.opnames import (
     ADD,
@@ -69,6 +77,7 @@ from vdla.graph.opnames import (
     CONV2D,
     DENSE,
     DEQUANTIZE,
+    DIV,
     GLOBAL_AVG_POOL,
     GREATER,
     LAYER_NORM,
@@ -76,6 +85,7 @@ from vdla.graph.opnames import (
     MAX_POOL2D,
     MUL,
     QUANTIZE,
+    REFUSAL,
     RELU,
     RESHAPE,
     SLICE,
@@ -572,12 +582,22 @@ class _QdqLowering:
         <vdla.graph.attention.IntAttention.of>` takes its scales and ``self.attentions`` accepts it, the keep
         vector of a run-time mask computed beside it (``greater(mask, -span / 2)`` as int8 (1, tokens): one channel a
         key, packed as the program reads it); else the block stays
-        in float (the model compiler's placement note names why)."""
-        found = int_attention(q, self.g, self.types, self.params)
-        if isinstance(found, str) or q.output in self.replace:
+        in float (the model compiler's placement note names why). The reshapes/transposes of ``q``'s int8 output
+        that only it reads (a QDQ model's heads concatenated after the quantize) go into the block, which writes
+        their output; a QDQ block replaces the dense layers of its ``P V`` product."""
+        after, out = self.views_after(q)
+        found = int_attention(q, self.g, self.types, self.params, tuple(after))
+        if not isinstance(found, str) and self.attentions is not None:
+            found = self.attentions(found) or found
+        if isinstance(found, str) or (q.output in self.replace and found.qdq is None):
+            softmax = _qdq_softmax(q, self.prod)
+            if isinstance(found, str) and softmax is not None:  # the placement note's reason
+                self.replace[softmax.output] = [Node(SOFTMAX, softmax.inputs, softmax.output,
+                                                     {**softmax.attrs, REFUSAL: found})]  # fmt: skip
             return
-        if self.attentions is not None and self.attentions(found) is not None:
-            return
+        self.replace.pop(q.output, None)
+        between = self.between(q.output, out)
+        self.removed.update(between)
         nodes, keep = [], None
         if found.keep is not None:
             keep = self.param(f"{q.output}:keep", np.asarray(found.keep, np.int8))
@@ -590,7 +610,48 @@ class _QdqLowering:
                 Node(CAST, (above,), keep, {"dtype": "int8"}),
             ]
         self.removed.add(q.output)
-        self.replace[q.output] = [*nodes, attention_node(found.x, keep, q.output, found.d, found.heads, found.scales)]
+        shape = self.types[out].shape
+        flat = out if len(shape) == 2 else f"{out}:heads"  # a batch of 1 ahead: reshaped back
+        nodes.append(attention_node(found.x, keep, flat, found.d, found.heads, found.scales, found.qdq))
+        if flat != out:
+            nodes.append(Node(RESHAPE, (flat,), out, {"shape": shape}))
+        self.replace[out] = nodes
+
+    def between(self, start: str, end: str) -> list[str]:
+        """The values from ``start`` (excluded) to ``end`` along single readers."""
+        consumers, values, value = self.g.consumers(), [], start
+        while value != end:
+            value = consumers[value][0].output
+            values.append(value)
+        return values
+
+    def views_after(self, q: Node) -> tuple[list[Node], str]:
+        """The reshapes/transposes of ``q``'s int8 output, each read only by the next (or through a
+        dequantize/quantize pair at ``q``'s scale around them, as a QDQ model writes them), none a graph output;
+        and the int8 value they end at."""
+        consumers, outputs, views = self.g.consumers(), set(self.g.outputs), []
+        qq, value = qparams(q, self.params), q.output
+
+        def single(v: str) -> Node | None:
+            readers = consumers.get(v, [])
+            return readers[0] if len(readers) == 1 and v not in outputs else None
+
+        while (node := single(value)) is not None:
+            if node.op in (RESHAPE, TRANSPOSE):
+                views.append(node)
+                value = node.output
+                continue
+            if node.op != DEQUANTIZE or qq is None or not qq.same(qparams(node, self.params)):
+                break
+            inner, after = [], single(node.output)
+            while after is not None and after.op in (RESHAPE, TRANSPOSE):
+                inner.append(after)
+                after = single(after.output)
+            if not inner or after is None or after.op != QUANTIZE or not qq.same(qparams(after, self.params)):
+                break
+            views += inner
+            value = after.output
+        return views, value
 
     def run(self) -> Graph:
         for node in self.g.nodes:
@@ -813,7 +874,8 @@ class AttentionBlock:
     each head's channels of the (tokens, heads x d) output), the scales of
     :func:`~vdla.graph.attention.attention_node`, the parameters ``p``; the mask: ``keep`` a constant keep
     vector, or ``mask`` the float additive mask computed at run time (one value per key; kept where above
-    ``-span / 2``, ``span`` the scores' int8 range in nats), or neither."""
+    ``-span / 2``, ``span`` the scores' int8 range in nats), or neither; ``qdq`` a QDQ model's parameters (then
+    ``p`` is them too)."""
 
     x: str
     tokens: int
@@ -824,6 +886,7 @@ class AttentionBlock:
     span: float
     keep: tuple[bool, ...] | None = None
     mask: str | None = None
+    qdq: QdqAttention | None = None  # a QDQ model's block (probabilities quantized): its parameters
 
 
 # what the per-head split and the concatenation of the heads consist of: selections of elements by constant
@@ -851,6 +914,9 @@ def int_attention(
         out_views.append(node)
         node = prod.get(node.inputs[0])
     sm = prod.get(node.inputs[0]) if node is not None and node.op == MATMUL else None
+    if sm is not None and sm.op == DEQUANTIZE:
+        out_shape = types[after[-1].output if after else q.output].shape
+        return qdq_attention(q, node, graph, types, params, [*after[::-1], *out_views], out_shape)
     scores = softmax_scores(sm, prod, types, params) if sm is not None and sm.op == SOFTMAX else None
     if scores is None:
         return _mask_refusal(sm, prod, types) or "not a quantized attention block"
@@ -882,6 +948,162 @@ def int_attention(
     if np.any((m != 0) & (m > -span)):
         return f"attention with an additive mask of values other than 0 and at most -{span:.4g} (the scores' range)"
     return AttentionBlock(x, tokens, d, heads, scales, p, span, keep=tuple(bool(v) for v in m == 0))
+
+
+def _qdq_softmax(q: Node, prod: Mapping[str, Node]) -> Node | None:
+    """The softmax of the QDQ attention block whose ``P V`` product ``q`` quantizes (through views), or None."""
+    node = prod.get(q.inputs[0])
+    while node is not None and node.op in (RESHAPE, TRANSPOSE):
+        node = prod.get(node.inputs[0])
+    chain = [MATMUL, DEQUANTIZE, QUANTIZE]
+    for op in chain:
+        if node is None or node.op != op:
+            return None
+        node = prod.get(node.inputs[0])
+    return node if node is not None and node.op == SOFTMAX else None
+
+
+def qdq_attention(
+    q: Node,
+    pv: Node,
+    graph: Graph,
+    types: dict[str, TensorType],
+    params: Mapping[str, np.ndarray],
+    views: list[Node],
+    out_shape: tuple[int, ...],
+) -> AttentionBlock | str:
+    """The attention block of a QDQ model (onnxruntime's quantizer) that ``q`` quantizes, ``pv`` its ``P V``
+    product reading ``dequantize(quantize(softmax(x)))`` (int8 probabilities, symmetric), ``x`` the dequantized
+    end of a chain of quantize, dequantize, scalar mul/div and at most one per-key mask add from the quantized
+    scores ``quantize(matmul(Q, K^T))``: its :class:`~vdla.graph.attention.QdqAttention` (the chain evaluated on
+    every int8 score by the graph's own semantics, once for a kept key and once for a masked one), or why not;
+    ``views`` the views from ``pv``'s output to the heads' concatenation of ``out_shape``."""
+    prod = graph.producers()
+    p_dq = prod[pv.inputs[0]]
+    p_q = prod.get(p_dq.inputs[0])
+    sm = prod.get(p_q.inputs[0]) if p_q is not None and p_q.op == QUANTIZE else None
+    x = types[sm.inputs[0]] if sm is not None and sm.op == SOFTMAX else None
+    if x is None or int(sm.attrs.get("axis", -1)) % max(len(x.shape), 1) != len(x.shape) - 1:
+        return "not a quantized attention block"
+    pp, dq_pp, qq = qparams(p_q, params), qparams(p_dq, params), qparams(q, params)
+    if any(v is None or not v.per_tensor or v.zero_point for v in (pp, dq_pp, qq)) or not pp.same(dq_pp):
+        return "attention whose probabilities or output are not quantized per tensor and symmetric"
+    if types[p_q.output].dtype != "int8":
+        return f"attention whose probabilities are {types[p_q.output].dtype}: the accelerator's P is int8"
+    chain = _score_chain(sm, prod, types, params)
+    if isinstance(chain, str):
+        return chain
+    nodes, product, mask = chain
+    found = [_view_source(v, prod, types, params) for v in (*product.inputs, pv.inputs[1])]
+    if any(isinstance(f, str) for f in found):
+        return next(f for f in found if isinstance(f, str))
+    if len({(f[0], round(f[2] / found[0][2], 6)) for f in found}) != 1:
+        return "attention whose Q, K and V are not views of one int8 value at one scale"
+    x_name, s_x = found[0][0], found[0][2]
+    heads = _heads(found, pv, views, types, out_shape)
+    if isinstance(heads, str):
+        return heads
+    levels = _mask_levels(mask, graph, types) if mask is not None else (0.0, None)
+    if isinstance(levels, str):
+        return levels
+    kept, masked = (_chain_table(nodes, mask, level, graph) for level in levels)
+    s1, s3, s_p, s_y = (float(qparams(n, params).scale[0]) for n in (nodes[0], prod[sm.inputs[0]], p_q, q))
+    tokens, d = types[x_name].shape[0], types[pv.inputs[1]].shape[-1]
+    try:
+        p = QdqAttention.of(d, s_x * s_x / s1, kept, masked, s3, s_p, s_p * s_x / s_y)
+    except (UnsupportedError, IsaError) as e:
+        return str(e)
+    scales = (s_x, s_x, s3, s_y)
+    if mask is None:
+        return AttentionBlock(x_name, tokens, d, heads, scales, p, 0.0, qdq=p)
+    if mask in params:
+        m = np.asarray(params[mask], np.float64).ravel()
+        keep = tuple(bool(v) for v in m == levels[0])
+        return AttentionBlock(x_name, tokens, d, heads, scales, p, 0.0, keep=keep, qdq=p)
+    return AttentionBlock(x_name, tokens, d, heads, scales, p, -(levels[0] + levels[1]), mask=mask, qdq=p)
+
+
+def _score_chain(
+    sm: Node, prod: Mapping[str, Node], types: dict[str, TensorType], params: Mapping[str, np.ndarray]
+) -> tuple[list[Node], Node, str | None] | str:
+    """The nodes from the quantize of ``matmul(Q, K^T)`` to the quantize ``softmax`` dequantizes (in order), that
+    product and the per-key mask added on the way (None: none), or why the softmax's input is no such chain."""
+    dq = prod.get(sm.inputs[0])
+    node = prod.get(dq.inputs[0]) if dq is not None and dq.op == DEQUANTIZE else None
+    nodes, mask, shape = [], None, types[sm.inputs[0]].shape
+    while node is not None and len(nodes) < 16:
+        nodes.append(node)
+        src = prod.get(node.inputs[0])
+        if node.op == QUANTIZE and src is not None and src.op == MATMUL:
+            q1 = qparams(node, params)
+            if q1 is None or not q1.per_tensor or q1.zero_point or types[node.output].dtype != "int8":
+                return "attention whose scores are not quantized to int8 per tensor and symmetric"
+            if types[src.output].shape != shape:
+                return "attention whose scores are not the softmax's shape"
+            return nodes[::-1], src, mask
+        if node.op == ADD and mask is None and len(node.inputs) == 2:
+            keyed = [v for v in node.inputs if per_key(types[v].shape, shape) and types[v].shape != shape]
+            if len(keyed) != 1:
+                return "attention with a mask of more than one value per key"
+            mask = keyed[0]
+            node = prod.get(node.inputs[1] if mask == node.inputs[0] else node.inputs[0])
+        elif node.op in (QUANTIZE, DEQUANTIZE) and qparams(node, params) is not None:
+            node = src
+        elif node.op in (MUL, DIV) and scalar_factor(node, params) is not None:
+            node = src
+        else:
+            return f"attention whose scores pass a {node.op} between their quantization and the softmax"
+    return "not a quantized attention block"
+
+
+def _chain_table(nodes: list[Node], mask: str | None, level: float | None, graph: Graph) -> np.ndarray | None:
+    """The int8 softmax input of every int8 score (index ``s + 128``): ``nodes`` after the scores' quantize
+    evaluated on the 256 scores, the mask at ``level`` (None: no table)."""
+    if level is None:
+        return None
+    start = nodes[0].output
+    inputs = {start: TensorType((256,), "int8")}
+    feeds = {start: np.arange(-128, 128).astype(np.int8)}
+    if mask is not None:
+        inputs[mask] = TensorType((1,), "float32")
+        feeds[mask] = np.array([level], np.float32)
+    sub = Graph(inputs, list(nodes[1:]), [nodes[-1].output], dict(graph.params), dict(graph.param_types))
+    return evaluate(sub, feeds)[nodes[-1].output].astype(np.int64)
+
+
+def _mask_levels(mask: str, graph: Graph, types: dict[str, TensorType]) -> tuple[float, float] | str:
+    """A per-key mask's value at a kept key and at a masked one: a constant's two values (the larger kept), or a
+    run-time mask's, computed from the one graph input it depends on (an attention mask: 1 kept, 0 masked)
+    through the graph's own nodes; or why the mask has no two such levels."""
+    if mask in graph.params:
+        values = np.unique(np.asarray(graph.params[mask], np.float64))
+        if values.size > 2:
+            return f"attention with a constant mask of {values.size} values (a QDQ block takes two: kept, masked)"
+        return float(values[-1]), float(values[0])
+    prod, wanted, inputs = graph.producers(), {mask}, set()
+    stack = [mask]
+    while stack:
+        node = prod.get(stack.pop())
+        for v in node.inputs if node is not None else ():
+            if v in graph.inputs:
+                inputs.add(v)
+            elif v not in graph.params and v not in wanted:
+                wanted.add(v)
+                stack.append(v)
+    if len(inputs) != 1:
+        return f"attention with a mask computed from {len(inputs)} model inputs (a QDQ block takes one)"
+    name = inputs.pop()
+    t = graph.inputs[name]
+    sub = graph.copy(nodes=[n for n in graph.nodes if n.output in wanted], inputs={name: t}, outputs=[mask])
+    levels = []
+    for v in (1, 0):
+        out = np.asarray(evaluate(sub, {name: np.full(t.shape, v, np.dtype(t.dtype))})[mask], np.float64)
+        if out.size == 0 or np.any(out != out.ravel()[0]):
+            return f"attention with a mask that is not one value per level of input {name!r}"
+        levels.append(float(out.ravel()[0]))
+    if not levels[0] > levels[1]:
+        return f"attention with a mask whose masked keys ({levels[1]}) are not below its kept keys ({levels[0]})"
+    return levels[0], levels[1]
 
 
 def _mask_refusal(sm: Node | None, prod: Mapping[str, Node], types: dict[str, TensorType]) -> str | None:
@@ -964,7 +1186,9 @@ def _heads(
         offsets.append(at)
     out = _replay(out_views[::-1], pv_shape, types)
     pv_idx = np.arange(out.size, dtype=np.int64).reshape(h, t, d)
-    if out.shape != (t, h * d) or tuple(out_shape) != out.shape:
+    if out.ndim > 2 and all(n == 1 for n in out.shape[:-2]):
+        out = out.reshape(out.shape[-2:])  # a batch of 1 ahead: the block writes its (tokens, channels)
+    if out.shape != (t, h * d) or int(np.prod(out_shape)) != out.size or tuple(out_shape[-2:]) != out.shape:
         return f"attention whose heads are not concatenated into ({t}, {h * d})"
     outs = []
     for i in range(h):

@@ -17,7 +17,8 @@ from typing import Any, Protocol
 import numpy as np
 
 from vdla.compiler import CompileError, compile_conv2d
-from vdla.compiler.attention import compile_attention, compile_attention_heads
+from vdla.compiler.attention import AttentionHeads
+from vdla.compiler.attention_qdq import compile_attention_programs
 from vdla.compiler.blockdiag import region
 from vdla.compiler.epilogue_passes import normalize
 from vdla.compiler.layer_norm import compile_layer_norm
@@ -320,15 +321,17 @@ def compile_norm(b: StepBuilder, layer: PoolLayer, dev: Device, addr: dict[str, 
 
 def compile_attention_block(b: StepBuilder, layer: PoolLayer, dev: Device, addr: dict[str, int]) -> AccelStep:
     """An attention block (:func:`vdla.model.match.match_attention`): the heads' one program
-    (:func:`~vdla.compiler.attention.compile_attention_heads`), or where its setups do not fit the buffers each
-    head's program in turn (:mod:`vdla.compiler.attention`), bound to the QKV tensor, the concatenated output and
-    a run-time keep vector, joined into one stream; the scratch tensors (``K``/``V`` tiles, ``V^T``, ``O^T``, the
-    exp planes) are constants of the image."""
+    (:func:`~vdla.compiler.attention.compile_attention_heads`), or where its setups do not fit the buffers (or
+    for a QDQ model's block, :mod:`vdla.compiler.attention_qdq`) each head's program in turn
+    (:func:`~vdla.compiler.attention_qdq.compile_attention_programs`), bound to the QKV tensor, the concatenated
+    output and a run-time keep vector, joined into one stream; the scratch tensors (``K``/``V`` tiles, ``V^T``,
+    ``O^T``, the exp planes) are constants of the image."""
     if b.view_of(layer.out) is not None:
         raise CompileError(f"attention {layer.out!r}: the heads store their whole output, not into a view")
-    together = compile_attention_heads(layer.spec, b.cfg)
+    compiled_heads = compile_attention_programs(layer.spec, b.cfg)
+    together = isinstance(compiled_heads[0].lowering, AttentionHeads)
     programs = []
-    for compiled in [together] if together else [compile_attention(spec, b.cfg) for spec in layer.spec]:
+    for compiled in compiled_heads:
         low = compiled.lowering
         constants = {**low.constants(), **scratch_arrays(low)}
         if layer.residual is None:

@@ -14,7 +14,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from vdla.compiler import CompileError
-from vdla.compiler.attention import AttentionLowering, AttentionSpec
+from vdla.compiler.attention import AttentionSpec
+from vdla.compiler.attention_qdq import attention_lowering
 from vdla.compiler.blockdiag import BlockPart, block_parts, check_parts, is_block_diagonal, parts_refusal
 from vdla.compiler.channel_scale import ChannelScaleLowering
 from vdla.compiler.depthwise import mode_refusal
@@ -43,6 +44,7 @@ from vdla.graph.opnames import (
     MAX_POOL2D,
     MUL,
     QUANTIZE,
+    REFUSAL,
     RELU,
     RESHAPE,
     SLICE,
@@ -50,7 +52,13 @@ from vdla.graph.opnames import (
     TAKE,
     TRANSPOSE,
 )
-from vdla.graph.qdq import AttentionBlock, channel_product, int_attention, int_layer_norm, is_depthwise
+from vdla.graph.qdq import (
+    AttentionBlock,
+    channel_product,
+    int_attention,
+    int_layer_norm,
+    is_depthwise,
+)
 from vdla.graph.types import TensorType
 
 
@@ -490,10 +498,11 @@ def attention_refusal(block: AttentionBlock, in_channels: int, cfg: HwConfig) ->
 
 
 def _lowering_refusal(specs: tuple[AttentionSpec, ...], cfg: HwConfig) -> str | None:
-    """Why :class:`~vdla.compiler.attention.AttentionLowering` refuses a head of ``specs`` on ``cfg``, or None."""
+    """Why the head lowering (:func:`~vdla.compiler.attention.attention_lowering`) refuses a head of ``specs`` on
+    ``cfg``, or None."""
     try:
         for spec in specs:
-            AttentionLowering(spec, cfg)
+            attention_lowering(spec, cfg)
     except CompileError as e:
         return str(e)
     return None
@@ -539,22 +548,30 @@ def _weights_a_product(softmax: Node, consumers: dict[str, list[Node]]) -> bool:
 
 
 def _attention_reason(softmax: Node, graph: Graph, types: dict[str, TensorType], cfg: HwConfig) -> str:
-    """Why the attention block of a float ``softmax`` stays on the CPU: its probabilities quantized (an
-    onnxruntime QDQ model), :func:`vdla.graph.qdq.int_attention`'s reason or the accelerator's."""
-    readers, consumers = graph.consumers().get(softmax.output, []), graph.consumers()
-    if len(readers) == 1 and readers[0].op == QUANTIZE:
-        return ("its probabilities are quantized (an onnxruntime QDQ model): the integer attention is not that "
-                "model's reference; its products run as per-head dense layers")  # fmt: skip
-    node = readers[0] if len(readers) == 1 and readers[0].op == MATMUL else None
+    """Why the attention block of a float ``softmax`` stays on the CPU: :func:`vdla.graph.qdq.int_attention`'s
+    reason (of an onnxruntime QDQ model's block too, its probabilities quantized) or the accelerator's."""
+    if REFUSAL in softmax.attrs:  # a QDQ model's block: why its lowering left it
+        return str(softmax.attrs[REFUSAL])
+    consumers = graph.consumers()
+
+    def single(value: str) -> Node | None:
+        readers = consumers.get(value, [])
+        return readers[0] if len(readers) == 1 else None
+
+    node = single(softmax.output)
+    if node is not None and node.op == QUANTIZE:  # the probabilities quantized: dequantized for P V
+        node = single(node.output)
+        node = single(node.output) if node is not None and node.op == DEQUANTIZE else None
+    node = node if node is not None and node.op == MATMUL else None
     chain = []  # the matmul's readers up to the quantize and the views of its int8 output after it
-    while node is not None and (not chain or node.op in (RESHAPE, TRANSPOSE, QUANTIZE)):
+    while node is not None and (not chain or node.op in (RESHAPE, TRANSPOSE, QUANTIZE, DEQUANTIZE)):
         chain.append(node)
-        after = consumers.get(node.output, [])
-        node = after[0] if len(after) == 1 else None
+        node = single(node.output)
     q = next((n for n in chain if n.op == QUANTIZE), None)
     if q is None:
         return "its output is not quantized (vdla's quantizer leaves it in float)"
-    found = int_attention(q, graph, types, graph.params, tuple(chain[chain.index(q) + 1 :]))
+    after = tuple(n for n in chain[chain.index(q) + 1 :] if n.op in (RESHAPE, TRANSPOSE))
+    found = int_attention(q, graph, types, graph.params, after)
     if isinstance(found, str):
         return found
     return attention_refusal(found, types[found.x].shape[1], cfg) or "the QDQ lowering left it in float"

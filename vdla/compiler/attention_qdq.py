@@ -1,0 +1,520 @@
+"""One attention head of a QDQ model compiled entirely on the accelerator (issue 53, docs/transformers.md):
+exactly :func:`vdla.graph.oracle.attention_qdq` of the spec's :class:`~vdla.graph.attention.QdqAttention`, whose
+probabilities are quantized to int8 before ``P V`` (onnxruntime's quantizer puts a quantize/dequantize pair after
+the softmax).
+
+The views, blocks and padding are :mod:`vdla.compiler.attention`'s (``L`` = ``block_out`` tokens a block, ``UB``
+key blocks, ``CB`` channel blocks). The softmax runs in the transposed layout, keys by rows and queries by lanes,
+where a query's maximum, row sum and reciprocal are lanes of one row: no value crosses lanes.
+
+The setup (:meth:`QdqAttentionLowering.setup`): ``K`` and ``V`` into the weight layout by the identity copy, the
+selection rows of the key mask (``keep`` as the diagonal of each key block's identity: ``sel_k``; ``real - keep``:
+``sel_m``) from the keep vector, ``V^T`` by the identity's rows against ``V``'s tiles, stored as weight tiles
+(channel block, key block).
+
+Then the queries in tiles of ``TB`` query blocks, in nine blocks (:meth:`QdqAttentionLowering.blocks`):
+
+1. the scores by GEMMs of the tile's ``Q`` rows against ``K``'s tiles (query block, key block, query), an ALU MUL
+   by the score multiplier with its rounding shift under EPI ``req`` and ``lut``: the OUT mirror holds the kept
+   softmax input ``x = kept[s]``; with a mask a copy under the masked table; stored as weight tiles;
+2. a wait; 3. the tiles loaded as WGT and ``X^T`` (query block, key block, key; lanes the queries) by GEMMs of
+   the selection rows against them (``sel_k`` against the kept tiles, ``sel_m`` against the masked ones, the
+   padding rows of -128 against the ones block: a padded key's ``x`` is -2048); the maximum ``M`` of each query
+   block's rows by ALU MAX, ``d = X - M``; the exp table's nonzero planes (:func:`~vdla.graph.attention.qdq_planes`
+   of its two ranges, :func:`~vdla.graph.attention.qdq_exp_ranges`) each by a copy of ``d`` (``d + 128`` for the
+   far range) under its table: the OUT mirrors hold the int8 planes, stored as rows;
+4. (no wait: the loads are the compute stage's) the planes loaded back as ACC_8BIT and summed by Horner's rule,
+   ``e = 2^16 p0 + 2^8 p1 + p2``; ``Z`` the sum of each query block's rows; the per-row division of
+   :mod:`vdla.compiler.attention` (``k``, ``1 / m`` by :data:`~vdla.graph.attention.QDQ_ITERATIONS` Newton steps,
+   ``q = r a 2^-H``, ``2^(30 - k)``); ``P^T = MUL(MUL(e, q) >> FRAC, 2^(30 - k)) >> (30 - H)`` under EPI ``req``,
+   stored as weight tiles (query block, key block);
+5. a wait; 6. the tiles loaded as WGT and ``P`` (query, key block) by the identity's rows against them, stored;
+7. a wait; 8. ``P``'s rows loaded as INP and ``O`` (query, channel block) by GEMMs against ``V^T``'s tiles, an ALU
+   MUL by the output multiplier under EPI ``req``, the real queries' rows stored into the output view.
+
+One virtual thread: each store is followed by the block that needs it. A padded key's ``e`` is 0 (its ``d`` is
+below -255), so it adds nothing to ``Z`` nor ``O``; a padded query is a lane of ``X^T``, ``e``, ``Z`` and ``P^T``
+(values of no meaning, wrapping int32 arithmetic) and a row of ``P`` and ``O`` never stored.
+
+Invariant: bit for bit :func:`~vdla.graph.oracle.attention_qdq` on every backend; ``block_in == block_out`` and
+batch 1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from vdla.compiler.attention import (
+    EYE,
+    ONES,
+    AttentionLowering,
+    AttentionSpec,
+    CompiledAttention,
+    compile_attention,
+    compile_attention_heads,
+)
+from vdla.compiler.blocks import WAIT, Alu, Block, Epi, Gemm, Load, Op, Store, alu_held, gemm_nest
+from vdla.compiler.identity import identity_fits, identity_weights
+from vdla.compiler.microcode import Limits
+from vdla.compiler.spec import CompileError
+from vdla.compiler.vthreads import Stream, lower_vthreads, prologue_block
+from vdla.config import DEFAULT_PRESET, HwConfig, load_config
+from vdla.graph import attention as att
+from vdla.graph.attention import QdqAttention
+from vdla.isa import AluOp, MemType
+
+# the constant rows after the zero bias rows: score multiplier, seed (c1, c2), 2, the probabilities' multiplier,
+# 2^30, 256, the output multiplier
+CONSTS = ("sm", "c1", "c2", "two", "mo", "p", "c256", "po")
+# the rows of a query block after O: the maximum (then its negation), then the division's rows
+BLOCK_ROWS = ("m", "z", "w", "k", "t", "nm", "r")
+
+
+@dataclass(frozen=True)
+class _Tile:
+    """A tile of ``r`` query tokens (``tb`` query blocks of ``lanes``): ACC rows from ``a`` (``regions`` regions of
+    :attr:`n` rows, then ``O``, then the per-block rows), INP rows from ``i`` (``Q``, then ``P``), WGT blocks from
+    ``w``; ``ub`` key blocks, ``cb`` channel blocks."""
+
+    r: int
+    tb: int
+    a: int
+    i: int
+    w: int
+    ub: int
+    cb: int
+    lanes: int
+    regions: int
+
+    @property
+    def n(self) -> int:
+        """Rows of a region: (query block, key block, token)."""
+        return self.tb * self.ub * self.lanes
+
+    def region(self, k: int) -> int:
+        return self.a + k * self.n
+
+    @property
+    def o(self) -> int:
+        return self.region(self.regions)
+
+    def row(self, name: str) -> int:
+        return self.o + self.tb * self.lanes * self.cb + BLOCK_ROWS.index(name) * self.tb
+
+    @property
+    def p_rows(self) -> int:
+        """INP rows of ``P`` after ``Q``'s."""
+        return self.i + self.tb * self.lanes * self.cb
+
+    def runs(self) -> list[tuple[int, int, int]]:
+        """Every query block whole (:meth:`AttentionLowering.scores`)."""
+        return [(0, self.tb, self.lanes)]
+
+
+@dataclass(frozen=True)
+class _Table:
+    """A LUT pass: ``kind`` ``chain`` (the softmax input), ``near`` or ``far`` (an exp plane of that range), its
+    plane (0: the high), its 256 entries by int8 index."""
+
+    kind: str
+    plane: int
+    values: np.ndarray
+
+
+class QdqAttentionLowering(AttentionLowering):
+    """The program of one attention head of a QDQ model on one config (module docstring)."""
+
+    SCRATCH = ("kw", "vt", "ch", "ex", "pt", "pr", "sel")
+
+    def __init__(self, spec: AttentionSpec, cfg: HwConfig):
+        if not isinstance(spec.head, QdqAttention):
+            raise CompileError("attention: a QDQ lowering of a head without QDQ parameters")
+        self.spec, self.cfg, self.limits = spec, cfg, Limits.of(cfg)
+        self.index, self.count, self.private, self.kth = 0, 1, False, 0
+        self.check_views()
+        self.lanes = cfg.block_out
+        self.cb, self.ub = spec.d // self.lanes, -(-spec.tokens // self.lanes)
+        self.up = self.ub * self.lanes
+        self.ib, self.ob = spec.views[0] // self.lanes, spec.views[4] // self.lanes
+        self.chains = self.chain_tables()
+        self.planes = self.plane_tables()
+        self.kt = 2  # WGT: ones, identity, K's tiles, V^T's tiles, then the tile's
+        self.vtw = self.kt + self.cb * self.ub
+        self.w0 = self.vtw + self.cb * self.ub
+        self.sel = 2 * self.lanes  # INP: ones and identity rows, sel_k, sel_m, padding rows, then the tile's
+        self.pad = self.sel + 2 * self.up
+        self.i0 = self.pad + self.up
+        lanes, ub = self.lanes, self.ub
+        # ACC from c0: zero bias rows (ub), CONSTS, real (ub), keep (ub), real - keep (ub), identity rows (lanes)
+        self.c0 = cfg.acc_depth - 4 * ub - len(CONSTS) - lanes
+        self.const = {name: self.c0 + ub + i for i, name in enumerate(CONSTS)}
+        self.real_row = self.c0 + ub + len(CONSTS)
+        self.keep_row, self.mk_row = self.real_row + ub, self.real_row + 2 * ub
+        self.eye_row = self.real_row + 3 * ub
+        self.regions = max(1 + len(self.planes), len(self.chains))
+        self.tb = self.tile_blocks(1)
+        self.check_fits()
+
+    # ------------------------------------------------------------------------------------------------------
+    # tables and limits
+
+    def chain_tables(self) -> list[_Table]:
+        """The softmax input's tables: the kept keys', and with a mask the masked keys'."""
+        p = self.spec.head
+        masked = p.masked is not None and (self.spec.runtime_mask or self.spec.keep is not None)
+        return [_Table("chain", 0, np.asarray(t, np.int64)) for t in ((p.kept, p.masked) if masked else (p.kept,))]
+
+    def plane_tables(self) -> list[_Table]:
+        """The exp table's nonzero planes, high to low (Horner's order), the near range's before the far's; with a
+        fixed reference, the planes of the table by ``x`` itself (``near``)."""
+        if self.spec.head.fixed:
+            planes = att.qdq_planes(np.asarray(self.spec.head.exp, np.int64))
+            return [_Table("near", k, plane.astype(np.int64)) for k, plane in enumerate(planes) if np.any(plane)]
+        near, far = att.qdq_exp_ranges(self.spec.head.exp)
+        planes = [
+            _Table(kind, k, plane.astype(np.int64))
+            for kind, table in (("near", near), ("far", far))
+            for k, plane in enumerate(att.qdq_planes(table))
+            if np.any(plane)
+        ]
+        return sorted(planes, key=lambda t: t.plane)
+
+    def tile_blocks(self, threads: int = 1) -> int:
+        """Query blocks a tile: the most whose regions, ``O`` and per-block rows fit ACC, whose ``Q`` and ``P``
+        rows fit INP and whose tiles fit WGT."""
+        lanes, ub, cb = self.lanes, self.ub, self.cb
+        acc = self.c0 // (self.regions * ub * lanes + lanes * cb + len(BLOCK_ROWS))
+        inp = (self.cfg.inp_depth - self.i0) // (lanes * (cb + ub))
+        wgt = (self.cfg.wgt_depth - self.w0) // (ub * len(self.chains))
+        return min(acc, inp, wgt, ub)
+
+    def fits(self, private: bool = False) -> bool:
+        """Whether the setup (``K``, ``V`` and the selection rows in ACC, their rows in INP, ``V``'s tiles in WGT)
+        and one query block fit."""
+        cfg, n = self.cfg, self.cb * self.up
+        setup = n + 2 * self.up <= self.c0 and n <= cfg.inp_depth - self.i0
+        return setup and self.cb * self.ub <= cfg.wgt_depth - self.w0 and self.tile_blocks() >= 1
+
+    def check_fits(self) -> None:
+        if self.fits():
+            return
+        cfg, t, d = self.cfg, self.spec.tokens, self.spec.d
+        raise CompileError(
+            f"attention: {t} tokens of a head of {d} do not fit {cfg.name}'s buffers (K {self.cb * self.up} INP rows "
+            f"of {cfg.inp_depth - self.i0}, {2 * self.cb * self.ub} weight blocks of {cfg.wgt_depth}, a query "
+            f"block's {self.regions * self.up + d + len(BLOCK_ROWS)} ACC rows of {self.c0})"
+        )
+
+    # ------------------------------------------------------------------------------------------------------
+    # tensors
+
+    @property
+    def tiles(self) -> int:
+        return -(-self.ub // self.tb)
+
+    def scratch_rows(self) -> dict[str, int]:
+        """OUT rows of each scratch tensor: ``K``'s tiles then ``V``'s, ``V^T``, and each tile's part of the chain
+        tiles, the planes, ``P^T``, ``P``; the selection rows."""
+        n, tiles, per = self.cb * self.up, self.tiles, self.tb * self.up
+        return {
+            "kw": 2 * n,
+            "vt": n,
+            "ch": tiles * len(self.chains) * per,
+            "ex": tiles * len(self.planes) * per,
+            "pt": tiles * per,
+            "pr": tiles * per,
+            "sel": 2 * self.up,
+        }
+
+    def tensor_bytes(self) -> dict[str, int]:
+        cfg, t = self.cfg, self.spec.tokens
+        tables = len(self.chains) + len(self.planes)
+        return {
+            "inp": t * self.ib * cfg.inp_elem_bytes,
+            "out": t * self.ob * cfg.out_elem_bytes,
+            "wgt": 2 * cfg.wgt_elem_bytes,
+            **{name: rows * cfg.out_elem_bytes for name, rows in self.scratch_rows().items()},
+            "lut": tables * cfg.lut_depth * cfg.batch * cfg.block_out,
+            "consts": (self.ub + len(CONSTS) + self.ub) * cfg.acc_elem_bytes,
+            "padc": self.up * self.lanes,
+            "keep": self.up,
+        }
+
+    def constants(self) -> dict[str, np.ndarray]:
+        """The ones and identity blocks, the tables (entry ``i`` for the int8 whose byte is ``i``), the zero bias
+        rows, the constant rows and the ``real`` rows (1 for a key, 0 for padding), the padding rows (-128 in every
+        lane of a padded key's row)."""
+        cfg, p, lanes, f = self.cfg, self.spec.head, self.lanes, att.FRAC
+        eye = identity_weights(cfg)
+        byte = np.arange(256).astype(np.uint8).view(np.int8).astype(np.int64) + 128
+        tables = [t.values[byte] for t in (*self.chains, *self.planes)]
+        c1, c2 = (round(c * (1 << f)) for c in att.SEED)
+        rows = [p.score_multiplier, c1, c2, 2 << f, p.prob_multiplier, 1 << att.P_BITS, 256, p.out_multiplier]
+        real = (np.arange(self.up) < self.spec.tokens).astype(np.int64)
+        consts = np.concatenate([
+            np.zeros((self.ub, lanes), np.int64),
+            np.repeat(np.array(rows)[:, None], lanes, axis=1),
+            real.reshape(self.ub, lanes),
+        ])  # fmt: skip
+        pad = np.repeat(np.where(real == 0, -128, 0)[:, None], lanes, axis=1)
+        return {
+            "wgt": np.concatenate([np.ones_like(eye), eye]),
+            "lut": np.concatenate(tables).astype(np.int8),
+            "consts": consts.astype(np.int32),
+            "padc": pad.astype(np.int8),
+        }
+
+    def keep_vector(self, keep: np.ndarray | None) -> np.ndarray:
+        """The keep vector as int8 0/1 over the padded keys (padding 0): ``keep`` for a run-time mask, the spec's
+        constant mask otherwise (None: every key)."""
+        if keep is None and self.spec.keep is not None:
+            keep = np.asarray(self.spec.keep, bool)
+        return super().keep_vector(keep)
+
+    # ------------------------------------------------------------------------------------------------------
+    # kernels
+
+    def lut_pass(self, k: int) -> list[Op]:
+        """LOAD LUT of table ``k`` (chains, then planes) into the first table and the EPI looking it up."""
+        n = self.cfg.lut_depth
+        return [Load(MemType.LUT, 0, "lut", k * n, 1, n, n), Epi(True, False, 0, None, lut=True, lut_table=0)]
+
+    def copy(self, dst: int, src: int, rows: int, **kw) -> Alu:
+        return self.alu(AluOp.ADD, ((rows, (1, 1)),), dst, src, reset=True, **kw)
+
+    def per_block(self, tile: _Tile, op: AluOp, dst: int, row: str, **kw) -> Alu:
+        """``op`` over each query block's rows of a region from ``dst`` with the block's row ``row`` (held)."""
+        rows = self.ub * self.lanes
+        return self.alu(op, ((tile.tb, (rows, 1)), (rows, (1, 0))), dst, tile.row(row), **kw)
+
+    def reduce(self, tile: _Tile, op: AluOp, row: str, src: int) -> list[Alu]:
+        """Each query block's row ``row`` as ``op`` over that block's rows of a region from ``src``."""
+        rows = self.ub * self.lanes
+        return [
+            self.alu(AluOp.ADD, ((tile.tb, (1, rows)),), tile.row(row), src, reset=True),
+            self.alu(op, ((tile.tb, (1, rows)), (rows - 1, (0, 1))), tile.row(row), src + 1),
+        ]
+
+    def select(self, tile: _Tile) -> list[Gemm]:
+        """``X^T`` (query block, key block, key) in region 0: the selection rows against the chain tiles (WGT
+        ``tile.w``: chain, query block, key block), the padding rows against the ones block."""
+        ub, lanes, n = self.ub, self.lanes, tile.tb * self.ub
+        nest = ((tile.tb, (ub * lanes, 0, ub)), (ub, (lanes, lanes, 1)), (lanes, (1, 1, 0)))
+        gemms = [
+            gemm_nest(nest, (tile.region(0), self.sel + c * self.up, tile.w + c * n), self.limits, init=c == 0)
+            for c in range(len(self.chains))
+        ]
+        pad = ((tile.tb, (ub * lanes, 0, 0)), (ub * lanes, (1, 1, 0)))
+        return [*gemms, gemm_nest(pad, (tile.region(0), self.pad, ONES), self.limits, init=False)]
+
+    def exp_planes(self, tile: _Tile, rank: int | None = None) -> list[Op]:
+        """``d = X - M`` in region 0, then each plane by a copy under its table into region ``1 + k`` (a far
+        plane's from ``d + 128``: the first far plane's region adds 128, the others copy it)."""
+        n, far = tile.n, None
+        ops: list[Op] = [Epi(False, False, 0, None)]
+        if not self.spec.head.fixed:
+            ops += [
+                *self.reduce(tile, AluOp.MAX, "m", tile.region(0)),
+                self.rows(tile, AluOp.MUL, "m", imm=-1),
+                self.per_block(tile, AluOp.ADD, tile.region(0), "m"),
+            ]
+        for k, table in enumerate(self.planes):
+            dst = tile.region(1 + k)
+            ops += self.lut_pass(len(self.chains) + k)
+            if table.kind == "near":
+                ops.append(self.copy(dst, tile.region(0), n))
+            elif far is None:
+                far = dst
+                ops += [self.copy(dst, tile.region(0), n), self.alu(AluOp.ADD, ((n, (1, 1)),), dst, 0, imm=128)]
+            else:
+                ops.append(self.copy(dst, far, n))
+        return ops
+
+    def exp_sum(self, tile: _Tile, at: int) -> list[Op]:
+        """The planes (from ``ex`` row ``at``) loaded back into their regions and summed into region 1 by Horner's
+        rule: ``e = 2^16 p0 + 2^8 p1 + p2`` over both ranges."""
+        n = tile.n
+        ops: list[Op] = [Epi(False, False, 0, None)]
+        ops += [Load(MemType.ACC_8BIT, tile.region(1 + k), "ex", at + k * n, 1, n, n) for k in range(len(self.planes))]
+        e, level = tile.region(1), self.planes[0].plane
+        for k, table in enumerate(self.planes[1:], 1):
+            while level < table.plane:
+                ops.append(alu_held(AluOp.MUL, n, e, self.const["c256"], self.limits))
+                level += 1
+            ops.append(self.alu(AluOp.ADD, ((n, (1, 1)),), e, tile.region(1 + k)))
+        for _ in range(level, att.QDQ_PLANES - 1):
+            ops.append(alu_held(AluOp.MUL, n, e, self.const["c256"], self.limits))
+        pad, real = self.up - self.spec.tokens, self.spec.tokens % self.lanes
+        if pad:  # a padded key's e (the table's at -128 with a fixed reference) to 0
+            nest = ((tile.tb, (self.ub * self.lanes, 0)), (pad, (1, 0)))
+            ops.append(self.alu(AluOp.ADD, nest, e + (self.ub - 1) * self.lanes + real, 0, imm=0, reset=True))
+        return ops
+
+    def probabilities(self, tile: _Tile) -> list[Op]:
+        """``Z``, the division's rows, then ``P^T`` over region 1 with the OUT mirror requantizing."""
+        h = self.spec.head.prob_exponent
+        return [
+            *self.reduce(tile, AluOp.ADD, "z", tile.region(1)),
+            *self.exponent(tile),
+            *self.reciprocal(tile),
+            self.per_block(tile, AluOp.MUL, tile.region(1), "r", shift=att.FRAC),
+            Epi(True, False, 0, None),
+            self.per_block(tile, AluOp.MUL, tile.region(1), "w", shift=att.P_BITS - h),
+        ]
+
+    def division(self) -> tuple[int, int]:
+        """(the shift of ``q = MUL(r, multiplier) >> shift``, Newton steps) of the per-row division."""
+        return self.spec.head.prob_shift, att.QDQ_ITERATIONS
+
+    def untranspose_p(self, tile: _Tile) -> Gemm:
+        """``P`` (query, key block) into region 0 from ``P^T``'s tiles (WGT ``tile.w``: query block, key block)
+        against the identity rows (query ``t``: row ``e_(t % L)``)."""
+        ub, lanes = self.ub, self.lanes
+        nest = ((tile.tb, (lanes * ub, 0, ub)), (lanes, (ub, 1, 0)), (ub, (1, 0, 1)))
+        return gemm_nest(nest, (tile.region(0), EYE * lanes, tile.w), self.limits)
+
+    def product(self, tile: _Tile) -> list[Op]:
+        """``O`` (query, channel block) from ``P``'s rows (INP) against ``V^T``'s tiles, requantized by the output
+        multiplier under EPI ``req``."""
+        ub, cb, rows = self.ub, self.cb, tile.tb * self.lanes
+        nest = ((rows, (cb, ub, 0)), (cb, (1, 0, ub)), (ub, (0, 1, 1)))
+        n = rows * cb
+        return [
+            Epi(False, False, 0, None),
+            gemm_nest(nest, (tile.o, tile.p_rows, self.vtw), self.limits),
+            Epi(True, False, 0, None),
+            alu_held(AluOp.MUL, n, tile.o, self.const["po"], self.limits, shift=self.spec.head.out_shift),
+        ]
+
+    # ------------------------------------------------------------------------------------------------------
+    # the program
+
+    def selection(self, acc: int) -> list[Op]:
+        """``sel_k`` (key block, j: ``keep e_j``) and ``sel_m`` (``(real - keep) e_j``) rows from ACC ``acc``."""
+        ub, lanes, up = self.ub, self.lanes, self.up
+        ops: list[Op] = []
+        for c, by in enumerate((self.keep_row, self.mk_row)[: len(self.chains)]):
+            at = acc + c * up
+            ops += [
+                self.alu(AluOp.ADD, ((ub, (lanes, 0)), (lanes, (1, 1))), at, self.eye_row, reset=True),
+                self.alu(AluOp.MUL, ((ub, (lanes, 1)), (lanes, (1, 0))), at, by),
+            ]
+        return ops
+
+    def setup(self) -> list[Block]:
+        """``K`` in the weight layout (stored); ``V`` and the selection rows (stored) in the same rows; a wait;
+        ``V^T`` (stored); a wait."""
+        _, _, k_at, v_at, _, _ = self.spec.views
+        t, blk, n, tiles, lanes = self.spec.tokens, self.cfg.block_in, self.cb * self.up, self.cb * self.ub, self.lanes
+        rows = {at: Load(MemType.INP, self.i0, "inp", at // blk, t, self.cb, self.ib) for at in (k_at, v_at)}
+        consts = (Load(MemType.WGT, 0, "wgt", 0, 1, 2, 2), Load(MemType.INP, 0, "wgt", 0, 1, 2 * lanes, 2 * lanes))
+        sel = Store(n, "sel", 0, 1, len(self.chains) * self.up, len(self.chains) * self.up)
+        v_tiles = Load(MemType.WGT, self.w0, "kw", n // lanes, 1, tiles, tiles)
+        transpose = self.transpose(0, EYE * lanes, self.w0, range(tiles))
+        return [
+            Block(0, (rows[k_at], *consts), (*WAIT, self.kv_copy(0, self.i0)), (self.kv_store(0, 0),)),
+            Block(0, (rows[v_at],), (Epi(True, False, 0, None), self.kv_copy(0, self.i0), *self.selection(n)),
+                  (self.kv_store(0, n), sel)),
+            Block(0, (), WAIT, ()),
+            Block(0, (v_tiles,), (*WAIT, transpose), (Store(0, "vt", 0, 1, n, n),)),
+            Block(0, (), WAIT, ()),
+        ]  # fmt: skip
+
+    def shared(self) -> tuple[Load, ...]:
+        """``K``'s and ``V^T``'s tiles, the selection and padding rows: what every tile reads."""
+        tiles, up, chains = self.cb * self.ub, self.up, len(self.chains)
+        return (
+            Load(MemType.WGT, self.kt, "kw", 0, 1, tiles, tiles),
+            Load(MemType.WGT, self.vtw, "vt", 0, 1, tiles, tiles),
+            Load(MemType.INP, self.sel, "sel", 0, 1, chains * up, chains * up),
+            Load(MemType.INP, self.pad, "padc", 0, 1, up, up),
+        )
+
+    def tile(self, k: int, thread: int = 0) -> _Tile:
+        r = min(self.tb * self.lanes, self.spec.tokens - k * self.tb * self.lanes)
+        return _Tile(r, -(-r // self.lanes), 0, self.i0, self.w0, self.ub, self.cb, self.lanes, self.regions)
+
+    def blocks(self, k: int, thread: int = 0, first: bool = False, rank: int | None = None) -> list[Block]:
+        """Query tile ``k`` (module docstring); ``first`` loads what every tile reads."""
+        _, q_at, _, _, _, out_at = self.spec.views
+        blk, lanes, cb, ub = self.cfg.block_in, self.lanes, self.cb, self.ub
+        t0, tile = k * self.tb * lanes, self.tile(k)
+        per, chains = self.tb * self.up, len(self.chains)
+        at = {name: k * per * m for name, m in (("ch", chains), ("ex", len(self.planes)), ("pt", 1), ("pr", 1))}
+        n, tiles = tile.n, tile.tb * ub
+        loads = [Load(MemType.INP, tile.i, "inp", t0 * self.ib + q_at // blk, tile.r, cb, self.ib)]
+        loads += list(self.shared()) if first else []
+        chain: list[Op] = [Epi(False, False, 0, self.c0), *self.scores(tile), *self.lut_pass(0)]
+        chain.append(alu_held(AluOp.MUL, n, tile.region(0), self.const["sm"], self.limits,
+                              shift=self.spec.head.score_shift))  # fmt: skip
+        if chains > 1:
+            chain += [*self.lut_pass(1), self.copy(tile.region(1), tile.region(0), n)]
+        out = Store(tile.o, "out", t0 * self.ob + out_at // blk, tile.r, cb, self.ob)
+        return [
+            Block(0, tuple(loads), tuple(chain), tuple(
+                Store(tile.region(c), "ch", at["ch"] + c * n, 1, n, n) for c in range(chains))),
+            Block(0, (), WAIT, ()),
+            Block(0, (Load(MemType.WGT, tile.w, "ch", at["ch"] // lanes, 1, chains * tiles, chains * tiles),),
+                  (*WAIT, *self.select(tile), *self.exp_planes(tile)), tuple(
+                Store(tile.region(1 + j), "ex", at["ex"] + j * n, 1, n, n) for j in range(len(self.planes)))),
+            Block(0, (), (*self.exp_sum(tile, at["ex"]), *self.probabilities(tile)),
+                  (Store(tile.region(1), "pt", at["pt"], 1, n, n),)),
+            Block(0, (), WAIT, ()),
+            Block(0, (Load(MemType.WGT, tile.w, "pt", at["pt"] // lanes, 1, tiles, tiles),),
+                  (Epi(True, False, 0, None), self.untranspose_p(tile)),
+                  (Store(tile.region(0), "pr", at["pr"], 1, n, n),)),
+            Block(0, (), WAIT, ()),
+            Block(0, (Load(MemType.INP, tile.p_rows, "pr", at["pr"], 1, n, n),), tuple(self.product(tile)), (out,)),
+        ]  # fmt: skip
+
+    def prologue(self) -> list[Op]:
+        """The constant rows, the keep vector, ``real - keep`` and the identity rows in ACC."""
+        ub, lanes = self.ub, self.lanes
+        width = 2 * ub + len(CONSTS)
+        each = ((ub, (1, 1)),)
+        return [
+            Load(MemType.ACC, self.c0, "consts", 0, 1, width, width),
+            Load(MemType.ACC_8BIT, self.keep_row, "keep", 0, 1, ub, ub),
+            Load(MemType.ACC_8BIT, self.eye_row, "wgt", EYE * lanes, 1, lanes, lanes),
+            self.alu(AluOp.ADD, each, self.mk_row, self.keep_row, reset=True),
+            self.alu(AluOp.MUL, each, self.mk_row, 0, imm=-1),
+            self.alu(AluOp.ADD, each, self.mk_row, self.real_row),
+        ]
+
+    def stream(self) -> Stream:
+        blocks = self.setup()
+        for k in range(self.tiles):
+            blocks += self.blocks(k, first=k == 0)
+        return lower_vthreads([blocks], prologue_block(self.prologue(), [blocks], self.cfg.uop_depth))
+
+
+def compile_attention_qdq(spec: AttentionSpec, config=DEFAULT_PRESET) -> CompiledAttention:
+    """Compile a QDQ model's attention head for ``config`` (module docstring)."""
+    cfg = load_config(config)
+    if not identity_fits(cfg):
+        raise CompileError(f"attention: needs block_in == block_out on {cfg.name}")
+    low = QdqAttentionLowering(spec, cfg)
+    return CompiledAttention(low, low.stream())
+
+
+# ---------------------------------------------------------------------------------------------------------
+# either attention
+
+
+def attention_lowering(spec: AttentionSpec, cfg: HwConfig) -> AttentionLowering:
+    """The lowering of one head on ``cfg``: a QDQ model's or the integer attention's
+    (:mod:`vdla.compiler.attention`); raises :class:`CompileError` naming the limit it does not fit."""
+    return (QdqAttentionLowering if isinstance(spec.head, QdqAttention) else AttentionLowering)(spec, cfg)
+
+
+def compile_attention_programs(specs: Sequence[AttentionSpec], config=DEFAULT_PRESET) -> list[CompiledAttention]:
+    """The programs of an attention block's heads (one head after the other): the integer attention's heads in
+    one program where their setups fit (:func:`~vdla.compiler.attention.compile_attention_heads`), else each
+    head's own; a QDQ model's heads each their own."""
+    if isinstance(specs[0].head, QdqAttention):
+        return [compile_attention_qdq(spec, config) for spec in specs]
+    together = compile_attention_heads(specs, config)
+    return [together] if together else [compile_attention(spec, config) for spec in specs]
