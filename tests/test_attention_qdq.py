@@ -10,7 +10,12 @@ import numpy as np
 import pytest
 
 from vdla.compiler.attention import AttentionSpec
-from vdla.compiler.attention_qdq import QdqAttentionLowering, compile_attention_qdq
+from vdla.compiler.attention_qdq import (
+    QdqAttentionHeads,
+    QdqAttentionLowering,
+    compile_attention_programs,
+    compile_attention_qdq,
+)
 from vdla.compiler.spec import CompileError
 from vdla.config import load_config
 from vdla.graph import oracle
@@ -158,6 +163,32 @@ def test_bit_exact_on_the_rtl(rtl_library, softmax_scale, mask):
     keep = keep_vector(32) if mask else None
     rtl, sim = (check(spec, keep=keep, backend=b) for b in ("rtl", "sim"))
     assert abs(rtl - sim) <= 0.02 * sim, (rtl, sim)
+
+
+@pytest.mark.parametrize("heads, tokens, softmax_scale, mask", [(3, 65, 0.0122, False), (2, 32, 78.7, True)])
+def test_heads_in_one_program_on_two_threads(heads, tokens, softmax_scale, mask):
+    """A block's heads in one program, head ``h`` on thread ``h % 2`` in its share of the buffers (ViT-Tiny's and
+    BERT-tiny's shapes): every head's channels exactly the reference's."""
+    d = 64
+    p, width = params(d, softmax_scale, mask), heads * d
+    specs = [AttentionSpec(tokens, p, 3 * width, h * d, width + h * d, 2 * width + h * d, width, h * d,
+                           runtime_mask=mask) for h in range(heads)]  # fmt: skip
+    (program,) = compile_attention_programs(specs, "pynq-z2")
+    assert isinstance(program.lowering, QdqAttentionHeads)
+    x, keep = qkv(tokens, 3 * width), keep_vector(tokens) if mask else None
+    got = program.run(Device(load_config("pynq-z2")), x, keep).out
+    for s in specs:
+        _, q, k, v, _, o = s.views
+        want = oracle.attention_qdq(x[:, q : q + d], x[:, k : k + d], x[:, v : v + d], p, keep)
+        np.testing.assert_array_equal(got[:, o : o + d], want)
+
+
+def test_heads_that_do_not_fit_half_the_buffers_run_one_after_the_other():
+    """197 tokens of three heads of 64: each head's program in turn, on all the buffers."""
+    specs = [AttentionSpec(197, params(64, 0.05), 576, 64 * h, 192 + 64 * h, 384 + 64 * h, 192, 64 * h)
+             for h in range(3)]  # fmt: skip
+    programs = compile_attention_programs(specs, "pynq-z2")
+    assert len(programs) == 3 and all(isinstance(p.lowering, QdqAttentionLowering) for p in programs)
 
 
 def test_a_head_too_long_for_the_buffers_names_the_limit():

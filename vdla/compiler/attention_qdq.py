@@ -12,29 +12,33 @@ selection rows of the key mask (``keep`` as the diagonal of each key block's ide
 ``sel_m``) from the keep vector, ``V^T`` by the identity's rows against ``V``'s tiles, stored as weight tiles
 (channel block, key block).
 
-Then the queries in tiles of ``TB`` query blocks, in nine blocks (:meth:`QdqAttentionLowering.blocks`):
+Then the queries in tiles of ``TB`` query blocks, in ten blocks (:meth:`QdqAttentionLowering.blocks`):
 
 1. the scores by GEMMs of the tile's ``Q`` rows against ``K``'s tiles (query block, key block, query), an ALU MUL
    by the score multiplier with its rounding shift under EPI ``req`` and ``lut``: the OUT mirror holds the kept
    softmax input ``x = kept[s]``; with a mask a copy under the masked table; stored as weight tiles;
 2. a wait; 3. the tiles loaded as WGT and ``X^T`` (query block, key block, key; lanes the queries) by GEMMs of
    the selection rows against them (``sel_k`` against the kept tiles, ``sel_m`` against the masked ones, the
-   padding rows of -128 against the ones block: a padded key's ``x`` is -2048); the maximum ``M`` of each query
-   block's rows by ALU MAX, ``d = X - M``; the exp table's nonzero planes (:func:`~vdla.graph.attention.qdq_planes`
-   of its two ranges, :func:`~vdla.graph.attention.qdq_exp_ranges`) each by a copy of ``d`` (``d + 128`` for the
-   far range) under its table: the OUT mirrors hold the int8 planes, stored as rows;
-4. (no wait: the loads are the compute stage's) the planes loaded back as ACC_8BIT and summed by Horner's rule,
-   ``e = 2^16 p0 + 2^8 p1 + p2``; ``Z`` the sum of each query block's rows; the per-row division of
-   :mod:`vdla.compiler.attention` (``k``, ``1 / m`` by :data:`~vdla.graph.attention.QDQ_ITERATIONS` Newton steps,
-   ``q = r a 2^-H``, ``2^(30 - k)``); ``P^T = MUL(MUL(e, q) >> FRAC, 2^(30 - k)) >> (30 - H)`` under EPI ``req``,
-   stored as weight tiles (query block, key block);
-5. a wait; 6. the tiles loaded as WGT and ``P`` (query, key block) by the identity's rows against them, stored;
-7. a wait; 8. ``P``'s rows loaded as INP and ``O`` (query, channel block) by GEMMs against ``V^T``'s tiles, an ALU
+   padding rows of -128 against the ones block: a padded key's ``x`` is -2048); with the row maximum, the maximum
+   ``M`` of each query block's rows by ALU MAX and ``d = X - M`` (with a fixed reference ``d`` is ``x`` and the
+   table is by ``x``); the exp table's nonzero planes (:func:`~vdla.graph.attention.qdq_planes` of its two ranges,
+   :func:`~vdla.graph.attention.qdq_exp_ranges`) each by a copy of ``d`` (``d + 128`` for the far range) under its
+   table: the OUT mirrors hold the int8 planes, stored as rows;
+4. a wait; 5. the planes' rows loaded as INP and summed by Horner's rule, ``e = 2^16 p0 + 2^8 p1 + p2``, by GEMMs
+   against the identity block (a MUL by 256 between the planes), a padded key's ``e`` set to 0; ``Z`` the sum of
+   each query block's rows; the per-row division of :mod:`vdla.compiler.attention` (``k``, ``1 / m`` by
+   :data:`~vdla.graph.attention.QDQ_ITERATIONS` Newton steps, ``q = r a 2^-H``, ``2^(30 - k)``); ``P^T =
+   MUL(MUL(e, q) >> FRAC, 2^(30 - k)) >> (30 - H)`` under EPI ``req``, stored as weight tiles (query block, key
+   block);
+6. a wait; 7. the tiles loaded as WGT and ``P`` (query, key block) by the identity's rows against them, stored;
+8. a wait; 9. ``P``'s rows loaded as INP and ``O`` (query, channel block) by GEMMs against ``V^T``'s tiles, an ALU
    MUL by the output multiplier under EPI ``req``, the real queries' rows stored into the output view.
 
-One virtual thread: each store is followed by the block that needs it. A padded key's ``e`` is 0 (its ``d`` is
-below -255), so it adds nothing to ``Z`` nor ``O``; a padded query is a lane of ``X^T``, ``e``, ``Z`` and ``P^T``
-(values of no meaning, wrapping int32 arithmetic) and a row of ``P`` and ``O`` never stored.
+A head alone runs on one virtual thread, on all the buffers; a block's heads together
+(:class:`QdqAttentionHeads`) on two, head ``h`` on thread ``h % 2`` in its half of ACC, INP and WGT, so that each
+thread's round trips run under the other's work. A padded key's ``e`` is 0, so it adds nothing to ``Z`` nor
+``O``; a padded query is a lane of ``X^T``, ``e``, ``Z`` and ``P^T`` (values of no meaning, wrapping int32
+arithmetic) and a row of ``P`` and ``O`` never stored.
 
 Invariant: bit for bit :func:`~vdla.graph.oracle.attention_qdq` on every backend; ``block_in == block_out`` and
 batch 1.
@@ -57,7 +61,7 @@ from vdla.compiler.attention import (
     compile_attention_heads,
 )
 from vdla.compiler.blocks import WAIT, Alu, Block, Epi, Gemm, Load, Op, Store, alu_held, gemm_nest
-from vdla.compiler.identity import identity_fits, identity_weights
+from vdla.compiler.identity import identity_fits, identity_gemm, identity_weights
 from vdla.compiler.microcode import Limits
 from vdla.compiler.spec import CompileError
 from vdla.compiler.vthreads import Stream, lower_vthreads, prologue_block
@@ -129,11 +133,17 @@ class QdqAttentionLowering(AttentionLowering):
 
     SCRATCH = ("kw", "vt", "ch", "ex", "pt", "pr", "sel")
 
-    def __init__(self, spec: AttentionSpec, cfg: HwConfig):
+    def __init__(
+        self, spec: AttentionSpec, cfg: HwConfig, head: tuple[int, int] = (0, 1), thread: tuple[int, int] = (0, 1)
+    ):
+        """``head``: (index, count) of the head among those of one program, whose scratch tensors hold each head's
+        part in turn; ``thread``: (its virtual thread, threads), each thread its own share of ACC, INP and WGT
+        (the constant rows in ACC are every thread's)."""
         if not isinstance(spec.head, QdqAttention):
             raise CompileError("attention: a QDQ lowering of a head without QDQ parameters")
         self.spec, self.cfg, self.limits = spec, cfg, Limits.of(cfg)
-        self.index, self.count, self.private, self.kth = 0, 1, False, 0
+        (self.index, self.count), (self.thread, self.threads) = head, thread
+        self.private, self.kth = False, 0
         self.check_views()
         self.lanes = cfg.block_out
         self.cb, self.ub = spec.d // self.lanes, -(-spec.tokens // self.lanes)
@@ -141,19 +151,25 @@ class QdqAttentionLowering(AttentionLowering):
         self.ib, self.ob = spec.views[0] // self.lanes, spec.views[4] // self.lanes
         self.chains = self.chain_tables()
         self.planes = self.plane_tables()
-        self.kt = 2  # WGT: ones, identity, K's tiles, V^T's tiles, then the tile's
-        self.vtw = self.kt + self.cb * self.ub
-        self.w0 = self.vtw + self.cb * self.ub
-        self.sel = 2 * self.lanes  # INP: ones and identity rows, sel_k, sel_m, padding rows, then the tile's
-        self.pad = self.sel + 2 * self.up
-        self.i0 = self.pad + self.up
         lanes, ub = self.lanes, self.ub
         # ACC from c0: zero bias rows (ub), CONSTS, real (ub), keep (ub), real - keep (ub), identity rows (lanes)
         self.c0 = cfg.acc_depth - 4 * ub - len(CONSTS) - lanes
+        t, n = self.thread, self.threads
+        self.acc0, self.acc_n = t * (self.c0 // n), self.c0 // n  # the thread's share of each buffer
+        self.inp0, self.inp_end = t * (cfg.inp_depth // n), (t + 1) * (cfg.inp_depth // n)
+        self.wgt0, self.wgt_end = t * (cfg.wgt_depth // n), (t + 1) * (cfg.wgt_depth // n)
+        self.ones, self.eye = self.wgt0 + ONES, self.wgt0 + EYE  # WGT: ones, identity, K's, V^T's, the tile's
+        self.kt = self.wgt0 + 2
+        self.vtw = self.kt + self.cb * self.ub
+        self.w0 = self.vtw + self.cb * self.ub
+        self.eye_rows = self.inp0 + EYE * lanes  # INP: ones, identity, sel_k, sel_m, padding rows, the tile's
+        self.sel = self.inp0 + 2 * lanes
+        self.pad = self.sel + 2 * self.up
+        self.i0 = self.pad + self.up
         self.const = {name: self.c0 + ub + i for i, name in enumerate(CONSTS)}
         self.real_row = self.c0 + ub + len(CONSTS)
         self.keep_row, self.mk_row = self.real_row + ub, self.real_row + 2 * ub
-        self.eye_row = self.real_row + 3 * ub
+        self.eye_acc = self.real_row + 3 * ub
         self.regions = max(1 + len(self.planes), len(self.chains))
         self.tb = self.tile_blocks(1)
         self.check_fits()
@@ -186,17 +202,17 @@ class QdqAttentionLowering(AttentionLowering):
         """Query blocks a tile: the most whose regions, ``O`` and per-block rows fit ACC, whose ``Q`` and ``P``
         rows fit INP and whose tiles fit WGT."""
         lanes, ub, cb = self.lanes, self.ub, self.cb
-        acc = self.c0 // (self.regions * ub * lanes + lanes * cb + len(BLOCK_ROWS))
-        inp = (self.cfg.inp_depth - self.i0) // (lanes * (cb + ub))
-        wgt = (self.cfg.wgt_depth - self.w0) // (ub * len(self.chains))
+        acc = self.acc_n // (self.regions * ub * lanes + lanes * cb + len(BLOCK_ROWS))
+        inp = (self.inp_end - self.i0) // (lanes * max(cb + ub, len(self.planes) * ub))
+        wgt = (self.wgt_end - self.w0) // (ub * len(self.chains))
         return min(acc, inp, wgt, ub)
 
     def fits(self, private: bool = False) -> bool:
         """Whether the setup (``K``, ``V`` and the selection rows in ACC, their rows in INP, ``V``'s tiles in WGT)
         and one query block fit."""
-        cfg, n = self.cfg, self.cb * self.up
-        setup = n + 2 * self.up <= self.c0 and n <= cfg.inp_depth - self.i0
-        return setup and self.cb * self.ub <= cfg.wgt_depth - self.w0 and self.tile_blocks() >= 1
+        n = self.cb * self.up
+        setup = n + 2 * self.up <= self.acc_n and n <= self.inp_end - self.i0
+        return setup and self.cb * self.ub <= self.wgt_end - self.w0 and self.tile_blocks() >= 1
 
     def check_fits(self) -> None:
         if self.fits():
@@ -204,8 +220,8 @@ class QdqAttentionLowering(AttentionLowering):
         cfg, t, d = self.cfg, self.spec.tokens, self.spec.d
         raise CompileError(
             f"attention: {t} tokens of a head of {d} do not fit {cfg.name}'s buffers (K {self.cb * self.up} INP rows "
-            f"of {cfg.inp_depth - self.i0}, {2 * self.cb * self.ub} weight blocks of {cfg.wgt_depth}, a query "
-            f"block's {self.regions * self.up + d + len(BLOCK_ROWS)} ACC rows of {self.c0})"
+            f"of {self.inp_end - self.i0}, {2 * self.cb * self.ub} weight blocks of {self.wgt_end - self.wgt0}, a "
+            f"query block's {self.regions * self.up + d + len(BLOCK_ROWS)} ACC rows of {self.acc_n})"
         )
 
     # ------------------------------------------------------------------------------------------------------
@@ -236,7 +252,7 @@ class QdqAttentionLowering(AttentionLowering):
             "inp": t * self.ib * cfg.inp_elem_bytes,
             "out": t * self.ob * cfg.out_elem_bytes,
             "wgt": 2 * cfg.wgt_elem_bytes,
-            **{name: rows * cfg.out_elem_bytes for name, rows in self.scratch_rows().items()},
+            **{name: rows * cfg.out_elem_bytes * self.count for name, rows in self.scratch_rows().items()},
             "lut": tables * cfg.lut_depth * cfg.batch * cfg.block_out,
             "consts": (self.ub + len(CONSTS) + self.ub) * cfg.acc_elem_bytes,
             "padc": self.up * self.lanes,
@@ -308,7 +324,7 @@ class QdqAttentionLowering(AttentionLowering):
             for c in range(len(self.chains))
         ]
         pad = ((tile.tb, (ub * lanes, 0, 0)), (ub * lanes, (1, 1, 0)))
-        return [*gemms, gemm_nest(pad, (tile.region(0), self.pad, ONES), self.limits, init=False)]
+        return [*gemms, gemm_nest(pad, (tile.region(0), self.pad, self.ones), self.limits, init=False)]
 
     def exp_planes(self, tile: _Tile, rank: int | None = None) -> list[Op]:
         """``d = X - M`` in region 0, then each plane by a copy under its table into region ``1 + k`` (a far
@@ -333,18 +349,18 @@ class QdqAttentionLowering(AttentionLowering):
                 ops.append(self.copy(dst, far, n))
         return ops
 
-    def exp_sum(self, tile: _Tile, at: int) -> list[Op]:
-        """The planes (from ``ex`` row ``at``) loaded back into their regions and summed into region 1 by Horner's
-        rule: ``e = 2^16 p0 + 2^8 p1 + p2`` over both ranges."""
+    def exp_sum(self, tile: _Tile) -> list[Op]:
+        """The planes' rows (INP from ``tile.i``, loaded back from ``ex``) summed into region 1 by Horner's rule,
+        ``e = 2^16 p0 + 2^8 p1 + p2`` over both ranges: GEMMs against the identity block, accumulating, a MUL by
+        256 between the planes."""
         n = tile.n
         ops: list[Op] = [Epi(False, False, 0, None)]
-        ops += [Load(MemType.ACC_8BIT, tile.region(1 + k), "ex", at + k * n, 1, n, n) for k in range(len(self.planes))]
         e, level = tile.region(1), self.planes[0].plane
-        for k, table in enumerate(self.planes[1:], 1):
+        for k, table in enumerate(self.planes):
             while level < table.plane:
                 ops.append(alu_held(AluOp.MUL, n, e, self.const["c256"], self.limits))
                 level += 1
-            ops.append(self.alu(AluOp.ADD, ((n, (1, 1)),), e, tile.region(1 + k)))
+            ops.append(identity_gemm(((n, (1, 1)),), e, tile.i + k * n, self.eye, self.limits, init=k == 0))
         for _ in range(level, att.QDQ_PLANES - 1):
             ops.append(alu_held(AluOp.MUL, n, e, self.const["c256"], self.limits))
         pad, real = self.up - self.spec.tokens, self.spec.tokens % self.lanes
@@ -374,7 +390,7 @@ class QdqAttentionLowering(AttentionLowering):
         against the identity rows (query ``t``: row ``e_(t % L)``)."""
         ub, lanes = self.ub, self.lanes
         nest = ((tile.tb, (lanes * ub, 0, ub)), (lanes, (ub, 1, 0)), (ub, (1, 0, 1)))
-        return gemm_nest(nest, (tile.region(0), EYE * lanes, tile.w), self.limits)
+        return gemm_nest(nest, (tile.region(0), self.eye_rows, tile.w), self.limits)
 
     def product(self, tile: _Tile) -> list[Op]:
         """``O`` (query, channel block) from ``P``'s rows (INP) against ``V^T``'s tiles, requantized by the output
@@ -399,51 +415,67 @@ class QdqAttentionLowering(AttentionLowering):
         for c, by in enumerate((self.keep_row, self.mk_row)[: len(self.chains)]):
             at = acc + c * up
             ops += [
-                self.alu(AluOp.ADD, ((ub, (lanes, 0)), (lanes, (1, 1))), at, self.eye_row, reset=True),
+                self.alu(AluOp.ADD, ((ub, (lanes, 0)), (lanes, (1, 1))), at, self.eye_acc, reset=True),
                 self.alu(AluOp.MUL, ((ub, (lanes, 1)), (lanes, (1, 0))), at, by),
             ]
         return ops
+
+    def kv_copy(self, acc: int, inp: int) -> Gemm:
+        """``K``'s or ``V``'s rows copied in (block, token) order (:meth:`AttentionLowering.kv_copy`) against the
+        thread's identity block."""
+        t = self.spec.tokens
+        return identity_gemm(((self.cb, (t, 1)), (t, (1, self.cb))), acc, inp, self.eye, self.limits, init=True)
+
+    def at(self, name: str) -> int:
+        """The first OUT row of this head's part of scratch tensor ``name``."""
+        return self.index * self.scratch_rows()[name]
 
     def setup(self) -> list[Block]:
         """``K`` in the weight layout (stored); ``V`` and the selection rows (stored) in the same rows; a wait;
         ``V^T`` (stored); a wait."""
         _, _, k_at, v_at, _, _ = self.spec.views
         t, blk, n, tiles, lanes = self.spec.tokens, self.cfg.block_in, self.cb * self.up, self.cb * self.ub, self.lanes
+        a, kw, chains = self.acc0, self.at("kw"), len(self.chains)
         rows = {at: Load(MemType.INP, self.i0, "inp", at // blk, t, self.cb, self.ib) for at in (k_at, v_at)}
-        consts = (Load(MemType.WGT, 0, "wgt", 0, 1, 2, 2), Load(MemType.INP, 0, "wgt", 0, 1, 2 * lanes, 2 * lanes))
-        sel = Store(n, "sel", 0, 1, len(self.chains) * self.up, len(self.chains) * self.up)
-        v_tiles = Load(MemType.WGT, self.w0, "kw", n // lanes, 1, tiles, tiles)
-        transpose = self.transpose(0, EYE * lanes, self.w0, range(tiles))
+        consts = (
+            Load(MemType.WGT, self.wgt0, "wgt", 0, 1, 2, 2),
+            Load(MemType.INP, self.inp0, "wgt", 0, 1, 2 * lanes, 2 * lanes),
+        )
+        sel = Store(a + n, "sel", self.at("sel"), 1, chains * self.up, chains * self.up)
+        v_tiles = Load(MemType.WGT, self.w0, "kw", (kw + n) // lanes, 1, tiles, tiles)
+        transpose = self.transpose(a, self.eye_rows, self.w0, range(tiles))
+        th = self.thread
         return [
-            Block(0, (rows[k_at], *consts), (*WAIT, self.kv_copy(0, self.i0)), (self.kv_store(0, 0),)),
-            Block(0, (rows[v_at],), (Epi(True, False, 0, None), self.kv_copy(0, self.i0), *self.selection(n)),
-                  (self.kv_store(0, n), sel)),
-            Block(0, (), WAIT, ()),
-            Block(0, (v_tiles,), (*WAIT, transpose), (Store(0, "vt", 0, 1, n, n),)),
-            Block(0, (), WAIT, ()),
+            Block(th, (rows[k_at], *consts), (*WAIT, self.kv_copy(a, self.i0)), (self.kv_store(a, kw),)),
+            Block(th, (rows[v_at],), (Epi(True, False, 0, None), self.kv_copy(a, self.i0), *self.selection(a + n)),
+                  (self.kv_store(a, kw + n), sel)),
+            Block(th, (), WAIT, ()),
+            Block(th, (v_tiles,), (*WAIT, transpose), (Store(a, "vt", self.at("vt"), 1, n, n),)),
+            Block(th, (), WAIT, ()),
         ]  # fmt: skip
 
     def shared(self) -> tuple[Load, ...]:
         """``K``'s and ``V^T``'s tiles, the selection and padding rows: what every tile reads."""
         tiles, up, chains = self.cb * self.ub, self.up, len(self.chains)
         return (
-            Load(MemType.WGT, self.kt, "kw", 0, 1, tiles, tiles),
-            Load(MemType.WGT, self.vtw, "vt", 0, 1, tiles, tiles),
-            Load(MemType.INP, self.sel, "sel", 0, 1, chains * up, chains * up),
+            Load(MemType.WGT, self.kt, "kw", self.at("kw") // self.lanes, 1, tiles, tiles),
+            Load(MemType.WGT, self.vtw, "vt", self.at("vt") // self.lanes, 1, tiles, tiles),
+            Load(MemType.INP, self.sel, "sel", self.at("sel"), 1, chains * up, chains * up),
             Load(MemType.INP, self.pad, "padc", 0, 1, up, up),
         )
 
     def tile(self, k: int, thread: int = 0) -> _Tile:
         r = min(self.tb * self.lanes, self.spec.tokens - k * self.tb * self.lanes)
-        return _Tile(r, -(-r // self.lanes), 0, self.i0, self.w0, self.ub, self.cb, self.lanes, self.regions)
+        return _Tile(r, -(-r // self.lanes), self.acc0, self.i0, self.w0, self.ub, self.cb, self.lanes, self.regions)
 
     def blocks(self, k: int, thread: int = 0, first: bool = False, rank: int | None = None) -> list[Block]:
         """Query tile ``k`` (module docstring); ``first`` loads what every tile reads."""
         _, q_at, _, _, _, out_at = self.spec.views
         blk, lanes, cb, ub = self.cfg.block_in, self.lanes, self.cb, self.ub
         t0, tile = k * self.tb * lanes, self.tile(k)
-        per, chains = self.tb * self.up, len(self.chains)
-        at = {name: k * per * m for name, m in (("ch", chains), ("ex", len(self.planes)), ("pt", 1), ("pr", 1))}
+        per, chains, planes = self.tb * self.up, len(self.chains), len(self.planes)
+        parts = (("ch", chains), ("ex", len(self.planes)), ("pt", 1), ("pr", 1))
+        at = {name: self.at(name) + k * per * m for name, m in parts}
         n, tiles = tile.n, tile.tb * ub
         loads = [Load(MemType.INP, tile.i, "inp", t0 * self.ib + q_at // blk, tile.r, cb, self.ib)]
         loads += list(self.shared()) if first else []
@@ -453,21 +485,23 @@ class QdqAttentionLowering(AttentionLowering):
         if chains > 1:
             chain += [*self.lut_pass(1), self.copy(tile.region(1), tile.region(0), n)]
         out = Store(tile.o, "out", t0 * self.ob + out_at // blk, tile.r, cb, self.ob)
+        th = self.thread
         return [
-            Block(0, tuple(loads), tuple(chain), tuple(
+            Block(th, tuple(loads), tuple(chain), tuple(
                 Store(tile.region(c), "ch", at["ch"] + c * n, 1, n, n) for c in range(chains))),
-            Block(0, (), WAIT, ()),
-            Block(0, (Load(MemType.WGT, tile.w, "ch", at["ch"] // lanes, 1, chains * tiles, chains * tiles),),
+            Block(th, (), WAIT, ()),
+            Block(th, (Load(MemType.WGT, tile.w, "ch", at["ch"] // lanes, 1, chains * tiles, chains * tiles),),
                   (*WAIT, *self.select(tile), *self.exp_planes(tile)), tuple(
                 Store(tile.region(1 + j), "ex", at["ex"] + j * n, 1, n, n) for j in range(len(self.planes)))),
-            Block(0, (), (*self.exp_sum(tile, at["ex"]), *self.probabilities(tile)),
-                  (Store(tile.region(1), "pt", at["pt"], 1, n, n),)),
-            Block(0, (), WAIT, ()),
-            Block(0, (Load(MemType.WGT, tile.w, "pt", at["pt"] // lanes, 1, tiles, tiles),),
+            Block(th, (), WAIT, ()),
+            Block(th, (Load(MemType.INP, tile.i, "ex", at["ex"], 1, planes * n, planes * n),),
+                  (*self.exp_sum(tile), *self.probabilities(tile)), (Store(tile.region(1), "pt", at["pt"], 1, n, n),)),
+            Block(th, (), WAIT, ()),
+            Block(th, (Load(MemType.WGT, tile.w, "pt", at["pt"] // lanes, 1, tiles, tiles),),
                   (Epi(True, False, 0, None), self.untranspose_p(tile)),
                   (Store(tile.region(0), "pr", at["pr"], 1, n, n),)),
-            Block(0, (), WAIT, ()),
-            Block(0, (Load(MemType.INP, tile.p_rows, "pr", at["pr"], 1, n, n),), tuple(self.product(tile)), (out,)),
+            Block(th, (), WAIT, ()),
+            Block(th, (Load(MemType.INP, tile.p_rows, "pr", at["pr"], 1, n, n),), tuple(self.product(tile)), (out,)),
         ]  # fmt: skip
 
     def prologue(self) -> list[Op]:
@@ -478,17 +512,60 @@ class QdqAttentionLowering(AttentionLowering):
         return [
             Load(MemType.ACC, self.c0, "consts", 0, 1, width, width),
             Load(MemType.ACC_8BIT, self.keep_row, "keep", 0, 1, ub, ub),
-            Load(MemType.ACC_8BIT, self.eye_row, "wgt", EYE * lanes, 1, lanes, lanes),
+            Load(MemType.ACC_8BIT, self.eye_acc, "wgt", EYE * lanes, 1, lanes, lanes),
             self.alu(AluOp.ADD, each, self.mk_row, self.keep_row, reset=True),
             self.alu(AluOp.MUL, each, self.mk_row, 0, imm=-1),
             self.alu(AluOp.ADD, each, self.mk_row, self.real_row),
         ]
 
-    def stream(self) -> Stream:
+    def head_blocks(self) -> list[Block]:
+        """The head's setup, then its tiles in turn, on its thread."""
         blocks = self.setup()
         for k in range(self.tiles):
             blocks += self.blocks(k, first=k == 0)
+        return blocks
+
+    def stream(self) -> Stream:
+        """The head alone on one thread."""
+        blocks = self.head_blocks()
         return lower_vthreads([blocks], prologue_block(self.prologue(), [blocks], self.cfg.uop_depth))
+
+
+class QdqAttentionHeads:
+    """Several heads of a QDQ model's block (one token count, parameters and mask; each its own views) in one
+    program on two virtual threads: head ``h`` on thread ``h % 2``, in its thread's share of the buffers, each
+    thread's heads in turn; the threads share no buffer row but the constant rows, so that one thread's work runs
+    under the other's stores and loads. Raises :class:`CompileError` where a head does not fit its share."""
+
+    SCRATCH = QdqAttentionLowering.SCRATCH
+    LAG = 0  # wait blocks ahead of thread 1 (measured: none is best, the threads in step)
+
+    def __init__(self, specs: Sequence[AttentionSpec], cfg: HwConfig):
+        first = specs[0]
+        shape = (first.tokens, first.head, first.keep, first.runtime_mask)
+        if any((s.tokens, s.head, s.keep, s.runtime_mask) != shape for s in specs):
+            raise CompileError("attention: heads of one program need one token count, parameters and mask")
+        self.cfg, count = cfg, len(specs)
+        self.heads = [QdqAttentionLowering(s, cfg, (h, count), (h % 2, 2)) for h, s in enumerate(specs)]
+
+    @property
+    def spec(self) -> AttentionSpec:
+        return self.heads[0].spec
+
+    def tensor_bytes(self) -> dict[str, int]:
+        return self.heads[0].tensor_bytes()
+
+    def constants(self) -> dict[str, np.ndarray]:
+        return self.heads[0].constants()
+
+    def keep_vector(self, keep: np.ndarray | None) -> np.ndarray:
+        return self.heads[0].keep_vector(keep)
+
+    def stream(self) -> Stream:
+        threads: list[list[Block]] = [[], [Block(1, (), WAIT, ())] * self.LAG]
+        for low in self.heads:
+            threads[low.thread] += low.head_blocks()
+        return lower_vthreads(threads, prologue_block(self.heads[0].prologue(), threads, self.cfg.uop_depth))
 
 
 def compile_attention_qdq(spec: AttentionSpec, config=DEFAULT_PRESET) -> CompiledAttention:
@@ -511,10 +588,16 @@ def attention_lowering(spec: AttentionSpec, cfg: HwConfig) -> AttentionLowering:
 
 
 def compile_attention_programs(specs: Sequence[AttentionSpec], config=DEFAULT_PRESET) -> list[CompiledAttention]:
-    """The programs of an attention block's heads (one head after the other): the integer attention's heads in
-    one program where their setups fit (:func:`~vdla.compiler.attention.compile_attention_heads`), else each
-    head's own; a QDQ model's heads each their own."""
+    """The programs of an attention block's heads (one after the other): the heads in one program where they fit
+    (:func:`~vdla.compiler.attention.compile_attention_heads`, :class:`QdqAttentionHeads`), else each head's
+    own."""
     if isinstance(specs[0].head, QdqAttention):
+        if len(specs) > 1:
+            try:
+                heads = QdqAttentionHeads(specs, load_config(config))
+                return [CompiledAttention(heads, heads.stream())]
+            except CompileError:
+                pass  # a head does not fit its thread's share
         return [compile_attention_qdq(spec, config) for spec in specs]
     together = compile_attention_heads(specs, config)
     return [together] if together else [compile_attention(spec, config) for spec in specs]
