@@ -153,6 +153,7 @@ def compare_layers(model: Any, graph: Any, feeds: Sequence[Mapping[str, np.ndarr
     session = reference_session(probe)
     names = [o.name for o in session.get_outputs()]
     types = infer_types(graph)
+    graph_producers = graph.producers()
     found: dict[str, LayerAgreement] = {}
 
     def model_value(v: str) -> str | None:
@@ -190,14 +191,25 @@ def compare_layers(model: Any, graph: Any, feeds: Sequence[Mapping[str, np.ndarr
             a.differing += int(np.count_nonzero(diff))
             a.worst = max(a.worst, int(diff.max()))
             if diff.any():
+                ln = _through_views(node, graph_producers) == LAYER_NORM_INT
                 tie = np.zeros(diff.shape, bool)
                 for value, scale, qnode in _roundings(quant[m], producer, inits):
                     real = ref[value].astype(np.float64) / _channel_scale(scale, qnode, ref[value].ndim)
                     steps = rows(node.output, real).reshape(diff.shape)
-                    band = rounding_band(steps) + TIE if node.op == LAYER_NORM_INT else TIE
+                    band = rounding_band(steps) + TIE if ln else TIE
                     tie |= np.abs(steps - np.floor(steps) - 0.5) <= band
-                a.ties += int(np.count_nonzero((diff == 1 if node.op == LAYER_NORM_INT else diff > 0) & tie))
+                a.ties += int(np.count_nonzero((diff == 1 if ln else diff > 0) & tie))
     return list(found.values())
+
+
+def _through_views(node: Any, producers: Mapping[str, Any]) -> str:
+    """The operator of ``node``, or where it reshapes a value (a LayerNorm's rows shaped back), of that value's
+    producer."""
+    from vdla.graph.opnames import RESHAPE
+
+    while node.op == RESHAPE and node.inputs[0] in producers:
+        node = producers[node.inputs[0]]
+    return node.op
 
 
 _SAME_PLACE = ("Relu", "Clip", "Identity", "Add")  # elementwise ops between roundings that keep each element's place

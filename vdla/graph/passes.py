@@ -591,26 +591,40 @@ def _merge_reshapes(graph: Graph) -> Graph:
     return eliminate_dead_code(remove_identities(graph.copy(nodes=nodes)))
 
 
+def patch_window(conv: Node, types: dict[str, TensorType], w_shape: tuple[int, ...]) -> tuple[int, int] | None:
+    """(OH, OW) of a ``conv2d`` of one image whose stride is its kernel, groups 1, no padding or dilation, tiling
+    its input exactly (a patch embedding), or None."""
+    x, a = types[conv.inputs[0]].shape, conv.attrs
+    if conv.op != CONV2D or int(a.get("groups", 1)) != 1 or len(x) != 4 or x[0] != 1:
+        return None
+    try:
+        win, (oh, ow) = make_window("conv2d", x[2:], w_shape[2:], a.get("stride", 1), a.get("dilation", 1),
+                                    a.get("padding", 0))  # fmt: skip
+    except UnsupportedError:
+        return None
+    if (
+        win.stride != win.kernel
+        or win.dilation != (1, 1)
+        or any(win.pads)
+        or x[2:] != (oh * win.kernel[0], ow * win.kernel[1])
+    ):
+        return None
+    return oh, ow
+
+
 def _patch_conv(node: Node, graph: Graph, types: dict[str, TensorType]) -> tuple[Node, Node] | None:
     """The reshape to (1, C, OH*OW) and the transpose to (1, OH*OW, C) reading the conv2d ``node`` one after the
     other, alone, where ``node`` is a patch embedding: a float conv2d of one image, constant weights (and bias),
     groups 1, no padding or dilation, its stride its kernel, tiling its input exactly; else None."""
     if node.op != CONV2D or len(node.inputs) < 2:
         return None
-    a, (x, w) = node.attrs, node.inputs[:2]
-    if int(a.get("groups", 1)) != 1 or w not in graph.params or types[x].dtype != "float32":
+    x, w = node.inputs[:2]
+    if w not in graph.params or types[x].dtype != "float32" or any(v not in graph.params for v in node.inputs[1:]):
         return None
-    if any(v not in graph.params for v in node.inputs[1:]) or len(types[x].shape) != 4 or types[x].shape[0] != 1:
+    window = patch_window(node, types, graph.params[w].shape)
+    if window is None:
         return None
-    try:
-        win, (oh, ow) = make_window("conv2d", types[x].shape[2:], graph.params[w].shape[2:], a.get("stride", 1),
-                                    a.get("dilation", 1), a.get("padding", 0))  # fmt: skip
-    except UnsupportedError:
-        return None
-    if win.stride != win.kernel or win.dilation != (1, 1) or any(win.pads):
-        return None
-    if types[x].shape[2:] != (oh * win.kernel[0], ow * win.kernel[1]):
-        return None
+    oh, ow = window
     consumers = graph.consumers()
     flat = consumers.get(node.output, [])
     if len(flat) != 1 or flat[0].op != RESHAPE or node.output in graph.outputs:

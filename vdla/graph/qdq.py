@@ -94,7 +94,7 @@ from vdla.graph.opnames import (
     TRANSPOSE,
 )
 from vdla.graph.ops import infer_types
-from vdla.graph.passes import eliminate_dead_code, fresh_name, select_rows_first
+from vdla.graph.passes import eliminate_dead_code, fresh_name, patch_window, select_rows_first
 from vdla.graph.types import TensorType, UnsupportedError
 from vdla.isa import IsaError
 from vdla.isa.arith import INT8_MAX, INT8_MIN, MUL_MAX_SHIFT, choose_multipliers, choose_requantization
@@ -538,17 +538,29 @@ class _QdqLowering:
         """``quantize(layer_norm(dequantize(x)))`` over the last axis of int8 ``x``, per-tensor and symmetric, with
         constant gamma and beta -> ``layer_norm_int(x)`` (:mod:`vdla.graph.layernorm`: within 0.52 output steps of
         the float LayerNorm of the int8 input) where :meth:`IntLayerNorm.of <vdla.graph.layernorm.IntLayerNorm.of>`
-        takes its row, epsilon and gamma and ``self.layer_norms`` accepts it; else it stays in float
+        takes its row, epsilon and gamma and ``self.layer_norms`` accepts it (over (tokens, features) rows: an
+        ``x`` of (1, tokens, features) is reshaped to them and the output back); else it stays in float
         (:func:`int_layer_norm` or the check names why: the model compiler's placement note)."""
         found = int_layer_norm(q, self.g, self.types, self.params)
         if isinstance(found, str) or q.output in self.replace:
             return
         ln_node, x, p, out_scale = found
-        if self.layer_norms is not None and self.layer_norms(p, self.types[x].shape) is not None:
+        shape = self.types[x].shape
+        flat = (int(np.prod(shape[:-1])), shape[-1]) if len(shape) > 2 and all(n == 1 for n in shape[:-2]) else shape
+        if self.layer_norms is not None and self.layer_norms(p, flat) is not None:
             return
         rows = tuple(self.param(f"{q.output}:{k}", r) for k, r in zip(("gamma", "beta"), p.rows(), strict=True))
         self.removed.update((ln_node.output, q.output))
-        self.replace[q.output] = [layer_norm_node(x, p, q.output, rows, out_scale)]
+        if flat == shape:
+            self.replace[q.output] = [layer_norm_node(x, p, q.output, rows, out_scale)]
+            return
+        # a batch of 1 ahead of the (tokens, features) rows: normalized as the rows, shaped back
+        rows_in, rows_out = f"{q.output}:in", f"{q.output}:rows"
+        self.replace[q.output] = [
+            Node(RESHAPE, (x,), rows_in, {"shape": flat}),
+            layer_norm_node(rows_in, p, rows_out, rows, out_scale),
+            Node(RESHAPE, (rows_out,), q.output, {"shape": shape}),
+        ]
 
     def lower_constant_rows(self, q: Node) -> None:
         """``quantize(concat(...))`` of constants and dequantized int8 values at ``q``'s scale (per tensor,
@@ -851,19 +863,205 @@ def int_layer_norm(
     return node, d.inputs[0], p, s_out
 
 
+@dataclass(frozen=True)
+class _PatchTokens:
+    """A QDQ model's patch embedding beside constant token rows (:func:`patch_tokens`): the ``conv2d`` and its
+    input's and weight's dequantizes, the quantize of its output, the nodes from there to the ``concat`` of the
+    constant rows, the ``concat``, and after it the quantize, dequantize, ``add`` of a constant and quantize."""
+
+    conv: Node
+    x_dq: Node
+    w_dq: Node
+    q_c: Node
+    views: tuple[Node, ...]
+    concat: Node
+    after: tuple[Node, Node, Node, Node]
+
+    def nodes(self) -> list[Node]:
+        return [self.conv, self.q_c, *self.views, self.concat, *self.after]
+
+
+def _patch_tokens_at(conv: Node, graph: Graph, types: dict[str, TensorType]) -> _PatchTokens | None:
+    """The patch embedding of a QDQ model at ``conv`` (:func:`patch_tokens`), or None."""
+    prod, cons, params, outputs = graph.producers(), graph.consumers(), graph.params, set(graph.outputs)
+
+    def reader(value: str) -> Node | None:
+        found = cons.get(value, [])
+        return found[0] if len(found) == 1 and value not in outputs else None
+
+    x_dq, w_dq = prod.get(conv.inputs[0]), prod.get(conv.inputs[1]) if len(conv.inputs) > 1 else None
+    qx, qw = (qparams(n, params) if n is not None else None for n in (x_dq, w_dq))
+    if qx is None or qw is None or x_dq.op != DEQUANTIZE or w_dq.op != DEQUANTIZE or not qx.per_tensor or qx.zero_point:
+        return None
+    if w_dq.inputs[0] not in params or params[w_dq.inputs[0]].dtype != np.int8 or qw.axis not in (None, 0):
+        return None
+    if any(v not in params for v in conv.inputs[2:]) or types[x_dq.inputs[0]].dtype != "int8":
+        return None
+    if patch_window(conv, types, params[w_dq.inputs[0]].shape) is None:
+        return None
+    q_c = reader(conv.output)
+    qc = qparams(q_c, params) if q_c is not None and q_c.op == QUANTIZE else None
+    if qc is None or not qc.per_tensor or qc.zero_point:
+        return None
+    views, node = [], reader(q_c.output)
+    while node is not None and node.op in (QUANTIZE, DEQUANTIZE, RESHAPE, TRANSPOSE):
+        qp = qparams(node, params) if node.op in (QUANTIZE, DEQUANTIZE) else qc
+        if qp is None or not qc.same(qp):
+            return None
+        views.append(node)
+        node = reader(node.output)
+    o, _, _, _ = params[w_dq.inputs[0]].shape
+    shapes = [types[v.output].shape for v in views if v.op in (RESHAPE, TRANSPOSE)]
+    patches = int(np.prod(types[conv.output].shape[2:]))
+    if shapes != [(1, o, patches), (1, patches, o)] or [v.op for v in views][-1] != DEQUANTIZE:
+        return None
+    if node is None or node.op != CONCAT or int(node.attrs.get("axis", 0)) % 3 != 1:
+        return None
+    if node.inputs[-1] != views[-1].output or any(v not in params for v in node.inputs[:-1]):
+        return None
+    after = [reader(node.output)]
+    for _ in range(3):
+        after.append(reader(after[-1].output) if after[-1] is not None else None)
+    if [a.op if a is not None else None for a in after[:3]] != [QUANTIZE, DEQUANTIZE, ADD]:
+        return None
+    q_add = cons.get(after[2].output, [])
+    after[3] = q_add[0] if len(q_add) == 1 and q_add[0].op == QUANTIZE else None
+    pos = next((v for v in after[2].inputs if v != after[1].output), None)
+    if after[3] is None or pos not in params or types[pos].shape != types[node.output].shape:
+        return None
+    q_cat, q_add = qparams(after[0], params), qparams(after[3], params)
+    if q_cat is None or not qc.same(q_cat) or q_add is None or not q_add.per_tensor:
+        return None
+    return _PatchTokens(conv, x_dq, w_dq, q_c, tuple(views), node, tuple(after))
+
+
+def _int8_exact(values: np.ndarray) -> tuple[np.ndarray, float] | None:
+    """``values`` (float32) as int8 at one symmetric scale, exactly (a dequantized int8 constant that the import
+    folded), or None."""
+    v = np.asarray(values, np.float32)
+    top = float(np.abs(v).max())
+    if top == 0:
+        return np.zeros(v.shape, np.int8), 1.0
+    for scale in (np.float32(top / 127), np.float32(top / 128)):
+        q = np.rint(v / scale)
+        if np.abs(q).max() <= 128 and np.array_equal((q.astype(np.float32) * scale).astype(np.float32), v):
+            return np.clip(q, -128, 127).astype(np.int8), float(scale)
+    return None
+
+
+def patch_tokens(graph: Graph) -> Graph:
+    """Each patch embedding of a QDQ model beside constant token rows (onnxruntime's quantizer on a ViT: a
+    ``conv2d`` of a dequantized int8 image whose stride is its kernel, its quantized output flattened and
+    transposed to (1, patches, channels) through quantize/dequantize pairs at its scale, a ``concat`` of class
+    token rows before it quantized at that scale, a constant added (the position embedding) and quantized) as
+    the dense layer over the patches of :func:`~vdla.graph.passes.patch_rows` (its input's int8 rows moved), its
+    bias and quantize, the position embedding's rows of the patches added as a dequantized int8 constant (exactly
+    the model's float constant) and quantized: the two roundings the model makes, one epilogue with a rescaled
+    residual; the constant rows computed here by the model's own nodes and concatenated before the last quantize
+    (:meth:`_QdqLowering.lower_constant_rows`). The same values up to the integer epilogue's ties; a graph with no
+    such embedding, or one whose position embedding is not an int8 constant dequantized, is returned unchanged."""
+    types = infer_types(graph)
+    params, taken = dict(graph.params), set(types) | set(graph.params)
+    replaced: dict[str, list[Node]] = {}
+    dropped: set[str] = set()
+    for conv in graph.nodes:
+        found = _patch_tokens_at(conv, graph, types) if conv.op == CONV2D else None
+        new = _patch_token_nodes(found, graph, types, params, taken) if found is not None else None
+        if new is None:
+            continue
+        dropped.update(n.output for n in found.nodes())
+        replaced[found.after[3].output] = new
+    if not replaced:
+        return graph
+    nodes = [m for n in graph.nodes if n.output not in dropped or n.output in replaced
+             for m in replaced.get(n.output, [n])]  # fmt: skip
+    return eliminate_dead_code(graph.copy(nodes=nodes, params=params))
+
+
+def _patch_token_nodes(
+    f: _PatchTokens, graph: Graph, types: dict[str, TensorType], params: dict[str, np.ndarray], taken: set[str]
+) -> list[Node] | None:
+    """The nodes replacing ``f`` (:func:`patch_tokens`), their constants added to ``params``; None where the
+    position embedding is no dequantized int8 constant."""
+    q_cat, dq_cat, add, q_add = f.after
+    pos = next(v for v in add.inputs if v != dq_cat.output)
+    x_q, w_q = f.x_dq.inputs[0], f.w_dq.inputs[0]
+    _, c, h, wd = types[x_q].shape
+    o, _, kh, kw = params[w_q].shape
+    oh, ow = h // kh, wd // kw
+    k = types[f.concat.output].shape[1] - oh * ow  # the constant rows
+    exact = _int8_exact(params[pos][0, k:])
+    if exact is None:
+        return None
+    pos_q, s_pos = exact
+
+    def name(suffix: str) -> str:
+        n = fresh_name(f"{f.conv.output}:{suffix}", taken)
+        taken.add(n)
+        return n
+
+    def const(suffix: str, value: np.ndarray) -> str:
+        n = name(suffix)
+        params[n] = value
+        return n
+
+    split, moved, rows, x_dq, w_dq, dense = (name(s) for s in ("split", "moved", "patches", "x_dq", "w_dq", "dense"))
+    w2 = const("w", params[w_q].reshape(o, c * kh * kw))
+    w_scale = [const("w_scale", np.asarray(params[v], np.float32).reshape(o, 1)) if params[v].size == o else v
+               for v in f.w_dq.inputs[1:]]  # fmt: skip
+    nodes = [
+        Node(RESHAPE, (x_q,), split, {"shape": (c, oh, kh, ow, kw)}),
+        Node(TRANSPOSE, (split,), moved, {"perm": (1, 3, 0, 2, 4)}),
+        Node(RESHAPE, (moved,), rows, {"shape": (oh * ow, c * kh * kw)}),
+        Node(DEQUANTIZE, (rows, *f.x_dq.inputs[1:]), x_dq, dict(f.x_dq.attrs)),
+        Node(DEQUANTIZE, (w2, *w_scale), w_dq, dict(f.w_dq.attrs)),
+        Node(DENSE, (x_dq, w_dq), dense),
+    ]
+    last = dense
+    if len(f.conv.inputs) > 2:
+        nodes.append(Node(ADD, (dense, f.conv.inputs[2]), (last := name("biased"))))
+    q_tok, dq_tok, dq_pos, summed, q_sum, dq_sum, cat, q_cat2 = (
+        name(s) for s in ("q", "dq", "pos", "sum", "q_sum", "dq_sum", "cat", "rows_q")
+    )
+    pos_int = const("pos_q", pos_q)
+    nodes += [
+        Node(QUANTIZE, (last, *f.q_c.inputs[1:]), q_tok, dict(f.q_c.attrs)),
+        Node(DEQUANTIZE, (q_tok, *dq_cat.inputs[1:]), dq_tok, dict(dq_cat.attrs)),
+        Node(DEQUANTIZE, (pos_int,), dq_pos, {"scale": s_pos, "zero_point": 0}),
+        Node(ADD, (dq_tok, dq_pos), summed),
+        Node(QUANTIZE, (summed, *q_add.inputs[1:]), q_sum, dict(q_add.attrs)),
+    ]
+    qa = qparams(q_add, params)
+    s_add = float(qa.scale[0])
+    nodes.append(Node(DEQUANTIZE, (q_sum,), dq_sum, {"scale": s_add, "zero_point": qa.zero_point}))
+    # the constant rows as the model computes them: its own nodes on the concatenation (token rows 0)
+    cat_type = types[f.concat.output]
+    rows_in = np.concatenate([*(params[v] for v in f.concat.inputs[:-1]), np.zeros((1, oh * ow, o), np.float32)], 1)
+    sub = Graph({f.concat.output: cat_type}, list(f.after), [q_add.output], params, dict(graph.param_types))
+    first = evaluate(sub, {f.concat.output: rows_in.astype(np.float32)})[q_add.output][:, :k]
+    head = ((first[0].astype(np.float32) - qa.zero_point) * np.float32(s_add)).astype(np.float32)
+    nodes += [  # (tokens, features) rows, as an accelerator layer's output is stored, then the model's shape
+        Node(CONCAT, (const("rows", head), dq_sum), cat, {"axis": 0}),
+        Node(QUANTIZE, (cat, *q_add.inputs[1:]), q_cat2, dict(q_add.attrs)),
+        Node(RESHAPE, (q_cat2,), q_add.output, {"shape": (1, k + oh * ow, o)}),
+    ]
+    return nodes
+
+
 def lower_qdq(
     graph: Graph, layer_norms: LayerNormCheck | None = None, attentions: AttentionCheck | None = None
 ) -> Graph:
     """Rewrite the QDQ patterns of ``graph`` into integer operators (see the module docstring), after moving
     each row selection of a dequantized value onto its int8 value
-    (:func:`~vdla.graph.passes.select_rows_first`), the reshapes around its layers inside their quantization
+    (:func:`~vdla.graph.passes.select_rows_first`) and each patch embedding as token rows (:func:`patch_tokens`),
+    the reshapes around its layers inside their quantization
     (:func:`reshapes_inside_qdq`) and reading each
     requantization at the same scale as its int8 input (:func:`same_scale_pairs`). ``layer_norms(p,
     shape)``: why a LayerNorm in integers (parameters ``p``, input shape ``shape``) cannot run where the graph
     is compiled for (None: it can; the model compiler's accelerator check), so that it stays in float; without
     it every one :func:`int_layer_norm` finds is lowered. ``attentions(block)`` likewise for an attention block
     (:func:`int_attention`)."""
-    graph = select_rows_first(graph, (DEQUANTIZE,))  # a selection of a dequantized value: of the int8 value
+    graph = select_rows_first(patch_tokens(graph), (DEQUANTIZE,))  # a selection of a dequantized value: of its int8
     return _QdqLowering(same_scale_pairs(reshapes_inside_qdq(graph)), layer_norms, attentions).run()
 
 
