@@ -316,15 +316,20 @@ class QdqAttentionLowering(AttentionLowering):
 
     def select(self, tile: _Tile) -> list[Gemm]:
         """``X^T`` (query block, key block, key) in region 0: the selection rows against the chain tiles (WGT
-        ``tile.w``: chain, query block, key block), the padding rows against the ones block."""
+        ``tile.w``: chain, query block, key block); with the row maximum, the padded keys' rows of -128 against the
+        ones block (with a fixed reference a padded key's ``e`` is set to 0 after the sum, :meth:`exp_sum`)."""
         ub, lanes, n = self.ub, self.lanes, tile.tb * self.ub
         nest = ((tile.tb, (ub * lanes, 0, ub)), (ub, (lanes, lanes, 1)), (lanes, (1, 1, 0)))
         gemms = [
             gemm_nest(nest, (tile.region(0), self.sel + c * self.up, tile.w + c * n), self.limits, init=c == 0)
             for c in range(len(self.chains))
         ]
-        pad = ((tile.tb, (ub * lanes, 0, 0)), (ub * lanes, (1, 1, 0)))
-        return [*gemms, gemm_nest(pad, (tile.region(0), self.pad, self.ones), self.limits, init=False)]
+        pad, first = self.up - self.spec.tokens, self.spec.tokens - (ub - 1) * lanes  # in the last key block
+        if pad and not self.spec.head.fixed:
+            rows = ((tile.tb, (ub * lanes, 0, 0)), (pad, (1, 1, 0)))
+            at = (ub - 1) * lanes + first
+            gemms.append(gemm_nest(rows, (tile.region(0) + at, self.pad + at, self.ones), self.limits, init=False))
+        return gemms
 
     def exp_planes(self, tile: _Tile, rank: int | None = None) -> list[Op]:
         """``d = X - M`` in region 0, then each plane by a copy under its table into region ``1 + k`` (a far
