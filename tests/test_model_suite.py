@@ -128,9 +128,8 @@ def test_onnxruntime_qdq_equals_the_reference_up_to_its_rounding_ties(name):
         assert not unexplained, f"{name}: {differing} output elements differ; layers (name, differing, ties)"
     share = artifact.accel_macs / artifact.total_macs
     assert share == 1.0, f"{name}: {share:.1%} of the MACs on the accelerator"
-    if name not in ("vit_tiny", "bert_tiny"):  # attention runs on the CPU (docs/transformers.md)
-        cpu = [s.name for s in artifact.steps if s.kind == "cpu"]
-        assert len(cpu) == 2, f"{name}: CPU steps {cpu} (the input's and the output's only)"
+    cpu = [s.name for s in artifact.steps if s.kind == "cpu"]
+    assert len(cpu) == 2, f"{name}: CPU steps {cpu} (the input's and the output's only)"
 
 
 @pytest.mark.parametrize("name", _models(["bert_tiny", "unet", "yolo", "mobilenet_v3_small"]))
@@ -139,13 +138,17 @@ def test_small_models_on_the_rtl_are_bit_exact_with_cycles_within_5_percent(name
     sim_and_rtl_agree(SUITE[name], artifact, 0.05)
 
 
+@pytest.mark.parametrize("quantization", ["vdla", "ort-qdq"])
 @pytest.mark.parametrize("name", _models(["vit_tiny", "bert_tiny"]))
-def test_transformers_with_their_layers_on_the_accelerator_are_bit_exact_on_the_rtl(name, rtl_library):
-    """Under vdla's calibration (every LayerNorm, attention block, GELU and residual add on the accelerator, two CPU
-    steps) the whole model on the RTL equals the simulator, its cycles within 1%."""
+def test_transformers_with_their_layers_on_the_accelerator_are_bit_exact_on_the_rtl(name, quantization, rtl_library):
+    """Under vdla's calibration and as onnxruntime's QDQ model (every LayerNorm, attention block, GELU and residual
+    add on the accelerator, two CPU steps) the whole model on the RTL equals the simulator, its cycles within 1%."""
     m = SUITE[name]
-    options = CompileOptions(input_shapes=m.input_shapes(), calibration=m.calibration)
-    artifact, _ = compile_model(m.load(), m.samples(8, 0), options)
+    if quantization == "vdla":
+        options = CompileOptions(input_shapes=m.input_shapes(), calibration=m.calibration)
+        artifact, _ = compile_model(m.load(), m.samples(8, 0), options)
+    else:
+        artifact = qdq_compiled(name)[1]
     assert sum(s.kind == "cpu" for s in artifact.steps) == 2
     sim_and_rtl_agree(m, artifact, 0.01)
 
