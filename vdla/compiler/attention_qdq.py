@@ -34,6 +34,9 @@ Then the queries in tiles of ``TB`` query blocks, in ten blocks (:meth:`QdqAtten
 8. a wait; 9. ``P``'s rows loaded as INP and ``O`` (query, channel block) by GEMMs against ``V^T``'s tiles, an ALU
    MUL by the output multiplier under EPI ``req``, the real queries' rows stored into the output view.
 
+On a config whose GEMMs read OUT rows (``src_out``) the planes and ``P`` are read where they are, in their
+regions' OUT mirrors: ``e`` in region 0, 3 and 5 in one block, 7 and 9 in another, two round trips less.
+
 A head alone runs on one virtual thread, on all the buffers; a block's heads together
 (:class:`QdqAttentionHeads`) on two, head ``h`` on thread ``h % 2`` in its half of ACC, INP and WGT, so that each
 thread's round trips run under the other's work. A padded key's ``e`` is 0, so it adds nothing to ``Z`` nor
@@ -171,6 +174,8 @@ class QdqAttentionLowering(AttentionLowering):
         self.keep_row, self.mk_row = self.real_row + ub, self.real_row + 2 * ub
         self.eye_acc = self.real_row + 3 * ub
         self.regions = max(1 + len(self.planes), len(self.chains))
+        self.src_out = cfg.src_out_refusal() is None  # GEMMs read the planes and P from OUT: two round trips less
+        self.e_at = 0 if self.src_out else 1  # the region of e and P^T
         self.tb = self.tile_blocks(1)
         self.check_fits()
 
@@ -203,7 +208,8 @@ class QdqAttentionLowering(AttentionLowering):
         rows fit INP and whose tiles fit WGT."""
         lanes, ub, cb = self.lanes, self.ub, self.cb
         acc = self.acc_n // (self.regions * ub * lanes + lanes * cb + len(BLOCK_ROWS))
-        inp = (self.inp_end - self.i0) // (lanes * max(cb + ub, len(self.planes) * ub))
+        rows = cb if self.src_out else max(cb + ub, len(self.planes) * ub)  # Q's, P's, the planes' rows
+        inp = (self.inp_end - self.i0) // (lanes * rows)
         wgt = (self.wgt_end - self.w0) // (ub * len(self.chains))
         return min(acc, inp, wgt, ub)
 
@@ -355,17 +361,18 @@ class QdqAttentionLowering(AttentionLowering):
         return ops
 
     def exp_sum(self, tile: _Tile) -> list[Op]:
-        """The planes' rows (INP from ``tile.i``, loaded back from ``ex``) summed into region 1 by Horner's rule,
-        ``e = 2^16 p0 + 2^8 p1 + p2`` over both ranges: GEMMs against the identity block, accumulating, a MUL by
-        256 between the planes."""
+        """The planes' rows summed into region ``e_at`` by Horner's rule, ``e = 2^16 p0 + 2^8 p1 + p2`` over both
+        ranges: GEMMs against the identity block, accumulating, a MUL by 256 between the planes; the rows read from
+        OUT (``src_out``: their regions' mirrors) or from INP (from ``tile.i``, loaded back from ``ex``)."""
         n = tile.n
-        ops: list[Op] = [Epi(False, False, 0, None)]
-        e, level = tile.region(1), self.planes[0].plane
+        ops: list[Op] = [Epi(False, False, 0, None, src_out=self.src_out)]
+        e, level = tile.region(self.e_at), self.planes[0].plane
         for k, table in enumerate(self.planes):
             while level < table.plane:
                 ops.append(alu_held(AluOp.MUL, n, e, self.const["c256"], self.limits))
                 level += 1
-            ops.append(identity_gemm(((n, (1, 1)),), e, tile.i + k * n, self.eye, self.limits, init=k == 0))
+            rows = tile.region(1 + k) if self.src_out else tile.i + k * n
+            ops.append(identity_gemm(((n, (1, 1)),), e, rows, self.eye, self.limits, init=k == 0))
         for _ in range(level, att.QDQ_PLANES - 1):
             ops.append(alu_held(AluOp.MUL, n, e, self.const["c256"], self.limits))
         pad, real = self.up - self.spec.tokens, self.spec.tokens % self.lanes
@@ -375,15 +382,15 @@ class QdqAttentionLowering(AttentionLowering):
         return ops
 
     def probabilities(self, tile: _Tile) -> list[Op]:
-        """``Z``, the division's rows, then ``P^T`` over region 1 with the OUT mirror requantizing."""
-        h = self.spec.head.prob_exponent
+        """``Z``, the division's rows, then ``P^T`` over region ``e_at`` with the OUT mirror requantizing."""
+        h, e = self.spec.head.prob_exponent, tile.region(self.e_at)
         return [
-            *self.reduce(tile, AluOp.ADD, "z", tile.region(1)),
+            *self.reduce(tile, AluOp.ADD, "z", e),
             *self.exponent(tile),
             *self.reciprocal(tile),
-            self.per_block(tile, AluOp.MUL, tile.region(1), "r", shift=att.FRAC),
+            self.per_block(tile, AluOp.MUL, e, "r", shift=att.FRAC),
             Epi(True, False, 0, None),
-            self.per_block(tile, AluOp.MUL, tile.region(1), "w", shift=att.P_BITS - h),
+            self.per_block(tile, AluOp.MUL, e, "w", shift=att.P_BITS - h),
         ]
 
     def division(self) -> tuple[int, int]:
@@ -398,14 +405,15 @@ class QdqAttentionLowering(AttentionLowering):
         return gemm_nest(nest, (tile.region(0), self.eye_rows, tile.w), self.limits)
 
     def product(self, tile: _Tile) -> list[Op]:
-        """``O`` (query, channel block) from ``P``'s rows (INP) against ``V^T``'s tiles, requantized by the output
-        multiplier under EPI ``req``."""
+        """``O`` (query, channel block) from ``P``'s rows (from OUT, region 0's mirror, with ``src_out``; else INP)
+        against ``V^T``'s tiles, requantized by the output multiplier under EPI ``req``."""
         ub, cb, rows = self.ub, self.cb, tile.tb * self.lanes
         nest = ((rows, (cb, ub, 0)), (cb, (1, 0, ub)), (ub, (0, 1, 1)))
         n = rows * cb
+        p_rows = tile.region(0) if self.src_out else tile.p_rows
         return [
-            Epi(False, False, 0, None),
-            gemm_nest(nest, (tile.o, tile.p_rows, self.vtw), self.limits),
+            Epi(False, False, 0, None, src_out=self.src_out),
+            gemm_nest(nest, (tile.o, p_rows, self.vtw), self.limits),
             Epi(True, False, 0, None),
             alu_held(AluOp.MUL, n, tile.o, self.const["po"], self.limits, shift=self.spec.head.out_shift),
         ]
@@ -491,19 +499,40 @@ class QdqAttentionLowering(AttentionLowering):
             chain += [*self.lut_pass(1), self.copy(tile.region(1), tile.region(0), n)]
         out = Store(tile.o, "out", t0 * self.ob + out_at // blk, tile.r, cb, self.ob)
         th = self.thread
+        chain_tiles = Load(MemType.WGT, tile.w, "ch", at["ch"] // lanes, 1, chains * tiles, chains * tiles)
+        pt_tiles = Load(MemType.WGT, tile.w, "pt", at["pt"] // lanes, 1, tiles, tiles)
+        pt = Store(tile.region(self.e_at), "pt", at["pt"], 1, n, n)
+        if self.src_out:  # the planes and P read from OUT where they are: two round trips less
+            return [
+                Block(
+                    th,
+                    tuple(loads),
+                    tuple(chain),
+                    tuple(Store(tile.region(c), "ch", at["ch"] + c * n, 1, n, n) for c in range(chains)),
+                ),
+                Block(th, (), WAIT, ()),
+                Block(
+                    th,
+                    (chain_tiles,),
+                    (*WAIT, *self.select(tile), *self.exp_planes(tile), *self.exp_sum(tile), *self.probabilities(tile)),
+                    (pt,),
+                ),
+                Block(th, (), WAIT, ()),
+                Block(
+                    th, (pt_tiles,), (Epi(True, False, 0, None), self.untranspose_p(tile), *self.product(tile)), (out,)
+                ),
+            ]
         return [
             Block(th, tuple(loads), tuple(chain), tuple(
                 Store(tile.region(c), "ch", at["ch"] + c * n, 1, n, n) for c in range(chains))),
             Block(th, (), WAIT, ()),
-            Block(th, (Load(MemType.WGT, tile.w, "ch", at["ch"] // lanes, 1, chains * tiles, chains * tiles),),
-                  (*WAIT, *self.select(tile), *self.exp_planes(tile)), tuple(
+            Block(th, (chain_tiles,), (*WAIT, *self.select(tile), *self.exp_planes(tile)), tuple(
                 Store(tile.region(1 + j), "ex", at["ex"] + j * n, 1, n, n) for j in range(len(self.planes)))),
             Block(th, (), WAIT, ()),
             Block(th, (Load(MemType.INP, tile.i, "ex", at["ex"], 1, planes * n, planes * n),),
-                  (*self.exp_sum(tile), *self.probabilities(tile)), (Store(tile.region(1), "pt", at["pt"], 1, n, n),)),
+                  (*self.exp_sum(tile), *self.probabilities(tile)), (pt,)),
             Block(th, (), WAIT, ()),
-            Block(th, (Load(MemType.WGT, tile.w, "pt", at["pt"] // lanes, 1, tiles, tiles),),
-                  (Epi(True, False, 0, None), self.untranspose_p(tile)),
+            Block(th, (pt_tiles,), (Epi(True, False, 0, None), self.untranspose_p(tile)),
                   (Store(tile.region(0), "pr", at["pr"], 1, n, n),)),
             Block(th, (), WAIT, ()),
             Block(th, (Load(MemType.INP, tile.p_rows, "pr", at["pr"], 1, n, n),), tuple(self.product(tile)), (out,)),
