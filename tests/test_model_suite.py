@@ -168,10 +168,11 @@ def sim_and_rtl_agree(m, artifact, tolerance: float) -> None:
 
 @pytest.mark.slow  # a Verilator build of each Zynq UltraScale+ preset (about 100 s on 2 cores)
 @pytest.mark.parametrize("preset", ZU_RTL)  # one build per simulated design (rtl_presets)
-@pytest.mark.parametrize("name", _models(["unet"]))
+@pytest.mark.parametrize("name", _models(["unet", "bert_tiny"]))
 def test_a_small_model_on_each_zynq_ultrascale_presets_rtl(name, preset):
     """Compiled for the Zynq UltraScale+ presets' designs (two for the three: tests/rtl_presets.py; a 128-bit
-    bus), a suite model runs on that preset's RTL bit-exact with its simulator, in cycles within 1%."""
+    bus; BERT-tiny's QDQ attention reading its planes and P from OUT), a suite model runs on that preset's RTL
+    bit-exact with its simulator, in cycles within 1%."""
     m = SUITE[name]
     qmodel = quantize_qdq(m.load(), m.samples(CALIB, 1))
     artifact, _ = compile_model(qmodel, None, CompileOptions(input_shapes=m.input_shapes(), config=preset))
