@@ -120,7 +120,7 @@ class AttentionSpec:
 
 
 @dataclass(frozen=True)
-class _Tile:
+class HeadTile:
     """A tile of ``r`` query tokens (``tb`` query blocks of ``lanes``) on a thread: its ACC rows from ``a``, INP rows
     from ``i`` and WGT blocks from ``w``; ``ub`` key blocks, ``d`` channels."""
 
@@ -310,7 +310,7 @@ class AttentionLowering:
     def alu(self, op: AluOp, nest, dst: int, src: int = 0, **kw) -> Alu:
         return alu_nest(op, nest, dst, src, self.limits, **kw)
 
-    def rows(self, tile: _Tile, op: AluOp, dst: str, src: str | None = None, **kw) -> Alu:
+    def rows(self, tile: HeadTile, op: AluOp, dst: str, src: str | None = None, **kw) -> Alu:
         """``op`` over the tile's per-block rows ``dst`` (from ``src``'s rows, or a constant row's)."""
         if src in self.const:
             return self.alu(op, ((tile.tb, (1, 0)),), tile.row(dst), self.const[src], **kw)
@@ -336,10 +336,10 @@ class AttentionLowering:
         nest = ((len(tiles), (lanes, 0, 1)), (lanes, (1, 1, 0)))
         return gemm_nest(nest, (acc + at * lanes, inp, wgt + at), self.limits)
 
-    def scores(self, tile: _Tile) -> list[Gemm]:
+    def scores(self, tile: HeadTile) -> list[Gemm]:
         """The tile's scores (query block, key block, query) from its ``Q`` rows against ``K``'s tiles, each
         accumulator from its key block's bias row (the outer loop): one GEMM over the whole query blocks, one over
-        a partial last block's real queries, their rows packed (:meth:`_Tile.runs`)."""
+        a partial last block's real queries, their rows packed (:meth:`HeadTile.runs`)."""
         ub, cb, lanes = self.ub, self.cb, self.lanes
         return [
             gemm_nest(
@@ -351,7 +351,7 @@ class AttentionLowering:
             for b, n, q in tile.runs()
         ]
 
-    def products(self, tile: _Tile, w: int, init: bool) -> list[Gemm]:
+    def products(self, tile: HeadTile, w: int, init: bool) -> list[Gemm]:
         """``V^T``'s rows against a plane's tiles (WGT ``w``: query block, key block) into ``U^T``, and the ones row
         into ``z`` (each query's row sum in its lane)."""
         ub, cb, lanes, d = self.ub, self.cb, self.lanes, self.spec.d
@@ -362,9 +362,9 @@ class AttentionLowering:
             gemm_nest(sums, (tile.row("z"), ONES * lanes, w), self.limits, init),
         ]
 
-    def untranspose(self, tile: _Tile) -> list[Gemm]:
+    def untranspose(self, tile: HeadTile) -> list[Gemm]:
         """``O`` (query, channel block) from ``O^T``'s tiles (WGT ``tile.w``: query block, channel block) against the
-        identity rows (query ``t``: row ``e_(t % L)``), the real queries' rows only (:meth:`_Tile.runs`)."""
+        identity rows (query ``t``: row ``e_(t % L)``), the real queries' rows only (:meth:`HeadTile.runs`)."""
         cb, lanes = self.cb, self.lanes
         return [
             gemm_nest(
@@ -378,13 +378,13 @@ class AttentionLowering:
     # ------------------------------------------------------------------------------------------------------
     # the program
 
-    def exp_planes(self, tile: _Tile, rank: int | None = None) -> list[Op]:
+    def exp_planes(self, tile: HeadTile, rank: int | None = None) -> list[Op]:
         """The scores requantized (MUL by the multiplier row, EPI ``req``), their high exp plane in the OUT mirror
         of the scores (the table by EPI ``lut``) and the low one in that of their copy. With two activation tables
         (``lut_tables``) both are loaded ahead of the program (:meth:`prologue`) and an EPI selects each. With one,
         the tiles take turns: ``rank`` is the tile's place among the program's tiles in compute order (None: the
         only one); an odd rank makes its low plane first, with the table the tile before it left in the LUT, which
-        a rank above 0 does not load again. Over the real queries' rows (:attr:`_Tile.scored`), the low plane from
+        a rank above 0 does not load again. Over the real queries' rows (:attr:`HeadTile.scored`), the low plane from
         the tile's second plane row."""
         n = tile.scored
         first, second = (1, 0) if self.low_first(rank) else (0, 1)
@@ -414,7 +414,7 @@ class AttentionLowering:
         take turns with one activation table."""
         return self.cfg.lut_tables == 1 and rank is not None and rank % 2 == 1
 
-    def plane_stores(self, tile: _Tile, at: int) -> list[Store]:
+    def plane_stores(self, tile: HeadTile, at: int) -> list[Store]:
         """The two exp planes' real rows into ``ex`` from OUT row ``at`` (the planes' weight tiles, query block, key
         block): the whole blocks' rows, a partial last block's packed rows into the first rows of its tiles; one
         store where every block is whole."""
@@ -429,7 +429,7 @@ class AttentionLowering:
                 stores.append(Store(tile.a + row, "ex", at + row, *shape))
         return stores
 
-    def sums(self, tile: _Tile, low_first: bool = False) -> list[Op]:
+    def sums(self, tile: HeadTile, low_first: bool = False) -> list[Op]:
         """``U^T`` and ``Z`` from the two planes' tiles: ``256 (hi ...) + lo ...`` (the high plane's sums times 256 by
         a MUL holding the row of 256: 2 cycles a row on a half-width ALU against an SHR's 3); ``low_first``: the low
         plane's tiles first (:meth:`exp_planes`)."""
@@ -442,7 +442,7 @@ class AttentionLowering:
             *self.products(tile, lo, False),
         ]
 
-    def exponent(self, tile: _Tile) -> list[Op]:
+    def exponent(self, tile: HeadTile) -> list[Op]:
         """``k`` of ``Z = max(Z, 1)`` by the binary search (:func:`~vdla.graph.oracle.reciprocal_exponent`)."""
         rows = self.rows
         ops = [rows(tile, AluOp.MAX, "z", imm=1), rows(tile, AluOp.ADD, "w", "z", reset=True)]
@@ -458,7 +458,7 @@ class AttentionLowering:
             ]
         return ops
 
-    def reciprocal(self, tile: _Tile) -> list[Op]:
+    def reciprocal(self, tile: HeadTile) -> list[Op]:
         """``m = SHR(Z, k - F)``, ``r`` from the seed by Newton (:func:`~vdla.graph.oracle.reciprocal_fixed`), then
         ``q = MUL(r, M_o) >> shift_o`` in ``r`` and ``2^(30 - k)`` in ``w``."""
         rows, f = self.rows, att.FRAC
@@ -491,7 +491,7 @@ class AttentionLowering:
         """(the shift of ``q = MUL(r, M_o) >> shift``, Newton steps) of the per-row division."""
         return self.spec.head.out_shift, att.ITERATIONS
 
-    def output(self, tile: _Tile) -> list[Op]:
+    def output(self, tile: HeadTile) -> list[Op]:
         """Over ``U^T``'s rows (each query block's ``d``, its row held): MUL by the block's ``q``, then by its
         ``2^(30 - k)`` with the OUT mirror requantizing (EPI ``req``): the int8 ``O^T``."""
         d, h = self.spec.d, self.spec.head.out_exponent
@@ -547,11 +547,11 @@ class AttentionLowering:
         ones = (Load(MemType.INP, 0, "wgt", 0, 1, 2 * lanes, 2 * lanes),) if self.index == 0 else ()
         return *ones, Load(MemType.INP, self.vt, "vt", self.at("vt"), 1, n, n)
 
-    def tile(self, k: int, thread: int) -> _Tile:
+    def tile(self, k: int, thread: int) -> HeadTile:
         acc, inp, wgt = self.share(2)
         r = min(self.tb * self.lanes, self.spec.tokens - k * self.tb * self.lanes)
         tb = -(-r // self.lanes)
-        return _Tile(
+        return HeadTile(
             r, tb, thread * acc, self.i0 + thread * inp, self.w0 + thread * wgt, self.ub, self.spec.d, self.lanes
         )
 
@@ -794,9 +794,12 @@ class AttentionHeads:
         shape = (first.tokens, first.head, first.keep, first.runtime_mask)
         if any((s.tokens, s.head, s.keep, s.runtime_mask) != shape for s in specs):
             raise CompileError("attention: heads of one program need one token count, parameters and mask")
-        count = len(specs)
-        self.heads = [AttentionLowering(s, cfg, (h, count), private=True) for h, s in enumerate(specs)]
         self.cfg = cfg
+        self.heads = self.lower(specs)
+
+    def lower(self, specs: Sequence[AttentionSpec]) -> list[AttentionLowering]:
+        """Each head's lowering: its setup in a thread's own share (``private``), its part of the scratch."""
+        return [AttentionLowering(s, self.cfg, (h, len(specs)), private=True) for h, s in enumerate(specs)]
 
     @property
     def spec(self) -> AttentionSpec:

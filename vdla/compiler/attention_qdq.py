@@ -57,9 +57,11 @@ import numpy as np
 from vdla.compiler.attention import (
     EYE,
     ONES,
+    AttentionHeads,
     AttentionLowering,
     AttentionSpec,
     CompiledAttention,
+    HeadTile,
     compile_attention,
     compile_attention_heads,
 )
@@ -81,25 +83,20 @@ BLOCK_ROWS = ("m", "z", "w", "k", "t", "nm", "r")
 
 
 @dataclass(frozen=True)
-class _Tile:
-    """A tile of ``r`` query tokens (``tb`` query blocks of ``lanes``): ACC rows from ``a`` (``regions`` regions of
-    :attr:`n` rows, then ``O``, then the per-block rows), INP rows from ``i`` (``Q``, then ``P``), WGT blocks from
-    ``w``; ``ub`` key blocks, ``cb`` channel blocks."""
+class _Tile(HeadTile):
+    """A tile of ``r`` query tokens (:class:`~vdla.compiler.attention.HeadTile`): ACC rows from ``a`` (``regions``
+    regions of :attr:`n` rows, then ``O``, then the per-block rows), INP rows from ``i`` (``Q``, then ``P``)."""
 
-    r: int
-    tb: int
-    a: int
-    i: int
-    w: int
-    ub: int
-    cb: int
-    lanes: int
-    regions: int
+    regions: int = 1
+
+    @property
+    def cb(self) -> int:
+        return self.d // self.lanes
 
     @property
     def n(self) -> int:
         """Rows of a region: (query block, key block, token)."""
-        return self.tb * self.ub * self.lanes
+        return self.planes
 
     def region(self, k: int) -> int:
         return self.a + k * self.n
@@ -479,7 +476,8 @@ class QdqAttentionLowering(AttentionLowering):
 
     def tile(self, k: int, thread: int = 0) -> _Tile:
         r = min(self.tb * self.lanes, self.spec.tokens - k * self.tb * self.lanes)
-        return _Tile(r, -(-r // self.lanes), self.acc0, self.i0, self.w0, self.ub, self.cb, self.lanes, self.regions)
+        tb = -(-r // self.lanes)
+        return _Tile(r, tb, self.acc0, self.i0, self.w0, self.ub, self.spec.d, self.lanes, self.regions)
 
     def blocks(self, k: int, thread: int = 0, first: bool = False, rank: int | None = None) -> list[Block]:
         """Query tile ``k`` (module docstring); ``first`` loads what every tile reads."""
@@ -565,7 +563,7 @@ class QdqAttentionLowering(AttentionLowering):
         return lower_vthreads([blocks], prologue_block(self.prologue(), [blocks], self.cfg.uop_depth))
 
 
-class QdqAttentionHeads:
+class QdqAttentionHeads(AttentionHeads):
     """Several heads of a QDQ model's block (one token count, parameters and mask; each its own views) in one
     program on two virtual threads: head ``h`` on thread ``h % 2``, in its thread's share of the buffers, each
     thread's heads in turn; the threads share no buffer row but the constant rows, so that one thread's work runs
@@ -574,26 +572,11 @@ class QdqAttentionHeads:
     SCRATCH = QdqAttentionLowering.SCRATCH
     LAG = 0  # wait blocks ahead of thread 1 (measured: none is best, the threads in step)
 
-    def __init__(self, specs: Sequence[AttentionSpec], cfg: HwConfig):
-        first = specs[0]
-        shape = (first.tokens, first.head, first.keep, first.runtime_mask)
-        if any((s.tokens, s.head, s.keep, s.runtime_mask) != shape for s in specs):
-            raise CompileError("attention: heads of one program need one token count, parameters and mask")
-        self.cfg, count = cfg, len(specs)
-        self.heads = [QdqAttentionLowering(s, cfg, (h, count), (h % 2, 2)) for h, s in enumerate(specs)]
+    def lower(self, specs: Sequence[AttentionSpec]) -> list[AttentionLowering]:
+        return [QdqAttentionLowering(s, self.cfg, (h, len(specs)), (h % 2, 2)) for h, s in enumerate(specs)]
 
-    @property
-    def spec(self) -> AttentionSpec:
-        return self.heads[0].spec
-
-    def tensor_bytes(self) -> dict[str, int]:
-        return self.heads[0].tensor_bytes()
-
-    def constants(self) -> dict[str, np.ndarray]:
-        return self.heads[0].constants()
-
-    def keep_vector(self, keep: np.ndarray | None) -> np.ndarray:
-        return self.heads[0].keep_vector(keep)
+    def fits(self) -> bool:
+        return True  # each head checked its share when lowered
 
     def stream(self) -> Stream:
         threads: list[list[Block]] = [[], [Block(1, (), WAIT, ())] * self.LAG]
