@@ -6,11 +6,15 @@ recognised in QDQ models and placed as one accelerator step."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
 from vdla.compiler.attention import AttentionSpec
 from vdla.compiler.attention_qdq import (
+    HeadsSearch,
+    HeadsThreads,
     QdqAttentionHeads,
     QdqAttentionLowering,
     compile_attention_programs,
@@ -181,6 +185,23 @@ def test_heads_in_one_program_on_two_threads(heads, tokens, softmax_scale, mask)
         _, q, k, v, _, o = s.views
         want = oracle.attention_qdq(x[:, q : q + d], x[:, k : k + d], x[:, v : v + d], p, keep)
         np.testing.assert_array_equal(got[:, o : o + d], want)
+
+
+def test_the_thread_count_is_the_fastest_and_kept_in_the_schedule_cache(tmp_path):
+    """Three heads: two and three threads timed on the timing-only simulator, the faster taken (three on
+    ``pynq-z2``, whose round trips the third hides) and kept; a second compile reads the choice back."""
+    from vdla.compiler.cache import ScheduleCache
+
+    d, width = 64, 192
+    p = params(d, 0.0122)
+    specs = [AttentionSpec(65, p, 3 * width, h * d, width + h * d, 2 * width + h * d, width, h * d) for h in range(3)]
+    cache = ScheduleCache(tmp_path / "schedules.json")
+    search = HeadsSearch(specs, load_config("pynq-z2"))
+    assert search.candidates() == [HeadsThreads(2), HeadsThreads(3)]
+    (first,) = compile_attention_programs(specs, "pynq-z2", cache)
+    assert first.lowering.threads == 3 and len(json.loads(cache.path.read_text())) == 1
+    (again,) = compile_attention_programs(specs, "pynq-z2", cache)
+    assert again.lowering.threads == 3
 
 
 def test_heads_that_do_not_fit_half_the_buffers_run_one_after_the_other():

@@ -38,10 +38,10 @@ On a config whose GEMMs read OUT rows (``src_out``) the planes and ``P`` are rea
 regions' OUT mirrors: ``e`` in region 0, 3 and 5 in one block, 7 and 9 in another, two round trips less.
 
 A head alone runs on one virtual thread, on all the buffers; a block's heads together
-(:class:`QdqAttentionHeads`) on two, head ``h`` on thread ``h % 2`` in its half of ACC, INP and WGT, so that each
-thread's round trips run under the other's work. A padded key's ``e`` is 0, so it adds nothing to ``Z`` nor
-``O``; a padded query is a lane of ``X^T``, ``e``, ``Z`` and ``P^T`` (values of no meaning, wrapping int32
-arithmetic) and a row of ``P`` and ``O`` never stored.
+(:class:`QdqAttentionHeads`) on two or three (the faster, :class:`HeadsSearch`), head ``h`` on thread ``h % n``
+in its share of ACC, INP and WGT, so that each thread's round trips run under the others' work. A padded key's
+``e`` is 0, so it adds nothing to ``Z`` nor ``O``; a padded query is a lane of ``X^T``, ``e``, ``Z`` and ``P^T``
+(values of no meaning, wrapping int32 arithmetic) and a row of ``P`` and ``O`` never stored.
 
 Invariant: bit for bit :func:`~vdla.graph.oracle.attention_qdq` on every backend; ``block_in == block_out`` and
 batch 1.
@@ -66,8 +66,10 @@ from vdla.compiler.attention import (
     compile_attention_heads,
 )
 from vdla.compiler.blocks import WAIT, Alu, Block, Epi, Gemm, Load, Op, Store, alu_held, gemm_nest
+from vdla.compiler.cache import ScheduleCache
 from vdla.compiler.identity import identity_fits, identity_gemm, identity_weights
 from vdla.compiler.microcode import Limits
+from vdla.compiler.search import cached_fastest
 from vdla.compiler.spec import CompileError
 from vdla.compiler.vthreads import Stream, lower_vthreads, prologue_block
 from vdla.config import DEFAULT_PRESET, HwConfig, load_config
@@ -565,24 +567,83 @@ class QdqAttentionLowering(AttentionLowering):
 
 class QdqAttentionHeads(AttentionHeads):
     """Several heads of a QDQ model's block (one token count, parameters and mask; each its own views) in one
-    program on two virtual threads: head ``h`` on thread ``h % 2``, in its thread's share of the buffers, each
-    thread's heads in turn; the threads share no buffer row but the constant rows, so that one thread's work runs
-    under the other's stores and loads. Raises :class:`CompileError` where a head does not fit its share."""
+    program on ``threads`` virtual threads (at most one a head): head ``h`` on thread ``h % threads``, in its
+    thread's share of the buffers, each thread's heads in turn; the threads share no buffer row but the constant
+    rows, so that one thread's work runs under the others' stores and loads. Raises :class:`CompileError` where a
+    head does not fit its share."""
 
     SCRATCH = QdqAttentionLowering.SCRATCH
-    LAG = 0  # wait blocks ahead of thread 1 (measured: none is best, the threads in step)
+
+    def __init__(self, specs: Sequence[AttentionSpec], cfg: HwConfig, threads: int = 2):
+        self.threads = min(threads, len(specs))
+        super().__init__(specs, cfg)
 
     def lower(self, specs: Sequence[AttentionSpec]) -> list[AttentionLowering]:
-        return [QdqAttentionLowering(s, self.cfg, (h, len(specs)), (h % 2, 2)) for h, s in enumerate(specs)]
+        n = self.threads
+        return [QdqAttentionLowering(s, self.cfg, (h, len(specs)), (h % n, n)) for h, s in enumerate(specs)]
 
     def fits(self) -> bool:
         return True  # each head checked its share when lowered
 
     def stream(self) -> Stream:
-        threads: list[list[Block]] = [[], [Block(1, (), WAIT, ())] * self.LAG]
+        threads: list[list[Block]] = [[] for _ in range(self.threads)]
         for low in self.heads:
             threads[low.thread] += low.head_blocks()
         return lower_vthreads(threads, prologue_block(self.heads[0].prologue(), threads, self.cfg.uop_depth))
+
+
+@dataclass(frozen=True)
+class HeadsThreads:
+    """The virtual threads a QDQ block's heads program deals its heads to (:class:`QdqAttentionHeads`)."""
+
+    threads: int
+
+
+MAX_THREADS = 3  # more threads, smaller shares: tiles too small to pay (measured on 3 heads of 65 x 64)
+
+
+class HeadsSearch:
+    """A QDQ block's heads programs by thread count (:func:`~vdla.compiler.search.cached_fastest`'s lowering)."""
+
+    def __init__(self, specs: Sequence[AttentionSpec], cfg: HwConfig):
+        self.specs, self.cfg = specs, cfg
+        self.built: dict[HeadsThreads, QdqAttentionHeads] = {}
+
+    def program(self, choice: HeadsThreads) -> QdqAttentionHeads:
+        if choice not in self.built:
+            self.built[choice] = QdqAttentionHeads(self.specs, self.cfg, choice.threads)
+        return self.built[choice]
+
+    def stream(self, choice: HeadsThreads) -> Stream:
+        return self.program(choice).stream()
+
+    def tensor_bytes(self) -> dict[str, int]:
+        """Room for each tensor of every program built (the timing runs bind one set of buffers)."""
+        sizes: dict[str, int] = {}
+        for program in self.built.values():
+            for name, n in program.tensor_bytes().items():
+                sizes[name] = max(sizes.get(name, 0), n)
+        return sizes
+
+    def candidates(self) -> list[HeadsThreads]:
+        """The thread counts from 2 whose shares every head fits."""
+        found = []
+        for n in range(2, min(len(self.specs), MAX_THREADS) + 1):
+            try:
+                self.program(HeadsThreads(n))
+            except CompileError:
+                break
+            found.append(HeadsThreads(n))
+        return found
+
+    def key(self) -> str:
+        """A stable text key of what the programs' timing depends on (schedule cache): the shapes, the views'
+        widths, the heads, the mask's tables, the exp planes and the reference."""
+        low = QdqAttentionLowering(self.specs[0], self.cfg)
+        sp, planes = low.spec, "".join(f"{t.kind[0]}{t.plane}" for t in low.planes)
+        c, _, _, _, oc, _ = sp.views
+        heads = f"h{len(self.specs)}:c{len(low.chains)}:{planes}:f{int(sp.head.fixed)}"
+        return f"attention_qdq:{sp.tokens}x{sp.d}:in{c}:out{oc}:{heads}"
 
 
 def compile_attention_qdq(spec: AttentionSpec, config=DEFAULT_PRESET) -> CompiledAttention:
@@ -604,17 +665,18 @@ def attention_lowering(spec: AttentionSpec, cfg: HwConfig) -> AttentionLowering:
     return (QdqAttentionLowering if isinstance(spec.head, QdqAttention) else AttentionLowering)(spec, cfg)
 
 
-def compile_attention_programs(specs: Sequence[AttentionSpec], config=DEFAULT_PRESET) -> list[CompiledAttention]:
+def compile_attention_programs(
+    specs: Sequence[AttentionSpec], config=DEFAULT_PRESET, cache: ScheduleCache | None = None
+) -> list[CompiledAttention]:
     """The programs of an attention block's heads (one after the other): the heads in one program where they fit
-    (:func:`~vdla.compiler.attention.compile_attention_heads`, :class:`QdqAttentionHeads`), else each head's
-    own."""
+    (:func:`~vdla.compiler.attention.compile_attention_heads`; :class:`QdqAttentionHeads` on the thread count of
+    :class:`HeadsSearch` the timing-only simulator finds fastest, kept in ``cache``), else each head's own."""
     if isinstance(specs[0].head, QdqAttention):
-        if len(specs) > 1:
-            try:
-                heads = QdqAttentionHeads(specs, load_config(config))
-                return [CompiledAttention(heads, heads.stream())]
-            except CompileError:
-                pass  # a head does not fit its thread's share
+        search = HeadsSearch(specs, load_config(config))
+        options = search.candidates() if len(specs) > 1 else []
+        if options:  # the fastest thread count on the timing-only simulator, kept in the cache
+            choice = cached_fastest(search, lambda: options, HeadsThreads, search.key(), cache)
+            return [CompiledAttention(search.program(choice.schedule), choice.stream)]
         return [compile_attention_qdq(spec, config) for spec in specs]
     together = compile_attention_heads(specs, config)
     return [together] if together else [compile_attention(spec, config) for spec in specs]

@@ -328,7 +328,7 @@ def compile_attention_block(b: StepBuilder, layer: PoolLayer, dev: Device, addr:
     ``O^T``, the exp planes) are constants of the image."""
     if b.view_of(layer.out) is not None:
         raise CompileError(f"attention {layer.out!r}: the heads store their whole output, not into a view")
-    compiled_heads = compile_attention_programs(layer.spec, b.cfg)
+    compiled_heads = compile_attention_programs(layer.spec, b.cfg, b.cache)
     together = isinstance(compiled_heads[0].lowering, AttentionHeads)
     programs = []
     for compiled in compiled_heads:
