@@ -35,7 +35,9 @@ Then the queries in tiles of ``TB`` query blocks, in ten blocks (:meth:`QdqAtten
    MUL by the output multiplier under EPI ``req``, the real queries' rows stored into the output view.
 
 On a config whose GEMMs read OUT rows (``src_out``) the planes and ``P`` are read where they are, in their
-regions' OUT mirrors: ``e`` in region 0, 3 and 5 in one block, 7 and 9 in another, two round trips less.
+regions' OUT mirrors: each plane in turn looked up into region 1 and added into ``e`` (region 2) by a GEMM
+reading its mirror (:meth:`QdqAttentionLowering.planes_summed`), so that a tile takes three or four regions
+whatever the planes; 3 and 5 in one block, 7 and 9 in another, two round trips less.
 
 A head alone runs on one virtual thread, on all the buffers; a block's heads together
 (:class:`QdqAttentionHeads`) on two or three (the faster, :class:`HeadsSearch`), head ``h`` on thread ``h % n``
@@ -172,9 +174,11 @@ class QdqAttentionLowering(AttentionLowering):
         self.real_row = self.c0 + ub + len(CONSTS)
         self.keep_row, self.mk_row = self.real_row + ub, self.real_row + 2 * ub
         self.eye_acc = self.real_row + 3 * ub
-        self.regions = max(1 + len(self.planes), len(self.chains))
         self.src_out = cfg.src_out_refusal() is None  # GEMMs read the planes and P from OUT: two round trips less
-        self.e_at = 0 if self.src_out else 1  # the region of e and P^T
+        far = any(t.kind == "far" for t in self.planes)
+        # ACC regions: d, the planes (src_out: d, the plane, e, d + 128 for the far range); chains' scores first
+        self.regions = max(3 + far if self.src_out else 1 + len(self.planes), len(self.chains))
+        self.e_at = 2 if self.src_out else 1  # the region of e and P^T
         self.tb = self.tile_blocks(1)
         self.check_fits()
 
@@ -336,10 +340,8 @@ class QdqAttentionLowering(AttentionLowering):
             gemms.append(gemm_nest(rows, (tile.region(0) + at, self.pad + at, self.ones), self.limits, init=False))
         return gemms
 
-    def exp_planes(self, tile: _Tile, rank: int | None = None) -> list[Op]:
-        """``d = X - M`` in region 0, then each plane by a copy under its table into region ``1 + k`` (a far
-        plane's from ``d + 128``: the first far plane's region adds 128, the others copy it)."""
-        n, far = tile.n, None
+    def reference(self, tile: _Tile) -> list[Op]:
+        """``d = X - M`` in region 0 (with a fixed reference ``X`` itself)."""
         ops: list[Op] = [Epi(False, False, 0, None)]
         if not self.spec.head.fixed:
             ops += [
@@ -347,6 +349,13 @@ class QdqAttentionLowering(AttentionLowering):
                 self.rows(tile, AluOp.MUL, "m", imm=-1),
                 self.per_block(tile, AluOp.ADD, tile.region(0), "m"),
             ]
+        return ops
+
+    def exp_planes(self, tile: _Tile, rank: int | None = None) -> list[Op]:
+        """``d`` (:meth:`reference`), then each plane by a copy under its table into region ``1 + k`` (a far
+        plane's from ``d + 128``: the first far plane's region adds 128, the others copy it)."""
+        n, far = tile.n, None
+        ops = self.reference(tile)
         for k, table in enumerate(self.planes):
             dst = tile.region(1 + k)
             ops += self.lut_pass(len(self.chains) + k)
@@ -360,22 +369,49 @@ class QdqAttentionLowering(AttentionLowering):
         return ops
 
     def exp_sum(self, tile: _Tile) -> list[Op]:
-        """The planes' rows summed into region ``e_at`` by Horner's rule, ``e = 2^16 p0 + 2^8 p1 + p2`` over both
-        ranges: GEMMs against the identity block, accumulating, a MUL by 256 between the planes; the rows read from
-        OUT (``src_out``: their regions' mirrors) or from INP (from ``tile.i``, loaded back from ``ex``)."""
+        """The planes' rows (INP from ``tile.i``, loaded back from ``ex``) summed into region ``e_at`` by Horner's
+        rule, ``e = 2^16 p0 + 2^8 p1 + p2`` over both ranges: GEMMs against the identity block, accumulating, a MUL
+        by 256 between the planes."""
         n = tile.n
-        ops: list[Op] = [Epi(False, False, 0, None, src_out=self.src_out)]
+        ops: list[Op] = [Epi(False, False, 0, None)]
         e, level = tile.region(self.e_at), self.planes[0].plane
         for k, table in enumerate(self.planes):
-            while level < table.plane:
-                ops.append(alu_held(AluOp.MUL, n, e, self.const["c256"], self.limits))
-                level += 1
-            rows = tile.region(1 + k) if self.src_out else tile.i + k * n
-            ops.append(identity_gemm(((n, (1, 1)),), e, rows, self.eye, self.limits, init=k == 0))
-        for _ in range(level, att.QDQ_PLANES - 1):
+            level = self.horner_level(ops, e, n, level, table.plane)
+            ops.append(identity_gemm(((n, (1, 1)),), e, tile.i + k * n, self.eye, self.limits, init=k == 0))
+        return ops + self.horner_end(tile, e, level)
+
+    def planes_summed(self, tile: _Tile) -> list[Op]:
+        """With ``src_out``: ``d`` (:meth:`reference`), then each plane by a copy of ``d`` (of ``d + 128`` in region
+        3 for the far range) under its table into region 1, added into ``e`` (region 2) by a GEMM reading that
+        region's OUT mirror against the identity block (Horner's rule as :meth:`exp_sum`): one plane's rows at a
+        time, no round trip."""
+        n = tile.n
+        x, plane, e, far = (tile.region(k) for k in range(4))
+        ops = self.reference(tile)
+        if any(t.kind == "far" for t in self.planes):
+            ops += [self.copy(far, x, n), self.alu(AluOp.ADD, ((n, (1, 1)),), far, 0, imm=128)]
+        level = self.planes[0].plane
+        for k, table in enumerate(self.planes):
+            ops += [*self.lut_pass(len(self.chains) + k), self.copy(plane, x if table.kind == "near" else far, n)]
+            ops.append(Epi(False, False, 0, None, src_out=True))
+            level = self.horner_level(ops, e, n, level, table.plane)
+            ops.append(identity_gemm(((n, (1, 1)),), e, plane, self.eye, self.limits, init=k == 0))
+        return ops + self.horner_end(tile, e, level)
+
+    def horner_level(self, ops: list[Op], e: int, n: int, level: int, plane: int) -> int:
+        """``e`` times 256 for each plane level from ``level`` to ``plane`` (MULs appended to ``ops``): the new
+        level."""
+        for _ in range(level, plane):
             ops.append(alu_held(AluOp.MUL, n, e, self.const["c256"], self.limits))
+        return max(level, plane)
+
+    def horner_end(self, tile: _Tile, e: int, level: int) -> list[Op]:
+        """``e`` times 256 for each plane level after ``level``, and a padded key's ``e`` set to 0 (the table's at
+        -128 with a fixed reference)."""
+        ops: list[Op] = []
+        self.horner_level(ops, e, tile.n, level, att.QDQ_PLANES - 1)
         pad, real = self.up - self.spec.tokens, self.spec.tokens % self.lanes
-        if pad:  # a padded key's e (the table's at -128 with a fixed reference) to 0
+        if pad:
             nest = ((tile.tb, (self.ub * self.lanes, 0)), (pad, (1, 0)))
             ops.append(self.alu(AluOp.ADD, nest, e + (self.ub - 1) * self.lanes + real, 0, imm=0, reset=True))
         return ops
@@ -514,7 +550,7 @@ class QdqAttentionLowering(AttentionLowering):
                 Block(
                     th,
                     (chain_tiles,),
-                    (*WAIT, *self.select(tile), *self.exp_planes(tile), *self.exp_sum(tile), *self.probabilities(tile)),
+                    (*WAIT, *self.select(tile), *self.planes_summed(tile), *self.probabilities(tile)),
                     (pt,),
                 ),
                 Block(th, (), WAIT, ()),
