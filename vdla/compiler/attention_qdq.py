@@ -176,8 +176,9 @@ class QdqAttentionLowering(AttentionLowering):
         self.eye_acc = self.real_row + 3 * ub
         self.src_out = cfg.src_out_refusal() is None  # GEMMs read the planes and P from OUT: two round trips less
         far = any(t.kind == "far" for t in self.planes)
-        # ACC regions: d, the planes (src_out: d, the plane, e, d + 128 for the far range); chains' scores first
-        self.regions = max(3 + far if self.src_out else 1 + len(self.planes), len(self.chains))
+        # ACC regions: d (its mirror the first plane), the other planes (src_out: d, the plane, e, d + 128 for the
+        # far range); the chains' scores first
+        self.regions = max(3 + far if self.src_out else max(len(self.planes), 2), len(self.chains))
         self.e_at = 2 if self.src_out else 1  # the region of e and P^T
         self.tb = self.tile_blocks(1)
         self.check_fits()
@@ -340,24 +341,32 @@ class QdqAttentionLowering(AttentionLowering):
             gemms.append(gemm_nest(rows, (tile.region(0) + at, self.pad + at, self.ones), self.limits, init=False))
         return gemms
 
+    def first_lookup(self) -> list[Op]:
+        """With a fixed reference, the first plane's table before ``X^T``'s GEMMs (:meth:`select`): their writes,
+        the last to region 0, leave the plane in its OUT mirror."""
+        return self.lut_pass(len(self.chains)) if self.spec.head.fixed else []
+
     def reference(self, tile: _Tile) -> list[Op]:
-        """``d = X - M`` in region 0 (with a fixed reference ``X`` itself)."""
-        ops: list[Op] = [Epi(False, False, 0, None)]
-        if not self.spec.head.fixed:
-            ops += [
-                *self.reduce(tile, AluOp.MAX, "m", tile.region(0)),
-                self.rows(tile, AluOp.MUL, "m", imm=-1),
-                self.per_block(tile, AluOp.ADD, tile.region(0), "m"),
-            ]
-        return ops
+        """``d = X - M`` in region 0, its OUT mirror the first plane (its table looked up by the ADD's writes); with
+        a fixed reference ``d`` is ``X`` (:meth:`first_lookup`)."""
+        if self.spec.head.fixed:
+            return []
+        return [
+            Epi(False, False, 0, None),
+            *self.reduce(tile, AluOp.MAX, "m", tile.region(0)),
+            self.rows(tile, AluOp.MUL, "m", imm=-1),
+            *self.lut_pass(len(self.chains)),
+            self.per_block(tile, AluOp.ADD, tile.region(0), "m"),
+        ]
 
     def exp_planes(self, tile: _Tile, rank: int | None = None) -> list[Op]:
-        """``d`` (:meth:`reference`), then each plane by a copy under its table into region ``1 + k`` (a far
-        plane's from ``d + 128``: the first far plane's region adds 128, the others copy it)."""
+        """``d`` (:meth:`reference`: the first plane in region 0's OUT mirror), then each other plane by a copy under
+        its table into region ``k`` (a far plane's from ``d + 128``: the first far plane's region adds 128, the
+        others copy it)."""
         n, far = tile.n, None
         ops = self.reference(tile)
-        for k, table in enumerate(self.planes):
-            dst = tile.region(1 + k)
+        for k, table in enumerate(self.planes[1:], 1):
+            dst = tile.region(k)
             ops += self.lut_pass(len(self.chains) + k)
             if table.kind == "near":
                 ops.append(self.copy(dst, tile.region(0), n))
@@ -381,10 +390,10 @@ class QdqAttentionLowering(AttentionLowering):
         return ops + self.horner_end(tile, e, level)
 
     def planes_summed(self, tile: _Tile) -> list[Op]:
-        """With ``src_out``: ``d`` (:meth:`reference`), then each plane by a copy of ``d`` (of ``d + 128`` in region
-        3 for the far range) under its table into region 1, added into ``e`` (region 2) by a GEMM reading that
-        region's OUT mirror against the identity block (Horner's rule as :meth:`exp_sum`): one plane's rows at a
-        time, no round trip."""
+        """With ``src_out``: ``d`` (:meth:`reference`: the first plane in region 0's OUT mirror), then each other
+        plane by a copy of ``d`` (of ``d + 128`` in region 3 for the far range) under its table into region 1, each
+        added into ``e`` (region 2) by a GEMM reading its region's OUT mirror against the identity block (Horner's
+        rule as :meth:`exp_sum`): one plane's rows at a time, no round trip."""
         n = tile.n
         x, plane, e, far = (tile.region(k) for k in range(4))
         ops = self.reference(tile)
@@ -392,10 +401,11 @@ class QdqAttentionLowering(AttentionLowering):
             ops += [self.copy(far, x, n), self.alu(AluOp.ADD, ((n, (1, 1)),), far, 0, imm=128)]
         level = self.planes[0].plane
         for k, table in enumerate(self.planes):
-            ops += [*self.lut_pass(len(self.chains) + k), self.copy(plane, x if table.kind == "near" else far, n)]
+            if k:
+                ops += [*self.lut_pass(len(self.chains) + k), self.copy(plane, x if table.kind == "near" else far, n)]
             ops.append(Epi(False, False, 0, None, src_out=True))
             level = self.horner_level(ops, e, n, level, table.plane)
-            ops.append(identity_gemm(((n, (1, 1)),), e, plane, self.eye, self.limits, init=k == 0))
+            ops.append(identity_gemm(((n, (1, 1)),), e, plane if k else x, self.eye, self.limits, init=k == 0))
         return ops + self.horner_end(tile, e, level)
 
     def horner_level(self, ops: list[Op], e: int, n: int, level: int, plane: int) -> int:
@@ -550,7 +560,13 @@ class QdqAttentionLowering(AttentionLowering):
                 Block(
                     th,
                     (chain_tiles,),
-                    (*WAIT, *self.select(tile), *self.planes_summed(tile), *self.probabilities(tile)),
+                    (
+                        *WAIT,
+                        *self.first_lookup(),
+                        *self.select(tile),
+                        *self.planes_summed(tile),
+                        *self.probabilities(tile),
+                    ),
                     (pt,),
                 ),
                 Block(th, (), WAIT, ()),
@@ -562,8 +578,8 @@ class QdqAttentionLowering(AttentionLowering):
             Block(th, tuple(loads), tuple(chain), tuple(
                 Store(tile.region(c), "ch", at["ch"] + c * n, 1, n, n) for c in range(chains))),
             Block(th, (), WAIT, ()),
-            Block(th, (chain_tiles,), (*WAIT, *self.select(tile), *self.exp_planes(tile)), tuple(
-                Store(tile.region(1 + j), "ex", at["ex"] + j * n, 1, n, n) for j in range(len(self.planes)))),
+            Block(th, (chain_tiles,), (*WAIT, *self.first_lookup(), *self.select(tile), *self.exp_planes(tile)), tuple(
+                Store(tile.region(j), "ex", at["ex"] + j * n, 1, n, n) for j in range(len(self.planes)))),
             Block(th, (), WAIT, ()),
             Block(th, (Load(MemType.INP, tile.i, "ex", at["ex"], 1, planes * n, planes * n),),
                   (*self.exp_sum(tile), *self.probabilities(tile)), (pt,)),
