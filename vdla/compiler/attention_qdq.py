@@ -167,9 +167,11 @@ class QdqAttentionLowering(AttentionLowering):
         self.vtw = self.kt + self.cb * self.ub
         self.w0 = self.vtw + self.cb * self.ub
         self.eye_rows = self.inp0 + EYE * lanes  # INP: ones, identity, sel_k, sel_m, padding rows, the tile's
+        self.masked = len(self.chains) > 1  # the selection rows (else the identity's) and the padding rows
+        self.padded = not spec.head.fixed and self.up > spec.tokens  # (with the row maximum) where needed
         self.sel = self.inp0 + 2 * lanes
-        self.pad = self.sel + 2 * self.up
-        self.i0 = self.pad + self.up
+        self.pad = self.sel + 2 * self.up * self.masked
+        self.i0 = self.pad + self.up * self.padded
         self.const = {name: self.c0 + ub + i for i, name in enumerate(CONSTS)}
         self.real_row = self.c0 + ub + len(CONSTS)
         self.keep_row, self.mk_row = self.real_row + ub, self.real_row + 2 * ub
@@ -326,16 +328,19 @@ class QdqAttentionLowering(AttentionLowering):
 
     def select(self, tile: _Tile) -> list[Gemm]:
         """``X^T`` (query block, key block, key) in region 0: the selection rows against the chain tiles (WGT
-        ``tile.w``: chain, query block, key block); with the row maximum, the padded keys' rows of -128 against the
-        ones block (with a fixed reference a padded key's ``e`` is set to 0 after the sum, :meth:`exp_sum`)."""
+        ``tile.w``: chain, query block, key block; without a mask the identity's rows against the one chain's);
+        with the row maximum, the padded keys' rows of -128 against the ones block (a padded key's ``x`` then below
+        any other; its ``e`` is set to 0 after the sum in any case, :meth:`horner_end`)."""
         ub, lanes, n = self.ub, self.lanes, tile.tb * self.ub
-        nest = ((tile.tb, (ub * lanes, 0, ub)), (ub, (lanes, lanes, 1)), (lanes, (1, 1, 0)))
+        block = lanes if self.masked else 0  # each key block's selection rows, or the identity's for every one
+        nest = ((tile.tb, (ub * lanes, 0, ub)), (ub, (lanes, block, 1)), (lanes, (1, 1, 0)))
+        sel = self.sel if self.masked else self.eye_rows
         gemms = [
-            gemm_nest(nest, (tile.region(0), self.sel + c * self.up, tile.w + c * n), self.limits, init=c == 0)
+            gemm_nest(nest, (tile.region(0), sel + c * self.up, tile.w + c * n), self.limits, init=c == 0)
             for c in range(len(self.chains))
         ]
         pad, first = self.up - self.spec.tokens, self.spec.tokens - (ub - 1) * lanes  # in the last key block
-        if pad and not self.spec.head.fixed:
+        if self.padded:
             rows = ((tile.tb, (ub * lanes, 0, 0)), (pad, (1, 1, 0)))
             at = (ub - 1) * lanes + first
             gemms.append(gemm_nest(rows, (tile.region(0) + at, self.pad + at, self.ones), self.limits, init=False))
@@ -505,21 +510,24 @@ class QdqAttentionLowering(AttentionLowering):
         th = self.thread
         return [
             Block(th, (rows[k_at], *consts), (*WAIT, self.kv_copy(a, self.i0)), (self.kv_store(a, kw),)),
-            Block(th, (rows[v_at],), (Epi(True, False, 0, None), self.kv_copy(a, self.i0), *self.selection(a + n)),
-                  (self.kv_store(a, kw + n), sel)),
+            Block(th, (rows[v_at],), (Epi(True, False, 0, None), self.kv_copy(a, self.i0),
+                                      *(self.selection(a + n) if self.masked else ())),
+                  (self.kv_store(a, kw + n), *((sel,) if self.masked else ()))),
             Block(th, (), WAIT, ()),
             Block(th, (v_tiles,), (*WAIT, transpose), (Store(a, "vt", self.at("vt"), 1, n, n),)),
             Block(th, (), WAIT, ()),
         ]  # fmt: skip
 
     def shared(self) -> tuple[Load, ...]:
-        """``K``'s and ``V^T``'s tiles, the selection and padding rows: what every tile reads."""
-        tiles, up, chains = self.cb * self.ub, self.up, len(self.chains)
+        """``K``'s and ``V^T``'s tiles, the selection and padding rows where there are: what every tile reads."""
+        tiles, rows = self.cb * self.ub, len(self.chains) * self.up
+        sel = Load(MemType.INP, self.sel, "sel", self.at("sel"), 1, rows, rows)
+        pad = Load(MemType.INP, self.pad, "padc", 0, 1, self.up, self.up)
         return (
             Load(MemType.WGT, self.kt, "kw", self.at("kw") // self.lanes, 1, tiles, tiles),
             Load(MemType.WGT, self.vtw, "vt", self.at("vt") // self.lanes, 1, tiles, tiles),
-            Load(MemType.INP, self.sel, "sel", self.at("sel"), 1, chains * up, chains * up),
-            Load(MemType.INP, self.pad, "padc", 0, 1, up, up),
+            *((sel,) if self.masked else ()),
+            *((pad,) if self.padded else ()),
         )
 
     def tile(self, k: int, thread: int = 0) -> _Tile:
