@@ -7,8 +7,8 @@ The views, blocks and padding are :mod:`vdla.compiler.attention`'s (``L`` = ``bl
 key blocks, ``CB`` channel blocks). The softmax runs in the transposed layout, keys by rows and queries by lanes,
 where a query's maximum, row sum and reciprocal are lanes of one row: no value crosses lanes.
 
-The setup (:meth:`QdqAttentionLowering.setup`): ``K`` and ``V`` into the weight layout by the identity copy, the
-selection rows of the key mask (``keep`` as the diagonal of each key block's identity: ``sel_k``; ``real - keep``:
+The setup (:meth:`QdqAttentionLowering.setup`): ``K`` and ``V`` into the weight layout by the identity copy, with
+a mask the selection rows (``keep`` as the diagonal of each key block's identity: ``sel_k``; ``real - keep``:
 ``sel_m``) from the keep vector, ``V^T`` by the identity's rows against ``V``'s tiles, stored as weight tiles
 (channel block, key block).
 
@@ -18,12 +18,13 @@ Then the queries in tiles of ``TB`` query blocks, in ten blocks (:meth:`QdqAtten
    by the score multiplier with its rounding shift under EPI ``req`` and ``lut``: the OUT mirror holds the kept
    softmax input ``x = kept[s]``; with a mask a copy under the masked table; stored as weight tiles;
 2. a wait; 3. the tiles loaded as WGT and ``X^T`` (query block, key block, key; lanes the queries) by GEMMs of
-   the selection rows against them (``sel_k`` against the kept tiles, ``sel_m`` against the masked ones, the
-   padding rows of -128 against the ones block: a padded key's ``x`` is -2048); with the row maximum, the maximum
-   ``M`` of each query block's rows by ALU MAX and ``d = X - M`` (with a fixed reference ``d`` is ``x`` and the
-   table is by ``x``); the exp table's nonzero planes (:func:`~vdla.graph.attention.qdq_planes` of its two ranges,
-   :func:`~vdla.graph.attention.qdq_exp_ranges`) each by a copy of ``d`` (``d + 128`` for the far range) under its
-   table: the OUT mirrors hold the int8 planes, stored as rows;
+   the selection rows against them (``sel_k`` against the kept tiles, ``sel_m`` against the masked ones; without
+   a mask the identity's rows; with the row maximum the padding rows of -128 against the ones block: a padded
+   key's ``x`` is below -1900); with the row maximum, the maximum ``M`` of each query block's rows by ALU MAX and
+   ``d = X - M`` (with a fixed reference ``d`` is ``x`` and the table is by ``x``); the exp table's nonzero planes
+   (:func:`~vdla.graph.attention.qdq_planes` of its two ranges, :func:`~vdla.graph.attention.qdq_exp_ranges`):
+   the first by ``d``'s own last writes under its table, each other by a copy of ``d`` (``d + 128`` for the far
+   range) under its table: the OUT mirrors hold the int8 planes, stored as rows;
 4. a wait; 5. the planes' rows loaded as INP and summed by Horner's rule, ``e = 2^16 p0 + 2^8 p1 + p2``, by GEMMs
    against the identity block (a MUL by 256 between the planes), a padded key's ``e`` set to 0; ``Z`` the sum of
    each query block's rows; the per-row division of :mod:`vdla.compiler.attention` (``k``, ``1 / m`` by
