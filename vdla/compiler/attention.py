@@ -178,10 +178,7 @@ class AttentionLowering:
         (self.index, self.count), self.private = head, private
         self.kth = self.index % 2 if private else 0  # the thread putting K in the weight layout (:meth:`setup`)
         self.check_views()
-        self.lanes = cfg.block_out
-        self.cb, self.ub = spec.d // self.lanes, -(-spec.tokens // self.lanes)
-        self.up = self.ub * self.lanes  # tokens padded to whole blocks (keys and queries)
-        self.ib, self.ob = spec.views[0] // self.lanes, spec.views[4] // self.lanes
+        self.blocks_of_views()
         self.kt, self.w0 = 2, 2 + self.cb * self.ub  # WGT: ones, identity, K's tiles, then the threads' shares
         self.vt = 2 * self.lanes  # INP: the ones and identity rows, V^T's rows (channel block, key block, j)
         self.i0 = self.vt + self.cb * self.up  # then the threads' shares
@@ -189,6 +186,14 @@ class AttentionLowering:
         self.const = {name: self.c0 + self.ub + i for i, name in enumerate(CONSTS)}
         self.check_fits()
         self.tb = self.tile_blocks(2)
+
+    def blocks_of_views(self) -> None:
+        """``lanes`` a block, ``cb`` channel blocks a head, ``ub`` key (and query) blocks, ``up`` tokens padded to
+        whole blocks, ``ib``/``ob`` channel blocks a token of the input and the output."""
+        sp, self.lanes = self.spec, self.cfg.block_out
+        self.cb, self.ub = sp.d // self.lanes, -(-sp.tokens // self.lanes)
+        self.up = self.ub * self.lanes
+        self.ib, self.ob = sp.views[0] // self.lanes, sp.views[4] // self.lanes
 
     # ------------------------------------------------------------------------------------------------------
     # limits

@@ -136,8 +136,6 @@ class _Table:
 class QdqAttentionLowering(AttentionLowering):
     """The program of one attention head of a QDQ model on one config (module docstring)."""
 
-    SCRATCH = ("kw", "vt", "ch", "ex", "pt", "pr", "sel")
-
     def __init__(
         self, spec: AttentionSpec, cfg: HwConfig, head: tuple[int, int] = (0, 1), thread: tuple[int, int] = (0, 1)
     ):
@@ -150,10 +148,7 @@ class QdqAttentionLowering(AttentionLowering):
         (self.index, self.count), (self.thread, self.threads) = head, thread
         self.private, self.kth = False, 0
         self.check_views()
-        self.lanes = cfg.block_out
-        self.cb, self.ub = spec.d // self.lanes, -(-spec.tokens // self.lanes)
-        self.up = self.ub * self.lanes
-        self.ib, self.ob = spec.views[0] // self.lanes, spec.views[4] // self.lanes
+        self.blocks_of_views()
         self.chains = self.chain_tables()
         self.planes = self.plane_tables()
         lanes, ub = self.lanes, self.ub
@@ -244,18 +239,25 @@ class QdqAttentionLowering(AttentionLowering):
     def tiles(self) -> int:
         return -(-self.ub // self.tb)
 
+    @property
+    def SCRATCH(self) -> tuple[str, ...]:  # noqa: N802 (the lowerings' name for their scratch tensors)
+        """The scratch tensors this program stores to and loads back (:meth:`scratch_rows`)."""
+        return tuple(name for name, rows in self.scratch_rows().items() if rows)
+
     def scratch_rows(self) -> dict[str, int]:
         """OUT rows of each scratch tensor: ``K``'s tiles then ``V``'s, ``V^T``, and each tile's part of the chain
-        tiles, the planes, ``P^T``, ``P``; the selection rows."""
+        tiles, the planes and ``P`` (their round trips: none with ``src_out``), ``P^T``; the selection rows (with a
+        mask)."""
         n, tiles, per = self.cb * self.up, self.tiles, self.tb * self.up
+        trips = not self.src_out
         return {
             "kw": 2 * n,
             "vt": n,
             "ch": tiles * len(self.chains) * per,
-            "ex": tiles * len(self.planes) * per,
+            "ex": tiles * len(self.planes) * per * trips,
             "pt": tiles * per,
-            "pr": tiles * per,
-            "sel": 2 * self.up,
+            "pr": tiles * per * trips,
+            "sel": 2 * self.up * self.masked,
         }
 
     def tensor_bytes(self) -> dict[str, int]:
@@ -265,7 +267,7 @@ class QdqAttentionLowering(AttentionLowering):
             "inp": t * self.ib * cfg.inp_elem_bytes,
             "out": t * self.ob * cfg.out_elem_bytes,
             "wgt": 2 * cfg.wgt_elem_bytes,
-            **{name: rows * cfg.out_elem_bytes * self.count for name, rows in self.scratch_rows().items()},
+            **{name: rows * cfg.out_elem_bytes * self.count for name, rows in self.scratch_rows().items() if rows},
             "lut": tables * cfg.lut_depth * cfg.batch * cfg.block_out,
             "consts": (self.ub + len(CONSTS) + self.ub) * cfg.acc_elem_bytes,
             "padc": self.up * self.lanes,
@@ -633,7 +635,9 @@ class QdqAttentionHeads(AttentionHeads):
     rows, so that one thread's work runs under the others' stores and loads. Raises :class:`CompileError` where a
     head does not fit its share."""
 
-    SCRATCH = QdqAttentionLowering.SCRATCH
+    @property
+    def SCRATCH(self) -> tuple[str, ...]:  # noqa: N802
+        return self.heads[0].SCRATCH
 
     def __init__(self, specs: Sequence[AttentionSpec], cfg: HwConfig, threads: int = 2):
         self.threads = min(threads, len(specs))

@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from vdla.graph.ew import operand_value
-from vdla.graph.graph import Graph, Node
+from vdla.graph.graph import Graph, Node, only_reader
 from vdla.graph.opnames import CLIP, CONV_TRANSPOSE, DENSE, MUL, RELU
 from vdla.graph.types import TensorType
 from vdla.isa.arith import INT8_MAX, INT8_MIN
@@ -150,8 +150,7 @@ class Dialect:
         self.index = {n.output: i for i, n in enumerate(graph.nodes)}
 
     def only_reader(self, value: str) -> Node | None:
-        readers = self.consumers.get(value, [])
-        return readers[0] if len(readers) == 1 and value not in self.outputs else None
+        return only_reader(value, self.consumers, self.outputs)
 
     def next(self, value: str) -> Node | None:
         node = self.only_reader(value)

@@ -68,6 +68,12 @@ class Graph:
         return Graph(**fields_)
 
 
+def only_reader(value: str, consumers: dict[str, list[Node]], outputs: Iterable[str] = ()) -> Node | None:
+    """The one node reading ``value``, or None where several or none do or ``value`` is one of ``outputs``."""
+    readers = consumers.get(value, [])
+    return readers[0] if len(readers) == 1 and value not in outputs else None
+
+
 def reshaped(shape: tuple[int, ...], target: Sequence[int]) -> tuple[int, ...]:
     """``target`` with a -1 entry resolved, checked to keep the element count of ``shape``."""
     bad = UnsupportedError("reshape", f"cannot reshape {shape} to {tuple(target)}")

@@ -66,7 +66,7 @@ from vdla.graph.epilogue import (
     walk,
 )
 from vdla.graph.ew import operand_input, operand_value
-from vdla.graph.graph import Graph, Node
+from vdla.graph.graph import Graph, Node, only_reader
 from vdla.graph.interp import evaluate, evaluate_node
 from vdla.graph.layernorm import IntLayerNorm, layer_norm_node
 from vdla.graph.opnames import (
@@ -95,6 +95,7 @@ from vdla.graph.opnames import (
 )
 from vdla.graph.ops import infer_types
 from vdla.graph.passes import eliminate_dead_code, fresh_name, patch_window, select_rows_first
+from vdla.graph.tables import Cone, table_entries
 from vdla.graph.types import TensorType, UnsupportedError
 from vdla.isa import IsaError
 from vdla.isa.arith import INT8_MAX, INT8_MIN, MUL_MAX_SHIFT, choose_multipliers, choose_requantization
@@ -592,13 +593,15 @@ class _QdqLowering:
         """``quantize`` of an attention block on dequantized int8 views of one value (:func:`int_attention`) ->
         ``attention_int`` (:mod:`vdla.graph.attention`) where :meth:`IntAttention.of
         <vdla.graph.attention.IntAttention.of>` takes its scales and ``self.attentions`` accepts it, the keep
-        vector of a run-time mask computed beside it (``greater(mask, -span / 2)`` as int8 (1, tokens): one channel a
+        vector of a run-time mask computed beside it (``greater(mask, kept_above)`` as int8 (1, tokens): one channel a
         key, packed as the program reads it); else the block stays
         in float (the model compiler's placement note names why). The reshapes/transposes of ``q``'s int8 output
         that only it reads (a QDQ model's heads concatenated after the quantize) go into the block, which writes
         their output; a QDQ block replaces the dense layers of its ``P V`` product."""
-        after, out = self.views_after(q)
-        found = int_attention(q, self.g, self.types, self.params, tuple(after))
+        walked = self.views_after(q)
+        after = tuple(n for n in walked if n.op in (RESHAPE, TRANSPOSE))
+        out = walked[-1].output if walked else q.output
+        found = int_attention(q, self.g, self.types, self.params, after)
         if not isinstance(found, str) and self.attentions is not None:
             found = self.attentions(found) or found
         if isinstance(found, str) or (q.output in self.replace and found.qdq is None):
@@ -608,8 +611,7 @@ class _QdqLowering:
                                                      {**softmax.attrs, REFUSAL: found})]  # fmt: skip
             return
         self.replace.pop(q.output, None)
-        between = self.between(q.output, out)
-        self.removed.update(between)
+        self.removed.update(n.output for n in walked)
         nodes, keep = [], None
         if found.keep is not None:
             keep = self.param(f"{q.output}:keep", np.asarray(found.keep, np.int8))
@@ -618,7 +620,7 @@ class _QdqLowering:
             keep = f"{q.output}:keep"
             nodes = [
                 Node(RESHAPE, (found.mask,), flat, {"shape": (1, found.tokens)}),
-                Node(GREATER, (flat,), above, {"b": -found.span / 2}),
+                Node(GREATER, (flat,), above, {"b": found.kept_above}),
                 Node(CAST, (above,), keep, {"dtype": "int8"}),
             ]
         self.removed.add(q.output)
@@ -629,41 +631,27 @@ class _QdqLowering:
             nodes.append(Node(RESHAPE, (flat,), out, {"shape": shape}))
         self.replace[out] = nodes
 
-    def between(self, start: str, end: str) -> list[str]:
-        """The values from ``start`` (excluded) to ``end`` along single readers."""
-        consumers, values, value = self.g.consumers(), [], start
-        while value != end:
-            value = consumers[value][0].output
-            values.append(value)
-        return values
-
-    def views_after(self, q: Node) -> tuple[list[Node], str]:
-        """The reshapes/transposes of ``q``'s int8 output, each read only by the next (or through a
-        dequantize/quantize pair at ``q``'s scale around them, as a QDQ model writes them), none a graph output;
-        and the int8 value they end at."""
-        consumers, outputs, views = self.g.consumers(), set(self.g.outputs), []
-        qq, value = qparams(q, self.params), q.output
-
-        def single(v: str) -> Node | None:
-            readers = consumers.get(v, [])
-            return readers[0] if len(readers) == 1 and v not in outputs else None
-
-        while (node := single(value)) is not None:
+    def views_after(self, q: Node) -> list[Node]:
+        """The nodes after ``q`` up to the last int8 value of its reshapes/transposes, each read only by the next
+        (or through a dequantize/quantize pair at ``q``'s scale around them, as a QDQ model writes them), none a
+        graph output: those views, and the pairs' nodes."""
+        qq, walked, value = qparams(q, self.params), [], q.output
+        while (node := self.only_consumer(value)) is not None:
             if node.op in (RESHAPE, TRANSPOSE):
-                views.append(node)
+                walked.append(node)
                 value = node.output
                 continue
             if node.op != DEQUANTIZE or qq is None or not qq.same(qparams(node, self.params)):
                 break
-            inner, after = [], single(node.output)
+            inner, after = [node], self.only_consumer(node.output)
             while after is not None and after.op in (RESHAPE, TRANSPOSE):
                 inner.append(after)
-                after = single(after.output)
-            if not inner or after is None or after.op != QUANTIZE or not qq.same(qparams(after, self.params)):
+                after = self.only_consumer(after.output)
+            if len(inner) < 2 or after is None or after.op != QUANTIZE or not qq.same(qparams(after, self.params)):
                 break
-            views += inner
+            walked += [*inner, after]
             value = after.output
-        return views, value
+        return walked
 
     def run(self) -> Graph:
         for node in self.g.nodes:
@@ -886,8 +874,7 @@ def _patch_tokens_at(conv: Node, graph: Graph, types: dict[str, TensorType]) -> 
     prod, cons, params, outputs = graph.producers(), graph.consumers(), graph.params, set(graph.outputs)
 
     def reader(value: str) -> Node | None:
-        found = cons.get(value, [])
-        return found[0] if len(found) == 1 and value not in outputs else None
+        return only_reader(value, cons, outputs)
 
     x_dq, w_dq = prod.get(conv.inputs[0]), prod.get(conv.inputs[1]) if len(conv.inputs) > 1 else None
     qx, qw = (qparams(n, params) if n is not None else None for n in (x_dq, w_dq))
@@ -1072,19 +1059,23 @@ class AttentionBlock:
     each head's channels of the (tokens, heads x d) output), the scales of
     :func:`~vdla.graph.attention.attention_node`, the parameters ``p``; the mask: ``keep`` a constant keep
     vector, or ``mask`` the float additive mask computed at run time (one value per key; kept where above
-    ``-span / 2``, ``span`` the scores' int8 range in nats), or neither; ``qdq`` a QDQ model's parameters (then
-    ``p`` is them too)."""
+    ``kept_above``: half the scores' int8 range in nats below 0, or for a QDQ block midway between its two
+    levels), or neither; ``p`` a QDQ model's parameters for its block (:attr:`qdq`)."""
 
     x: str
     tokens: int
     d: int
     heads: tuple[AttentionHead, ...]
     scales: tuple[float, float, float, float]
-    p: IntAttention
-    span: float
+    p: IntAttention | QdqAttention
+    kept_above: float
     keep: tuple[bool, ...] | None = None
     mask: str | None = None
-    qdq: QdqAttention | None = None  # a QDQ model's block (probabilities quantized): its parameters
+
+    @property
+    def qdq(self) -> QdqAttention | None:
+        """A QDQ model's parameters (its probabilities quantized), or None."""
+        return self.p if isinstance(self.p, QdqAttention) else None
 
 
 # what the per-head split and the concatenation of the heads consist of: selections of elements by constant
@@ -1141,11 +1132,11 @@ def int_attention(
         return str(e)
     span = 255 * s_s
     if scores.mask is None or scores.mask not in params:
-        return AttentionBlock(x, tokens, d, heads, scales, p, span, mask=scores.mask)
+        return AttentionBlock(x, tokens, d, heads, scales, p, -span / 2, mask=scores.mask)
     m = np.asarray(params[scores.mask], np.float64).ravel()
     if np.any((m != 0) & (m > -span)):
         return f"attention with an additive mask of values other than 0 and at most -{span:.4g} (the scores' range)"
-    return AttentionBlock(x, tokens, d, heads, scales, p, span, keep=tuple(bool(v) for v in m == 0))
+    return AttentionBlock(x, tokens, d, heads, scales, p, -span / 2, keep=tuple(bool(v) for v in m == 0))
 
 
 def _qdq_softmax(q: Node, prod: Mapping[str, Node]) -> Node | None:
@@ -1204,7 +1195,7 @@ def qdq_attention(
     levels = _mask_levels(mask, graph, types) if mask is not None else (0.0, None)
     if isinstance(levels, str):
         return levels
-    kept, masked = (_chain_table(nodes, mask, level, graph) for level in levels)
+    kept, masked = (_chain_table(nodes, mask, level, graph, types) for level in levels)
     s1, s3, s_p, s_y = (float(qparams(n, params).scale[0]) for n in (nodes[0], prod[sm.inputs[0]], p_q, q))
     tokens, d = types[x_name].shape[0], types[pv.inputs[1]].shape[-1]
     try:
@@ -1213,12 +1204,12 @@ def qdq_attention(
         return str(e)
     scales = (s_x, s_x, s3, s_y)
     if mask is None:
-        return AttentionBlock(x_name, tokens, d, heads, scales, p, 0.0, qdq=p)
+        return AttentionBlock(x_name, tokens, d, heads, scales, p, 0.0)
     if mask in params:
         m = np.asarray(params[mask], np.float64).ravel()
         keep = tuple(bool(v) for v in m == levels[0])
-        return AttentionBlock(x_name, tokens, d, heads, scales, p, 0.0, keep=keep, qdq=p)
-    return AttentionBlock(x_name, tokens, d, heads, scales, p, -(levels[0] + levels[1]), mask=mask, qdq=p)
+        return AttentionBlock(x_name, tokens, d, heads, scales, p, 0.0, keep=keep)
+    return AttentionBlock(x_name, tokens, d, heads, scales, p, (levels[0] + levels[1]) / 2, mask=mask)
 
 
 def _score_chain(
@@ -1254,19 +1245,18 @@ def _score_chain(
     return "not a quantized attention block"
 
 
-def _chain_table(nodes: list[Node], mask: str | None, level: float | None, graph: Graph) -> np.ndarray | None:
-    """The int8 softmax input of every int8 score (index ``s + 128``): ``nodes`` after the scores' quantize
-    evaluated on the 256 scores, the mask at ``level`` (None: no table)."""
+def _chain_table(
+    nodes: list[Node], mask: str | None, level: float | None, graph: Graph, types: dict[str, TensorType]
+) -> np.ndarray | None:
+    """The int8 softmax input of every int8 score (index ``s + 128``): ``nodes`` after the scores' quantize, the
+    table of that cone (:func:`~vdla.graph.tables.table_entries`) with the mask a constant at ``level`` (None: no
+    table)."""
     if level is None:
         return None
-    start = nodes[0].output
-    inputs = {start: TensorType((256,), "int8")}
-    feeds = {start: np.arange(-128, 128).astype(np.int8)}
     if mask is not None:
-        inputs[mask] = TensorType((1,), "float32")
-        feeds[mask] = np.array([level], np.float32)
-    sub = Graph(inputs, list(nodes[1:]), [nodes[-1].output], dict(graph.params), dict(graph.param_types))
-    return evaluate(sub, feeds)[nodes[-1].output].astype(np.int64)
+        graph = graph.copy(params={**graph.params, mask: np.array([level], np.float32)})
+    cone = Cone(nodes[0].output, tuple(nodes[1:]), nodes[-1].output)
+    return np.roll(table_entries(graph, types, cone).astype(np.int64), 128)  # entry b -> the value's order
 
 
 def _mask_levels(mask: str, graph: Graph, types: dict[str, TensorType]) -> tuple[float, float] | str:

@@ -28,7 +28,7 @@ from vdla.config import HwConfig
 from vdla.graph import attention as att
 from vdla.graph.copies import COPY
 from vdla.graph.epilogue import Epilogue, match_integer
-from vdla.graph.graph import Graph, Node
+from vdla.graph.graph import Graph, Node, only_reader
 from vdla.graph.layernorm import IntLayerNorm
 from vdla.graph.opnames import (
     ATTENTION_INT,
@@ -553,25 +553,16 @@ def _attention_reason(softmax: Node, graph: Graph, types: dict[str, TensorType],
     if REFUSAL in softmax.attrs:  # a QDQ model's block: why its lowering left it
         return str(softmax.attrs[REFUSAL])
     consumers = graph.consumers()
-
-    def single(value: str) -> Node | None:
-        readers = consumers.get(value, [])
-        return readers[0] if len(readers) == 1 else None
-
-    node = single(softmax.output)
-    if node is not None and node.op == QUANTIZE:  # the probabilities quantized: dequantized for P V
-        node = single(node.output)
-        node = single(node.output) if node is not None and node.op == DEQUANTIZE else None
+    node = only_reader(softmax.output, consumers)
     node = node if node is not None and node.op == MATMUL else None
     chain = []  # the matmul's readers up to the quantize and the views of its int8 output after it
-    while node is not None and (not chain or node.op in (RESHAPE, TRANSPOSE, QUANTIZE, DEQUANTIZE)):
+    while node is not None and (not chain or node.op in (RESHAPE, TRANSPOSE, QUANTIZE)):
         chain.append(node)
-        node = single(node.output)
+        node = only_reader(node.output, consumers)
     q = next((n for n in chain if n.op == QUANTIZE), None)
     if q is None:
         return "its output is not quantized (vdla's quantizer leaves it in float)"
-    after = tuple(n for n in chain[chain.index(q) + 1 :] if n.op in (RESHAPE, TRANSPOSE))
-    found = int_attention(q, graph, types, graph.params, after)
+    found = int_attention(q, graph, types, graph.params, tuple(chain[chain.index(q) + 1 :]))
     if isinstance(found, str):
         return found
     return attention_refusal(found, types[found.x].shape[1], cfg) or "the QDQ lowering left it in float"
@@ -582,10 +573,10 @@ def _requant_chain(anchor: Node, graph: Graph) -> tuple[list[str], tuple[int, in
     product: the node outputs and (m, shift, lo, hi), or why not."""
     consumers, outputs = graph.consumers(), set(graph.outputs)
     want = (MUL, CLIP, CAST, RESHAPE)
-    nodes, node = [anchor.output], _chain_next(anchor.output, consumers, outputs)
+    nodes, node = [anchor.output], only_reader(anchor.output, consumers, outputs)
     while node is not None and len(nodes) <= 4 and node.op == want[len(nodes) - 1] and node.inputs[0] == nodes[-1]:
         nodes.append(node.output)
-        node = _chain_next(node.output, consumers, outputs)
+        node = only_reader(node.output, consumers, outputs)
     by_op = {graph.producers()[v].op: graph.producers()[v] for v in nodes}
     mul, clip, cast = by_op.get(MUL), by_op.get(CLIP), by_op.get(CAST)
     if len(nodes) < 4 or "b" not in mul.attrs or np.ndim(mul.attrs["b"]) or cast.attrs.get("dtype") != "int8":
@@ -597,11 +588,6 @@ def _requant_chain(anchor: Node, graph: Graph) -> tuple[list[str], tuple[int, in
     if not (isinstance(lo, int) and isinstance(hi, int)):
         return "a global sum clipped to computed bounds"
     return nodes, (int(mul.attrs["b"]), int(mul.attrs.get("shift", 0)), lo, hi)
-
-
-def _chain_next(value: str, consumers: dict[str, list[Node]], outputs: set[str]) -> Node | None:
-    readers = consumers.get(value, [])
-    return readers[0] if len(readers) == 1 and value not in outputs else None
 
 
 def match_accel(anchor: Node, graph: Graph, types: dict[str, TensorType], cfg: HwConfig) -> AccelLayer | str:
